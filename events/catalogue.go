@@ -1,0 +1,517 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/weftrun/weft/model"
+)
+
+// The durable names of the event types. Never rename or reuse one; retire a
+// name by moving it to the reserved list below.
+const (
+	NameRunStarted         Name = "run_started"
+	NameModelRequested     Name = "model_requested"
+	NameModelReplied       Name = "model_replied"
+	NameModelFailed        Name = "model_failed"
+	NameAnswerRejected     Name = "answer_rejected"
+	NameCallValidated      Name = "call_validated"
+	NamePolicyDecided      Name = "policy_decided"
+	NameApprovalRequested  Name = "approval_requested"
+	NameApprovalAnswered   Name = "approval_answered"
+	NameRequirementChanged Name = "requirement_changed"
+	NameActionQueued       Name = "action_queued"
+	NameAttemptFenced      Name = "attempt_fenced"
+	NameAttemptReported    Name = "attempt_reported"
+	NameAttemptLost        Name = "attempt_lost"
+	NameReportRefused      Name = "report_refused"
+	NameActionUncertain    Name = "action_uncertain"
+	NameSettlementAccepted Name = "settlement_accepted"
+	NameSettlementRefused  Name = "settlement_refused"
+	NameReconciled         Name = "reconciled"
+	NameActionsNotStarted  Name = "actions_not_started"
+	NameCancelRequested    Name = "cancel_requested"
+	NameRunHandedOff       Name = "run_handed_off"
+	NameRunRecovered       Name = "run_recovered"
+	NameRunFinished        Name = "run_finished"
+)
+
+// Reserved lists retired names that must never be used again.
+var Reserved = []Name{}
+
+// Millis is a duration in whole milliseconds as stored in events. Infinite
+// (-1) means no limit.
+type Millis int64
+
+// Infinite is the Millis value of an unbounded timeout or expiry.
+const Infinite Millis = -1
+
+// MillisOf converts d to Millis, rounding down.
+func MillisOf(d time.Duration) Millis { return Millis(d / time.Millisecond) }
+
+// Duration converts m to a time.Duration; Infinite gives 0 and ok false.
+func (m Millis) Duration() (d time.Duration, ok bool) {
+	if m < 0 {
+		return 0, false
+	}
+	return time.Duration(m) * time.Millisecond, true
+}
+
+// AgentRef names the agent definition a run is bound to: it continues only
+// under the same name and version.
+type AgentRef struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// Limits are the limits of SEMANTICS.md §2 that bind a run. They are recorded
+// in RunStarted so that every decision about the run uses the values it
+// started with. Zero TokenBudget means no budget.
+type Limits struct {
+	MaxTurns        int64  `json:"max_turns"`
+	MaxConcurrency  int    `json:"max_concurrency"`
+	TokenBudget     int64  `json:"token_budget,omitempty"`
+	ModelTimeout    Millis `json:"model_timeout_ms"`
+	ModelRetryDelay Millis `json:"model_retry_delay_ms"`
+	ToolTimeout     Millis `json:"tool_timeout_ms"`
+	MaxResultBytes  int64  `json:"max_result_bytes"`
+	PolicyTimeout   Millis `json:"policy_timeout_ms"`
+	CommandTimeout  Millis `json:"command_timeout_ms"`
+	ApprovalExpiry  Millis `json:"approval_expiry_ms"`
+	AnswerAttempts  int    `json:"answer_attempts"`
+	MaxChildren     int    `json:"max_children"`
+	MaxDepth        int    `json:"max_depth"`
+}
+
+// Requirement names what an approval must satisfy: a requirement name and
+// its version, as the policy asked for it.
+type Requirement struct {
+	Name    string `json:"name"`
+	Version int    `json:"version"`
+}
+
+// RunStarted is emitted when a run is created. It is always the run's first
+// event (version 1) and anchors the run's hash chain. It guarantees that the
+// run is bound to Agent and Limits for its whole life.
+type RunStarted struct {
+	Agent       AgentRef `json:"agent"`
+	Input       string   `json:"input"`
+	Correlation string   `json:"correlation,omitempty"`
+	Limits      Limits   `json:"limits"`
+	// Typed is set when the agent has a typed final answer.
+	Typed bool `json:"typed,omitempty"`
+	// Runner is the runner that started the run; it drives incarnation 1.
+	Runner string `json:"runner"`
+}
+
+// ModelRequested is emitted when a runner is about to call the model for a
+// turn; the call is made only after this event is committed. It spends a
+// turn whatever happens to the call. The request itself is rebuilt from the
+// log (the transcript is never re-recorded).
+type ModelRequested struct {
+	Turn        int64 `json:"turn"`
+	Incarnation int   `json:"incarnation"`
+	// Deadline is when the model timeout stops the call; absent for
+	// infinity.
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// ModelReplied is emitted when a model turn returned a reply. It holds the
+// assistant turn exactly once: text, calls with their provider ids, and the
+// provider data replayed on later turns. It guarantees that the reply was
+// received before any decision used it.
+type ModelReplied struct {
+	Turn         int64            `json:"turn"`
+	Kind         model.ReplyKind  `json:"kind"`
+	Text         string           `json:"text,omitempty"`
+	Calls        []model.ToolCall `json:"calls,omitempty"`
+	ProviderData json.RawMessage  `json:"provider_data,omitempty"`
+	Reason       string           `json:"reason,omitempty"`
+	Usage        *model.Usage     `json:"usage,omitempty"`
+}
+
+// ModelFailed is emitted when a model turn failed or timed out (kind
+// timed_out). When the failure is retryable and a turn is left, RetryAt is
+// the durable time of the next attempt; otherwise the run finishes in the
+// same decision.
+type ModelFailed struct {
+	Turn       int64           `json:"turn"`
+	Kind       model.ErrorKind `json:"kind"`
+	Status     int             `json:"status,omitempty"`
+	Message    string          `json:"message,omitempty"`
+	RetryAfter Millis          `json:"retry_after_ms,omitempty"`
+	RetryAt    *time.Time      `json:"retry_at,omitempty"`
+}
+
+// AnswerRejected is emitted when a typed final answer could not be decoded
+// with the agent's answer codec. It is also the corrective user message of
+// the next turn ("your final answer could not be read: <reason>" plus the
+// schema), stored once here.
+type AnswerRejected struct {
+	Turn   int64  `json:"turn"`
+	Reason string `json:"reason"`
+}
+
+// CallValidated is emitted once for each call of a tool request, before any
+// policy runs. Outcome is "valid", "unknown_tool" or "invalid_arguments"
+// (Detail holds the path and reason). Invalid calls end here: the model sees
+// the error and neither policy nor handler is invoked.
+type CallValidated struct {
+	Action  string `json:"action"`
+	Turn    int64  `json:"turn"`
+	CallID  string `json:"call_id"`
+	Tool    string `json:"tool"`
+	Outcome string `json:"outcome"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// The outcomes of CallValidated.
+const (
+	CallValid            = "valid"
+	CallUnknownTool      = "unknown_tool"
+	CallInvalidArguments = "invalid_arguments"
+)
+
+// PolicyDecided is emitted when the policy answered for an action: at the
+// model's request (Context "model") or when an approval is answered
+// (Context "approval", with the approver's fresh context). Decision is
+// "allow", "deny" (Reason) or "require_approval" (Requirement), or "error"
+// (Reason), which fails the run closed.
+type PolicyDecided struct {
+	Action      string       `json:"action"`
+	Context     string       `json:"context"`
+	Decision    string       `json:"decision"`
+	Reason      string       `json:"reason,omitempty"`
+	Requirement *Requirement `json:"requirement,omitempty"`
+}
+
+// The decisions of PolicyDecided.
+const (
+	PolicyAllow           = "allow"
+	PolicyDeny            = "deny"
+	PolicyRequireApproval = "require_approval"
+	PolicyError           = "error"
+)
+
+// ApprovalRequested is emitted when an action waits for a person's approval.
+// Revision is unique within the run; Expires is the absolute deadline by the
+// store's clock (absent for infinity). Why is "policy", "requirement_changed"
+// or "recovery" (an approved action not started at a loss asks again).
+type ApprovalRequested struct {
+	Action      string      `json:"action"`
+	Revision    int         `json:"revision"`
+	Requirement Requirement `json:"requirement"`
+	Expires     *time.Time  `json:"expires,omitempty"`
+	Why         string      `json:"why"`
+}
+
+// ApprovalAnswered is emitted when an approval request got its one answer:
+// "approve" (Reviewer and Verifier from the proof), "reject" (Reason) or
+// "expired" (the deadline passed by the store's clock). It is kept on the
+// action for audit; an approve authorises the action only if the policy,
+// re-run in the same decision, allows it.
+type ApprovalAnswered struct {
+	Action      string      `json:"action"`
+	Revision    int         `json:"revision"`
+	Requirement Requirement `json:"requirement"`
+	Answer      string      `json:"answer"`
+	Reason      string      `json:"reason,omitempty"`
+	Reviewer    string      `json:"reviewer,omitempty"`
+	Verifier    string      `json:"verifier,omitempty"`
+}
+
+// The answers of ApprovalAnswered.
+const (
+	AnswerApprove = "approve"
+	AnswerReject  = "reject"
+	AnswerExpired = "expired"
+)
+
+// RequirementChanged is emitted when an approved action's re-run policy asks
+// for a different requirement. The approval that was given stays on the
+// action but authorises nothing; an ApprovalRequested with a new revision
+// follows in the same decision.
+type RequirementChanged struct {
+	Action   string      `json:"action"`
+	Revision int         `json:"revision"`
+	From     Requirement `json:"from"`
+	To       Requirement `json:"to"`
+}
+
+// ActionQueued is emitted when an action may run: policy allowed it (or an
+// approval did) or a replay is due. It waits for a concurrency slot.
+type ActionQueued struct {
+	Action string `json:"action"`
+	Why    string `json:"why"`
+}
+
+// AttemptFenced is emitted when an attempt of an action is about to start.
+// No tool body starts before its fence is committed; everything after it may
+// have touched the world. The tool's timeout, replay budget and settle
+// window are recorded here so that any runner decides a loss the same way.
+type AttemptFenced struct {
+	Action       string     `json:"action"`
+	Tool         string     `json:"tool"`
+	Attempt      int        `json:"attempt"`
+	Incarnation  int        `json:"incarnation"`
+	Timeout      Millis     `json:"timeout_ms"`
+	MaxAttempts  int        `json:"max_attempts"`
+	SettleWithin Millis     `json:"settle_within_ms,omitempty"`
+	Deadline     *time.Time `json:"deadline,omitempty"`
+}
+
+// AttemptReported is emitted when the current attempt's body returned and a
+// worker reported it: Outcome "output" (Content, the encoded output),
+// "explain" (Message, a definite failure), "uncertain" (Evidence) or
+// "oversize" (Bytes over the run's max result bytes: a host failure, the
+// effect did happen).
+type AttemptReported struct {
+	Action   string          `json:"action"`
+	Attempt  int             `json:"attempt"`
+	Outcome  string          `json:"outcome"`
+	Content  json.RawMessage `json:"content,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Evidence string          `json:"evidence,omitempty"`
+	Bytes    int64           `json:"bytes,omitempty"`
+}
+
+// The outcomes of AttemptReported and SettlementAccepted.
+const (
+	OutcomeOutput    = "output"
+	OutcomeExplain   = "explain"
+	OutcomeUncertain = "uncertain"
+	OutcomeOversize  = "oversize"
+)
+
+// AttemptLost is emitted when an attempt ended without a result of its own:
+// Cause "timed_out", "crashed", "worker_lost", "runner_lost" or "stopped"
+// (cancellation). Next is what the recorded budget decided: "replay" (a new
+// attempt follows), "reapprove" (an approved action asks again after a lost
+// runner), "settle" (a settling tool waits until SettleBy for its
+// settlement) or "uncertain".
+type AttemptLost struct {
+	Action   string     `json:"action"`
+	Attempt  int        `json:"attempt"`
+	Cause    string     `json:"cause"`
+	Evidence string     `json:"evidence"`
+	Next     string     `json:"next"`
+	SettleBy *time.Time `json:"settle_by,omitempty"`
+}
+
+// The causes and next steps of AttemptLost.
+const (
+	CauseTimedOut   = "timed_out"
+	CauseCrashed    = "crashed"
+	CauseWorkerLost = "worker_lost"
+	CauseRunnerLost = "runner_lost"
+	CauseStopped    = "stopped"
+
+	NextReplay    = "replay"
+	NextReapprove = "reapprove"
+	NextSettle    = "settle"
+	NextUncertain = "uncertain"
+)
+
+// ReportRefused is emitted when a worker's report does not match the
+// action's current attempt (premature, duplicate or foreign). It changes
+// nothing but the audit trail.
+type ReportRefused struct {
+	Action  string `json:"action"`
+	Attempt int    `json:"attempt"`
+	Reason  string `json:"reason"`
+}
+
+// ActionUncertain is emitted when a settling tool's settle window closed
+// without a settlement: the effect may or may not have happened and the run
+// waits for a person.
+type ActionUncertain struct {
+	Action   string `json:"action"`
+	Evidence string `json:"evidence"`
+}
+
+// SettlementAccepted is emitted when a settling tool's settlement was
+// recorded: while the run waited for it, or as the one definite settlement
+// of an uncertain action (Late). Outcome is "output" or "explain".
+type SettlementAccepted struct {
+	Action  string          `json:"action"`
+	Attempt int             `json:"attempt"`
+	Outcome string          `json:"outcome"`
+	Content json.RawMessage `json:"content,omitempty"`
+	Message string          `json:"message,omitempty"`
+	Summary string          `json:"summary,omitempty"`
+	Late    bool            `json:"late,omitempty"`
+}
+
+// SettlementRefused is emitted when a settlement could not be recorded:
+// Reason "already_recorded" (nothing lost) or "not_awaited" (a person must
+// reconcile; Summary is what they need).
+type SettlementRefused struct {
+	Action  string `json:"action"`
+	Reason  string `json:"reason"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// Reconciled is emitted when a person recorded what happened to an
+// uncertain action. Kind is "output", "error" or "unconfirmed"; Content is
+// what the model reads. Stored marks the stored-run form on a finished run,
+// which resumes nothing.
+type Reconciled struct {
+	Action  string          `json:"action"`
+	Kind    string          `json:"kind"`
+	Content json.RawMessage `json:"content"`
+	By      string          `json:"by,omitempty"`
+	Stored  bool            `json:"stored,omitempty"`
+}
+
+// ActionsNotStarted is emitted when actions end without ever starting:
+// Reason "policy_failed", "budget_exhausted", "cancelled" or
+// "run_finished".
+type ActionsNotStarted struct {
+	Actions []string `json:"actions"`
+	Reason  string   `json:"reason"`
+}
+
+// CancelRequested is emitted when a run is cancelled. Queued actions and
+// pending approvals end not_started in the same decision; running bodies
+// are stopped; the run finishes cancelled (RunFinished) once nothing is in
+// flight.
+type CancelRequested struct {
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// RunHandedOff is emitted when a draining runner gives a run up with nothing
+// uncertain: any runner may take it over.
+type RunHandedOff struct {
+	Runner      string `json:"runner"`
+	Incarnation int    `json:"incarnation"`
+}
+
+// RunRecovered is emitted when a runner takes over a run that nobody drives
+// (Cause "runner_lost" or "handed_off"). It bumps the incarnation: reports
+// and replies of older incarnations are refused.
+type RunRecovered struct {
+	Runner      string `json:"runner"`
+	Incarnation int    `json:"incarnation"`
+	Previous    string `json:"previous,omitempty"`
+	Cause       string `json:"cause"`
+}
+
+// Outcome is how a run finished (SEMANTICS.md §6). Kind is one of the
+// Outcome* constants; the other fields are set as the kind needs.
+type Outcome struct {
+	Kind    string          `json:"kind"`
+	Reason  string          `json:"reason,omitempty"`
+	Answer  json.RawMessage `json:"answer,omitempty"`
+	Raw     string          `json:"raw,omitempty"`
+	Partial string          `json:"partial,omitempty"`
+	Limit   int64           `json:"limit,omitempty"`
+	Used    int64           `json:"used,omitempty"`
+	Turn    int64           `json:"turn,omitempty"`
+	Action  string          `json:"action,omitempty"`
+	Setting string          `json:"setting,omitempty"`
+}
+
+// The kinds of Outcome and the reasons of the budget and failed kinds.
+const (
+	OutcomeCompleted          = "completed"
+	OutcomeAnswerInvalid      = "answer_invalid"
+	OutcomeRefused            = "refused"
+	OutcomeOutputLimited      = "output_limited"
+	OutcomeBudgetExhausted    = "budget_exhausted"
+	OutcomeBudgetUnverifiable = "budget_unverifiable"
+	OutcomeCancelled          = "cancelled"
+	OutcomeFailed             = "failed"
+
+	ReasonTurnLimit              = "turn_limit"
+	ReasonTokenLimit             = "token_limit"
+	ReasonFamilyLimit            = "family_limit"
+	ReasonPolicyFailed           = "policy_failed"
+	ReasonOutputEncodingFailed   = "output_encoding_failed"
+	ReasonToolChanged            = "tool_changed"
+	ReasonModelFailed            = "model_failed"
+	ReasonModelProtocolViolation = "model_protocol_violation"
+)
+
+// RunFinished is emitted when a run reaches its outcome. Nothing but
+// reconciliations of uncertain actions (stored form) and refused reports
+// follow it.
+type RunFinished struct {
+	Outcome Outcome `json:"outcome"`
+}
+
+func (RunStarted) EventName() Name         { return NameRunStarted }
+func (ModelRequested) EventName() Name     { return NameModelRequested }
+func (ModelReplied) EventName() Name       { return NameModelReplied }
+func (ModelFailed) EventName() Name        { return NameModelFailed }
+func (AnswerRejected) EventName() Name     { return NameAnswerRejected }
+func (CallValidated) EventName() Name      { return NameCallValidated }
+func (PolicyDecided) EventName() Name      { return NamePolicyDecided }
+func (ApprovalRequested) EventName() Name  { return NameApprovalRequested }
+func (ApprovalAnswered) EventName() Name   { return NameApprovalAnswered }
+func (RequirementChanged) EventName() Name { return NameRequirementChanged }
+func (ActionQueued) EventName() Name       { return NameActionQueued }
+func (AttemptFenced) EventName() Name      { return NameAttemptFenced }
+func (AttemptReported) EventName() Name    { return NameAttemptReported }
+func (AttemptLost) EventName() Name        { return NameAttemptLost }
+func (ReportRefused) EventName() Name      { return NameReportRefused }
+func (ActionUncertain) EventName() Name    { return NameActionUncertain }
+func (SettlementAccepted) EventName() Name { return NameSettlementAccepted }
+func (SettlementRefused) EventName() Name  { return NameSettlementRefused }
+func (Reconciled) EventName() Name         { return NameReconciled }
+func (ActionsNotStarted) EventName() Name  { return NameActionsNotStarted }
+func (CancelRequested) EventName() Name    { return NameCancelRequested }
+func (RunHandedOff) EventName() Name       { return NameRunHandedOff }
+func (RunRecovered) EventName() Name       { return NameRunRecovered }
+func (RunFinished) EventName() Name        { return NameRunFinished }
+
+// All event types are at schema version 1.
+func (RunStarted) SchemaVersion() int         { return 1 }
+func (ModelRequested) SchemaVersion() int     { return 1 }
+func (ModelReplied) SchemaVersion() int       { return 1 }
+func (ModelFailed) SchemaVersion() int        { return 1 }
+func (AnswerRejected) SchemaVersion() int     { return 1 }
+func (CallValidated) SchemaVersion() int      { return 1 }
+func (PolicyDecided) SchemaVersion() int      { return 1 }
+func (ApprovalRequested) SchemaVersion() int  { return 1 }
+func (ApprovalAnswered) SchemaVersion() int   { return 1 }
+func (RequirementChanged) SchemaVersion() int { return 1 }
+func (ActionQueued) SchemaVersion() int       { return 1 }
+func (AttemptFenced) SchemaVersion() int      { return 1 }
+func (AttemptReported) SchemaVersion() int    { return 1 }
+func (AttemptLost) SchemaVersion() int        { return 1 }
+func (ReportRefused) SchemaVersion() int      { return 1 }
+func (ActionUncertain) SchemaVersion() int    { return 1 }
+func (SettlementAccepted) SchemaVersion() int { return 1 }
+func (SettlementRefused) SchemaVersion() int  { return 1 }
+func (Reconciled) SchemaVersion() int         { return 1 }
+func (ActionsNotStarted) SchemaVersion() int  { return 1 }
+func (CancelRequested) SchemaVersion() int    { return 1 }
+func (RunHandedOff) SchemaVersion() int       { return 1 }
+func (RunRecovered) SchemaVersion() int       { return 1 }
+func (RunFinished) SchemaVersion() int        { return 1 }
+
+func (RunStarted) isEvent()         {}
+func (ModelRequested) isEvent()     {}
+func (ModelReplied) isEvent()       {}
+func (ModelFailed) isEvent()        {}
+func (AnswerRejected) isEvent()     {}
+func (CallValidated) isEvent()      {}
+func (PolicyDecided) isEvent()      {}
+func (ApprovalRequested) isEvent()  {}
+func (ApprovalAnswered) isEvent()   {}
+func (RequirementChanged) isEvent() {}
+func (ActionQueued) isEvent()       {}
+func (AttemptFenced) isEvent()      {}
+func (AttemptReported) isEvent()    {}
+func (AttemptLost) isEvent()        {}
+func (ReportRefused) isEvent()      {}
+func (ActionUncertain) isEvent()    {}
+func (SettlementAccepted) isEvent() {}
+func (SettlementRefused) isEvent()  {}
+func (Reconciled) isEvent()         {}
+func (ActionsNotStarted) isEvent()  {}
+func (CancelRequested) isEvent()    {}
+func (RunHandedOff) isEvent()       {}
+func (RunRecovered) isEvent()       {}
+func (RunFinished) isEvent()        {}
