@@ -1,0 +1,487 @@
+// Package eventlog is Weft's append-only log of run events on the JetStream
+// stream WEFT_EVENTS, with per-run optimistic concurrency.
+//
+// # Layout
+//
+// Each Append is one decision: the events it carries are stored as ONE
+// message on the subject weft.ev.<run>.events (docs/adr/0001 records the
+// measurement that chose one message over an atomic batch). The message body
+// is {"schema":1,"events":[<envelope>,...]}, each envelope encoded exactly as
+// events.Envelope marshals, so a decision is all-or-nothing by construction
+// and no reader ever sees half of one.
+//
+// # Concurrency
+//
+// Append(ctx, run, head, at, evs...) succeeds only if the run's last message
+// is still the one head names: the publish carries
+// Nats-Expected-Last-Subject-Sequence = head.Seq with
+// Nats-Expected-Last-Subject-Sequence-Subject = weft.ev.<run>.>, so of two
+// writers extending a run from the same head exactly one wins; the other
+// gets a *ConflictError carrying the run's current Head. Head{} (zero) means
+// "the run has no events": appending with it creates the run.
+//
+// Append retries a publish whose acknowledgement was lost (timeout, no
+// response) with the same message id. On R1 the server checks the expected
+// sequence before the duplicate window, so such a retry answers "wrong last
+// sequence" (10071) when the first attempt had landed; Append then reads the
+// run's first message after head.Seq and, if it carries this append's message
+// id (the first event's ULID), reports success. So a retried append neither
+// duplicates nor reports a false conflict.
+//
+// # Reading
+//
+// Load reads a run's whole history and LoadAfter its tail after a Head (for
+// example one kept with a snapshot); both use batched direct gets (the
+// stream has AllowDirect), about one round trip per 1024 messages, and
+// verify versions and the hash chain. Subscribe delivers every run's events
+// in log order from a stream sequence through an ordered consumer, for
+// projections.
+//
+// Envelopes: Append stamps each event's ULID (time part = at), run, version
+// (head.Version+1, +2, ...), type, schema, recorded time at (UTC) and Prev,
+// the Hash of the run's previous event. The log never reads a clock.
+package eventlog
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
+)
+
+// Stream is the name of the stream holding the log.
+const Stream = "WEFT_EVENTS"
+
+// SubjectPrefix prefixes every subject of the log: weft.ev.<run>.events.
+const SubjectPrefix = "weft.ev."
+
+// Message headers set on every log message (besides the JetStream ones).
+const (
+	HeaderRun     = "Weft-Run"     // the run id
+	HeaderVersion = "Weft-Version" // the version of the message's last event
+	HeaderCount   = "Weft-Events"  // how many events the message holds
+)
+
+// MessageSchema is the schema version of a log message body.
+const MessageSchema = 1
+
+// MaxRunLen is the longest run id.
+const MaxRunLen = 128
+
+// ErrEmpty is returned by Append when given no events.
+var ErrEmpty = errors.New("eventlog: append of no events")
+
+// ErrCorrupt is wrapped when a stored run breaks the log's invariants
+// (versions not consecutive, a broken hash chain, an undecodable message).
+var ErrCorrupt = errors.New("eventlog: corrupt log")
+
+// Subject is the subject of run's messages.
+func Subject(run string) string { return SubjectPrefix + run + ".events" }
+
+// RunFilter is the subject filter covering all of run's messages,
+// weft.ev.<run>.>.
+func RunFilter(run string) string { return SubjectPrefix + run + ".>" }
+
+// CheckRun returns a *weft.Error invalid_name unless run is 1 to 128
+// characters of [A-Za-z0-9_-].
+func CheckRun(run string) error {
+	if len(run) == 0 || len(run) > MaxRunLen {
+		return &weft.Error{Code: weft.CodeInvalidName, Message: fmt.Sprintf("run id must be 1 to %d characters of [A-Za-z0-9_-], got %d characters", MaxRunLen, len(run))}
+	}
+	for i := 0; i < len(run); i++ {
+		c := run[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return &weft.Error{Code: weft.CodeInvalidName, Message: fmt.Sprintf("run id %q: character %q not in [A-Za-z0-9_-]", run, c)}
+		}
+	}
+	return nil
+}
+
+// Head is the position of a run's last event. The zero Head means the run
+// has no events.
+type Head struct {
+	// Version is the version of the run's last event.
+	Version uint64 `json:"version"`
+	// Seq is the WEFT_EVENTS stream sequence of the message holding it.
+	Seq uint64 `json:"seq"`
+	// Hash is the events.Envelope Hash of the last event.
+	Hash string `json:"hash,omitempty"`
+}
+
+// IsZero reports whether h is the head of a run without events.
+func (h Head) IsZero() bool { return h == Head{} }
+
+// ConflictError is returned by Append when the run's head is no longer the
+// expected one: someone else appended since. Nothing was written. It unwraps
+// to a *weft.Error with code conflict.
+type ConflictError struct {
+	// Run is the run id.
+	Run string
+	// Expected is the head the append was made against.
+	Expected Head
+	// Current is the run's head as read right after the refusal.
+	Current Head
+}
+
+// Error describes the conflict.
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("eventlog: conflict on run %s: expected version %d (seq %d), now at version %d (seq %d)",
+		e.Run, e.Expected.Version, e.Expected.Seq, e.Current.Version, e.Current.Seq)
+}
+
+// Unwrap returns the protocol error: code conflict.
+func (e *ConflictError) Unwrap() error {
+	return &weft.Error{Code: weft.CodeConflict, Message: e.Error()}
+}
+
+// StreamEvent is one event delivered by Subscribe.
+type StreamEvent struct {
+	// Seq is the stream sequence of the message holding the event; the
+	// events of one decision share it.
+	Seq uint64
+	// Last is true for the last event of its message: resuming Subscribe
+	// from Seq+1 after it skips nothing.
+	Last bool
+	// Envelope is the event.
+	Envelope events.Envelope
+}
+
+// Option configures a Log.
+type Option func(*Log)
+
+// WithStream uses a stream other than WEFT_EVENTS (with the same subjects).
+func WithStream(name string) Option { return func(l *Log) { l.stream = name } }
+
+// WithAttemptTimeout bounds each publish attempt of Append; an attempt that
+// gets no acknowledgement in time is retried with the same message id while
+// ctx lasts. Default 5s.
+func WithAttemptTimeout(d time.Duration) Option { return func(l *Log) { l.attempt = d } }
+
+// Log appends to and reads the event log. It is safe for concurrent use.
+type Log struct {
+	js      jetstream.JetStream
+	stream  string
+	attempt time.Duration
+	publish func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
+
+	mu      sync.Mutex
+	entropy io.Reader
+}
+
+// New returns a Log on js. The stream must exist (see package provision).
+func New(js jetstream.JetStream, opts ...Option) *Log {
+	l := &Log{js: js, stream: Stream, attempt: 5 * time.Second, entropy: ulid.Monotonic(rand.Reader, 0)}
+	l.publish = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+		return js.PublishMsg(ctx, m)
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+func (l *Log) newID(at time.Time) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id, err := ulid.New(ulid.Timestamp(at), l.entropy)
+	if err != nil {
+		return "", err
+	}
+	return id.String(), nil
+}
+
+type body struct {
+	Schema int               `json:"schema"`
+	Events []json.RawMessage `json:"events"`
+}
+
+// Append appends evs as one atomic decision to run, only if the run's head
+// is still head. It stamps ids, versions, the recorded time at and the hash
+// chain, and returns the stored envelopes and the run's new head. It returns
+// a *ConflictError when another writer appended since head, a *weft.Error
+// invalid_name for a bad run id, payload_too_large when the decision exceeds
+// the server's maximum message size, and ErrEmpty for no events.
+func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, evs ...events.Event) ([]events.Envelope, Head, error) {
+	if err := CheckRun(run); err != nil {
+		return nil, Head{}, err
+	}
+	if len(evs) == 0 {
+		return nil, Head{}, ErrEmpty
+	}
+	at = at.UTC()
+	envs := make([]events.Envelope, len(evs))
+	raws := make([][]byte, len(evs))
+	prev := head.Hash
+	for i, e := range evs {
+		env, err := events.Encode(e)
+		if err != nil {
+			return nil, Head{}, fmt.Errorf("eventlog: encode %s: %w", e.EventName(), err)
+		}
+		id, err := l.newID(at)
+		if err != nil {
+			return nil, Head{}, fmt.Errorf("eventlog: event id: %w", err)
+		}
+		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(i)+1, at, prev
+		raw, err := json.Marshal(env)
+		if err != nil {
+			return nil, Head{}, fmt.Errorf("eventlog: encode envelope: %w", err)
+		}
+		envs[i], raws[i] = env, raw
+		prev = env.Hash()
+	}
+	last := envs[len(envs)-1]
+
+	var buf bytes.Buffer
+	buf.WriteString(`{"schema":` + strconv.Itoa(MessageSchema) + `,"events":[`)
+	buf.Write(bytes.Join(raws, []byte(",")))
+	buf.WriteString("]}")
+
+	msg := nats.NewMsg(Subject(run))
+	msg.Data = buf.Bytes()
+	msg.Header.Set(jetstream.MsgIDHeader, envs[0].ID)
+	msg.Header.Set(jetstream.ExpectedStreamHeader, l.stream)
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(head.Seq, 10))
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, RunFilter(run))
+	msg.Header.Set(HeaderRun, run)
+	msg.Header.Set(HeaderVersion, strconv.FormatUint(last.Version, 10))
+	msg.Header.Set(HeaderCount, strconv.Itoa(len(envs)))
+
+	for {
+		actx, cancel := context.WithTimeout(ctx, l.attempt)
+		ack, err := l.publish(actx, msg)
+		cancel()
+		if err == nil {
+			return envs, Head{Version: last.Version, Seq: ack.Sequence, Hash: prev}, nil
+		}
+		var apiErr *jetstream.APIError
+		switch {
+		case errors.As(err, &apiErr) && isSequenceConflict(apiErr.ErrorCode):
+			// Either another writer won, or an earlier attempt of this
+			// very append landed and its ack was lost.
+			seq, ok, rerr := l.landed(ctx, run, head, envs[0].ID)
+			if rerr != nil {
+				return nil, Head{}, rerr
+			}
+			if ok {
+				return envs, Head{Version: last.Version, Seq: seq, Hash: prev}, nil
+			}
+			cur, herr := l.head(ctx, run)
+			if herr != nil {
+				return nil, Head{}, herr
+			}
+			return nil, Head{}, &ConflictError{Run: run, Expected: head, Current: cur}
+		case errors.Is(err, nats.ErrMaxPayload):
+			return nil, Head{}, &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("decision of %d events is %d bytes: %v", len(envs), len(msg.Data), err)}
+		case retryable(err) && ctx.Err() == nil:
+			continue
+		default:
+			return nil, Head{}, fmt.Errorf("eventlog: append run %s: %w", run, unavailable(err))
+		}
+	}
+}
+
+// isSequenceConflict reports JetStream's wrong-last-sequence codes: 10071
+// (stale), and the clustered 10164/10163.
+func isSequenceConflict(code jetstream.ErrorCode) bool {
+	return code == 10071 || code == 10164 || code == 10163
+}
+
+func retryable(err error) bool {
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+func unavailable(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return errors.Join(&weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}, err)
+}
+
+// landed reports whether the first message of run after head.Seq carries
+// msgID, and its sequence.
+func (l *Log) landed(ctx context.Context, run string, head Head, msgID string) (uint64, bool, error) {
+	m, err := l.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+l.stream,
+		fmt.Appendf(nil, `{"seq":%d,"next_by_subj":%q}`, head.Seq+1, RunFilter(run)))
+	if err != nil {
+		return 0, false, fmt.Errorf("eventlog: read back run %s: %w", run, unavailable(err))
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "404" {
+		return 0, false, nil
+	}
+	if st := m.Header.Get("Status"); st != "" {
+		return 0, false, fmt.Errorf("eventlog: read back run %s: status %s %s", run, st, m.Header.Get("Description"))
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: read back run %s: sequence: %v", ErrCorrupt, run, err)
+	}
+	return seq, m.Header.Get(jetstream.MsgIDHeader) == msgID, nil
+}
+
+// Head returns run's current head (zero when the run has no events).
+func (l *Log) Head(ctx context.Context, run string) (Head, error) {
+	if err := CheckRun(run); err != nil {
+		return Head{}, err
+	}
+	return l.head(ctx, run)
+}
+
+func (l *Log) head(ctx context.Context, run string) (Head, error) {
+	m, err := l.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+l.stream,
+		fmt.Appendf(nil, `{"last_by_subj":%q}`, RunFilter(run)))
+	if err != nil {
+		return Head{}, fmt.Errorf("eventlog: head of run %s: %w", run, unavailable(err))
+	}
+	if len(m.Data) == 0 && m.Header.Get("Status") == "404" {
+		return Head{}, nil
+	}
+	if st := m.Header.Get("Status"); st != "" {
+		return Head{}, fmt.Errorf("eventlog: head of run %s: status %s %s", run, st, m.Header.Get("Description"))
+	}
+	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+	if err != nil {
+		return Head{}, fmt.Errorf("%w: head of run %s: sequence: %v", ErrCorrupt, run, err)
+	}
+	envs, err := decodeBody(m.Data)
+	if err != nil {
+		return Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, seq, err)
+	}
+	last := envs[len(envs)-1]
+	return Head{Version: last.Version, Seq: seq, Hash: last.Hash()}, nil
+}
+
+func decodeBody(data []byte) ([]events.Envelope, error) {
+	var b struct {
+		Schema int               `json:"schema"`
+		Events []events.Envelope `json:"events"`
+	}
+	if err := json.Unmarshal(data, &b); err != nil {
+		return nil, err
+	}
+	if b.Schema != MessageSchema {
+		return nil, fmt.Errorf("message schema %d unknown", b.Schema)
+	}
+	if len(b.Events) == 0 {
+		return nil, errors.New("message without events")
+	}
+	return b.Events, nil
+}
+
+// Load reads run's whole history in order and its head. A run without
+// events yields no envelopes and the zero Head.
+func (l *Log) Load(ctx context.Context, run string) ([]events.Envelope, Head, error) {
+	return l.LoadAfter(ctx, run, Head{})
+}
+
+// loadBatch is the number of messages asked for per direct-get batch.
+const loadBatch = 1024
+
+// LoadAfter reads run's events after after (typically the head stored with
+// a snapshot) and the run's head. With the zero Head it loads everything. It
+// checks that versions continue from after.Version and that the hash chain
+// continues from after.Hash (when after.Hash is set).
+func (l *Log) LoadAfter(ctx context.Context, run string, after Head) ([]events.Envelope, Head, error) {
+	if err := CheckRun(run); err != nil {
+		return nil, Head{}, err
+	}
+	head := after
+	var out []events.Envelope
+	next := after.Seq + 1
+	for {
+		it, err := jetstreamext.GetBatch(ctx, l.js, l.stream, loadBatch,
+			jetstreamext.GetBatchSeq(next), jetstreamext.GetBatchSubject(RunFilter(run)))
+		if err != nil {
+			return nil, Head{}, fmt.Errorf("eventlog: load run %s: %w", run, unavailable(err))
+		}
+		more := false
+		got := 0
+		for m, err := range it {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return nil, Head{}, fmt.Errorf("eventlog: load run %s: %w", run, unavailable(err))
+			}
+			got++
+			envs, err := decodeBody(m.Data)
+			if err != nil {
+				return nil, Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, m.Sequence, err)
+			}
+			for _, env := range envs {
+				if env.Run != run || env.Version != head.Version+1 || (head.Hash != "" && env.Prev != head.Hash) {
+					return nil, Head{}, fmt.Errorf("%w: run %s seq %d: event %s version %d does not follow version %d", ErrCorrupt, run, m.Sequence, env.ID, env.Version, head.Version)
+				}
+				head = Head{Version: env.Version, Seq: m.Sequence, Hash: env.Hash()}
+				out = append(out, env)
+			}
+			next = m.Sequence + 1
+			more = m.Header.Get("Nats-Num-Pending") != "0"
+		}
+		if !more || got == 0 {
+			return out, head, nil
+		}
+	}
+}
+
+// Subscribe calls fn for every event of every run in log order, starting
+// with the message at stream sequence fromSeq (0 or 1: from the beginning),
+// through an ordered consumer. It blocks until ctx ends (returning nil) or
+// fn returns an error (returning it). fn is called from one goroutine.
+func (l *Log) Subscribe(ctx context.Context, fromSeq uint64, fn func(StreamEvent) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{SubjectPrefix + ">"}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	if fromSeq > 1 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = fromSeq
+	}
+	cons, err := l.js.OrderedConsumer(ctx, l.stream, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("eventlog: subscribe: %w", unavailable(err))
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("eventlog: subscribe: %w", unavailable(err))
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("eventlog: subscribe: %w", unavailable(err))
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("%w: subscribe: metadata: %v", ErrCorrupt, err)
+		}
+		envs, err := decodeBody(m.Data())
+		if err != nil {
+			return fmt.Errorf("%w: seq %d: %v", ErrCorrupt, meta.Sequence.Stream, err)
+		}
+		for i, env := range envs {
+			if err := fn(StreamEvent{Seq: meta.Sequence.Stream, Last: i == len(envs)-1, Envelope: env}); err != nil {
+				return err
+			}
+		}
+	}
+}

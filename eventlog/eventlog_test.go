@@ -1,0 +1,234 @@
+package eventlog_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+)
+
+var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
+// ev returns a small event distinguishable by turn.
+func ev(turn int64) events.Event { return events.ModelRequested{Turn: turn, Incarnation: 1} }
+
+func turnOf(t testing.TB, env events.Envelope) int64 {
+	t.Helper()
+	e, err := env.Event()
+	if err != nil {
+		t.Fatalf("decode %s: %v", env.ID, err)
+	}
+	return e.(events.ModelRequested).Turn
+}
+
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAppend(t testing.TB, l *eventlog.Log, run string, head eventlog.Head, evs ...events.Event) eventlog.Head {
+	t.Helper()
+	_, h, err := l.Append(ctxT(t), run, head, t0, evs...)
+	if err != nil {
+		t.Fatalf("append %s at %d: %v", run, head.Version, err)
+	}
+	return h
+}
+
+func TestAppendLoadOrderAndChain(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	h := mustAppend(t, s.Log, "r1", eventlog.Head{}, ev(1), ev(2))
+	mustAppend(t, s.Log, "other", eventlog.Head{}, ev(100))
+	h3 := mustAppend(t, s.Log, "r1", h, ev(3))
+	h = mustAppend(t, s.Log, "r1", h3, ev(4), ev(5), ev(6))
+
+	envs, head, err := s.Log.Load(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head != h {
+		t.Fatalf("Load head %+v, Append head %+v", head, h)
+	}
+	if len(envs) != 6 {
+		t.Fatalf("loaded %d events, want 6", len(envs))
+	}
+	prev := ""
+	for i, env := range envs {
+		if env.Version != uint64(i+1) || turnOf(t, env) != int64(i+1) || env.Run != "r1" {
+			t.Fatalf("event %d: version %d turn %d run %s", i, env.Version, turnOf(t, env), env.Run)
+		}
+		if env.Prev != prev {
+			t.Fatalf("event %d: prev %q, want %q", i, env.Prev, prev)
+		}
+		if !env.Recorded.Equal(t0) || env.Type != events.NameModelRequested || env.Schema != 1 {
+			t.Fatalf("event %d: envelope %+v", i, env)
+		}
+		prev = env.Hash()
+	}
+	if head.Hash != prev || head.Version != 6 {
+		t.Fatalf("head %+v, want version 6 hash %s", head, prev)
+	}
+	got, err := s.Log.Head(ctx, "r1")
+	if err != nil || got != head {
+		t.Fatalf("Head = %+v, %v; want %+v", got, err, head)
+	}
+
+	// LoadAfter returns the tail only.
+	tail, head2, err := s.Log.LoadAfter(ctx, "r1", h3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tail) != 3 || tail[0].Version != 4 || tail[0].Prev != h3.Hash || head2 != head {
+		t.Fatalf("LoadAfter: %d events, head %+v", len(tail), head2)
+	}
+
+	// An unknown run is empty.
+	none, zero, err := s.Log.Load(ctx, "nobody")
+	if err != nil || len(none) != 0 || !zero.IsZero() {
+		t.Fatalf("Load(nobody) = %d, %+v, %v", len(none), zero, err)
+	}
+}
+
+func TestAppendConflict(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	h1 := mustAppend(t, s.Log, "r", eventlog.Head{}, ev(1))
+	h2 := mustAppend(t, s.Log, "r", h1, ev(2))
+
+	// A second writer still at h1 loses, learning the current head.
+	_, _, err := s.Log.Append(ctx, "r", h1, t0, ev(99))
+	var ce *eventlog.ConflictError
+	if !errors.As(err, &ce) {
+		t.Fatalf("append at stale head: %v, want *ConflictError", err)
+	}
+	if ce.Current != h2 || ce.Expected != h1 || ce.Run != "r" {
+		t.Fatalf("conflict %+v, want current %+v", ce, h2)
+	}
+	if weft.ErrorCode(err) != weft.CodeConflict {
+		t.Fatalf("code %q, want conflict", weft.ErrorCode(err))
+	}
+	// Creating an existing run conflicts too.
+	if _, _, err := s.Log.Append(ctx, "r", eventlog.Head{}, t0, ev(99)); !errors.As(err, &ce) {
+		t.Fatalf("append at zero head of existing run: %v", err)
+	}
+	envs, _, err := s.Log.Load(ctx, "r")
+	if err != nil || len(envs) != 2 {
+		t.Fatalf("after conflicts: %d events, %v", len(envs), err)
+	}
+}
+
+func TestRunIDValidation(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	for _, bad := range []string{"", "a.b", "a*", "a>", "a b", "é", strings.Repeat("x", 129)} {
+		_, _, err := s.Log.Append(ctx, bad, eventlog.Head{}, t0, ev(1))
+		if weft.ErrorCode(err) != weft.CodeInvalidName {
+			t.Errorf("Append(%q): %v, want invalid_name", bad, err)
+		}
+		if _, _, err := s.Log.Load(ctx, bad); weft.ErrorCode(err) != weft.CodeInvalidName {
+			t.Errorf("Load(%q): %v, want invalid_name", bad, err)
+		}
+	}
+	for _, good := range []string{"a", "A-b_9", strings.Repeat("x", 128)} {
+		if err := eventlog.CheckRun(good); err != nil {
+			t.Errorf("CheckRun(%q) = %v", good, err)
+		}
+	}
+}
+
+// TestLostAckRetry: the first publish lands but its acknowledgement is lost;
+// Append retries and must neither store the decision twice nor report a
+// conflict.
+func TestLostAckRetry(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	lost := 0
+	l := eventlog.New(s.JS, eventlog.WithPublishWrapper(func(next eventlog.PublishFunc) eventlog.PublishFunc {
+		return func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+			ack, err := next(ctx, m)
+			if err == nil && lost < 2 {
+				lost++
+				return nil, nats.ErrTimeout
+			}
+			return ack, err
+		}
+	}))
+	// Lost ack on creating the run, then on extending it.
+	_, h1, err := l.Append(ctx, "r", eventlog.Head{}, t0, ev(1), ev(2))
+	if err != nil {
+		t.Fatalf("append with lost ack: %v", err)
+	}
+	_, h2, err := l.Append(ctx, "r", h1, t0, ev(3))
+	if err != nil {
+		t.Fatalf("second append with lost ack: %v", err)
+	}
+	if lost != 2 {
+		t.Fatalf("lost %d acks, want 2", lost)
+	}
+	envs, head, err := s.Log.Load(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(envs) != 3 || head != h2 {
+		t.Fatalf("stored %d events head %+v, want 3 and %+v", len(envs), head, h2)
+	}
+	info, err := s.JS.Stream(ctx, eventlog.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.CachedInfo().State.Msgs; n != 2 {
+		t.Fatalf("stream holds %d messages, want 2", n)
+	}
+}
+
+// TestLostAckThenOtherWriter: our append landed with a lost ack and another
+// writer extended the run before the retry; the retry still reports success.
+func TestLostAckThenOtherWriter(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	first := true
+	l := eventlog.New(s.JS, eventlog.WithPublishWrapper(func(next eventlog.PublishFunc) eventlog.PublishFunc {
+		return func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
+			ack, err := next(ctx, m)
+			if err == nil && first {
+				first = false
+				// Another writer, having read our event, appends on top.
+				if _, _, err := s.Log.Append(ctx, "r", eventlog.Head{Version: 1, Seq: ack.Sequence, Hash: mustHead(t, s, "r").Hash}, t0, ev(2)); err != nil {
+					t.Errorf("other writer: %v", err)
+				}
+				return nil, nats.ErrTimeout
+			}
+			return ack, err
+		}
+	}))
+	envs, h, err := l.Append(ctx, "r", eventlog.Head{}, t0, ev(1))
+	if err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if h.Version != 1 || envs[0].Version != 1 {
+		t.Fatalf("head %+v", h)
+	}
+	all, _, err := s.Log.Load(ctx, "r")
+	if err != nil || len(all) != 2 {
+		t.Fatalf("%d events, %v", len(all), err)
+	}
+}
+
+func mustHead(t *testing.T, s *natstest.Server, run string) eventlog.Head {
+	h, err := s.Log.Head(context.Background(), run)
+	if err != nil {
+		t.Errorf("head: %v", err)
+	}
+	return h
+}

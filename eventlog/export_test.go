@@ -1,0 +1,17 @@
+package eventlog
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// PublishFunc is Append's publish step.
+type PublishFunc = func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
+
+// WithPublishWrapper wraps Append's publish step, so that tests can lose an
+// acknowledgement after the real publish landed.
+func WithPublishWrapper(wrap func(next PublishFunc) PublishFunc) Option {
+	return func(l *Log) { l.publish = wrap(l.publish) }
+}

@@ -1,0 +1,302 @@
+// Package natsnode gives Weft its NATS connection through one code path,
+// whether the server is embedded in the process or external.
+//
+// Embedded (the default): Start runs an in-process nats-server with
+// JetStream. Its store lives in DataDir (default: DefaultDataDir, a "weft"
+// folder under the user's state directory; callers wire --data / WEFT_DATA
+// to WithDataDir). Without a listener the client talks to the server over an
+// in-process connection and nothing is reachable from outside; WithListen
+// adds a loopback TCP listener (port 0 picks a free port) whose address URL
+// reports, so the nats CLI can connect with `nats --server <url>`.
+//
+// External: WithURL (or NATS_URL through FromEnv) connects to an existing
+// server or cluster, with credentials from a creds file, a user and password
+// or a token.
+//
+// Either way the caller gets a *Node with Conn, JetStream, URL and Close.
+// Close drains the connection, then (embedded only) shuts the server down
+// and waits for it to finish, so that a SIGTERM handler calling Close loses
+// no acknowledged write.
+package natsnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Environment variables read by FromEnv.
+const (
+	EnvURL      = "NATS_URL"      // external server URL(s), comma separated
+	EnvCreds    = "NATS_CREDS"    // path of a .creds file
+	EnvUser     = "NATS_USER"     // user name (with EnvPassword)
+	EnvPassword = "NATS_PASSWORD" // password
+	EnvToken    = "NATS_TOKEN"    // auth token
+	EnvData     = "WEFT_DATA"     // embedded store directory
+)
+
+// Option configures Start.
+type Option func(*config)
+
+type config struct {
+	url        string
+	creds      string
+	user, pass string
+	token      string
+	dataDir    string
+	listen     bool
+	port       int
+	configFile string
+	name       string
+	readyWait  time.Duration
+	natsOpts   []nats.Option
+	serverLog  bool
+}
+
+// WithURL connects to the external server(s) at url instead of embedding
+// one. An empty url keeps the embedded server.
+func WithURL(url string) Option { return func(c *config) { c.url = url } }
+
+// WithCredsFile authenticates to an external server with a .creds file.
+func WithCredsFile(path string) Option { return func(c *config) { c.creds = path } }
+
+// WithUserPassword authenticates to an external server with a user name and
+// password.
+func WithUserPassword(user, password string) Option {
+	return func(c *config) { c.user, c.pass = user, password }
+}
+
+// WithToken authenticates to an external server with a token.
+func WithToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithDataDir sets the embedded server's store directory (JetStream data
+// lives under it). An empty dir keeps the default.
+func WithDataDir(dir string) Option { return func(c *config) { c.dataDir = dir } }
+
+// WithListen makes the embedded server accept TCP clients on 127.0.0.1:port;
+// port 0 picks a free port. URL reports the address.
+func WithListen(port int) Option { return func(c *config) { c.listen, c.port = true, port } }
+
+// WithConfigFile starts the embedded server from a nats-server
+// configuration file (such as the repository's nats.conf). WithDataDir and
+// WithListen, when given, override the file's store_dir and port.
+func WithConfigFile(path string) Option { return func(c *config) { c.configFile = path } }
+
+// WithName sets the client connection name shown by the server.
+func WithName(name string) Option { return func(c *config) { c.name = name } }
+
+// WithNATSOptions appends raw nats.go connection options.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(c *config) { c.natsOpts = append(c.natsOpts, opts...) }
+}
+
+// WithServerLog sends the embedded server's log to stderr.
+func WithServerLog() Option { return func(c *config) { c.serverLog = true } }
+
+// FromEnv returns the options the environment asks for: NATS_URL,
+// NATS_CREDS, NATS_USER and NATS_PASSWORD, NATS_TOKEN and WEFT_DATA. Pass
+// os.Getenv; options given after these override them.
+func FromEnv(getenv func(string) string) []Option {
+	var opts []Option
+	if v := getenv(EnvURL); v != "" {
+		opts = append(opts, WithURL(v))
+	}
+	if v := getenv(EnvCreds); v != "" {
+		opts = append(opts, WithCredsFile(v))
+	}
+	if u := getenv(EnvUser); u != "" {
+		opts = append(opts, WithUserPassword(u, getenv(EnvPassword)))
+	}
+	if v := getenv(EnvToken); v != "" {
+		opts = append(opts, WithToken(v))
+	}
+	if v := getenv(EnvData); v != "" {
+		opts = append(opts, WithDataDir(v))
+	}
+	return opts
+}
+
+// DefaultDataDir is the embedded store directory used when none is given:
+// $XDG_STATE_HOME/weft, or ~/.local/state/weft.
+func DefaultDataDir() (string, error) {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "weft"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("natsnode: no state directory: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "weft"), nil
+}
+
+// Node is a connection to NATS JetStream and, when embedded, the server it
+// runs. It is safe for concurrent use.
+type Node struct {
+	srv     *server.Server // nil when external
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	url     string
+	dataDir string
+	closed  chan struct{}
+}
+
+// Start connects to NATS as the options say: to an external server when a
+// URL is given, otherwise to a freshly started embedded one.
+func Start(ctx context.Context, opts ...Option) (*Node, error) {
+	c := config{readyWait: 10 * time.Second, name: "weft"}
+	for _, o := range opts {
+		o(&c)
+	}
+	n := &Node{closed: make(chan struct{})}
+	nopts := []nats.Option{
+		nats.Name(c.name),
+		nats.MaxReconnects(-1),
+		nats.ClosedHandler(func(*nats.Conn) { close(n.closed) }),
+	}
+	if c.url != "" {
+		switch {
+		case c.creds != "":
+			nopts = append(nopts, nats.UserCredentials(c.creds))
+		case c.user != "":
+			nopts = append(nopts, nats.UserInfo(c.user, c.pass))
+		case c.token != "":
+			nopts = append(nopts, nats.Token(c.token))
+		}
+		n.url = c.url
+	} else {
+		srv, err := startServer(&c)
+		if err != nil {
+			return nil, err
+		}
+		n.srv, n.dataDir = srv, c.dataDir
+		if c.listen {
+			n.url = srv.ClientURL()
+		} else {
+			nopts = append(nopts, nats.InProcessServer(srv))
+		}
+	}
+	nopts = append(nopts, c.natsOpts...)
+	nc, err := nats.Connect(n.url, nopts...)
+	if err != nil {
+		n.stopServer()
+		return nil, fmt.Errorf("natsnode: connect: %w", err)
+	}
+	n.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		n.stopServer()
+		return nil, fmt.Errorf("natsnode: jetstream: %w", err)
+	}
+	n.js = js
+	if _, err := js.AccountInfo(ctx); err != nil {
+		nc.Close()
+		n.stopServer()
+		return nil, fmt.Errorf("natsnode: jetstream not available: %w", err)
+	}
+	return n, nil
+}
+
+func startServer(c *config) (*server.Server, error) {
+	sopts := &server.Options{}
+	if c.configFile != "" {
+		o, err := server.ProcessConfigFile(c.configFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsnode: config %s: %w", c.configFile, err)
+		}
+		sopts = o
+	} else {
+		sopts.DontListen = true
+	}
+	sopts.JetStream = true
+	sopts.NoSigs = true
+	if c.dataDir == "" && sopts.StoreDir == "" {
+		d, err := DefaultDataDir()
+		if err != nil {
+			return nil, err
+		}
+		c.dataDir = d
+	}
+	if c.dataDir != "" {
+		sopts.StoreDir = c.dataDir
+	}
+	c.dataDir = sopts.StoreDir
+	if err := os.MkdirAll(sopts.StoreDir, 0o700); err != nil {
+		return nil, fmt.Errorf("natsnode: store dir: %w", err)
+	}
+	if c.listen {
+		sopts.DontListen = false
+		sopts.Host = "127.0.0.1"
+		sopts.Port = c.port
+		if c.port == 0 {
+			sopts.Port = server.RANDOM_PORT
+		}
+	}
+	srv, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("natsnode: server: %w", err)
+	}
+	if c.serverLog {
+		srv.ConfigureLogger()
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(c.readyWait) {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+		return nil, errors.New("natsnode: embedded server not ready")
+	}
+	return srv, nil
+}
+
+// Conn is the node's NATS connection.
+func (n *Node) Conn() *nats.Conn { return n.nc }
+
+// JetStream is the node's JetStream context.
+func (n *Node) JetStream() jetstream.JetStream { return n.js }
+
+// URL is the address clients such as the nats CLI can connect to: the
+// external URL, the embedded server's loopback listener, or "" for an
+// embedded server without a listener.
+func (n *Node) URL() string { return n.url }
+
+// Embedded reports whether the node runs its own server.
+func (n *Node) Embedded() bool { return n.srv != nil }
+
+// DataDir is the embedded server's store directory ("" when external).
+func (n *Node) DataDir() string { return n.dataDir }
+
+// Close drains the connection (pending publishes and subscriptions finish),
+// then shuts an embedded server down and waits for it. If ctx ends first the
+// connection is closed without finishing the drain; the server is still shut
+// down cleanly.
+func (n *Node) Close(ctx context.Context) error {
+	var err error
+	if n.nc != nil && !n.nc.IsClosed() {
+		if derr := n.nc.Drain(); derr != nil {
+			n.nc.Close()
+		}
+		select {
+		case <-n.closed:
+		case <-ctx.Done():
+			n.nc.Close()
+			err = fmt.Errorf("natsnode: drain: %w", ctx.Err())
+		}
+	}
+	n.stopServer()
+	return err
+}
+
+func (n *Node) stopServer() {
+	if n.srv == nil {
+		return
+	}
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+}

@@ -1,0 +1,133 @@
+// Package provision creates or updates the JetStream assets Weft needs:
+// streams and KV buckets. Ensure is idempotent: an asset that does not exist
+// is created, one that exists is updated in place to the declared
+// configuration (so a stream created by an older release gains new
+// settings), and an unchanged one is left alone.
+//
+// The base assets are the log stream WEFT_EVENTS and the tool task stream
+// WEFT_TASKS (Base). Other packages declare their own assets (their streams
+// and weft_* KV buckets) with Stream and KV and pass them to Ensure, so no
+// package needs to edit this one:
+//
+//	err := provision.Ensure(ctx, js, provision.Options{Replicas: 1},
+//		provision.KV(jetstream.KeyValueConfig{Bucket: "weft_runs"}))
+//
+// Replicas: 1 for an embedded or single server, 3 on a cluster. An asset
+// whose configuration sets Replicas keeps its own value.
+package provision
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Names and subjects of the base assets.
+const (
+	EventsStream   = "WEFT_EVENTS" // the event log
+	EventsSubjects = "weft.ev.>"   // weft.ev.<run>.events
+	TasksStream    = "WEFT_TASKS"  // tool tasks, work-queue retention
+	TasksSubjects  = "weft.task.>" // weft.task.<tool>
+)
+
+// EventsDuplicates is WEFT_EVENTS's duplicate-detection window: a retried
+// append with the same Nats-Msg-Id inside it is stored once.
+const EventsDuplicates = 2 * time.Minute
+
+// Options applies to every asset Ensure provisions.
+type Options struct {
+	// Replicas is the replica count of every asset whose configuration
+	// leaves it 0; 0 means 1.
+	Replicas int
+}
+
+// Asset is one stream or KV bucket to provision. Build it with Stream or KV.
+type Asset struct {
+	stream *jetstream.StreamConfig
+	kv     *jetstream.KeyValueConfig
+}
+
+// Name is the stream or bucket name.
+func (a Asset) Name() string {
+	if a.stream != nil {
+		return a.stream.Name
+	}
+	return a.kv.Bucket
+}
+
+// Stream declares a stream.
+func Stream(cfg jetstream.StreamConfig) Asset { return Asset{stream: &cfg} }
+
+// KV declares a KV bucket.
+func KV(cfg jetstream.KeyValueConfig) Asset { return Asset{kv: &cfg} }
+
+// EventsConfig is the configuration of WEFT_EVENTS: limits retention, file
+// storage, subjects weft.ev.>, a two-minute duplicate window and direct gets
+// allowed (the log reads runs with batched direct gets).
+func EventsConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        EventsStream,
+		Description: "Weft event log: one message per decision on weft.ev.<run>.events",
+		Subjects:    []string{EventsSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  EventsDuplicates,
+		AllowDirect: true,
+	}
+}
+
+// TasksConfig is the configuration of WEFT_TASKS: work-queue retention,
+// file storage, subjects weft.task.>.
+func TasksConfig() jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        TasksStream,
+		Description: "Weft tool tasks: weft.task.<tool>, one durable consumer per tool",
+		Subjects:    []string{TasksSubjects},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  EventsDuplicates,
+		AllowDirect: true,
+	}
+}
+
+// Base is the assets every Weft deployment has: WEFT_EVENTS and WEFT_TASKS.
+func Base() []Asset { return []Asset{Stream(EventsConfig()), Stream(TasksConfig())} }
+
+// Ensure creates or updates the base assets and then extra, in order. It
+// stops at the first asset that cannot be created or updated (for example a
+// change the server refuses in place, such as retention) and names it.
+func Ensure(ctx context.Context, js jetstream.JetStream, opts Options, extra ...Asset) error {
+	for _, a := range append(Base(), extra...) {
+		if err := ensure(ctx, js, opts, a); err != nil {
+			return fmt.Errorf("provision %s: %w", a.Name(), err)
+		}
+	}
+	return nil
+}
+
+func ensure(ctx context.Context, js jetstream.JetStream, opts Options, a Asset) error {
+	replicas := opts.Replicas
+	if replicas == 0 {
+		replicas = 1
+	}
+	switch {
+	case a.stream != nil:
+		cfg := *a.stream
+		if cfg.Replicas == 0 {
+			cfg.Replicas = replicas
+		}
+		_, err := js.CreateOrUpdateStream(ctx, cfg)
+		return err
+	case a.kv != nil:
+		cfg := *a.kv
+		if cfg.Replicas == 0 {
+			cfg.Replicas = replicas
+		}
+		_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		return err
+	}
+	return fmt.Errorf("empty asset")
+}
