@@ -1,0 +1,506 @@
+// Package projections folds a run's events into the read models people and
+// programs query: the run view, the run summary used by the lists, the
+// approvals inbox and the uncertain-effects inbox.
+//
+// Everything here is a pure function of the events it is given: no clock, no
+// I/O, no NATS, no ids generated. Time arrives on the events (their recorded
+// time) or as an argument (the age of an uncertain effect). The projector
+// (package projector) stores the results in KV; rebuilding them from event 1
+// and updating them one event at a time through their JSON encoding give the
+// same bytes, which the randomized tests prove.
+//
+// The fold is version-guarded: Apply ignores an event whose version is not
+// the view's next one, so a projector that re-reads an event after a crash
+// changes nothing.
+//
+// Run status (working, unattended, suspended, finished) is derived here from
+// the events themselves, following SEMANTICS.md §6: finished once RunFinished
+// is recorded; unattended after RunHandedOff until RunRecovered; working while
+// a model call or an action is in flight (or a cancellation is stopping);
+// suspended when nothing is in flight and approvals or uncertain effects
+// wait for people.
+package projections
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/weftrun/weft/events"
+)
+
+// The run statuses of SEMANTICS.md §6.
+const (
+	StatusWorking    = "working"
+	StatusUnattended = "unattended"
+	StatusSuspended  = "suspended"
+	StatusFinished   = "finished"
+)
+
+// Statuses lists the run statuses in their documented order.
+var Statuses = []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
+
+// The action states of SEMANTICS.md §5, plus "requested" (the model asked for
+// the call; validation and policy have not answered yet) and "settling" (a
+// settling tool was stopped and its settle window is open).
+const (
+	StateRequested        = "requested"
+	StateQueued           = "queued"
+	StateRunning          = "running"
+	StateSettling         = "settling"
+	StateAwaitingApproval = "awaiting_approval"
+	StateUncertain        = "uncertain"
+	StateSucceeded        = "succeeded"
+	StateToolFailed       = "tool_failed"
+	StateDenied           = "denied"
+	StateRejected         = "rejected"
+	StateInvalidArguments = "invalid_arguments"
+	StateUnknownTool      = "unknown_tool"
+	StateReconciled       = "reconciled"
+	StateNotStarted       = "not_started"
+	StateFaulted          = "faulted"
+)
+
+// SummaryBytes is the longest result summary a view keeps; longer contents
+// are cut and end with "…".
+const SummaryBytes = 200
+
+// RunView is the read model of one run: what it is, what it did and what it
+// waits for. It is encoded as JSON in the weft_views bucket; its encoding is
+// deterministic (struct fields only, no maps).
+type RunView struct {
+	// Schema is the view's schema version (1).
+	Schema int `json:"schema"`
+	// Run is the run id.
+	Run string `json:"run"`
+	// Agent is the agent the run is bound to.
+	Agent events.AgentRef `json:"agent"`
+	// Input is the run's input; Correlation the caller's correlation id.
+	Input       string `json:"input"`
+	Correlation string `json:"correlation,omitempty"`
+	// Status is working, unattended, suspended or finished.
+	Status string `json:"status"`
+	// Outcome is set once the run finished.
+	Outcome *events.Outcome `json:"outcome,omitempty"`
+	// Approvals lists the actions awaiting approval, Uncertain the actions
+	// whose effect is uncertain, both in action order.
+	Approvals []string `json:"approvals"`
+	Uncertain []string `json:"uncertain"`
+	// Turns is the number of model turns spent.
+	Turns int64 `json:"turns"`
+	// Usage sums the token usage the model reported.
+	Usage Usage `json:"usage"`
+	// Incarnation counts recoveries (1 at start).
+	Incarnation int `json:"incarnation"`
+	// Runner is the runner driving the run (the last one to start or recover
+	// it).
+	Runner string `json:"runner,omitempty"`
+	// ModelInFlight is set while a model turn is requested and not answered
+	// (including a retry waiting for its delay).
+	ModelInFlight bool `json:"model_in_flight"`
+	// HandedOff is set after RunHandedOff until a runner recovers the run.
+	HandedOff bool `json:"handed_off"`
+	// Cancelling is set once a cancellation was requested.
+	Cancelling bool `json:"cancelling"`
+	// Actions are the run's actions in the order the model asked for them.
+	Actions []ActionView `json:"actions"`
+	// Version is the version of the last event folded; Started and Updated
+	// the recorded times of the first and last events.
+	Version uint64    `json:"version"`
+	Started time.Time `json:"started"`
+	Updated time.Time `json:"updated"`
+}
+
+// Usage is the token usage of a run. Unreported counts replies that came
+// without usage (never counted as zero tokens).
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	Unreported   int   `json:"unreported_replies"`
+}
+
+// ActionView is one action of a run view.
+type ActionView struct {
+	// ID is the action id "<turn>/<call_id>".
+	ID     string `json:"id"`
+	Turn   int64  `json:"turn"`
+	CallID string `json:"call_id"`
+	// Tool is the tool name the model called; Arguments the JSON it sent.
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// State is one of the State* constants.
+	State string `json:"state"`
+	// Detail explains terminal states without content: the validation
+	// detail, the deny or reject reason, the not-started reason.
+	Detail string `json:"detail,omitempty"`
+	// Attempts counts started attempts (fences); Replays = Attempts - 1.
+	Attempts int `json:"attempts"`
+	Replays  int `json:"replays"`
+	// Pending is the open approval request, if any.
+	Pending *ApprovalView `json:"pending,omitempty"`
+	// Approvals is the history of approval requests and their answers.
+	Approvals []ApprovalView `json:"approvals"`
+	// Evidence says why the effect is uncertain (or was, before a
+	// reconciliation).
+	Evidence string `json:"evidence,omitempty"`
+	// UncertainSince is the recorded time the action became uncertain.
+	UncertainSince *time.Time `json:"uncertain_since,omitempty"`
+	// Result is a summary of the content the model sees (at most
+	// SummaryBytes bytes).
+	Result string `json:"result,omitempty"`
+	// Updated is the recorded time of the action's last change.
+	Updated time.Time `json:"updated"`
+}
+
+// ApprovalView is one approval request of an action and its answer.
+type ApprovalView struct {
+	Revision    int                `json:"revision"`
+	Requirement events.Requirement `json:"requirement"`
+	Why         string             `json:"why"`
+	Requested   time.Time          `json:"requested"`
+	Expires     *time.Time         `json:"expires,omitempty"`
+	// Answer is "", "approve", "reject", "expired" or "superseded" (the
+	// requirement changed after an approval).
+	Answer   string     `json:"answer,omitempty"`
+	Reason   string     `json:"reason,omitempty"`
+	Reviewer string     `json:"reviewer,omitempty"`
+	Verifier string     `json:"verifier,omitempty"`
+	Answered *time.Time `json:"answered,omitempty"`
+}
+
+// Encode returns the view's deterministic JSON encoding.
+func (v RunView) Encode() ([]byte, error) { return json.Marshal(v) }
+
+// DecodeView decodes a view encoded by Encode.
+func DecodeView(b []byte) (RunView, error) {
+	var v RunView
+	err := json.Unmarshal(b, &v)
+	return v, err
+}
+
+// Fold builds the view of a run from its history, oldest first.
+func Fold(history []events.Recorded) RunView {
+	var v RunView
+	for _, r := range history {
+		v = Apply(v, r)
+	}
+	return v
+}
+
+// Apply folds one event into v and returns the new view. An event whose
+// version is not v.Version+1 is ignored (a duplicate delivery or a gap the
+// caller must fill by reading the log); so is an event of another run.
+func Apply(v RunView, r events.Recorded) RunView {
+	if r.Version != v.Version+1 || (v.Run != "" && r.Run != v.Run) {
+		return v
+	}
+	v = v.clone()
+	at := r.At.UTC()
+	if v.Version == 0 {
+		v.Schema = 1
+		v.Run = r.Run
+		v.Started = at
+		v.Approvals, v.Uncertain, v.Actions = []string{}, []string{}, []ActionView{}
+	}
+	v.Version = r.Version
+	v.Updated = at
+	v.apply(r.Event, at)
+	v.derive()
+	return v
+}
+
+func (v *RunView) apply(e events.Event, at time.Time) {
+	switch e := e.(type) {
+	case events.RunStarted:
+		v.Agent = e.Agent
+		v.Input = e.Input
+		v.Correlation = e.Correlation
+		v.Runner = e.Runner
+		v.Incarnation = 1
+	case events.ModelRequested:
+		if e.Turn > v.Turns {
+			v.Turns = e.Turn
+		}
+		v.ModelInFlight = true
+	case events.ModelReplied:
+		v.ModelInFlight = false
+		if e.Usage != nil {
+			v.Usage.InputTokens += e.Usage.InputTokens
+			v.Usage.OutputTokens += e.Usage.OutputTokens
+		} else {
+			v.Usage.Unreported++
+		}
+		for _, c := range e.Calls {
+			v.Actions = append(v.Actions, ActionView{
+				ID: actionID(e.Turn, c.ID), Turn: e.Turn, CallID: c.ID, Tool: c.Name,
+				Arguments: compact(c.Arguments), State: StateRequested,
+				Approvals: []ApprovalView{}, Updated: at,
+			})
+		}
+	case events.ModelFailed:
+		// A retry keeps the model "in flight" until its delay has passed and
+		// the next ModelRequested is recorded.
+		v.ModelInFlight = e.RetryAt != nil
+	case events.AnswerRejected:
+		v.ModelInFlight = false
+	case events.CallValidated:
+		a := v.action(e.Action, at)
+		if a.Tool == "" {
+			a.Tool = e.Tool
+		}
+		switch e.Outcome {
+		case events.CallUnknownTool:
+			a.State, a.Detail = StateUnknownTool, e.Detail
+		case events.CallInvalidArguments:
+			a.State, a.Detail = StateInvalidArguments, e.Detail
+		}
+	case events.PolicyDecided:
+		a := v.action(e.Action, at)
+		if e.Decision == events.PolicyDeny {
+			a.State, a.Detail, a.Pending = StateDenied, e.Reason, nil
+		}
+	case events.ApprovalRequested:
+		a := v.action(e.Action, at)
+		req := ApprovalView{Revision: e.Revision, Requirement: e.Requirement, Why: e.Why, Requested: at, Expires: utc(e.Expires)}
+		a.Approvals = append(a.Approvals, req)
+		a.Pending = &req
+		a.State = StateAwaitingApproval
+	case events.ApprovalAnswered:
+		a := v.action(e.Action, at)
+		for i := range a.Approvals {
+			if a.Approvals[i].Revision == e.Revision {
+				h := &a.Approvals[i]
+				h.Answer, h.Reason, h.Reviewer, h.Verifier = e.Answer, e.Reason, e.Reviewer, e.Verifier
+				t := at
+				h.Answered = &t
+			}
+		}
+		if a.Pending != nil && a.Pending.Revision == e.Revision {
+			a.Pending = nil
+		}
+		switch e.Answer {
+		case events.AnswerReject:
+			a.State, a.Detail = StateRejected, e.Reason
+		case events.AnswerExpired:
+			a.State, a.Detail = StateRejected, "expired"
+		}
+	case events.RequirementChanged:
+		a := v.action(e.Action, at)
+		for i := range a.Approvals {
+			if a.Approvals[i].Revision == e.Revision && a.Approvals[i].Answer == events.AnswerApprove {
+				a.Approvals[i].Reason = "requirement changed to " + e.To.Name
+			}
+		}
+	case events.ActionQueued:
+		a := v.action(e.Action, at)
+		a.State, a.Pending = StateQueued, nil
+	case events.AttemptFenced:
+		a := v.action(e.Action, at)
+		if a.Tool == "" {
+			a.Tool = e.Tool
+		}
+		a.State = StateRunning
+		if e.Attempt > a.Attempts {
+			a.Attempts = e.Attempt
+		}
+		a.Replays = max(a.Attempts-1, 0)
+	case events.AttemptReported:
+		a := v.action(e.Action, at)
+		switch e.Outcome {
+		case events.OutcomeOutput:
+			a.State, a.Result = StateSucceeded, summary(e.Content)
+		case events.OutcomeExplain:
+			a.State, a.Result = StateToolFailed, summary(errorContent(e.Message))
+		case events.OutcomeUncertain:
+			v.uncertain(a, e.Evidence, at)
+		case events.OutcomeOversize:
+			a.State, a.Detail = StateFaulted, "result over max result bytes"
+		}
+	case events.AttemptLost:
+		a := v.action(e.Action, at)
+		switch e.Next {
+		case events.NextReplay:
+			a.State, a.Evidence = StateQueued, e.Evidence
+		case events.NextReapprove:
+			a.Evidence = e.Evidence
+		case events.NextSettle:
+			a.State, a.Evidence = StateSettling, e.Evidence
+		case events.NextUncertain:
+			v.uncertain(a, e.Evidence, at)
+		}
+	case events.ActionUncertain:
+		v.uncertain(v.action(e.Action, at), e.Evidence, at)
+	case events.SettlementAccepted:
+		a := v.action(e.Action, at)
+		content := e.Content
+		if e.Outcome == events.OutcomeExplain {
+			content = errorContent(e.Message)
+		}
+		switch {
+		case e.Late:
+			a.State = StateReconciled
+		case e.Outcome == events.OutcomeExplain:
+			a.State = StateToolFailed
+		default:
+			a.State = StateSucceeded
+		}
+		a.Result = summary(content)
+	case events.Reconciled:
+		a := v.action(e.Action, at)
+		a.State, a.Result = StateReconciled, summary(e.Content)
+	case events.ActionsNotStarted:
+		for _, id := range e.Actions {
+			a := v.action(id, at)
+			a.State, a.Detail, a.Pending = StateNotStarted, e.Reason, nil
+		}
+	case events.CancelRequested:
+		v.Cancelling = true
+	case events.RunHandedOff:
+		v.HandedOff = true
+	case events.RunRecovered:
+		v.HandedOff = false
+		v.Incarnation = e.Incarnation
+		v.Runner = e.Runner
+	case events.RunFinished:
+		o := e.Outcome
+		o.Answer = compact(o.Answer)
+		v.Outcome = &o
+		v.ModelInFlight = false
+	}
+}
+
+func (v *RunView) uncertain(a *ActionView, evidence string, at time.Time) {
+	a.State, a.Evidence, a.Pending = StateUncertain, evidence, nil
+	t := at
+	a.UncertainSince = &t
+}
+
+// action returns the action with id, adding it (with a turn and call id
+// parsed from the id) when an event names an action the view has not seen.
+func (v *RunView) action(id string, at time.Time) *ActionView {
+	for i := range v.Actions {
+		if v.Actions[i].ID == id {
+			v.Actions[i].Updated = at
+			return &v.Actions[i]
+		}
+	}
+	a := ActionView{ID: id, State: StateRequested, Approvals: []ApprovalView{}, Updated: at}
+	if turn, call, ok := strings.Cut(id, "/"); ok {
+		a.CallID = call
+		if n, err := strconv.ParseInt(turn, 10, 64); err == nil {
+			a.Turn = n
+		}
+	}
+	v.Actions = append(v.Actions, a)
+	return &v.Actions[len(v.Actions)-1]
+}
+
+// derive recomputes the status and its lists from the rest of the view.
+func (v *RunView) derive() {
+	v.Approvals, v.Uncertain = []string{}, []string{}
+	inFlight := v.ModelInFlight
+	for _, a := range v.Actions {
+		switch a.State {
+		case StateAwaitingApproval:
+			v.Approvals = append(v.Approvals, a.ID)
+		case StateUncertain:
+			v.Uncertain = append(v.Uncertain, a.ID)
+		case StateRequested, StateQueued, StateRunning, StateSettling:
+			inFlight = true
+		}
+	}
+	switch {
+	case v.Outcome != nil:
+		v.Status = StatusFinished
+	case v.HandedOff:
+		v.Status = StatusUnattended
+	case inFlight || v.Cancelling:
+		v.Status = StatusWorking
+	case len(v.Approvals) > 0 || len(v.Uncertain) > 0:
+		v.Status = StatusSuspended
+	default:
+		v.Status = StatusWorking
+	}
+}
+
+// clone copies the slices Apply mutates so that a caller's view is never
+// changed behind its back.
+func (v RunView) clone() RunView {
+	v.Approvals = append([]string(nil), v.Approvals...)
+	v.Uncertain = append([]string(nil), v.Uncertain...)
+	acts := make([]ActionView, len(v.Actions))
+	for i, a := range v.Actions {
+		a.Approvals = append([]ApprovalView{}, a.Approvals...)
+		if a.Pending != nil {
+			p := *a.Pending
+			a.Pending = &p
+		}
+		acts[i] = a
+	}
+	v.Actions = acts
+	if v.Outcome != nil {
+		o := *v.Outcome
+		v.Outcome = &o
+	}
+	return v
+}
+
+// Action returns the action with id and whether the view has it.
+func (v RunView) Action(id string) (ActionView, bool) {
+	for _, a := range v.Actions {
+		if a.ID == id {
+			return a, true
+		}
+	}
+	return ActionView{}, false
+}
+
+func actionID(turn int64, call string) string {
+	return strconv.FormatInt(turn, 10) + "/" + call
+}
+
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// compact returns raw JSON without insignificant space, or raw itself when it
+// is not valid JSON, so that a view encodes to the same bytes before and
+// after a round trip.
+func compact(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		q, _ := json.Marshal(string(raw))
+		return q
+	}
+	return b
+}
+
+func errorContent(msg string) json.RawMessage {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	return b
+}
+
+// summary cuts content to SummaryBytes, at a rune boundary.
+func summary(content json.RawMessage) string {
+	s := string(compact(content))
+	if len(s) <= SummaryBytes {
+		return s
+	}
+	cut := SummaryBytes
+	for cut > 0 && !runeStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func runeStart(b byte) bool { return b&0xC0 != 0x80 }
