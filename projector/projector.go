@@ -1,0 +1,350 @@
+// Package projector keeps Weft's read models in NATS KV up to date: it
+// consumes the event log (WEFT_EVENTS) in log order from a checkpoint, folds
+// each event with package projections and stores the run view, the run
+// summary and the inbox items; it can rebuild everything from sequence 1;
+// and it answers queries as the NATS micro service "weft-query" under
+// weft.api.query.* (see docs/protocol/50-queries.md).
+//
+// # Buckets and keys
+//
+//	weft_views            <run>                  projections.RunView
+//	weft_runs             <run>                  projections.Summary
+//	weft_inbox_approvals  <run>.<escaped action> projections.ApprovalItem
+//	weft_inbox_uncertain  <run>.<escaped action> projections.UncertainItem
+//	weft_projector        checkpoint             {"schema":1,"seq":N}
+//
+// The escaped action is projections.ItemKey: "3/call_1" is "3=2Fcall_1".
+//
+// # Guarantees
+//
+// A view is written with a compare-and-set on its KV revision and only moves
+// forward (projections.Apply ignores an event that is not the view's next
+// one), so a re-delivered event changes nothing and two projectors never
+// interleave writes of one view. The checkpoint is the stream sequence of
+// the last message whose events are all stored; Run resumes after it. When a
+// view misses events (its bucket was purged, or a rebuild ran up to an older
+// sequence) the projector refolds the run from the log. Rebuild folds the
+// whole log in memory and writes the same bytes incremental projection
+// writes.
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/provision"
+)
+
+// The KV buckets of the read models.
+const (
+	BucketViews     = "weft_views"
+	BucketRuns      = "weft_runs"
+	BucketApprovals = "weft_inbox_approvals"
+	BucketUncertain = "weft_inbox_uncertain"
+	BucketState     = "weft_projector"
+	// KeyCheckpoint is the checkpoint's key in BucketState.
+	KeyCheckpoint = "checkpoint"
+)
+
+// Buckets lists the read-model buckets (not the state bucket), in order.
+var Buckets = []string{BucketViews, BucketRuns, BucketApprovals, BucketUncertain}
+
+// Assets declares the projector's KV buckets for provision.Ensure.
+func Assets() []provision.Asset {
+	var out []provision.Asset
+	for _, b := range append(slices.Clone(Buckets), BucketState) {
+		out = append(out, provision.KV(jetstream.KeyValueConfig{
+			Bucket: b, History: 1, Storage: jetstream.FileStorage,
+			Description: "Weft read model (see docs/protocol/50-queries.md)",
+		}))
+	}
+	return out
+}
+
+// Checkpoint is the stored checkpoint: the stream sequence of the last log
+// message whose events are all projected.
+type Checkpoint struct {
+	Schema int    `json:"schema"`
+	Seq    uint64 `json:"seq"`
+}
+
+// Projector maintains the read models. Create it with New; run it with Run.
+type Projector struct {
+	log       *eventlog.Log
+	stream    jetstream.Stream
+	views     jetstream.KeyValue
+	runs      jetstream.KeyValue
+	approvals jetstream.KeyValue
+	uncertain jetstream.KeyValue
+	state     jetstream.KeyValue
+	logger    *slog.Logger
+
+	delivered atomic.Uint64
+	applied   atomic.Uint64
+	seq       atomic.Uint64
+}
+
+// Option configures a Projector.
+type Option func(*Projector)
+
+// WithLogger logs through l (default: discard).
+func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.logger = l } }
+
+// New binds a projector to the buckets, which must exist (provision them with
+// Assets).
+func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ...Option) (*Projector, error) {
+	p := &Projector{log: log, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(p)
+	}
+	var err error
+	if p.stream, err = js.Stream(ctx, eventlog.Stream); err != nil {
+		return nil, fmt.Errorf("projector: stream %s: %w", eventlog.Stream, err)
+	}
+	for _, b := range []struct {
+		name string
+		kv   *jetstream.KeyValue
+	}{{BucketViews, &p.views}, {BucketRuns, &p.runs}, {BucketApprovals, &p.approvals}, {BucketUncertain, &p.uncertain}, {BucketState, &p.state}} {
+		if *b.kv, err = js.KeyValue(ctx, b.name); err != nil {
+			return nil, fmt.Errorf("projector: bucket %s: %w", b.name, err)
+		}
+	}
+	return p, nil
+}
+
+// Delivered counts the events this projector received from the log since it
+// was created; Applied those that changed a view.
+func (p *Projector) Delivered() uint64 { return p.delivered.Load() }
+
+// Applied counts the events that changed a view.
+func (p *Projector) Applied() uint64 { return p.applied.Load() }
+
+// Seq is the stream sequence of the last message this projector finished.
+func (p *Projector) Seq() uint64 { return p.seq.Load() }
+
+// Checkpoint reads the stored checkpoint (zero when none).
+func (p *Projector) Checkpoint(ctx context.Context) (Checkpoint, error) {
+	return readCheckpoint(ctx, p.state)
+}
+
+func readCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, error) {
+	e, err := kv.Get(ctx, KeyCheckpoint)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Checkpoint{Schema: 1}, nil
+	}
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("projector: read checkpoint: %w", err)
+	}
+	var c Checkpoint
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return Checkpoint{}, fmt.Errorf("projector: decode checkpoint: %w", err)
+	}
+	return c, nil
+}
+
+func writeCheckpoint(ctx context.Context, kv jetstream.KeyValue, seq uint64) error {
+	b, _ := json.Marshal(Checkpoint{Schema: 1, Seq: seq})
+	if _, err := kv.Put(ctx, KeyCheckpoint, b); err != nil {
+		return fmt.Errorf("projector: write checkpoint %d: %w", seq, err)
+	}
+	return nil
+}
+
+// Run projects the log from the message after the checkpoint, catching up
+// and then following it live, until ctx ends (returning nil) or a store
+// operation fails.
+func (p *Projector) Run(ctx context.Context) error {
+	cp, err := p.Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	p.seq.Store(cp.Seq)
+	p.logger.Info("projector starting", "checkpoint", cp.Seq)
+	err = p.log.Subscribe(ctx, cp.Seq+1, func(se eventlog.StreamEvent) error {
+		p.delivered.Add(1)
+		if err := p.project(ctx, se.Envelope); err != nil {
+			return err
+		}
+		if se.Last {
+			if err := writeCheckpoint(ctx, p.state, se.Seq); err != nil {
+				return err
+			}
+			p.seq.Store(se.Seq)
+		}
+		return nil
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// Recorded turns a stored envelope into the form the folds take.
+func Recorded(env events.Envelope) (events.Recorded, error) {
+	ev, err := env.Event()
+	if err != nil {
+		return events.Recorded{}, fmt.Errorf("run %s version %d: %w", env.Run, env.Version, err)
+	}
+	return events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev}, nil
+}
+
+// project folds one event into the stored read models.
+func (p *Projector) project(ctx context.Context, env events.Envelope) error {
+	r, err := Recorded(env)
+	if err != nil {
+		return err
+	}
+	for range 16 {
+		old, rev, err := p.readView(ctx, r.Run)
+		if err != nil {
+			return err
+		}
+		var c projections.Change
+		switch {
+		case r.Version <= old.Version:
+			return nil // already projected
+		case r.Version == old.Version+1:
+			c = projections.Step(old, r)
+		default:
+			// The view misses events: refold the run from the log up to r.
+			c, err = p.refold(ctx, old, r)
+			if err != nil {
+				return err
+			}
+		}
+		ok, err := p.store(ctx, c, rev)
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.applied.Add(1)
+			return nil
+		}
+		// Another writer changed the view: read it again.
+	}
+	return fmt.Errorf("projector: run %s: view kept changing under us", r.Run)
+}
+
+func (p *Projector) readView(ctx context.Context, run string) (projections.RunView, uint64, error) {
+	e, err := p.views.Get(ctx, run)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return projections.RunView{}, 0, nil
+	}
+	if err != nil {
+		return projections.RunView{}, 0, fmt.Errorf("projector: read view %s: %w", run, err)
+	}
+	v, err := projections.DecodeView(e.Value())
+	if err != nil {
+		return projections.RunView{}, 0, fmt.Errorf("projector: decode view %s: %w", run, err)
+	}
+	return v, e.Revision(), nil
+}
+
+func (p *Projector) refold(ctx context.Context, old projections.RunView, r events.Recorded) (projections.Change, error) {
+	envs, _, err := p.log.Load(ctx, r.Run)
+	if err != nil {
+		return projections.Change{}, fmt.Errorf("projector: refold %s: %w", r.Run, err)
+	}
+	var v projections.RunView
+	for _, env := range envs {
+		if env.Version > r.Version {
+			break
+		}
+		rr, err := Recorded(env)
+		if err != nil {
+			return projections.Change{}, err
+		}
+		v = projections.Apply(v, rr)
+	}
+	p.logger.Warn("projector refolded a run with missing events", "run", r.Run, "had", old.Version, "now", v.Version)
+	c := projections.Change{View: v, Summary: projections.Summarize(v), Applied: true,
+		Approvals: projections.ApprovalItems(v), Uncertain: projections.UncertainItems(v)}
+	for _, it := range projections.ApprovalItems(old) {
+		c.DropApprovals = append(c.DropApprovals, projections.ItemKey(it.Run, it.Action))
+	}
+	for _, it := range projections.UncertainItems(old) {
+		c.DropUncertain = append(c.DropUncertain, projections.ItemKey(it.Run, it.Action))
+	}
+	return c, nil
+}
+
+// store writes a change: the view by compare-and-set on rev (false when
+// another writer won), then the summary and the inbox items.
+func (p *Projector) store(ctx context.Context, c projections.Change, rev uint64) (bool, error) {
+	b, err := c.View.Encode()
+	if err != nil {
+		return false, err
+	}
+	if rev == 0 {
+		_, err = p.views.Create(ctx, c.View.Run, b)
+	} else {
+		_, err = p.views.Update(ctx, c.View.Run, b, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("projector: write view %s: %w", c.View.Run, err)
+	}
+	return true, p.storeDerived(ctx, c)
+}
+
+func (p *Projector) storeDerived(ctx context.Context, c projections.Change) error {
+	if err := putJSON(ctx, p.runs, c.Summary.Run, c.Summary); err != nil {
+		return err
+	}
+	for _, k := range c.DropApprovals {
+		if err := del(ctx, p.approvals, k); err != nil {
+			return err
+		}
+	}
+	for _, k := range c.DropUncertain {
+		if err := del(ctx, p.uncertain, k); err != nil {
+			return err
+		}
+	}
+	for _, it := range c.Approvals {
+		if err := putJSON(ctx, p.approvals, projections.ItemKey(it.Run, it.Action), it); err != nil {
+			return err
+		}
+	}
+	for _, it := range c.Uncertain {
+		if err := putJSON(ctx, p.uncertain, projections.ItemKey(it.Run, it.Action), it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+func putJSON[T any](ctx context.Context, kv jetstream.KeyValue, key string, v T) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if _, err := kv.Put(ctx, key, b); err != nil {
+		return fmt.Errorf("projector: put %s %s: %w", kv.Bucket(), key, err)
+	}
+	return nil
+}
+
+func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
+	if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("projector: delete %s %s: %w", kv.Bucket(), key, err)
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package projector_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projections/projtest"
+	"github.com/weftrun/weft/projector"
+)
+
+func start(t *testing.T) *natstest.Server {
+	return natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+}
+
+// appendLog appends recs one event per decision, in log order.
+func appendLog(t *testing.T, log *eventlog.Log, recs []events.Recorded) {
+	t.Helper()
+	ctx := context.Background()
+	heads := map[string]eventlog.Head{}
+	for _, r := range recs {
+		_, h, err := log.Append(ctx, r.Run, heads[r.Run], r.At, r.Event)
+		if err != nil {
+			t.Fatalf("append %s v%d: %v", r.Run, r.Version, err)
+		}
+		heads[r.Run] = h
+	}
+}
+
+// runProjector runs p until the test ends; the returned func stops it and
+// waits.
+func runProjector(t *testing.T, p *projector.Projector) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("projector: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		select {
+		case <-ctx.Done():
+		default:
+			stop()
+		}
+	})
+	return stop
+}
+
+func lastSeq(t *testing.T, js jetstream.JetStream) uint64 {
+	s, err := js.Stream(context.Background(), eventlog.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+func waitSeq(t *testing.T, p *projector.Projector, seq uint64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for p.Seq() < seq {
+		if time.Now().After(deadline) {
+			t.Fatalf("projector at %d, want %d", p.Seq(), seq)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// dump reads every key of the read-model buckets.
+func dump(t *testing.T, js jetstream.JetStream) map[string][]byte {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string][]byte{}
+	for _, b := range projector.Buckets {
+		kv, err := js.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := kv.ListKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range l.Keys() {
+			e, err := kv.Get(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[b+"/"+k] = e.Value()
+		}
+	}
+	return out
+}
+
+func purge(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
+	for _, b := range append(slices.Clone(projector.Buckets), projector.BucketState) {
+		if err := js.DeleteKeyValue(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func sameStores(t *testing.T, a, b map[string][]byte) {
+	t.Helper()
+	var ka, kb []string
+	for k := range a {
+		ka = append(ka, k)
+	}
+	for k := range b {
+		kb = append(kb, k)
+	}
+	slices.Sort(ka)
+	slices.Sort(kb)
+	if !slices.Equal(ka, kb) {
+		t.Fatalf("key sets differ: %d vs %d keys", len(ka), len(kb))
+	}
+	for _, k := range ka {
+		if !bytes.Equal(a[k], b[k]) {
+			t.Fatalf("%s differs:\n%s\n%s", k, a[k], b[k])
+		}
+	}
+}
+
+// TestRebuildEqualsLiveProjection appends a randomized history of 1,000 runs
+// to a real log while a projector follows it live, then wipes the buckets and
+// rebuilds from sequence 1: every key holds the same bytes, and both equal
+// the pure fold of each run.
+func TestRebuildEqualsLiveProjection(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	p, err := projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProjector(t, p)
+	perRun, log := projtest.Histories(7, 1000)
+	appendLog(t, s.Log, log)
+	waitSeq(t, p, lastSeq(t, s.JS))
+	live := dump(t, s.JS)
+
+	// The live views equal the pure fold of each run.
+	for _, h := range perRun {
+		want, _ := projections.Fold(h).Encode()
+		if got := live[projector.BucketViews+"/"+h[0].Run]; !bytes.Equal(got, want) {
+			t.Fatalf("view %s:\n got %s\nwant %s", h[0].Run, got, want)
+		}
+	}
+
+	purge(t, s.JS)
+	var phases []string
+	cp, err := projector.Rebuild(ctx, s.JS, s.Log, func(phase string, done, total uint64) {
+		if done == total {
+			phases = append(phases, phase)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Seq != lastSeq(t, s.JS) || !slices.Equal(phases, []string{"fold", "fold", "write"}) && !slices.Equal(phases, []string{"fold", "write"}) {
+		t.Fatalf("checkpoint %d, phases %v", cp.Seq, phases)
+	}
+	sameStores(t, live, dump(t, s.JS))
+}
+
+// TestRestartResumesFromCheckpoint: a projector stopped and started again
+// reprocesses only the events after its checkpoint.
+func TestRestartResumesFromCheckpoint(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	_, log := projtest.Histories(11, 40)
+	half := len(log) / 2
+
+	p1, err := projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runProjector(t, p1)
+	appendLog(t, s.Log, log[:half])
+	waitSeq(t, p1, lastSeq(t, s.JS))
+	stop()
+	cp, err := p1.Checkpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Seq != uint64(half) || p1.Delivered() != uint64(half) {
+		t.Fatalf("checkpoint %d, delivered %d, want %d", cp.Seq, p1.Delivered(), half)
+	}
+
+	// More events while nobody projects; then a new projector (a restart).
+	heads := map[string]eventlog.Head{}
+	for _, r := range log[:half] {
+		h, _ := s.Log.Head(ctx, r.Run)
+		heads[r.Run] = h
+	}
+	for _, r := range log[half:] {
+		_, h, err := s.Log.Append(ctx, r.Run, heads[r.Run], r.At, r.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heads[r.Run] = h
+	}
+	p2, err := projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProjector(t, p2)
+	waitSeq(t, p2, lastSeq(t, s.JS))
+	if got, want := p2.Delivered(), uint64(len(log)-half); got != want {
+		t.Fatalf("restart reprocessed %d events, want only the %d after the checkpoint", got, want)
+	}
+	if p2.Applied() != p2.Delivered() {
+		t.Fatalf("applied %d of %d", p2.Applied(), p2.Delivered())
+	}
+}
+
+// TestProjectorRefoldsMissingEvents: a view deleted behind the projector's
+// back is rebuilt from the log at the run's next event.
+func TestProjectorRefoldsMissingEvents(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	perRun, _ := projtest.Histories(5, 1)
+	h := perRun[0]
+	p, err := projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProjector(t, p)
+	appendLog(t, s.Log, h[:len(h)-1])
+	waitSeq(t, p, lastSeq(t, s.JS))
+	kv, _ := s.JS.KeyValue(ctx, projector.BucketViews)
+	if err := kv.Delete(ctx, h[0].Run); err != nil {
+		t.Fatal(err)
+	}
+	head, _ := s.Log.Head(ctx, h[0].Run)
+	last := h[len(h)-1]
+	if _, _, err := s.Log.Append(ctx, last.Run, head, last.At, last.Event); err != nil {
+		t.Fatal(err)
+	}
+	waitSeq(t, p, lastSeq(t, s.JS))
+	e, err := kv.Get(ctx, h[0].Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := projections.Fold(h).Encode()
+	if !bytes.Equal(e.Value(), want) {
+		t.Fatalf("refolded view\n got %s\nwant %s", e.Value(), want)
+	}
+}
+
+func TestCheckpointDecodes(t *testing.T) {
+	s := start(t)
+	kv, _ := s.JS.KeyValue(context.Background(), projector.BucketState)
+	if _, err := kv.Put(context.Background(), projector.KeyCheckpoint, []byte(`{"schema":1,"seq":42}`)); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := projector.New(context.Background(), s.JS, s.Log)
+	cp, err := p.Checkpoint(context.Background())
+	if err != nil || cp.Seq != 42 {
+		t.Fatalf("checkpoint %+v %v", cp, err)
+	}
+	var c projector.Checkpoint
+	if err := json.Unmarshal([]byte(`{"schema":1,"seq":7}`), &c); err != nil || c.Seq != 7 {
+		t.Fatal(errors.New("checkpoint json"))
+	}
+}

@@ -1,0 +1,451 @@
+package projector
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+)
+
+// The query service's name, version and subject prefix.
+const (
+	ServiceName    = "weft-query"
+	ServiceVersion = "1.0.0"
+	QueryPrefix    = "weft.api.query"
+)
+
+// The query endpoints; each listens on QueryPrefix + "." + name.
+const (
+	EndpointRun       = "run"
+	EndpointList      = "list"
+	EndpointApprovals = "approvals"
+	EndpointUncertain = "uncertain"
+	EndpointHistory   = "history"
+)
+
+// DefaultHistoryLimit and MaxHistoryLimit bound a history page.
+const (
+	DefaultHistoryLimit = 500
+	MaxHistoryLimit     = 5000
+)
+
+// RunRequest asks for one run's view.
+type RunRequest struct {
+	Schema int    `json:"schema,omitempty"`
+	Run    string `json:"run"`
+}
+
+// RunReply carries a run's view.
+type RunReply struct {
+	Schema int                 `json:"schema"`
+	View   projections.RunView `json:"view"`
+}
+
+// ListRequest filters and pages the run list.
+type ListRequest struct {
+	Schema int `json:"schema,omitempty"`
+	projections.ListQuery
+}
+
+// InboxRequest asks for an inbox, optionally of one run or agent only.
+type InboxRequest struct {
+	Schema int    `json:"schema,omitempty"`
+	Run    string `json:"run,omitempty"`
+	Agent  string `json:"agent,omitempty"`
+}
+
+// ApprovalsReply is the approvals inbox, oldest request first.
+type ApprovalsReply struct {
+	Schema int                        `json:"schema"`
+	Items  []projections.ApprovalItem `json:"items"`
+}
+
+// UncertainReply is the uncertain-effects inbox, oldest first, with ages
+// computed when the query was answered.
+type UncertainReply struct {
+	Schema int                         `json:"schema"`
+	Now    time.Time                   `json:"now"`
+	Items  []projections.UncertainItem `json:"items"`
+}
+
+// HistoryRequest asks for a run's events after version After (0: from the
+// start), at most Limit of them (default 500, at most 5000).
+type HistoryRequest struct {
+	Schema int    `json:"schema,omitempty"`
+	Run    string `json:"run"`
+	After  uint64 `json:"after,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+}
+
+// HistoryReply is a page of a run's history. Next is the After of the next
+// page, 0 on the last one. Head is the run's head when it was read.
+type HistoryReply struct {
+	Schema int               `json:"schema"`
+	Run    string            `json:"run"`
+	Events []events.Envelope `json:"events"`
+	Head   eventlog.Head     `json:"head"`
+	Next   uint64            `json:"next,omitempty"`
+}
+
+// ErrorReply is the body of every error reply; the headers
+// Nats-Service-Error-Code (the weft code) and Nats-Service-Error (the
+// message) carry the same.
+type ErrorReply struct {
+	Schema int         `json:"schema"`
+	Error  *weft.Error `json:"error"`
+}
+
+// Service answers queries. Create it with Serve; stop it with Stop.
+type Service struct {
+	svc       micro.Service
+	log       *eventlog.Log
+	views     jetstream.KeyValue
+	runs      *mirror[projections.Summary]
+	approvals *mirror[projections.ApprovalItem]
+	uncertain *mirror[projections.UncertainItem]
+	now       func() time.Time
+	logger    *slog.Logger
+	cancel    context.CancelFunc
+}
+
+// ServeOption configures Serve.
+type ServeOption func(*Service)
+
+// WithClock makes the service compute uncertain ages with now (default
+// time.Now).
+func WithClock(now func() time.Time) ServeOption { return func(s *Service) { s.now = now } }
+
+// WithServiceLogger logs through l.
+func WithServiceLogger(l *slog.Logger) ServeOption { return func(s *Service) { s.logger = l } }
+
+// Serve starts the query service on nc. It mirrors the list and inbox
+// buckets in memory (through KV watches, so it follows every projector) and
+// reads views from weft_views, falling back to folding the run's history
+// from the log when a view is not projected yet.
+func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eventlog.Log, opts ...ServeOption) (*Service, error) {
+	s := &Service{log: log, now: time.Now, logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(s)
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	var err error
+	fail := func(err error) (*Service, error) {
+		cancel()
+		return nil, err
+	}
+	if s.views, err = js.KeyValue(ctx, BucketViews); err != nil {
+		return fail(fmt.Errorf("projector: bucket %s: %w", BucketViews, err))
+	}
+	if s.runs, err = watch[projections.Summary](ctx, wctx, js, BucketRuns); err != nil {
+		return fail(err)
+	}
+	if s.approvals, err = watch[projections.ApprovalItem](ctx, wctx, js, BucketApprovals); err != nil {
+		return fail(err)
+	}
+	if s.uncertain, err = watch[projections.UncertainItem](ctx, wctx, js, BucketUncertain); err != nil {
+		return fail(err)
+	}
+	s.svc, err = micro.AddService(nc, micro.Config{
+		Name: ServiceName, Version: ServiceVersion,
+		Description: "Weft queries: run views, run lists, inboxes and histories (docs/protocol/50-queries.md)",
+	})
+	if err != nil {
+		return fail(fmt.Errorf("projector: add service: %w", err))
+	}
+	g := s.svc.AddGroup(QueryPrefix)
+	for _, ep := range []struct {
+		name string
+		h    func(context.Context, []byte) (any, error)
+	}{
+		{EndpointRun, s.handleRun},
+		{EndpointList, s.handleList},
+		{EndpointApprovals, s.handleApprovals},
+		{EndpointUncertain, s.handleUncertain},
+		{EndpointHistory, s.handleHistory},
+	} {
+		h := ep.h
+		if err := g.AddEndpoint(ep.name, micro.HandlerFunc(func(req micro.Request) {
+			rctx, cancel := context.WithTimeout(wctx, 10*time.Second)
+			defer cancel()
+			reply, err := h(rctx, req.Data())
+			if err != nil {
+				s.respondError(req, err)
+				return
+			}
+			if err := req.RespondJSON(reply); err != nil {
+				s.logger.Warn("query reply failed", "endpoint", req.Subject(), "err", err)
+			}
+		})); err != nil {
+			s.svc.Stop()
+			return fail(fmt.Errorf("projector: add endpoint %s: %w", ep.name, err))
+		}
+	}
+	return s, nil
+}
+
+// Stop stops the service and its watches.
+func (s *Service) Stop() error {
+	s.cancel()
+	return s.svc.Stop()
+}
+
+func (s *Service) respondError(req micro.Request, err error) {
+	var we *weft.Error
+	if !errors.As(err, &we) {
+		s.logger.Error("query failed", "endpoint", req.Subject(), "err", err)
+		we = &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+	}
+	body, _ := json.Marshal(ErrorReply{Schema: 1, Error: we})
+	_ = req.Error(string(we.Code), we.Message, body)
+}
+
+// decodeRequest decodes body into T, refusing unknown fields and schemas
+// other than 1. An empty body is the zero request.
+func decodeRequest[T any](body []byte, schema func(T) int) (T, error) {
+	var v T
+	if len(body) == 0 {
+		return v, nil
+	}
+	if !json.Valid(body) {
+		return v, &weft.Error{Code: weft.CodeInvalidJSON, Message: "the request body is not JSON"}
+	}
+	if err := json.Unmarshal(body, &v); err != nil {
+		return v, &weft.Error{Code: weft.CodeInvalidRequest, Message: err.Error()}
+	}
+	if n := schema(v); n != 0 && n != 1 {
+		return v, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("schema %d is not supported (1 is)", n)}
+	}
+	return v, nil
+}
+
+func checkRun(run string) error {
+	if !projections.ValidRunID(run) {
+		return &weft.Error{Code: weft.CodeInvalidName, Message: fmt.Sprintf("run id %q must be 1-128 of [A-Za-z0-9_-]", run)}
+	}
+	return nil
+}
+
+func (s *Service) handleRun(ctx context.Context, body []byte) (any, error) {
+	q, err := decodeRequest(body, func(r RunRequest) int { return r.Schema })
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.View(ctx, q.Run)
+	if err != nil {
+		return nil, err
+	}
+	return RunReply{Schema: 1, View: v}, nil
+}
+
+// View returns a run's view: the projected one, or, when the run is not
+// projected yet, one folded from its history. It returns *weft.Error
+// unknown_run when the run has no events.
+func (s *Service) View(ctx context.Context, run string) (projections.RunView, error) {
+	if err := checkRun(run); err != nil {
+		return projections.RunView{}, err
+	}
+	e, err := s.views.Get(ctx, run)
+	if err == nil {
+		return projections.DecodeView(e.Value())
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return projections.RunView{}, fmt.Errorf("read view %s: %w", run, err)
+	}
+	envs, _, err := s.log.Load(ctx, run)
+	if err != nil {
+		return projections.RunView{}, fmt.Errorf("load %s: %w", run, err)
+	}
+	if len(envs) == 0 {
+		return projections.RunView{}, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+	}
+	var v projections.RunView
+	for _, env := range envs {
+		r, err := Recorded(env)
+		if err != nil {
+			return projections.RunView{}, err
+		}
+		v = projections.Apply(v, r)
+	}
+	return v, nil
+}
+
+func (s *Service) handleList(_ context.Context, body []byte) (any, error) {
+	q, err := decodeRequest(body, func(r ListRequest) int { return r.Schema })
+	if err != nil {
+		return nil, err
+	}
+	return projections.Page(s.runs.values(), q.ListQuery)
+}
+
+func (s *Service) inboxFilter(body []byte) (InboxRequest, error) {
+	q, err := decodeRequest(body, func(r InboxRequest) int { return r.Schema })
+	if err != nil {
+		return q, err
+	}
+	if q.Run != "" && !projections.ValidRunID(q.Run) {
+		return q, &weft.Error{Code: weft.CodeBadFilter, Reason: "run", Message: fmt.Sprintf("run %q must be 1-128 of [A-Za-z0-9_-]", q.Run)}
+	}
+	if q.Agent != "" && !projections.ValidRunID(q.Agent) {
+		return q, &weft.Error{Code: weft.CodeBadFilter, Reason: "agent", Message: fmt.Sprintf("agent %q must be 1-128 of [A-Za-z0-9_-]", q.Agent)}
+	}
+	return q, nil
+}
+
+func (s *Service) handleApprovals(_ context.Context, body []byte) (any, error) {
+	q, err := s.inboxFilter(body)
+	if err != nil {
+		return nil, err
+	}
+	items := []projections.ApprovalItem{}
+	for _, it := range s.approvals.values() {
+		if (q.Run == "" || it.Run == q.Run) && (q.Agent == "" || it.Agent.Name == q.Agent) {
+			items = append(items, it)
+		}
+	}
+	projections.SortApprovals(items)
+	return ApprovalsReply{Schema: 1, Items: items}, nil
+}
+
+func (s *Service) handleUncertain(_ context.Context, body []byte) (any, error) {
+	q, err := s.inboxFilter(body)
+	if err != nil {
+		return nil, err
+	}
+	var items []projections.UncertainItem
+	for _, it := range s.uncertain.values() {
+		if (q.Run == "" || it.Run == q.Run) && (q.Agent == "" || it.Agent.Name == q.Agent) {
+			items = append(items, it)
+		}
+	}
+	now := s.now().UTC()
+	return UncertainReply{Schema: 1, Now: now, Items: append([]projections.UncertainItem{}, projections.Aged(items, now)...)}, nil
+}
+
+func (s *Service) handleHistory(ctx context.Context, body []byte) (any, error) {
+	q, err := decodeRequest(body, func(r HistoryRequest) int { return r.Schema })
+	if err != nil {
+		return nil, err
+	}
+	if err := checkRun(q.Run); err != nil {
+		return nil, err
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = DefaultHistoryLimit
+	}
+	if limit < 0 || limit > MaxHistoryLimit {
+		return nil, &weft.Error{Code: weft.CodeBadFilter, Reason: "limit", Message: fmt.Sprintf("limit must be 1..%d; got %d", MaxHistoryLimit, q.Limit)}
+	}
+	envs, head, err := s.log.Load(ctx, q.Run)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", q.Run, err)
+	}
+	if len(envs) == 0 {
+		return nil, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", q.Run)}
+	}
+	if q.After > head.Version {
+		return nil, &weft.Error{Code: weft.CodeBadCursor, Message: fmt.Sprintf("after %d is past the run's last version %d", q.After, head.Version)}
+	}
+	page := envs[q.After:]
+	reply := HistoryReply{Schema: 1, Run: q.Run, Head: head, Events: []events.Envelope{}}
+	if len(page) > limit {
+		page = page[:limit]
+		reply.Next = page[len(page)-1].Version
+	}
+	reply.Events = append(reply.Events, page...)
+	return reply, nil
+}
+
+// mirror keeps an in-memory copy of a KV bucket's decoded values.
+type mirror[T any] struct {
+	mu     sync.Mutex
+	bucket string
+	vals   map[string]T
+}
+
+// values returns the mirrored values sorted by key.
+func (m *mirror[T]) values() []T {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keys := make([]string, 0, len(m.vals))
+	for k := range m.vals {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	out := make([]T, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, m.vals[k])
+	}
+	return out
+}
+
+// watch mirrors bucket until wctx ends; it returns once the initial values
+// are loaded.
+func watch[T any](ctx, wctx context.Context, js jetstream.JetStream, bucket string) (*mirror[T], error) {
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("projector: bucket %s: %w", bucket, err)
+	}
+	w, err := kv.WatchAll(wctx)
+	if err != nil {
+		return nil, fmt.Errorf("projector: watch %s: %w", bucket, err)
+	}
+	m := &mirror[T]{bucket: bucket, vals: map[string]T{}}
+	apply := func(e jetstream.KeyValueEntry) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if e.Operation() != jetstream.KeyValuePut {
+			delete(m.vals, e.Key())
+			return
+		}
+		var v T
+		if json.Unmarshal(e.Value(), &v) == nil {
+			m.vals[e.Key()] = v
+		}
+	}
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("projector: watch %s closed", bucket)
+			}
+			if e == nil {
+				go func() {
+					defer w.Stop()
+					for {
+						select {
+						case e, ok := <-w.Updates():
+							if !ok {
+								return
+							}
+							if e != nil {
+								apply(e)
+							}
+						case <-wctx.Done():
+							return
+						}
+					}
+				}()
+				return m, nil
+			}
+			apply(e)
+		case <-ctx.Done():
+			w.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}

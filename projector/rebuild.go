@@ -1,0 +1,194 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/projections"
+)
+
+// Progress receives rebuild progress: phase "fold" (done and total are stream
+// sequences) or "write" (done and total are runs). It is called at most
+// every 1% and once at the end of each phase.
+type Progress func(phase string, done, total uint64)
+
+var errCaughtUp = errors.New("caught up")
+
+// Rebuild recomputes every read model from sequence 1: it folds the whole
+// log in memory up to the stream's last sequence at the start, writes each
+// run's view, summary and inbox items, deletes every key that is not part of
+// the result, and moves the checkpoint to that sequence. It writes the bytes
+// incremental projection writes (the randomized tests prove it).
+//
+// Rebuild may run while projectors run: a view a live projector already
+// moved past the rebuilt version is left as it is, writes use the same
+// compare-and-set, and the checkpoint never moves backwards.
+func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, progress Progress) (Checkpoint, error) {
+	p, err := New(ctx, js, log)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if progress == nil {
+		progress = func(string, uint64, uint64) {}
+	}
+	info, err := p.stream.Info(ctx)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("projector: rebuild: stream info: %w", err)
+	}
+	last := info.State.LastSeq
+
+	views := map[string]projections.RunView{}
+	if last > 0 {
+		step := max(last/100, 1)
+		fctx, cancel := context.WithCancel(ctx)
+		err = log.Subscribe(fctx, 1, func(se eventlog.StreamEvent) error {
+			r, err := Recorded(se.Envelope)
+			if err != nil {
+				return err
+			}
+			views[r.Run] = projections.Apply(views[r.Run], r)
+			if se.Last && (se.Seq%step == 0 || se.Seq >= last) {
+				progress("fold", min(se.Seq, last), last)
+			}
+			if se.Last && se.Seq >= last {
+				return errCaughtUp
+			}
+			return nil
+		})
+		cancel()
+		if err != nil && !errors.Is(err, errCaughtUp) {
+			return Checkpoint{}, fmt.Errorf("projector: rebuild: %w", err)
+		}
+		if ctx.Err() != nil {
+			return Checkpoint{}, ctx.Err()
+		}
+	}
+	progress("fold", last, last)
+
+	runs := make([]string, 0, len(views))
+	for run := range views {
+		runs = append(runs, run)
+	}
+	slices.Sort(runs)
+	keep := map[string]map[string]bool{}
+	for _, b := range Buckets {
+		keep[b] = map[string]bool{}
+	}
+	total := uint64(len(runs))
+	step := max(total/100, 1)
+	for i, run := range runs {
+		v := views[run]
+		if err := p.rewrite(ctx, v); err != nil {
+			return Checkpoint{}, err
+		}
+		keep[BucketViews][run] = true
+		keep[BucketRuns][run] = true
+		if n := uint64(i + 1); n%step == 0 || n == total {
+			progress("write", n, total)
+		}
+	}
+	// Keys to keep in the inboxes are whatever the views now stored hold
+	// (a live projector may have moved some ahead of the rebuilt versions).
+	for _, b := range []struct {
+		name string
+		kv   jetstream.KeyValue
+	}{{BucketViews, p.views}, {BucketRuns, p.runs}, {BucketApprovals, p.approvals}, {BucketUncertain, p.uncertain}} {
+		if err := p.sweep(ctx, b.kv, keep[b.name], b.name); err != nil {
+			return Checkpoint{}, err
+		}
+	}
+	cp, err := p.Checkpoint(ctx)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if cp.Seq < last {
+		if err := writeCheckpoint(ctx, p.state, last); err != nil {
+			return Checkpoint{}, err
+		}
+		cp = Checkpoint{Schema: 1, Seq: last}
+	}
+	return cp, nil
+}
+
+// rewrite stores a rebuilt view and what derives from it, unless the stored
+// view is already newer.
+func (p *Projector) rewrite(ctx context.Context, v projections.RunView) error {
+	for range 16 {
+		old, rev, err := p.readView(ctx, v.Run)
+		if err != nil {
+			return err
+		}
+		if old.Version > v.Version {
+			return nil
+		}
+		c := projections.Change{View: v, Summary: projections.Summarize(v), Applied: true,
+			Approvals: projections.ApprovalItems(v), Uncertain: projections.UncertainItems(v)}
+		ok, err := p.store(ctx, c, rev)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("projector: rebuild %s: view kept changing", v.Run)
+}
+
+// sweep deletes the keys of kv that no stored view accounts for. For the
+// inboxes that is every item not listed by its run's stored view.
+func (p *Projector) sweep(ctx context.Context, kv jetstream.KeyValue, keep map[string]bool, bucket string) error {
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("projector: list %s: %w", bucket, err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	if bucket == BucketApprovals || bucket == BucketUncertain {
+		keep = map[string]bool{}
+		runs := map[string]bool{}
+		for _, k := range keys {
+			run, _, _ := cutDot(k)
+			runs[run] = true
+		}
+		for run := range runs {
+			v, _, err := p.readView(ctx, run)
+			if err != nil {
+				return err
+			}
+			if bucket == BucketApprovals {
+				for _, it := range projections.ApprovalItems(v) {
+					keep[projections.ItemKey(it.Run, it.Action)] = true
+				}
+			} else {
+				for _, it := range projections.UncertainItems(v) {
+					keep[projections.ItemKey(it.Run, it.Action)] = true
+				}
+			}
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !keep[k] {
+			if err := del(ctx, kv, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func cutDot(k string) (string, string, bool) {
+	for i := 0; i < len(k); i++ {
+		if k[i] == '.' {
+			return k[:i], k[i+1:], true
+		}
+	}
+	return k, "", false
+}
