@@ -111,10 +111,23 @@ type RunStarted struct {
 type ModelRequested struct {
 	Turn        int64 `json:"turn"`
 	Incarnation int   `json:"incarnation"`
+	// Why is what the turn follows: "start", "tool_results", "retry",
+	// "correction" or "recovery" (the previous turn's call was lost with its
+	// runner; that turn stays spent).
+	Why string `json:"why"`
 	// Deadline is when the model timeout stops the call; absent for
 	// infinity.
 	Deadline *time.Time `json:"deadline,omitempty"`
 }
+
+// The reasons of ModelRequested.
+const (
+	TurnStart       = "start"
+	TurnToolResults = "tool_results"
+	TurnRetry       = "retry"
+	TurnCorrection  = "correction"
+	TurnRecovery    = "recovery"
+)
 
 // ModelReplied is emitted when a model turn returned a reply. It holds the
 // assistant turn exactly once: text, calls with their provider ids, and the
@@ -163,6 +176,10 @@ type CallValidated struct {
 	Tool    string `json:"tool"`
 	Outcome string `json:"outcome"`
 	Detail  string `json:"detail,omitempty"`
+	// Normalized is the arguments as the tool's input codec normalized
+	// them, present only when they differ from the model's bytes (which
+	// ModelReplied already holds).
+	Normalized json.RawMessage `json:"normalized,omitempty"`
 }
 
 // The outcomes of CallValidated.
@@ -220,6 +237,13 @@ type ApprovalAnswered struct {
 	Verifier    string      `json:"verifier,omitempty"`
 }
 
+// The reasons of ApprovalRequested.
+const (
+	AskPolicy             = "policy"
+	AskRequirementChanged = "requirement_changed"
+	AskRecovery           = "recovery"
+)
+
 // The answers of ApprovalAnswered.
 const (
 	AnswerApprove = "approve"
@@ -238,12 +262,32 @@ type RequirementChanged struct {
 	To       Requirement `json:"to"`
 }
 
-// ActionQueued is emitted when an action may run: policy allowed it (or an
-// approval did) or a replay is due. It waits for a concurrency slot.
-type ActionQueued struct {
-	Action string `json:"action"`
-	Why    string `json:"why"`
+// ToolConfig is the configuration of a tool that decides an action's
+// attempts, recorded when the action is queued and copied onto each fence.
+// Timeout is Infinite for no timeout; MaxAttempts is 1..100; SettleWithin
+// is zero for a tool that does not settle.
+type ToolConfig struct {
+	Timeout      Millis `json:"timeout_ms"`
+	MaxAttempts  int    `json:"max_attempts"`
+	SettleWithin Millis `json:"settle_within_ms,omitempty"`
 }
+
+// ActionQueued is emitted when an action may run: the policy allowed it
+// (Why "allowed") or allowed it again after an approval (Why "approved").
+// It waits for a concurrency slot; Config is the tool's recorded
+// configuration, which every attempt of the action uses. A replay does not
+// queue again: AttemptLost with Next "replay" puts the action back in line.
+type ActionQueued struct {
+	Action string     `json:"action"`
+	Why    string     `json:"why"`
+	Config ToolConfig `json:"config"`
+}
+
+// The reasons of ActionQueued.
+const (
+	QueuedAllowed  = "allowed"
+	QueuedApproved = "approved"
+)
 
 // AttemptFenced is emitted when an attempt of an action is about to start.
 // No tool body starts before its fence is committed; everything after it may
@@ -313,13 +357,24 @@ const (
 )
 
 // ReportRefused is emitted when a worker's report does not match the
-// action's current attempt (premature, duplicate or foreign). It changes
-// nothing but the audit trail.
+// action's current attempt: Reason "foreign" (no such action), "stale" (not
+// the current attempt), "duplicate" (the attempt already has its outcome),
+// "not_running" (the action has no attempt in flight) or "run_finished". It
+// changes nothing but the audit trail.
 type ReportRefused struct {
 	Action  string `json:"action"`
 	Attempt int    `json:"attempt"`
 	Reason  string `json:"reason"`
 }
+
+// The reasons of ReportRefused.
+const (
+	RefusedForeign     = "foreign"
+	RefusedStale       = "stale"
+	RefusedDuplicate   = "duplicate"
+	RefusedNotRunning  = "not_running"
+	RefusedRunFinished = "run_finished"
+)
 
 // ActionUncertain is emitted when a settling tool's settle window closed
 // without a settlement: the effect may or may not have happened and the run
@@ -363,6 +418,13 @@ type Reconciled struct {
 	Stored  bool            `json:"stored,omitempty"`
 }
 
+// The kinds of Reconciled.
+const (
+	ReconciledOutput      = "output"
+	ReconciledError       = "error"
+	ReconciledUnconfirmed = "unconfirmed"
+)
+
 // ActionsNotStarted is emitted when actions end without ever starting:
 // Reason "policy_failed", "budget_exhausted", "cancelled" or
 // "run_finished".
@@ -370,6 +432,14 @@ type ActionsNotStarted struct {
 	Actions []string `json:"actions"`
 	Reason  string   `json:"reason"`
 }
+
+// The reasons of ActionsNotStarted.
+const (
+	NotStartedPolicyFailed    = "policy_failed"
+	NotStartedBudgetExhausted = "budget_exhausted"
+	NotStartedCancelled       = "cancelled"
+	NotStartedRunFinished     = "run_finished"
+)
 
 // CancelRequested is emitted when a run is cancelled. Queued actions and
 // pending approvals end not_started in the same decision; running bodies
@@ -396,6 +466,12 @@ type RunRecovered struct {
 	Previous    string `json:"previous,omitempty"`
 	Cause       string `json:"cause"`
 }
+
+// The causes of RunRecovered.
+const (
+	RecoveredRunnerLost = "runner_lost"
+	RecoveredHandedOff  = "handed_off"
+)
 
 // Outcome is how a run finished (SEMANTICS.md §6). Kind is one of the
 // Outcome* constants; the other fields are set as the kind needs.

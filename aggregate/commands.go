@@ -1,0 +1,248 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// Command is something the outside world contributed to a run. The set is
+// closed: the structs of this file.
+type Command interface {
+	// CommandName is a stable name for logs and scripts, such as "start".
+	CommandName() string
+	isCommand()
+}
+
+// Start creates a run. It is decided on the empty State; on an existing run
+// it is refused already_started with SameInput (same agent and input,
+// correlation ignored).
+type Start struct {
+	Run         string
+	Agent       events.AgentRef
+	Input       string
+	Correlation string
+	Limits      events.Limits
+	// Typed is set when the agent has a typed final answer.
+	Typed bool
+	// Runner is the runner that starts and drives the run.
+	Runner string
+}
+
+// ModelReply is a model turn's successful reply for Turn. For a typed final
+// answer the runner decodes Reply.Turn.Text with the agent's codec first
+// and passes either Answer (the decoded JSON) or AnswerError (why it could
+// not be read).
+type ModelReply struct {
+	Turn        int64
+	Reply       model.Reply
+	Answer      json.RawMessage
+	AnswerError string
+}
+
+// ModelFailure is a model turn's failure for Turn (including the model
+// timeout, Kind timed_out).
+type ModelFailure struct {
+	Turn       int64
+	Kind       model.ErrorKind
+	Status     int
+	Message    string
+	RetryAfter time.Duration
+}
+
+// ResolveCalls carries the validation and policy outcome of every call of
+// the tool request of Turn, one Resolution per call in any order.
+type ResolveCalls struct {
+	Turn  int64
+	Calls []Resolution
+}
+
+// Resolution is what the runner found for one call: the validation outcome
+// (events.CallValid, CallUnknownTool, CallInvalidArguments with Detail and,
+// when valid, the Normalized arguments), then for a valid call the policy's
+// decision and the tool's configuration.
+type Resolution struct {
+	CallID     string
+	Validation string
+	Detail     string
+	Normalized json.RawMessage
+	Policy     PolicyResult
+	Tool       events.ToolConfig
+}
+
+// PolicyResult is a policy decision as the runner obtained it: Decision is
+// events.PolicyAllow, PolicyDeny (Reason), PolicyRequireApproval
+// (Requirement) or PolicyError (Reason: the error, panic or timeout).
+type PolicyResult struct {
+	Decision    string
+	Reason      string
+	Requirement events.Requirement
+}
+
+// Approve answers the approval request (Action, Revision) with a proof the
+// runner already verified (Reviewer, Verifier) and the policy's decision
+// re-run with the approver's context. Tool is the tool's configuration at
+// this time (its Timeout zero means the agent default).
+type Approve struct {
+	Action   string
+	Revision int
+	Reviewer string
+	Verifier string
+	Policy   PolicyResult
+	Tool     events.ToolConfig
+}
+
+// Reject answers the approval request (Action, Revision) with a rejection.
+// The policy is not re-run.
+type Reject struct {
+	Action   string
+	Revision int
+	Reason   string
+	By       string
+}
+
+// Report is a worker's report of an attempt's body: Outcome
+// events.OutcomeOutput (Content), OutcomeExplain (Message) or
+// OutcomeUncertain (Evidence).
+type Report struct {
+	Action   string
+	Attempt  int
+	Outcome  string
+	Content  json.RawMessage
+	Message  string
+	Evidence string
+}
+
+// Lost says that an attempt ended without a result of its own: Cause is
+// events.CauseCrashed or CauseWorkerLost (a timeout is TimerFired, a lost
+// runner is Recover, cancellation is Cancel).
+type Lost struct {
+	Action   string
+	Attempt  int
+	Cause    string
+	Evidence string
+}
+
+// Settle is a settlement offered through a settling tool's handle: Outcome
+// is events.OutcomeOutput (Content), OutcomeExplain (Message) or
+// OutcomeUncertain. Summary says what happened, for a person.
+type Settle struct {
+	Action  string
+	Outcome string
+	Content json.RawMessage
+	Message string
+	Summary string
+}
+
+// Reconcile records what happened to an uncertain action. Content is the
+// tool's encoded output, {"error": message} or {"unconfirmed": note}.
+// Stored is the stored-run form (reconcile_stored), for finished runs only.
+type Reconcile struct {
+	Action  string
+	Content json.RawMessage
+	By      string
+	Stored  bool
+}
+
+// Cancel cancels the run.
+type Cancel struct {
+	By     string
+	Reason string
+}
+
+// TimerKind is the closed set of durable timers a runner arms.
+type TimerKind string
+
+// The timer kinds.
+const (
+	TimerApprovalExpiry TimerKind = "approval_expiry" // Action, Revision
+	TimerSettleWindow   TimerKind = "settle_window"   // Action, Attempt
+	TimerModelRetry     TimerKind = "model_retry"     // Turn (the failed one)
+	TimerToolTimeout    TimerKind = "tool_timeout"    // Action, Attempt
+)
+
+// TimerFired says a timer armed from Pending's Work fired. A timer that is
+// no longer due (the state moved on) decides nothing.
+type TimerFired struct {
+	Kind     TimerKind
+	Action   string
+	Attempt  int
+	Revision int
+	Turn     int64
+}
+
+// HandOff is a draining runner giving the run up.
+type HandOff struct {
+	Runner string
+}
+
+// Recover is a runner taking over a run nobody drives. Cause is
+// events.RecoveredRunnerLost or RecoveredHandedOff.
+type Recover struct {
+	Runner string
+	Cause  string
+}
+
+// CommandName returns "start".
+func (Start) CommandName() string { return "start" }
+
+// CommandName returns "model_reply".
+func (ModelReply) CommandName() string { return "model_reply" }
+
+// CommandName returns "model_failure".
+func (ModelFailure) CommandName() string { return "model_failure" }
+
+// CommandName returns "resolve_calls".
+func (ResolveCalls) CommandName() string { return "resolve_calls" }
+
+// CommandName returns "approve".
+func (Approve) CommandName() string { return "approve" }
+
+// CommandName returns "reject".
+func (Reject) CommandName() string { return "reject" }
+
+// CommandName returns "report".
+func (Report) CommandName() string { return "report" }
+
+// CommandName returns "lost".
+func (Lost) CommandName() string { return "lost" }
+
+// CommandName returns "settle".
+func (Settle) CommandName() string { return "settle" }
+
+// CommandName returns "reconcile" or "reconcile_stored".
+func (c Reconcile) CommandName() string {
+	if c.Stored {
+		return "reconcile_stored"
+	}
+	return "reconcile"
+}
+
+// CommandName returns "cancel".
+func (Cancel) CommandName() string { return "cancel" }
+
+// CommandName returns "timer_fired".
+func (TimerFired) CommandName() string { return "timer_fired" }
+
+// CommandName returns "hand_off".
+func (HandOff) CommandName() string { return "hand_off" }
+
+// CommandName returns "recover".
+func (Recover) CommandName() string { return "recover" }
+
+func (Start) isCommand()        {}
+func (ModelReply) isCommand()   {}
+func (ModelFailure) isCommand() {}
+func (ResolveCalls) isCommand() {}
+func (Approve) isCommand()      {}
+func (Reject) isCommand()       {}
+func (Report) isCommand()       {}
+func (Lost) isCommand()         {}
+func (Settle) isCommand()       {}
+func (Reconcile) isCommand()    {}
+func (Cancel) isCommand()       {}
+func (TimerFired) isCommand()   {}
+func (HandOff) isCommand()      {}
+func (Recover) isCommand()      {}

@@ -1,0 +1,873 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// Decide decides what happens when command c meets the run in state s at
+// the store time now (the time the runner stamps on the appended events).
+// It is pure: it does not change s and reads no clock. It returns the
+// events to append, or a *weft.Error refusal whose Code is a protocol error
+// code. A refusal may come with events that must be appended all the same:
+// approval expiries that were due (applied before any command is judged)
+// and the SettlementRefused audit record of a not_awaited settlement.
+//
+// Before judging any command on a live run, Decide applies every approval
+// expiry due at now. After the command, it emits the follow-on events the
+// new state calls for: attempts fenced for free concurrency slots, the next
+// model turn once every action of the batch is model-visible, a due model
+// retry, and the run's end.
+func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
+	if st, ok := c.(Start); ok {
+		return decideStart(s, st, now)
+	}
+	if !s.started {
+		return nil, weft.Errorf(weft.CodeUnknownRun, "run %q does not exist", s.run)
+	}
+	d := &decider{s: s.Clone(), now: now}
+	if !d.s.finished && !d.s.cancelling {
+		d.expireDue()
+	}
+	err := d.command(c)
+	if err == nil || len(d.evs) > 0 {
+		d.advance()
+	}
+	return d.evs, err
+}
+
+// decider accumulates the events of one decision, folding each into its
+// private copy of the state so that later steps see earlier ones.
+type decider struct {
+	s   State
+	now time.Time
+	evs []events.Event
+}
+
+func (d *decider) emit(e events.Event) {
+	d.evs = append(d.evs, e)
+	d.s.evolve(events.Recorded{Run: d.s.run, Version: d.s.version + 1, At: d.now, Event: e})
+}
+
+func (d *decider) command(c Command) error {
+	switch c := c.(type) {
+	case ModelReply:
+		return d.modelReply(c)
+	case ModelFailure:
+		return d.modelFailure(c)
+	case ResolveCalls:
+		return d.resolveCalls(c)
+	case Approve:
+		return d.approve(c)
+	case Reject:
+		return d.reject(c)
+	case Report:
+		return d.report(c)
+	case Lost:
+		return d.lost(c)
+	case Settle:
+		return d.settle(c)
+	case Reconcile:
+		return d.reconcile(c)
+	case Cancel:
+		return d.cancel(c)
+	case TimerFired:
+		return d.timerFired(c)
+	case HandOff:
+		return d.handOff(c)
+	case Recover:
+		return d.recover(c)
+	}
+	return weft.Errorf(weft.CodeInternal, "unknown command %T", c)
+}
+
+func (d *decider) runEnded() error {
+	return &weft.Error{Code: weft.CodeRunEnded, Reason: d.s.outcome.Kind, Message: fmt.Sprintf("run %s has finished", d.s.run)}
+}
+
+func (d *decider) at(m events.Millis) *time.Time {
+	dur, ok := m.Duration()
+	if !ok || m == 0 {
+		return nil
+	}
+	t := d.now.Add(dur)
+	return &t
+}
+
+// ---- start
+
+func decideStart(s State, c Start, now time.Time) ([]events.Event, error) {
+	if s.started {
+		same := s.start.Agent == c.Agent && s.start.Input == c.Input
+		return nil, &weft.Error{Code: weft.CodeAlreadyStarted, Message: fmt.Sprintf("run %s exists", s.run), SameInput: &same}
+	}
+	if !validRunID(c.Run) {
+		return nil, weft.Errorf(weft.CodeInvalidName, "run id %q: 1-128 of [A-Za-z0-9_-]", c.Run)
+	}
+	l := c.Limits
+	switch {
+	case l.MaxTurns < 1:
+		return nil, weft.Errorf(weft.CodeInvalidRequest, "max turns %d: allowed 1..2^53-1", l.MaxTurns)
+	case l.MaxConcurrency < 1:
+		return nil, weft.Errorf(weft.CodeInvalidRequest, "max concurrency %d: allowed 1..", l.MaxConcurrency)
+	case l.TokenBudget < 0:
+		return nil, weft.Errorf(weft.CodeInvalidRequest, "token budget %d: allowed 1..", l.TokenBudget)
+	case l.MaxResultBytes < 1:
+		return nil, weft.Errorf(weft.CodeInvalidRequest, "max result bytes %d: allowed 1..", l.MaxResultBytes)
+	}
+	d := &decider{s: State{run: c.Run}, now: now}
+	d.emit(events.RunStarted{Agent: c.Agent, Input: c.Input, Correlation: c.Correlation, Limits: l, Typed: c.Typed, Runner: c.Runner})
+	d.requestTurn(events.TurnStart)
+	return d.evs, nil
+}
+
+func validRunID(id string) bool {
+	if len(id) < 1 || len(id) > 128 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ---- model turns
+
+// requestTurn requests the next turn, or ends the run when no turn is left.
+func (d *decider) requestTurn(why string) {
+	l := d.s.start.Limits
+	if d.s.turn >= l.MaxTurns {
+		d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+		return
+	}
+	d.emit(events.ModelRequested{Turn: d.s.turn + 1, Incarnation: d.s.incarnation, Why: why, Deadline: d.at(l.ModelTimeout)})
+}
+
+func (d *decider) awaitTurn(turn int64) error {
+	if d.s.finished || d.s.cancelling {
+		return &weft.Error{Code: weft.CodeRunEnded, Reason: events.OutcomeCancelled, Message: fmt.Sprintf("run %s has ended; the reply of turn %d is discarded", d.s.run, turn)}
+	}
+	if !d.s.modelPending || turn != d.s.turn {
+		return weft.Errorf(weft.CodeStaleReference, "turn %d is not awaited (current turn %d, awaiting %v)", turn, d.s.turn, d.s.modelPending)
+	}
+	return nil
+}
+
+func (d *decider) modelReply(c ModelReply) error {
+	if d.s.finished {
+		return d.runEnded()
+	}
+	if err := d.awaitTurn(c.Turn); err != nil {
+		return err
+	}
+	r := c.Reply
+	d.emit(events.ModelReplied{Turn: c.Turn, Kind: r.Kind, Text: r.Turn.Text, Calls: r.Turn.Calls, ProviderData: r.Turn.ProviderData, Reason: r.Reason, Usage: r.Usage})
+	l := d.s.start.Limits
+	if l.TokenBudget > 0 {
+		if r.Usage == nil {
+			d.finish(events.Outcome{Kind: events.OutcomeBudgetUnverifiable, Turn: c.Turn}, events.NotStartedBudgetExhausted)
+			return nil
+		}
+		if d.s.tokens > l.TokenBudget {
+			d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTokenLimit, Limit: l.TokenBudget, Used: d.s.tokens}, events.NotStartedBudgetExhausted)
+			return nil
+		}
+	}
+	switch r.Kind {
+	case model.ReplyRefusal:
+		d.finish(events.Outcome{Kind: events.OutcomeRefused, Reason: r.Reason}, events.NotStartedRunFinished)
+	case model.ReplyTruncated:
+		partial := r.Reason
+		if partial == "" {
+			partial = r.Turn.Text
+		}
+		d.finish(events.Outcome{Kind: events.OutcomeOutputLimited, Partial: partial}, events.NotStartedRunFinished)
+	case model.ReplyFinalAnswer:
+		d.finalAnswer(c)
+	case model.ReplyToolRequest:
+		if !validCalls(r.Turn.Calls) {
+			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelProtocolViolation, Turn: c.Turn}, events.NotStartedRunFinished)
+			return nil
+		}
+		if d.s.turn >= l.MaxTurns {
+			// The results could not be fed to another permitted turn.
+			d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+		}
+	default:
+		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelProtocolViolation, Turn: c.Turn}, events.NotStartedRunFinished)
+	}
+	return nil
+}
+
+func (d *decider) finalAnswer(c ModelReply) {
+	text := c.Reply.Turn.Text
+	if !d.s.start.Typed {
+		b, _ := json.Marshal(text)
+		d.finish(events.Outcome{Kind: events.OutcomeCompleted, Answer: b}, events.NotStartedRunFinished)
+		return
+	}
+	if c.AnswerError == "" && len(c.Answer) > 0 && json.Valid(c.Answer) {
+		d.finish(events.Outcome{Kind: events.OutcomeCompleted, Answer: c.Answer}, events.NotStartedRunFinished)
+		return
+	}
+	reason := c.AnswerError
+	if reason == "" {
+		reason = "no answer was decoded"
+	}
+	l := d.s.start.Limits
+	attempts := max(l.AnswerAttempts, 1)
+	if d.s.corrections+1 < attempts && d.s.turn < l.MaxTurns {
+		d.emit(events.AnswerRejected{Turn: c.Turn, Reason: reason})
+		d.requestTurn(events.TurnCorrection)
+		return
+	}
+	d.finish(events.Outcome{Kind: events.OutcomeAnswerInvalid, Raw: text, Reason: reason}, events.NotStartedRunFinished)
+}
+
+func (d *decider) modelFailure(c ModelFailure) error {
+	if d.s.finished {
+		return d.runEnded()
+	}
+	if err := d.awaitTurn(c.Turn); err != nil {
+		return err
+	}
+	ev := events.ModelFailed{Turn: c.Turn, Kind: c.Kind, Status: c.Status, Message: c.Message, RetryAfter: events.MillisOf(c.RetryAfter)}
+	l := d.s.start.Limits
+	if !c.Kind.Retryable() {
+		d.emit(ev)
+		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelFailed, Turn: c.Turn}, events.NotStartedRunFinished)
+		return nil
+	}
+	if d.s.turn >= l.MaxTurns {
+		d.emit(ev)
+		d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+		return nil
+	}
+	at := d.now.Add(RetryDelay(l.ModelRetryDelay, d.s.failures, c.RetryAfter))
+	ev.RetryAt = &at
+	d.emit(ev)
+	return nil
+}
+
+// RetryDelay is the delay before retrying a retryable model failure: the
+// agent's retry delay doubled per earlier consecutive failure up to 64×,
+// or the provider's retry-after (capped at 10 minutes) when longer.
+func RetryDelay(base events.Millis, earlierFailures int, retryAfter time.Duration) time.Duration {
+	b, _ := base.Duration()
+	delay := b << min(earlierFailures, 6)
+	retryAfter = min(retryAfter, 10*time.Minute)
+	return max(delay, retryAfter)
+}
+
+// ---- calls, policy, approvals
+
+func validConfig(c events.ToolConfig) error {
+	const maxMillis = 1<<32 - 1
+	switch {
+	case c.MaxAttempts < 0 || c.MaxAttempts > 100:
+		return weft.Errorf(weft.CodeInvalidRequest, "max attempts %d: allowed 1..100", c.MaxAttempts)
+	case c.Timeout != events.Infinite && (c.Timeout < 0 || c.Timeout > maxMillis):
+		return weft.Errorf(weft.CodeInvalidRequest, "timeout %d ms: allowed 1 ms..2^32-1 ms or infinity", c.Timeout)
+	case c.SettleWithin < 0 || c.SettleWithin > maxMillis:
+		return weft.Errorf(weft.CodeInvalidRequest, "settle within %d ms: allowed 1 ms..2^32-1 ms", c.SettleWithin)
+	}
+	return nil
+}
+
+// config resolves a tool configuration's defaults against the run's limits.
+func (d *decider) config(c events.ToolConfig) events.ToolConfig {
+	if c.Timeout == 0 {
+		c.Timeout = d.s.start.Limits.ToolTimeout
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 1
+	}
+	return c
+}
+
+func validPolicy(p PolicyResult) error {
+	switch p.Decision {
+	case events.PolicyAllow, events.PolicyDeny, events.PolicyError:
+		return nil
+	case events.PolicyRequireApproval:
+		if p.Requirement.Name == "" {
+			return weft.Errorf(weft.CodeInvalidRequest, "require_approval without a requirement")
+		}
+		return nil
+	}
+	return weft.Errorf(weft.CodeInvalidRequest, "policy decision %q", p.Decision)
+}
+
+func (d *decider) resolveCalls(c ResolveCalls) error {
+	if d.s.finished {
+		return d.runEnded()
+	}
+	var want []Action
+	for _, a := range d.s.actions {
+		if a.Turn == c.Turn && a.State == ActionRequested {
+			want = append(want, a)
+		}
+	}
+	if len(want) == 0 {
+		return weft.Errorf(weft.CodeStaleReference, "no calls of turn %d await validation", c.Turn)
+	}
+	byCall := make(map[string]Resolution, len(c.Calls))
+	for _, r := range c.Calls {
+		if _, dup := byCall[r.CallID]; dup {
+			return weft.Errorf(weft.CodeInvalidRequest, "call %s resolved twice", r.CallID)
+		}
+		byCall[r.CallID] = r
+	}
+	if len(byCall) != len(want) {
+		return weft.Errorf(weft.CodeInvalidRequest, "%d resolutions for %d calls of turn %d", len(byCall), len(want), c.Turn)
+	}
+	policyFailed := ""
+	for _, a := range want {
+		r, ok := byCall[a.CallID]
+		if !ok {
+			return weft.Errorf(weft.CodeInvalidRequest, "call %s of turn %d is not resolved", a.CallID, c.Turn)
+		}
+		switch r.Validation {
+		case events.CallUnknownTool, events.CallInvalidArguments:
+			continue
+		case events.CallValid:
+		default:
+			return weft.Errorf(weft.CodeInvalidRequest, "call %s: validation %q", a.CallID, r.Validation)
+		}
+		if err := validPolicy(r.Policy); err != nil {
+			return err
+		}
+		if err := validConfig(r.Tool); err != nil {
+			return err
+		}
+		if r.Policy.Decision == events.PolicyError && policyFailed == "" {
+			policyFailed = a.ID
+		}
+	}
+	for _, a := range want {
+		r := byCall[a.CallID]
+		ev := events.CallValidated{Action: a.ID, Turn: a.Turn, CallID: a.CallID, Tool: a.Tool, Outcome: r.Validation, Detail: r.Detail}
+		if r.Validation == events.CallValid && len(r.Normalized) > 0 && string(r.Normalized) != string(a.Arguments) {
+			ev.Normalized = r.Normalized
+		}
+		d.emit(ev)
+	}
+	if policyFailed != "" {
+		for _, a := range want {
+			if r := byCall[a.CallID]; r.Validation == events.CallValid && r.Policy.Decision == events.PolicyError {
+				d.emit(events.PolicyDecided{Action: a.ID, Context: "model", Decision: events.PolicyError, Reason: r.Policy.Reason})
+			}
+		}
+		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonPolicyFailed, Action: policyFailed}, events.NotStartedPolicyFailed)
+		return nil
+	}
+	for _, a := range want {
+		r := byCall[a.CallID]
+		if r.Validation != events.CallValid {
+			continue
+		}
+		pd := events.PolicyDecided{Action: a.ID, Context: "model", Decision: r.Policy.Decision, Reason: r.Policy.Reason}
+		if r.Policy.Decision == events.PolicyRequireApproval {
+			req := r.Policy.Requirement
+			pd.Requirement = &req
+		}
+		d.emit(pd)
+		switch r.Policy.Decision {
+		case events.PolicyAllow:
+			d.emit(events.ActionQueued{Action: a.ID, Why: events.QueuedAllowed, Config: d.config(r.Tool)})
+		case events.PolicyRequireApproval:
+			d.ask(a.ID, r.Policy.Requirement, events.AskPolicy)
+		}
+	}
+	return nil
+}
+
+// ask emits an approval request with the run's next revision.
+func (d *decider) ask(action string, req events.Requirement, why string) {
+	d.emit(events.ApprovalRequested{Action: action, Revision: d.s.revision + 1, Requirement: req, Expires: d.at(d.s.start.Limits.ApprovalExpiry), Why: why})
+}
+
+// expireDue applies every approval expiry due at now, in action order.
+func (d *decider) expireDue() {
+	for _, a := range d.s.actions {
+		if a.State == ActionAwaitingApproval && a.Request.Pending() && !a.Request.Expires.IsZero() && !d.now.Before(a.Request.Expires) {
+			d.emit(events.ApprovalAnswered{Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Answer: events.AnswerExpired})
+		}
+	}
+}
+
+// CheckAnswer is the pure pre-check of an approval answer (approve or
+// reject) for the request (action, revision) at the store time now. A
+// runner calls it before it verifies a proof or re-runs the policy, and
+// verifies the proof against the returned request's requirement. It refuses
+// with run_ended, wrong_reference (no such action, or an action that never
+// asked for approval), stale_reference (not the action's latest revision),
+// approval_expired (the request expired, or expires at now) or
+// already_answered.
+func CheckAnswer(s State, action string, revision int, now time.Time) (Approval, error) {
+	if !s.started {
+		return Approval{}, weft.Errorf(weft.CodeUnknownRun, "run %q does not exist", s.run)
+	}
+	if s.finished {
+		return Approval{}, &weft.Error{Code: weft.CodeRunEnded, Reason: s.outcome.Kind, Message: fmt.Sprintf("run %s has finished", s.run)}
+	}
+	if s.cancelling {
+		return Approval{}, &weft.Error{Code: weft.CodeRunEnded, Reason: events.OutcomeCancelled, Message: fmt.Sprintf("run %s is being cancelled", s.run)}
+	}
+	a, ok := s.Action(action)
+	if !ok || a.Request.Revision == 0 {
+		return Approval{}, weft.Errorf(weft.CodeWrongReference, "run %s has no approval request for action %q", s.run, action)
+	}
+	if revision != a.Request.Revision {
+		return Approval{}, weft.Errorf(weft.CodeStaleReference, "action %s: revision %d superseded by %d", action, revision, a.Request.Revision)
+	}
+	switch {
+	case a.Request.Answer == events.AnswerExpired:
+		return Approval{}, weft.Errorf(weft.CodeApprovalExpired, "action %s: revision %d expired at %s", action, revision, a.Request.Expires.UTC().Format(time.RFC3339Nano))
+	case a.Request.Answer != "":
+		return Approval{}, &weft.Error{Code: weft.CodeAlreadyAnswered, Reason: a.Request.Answer, Message: fmt.Sprintf("action %s: revision %d already answered", action, revision)}
+	case !a.Request.Expires.IsZero() && !now.Before(a.Request.Expires):
+		return Approval{}, weft.Errorf(weft.CodeApprovalExpired, "action %s: revision %d expired at %s", action, revision, a.Request.Expires.UTC().Format(time.RFC3339Nano))
+	}
+	return a.Request, nil
+}
+
+func (d *decider) approve(c Approve) error {
+	req, err := CheckAnswer(d.s, c.Action, c.Revision, d.now)
+	if err != nil {
+		return err
+	}
+	if err := validPolicy(c.Policy); err != nil {
+		return err
+	}
+	if err := validConfig(c.Tool); err != nil {
+		return err
+	}
+	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier})
+	pd := events.PolicyDecided{Action: c.Action, Context: "approval", Decision: c.Policy.Decision, Reason: c.Policy.Reason}
+	if c.Policy.Decision == events.PolicyRequireApproval {
+		r := c.Policy.Requirement
+		pd.Requirement = &r
+	}
+	d.emit(pd)
+	switch c.Policy.Decision {
+	case events.PolicyAllow:
+		d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: d.config(c.Tool)})
+	case events.PolicyRequireApproval:
+		if c.Policy.Requirement == req.Requirement {
+			d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: d.config(c.Tool)})
+			break
+		}
+		d.emit(events.RequirementChanged{Action: c.Action, Revision: c.Revision, From: req.Requirement, To: c.Policy.Requirement})
+		d.ask(c.Action, c.Policy.Requirement, events.AskRequirementChanged)
+	case events.PolicyError:
+		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonPolicyFailed, Action: c.Action}, events.NotStartedPolicyFailed)
+	}
+	return nil
+}
+
+func (d *decider) reject(c Reject) error {
+	req, err := CheckAnswer(d.s, c.Action, c.Revision, d.now)
+	if err != nil {
+		return err
+	}
+	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerReject, Reason: c.Reason, Reviewer: c.By})
+	return nil
+}
+
+// ---- attempts
+
+// fence starts the next attempt of a queued action.
+func (d *decider) fence(a Action) {
+	cfg := a.Config
+	d.emit(events.AttemptFenced{
+		Action: a.ID, Tool: a.Tool, Attempt: a.Attempts + 1, Incarnation: d.s.incarnation,
+		Timeout: cfg.Timeout, MaxAttempts: cfg.MaxAttempts, SettleWithin: cfg.SettleWithin,
+		Deadline: d.at(cfg.Timeout),
+	})
+}
+
+// lose decides a lost attempt from its recorded fence alone: a replay while
+// the recorded budget allows one (re-asking approval first when an approved
+// action lost its runner), else the settle window after a timeout, else an
+// uncertain effect.
+func (d *decider) lose(a Action, cause, evidence string) {
+	f := a.Attempt
+	ev := events.AttemptLost{Action: a.ID, Attempt: f.Attempt, Cause: cause, Evidence: evidence}
+	switch {
+	case f.Attempt < f.MaxAttempts:
+		ev.Next = events.NextReplay
+		if cause == events.CauseRunnerLost && a.Approved {
+			ev.Next = events.NextReapprove
+		}
+	case cause == events.CauseTimedOut && f.SettleWithin > 0:
+		ev.Next = events.NextSettle
+		ev.SettleBy = d.at(f.SettleWithin)
+	default:
+		ev.Next = events.NextUncertain
+		if f.MaxAttempts > 1 {
+			ev.Evidence = fmt.Sprintf("%s; replay budget exhausted (%d of %d attempts)", evidence, f.Attempt, f.MaxAttempts)
+		}
+	}
+	d.emit(ev)
+	if ev.Next == events.NextReapprove {
+		req := a.Request.Requirement
+		d.ask(a.ID, req, events.AskRecovery)
+	}
+}
+
+// stop records a running attempt stopped by cancellation or the run's end:
+// a settling tool waits for its settlement, anything else is uncertain.
+func (d *decider) stop(a Action, why string) {
+	f := a.Attempt
+	ev := events.AttemptLost{Action: a.ID, Attempt: f.Attempt, Cause: events.CauseStopped, Evidence: "stopped while running: " + why, Next: events.NextUncertain}
+	if f.SettleWithin > 0 && why == "cancelled" {
+		ev.Next = events.NextSettle
+		ev.SettleBy = d.at(f.SettleWithin)
+	}
+	d.emit(ev)
+}
+
+func (d *decider) report(c Report) error {
+	a, ok := d.s.Action(c.Action)
+	if !ok {
+		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedForeign})
+		return nil
+	}
+	switch c.Outcome {
+	case events.OutcomeOutput:
+		if !json.Valid(c.Content) {
+			return weft.Errorf(weft.CodeInvalidRequest, "report of %s attempt %d: content is not JSON", c.Action, c.Attempt)
+		}
+	case events.OutcomeExplain, events.OutcomeUncertain:
+	default:
+		return weft.Errorf(weft.CodeInvalidRequest, "report outcome %q", c.Outcome)
+	}
+	if c.Attempt != a.Attempts || a.Attempts == 0 {
+		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
+		return nil
+	}
+	switch a.State {
+	case ActionRunning, ActionSettling:
+		if d.s.finished {
+			break
+		}
+		if c.Outcome == events.OutcomeOutput && int64(len(c.Content)) > d.s.start.Limits.MaxResultBytes {
+			d.emit(events.AttemptReported{Action: c.Action, Attempt: c.Attempt, Outcome: events.OutcomeOversize, Bytes: int64(len(c.Content))})
+			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonOutputEncodingFailed, Action: c.Action, Setting: "max_result_bytes", Limit: d.s.start.Limits.MaxResultBytes, Used: int64(len(c.Content))}, events.NotStartedRunFinished)
+			return nil
+		}
+		d.emit(events.AttemptReported{Action: c.Action, Attempt: c.Attempt, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Evidence: c.Evidence})
+		return nil
+	case ActionUncertain:
+		// A late report of the attempt whose loss made the action uncertain
+		// is treated as a settlement: one definite result is accepted.
+		if !d.s.finished && c.Outcome != events.OutcomeUncertain && (c.Outcome != events.OutcomeOutput || int64(len(c.Content)) <= d.s.start.Limits.MaxResultBytes) {
+			d.emit(events.SettlementAccepted{Action: c.Action, Attempt: c.Attempt, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Summary: "late report of attempt " + fmt.Sprint(c.Attempt), Late: true})
+			return nil
+		}
+	}
+	reason := events.RefusedDuplicate
+	if d.s.finished {
+		reason = events.RefusedRunFinished
+	} else if !a.State.Ended() && a.State != ActionUncertain {
+		reason = events.RefusedNotRunning
+	}
+	d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: reason})
+	return nil
+}
+
+func (d *decider) lost(c Lost) error {
+	if d.s.finished {
+		return d.runEnded()
+	}
+	a, ok := d.s.Action(c.Action)
+	if !ok {
+		return weft.Errorf(weft.CodeWrongReference, "run %s has no action %q", d.s.run, c.Action)
+	}
+	switch c.Cause {
+	case events.CauseCrashed, events.CauseWorkerLost, events.CauseTimedOut:
+	default:
+		return weft.Errorf(weft.CodeInvalidRequest, "lost cause %q", c.Cause)
+	}
+	if a.State != ActionRunning || c.Attempt != a.Attempts {
+		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
+		return nil
+	}
+	ev := c.Evidence
+	if ev == "" {
+		ev = c.Cause
+	}
+	d.lose(a, c.Cause, ev)
+	return nil
+}
+
+func (d *decider) timerFired(c TimerFired) error {
+	if d.s.finished {
+		return nil
+	}
+	switch c.Kind {
+	case TimerToolTimeout:
+		a, ok := d.s.Action(c.Action)
+		if ok && a.State == ActionRunning && a.Attempts == c.Attempt && a.Attempt.Deadline != nil && !d.now.Before(*a.Attempt.Deadline) {
+			d.lose(a, events.CauseTimedOut, fmt.Sprintf("attempt %d timed out after %d ms", a.Attempts, a.Attempt.Timeout))
+		}
+	case TimerSettleWindow:
+		a, ok := d.s.Action(c.Action)
+		if ok && a.State == ActionSettling && a.Attempts == c.Attempt && !d.now.Before(a.SettleBy) {
+			d.emit(events.ActionUncertain{Action: a.ID, Evidence: fmt.Sprintf("%s; no settlement within %d ms", a.Detail, a.Attempt.SettleWithin)})
+		}
+	case TimerApprovalExpiry, TimerModelRetry:
+		// Applied by expireDue and advance.
+	default:
+		return weft.Errorf(weft.CodeInvalidRequest, "timer kind %q", c.Kind)
+	}
+	return nil
+}
+
+// ---- settlement and reconciliation
+
+func (d *decider) settle(c Settle) error {
+	a, ok := d.s.Action(c.Action)
+	if !ok {
+		return weft.Errorf(weft.CodeWrongReference, "run %s has no action %q", d.s.run, c.Action)
+	}
+	switch c.Outcome {
+	case events.OutcomeOutput:
+		if !json.Valid(c.Content) {
+			return weft.Errorf(weft.CodeInvalidContent, "settlement content is not JSON")
+		}
+	case events.OutcomeExplain, events.OutcomeUncertain:
+	default:
+		return weft.Errorf(weft.CodeInvalidRequest, "settlement outcome %q", c.Outcome)
+	}
+	switch a.State {
+	case ActionSucceeded, ActionToolFailed, ActionReconciled, ActionFaulted:
+		return &weft.Error{Code: weft.CodeAlreadyRecorded, Reason: string(a.State), Message: fmt.Sprintf("action %s already has its result", a.ID)}
+	case ActionRunning:
+		return &weft.Error{Code: weft.CodeNotAwaited, Reason: "body_running", Message: fmt.Sprintf("action %s: the body may still return; wait for its report", a.ID)}
+	}
+	refuse := func(why string) error {
+		d.emit(events.SettlementRefused{Action: a.ID, Reason: string(weft.CodeNotAwaited), Summary: c.Summary})
+		return &weft.Error{Code: weft.CodeNotAwaited, Reason: why, Message: fmt.Sprintf("action %s: no settlement is awaited; a person must reconcile", a.ID)}
+	}
+	if d.s.finished {
+		return refuse("run_finished")
+	}
+	switch a.State {
+	case ActionSettling:
+		d.emit(events.SettlementAccepted{Action: a.ID, Attempt: a.Attempts, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Summary: c.Summary})
+		return nil
+	case ActionUncertain:
+		if c.Outcome == events.OutcomeUncertain {
+			return refuse("uncertain")
+		}
+		d.emit(events.SettlementAccepted{Action: a.ID, Attempt: a.Attempts, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Summary: c.Summary, Late: true})
+		return nil
+	}
+	return refuse(string(a.State))
+}
+
+func (d *decider) reconcile(c Reconcile) error {
+	if c.Stored && !d.s.finished {
+		return weft.Errorf(weft.CodeRunActive, "run %s is live: use reconcile", d.s.run)
+	}
+	if !c.Stored && d.s.finished {
+		return d.runEnded()
+	}
+	a, ok := d.s.Action(c.Action)
+	if !ok {
+		return weft.Errorf(weft.CodeWrongReference, "run %s has no action %q", d.s.run, c.Action)
+	}
+	if a.State != ActionUncertain {
+		return &weft.Error{Code: weft.CodeNotReconcilable, Reason: string(a.State), Message: fmt.Sprintf("action %s is %s, not uncertain", a.ID, a.State)}
+	}
+	kind, err := ContentKind(c.Content)
+	if err != nil {
+		return err
+	}
+	d.emit(events.Reconciled{Action: a.ID, Kind: kind, Content: c.Content, By: c.By, Stored: c.Stored})
+	return nil
+}
+
+// ContentKind classifies reconciliation content: {"unconfirmed": note} is
+// events.ReconciledUnconfirmed, an object with an "error" member is
+// ReconciledError, any other JSON value is ReconciledOutput. Content that
+// is not JSON is refused invalid_content.
+func ContentKind(content json.RawMessage) (string, error) {
+	if len(content) == 0 || !json.Valid(content) {
+		return "", weft.Errorf(weft.CodeInvalidContent, "reconciliation content is not a JSON value")
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(content, &obj) == nil && obj != nil {
+		if _, ok := obj["unconfirmed"]; ok && len(obj) == 1 {
+			return events.ReconciledUnconfirmed, nil
+		}
+		if _, ok := obj["error"]; ok {
+			return events.ReconciledError, nil
+		}
+	}
+	return events.ReconciledOutput, nil
+}
+
+// ---- cancellation, hand-off, recovery
+
+func (d *decider) cancel(c Cancel) error {
+	if d.s.finished || d.s.cancelling {
+		return &weft.Error{Code: weft.CodeRunEnded, Reason: events.OutcomeCancelled, Message: fmt.Sprintf("run %s has ended or is being cancelled", d.s.run)}
+	}
+	d.emit(events.CancelRequested{By: c.By, Reason: c.Reason})
+	d.notStarted(events.NotStartedCancelled)
+	for _, a := range d.s.actions {
+		if a.State == ActionRunning {
+			d.stop(a, "cancelled")
+		}
+	}
+	return nil
+}
+
+func (d *decider) handOff(c HandOff) error {
+	if d.s.finished {
+		return d.runEnded()
+	}
+	if d.s.handedOff {
+		return nil
+	}
+	d.emit(events.RunHandedOff{Runner: c.Runner, Incarnation: d.s.incarnation})
+	return nil
+}
+
+func (d *decider) recover(c Recover) error {
+	if d.s.finished {
+		return d.runEnded()
+	}
+	switch c.Cause {
+	case events.RecoveredRunnerLost, events.RecoveredHandedOff:
+	default:
+		return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %q", c.Cause)
+	}
+	previous := d.s.runner
+	d.emit(events.RunRecovered{Runner: c.Runner, Incarnation: d.s.incarnation + 1, Previous: previous, Cause: c.Cause})
+	for _, a := range d.s.actions {
+		switch {
+		case a.State == ActionRunning:
+			d.lose(a, events.CauseRunnerLost, fmt.Sprintf("runner %s lost while attempt %d ran (incarnation %d)", previous, a.Attempts, a.Attempt.Incarnation))
+		case a.State == ActionQueued && a.Approved:
+			// Approved but not started: the approval is asked again.
+			d.ask(a.ID, a.Request.Requirement, events.AskRecovery)
+		}
+	}
+	if d.s.modelPending && !d.s.cancelling {
+		d.requestTurnRecovery()
+	}
+	return nil
+}
+
+// requestTurnRecovery re-issues a model call lost with its runner: the lost
+// call spent its turn.
+func (d *decider) requestTurnRecovery() {
+	l := d.s.start.Limits
+	if d.s.turn >= l.MaxTurns {
+		d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+		return
+	}
+	d.emit(events.ModelRequested{Turn: d.s.turn + 1, Incarnation: d.s.incarnation, Why: events.TurnRecovery, Deadline: d.at(l.ModelTimeout)})
+}
+
+// ---- follow-ons
+
+// notStarted ends every live action that never started.
+func (d *decider) notStarted(reason string) {
+	var ids []string
+	for _, a := range d.s.actions {
+		switch a.State {
+		case ActionRequested, ActionAwaitingApproval, ActionQueued:
+			ids = append(ids, a.ID)
+		}
+	}
+	if len(ids) > 0 {
+		d.emit(events.ActionsNotStarted{Actions: ids, Reason: reason})
+	}
+}
+
+// finish ends the run with o: actions that never started end not_started
+// (reason), bodies still running are stopped (their effect is uncertain)
+// and open settle windows close.
+func (d *decider) finish(o events.Outcome, reason string) {
+	d.notStarted(reason)
+	for _, a := range d.s.actions {
+		switch a.State {
+		case ActionRunning:
+			d.stop(a, "the run finished "+o.Kind)
+		case ActionSettling:
+			d.emit(events.ActionUncertain{Action: a.ID, Evidence: a.Detail + "; the run finished " + o.Kind})
+		}
+	}
+	d.emit(events.RunFinished{Outcome: o})
+}
+
+// advance emits what the state calls for after a decision.
+func (d *decider) advance() {
+	s := &d.s
+	if s.finished {
+		return
+	}
+	if s.cancelling {
+		for _, a := range s.actions {
+			if a.State == ActionRunning || a.State == ActionSettling {
+				return
+			}
+		}
+		d.emit(events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCancelled}})
+		return
+	}
+	if s.handedOff {
+		return
+	}
+	running := 0
+	for _, a := range s.actions {
+		if a.State == ActionRunning {
+			running++
+		}
+	}
+	for _, a := range slices.Clone(s.actions) {
+		if running >= s.start.Limits.MaxConcurrency {
+			break
+		}
+		if a.State == ActionQueued {
+			d.fence(a)
+			running++
+		}
+	}
+	if s.modelPending {
+		return
+	}
+	if s.retryAt != nil {
+		if !d.now.Before(*s.retryAt) {
+			d.requestTurn(events.TurnRetry)
+		}
+		return
+	}
+	if s.batch != 0 && s.turn == s.batch && s.batchVisible() {
+		d.requestTurn(events.TurnToolResults)
+	}
+}
+
+// batchVisible reports whether every action of the current batch ended
+// model-visible.
+func (s *State) batchVisible() bool {
+	for _, a := range s.actions {
+		if a.Turn == s.batch && !a.State.ModelVisible() {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,61 @@
+// Package aggregate is Weft's pure decision core for one run: given the
+// run's State, a Command and the store's time, Decide says which events
+// happen; Evolve folds a recorded event into the State. Everything in
+// SEMANTICS.md §2–§10 that is a decision lives here, so that any runner —
+// or an auditor offline — reaches the same conclusion from the same log.
+// There is no I/O, no clock, no randomness and no map iteration in here;
+// times and ids arrive as arguments.
+//
+// # Who calls what, in which order
+//
+// A runner drives a run in the etcd-raft style: it persists before it acts.
+//
+//  1. Load the run's history and Fold it (or Evolve a snapshot with the
+//     tail). If the run is driven by nobody (its runner was lost or handed it
+//     off), Decide a Recover command first (step 2–4), which bumps the
+//     incarnation and decides every lost attempt from its recorded fence.
+//  2. Decide(state, command, now), where now is the store time the runner
+//     will pass to eventlog.Append as the recorded time of the batch. Decide
+//     never changes state: it returns the events, or a *weft.Error refusal.
+//     Decide may return events together with a refusal (expiries that were
+//     due before an approval answer, and the SettlementRefused of a
+//     not_awaited settlement): append whatever it returns, then give the
+//     refusal to the caller.
+//  3. Append the events with optimistic concurrency on the run's head. On a
+//     conflict, reload and go back to step 2; perform no effect.
+//  4. Evolve the state with each appended event (events.Recorded from the
+//     returned envelopes). Evolve consumes its argument like append: keep
+//     only the returned State (use State.Clone to keep an old one).
+//  5. Call Pending(state) and act on the Work: make the model call for
+//     Work.Model (the request is ModelRequest(state) plus the agent's system
+//     prompt, tool specs and answer schema), validate and run policy on
+//     Work.Resolve and Decide a ResolveCalls, dispatch Work.Dispatch
+//     (idempotent per run/action/attempt: dispatch only what is not yet
+//     dispatched), stop the bodies of attempts lost with cause "stopped", and
+//     arm Work.Timers (idempotent per kind/action/attempt/revision). Every
+//     answer of the outside world — a model reply, a worker's report, a timer
+//     firing, a person's answer — comes back as a Command in step 2.
+//
+// Commands are Start, ModelReply, ModelFailure, ResolveCalls, Approve,
+// Reject, Report, Lost, Settle, Reconcile (with its stored form), Cancel,
+// TimerFired, HandOff and Recover. Decide emits the follow-on events of a
+// decision in the same batch: Start gives RunStarted and ModelRequested{1};
+// the last model-visible result of a batch is followed by ModelRequested for
+// the next turn; a freed concurrency slot by the next AttemptFenced; due
+// approval expiries are applied before any command is judged.
+//
+// Action ids are "<turn>/<call_id>". Approvals are answered in two steps:
+// CheckAnswer is the pure pre-check (wrong, stale, answered, expired
+// references and ended runs) a runner makes before it verifies a proof or
+// re-runs the policy; Approve then carries the proof's reviewer and
+// verifier and the re-run policy's decision.
+//
+// The transcript is stored once: the input in RunStarted, each assistant
+// turn in ModelReplied, each tool result in the event that ended its action,
+// each corrective prompt in AnswerRejected. Transcript and ModelRequest
+// rebuild the conversation from State; nothing is recorded twice.
+//
+// Not implemented: sub-agent delegation (the delegated and child_settled
+// action states, max children and max depth, family_limit) and the
+// tool_changed failure; Commands for them do not exist yet.
+package aggregate

@@ -1,0 +1,328 @@
+package aggregate
+
+import (
+	"fmt"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// Evolve folds one recorded event into s and returns the new State. It is
+// total: history is fact, so it accepts every event Decide can produce, in
+// every order Decide can produce it. An event that no decision could have
+// produced (an attempt fenced for an action that is not queued, a reply to a
+// turn nobody requested) is a bug: Evolve panics naming the event and the
+// state it met.
+//
+// Evolve consumes s like append consumes its slice: the returned State may
+// share storage with s, so keep using only the result (Clone first to keep
+// s).
+func Evolve(s State, r events.Recorded) State {
+	s.evolve(r)
+	return s
+}
+
+// Fold folds a run's whole history from the empty State.
+func Fold(history []events.Recorded) State {
+	var s State
+	for _, r := range history {
+		s.evolve(r)
+	}
+	return s
+}
+
+func (s *State) bug(name events.Name, format string, args ...any) {
+	panic(fmt.Sprintf("aggregate: impossible %s in run %q (version %d): %s", name, s.run, s.version, fmt.Sprintf(format, args...)))
+}
+
+// act returns the action id's index, panicking for an unknown action.
+func (s *State) act(name events.Name, id string, allowed ...ActionState) *Action {
+	i, ok := s.index[id]
+	if !ok {
+		s.bug(name, "no action %s", id)
+	}
+	a := &s.actions[i]
+	for _, st := range allowed {
+		if a.State == st {
+			return a
+		}
+	}
+	s.bug(name, "action %s is %s, want one of %v", id, a.State, allowed)
+	return nil
+}
+
+func (s *State) evolve(r events.Recorded) {
+	name := r.Event.EventName()
+	if !s.started {
+		if _, ok := r.Event.(events.RunStarted); !ok {
+			s.bug(name, "run not started")
+		}
+	} else if s.finished {
+		switch r.Event.(type) {
+		case events.Reconciled, events.SettlementAccepted, events.SettlementRefused, events.ReportRefused:
+		default:
+			s.bug(name, "run finished (%s)", s.outcome.Kind)
+		}
+	}
+	s.version = r.Version
+	switch e := r.Event.(type) {
+	case events.RunStarted:
+		if s.started {
+			s.bug(name, "run already started")
+		}
+		s.started = true
+		s.run = r.Run
+		s.start = e
+		s.incarnation = 1
+		s.runner = e.Runner
+		s.index = map[string]int{}
+		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleUser, Text: e.Input}})
+
+	case events.ModelRequested:
+		if s.modelPending && e.Why != events.TurnRecovery {
+			s.bug(name, "turn %d still awaits its reply", s.turn)
+		}
+		if e.Turn != s.turn+1 {
+			s.bug(name, "turn %d after turn %d", e.Turn, s.turn)
+		}
+		s.turn = e.Turn
+		s.modelPending = true
+		s.modelDue = e.Deadline
+		s.retryAt = nil
+
+	case events.ModelReplied:
+		if !s.modelPending || e.Turn != s.turn {
+			s.bug(name, "turn %d replied, pending %v turn %d", e.Turn, s.modelPending, s.turn)
+		}
+		s.modelPending = false
+		s.modelDue = nil
+		s.failures = 0
+		if e.Usage != nil {
+			s.tokens += e.Usage.Total()
+		} else {
+			s.unreported++
+		}
+		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleAssistant, Text: e.Text, Calls: e.Calls, ProviderData: e.ProviderData}})
+		if e.Kind == model.ReplyToolRequest && validCalls(e.Calls) {
+			for i, c := range e.Calls {
+				id := ActionID(e.Turn, c.ID)
+				s.index[id] = len(s.actions)
+				s.actions = append(s.actions, Action{ID: id, Turn: e.Turn, CallID: c.ID, Index: i, Tool: c.Name, Arguments: c.Arguments, State: ActionRequested})
+			}
+			s.batch = e.Turn
+			s.transcript = append(s.transcript, entry{batch: e.Turn})
+		}
+
+	case events.ModelFailed:
+		if !s.modelPending || e.Turn != s.turn {
+			s.bug(name, "turn %d failed, pending %v turn %d", e.Turn, s.modelPending, s.turn)
+		}
+		s.modelPending = false
+		s.modelDue = nil
+		s.retryAt = e.RetryAt
+		if e.Kind.Retryable() {
+			s.failures++
+		}
+
+	case events.AnswerRejected:
+		s.corrections++
+		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleUser, Text: CorrectionText(e.Reason)}})
+
+	case events.CallValidated:
+		a := s.act(name, e.Action, ActionRequested)
+		switch e.Outcome {
+		case events.CallValid:
+			if len(e.Normalized) > 0 {
+				a.Arguments = e.Normalized
+			}
+		case events.CallUnknownTool:
+			a.State, a.Detail, a.Content = ActionUnknownTool, e.Detail, errorContent("unknown_tool", "")
+		case events.CallInvalidArguments:
+			a.State, a.Detail, a.Content = ActionInvalidArguments, e.Detail, errorContent("invalid_arguments", e.Detail)
+		default:
+			s.bug(name, "outcome %q", e.Outcome)
+		}
+
+	case events.PolicyDecided:
+		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval)
+		if e.Decision == events.PolicyDeny {
+			a.State, a.Detail, a.Content = ActionDenied, e.Reason, errorContent("denied", e.Reason)
+			a.Approved = false
+		}
+
+	case events.ApprovalRequested:
+		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval, ActionQueued)
+		a.State = ActionAwaitingApproval
+		a.Approved = false
+		a.Request = Approval{Revision: e.Revision, Requirement: e.Requirement}
+		if e.Expires != nil {
+			a.Request.Expires = *e.Expires
+		}
+		s.revision = max(s.revision, e.Revision)
+
+	case events.ApprovalAnswered:
+		a := s.act(name, e.Action, ActionAwaitingApproval)
+		if a.Request.Revision != e.Revision || !a.Request.Pending() {
+			s.bug(name, "action %s answers revision %d, request %d answered %q", e.Action, e.Revision, a.Request.Revision, a.Request.Answer)
+		}
+		a.Request.Answer = e.Answer
+		a.Answers = append(a.Answers, e)
+		switch e.Answer {
+		case events.AnswerApprove:
+			a.Approved = true
+		case events.AnswerReject:
+			a.State, a.Detail, a.Content = ActionRejected, e.Reason, errorContent("rejected", e.Reason)
+		case events.AnswerExpired:
+			a.State, a.Detail, a.Content = ActionRejected, "approval expired", errorContent("rejected", "approval expired")
+		default:
+			s.bug(name, "answer %q", e.Answer)
+		}
+
+	case events.RequirementChanged:
+		a := s.act(name, e.Action, ActionAwaitingApproval)
+		a.Approved = false
+
+	case events.ActionQueued:
+		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval)
+		a.State = ActionQueued
+		a.Config = e.Config
+
+	case events.AttemptFenced:
+		a := s.act(name, e.Action, ActionQueued)
+		if e.Attempt != a.Attempts+1 {
+			s.bug(name, "action %s attempt %d after %d", e.Action, e.Attempt, a.Attempts)
+		}
+		a.State = ActionRunning
+		a.Attempts = e.Attempt
+		a.Attempt = e
+		a.Outcome = ""
+
+	case events.AttemptReported:
+		a := s.act(name, e.Action, ActionRunning, ActionSettling)
+		if e.Attempt != a.Attempts {
+			s.bug(name, "action %s reports attempt %d, current %d", e.Action, e.Attempt, a.Attempts)
+		}
+		a.Outcome = e.Outcome
+		switch e.Outcome {
+		case events.OutcomeOutput:
+			a.State, a.Content = ActionSucceeded, e.Content
+		case events.OutcomeExplain:
+			a.State, a.Detail, a.Content = ActionToolFailed, e.Message, messageContent(e.Message)
+		case events.OutcomeUncertain:
+			a.State, a.Detail = ActionUncertain, e.Evidence
+		case events.OutcomeOversize:
+			a.State, a.Detail = ActionFaulted, fmt.Sprintf("result of %d bytes over max result bytes", e.Bytes)
+		default:
+			s.bug(name, "outcome %q", e.Outcome)
+		}
+
+	case events.AttemptLost:
+		a := s.act(name, e.Action, ActionRunning)
+		if e.Attempt != a.Attempts {
+			s.bug(name, "action %s lost attempt %d, current %d", e.Action, e.Attempt, a.Attempts)
+		}
+		a.Outcome = e.Cause
+		a.Detail = e.Evidence
+		switch e.Next {
+		case events.NextReplay:
+			a.State = ActionQueued
+		case events.NextReapprove:
+			a.State = ActionQueued
+			a.Approved = false
+		case events.NextSettle:
+			if e.SettleBy == nil {
+				s.bug(name, "settle without settle_by")
+			}
+			a.State, a.SettleBy = ActionSettling, *e.SettleBy
+		case events.NextUncertain:
+			a.State = ActionUncertain
+		default:
+			s.bug(name, "next %q", e.Next)
+		}
+
+	case events.ReportRefused:
+
+	case events.ActionUncertain:
+		a := s.act(name, e.Action, ActionSettling)
+		a.State, a.Detail = ActionUncertain, e.Evidence
+
+	case events.SettlementAccepted:
+		a := s.act(name, e.Action, ActionSettling, ActionUncertain)
+		if e.Late != (a.State == ActionUncertain) {
+			s.bug(name, "action %s is %s, late %v", e.Action, a.State, e.Late)
+		}
+		a.Outcome = e.Outcome
+		switch {
+		case e.Outcome == events.OutcomeUncertain && !e.Late:
+			a.State, a.Detail = ActionUncertain, e.Summary
+		case e.Outcome == events.OutcomeOutput && e.Late:
+			a.State, a.Content = ActionReconciled, e.Content
+		case e.Outcome == events.OutcomeExplain && e.Late:
+			a.State, a.Detail, a.Content = ActionReconciled, e.Message, messageContent(e.Message)
+		case e.Outcome == events.OutcomeOutput:
+			a.State, a.Content = ActionSucceeded, e.Content
+		case e.Outcome == events.OutcomeExplain:
+			a.State, a.Detail, a.Content = ActionToolFailed, e.Message, messageContent(e.Message)
+		default:
+			s.bug(name, "outcome %q late %v", e.Outcome, e.Late)
+		}
+
+	case events.SettlementRefused:
+
+	case events.Reconciled:
+		a := s.act(name, e.Action, ActionUncertain)
+		a.State, a.Content = ActionReconciled, e.Content
+
+	case events.ActionsNotStarted:
+		for _, id := range e.Actions {
+			a := s.act(name, id, ActionRequested, ActionAwaitingApproval, ActionQueued)
+			a.State, a.Detail = ActionNotStarted, e.Reason
+		}
+
+	case events.CancelRequested:
+		if s.cancelling {
+			s.bug(name, "already cancelling")
+		}
+		s.cancelling = true
+		s.modelPending = false
+		s.modelDue = nil
+		s.retryAt = nil
+
+	case events.RunHandedOff:
+		s.handedOff = true
+
+	case events.RunRecovered:
+		if e.Incarnation != s.incarnation+1 {
+			s.bug(name, "incarnation %d after %d", e.Incarnation, s.incarnation)
+		}
+		s.incarnation = e.Incarnation
+		s.runner = e.Runner
+		s.handedOff = false
+
+	case events.RunFinished:
+		s.finished = true
+		s.outcome = e.Outcome
+		s.modelPending = false
+		s.modelDue = nil
+		s.retryAt = nil
+
+	default:
+		s.bug(name, "unknown event type")
+	}
+}
+
+// validCalls reports whether a tool request's calls are well formed: at
+// least one call and no call id twice.
+func validCalls(calls []model.ToolCall) bool {
+	if len(calls) == 0 {
+		return false
+	}
+	seen := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		if seen[c.ID] {
+			return false
+		}
+		seen[c.ID] = true
+	}
+	return true
+}

@@ -1,0 +1,139 @@
+package aggregate
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// Work is what the runtime must do for a run now, derived from its State
+// alone, so that a runner resumes any run after a crash purely from the
+// log. The runner calls Pending after every append and on recovery.
+type Work struct {
+	// Finished is set when the run reached its outcome; nothing else is
+	// set then (settlements and stored reconciliations may still come).
+	Finished bool
+	// Model is the model call to make, nil when none: the turn was
+	// requested (ModelRequested committed) and has no reply or failure.
+	Model *ModelCall
+	// Resolve is the tool request whose calls await validation and policy;
+	// answer it with ResolveCalls. Nil when none.
+	Resolve *CallBatch
+	// Dispatch lists every fenced attempt of the current incarnation that
+	// has no outcome yet, in action order. Dispatch each one once
+	// (idempotent by run/action/attempt).
+	Dispatch []Dispatch
+	// Timers lists every timer that must be armed, ordered by time then
+	// kind and action. Arming is idempotent by (kind, action, attempt,
+	// revision, turn); a fired timer comes back as TimerFired.
+	Timers []Timer
+}
+
+// ModelCall is a model call to make for Turn. Deadline is when the model
+// timeout stops it (zero for none); the call is rebuilt by ModelRequest.
+type ModelCall struct {
+	Turn     int64
+	Deadline time.Time
+}
+
+// CallBatch is a tool request awaiting validation and policy: the calls of
+// Turn in the model's order.
+type CallBatch struct {
+	Turn  int64
+	Calls []model.ToolCall
+}
+
+// Dispatch is a fenced attempt to hand to a worker.
+type Dispatch struct {
+	Action    string
+	Tool      string
+	Attempt   int
+	Arguments json.RawMessage
+	// Fence is the recorded fence: timeout, budget, settle window, deadline.
+	Fence events.AttemptFenced
+}
+
+// Timer is a durable timer to arm: fire Kind at At.
+type Timer struct {
+	Kind     TimerKind
+	At       time.Time
+	Action   string
+	Attempt  int
+	Revision int
+	Turn     int64
+}
+
+// Command returns the TimerFired command the timer gives when it fires.
+func (t Timer) Command() TimerFired {
+	return TimerFired{Kind: t.Kind, Action: t.Action, Attempt: t.Attempt, Revision: t.Revision, Turn: t.Turn}
+}
+
+// Pending computes the run's Work.
+func Pending(s State) Work {
+	var w Work
+	if !s.started {
+		return w
+	}
+	if s.finished {
+		w.Finished = true
+		return w
+	}
+	if s.modelPending {
+		mc := &ModelCall{Turn: s.turn}
+		if s.modelDue != nil {
+			mc.Deadline = *s.modelDue
+		}
+		w.Model = mc
+	}
+	if s.retryAt != nil {
+		w.Timers = append(w.Timers, Timer{Kind: TimerModelRetry, At: *s.retryAt, Turn: s.turn})
+	}
+	for _, a := range s.actions {
+		switch a.State {
+		case ActionRequested:
+			if w.Resolve == nil || w.Resolve.Turn != a.Turn {
+				w.Resolve = &CallBatch{Turn: a.Turn, Calls: s.calls(a.Turn)}
+			}
+		case ActionAwaitingApproval:
+			if !a.Request.Expires.IsZero() {
+				w.Timers = append(w.Timers, Timer{Kind: TimerApprovalExpiry, At: a.Request.Expires, Action: a.ID, Revision: a.Request.Revision})
+			}
+		case ActionRunning:
+			if a.Attempt.Incarnation == s.incarnation {
+				w.Dispatch = append(w.Dispatch, Dispatch{Action: a.ID, Tool: a.Tool, Attempt: a.Attempt.Attempt, Arguments: a.Arguments, Fence: a.Attempt})
+			}
+			if a.Attempt.Deadline != nil {
+				w.Timers = append(w.Timers, Timer{Kind: TimerToolTimeout, At: *a.Attempt.Deadline, Action: a.ID, Attempt: a.Attempt.Attempt})
+			}
+		case ActionSettling:
+			w.Timers = append(w.Timers, Timer{Kind: TimerSettleWindow, At: a.SettleBy, Action: a.ID, Attempt: a.Attempt.Attempt})
+		}
+	}
+	slices.SortStableFunc(w.Timers, func(a, b Timer) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Action, b.Action))
+	})
+	return w
+}
+
+// calls returns the calls of the tool request of turn, from the transcript.
+func (s State) calls(turn int64) []model.ToolCall {
+	for _, a := range s.actions {
+		if a.Turn == turn {
+			return slices.Clone(s.transcriptCalls(turn))
+		}
+	}
+	return nil
+}
+
+func (s State) transcriptCalls(turn int64) []model.ToolCall {
+	for i, e := range s.transcript {
+		if e.batch == turn && i > 0 {
+			return s.transcript[i-1].msg.Calls
+		}
+	}
+	return nil
+}

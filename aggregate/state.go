@@ -1,0 +1,229 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// ActionState is the lifecycle state of an action (SEMANTICS.md §5).
+type ActionState string
+
+// The action states. Requested, AwaitingApproval, Queued, Running and
+// Settling are live; Uncertain needs a person; the rest are ended.
+const (
+	// ActionRequested: the model asked for the call; validation and policy
+	// have not been recorded yet.
+	ActionRequested ActionState = "requested"
+	// ActionAwaitingApproval: a person's approval is requested.
+	ActionAwaitingApproval ActionState = "awaiting_approval"
+	// ActionQueued: allowed, waiting for a concurrency slot and its fence.
+	ActionQueued ActionState = "queued"
+	// ActionRunning: an attempt is fenced; its body may run.
+	ActionRunning ActionState = "running"
+	// ActionSettling: the body was stopped (timeout, cancellation) and the
+	// run waits until SettleBy for the settling tool's settlement.
+	ActionSettling ActionState = "settling"
+	// ActionUncertain: the effect may or may not have happened.
+	ActionUncertain ActionState = "uncertain"
+
+	ActionSucceeded        ActionState = "succeeded"
+	ActionToolFailed       ActionState = "tool_failed"
+	ActionDenied           ActionState = "denied"
+	ActionRejected         ActionState = "rejected"
+	ActionInvalidArguments ActionState = "invalid_arguments"
+	ActionUnknownTool      ActionState = "unknown_tool"
+	ActionReconciled       ActionState = "reconciled"
+	ActionNotStarted       ActionState = "not_started"
+	ActionFaulted          ActionState = "faulted"
+)
+
+// Ended reports whether the action can never change again (Uncertain is not
+// ended: a person or a settlement ends it).
+func (a ActionState) Ended() bool {
+	switch a {
+	case ActionSucceeded, ActionToolFailed, ActionDenied, ActionRejected, ActionInvalidArguments,
+		ActionUnknownTool, ActionReconciled, ActionNotStarted, ActionFaulted:
+		return true
+	}
+	return false
+}
+
+// ModelVisible reports whether the action ended with content the model
+// reads on its next turn.
+func (a ActionState) ModelVisible() bool {
+	return a.Ended() && a != ActionNotStarted && a != ActionFaulted
+}
+
+// Action is the read-only view of one action. Slices and raw JSON are
+// shared with the State: do not modify them.
+type Action struct {
+	// ID is "<turn>/<call_id>"; Turn, CallID and Index (the position in the
+	// model's call list) identify the call.
+	ID     string
+	Turn   int64
+	CallID string
+	Index  int
+	// Tool is the tool name the model called.
+	Tool string
+	// Arguments are the arguments the tool body gets: the normalized ones
+	// once validated, the model's bytes before.
+	Arguments json.RawMessage
+	// State is the lifecycle state.
+	State ActionState
+	// Detail is why the action is in its state: a validation detail, a deny
+	// or reject reason, or the evidence of an uncertain effect.
+	Detail string
+	// Content is what the model reads once the action ended model-visible.
+	Content json.RawMessage
+	// Config is the tool configuration recorded when the action was
+	// queued; every attempt uses it.
+	Config events.ToolConfig
+	// Approved is set while the action is authorised by an approval (an
+	// approved action re-asks after a lost runner).
+	Approved bool
+	// Request is the latest approval request; zero Revision when none.
+	Request Approval
+	// Answers are every answer the action's requests got, for audit.
+	Answers []events.ApprovalAnswered
+	// Attempts is the number of fenced attempts (replays = Attempts-1);
+	// Attempt is the last fence.
+	Attempts int
+	Attempt  events.AttemptFenced
+	// SettleBy is when the settle window closes (State Settling).
+	SettleBy time.Time
+	// Outcome of the action's last attempt as reported, for audit.
+	Outcome string
+}
+
+// Replays is the number of attempts after the first.
+func (a Action) Replays() int { return max(a.Attempts-1, 0) }
+
+// Approval is an approval request of an action.
+type Approval struct {
+	Revision    int
+	Requirement events.Requirement
+	// Expires is the deadline by the store's clock; zero for no expiry.
+	Expires time.Time
+	// Answer is "" while pending, else an events.Answer* value.
+	Answer string
+}
+
+// Pending reports whether the request still waits for its answer.
+func (a Approval) Pending() bool { return a.Revision > 0 && a.Answer == "" }
+
+// State is a run's state as folded from its events. The zero State is a run
+// that does not exist yet. Read it through its methods; change it only with
+// Evolve.
+type State struct {
+	run         string
+	version     uint64
+	started     bool
+	start       events.RunStarted
+	incarnation int
+	runner      string
+	handedOff   bool
+
+	turn         int64 // last requested turn (turns used)
+	modelPending bool  // a ModelRequested has no reply or failure yet
+	modelAt      time.Time
+	modelDue     *time.Time // model deadline of the pending call
+	retryAt      *time.Time // a retryable failure waits for its retry
+	failures     int        // consecutive retryable model failures
+	corrections  int        // typed answers rejected
+	tokens       int64
+	unreported   int
+
+	revision int // last approval revision issued in the run
+	actions  []Action
+	index    map[string]int
+	batch    int64 // turn of the current tool batch, 0 for none
+
+	transcript []entry
+
+	cancelling bool
+	finished   bool
+	outcome    events.Outcome
+}
+
+// entry is one transcript element: a message, or the placeholder of a tool
+// batch whose results are built from the actions when asked.
+type entry struct {
+	msg   model.Message
+	batch int64
+}
+
+// Clone returns a copy of s that Evolve can consume without touching s.
+func (s State) Clone() State {
+	c := s
+	c.actions = slices.Clone(s.actions)
+	for i := range c.actions {
+		c.actions[i].Answers = slices.Clip(c.actions[i].Answers)
+	}
+	c.index = maps.Clone(s.index)
+	c.transcript = slices.Clip(s.transcript)
+	return c
+}
+
+// Run is the run id.
+func (s State) Run() string { return s.run }
+
+// Exists reports whether the run has started (RunStarted was folded).
+func (s State) Exists() bool { return s.started }
+
+// Version is the version of the last folded event (the run's head).
+func (s State) Version() uint64 { return s.version }
+
+// Started is the run's RunStarted event: agent, input, correlation, limits.
+func (s State) Started() events.RunStarted { return s.start }
+
+// Limits are the limits that bind the run.
+func (s State) Limits() events.Limits { return s.start.Limits }
+
+// Incarnation is the run's incarnation (1 at start, +1 per recovery).
+func (s State) Incarnation() int { return s.incarnation }
+
+// Runner is the runner of the current incarnation.
+func (s State) Runner() string { return s.runner }
+
+// HandedOff reports whether the current runner gave the run up and no
+// runner recovered it yet.
+func (s State) HandedOff() bool { return s.handedOff }
+
+// Turn is the number of turns used: the last requested turn.
+func (s State) Turn() int64 { return s.turn }
+
+// TokensUsed is the sum of reported input and output tokens.
+func (s State) TokensUsed() int64 { return s.tokens }
+
+// UnreportedReplies counts replies that reported no usage (no budget).
+func (s State) UnreportedReplies() int { return s.unreported }
+
+// Cancelling reports whether a cancellation was requested.
+func (s State) Cancelling() bool { return s.cancelling }
+
+// Finished returns the run's outcome and whether it finished.
+func (s State) Finished() (events.Outcome, bool) { return s.outcome, s.finished }
+
+// Actions returns every action of the run in the order the model asked for
+// them (turn, then call order).
+func (s State) Actions() []Action { return slices.Clone(s.actions) }
+
+// Action returns the action with the given id.
+func (s State) Action(id string) (Action, bool) {
+	i, ok := s.index[id]
+	if !ok {
+		return Action{}, false
+	}
+	return s.actions[i], true
+}
+
+// ActionID is the id of the call callID of turn: "<turn>/<call_id>".
+func ActionID(turn int64, callID string) string {
+	return strconv.FormatInt(turn, 10) + "/" + callID
+}

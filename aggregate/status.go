@@ -1,0 +1,82 @@
+package aggregate
+
+import (
+	"github.com/weftrun/weft/events"
+)
+
+// StatusKind is the closed set of run statuses (SEMANTICS.md §6).
+type StatusKind string
+
+// The run statuses.
+const (
+	// StatusWorking: a model call or tool body is in flight (or due) under
+	// a live runner, or the run is stopping after a cancellation.
+	StatusWorking StatusKind = "working"
+	// StatusUnattended: work is in flight but its runner handed the run
+	// off; recovery will pick it up.
+	StatusUnattended StatusKind = "unattended"
+	// StatusSuspended: nothing in flight; waiting for people.
+	StatusSuspended StatusKind = "suspended"
+	// StatusFinished: the run reached its outcome.
+	StatusFinished StatusKind = "finished"
+)
+
+// RunStatus is a run's status with its details: the actions a suspended run
+// waits for and the outcome of a finished one (which may still hold
+// uncertain actions, listed in Uncertain).
+type RunStatus struct {
+	Kind      StatusKind
+	Approvals []string
+	Uncertain []string
+	Outcome   events.Outcome
+}
+
+// Status computes the run's status from its state alone. A runner that
+// lost its lease without handing off is invisible to the log; the runtime
+// reports such runs unattended from its own liveness data.
+func Status(s State) RunStatus {
+	var st RunStatus
+	for _, a := range s.actions {
+		switch a.State {
+		case ActionAwaitingApproval:
+			st.Approvals = append(st.Approvals, a.ID)
+		case ActionUncertain:
+			st.Uncertain = append(st.Uncertain, a.ID)
+		}
+	}
+	switch {
+	case s.finished:
+		st.Kind = StatusFinished
+		st.Outcome = s.outcome
+		st.Approvals = nil
+	case s.inFlight():
+		st.Kind = StatusWorking
+		if s.handedOff {
+			st.Kind = StatusUnattended
+		}
+	case len(st.Approvals) > 0 || len(st.Uncertain) > 0:
+		st.Kind = StatusSuspended
+	default:
+		st.Kind = StatusWorking
+		if s.handedOff {
+			st.Kind = StatusUnattended
+		}
+	}
+	return st
+}
+
+// inFlight reports whether the runtime has something to do for the run
+// without a person: a model call or retry, calls to resolve, queued, running
+// or settling actions.
+func (s State) inFlight() bool {
+	if s.modelPending || s.retryAt != nil {
+		return true
+	}
+	for _, a := range s.actions {
+		switch a.State {
+		case ActionRequested, ActionQueued, ActionRunning, ActionSettling:
+			return true
+		}
+	}
+	return false
+}

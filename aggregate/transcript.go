@@ -1,0 +1,70 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"strconv"
+
+	"github.com/weftrun/weft/model"
+)
+
+// Transcript rebuilds the run's conversation from its State, oldest first:
+// the input, every assistant turn (text, calls, provider data byte for
+// byte), the results of each tool batch in call order (only actions that
+// ended model-visible) and every corrective prompt. Nothing of it is
+// recorded twice; the runner never re-records a request.
+func Transcript(s State) []model.Message {
+	out := make([]model.Message, 0, len(s.transcript))
+	for _, e := range s.transcript {
+		if e.batch == 0 {
+			out = append(out, e.msg)
+			continue
+		}
+		var res []model.ToolResult
+		for _, a := range s.actions {
+			if a.Turn == e.batch && a.State.ModelVisible() {
+				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: a.Content})
+			}
+		}
+		if len(res) > 0 {
+			out = append(out, model.Message{Role: model.RoleTool, Results: res})
+		}
+	}
+	return out
+}
+
+// ModelRequest is the model request of the run's current turn, rebuilt from
+// the log: run, turn, correlation and Transcript. The runner adds the
+// agent's System prompt, Tools and AnswerSchema.
+func ModelRequest(s State) model.Request {
+	return model.Request{
+		Run:         s.run,
+		Turn:        int(s.turn),
+		Correlation: s.start.Correlation,
+		Transcript:  Transcript(s),
+	}
+}
+
+// CorrectionText is the corrective user message of a typed answer that
+// could not be read (SEMANTICS.md §6); the runner sends the answer schema
+// with the request.
+func CorrectionText(reason string) string {
+	return "your final answer could not be read: " + reason
+}
+
+// errorContent is the content the model reads for an action that ended
+// with an error: {"error": code} or {"error": code, "detail": detail}.
+func errorContent(code, detail string) json.RawMessage {
+	b := []byte(`{"error":` + strconv.Quote(code))
+	if detail != "" {
+		d, _ := json.Marshal(detail)
+		b = append(b, `,"detail":`...)
+		b = append(b, d...)
+	}
+	return append(b, '}')
+}
+
+// messageContent is {"error": message}, the content of an Explain.
+func messageContent(msg string) json.RawMessage {
+	d, _ := json.Marshal(msg)
+	return json.RawMessage(`{"error":` + string(d) + `}`)
+}
