@@ -289,4 +289,3 @@ func TestReconciliationContent(t *testing.T) {
 		t.Errorf("Unconfirmed = %s", got)
 	}
 }
-
