@@ -1,0 +1,508 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// epoch is the store time at which every script starts.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// TestScenarioScripts runs the datadriven scripts in testdata/, one per
+// SEMANTICS.md §12 scenario that is a decision (file scenarioNN_*.txt).
+// Regenerate the golden output with -rewrite.
+func TestScenarioScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+		h := &harness{now: epoch}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			return h.run(t, d)
+		})
+	})
+}
+
+// harness drives one run through the aggregate as a runner would: decide,
+// "append" (stamp versions and time), evolve; and it checks after every
+// decision that folding the whole history from scratch gives the same
+// state the decisions were made on.
+type harness struct {
+	now     time.Time
+	state   State
+	history []events.Recorded
+}
+
+func (h *harness) decide(t *testing.T, c Command) string {
+	t.Helper()
+	evs, err := Decide(h.state, c, h.now)
+	again, err2 := Decide(h.state, c, h.now)
+	if !reflect.DeepEqual(evs, again) || fmt.Sprint(err) != fmt.Sprint(err2) {
+		t.Fatalf("Decide is not deterministic for %s", c.CommandName())
+	}
+	var b strings.Builder
+	h.append(t, evs, &b)
+	if err != nil {
+		fmt.Fprintf(&b, "error: %v\n", err)
+	}
+	if b.Len() == 0 {
+		return "ok: nothing to record\n"
+	}
+	return b.String()
+}
+
+func (h *harness) append(t *testing.T, evs []events.Event, b *strings.Builder) {
+	t.Helper()
+	run := h.state.Run()
+	for _, e := range evs {
+		if run == "" {
+			run = "r1"
+		}
+		// Round-trip through the envelope encoding, as the log would.
+		env, err := events.Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := env.Event()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := events.Recorded{Run: run, Version: h.state.Version() + 1, At: h.now, Event: back}
+		h.history = append(h.history, r)
+		h.state = Evolve(h.state, r)
+		b.WriteString(events.Describe(back))
+		b.WriteByte('\n')
+	}
+	if len(evs) > 0 {
+		if folded := Fold(h.history); !reflect.DeepEqual(folded.Clone(), h.state.Clone()) {
+			t.Fatalf("folding the history from scratch differs from the incremental state")
+		}
+	}
+}
+
+func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
+	switch d.Cmd {
+	case "start":
+		l := events.Limits{
+			MaxTurns: 8, MaxConcurrency: 4, ModelTimeout: 600000, ModelRetryDelay: 200,
+			ToolTimeout: 60000, MaxResultBytes: 1 << 20, PolicyTimeout: 5000, CommandTimeout: 5000,
+			ApprovalExpiry: 7 * 24 * 3600 * 1000, AnswerAttempts: 2, MaxChildren: 4, MaxDepth: 1,
+		}
+		l.MaxTurns = int64(h.intArg(t, d, "turns", int(l.MaxTurns)))
+		l.MaxConcurrency = h.intArg(t, d, "concurrency", l.MaxConcurrency)
+		l.TokenBudget = int64(h.intArg(t, d, "tokens", 0))
+		l.AnswerAttempts = h.intArg(t, d, "answer-attempts", l.AnswerAttempts)
+		l.ApprovalExpiry = h.msArg(t, d, "approval-expiry", l.ApprovalExpiry)
+		l.ToolTimeout = h.msArg(t, d, "tool-timeout", l.ToolTimeout)
+		l.ModelTimeout = h.msArg(t, d, "model-timeout", l.ModelTimeout)
+		l.ModelRetryDelay = h.msArg(t, d, "retry-delay", l.ModelRetryDelay)
+		l.MaxResultBytes = int64(h.intArg(t, d, "max-result", int(l.MaxResultBytes)))
+		input := strings.TrimSpace(d.Input)
+		if input == "" {
+			input = "do the thing"
+		}
+		return h.decide(t, Start{
+			Run: h.strArg(t, d, "run", "r1"), Agent: events.AgentRef{Name: h.strArg(t, d, "agent", "desk"), Version: "1"},
+			Input: input, Correlation: h.strArg(t, d, "correlation", ""), Limits: l,
+			Typed: d.HasArg("typed"), Runner: h.strArg(t, d, "runner", "runner-a"),
+		})
+
+	case "reply":
+		turn := int64(h.intArg(t, d, "turn", int(h.state.Turn())))
+		r := model.Reply{}
+		if d.HasArg("usage") {
+			var in, out int
+			d.ScanArgs(t, "usage", &in, &out)
+			r.Usage = &model.Usage{InputTokens: int64(in), OutputTokens: int64(out)}
+		}
+		c := ModelReply{Turn: turn}
+		switch kind := h.strArg(t, d, "kind", "final"); kind {
+		case "final":
+			r.Kind = model.ReplyFinalAnswer
+			r.Turn = model.Message{Role: model.RoleAssistant, Text: strings.TrimSpace(d.Input)}
+			if json.Valid([]byte(r.Turn.Text)) {
+				c.Answer = json.RawMessage(r.Turn.Text)
+			} else {
+				c.AnswerError = "invalid character at offset 1"
+			}
+		case "tools":
+			r.Kind = model.ReplyToolRequest
+			r.Turn = model.Message{Role: model.RoleAssistant, Text: h.strArg(t, d, "text", "")}
+			for _, ln := range lines(d.Input) {
+				f := strings.SplitN(ln, " ", 3)
+				args := "{}"
+				if len(f) == 3 {
+					args = f[2]
+				}
+				r.Turn.Calls = append(r.Turn.Calls, model.ToolCall{ID: f[0], Name: f[1], Arguments: json.RawMessage(args)})
+			}
+			if d.HasArg("provider-data") {
+				r.Turn.ProviderData = json.RawMessage(`{"response_id":"resp_1"}`)
+			}
+		case "refusal":
+			r.Kind = model.ReplyRefusal
+			r.Reason = strings.TrimSpace(d.Input)
+		case "truncated":
+			r.Kind = model.ReplyTruncated
+			r.Reason = strings.TrimSpace(d.Input)
+		default:
+			t.Fatalf("reply kind %q", kind)
+		}
+		c.Reply = r
+		return h.decide(t, c)
+
+	case "fail":
+		return h.decide(t, ModelFailure{
+			Turn: int64(h.intArg(t, d, "turn", int(h.state.Turn()))), Kind: model.ErrorKind(h.strArg(t, d, "kind", "")),
+			Status: h.intArg(t, d, "status", 0), RetryAfter: time.Duration(h.intArg(t, d, "retry-after", 0)) * time.Millisecond,
+		})
+
+	case "resolve":
+		turn := int64(h.intArg(t, d, "turn", int(h.state.Turn())))
+		c := ResolveCalls{Turn: turn}
+		for _, ln := range lines(d.Input) {
+			f := strings.Fields(ln)
+			r := Resolution{CallID: f[0]}
+			switch f[1] {
+			case "unknown":
+				r.Validation = events.CallUnknownTool
+			case "invalid":
+				r.Validation = events.CallInvalidArguments
+				r.Detail = strings.Join(f[2:], " ")
+			case "valid":
+				r.Validation = events.CallValid
+				r.Policy, r.Tool = policyOf(t, f[2:])
+			default:
+				t.Fatalf("resolution %q", ln)
+			}
+			c.Calls = append(c.Calls, r)
+		}
+		return h.decide(t, c)
+
+	case "approve":
+		p, tool := policyOf(t, strings.Fields(h.strArg(t, d, "policy", "allow")))
+		tool = toolOf(t, d, tool)
+		return h.decide(t, Approve{
+			Action: h.strArg(t, d, "action", ""), Revision: h.intArg(t, d, "rev", 0),
+			Reviewer: h.strArg(t, d, "reviewer", "alice"), Verifier: h.strArg(t, d, "verifier", "desk-approvers"),
+			Policy: p, Tool: tool,
+		})
+
+	case "check":
+		a, err := CheckAnswer(h.state, h.strArg(t, d, "action", ""), h.intArg(t, d, "rev", 0), h.now)
+		if err != nil {
+			return fmt.Sprintf("error: %v\n", err)
+		}
+		return fmt.Sprintf("ok: revision=%d requirement=%s@v%d\n", a.Revision, a.Requirement.Name, a.Requirement.Version)
+
+	case "reject":
+		return h.decide(t, Reject{Action: h.strArg(t, d, "action", ""), Revision: h.intArg(t, d, "rev", 0), Reason: h.strArg(t, d, "reason", "no"), By: h.strArg(t, d, "by", "bob")})
+
+	case "report":
+		c := Report{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1), Outcome: h.strArg(t, d, "outcome", events.OutcomeOutput)}
+		text := strings.TrimSpace(d.Input)
+		switch c.Outcome {
+		case events.OutcomeOutput:
+			if n := h.intArg(t, d, "bytes", 0); n > 0 {
+				text = `"` + strings.Repeat("x", n-2) + `"`
+			}
+			c.Content = json.RawMessage(text)
+		case events.OutcomeExplain:
+			c.Message = text
+		case events.OutcomeUncertain:
+			c.Evidence = text
+		}
+		return h.decide(t, c)
+
+	case "lost":
+		return h.decide(t, Lost{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1), Cause: h.strArg(t, d, "cause", events.CauseWorkerLost), Evidence: strings.TrimSpace(d.Input)})
+
+	case "timer":
+		return h.decide(t, TimerFired{Kind: TimerKind(h.strArg(t, d, "kind", "")), Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 0), Revision: h.intArg(t, d, "rev", 0), Turn: int64(h.intArg(t, d, "turn", 0))})
+
+	case "fire":
+		// Fire every timer of Pending that is due at the current time, in
+		// order, as a runner's timer service would.
+		var b strings.Builder
+		for _, tm := range Pending(h.state).Timers {
+			if tm.At.After(h.now) {
+				continue
+			}
+			fmt.Fprintf(&b, "> %s %s\n", tm.Kind, tm.Action)
+			b.WriteString(h.decide(t, tm.Command()))
+		}
+		if b.Len() == 0 {
+			return "no timer due\n"
+		}
+		return b.String()
+
+	case "settle":
+		c := Settle{Action: h.strArg(t, d, "action", ""), Outcome: h.strArg(t, d, "outcome", events.OutcomeOutput), Summary: h.strArg(t, d, "summary", "")}
+		text := strings.TrimSpace(d.Input)
+		if c.Outcome == events.OutcomeOutput {
+			c.Content = json.RawMessage(text)
+		} else {
+			c.Message = text
+		}
+		return h.decide(t, c)
+
+	case "reconcile":
+		return h.decide(t, Reconcile{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "carol"), Stored: d.HasArg("stored")})
+
+	case "cancel":
+		return h.decide(t, Cancel{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
+
+	case "handoff":
+		return h.decide(t, HandOff{Runner: h.strArg(t, d, "runner", h.state.Runner())})
+
+	case "recover":
+		return h.decide(t, Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.strArg(t, d, "cause", events.RecoveredRunnerLost)})
+
+	case "tick":
+		h.now = h.now.Add(time.Duration(h.intArg(t, d, "ms", 0)) * time.Millisecond)
+		return fmt.Sprintf("now %s\n", h.now.Format(time.RFC3339Nano))
+
+	case "status":
+		return describeStatus(Status(h.state)) + "\n"
+
+	case "pending":
+		return describeWork(Pending(h.state))
+
+	case "actions":
+		var b strings.Builder
+		for _, a := range h.state.Actions() {
+			b.WriteString(describeAction(a))
+			b.WriteByte('\n')
+		}
+		return b.String()
+
+	case "transcript":
+		var b strings.Builder
+		for _, m := range ModelRequest(h.state).Transcript {
+			b.WriteString(describeMessage(m))
+			b.WriteByte('\n')
+		}
+		return b.String()
+
+	case "run":
+		o, fin := h.state.Finished()
+		return fmt.Sprintf("turn=%d tokens=%d unreported=%d incarnation=%d runner=%s finished=%v outcome=%s version=%d\n",
+			h.state.Turn(), h.state.TokensUsed(), h.state.UnreportedReplies(), h.state.Incarnation(), h.state.Runner(), fin, events.DescribeOutcome(o), h.state.Version())
+	}
+	t.Fatalf("unknown command %q", d.Cmd)
+	return ""
+}
+
+// policyOf parses "allow|deny <reason>|error <reason>|approval <name@vN>"
+// followed by tool settings "timeout=MS|inf attempts=N settle=MS".
+func policyOf(t *testing.T, f []string) (PolicyResult, events.ToolConfig) {
+	var p PolicyResult
+	var tool events.ToolConfig
+	var rest []string
+	for _, w := range f {
+		k, v, ok := strings.Cut(w, "=")
+		if !ok {
+			rest = append(rest, w)
+			continue
+		}
+		switch k {
+		case "timeout":
+			tool.Timeout = parseMs(t, v)
+		case "attempts":
+			tool.MaxAttempts = atoi(t, v)
+		case "settle":
+			tool.SettleWithin = parseMs(t, v)
+		default:
+			t.Fatalf("tool setting %q", w)
+		}
+	}
+	if len(rest) == 0 {
+		t.Fatalf("no policy decision in %q", f)
+	}
+	switch rest[0] {
+	case "allow":
+		p.Decision = events.PolicyAllow
+	case "deny":
+		p.Decision = events.PolicyDeny
+		p.Reason = strings.Join(rest[1:], " ")
+	case "error":
+		p.Decision = events.PolicyError
+		p.Reason = strings.Join(rest[1:], " ")
+	case "approval":
+		p.Decision = events.PolicyRequireApproval
+		name, v, _ := strings.Cut(rest[1], "@v")
+		p.Requirement = events.Requirement{Name: name, Version: atoi(t, v)}
+	default:
+		t.Fatalf("policy %q", rest[0])
+	}
+	return p, tool
+}
+
+func toolOf(t *testing.T, d *datadriven.TestData, tool events.ToolConfig) events.ToolConfig {
+	if d.HasArg("timeout") {
+		var v string
+		d.ScanArgs(t, "timeout", &v)
+		tool.Timeout = parseMs(t, v)
+	}
+	if d.HasArg("attempts") {
+		d.ScanArgs(t, "attempts", &tool.MaxAttempts)
+	}
+	if d.HasArg("settle") {
+		var v string
+		d.ScanArgs(t, "settle", &v)
+		tool.SettleWithin = parseMs(t, v)
+	}
+	return tool
+}
+
+func (h *harness) intArg(t *testing.T, d *datadriven.TestData, key string, def int) int {
+	if !d.HasArg(key) {
+		return def
+	}
+	var v int
+	d.ScanArgs(t, key, &v)
+	return v
+}
+
+func (h *harness) strArg(t *testing.T, d *datadriven.TestData, key, def string) string {
+	if !d.HasArg(key) {
+		return def
+	}
+	var v string
+	d.ScanArgs(t, key, &v)
+	return v
+}
+
+func (h *harness) msArg(t *testing.T, d *datadriven.TestData, key string, def events.Millis) events.Millis {
+	if !d.HasArg(key) {
+		return def
+	}
+	return parseMs(t, h.strArg(t, d, key, ""))
+}
+
+func parseMs(t *testing.T, v string) events.Millis {
+	if v == "inf" {
+		return events.Infinite
+	}
+	return events.Millis(atoi(t, v))
+}
+
+func atoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func describeStatus(st RunStatus) string {
+	s := string(st.Kind)
+	switch st.Kind {
+	case StatusFinished:
+		s += " " + events.DescribeOutcome(st.Outcome)
+	case StatusSuspended:
+		s += fmt.Sprintf(" approvals=%v", st.Approvals)
+	}
+	if len(st.Uncertain) > 0 {
+		s += fmt.Sprintf(" uncertain=%v", st.Uncertain)
+	}
+	return s
+}
+
+func describeWork(w Work) string {
+	var b strings.Builder
+	if w.Finished {
+		b.WriteString("finished\n")
+	}
+	if w.Model != nil {
+		fmt.Fprintf(&b, "model turn=%d", w.Model.Turn)
+		if !w.Model.Deadline.IsZero() {
+			fmt.Fprintf(&b, " deadline=%s", w.Model.Deadline.Format(time.RFC3339Nano))
+		}
+		b.WriteByte('\n')
+	}
+	if w.Resolve != nil {
+		ids := make([]string, len(w.Resolve.Calls))
+		for i, c := range w.Resolve.Calls {
+			ids[i] = c.ID + ":" + c.Name
+		}
+		fmt.Fprintf(&b, "resolve turn=%d calls=%v\n", w.Resolve.Turn, ids)
+	}
+	for _, d := range w.Dispatch {
+		fmt.Fprintf(&b, "dispatch %s tool=%s attempt=%d incarnation=%d args=%s\n", d.Action, d.Tool, d.Attempt, d.Fence.Incarnation, d.Arguments)
+	}
+	for _, tm := range w.Timers {
+		fmt.Fprintf(&b, "timer %s at=%s", tm.Kind, tm.At.Format(time.RFC3339Nano))
+		if tm.Action != "" {
+			fmt.Fprintf(&b, " action=%s", tm.Action)
+		}
+		if tm.Attempt != 0 {
+			fmt.Fprintf(&b, " attempt=%d", tm.Attempt)
+		}
+		if tm.Revision != 0 {
+			fmt.Fprintf(&b, " revision=%d", tm.Revision)
+		}
+		b.WriteByte('\n')
+	}
+	if b.Len() == 0 {
+		return "nothing\n"
+	}
+	return b.String()
+}
+
+func describeAction(a Action) string {
+	s := fmt.Sprintf("%s tool=%s state=%s attempts=%d", a.ID, a.Tool, a.State, a.Attempts)
+	if a.Detail != "" {
+		s += fmt.Sprintf(" detail=%q", a.Detail)
+	}
+	if len(a.Content) > 0 {
+		s += " content=" + string(a.Content)
+	}
+	if a.Request.Revision != 0 {
+		s += fmt.Sprintf(" request=%d:%s@v%d", a.Request.Revision, a.Request.Requirement.Name, a.Request.Requirement.Version)
+	}
+	for _, an := range a.Answers {
+		s += fmt.Sprintf(" answer=%d:%s", an.Revision, an.Answer)
+		if an.Reviewer != "" {
+			s += "/" + an.Reviewer
+		}
+		if an.Verifier != "" {
+			s += "/" + an.Verifier
+		}
+	}
+	return s
+}
+
+func describeMessage(m model.Message) string {
+	s := string(m.Role)
+	if m.Text != "" {
+		s += fmt.Sprintf(" %q", m.Text)
+	}
+	for _, c := range m.Calls {
+		s += fmt.Sprintf(" call=%s:%s%s", c.ID, c.Name, c.Arguments)
+	}
+	if len(m.ProviderData) > 0 {
+		s += " provider_data=" + string(m.ProviderData)
+	}
+	for _, r := range m.Results {
+		s += fmt.Sprintf(" result=%s:%s", r.CallID, r.Content)
+	}
+	return s
+}
