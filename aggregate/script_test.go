@@ -25,6 +25,10 @@ func TestScenarioScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		h := &harness{now: epoch}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			if h.name != t.Name() {
+				// Each subtest drives a run of its own.
+				*h = harness{now: epoch, name: t.Name()}
+			}
 			return h.run(t, d)
 		})
 	})
@@ -35,6 +39,7 @@ func TestScenarioScripts(t *testing.T) {
 // decision that folding the whole history from scratch gives the same
 // state the decisions were made on.
 type harness struct {
+	name    string
 	now     time.Time
 	state   State
 	history []events.Recorded
@@ -235,7 +240,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			if tm.At.After(h.now) {
 				continue
 			}
-			fmt.Fprintf(&b, "> %s %s\n", tm.Kind, tm.Action)
+			fmt.Fprintf(&b, "> %s\n", strings.TrimSpace(string(tm.Kind)+" "+tm.Action))
 			b.WriteString(h.decide(t, tm.Command()))
 		}
 		if b.Len() == 0 {
@@ -417,7 +422,8 @@ func describeStatus(st RunStatus) string {
 	switch st.Kind {
 	case StatusFinished:
 		s += " " + events.DescribeOutcome(st.Outcome)
-	case StatusSuspended:
+	}
+	if len(st.Approvals) > 0 {
 		s += fmt.Sprintf(" approvals=%v", st.Approvals)
 	}
 	if len(st.Uncertain) > 0 {
