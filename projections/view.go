@@ -14,20 +14,23 @@
 // changes nothing.
 //
 // Run status (working, unattended, suspended, finished) is derived here from
-// the events themselves, following SEMANTICS.md §6: finished once RunFinished
-// is recorded; unattended after RunHandedOff until RunRecovered; working while
-// a model call or an action is in flight (or a cancellation is stopping);
-// suspended when nothing is in flight and approvals or uncertain effects
-// wait for people.
+// the events themselves with the rules of aggregate.Status (SEMANTICS.md §6),
+// without keeping the aggregate's whole state: finished once RunFinished is
+// recorded; suspended when nothing is in flight and approvals or uncertain
+// effects wait for people; otherwise unattended after RunHandedOff until
+// RunRecovered, and working. package audit cross-checks the two on any
+// run's history.
 package projections
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
 )
 
 // The run statuses of SEMANTICS.md §6.
@@ -231,6 +234,9 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		} else {
 			v.Usage.Unreported++
 		}
+		if e.Kind != model.ReplyToolRequest || !validCalls(e.Calls) {
+			break
+		}
 		for _, c := range e.Calls {
 			v.Actions = append(v.Actions, ActionView{
 				ID: actionID(e.Turn, c.ID), Turn: e.Turn, CallID: c.ID, Tool: c.Name,
@@ -250,6 +256,10 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 			a.Tool = e.Tool
 		}
 		switch e.Outcome {
+		case events.CallValid:
+			if len(e.Normalized) > 0 {
+				a.Arguments = compact(e.Normalized)
+			}
 		case events.CallUnknownTool:
 			a.State, a.Detail = StateUnknownTool, e.Detail
 		case events.CallInvalidArguments:
@@ -283,7 +293,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		case events.AnswerReject:
 			a.State, a.Detail = StateRejected, e.Reason
 		case events.AnswerExpired:
-			a.State, a.Detail = StateRejected, "expired"
+			a.State, a.Detail = StateRejected, "approval expired"
 		}
 	case events.RequirementChanged:
 		a := v.action(e.Action, at)
@@ -311,11 +321,11 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		case events.OutcomeOutput:
 			a.State, a.Result = StateSucceeded, summary(e.Content)
 		case events.OutcomeExplain:
-			a.State, a.Result = StateToolFailed, summary(errorContent(e.Message))
+			a.State, a.Detail, a.Result = StateToolFailed, e.Message, summary(errorContent(e.Message))
 		case events.OutcomeUncertain:
 			v.uncertain(a, e.Evidence, at)
 		case events.OutcomeOversize:
-			a.State, a.Detail = StateFaulted, "result over max result bytes"
+			a.State, a.Detail = StateFaulted, fmt.Sprintf("result of %d bytes over max result bytes", e.Bytes)
 		}
 	case events.AttemptLost:
 		a := v.action(e.Action, at)
@@ -323,7 +333,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		case events.NextReplay:
 			a.State, a.Evidence = StateQueued, e.Evidence
 		case events.NextReapprove:
-			a.Evidence = e.Evidence
+			a.State, a.Evidence = StateQueued, e.Evidence
 		case events.NextSettle:
 			a.State, a.Evidence = StateSettling, e.Evidence
 		case events.NextUncertain:
@@ -333,6 +343,10 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		v.uncertain(v.action(e.Action, at), e.Evidence, at)
 	case events.SettlementAccepted:
 		a := v.action(e.Action, at)
+		if e.Outcome == events.OutcomeUncertain && !e.Late {
+			v.uncertain(a, e.Summary, at)
+			break
+		}
 		content := e.Content
 		if e.Outcome == events.OutcomeExplain {
 			content = errorContent(e.Message)
@@ -356,6 +370,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		}
 	case events.CancelRequested:
 		v.Cancelling = true
+		v.ModelInFlight = false
 	case events.RunHandedOff:
 		v.HandedOff = true
 	case events.RunRecovered:
@@ -410,15 +425,14 @@ func (v *RunView) derive() {
 			inFlight = true
 		}
 	}
+	// The same rules as aggregate.Status; audit.Verify cross-checks them.
 	switch {
 	case v.Outcome != nil:
 		v.Status = StatusFinished
+	case !inFlight && (len(v.Approvals) > 0 || len(v.Uncertain) > 0):
+		v.Status = StatusSuspended
 	case v.HandedOff:
 		v.Status = StatusUnattended
-	case inFlight || v.Cancelling:
-		v.Status = StatusWorking
-	case len(v.Approvals) > 0 || len(v.Uncertain) > 0:
-		v.Status = StatusSuspended
 	default:
 		v.Status = StatusWorking
 	}
@@ -504,3 +518,20 @@ func summary(content json.RawMessage) string {
 }
 
 func runeStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// validCalls reports whether a tool request is well formed (at least one
+// call, no call id twice); a malformed one creates no actions (the run fails
+// with model_protocol_violation).
+func validCalls(calls []model.ToolCall) bool {
+	if len(calls) == 0 {
+		return false
+	}
+	for i := range calls {
+		for j := range i {
+			if calls[i].ID == calls[j].ID {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -62,6 +62,7 @@ type gen struct {
 	run  string
 	evs  []events.Recorded
 	rev  int
+	inc  int
 	done bool
 }
 
@@ -72,7 +73,7 @@ func (g *gen) add(e events.Event) {
 func (g *gen) chance(p float64) bool { return g.rng.Float64() < p }
 
 func runHistory(rng *rand.Rand, run string) []events.Recorded {
-	g := &gen{rng: rng, run: run}
+	g := &gen{rng: rng, run: run, inc: 1}
 	g.add(events.RunStarted{
 		Agent:  events.AgentRef{Name: agents[rng.IntN(len(agents))], Version: "1"},
 		Input:  fmt.Sprintf("pay invoice %d", rng.IntN(1000)),
@@ -94,11 +95,12 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 			g.add(events.ModelRequested{Turn: turn, Incarnation: 1})
 		}
 		if g.chance(0.1) {
-			g.add(events.RunHandedOff{Runner: "runner-1", Incarnation: 1})
+			g.add(events.RunHandedOff{Runner: "runner-1", Incarnation: g.inc})
 			if g.chance(0.2) {
 				break // left unattended
 			}
-			g.add(events.RunRecovered{Runner: "runner-2", Incarnation: 2, Previous: "runner-1", Cause: "handed_off"})
+			g.inc++
+			g.add(events.RunRecovered{Runner: "runner-2", Incarnation: g.inc, Previous: "runner-1", Cause: "handed_off"})
 		}
 		if turn == int64(turns) || g.chance(0.1) {
 			var usage *model.Usage
@@ -223,7 +225,6 @@ func (g *gen) action(id, tool string) bool {
 		case 0:
 			if attempt < 3 {
 				g.add(events.AttemptLost{Action: id, Attempt: attempt, Cause: events.CauseCrashed, Evidence: "worker crashed", Next: events.NextReplay})
-				g.add(events.ActionQueued{Action: id, Why: "replay"})
 				continue
 			}
 			g.add(events.AttemptLost{Action: id, Attempt: attempt, Cause: events.CauseCrashed, Evidence: "worker crashed, attempts exhausted", Next: events.NextUncertain})

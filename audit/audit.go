@@ -1,0 +1,280 @@
+// Package audit proves what a run did: it exports a run's history as JSON
+// lines and verifies a history — live from the log or from an exported file.
+//
+// Verify checks, in order, and reports the first problem it finds:
+//
+//  1. every line is an event envelope of the same run, versions 1, 2, 3, …;
+//  2. the hash chain: event 1 has no Prev, and every later event's Prev is
+//     the Hash (events.Envelope.Hash) of the event before it, so changing any
+//     byte of an event (other than the last) breaks the link after it; the
+//     last event is covered when the expected head hash is known (WithHead,
+//     which a live verification takes from the log);
+//  3. every payload decodes with the event catalogue;
+//  4. the history refolds through the decision core (aggregate.Evolve never
+//     meets an impossible transition);
+//  5. the projection's view (projections.Fold) agrees with the aggregate on
+//     status, the approvals and uncertain lists, turns, tokens, incarnation
+//     and every action's state and attempts;
+//  6. when the stored view is given (WithView, from the weft_views bucket), it
+//     is byte for byte the view refolded from the history.
+//
+// The package is pure apart from its io.Reader and io.Writer arguments.
+package audit
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+)
+
+// Export writes envs as JSON lines, one envelope per line, in the encoding
+// the log stores (the encoding events.Envelope.Hash hashes).
+func Export(w io.Writer, envs []events.Envelope) error {
+	bw := bufio.NewWriter(w)
+	for _, env := range envs {
+		b, err := json.Marshal(env)
+		if err != nil {
+			return fmt.Errorf("audit: export %s version %d: %w", env.Run, env.Version, err)
+		}
+		bw.Write(b)
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}
+
+// ReadExport reads an exported history. A line that is not an envelope is a
+// *Problem of kind "parse" naming the line.
+func ReadExport(r io.Reader) ([]events.Envelope, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024)
+	var out []events.Envelope
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		var env events.Envelope
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&env); err != nil {
+			return out, &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope: %v", line, err)}
+		}
+		out = append(out, env)
+	}
+	if err := sc.Err(); err != nil {
+		return out, fmt.Errorf("audit: read export: %w", err)
+	}
+	return out, nil
+}
+
+// The kinds of Problem.
+const (
+	KindParse    = "parse"    // a line of an export is not an envelope
+	KindEmpty    = "empty"    // no events
+	KindSequence = "sequence" // another run's event, or versions not 1, 2, 3, …
+	KindChain    = "chain"    // a hash link is broken
+	KindHead     = "head"     // the last event does not hash to the expected head
+	KindDecode   = "decode"   // a payload does not decode
+	KindRefold   = "refold"   // the decision core refuses the history
+	KindMismatch = "mismatch" // the projection disagrees with the aggregate
+	KindView     = "view"     // the stored view differs from the refolded one
+)
+
+// Problem is the first thing wrong with a history. Version (and ID) name the
+// event at fault, Line the exported line when reading a file.
+type Problem struct {
+	Kind    string `json:"kind"`
+	Version uint64 `json:"version,omitempty"`
+	ID      string `json:"id,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Message string `json:"message"`
+}
+
+// Error returns the problem's message.
+func (p *Problem) Error() string { return p.Kind + ": " + p.Message }
+
+// Report is the result of Verify.
+type Report struct {
+	Run     string `json:"run"`
+	Events  int    `json:"events"`
+	Head    string `json:"head,omitempty"`
+	Status  string `json:"status,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	// Problem is nil when the history verified.
+	Problem *Problem `json:"problem,omitempty"`
+}
+
+// OK reports whether the history verified.
+func (r Report) OK() bool { return r.Problem == nil }
+
+type config struct {
+	head string
+	view []byte
+}
+
+// Option adds a check to Verify.
+type Option func(*config)
+
+// WithHead checks that the last event hashes to head (the run's head hash as
+// the log reports it), which covers the last event too.
+func WithHead(head string) Option { return func(c *config) { c.head = head } }
+
+// WithView compares the stored view (its encoded bytes, as in weft_views)
+// with the view refolded from the history.
+func WithView(view []byte) Option { return func(c *config) { c.view = view } }
+
+// Verify checks envs as the package doc describes and reports the first
+// problem.
+func Verify(envs []events.Envelope, opts ...Option) Report {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	var rep Report
+	if len(envs) == 0 {
+		rep.Problem = &Problem{Kind: KindEmpty, Message: "the history has no events"}
+		return rep
+	}
+	rep.Run = envs[0].Run
+	rep.Events = len(envs)
+
+	// 1 and 2: sequence and chain.
+	hashes := make([]string, len(envs))
+	for i, env := range envs {
+		hashes[i] = env.Hash()
+		want := uint64(i + 1)
+		switch {
+		case env.Run != rep.Run:
+			return fail(rep, KindSequence, env, "event %d (version %d) belongs to run %q, not %q", i+1, env.Version, env.Run, rep.Run)
+		case env.Version != want:
+			return fail(rep, KindSequence, env, "event %d has version %d, want %d (an event is missing, repeated or out of order)", i+1, env.Version, want)
+		case i == 0 && env.Prev != "":
+			return fail(rep, KindChain, env, "event 1 (%s) carries prev %s, but the chain starts at the run's first event", env.ID, short(env.Prev))
+		case i > 0 && env.Prev != hashes[i-1]:
+			prev := envs[i-1]
+			return fail(rep, KindChain, prev,
+				"event %d (%s, %s) does not hash to the prev recorded by event %d: it was altered (or event %d's prev was): hash %s, recorded %s",
+				prev.Version, prev.ID, prev.Type, env.Version, env.Version, short(hashes[i-1]), short(env.Prev))
+		}
+	}
+	rep.Head = hashes[len(hashes)-1]
+	if c.head != "" && c.head != rep.Head {
+		last := envs[len(envs)-1]
+		return fail(rep, KindHead, last, "the last event %d (%s, %s) hashes to %s, but the run's head is %s: it was altered, or the history is incomplete",
+			last.Version, last.ID, last.Type, short(rep.Head), short(c.head))
+	}
+
+	// 3: decode.
+	recs := make([]events.Recorded, len(envs))
+	for i, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			return fail(rep, KindDecode, env, "event %d (%s, %s) does not decode: %v", env.Version, env.ID, env.Type, err)
+		}
+		recs[i] = events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev}
+	}
+
+	// 4: refold through the aggregate, one event at a time, so that an
+	// impossible transition names its event.
+	var st aggregate.State
+	for i, r := range recs {
+		if p := evolve(&st, r); p != "" {
+			return fail(rep, KindRefold, envs[i], "event %d (%s, %s) is impossible after the ones before it: %s", r.Version, envs[i].ID, envs[i].Type, p)
+		}
+	}
+
+	// 5: projection against aggregate.
+	view := projections.Fold(recs)
+	rep.Status = view.Status
+	if view.Outcome != nil {
+		rep.Outcome = view.Outcome.Kind
+	}
+	if msg := compare(view, st); msg != "" {
+		return fail(rep, KindMismatch, envs[len(envs)-1], "the projection disagrees with the decision core: %s", msg)
+	}
+
+	// 6: the stored view.
+	if c.view != nil {
+		want, _ := view.Encode()
+		if !bytes.Equal(c.view, want) {
+			stored, err := projections.DecodeView(c.view)
+			msg := "the stored view differs from the view refolded from the history"
+			if err == nil {
+				msg += fmt.Sprintf(" (stored version %d status %s; refolded version %d status %s)", stored.Version, stored.Status, view.Version, view.Status)
+			}
+			return fail(rep, KindView, envs[len(envs)-1], "%s", msg)
+		}
+	}
+	return rep
+}
+
+func fail(rep Report, kind string, env events.Envelope, format string, args ...any) Report {
+	rep.Problem = &Problem{Kind: kind, Version: env.Version, ID: env.ID, Message: fmt.Sprintf(format, args...)}
+	return rep
+}
+
+func short(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
+
+// evolve applies r, turning a panic of the aggregate into a message.
+func evolve(st *aggregate.State, r events.Recorded) (problem string) {
+	defer func() {
+		if p := recover(); p != nil {
+			problem = fmt.Sprint(p)
+		}
+	}()
+	*st = aggregate.Evolve(*st, r)
+	return ""
+}
+
+// compare returns "" when the view agrees with the aggregate's state.
+func compare(v projections.RunView, st aggregate.State) string {
+	s := aggregate.Status(st)
+	if string(s.Kind) != v.Status {
+		return fmt.Sprintf("status %s, decision core %s", v.Status, s.Kind)
+	}
+	if s.Kind != aggregate.StatusFinished && !slices.Equal(orEmpty(s.Approvals), v.Approvals) {
+		return fmt.Sprintf("approvals %v, decision core %v", v.Approvals, s.Approvals)
+	}
+	if !slices.Equal(orEmpty(s.Uncertain), v.Uncertain) {
+		return fmt.Sprintf("uncertain %v, decision core %v", v.Uncertain, s.Uncertain)
+	}
+	if v.Turns != st.Turn() {
+		return fmt.Sprintf("turns %d, decision core %d", v.Turns, st.Turn())
+	}
+	if tokens := v.Usage.InputTokens + v.Usage.OutputTokens; tokens != st.TokensUsed() || v.Usage.Unreported != st.UnreportedReplies() {
+		return fmt.Sprintf("tokens %d (%d unreported), decision core %d (%d unreported)", tokens, v.Usage.Unreported, st.TokensUsed(), st.UnreportedReplies())
+	}
+	if v.Incarnation != st.Incarnation() {
+		return fmt.Sprintf("incarnation %d, decision core %d", v.Incarnation, st.Incarnation())
+	}
+	acts := st.Actions()
+	if len(acts) != len(v.Actions) {
+		return fmt.Sprintf("%d actions, decision core %d", len(v.Actions), len(acts))
+	}
+	for i, a := range acts {
+		w := v.Actions[i]
+		if a.ID != w.ID || string(a.State) != w.State || a.Attempts != w.Attempts {
+			return fmt.Sprintf("action %s %s after %d attempts, decision core %s %s after %d", w.ID, w.State, w.Attempts, a.ID, a.State, a.Attempts)
+		}
+	}
+	return ""
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
