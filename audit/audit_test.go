@@ -104,10 +104,10 @@ func TestEditOneByteOfAnExport(t *testing.T) {
 		from, to string
 		kind     string
 	}{
-		{1, "invoice 42", "invoice 43", audit.KindChain},      // the input of run_started
+		{1, "invoice 42", "invoice 43", audit.KindChain},         // the input of run_started
 		{3, `{"invoice":42}`, `{"invoice":52}`, audit.KindChain}, // the model's arguments
-		{8, "R-9", "R-8", audit.KindChain},                     // the tool's result
-		{11, "paid", "pair", audit.KindHead},                   // the last event: caught by the head
+		{8, "R-9", "R-8", audit.KindChain},                       // the tool's result
+		{11, "paid", "pair", audit.KindHead},                     // the last event: caught by the head
 		{6, `"max_attempts":1`, `"max_attempts":2`, audit.KindChain},
 		{4, `{"id"`, `{"id `, audit.KindParse}, // broken JSON
 	} {
