@@ -176,6 +176,7 @@ type Log struct {
 	js      jetstream.JetStream
 	stream  string
 	attempt time.Duration
+	batch   int
 	publish func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
 
 	mu      sync.Mutex
@@ -184,7 +185,7 @@ type Log struct {
 
 // New returns a Log on js. The stream must exist (see package provision).
 func New(js jetstream.JetStream, opts ...Option) *Log {
-	l := &Log{js: js, stream: Stream, attempt: 5 * time.Second, entropy: ulid.Monotonic(rand.Reader, 0)}
+	l := &Log{js: js, stream: Stream, attempt: 5 * time.Second, batch: loadBatch, entropy: ulid.Monotonic(rand.Reader, 0)}
 	l.publish = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 		return js.PublishMsg(ctx, m)
 	}
@@ -214,7 +215,10 @@ type body struct {
 // chain, and returns the stored envelopes and the run's new head. It returns
 // a *ConflictError when another writer appended since head, a *weft.Error
 // invalid_name for a bad run id, payload_too_large when the decision exceeds
-// the server's maximum message size, and ErrEmpty for no events.
+// the server's maximum message size, and ErrEmpty for no events. When ctx
+// ends before an acknowledgement, the error (unavailable, or ctx's error)
+// leaves the outcome unknown: the decision may have landed, so re-read the
+// run (Head or LoadAfter) before deciding again.
 func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, evs ...events.Event) ([]events.Envelope, Head, error) {
 	if err := CheckRun(run); err != nil {
 		return nil, Head{}, err
@@ -260,6 +264,7 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 	msg.Header.Set(HeaderVersion, strconv.FormatUint(last.Version, 10))
 	msg.Header.Set(HeaderCount, strconv.Itoa(len(envs)))
 
+	backoff := 10 * time.Millisecond
 	for {
 		actx, cancel := context.WithTimeout(ctx, l.attempt)
 		ack, err := l.publish(actx, msg)
@@ -287,6 +292,13 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 		case errors.Is(err, nats.ErrMaxPayload):
 			return nil, Head{}, &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("decision of %d events is %d bytes: %v", len(envs), len(msg.Data), err)}
 		case retryable(err) && ctx.Err() == nil:
+			// Same message, same id: if the lost attempt landed, the
+			// retry is refused (10071) or deduplicated, never stored twice.
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, time.Second)
 			continue
 		default:
 			return nil, Head{}, fmt.Errorf("eventlog: append run %s: %w", run, unavailable(err))
@@ -403,7 +415,7 @@ func (l *Log) LoadAfter(ctx context.Context, run string, after Head) ([]events.E
 	var out []events.Envelope
 	next := after.Seq + 1
 	for {
-		it, err := jetstreamext.GetBatch(ctx, l.js, l.stream, loadBatch,
+		it, err := jetstreamext.GetBatch(ctx, l.js, l.stream, l.batch,
 			jetstreamext.GetBatchSeq(next), jetstreamext.GetBatchSubject(RunFilter(run)))
 		if err != nil {
 			return nil, Head{}, fmt.Errorf("eventlog: load run %s: %w", run, unavailable(err))

@@ -3,6 +3,7 @@ package eventlog_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,4 +232,46 @@ func mustHead(t *testing.T, s *natstest.Server, run string) eventlog.Head {
 		t.Errorf("head: %v", err)
 	}
 	return h
+}
+
+// TestLoadPages: a history longer than one direct-get batch is read in
+// several requests, completely and in order.
+func TestLoadPages(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	var want eventlog.Head
+	for i := 1; i <= 7; i++ {
+		want = mustAppend(t, s.Log, "paged", want, ev(int64(i)))
+		mustAppend(t, s.Log, fmt.Sprintf("noise%d", i), eventlog.Head{}, ev(0))
+	}
+	for _, batch := range []int{1, 2, 3, 7, 8} {
+		l := eventlog.New(s.JS, eventlog.WithLoadBatch(batch))
+		envs, head, err := l.Load(ctx, "paged")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(envs) != 7 || head != want {
+			t.Fatalf("batch %d: %d events, head %+v; want 7, %+v", batch, len(envs), head, want)
+		}
+		for i, env := range envs {
+			if turnOf(t, env) != int64(i+1) {
+				t.Fatalf("batch %d: event %d has turn %d", batch, i, turnOf(t, env))
+			}
+		}
+	}
+}
+
+// TestAppendTooLarge: a decision over the server's max payload is refused
+// with payload_too_large and nothing is written.
+func TestAppendTooLarge(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	big := events.AnswerRejected{Turn: 1, Reason: strings.Repeat("x", 2<<20)}
+	_, _, err := s.Log.Append(ctx, "big", eventlog.Head{}, t0, big)
+	if weft.ErrorCode(err) != weft.CodePayloadTooLarge {
+		t.Fatalf("Append of 2 MB: %v, want payload_too_large", err)
+	}
+	if h, err := s.Log.Head(ctx, "big"); err != nil || !h.IsZero() {
+		t.Fatalf("head after refused append: %+v, %v", h, err)
+	}
 }

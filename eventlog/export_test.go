@@ -15,3 +15,6 @@ type PublishFunc = func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
 func WithPublishWrapper(wrap func(next PublishFunc) PublishFunc) Option {
 	return func(l *Log) { l.publish = wrap(l.publish) }
 }
+
+// WithLoadBatch sets how many messages Load asks for per request.
+func WithLoadBatch(n int) Option { return func(l *Log) { l.batch = n } }
