@@ -37,6 +37,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/eventlog"
@@ -347,4 +348,22 @@ func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
 		return fmt.Errorf("projector: delete %s %s: %w", kv.Bucket(), key, err)
 	}
 	return nil
+}
+
+// RunAll runs a projector and the query service on nc until ctx ends: what
+// cmd/projector and `weft dev` run. The buckets must exist (Assets).
+func RunAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eventlog.Log, logger *slog.Logger) error {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	p, err := New(ctx, js, log, WithLogger(logger))
+	if err != nil {
+		return err
+	}
+	svc, err := Serve(ctx, nc, js, log, WithServiceLogger(logger))
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+	return p.Run(ctx)
 }
