@@ -173,9 +173,13 @@ type TimerFired struct {
 	Turn     int64
 }
 
-// HandOff is a draining runner giving the run up.
+// HandOff is a draining runner giving the run up, after waiting (within its
+// drain window) for running bodies and an in-flight model reply.
+// ModelNotCalled says the run's requested model turn was never called by
+// this runner, so the next runner calls it under the same turn.
 type HandOff struct {
-	Runner string
+	Runner         string
+	ModelNotCalled bool
 }
 
 // Recover is a runner taking over a run nobody drives. Cause is

@@ -741,7 +741,11 @@ func (d *decider) handOff(c HandOff) error {
 	if d.s.handedOff {
 		return nil
 	}
-	d.emit(events.RunHandedOff{Runner: c.Runner, Incarnation: d.s.incarnation})
+	ev := events.RunHandedOff{Runner: c.Runner, Incarnation: d.s.incarnation}
+	if c.ModelNotCalled && d.s.modelPending {
+		ev.Uncalled = d.s.turn
+	}
+	d.emit(ev)
 	return nil
 }
 
@@ -766,7 +770,12 @@ func (d *decider) recover(c Recover) error {
 		}
 	}
 	if d.s.modelPending && !d.s.cancelling {
-		d.requestTurnRecovery()
+		if c.Cause == events.RecoveredHandedOff && d.s.uncalled == d.s.turn {
+			// Never called: call it now under the same turn.
+			d.emit(events.ModelRequested{Turn: d.s.turn, Incarnation: d.s.incarnation, Why: events.TurnRecovery, Deadline: d.at(d.s.start.Limits.ModelTimeout)})
+		} else {
+			d.requestTurnRecovery()
+		}
 	}
 	return nil
 }

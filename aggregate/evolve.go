@@ -82,9 +82,11 @@ func (s *State) evolve(r events.Recorded) {
 		if s.modelPending && e.Why != events.TurnRecovery {
 			s.bug(name, "turn %d still awaits its reply", s.turn)
 		}
-		if e.Turn != s.turn+1 {
+		recall := e.Why == events.TurnRecovery && s.modelPending && s.uncalled == s.turn && e.Turn == s.turn
+		if e.Turn != s.turn+1 && !recall {
 			s.bug(name, "turn %d after turn %d", e.Turn, s.turn)
 		}
+		s.uncalled = 0
 		s.turn = e.Turn
 		s.modelPending = true
 		s.modelDue = e.Deadline
@@ -290,6 +292,7 @@ func (s *State) evolve(r events.Recorded) {
 
 	case events.RunHandedOff:
 		s.handedOff = true
+		s.uncalled = e.Uncalled
 
 	case events.RunRecovered:
 		if e.Incarnation != s.incarnation+1 {

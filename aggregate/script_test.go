@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 )
@@ -55,7 +57,12 @@ func (h *harness) decide(t *testing.T, c Command) string {
 	var b strings.Builder
 	h.append(t, evs, &b)
 	if err != nil {
-		fmt.Fprintf(&b, "error: %v\n", err)
+		fmt.Fprintf(&b, "error: %v", err)
+		var we *weft.Error
+		if errors.As(err, &we) && we.SameInput != nil {
+			fmt.Fprintf(&b, " same_input=%v", *we.SameInput)
+		}
+		b.WriteByte('\n')
 	}
 	if b.Len() == 0 {
 		return "ok: nothing to record\n"
@@ -265,7 +272,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.decide(t, Cancel{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
 
 	case "handoff":
-		return h.decide(t, HandOff{Runner: h.strArg(t, d, "runner", h.state.Runner())})
+		return h.decide(t, HandOff{Runner: h.strArg(t, d, "runner", h.state.Runner()), ModelNotCalled: d.HasArg("uncalled")})
 
 	case "recover":
 		return h.decide(t, Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.strArg(t, d, "cause", events.RecoveredRunnerLost)})

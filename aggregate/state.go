@@ -128,6 +128,7 @@ type State struct {
 	incarnation int
 	runner      string
 	handedOff   bool
+	uncalled    int64 // requested turn a draining runner never called
 
 	turn         int64 // last requested turn (turns used)
 	modelPending bool  // a ModelRequested has no reply or failure yet

@@ -450,11 +450,16 @@ type CancelRequested struct {
 	Reason string `json:"reason,omitempty"`
 }
 
-// RunHandedOff is emitted when a draining runner gives a run up with nothing
-// uncertain: any runner may take it over.
+// RunHandedOff is emitted when a draining runner gives a run up after its
+// running bodies and in-flight model reply finished or the drain window
+// closed: any runner may take it over (RunRecovered, cause "handed_off").
+// Uncalled is the requested turn whose model call the draining runner never
+// started (0 for none): the next runner makes that call under the same
+// turn instead of spending another.
 type RunHandedOff struct {
 	Runner      string `json:"runner"`
 	Incarnation int    `json:"incarnation"`
+	Uncalled    int64  `json:"uncalled_turn,omitempty"`
 }
 
 // RunRecovered is emitted when a runner takes over a run that nobody drives

@@ -171,6 +171,9 @@ func Describe(e Event) string {
 	case RunHandedOff:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))
+		if e.Uncalled != 0 {
+			b.kv("uncalled_turn", itoa(e.Uncalled))
+		}
 	case RunRecovered:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))
