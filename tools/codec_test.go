@@ -210,3 +210,35 @@ func TestEmptyArgumentsAreTheEmptyObject(t *testing.T) {
 		}
 	}
 }
+
+const benchArgs = `{"id":"o-1","ship":{"street":"Main 1","city":"Oslo"},"items":[{"sku":"a","quantity":2},{"sku":"b","quantity":1}],"currency":"EUR","priority":"low","rush":null,"tags":["gift"]}`
+
+// BenchmarkCodecFor measures schema generation, done once per Define.
+func BenchmarkCodecFor(b *testing.B) {
+	for b.Loop() {
+		if tools.CodecFor[order]().Err() != nil {
+			b.Fatal("no schema")
+		}
+	}
+}
+
+// BenchmarkNormalize measures checking and decoding one call's arguments
+// (docs/adr/0003).
+func BenchmarkNormalize(b *testing.B) {
+	c := tools.CodecFor[order]()
+	for b.Loop() {
+		if _, _, err := c.Normalize(json.RawMessage(benchArgs)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUnmarshalOnly is the floor BenchmarkNormalize is compared with.
+func BenchmarkUnmarshalOnly(b *testing.B) {
+	for b.Loop() {
+		var o order
+		if err := json.Unmarshal([]byte(benchArgs), &o); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -149,12 +149,18 @@ type SettlingHandler[In, Out any] func(ctx context.Context, call Call, in In, s 
 // it. Outcome is events.OutcomeOutput (Content is the encoded output),
 // events.OutcomeExplain (Message is the definite failure; Content is
 // {"error": Message}, what the model reads) or events.OutcomeUncertain
-// (Evidence says what is known; Content is nil).
+// (Evidence says what is known; Content is nil). Its JSON form is the one
+// docs/protocol (tools section) documents for workers in other languages.
 type Result struct {
-	Outcome  string
-	Content  json.RawMessage
-	Message  string
-	Evidence string
+	// Outcome is "output", "explain" or "uncertain".
+	Outcome string `json:"outcome"`
+	// Content is what the model reads: the encoded output, or
+	// {"error": Message} for explain.
+	Content json.RawMessage `json:"content,omitempty"`
+	// Message is an explain's definite failure.
+	Message string `json:"message,omitempty"`
+	// Evidence is what is known about an uncertain effect.
+	Evidence string `json:"evidence,omitempty"`
 }
 
 // OutputResult returns the Result of an encoded output.
