@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/natsnode"
+)
+
+// Exit codes (docs/cli.md).
+const (
+	exitOK          = 0 // success
+	exitFailed      = 1 // the server refused the command (a protocol error code is printed)
+	exitUsage       = 2 // bad command line
+	exitUnavailable = 3 // NATS or the service did not answer
+	exitAudit       = 4 // audit verify found a problem
+)
+
+// DefaultURL is the server the client commands use without --nats or
+// NATS_URL.
+const DefaultURL = "nats://127.0.0.1:4222"
+
+// usageError is a bad command line.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// auditError is a verification that found a problem.
+type auditError struct{ msg string }
+
+func (e auditError) Error() string { return e.msg }
+
+func exitCode(err error) int {
+	var ue usageError
+	var ae auditError
+	var we *weft.Error
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.As(err, &ae):
+		return exitAudit
+	case errors.As(err, &we):
+		if we.Code == weft.CodeUnavailable {
+			return exitUnavailable
+		}
+		return exitFailed
+	}
+	return exitFailed
+}
+
+// command is one subcommand.
+type command struct {
+	name     string
+	args     string // the positional arguments, for usage
+	summary  string
+	examples []string
+	flags    func(fs *flag.FlagSet) func(ctx context.Context, env *env, args []string) error
+}
+
+// env is what every command gets: where to write, how to reach NATS.
+type env struct {
+	stdout, stderr io.Writer
+	url            string
+	timeout        time.Duration
+	json           bool
+}
+
+// connect connects to the server the command line names.
+func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
+	opts := natsnode.FromEnv(os.Getenv)
+	opts = append(opts, natsnode.WithURL(e.url))
+	cctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	n, err := natsnode.Start(cctx, opts...)
+	if err != nil {
+		return nil, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("connect to %s: %v", e.url, err)}
+	}
+	return n, nil
+}
+
+func closeNode(n *natsnode.Node) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	n.Close(ctx)
+}
+
+func commands() []command {
+	return []command{
+		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
+		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), cancelCommand(), settleCommand(),
+		auditCommand(), rebuildCommand(), devCommand(),
+	}
+}
+
+func find(name string) (command, bool) {
+	for _, c := range commands() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+const globalHelp = `weft: the Weft command-line client.
+
+Usage:
+  weft [--nats URL] <command> [flags] [args]
+
+Every command but dev talks to a NATS server: --nats, else $NATS_URL, else
+nats://127.0.0.1:4222 (credentials from NATS_CREDS, NATS_USER/NATS_PASSWORD
+or NATS_TOKEN). runs, show, inbox need a projector (weft dev runs one).
+
+Commands:
+%s
+Examples:
+  weft dev                                  # the payment desk on an embedded server
+  weft runs --status suspended              # runs waiting for people
+  weft show pay-42                          # status, actions, what it waits for
+  weft events pay-42                        # readable timeline
+  weft inbox approvals
+  weft approve pay-42 1/call_1 --revision 1 --credential alice-token
+  weft reconcile pay-42 1/call_2 --output '{"paid":true}'
+  weft audit export pay-42 -o pay-42.jsonl && weft audit verify --file pay-42.jsonl
+
+Exit codes:
+  0 success, 1 refused by the server (its error code is printed),
+  2 bad command line, 3 NATS or the service unavailable, 4 audit found a problem.
+
+Run 'weft <command> --help' for a command's flags and examples.
+`
+
+func printGlobalHelp(w io.Writer) {
+	var b strings.Builder
+	for _, c := range commands() {
+		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, globalHelp, b.String())
+}
+
+// run runs the command line args.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	e := &env{stdout: stdout, stderr: stderr, url: os.Getenv(natsnode.EnvURL), timeout: 10 * time.Second}
+	// Global flags before the command.
+	for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+		a := args[0]
+		switch {
+		case a == "-h" || a == "--help" || a == "-help":
+			printGlobalHelp(stdout)
+			return flag.ErrHelp
+		case a == "--nats" || a == "-nats":
+			if len(args) < 2 {
+				return usagef("--nats needs a URL")
+			}
+			e.url, args = args[1], args[2:]
+		case strings.HasPrefix(a, "--nats="):
+			e.url, args = strings.TrimPrefix(a, "--nats="), args[1:]
+		default:
+			return usagef("unknown flag %s before the command (see weft --help)", a)
+		}
+	}
+	if len(args) == 0 {
+		printGlobalHelp(stderr)
+		return usagef("no command")
+	}
+	if args[0] == "help" {
+		if len(args) > 1 {
+			args = []string{args[1], "--help"}
+		} else {
+			printGlobalHelp(stdout)
+			return nil
+		}
+	}
+	c, ok := find(args[0])
+	if !ok {
+		return usagef("unknown command %q (see weft --help)", args[0])
+	}
+	fs := flag.NewFlagSet("weft "+c.name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&e.url, "nats", e.url, "NATS server URL (default $NATS_URL, else "+DefaultURL+")")
+	fs.DurationVar(&e.timeout, "timeout", e.timeout, "how long to wait for NATS and each answer")
+	body := c.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "weft %s %s\n  %s\n\nFlags:\n", c.name, c.args, c.summary)
+		fs.PrintDefaults()
+		if len(c.examples) > 0 {
+			fmt.Fprintf(fs.Output(), "\nExamples:\n")
+			for _, ex := range c.examples {
+				fmt.Fprintf(fs.Output(), "  %s\n", ex)
+			}
+		}
+	}
+	if err := fs.Parse(interleave(fs, args[1:])); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if e.url == "" {
+		e.url = DefaultURL
+	}
+	return body(ctx, e, fs.Args())
+}
+
+// interleave moves flags after positional arguments in front of them, so
+// that `weft show pay-42 --json` works like `weft show --json pay-42`.
+func interleave(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if f := fs.Lookup(name); f != nil {
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				continue
+			}
+			if i+1 < len(args) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+		}
+	}
+	return append(flags, pos...)
+}
+
+func wantArgs(args []string, n int, what string) error {
+	if len(args) != n {
+		return usagef("want %s, got %d argument(s)", what, len(args))
+	}
+	return nil
+}

@@ -1,0 +1,29 @@
+// Command weft is the command-line client of Weft: it lists and shows runs,
+// prints their timelines, answers approvals, reconciles uncertain effects,
+// starts and cancels runs, exports and verifies a run's audit trail,
+// rebuilds the read models and runs the payment-desk demo (weft dev).
+//
+// Run `weft --help` for the commands, their examples and the exit codes
+// (also in docs/cli.md).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		code := exitCode(err)
+		if code != exitOK {
+			fmt.Fprintln(os.Stderr, "weft:", err)
+		}
+		os.Exit(code)
+	}
+}

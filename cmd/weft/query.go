@@ -1,0 +1,477 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/provision"
+)
+
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// withQuery connects and hands a query client to fn.
+func withQuery(ctx context.Context, e *env, fn func(ctx context.Context, c *projector.Client) error) error {
+	n, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeNode(n)
+	qctx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	return fn(qctx, projector.NewClient(n.Conn()))
+}
+
+func ago(now, t time.Time) string {
+	d := now.Sub(t).Round(time.Second)
+	if d < 0 {
+		d = 0
+	}
+	return d.String() + " ago"
+}
+
+func runsCommand() command {
+	return command{
+		name: "runs", summary: "list runs, most recently changed first",
+		examples: []string{"weft runs", "weft runs --status suspended --agent payment-desk", "weft runs --since 2026-11-30T09:00:00Z --limit 20 --cursor <next>"},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var q projections.ListQuery
+			fs.StringVar(&q.Status, "status", "", "only runs with this status: working, unattended, suspended, finished")
+			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
+			fs.StringVar(&q.UpdatedSince, "since", "", "only runs changed at or after this RFC 3339 time")
+			fs.IntVar(&q.Limit, "limit", 0, "page size, 1..1000 (default 50)")
+			fs.StringVar(&q.Cursor, "cursor", "", "the next-page cursor a previous page printed")
+			asJSON := fs.Bool("json", false, "print the page as JSON")
+			return func(ctx context.Context, e *env, args []string) error {
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
+					page, err := c.List(ctx, q)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(e.stdout, page)
+					}
+					tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "RUN\tSTATUS\tAGENT\tTURNS\tAPPROVALS\tUNCERTAIN\tUPDATED")
+					for _, s := range page.Runs {
+						status := s.Status
+						if s.Outcome != "" {
+							status += " (" + s.Outcome + ")"
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s@%s\t%d\t%d\t%d\t%s\n", s.Run, status, s.Agent.Name, s.Agent.Version, s.Turns, s.Approvals, s.Uncertain, s.Updated.Format(time.RFC3339))
+					}
+					tw.Flush()
+					if page.Next != "" {
+						fmt.Fprintf(e.stdout, "more: weft runs --cursor %s\n", page.Next)
+					}
+					return nil
+				})
+			}
+		},
+	}
+}
+
+func showCommand() command {
+	return command{
+		name: "show", args: "<run>", summary: "show a run: status, usage, actions and what it waits for",
+		examples: []string{"weft show pay-42", "weft show pay-42 --json"},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			asJSON := fs.Bool("json", false, "print the run view as JSON")
+			return func(ctx context.Context, e *env, args []string) error {
+				if err := wantArgs(args, 1, "<run>"); err != nil {
+					return err
+				}
+				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
+					v, err := c.Run(ctx, args[0])
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(e.stdout, v)
+					}
+					printView(e.stdout, v)
+					return nil
+				})
+			}
+		},
+	}
+}
+
+func printView(w io.Writer, v projections.RunView) {
+	fmt.Fprintf(w, "run        %s\n", v.Run)
+	fmt.Fprintf(w, "agent      %s@%s\n", v.Agent.Name, v.Agent.Version)
+	status := v.Status
+	if v.Outcome != nil {
+		status += ": " + events.DescribeOutcome(*v.Outcome)
+	}
+	fmt.Fprintf(w, "status     %s\n", status)
+	fmt.Fprintf(w, "input      %q\n", v.Input)
+	fmt.Fprintf(w, "turns      %d\n", v.Turns)
+	fmt.Fprintf(w, "tokens     %d in, %d out", v.Usage.InputTokens, v.Usage.OutputTokens)
+	if v.Usage.Unreported > 0 {
+		fmt.Fprintf(w, ", %d replies without usage", v.Usage.Unreported)
+	}
+	fmt.Fprintf(w, "\nstarted    %s\nupdated    %s (version %d)\n", v.Started.Format(time.RFC3339), v.Updated.Format(time.RFC3339), v.Version)
+	if len(v.Actions) > 0 {
+		fmt.Fprintln(w, "\nactions:")
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ACTION\tTOOL\tSTATE\tATTEMPTS\tDETAIL")
+		for _, a := range v.Actions {
+			detail := a.Result
+			if detail == "" {
+				detail = a.Detail
+			}
+			if a.State == projections.StateUncertain {
+				detail = a.Evidence
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", a.ID, a.Tool, a.State, a.Attempts, oneLine(detail, 60))
+		}
+		tw.Flush()
+	}
+	for _, a := range v.Actions {
+		if a.Pending != nil {
+			exp := "never"
+			if a.Pending.Expires != nil {
+				exp = a.Pending.Expires.Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "\nwaiting for approval: %s %s %s revision %d requirement %s v%d, expires %s\n  approve: weft approve %s %s --revision %d --credential <token>\n",
+				a.ID, a.Tool, oneLine(string(a.Arguments), 60), a.Pending.Revision, a.Pending.Requirement.Name, a.Pending.Requirement.Version, exp, v.Run, a.ID, a.Pending.Revision)
+		}
+		if a.State == projections.StateUncertain {
+			fmt.Fprintf(w, "\neffect uncertain: %s %s: %s\n  reconcile: weft reconcile %s %s --output '<json>' | --error '<message>' | --unconfirmed '<note>'\n",
+				a.ID, a.Tool, a.Evidence, v.Run, a.ID)
+		}
+	}
+}
+
+func oneLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+func eventsCommand() command {
+	return command{
+		name: "events", args: "<run>", summary: "print a run's history as a readable timeline",
+		examples: []string{"weft events pay-42", "weft events pay-42 --json > pay-42.jsonl"},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			asJSON := fs.Bool("json", false, "print the event envelopes as JSON lines")
+			return func(ctx context.Context, e *env, args []string) error {
+				if err := wantArgs(args, 1, "<run>"); err != nil {
+					return err
+				}
+				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
+					envs, _, err := history(ctx, c, args[0])
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return audit.Export(e.stdout, envs)
+					}
+					for _, env := range envs {
+						ev, err := env.Event()
+						desc := ""
+						if err != nil {
+							desc = fmt.Sprintf("%s (undecodable: %v)", env.Type, err)
+						} else {
+							desc = events.Describe(ev)
+						}
+						fmt.Fprintf(e.stdout, "%4d  %s  %s\n", env.Version, env.Recorded.Format("2006-01-02 15:04:05.000"), desc)
+					}
+					return nil
+				})
+			}
+		},
+	}
+}
+
+// history reads a run's whole history through the query service.
+func history(ctx context.Context, c *projector.Client, run string) ([]events.Envelope, eventlog.Head, error) {
+	var out []events.Envelope
+	var after uint64
+	for {
+		h, err := c.History(ctx, projector.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
+		if err != nil {
+			return nil, eventlog.Head{}, err
+		}
+		out = append(out, h.Events...)
+		if h.Next == 0 {
+			return out, h.Head, nil
+		}
+		after = h.Next
+	}
+}
+
+func inboxCommand() command {
+	return command{
+		name: "inbox", args: "approvals|uncertain", summary: "list pending approvals or uncertain effects across runs",
+		examples: []string{"weft inbox approvals", "weft inbox uncertain --agent payment-desk", "weft inbox approvals --run pay-42 --json"},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var q projector.InboxRequest
+			fs.StringVar(&q.Run, "run", "", "only this run")
+			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
+			asJSON := fs.Bool("json", false, "print as JSON")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 1 || (args[0] != "approvals" && args[0] != "uncertain") {
+					return usagef("want approvals or uncertain")
+				}
+				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
+					tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+					defer tw.Flush()
+					if args[0] == "approvals" {
+						items, err := c.Approvals(ctx, q)
+						if err != nil {
+							return err
+						}
+						if *asJSON {
+							return printJSON(e.stdout, items)
+						}
+						fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tARGUMENTS\tREVISION\tREQUIREMENT\tEXPIRES")
+						for _, it := range items {
+							exp := "never"
+							if it.Expires != nil {
+								exp = it.Expires.Format(time.RFC3339)
+							}
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s v%d\t%s\n", it.Run, it.Action, it.Tool, oneLine(string(it.Arguments), 40), it.Revision, it.Requirement.Name, it.Requirement.Version, exp)
+						}
+						return nil
+					}
+					r, err := c.Uncertain(ctx, q)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(e.stdout, r)
+					}
+					fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tAGE\tEVIDENCE")
+					for _, it := range r.Items {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Run, it.Action, it.Tool, (time.Duration(it.AgeMillis) * time.Millisecond).Round(time.Second), oneLine(it.Evidence, 60))
+					}
+					return nil
+				})
+			}
+		},
+	}
+}
+
+func auditCommand() command {
+	return command{
+		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl>",
+		summary: "export a run's history as JSON lines, or verify its hash chain, refold and view",
+		examples: []string{
+			"weft audit export pay-42 -o pay-42.jsonl",
+			"weft audit verify pay-42",
+			"weft audit verify --file pay-42.jsonl",
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			out := fs.String("o", "", "export: write to this file instead of stdout")
+			file := fs.String("file", "", "verify: an exported history instead of the live run")
+			asJSON := fs.Bool("json", false, "verify: print the report as JSON")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) == 0 {
+					return usagef("want export <run> or verify <run>|--file <path>")
+				}
+				switch args[0] {
+				case "export":
+					if err := wantArgs(args[1:], 1, "export <run>"); err != nil {
+						return err
+					}
+					return auditExport(ctx, e, args[1], *out)
+				case "verify":
+					var rep audit.Report
+					var err error
+					switch {
+					case *file != "" && len(args) == 1:
+						rep, err = verifyFile(*file)
+					case *file == "" && len(args) == 2:
+						rep, err = verifyLive(ctx, e, args[1])
+					default:
+						return usagef("want verify <run> or verify --file <path>")
+					}
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						printJSON(e.stdout, rep)
+					} else if rep.OK() {
+						fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
+					}
+					if !rep.OK() {
+						return auditError{fmt.Sprintf("audit: %s", rep.Problem.Error())}
+					}
+					return nil
+				}
+				return usagef("unknown audit command %q", args[0])
+			}
+		},
+	}
+}
+
+func auditExport(ctx context.Context, e *env, run, out string) error {
+	n, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeNode(n)
+	envs, _, err := eventlog.New(n.JetStream()).Load(ctx, run)
+	if err != nil {
+		return err
+	}
+	if len(envs) == 0 {
+		return &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+	}
+	w := e.stdout
+	if out != "" {
+		f, err := os.Create(out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	if err := audit.Export(w, envs); err != nil {
+		return err
+	}
+	if out != "" {
+		fmt.Fprintf(e.stderr, "exported %d events of %s to %s\n", len(envs), run, out)
+	}
+	return nil
+}
+
+func verifyFile(path string) (audit.Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer f.Close()
+	envs, err := audit.ReadExport(f)
+	var p *audit.Problem
+	if errors.As(err, &p) {
+		return audit.Report{Problem: p}, nil
+	}
+	if err != nil {
+		return audit.Report{}, err
+	}
+	return audit.Verify(envs), nil
+}
+
+func verifyLive(ctx context.Context, e *env, run string) (audit.Report, error) {
+	n, err := e.connect(ctx)
+	if err != nil {
+		return audit.Report{}, err
+	}
+	defer closeNode(n)
+	js := n.JetStream()
+	envs, head, err := eventlog.New(js).Load(ctx, run)
+	if errors.Is(err, eventlog.ErrCorrupt) {
+		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil
+	}
+	if err != nil {
+		return audit.Report{}, err
+	}
+	if len(envs) == 0 {
+		return audit.Report{}, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+	}
+	opts := []audit.Option{audit.WithHead(head.Hash)}
+	if kv, err := js.KeyValue(ctx, projector.BucketViews); err == nil {
+		entry, err := kv.Get(ctx, run)
+		switch {
+		case err == nil:
+			// Compare only a view projected up to this head; a projector
+			// still catching up is not a finding.
+			if v, derr := projections.DecodeView(entry.Value()); derr == nil && v.Version == head.Version {
+				opts = append(opts, audit.WithView(entry.Value()))
+			} else {
+				fmt.Fprintf(e.stderr, "note: the stored view is at version %d, the log at %d; view not compared\n", v.Version, head.Version)
+			}
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			fmt.Fprintln(e.stderr, "note: the run has no stored view yet; view not compared")
+		}
+	}
+	return audit.Verify(envs, opts...), nil
+}
+
+func rebuildCommand() command {
+	return command{
+		name: "rebuild", summary: "recompute every read model from sequence 1, with progress",
+		examples: []string{"weft rebuild", "NATS_URL=nats://10.0.0.5:4222 weft rebuild"},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			return func(ctx context.Context, e *env, args []string) error {
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				n, err := e.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer closeNode(n)
+				js := n.JetStream()
+				if err := provision.Ensure(ctx, js, provision.Options{}, projector.Assets()...); err != nil {
+					return err
+				}
+				bar := &progressBar{w: e.stderr}
+				cp, err := projector.Rebuild(ctx, js, eventlog.New(js), bar.update)
+				bar.done()
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "rebuilt every read model up to stream sequence %d\n", cp.Seq)
+				return nil
+			}
+		},
+	}
+}
+
+// progressBar draws "fold  [#####.....]  50%  5000/10000" on one line.
+type progressBar struct {
+	w     io.Writer
+	phase string
+}
+
+func (p *progressBar) update(phase string, done, total uint64) {
+	if p.phase != "" && phase != p.phase {
+		fmt.Fprintln(p.w)
+	}
+	p.phase = phase
+	pct := uint64(100)
+	if total > 0 {
+		pct = done * 100 / total
+	}
+	const width = 30
+	fill := int(pct * width / 100)
+	label := map[string]string{"fold": "reading events", "write": "writing views "}[phase]
+	fmt.Fprintf(p.w, "\r%s [%s%s] %3d%%  %d/%d", label, strings.Repeat("#", fill), strings.Repeat(".", width-fill), pct, done, total)
+}
+
+func (p *progressBar) done() {
+	if p.phase != "" {
+		fmt.Fprintln(p.w)
+	}
+}
