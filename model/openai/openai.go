@@ -108,6 +108,7 @@ func New(name string, opts ...Option) *Model {
 	ropts := []option.RequestOption{
 		option.WithBaseURL(c.baseURL),
 		option.WithMaxRetries(0),
+		option.WithMiddleware(httperr.Middleware),
 	}
 	if c.apiKey != "" {
 		ropts = append(ropts, option.WithAPIKey(c.apiKey))

@@ -6,6 +6,7 @@ package fakeserver
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -26,6 +27,10 @@ type Response struct {
 	// Reset closes the connection without answering (a connection reset as
 	// the client sees it).
 	Reset bool
+	// Cut sends the status line, the headers (with the full Content-Length)
+	// and half of Body, then closes the connection: a reply cut short by
+	// the network.
+	Cut bool
 	// Hang waits until the client gives up (its context ends) and then
 	// closes the connection.
 	Hang bool
@@ -67,6 +72,9 @@ func Start(t testing.TB) *Server {
 
 // URL returns the server's root URL, such as http://127.0.0.1:41234.
 func (s *Server) URL() string { return s.srv.URL }
+
+// Close shuts the server down; later requests find nothing listening.
+func (s *Server) Close() { s.srv.Close() }
 
 // Enqueue appends responses to the script.
 func (s *Server) Enqueue(rs ...Response) {
@@ -122,6 +130,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	case resp.Reset:
 		closeConn(w)
 		return
+	case resp.Cut:
+		cut(w, resp)
+		return
 	case resp.Hang:
 		<-r.Context().Done()
 		closeConn(w)
@@ -158,4 +169,27 @@ func closeConn(w http.ResponseWriter) {
 		_ = tcp.SetLinger(0) // close with RST: the client sees a reset
 	}
 	_ = conn.Close()
+}
+
+// cut writes a raw HTTP/1.1 response whose body stops halfway, then resets.
+func cut(w http.ResponseWriter, resp Response) {
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		panic("fakeserver: response writer cannot hijack")
+	}
+	conn, buf, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	status := resp.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	fmt.Fprintf(buf, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", status, http.StatusText(status), len(resp.Body))
+	_, _ = buf.Write(resp.Body[:len(resp.Body)/2])
+	_ = buf.Flush()
+	if tcp, ok := conn.(*net.TCPConn); ok {
+		_ = tcp.SetLinger(0)
+	}
 }

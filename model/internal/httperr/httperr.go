@@ -85,8 +85,9 @@ func RetryAfter(h http.Header) time.Duration {
 //
 // The order of the checks matters: the caller's context first (a deadline is
 // timed_out, a cancellation other), then an HTTP error status, then
-// transport failures (unreachable), then a body that could not be decoded
-// (invalid_reply).
+// transport failures (a *WireError from Middleware, or a connection error
+// before any response: unreachable, or timed_out for a network timeout),
+// then a reply that arrived but could not be decoded (invalid_reply).
 func Classify(provider string, err error, resp *http.Response) *model.Error {
 	if err == nil {
 		return nil
@@ -104,7 +105,8 @@ func Classify(provider string, err error, resp *http.Response) *model.Error {
 	if resp != nil && resp.StatusCode >= 400 {
 		return FromStatus(provider, resp)
 	}
-	if transport(err) {
+	var we *WireError
+	if errors.As(err, &we) || (resp == nil && transport(err)) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			return &model.Error{Kind: model.ErrTimedOut, Message: fmt.Sprintf("%s: %s", provider, transportDetail(err))}
@@ -115,6 +117,53 @@ func Classify(provider string, err error, resp *http.Response) *model.Error {
 		return &model.Error{Kind: model.ErrInvalidReply, Status: resp.StatusCode, Message: fmt.Sprintf("%s: reply could not be read: %v", provider, err)}
 	}
 	return &model.Error{Kind: model.ErrOther, Message: fmt.Sprintf("%s: %v", provider, err)}
+}
+
+// WireError marks a failure of the connection itself: sending the request
+// or reading the reply's bytes off the wire. Middleware produces it, so that
+// Classify can tell a reply cut short by the network (retryable) from a
+// complete reply that does not decode (invalid_reply), even though both
+// surface from the SDKs as an unexpected EOF.
+type WireError struct {
+	// Err is the transport's error.
+	Err error
+}
+
+// Error returns the transport's error text.
+func (e *WireError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *WireError) Unwrap() error { return e.Err }
+
+// Middleware is an SDK middleware (both SDKs' option.WithMiddleware accept
+// it) that marks transport failures and reply-body read failures as
+// *WireError.
+func Middleware(req *http.Request, next func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	resp, err := next(req)
+	if err != nil {
+		if req.Context().Err() != nil {
+			return resp, err
+		}
+		return resp, &WireError{Err: err}
+	}
+	if resp != nil && resp.Body != nil {
+		resp.Body = &wireBody{ReadCloser: resp.Body, ctx: req.Context()}
+	}
+	return resp, nil
+}
+
+// wireBody marks read failures of a reply body as *WireError.
+type wireBody struct {
+	io.ReadCloser
+	ctx context.Context
+}
+
+func (b *wireBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.ctx.Err() == nil {
+		err = &WireError{Err: err}
+	}
+	return n, err
 }
 
 // FromStatus returns the *model.Error of an HTTP error response: its kind
