@@ -58,8 +58,8 @@ type ApprovalItem struct {
 }
 
 // UncertainItem is one action whose effect is uncertain; it is stored in the
-// weft_inbox_uncertain bucket under ItemKey(run, action). Age is filled by
-// Aged at query time and is not stored.
+// weft_inbox_uncertain bucket under ItemKey(run, action). AgeMillis is
+// filled by Aged at query time (stored as 0).
 type UncertainItem struct {
 	Schema    int             `json:"schema"`
 	Run       string          `json:"run"`
@@ -70,7 +70,7 @@ type UncertainItem struct {
 	Evidence  string          `json:"evidence"`
 	Since     time.Time       `json:"since"`
 	Finished  bool            `json:"run_finished"`
-	AgeMillis int64           `json:"age_ms,omitempty"`
+	AgeMillis int64           `json:"age_ms"`
 }
 
 // ApprovalItems returns the pending approval requests of v, in action order.
