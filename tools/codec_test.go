@@ -34,6 +34,7 @@ type order struct {
 	Backup   *currency `json:"backup,omitempty"`
 	Weight   float64   `json:"weight,omitempty"`
 	Level    int       `json:"level,omitempty" enum:"1,2,3"`
+	//lint:ignore U1000 an unexported field is left out of the schema.
 	internal string
 }
 

@@ -105,6 +105,7 @@ func IdempotencyKey(c Call) string {
 // (Uncertain). The zero Failure is neither; an Invoke that gets it records
 // the action as uncertain.
 type Failure struct {
+	set       bool
 	uncertain bool
 	text      string
 }
@@ -112,12 +113,14 @@ type Failure struct {
 // Explain returns a definite failure: the effect did not happen, the model
 // sees {"error": message} and the run continues. message is shown to the
 // model; it must carry no secrets.
-func Explain(message string) Failure { return Failure{text: message} }
+func Explain(message string) Failure { return Failure{set: true, text: message} }
 
 // Uncertain returns an effect that may have happened, with evidence of what
 // is known (say "gateway timed out after the request was sent"). The action
 // blocks the run until a person reconciles it, and it is never replayed.
-func Uncertain(evidence string) Failure { return Failure{uncertain: true, text: evidence} }
+func Uncertain(evidence string) Failure {
+	return Failure{set: true, uncertain: true, text: evidence}
+}
 
 // IsUncertain reports whether f is an Uncertain failure.
 func (f Failure) IsUncertain() bool { return f.uncertain }
@@ -125,7 +128,7 @@ func (f Failure) IsUncertain() bool { return f.uncertain }
 // Text returns the message of an Explain or the evidence of an Uncertain.
 func (f Failure) Text() string { return f.text }
 
-func (f Failure) isZero() bool { return !f.uncertain && f.text == "" }
+func (f Failure) isZero() bool { return !f.set }
 
 // Classify decides what every error a handler returns means. It is
 // mandatory: there is no default, because a timeout after a request was sent

@@ -289,3 +289,42 @@ func TestReconciliationContent(t *testing.T) {
 		t.Errorf("Unconfirmed = %s", got)
 	}
 }
+
+func TestEmptyExplainIsStillExplain(t *testing.T) {
+	r := tools.FailureResult(tools.Explain(""))
+	if r.Outcome != events.OutcomeExplain || string(r.Content) != `{"error":""}` {
+		t.Errorf("Explain(\"\") = %+v", r)
+	}
+	if r := tools.FailureResult(tools.Failure{}); r.Outcome != events.OutcomeUncertain {
+		t.Errorf("zero Failure = %+v", r)
+	}
+	if f := tools.Uncertain("e"); !f.IsUncertain() || f.Text() != "e" {
+		t.Errorf("Uncertain accessors: %v %q", f.IsUncertain(), f.Text())
+	}
+}
+
+func TestConcurrentInvoke(t *testing.T) {
+	tool := tools.Bind(lookupDef, func(_ context.Context, c tools.Call, in lookup) (invoice, error) {
+		return invoice{ID: in.ID + c.Action}, nil
+	}, classify)
+	done := make(chan string, 16)
+	for i := range 16 {
+		go func() {
+			action := string(rune('a' + i))
+			args, err := tool.Validate(json.RawMessage(`{"id":"x"}`))
+			if err != nil {
+				done <- err.Error()
+				return
+			}
+			r := tool.Invoke(context.Background(), tools.Call{Run: "r", Action: action}, args, tools.Settlement{})
+			done <- string(r.Content)
+		}()
+	}
+	seen := map[string]bool{}
+	for range 16 {
+		seen[<-done] = true
+	}
+	if len(seen) != 16 {
+		t.Errorf("results %v", seen)
+	}
+}
