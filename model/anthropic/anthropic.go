@@ -123,6 +123,7 @@ func New(name string, opts ...Option) *Model {
 		option.WithoutEnvironmentDefaults(),
 		option.WithBaseURL(c.baseURL),
 		option.WithMaxRetries(0),
+		option.WithMiddleware(httperr.Middleware),
 		option.WithOpenTelemetryTracesContentMode(option.OpenTelemetryContentModeMetadataOnly),
 	}
 	if c.apiKey != "" {

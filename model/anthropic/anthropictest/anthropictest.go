@@ -62,27 +62,44 @@ func (s *Server) Model(name string, opts ...anthropic.Option) *anthropic.Model {
 // Usage is the usage that Text and ToolUses report.
 var Usage = model.Usage{InputTokens: 10, OutputTokens: 5}
 
-// Block is one content block of a reply, as raw JSON.
+// Block is one content block of a reply, as raw JSON. The builders below
+// write the fields in the order the API does (type first).
 type Block = json.RawMessage
 
 // TextBlock is a text block.
 func TextBlock(text string) Block {
-	return mustJSON(map[string]any{"type": "text", "text": text, "citations": nil})
+	return mustJSON(struct {
+		Type      string `json:"type"`
+		Text      string `json:"text"`
+		Citations []any  `json:"citations"`
+	}{"text", text, nil})
 }
 
 // ToolUseBlock is a tool_use block for call.
 func ToolUseBlock(call model.ToolCall) Block {
-	return mustJSON(map[string]any{"type": "tool_use", "id": call.ID, "name": call.Name, "input": call.Arguments})
+	return mustJSON(struct {
+		Type  string          `json:"type"`
+		ID    string          `json:"id"`
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	}{"tool_use", call.ID, call.Name, call.Arguments})
 }
 
 // ThinkingBlock is a thinking block with its signature.
 func ThinkingBlock(thinking, signature string) Block {
-	return mustJSON(map[string]any{"type": "thinking", "thinking": thinking, "signature": signature})
+	return mustJSON(struct {
+		Type      string `json:"type"`
+		Thinking  string `json:"thinking"`
+		Signature string `json:"signature"`
+	}{"thinking", thinking, signature})
 }
 
 // RedactedThinkingBlock is a redacted_thinking block.
 func RedactedThinkingBlock(data string) Block {
-	return mustJSON(map[string]any{"type": "redacted_thinking", "data": data})
+	return mustJSON(struct {
+		Type string `json:"type"`
+		Data string `json:"data"`
+	}{"redacted_thinking", data})
 }
 
 // Message describes a Messages API reply.
