@@ -154,8 +154,11 @@ func TestRebuildEqualsLiveProjection(t *testing.T) {
 	}
 	runProjector(t, p)
 	perRun, log := projtest.Histories(7, 1000)
+	began := time.Now()
 	appendLog(t, s.Log, log)
+	appended := time.Since(began)
 	waitSeq(t, p, lastSeq(t, s.JS))
+	t.Logf("appended %d events in %v; projected live by %v", len(log), appended, time.Since(began))
 	live := dump(t, s.JS)
 
 	// The live views equal the pure fold of each run.
@@ -167,6 +170,7 @@ func TestRebuildEqualsLiveProjection(t *testing.T) {
 	}
 
 	purge(t, s.JS)
+	began = time.Now()
 	var phases []string
 	cp, err := projector.Rebuild(ctx, s.JS, s.Log, func(phase string, done, total uint64) {
 		if done == total {
@@ -176,6 +180,7 @@ func TestRebuildEqualsLiveProjection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("rebuilt %d events of %d runs in %v", len(log), len(perRun), time.Since(began))
 	if cp.Seq != lastSeq(t, s.JS) || !slices.Equal(phases, []string{"fold", "fold", "write"}) && !slices.Equal(phases, []string{"fold", "write"}) {
 		t.Fatalf("checkpoint %d, phases %v", cp.Seq, phases)
 	}
