@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/policy"
@@ -103,4 +104,50 @@ func Example() {
 	// model asks: require_approval(finance v1)
 	// bob approves: deny(a reviewer cannot approve a payment to themselves)
 	// ana approves: allow
+}
+
+func TestEvaluateFailsClosed(t *testing.T) {
+	boom := errors.New("database down")
+	block := make(chan struct{})
+	defer close(block)
+	tests := []struct {
+		name  string
+		p     policy.Policy
+		cause string
+		want  policy.Kind
+	}{
+		{"allow", policy.AlwaysAllow(), "", policy.KindAllow},
+		{"deny", policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { return policy.Deny("no"), nil }), "", policy.KindDeny},
+		{"approval", policy.Func(func(context.Context, policy.Action) (policy.Decision, error) {
+			return policy.RequireApproval(policy.Requirement{Name: "f", Version: 1}), nil
+		}), "", policy.KindRequireApproval},
+		{"error", policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { return policy.Allow(), boom }), policy.CauseError, ""},
+		{"panic", policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { panic("bug") }), policy.CausePanic, ""},
+		{"zero decision", policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { return policy.Decision{}, nil }), policy.CauseInvalid, ""},
+		{"nameless requirement", policy.Func(func(context.Context, policy.Action) (policy.Decision, error) {
+			return policy.RequireApproval(policy.Requirement{}), nil
+		}), policy.CauseInvalid, ""},
+		{"timeout", policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { <-block; return policy.Allow(), nil }), policy.CauseTimeout, ""},
+		{"nil policy", nil, policy.CauseInvalid, ""},
+	}
+	for _, tt := range tests {
+		timeout := 10 * time.Second // never reached by a policy that answers
+		if tt.cause == policy.CauseTimeout {
+			timeout = 20 * time.Millisecond
+		}
+		d, err := policy.Evaluate(context.Background(), tt.p, policy.Action{ActionID: "1/a"}, timeout)
+		if tt.cause == "" {
+			if err != nil || d.Kind() != tt.want {
+				t.Errorf("%s: %v, %v", tt.name, d, err)
+			}
+			continue
+		}
+		var ee *policy.EvaluationError
+		if !errors.As(err, &ee) || ee.Cause != tt.cause || ee.Action != "1/a" || d.Kind() != "" {
+			t.Errorf("%s: %v, %v; want cause %s", tt.name, d, err, tt.cause)
+		}
+		if tt.cause == policy.CauseError && !errors.Is(err, boom) {
+			t.Errorf("error cause does not wrap the policy's error")
+		}
+	}
 }
