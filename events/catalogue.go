@@ -36,6 +36,17 @@ const (
 	NameRunFinished        Name = "run_finished"
 )
 
+// Names lists every event name of the catalogue, in the order of this file.
+// Decode knows exactly these names.
+var Names = []Name{
+	NameRunStarted, NameModelRequested, NameModelReplied, NameModelFailed, NameAnswerRejected,
+	NameCallValidated, NamePolicyDecided, NameApprovalRequested, NameApprovalAnswered,
+	NameRequirementChanged, NameActionQueued, NameAttemptFenced, NameAttemptReported,
+	NameAttemptLost, NameReportRefused, NameActionUncertain, NameSettlementAccepted,
+	NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
+	NameRunHandedOff, NameRunRecovered, NameRunFinished,
+}
+
 // Reserved lists retired names that must never be used again.
 var Reserved = []Name{}
 
@@ -106,8 +117,11 @@ type RunStarted struct {
 
 // ModelRequested is emitted when a runner is about to call the model for a
 // turn; the call is made only after this event is committed. It spends a
-// turn whatever happens to the call. The request itself is rebuilt from the
-// log (the transcript is never re-recorded).
+// turn whatever happens to the call (Turn is the previous turn + 1), except
+// when a runner that handed the run off never made the call (RunHandedOff
+// Uncalled): recovery then requests the same Turn again with a fresh
+// Deadline. The request itself is rebuilt from the log (the transcript is
+// never re-recorded).
 type ModelRequested struct {
 	Turn        int64 `json:"turn"`
 	Incarnation int   `json:"incarnation"`
@@ -129,10 +143,15 @@ const (
 	TurnRecovery    = "recovery"
 )
 
-// ModelReplied is emitted when a model turn returned a reply. It holds the
-// assistant turn exactly once: text, calls with their provider ids, and the
-// provider data replayed on later turns. It guarantees that the reply was
-// received before any decision used it.
+// ModelReplied is emitted when the awaited model turn returned a reply. It
+// holds the assistant turn exactly once: text, calls with their provider
+// ids, and the provider data replayed on later turns. It guarantees that the
+// reply was received before any decision used it. A tool request with at
+// least one call and distinct call ids creates one action per call, id
+// "<turn>/<call_id>", in call order; its validation and policy follow in a
+// later decision (CallValidated, PolicyDecided). Kind is final_answer,
+// tool_request, refusal or truncated (Reason: the refusal reason or the
+// partial text). Usage nil means the provider reported none.
 type ModelReplied struct {
 	Turn         int64            `json:"turn"`
 	Kind         model.ReplyKind  `json:"kind"`
@@ -143,10 +162,12 @@ type ModelReplied struct {
 	Usage        *model.Usage     `json:"usage,omitempty"`
 }
 
-// ModelFailed is emitted when a model turn failed or timed out (kind
-// timed_out). When the failure is retryable and a turn is left, RetryAt is
-// the durable time of the next attempt; otherwise the run finishes in the
-// same decision.
+// ModelFailed is emitted when the awaited model turn failed or timed out
+// (kind timed_out). When the failure is retryable and a turn is left,
+// RetryAt is the durable time of the next attempt (the retry delay doubled
+// per consecutive failure up to 64x, or the provider's RetryAfter when
+// longer, capped at 10 minutes); otherwise the run finishes in the same
+// decision.
 type ModelFailed struct {
 	Turn       int64           `json:"turn"`
 	Kind       model.ErrorKind `json:"kind"`
@@ -223,10 +244,12 @@ type ApprovalRequested struct {
 }
 
 // ApprovalAnswered is emitted when an approval request got its one answer:
-// "approve" (Reviewer and Verifier from the proof), "reject" (Reason) or
-// "expired" (the deadline passed by the store's clock). It is kept on the
-// action for audit; an approve authorises the action only if the policy,
-// re-run in the same decision, allows it.
+// "approve" (Reviewer and Verifier from the proof), "reject" (Reason;
+// Reviewer is who rejected) or "expired" (the deadline passed by the store's
+// clock; applied by the first decision at or after Expires). It is kept on
+// the action for audit. Reject and expired end the action rejected; an
+// approve authorises the action only if the policy, re-run in the same
+// decision (PolicyDecided context "approval"), allows it.
 type ApprovalAnswered struct {
 	Action      string      `json:"action"`
 	Revision    int         `json:"revision"`
@@ -305,10 +328,13 @@ type AttemptFenced struct {
 }
 
 // AttemptReported is emitted when the current attempt's body returned and a
-// worker reported it: Outcome "output" (Content, the encoded output),
-// "explain" (Message, a definite failure), "uncertain" (Evidence) or
-// "oversize" (Bytes over the run's max result bytes: a host failure, the
-// effect did happen).
+// worker reported it, while the action was running or waiting for its
+// settlement (the body's own result wins): Outcome "output" (Content, the
+// encoded output: action succeeded), "explain" (Message, a definite
+// failure: tool_failed, the model sees {"error": Message}), "uncertain"
+// (Evidence: never replayed) or "oversize" (Bytes over the run's max result
+// bytes: action faulted, run failed(output_encoding_failed); the effect did
+// happen).
 type AttemptReported struct {
 	Action   string          `json:"action"`
 	Attempt  int             `json:"attempt"`
@@ -329,10 +355,14 @@ const (
 
 // AttemptLost is emitted when an attempt ended without a result of its own:
 // Cause "timed_out", "crashed", "worker_lost", "runner_lost" or "stopped"
-// (cancellation). Next is what the recorded budget decided: "replay" (a new
-// attempt follows), "reapprove" (an approved action asks again after a lost
-// runner), "settle" (a settling tool waits until SettleBy for its
-// settlement) or "uncertain".
+// (cancellation, or the run finished while the body ran). Next is what the
+// fence's recorded budget decided: "replay" (attempts left: the action is
+// queued again and a new fence follows when a slot is free), "reapprove"
+// (attempts left, but an approved action lost its runner: an
+// ApprovalRequested follows), "settle" (a settling tool stopped by a timeout
+// or a cancellation waits until SettleBy for its settlement; the body's own
+// report still wins) or "uncertain" (the effect may have happened; a person
+// reconciles).
 type AttemptLost struct {
 	Action   string     `json:"action"`
 	Attempt  int        `json:"attempt"`
@@ -384,9 +414,12 @@ type ActionUncertain struct {
 	Evidence string `json:"evidence"`
 }
 
-// SettlementAccepted is emitted when a settling tool's settlement was
-// recorded: while the run waited for it, or as the one definite settlement
-// of an uncertain action (Late). Outcome is "output" or "explain".
+// SettlementAccepted is emitted when a settlement was recorded: while the
+// run waited for it after a stop (Outcome "output", "explain" or
+// "uncertain", which makes the action uncertain), or as the one definite
+// settlement of an uncertain action on a live run (Late; Outcome "output"
+// or "explain"; the action ends reconciled). A worker's late definite
+// report of the attempt that became uncertain is recorded the same way.
 type SettlementAccepted struct {
 	Action  string          `json:"action"`
 	Attempt int             `json:"attempt"`
@@ -397,9 +430,12 @@ type SettlementAccepted struct {
 	Late    bool            `json:"late,omitempty"`
 }
 
-// SettlementRefused is emitted when a settlement could not be recorded:
-// Reason "already_recorded" (nothing lost) or "not_awaited" (a person must
-// reconcile; Summary is what they need).
+// SettlementRefused is emitted when a settlement is refused not_awaited (an
+// uncertain settlement of an uncertain action, a settlement for an action
+// that never ran, or any settlement on a finished run): a person must
+// reconcile, and Summary is what they need. A settlement refused
+// already_recorded (the action has its result) is not recorded: nothing was
+// lost.
 type SettlementRefused struct {
 	Action  string `json:"action"`
 	Reason  string `json:"reason"`
@@ -441,10 +477,12 @@ const (
 	NotStartedRunFinished     = "run_finished"
 )
 
-// CancelRequested is emitted when a run is cancelled. Queued actions and
-// pending approvals end not_started in the same decision; running bodies
-// are stopped; the run finishes cancelled (RunFinished) once nothing is in
-// flight.
+// CancelRequested is emitted when a run is cancelled. An in-flight model
+// call is abandoned (its late reply is refused run_ended); requested,
+// queued and awaiting-approval actions end not_started in the same decision
+// (ActionsNotStarted); running bodies are stopped (AttemptLost, cause
+// "stopped": uncertain, or "settle" for a settling tool); the run finishes
+// cancelled (RunFinished) as soon as no settle window is open.
 type CancelRequested struct {
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -514,9 +552,10 @@ const (
 	ReasonModelProtocolViolation = "model_protocol_violation"
 )
 
-// RunFinished is emitted when a run reaches its outcome. Nothing but
-// reconciliations of uncertain actions (stored form) and refused reports
-// follow it.
+// RunFinished is emitted when a run reaches its outcome. Actions that never
+// started end not_started and running bodies are stopped in the same
+// decision, before it. Only stored-form reconciliations (Reconciled with
+// Stored), refused settlements and refused reports follow it.
 type RunFinished struct {
 	Outcome Outcome `json:"outcome"`
 }

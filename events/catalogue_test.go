@@ -1,0 +1,132 @@
+package events
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/model"
+)
+
+// samples holds one fully populated value of every event type.
+func samples() []Event {
+	at := time.Date(2026, 1, 1, 0, 0, 1, 5e6, time.UTC)
+	req := Requirement{Name: "refund-review", Version: 2}
+	return []Event{
+		RunStarted{Agent: AgentRef{Name: "desk", Version: "3"}, Input: "refund order 7", Correlation: "c-1", Typed: true, Runner: "runner-a",
+			Limits: Limits{MaxTurns: 8, MaxConcurrency: 4, TokenBudget: 100, ModelTimeout: 600000, ModelRetryDelay: 200, ToolTimeout: Infinite,
+				MaxResultBytes: 1 << 20, PolicyTimeout: 5000, CommandTimeout: 5000, ApprovalExpiry: 30, AnswerAttempts: 2, MaxChildren: 4, MaxDepth: 1}},
+		ModelRequested{Turn: 2, Incarnation: 1, Why: TurnToolResults, Deadline: &at},
+		ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Text: "let me look", Calls: []model.ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"id":7}`)}},
+			ProviderData: json.RawMessage(`{"id":"resp_1"}`), Usage: &model.Usage{InputTokens: 10, OutputTokens: 2}},
+		ModelFailed{Turn: 1, Kind: model.ErrRateLimited, Status: 429, Message: "slow down", RetryAfter: 1000, RetryAt: &at},
+		AnswerRejected{Turn: 1, Reason: "missing field total"},
+		CallValidated{Action: "1/c1", Turn: 1, CallID: "c1", Tool: "lookup", Outcome: CallValid, Normalized: json.RawMessage(`{"id":7,"full":false}`)},
+		PolicyDecided{Action: "1/c1", Context: "approval", Decision: PolicyRequireApproval, Requirement: &req},
+		ApprovalRequested{Action: "1/c1", Revision: 3, Requirement: req, Expires: &at, Why: AskRecovery},
+		ApprovalAnswered{Action: "1/c1", Revision: 3, Requirement: req, Answer: AnswerApprove, Reviewer: "alice", Verifier: "desk-approvers"},
+		RequirementChanged{Action: "1/c1", Revision: 3, From: Requirement{Name: "refund-review", Version: 1}, To: req},
+		ActionQueued{Action: "1/c1", Why: QueuedApproved, Config: ToolConfig{Timeout: 50, MaxAttempts: 3, SettleWithin: 20}},
+		AttemptFenced{Action: "1/c1", Tool: "lookup", Attempt: 2, Incarnation: 2, Timeout: 50, MaxAttempts: 3, SettleWithin: 20, Deadline: &at},
+		AttemptReported{Action: "1/c1", Attempt: 2, Outcome: OutcomeOutput, Content: json.RawMessage(`{"name":"x"}`)},
+		AttemptLost{Action: "1/c1", Attempt: 2, Cause: CauseTimedOut, Evidence: "attempt 2 timed out after 50 ms", Next: NextSettle, SettleBy: &at},
+		ReportRefused{Action: "1/c1", Attempt: 1, Reason: RefusedStale},
+		ActionUncertain{Action: "1/c1", Evidence: "no settlement within 20 ms"},
+		SettlementAccepted{Action: "1/c1", Attempt: 2, Outcome: OutcomeExplain, Message: "card declined", Summary: "bank said no", Late: true},
+		SettlementRefused{Action: "1/c1", Reason: "not_awaited", Summary: "wire w-1 sent"},
+		Reconciled{Action: "1/c1", Kind: ReconciledUnconfirmed, Content: json.RawMessage(`{"unconfirmed":"ask the bank"}`), By: "carol", Stored: true},
+		ActionsNotStarted{Actions: []string{"1/c2", "1/c3"}, Reason: NotStartedCancelled},
+		CancelRequested{By: "dave", Reason: "customer left"},
+		RunHandedOff{Runner: "runner-a", Incarnation: 1, Uncalled: 3},
+		RunRecovered{Runner: "runner-b", Incarnation: 2, Previous: "runner-a", Cause: RecoveredHandedOff},
+		RunFinished{Outcome: Outcome{Kind: OutcomeBudgetExhausted, Reason: ReasonTokenLimit, Limit: 10, Used: 12}},
+	}
+}
+
+func TestCatalogueIsClosedAndRoundTrips(t *testing.T) {
+	ss := samples()
+	if len(ss) != len(Names) {
+		t.Fatalf("%d samples for %d names", len(ss), len(Names))
+	}
+	seen := map[Name]bool{}
+	for i, e := range ss {
+		n := e.EventName()
+		if n != Names[i] {
+			t.Errorf("sample %d is %s, Names has %s", i, n, Names[i])
+		}
+		if seen[n] || slices.Contains(Reserved, n) {
+			t.Errorf("name %s is used twice or reserved", n)
+		}
+		seen[n] = true
+		env, err := Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := env.Event()
+		if err != nil {
+			t.Fatalf("%s: %v", n, err)
+		}
+		if !reflect.DeepEqual(back, e) {
+			t.Errorf("%s does not round-trip:\n got %#v\nwant %#v", n, back, e)
+		}
+		d := Describe(e)
+		if !strings.HasPrefix(d, string(n)) || strings.Contains(d, "\n") {
+			t.Errorf("Describe(%s) = %q: want one line starting with the name", n, d)
+		}
+	}
+}
+
+func TestDecodeRefusesUnknownNamesAndSchemas(t *testing.T) {
+	if _, err := Decode("run_exploded", 1, json.RawMessage(`{}`)); !errors.Is(err, ErrUnknownEvent) {
+		t.Errorf("unknown name: %v", err)
+	}
+	if _, err := Decode(NameRunStarted, 2, json.RawMessage(`{}`)); !errors.Is(err, ErrUnknownEvent) {
+		t.Errorf("unknown schema: %v", err)
+	}
+	if _, err := Decode(NameRunStarted, 1, json.RawMessage(`{"agent":`)); err == nil || errors.Is(err, ErrUnknownEvent) {
+		t.Errorf("bad payload: %v", err)
+	}
+}
+
+// TestDescribeGolden pins the Describe format: golden scripts and the CLI
+// timeline depend on it.
+func TestDescribeGolden(t *testing.T) {
+	var b strings.Builder
+	for _, e := range samples() {
+		b.WriteString(Describe(e))
+		b.WriteByte('\n')
+	}
+	want, err := os.ReadFile("testdata/describe.golden")
+	if os.Getenv("REWRITE") != "" {
+		_ = os.MkdirAll("testdata", 0o755)
+		if err := os.WriteFile("testdata/describe.golden", []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.String(); got != string(want) {
+		t.Errorf("Describe changed (REWRITE=1 to accept):\n%s", got)
+	}
+}
+
+// TestProtocolDocListsEveryEvent checks that docs/protocol/20-events.md
+// documents every event of the catalogue.
+func TestProtocolDocListsEveryEvent(t *testing.T) {
+	doc, err := os.ReadFile("../docs/protocol/20-events.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range Names {
+		if !strings.Contains(string(doc), "`"+string(n)+"`") {
+			t.Errorf("docs/protocol/20-events.md does not document %s", n)
+		}
+	}
+}
