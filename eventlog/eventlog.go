@@ -205,11 +205,6 @@ func (l *Log) newID(at time.Time) (string, error) {
 	return id.String(), nil
 }
 
-type body struct {
-	Schema int               `json:"schema"`
-	Events []json.RawMessage `json:"events"`
-}
-
 // Append appends evs as one atomic decision to run, only if the run's head
 // is still head. It stamps ids, versions, the recorded time at and the hash
 // chain, and returns the stored envelopes and the run's new head. It returns
