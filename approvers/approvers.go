@@ -260,3 +260,28 @@ func Find(approvers []*Approver, name string) (*Approver, bool) {
 func describe(r policy.Requirement) string {
 	return fmt.Sprintf("%s v%d", r.Name, r.Version)
 }
+
+// Authorize is the whole approval check the runtime makes for an approve
+// command that names an approver and carries a credential: the agent must
+// have approvers (no_approvers), approver must be one of them
+// (other_approvers), the credential must prove the pending requirement
+// (Prove's errors), and the proof must pass Check at now. It returns the
+// proof, whose Reviewer and Approver are recorded with the answer.
+func Authorize(ctx context.Context, list []*Approver, approver, credential string, requirement policy.Requirement, now time.Time) (Proof, error) {
+	if len(list) == 0 {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonNoApprovers, Message: "the agent has no approvers"}
+	}
+	a, ok := Find(list, approver)
+	if !ok {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonOtherApprovers,
+			Message: fmt.Sprintf("%q is not one of the agent's approvers", approver)}
+	}
+	p, err := a.Prove(ctx, credential, requirement)
+	if err != nil {
+		return Proof{}, err
+	}
+	if err := Check(list, p, requirement, now); err != nil {
+		return Proof{}, err
+	}
+	return p, nil
+}

@@ -175,3 +175,38 @@ func Example() {
 	// proof_refused(proof_expired): the proof expired at 2026-01-02T03:05:05Z
 	// proof_refused(not_authenticated): unknown token
 }
+
+func TestAuthorize(t *testing.T) {
+	c := &clock{t: start}
+	mine := approvers.New("finance-sso", sso, approvers.WithClock(c.now))
+	list := []*approvers.Approver{mine}
+	ctx := context.Background()
+	tests := []struct {
+		name     string
+		list     []*approvers.Approver
+		approver string
+		cred     string
+		now      time.Time
+		code     weft.Code
+		reason   string
+	}{
+		{"ok", list, "finance-sso", "tok-ana", start, "", ""},
+		{"no approvers", nil, "finance-sso", "tok-ana", start, weft.CodeProofRefused, approvers.ReasonNoApprovers},
+		{"unknown approver", list, "other", "tok-ana", start, weft.CodeProofRefused, approvers.ReasonOtherApprovers},
+		{"bad credential", list, "finance-sso", "tok-eve", start, weft.CodeProofRefused, approvers.ReasonNotAuthenticated},
+		{"approver down", list, "finance-sso", "tok-down", start, weft.CodeUnavailable, approvers.ReasonUnavailable},
+		{"checked late", list, "finance-sso", "tok-ana", start.Add(time.Minute), weft.CodeProofRefused, approvers.ReasonProofExpired},
+	}
+	for _, tt := range tests {
+		p, err := approvers.Authorize(ctx, tt.list, tt.approver, tt.cred, finance, tt.now)
+		if tt.code == "" {
+			if err != nil || p.Reviewer() != "ana@example.com" || p.Approver() != "finance-sso" {
+				t.Errorf("%s: %+v %v", tt.name, p, err)
+			}
+			continue
+		}
+		if !errors.Is(err, &weft.Error{Code: tt.code, Reason: tt.reason}) {
+			t.Errorf("%s: %v, want %s(%s)", tt.name, err, tt.code, tt.reason)
+		}
+	}
+}
