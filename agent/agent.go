@@ -49,19 +49,19 @@ import (
 
 // The defaults of the limits (SEMANTICS.md §2).
 const (
-	DefaultVersion         = "1"
-	DefaultMaxTurns        = 8
-	DefaultMaxConcurrency  = 4
-	DefaultModelTimeout    = 600 * time.Second
-	DefaultModelRetryDelay = 200 * time.Millisecond
-	DefaultToolTimeout     = 60 * time.Second
-	DefaultMaxResultBytes  = 1 << 20
-	DefaultPolicyTimeout   = 5 * time.Second
-	DefaultCommandTimeout  = 5 * time.Second
-	DefaultApprovalExpiry  = 7 * 24 * time.Hour
-	DefaultAnswerAttempts  = 2
-	DefaultMaxChildren     = 4
-	DefaultMaxDepth        = 1
+	DefaultVersion         = "1"                    // DefaultVersion is the version of an agent without WithVersion.
+	DefaultMaxTurns        = 8                      // DefaultMaxTurns is the default of WithMaxTurns.
+	DefaultMaxConcurrency  = 4                      // DefaultMaxConcurrency is the default of WithMaxConcurrency.
+	DefaultModelTimeout    = 600 * time.Second      // DefaultModelTimeout is the default of WithModelTimeout.
+	DefaultModelRetryDelay = 200 * time.Millisecond // DefaultModelRetryDelay is the default of WithModelRetryDelay.
+	DefaultToolTimeout     = 60 * time.Second       // DefaultToolTimeout is the default of WithToolTimeout.
+	DefaultMaxResultBytes  = 1 << 20                // DefaultMaxResultBytes is the default of WithMaxResultBytes.
+	DefaultPolicyTimeout   = 5 * time.Second        // DefaultPolicyTimeout is the default of WithPolicyTimeout.
+	DefaultCommandTimeout  = 5 * time.Second        // DefaultCommandTimeout is the default of WithCommandTimeout.
+	DefaultApprovalExpiry  = 7 * 24 * time.Hour     // DefaultApprovalExpiry is the default of WithApprovalExpiry.
+	DefaultAnswerAttempts  = 2                      // DefaultAnswerAttempts is the default of WithAnswerAttempts.
+	DefaultMaxChildren     = 4                      // DefaultMaxChildren is the default of WithMaxChildren.
+	DefaultMaxDepth        = 1                      // DefaultMaxDepth is the default of WithMaxDepth.
 )
 
 // The bounds of the ranges.

@@ -70,9 +70,9 @@ type Kind string
 // The kinds of Decision. The zero Kind is no decision: the runtime treats it
 // as a policy error.
 const (
-	KindAllow           Kind = "allow"
-	KindDeny            Kind = "deny"
-	KindRequireApproval Kind = "require_approval"
+	KindAllow           Kind = "allow"            // KindAllow is the kind of Allow.
+	KindDeny            Kind = "deny"             // KindDeny is the kind of Deny.
+	KindRequireApproval Kind = "require_approval" // KindRequireApproval is the kind of RequireApproval.
 )
 
 // Decision is a policy's answer for one action: Allow, Deny or
