@@ -119,7 +119,9 @@ const (
 
 // Usage is the token usage a provider reported for one turn.
 type Usage struct {
-	InputTokens  int64 `json:"input_tokens"`
+	// InputTokens is the number of prompt tokens the provider counted.
+	InputTokens int64 `json:"input_tokens"`
+	// OutputTokens is the number of tokens the model generated.
 	OutputTokens int64 `json:"output_tokens"`
 }
 
