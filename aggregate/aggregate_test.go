@@ -1,0 +1,201 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+func defaultLimits() events.Limits {
+	return events.Limits{MaxTurns: 8, MaxConcurrency: 4, ModelTimeout: 600000, ModelRetryDelay: 200, ToolTimeout: 60000,
+		MaxResultBytes: 1 << 20, PolicyTimeout: 5000, CommandTimeout: 5000, ApprovalExpiry: events.Infinite, AnswerAttempts: 2}
+}
+
+// TestScenario01_InvalidLimitsStartNothing is the decision part of scenario
+// 1: the agent builder reports every limit error; the aggregate still
+// refuses a Start whose limits could never drive a run, and writes nothing.
+func TestScenario01_InvalidLimitsStartNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*events.Limits)
+	}{
+		{"max turns 0", func(l *events.Limits) { l.MaxTurns = 0 }},
+		{"concurrency 0", func(l *events.Limits) { l.MaxConcurrency = 0 }},
+		{"token budget negative", func(l *events.Limits) { l.TokenBudget = -1 }},
+		{"max result bytes 0", func(l *events.Limits) { l.MaxResultBytes = 0 }},
+	} {
+		l := defaultLimits()
+		tc.edit(&l)
+		evs, err := Decide(State{}, Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Limits: l}, epoch)
+		if weft.ErrorCode(err) != weft.CodeInvalidRequest || len(evs) != 0 {
+			t.Errorf("%s: %v, %d events; want invalid_request and nothing", tc.name, err, len(evs))
+		}
+	}
+	for _, id := range []string{"", "a.b", "a b", strings.Repeat("x", 129)} {
+		if _, err := Decide(State{}, Start{Run: id, Limits: defaultLimits()}, epoch); weft.ErrorCode(err) != weft.CodeInvalidName {
+			t.Errorf("run id %q: %v, want invalid_name", id, err)
+		}
+	}
+}
+
+// TestScenario02_ToolConfigRanges is the decision part of scenario 2: a
+// recorded replay budget outside 1..100 or a timeout or settle window
+// outside 1 ms..2^32-1 ms is refused; 100 attempts and infinity are fine.
+func TestScenario02_ToolConfigRanges(t *testing.T) {
+	s := mustFold(t, defaultLimits(), "c1")
+	for _, tc := range []struct {
+		cfg events.ToolConfig
+		ok  bool
+	}{
+		{events.ToolConfig{MaxAttempts: 101}, false},
+		{events.ToolConfig{MaxAttempts: -1}, false},
+		{events.ToolConfig{MaxAttempts: 100}, true},
+		{events.ToolConfig{MaxAttempts: 1, Timeout: 1 << 32}, false},
+		{events.ToolConfig{MaxAttempts: 1, Timeout: events.Infinite}, true},
+		{events.ToolConfig{MaxAttempts: 1, SettleWithin: 1 << 32}, false},
+		{events.ToolConfig{MaxAttempts: 1, SettleWithin: 1<<32 - 1}, true},
+	} {
+		_, err := Decide(s, ResolveCalls{Turn: 1, Calls: []Resolution{{CallID: "c1", Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyAllow}, Tool: tc.cfg}}}, epoch)
+		if (err == nil) != tc.ok {
+			t.Errorf("%+v: %v", tc.cfg, err)
+		}
+	}
+}
+
+// mustFold starts a run and folds a tool request with the given call ids.
+func mustFold(t *testing.T, l events.Limits, calls ...string) State {
+	t.Helper()
+	var s State
+	run := func(c Command) {
+		t.Helper()
+		evs, err := Decide(s, c, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			s = Evolve(s, events.Recorded{Run: "r1", Version: s.Version() + 1, At: epoch, Event: e})
+		}
+	}
+	run(Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "go", Limits: l, Runner: "r"})
+	r := model.Reply{Kind: model.ReplyToolRequest}
+	for _, id := range calls {
+		r.Turn.Calls = append(r.Turn.Calls, model.ToolCall{ID: id, Name: "t", Arguments: json.RawMessage(`{}`)})
+	}
+	run(ModelReply{Turn: 1, Reply: r})
+	return s
+}
+
+// TestTranscriptStoredOnce runs 100 turns of one tool call each and checks
+// that the history grows linearly: every turn adds the same number of
+// bytes, and no event repeats an earlier message.
+func TestTranscriptStoredOnce(t *testing.T) {
+	l := defaultLimits()
+	l.MaxTurns = 101
+	var s State
+	var sizes []int
+	total := 0
+	now := epoch
+	run := func(c Command) {
+		t.Helper()
+		evs, err := Decide(s, c, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			env, err := events.Encode(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += len(env.Payload)
+			s = Evolve(s, events.Recorded{Run: "r1", Version: s.Version() + 1, At: now, Event: e})
+		}
+	}
+	run(Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "count the sheep", Limits: l, Runner: "r"})
+	for turn := int64(1); turn <= 100; turn++ {
+		before := total
+		id := fmt.Sprintf("c%03d", turn)
+		run(ModelReply{Turn: turn, Reply: model.Reply{Kind: model.ReplyToolRequest,
+			Turn:  model.Message{Text: "one more sheep", Calls: []model.ToolCall{{ID: id, Name: "count", Arguments: json.RawMessage(`{"n":1}`)}}},
+			Usage: &model.Usage{InputTokens: 100, OutputTokens: 10}}})
+		run(ResolveCalls{Turn: turn, Calls: []Resolution{{CallID: id, Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyAllow}}}})
+		run(Report{Action: ActionID(turn, id), Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"sheep":1}`)})
+		sizes = append(sizes, total-before)
+	}
+	// Only the longer turn numbers and action ids may make a later turn
+	// bigger; re-recording earlier messages would add hundreds of bytes per
+	// earlier turn.
+	if sizes[99] > sizes[1]+20 {
+		t.Fatalf("turn 100 added %d bytes, turn 2 added %d: the history does not grow linearly", sizes[99], sizes[1])
+	}
+	tr := Transcript(s)
+	// input + 100 × (assistant turn + tool results)
+	if len(tr) != 201 {
+		t.Fatalf("transcript has %d messages, want 201", len(tr))
+	}
+	if r := tr[200].Results; len(r) != 1 || string(r[0].Content) != `{"sheep":1}` || r[0].CallID != "c100" {
+		t.Fatalf("last results %+v", r)
+	}
+	req := ModelRequest(s)
+	if req.Turn != 101 || req.Run != "r1" || len(req.Transcript) != 201 {
+		t.Fatalf("request turn %d run %q with %d messages", req.Turn, req.Run, len(req.Transcript))
+	}
+}
+
+// TestEvolvePanicsOnImpossibleTransitions checks that Evolve names both the
+// event and the state it met.
+func TestEvolvePanicsOnImpossibleTransitions(t *testing.T) {
+	s := mustFold(t, defaultLimits(), "c1")
+	defer func() {
+		msg := fmt.Sprint(recover())
+		if !strings.Contains(msg, "attempt_fenced") || !strings.Contains(msg, "requested") {
+			t.Fatalf("panic %q does not name the event and the state", msg)
+		}
+	}()
+	Evolve(s, events.Recorded{Run: "r1", Version: s.Version() + 1, At: epoch, Event: events.AttemptFenced{Action: "1/c1", Attempt: 1, MaxAttempts: 1}})
+	t.Fatal("no panic")
+}
+
+// TestDecideDoesNotChangeItsState checks that Decide leaves the state it
+// was given untouched even when its decision evolves a long batch.
+func TestDecideDoesNotChangeItsState(t *testing.T) {
+	s := mustFold(t, defaultLimits(), "c1", "c2", "c3")
+	before := s.Clone()
+	evs, err := Decide(s, ResolveCalls{Turn: 1, Calls: []Resolution{
+		{CallID: "c1", Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyAllow}},
+		{CallID: "c2", Validation: events.CallUnknownTool},
+		{CallID: "c3", Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyDeny}},
+	}}, epoch)
+	if err != nil || len(evs) == 0 {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(s.Actions()) != fmt.Sprint(before.Actions()) {
+		t.Fatal("Decide changed the state it was given")
+	}
+}
+
+// TestErrorsAreCoded checks that refusals are *weft.Error with protocol
+// codes, comparable with errors.Is.
+func TestErrorsAreCoded(t *testing.T) {
+	s := mustFold(t, defaultLimits(), "c1")
+	_, err := Decide(s, Reconcile{Action: "1/c1", Content: json.RawMessage(`{}`)}, epoch)
+	if !errors.Is(err, &weft.Error{Code: weft.CodeNotReconcilable}) {
+		t.Fatalf("got %v", err)
+	}
+	_, err = Decide(State{}, Cancel{}, epoch)
+	if weft.ErrorCode(err) != weft.CodeUnknownRun {
+		t.Fatalf("got %v", err)
+	}
+	if d := RetryDelay(200, 10, 0); d != 64*200*time.Millisecond {
+		t.Fatalf("retry delay caps at 64x: %v", d)
+	}
+	if d := RetryDelay(200, 0, time.Hour); d != 10*time.Minute {
+		t.Fatalf("retry-after caps at 10 minutes: %v", d)
+	}
+}
