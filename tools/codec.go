@@ -373,7 +373,8 @@ var enumeratedType = reflect.TypeFor[Enumerated]()
 
 // refine adds what jsonschema-go's inference leaves out: pointer fields are
 // optional (a nil pointer is what an absent property decodes to), the enum
-// tag and Enumerated types give "enum". (A closed object's
+// tag and Enumerated types give "enum", and an empty struct still lists its
+// (empty) "properties". (A closed object's
 // additionalProperties {"not":{}} is written as false by the library, the
 // form every model provider accepts.)
 func refine(t reflect.Type, s *jsonschema.Schema, seen map[reflect.Type]bool) error {
@@ -400,6 +401,10 @@ func refine(t reflect.Type, s *jsonschema.Schema, seen map[reflect.Type]bool) er
 	case reflect.Map:
 		return refine(t.Elem(), s.AdditionalProperties, seen)
 	case reflect.Struct:
+		if s.Properties == nil {
+			// Some providers want "properties" on every object schema.
+			s.Properties = map[string]*jsonschema.Schema{}
+		}
 		for _, f := range reflect.VisibleFields(t) {
 			if f.Anonymous || !f.IsExported() {
 				continue

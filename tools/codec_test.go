@@ -204,6 +204,9 @@ func TestValidationDetails(t *testing.T) {
 func TestEmptyArgumentsAreTheEmptyObject(t *testing.T) {
 	type none struct{}
 	c := tools.CodecFor[none]()
+	if got := string(c.Schema()); got != `{"type":"object","properties":{},"additionalProperties":false}` {
+		t.Errorf("schema of an empty struct = %s", got)
+	}
 	for _, in := range []string{"", " ", "null", "{}"} {
 		_, norm, err := c.Normalize(json.RawMessage(in))
 		if err != nil || string(norm) != "{}" {
