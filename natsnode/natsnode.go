@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -41,6 +42,10 @@ const (
 	EnvToken    = "NATS_TOKEN"    // auth token
 	EnvData     = "WEFT_DATA"     // embedded store directory
 )
+
+// ErrDataDirInUse is returned by Start when another process's embedded
+// server already uses the store directory.
+var ErrDataDirInUse = errors.New("natsnode: store dir in use by another embedded server")
 
 // Option configures Start.
 type Option func(*config)
@@ -139,12 +144,14 @@ func DefaultDataDir() (string, error) {
 // Node is a connection to NATS JetStream and, when embedded, the server it
 // runs. It is safe for concurrent use.
 type Node struct {
-	srv     *server.Server // nil when external
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	url     string
-	dataDir string
-	closed  chan struct{}
+	srv      *server.Server // nil when external
+	unlock   func()
+	stopOnce sync.Once
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	url      string
+	dataDir  string
+	closed   chan struct{}
 }
 
 // Start connects to NATS as the options say: to an external server when a
@@ -171,11 +178,11 @@ func Start(ctx context.Context, opts ...Option) (*Node, error) {
 		}
 		n.url = c.url
 	} else {
-		srv, err := startServer(&c)
+		srv, unlock, err := startServer(&c)
 		if err != nil {
 			return nil, err
 		}
-		n.srv, n.dataDir = srv, c.dataDir
+		n.srv, n.unlock, n.dataDir = srv, unlock, c.dataDir
 		if c.listen {
 			n.url = srv.ClientURL()
 		} else {
@@ -204,12 +211,12 @@ func Start(ctx context.Context, opts ...Option) (*Node, error) {
 	return n, nil
 }
 
-func startServer(c *config) (*server.Server, error) {
+func startServer(c *config) (*server.Server, func(), error) {
 	sopts := &server.Options{}
 	if c.configFile != "" {
 		o, err := server.ProcessConfigFile(c.configFile)
 		if err != nil {
-			return nil, fmt.Errorf("natsnode: config %s: %w", c.configFile, err)
+			return nil, nil, fmt.Errorf("natsnode: config %s: %w", c.configFile, err)
 		}
 		sopts = o
 	} else {
@@ -220,7 +227,7 @@ func startServer(c *config) (*server.Server, error) {
 	if c.dataDir == "" && sopts.StoreDir == "" {
 		d, err := DefaultDataDir()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		c.dataDir = d
 	}
@@ -229,7 +236,11 @@ func startServer(c *config) (*server.Server, error) {
 	}
 	c.dataDir = sopts.StoreDir
 	if err := os.MkdirAll(sopts.StoreDir, 0o700); err != nil {
-		return nil, fmt.Errorf("natsnode: store dir: %w", err)
+		return nil, nil, fmt.Errorf("natsnode: store dir: %w", err)
+	}
+	unlock, err := lockDir(sopts.StoreDir)
+	if err != nil {
+		return nil, nil, err
 	}
 	if c.listen {
 		sopts.DontListen = false
@@ -241,7 +252,8 @@ func startServer(c *config) (*server.Server, error) {
 	}
 	srv, err := server.NewServer(sopts)
 	if err != nil {
-		return nil, fmt.Errorf("natsnode: server: %w", err)
+		unlock()
+		return nil, nil, fmt.Errorf("natsnode: server: %w", err)
 	}
 	if c.serverLog {
 		srv.ConfigureLogger()
@@ -250,9 +262,10 @@ func startServer(c *config) (*server.Server, error) {
 	if !srv.ReadyForConnections(c.readyWait) {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, errors.New("natsnode: embedded server not ready")
+		unlock()
+		return nil, nil, errors.New("natsnode: embedded server not ready")
 	}
-	return srv, nil
+	return srv, unlock, nil
 }
 
 // Conn is the node's NATS connection.
@@ -297,6 +310,9 @@ func (n *Node) stopServer() {
 	if n.srv == nil {
 		return
 	}
-	n.srv.Shutdown()
-	n.srv.WaitForShutdown()
+	n.stopOnce.Do(func() {
+		n.srv.Shutdown()
+		n.srv.WaitForShutdown()
+		n.unlock()
+	})
 }

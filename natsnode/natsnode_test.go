@@ -2,6 +2,7 @@ package natsnode_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -125,4 +126,27 @@ func TestDefaultDataDir(t *testing.T) {
 	if d, err := natsnode.DefaultDataDir(); err != nil || d != "/home/u/.local/state/weft" {
 		t.Fatalf("DefaultDataDir = %q, %v", d, err)
 	}
+}
+
+func TestDataDirInUse(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	a, err := natsnode.Start(ctx, natsnode.WithDataDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := natsnode.Start(ctx, natsnode.WithDataDir(dir)); !errors.Is(err, natsnode.ErrDataDirInUse) {
+		t.Fatalf("second server on the same store: %v, want ErrDataDirInUse", err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	b, err := natsnode.Start(ctx, natsnode.WithDataDir(dir))
+	if err != nil {
+		t.Fatalf("after Close the store is free: %v", err)
+	}
+	b.Close(ctx)
 }
