@@ -4,7 +4,8 @@
 // Embedded (the default): Start runs an in-process nats-server with
 // JetStream. Its store lives in DataDir (default: DefaultDataDir, a "weft"
 // folder under the user's state directory; callers wire --data / WEFT_DATA
-// to WithDataDir). Without a listener the client talks to the server over an
+// to WithDataDir); Start locks it, so a second embedded server on the same
+// store fails with ErrDataDirInUse instead of corrupting it. Without a listener the client talks to the server over an
 // in-process connection and nothing is reachable from outside; WithListen
 // adds a loopback TCP listener (port 0 picks a free port) whose address URL
 // reports, so the nats CLI can connect with `nats --server <url>`.
