@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -351,7 +352,9 @@ func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
 }
 
 // RunAll runs a projector and the query service on nc until ctx ends: what
-// cmd/projector and `weft dev` run. The buckets must exist (Assets).
+// cmd/projector and `weft dev` run. The buckets must exist (Assets). A
+// projector that fails (the store did not answer) resumes from its
+// checkpoint a second later.
 func RunAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eventlog.Log, logger *slog.Logger) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -365,5 +368,17 @@ func RunAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 		return err
 	}
 	defer svc.Stop()
-	return p.Run(ctx)
+	for {
+		err := p.Run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		// A store or log error: resume from the checkpoint after a pause.
+		logger.Error("projector stopped; resuming from the checkpoint", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Second):
+		}
+	}
 }
