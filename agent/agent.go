@@ -456,6 +456,27 @@ func (a *Agent) Tool(name string) (tools.Tool, bool) {
 	return t, ok
 }
 
+// ToolConfig returns the configuration the runtime records for an action
+// of the tool called name (events.ActionQueued, copied onto every fence):
+// the tool's own timeout, or the agent's tool timeout when the tool has
+// none; its replay budget; its settle window. It returns false when the
+// agent has no such tool.
+func (a *Agent) ToolConfig(name string) (events.ToolConfig, bool) {
+	t, ok := a.byName[name]
+	if !ok {
+		return events.ToolConfig{}, false
+	}
+	timeout := a.limits.ToolTimeout
+	if to := t.Timeout(); !to.IsZero() {
+		timeout = to.Millis()
+	}
+	var settle events.Millis
+	if t.Settling() {
+		settle = events.MillisOf(t.SettleWithin())
+	}
+	return events.ToolConfig{Timeout: timeout, MaxAttempts: t.MaxAttempts(), SettleWithin: settle}, true
+}
+
 // Specs returns what the model is told about the tools, in order.
 func (a *Agent) Specs() []model.ToolSpec {
 	out := make([]model.ToolSpec, len(a.tools))

@@ -331,3 +331,31 @@ func TestTypedAnswer(t *testing.T) {
 		t.Errorf("free-text answer %s, %v", got, err)
 	}
 }
+
+func TestToolConfig(t *testing.T) {
+	started := 0
+	a, err := agent.New("desk", model.NewScripted("s"), []tools.Tool{
+		echoTool("plain", &started),
+		tools.WithReplay(tools.WithTimeout(echoTool("own", &started), tools.After(1500*time.Millisecond)), 3),
+		tools.WithTimeout(echoTool("forever", &started), tools.Infinity),
+		settlingTool("settles", 20*time.Millisecond),
+	}, policy.AlwaysAllow(), agent.WithToolTimeout(tools.After(2*time.Second))).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]events.ToolConfig{
+		"plain":   {Timeout: 2000, MaxAttempts: 1},
+		"own":     {Timeout: 1500, MaxAttempts: 3},
+		"forever": {Timeout: events.Infinite, MaxAttempts: 1},
+		"settles": {Timeout: 2000, MaxAttempts: 1, SettleWithin: 20},
+	}
+	for _, name := range []string{"plain", "own", "forever", "settles"} {
+		got, ok := a.ToolConfig(name)
+		if !ok || got != want[name] {
+			t.Errorf("ToolConfig(%s) = %+v, %v; want %+v", name, got, ok, want[name])
+		}
+	}
+	if _, ok := a.ToolConfig("nope"); ok {
+		t.Error("ToolConfig(nope) found")
+	}
+}
