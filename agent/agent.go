@@ -456,6 +456,23 @@ func (a *Agent) Tool(name string) (tools.Tool, bool) {
 	return t, ok
 }
 
+// ValidateCall is the check every call of a tool request gets before any
+// policy runs: outcome is events.CallUnknownTool when the agent has no tool
+// called name (detail "unknown_tool"), events.CallInvalidArguments when the
+// arguments do not fit the tool's input schema (detail "<path>: <reason>",
+// what the model reads), or events.CallValid with the normalized arguments.
+func (a *Agent) ValidateCall(name string, args json.RawMessage) (outcome, detail string, normalized json.RawMessage) {
+	t, ok := a.byName[name]
+	if !ok {
+		return events.CallUnknownTool, "unknown_tool", nil
+	}
+	norm, err := t.Validate(args)
+	if err != nil {
+		return events.CallInvalidArguments, err.Error(), nil
+	}
+	return events.CallValid, "", norm
+}
+
 // ToolConfig returns the configuration the runtime records for an action
 // of the tool called name (events.ActionQueued, copied onto every fence):
 // the tool's own timeout, or the agent's tool timeout when the tool has

@@ -359,3 +359,29 @@ func TestToolConfig(t *testing.T) {
 		t.Error("ToolConfig(nope) found")
 	}
 }
+
+func TestValidateCall(t *testing.T) {
+	started := 0
+	a, err := agent.New("desk", model.NewScripted("s"), []tools.Tool{echoTool("echo", &started)}, policy.AlwaysAllow()).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, args              string
+		outcome, detail, normal string
+	}{
+		{"echo", `{ "text": "hi" }`, events.CallValid, "", `{"text":"hi"}`},
+		{"echo", `{"text": 1}`, events.CallInvalidArguments, "/text: got integer, want string", ""},
+		{"echo", ``, events.CallInvalidArguments, `/: missing required property "text"`, ""},
+		{"nope", `{}`, events.CallUnknownTool, "unknown_tool", ""},
+	}
+	for _, tt := range tests {
+		outcome, detail, norm := a.ValidateCall(tt.name, json.RawMessage(tt.args))
+		if outcome != tt.outcome || detail != tt.detail || string(norm) != tt.normal {
+			t.Errorf("ValidateCall(%s, %s) = %s, %q, %s", tt.name, tt.args, outcome, detail, norm)
+		}
+	}
+	if started != 0 {
+		t.Error("validation ran a body")
+	}
+}
