@@ -503,6 +503,17 @@ func (a *Agent) Specs() []model.ToolSpec {
 	return out
 }
 
+// Request completes a model request rebuilt from the log (run, turn,
+// correlation, transcript) with what the agent contributes to every turn:
+// the system prompt, the tool specs in order and, for a typed answer, the
+// answer schema.
+func (a *Agent) Request(r model.Request) model.Request {
+	r.System = a.system
+	r.Tools = a.Specs()
+	r.AnswerSchema = a.AnswerSchema()
+	return r
+}
+
 // Policy returns the agent's policy.
 func (a *Agent) Policy() policy.Policy { return a.policy }
 

@@ -385,3 +385,18 @@ func TestValidateCall(t *testing.T) {
 		t.Error("validation ran a body")
 	}
 }
+
+func TestRequest(t *testing.T) {
+	started := 0
+	a, err := agent.New("desk", model.NewScripted("s"), []tools.Tool{echoTool("echo", &started)}, policy.AlwaysAllow(),
+		agent.WithSystem("Be brief."), agent.WithTypedAnswer[verdict]()).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := model.Request{Run: "r", Turn: 2, Transcript: []model.Message{{Role: model.RoleUser, Text: "hi"}}}
+	r := a.Request(base)
+	if r.Run != "r" || r.Turn != 2 || len(r.Transcript) != 1 || r.System != "Be brief." || len(r.Tools) != 1 || r.Tools[0].Name != "echo" ||
+		string(r.AnswerSchema) != string(a.AnswerSchema()) || r.AnswerSchema == nil {
+		t.Errorf("Request = %+v", r)
+	}
+}
