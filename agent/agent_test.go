@@ -400,3 +400,18 @@ func TestRequest(t *testing.T) {
 		t.Errorf("Request = %+v", r)
 	}
 }
+
+func TestToolInputMustBeAnObject(t *testing.T) {
+	def := tools.Define[string, echoOut]("shout", "x")
+	tool := tools.Bind(def, func(context.Context, tools.Call, string) (echoOut, error) { return echoOut{}, nil }, classify)
+	_, err := agent.New("desk", model.NewScripted("s"), []tools.Tool{tool}, policy.AlwaysAllow()).Build()
+	var su *agent.ToolSchemaUnavailable
+	if !errors.As(err, &su) || su.Tool != "shout" || !strings.Contains(su.Error(), "not a struct or a map") {
+		t.Errorf("error %v", err)
+	}
+	mdef := tools.Define[map[string]int, echoOut]("counts", "x")
+	mtool := tools.Bind(mdef, func(context.Context, tools.Call, map[string]int) (echoOut, error) { return echoOut{}, nil }, classify)
+	if _, err := agent.New("desk", model.NewScripted("s"), []tools.Tool{mtool}, policy.AlwaysAllow()).Build(); err != nil {
+		t.Errorf("map input: %v", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"time"
 
@@ -463,8 +464,17 @@ func (b *bound[In, Out]) Timeout() Timeout     { return b.timeout }
 func (b *bound[In, Out]) SettleWithin() time.Duration { return b.settleWithin }
 func (b *bound[In, Out]) Settling() bool              { return b.settling }
 
-func (b *bound[In, Out]) SchemaErr() error {
-	return errors.Join(b.def.input.Err(), b.def.output.Err())
+func (b *bound[In, Out]) SchemaErr() error { return b.def.schemaErr() }
+
+// schemaErr reports a missing input or output schema, and an input schema
+// that is not an object: model providers take only objects as tool
+// arguments.
+func (d *Definition[In, Out]) schemaErr() error {
+	var notObject error
+	if d.input.Err() == nil && d.input.schema.Type != "object" {
+		notObject = fmt.Errorf("the input type %s is not a struct or a map with string keys: tool arguments are a JSON object", reflect.TypeFor[In]())
+	}
+	return errors.Join(d.input.Err(), notObject, d.output.Err())
 }
 
 func (b *bound[In, Out]) Validate(args json.RawMessage) (json.RawMessage, error) {
