@@ -1,0 +1,150 @@
+package protocoltest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// weftBin is the weft binary TestMain builds; natsBin the official nats CLI.
+var weftBin, natsBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "weft-protocoltest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	weftBin = filepath.Join(dir, "weft")
+	build := exec.Command("go", "build", "-o", weftBin, "github.com/weftrun/weft/cmd/weft")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "protocoltest: build weft:", err)
+		os.Exit(1)
+	}
+	natsBin, err = findNats()
+	if err != nil {
+		// Never skip: the nats CLI is part of CI (.ci/run installs it).
+		fmt.Fprintln(os.Stderr, "protocoltest:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// findNats finds the nats CLI on PATH or in the Go bin directory where
+// `go install github.com/nats-io/natscli/nats@v0.5.0` puts it.
+func findNats() (string, error) {
+	if p, err := exec.LookPath("nats"); err == nil {
+		return p, nil
+	}
+	var dirs []string
+	if gobin := os.Getenv("GOBIN"); gobin != "" {
+		dirs = append(dirs, gobin)
+	}
+	if out, err := exec.Command("go", "env", "GOPATH").Output(); err == nil {
+		for _, p := range filepath.SplitList(strings.TrimSpace(string(out))) {
+			dirs = append(dirs, filepath.Join(p, "bin"))
+		}
+	}
+	name := "nats"
+	if runtime.GOOS == "windows" {
+		name += ".exe"
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("the nats CLI is not installed: go install github.com/nats-io/natscli/nats@v0.5.0")
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// dev is a running `weft dev`.
+type dev struct {
+	url string
+	out *bytes.Buffer
+}
+
+// startDev runs `weft dev` on a free port with its store in a temp dir and
+// waits until its services answer; it stops it (SIGTERM) on cleanup.
+func startDev(t *testing.T) *dev {
+	t.Helper()
+	port := freePort(t)
+	d := &dev{url: fmt.Sprintf("nats://127.0.0.1:%d", port), out: &bytes.Buffer{}}
+	cmd := exec.Command(weftBin, "dev", "--listen", fmt.Sprint(port), "--data", t.TempDir())
+	cmd.Stdout, cmd.Stderr = d.out, d.out
+	cmd.Env = append(os.Environ(), "NATS_URL=")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("weft dev output:\n%s", d.out)
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-exited:
+			t.Fatalf("weft dev exited: %v\n%s", err, d.out)
+		default:
+		}
+		out, err := d.natsErr("micro", "ls")
+		if err == nil && strings.Contains(out, "weft-query") && strings.Contains(out, "weft ") {
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("weft dev services never answered: %s\n%s", out, d.out)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// nats runs the nats CLI against the dev server and fails the test on error.
+func (d *dev) nats(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := d.natsErr(args...)
+	if err != nil {
+		t.Fatalf("nats %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (d *dev) natsErr(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, natsBin, append([]string{"--server", d.url, "--no-context"}, args...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	err := cmd.Run()
+	return out.String(), err
+}
