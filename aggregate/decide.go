@@ -3,7 +3,6 @@ package aggregate
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/weftrun/weft"
@@ -847,11 +846,11 @@ func (d *decider) advance() {
 			running++
 		}
 	}
-	for _, a := range slices.Clone(s.actions) {
+	for i := range s.actions {
 		if running >= s.start.Limits.MaxConcurrency {
 			break
 		}
-		if a.State == ActionQueued {
+		if a := s.actions[i]; a.State == ActionQueued {
 			d.fence(a)
 			running++
 		}
