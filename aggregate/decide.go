@@ -569,7 +569,10 @@ func (d *decider) report(c Report) error {
 	case ActionUncertain:
 		// A late report of the attempt whose loss made the action uncertain
 		// is treated as a settlement: one definite result is accepted.
-		if !d.s.finished && c.Outcome != events.OutcomeUncertain && (c.Outcome != events.OutcomeOutput || int64(len(c.Content)) <= d.s.start.Limits.MaxResultBytes) {
+		// (Not when the body itself reported the action uncertain: a
+		// second report of that attempt is a duplicate.)
+		lostAttempt := a.Outcome != events.OutcomeUncertain
+		if !d.s.finished && lostAttempt && c.Outcome != events.OutcomeUncertain && (c.Outcome != events.OutcomeOutput || int64(len(c.Content)) <= d.s.start.Limits.MaxResultBytes) {
 			d.emit(events.SettlementAccepted{Action: c.Action, Attempt: c.Attempt, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Summary: "late report of attempt " + fmt.Sprint(c.Attempt), Late: true})
 			return nil
 		}

@@ -198,6 +198,7 @@ func (s *State) evolve(r events.Recorded) {
 		a.Attempts = e.Attempt
 		a.Attempt = e
 		a.Outcome = ""
+		a.Detail = ""
 
 	case events.AttemptReported:
 		a := s.act(name, e.Action, ActionRunning, ActionSettling)
@@ -262,7 +263,7 @@ func (s *State) evolve(r events.Recorded) {
 		case e.Outcome == events.OutcomeExplain && e.Late:
 			a.State, a.Detail, a.Content = ActionReconciled, e.Message, messageContent(e.Message)
 		case e.Outcome == events.OutcomeOutput:
-			a.State, a.Content = ActionSucceeded, e.Content
+			a.State, a.Detail, a.Content = ActionSucceeded, e.Summary, e.Content
 		case e.Outcome == events.OutcomeExplain:
 			a.State, a.Detail, a.Content = ActionToolFailed, e.Message, messageContent(e.Message)
 		default:
