@@ -450,6 +450,12 @@ func (d *decider) approve(c Approve) error {
 	if err := validConfig(c.Tool); err != nil {
 		return err
 	}
+	cfg := d.config(c.Tool)
+	if a, _ := d.s.Action(c.Action); a.Attempts > 0 {
+		// Re-approved after a lost attempt: the budget recorded with the
+		// first queueing keeps deciding its attempts.
+		cfg = a.Config
+	}
 	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier})
 	pd := events.PolicyDecided{Action: c.Action, Context: "approval", Decision: c.Policy.Decision, Reason: c.Policy.Reason}
 	if c.Policy.Decision == events.PolicyRequireApproval {
@@ -459,10 +465,10 @@ func (d *decider) approve(c Approve) error {
 	d.emit(pd)
 	switch c.Policy.Decision {
 	case events.PolicyAllow:
-		d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: d.config(c.Tool)})
+		d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
 	case events.PolicyRequireApproval:
 		if c.Policy.Requirement == req.Requirement {
-			d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: d.config(c.Tool)})
+			d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
 			break
 		}
 		d.emit(events.RequirementChanged{Action: c.Action, Revision: c.Revision, From: req.Requirement, To: c.Policy.Requirement})

@@ -72,7 +72,10 @@ func (t Timer) Command() TimerFired {
 	return TimerFired{Kind: t.Kind, Action: t.Action, Attempt: t.Attempt, Revision: t.Revision, Turn: t.Turn}
 }
 
-// Pending computes the run's Work.
+// Pending computes the run's Work. On a run that was handed off
+// (State.HandedOff) or whose runner was lost, decide Recover first: it
+// decides the lost attempts and model call, and Pending then lists the
+// work of the new incarnation.
 func Pending(s State) Work {
 	var w Work
 	if !s.started {
