@@ -55,6 +55,10 @@
 // each corrective prompt in AnswerRejected. Transcript and ModelRequest
 // rebuild the conversation from State; nothing is recorded twice.
 //
+// Package aggregatetest drives runs with random (seeded) commands; packages
+// that fold these events (projections, audit) can use it to compare their
+// views with Status and Actions over thousands of histories.
+//
 // Not implemented: sub-agent delegation (the delegated and child_settled
 // action states, max children and max depth, family_limit) and the
 // tool_changed failure; Commands for them do not exist yet.
