@@ -130,9 +130,8 @@ type State struct {
 	handedOff   bool
 	uncalled    int64 // requested turn a draining runner never called
 
-	turn         int64 // last requested turn (turns used)
-	modelPending bool  // a ModelRequested has no reply or failure yet
-	modelAt      time.Time
+	turn         int64      // last requested turn (turns used)
+	modelPending bool       // a ModelRequested has no reply or failure yet
 	modelDue     *time.Time // model deadline of the pending call
 	retryAt      *time.Time // a retryable failure waits for its retry
 	failures     int        // consecutive retryable model failures
