@@ -290,7 +290,7 @@ func reply(resp *oai.ChatCompletion, wrapped bool) (model.Reply, error) {
 			out.Turn.Calls = append(out.Turn.Calls, model.ToolCall{
 				ID:        tc.ID,
 				Name:      tc.Function.Name,
-				Arguments: arguments(tc.Function.Arguments),
+				Arguments: arguments(tc.Function.Arguments, tc.Function.JSON.Arguments.Raw()),
 			})
 		}
 		return out, nil
@@ -326,9 +326,13 @@ func replayMessage(msg oai.ChatCompletionMessage) json.RawMessage {
 // sent when it is valid JSON, {} when it is empty (some compatible servers
 // send "" for a call without arguments), and otherwise the text encoded as a
 // JSON string, so the runtime's validation reports invalid_arguments to the
-// model instead of the whole reply being lost. Provider data keeps the
-// original string either way.
-func arguments(s string) json.RawMessage {
+// model instead of the whole reply being lost. A server that sends the
+// arguments as a JSON object instead of a string (raw) has it used as is.
+// Provider data keeps the original either way.
+func arguments(s, raw string) json.RawMessage {
+	if r := strings.TrimSpace(raw); strings.HasPrefix(r, "{") && json.Valid([]byte(r)) {
+		return json.RawMessage(r)
+	}
 	switch {
 	case strings.TrimSpace(s) == "":
 		return json.RawMessage(`{}`)

@@ -396,3 +396,21 @@ func TestBadRequestsFailBeforeSending(t *testing.T) {
 		t.Errorf("server saw %d requests", n)
 	}
 }
+
+// TestArgumentsAsObject accepts a compatible server that sends arguments as
+// a JSON object instead of a string.
+func TestArgumentsAsObject(t *testing.T) {
+	srv := openaitest.NewFakeServer(t)
+	srv.Enqueue(fakeserver.Response{Body: []byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",` +
+		`"message":{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":{"id":"p-1"}}}]}}]}`)})
+	r, err := srv.Model("gpt-test").Complete(context.Background(), baseRequest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != model.ReplyToolRequest || len(r.Turn.Calls) != 1 || string(r.Turn.Calls[0].Arguments) != `{"id":"p-1"}` {
+		t.Errorf("reply = %+v", r)
+	}
+	if r.Usage != nil {
+		t.Errorf("usage = %+v without usage in the reply", r.Usage)
+	}
+}
