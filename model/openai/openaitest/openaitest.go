@@ -64,9 +64,10 @@ var Usage = model.Usage{InputTokens: 10, OutputTokens: 5}
 
 // Completion describes a chat completion reply.
 type Completion struct {
-	// Content is the assistant's text; Null sends "content": null.
+	// Content is the assistant's text.
 	Content string
-	Null    bool
+	// Null sends "content": null instead of Content.
+	Null bool
 	// Calls are function tool calls; their Arguments are sent as the
 	// arguments string.
 	Calls []model.ToolCall
