@@ -55,6 +55,10 @@
 // each corrective prompt in AnswerRejected. Transcript and ModelRequest
 // rebuild the conversation from State; nothing is recorded twice.
 //
+// A State encodes as JSON (MarshalJSON, schema SnapshotSchema): a runner may
+// keep it as a snapshot with the head it was folded to, decode it, and Evolve
+// only the events after it (eventlog's LoadAfter).
+//
 // Package aggregatetest drives runs with random (seeded) commands; packages
 // that fold these events (projections, audit) can use it to compare their
 // views with Status and Actions over thousands of histories.

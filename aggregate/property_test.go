@@ -1,6 +1,7 @@
 package aggregate_test
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"reflect"
@@ -197,5 +198,46 @@ func checkLog(t *rapid.T, s *aggregatetest.Sim) {
 			}
 			last = j
 		}
+	}
+}
+
+// TestSnapshotThenTail checks that a snapshot taken at any point of a random
+// run, decoded and evolved with the events after it, equals folding the
+// whole history, and that Decide reaches the same decisions from it.
+func TestSnapshotThenTail(t *testing.T) {
+	for seed := range uint64(300) {
+		s := aggregatetest.RandomRun(aggregatetest.Rand(seed), 50)
+		h := s.History
+		cut := int(seed) % (len(h) + 1)
+		snapBytes, err := json.Marshal(aggregate.Fold(h[:cut]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st aggregate.State
+		if err := json.Unmarshal(snapBytes, &st); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		for _, r := range h[cut:] {
+			st = aggregate.Evolve(st, r)
+		}
+		want := aggregate.Fold(h)
+		a, _ := json.Marshal(st)
+		b, _ := json.Marshal(want)
+		if string(a) != string(b) {
+			t.Fatalf("seed %d cut %d: snapshot+tail differs from the full fold\n%s\n%s", seed, cut, a, b)
+		}
+		if !reflect.DeepEqual(aggregate.Pending(st), aggregate.Pending(want)) || !reflect.DeepEqual(aggregate.Transcript(st), aggregate.Transcript(want)) {
+			t.Fatalf("seed %d: snapshot+tail gives other work or transcript", seed)
+		}
+		c := aggregate.Cancel{By: "x"}
+		e1, err1 := aggregate.Decide(st, c, s.Now)
+		e2, err2 := aggregate.Decide(want, c, s.Now)
+		if !reflect.DeepEqual(e1, e2) || fmt.Sprint(err1) != fmt.Sprint(err2) {
+			t.Fatalf("seed %d: snapshot+tail decides differently", seed)
+		}
+	}
+	var st aggregate.State
+	if err := json.Unmarshal([]byte(`{"schema":2}`), &st); err == nil {
+		t.Fatal("a snapshot of another schema was accepted")
 	}
 }

@@ -65,40 +65,40 @@ func (a ActionState) ModelVisible() bool {
 type Action struct {
 	// ID is "<turn>/<call_id>"; Turn, CallID and Index (the position in the
 	// model's call list) identify the call.
-	ID     string
-	Turn   int64
-	CallID string
-	Index  int
+	ID     string `json:"id"`
+	Turn   int64  `json:"turn"`
+	CallID string `json:"call_id"`
+	Index  int    `json:"index"`
 	// Tool is the tool name the model called.
-	Tool string
+	Tool string `json:"tool"`
 	// Arguments are the arguments the tool body gets: the normalized ones
 	// once validated, the model's bytes before.
-	Arguments json.RawMessage
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 	// State is the lifecycle state.
-	State ActionState
+	State ActionState `json:"state"`
 	// Detail is why the action is in its state: a validation detail, a deny
 	// or reject reason, or the evidence of an uncertain effect.
-	Detail string
+	Detail string `json:"detail,omitempty"`
 	// Content is what the model reads once the action ended model-visible.
-	Content json.RawMessage
+	Content json.RawMessage `json:"content,omitempty"`
 	// Config is the tool configuration recorded when the action was
 	// queued; every attempt uses it.
-	Config events.ToolConfig
+	Config events.ToolConfig `json:"config"`
 	// Approved is set while the action is authorised by an approval (an
 	// approved action re-asks after a lost runner).
-	Approved bool
+	Approved bool `json:"approved,omitempty"`
 	// Request is the latest approval request; zero Revision when none.
-	Request Approval
+	Request Approval `json:"request"`
 	// Answers are every answer the action's requests got, for audit.
-	Answers []events.ApprovalAnswered
+	Answers []events.ApprovalAnswered `json:"answers,omitempty"`
 	// Attempts is the number of fenced attempts (replays = Attempts-1);
 	// Attempt is the last fence.
-	Attempts int
-	Attempt  events.AttemptFenced
+	Attempts int                  `json:"attempts,omitempty"`
+	Attempt  events.AttemptFenced `json:"attempt"`
 	// SettleBy is when the settle window closes (State Settling).
-	SettleBy time.Time
+	SettleBy time.Time `json:"settle_by"`
 	// Outcome of the action's last attempt as reported, for audit.
-	Outcome string
+	Outcome string `json:"outcome,omitempty"`
 }
 
 // Replays is the number of attempts after the first.
@@ -106,12 +106,12 @@ func (a Action) Replays() int { return max(a.Attempts-1, 0) }
 
 // Approval is an approval request of an action.
 type Approval struct {
-	Revision    int
-	Requirement events.Requirement
+	Revision    int                `json:"revision"`
+	Requirement events.Requirement `json:"requirement"`
 	// Expires is the deadline by the store's clock; zero for no expiry.
-	Expires time.Time
+	Expires time.Time `json:"expires"`
 	// Answer is "" while pending, else an events.Answer* value.
-	Answer string
+	Answer string `json:"answer,omitempty"`
 }
 
 // Pending reports whether the request still waits for its answer.
