@@ -1,0 +1,131 @@
+package worker
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The JetStream and NATS names of the task protocol
+// (docs/protocol/41-tasks.md).
+const (
+	// TaskStream is the work-queue stream of tool tasks.
+	TaskStream = "WEFT_TASKS"
+	// TaskSubjectPrefix prefixes task subjects: weft.task.<tool>.
+	TaskSubjectPrefix = "weft.task."
+	// ConsumerPrefix prefixes the durable consumer of a tool, shared by
+	// all of its workers: weft_task_<tool>.
+	ConsumerPrefix = "weft_task_"
+	// ReportSubject is the request subject of a worker's report (an
+	// endpoint of the weft micro service).
+	ReportSubject = "weft.api.report"
+	// SettleSubject is the request subject of a settlement.
+	SettleSubject = "weft.api.settle"
+	// StopSubjectPrefix prefixes the core subject on which runners ask
+	// workers to stop a run's running bodies: weft.stop.<run>.
+	StopSubjectPrefix = "weft.stop."
+	// HeaderMsgID is the JetStream dedupe header set on every task:
+	// <run>/<action>/<attempt>/<incarnation>.
+	HeaderMsgID = "Nats-Msg-Id"
+	// Schema is the schema version of task and report bodies.
+	Schema = 1
+)
+
+// TaskSubject is the subject of tool's tasks.
+func TaskSubject(tool string) string { return TaskSubjectPrefix + tool }
+
+// ConsumerName is the durable consumer shared by tool's workers.
+func ConsumerName(tool string) string { return ConsumerPrefix + tool }
+
+// Task is the body of a tool task on weft.task.<tool>: one fenced attempt
+// of one action. Its fence is committed before the task is published.
+type Task struct {
+	// Schema is 1.
+	Schema int `json:"schema"`
+	// Run and Action identify the action ("<turn>/<call_id>").
+	Run    string `json:"run"`
+	Action string `json:"action"`
+	// Tool is the tool name.
+	Tool string `json:"tool"`
+	// Attempt is the 1-based attempt; Incarnation the run's incarnation
+	// that fenced it. Both must be echoed in the report.
+	Attempt     int `json:"attempt"`
+	Incarnation int `json:"incarnation"`
+	// Arguments are the validated, normalized arguments.
+	Arguments json.RawMessage `json:"arguments"`
+	// TimeoutMS bounds the body; -1 is infinity.
+	TimeoutMS int64 `json:"timeout_ms"`
+	// Deadline is the absolute deadline of the body, absent for infinity.
+	Deadline *time.Time `json:"deadline,omitempty"`
+	// MaxResultBytes is the run's max result bytes: a larger encoded
+	// output is reported as outcome "oversize".
+	MaxResultBytes int64 `json:"max_result_bytes"`
+	// SettleWithinMS is the settle window of a settling tool, 0 otherwise.
+	SettleWithinMS int64 `json:"settle_within_ms,omitempty"`
+	// IdempotencyKey is stable for the logical action across attempts.
+	IdempotencyKey string `json:"idempotency_key"`
+	// Correlation is the run's correlation id.
+	Correlation string `json:"correlation,omitempty"`
+	// Reviewer is the approver whose context the body runs with, if any.
+	Reviewer string `json:"reviewer,omitempty"`
+}
+
+// The outcomes of a Report. The first four are AttemptReported outcomes;
+// OutcomeLost reports an attempt that ended without a result of its own.
+const (
+	OutcomeOutput    = "output"
+	OutcomeExplain   = "explain"
+	OutcomeUncertain = "uncertain"
+	OutcomeOversize  = "oversize"
+	OutcomeLost      = "lost"
+)
+
+// Report is the body a worker sends to weft.api.report when an attempt
+// ended. The reply is the command API's reply ({"schema":1,"ok":true} or an
+// error); a worker retries until it gets one, and acks the task only then.
+type Report struct {
+	// Schema is 1.
+	Schema int `json:"schema"`
+	// CommandID makes the report idempotent; workers use
+	// "report/<run>/<action>/<attempt>/<incarnation>".
+	CommandID string `json:"command_id,omitempty"`
+	// Run, Action, Attempt and Incarnation echo the task.
+	Run         string `json:"run"`
+	Action      string `json:"action"`
+	Attempt     int    `json:"attempt"`
+	Incarnation int    `json:"incarnation"`
+	// Outcome is one of the Outcome constants.
+	Outcome string `json:"outcome"`
+	// Content is the encoded output (output).
+	Content json.RawMessage `json:"content,omitempty"`
+	// Message is the definite failure the model sees (explain).
+	Message string `json:"message,omitempty"`
+	// Evidence says what happened (uncertain, lost).
+	Evidence string `json:"evidence,omitempty"`
+	// Bytes is the size of an oversize output.
+	Bytes int64 `json:"bytes,omitempty"`
+	// Cause is why an attempt was lost: timed_out, crashed, worker_lost or
+	// stopped.
+	Cause string `json:"cause,omitempty"`
+	// Worker identifies the reporting worker, for audit.
+	Worker string `json:"worker,omitempty"`
+}
+
+// Settlement is the body of a settlement on weft.api.settle.
+type Settlement struct {
+	// Schema is 1.
+	Schema int `json:"schema"`
+	// CommandID makes the settlement idempotent.
+	CommandID string `json:"command_id,omitempty"`
+	// Run and Action identify the settled action.
+	Run    string `json:"run"`
+	Action string `json:"action"`
+	// Outcome is output, explain or uncertain.
+	Outcome  string          `json:"outcome"`
+	Content  json.RawMessage `json:"content,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Evidence string          `json:"evidence,omitempty"`
+	// Summary is what a person needs to reconcile the action if the
+	// settlement is refused; it goes to telemetry (settlement_refused), so
+	// it must carry no secrets.
+	Summary string `json:"summary,omitempty"`
+}

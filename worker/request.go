@@ -1,0 +1,39 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
+)
+
+// reply is the command API's reply envelope (docs/protocol/40-commands.md):
+// an error reply carries "error" with a weft.Error.
+type reply struct {
+	Schema int         `json:"schema"`
+	Error  *weft.Error `json:"error,omitempty"`
+}
+
+// request sends body to subject and returns the *weft.Error of an error
+// reply, or a transport error.
+func request(ctx context.Context, nc *nats.Conn, subject string, body any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	m, err := nc.RequestWithContext(ctx, subject, b)
+	if err != nil {
+		return fmt.Errorf("worker: request %s: %w", subject, err)
+	}
+	var r reply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return fmt.Errorf("worker: reply to %s: %w", subject, err)
+	}
+	if r.Error != nil {
+		return r.Error
+	}
+	return nil
+}

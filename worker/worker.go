@@ -1,0 +1,339 @@
+// Package worker runs tool bodies for Weft runs: it consumes tool tasks from
+// the WEFT_TASKS work-queue stream (subject weft.task.<tool>, one durable
+// consumer weft_task_<tool> per tool shared by every worker of that tool),
+// runs the body, and reports how the attempt ended.
+//
+// A Worker lives inside a runner process or stands alone; non-Go workers
+// speak the same subjects (docs/protocol/41-tasks.md). For every task it:
+//
+//  1. checks the delivery count: a task delivered a second time was taken
+//     by a worker that vanished, so its body may have run; it is NOT run
+//     again but reported lost (cause worker_lost), and the run's recorded
+//     replay budget decides between a new attempt and an uncertain effect;
+//  2. runs the body under the task's timeout, sending progress acks
+//     (InProgress) so the stream does not redeliver it while it runs;
+//  3. reports the outcome (output, explain, uncertain, oversize when the
+//     encoded output is over the run's max result bytes, or lost with
+//     cause timed_out / stopped) to weft.api.report, retrying until a runner
+//     answered, and only then acks the task.
+//
+// A runner stops a run's running bodies (cancellation) by publishing on
+// weft.stop.<run>; the worker cancels their contexts and reports them lost
+// with cause stopped unless the body returns first.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+)
+
+// Result is how a body ended, as the tool classified it.
+type Result struct {
+	// Outcome is OutcomeOutput, OutcomeExplain or OutcomeUncertain.
+	Outcome string
+	// Content is the encoded output (OutcomeOutput).
+	Content json.RawMessage
+	// Message is the definite failure (OutcomeExplain).
+	Message string
+	// Evidence says what may have happened (OutcomeUncertain).
+	Evidence string
+}
+
+// Settler settles an action from inside its body's process; see Handler.
+type Settler func(ctx context.Context, s Settlement) error
+
+// Handler runs one attempt's body. settle is the settlement path of this
+// task's action: a settlement of the call that is still running in this
+// very handler is refused not_awaited at once (SEMANTICS §9).
+type Handler func(ctx context.Context, t Task, settle Settler) Result
+
+// Reporter delivers a report to the runtime and returns nil once a runner
+// recorded (or refused) it. The default sends a request to weft.api.report;
+// a runner embedding its workers may deliver directly.
+type Reporter func(ctx context.Context, r Report) error
+
+// Worker consumes and runs tool tasks.
+type Worker struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	id       string
+	log      *slog.Logger
+	handlers map[string]Handler
+	tools    []string
+	report   Reporter
+	settle   Settler
+	ackWait  time.Duration
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	running map[string]*running // key run + "\x00" + action
+}
+
+type running struct {
+	run    string
+	cancel context.CancelCauseFunc
+}
+
+// Option configures a Worker.
+type Option func(*Worker)
+
+// WithID sets the worker's id, reported for audit.
+func WithID(id string) Option { return func(w *Worker) { w.id = id } }
+
+// WithLogger sets the structured logger.
+func WithLogger(l *slog.Logger) Option { return func(w *Worker) { w.log = l } }
+
+// WithReporter replaces the report path (default: request on
+// weft.api.report).
+func WithReporter(r Reporter) Option { return func(w *Worker) { w.report = r } }
+
+// WithSettler replaces the settlement path (default: request on
+// weft.api.settle).
+func WithSettler(s Settler) Option { return func(w *Worker) { w.settle = s } }
+
+// WithAckWait sets the consumers' ack wait: how long a task taken by a
+// worker that vanished waits before it is redelivered (and reported lost).
+// Progress acks are sent every third of it. Default 3 s.
+func WithAckWait(d time.Duration) Option { return func(w *Worker) { w.ackWait = d } }
+
+// New returns a Worker using nc for requests and js for the task stream.
+func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[string]Handler{}, ackWait: 3 * time.Second, running: map[string]*running{}}
+	for _, o := range opts {
+		o(w)
+	}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.report == nil {
+		w.report = func(ctx context.Context, r Report) error { return request(ctx, w.nc, ReportSubject, r) }
+	}
+	if w.settle == nil {
+		w.settle = func(ctx context.Context, s Settlement) error { return request(ctx, w.nc, SettleSubject, s) }
+	}
+	return w
+}
+
+// Handle registers the body of tool. Call it before Run.
+func (w *Worker) Handle(tool string, h Handler) {
+	if _, ok := w.handlers[tool]; !ok {
+		w.tools = append(w.tools, tool)
+	}
+	w.handlers[tool] = h
+}
+
+// ConsumerConfig is the durable consumer shared by the workers of tool.
+func ConsumerConfig(tool string, ackWait time.Duration) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       ConsumerName(tool),
+		FilterSubject: TaskSubject(tool),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 1000,
+	}
+}
+
+// Run consumes the registered tools' tasks until ctx ends, then waits for
+// the bodies in flight (the drain: their reports are sent) and returns.
+// Bodies are given their own contexts: cancelling ctx stops taking tasks,
+// it does not stop running bodies; use Stop for that.
+func (w *Worker) Run(ctx context.Context) error {
+	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
+		w.stopRun(m.Subject[len(StopSubjectPrefix):])
+	})
+	if err != nil {
+		return fmt.Errorf("worker: subscribe stop: %w", err)
+	}
+	defer stopSub.Unsubscribe()
+	var ccs []jetstream.ConsumeContext
+	for _, tool := range w.tools {
+		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(tool, w.ackWait))
+		if err != nil {
+			return fmt.Errorf("worker: consumer for %s: %w", tool, err)
+		}
+		h := w.handlers[tool]
+		cc, err := c.Consume(func(m jetstream.Msg) {
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				w.handle(h, m)
+			}()
+		}, jetstream.PullMaxMessages(64))
+		if err != nil {
+			return fmt.Errorf("worker: consume %s: %w", tool, err)
+		}
+		ccs = append(ccs, cc)
+	}
+	<-ctx.Done()
+	for _, cc := range ccs {
+		cc.Stop()
+	}
+	w.wg.Wait()
+	return nil
+}
+
+// Stop cancels every running body of run, as a cancellation does.
+func (w *Worker) stopRun(run string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.running {
+		if r.run == run {
+			r.cancel(errStopped)
+		}
+	}
+}
+
+var (
+	errStopped  = errors.New("stopped by cancellation")
+	errTimedOut = errors.New("body timed out")
+)
+
+func (w *Worker) handle(h Handler, m jetstream.Msg) {
+	var t Task
+	if err := json.Unmarshal(m.Data(), &t); err != nil || t.Run == "" || t.Action == "" {
+		w.log.Error("worker: malformed task, terminated", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return
+	}
+	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id}
+	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
+
+	// Keep the task alive while we work on it, including while reporting.
+	stopProgress := make(chan struct{})
+	go func() {
+		tk := time.NewTicker(w.ackWait / 3)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case <-tk.C:
+				_ = m.InProgress()
+			}
+		}
+	}()
+	defer close(stopProgress)
+
+	md, err := m.Metadata()
+	if err == nil && md.NumDelivered > 1 {
+		rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
+		rep.Evidence = fmt.Sprintf("the worker that took attempt %d vanished (delivery %d)", t.Attempt, md.NumDelivered)
+	} else {
+		rep = w.run(h, t, rep)
+	}
+	if w.deliver(rep) {
+		_ = m.Ack()
+	} else {
+		_ = m.Nak()
+	}
+}
+
+// run runs the body under the task's timeout and fills the report.
+func (w *Worker) run(h Handler, t Task, rep Report) Report {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	key := t.Run + "\x00" + t.Action
+	w.mu.Lock()
+	w.running[key] = &running{run: t.Run, cancel: cancel}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, key)
+		w.mu.Unlock()
+	}()
+
+	var timeout <-chan time.Time
+	if t.TimeoutMS >= 0 {
+		d := time.Duration(t.TimeoutMS) * time.Millisecond
+		if t.Deadline != nil {
+			d = time.Until(*t.Deadline)
+		}
+		tm := time.NewTimer(max(d, 0))
+		defer tm.Stop()
+		timeout = tm.C
+	}
+	var (
+		bodyMu   sync.Mutex
+		returned bool
+	)
+	settle := func(sctx context.Context, s Settlement) error {
+		bodyMu.Lock()
+		own := !returned && s.Run == t.Run && s.Action == t.Action
+		bodyMu.Unlock()
+		if own {
+			return &weft.Error{Code: weft.CodeNotAwaited, Message: "a handler cannot settle its own running call"}
+		}
+		return w.settle(sctx, s)
+	}
+	done := make(chan Result, 1)
+	go func() {
+		res := func() (res Result) {
+			defer func() {
+				if p := recover(); p != nil {
+					res = Result{Outcome: OutcomeUncertain, Evidence: fmt.Sprintf("the body panicked: %v", p)}
+				}
+			}()
+			return h(ctx, t, settle)
+		}()
+		bodyMu.Lock()
+		returned = true
+		bodyMu.Unlock()
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		rep.Outcome, rep.Content, rep.Message, rep.Evidence = res.Outcome, res.Content, res.Message, res.Evidence
+		if res.Outcome == OutcomeOutput && t.MaxResultBytes > 0 && int64(len(res.Content)) > t.MaxResultBytes {
+			rep.Outcome, rep.Content, rep.Bytes = OutcomeOversize, nil, int64(len(res.Content))
+		}
+	case <-timeout:
+		cancel(errTimedOut)
+		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+		rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
+	case <-ctx.Done():
+		// Stopped by a cancellation: a body that returns at once still wins.
+		select {
+		case res := <-done:
+			rep.Outcome, rep.Content, rep.Message, rep.Evidence = res.Outcome, res.Content, res.Message, res.Evidence
+		case <-time.After(50 * time.Millisecond):
+			rep.Outcome, rep.Cause = OutcomeLost, "stopped"
+			rep.Evidence = "stopped while running"
+		}
+	}
+	return rep
+}
+
+// deliver sends a report until a runner answered it (success or a coded
+// refusal), backing off between tries. It reports whether one answered.
+func (w *Worker) deliver(rep Report) bool {
+	back := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := w.report(ctx, rep)
+		cancel()
+		var coded *weft.Error
+		if err == nil || errors.As(err, &coded) {
+			if err != nil {
+				w.log.Info("worker: report refused", "run", rep.Run, "action", rep.Action, "err", err)
+			}
+			return true
+		}
+		if attempt == 200 {
+			w.log.Error("worker: giving up on report; the task will be redelivered", "run", rep.Run, "action", rep.Action, "err", err)
+			return false
+		}
+		time.Sleep(back)
+		back = min(back*2, 2*time.Second)
+	}
+}

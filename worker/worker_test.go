@@ -1,0 +1,134 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/worker"
+)
+
+func startServer(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	t.Cleanup(func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() })
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: worker.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+type reports struct {
+	mu  sync.Mutex
+	got []worker.Report
+	ch  chan struct{}
+}
+
+func (r *reports) report(_ context.Context, rep worker.Report) error {
+	r.mu.Lock()
+	r.got = append(r.got, rep)
+	r.mu.Unlock()
+	r.ch <- struct{}{}
+	return nil
+}
+
+func publish(t *testing.T, js jetstream.JetStream, task worker.Task) {
+	t.Helper()
+	task.Schema = 1
+	b, _ := json.Marshal(task)
+	if _, err := js.Publish(context.Background(), worker.TaskSubject(task.Tool), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWorkerOutcomes(t *testing.T) {
+	nc, js := startServer(t)
+	rs := &reports{ch: make(chan struct{}, 10)}
+	w := worker.New(nc, js, worker.WithReporter(rs.report))
+	starts := 0
+	w.Handle("echo", func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		starts++
+		if string(task.Arguments) == `"slow"` {
+			<-ctx.Done()
+			return worker.Result{Outcome: worker.OutcomeExplain, Message: "late"}
+		}
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"hi"`), TimeoutMS: -1, MaxResultBytes: 100})
+	<-rs.ch
+	publish(t, js, worker.Task{Run: "r", Action: "1/b", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`), TimeoutMS: -1, MaxResultBytes: 100})
+	<-rs.ch
+	publish(t, js, worker.Task{Run: "r", Action: "1/c", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"slow"`), TimeoutMS: 20, MaxResultBytes: 100})
+	<-rs.ch
+	cancel()
+	<-done
+	want := []struct{ action, outcome, cause string }{{"1/a", "output", ""}, {"1/b", "oversize", ""}, {"1/c", "lost", "timed_out"}}
+	for i, w := range want {
+		g := rs.got[i]
+		if g.Action != w.action || g.Outcome != w.outcome || g.Cause != w.cause {
+			t.Errorf("report %d = %s %s %s, want %s %s %s", i, g.Action, g.Outcome, g.Cause, w.action, w.outcome, w.cause)
+		}
+	}
+	if rs.got[1].Bytes <= 100 {
+		t.Errorf("oversize report bytes = %d", rs.got[1].Bytes)
+	}
+}
+
+// A task redelivered because its worker vanished is reported lost
+// (worker_lost) and never run again.
+func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
+	nc, js := startServer(t)
+	ctx := context.Background()
+	// A "vanished worker": takes the task and never acks.
+	c, err := js.CreateOrUpdateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig("echo", 300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	if _, err := c.Fetch(1); err != nil {
+		t.Fatal(err)
+	}
+	rs := &reports{ch: make(chan struct{}, 10)}
+	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(300*time.Millisecond))
+	started := make(chan struct{}, 1)
+	w.Handle("echo", func(context.Context, worker.Task, worker.Settler) worker.Result {
+		started <- struct{}{}
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)}
+	})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error)
+	go func() { done <- w.Run(rctx) }()
+	<-rs.ch
+	cancel()
+	<-done
+	if len(started) != 0 {
+		t.Fatal("a redelivered task's body was run again")
+	}
+	if g := rs.got[0]; g.Outcome != worker.OutcomeLost || g.Cause != "worker_lost" {
+		t.Fatalf("report = %+v, want lost worker_lost", g)
+	}
+}
