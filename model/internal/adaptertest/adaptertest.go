@@ -189,10 +189,19 @@ func transport(t *testing.T, h Harness) {
 func timeout(t *testing.T, h Harness) {
 	t.Run("Deadline", func(t *testing.T) {
 		m, srv := h.Start(t)
-		srv.Enqueue(fakeserver.Response{Hang: true})
+		srv.Enqueue(fakeserver.Response{Hang: true}, h.Text("second try"))
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()
 		expectKind(t, ctx, m, model.ErrTimedOut, 0)
+		// The runtime retries with a fresh deadline; the adapter keeps no
+		// state from the stopped call.
+		r, err := m.Complete(context.Background(), request())
+		if err != nil || r.Kind != model.ReplyFinalAnswer || r.Turn.Text != "second try" {
+			t.Fatalf("retry after a timeout = %+v, %v", r, err)
+		}
+		if got := len(srv.Requests()); got != 2 {
+			t.Errorf("server saw %d requests, want 2", got)
+		}
 	})
 	t.Run("Cancelled", func(t *testing.T) {
 		m, _ := h.Start(t)
