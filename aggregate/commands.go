@@ -116,8 +116,10 @@ type Report struct {
 }
 
 // Lost says that an attempt ended without a result of its own: Cause is
-// events.CauseCrashed or CauseWorkerLost (a timeout is TimerFired, a lost
-// runner is Recover, cancellation is Cancel).
+// events.CauseCrashed, CauseWorkerLost or CauseTimedOut (a worker that saw
+// the body overrun; the runner's own timeout is TimerFired, a lost runner is
+// Recover, cancellation is Cancel). A Lost that does not match the running
+// attempt is recorded as ReportRefused.
 type Lost struct {
 	Action   string
 	Attempt  int
@@ -128,6 +130,12 @@ type Lost struct {
 // Settle is a settlement offered through a settling tool's handle: Outcome
 // is events.OutcomeOutput (Content), OutcomeExplain (Message) or
 // OutcomeUncertain. Summary says what happened, for a person.
+//
+// On a running action Decide refuses not_awaited with Reason
+// "body_running" and records nothing: the runner waits for the attempt's
+// report and decides the settlement again, which then gives already_recorded
+// (SEMANTICS.md §9). A handler settling its own call is refused not_awaited
+// by the runner at once, without deciding.
 type Settle struct {
 	Action  string
 	Outcome string

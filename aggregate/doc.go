@@ -31,7 +31,8 @@
 //     prompt, tool specs and answer schema), validate and run policy on
 //     Work.Resolve and Decide a ResolveCalls, dispatch Work.Dispatch
 //     (idempotent per run/action/attempt: dispatch only what is not yet
-//     dispatched), stop the bodies of attempts lost with cause "stopped", and
+//     dispatched), stop the bodies of attempts it just recorded lost
+//     (AttemptLost with cause "stopped" or "timed_out"), and
 //     arm Work.Timers (idempotent per kind/action/attempt/revision). Every
 //     answer of the outside world — a model reply, a worker's report, a timer
 //     firing, a person's answer — comes back as a Command in step 2.
