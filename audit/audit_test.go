@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/aggregate/aggregatetest"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
@@ -192,4 +194,38 @@ func TestProjectionAgreesWithAggregate(t *testing.T) {
 			t.Fatalf("run %s: %v", h[0].Run, rep.Problem)
 		}
 	}
+}
+
+// TestProjectionAgreesWithSimulatedRuns verifies 1,000 runs driven through
+// the decision core itself with random commands (aggregatetest): the chain
+// verifies, the history refolds, and the projection agrees with the
+// aggregate after every prefix of each history.
+func TestProjectionAgreesWithSimulatedRuns(t *testing.T) {
+	statuses := map[string]int{}
+	types := map[events.Name]bool{}
+	total := 0
+	for seed := uint64(1); seed <= 1000; seed++ {
+		sim := aggregatetest.RandomRun(aggregatetest.Rand(seed), 40)
+		evs := sim.Events()
+		envs := chain(t, fmt.Sprintf("sim-%d", seed), evs)
+		for n := 1; n <= len(envs); n++ {
+			rep := audit.Verify(envs[:n])
+			if !rep.OK() {
+				t.Fatalf("seed %d, first %d events: %v\n%s", seed, n, rep.Problem, aggregatetest.Describe(evs[:n]))
+			}
+			statuses[rep.Status]++
+			types[envs[n-1].Type] = true
+		}
+		total += len(evs)
+	}
+	// The simulation must reach every status and most of the catalogue.
+	for _, s := range []string{"working", "unattended", "suspended", "finished"} {
+		if statuses[s] == 0 {
+			t.Errorf("no prefix was %s: %v", s, statuses)
+		}
+	}
+	if len(types) < 18 {
+		t.Errorf("only %d event types exercised", len(types))
+	}
+	t.Logf("%d events, statuses over prefixes %v, %d event types", total, statuses, len(types))
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"go/parser"
 	"go/token"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate/aggregatetest"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
@@ -39,9 +41,19 @@ func put[T any](t *testing.T, s store, key string, v T) {
 // live), and from event 1 in memory (what rebuild does). Every stored view,
 // summary and inbox item must be byte-for-byte equal.
 func TestRebuildEqualsIncremental(t *testing.T) {
+	type source struct {
+		name string
+		gen  func() ([][]events.Recorded, []events.Recorded)
+	}
+	var sources []source
 	for _, seed := range []uint64{1, 2, 3} {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			perRun, log := projtest.Histories(seed, 1000)
+		sources = append(sources, source{fmt.Sprint("projtest-seed", seed), func() ([][]events.Recorded, []events.Recorded) { return projtest.Histories(seed, 1000) }})
+	}
+	// Runs driven through the decision core itself.
+	sources = append(sources, source{"aggregatetest", simulated})
+	for _, src := range sources {
+		t.Run(src.name, func(t *testing.T) {
+			perRun, log := src.gen()
 
 			inc := store{}
 			for _, r := range log {
@@ -122,6 +134,37 @@ func TestRebuildEqualsIncremental(t *testing.T) {
 			t.Logf("%d events, statuses %v, %d approvals, %d uncertain", len(log), statuses, nApproval, nUncertain)
 		})
 	}
+}
+
+// simulated returns 1,000 runs simulated through the aggregate with random
+// commands, interleaved in a seeded random log order.
+func simulated() ([][]events.Recorded, []events.Recorded) {
+	var perRun [][]events.Recorded
+	for seed := uint64(1); seed <= 1000; seed++ {
+		sim := aggregatetest.RandomRun(aggregatetest.Rand(seed), 40)
+		h := slices.Clone(sim.History)
+		run := fmt.Sprintf("sim-%04d", seed)
+		for i := range h {
+			h[i].Run = run
+			h[i].At = h[i].At.Add(time.Duration(seed) * time.Millisecond)
+		}
+		perRun = append(perRun, h)
+	}
+	rng := rand.New(rand.NewPCG(42, 42))
+	next := make([]int, len(perRun))
+	var log []events.Recorded
+	for left := len(perRun); left > 0; {
+		i := rng.IntN(len(perRun))
+		if next[i] == len(perRun[i]) {
+			continue
+		}
+		log = append(log, perRun[i][next[i]])
+		next[i]++
+		if next[i] == len(perRun[i]) {
+			left--
+		}
+	}
+	return perRun, log
 }
 
 func b2i(b bool) int {
