@@ -1,0 +1,303 @@
+// Package api is Weft's command API: the NATS micro service "weft" whose
+// request/reply endpoints under weft.api. start runs and answer them
+// (start, approve, reject, reconcile, reconcile_stored, settle, cancel, and
+// report for tool workers), and Client, the small Go client the CLI uses.
+//
+// Bodies are JSON with a "schema" field (1). A success reply is the
+// endpoint's reply type; an error reply is {"schema":1,"error":{"code",
+// "reason","message","same_input"}} with the Nats-Service-Error and
+// Nats-Service-Error-Code headers (the Status table maps codes to the
+// header's number). Every command is idempotent by its command_id: the
+// first definite reply is kept in the KV bucket weft_commands (24 h) and
+// returned again for the same id; runtime refusals (runner_busy,
+// contended, unavailable, internal) are not kept, so a retry runs again.
+// docs/protocol/40-commands.md is the wire reference.
+//
+// The service decodes and checks requests and calls a Backend (the
+// runner), so that any number of runner processes serve it as one queue
+// group.
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/worker"
+)
+
+// CommandsBucket is the KV bucket keeping the replies of commands by
+// command id.
+const CommandsBucket = "weft_commands"
+
+// CommandsConfig is the configuration of the weft_commands bucket.
+func CommandsConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{Bucket: CommandsBucket, Description: "Weft command replies by command id (idempotency)", TTL: 24 * time.Hour, Storage: jetstream.FileStorage}
+}
+
+// Backend executes decoded, checked commands. The runner implements it.
+// Every method returns a *weft.Error for a refusal.
+type Backend interface {
+	Start(ctx context.Context, req StartRequest) (StartReply, error)
+	Approve(ctx context.Context, req ApproveRequest) (Reply, error)
+	Reject(ctx context.Context, req RejectRequest) (Reply, error)
+	Reconcile(ctx context.Context, req ReconcileRequest, stored bool) (Reply, error)
+	Settle(ctx context.Context, req worker.Settlement) (Reply, error)
+	Cancel(ctx context.Context, req CancelRequest) (Reply, error)
+	Report(ctx context.Context, req worker.Report) (Reply, error)
+}
+
+// Serve adds the "weft" micro service to nc, answering with b, until the
+// returned service is stopped. kv, when not nil, is the weft_commands
+// bucket used for idempotency.
+func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string) (micro.Service, error) {
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     version,
+		Description: "Weft command API: start runs, answer approvals, reconcile, settle, cancel",
+		QueueGroup:  "weft",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("api: add service: %w", err)
+	}
+	s := &service{b: b, kv: kv}
+	g := svc.AddGroup("weft.api")
+	add := func(name string, h func(context.Context, []byte) (any, string, error)) error {
+		return g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { s.handle(r, h) }),
+			micro.WithEndpointMetadata(map[string]string{"schema": "1"}))
+	}
+	for _, e := range []struct {
+		name string
+		h    func(context.Context, []byte) (any, string, error)
+	}{
+		{EndpointStart, s.start},
+		{EndpointApprove, s.approve},
+		{EndpointReject, s.reject},
+		{EndpointReconcile, func(ctx context.Context, b []byte) (any, string, error) { return s.reconcile(ctx, b, false) }},
+		{EndpointReconcileStored, func(ctx context.Context, b []byte) (any, string, error) { return s.reconcile(ctx, b, true) }},
+		{EndpointSettle, s.settle},
+		{EndpointCancel, s.cancel},
+		{EndpointReport, s.report},
+	} {
+		if err := add(e.name, e.h); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("api: endpoint %s: %w", e.name, err)
+		}
+	}
+	return svc, nil
+}
+
+type service struct {
+	b  Backend
+	kv jetstream.KeyValue
+}
+
+// handle decodes nothing itself: h decodes and returns the reply, the
+// command id (for idempotency) and an error.
+func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, string, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	data := r.Data()
+	if len(data) > MaxBody {
+		respondError(r, &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("body of %d bytes is over the %d byte limit", len(data), MaxBody)})
+		return
+	}
+	if !json.Valid(data) {
+		respondError(r, &weft.Error{Code: weft.CodeInvalidJSON, Message: "the body is not valid JSON"})
+		return
+	}
+	// Idempotency: a repeated command id gets the stored reply.
+	var head struct {
+		CommandID string `json:"command_id"`
+	}
+	_ = json.Unmarshal(data, &head)
+	key := ""
+	if head.CommandID != "" && s.kv != nil {
+		sum := sha256.Sum256([]byte(r.Subject() + "\x00" + head.CommandID))
+		key = hex.EncodeToString(sum[:16])
+		if e, err := s.kv.Get(ctx, key); err == nil {
+			_ = r.Respond(e.Value(), micro.WithHeaders(storedHeaders(e.Value())))
+			return
+		}
+	}
+	reply, _, err := h(ctx, data)
+	var body []byte
+	if err != nil {
+		var we *weft.Error
+		if !errors.As(err, &we) {
+			we = &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
+		}
+		body, _ = json.Marshal(ErrorReply{Schema: Schema, Error: we})
+		if key != "" && keep(we.Code) {
+			_, _ = s.kv.Put(ctx, key, body)
+		}
+		respondErrorBody(r, we, body)
+		return
+	}
+	body, _ = json.Marshal(reply)
+	if key != "" {
+		_, _ = s.kv.Put(ctx, key, body)
+	}
+	_ = r.Respond(body)
+}
+
+// keep reports whether a refusal is definite (kept for the command id).
+func keep(c weft.Code) bool {
+	switch c {
+	case weft.CodeRunnerBusy, weft.CodeContended, weft.CodeUnavailable, weft.CodeInternal, weft.CodeConflict, weft.CodeSettleUnconfirmed:
+		return false
+	}
+	return true
+}
+
+func storedHeaders(body []byte) micro.Headers {
+	var er ErrorReply
+	if json.Unmarshal(body, &er) == nil && er.Error != nil {
+		return errHeaders(er.Error)
+	}
+	return micro.Headers{}
+}
+
+func errHeaders(e *weft.Error) micro.Headers {
+	st := Status[e.Code]
+	if st == 0 {
+		st = 500
+	}
+	return micro.Headers{"Nats-Service-Error": []string{string(e.Code)}, "Nats-Service-Error-Code": []string{strconv.Itoa(st)}}
+}
+
+func respondError(r micro.Request, e *weft.Error) {
+	body, _ := json.Marshal(ErrorReply{Schema: Schema, Error: e})
+	respondErrorBody(r, e, body)
+}
+
+func respondErrorBody(r micro.Request, e *weft.Error, body []byte) {
+	_ = r.Respond(body, micro.WithHeaders(errHeaders(e)))
+}
+
+// decode decodes a request strictly (unknown fields refused) and checks
+// its schema.
+func decode[T any](b []byte, schema func(*T) int) (T, error) {
+	var v T
+	dec := json.NewDecoder(bytesReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, &weft.Error{Code: weft.CodeInvalidRequest, Message: err.Error()}
+	}
+	if sc := schema(&v); sc != Schema {
+		return v, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("schema must be %d, got %d", Schema, sc)}
+	}
+	return v, nil
+}
+
+func need(field, value string) error {
+	if value == "" {
+		return &weft.Error{Code: weft.CodeInvalidRequest, Message: field + " is required"}
+	}
+	return nil
+}
+
+func (s *service) start(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *StartRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := need("agent", req.Agent); err != nil {
+		return nil, "", err
+	}
+	rep, err := s.b.Start(ctx, req)
+	return rep, req.CommandID, err
+}
+
+func (s *service) approve(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *ApproveRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("approver", req.Approver)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	rep, err := s.b.Approve(ctx, req)
+	return rep, req.CommandID, err
+}
+
+func (s *service) reject(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *RejectRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("run", req.Run), need("action", req.Action)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	rep, err := s.b.Reject(ctx, req)
+	return rep, req.CommandID, err
+}
+
+func (s *service) reconcile(ctx context.Context, b []byte, stored bool) (any, string, error) {
+	req, err := decode(b, func(r *ReconcileRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("run", req.Run), need("action", req.Action)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	if len(req.Content) == 0 {
+		return nil, "", &weft.Error{Code: weft.CodeInvalidContent, Message: "content is required"}
+	}
+	rep, err := s.b.Reconcile(ctx, req, stored)
+	return rep, req.CommandID, err
+}
+
+func (s *service) settle(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *worker.Settlement) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("outcome", req.Outcome)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	rep, err := s.b.Settle(ctx, req)
+	return rep, req.CommandID, err
+}
+
+func (s *service) cancel(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *CancelRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := need("run", req.Run); err != nil {
+		return nil, "", err
+	}
+	rep, err := s.b.Cancel(ctx, req)
+	return rep, req.CommandID, err
+}
+
+func (s *service) report(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *worker.Report) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("outcome", req.Outcome)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	rep, err := s.b.Report(ctx, req)
+	return rep, req.CommandID, err
+}
+
+func firstCoded(err error) error {
+	var we *weft.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	return err
+}

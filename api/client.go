@@ -1,0 +1,98 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/worker"
+)
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// Client calls the command API over NATS. It is safe for concurrent use.
+type Client struct {
+	nc *nats.Conn
+}
+
+// NewClient returns a Client over nc.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+// call sends req to weft.api.<endpoint> and decodes the reply into out. An
+// error reply is returned as its *weft.Error; no responders as unavailable.
+func (c *Client) call(ctx context.Context, endpoint string, req, out any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	m, err := c.nc.RequestWithContext(ctx, SubjectPrefix+endpoint, b)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return &weft.Error{Code: weft.CodeUnavailable, Message: "no runner serves the weft command API"}
+		}
+		return fmt.Errorf("api: %s: %w", endpoint, err)
+	}
+	var er ErrorReply
+	if err := json.Unmarshal(m.Data, &er); err != nil {
+		return fmt.Errorf("api: %s reply: %w", endpoint, err)
+	}
+	if er.Error != nil {
+		return er.Error
+	}
+	return json.Unmarshal(m.Data, out)
+}
+
+// Start starts a run; req.Schema is set for the caller.
+func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
+	req.Schema = Schema
+	var r StartReply
+	return r, c.call(ctx, EndpointStart, req, &r)
+}
+
+// Approve approves a pending approval request.
+func (c *Client) Approve(ctx context.Context, req ApproveRequest) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointApprove, req, &r)
+}
+
+// Reject rejects a pending approval request.
+func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointReject, req, &r)
+}
+
+// Reconcile reconciles an uncertain action of a live run.
+func (c *Client) Reconcile(ctx context.Context, req ReconcileRequest) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointReconcile, req, &r)
+}
+
+// ReconcileStored reconciles an uncertain action of a finished run.
+func (c *Client) ReconcileStored(ctx context.Context, req ReconcileRequest) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointReconcileStored, req, &r)
+}
+
+// Settle offers a settlement for a settling tool's action.
+func (c *Client) Settle(ctx context.Context, req worker.Settlement) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointSettle, req, &r)
+}
+
+// Cancel cancels a run.
+func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointCancel, req, &r)
+}

@@ -1,0 +1,153 @@
+package api
+
+import (
+	"encoding/json"
+
+	"github.com/weftrun/weft"
+)
+
+// Schema is the schema version of every request and reply body.
+const Schema = 1
+
+// Subject prefixes and the endpoints of the "weft" micro service.
+const (
+	// ServiceName is the NATS micro service name ("nats micro ls").
+	ServiceName = "weft"
+	// SubjectPrefix prefixes every endpoint: weft.api.<endpoint>.
+	SubjectPrefix = "weft.api."
+
+	EndpointStart           = "start"
+	EndpointApprove         = "approve"
+	EndpointReject          = "reject"
+	EndpointReconcile       = "reconcile"
+	EndpointReconcileStored = "reconcile_stored"
+	EndpointSettle          = "settle"
+	EndpointCancel          = "cancel"
+	EndpointReport          = "report"
+)
+
+// MaxBody is the largest request body accepted (bytes).
+const MaxBody = 1 << 20
+
+// StartRequest starts a run of an agent.
+type StartRequest struct {
+	Schema int `json:"schema"`
+	// CommandID makes the command idempotent: a repeated command id gets
+	// the first reply. Optional for start (the run id already is one).
+	CommandID string `json:"command_id,omitempty"`
+	// Run is the caller-chosen run id (1–128 of [A-Za-z0-9_-]); empty to
+	// have one generated.
+	Run string `json:"run,omitempty"`
+	// Agent is the agent name; Version its version (empty: the version the
+	// runners serve).
+	Agent   string `json:"agent"`
+	Version string `json:"version,omitempty"`
+	// Input is the run's input text.
+	Input string `json:"input"`
+	// Correlation is the caller's correlation id (tracing only).
+	Correlation string `json:"correlation,omitempty"`
+}
+
+// StartReply answers a start.
+type StartReply struct {
+	Schema int    `json:"schema"`
+	Run    string `json:"run"`
+	// Status is the run's status right after the start ("working").
+	Status string `json:"status"`
+}
+
+// ApproveRequest approves a pending approval request with a credential the
+// named approver verifies.
+type ApproveRequest struct {
+	Schema     int    `json:"schema"`
+	CommandID  string `json:"command_id"`
+	Run        string `json:"run"`
+	Action     string `json:"action"`
+	Revision   int    `json:"revision"`
+	Approver   string `json:"approver"`
+	Credential string `json:"credential"`
+}
+
+// RejectRequest rejects a pending approval request. The credential is
+// verified like an approval's (the reviewer is recorded as By).
+type RejectRequest struct {
+	Schema     int    `json:"schema"`
+	CommandID  string `json:"command_id"`
+	Run        string `json:"run"`
+	Action     string `json:"action"`
+	Revision   int    `json:"revision"`
+	Reason     string `json:"reason"`
+	Approver   string `json:"approver,omitempty"`
+	Credential string `json:"credential,omitempty"`
+	By         string `json:"by,omitempty"`
+}
+
+// ReconcileRequest records what happened to an uncertain action (reconcile
+// on a live run, reconcile_stored on a finished one). Content is the tool's
+// encoded output, {"error": message} or {"unconfirmed": note}.
+type ReconcileRequest struct {
+	Schema    int             `json:"schema"`
+	CommandID string          `json:"command_id"`
+	Run       string          `json:"run"`
+	Action    string          `json:"action"`
+	Content   json.RawMessage `json:"content"`
+	By        string          `json:"by,omitempty"`
+}
+
+// CancelRequest cancels a run.
+type CancelRequest struct {
+	Schema    int    `json:"schema"`
+	CommandID string `json:"command_id"`
+	Run       string `json:"run"`
+	Reason    string `json:"reason,omitempty"`
+	By        string `json:"by,omitempty"`
+}
+
+// Reply is the reply of every command but start: the run's status after
+// the command was applied.
+type Reply struct {
+	Schema int    `json:"schema"`
+	Run    string `json:"run,omitempty"`
+	Status string `json:"status,omitempty"`
+}
+
+// ErrorReply is the body of every error reply; the micro service also sets
+// the Nats-Service-Error-Code header (the HTTP-like status of Code) and
+// Nats-Service-Error (the code).
+type ErrorReply struct {
+	Schema int         `json:"schema"`
+	Error  *weft.Error `json:"error"`
+}
+
+// Status maps every protocol error code to the HTTP-like status sent in the
+// Nats-Service-Error-Code header: the one table of the wire mapping.
+var Status = map[weft.Code]int{
+	weft.CodeInvalidJSON:       400,
+	weft.CodeInvalidRequest:    400,
+	weft.CodePayloadTooLarge:   413,
+	weft.CodeInvalidName:       400,
+	weft.CodeUnknownRun:        404,
+	weft.CodeUnknownAgent:      404,
+	weft.CodeUnknownTool:       404,
+	weft.CodeBadFilter:         400,
+	weft.CodeBadCursor:         400,
+	weft.CodeAlreadyStarted:    409,
+	weft.CodeWrongReference:    404,
+	weft.CodeStaleReference:    409,
+	weft.CodeAlreadyAnswered:   409,
+	weft.CodeApprovalExpired:   410,
+	weft.CodeRunEnded:          409,
+	weft.CodeProofRefused:      403,
+	weft.CodeNotReconcilable:   409,
+	weft.CodeAlreadyRecorded:   409,
+	weft.CodeNotAwaited:        409,
+	weft.CodeSettleUnconfirmed: 503,
+	weft.CodeInvalidContent:    400,
+	weft.CodeRunActive:         409,
+	weft.CodeRunNotEnded:       409,
+	weft.CodeRunnerBusy:        503,
+	weft.CodeContended:         503,
+	weft.CodeConflict:          409,
+	weft.CodeUnavailable:       503,
+	weft.CodeInternal:          500,
+}
