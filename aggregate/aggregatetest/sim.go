@@ -170,7 +170,7 @@ func (s *Sim) Step(src Source) {
 					r.Policy = aggregate.PolicyResult{Decision: events.PolicyError}
 				case 1, 2, 3:
 					r.Policy = aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: "no"}
-				case 4, 5, 6, 7:
+				case 4, 5, 6, 7, 8, 9:
 					r.Policy = aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 1}}
 				default:
 					r.Policy = aggregate.PolicyResult{Decision: events.PolicyAllow}
@@ -211,13 +211,16 @@ func (s *Sim) Step(src Source) {
 		}
 		if a.Request.Revision > 0 {
 			choices = append(choices, func() {
-				rev := a.Request.Revision - src.Intn("rev skew", 2)
+				rev := a.Request.Revision
+				if chance(src, "stale revision", 4) {
+					rev--
+				}
 				if chance(src, "approve", 2) {
 					p := aggregate.PolicyResult{Decision: events.PolicyAllow}
 					switch src.Intn("rerun", 10) {
 					case 0:
 						p = aggregate.PolicyResult{Decision: events.PolicyDeny}
-					case 1:
+					case 1, 2, 3:
 						p = aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 2}}
 					}
 					s.Apply(aggregate.Approve{Action: a.ID, Revision: rev, Reviewer: "x", Policy: p, Tool: randomTool(src)})
