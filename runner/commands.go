@@ -1,0 +1,519 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
+)
+
+var _ api.Backend = (*Runner)(nil)
+
+// forwarded is the body of weft.runner.<id>.cmd: an API request routed to
+// the run's driver.
+type forwarded struct {
+	Kind string          `json:"kind"`
+	Run  string          `json:"run"`
+	Body json.RawMessage `json:"body,omitempty"`
+}
+
+// route runs fn on the locked run when this runner drives it (or takes it
+// over), and otherwise forwards the request to the live driver and decodes
+// its reply into out.
+func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn func(context.Context, *run) error) error {
+	rn, err := r.acquire(ctx, id)
+	if err != nil {
+		var fe *forwardError
+		if !errors.As(err, &fe) {
+			return err
+		}
+		return r.forward(ctx, fe.driver, kind, id, req, out)
+	}
+	defer rn.unlock()
+	cctx := ctx
+	if d, ok := rn.state.Limits().CommandTimeout.Duration(); ok && d > 0 {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, max(d, 5*time.Second))
+		defer cancel()
+	}
+	return fn(cctx, rn)
+}
+
+func (r *Runner) forward(ctx context.Context, driver, kind, id string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(forwarded{Kind: kind, Run: id, Body: body})
+	m, err := r.nc.RequestWithContext(ctx, ForwardPrefix+driver+".cmd", b)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			// The driver is gone: take over on the next try.
+			_ = r.live.Delete(ctx, driver)
+			return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: its runner %s is gone; retry", id, driver)}
+		}
+		return &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+	}
+	var er api.ErrorReply
+	if err := json.Unmarshal(m.Data, &er); err != nil {
+		return &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
+	}
+	if er.Error != nil {
+		return er.Error
+	}
+	if out != nil {
+		return json.Unmarshal(m.Data, out)
+	}
+	return nil
+}
+
+func (r *Runner) forwardWake(ctx context.Context, driver, id string) error {
+	return r.forward(ctx, driver, "wake", id, struct{}{}, nil)
+}
+
+// onForward answers a command forwarded by another runner.
+func (r *Runner) onForward(m *nats.Msg) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var f forwarded
+		var rep any
+		err := json.Unmarshal(m.Data, &f)
+		if err == nil {
+			rep, err = r.dispatchForwarded(ctx, f)
+		}
+		var body []byte
+		if err != nil {
+			var we *weft.Error
+			if !errors.As(err, &we) {
+				we = &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
+			}
+			body, _ = json.Marshal(api.ErrorReply{Schema: api.Schema, Error: we})
+		} else {
+			body, _ = json.Marshal(rep)
+		}
+		_ = m.Respond(body)
+	}()
+}
+
+func decodeInto[T any](b json.RawMessage) (T, error) {
+	var v T
+	err := json.Unmarshal(b, &v)
+	return v, err
+}
+
+func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error) {
+	switch f.Kind {
+	case "wake":
+		return api.Reply{Schema: api.Schema, Run: f.Run}, r.wake(ctx, f.Run)
+	case api.EndpointApprove:
+		req, err := decodeInto[api.ApproveRequest](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Approve(ctx, req)
+	case api.EndpointReject:
+		req, err := decodeInto[api.RejectRequest](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Reject(ctx, req)
+	case api.EndpointReconcile, api.EndpointReconcileStored:
+		req, err := decodeInto[api.ReconcileRequest](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Reconcile(ctx, req, f.Kind == api.EndpointReconcileStored)
+	case api.EndpointSettle:
+		req, err := decodeInto[worker.Settlement](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Settle(ctx, req)
+	case api.EndpointCancel:
+		req, err := decodeInto[api.CancelRequest](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Cancel(ctx, req)
+	case api.EndpointReport:
+		req, err := decodeInto[worker.Report](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Report(ctx, req)
+	}
+	return nil, &weft.Error{Code: weft.CodeInvalidRequest, Message: "unknown forwarded command " + f.Kind}
+}
+
+func (r *Runner) reply(rn *run) api.Reply {
+	return api.Reply{Schema: api.Schema, Run: rn.id, Status: string(aggregate.Status(rn.state).Kind)}
+}
+
+// Start starts a run (api.Backend).
+func (r *Runner) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
+	id := req.Run
+	if id == "" {
+		var b [10]byte
+		_, _ = rand.Read(b[:])
+		id = "run-" + hex.EncodeToString(b[:])
+	}
+	if err := eventlog.CheckRun(id); err != nil {
+		return api.StartReply{}, err
+	}
+	ag, ok := r.agents[req.Agent]
+	if req.Version != "" {
+		ag, ok = r.agents[req.Agent+"@"+req.Version]
+	}
+	if !ok {
+		return api.StartReply{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: fmt.Sprintf("no runner serves agent %q version %q", req.Agent, req.Version)}
+	}
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		return api.StartReply{}, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
+	}
+	s, head, err := r.load(ctx, id)
+	if err != nil {
+		return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+	}
+	rn := newRun(id, s, head, ag)
+	_ = rn.lock(ctx)
+	defer rn.unlock()
+	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id}
+	ctx, span := r.tel.StartRun(ctx, id, ag.Name())
+	defer span.End()
+	evs, err := r.decideAppend(ctx, rn, cmd)
+	if err != nil {
+		var conflict *eventlog.ConflictError
+		if errors.As(err, &conflict) {
+			// Someone started it at the same moment: judge against theirs.
+			s, _, lerr := r.load(ctx, id)
+			if lerr == nil {
+				_, err = aggregate.Decide(s, cmd, r.now())
+			}
+		}
+		return api.StartReply{}, err
+	}
+	if len(evs) == 0 {
+		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "start decided nothing"}
+	}
+	rn.driven = true
+	r.mu.Lock()
+	r.runs[id] = rn
+	r.mu.Unlock()
+	if _, err := r.drivers.Put(ctx, id, []byte(r.id)); err != nil {
+		r.log.Warn("driver key", "run", id, "err", err)
+	}
+	r.act(ctx, rn, evs, true)
+	return api.StartReply{Schema: api.Schema, Run: id, Status: string(aggregate.Status(rn.state).Kind)}, nil
+}
+
+// Approve answers an approval request (api.Backend): the references are
+// checked first, then the proof, then the policy is re-run with the
+// approver's context.
+func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
+	var out api.Reply
+	err := r.route(ctx, req.Run, api.EndpointApprove, req, &out, func(ctx context.Context, rn *run) error {
+		now := r.now().UTC()
+		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
+		if err != nil {
+			// Record due expiries; the refusal is the pre-check's.
+			_ = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision})
+			return err
+		}
+		a, _ := rn.state.Action(req.Action)
+		reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
+		proof, err := approvers.Authorize(ctx, rn.agent.Approvers(), req.Approver, req.Credential, reqm, now)
+		if err != nil {
+			return err
+		}
+		timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
+		pctx := policy.WithReview(ctx, policy.Review{Reviewer: proof.Reviewer(), Verifier: proof.Approver(), Requirement: reqm, Revision: req.Revision})
+		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: policy.TargetTool}, timeout)
+		cfg, _ := rn.agent.ToolConfig(a.Tool)
+		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: proof.Reviewer(), Verifier: proof.Approver(), Policy: policyResult(dec, perr), Tool: cfg})
+		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "approved")
+		out = r.reply(rn)
+		return err
+	})
+	return out, err
+}
+
+// Reject rejects an approval request (api.Backend). A credential, when
+// given, is verified like an approval's and its reviewer recorded.
+func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, error) {
+	var out api.Reply
+	err := r.route(ctx, req.Run, api.EndpointReject, req, &out, func(ctx context.Context, rn *run) error {
+		now := r.now().UTC()
+		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
+		if err != nil {
+			_ = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason})
+			return err
+		}
+		by := req.By
+		if req.Approver != "" || len(rn.agent.Approvers()) > 0 {
+			reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
+			proof, err := approvers.Authorize(ctx, rn.agent.Approvers(), req.Approver, req.Credential, reqm, now)
+			if err != nil {
+				return err
+			}
+			by = proof.Reviewer()
+		}
+		err = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason, By: by})
+		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "rejected")
+		out = r.reply(rn)
+		return err
+	})
+	return out, err
+}
+
+// Reconcile records what happened to an uncertain action (api.Backend).
+func (r *Runner) Reconcile(ctx context.Context, req api.ReconcileRequest, stored bool) (api.Reply, error) {
+	kind := api.EndpointReconcile
+	if stored {
+		kind = api.EndpointReconcileStored
+	}
+	var out api.Reply
+	err := r.route(ctx, req.Run, kind, req, &out, func(ctx context.Context, rn *run) error {
+		if _, err := aggregate.ContentKind(req.Content); err != nil {
+			return &weft.Error{Code: weft.CodeInvalidContent, Message: err.Error()}
+		}
+		err := r.step(ctx, rn, aggregate.Reconcile{Action: req.Action, Content: req.Content, By: req.By, Stored: stored})
+		out = r.reply(rn)
+		return err
+	})
+	return out, err
+}
+
+// Settle offers a settlement (api.Backend). A settlement of an action
+// whose body still runs waits (within the command timeout) until the body
+// reported; a refusal not_awaited emits settlement_refused with the
+// summary.
+func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, error) {
+	var out api.Reply
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		waiting := false
+		err := r.route(ctx, req.Run, api.EndpointSettle, req, &out, func(ctx context.Context, rn *run) error {
+			if a, ok := rn.state.Action(req.Action); ok && a.State == aggregate.ActionRunning {
+				waiting = true
+				return nil
+			}
+			content := req.Content
+			if req.Outcome == events.OutcomeExplain && content == nil {
+				content = tools.ErrorContent(req.Message)
+			}
+			err := r.step(ctx, rn, aggregate.Settle{Action: req.Action, Outcome: req.Outcome, Content: content, Message: req.Message, Summary: req.Summary})
+			var we *weft.Error
+			if errors.As(err, &we) && we.Code == weft.CodeNotAwaited {
+				r.tel.Emit(ctx, telemetry.SettlementRefused, "run", rn.id, "action", req.Action, "summary", req.Summary)
+			}
+			out = r.reply(rn)
+			return err
+		})
+		if !waiting {
+			return out, err
+		}
+		if time.Now().After(deadline) {
+			return out, &weft.Error{Code: weft.CodeSettleUnconfirmed, Message: "the body is still running"}
+		}
+		select {
+		case <-ctx.Done():
+			return out, &weft.Error{Code: weft.CodeSettleUnconfirmed, Message: ctx.Err().Error()}
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Cancel cancels a run (api.Backend); it needs no live runner.
+func (r *Runner) Cancel(ctx context.Context, req api.CancelRequest) (api.Reply, error) {
+	var out api.Reply
+	err := r.route(ctx, req.Run, api.EndpointCancel, req, &out, func(ctx context.Context, rn *run) error {
+		err := r.step(ctx, rn, aggregate.Cancel{By: req.By, Reason: req.Reason})
+		if err == nil {
+			r.tel.Emit(ctx, telemetry.RunCancelled, "run", rn.id)
+		}
+		out = r.reply(rn)
+		return err
+	})
+	return out, err
+}
+
+// Report applies a worker's report (api.Backend).
+func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, error) {
+	var cmd aggregate.Command
+	switch req.Outcome {
+	case worker.OutcomeOutput, worker.OutcomeExplain, worker.OutcomeUncertain:
+		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: req.Outcome, Content: req.Content, Message: req.Message, Evidence: req.Evidence}
+	case worker.OutcomeOversize:
+		// The aggregate judges the size itself: hand it a JSON string of
+		// the reported length.
+		n := max(req.Bytes, 2)
+		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: events.OutcomeOutput, Content: json.RawMessage(`"` + strings.Repeat("x", int(n-2)) + `"`)}
+	case worker.OutcomeLost:
+		switch req.Cause {
+		case events.CauseTimedOut:
+			cmd = nil // the tool_timeout timer decides (by the store's clock)
+		case events.CauseStopped:
+			return api.Reply{Schema: api.Schema, Run: req.Run}, nil
+		case events.CauseWorkerLost, events.CauseCrashed:
+			cmd = aggregate.Lost{Action: req.Action, Attempt: req.Attempt, Cause: req.Cause, Evidence: req.Evidence}
+		default:
+			return api.Reply{}, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("lost cause %q", req.Cause)}
+		}
+	default:
+		return api.Reply{}, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("report outcome %q", req.Outcome)}
+	}
+	var out api.Reply
+	err := r.route(ctx, req.Run, api.EndpointReport, req, &out, func(ctx context.Context, rn *run) error {
+		var err error
+		if cmd == nil {
+			err = r.wakeLocked(ctx, rn)
+		} else {
+			err = r.step(ctx, rn, cmd)
+		}
+		out = r.reply(rn)
+		return err
+	})
+	return out, err
+}
+
+func (r *Runner) wakeLocked(ctx context.Context, rn *run) error {
+	now := r.now()
+	for _, t := range aggregate.Pending(rn.state).Timers {
+		if !t.At.After(now) {
+			_ = r.step(ctx, rn, t.Command())
+		}
+	}
+	return nil
+}
+
+// handOffAll hands every driven run off after the drain.
+func (r *Runner) handOffAll(ctx context.Context) {
+	r.mu.Lock()
+	var list []*run
+	for _, rn := range r.runs {
+		list = append(list, rn)
+	}
+	r.mu.Unlock()
+	for _, rn := range list {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := rn.lock(lctx); err != nil {
+			cancel()
+			continue
+		}
+		w := aggregate.Pending(rn.state)
+		notCalled := w.Model != nil && rn.modelTurn != w.Model.Turn
+		if _, err := r.decideAppend(lctx, rn, aggregate.HandOff{Runner: r.id, ModelNotCalled: notCalled}); err == nil {
+			r.tel.Emit(lctx, telemetry.RunHandedOff, "run", rn.id)
+		}
+		r.drop(rn)
+		rn.unlock()
+		cancel()
+	}
+}
+
+// observe emits the SEMANTICS §11 telemetry for appended events, after
+// the commit.
+func (r *Runner) observe(ctx context.Context, rn *run, evs []events.Event) {
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case events.RunStarted:
+			r.tel.Emit(ctx, telemetry.RunStarted, "run", rn.id)
+		case events.RunRecovered:
+			r.tel.Emit(ctx, telemetry.RunRecovered, "run", rn.id, "cause", e.Cause)
+		case events.ModelReplied:
+			r.tel.Emit(ctx, telemetry.ModelTurn, "run", rn.id, "result", string(e.Kind))
+		case events.ModelFailed:
+			res := "model_failure"
+			if e.RetryAt != nil {
+				res = "retry"
+			}
+			r.tel.Emit(ctx, telemetry.ModelTurn, "run", rn.id, "result", res)
+		case events.ApprovalRequested:
+			r.tel.Emit(ctx, telemetry.ApprovalRequested, "run", rn.id, "action", e.Action)
+		case events.ApprovalAnswered:
+			if e.Answer == events.AnswerExpired {
+				r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", e.Action, "answer", "expired")
+			}
+		case events.AttemptReported:
+			res := "model_visible"
+			switch e.Outcome {
+			case events.OutcomeUncertain:
+				res = "effect_uncertain"
+			case events.OutcomeOversize:
+				res = "host_failure"
+			}
+			r.tel.Emit(ctx, telemetry.ToolSettled, "run", rn.id, "action", e.Action, "result", res)
+		case events.RunFinished:
+			r.tel.Emit(ctx, telemetry.RunFinished, "run", rn.id, "outcome", e.Outcome.Kind)
+		}
+	}
+}
+
+// newWorker builds the in-process worker for every tool of the agents.
+func (r *Runner) newWorker() *worker.Worker {
+	// The in-process worker reports and settles directly (also while the
+	// API service is stopped during a drain).
+	opts := append([]worker.Option{worker.WithID(r.id), worker.WithLogger(r.log),
+		worker.WithReporter(func(ctx context.Context, rep worker.Report) error { _, err := r.Report(ctx, rep); return err }),
+		worker.WithSettler(func(ctx context.Context, s worker.Settlement) error { _, err := r.Settle(ctx, s); return err }),
+	}, r.workerOpts...)
+	w := worker.New(r.nc, r.js, opts...)
+	seen := map[string]bool{}
+	for _, ag := range r.list {
+		for _, t := range ag.Tools() {
+			if seen[t.Name()] {
+				continue
+			}
+			seen[t.Name()] = true
+			w.Handle(t.Name(), ToolHandler(t, r.tel))
+		}
+	}
+	return w
+}
+
+// ToolHandler adapts a bound tool to a worker.Handler: the body gets the
+// call, the validated arguments, the approver's context when the action was
+// approved, and a settlement wired to the worker's settle path.
+func ToolHandler(t tools.Tool, tel *telemetry.Telemetry) worker.Handler {
+	return func(ctx context.Context, task worker.Task, settle worker.Settler) worker.Result {
+		if task.Reviewer != "" {
+			ctx = policy.WithReview(ctx, policy.Review{Reviewer: task.Reviewer})
+		}
+		if tel != nil {
+			var end func()
+			ctx, end = startAttempt(ctx, tel, task)
+			defer end()
+		}
+		s := tools.NewSettlement(task.Run, task.Action, func(ctx context.Context, res tools.Result, summary string) error {
+			return settle(ctx, worker.Settlement{Schema: worker.Schema, Run: task.Run, Action: task.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message, Evidence: res.Evidence, Summary: summary})
+		})
+		res := t.Invoke(ctx, tools.Call{Run: task.Run, Action: task.Action, Attempt: task.Attempt, Correlation: task.Correlation}, task.Arguments, s)
+		return worker.Result{Outcome: res.Outcome, Content: res.Content, Message: res.Message, Evidence: res.Evidence}
+	}
+}
+
+func startAttempt(ctx context.Context, tel *telemetry.Telemetry, task worker.Task) (context.Context, func()) {
+	ctx, span := tel.StartAttempt(ctx, task.Run, task.Action, task.Tool, task.Attempt)
+	return ctx, func() { span.End() }
+}

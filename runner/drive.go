@@ -1,0 +1,509 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
+)
+
+// run is a run this runner drives (or, for a finished run, a transient
+// view used to decide one command). Its fields are guarded by sem.
+type run struct {
+	id     string
+	sem    chan struct{}
+	state  aggregate.State
+	head   eventlog.Head
+	agent  *agent.Agent
+	driven bool
+
+	dispatched  map[string]bool
+	armed       map[string]*time.Timer
+	modelTurn   int64
+	modelCancel context.CancelFunc
+}
+
+func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {
+	return &run{id: id, sem: make(chan struct{}, 1), state: s, head: h, agent: a, dispatched: map[string]bool{}, armed: map[string]*time.Timer{}}
+}
+
+func (rn *run) lock(ctx context.Context) error {
+	select {
+	case rn.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s was busy for the whole command timeout", rn.id)}
+	}
+}
+
+func (rn *run) unlock() { <-rn.sem }
+
+// forwardError says the run is driven by another live runner.
+type forwardError struct{ driver string }
+
+func (e *forwardError) Error() string { return "run driven by " + e.driver }
+
+// load reads a run from the log and folds it.
+func (r *Runner) load(ctx context.Context, id string) (aggregate.State, eventlog.Head, error) {
+	envs, head, err := r.evlog.Load(ctx, id)
+	if err != nil {
+		return aggregate.State{}, head, fmt.Errorf("load run %s: %w", id, err)
+	}
+	recs, err := recorded(envs)
+	if err != nil {
+		return aggregate.State{}, head, err
+	}
+	return aggregate.Fold(recs), head, nil
+}
+
+func recorded(envs []events.Envelope) ([]events.Recorded, error) {
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			return nil, err
+		}
+		recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+	}
+	return recs, nil
+}
+
+func (r *Runner) agentFor(s aggregate.State) (*agent.Agent, error) {
+	ref := s.Started().Agent
+	a, ok := r.agents[ref.Name+"@"+ref.Version]
+	if !ok {
+		return nil, &weft.Error{Code: weft.CodeUnknownAgent, Message: fmt.Sprintf("this runner does not serve agent %s version %s", ref.Name, ref.Version)}
+	}
+	return a, nil
+}
+
+// acquire returns the locked run id, taking it over when its driver is
+// gone. It returns a *forwardError when another live runner drives it.
+// The caller must call rn.unlock.
+func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
+	if err := eventlog.CheckRun(id); err != nil {
+		return nil, err
+	}
+	for range 5 {
+		r.mu.Lock()
+		rn, ok := r.runs[id]
+		r.mu.Unlock()
+		if ok {
+			if err := rn.lock(ctx); err != nil {
+				return nil, err
+			}
+			r.mu.Lock()
+			still := r.runs[id] == rn
+			r.mu.Unlock()
+			if still {
+				return rn, nil
+			}
+			rn.unlock()
+			continue
+		}
+		s, head, err := r.load(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if !s.Exists() {
+			return nil, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run has id %s", id)}
+		}
+		a, err := r.agentFor(s)
+		if err != nil {
+			return nil, err
+		}
+		if _, finished := s.Finished(); finished {
+			fin := newRun(id, s, head, a)
+			_ = fin.lock(ctx)
+			return fin, nil
+		}
+		driver := s.Runner()
+		if driver != r.id && !s.HandedOff() && r.alive(ctx, driver) {
+			return nil, &forwardError{driver: driver}
+		}
+		r.mu.Lock()
+		draining := r.draining
+		r.mu.Unlock()
+		if draining {
+			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
+		}
+		// Take the run over (or adopt it again if it is recorded as ours).
+		rn = newRun(id, s, head, a)
+		_ = rn.lock(ctx)
+		if driver != r.id || s.HandedOff() {
+			cause := events.RecoveredRunnerLost
+			if s.HandedOff() {
+				cause = events.RecoveredHandedOff
+			}
+			_, err := r.decideAppend(ctx, rn, aggregate.Recover{Runner: r.id, Cause: cause})
+			if err != nil {
+				rn.unlock()
+				var conflict *eventlog.ConflictError
+				if errors.As(err, &conflict) {
+					continue
+				}
+				return nil, err
+			}
+			r.tel.Emit(ctx, telemetry.RunTakenOver, "run", id, "previous", driver, "cause", cause)
+		}
+		rn.driven = true
+		r.mu.Lock()
+		r.runs[id] = rn
+		r.mu.Unlock()
+		if _, err := r.drivers.Put(ctx, id, []byte(r.id)); err != nil {
+			r.log.Warn("driver key", "run", id, "err", err)
+		}
+		r.act(ctx, rn, nil, true)
+		return rn, nil
+	}
+	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", id)}
+}
+
+// decideAppend decides c on rn's state and appends the events, re-reading
+// the run after a conflict. It returns the appended events and Decide's
+// refusal (events and a refusal may come together). After a conflict that
+// made another runner the driver it returns the *eventlog.ConflictError.
+func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+	for range 8 {
+		now := r.now().UTC()
+		evs, derr := aggregate.Decide(rn.state, c, now)
+		if len(evs) == 0 {
+			return nil, derr
+		}
+		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
+		if err != nil {
+			var conflict *eventlog.ConflictError
+			if !errors.As(err, &conflict) {
+				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+			}
+			// Re-read and re-decide; never act on the lost decision.
+			tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
+			if lerr != nil {
+				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: lerr.Error()}
+			}
+			recs, rerr := recorded(tail)
+			if rerr != nil {
+				return nil, rerr
+			}
+			for _, rec := range recs {
+				rn.state = aggregate.Evolve(rn.state, rec)
+			}
+			rn.head = head
+			if rn.driven && rn.state.Runner() != r.id {
+				r.drop(rn)
+				return nil, err
+			}
+			if _, isRecover := c.(aggregate.Recover); isRecover {
+				return nil, err
+			}
+			continue
+		}
+		recs, rerr := recorded(envs)
+		if rerr != nil {
+			return nil, rerr
+		}
+		for _, rec := range recs {
+			rn.state = aggregate.Evolve(rn.state, rec)
+		}
+		rn.head = head
+		r.observe(ctx, rn, evs)
+		return evs, derr
+	}
+	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", rn.id)}
+}
+
+// drop forgets a run this runner no longer drives.
+func (r *Runner) drop(rn *run) {
+	rn.driven = false
+	for _, t := range rn.armed {
+		t.Stop()
+	}
+	if rn.modelCancel != nil {
+		rn.modelCancel()
+	}
+	r.mu.Lock()
+	if r.runs[rn.id] == rn {
+		delete(r.runs, rn.id)
+	}
+	r.mu.Unlock()
+}
+
+// step decides c, appends, and acts; ResolveCalls follow-ups are decided
+// in the same step. It returns Decide's refusal.
+func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
+	evs, err := r.decideAppend(ctx, rn, c)
+	if len(evs) > 0 && rn.driven {
+		r.act(ctx, rn, evs, false)
+	}
+	return err
+}
+
+// act performs the effects of rn's Pending work (append first, then act).
+func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all bool) {
+	if !rn.driven {
+		return
+	}
+	for _, ev := range appended {
+		switch e := ev.(type) {
+		case events.AttemptLost:
+			if e.Cause == events.CauseStopped {
+				_ = r.nc.Publish(worker.StopSubjectPrefix+rn.id, nil)
+			}
+		case events.CancelRequested:
+			if rn.modelCancel != nil {
+				rn.modelCancel()
+			}
+		}
+	}
+	w := aggregate.Pending(rn.state)
+	if w.Finished {
+		r.drop(rn)
+		_ = r.drivers.Delete(context.Background(), rn.id)
+		return
+	}
+	// Timers: a local one for precision, a durable one as the backstop.
+	for _, t := range w.Timers {
+		key := timerKey(t)
+		if _, ok := rn.armed[key]; ok {
+			continue
+		}
+		cmd := t.Command()
+		id := rn.id
+		rn.armed[key] = time.AfterFunc(time.Until(t.At), func() {
+			_ = r.command(context.Background(), id, cmd)
+		})
+		at := t.At
+		go func() {
+			if err := r.timers.Arm(context.Background(), id, key, at); err != nil {
+				r.log.Warn("arm durable timer", "run", id, "key", key, "err", err)
+			}
+		}()
+	}
+	// Dispatch fenced attempts, each once.
+	for _, d := range w.Dispatch {
+		key := fmt.Sprintf("%s/%d/%d", d.Action, d.Attempt, d.Fence.Incarnation)
+		if rn.dispatched[key] {
+			continue
+		}
+		if err := r.dispatch(ctx, rn, d); err != nil {
+			r.log.Error("dispatch", "run", rn.id, "action", d.Action, "err", err)
+			continue
+		}
+		rn.dispatched[key] = true
+	}
+	// The model call of a requested turn.
+	if w.Model != nil && rn.modelTurn != w.Model.Turn {
+		r.mu.Lock()
+		draining := r.draining
+		r.mu.Unlock()
+		if !draining {
+			r.callModel(rn, *w.Model)
+		}
+	}
+	// Validation and policy for a tool request, decided at once.
+	if w.Resolve != nil {
+		cmd := r.resolve(ctx, rn, *w.Resolve)
+		if err := r.step(ctx, rn, cmd); err != nil {
+			r.log.Error("resolve calls", "run", rn.id, "err", err)
+		}
+	}
+}
+
+func timerKey(t aggregate.Timer) string {
+	a := strings.NewReplacer("/", "_", ".", "_", "*", "_", ">", "_", " ", "_").Replace(t.Action)
+	return fmt.Sprintf("%s-%s-%d-%d-%d", t.Kind, a, t.Attempt, t.Revision, t.Turn)
+}
+
+// dispatch publishes a fenced attempt as a task.
+func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) error {
+	s := rn.state
+	task := worker.Task{
+		Schema: worker.Schema, Run: rn.id, Action: d.Action, Tool: d.Tool, Attempt: d.Attempt,
+		Incarnation: d.Fence.Incarnation, Arguments: d.Arguments, TimeoutMS: int64(d.Fence.Timeout),
+		Deadline: d.Fence.Deadline, MaxResultBytes: s.Limits().MaxResultBytes, SettleWithinMS: int64(d.Fence.SettleWithin),
+		IdempotencyKey: tools.Call{Run: rn.id, Action: d.Action, Attempt: d.Attempt}.IdempotencyKey(),
+		Correlation:    s.Started().Correlation,
+	}
+	if a, ok := s.Action(d.Action); ok && a.Approved && len(a.Answers) > 0 {
+		task.Reviewer = a.Answers[len(a.Answers)-1].Reviewer
+	}
+	b, err := json.Marshal(task)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(worker.TaskSubject(d.Tool))
+	msg.Data = b
+	msg.Header.Set(worker.HeaderMsgID, fmt.Sprintf("%s/%s/%d/%d", rn.id, d.Action, d.Attempt, d.Fence.Incarnation))
+	r.tel.Inject(ctx, msg.Header)
+	if _, err := r.js.PublishMsg(ctx, msg); err != nil {
+		return err
+	}
+	r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
+	return nil
+}
+
+// resolve validates every call of the batch and runs the policy on the
+// valid ones, failing closed.
+func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) aggregate.ResolveCalls {
+	ag := rn.agent
+	timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
+	out := aggregate.ResolveCalls{Turn: b.Turn}
+	for _, c := range b.Calls {
+		res := aggregate.Resolution{CallID: c.ID}
+		res.Validation, res.Detail, res.Normalized = ag.ValidateCall(c.Name, c.Arguments)
+		if res.Validation == events.CallValid {
+			args := res.Normalized
+			if args == nil {
+				args = c.Arguments
+			}
+			pctx, span := r.tel.StartPolicy(ctx, rn.id, aggregate.ActionID(b.Turn, c.ID))
+			dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: rn.id, ActionID: aggregate.ActionID(b.Turn, c.ID), Tool: c.Name, Arguments: args, Target: policy.TargetTool}, timeout)
+			span.End()
+			res.Policy = policyResult(dec, err)
+			res.Tool, _ = ag.ToolConfig(c.Name)
+		}
+		out.Calls = append(out.Calls, res)
+	}
+	return out
+}
+
+func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
+	if err != nil {
+		return aggregate.PolicyResult{Decision: events.PolicyError, Reason: err.Error()}
+	}
+	switch dec.Kind() {
+	case policy.KindAllow:
+		return aggregate.PolicyResult{Decision: events.PolicyAllow}
+	case policy.KindDeny:
+		return aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: dec.Reason()}
+	case policy.KindRequireApproval:
+		q := dec.Requirement()
+		return aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: q.Name, Version: q.Version}}
+	}
+	return aggregate.PolicyResult{Decision: events.PolicyError, Reason: "invalid policy decision"}
+}
+
+// callModel makes the model call for a requested turn in its own goroutine
+// and feeds the answer back as a command.
+func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
+	ag := rn.agent
+	req := ag.Request(aggregate.ModelRequest(rn.state))
+	ctx, cancel := context.WithCancel(context.Background())
+	if !mc.Deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(context.Background(), mc.Deadline)
+	}
+	rn.modelTurn, rn.modelCancel = mc.Turn, cancel
+	r.inflight.Add(1)
+	id := rn.id
+	typed := ag.Typed()
+	go func() {
+		defer r.inflight.Done()
+		defer cancel()
+		sctx, span := r.tel.StartModel(ctx, id, mc.Turn, ag.Model().Name())
+		reply, err := ag.Model().Complete(sctx, req)
+		var cmd aggregate.Command
+		if err != nil {
+			var me *model.Error
+			kind, msg, status, after := model.ErrOther, err.Error(), 0, time.Duration(0)
+			switch {
+			case errors.As(err, &me):
+				kind, msg, status, after = me.Kind, me.Message, me.Status, me.RetryAfter
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				kind, msg = model.ErrTimedOut, "the model timeout stopped the call"
+			}
+			if ctx.Err() == context.DeadlineExceeded {
+				kind = model.ErrTimedOut
+			}
+			telemetry.EndModel(span, "", nil, string(kind))
+			cmd = aggregate.ModelFailure{Turn: mc.Turn, Kind: kind, Status: status, Message: msg, RetryAfter: after}
+		} else {
+			telemetry.EndModel(span, string(reply.Kind), reply.Usage, "")
+			mr := aggregate.ModelReply{Turn: mc.Turn, Reply: reply}
+			if typed && reply.Kind == model.ReplyFinalAnswer {
+				ans, derr := ag.DecodeAnswer(reply.Turn.Text)
+				if derr != nil {
+					mr.AnswerError = derr.Error()
+				} else {
+					mr.Answer = ans
+				}
+			}
+			cmd = mr
+		}
+		if err := r.command(context.Background(), id, cmd); err != nil {
+			r.log.Debug("model answer", "run", id, "turn", mc.Turn, "err", err)
+		}
+	}()
+}
+
+// command applies an internal command (model answer, timer firing, report)
+// to run, routing it to the driver.
+func (r *Runner) command(ctx context.Context, id string, c aggregate.Command) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rn, err := r.acquire(ctx, id)
+	if err != nil {
+		var fe *forwardError
+		if errors.As(err, &fe) {
+			if _, ok := c.(aggregate.TimerFired); ok {
+				return r.forwardWake(ctx, fe.driver, id)
+			}
+		}
+		return err
+	}
+	defer rn.unlock()
+	if mr, ok := c.(aggregate.ModelReply); ok && rn.modelTurn == mr.Turn {
+		rn.modelTurn, rn.modelCancel = 0, nil
+	}
+	if mf, ok := c.(aggregate.ModelFailure); ok && rn.modelTurn == mf.Turn {
+		rn.modelTurn, rn.modelCancel = 0, nil
+	}
+	return r.step(ctx, rn, c)
+}
+
+// wake makes sure run is driven (taking it over when its driver is gone)
+// and applies the timers that are due.
+func (r *Runner) wake(ctx context.Context, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rn, err := r.acquire(ctx, id)
+	if err != nil {
+		var fe *forwardError
+		if errors.As(err, &fe) {
+			return r.forwardWake(ctx, fe.driver, id)
+		}
+		var we *weft.Error
+		if errors.As(err, &we) && we.Code == weft.CodeUnknownRun {
+			return nil
+		}
+		return err
+	}
+	defer rn.unlock()
+	if !rn.driven {
+		return nil
+	}
+	now := r.now()
+	for _, t := range aggregate.Pending(rn.state).Timers {
+		if !t.At.After(now) {
+			if err := r.step(ctx, rn, t.Command()); err != nil {
+				r.log.Debug("due timer", "run", id, "err", err)
+			}
+		}
+	}
+	r.act(ctx, rn, nil, true)
+	return nil
+}

@@ -1,0 +1,192 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+type harness struct {
+	t      *testing.T
+	srv    *natstest.Server
+	client *api.Client
+}
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	srv := natstest.Start(t, natstest.WithAssets(runner.Assets(400*time.Millisecond)...))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := runner.Provision(ctx, srv.JS, 400*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, srv: srv, client: api.NewClient(srv.Conn)}
+}
+
+// startRunner runs a runner until the returned stop is called (SIGTERM-like
+// drain) or the test ends.
+func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*runner.Runner, func()) {
+	h.t.Helper()
+	nc := h.srv.Connect()
+	js := h.srv.JS
+	opts = append([]runner.Option{runner.WithLease(400 * time.Millisecond), runner.WithDrainWindow(5 * time.Second)}, opts...)
+	r, err := runner.New(nc, js, agents, opts...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	// Wait until the service answers.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := nc.Request("$SRV.PING.weft", nil, 200*time.Millisecond); err == nil {
+			break
+		}
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				h.t.Errorf("runner: %v", err)
+			}
+		})
+	}
+	h.t.Cleanup(stop)
+	return r, stop
+}
+
+// state folds run from the log.
+func (h *harness) state(run string) aggregate.State {
+	h.t.Helper()
+	envs, _, err := h.srv.Log.Load(context.Background(), run)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+	}
+	return aggregate.Fold(recs)
+}
+
+// waitFor polls run's state until cond holds.
+func (h *harness) waitFor(run, what string, cond func(aggregate.State) bool) aggregate.State {
+	h.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s := h.state(run)
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			st := aggregate.Status(s)
+			h.t.Fatalf("run %s: timed out waiting for %s; status %s %+v, actions %+v", run, what, st.Kind, st, s.Actions())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (h *harness) waitStatus(run string, kind aggregate.StatusKind) aggregate.State {
+	h.t.Helper()
+	return h.waitFor(run, string(kind), func(s aggregate.State) bool { return aggregate.Status(s).Kind == kind && s.Exists() })
+}
+
+// The test tool: "pay" records every body start and answers or hangs as
+// its arguments say.
+type payIn struct {
+	Amount int64  `json:"amount"`
+	Mode   string `json:"mode,omitempty" enum:"ok,hang,uncertain,crash,big"`
+}
+
+type payOut struct {
+	ID string `json:"id"`
+}
+
+var payDef = tools.Define[payIn, payOut]("pay", "Pay an amount.")
+
+type bodies struct {
+	starts atomic.Int64
+}
+
+func (b *bodies) tool() tools.Tool {
+	return tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		b.starts.Add(1)
+		switch in.Mode {
+		case "hang":
+			<-ctx.Done()
+			return payOut{}, ctx.Err()
+		case "uncertain":
+			return payOut{}, errUncertain
+		case "big":
+			return payOut{ID: string(make([]byte, 0)) + longID}, nil
+		}
+		return payOut{ID: "pay-" + call.Action}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+}
+
+var longID = func() string {
+	b := make([]byte, 300)
+	for i := range b {
+		b[i] = 'x'
+	}
+	return string(b)
+}()
+
+type uncertainErr struct{}
+
+func (uncertainErr) Error() string { return "gateway timed out" }
+
+var errUncertain = uncertainErr{}
+
+// approvalAbove requires approval "finance" v1 for amounts over 100.
+func approvalAbove(_ context.Context, a policy.Action) (policy.Decision, error) {
+	in, matched, err := tools.Input(payDef, a)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	if matched && in.Amount > 100 {
+		return policy.RequireApproval(policy.Requirement{Name: "finance", Version: 1}), nil
+	}
+	return policy.Allow(), nil
+}
+
+func build(t *testing.T, m model.Model, ts []tools.Tool, p policy.Policy, opts ...agent.Option) *agent.Agent {
+	t.Helper()
+	opts = append([]agent.Option{agent.WithApprovers(approvers.Trusting("desk"))}, opts...)
+	a, err := agent.New("desk", m, ts, p, opts...).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func payCall(amount int64, mode string) model.ToolCall {
+	b, _ := json.Marshal(payIn{Amount: amount, Mode: mode})
+	return model.Call("pay", string(b))
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}

@@ -1,0 +1,372 @@
+// Package runner executes Weft runs: the library applications embed with
+// their agents, tools and policy (cmd/runner is a thin main around it).
+//
+// # Order of work
+//
+// For every command — a start, an approval, a worker's report, a timer
+// firing, a model reply — the runner driving the run:
+//
+//  1. holds the run's state (folded from the log, kept in memory while it
+//     drives the run) and decides the command with aggregate.Decide at the
+//     store time it will record;
+//  2. appends the events with per-run optimistic concurrency
+//     (eventlog.Append against the head it decided on); on a conflict it
+//     re-reads the run and decides again, performing no effect;
+//  3. THEN acts on aggregate.Pending: calls the model for a requested turn,
+//     validates calls and runs the policy (then decides ResolveCalls),
+//     publishes fenced attempts as tasks on weft.task.<tool> (deduplicated
+//     by Nats-Msg-Id), stops bodies on weft.stop.<run>, and arms timers
+//     (a local timer for precision plus a durable timer.Timers schedule).
+//
+// # Drivers, liveness and recovery
+//
+// Each run has one driver: the runner recorded in its RunStarted or latest
+// RunRecovered. Any runner receives commands (the "weft" micro service is a
+// queue group); a runner that is not the driver forwards the command to the
+// driver on weft.runner.<id>.cmd while the driver is alive, and otherwise
+// takes the run over first (aggregate.Recover, cause runner_lost or
+// handed_off: exactly one takeover append wins). So exactly one process
+// performs each effect.
+//
+// Liveness: each runner puts its id in the KV bucket weft_runners every
+// lease/4; the bucket's max age is the lease (WithLease, default 1 s), so a
+// SIGKILLed runner's key disappears within the lease. The KV bucket
+// weft_drivers maps every unfinished run to its driver. Every runner scans
+// it every lease/4 and takes over the runs whose driver is gone, so runs
+// in flight continue within about lease + lease/4 (the SEMANTICS §8
+// outcomes follow from the recorded fences). SIGTERM (cancelling Run's
+// context) drains: no new commands are taken, running bodies of the
+// in-process worker and model calls in flight may finish within the drain
+// window and are recorded, then every driven run is handed off
+// (RunHandedOff) and the runner's liveness key is deleted so another runner
+// takes over at once.
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/timer"
+	"github.com/weftrun/weft/worker"
+)
+
+// The KV buckets and subjects of the runner (docs/protocol/40-commands.md).
+const (
+	// RunnersBucket holds one key per live runner (its id), kept alive by
+	// heartbeat puts; the bucket's max age is the lease.
+	RunnersBucket = "weft_runners"
+	// DriversBucket maps each unfinished run to the runner driving it.
+	DriversBucket = "weft_drivers"
+	// ForwardPrefix prefixes the subject on which a runner takes commands
+	// forwarded to it as driver: weft.runner.<id>.cmd.
+	ForwardPrefix = "weft.runner."
+)
+
+// Option configures a Runner.
+type Option func(*Runner)
+
+// WithID sets the runner id (one NATS token). Default: "runner-" and 8
+// random hex digits. Ids must be unique among live runners.
+func WithID(id string) Option { return func(r *Runner) { r.id = id } }
+
+// WithLogger sets the structured logger.
+func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
+
+// WithLease sets the liveness lease: a runner that stopped heartbeating is
+// considered lost after it, and its runs are taken over within about
+// 1.25 × lease. Default 1 s.
+func WithLease(d time.Duration) Option { return func(r *Runner) { r.lease = d } }
+
+// WithDrainWindow sets how long a draining runner waits for running
+// bodies and model calls before handing its runs off. Default 10 s.
+func WithDrainWindow(d time.Duration) Option { return func(r *Runner) { r.drain = d } }
+
+// WithoutWorker stops the runner from running the agents' tool bodies in
+// its own process (run workers separately then).
+func WithoutWorker() Option { return func(r *Runner) { r.noWorker = true } }
+
+// WithWorkerOptions passes options to the in-process worker.
+func WithWorkerOptions(opts ...worker.Option) Option {
+	return func(r *Runner) { r.workerOpts = append(r.workerOpts, opts...) }
+}
+
+// WithTelemetry sets the telemetry sink (spans and the SEMANTICS §11
+// names). Default: telemetry.Nop-equivalent (spans to the global no-op
+// tracer provider, names to the logger).
+func WithTelemetry(t *telemetry.Telemetry) Option { return func(r *Runner) { r.tel = t } }
+
+// WithClock replaces the clock that stamps recorded times (tests).
+func WithClock(now func() time.Time) Option { return func(r *Runner) { r.now = now } }
+
+// Runner drives runs of a set of agents.
+type Runner struct {
+	nc         *nats.Conn
+	js         jetstream.JetStream
+	evlog      *eventlog.Log
+	timers     *timer.Timers
+	id         string
+	log        *slog.Logger
+	tel        *telemetry.Telemetry
+	now        func() time.Time
+	lease      time.Duration
+	drain      time.Duration
+	noWorker   bool
+	workerOpts []worker.Option
+
+	agents  map[string]*agent.Agent // name@version and name (first registered)
+	list    []*agent.Agent
+	live    jetstream.KeyValue
+	drivers jetstream.KeyValue
+	cmds    jetstream.KeyValue
+
+	mu       sync.Mutex
+	runs     map[string]*run // runs this runner drives
+	draining bool
+	inflight sync.WaitGroup // model calls in flight
+	takeover sync.Map       // run -> struct{} while a takeover is being attempted
+}
+
+// New returns a Runner for agents over nc and js. Call Provision once
+// (or rely on provision.Ensure with Assets) before Run.
+func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
+	r := &Runner{nc: nc, js: js, lease: time.Second, drain: 10 * time.Second, now: time.Now,
+		agents: map[string]*agent.Agent{}, runs: map[string]*run{}}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.id == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		r.id = "runner-" + hex.EncodeToString(b[:])
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	r.log = r.log.With("runner", r.id)
+	if r.tel == nil {
+		r.tel = telemetry.New(telemetry.WithLogger(r.log))
+	}
+	if len(agents) == 0 {
+		return nil, errors.New("runner: no agents")
+	}
+	for _, a := range agents {
+		key := a.Name() + "@" + a.Version()
+		if _, dup := r.agents[key]; dup {
+			return nil, fmt.Errorf("runner: agent %s registered twice", key)
+		}
+		r.agents[key] = a
+		if _, ok := r.agents[a.Name()]; !ok {
+			r.agents[a.Name()] = a
+		}
+		r.list = append(r.list, a)
+	}
+	r.evlog = eventlog.New(js)
+	r.timers = timer.New(js)
+	return r, nil
+}
+
+// ID returns the runner's id.
+func (r *Runner) ID() string { return r.id }
+
+// Assets lists the JetStream assets the runtime needs besides
+// provision.Base: WEFT_TIMERS, and the KV buckets weft_runners (max age =
+// lease), weft_drivers and weft_commands.
+func Assets(lease time.Duration) []provision.Asset {
+	return []provision.Asset{
+		provision.Stream(timer.StreamConfig()),
+		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.MemoryStorage}),
+		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft unfinished runs and their driving runner", Storage: jetstream.FileStorage}),
+		provision.KV(api.CommandsConfig()),
+	}
+}
+
+// Provision creates or updates every asset the runtime uses (base streams,
+// timers, KV buckets) with lease as the liveness lease.
+func Provision(ctx context.Context, js jetstream.JetStream, lease time.Duration) error {
+	if err := provision.Ensure(ctx, js, provision.Options{}, Assets(lease)...); err != nil {
+		return err
+	}
+	return timer.Ensure(ctx, js)
+}
+
+// Run serves until ctx is cancelled, then drains (see the package doc) and
+// returns. It returns early with an error if an asset is missing.
+func (r *Runner) Run(ctx context.Context) error {
+	var err error
+	if r.live, err = r.js.KeyValue(ctx, RunnersBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
+	}
+	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
+	}
+	if r.cmds, err = r.js.KeyValue(ctx, api.CommandsBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", api.CommandsBucket, err)
+	}
+	if err := r.heartbeat(ctx); err != nil {
+		return err
+	}
+
+	// Forwarded commands for runs this runner drives.
+	fwd, err := r.nc.Subscribe(ForwardPrefix+r.id+".cmd", r.onForward)
+	if err != nil {
+		return fmt.Errorf("runner: subscribe forward: %w", err)
+	}
+	var svc micro.Service
+	if svc, err = api.Serve(r.nc, r, r.cmds, "0.1.0"); err != nil {
+		_ = fwd.Unsubscribe()
+		return err
+	}
+
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() { defer wg.Done(); r.heartbeatLoop(bg) }()
+	go func() { defer wg.Done(); r.scanLoop(bg) }()
+	go func() {
+		defer wg.Done()
+		_ = r.timers.Consume(bg, func(ctx context.Context, f timer.Fired) error { return r.wake(ctx, f.Run) })
+	}()
+
+	// The in-process worker runs the agents' tool bodies.
+	wctx, stopWorker := context.WithCancel(context.Background())
+	wdone := make(chan struct{})
+	if !r.noWorker {
+		w := r.newWorker()
+		go func() { defer close(wdone); _ = w.Run(wctx) }()
+	} else {
+		close(wdone)
+	}
+	r.tel.Emit(ctx, telemetry.Name("runner_started"), "runner", r.id)
+
+	<-ctx.Done()
+
+	// Drain: stop taking commands, let bodies and model calls finish.
+	r.mu.Lock()
+	r.draining = true
+	r.mu.Unlock()
+	r.tel.Emit(context.Background(), telemetry.Drain, "runner", r.id)
+	_ = svc.Stop()
+	stopBG()
+	stopWorker()
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
+	defer cancelDrain()
+	waitCtx(drainCtx, wdone)
+	waitCtx(drainCtx, waitGroupDone(&r.inflight))
+	r.handOffAll(context.Background())
+	_ = fwd.Unsubscribe()
+	wg.Wait()
+	_ = r.live.Delete(context.Background(), r.id)
+	return nil
+}
+
+func waitCtx(ctx context.Context, ch <-chan struct{}) {
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() { wg.Wait(); close(ch) }()
+	return ch
+}
+
+func (r *Runner) heartbeat(ctx context.Context) error {
+	_, err := r.live.Put(ctx, r.id, []byte(r.now().UTC().Format(time.RFC3339Nano)))
+	if err != nil {
+		return fmt.Errorf("runner: heartbeat: %w", err)
+	}
+	return nil
+}
+
+func (r *Runner) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(r.lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.heartbeat(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+// alive reports whether runner id holds a live heartbeat.
+func (r *Runner) alive(ctx context.Context, id string) bool {
+	if id == r.id {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.draining
+	}
+	_, err := r.live.Get(ctx, id)
+	return err == nil
+}
+
+// scanLoop takes over the runs whose driver is gone.
+func (r *Runner) scanLoop(ctx context.Context) {
+	t := time.NewTicker(r.lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.scan(ctx)
+	}
+}
+
+func (r *Runner) scan(ctx context.Context) {
+	liveKeys := map[string]bool{}
+	lister, err := r.live.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	for k := range lister.Keys() {
+		liveKeys[k] = true
+	}
+	dl, err := r.drivers.ListKeys(ctx)
+	if err != nil {
+		return
+	}
+	var orphans []string
+	for run := range dl.Keys() {
+		e, err := r.drivers.Get(ctx, run)
+		if err != nil {
+			continue
+		}
+		if d := string(e.Value()); !liveKeys[d] && d != r.id {
+			orphans = append(orphans, run)
+		}
+	}
+	for _, run := range orphans {
+		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); busy {
+			continue
+		}
+		go func() {
+			defer r.takeover.Delete(run)
+			if err := r.wake(ctx, run); err != nil && ctx.Err() == nil {
+				r.log.Debug("takeover failed", "run", run, "err", err)
+			}
+		}()
+	}
+}

@@ -1,0 +1,190 @@
+// Package telemetry is Weft's observation side: OpenTelemetry spans for
+// runs, turns, model calls (GenAI semantic-convention attributes), policy
+// evaluations, approval waits and tool attempts; the SEMANTICS §11
+// telemetry names as span events, log records and Handler calls; and trace
+// propagation to workers through NATS message headers.
+//
+// Telemetry is observation, never authority: it is emitted after the
+// commit it describes and may be missing after a crash. Metadata carries
+// ids and closed enums only — never arguments, results or model text.
+// Nothing here is required to run: without Setup, spans go to the global
+// (no-op by default) tracer provider.
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"os"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/weftrun/weft/model"
+)
+
+// Name is a SEMANTICS §11 telemetry name.
+type Name string
+
+// The telemetry names of SEMANTICS §11.
+const (
+	RunStarted        Name = "run_started"
+	RunRecovered      Name = "run_recovered"
+	RunHandedOff      Name = "run_handed_off"
+	RunTakenOver      Name = "run_taken_over"
+	LeaseLost         Name = "lease_lost"
+	ModelTurn         Name = "model_turn"
+	ApprovalRequested Name = "approval_requested"
+	ApprovalAnswered  Name = "approval_answered"
+	ToolDispatched    Name = "tool_dispatched"
+	ToolSettled       Name = "tool_settled"
+	ChildStarted      Name = "child_started"
+	ChildSettled      Name = "child_settled"
+	SettlementRefused Name = "settlement_refused"
+	RunCancelled      Name = "run_cancelled"
+	RunFinished       Name = "run_finished"
+	Drain             Name = "drain"
+)
+
+// Event is one emitted telemetry record: a name and its metadata as
+// key/value pairs (ids and closed enums only).
+type Event struct {
+	Name  Name
+	Attrs []attribute.KeyValue
+}
+
+// Handler receives every emitted Event, synchronously; keep it fast.
+type Handler func(ctx context.Context, e Event)
+
+// Telemetry emits spans, names and logs.
+type Telemetry struct {
+	tracer   trace.Tracer
+	log      *slog.Logger
+	handlers []Handler
+	prop     propagation.TextMapPropagator
+}
+
+// Option configures a Telemetry.
+type Option func(*Telemetry)
+
+// WithLogger logs every name at debug level.
+func WithLogger(l *slog.Logger) Option { return func(t *Telemetry) { t.log = l } }
+
+// WithHandler adds a handler called for every name.
+func WithHandler(h Handler) Option { return func(t *Telemetry) { t.handlers = append(t.handlers, h) } }
+
+// WithTracerProvider sets the tracer provider (default: otel's global).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(t *Telemetry) { t.tracer = tp.Tracer("github.com/weftrun/weft") }
+}
+
+// New returns a Telemetry.
+func New(opts ...Option) *Telemetry {
+	t := &Telemetry{prop: propagation.TraceContext{}}
+	for _, o := range opts {
+		o(t)
+	}
+	if t.tracer == nil {
+		t.tracer = otel.GetTracerProvider().Tracer("github.com/weftrun/weft")
+	}
+	if t.log == nil {
+		t.log = slog.New(slog.DiscardHandler)
+	}
+	return t
+}
+
+// Emit records name with its metadata (alternating keys and values): as an
+// event on the span in ctx, a debug log record and a Handler call.
+func (t *Telemetry) Emit(ctx context.Context, name Name, kv ...string) {
+	attrs := make([]attribute.KeyValue, 0, len(kv)/2)
+	largs := make([]any, 0, len(kv))
+	for i := 0; i+1 < len(kv); i += 2 {
+		attrs = append(attrs, attribute.String("weft."+kv[i], kv[i+1]))
+		largs = append(largs, kv[i], kv[i+1])
+	}
+	trace.SpanFromContext(ctx).AddEvent(string(name), trace.WithAttributes(attrs...))
+	t.log.Debug(string(name), largs...)
+	for _, h := range t.handlers {
+		h(ctx, Event{Name: name, Attrs: attrs})
+	}
+}
+
+// StartRun starts the span of a run's start.
+func (t *Telemetry) StartRun(ctx context.Context, run, agentName string) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "weft.run", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("gen_ai.agent.name", agentName)))
+}
+
+// StartModel starts the span of one model call (a turn), with the GenAI
+// semantic-convention attributes.
+func (t *Telemetry) StartModel(ctx context.Context, run string, turn int64, modelName string) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "chat "+modelName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "chat"),
+		attribute.String("gen_ai.request.model", modelName),
+		attribute.String("weft.run", run),
+		attribute.Int64("weft.turn", turn),
+	))
+}
+
+// EndModel ends a model span with its result: the reply kind and usage, or
+// the failure kind.
+func EndModel(span trace.Span, kind string, usage *model.Usage, failure string) {
+	if kind != "" {
+		span.SetAttributes(attribute.StringSlice("gen_ai.response.finish_reasons", []string{kind}))
+	}
+	if usage != nil {
+		span.SetAttributes(attribute.Int64("gen_ai.usage.input_tokens", usage.InputTokens), attribute.Int64("gen_ai.usage.output_tokens", usage.OutputTokens))
+	}
+	if failure != "" {
+		span.SetAttributes(attribute.String("error.type", failure))
+	}
+	span.End()
+}
+
+// StartPolicy starts the span of one policy evaluation.
+func (t *Telemetry) StartPolicy(ctx context.Context, run, action string) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "weft.policy", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("weft.action", action)))
+}
+
+// StartApprovalWait starts the span of an approval wait.
+func (t *Telemetry) StartApprovalWait(ctx context.Context, run, action string, revision int) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "weft.approval_wait", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("weft.action", action), attribute.Int("weft.revision", revision)))
+}
+
+// StartAttempt starts the span of a tool attempt (in the worker).
+func (t *Telemetry) StartAttempt(ctx context.Context, run, action, tool string, attempt int) (context.Context, trace.Span) {
+	return t.tracer.Start(ctx, "execute_tool "+tool, trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "execute_tool"),
+		attribute.String("gen_ai.tool.name", tool),
+		attribute.String("weft.run", run), attribute.String("weft.action", action), attribute.Int("weft.attempt", attempt)))
+}
+
+// Inject writes the trace context of ctx into NATS message headers
+// (traceparent), so that a worker's attempt span joins the run's trace.
+func (t *Telemetry) Inject(ctx context.Context, h nats.Header) {
+	t.prop.Inject(ctx, propagation.HeaderCarrier(h))
+}
+
+// Extract returns ctx with the trace context found in NATS headers.
+func (t *Telemetry) Extract(ctx context.Context, h nats.Header) context.Context {
+	return t.prop.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// Setup installs a global tracer provider from the environment:
+// WEFT_OTEL=stdout exports spans as JSON to stderr; anything else (or
+// unset) installs nothing. It returns a shutdown function.
+func Setup(getenv func(string) string) (shutdown func(context.Context) error, err error) {
+	if getenv("WEFT_OTEL") != "stdout" {
+		return func(context.Context) error { return nil }, nil
+	}
+	exp, err := stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
+	if err != nil {
+		return nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}
