@@ -47,7 +47,18 @@ func TestEnvelopeHashIsSHA256OfEncoding(t *testing.T) {
 
 func TestEnvelopeHashInvalidPayloadIsDeterministic(t *testing.T) {
 	env := events.Envelope{ID: "x", Run: "r", Version: 1, Payload: json.RawMessage(`{not json`)}
-	if env.Hash() != env.Hash() || len(env.Hash()) != 64 {
-		t.Fatalf("hash of invalid payload unstable: %q", env.Hash())
+	first, second := env.Hash(), env.Hash()
+	if first != second || len(first) != 64 {
+		t.Fatalf("hash of invalid payload unstable: %q then %q", first, second)
+	}
+	// The documented fallback: the payload is hashed as a JSON string.
+	asString := events.Envelope{ID: "x", Run: "r", Version: 1, Payload: json.RawMessage(`"{not json"`)}
+	if want := asString.Hash(); first != want {
+		t.Fatalf("Hash of invalid payload = %s, want the hash with the payload as a string %s", first, want)
+	}
+	other := env
+	other.Payload = json.RawMessage(`{not json either`)
+	if other.Hash() == first {
+		t.Fatalf("two different invalid payloads hash alike")
 	}
 }
