@@ -1,0 +1,99 @@
+// Command runner runs a Weft runner with its in-process tool worker for the
+// payment-desk demo agent (package demo) against a NATS server.
+// Applications embed package runner with their own agents instead; this
+// main shows the wiring and is what the end-to-end recovery tests kill.
+//
+//	runner [--nats URL] [--id ID] [--lease 1s] [--drain 10s] [--provision]
+//
+// The model is the scripted one unless WEFT_MODEL names a provider
+// (docs/models.md). SIGTERM or SIGINT drains: running bodies and model
+// calls finish within the drain window and the runs are handed off.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/model/provider"
+	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/telemetry"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "runner:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("nats", getenv("NATS_URL"), "NATS server URL (default $NATS_URL)")
+	id := fs.String("id", "", "runner id (default: generated)")
+	lease := fs.Duration("lease", time.Second, "liveness lease: a lost runner's runs are taken over within about 1.25x this")
+	drain := fs.Duration("drain", 10*time.Second, "drain window on SIGTERM")
+	prov := fs.Bool("provision", true, "create or update the streams and buckets first")
+	verbose := fs.Bool("v", false, "debug logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *url == "" {
+		return errors.New("--nats or NATS_URL is required")
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	shutdown, err := telemetry.Setup(getenv)
+	if err != nil {
+		return err
+	}
+	defer shutdown(context.Background())
+
+	node, err := natsnode.Start(ctx, append(natsnode.FromEnv(getenv), natsnode.WithURL(*url))...)
+	if err != nil {
+		return err
+	}
+	defer node.Close(context.Background())
+	if *prov {
+		if err := runner.Provision(ctx, node.JetStream(), *lease); err != nil {
+			return err
+		}
+	}
+	var m model.Model
+	if getenv(provider.EnvModel) != "" {
+		if m, err = provider.FromEnv(); err != nil {
+			return err
+		}
+	}
+	ag, err := demo.Agent(m)
+	if err != nil {
+		return err
+	}
+	opts := []runner.Option{runner.WithLogger(logger), runner.WithLease(*lease), runner.WithDrainWindow(*drain)}
+	if *id != "" {
+		opts = append(opts, runner.WithID(*id))
+	}
+	r, err := runner.New(node.Conn(), node.JetStream(), []*agent.Agent{ag}, opts...)
+	if err != nil {
+		return err
+	}
+	logger.Info("runner serving", "id", r.ID(), "agent", ag.Name(), "model", ag.Model().Name())
+	return r.Run(ctx)
+}
