@@ -18,6 +18,11 @@
 // Close drains the connection, then (embedded only) shuts the server down
 // and waits for it to finish, so that a SIGTERM handler calling Close loses
 // no acknowledged write.
+//
+// Shutdown on SIGTERM: Run wraps the whole sequence for a main (start the
+// node, run the work until SIGTERM or an interrupt, then drain, shut the
+// server down and wait, within a drain window); NotifyShutdown gives just
+// the signal-bound context for mains that call Close themselves.
 package natsnode
 
 import (
@@ -52,18 +57,19 @@ var ErrDataDirInUse = errors.New("natsnode: store dir in use by another embedded
 type Option func(*config)
 
 type config struct {
-	url        string
-	creds      string
-	user, pass string
-	token      string
-	dataDir    string
-	listen     bool
-	port       int
-	configFile string
-	name       string
-	readyWait  time.Duration
-	natsOpts   []nats.Option
-	serverLog  bool
+	url         string
+	creds       string
+	user, pass  string
+	token       string
+	dataDir     string
+	listen      bool
+	port        int
+	configFile  string
+	name        string
+	readyWait   time.Duration
+	natsOpts    []nats.Option
+	serverLog   bool
+	drainWindow time.Duration
 }
 
 // WithURL connects to the external server(s) at url instead of embedding
