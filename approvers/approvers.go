@@ -38,22 +38,22 @@ const DefaultLifetime = 60 * time.Second
 
 // The reasons of a proof_refused error, as in weft.Error.Reason.
 const (
-	// ReasonNotAuthenticated: the credential was not recognised.
+	// ReasonNotAuthenticated means the credential was not recognised.
 	ReasonNotAuthenticated = "not_authenticated"
-	// ReasonNotAuthorized: the reviewer may not approve this requirement.
+	// ReasonNotAuthorized means the reviewer may not approve this requirement.
 	ReasonNotAuthorized = "not_authorized"
-	// ReasonUnavailable: the approver could not verify right now; the
+	// ReasonUnavailable means the approver could not verify right now; the
 	// error's code is unavailable, not proof_refused, and a retry may work.
 	ReasonUnavailable = "unavailable"
-	// ReasonNoApprovers: the agent has no approvers.
+	// ReasonNoApprovers means the agent has no approvers.
 	ReasonNoApprovers = "no_approvers"
-	// ReasonOtherApprovers: the proof comes from an approver the agent does
+	// ReasonOtherApprovers means the proof comes from an approver the agent does
 	// not list.
 	ReasonOtherApprovers = "other_approvers"
-	// ReasonOtherRequirement: the proof is for another requirement name or
+	// ReasonOtherRequirement means the proof is for another requirement name or
 	// version than the one pending.
 	ReasonOtherRequirement = "other_requirement"
-	// ReasonProofExpired: the proof outlived its lifetime.
+	// ReasonProofExpired means the proof outlived its lifetime.
 	ReasonProofExpired = "proof_expired"
 )
 

@@ -71,9 +71,12 @@ const SubjectPrefix = "weft.ev."
 
 // Message headers set on every log message (besides the JetStream ones).
 const (
-	HeaderRun     = "Weft-Run"     // the run id
-	HeaderVersion = "Weft-Version" // the version of the message's last event
-	HeaderCount   = "Weft-Events"  // how many events the message holds
+	// HeaderRun carries the run id.
+	HeaderRun = "Weft-Run"
+	// HeaderVersion carries the version of the message's last event.
+	HeaderVersion = "Weft-Version"
+	// HeaderCount carries how many events the message holds.
+	HeaderCount = "Weft-Events"
 )
 
 // MessageSchema is the schema version of a log message body.

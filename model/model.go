@@ -34,9 +34,12 @@ type Role string
 
 // The roles of transcript messages.
 const (
-	RoleUser      Role = "user"      // the run's input, or a corrective prompt
-	RoleAssistant Role = "assistant" // a model turn: text and tool calls
-	RoleTool      Role = "tool"      // tool results, in call order
+	// RoleUser marks the run's input, or a corrective prompt.
+	RoleUser Role = "user"
+	// RoleAssistant marks a model turn: text and tool calls.
+	RoleAssistant Role = "assistant"
+	// RoleTool marks tool results, in call order.
+	RoleTool Role = "tool"
 )
 
 // Message is one entry of a run's transcript.
@@ -111,10 +114,15 @@ type ReplyKind string
 
 // The kinds of reply.
 const (
-	ReplyFinalAnswer ReplyKind = "final_answer" // Turn.Text (or Answer) is the final answer
-	ReplyToolRequest ReplyKind = "tool_request" // Turn.Calls lists the calls
-	ReplyRefusal     ReplyKind = "refusal"      // the model or its provider refused; Reason says why
-	ReplyTruncated   ReplyKind = "truncated"    // the reply hit the output limit; partial calls dropped
+	// ReplyFinalAnswer means Turn.Text (or Answer) is the final answer.
+	ReplyFinalAnswer ReplyKind = "final_answer"
+	// ReplyToolRequest means Turn.Calls lists the calls the model asks for.
+	ReplyToolRequest ReplyKind = "tool_request"
+	// ReplyRefusal means the model or its provider refused; Reason says why.
+	ReplyRefusal ReplyKind = "refusal"
+	// ReplyTruncated means the reply hit the output limit; partial calls are
+	// dropped.
+	ReplyTruncated ReplyKind = "truncated"
 )
 
 // Usage is the token usage a provider reported for one turn.
@@ -149,15 +157,24 @@ type ErrorKind string
 
 // The kinds of model failure. The first four are retryable.
 const (
-	ErrUnreachable    ErrorKind = "unreachable"     // connection refused, reset, DNS
-	ErrTimedOut       ErrorKind = "timed_out"       // the model timeout stopped the call
-	ErrRateLimited    ErrorKind = "rate_limited"    // 429; RetryAfter from the provider
-	ErrOverloaded     ErrorKind = "overloaded"      // 5xx, 529
-	ErrRejected       ErrorKind = "rejected"        // 401/403: authentication or permission
-	ErrInvalidRequest ErrorKind = "invalid_request" // 400/404/422: the request was malformed
-	ErrInvalidReply   ErrorKind = "invalid_reply"   // the provider's reply could not be read
-	ErrCrashed        ErrorKind = "crashed"         // the adapter panicked
-	ErrOther          ErrorKind = "other"           // anything else
+	// ErrUnreachable is a connection refused or reset, or a DNS failure.
+	ErrUnreachable ErrorKind = "unreachable"
+	// ErrTimedOut means the model timeout stopped the call.
+	ErrTimedOut ErrorKind = "timed_out"
+	// ErrRateLimited is an HTTP 429; RetryAfter comes from the provider.
+	ErrRateLimited ErrorKind = "rate_limited"
+	// ErrOverloaded is an HTTP 5xx, including 529.
+	ErrOverloaded ErrorKind = "overloaded"
+	// ErrRejected is an HTTP 401 or 403: authentication or permission.
+	ErrRejected ErrorKind = "rejected"
+	// ErrInvalidRequest is an HTTP 400, 404 or 422: the request was malformed.
+	ErrInvalidRequest ErrorKind = "invalid_request"
+	// ErrInvalidReply means the provider's reply could not be read.
+	ErrInvalidReply ErrorKind = "invalid_reply"
+	// ErrCrashed means the adapter panicked.
+	ErrCrashed ErrorKind = "crashed"
+	// ErrOther is any other failure.
+	ErrOther ErrorKind = "other"
 )
 
 // Retryable reports whether the runtime retries a failure of this kind.

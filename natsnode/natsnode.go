@@ -41,12 +41,19 @@ import (
 
 // Environment variables read by FromEnv.
 const (
-	EnvURL      = "NATS_URL"      // external server URL(s), comma separated
-	EnvCreds    = "NATS_CREDS"    // path of a .creds file
-	EnvUser     = "NATS_USER"     // user name (with EnvPassword)
-	EnvPassword = "NATS_PASSWORD" // password
-	EnvToken    = "NATS_TOKEN"    // auth token
-	EnvData     = "WEFT_DATA"     // embedded store directory
+	// EnvURL names the variable holding the external server URL(s), comma
+	// separated; unset or empty means the embedded server.
+	EnvURL = "NATS_URL"
+	// EnvCreds names the variable holding the path of a .creds file.
+	EnvCreds = "NATS_CREDS"
+	// EnvUser names the variable holding the user name (with EnvPassword).
+	EnvUser = "NATS_USER"
+	// EnvPassword names the variable holding the password for EnvUser.
+	EnvPassword = "NATS_PASSWORD"
+	// EnvToken names the variable holding an authentication token.
+	EnvToken = "NATS_TOKEN"
+	// EnvData names the variable holding the embedded server's store directory.
+	EnvData = "WEFT_DATA"
 )
 
 // ErrDataDirInUse is returned by Start when another process's embedded

@@ -8,13 +8,13 @@ import (
 
 // The causes of an EvaluationError.
 const (
-	// CauseError: the policy returned an error.
+	// CauseError means the policy returned an error.
 	CauseError = "error"
-	// CausePanic: the policy panicked.
+	// CausePanic means the policy panicked.
 	CausePanic = "panic"
-	// CauseTimeout: the policy did not answer within the policy timeout.
+	// CauseTimeout means the policy did not answer within the policy timeout.
 	CauseTimeout = "timeout"
-	// CauseInvalid: the policy returned the zero Decision or a
+	// CauseInvalid means the policy returned the zero Decision or a
 	// RequireApproval without a requirement name.
 	CauseInvalid = "invalid"
 )

@@ -26,10 +26,14 @@ import (
 
 // Names and subjects of the base assets.
 const (
-	EventsStream   = "WEFT_EVENTS" // the event log
-	EventsSubjects = "weft.ev.>"   // weft.ev.<run>.events
-	TasksStream    = "WEFT_TASKS"  // tool tasks, work-queue retention
-	TasksSubjects  = "weft.task.>" // weft.task.<tool>
+	// EventsStream is the stream holding the event log.
+	EventsStream = "WEFT_EVENTS"
+	// EventsSubjects are the subjects of EventsStream: weft.ev.<run>.events.
+	EventsSubjects = "weft.ev.>"
+	// TasksStream is the stream of tool tasks, with work-queue retention.
+	TasksStream = "WEFT_TASKS"
+	// TasksSubjects are the subjects of TasksStream: weft.task.<tool>.
+	TasksSubjects = "weft.task.>"
 )
 
 // EventsDuplicates is WEFT_EVENTS's duplicate-detection window: a retried

@@ -32,7 +32,8 @@ const (
 	EnvModel = "WEFT_MODEL"
 	// EnvBaseURL overrides the provider's base URL.
 	EnvBaseURL = "WEFT_MODEL_BASE_URL"
-	// EnvAPIKey, when set, overrides the provider's own key variable.
+	// EnvAPIKey names the variable holding an API key that, when set,
+	// overrides the provider's own key variable.
 	EnvAPIKey = "WEFT_MODEL_API_KEY"
 	// EnvMaxTokens sets the output token limit of a turn.
 	EnvMaxTokens = "WEFT_MODEL_MAX_TOKENS"
@@ -46,7 +47,10 @@ const (
 
 // The providers a spec can name.
 const (
-	OpenAI    = openai.Provider
+	// OpenAI names the OpenAI adapter (model/openai), also used for
+	// OpenAI-compatible servers through a base URL.
+	OpenAI = openai.Provider
+	// Anthropic names the Anthropic adapter (model/anthropic).
 	Anthropic = anthropic.Provider
 )
 
