@@ -119,11 +119,12 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 	// Idempotency: a repeated command id gets the stored reply.
 	var head struct {
 		CommandID string `json:"command_id"`
+		Run       string `json:"run"`
 	}
 	_ = json.Unmarshal(data, &head)
 	key := ""
 	if head.CommandID != "" && s.kv != nil {
-		sum := sha256.Sum256([]byte(r.Subject() + "\x00" + head.CommandID))
+		sum := sha256.Sum256([]byte(r.Subject() + "\x00" + head.Run + "\x00" + head.CommandID))
 		key = hex.EncodeToString(sum[:16])
 		if e, err := s.kv.Get(ctx, key); err == nil {
 			_ = r.Respond(e.Value(), micro.WithHeaders(storedHeaders(e.Value())))

@@ -111,7 +111,7 @@ func Run(ctx context.Context, o Options) error {
 	}()
 	// Wait until the command API answers before saying what to do next.
 	for i := 0; i < 200 && ctx.Err() == nil; i++ {
-		if _, err := node.Conn().Request("$SRV.PING."+api.ServiceName, nil, 100*time.Millisecond); err == nil {
+		if _, err := node.Conn().Request(api.SubjectPrefix+api.EndpointCancel, []byte("{}"), 100*time.Millisecond); err == nil {
 			break
 		}
 	}

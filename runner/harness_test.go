@@ -54,7 +54,7 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 	// Wait until the service answers.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := nc.Request("$SRV.PING.weft", nil, 200*time.Millisecond); err == nil {
+		if _, err := nc.Request("weft.api.cancel", []byte("{}"), 200*time.Millisecond); err == nil {
 			break
 		}
 	}
@@ -115,7 +115,7 @@ func (h *harness) waitStatus(run string, kind aggregate.StatusKind) aggregate.St
 // its arguments say.
 type payIn struct {
 	Amount int64  `json:"amount"`
-	Mode   string `json:"mode,omitempty" enum:"ok,hang,uncertain,crash,big"`
+	Mode   string `json:"mode,omitempty" enum:"ok,hang,uncertain,slow,big"`
 }
 
 type payOut struct {
@@ -137,6 +137,8 @@ func (b *bodies) tool() tools.Tool {
 			return payOut{}, ctx.Err()
 		case "uncertain":
 			return payOut{}, errUncertain
+		case "slow":
+			time.Sleep(time.Duration(50/max(in.Amount, 1)) * time.Millisecond)
 		case "big":
 			return payOut{ID: string(make([]byte, 0)) + longID}, nil
 		}

@@ -231,6 +231,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		_ = fwd.Unsubscribe()
 		return err
 	}
+	if err := r.nc.Flush(); err != nil {
+		return fmt.Errorf("runner: flush: %w", err)
+	}
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
