@@ -275,3 +275,54 @@ func TestAppendTooLarge(t *testing.T) {
 		t.Fatalf("head after refused append: %+v, %v", h, err)
 	}
 }
+
+// TestLoadAndSubscribeStream: loading a run of 200 single-event decisions
+// and following the whole log take a handful of client requests, not one
+// per event (issue 01: both stream efficiently). The client's outgoing
+// message count is the number of requests it made.
+func TestLoadAndSubscribeStream(t *testing.T) {
+	s := natstest.Start(t)
+	ctx := ctxT(t)
+	const n = 200
+	var h eventlog.Head
+	for i := 1; i <= n; i++ {
+		h = mustAppend(t, s.Log, "long", h, ev(int64(i)))
+	}
+	nc := s.Connect()
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := eventlog.New(js)
+	before := nc.Stats().OutMsgs
+	envs, head, err := l.Load(ctx, "long")
+	if err != nil || len(envs) != n || head != h {
+		t.Fatalf("Load: %d events head %+v, %v", len(envs), head, err)
+	}
+	reqs := nc.Stats().OutMsgs - before
+	t.Logf("Load: %d requests for %d events", reqs, n)
+	if reqs > 3 {
+		t.Fatalf("Load of %d events sent %d requests, want at most 3", n, reqs)
+	}
+
+	before = nc.Stats().OutMsgs
+	got := 0
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := l.Subscribe(sctx, 0, func(eventlog.StreamEvent) error {
+		if got++; got == n {
+			cancel()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Consumer creation, pull requests and flow control: a few dozen at
+	// most for the whole log, never one per event.
+	reqs = nc.Stats().OutMsgs - before
+	t.Logf("Subscribe: %d client messages for %d events", reqs, n)
+	if got != n || reqs >= n/4 {
+		t.Fatalf("Subscribe delivered %d events with %d client messages, want %d with fewer than %d", got, reqs, n, n/4)
+	}
+}
