@@ -567,6 +567,12 @@ func (d *decider) report(c Report) error {
 		}
 		if c.Outcome == events.OutcomeOutput && int64(len(c.Content)) > d.s.start.Limits.MaxResultBytes {
 			d.emit(events.AttemptReported{Action: c.Action, Attempt: c.Attempt, Outcome: events.OutcomeOversize, Bytes: int64(len(c.Content))})
+			if d.s.cancelling {
+				// The action is faulted, but a run being cancelled always
+				// ends cancelled (SEMANTICS.md §7): advance finishes it
+				// once nothing is in flight.
+				return nil
+			}
 			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonOutputEncodingFailed, Action: c.Action, Setting: "max_result_bytes", Limit: d.s.start.Limits.MaxResultBytes, Used: int64(len(c.Content))}, events.NotStartedRunFinished)
 			return nil
 		}

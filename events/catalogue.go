@@ -333,8 +333,8 @@ type AttemptFenced struct {
 // encoded output: action succeeded), "explain" (Message, a definite
 // failure: tool_failed, the model sees {"error": Message}), "uncertain"
 // (Evidence: never replayed) or "oversize" (Bytes over the run's max result
-// bytes: action faulted, run failed(output_encoding_failed); the effect did
-// happen).
+// bytes: action faulted, run failed(output_encoding_failed), or cancelled
+// when a cancellation is stopping the run; the effect did happen).
 type AttemptReported struct {
 	Action   string          `json:"action"`
 	Attempt  int             `json:"attempt"`
