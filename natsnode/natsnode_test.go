@@ -3,6 +3,7 @@ package natsnode_test
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -149,4 +150,58 @@ func TestDataDirInUse(t *testing.T) {
 		t.Fatalf("after Close the store is free: %v", err)
 	}
 	b.Close(ctx)
+}
+
+// TestExternalWithUserPasswordFromEnv: NATS_URL, NATS_USER and
+// NATS_PASSWORD through FromEnv reach a server requiring them; a wrong
+// password is refused.
+func TestExternalWithUserPasswordFromEnv(t *testing.T) {
+	ctx := ctxT(t)
+	conf := filepath.Join(t.TempDir(), "users.conf")
+	writeFile(t, conf, "authorization { users: [ {user: \"weft\", password: \"pw\"} ] }\n")
+	emb, err := natsnode.Start(ctx, natsnode.WithConfigFile(conf), natsnode.WithDataDir(t.TempDir()), natsnode.WithListen(0),
+		natsnode.WithNATSOptions(nats.UserInfo("weft", "pw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close(ctx)
+	env := func(password string) func(string) string {
+		return func(k string) string {
+			return map[string]string{natsnode.EnvURL: emb.URL(), natsnode.EnvUser: "weft", natsnode.EnvPassword: password}[k]
+		}
+	}
+	if n, err := natsnode.Start(ctx, append(natsnode.FromEnv(env("wrong")), natsnode.WithNATSOptions(nats.MaxReconnects(0)))...); err == nil {
+		n.Close(ctx)
+		t.Fatal("connected with a wrong password")
+	}
+	ext, err := natsnode.Start(ctx, natsnode.FromEnv(env("pw"))...)
+	if err != nil {
+		t.Fatalf("with user and password from the environment: %v", err)
+	}
+	if ext.Embedded() {
+		t.Fatal("FromEnv with NATS_URL started an embedded server")
+	}
+	ext.Close(ctx)
+}
+
+// TestFromEnvDataDir: WEFT_DATA sets the embedded store directory.
+func TestFromEnvDataDir(t *testing.T) {
+	ctx := ctxT(t)
+	dir := t.TempDir()
+	n, err := natsnode.Start(ctx, natsnode.FromEnv(func(k string) string {
+		if k == natsnode.EnvData {
+			return dir
+		}
+		return ""
+	})...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	if !n.Embedded() || n.DataDir() != dir {
+		t.Fatalf("embedded=%v dir=%q, want %q", n.Embedded(), n.DataDir(), dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "jetstream")); err != nil {
+		t.Fatalf("store not under WEFT_DATA: %v", err)
+	}
 }
