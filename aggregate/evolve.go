@@ -254,7 +254,9 @@ func (s *State) evolve(r events.Recorded) {
 		if e.Late != (a.State == ActionUncertain) {
 			s.bug(name, "action %s is %s, late %v", e.Action, a.State, e.Late)
 		}
-		a.Outcome = e.Outcome
+		// A settlement is not the body's report: Outcome keeps what ended
+		// the attempt, so that the body's own definite report is still
+		// accepted after an uncertain settlement (its return value wins).
 		switch {
 		case e.Outcome == events.OutcomeUncertain && !e.Late:
 			a.State, a.Detail = ActionUncertain, e.Summary

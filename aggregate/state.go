@@ -97,7 +97,9 @@ type Action struct {
 	Attempt  events.AttemptFenced `json:"attempt"`
 	// SettleBy is when the settle window closes (State Settling).
 	SettleBy time.Time `json:"settle_by"`
-	// Outcome of the action's last attempt as reported, for audit.
+	// Outcome is how the action's last attempt ended, for audit: the
+	// body's reported outcome or the cause of its loss (a settlement does
+	// not change it).
 	Outcome string `json:"outcome,omitempty"`
 }
 
