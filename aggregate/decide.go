@@ -196,9 +196,12 @@ func (d *decider) modelReply(c ModelReply) error {
 			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelProtocolViolation, Turn: c.Turn}, events.NotStartedRunFinished)
 			return nil
 		}
+		// The results could not be fed to another permitted turn: no turn
+		// or no token is left.
 		if d.s.turn >= l.MaxTurns {
-			// The results could not be fed to another permitted turn.
 			d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+		} else if !d.tokensLeft() {
+			d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTokenLimit, Limit: l.TokenBudget, Used: d.s.tokens}, events.NotStartedBudgetExhausted)
 		}
 	default:
 		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelProtocolViolation, Turn: c.Turn}, events.NotStartedRunFinished)
@@ -223,12 +226,19 @@ func (d *decider) finalAnswer(c ModelReply) {
 	}
 	l := d.s.start.Limits
 	attempts := max(l.AnswerAttempts, 1)
-	if d.s.corrections+1 < attempts && d.s.turn < l.MaxTurns {
+	if d.s.corrections+1 < attempts && d.s.turn < l.MaxTurns && d.tokensLeft() {
 		d.emit(events.AnswerRejected{Turn: c.Turn, Reason: reason})
 		d.requestTurn(events.TurnCorrection)
 		return
 	}
 	d.finish(events.Outcome{Kind: events.OutcomeAnswerInvalid, Raw: text, Reason: reason}, events.NotStartedRunFinished)
+}
+
+// tokensLeft reports whether another turn could be paid for: no token
+// budget, or reported usage still under it.
+func (d *decider) tokensLeft() bool {
+	b := d.s.start.Limits.TokenBudget
+	return b == 0 || d.s.tokens < b
 }
 
 func (d *decider) modelFailure(c ModelFailure) error {
