@@ -686,6 +686,14 @@ func (d *decider) settle(c Settle) error {
 	if d.s.finished {
 		return refuse("run_finished")
 	}
+	if n, limit := int64(len(c.Content)), d.s.start.Limits.MaxResultBytes; c.Outcome == events.OutcomeOutput && n > limit &&
+		(a.State == ActionSettling || a.State == ActionUncertain) {
+		// The model never reads a result over max result bytes: the
+		// settlement is refused and a person reconciles (SEMANTICS.md §2).
+		d.emit(events.SettlementRefused{Action: a.ID, Reason: string(weft.CodeNotAwaited), Summary: c.Summary})
+		return &weft.Error{Code: weft.CodeNotAwaited, Reason: "result_too_large",
+			Message: fmt.Sprintf("action %s: the settlement's content of %d bytes is over max result bytes %d; a person must reconcile", a.ID, n, limit)}
+	}
 	switch a.State {
 	case ActionSettling:
 		d.emit(events.SettlementAccepted{Action: a.ID, Attempt: a.Attempts, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Summary: c.Summary})

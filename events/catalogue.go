@@ -432,7 +432,8 @@ type SettlementAccepted struct {
 
 // SettlementRefused is emitted when a settlement is refused not_awaited (an
 // uncertain settlement of an uncertain action, a settlement for an action
-// that never ran, or any settlement on a finished run): a person must
+// that never ran, output content over the run's max result bytes, or any
+// settlement on a finished run): a person must
 // reconcile, and Summary is what they need. A settlement refused
 // already_recorded (the action has its result) is not recorded: nothing was
 // lost.
