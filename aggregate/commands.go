@@ -135,7 +135,9 @@ type Lost struct {
 // "body_running" and records nothing: the runner waits for the attempt's
 // report and decides the settlement again, which then gives already_recorded
 // (SEMANTICS.md §9). A handler settling its own call is refused not_awaited
-// by the runner at once, without deciding.
+// by the runner at once, without deciding. Output content over the run's
+// max result bytes is refused not_awaited with Reason "result_too_large"
+// (recorded as SettlementRefused): a person reconciles.
 type Settle struct {
 	Action  string
 	Outcome string
