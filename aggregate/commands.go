@@ -149,6 +149,8 @@ type Settle struct {
 // Reconcile records what happened to an uncertain action. Content is the
 // tool's encoded output, {"error": message} or {"unconfirmed": note}.
 // Stored is the stored-run form (reconcile_stored), for finished runs only.
+// On a live run the model reads Content, so content over the run's max
+// result bytes is refused payload_too_large.
 type Reconcile struct {
 	Action  string
 	Content json.RawMessage

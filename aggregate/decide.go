@@ -726,6 +726,11 @@ func (d *decider) reconcile(c Reconcile) error {
 	if err != nil {
 		return err
 	}
+	if n, limit := int64(len(c.Content)), d.s.start.Limits.MaxResultBytes; !c.Stored && n > limit {
+		// The model reads it on its next turn: the same bound as a tool
+		// result (SEMANTICS.md §2). The stored form is read by no model.
+		return weft.Errorf(weft.CodePayloadTooLarge, "reconciliation content of %d bytes is over max result bytes %d", n, limit)
+	}
 	d.emit(events.Reconciled{Action: a.ID, Kind: kind, Content: c.Content, By: c.By, Stored: c.Stored})
 	return nil
 }
