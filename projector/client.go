@@ -66,12 +66,12 @@ func call[R any, Q any](ctx context.Context, nc *nats.Conn, endpoint string, q Q
 		}
 		return r, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("query %s: %v", endpoint, err)}
 	}
-	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+	if m.Header.Get("Nats-Service-Error-Code") != "" {
 		var e ErrorReply
 		if json.Unmarshal(m.Data, &e) == nil && e.Error != nil {
 			return r, e.Error
 		}
-		return r, &weft.Error{Code: weft.Code(code), Message: m.Header.Get("Nats-Service-Error")}
+		return r, &weft.Error{Code: weft.Code(m.Header.Get("Nats-Service-Error"))}
 	}
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return r, fmt.Errorf("query %s: decode reply: %w", endpoint, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
@@ -100,9 +102,9 @@ type HistoryReply struct {
 	Next   uint64            `json:"next,omitempty"`
 }
 
-// ErrorReply is the body of every error reply; the headers
-// Nats-Service-Error-Code (the weft code) and Nats-Service-Error (the
-// message) carry the same.
+// ErrorReply is the body of every error reply. As on the command API, the
+// header Nats-Service-Error-Code carries the code's HTTP-like status
+// (api.Status) and Nats-Service-Error the protocol code.
 type ErrorReply struct {
 	Schema int         `json:"schema"`
 	Error  *weft.Error `json:"error"`
@@ -210,7 +212,13 @@ func (s *Service) respondError(req micro.Request, err error) {
 		we = &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}
 	body, _ := json.Marshal(ErrorReply{Schema: 1, Error: we})
-	_ = req.Error(string(we.Code), we.Message, body)
+	// The same header convention as the command API: the HTTP-like status
+	// in Nats-Service-Error-Code, the protocol code in Nats-Service-Error.
+	status, ok := api.Status[we.Code]
+	if !ok {
+		status = 500
+	}
+	_ = req.Error(strconv.Itoa(status), string(we.Code), body)
 }
 
 // decodeRequest decodes body into T, refusing unknown fields and schemas

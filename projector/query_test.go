@@ -3,11 +3,14 @@ package projector_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
@@ -32,8 +35,11 @@ func request[T any](t *testing.T, nc *nats.Conn, endpoint string, body string) (
 func wantError(t *testing.T, nc *nats.Conn, endpoint, body, code string) {
 	t.Helper()
 	_, m := request[struct{}](t, nc, endpoint, body)
-	if got := m.Header.Get("Nats-Service-Error-Code"); got != code {
+	if got := m.Header.Get("Nats-Service-Error"); got != code {
 		t.Fatalf("%s %s: error code %q, want %q (%s)", endpoint, body, got, code, m.Data)
+	}
+	if got, want := m.Header.Get("Nats-Service-Error-Code"), fmt.Sprint(api.Status[weft.Code(code)]); got != want {
+		t.Fatalf("%s %s: status %q, want %q", endpoint, body, got, want)
 	}
 	var e projector.ErrorReply
 	if err := json.Unmarshal(m.Data, &e); err != nil || e.Error == nil || string(e.Error.Code) != code {

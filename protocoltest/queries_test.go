@@ -107,7 +107,7 @@ func TestQueriesWithNatsCLI(t *testing.T) {
 	}
 	// An error reply: the code is a header and in the body.
 	out := d.nats(t, "req", "weft.api.query.run", `{"run":"nope"}`)
-	if !strings.Contains(out, "Nats-Service-Error-Code: unknown_run") || !strings.Contains(out, `"code":"unknown_run"`) {
+	if !strings.Contains(out, "Nats-Service-Error-Code: 404") || !strings.Contains(out, "Nats-Service-Error: unknown_run") || !strings.Contains(out, `"code":"unknown_run"`) {
 		t.Fatalf("error reply: %s", out)
 	}
 	out = d.nats(t, "micro", "info", "weft-query")

@@ -2,43 +2,145 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
+	"log/slog"
+	"os"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/worker"
 )
 
 // The commands that act on runs go through the command API (package api,
-// docs/protocol/40-commands.md).
+// docs/protocol/40-commands.md). Each invocation sends a fresh command id
+// unless --command-id names one, so that a script retrying the same command
+// gets the first answer again.
 
-func notWired(what string) error {
-	return &weft.Error{Code: weft.CodeUnavailable, Message: what + " is not wired yet: the command API client (package api) is not in this build"}
+func newCommandID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "cli-" + hex.EncodeToString(b)
+}
+
+// withAPI connects and hands the command API client to fn.
+func withAPI(ctx context.Context, e *env, fn func(ctx context.Context, c *api.Client, q *projector.Client) error) error {
+	n, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeNode(n)
+	actx, cancel := context.WithTimeout(ctx, e.timeout)
+	defer cancel()
+	err = fn(actx, api.NewClient(n.Conn()), projector.NewClient(n.Conn()))
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &weft.Error{Code: weft.CodeUnavailable, Message: "no answer from the command API within " + e.timeout.String() + " (is a runner serving weft.api.*?)"}
+	}
+	return err
+}
+
+func printReply(e *env, asJSON bool, r api.Reply) error {
+	if asJSON {
+		return printJSON(e.stdout, r)
+	}
+	fmt.Fprintf(e.stdout, "run %s: %s\n", r.Run, r.Status)
+	return nil
 }
 
 func startCommand() command {
 	return command{
 		name: "start", args: "<agent> <input>", summary: "start a run of an agent",
-		examples: []string{`weft start payment-desk "pay invoice 42"`, `weft start payment-desk "pay invoice 42" --run pay-42 --version 1`},
+		examples: []string{`weft start payment-desk "pay invoice INV-7"`, `weft start payment-desk "pay invoice INV-7" --run pay-7 --version 1`},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var req api.StartRequest
+			fs.StringVar(&req.Run, "run", "", "the run id (1-128 of [A-Za-z0-9_-]); empty: generated")
+			fs.StringVar(&req.Version, "version", "", "the agent version (empty: the one the runners serve)")
+			fs.StringVar(&req.Correlation, "correlation", "", "a correlation id for tracing")
+			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command")
+			asJSON := fs.Bool("json", false, "print the reply as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<agent> <input>"); err != nil {
 					return err
 				}
-				return notWired("start")
+				req.Agent, req.Input = args[0], args[1]
+				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, _ *projector.Client) error {
+					r, err := c.Start(ctx, req)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(e.stdout, r)
+					}
+					fmt.Fprintf(e.stdout, "run %s: %s\n", r.Run, r.Status)
+					return nil
+				})
 			}
 		},
 	}
 }
 
+// pendingRevision finds the revision of an action's open approval request
+// in the run's view, for approve and reject without --revision.
+func pendingRevision(ctx context.Context, q *projector.Client, run, action string) (int, error) {
+	v, err := q.Run(ctx, run)
+	if err != nil {
+		return 0, err
+	}
+	a, ok := v.Action(action)
+	if !ok {
+		return 0, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s", run, action)}
+	}
+	if a.Pending == nil {
+		return 0, &weft.Error{Code: weft.CodeAlreadyAnswered, Message: fmt.Sprintf("action %s of run %s has no pending approval request (state %s)", action, run, a.State)}
+	}
+	return a.Pending.Revision, nil
+}
+
 func approveCommand() command {
 	return command{
 		name: "approve", args: "<run> <action>", summary: "approve a pending approval request",
-		examples: []string{"weft approve pay-42 1/call_1 --revision 1 --credential alice-token"},
+		examples: []string{
+			"weft approve pay-7 2/call_2_1 --approver desk --credential alice",
+			"weft approve pay-7 2/call_2_1 --revision 1 --approver desk --credential alice",
+		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var req api.ApproveRequest
+			fs.IntVar(&req.Revision, "revision", 0, "the request's revision (default: the pending one, read from the run view)")
+			fs.StringVar(&req.Approver, "approver", "", "the approver (one of the agent's approvers) that verifies the credential")
+			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
+			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
+			asJSON := fs.Bool("json", false, "print the reply as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
 				}
-				return notWired("approve")
+				if req.Approver == "" || req.Credential == "" {
+					return usagef("approve needs --approver and --credential")
+				}
+				req.Run, req.Action = args[0], args[1]
+				if req.CommandID == "" {
+					req.CommandID = newCommandID()
+				}
+				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q *projector.Client) error {
+					if req.Revision == 0 {
+						var err error
+						if req.Revision, err = pendingRevision(ctx, q, req.Run, req.Action); err != nil {
+							return err
+						}
+					}
+					r, err := c.Approve(ctx, req)
+					if err != nil {
+						return err
+					}
+					return printReply(e, *asJSON, r)
+				})
 			}
 		},
 	}
@@ -47,28 +149,120 @@ func approveCommand() command {
 func rejectCommand() command {
 	return command{
 		name: "reject", args: "<run> <action>", summary: "reject a pending approval request",
-		examples: []string{`weft reject pay-42 1/call_1 --revision 1 --reason "not this month"`},
+		examples: []string{`weft reject pay-7 2/call_2_1 --reason "not this month" --approver desk --credential alice`},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var req api.RejectRequest
+			fs.IntVar(&req.Revision, "revision", 0, "the request's revision (default: the pending one, read from the run view)")
+			fs.StringVar(&req.Reason, "reason", "", "why (the model reads it)")
+			fs.StringVar(&req.Approver, "approver", "", "the approver that verifies the credential")
+			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
+			fs.StringVar(&req.By, "by", "", "who rejects, when no credential is given")
+			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
+			asJSON := fs.Bool("json", false, "print the reply as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
 				}
-				return notWired("reject")
+				if req.Reason == "" {
+					return usagef("reject needs --reason")
+				}
+				req.Run, req.Action = args[0], args[1]
+				if req.CommandID == "" {
+					req.CommandID = newCommandID()
+				}
+				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q *projector.Client) error {
+					if req.Revision == 0 {
+						var err error
+						if req.Revision, err = pendingRevision(ctx, q, req.Run, req.Action); err != nil {
+							return err
+						}
+					}
+					r, err := c.Reject(ctx, req)
+					if err != nil {
+						return err
+					}
+					return printReply(e, *asJSON, r)
+				})
 			}
 		},
 	}
 }
 
+// content builds reconciliation or settlement content from the flags: at
+// most one of output (raw JSON), errMsg and note, or a positional JSON.
+func content(output, errMsg, note string, positional []string) (json.RawMessage, string, error) {
+	n := 0
+	for _, s := range []string{output, errMsg, note} {
+		if s != "" {
+			n++
+		}
+	}
+	if len(positional) > 0 {
+		n++
+		output = positional[0]
+	}
+	if n != 1 {
+		return nil, "", usagef("give exactly one of --output JSON, --error MESSAGE, --unconfirmed NOTE")
+	}
+	switch {
+	case output != "":
+		if !json.Valid([]byte(output)) {
+			return nil, "", usagef("--output is not JSON: %s", output)
+		}
+		return json.RawMessage(output), "output", nil
+	case errMsg != "":
+		b, _ := json.Marshal(map[string]string{"error": errMsg})
+		return b, "error", nil
+	default:
+		b, _ := json.Marshal(map[string]string{"unconfirmed": note})
+		return b, "unconfirmed", nil
+	}
+}
+
 func reconcileCommand() command {
 	return command{
-		name: "reconcile", args: "<run> <action>", summary: "record what happened to an uncertain action",
-		examples: []string{`weft reconcile pay-42 1/call_2 --output '{"paid":true}'`, `weft reconcile pay-42 1/call_2 --error "card declined"`, `weft reconcile pay-42 1/call_2 --unconfirmed "asked the bank"`},
+		name: "reconcile", args: "<run> <action> [content-json]", summary: "record what happened to an uncertain action",
+		examples: []string{
+			`weft reconcile pay-13 2/call_2_1 --output '{"id":"PAY-13","status":"sent"}'`,
+			`weft reconcile pay-13 2/call_2_1 --error "the bank rejected it"`,
+			`weft reconcile pay-13 2/call_2_1 --unconfirmed "checking with the bank"`,
+			`weft reconcile pay-13 2/call_2_1 --stored --unconfirmed "asked the bank"   # on a finished run`,
+		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			output := fs.String("output", "", "the tool's output as JSON: the effect happened")
+			errMsg := fs.String("error", "", "a definite failure message: the effect did not happen")
+			note := fs.String("unconfirmed", "", "a note: the effect may or may not have happened; the run goes on")
+			stored := fs.Bool("stored", false, "reconcile an action of a finished run (resumes nothing)")
+			var req api.ReconcileRequest
+			fs.StringVar(&req.By, "by", "", "who reconciles")
+			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
+			asJSON := fs.Bool("json", false, "print the reply as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
-				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
+				if len(args) < 2 || len(args) > 3 {
+					return usagef("want <run> <action> [content-json]")
+				}
+				c, _, err := content(*output, *errMsg, *note, args[2:])
+				if err != nil {
 					return err
 				}
-				return notWired("reconcile")
+				req.Run, req.Action, req.Content = args[0], args[1], c
+				if req.CommandID == "" {
+					req.CommandID = newCommandID()
+				}
+				return withAPI(ctx, e, func(ctx context.Context, cl *api.Client, _ *projector.Client) error {
+					call := cl.Reconcile
+					if *stored {
+						call = cl.ReconcileStored
+					}
+					r, err := call(ctx, req)
+					if err != nil {
+						if !*stored && errors.Is(err, &weft.Error{Code: weft.CodeRunEnded}) {
+							return fmt.Errorf("%w (the run has finished: use --stored)", err)
+						}
+						return err
+					}
+					return printReply(e, *asJSON, r)
+				})
 			}
 		},
 	}
@@ -77,13 +271,28 @@ func reconcileCommand() command {
 func cancelCommand() command {
 	return command{
 		name: "cancel", args: "<run>", summary: "cancel a run",
-		examples: []string{`weft cancel pay-42 --reason "duplicate"`},
+		examples: []string{`weft cancel pay-7 --reason "duplicate"`},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var req api.CancelRequest
+			fs.StringVar(&req.Reason, "reason", "", "why")
+			fs.StringVar(&req.By, "by", "", "who cancels")
+			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
+			asJSON := fs.Bool("json", false, "print the reply as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
-				return notWired("cancel")
+				req.Run = args[0]
+				if req.CommandID == "" {
+					req.CommandID = newCommandID()
+				}
+				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, _ *projector.Client) error {
+					r, err := c.Cancel(ctx, req)
+					if err != nil {
+						return err
+					}
+					return printReply(e, *asJSON, r)
+				})
 			}
 		},
 	}
@@ -91,14 +300,47 @@ func cancelCommand() command {
 
 func settleCommand() command {
 	return command{
-		name: "settle", args: "<run> <action>", summary: "settle a settling tool's action",
-		examples: []string{`weft settle pay-42 1/call_2 --output '{"paid":true}' --summary "bank confirmed"`},
+		name: "settle", args: "<run> <action>", summary: "settle a settling tool's action (as its processor would)",
+		examples: []string{
+			`weft settle refund-8 1/call_1 --output '{"id":"RF-8"}' --summary "processor confirmed"`,
+			`weft settle refund-8 1/call_1 --error "card expired"`,
+		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			output := fs.String("output", "", "the tool's output as JSON")
+			errMsg := fs.String("error", "", "a definite failure (outcome explain)")
+			uncertain := fs.String("uncertain", "", "evidence that the effect is uncertain")
+			var req worker.Settlement
+			fs.StringVar(&req.Summary, "summary", "", "what a person needs if the settlement is refused (no secrets)")
+			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
+			asJSON := fs.Bool("json", false, "print the reply as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
 				}
-				return notWired("settle")
+				switch {
+				case *output != "" && *errMsg == "" && *uncertain == "":
+					if !json.Valid([]byte(*output)) {
+						return usagef("--output is not JSON: %s", *output)
+					}
+					req.Outcome, req.Content = worker.OutcomeOutput, json.RawMessage(*output)
+				case *errMsg != "" && *output == "" && *uncertain == "":
+					req.Outcome, req.Message = worker.OutcomeExplain, *errMsg
+				case *uncertain != "" && *output == "" && *errMsg == "":
+					req.Outcome, req.Evidence = worker.OutcomeUncertain, *uncertain
+				default:
+					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
+				}
+				req.Schema, req.Run, req.Action = 1, args[0], args[1]
+				if req.CommandID == "" {
+					req.CommandID = newCommandID()
+				}
+				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, _ *projector.Client) error {
+					r, err := c.Settle(ctx, req)
+					if err != nil {
+						return err
+					}
+					return printReply(e, *asJSON, r)
+				})
 			}
 		},
 	}
@@ -106,11 +348,34 @@ func settleCommand() command {
 
 func devCommand() command {
 	return command{
-		name: "dev", summary: "run the payment-desk demo on an embedded NATS server (runner, worker, projector)",
-		examples: []string{"weft dev", "weft dev --listen 4222   # then: nats --server nats://127.0.0.1:4222 micro ls"},
+		name: "dev", summary: "run the payment-desk demo: embedded NATS, runner, worker, projector",
+		examples: []string{
+			"weft dev",
+			"weft dev --listen 4222 --data /tmp/weft-dev   # then, elsewhere: export NATS_URL=nats://127.0.0.1:4222",
+			"weft dev --nats nats://127.0.0.1:4222          # against an external nats-server -js",
+		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var o demo.Options
+			fs.StringVar(&o.Listen, "listen", "4222", "loopback port (or host:port) of the embedded server; 0 picks a free one")
+			fs.StringVar(&o.DataDir, "data", "", "the embedded server's store directory (default $WEFT_DATA, else the user's state dir)")
+			verbose := fs.Bool("v", false, "log what the runtime does")
 			return func(ctx context.Context, e *env, args []string) error {
-				return notWired("dev")
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				if e.urlGiven {
+					o.NATSURL = e.url
+				}
+				if o.DataDir == "" {
+					o.DataDir = os.Getenv(natsnode.EnvData)
+				}
+				o.Stdout = e.stdout
+				level := slog.LevelWarn
+				if *verbose {
+					level = slog.LevelInfo
+				}
+				o.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+				return demo.Run(ctx, o)
 			}
 		},
 	}

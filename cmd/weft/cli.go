@@ -72,6 +72,7 @@ type command struct {
 type env struct {
 	stdout, stderr io.Writer
 	url            string
+	urlGiven       bool // --nats or NATS_URL was given (dev then uses it)
 	timeout        time.Duration
 	json           bool
 }
@@ -206,6 +207,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err.Error()}
 	}
+	e.urlGiven = e.url != ""
 	if e.url == "" {
 		e.url = DefaultURL
 	}
