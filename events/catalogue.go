@@ -2,6 +2,7 @@ package events
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 
 	"github.com/weftrun/weft/model"
@@ -61,9 +62,14 @@ const Infinite Millis = -1
 func MillisOf(d time.Duration) Millis { return Millis(d / time.Millisecond) }
 
 // Duration converts m to a time.Duration; Infinite gives 0 and ok false.
+// A value over the largest time.Duration (about 292 years; approval expiry
+// allows up to 2^53-1 ms) saturates to it instead of overflowing.
 func (m Millis) Duration() (d time.Duration, ok bool) {
 	if m < 0 {
 		return 0, false
+	}
+	if m > Millis(math.MaxInt64/int64(time.Millisecond)) {
+		return time.Duration(math.MaxInt64), true
 	}
 	return time.Duration(m) * time.Millisecond, true
 }

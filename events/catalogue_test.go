@@ -3,6 +3,7 @@ package events
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"reflect"
 	"slices"
@@ -128,5 +129,22 @@ func TestProtocolDocListsEveryEvent(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+string(n)+"`") {
 			t.Errorf("docs/protocol/20-events.md does not document %s", n)
 		}
+	}
+}
+
+// TestMillisDurationSaturates checks that the longest limits (approval
+// expiry allows 2^53-1 ms) never overflow into a negative duration, which
+// would put a deadline in the past (scenario 20).
+func TestMillisDurationSaturates(t *testing.T) {
+	for _, m := range []Millis{1<<53 - 1, Millis(math.MaxInt64 / int64(time.Millisecond)), Millis(math.MaxInt64/int64(time.Millisecond)) + 1} {
+		if d, ok := m.Duration(); !ok || d < time.Duration(math.MaxInt64/int64(time.Millisecond))*time.Millisecond {
+			t.Errorf("%d ms: %v %v", m, d, ok)
+		}
+	}
+	if d, ok := Millis(1500).Duration(); !ok || d != 1500*time.Millisecond {
+		t.Errorf("1500 ms: %v %v", d, ok)
+	}
+	if _, ok := Infinite.Duration(); ok {
+		t.Error("infinite has a duration")
 	}
 }
