@@ -159,7 +159,7 @@ func printView(w io.Writer, v projections.RunView) {
 			if a.Pending.Expires != nil {
 				exp = a.Pending.Expires.Format(time.RFC3339)
 			}
-			fmt.Fprintf(w, "\nwaiting for approval: %s %s %s revision %d requirement %s v%d, expires %s\n  approve: weft approve %s %s --revision %d --credential <token>\n",
+			fmt.Fprintf(w, "\nwaiting for approval: %s %s %s revision %d requirement %s v%d, expires %s\n  approve: weft approve %s %s --revision %d --approver <approver> --credential <credential>\n",
 				a.ID, a.Tool, oneLine(string(a.Arguments), 60), a.Pending.Revision, a.Pending.Requirement.Name, a.Pending.Requirement.Version, exp, v.Run, a.ID, a.Pending.Revision)
 		}
 		if a.State == projections.StateUncertain {
