@@ -84,13 +84,13 @@ type dev struct {
 	out *bytes.Buffer
 }
 
-// startDev runs `weft dev` on a free port with its store in a temp dir and
+// startDev runs `weft dev args...` on a free port with its store in a temp dir and
 // waits until its services answer; it stops it (SIGTERM) on cleanup.
-func startDev(t *testing.T) *dev {
+func startDev(t *testing.T, args ...string) *dev {
 	t.Helper()
 	port := freePort(t)
 	d := &dev{url: fmt.Sprintf("nats://127.0.0.1:%d", port), out: &bytes.Buffer{}}
-	cmd := exec.Command(weftBin, "dev", "--listen", fmt.Sprint(port), "--data", t.TempDir())
+	cmd := exec.Command(weftBin, append([]string{"dev", "--listen", fmt.Sprint(port), "--data", t.TempDir()}, args...)...)
 	cmd.Stdout, cmd.Stderr = d.out, d.out
 	cmd.Env = append(os.Environ(), "NATS_URL=")
 	if err := cmd.Start(); err != nil {
