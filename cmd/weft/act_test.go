@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/natstest"
+)
+
+// TestCLIActsOnRuns runs the demo (runner, worker, projector) against an
+// external server — a real nats-server the test starts, which the demo only
+// connects to — and drives runs with the CLI's acting commands.
+func TestCLIActsOnRuns(t *testing.T) {
+	s := natstest.Start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- runDev(ctx, demo.Options{NATSURL: s.URL, Ready: func(url string) { ready <- url }}, nil)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("dev: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("dev stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("dev never ready")
+	}
+	t.Setenv("NATS_URL", s.URL)
+
+	if code, out, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "cli-7"); code != 0 || !strings.Contains(out, "run cli-7: working") {
+		t.Fatalf("start: %d %s %s", code, out, errs)
+	}
+	if code, _, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "cli-7"); code != exitFailed || !strings.Contains(errs, "already_started") {
+		t.Fatalf("start again: %d %s", code, errs)
+	}
+	waitShow(t, "cli-7", "awaiting_approval")
+	_, out, _ := cli(t, "inbox", "approvals", "--run", "cli-7", "--json")
+	if !strings.Contains(out, `"action": "2/call_2_1"`) {
+		t.Fatalf("inbox: %s", out)
+	}
+	if code, _, errs := cli(t, "approve", "cli-7", "2/call_2_1"); code != exitUsage {
+		t.Fatalf("approve without credential: %d %s", code, errs)
+	}
+	// No --revision: the CLI reads the pending one from the run view.
+	if code, out, errs := cli(t, "approve", "cli-7", "2/call_2_1", "--approver", "desk", "--credential", "alice"); code != 0 {
+		t.Fatalf("approve: %d %s %s", code, out, errs)
+	}
+	waitShow(t, "cli-7", "status     finished: completed")
+	if code, _, errs := cli(t, "approve", "cli-7", "2/call_2_1", "--revision", "1", "--approver", "desk", "--credential", "alice"); code != exitFailed || !strings.Contains(errs, "run_ended") {
+		t.Fatalf("approve again: %d %s", code, errs)
+	}
+
+	// INV-13's gateway times out after sending: uncertain, then reconciled.
+	cli(t, "start", "payment-desk", "pay invoice INV-13", "--run", "cli-13")
+	waitShow(t, "cli-13", "effect uncertain: 2/call_2_1")
+	if code, _, errs := cli(t, "reconcile", "cli-13", "2/call_2_1"); code != exitUsage {
+		t.Fatalf("reconcile without content: %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "reconcile", "cli-13", "2/call_2_1", "--unconfirmed", "checking with the bank"); code != 0 {
+		t.Fatalf("reconcile: %d %s %s", code, out, errs)
+	}
+	out = waitShow(t, "cli-13", "status     finished: completed")
+	if !strings.Contains(out, "reconciled") {
+		t.Fatalf("show after reconcile:\n%s", out)
+	}
+
+	// Cancel a run waiting for approval; cancelling again is run_ended.
+	cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "cli-cancel")
+	waitShow(t, "cli-cancel", "awaiting_approval")
+	if code, out, errs := cli(t, "cancel", "cli-cancel", "--reason", "duplicate"); code != 0 {
+		t.Fatalf("cancel: %d %s %s", code, out, errs)
+	}
+	waitShow(t, "cli-cancel", "finished: cancelled")
+	if code, _, errs := cli(t, "cancel", "cli-cancel"); code != exitFailed || !strings.Contains(errs, "run_ended") {
+		t.Fatalf("cancel again: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "settle", "cli-cancel", "2/call_2_1", "--output", `{"id":"x"}`); code != exitFailed {
+		t.Fatalf("settle of a not-settling action: %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "audit", "verify", "cli-13"); code != 0 {
+		t.Fatalf("audit verify: %d %s %s", code, out, errs)
+	}
+}
+
+// waitShow polls `weft show run` until its output contains want.
+func waitShow(t *testing.T, run, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, out, _ := cli(t, "show", run)
+		if strings.Contains(out, want) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("show %s never showed %q:\n%s", run, want, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
