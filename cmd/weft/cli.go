@@ -74,7 +74,6 @@ type env struct {
 	url            string
 	urlGiven       bool // --nats or NATS_URL was given (dev then uses it)
 	timeout        time.Duration
-	json           bool
 }
 
 // connect connects to the server the command line names.

@@ -44,14 +44,6 @@ func withQuery(ctx context.Context, e *env, fn func(ctx context.Context, c *proj
 	return fn(qctx, projector.NewClient(n.Conn()))
 }
 
-func ago(now, t time.Time) string {
-	d := now.Sub(t).Round(time.Second)
-	if d < 0 {
-		d = 0
-	}
-	return d.String() + " ago"
-}
-
 func runsCommand() command {
 	return command{
 		name: "runs", summary: "list runs, most recently changed first",
