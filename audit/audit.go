@@ -76,15 +76,24 @@ func ReadExport(r io.Reader) ([]events.Envelope, error) {
 
 // The kinds of Problem.
 const (
-	KindParse    = "parse"    // a line of an export is not an envelope
-	KindEmpty    = "empty"    // no events
-	KindSequence = "sequence" // another run's event, or versions not 1, 2, 3, …
-	KindChain    = "chain"    // a hash link is broken
-	KindHead     = "head"     // the last event does not hash to the expected head
-	KindDecode   = "decode"   // a payload does not decode
-	KindRefold   = "refold"   // the decision core refuses the history
-	KindMismatch = "mismatch" // the projection disagrees with the aggregate
-	KindView     = "view"     // the stored view differs from the refolded one
+	// KindParse means a line of an export is not an envelope.
+	KindParse = "parse"
+	// KindEmpty means no events.
+	KindEmpty = "empty"
+	// KindSequence means another run's event, or versions not 1, 2, 3, ….
+	KindSequence = "sequence"
+	// KindChain means a hash link is broken.
+	KindChain = "chain"
+	// KindHead means the last event does not hash to the expected head.
+	KindHead = "head"
+	// KindDecode means a payload does not decode.
+	KindDecode = "decode"
+	// KindRefold means the decision core refuses the history.
+	KindRefold = "refold"
+	// KindMismatch means the projection disagrees with the aggregate.
+	KindMismatch = "mismatch"
+	// KindView means the stored view differs from the refolded one.
+	KindView = "view"
 )
 
 // Problem is the first thing wrong with a history. Version (and ID) name the

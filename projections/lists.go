@@ -180,10 +180,12 @@ type ListPage struct {
 	Next   string    `json:"next,omitempty"`
 }
 
-// DefaultLimit and MaxLimit bound ListQuery.Limit.
+// The bounds of ListQuery.Limit.
 const (
+	// DefaultLimit is the page size when ListQuery.Limit is 0.
 	DefaultLimit = 50
-	MaxLimit     = 1000
+	// MaxLimit is the largest page size.
+	MaxLimit = 1000
 )
 
 var nameGrammar = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)

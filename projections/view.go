@@ -35,34 +35,60 @@ import (
 
 // The run statuses of SEMANTICS.md §6.
 const (
-	StatusWorking    = "working"
+	// StatusWorking means a model call or an action is in flight under a
+	// live runner.
+	StatusWorking = "working"
+	// StatusUnattended means the run was handed off and no runner has
+	// recovered it yet.
 	StatusUnattended = "unattended"
-	StatusSuspended  = "suspended"
-	StatusFinished   = "finished"
+	// StatusSuspended means nothing is in flight and people must answer
+	// approvals or reconcile uncertain effects.
+	StatusSuspended = "suspended"
+	// StatusFinished means the run reached its outcome.
+	StatusFinished = "finished"
 )
 
 // Statuses lists the run statuses in their documented order.
 var Statuses = []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
 
-// The action states of SEMANTICS.md §5, plus "requested" (the model asked for
-// the call; validation and policy have not answered yet) and "settling" (a
-// settling tool was stopped and its settle window is open).
+// The action states of SEMANTICS.md §5 (the names aggregate.ActionState
+// uses).
 const (
-	StateRequested        = "requested"
-	StateQueued           = "queued"
-	StateRunning          = "running"
-	StateSettling         = "settling"
+	// StateRequested means the model asked for the call; validation and
+	// policy have not answered yet.
+	StateRequested = "requested"
+	// StateQueued means the action may run and waits for a slot (or a
+	// replay waits for its fence).
+	StateQueued = "queued"
+	// StateRunning means an attempt is fenced: its body may be running.
+	StateRunning = "running"
+	// StateSettling means a settling tool's body was stopped and its settle
+	// window is open.
+	StateSettling = "settling"
+	// StateAwaitingApproval means a person's approval is requested.
 	StateAwaitingApproval = "awaiting_approval"
-	StateUncertain        = "uncertain"
-	StateSucceeded        = "succeeded"
-	StateToolFailed       = "tool_failed"
-	StateDenied           = "denied"
-	StateRejected         = "rejected"
+	// StateUncertain means the effect may or may not have happened.
+	StateUncertain = "uncertain"
+	// StateSucceeded means the body returned its output.
+	StateSucceeded = "succeeded"
+	// StateToolFailed means the body failed definitely (Explain).
+	StateToolFailed = "tool_failed"
+	// StateDenied means the policy denied the action.
+	StateDenied = "denied"
+	// StateRejected means a person rejected it or its request expired.
+	StateRejected = "rejected"
+	// StateInvalidArguments means the arguments did not validate.
 	StateInvalidArguments = "invalid_arguments"
-	StateUnknownTool      = "unknown_tool"
-	StateReconciled       = "reconciled"
-	StateNotStarted       = "not_started"
-	StateFaulted          = "faulted"
+	// StateUnknownTool means no tool has the called name.
+	StateUnknownTool = "unknown_tool"
+	// StateReconciled means a person or a late settlement said what
+	// happened.
+	StateReconciled = "reconciled"
+	// StateNotStarted means the action ended without ever starting.
+	StateNotStarted = "not_started"
+	// StateFaulted means the result could not be fed to the model (over max
+	// result bytes); the effect did happen.
+	StateFaulted = "faulted"
 )
 
 // SummaryBytes is the longest result summary a view keeps; longer contents

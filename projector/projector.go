@@ -49,11 +49,17 @@ import (
 
 // The KV buckets of the read models.
 const (
-	BucketViews     = "weft_views"
-	BucketRuns      = "weft_runs"
+	// BucketViews holds each run's projections.RunView under the run id.
+	BucketViews = "weft_views"
+	// BucketRuns holds each run's projections.Summary under the run id.
+	BucketRuns = "weft_runs"
+	// BucketApprovals holds the pending approval requests under
+	// projections.ItemKey.
 	BucketApprovals = "weft_inbox_approvals"
+	// BucketUncertain holds the uncertain effects under projections.ItemKey.
 	BucketUncertain = "weft_inbox_uncertain"
-	BucketState     = "weft_projector"
+	// BucketState holds the projector's checkpoint.
+	BucketState = "weft_projector"
 	// KeyCheckpoint is the checkpoint's key in BucketState.
 	KeyCheckpoint = "checkpoint"
 )

@@ -24,24 +24,34 @@ import (
 
 // The query service's name, version and subject prefix.
 const (
-	ServiceName    = "weft-query"
+	// ServiceName is the micro service's name ("nats micro ls").
+	ServiceName = "weft-query"
+	// ServiceVersion is the micro service's version.
 	ServiceVersion = "1.0.0"
-	QueryPrefix    = "weft.api.query"
+	// QueryPrefix prefixes every endpoint's subject.
+	QueryPrefix = "weft.api.query"
 )
 
 // The query endpoints; each listens on QueryPrefix + "." + name.
 const (
-	EndpointRun       = "run"
-	EndpointList      = "list"
+	// EndpointRun answers a run's view.
+	EndpointRun = "run"
+	// EndpointList answers a page of runs.
+	EndpointList = "list"
+	// EndpointApprovals answers the approvals inbox.
 	EndpointApprovals = "approvals"
+	// EndpointUncertain answers the uncertain-effects inbox.
 	EndpointUncertain = "uncertain"
-	EndpointHistory   = "history"
+	// EndpointHistory answers a page of a run's events.
+	EndpointHistory = "history"
 )
 
-// DefaultHistoryLimit and MaxHistoryLimit bound a history page.
+// The bounds of a history page.
 const (
+	// DefaultHistoryLimit is the page size when HistoryRequest.Limit is 0.
 	DefaultHistoryLimit = 500
-	MaxHistoryLimit     = 5000
+	// MaxHistoryLimit is the largest page size.
+	MaxHistoryLimit = 5000
 )
 
 // RunRequest asks for one run's view.
