@@ -306,17 +306,17 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 		}
 		rn.dispatched[key] = true
 	}
+	// A draining runner starts no model call and resolves no new calls:
+	// the runner that takes the run over does.
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
 	// The model call of a requested turn.
-	if w.Model != nil && rn.modelTurn != w.Model.Turn {
-		r.mu.Lock()
-		draining := r.draining
-		r.mu.Unlock()
-		if !draining {
-			r.callModel(rn, *w.Model)
-		}
+	if w.Model != nil && rn.modelTurn != w.Model.Turn && !draining {
+		r.callModel(rn, *w.Model)
 	}
 	// Validation and policy for a tool request, decided at once.
-	if w.Resolve != nil {
+	if w.Resolve != nil && !draining {
 		cmd := r.resolve(ctx, rn, *w.Resolve)
 		if err := r.step(ctx, rn, cmd); err != nil {
 			r.log.Error("resolve calls", "run", rn.id, "err", err)

@@ -57,6 +57,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/provision"
@@ -236,9 +237,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 
 	bg, stopBG := context.WithCancel(context.Background())
+	hb, stopHeartbeat := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); r.heartbeatLoop(bg) }()
+	go func() { defer wg.Done(); r.heartbeatLoop(hb) }()
 	go func() { defer wg.Done(); r.scanLoop(bg) }()
 	go func() {
 		defer wg.Done()
@@ -258,23 +260,59 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	<-ctx.Done()
 
-	// Drain: stop taking commands, let bodies and model calls finish.
+	// Drain: stop taking commands and starting model calls; let running
+	// bodies (in this process's worker) and model calls in flight finish
+	// within the drain window and be recorded; then hand the runs off.
+	// The heartbeat goes on until the hand-off, so nobody takes over early.
 	r.mu.Lock()
 	r.draining = true
 	r.mu.Unlock()
 	r.tel.Emit(context.Background(), telemetry.Drain, "runner", r.id)
 	_ = svc.Stop()
 	stopBG()
-	stopWorker()
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
 	defer cancelDrain()
+	for drainCtx.Err() == nil && r.busy() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopWorker()
 	waitCtx(drainCtx, wdone)
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
 	r.handOffAll(context.Background())
 	_ = fwd.Unsubscribe()
+	stopHeartbeat()
 	wg.Wait()
 	_ = r.live.Delete(context.Background(), r.id)
 	return nil
+}
+
+// busy reports whether a driven run has a body running or a model call
+// in flight.
+func (r *Runner) busy() bool {
+	r.mu.Lock()
+	list := make([]*run, 0, len(r.runs))
+	for _, rn := range r.runs {
+		list = append(list, rn)
+	}
+	r.mu.Unlock()
+	for _, rn := range list {
+		select {
+		case rn.sem <- struct{}{}:
+		default:
+			return true // a command is being applied
+		}
+		running := rn.modelTurn != 0
+		for _, a := range rn.state.Actions() {
+			if a.State == aggregate.ActionRunning {
+				running = true
+			}
+		}
+		rn.unlock()
+		if running {
+			return true
+		}
+	}
+	return false
 }
 
 func waitCtx(ctx context.Context, ch <-chan struct{}) {

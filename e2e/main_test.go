@@ -1,0 +1,225 @@
+// Package e2e_test proves the SEMANTICS §12 recovery scenarios (30–35)
+// with real runner processes: TestMain re-executes the test binary as a
+// runner when WEFT_E2E_RUNNER is set, and the tests kill those processes
+// with SIGKILL or SIGTERM at the named moment. A side ledger (a file each
+// body start appends an fsynced line to) counts real body starts; the
+// assertions are on it.
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/worker"
+)
+
+const lease = 500 * time.Millisecond
+
+func TestMain(m *testing.M) {
+	if os.Getenv("WEFT_E2E_RUNNER") != "" {
+		os.Exit(runnerMain())
+	}
+	os.Exit(m.Run())
+}
+
+// runnerMain is the runner process: the e2e agent with its in-process
+// worker, on NATS_URL, until SIGTERM.
+func runnerMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	nc, err := nats.Connect(os.Getenv("NATS_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer nc.Close()
+	js, _ := jetstreamNew(nc)
+	a, err := e2eAgent(os.Getenv("WEFT_E2E_LEDGER"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := runner.New(nc, js, []*agent.Agent{a}, runner.WithID(os.Getenv("WEFT_E2E_RUNNER")), runner.WithLease(lease),
+		runner.WithDrainWindow(10*time.Second), runner.WithLogger(logger), runner.WithWorkerOptions(worker.WithAckWait(time.Second)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := r.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+type env struct {
+	t      *testing.T
+	srv    *natstest.Server
+	ledger string
+	client *api.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := natstest.Start(t, natstest.WithAssets(runner.Assets(lease)...))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := runner.Provision(ctx, srv.JS, lease); err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, srv: srv, ledger: filepath.Join(t.TempDir(), "ledger"), client: api.NewClient(srv.Conn)}
+}
+
+// proc is a runner subprocess.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// spawn starts a runner process called id and waits until it serves.
+func (e *env) spawn(id string) *proc {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WEFT_E2E_RUNNER="+id, "NATS_URL="+e.srv.URL, "WEFT_E2E_LEDGER="+e.ledger)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() { _ = cmd.Process.Kill(); <-p.done })
+	// Serving once its liveness key exists and the API answers.
+	deadline := time.Now().Add(20 * time.Second)
+	kv, err := e.srv.JS.KeyValue(context.Background(), runner.RunnersBucket)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for {
+		if _, err := kv.Get(context.Background(), id); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("runner %s never served", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return p
+}
+
+func (p *proc) kill(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	if sig == syscall.SIGTERM {
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("runner did not drain within 20 s")
+		}
+	} else {
+		<-p.done
+	}
+}
+
+// starts counts the ledger's body starts of run's action.
+func (e *env) starts(run, action string) int {
+	f, err := os.Open(e.ledger)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	n := 0
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) == 4 && fs[0] == run && fs[1] == action {
+			n++
+		}
+	}
+	return n
+}
+
+func (e *env) waitStarts(run, action string, n int) {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for e.starts(run, action) < n {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("%s %s: %d body starts, waiting for %d", run, action, e.starts(run, action), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) state(run string) aggregate.State {
+	e.t.Helper()
+	envs, _, err := e.srv.Log.Load(context.Background(), run)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+	}
+	return aggregate.Fold(recs)
+}
+
+func (e *env) waitFor(run, what string, cond func(aggregate.State) bool) aggregate.State {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := e.state(run)
+		if s.Exists() && cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("run %s: timed out waiting for %s; status %+v actions %+v", run, what, aggregate.Status(s), s.Actions())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (e *env) waitStatus(run string, k aggregate.StatusKind) aggregate.State {
+	e.t.Helper()
+	return e.waitFor(run, string(k), func(s aggregate.State) bool { return aggregate.Status(s).Kind == k })
+}
+
+func (e *env) start(run string, in input) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.client.Start(ctx, api.StartRequest{Run: run, Agent: "e2e", Input: in.String()}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func cctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+var _ = fmt.Sprint

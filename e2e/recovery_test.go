@@ -1,0 +1,179 @@
+package e2e_test
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/tools"
+)
+
+// Scenario 30: runner killed (SIGKILL) while a replayable body runs →
+// recovery restarts it once (2 starts, replays 1), the run completes.
+func TestScenario30_KillDuringReplayableBody(t *testing.T) {
+	e := newEnv(t)
+	a := e.spawn("ra")
+	e.start("r30", input{Calls: []call{{Tool: "read", Args: workIn{MS: 60000, Block: true}}}})
+	e.waitStarts("r30", "1/call_1_1", 1)
+	e.spawn("rb")
+	a.kill(t, syscall.SIGKILL)
+	s := e.waitStatus("r30", aggregate.StatusFinished)
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %+v", out)
+	}
+	act, _ := s.Action("1/call_1_1")
+	if n := e.starts("r30", "1/call_1_1"); n != 2 || act.Replays() != 1 {
+		t.Fatalf("body starts %d (ledger), replays %d; want 2 and 1", n, act.Replays())
+	}
+}
+
+// Scenario 32: runner killed while a non-replayable tool runs → recovery →
+// suspended with one uncertain action (lost-runner evidence); reconcile →
+// completes; body started exactly once.
+func TestScenario32_KillDuringNonReplayableBody(t *testing.T) {
+	e := newEnv(t)
+	a := e.spawn("ra")
+	e.start("r32", input{Calls: []call{{Tool: "write", Args: workIn{MS: 60000, Block: true}}}})
+	e.waitStarts("r32", "1/call_1_1", 1)
+	e.spawn("rb")
+	a.kill(t, syscall.SIGKILL)
+	s := e.waitStatus("r32", aggregate.StatusSuspended)
+	act, _ := s.Action("1/call_1_1")
+	if act.State != aggregate.ActionUncertain || !strings.Contains(act.Detail, "runner") {
+		t.Fatalf("action %s %q, want uncertain with lost-runner evidence", act.State, act.Detail)
+	}
+	if _, err := e.client.Reconcile(cctx(t), api.ReconcileRequest{CommandID: "rc", Run: "r32", Action: act.ID, Content: []byte(`{"done":"by hand"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	s = e.waitStatus("r32", aggregate.StatusFinished)
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %+v", out)
+	}
+	if n := e.starts("r32", "1/call_1_1"); n != 1 {
+		t.Fatalf("body started %d times", n)
+	}
+}
+
+// Scenario 31: approval pending, whole node killed (runner SIGKILL and the
+// NATS server restarted) → the same request is pending; approve → the tool
+// runs exactly once.
+func TestScenario31_NodeKilledWithPendingApproval(t *testing.T) {
+	e := newEnv(t)
+	a := e.spawn("ra")
+	e.start("r31", input{Calls: []call{{Tool: "write", Args: workIn{Amount: 500}}}})
+	s := e.waitStatus("r31", aggregate.StatusSuspended)
+	before, _ := s.Action("1/call_1_1")
+	a.kill(t, syscall.SIGKILL)
+	e.srv.Restart()
+	e.client = api.NewClient(e.srv.Conn)
+	e.spawn("rb")
+	s = e.state("r31")
+	act, _ := s.Action("1/call_1_1")
+	if act.State != aggregate.ActionAwaitingApproval || act.Request.Revision != before.Request.Revision {
+		t.Fatalf("after restart: %s revision %d, want awaiting_approval revision %d", act.State, act.Request.Revision, before.Request.Revision)
+	}
+	if _, err := e.client.Approve(cctx(t), api.ApproveRequest{CommandID: "a", Run: "r31", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	s = e.waitStatus("r31", aggregate.StatusFinished)
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %+v", out)
+	}
+	if n := e.starts("r31", "1/call_1_1"); n != 1 {
+		t.Fatalf("body started %d times", n)
+	}
+}
+
+// Scenario 33: SIGTERM while a tool runs → the tool finishes, its result is
+// recorded, the run is handed off; a restarted runner completes it with
+// nothing uncertain.
+func TestScenario33_SigtermWhileToolRuns(t *testing.T) {
+	e := newEnv(t)
+	a := e.spawn("ra")
+	e.start("r33", input{Calls: []call{{Tool: "write", Args: workIn{MS: 1000}}}})
+	e.waitStarts("r33", "1/call_1_1", 1)
+	a.kill(t, syscall.SIGTERM)
+	s := e.state("r33")
+	act, _ := s.Action("1/call_1_1")
+	if act.State != aggregate.ActionSucceeded || !s.HandedOff() {
+		t.Fatalf("after drain: action %s, handed off %v", act.State, s.HandedOff())
+	}
+	e.spawn("rb")
+	s = e.waitStatus("r33", aggregate.StatusFinished)
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %+v", out)
+	}
+	if st := aggregate.Status(s); len(st.Uncertain) != 0 {
+		t.Fatalf("uncertain actions %v", st.Uncertain)
+	}
+	if n := e.starts("r33", "1/call_1_1"); n != 1 {
+		t.Fatalf("body started %d times", n)
+	}
+}
+
+// Scenario 34: an approved tool not yet started at a loss → a new approval
+// request (higher revision); the old reference → stale_reference;
+// approving the new one runs the tool once.
+func TestScenario34_ApprovedNotStartedAtLoss(t *testing.T) {
+	e := newEnv(t)
+	a := e.spawn("ra")
+	// Concurrency 1: the read blocks the only slot, so the approved write
+	// stays queued.
+	e.start("r34", input{Calls: []call{{Tool: "read", Args: workIn{MS: 60000, Block: true}}, {Tool: "write", Args: workIn{Amount: 500}}}})
+	e.waitStarts("r34", "1/call_1_1", 1)
+	s := e.waitFor("r34", "approval", func(s aggregate.State) bool { return len(aggregate.Status(s).Approvals) == 1 })
+	old, _ := s.Action("1/call_1_2")
+	if _, err := e.client.Approve(cctx(t), api.ApproveRequest{CommandID: "a1", Run: "r34", Action: old.ID, Revision: old.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("r34", "queued", func(s aggregate.State) bool { a, _ := s.Action("1/call_1_2"); return a.State == aggregate.ActionQueued })
+	e.spawn("rb")
+	a.kill(t, syscall.SIGKILL)
+	s = e.waitFor("r34", "re-asked approval", func(s aggregate.State) bool {
+		a, _ := s.Action("1/call_1_2")
+		return a.State == aggregate.ActionAwaitingApproval && a.Request.Revision > old.Request.Revision
+	})
+	_, err := e.client.Approve(cctx(t), api.ApproveRequest{CommandID: "a2", Run: "r34", Action: old.ID, Revision: old.Request.Revision, Approver: "desk", Credential: "alice"})
+	if weft.ErrorCode(err) != weft.CodeStaleReference {
+		t.Fatalf("old reference: %v", err)
+	}
+	cur, _ := s.Action("1/call_1_2")
+	if _, err := e.client.Approve(cctx(t), api.ApproveRequest{CommandID: "a3", Run: "r34", Action: cur.ID, Revision: cur.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	s = e.waitStatus("r34", aggregate.StatusFinished)
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %+v", out)
+	}
+	if n := e.starts("r34", "1/call_1_2"); n != 1 {
+		t.Fatalf("approved write started %d times", n)
+	}
+}
+
+// Scenario 35: a model reply in flight at SIGTERM is waited for and
+// recorded; recovery runs the requested tool.
+func TestScenario35_ModelReplyInFlightAtSigterm(t *testing.T) {
+	e := newEnv(t)
+	a := e.spawn("ra")
+	e.start("r35", input{ModelMS: 800, Calls: []call{{Tool: "write", Args: workIn{}}}})
+	e.waitFor("r35", "model requested", func(s aggregate.State) bool { return s.Turn() == 1 })
+	a.kill(t, syscall.SIGTERM)
+	s := e.state("r35")
+	if len(s.Actions()) != 1 || !s.HandedOff() {
+		t.Fatalf("after drain: %d actions, handed off %v; the reply was not recorded", len(s.Actions()), s.HandedOff())
+	}
+	e.spawn("rb")
+	s = e.waitStatus("r35", aggregate.StatusFinished)
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %+v", out)
+	}
+	if n := e.starts("r35", "1/call_1_1"); n != 1 {
+		t.Fatalf("tool started %d times", n)
+	}
+}
+
+var _ = tools.Unconfirmed
