@@ -219,8 +219,13 @@ func (p *Projector) project(ctx context.Context, env events.Envelope) error {
 		}
 		var c projections.Change
 		switch {
-		case r.Version <= old.Version:
+		case r.Version < old.Version:
 			return nil // already projected
+		case r.Version == old.Version:
+			// The last event this view folded, delivered again: the
+			// projector may have stopped between the view and what derives
+			// from it, so write those again (idempotent).
+			return p.repair(ctx, old)
 		case r.Version == old.Version+1:
 			c = projections.Step(old, r)
 		default:
@@ -387,4 +392,35 @@ func RunAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// repair rewrites what derives from a stored view: its summary and inbox
+// items, deleting the run's inbox keys the view no longer accounts for.
+func (p *Projector) repair(ctx context.Context, v projections.RunView) error {
+	c := projections.Change{View: v, Summary: projections.Summarize(v),
+		Approvals: projections.ApprovalItems(v), Uncertain: projections.UncertainItems(v)}
+	var err error
+	if c.DropApprovals, err = stale(ctx, p.approvals, v.Run, c.Approvals, func(it projections.ApprovalItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+		return err
+	}
+	if c.DropUncertain, err = stale(ctx, p.uncertain, v.Run, c.Uncertain, func(it projections.UncertainItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+		return err
+	}
+	return p.storeDerived(ctx, c)
+}
+
+// stale lists the keys of run's items in kv that are not among items.
+func stale[T any](ctx context.Context, kv jetstream.KeyValue, run string, items []T, key func(T) string) ([]string, error) {
+	l, err := kv.ListKeysFiltered(ctx, run+".>")
+	if err != nil {
+		return nil, fmt.Errorf("projector: list %s %s: %w", kv.Bucket(), run, err)
+	}
+	var out []string
+	for k := range l.Keys() {
+		if !slices.ContainsFunc(items, func(it T) bool { return key(it) == k }) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -287,4 +288,48 @@ func TestCheckpointDecodes(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"schema":1,"seq":7}`), &c); err != nil || c.Seq != 7 {
 		t.Fatal(errors.New("checkpoint json"))
 	}
+}
+
+// TestRedeliveryRepairsDerivedModels: a projector that stopped after writing
+// a view but before its summary and inbox items (the checkpoint not yet
+// moved) writes them again when the event is delivered again.
+func TestRedeliveryRepairsDerivedModels(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	perRun, _ := projtest.Histories(3, 30)
+	var h []events.Recorded
+	for _, c := range perRun {
+		if v := projections.Fold(c); len(v.Uncertain) > 0 || len(v.Approvals) > 0 {
+			h = c
+			break
+		}
+	}
+	if h == nil {
+		t.Fatal("no run with an inbox item")
+	}
+	p1, _ := projector.New(ctx, s.JS, s.Log)
+	stop := runProjector(t, p1)
+	appendLog(t, s.Log, h)
+	last := lastSeq(t, s.JS)
+	waitSeq(t, p1, last)
+	stop()
+	want := dump(t, s.JS)
+
+	// The crash window: summary lost, a stale inbox item left, checkpoint
+	// one message back.
+	run := h[0].Run
+	runs, _ := s.JS.KeyValue(ctx, projector.BucketRuns)
+	runs.Delete(ctx, run)
+	unc, _ := s.JS.KeyValue(ctx, projector.BucketUncertain)
+	unc.Put(ctx, run+".9=2Fghost", []byte(`{"schema":1}`))
+	state, _ := s.JS.KeyValue(ctx, projector.BucketState)
+	state.Put(ctx, projector.KeyCheckpoint, []byte(fmt.Sprintf(`{"schema":1,"seq":%d}`, last-1)))
+
+	p2, _ := projector.New(ctx, s.JS, s.Log)
+	runProjector(t, p2)
+	waitSeq(t, p2, last)
+	if p2.Delivered() != 1 || p2.Applied() != 0 {
+		t.Fatalf("delivered %d applied %d, want 1 and 0", p2.Delivered(), p2.Applied())
+	}
+	sameStores(t, want, dump(t, s.JS))
 }
