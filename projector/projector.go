@@ -23,7 +23,9 @@
 // interleave writes of one view. The checkpoint is the stream sequence of
 // the last message whose events are all stored; Run resumes after it. When a
 // view misses events (its bucket was purged, or a rebuild ran up to an older
-// sequence) the projector refolds the run from the log. Rebuild folds the
+// sequence) the projector refolds the run from the log; when a view's last
+// event is delivered again (a stop between the view and its derived writes)
+// it rewrites the summary and inbox items. Rebuild folds the
 // whole log in memory and writes the same bytes incremental projection
 // writes.
 package projector
