@@ -113,8 +113,10 @@ func TestProtocolWithNatsCLI(t *testing.T) {
 
 	// Act as the send_payment worker: the durable consumer of the tool's
 	// work queue, then take the task.
-	d.nats(t, "consumer", "add", "WEFT_TASKS", "weft_task_send_payment", "--filter", "weft.task.send_payment",
-		"--pull", "--ack", "explicit", "--deliver", "all", "--max-deliver=-1", "--wait", "30s", "--defaults")
+	if _, err := d.natsErr("consumer", "info", "WEFT_TASKS", "weft_task_send_payment"); err != nil {
+		d.nats(t, "consumer", "add", "WEFT_TASKS", "weft_task_send_payment", "--filter", "weft.task.send_payment",
+			"--pull", "--ack", "explicit", "--deliver", "all", "--max-deliver=-1", "--wait", "30s", "--defaults")
+	}
 	raw := d.nats(t, "consumer", "next", "WEFT_TASKS", "weft_task_send_payment", "--raw", "--wait", "20s")
 	var tk task
 	if err := json.Unmarshal([]byte(strings.TrimSpace(raw)), &tk); err != nil {

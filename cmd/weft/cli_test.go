@@ -173,3 +173,20 @@ func TestCLIRebuild(t *testing.T) {
 		t.Fatalf("rebuild: %d %s %s", code, out, errs)
 	}
 }
+
+// TestCLIEventsWithoutProjector: events reads the log directly when no query
+// service answers.
+func TestCLIEventsWithoutProjector(t *testing.T) {
+	s := natstest.Start(t)
+	appendRun(t, s.Log, "lone", events.RunStarted{Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "x", Runner: "r"})
+	code, out, errs := cli(t, "--nats", s.URL, "events", "lone")
+	if code != 0 || !strings.Contains(out, "run_started agent=a@1") {
+		t.Fatalf("events: %d %s %s", code, out, errs)
+	}
+	if code, _, errs := cli(t, "--nats", s.URL, "events", "nobody"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
+		t.Fatalf("events nobody: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "--nats", s.URL, "show", "lone"); code != exitUnavailable {
+		t.Fatalf("show without a projector: %d %s", code, errs)
+	}
+}

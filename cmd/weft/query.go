@@ -181,6 +181,10 @@ func eventsCommand() command {
 				}
 				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
 					envs, _, err := history(ctx, c, args[0])
+					if errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}) {
+						// No query service: read the log directly.
+						envs, err = loadDirect(ctx, e, args[0])
+					}
 					if err != nil {
 						return err
 					}
@@ -202,6 +206,23 @@ func eventsCommand() command {
 			}
 		},
 	}
+}
+
+// loadDirect reads a run's history from the log itself.
+func loadDirect(ctx context.Context, e *env, run string) ([]events.Envelope, error) {
+	n, err := e.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeNode(n)
+	envs, _, err := eventlog.New(n.JetStream()).Load(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	if len(envs) == 0 {
+		return nil, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+	}
+	return envs, nil
 }
 
 // history reads a run's whole history through the query service.
