@@ -114,8 +114,9 @@ func TestProtocolWithNatsCLI(t *testing.T) {
 	// Act as the send_payment worker: the durable consumer of the tool's
 	// work queue, then take the task.
 	if _, err := d.natsErr("consumer", "info", "WEFT_TASKS", "weft_task_send_payment"); err != nil {
+		// Exactly as docs/protocol/41-tasks.md creates it.
 		d.nats(t, "consumer", "add", "WEFT_TASKS", "weft_task_send_payment", "--filter", "weft.task.send_payment",
-			"--pull", "--ack", "explicit", "--deliver", "all", "--max-deliver=-1", "--wait", "30s", "--defaults")
+			"--ack", "explicit", "--wait", "3s", "--max-deliver=-1", "--pull", "--deliver", "all", "--replay", "instant", "--max-pending", "1000", "--defaults")
 	}
 	raw := d.nats(t, "consumer", "next", "WEFT_TASKS", "weft_task_send_payment", "--raw", "--wait", "20s")
 	var tk task
