@@ -125,13 +125,14 @@ Commands:
 %s
 Examples:
   weft dev                                  # the payment desk on an embedded server
+  weft start payment-desk "pay invoice INV-7" --run pay-7
   weft runs --status suspended              # runs waiting for people
-  weft show pay-42                          # status, actions, what it waits for
-  weft events pay-42                        # readable timeline
+  weft show pay-7                           # status, actions, what it waits for
+  weft events pay-7                         # readable timeline
   weft inbox approvals
-  weft approve pay-42 1/call_1 --revision 1 --credential alice-token
-  weft reconcile pay-42 1/call_2 --output '{"paid":true}'
-  weft audit export pay-42 -o pay-42.jsonl && weft audit verify --file pay-42.jsonl
+  weft approve pay-7 2/call_2_1 --approver desk --credential alice
+  weft reconcile pay-13 2/call_2_1 --output '{"id":"PAY-13","status":"sent"}'
+  weft audit export pay-7 -o pay-7.jsonl && weft audit verify --file pay-7.jsonl
 
 Exit codes:
   0 success, 1 refused by the server (its error code is printed),
