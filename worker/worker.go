@@ -302,14 +302,10 @@ func (w *Worker) run(h Handler, t Task, rep Report) Report {
 		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
 		rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
 	case <-ctx.Done():
-		// Stopped by a cancellation: a body that returns at once still wins.
-		select {
-		case res := <-done:
-			rep.Outcome, rep.Content, rep.Message, rep.Evidence = res.Outcome, res.Content, res.Message, res.Evidence
-		case <-time.After(50 * time.Millisecond):
-			rep.Outcome, rep.Cause = OutcomeLost, "stopped"
-			rep.Evidence = "stopped while running"
-		}
+		// Stopped by a cancellation: the task is over whatever the body
+		// still does; its run decides (settle window or uncertain).
+		rep.Outcome, rep.Cause = OutcomeLost, "stopped"
+		rep.Evidence = "stopped while running"
 	}
 	return rep
 }
