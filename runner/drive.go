@@ -36,6 +36,7 @@ type run struct {
 	armed       map[string]*time.Timer
 	modelTurn   int64
 	modelCancel context.CancelFunc
+	snapAt      uint64
 }
 
 func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {
@@ -58,8 +59,35 @@ type forwardError struct{ driver string }
 
 func (e *forwardError) Error() string { return "run driven by " + e.driver }
 
-// load reads a run from the log and folds it.
+// snapshot is the value of a run's key in weft_snapshots: its state
+// folded up to head.
+type snapshot struct {
+	Schema int             `json:"schema"`
+	Head   eventlog.Head   `json:"head"`
+	State  aggregate.State `json:"state"`
+}
+
+// load reads a run: its KV snapshot, if any, then the log's tail after it
+// (the whole history when there is no usable snapshot).
 func (r *Runner) load(ctx context.Context, id string) (aggregate.State, eventlog.Head, error) {
+	if r.snaps != nil {
+		if e, err := r.snaps.Get(ctx, id); err == nil {
+			var snap snapshot
+			if json.Unmarshal(e.Value(), &snap) == nil && snap.Schema == aggregate.SnapshotSchema {
+				tail, head, err := r.evlog.LoadAfter(ctx, id, snap.Head)
+				if err == nil {
+					recs, rerr := recorded(tail)
+					if rerr == nil {
+						s := snap.State
+						for _, rec := range recs {
+							s = aggregate.Evolve(s, rec)
+						}
+						return s, head, nil
+					}
+				}
+			}
+		}
+	}
 	envs, head, err := r.evlog.Load(ctx, id)
 	if err != nil {
 		return aggregate.State{}, head, fmt.Errorf("load run %s: %w", id, err)
@@ -69,6 +97,35 @@ func (r *Runner) load(ctx context.Context, id string) (aggregate.State, eventlog
 		return aggregate.State{}, head, err
 	}
 	return aggregate.Fold(recs), head, nil
+}
+
+// snapshotEvery is how many versions a run may grow past its last
+// snapshot before a new one is stored; suspended and finished runs are
+// always stored.
+const snapshotEvery = 16
+
+// maybeSnapshot stores rn's state in weft_snapshots when it is due. A
+// snapshot is only an optimisation: a stale one is completed by the tail.
+func (r *Runner) maybeSnapshot(rn *run) {
+	if r.snaps == nil {
+		return
+	}
+	st := aggregate.Status(rn.state).Kind
+	if rn.state.Version() < rn.snapAt+snapshotEvery && st != aggregate.StatusSuspended && st != aggregate.StatusFinished {
+		return
+	}
+	rn.snapAt = rn.state.Version()
+	b, err := json.Marshal(snapshot{Schema: aggregate.SnapshotSchema, Head: rn.head, State: rn.state.Clone()})
+	if err != nil {
+		r.log.Warn("snapshot", "run", rn.id, "err", err)
+		return
+	}
+	id := rn.id
+	go func() {
+		if _, err := r.snaps.Put(context.Background(), id, b); err != nil {
+			r.log.Debug("snapshot put", "run", id, "err", err)
+		}
+	}()
 }
 
 func recorded(envs []events.Envelope) ([]events.Recorded, error) {
@@ -205,6 +262,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			}
 			rn.head = head
 			if rn.driven && rn.state.Runner() != r.id {
+				r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
 				r.drop(rn)
 				return nil, err
 			}
@@ -222,6 +280,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		}
 		rn.head = head
 		r.observe(ctx, rn, evs)
+		r.maybeSnapshot(rn)
 		return evs, derr
 	}
 	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", rn.id)}

@@ -73,6 +73,9 @@ const (
 	RunnersBucket = "weft_runners"
 	// DriversBucket maps each unfinished run to the runner driving it.
 	DriversBucket = "weft_drivers"
+	// SnapshotsBucket holds each run's state snapshot with the head it was
+	// folded to: {"schema":1,"head":{...},"state":{...}}.
+	SnapshotsBucket = "weft_snapshots"
 	// ForwardPrefix prefixes the subject on which a runner takes commands
 	// forwarded to it as driver: weft.runner.<id>.cmd.
 	ForwardPrefix = "weft.runner."
@@ -134,6 +137,7 @@ type Runner struct {
 	live    jetstream.KeyValue
 	drivers jetstream.KeyValue
 	cmds    jetstream.KeyValue
+	snaps   jetstream.KeyValue
 
 	mu       sync.Mutex
 	runs     map[string]*run // runs this runner drives
@@ -186,13 +190,14 @@ func (r *Runner) ID() string { return r.id }
 
 // Assets lists the JetStream assets the runtime needs besides
 // provision.Base: WEFT_TIMERS, and the KV buckets weft_runners (max age =
-// lease), weft_drivers and weft_commands.
+// lease), weft_drivers, weft_commands and weft_snapshots.
 func Assets(lease time.Duration) []provision.Asset {
 	return []provision.Asset{
 		provision.Stream(timer.StreamConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.MemoryStorage}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft unfinished runs and their driving runner", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
+		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
 	}
 }
 
@@ -217,6 +222,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	if r.cmds, err = r.js.KeyValue(ctx, api.CommandsBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", api.CommandsBucket, err)
+	}
+	if r.snaps, err = r.js.KeyValue(ctx, SnapshotsBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", SnapshotsBucket, err)
 	}
 	if err := r.heartbeat(ctx); err != nil {
 		return err
