@@ -72,13 +72,13 @@ func runnerMain() int {
 }
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *natstest.Server
 	ledger string
 	client *api.Client
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	srv := natstest.Start(t, natstest.WithAssets(runner.Assets(lease)...))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -125,7 +125,7 @@ func (e *env) spawn(id string) *proc {
 	return p
 }
 
-func (p *proc) kill(t *testing.T, sig syscall.Signal) {
+func (p *proc) kill(t testing.TB, sig syscall.Signal) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)

@@ -177,3 +177,23 @@ func TestScenario35_ModelReplyInFlightAtSigterm(t *testing.T) {
 }
 
 var _ = tools.Unconfirmed
+
+// Scenario 37: two runners decide on the same run at once (both take over
+// a lost runner's run) → exactly one append wins; the loser re-reads and
+// performs no effect: one recovery, one new attempt, two body starts.
+func TestScenario37_TwoRunnersTakeOverOnce(t *testing.T) {
+	e := newEnv(t)
+	a := e.spawn("ra")
+	e.start("r37", input{Calls: []call{{Tool: "read", Args: workIn{MS: 60000, Block: true}}}})
+	e.waitStarts("r37", "1/call_1_1", 1)
+	e.spawn("rb")
+	e.spawn("rc")
+	a.kill(t, syscall.SIGKILL)
+	s := e.waitStatus("r37", aggregate.StatusFinished)
+	if s.Incarnation() != 2 {
+		t.Fatalf("incarnation %d, want exactly one takeover", s.Incarnation())
+	}
+	if n := e.starts("r37", "1/call_1_1"); n != 2 {
+		t.Fatalf("body started %d times, want 2", n)
+	}
+}
