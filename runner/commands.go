@@ -477,6 +477,7 @@ func (r *Runner) newWorker() *worker.Worker {
 	opts := append([]worker.Option{worker.WithID(r.id), worker.WithLogger(r.log),
 		worker.WithReporter(func(ctx context.Context, rep worker.Report) error { _, err := r.Report(ctx, rep); return err }),
 		worker.WithSettler(func(ctx context.Context, s worker.Settlement) error { _, err := r.Settle(ctx, s); return err }),
+		worker.WithContextFrom(r.tel.Extract),
 	}, r.workerOpts...)
 	w := worker.New(r.nc, r.js, opts...)
 	seen := map[string]bool{}

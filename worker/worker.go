@@ -73,6 +73,7 @@ type Worker struct {
 	report   Reporter
 	settle   Settler
 	ackWait  time.Duration
+	ctxFrom  func(context.Context, nats.Header) context.Context
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
@@ -100,6 +101,12 @@ func WithReporter(r Reporter) Option { return func(w *Worker) { w.report = r } }
 // WithSettler replaces the settlement path (default: request on
 // weft.api.settle).
 func WithSettler(s Settler) Option { return func(w *Worker) { w.settle = s } }
+
+// WithContextFrom derives each body's base context from its task message's
+// headers, for example to continue the run's trace (telemetry.Extract).
+func WithContextFrom(f func(context.Context, nats.Header) context.Context) Option {
+	return func(w *Worker) { w.ctxFrom = f }
+}
 
 // WithAckWait sets the consumers' ack wait: how long a task taken by a
 // worker that vanished waits before it is redelivered (and reported lost).
@@ -230,7 +237,11 @@ func (w *Worker) handle(h Handler, m jetstream.Msg) {
 		rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
 		rep.Evidence = fmt.Sprintf("the worker that took attempt %d vanished (delivery %d)", t.Attempt, md.NumDelivered)
 	} else {
-		rep = w.run(h, t, rep)
+		base := context.Background()
+		if w.ctxFrom != nil {
+			base = w.ctxFrom(base, m.Headers())
+		}
+		rep = w.run(base, h, t, rep)
 	}
 	if w.deliver(rep) {
 		_ = m.Ack()
@@ -240,8 +251,8 @@ func (w *Worker) handle(h Handler, m jetstream.Msg) {
 }
 
 // run runs the body under the task's timeout and fills the report.
-func (w *Worker) run(h Handler, t Task, rep Report) Report {
-	ctx, cancel := context.WithCancelCause(context.Background())
+func (w *Worker) run(base context.Context, h Handler, t Task, rep Report) Report {
+	ctx, cancel := context.WithCancelCause(base)
 	defer cancel(nil)
 	key := t.Run + "\x00" + t.Action
 	w.mu.Lock()

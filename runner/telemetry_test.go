@@ -1,0 +1,58 @@
+package runner_test
+
+import (
+	"context"
+	"testing"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/tools"
+)
+
+// The runner emits spans for the run, each model call (GenAI attributes),
+// each policy evaluation and each tool attempt, and the §11 names.
+func TestTelemetrySpans(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tel := &events_{}
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a}, runner.WithTelemetry(telemetry.New(telemetry.WithTracerProvider(tp), telemetry.WithHandler(tel.handler))))
+	if _, err := h.client.Start(context.Background(), api.StartRequest{Run: "tel", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	finished(t, h, "tel")
+	names := map[string]bool{}
+	for _, s := range exp.GetSpans() {
+		names[s.Name] = true
+		if s.Name == "chat scripted:s" {
+			found := false
+			for _, kv := range s.Attributes {
+				if kv.Key == "gen_ai.request.model" && kv.Value.AsString() == "scripted:s" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("model span without gen_ai.request.model: %v", s.Attributes)
+			}
+		}
+	}
+	for _, want := range []string{"weft.run", "chat scripted:s", "weft.policy", "execute_tool pay"} {
+		if !names[want] {
+			t.Errorf("no span %q among %v", want, names)
+		}
+	}
+	for _, n := range []telemetry.Name{telemetry.RunStarted, telemetry.ModelTurn, telemetry.ToolDispatched, telemetry.ToolSettled, telemetry.RunFinished} {
+		if _, ok := tel.find(n); !ok {
+			t.Errorf("telemetry %s not emitted", n)
+		}
+	}
+}
