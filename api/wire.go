@@ -26,8 +26,9 @@ const (
 	EndpointReport          = "report"
 )
 
-// MaxBody is the largest request body accepted (bytes).
-const MaxBody = 1 << 20
+// MaxBody is the largest request body accepted (bytes), below the NATS
+// server's default 1 MiB max payload.
+const MaxBody = 900 << 10
 
 // StartRequest starts a run of an agent.
 type StartRequest struct {

@@ -1,0 +1,73 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/tools"
+)
+
+// Bad input gets a clear coded error with the service error headers, and
+// loses nothing; the service is discoverable as "weft" with its endpoints.
+func TestAPIBadInput(t *testing.T) {
+	m := model.NewScripted("s", model.Answer("ok"))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))})
+	nc := h.srv.Conn
+	cases := []struct {
+		subject, body string
+		code          weft.Code
+		status        string
+	}{
+		{"weft.api.start", `{not json`, weft.CodeInvalidJSON, "400"},
+		{"weft.api.start", `{"schema":2,"agent":"desk","input":"x"}`, weft.CodeInvalidRequest, "400"},
+		{"weft.api.start", `{"schema":1,"agent":"desk","input":"x","extra":1}`, weft.CodeInvalidRequest, "400"},
+		{"weft.api.start", `{"schema":1,"agent":"nobody","input":"x"}`, weft.CodeUnknownAgent, "404"},
+		{"weft.api.start", `{"schema":1,"run":"bad.id","agent":"desk","input":"x"}`, weft.CodeInvalidName, "400"},
+		{"weft.api.start", `{"schema":1,"agent":"desk","input":"` + strings.Repeat("x", api.MaxBody) + `"}`, weft.CodePayloadTooLarge, "413"},
+		{"weft.api.approve", `{"schema":1,"command_id":"1","run":"missing","action":"1/a","revision":1,"approver":"desk","credential":"x"}`, weft.CodeUnknownRun, "404"},
+		{"weft.api.cancel", `{"schema":1,"command_id":"1"}`, weft.CodeInvalidRequest, "400"},
+		{"weft.api.reconcile", `{"schema":1,"command_id":"1","run":"missing","action":"1/a"}`, weft.CodeInvalidContent, "400"},
+	}
+	for _, c := range cases {
+		msg, err := nc.Request(c.subject, []byte(c.body), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", c.subject, err)
+		}
+		var er api.ErrorReply
+		if err := json.Unmarshal(msg.Data, &er); err != nil || er.Error == nil {
+			t.Errorf("%s %.40s: not an error reply: %s", c.subject, c.body, msg.Data)
+			continue
+		}
+		if er.Error.Code != c.code || msg.Header.Get("Nats-Service-Error-Code") != c.status || msg.Header.Get("Nats-Service-Error") != string(c.code) {
+			t.Errorf("%s %.40s: got %s (%s), want %s (%s)", c.subject, c.body, er.Error.Code, msg.Header.Get("Nats-Service-Error-Code"), c.code, c.status)
+		}
+	}
+	// Discoverable: $SRV.INFO.weft lists every endpoint.
+	msg, err := nc.Request("$SRV.INFO.weft", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info micro.Info
+	if err := json.Unmarshal(msg.Data, &info); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range info.Endpoints {
+		got[e.Subject] = true
+	}
+	for _, e := range []string{"start", "approve", "reject", "reconcile", "reconcile_stored", "settle", "cancel", "report"} {
+		if !got["weft.api."+e] {
+			t.Errorf("endpoint weft.api.%s missing from %v", e, got)
+		}
+	}
+}
