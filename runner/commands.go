@@ -37,8 +37,14 @@ type forwarded struct {
 // route runs fn on the locked run when this runner drives it (or takes it
 // over), and otherwise forwards the request to the live driver and decodes
 // its reply into out.
+//
+// The command waits for the run at most the command timeout (the largest
+// of the served agents'), then answers runner_busy and is never applied
+// later.
 func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn func(context.Context, *run) error) error {
-	rn, err := r.acquire(ctx, id)
+	actx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+	rn, err := r.acquire(actx, id)
+	cancel()
 	if err != nil {
 		var fe *forwardError
 		if !errors.As(err, &fe) {
@@ -47,13 +53,21 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 		return r.forward(ctx, fe.driver, kind, id, req, out)
 	}
 	defer rn.unlock()
-	cctx := ctx
-	if d, ok := rn.state.Limits().CommandTimeout.Duration(); ok && d > 0 {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithTimeout(ctx, max(d, 5*time.Second))
-		defer cancel()
+	return fn(ctx, rn)
+}
+
+// commandTimeout is the largest command timeout of the served agents.
+func (r *Runner) commandTimeout() time.Duration {
+	d := time.Duration(0)
+	for _, a := range r.list {
+		if c, ok := a.Limits().CommandTimeout.Duration(); ok && c > d {
+			d = c
+		}
 	}
-	return fn(cctx, rn)
+	if d == 0 {
+		d = 5 * time.Second
+	}
+	return d
 }
 
 func (r *Runner) forward(ctx context.Context, driver, kind, id string, req, out any) error {

@@ -321,6 +321,15 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report) Report
 	return rep
 }
 
+// retryable reports whether a refusal says "try again".
+func retryable(c weft.Code) bool {
+	switch c {
+	case weft.CodeRunnerBusy, weft.CodeContended, weft.CodeUnavailable, weft.CodeConflict:
+		return true
+	}
+	return false
+}
+
 // deliver sends a report until a runner answered it (success or a coded
 // refusal), backing off between tries. It reports whether one answered.
 func (w *Worker) deliver(rep Report) bool {
@@ -330,7 +339,7 @@ func (w *Worker) deliver(rep Report) bool {
 		err := w.report(ctx, rep)
 		cancel()
 		var coded *weft.Error
-		if err == nil || errors.As(err, &coded) {
+		if err == nil || errors.As(err, &coded) && !retryable(coded.Code) {
 			if err != nil {
 				w.log.Info("worker: report refused", "run", rep.Run, "action", rep.Action, "err", err)
 			}
