@@ -110,10 +110,11 @@ func Run(ctx context.Context, o Options) error {
 		errs <- projector.RunAll(ctx, node.Conn(), js, eventlog.New(js), logger)
 	}()
 	// Wait until the command API answers before saying what to do next.
-	for i := 0; i < 200 && ctx.Err() == nil; i++ {
+	for deadline := time.Now().Add(30 * time.Second); ctx.Err() == nil && time.Now().Before(deadline); {
 		if _, err := node.Conn().Request(api.SubjectPrefix+api.EndpointCancel, []byte("{}"), 100*time.Millisecond); err == nil {
 			break
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	printNext(out, node.URL(), ag.Model().Name())
 	if o.Ready != nil {

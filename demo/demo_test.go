@@ -3,6 +3,7 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,18 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	status("pay-13", "finished")
+	// The refund settles after its body was stopped at its timeout.
+	if _, err := c.Start(ctx, api.StartRequest{Run: "refund-8", Agent: demo.AgentName, Input: "refund invoice INV-8"}); err != nil {
+		t.Fatal(err)
+	}
+	status("refund-8", "finished")
+	view, err := q.Run(ctx, "refund-8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(view); !strings.Contains(string(b), "refund-INV-8") {
+		t.Fatalf("refund not settled: %s", b)
+	}
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("demo.Run: %v", err)

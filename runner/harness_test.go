@@ -59,6 +59,7 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 		if _, err := nc.Request("weft.api.cancel", []byte("{}"), 200*time.Millisecond); err == nil {
 			break
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	var once sync.Once
 	stop := func() {
