@@ -44,6 +44,9 @@ type Options struct {
 	Stdout io.Writer
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
+	// ExternalTools names demo tools whose tasks are left to workers
+	// outside the process (such as the nats CLI, docs/protocol/41-tasks.md).
+	ExternalTools []string
 	// Ready, when set, is called with the NATS URL once everything serves.
 	Ready func(url string)
 }
@@ -97,7 +100,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease))
+	for _, x := range o.ExternalTools {
+		if _, ok := ag.Tool(x); !ok {
+			return fmt.Errorf("demo: external tool %q: not a tool of %s", x, AgentName)
+		}
+	}
+	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...))
 	if err != nil {
 		return err
 	}

@@ -497,7 +497,7 @@ func (r *Runner) newWorker() *worker.Worker {
 	seen := map[string]bool{}
 	for _, ag := range r.list {
 		for _, t := range ag.Tools() {
-			if seen[t.Name()] {
+			if seen[t.Name()] || r.external[t.Name()] {
 				continue
 			}
 			seen[t.Name()] = true

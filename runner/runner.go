@@ -104,6 +104,20 @@ func WithDrainWindow(d time.Duration) Option { return func(r *Runner) { r.drain 
 // its own process (run workers separately then).
 func WithoutWorker() Option { return func(r *Runner) { r.noWorker = true } }
 
+// WithExternalTools leaves the tasks of the named tools to workers outside
+// this process (another process, another language): the in-process worker
+// does not consume them.
+func WithExternalTools(names ...string) Option {
+	return func(r *Runner) {
+		if r.external == nil {
+			r.external = map[string]bool{}
+		}
+		for _, n := range names {
+			r.external[n] = true
+		}
+	}
+}
+
 // WithWorkerOptions passes options to the in-process worker.
 func WithWorkerOptions(opts ...worker.Option) Option {
 	return func(r *Runner) { r.workerOpts = append(r.workerOpts, opts...) }
@@ -130,6 +144,7 @@ type Runner struct {
 	lease      time.Duration
 	drain      time.Duration
 	noWorker   bool
+	external   map[string]bool
 	workerOpts []worker.Option
 
 	agents  map[string]*agent.Agent // name@version and name (first registered)
