@@ -21,6 +21,9 @@ type workIn struct {
 	MS     int64 `json:"ms,omitempty"`
 	Block  bool  `json:"block,omitempty"`
 	Amount int64 `json:"amount,omitempty"`
+	// Crash makes attempts up to Crash kill their process (a crashed
+	// worker) right after the ledger line.
+	Crash int `json:"crash,omitempty"`
 }
 
 type workOut struct {
@@ -29,6 +32,7 @@ type workOut struct {
 
 var (
 	readDef  = tools.Define[workIn, workOut]("read", "A replayable read.")
+	read2Def = tools.Define[workIn, workOut]("read2", "A read with 2 attempts.")
 	writeDef = tools.Define[workIn, workOut]("write", "A write that is not replayable.")
 )
 
@@ -55,6 +59,9 @@ func (l *ledger) start(tool string, c tools.Call) {
 func body(l *ledger, tool string) tools.Handler[workIn, workOut] {
 	return func(ctx context.Context, c tools.Call, in workIn) (workOut, error) {
 		l.start(tool, c)
+		if c.Attempt <= in.Crash {
+			os.Exit(3)
+		}
 		if in.MS > 0 && (!in.Block || c.Attempt == 1) {
 			select {
 			case <-time.After(time.Duration(in.MS) * time.Millisecond):
@@ -90,6 +97,7 @@ func e2eAgent(ledgerPath string) (*agent.Agent, error) {
 	cls := func(err error) tools.Failure { return tools.Uncertain(err.Error()) }
 	read := tools.WithTimeout(tools.WithReplay(tools.Bind(readDef, body(l, "read"), cls), 3), tools.After(30*time.Second))
 	write := tools.WithTimeout(tools.Bind(writeDef, body(l, "write"), cls), tools.After(30*time.Second))
+	read2 := tools.WithReplay(tools.Bind(read2Def, body(l, "read2"), cls), 2)
 	m := model.NewRules("e2e",
 		model.Rule{Name: "answer", Match: func(r model.Request) bool { return len(r.Transcript) > 1 }, Step: model.Answer("done")},
 		model.Rule{Name: "call", Match: func(model.Request) bool { return true }, Step: func(ctx context.Context, r model.Request) (model.Reply, error) {
@@ -119,6 +127,6 @@ func e2eAgent(ledgerPath string) (*agent.Agent, error) {
 		}
 		return policy.Allow(), nil
 	})
-	return agent.New("e2e", m, []tools.Tool{read, write}, pol,
+	return agent.New("e2e", m, []tools.Tool{read, write, read2}, pol,
 		agent.WithApprovers(approvers.Trusting("desk")), agent.WithMaxConcurrency(1)).Build()
 }

@@ -37,12 +37,19 @@ func TestMain(m *testing.M) {
 	if os.Getenv("WEFT_E2E_RUNNER") != "" {
 		os.Exit(runnerMain())
 	}
+	if os.Getenv("WEFT_E2E_WORKER") != "" {
+		os.Exit(workerMain())
+	}
 	os.Exit(m.Run())
 }
 
 // runnerMain is the runner process: the e2e agent with its in-process
 // worker, on NATS_URL, until SIGTERM.
 func runnerMain() int {
+	var extra []runner.Option
+	if os.Getenv("WEFT_E2E_NO_WORKER") != "" {
+		extra = append(extra, runner.WithoutWorker())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	nc, err := nats.Connect(os.Getenv("NATS_URL"))
@@ -58,8 +65,9 @@ func runnerMain() int {
 		return 1
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r, err := runner.New(nc, js, []*agent.Agent{a}, runner.WithID(os.Getenv("WEFT_E2E_RUNNER")), runner.WithLease(lease),
-		runner.WithDrainWindow(10*time.Second), runner.WithLogger(logger), runner.WithWorkerOptions(worker.WithAckWait(time.Second)))
+	opts := append([]runner.Option{runner.WithID(os.Getenv("WEFT_E2E_RUNNER")), runner.WithLease(lease),
+		runner.WithDrainWindow(10 * time.Second), runner.WithLogger(logger), runner.WithWorkerOptions(worker.WithAckWait(time.Second))}, extra...)
+	r, err := runner.New(nc, js, []*agent.Agent{a}, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -69,6 +77,44 @@ func runnerMain() int {
 		return 1
 	}
 	return 0
+}
+
+// workerMain is a standalone worker process for the e2e agent's tools,
+// reporting over weft.api.report.
+func workerMain() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	nc, err := nats.Connect(os.Getenv("NATS_URL"))
+	if err != nil {
+		return 1
+	}
+	defer nc.Close()
+	js, _ := jetstreamNew(nc)
+	a, err := e2eAgent(os.Getenv("WEFT_E2E_LEDGER"))
+	if err != nil {
+		return 1
+	}
+	w := worker.New(nc, js, worker.WithID(os.Getenv("WEFT_E2E_WORKER")), worker.WithAckWait(time.Second))
+	for _, t := range a.Tools() {
+		w.Handle(t.Name(), runner.ToolHandler(t, nil))
+	}
+	_ = w.Run(ctx)
+	return 0
+}
+
+// spawnWorker starts a standalone worker process.
+func (e *env) spawnWorker(id string) *proc {
+	e.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WEFT_E2E_WORKER="+id, "NATS_URL="+e.srv.URL, "WEFT_E2E_LEDGER="+e.ledger)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() { _ = cmd.Process.Kill(); <-p.done })
+	return p
 }
 
 type env struct {

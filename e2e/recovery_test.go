@@ -1,6 +1,8 @@
 package e2e_test
 
 import (
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -195,5 +197,41 @@ func TestScenario37_TwoRunnersTakeOverOnce(t *testing.T) {
 	}
 	if n := e.starts("r37", "1/call_1_1"); n != 2 {
 		t.Fatalf("body started %d times, want 2", n)
+	}
+}
+
+// Scenario 29 (crash variants): a replayable read whose worker crashes
+// twice with replay 3 completes after 3 starts (replays 2); crashing 5
+// times with replay 2 gives uncertain after 2 starts. Workers are separate
+// processes that exit inside the body; the test starts a new one after
+// each crash.
+func TestScenario29_WorkerCrashes(t *testing.T) {
+	e := newEnv(t)
+	os.Setenv("WEFT_E2E_NO_WORKER", "1")
+	e.spawn("ra")
+	os.Unsetenv("WEFT_E2E_NO_WORKER")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for i := 0; ; i++ {
+			w := e.spawnWorker(fmt.Sprint("w", i))
+			select {
+			case <-w.done:
+			case <-stop:
+				return
+			}
+		}
+	}()
+	e.start("r29c", input{Calls: []call{{Tool: "read", Args: workIn{Crash: 2}}}})
+	s := e.waitStatus("r29c", aggregate.StatusFinished)
+	act, _ := s.Action("1/call_1_1")
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted || act.Replays() != 2 || e.starts("r29c", act.ID) != 3 {
+		t.Fatalf("outcome %s replays %d starts %d", out.Kind, act.Replays(), e.starts("r29c", act.ID))
+	}
+	e.start("r29d", input{Calls: []call{{Tool: "read2", Args: workIn{Crash: 5}}}})
+	s = e.waitStatus("r29d", aggregate.StatusSuspended)
+	act, _ = s.Action("1/call_1_1")
+	if act.State != aggregate.ActionUncertain || e.starts("r29d", act.ID) != 2 {
+		t.Fatalf("state %s starts %d", act.State, e.starts("r29d", act.ID))
 	}
 }
