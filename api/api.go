@@ -48,12 +48,20 @@ func CommandsConfig() jetstream.KeyValueConfig {
 // Backend executes decoded, checked commands. The runner implements it.
 // Every method returns a *weft.Error for a refusal.
 type Backend interface {
+	// Start starts a run.
 	Start(ctx context.Context, req StartRequest) (StartReply, error)
+	// Approve answers an approval request with an approval.
 	Approve(ctx context.Context, req ApproveRequest) (Reply, error)
+	// Reject answers an approval request with a rejection.
 	Reject(ctx context.Context, req RejectRequest) (Reply, error)
+	// Reconcile records what happened to an uncertain action; stored is
+	// the stored-run form.
 	Reconcile(ctx context.Context, req ReconcileRequest, stored bool) (Reply, error)
+	// Settle offers a settlement.
 	Settle(ctx context.Context, req worker.Settlement) (Reply, error)
+	// Cancel cancels a run.
 	Cancel(ctx context.Context, req CancelRequest) (Reply, error)
+	// Report applies a worker's report of an attempt.
 	Report(ctx context.Context, req worker.Report) (Reply, error)
 }
 

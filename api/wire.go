@@ -16,14 +16,22 @@ const (
 	// SubjectPrefix prefixes every endpoint: weft.api.<endpoint>.
 	SubjectPrefix = "weft.api."
 
-	EndpointStart           = "start"
-	EndpointApprove         = "approve"
-	EndpointReject          = "reject"
-	EndpointReconcile       = "reconcile"
+	// EndpointStart starts a run.
+	EndpointStart = "start"
+	// EndpointApprove approves a pending approval request.
+	EndpointApprove = "approve"
+	// EndpointReject rejects a pending approval request.
+	EndpointReject = "reject"
+	// EndpointReconcile reconciles an uncertain action of a live run.
+	EndpointReconcile = "reconcile"
+	// EndpointReconcileStored reconciles an uncertain action of a finished run.
 	EndpointReconcileStored = "reconcile_stored"
-	EndpointSettle          = "settle"
-	EndpointCancel          = "cancel"
-	EndpointReport          = "report"
+	// EndpointSettle offers a settling tool's settlement.
+	EndpointSettle = "settle"
+	// EndpointCancel cancels a run.
+	EndpointCancel = "cancel"
+	// EndpointReport is a tool worker's report of an attempt.
+	EndpointReport = "report"
 )
 
 // MaxBody is the largest request body accepted (bytes), below the NATS

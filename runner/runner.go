@@ -81,6 +81,9 @@ const (
 	ForwardPrefix = "weft.runner."
 )
 
+// DefaultLease is the default liveness lease.
+const DefaultLease = time.Second
+
 // Option configures a Runner.
 type Option func(*Runner)
 
@@ -164,7 +167,7 @@ type Runner struct {
 // New returns a Runner for agents over nc and js. Call Provision once
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
-	r := &Runner{nc: nc, js: js, lease: time.Second, drain: 10 * time.Second, now: time.Now,
+	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, now: time.Now,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}}
 	for _, o := range opts {
 		o(r)

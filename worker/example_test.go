@@ -1,0 +1,36 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"log"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/worker"
+)
+
+// Example runs a standalone worker for one tool: it reports over
+// weft.api.report to whichever runner answers.
+func Example() {
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	w := worker.New(nc, js, worker.WithID("lookup-worker-1"))
+	w.Handle("lookup_invoice", func(ctx context.Context, t worker.Task, _ worker.Settler) worker.Result {
+		var in struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(t.Arguments, &in); err != nil {
+			return worker.Result{Outcome: worker.OutcomeExplain, Message: "bad arguments"}
+		}
+		out, _ := json.Marshal(map[string]string{"id": in.ID, "payee": "ACME Ltd"})
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: out}
+	})
+	if err := w.Run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
