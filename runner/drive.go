@@ -553,6 +553,10 @@ func (r *Runner) wake(ctx context.Context, id string) error {
 	}
 	defer rn.unlock()
 	if !rn.driven {
+		if _, fin := rn.state.Finished(); fin {
+			// Its driver died between the last append and the key delete.
+			_ = r.drivers.Delete(ctx, id)
+		}
 		return nil
 	}
 	now := r.now()

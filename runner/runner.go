@@ -49,6 +49,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -388,8 +389,32 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	return err == nil
 }
 
-// scanLoop takes over the runs whose driver is gone.
+// scanLoop takes over the runs whose driver is gone. It keeps the
+// weft_drivers map in memory through a KV watcher and lists the live
+// runners every lease/4.
 func (r *Runner) scanLoop(ctx context.Context) {
+	drivers := map[string]string{}
+	var mu sync.Mutex
+	w, err := r.drivers.WatchAll(ctx)
+	if err != nil {
+		r.log.Error("watch drivers", "err", err)
+		return
+	}
+	defer w.Stop()
+	go func() {
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				drivers[e.Key()] = string(e.Value())
+			} else {
+				delete(drivers, e.Key())
+			}
+			mu.Unlock()
+		}
+	}()
 	t := time.NewTicker(r.lease / 4)
 	defer t.Stop()
 	for {
@@ -398,11 +423,20 @@ func (r *Runner) scanLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		r.scan(ctx)
+		mu.Lock()
+		snapshot := make(map[string]string, len(drivers))
+		for k, v := range drivers {
+			snapshot[k] = v
+		}
+		mu.Unlock()
+		r.scan(ctx, snapshot)
 	}
 }
 
-func (r *Runner) scan(ctx context.Context) {
+func (r *Runner) scan(ctx context.Context, drivers map[string]string) {
+	if len(drivers) == 0 {
+		return
+	}
 	liveKeys := map[string]bool{}
 	lister, err := r.live.ListKeys(ctx)
 	if err != nil {
@@ -411,20 +445,13 @@ func (r *Runner) scan(ctx context.Context) {
 	for k := range lister.Keys() {
 		liveKeys[k] = true
 	}
-	dl, err := r.drivers.ListKeys(ctx)
-	if err != nil {
-		return
-	}
 	var orphans []string
-	for run := range dl.Keys() {
-		e, err := r.drivers.Get(ctx, run)
-		if err != nil {
-			continue
-		}
-		if d := string(e.Value()); !liveKeys[d] && d != r.id {
+	for run, d := range drivers {
+		if !liveKeys[d] && d != r.id {
 			orphans = append(orphans, run)
 		}
 	}
+	slices.Sort(orphans)
 	for _, run := range orphans {
 		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); busy {
 			continue
