@@ -465,10 +465,19 @@ func (r *Runner) observe(ctx context.Context, rn *run, evs []events.Event) {
 			r.tel.Emit(ctx, telemetry.ModelTurn, "run", rn.id, "result", res)
 		case events.ApprovalRequested:
 			r.tel.Emit(ctx, telemetry.ApprovalRequested, "run", rn.id, "action", e.Action)
+			rn.asked[fmt.Sprint(e.Action, "#", e.Revision)] = r.now()
 		case events.ApprovalAnswered:
 			if e.Answer == events.AnswerExpired {
 				r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", e.Action, "answer", "expired")
 			}
+			key := fmt.Sprint(e.Action, "#", e.Revision)
+			now := r.now()
+			since, ok := rn.asked[key]
+			if !ok {
+				since = now
+			}
+			delete(rn.asked, key)
+			r.tel.ApprovalWait(ctx, rn.id, e.Action, e.Revision, e.Answer, since, now)
 		case events.AttemptReported:
 			res := "model_visible"
 			switch e.Outcome {

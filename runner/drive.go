@@ -37,10 +37,11 @@ type run struct {
 	modelTurn   int64
 	modelCancel context.CancelFunc
 	snapAt      uint64
+	asked       map[string]time.Time // approval requests seen: action#revision → when
 }
 
 func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {
-	return &run{id: id, sem: make(chan struct{}, 1), state: s, head: h, agent: a, dispatched: map[string]bool{}, armed: map[string]*time.Timer{}}
+	return &run{id: id, sem: make(chan struct{}, 1), state: s, head: h, agent: a, dispatched: map[string]bool{}, armed: map[string]*time.Timer{}, asked: map[string]time.Time{}}
 }
 
 func (rn *run) lock(ctx context.Context) error {

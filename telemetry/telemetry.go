@@ -15,6 +15,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.opentelemetry.io/otel"
@@ -149,9 +150,13 @@ func (t *Telemetry) StartPolicy(ctx context.Context, run, action string) (contex
 	return t.tracer.Start(ctx, "weft.policy", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("weft.action", action)))
 }
 
-// StartApprovalWait starts the span of an approval wait.
-func (t *Telemetry) StartApprovalWait(ctx context.Context, run, action string, revision int) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, "weft.approval_wait", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("weft.action", action), attribute.Int("weft.revision", revision)))
+// ApprovalWait records the span of an approval wait that started at
+// since and ended now with answer (approved, rejected, expired).
+func (t *Telemetry) ApprovalWait(ctx context.Context, run, action string, revision int, answer string, since, now time.Time) {
+	_, span := t.tracer.Start(ctx, "weft.approval_wait", trace.WithTimestamp(since), trace.WithAttributes(
+		attribute.String("weft.run", run), attribute.String("weft.action", action),
+		attribute.Int("weft.revision", revision), attribute.String("weft.answer", answer)))
+	span.End(trace.WithTimestamp(now))
 }
 
 // StartAttempt starts the span of a tool attempt (in the worker).
