@@ -200,10 +200,12 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 		if draining {
 			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
 		}
-		// Take the run over (or adopt it again if it is recorded as ours).
+		// Take the run over. A run recorded as ours that is not in memory
+		// was driven by an earlier process with our id: its work is lost
+		// all the same.
 		rn = newRun(id, s, head, a)
 		_ = rn.lock(ctx)
-		if driver != r.id || s.HandedOff() {
+		{
 			cause := events.RecoveredRunnerLost
 			if s.HandedOff() {
 				cause = events.RecoveredHandedOff
