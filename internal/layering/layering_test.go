@@ -1,6 +1,7 @@
 package layering
 
 import (
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,5 +41,45 @@ func TestCheckCatchesViolations(t *testing.T) {
 	}
 	if _, err := Check(t.TempDir()); err == nil {
 		t.Error("empty directory passed the check")
+	}
+}
+
+// TestPurePackagesTransitively closes the gap of the direct check: nothing
+// a pure package depends on, however indirectly, is NATS or net, and every
+// package of this module it depends on (model, the root weft package, …)
+// obeys the same direct rules, so no clock or I/O reaches the pure core
+// through a helper. The dependency list comes from `go list -deps`.
+func TestPurePackagesTransitively(t *testing.T) {
+	args := []string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Dir}}{{else}}{{.ImportPath}}{{end}}"}
+	for _, pkg := range Pure {
+		args = append(args, "./"+pkg)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = filepath.Join("..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const module = "github.com/weftrun/weft"
+	ownDeps := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, dir, _ := strings.Cut(line, " ")
+		if why := forbiddenImport(path); why == "NATS" || why == "net" {
+			t.Errorf("a pure package depends on %s (%s)", path, why)
+		}
+		if path != module && !strings.HasPrefix(path, module+"/") {
+			continue
+		}
+		ownDeps++
+		violations, err := Check(dir)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+		}
+		for _, v := range violations {
+			t.Errorf("%s (a dependency of a pure package): %s", path, v)
+		}
+	}
+	if ownDeps < len(Pure) {
+		t.Fatalf("go list found %d packages of this module, want at least the %d pure ones:\n%s", ownDeps, len(Pure), out)
 	}
 }
