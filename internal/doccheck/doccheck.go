@@ -32,24 +32,9 @@ func (p Problem) String() string { return fmt.Sprintf("%s: %s: %s", p.Dir, p.Nam
 // its problems in a stable order (by name, then reason).
 func Dir(dir string) ([]Problem, error) {
 	fset := token.NewFileSet()
-	entries, err := os.ReadDir(dir)
+	files, err := parseDir(fset, dir)
 	if err != nil {
 		return nil, err
-	}
-	var files []*ast.File
-	for _, e := range entries {
-		n := e.Name()
-		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
-		if err != nil {
-			return nil, err
-		}
-		files = append(files, f)
-	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("doccheck: no Go files in %s", dir)
 	}
 	p, err := doc.NewFromFiles(fset, files, "example.com/"+files[0].Name.Name)
 	if err != nil {
@@ -127,4 +112,28 @@ func Dir(dir string) ([]Problem, error) {
 		return out[i].Reason < out[j].Reason
 	})
 	return out, nil
+}
+
+// parseDir parses the non-test Go files of dir, with comments.
+func parseDir(fset *token.FileSet, dir string) ([]*ast.File, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []*ast.File
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("doccheck: no Go files in %s", dir)
+	}
+	return files, nil
 }

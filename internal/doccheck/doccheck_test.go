@@ -58,3 +58,37 @@ func TestDirFindsProblems(t *testing.T) {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// apiPackages are the packages applications write handlers, policies and
+// approvers against (issue 03).
+var apiPackages = []string{"tools", "agent", "policy", "approvers", "model"}
+
+// TestNoAnyInHandlerPolicyApproverAPI is issue 03's "no handler, policy or
+// approver code path uses any where a type parameter fits", checked on
+// their exported signatures.
+func TestNoAnyInHandlerPolicyApproverAPI(t *testing.T) {
+	for _, p := range apiPackages {
+		problems, err := doccheck.AnyInAPI(filepath.Join("..", "..", p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pr := range problems {
+			t.Error(pr)
+		}
+	}
+}
+
+// TestAnyInAPIFindsProblems keeps that check honest.
+func TestAnyInAPIFindsProblems(t *testing.T) {
+	got, err := doccheck.AnyInAPI(filepath.Join("testdata", "anyapi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Name)
+	}
+	if want := "Box.Value Handler Policy.Check Run"; strings.Join(names, " ") != want {
+		t.Fatalf("flagged %q, want %q", strings.Join(names, " "), want)
+	}
+}
