@@ -20,8 +20,11 @@ import (
 // AgentName is the demo agent's name; Approver the name of its (trusting)
 // approver; Requirement the approval it asks for payments above 100.
 const (
-	AgentName   = "payment-desk"
-	Approver    = "desk"
+	// AgentName is the demo agent's name.
+	AgentName = "payment-desk"
+	// Approver is the demo's trusting approver: any credential is a reviewer.
+	Approver = "desk"
+	// Requirement is the approval payments above 100 EUR need.
 	Requirement = "finance"
 )
 

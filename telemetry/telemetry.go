@@ -33,22 +33,38 @@ type Name string
 
 // The telemetry names of SEMANTICS §11.
 const (
-	RunStarted        Name = "run_started"
-	RunRecovered      Name = "run_recovered"
-	RunHandedOff      Name = "run_handed_off"
-	RunTakenOver      Name = "run_taken_over"
-	LeaseLost         Name = "lease_lost"
-	ModelTurn         Name = "model_turn"
+	// RunStarted is emitted when a run was created.
+	RunStarted Name = "run_started"
+	// RunRecovered is emitted when a runner recovered a run nobody drove.
+	RunRecovered Name = "run_recovered"
+	// RunHandedOff is emitted when a draining runner handed a run off.
+	RunHandedOff Name = "run_handed_off"
+	// RunTakenOver is emitted when this runner took over a run whose driver was gone.
+	RunTakenOver Name = "run_taken_over"
+	// LeaseLost is emitted when this runner found another runner driving a run it held.
+	LeaseLost Name = "lease_lost"
+	// ModelTurn is emitted when a model turn ended (result: tool_request, final_answer, …).
+	ModelTurn Name = "model_turn"
+	// ApprovalRequested is emitted when an action waits for approval.
 	ApprovalRequested Name = "approval_requested"
-	ApprovalAnswered  Name = "approval_answered"
-	ToolDispatched    Name = "tool_dispatched"
-	ToolSettled       Name = "tool_settled"
-	ChildStarted      Name = "child_started"
-	ChildSettled      Name = "child_settled"
+	// ApprovalAnswered is emitted when an approval request got its answer (approved, rejected, expired).
+	ApprovalAnswered Name = "approval_answered"
+	// ToolDispatched is emitted when a fenced attempt was published to workers.
+	ToolDispatched Name = "tool_dispatched"
+	// ToolSettled is emitted when an attempt ended (model_visible, effect_uncertain, host_failure, withdrawn).
+	ToolSettled Name = "tool_settled"
+	// ChildStarted is emitted when a child run started (reserved: delegation is not implemented).
+	ChildStarted Name = "child_started"
+	// ChildSettled is emitted when a child run settled (reserved).
+	ChildSettled Name = "child_settled"
+	// SettlementRefused is emitted when a settlement was refused not_awaited; carries its summary.
 	SettlementRefused Name = "settlement_refused"
-	RunCancelled      Name = "run_cancelled"
-	RunFinished       Name = "run_finished"
-	Drain             Name = "drain"
+	// RunCancelled is emitted when a run was cancelled.
+	RunCancelled Name = "run_cancelled"
+	// RunFinished is emitted when a run reached its outcome.
+	RunFinished Name = "run_finished"
+	// Drain is emitted when a runner began draining.
+	Drain Name = "drain"
 )
 
 // Event is one emitted telemetry record: a name and its metadata as

@@ -8,9 +8,12 @@ import (
 
 // The JetStream message-schedule headers (nats-server ≥ 2.12).
 const (
-	HeaderSchedule       = "Nats-Schedule"
+	// HeaderSchedule carries "@at <RFC3339>".
+	HeaderSchedule = "Nats-Schedule"
+	// HeaderScheduleTarget is the subject the firing is published on.
 	HeaderScheduleTarget = "Nats-Schedule-Target"
-	HeaderScheduleTTL    = "Nats-Schedule-TTL"
+	// HeaderScheduleTTL is the message TTL given to the firing.
+	HeaderScheduleTTL = "Nats-Schedule-TTL"
 )
 
 type jsmsg struct {

@@ -72,11 +72,16 @@ type Task struct {
 // The outcomes of a Report. The first four are AttemptReported outcomes;
 // OutcomeLost reports an attempt that ended without a result of its own.
 const (
-	OutcomeOutput    = "output"
-	OutcomeExplain   = "explain"
+	// OutcomeOutput means the body returned an output (Content).
+	OutcomeOutput = "output"
+	// OutcomeExplain means a definite failure the model sees (Message).
+	OutcomeExplain = "explain"
+	// OutcomeUncertain means the effect may have happened (Evidence).
 	OutcomeUncertain = "uncertain"
-	OutcomeOversize  = "oversize"
-	OutcomeLost      = "lost"
+	// OutcomeOversize means the encoded output was over max result bytes (Bytes).
+	OutcomeOversize = "oversize"
+	// OutcomeLost means the attempt ended without a result of its own (Cause).
+	OutcomeLost = "lost"
 )
 
 // Report is the body a worker sends to weft.api.report when an attempt

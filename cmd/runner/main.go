@@ -1,4 +1,4 @@
-// Command runner runs a Weft runner with its in-process tool worker for the
+// Package main is the runner command: it runs a Weft runner with its in-process tool worker for the
 // payment-desk demo agent (package demo) against a NATS server.
 // Applications embed package runner with their own agents instead; this
 // main shows the wiring and is what the end-to-end recovery tests kill.
