@@ -14,7 +14,7 @@ var packages = []string{
 	"natsnode", "provision", "eventlog", "internal/natstest", "internal/layering", "internal/doccheck",
 	"tools", "agent", "policy", "approvers", "model",
 	"model/openai", "model/openai/openaitest", "model/anthropic", "model/anthropic/anthropictest", "model/provider",
-	"model/internal/adaptertest", "model/internal/answer", "model/internal/fakeserver", "model/internal/httperr",
+	"model/internal/adaptertest", "model/internal/adaptere2e", "model/internal/answer", "model/internal/fakeserver", "model/internal/httperr",
 }
 
 // TestEveryExportedNameIsDocumented is the `go doc` check of issue 03's
