@@ -179,7 +179,7 @@ func ScriptedModel() model.Model {
 		}
 		return ""
 	}
-	return model.NewRules("scripted:payment-desk",
+	return model.NewRules("payment-desk",
 		model.Rule{Name: "report the refund", Match: has("refund"), Step: func(ctx context.Context, req model.Request) (model.Reply, error) {
 			c, _ := model.ResultOf(req, "refund")
 			return model.Answer("Refund result: "+string(c))(ctx, req)
