@@ -4,7 +4,9 @@
 // type) has a full-sentence doc comment that starts with the name and ends
 // with a period. It reads source with go/parser and go/doc, the same view
 // `go doc` prints; its test runs it over the packages of issues 01, 03 and
-// 06.
+// 06. AnyInAPI checks that the application API exposes no any outside
+// type-parameter constraints, and the package's tests also check
+// Taskfile.yml against issue 01.
 package doccheck
 
 import (

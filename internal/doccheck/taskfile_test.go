@@ -1,0 +1,52 @@
+package doccheck_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// TestTaskfile checks issue 01's Taskfile.yml items: every task has a
+// desc; run, test, check and bench exist; check runs gofmt, vet,
+// staticcheck and the race-enabled tests; and the task tool is pinned in
+// go.mod so `go tool task` needs no install.
+func TestTaskfile(t *testing.T) {
+	b, err := os.ReadFile("../../Taskfile.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf struct {
+		Tasks map[string]struct {
+			Desc string   `yaml:"desc"`
+			Cmds []string `yaml:"cmds"`
+		} `yaml:"tasks"`
+	}
+	if err := yaml.Unmarshal(b, &tf); err != nil {
+		t.Fatalf("Taskfile.yml: %v", err)
+	}
+	for name, task := range tf.Tasks {
+		if strings.TrimSpace(task.Desc) == "" {
+			t.Errorf("task %s has no desc", name)
+		}
+	}
+	for _, name := range []string{"run", "test", "check", "bench"} {
+		if _, ok := tf.Tasks[name]; !ok {
+			t.Errorf("no %s task", name)
+		}
+	}
+	check := strings.Join(tf.Tasks["check"].Cmds, "\n")
+	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool staticcheck ./...", "go test -race"} {
+		if !strings.Contains(check, want) {
+			t.Errorf("check task does not run %q:\n%s", want, check)
+		}
+	}
+	mod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(mod), "github.com/go-task/task/v3/cmd/task") {
+		t.Error("go.mod has no tool directive for the task command")
+	}
+}
