@@ -31,7 +31,15 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-const lease = 500 * time.Millisecond
+// lease is the runners' liveness lease in these tests: 500 ms, or
+// WEFT_E2E_LEASE (a Go duration) to measure another, such as the 1 s
+// default.
+var lease = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("WEFT_E2E_LEASE")); err == nil {
+		return d
+	}
+	return 500 * time.Millisecond
+}()
 
 func TestMain(m *testing.M) {
 	if os.Getenv("WEFT_E2E_RUNNER") != "" {

@@ -15,8 +15,9 @@ import (
 // in the ledger, over 20 kills. It prints p50, p99 and max.
 //
 //	go test ./e2e -run '^$' -bench Takeover -benchtime 1x
+//	WEFT_E2E_LEASE=1s go test ./e2e -run '^$' -bench Takeover -benchtime 1x
 func BenchmarkTakeover(b *testing.B) {
-	const n = 20
+	const n = 40
 	for b.Loop() {
 		e := newEnv(b)
 		e.spawn("rb")
@@ -41,7 +42,7 @@ func BenchmarkTakeover(b *testing.B) {
 		if len(lat) == 0 {
 			b.Fatal("no measurement")
 		}
-		fmt.Fprintf(os.Stdout, "\ntakeover after SIGKILL (lease 500ms), %d kills: p50 %v  p99 %v  max %v\n", len(lat),
+		fmt.Fprintf(os.Stdout, "\ntakeover after SIGKILL (lease %v), %d kills: p50 %v  p99 %v  max %v\n", lease, len(lat),
 			lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond))
 	}
 }
