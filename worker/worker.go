@@ -236,6 +236,12 @@ func (w *Worker) handle(h Handler, m jetstream.Msg) {
 	if err == nil && md.NumDelivered > 1 {
 		rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
 		rep.Evidence = fmt.Sprintf("the worker that took attempt %d vanished (delivery %d)", t.Attempt, md.NumDelivered)
+	} else if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+		// The task waited past its body's deadline: the run has decided
+		// (or will decide) the timeout; starting the body now would only
+		// add an effect nobody waits for.
+		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+		rep.Evidence = "the task reached a worker after its deadline; the body was not started"
 	} else {
 		base := context.Background()
 		if w.ctxFrom != nil {
