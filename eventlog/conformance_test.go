@@ -79,6 +79,27 @@ func TestConformance_AtomicMultiEventAppend(t *testing.T) {
 	s := natstest.Start(t)
 	ctx := ctxT(t)
 	const decisions = 60
+	// A subscriber follows the log while the writer appends: at every
+	// message boundary (Last) what it has seen is whole decisions.
+	var (
+		subMu      sync.Mutex
+		subGot     []events.Envelope
+		boundaries []int // len(subGot) at each message's last event
+		subErr     = make(chan error, 1)
+	)
+	sctx, cancelSub := context.WithCancel(ctx)
+	defer cancelSub()
+	go func() {
+		subErr <- s.Log.Subscribe(sctx, 0, func(se eventlog.StreamEvent) error {
+			subMu.Lock()
+			defer subMu.Unlock()
+			subGot = append(subGot, se.Envelope)
+			if se.Last {
+				boundaries = append(boundaries, len(subGot))
+			}
+			return nil
+		})
+	}()
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -117,24 +138,28 @@ func TestConformance_AtomicMultiEventAppend(t *testing.T) {
 	}
 	checkWhole(t, envs)
 
-	// Subscribe sees every decision whole too, with Last on its final event.
-	var got []events.Envelope
-	sctx, cancel := context.WithCancel(ctx)
-	err = s.Log.Subscribe(sctx, 0, func(se eventlog.StreamEvent) error {
-		got = append(got, se.Envelope)
-		if se.Last {
-			checkWhole(t, got)
-			if len(got) == len(envs) {
-				cancel()
-			}
+	// The racing subscriber catches up with everything, whole.
+	for {
+		subMu.Lock()
+		n := len(subGot)
+		subMu.Unlock()
+		if n >= len(envs) || ctx.Err() != nil {
+			break
 		}
-		return nil
-	})
-	if err != nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancelSub()
+	if err := <-subErr; err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != len(envs) {
-		t.Fatalf("subscribe saw %d events, want %d", len(got), len(envs))
+	if len(subGot) != len(envs) {
+		t.Fatalf("subscribe saw %d events, want %d", len(subGot), len(envs))
+	}
+	for _, b := range boundaries {
+		checkWhole(t, subGot[:b])
+	}
+	if len(boundaries) != decisions {
+		t.Fatalf("subscribe saw %d message boundaries, want one per decision (%d)", len(boundaries), decisions)
 	}
 	t.Logf("%d loads raced the writer", loads)
 }
