@@ -31,14 +31,14 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// lease is the runners' liveness lease in these tests: 500 ms, or
+// lease is the runners' liveness lease in these tests: 1 s (the default), or
 // WEFT_E2E_LEASE (a Go duration) to measure another, such as the 1 s
 // default.
 var lease = func() time.Duration {
 	if d, err := time.ParseDuration(os.Getenv("WEFT_E2E_LEASE")); err == nil {
 		return d
 	}
-	return 500 * time.Millisecond
+	return time.Second
 }()
 
 func TestMain(m *testing.M) {

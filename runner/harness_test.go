@@ -30,10 +30,10 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	srv := natstest.Start(t, natstest.WithAssets(runner.Assets(400*time.Millisecond)...))
+	srv := natstest.Start(t, natstest.WithAssets(runner.Assets(2*time.Second)...))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := runner.Provision(ctx, srv.JS, 400*time.Millisecond); err != nil {
+	if err := runner.Provision(ctx, srv.JS, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	return &harness{t: t, srv: srv, client: api.NewClient(srv.Conn)}
@@ -45,7 +45,7 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 	h.t.Helper()
 	nc := h.srv.Connect()
 	js := h.srv.JS
-	opts = append([]runner.Option{runner.WithLease(400 * time.Millisecond), runner.WithDrainWindow(5 * time.Second)}, opts...)
+	opts = append([]runner.Option{runner.WithLease(2 * time.Second), runner.WithDrainWindow(5 * time.Second)}, opts...)
 	r, err := runner.New(nc, js, agents, opts...)
 	if err != nil {
 		h.t.Fatal(err)
