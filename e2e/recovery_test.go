@@ -235,3 +235,25 @@ func TestScenario29_WorkerCrashes(t *testing.T) {
 		t.Fatalf("state %s starts %d", act.State, e.starts("r29d", act.ID))
 	}
 }
+
+// Scenario 33 with a peer: SIGTERM to the driving runner while a tool runs
+// → the tool finishes and is recorded, the run is handed off and the live
+// peer takes it over at once and completes it, nothing uncertain.
+func TestScenario33_SigtermHandsOffToPeer(t *testing.T) {
+	e := newEnv(t)
+	procs := map[string]*proc{"ra": e.spawn("ra"), "rb": e.spawn("rb")}
+	e.start("r33p", input{Calls: []call{{Tool: "write", Args: workIn{MS: 800}}}})
+	e.waitStarts("r33p", "1/call_1_1", 1)
+	driver := e.state("r33p").Runner()
+	procs[driver].kill(t, syscall.SIGTERM)
+	s := e.waitStatus("r33p", aggregate.StatusFinished)
+	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %+v", out)
+	}
+	if st := aggregate.Status(s); len(st.Uncertain) != 0 || s.Runner() == driver {
+		t.Fatalf("uncertain %v, final driver %s (drained %s)", st.Uncertain, s.Runner(), driver)
+	}
+	if n := e.starts("r33p", "1/call_1_1"); n != 1 {
+		t.Fatalf("body started %d times", n)
+	}
+}
