@@ -79,9 +79,9 @@ func (r *Runner) forward(ctx context.Context, driver, kind, id string, req, out 
 	m, err := r.nc.RequestWithContext(ctx, ForwardPrefix+driver+".cmd", b)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
-			// The driver is gone: take over on the next try.
-			_ = r.live.Delete(ctx, driver)
-			return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: its runner %s is gone; retry", id, driver)}
+			// The driver is going away: its lease expires soon and the run
+			// is taken over; the caller retries.
+			return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: its runner %s does not answer; retry", id, driver)}
 		}
 		return &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}

@@ -57,6 +57,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -271,7 +272,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); r.scanLoop(bg) }()
 	go func() {
 		defer wg.Done()
-		_ = r.timers.Consume(bg, func(ctx context.Context, f timer.Fired) error { return r.wake(ctx, f.Run) })
+		_ = r.timers.Consume(bg, func(ctx context.Context, f timer.Fired) error {
+			err := r.wake(ctx, f.Run)
+			switch weft.ErrorCode(err) {
+			case weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeContended:
+				return err // redelivered
+			}
+			if err != nil {
+				r.log.Warn("timer firing", "run", f.Run, "key", f.Key, "err", err)
+			}
+			return nil
+		})
 	}()
 
 	// The in-process worker runs the agents' tool bodies.
