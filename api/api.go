@@ -19,6 +19,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -134,8 +135,13 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 	if head.CommandID != "" && s.kv != nil {
 		sum := sha256.Sum256([]byte(r.Subject() + "\x00" + head.Run + "\x00" + head.CommandID))
 		key = hex.EncodeToString(sum[:16])
-		if e, err := s.kv.Get(ctx, key); err == nil {
-			_ = r.Respond(e.Value(), micro.WithHeaders(storedHeaders(e.Value())))
+		stored, err := s.claim(ctx, key)
+		if err != nil {
+			respondError(r, err)
+			return
+		}
+		if stored != nil {
+			_ = r.Respond(stored, micro.WithHeaders(storedHeaders(stored)))
 			return
 		}
 	}
@@ -147,8 +153,12 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 			we = &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
 		}
 		body, _ = json.Marshal(ErrorReply{Schema: Schema, Error: we})
-		if key != "" && keep(we.Code) {
-			_, _ = s.kv.Put(ctx, key, body)
+		if key != "" {
+			if keep(we.Code) {
+				_, _ = s.kv.Put(ctx, key, body)
+			} else {
+				_ = s.kv.Delete(ctx, key) // release the claim: a retry runs again
+			}
 		}
 		respondErrorBody(r, we, body)
 		return
@@ -158,6 +168,50 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 		_, _ = s.kv.Put(ctx, key, body)
 	}
 	_ = r.Respond(body)
+}
+
+// pendingPrefix marks a command id claimed by a service that is still
+// executing it; the rest of the value is the claim's Unix time in ms.
+const pendingPrefix = "pending:"
+
+// abandonAfter is how old a claim may get before another service takes it
+// over (its executor died).
+const abandonAfter = 30 * time.Second
+
+// claim returns the stored reply of a command id, or nil after claiming it
+// for this execution. A command id being executed elsewhere is waited for
+// (up to the request's context); a claim older than abandonAfter is taken
+// over.
+func (s *service) claim(ctx context.Context, key string) ([]byte, *weft.Error) {
+	for {
+		mark := []byte(pendingPrefix + strconv.FormatInt(time.Now().UnixMilli(), 10))
+		if _, err := s.kv.Create(ctx, key, mark); err == nil {
+			return nil, nil
+		}
+		e, err := s.kv.Get(ctx, key)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue // released meanwhile
+			}
+			return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+		}
+		v := e.Value()
+		if !bytes.HasPrefix(v, []byte(pendingPrefix)) {
+			return v, nil
+		}
+		since, _ := strconv.ParseInt(string(v[len(pendingPrefix):]), 10, 64)
+		if time.Since(time.UnixMilli(since)) > abandonAfter {
+			if _, err := s.kv.Update(ctx, key, mark, e.Revision()); err == nil {
+				return nil, nil
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: "the same command id is still being applied; retry"}
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // keep reports whether a refusal is definite (kept for the command id).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -69,5 +70,31 @@ func TestAPIBadInput(t *testing.T) {
 		if !got["weft.api."+e] {
 			t.Errorf("endpoint weft.api.%s missing from %v", e, got)
 		}
+	}
+}
+
+// The same command id sent eight times at once is applied once and every
+// sender gets the first reply.
+func TestAPISameCommandIDConcurrently(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
+	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "cid", "x")
+	s := h.waitStatus("cid", aggregate.StatusSuspended)
+	act, _ := s.Action(aggregate.Status(s).Approvals[0])
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			_, err := h.client.Approve(ctx(t), api.ApproveRequest{CommandID: "same", Run: "cid", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("a sender of the same command id got %v", err)
+		}
+	}
+	finished(t, h, "cid")
+	if b.starts.Load() != 1 {
+		t.Fatalf("starts %d", b.starts.Load())
 	}
 }
