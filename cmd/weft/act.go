@@ -8,13 +8,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
-	"os"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
-	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/worker"
 )
@@ -341,44 +337,6 @@ func settleCommand() command {
 					}
 					return printReply(e, *asJSON, r)
 				})
-			}
-		},
-	}
-}
-
-func devCommand() command {
-	return command{
-		name: "dev", summary: "run the payment-desk demo: embedded NATS, runner, worker, projector",
-		examples: []string{
-			"weft dev",
-			"weft dev --listen 4222 --data /tmp/weft-dev   # then, elsewhere: export NATS_URL=nats://127.0.0.1:4222",
-			"weft dev --nats nats://127.0.0.1:4222          # against an external nats-server -js",
-			"weft dev --external-tool send_payment          # act as send_payment's worker yourself (docs/protocol/41-tasks.md)",
-		},
-		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
-			var o demo.Options
-			fs.StringVar(&o.Listen, "listen", "4222", "loopback port (or host:port) of the embedded server; 0 picks a free one")
-			fs.StringVar(&o.DataDir, "data", "", "the embedded server's store directory (default $WEFT_DATA, else the user's state dir)")
-			verbose := fs.Bool("v", false, "log what the runtime does")
-			var external listFlag
-			fs.Var(&external, "external-tool", "leave this tool's tasks to workers outside the process, such as the nats CLI (repeatable)")
-			return func(ctx context.Context, e *env, args []string) error {
-				if err := wantArgs(args, 0, "no arguments"); err != nil {
-					return err
-				}
-				if e.urlGiven {
-					o.NATSURL = e.url
-				}
-				if o.DataDir == "" {
-					o.DataDir = os.Getenv(natsnode.EnvData)
-				}
-				o.Stdout = e.stdout
-				level := slog.LevelWarn
-				if *verbose {
-					level = slog.LevelInfo
-				}
-				o.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-				return runDev(ctx, o, external)
 			}
 		},
 	}

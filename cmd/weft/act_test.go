@@ -19,7 +19,7 @@ func TestCLIActsOnRuns(t *testing.T) {
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- runDev(ctx, demo.Options{NATSURL: s.URL, Ready: func(url string) { ready <- url }}, nil)
+		done <- demo.Run(ctx, demo.Options{NATSURL: s.URL, Ready: func(url string) { ready <- url }})
 	}()
 	t.Cleanup(func() {
 		cancel()
