@@ -1,40 +1,25 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/internal/natstest"
 )
 
-// TestCLIActsOnRuns runs the demo (runner, worker, projector) against an
-// external server — a real nats-server the test starts, which the demo only
-// connects to — and drives runs with the CLI's acting commands.
+// TestCLIActsOnRuns runs `weft dev` (runner, worker, projector) against an
+// external server named by NATS_URL — a real nats-server the test starts,
+// which weft dev only connects to — and drives runs with the CLI's acting
+// commands.
 func TestCLIActsOnRuns(t *testing.T) {
 	s := natstest.Start(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- demo.Run(ctx, demo.Options{NATSURL: s.URL, Ready: func(url string) { ready <- url }})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("dev: %v", err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("dev stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("dev never ready")
-	}
+	// weft dev takes the server from NATS_URL (and embeds none).
 	t.Setenv("NATS_URL", s.URL)
+	t.Setenv("WEFT_MODEL", "")
+	if _, url := startDevCLI(t, "dev"); url != s.URL {
+		t.Fatalf("weft dev runs on %s, want the NATS_URL server %s", url, s.URL)
+	}
 
 	if code, out, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "cli-7"); code != 0 || !strings.Contains(out, "run cli-7: working") {
 		t.Fatalf("start: %d %s %s", code, out, errs)

@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/model/provider"
 	"github.com/weftrun/weft/natsnode"
 )
 
@@ -34,6 +38,8 @@ func devCommand() command {
 			"weft dev --listen 4222 --data /tmp/weft-dev   # then, elsewhere: export NATS_URL=nats://127.0.0.1:4222",
 			"weft dev --nats nats://127.0.0.1:4222          # against an external nats-server -js",
 			"weft dev --external-tool send_payment          # act as send_payment's worker yourself (docs/protocol/41-tasks.md)",
+			"WEFT_MODEL=openai:gpt-4.1 OPENAI_API_KEY=... weft dev        # a real model instead of the scripted one",
+			"weft dev --model openai:llama3.1:8b --model-base-url http://localhost:11434/v1   # Ollama (docs/models.md)",
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var o demo.Options
@@ -42,6 +48,8 @@ func devCommand() command {
 			verbose := fs.Bool("v", false, "log what the runtime does")
 			var external listFlag
 			fs.Var(&external, "external-tool", "leave this tool's tasks to workers outside the process, such as the nats CLI (repeatable)")
+			cfg, cfgErr := provider.ConfigFromEnv(os.Getenv)
+			cfg.RegisterFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
@@ -56,6 +64,14 @@ func devCommand() command {
 					return err
 				}
 				o.ExternalTools = external
+				if cfgErr != nil {
+					return usagef("%v", cfgErr)
+				}
+				m, err := devModel(e.stdout, cfg, flagSet(fs, "model"))
+				if err != nil {
+					return err
+				}
+				o.Model = m
 				o.Stdout = e.stdout
 				level := slog.LevelWarn
 				if *verbose {
@@ -66,6 +82,34 @@ func devCommand() command {
 			}
 		},
 	}
+}
+
+// devModel opens the model --model or WEFT_MODEL configures, or the demo's
+// scripted model when neither is set, and says on w which it is and why.
+func devModel(w io.Writer, cfg provider.Config, fromFlag bool) (model.Model, error) {
+	if !cfg.Configured() {
+		m := demo.ScriptedModel()
+		fmt.Fprintf(w, "Model: %s, the demo's scripted model (%s or --model selects a real one: openai:<model> or anthropic:<model>).\n",
+			provider.Describe(m), provider.EnvModel)
+		return m, nil
+	}
+	source := provider.EnvModel + "=" + cfg.Spec
+	if fromFlag {
+		source = "--model " + cfg.Spec
+	}
+	m, err := cfg.Open()
+	if err != nil {
+		return nil, usagef("%s: %v", source, err)
+	}
+	fmt.Fprintf(w, "Model: %s, from %s.\n", provider.Describe(m), source)
+	return m, nil
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // checkExternal makes an --external-tool naming no demo tool a usage error
