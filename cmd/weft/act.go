@@ -50,6 +50,29 @@ func printReply(e *env, asJSON bool, r api.Reply) error {
 	return nil
 }
 
+// actFlags defines what every acting command but start has: --command-id
+// (into id) and --json, which it returns.
+func actFlags(fs *flag.FlagSet, id *string) *bool {
+	fs.StringVar(id, "command-id", "", "idempotency key of this command (default: a fresh one)")
+	return fs.Bool("json", false, "print the reply as JSON")
+}
+
+// send is the plumbing every acting command shares: it gives the command a
+// fresh id unless --command-id named one (id nil: the command keeps what it
+// has), connects, sends the command with call and prints the reply.
+func send(ctx context.Context, e *env, id *string, asJSON bool, call func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error)) error {
+	if id != nil && *id == "" {
+		*id = newCommandID()
+	}
+	return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q *projector.Client) error {
+		r, err := call(ctx, c, q)
+		if err != nil {
+			return err
+		}
+		return printReply(e, asJSON, r)
+	})
+}
+
 func startCommand() command {
 	return command{
 		name: "start", args: "<agent> <input>", summary: "start a run of an agent",
@@ -66,37 +89,35 @@ func startCommand() command {
 					return err
 				}
 				req.Agent, req.Input = args[0], args[1]
-				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, _ *projector.Client) error {
+				return send(ctx, e, nil, *asJSON, func(ctx context.Context, c *api.Client, _ *projector.Client) (api.Reply, error) {
 					r, err := c.Start(ctx, req)
-					if err != nil {
-						return err
-					}
-					if *asJSON {
-						return printJSON(e.stdout, r)
-					}
-					fmt.Fprintf(e.stdout, "run %s: %s\n", r.Run, r.Status)
-					return nil
+					return api.Reply(r), err
 				})
 			}
 		},
 	}
 }
 
-// pendingRevision finds the revision of an action's open approval request
-// in the run's view, for approve and reject without --revision.
-func pendingRevision(ctx context.Context, q *projector.Client, run, action string) (int, error) {
+// pendingRevision sets *rev, when zero (no --revision), to the revision of
+// an action's open approval request in the run's view, for approve and
+// reject.
+func pendingRevision(ctx context.Context, q *projector.Client, run, action string, rev *int) error {
+	if *rev != 0 {
+		return nil
+	}
 	v, err := q.Run(ctx, run)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	a, ok := v.Action(action)
 	if !ok {
-		return 0, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s", run, action)}
+		return &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s", run, action)}
 	}
 	if a.Pending == nil {
-		return 0, &weft.Error{Code: weft.CodeAlreadyAnswered, Message: fmt.Sprintf("action %s of run %s has no pending approval request (state %s)", action, run, a.State)}
+		return &weft.Error{Code: weft.CodeAlreadyAnswered, Message: fmt.Sprintf("action %s of run %s has no pending approval request (state %s)", action, run, a.State)}
 	}
-	return a.Pending.Revision, nil
+	*rev = a.Pending.Revision
+	return nil
 }
 
 func approveCommand() command {
@@ -111,8 +132,7 @@ func approveCommand() command {
 			fs.IntVar(&req.Revision, "revision", 0, "the request's revision (default: the pending one, read from the run view)")
 			fs.StringVar(&req.Approver, "approver", "", "the approver (one of the agent's approvers) that verifies the credential")
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
-			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
-			asJSON := fs.Bool("json", false, "print the reply as JSON")
+			asJSON := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -121,21 +141,11 @@ func approveCommand() command {
 					return usagef("approve needs --approver and --credential")
 				}
 				req.Run, req.Action = args[0], args[1]
-				if req.CommandID == "" {
-					req.CommandID = newCommandID()
-				}
-				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q *projector.Client) error {
-					if req.Revision == 0 {
-						var err error
-						if req.Revision, err = pendingRevision(ctx, q, req.Run, req.Action); err != nil {
-							return err
-						}
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error) {
+					if err := pendingRevision(ctx, q, req.Run, req.Action, &req.Revision); err != nil {
+						return api.Reply{}, err
 					}
-					r, err := c.Approve(ctx, req)
-					if err != nil {
-						return err
-					}
-					return printReply(e, *asJSON, r)
+					return c.Approve(ctx, req)
 				})
 			}
 		},
@@ -153,8 +163,7 @@ func rejectCommand() command {
 			fs.StringVar(&req.Approver, "approver", "", "the approver that verifies the credential")
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
 			fs.StringVar(&req.By, "by", "", "who rejects, when no credential is given")
-			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
-			asJSON := fs.Bool("json", false, "print the reply as JSON")
+			asJSON := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -163,21 +172,11 @@ func rejectCommand() command {
 					return usagef("reject needs --reason")
 				}
 				req.Run, req.Action = args[0], args[1]
-				if req.CommandID == "" {
-					req.CommandID = newCommandID()
-				}
-				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q *projector.Client) error {
-					if req.Revision == 0 {
-						var err error
-						if req.Revision, err = pendingRevision(ctx, q, req.Run, req.Action); err != nil {
-							return err
-						}
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error) {
+					if err := pendingRevision(ctx, q, req.Run, req.Action, &req.Revision); err != nil {
+						return api.Reply{}, err
 					}
-					r, err := c.Reject(ctx, req)
-					if err != nil {
-						return err
-					}
-					return printReply(e, *asJSON, r)
+					return c.Reject(ctx, req)
 				})
 			}
 		},
@@ -231,8 +230,7 @@ func reconcileCommand() command {
 			stored := fs.Bool("stored", false, "reconcile an action of a finished run (resumes nothing)")
 			var req api.ReconcileRequest
 			fs.StringVar(&req.By, "by", "", "who reconciles")
-			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
-			asJSON := fs.Bool("json", false, "print the reply as JSON")
+			asJSON := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) < 2 || len(args) > 3 {
 					return usagef("want <run> <action> [content-json]")
@@ -242,22 +240,15 @@ func reconcileCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				if req.CommandID == "" {
-					req.CommandID = newCommandID()
-				}
-				return withAPI(ctx, e, func(ctx context.Context, cl *api.Client, _ *projector.Client) error {
-					call := cl.Reconcile
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ *projector.Client) (api.Reply, error) {
 					if *stored {
-						call = cl.ReconcileStored
+						return cl.ReconcileStored(ctx, req)
 					}
-					r, err := call(ctx, req)
-					if err != nil {
-						if !*stored && errors.Is(err, &weft.Error{Code: weft.CodeRunEnded}) {
-							return fmt.Errorf("%w (the run has finished: use --stored)", err)
-						}
-						return err
+					r, err := cl.Reconcile(ctx, req)
+					if errors.Is(err, &weft.Error{Code: weft.CodeRunEnded}) {
+						return r, fmt.Errorf("%w (the run has finished: use --stored)", err)
 					}
-					return printReply(e, *asJSON, r)
+					return r, err
 				})
 			}
 		},
@@ -272,22 +263,14 @@ func cancelCommand() command {
 			var req api.CancelRequest
 			fs.StringVar(&req.Reason, "reason", "", "why")
 			fs.StringVar(&req.By, "by", "", "who cancels")
-			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
-			asJSON := fs.Bool("json", false, "print the reply as JSON")
+			asJSON := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
 				req.Run = args[0]
-				if req.CommandID == "" {
-					req.CommandID = newCommandID()
-				}
-				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, _ *projector.Client) error {
-					r, err := c.Cancel(ctx, req)
-					if err != nil {
-						return err
-					}
-					return printReply(e, *asJSON, r)
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ *projector.Client) (api.Reply, error) {
+					return c.Cancel(ctx, req)
 				})
 			}
 		},
@@ -307,8 +290,7 @@ func settleCommand() command {
 			uncertain := fs.String("uncertain", "", "evidence that the effect is uncertain")
 			var req worker.Settlement
 			fs.StringVar(&req.Summary, "summary", "", "what a person needs if the settlement is refused (no secrets)")
-			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command (default: a fresh one)")
-			asJSON := fs.Bool("json", false, "print the reply as JSON")
+			asJSON := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -327,15 +309,8 @@ func settleCommand() command {
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}
 				req.Schema, req.Run, req.Action = 1, args[0], args[1]
-				if req.CommandID == "" {
-					req.CommandID = newCommandID()
-				}
-				return withAPI(ctx, e, func(ctx context.Context, c *api.Client, _ *projector.Client) error {
-					r, err := c.Settle(ctx, req)
-					if err != nil {
-						return err
-					}
-					return printReply(e, *asJSON, r)
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ *projector.Client) (api.Reply, error) {
+					return c.Settle(ctx, req)
 				})
 			}
 		},
