@@ -3,7 +3,6 @@ package anthropic_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 
@@ -14,12 +13,15 @@ import (
 	"github.com/weftrun/weft/model/internal/fakeserver"
 )
 
+// start points the adapter at a fresh fake server.
+func start(t *testing.T) (model.Model, *fakeserver.Server) {
+	srv := anthropictest.NewFakeServer(t)
+	return srv.Model("claude-test"), srv.Server
+}
+
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, adaptertest.Harness{
-		Start: func(t *testing.T) (model.Model, *fakeserver.Server) {
-			srv := anthropictest.NewFakeServer(t)
-			return srv.Model("claude-test"), srv.Server
-		},
+		Start: start,
 		ModelAt: func(url string) model.Model {
 			return anthropic.New("claude-test", anthropic.WithBaseURL(url), anthropic.WithAPIKey("k"))
 		},
@@ -33,36 +35,16 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-var lookupSchema = json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`)
-
-func baseRequest() model.Request {
-	return model.Request{
-		Run: "r-1", Turn: 1,
-		System:     "You are the payment desk.",
-		Transcript: []model.Message{{Role: model.RoleUser, Text: "refund p-1"}},
-		Tools: []model.ToolSpec{
-			{Name: "lookup", Description: "Look a payment up.", InputSchema: lookupSchema},
-			{Name: "refund", Description: "Refund a payment.", InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"},"cents":{"type":"integer"}}}`)},
-		},
-	}
-}
-
 func decode(t *testing.T, srv *anthropictest.Server, i int) anthropictest.MessagesRequest {
 	t.Helper()
-	reqs := srv.Requests()
-	if len(reqs) <= i {
-		t.Fatalf("server saw %d requests, want more than %d", len(reqs), i)
-	}
-	if reqs[i].Method != "POST" || reqs[i].Path != anthropictest.Path {
-		t.Fatalf("request %d = %s %s, want POST %s", i, reqs[i].Method, reqs[i].Path, anthropictest.Path)
-	}
-	if reqs[i].Header.Get("Anthropic-Version") == "" {
+	r := adaptertest.Recorded(t, srv.Server, i, anthropictest.Path)
+	if r.Header.Get("Anthropic-Version") == "" {
 		t.Errorf("no anthropic-version header")
 	}
-	if !strings.Contains(reqs[i].Header.Get("Authorization")+reqs[i].Header.Get("X-Api-Key"), "test-key") {
-		t.Errorf("API key not sent: %v", reqs[i].Header)
+	if !strings.Contains(r.Header.Get("Authorization")+r.Header.Get("X-Api-Key"), "test-key") {
+		t.Errorf("API key not sent: %v", r.Header)
 	}
-	m, err := anthropictest.Decode(reqs[i])
+	m, err := anthropictest.Decode(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +74,7 @@ func TestScenario3_ThinkingReplayedAndResultsInCallOrder(t *testing.T) {
 	if m.Name() != "anthropic:claude-test" || !strings.Contains(m.Describe(), srv.BaseURL()) {
 		t.Errorf("Name = %q, Describe = %q", m.Name(), m.Describe())
 	}
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	r, err := m.Complete(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +176,7 @@ func TestScenario3_ThinkingReplayedAndResultsInCallOrder(t *testing.T) {
 func TestCorrectionJoinsToolResults(t *testing.T) {
 	srv := anthropictest.NewFakeServer(t)
 	srv.Enqueue(anthropictest.Text("ok"))
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.Transcript = append(req.Transcript,
 		model.Message{Role: model.RoleAssistant, Text: "Looking.", Calls: []model.ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"id":"p-1"}`)}},
 			ProviderData: json.RawMessage(`{"provider":"openai","message":{}}`)},
@@ -221,7 +203,7 @@ func TestCorrectionJoinsToolResults(t *testing.T) {
 func TestScenario14_TypedAnswerStructuredOutput(t *testing.T) {
 	srv := anthropictest.NewFakeServer(t)
 	srv.Enqueue(anthropictest.Text(`{"answer": ["p-1","p-2"]}`), anthropictest.Text(`{"refunded":true}`))
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.AnswerSchema = json.RawMessage(`{"type":"array","items":{"type":"string"}}`)
 	m := srv.Model("claude-test")
 	r, err := m.Complete(context.Background(), req)
@@ -254,7 +236,7 @@ func TestScenario14_TypedAnswerStructuredOutput(t *testing.T) {
 func TestScenario14_PromptedAnswers(t *testing.T) {
 	srv := anthropictest.NewFakeServer(t)
 	srv.Enqueue(anthropictest.Text("```json\n[\"p-1\"]\n```"))
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.AnswerSchema = json.RawMessage(`{"type":"array","items":{"type":"string"}}`)
 	r, err := srv.Model("claude-test", anthropic.WithPromptedAnswers()).Complete(context.Background(), req)
 	if err != nil {
@@ -282,7 +264,7 @@ func TestRefusal(t *testing.T) {
 	u := anthropictest.Usage
 	srv.Enqueue(anthropictest.Message{Usage: &u, StopReason: "refusal",
 		StopDetails: json.RawMessage(`{"type":"refusal","category":"cyber","explanation":"not allowed"}`)}.Response())
-	r, err := srv.Model("claude-test").Complete(context.Background(), baseRequest())
+	r, err := srv.Model("claude-test").Complete(context.Background(), adaptertest.BaseRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +282,7 @@ func TestTruncatedDropsPartialCalls(t *testing.T) {
 				anthropictest.TextBlock("I will look"),
 				anthropictest.ToolUseBlock(model.ToolCall{ID: "toolu_1", Name: "lookup", Arguments: json.RawMessage(`{}`)}),
 			}}.Response())
-			r, err := srv.Model("claude-test").Complete(context.Background(), baseRequest())
+			r, err := srv.Model("claude-test").Complete(context.Background(), adaptertest.BaseRequest())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,7 +297,7 @@ func TestUsageCountsCache(t *testing.T) {
 	srv := anthropictest.NewFakeServer(t)
 	srv.Enqueue(fakeserver.Response{Body: []byte(`{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}],` +
 		`"stop_reason":"end_turn","usage":{"input_tokens":3,"cache_creation_input_tokens":100,"cache_read_input_tokens":1000,"output_tokens":7}}`)})
-	r, err := srv.Model("claude-test").Complete(context.Background(), baseRequest())
+	r, err := srv.Model("claude-test").Complete(context.Background(), adaptertest.BaseRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,37 +307,19 @@ func TestUsageCountsCache(t *testing.T) {
 }
 
 func TestMissingFieldsAreInvalidReplies(t *testing.T) {
-	bodies := map[string]string{
-		"no content":       `{"id":"m","type":"message","role":"assistant","stop_reason":"end_turn"}`,
-		"no stop_reason":   `{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}]}`,
-		"tool_use no id":   `{"id":"m","type":"message","role":"assistant","content":[{"type":"tool_use","name":"lookup","input":{}}],"stop_reason":"tool_use"}`,
-		"block no type":    `{"id":"m","type":"message","role":"assistant","content":[{"text":"hi"}],"stop_reason":"end_turn"}`,
-		"pause_turn":       `{"id":"m","type":"message","role":"assistant","content":[],"stop_reason":"pause_turn"}`,
-		"content not list": `{"id":"m","type":"message","role":"assistant","content":"hi","stop_reason":"end_turn"}`,
-	}
-	for _, name := range []string{"no content", "no stop_reason", "tool_use no id", "block no type", "pause_turn", "content not list"} {
-		t.Run(name, func(t *testing.T) {
-			srv := anthropictest.NewFakeServer(t)
-			srv.Enqueue(fakeserver.Response{Body: []byte(bodies[name])})
-			_, err := srv.Model("claude-test").Complete(context.Background(), baseRequest())
-			var me *model.Error
-			if !errors.As(err, &me) || me.Kind != model.ErrInvalidReply {
-				t.Errorf("err = %v, want invalid_reply", err)
-			}
-		})
-	}
+	adaptertest.InvalidReplies(t, start, []adaptertest.Body{
+		{Name: "no content", JSON: `{"id":"m","type":"message","role":"assistant","stop_reason":"end_turn"}`},
+		{Name: "no stop_reason", JSON: `{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"hi"}]}`},
+		{Name: "tool_use no id", JSON: `{"id":"m","type":"message","role":"assistant","content":[{"type":"tool_use","name":"lookup","input":{}}],"stop_reason":"tool_use"}`},
+		{Name: "block no type", JSON: `{"id":"m","type":"message","role":"assistant","content":[{"text":"hi"}],"stop_reason":"end_turn"}`},
+		{Name: "pause_turn", JSON: `{"id":"m","type":"message","role":"assistant","content":[],"stop_reason":"pause_turn"}`},
+		{Name: "content not list", JSON: `{"id":"m","type":"message","role":"assistant","content":"hi","stop_reason":"end_turn"}`},
+	})
 }
 
 func TestBadRequestsFailBeforeSending(t *testing.T) {
 	srv := anthropictest.NewFakeServer(t)
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.Transcript = append(req.Transcript, model.Message{Role: "system", Text: "x"})
-	_, err := srv.Model("claude-test").Complete(context.Background(), req)
-	var me *model.Error
-	if !errors.As(err, &me) || me.Kind != model.ErrInvalidRequest {
-		t.Errorf("err = %v, want invalid_request", err)
-	}
-	if n := len(srv.Requests()); n != 0 {
-		t.Errorf("server saw %d requests", n)
-	}
+	adaptertest.FailsBeforeSending(t, srv.Model("claude-test"), srv.Server, req)
 }

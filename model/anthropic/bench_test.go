@@ -1,12 +1,12 @@
 package anthropic_test
 
 import (
-	"context"
 	"encoding/json"
 	"testing"
 
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/model/anthropic/anthropictest"
+	"github.com/weftrun/weft/model/internal/adaptertest"
 )
 
 // BenchmarkCompleteToolTurn measures one tool-request turn with a thinking
@@ -20,16 +20,5 @@ func BenchmarkCompleteToolTurn(b *testing.B) {
 		anthropictest.ToolUseBlock(model.ToolCall{ID: "toolu_A", Name: "lookup", Arguments: json.RawMessage(`{"id":"p-1"}`)}),
 		anthropictest.ToolUseBlock(model.ToolCall{ID: "toolu_B", Name: "refund", Arguments: json.RawMessage(`{"id":"p-1","cents":500}`)}),
 	}}.Response()
-	srv.Respond(func(anthropictest.Request) anthropictest.Response { return reply })
-	m := srv.Model("claude-test")
-	req := baseRequest()
-	var pd int
-	for b.Loop() {
-		r, err := m.Complete(context.Background(), req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pd = len(r.Turn.ProviderData)
-	}
-	b.ReportMetric(float64(pd), "provider-data-bytes")
+	adaptertest.BenchComplete(b, srv.Model("claude-test"), srv.Server, reply)
 }

@@ -13,12 +13,15 @@ import (
 	"github.com/weftrun/weft/model/openai/openaitest"
 )
 
+// start points the adapter at a fresh fake server.
+func start(t *testing.T) (model.Model, *fakeserver.Server) {
+	srv := openaitest.NewFakeServer(t)
+	return srv.Model("gpt-test"), srv.Server
+}
+
 func TestConformance(t *testing.T) {
 	adaptertest.Run(t, adaptertest.Harness{
-		Start: func(t *testing.T) (model.Model, *fakeserver.Server) {
-			srv := openaitest.NewFakeServer(t)
-			return srv.Model("gpt-test"), srv.Server
-		},
+		Start: start,
 		ModelAt: func(url string) model.Model {
 			return openai.New("gpt-test", openai.WithBaseURL(url+"/v1"), openai.WithAPIKey("k"))
 		},
@@ -32,33 +35,13 @@ func TestConformance(t *testing.T) {
 	})
 }
 
-var lookupSchema = json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`)
-
-func baseRequest() model.Request {
-	return model.Request{
-		Run: "r-1", Turn: 1,
-		System:     "You are the payment desk.",
-		Transcript: []model.Message{{Role: model.RoleUser, Text: "refund p-1"}},
-		Tools: []model.ToolSpec{
-			{Name: "lookup", Description: "Look a payment up.", InputSchema: lookupSchema},
-			{Name: "refund", Description: "Refund a payment.", InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"},"cents":{"type":"integer"}}}`)},
-		},
-	}
-}
-
 func decode(t *testing.T, srv *openaitest.Server, i int) openaitest.ChatRequest {
 	t.Helper()
-	reqs := srv.Requests()
-	if len(reqs) <= i {
-		t.Fatalf("server saw %d requests, want more than %d", len(reqs), i)
-	}
-	if reqs[i].Method != "POST" || reqs[i].Path != openaitest.Path {
-		t.Fatalf("request %d = %s %s, want POST %s", i, reqs[i].Method, reqs[i].Path, openaitest.Path)
-	}
-	if got := reqs[i].Header.Get("Authorization"); got != "Bearer test-key" {
+	r := adaptertest.Recorded(t, srv.Server, i, openaitest.Path)
+	if got := r.Header.Get("Authorization"); got != "Bearer test-key" {
 		t.Errorf("Authorization = %q", got)
 	}
-	c, err := openaitest.Decode(reqs[i])
+	c, err := openaitest.Decode(r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +67,7 @@ func TestScenario3_ToolCallsAndResultsInCallOrder(t *testing.T) {
 	if d := m.Describe(); !strings.Contains(d, "openai:gpt-test") || !strings.Contains(d, srv.BaseURL()) {
 		t.Errorf("Describe = %q", d)
 	}
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	r, err := m.Complete(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +173,7 @@ func TestMalformedArgumentsReplayedByteForByte(t *testing.T) {
 		RawArguments: map[int]string{0: bad, 1: ""},
 	}.Response(), openaitest.Text("ok"))
 	m := srv.Model("gpt-test")
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	r, err := m.Complete(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +210,7 @@ func TestMalformedArgumentsReplayedByteForByte(t *testing.T) {
 func TestAssistantTurnWithoutProviderData(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
 	srv.Enqueue(openaitest.Text("ok"))
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.Transcript = append(req.Transcript,
 		model.Message{Role: model.RoleAssistant, Text: "Looking.", Calls: []model.ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"id":"p-1"}`)}},
 			ProviderData: json.RawMessage(`{"provider":"anthropic","content":[]}`)},
@@ -252,7 +235,7 @@ func TestAssistantTurnWithoutProviderData(t *testing.T) {
 func TestScenario14_TypedAnswerObjectSchema(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
 	srv.Enqueue(openaitest.Text(`{"refunded":true}`))
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.AnswerSchema = json.RawMessage(`{"type":"object","properties":{"refunded":{"type":"boolean"}},"required":["refunded"]}`)
 	r, err := srv.Model("gpt-test").Complete(context.Background(), req)
 	if err != nil {
@@ -272,7 +255,7 @@ func TestScenario14_TypedAnswerObjectSchema(t *testing.T) {
 func TestScenario14_TypedAnswerWrapped(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
 	srv.Enqueue(openaitest.Text(`{"answer": [{"id":"p-1"}]}`), openaitest.Text(`[1]`))
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.AnswerSchema = json.RawMessage(`{"type":"array","items":{"$ref":"#/$defs/item"},"$defs":{"item":{"type":"object"}}}`)
 	m := srv.Model("gpt-test", openai.WithStrictAnswers(true), openai.WithMaxTokens(321))
 	r, err := m.Complete(context.Background(), req)
@@ -316,7 +299,7 @@ func TestRefusals(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			srv := openaitest.NewFakeServer(t)
 			srv.Enqueue(c.reply.Response())
-			r, err := srv.Model("gpt-test").Complete(context.Background(), baseRequest())
+			r, err := srv.Model("gpt-test").Complete(context.Background(), adaptertest.BaseRequest())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -339,7 +322,7 @@ func TestTruncatedDropsPartialCalls(t *testing.T) {
 		Calls:        []model.ToolCall{{ID: "call_1", Name: "lookup"}},
 		RawArguments: map[int]string{0: `{"id": "p-`},
 	}.Response())
-	r, err := srv.Model("gpt-test").Complete(context.Background(), baseRequest())
+	r, err := srv.Model("gpt-test").Complete(context.Background(), adaptertest.BaseRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,7 +337,7 @@ func TestTruncatedDropsPartialCalls(t *testing.T) {
 func TestScenario7_EmptyToolBatchPassedOn(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
 	srv.Enqueue(openaitest.Completion{Null: true, FinishReason: "tool_calls"}.Response())
-	r, err := srv.Model("gpt-test").Complete(context.Background(), baseRequest())
+	r, err := srv.Model("gpt-test").Complete(context.Background(), adaptertest.BaseRequest())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,37 +347,19 @@ func TestScenario7_EmptyToolBatchPassedOn(t *testing.T) {
 }
 
 func TestMissingFieldsAreInvalidReplies(t *testing.T) {
-	bodies := map[string]string{
-		"no choices":       `{"id":"x","object":"chat.completion","choices":[]}`,
-		"no message":       `{"id":"x","choices":[{"index":0,"finish_reason":"stop"}]}`,
-		"no finish_reason": `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`,
-		"call without id":  `{"id":"x","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"lookup","arguments":"{}"}}]}}]}`,
-	}
-	for _, name := range []string{"no choices", "no message", "no finish_reason", "call without id"} {
-		t.Run(name, func(t *testing.T) {
-			srv := openaitest.NewFakeServer(t)
-			srv.Enqueue(fakeserver.Response{Body: []byte(bodies[name])})
-			_, err := srv.Model("gpt-test").Complete(context.Background(), baseRequest())
-			var me *model.Error
-			if !asModelError(err, &me) || me.Kind != model.ErrInvalidReply {
-				t.Errorf("err = %v, want invalid_reply", err)
-			}
-		})
-	}
+	adaptertest.InvalidReplies(t, start, []adaptertest.Body{
+		{Name: "no choices", JSON: `{"id":"x","object":"chat.completion","choices":[]}`},
+		{Name: "no message", JSON: `{"id":"x","choices":[{"index":0,"finish_reason":"stop"}]}`},
+		{Name: "no finish_reason", JSON: `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`},
+		{Name: "call without id", JSON: `{"id":"x","choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"lookup","arguments":"{}"}}]}}]}`},
+	})
 }
 
 func TestBadRequestsFailBeforeSending(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
-	req := baseRequest()
+	req := adaptertest.BaseRequest()
 	req.Tools[0].InputSchema = json.RawMessage(`[1]`)
-	_, err := srv.Model("gpt-test").Complete(context.Background(), req)
-	var me *model.Error
-	if !asModelError(err, &me) || me.Kind != model.ErrInvalidRequest {
-		t.Errorf("err = %v, want invalid_request", err)
-	}
-	if n := len(srv.Requests()); n != 0 {
-		t.Errorf("server saw %d requests", n)
-	}
+	adaptertest.FailsBeforeSending(t, srv.Model("gpt-test"), srv.Server, req)
 }
 
 // TestArgumentsAsObject accepts a compatible server that sends arguments as
@@ -403,7 +368,7 @@ func TestArgumentsAsObject(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
 	srv.Enqueue(fakeserver.Response{Body: []byte(`{"id":"x","object":"chat.completion","choices":[{"index":0,"finish_reason":"tool_calls",` +
 		`"message":{"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function","function":{"name":"lookup","arguments":{"id":"p-1"}}}]}}]}`)})
-	r, err := srv.Model("gpt-test").Complete(context.Background(), baseRequest())
+	r, err := srv.Model("gpt-test").Complete(context.Background(), adaptertest.BaseRequest())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -262,3 +262,90 @@ func RawJSON(t testing.TB, s []byte) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// LookupSchema is the input schema of BaseRequest's lookup tool.
+var LookupSchema = json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`)
+
+// BaseRequest is the first turn of a payment-desk conversation with two
+// tools (lookup and refund), which the adapters' own tests start from.
+func BaseRequest() model.Request {
+	return model.Request{
+		Run: "r-1", Turn: 1,
+		System:     "You are the payment desk.",
+		Transcript: []model.Message{{Role: model.RoleUser, Text: "refund p-1"}},
+		Tools: []model.ToolSpec{
+			{Name: "lookup", Description: "Look a payment up.", InputSchema: LookupSchema},
+			{Name: "refund", Description: "Refund a payment.", InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"},"cents":{"type":"integer"}}}`)},
+		},
+	}
+}
+
+// Recorded returns request i the server received, failing the test unless
+// there is one and it is a POST to path.
+func Recorded(t testing.TB, srv *fakeserver.Server, i int, path string) fakeserver.Request {
+	t.Helper()
+	reqs := srv.Requests()
+	if len(reqs) <= i {
+		t.Fatalf("server saw %d requests, want more than %d", len(reqs), i)
+	}
+	if reqs[i].Method != "POST" || reqs[i].Path != path {
+		t.Fatalf("request %d = %s %s, want POST %s", i, reqs[i].Method, reqs[i].Path, path)
+	}
+	return reqs[i]
+}
+
+// Body is a named raw response body.
+type Body struct {
+	// Name names the case (a subtest).
+	Name string
+	// JSON is the body sent with status 200.
+	JSON string
+}
+
+// InvalidReplies sends each body (a 200 reply the provider's schema does
+// not allow: a missing field, a wrong type) to an adapter that start points
+// at a fresh fake server, and checks the failure is invalid_reply.
+func InvalidReplies(t *testing.T, start func(t *testing.T) (model.Model, *fakeserver.Server), bodies []Body) {
+	for _, b := range bodies {
+		t.Run(b.Name, func(t *testing.T) {
+			m, srv := start(t)
+			srv.Enqueue(fakeserver.Response{Body: []byte(b.JSON)})
+			_, err := m.Complete(context.Background(), BaseRequest())
+			var me *model.Error
+			if !errors.As(err, &me) || me.Kind != model.ErrInvalidReply {
+				t.Errorf("err = %v, want invalid_reply", err)
+			}
+		})
+	}
+}
+
+// FailsBeforeSending checks that req, which the provider cannot express, is
+// refused as invalid_request without a request reaching the server.
+func FailsBeforeSending(t *testing.T, m model.Model, srv *fakeserver.Server, req model.Request) {
+	t.Helper()
+	_, err := m.Complete(context.Background(), req)
+	var me *model.Error
+	if !errors.As(err, &me) || me.Kind != model.ErrInvalidRequest {
+		t.Errorf("err = %v, want invalid_request", err)
+	}
+	if n := len(srv.Requests()); n != 0 {
+		t.Errorf("server saw %d requests", n)
+	}
+}
+
+// BenchComplete measures m completing BaseRequest while srv answers every
+// request with reply: request building, the SDK, HTTP and reply decoding.
+// It reports the provider data kept per turn.
+func BenchComplete(b *testing.B, m model.Model, srv *fakeserver.Server, reply fakeserver.Response) {
+	srv.Respond(func(fakeserver.Request) fakeserver.Response { return reply })
+	req := BaseRequest()
+	var pd int
+	for b.Loop() {
+		r, err := m.Complete(context.Background(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pd = len(r.Turn.ProviderData)
+	}
+	b.ReportMetric(float64(pd), "provider-data-bytes")
+}
