@@ -112,6 +112,12 @@ func find(name string) (command, bool) {
 	return command{}, false
 }
 
+// exitCodesHelp is the exit code table every help text ends with.
+const exitCodesHelp = `Exit codes:
+  0 success, 1 refused by the server (its error code is printed),
+  2 bad command line, 3 NATS or the service unavailable, 4 audit found a problem.
+`
+
 const globalHelp = `weft: the Weft command-line client.
 
 Usage:
@@ -134,10 +140,7 @@ Examples:
   weft reconcile pay-13 2/call_2_1 --output '{"id":"PAY-13","status":"sent"}'
   weft audit export pay-7 -o pay-7.jsonl && weft audit verify --file pay-7.jsonl
 
-Exit codes:
-  0 success, 1 refused by the server (its error code is printed),
-  2 bad command line, 3 NATS or the service unavailable, 4 audit found a problem.
-
+%s
 Run 'weft <command> --help' for a command's flags and examples.
 `
 
@@ -146,7 +149,7 @@ func printGlobalHelp(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(&b, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintf(w, globalHelp, b.String())
+	fmt.Fprintf(w, globalHelp, b.String(), exitCodesHelp)
 }
 
 // run runs the command line args.
@@ -200,6 +203,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				fmt.Fprintf(fs.Output(), "  %s\n", ex)
 			}
 		}
+		fmt.Fprintf(fs.Output(), "\n%s", exitCodesHelp)
 	}
 	if err := fs.Parse(interleave(fs, args[1:])); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -190,3 +190,20 @@ func TestCLIEventsWithoutProjector(t *testing.T) {
 		t.Fatalf("show without a projector: %d %s", code, errs)
 	}
 }
+
+// TestHelpShowsExamplesAndExitCodes: `weft --help` and `weft <command>
+// --help` exit 0 and print examples and the exit codes of docs/cli.md.
+func TestHelpShowsExamplesAndExitCodes(t *testing.T) {
+	code, out, _ := cli(t, "--help")
+	if code != exitOK {
+		t.Fatalf("weft --help: exit %d", code)
+	}
+	contains(t, "weft --help", out, "Examples:", "Exit codes:", "4 audit found a problem")
+	for _, c := range commands() {
+		code, _, errs := cli(t, c.name, "--help")
+		if code != exitOK {
+			t.Errorf("weft %s --help: exit %d", c.name, code)
+		}
+		contains(t, "weft "+c.name+" --help", errs, "weft "+c.name, "Examples:\n  weft ", "Exit codes:", "2 bad command line")
+	}
+}
