@@ -45,6 +45,11 @@ func TestRunShutsDownCleanlyOnSIGTERM(t *testing.T) {
 			}); err != nil {
 				return err
 			}
+			// The server must know the subscription before the client
+			// sends its request, or the request finds no responder.
+			if err := n.Conn().Flush(); err != nil {
+				return err
+			}
 			ready <- n.URL()
 			<-ctx.Done()
 			return ctx.Err()
@@ -69,7 +74,11 @@ func TestRunShutsDownCleanlyOnSIGTERM(t *testing.T) {
 		}
 		reply <- m
 	}()
-	<-inFlight
+	select {
+	case <-inFlight:
+	case m := <-reply:
+		t.Fatalf("the request ended before the handler saw it: %v", m)
+	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
