@@ -52,8 +52,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -225,15 +227,50 @@ func (t *Telemetry) StartAttempt(ctx context.Context, run, action, tool string, 
 		attribute.String("weft.run", run), attribute.String("weft.action", action), attribute.Int("weft.attempt", attempt)))
 }
 
-// Inject writes the trace context of ctx into NATS message headers
-// (traceparent), so that a worker's attempt span joins the run's trace.
+// Inject writes the trace context of ctx into NATS message headers, so
+// that a worker's attempt span joins the run's trace. The header is the
+// W3C "traceparent" (and "tracestate" when set), spelled in lower case as
+// the W3C specifies: NATS header names are case-sensitive, and a non-Go
+// worker reads exactly that name. Nothing is written when ctx carries no
+// valid span.
 func (t *Telemetry) Inject(ctx context.Context, h nats.Header) {
-	t.prop.Inject(ctx, propagation.HeaderCarrier(h))
+	t.prop.Inject(ctx, headerCarrier(h))
 }
 
-// Extract returns ctx with the trace context found in NATS headers.
+// Extract returns ctx with the trace context found in NATS headers (the
+// lower-case W3C names, or their canonical MIME spelling "Traceparent" as
+// Go's http.Header writes them).
 func (t *Telemetry) Extract(ctx context.Context, h nats.Header) context.Context {
-	return t.prop.Extract(ctx, propagation.HeaderCarrier(h))
+	return t.prop.Extract(ctx, headerCarrier(h))
+}
+
+// headerCarrier adapts NATS headers to a propagation.TextMapCarrier
+// without http.Header's canonicalisation of names.
+type headerCarrier nats.Header
+
+// Get returns the value of key, tried as given and then in canonical MIME
+// form.
+func (c headerCarrier) Get(key string) string {
+	if v := c[key]; len(v) > 0 {
+		return v[0]
+	}
+	if v := c[http.CanonicalHeaderKey(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Set sets key, spelled exactly as given.
+func (c headerCarrier) Set(key, value string) { c[key] = []string{value} }
+
+// Keys returns the header names, sorted.
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // The environment variables Setup reads.
