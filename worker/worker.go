@@ -10,9 +10,13 @@
 //     by a worker that vanished, so its body may have run; it is NOT run
 //     again but reported lost (cause worker_lost), and the run's recorded
 //     replay budget decides between a new attempt and an uncertain effect;
-//  2. runs the body under the task's timeout, sending progress acks
+//  2. checks that the attempt is still current (AttemptCheck, default
+//     LogCheck): a task that waited in the queue while its run was handed
+//     off or recovered, or whose attempt already ended, is acked and its
+//     body never started;
+//  3. runs the body under the task's timeout, sending progress acks
 //     (InProgress) so the stream does not redeliver it while it runs;
-//  3. reports the outcome (output, explain, uncertain, oversize when the
+//  4. reports the outcome (output, explain, uncertain, oversize when the
 //     encoded output is over the run's max result bytes, or lost with
 //     cause timed_out / stopped) to weft.api.report, retrying until a runner
 //     answered, and only then acks the task.
@@ -35,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/eventlog"
 )
 
 // Result is how a body ended, as the tool classified it.
@@ -74,6 +79,8 @@ type Worker struct {
 	settle   Settler
 	ackWait  time.Duration
 	ctxFrom  func(context.Context, nats.Header) context.Context
+	check    AttemptCheck
+	noCheck  bool
 	wg       sync.WaitGroup
 
 	mu      sync.Mutex
@@ -127,6 +134,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 	}
 	if w.settle == nil {
 		w.settle = func(ctx context.Context, s Settlement) error { return request(ctx, w.nc, SettleSubject, s) }
+	}
+	if w.check == nil && !w.noCheck {
+		w.check = LogCheck(eventlog.New(js))
 	}
 	return w
 }
@@ -243,17 +253,62 @@ func (w *Worker) handle(h Handler, m jetstream.Msg) {
 		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
 		rep.Evidence = "the task reached a worker after its deadline; the body was not started"
 	} else {
-		base := context.Background()
-		if w.ctxFrom != nil {
-			base = w.ctxFrom(base, m.Headers())
+		switch w.current(t) {
+		case attemptStale:
+			// Recovery (or a report, a stop, the run's end) already
+			// decided this attempt: its body must not start now.
+			w.log.Info("worker: task of an attempt that is no longer current, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation)
+			_ = m.Ack()
+			return
+		case attemptUnknown:
+			rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
+			rep.Evidence = "the worker could not read the run to check the attempt; the body was not started"
+		default:
+			base := context.Background()
+			if w.ctxFrom != nil {
+				base = w.ctxFrom(base, m.Headers())
+			}
+			rep = w.run(base, h, t, rep)
 		}
-		rep = w.run(base, h, t, rep)
 	}
 	if w.deliver(rep) {
 		_ = m.Ack()
 	} else {
 		_ = m.Nak()
 	}
+}
+
+type currency int
+
+const (
+	attemptCurrent currency = iota
+	attemptStale
+	attemptUnknown
+)
+
+// current checks that t's attempt is still the one its run waits for,
+// retrying a run that cannot be read for a while (the task is kept alive
+// by progress acks meanwhile).
+func (w *Worker) current(t Task) currency {
+	if w.check == nil {
+		return attemptCurrent
+	}
+	back := 50 * time.Millisecond
+	for range 8 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ok, err := w.check(ctx, t)
+		cancel()
+		if err == nil {
+			if ok {
+				return attemptCurrent
+			}
+			return attemptStale
+		}
+		w.log.Warn("worker: cannot check the attempt", "run", t.Run, "action", t.Action, "err", err)
+		time.Sleep(back)
+		back = min(back*2, 2*time.Second)
+	}
+	return attemptUnknown
 }
 
 // run runs the body under the task's timeout and fills the report.

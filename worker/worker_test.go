@@ -64,7 +64,7 @@ func publish(t *testing.T, js jetstream.JetStream, task worker.Task) {
 func TestWorkerOutcomes(t *testing.T) {
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
-	w := worker.New(nc, js, worker.WithReporter(rs.report))
+	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
 	starts := 0
 	w.Handle("echo", func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
 		starts++
@@ -113,7 +113,7 @@ func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs := &reports{ch: make(chan struct{}, 10)}
-	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(300*time.Millisecond))
+	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(300*time.Millisecond), worker.WithoutAttemptCheck())
 	started := make(chan struct{}, 1)
 	w.Handle("echo", func(context.Context, worker.Task, worker.Settler) worker.Result {
 		started <- struct{}{}

@@ -1,0 +1,64 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+)
+
+// AttemptCheck reports whether task's attempt is still the one the run
+// waits for, right before its body would start. A body whose attempt is
+// no longer current (the run was handed off or recovered, the attempt was
+// lost, reported, stopped or the run ended) is never started: recovery
+// already decided what happened to it (SEMANTICS §8), and a late start
+// would be an effect nobody knows about. An error means the run could not
+// be read.
+type AttemptCheck func(ctx context.Context, task Task) (current bool, err error)
+
+// WithAttemptCheck replaces the check of an attempt before its body
+// starts (default: LogCheck over the worker's JetStream).
+func WithAttemptCheck(c AttemptCheck) Option { return func(w *Worker) { w.check = c } }
+
+// WithoutAttemptCheck starts every task's body without reading its run
+// (tests that publish tasks of runs that have no log).
+func WithoutAttemptCheck() Option { return func(w *Worker) { w.check = nil; w.noCheck = true } }
+
+// LogCheck is the default AttemptCheck: it folds the task's run from the
+// event log and accepts the attempt only while its action is running that
+// very attempt in the run's current incarnation and the run has not been
+// handed off.
+func LogCheck(l *eventlog.Log) AttemptCheck {
+	return func(ctx context.Context, t Task) (bool, error) {
+		envs, _, err := l.Load(ctx, t.Run)
+		if err != nil {
+			return false, err
+		}
+		recs := make([]events.Recorded, 0, len(envs))
+		for _, env := range envs {
+			ev, err := env.Event()
+			if err != nil {
+				return false, fmt.Errorf("worker: run %s: %w", t.Run, err)
+			}
+			recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+		}
+		return Current(aggregate.Fold(recs), t), nil
+	}
+}
+
+// Current reports whether t's attempt is the running attempt of its action
+// in state s: same attempt, the run's current incarnation, not handed off,
+// not finished.
+func Current(s aggregate.State, t Task) bool {
+	if !s.Exists() || s.HandedOff() {
+		return false
+	}
+	if _, fin := s.Finished(); fin {
+		return false
+	}
+	a, ok := s.Action(t.Action)
+	return ok && a.State == aggregate.ActionRunning && a.Attempt.Attempt == t.Attempt &&
+		a.Attempt.Incarnation == t.Incarnation && s.Incarnation() == t.Incarnation
+}
