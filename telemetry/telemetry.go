@@ -26,6 +26,10 @@
 //     traceparent header that Inject writes on the task message and
 //     Extract reads.
 //
+// Every span of a run belongs to the run's one trace, whose ids are derived
+// from the run id (RunContext), on every runner and worker and across
+// restarts, unless the caller's ctx already carries a span.
+//
 // The §11 names are events on the current span with "weft.<key>"
 // attributes, debug log records and Handler calls (Emit).
 //
@@ -49,6 +53,7 @@ package telemetry
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -174,15 +179,41 @@ func (t *Telemetry) Emit(ctx context.Context, name Name, kv ...string) {
 	}
 }
 
-// StartRun starts the span of a run's start.
+// StartRun starts the span of a run's start (in the run's trace, see
+// RunContext, unless ctx carries a span).
 func (t *Telemetry) StartRun(ctx context.Context, run, agentName string) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, "weft.run", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("gen_ai.agent.name", agentName)))
+	return t.tracer.Start(RunContext(ctx, run), "weft.run", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("gen_ai.agent.name", agentName)))
+}
+
+// RunContext returns ctx carrying the run's own trace context: a sampled,
+// remote parent whose trace id and span id are derived from the run id
+// alone (the SHA-256 of "weft.run/" + run). A run lives longer than any
+// span and moves between runners; a span started from RunContext — the
+// run's start, a model call, a policy evaluation, a dispatch whose task
+// carries it to a worker (Inject) — joins the run's one trace on every
+// runner, after restarts too, with nothing stored. StartRun, StartModel,
+// StartPolicy, ApprovalWait and StartAttempt apply it themselves; call it
+// where a run's work without a span of its own reaches another process, as
+// in Inject(RunContext(ctx, run), h) before publishing a task. A ctx that
+// already carries a valid span is returned unchanged.
+func RunContext(ctx context.Context, run string) context.Context {
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	sum := sha256.Sum256([]byte("weft.run/" + run))
+	var tid trace.TraceID
+	var sid trace.SpanID
+	copy(tid[:], sum[:16])
+	copy(sid[:], sum[16:24])
+	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true,
+	}))
 }
 
 // StartModel starts the span of one model call (a turn), with the GenAI
 // semantic-convention attributes.
 func (t *Telemetry) StartModel(ctx context.Context, run string, turn int64, modelName string) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, "chat "+modelName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+	return t.tracer.Start(RunContext(ctx, run), "chat "+modelName, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.request.model", modelName),
 		attribute.String("weft.run", run),
@@ -207,13 +238,13 @@ func EndModel(span trace.Span, kind string, usage *model.Usage, failure string) 
 
 // StartPolicy starts the span of one policy evaluation.
 func (t *Telemetry) StartPolicy(ctx context.Context, run, action string) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, "weft.policy", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("weft.action", action)))
+	return t.tracer.Start(RunContext(ctx, run), "weft.policy", trace.WithAttributes(attribute.String("weft.run", run), attribute.String("weft.action", action)))
 }
 
 // ApprovalWait records the span of an approval wait that started at
 // since and ended now with answer (approved, rejected, expired).
 func (t *Telemetry) ApprovalWait(ctx context.Context, run, action string, revision int, answer string, since, now time.Time) {
-	_, span := t.tracer.Start(ctx, "weft.approval_wait", trace.WithTimestamp(since), trace.WithAttributes(
+	_, span := t.tracer.Start(RunContext(ctx, run), "weft.approval_wait", trace.WithTimestamp(since), trace.WithAttributes(
 		attribute.String("weft.run", run), attribute.String("weft.action", action),
 		attribute.Int("weft.revision", revision), attribute.String("weft.answer", answer)))
 	span.End(trace.WithTimestamp(now))
@@ -221,7 +252,7 @@ func (t *Telemetry) ApprovalWait(ctx context.Context, run, action string, revisi
 
 // StartAttempt starts the span of a tool attempt (in the worker).
 func (t *Telemetry) StartAttempt(ctx context.Context, run, action, tool string, attempt int) (context.Context, trace.Span) {
-	return t.tracer.Start(ctx, "execute_tool "+tool, trace.WithAttributes(
+	return t.tracer.Start(RunContext(ctx, run), "execute_tool "+tool, trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "execute_tool"),
 		attribute.String("gen_ai.tool.name", tool),
 		attribute.String("weft.run", run), attribute.String("weft.action", action), attribute.Int("weft.attempt", attempt)))

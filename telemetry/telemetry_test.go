@@ -242,7 +242,8 @@ func TestSetupChoices(t *testing.T) {
 
 // The trace context crosses a real NATS message's headers: the worker's
 // attempt span is a child of the span that published the task, in the same
-// trace; a task without the header starts a trace of its own. The header
+// trace; a task without the header still joins the run's trace, under its
+// derived root (RunContext) rather than the publisher's span. The header
 // is spelled "traceparent" as the W3C says, since NATS header names are
 // case-sensitive and a non-Go worker reads exactly that name.
 func TestTraceContextCrossesNATSHeaders(t *testing.T) {
@@ -300,8 +301,9 @@ func TestTraceContextCrossesNATSHeaders(t *testing.T) {
 	if sc := trace.SpanContextFromContext(canon); sc.SpanID() != rc.SpanID() {
 		t.Errorf("Extract of the canonical Traceparent spelling: span %v, want %v", sc.SpanID(), rc.SpanID())
 	}
-	if parents[1].IsValid() || spans[1].TraceID() == rc.TraceID() {
-		t.Errorf("attempt from a task without traceparent joined trace %v (parent %v)", spans[1].TraceID(), parents[1].SpanID())
+	root := trace.SpanContextFromContext(telemetry.RunContext(context.Background(), "r1"))
+	if parents[1].SpanID() != root.SpanID() || spans[1].TraceID() != root.TraceID() {
+		t.Errorf("attempt from a task without traceparent: parent %v trace %v; want the run's derived root %v trace %v", parents[1].SpanID(), spans[1].TraceID(), root.SpanID(), root.TraceID())
 	}
 }
 
@@ -329,4 +331,38 @@ func TestEmit(t *testing.T) {
 	if len(spans) != 1 || len(spans[0].Events) != 1 || spans[0].Events[0].Name != "tool_settled" || len(spans[0].Events[0].Attributes) != 3 {
 		t.Fatalf("spans %v", spans)
 	}
+}
+
+// RunContext gives every span of a run, started anywhere without a span of
+// its own, the run's one trace, derived from the run id alone; a span in
+// ctx wins.
+func TestRunContext(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tel := telemetry.New(telemetry.WithTracerProvider(tp))
+	a1 := trace.SpanContextFromContext(telemetry.RunContext(context.Background(), "r1"))
+	a2 := trace.SpanContextFromContext(telemetry.RunContext(context.Background(), "r1"))
+	b := trace.SpanContextFromContext(telemetry.RunContext(context.Background(), "r2"))
+	if !a1.IsValid() || !a1.IsSampled() || !a1.Equal(a2) || a1.TraceID() == b.TraceID() {
+		t.Fatalf("r1 %v / %v, r2 %v", a1, a2, b)
+	}
+	// A model call in its own goroutine (Start* apply RunContext) and a
+	// dispatch on another runner both land in r1's trace; the worker's
+	// attempt is the dispatch's child.
+	_, m := tel.StartModel(context.Background(), "r1", 1, "scripted:s")
+	m.End()
+	h := nats.Header{}
+	tel.Inject(telemetry.RunContext(context.Background(), "r1"), h)
+	_, att := tel.StartAttempt(tel.Extract(context.Background(), h), "r1", "1/c1", "pay", 1)
+	att.End()
+	for _, sp := range exp.GetSpans() {
+		if sp.SpanContext.TraceID() != a1.TraceID() || sp.Parent.SpanID() != a1.SpanID() {
+			t.Errorf("span %s in trace %v parent %v; want trace %v parent %v", sp.Name, sp.SpanContext.TraceID(), sp.Parent.SpanID(), a1.TraceID(), a1.SpanID())
+		}
+	}
+	ctx, own := tel.StartRun(context.Background(), "r1", "desk")
+	if got := trace.SpanContextFromContext(telemetry.RunContext(ctx, "r1")); !got.Equal(own.SpanContext()) {
+		t.Errorf("RunContext replaced the span in ctx: %v, want %v", got, own.SpanContext())
+	}
+	own.End()
 }
