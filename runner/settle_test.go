@@ -224,3 +224,28 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 		t.Fatalf("settle after reconcile: %v", err)
 	}
 }
+
+// Scenario 25 / SEMANTICS §3 ("the handler's own return value wins
+// whenever it returns"): a settling tool cancelled mid-body that does not
+// call Settle but returns a definite output a moment after it was stopped
+// ends succeeded with that output, and the run cancelled.
+func TestScenario25_ReturnAfterStopWins(t *testing.T) {
+	var starts atomic.Int64
+	tool := tools.BindSettling(payDef, func(ctx context.Context, call tools.Call, in payIn, _ *tools.Settler[payOut]) (payOut, error) {
+		starts.Add(1)
+		<-ctx.Done()
+		time.Sleep(50 * time.Millisecond) // the gateway answers anyway
+		return payOut{ID: "returned-after-stop"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) }, 30*time.Second)
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	h := one(t, build(t, m, []tools.Tool{tool}, policy.Func(allow)), "r25r", "x")
+	h.waitFor("r25r", "running", func(s aggregate.State) bool { return starts.Load() == 1 })
+	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c", Run: "r25r"}); err != nil {
+		t.Fatal(err)
+	}
+	s, out := finished(t, h, "r25r")
+	act := s.Actions()[0]
+	if out.Kind != events.OutcomeCancelled || act.State != aggregate.ActionSucceeded || !strings.Contains(string(act.Content), "returned-after-stop") {
+		t.Fatalf("outcome %s, action %s %s %q", out.Kind, act.State, act.Content, act.Detail)
+	}
+}

@@ -373,13 +373,55 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report) Report
 		cancel(errTimedOut)
 		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
 		rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
+		w.settleLate(t, done)
 	case <-ctx.Done():
 		// Stopped by a cancellation: the task is over whatever the body
 		// still does; its run decides (settle window or uncertain).
 		rep.Outcome, rep.Cause = OutcomeLost, "stopped"
 		rep.Evidence = "stopped while running"
+		w.settleLate(t, done)
 	}
 	return rep
+}
+
+// settleLate makes a settling tool's own return value win whenever it
+// returns after its task was stopped (SEMANTICS §3): a definite result
+// (output within max result bytes, or explain) is offered as the action's
+// settlement once the body returns. The run accepts it while it waits for
+// a settlement, or once later as a definite settlement of the uncertain
+// action.
+func (w *Worker) settleLate(t Task, done <-chan Result) {
+	if t.SettleWithinMS <= 0 {
+		return
+	}
+	go func() {
+		res := <-done
+		switch {
+		case res.Outcome == OutcomeOutput && (t.MaxResultBytes <= 0 || int64(len(res.Content)) <= t.MaxResultBytes):
+		case res.Outcome == OutcomeExplain:
+		default:
+			w.log.Info("worker: a stopped body returned no definite result", "run", t.Run, "action", t.Action, "outcome", res.Outcome)
+			return
+		}
+		s := Settlement{Schema: Schema, CommandID: fmt.Sprintf("return/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation),
+			Run: t.Run, Action: t.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message,
+			Summary: fmt.Sprintf("the body of attempt %d returned %s after it was stopped", t.Attempt, res.Outcome)}
+		back := 50 * time.Millisecond
+		for range 20 {
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			err := w.settle(ctx, s)
+			cancel()
+			var coded *weft.Error
+			if err == nil || errors.As(err, &coded) && !retryable(coded.Code) && coded.Code != weft.CodeSettleUnconfirmed {
+				if err != nil {
+					w.log.Info("worker: late return refused", "run", t.Run, "action", t.Action, "err", err)
+				}
+				return
+			}
+			time.Sleep(back)
+			back = min(back*2, 2*time.Second)
+		}
+	}()
 }
 
 // retryable reports whether a refusal says "try again".
