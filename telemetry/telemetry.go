@@ -20,6 +20,10 @@
 //   - "weft.policy" (weft.run, weft.action): one policy evaluation.
 //   - "weft.approval_wait" (weft.run, weft.action, weft.revision,
 //     weft.answer): from approval_requested to its answer.
+//   - "publish weft.task.<tool>" (producer; messaging.system=nats,
+//     messaging.operation.name=publish, messaging.destination.name,
+//     gen_ai.tool.name, weft.run, weft.action, weft.attempt): the runner's
+//     dispatch of a fenced attempt (StartDispatch).
 //   - "execute_tool <tool>" (gen_ai.operation.name=execute_tool,
 //     gen_ai.tool.name, weft.run, weft.action, weft.attempt): one tool
 //     attempt in a worker, a child of the dispatching span through the
@@ -248,6 +252,19 @@ func (t *Telemetry) ApprovalWait(ctx context.Context, run, action string, revisi
 		attribute.String("weft.run", run), attribute.String("weft.action", action),
 		attribute.Int("weft.revision", revision), attribute.String("weft.answer", answer)))
 	span.End(trace.WithTimestamp(now))
+}
+
+// StartDispatch starts the producer span of publishing a fenced attempt
+// as a task on subject (weft.task.<tool>). Inject the returned context into
+// the task's headers before publishing and end the span after: the
+// worker's attempt span becomes its child.
+func (t *Telemetry) StartDispatch(ctx context.Context, run, action, tool string, attempt int, subject string) (context.Context, trace.Span) {
+	return t.tracer.Start(RunContext(ctx, run), "publish "+subject, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(
+		attribute.String("messaging.system", "nats"),
+		attribute.String("messaging.operation.name", "publish"),
+		attribute.String("messaging.destination.name", subject),
+		attribute.String("gen_ai.tool.name", tool),
+		attribute.String("weft.run", run), attribute.String("weft.action", action), attribute.Int("weft.attempt", attempt)))
 }
 
 // StartAttempt starts the span of a tool attempt (in the worker).

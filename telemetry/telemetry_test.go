@@ -366,3 +366,26 @@ func TestRunContext(t *testing.T) {
 	}
 	own.End()
 }
+
+// The dispatch span is the producer of a task: injected into the task's
+// headers, it becomes the parent of the worker's attempt span, in the
+// run's trace.
+func TestDispatchSpanParentsTheAttempt(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	tel := telemetry.New(telemetry.WithTracerProvider(tp))
+	dctx, d := tel.StartDispatch(context.Background(), "r1", "1/c1", "pay", 2, "weft.task.pay")
+	h := nats.Header{}
+	tel.Inject(dctx, h)
+	d.End()
+	_, a := tel.StartAttempt(tel.Extract(context.Background(), h), "r1", "1/c1", "pay", 2)
+	a.End()
+	spans := exp.GetSpans()
+	if len(spans) != 2 || spans[0].Name != "publish weft.task.pay" || spans[0].SpanKind != trace.SpanKindProducer {
+		t.Fatalf("spans %v", spans)
+	}
+	root := trace.SpanContextFromContext(telemetry.RunContext(context.Background(), "r1"))
+	if spans[0].SpanContext.TraceID() != root.TraceID() || spans[1].Parent.SpanID() != spans[0].SpanContext.SpanID() {
+		t.Errorf("dispatch trace %v (want %v); attempt parent %v (want %v)", spans[0].SpanContext.TraceID(), root.TraceID(), spans[1].Parent.SpanID(), spans[0].SpanContext.SpanID())
+	}
+}
