@@ -113,6 +113,10 @@ type Report struct {
 	Content  json.RawMessage
 	Message  string
 	Evidence string
+	// Bytes is the encoded size a worker measured for Outcome
+	// events.OutcomeOversize, whose content is not sent; it must be over
+	// the run's max result bytes.
+	Bytes int64
 }
 
 // Lost says that an attempt ended without a result of its own: Cause is

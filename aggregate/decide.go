@@ -563,8 +563,19 @@ func (d *decider) report(c Report) error {
 			return weft.Errorf(weft.CodeInvalidRequest, "report of %s attempt %d: content is not JSON", c.Action, c.Attempt)
 		}
 	case events.OutcomeExplain, events.OutcomeUncertain:
+	case events.OutcomeOversize:
+		if limit := d.s.start.Limits.MaxResultBytes; c.Bytes <= limit {
+			return weft.Errorf(weft.CodeInvalidRequest, "oversize report of %s attempt %d: bytes %d is not over max result bytes %d", c.Action, c.Attempt, c.Bytes, limit)
+		}
 	default:
 		return weft.Errorf(weft.CodeInvalidRequest, "report outcome %q", c.Outcome)
+	}
+	size, oversize := int64(len(c.Content)), false
+	switch c.Outcome {
+	case events.OutcomeOutput:
+		oversize = size > d.s.start.Limits.MaxResultBytes
+	case events.OutcomeOversize:
+		size, oversize = c.Bytes, true
 	}
 	if c.Attempt != a.Attempts || a.Attempts == 0 {
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
@@ -575,15 +586,15 @@ func (d *decider) report(c Report) error {
 		if d.s.finished {
 			break
 		}
-		if c.Outcome == events.OutcomeOutput && int64(len(c.Content)) > d.s.start.Limits.MaxResultBytes {
-			d.emit(events.AttemptReported{Action: c.Action, Attempt: c.Attempt, Outcome: events.OutcomeOversize, Bytes: int64(len(c.Content))})
+		if oversize {
+			d.emit(events.AttemptReported{Action: c.Action, Attempt: c.Attempt, Outcome: events.OutcomeOversize, Bytes: size})
 			if d.s.cancelling {
 				// The action is faulted, but a run being cancelled always
 				// ends cancelled (SEMANTICS.md §7): advance finishes it
 				// once nothing is in flight.
 				return nil
 			}
-			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonOutputEncodingFailed, Action: c.Action, Setting: "max_result_bytes", Limit: d.s.start.Limits.MaxResultBytes, Used: int64(len(c.Content))}, events.NotStartedRunFinished)
+			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonOutputEncodingFailed, Action: c.Action, Setting: "max_result_bytes", Limit: d.s.start.Limits.MaxResultBytes, Used: size}, events.NotStartedRunFinished)
 			return nil
 		}
 		d.emit(events.AttemptReported{Action: c.Action, Attempt: c.Attempt, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Evidence: c.Evidence})
@@ -594,7 +605,7 @@ func (d *decider) report(c Report) error {
 		// (Not when the body itself reported the action uncertain: a
 		// second report of that attempt is a duplicate.)
 		lostAttempt := a.Outcome != events.OutcomeUncertain
-		if !d.s.finished && lostAttempt && c.Outcome != events.OutcomeUncertain && (c.Outcome != events.OutcomeOutput || int64(len(c.Content)) <= d.s.start.Limits.MaxResultBytes) {
+		if !d.s.finished && lostAttempt && c.Outcome != events.OutcomeUncertain && !oversize {
 			d.emit(events.SettlementAccepted{Action: c.Action, Attempt: c.Attempt, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Summary: "late report of attempt " + fmt.Sprint(c.Attempt), Late: true})
 			return nil
 		}

@@ -241,6 +241,8 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			c.Message = text
 		case events.OutcomeUncertain:
 			c.Evidence = text
+		case events.OutcomeOversize:
+			c.Bytes = int64(h.intArg(t, d, "bytes", 0))
 		}
 		return h.decide(t, c)
 

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -379,10 +378,8 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 	case worker.OutcomeOutput, worker.OutcomeExplain, worker.OutcomeUncertain:
 		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: req.Outcome, Content: req.Content, Message: req.Message, Evidence: req.Evidence}
 	case worker.OutcomeOversize:
-		// The aggregate judges the size itself: hand it a JSON string of
-		// the reported length.
-		n := max(req.Bytes, 2)
-		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: events.OutcomeOutput, Content: json.RawMessage(`"` + strings.Repeat("x", int(n-2)) + `"`)}
+		// The aggregate checks the reported size against the run's limit.
+		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: events.OutcomeOversize, Bytes: req.Bytes}
 	case worker.OutcomeLost:
 		switch req.Cause {
 		case events.CauseTimedOut:

@@ -1,0 +1,83 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
+)
+
+// Scenario 13 over the wire (docs/protocol/41-tasks.md, outcome oversize):
+// an external worker's oversize report is judged by its bytes. One without
+// bytes (or not over the limit) is refused invalid_request and records
+// nothing — never a fabricated output the model would read; one with a huge
+// size fails the run output_encoding_failed naming that size, without the
+// runner allocating it.
+func TestScenario13_OversizeReportOverTheWire(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow), agent.WithMaxResultBytes(100))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "r13w", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor("r13w", "a fenced attempt", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
+	})
+	act := s.Actions()[0]
+	report := func(id string, bytes int64) error {
+		rep := worker.Report{Schema: worker.Schema, CommandID: id, Run: "r13w", Action: act.ID, Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeOversize, Bytes: bytes}
+		_, err := runnerReport(c, h, rep)
+		return err
+	}
+	for i, n := range []int64{0, 100} {
+		if err := report(string(rune('a'+i)), n); weft.ErrorCode(err) != weft.CodeInvalidRequest {
+			t.Fatalf("oversize report with bytes %d: %v, want invalid_request", n, err)
+		}
+	}
+	if a2, _ := h.state("r13w").Action(act.ID); a2.State != aggregate.ActionRunning {
+		t.Fatalf("a refused oversize report changed the action to %s %s", a2.State, a2.Content)
+	}
+	if err := report("c", 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	s, out := finished(t, h, "r13w")
+	if out.Kind != events.OutcomeFailed || out.Reason != events.ReasonOutputEncodingFailed || out.Used != 1<<40 || s.Actions()[0].State != aggregate.ActionFaulted {
+		t.Fatalf("outcome %+v, action %s", out, s.Actions()[0].State)
+	}
+}
+
+// runnerReport sends a worker's report on weft.api.report, as a worker
+// in any language does.
+func runnerReport(ctx context.Context, h *harness, rep worker.Report) (api.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, _ := json.Marshal(rep)
+	m, err := h.srv.Conn.RequestWithContext(ctx, worker.ReportSubject, b)
+	if err != nil {
+		return api.Reply{}, err
+	}
+	var er api.ErrorReply
+	if err := json.Unmarshal(m.Data, &er); err != nil {
+		return api.Reply{}, err
+	}
+	if er.Error != nil {
+		return api.Reply{}, er.Error
+	}
+	var r api.Reply
+	return r, json.Unmarshal(m.Data, &r)
+}
