@@ -343,6 +343,10 @@ const (
 	EnvServiceName = "OTEL_SERVICE_NAME"
 )
 
+// ShutdownTimeout bounds the flush of Setup's shutdown when its context has
+// no deadline.
+const ShutdownTimeout = 5 * time.Second
+
 // DefaultOTLPEndpoint is the traces URL used when WEFT_OTEL=otlp and no
 // endpoint variable is set: the OTLP/HTTP default of a local collector.
 const DefaultOTLPEndpoint = "http://localhost:4318/v1/traces"
@@ -367,9 +371,10 @@ const DefaultOTLPEndpoint = "http://localhost:4318/v1/traces"
 // the resource (default "weft").
 //
 // Spans are batched. The returned shutdown flushes every span ended so far
-// to the exporter and stops it; call it once, before the process exits,
-// with a context bounding how long the flush may take. It is never nil,
-// even when nothing was installed.
+// to the exporter and stops it; call it once, before the process exits. A
+// ctx without a deadline is bounded by ShutdownTimeout, so an unreachable
+// collector cannot hold the exit; the error then says what was lost. It is
+// never nil, even when nothing was installed.
 func Setup(getenv func(string) string) (shutdown func(context.Context) error, err error) {
 	var exp sdktrace.SpanExporter
 	switch v := getenv(EnvExporter); v {
@@ -394,6 +399,11 @@ func Setup(getenv func(string) string) (shutdown func(context.Context) error, er
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	return func(ctx context.Context) error {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, ShutdownTimeout)
+			defer cancel()
+		}
 		ferr := tp.ForceFlush(ctx)
 		return errors.Join(ferr, tp.Shutdown(ctx))
 	}, nil

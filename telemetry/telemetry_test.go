@@ -389,3 +389,22 @@ func TestDispatchSpanParentsTheAttempt(t *testing.T) {
 		t.Errorf("dispatch trace %v (want %v); attempt parent %v (want %v)", spans[0].SpanContext.TraceID(), root.TraceID(), spans[1].Parent.SpanID(), spans[0].SpanContext.SpanID())
 	}
 }
+
+// A collector that cannot be reached makes shutdown return an error
+// within its context's deadline instead of holding the exit.
+func TestSetupShutdownUnreachableCollector(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close()
+	shutdown, err := telemetry.Setup(env(map[string]string{"WEFT_OTEL": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": url}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := telemetry.New().StartRun(context.Background(), "r1", "desk")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := shutdown(ctx); err == nil {
+		t.Fatal("shutdown reported no error although the span could not be exported")
+	}
+}
