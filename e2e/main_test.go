@@ -176,6 +176,17 @@ func (e *env) spawn(id string) *proc {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The liveness key is written before the command API subscribes: wait
+	// until the weft service answers too.
+	for {
+		if _, err := e.srv.Conn.Request("$SRV.PING."+api.ServiceName, nil, time.Second); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("runner %s: the weft service never answered", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	return p
 }
 
