@@ -211,6 +211,26 @@ func (r *Runner) Start(ctx context.Context, req api.StartRequest) (api.StartRepl
 	rn := newRun(id, s, head, ag)
 	_ = rn.lock(ctx)
 	defer rn.unlock()
+	// Register the run (locked) before its first append, so that a command
+	// for it arriving right after the append waits for this start instead
+	// of finding a run "driven by us but not in memory" and recovering it.
+	registered, started := false, false
+	if !s.Exists() {
+		r.mu.Lock()
+		if _, ok := r.runs[id]; !ok {
+			r.runs[id], registered = rn, true
+		}
+		r.mu.Unlock()
+	}
+	defer func() { // runs before the unlock
+		if registered && !started {
+			r.mu.Lock()
+			if r.runs[id] == rn {
+				delete(r.runs, id)
+			}
+			r.mu.Unlock()
+		}
+	}()
 	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id}
 	ctx, span := r.tel.StartRun(ctx, id, ag.Name())
 	defer span.End()
@@ -229,7 +249,7 @@ func (r *Runner) Start(ctx context.Context, req api.StartRequest) (api.StartRepl
 	if len(evs) == 0 {
 		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "start decided nothing"}
 	}
-	rn.driven = true
+	rn.driven, started = true, true
 	r.mu.Lock()
 	r.runs[id] = rn
 	r.mu.Unlock()

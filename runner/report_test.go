@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/tools"
 	"github.com/weftrun/weft/worker"
 )
@@ -80,4 +82,35 @@ func runnerReport(ctx context.Context, h *harness, rep worker.Report) (api.Reply
 	}
 	var r api.Reply
 	return r, json.Unmarshal(m.Data, &r)
+}
+
+// Scenario 37's rule (one driver, no second effect) at a start: a command
+// for a run that arrives the moment its RunStarted is committed — here a
+// cancel sent from the run_started telemetry, which is emitted right after
+// the commit — waits for the start to finish instead of finding the run
+// "driven by this runner but not in memory" and recovering it (a second
+// incarnation, a lost model turn, two in-memory drivers).
+func TestScenario37_CommandRightAfterStartDoesNotRecover(t *testing.T) {
+	m := model.NewScripted("s", model.Answer("ok"))
+	a := build(t, m, nil, policy.Func(allow))
+	h := newHarness(t)
+	var once sync.Once
+	handler := func(ctx context.Context, ev telemetry.Event) {
+		if ev.Name != telemetry.RunStarted {
+			return
+		}
+		once.Do(func() {
+			c, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_, _ = h.client.Cancel(c, api.CancelRequest{CommandID: "early", Run: "r37s"})
+		})
+	}
+	h.startRunner([]*agent.Agent{a}, runner.WithTelemetry(telemetry.New(telemetry.WithHandler(handler))))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r37s", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := finished(t, h, "r37s")
+	if s.Incarnation() != 1 {
+		t.Fatalf("the run was recovered right after its start: incarnation %d, runner %s", s.Incarnation(), s.Runner())
+	}
 }
