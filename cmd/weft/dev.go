@@ -14,6 +14,7 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/model/provider"
 	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/telemetry"
 )
 
 // listFlag is a repeatable (or comma-separated) string flag.
@@ -78,6 +79,17 @@ func devCommand() command {
 					level = slog.LevelInfo
 				}
 				o.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+				// WEFT_OTEL=stdout|otlp exports the runtime's spans
+				// (docs/observability.md); unset exports nothing.
+				shutdown, err := telemetry.Setup(os.Getenv)
+				if err != nil {
+					return usagef("%v", err)
+				}
+				defer func() {
+					if err := shutdown(context.WithoutCancel(ctx)); err != nil {
+						fmt.Fprintf(e.stderr, "weft dev: telemetry: %v\n", err)
+					}
+				}()
 				return demo.Run(ctx, o)
 			}
 		},

@@ -147,3 +147,16 @@ func TestDevBadModelIsUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestDevBadTelemetryIsUsageError: an unknown WEFT_OTEL exporter is a bad
+// command line (exit 2) before anything starts, never a silently disabled
+// trace.
+func TestDevBadTelemetryIsUsageError(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("WEFT_MODEL", "")
+	t.Setenv("WEFT_OTEL", "jaeger")
+	code, out, errs := cli(t, "dev", "--listen", "0", "--data", t.TempDir())
+	if code != exitUsage || !strings.Contains(errs, `WEFT_OTEL="jaeger"`) || strings.Contains(out, "Weft dev is running") {
+		t.Errorf("exit %d, want %d naming WEFT_OTEL:\n%s%s", code, exitUsage, out, errs)
+	}
+}
