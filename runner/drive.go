@@ -249,6 +249,13 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if err != nil {
 			var conflict *eventlog.ConflictError
 			if !errors.As(err, &conflict) {
+				// The outcome is unknown: the decision may have landed
+				// (its acknowledgement lost). Re-read, so that what did
+				// land is acted on now, not whenever the run is next
+				// touched.
+				if ours := r.resync(ctx, rn, evs); ours {
+					return evs, derr
+				}
 				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 			}
 			// Re-read and re-decide; never act on the lost decision.
@@ -287,6 +294,47 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		return evs, derr
 	}
 	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", rn.id)}
+}
+
+// resync re-reads rn's tail after an append of evs whose outcome is
+// unknown and, when something landed (our decision or another writer's)
+// and rn is still driven by this runner, performs the committed work
+// (append first, then act: everything acted on is in the log). It reports
+// whether the tail starts with exactly evs: our decision landed.
+func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) bool {
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tail, head, err := r.evlog.LoadAfter(rctx, rn.id, rn.head)
+	if err != nil || len(tail) == 0 {
+		return false
+	}
+	recs, err := recorded(tail)
+	if err != nil {
+		return false
+	}
+	ours := len(recs) >= len(evs)
+	landed := make([]events.Event, 0, len(recs))
+	for i, rec := range recs {
+		if i < len(evs) && ours {
+			a, _ := json.Marshal(rec.Event)
+			b, _ := json.Marshal(evs[i])
+			ours = rec.Event.EventName() == evs[i].EventName() && string(a) == string(b)
+		}
+		rn.state = aggregate.Evolve(rn.state, rec)
+		landed = append(landed, rec.Event)
+	}
+	rn.head = head
+	if rn.driven && rn.state.Runner() != r.id {
+		r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
+		r.drop(rn)
+		return false
+	}
+	r.observe(ctx, rn, landed)
+	r.maybeSnapshot(rn)
+	if !ours {
+		r.act(ctx, rn, landed, true)
+	}
+	return ours
 }
 
 // drop forgets a run this runner no longer drives.
