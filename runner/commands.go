@@ -269,6 +269,15 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 		now := r.now().UTC()
 		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
 		if err != nil {
+			if a, ok := rn.state.Action(req.Action); ok && weft.ErrorCode(err) == weft.CodeApprovalExpired && a.Request.Answer == "" {
+				// Due but not yet recorded: the proof is checked before
+				// the expiry, and a refused proof changes nothing
+				// (SEMANTICS §4).
+				reqm := policy.Requirement{Name: a.Request.Requirement.Name, Version: a.Request.Requirement.Version}
+				if _, perr := approvers.Authorize(ctx, rn.agent.Approvers(), req.Approver, req.Credential, reqm, now); perr != nil {
+					return perr
+				}
+			}
 			// Record due expiries; the refusal is the pre-check's.
 			_ = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision})
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,5 +113,39 @@ func TestScenario37_CommandRightAfterStartDoesNotRecover(t *testing.T) {
 	s, _ := finished(t, h, "r37s")
 	if s.Incarnation() != 1 {
 		t.Fatalf("the run was recovered right after its start: incarnation %d, runner %s", s.Incarnation(), s.Runner())
+	}
+}
+
+// Scenario 20 with SEMANTICS §4's order of checks: the proof is checked
+// before the expiry, and a refused proof changes nothing. An approval with
+// a refused proof, sent after the request's expiry (by the recorded clock)
+// but before anyone applied it, answers proof_refused and writes nothing
+// (before: approval_expired, with the expiry recorded on its behalf).
+func TestScenario20_ProofBeforeExpiry(t *testing.T) {
+	var offset atomic.Int64
+	frozen := time.Now()
+	clock := func() time.Time { return frozen.Add(time.Duration(offset.Load())) }
+	b := &bodies{}
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(500, "ok"))})
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a}, runner.WithClock(clock))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "r20p", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitStatus("r20p", aggregate.StatusSuspended)
+	act := s.Actions()[0]
+	version := s.Version()
+	offset.Store(int64(8 * 24 * time.Hour)) // past the 7-day default expiry
+
+	_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "bad", Run: "r20p", Action: act.ID, Revision: act.Request.Revision, Approver: "not-an-approver", Credential: "mallory"})
+	if weft.ErrorCode(err) != weft.CodeProofRefused {
+		t.Fatalf("refused proof on a due expiry: %v, want proof_refused", err)
+	}
+	if v := h.state("r20p").Version(); v != version {
+		t.Fatalf("a refused proof wrote %d events", v-version)
 	}
 }
