@@ -113,10 +113,18 @@ func pendingRevision(ctx context.Context, q *projector.Client, run, action strin
 	if !ok {
 		return &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s", run, action)}
 	}
-	if a.Pending == nil {
-		return &weft.Error{Code: weft.CodeAlreadyAnswered, Message: fmt.Sprintf("action %s of run %s has no pending approval request (state %s)", action, run, a.State)}
+	switch {
+	case a.Pending != nil:
+		*rev = a.Pending.Revision
+	case len(a.Approvals) > 0:
+		// Nothing pending: send the latest request's revision and let the
+		// runtime say why it cannot be answered (run_ended,
+		// already_answered, approval_expired, ...). The CLI never invents
+		// a refusal the server did not give.
+		*rev = a.Approvals[len(a.Approvals)-1].Revision
+	default:
+		return &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("action %s of run %s never asked for approval (state %s)", action, run, a.State)}
 	}
-	*rev = a.Pending.Revision
 	return nil
 }
 

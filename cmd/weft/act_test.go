@@ -43,6 +43,14 @@ func TestCLIActsOnRuns(t *testing.T) {
 	if code, _, errs := cli(t, "approve", "cli-7", "2/call_2_1", "--revision", "1", "--approver", "desk", "--credential", "alice"); code != exitFailed || !strings.Contains(errs, "run_ended") {
 		t.Fatalf("approve again: %d %s", code, errs)
 	}
+	// Without --revision and nothing pending, the CLI asks the server, which
+	// says why (run_ended); it never invents a refusal of its own.
+	if code, _, errs := cli(t, "reject", "cli-7", "2/call_2_1", "--reason", "late", "--approver", "desk", "--credential", "alice"); code != exitFailed || !strings.Contains(errs, "run_ended") {
+		t.Fatalf("reject after the run ended: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "approve", "cli-7", "1/call_1_1", "--approver", "desk", "--credential", "alice"); code != exitFailed || !strings.Contains(errs, "wrong_reference") {
+		t.Fatalf("approve an action that never asked: %d %s", code, errs)
+	}
 
 	// INV-13's gateway times out after sending: uncertain, then reconciled.
 	cli(t, "start", "payment-desk", "pay invoice INV-13", "--run", "cli-13")
