@@ -29,6 +29,9 @@ type Start struct {
 	Typed bool
 	// Runner is the runner that starts and drives the run.
 	Runner string
+	// Parent links a child run to the delegation that started it (the
+	// runner copies it from the parent's ChildStarted); nil for a root run.
+	Parent *events.Parent
 }
 
 // ModelReply is a model turn's successful reply for Turn. For a typed final
@@ -63,6 +66,12 @@ type ResolveCalls struct {
 // (events.CallValid, CallUnknownTool, CallInvalidArguments with Detail and,
 // when valid, the Normalized arguments), then for a valid call the policy's
 // decision and the tool's configuration.
+//
+// Delegate is set when the called tool is a sub-agent delegation (the
+// child agent). Such a call is checked against max children, max depth and
+// the family turn budget before policy (DelegationLimits); a call over a
+// bound ends limit_reached and its Policy is ignored, so the runner does not
+// evaluate it.
 type Resolution struct {
 	CallID     string
 	Validation string
@@ -70,6 +79,7 @@ type Resolution struct {
 	Normalized json.RawMessage
 	Policy     PolicyResult
 	Tool       events.ToolConfig
+	Delegate   *events.AgentRef
 }
 
 // PolicyResult is a policy decision as the runner obtained it: Decision is
@@ -162,6 +172,27 @@ type Reconcile struct {
 	Stored  bool
 }
 
+// ChildSettle feeds a delegated action the outcome of its child run:
+// Child is the child run id (as ChildStarted recorded it), Outcome the
+// child's RunFinished outcome and Turns the turns it spent. A settle for an
+// action already settled is refused already_recorded and changes nothing,
+// so a runner may send it again after a crash.
+type ChildSettle struct {
+	Action  string
+	Child   string
+	Outcome events.Outcome
+	Turns   int64
+}
+
+// ToolMissing says the run's agent (same name and version) no longer has
+// the tool a live action needs: the run fails tool_changed. A runner sends
+// it when it is about to dispatch, approve or recover an action whose tool
+// its agent lacks.
+type ToolMissing struct {
+	Action string
+	Tool   string
+}
+
 // Cancel cancels the run.
 type Cancel struct {
 	By     string
@@ -240,6 +271,12 @@ func (c Reconcile) CommandName() string {
 	return "reconcile"
 }
 
+// CommandName returns "child_settle".
+func (ChildSettle) CommandName() string { return "child_settle" }
+
+// CommandName returns "tool_missing".
+func (ToolMissing) CommandName() string { return "tool_missing" }
+
 // CommandName returns "cancel".
 func (Cancel) CommandName() string { return "cancel" }
 
@@ -263,6 +300,8 @@ func (Lost) isCommand()         {}
 func (Settle) isCommand()       {}
 func (Reconcile) isCommand()    {}
 func (Cancel) isCommand()       {}
+func (ChildSettle) isCommand()  {}
+func (ToolMissing) isCommand()  {}
 func (TimerFired) isCommand()   {}
 func (HandOff) isCommand()      {}
 func (Recover) isCommand()      {}

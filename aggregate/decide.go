@@ -76,6 +76,10 @@ func (d *decider) command(c Command) error {
 		return d.reconcile(c)
 	case Cancel:
 		return d.cancel(c)
+	case ChildSettle:
+		return d.childSettle(c)
+	case ToolMissing:
+		return d.toolMissing(c)
 	case TimerFired:
 		return d.timerFired(c)
 	case HandOff:
@@ -120,8 +124,11 @@ func decideStart(s State, c Start, now time.Time) ([]events.Event, error) {
 	case l.MaxResultBytes < 1:
 		return nil, weft.Errorf(weft.CodeInvalidRequest, "max result bytes %d: allowed 1..", l.MaxResultBytes)
 	}
+	if p := c.Parent; p != nil && (p.Depth < 1 || p.FamilyTurns < 1 || p.Run == "" || p.Action == "") {
+		return nil, weft.Errorf(weft.CodeInvalidRequest, "parent %s action %s depth %d family turns %d: a child run needs a parent run and action, depth 1.. and family turns 1..", p.Run, p.Action, p.Depth, p.FamilyTurns)
+	}
 	d := &decider{s: State{run: c.Run}, now: now}
-	d.emit(events.RunStarted{Agent: c.Agent, Input: c.Input, Correlation: c.Correlation, Limits: l, Typed: c.Typed, Runner: c.Runner})
+	d.emit(events.RunStarted{Agent: c.Agent, Input: c.Input, Correlation: c.Correlation, Limits: l, Typed: c.Typed, Runner: c.Runner, Parent: c.Parent})
 	d.requestTurn(events.TurnStart)
 	return d.evs, nil
 }
@@ -143,8 +150,8 @@ func validRunID(id string) bool {
 // requestTurn requests the next turn, or ends the run when no turn is left.
 func (d *decider) requestTurn(why string) {
 	l := d.s.start.Limits
-	if d.s.turn >= l.MaxTurns {
-		d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+	if o, none := d.noTurnLeft(); none {
+		d.finish(o, events.NotStartedBudgetExhausted)
 		return
 	}
 	d.emit(events.ModelRequested{Turn: d.s.turn + 1, Incarnation: d.s.incarnation, Why: why, Deadline: d.at(l.ModelTimeout)})
@@ -198,8 +205,8 @@ func (d *decider) modelReply(c ModelReply) error {
 		}
 		// The results could not be fed to another permitted turn: no turn
 		// or no token is left.
-		if d.s.turn >= l.MaxTurns {
-			d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+		if o, none := d.noTurnLeft(); none {
+			d.finish(o, events.NotStartedBudgetExhausted)
 		} else if !d.tokensLeft() {
 			d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTokenLimit, Limit: l.TokenBudget, Used: d.s.tokens}, events.NotStartedBudgetExhausted)
 		}
@@ -226,7 +233,7 @@ func (d *decider) finalAnswer(c ModelReply) {
 	}
 	l := d.s.start.Limits
 	attempts := max(l.AnswerAttempts, 1)
-	if d.s.corrections+1 < attempts && d.s.turn < l.MaxTurns && d.tokensLeft() {
+	if _, none := d.noTurnLeft(); d.s.corrections+1 < attempts && !none && d.tokensLeft() {
 		d.emit(events.AnswerRejected{Turn: c.Turn, Reason: reason})
 		d.requestTurn(events.TurnCorrection)
 		return
@@ -255,9 +262,9 @@ func (d *decider) modelFailure(c ModelFailure) error {
 		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelFailed, Turn: c.Turn}, events.NotStartedRunFinished)
 		return nil
 	}
-	if d.s.turn >= l.MaxTurns {
+	if o, none := d.noTurnLeft(); none {
 		d.emit(ev)
-		d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+		d.finish(o, events.NotStartedBudgetExhausted)
 		return nil
 	}
 	at := d.now.Add(RetryDelay(l.ModelRetryDelay, d.s.failures, c.RetryAfter))
@@ -338,6 +345,10 @@ func (d *decider) resolveCalls(c ResolveCalls) error {
 	if len(byCall) != len(want) {
 		return weft.Errorf(weft.CodeInvalidRequest, "%d resolutions for %d calls of turn %d", len(byCall), len(want), c.Turn)
 	}
+	limited := DelegationLimits(d.s, c.Turn, func(call string) bool {
+		r := byCall[call]
+		return r.Validation == events.CallValid && r.Delegate != nil
+	})
 	policyFailed := ""
 	for _, a := range want {
 		r, ok := byCall[a.CallID]
@@ -350,6 +361,9 @@ func (d *decider) resolveCalls(c ResolveCalls) error {
 		case events.CallValid:
 		default:
 			return weft.Errorf(weft.CodeInvalidRequest, "call %s: validation %q", a.CallID, r.Validation)
+		}
+		if _, over := limited[a.CallID]; over {
+			continue
 		}
 		if err := validPolicy(r.Policy); err != nil {
 			return err
@@ -367,10 +381,20 @@ func (d *decider) resolveCalls(c ResolveCalls) error {
 		if r.Validation == events.CallValid && len(r.Normalized) > 0 && string(r.Normalized) != string(a.Arguments) {
 			ev.Normalized = r.Normalized
 		}
+		if r.Validation == events.CallValid && r.Delegate != nil {
+			ag := *r.Delegate
+			ev.Agent = &ag
+			if detail, over := limited[a.CallID]; over {
+				ev.Outcome, ev.Detail = events.CallLimitReached, detail
+			}
+		}
 		d.emit(ev)
 	}
 	if policyFailed != "" {
 		for _, a := range want {
+			if _, over := limited[a.CallID]; over {
+				continue
+			}
 			if r := byCall[a.CallID]; r.Validation == events.CallValid && r.Policy.Decision == events.PolicyError {
 				d.emit(events.PolicyDecided{Action: a.ID, Context: "model", Decision: events.PolicyError, Reason: r.Policy.Reason})
 			}
@@ -380,7 +404,7 @@ func (d *decider) resolveCalls(c ResolveCalls) error {
 	}
 	for _, a := range want {
 		r := byCall[a.CallID]
-		if r.Validation != events.CallValid {
+		if _, over := limited[a.CallID]; over || r.Validation != events.CallValid {
 			continue
 		}
 		pd := events.PolicyDecided{Action: a.ID, Context: "model", Decision: r.Policy.Decision, Reason: r.Policy.Reason}
@@ -391,6 +415,10 @@ func (d *decider) resolveCalls(c ResolveCalls) error {
 		d.emit(pd)
 		switch r.Policy.Decision {
 		case events.PolicyAllow:
+			if r.Delegate != nil {
+				d.startChild(a.ID)
+				break
+			}
 			d.emit(events.ActionQueued{Action: a.ID, Why: events.QueuedAllowed, Config: d.config(r.Tool)})
 		case events.PolicyRequireApproval:
 			d.ask(a.ID, r.Policy.Requirement, events.AskPolicy)
@@ -473,11 +501,23 @@ func (d *decider) approve(c Approve) error {
 		pd.Requirement = &r
 	}
 	d.emit(pd)
+	delegation := false
+	if a, _ := d.s.Action(c.Action); a.Agent != nil {
+		delegation = true
+	}
 	switch c.Policy.Decision {
 	case events.PolicyAllow:
+		if delegation {
+			d.startChild(c.Action)
+			break
+		}
 		d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
 	case events.PolicyRequireApproval:
 		if c.Policy.Requirement == req.Requirement {
+			if delegation {
+				d.startChild(c.Action)
+				break
+			}
 			d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
 			break
 		}
@@ -832,8 +872,8 @@ func (d *decider) recover(c Recover) error {
 // call spent its turn.
 func (d *decider) requestTurnRecovery() {
 	l := d.s.start.Limits
-	if d.s.turn >= l.MaxTurns {
-		d.finish(events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, events.NotStartedBudgetExhausted)
+	if o, none := d.noTurnLeft(); none {
+		d.finish(o, events.NotStartedBudgetExhausted)
 		return
 	}
 	d.emit(events.ModelRequested{Turn: d.s.turn + 1, Incarnation: d.s.incarnation, Why: events.TurnRecovery, Deadline: d.at(l.ModelTimeout)})
@@ -866,6 +906,8 @@ func (d *decider) finish(o events.Outcome, reason string) {
 			d.stop(a, "the run finished "+o.Kind)
 		case ActionSettling:
 			d.emit(events.ActionUncertain{Action: a.ID, Evidence: a.Detail + "; the run finished " + o.Kind})
+		case ActionDelegated:
+			d.detach(a, o)
 		}
 	}
 	d.emit(events.RunFinished{Outcome: o})
@@ -879,7 +921,7 @@ func (d *decider) advance() {
 	}
 	if s.cancelling {
 		for _, a := range s.actions {
-			if a.State == ActionRunning || a.State == ActionSettling {
+			if a.State == ActionRunning || a.State == ActionSettling || a.State == ActionDelegated {
 				return
 			}
 		}

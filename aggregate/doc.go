@@ -39,8 +39,8 @@
 //
 // Commands are Start, ModelReply, ModelFailure, ResolveCalls, Approve,
 // Reject, Report, Lost, Settle, Reconcile (with its stored form), Cancel,
-// TimerFired, HandOff and Recover. Decide emits the follow-on events of a
-// decision in the same batch: Start gives RunStarted and ModelRequested{1};
+// TimerFired, HandOff, Recover, ChildSettle and ToolMissing. Decide emits
+// the follow-on events of a decision in the same batch: Start gives RunStarted and ModelRequested{1};
 // the last model-visible result of a batch is followed by ModelRequested for
 // the next turn; a freed concurrency slot by the next AttemptFenced; due
 // approval expiries are applied before any command is judged.
@@ -64,7 +64,17 @@
 // that fold these events (projections, audit) can use it to compare their
 // views with Status and Actions over thousands of histories.
 //
-// Not implemented: sub-agent delegation (the delegated and child_settled
-// action states, max children and max depth, family_limit) and the
-// tool_changed failure; Commands for them do not exist yet.
+// # Sub-agent delegation and tool_changed
+//
+// A Resolution with Delegate is a call of a sub-agent. DelegationLimits
+// checks max depth, max children and the family turn budget before policy
+// (the runner evaluates no policy for a call over a bound; Decide records
+// it CallValidated limit_reached). An allowed delegation emits ChildStarted
+// (state delegated, no concurrency slot) with the child run id ChildRunID
+// derives; Pending lists it in Work.Children until ChildSettle brings the
+// child's outcome (state child_settled, content ChildContent). A cancelled
+// run waits for its children's outcomes (Work.Children Cancel); a run that
+// finishes otherwise detaches them. A child run's Start carries its
+// events.Parent; its family budget ends it budget_exhausted(family_limit).
+// ToolMissing fails a run tool_changed. See docs/adr/0007.
 package aggregate

@@ -137,6 +137,10 @@ func (s *State) evolve(r events.Recorded) {
 			if len(e.Normalized) > 0 {
 				a.Arguments = e.Normalized
 			}
+			a.Agent = e.Agent
+		case events.CallLimitReached:
+			a.Agent = e.Agent
+			a.State, a.Detail, a.Content = ActionLimitReached, e.Detail, errorContent("limit_reached", e.Detail)
 		case events.CallUnknownTool:
 			a.State, a.Detail, a.Content = ActionUnknownTool, e.Detail, errorContent("unknown_tool", "")
 		case events.CallInvalidArguments:
@@ -304,6 +308,26 @@ func (s *State) evolve(r events.Recorded) {
 		s.incarnation = e.Incarnation
 		s.runner = e.Runner
 		s.handedOff = false
+
+	case events.ChildStarted:
+		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval)
+		if a.Agent == nil {
+			s.bug(name, "action %s is not a delegation", e.Action)
+		}
+		c := e
+		a.State, a.Child = ActionDelegated, &c
+
+	case events.ChildSettled:
+		a := s.act(name, e.Action, ActionDelegated)
+		a.Outcome = e.Outcome.Kind
+		s.childTurns += e.Turns
+		switch {
+		case e.Bytes > 0:
+			a.State, a.Detail = ActionFaulted, fmt.Sprintf("child answer of %d bytes over max result bytes", e.Bytes)
+		default:
+			a.State, a.Content = ActionChildSettled, e.Content
+			a.Detail = events.DescribeOutcome(e.Outcome)
+		}
 
 	case events.RunFinished:
 		s.finished = true

@@ -31,6 +31,19 @@ type Work struct {
 	// kind and action. Arming is idempotent by (kind, action, attempt,
 	// revision, turn); a fired timer comes back as TimerFired.
 	Timers []Timer
+	// Children lists every delegated action in action order: make sure
+	// its child run is started (Start with the ChildStarted's agent,
+	// input and Parent; idempotent by the derived id), feed the child's
+	// outcome back with ChildSettle once it finished, and cancel the child
+	// when Cancel is set (the run is being cancelled).
+	Children []Child
+}
+
+// Child is a delegated action's child run.
+type Child struct {
+	Start  events.ChildStarted
+	Parent events.Parent
+	Cancel bool
 }
 
 // ModelCall is a model call to make for Turn. Deadline is when the model
@@ -114,6 +127,9 @@ func Pending(s State) Work {
 			}
 		case ActionSettling:
 			w.Timers = append(w.Timers, Timer{Kind: TimerSettleWindow, At: a.SettleBy, Action: a.ID, Attempt: a.Attempt.Attempt})
+		case ActionDelegated:
+			c := *a.Child
+			w.Children = append(w.Children, Child{Start: c, Parent: events.Parent{Run: s.run, Action: a.ID, Depth: c.Depth, FamilyTurns: c.FamilyTurns}, Cancel: s.cancelling})
 		}
 	}
 	slices.SortStableFunc(w.Timers, func(a, b Timer) int {

@@ -29,6 +29,12 @@ func TestScenarioScripts(t *testing.T) {
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no scripts: %v", err)
 	}
+	// Sub-agent delegation and tool_changed (docs/adr/0007).
+	more, err := filepath.Glob("testdata/delegation_*.txt")
+	if err != nil || len(more) == 0 {
+		t.Fatalf("no delegation scripts: %v", err)
+	}
+	paths = append(paths, more...)
 	for _, path := range paths {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".txt"), func(t *testing.T) { runScript(t, path) })
 	}
@@ -127,6 +133,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		l.ModelTimeout = h.msArg(t, d, "model-timeout", l.ModelTimeout)
 		l.ModelRetryDelay = h.msArg(t, d, "retry-delay", l.ModelRetryDelay)
 		l.MaxResultBytes = int64(h.intArg(t, d, "max-result", int(l.MaxResultBytes)))
+		l.MaxChildren = h.intArg(t, d, "children", l.MaxChildren)
+		l.MaxDepth = h.intArg(t, d, "depth", l.MaxDepth)
+		var parent *events.Parent
+		if d.HasArg("parent") {
+			parent = &events.Parent{Run: h.strArg(t, d, "parent", ""), Action: h.strArg(t, d, "parent-action", "1/c1"),
+				Depth: h.intArg(t, d, "parent-depth", 1), FamilyTurns: int64(h.intArg(t, d, "family", 8))}
+		}
 		input := strings.TrimSpace(d.Input)
 		if input == "" {
 			input = "do the thing"
@@ -134,7 +147,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.decide(t, Start{
 			Run: h.strArg(t, d, "run", "r1"), Agent: events.AgentRef{Name: h.strArg(t, d, "agent", "desk"), Version: "1"},
 			Input: input, Correlation: h.strArg(t, d, "correlation", ""), Limits: l,
-			Typed: d.HasArg("typed"), Runner: h.strArg(t, d, "runner", "runner-a"),
+			Typed: d.HasArg("typed"), Runner: h.strArg(t, d, "runner", "runner-a"), Parent: parent,
 		})
 
 	case "reply":
@@ -201,7 +214,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 				r.Detail = strings.Join(f[2:], " ")
 			case "valid":
 				r.Validation = events.CallValid
-				r.Policy, r.Tool = policyOf(t, f[2:])
+				rest := f[2:]
+				if len(rest) > 0 && strings.HasPrefix(rest[0], "agent=") {
+					name, v, _ := strings.Cut(strings.TrimPrefix(rest[0], "agent="), "@")
+					r.Delegate = &events.AgentRef{Name: name, Version: v}
+					rest = rest[1:]
+				}
+				if len(rest) > 0 || r.Delegate == nil {
+					r.Policy, r.Tool = policyOf(t, rest)
+				}
 			default:
 				t.Fatalf("resolution %q", ln)
 			}
@@ -281,6 +302,23 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "reconcile":
 		return h.decide(t, Reconcile{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "carol"), Stored: d.HasArg("stored")})
 
+	case "child":
+		// The outcome of a delegated action's child run:
+		// child action=1/c1 kind=completed turns=2 with the answer as input.
+		a, _ := h.state.Action(h.strArg(t, d, "action", ""))
+		child := h.strArg(t, d, "child", "")
+		if child == "" && a.Child != nil {
+			child = a.Child.Child
+		}
+		o := events.Outcome{Kind: h.strArg(t, d, "kind", events.OutcomeCompleted), Reason: h.strArg(t, d, "reason", "")}
+		if text := strings.TrimSpace(d.Input); text != "" {
+			o.Answer = json.RawMessage(text)
+		}
+		return h.decide(t, ChildSettle{Action: a.ID, Child: child, Outcome: o, Turns: int64(h.intArg(t, d, "turns", 1))})
+
+	case "tool-missing":
+		return h.decide(t, ToolMissing{Action: h.strArg(t, d, "action", ""), Tool: h.strArg(t, d, "tool", "")})
+
 	case "cancel":
 		return h.decide(t, Cancel{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
 
@@ -318,8 +356,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 	case "run":
 		o, fin := h.state.Finished()
-		return fmt.Sprintf("turn=%d tokens=%d unreported=%d incarnation=%d runner=%s finished=%v outcome=%s version=%d\n",
+		s := fmt.Sprintf("turn=%d tokens=%d unreported=%d incarnation=%d runner=%s finished=%v outcome=%s version=%d",
 			h.state.Turn(), h.state.TokensUsed(), h.state.UnreportedReplies(), h.state.Incarnation(), h.state.Runner(), fin, events.DescribeOutcome(o), h.state.Version())
+		if h.state.ChildTurns() != 0 || h.state.Parent() != nil {
+			s += fmt.Sprintf(" depth=%d child_turns=%d family=%d/%d", h.state.Depth(), h.state.ChildTurns(), h.state.FamilyUsed(), h.state.FamilyBudget())
+		}
+		return s + "\n"
 	}
 	t.Fatalf("unknown command %q", d.Cmd)
 	return ""
@@ -487,6 +529,9 @@ func describeWork(w Work) string {
 		}
 		b.WriteByte('\n')
 	}
+	for _, c := range w.Children {
+		fmt.Fprintf(&b, "child %s run=%s agent=%s@%s input=%q depth=%d family_turns=%d cancel=%v\n", c.Parent.Action, c.Start.Child, c.Start.Agent.Name, c.Start.Agent.Version, c.Start.Input, c.Parent.Depth, c.Parent.FamilyTurns, c.Cancel)
+	}
 	if b.Len() == 0 {
 		return "nothing\n"
 	}
@@ -500,6 +545,12 @@ func describeAction(a Action) string {
 	}
 	if len(a.Content) > 0 {
 		s += " content=" + string(a.Content)
+	}
+	if a.Agent != nil {
+		s += " agent=" + a.Agent.Name + "@" + a.Agent.Version
+	}
+	if a.Child != nil {
+		s += " child=" + a.Child.Child
 	}
 	if a.Request.Revision != 0 {
 		s += fmt.Sprintf(" request=%d:%s@v%d", a.Request.Revision, a.Request.Requirement.Name, a.Request.Requirement.Version)

@@ -34,6 +34,7 @@ type snapshot struct {
 	Corrections  int               `json:"corrections,omitempty"`
 	Tokens       int64             `json:"tokens"`
 	Unreported   int               `json:"unreported,omitempty"`
+	ChildTurns   int64             `json:"child_turns,omitempty"`
 	Revision     int               `json:"revision,omitempty"`
 	Actions      []Action          `json:"actions"`
 	Batch        int64             `json:"batch,omitempty"`
@@ -58,7 +59,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		Incarnation: s.incarnation, Runner: s.runner, HandedOff: s.handedOff, Uncalled: s.uncalled,
 		Turn: s.turn, ModelPending: s.modelPending, ModelDue: s.modelDue, RetryAt: s.retryAt,
 		Failures: s.failures, Corrections: s.corrections, Tokens: s.tokens, Unreported: s.unreported,
-		Revision: s.revision, Actions: s.actions, Batch: s.batch, Cancelling: s.cancelling,
+		ChildTurns: s.childTurns, Revision: s.revision, Actions: s.actions, Batch: s.batch, Cancelling: s.cancelling,
 		Finished: s.finished, Outcome: s.outcome,
 	}
 	for _, e := range s.transcript {
@@ -86,7 +87,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		incarnation: snap.Incarnation, runner: snap.Runner, handedOff: snap.HandedOff, uncalled: snap.Uncalled,
 		turn: snap.Turn, modelPending: snap.ModelPending, modelDue: snap.ModelDue, retryAt: snap.RetryAt,
 		failures: snap.Failures, corrections: snap.Corrections, tokens: snap.Tokens, unreported: snap.Unreported,
-		revision: snap.Revision, actions: snap.Actions, batch: snap.Batch, cancelling: snap.Cancelling,
+		childTurns: snap.ChildTurns, revision: snap.Revision, actions: snap.Actions, batch: snap.Batch, cancelling: snap.Cancelling,
 		finished: snap.Finished, outcome: snap.Outcome,
 	}
 	if s.started {

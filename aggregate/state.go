@@ -41,6 +41,17 @@ const (
 	ActionReconciled       ActionState = "reconciled"
 	ActionNotStarted       ActionState = "not_started"
 	ActionFaulted          ActionState = "faulted"
+
+	// ActionDelegated: the action started a child run (a sub-agent
+	// delegation) and waits for the child's outcome. It holds no
+	// concurrency slot.
+	ActionDelegated ActionState = "delegated"
+	// ActionChildSettled: the child run finished; Content is what the
+	// model reads (the child's answer or an error naming its outcome).
+	ActionChildSettled ActionState = "child_settled"
+	// ActionLimitReached: a delegation over max children, max depth or the
+	// family turn budget, refused before policy.
+	ActionLimitReached ActionState = "limit_reached"
 )
 
 // Ended reports whether the action can never change again (Uncertain is not
@@ -48,7 +59,7 @@ const (
 func (a ActionState) Ended() bool {
 	switch a {
 	case ActionSucceeded, ActionToolFailed, ActionDenied, ActionRejected, ActionInvalidArguments,
-		ActionUnknownTool, ActionReconciled, ActionNotStarted, ActionFaulted:
+		ActionUnknownTool, ActionReconciled, ActionNotStarted, ActionFaulted, ActionChildSettled, ActionLimitReached:
 		return true
 	}
 	return false
@@ -99,8 +110,13 @@ type Action struct {
 	SettleBy time.Time `json:"settle_by"`
 	// Outcome is how the action's last attempt ended, for audit: the
 	// body's reported outcome or the cause of its loss (a settlement does
-	// not change it).
+	// not change it). For a delegation it is the child run's outcome kind.
 	Outcome string `json:"outcome,omitempty"`
+	// Agent is set when the action is a sub-agent delegation: the child
+	// agent it starts.
+	Agent *events.AgentRef `json:"agent,omitempty"`
+	// Child is the child run the delegation started (ChildStarted).
+	Child *events.ChildStarted `json:"child,omitempty"`
 }
 
 // Replays is the number of attempts after the first.
@@ -140,6 +156,8 @@ type State struct {
 	corrections  int        // typed answers rejected
 	tokens       int64
 	unreported   int
+
+	childTurns int64 // turns spent by settled child runs (family budget)
 
 	revision int // last approval revision issued in the run
 	actions  []Action
@@ -205,6 +223,34 @@ func (s State) TokensUsed() int64 { return s.tokens }
 
 // UnreportedReplies counts replies that reported no usage (no budget).
 func (s State) UnreportedReplies() int { return s.unreported }
+
+// Parent is the delegation that started this run, nil for a root run.
+func (s State) Parent() *events.Parent { return s.start.Parent }
+
+// Depth is the run's depth in its family: 0 for a root run.
+func (s State) Depth() int {
+	if s.start.Parent == nil {
+		return 0
+	}
+	return s.start.Parent.Depth
+}
+
+// ChildTurns is the number of turns the run's settled children spent.
+func (s State) ChildTurns() int64 { return s.childTurns }
+
+// FamilyBudget is the family turn budget the run spends against
+// (docs/adr/0007): its own max turns for a root run, the budget its parent
+// gave it for a child run.
+func (s State) FamilyBudget() int64 {
+	if p := s.start.Parent; p != nil {
+		return p.FamilyTurns
+	}
+	return s.start.Limits.MaxTurns
+}
+
+// FamilyUsed is the family turns this run accounts for: its own turns plus
+// the turns of its settled children.
+func (s State) FamilyUsed() int64 { return s.turn + s.childTurns }
 
 // Cancelling reports whether a cancellation was requested.
 func (s State) Cancelling() bool { return s.cancelling }

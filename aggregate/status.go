@@ -74,7 +74,7 @@ func (s State) inFlight() bool {
 	}
 	for _, a := range s.actions {
 		switch a.State {
-		case ActionRequested, ActionQueued, ActionRunning, ActionSettling:
+		case ActionRequested, ActionQueued, ActionRunning, ActionSettling, ActionDelegated:
 			return true
 		}
 	}

@@ -35,6 +35,8 @@ const (
 	NameRunHandedOff       Name = "run_handed_off"
 	NameRunRecovered       Name = "run_recovered"
 	NameRunFinished        Name = "run_finished"
+	NameChildStarted       Name = "child_started"
+	NameChildSettled       Name = "child_settled"
 )
 
 // Names lists every event name of the catalogue, in the order of this file.
@@ -45,7 +47,7 @@ var Names = []Name{
 	NameRequirementChanged, NameActionQueued, NameAttemptFenced, NameAttemptReported,
 	NameAttemptLost, NameReportRefused, NameActionUncertain, NameSettlementAccepted,
 	NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
-	NameRunHandedOff, NameRunRecovered, NameRunFinished,
+	NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
 }
 
 // Reserved lists retired names that must never be used again.
@@ -119,6 +121,21 @@ type RunStarted struct {
 	Typed bool `json:"typed,omitempty"`
 	// Runner is the runner that started the run; it drives incarnation 1.
 	Runner string `json:"runner"`
+	// Parent is set on a child run started by a sub-agent delegation: the
+	// parent run and action it answers, its depth and its family budget.
+	Parent *Parent `json:"parent,omitempty"`
+}
+
+// Parent links a child run to the delegation that started it. Depth is the
+// child's depth (1 for a child of a root run). FamilyTurns is the family
+// turn budget the child may spend (docs/adr/0007): the child finishes
+// budget_exhausted(family_limit) when its turns reach it before its own
+// max turns.
+type Parent struct {
+	Run         string `json:"run"`
+	Action      string `json:"action"`
+	Depth       int    `json:"depth"`
+	FamilyTurns int64  `json:"family_turns"`
 }
 
 // ModelRequested is emitted when a runner is about to call the model for a
@@ -207,14 +224,56 @@ type CallValidated struct {
 	// them, present only when they differ from the model's bytes (which
 	// ModelReplied already holds).
 	Normalized json.RawMessage `json:"normalized,omitempty"`
+	// Agent is set when the call is a sub-agent delegation: the child
+	// agent the action starts once allowed (ChildStarted instead of
+	// ActionQueued).
+	Agent *AgentRef `json:"agent,omitempty"`
 }
 
-// The outcomes of CallValidated.
+// The outcomes of CallValidated. A delegation over the run's max children
+// or max depth (or the family turn budget) ends "limit_reached" (Detail
+// names the bound, e.g. "max_children 4"); like the other invalid outcomes
+// it is decided before policy and the model sees
+// {"error":"limit_reached","detail":...}.
 const (
 	CallValid            = "valid"
 	CallUnknownTool      = "unknown_tool"
 	CallInvalidArguments = "invalid_arguments"
+	CallLimitReached     = "limit_reached"
 )
+
+// ChildStarted is emitted when the policy allowed a sub-agent delegation
+// (at the model's request or after an approval): the action is delegated to
+// the child run Child, whose id is derived from the parent run and action
+// (aggregate.ChildRunID), so starting it is idempotent. The runner starts
+// the child with Agent and Input and the Parent link (Depth, FamilyTurns)
+// after this event is committed. A delegation holds no concurrency slot.
+type ChildStarted struct {
+	Action      string   `json:"action"`
+	Child       string   `json:"child"`
+	Agent       AgentRef `json:"agent"`
+	Input       string   `json:"input"`
+	Depth       int      `json:"depth"`
+	FamilyTurns int64    `json:"family_turns"`
+}
+
+// ChildSettled is emitted when a delegated action ended: the child run
+// finished with Outcome after spending Turns, and Content is what the model
+// reads (the child's answer when it completed, else
+// {"error":"child_<kind>","outcome":...}). Bytes is set instead of Content
+// when the answer is over the parent's max result bytes (the action is
+// faulted, the parent fails output_encoding_failed). Detached marks a
+// delegation ended because the parent finished first: the runner cancels
+// the child, whose outcome the parent never reads.
+type ChildSettled struct {
+	Action   string          `json:"action"`
+	Child    string          `json:"child"`
+	Outcome  Outcome         `json:"outcome"`
+	Turns    int64           `json:"turns,omitempty"`
+	Content  json.RawMessage `json:"content,omitempty"`
+	Bytes    int64           `json:"bytes,omitempty"`
+	Detached bool            `json:"detached,omitempty"`
+}
 
 // PolicyDecided is emitted when the policy answered for an action: at the
 // model's request (Context "model") or when an approval is answered
@@ -617,6 +676,8 @@ func (CancelRequested) SchemaVersion() int    { return 1 }
 func (RunHandedOff) SchemaVersion() int       { return 1 }
 func (RunRecovered) SchemaVersion() int       { return 1 }
 func (RunFinished) SchemaVersion() int        { return 1 }
+func (ChildStarted) SchemaVersion() int       { return 1 }
+func (ChildSettled) SchemaVersion() int       { return 1 }
 
 func (RunStarted) isEvent()         {}
 func (ModelRequested) isEvent()     {}
@@ -642,3 +703,8 @@ func (CancelRequested) isEvent()    {}
 func (RunHandedOff) isEvent()       {}
 func (RunRecovered) isEvent()       {}
 func (RunFinished) isEvent()        {}
+func (ChildStarted) isEvent()       {}
+func (ChildSettled) isEvent()       {}
+
+func (ChildStarted) EventName() Name { return NameChildStarted }
+func (ChildSettled) EventName() Name { return NameChildSettled }

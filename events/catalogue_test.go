@@ -46,6 +46,8 @@ func samples() []Event {
 		RunHandedOff{Runner: "runner-a", Incarnation: 1, Uncalled: 3},
 		RunRecovered{Runner: "runner-b", Incarnation: 2, Previous: "runner-a", Cause: RecoveredHandedOff},
 		RunFinished{Outcome: Outcome{Kind: OutcomeBudgetExhausted, Reason: ReasonTokenLimit, Limit: 10, Used: 12}},
+		ChildStarted{Action: "1/c1", Child: "c-0a1b", Agent: AgentRef{Name: "researcher", Version: "1"}, Input: "find the invoice", Depth: 1, FamilyTurns: 6},
+		ChildSettled{Action: "1/c1", Child: "c-0a1b", Outcome: Outcome{Kind: OutcomeCompleted, Answer: json.RawMessage(`"found"`)}, Turns: 2, Content: json.RawMessage(`"found"`)},
 	}
 }
 

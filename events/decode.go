@@ -64,6 +64,10 @@ func Decode(name Name, schema int, payload json.RawMessage) (Event, error) {
 		return decode[RunRecovered](payload)
 	case NameRunFinished:
 		return decode[RunFinished](payload)
+	case NameChildStarted:
+		return decode[ChildStarted](payload)
+	case NameChildSettled:
+		return decode[ChildSettled](payload)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, name)
 }

@@ -30,6 +30,9 @@ func Describe(e Event) string {
 		l := e.Limits
 		b.kv("limits", fmt.Sprintf("turns=%d,concurrency=%d,tokens=%d,answer_attempts=%d,model_timeout=%s,retry_delay=%s,tool_timeout=%s,approval_expiry=%s,max_result_bytes=%d",
 			l.MaxTurns, l.MaxConcurrency, l.TokenBudget, l.AnswerAttempts, ms(l.ModelTimeout), ms(l.ModelRetryDelay), ms(l.ToolTimeout), ms(l.ApprovalExpiry), l.MaxResultBytes))
+		if p := e.Parent; p != nil {
+			b.kv("parent", fmt.Sprintf("%s:%s,depth=%d,family_turns=%d", p.Run, p.Action, p.Depth, p.FamilyTurns))
+		}
 	case ModelRequested:
 		b.kv("turn", itoa(e.Turn))
 		b.kv("why", e.Why)
@@ -71,6 +74,9 @@ func Describe(e Event) string {
 		b.kv("outcome", e.Outcome)
 		b.optq("detail", e.Detail)
 		b.json("normalized", e.Normalized)
+		if e.Agent != nil {
+			b.kv("agent", e.Agent.Name+"@"+e.Agent.Version)
+		}
 	case PolicyDecided:
 		b.kv("action", e.Action)
 		b.kv("context", e.Context)
@@ -181,6 +187,27 @@ func Describe(e Event) string {
 		b.kv("cause", e.Cause)
 	case RunFinished:
 		b.kv("outcome", DescribeOutcome(e.Outcome))
+	case ChildStarted:
+		b.kv("action", e.Action)
+		b.kv("child", e.Child)
+		b.kv("agent", e.Agent.Name+"@"+e.Agent.Version)
+		b.q("input", e.Input)
+		b.kv("depth", strconv.Itoa(e.Depth))
+		b.kv("family_turns", itoa(e.FamilyTurns))
+	case ChildSettled:
+		b.kv("action", e.Action)
+		b.kv("child", e.Child)
+		b.kv("outcome", DescribeOutcome(e.Outcome))
+		if e.Turns != 0 {
+			b.kv("turns", itoa(e.Turns))
+		}
+		b.json("content", e.Content)
+		if e.Bytes != 0 {
+			b.kv("bytes", itoa(e.Bytes))
+		}
+		if e.Detached {
+			b.kv("detached", "true")
+		}
 	}
 	return b.s.String()
 }

@@ -89,6 +89,15 @@ const (
 	// StateFaulted means the result could not be fed to the model (over max
 	// result bytes); the effect did happen.
 	StateFaulted = "faulted"
+	// StateDelegated means the action started a child run (a sub-agent
+	// delegation) and waits for its outcome.
+	StateDelegated = "delegated"
+	// StateChildSettled means the child run finished; Result summarizes what
+	// the model reads.
+	StateChildSettled = "child_settled"
+	// StateLimitReached means a delegation was over max children, max depth
+	// or the family turn budget (checked before policy).
+	StateLimitReached = "limit_reached"
 )
 
 // SummaryBytes is the longest result summary a view keeps; longer contents
@@ -132,6 +141,12 @@ type RunView struct {
 	HandedOff bool `json:"handed_off"`
 	// Cancelling is set once a cancellation was requested.
 	Cancelling bool `json:"cancelling"`
+	// Parent is set on a child run: the parent run and action that
+	// delegated to it, its depth and family turn budget.
+	Parent *events.Parent `json:"parent,omitempty"`
+	// Children lists the child runs this run started, in the order their
+	// delegations were allowed.
+	Children []ChildView `json:"children,omitempty"`
 	// Actions are the run's actions in the order the model asked for them.
 	Actions []ActionView `json:"actions"`
 	// Version is the version of the last event folded; Started and Updated
@@ -180,6 +195,21 @@ type ActionView struct {
 	Result string `json:"result,omitempty"`
 	// Updated is the recorded time of the action's last change.
 	Updated time.Time `json:"updated"`
+}
+
+// ChildView is a child run started by one of the run's delegations.
+type ChildView struct {
+	// Action is the delegating action; Run the child run id; Agent the
+	// child agent.
+	Action string          `json:"action"`
+	Run    string          `json:"run"`
+	Agent  events.AgentRef `json:"agent"`
+	// Outcome is the child's outcome once the delegation settled; Turns the
+	// turns it spent; Detached marks a child the run stopped reading
+	// because it finished first.
+	Outcome  *events.Outcome `json:"outcome,omitempty"`
+	Turns    int64           `json:"turns,omitempty"`
+	Detached bool            `json:"detached,omitempty"`
 }
 
 // ApprovalView is one approval request of an action and its answer.
@@ -247,6 +277,10 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		v.Correlation = e.Correlation
 		v.Runner = e.Runner
 		v.Incarnation = 1
+		if e.Parent != nil {
+			p := *e.Parent
+			v.Parent = &p
+		}
 	case events.ModelRequested:
 		if e.Turn > v.Turns {
 			v.Turns = e.Turn
@@ -290,6 +324,8 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 			a.State, a.Detail = StateUnknownTool, e.Detail
 		case events.CallInvalidArguments:
 			a.State, a.Detail = StateInvalidArguments, e.Detail
+		case events.CallLimitReached:
+			a.State, a.Detail = StateLimitReached, e.Detail
 		}
 	case events.PolicyDecided:
 		a := v.action(e.Action, at)
@@ -403,6 +439,24 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		v.HandedOff = false
 		v.Incarnation = e.Incarnation
 		v.Runner = e.Runner
+	case events.ChildStarted:
+		a := v.action(e.Action, at)
+		a.State, a.Pending = StateDelegated, nil
+		v.Children = append(v.Children, ChildView{Action: e.Action, Run: e.Child, Agent: e.Agent})
+	case events.ChildSettled:
+		a := v.action(e.Action, at)
+		if e.Bytes > 0 {
+			a.State, a.Detail = StateFaulted, fmt.Sprintf("child answer of %d bytes over max result bytes", e.Bytes)
+		} else {
+			a.State, a.Result = StateChildSettled, summary(e.Content)
+		}
+		for i := range v.Children {
+			if v.Children[i].Action == e.Action {
+				o := e.Outcome
+				o.Answer = compact(o.Answer)
+				v.Children[i].Outcome, v.Children[i].Turns, v.Children[i].Detached = &o, e.Turns, e.Detached
+			}
+		}
 	case events.RunFinished:
 		o := e.Outcome
 		o.Answer = compact(o.Answer)
@@ -447,7 +501,7 @@ func (v *RunView) derive() {
 			v.Approvals = append(v.Approvals, a.ID)
 		case StateUncertain:
 			v.Uncertain = append(v.Uncertain, a.ID)
-		case StateRequested, StateQueued, StateRunning, StateSettling:
+		case StateRequested, StateQueued, StateRunning, StateSettling, StateDelegated:
 			inFlight = true
 		}
 	}
@@ -479,6 +533,9 @@ func (v RunView) clone() RunView {
 		acts[i] = a
 	}
 	v.Actions = acts
+	if v.Children != nil {
+		v.Children = append([]ChildView(nil), v.Children...)
+	}
 	if v.Outcome != nil {
 		o := *v.Outcome
 		v.Outcome = &o
