@@ -66,7 +66,8 @@ func New() *Sim { return &Sim{Run: "r1", Now: Epoch} }
 func (s *Sim) Start(src Source) {
 	s.Apply(aggregate.Start{Run: s.Run, Agent: events.AgentRef{Name: "sim", Version: "1"}, Input: "go", Typed: true, Runner: "r0",
 		Limits: events.Limits{MaxTurns: int64(1 + src.Intn("turns", 8)), MaxConcurrency: 1 + src.Intn("concurrency", 2),
-			ModelTimeout: 1000, ModelRetryDelay: 10, ToolTimeout: 100, MaxResultBytes: 1000, ApprovalExpiry: 300, AnswerAttempts: 2}})
+			ModelTimeout: 1000, ModelRetryDelay: 10, ToolTimeout: 100, MaxResultBytes: 1000, ApprovalExpiry: 300, AnswerAttempts: 2,
+			MaxChildren: src.Intn("children", 3), MaxDepth: src.Intn("depth", 2)}})
 }
 
 // Apply decides c at s.Now and appends what Decide returned.
@@ -176,6 +177,9 @@ func (s *Sim) Step(src Source) {
 					r.Policy = aggregate.PolicyResult{Decision: events.PolicyAllow}
 				}
 				r.Tool = randomTool(src)
+				if chance(src, "delegation", 4) {
+					r.Delegate = &events.AgentRef{Name: "sub", Version: "1"}
+				}
 				c.Calls = append(c.Calls, r)
 			}
 			s.Apply(c)
@@ -202,6 +206,24 @@ func (s *Sim) Step(src Source) {
 					s.Apply(aggregate.Settle{Action: a.ID, Outcome: pick(src, "settle", []string{events.OutcomeOutput, events.OutcomeUncertain}), Content: json.RawMessage(`{"s":1}`)})
 				}
 			})
+		}
+		if a.State == aggregate.ActionDelegated {
+			choices = append(choices, func() {
+				child := a.Child.Child
+				if chance(src, "foreign child", 10) {
+					child = "child-x"
+				}
+				o := pick(src, "child outcome", []events.Outcome{
+					{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"done"`)},
+					{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"a child answer far too long for the run's max result bytes ` + repeat1000("x") + `"`)},
+					{Kind: events.OutcomeCancelled},
+					{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonFamilyLimit},
+				})
+				s.Apply(aggregate.ChildSettle{Action: a.ID, Child: child, Outcome: o, Turns: int64(src.Intn("child turns", 4))})
+			})
+		}
+		if !a.State.Ended() && a.State != aggregate.ActionUncertain && chance(src, "tool changed", 40) {
+			choices = append(choices, func() { s.Apply(aggregate.ToolMissing{Action: a.ID, Tool: a.Tool}) })
 		}
 		if a.State == aggregate.ActionUncertain {
 			choices = append(choices, func() {
@@ -251,6 +273,16 @@ func (s *Sim) Step(src Source) {
 			})
 	}
 	choices[src.Intn("choice", len(choices))]()
+}
+
+// repeat1000 repeats x 1000 times (a child answer over the simulated max
+// result bytes).
+func repeat1000(x string) string {
+	b := make([]byte, 0, 1000*len(x))
+	for range 1000 {
+		b = append(b, x...)
+	}
+	return string(b)
 }
 
 func randomTool(src Source) events.ToolConfig {
