@@ -13,6 +13,11 @@
 // the policy or the prompt would make an old run's history mean something
 // else.
 //
+// Delegate makes a sub-agent a tool of another agent (SEMANTICS.md §1): the
+// model calls it with {"input": text} and the runtime runs a child run of
+// the sub-agent, bounded by the delegating run's max children and max depth
+// and by the family turn budget (docs/adr/0007).
+//
 // The limits, their defaults and their ranges:
 //
 //	option                 default   range
