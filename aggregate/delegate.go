@@ -59,8 +59,8 @@ func DelegationLimits(s State, turn int64, isDelegation func(callID string) bool
 			continue
 		}
 		switch {
-		case s.Depth()+1 > l.MaxDepth:
-			out[a.CallID] = fmt.Sprintf("max_depth %d", l.MaxDepth)
+		case s.Depth()+1 > s.MaxDepth():
+			out[a.CallID] = fmt.Sprintf("max_depth %d", s.MaxDepth())
 		case reserved >= l.MaxChildren:
 			out[a.CallID] = fmt.Sprintf("max_children %d", l.MaxChildren)
 		case familyLeft < 1:
@@ -70,6 +70,16 @@ func DelegationLimits(s State, turn int64, isDelegation func(callID string) bool
 		}
 	}
 	return out
+}
+
+// MaxDepth is the depth bound of the run's delegations: its own max depth,
+// or for a child run the family's bound when that is smaller.
+func (s State) MaxDepth() int {
+	m := s.start.Limits.MaxDepth
+	if p := s.start.Parent; p != nil && p.MaxDepth > 0 {
+		m = min(m, p.MaxDepth)
+	}
+	return m
 }
 
 func holdsChildSlot(st ActionState) bool {
@@ -110,7 +120,7 @@ func DelegationInput(args json.RawMessage) string {
 func (d *decider) startChild(id string) {
 	a, _ := d.s.Action(id)
 	family := max(d.s.FamilyBudget()-d.s.FamilyUsed()-1, 1)
-	d.emit(events.ChildStarted{Action: a.ID, Child: ChildRunID(d.s.run, a.ID), Agent: *a.Agent, Input: DelegationInput(a.Arguments), Depth: d.s.Depth() + 1, FamilyTurns: family})
+	d.emit(events.ChildStarted{Action: a.ID, Child: ChildRunID(d.s.run, a.ID), Agent: *a.Agent, Input: DelegationInput(a.Arguments), Depth: d.s.Depth() + 1, FamilyTurns: family, MaxDepth: d.s.MaxDepth()})
 }
 
 // ChildContent is what the model reads of a child run's outcome: the

@@ -129,7 +129,7 @@ func Pending(s State) Work {
 			w.Timers = append(w.Timers, Timer{Kind: TimerSettleWindow, At: a.SettleBy, Action: a.ID, Attempt: a.Attempt.Attempt})
 		case ActionDelegated:
 			c := *a.Child
-			w.Children = append(w.Children, Child{Start: c, Parent: events.Parent{Run: s.run, Action: a.ID, Depth: c.Depth, FamilyTurns: c.FamilyTurns}, Cancel: s.cancelling})
+			w.Children = append(w.Children, Child{Start: c, Parent: events.Parent{Run: s.run, Action: a.ID, Depth: c.Depth, FamilyTurns: c.FamilyTurns, MaxDepth: c.MaxDepth}, Cancel: s.cancelling})
 		}
 	}
 	slices.SortStableFunc(w.Timers, func(a, b Timer) int {

@@ -138,7 +138,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		var parent *events.Parent
 		if d.HasArg("parent") {
 			parent = &events.Parent{Run: h.strArg(t, d, "parent", ""), Action: h.strArg(t, d, "parent-action", "1/c1"),
-				Depth: h.intArg(t, d, "parent-depth", 1), FamilyTurns: int64(h.intArg(t, d, "family", 8))}
+				Depth: h.intArg(t, d, "parent-depth", 1), FamilyTurns: int64(h.intArg(t, d, "family", 8)), MaxDepth: h.intArg(t, d, "family-depth", 0)}
 		}
 		input := strings.TrimSpace(d.Input)
 		if input == "" {

@@ -130,12 +130,15 @@ type RunStarted struct {
 // child's depth (1 for a child of a root run). FamilyTurns is the family
 // turn budget the child may spend (docs/adr/0007): the child finishes
 // budget_exhausted(family_limit) when its turns reach it before its own
-// max turns.
+// max turns. MaxDepth is the family's depth bound (the smallest max depth
+// of its ancestors); the child delegates only within it and its own max
+// depth.
 type Parent struct {
 	Run         string `json:"run"`
 	Action      string `json:"action"`
 	Depth       int    `json:"depth"`
 	FamilyTurns int64  `json:"family_turns"`
+	MaxDepth    int    `json:"max_depth,omitempty"`
 }
 
 // ModelRequested is emitted when a runner is about to call the model for a
@@ -248,6 +251,9 @@ const (
 // (aggregate.ChildRunID), so starting it is idempotent. The runner starts
 // the child with Agent and Input and the Parent link (Depth, FamilyTurns)
 // after this event is committed. A delegation holds no concurrency slot.
+//
+// MaxDepth is the family's depth bound the child inherits (the smaller of
+// the parent's max depth and its own inherited bound).
 type ChildStarted struct {
 	Action      string   `json:"action"`
 	Child       string   `json:"child"`
@@ -255,6 +261,7 @@ type ChildStarted struct {
 	Input       string   `json:"input"`
 	Depth       int      `json:"depth"`
 	FamilyTurns int64    `json:"family_turns"`
+	MaxDepth    int      `json:"max_depth,omitempty"`
 }
 
 // ChildSettled is emitted when a delegated action ended: the child run

@@ -31,7 +31,7 @@ func Describe(e Event) string {
 		b.kv("limits", fmt.Sprintf("turns=%d,concurrency=%d,tokens=%d,answer_attempts=%d,model_timeout=%s,retry_delay=%s,tool_timeout=%s,approval_expiry=%s,max_result_bytes=%d",
 			l.MaxTurns, l.MaxConcurrency, l.TokenBudget, l.AnswerAttempts, ms(l.ModelTimeout), ms(l.ModelRetryDelay), ms(l.ToolTimeout), ms(l.ApprovalExpiry), l.MaxResultBytes))
 		if p := e.Parent; p != nil {
-			b.kv("parent", fmt.Sprintf("%s:%s,depth=%d,family_turns=%d", p.Run, p.Action, p.Depth, p.FamilyTurns))
+			b.kv("parent", fmt.Sprintf("%s:%s,depth=%d,family_turns=%d,max_depth=%d", p.Run, p.Action, p.Depth, p.FamilyTurns, p.MaxDepth))
 		}
 	case ModelRequested:
 		b.kv("turn", itoa(e.Turn))
@@ -194,6 +194,9 @@ func Describe(e Event) string {
 		b.q("input", e.Input)
 		b.kv("depth", strconv.Itoa(e.Depth))
 		b.kv("family_turns", itoa(e.FamilyTurns))
+		if e.MaxDepth != 0 {
+			b.kv("max_depth", strconv.Itoa(e.MaxDepth))
+		}
 	case ChildSettled:
 		b.kv("action", e.Action)
 		b.kv("child", e.Child)
