@@ -29,7 +29,8 @@ func WithoutAttemptCheck() Option { return func(w *Worker) { w.check = nil; w.no
 // LogCheck is the default AttemptCheck: it folds the task's run from the
 // event log and accepts the attempt only while its action is running that
 // very attempt in the run's current incarnation and the run has not been
-// handed off.
+// handed off. A log that has not reached the task's fence yet (a lagging
+// replica) is an error, so the worker reads again.
 func LogCheck(l *eventlog.Log) AttemptCheck {
 	return func(ctx context.Context, t Task) (bool, error) {
 		envs, _, err := l.Load(ctx, t.Run)
@@ -44,8 +45,23 @@ func LogCheck(l *eventlog.Log) AttemptCheck {
 			}
 			recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
 		}
-		return Current(aggregate.Fold(recs), t), nil
+		s := aggregate.Fold(recs)
+		if !visible(s, t) {
+			// A replica behind the leader (direct gets on R3): the fence
+			// is committed before its task is published, so read again.
+			return false, fmt.Errorf("worker: run %s: the fence of %s attempt %d (incarnation %d) is not visible yet", t.Run, t.Action, t.Attempt, t.Incarnation)
+		}
+		return Current(s, t), nil
 	}
+}
+
+// visible reports whether s has reached t's fence.
+func visible(s aggregate.State, t Task) bool {
+	if !s.Exists() || s.Incarnation() < t.Incarnation {
+		return false
+	}
+	a, ok := s.Action(t.Action)
+	return ok && a.Attempts >= t.Attempt
 }
 
 // Current reports whether t's attempt is the running attempt of its action
