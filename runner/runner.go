@@ -189,6 +189,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	if len(agents) == 0 {
 		return nil, errors.New("runner: no agents")
 	}
+	agents = withSubAgents(agents) // serve the sub-agents' child runs too
 	for _, a := range agents {
 		key := a.Name() + "@" + a.Version()
 		if _, dup := r.agents[key]; dup {
@@ -236,6 +237,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	var err error
 	if r.live, err = r.js.KeyValue(ctx, RunnersBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
+	}
+	// The bucket's max age is the lease every runner is judged by: beat
+	// within it even when this runner was configured with another lease
+	// (the bucket was provisioned by someone else), or peers would take
+	// its runs over between two heartbeats.
+	if st, err := r.live.Status(ctx); err == nil && st.TTL() > 0 && st.TTL() != r.lease {
+		r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
+		r.lease = st.TTL()
 	}
 	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
