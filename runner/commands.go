@@ -180,8 +180,9 @@ func (r *Runner) reply(rn *run) api.Reply {
 	return api.Reply{Schema: api.Schema, Run: rn.id, Status: string(aggregate.Status(rn.state).Kind)}
 }
 
-// Start starts a run (api.Backend).
-func (r *Runner) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
+// start starts a run; parent links a child run to its delegation (nil for
+// a run started through the API).
+func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events.Parent) (api.StartReply, error) {
 	id := req.Run
 	if id == "" {
 		var b [10]byte
@@ -231,7 +232,7 @@ func (r *Runner) Start(ctx context.Context, req api.StartRequest) (api.StartRepl
 			r.mu.Unlock()
 		}
 	}()
-	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id}
+	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id, Parent: parent}
 	ctx, span := r.tel.StartRun(ctx, id, ag.Name())
 	defer span.End()
 	evs, err := r.decideAppend(ctx, rn, cmd)
@@ -290,7 +291,7 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 		}
 		timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
 		pctx := policy.WithReview(ctx, policy.Review{Reviewer: proof.Reviewer(), Verifier: proof.Approver(), Requirement: reqm, Revision: req.Revision})
-		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: policy.TargetTool}, timeout)
+		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
 		cfg, _ := rn.agent.ToolConfig(a.Tool)
 		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: proof.Reviewer(), Verifier: proof.Approver(), Policy: policyResult(dec, perr), Tool: cfg})
 		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "approved")

@@ -380,6 +380,9 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 			}
 		}
 	}
+	if r.afterAppend(ctx, rn, appended, all) {
+		return // the run failed tool_changed
+	}
 	w := aggregate.Pending(rn.state)
 	if w.Finished {
 		r.drop(rn)
@@ -473,16 +476,18 @@ func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) ag
 	ag := rn.agent
 	timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
 	out := aggregate.ResolveCalls{Turn: b.Turn}
+	limited := delegationLimits(rn, b) // checked before policy
 	for _, c := range b.Calls {
 		res := aggregate.Resolution{CallID: c.ID}
 		res.Validation, res.Detail, res.Normalized = ag.ValidateCall(c.Name, c.Arguments)
-		if res.Validation == events.CallValid {
+		target, over := delegationTarget(rn, c, &res, limited)
+		if res.Validation == events.CallValid && !over {
 			args := res.Normalized
 			if args == nil {
 				args = c.Arguments
 			}
 			pctx, span := r.tel.StartPolicy(ctx, rn.id, aggregate.ActionID(b.Turn, c.ID))
-			dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: rn.id, ActionID: aggregate.ActionID(b.Turn, c.ID), Tool: c.Name, Arguments: args, Target: policy.TargetTool}, timeout)
+			dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: rn.id, ActionID: aggregate.ActionID(b.Turn, c.ID), Tool: c.Name, Arguments: args, Target: target}, timeout)
 			span.End()
 			res.Policy = policyResult(dec, err)
 			res.Tool, _ = ag.ToolConfig(c.Name)
