@@ -66,10 +66,17 @@ type Backend interface {
 	Report(ctx context.Context, req worker.Report) (Reply, error)
 }
 
+// ServeOption configures Serve.
+type ServeOption func(*service)
+
+// WithRequestTimeout bounds how long one request may take to be applied
+// and answered (default 30 s).
+func WithRequestTimeout(d time.Duration) ServeOption { return func(s *service) { s.timeout = d } }
+
 // Serve adds the "weft" micro service to nc, answering with b, until the
 // returned service is stopped. kv, when not nil, is the weft_commands
 // bucket used for idempotency.
-func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string) (micro.Service, error) {
+func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts ...ServeOption) (micro.Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     version,
@@ -79,7 +86,10 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string) (mic
 	if err != nil {
 		return nil, fmt.Errorf("api: add service: %w", err)
 	}
-	s := &service{b: b, kv: kv}
+	s := &service{b: b, kv: kv, timeout: 30 * time.Second}
+	for _, o := range opts {
+		o(s)
+	}
 	g := svc.AddGroup("weft.api")
 	add := func(name string, h func(context.Context, []byte) (any, string, error)) error {
 		return g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { s.handle(r, h) }),
@@ -107,14 +117,15 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string) (mic
 }
 
 type service struct {
-	b  Backend
-	kv jetstream.KeyValue
+	b       Backend
+	kv      jetstream.KeyValue
+	timeout time.Duration
 }
 
 // handle decodes nothing itself: h decodes and returns the reply, the
 // command id (for idempotency) and an error.
 func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, string, error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	data := r.Data()
 	if len(data) > MaxBody {
@@ -155,9 +166,9 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 		body, _ = json.Marshal(ErrorReply{Schema: Schema, Error: we})
 		if key != "" {
 			if keep(we.Code) {
-				_, _ = s.kv.Put(ctx, key, body)
+				s.keepReply(key, body)
 			} else {
-				_ = s.kv.Delete(ctx, key) // release the claim: a retry runs again
+				s.release(key) // a retry runs again
 			}
 		}
 		respondErrorBody(r, we, body)
@@ -165,9 +176,26 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 	}
 	body, _ = json.Marshal(reply)
 	if key != "" {
-		_, _ = s.kv.Put(ctx, key, body)
+		s.keepReply(key, body)
 	}
 	_ = r.Respond(body)
+}
+
+// keepReply stores the reply of a command id. It has its own deadline: the
+// request's may be spent by the command itself, and a claim left pending
+// would make the next duplicate run the command again once it is taken
+// over as abandoned.
+func (s *service) keepReply(key string, body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = s.kv.Put(ctx, key, body)
+}
+
+// release deletes the claim of a command id that was not applied.
+func (s *service) release(key string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = s.kv.Delete(ctx, key)
 }
 
 // pendingPrefix marks a command id claimed by a service that is still

@@ -1,0 +1,86 @@
+package api_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/worker"
+)
+
+// slowBackend's Approve uses its whole request deadline, then succeeds or
+// refuses runner_busy; every other command is refused.
+type slowBackend struct {
+	calls atomic.Int64
+	busy  bool
+}
+
+func (b *slowBackend) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
+	b.calls.Add(1)
+	<-ctx.Done()
+	if b.busy {
+		return api.Reply{}, &weft.Error{Code: weft.CodeRunnerBusy, Message: "busy"}
+	}
+	return api.Reply{Schema: api.Schema, Run: req.Run, Status: "working"}, nil
+}
+
+func refuse() error { return &weft.Error{Code: weft.CodeInternal, Message: "not in this test"} }
+
+func (b *slowBackend) Start(context.Context, api.StartRequest) (api.StartReply, error) {
+	return api.StartReply{}, refuse()
+}
+func (b *slowBackend) Reject(context.Context, api.RejectRequest) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
+func (b *slowBackend) Reconcile(context.Context, api.ReconcileRequest, bool) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
+func (b *slowBackend) Settle(context.Context, worker.Settlement) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
+func (b *slowBackend) Cancel(context.Context, api.CancelRequest) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
+func (b *slowBackend) Report(context.Context, worker.Report) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
+
+// Command idempotency (SEMANTICS §2, docs/protocol/40-commands.md): a
+// command that used its whole request deadline still has its reply kept
+// (success: the same command id gets it again, never applied twice) or its
+// claim released (runner_busy: a retry runs again at once).
+func TestCommandIDWhenTheCommandUsedItsWholeDeadline(t *testing.T) {
+	for _, busy := range []bool{false, true} {
+		srv := natstest.Start(t, natstest.WithAssets(provision.KV(api.CommandsConfig())))
+		kv, err := srv.JS.KeyValue(context.Background(), api.CommandsBucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &slowBackend{busy: busy}
+		svc, err := api.Serve(srv.Conn, b, kv, "0.0.0", api.WithRequestTimeout(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = svc.Stop() })
+		client := api.NewClient(srv.Connect())
+		req := api.ApproveRequest{CommandID: "once", Run: "r", Action: "1/a", Revision: 1, Approver: "desk", Credential: "x"}
+		call := func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := client.Approve(ctx, req)
+			return err
+		}
+		first, second := call(), call()
+		switch {
+		case !busy && (first != nil || second != nil || b.calls.Load() != 1):
+			t.Errorf("applied: replies %v, %v; backend called %d times, want the same reply and 1 call", first, second, b.calls.Load())
+		case busy && (weft.ErrorCode(first) != weft.CodeRunnerBusy || b.calls.Load() != 2):
+			t.Errorf("runner_busy: first %v; backend called %d times, want the retry to run again (2 calls)", first, b.calls.Load())
+		}
+	}
+}
