@@ -193,8 +193,15 @@ func (w *Worker) Run(ctx context.Context) error {
 		ccs = append(ccs, cc)
 	}
 	<-ctx.Done()
+	// Drain, not Stop: a task the server already delivered to this worker
+	// but still in the client's buffer would be discarded by Stop and
+	// redelivered after the ack wait, reported worker_lost — an uncertain
+	// effect, or a replay, for a body that never started.
 	for _, cc := range ccs {
-		cc.Stop()
+		cc.Drain()
+	}
+	for _, cc := range ccs {
+		<-cc.Closed()
 	}
 	w.wg.Wait()
 	return nil
