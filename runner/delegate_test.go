@@ -10,6 +10,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -215,5 +216,49 @@ func TestToolChanged_RedeployedAgentLacksTool(t *testing.T) {
 	}
 	if n := b.starts.Load(); n != 0 {
 		t.Fatalf("the body started %d times", n)
+	}
+}
+
+// TestDelegation_SurvivesRunnerHandOff (SEMANTICS.md §8, docs/adr/0007):
+// the child waits for an approval when the runner driving parent and child
+// drains; another runner takes both over, the delegation stays delegated,
+// the approved child completes and the new runner feeds its answer to the
+// parent, which completes. The child's tool runs once.
+func TestDelegation_SurvivesRunnerHandOff(t *testing.T) {
+	h := newHarness(t)
+	var b bodies
+	child, err := agent.New("researcher", model.NewScripted("researcher", model.CallTools(payCall(500, "ok")), model.Answer("paid after approval")),
+		[]tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithApprovers(approvers.Trusting("desk"))).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := build(t, model.NewScripted("desk", model.CallTools(model.Call("researcher", `{"input":"pay it"}`)), echoResults),
+		[]tools.Tool{agent.Delegate(child, "Pays.")}, policy.AlwaysAllow())
+	_, stop := h.startRunner([]*agent.Agent{parent}, runner.WithID("first"))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "d5", Agent: "desk", Input: "go"}); err != nil {
+		t.Fatal(err)
+	}
+	childID := aggregate.ChildRunID("d5", "1/call_1_1")
+	cs := h.waitStatus(childID, aggregate.StatusSuspended)
+	if st := aggregate.Status(h.state("d5")); st.Kind != aggregate.StatusWorking {
+		t.Fatalf("parent status %s while its child waits", st.Kind)
+	}
+	stop()
+	h.startRunner([]*agent.Agent{parent}, runner.WithID("second"))
+	act := cs.Actions()[0]
+	if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a1", Run: childID, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitStatus("d5", aggregate.StatusFinished)
+	o, _ := s.Finished()
+	if o.Kind != events.OutcomeCompleted || !strings.Contains(string(o.Answer), "paid after approval") {
+		t.Fatalf("parent outcome %s", events.DescribeOutcome(o))
+	}
+	if s.Incarnation() != 2 || h.state(childID).Incarnation() != 2 {
+		t.Fatalf("incarnations parent %d child %d, want both taken over", s.Incarnation(), h.state(childID).Incarnation())
+	}
+	if n := b.starts.Load(); n != 1 {
+		t.Fatalf("the child's tool started %d times", n)
 	}
 }
