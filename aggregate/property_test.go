@@ -22,7 +22,7 @@ type rapidSource struct{ t *rapid.T }
 
 func (r rapidSource) Intn(label string, n int) int { return rapid.IntRange(0, n-1).Draw(r.t, label) }
 
-// TestProperties checks the invariants (a)–(h) of the aggregate over random
+// TestProperties checks the invariants (a)–(i) of the aggregate over random
 // command sequences (aggregatetest.Sim: the work Pending asks for plus
 // stale, duplicate and racing commands).
 func TestProperties(t *testing.T) {
@@ -40,7 +40,8 @@ func TestProperties(t *testing.T) {
 		// cycle, or the properties prove little.
 		for _, n := range []events.Name{events.NameAttemptFenced, events.NameAttemptReported, events.NameAttemptLost,
 			events.NameApprovalAnswered, events.NameSettlementAccepted, events.NameReconciled, events.NameRunRecovered,
-			events.NameCancelRequested, events.NameReportRefused, events.NameRunFinished, events.NameRequirementChanged} {
+			events.NameCancelRequested, events.NameReportRefused, events.NameRunFinished, events.NameRequirementChanged,
+			events.NameChildStarted, events.NameChildSettled} {
 			if seen[n] == 0 && !t.Failed() {
 				t.Errorf("the random commands never produced %s", n)
 			}
@@ -171,6 +172,7 @@ func checkLog(t *rapid.T, s *aggregatetest.Sim) {
 			fail("(b) %s has %d attempts over its budget %d", a, n, budget[a])
 		}
 	}
+	checkDelegations(fail, s)
 	// (a) Every attempt the runtime is asked to dispatch has its fence.
 	for _, d := range aggregate.Pending(s.State).Dispatch {
 		if _, ok := fenced[key{d.Action, d.Attempt}]; !ok {
@@ -197,6 +199,54 @@ func checkLog(t *rapid.T, s *aggregatetest.Sim) {
 				fail("(e) result %s out of call order %v", r.CallID, order)
 			}
 			last = j
+		}
+	}
+}
+
+// checkDelegations checks the delegation invariants (i) over the log
+// (docs/adr/0007): a delegation over a bound never reaches policy; a child
+// starts only for an action the policy allowed, once, under the derived
+// id, and never more children than max children; a delegation is never
+// fenced (it holds no concurrency slot); it settles at most once.
+func checkDelegations(fail func(string, ...any), s *aggregatetest.Sim) {
+	limited := map[string]bool{}
+	allowed := map[string]bool{}
+	started := map[string]int{}
+	settled := map[string]int{}
+	children := 0
+	maxChildren := s.State.Limits().MaxChildren
+	for _, e := range s.Events() {
+		switch e := e.(type) {
+		case events.CallValidated:
+			if e.Outcome == events.CallLimitReached {
+				limited[e.Action] = true
+			}
+		case events.PolicyDecided:
+			if limited[e.Action] {
+				fail("(i) %s reached a delegation bound but policy decided it", e.Action)
+			}
+			allowed[e.Action] = e.Decision == events.PolicyAllow || e.Decision == events.PolicyRequireApproval && e.Context == "approval"
+		case events.ChildStarted:
+			if !allowed[e.Action] {
+				fail("(i) child of %s started without an allowing policy decision", e.Action)
+			}
+			if e.Child != aggregate.ChildRunID(s.Run, e.Action) {
+				fail("(i) child of %s has id %s", e.Action, e.Child)
+			}
+			started[e.Action]++
+			children++
+			if started[e.Action] > 1 || children > maxChildren {
+				fail("(i) %d children started (max %d), %s started %d times", children, maxChildren, e.Action, started[e.Action])
+			}
+		case events.AttemptFenced:
+			if started[e.Action] > 0 {
+				fail("(i) delegation %s fenced", e.Action)
+			}
+		case events.ChildSettled:
+			settled[e.Action]++
+			if started[e.Action] == 0 || settled[e.Action] > 1 {
+				fail("(i) %s settled %d times, started %d", e.Action, settled[e.Action], started[e.Action])
+			}
 		}
 	}
 }
