@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
@@ -533,8 +534,8 @@ func (r *Runner) newWorker() *worker.Worker {
 	seen := map[string]bool{}
 	for _, ag := range r.list {
 		for _, t := range ag.Tools() {
-			if seen[t.Name()] || r.external[t.Name()] {
-				continue
+			if _, sub := agent.SubAgent(t); sub || seen[t.Name()] || r.external[t.Name()] {
+				continue // a delegation has no body: its child run does the work
 			}
 			seen[t.Name()] = true
 			w.Handle(t.Name(), ToolHandler(t, r.tel))
