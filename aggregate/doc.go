@@ -76,5 +76,6 @@
 // run waits for its children's outcomes (Work.Children Cancel); a run that
 // finishes otherwise detaches them. A child run's Start carries its
 // events.Parent; its family budget ends it budget_exhausted(family_limit).
+// FamilyStatus computes a run's status with its children's.
 // ToolMissing fails a run tool_changed. See docs/adr/0007.
 package aggregate

@@ -24,11 +24,15 @@ const (
 // RunStatus is a run's status with its details: the actions a suspended run
 // waits for and the outcome of a finished one (which may still hold
 // uncertain actions, listed in Uncertain).
+//
+// Waiting is set by FamilyStatus only: the child runs a suspended family
+// waits for (their approvals and uncertain effects are in their own status).
 type RunStatus struct {
 	Kind      StatusKind
 	Approvals []string
 	Uncertain []string
 	Outcome   events.Outcome
+	Waiting   []string
 }
 
 // Status computes the run's status from its state alone. A runner that
@@ -79,4 +83,35 @@ func (s State) inFlight() bool {
 		}
 	}
 	return false
+}
+
+// FamilyStatus is the status of a run computed with its children
+// (SEMANTICS.md §6). Status(s) alone calls a run whose open delegations are
+// its only work "working"; FamilyStatus calls it suspended when every open
+// delegation's child run is suspended (child gives a child run's status,
+// for example its own FamilyStatus; false when it is not known yet), and
+// lists those children in Waiting. Otherwise it is Status(s).
+func FamilyStatus(s State, child func(run string) (RunStatus, bool)) RunStatus {
+	st := Status(s)
+	if st.Kind != StatusWorking || s.cancelling || s.modelPending || s.retryAt != nil {
+		return st
+	}
+	var waiting []string
+	for _, a := range s.actions {
+		switch a.State {
+		case ActionRequested, ActionQueued, ActionRunning, ActionSettling:
+			return st
+		case ActionDelegated:
+			cs, ok := child(a.Child.Child)
+			if !ok || cs.Kind != StatusSuspended {
+				return st
+			}
+			waiting = append(waiting, a.Child.Child)
+		}
+	}
+	if len(waiting) == 0 {
+		return st
+	}
+	st.Kind, st.Waiting = StatusSuspended, waiting
+	return st
 }
