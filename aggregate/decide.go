@@ -94,6 +94,17 @@ func (d *decider) runEnded() error {
 	return &weft.Error{Code: weft.CodeRunEnded, Reason: d.s.outcome.Kind, Message: fmt.Sprintf("run %s has finished", d.s.run)}
 }
 
+// endedOrCancelling refuses a command on a finished run, or on a run being
+// cancelled, with run_ended: the reason is the finished run's outcome kind
+// (completed, failed, ...), or cancelled for a run being cancelled, which
+// always ends cancelled (SEMANTICS.md §7).
+func (d *decider) endedOrCancelling() error {
+	if d.s.finished {
+		return d.runEnded()
+	}
+	return &weft.Error{Code: weft.CodeRunEnded, Reason: events.OutcomeCancelled, Message: fmt.Sprintf("run %s is being cancelled", d.s.run)}
+}
+
 func (d *decider) at(m events.Millis) *time.Time {
 	dur, ok := m.Duration()
 	if !ok || m == 0 {
@@ -159,7 +170,7 @@ func (d *decider) requestTurn(why string) {
 
 func (d *decider) awaitTurn(turn int64) error {
 	if d.s.finished || d.s.cancelling {
-		return &weft.Error{Code: weft.CodeRunEnded, Reason: events.OutcomeCancelled, Message: fmt.Sprintf("run %s has ended; the reply of turn %d is discarded", d.s.run, turn)}
+		return d.endedOrCancelling()
 	}
 	if !d.s.modelPending || turn != d.s.turn {
 		return weft.Errorf(weft.CodeStaleReference, "turn %d is not awaited (current turn %d, awaiting %v)", turn, d.s.turn, d.s.modelPending)
@@ -810,7 +821,7 @@ func ContentKind(content json.RawMessage) (string, error) {
 
 func (d *decider) cancel(c Cancel) error {
 	if d.s.finished || d.s.cancelling {
-		return &weft.Error{Code: weft.CodeRunEnded, Reason: events.OutcomeCancelled, Message: fmt.Sprintf("run %s has ended or is being cancelled", d.s.run)}
+		return d.endedOrCancelling()
 	}
 	d.emit(events.CancelRequested{By: c.By, Reason: c.Reason})
 	d.notStarted(events.NotStartedCancelled)

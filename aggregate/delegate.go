@@ -173,7 +173,7 @@ func (d *decider) detach(a Action, o events.Outcome) {
 
 func (d *decider) toolMissing(c ToolMissing) error {
 	if d.s.finished || d.s.cancelling {
-		return &weft.Error{Code: weft.CodeRunEnded, Reason: d.s.outcome.Kind, Message: fmt.Sprintf("run %s has ended or is being cancelled", d.s.run)}
+		return d.endedOrCancelling()
 	}
 	a, ok := d.s.Action(c.Action)
 	if !ok {
