@@ -199,3 +199,41 @@ func TestErrorsAreCoded(t *testing.T) {
 		t.Fatalf("retry-after caps at 10 minutes: %v", d)
 	}
 }
+
+// TestScenario38_ContentKind: reconciliation content is the tool's encoded
+// output, {"error": m} or {"unconfirmed": note} (SEMANTICS.md §10); null
+// and an unconfirmed note that is no string are refused invalid_content,
+// so the model never reads null as a result.
+func TestScenario38_ContentKind(t *testing.T) {
+	for _, tc := range []struct {
+		content, kind string // kind "" = refused invalid_content
+	}{
+		{`{"ok":true}`, events.ReconciledOutput},
+		{`42`, events.ReconciledOutput},
+		{`"done"`, events.ReconciledOutput},
+		{`[]`, events.ReconciledOutput},
+		{`{"error":"bank refused"}`, events.ReconciledError},
+		{`{"error":"denied","detail":"x"}`, events.ReconciledError},
+		{`{"error":null,"data":1}`, events.ReconciledOutput},
+		{`{"unconfirmed":"bank says maybe"}`, events.ReconciledUnconfirmed},
+		{`{"unconfirmed":"maybe","amount":1}`, events.ReconciledOutput},
+		{`null`, ""},
+		{` null `, ""},
+		{`{"unconfirmed":null}`, ""},
+		{`{"unconfirmed":7}`, ""},
+		{``, ""},
+		{`not json`, ""},
+		{`{} {}`, ""},
+	} {
+		kind, err := ContentKind(json.RawMessage(tc.content))
+		if tc.kind == "" {
+			if weft.ErrorCode(err) != weft.CodeInvalidContent {
+				t.Errorf("%q: kind %q, error %v; want invalid_content", tc.content, kind, err)
+			}
+			continue
+		}
+		if err != nil || kind != tc.kind {
+			t.Errorf("%q: kind %q, error %v; want %q", tc.content, kind, err, tc.kind)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -797,20 +798,31 @@ func (d *decider) reconcile(c Reconcile) error {
 	return nil
 }
 
-// ContentKind classifies reconciliation content: {"unconfirmed": note} is
-// events.ReconciledUnconfirmed, an object with an "error" member is
-// ReconciledError, any other JSON value is ReconciledOutput. Content that
-// is not JSON is refused invalid_content.
+// ContentKind classifies reconciliation content (SEMANTICS.md §10: the
+// tool's encoded output, {"error": m} or {"unconfirmed": note}):
+// {"unconfirmed": note} with note a string and no other member is
+// events.ReconciledUnconfirmed, an object with a non-null "error" member is
+// ReconciledError, any other JSON value but null is ReconciledOutput.
+// Content that is not exactly one JSON value, the JSON null (the model
+// would read null as the result) and an unconfirmed note that is not a
+// string are refused invalid_content.
 func ContentKind(content json.RawMessage) (string, error) {
 	if len(content) == 0 || !json.Valid(content) {
 		return "", weft.Errorf(weft.CodeInvalidContent, "reconciliation content is not a JSON value")
 	}
+	if string(bytes.TrimSpace(content)) == "null" {
+		return "", weft.Errorf(weft.CodeInvalidContent, `reconciliation content null is no output: give the tool's encoded output, {"error": message} or {"unconfirmed": note}`)
+	}
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(content, &obj) == nil && obj != nil {
-		if _, ok := obj["unconfirmed"]; ok && len(obj) == 1 {
+		if note, ok := obj["unconfirmed"]; ok && len(obj) == 1 {
+			var s string
+			if json.Unmarshal(note, &s) != nil || string(bytes.TrimSpace(note)) == "null" {
+				return "", weft.Errorf(weft.CodeInvalidContent, `reconciliation content {"unconfirmed": note}: the note must be a string`)
+			}
 			return events.ReconciledUnconfirmed, nil
 		}
-		if _, ok := obj["error"]; ok {
+		if m, ok := obj["error"]; ok && string(bytes.TrimSpace(m)) != "null" {
 			return events.ReconciledError, nil
 		}
 	}
