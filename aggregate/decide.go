@@ -457,9 +457,11 @@ func (d *decider) expireDue() {
 // reject) for the request (action, revision) at the store time now. A
 // runner calls it before it verifies a proof or re-runs the policy, and
 // verifies the proof against the returned request's requirement. It refuses
-// with run_ended, wrong_reference (no such action, or an action that never
-// asked for approval), stale_reference (not the action's latest revision),
-// approval_expired (the request expired, or expires at now) or
+// with run_ended (reason: the run's outcome kind, cancelled while it is
+// being cancelled), wrong_reference (no such action, or an action that
+// never asked for approval), stale_reference (not the action's latest
+// revision: either an earlier request of the action, "superseded", or a
+// revision the action never had, named so in the message), approval_expired (the request expired, or expires at now) or
 // already_answered.
 func CheckAnswer(s State, action string, revision int, now time.Time) (Approval, error) {
 	if !s.started {
@@ -476,7 +478,15 @@ func CheckAnswer(s State, action string, revision int, now time.Time) (Approval,
 		return Approval{}, weft.Errorf(weft.CodeWrongReference, "run %s has no approval request for action %q", s.run, action)
 	}
 	if revision != a.Request.Revision {
-		return Approval{}, weft.Errorf(weft.CodeStaleReference, "action %s: revision %d superseded by %d", action, revision, a.Request.Revision)
+		// SEMANTICS.md §12 scenario 17: a wrong revision is stale_reference
+		// (wrong_reference names another run or no such action). Only a
+		// request the action had before is superseded.
+		for _, ans := range a.Answers {
+			if ans.Revision == revision && revision < a.Request.Revision {
+				return Approval{}, weft.Errorf(weft.CodeStaleReference, "action %s: revision %d superseded by %d", action, revision, a.Request.Revision)
+			}
+		}
+		return Approval{}, weft.Errorf(weft.CodeStaleReference, "action %s has no approval request of revision %d; its current request is revision %d", action, revision, a.Request.Revision)
 	}
 	switch {
 	case a.Request.Answer == events.AnswerExpired:
