@@ -640,7 +640,7 @@ func (d *decider) report(c Report) error {
 		size, oversize = c.Bytes, true
 	}
 	if c.Attempt != a.Attempts || a.Attempts == 0 {
-		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
+		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: attemptMismatch(a, c.Attempt)})
 		return nil
 	}
 	switch a.State {
@@ -682,6 +682,17 @@ func (d *decider) report(c Report) error {
 	return nil
 }
 
+// attemptMismatch is the ReportRefused reason of a report or loss notice
+// naming an attempt other than the action's current one (SEMANTICS.md §5):
+// foreign for an attempt that was never fenced (premature: numbered
+// after the current one, or below 1), stale for an earlier attempt.
+func attemptMismatch(a Action, attempt int) string {
+	if attempt < 1 || attempt > a.Attempts {
+		return events.RefusedForeign
+	}
+	return events.RefusedStale
+}
+
 func (d *decider) lost(c Lost) error {
 	if d.s.finished {
 		return d.runEnded()
@@ -695,7 +706,11 @@ func (d *decider) lost(c Lost) error {
 	default:
 		return weft.Errorf(weft.CodeInvalidRequest, "lost cause %q", c.Cause)
 	}
-	if a.State != ActionRunning || c.Attempt != a.Attempts {
+	if c.Attempt != a.Attempts || a.Attempts == 0 {
+		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: attemptMismatch(a, c.Attempt)})
+		return nil
+	}
+	if a.State != ActionRunning {
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
 		return nil
 	}

@@ -459,10 +459,11 @@ const (
 )
 
 // ReportRefused is emitted when a worker's report does not match the
-// action's current attempt: Reason "foreign" (no such action), "stale" (not
-// the current attempt), "duplicate" (the attempt already has its outcome),
-// "not_running" (the action has no attempt in flight) or "run_finished". It
-// changes nothing but the audit trail.
+// action's current attempt: Reason "foreign" (no such action, or an
+// attempt that was never fenced: premature), "stale" (an earlier
+// attempt), "duplicate" (the attempt already has its outcome),
+// "not_running" (the action has no attempt in flight) or "run_finished".
+// It changes nothing but the audit trail.
 type ReportRefused struct {
 	Action  string `json:"action"`
 	Attempt int    `json:"attempt"`
