@@ -106,9 +106,14 @@ const (
 	ToolDispatched Name = "tool_dispatched"
 	// ToolSettled is emitted when an attempt ended (model_visible, effect_uncertain, host_failure, withdrawn).
 	ToolSettled Name = "tool_settled"
-	// ChildStarted is emitted when a child run started (reserved: delegation is not implemented).
+	// ChildStarted is emitted when a sub-agent delegation started its child
+	// run (the parent's committed child_started event): run, action, child
+	// (the child run id) and depth.
 	ChildStarted Name = "child_started"
-	// ChildSettled is emitted when a child run settled (reserved).
+	// ChildSettled is emitted when a delegation got its child's outcome (the
+	// parent's committed child_settled event): run, action, child and
+	// result (the child's outcome kind, or detached when the parent
+	// finished first).
 	ChildSettled Name = "child_settled"
 	// SettlementRefused is emitted when a settlement was refused not_awaited; carries its summary.
 	SettlementRefused Name = "settlement_refused"
