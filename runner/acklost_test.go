@@ -23,13 +23,18 @@ import (
 
 // lossyJS is the runner's real JetStream, except that when armed, the next
 // append to the event log lands on the server but its acknowledgement is
-// lost to a dropped connection (a non-retryable error: outcome unknown).
+// lost to a dropped connection (a non-retryable error: outcome unknown),
+// and the first taskFails task publishes fail without publishing.
 type lossyJS struct {
 	jetstream.JetStream
-	armed atomic.Bool
+	armed     atomic.Bool
+	taskFails atomic.Int64 // task publishes that fail (nothing published)
 }
 
 func (l *lossyJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if strings.HasPrefix(m.Subject, "weft.task.") && l.taskFails.Add(-1) >= 0 {
+		return nil, errors.Join(errors.New("JetStream did not answer"), nats.ErrNoResponders)
+	}
 	ack, err := l.JetStream.PublishMsg(ctx, m, opts...)
 	if err == nil && strings.HasPrefix(m.Subject, "weft.ev.") && l.armed.CompareAndSwap(true, false) {
 		return nil, errors.Join(errors.New("the connection dropped before the acknowledgement"), nats.ErrConnectionClosed)
@@ -84,6 +89,41 @@ func TestScenario15_ApprovalWhoseAckWasLost(t *testing.T) {
 		t.Fatalf("the same approval (same command id) again: %v, want the same answer", err)
 	}
 	s, out := finished(t, h, "r15l")
+	if out.Kind != events.OutcomeCompleted || s.Actions()[0].State != aggregate.ActionSucceeded || b.starts.Load() != 1 {
+		t.Fatalf("outcome %s, action %s, starts %d", out.Kind, s.Actions()[0].State, b.starts.Load())
+	}
+}
+
+// "Append first, then act" when the act fails: a fenced attempt whose task
+// could not be published (JetStream did not answer) is published again
+// soon, so the body runs once and the run completes — instead of nobody
+// ever publishing it and the tool timeout (here infinite) never coming.
+func TestScenario15_TaskPublishFailsOnce(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(b.tool(), tools.Infinity)}, policy.Func(allow))
+	h := newHarness(t)
+	js := &lossyJS{JetStream: h.srv.JS}
+	js.taskFails.Store(2)
+	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithLease(2*1e9))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	c := ctx(t)
+	for {
+		_, err := h.client.Start(c, api.StartRequest{Run: "r15d", Agent: "desk", Input: "x"})
+		if err == nil {
+			break
+		}
+		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	s, out := finished(t, h, "r15d")
 	if out.Kind != events.OutcomeCompleted || s.Actions()[0].State != aggregate.ActionSucceeded || b.starts.Load() != 1 {
 		t.Fatalf("outcome %s, action %s, starts %d", out.Kind, s.Actions()[0].State, b.starts.Load())
 	}

@@ -36,6 +36,7 @@ type run struct {
 	armed       map[string]*time.Timer
 	modelTurn   int64
 	modelCancel context.CancelFunc
+	redispatch  *time.Timer // a wake-up after a failed task publish
 	snapAt      uint64
 	asked       map[string]time.Time // approval requests seen: action#revision → when
 }
@@ -343,6 +344,9 @@ func (r *Runner) drop(rn *run) {
 	for _, t := range rn.armed {
 		t.Stop()
 	}
+	if rn.redispatch != nil {
+		rn.redispatch.Stop()
+	}
 	if rn.modelCancel != nil {
 		rn.modelCancel()
 	}
@@ -408,6 +412,10 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 		}()
 	}
 	// Dispatch fenced attempts, each once.
+	if rn.redispatch != nil && len(w.Dispatch) > 0 {
+		rn.redispatch.Stop()
+		rn.redispatch = nil // this pass retries; a new failure re-arms
+	}
 	for _, d := range w.Dispatch {
 		key := fmt.Sprintf("%s/%d/%d", d.Action, d.Attempt, d.Fence.Incarnation)
 		if rn.dispatched[key] {
@@ -415,6 +423,7 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 		}
 		if err := r.dispatch(ctx, rn, d); err != nil {
 			r.log.Error("dispatch", "run", rn.id, "action", d.Action, "err", err)
+			r.retryDispatch(rn)
 			continue
 		}
 		rn.dispatched[key] = true
@@ -441,6 +450,26 @@ func timerKey(t aggregate.Timer) string {
 	a := strings.NewReplacer("/", "_", ".", "_", "*", "_", ">", "_", " ", "_").Replace(t.Action)
 	return fmt.Sprintf("%s-%s-%d-%d-%d", t.Kind, a, t.Attempt, t.Revision, t.Turn)
 }
+
+// retryDispatch wakes rn again soon after a task could not be published:
+// its fence is committed, and nothing else may touch the run before the
+// tool timeout (never, with an infinite one) — the body would be declared
+// uncertain without ever having started.
+func (r *Runner) retryDispatch(rn *run) {
+	if rn.redispatch != nil {
+		return
+	}
+	id := rn.id
+	rn.redispatch = time.AfterFunc(dispatchRetry, func() {
+		if err := r.wake(context.Background(), id); err != nil {
+			r.log.Warn("dispatch retry", "run", id, "err", err)
+		}
+	})
+}
+
+// dispatchRetry is how long after a failed task publish the run is woken
+// to publish it again.
+const dispatchRetry = 500 * time.Millisecond
 
 // dispatch publishes a fenced attempt as a task.
 func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) error {
