@@ -20,6 +20,12 @@
 // effects wait for people; otherwise unattended after RunHandedOff until
 // RunRecovered, and working. package audit cross-checks the two on any
 // run's history.
+//
+// A run's status with its children's (a parent waiting only on suspended
+// child runs is suspended as a family) is FamilyStatus, computed at read
+// time from the views of the run and its children and never stored: a
+// child's event changes it without any event of the parent's, so it cannot
+// be part of a view folded from the parent's events alone.
 package projections
 
 import (
