@@ -558,7 +558,14 @@ func ToolHandler(t tools.Tool, tel *telemetry.Telemetry) worker.Handler {
 			defer end()
 		}
 		s := tools.NewSettlement(task.Run, task.Action, func(ctx context.Context, res tools.Result, summary string) error {
-			return settle(ctx, worker.Settlement{Schema: worker.Schema, Run: task.Run, Action: task.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message, Evidence: res.Evidence, Summary: summary})
+			err := settle(ctx, worker.Settlement{Schema: worker.Schema, Run: task.Run, Action: task.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message, Evidence: res.Evidence, Summary: summary})
+			var we *weft.Error
+			if tel != nil && errors.As(err, &we) && we.Code == weft.CodeNotAwaited && we.Reason == worker.ReasonOwnCall {
+				// Refused by the worker, not the run: the telemetry the
+				// run would emit for not_awaited (SEMANTICS §9).
+				tel.Emit(ctx, telemetry.SettlementRefused, "run", task.Run, "action", task.Action, "summary", summary)
+			}
+			return err
 		})
 		res := t.Invoke(ctx, tools.Call{Run: task.Run, Action: task.Action, Attempt: task.Attempt, Correlation: task.Correlation}, task.Arguments, s)
 		return worker.Result{Outcome: res.Outcome, Content: res.Content, Message: res.Message, Evidence: res.Evidence}

@@ -249,3 +249,27 @@ func TestScenario25_ReturnAfterStopWins(t *testing.T) {
 		t.Fatalf("outcome %s, action %s %s %q", out.Kind, act.State, act.Content, act.Detail)
 	}
 }
+
+// Scenario 27 / SEMANTICS §9: a handler settling its own running call is
+// refused not_awaited at once, and — like every not_awaited refusal —
+// settlement_refused is emitted with the summary.
+func TestScenario27_OwnCallRefusalEmitsTelemetry(t *testing.T) {
+	self := &settling{release: make(chan struct{}), selfSettle: true, selfErr: make(chan error, 1)}
+	close(self.release)
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{self.tool(time.Second)}, policy.Func(allow))
+	h := newHarness(t)
+	tel := &events_{}
+	h.startRunner([]*agent.Agent{a}, runner.WithTelemetry(telemetry.New(telemetry.WithHandler(tel.handler))))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r27t", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-self.selfErr; weft.ErrorCode(err) != weft.CodeNotAwaited {
+		t.Fatalf("self settle: %v", err)
+	}
+	finished(t, h, "r27t")
+	ev, ok := tel.find(telemetry.SettlementRefused)
+	if !ok || !strings.Contains(ev.Attrs[len(ev.Attrs)-1].Value.AsString(), "own call") {
+		t.Fatalf("settlement_refused not emitted with the summary: %+v", tel.got)
+	}
+}

@@ -218,6 +218,10 @@ func (w *Worker) stopRun(run string) {
 	}
 }
 
+// ReasonOwnCall is the Reason of the not_awaited refusal of a handler
+// settling its own running call (refused by the worker, SEMANTICS §9).
+const ReasonOwnCall = "own_call"
+
 var (
 	errStopped  = errors.New("stopped by cancellation")
 	errTimedOut = errors.New("body timed out")
@@ -351,7 +355,7 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report) Report
 		own := !returned && s.Run == t.Run && s.Action == t.Action
 		bodyMu.Unlock()
 		if own {
-			return &weft.Error{Code: weft.CodeNotAwaited, Message: "a handler cannot settle its own running call"}
+			return &weft.Error{Code: weft.CodeNotAwaited, Reason: ReasonOwnCall, Message: "a handler cannot settle its own running call"}
 		}
 		return w.settle(sctx, s)
 	}
