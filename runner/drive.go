@@ -250,6 +250,10 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if err != nil {
 			var conflict *eventlog.ConflictError
 			if !errors.As(err, &conflict) {
+				switch weft.ErrorCode(err) {
+				case weft.CodePayloadTooLarge, weft.CodeInvalidName:
+					return nil, err // refused by the store: nothing landed
+				}
 				// The outcome is unknown: the decision may have landed
 				// (its acknowledgement lost). Re-read, so that what did
 				// land is acted on now, not whenever the run is next
@@ -616,7 +620,14 @@ func (r *Runner) command(ctx context.Context, id string, c aggregate.Command) er
 	if mf, ok := c.(aggregate.ModelFailure); ok && rn.modelTurn == mf.Turn {
 		rn.modelTurn, rn.modelCancel = 0, nil
 	}
-	return r.step(ctx, rn, c)
+	err = r.step(ctx, rn, c)
+	if mr, ok := c.(aggregate.ModelReply); ok && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
+		// A reply too large to record cannot be decided on (every input
+		// becomes an event first): the turn failed with an unreadable
+		// reply, instead of the run waiting for a reply forever.
+		return r.step(ctx, rn, aggregate.ModelFailure{Turn: mr.Turn, Kind: model.ErrInvalidReply, Message: "the model's reply is too large to record: " + err.Error()})
+	}
+	return err
 }
 
 // wake makes sure run is driven (taking it over when its driver is gone)

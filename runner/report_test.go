@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -147,5 +148,19 @@ func TestScenario20_ProofBeforeExpiry(t *testing.T) {
 	}
 	if v := h.state("r20p").Version(); v != version {
 		t.Fatalf("a refused proof wrote %d events", v-version)
+	}
+}
+
+// Scenario 9's rule for an unreadable reply (non-retryable →
+// failed(model_failed)) when the reply cannot even be recorded: a final
+// answer larger than the store's maximum message is decided as an
+// invalid_reply failure instead of leaving the run waiting forever for a
+// turn whose reply was dropped.
+func TestScenario09_ReplyTooLargeToRecord(t *testing.T) {
+	m := model.NewScripted("s", model.Answer(strings.Repeat("x", 2<<20)))
+	h := one(t, build(t, m, nil, policy.Func(allow)), "r09big", "x")
+	_, out := finished(t, h, "r09big")
+	if out.Kind != events.OutcomeFailed || out.Reason != events.ReasonModelFailed {
+		t.Fatalf("outcome %+v, want failed(model_failed)", out)
 	}
 }
