@@ -449,8 +449,12 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run) error {
 	return nil
 }
 
-// handOffAll hands every driven run off after the drain.
-func (r *Runner) handOffAll(ctx context.Context) {
+// handOffAll hands every driven run off. At the start of a drain
+// (release false) the runs stay in memory: a handed-off run fences no new
+// attempt and requests no model turn, but the reports and the model reply
+// of the work in flight are still recorded here. At its end (release true)
+// the runs are forgotten, so that the next runner recovers them.
+func (r *Runner) handOffAll(ctx context.Context, release bool) {
 	r.mu.Lock()
 	var list []*run
 	for _, rn := range r.runs {
@@ -465,10 +469,12 @@ func (r *Runner) handOffAll(ctx context.Context) {
 		}
 		w := aggregate.Pending(rn.state)
 		notCalled := w.Model != nil && rn.modelTurn != w.Model.Turn
-		if _, err := r.decideAppend(lctx, rn, aggregate.HandOff{Runner: r.id, ModelNotCalled: notCalled}); err == nil {
+		if evs, err := r.decideAppend(lctx, rn, aggregate.HandOff{Runner: r.id, ModelNotCalled: notCalled}); err == nil && len(evs) > 0 {
 			r.tel.Emit(lctx, telemetry.RunHandedOff, "run", rn.id)
 		}
-		r.drop(rn)
+		if release {
+			r.drop(rn)
+		}
 		rn.unlock()
 		cancel()
 	}

@@ -191,8 +191,11 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			_ = fin.lock(ctx)
 			return fin, nil
 		}
+		// A live driver keeps its runs, handed off or not: a draining
+		// runner records the work still in flight until it is done and
+		// deletes its liveness key.
 		driver := s.Runner()
-		if driver != r.id && !s.HandedOff() && r.alive(ctx, driver) {
+		if driver != r.id && r.alive(ctx, driver) {
 			return nil, &forwardError{driver: driver}
 		}
 		r.mu.Lock()

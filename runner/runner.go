@@ -35,11 +35,13 @@
 // it every lease/4 and takes over the runs whose driver is gone, so runs
 // in flight continue within about lease + lease/4 (the SEMANTICS §8
 // outcomes follow from the recorded fences). SIGTERM (cancelling Run's
-// context) drains: no new commands are taken, running bodies of the
-// in-process worker and model calls in flight may finish within the drain
-// window and are recorded, then every driven run is handed off
-// (RunHandedOff) and the runner's liveness key is deleted so another runner
-// takes over at once.
+// context) drains: no new commands are taken and every driven run is handed
+// off at once (RunHandedOff: it fences no new attempt and requests no model
+// turn); running bodies and model calls in flight may finish within the
+// drain window and are recorded; then the runs are released and the
+// runner's liveness key is deleted so another runner takes over at once.
+// Until then a live draining runner keeps its runs: commands for them are
+// forwarded to it.
 package runner
 
 import (
@@ -317,6 +319,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.tel.Emit(context.Background(), telemetry.Drain, "runner", r.id)
 	_ = svc.Stop()
 	stopBG()
+	// Hand off first: from now on the runs fence no new attempt and
+	// request no model turn, so the drain waits only for the work that
+	// was in flight at SIGTERM — and whatever was queued behind it is
+	// dispatched by the next runner instead of being started here and cut
+	// off at the end of the window (an uncertain effect).
+	r.handOffAll(context.Background(), false)
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
 	defer cancelDrain()
 	for drainCtx.Err() == nil && r.busy() {
@@ -325,7 +333,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	stopWorker()
 	waitCtx(drainCtx, wdone)
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
-	r.handOffAll(context.Background())
+	r.handOffAll(context.Background(), true)
 	_ = fwd.Unsubscribe()
 	stopHeartbeat()
 	wg.Wait()
