@@ -14,6 +14,7 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
 )
 
 // Scenario 33 with work queued behind the running body (SEMANTICS §8,
@@ -70,5 +71,45 @@ func TestScenario33_DrainStartsNothingNew(t *testing.T) {
 	}
 	if out.Kind != events.OutcomeCompleted || started(1) != 1 || started(2) != 1 {
 		t.Fatalf("outcome %s, starts %d and %d", out.Kind, started(1), started(2))
+	}
+}
+
+// Scenario 33 with a task that no worker had taken at SIGTERM: while the
+// draining runner still lives it records the work in flight, so a worker
+// that takes the task during the drain runs it (the run handed off, its
+// runner alive) and its report, sent to the other runner's API, is
+// forwarded to the draining driver. The action succeeds, nothing is
+// uncertain, the body starts once.
+func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
+	b := &bodies{}
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(1, "ok"))})
+	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(allow)) }
+	h := newHarness(t)
+	_, stopA := h.startRunner([]*agent.Agent{mk()}, runner.WithExternalTools("pay"), runner.WithDrainWindow(10*time.Second))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33t", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("r33t", "a fenced attempt", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
+	})
+	h.startRunner([]*agent.Agent{mk()}, runner.WithExternalTools("pay"))
+
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stopA() }() // SIGTERM
+	h.waitFor("r33t", "the hand-off", aggregate.State.HandedOff)
+	w := worker.New(h.srv.Connect(), h.srv.JS)
+	w.Handle("pay", runner.ToolHandler(b.tool(), nil))
+	wctx, stopW := context.WithCancel(context.Background())
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _ = w.Run(wctx) }()
+	t.Cleanup(func() { stopW(); <-wdone })
+	<-stopped
+
+	s, out := finished(t, h, "r33t")
+	if a := s.Actions()[0]; out.Kind != events.OutcomeCompleted || a.State != aggregate.ActionSucceeded || b.starts.Load() != 1 {
+		t.Fatalf("outcome %s, action %s %q, starts %d", out.Kind, a.State, a.Detail, b.starts.Load())
 	}
 }

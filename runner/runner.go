@@ -74,7 +74,7 @@ import (
 const (
 	// RunnersBucket holds one key per live runner (its id), kept alive by
 	// heartbeat puts; the bucket's max age is the lease.
-	RunnersBucket = "weft_runners"
+	RunnersBucket = worker.RunnersBucket
 	// DriversBucket maps each unfinished run to the runner driving it.
 	DriversBucket = "weft_drivers"
 	// SnapshotsBucket holds each run's state snapshot with the head it was

@@ -2,7 +2,10 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
@@ -26,12 +29,19 @@ func WithAttemptCheck(c AttemptCheck) Option { return func(w *Worker) { w.check 
 // (tests that publish tasks of runs that have no log).
 func WithoutAttemptCheck() Option { return func(w *Worker) { w.check = nil; w.noCheck = true } }
 
+// RunnersBucket is the KV bucket of live runners (docs/protocol/40-commands.md):
+// a key per live runner id.
+const RunnersBucket = "weft_runners"
+
 // LogCheck is the default AttemptCheck: it folds the task's run from the
-// event log and accepts the attempt only while its action is running that
-// very attempt in the run's current incarnation and the run has not been
-// handed off. A log that has not reached the task's fence yet (a lagging
-// replica) is an error, so the worker reads again.
-func LogCheck(l *eventlog.Log) AttemptCheck {
+// event log (WEFT_EVENTS in js) and accepts the attempt only while its
+// action is running that very attempt in the run's current incarnation,
+// and — when the run was handed off — only while the runner that handed it
+// off still lives (a draining runner records the work in flight; once it
+// is gone, recovery decides). A log that has not reached the task's fence
+// yet (a lagging replica) is an error, so the worker reads again.
+func LogCheck(js jetstream.JetStream) AttemptCheck {
+	l := eventlog.New(js)
 	return func(ctx context.Context, t Task) (bool, error) {
 		envs, _, err := l.Load(ctx, t.Run)
 		if err != nil {
@@ -51,7 +61,20 @@ func LogCheck(l *eventlog.Log) AttemptCheck {
 			// is committed before its task is published, so read again.
 			return false, fmt.Errorf("worker: run %s: the fence of %s attempt %d (incarnation %d) is not visible yet", t.Run, t.Action, t.Attempt, t.Incarnation)
 		}
-		return Current(s, t), nil
+		if !s.HandedOff() {
+			return Current(s, t), nil
+		}
+		live, err := js.KeyValue(ctx, RunnersBucket)
+		if err != nil {
+			return false, err
+		}
+		if _, err := live.Get(ctx, s.Runner()); err != nil {
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				return false, nil // handed off and its runner gone
+			}
+			return false, err
+		}
+		return currentIn(s, t), nil
 	}
 }
 
@@ -68,7 +91,12 @@ func visible(s aggregate.State, t Task) bool {
 // in state s: same attempt, the run's current incarnation, not handed off,
 // not finished.
 func Current(s aggregate.State, t Task) bool {
-	if !s.Exists() || s.HandedOff() {
+	return !s.HandedOff() && currentIn(s, t)
+}
+
+// currentIn is Current without the hand-off condition.
+func currentIn(s aggregate.State, t Task) bool {
+	if !s.Exists() {
 		return false
 	}
 	if _, fin := s.Finished(); fin {

@@ -39,7 +39,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
-	"github.com/weftrun/weft/eventlog"
 )
 
 // Result is how a body ended, as the tool classified it.
@@ -136,7 +135,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 		w.settle = func(ctx context.Context, s Settlement) error { return request(ctx, w.nc, SettleSubject, s) }
 	}
 	if w.check == nil && !w.noCheck {
-		w.check = LogCheck(eventlog.New(js))
+		w.check = LogCheck(js)
 	}
 	return w
 }
