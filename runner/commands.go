@@ -41,19 +41,33 @@ type forwarded struct {
 // The command waits for the run at most the command timeout (the largest
 // of the served agents'), then answers runner_busy and is never applied
 // later.
+//
+// When the command's append finds that another runner took the run over
+// meanwhile (this runner's lease had lapsed; it drops the run and its
+// decision is void), the command is routed once more, to the new driver,
+// instead of being refused with conflict.
 func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn func(context.Context, *run) error) error {
-	actx, cancel := context.WithTimeout(ctx, r.commandTimeout())
-	rn, err := r.acquire(actx, id)
-	cancel()
-	if err != nil {
-		var fe *forwardError
-		if !errors.As(err, &fe) {
-			return err
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+		rn, err := r.acquire(actx, id)
+		cancel()
+		if err != nil {
+			var fe *forwardError
+			if !errors.As(err, &fe) {
+				return err
+			}
+			return r.forward(ctx, fe.driver, kind, id, req, out)
 		}
-		return r.forward(ctx, fe.driver, kind, id, req, out)
+		wasDriven := rn.driven
+		err = fn(ctx, rn)
+		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
+		rn.unlock()
+		var conflict *eventlog.ConflictError
+		if attempt == 0 && lost && errors.As(err, &conflict) {
+			continue
+		}
+		return err
 	}
-	defer rn.unlock()
-	return fn(ctx, rn)
 }
 
 // commandTimeout is the largest command timeout of the served agents.

@@ -1,0 +1,76 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// Scenario 37 after a lapsed lease: runner A drives a suspended run, its
+// liveness key lapses and runner B takes the run over; A, alive again and
+// still holding the run in memory, receives a cancel. Its decision loses
+// the append (B's takeover) and changes nothing — and the cancel is then
+// routed to B and applied, instead of being refused with conflict.
+func TestScenario37_CommandAfterLapsedLeaseIsRerouted(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
+	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
+	h := newHarness(t)
+	ra, _ := h.startRunner([]*agent.Agent{mk()})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "r37l", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("r37l", aggregate.StatusSuspended)
+	rb, _ := h.startRunner([]*agent.Agent{mk()})
+
+	// A's key lapses (deleted here; A's next heartbeat puts it back) and B
+	// is woken for the run meanwhile: B takes it over.
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake, _ := json.Marshal(map[string]any{"kind": "wake", "run": "r37l"})
+	h.waitFor("r37l", "B's takeover", func(s aggregate.State) bool {
+		if s.Runner() == rb.ID() {
+			return true
+		}
+		_ = live.Delete(c, ra.ID())
+		_, _ = h.srv.Conn.Request(runner.ForwardPrefix+rb.ID()+".cmd", wake, 5*time.Second)
+		return false
+	})
+
+	// A still holds the run in memory; a cancel reaches A.
+	body, _ := json.Marshal(api.CancelRequest{Schema: api.Schema, CommandID: "c", Run: "r37l"})
+	fwd, _ := json.Marshal(map[string]any{"kind": api.EndpointCancel, "run": "r37l", "body": json.RawMessage(body)})
+	reply := func() *api.ErrorReply {
+		for {
+			m, err := h.srv.Conn.Request(runner.ForwardPrefix+ra.ID()+".cmd", fwd, 5*time.Second)
+			if err == nil {
+				var er api.ErrorReply
+				_ = json.Unmarshal(m.Data, &er)
+				return &er
+			}
+			if c.Err() != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	if reply.Error != nil {
+		t.Fatalf("cancel at the runner whose lease lapsed: %v, want it applied by the new driver", reply.Error)
+	}
+	_, out := finished(t, h, "r37l")
+	if out.Kind != events.OutcomeCancelled || b.starts.Load() != 0 {
+		t.Fatalf("outcome %s, starts %d", out.Kind, b.starts.Load())
+	}
+}
