@@ -28,6 +28,12 @@ func (c *Client) Run(ctx context.Context, run string) (projections.RunView, erro
 	return r.View, err
 }
 
+// RunFamily returns a run's view with its family status and the status of
+// each of its child runs.
+func (c *Client) RunFamily(ctx context.Context, run string) (RunReply, error) {
+	return call[RunReply](ctx, c.nc, EndpointRun, RunRequest{Schema: 1, Run: run})
+}
+
 // List returns a page of runs.
 func (c *Client) List(ctx context.Context, q projections.ListQuery) (projections.ListPage, error) {
 	return call[projections.ListPage](ctx, c.nc, EndpointList, ListRequest{Schema: 1, ListQuery: q})

@@ -60,11 +60,39 @@ type RunRequest struct {
 	Run    string `json:"run"`
 }
 
-// RunReply carries a run's view.
+// RunReply carries a run's view and its family status (SEMANTICS.md §6:
+// status "computed for the run and its children"), computed when the query
+// is answered from the views of the run and its child runs, never stored.
 type RunReply struct {
 	Schema int                 `json:"schema"`
 	View   projections.RunView `json:"view"`
+	// FamilyStatus is the run's status computed with its children's
+	// (projections.FamilyStatus): the view's own status, or suspended
+	// with the child runs it waits for when every open delegation's child
+	// is suspended. For a run that never delegated it is the own status.
+	FamilyStatus projections.Family `json:"family_status"`
+	// ChildStatus gives each child run of View.Children, in the same
+	// order, its status when the query was answered.
+	ChildStatus []ChildStatus `json:"child_status,omitempty"`
 }
+
+// ChildStatus is the status of one child run when a run view query was
+// answered.
+type ChildStatus struct {
+	// Run is the child run id.
+	Run string `json:"run"`
+	// Status is the child's own status; empty when the child run has no
+	// events yet (its start is still being recorded).
+	Status string `json:"status,omitempty"`
+	// FamilyStatus is the child's status computed with its own children's;
+	// absent when Status is.
+	FamilyStatus *projections.Family `json:"family_status,omitempty"`
+}
+
+// MaxFamilyDepth bounds how deep the run query reads child runs (the
+// deepest family a delegation limit allows); runs below it count as not
+// known, so their parents keep their own status.
+const MaxFamilyDepth = 16
 
 // ListRequest filters and pages the run list.
 type ListRequest struct {
@@ -266,7 +294,64 @@ func (s *Service) handleRun(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return RunReply{Schema: 1, View: v}, nil
+	return s.Family(ctx, v)
+}
+
+// Family computes the family status of the run viewed by v and the status
+// of each of its child runs, reading every run of the family below v at
+// most once (projected view, or folded from the log when not projected
+// yet) and no deeper than MaxFamilyDepth. A child run with no events yet
+// counts as not known.
+func (s *Service) Family(ctx context.Context, v projections.RunView) (RunReply, error) {
+	type known struct {
+		status string
+		family projections.Family
+		ok     bool
+	}
+	seen := map[string]known{v.Run: {}} // v itself: a cycle is not known
+	var failed error
+	var lookup func(run string, depth int) known
+	lookup = func(run string, depth int) known {
+		if k, ok := seen[run]; ok {
+			return k
+		}
+		seen[run] = known{}
+		if depth > MaxFamilyDepth || failed != nil {
+			return known{}
+		}
+		cv, err := s.View(ctx, run)
+		if err != nil {
+			if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
+				failed = fmt.Errorf("family of %s: child %s: %w", v.Run, run, err)
+			}
+			return known{}
+		}
+		f := projections.FamilyStatus(cv, func(r string) (projections.Family, bool) {
+			k := lookup(r, depth+1)
+			return k.family, k.ok
+		})
+		k := known{status: cv.Status, family: f, ok: true}
+		seen[run] = k
+		return k
+	}
+	reply := RunReply{Schema: 1, View: v}
+	for _, c := range v.Children {
+		k := lookup(c.Run, 1)
+		cs := ChildStatus{Run: c.Run}
+		if k.ok {
+			f := k.family
+			cs.Status, cs.FamilyStatus = k.status, &f
+		}
+		reply.ChildStatus = append(reply.ChildStatus, cs)
+	}
+	reply.FamilyStatus = projections.FamilyStatus(v, func(r string) (projections.Family, bool) {
+		k := lookup(r, 1)
+		return k.family, k.ok
+	})
+	if failed != nil {
+		return RunReply{}, failed
+	}
+	return reply, nil
 }
 
 // View returns a run's view: the projected one, or, when the run is not
