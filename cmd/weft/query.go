@@ -99,14 +99,14 @@ func showCommand() command {
 					return err
 				}
 				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
-					v, err := c.Run(ctx, args[0])
+					r, err := c.RunFamily(ctx, args[0])
 					if err != nil {
 						return err
 					}
 					if *asJSON {
-						return printJSON(e.stdout, v)
+						return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus})
 					}
-					printView(e.stdout, v)
+					printView(e.stdout, r)
 					return nil
 				})
 			}
@@ -114,14 +114,41 @@ func showCommand() command {
 	}
 }
 
-func printView(w io.Writer, v projections.RunView) {
+// shownRun is what `weft show --json` prints: the run view with the run
+// query's family_status and child_status added at its top level.
+type shownRun struct {
+	projections.RunView
+	FamilyStatus projections.Family      `json:"family_status"`
+	ChildStatus  []projector.ChildStatus `json:"child_status,omitempty"`
+}
+
+// differs reports whether a family status says more than the own status.
+func differs(f projections.Family, own string) bool {
+	return f.Status != own || len(f.Waiting) > 0
+}
+
+func describeFamily(f projections.Family) string {
+	if len(f.Waiting) == 0 {
+		return f.Status
+	}
+	return f.Status + ", waiting for child run " + strings.Join(f.Waiting, ", ")
+}
+
+func printView(w io.Writer, r projector.RunReply) {
+	v := r.View
 	fmt.Fprintf(w, "run        %s\n", v.Run)
+	if p := v.Parent; p != nil {
+		fmt.Fprintf(w, "parent     %s (action %s, depth %d)\n", p.Run, p.Action, p.Depth)
+	}
 	fmt.Fprintf(w, "agent      %s@%s\n", v.Agent.Name, v.Agent.Version)
 	status := v.Status
 	if v.Outcome != nil {
 		status += ": " + events.DescribeOutcome(*v.Outcome)
 	}
 	fmt.Fprintf(w, "status     %s\n", status)
+	if differs(r.FamilyStatus, v.Status) {
+		fmt.Fprintf(w, "family     %s\n", describeFamily(r.FamilyStatus))
+	}
 	fmt.Fprintf(w, "input      %q\n", v.Input)
 	fmt.Fprintf(w, "turns      %d\n", v.Turns)
 	fmt.Fprintf(w, "tokens     %d in, %d out", v.Usage.InputTokens, v.Usage.OutputTokens)
@@ -145,6 +172,22 @@ func printView(w io.Writer, v projections.RunView) {
 		}
 		tw.Flush()
 	}
+	if len(v.Children) > 0 {
+		fmt.Fprintln(w, "\nchild runs:")
+		tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ACTION\tRUN\tAGENT\tSTATUS")
+		for i, c := range v.Children {
+			var cs projector.ChildStatus
+			if i < len(r.ChildStatus) && r.ChildStatus[i].Run == c.Run {
+				cs = r.ChildStatus[i]
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s@%s\t%s\n", c.Action, c.Run, c.Agent.Name, c.Agent.Version, childStatus(c, cs))
+		}
+		tw.Flush()
+	}
+	for _, run := range r.FamilyStatus.Waiting {
+		fmt.Fprintf(w, "\nwaiting for child run %s (suspended)\n  show: weft show %s\n", run, run)
+	}
 	for _, a := range v.Actions {
 		if a.Pending != nil {
 			exp := "never"
@@ -159,6 +202,30 @@ func printView(w io.Writer, v projections.RunView) {
 				a.ID, a.Tool, a.Evidence, v.Run, a.ID)
 		}
 	}
+}
+
+// childStatus describes a child run: its status when the query was
+// answered (and its family status when that says more), the outcome its
+// parent recorded, and whether the parent detached from it.
+func childStatus(c projections.ChildView, cs projector.ChildStatus) string {
+	var parts []string
+	switch {
+	case cs.Status == "" && c.Outcome == nil:
+		parts = append(parts, "not started yet")
+	case cs.Status != "":
+		st := cs.Status
+		if cs.FamilyStatus != nil && differs(*cs.FamilyStatus, cs.Status) {
+			st += " (family " + cs.FamilyStatus.Status + ")"
+		}
+		parts = append(parts, st)
+	}
+	if c.Outcome != nil {
+		parts = append(parts, "settled: "+oneLine(events.DescribeOutcome(*c.Outcome), 60))
+	}
+	if c.Detached {
+		parts = append(parts, "detached")
+	}
+	return strings.Join(parts, "; ")
 }
 
 func oneLine(s string, n int) string {
