@@ -67,6 +67,9 @@ func TestCommandIDWhenTheCommandUsedItsWholeDeadline(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = svc.Stop() })
+		if err := srv.Conn.Flush(); err != nil { // the endpoints' subscriptions reached the server
+			t.Fatal(err)
+		}
 		client := api.NewClient(srv.Connect())
 		req := api.ApproveRequest{CommandID: "once", Run: "r", Action: "1/a", Revision: 1, Approver: "desk", Credential: "x"}
 		call := func() error {
