@@ -15,6 +15,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/natsnode"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
@@ -266,10 +267,10 @@ func TestLoadPages(t *testing.T) {
 func TestAppendTooLarge(t *testing.T) {
 	s := natstest.Start(t)
 	ctx := ctxT(t)
-	big := events.AnswerRejected{Turn: 1, Reason: strings.Repeat("x", 2<<20)}
+	big := events.AnswerRejected{Turn: 1, Reason: strings.Repeat("x", natsnode.MaxPayload+1)}
 	_, _, err := s.Log.Append(ctx, "big", eventlog.Head{}, t0, big)
 	if weft.ErrorCode(err) != weft.CodePayloadTooLarge {
-		t.Fatalf("Append of 2 MB: %v, want payload_too_large", err)
+		t.Fatalf("Append over max payload: %v, want payload_too_large", err)
 	}
 	if h, err := s.Log.Head(ctx, "big"); err != nil || !h.IsZero() {
 		t.Fatalf("head after refused append: %+v, %v", h, err)

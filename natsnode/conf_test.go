@@ -27,7 +27,7 @@ func TestNATSConf(t *testing.T) {
 	if opts.Host != "127.0.0.1" || opts.Port != 4222 {
 		t.Errorf("nats.conf: listen %s:%d, want 127.0.0.1:4222", opts.Host, opts.Port)
 	}
-	if opts.MaxPayload != 1<<20 {
+	if opts.MaxPayload != natsnode.MaxPayload {
 		t.Errorf("nats.conf: max_payload %d", opts.MaxPayload)
 	}
 

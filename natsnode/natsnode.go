@@ -56,6 +56,15 @@ const (
 	EnvData = "WEFT_DATA"
 )
 
+// MaxPayload is the max_payload (bytes) of the embedded server and of the
+// repository's nats.conf: 8 MiB. A tool result of up to max result bytes
+// (default 1 MiB, SEMANTICS §2) travels in a worker's report and is
+// recorded in one event-log message together with its envelope and the
+// follow-on events of the same decision, so the NATS default of 1 MiB is
+// too small. An external server must allow at least this much
+// (docs/protocol/10-log.md).
+const MaxPayload = 8 << 20
+
 // ErrDataDirInUse is returned by Start when another process's embedded
 // server already uses the store directory.
 var ErrDataDirInUse = errors.New("natsnode: store dir in use by another embedded server")
@@ -238,6 +247,9 @@ func startServer(c *config) (*server.Server, func(), error) {
 	}
 	sopts.JetStream = true
 	sopts.NoSigs = true
+	if sopts.MaxPayload == 0 {
+		sopts.MaxPayload = MaxPayload
+	}
 	if c.dataDir == "" && sopts.StoreDir == "" {
 		d, err := DefaultDataDir()
 		if err != nil {
