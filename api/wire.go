@@ -34,9 +34,12 @@ const (
 	EndpointReport = "report"
 )
 
-// MaxBody is the largest request body accepted (bytes), below the NATS
-// server's default 1 MiB max payload.
-const MaxBody = 900 << 10
+// MaxBody is the largest request body accepted (bytes): 2 MiB, room for a
+// worker's report of a result of the default max result bytes (1 MiB,
+// SEMANTICS §2) with its envelope. The NATS server must allow messages of
+// this size and more (weft's embedded server and nats.conf allow 8 MiB,
+// natsnode.MaxPayload; docs/protocol/10-log.md).
+const MaxBody = 2 << 20
 
 // StartRequest starts a run of an agent.
 type StartRequest struct {

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,10 @@ func request(ctx context.Context, nc *nats.Conn, subject string, body any) error
 		return err
 	}
 	m, err := nc.RequestWithContext(ctx, subject, b)
+	if errors.Is(err, nats.ErrMaxPayload) {
+		// Retrying cannot help: say so, as the runner would.
+		return &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("request of %d bytes on %s is over the NATS server's max_payload of %d bytes (weft needs at least 8 MiB: docs/protocol/10-log.md)", len(b), subject, nc.MaxPayload())}
+	}
 	if err != nil {
 		return fmt.Errorf("worker: request %s: %w", subject, err)
 	}

@@ -452,6 +452,15 @@ func (w *Worker) deliver(rep Report) bool {
 		err := w.report(ctx, rep)
 		cancel()
 		var coded *weft.Error
+		if errors.As(err, &coded) && coded.Code == weft.CodePayloadTooLarge && rep.Outcome == OutcomeOutput {
+			// The result cannot be carried or recorded (the NATS server's
+			// max_payload is too small for it). The body ran, so its effect
+			// may have happened: report the attempt uncertain, saying why,
+			// instead of retrying a report that can never land.
+			w.log.Error("worker: report too large for the NATS server; reporting the attempt uncertain", "run", rep.Run, "action", rep.Action, "err", err)
+			rep = tooLarge(rep, coded)
+			continue
+		}
 		if err == nil || errors.As(err, &coded) && !retryable(coded.Code) {
 			if err != nil {
 				w.log.Info("worker: report refused", "run", rep.Run, "action", rep.Action, "err", err)
@@ -465,4 +474,13 @@ func (w *Worker) deliver(rep Report) bool {
 		time.Sleep(back)
 		back = min(back*2, 2*time.Second)
 	}
+}
+
+// tooLarge turns rep, whose result could not be reported or recorded, into
+// an uncertain report that says why.
+func tooLarge(rep Report, cause *weft.Error) Report {
+	size := len(rep.Content) + len(rep.Message)
+	rep.Outcome, rep.Content, rep.Message = OutcomeUncertain, nil, ""
+	rep.Evidence = fmt.Sprintf("the attempt's %d-byte result could not be recorded (payload_too_large: %s); the effect may have happened", size, cause.Message)
+	return rep
 }

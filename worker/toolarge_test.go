@@ -1,0 +1,51 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/worker"
+)
+
+// TestReportOverServerMaxPayload (SEMANTICS §2 max result bytes; the NATS
+// server below weft's required max_payload, docs/protocol/10-log.md): a
+// result too large for the server's max_payload cannot be reported; the
+// worker does not retry it forever (the action would hang until its tool
+// timeout) but reports the attempt uncertain at once, saying why.
+func TestReportOverServerMaxPayload(t *testing.T) {
+	nc, js := startServer(t) // a plain nats-server: max_payload 1 MiB
+	got := make(chan worker.Report, 4)
+	sub, err := nc.Subscribe(worker.ReportSubject, func(m *nats.Msg) {
+		var rep worker.Report
+		_ = json.Unmarshal(m.Data, &rep)
+		got <- rep
+		_ = m.Respond([]byte(`{"schema":1}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	w := worker.New(nc, js, worker.WithoutAttemptCheck())
+	big := json.RawMessage(`"` + strings.Repeat("x", 1<<20+100) + `"`)
+	w.Handle("big", func(context.Context, worker.Task, worker.Settler) worker.Result {
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: big}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "big", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 2 << 20})
+	select {
+	case rep := <-got:
+		if rep.Outcome != worker.OutcomeUncertain || len(rep.Content) != 0 || !strings.Contains(rep.Evidence, "payload_too_large") || !strings.Contains(rep.Evidence, "max_payload") {
+			t.Fatalf("report = %s %q, want uncertain naming payload_too_large and max_payload", rep.Outcome, rep.Evidence)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no report reached the runtime")
+	}
+}
