@@ -352,14 +352,40 @@ func (r *Runner) Reconcile(ctx context.Context, req api.ReconcileRequest, stored
 	}
 	var out api.Reply
 	err := r.route(ctx, req.Run, kind, req, &out, func(ctx context.Context, rn *run) error {
-		if _, err := aggregate.ContentKind(req.Content); err != nil {
-			return &weft.Error{Code: weft.CodeInvalidContent, Message: err.Error()}
+		kind, err := aggregate.ContentKind(req.Content)
+		if err != nil {
+			return err // already an invalid_content *weft.Error
 		}
-		err := r.step(ctx, rn, aggregate.Reconcile{Action: req.Action, Content: req.Content, By: req.By, Stored: stored})
+		if err := checkOutput(rn, req.Action, kind, req.Content); err != nil {
+			return err
+		}
+		err = r.step(ctx, rn, aggregate.Reconcile{Action: req.Action, Content: req.Content, By: req.By, Stored: stored})
 		out = r.reply(rn)
 		return err
 	})
 	return out, err
+}
+
+// checkOutput refuses reconciliation content of kind output that the
+// action's tool's output schema refuses (SEMANTICS §10: the content is the
+// tool's encoded output): invalid_content naming the path and the reason.
+// An unknown action is left to the aggregate (unknown_action).
+func checkOutput(rn *run, action, kind string, content json.RawMessage) error {
+	if kind != events.ReconciledOutput || rn.agent == nil {
+		return nil
+	}
+	a, ok := rn.state.Action(action)
+	if !ok {
+		return nil
+	}
+	t, ok := rn.agent.Tool(a.Tool)
+	if !ok {
+		return nil
+	}
+	if err := tools.ValidateOutput(t, content); err != nil {
+		return &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("reconciliation content is not an output of %s (nor {\"error\": message} or {\"unconfirmed\": note}): %v", a.Tool, err)}
+	}
+	return nil
 }
 
 // Settle offers a settlement (api.Backend). A settlement of an action

@@ -466,6 +466,34 @@ func (b *bound[In, Out]) Settling() bool              { return b.settling }
 
 func (b *bound[In, Out]) SchemaErr() error { return b.def.schemaErr() }
 
+// ValidateOutput checks content against the output schema.
+func (b *bound[In, Out]) ValidateOutput(content json.RawMessage) error {
+	_, err := b.def.output.Decode(content)
+	return err
+}
+
+// OutputValidator is implemented by the tools Bind and BindSettling return:
+// ValidateOutput checks an encoded output (such as an operator's
+// reconciliation content, SEMANTICS §10) against the tool's output schema,
+// returning a *ValidationError naming the path and the reason.
+type OutputValidator interface {
+	ValidateOutput(content json.RawMessage) error
+}
+
+// ValidateOutput checks content against t's output schema when t has one
+// (it implements OutputValidator, also under WithReplay or WithTimeout),
+// returning a *ValidationError; it returns nil for a tool without an output
+// codec, such as a delegation.
+func ValidateOutput(t Tool, content json.RawMessage) error {
+	if w, ok := t.(*wrapped); ok {
+		t = w.Tool
+	}
+	if v, ok := t.(OutputValidator); ok {
+		return v.ValidateOutput(content)
+	}
+	return nil
+}
+
 // schemaErr reports a missing input or output schema, and an input schema
 // that is not an object: model providers take only objects as tool
 // arguments.
