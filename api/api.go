@@ -306,6 +306,12 @@ func (s *service) start(ctx context.Context, b []byte) (any, string, error) {
 	if err := need("agent", req.Agent); err != nil {
 		return nil, "", err
 	}
+	if !validToken(req.Agent, false) {
+		return nil, "", &weft.Error{Code: weft.CodeInvalidName, Message: fmt.Sprintf("agent %q: a name is 1 to 64 characters of [A-Za-z0-9_-]", req.Agent)}
+	}
+	if req.Version != "" && !validToken(req.Version, true) {
+		return nil, "", &weft.Error{Code: weft.CodeInvalidName, Message: fmt.Sprintf("version %q: a version is 1 to 64 characters of [A-Za-z0-9_.-]", req.Version)}
+	}
 	rep, err := s.b.Start(ctx, req)
 	return rep, req.CommandID, err
 }
@@ -391,4 +397,21 @@ func firstCoded(err error) error {
 		return we
 	}
 	return err
+}
+
+// validToken checks the grammar of agent names (1 to 64 of [A-Za-z0-9_-])
+// and versions (which also allow '.'), as agent.New does.
+func validToken(v string, dots bool) bool {
+	if len(v) < 1 || len(v) > 64 {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		case c == '.' && dots:
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,11 @@ func TestAPIBadInput(t *testing.T) {
 		{"weft.api.start", `{"schema":1,"agent":"desk","input":"x","extra":1}`, weft.CodeInvalidRequest, "400"},
 		{"weft.api.start", `{"schema":1,"agent":"nobody","input":"x"}`, weft.CodeUnknownAgent, "404"},
 		{"weft.api.start", `{"schema":1,"run":"bad.id","agent":"desk","input":"x"}`, weft.CodeInvalidName, "400"},
+		// Agent names and versions are grammar-checked (1-64 of
+		// [A-Za-z0-9_-], versions also '.'): invalid_name, not unknown_agent.
+		{"weft.api.start", `{"schema":1,"agent":"pay.desk","input":"x"}`, weft.CodeInvalidName, "400"},
+		{"weft.api.start", `{"schema":1,"agent":"desk","version":"1 0","input":"x"}`, weft.CodeInvalidName, "400"},
+		{"weft.api.start", `{"schema":1,"agent":"desk","version":"9.9","input":"x"}`, weft.CodeUnknownAgent, "404"},
 		{"weft.api.start", `{"schema":1,"agent":"desk","input":"` + strings.Repeat("x", api.MaxBody) + `"}`, weft.CodePayloadTooLarge, "413"},
 		{"weft.api.approve", `{"schema":1,"command_id":"1","run":"missing","action":"1/a","revision":1,"approver":"desk","credential":"x"}`, weft.CodeUnknownRun, "404"},
 		{"weft.api.cancel", `{"schema":1,"command_id":"1"}`, weft.CodeInvalidRequest, "400"},
@@ -96,5 +102,27 @@ func TestAPISameCommandIDConcurrently(t *testing.T) {
 	finished(t, h, "cid")
 	if b.starts.Load() != 1 {
 		t.Fatalf("starts %d", b.starts.Load())
+	}
+}
+
+// SEMANTICS §4 (answering an approval request): approve and reject without
+// an approver on an agent with approvers are refused alike —
+// invalid_request naming the field — and record nothing.
+func TestAnswerWithoutApprover(t *testing.T) {
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
+	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove)), "noappr", "x")
+	s := h.waitStatus("noappr", aggregate.StatusSuspended)
+	v := s.Version()
+	act, _ := s.Action(aggregate.Status(s).Approvals[0])
+	_, aerr := h.client.Approve(ctx(t), api.ApproveRequest{CommandID: "a", Run: "noappr", Action: act.ID, Revision: act.Request.Revision, Credential: "x"})
+	_, rerr := h.client.Reject(ctx(t), api.RejectRequest{CommandID: "r", Run: "noappr", Action: act.ID, Revision: act.Request.Revision, Credential: "x"})
+	for name, err := range map[string]error{"approve": aerr, "reject": rerr} {
+		var we *weft.Error
+		if !errors.As(err, &we) || we.Code != weft.CodeInvalidRequest || !strings.Contains(we.Message, "approver") {
+			t.Errorf("%s without approver: %v, want invalid_request naming approver", name, err)
+		}
+	}
+	if got := h.state("noappr").Version(); got != v {
+		t.Fatalf("a refused answer wrote events (version %d → %d)", v, got)
 	}
 }

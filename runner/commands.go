@@ -321,6 +321,10 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointReject, req, &out, func(ctx context.Context, rn *run) error {
+		if req.Approver == "" && len(rn.agent.Approvers()) > 0 {
+			// As approve: the field is missing, no proof was refused.
+			return &weft.Error{Code: weft.CodeInvalidRequest, Message: "approver is required (the agent has approvers)"}
+		}
 		now := r.now().UTC()
 		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
 		if err != nil {
