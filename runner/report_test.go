@@ -15,6 +15,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/telemetry"
@@ -157,10 +158,10 @@ func TestScenario20_ProofBeforeExpiry(t *testing.T) {
 // invalid_reply failure instead of leaving the run waiting forever for a
 // turn whose reply was dropped.
 func TestScenario09_ReplyTooLargeToRecord(t *testing.T) {
-	m := model.NewScripted("s", model.Answer(strings.Repeat("x", 2<<20)))
+	m := model.NewScripted("s", model.Answer(strings.Repeat("x", natsnode.MaxPayload+1)))
 	h := one(t, build(t, m, nil, policy.Func(allow)), "r09big", "x")
 	_, out := finished(t, h, "r09big")
 	if out.Kind != events.OutcomeFailed || out.Reason != events.ReasonModelFailed {
-		t.Fatalf("outcome %+v, want failed(model_failed)", out)
+		t.Fatalf("outcome %s(%s), want failed(model_failed)", out.Kind, out.Reason)
 	}
 }
