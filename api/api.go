@@ -152,7 +152,12 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 			return
 		}
 		if stored != nil {
-			_ = r.Respond(stored, micro.WithHeaders(storedHeaders(stored)))
+			var er ErrorReply
+			if json.Unmarshal(stored, &er) == nil && er.Error != nil {
+				respondErrorBody(r, er.Error, stored)
+			} else {
+				_ = r.Respond(stored)
+			}
 			return
 		}
 	}
@@ -251,29 +256,24 @@ func keep(c weft.Code) bool {
 	return true
 }
 
-func storedHeaders(body []byte) micro.Headers {
-	var er ErrorReply
-	if json.Unmarshal(body, &er) == nil && er.Error != nil {
-		return errHeaders(er.Error)
-	}
-	return micro.Headers{}
-}
-
-func errHeaders(e *weft.Error) micro.Headers {
-	st := Status[e.Code]
-	if st == 0 {
-		st = 500
-	}
-	return micro.Headers{"Nats-Service-Error": []string{string(e.Code)}, "Nats-Service-Error-Code": []string{strconv.Itoa(st)}}
-}
-
 func respondError(r micro.Request, e *weft.Error) {
 	body, _ := json.Marshal(ErrorReply{Schema: Schema, Error: e})
 	respondErrorBody(r, e, body)
 }
 
+// respondErrorBody answers with the micro error path (so that the
+// service's stats count the error): headers Nats-Service-Error (the weft
+// code) and Nats-Service-Error-Code (the HTTP-like status), body the
+// ErrorReply carrying the weft.Error.
 func respondErrorBody(r micro.Request, e *weft.Error, body []byte) {
-	_ = r.Respond(body, micro.WithHeaders(errHeaders(e)))
+	_ = r.Error(strconv.Itoa(status(e.Code)), string(e.Code), body)
+}
+
+func status(c weft.Code) int {
+	if st := Status[c]; st != 0 {
+		return st
+	}
+	return 500
 }
 
 // decode decodes a request strictly (unknown fields refused) and checks

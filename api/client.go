@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/worker"
@@ -95,4 +97,46 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 	req.Schema = Schema
 	var r Reply
 	return r, c.call(ctx, EndpointCancel, req, &r)
+}
+
+// Endpoints lists the endpoints of the "weft" micro service.
+var Endpoints = []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport}
+
+// Ready waits until a "weft" service answers $SRV.INFO.weft listing every
+// endpoint (so that a command sent next finds a responder), or ctx ends.
+// It sends no command: the service's stats stay untouched.
+func (c *Client) Ready(ctx context.Context) error {
+	for {
+		if c.ready(ctx) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return &weft.Error{Code: weft.CodeUnavailable, Message: "the weft command API did not become ready: " + ctx.Err().Error()}
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Client) ready(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(rctx, "$SRV.INFO."+ServiceName, nil)
+	if err != nil {
+		return false
+	}
+	var info micro.Info
+	if json.Unmarshal(m.Data, &info) != nil {
+		return false
+	}
+	got := make(map[string]bool, len(info.Endpoints))
+	for _, e := range info.Endpoints {
+		got[e.Subject] = true
+	}
+	for _, e := range Endpoints {
+		if !got[SubjectPrefix+e] {
+			return false
+		}
+	}
+	return true
 }

@@ -59,8 +59,27 @@ func TestAPIBadInput(t *testing.T) {
 			t.Errorf("%s %.40s: got %s (%s), want %s (%s)", c.subject, c.body, er.Error.Code, msg.Header.Get("Nats-Service-Error-Code"), c.code, c.status)
 		}
 	}
+	// Error replies go through the micro error path: $SRV.STATS.weft counts
+	// them (nats micro stats weft).
+	msg, err := nc.Request("$SRV.STATS.weft", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats micro.Stats
+	if err := json.Unmarshal(msg.Data, &stats); err != nil {
+		t.Fatal(err)
+	}
+	errs := map[string]int{}
+	for _, c := range cases {
+		errs[c.subject]++
+	}
+	for _, e := range stats.Endpoints {
+		if e.NumErrors != errs[e.Subject] {
+			t.Errorf("stats of %s: %d errors, want %d", e.Subject, e.NumErrors, errs[e.Subject])
+		}
+	}
 	// Discoverable: $SRV.INFO.weft lists every endpoint.
-	msg, err := nc.Request("$SRV.INFO.weft", nil, 5*time.Second)
+	msg, err = nc.Request("$SRV.INFO.weft", nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,13 +53,11 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	// Wait until the service answers.
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := nc.Request("weft.api.cancel", []byte("{}"), 200*time.Millisecond); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Wait until the service answers (without sending it a command).
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer rcancel()
+	if err := api.NewClient(nc).Ready(rctx); err != nil {
+		h.t.Fatal(err)
 	}
 	var once sync.Once
 	stop := func() {
