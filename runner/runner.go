@@ -233,6 +233,25 @@ func Provision(ctx context.Context, js jetstream.JetStream, lease time.Duration)
 	return timer.Ensure(ctx, js)
 }
 
+// ensureTaskConsumers creates the durable consumer weft_task_<tool> of each
+// external tool (docs/protocol/41-tasks.md), so that a worker outside the
+// process — even the nats CLI — only takes tasks. An existing consumer is
+// left as it is (a worker may have configured it otherwise).
+func (r *Runner) ensureTaskConsumers(ctx context.Context) error {
+	names := make([]string, 0, len(r.external))
+	for n := range r.external {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		_, err := r.js.CreateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig(n, worker.DefaultAckWait))
+		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
+			return fmt.Errorf("runner: consumer %s: %w", worker.ConsumerName(n), err)
+		}
+	}
+	return nil
+}
+
 // Run serves until ctx is cancelled, then drains (see the package doc) and
 // returns. It returns early with an error if an asset is missing.
 func (r *Runner) Run(ctx context.Context) error {
@@ -256,6 +275,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	if r.snaps, err = r.js.KeyValue(ctx, SnapshotsBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", SnapshotsBucket, err)
+	}
+	if err := r.ensureTaskConsumers(ctx); err != nil {
+		return err
 	}
 	if err := r.heartbeat(ctx); err != nil {
 		return err

@@ -121,7 +121,7 @@ func WithAckWait(d time.Duration) Option { return func(w *Worker) { w.ackWait = 
 
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
-	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[string]Handler{}, ackWait: 3 * time.Second, running: map[string]*running{}}
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[string]Handler{}, ackWait: DefaultAckWait, running: map[string]*running{}}
 	for _, o := range opts {
 		o(w)
 	}
@@ -147,6 +147,10 @@ func (w *Worker) Handle(tool string, h Handler) {
 	}
 	w.handlers[tool] = h
 }
+
+// DefaultAckWait is a worker's default ack wait, and that of the consumers
+// runners create for external tools.
+const DefaultAckWait = 3 * time.Second
 
 // ConsumerConfig is the durable consumer shared by the workers of tool.
 func ConsumerConfig(tool string, ackWait time.Duration) jetstream.ConsumerConfig {
