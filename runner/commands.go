@@ -457,10 +457,12 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: events.OutcomeOversize, Bytes: req.Bytes}
 	case worker.OutcomeLost:
 		switch req.Cause {
-		case events.CauseTimedOut:
-			cmd = nil // the tool_timeout timer decides (by the store's clock)
-		case events.CauseStopped:
-			return api.Reply{Schema: api.Schema, Run: req.Run}, nil
+		case events.CauseTimedOut, events.CauseStopped:
+			// Nothing of the worker's is recorded: the tool_timeout timer
+			// decides a timeout (by the store's clock), the cancellation
+			// that stopped the body decided the attempt already. The run
+			// is woken (due timers applied) and the reply is the usual one.
+			cmd = nil
 		case events.CauseWorkerLost, events.CauseCrashed:
 			cmd = aggregate.Lost{Action: req.Action, Attempt: req.Attempt, Cause: req.Cause, Evidence: req.Evidence}
 		default:
