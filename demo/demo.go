@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,14 +118,19 @@ func Run(ctx context.Context, o Options) error {
 		defer wg.Done()
 		errs <- projector.RunAll(ctx, node.Conn(), js, eventlog.New(js), logger)
 	}()
-	// Wait until the command API answers before saying what to do next.
-	for deadline := time.Now().Add(30 * time.Second); ctx.Err() == nil && time.Now().Before(deadline); {
-		if _, err := node.Conn().Request(api.SubjectPrefix+api.EndpointCancel, []byte("{}"), 100*time.Millisecond); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	// Wait until the command API serves every endpoint before saying what
+	// to do next (a $SRV.INFO probe: no command, nothing in its stats).
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	rerr := api.NewClient(node.Conn()).Ready(rctx)
+	rcancel()
+	if rerr != nil && ctx.Err() == nil {
+		logger.Warn("demo: the command API is not ready yet", "err", rerr)
 	}
-	printNext(out, node.URL(), ag.Model().Name())
+	where := "embedded NATS at " + node.URL()
+	if o.NATSURL != "" {
+		where = "NATS at " + node.URL() + " (external server)"
+	}
+	printNext(out, where, node.URL(), ag.Model().Name(), slices.Contains(o.ExternalTools, "send_payment"))
 	if o.Ready != nil {
 		o.Ready(node.URL())
 	}
@@ -158,8 +164,35 @@ func listenPort(listen string) (int, error) {
 	return n, nil
 }
 
-func printNext(w io.Writer, url, modelName string) {
-	fmt.Fprintf(w, `Weft dev is running: embedded NATS at %[1]s, a runner with its worker, the projector,
+// NATSRun is the run id the nats-CLI steps printed by Run use (distinct
+// from the weft-CLI steps' pay-7, so that both can be followed).
+const NATSRun = "pay-7-nats"
+
+// NATSSteps returns the nats-CLI commands Run prints, in order, each a
+// complete command line for a server at url; externalPay adds taking and
+// reporting send_payment's task (weft dev --external-tool send_payment).
+// They work verbatim when followed in order, a moment apart: the approval
+// waits for the run to ask for it (the query before it shows that).
+func NATSSteps(url string, externalPay bool) []string {
+	q := func(subject, body string) string {
+		return fmt.Sprintf("nats --server %s req %s '%s'", url, subject, body)
+	}
+	steps := []string{
+		fmt.Sprintf("nats --server %s micro ls", url),
+		q("weft.api.start", fmt.Sprintf(`{"schema":1,"command_id":"n-1","run":"%s","agent":"%s","input":"pay invoice INV-7"}`, NATSRun, AgentName)),
+		q("weft.api.query.approvals", `{}`),
+		q("weft.api.approve", fmt.Sprintf(`{"schema":1,"command_id":"n-2","run":"%s","action":"2/call_2_1","revision":1,"approver":"%s","credential":"alice"}`, NATSRun, Approver)),
+	}
+	if externalPay {
+		steps = append(steps,
+			fmt.Sprintf("nats --server %s consumer next WEFT_TASKS weft_task_send_payment", url),
+			q("weft.api.report", fmt.Sprintf(`{"schema":1,"command_id":"report/%[1]s/2/call_2_1/1/1","run":"%[1]s","action":"2/call_2_1","attempt":1,"incarnation":1,"outcome":"output","content":{"id":"%[1]s","status":"sent"},"worker":"cli"}`, NATSRun)))
+	}
+	return append(steps, q("weft.api.query.run", fmt.Sprintf(`{"run":"%s"}`, NATSRun)))
+}
+
+func printNext(w io.Writer, where, url, modelName string, externalPay bool) {
+	fmt.Fprintf(w, `Weft dev is running: %[5]s, a runner with its worker, the projector,
 and the %[2]s agent on model %[3]s.
 
 Try it (another terminal):
@@ -175,13 +208,16 @@ Try it (another terminal):
 
   weft start %[2]s "refund invoice INV-8" --run refund-8  # settles asynchronously
 
-Or with the nats CLI only:
+`, url, AgentName, modelName, Approver, where)
+	if externalPay {
+		fmt.Fprintf(w, `send_payment's tasks are left to you (the consumer weft_task_send_payment
+exists): after an approval, take the task and report it (see the nats steps).
 
-  nats --server %[1]s micro ls
-  nats --server %[1]s req weft.api.start '{"schema":1,"run":"pay-8","agent":"%[2]s","input":"pay invoice INV-8"}'
-  nats --server %[1]s req weft.api.approve '{"schema":1,"command_id":"a1","run":"pay-7","action":"2/call_2_1","revision":1,"approver":"%[4]s","credential":"alice"}'
-  nats --server %[1]s req weft.api.query.run '{"schema":1,"run":"pay-8"}'
-
-Stop with Ctrl-C (the runner drains and hands its runs off).
-`, url, AgentName, modelName, Approver)
+`)
+	}
+	fmt.Fprintf(w, "Or with the nats CLI only (%s: INV-7, 1200 EUR, waits for approval):\n\n", NATSRun)
+	for _, st := range NATSSteps(url, externalPay) {
+		fmt.Fprintf(w, "  %s\n", st)
+	}
+	fmt.Fprintf(w, "\nStop with Ctrl-C (the runner drains and hands its runs off).\n")
 }
