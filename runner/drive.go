@@ -495,11 +495,20 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(worker.TaskSubject(d.Tool))
+	subject := worker.TaskSubject(d.Tool)
+	msg := nats.NewMsg(subject)
 	msg.Data = b
 	msg.Header.Set(worker.HeaderMsgID, fmt.Sprintf("%s/%s/%d/%d", rn.id, d.Action, d.Attempt, d.Fence.Incarnation))
-	r.tel.Inject(ctx, msg.Header)
-	if _, err := r.js.PublishMsg(ctx, msg); err != nil {
+	// The producer span of the publish (in the run's trace): the task
+	// carries it as traceparent and the worker's attempt span is its child.
+	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)
+	r.tel.Inject(sctx, msg.Header)
+	_, err = r.js.PublishMsg(ctx, msg)
+	if err != nil {
+		span.RecordError(err)
+	}
+	span.End()
+	if err != nil {
 		return err
 	}
 	r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))

@@ -45,10 +45,24 @@ func TestTelemetrySpans(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"weft.run", "chat scripted:s", "weft.policy", "execute_tool pay"} {
+	for _, want := range []string{"weft.run", "chat scripted:s", "weft.policy", "publish weft.task.pay", "execute_tool pay"} {
 		if !names[want] {
 			t.Errorf("no span %q among %v", want, names)
 		}
+	}
+	// The task carries the dispatch span as traceparent: the worker's
+	// attempt span is its child.
+	var pub, exec sdktrace.ReadOnlySpan
+	for _, s := range exp.GetSpans().Snapshots() {
+		switch s.Name() {
+		case "publish weft.task.pay":
+			pub = s
+		case "execute_tool pay":
+			exec = s
+		}
+	}
+	if pub == nil || exec == nil || exec.Parent().SpanID() != pub.SpanContext().SpanID() {
+		t.Errorf("the attempt span is not a child of the dispatch span")
 	}
 	for _, n := range []telemetry.Name{telemetry.RunStarted, telemetry.ModelTurn, telemetry.ToolDispatched, telemetry.ToolSettled, telemetry.RunFinished} {
 		if _, ok := tel.find(n); !ok {
