@@ -128,7 +128,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	where := "embedded NATS at " + node.URL()
 	if o.NATSURL != "" {
-		where = "NATS at " + node.URL() + " (external server)"
+		where = "external NATS at " + node.URL() // NATS_URL: a server weft dev did not start
 	}
 	printNext(out, where, node.URL(), ag.Model().Name(), slices.Contains(o.ExternalTools, "send_payment"))
 	if o.Ready != nil {

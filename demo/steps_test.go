@@ -14,6 +14,7 @@ import (
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/natstest"
 )
 
 // The nats-CLI steps Run prints work verbatim, in order (scenario 20's
@@ -123,5 +124,32 @@ func TestNATSStepsWorkVerbatim(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Run on an external server (NATS_URL) says so: it did not start that
+// server.
+func TestStartupLineNamesExternalServer(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rctx, stop := context.WithCancel(ctx)
+	ready := make(chan struct{}, 1)
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- demo.Run(rctx, demo.Options{NATSURL: srv.URL, Stdout: &out, Ready: func(string) { ready <- struct{}{} }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("demo.Run: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("demo.Run: %v", err)
+	}
+	if s := out.String(); !strings.Contains(s, "external NATS at "+srv.URL+",") || strings.Contains(s, "embedded") {
+		t.Fatalf("startup line:\n%s", s)
 	}
 }

@@ -32,7 +32,7 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var devURL = regexp.MustCompile(`Weft dev is running: embedded NATS at (nats://[^,\s]+),`)
+var devURL = regexp.MustCompile(`Weft dev is running: (?:embedded|external) NATS at (nats://[^,\s]+),`)
 
 // startDevCLI runs `weft args...` (a dev command line) in the test's
 // process until the test ends, waits until it says it is running and
