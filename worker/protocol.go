@@ -3,6 +3,8 @@ package worker
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/weftrun/weft/events"
 )
 
 // The JetStream and NATS names of the task protocol
@@ -73,13 +75,13 @@ type Task struct {
 // OutcomeLost reports an attempt that ended without a result of its own.
 const (
 	// OutcomeOutput means the body returned an output (Content).
-	OutcomeOutput = "output"
+	OutcomeOutput = events.OutcomeOutput
 	// OutcomeExplain means a definite failure the model sees (Message).
-	OutcomeExplain = "explain"
+	OutcomeExplain = events.OutcomeExplain
 	// OutcomeUncertain means the effect may have happened (Evidence).
-	OutcomeUncertain = "uncertain"
+	OutcomeUncertain = events.OutcomeUncertain
 	// OutcomeOversize means the encoded output was over max result bytes (Bytes).
-	OutcomeOversize = "oversize"
+	OutcomeOversize = events.OutcomeOversize
 	// OutcomeLost means the attempt ended without a result of its own (Cause).
 	OutcomeLost = "lost"
 )
