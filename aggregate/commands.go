@@ -115,7 +115,9 @@ type Reject struct {
 
 // Report is a worker's report of an attempt's body: Outcome
 // events.OutcomeOutput (Content), OutcomeExplain (Message) or
-// OutcomeUncertain (Evidence).
+// OutcomeUncertain (Evidence). An output's Content, or an Explain's
+// {"error": Message}, over the run's max result bytes is recorded as an
+// oversize report: the action is faulted (SEMANTICS.md §2).
 type Report struct {
 	Action   string
 	Attempt  int
@@ -149,9 +151,10 @@ type Lost struct {
 // "body_running" and records nothing: the runner waits for the attempt's
 // report and decides the settlement again, which then gives already_recorded
 // (SEMANTICS.md §9). A handler settling its own call is refused not_awaited
-// by the runner at once, without deciding. Output content over the run's
-// max result bytes is refused not_awaited with Reason "result_too_large"
-// (recorded as SettlementRefused): a person reconciles.
+// by the runner at once, without deciding. Output content, or an Explain
+// whose {"error": Message} encoding, over the run's max result bytes is
+// refused not_awaited with Reason "result_too_large" (recorded as
+// SettlementRefused): a person reconciles.
 type Settle struct {
 	Action  string
 	Outcome string

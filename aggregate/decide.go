@@ -632,9 +632,9 @@ func (d *decider) report(c Report) error {
 	default:
 		return weft.Errorf(weft.CodeInvalidRequest, "report outcome %q", c.Outcome)
 	}
-	size, oversize := int64(len(c.Content)), false
+	size, oversize := resultBytes(c.Outcome, c.Content, c.Message), false
 	switch c.Outcome {
-	case events.OutcomeOutput:
+	case events.OutcomeOutput, events.OutcomeExplain:
 		oversize = size > d.s.start.Limits.MaxResultBytes
 	case events.OutcomeOversize:
 		size, oversize = c.Bytes, true
@@ -680,6 +680,19 @@ func (d *decider) report(c Report) error {
 	}
 	d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: reason})
 	return nil
+}
+
+// resultBytes is the size of the encoded tool result the model reads for a
+// definite outcome (SEMANTICS.md §2, §3): the output's own encoding, or
+// {"error": message} for an Explain. Any other outcome has none (0).
+func resultBytes(outcome string, content json.RawMessage, message string) int64 {
+	switch outcome {
+	case events.OutcomeOutput:
+		return int64(len(content))
+	case events.OutcomeExplain:
+		return int64(len(messageContent(message)))
+	}
+	return 0
 }
 
 // attemptMismatch is the ReportRefused reason of a report or loss notice
@@ -774,13 +787,18 @@ func (d *decider) settle(c Settle) error {
 	if d.s.finished {
 		return refuse("run_finished")
 	}
-	if n, limit := int64(len(c.Content)), d.s.start.Limits.MaxResultBytes; c.Outcome == events.OutcomeOutput && n > limit &&
+	if n, limit := resultBytes(c.Outcome, c.Content, c.Message), d.s.start.Limits.MaxResultBytes; n > limit &&
 		(a.State == ActionSettling || a.State == ActionUncertain) {
-		// The model never reads a result over max result bytes: the
-		// settlement is refused and a person reconciles (SEMANTICS.md §2).
+		// The model never reads a result over max result bytes, be it an
+		// output or an Explain's {"error": message}: the settlement is
+		// refused and a person reconciles (SEMANTICS.md §2).
 		d.emit(events.SettlementRefused{Action: a.ID, Reason: string(weft.CodeNotAwaited), Summary: c.Summary})
+		what := "content"
+		if c.Outcome == events.OutcomeExplain {
+			what = "encoded error"
+		}
 		return &weft.Error{Code: weft.CodeNotAwaited, Reason: "result_too_large",
-			Message: fmt.Sprintf("action %s: the settlement's content of %d bytes is over max result bytes %d; a person must reconcile", a.ID, n, limit)}
+			Message: fmt.Sprintf("action %s: the settlement's %s of %d bytes is over max result bytes %d; a person must reconcile", a.ID, what, n, limit)}
 	}
 	switch a.State {
 	case ActionSettling:

@@ -406,7 +406,10 @@ type AttemptFenced struct {
 // failure: tool_failed, the model sees {"error": Message}), "uncertain"
 // (Evidence: never replayed) or "oversize" (Bytes over the run's max result
 // bytes: action faulted, run failed(output_encoding_failed), or cancelled
-// when a cancellation is stopping the run; the effect did happen).
+// when a cancellation is stopping the run; the effect did happen). The
+// bound is on the encoded result the model would read: an output's
+// encoding or an explain's {"error": Message}; a report of either over it
+// is recorded as oversize with Bytes that encoded size.
 type AttemptReported struct {
 	Action   string          `json:"action"`
 	Attempt  int             `json:"attempt"`
