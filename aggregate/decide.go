@@ -667,7 +667,14 @@ func (d *decider) report(c Report) error {
 		// (Not when the body itself reported the action uncertain: a
 		// second report of that attempt is a duplicate.)
 		lostAttempt := a.Outcome != events.OutcomeUncertain
-		if !d.s.finished && lostAttempt && c.Outcome != events.OutcomeUncertain && !oversize {
+		if !d.s.finished && lostAttempt && c.Outcome != events.OutcomeUncertain {
+			if oversize {
+				// The model never reads a result over max result bytes
+				// (SEMANTICS.md §2): it cannot settle the action, which
+				// stays uncertain for a person to reconcile.
+				d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedResultTooLarge})
+				return nil
+			}
 			d.emit(events.SettlementAccepted{Action: c.Action, Attempt: c.Attempt, Outcome: c.Outcome, Content: c.Content, Message: c.Message, Summary: "late report of attempt " + fmt.Sprint(c.Attempt), Late: true})
 			return nil
 		}

@@ -465,8 +465,11 @@ const (
 // action's current attempt: Reason "foreign" (no such action, or an
 // attempt that was never fenced: premature), "stale" (an earlier
 // attempt), "duplicate" (the attempt already has its outcome),
-// "not_running" (the action has no attempt in flight) or "run_finished".
-// It changes nothing but the audit trail.
+// "not_running" (the action has no attempt in flight), "run_finished" or
+// "result_too_large" (a late report of the attempt that made the action
+// uncertain, whose encoded result is over the run's max result bytes: it
+// cannot settle the action, which stays uncertain for a person to
+// reconcile). It changes nothing but the audit trail.
 type ReportRefused struct {
 	Action  string `json:"action"`
 	Attempt int    `json:"attempt"`
@@ -480,6 +483,9 @@ const (
 	RefusedDuplicate   = "duplicate"
 	RefusedNotRunning  = "not_running"
 	RefusedRunFinished = "run_finished"
+	// RefusedResultTooLarge is the reason of a late report, on an
+	// uncertain action, whose encoded result is over max result bytes.
+	RefusedResultTooLarge = "result_too_large"
 )
 
 // ActionUncertain is emitted when a settling tool's settle window closed
