@@ -113,3 +113,100 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 		t.Fatalf("outcome %s, action %s %q, starts %d", out.Kind, a.State, a.Detail, b.starts.Load())
 	}
 }
+
+// Scenario 33, another runner's task queued during the drain (SEMANTICS §8,
+// graceful drain: "running bodies ... may finish within the drain window
+// and are committed; then the run is handed off with nothing uncertain").
+// Runner A drains while its own body runs; a task of runner B's run is
+// queued meanwhile. A's in-process worker must take no new task once the
+// drain started (a body started then would be cut off at the end of the
+// window): the task stays queued, a worker that comes later runs it once,
+// and both runs complete with nothing uncertain.
+func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
+	var mu sync.Mutex
+	starts := map[int64]int{}
+	gate1 := make(chan struct{})
+	tool := tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		mu.Lock()
+		starts[in.Amount]++
+		mu.Unlock()
+		if in.Amount == 1 {
+			<-gate1
+		}
+		return payOut{ID: "p"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+	started := func(amount int64) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return starts[amount]
+	}
+	mk := func(amount int64) *agent.Agent {
+		m := model.NewRules("s",
+			model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+			model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(amount, "ok"))})
+		return build(t, m, []tools.Tool{tool}, policy.Func(allow))
+	}
+	h := newHarness(t)
+	_, stopA := h.startRunner([]*agent.Agent{mk(1)}, runner.WithDrainWindow(10*time.Second))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33a", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("r33a", "the first body running", func(aggregate.State) bool { return started(1) == 1 })
+
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stopA() }() // SIGTERM
+	h.waitFor("r33a", "the hand-off", aggregate.State.HandedOff)
+
+	// Runner B runs no worker for pay: only A's draining worker could take
+	// B's task now.
+	h.startRunner([]*agent.Agent{mk(2)}, runner.WithExternalTools("pay"))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33b", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("r33b", "a fenced attempt", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].Attempts >= 1
+	})
+	c, err := h.srv.JS.Consumer(ctx(t), worker.TaskStream, worker.ConsumerName("pay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ci, err := c.Info(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ci.Delivered.Stream >= 2 || ci.NumPending >= 1 {
+			break // the task of r33b is in the stream
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(gate1) // A's body finishes within the window
+	<-stopped
+	if n := started(2); n != 0 {
+		t.Fatalf("the draining runner's worker started %d new bodies", n)
+	}
+
+	w := worker.New(h.srv.Connect(), h.srv.JS)
+	w.Handle("pay", runner.ToolHandler(tool, nil))
+	wctx, stopW := context.WithCancel(context.Background())
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _ = w.Run(wctx) }()
+	t.Cleanup(func() { stopW(); <-wdone })
+	h.startRunner([]*agent.Agent{mk(1)}, runner.WithExternalTools("pay"))
+
+	for _, run := range []string{"r33a", "r33b"} {
+		s, out := finished(t, h, run)
+		for _, a := range s.Actions() {
+			if a.State != aggregate.ActionSucceeded {
+				t.Errorf("%s: action %s %s %q", run, a.ID, a.State, a.Detail)
+			}
+		}
+		if out.Kind != events.OutcomeCompleted {
+			t.Errorf("%s: outcome %s", run, out.Kind)
+		}
+	}
+	if started(1) != 1 || started(2) != 1 {
+		t.Fatalf("starts %d and %d", started(1), started(2))
+	}
+}

@@ -341,6 +341,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.tel.Emit(context.Background(), telemetry.Drain, "runner", r.id)
 	_ = svc.Stop()
 	stopBG()
+	// The in-process worker takes no new task from now on (a task it holds
+	// but has not started goes back to the queue); the bodies it runs go on
+	// within the window.
+	stopWorker()
 	// Hand off first: from now on the runs fence no new attempt and
 	// request no model turn, so the drain waits only for the work that
 	// was in flight at SIGTERM — and whatever was queued behind it is
@@ -352,7 +356,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	for drainCtx.Err() == nil && r.busy() {
 		time.Sleep(20 * time.Millisecond)
 	}
-	stopWorker()
 	waitCtx(drainCtx, wdone)
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
 	r.handOffAll(context.Background(), true)

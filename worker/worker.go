@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -81,6 +82,7 @@ type Worker struct {
 	check    AttemptCheck
 	noCheck  bool
 	wg       sync.WaitGroup
+	stopping atomic.Bool
 
 	mu      sync.Mutex
 	running map[string]*running // key run + "\x00" + action
@@ -167,7 +169,9 @@ func ConsumerConfig(tool string, ackWait time.Duration) jetstream.ConsumerConfig
 // Run consumes the registered tools' tasks until ctx ends, then waits for
 // the bodies in flight (the drain: their reports are sent) and returns.
 // Bodies are given their own contexts: cancelling ctx stops taking tasks,
-// it does not stop running bodies; use Stop for that.
+// it does not stop running bodies; use Stop for that. Once ctx ends no new
+// body starts: a task already delivered to this worker but not started is
+// put back on the queue (requeued) for another worker.
 func (w *Worker) Run(ctx context.Context) error {
 	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
 		w.stopRun(m.Subject[len(StopSubjectPrefix):])
@@ -196,6 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		ccs = append(ccs, cc)
 	}
 	<-ctx.Done()
+	w.stopping.Store(true)
 	// Drain, not Stop: a task the server already delivered to this worker
 	// but still in the client's buffer would be discarded by Stop and
 	// redelivered after the ack wait, reported worker_lost — an uncertain
@@ -278,6 +283,12 @@ func (w *Worker) handle(h Handler, m jetstream.Msg) {
 			rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
 			rep.Evidence = "the worker could not read the run to check the attempt; the body was not started"
 		default:
+			if w.stopping.Load() {
+				// The worker is draining: it starts no new body. The task
+				// goes back to the queue for another worker.
+				w.requeue(m, t)
+				return
+			}
 			base := context.Background()
 			if w.ctxFrom != nil {
 				base = w.ctxFrom(base, m.Headers())
@@ -290,6 +301,34 @@ func (w *Worker) handle(h Handler, m jetstream.Msg) {
 	} else {
 		_ = m.Nak()
 	}
+}
+
+// requeue puts m, a task delivered to this draining worker whose body has
+// not started, back on the queue as a new message and acks m. It is not
+// nak'd: its redelivery would count as a second delivery, which a worker
+// reports lost (worker_lost) without running the body. The copy keeps the
+// headers (traceparent) under a Nats-Msg-Id of its own. If it cannot be
+// published, m is nak'd.
+func (w *Worker) requeue(m jetstream.Msg, t Task) {
+	msg := nats.NewMsg(m.Subject())
+	msg.Data = m.Data()
+	for k, v := range m.Headers() {
+		msg.Header[k] = v
+	}
+	id := fmt.Sprintf("%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
+	if md, err := m.Metadata(); err == nil {
+		id = fmt.Sprintf("%s/requeued/%d", id, md.Sequence.Stream)
+	}
+	msg.Header.Set(HeaderMsgID, id)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.js.PublishMsg(ctx, msg); err != nil {
+		w.log.Error("worker: draining, cannot requeue a task not started; nak'd", "run", t.Run, "action", t.Action, "err", err)
+		_ = m.Nak()
+		return
+	}
+	w.log.Info("worker: draining, task not started and requeued", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
+	_ = m.Ack()
 }
 
 type currency int
