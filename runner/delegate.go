@@ -23,6 +23,9 @@ import (
 //
 //   - a committed child_started: start the child run (the same start path as
 //     the API, under the id the aggregate derived, with the Parent link);
+//     when this runner does not serve the recorded sub-agent (unknown_agent)
+//     the child can never start: decide ChildSettle with a failed outcome,
+//     reason unknown_agent, which the parent's model reads;
 //   - a child run's committed run_finished: decide ChildSettle on the
 //     parent (on the parent's driver: a forwarded wake when another live
 //     runner drives it);
@@ -206,7 +209,18 @@ func (r *Runner) tendChild(parent, action string) {
 		st := a.Child
 		p := events.Parent{Run: parent, Action: action, Depth: st.Depth, FamilyTurns: st.FamilyTurns, MaxDepth: st.MaxDepth}
 		_, err := r.start(ctx, api.StartRequest{Run: child, Agent: st.Agent.Name, Version: st.Agent.Version, Input: st.Input, Correlation: ps.Started().Correlation}, &p)
-		if err != nil && weft.ErrorCode(err) != weft.CodeAlreadyStarted {
+		switch weft.ErrorCode(err) {
+		case "", weft.CodeAlreadyStarted:
+		case weft.CodeUnknownAgent:
+			// The parent's runner serves the parent's recorded agent and
+			// version, hence its sub-agents: a recorded sub-agent it does
+			// not serve means that agent version changed under the same
+			// name (as tool_changed). The child can never start here; the
+			// delegation ends with a failed child outcome the model reads
+			// instead of waiting forever.
+			r.log.Warn("delegation: sub-agent not served; the delegation fails", "run", parent, "action", action, "child", child, "agent", st.Agent.Name, "version", st.Agent.Version)
+			r.settleParent(ctx, parent, aggregate.ChildSettle{Action: action, Child: child, Outcome: events.Outcome{Kind: events.OutcomeFailed, Reason: string(weft.CodeUnknownAgent)}})
+		default:
 			r.log.Warn("delegation: start child", "run", parent, "action", action, "child", child, "err", err)
 		}
 	case childDone:
