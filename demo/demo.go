@@ -25,7 +25,6 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
-	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/runner"
 )
 
@@ -89,10 +88,7 @@ func Run(ctx context.Context, o Options) error {
 	js := node.JetStream()
 	const lease = time.Second
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = provision.Ensure(pctx, js, provision.Options{}, append(runner.Assets(lease), projector.Assets()...)...)
-	if err == nil {
-		err = runner.Provision(pctx, js, lease)
-	}
+	err = runner.Provision(pctx, js, lease, runner.WithAssets(projector.Assets()...))
 	cancel()
 	if err != nil {
 		return fmt.Errorf("demo: provision: %w", err)

@@ -224,13 +224,71 @@ func Assets(lease time.Duration) []provision.Asset {
 	}
 }
 
+// ProvisionOption configures Provision.
+type ProvisionOption func(*provisionOptions)
+
+type provisionOptions struct {
+	replicas int
+	extra    []provision.Asset
+}
+
+// WithReplicas sets the replica count of every asset Provision creates or
+// updates: 1 for an embedded or single server (the default), 3 on a
+// cluster. Provision never lowers the replica count of an existing asset
+// (see Provision).
+func WithReplicas(n int) ProvisionOption {
+	return func(o *provisionOptions) { o.replicas = n }
+}
+
+// WithAssets adds assets of other components (such as the projector's
+// buckets) that Provision provisions with the same replica count.
+func WithAssets(assets ...provision.Asset) ProvisionOption {
+	return func(o *provisionOptions) { o.extra = append(o.extra, assets...) }
+}
+
 // Provision creates or updates every asset the runtime uses (base streams,
-// timers, KV buckets) with lease as the liveness lease.
-func Provision(ctx context.Context, js jetstream.JetStream, lease time.Duration) error {
-	if err := provision.Ensure(ctx, js, provision.Options{}, Assets(lease)...); err != nil {
+// timers, KV buckets, and those added with WithAssets) with lease as the
+// liveness lease. Every asset gets one replica count: the larger of the
+// requested one (WithReplicas, default 1) and the highest replica count of
+// any of these assets that already exists, so that a runner started with
+// the default against a cluster provisioned with 3 replicas keeps 3 and
+// never shrinks the deployment. Lowering replicas is an operator's
+// decision, made with the nats CLI.
+func Provision(ctx context.Context, js jetstream.JetStream, lease time.Duration, opts ...ProvisionOption) error {
+	o := provisionOptions{replicas: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	assets := append(provision.Base(), Assets(lease)...)
+	assets = append(assets, o.extra...)
+	replicas := max(o.replicas, 1)
+	for _, a := range assets {
+		n, err := existingReplicas(ctx, js, a.Name())
+		if err != nil {
+			return err
+		}
+		replicas = max(replicas, n)
+	}
+	if err := provision.Ensure(ctx, js, provision.Options{Replicas: replicas}, append(Assets(lease), o.extra...)...); err != nil {
 		return err
 	}
-	return timer.Ensure(ctx, js)
+	return timer.Ensure(ctx, js, timer.WithReplicas(replicas))
+}
+
+// existingReplicas is the replica count of the stream name (or of the KV
+// bucket name, whose stream is KV_<name>), 0 if neither exists.
+func existingReplicas(ctx context.Context, js jetstream.JetStream, name string) (int, error) {
+	for _, stream := range []string{name, "KV_" + name} {
+		s, err := js.Stream(ctx, stream)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("runner: provision: stream %s: %w", stream, err)
+		}
+		return s.CachedInfo().Config.Replicas, nil
+	}
+	return 0, nil
 }
 
 // ensureTaskConsumers creates the durable consumer weft_task_<tool> of each

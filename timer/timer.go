@@ -65,9 +65,22 @@ func StreamConfig() jetstream.StreamConfig {
 	}
 }
 
+// EnsureOption configures Ensure.
+type EnsureOption func(*jetstream.StreamConfig)
+
+// WithReplicas sets the replica count of WEFT_TIMERS (default 1; 3 on a
+// cluster). The shared consumer inherits the stream's.
+func WithReplicas(n int) EnsureOption {
+	return func(c *jetstream.StreamConfig) { c.Replicas = n }
+}
+
 // Ensure creates or updates the WEFT_TIMERS stream and its shared consumer.
-func Ensure(ctx context.Context, js jetstream.JetStream) error {
-	s, err := js.CreateOrUpdateStream(ctx, StreamConfig())
+func Ensure(ctx context.Context, js jetstream.JetStream, opts ...EnsureOption) error {
+	cfg := StreamConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s, err := js.CreateOrUpdateStream(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("timer: ensure stream %s: %w", Stream, err)
 	}

@@ -48,6 +48,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	lease := fs.Duration("lease", time.Second, "liveness lease: a lost runner's runs are taken over within about 1.25x this")
 	drain := fs.Duration("drain", 10*time.Second, "drain window on SIGTERM")
 	prov := fs.Bool("provision", true, "create or update the streams and buckets first")
+	replicas := fs.Int("replicas", 1, "replica count of the streams and buckets it provisions: 1 on a single server, 3 on a cluster (an existing asset's higher count is kept)")
 	verbose := fs.Bool("v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -72,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer node.Close(context.Background())
 	if *prov {
-		if err := runner.Provision(ctx, node.JetStream(), *lease); err != nil {
+		if err := runner.Provision(ctx, node.JetStream(), *lease, runner.WithReplicas(*replicas)); err != nil {
 			return err
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,5 +43,18 @@ func TestRunServesAndDrains(t *testing.T) {
 	}
 	if err := run(context.Background(), nil, func(string) string { return "" }, &stderr); err == nil {
 		t.Fatal("run without a NATS URL succeeded")
+	}
+}
+
+// --replicas reaches provisioning: a single server refuses three replicas,
+// and run says so while provisioning instead of serving.
+func TestRunReplicasFlagReachesProvisioning(t *testing.T) {
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	err := run(ctx, []string{"--nats", srv.URL, "--replicas", "3"}, func(string) string { return "" }, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "provision") {
+		t.Fatalf("run --replicas 3 on a single server: %v, want a provisioning error\n%s", err, stderr.String())
 	}
 }
