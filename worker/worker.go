@@ -55,6 +55,8 @@ type Result struct {
 }
 
 // Settler settles an action from inside its body's process; see Handler.
+// The settler a Handler gets returns nil or a *weft.Error already_recorded,
+// not_awaited or settle_unconfirmed (see SettleError).
 type Settler func(ctx context.Context, s Settlement) error
 
 // Handler runs one attempt's body. settle is the settlement path of this
@@ -399,7 +401,7 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report) Report
 		if own {
 			return &weft.Error{Code: weft.CodeNotAwaited, Reason: ReasonOwnCall, Message: "a handler cannot settle its own running call"}
 		}
-		return w.settle(sctx, s)
+		return SettleError(w.settle(sctx, s))
 	}
 	done := make(chan Result, 1)
 	go func() {
