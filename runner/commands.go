@@ -393,17 +393,21 @@ func checkOutput(rn *run, action, kind string, content json.RawMessage) error {
 }
 
 // Settle offers a settlement (api.Backend). A settlement of an action
-// whose body still runs waits (within the command timeout) until the body
-// reported; a refusal not_awaited emits settlement_refused with the
-// summary.
+// whose body still runs waits for the body (SEMANTICS §9) until the
+// attempt's recorded deadline plus the lease (time for the tool timeout to
+// be recorded), or as long as ctx allows when the attempt has no deadline
+// (an Infinity timeout); a body still running then is answered
+// settle_unconfirmed, reason body_running. A refusal not_awaited emits
+// settlement_refused with the summary.
 func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, error) {
 	var out api.Reply
-	deadline := time.Now().Add(10 * time.Second)
 	for {
 		waiting := false
+		var deadline *time.Time
 		err := r.route(ctx, req.Run, api.EndpointSettle, req, &out, func(ctx context.Context, rn *run) error {
 			if a, ok := rn.state.Action(req.Action); ok && a.State == aggregate.ActionRunning {
 				waiting = true
+				deadline = a.Attempt.Deadline
 				return nil
 			}
 			content := req.Content
@@ -421,15 +425,27 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 		if !waiting {
 			return out, err
 		}
-		if time.Now().After(deadline) {
-			return out, &weft.Error{Code: weft.CodeSettleUnconfirmed, Message: "the body is still running"}
+		if bodyWaitOver(deadline, r.lease, time.Now()) {
+			return out, &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: ReasonBodyRunning, Message: "the body is still running past its attempt's deadline"}
 		}
 		select {
 		case <-ctx.Done():
-			return out, &weft.Error{Code: weft.CodeSettleUnconfirmed, Message: ctx.Err().Error()}
+			return out, &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: ReasonBodyRunning, Message: "the body is still running: " + ctx.Err().Error()}
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// ReasonBodyRunning is the Reason of settle_unconfirmed when the settled
+// action's body was still running when the settlement stopped waiting.
+const ReasonBodyRunning = "body_running"
+
+// bodyWaitOver reports whether a settlement waiting for a running body
+// stops waiting at now: past the attempt's deadline plus grace (the time
+// for the tool timeout to be recorded); never when the attempt has no
+// deadline (the request's context bounds the wait then).
+func bodyWaitOver(deadline *time.Time, grace time.Duration, now time.Time) bool {
+	return deadline != nil && now.After(deadline.Add(grace))
 }
 
 // Cancel cancels a run (api.Backend); it needs no live runner.

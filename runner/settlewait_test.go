@@ -1,0 +1,74 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
+)
+
+// runningExternal starts run on a runner whose pay tool (timeout given) is
+// external with no worker, so its fenced attempt stays running until its
+// deadline (if any), and returns the runner.
+func runningExternal(t *testing.T, run string, timeout tools.Timeout) (*harness, *runner.Runner) {
+	t.Helper()
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(b.tool(), timeout)}, policy.Func(allow))
+	h := newHarness(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"), runner.WithDrainWindow(100*time.Millisecond))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(run, "running", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	return h, r
+}
+
+func offer(r *runner.Runner, c context.Context, run string) error {
+	_, err := r.Settle(c, worker.Settlement{Schema: worker.Schema, CommandID: "s-1", Run: run, Action: "1/call_1_1", Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"id":"settled"}`), Summary: "confirmed"})
+	return err
+}
+
+// Scenario 27 / SEMANTICS §9: a settlement offered while a body with an
+// Infinity timeout runs waits for it as long as the request's context
+// allows — no fixed cap — and then says why: settle_unconfirmed, reason
+// body_running.
+func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
+	_, r := runningExternal(t, "r27-inf", tools.Infinity)
+	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := offer(r, c, "r27-inf")
+	var we *weft.Error
+	if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != runner.ReasonBodyRunning {
+		t.Fatalf("settle while an infinite body runs: %v, want settle_unconfirmed(body_running)", err)
+	}
+}
+
+// Scenario 27 / SEMANTICS §9: with a short tool timeout, a settlement
+// offered while the body runs waits across the attempt's deadline: the
+// timeout makes the action uncertain and the waiting settlement is then
+// recorded as its one definite settlement; the run continues.
+func TestScenario27_SettleWaitsForBodyUntilItsDeadline(t *testing.T) {
+	h, r := runningExternal(t, "r27-dl", tools.After(200*time.Millisecond))
+	if err := offer(r, ctx(t), "r27-dl"); err != nil {
+		t.Fatalf("settle across the deadline: %v", err)
+	}
+	s, out := finished(t, h, "r27-dl")
+	if out.Kind != events.OutcomeCompleted || s.Actions()[0].State != aggregate.ActionReconciled {
+		t.Fatalf("outcome %s, action %s", out.Kind, s.Actions()[0].State)
+	}
+}
