@@ -85,6 +85,9 @@ func Run(ctx context.Context, o Options) error {
 		defer cancel()
 		_ = node.Close(cctx)
 	}()
+	if err := runner.CheckMaxPayload(node.Conn()); err != nil {
+		fmt.Fprintf(out, "warning: %v\n\n", err)
+	}
 	js := node.JetStream()
 	const lease = time.Second
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -149,7 +149,7 @@ func TestStartupLineNamesExternalServer(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo.Run: %v", err)
 	}
-	if s := out.String(); !strings.Contains(s, "external NATS at "+srv.URL+",") || strings.Contains(s, "embedded") {
+	if s := out.String(); !strings.Contains(s, "external NATS at "+srv.URL+",") || strings.Contains(s, "embedded") || strings.Contains(s, "warning:") {
 		t.Fatalf("startup line:\n%s", s)
 	}
 }

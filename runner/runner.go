@@ -64,6 +64,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -224,6 +225,18 @@ func Assets(lease time.Duration) []provision.Asset {
 	}
 }
 
+// CheckMaxPayload returns an error saying what fails when the NATS server
+// of nc allows messages smaller than natsnode.MaxPayload (8 MiB): a tool
+// result near max result bytes (1 MiB by default), with its report's or
+// event's envelope, is refused payload_too_large and its action faults. It
+// returns nil when nc is not connected yet (its max payload is unknown).
+func CheckMaxPayload(nc *nats.Conn) error {
+	if mp := nc.MaxPayload(); mp > 0 && mp < natsnode.MaxPayload {
+		return fmt.Errorf("the NATS server's max_payload is %d bytes, below the %d bytes weft needs: tool results near max result bytes will be refused payload_too_large; set max_payload: 8MB in the server's configuration (docs/protocol/10-log.md)", mp, int64(natsnode.MaxPayload))
+	}
+	return nil
+}
+
 // ProvisionOption configures Provision.
 type ProvisionOption func(*provisionOptions)
 
@@ -313,6 +326,9 @@ func (r *Runner) ensureTaskConsumers(ctx context.Context) error {
 // Run serves until ctx is cancelled, then drains (see the package doc) and
 // returns. It returns early with an error if an asset is missing.
 func (r *Runner) Run(ctx context.Context) error {
+	if err := CheckMaxPayload(r.nc); err != nil {
+		r.log.Warn("runner: "+err.Error(), "max_payload", r.nc.MaxPayload(), "need", natsnode.MaxPayload)
+	}
 	var err error
 	if r.live, err = r.js.KeyValue(ctx, RunnersBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
