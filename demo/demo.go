@@ -8,6 +8,7 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
@@ -125,6 +129,12 @@ func Run(ctx context.Context, o Options) error {
 	if rerr != nil && ctx.Err() == nil {
 		logger.Warn("demo: the command API is not ready yet", "err", rerr)
 	}
+	qctx, qcancel := context.WithTimeout(ctx, 30*time.Second)
+	qerr := queriesReady(qctx, node.Conn())
+	qcancel()
+	if qerr != nil && ctx.Err() == nil {
+		logger.Warn("demo: the query service is not ready yet", "err", qerr)
+	}
 	where := "embedded NATS at " + node.URL()
 	if o.NATSURL != "" {
 		where = "external NATS at " + node.URL() // NATS_URL: a server weft dev did not start
@@ -219,4 +229,37 @@ exists): after an approval, take the task and report it (see the nats steps).
 		fmt.Fprintf(w, "  %s\n", st)
 	}
 	fmt.Fprintf(w, "\nStop with Ctrl-C (the runner drains and hands its runs off).\n")
+}
+
+// queriesReady waits until the projector's query service lists every query
+// endpoint (a $SRV.INFO probe), so the printed nats CLI steps that query
+// answer at once.
+func queriesReady(ctx context.Context, nc *nats.Conn) error {
+	want := []string{projector.EndpointRun, projector.EndpointList, projector.EndpointApprovals, projector.EndpointUncertain, projector.EndpointHistory}
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		m, err := nc.RequestWithContext(rctx, "$SRV.INFO."+projector.ServiceName, nil)
+		cancel()
+		if err == nil {
+			var info micro.Info
+			if json.Unmarshal(m.Data, &info) == nil {
+				got := make(map[string]bool, len(info.Endpoints))
+				for _, e := range info.Endpoints {
+					got[e.Subject] = true
+				}
+				all := true
+				for _, e := range want {
+					all = all && got[projector.QueryPrefix+"."+e]
+				}
+				if all {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
