@@ -18,9 +18,11 @@ package provision
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -112,7 +114,42 @@ func Ensure(ctx context.Context, js jetstream.JetStream, opts Options, extra ...
 	return nil
 }
 
+// AttemptTimeout bounds one create-or-update request. On a cluster a
+// request can be lost while a meta leader is elected (or answered 503,
+// "temporarily unavailable"); Ensure then sends it again — create-or-update
+// is idempotent — until ctx ends.
+const AttemptTimeout = 5 * time.Second
+
 func ensure(ctx context.Context, js jetstream.JetStream, opts Options, a Asset) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		err := ensureOnce(actx, js, opts, a)
+		cancel()
+		if err == nil || ctx.Err() != nil || !retryable(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// retryable reports whether err means the request's outcome is unknown or
+// the cluster could not answer yet, rather than a refusal.
+func retryable(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503
+	}
+	return false
+}
+
+func ensureOnce(ctx context.Context, js jetstream.JetStream, opts Options, a Asset) error {
 	replicas := opts.Replicas
 	if replicas == 0 {
 		replicas = 1
