@@ -194,7 +194,7 @@ func NATSSteps(url string, externalPay bool) []string {
 	}
 	if externalPay {
 		steps = append(steps,
-			fmt.Sprintf("nats --server %s consumer next WEFT_TASKS weft_task_send_payment", url),
+			fmt.Sprintf("nats --server %s consumer next WEFT_TASKS weft_task_payment-desk@1@send_payment", url),
 			q("weft.api.report", fmt.Sprintf(`{"schema":1,"command_id":"report/%[1]s/2/call_2_1/1/1","run":"%[1]s","action":"2/call_2_1","attempt":1,"incarnation":1,"outcome":"output","content":{"id":"%[1]s","status":"sent"},"worker":"cli"}`, NATSRun)))
 	}
 	return append(steps, q("weft.api.query.run", fmt.Sprintf(`{"run":"%s"}`, NATSRun)))
@@ -219,8 +219,8 @@ Try it (another terminal):
 
 `, url, AgentName, modelName, Approver, where)
 	if externalPay {
-		fmt.Fprintf(w, `send_payment's tasks are left to you (the consumer weft_task_send_payment
-exists): after an approval, take the task and report it (see the nats steps).
+		fmt.Fprintf(w, `send_payment's tasks are left to you (the consumer
+weft_task_payment-desk@1@send_payment exists): after an approval, take the task and report it (see the nats steps).
 
 `)
 	}

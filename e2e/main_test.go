@@ -104,7 +104,7 @@ func workerMain() int {
 	}
 	w := worker.New(nc, js, worker.WithID(os.Getenv("WEFT_E2E_WORKER")), worker.WithAckWait(time.Second))
 	for _, t := range a.Tools() {
-		w.Handle(t.Name(), runner.ToolHandler(t, nil))
+		w.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
 	}
 	_ = w.Run(ctx)
 	return 0

@@ -111,14 +111,14 @@ func TestProtocolWithNatsCLI(t *testing.T) {
 	// Approve with the demo approver's credential.
 	d.call(t, "weft.api.approve", fmt.Sprintf(`{"schema":1,"command_id":"proto-approve-1","run":"proto-7","action":%q,"revision":%d,"approver":"desk","credential":"alice"}`, action, revision))
 
-	// Act as the send_payment worker: the durable consumer of the tool's
-	// work queue, then take the task.
-	if _, err := d.natsErr("consumer", "info", "WEFT_TASKS", "weft_task_send_payment"); err != nil {
+	// Act as payment-desk@1's send_payment worker: the durable consumer of
+	// that agent identity's work queue, then take the task.
+	if _, err := d.natsErr("consumer", "info", "WEFT_TASKS", "weft_task_payment-desk@1@send_payment"); err != nil {
 		// Exactly as docs/protocol/41-tasks.md creates it.
-		d.nats(t, "consumer", "add", "WEFT_TASKS", "weft_task_send_payment", "--filter", "weft.task.send_payment",
+		d.nats(t, "consumer", "add", "WEFT_TASKS", "weft_task_payment-desk@1@send_payment", "--filter", "weft.task.payment-desk.1.send_payment",
 			"--ack", "explicit", "--wait", "3s", "--max-deliver=-1", "--pull", "--deliver", "all", "--replay", "instant", "--max-pending", "1000", "--defaults")
 	}
-	raw := d.nats(t, "consumer", "next", "WEFT_TASKS", "weft_task_send_payment", "--raw", "--wait", "20s")
+	raw := d.nats(t, "consumer", "next", "WEFT_TASKS", "weft_task_payment-desk@1@send_payment", "--raw", "--wait", "20s")
 	var tk task
 	if err := json.Unmarshal([]byte(strings.TrimSpace(raw)), &tk); err != nil {
 		t.Fatalf("task: %v\n%s", err, raw)

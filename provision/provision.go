@@ -34,7 +34,8 @@ const (
 	EventsSubjects = "weft.ev.>"
 	// TasksStream is the stream of tool tasks, with work-queue retention.
 	TasksStream = "WEFT_TASKS"
-	// TasksSubjects are the subjects of TasksStream: weft.task.<tool>.
+	// TasksSubjects are the subjects of TasksStream:
+	// weft.task.<agent>.<version>.<tool>.
 	TasksSubjects = "weft.task.>"
 )
 
@@ -90,7 +91,7 @@ func EventsConfig() jetstream.StreamConfig {
 func TasksConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        TasksStream,
-		Description: "Weft tool tasks: weft.task.<tool>, one durable consumer per tool",
+		Description: "Weft tool tasks: weft.task.<agent>.<version>.<tool>, one durable consumer per agent identity and tool",
 		Subjects:    []string{TasksSubjects},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,

@@ -48,7 +48,7 @@ func TestMaxResultBytesResultIsRecorded(t *testing.T) {
 			h.startRunner([]*agent.Agent{a}, opts...)
 			if external {
 				w := worker.New(h.srv.Connect(), h.srv.JS)
-				w.Handle("huge", runner.ToolHandler(hugeTool(), nil))
+				w.Handle(deskQueue("huge"), runner.ToolHandler(hugeTool(), nil))
 				wctx, stopW := context.WithCancel(context.Background())
 				wdone := make(chan struct{})
 				go func() { defer close(wdone); _ = w.Run(wctx) }()

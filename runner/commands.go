@@ -636,7 +636,9 @@ func turnOverride(evs []events.Event) string {
 	return ""
 }
 
-// newWorker builds the in-process worker for every tool of the agents.
+// newWorker builds the in-process worker for every tool of the agents:
+// each agent identity's binding of a tool serves that identity's queue
+// only (SEMANTICS §3), whatever other agents bind under the same name.
 func (r *Runner) newWorker() *worker.Worker {
 	// The in-process worker reports and settles directly (also while the
 	// API service is stopped during a drain).
@@ -646,14 +648,12 @@ func (r *Runner) newWorker() *worker.Worker {
 		worker.WithContextFrom(r.tel.Extract),
 	}, r.workerOpts...)
 	w := worker.New(r.nc, r.js, opts...)
-	seen := map[string]bool{}
 	for _, ag := range r.list {
 		for _, t := range ag.Tools() {
-			if _, sub := agent.SubAgent(t); sub || seen[t.Name()] || r.external[t.Name()] {
+			if _, sub := agent.SubAgent(t); sub || r.external[t.Name()] {
 				continue // a delegation has no body: its child run does the work
 			}
-			seen[t.Name()] = true
-			w.Handle(t.Name(), ToolHandler(t, r.tel))
+			w.Handle(worker.Queue{Agent: ag.Name(), Version: ag.Version(), Tool: t.Name()}, ToolHandler(t, r.tel))
 		}
 	}
 	return w

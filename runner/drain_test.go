@@ -101,7 +101,7 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 	go func() { defer close(stopped); stopA() }() // SIGTERM
 	h.waitFor("r33t", "the hand-off", aggregate.State.HandedOff)
 	w := worker.New(h.srv.Connect(), h.srv.JS)
-	w.Handle("pay", runner.ToolHandler(b.tool(), nil))
+	w.Handle(deskQueue("pay"), runner.ToolHandler(b.tool(), nil))
 	wctx, stopW := context.WithCancel(context.Background())
 	wdone := make(chan struct{})
 	go func() { defer close(wdone); _ = w.Run(wctx) }()
@@ -167,7 +167,7 @@ func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
 		acts := s.Actions()
 		return len(acts) == 1 && acts[0].Attempts >= 1
 	})
-	c, err := h.srv.JS.Consumer(ctx(t), worker.TaskStream, worker.ConsumerName("pay"))
+	c, err := h.srv.JS.Consumer(ctx(t), worker.TaskStream, deskQueue("pay").Consumer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
 	}
 
 	w := worker.New(h.srv.Connect(), h.srv.JS)
-	w.Handle("pay", runner.ToolHandler(tool, nil))
+	w.Handle(deskQueue("pay"), runner.ToolHandler(tool, nil))
 	wctx, stopW := context.WithCancel(context.Background())
 	wdone := make(chan struct{})
 	go func() { defer close(wdone); _ = w.Run(wctx) }()

@@ -481,8 +481,9 @@ const dispatchRetry = 500 * time.Millisecond
 // dispatch publishes a fenced attempt as a task.
 func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) error {
 	s := rn.state
+	ref := s.Started().Agent
 	task := worker.Task{
-		Schema: worker.Schema, Run: rn.id, Action: d.Action, Tool: d.Tool, Attempt: d.Attempt,
+		Schema: worker.Schema, Run: rn.id, Action: d.Action, Agent: ref.Name, Version: ref.Version, Tool: d.Tool, Attempt: d.Attempt,
 		Incarnation: d.Fence.Incarnation, Arguments: d.Arguments, TimeoutMS: int64(d.Fence.Timeout),
 		Deadline: d.Fence.Deadline, MaxResultBytes: s.Limits().MaxResultBytes, SettleWithinMS: int64(d.Fence.SettleWithin),
 		IdempotencyKey: tools.Call{Run: rn.id, Action: d.Action, Attempt: d.Attempt}.IdempotencyKey(),
@@ -495,7 +496,9 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	if err != nil {
 		return err
 	}
-	subject := worker.TaskSubject(d.Tool)
+	// Addressed by the run's agent identity: only the body bound in that
+	// agent@version takes it (SEMANTICS §3).
+	subject := worker.Queue{Agent: ref.Name, Version: ref.Version, Tool: d.Tool}.Subject()
 	msg := nats.NewMsg(subject)
 	msg.Data = b
 	msg.Header.Set(worker.HeaderMsgID, fmt.Sprintf("%s/%s/%d/%d", rn.id, d.Action, d.Attempt, d.Fence.Incarnation))

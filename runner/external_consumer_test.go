@@ -26,9 +26,9 @@ func TestScenario01_ExternalToolConsumerCreatedByRunner(t *testing.T) {
 	h := newHarness(t)
 	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))}, runner.WithExternalTools("pay"))
 	c := ctx(t)
-	cons, err := h.srv.JS.Consumer(c, worker.TaskStream, worker.ConsumerName("pay"))
+	cons, err := h.srv.JS.Consumer(c, worker.TaskStream, deskQueue("pay").Consumer())
 	if err != nil {
-		t.Fatalf("consumer %s: %v", worker.ConsumerName("pay"), err)
+		t.Fatalf("consumer %s: %v", deskQueue("pay").Consumer(), err)
 	}
 	if _, err := h.client.Start(c, api.StartRequest{Run: "r01x", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)

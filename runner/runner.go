@@ -14,8 +14,9 @@
 //     re-reads the run and decides again, performing no effect;
 //  3. THEN acts on aggregate.Pending: calls the model for a requested turn,
 //     validates calls and runs the policy (then decides ResolveCalls),
-//     publishes fenced attempts as tasks on weft.task.<tool> (deduplicated
-//     by Nats-Msg-Id), stops bodies on weft.stop.<run>, and arms timers
+//     publishes fenced attempts as tasks on the queue of the run's agent
+//     identity, weft.task.<agent>.<version>.<tool> (deduplicated by
+//     Nats-Msg-Id), stops bodies on weft.stop.<run>, and arms timers
 //     (a local timer for precision plus a durable timer.Timers schedule).
 //
 // # Drivers, liveness and recovery
@@ -114,7 +115,10 @@ func WithoutWorker() Option { return func(r *Runner) { r.noWorker = true } }
 
 // WithExternalTools leaves the tasks of the named tools to workers outside
 // this process (another process, another language): the in-process worker
-// does not consume them.
+// does not consume them. A name covers that tool in every served agent
+// identity that binds it, each with its own queue and consumer
+// (worker.Queue); a name no served agent binds as a tool body is an error
+// of New.
 func WithExternalTools(names ...string) Option {
 	return func(r *Runner) {
 		if r.external == nil {
@@ -203,6 +207,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 			r.agents[a.Name()] = a
 		}
 		r.list = append(r.list, a)
+	}
+	if err := r.checkExternal(); err != nil {
+		return nil, err
 	}
 	r.evlog = eventlog.New(js)
 	r.timers = timer.New(js)
@@ -304,23 +311,54 @@ func existingReplicas(ctx context.Context, js jetstream.JetStream, name string) 
 	return 0, nil
 }
 
-// ensureTaskConsumers creates the durable consumer weft_task_<tool> of each
-// external tool (docs/protocol/41-tasks.md), so that a worker outside the
-// process — even the nats CLI — only takes tasks. An existing consumer is
-// left as it is (a worker may have configured it otherwise).
+// ensureTaskConsumers creates the durable consumer of each external tool
+// in each agent identity that binds it, weft_task_<agent>@<version>@<tool>
+// (docs/protocol/41-tasks.md), so that a worker outside the process — even
+// the nats CLI — only takes tasks. An existing consumer is left as it is
+// (a worker may have configured it otherwise).
 func (r *Runner) ensureTaskConsumers(ctx context.Context) error {
-	names := make([]string, 0, len(r.external))
-	for n := range r.external {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		_, err := r.js.CreateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig(n, worker.DefaultAckWait))
+	for _, q := range r.externalQueues() {
+		_, err := r.js.CreateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig(q, worker.DefaultAckWait))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
-			return fmt.Errorf("runner: consumer %s: %w", worker.ConsumerName(n), err)
+			return fmt.Errorf("runner: consumer %s: %w", q.Consumer(), err)
 		}
 	}
 	return nil
+}
+
+// checkExternal refuses an external tool name that no served agent binds
+// as a tool body: its tasks would never exist, and the tool meant to run
+// elsewhere would run in this process.
+func (r *Runner) checkExternal() error {
+	bound := map[string]bool{}
+	for _, q := range r.externalQueues() {
+		bound[q.Tool] = true
+	}
+	var unknown []string
+	for n := range r.external {
+		if !bound[n] {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return fmt.Errorf("runner: external tools %v: no served agent binds a tool body of that name", unknown)
+	}
+	return nil
+}
+
+// externalQueues lists the queues of the external tools: every agent
+// identity's binding of each tool named in WithExternalTools.
+func (r *Runner) externalQueues() []worker.Queue {
+	var qs []worker.Queue
+	for _, ag := range r.list {
+		for _, t := range ag.Tools() {
+			if _, sub := agent.SubAgent(t); !sub && r.external[t.Name()] {
+				qs = append(qs, worker.Queue{Agent: ag.Name(), Version: ag.Version(), Tool: t.Name()})
+			}
+		}
+	}
+	return qs
 }
 
 // Run serves until ctx is cancelled, then drains (see the package doc) and

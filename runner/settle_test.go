@@ -176,7 +176,7 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 	h := newHarness(t)
 	// The worker that dies: takes both tasks and never acks.
 	c := ctx(t)
-	cons, err := h.srv.JS.CreateOrUpdateConsumer(c, worker.TaskStream, worker.ConsumerConfig("pay", 300*time.Millisecond))
+	cons, err := h.srv.JS.CreateOrUpdateConsumer(c, worker.TaskStream, worker.ConsumerConfig(deskQueue("pay"), 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 	}
 	// A live worker gets the redeliveries and reports them worker_lost.
 	w := worker.New(h.srv.Connect(), h.srv.JS, worker.WithAckWait(300*time.Millisecond))
-	w.Handle("pay", runner.ToolHandler(b.tool(), nil))
+	w.Handle(deskQueue("pay"), runner.ToolHandler(b.tool(), nil))
 	wctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go func() { _ = w.Run(wctx) }()

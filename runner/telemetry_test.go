@@ -45,7 +45,7 @@ func TestTelemetrySpans(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"weft.run", "chat scripted:s", "weft.policy", "publish weft.task.pay", "execute_tool pay"} {
+	for _, want := range []string{"weft.run", "chat scripted:s", "weft.policy", "publish weft.task.desk.1.pay", "execute_tool pay"} {
 		if !names[want] {
 			t.Errorf("no span %q among %v", want, names)
 		}
@@ -55,7 +55,7 @@ func TestTelemetrySpans(t *testing.T) {
 	var pub, exec sdktrace.ReadOnlySpan
 	for _, s := range exp.GetSpans().Snapshots() {
 		switch s.Name() {
-		case "publish weft.task.pay":
+		case "publish weft.task.desk.1.pay":
 			pub = s
 		case "execute_tool pay":
 			exec = s

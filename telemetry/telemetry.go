@@ -20,7 +20,7 @@
 //   - "weft.policy" (weft.run, weft.action): one policy evaluation.
 //   - "weft.approval_wait" (weft.run, weft.action, weft.revision,
 //     weft.answer): from approval_requested to its answer.
-//   - "publish weft.task.<tool>" (producer; messaging.system=nats,
+//   - "publish weft.task.<agent>.<version>.<tool>" (producer; messaging.system=nats,
 //     messaging.operation.name=publish, messaging.destination.name,
 //     gen_ai.tool.name, weft.run, weft.action, weft.attempt): the runner's
 //     dispatch of a fenced attempt (StartDispatch).
@@ -260,7 +260,7 @@ func (t *Telemetry) ApprovalWait(ctx context.Context, run, action string, revisi
 }
 
 // StartDispatch starts the producer span of publishing a fenced attempt
-// as a task on subject (weft.task.<tool>). Inject the returned context into
+// as a task on subject (weft.task.<agent>.<version>.<tool>). Inject the returned context into
 // the task's headers before publishing and end the span after: the
 // worker's attempt span becomes its child.
 func (t *Telemetry) StartDispatch(ctx context.Context, run, action, tool string, attempt int, subject string) (context.Context, trace.Span) {

@@ -25,7 +25,7 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 		<-release
 		return true, nil
 	}))
-	w1.Handle("echo", func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w1.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
 		starts1.Add(1)
 		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
 	})
@@ -46,7 +46,7 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 
 	rs2 := &reports{ch: make(chan struct{}, 10)}
 	w2 := worker.New(nc, js, worker.WithReporter(rs2.report), worker.WithoutAttemptCheck())
-	w2.Handle("echo", func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w2.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
 		starts2.Add(1)
 		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
 	})

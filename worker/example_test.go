@@ -11,7 +11,8 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// Example runs a standalone worker for one tool: it reports over
+// Example runs a standalone worker for one tool of one agent identity
+// (lookup_invoice as bound in payment-desk version 1): it reports over
 // weft.api.report to whichever runner answers.
 func Example() {
 	nc, err := nats.Connect(nats.DefaultURL)
@@ -20,7 +21,7 @@ func Example() {
 	}
 	js, _ := jetstream.New(nc)
 	w := worker.New(nc, js, worker.WithID("lookup-worker-1"))
-	w.Handle("lookup_invoice", func(ctx context.Context, t worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(worker.Queue{Agent: "payment-desk", Version: "1", Tool: "lookup_invoice"}, func(ctx context.Context, t worker.Task, _ worker.Settler) worker.Result {
 		var in struct {
 			ID string `json:"id"`
 		}

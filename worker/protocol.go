@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/weftrun/weft/events"
@@ -12,10 +13,11 @@ import (
 const (
 	// TaskStream is the work-queue stream of tool tasks.
 	TaskStream = "WEFT_TASKS"
-	// TaskSubjectPrefix prefixes task subjects: weft.task.<tool>.
+	// TaskSubjectPrefix prefixes task subjects:
+	// weft.task.<agent>.<version>.<tool> (see Queue).
 	TaskSubjectPrefix = "weft.task."
-	// ConsumerPrefix prefixes the durable consumer of a tool, shared by
-	// all of its workers: weft_task_<tool>.
+	// ConsumerPrefix prefixes the durable consumer of a queue, shared by
+	// all of its workers: weft_task_<agent>@<version>@<tool> (see Queue).
 	ConsumerPrefix = "weft_task_"
 	// ReportSubject is the request subject of a worker's report (an
 	// endpoint of the weft micro service).
@@ -32,20 +34,54 @@ const (
 	Schema = 1
 )
 
-// TaskSubject is the subject of tool's tasks.
-func TaskSubject(tool string) string { return TaskSubjectPrefix + tool }
+// Queue names the tasks of one tool as bound in one agent identity: the
+// tasks of runs of agent Agent at version Version that call Tool. A run
+// of A@V only ever runs the body bound in A@V (SEMANTICS §3), even when
+// other agents or versions served by the same processes bind a tool of
+// the same name, so each (agent, version, tool) has its own subject and
+// its own durable consumer (docs/adr/0008-tasks-addressed-by-agent-identity.md).
+type Queue struct {
+	// Agent is the agent's name, Version its version.
+	Agent, Version string
+	// Tool is the tool name.
+	Tool string
+}
 
-// ConsumerName is the durable consumer shared by tool's workers.
-func ConsumerName(tool string) string { return ConsumerPrefix + tool }
+// Subject is the subject of q's tasks:
+// weft.task.<agent>.<version token>.<tool>, where the version token is
+// the version with every '.' written '~' (VersionToken).
+func (q Queue) Subject() string {
+	return TaskSubjectPrefix + q.Agent + "." + VersionToken(q.Version) + "." + q.Tool
+}
 
-// Task is the body of a tool task on weft.task.<tool>: one fenced attempt
-// of one action. Its fence is committed before the task is published.
+// Consumer is the durable consumer shared by q's workers:
+// weft_task_<agent>@<version token>@<tool>. Agent names, version tokens and
+// tool names never contain '@', so distinct queues have distinct names.
+func (q Queue) Consumer() string {
+	return ConsumerPrefix + q.Agent + "@" + VersionToken(q.Version) + "@" + q.Tool
+}
+
+// String is q as agent@version/tool, for logs and errors.
+func (q Queue) String() string { return q.Agent + "@" + q.Version + "/" + q.Tool }
+
+// VersionToken writes an agent version as one NATS subject token: every
+// '.' (a token separator, allowed in versions) becomes '~' (never in a
+// version), so distinct versions have distinct tokens: "2.0" is "2~0".
+func VersionToken(version string) string { return strings.ReplaceAll(version, ".", "~") }
+
+// Task is the body of a tool task on its Queue's subject: one fenced
+// attempt of one action. Its fence is committed before the task is
+// published.
 type Task struct {
 	// Schema is 1.
 	Schema int `json:"schema"`
 	// Run and Action identify the action ("<turn>/<call_id>").
 	Run    string `json:"run"`
 	Action string `json:"action"`
+	// Agent and Version are the run's agent identity, whose binding of
+	// Tool runs the body.
+	Agent   string `json:"agent"`
+	Version string `json:"version"`
 	// Tool is the tool name.
 	Tool string `json:"tool"`
 	// Attempt is the 1-based attempt; Incarnation the run's incarnation

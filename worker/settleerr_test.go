@@ -18,7 +18,7 @@ func settleFromBody(t *testing.T, opts ...worker.Option) error {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, append([]worker.Option{worker.WithReporter(rs.report), worker.WithoutAttemptCheck()}, opts...)...)
 	got := make(chan error, 1)
-	w.Handle("settler", func(ctx context.Context, task worker.Task, settle worker.Settler) worker.Result {
+	w.Handle(queue("settler"), func(ctx context.Context, task worker.Task, settle worker.Settler) worker.Result {
 		got <- settle(ctx, worker.Settlement{Schema: worker.Schema, Run: "r", Action: "1/other", Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)})
 		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)}
 	})

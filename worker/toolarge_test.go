@@ -32,7 +32,7 @@ func TestReportOverServerMaxPayload(t *testing.T) {
 	defer sub.Unsubscribe()
 	w := worker.New(nc, js, worker.WithoutAttemptCheck())
 	big := json.RawMessage(`"` + strings.Repeat("x", 1<<20+100) + `"`)
-	w.Handle("big", func(context.Context, worker.Task, worker.Settler) worker.Result {
+	w.Handle(queue("big"), func(context.Context, worker.Task, worker.Settler) worker.Result {
 		return worker.Result{Outcome: worker.OutcomeOutput, Content: big}
 	})
 	ctx, cancel := context.WithCancel(context.Background())

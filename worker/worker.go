@@ -1,7 +1,10 @@
 // Package worker runs tool bodies for Weft runs: it consumes tool tasks from
-// the WEFT_TASKS work-queue stream (subject weft.task.<tool>, one durable
-// consumer weft_task_<tool> per tool shared by every worker of that tool),
-// runs the body, and reports how the attempt ended.
+// the WEFT_TASKS work-queue stream, runs the body, and reports how the
+// attempt ended. Tasks are addressed by agent identity: the tasks of tool T
+// in runs of agent A at version V are on weft.task.<A>.<V>.<T> (a Queue,
+// the version written as one token), taken through one durable consumer
+// weft_task_<A>@<V>@<T> shared by every worker of that queue, so a run of
+// A@V only ever runs the body bound in A@V (SEMANTICS §3).
 //
 // A Worker lives inside a runner process or stands alone; non-Go workers
 // speak the same subjects (docs/protocol/41-tasks.md). For every task it:
@@ -75,8 +78,8 @@ type Worker struct {
 	js       jetstream.JetStream
 	id       string
 	log      *slog.Logger
-	handlers map[string]Handler
-	tools    []string
+	handlers map[Queue]Handler
+	queues   []Queue
 	report   Reporter
 	settle   Settler
 	ackWait  time.Duration
@@ -125,7 +128,7 @@ func WithAckWait(d time.Duration) Option { return func(w *Worker) { w.ackWait = 
 
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
-	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[string]Handler{}, ackWait: DefaultAckWait, running: map[string]*running{}}
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, running: map[string]*running{}}
 	for _, o := range opts {
 		o(w)
 	}
@@ -144,23 +147,25 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 	return w
 }
 
-// Handle registers the body of tool. Call it before Run.
-func (w *Worker) Handle(tool string, h Handler) {
-	if _, ok := w.handlers[tool]; !ok {
-		w.tools = append(w.tools, tool)
+// Handle registers h as the body of q's tasks: the tool q.Tool as bound in
+// the agent q.Agent at version q.Version. Call it before Run.
+func (w *Worker) Handle(q Queue, h Handler) {
+	if _, ok := w.handlers[q]; !ok {
+		w.queues = append(w.queues, q)
 	}
-	w.handlers[tool] = h
+	w.handlers[q] = h
 }
 
 // DefaultAckWait is a worker's default ack wait, and that of the consumers
 // runners create for external tools.
 const DefaultAckWait = 3 * time.Second
 
-// ConsumerConfig is the durable consumer shared by the workers of tool.
-func ConsumerConfig(tool string, ackWait time.Duration) jetstream.ConsumerConfig {
+// ConsumerConfig is the durable consumer shared by the workers of q.
+func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
-		Durable:       ConsumerName(tool),
-		FilterSubject: TaskSubject(tool),
+		Durable:       q.Consumer(),
+		Description:   "Weft tasks of " + q.String(),
+		FilterSubject: q.Subject(),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    -1,
@@ -168,7 +173,7 @@ func ConsumerConfig(tool string, ackWait time.Duration) jetstream.ConsumerConfig
 	}
 }
 
-// Run consumes the registered tools' tasks until ctx ends, then waits for
+// Run consumes the registered queues' tasks until ctx ends, then waits for
 // the bodies in flight (the drain: their reports are sent) and returns.
 // Bodies are given their own contexts: cancelling ctx stops taking tasks,
 // it does not stop running bodies; use Stop for that. Once ctx ends no new
@@ -183,21 +188,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer stopSub.Unsubscribe()
 	var ccs []jetstream.ConsumeContext
-	for _, tool := range w.tools {
-		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(tool, w.ackWait))
+	for _, q := range w.queues {
+		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
 		if err != nil {
-			return fmt.Errorf("worker: consumer for %s: %w", tool, err)
+			return fmt.Errorf("worker: consumer for %s: %w", q, err)
 		}
-		h := w.handlers[tool]
+		h := w.handlers[q]
 		cc, err := c.Consume(func(m jetstream.Msg) {
 			w.wg.Add(1)
 			go func() {
 				defer w.wg.Done()
-				w.handle(h, m)
+				w.handle(q, h, m)
 			}()
 		}, jetstream.PullMaxMessages(64))
 		if err != nil {
-			return fmt.Errorf("worker: consume %s: %w", tool, err)
+			return fmt.Errorf("worker: consume %s: %w", q, err)
 		}
 		ccs = append(ccs, cc)
 	}
@@ -237,10 +242,18 @@ var (
 	errTimedOut = errors.New("body timed out")
 )
 
-func (w *Worker) handle(h Handler, m jetstream.Msg) {
+func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	var t Task
 	if err := json.Unmarshal(m.Data(), &t); err != nil || t.Run == "" || t.Action == "" {
 		w.log.Error("worker: malformed task, terminated", "subject", m.Subject(), "err", err)
+		_ = m.Term()
+		return
+	}
+	if t.Agent != q.Agent || t.Version != q.Version || t.Tool != q.Tool {
+		// Not a task of this queue's binding: running h would run another
+		// agent identity's body (SEMANTICS §3).
+		w.log.Error("worker: task of another agent identity on this queue, terminated", "subject", m.Subject(), "queue", q.String(),
+			"run", t.Run, "action", t.Action, "agent", t.Agent, "version", t.Version, "tool", t.Tool)
 		_ = m.Term()
 		return
 	}

@@ -52,11 +52,20 @@ func (r *reports) report(_ context.Context, rep worker.Report) error {
 	return nil
 }
 
+// queue is the test queue of tool: tool as bound in agent "a" version "1".
+func queue(tool string) worker.Queue { return worker.Queue{Agent: "a", Version: "1", Tool: tool} }
+
+// publish publishes task on its queue, as a task of agent "a" version "1"
+// unless it names another.
 func publish(t *testing.T, js jetstream.JetStream, task worker.Task) {
 	t.Helper()
 	task.Schema = 1
+	if task.Agent == "" {
+		task.Agent, task.Version = "a", "1"
+	}
 	b, _ := json.Marshal(task)
-	if _, err := js.Publish(context.Background(), worker.TaskSubject(task.Tool), b); err != nil {
+	q := worker.Queue{Agent: task.Agent, Version: task.Version, Tool: task.Tool}
+	if _, err := js.Publish(context.Background(), q.Subject(), b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -66,7 +75,7 @@ func TestWorkerOutcomes(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
 	starts := 0
-	w.Handle("echo", func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
 		starts++
 		if string(task.Arguments) == `"slow"` {
 			<-ctx.Done()
@@ -104,7 +113,7 @@ func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
 	nc, js := startServer(t)
 	ctx := context.Background()
 	// A "vanished worker": takes the task and never acks.
-	c, err := js.CreateOrUpdateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig("echo", 300*time.Millisecond))
+	c, err := js.CreateOrUpdateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig(queue("echo"), 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +124,7 @@ func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(300*time.Millisecond), worker.WithoutAttemptCheck())
 	started := make(chan struct{}, 1)
-	w.Handle("echo", func(context.Context, worker.Task, worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(context.Context, worker.Task, worker.Settler) worker.Result {
 		started <- struct{}{}
 		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)}
 	})
