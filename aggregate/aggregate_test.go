@@ -237,3 +237,49 @@ func TestScenario38_ContentKind(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveredPrechecksOnTheRecoveredState checks Recovered, the pure
+// pre-check view of a takeover (SEMANTICS.md §7): it equals folding the
+// recovery's own decision, leaves its argument unchanged, and a command
+// pre-checked on it (CheckAnswer) sees what Recover{Then} decides on.
+func TestRecoveredPrechecksOnTheRecoveredState(t *testing.T) {
+	s := mustFold(t, defaultLimits(), "c1", "c2")
+	evs, err := Decide(s, ResolveCalls{Turn: 1, Calls: []Resolution{
+		{CallID: "c1", Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 1}}, Tool: events.ToolConfig{MaxAttempts: 2}},
+		{CallID: "c2", Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyAllow}, Tool: events.ToolConfig{MaxAttempts: 2}},
+	}}, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		s = Evolve(s, events.Recorded{Run: "r1", Version: s.Version() + 1, At: epoch, Event: e})
+	}
+	before, _ := json.Marshal(s)
+	r := Recover{Runner: "b", Cause: events.RecoveredRunnerLost, Then: Cancel{}}
+	got, err := Recovered(s, r, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := json.Marshal(s); string(after) != string(before) {
+		t.Fatal("Recovered changed its argument")
+	}
+	want := s.Clone()
+	evs, err = Decide(s, Recover{Runner: "b", Cause: events.RecoveredRunnerLost}, epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		want = Evolve(want, events.Recorded{Run: "r1", Version: want.Version() + 1, At: epoch, Event: e})
+	}
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(want)
+	if string(a) != string(b) || got.Incarnation() != 2 {
+		t.Fatalf("Recovered differs from folding the recovery:\n%s\n%s", a, b)
+	}
+	if _, err := CheckAnswer(got, "1/c1", 1, epoch); err != nil {
+		t.Fatalf("pre-check on the recovered state: %v", err)
+	}
+	if _, err := Recovered(s, Recover{Runner: "b", Cause: events.RecoveredHandedOff}, epoch); weft.ErrorCode(err) != weft.CodeInvalidRequest {
+		t.Fatalf("a recovery whose cause contradicts the log: %v, want invalid_request", err)
+	}
+}

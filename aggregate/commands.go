@@ -232,11 +232,25 @@ type HandOff struct {
 	ModelNotCalled bool
 }
 
-// Recover is a runner taking over a run nobody drives. Cause is
-// events.RecoveredRunnerLost or RecoveredHandedOff.
+// Recover is a runner taking over a run nobody drives. Cause is what the
+// log says: events.RecoveredHandedOff when the run was handed off
+// (State.HandedOff), events.RecoveredRunnerLost otherwise; a mismatch is
+// refused invalid_request. Only a loss re-asks approvals: a hand-off keeps
+// every recorded approval (SEMANTICS.md §8).
+//
+// Then is the command that made the runner take the run over (an answer,
+// a cancel, a report, a timer), nil for a takeover on its own (a runner's
+// recovery scan). It is decided on the recovered state in the same
+// decision, before any follow-on of the recovery — the replay's fence, the
+// re-issued model call, the fence of a queued action — so that a command
+// that cancels or ends the run starts no body and issues no model call
+// (SEMANTICS.md §7). A refusal of Then comes with the recovery's events,
+// which are appended all the same. Then may not be Start, HandOff or
+// Recover; a finished run needs no takeover (decide the command alone).
 type Recover struct {
 	Runner string
 	Cause  string
+	Then   Command
 }
 
 // CommandName returns "start".

@@ -48,6 +48,14 @@ type decider struct {
 	s   State
 	now time.Time
 	evs []events.Event
+	// modelLost is set by a recovery that found the run's requested model
+	// call lost with its runner: advance issues it again once the command
+	// the takeover was for (Recover.Then) is decided, unless that command
+	// cancelled or ended the run (SEMANTICS.md §7). recall says the lost
+	// call was never made (RunHandedOff Uncalled): it is issued under the
+	// same turn.
+	modelLost bool
+	recall    bool
 }
 
 func (d *decider) emit(e events.Event) {
@@ -175,6 +183,9 @@ func (d *decider) awaitTurn(turn int64) error {
 	}
 	if !d.s.modelPending || turn != d.s.turn {
 		return weft.Errorf(weft.CodeStaleReference, "turn %d is not awaited (current turn %d, awaiting %v)", turn, d.s.turn, d.s.modelPending)
+	}
+	if d.modelLost {
+		return weft.Errorf(weft.CodeStaleReference, "turn %d was lost with its runner; the recovery calls the model again", turn)
 	}
 	return nil
 }
@@ -449,6 +460,9 @@ func (d *decider) expireDue() {
 	for _, a := range d.s.actions {
 		if a.State == ActionAwaitingApproval && a.Request.Pending() && !a.Request.Expires.IsZero() && !d.now.Before(a.Request.Expires) {
 			d.emit(events.ApprovalAnswered{Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Answer: events.AnswerExpired})
+			if hasUnresultedFence(a) {
+				d.endUncertain(a, "re-approval expired")
+			}
 		}
 	}
 }
@@ -511,7 +525,8 @@ func (d *decider) approve(c Approve) error {
 		return err
 	}
 	cfg := d.config(c.Tool)
-	if a, _ := d.s.Action(c.Action); a.Attempts > 0 {
+	asked, _ := d.s.Action(c.Action)
+	if a := asked; a.Attempts > 0 {
 		// Re-approved after a lost attempt: the budget recorded with the
 		// first queueing keeps deciding its attempts.
 		cfg = a.Config
@@ -545,6 +560,10 @@ func (d *decider) approve(c Approve) error {
 		}
 		d.emit(events.RequirementChanged{Action: c.Action, Revision: c.Revision, From: req.Requirement, To: c.Policy.Requirement})
 		d.ask(c.Action, c.Policy.Requirement, events.AskRequirementChanged)
+	case events.PolicyDeny:
+		if hasUnresultedFence(asked) {
+			d.endUncertain(asked, "re-approval denied by policy"+parenthesized(c.Policy.Reason))
+		}
 	case events.PolicyError:
 		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonPolicyFailed, Action: c.Action}, events.NotStartedPolicyFailed)
 	}
@@ -556,7 +575,11 @@ func (d *decider) reject(c Reject) error {
 	if err != nil {
 		return err
 	}
+	asked, _ := d.s.Action(c.Action)
 	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerReject, Reason: c.Reason, Reviewer: c.By})
+	if hasUnresultedFence(asked) {
+		d.endUncertain(asked, "re-approval rejected"+parenthesized(c.Reason))
+	}
 	return nil
 }
 
@@ -573,16 +596,16 @@ func (d *decider) fence(a Action) {
 }
 
 // lose decides a lost attempt from its recorded fence alone: a replay while
-// the recorded budget allows one (re-asking approval first when an approved
-// action lost its runner), else the settle window after a timeout, else an
-// uncertain effect.
-func (d *decider) lose(a Action, cause, evidence string) {
+// the recorded budget allows one (re-asking approval first when reask is
+// set and the action is approved: its runner was lost, not handed off),
+// else the settle window after a timeout, else an uncertain effect.
+func (d *decider) lose(a Action, cause, evidence string, reask bool) {
 	f := a.Attempt
 	ev := events.AttemptLost{Action: a.ID, Attempt: f.Attempt, Cause: cause, Evidence: evidence}
 	switch {
 	case f.Attempt < f.MaxAttempts:
 		ev.Next = events.NextReplay
-		if cause == events.CauseRunnerLost && a.Approved {
+		if reask && a.Approved {
 			ev.Next = events.NextReapprove
 		}
 	case cause == events.CauseTimedOut && f.SettleWithin > 0:
@@ -738,7 +761,7 @@ func (d *decider) lost(c Lost) error {
 	if ev == "" {
 		ev = c.Cause
 	}
-	d.lose(a, c.Cause, ev)
+	d.lose(a, c.Cause, ev, false)
 	return nil
 }
 
@@ -750,7 +773,7 @@ func (d *decider) timerFired(c TimerFired) error {
 	case TimerToolTimeout:
 		a, ok := d.s.Action(c.Action)
 		if ok && a.State == ActionRunning && a.Attempts == c.Attempt && a.Attempt.Deadline != nil && !d.now.Before(*a.Attempt.Deadline) {
-			d.lose(a, events.CauseTimedOut, fmt.Sprintf("attempt %d timed out after %d ms", a.Attempts, a.Attempt.Timeout))
+			d.lose(a, events.CauseTimedOut, fmt.Sprintf("attempt %d timed out after %d ms", a.Attempts, a.Attempt.Timeout), false)
 		}
 	case TimerSettleWindow:
 		a, ok := d.s.Action(c.Action)
@@ -886,7 +909,7 @@ func (d *decider) cancel(c Cancel) error {
 		return d.endedOrCancelling()
 	}
 	d.emit(events.CancelRequested{By: c.By, Reason: c.Reason})
-	d.notStarted(events.NotStartedCancelled)
+	d.notStarted(events.NotStartedCancelled, "cancelled")
 	for _, a := range d.s.actions {
 		if a.State == ActionRunning {
 			d.stop(a, "cancelled")
@@ -914,31 +937,67 @@ func (d *decider) recover(c Recover) error {
 	if d.s.finished {
 		return d.runEnded()
 	}
+	graceful := d.s.handedOff
 	switch c.Cause {
-	case events.RecoveredRunnerLost, events.RecoveredHandedOff:
+	case events.RecoveredRunnerLost:
+		if graceful {
+			return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %s: run %s was handed off (cause %s)", c.Cause, d.s.run, events.RecoveredHandedOff)
+		}
+	case events.RecoveredHandedOff:
+		if !graceful {
+			return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %s: run %s was not handed off (cause %s)", c.Cause, d.s.run, events.RecoveredRunnerLost)
+		}
 	default:
 		return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %q", c.Cause)
+	}
+	switch c.Then.(type) {
+	case Start, HandOff, Recover:
+		return weft.Errorf(weft.CodeInvalidRequest, "a takeover is not decided for a %s command", c.Then.CommandName())
 	}
 	previous := d.s.runner
 	d.emit(events.RunRecovered{Runner: c.Runner, Incarnation: d.s.incarnation + 1, Previous: previous, Cause: c.Cause})
 	for _, a := range d.s.actions {
 		switch {
+		case a.State == ActionRunning && graceful:
+			// The drain window closed while the body ran: the attempt is
+			// lost with its incarnation, but nothing was lost that a
+			// person answered (SEMANTICS.md §8): no approval is re-asked.
+			d.lose(a, events.CauseRunnerLost, fmt.Sprintf("runner %s handed the run off while attempt %d ran (incarnation %d)", previous, a.Attempts, a.Attempt.Incarnation), false)
 		case a.State == ActionRunning:
-			d.lose(a, events.CauseRunnerLost, fmt.Sprintf("runner %s lost while attempt %d ran (incarnation %d)", previous, a.Attempts, a.Attempt.Incarnation))
-		case a.State == ActionQueued && a.Approved:
-			// Approved but not started: the approval is asked again.
+			d.lose(a, events.CauseRunnerLost, fmt.Sprintf("runner %s lost while attempt %d ran (incarnation %d)", previous, a.Attempts, a.Attempt.Incarnation), true)
+		case a.State == ActionQueued && a.Approved && !graceful:
+			// Approved but not started at a loss: the approval is asked
+			// again. A hand-off keeps it: its reviewer is in the log.
 			d.ask(a.ID, a.Request.Requirement, events.AskRecovery)
 		}
 	}
-	if d.s.modelPending && !d.s.cancelling {
-		if c.Cause == events.RecoveredHandedOff && d.s.uncalled == d.s.turn {
-			// Never called: call it now under the same turn.
-			d.emit(events.ModelRequested{Turn: d.s.turn, Incarnation: d.s.incarnation, Why: events.TurnRecovery, Deadline: d.at(d.s.start.Limits.ModelTimeout)})
-		} else {
-			d.requestTurnRecovery()
-		}
+	if d.s.modelPending {
+		// Issued again by advance, after c.Then (SEMANTICS.md §7).
+		d.modelLost = true
+		d.recall = graceful && d.s.uncalled == d.s.turn
+	}
+	if c.Then != nil {
+		return d.command(c.Then)
 	}
 	return nil
+}
+
+// Recovered returns the state of s after the takeover r alone (r.Then is
+// ignored), without recording anything: a runner pre-checks a command that
+// takes a run over on it (CheckAnswer, the proof's requirement, the
+// arguments the policy is re-run on) before it decides Recover{Then:
+// command} on s. The error is Decide's refusal of the recovery.
+func Recovered(s State, r Recover, now time.Time) (State, error) {
+	r.Then = nil
+	evs, err := Decide(s, r, now)
+	if err != nil {
+		return s, err
+	}
+	s = s.Clone()
+	for _, e := range evs {
+		s.evolve(events.Recorded{Run: s.run, Version: s.version + 1, At: now, Event: e})
+	}
+	return s, nil
 }
 
 // requestTurnRecovery re-issues a model call lost with its runner: the lost
@@ -954,25 +1013,74 @@ func (d *decider) requestTurnRecovery() {
 
 // ---- follow-ons
 
-// notStarted ends every live action that never started.
-func (d *decider) notStarted(reason string) {
+// notStarted ends every live action that never started (ActionsNotStarted
+// with reason), because the run is cancelled or finishes (why, for the
+// evidence). An action waiting to start again after an attempt that may
+// have acted ends uncertain instead (SEMANTICS.md §5).
+func (d *decider) notStarted(reason, why string) {
 	var ids []string
+	var attempted []Action
 	for _, a := range d.s.actions {
 		switch a.State {
 		case ActionRequested, ActionAwaitingApproval, ActionQueued:
+			if hasUnresultedFence(a) {
+				attempted = append(attempted, a)
+				continue
+			}
 			ids = append(ids, a.ID)
 		}
 	}
 	if len(ids) > 0 {
 		d.emit(events.ActionsNotStarted{Actions: ids, Reason: reason})
 	}
+	for _, a := range attempted {
+		waiting := " while waiting to replay"
+		if a.State == ActionAwaitingApproval {
+			waiting = " while its approval was asked again"
+		}
+		d.endUncertain(a, why+waiting)
+	}
+}
+
+// hasUnresultedFence reports whether a waits to start again (queued for a
+// replay, or asking its approval again) after a fenced attempt that ended
+// without a result of its own (lost, crashed, timed out): that attempt may
+// have acted. Every path that would end such an action as if it never
+// started — not_started, rejected, expired, denied — ends it uncertain
+// instead (endUncertain): an attempted action is never reported as not
+// having happened (SEMANTICS.md §5).
+func hasUnresultedFence(a Action) bool {
+	return a.Attempts > 0 && (a.State == ActionQueued || a.State == ActionAwaitingApproval)
+}
+
+// endUncertain ends a, which has an unresulted fence (a as it was before
+// the decision that ends it), uncertain: the evidence names what ended it
+// (what) and the attempt that may have acted.
+func (d *decider) endUncertain(a Action, what string) {
+	lost := a.Outcome
+	if a.Detail != "" && a.Detail != a.Outcome {
+		lost += ": " + a.Detail
+	}
+	d.emit(events.ActionUncertain{Action: a.ID, Evidence: fmt.Sprintf("%s; attempt %d may have acted (%s)", what, a.Attempts, lost)})
+}
+
+// parenthesized returns " (s)", or "" for an empty s.
+func parenthesized(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
 }
 
 // finish ends the run with o: actions that never started end not_started
 // (reason), bodies still running are stopped (their effect is uncertain)
 // and open settle windows close.
 func (d *decider) finish(o events.Outcome, reason string) {
-	d.notStarted(reason)
+	why := "the run finished " + o.Kind
+	if o.Reason != "" {
+		why += "(" + o.Reason + ")"
+	}
+	d.notStarted(reason, why)
 	for _, a := range d.s.actions {
 		switch a.State {
 		case ActionRunning:
@@ -1003,6 +1111,20 @@ func (d *decider) advance() {
 	}
 	if s.handedOff {
 		return
+	}
+	if d.modelLost {
+		d.modelLost = false
+		if s.modelPending {
+			if d.recall {
+				// Never called: call it now under the same turn.
+				d.emit(events.ModelRequested{Turn: s.turn, Incarnation: s.incarnation, Why: events.TurnRecovery, Deadline: d.at(s.start.Limits.ModelTimeout)})
+			} else {
+				d.requestTurnRecovery()
+			}
+			if s.finished {
+				return
+			}
+		}
 	}
 	running := 0
 	for _, a := range s.actions {

@@ -12,8 +12,18 @@
 //
 //  1. Load the run's history and Fold it (or Evolve a snapshot with the
 //     tail). If the run is driven by nobody (its runner was lost or handed it
-//     off), Decide a Recover command first (step 2–4), which bumps the
-//     incarnation and decides every lost attempt from its recorded fence.
+//     off), the command is decided as part of a takeover: Decide
+//     Recover{Runner, Cause, Then: command} in step 2 instead of the command
+//     alone. Recover bumps the incarnation and decides every lost attempt
+//     from its recorded fence; Then is decided on that recovered state in
+//     the same decision, and only then come the recovery's follow-ons (the
+//     replay's fence, the re-issued model call, queued fences). So a cancel
+//     that takes a run over starts no body and issues no model call
+//     (SEMANTICS.md §7). A takeover with no command (a recovery scan) is
+//     Recover with a nil Then. To pre-check a command on the recovered
+//     state (CheckAnswer, the proof, the policy re-run of an approve), use
+//     Recovered; it records nothing. Cause is what the log says
+//     (State.HandedOff: handed_off, else runner_lost).
 //  2. Decide(state, command, now), where now is the store time the runner
 //     will pass to eventlog.Append as the recorded time of the batch. Decide
 //     never changes state: it returns the events, or a *weft.Error refusal.

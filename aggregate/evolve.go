@@ -250,8 +250,15 @@ func (s *State) evolve(r events.Recorded) {
 	case events.ReportRefused:
 
 	case events.ActionUncertain:
-		a := s.act(name, e.Action, ActionSettling)
-		a.State, a.Detail = ActionUncertain, e.Evidence
+		// From a closed settle window, or (SEMANTICS.md §5) from an action
+		// waiting to start again after an attempt that may have acted:
+		// cancelled or ended while queued for its replay or re-asking its
+		// approval, or just rejected, expired or denied at that approval.
+		a := s.act(name, e.Action, ActionSettling, ActionQueued, ActionAwaitingApproval, ActionRejected, ActionDenied)
+		if a.State != ActionSettling && a.Attempts == 0 {
+			s.bug(name, "action %s is %s and never had an attempt", e.Action, a.State)
+		}
+		a.State, a.Detail, a.Content = ActionUncertain, e.Evidence, nil
 
 	case events.SettlementAccepted:
 		a := s.act(name, e.Action, ActionSettling, ActionUncertain)

@@ -29,6 +29,13 @@ func TestScenarioScripts(t *testing.T) {
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no scripts: %v", err)
 	}
+	// SEMANTICS.md rules that are decisions but no numbered scenario
+	// (file ruleNN_*.txt, NN the section).
+	rules, err := filepath.Glob("testdata/rule*.txt")
+	if err != nil || len(rules) == 0 {
+		t.Fatalf("no rule scripts: %v", err)
+	}
+	paths = append(paths, rules...)
 	// Sub-agent delegation and tool_changed (docs/adr/0007).
 	more, err := filepath.Glob("testdata/delegation_*.txt")
 	if err != nil || len(more) == 0 {
@@ -62,10 +69,18 @@ type harness struct {
 	now     time.Time
 	state   State
 	history []events.Recorded
+	// takeover, set by the takeover command, is the recovery the next
+	// command is decided after (Recover.Then).
+	takeover *Recover
 }
 
 func (h *harness) decide(t *testing.T, c Command) string {
 	t.Helper()
+	if r := h.takeover; r != nil {
+		h.takeover = nil
+		r.Then = c
+		c = *r
+	}
 	evs, err := Decide(h.state, c, h.now)
 	again, err2 := Decide(h.state, c, h.now)
 	if !reflect.DeepEqual(evs, again) || fmt.Sprint(err) != fmt.Sprint(err2) {
@@ -327,6 +342,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 	case "recover":
 		return h.decide(t, Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.strArg(t, d, "cause", events.RecoveredRunnerLost)})
+
+	case "takeover":
+		// The next command reaches a run that needs takeover: it is
+		// decided as Recover{Then: command}, in one decision.
+		h.takeover = &Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.strArg(t, d, "cause", events.RecoveredRunnerLost)}
+		return "the next command takes the run over first\n"
 
 	case "tick":
 		h.now = h.now.Add(time.Duration(h.intArg(t, d, "ms", 0)) * time.Millisecond)

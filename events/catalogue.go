@@ -321,7 +321,9 @@ type ApprovalRequested struct {
 // clock; applied by the first decision at or after Expires). It is kept on
 // the action for audit. Reject and expired end the action rejected; an
 // approve authorises the action only if the policy, re-run in the same
-// decision (PolicyDecided context "approval"), allows it.
+// decision (PolicyDecided context "approval"), allows it. For a request
+// re-asked after a lost attempt, reject, expired and a denying re-run are
+// followed by ActionUncertain: the lost attempt may have acted.
 type ApprovalAnswered struct {
 	Action      string      `json:"action"`
 	Revision    int         `json:"revision"`
@@ -490,7 +492,15 @@ const (
 
 // ActionUncertain is emitted when a settling tool's settle window closed
 // without a settlement: the effect may or may not have happened and the run
-// waits for a person.
+// waits for a person. It is also emitted (SEMANTICS.md §5: an attempted
+// action is never reported as not having happened) for an action waiting
+// to start again after a fenced attempt that ended without a result of its
+// own — queued for its replay or re-asking its approval — when a path would
+// otherwise end it as if it never started: the run is cancelled or
+// finishes (instead of ActionsNotStarted), or its re-asked approval is
+// rejected, expires or is denied by the re-run policy (right after the
+// ApprovalAnswered or PolicyDecided). Evidence names the path and the
+// attempt that may have acted.
 type ActionUncertain struct {
 	Action   string `json:"action"`
 	Evidence string `json:"evidence"`
@@ -546,7 +556,8 @@ const (
 
 // ActionsNotStarted is emitted when actions end without ever starting:
 // Reason "policy_failed", "budget_exhausted", "cancelled" or
-// "run_finished".
+// "run_finished". It never names an action that had a fenced attempt
+// (such an action ends ActionUncertain instead).
 type ActionsNotStarted struct {
 	Actions []string `json:"actions"`
 	Reason  string   `json:"reason"`
@@ -584,8 +595,11 @@ type RunHandedOff struct {
 }
 
 // RunRecovered is emitted when a runner takes over a run that nobody drives
-// (Cause "runner_lost" or "handed_off"). It bumps the incarnation: reports
-// and replies of older incarnations are refused.
+// (Cause "runner_lost" or "handed_off": handed_off exactly when the last
+// incarnation ended with RunHandedOff). It bumps the incarnation: reports
+// and replies of older incarnations are refused. Only a loss re-asks
+// approvals (AttemptLost "reapprove", ApprovalRequested "recovery"); a
+// hand-off keeps every recorded approval.
 type RunRecovered struct {
 	Runner      string `json:"runner"`
 	Incarnation int    `json:"incarnation"`

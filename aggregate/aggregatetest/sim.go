@@ -269,7 +269,11 @@ func (s *Sim) Step(src Source) {
 			func() { s.Apply(aggregate.Cancel{}) },
 			func() { s.Apply(aggregate.HandOff{Runner: "r", ModelNotCalled: chance(src, "uncalled", 2)}) },
 			func() {
-				s.Apply(aggregate.Recover{Runner: "n", Cause: pick(src, "cause", []string{events.RecoveredRunnerLost, events.RecoveredHandedOff})})
+				cause := events.RecoveredRunnerLost
+				if s.State.HandedOff() {
+					cause = events.RecoveredHandedOff
+				}
+				s.Apply(aggregate.Recover{Runner: "n", Cause: cause})
 			})
 	}
 	choices[src.Intn("choice", len(choices))]()
