@@ -99,6 +99,13 @@ func (e *Error) Is(target error) bool {
 	return t.Code == e.Code && (t.Reason == "" || t.Reason == e.Reason)
 }
 
+// UnknownRun returns the unknown_run refusal for run. Every part of Weft
+// (runner, aggregate, query service, CLI) words it the same way:
+// `no run "pay-7"`.
+func UnknownRun(run string) *Error {
+	return &Error{Code: CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+}
+
 // ErrorCode returns the protocol code of err, CodeInternal when err carries
 // none, and "" for nil.
 func ErrorCode(err error) Code {

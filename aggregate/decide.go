@@ -29,7 +29,7 @@ func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
 		return decideStart(s, st, now)
 	}
 	if !s.started {
-		return nil, weft.Errorf(weft.CodeUnknownRun, "run %q does not exist", s.run)
+		return nil, weft.UnknownRun(s.run)
 	}
 	d := &decider{s: s.Clone(), now: now}
 	if !d.s.finished && !d.s.cancelling {
@@ -479,7 +479,7 @@ func (d *decider) expireDue() {
 // already_answered.
 func CheckAnswer(s State, action string, revision int, now time.Time) (Approval, error) {
 	if !s.started {
-		return Approval{}, weft.Errorf(weft.CodeUnknownRun, "run %q does not exist", s.run)
+		return Approval{}, weft.UnknownRun(s.run)
 	}
 	if s.finished {
 		return Approval{}, &weft.Error{Code: weft.CodeRunEnded, Reason: s.outcome.Kind, Message: fmt.Sprintf("run %s has finished", s.run)}

@@ -163,3 +163,34 @@ var Status = map[weft.Code]int{
 	weft.CodeUnavailable:       503,
 	weft.CodeInternal:          500,
 }
+
+// Refusals lists, for every endpoint of the "weft" service, the error
+// codes it may answer, in the order of docs/protocol.md's error table. It
+// is the source of that table's "sent by" column (a test keeps the two
+// equal, and checks that every code the command side's packages can send
+// is listed for some endpoint).
+var Refusals = map[string][]weft.Code{
+	EndpointStart:           commandRefusals(weft.CodeAlreadyStarted),
+	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused),
+	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused),
+	EndpointReconcile:       runRefusals(weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeNotReconcilable, weft.CodeInvalidContent),
+	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive),
+	EndpointSettle:          runRefusals(weft.CodeWrongReference, weft.CodeAlreadyRecorded, weft.CodeNotAwaited, weft.CodeSettleUnconfirmed, weft.CodeInvalidContent),
+	EndpointCancel:          runRefusals(weft.CodeRunEnded),
+	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
+}
+
+// commandRefusals is what every command endpoint may answer (decoding,
+// idempotency, routing, the store), plus extra.
+func commandRefusals(extra ...weft.Code) []weft.Code {
+	return append([]weft.Code{
+		weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownAgent,
+		weft.CodeRunnerBusy, weft.CodeContended, weft.CodeConflict, weft.CodeUnavailable, weft.CodeInternal,
+	}, extra...)
+}
+
+// runRefusals is what every command on an existing run may answer, plus
+// extra.
+func runRefusals(extra ...weft.Code) []weft.Code {
+	return commandRefusals(append([]weft.Code{weft.CodeUnknownRun}, extra...)...)
+}

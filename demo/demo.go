@@ -75,6 +75,9 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return err
 		}
+		if err := portFree(port); err != nil {
+			return err
+		}
 		nopts = append(nopts, natsnode.WithListen(port))
 		if o.DataDir != "" {
 			nopts = append(nopts, natsnode.WithDataDir(o.DataDir))
@@ -152,6 +155,25 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	return errors.Join(all...)
+}
+
+// ErrPortInUse is returned by Run when the port it should listen on is
+// taken (another weft dev, or any other server): a local problem, not a
+// NATS one.
+var ErrPortInUse = errors.New("demo: port in use")
+
+// portFree checks that the embedded server can listen on 127.0.0.1:port
+// (0 always can), so that a taken port is said as such instead of as a
+// server that never became ready.
+func portFree(port int) error {
+	if port == 0 {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("%w: 127.0.0.1:%d: %v (is another weft dev running? use it with NATS_URL=nats://127.0.0.1:%d, or pick another port with --listen)", ErrPortInUse, port, err, port)
+	}
+	return l.Close()
 }
 
 func listenPort(listen string) (int, error) {

@@ -225,8 +225,10 @@ type ApprovalView struct {
 	Why         string             `json:"why"`
 	Requested   time.Time          `json:"requested"`
 	Expires     *time.Time         `json:"expires,omitempty"`
-	// Answer is "", "approve", "reject", "expired" or "superseded" (the
-	// requirement changed after an approval).
+	// Answer is "", "approve", "reject" or "expired". An approval after
+	// which the policy asked for another requirement keeps "approve", with
+	// Reason "requirement changed to <name>": it authorised nothing, and
+	// the action has a new request.
 	Answer   string     `json:"answer,omitempty"`
 	Reason   string     `json:"reason,omitempty"`
 	Reviewer string     `json:"reviewer,omitempty"`

@@ -46,6 +46,17 @@ const (
 	EndpointHistory = "history"
 )
 
+// Refusals lists, for every endpoint of the query service, the error codes
+// it may answer: the "sent by" column of docs/protocol.md's error table,
+// which a test keeps equal.
+var Refusals = map[string][]weft.Code{
+	EndpointRun:       {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeUnavailable},
+	EndpointList:      {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter, weft.CodeBadCursor},
+	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
+	EndpointUncertain: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
+	EndpointHistory:   {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
+}
+
 // The bounds of a history page.
 const (
 	// DefaultHistoryLimit is the page size when HistoryRequest.Limit is 0.
@@ -259,8 +270,8 @@ func (s *Service) respondError(req micro.Request, err error) {
 	_ = req.Error(strconv.Itoa(status), string(we.Code), body)
 }
 
-// decodeRequest decodes body into T, refusing unknown fields and schemas
-// other than 1. An empty body is the zero request.
+// decodeRequest decodes body into T, ignoring unknown fields and refusing
+// schemas other than 1. An empty body is the zero request.
 func decodeRequest[T any](body []byte, schema func(T) int) (T, error) {
 	var v T
 	if len(body) == 0 {
@@ -373,7 +384,7 @@ func (s *Service) View(ctx context.Context, run string) (projections.RunView, er
 		return projections.RunView{}, fmt.Errorf("load %s: %w", run, err)
 	}
 	if len(envs) == 0 {
-		return projections.RunView{}, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+		return projections.RunView{}, weft.UnknownRun(run)
 	}
 	var v projections.RunView
 	for _, env := range envs {
@@ -458,7 +469,7 @@ func (s *Service) handleHistory(ctx context.Context, body []byte) (any, error) {
 		return nil, fmt.Errorf("load %s: %w", q.Run, err)
 	}
 	if len(envs) == 0 {
-		return nil, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", q.Run)}
+		return nil, weft.UnknownRun(q.Run)
 	}
 	if q.After > head.Version {
 		return nil, &weft.Error{Code: weft.CodeBadCursor, Message: fmt.Sprintf("after %d is past the run's last version %d", q.After, head.Version)}

@@ -212,7 +212,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 		ag, ok = r.agents[req.Agent+"@"+req.Version]
 	}
 	if !ok {
-		return api.StartReply{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: fmt.Sprintf("no runner serves agent %q version %q", req.Agent, req.Version)}
+		return api.StartReply{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: r.unknownAgent(req.Agent, req.Version)}
 	}
 	r.mu.Lock()
 	draining := r.draining

@@ -180,7 +180,7 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			return nil, err
 		}
 		if !s.Exists() {
-			return nil, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run has id %s", id)}
+			return nil, weft.UnknownRun(id)
 		}
 		a, err := r.agentFor(s)
 		if err != nil {

@@ -289,8 +289,8 @@ func settleCommand() command {
 	return command{
 		name: "settle", args: "<run> <action>", summary: "settle a settling tool's action (as its processor would)",
 		examples: []string{
-			`weft settle refund-8 1/call_1 --output '{"id":"RF-8"}' --summary "processor confirmed"`,
-			`weft settle refund-8 1/call_1 --error "card expired"`,
+			`weft settle refund-8 1/call_1_1 --output '{"id":"RF-8"}' --summary "processor confirmed"`,
+			`weft settle refund-8 1/call_1_1 --error "card expired"`,
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			output := fs.String("output", "", "the tool's output as JSON")

@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"time"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/natsnode"
 )
 
@@ -21,6 +23,7 @@ const (
 	exitUsage       = 2 // bad command line
 	exitUnavailable = 3 // NATS or the service did not answer
 	exitAudit       = 4 // audit verify found a problem
+	exitLocal       = 5 // a local problem: the store dir or port is in use, a file cannot be read or written
 )
 
 // DefaultURL is the server the client commands use without --nats or
@@ -55,6 +58,9 @@ func exitCode(err error) int {
 			return exitUnavailable
 		}
 		return exitFailed
+	case errors.Is(err, natsnode.ErrDataDirInUse), errors.Is(err, demo.ErrPortInUse),
+		errors.Is(err, fs.ErrNotExist), errors.Is(err, fs.ErrPermission), errors.Is(err, fs.ErrExist):
+		return exitLocal
 	}
 	return exitFailed
 }
@@ -115,7 +121,8 @@ func find(name string) (command, bool) {
 // exitCodesHelp is the exit code table every help text ends with.
 const exitCodesHelp = `Exit codes:
   0 success, 1 refused by the server (its error code is printed),
-  2 bad command line, 3 NATS or the service unavailable, 4 audit found a problem.
+  2 bad command line, 3 NATS or the service unavailable, 4 audit found a problem,
+  5 a local problem (store dir or port in use, a file not readable or writable).
 `
 
 const globalHelp = `weft: the Weft command-line client.
@@ -196,7 +203,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	body := c.flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "weft %s %s\n  %s\n\nFlags:\n", c.name, c.args, c.summary)
-		fs.PrintDefaults()
+		printFlags(fs)
 		if len(c.examples) > 0 {
 			fmt.Fprintf(fs.Output(), "\nExamples:\n")
 			for _, ex := range c.examples {
@@ -248,6 +255,27 @@ func interleave(fs *flag.FlagSet, args []string) []string {
 		}
 	}
 	return append(flags, pos...)
+}
+
+// printFlags prints fs's flags as the examples and docs spell them:
+// --name for names of several letters, -x for one letter (flag.PrintDefaults
+// writes -name for every flag; both forms are accepted).
+func printFlags(fs *flag.FlagSet) {
+	var b strings.Builder
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	for _, line := range strings.SplitAfter(b.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "  -"); ok {
+			name, _, _ := strings.Cut(strings.TrimRight(rest, "\n"), " ")
+			name, _, _ = strings.Cut(name, "\t")
+			if len(name) > 1 {
+				line = "  --" + rest
+			}
+		}
+		fmt.Fprint(out, line)
+	}
 }
 
 func wantArgs(args []string, n int, what string) error {

@@ -287,7 +287,7 @@ func loadDirect(ctx context.Context, e *env, run string) ([]events.Envelope, err
 		return nil, err
 	}
 	if len(envs) == 0 {
-		return nil, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+		return nil, weft.UnknownRun(run)
 	}
 	return envs, nil
 }
@@ -425,7 +425,7 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 		return err
 	}
 	if len(envs) == 0 {
-		return &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+		return weft.UnknownRun(run)
 	}
 	w := e.stdout
 	if out != "" {
@@ -477,7 +477,7 @@ func verifyLive(ctx context.Context, e *env, run string) (audit.Report, error) {
 		return audit.Report{}, err
 	}
 	if len(envs) == 0 {
-		return audit.Report{}, &weft.Error{Code: weft.CodeUnknownRun, Message: fmt.Sprintf("no run %q", run)}
+		return audit.Report{}, weft.UnknownRun(run)
 	}
 	opts := []audit.Option{audit.WithHead(head.Hash)}
 	if kv, err := js.KeyValue(ctx, projector.BucketViews); err == nil {

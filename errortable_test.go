@@ -1,0 +1,284 @@
+package weft_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/projector"
+)
+
+// errorRow is one row of docs/protocol.md's error-code table.
+type errorRow struct {
+	code    weft.Code
+	number  int
+	reasons []string // the backquoted reasons
+	sentBy  []string // expanded endpoint names ("approve", "query.run")
+}
+
+var backquoted = regexp.MustCompile("`([^`]+)`")
+
+// commandEndpoints and queryEndpoints name every endpoint as the table's
+// "sent by" column does.
+func commandEndpoints() []string { return slices.Clone(api.Endpoints) }
+
+func queryEndpoints() []string {
+	var out []string
+	for _, e := range slices.Sorted(maps.Keys(projector.Refusals)) {
+		out = append(out, "query."+e)
+	}
+	return out
+}
+
+// expandSentBy turns a "sent by" cell into endpoint names.
+func expandSentBy(t *testing.T, cell string) []string {
+	t.Helper()
+	if cell == "—" {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(cell, ", ") {
+		switch part {
+		case "every command":
+			out = append(out, commandEndpoints()...)
+		case "every run command":
+			for _, e := range commandEndpoints() {
+				if e != api.EndpointStart {
+					out = append(out, e)
+				}
+			}
+		case "every query":
+			out = append(out, queryEndpoints()...)
+		default:
+			if !slices.Contains(commandEndpoints(), part) && !slices.Contains(queryEndpoints(), part) {
+				t.Errorf("sent by %q: not an endpoint", part)
+			}
+			out = append(out, part)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func errorTable(t *testing.T) []errorRow {
+	t.Helper()
+	doc, err := os.ReadFile("docs/protocol.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const header = "| code | number | meaning | reason | sent by | nothing written? |"
+	_, rest, ok := strings.Cut(string(doc), header+"\n")
+	if !ok {
+		t.Fatalf("docs/protocol.md has no error table with the header %s", header)
+	}
+	var rows []errorRow
+	for _, line := range strings.Split(rest, "\n")[1:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		if len(cells) != 6 {
+			t.Fatalf("row with %d cells: %s", len(cells), line)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(cells[1]))
+		if err != nil {
+			t.Fatalf("row %s: number: %v", line, err)
+		}
+		r := errorRow{code: weft.Code(strings.Trim(strings.TrimSpace(cells[0]), "`")), number: n, sentBy: expandSentBy(t, strings.TrimSpace(cells[4]))}
+		for _, m := range backquoted.FindAllStringSubmatch(cells[3], -1) {
+			r.reasons = append(r.reasons, m[1])
+		}
+		rows = append(rows, r)
+	}
+	if len(rows) < 20 {
+		t.Fatalf("the error table has only %d rows", len(rows))
+	}
+	return rows
+}
+
+// declared inverts api.Refusals and projector.Refusals: code -> sorted
+// endpoint names.
+func declared() map[weft.Code][]string {
+	out := map[weft.Code][]string{}
+	for e, codes := range api.Refusals {
+		for _, c := range codes {
+			out[c] = append(out[c], e)
+		}
+	}
+	for e, codes := range projector.Refusals {
+		for _, c := range codes {
+			out[c] = append(out[c], "query."+e)
+		}
+	}
+	for c := range out {
+		slices.Sort(out[c])
+		out[c] = slices.Compact(out[c])
+	}
+	return out
+}
+
+// goFiles parses the module's non-test Go files under the given
+// directories (relative to the module root), all of them when none.
+func goFiles(t *testing.T, dirs ...string) map[string]*ast.File {
+	t.Helper()
+	out := map[string]*ast.File{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && path != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		if len(dirs) > 0 && !slices.Contains(dirs, filepath.Dir(path)) {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		out[path] = f
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// codeNames maps the Go names of error.go's Code constants to their values.
+func codeNames(t *testing.T) map[string]weft.Code {
+	t.Helper()
+	out := map[string]weft.Code{}
+	for _, f := range goFiles(t, ".") {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, sp := range g.Specs {
+				vs := sp.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+					continue
+				}
+				out[vs.Names[0].Name] = weft.Code(strings.Trim(vs.Values[0].(*ast.BasicLit).Value, `"`))
+			}
+		}
+	}
+	return out
+}
+
+// usedCodes returns the codes the files refer to as weft.CodeX.
+func usedCodes(files map[string]*ast.File, names map[string]weft.Code) map[weft.Code][]string {
+	out := map[weft.Code][]string{}
+	for path, f := range files {
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == "weft" {
+				if c, ok := names[sel.Sel.Name]; ok && !slices.Contains(out[c], path) {
+					out[c] = append(out[c], path)
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestErrorTableMatchesCode keeps docs/protocol.md's error table honest:
+// every row is a code of error.go with its api.Status number; every code
+// of error.go has a row; the endpoints of the "sent by" column are exactly
+// the ones api.Refusals and projector.Refusals declare; every code the
+// command side's packages (the runner and what it calls) refer to is
+// declared for some command endpoint and every code the query side's
+// refer to for some query endpoint; and every backquoted reason exists as
+// a string in the code.
+func TestErrorTableMatchesCode(t *testing.T) {
+	rows := errorTable(t)
+	names := codeNames(t)
+	consts := slices.Collect(maps.Values(names))
+	decl := declared()
+	var documented []weft.Code
+	for _, r := range rows {
+		documented = append(documented, r.code)
+		if !slices.Contains(consts, r.code) {
+			t.Errorf("%s: documented, but error.go has no such code", r.code)
+			continue
+		}
+		if got := api.Status[r.code]; got != r.number {
+			t.Errorf("%s: documented number %d, api.Status has %d", r.code, r.number, got)
+		}
+		if want := decl[r.code]; !slices.Equal(r.sentBy, want) {
+			t.Errorf("%s: sent by %v in docs/protocol.md, but the code declares %v (api.Refusals, projector.Refusals)", r.code, r.sentBy, want)
+		}
+	}
+	for _, c := range consts {
+		if !slices.Contains(documented, c) {
+			t.Errorf("code %s has no row in docs/protocol.md's error table", c)
+		}
+	}
+	for c := range decl {
+		if !slices.Contains(consts, c) {
+			t.Errorf("an endpoint declares %q, which is no code of error.go", c)
+		}
+	}
+
+	// What each side can send.
+	sides := []struct {
+		name      string
+		dirs      []string
+		endpoints []string
+	}{
+		{"command", []string{"api", "runner", "aggregate", "approvers", "eventlog", "tools", "policy", "agent"}, commandEndpoints()},
+		{"query", []string{"projector", "projections"}, queryEndpoints()},
+	}
+	for _, side := range sides {
+		files := goFiles(t, side.dirs...)
+		delete(files, filepath.Join("api", "wire.go")) // the tables themselves
+		for c, paths := range usedCodes(files, names) {
+			if !slices.ContainsFunc(decl[c], func(e string) bool { return slices.Contains(side.endpoints, e) }) {
+				t.Errorf("%s (used in %v) is sent by no %s endpoint of api.Refusals / projector.Refusals", c, paths, side.name)
+			}
+		}
+	}
+
+	// Every documented reason is a string of the code.
+	strs := map[string]bool{}
+	for _, f := range goFiles(t) {
+		ast.Inspect(f, func(n ast.Node) bool {
+			if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+				if s, err := strconv.Unquote(lit.Value); err == nil {
+					strs[s] = true
+				}
+			}
+			return true
+		})
+	}
+	for _, r := range rows {
+		for _, reason := range r.reasons {
+			if !strs[reason] {
+				t.Errorf("%s: reason %q appears nowhere in the code", r.code, reason)
+			}
+		}
+	}
+}
