@@ -154,14 +154,36 @@ func (r *Runner) agentFor(s aggregate.State) (*agent.Agent, error) {
 // acquire returns the locked run id, taking it over when its driver is
 // gone. It returns a *forwardError when another live runner drives it.
 // The caller must call rn.unlock.
+//
+// Acquisition is single-flight per run in this process: while one caller
+// reads the run from the log (and perhaps takes it over), the others wait
+// for it and then find the run in memory. Two concurrent takeovers in one
+// process would otherwise both decide a recovery, the second from this very
+// runner (SEMANTICS §8: only a runner that is gone is recovered from).
 func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 	if err := eventlog.CheckRun(id); err != nil {
 		return nil, err
 	}
-	for range 5 {
+	for tries := 0; tries < 5; {
 		r.mu.Lock()
 		rn, ok := r.runs[id]
+		var wait chan struct{}
+		if !ok {
+			if ch, loading := r.loading[id]; loading {
+				wait = ch
+			} else {
+				r.loading[id] = make(chan struct{})
+			}
+		}
 		r.mu.Unlock()
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s was busy for the whole command timeout", id)}
+			}
+		}
 		if ok {
 			if err := rn.lock(ctx); err != nil {
 				return nil, err
@@ -173,69 +195,86 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 				return rn, nil
 			}
 			rn.unlock()
+			tries++
 			continue
 		}
-		s, head, err := r.load(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		if !s.Exists() {
-			return nil, weft.UnknownRun(id)
-		}
-		a, err := r.agentFor(s)
-		if err != nil {
-			return nil, err
-		}
-		if _, finished := s.Finished(); finished {
-			fin := newRun(id, s, head, a)
-			_ = fin.lock(ctx)
-			return fin, nil
-		}
-		// A live driver keeps its runs, handed off or not: a draining
-		// runner records the work still in flight until it is done and
-		// deletes its liveness key.
-		driver := s.Runner()
-		if driver != r.id && r.alive(ctx, driver) {
-			return nil, &forwardError{driver: driver}
-		}
+		rn, err := r.acquireFromLog(ctx, id)
 		r.mu.Lock()
-		draining := r.draining
+		close(r.loading[id])
+		delete(r.loading, id)
 		r.mu.Unlock()
-		if draining {
-			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
+		if errors.Is(err, errAcquireAgain) {
+			tries++
+			continue
 		}
-		// Take the run over. A run recorded as ours that is not in memory
-		// was driven by an earlier process with our id: its work is lost
-		// all the same.
-		rn = newRun(id, s, head, a)
-		_ = rn.lock(ctx)
-		{
-			cause := events.RecoveredRunnerLost
-			if s.HandedOff() {
-				cause = events.RecoveredHandedOff
-			}
-			_, err := r.decideAppend(ctx, rn, aggregate.Recover{Runner: r.id, Cause: cause})
-			if err != nil {
-				rn.unlock()
-				var conflict *eventlog.ConflictError
-				if errors.As(err, &conflict) {
-					continue
-				}
-				return nil, err
-			}
-			r.tel.Emit(ctx, telemetry.RunTakenOver, "run", id, "previous", driver, "cause", cause)
-		}
-		rn.driven = true
-		r.mu.Lock()
-		r.runs[id] = rn
-		r.mu.Unlock()
-		if _, err := r.drivers.Put(ctx, id, []byte(r.id)); err != nil {
-			r.log.Warn("driver key", "run", id, "err", err)
-		}
-		r.act(ctx, rn, nil, true)
-		return rn, nil
+		return rn, err
 	}
 	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", id)}
+}
+
+// errAcquireAgain tells acquire that another writer changed the run while
+// it was being taken over: read it again.
+var errAcquireAgain = errors.New("acquire again")
+
+// acquireFromLog reads run id from the log for acquire (which holds the
+// run's single-flight slot) and takes it over when its driver is gone.
+func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
+	s, head, err := r.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.Exists() {
+		return nil, weft.UnknownRun(id)
+	}
+	a, err := r.agentFor(s)
+	if err != nil {
+		return nil, err
+	}
+	if _, finished := s.Finished(); finished {
+		fin := newRun(id, s, head, a)
+		_ = fin.lock(ctx)
+		return fin, nil
+	}
+	// A live driver keeps its runs, handed off or not: a draining
+	// runner records the work still in flight until it is done and
+	// deletes its liveness key.
+	driver := s.Runner()
+	if driver != r.id && r.alive(ctx, driver) {
+		return nil, &forwardError{driver: driver}
+	}
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
+	}
+	// Take the run over. A run recorded as ours that is not in memory
+	// (and not being acquired: see acquire) was driven by an earlier
+	// process with our id: its work is lost all the same.
+	rn := newRun(id, s, head, a)
+	_ = rn.lock(ctx)
+	cause := events.RecoveredRunnerLost
+	if s.HandedOff() {
+		cause = events.RecoveredHandedOff
+	}
+	if _, err := r.decideAppend(ctx, rn, aggregate.Recover{Runner: r.id, Cause: cause}); err != nil {
+		rn.unlock()
+		var conflict *eventlog.ConflictError
+		if errors.As(err, &conflict) {
+			return nil, errAcquireAgain
+		}
+		return nil, err
+	}
+	r.tel.Emit(ctx, telemetry.RunTakenOver, "run", id, "previous", driver, "cause", cause)
+	rn.driven = true
+	r.mu.Lock()
+	r.runs[id] = rn
+	r.mu.Unlock()
+	if _, err := r.drivers.Put(ctx, id, []byte(r.id)); err != nil {
+		r.log.Warn("driver key", "run", id, "err", err)
+	}
+	r.act(ctx, rn, nil, true)
+	return rn, nil
 }
 
 // decideAppend decides c on rn's state and appends the events, re-reading

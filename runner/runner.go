@@ -167,7 +167,8 @@ type Runner struct {
 	snaps   jetstream.KeyValue
 
 	mu       sync.Mutex
-	runs     map[string]*run // runs this runner drives
+	runs     map[string]*run          // runs this runner drives
+	loading  map[string]chan struct{} // runs being acquired: closed when done
 	draining bool
 	inflight sync.WaitGroup // model calls in flight
 	takeover sync.Map       // run -> struct{} while a takeover is being attempted
@@ -177,7 +178,7 @@ type Runner struct {
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
 	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, now: time.Now,
-		agents: map[string]*agent.Agent{}, runs: map[string]*run{}}
+		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{}}
 	for _, o := range opts {
 		o(r)
 	}

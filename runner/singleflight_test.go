@@ -1,0 +1,95 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// recoveries lists run's RunRecovered events in log order.
+func (h *harness) recoveries(run string) []events.RunRecovered {
+	h.t.Helper()
+	envs, _, err := h.srv.Log.Load(ctx(h.t), run)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []events.RunRecovered
+	for _, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		if rr, ok := ev.(events.RunRecovered); ok {
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
+// SEMANTICS §8 "only a runner that is gone is recovered from": a live
+// runner never takes over a run it drives itself. Many commands for runs
+// whose driver ("ghost") is gone reach one runner at once (a takeover scan,
+// redelivered reports, timer firings): acquisition of a run is
+// single-flight in the process, so each run is recovered exactly once, from
+// ghost, and never from the runner itself.
+func TestRecoverOnlyFromAGoneRunner_ConcurrentAcquisitionsAreSingleFlight(t *testing.T) {
+	const runs, concurrent = 12, 16
+	h := newHarness(t)
+	b := &bodies{}
+	m := model.NewScripted("s", model.Answer("unused"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+
+	// Each run waits for an approval; its driver ghost never ran here.
+	for i := range runs {
+		run := fmt.Sprint("sf-", i)
+		var s aggregate.State
+		hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+		call := payCall(500, "ok")
+		call.ID = "call_1_1"
+		hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+		appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
+			Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}}}})
+	}
+	rb, _ := h.startRunner([]*agent.Agent{a})
+
+	// Every run gets concurrent wake-ups at the same moment.
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range runs {
+		run := fmt.Sprint("sf-", i)
+		wake, _ := json.Marshal(map[string]any{"kind": "wake", "run": run})
+		for range concurrent {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, _ = h.srv.Conn.Request(runner.ForwardPrefix+rb.ID()+".cmd", wake, 10*time.Second)
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	for i := range runs {
+		run := fmt.Sprint("sf-", i)
+		h.waitFor(run, "the takeover", func(s aggregate.State) bool { return s.Runner() == rb.ID() })
+		rs := h.recoveries(run)
+		if len(rs) != 1 {
+			t.Errorf("%s: %d recoveries %+v, want exactly one (from ghost)", run, len(rs), rs)
+		}
+		for _, rr := range rs {
+			if rr.Previous == rb.ID() {
+				t.Errorf("%s: runner %s recovered the run from itself: %+v", run, rb.ID(), rr)
+			}
+		}
+	}
+}
