@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
@@ -78,8 +79,19 @@ func TestScenario31_NodeKilledWithPendingApproval(t *testing.T) {
 	if act.State != aggregate.ActionAwaitingApproval || act.Request.Revision != before.Request.Revision {
 		t.Fatalf("after restart: %s revision %d, want awaiting_approval revision %d", act.State, act.Request.Revision, before.Request.Revision)
 	}
-	if _, err := e.client.Approve(cctx(t), api.ApproveRequest{CommandID: "a", Run: "r31", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
-		t.Fatal(err)
+	// rb just started after the server restart: until it can tell that ra
+	// is gone (its grace, docs/protocol/40-commands.md) the approve is
+	// answered runner_busy, which a client retries.
+	c := cctx(t)
+	for {
+		_, err := e.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: "r31", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"})
+		if err == nil {
+			break
+		}
+		if weft.ErrorCode(err) != weft.CodeRunnerBusy || c.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	s = e.waitStatus("r31", aggregate.StatusFinished)
 	if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {

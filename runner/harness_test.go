@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
@@ -43,8 +44,13 @@ func newHarness(t *testing.T) *harness {
 // drain) or the test ends.
 func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*runner.Runner, func()) {
 	h.t.Helper()
-	nc := h.srv.Connect()
-	js := h.srv.JS
+	// Its own connection and JetStream context, so that it reconnects
+	// after a server restart (h.srv.Restart closes h.srv.JS's connection).
+	nc := h.srv.Connect(nats.MaxReconnects(-1))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
 	opts = append([]runner.Option{runner.WithLease(2 * time.Second), runner.WithDrainWindow(5 * time.Second)}, opts...)
 	r, err := runner.New(nc, js, agents, opts...)
 	if err != nil {

@@ -159,12 +159,14 @@ type Runner struct {
 	external   map[string]bool
 	workerOpts []worker.Option
 
-	agents  map[string]*agent.Agent // name@version and name (first registered)
-	list    []*agent.Agent
-	live    jetstream.KeyValue
-	drivers jetstream.KeyValue
-	cmds    jetstream.KeyValue
-	snaps   jetstream.KeyValue
+	agents map[string]*agent.Agent // name@version and name (first registered)
+	list   []*agent.Agent
+	live   jetstream.KeyValue
+	// liveStream is the stream of live, for reading delete markers.
+	liveStream jetstream.Stream
+	drivers    jetstream.KeyValue
+	cmds       jetstream.KeyValue
+	snaps      jetstream.KeyValue
 
 	mu       sync.Mutex
 	runs     map[string]*run          // runs this runner drives
@@ -172,6 +174,21 @@ type Runner struct {
 	draining bool
 	inflight sync.WaitGroup // model calls in flight
 	takeover sync.Map       // run -> struct{} while a takeover is being attempted
+	judge    judgement      // guarded by mu
+}
+
+// judgement tracks whether this runner can tell that a peer is gone
+// (alive, scan). A peer is gone when its liveness key is absent — but only
+// once this runner has been connected, with its own heartbeat recorded in
+// the same bucket, for long enough that every live peer has heartbeated
+// since: after a (re)connection, a failed heartbeat or a runners bucket
+// that was emptied or re-created, an absent key means "cannot tell" until
+// the grace has passed (SEMANTICS §8: only a runner that is gone is
+// recovered from).
+type judgement struct {
+	since      time.Time // start of the current period of continuous view
+	reconnects uint64    // the connection's reconnect count seen last
+	revision   uint64    // revision of the last heartbeat put
 }
 
 // New returns a Runner for agents over nc and js. Call Provision once
@@ -226,7 +243,7 @@ func (r *Runner) ID() string { return r.id }
 func Assets(lease time.Duration) []provision.Asset {
 	return []provision.Asset{
 		provision.Stream(timer.StreamConfig()),
-		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.MemoryStorage}),
+		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.FileStorage}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft unfinished runs and their driving runner", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
@@ -290,10 +307,37 @@ func Provision(ctx context.Context, js jetstream.JetStream, lease time.Duration,
 		}
 		replicas = max(replicas, n)
 	}
+	if err := runnersOnFile(ctx, js); err != nil {
+		return err
+	}
 	if err := provision.Ensure(ctx, js, provision.Options{Replicas: replicas}, append(Assets(lease), o.extra...)...); err != nil {
 		return err
 	}
 	return timer.Ensure(ctx, js, timer.WithReplicas(replicas))
+}
+
+// runnersOnFile deletes a weft_runners bucket that an earlier release
+// created with memory storage (a server restart emptied it and made every
+// runner look gone), so that Provision creates it again on file: JetStream
+// cannot change a stream's storage in place. Deleting it is safe: its keys
+// are heartbeats every live runner puts again within lease/4, and a runner
+// that cannot read the bucket, or does not find its own key in it, judges
+// nobody gone meanwhile (see Runner.Run).
+func runnersOnFile(ctx context.Context, js jetstream.JetStream) error {
+	s, err := js.Stream(ctx, "KV_"+RunnersBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("runner: provision: bucket %s: %w", RunnersBucket, err)
+	}
+	if s.CachedInfo().Config.Storage != jetstream.MemoryStorage {
+		return nil
+	}
+	if err := js.DeleteKeyValue(ctx, RunnersBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return fmt.Errorf("runner: provision: move bucket %s to file storage: %w", RunnersBucket, err)
+	}
+	return nil
 }
 
 // existingReplicas is the replica count of the stream name (or of the KV
@@ -380,6 +424,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
 		r.lease = st.TTL()
 	}
+	if r.liveStream, err = r.js.Stream(ctx, "KV_"+RunnersBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
+	}
 	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
 	}
@@ -392,6 +439,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.ensureTaskConsumers(ctx); err != nil {
 		return err
 	}
+	r.mu.Lock()
+	r.judge.since, r.judge.reconnects = time.Now(), r.nc.Stats().Reconnects
+	r.mu.Unlock()
 	if err := r.heartbeat(ctx); err != nil {
 		return err
 	}
@@ -475,7 +525,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	_ = fwd.Unsubscribe()
 	stopHeartbeat()
 	wg.Wait()
-	_ = r.live.Delete(context.Background(), r.id)
+	// Deleted, not left to expire: the delete marker (kept for a lease)
+	// says this runner is gone, and its runs are taken over at once (an
+	// absent key only counts as gone after a grace, see judgement).
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = r.live.Delete(rctx, r.id)
+	cancel()
 	return nil
 }
 
@@ -522,10 +577,17 @@ func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
 }
 
 func (r *Runner) heartbeat(ctx context.Context) error {
-	_, err := r.live.Put(ctx, r.id, []byte(r.now().UTC().Format(time.RFC3339Nano)))
+	rev, err := r.live.Put(ctx, r.id, []byte(r.now().UTC().Format(time.RFC3339Nano)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	if err != nil {
+		r.judge.since = time.Now() // peers cannot beat either, perhaps
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
+	if rev <= r.judge.revision {
+		r.judge.since = time.Now() // the bucket was re-created
+	}
+	r.judge.revision = rev
 	return nil
 }
 
@@ -544,7 +606,42 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// alive reports whether runner id holds a live heartbeat.
+// released reports whether runner id deleted its liveness key (a drained
+// runner does, once it has handed its runs off): the key's last message
+// is a delete marker, kept for a lease. Such a runner is gone at once.
+func (r *Runner) released(ctx context.Context, id string) bool {
+	if r.liveStream == nil {
+		return false
+	}
+	m, err := r.liveStream.GetLastMsgForSubject(ctx, "$KV."+RunnersBucket+"."+id)
+	return err == nil && m.Header.Get("KV-Operation") == "DEL"
+}
+
+// judgeGrace is how long this runner's view of the runners bucket must
+// have been continuous before an absent key means a gone runner: the lease
+// (every live runner puts its key every lease/4), plus the heartbeat
+// interval, plus the connection's reconnect wait and jitter (the time a
+// peer disconnected by the same server restart may take to come back).
+func (r *Runner) judgeGrace() time.Duration {
+	return r.lease + r.lease/4 + r.nc.Opts.ReconnectWait + r.nc.Opts.ReconnectJitter
+}
+
+// canJudge reports whether this runner can tell now that a peer whose
+// liveness key is absent is gone (see judgement).
+func (r *Runner) canJudge() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rc := r.nc.Stats().Reconnects; rc != r.judge.reconnects || !r.nc.IsConnected() {
+		r.judge.since, r.judge.reconnects = time.Now(), rc
+		return false
+	}
+	return time.Since(r.judge.since) >= r.judgeGrace()
+}
+
+// alive reports whether runner id may hold a live heartbeat: false only
+// when its key is absent and this runner can tell (canJudge, its own key
+// present). "Cannot tell" — a read error, a missing bucket, a view too
+// recent — is never "gone".
 func (r *Runner) alive(ctx context.Context, id string) bool {
 	if id == r.id {
 		r.mu.Lock()
@@ -552,7 +649,19 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		return !r.draining
 	}
 	_, err := r.live.Get(ctx, id)
-	return err == nil
+	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return true
+	}
+	if r.released(ctx, id) {
+		return false
+	}
+	if !r.canJudge() {
+		return true
+	}
+	if _, err := r.live.Get(ctx, r.id); err != nil {
+		return true // our own key is not there either: the bucket is not ours to judge by
+	}
+	return false
 }
 
 // scanLoop takes over the runs whose driver is gone. It keeps the
@@ -603,17 +712,28 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]string) {
 	if len(drivers) == 0 {
 		return
 	}
+	judge := r.canJudge()
 	liveKeys := map[string]bool{}
 	lister, err := r.live.ListKeys(ctx)
 	if err != nil {
-		return
+		return // cannot tell
 	}
 	for k := range lister.Keys() {
 		liveKeys[k] = true
 	}
+	if !liveKeys[r.id] {
+		judge = false // our own heartbeat is not there: absence tells nothing
+	}
+	gone := map[string]bool{} // by driver
+	for _, d := range drivers {
+		if _, seen := gone[d]; seen || d == r.id || liveKeys[d] {
+			continue
+		}
+		gone[d] = judge || r.released(ctx, d)
+	}
 	var orphans []string
 	for run, d := range drivers {
-		if !liveKeys[d] && d != r.id {
+		if gone[d] {
 			orphans = append(orphans, run)
 		}
 	}

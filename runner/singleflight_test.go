@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -36,6 +37,34 @@ func (h *harness) recoveries(run string) []events.RunRecovered {
 	return out
 }
 
+// release marks runner id as released until the test ends: its liveness
+// key deleted, as a drained runner deletes it (the delete marker says it is
+// gone; it is renewed within the lease).
+func (h *harness) release(id string) {
+	h.t.Helper()
+	live, err := h.srv.JS.KeyValue(ctx(h.t), runner.RunnersBucket)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := live.Delete(ctx(h.t), id); err != nil {
+		h.t.Fatal(err)
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Millisecond):
+				_ = live.Delete(context.Background(), id)
+			}
+		}
+	}()
+	h.t.Cleanup(func() { close(done); <-stopped })
+}
+
 // SEMANTICS §8 "only a runner that is gone is recovered from": a live
 // runner never takes over a run it drives itself. Many commands for runs
 // whose driver ("ghost") is gone reach one runner at once (a takeover scan,
@@ -60,6 +89,8 @@ func TestRecoverOnlyFromAGoneRunner_ConcurrentAcquisitionsAreSingleFlight(t *tes
 		appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
 			Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}}}})
 	}
+	// ghost has released its runs (so nobody waits for a grace to judge it).
+	h.release("ghost")
 	rb, _ := h.startRunner([]*agent.Agent{a})
 
 	// Every run gets concurrent wake-ups at the same moment.

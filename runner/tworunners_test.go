@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
@@ -46,7 +47,10 @@ func TestTwoRunners500Runs(t *testing.T) {
 	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
 	h.startRunner([]*agent.Agent{mk()})
 	h.startRunner([]*agent.Agent{mk()})
-	c := ctx(t)
+	// One deadline for all 1,000+ commands: generous, so that a loaded
+	// machine slows the test down instead of failing it.
+	c, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
 
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)

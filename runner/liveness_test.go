@@ -1,0 +1,126 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// SEMANTICS §8 "only a runner that is gone is recovered from", across a
+// NATS server restart: liveness survives the restart and "cannot tell"
+// (the runners bucket missing or emptied, a connection just re-established,
+// a read error) is never read as "dead". Two live runners; the server
+// restarts on the same store; right after it, the runner that does not
+// drive a suspended run is woken for it again and again. It must forward,
+// never take the run over from its live driver; the approval then completes
+// the run on the same driver.
+func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) {
+	h := newHarness(t)
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
+	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
+	ra, _ := h.startRunner([]*agent.Agent{mk()})
+	rb, _ := h.startRunner([]*agent.Agent{mk()})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "lv", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitStatus("lv", aggregate.StatusSuspended)
+	driver, other := ra.ID(), rb.ID()
+	if s.Runner() == rb.ID() {
+		driver, other = rb.ID(), ra.ID()
+	}
+
+	// Liveness is stored on file: it survives the restart.
+	kv, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config; cfg.Storage != jetstream.FileStorage {
+		t.Errorf("%s is stored in %s, want file storage", runner.RunnersBucket, cfg.Storage)
+	}
+
+	wake, _ := json.Marshal(map[string]any{"kind": "wake", "run": "lv"})
+	hammer := func(what string, d time.Duration) {
+		t.Helper()
+		for end := time.Now().Add(d); time.Now().Before(end); {
+			_, _ = h.srv.Conn.Request(runner.ForwardPrefix+other+".cmd", wake, time.Second)
+			time.Sleep(10 * time.Millisecond)
+		}
+		if rs := h.recoveries("lv"); len(rs) != 0 {
+			t.Fatalf("%s: a live runner's run was taken over: %+v", what, rs)
+		}
+	}
+	// The bucket is gone (as a memory bucket is after a restart, until
+	// someone provisions it again): nobody can tell who is alive.
+	if err := h.srv.JS.DeleteKeyValue(c, runner.RunnersBucket); err != nil {
+		t.Fatal(err)
+	}
+	hammer("runners bucket missing", time.Second)
+	// Provisioned again, empty: still nobody can tell until the live
+	// runners have heartbeated into it.
+	if err := runner.Provision(c, h.srv.JS, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	hammer("runners bucket re-created", 2*time.Second)
+	// The server restarts on the same store.
+	h.srv.Restart()
+	h.client = api.NewClient(h.srv.Conn)
+	hammer("server restarted", 4*time.Second)
+
+	act := s.Actions()[0]
+	req := api.ApproveRequest{CommandID: "a", Run: "lv", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"}
+	for {
+		_, err := h.client.Approve(c, req)
+		if err == nil {
+			break
+		}
+		if c.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s, out := finished(t, h, "lv")
+	if out.Kind != events.OutcomeCompleted || s.Runner() != driver || b.starts.Load() != 1 {
+		t.Fatalf("outcome %s, driver %s (want %s), starts %d", out.Kind, s.Runner(), driver, b.starts.Load())
+	}
+	if rs := h.recoveries("lv"); len(rs) != 0 {
+		t.Fatalf("recoveries %+v, want none", rs)
+	}
+}
+
+// A weft_runners bucket an earlier release created in memory (emptied by
+// every server restart) is re-created on file by Provision.
+func TestProvisionMovesTheRunnersBucketToFile(t *testing.T) {
+	srv := natstest.Start(t)
+	c := ctx(t)
+	if _, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: runner.RunnersBucket, TTL: time.Second, Storage: jetstream.MemoryStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Provision(c, srv.JS, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	s, err := srv.JS.Stream(c, "KV_"+runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := s.CachedInfo().Config; cfg.Storage != jetstream.FileStorage || cfg.MaxAge != time.Second {
+		t.Fatalf("runners bucket storage %s, max age %s; want file, 1s", cfg.Storage, cfg.MaxAge)
+	}
+}
