@@ -33,6 +33,7 @@ const (
 
 	// Run and action state: the command does not apply to the run as it is.
 	CodeAlreadyStarted    Code = "already_started"    // a run with this id exists (see SameInput)
+	CodeKeyReused         Code = "key_reused"         // an idempotency key was used before with another input (MCP serve)
 	CodeWrongReference    Code = "wrong_reference"    // the action does not exist in this run
 	CodeStaleReference    Code = "stale_reference"    // the revision or requirement was superseded
 	CodeAlreadyAnswered   Code = "already_answered"   // the approval request has an answer

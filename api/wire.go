@@ -144,6 +144,7 @@ var Status = map[weft.Code]int{
 	weft.CodeBadFilter:         400,
 	weft.CodeBadCursor:         400,
 	weft.CodeAlreadyStarted:    409,
+	weft.CodeKeyReused:         409,
 	weft.CodeWrongReference:    404,
 	weft.CodeStaleReference:    409,
 	weft.CodeAlreadyAnswered:   409,

@@ -12,7 +12,7 @@ import (
 // and 06 (model adapters), relative to the module root.
 var packages = []string{
 	"natsnode", "provision", "eventlog", "internal/natstest", "internal/layering", "internal/doccheck",
-	"tools", "agent", "policy", "approvers", "model", "mcptools", "internal/mcptest",
+	"tools", "agent", "policy", "approvers", "model", "mcptools", "mcpserve", "internal/mcptest",
 	"model/openai", "model/openai/openaitest", "model/anthropic", "model/anthropic/anthropictest", "model/provider",
 	"model/internal/adaptertest", "model/internal/adaptere2e", "model/internal/answer", "model/internal/fakeserver", "model/internal/httperr",
 }

@@ -1,0 +1,582 @@
+// Package mcpserve serves Weft agents as Model Context Protocol (MCP) tools:
+// an assistant that speaks MCP calls an agent as one tool, and the agent
+// runs as a durable Weft run (started over the command API, followed over
+// the query API, both on NATS). `weft mcp serve` wires it to stdio or
+// streamable HTTP; docs/mcp.md is the reference.
+//
+// # Keyed invocation
+//
+// Each agent tool takes {"input": text, "key": optional text}; the key may
+// come in the request's _meta under mcptools.MetaIdempotencyKey instead
+// (a Weft agent calling another through package mcptools sends its action's
+// key there). With a key, the run id is RunID(service, principal, key): a
+// client retrying with the same key — after a lost answer, a killed server,
+// a new session — reopens the same run instead of starting another, and the
+// same key with another input (or for another agent) answers key_reused.
+// Without a key every call is a fresh run.
+//
+// # Answers
+//
+// A call waits up to the configured wait for the run to settle, then
+// answers plainly, as text for the model and as structured content (Answer)
+// for programs, with the run id also in the result's _meta under MetaRun:
+// completed with the final answer; waiting for approval, with what to
+// approve and how; uncertain, with each action's evidence and how to
+// reconcile; ended otherwise (refused, budget exhausted, failed, cancelled:
+// isError); or still working, with the run id to ask again — the same call
+// with the same key, or the status tool. Never a guess: the answer is the
+// run's recorded status when the call returned.
+package mcpserve
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/mcptools"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/tools"
+)
+
+// The _meta keys of a tool result.
+const (
+	// MetaRun carries the run id the answer is about.
+	MetaRun = "run.weft/run"
+	// MetaStatus carries the answer's Status.
+	MetaStatus = "run.weft/status"
+)
+
+// The statuses of an Answer.
+const (
+	// StatusCompleted means the run finished completed; Answer is its answer.
+	StatusCompleted = "completed"
+	// StatusWaitingForApproval means the run waits for people to answer the
+	// approval requests in Approvals.
+	StatusWaitingForApproval = "waiting_for_approval"
+	// StatusUncertain means the effect of the actions in Uncertain may or
+	// may not have happened; the run waits until a person reconciles them.
+	// Approvals may be pending too.
+	StatusUncertain = "uncertain"
+	// StatusWorking means the run was still working when the wait ran out;
+	// ask again with the same key, or with the status tool and Run.
+	StatusWorking = "working"
+	// StatusEnded means the run finished with another outcome than
+	// completed (Outcome says which).
+	StatusEnded = "ended"
+	// StatusRefused means the call was refused (Error says why); no run
+	// was started or reopened, unless Run is set (whether the start was
+	// applied is not known).
+	StatusRefused = "refused"
+)
+
+// DefaultStatusTool is the name of the status tool unless
+// Config.StatusTool says otherwise.
+const DefaultStatusTool = "weft_run_status"
+
+// Agent is one agent served as an MCP tool.
+type Agent struct {
+	// Name is the agent name the runners serve; Version its version
+	// (empty: the version the runners serve).
+	Name, Version string
+	// Tool is the MCP tool name (default Name).
+	Tool string
+	// Description is what the client and its model read about the tool
+	// (default: a sentence naming the agent).
+	Description string
+}
+
+// Config configures New.
+type Config struct {
+	// Service names this MCP service in the run ids it derives (default
+	// "weft"): two services with different names never share a run.
+	Service string
+	// Agents are the agents served, one tool each.
+	Agents []Agent
+	// Principal says who calls: the second part of the run id of a keyed
+	// call. Default: the bearer token's user (req.Extra.TokenInfo.UserID)
+	// when the transport authenticated one, else DefaultPrincipal.
+	Principal func(ctx context.Context, req *mcp.CallToolRequest) (string, error)
+	// DefaultPrincipal is the principal of calls without an authenticated
+	// user (default "local").
+	DefaultPrincipal string
+	// Wait bounds how long a call waits for its run to settle before it
+	// answers still working (default 20 s).
+	Wait time.Duration
+	// StatusTool is the name of the tool that answers for a run id
+	// (default DefaultStatusTool); "-" serves none.
+	StatusTool string
+	// Version is the server version told to clients (default "1").
+	Version string
+}
+
+// Server serves agents as MCP tools. Create it with New; MCP returns the
+// SDK server to run on a transport.
+type Server struct {
+	cfg    Config
+	cmd    *api.Client
+	query  *projector.Client
+	mcp    *mcp.Server
+	served map[string]bool
+}
+
+// New returns a Server that starts and follows runs over nc. It refuses
+// (invalid_name, invalid_request) a config without agents, a tool name
+// outside the shared grammar (tools.ValidName) and duplicate tool names.
+func New(nc *nats.Conn, cfg Config) (*Server, error) {
+	if cfg.Service == "" {
+		cfg.Service = "weft"
+	}
+	if cfg.DefaultPrincipal == "" {
+		cfg.DefaultPrincipal = "local"
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = 20 * time.Second
+	}
+	if cfg.StatusTool == "" {
+		cfg.StatusTool = DefaultStatusTool
+	}
+	if cfg.Version == "" {
+		cfg.Version = "1"
+	}
+	if len(cfg.Agents) == 0 {
+		return nil, &weft.Error{Code: weft.CodeInvalidRequest, Message: "mcpserve: no agents to serve"}
+	}
+	s := &Server{cfg: cfg, cmd: api.NewClient(nc), query: projector.NewClient(nc), served: map[string]bool{}}
+	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "weft-" + cfg.Service, Version: cfg.Version}, &mcp.ServerOptions{
+		Instructions: "Each tool runs a Weft agent as a durable run. Pass a key to make a call safe to retry: the same key reopens the same run.",
+	})
+	seen := map[string]bool{}
+	for _, a := range cfg.Agents {
+		if a.Tool == "" {
+			a.Tool = a.Name
+		}
+		if !tools.ValidName(a.Tool) {
+			return nil, &weft.Error{Code: weft.CodeInvalidName, Message: fmt.Sprintf("mcpserve: tool name %q: must be 1-64 ASCII letters, digits, '_' or '-'", a.Tool)}
+		}
+		if seen[a.Tool] || a.Tool == cfg.StatusTool {
+			return nil, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("mcpserve: two tools are called %q", a.Tool)}
+		}
+		seen[a.Tool] = true
+		s.served[a.Name] = true
+		if a.Description == "" {
+			a.Description = fmt.Sprintf("Runs the Weft agent %s on the given input, as a durable run: it may act on the world, and may wait for a person's approval. Pass a key to retry safely.", a.Name)
+		}
+		s.mcp.AddTool(&mcp.Tool{Name: a.Tool, Description: a.Description, InputSchema: json.RawMessage(agentInputSchema), OutputSchema: json.RawMessage(answerSchema)},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return s.invoke(ctx, a, req), nil
+			})
+	}
+	if cfg.StatusTool != "-" {
+		if !tools.ValidName(cfg.StatusTool) {
+			return nil, &weft.Error{Code: weft.CodeInvalidName, Message: fmt.Sprintf("mcpserve: status tool name %q: must be 1-64 ASCII letters, digits, '_' or '-'", cfg.StatusTool)}
+		}
+		s.mcp.AddTool(&mcp.Tool{Name: cfg.StatusTool, Description: "Answers what happened to a run a tool of this server started, by its run id (waiting for it to settle first).",
+			InputSchema: json.RawMessage(statusInputSchema), OutputSchema: json.RawMessage(answerSchema)},
+			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				return s.status(ctx, req), nil
+			})
+	}
+	return s, nil
+}
+
+// MCP returns the SDK server: run it with Run on a stdio transport, or
+// serve it with mcp.NewStreamableHTTPHandler.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// runIDDomain separates these run ids from other hashes of the same parts
+// and versions the derivation.
+const runIDDomain = "weft.mcp.run.v1"
+
+// RunID returns the run id of a keyed call: "mcp-" followed by the
+// lowercase hex SHA-256 of the JSON array ["weft.mcp.run.v1", service,
+// principal, key]. The parts are framed, so ("a-b", "c") and ("a", "b-c")
+// never share a run.
+func RunID(service, principal, key string) string {
+	b, err := json.Marshal([4]string{runIDDomain, service, principal, key})
+	if err != nil {
+		panic(fmt.Sprintf("mcpserve: run id: %v", err)) // strings always marshal
+	}
+	sum := sha256.Sum256(b)
+	return "mcp-" + hex.EncodeToString(sum[:])
+}
+
+const agentInputSchema = `{"type":"object","properties":{` +
+	`"input":{"type":"string","description":"What to ask the agent."},` +
+	`"key":{"type":"string","minLength":1,"maxLength":256,"description":"Idempotency key: a call repeated with the same key and input reopens the same run instead of starting another (use one key per task; retry with it after a timeout or a lost answer). Omit it for a fresh run on every call."}},` +
+	`"required":["input"],"additionalProperties":false}`
+
+const statusInputSchema = `{"type":"object","properties":{` +
+	`"run":{"type":"string","minLength":1,"maxLength":128,"description":"The run id a previous answer gave."}},` +
+	`"required":["run"],"additionalProperties":false}`
+
+const answerSchema = `{"type":"object","properties":{` +
+	`"status":{"type":"string","enum":["completed","waiting_for_approval","uncertain","working","ended","refused"]},` +
+	`"run":{"type":"string"},"agent":{"type":"string"},"answer":{},"outcome":{"type":"object"},` +
+	`"approvals":{"type":"array","items":{"type":"object"}},"uncertain":{"type":"array","items":{"type":"object"}},` +
+	`"error":{"type":"object","properties":{"code":{"type":"string"},"reason":{"type":"string"},"message":{"type":"string"}},"required":["code"]}},` +
+	`"required":["status"]}`
+
+// Answer is the structured content of every tool result.
+type Answer struct {
+	// Status is one of the Status* constants.
+	Status string `json:"status"`
+	// Run is the run id (absent when a refusal came before any run).
+	Run string `json:"run,omitempty"`
+	// Agent is the agent the run belongs to.
+	Agent string `json:"agent,omitempty"`
+	// Answer is a completed run's answer: a JSON string for a free-text
+	// agent, the typed value otherwise.
+	Answer json.RawMessage `json:"answer,omitempty"`
+	// Outcome is the outcome of a run that ended (StatusEnded, and
+	// StatusCompleted).
+	Outcome *events.Outcome `json:"outcome,omitempty"`
+	// Approvals are the pending approval requests, in the run's action
+	// order, then its child runs'.
+	Approvals []Approval `json:"approvals,omitempty"`
+	// Uncertain are the actions whose effect is uncertain.
+	Uncertain []Uncertain `json:"uncertain,omitempty"`
+	// Error is why a call was refused.
+	Error *weft.Error `json:"error,omitempty"`
+}
+
+// Approval is one pending approval request: what a person approves.
+type Approval struct {
+	// Run and Action are the reference a person answers.
+	Run    string `json:"run"`
+	Action string `json:"action"`
+	// Tool and Arguments are what the action does.
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// Requirement is the approval requirement; Revision the request's
+	// revision; Expires its deadline, if any.
+	Requirement events.Requirement `json:"requirement"`
+	Revision    int                `json:"revision"`
+	Expires     *time.Time         `json:"expires,omitempty"`
+	// Command is the weft command that approves it.
+	Command string `json:"command"`
+}
+
+// Uncertain is one action whose effect may or may not have happened.
+type Uncertain struct {
+	// Run and Action are the reference a person reconciles.
+	Run    string `json:"run"`
+	Action string `json:"action"`
+	// Tool and Arguments are what the action did, or may have done.
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// Evidence is what is known.
+	Evidence string `json:"evidence"`
+	// Command is the weft command that reconciles it (choose one form).
+	Command string `json:"command"`
+}
+
+func (s *Server) principal(ctx context.Context, req *mcp.CallToolRequest) (string, error) {
+	if s.cfg.Principal != nil {
+		p, err := s.cfg.Principal(ctx, req)
+		if err == nil && p == "" {
+			err = errors.New("no principal")
+		}
+		return p, err
+	}
+	if req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
+		return req.Extra.TokenInfo.UserID, nil
+	}
+	return s.cfg.DefaultPrincipal, nil
+}
+
+// invoke answers one call of an agent tool.
+func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	var in struct {
+		Input *string `json:"input"`
+		Key   string  `json:"key"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(req.Params.Arguments)))
+	dec.DisallowUnknownFields()
+	if len(req.Params.Arguments) > 0 {
+		if err := dec.Decode(&in); err != nil {
+			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the arguments must be {\"input\": text, \"key\": optional text}: %v", err))
+		}
+	}
+	if in.Input == nil {
+		return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "input is missing"))
+	}
+	key := in.Key
+	if mk, ok := req.Params.Meta[mcptools.MetaIdempotencyKey]; ok {
+		ms, isString := mk.(string)
+		switch {
+		case !isString || ms == "":
+			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "_meta %s must be a non-empty string", mcptools.MetaIdempotencyKey))
+		case key != "" && key != ms:
+			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the key argument and _meta %s differ", mcptools.MetaIdempotencyKey))
+		}
+		key = ms
+	}
+	if len(key) > 256 {
+		return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the key is longer than 256 bytes"))
+	}
+	run := freshRunID()
+	if key != "" {
+		p, err := s.principal(ctx, req)
+		if err != nil {
+			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "who calls is not known: %v", err))
+		}
+		run = RunID(s.cfg.Service, p, key)
+	}
+	deadline := time.Now().Add(s.cfg.Wait)
+	started, err := s.cmd.Start(ctx, api.StartRequest{Run: run, Agent: a.Name, Version: a.Version, Input: *in.Input})
+	switch {
+	case err == nil:
+		run = started.Run
+	case errors.Is(err, &weft.Error{Code: weft.CodeAlreadyStarted}) && key != "":
+		// A retry, or another input under the same key: the run decides.
+		v, ok, verr := s.view(ctx, run, deadline)
+		if verr != nil {
+			return s.refuse(run, verr)
+		}
+		if !ok {
+			return s.result(Answer{Status: StatusWorking, Run: run, Agent: a.Name})
+		}
+		if v.Agent.Name != a.Name || v.Input != *in.Input {
+			return s.refuse("", weft.Errorf(weft.CodeKeyReused, "this key was used before for another input or another agent; repeat that input to reopen its run, or use a new key"))
+		}
+	default:
+		if c := asWeft(err).Code; c != weft.CodeUnavailable && c != weft.CodeInternal {
+			run = "" // definitely not started
+		}
+		return s.refuse(run, err)
+	}
+	return s.result(s.follow(ctx, run, deadline))
+}
+
+// status answers one call of the status tool.
+func (s *Server) status(ctx context.Context, req *mcp.CallToolRequest) *mcp.CallToolResult {
+	var in struct {
+		Run string `json:"run"`
+	}
+	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.Run == "" {
+		return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the arguments must be {\"run\": run id}"))
+	}
+	v, err := s.query.Run(ctx, in.Run)
+	if err != nil {
+		return s.refuse("", err)
+	}
+	if !s.served[v.Agent.Name] {
+		// Only the runs of the agents this server serves are its business.
+		return s.refuse("", weft.Errorf(weft.CodeUnknownRun, "no run %s of an agent this server serves", in.Run))
+	}
+	return s.result(s.follow(ctx, in.Run, time.Now().Add(s.cfg.Wait)))
+}
+
+// view returns the run's view, waiting until the read model has it (a run
+// just started may not be projected yet) or deadline passes (ok false).
+func (s *Server) view(ctx context.Context, run string, deadline time.Time) (projections.RunView, bool, error) {
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		v, err := s.query.Run(ctx, run)
+		if err == nil {
+			return v, true, nil
+		}
+		if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
+			return v, false, err
+		}
+		if !sleepUntil(ctx, pause, deadline) {
+			return v, false, ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return v, false, nil
+		}
+	}
+}
+
+// sleepUntil sleeps pause, or less when deadline comes first; false when ctx
+// ended.
+func sleepUntil(ctx context.Context, pause time.Duration, deadline time.Time) bool {
+	if d := time.Until(deadline); d < pause {
+		pause = max(d, 0)
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(pause):
+		return true
+	}
+}
+
+// follow waits until the run (with its children) is finished or suspended,
+// or deadline passes, and returns what it then is.
+func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Answer {
+	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+		fam, err := s.query.RunFamily(ctx, run)
+		if err == nil {
+			switch fam.FamilyStatus.Status {
+			case projections.StatusFinished, projections.StatusSuspended:
+				return s.settled(ctx, fam)
+			}
+		} else if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) && !errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}) {
+			return Answer{Status: StatusRefused, Run: run, Error: asWeft(err)}
+		}
+		if time.Now().After(deadline) || !sleepUntil(ctx, pause, deadline) {
+			return Answer{Status: StatusWorking, Run: run, Agent: fam.View.Agent.Name}
+		}
+	}
+}
+
+// settled turns a finished or suspended run into its answer, with the
+// approvals and uncertain effects of the run and of the child runs it waits
+// for.
+func (s *Server) settled(ctx context.Context, fam projector.RunReply) Answer {
+	v := fam.View
+	ans := Answer{Run: v.Run, Agent: v.Agent.Name}
+	s.collect(ctx, fam, &ans, 0)
+	switch {
+	case v.Status == projections.StatusFinished && v.Outcome != nil && v.Outcome.Kind == events.OutcomeCompleted:
+		ans.Status, ans.Answer, ans.Outcome = StatusCompleted, v.Outcome.Answer, v.Outcome
+	case v.Status == projections.StatusFinished:
+		ans.Status, ans.Outcome = StatusEnded, v.Outcome
+	case len(ans.Uncertain) > 0:
+		ans.Status = StatusUncertain
+	case len(ans.Approvals) > 0:
+		ans.Status = StatusWaitingForApproval
+	default:
+		// Suspended with nothing listed: a child's view lags; say so
+		// rather than guess.
+		ans.Status = StatusWorking
+	}
+	return ans
+}
+
+func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answer, depth int) {
+	v := fam.View
+	for _, a := range v.Actions {
+		switch {
+		case a.State == projections.StateAwaitingApproval && a.Pending != nil:
+			ans.Approvals = append(ans.Approvals, Approval{Run: v.Run, Action: a.ID, Tool: a.Tool, Arguments: a.Arguments,
+				Requirement: a.Pending.Requirement, Revision: a.Pending.Revision, Expires: a.Pending.Expires,
+				Command: fmt.Sprintf("weft approve %s %s --revision %d --approver NAME --credential CREDENTIAL", v.Run, a.ID, a.Pending.Revision)})
+		case a.State == projections.StateUncertain:
+			ans.Uncertain = append(ans.Uncertain, Uncertain{Run: v.Run, Action: a.ID, Tool: a.Tool, Arguments: a.Arguments, Evidence: a.Evidence,
+				Command: fmt.Sprintf("weft reconcile %s %s --output JSON | --error MESSAGE | --unconfirmed NOTE", v.Run, a.ID)})
+		}
+	}
+	if depth >= projector.MaxFamilyDepth {
+		return
+	}
+	for _, child := range fam.FamilyStatus.Waiting {
+		cf, err := s.query.RunFamily(ctx, child)
+		if err == nil {
+			s.collect(ctx, cf, ans, depth+1)
+		}
+	}
+}
+
+func asWeft(err error) *weft.Error {
+	var we *weft.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	return &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
+}
+
+// refuse answers a refused call. run is the run the call was about, if
+// any: with a start that may have been applied (unavailable, internal) the
+// answer names it, so the caller can ask again.
+func (s *Server) refuse(run string, err error) *mcp.CallToolResult {
+	return s.result(Answer{Status: StatusRefused, Run: run, Error: asWeft(err)})
+}
+
+// freshRunID is the run id of a call without a key: random, so every such
+// call is a new run, and known before the start so that a start whose
+// answer was lost can still be asked about.
+func freshRunID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "mcp-" + hex.EncodeToString(b[:])
+}
+
+// result renders ans as a tool result: the plain text, the structured
+// content, and the run id and status in _meta.
+func (s *Server) result(ans Answer) *mcp.CallToolResult {
+	r := &mcp.CallToolResult{
+		Content:           []mcp.Content{&mcp.TextContent{Text: s.text(ans)}},
+		StructuredContent: ans,
+		IsError:           ans.Status == StatusRefused || ans.Status == StatusEnded,
+		Meta:              mcp.Meta{MetaStatus: ans.Status},
+	}
+	if ans.Run != "" {
+		r.Meta[MetaRun] = ans.Run
+	}
+	return r
+}
+
+// text is the plain-language answer the model reads.
+func (s *Server) text(ans Answer) string {
+	again := fmt.Sprintf("repeat this call with the same key, or call %s with {\"run\": %q}", s.cfg.StatusTool, ans.Run)
+	if s.cfg.StatusTool == "-" {
+		again = "repeat this call with the same key"
+	}
+	var b strings.Builder
+	switch ans.Status {
+	case StatusCompleted:
+		fmt.Fprintf(&b, "Completed (run %s). The answer:\n%s", ans.Run, answerText(ans.Answer))
+	case StatusWaitingForApproval:
+		fmt.Fprintf(&b, "Waiting for approval (run %s): nothing more happens until a person answers.", ans.Run)
+	case StatusUncertain:
+		fmt.Fprintf(&b, "Uncertain (run %s): the effect of %d action(s) may or may not have happened; the run waits until a person reconciles them. Do not report them as done or as failed.", ans.Run, len(ans.Uncertain))
+	case StatusWorking:
+		fmt.Fprintf(&b, "Still working (run %s). Ask again later: %s.", ans.Run, again)
+	case StatusEnded:
+		fmt.Fprintf(&b, "The run %s ended %s without an answer.", ans.Run, outcomeText(ans.Outcome))
+	case StatusRefused:
+		fmt.Fprintf(&b, "Refused: %s.", ans.Error.Error())
+		switch {
+		case ans.Error.Code == weft.CodeKeyReused:
+			b.WriteString(" Nothing was started.")
+		case ans.Run != "" && (ans.Error.Code == weft.CodeUnavailable || ans.Error.Code == weft.CodeInternal):
+			fmt.Fprintf(&b, " Whether run %s started is not known: to find out, %s.", ans.Run, again)
+		}
+	}
+	for _, a := range ans.Approvals {
+		fmt.Fprintf(&b, "\n- approval needed: run %s action %s calls %s with %s; requirement %s v%d, revision %d", a.Run, a.Action, a.Tool, a.Arguments, a.Requirement.Name, a.Requirement.Version, a.Revision)
+		if a.Expires != nil {
+			fmt.Fprintf(&b, ", expires %s", a.Expires.UTC().Format(time.RFC3339))
+		}
+		fmt.Fprintf(&b, ". A person approves with: %s", a.Command)
+	}
+	for _, u := range ans.Uncertain {
+		fmt.Fprintf(&b, "\n- effect uncertain: run %s action %s called %s with %s; evidence: %s. A person reconciles with: %s", u.Run, u.Action, u.Tool, u.Arguments, u.Evidence, u.Command)
+	}
+	if ans.Status == StatusWaitingForApproval || ans.Status == StatusUncertain {
+		fmt.Fprintf(&b, "\nOnce a person has acted, %s.", again)
+	}
+	return b.String()
+}
+
+func answerText(a json.RawMessage) string {
+	var s string
+	if json.Unmarshal(a, &s) == nil {
+		return s
+	}
+	return string(a)
+}
+
+func outcomeText(o *events.Outcome) string {
+	if o == nil {
+		return "(outcome unknown)"
+	}
+	if o.Reason != "" {
+		return o.Kind + "(" + o.Reason + ")"
+	}
+	return o.Kind
+}
