@@ -60,6 +60,7 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 		}
 		wasDriven := rn.driven
 		err = fn(ctx, rn)
+		r.finishTakeover(ctx, rn)
 		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
 		rn.unlock()
 		var conflict *eventlog.ConflictError
@@ -502,12 +503,7 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 }
 
 func (r *Runner) wakeLocked(ctx context.Context, rn *run) error {
-	now := r.now()
-	for _, t := range aggregate.Pending(rn.state).Timers {
-		if !t.At.After(now) {
-			_ = r.step(ctx, rn, t.Command())
-		}
-	}
+	r.applyDue(ctx, rn)
 	return nil
 }
 
@@ -526,6 +522,14 @@ func (r *Runner) handOffAll(ctx context.Context, release bool) {
 	for _, rn := range list {
 		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		if err := rn.lock(lctx); err != nil {
+			cancel()
+			continue
+		}
+		if rn.takeover != nil {
+			// Never taken over (its recovery was not recorded): not ours
+			// to hand off.
+			r.drop(rn)
+			rn.unlock()
 			cancel()
 			continue
 		}

@@ -39,6 +39,17 @@ type run struct {
 	redispatch  *time.Timer // a wake-up after a failed task publish
 	snapAt      uint64
 	asked       map[string]time.Time // approval requests seen: action#revision → when
+
+	// takeover is the recovery this runner decided to make (its driver is
+	// gone) but has not recorded yet: it is recorded together with the
+	// command that acquired the run, decided on the recovered state before
+	// any effect of the recovery (SEMANTICS §7), or on its own once that
+	// command recorded nothing. While it is set, pre is the state in the
+	// log and state the recovered view (aggregate.Recovered) that the
+	// command's pre-checks read; nothing is acted on.
+	takeover *aggregate.Recover
+	pre      aggregate.State
+	previous string // the gone driver
 }
 
 func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {
@@ -250,31 +261,68 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	}
 	// Take the run over. A run recorded as ours that is not in memory
 	// (and not being acquired: see acquire) was driven by an earlier
-	// process with our id: its work is lost all the same.
+	// process with our id: its work is lost all the same. Nothing is
+	// recorded yet: the caller's command is decided together with the
+	// recovery (see run.takeover).
 	rn := newRun(id, s, head, a)
 	_ = rn.lock(ctx)
 	cause := events.RecoveredRunnerLost
 	if s.HandedOff() {
 		cause = events.RecoveredHandedOff
 	}
-	if _, err := r.decideAppend(ctx, rn, aggregate.Recover{Runner: r.id, Cause: cause}); err != nil {
+	t := aggregate.Recover{Runner: r.id, Cause: cause}
+	view, err := aggregate.Recovered(s, t, r.now().UTC())
+	if err != nil {
 		rn.unlock()
-		var conflict *eventlog.ConflictError
-		if errors.As(err, &conflict) {
-			return nil, errAcquireAgain
-		}
 		return nil, err
 	}
-	r.tel.Emit(ctx, telemetry.RunTakenOver, "run", id, "previous", driver, "cause", cause)
+	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
 	rn.driven = true
 	r.mu.Lock()
 	r.runs[id] = rn
 	r.mu.Unlock()
-	if _, err := r.drivers.Put(ctx, id, []byte(r.id)); err != nil {
-		r.log.Warn("driver key", "run", id, "err", err)
-	}
-	r.act(ctx, rn, nil, true)
 	return rn, nil
+}
+
+// takeOver records rn's pending takeover with c (nil for none) as the
+// command it is for: Recover{Then: c} decided on the state in the log, so
+// that c is judged on the recovered state before any follow-on of the
+// recovery. It returns what decideAppend returns. When the takeover did
+// not land and rn is still this runner's, it stays pending.
+func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+	t := *rn.takeover
+	t.Then = c
+	before := rn.pre.Incarnation()
+	rn.state, rn.takeover = rn.pre, nil
+	evs, err := r.decideAppend(ctx, rn, t)
+	if rn.state.Runner() == r.id && rn.state.Incarnation() > before {
+		rn.pre = aggregate.State{}
+		r.tel.Emit(ctx, telemetry.RunTakenOver, "run", rn.id, "previous", rn.previous, "cause", t.Cause)
+		if _, perr := r.drivers.Put(ctx, rn.id, []byte(r.id)); perr != nil {
+			r.log.Warn("driver key", "run", rn.id, "err", perr)
+		}
+		return evs, err
+	}
+	if rn.driven {
+		// Not recorded (the store did not answer): still to do.
+		t.Then = nil
+		rn.pre, rn.takeover = rn.state, &t
+		if view, verr := aggregate.Recovered(rn.pre, t, r.now().UTC()); verr == nil {
+			rn.state = view
+		}
+	}
+	return evs, err
+}
+
+// finishTakeover records rn's pending takeover on its own, when the
+// command that acquired the run recorded nothing, and performs its work.
+func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
+	if rn.takeover == nil || !rn.driven {
+		return
+	}
+	if err := r.step(ctx, rn, nil); err != nil {
+		r.log.Warn("takeover", "run", rn.id, "err", err)
+	}
 }
 
 // decideAppend decides c on rn's state and appends the events, re-reading
@@ -282,6 +330,9 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 // refusal (events and a refusal may come together). After a conflict that
 // made another runner the driver it returns the *eventlog.ConflictError.
 func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+	if rn.takeover != nil {
+		return r.takeOver(ctx, rn, c)
+	}
 	for range 8 {
 		now := r.now().UTC()
 		evs, derr := aggregate.Decide(rn.state, c, now)
@@ -405,17 +456,22 @@ func (r *Runner) drop(rn *run) {
 
 // step decides c, appends, and acts; ResolveCalls follow-ups are decided
 // in the same step. It returns Decide's refusal.
+//
+// On a run whose takeover is pending (run.takeover) the takeover is
+// recorded with c (c may be nil then: the takeover alone), and everything
+// the run needs is acted on.
 func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
+	takeover := rn.takeover != nil
 	evs, err := r.decideAppend(ctx, rn, c)
 	if len(evs) > 0 && rn.driven {
-		r.act(ctx, rn, evs, false)
+		r.act(ctx, rn, evs, takeover)
 	}
 	return err
 }
 
 // act performs the effects of rn's Pending work (append first, then act).
 func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all bool) {
-	if !rn.driven {
+	if !rn.driven || rn.takeover != nil {
 		return
 	}
 	for _, ev := range appended {
@@ -657,24 +713,38 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 func (r *Runner) command(ctx context.Context, id string, c aggregate.Command) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	rn, err := r.acquire(ctx, id)
-	if err != nil {
-		var fe *forwardError
-		if errors.As(err, &fe) {
-			if _, ok := c.(aggregate.TimerFired); ok {
-				return r.forwardWake(ctx, fe.driver, id)
+	for attempt := 0; ; attempt++ {
+		rn, err := r.acquire(ctx, id)
+		if err != nil {
+			var fe *forwardError
+			if errors.As(err, &fe) {
+				if _, ok := c.(aggregate.TimerFired); ok {
+					return r.forwardWake(ctx, fe.driver, id)
+				}
 			}
+			return err
+		}
+		wasDriven := rn.driven
+		err = r.commandLocked(ctx, rn, c)
+		r.finishTakeover(ctx, rn)
+		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
+		rn.unlock()
+		var conflict *eventlog.ConflictError
+		if attempt == 0 && lost && errors.As(err, &conflict) {
+			continue // another runner drives it now: route it there
 		}
 		return err
 	}
-	defer rn.unlock()
+}
+
+func (r *Runner) commandLocked(ctx context.Context, rn *run, c aggregate.Command) error {
 	if mr, ok := c.(aggregate.ModelReply); ok && rn.modelTurn == mr.Turn {
 		rn.modelTurn, rn.modelCancel = 0, nil
 	}
 	if mf, ok := c.(aggregate.ModelFailure); ok && rn.modelTurn == mf.Turn {
 		rn.modelTurn, rn.modelCancel = 0, nil
 	}
-	err = r.step(ctx, rn, c)
+	err := r.step(ctx, rn, c)
 	if mr, ok := c.(aggregate.ModelReply); ok && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
 		// A reply too large to record cannot be decided on (every input
 		// becomes an event first): the turn failed with an unreadable
@@ -709,14 +779,24 @@ func (r *Runner) wake(ctx context.Context, id string) error {
 		}
 		return nil
 	}
+	r.applyDue(ctx, rn)
+	if rn.takeover != nil {
+		r.finishTakeover(ctx, rn)
+		return nil
+	}
+	r.act(ctx, rn, nil, true)
+	return nil
+}
+
+// applyDue decides every timer of rn that is due (the first one records a
+// pending takeover with it).
+func (r *Runner) applyDue(ctx context.Context, rn *run) {
 	now := r.now()
 	for _, t := range aggregate.Pending(rn.state).Timers {
 		if !t.At.After(now) {
 			if err := r.step(ctx, rn, t.Command()); err != nil {
-				r.log.Debug("due timer", "run", id, "err", err)
+				r.log.Debug("due timer", "run", rn.id, "err", err)
 			}
 		}
 	}
-	r.act(ctx, rn, nil, true)
-	return nil
 }

@@ -156,6 +156,7 @@ type Runner struct {
 	lease      time.Duration
 	drain      time.Duration
 	noWorker   bool
+	noScan     bool // tests (export_test.go)
 	external   map[string]bool
 	workerOpts []worker.Option
 
@@ -465,7 +466,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() { defer wg.Done(); r.heartbeatLoop(hb) }()
-	go func() { defer wg.Done(); r.scanLoop(bg) }()
+	go func() {
+		defer wg.Done()
+		if !r.noScan {
+			r.scanLoop(bg)
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		_ = r.timers.Consume(bg, func(ctx context.Context, f timer.Fired) error {
@@ -548,6 +554,10 @@ func (r *Runner) busy() bool {
 		case rn.sem <- struct{}{}:
 		default:
 			return true // a command is being applied
+		}
+		if rn.takeover != nil {
+			rn.unlock()
+			continue // not taken over: nothing of ours runs
 		}
 		running := rn.modelTurn != 0
 		for _, a := range rn.state.Actions() {
