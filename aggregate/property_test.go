@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"os"
 	"reflect"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -22,9 +25,10 @@ type rapidSource struct{ t *rapid.T }
 
 func (r rapidSource) Intn(label string, n int) int { return rapid.IntRange(0, n-1).Draw(r.t, label) }
 
-// TestProperties checks the invariants (a)–(i) of the aggregate over random
+// TestProperties checks the invariants (a)–(m) of the aggregate over random
 // command sequences (aggregatetest.Sim: the work Pending asks for plus
-// stale, duplicate and racing commands).
+// stale, duplicate and racing commands, runner deaths, hand-offs,
+// takeovers and failed appends).
 func TestProperties(t *testing.T) {
 	// 100 random runs (rapid's default) found a budget bug only once in
 	// ~5000 runs; check 1000 unless -rapid.checks says otherwise.
@@ -41,7 +45,8 @@ func TestProperties(t *testing.T) {
 		for _, n := range []events.Name{events.NameAttemptFenced, events.NameAttemptReported, events.NameAttemptLost,
 			events.NameApprovalAnswered, events.NameSettlementAccepted, events.NameReconciled, events.NameRunRecovered,
 			events.NameCancelRequested, events.NameReportRefused, events.NameRunFinished, events.NameRequirementChanged,
-			events.NameChildStarted, events.NameChildSettled} {
+			events.NameChildStarted, events.NameChildSettled, events.NameRunHandedOff, events.NameActionUncertain,
+			events.NameActionsNotStarted, events.NameSettlementRefused, events.NameAnswerRejected, events.NameModelFailed} {
 			if seen[n] == 0 && !t.Failed() {
 				t.Errorf("the random commands never produced %s", n)
 			}
@@ -50,53 +55,110 @@ func TestProperties(t *testing.T) {
 	})
 	rapid.Check(t, func(t *rapid.T) {
 		src := rapidSource{t}
-		s := aggregatetest.New()
-		s.Check = func(before aggregate.State, c aggregate.Command, evs []events.Event, err error) {
-			// (f) The same command on the same state gives the same events.
-			again, err2 := aggregate.Decide(before, c, s.Now)
-			if !reflect.DeepEqual(evs, again) || fmt.Sprint(err) != fmt.Sprint(err2) {
-				t.Fatalf("(f) Decide is not deterministic for %s", c.CommandName())
-			}
-			// (g) Evolve accepted everything Decide produced: Sim.Apply
-			// would have panicked otherwise.
-			// (d) Ended actions never change.
-			for _, a := range before.Actions() {
-				if !a.State.Ended() {
-					continue
-				}
-				now, _ := s.State.Action(a.ID)
-				if !reflect.DeepEqual(a, now) {
-					t.Fatalf("(d) ended action %s changed: %s -> %s after %s", a.ID, a.State, now.State, c.CommandName())
-				}
-			}
-			// (h) Folding the events from scratch equals the state the
-			// decisions were made on.
-			if !reflect.DeepEqual(aggregate.Fold(s.History).Clone(), s.State.Clone()) {
-				t.Fatalf("(h) fold from scratch differs after %s", c.CommandName())
-			}
+		var s *aggregatetest.Sim
+		fail := func(format string, args ...any) {
+			t.Fatalf(format+"\n%s", append(args, aggregatetest.Describe(s.Events()))...)
 		}
+		s = checkedSim(fail)
 		defer func() {
 			for _, r := range s.History {
 				seen[r.Event.EventName()]++
 			}
 		}()
 		s.Start(src)
-		steps := rapid.IntRange(10, 80).Draw(t, "steps")
-		for range steps {
+		n := rapid.IntRange(10, 80).Draw(t, "steps")
+		for range n {
 			s.Step(src)
 		}
-		checkLog(t, s)
-		// (f) Replaying the same commands at the same times from scratch
-		// produces the same events.
-		replay := aggregatetest.New()
-		for _, c := range s.Commands {
-			replay.Now = c.Now
-			replay.Apply(c.Command)
-		}
-		if !reflect.DeepEqual(replay.History, s.History) {
-			t.Fatalf("(f) the same commands produced different events")
-		}
+		checkRun(fail, s)
 	})
+}
+
+// TestPropertiesSeeded checks the same invariants as TestProperties over
+// longer runs drawn uniformly from seeded generators (rapid favours small
+// draws, so its runs end early; these reach hand-offs, takeovers, replays
+// and re-approvals far more often). A failure names its seed. It runs 400
+// seeds; WEFT_PROPERTY_SEEDS=N runs N (e.g. 20000 before a release).
+func TestPropertiesSeeded(t *testing.T) {
+	seeds := uint64(400)
+	if v := os.Getenv("WEFT_PROPERTY_SEEDS"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("WEFT_PROPERTY_SEEDS=%q: %v", v, err)
+		}
+		seeds = n
+	}
+	seen := map[events.Name]int{}
+	for seed := range seeds {
+		var s *aggregatetest.Sim
+		fail := func(format string, args ...any) {
+			t.Fatalf("seed %d: "+format+"\n%s", append(append([]any{seed}, args...), aggregatetest.Describe(s.Events()))...)
+		}
+		s = checkedSim(fail)
+		src := aggregatetest.Rand(seed)
+		s.Start(src)
+		for range 120 {
+			s.Step(src)
+		}
+		checkRun(fail, s)
+		for _, r := range s.History {
+			seen[r.Event.EventName()]++
+		}
+	}
+	for _, n := range events.Names {
+		if seen[n] == 0 {
+			t.Errorf("the seeded runs never produced %s", n)
+		}
+	}
+	t.Logf("events produced: %v", seen)
+}
+
+// checkedSim returns a simulation that checks the per-decision invariants
+// after every decision, reporting a violation with fail.
+func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
+	s := aggregatetest.New()
+	var steps stepChecker
+	s.Check = func(before aggregate.State, c aggregate.Command, evs []events.Event, err error) {
+		// (j), (k), (l), (m).
+		steps.check(fail, s, before, c, evs)
+		// (f) The same command on the same state gives the same events.
+		again, err2 := aggregate.Decide(before, c, s.Now)
+		if !reflect.DeepEqual(evs, again) || fmt.Sprint(err) != fmt.Sprint(err2) {
+			fail("(f) Decide is not deterministic for %s", c.CommandName())
+		}
+		// (g) Evolve accepted everything Decide produced: Sim.Apply
+		// would have panicked otherwise.
+		// (d) Ended actions never change.
+		for _, a := range before.Actions() {
+			if !a.State.Ended() {
+				continue
+			}
+			now, _ := s.State.Action(a.ID)
+			if !reflect.DeepEqual(a, now) {
+				fail("(d) ended action %s changed: %s -> %s after %s", a.ID, a.State, now.State, c.CommandName())
+			}
+		}
+		// (h) Folding the events from scratch equals the state the
+		// decisions were made on.
+		if !reflect.DeepEqual(aggregate.Fold(s.History).Clone(), s.State.Clone()) {
+			fail("(h) fold from scratch differs after %s", c.CommandName())
+		}
+	}
+	return s
+}
+
+// checkRun checks the invariants of a finished simulation: over its log,
+// and (f) that replaying its commands from scratch gives its history.
+func checkRun(fail func(string, ...any), s *aggregatetest.Sim) {
+	checkLog(fail, s)
+	replay := aggregatetest.New()
+	for _, c := range s.Commands {
+		replay.Now = c.Now
+		replay.Apply(c.Command)
+	}
+	if !reflect.DeepEqual(replay.History, s.History) {
+		fail("(f) the same commands produced different events")
+	}
 }
 
 // TestRandomRunsWithSeeds runs the seeded generator other packages use, so
@@ -119,7 +181,7 @@ func TestRandomRunsWithSeeds(t *testing.T) {
 }
 
 // checkLog checks the invariants over the whole event log.
-func checkLog(t *rapid.T, s *aggregatetest.Sim) {
+func checkLog(fail func(string, ...any), s *aggregatetest.Sim) {
 	type key struct {
 		action  string
 		attempt int
@@ -128,9 +190,6 @@ func checkLog(t *rapid.T, s *aggregatetest.Sim) {
 	fences := map[string]int{}
 	budget := map[string]int{}
 	outcomes := map[key]int{}
-	fail := func(format string, args ...any) {
-		t.Fatalf(format+"\n%s", append(args, aggregatetest.Describe(s.Events()))...)
-	}
 	for _, e := range s.Events() {
 		switch e := e.(type) {
 		case events.AttemptFenced:
@@ -289,5 +348,154 @@ func TestSnapshotThenTail(t *testing.T) {
 	var st aggregate.State
 	if err := json.Unmarshal([]byte(`{"schema":2}`), &st); err == nil {
 		t.Fatal("a snapshot of another schema was accepted")
+	}
+}
+
+// stepChecker checks the properties of each decision that issue 07 added
+// (SEMANTICS.md §5, §7, §8):
+//
+//   - (j) an action with a fenced attempt is never not_started, rejected
+//     or denied: an attempted action is never reported as not having
+//     happened;
+//   - (k) a decision that cancels or ends the run fences no attempt and
+//     requests no model turn, nor did the takeover decided for it just
+//     before (a two-step takeover: the recovery's follow-ons would run
+//     before the cancel);
+//   - (l) a graceful hand-off never creates an approval request: a
+//     recovery with cause handed_off asks for no approval and re-approves
+//     no lost attempt;
+//   - (m) the simulation found no work that was dropped (Sim.Problems:
+//     Pending equals the work the appended events called for, a failed
+//     append leaves its work derivable, a working run has work listed).
+type stepChecker struct {
+	takeover []events.Event // the recovery decided for the next command
+}
+
+func (k *stepChecker) check(fail func(string, ...any), s *aggregatetest.Sim, before aggregate.State, c aggregate.Command, evs []events.Event) {
+	for _, a := range s.State.Actions() {
+		switch a.State {
+		case aggregate.ActionNotStarted, aggregate.ActionRejected, aggregate.ActionDenied:
+			if was, _ := before.Action(a.ID); a.Attempts > 0 && was.State != a.State {
+				fail("(j) %s had %d fenced attempt(s) but ended %s by %s", a.ID, a.Attempts, a.State, commandName(c))
+			}
+		}
+	}
+	for _, e := range evs {
+		if r, ok := e.(events.RunRecovered); ok && r.Cause == events.RecoveredHandedOff {
+			for _, e := range evs {
+				switch e := e.(type) {
+				case events.ApprovalRequested:
+					// The command the takeover was for may ask (a
+					// changed requirement); the recovery never does.
+					if e.Why == events.AskRecovery {
+						fail("(l) the hand-off's recovery asked %s for approval again (revision %d)", e.Action, e.Revision)
+					}
+				case events.AttemptLost:
+					if e.Next == events.NextReapprove {
+						fail("(l) the hand-off's recovery re-approves %s", e.Action)
+					}
+				}
+			}
+		}
+	}
+	recovery := k.takeover
+	k.takeover = nil
+	if r, ok := c.(aggregate.Recover); ok && r.Then == nil && s.TakeoverFor != nil {
+		k.takeover = evs
+		return
+	}
+	ends := false
+	for _, e := range evs {
+		switch e.(type) {
+		case events.CancelRequested, events.RunFinished:
+			ends = true
+		}
+	}
+	if ends {
+		for _, e := range append(recovery, evs...) {
+			switch e := e.(type) {
+			case events.AttemptFenced:
+				fail("(k) %s cancelled or ended the run, yet %s attempt %d was fenced for it", commandName(c), e.Action, e.Attempt)
+			case events.ModelRequested:
+				fail("(k) %s cancelled or ended the run, yet model turn %d was requested for it", commandName(c), e.Turn)
+			}
+		}
+	}
+	if len(s.Problems) > 0 {
+		fail("%s", s.Problems[0])
+	}
+}
+
+// commandName names c, and for a takeover the command it was for.
+func commandName(c aggregate.Command) string {
+	if r, ok := c.(aggregate.Recover); ok && r.Then != nil {
+		return "recover+" + r.Then.CommandName()
+	}
+	return c.CommandName()
+}
+
+// TestPropertyKFindsATwoStepTakeover checks that property (k) can fail: a
+// runner that takes a run over and then decides the command as a second
+// decision (Recover alone, as before Recover.Then) fences replays and
+// re-issues model calls before the cancel it took the run over for
+// (SEMANTICS.md §7, issue 07 violation 2). The same seeds with Then pass.
+func TestPropertyKFindsATwoStepTakeover(t *testing.T) {
+	found := 0
+	for seed := range uint64(300) {
+		for _, twoStep := range []bool{false, true} {
+			s := aggregatetest.New()
+			s.TwoStepTakeover = twoStep
+			var steps stepChecker
+			var violation string
+			s.Check = func(before aggregate.State, c aggregate.Command, evs []events.Event, _ error) {
+				steps.check(func(format string, args ...any) {
+					if violation == "" {
+						violation = fmt.Sprintf(format, args...)
+					}
+				}, s, before, c, evs)
+			}
+			src := aggregatetest.Rand(seed)
+			s.Start(src)
+			for range 80 {
+				s.Step(src)
+			}
+			switch {
+			case !twoStep && violation != "":
+				t.Fatalf("seed %d: %s\n%s", seed, violation, aggregatetest.Describe(s.Events()))
+			case twoStep && violation != "":
+				if !strings.HasPrefix(violation, "(k)") {
+					t.Fatalf("seed %d, two-step takeover: %s", seed, violation)
+				}
+				found++
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("(k) never failed for a runner deciding takeover and cancel as two decisions")
+	}
+	t.Logf("(k) found the two-step takeover in %d of 300 seeds", found)
+}
+
+// TestSimFindsDroppedWork checks that the simulation's property (m) can
+// fail: work in flight that Pending does not list, and work Pending lists
+// that the driver dropped, are both recorded as problems.
+func TestSimFindsDroppedWork(t *testing.T) {
+	s := aggregatetest.New()
+	s.Start(aggregatetest.Rand(1))
+	if len(s.Problems) != 0 || !s.InFlight["model 1"] {
+		t.Fatalf("after start: problems %v, in flight %v", s.Problems, s.InFlight)
+	}
+	// The driver forgets the model call it was making, then records
+	// something else: Pending still lists the call.
+	delete(s.InFlight, "model 1")
+	s.Apply(aggregate.Report{Action: "9/x", Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{}`)})
+	if len(s.Problems) != 1 || !strings.Contains(s.Problems[0], "model 1") {
+		t.Fatalf("a dropped model call: problems %v", s.Problems)
+	}
+	// Work in flight that Pending does not list.
+	s.InFlight["dispatch 1/a#1"] = true
+	s.Apply(aggregate.Report{Action: "9/x", Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{}`)})
+	if len(s.Problems) != 2 || !strings.Contains(s.Problems[1], "dispatch 1/a#1") {
+		t.Fatalf("stray work in flight: problems %v", s.Problems)
 	}
 }

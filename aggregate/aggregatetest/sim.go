@@ -4,16 +4,33 @@
 // Source: a seeded math/rand/v2 generator (Rand) or a property-testing
 // framework's draws, so that any failure is reproducible from its seed.
 //
-// The commands are what a runner and the outside world could send: the work
-// Pending asks for (model replies and failures, validation and policy
-// outcomes, worker reports, timers) and also stale, duplicate, racing and
-// out-of-place ones (old attempts, superseded revisions, settlements of
-// running bodies, cancels, hand-offs, recoveries).
+// The simulation plays every party of a run. The runner drives it like a
+// real one: it performs the work the appended events call for (model
+// calls, call resolutions, dispatches, child runs; Sim.InFlight), answers
+// with what its model and policy say, and may die (no hand-off), drain
+// (HandOff) or fail to append a decision (the decision is lost, the work
+// is derived again from Pending). Workers run the dispatched bodies
+// (Sim.Bodies) and report them, late or lost (every cause). People
+// approve, reject, reconcile, settle and cancel, also with stale
+// references. Timers fire due, early, late and stale. A command that
+// reaches a run whose runner is gone takes it over (Recover with Then).
+//
+// The simulation checks SEMANTICS.md §8's "no run stays in flight with
+// nothing in flight" as it goes, and records violations in Sim.Problems:
+// after every append by a live runner, the work Pending lists equals the
+// work the appended events called for; after a failed append, the work the
+// lost decision answered is still listed by Pending (derived again and
+// retried, never dropped); a working run under a live runner always has
+// work listed.
 package aggregatetest
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/weftrun/weft/aggregate"
@@ -48,29 +65,80 @@ type Timed struct {
 // Sim is one simulated run. Apply decides a command at Now, "appends" the
 // events (stamping versions and Now) and evolves State, like a runner.
 type Sim struct {
-	Run      string
-	Now      time.Time
-	State    aggregate.State
-	History  []events.Recorded
+	Run     string
+	Now     time.Time
+	State   aggregate.State
+	History []events.Recorded
+	// Commands are the decided commands whose events were appended (a
+	// failed append is not among them): deciding them again at their
+	// times from the empty State gives History.
 	Commands []Timed
 	// Check, when set, is called after every decision with the state before
 	// it, the command, and its outcome; State and History already include
 	// the events.
 	Check func(before aggregate.State, c aggregate.Command, evs []events.Event, err error)
+
+	// Driver is the runner driving the run. Down is set once it was
+	// killed (no hand-off) until a takeover.
+	Driver string
+	Down   bool
+	// TwoStepTakeover decides a takeover's recovery and the command that
+	// triggered it as two decisions (Recover alone, then the command), as
+	// runners did before Recover.Then: the recovery's follow-ons are then
+	// performed before the command is decided (SEMANTICS.md §7 forbids
+	// it). TakeoverFor is that command while its recovery is decided.
+	TwoStepTakeover bool
+	TakeoverFor     aggregate.Command
+	// InFlight is the work the driver performs, as keys of WorkKeys: added
+	// and removed as the appended events call for it, cleared when the
+	// driver dies or hands off, derived from Pending by a takeover.
+	InFlight map[string]bool
+	// Bodies are the attempts whose body a worker started and did not
+	// report yet (they survive the runner), as action and attempt.
+	Bodies []Body
+	// Armed is every timer Pending ever listed, in the order first armed
+	// (durable timers: old ones still fire, stale).
+	Armed []aggregate.Timer
+	// Problems lists the violations the simulation found (see the package
+	// doc).
+	Problems []string
+
+	runners int
+	armed   map[string]bool // keys of Armed
+}
+
+// Body is an attempt whose body a worker runs.
+type Body struct {
+	Action  string
+	Attempt int
 }
 
 // New returns a simulation of run "r1" at Epoch; Start starts the run.
-func New() *Sim { return &Sim{Run: "r1", Now: Epoch} }
+func New() *Sim { return &Sim{Run: "r1", Now: Epoch, Driver: "r0", InFlight: map[string]bool{}} }
 
-// Start decides the Start command with limits chosen by src.
+// Start decides the Start command with limits chosen by src: token
+// budgets (sometimes none), typed and untyped agents, one to eight turns,
+// approval expiry or none, a small max result bytes now and then.
 func (s *Sim) Start(src Source) {
-	s.Apply(aggregate.Start{Run: s.Run, Agent: events.AgentRef{Name: "sim", Version: "1"}, Input: "go", Typed: true, Runner: "r0",
-		Limits: events.Limits{MaxTurns: int64(1 + src.Intn("turns", 8)), MaxConcurrency: 1 + src.Intn("concurrency", 2),
-			ModelTimeout: 1000, ModelRetryDelay: 10, ToolTimeout: 100, MaxResultBytes: 1000, ApprovalExpiry: 300, AnswerAttempts: 2,
-			MaxChildren: src.Intn("children", 3), MaxDepth: src.Intn("depth", 2)}})
+	l := events.Limits{MaxTurns: int64(1 + src.Intn("turns", 12)), MaxConcurrency: 1 + src.Intn("concurrency", 3),
+		ModelTimeout: 1000, ModelRetryDelay: 10, ToolTimeout: 100, MaxResultBytes: 1000, ApprovalExpiry: 300,
+		AnswerAttempts: 1 + src.Intn("answer attempts", 2), MaxChildren: src.Intn("children", 3), MaxDepth: src.Intn("depth", 2)}
+	if chance(src, "token budget", 3) {
+		l.TokenBudget = int64(3 + src.Intn("budget", 30))
+	}
+	if chance(src, "no approval expiry", 4) {
+		l.ApprovalExpiry = events.Infinite
+	}
+	if chance(src, "small results", 5) {
+		l.MaxResultBytes = 40
+	}
+	s.Apply(aggregate.Start{Run: s.Run, Agent: events.AgentRef{Name: "sim", Version: "1"}, Input: "go", Typed: !chance(src, "untyped", 3),
+		Runner: s.Driver, Limits: l})
 }
 
-// Apply decides c at s.Now and appends what Decide returned.
+// Apply decides c at s.Now and appends what Decide returned. The driver
+// then acts on the appended events (InFlight); a worker starts every
+// dispatched body (Bodies).
 func (s *Sim) Apply(c aggregate.Command) ([]events.Event, error) {
 	evs, err := aggregate.Decide(s.State, c, s.Now)
 	s.Commands = append(s.Commands, Timed{c, s.Now})
@@ -80,6 +148,7 @@ func (s *Sim) Apply(c aggregate.Command) ([]events.Event, error) {
 		s.History = append(s.History, r)
 		s.State = aggregate.Evolve(s.State, r)
 	}
+	s.act(evs)
 	if s.Check != nil {
 		s.Check(before, c, evs, err)
 	}
@@ -105,7 +174,217 @@ func RandomRun(src Source, steps int) *Sim {
 	return s
 }
 
-var callIDs = []string{"a", "b", "c", "d"}
+// WorkKeys names every piece of work of w but its timers (TimerKey names
+// those): "model <turn>", "resolve <turn>", "dispatch <action>#<attempt>",
+// "child <action>" (with " cancel" when the child must be cancelled).
+func WorkKeys(w aggregate.Work) map[string]bool {
+	k := map[string]bool{}
+	if w.Model != nil {
+		k[modelKey(w.Model.Turn)] = true
+	}
+	if w.Resolve != nil {
+		k[resolveKey(w.Resolve.Turn)] = true
+	}
+	for _, d := range w.Dispatch {
+		k[dispatchKey(d.Action, d.Attempt)] = true
+	}
+	for _, c := range w.Children {
+		k[childKey(c.Start.Action, c.Cancel)] = true
+	}
+	return k
+}
+
+// TimerKey names a timer by everything its arming is idempotent on.
+func TimerKey(t aggregate.Timer) string {
+	return fmt.Sprintf("timer %s %s %d %d %d", t.Kind, t.Action, t.Attempt, t.Revision, t.Turn)
+}
+
+func modelKey(turn int64) string              { return fmt.Sprintf("model %d", turn) }
+func resolveKey(turn int64) string            { return fmt.Sprintf("resolve %d", turn) }
+func dispatchKey(action string, n int) string { return fmt.Sprintf("dispatch %s#%d", action, n) }
+func childKey(action string, cancel bool) string {
+	if cancel {
+		return "child " + action + " cancel"
+	}
+	return "child " + action
+}
+
+// live reports whether a live runner drives the run (no takeover needed).
+func (s *Sim) live() bool { return !s.Down && !s.State.HandedOff() }
+
+// act updates the driver's work from appended events, as a runner acting
+// on what it just appended (append first, then act), and checks it
+// against Pending.
+func (s *Sim) act(evs []events.Event) {
+	recovered := false
+	for _, e := range evs {
+		switch e := e.(type) {
+		case events.ModelRequested:
+			s.InFlight[modelKey(e.Turn)] = true
+		case events.ModelReplied:
+			delete(s.InFlight, modelKey(e.Turn))
+			if e.Kind == model.ReplyToolRequest {
+				s.InFlight[resolveKey(e.Turn)] = true
+			}
+		case events.ModelFailed:
+			delete(s.InFlight, modelKey(e.Turn))
+		case events.CallValidated:
+			delete(s.InFlight, resolveKey(e.Turn))
+		case events.AttemptFenced:
+			s.InFlight[dispatchKey(e.Action, e.Attempt)] = true
+			s.startBody(e.Action, e.Attempt)
+		case events.AttemptReported:
+			delete(s.InFlight, dispatchKey(e.Action, e.Attempt))
+		case events.AttemptLost:
+			delete(s.InFlight, dispatchKey(e.Action, e.Attempt))
+		case events.ChildStarted:
+			s.InFlight[childKey(e.Action, false)] = true
+		case events.ChildSettled:
+			delete(s.InFlight, childKey(e.Action, false))
+			delete(s.InFlight, childKey(e.Action, true))
+		case events.CancelRequested:
+			for k := range s.InFlight {
+				switch {
+				case strings.HasPrefix(k, "model "), strings.HasPrefix(k, "resolve "):
+					delete(s.InFlight, k)
+				case strings.HasPrefix(k, "child ") && !strings.HasSuffix(k, " cancel"):
+					delete(s.InFlight, k)
+					s.InFlight[k+" cancel"] = true
+				}
+			}
+		case events.RunHandedOff:
+			// The draining runner gives the run up: nothing of it is in
+			// flight any more (its model call is abandoned).
+			clear(s.InFlight)
+		case events.RunRecovered:
+			recovered = true
+		case events.RunFinished:
+			clear(s.InFlight)
+		}
+	}
+	w := aggregate.Pending(s.State)
+	if recovered {
+		// The new runner derives its work from the log.
+		s.Down = false
+		s.InFlight = WorkKeys(w)
+		for _, d := range w.Dispatch {
+			s.startBody(d.Action, d.Attempt)
+		}
+	}
+	s.arm(w)
+	if len(evs) == 0 || !s.live() {
+		return
+	}
+	if want := WorkKeys(w); !maps.Equal(want, s.InFlight) {
+		s.problem("(m) after %s the work in flight %v differs from Pending's %v", describe(evs), sortedKeys(s.InFlight), sortedKeys(want))
+		s.InFlight = want
+	}
+	s.checkLive(w)
+}
+
+// checkLive records a working run under a live runner with nothing to do.
+func (s *Sim) checkLive(w aggregate.Work) {
+	if st := aggregate.Status(s.State); s.live() && st.Kind == aggregate.StatusWorking && len(WorkKeys(w)) == 0 && len(w.Timers) == 0 {
+		s.problem("(m) run working under live runner %s with nothing in flight", s.Driver)
+	}
+}
+
+func (s *Sim) problem(format string, args ...any) {
+	s.Problems = append(s.Problems, fmt.Sprintf(format, args...))
+}
+
+func (s *Sim) startBody(action string, attempt int) {
+	b := Body{action, attempt}
+	if !slices.Contains(s.Bodies, b) {
+		s.Bodies = append(s.Bodies, b)
+	}
+}
+
+// arm arms every timer of w (durably: an armed timer stays armed).
+func (s *Sim) arm(w aggregate.Work) {
+	if s.armed == nil {
+		s.armed = map[string]bool{}
+	}
+	for _, t := range w.Timers {
+		if k := TimerKey(t); !s.armed[k] {
+			s.armed[k] = true
+			s.Armed = append(s.Armed, t)
+		}
+	}
+}
+
+// deliver brings the outside world's command c to the run: through a
+// takeover when its runner is gone, else decided and appended by the
+// driver — or lost to a failed append (now and then, when source names
+// the work c answers). It reports whether the decision was appended.
+func (s *Sim) deliver(src Source, c aggregate.Command, source string) bool {
+	if _, fin := s.State.Finished(); !fin && !s.live() {
+		s.takeover(c)
+		return true
+	}
+	if source != "" && chance(src, "append fails", 12) {
+		return s.failAppend(c, source)
+	}
+	s.Apply(c)
+	return true
+}
+
+// takeover takes the run over for c (nil for a recovery scan).
+func (s *Sim) takeover(c aggregate.Command) {
+	cause := events.RecoveredRunnerLost
+	if s.State.HandedOff() {
+		cause = events.RecoveredHandedOff
+	}
+	s.runners++
+	r := aggregate.Recover{Runner: fmt.Sprintf("n%d", s.runners), Cause: cause, Then: c}
+	if s.TwoStepTakeover && c != nil {
+		r.Then = nil
+		s.TakeoverFor = c
+		s.Apply(r)
+		s.TakeoverFor = nil
+		if s.live() {
+			s.Driver = r.Runner
+		}
+		s.Apply(c)
+		return
+	}
+	s.Apply(r)
+	if s.live() {
+		s.Driver = r.Runner
+	}
+}
+
+// failAppend decides c but loses the append: nothing is recorded, and the
+// driver forgets the work c answered (source: the model call returned, the
+// body reported, the timer fired). That work must still be listed by
+// Pending, which the driver acts on again (SEMANTICS.md §8: work is
+// acknowledged by recording it, never by having attempted it).
+func (s *Sim) failAppend(c aggregate.Command, source string) bool {
+	evs, _ := aggregate.Decide(s.State, c, s.Now)
+	if len(evs) == 0 {
+		s.Apply(c)
+		return true
+	}
+	delete(s.InFlight, source)
+	w := aggregate.Pending(s.State)
+	again := WorkKeys(w)
+	for _, t := range w.Timers {
+		again[TimerKey(t)] = true
+	}
+	if !again[source] {
+		s.problem("(m) the failed append of %s lost %s: Pending no longer lists it", c.CommandName(), source)
+	}
+	for k := range WorkKeys(w) {
+		s.InFlight[k] = true
+	}
+	return false
+}
+
+var (
+	callIDs   = []string{"a", "b", "c", "d"}
+	toolNames = []string{"tool", "lookup", "refund", "ship-order"}
+	arguments = []string{`{}`, `{"a":1}`, `{"order":{"id":"o-7","lines":[1,2,3]}}`, `{"q":"x y","page":2,"flag":true}`, `[]`, `{"note":null}`}
+)
 
 func pick[E any](src Source, label string, xs []E) E { return xs[src.Intn(label, len(xs))] }
 
@@ -115,99 +394,42 @@ func chance(src Source, label string, n int) bool { return src.Intn(label, n) ==
 func (s *Sim) Step(src Source) {
 	w := aggregate.Pending(s.State)
 	var choices []func()
-	if w.Model != nil {
+	live := s.live()
+	if w.Model != nil && live && s.InFlight[modelKey(w.Model.Turn)] {
 		turn := w.Model.Turn
-		choices = append(choices, func() {
-			kind := pick(src, "reply", []string{"final", "tools", "tools", "tools", "tools", "tools", "tools", "tools", "tools", "refusal", "empty"})
-			r := model.Reply{Usage: &model.Usage{InputTokens: 1, OutputTokens: 1}}
-			c := aggregate.ModelReply{Turn: turn}
-			switch kind {
-			case "final":
-				r.Kind = model.ReplyFinalAnswer
-				r.Turn.Text = `{"ok":true}`
-				c.Answer = json.RawMessage(r.Turn.Text)
-				if chance(src, "bad answer", 2) {
-					c.Answer, c.AnswerError = nil, "unreadable"
-				}
-			case "tools", "empty":
-				r.Kind = model.ReplyToolRequest
-				if kind == "tools" {
-					n := 1 + src.Intn("calls", 3)
-					for i := range n {
-						id := callIDs[i]
-						if chance(src, "dup", 21) {
-							id = callIDs[0]
-						}
-						r.Turn.Calls = append(r.Turn.Calls, model.ToolCall{ID: id, Name: "tool", Arguments: json.RawMessage(`{}`)})
-					}
-				}
-			case "refusal":
-				r.Kind = model.ReplyRefusal
-			}
-			c.Reply = r
-			s.Apply(c)
-		})
+		choices = append(choices, func() { s.deliver(src, s.modelReply(src, turn), modelKey(turn)) })
 		if chance(src, "model fails", 4) {
 			choices = append(choices, func() {
-				kind := pick(src, "failure", []model.ErrorKind{model.ErrTimedOut, model.ErrOverloaded, model.ErrRejected})
-				s.Apply(aggregate.ModelFailure{Turn: turn, Kind: kind})
+				kind := pick(src, "failure", []model.ErrorKind{model.ErrTimedOut, model.ErrOverloaded, model.ErrUnreachable, model.ErrRateLimited})
+				if chance(src, "not retryable", 8) {
+					kind = pick(src, "fatal failure", []model.ErrorKind{model.ErrRejected, model.ErrInvalidRequest, model.ErrInvalidReply, model.ErrCrashed, model.ErrOther})
+				}
+				after := time.Duration(src.Intn("retry after", 3)) * 40 * time.Millisecond
+				s.deliver(src, aggregate.ModelFailure{Turn: turn, Kind: kind, RetryAfter: after}, modelKey(turn))
 			})
 		}
 	}
-	if w.Resolve != nil {
+	if w.Resolve != nil && live && s.InFlight[resolveKey(w.Resolve.Turn)] {
 		b := w.Resolve
-		choices = append(choices, func() {
-			c := aggregate.ResolveCalls{Turn: b.Turn}
-			for _, call := range b.Calls {
-				r := aggregate.Resolution{CallID: call.ID, Validation: events.CallValid}
-				switch src.Intn("validation", 10) {
-				case 0:
-					r.Validation = events.CallUnknownTool
-				case 1:
-					r.Validation = events.CallInvalidArguments
-				}
-				switch src.Intn("policy", 20) {
-				case 0:
-					r.Policy = aggregate.PolicyResult{Decision: events.PolicyError}
-				case 1, 2, 3:
-					r.Policy = aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: "no"}
-				case 4, 5, 6, 7, 8, 9:
-					r.Policy = aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 1}}
-				default:
-					r.Policy = aggregate.PolicyResult{Decision: events.PolicyAllow}
-				}
-				r.Tool = randomTool(src)
-				if chance(src, "delegation", 4) {
-					r.Delegate = &events.AgentRef{Name: "sub", Version: "1"}
-				}
-				c.Calls = append(c.Calls, r)
-			}
-			s.Apply(c)
-		})
+		choices = append(choices, func() { s.deliver(src, s.resolve(src, b), resolveKey(b.Turn)) })
+	}
+	for _, b := range s.Bodies {
+		choices = append(choices, func() { s.report(src, b) })
 	}
 	for _, a := range s.State.Actions() {
 		switch a.State {
 		case aggregate.ActionRunning, aggregate.ActionSettling, aggregate.ActionUncertain:
-			choices = append(choices, func() {
-				attempt := a.Attempts
-				if chance(src, "stale attempt", 10) {
-					attempt--
-				}
-				switch src.Intn("worker", 6) {
-				case 0, 1:
-					s.Apply(aggregate.Report{Action: a.ID, Attempt: attempt, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"v":1}`)})
-				case 2:
-					s.Apply(aggregate.Report{Action: a.ID, Attempt: attempt, Outcome: events.OutcomeExplain, Message: "bad"})
-				case 3:
-					s.Apply(aggregate.Report{Action: a.ID, Attempt: attempt, Outcome: events.OutcomeUncertain, Evidence: "hm"})
-				case 4:
-					s.Apply(aggregate.Lost{Action: a.ID, Attempt: attempt, Cause: events.CauseWorkerLost})
-				case 5:
-					s.Apply(aggregate.Settle{Action: a.ID, Outcome: pick(src, "settle", []string{events.OutcomeOutput, events.OutcomeUncertain}), Content: json.RawMessage(`{"s":1}`)})
-				}
-			})
-		}
-		if a.State == aggregate.ActionDelegated {
+			if chance(src, "settlement", 3) {
+				choices = append(choices, func() {
+					c := aggregate.Settle{Action: a.ID, Outcome: pick(src, "settle", []string{events.OutcomeOutput, events.OutcomeExplain, events.OutcomeUncertain}),
+						Content: json.RawMessage(`{"s":1}`), Message: "settled", Summary: "by the handler"}
+					if chance(src, "big settlement", 6) {
+						c.Content, c.Message = bigJSON(), strings.Repeat("m", 60)
+					}
+					s.deliver(src, c, "")
+				})
+			}
+		case aggregate.ActionDelegated:
 			choices = append(choices, func() {
 				child := a.Child.Child
 				if chance(src, "foreign child", 10) {
@@ -215,69 +437,262 @@ func (s *Sim) Step(src Source) {
 				}
 				o := pick(src, "child outcome", []events.Outcome{
 					{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"done"`)},
-					{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"a child answer far too long for the run's max result bytes ` + repeat1000("x") + `"`)},
+					{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"done"`)},
+					{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"done"`)},
+					{Kind: events.OutcomeCompleted, Answer: bigAnswer},
 					{Kind: events.OutcomeCancelled},
 					{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonFamilyLimit},
 				})
-				s.Apply(aggregate.ChildSettle{Action: a.ID, Child: child, Outcome: o, Turns: int64(src.Intn("child turns", 4))})
+				source := ""
+				if child == a.Child.Child {
+					source = childKey(a.ID, s.State.Cancelling())
+				}
+				s.deliver(src, aggregate.ChildSettle{Action: a.ID, Child: child, Outcome: o, Turns: int64(src.Intn("child turns", 4))}, source)
 			})
 		}
-		if !a.State.Ended() && a.State != aggregate.ActionUncertain && chance(src, "tool changed", 40) {
-			choices = append(choices, func() { s.Apply(aggregate.ToolMissing{Action: a.ID, Tool: a.Tool}) })
+		if !a.State.Ended() && a.State != aggregate.ActionUncertain && chance(src, "tool changed", 200) {
+			choices = append(choices, func() { s.deliver(src, aggregate.ToolMissing{Action: a.ID, Tool: a.Tool}, "") })
 		}
 		if a.State == aggregate.ActionUncertain {
 			choices = append(choices, func() {
 				_, fin := s.State.Finished()
-				s.Apply(aggregate.Reconcile{Action: a.ID, Content: json.RawMessage(`{"unconfirmed":"n"}`), Stored: fin})
+				content := pick(src, "reconcile", []json.RawMessage{json.RawMessage(`{"unconfirmed":"n"}`), json.RawMessage(`{"v":2}`), json.RawMessage(`{"error":"it failed"}`), bigJSON()})
+				s.deliver(src, aggregate.Reconcile{Action: a.ID, Content: content, By: "carol", Stored: fin}, "")
 			})
 		}
 		if a.Request.Revision > 0 {
-			choices = append(choices, func() {
-				rev := a.Request.Revision
-				if chance(src, "stale revision", 4) {
-					rev--
-				}
-				if chance(src, "approve", 2) {
-					p := aggregate.PolicyResult{Decision: events.PolicyAllow}
-					switch src.Intn("rerun", 10) {
-					case 0:
-						p = aggregate.PolicyResult{Decision: events.PolicyDeny}
-					case 1, 2, 3:
-						p = aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 2}}
-					}
-					s.Apply(aggregate.Approve{Action: a.ID, Revision: rev, Reviewer: "x", Policy: p, Tool: randomTool(src)})
-				} else {
-					s.Apply(aggregate.Reject{Action: a.ID, Revision: rev})
-				}
-			})
+			choices = append(choices, func() { s.deliver(src, s.answer(src, a), "") })
 		}
 	}
-	if len(w.Timers) > 0 {
-		choices = append(choices, func() {
-			tm := pick(src, "timer", w.Timers)
-			if tm.At.After(s.Now) {
-				s.Now = tm.At
-			}
-			s.Apply(tm.Command())
-		})
+	if len(s.Armed) > 0 {
+		choices = append(choices, func() { s.fire(src) })
 	}
 	choices = append(choices, func() {
 		s.Now = s.Now.Add(time.Duration(1+src.Intn("tick", 100)) * time.Millisecond)
 	})
-	if chance(src, "rare", 31) {
-		choices = append(choices,
-			func() { s.Apply(aggregate.Cancel{}) },
-			func() { s.Apply(aggregate.HandOff{Runner: "r", ModelNotCalled: chance(src, "uncalled", 2)}) },
-			func() {
-				cause := events.RecoveredRunnerLost
-				if s.State.HandedOff() {
-					cause = events.RecoveredHandedOff
-				}
-				s.Apply(aggregate.Recover{Runner: "n", Cause: cause})
-			})
+	if _, fin := s.State.Finished(); !fin && !live && chance(src, "cancel unattended", 3) {
+		// A person cancels a run whose runner is gone: the cancel takes
+		// the run over.
+		choices = append(choices, func() { s.deliver(src, aggregate.Cancel{By: "erin", Reason: "stuck"}, "") })
+	}
+	kill := func() {
+		// The driver is killed: its memory is gone, its workers'
+		// bodies run on.
+		s.Down = true
+		clear(s.InFlight)
+	}
+	handOff := func() { s.Apply(aggregate.HandOff{Runner: s.Driver, ModelNotCalled: chance(src, "uncalled", 2)}) }
+	if live && len(s.Bodies) > 0 && chance(src, "lose a busy runner", 6) {
+		// Runners die (or drain) while bodies run: the paths of
+		// SEMANTICS.md §8.
+		choices = append(choices, pick(src, "loss", []func(){kill, kill, handOff}))
+	}
+	if chance(src, "rare", 25) {
+		if chance(src, "cancel", 2) {
+			choices = append(choices, func() { s.deliver(src, aggregate.Cancel{By: "dave", Reason: "enough"}, "") })
+		}
+		if live {
+			choices = append(choices, kill, handOff)
+		} else if _, fin := s.State.Finished(); !fin {
+			choices = append(choices, func() { s.takeover(nil) })
+			if w.Model != nil {
+				// The reply of a call lost with its runner reaches a
+				// runner that must take the run over first.
+				turn := w.Model.Turn
+				choices = append(choices, func() { s.deliver(src, s.modelReply(src, turn), "") })
+			}
+		}
 	}
 	choices[src.Intn("choice", len(choices))]()
 }
+
+// modelReply is the model's answer to turn: a final answer (typed, or not
+// decodable), a tool request with tool names and argument shapes of every
+// kind (now and then empty or with a duplicate id), a refusal or a
+// truncated reply; usage missing, small or over a token budget.
+func (s *Sim) modelReply(src Source, turn int64) aggregate.ModelReply {
+	r := model.Reply{}
+	switch src.Intn("usage", 12) {
+	case 0:
+	case 1:
+		r.Usage = &model.Usage{InputTokens: 10, OutputTokens: int64(src.Intn("output tokens", 30))}
+	default:
+		r.Usage = &model.Usage{InputTokens: 1, OutputTokens: 1}
+	}
+	c := aggregate.ModelReply{Turn: turn}
+	kind := "tools"
+	switch src.Intn("reply", 48) {
+	case 0, 1, 2, 3:
+		kind = "final"
+	case 4:
+		kind = "refusal"
+	case 5:
+		kind = "truncated"
+	case 6:
+		kind = "empty"
+	}
+	switch kind {
+	case "final":
+		r.Kind = model.ReplyFinalAnswer
+		r.Turn.Text = `{"ok":true}`
+		c.Answer = json.RawMessage(r.Turn.Text)
+		if chance(src, "bad answer", 2) {
+			r.Turn.Text = "not json"
+			c.Answer, c.AnswerError = nil, "unreadable"
+		}
+	case "tools":
+		r.Kind = model.ReplyToolRequest
+		for i := range 1 + src.Intn("calls", 3) {
+			id := callIDs[i]
+			if chance(src, "dup", 50) {
+				id = callIDs[0]
+			}
+			r.Turn.Calls = append(r.Turn.Calls, model.ToolCall{ID: id, Name: pick(src, "tool", toolNames), Arguments: json.RawMessage(pick(src, "arguments", arguments))})
+		}
+	case "empty":
+		r.Kind = model.ReplyToolRequest
+	case "refusal":
+		r.Kind, r.Reason = model.ReplyRefusal, "no"
+	case "truncated":
+		r.Kind = model.ReplyTruncated
+		if chance(src, "partial text", 2) {
+			r.Turn.Text = "half an ans"
+		} else {
+			r.Reason = "max_tokens"
+		}
+	}
+	c.Reply = r
+	return c
+}
+
+// resolve is the runner's validation and policy outcome for the calls of b.
+func (s *Sim) resolve(src Source, b *aggregate.CallBatch) aggregate.ResolveCalls {
+	c := aggregate.ResolveCalls{Turn: b.Turn}
+	for _, call := range b.Calls {
+		r := aggregate.Resolution{CallID: call.ID, Validation: events.CallValid}
+		switch src.Intn("validation", 10) {
+		case 0:
+			r.Validation = events.CallUnknownTool
+		case 1:
+			r.Validation, r.Detail = events.CallInvalidArguments, "/a: want string"
+		}
+		switch src.Intn("policy", 50) {
+		case 0:
+			r.Policy = aggregate.PolicyResult{Decision: events.PolicyError, Reason: "policy down"}
+		case 1, 2, 3, 4, 5, 6, 7:
+			r.Policy = aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: "no"}
+		case 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22:
+			r.Policy = aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 1}}
+		default:
+			r.Policy = aggregate.PolicyResult{Decision: events.PolicyAllow}
+		}
+		r.Tool = randomTool(src)
+		if chance(src, "delegation", 8) {
+			r.Delegate = &events.AgentRef{Name: "sub", Version: "1"}
+		}
+		c.Calls = append(c.Calls, r)
+	}
+	return c
+}
+
+// answer is a person's answer to a's approval request, now and then naming
+// a superseded revision.
+func (s *Sim) answer(src Source, a aggregate.Action) aggregate.Command {
+	rev := a.Request.Revision
+	if chance(src, "stale revision", 4) {
+		rev--
+	}
+	if !chance(src, "approve", 2) {
+		return aggregate.Reject{Action: a.ID, Revision: rev, Reason: "not now", By: "bob"}
+	}
+	p := aggregate.PolicyResult{Decision: events.PolicyAllow}
+	switch src.Intn("rerun", 12) {
+	case 0:
+		p = aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: "fresh context says no"}
+	case 1, 2, 3:
+		p = aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 2}}
+	case 4:
+		if chance(src, "rerun error", 3) {
+			p = aggregate.PolicyResult{Decision: events.PolicyError, Reason: "policy down"}
+		}
+	}
+	return aggregate.Approve{Action: a.ID, Revision: rev, Reviewer: "alice", Verifier: "v", Policy: p, Tool: randomTool(src)}
+}
+
+// report is a worker's report of body b (or, now and then, of its
+// neighbour attempts: stale or premature): an output (small, or over max
+// result bytes), an explain, an uncertain outcome, an oversize measure, or
+// a loss (crashed, worker_lost, timed_out).
+func (s *Sim) report(src Source, b Body) {
+	attempt := b.Attempt
+	switch src.Intn("attempt", 12) {
+	case 0:
+		attempt--
+	case 1:
+		attempt++
+	}
+	limit := s.State.Limits().MaxResultBytes
+	var c aggregate.Command
+	switch src.Intn("worker", 40) {
+	case 0, 1, 2, 3, 4, 5, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24:
+		c = aggregate.Report{Action: b.Action, Attempt: attempt, Outcome: events.OutcomeOutput, Content: json.RawMessage(pick(src, "output", []string{`{"v":1}`, `[1,2]`, `"ok"`, `null`}))}
+	case 6:
+		c = aggregate.Report{Action: b.Action, Attempt: attempt, Outcome: events.OutcomeOutput, Content: bigJSON()}
+	case 7, 8:
+		c = aggregate.Report{Action: b.Action, Attempt: attempt, Outcome: events.OutcomeExplain, Message: "bad"}
+	case 9:
+		c = aggregate.Report{Action: b.Action, Attempt: attempt, Outcome: events.OutcomeExplain, Message: longExplain}
+	case 10, 11:
+		c = aggregate.Report{Action: b.Action, Attempt: attempt, Outcome: events.OutcomeUncertain, Evidence: "hm"}
+	case 12:
+		c = aggregate.Report{Action: b.Action, Attempt: attempt, Outcome: events.OutcomeOversize, Bytes: limit + 1 + int64(src.Intn("bytes", 100))}
+	default:
+		c = aggregate.Lost{Action: b.Action, Attempt: attempt, Cause: pick(src, "cause", []string{events.CauseCrashed, events.CauseWorkerLost, events.CauseTimedOut})}
+	}
+	source := ""
+	if k := dispatchKey(b.Action, attempt); attempt == b.Attempt && WorkKeys(aggregate.Pending(s.State))[k] {
+		source = k
+	}
+	if s.deliver(src, c, source) && attempt == b.Attempt {
+		// Delivered and recorded (refused or not): the worker is done.
+		s.Bodies = slices.DeleteFunc(s.Bodies, func(x Body) bool { return x == b })
+	}
+}
+
+// fire fires an armed timer: due (the clock moves to it), early (the clock
+// stays before it), late (the clock moves past it) or stale (a timer the
+// run no longer needs).
+func (s *Sim) fire(src Source) {
+	tm := pick(src, "timer", s.Armed)
+	switch src.Intn("when", 4) {
+	case 0: // early, when it is not due yet
+	case 1:
+		late := tm.At.Add(time.Duration(1+src.Intn("late", 500)) * time.Millisecond)
+		if late.After(s.Now) {
+			s.Now = late
+		}
+	default:
+		if tm.At.After(s.Now) {
+			s.Now = tm.At
+		}
+	}
+	source := ""
+	for _, t := range aggregate.Pending(s.State).Timers {
+		if TimerKey(t) == TimerKey(tm) {
+			source = TimerKey(t)
+		}
+	}
+	s.deliver(src, tm.Command(), source)
+}
+
+// bigJSON returns JSON content over the simulated max result bytes.
+func bigJSON() json.RawMessage { return bigContent }
+
+var (
+	bigContent  = json.RawMessage(`{"blob":"` + repeat1000("y") + `"}`)
+	bigAnswer   = json.RawMessage(`"a child answer far too long for the run's max result bytes ` + repeat1000("x") + `"`)
+	longExplain = strings.Repeat("too long ", 10)
+)
 
 // repeat1000 repeats x 1000 times (a child answer over the simulated max
 // result bytes).
@@ -291,13 +706,26 @@ func repeat1000(x string) string {
 
 func randomTool(src Source) events.ToolConfig {
 	c := events.ToolConfig{MaxAttempts: 1 + src.Intn("attempts", 3)}
-	if chance(src, "timeout", 2) {
+	switch src.Intn("timeout", 4) {
+	case 0, 1:
 		c.Timeout = 50
+	case 2:
+		c.Timeout = events.Infinite
 	}
 	if chance(src, "settling", 2) {
 		c.SettleWithin = 20
 	}
 	return c
+}
+
+func sortedKeys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
+
+func describe(evs []events.Event) string {
+	names := make([]string, len(evs))
+	for i, e := range evs {
+		names[i] = string(e.EventName())
+	}
+	return strings.Join(names, ",")
 }
 
 // Describe returns the history as Describe lines, one per event.
