@@ -53,6 +53,17 @@ type Options struct {
 	ExternalTools []string
 	// Ready, when set, is called with the NATS URL once everything serves.
 	Ready func(url string)
+	// Weft is how the printed steps call the weft command in another
+	// terminal ("weft" when empty; cmd/weft passes "go run ./cmd/weft"
+	// when it runs through go run, or its own path).
+	Weft string
+	// Dir, when set, is the directory the printed steps must run in (a
+	// checkout, for go run).
+	Dir string
+	// Events receives one line per event appended to the log while Run
+	// runs (FeedLine) and the line saying what was handed off when it
+	// stops; nil prints them on Stdout, io.Discard drops them.
+	Events io.Writer
 }
 
 // Run starts (or connects to) NATS, provisions every asset, and runs a
@@ -62,6 +73,11 @@ func Run(ctx context.Context, o Options) error {
 	out := o.Stdout
 	if out == nil {
 		out = io.Discard
+	}
+	out = &lockedWriter{w: out}
+	evOut := o.Events
+	if evOut == nil {
+		evOut = out
 	}
 	logger := o.Logger
 	if logger == nil {
@@ -116,13 +132,34 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	evlog := eventlog.New(js)
+	runs, err := freeRuns(ctx, evlog)
+	if err != nil {
+		return err
+	}
+	// The feed prints what happens from now on (not the history of a
+	// restarted store), and keeps printing through the drain after ctx
+	// ends, until the log is printed to its end.
+	stream, err := js.Stream(ctx, eventlog.Stream)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	fd := &feed{w: evOut, log: evlog, seq: info.State.LastSeq, handed: map[string]bool{}, finished: map[string]bool{}}
+	fctx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFeed()
+	feedDone := make(chan error, 1)
+	go func() { feedDone <- fd.run(fctx, info.State.LastSeq+1) }()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	wg.Add(2)
 	go func() { defer wg.Done(); errs <- rn.Run(ctx) }()
 	go func() {
 		defer wg.Done()
-		errs <- projector.RunAll(ctx, node.Conn(), js, eventlog.New(js), logger)
+		errs <- projector.RunAll(ctx, node.Conn(), js, evlog, logger)
 	}()
 	// Wait until the command API serves every endpoint before saying what
 	// to do next (a $SRV.INFO probe: no command, nothing in its stats).
@@ -142,11 +179,28 @@ func Run(ctx context.Context, o Options) error {
 	if o.NATSURL != "" {
 		where = "external NATS at " + node.URL() // NATS_URL: a server weft dev did not start
 	}
-	printNext(out, where, node.URL(), ag.Model().Name(), slices.Contains(o.ExternalTools, "send_payment"))
+	weft := o.Weft
+	if weft == "" {
+		weft = "weft"
+	}
+	printNext(out, next{where: where, url: node.URL(), model: ag.Model().Name(), weft: weft, dir: o.Dir, runs: runs,
+		externalPay: slices.Contains(o.ExternalTools, "send_payment")})
 	if o.Ready != nil {
 		o.Ready(node.URL())
 	}
 	wg.Wait()
+	// The drain's hand-offs are in the log: print them, then say what
+	// was handed off.
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	fd.caughtUp(cctx, stream)
+	ccancel()
+	stopFeed()
+	<-feedDone
+	store := ""
+	if node.Embedded() {
+		store = node.DataDir()
+	}
+	fmt.Fprintln(evOut, stopLine(fd.handedOff(), store))
 	close(errs)
 	var all []error
 	for e := range errs {
@@ -193,64 +247,6 @@ func listenPort(listen string) (int, error) {
 		return 0, fmt.Errorf("demo: listen %q: not a port", listen)
 	}
 	return n, nil
-}
-
-// NATSRun is the run id the nats-CLI steps printed by Run use (distinct
-// from the weft-CLI steps' pay-7, so that both can be followed).
-const NATSRun = "pay-7-nats"
-
-// NATSSteps returns the nats-CLI commands Run prints, in order, each a
-// complete command line for a server at url; externalPay adds taking and
-// reporting send_payment's task (weft dev --external-tool send_payment).
-// They work verbatim when followed in order, a moment apart: the approval
-// waits for the run to ask for it (the query before it shows that).
-func NATSSteps(url string, externalPay bool) []string {
-	q := func(subject, body string) string {
-		return fmt.Sprintf("nats --server %s req %s '%s'", url, subject, body)
-	}
-	steps := []string{
-		fmt.Sprintf("nats --server %s micro ls", url),
-		q("weft.api.start", fmt.Sprintf(`{"schema":1,"command_id":"n-1","run":"%s","agent":"%s","input":"pay invoice INV-7"}`, NATSRun, AgentName)),
-		q("weft.api.query.approvals", `{}`),
-		q("weft.api.approve", fmt.Sprintf(`{"schema":1,"command_id":"n-2","run":"%s","action":"2/call_2_1","revision":1,"approver":"%s","credential":"alice"}`, NATSRun, Approver)),
-	}
-	if externalPay {
-		steps = append(steps,
-			fmt.Sprintf("nats --server %s consumer next WEFT_TASKS weft_task_payment-desk@1@send_payment", url),
-			q("weft.api.report", fmt.Sprintf(`{"schema":1,"command_id":"report/%[1]s/2/call_2_1/1/1","run":"%[1]s","action":"2/call_2_1","attempt":1,"incarnation":1,"outcome":"output","content":{"id":"%[1]s","status":"sent"},"worker":"cli"}`, NATSRun)))
-	}
-	return append(steps, q("weft.api.query.run", fmt.Sprintf(`{"run":"%s"}`, NATSRun)))
-}
-
-func printNext(w io.Writer, where, url, modelName string, externalPay bool) {
-	fmt.Fprintf(w, `Weft dev is running: %[5]s, a runner with its worker, the projector,
-and the %[2]s agent on model %[3]s.
-
-Try it (another terminal):
-
-  export NATS_URL=%[1]s
-  weft start %[2]s "pay invoice INV-7" --run pay-7        # 1200 EUR: waits for approval
-  weft inbox approvals
-  weft approve pay-7 2/call_2_1 --revision 1 --approver %[4]s --credential alice
-  weft show pay-7
-
-  weft start %[2]s "pay invoice INV-13" --run pay-13      # gateway times out: uncertain
-  weft reconcile pay-13 2/call_2_1 '{"unconfirmed":"checking with the bank"}'
-
-  weft start %[2]s "refund invoice INV-8" --run refund-8  # settles asynchronously
-
-`, url, AgentName, modelName, Approver, where)
-	if externalPay {
-		fmt.Fprintf(w, `send_payment's tasks are left to you (the consumer
-weft_task_payment-desk@1@send_payment exists): after an approval, take the task and report it (see the nats steps).
-
-`)
-	}
-	fmt.Fprintf(w, "Or with the nats CLI only (%s: INV-7, 1200 EUR, waits for approval):\n\n", NATSRun)
-	for _, st := range NATSSteps(url, externalPay) {
-		fmt.Fprintf(w, "  %s\n", st)
-	}
-	fmt.Fprintf(w, "\nStop with Ctrl-C (the runner drains and hands its runs off).\n")
 }
 
 // queriesReady waits until the projector's query service lists every query

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -107,7 +106,9 @@ func (g *gateway) pay(key string, in SendPayment) (Payment, error) {
 	if p, ok := g.payments[key]; ok {
 		return p, nil
 	}
-	p := Payment{ID: fmt.Sprintf("pay-%d", len(g.payments)+1), Status: "sent"}
+	// The payment's id comes from the action's idempotency key: stable
+	// for the action, distinct across actions, runs and demo processes.
+	p := Payment{ID: "PAY-" + strings.ToUpper(key[:10]), Status: "sent"}
 	g.payments[key] = p
 	if in.Invoice == "INV-13" {
 		return Payment{}, errGatewayTimeout

@@ -58,7 +58,7 @@ func TestNATSStepsWorkVerbatim(t *testing.T) {
 			}
 			defer nc.Close()
 			js, _ := jetstream.New(nc)
-			steps := demo.NATSSteps(url, external)
+			steps := demo.NATSSteps(url, demo.NATSRun, external)
 			for _, st := range steps {
 				if !strings.Contains(out.String(), "  "+st+"\n") {
 					t.Fatalf("step not printed verbatim: %s", st)

@@ -196,6 +196,10 @@ type ActionView struct {
 	Evidence string `json:"evidence,omitempty"`
 	// UncertainSince is the recorded time the action became uncertain.
 	UncertainSince *time.Time `json:"uncertain_since,omitempty"`
+	// SettleBy is, while the action is settling (a settling tool's body
+	// was stopped), when its settle window closes: the run waits for the
+	// tool's settlement until then, and the effect is uncertain after.
+	SettleBy *time.Time `json:"settle_by,omitempty"`
 	// Result is a summary of the content the model sees (at most
 	// SummaryBytes bytes).
 	Result string `json:"result,omitempty"`
@@ -405,7 +409,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		case events.NextReapprove:
 			a.State, a.Evidence = StateQueued, e.Evidence
 		case events.NextSettle:
-			a.State, a.Evidence = StateSettling, e.Evidence
+			a.State, a.Evidence, a.SettleBy = StateSettling, e.Evidence, utc(e.SettleBy)
 		case events.NextUncertain:
 			v.uncertain(a, e.Evidence, at)
 		}
@@ -503,6 +507,11 @@ func (v *RunView) action(id string, at time.Time) *ActionView {
 func (v *RunView) derive() {
 	v.Approvals, v.Uncertain = []string{}, []string{}
 	inFlight := v.ModelInFlight
+	for i := range v.Actions {
+		if v.Actions[i].State != StateSettling {
+			v.Actions[i].SettleBy = nil
+		}
+	}
 	for _, a := range v.Actions {
 		switch a.State {
 		case StateAwaitingApproval:

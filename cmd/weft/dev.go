@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -74,6 +76,7 @@ func devCommand() command {
 				}
 				o.Model = m
 				o.Stdout = e.stdout
+				o.Weft, o.Dir = weftCommand()
 				level := slog.LevelWarn
 				if *verbose {
 					level = slog.LevelInfo
@@ -115,6 +118,47 @@ func devModel(w io.Writer, cfg provider.Config, fromFlag bool) (model.Model, err
 	}
 	fmt.Fprintf(w, "Model: %s, from %s.\n", provider.Describe(m), source)
 	return m, nil
+}
+
+// weftCommand says how the steps weft dev prints call weft in another
+// terminal, and in which directory: "weft" when the weft on the PATH is
+// this very binary; "go run ./cmd/weft" in the checkout's root when this
+// process was built by go run (its executable lives in Go's build cache or
+// a go-build temporary directory); else this binary's path, relative to
+// the working directory when it lies below it.
+func weftCommand() (cmd, dir string) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "weft", ""
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	wd, _ := os.Getwd()
+	if p, err := exec.LookPath("weft"); err == nil {
+		if r, err := filepath.EvalSymlinks(p); err == nil && sameFile(r, exe) {
+			return "weft", ""
+		}
+	}
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		if _, err := os.Stat(filepath.Join(wd, "cmd", "weft", "main.go")); err == nil {
+			return "go run ./cmd/weft", wd
+		}
+		return "go run github.com/weftrun/weft/cmd/weft", wd
+	}
+	if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+		return "./" + filepath.ToSlash(rel), wd
+	}
+	return exe, ""
+}
+
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
 }
 
 // flagSet reports whether the flag name was given on the command line.

@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/projector"
 )
 
 // Issue 11, newcomer item 8: a second weft dev on a store another embedded
@@ -81,4 +86,32 @@ func TestHelpSpellsLongFlagsWithTwoDashes(t *testing.T) {
 	if !strings.Contains(errs, "\n  -o string") {
 		t.Errorf("audit --help: a one-letter flag keeps one dash:\n%s", errs)
 	}
+}
+
+// Issue 11, newcomer item 5: a settling tool's body stopped at its
+// timeout is its normal path: show says the run waits for a settlement
+// until the window closes, and the timeline explains the attempt_lost.
+func TestShowSaysWaitingForASettlement(t *testing.T) {
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	by := t0.Add(32 * time.Second)
+	appendRun(t, s.Log, "refund-8",
+		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "refund invoice INV-8", Runner: "r1"},
+		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
+		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{{ID: "call_1_1", Name: "refund", Arguments: json.RawMessage(`{"invoice":"INV-8","amount":45}`)}}, Usage: &model.Usage{InputTokens: 1, OutputTokens: 1}},
+		events.CallValidated{Action: "1/call_1_1", Turn: 1, CallID: "call_1_1", Tool: "refund", Outcome: events.CallValid},
+		events.PolicyDecided{Action: "1/call_1_1", Context: "model", Decision: events.PolicyAllow},
+		events.ActionQueued{Action: "1/call_1_1", Why: events.QueuedAllowed, Config: events.ToolConfig{Timeout: 2000, MaxAttempts: 1, SettleWithin: 30000}},
+		events.AttemptFenced{Action: "1/call_1_1", Tool: "refund", Attempt: 1, Incarnation: 1, Timeout: 2000, MaxAttempts: 1, SettleWithin: 30000},
+		events.AttemptLost{Action: "1/call_1_1", Attempt: 1, Cause: events.CauseTimedOut, Evidence: "attempt 1 timed out after 2000 ms", Next: events.NextSettle, SettleBy: &by},
+	)
+	t.Setenv("NATS_URL", s.URL)
+	out := waitShow(t, "refund-8", "settling")
+	contains(t, "show", out, "settling  1         waiting for a settlement until 2026-11-30T10:00:32Z",
+		"\nwaiting for a settlement until 2026-11-30T10:00:32Z: 1/call_1_1 refund (its body stopped: attempt 1 timed out after 2000 ms)")
+	_, out, _ = cli(t, "events", "refund-8")
+	contains(t, "events", out, "next=settle", "(waiting for a settlement until 2026-11-30T10:00:32Z)")
 }

@@ -168,6 +168,9 @@ func printView(w io.Writer, r projector.RunReply) {
 			if a.State == projections.StateUncertain {
 				detail = a.Evidence
 			}
+			if a.State == projections.StateSettling {
+				detail = settleWait(a)
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", a.ID, a.Tool, a.State, a.Attempts, oneLine(detail, 60))
 		}
 		tw.Flush()
@@ -197,11 +200,23 @@ func printView(w io.Writer, r projector.RunReply) {
 			fmt.Fprintf(w, "\nwaiting for approval: %s %s %s revision %d requirement %s v%d, expires %s\n  approve: weft approve %s %s --revision %d --approver <approver> --credential <credential>\n",
 				a.ID, a.Tool, oneLine(string(a.Arguments), 60), a.Pending.Revision, a.Pending.Requirement.Name, a.Pending.Requirement.Version, exp, v.Run, a.ID, a.Pending.Revision)
 		}
+		if a.State == projections.StateSettling {
+			fmt.Fprintf(w, "\n%s: %s %s (its body stopped: %s); the tool's own settlement ends it, else its effect becomes uncertain\n",
+				settleWait(a), a.ID, a.Tool, a.Evidence)
+		}
 		if a.State == projections.StateUncertain {
 			fmt.Fprintf(w, "\neffect uncertain: %s %s: %s\n  reconcile: weft reconcile %s %s --output '<json>' | --error '<message>' | --unconfirmed '<note>'\n",
 				a.ID, a.Tool, a.Evidence, v.Run, a.ID)
 		}
 	}
+}
+
+// settleWait says what a settling action waits for.
+func settleWait(a projections.ActionView) string {
+	if a.SettleBy == nil {
+		return "waiting for a settlement"
+	}
+	return "waiting for a settlement until " + a.SettleBy.Format(time.RFC3339)
 }
 
 // childStatus describes a child run: its status when the query was
@@ -265,6 +280,9 @@ func eventsCommand() command {
 							desc = fmt.Sprintf("%s (undecodable: %v)", env.Type, err)
 						} else {
 							desc = events.Describe(ev)
+							if n := events.Note(ev); n != "" {
+								desc += "   (" + n + ")"
+							}
 						}
 						fmt.Fprintf(e.stdout, "%4d  %s  %s\n", env.Version, env.Recorded.Format("2006-01-02 15:04:05.000"), desc)
 					}

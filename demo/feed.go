@@ -1,0 +1,137 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+)
+
+// lockedWriter serialises the writes of the printed steps and the feed.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// feed prints one line per event appended to the log while the demo runs,
+// and remembers which runs were handed off last, for the line Run prints
+// when it stops.
+type feed struct {
+	w   io.Writer
+	log *eventlog.Log
+
+	mu       sync.Mutex
+	seq      uint64          // the last stream sequence printed
+	handed   map[string]bool // runs whose last event is run_handed_off
+	finished map[string]bool
+}
+
+// FeedLineWidth is the longest event line the feed prints; a longer
+// Describe line is cut and ends with "…".
+const FeedLineWidth = 160
+
+// FeedLine is the line the demo prints for an event: its time, run,
+// version and Describe line (cut to FeedLineWidth), and events.Note's
+// explanation when there is one.
+func FeedLine(env events.Envelope) string {
+	desc := string(env.Type)
+	ev, err := env.Event()
+	if err == nil {
+		desc = events.Describe(ev)
+	}
+	if len(desc) > FeedLineWidth {
+		desc = desc[:FeedLineWidth] + "…"
+	}
+	line := fmt.Sprintf("%s  %s #%d  %s", env.Recorded.Local().Format("15:04:05.000"), env.Run, env.Version, desc)
+	if err == nil {
+		if n := events.Note(ev); n != "" {
+			line += "   (" + n + ")"
+		}
+	}
+	return line
+}
+
+// run prints the log from fromSeq until ctx ends.
+func (f *feed) run(ctx context.Context, fromSeq uint64) error {
+	return f.log.Subscribe(ctx, fromSeq, func(se eventlog.StreamEvent) error {
+		fmt.Fprintln(f.w, FeedLine(se.Envelope))
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.seq = se.Seq
+		run := se.Envelope.Run
+		switch se.Envelope.Type {
+		case events.NameRunHandedOff:
+			f.handed[run] = true
+		case events.NameRunFinished:
+			f.finished[run] = true
+			delete(f.handed, run)
+		default:
+			delete(f.handed, run)
+		}
+		return nil
+	})
+}
+
+// caughtUp waits (up to ctx) until the feed printed the stream's last
+// message.
+func (f *feed) caughtUp(ctx context.Context, stream jetstream.Stream) {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return
+	}
+	for {
+		f.mu.Lock()
+		seq := f.seq
+		f.mu.Unlock()
+		if seq >= info.State.LastSeq {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// handedOff lists the runs whose last event printed is run_handed_off.
+func (f *feed) handedOff() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for r := range f.handed {
+		out = append(out, r)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// stopLine is what Run prints when it stopped cleanly.
+func stopLine(handed []string, store string) string {
+	if len(handed) == 0 {
+		return "Stopped: no run was in flight; nothing handed off."
+	}
+	where := "the next weft dev on this store"
+	if store != "" {
+		where = "the next weft dev on " + store
+	}
+	runs, them := "run "+handed[0], "it"
+	if len(handed) > 1 {
+		runs, them = fmt.Sprintf("%d runs (%s)", len(handed), strings.Join(handed, ", ")), "them"
+	}
+	return fmt.Sprintf("Stopped: handed off %s; %s (or any runner on the same NATS) continues %s, and approvals already given stay valid.", runs, where, them)
+}
