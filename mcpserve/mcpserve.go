@@ -416,19 +416,36 @@ func sleepUntil(ctx context.Context, pause time.Duration, deadline time.Time) bo
 
 // follow waits until the run (with its children) is finished or suspended,
 // or deadline passes, and returns what it then is.
+//
+// A run the query service does not know yet (its start is being
+// projected) counts as working; a query service that does not answer
+// until the deadline gives a refusal unavailable naming the run, never a
+// guessed status.
 func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Answer {
+	var agentName string
+	var lastErr error
 	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		fam, err := s.query.RunFamily(ctx, run)
-		if err == nil {
+		lastErr = err
+		switch {
+		case err == nil:
+			agentName = fam.View.Agent.Name
 			switch fam.FamilyStatus.Status {
 			case projections.StatusFinished, projections.StatusSuspended:
-				return s.settled(ctx, fam)
+				// A suspended run with nothing listed is a view caught
+				// between two events of one step: look again.
+				if ans := s.settled(ctx, fam); ans.Status != StatusWorking {
+					return ans
+				}
 			}
-		} else if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) && !errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}) {
+		case !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) && !errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}):
 			return Answer{Status: StatusRefused, Run: run, Error: asWeft(err)}
 		}
 		if time.Now().After(deadline) || !sleepUntil(ctx, pause, deadline) {
-			return Answer{Status: StatusWorking, Run: run, Agent: fam.View.Agent.Name}
+			if errors.Is(lastErr, &weft.Error{Code: weft.CodeUnavailable}) {
+				return Answer{Status: StatusRefused, Run: run, Error: asWeft(lastErr)}
+			}
+			return Answer{Status: StatusWorking, Run: run, Agent: agentName}
 		}
 	}
 }
@@ -450,8 +467,8 @@ func (s *Server) settled(ctx context.Context, fam projector.RunReply) Answer {
 	case len(ans.Approvals) > 0:
 		ans.Status = StatusWaitingForApproval
 	default:
-		// Suspended with nothing listed: a child's view lags; say so
-		// rather than guess.
+		// Suspended with nothing listed (a view between two events of
+		// one step, or a child's view that lags): not settled yet.
 		ans.Status = StatusWorking
 	}
 	return ans
@@ -544,7 +561,7 @@ func (s *Server) text(ans Answer) string {
 		case ans.Error.Code == weft.CodeKeyReused:
 			b.WriteString(" Nothing was started.")
 		case ans.Run != "" && (ans.Error.Code == weft.CodeUnavailable || ans.Error.Code == weft.CodeInternal):
-			fmt.Fprintf(&b, " Whether run %s started is not known: to find out, %s.", ans.Run, again)
+			fmt.Fprintf(&b, " Whether run %s started, and how it stands, is not known: to find out, %s.", ans.Run, again)
 		}
 	}
 	for _, a := range ans.Approvals {

@@ -152,6 +152,19 @@ func (f *fixture) call(t *testing.T, tool string, args any, meta mcp.Meta) (mcps
 	return ans, res
 }
 
+// settle makes the call, and makes it again while the answer is still
+// working (as a client does after a working answer), so that a loaded
+// machine cannot turn a wait into a test failure.
+func (f *fixture) settle(t *testing.T, tool string, args any, meta mcp.Meta) (mcpserve.Answer, *mcp.CallToolResult) {
+	t.Helper()
+	for i := 0; ; i++ {
+		ans, res := f.call(t, tool, args, meta)
+		if ans.Status != mcpserve.StatusWorking || i == 60 {
+			return ans, res
+		}
+	}
+}
+
 func text(res *mcp.CallToolResult) string {
 	var parts []string
 	for _, c := range res.Content {
@@ -190,7 +203,7 @@ func TestRunIDIsFramedAndStable(t *testing.T) {
 // calls without a key are fresh runs.
 func TestKeyedInvocation(t *testing.T) {
 	f := newFixture(t, mcpserve.Config{Service: "desk", DefaultPrincipal: "alice"})
-	ans, res := f.call(t, "notes", map[string]any{"input": "hello", "key": "k-1"}, nil)
+	ans, res := f.settle(t, "notes", map[string]any{"input": "hello", "key": "k-1"}, nil)
 	if ans.Status != mcpserve.StatusCompleted || res.IsError || ans.Run != mcpserve.RunID("desk", "alice", "k-1") {
 		t.Fatalf("first call: %+v (isError %v)", ans, res.IsError)
 	}
@@ -200,7 +213,7 @@ func TestKeyedInvocation(t *testing.T) {
 	mustContain(t, "text", text(res), "Completed (run "+ans.Run+")", "echo: hello")
 	turns := len(f.model.Requests())
 
-	again, _ := f.call(t, "notes", map[string]any{"input": "hello", "key": "k-1"}, nil)
+	again, _ := f.settle(t, "notes", map[string]any{"input": "hello", "key": "k-1"}, nil)
 	if again.Status != mcpserve.StatusCompleted || again.Run != ans.Run {
 		t.Fatalf("retry: %+v", again)
 	}
@@ -227,8 +240,14 @@ func TestKeyedInvocation(t *testing.T) {
 
 	one, _ := f.call(t, "notes", map[string]any{"input": "hello"}, nil)
 	two, _ := f.call(t, "notes", map[string]any{"input": "hello"}, nil)
-	if one.Status != mcpserve.StatusCompleted || two.Status != mcpserve.StatusCompleted || one.Run == two.Run || one.Run == ans.Run {
+	if one.Run == two.Run || one.Run == ans.Run || !strings.HasPrefix(one.Run, "mcp-") {
 		t.Fatalf("unkeyed calls: %s and %s, want two fresh runs", one.Run, two.Run)
+	}
+	for _, r := range []string{one.Run, two.Run} {
+		// Asked again by run id (an unkeyed call repeated would be a new run).
+		if got, _ := f.settle(t, mcpserve.DefaultStatusTool, map[string]any{"run": r}, nil); got.Status != mcpserve.StatusCompleted || string(got.Answer) != `"echo: hello"` {
+			t.Fatalf("unkeyed run %s: %+v", r, got)
+		}
 	}
 }
 
@@ -239,7 +258,7 @@ func TestAnswersSayWhatHappened(t *testing.T) {
 	f := newFixture(t, mcpserve.Config{Wait: 2 * time.Second})
 	ctx := context.Background()
 
-	pay, res := f.call(t, "notes", map[string]any{"input": "pay INV-7", "key": "pay-7"}, nil)
+	pay, res := f.settle(t, "notes", map[string]any{"input": "pay INV-7", "key": "pay-7"}, nil)
 	if pay.Status != mcpserve.StatusWaitingForApproval || res.IsError || len(pay.Approvals) != 1 {
 		t.Fatalf("pay: %+v", pay)
 	}
@@ -251,12 +270,12 @@ func TestAnswersSayWhatHappened(t *testing.T) {
 	if _, err := f.st.API.Approve(ctx, api.ApproveRequest{CommandID: "ap-1", Run: a.Run, Action: a.Action, Revision: a.Revision, Approver: "desk", Credential: "alice"}); err != nil {
 		t.Fatal(err)
 	}
-	done, _ := f.call(t, "notes", map[string]any{"input": "pay INV-7", "key": "pay-7"}, nil)
+	done, _ := f.settle(t, "notes", map[string]any{"input": "pay INV-7", "key": "pay-7"}, nil)
 	if done.Status != mcpserve.StatusCompleted || !strings.Contains(string(done.Answer), "PAY-1") {
 		t.Fatalf("after approval: %+v", done)
 	}
 
-	lost, res := f.call(t, "notes", map[string]any{"input": "lost wire"}, nil)
+	lost, res := f.settle(t, "notes", map[string]any{"input": "lost wire", "key": "lost-1"}, nil)
 	if lost.Status != mcpserve.StatusUncertain || res.IsError || len(lost.Uncertain) != 1 || lost.Uncertain[0].Evidence != "bank timed out after the request was sent" {
 		t.Fatalf("uncertain: %+v", lost)
 	}
@@ -268,7 +287,7 @@ func TestAnswersSayWhatHappened(t *testing.T) {
 	}
 	mustContain(t, "working text", text(res), "Still working (run "+slow.Run+")", `weft_run_status with {"run": "`+slow.Run+`"}`)
 	close(f.release)
-	status, _ := f.call(t, mcpserve.DefaultStatusTool, map[string]any{"run": slow.Run}, nil)
+	status, _ := f.settle(t, mcpserve.DefaultStatusTool, map[string]any{"run": slow.Run}, nil)
 	if status.Status != mcpserve.StatusCompleted || !strings.Contains(string(status.Answer), "slow-1") {
 		t.Fatalf("status tool: %+v", status)
 	}
@@ -276,7 +295,7 @@ func TestAnswersSayWhatHappened(t *testing.T) {
 		t.Fatalf("the slow body started %d times, want 1", f.starts.Load())
 	}
 
-	refused, res := f.call(t, "notes", map[string]any{"input": "refuse this"}, nil)
+	refused, res := f.settle(t, "notes", map[string]any{"input": "refuse this", "key": "refuse-1"}, nil)
 	if refused.Status != mcpserve.StatusEnded || !res.IsError || refused.Outcome == nil || refused.Outcome.Kind != events.OutcomeRefused {
 		t.Fatalf("refused: %+v", refused)
 	}
@@ -328,3 +347,35 @@ func TestWeftCallsWeftOverMCP(t *testing.T) {
 // goldenRunID was computed outside Go, from the documented derivation:
 // sha256 of the compact JSON ["weft.mcp.run.v1","weft","local","order-7"].
 const goldenRunID = "mcp-8494668bfb5c4e21b17e99b85186a057cf27560fd54961d79dca1e7c444daa22"
+
+// TestUnknownStateIsNeverGuessed: without a query service the server
+// cannot see the run it started; it answers unavailable naming the run
+// (ask again to find out), never a guessed status. An agent no runner
+// serves is unknown_agent, with no run named.
+func TestUnknownStateIsNeverGuessed(t *testing.T) {
+	ag, err := agent.New("notes", model.NewScripted("n", model.Answer("hi")), nil, policy.AlwaysAllow()).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := mcptest.StartWithoutProjector(t, ag)
+	srv, err := mcpserve.New(st.Server.Conn, mcpserve.Config{Agents: []mcpserve.Agent{{Name: "notes"}}, Wait: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{st: st, session: connect(t, srv.MCP())}
+	ans, res := f.call(t, "notes", map[string]any{"input": "hello", "key": "k"}, nil)
+	if ans.Status != mcpserve.StatusRefused || ans.Error.Code != weft.CodeUnavailable || ans.Run != mcpserve.RunID("weft", "local", "k") || !res.IsError {
+		t.Fatalf("no query service: %+v", ans)
+	}
+	mustContain(t, "text", text(res), "is not known: to find out, repeat this call with the same key")
+
+	bare := mcptest.StartWithoutProjector(t, ag)
+	other, err := mcpserve.New(bare.Server.Conn, mcpserve.Config{Agents: []mcpserve.Agent{{Name: "missing"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &fixture{st: bare, session: connect(t, other.MCP())}
+	if ans, _ := g.call(t, "missing", map[string]any{"input": "x"}, nil); ans.Error == nil || ans.Error.Code != weft.CodeUnknownAgent || ans.Run != "" {
+		t.Fatalf("an agent no runner serves: %+v, want unknown_agent and no run", ans)
+	}
+}

@@ -191,8 +191,12 @@ func TestEverythingOverStreamableHTTP(t *testing.T) {
 	}
 	_ = cmd.Process.Kill()
 	<-exited
+	// Let the client's event stream notice first, so that the session is
+	// already broken when the call comes (the call must not be sent on it).
+	time.Sleep(500 * time.Millisecond)
 	r = list[0].Invoke(ctx, call, json.RawMessage(`{"message":"nobody listens"}`), tools.Settlement{})
 	if r.Outcome != events.OutcomeExplain || !strings.Contains(r.Message, "was not called") {
 		t.Fatalf("a call to a server that is gone: %+v, want Explain (nothing was sent)", r)
 	}
+	t.Logf("a call to a server that is gone: %s", r.Message)
 }

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -32,6 +35,7 @@ const MetaIdempotencyKey = "run.weft/idempotency-key"
 type Source struct {
 	describe string
 	open     func() (mcp.Transport, error)
+	http     bool // requests go through trackingTransport
 }
 
 // String returns what the source reaches, for errors and evidence, such as
@@ -62,9 +66,37 @@ func CommandFunc(describe string, cmd func() *exec.Cmd) Source {
 // URL returns the Source of a server reached with the streamable HTTP
 // transport at endpoint.
 func URL(endpoint string) Source {
-	return Source{describe: "url " + endpoint, open: func() (mcp.Transport, error) {
-		return &mcp.StreamableClientTransport{Endpoint: endpoint, MaxRetries: -1}, nil
+	client := &http.Client{Transport: trackingTransport{base: http.DefaultTransport}}
+	return Source{describe: "url " + endpoint, http: true, open: func() (mcp.Transport, error) {
+		return &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: client, MaxRetries: -1}, nil
 	}}
+}
+
+// sendKey is the context key of a tools/call's sendTrack.
+type sendKey struct{}
+
+// sendTrack records whether the HTTP request carrying one tools/call left
+// this process: posted once a POST with the call's context was handed to
+// the HTTP transport, dialFailed when that POST could not even connect.
+type sendTrack struct {
+	posted, dialFailed atomic.Bool
+}
+
+// trackingTransport marks the sendTrack of the context of every POST it
+// carries.
+type trackingTransport struct{ base http.RoundTripper }
+
+func (t trackingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	tr, _ := req.Context().Value(sendKey{}).(*sendTrack)
+	if tr != nil && req.Method == http.MethodPost {
+		tr.posted.Store(true)
+	}
+	res, err := t.base.RoundTrip(req)
+	var op *net.OpError
+	if tr != nil && err != nil && errors.As(err, &op) && op.Op == "dial" {
+		tr.dialFailed.Store(true)
+	}
+	return res, err
 }
 
 // Transport returns a Source whose sessions run over the transports open
@@ -175,11 +207,12 @@ func (c *Client) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.Cal
 		if err := ctx.Err(); err != nil {
 			return nil, &errNotSent{err}
 		}
-		res, err := s.CallTool(ctx, params)
+		tr := &sendTrack{}
+		res, err := s.CallTool(context.WithValue(ctx, sendKey{}, tr), params)
 		if err == nil {
 			return res, nil
 		}
-		if notSent(err) {
+		if c.notSent(err, tr) {
 			c.drop(s)
 			if try == 0 {
 				continue
@@ -198,11 +231,21 @@ func (c *Client) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.Cal
 	}
 }
 
-// notSent reports whether err says the request never left this process:
-// the session was closed or broken before it was written, or the server
-// refused the connection (nothing reached it).
-func notSent(err error) bool {
-	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, syscall.ECONNREFUSED)
+// notSent reports whether the failed call's request never left this
+// process: the session was closed or broken before it was written
+// (ErrConnectionClosed), the server's end of a pipe was already closed
+// (EPIPE: a process that is gone reads nothing), the server refused the
+// connection, or — over HTTP — no POST carried the call, or its POST could
+// not connect.
+func (c *Client) notSent(err error, tr *sendTrack) bool {
+	switch {
+	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
+		return true
+	case c.source.http:
+		var werr *jsonrpc.Error
+		return !errors.As(err, &werr) && (!tr.posted.Load() || tr.dialFailed.Load())
+	}
+	return false
 }
 
 // ToolOption configures Client.Tools.

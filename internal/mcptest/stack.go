@@ -30,6 +30,18 @@ type Stack struct {
 // StartStack starts a Stack serving agents; t.Cleanup stops it.
 func StartStack(t testing.TB, agents ...*agent.Agent) *Stack {
 	t.Helper()
+	return start(t, true, agents)
+}
+
+// StartWithoutProjector starts a Stack whose query service is missing: the
+// runner serves agents, nobody answers queries.
+func StartWithoutProjector(t testing.TB, agents ...*agent.Agent) *Stack {
+	t.Helper()
+	return start(t, false, agents)
+}
+
+func start(t testing.TB, withProjector bool, agents []*agent.Agent) *Stack {
+	t.Helper()
 	const lease = time.Second
 	s := natstest.Start(t, natstest.WithAssets(append(runner.Assets(lease), projector.Assets()...)...))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,11 +58,20 @@ func StartStack(t testing.TB, agents ...*agent.Agent) *Stack {
 	}
 	rdone, pdone := make(chan error, 1), make(chan error, 1)
 	go func() { rdone <- r.Run(ctx) }()
-	go func() { pdone <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
+	go func() {
+		if !withProjector {
+			pdone <- nil
+			return
+		}
+		pdone <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil)
+	}()
 	t.Cleanup(func() { cancel(); <-rdone; <-pdone })
 	st := &Stack{Server: s, API: api.NewClient(s.Conn), Query: projector.NewClient(s.Conn)}
 	if err := st.API.Ready(pctx); err != nil {
 		t.Fatal(err)
+	}
+	if !withProjector {
+		return st
 	}
 	// The query service is ready once it answers (unknown_run for a run
 	// that does not exist).
