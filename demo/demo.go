@@ -25,6 +25,8 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/catalog"
+	"github.com/weftrun/weft/console"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/natsnode"
@@ -64,6 +66,13 @@ type Options struct {
 	// runs (FeedLine) and the line saying what was handed off when it
 	// stops; nil prints them on Stdout, io.Discard drops them.
 	Events io.Writer
+	// Console is the operator console's listen address (weft dev:
+	// console.DefaultAddr; when it is taken a free port is used); empty
+	// starts no console.
+	Console string
+	// ConsoleReady, when set, is called with the console's URL once it
+	// serves.
+	ConsoleReady func(url string)
 }
 
 // Run starts (or connects to) NATS, provisions every asset, and runs a
@@ -153,8 +162,23 @@ func Run(ctx context.Context, o Options) error {
 	defer stopFeed()
 	feedDone := make(chan error, 1)
 	go func() { feedDone <- fd.run(fctx, info.State.LastSeq+1) }()
+	cat, err := catalog.Serve(node.Conn(), []*agent.Agent{ag})
+	if err != nil {
+		return err
+	}
+	defer cat.Stop()
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
+	if o.Console != "" {
+		url, err := startConsole(ctx, &wg, errs, node.Conn(), o.Console, logger)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "Console: %s (approve, reconcile and read runs in a browser)\n\n", url)
+		if o.ConsoleReady != nil {
+			o.ConsoleReady(url)
+		}
+	}
 	wg.Add(2)
 	go func() { defer wg.Done(); errs <- rn.Run(ctx) }()
 	go func() {
@@ -228,6 +252,27 @@ func portFree(port int) error {
 		return fmt.Errorf("%w: 127.0.0.1:%d: %v (is another weft dev running? use it with NATS_URL=nats://127.0.0.1:%d, or pick another port with --listen)", ErrPortInUse, port, err, port)
 	}
 	return l.Close()
+}
+
+// startConsole serves the operator console on addr (a free loopback port
+// when addr is taken) until ctx ends, and returns its URL.
+func startConsole(ctx context.Context, wg *sync.WaitGroup, errs chan<- error, nc *nats.Conn, addr string, logger *slog.Logger) (string, error) {
+	c, err := console.New(nc, console.WithLogger(logger), console.WithApprover(Approver),
+		console.WithCredentialHelp("The demo approver "+Approver+" accepts any non-empty credential and records it as the reviewer: type your name."),
+		console.WithStart(AgentName, "pay invoice INV-7", "pay invoice INV-13", "pay invoice INV-8", "refund invoice INV-8"))
+	if err != nil {
+		return "", err
+	}
+	ln, url, err := console.Listen(addr)
+	if err != nil {
+		logger.Warn("demo: console address taken, using a free port", "addr", addr, "err", err)
+		if ln, url, err = console.Listen("127.0.0.1:0"); err != nil {
+			return "", err
+		}
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- c.Serve(ctx, ln) }()
+	return url, nil
 }
 
 func listenPort(listen string) (int, error) {

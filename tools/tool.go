@@ -494,6 +494,29 @@ func ValidateOutput(t Tool, content json.RawMessage) error {
 	return nil
 }
 
+// outputSchemer is implemented by the tools Bind and BindSettling return.
+type outputSchemer interface {
+	outputSchema() json.RawMessage
+}
+
+func (b *bound[In, Out]) outputSchema() json.RawMessage { return b.def.output.Schema() }
+
+// OutputSchema returns the JSON Schema of t's output (generated from its Go
+// output type like the input schema, docs/protocol/30-tools.md), also under
+// WithReplay or WithTimeout. It returns nil for a tool without an output
+// codec, such as a delegation wrapped by another package, and for an output
+// type without a schema. Clients use it to build a reconciliation form
+// (package catalog serves it).
+func OutputSchema(t Tool) json.RawMessage {
+	if w, ok := t.(*wrapped); ok {
+		t = w.Tool
+	}
+	if s, ok := t.(outputSchemer); ok {
+		return s.outputSchema()
+	}
+	return nil
+}
+
 // schemaErr reports a missing input or output schema, and an input schema
 // that is not an object: model providers take only objects as tool
 // arguments.

@@ -105,7 +105,7 @@ func commands() []command {
 	return []command{
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
 		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), cancelCommand(), settleCommand(),
-		auditCommand(), rebuildCommand(), devCommand(), mcpCommand(),
+		auditCommand(), rebuildCommand(), consoleCommand(), devCommand(), mcpCommand(),
 	}
 }
 

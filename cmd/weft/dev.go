@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/weftrun/weft/console"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/model/provider"
@@ -48,6 +49,7 @@ func devCommand() command {
 			var o demo.Options
 			fs.StringVar(&o.Listen, "listen", "4222", "loopback port (or host:port) of the embedded server; 0 picks a free one")
 			fs.StringVar(&o.DataDir, "data", "", "the embedded server's store directory (default $WEFT_DATA, else the user's state dir)")
+			fs.StringVar(&o.Console, "console", console.DefaultAddr, "address of the operator console (loopback; a free port when taken); empty for none")
 			verbose := fs.Bool("v", false, "log what the runtime does")
 			var external listFlag
 			fs.Var(&external, "external-tool", "leave this tool's tasks to workers outside the process, such as the nats CLI (repeatable)")

@@ -1,0 +1,226 @@
+// Package catalog tells clients what the agents a process serves are made
+// of: each agent's tools (name, description, input and output JSON Schema,
+// whether it settles) and the names of its approvers. It is the NATS micro
+// service "weft-catalog", one request/reply endpoint per agent name under
+// weft.api.catalog.<agent>, and Client, its Go client.
+//
+// The operator console builds its reconciliation form from a tool's output
+// schema and offers the agent's approvers by name; nothing here is needed to
+// run agents. A process that serves agents (weft dev, cmd/runner, an
+// application embedding the runner) serves their catalog with Serve;
+// docs/protocol/45-catalog.md is the wire reference.
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/tools"
+)
+
+const (
+	// ServiceName is the micro service's name ("nats micro ls").
+	ServiceName = "weft-catalog"
+	// SubjectPrefix prefixes every endpoint: weft.api.catalog.<agent name>.
+	SubjectPrefix = "weft.api.catalog."
+	// ServiceVersion is the micro service's version (SemVer).
+	ServiceVersion = "1.0.0"
+	// Schema is the schema version of requests and replies.
+	Schema = 1
+)
+
+// Request asks for one agent's catalog entry. Version is optional: empty
+// names the one version the answering process serves.
+type Request struct {
+	Schema  int    `json:"schema,omitempty"`
+	Version string `json:"version,omitempty"`
+}
+
+// Tool describes one tool of an agent.
+type Tool struct {
+	// Name is the name the model calls the tool by.
+	Name string `json:"name"`
+	// Description is what the model reads about the tool.
+	Description string `json:"description"`
+	// InputSchema is the JSON Schema of the tool's arguments.
+	InputSchema json.RawMessage `json:"input_schema,omitempty"`
+	// OutputSchema is the JSON Schema of the tool's output: the shape of a
+	// reconciliation's "output" content. Absent for a delegation (a
+	// sub-agent), whose result is the child run's outcome.
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+	// Settling reports whether the tool settles asynchronously.
+	Settling bool `json:"settling,omitempty"`
+	// Agent names the sub-agent a delegation starts; nil for other tools.
+	Agent *events.AgentRef `json:"agent,omitempty"`
+}
+
+// Entry is one agent's catalog entry, the reply of weft.api.catalog.<agent>.
+type Entry struct {
+	Schema int             `json:"schema"`
+	Agent  events.AgentRef `json:"agent"`
+	// Tools are the agent's tools in the agent's order.
+	Tools []Tool `json:"tools"`
+	// Approvers are the names an approve or reject may give as "approver".
+	Approvers []string `json:"approvers"`
+}
+
+// Tool returns the entry's tool called name.
+func (e Entry) Tool(name string) (Tool, bool) {
+	for _, t := range e.Tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tool{}, false
+}
+
+// Describe returns the catalog entry of a built agent.
+func Describe(a *agent.Agent) Entry {
+	e := Entry{Schema: Schema, Agent: a.Ref(), Tools: []Tool{}, Approvers: []string{}}
+	for _, t := range a.Tools() {
+		spec := t.Spec()
+		ct := Tool{Name: spec.Name, Description: spec.Description, InputSchema: spec.InputSchema, Settling: t.Settling()}
+		if child, ok := agent.SubAgent(t); ok {
+			ref := child.Ref()
+			ct.Agent = &ref
+		} else {
+			ct.OutputSchema = tools.OutputSchema(t)
+		}
+		e.Tools = append(e.Tools, ct)
+	}
+	for _, ap := range a.Approvers() {
+		e.Approvers = append(e.Approvers, ap.Name())
+	}
+	return e
+}
+
+// Serve adds the "weft-catalog" micro service to nc, with one endpoint per
+// agent name among agents and their sub-agents, until the returned service
+// is stopped. Processes serving the same agents share the queue group
+// "weft-catalog"; a request goes to one process that serves the name.
+func Serve(nc *nats.Conn, agents []*agent.Agent) (micro.Service, error) {
+	byName := map[string][]Entry{}
+	var names []string
+	var add func(a *agent.Agent)
+	add = func(a *agent.Agent) {
+		for _, e := range byName[a.Name()] {
+			if e.Agent.Version == a.Version() {
+				return
+			}
+		}
+		if byName[a.Name()] == nil {
+			names = append(names, a.Name())
+		}
+		byName[a.Name()] = append(byName[a.Name()], Describe(a))
+		for _, sub := range a.SubAgents() {
+			add(sub)
+		}
+	}
+	for _, a := range agents {
+		add(a)
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "Weft catalog: the tools, schemas and approvers of the agents served",
+		QueueGroup:  ServiceName,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("catalog: add service: %w", err)
+	}
+	for _, name := range names {
+		entries := byName[name]
+		err := svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { answer(r, name, entries) }),
+			micro.WithEndpointSubject(SubjectPrefix+name),
+			micro.WithEndpointMetadata(map[string]string{"schema": "1"}))
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("catalog: endpoint %s: %w", name, err)
+		}
+	}
+	return svc, nil
+}
+
+// errorReply is the body of an error reply (the command API's convention).
+type errorReply struct {
+	Schema int         `json:"schema"`
+	Error  *weft.Error `json:"error"`
+}
+
+func answer(r micro.Request, name string, entries []Entry) {
+	var req Request
+	if len(r.Data()) > 0 {
+		if err := json.Unmarshal(r.Data(), &req); err != nil {
+			respondError(r, 400, &weft.Error{Code: weft.CodeInvalidJSON, Message: "the body is not a JSON object: " + err.Error()})
+			return
+		}
+	}
+	if req.Schema != 0 && req.Schema != Schema {
+		respondError(r, 400, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("schema must be %d, got %d", Schema, req.Schema)})
+		return
+	}
+	var versions []string
+	for _, e := range entries {
+		versions = append(versions, e.Agent.Version)
+		if e.Agent.Version == req.Version || (req.Version == "" && len(entries) == 1) {
+			b, _ := json.Marshal(e)
+			_ = r.Respond(b)
+			return
+		}
+	}
+	slices.Sort(versions)
+	if req.Version == "" {
+		respondError(r, 400, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("agent %s: version is required (served: %s)", name, strings.Join(versions, ", "))})
+		return
+	}
+	respondError(r, 404, &weft.Error{Code: weft.CodeUnknownAgent, Message: fmt.Sprintf("agent %s version %s is not served here (served: %s)", name, req.Version, strings.Join(versions, ", "))})
+}
+
+func respondError(r micro.Request, status int, e *weft.Error) {
+	body, _ := json.Marshal(errorReply{Schema: Schema, Error: e})
+	_ = r.Error(fmt.Sprint(status), string(e.Code), body)
+}
+
+// Client asks the catalog over NATS. It is safe for concurrent use.
+type Client struct {
+	nc *nats.Conn
+}
+
+// NewClient returns a Client over nc.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+// Agent returns the catalog entry of the agent ref names (an empty Version:
+// the one version served). No process serving the name is *weft.Error
+// unknown_agent; no answer at all is unavailable.
+func (c *Client) Agent(ctx context.Context, ref events.AgentRef) (Entry, error) {
+	body, _ := json.Marshal(Request{Schema: Schema, Version: ref.Version})
+	m, err := c.nc.RequestWithContext(ctx, SubjectPrefix+ref.Name, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return Entry{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: "no process serves the catalog of agent " + ref.Name}
+		}
+		return Entry{}, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("catalog %s: %v", ref.Name, err)}
+	}
+	if m.Header.Get("Nats-Service-Error-Code") != "" {
+		var er errorReply
+		if json.Unmarshal(m.Data, &er) == nil && er.Error != nil {
+			return Entry{}, er.Error
+		}
+		return Entry{}, &weft.Error{Code: weft.Code(m.Header.Get("Nats-Service-Error"))}
+	}
+	var e Entry
+	if err := json.Unmarshal(m.Data, &e); err != nil {
+		return Entry{}, fmt.Errorf("catalog %s: decode reply: %w", ref.Name, err)
+	}
+	return e, nil
+}

@@ -1,0 +1,71 @@
+package catalog_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/catalog"
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+)
+
+// The catalog answers the demo agent's tools with their output schemas and
+// its approvers, and refuses an agent or version it does not serve.
+func TestServeAnswersToolsAndApprovers(t *testing.T) {
+	s := natstest.Start(t)
+	ag, err := demo.Agent(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := catalog.Serve(s.Conn, []*agent.Agent{ag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := catalog.NewClient(s.Conn)
+	e, err := c.Agent(ctx, events.AgentRef{Name: demo.AgentName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Agent != ag.Ref() || len(e.Approvers) != 1 || e.Approvers[0] != demo.Approver {
+		t.Fatalf("entry %+v", e)
+	}
+	send, ok := e.Tool("send_payment")
+	if !ok {
+		t.Fatalf("no send_payment in %+v", e.Tools)
+	}
+	var schema struct {
+		Type       string                     `json:"type"`
+		Properties map[string]json.RawMessage `json:"properties"`
+		Required   []string                   `json:"required"`
+	}
+	if err := json.Unmarshal(send.OutputSchema, &schema); err != nil {
+		t.Fatalf("output schema %s: %v", send.OutputSchema, err)
+	}
+	if schema.Type != "object" || len(schema.Properties) != 2 || len(schema.Required) != 2 {
+		t.Fatalf("send_payment output schema %s", send.OutputSchema)
+	}
+	if refund, _ := e.Tool("refund"); !refund.Settling {
+		t.Fatalf("refund is a settling tool: %+v", refund)
+	}
+	if len(send.InputSchema) == 0 {
+		t.Fatal("no input schema")
+	}
+
+	_, err = c.Agent(ctx, events.AgentRef{Name: demo.AgentName, Version: "9"})
+	if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownAgent}) {
+		t.Fatalf("version 9: %v, want unknown_agent", err)
+	}
+	_, err = c.Agent(ctx, events.AgentRef{Name: "nobody"})
+	if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownAgent}) {
+		t.Fatalf("agent nobody: %v, want unknown_agent", err)
+	}
+}

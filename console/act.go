@@ -1,0 +1,265 @@
+package console
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+)
+
+// answer is what an action answers: JSON to the script, a page with a
+// flash without it.
+type answer struct {
+	OK bool `json:"ok"`
+	// Code, Reason and Message are the refusal's (Code empty: the form was
+	// not sent, Message says why).
+	Code    string `json:"code,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message"`
+	// Status is the run's status after the command.
+	Status string `json:"status,omitempty"`
+	// Link is where to see the outcome (a started run).
+	Link string `json:"link,omitempty"`
+	// NextCommandID replaces the form's command id after a refusal: the
+	// command API keeps a refusal for its command id, so a corrected form
+	// needs a new one.
+	NextCommandID string `json:"next_command_id,omitempty"`
+}
+
+// maxForm bounds a form body (a reconciliation output may be large, but
+// the command API refuses bodies over api.MaxBody).
+const maxForm = api.MaxBody
+
+// respond answers an action. A request from the script (Accept:
+// application/json) gets the answer as JSON; a plain form post gets the
+// page it came from (the return field) with the answer on top.
+func (c *Console) respond(w http.ResponseWriter, r *http.Request, a answer, secrets ...string) {
+	a.Message = redact(a.Message, secrets...)
+	if !a.OK {
+		a.NextCommandID = newCommandID()
+	}
+	if strings.Contains(r.Header.Get("Accept"), "application/json") {
+		w.Header().Set("Content-Type", "application/json")
+		if !a.OK {
+			w.WriteHeader(http.StatusConflict)
+		}
+		_ = json.NewEncoder(w).Encode(a)
+		return
+	}
+	fl := &flash{OK: a.OK, Code: a.Code, Reason: a.Reason, Message: a.Message, Link: a.Link}
+	ret, err := url.Parse(r.PostFormValue("return"))
+	if err != nil || !strings.HasPrefix(ret.Path, "/") || strings.HasPrefix(ret.Path, "//") || ret.Host != "" {
+		ret = &url.URL{Path: "/"}
+	}
+	g := r.Clone(r.Context())
+	g.Method, g.URL, g.Form, g.PostForm = http.MethodGet, ret, nil, nil
+	switch {
+	case ret.Path == "/runs":
+		c.renderRuns(w, g, fl)
+	case strings.HasPrefix(ret.Path, "/runs/"):
+		g.SetPathValue("run", strings.TrimPrefix(ret.Path, "/runs/"))
+		c.renderRun(w, g, fl)
+	default:
+		c.renderInbox(w, g, fl)
+	}
+}
+
+// redact replaces every secret (a credential the viewer typed) in a
+// message from the command API: an approver's refusal might quote it.
+func redact(msg string, secrets ...string) string {
+	for _, s := range secrets {
+		if len(s) >= 3 {
+			msg = strings.ReplaceAll(msg, s, "•••")
+		}
+	}
+	return msg
+}
+
+// refused turns a command's error into an answer.
+func refused(err error) answer {
+	var we *weft.Error
+	if errors.As(err, &we) {
+		return answer{Code: string(we.Code), Reason: we.Reason, Message: we.Message}
+	}
+	return answer{Code: string(weft.CodeUnavailable), Message: err.Error()}
+}
+
+// notSent is the answer for a form the console did not send.
+func notSent(msg string) answer { return answer{Message: msg} }
+
+func (c *Console) form(w http.ResponseWriter, r *http.Request) bool {
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, "the form could not be read", http.StatusBadRequest)
+		return false
+	}
+	return true
+}
+
+func describeStatus(run, status string) string {
+	if status == "" {
+		return "Done."
+	}
+	return "Run " + run + " is now " + status + "."
+}
+
+// actApproval approves or rejects a pending approval request (the button
+// pressed is "decision").
+func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	f := r.PostForm
+	credential := f.Get("credential")
+	rev, err := strconv.Atoi(f.Get("revision"))
+	if err != nil {
+		c.respond(w, r, notSent("the form has no revision: reload the page"))
+		return
+	}
+	run, action, approver := f.Get("run"), f.Get("action"), strings.TrimSpace(f.Get("approver"))
+	switch f.Get("decision") {
+	case "approve":
+		if credential == "" {
+			c.respond(w, r, notSent("Type your credential to approve."))
+			return
+		}
+		rep, err := c.cmd.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential})
+		if err != nil {
+			c.respond(w, r, refused(err), credential)
+			return
+		}
+		c.log.Info("console: approved", "run", run, "action", action, "revision", rev)
+		c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Approved. " + describeStatus(run, rep.Status)})
+	case "reject":
+		reason := strings.TrimSpace(f.Get("reason"))
+		if reason == "" {
+			c.respond(w, r, notSent("Type a reason to reject: the model reads it."))
+			return
+		}
+		req := api.RejectRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Reason: reason}
+		if credential != "" || approver != "" {
+			req.Approver, req.Credential = approver, credential
+		}
+		rep, err := c.cmd.Reject(ctx, req)
+		if err != nil {
+			c.respond(w, r, refused(err), credential)
+			return
+		}
+		c.log.Info("console: rejected", "run", run, "action", action, "revision", rev)
+		c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Rejected. " + describeStatus(run, rep.Status)})
+	default:
+		c.respond(w, r, notSent("Press Approve or Reject."))
+	}
+}
+
+// actReconcile records what happened to an uncertain action: the tool's
+// output (from the generated form), a failure, or unconfirmed.
+func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	f := r.PostForm
+	run, action := f.Get("run"), f.Get("action")
+	var content json.RawMessage
+	var what string
+	switch f.Get("kind") {
+	case "output":
+		of := rawOutputForm("")
+		if f.Get("out_mode") == "fields" {
+			e, err := c.entry(ctx, events.AgentRef{Name: f.Get("agent"), Version: f.Get("version")})
+			t, ok := e.Tool(f.Get("tool"))
+			if err != nil || !ok || len(t.OutputSchema) == 0 {
+				c.respond(w, r, notSent("The tool's output schema is not available now: reload the page."))
+				return
+			}
+			of = formFromSchema(t.OutputSchema)
+		}
+		out, err := outputContent(of, f)
+		if err != nil {
+			c.respond(w, r, notSent("Not sent: "+err.Error()+"."))
+			return
+		}
+		content, what = out, "the tool's output"
+	case "error":
+		msg := strings.TrimSpace(f.Get("error"))
+		if msg == "" {
+			c.respond(w, r, notSent("Type what failed: the model reads it."))
+			return
+		}
+		content, _ = json.Marshal(map[string]string{"error": msg})
+		what = "a failure"
+	case "unconfirmed":
+		note := strings.TrimSpace(f.Get("note"))
+		if note == "" {
+			c.respond(w, r, notSent("Type a note: what is known, and who is finding out."))
+			return
+		}
+		content, _ = json.Marshal(map[string]string{"unconfirmed": note})
+		what = "unconfirmed"
+	default:
+		c.respond(w, r, notSent("Choose what happened."))
+		return
+	}
+	req := api.ReconcileRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by"))}
+	var rep api.Reply
+	var err error
+	if f.Get("stored") == "true" {
+		rep, err = c.cmd.ReconcileStored(ctx, req)
+	} else {
+		rep, err = c.cmd.Reconcile(ctx, req)
+	}
+	if err != nil {
+		c.respond(w, r, refused(err))
+		return
+	}
+	c.log.Info("console: reconciled", "run", run, "action", action, "kind", f.Get("kind"))
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Recorded as " + what + ". " + describeStatus(run, rep.Status)})
+}
+
+// actStart starts a run.
+func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	f := r.PostForm
+	agentName, input := strings.TrimSpace(f.Get("agent")), strings.TrimSpace(f.Get("input"))
+	if agentName == "" || input == "" {
+		c.respond(w, r, notSent("Name the agent and type the input."))
+		return
+	}
+	rep, err := c.cmd.Start(ctx, api.StartRequest{CommandID: f.Get("command_id"), Run: strings.TrimSpace(f.Get("run")), Agent: agentName, Input: input})
+	if err != nil {
+		c.respond(w, r, refused(err))
+		return
+	}
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: "/runs/" + url.PathEscape(rep.Run), Message: "Started run " + rep.Run + "."})
+}
+
+// actCancel cancels a run.
+func (c *Console) actCancel(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	f := r.PostForm
+	run := f.Get("run")
+	rep, err := c.cmd.Cancel(ctx, api.CancelRequest{CommandID: f.Get("command_id"), Run: run, Reason: strings.TrimSpace(f.Get("reason")), By: strings.TrimSpace(f.Get("by"))})
+	if err != nil {
+		c.respond(w, r, refused(err))
+		return
+	}
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Cancelled. " + describeStatus(run, rep.Status)})
+}

@@ -1,0 +1,235 @@
+// Package console is Weft's operator console: a web page where the people
+// who answer approvals and reconcile uncertain effects do their work and read
+// what a run did. It is an HTTP server (loopback by default) that talks to
+// Weft only through the public APIs over NATS request/reply — the command
+// API (weft.api.*, package api), the query service (weft.api.query.*,
+// package projector) and the catalog (weft.api.catalog.*, package catalog) —
+// so it works against any deployment that serves them.
+//
+// # Pages
+//
+//   - "/" the inbox: what waits for a person, one section per kind
+//     (pending approvals, uncertain effects), each item with its form.
+//   - "/runs" the runs: a filtered, paged list, newest change first, and a
+//     form that starts a run.
+//   - "/runs/<run>" one run: status, what waits for a person, actions with
+//     their states and attempts, the transcript, the event timeline (the
+//     lines `weft events` prints), child runs and the audit panel (the
+//     checks of `weft audit verify`, on the history the query service
+//     returns).
+//
+// Pages are server-rendered html/template with one small script
+// (assets/app.js) that shows times in the viewer's zone, sends forms
+// without reloading, and swaps in fresh regions when the server-sent event
+// stream at "/live" says the data changed; without the script every page
+// and form still works. Templates, script and style are embedded (embed.FS):
+// nothing is fetched at run time.
+//
+// # Acting
+//
+// Every form carries a command id chosen when the page was rendered, so a
+// double click or a resent form acts once (the command API keeps the first
+// answer per command id). A refusal shows its error code, reason and
+// message; the form then gets a new command id. Credentials typed into a
+// form are sent to the command API and never written into a page, a URL or
+// a log.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/catalog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projector"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// DefaultAddr is the address `weft console` and `weft dev` listen on
+// unless told otherwise: loopback only.
+const DefaultAddr = "127.0.0.1:8480"
+
+// Option configures New.
+type Option func(*Console)
+
+// WithLogger sets the logger (default: discard). Nothing secret is logged:
+// no credential, no tool argument or result.
+func WithLogger(l *slog.Logger) Option { return func(c *Console) { c.log = l } }
+
+// WithPoll sets how often an open page's data is checked for changes
+// (default 1 s); the page updates within about this long.
+func WithPoll(d time.Duration) Option { return func(c *Console) { c.poll = d } }
+
+// WithTimeout bounds each request to Weft (default 10 s).
+func WithTimeout(d time.Duration) Option { return func(c *Console) { c.timeout = d } }
+
+// WithApprover names the approver the approval forms offer first when the
+// catalog does not list an agent's approvers.
+func WithApprover(name string) Option { return func(c *Console) { c.approver = name } }
+
+// WithCredentialHelp sets the sentence shown under every credential field,
+// such as what the demo approver accepts.
+func WithCredentialHelp(text string) Option { return func(c *Console) { c.credentialHelp = text } }
+
+// WithStart offers agent as the default of the start form, with example
+// inputs.
+func WithStart(agent string, examples ...string) Option {
+	return func(c *Console) { c.startAgent, c.startExamples = agent, examples }
+}
+
+// Console is the console's HTTP handler. It is safe for concurrent use.
+type Console struct {
+	cmd     *api.Client
+	query   *projector.Client
+	catalog *catalog.Client
+	log     *slog.Logger
+	poll    time.Duration
+	timeout time.Duration
+
+	approver       string
+	credentialHelp string
+	startAgent     string
+	startExamples  []string
+
+	pages   map[string]*template.Template
+	static  http.Handler
+	handler http.Handler
+	// sections are the inbox's sections, in page order.
+	sections []section
+
+	catMu    sync.Mutex
+	catCache map[events.AgentRef]cached
+}
+
+// New returns a console that talks to Weft over nc.
+func New(nc *nats.Conn, opts ...Option) (*Console, error) {
+	c := &Console{
+		cmd:      api.NewClient(nc),
+		query:    projector.NewClient(nc),
+		catalog:  catalog.NewClient(nc),
+		log:      slog.New(slog.DiscardHandler),
+		poll:     time.Second,
+		timeout:  10 * time.Second,
+		catCache: map[events.AgentRef]cached{},
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	pages, err := parseTemplates()
+	if err != nil {
+		return nil, err
+	}
+	c.pages = pages
+	static, err := fs.Sub(assets, "assets/static")
+	if err != nil {
+		return nil, err
+	}
+	c.static = http.StripPrefix("/static/", http.FileServerFS(static))
+	c.sections = []section{approvalsSection{c}, uncertainSection{c}}
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", c.inbox)
+	mux.HandleFunc("GET /runs", c.runs)
+	mux.HandleFunc("GET /runs/{run}", c.run)
+	mux.HandleFunc("GET /live", c.live)
+	mux.HandleFunc("GET /static/", c.serveStatic)
+	mux.HandleFunc("POST /act/approval", c.actApproval)
+	mux.HandleFunc("POST /act/reconcile", c.actReconcile)
+	mux.HandleFunc("POST /act/start", c.actStart)
+	mux.HandleFunc("POST /act/cancel", c.actCancel)
+	// Cross-origin POSTs are refused (a page on another site cannot make
+	// the viewer's browser approve a payment here).
+	protect := http.NewCrossOriginProtection()
+	c.handler = secureHeaders(protect.Handler(mux))
+	return c, nil
+}
+
+// ServeHTTP serves the console.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.handler.ServeHTTP(w, r) }
+
+func (c *Console) serveStatic(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Cache-Control", "no-cache")
+	c.static.ServeHTTP(w, r)
+}
+
+// secureHeaders sets the headers every answer carries: a content security
+// policy that allows only the console's own script and style, no framing,
+// no referrer, no caching of pages.
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("X-Frame-Options", "DENY")
+		if h.Get("Cache-Control") == "" {
+			h.Set("Cache-Control", "no-store")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Serve serves the console on ln until ctx ends, then shuts the server down
+// (open live streams end). It returns nil after a shutdown.
+func (c *Console) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           c,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(c.log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = srv.Close()
+	}
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	return err
+}
+
+// Listen opens addr for the console ("127.0.0.1:8480"; port 0 picks a free
+// one) and returns the listener and the console's URL.
+func Listen(addr string) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("console: listen %s: %w", addr, err)
+	}
+	return ln, "http://" + ln.Addr().String(), nil
+}
+
+// newCommandID returns a fresh command id for a form.
+func newCommandID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "console-" + hex.EncodeToString(b[:])
+}
+
+func (c *Console) ctx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), c.timeout)
+}

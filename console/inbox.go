@@ -1,0 +1,235 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"html/template"
+	"net/http"
+	"net/url"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/catalog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+)
+
+// section is one kind of item that waits for a person. The inbox shows the
+// sections in order; the run page shows each section's items of that run.
+// A new kind (such as open questions) is one more implementation and one
+// card template in assets/templates/partials.
+type section interface {
+	// load reads the section's items, of one run when run is not empty.
+	load(ctx context.Context, run, ret string) sectionView
+	// fingerprint identifies the section's current items (for the live
+	// stream): it changes when an item appears, leaves or changes.
+	fingerprint(ctx context.Context) (string, error)
+}
+
+// sectionView is a loaded section.
+type sectionView struct {
+	// ID is the section's anchor and DOM id ("approvals").
+	ID string
+	// Title, Help and Empty are its heading, one sentence on what its
+	// items are and the text shown when it has none.
+	Title, Help, Empty string
+	// Cards are the rendered items.
+	Cards []card
+	// Err is why the section could not be read.
+	Err *weft.Error
+}
+
+// card is one rendered inbox item; Key is stable across renders (the live
+// update keeps a card the viewer is working on).
+type card struct {
+	Key  string
+	HTML template.HTML
+}
+
+// renderCard renders the partial template name with data.
+func (c *Console) renderCard(name string, data any) template.HTML {
+	var b bytes.Buffer
+	if err := c.pages["inbox"].ExecuteTemplate(&b, name, data); err != nil {
+		c.log.Error("console: render card", "template", name, "err", err)
+		return template.HTML(`<p class="error">This item could not be shown.</p>`)
+	}
+	return template.HTML(b.String())
+}
+
+func asWeftError(err error) *weft.Error {
+	var we *weft.Error
+	if errors.As(err, &we) {
+		return we
+	}
+	return &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
+}
+
+func fingerprintOf(v any) string {
+	b, _ := json.Marshal(v)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// approvalCard is a pending approval request with its form.
+type approvalCard struct {
+	Item      projections.ApprovalItem
+	Key       string
+	Args      []field
+	CommandID string
+	// Approvers are the agent's approvers from the catalog (empty when
+	// unknown: the form then has a text field); Approver is preselected.
+	Approvers      []string
+	Approver       string
+	CredentialHelp string
+	Return         string
+	ShowRun        bool
+}
+
+type approvalsSection struct{ c *Console }
+
+func (s approvalsSection) load(ctx context.Context, run, ret string) sectionView {
+	v := sectionView{ID: "approvals", Title: "Approvals waiting",
+		Help:  "An action the policy wants a person to approve before it runs. Approve it, or reject it with a reason the model reads.",
+		Empty: "No approval waits."}
+	items, err := s.c.query.Approvals(ctx, projector.InboxRequest{Run: run})
+	if err != nil {
+		v.Err = asWeftError(err)
+		return v
+	}
+	for _, it := range items {
+		key := "approval-" + projectionsKey(it.Run+"/"+it.Action)
+		ac := approvalCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(),
+			Approver: s.c.approver, CredentialHelp: s.c.credentialHelp, Return: ret, ShowRun: run == ""}
+		if e, err := s.c.entry(ctx, it.Agent); err == nil {
+			ac.Approvers = e.Approvers
+			if len(e.Approvers) > 0 && !contains(e.Approvers, ac.Approver) {
+				ac.Approver = e.Approvers[0]
+			}
+		}
+		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("approval-card", ac)})
+	}
+	return v
+}
+
+func (s approvalsSection) fingerprint(ctx context.Context) (string, error) {
+	items, err := s.c.query.Approvals(ctx, projector.InboxRequest{})
+	return fingerprintOf(items), err
+}
+
+// uncertainCard is an uncertain effect with its reconciliation form.
+type uncertainCard struct {
+	Item      projections.UncertainItem
+	Key       string
+	Args      []field
+	CommandID string
+	Output    outputForm
+	Return    string
+	ShowRun   bool
+}
+
+type uncertainSection struct{ c *Console }
+
+func (s uncertainSection) load(ctx context.Context, run, ret string) sectionView {
+	v := sectionView{ID: "uncertain", Title: "Uncertain effects",
+		Help:  "An action that may or may not have happened (a timeout after the request was sent, a lost worker). Find out, then record what happened: the tool's output, a failure, or unconfirmed with a note.",
+		Empty: "No effect is uncertain."}
+	r, err := s.c.query.Uncertain(ctx, projector.InboxRequest{Run: run})
+	if err != nil {
+		v.Err = asWeftError(err)
+		return v
+	}
+	for _, it := range r.Items {
+		key := "uncertain-" + projectionsKey(it.Run+"/"+it.Action)
+		uc := uncertainCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == ""}
+		e, err := s.c.entry(ctx, it.Agent)
+		switch t, ok := e.Tool(it.Tool); {
+		case err != nil:
+			uc.Output = rawOutputForm("The tool's output schema is not available (" + asWeftError(err).Message + "): type the output as JSON.")
+		case !ok || len(t.OutputSchema) == 0:
+			uc.Output = rawOutputForm("The catalog gives no output schema for " + it.Tool + ": type the output as JSON.")
+		default:
+			uc.Output = formFromSchema(t.OutputSchema)
+		}
+		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("uncertain-card", uc)})
+	}
+	return v
+}
+
+func (s uncertainSection) fingerprint(ctx context.Context) (string, error) {
+	r, err := s.c.query.Uncertain(ctx, projector.InboxRequest{})
+	for i := range r.Items {
+		r.Items[i].AgeMillis = 0 // the age changes every time
+	}
+	return fingerprintOf(r.Items), err
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// catalogTTL is how long a catalog entry is reused before it is asked for
+// again.
+const catalogTTL = 30 * time.Second
+
+type cached struct {
+	entry catalog.Entry
+	err   error
+	at    time.Time
+}
+
+// entry returns the catalog entry of an agent, cached for catalogTTL (an
+// unavailable catalog is asked again next time).
+func (c *Console) entry(ctx context.Context, ref events.AgentRef) (catalog.Entry, error) {
+	c.catMu.Lock()
+	if e, ok := c.catCache[ref]; ok && time.Since(e.at) < catalogTTL {
+		c.catMu.Unlock()
+		return e.entry, e.err
+	}
+	c.catMu.Unlock()
+	e, err := c.catalog.Agent(ctx, ref)
+	var we *weft.Error
+	if err != nil && errors.As(err, &we) && we.Code == weft.CodeUnavailable {
+		return e, err
+	}
+	c.catMu.Lock()
+	c.catCache[ref] = cached{entry: e, err: err, at: time.Now()}
+	c.catMu.Unlock()
+	return e, err
+}
+
+// inboxData is the inbox page's data.
+type inboxData struct {
+	Sections []sectionView
+	Count    int
+}
+
+func (c *Console) inbox(w http.ResponseWriter, r *http.Request) {
+	c.renderInbox(w, r, nil)
+}
+
+func (c *Console) renderInbox(w http.ResponseWriter, r *http.Request, fl *flash) {
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	live := c.liveQuery(ctx, url.Values{"watch": {"inbox"}})
+	var d inboxData
+	for _, s := range c.sections {
+		v := s.load(ctx, "", "/")
+		d.Count += len(v.Cards)
+		d.Sections = append(d.Sections, v)
+	}
+	title := "Inbox"
+	if d.Count > 0 {
+		title = "Inbox (" + itoa(d.Count) + ")"
+	}
+	c.render(w, http.StatusOK, "inbox", page{Title: title, Nav: "inbox", Live: live, Flash: fl, Data: d})
+}

@@ -1,0 +1,265 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+)
+
+// runData is the run page's data.
+type runData struct {
+	View    projections.RunView
+	Family  projections.Family
+	Outcome string
+	// FamilyDiffers is set when the family status says more than the
+	// run's own status.
+	FamilyDiffers bool
+	Waiting       []sectionView
+	WaitingCount  int
+	Actions       []actionRow
+	Transcript    []message
+	Timeline      []line
+	Children      []childRow
+	Audit         auditPanel
+	// HistoryErr is why the history (transcript, timeline, audit) could
+	// not be read.
+	HistoryErr *weft.Error
+	Cancel     cancelForm
+}
+
+type cancelForm struct {
+	CommandID string
+	Run       string
+}
+
+// actionRow is one action of the run view, readable.
+type actionRow struct {
+	projections.ActionView
+	Args []field
+	// Result is the content the model read, readable.
+	ResultFields []field
+}
+
+// message is one transcript entry.
+type message struct {
+	Role  string
+	Text  string
+	Calls []call
+	// Results are a tool batch's results, in call order.
+	Results []result
+}
+
+type call struct {
+	ID, Name string
+	Args     []field
+	Action   string
+}
+
+type result struct {
+	CallID, Name string
+	Content      []field
+}
+
+// line is one timeline entry: what `weft events` prints for an event.
+type line struct {
+	Version  uint64
+	Recorded time.Time
+	Type     string
+	Text     string
+}
+
+type childRow struct {
+	projections.ChildView
+	Status, FamilyStatus string
+	OutcomeText          string
+}
+
+// auditPanel is the result of audit.Verify on the history the query
+// service returned.
+type auditPanel struct {
+	Report audit.Report
+	// ViewCompared is set when the stored view was at the history's head
+	// and was compared byte for byte.
+	ViewCompared bool
+	ViewNote     string
+	Head         eventlog.Head
+}
+
+func (c *Console) run(w http.ResponseWriter, r *http.Request) { c.renderRun(w, r, nil) }
+
+func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	id := r.PathValue("run")
+	live := c.liveQuery(ctx, url.Values{"watch": {"run"}, "run": {id}})
+	rep, err := c.query.RunFamily(ctx, id)
+	if err != nil {
+		we := asWeftError(err)
+		status := http.StatusServiceUnavailable
+		switch we.Code {
+		case weft.CodeUnknownRun:
+			status = http.StatusNotFound
+		case weft.CodeInvalidName:
+			status = http.StatusBadRequest
+		}
+		c.render(w, status, "error", page{Title: "Run " + id, Nav: "runs", Flash: fl, Data: errorData{Title: "Run " + id, Err: we}})
+		return
+	}
+	v := rep.View
+	d := runData{View: v, Family: rep.FamilyStatus, FamilyDiffers: rep.FamilyStatus.Status != v.Status || len(rep.FamilyStatus.Waiting) > 0,
+		Cancel: cancelForm{CommandID: newCommandID(), Run: v.Run}}
+	if v.Outcome != nil {
+		d.Outcome = events.DescribeOutcome(*v.Outcome)
+	}
+	ret := "/runs/" + url.PathEscape(v.Run)
+	if v.Status != "finished" || len(v.Uncertain) > 0 {
+		for _, s := range c.sections {
+			sv := s.load(ctx, v.Run, ret)
+			d.WaitingCount += len(sv.Cards)
+			d.Waiting = append(d.Waiting, sv)
+		}
+	}
+	for _, a := range v.Actions {
+		row := actionRow{ActionView: a, Args: fields(a.Arguments)}
+		if a.Result != "" {
+			row.ResultFields = fields(json.RawMessage(a.Result))
+		}
+		d.Actions = append(d.Actions, row)
+	}
+	for i, ch := range v.Children {
+		row := childRow{ChildView: ch}
+		if i < len(rep.ChildStatus) && rep.ChildStatus[i].Run == ch.Run {
+			row.Status = rep.ChildStatus[i].Status
+			if f := rep.ChildStatus[i].FamilyStatus; f != nil {
+				row.FamilyStatus = f.Status
+			}
+		}
+		if ch.Outcome != nil {
+			row.OutcomeText = events.DescribeOutcome(*ch.Outcome)
+		}
+		d.Children = append(d.Children, row)
+	}
+	envs, head, err := c.history(ctx, v.Run)
+	if err != nil {
+		d.HistoryErr = asWeftError(err)
+	} else {
+		d.Transcript, d.Timeline = transcript(envs), timeline(envs)
+		d.Audit = verify(envs, head, v)
+	}
+	c.render(w, http.StatusOK, "run", page{Title: "Run " + v.Run + " (" + v.Status + ")", Nav: "runs",
+		Live: live, Flash: fl, Data: d})
+}
+
+// history reads a run's whole history through the query service.
+func (c *Console) history(ctx context.Context, run string) ([]events.Envelope, eventlog.Head, error) {
+	var out []events.Envelope
+	var after uint64
+	for {
+		h, err := c.query.History(ctx, projector.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
+		if err != nil {
+			return nil, eventlog.Head{}, err
+		}
+		out = append(out, h.Events...)
+		if h.Next == 0 {
+			return out, h.Head, nil
+		}
+		after = h.Next
+	}
+}
+
+func recorded(envs []events.Envelope) ([]events.Recorded, error) {
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			return nil, fmt.Errorf("event %d (%s): %w", env.Version, env.Type, err)
+		}
+		recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+	}
+	return recs, nil
+}
+
+// transcript is the run's conversation as the model saw it
+// (aggregate.Transcript of the refolded history); nil when the history does
+// not decode (the audit panel says why).
+func transcript(envs []events.Envelope) []message {
+	recs, err := recorded(envs)
+	if err != nil {
+		return nil
+	}
+	var msgs []model.Message
+	func() {
+		defer func() { _ = recover() }() // an impossible history: the audit panel reports it
+		msgs = aggregate.Transcript(aggregate.Fold(recs))
+	}()
+	out := make([]message, 0, len(msgs))
+	for _, m := range msgs {
+		e := message{Role: string(m.Role), Text: m.Text}
+		for _, cl := range m.Calls {
+			e.Calls = append(e.Calls, call{ID: cl.ID, Name: cl.Name, Args: fields(cl.Arguments)})
+		}
+		for _, res := range m.Results {
+			e.Results = append(e.Results, result{CallID: res.CallID, Name: res.Name, Content: fields(res.Content)})
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// timeline is one line per event, as `weft events` prints it.
+func timeline(envs []events.Envelope) []line {
+	out := make([]line, 0, len(envs))
+	for _, env := range envs {
+		l := line{Version: env.Version, Recorded: env.Recorded, Type: string(env.Type)}
+		if ev, err := env.Event(); err != nil {
+			l.Text = fmt.Sprintf("%s (undecodable: %v)", env.Type, err)
+		} else {
+			l.Text = events.Describe(ev)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// verify runs the checks of `weft audit verify` on the history: the chain
+// against the head the query service reported, the refold, the projection,
+// and the view when it is at the same version.
+func verify(envs []events.Envelope, head eventlog.Head, v projections.RunView) auditPanel {
+	p := auditPanel{Head: head}
+	opts := []audit.Option{audit.WithHead(head.Hash)}
+	if v.Version == head.Version {
+		if b, err := v.Encode(); err == nil {
+			opts = append(opts, audit.WithView(b))
+			p.ViewCompared = true
+		}
+	} else {
+		p.ViewNote = fmt.Sprintf("the view is at version %d and the log at %d (the projector is catching up): view not compared", v.Version, head.Version)
+	}
+	p.Report = audit.Verify(envs, opts...)
+	return p
+}
+
+// runFingerprint identifies what a run page shows: the view's version and
+// the family and child statuses.
+func (c *Console) runFingerprint(ctx context.Context, run string) (string, error) {
+	rep, err := c.query.RunFamily(ctx, run)
+	return fingerprintOf([]any{rep.View.Version, rep.FamilyStatus, rep.ChildStatus}), err
+}
+
+// errorData is the data of a page that could not be shown.
+type errorData struct {
+	Title string
+	Err   *weft.Error
+}

@@ -1,0 +1,136 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/projections"
+)
+
+// statuses are the run statuses a list can be filtered by.
+var statuses = []string{"working", "unattended", "suspended", "finished"}
+
+// runsData is the runs page's data.
+type runsData struct {
+	// Filter echoes the filter form (Since as typed, in the viewer's zone).
+	Status, Agent, Since, TZ string
+	Statuses                 []string
+	Runs                     []projections.Summary
+	// Next is the query of the next page; First is set when this is not
+	// the first page.
+	Next, First string
+	Err         *weft.Error
+	// Start is the start form.
+	Start startForm
+}
+
+// startForm is the form that starts a run.
+type startForm struct {
+	Agent     string
+	Examples  []string
+	CommandID string
+}
+
+// listQuery reads the list filter of a runs page request. since is a
+// datetime-local value in the viewer's zone, tz the zone's offset from UTC
+// in minutes west (JavaScript's getTimezoneOffset; absent: UTC).
+func listQuery(v url.Values) (projections.ListQuery, error) {
+	q := projections.ListQuery{Status: v.Get("status"), Agent: strings.TrimSpace(v.Get("agent")), Cursor: v.Get("cursor")}
+	if l := v.Get("limit"); l != "" {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return q, &weft.Error{Code: weft.CodeBadFilter, Reason: "limit", Message: "limit is not a number"}
+		}
+		q.Limit = n
+	}
+	if s := strings.TrimSpace(v.Get("since")); s != "" {
+		t, err := parseSince(s, v.Get("tz"))
+		if err != nil {
+			return q, &weft.Error{Code: weft.CodeBadFilter, Reason: "updated_since", Message: err.Error()}
+		}
+		q.UpdatedSince = t.UTC().Format(time.RFC3339)
+	}
+	return q, nil
+}
+
+func parseSince(s, tz string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	loc := time.UTC
+	if tz != "" {
+		min, err := strconv.Atoi(tz)
+		if err != nil || min < -24*60 || min > 24*60 {
+			return time.Time{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "updated_since", Message: "bad time zone offset"}
+		}
+		loc = time.FixedZone("viewer", -min*60)
+	}
+	for _, layout := range []string{"2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"} {
+		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "updated_since", Message: "updated since: want a date and time such as 2026-11-30T09:00"}
+}
+
+func (c *Console) runs(w http.ResponseWriter, r *http.Request) { c.renderRuns(w, r, nil) }
+
+func (c *Console) renderRuns(w http.ResponseWriter, r *http.Request, fl *flash) {
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	v := r.URL.Query()
+	lv := cloneValues(v)
+	lv.Set("watch", "runs")
+	live := c.liveQuery(ctx, lv)
+	d := runsData{Status: v.Get("status"), Agent: v.Get("agent"), Since: v.Get("since"), TZ: v.Get("tz"), Statuses: statuses,
+		Start: startForm{Agent: c.startAgent, Examples: c.startExamples, CommandID: newCommandID()}}
+	status := http.StatusOK
+	q, err := listQuery(v)
+	if err == nil {
+		var pg projections.ListPage
+		pg, err = c.query.List(ctx, q)
+		d.Runs = pg.Runs
+		if pg.Next != "" {
+			nv := cloneValues(v)
+			nv.Set("cursor", pg.Next)
+			d.Next = nv.Encode()
+		}
+		if q.Cursor != "" {
+			fv := cloneValues(v)
+			fv.Del("cursor")
+			d.First = fv.Encode()
+		}
+	}
+	if err != nil {
+		d.Err = asWeftError(err)
+		if d.Err.Code == weft.CodeBadFilter || d.Err.Code == weft.CodeBadCursor {
+			status = http.StatusBadRequest
+		}
+	}
+	c.render(w, status, "runs", page{Title: "Runs", Nav: "runs", Live: live, Flash: fl, Data: d})
+}
+
+func cloneValues(v url.Values) url.Values {
+	out := url.Values{}
+	for k, vs := range v {
+		out[k] = append([]string(nil), vs...)
+	}
+	return out
+}
+
+// runsFingerprint identifies the list page a runs page shows.
+func (c *Console) runsFingerprint(ctx context.Context, v url.Values) (string, error) {
+	q, err := listQuery(v)
+	if err != nil {
+		return "", err
+	}
+	pg, err := c.query.List(ctx, q)
+	return fingerprintOf(pg), err
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
