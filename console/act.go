@@ -102,6 +102,8 @@ func (c *Console) form(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+func runLink(run string) string { return "/runs/" + url.PathEscape(run) }
+
 func describeStatus(run, status string) string {
 	if status == "" {
 		return "Done."
@@ -137,7 +139,7 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		c.log.Info("console: approved", "run", run, "action", action, "revision", rev)
-		c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Approved. " + describeStatus(run, rep.Status)})
+		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Approved. " + describeStatus(run, rep.Status)})
 	case "reject":
 		reason := strings.TrimSpace(f.Get("reason"))
 		if reason == "" {
@@ -154,7 +156,7 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		c.log.Info("console: rejected", "run", run, "action", action, "revision", rev)
-		c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Rejected. " + describeStatus(run, rep.Status)})
+		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Rejected. " + describeStatus(run, rep.Status)})
 	default:
 		c.respond(w, r, notSent("Press Approve or Reject."))
 	}
@@ -223,7 +225,7 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("console: reconciled", "run", run, "action", action, "kind", f.Get("kind"))
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Recorded as " + what + ". " + describeStatus(run, rep.Status)})
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Recorded as " + what + ". " + describeStatus(run, rep.Status)})
 }
 
 // actStart starts a run.
@@ -244,7 +246,7 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, refused(err))
 		return
 	}
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: "/runs/" + url.PathEscape(rep.Run), Message: "Started run " + rep.Run + "."})
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Started run " + rep.Run + "."})
 }
 
 // actCancel cancels a run.

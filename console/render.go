@@ -168,7 +168,7 @@ func fields(raw json.RawMessage) []field {
 
 func valueField(name string, v json.RawMessage) field {
 	var s string
-	if json.Unmarshal(v, &s) == nil {
+	if t := bytes.TrimSpace(v); len(t) > 0 && t[0] == '"' && json.Unmarshal(t, &s) == nil {
 		return field{Name: name, Text: s}
 	}
 	switch t := bytes.TrimSpace(v); {
@@ -231,7 +231,7 @@ func pretty(raw any) string {
 // as compact JSON.
 func rawText(raw json.RawMessage) string {
 	var s string
-	if json.Unmarshal(raw, &s) == nil {
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '"' && json.Unmarshal(t, &s) == nil {
 		return s
 	}
 	return string(raw)

@@ -126,7 +126,8 @@
       form.setAttribute("aria-busy", "true");
       var box = form.querySelector("[data-result]");
       if (box && !box.textContent) box.textContent = "Sending…";
-      fetch(form.action, {
+      // (form.action would be the input named "action")
+      fetch(form.getAttribute("action"), {
         method: "POST", body: body, credentials: "same-origin",
         headers: { "Accept": "application/json" }
       }).then(function (r) {
@@ -164,8 +165,9 @@
   function busy(el) {
     var a = document.activeElement;
     if (a && a !== document.body && el.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) return true;
-    return !!el.querySelector("form[data-dirty], form[data-busy], form[data-refused]") ||
-      (el.matches && el.matches("form[data-dirty], form[data-busy], form[data-refused]"));
+    // A form answered here (data-done) stays with its answer until reload.
+    var sel = "form[data-dirty], form[data-busy], form[data-refused], form[data-done]";
+    return !!el.querySelector(sel) || (el.matches && el.matches(sel));
   }
 
   function mergeList(old, neu) {
@@ -180,11 +182,11 @@
     Object.keys(olds).forEach(function (k) {
       var o = olds[k];
       if (busy(o)) {
-        if (!o.querySelector(".gone-note")) {
+        if (!o.querySelector(".gone-note") && !o.querySelector("form[data-done]")) {
           var p = document.createElement("p");
           p.className = "gone-note";
           p.textContent = "This item is no longer waiting (answered or changed elsewhere).";
-          o.prepend(p);
+          (o.firstElementChild || o).prepend(p);
         }
         nodes.push(o);
       }

@@ -1,0 +1,342 @@
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+)
+
+// The browser tests drive the console of one `weft dev` stack in headless
+// Chromium: what a person does, with what a person sees.
+
+// noOverflow fails when the page is wider than the viewport, naming the
+// elements that stick out.
+const noOverflow = `(() => {
+  const w = document.documentElement.clientWidth;
+  if (document.documentElement.scrollWidth <= w) return "";
+  const out = [];
+  document.querySelectorAll("body *").forEach(e => {
+    const r = e.getBoundingClientRect();
+    if (r.right > w + 1 && out.length < 5) out.push(e.tagName + (e.id ? "#" + e.id : "") + "." + e.className + " right=" + Math.round(r.right));
+  });
+  return "page " + document.documentElement.scrollWidth + "px wide in a " + w + "px viewport: " + out.join(", ");
+})()`
+
+// TestScreenshotsAndLayout takes the screenshots docs/console.md shows
+// (inbox, run page, timeline) and checks every page at 1280×800 and at
+// phone width (390×844) for horizontal overflow.
+func TestScreenshotsAndLayout(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "shot-7", "pay invoice INV-7", "suspended")
+	s.start(t, "shot-13", "pay invoice INV-13", "suspended")
+	s.start(t, "shot-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+
+	pages := []struct{ path, ready string }{
+		{"/", "#" + cardKey("approval", "shot-7", "2/call_2_1")},
+		{"/runs", `tr[data-run="shot-8"]`},
+		{"/runs/shot-8", "#timeline"},
+		{"/runs/shot-13", "#" + cardKey("uncertain", "shot-13", "2/call_2_1")},
+	}
+	for _, size := range []struct {
+		name string
+		w, h int64
+		opts []chromedp.EmulateViewportOption
+	}{{"desktop", 1280, 800, nil}, {"phone", 390, 844, []chromedp.EmulateViewportOption{chromedp.EmulateMobile, chromedp.EmulateScale(2)}}} {
+		do(t, ctx, "viewport "+size.name, chromedp.EmulateViewport(size.w, size.h, size.opts...))
+		for _, p := range pages {
+			do(t, ctx, size.name+" "+p.path, chromedp.Navigate(s.consoleURL+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))
+			if problem := js[string](t, ctx, noOverflow); problem != "" {
+				t.Errorf("%s %s: %s", size.name, p.path, problem)
+			}
+		}
+	}
+
+	do(t, ctx, "desktop again", chromedp.EmulateViewport(1280, 800))
+	do(t, ctx, "inbox",
+		chromedp.Navigate(s.consoleURL+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#"+cardKey("uncertain", "shot-13", "2/call_2_1"))),
+		waitJS(`document.getElementById("live-status").classList.contains("on")`))
+	saveShot(t, "inbox.png", get(t, ctx, "inbox screenshot", chromedp.FullScreenshot(100)))
+	do(t, ctx, "run page",
+		chromedp.Navigate(s.consoleURL+"/runs/shot-8"),
+		chromedp.WaitVisible(chromedp.ID("timeline")),
+		waitJS(`document.getElementById("live-status").classList.contains("on")`))
+	saveShot(t, "run.png", get(t, ctx, "run page screenshot", chromedp.CaptureScreenshot()))
+	do(t, ctx, "scroll to the timeline", chromedp.ScrollIntoView(chromedp.ID("timeline")))
+	saveShot(t, "timeline.png", get(t, ctx, "timeline screenshot", chromedp.Screenshot(chromedp.ID("timeline"))))
+
+	// The timeline is the lines `weft events` prints: one row per event.
+	rows := js[int](t, ctx, `document.querySelectorAll("#timeline tbody tr").length`)
+	h := s.historyAll(t, "shot-8")
+	if rows != len(h) {
+		t.Errorf("timeline has %d rows, the history %d events", rows, len(h))
+	}
+	// Clean up what waits, so other tests' inboxes are theirs.
+	s.approveByAPI(t, "shot-7")
+	s.reconcileByAPI(t, "shot-13")
+}
+
+// TestApproveFromInboxWithKeyboard approves a payment from the inbox using
+// only the keyboard (the credential field, then Tab to the Approve button,
+// Enter) and sees the run complete on its page.
+func TestApproveFromInboxWithKeyboard(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "kb-7", "pay invoice INV-7", "suspended")
+	ctx := tab(t)
+	card := "#" + cardKey("approval", "kb-7", "2/call_2_1")
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	do(t, ctx, "type the credential", chromedp.Focus(chromedp.CSS(card+` input[name=credential]`)), chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "alice"))
+	focused := ""
+	for i := 0; i < 6 && focused != "BUTTON:approve"; i++ {
+		do(t, ctx, "tab", chromedp.KeyEvent(kb.Tab))
+		focused = js[string](t, ctx, `document.activeElement.tagName + ":" + (document.activeElement.value || document.activeElement.name || "")`)
+	}
+	if focused != "BUTTON:approve" {
+		t.Fatalf("Tab from the credential never reached the Approve button (last focus %s)", focused)
+	}
+	do(t, ctx, "press Enter", chromedp.KeyEvent(kb.Enter),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved")`))
+	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/kb-7"),
+		waitJS(`document.getElementById("run-status").dataset.status === "finished"`))
+	v := s.waitStatus(t, "kb-7", "finished")
+	if v.Outcome == nil || v.Outcome.Kind != "completed" {
+		t.Fatalf("outcome %+v", v.Outcome)
+	}
+	a := action(t, v, "2/call_2_1")
+	if a.State != projections.StateSucceeded || len(a.Approvals) != 1 || a.Approvals[0].Answer != "approve" || a.Approvals[0].Reviewer != "alice" {
+		t.Fatalf("action %+v", a)
+	}
+	// The accessibility basics on every page: each field has a label,
+	// nothing has a positive tabindex, every control is a real link or
+	// button.
+	const a11y = `(() => {
+	  const bad = [];
+	  document.querySelectorAll("input:not([type=hidden]), select, textarea").forEach(e => { if (!e.labels || e.labels.length === 0) bad.push("unlabelled " + e.name); });
+	  document.querySelectorAll("[tabindex]").forEach(e => { if (e.tabIndex > 0) bad.push("tabindex " + e.tabIndex); });
+	  document.querySelectorAll("[onclick], div[role=button], span[role=button], a:not([href])").forEach(e => bad.push("not a real control: " + e.tagName));
+	  return bad.join("; ");
+	})()`
+	s.start(t, "kb-13", "pay invoice INV-13", "suspended")
+	for _, p := range []string{"/", "/runs", "/runs/kb-7", "/runs/kb-13"} {
+		do(t, ctx, "open "+p, chromedp.Navigate(s.consoleURL+p), chromedp.WaitVisible(chromedp.ID("main")))
+		if problems := js[string](t, ctx, a11y); problems != "" {
+			t.Errorf("%s: %s", p, problems)
+		}
+	}
+	s.reconcileByAPI(t, "kb-13")
+}
+
+// TestReconcileThroughGeneratedForm records an uncertain payment's output
+// through the form generated from send_payment's output schema, and
+// another one as unconfirmed.
+func TestReconcileThroughGeneratedForm(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "rec-13", "pay invoice INV-13", "suspended")
+	ctx := tab(t)
+	card := "#" + cardKey("uncertain", "rec-13", "2/call_2_1")
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	names := js[[]string](t, ctx, `Array.from(document.querySelectorAll("`+card+` fieldset[data-kind=output] [name^='out.']")).map(e => e.name)`)
+	if strings.Join(names, ",") != "out.id,out.status" {
+		t.Fatalf("generated output fields %v, want out.id,out.status (send_payment's output schema)", names)
+	}
+	do(t, ctx, "fill the output",
+		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.id"]`), "PAY-13"),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.status"]`), "sent"),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name=by]`), "bob"),
+		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as the tool's output")`))
+	v := s.waitStatus(t, "rec-13", "finished")
+	if a := action(t, v, "2/call_2_1"); a.State != projections.StateReconciled || a.Result != `{"id":"PAY-13","status":"sent"}` {
+		t.Fatalf("action %+v", a)
+	}
+	if rec := s.history(t, "rec-13", events.NameReconciled); len(rec) != 1 {
+		t.Fatalf("%d reconciled events, want 1", len(rec))
+	}
+
+	s.start(t, "rec-13b", "pay invoice INV-13", "suspended")
+	card = "#" + cardKey("uncertain", "rec-13b", "2/call_2_1")
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	if !js[bool](t, ctx, `document.querySelector("`+card+` fieldset[data-kind=unconfirmed]").disabled`) {
+		t.Error("the unconfirmed fieldset is enabled (would be sent) before it was chosen")
+	}
+	do(t, ctx, "record unconfirmed",
+		chromedp.Click(chromedp.CSS(card+` input[name=kind][value=unconfirmed]`)),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name=note]`), "checking with the bank"),
+		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as unconfirmed")`))
+	v = s.waitStatus(t, "rec-13b", "finished")
+	if a := action(t, v, "2/call_2_1"); a.State != projections.StateReconciled || !strings.Contains(a.Result, "checking with the bank") {
+		t.Fatalf("action %+v", a)
+	}
+}
+
+// TestRejectWithReason rejects a payment with a reason; the model reads it
+// and the run finishes.
+func TestRejectWithReason(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "rej-7", "pay invoice INV-7", "suspended")
+	ctx := tab(t)
+	card := "#" + cardKey("approval", "rej-7", "2/call_2_1")
+	do(t, ctx, "reject", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "carol"),
+		chromedp.SendKeys(chromedp.CSS(card+` textarea[name=reason]`), "duplicate of INV-6"),
+		chromedp.Click(chromedp.CSS(card+` button[value=reject]`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Rejected")`))
+	v := s.waitStatus(t, "rej-7", "finished")
+	a := action(t, v, "2/call_2_1")
+	if a.State != projections.StateRejected || len(a.Approvals) != 1 || a.Approvals[0].Reason != "duplicate of INV-6" || a.Approvals[0].Reviewer != "carol" {
+		t.Fatalf("action %+v", a)
+	}
+}
+
+// TestRefusedActionShowsItsCode: a request answered elsewhere while the
+// viewer typed (the run has finished since) is refused run_ended with the
+// outcome kind as reason; the card shows the code and reason, stays on the
+// page with a note, its form gets a new command id, and the credential is
+// in no attribute of the page.
+func TestRefusedActionShowsItsCode(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "ref-7", "pay invoice INV-7", "suspended")
+	ctx := tab(t)
+	card := "#" + cardKey("approval", "ref-7", "2/call_2_1")
+	do(t, ctx, "type", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+		waitJS(`document.getElementById("live-status").classList.contains("on")`),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "dave-s3cret"))
+	before := get(t, ctx, "command id", chromedp.Value(chromedp.CSS(card+` input[name=command_id]`)))
+	s.approveByAPI(t, "ref-7") // someone else answers meanwhile
+	s.waitStatus(t, "ref-7", "finished")
+	do(t, ctx, "approve too late",
+		// the live update keeps the card the viewer typed into, with a note
+		waitJS(`!!document.querySelector("`+card+` .gone-note")`),
+		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
+		waitJS(`!!document.querySelector("`+card+` [data-result] code.code")`))
+	after := get(t, ctx, "command id", chromedp.Value(chromedp.CSS(card+` input[name=command_id]`)))
+	code := get(t, ctx, "code", chromedp.Text(chromedp.CSS(card+` [data-result] code.code`)))
+	reason := get(t, ctx, "reason", chromedp.Text(chromedp.CSS(card+` [data-result] code.reason`)))
+	if code != "run_ended" || reason != "completed" {
+		t.Fatalf("refusal shows %q (%q), want run_ended (completed)", code, reason)
+	}
+	if after == before || after == "" {
+		t.Fatalf("command id %q after the refusal, was %q: a corrected form needs a new one", after, before)
+	}
+	if html := get(t, ctx, "page source", chromedp.OuterHTML(chromedp.CSS("html"))); strings.Contains(html, "dave-s3cret") {
+		t.Error("the credential is written into the page")
+	}
+}
+
+// TestLiveRunStatus: the run page follows the run without a reload.
+func TestLiveRunStatus(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "live-7", "pay invoice INV-7", "suspended")
+	ctx := tab(t)
+	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/live-7"),
+		waitJS(`document.getElementById("run-status").dataset.status === "suspended"`),
+		waitJS(`document.getElementById("live-status").classList.contains("on")`))
+	js[bool](t, ctx, `window.weftNotReloaded = true`)
+	s.approveByAPI(t, "live-7")
+	do(t, ctx, "see it finish",
+		waitJS(`document.getElementById("run-status").dataset.status === "finished"`),
+		waitJS(`!!document.querySelector("#timeline tr[data-type=run_finished]")`))
+	if !js[bool](t, ctx, `window.weftNotReloaded === true`) {
+		t.Fatal("the page was reloaded")
+	}
+}
+
+// TestDoubleClickActsOnce: a double click on Approve, and a form submitted
+// twice at once, send one command id; the run records one answer and the
+// page shows the approval, not a refusal.
+func TestDoubleClickActsOnce(t *testing.T) {
+	s := devStack(t)
+	for i, how := range []string{"dblclick", "requestSubmit"} {
+		runID := fmt.Sprintf("dbl-%d", i)
+		s.start(t, runID, "pay invoice INV-7", "suspended")
+		ctx := tab(t)
+		card := "#" + cardKey("approval", runID, "2/call_2_1")
+		do(t, ctx, "open", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+			chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "erin"))
+		if how == "dblclick" {
+			do(t, ctx, how, chromedp.DoubleClick(chromedp.CSS(card+` button[value=approve]`)))
+		} else {
+			js[bool](t, ctx, `(() => { const f = document.querySelector("`+card+` form"); const b = f.querySelector("button[value=approve]"); f.requestSubmit(b); f.requestSubmit(b); return true })()`)
+		}
+		do(t, ctx, "answer", waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved")`),
+			waitJS(`!document.querySelector("`+card+` form[data-busy]")`))
+		if text := get(t, ctx, "result", chromedp.Text(chromedp.CSS(card+` [data-result]`))); strings.Contains(text, "Refused") {
+			t.Errorf("%s: a press was refused: %s", how, text)
+		}
+		s.waitStatus(t, runID, "finished")
+		if n := len(s.history(t, runID, events.NameApprovalAnswered)); n != 1 {
+			t.Errorf("%s: %d approval answers recorded, want 1", how, n)
+		}
+	}
+}
+
+// TestTimesInViewersZone: times show in the browser's zone, with the
+// recorded UTC time on hover.
+func TestTimesInViewersZone(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "tz-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	do(t, ctx, "Kolkata", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		_, err := cdp.Call(ctx, tg, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Kolkata"})
+		return err
+	}), chromedp.Navigate(s.consoleURL+"/runs/tz-8"),
+		waitJS(`document.querySelector("#timeline time").title.startsWith("Recorded ")`))
+	text := js[string](t, ctx, `document.querySelector("#timeline time").textContent`)
+	title := js[string](t, ctx, `document.querySelector("#timeline time").title`)
+	at, err := time.Parse(time.RFC3339Nano, js[string](t, ctx, `document.querySelector("#timeline time").getAttribute("datetime")`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := at.In(time.FixedZone("IST", 5*3600+1800))
+	if !strings.Contains(text, "GMT+5:30") || !strings.Contains(text, local.Format(":04:05")) || !strings.Contains(text, local.Format("3:04")) {
+		t.Errorf("time shown %q, want %s in GMT+5:30", text, local.Format("15:04:05"))
+	}
+	if want := "Recorded " + at.UTC().Format("2006-01-02 15:04:05.000") + " UTC"; title != want {
+		t.Errorf("title %q, want %q", title, want)
+	}
+}
+
+func action(t *testing.T, v projections.RunView, id string) projections.ActionView {
+	t.Helper()
+	for _, a := range v.Actions {
+		if a.ID == id {
+			return a
+		}
+	}
+	b, _ := json.Marshal(v)
+	t.Fatalf("no action %s in %s", id, b)
+	return projections.ActionView{}
+}
+
+func (s *stack) approveByAPI(t *testing.T, run string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.cmd.Approve(ctx, api.ApproveRequest{CommandID: "test-" + run, Run: run, Action: "2/call_2_1", Revision: 1, Approver: demo.Approver, Credential: "frank"}); err != nil {
+		t.Fatalf("approve %s: %v", run, err)
+	}
+}
+
+func (s *stack) reconcileByAPI(t *testing.T, run string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: "test-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"unconfirmed":"test cleanup"}`)}); err != nil {
+		t.Fatalf("reconcile %s: %v", run, err)
+	}
+}

@@ -1,0 +1,144 @@
+package console_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/events"
+)
+
+// Without a browser: what the console answers to plain HTTP.
+
+func (s *stack) post(t *testing.T, path string, form url.Values, header map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.consoleURL+path, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func approveForm(run, commandID, approver, credential string) url.Values {
+	return url.Values{"command_id": {commandID}, "run": {run}, "action": {"2/call_2_1"}, "revision": {"1"},
+		"approver": {approver}, "credential": {credential}, "decision": {"approve"}, "return": {"/"}}
+}
+
+// A form sent twice at once with its command id acts once: both answers
+// are the approval, and the run records one answer.
+func TestFormSentTwiceActsOnce(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "twice-7", "pay invoice INV-7", "suspended")
+	form := approveForm("twice-7", "console-twice-1", demo.Approver, "gina")
+	var wg sync.WaitGroup
+	answers := make([]string, 2)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, answers[i] = s.post(t, "/act/approval", form, map[string]string{"Accept": "application/json"})
+		}()
+	}
+	wg.Wait()
+	for _, a := range answers {
+		var ans struct {
+			OK   bool   `json:"ok"`
+			Code string `json:"code"`
+		}
+		if err := json.Unmarshal([]byte(a), &ans); err != nil || !ans.OK {
+			t.Errorf("answer %s, want ok", a)
+		}
+	}
+	s.waitStatus(t, "twice-7", "finished")
+	if n := len(s.history(t, "twice-7", events.NameApprovalAnswered)); n != 1 {
+		t.Fatalf("%d approval answers recorded, want 1", n)
+	}
+}
+
+// A refused approval sent without the script answers the page with the
+// code and reason on top, and nowhere the credential typed.
+func TestRefusalPageShowsCodeNotCredential(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "echo-7", "pay invoice INV-7", "suspended")
+	const secret = "hunter2-h12-secret"
+	resp, body := s.post(t, "/act/approval", approveForm("echo-7", "console-echo-1", "bank", secret), nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	if !strings.Contains(body, `<code class="code">proof_refused</code>`) || !strings.Contains(body, `<code class="reason">other_approvers</code>`) {
+		t.Fatalf("the page does not show proof_refused (other_approvers):\n%s", body)
+	}
+	if strings.Contains(body, secret) {
+		t.Fatal("the credential is echoed into the page")
+	}
+	_, js := s.post(t, "/act/approval", approveForm("echo-7", "console-echo-2", "bank", secret), map[string]string{"Accept": "application/json"})
+	if strings.Contains(js, secret) || !strings.Contains(js, `"code":"proof_refused"`) || !strings.Contains(js, `"next_command_id":"console-`) {
+		t.Fatalf("answer %s", js)
+	}
+	// Nothing was written: the request still waits.
+	if v := s.waitStatus(t, "echo-7", "suspended"); len(v.Approvals) != 1 {
+		t.Fatalf("approvals %v", v.Approvals)
+	}
+	s.approveByAPI(t, "echo-7")
+}
+
+// A form posted from another site is refused before anything is sent.
+func TestCrossOriginPostRefused(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "csrf-7", "pay invoice INV-7", "suspended")
+	resp, _ := s.post(t, "/act/approval", approveForm("csrf-7", "console-csrf-1", demo.Approver, "mallory"),
+		map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("status %d, want 403", resp.StatusCode)
+	}
+	if n := len(s.history(t, "csrf-7", events.NameApprovalAnswered)); n != 0 {
+		t.Fatalf("%d approval answers recorded, want 0", n)
+	}
+	s.approveByAPI(t, "csrf-7")
+}
+
+// Every page answers without the script; an unknown run is a 404 page
+// naming unknown_run; the pages carry the content security policy.
+func TestPagesWithoutScript(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "plain-8", "pay invoice INV-8", "finished")
+	for _, p := range []string{"/", "/runs", "/runs?status=finished&agent=payment-desk", "/runs/plain-8"} {
+		resp, body := s.get(t, p)
+		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "</html>") {
+			t.Errorf("%s: status %d", p, resp.StatusCode)
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+			t.Errorf("%s: CSP %q", p, csp)
+		}
+	}
+	resp, body := s.get(t, "/runs/no-such-run")
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "unknown_run") {
+		t.Errorf("unknown run: status %d\n%s", resp.StatusCode, body)
+	}
+	resp, body = s.get(t, "/runs?status=bogus")
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_filter") {
+		t.Errorf("bad filter: status %d\n%s", resp.StatusCode, body)
+	}
+	_, body = s.get(t, "/runs/plain-8")
+	if !strings.Contains(body, "Verified: ") || !strings.Contains(body, "byte for byte the view refolded from the history") {
+		t.Errorf("the audit panel does not verify the run:\n%s", body)
+	}
+	if resp, _ := s.get(t, "/live?watch=bogus"); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("live watch=bogus: status %d", resp.StatusCode)
+	}
+}

@@ -1,0 +1,332 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+)
+
+// One `weft dev` stack (demo.Run: embedded NATS, runner, worker, projector,
+// catalog and console) and one Chromium serve every test of this package.
+var (
+	stackOnce sync.Once
+	stackErr  error
+	shared    *stack
+
+	browserOnce sync.Once
+	browserErr  error
+	browserCtx  context.Context
+)
+
+type stack struct {
+	consoleURL string
+	nc         *nats.Conn
+	cmd        *api.Client
+	query      *projector.Client
+	stop       func()
+	dir        string
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.stop()
+	}
+	if browserStop != nil {
+		browserStop()
+	}
+	os.Exit(code)
+}
+
+var browserStop func()
+
+// devStack starts the shared stack once.
+func devStack(t *testing.T) *stack {
+	t.Helper()
+	stackOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "weft-console-test-")
+		if err != nil {
+			stackErr = err
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		natsURL, consoleURL := make(chan string, 1), make(chan string, 1)
+		done := make(chan error, 1)
+		go func() {
+			done <- demo.Run(ctx, demo.Options{DataDir: dir, Listen: "0", Console: "127.0.0.1:0",
+				Ready: func(u string) { natsURL <- u }, ConsoleReady: func(u string) { consoleURL <- u }})
+		}()
+		s := &stack{dir: dir}
+		select {
+		case s.consoleURL = <-consoleURL:
+		case err := <-done:
+			cancel()
+			stackErr = fmt.Errorf("demo.Run: %v", err)
+			return
+		case <-time.After(120 * time.Second):
+			cancel()
+			stackErr = errors.New("weft dev did not start the console within 120 s")
+			return
+		}
+		u := <-natsURL
+		nc, err := nats.Connect(u)
+		if err != nil {
+			cancel()
+			stackErr = err
+			return
+		}
+		s.nc, s.cmd, s.query = nc, api.NewClient(nc), projector.NewClient(nc)
+		s.stop = func() {
+			nc.Close()
+			cancel()
+			<-done
+			os.RemoveAll(dir)
+		}
+		shared = s
+	})
+	if stackErr != nil {
+		t.Fatalf("dev stack: %v", stackErr)
+	}
+	return shared
+}
+
+// chromium finds the browser: $WEFT_CHROMIUM, else chromium on the PATH.
+// A missing browser fails the test (CI installs it: .ci/run).
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("WEFT_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatal("the console's browser tests need Chromium: apt-get install chromium chromium-driver (Debian), or set WEFT_CHROMIUM to its binary")
+	return ""
+}
+
+// tab opens a new browser tab at 1280×800 for one test.
+func tab(t *testing.T) context.Context {
+	t.Helper()
+	path := chromium(t)
+	browserOnce.Do(func() {
+		profile, err := os.MkdirTemp("", "weft-console-chromium-")
+		if err != nil {
+			browserErr = err
+			return
+		}
+		opts := []chromedp.ExecAllocatorOption{
+			chromedp.ExecPath(path),
+			chromedp.Headless,
+			chromedp.NoSandbox,
+			chromedp.DisableGPU,
+			chromedp.NoFirstRun,
+			chromedp.NoDefaultBrowserCheck,
+			chromedp.UserDataDir(profile),
+			chromedp.Flag("disable-quic", true),
+			chromedp.Flag("disable-background-networking", true),
+			chromedp.Flag("disable-component-update", true),
+			chromedp.Flag("disable-sync", true),
+			chromedp.Flag("disable-extensions", true),
+			chromedp.Flag("disable-default-apps", true),
+			chromedp.Flag("disable-dev-shm-usage", true),
+			chromedp.Flag("metrics-recording-only", true),
+			chromedp.Flag("hide-scrollbars", true),
+			chromedp.WindowSize(1280, 800),
+		}
+		actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+		bctx, bcancel := chromedp.NewContext(actx)
+		if err := chromedp.Do(bctx); err != nil {
+			bcancel()
+			acancel()
+			browserErr = fmt.Errorf("start %s: %w", path, err)
+			return
+		}
+		browserCtx = bctx
+		browserStop = func() { bcancel(); acancel(); os.RemoveAll(profile) }
+	})
+	if browserErr != nil {
+		t.Fatalf("chromium: %v", browserErr)
+	}
+	ctx, cancel := chromedp.NewContext(browserCtx)
+	t.Cleanup(cancel)
+	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(tcancel)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
+// do runs browser steps, failing the test with what was being done.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// get runs one browser action that returns a value.
+func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// js evaluates a JavaScript expression.
+func js[T any](t *testing.T, ctx context.Context, expr string) T {
+	t.Helper()
+	return get(t, ctx, "evaluate "+expr, chromedp.Evaluate[T](expr))
+}
+
+// waitJS waits (45 s at most) until the JavaScript expression is true.
+func waitJS(expr string) chromedp.Action[chromedp.Void] {
+	poll := chromedp.Poll[bool](expr, chromedp.WithPollingTimeout(45*time.Second), chromedp.WithPollingInterval(50*time.Millisecond))
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		if _, err := poll(ctx, tg); err != nil {
+			return chromedp.Void{}, fmt.Errorf("waiting for %s: %w", expr, err)
+		}
+		return chromedp.Void{}, nil
+	}
+}
+
+// start starts a demo run and waits until it has status want.
+func (s *stack) start(t *testing.T, run, input, want string) projections.RunView {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.cmd.Start(ctx, api.StartRequest{Run: run, Agent: demo.AgentName, Input: input}); err != nil {
+		t.Fatalf("start %s: %v", run, err)
+	}
+	return s.waitStatus(t, run, want)
+}
+
+// waitStatus waits (45 s at most) until the run view has the status.
+func (s *stack) waitStatus(t *testing.T, run, want string) projections.RunView {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	var last projections.RunView
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		v, err := s.query.Run(ctx, run)
+		cancel()
+		if err == nil {
+			last = v
+			if v.Status == want {
+				return v
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("run %s never reached %s (last status %q)", run, want, last.Status)
+	return last
+}
+
+// historyAll returns the run's whole history (one page: the tests' runs
+// are short).
+func (s *stack) historyAll(t *testing.T, run string) []events.Envelope {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := s.query.History(ctx, projector.HistoryRequest{Run: run, Limit: projector.MaxHistoryLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h.Events
+}
+
+// history returns the run's events of one type.
+func (s *stack) history(t *testing.T, run string, name events.Name) []events.Envelope {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := s.query.History(ctx, projector.HistoryRequest{Run: run, Limit: projector.MaxHistoryLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []events.Envelope
+	for _, e := range h.Events {
+		if e.Type == name {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// cardKey is the DOM id of an inbox card (console's key rule for run ids
+// and action ids of [A-Za-z0-9_-] and "/").
+func cardKey(kind, run, action string) string {
+	return kind + "-" + strings.ReplaceAll(run+"/"+action, "/", "_2f")
+}
+
+// artifacts is where screenshots go: $WEFT_ARTIFACTS/console, else
+// <temp>/weft-artifacts/console (overwritten by every run).
+func artifacts(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("WEFT_ARTIFACTS")
+	if base == "" {
+		base = filepath.Join(os.TempDir(), "weft-artifacts")
+	}
+	dir := filepath.Join(base, "console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// saveShot writes a screenshot as a test artifact and, with
+// WEFT_UPDATE_SCREENSHOTS=1, into docs/console/ for docs/console.md.
+func saveShot(t *testing.T, name string, png []byte) {
+	t.Helper()
+	p := filepath.Join(artifacts(t), name)
+	if err := os.WriteFile(p, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s", p)
+	if os.Getenv("WEFT_UPDATE_SCREENSHOTS") == "1" {
+		docs := filepath.Join("..", "docs", "console")
+		if err := os.MkdirAll(docs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(docs, name), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// get fetches a console page without a browser.
+func (s *stack) get(t *testing.T, path string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.Get(s.consoleURL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
