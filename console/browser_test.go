@@ -62,6 +62,9 @@ func TestScreenshotsAndLayout(t *testing.T) {
 			if problem := js[string](t, ctx, noOverflow); problem != "" {
 				t.Errorf("%s %s: %s", size.name, p.path, problem)
 			}
+			if size.name == "phone" && p.path == "/" {
+				saveShot(t, "inbox-phone.png", get(t, ctx, "phone screenshot", chromedp.CaptureScreenshot()))
+			}
 		}
 	}
 

@@ -121,8 +121,9 @@ func (c *Console) render(w http.ResponseWriter, status int, name string, p page)
 
 // when renders a time as a <time> element: the recorded UTC time as text
 // and title, which the script replaces by the viewer's zone (keeping the
-// UTC in the title). kind "" is a plain time, "countdown" counts down to
-// it, "age" counts up from it.
+// UTC in the title). kind "" is a plain time, "precise" one with
+// milliseconds (the timeline), "countdown" counts down to it, "age" counts
+// up from it.
 func when(t any, kind string) template.HTML {
 	var tt time.Time
 	switch v := t.(type) {

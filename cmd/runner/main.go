@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/model/provider"
@@ -95,6 +96,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
+	// The catalog (tool schemas, approvers) for clients such as the
+	// operator console: docs/protocol/45-catalog.md.
+	cat, err := catalog.Serve(node.Conn(), []*agent.Agent{ag})
+	if err != nil {
+		return err
+	}
+	defer cat.Stop()
 	logger.Info("runner serving", "id", r.ID(), "agent", ag.Name(), "model", ag.Model().Name())
 	return r.Run(ctx)
 }

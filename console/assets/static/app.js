@@ -12,6 +12,11 @@
     hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short"
   });
 
+  var preciseFmt = new Intl.DateTimeFormat(undefined, {
+    year: "numeric", month: "short", day: "numeric",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 3, timeZoneName: "short"
+  });
+
   function span(ms) {
     var s = Math.round(Math.abs(ms) / 1000);
     if (s < 60) return s + " s";
@@ -26,7 +31,7 @@
     var d = new Date(el.getAttribute("datetime"));
     if (isNaN(d)) return;
     if (!el.dataset.utc) el.dataset.utc = el.getAttribute("title") || "";
-    var local = dateFmt.format(d);
+    var local = (el.hasAttribute("data-precise") ? preciseFmt : dateFmt).format(d);
     var text = local;
     if (el.hasAttribute("data-countdown")) {
       var left = d.getTime() - Date.now();
