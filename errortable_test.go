@@ -16,8 +16,13 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/projector"
 )
+
+// catalogEndpoint names every endpoint of the catalog (one per agent) in
+// the "sent by" column.
+const catalogEndpoint = "catalog.<agent>"
 
 // errorRow is one row of docs/protocol.md's error-code table.
 type errorRow struct {
@@ -61,7 +66,7 @@ func expandSentBy(t *testing.T, cell string) []string {
 		case "every query":
 			out = append(out, queryEndpoints()...)
 		default:
-			if !slices.Contains(commandEndpoints(), part) && !slices.Contains(queryEndpoints(), part) {
+			if !slices.Contains(commandEndpoints(), part) && !slices.Contains(queryEndpoints(), part) && part != catalogEndpoint {
 				t.Errorf("sent by %q: not an endpoint", part)
 			}
 			out = append(out, part)
@@ -107,7 +112,8 @@ func errorTable(t *testing.T) []errorRow {
 	return rows
 }
 
-// declared inverts api.Refusals and projector.Refusals: code -> sorted
+// declared inverts api.Refusals, projector.Refusals and catalog.Refusals:
+// code -> sorted
 // endpoint names.
 func declared() map[weft.Code][]string {
 	out := map[weft.Code][]string{}
@@ -120,6 +126,9 @@ func declared() map[weft.Code][]string {
 		for _, c := range codes {
 			out[c] = append(out[c], "query."+e)
 		}
+	}
+	for _, c := range catalog.Refusals {
+		out[c] = append(out[c], catalogEndpoint)
 	}
 	for c := range out {
 		slices.Sort(out[c])
@@ -251,10 +260,12 @@ func TestErrorTableMatchesCode(t *testing.T) {
 	}{
 		{"command", []string{"api", "runner", "aggregate", "approvers", "eventlog", "tools", "policy", "agent"}, commandEndpoints()},
 		{"query", []string{"projector", "projections"}, queryEndpoints()},
+		{"catalog", []string{"catalog"}, []string{catalogEndpoint}},
 	}
 	for _, side := range sides {
 		files := goFiles(t, side.dirs...)
-		delete(files, filepath.Join("api", "wire.go")) // the tables themselves
+		delete(files, filepath.Join("api", "wire.go"))       // the tables themselves
+		delete(files, filepath.Join("catalog", "client.go")) // the Go client's own answers (no answer: unavailable)
 		for c, paths := range usedCodes(files, names) {
 			if !slices.ContainsFunc(decl[c], func(e string) bool { return slices.Contains(side.endpoints, e) }) {
 				t.Errorf("%s (used in %v) is sent by no %s endpoint of api.Refusals / projector.Refusals", c, paths, side.name)

@@ -12,9 +12,7 @@
 package catalog
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,6 +36,11 @@ const (
 	// Schema is the schema version of requests and replies.
 	Schema = 1
 )
+
+// Refusals are the error codes every catalog endpoint may answer: the
+// "sent by" entry catalog.<agent> of docs/protocol.md's error table, which
+// a test keeps equal.
+var Refusals = []weft.Code{weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeUnknownAgent}
 
 // Request asks for one agent's catalog entry. Version is optional: empty
 // names the one version the answering process serves.
@@ -189,38 +192,4 @@ func answer(r micro.Request, name string, entries []Entry) {
 func respondError(r micro.Request, status int, e *weft.Error) {
 	body, _ := json.Marshal(errorReply{Schema: Schema, Error: e})
 	_ = r.Error(fmt.Sprint(status), string(e.Code), body)
-}
-
-// Client asks the catalog over NATS. It is safe for concurrent use.
-type Client struct {
-	nc *nats.Conn
-}
-
-// NewClient returns a Client over nc.
-func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
-
-// Agent returns the catalog entry of the agent ref names (an empty Version:
-// the one version served). No process serving the name is *weft.Error
-// unknown_agent; no answer at all is unavailable.
-func (c *Client) Agent(ctx context.Context, ref events.AgentRef) (Entry, error) {
-	body, _ := json.Marshal(Request{Schema: Schema, Version: ref.Version})
-	m, err := c.nc.RequestWithContext(ctx, SubjectPrefix+ref.Name, body)
-	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			return Entry{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: "no process serves the catalog of agent " + ref.Name}
-		}
-		return Entry{}, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("catalog %s: %v", ref.Name, err)}
-	}
-	if m.Header.Get("Nats-Service-Error-Code") != "" {
-		var er errorReply
-		if json.Unmarshal(m.Data, &er) == nil && er.Error != nil {
-			return Entry{}, er.Error
-		}
-		return Entry{}, &weft.Error{Code: weft.Code(m.Header.Get("Nats-Service-Error"))}
-	}
-	var e Entry
-	if err := json.Unmarshal(m.Data, &e); err != nil {
-		return Entry{}, fmt.Errorf("catalog %s: decode reply: %w", ref.Name, err)
-	}
-	return e, nil
 }

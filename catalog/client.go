@@ -1,0 +1,47 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
+)
+
+// Client asks the catalog over NATS. It is safe for concurrent use.
+type Client struct {
+	nc *nats.Conn
+}
+
+// NewClient returns a Client over nc.
+func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+// Agent returns the catalog entry of the agent ref names (an empty Version:
+// the one version served). No process serving the name is *weft.Error
+// unknown_agent; no answer at all is unavailable.
+func (c *Client) Agent(ctx context.Context, ref events.AgentRef) (Entry, error) {
+	body, _ := json.Marshal(Request{Schema: Schema, Version: ref.Version})
+	m, err := c.nc.RequestWithContext(ctx, SubjectPrefix+ref.Name, body)
+	if err != nil {
+		if errors.Is(err, nats.ErrNoResponders) {
+			return Entry{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: "no process serves the catalog of agent " + ref.Name}
+		}
+		return Entry{}, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("catalog %s: %v", ref.Name, err)}
+	}
+	if m.Header.Get("Nats-Service-Error-Code") != "" {
+		var er errorReply
+		if json.Unmarshal(m.Data, &er) == nil && er.Error != nil {
+			return Entry{}, er.Error
+		}
+		return Entry{}, &weft.Error{Code: weft.Code(m.Header.Get("Nats-Service-Error"))}
+	}
+	var e Entry
+	if err := json.Unmarshal(m.Data, &e); err != nil {
+		return Entry{}, fmt.Errorf("catalog %s: decode reply: %w", ref.Name, err)
+	}
+	return e, nil
+}
