@@ -158,6 +158,9 @@ func (r *Runner) afterAppend(ctx context.Context, rn *run, appended []events.Eve
 		}
 		if err := r.step(ctx, rn, aggregate.ToolMissing{Action: a.ID, Tool: a.Tool}); err != nil {
 			r.log.Error("tool_changed", "run", rn.id, "action", a.ID, "tool", a.Tool, "err", err)
+			if transient(err) {
+				r.retryLater(rn.id)
+			}
 		}
 		return true
 	}
@@ -182,6 +185,7 @@ func (r *Runner) tendChild(parent, action string) {
 	ps, _, err := r.load(ctx, parent)
 	if err != nil {
 		r.log.Warn("delegation: load parent", "run", parent, "err", err)
+		r.retryLater(parent)
 		return
 	}
 	a, ok := ps.Action(action)
@@ -191,6 +195,7 @@ func (r *Runner) tendChild(parent, action string) {
 	cs, _, err := r.load(ctx, child)
 	if err != nil {
 		r.log.Warn("delegation: load child", "run", child, "err", err)
+		r.retryLater(parent)
 		return
 	}
 	childOutcome, childDone := cs.Finished()
@@ -222,6 +227,7 @@ func (r *Runner) tendChild(parent, action string) {
 			r.settleParent(ctx, parent, aggregate.ChildSettle{Action: action, Child: child, Outcome: events.Outcome{Kind: events.OutcomeFailed, Reason: string(weft.CodeUnknownAgent)}})
 		default:
 			r.log.Warn("delegation: start child", "run", parent, "action", action, "child", child, "err", err)
+			r.retryLater(parent)
 		}
 	case childDone:
 		r.settleParent(ctx, parent, aggregate.ChildSettle{Action: action, Child: child, Outcome: childOutcome, Turns: cs.FamilyUsed()})
@@ -234,6 +240,9 @@ func (r *Runner) cancelChild(ctx context.Context, child, parent string) {
 	_, err := r.Cancel(ctx, api.CancelRequest{Run: child, By: "parent " + parent, Reason: "parent cancelled or finished"})
 	if err != nil && weft.ErrorCode(err) != weft.CodeRunEnded {
 		r.log.Warn("delegation: cancel child", "run", parent, "child", child, "err", err)
+		if transient(err) {
+			r.retryLater(parent)
+		}
 	}
 }
 
@@ -251,4 +260,7 @@ func (r *Runner) settleParent(ctx context.Context, parent string, c aggregate.Ch
 		return
 	}
 	r.log.Warn("delegation: settle parent", "run", parent, "action", c.Action, "err", err)
+	if transient(err) {
+		r.retryLater(parent)
+	}
 }

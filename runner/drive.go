@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,7 +37,8 @@ type run struct {
 	armed       map[string]*time.Timer
 	modelTurn   int64
 	modelCancel context.CancelFunc
-	redispatch  *time.Timer // a wake-up after a failed task publish
+	durable     sync.Map // timer key → struct{}: durable schedule armed (or being armed)
+	stale       bool     // an append's outcome is unknown: re-read before acting
 	snapAt      uint64
 	asked       map[string]time.Time // approval requests seen: action#revision → when
 
@@ -403,11 +405,16 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) bool {
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tail, head, err := r.evlog.LoadAfter(rctx, rn.id, rn.head)
-	if err != nil || len(tail) == 0 {
+	if err != nil {
+		rn.stale = true // the decision may have landed: read before acting
+		return false
+	}
+	if len(tail) == 0 {
 		return false
 	}
 	recs, err := recorded(tail)
 	if err != nil {
+		rn.stale = true
 		return false
 	}
 	ours := len(recs) >= len(evs)
@@ -441,15 +448,13 @@ func (r *Runner) drop(rn *run) {
 	for _, t := range rn.armed {
 		t.Stop()
 	}
-	if rn.redispatch != nil {
-		rn.redispatch.Stop()
-	}
 	if rn.modelCancel != nil {
 		rn.modelCancel()
 	}
 	r.mu.Lock()
 	if r.runs[rn.id] == rn {
 		delete(r.runs, rn.id)
+		delete(r.replies, rn.id)
 	}
 	r.mu.Unlock()
 }
@@ -470,15 +475,36 @@ func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
 }
 
 // act performs the effects of rn's Pending work (append first, then act).
+// Work is acknowledged by being recorded, never by having been attempted
+// (raft's Ready/Advance): whatever could not be performed or recorded here
+// — a task publish, a durable timer, the model's reply, the resolution of
+// a tool request, a stop, a child run to tend — makes the run be woken
+// again after a backoff (retryLater), and that wake derives the work again
+// from the run's state and does what is still missing (SEMANTICS §8).
 func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all bool) {
 	if !rn.driven || rn.takeover != nil {
 		return
 	}
+	if rn.stale && !r.refresh(ctx, rn) {
+		r.retryLater(rn.id)
+		return
+	}
+	if r.actOnce(ctx, rn, appended, all) {
+		r.retryLater(rn.id)
+	} else {
+		r.retried(rn.id)
+	}
+}
+
+// actOnce is one pass of act. It reports whether some work failed.
+func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, all bool) (failed bool) {
 	for _, ev := range appended {
 		switch e := ev.(type) {
 		case events.AttemptLost:
 			if e.Cause == events.CauseStopped {
-				_ = r.nc.Publish(worker.StopSubjectPrefix+rn.id, nil)
+				if err := r.nc.Publish(worker.StopSubjectPrefix+rn.id, nil); err != nil {
+					failed = true
+				}
 			}
 		case events.CancelRequested:
 			if rn.modelCancel != nil {
@@ -487,37 +513,50 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 		}
 	}
 	if r.afterAppend(ctx, rn, appended, all) {
-		return // the run failed tool_changed
+		return false // the run failed tool_changed
+	}
+	if !rn.driven {
+		return false
 	}
 	w := aggregate.Pending(rn.state)
 	if w.Finished {
 		r.drop(rn)
-		_ = r.drivers.Delete(context.Background(), rn.id)
-		return
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.drivers.Delete(dctx, rn.id); err != nil {
+			r.log.Warn("driver key delete", "run", rn.id, "err", err)
+			return true // the wake of a finished run deletes it
+		}
+		return false
 	}
 	// Timers: a local one for precision, a durable one as the backstop.
 	for _, t := range w.Timers {
 		key := timerKey(t)
-		if _, ok := rn.armed[key]; ok {
-			continue
-		}
 		cmd := t.Command()
 		id := rn.id
-		rn.armed[key] = time.AfterFunc(time.Until(t.At), func() {
-			_ = r.command(context.Background(), id, cmd)
-		})
-		at := t.At
-		go func() {
-			if err := r.timers.Arm(context.Background(), id, key, at); err != nil {
-				r.log.Warn("arm durable timer", "run", id, "key", key, "err", err)
-			}
-		}()
+		if _, ok := rn.armed[key]; !ok {
+			rn.armed[key] = time.AfterFunc(time.Until(t.At), func() {
+				if err := r.command(context.Background(), id, cmd); transient(err) {
+					r.log.Warn("timer", "run", id, "key", key, "err", err)
+					r.retryLater(id)
+				}
+			})
+		}
+		if _, armed := rn.durable.LoadOrStore(key, struct{}{}); !armed {
+			at := t.At
+			durable := &rn.durable
+			go func() {
+				actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := r.timers.Arm(actx, id, key, at); err != nil {
+					r.log.Warn("arm durable timer", "run", id, "key", key, "err", err)
+					durable.Delete(key)
+					r.retryLater(id)
+				}
+			}()
+		}
 	}
 	// Dispatch fenced attempts, each once.
-	if rn.redispatch != nil && len(w.Dispatch) > 0 {
-		rn.redispatch.Stop()
-		rn.redispatch = nil // this pass retries; a new failure re-arms
-	}
 	for _, d := range w.Dispatch {
 		key := fmt.Sprintf("%s/%d/%d", d.Action, d.Attempt, d.Fence.Incarnation)
 		if rn.dispatched[key] {
@@ -525,7 +564,7 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 		}
 		if err := r.dispatch(ctx, rn, d); err != nil {
 			r.log.Error("dispatch", "run", rn.id, "action", d.Action, "err", err)
-			r.retryDispatch(rn)
+			failed = true
 			continue
 		}
 		rn.dispatched[key] = true
@@ -535,43 +574,192 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 	r.mu.Lock()
 	draining := r.draining
 	r.mu.Unlock()
-	// The model call of a requested turn.
-	if w.Model != nil && rn.modelTurn != w.Model.Turn && !draining {
-		r.callModel(rn, *w.Model)
+	// The model call of a requested turn, or the answer of a call already
+	// made that could not be recorded.
+	if w.Model != nil {
+		if c := r.takeReply(rn.id, w.Model.Turn); c != nil {
+			if err := r.commandLocked(ctx, rn, c); transient(err) {
+				r.log.Warn("model answer", "run", rn.id, "turn", w.Model.Turn, "err", err)
+				r.keepReply(rn.id, c)
+				return true
+			}
+			return false // the step acted on what followed
+		}
+		if rn.modelTurn != w.Model.Turn && !draining {
+			r.callModel(rn, *w.Model)
+		}
 	}
 	// Validation and policy for a tool request, decided at once.
 	if w.Resolve != nil && !draining {
 		cmd := r.resolve(ctx, rn, *w.Resolve)
 		if err := r.step(ctx, rn, cmd); err != nil {
 			r.log.Error("resolve calls", "run", rn.id, "err", err)
+			if transient(err) {
+				failed = true
+			}
 		}
 	}
+	return failed
+}
+
+// transient reports whether err says that something could not be done or
+// recorded now (the store or NATS did not answer, writers contended, the
+// run was busy) rather than a decision's refusal: the work stays pending.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var conflict *eventlog.ConflictError
+	if errors.As(err, &conflict) {
+		return true
+	}
+	var we *weft.Error
+	if !errors.As(err, &we) {
+		return true
+	}
+	switch we.Code {
+	case weft.CodeUnavailable, weft.CodeContended, weft.CodeRunnerBusy, weft.CodeConflict:
+		return true
+	}
+	return false
+}
+
+// refresh re-reads rn's tail after an append whose outcome was unknown
+// (rn.stale), so that act derives its work from what the log holds. It
+// reports whether rn is current and still driven by this runner.
+func (r *Runner) refresh(ctx context.Context, rn *run) bool {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tail, head, err := r.evlog.LoadAfter(rctx, rn.id, rn.head)
+	if err != nil {
+		return false
+	}
+	recs, err := recorded(tail)
+	if err != nil {
+		return false
+	}
+	landed := make([]events.Event, 0, len(recs))
+	for _, rec := range recs {
+		rn.state = aggregate.Evolve(rn.state, rec)
+		landed = append(landed, rec.Event)
+	}
+	rn.head, rn.stale = head, false
+	if rn.state.Runner() != r.id {
+		r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
+		r.drop(rn)
+		return false
+	}
+	r.observe(ctx, rn, landed)
+	return true
+}
+
+// kick is a pending wake-up of a run some of whose work failed.
+type kick struct {
+	timer   *time.Timer
+	backoff time.Duration
+}
+
+// The backoff of retryLater: the first retry after retryFirst, doubling up
+// to retryMax while the work keeps failing.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
+
+// retryLater wakes run id again after a backoff because some of its
+// pending work could not be performed or recorded. The wake (on whichever
+// runner drives the run then) derives the work again from the run's state
+// and does what is still missing. A wake already scheduled is kept.
+func (r *Runner) retryLater(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return
+	}
+	k := r.kicks[id]
+	if k == nil {
+		k = &kick{backoff: retryFirst}
+		r.kicks[id] = k
+	}
+	if k.timer != nil {
+		return
+	}
+	d := k.backoff
+	k.backoff = min(2*k.backoff, retryMax)
+	k.timer = time.AfterFunc(d, func() {
+		r.mu.Lock()
+		k.timer = nil
+		r.mu.Unlock()
+		if err := r.wake(context.Background(), id); err != nil {
+			r.log.Warn("retry", "run", id, "err", err)
+			if transient(err) {
+				r.retryLater(id)
+			}
+		}
+	})
+}
+
+// retried resets run id's backoff after a pass of act in which nothing
+// failed.
+func (r *Runner) retried(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k := r.kicks[id]; k != nil && k.timer == nil {
+		delete(r.kicks, id)
+	}
+}
+
+// stopRetries stops every scheduled retry (the runner stops).
+func (r *Runner) stopRetries() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	for id, k := range r.kicks {
+		if k.timer != nil {
+			k.timer.Stop()
+		}
+		delete(r.kicks, id)
+	}
+}
+
+// keepReply keeps the model's answer c of run id, which could not be
+// recorded, for the next pass of act; takeReply returns it (and forgets
+// it) when it answers the turn still requested.
+func (r *Runner) keepReply(id string, c aggregate.Command) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.replies[id] = c
+}
+
+func (r *Runner) takeReply(id string, turn int64) aggregate.Command {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.replies[id]
+	if !ok {
+		return nil
+	}
+	delete(r.replies, id)
+	if modelTurnOf(c) != turn {
+		return nil
+	}
+	return c
+}
+
+// modelTurnOf is the turn a model answer answers, 0 for another command.
+func modelTurnOf(c aggregate.Command) int64 {
+	switch c := c.(type) {
+	case aggregate.ModelReply:
+		return c.Turn
+	case aggregate.ModelFailure:
+		return c.Turn
+	}
+	return 0
 }
 
 func timerKey(t aggregate.Timer) string {
 	a := strings.NewReplacer("/", "_", ".", "_", "*", "_", ">", "_", " ", "_").Replace(t.Action)
 	return fmt.Sprintf("%s-%s-%d-%d-%d", t.Kind, a, t.Attempt, t.Revision, t.Turn)
 }
-
-// retryDispatch wakes rn again soon after a task could not be published:
-// its fence is committed, and nothing else may touch the run before the
-// tool timeout (never, with an infinite one) — the body would be declared
-// uncertain without ever having started.
-func (r *Runner) retryDispatch(rn *run) {
-	if rn.redispatch != nil {
-		return
-	}
-	id := rn.id
-	rn.redispatch = time.AfterFunc(dispatchRetry, func() {
-		if err := r.wake(context.Background(), id); err != nil {
-			r.log.Warn("dispatch retry", "run", id, "err", err)
-		}
-	})
-}
-
-// dispatchRetry is how long after a failed task publish the run is woken
-// to publish it again.
-const dispatchRetry = 500 * time.Millisecond
 
 // dispatch publishes a fenced attempt as a task.
 func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) error {
@@ -704,6 +892,12 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 		}
 		if err := r.command(context.Background(), id, cmd); err != nil {
 			r.log.Debug("model answer", "run", id, "turn", mc.Turn, "err", err)
+			if transient(err) {
+				// Not recorded: kept, and recorded by the next pass of act
+				// (the turn stays requested in the log).
+				r.keepReply(id, cmd)
+				r.retryLater(id)
+			}
 		}
 	}()
 }

@@ -173,9 +173,12 @@ type Runner struct {
 	runs     map[string]*run          // runs this runner drives
 	loading  map[string]chan struct{} // runs being acquired: closed when done
 	draining bool
-	inflight sync.WaitGroup // model calls in flight
-	takeover sync.Map       // run -> struct{} while a takeover is being attempted
-	judge    judgement      // guarded by mu
+	inflight sync.WaitGroup               // model calls in flight
+	takeover sync.Map                     // run -> struct{} while a takeover is being attempted
+	judge    judgement                    // guarded by mu
+	kicks    map[string]*kick             // runs to wake again (retryLater)
+	replies  map[string]aggregate.Command // model answers not recorded yet
+	stopped  bool                         // no retry is scheduled any more
 }
 
 // judgement tracks whether this runner can tell that a peer is gone
@@ -196,7 +199,8 @@ type judgement struct {
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
 	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, now: time.Now,
-		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{}}
+		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
+		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}}
 	for _, o := range opts {
 		o(r)
 	}
@@ -529,6 +533,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
 	r.handOffAll(context.Background(), true)
 	_ = fwd.Unsubscribe()
+	r.stopRetries()
 	stopHeartbeat()
 	wg.Wait()
 	// Deleted, not left to expire: the delete marker (kept for a lease)
