@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -251,15 +252,45 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id, Parent: parent}
 	ctx, span := r.tel.StartRun(ctx, id, ag.Name())
 	defer span.End()
+	// The driver is written as an intent before the run's first event, so
+	// that a crash right after the append leaves no run that no runner
+	// knows to recover (SEMANTICS §8). A key that exists already is
+	// another start's intent (or a stale one): it is corrected once the
+	// log says who won.
+	intent := uint64(0)
+	if !s.Exists() {
+		rev, err := r.drivers.Create(ctx, id, []byte(r.id))
+		switch {
+		case err == nil:
+			intent = rev
+		case errors.Is(err, jetstream.ErrKeyExists):
+		default:
+			return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: "driver intent: " + err.Error()}
+		}
+	}
 	evs, err := r.decideAppend(ctx, rn, cmd)
 	if err != nil {
+		if rn.stale && registered {
+			// The append's outcome is unknown: the run may exist, driven by
+			// us. It stays registered; act re-reads it and either drives
+			// it or forgets it (refresh).
+			rn.driven, started = true, true
+			rn.keyed = intent != 0
+			r.retryLater(id)
+			return api.StartReply{}, err
+		}
 		var conflict *eventlog.ConflictError
 		if errors.As(err, &conflict) {
 			// Someone started it at the same moment: judge against theirs.
 			s, _, lerr := r.load(ctx, id)
 			if lerr == nil {
 				_, err = aggregate.Decide(s, cmd, r.now())
+				if intent != 0 {
+					r.correctDriver(id, s)
+				}
 			}
+		} else if intent != 0 {
+			r.deleteDriver(id, intent) // nothing landed
 		}
 		return api.StartReply{}, err
 	}
@@ -267,12 +298,10 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "start decided nothing"}
 	}
 	rn.driven, started = true, true
+	rn.keyed = intent != 0 // else act puts the key
 	r.mu.Lock()
 	r.runs[id] = rn
 	r.mu.Unlock()
-	if _, err := r.drivers.Put(ctx, id, []byte(r.id)); err != nil {
-		r.log.Warn("driver key", "run", id, "err", err)
-	}
 	r.act(ctx, rn, evs, true)
 	return api.StartReply{Schema: api.Schema, Run: id, Status: string(aggregate.Status(rn.state).Kind)}, nil
 }
@@ -492,7 +521,9 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 	err := r.route(ctx, req.Run, api.EndpointReport, req, &out, func(ctx context.Context, rn *run) error {
 		var err error
 		if cmd == nil {
-			err = r.wakeLocked(ctx, rn)
+			if rn.driven {
+				err = r.wakeLocked(ctx, rn, false)
+			}
 		} else {
 			err = r.step(ctx, rn, cmd)
 		}
@@ -500,11 +531,6 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		return err
 	})
 	return out, err
-}
-
-func (r *Runner) wakeLocked(ctx context.Context, rn *run) error {
-	r.applyDue(ctx, rn)
-	return nil
 }
 
 // handOffAll hands every driven run off. At the start of a drain

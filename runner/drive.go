@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -39,6 +40,7 @@ type run struct {
 	modelCancel context.CancelFunc
 	durable     sync.Map // timer key → struct{}: durable schedule armed (or being armed)
 	stale       bool     // an append's outcome is unknown: re-read before acting
+	keyed       bool     // weft_drivers names this runner for the run
 	snapAt      uint64
 	asked       map[string]time.Time // approval requests seen: action#revision → when
 
@@ -298,11 +300,8 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 	rn.state, rn.takeover = rn.pre, nil
 	evs, err := r.decideAppend(ctx, rn, t)
 	if rn.state.Runner() == r.id && rn.state.Incarnation() > before {
-		rn.pre = aggregate.State{}
+		rn.pre, rn.keyed = aggregate.State{}, false // act puts the key
 		r.tel.Emit(ctx, telemetry.RunTakenOver, "run", rn.id, "previous", rn.previous, "cause", t.Cause)
-		if _, perr := r.drivers.Put(ctx, rn.id, []byte(r.id)); perr != nil {
-			r.log.Warn("driver key", "run", rn.id, "err", perr)
-		}
 		return evs, err
 	}
 	if rn.driven {
@@ -519,6 +518,17 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 		return false
 	}
 	w := aggregate.Pending(rn.state)
+	if !rn.keyed && !w.Finished {
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := r.drivers.Put(kctx, rn.id, []byte(r.id))
+		cancel()
+		if err != nil {
+			r.log.Warn("driver key", "run", rn.id, "err", err)
+			failed = true
+		} else {
+			rn.keyed = true
+		}
+	}
 	if w.Finished {
 		r.drop(rn)
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -644,6 +654,12 @@ func (r *Runner) refresh(ctx context.Context, rn *run) bool {
 		landed = append(landed, rec.Event)
 	}
 	rn.head, rn.stale = head, false
+	if !rn.state.Exists() {
+		// A start whose append's outcome was unknown: it did not land.
+		r.drop(rn)
+		r.deleteDriver(rn.id, 0)
+		return false
+	}
 	if rn.state.Runner() != r.id {
 		r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
 		r.drop(rn)
@@ -651,6 +667,39 @@ func (r *Runner) refresh(ctx context.Context, rn *run) bool {
 	}
 	r.observe(ctx, rn, landed)
 	return true
+}
+
+// deleteDriver deletes run's weft_drivers key: only at revision rev when
+// rev is not 0, else only while it names this runner.
+func (r *Runner) deleteDriver(run string, rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if rev == 0 {
+		e, err := r.drivers.Get(ctx, run)
+		if err != nil || string(e.Value()) != r.id {
+			return
+		}
+		rev = e.Revision()
+	}
+	if err := r.drivers.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
+		r.log.Debug("driver key delete", "run", run, "err", err)
+	}
+}
+
+// correctDriver makes run's weft_drivers key name the driver the log
+// records (s), or deletes it for a finished run.
+func (r *Runner) correctDriver(run string, s aggregate.State) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	if _, fin := s.Finished(); fin || !s.Exists() {
+		err = r.drivers.Delete(ctx, run)
+	} else {
+		_, err = r.drivers.Put(ctx, run, []byte(s.Runner()))
+	}
+	if err != nil {
+		r.log.Warn("driver key", "run", run, "err", err)
+	}
 }
 
 // kick is a pending wake-up of a run some of whose work failed.
@@ -966,10 +1015,21 @@ func (r *Runner) wake(ctx context.Context, id string) error {
 		return err
 	}
 	defer rn.unlock()
+	return r.wakeLocked(ctx, rn, true)
+}
+
+// wakeLocked applies the timers of rn that are due and, with all, makes
+// sure everything the run needs is in hand (act with all); a pending
+// takeover is recorded with the first due timer or on its own.
+func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 	if !rn.driven {
 		if _, fin := rn.state.Finished(); fin {
 			// Its driver died between the last append and the key delete.
-			_ = r.drivers.Delete(ctx, id)
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := r.drivers.Delete(dctx, rn.id); err != nil {
+				return &weft.Error{Code: weft.CodeUnavailable, Message: "driver key delete: " + err.Error()}
+			}
 		}
 		return nil
 	}
@@ -978,7 +1038,9 @@ func (r *Runner) wake(ctx context.Context, id string) error {
 		r.finishTakeover(ctx, rn)
 		return nil
 	}
-	r.act(ctx, rn, nil, true)
+	if all {
+		r.act(ctx, rn, nil, true)
+	}
 	return nil
 }
 

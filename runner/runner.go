@@ -472,9 +472,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	go func() { defer wg.Done(); r.heartbeatLoop(hb) }()
 	go func() {
 		defer wg.Done()
-		if !r.noScan {
-			r.scanLoop(bg)
+		if r.noScan {
+			return
 		}
+		if n, err := r.rebuildDrivers(bg); err != nil && bg.Err() == nil {
+			r.log.Warn("rebuild driver keys from the log", "err", err)
+		} else if n > 0 {
+			r.log.Info("rebuilt driver keys from the log", "runs", n)
+		}
+		r.scanLoop(bg)
 	}()
 	go func() {
 		defer wg.Done()
@@ -683,7 +689,7 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 // weft_drivers map in memory through a KV watcher and lists the live
 // runners every lease/4.
 func (r *Runner) scanLoop(ctx context.Context) {
-	drivers := map[string]string{}
+	drivers := map[string]driverKey{}
 	var mu sync.Mutex
 	w, err := r.drivers.WatchAll(ctx)
 	if err != nil {
@@ -698,7 +704,7 @@ func (r *Runner) scanLoop(ctx context.Context) {
 			}
 			mu.Lock()
 			if e.Operation() == jetstream.KeyValuePut {
-				drivers[e.Key()] = string(e.Value())
+				drivers[e.Key()] = driverKey{driver: string(e.Value()), revision: e.Revision()}
 			} else {
 				delete(drivers, e.Key())
 			}
@@ -714,7 +720,7 @@ func (r *Runner) scanLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		mu.Lock()
-		snapshot := make(map[string]string, len(drivers))
+		snapshot := make(map[string]driverKey, len(drivers))
 		for k, v := range drivers {
 			snapshot[k] = v
 		}
@@ -723,7 +729,13 @@ func (r *Runner) scanLoop(ctx context.Context) {
 	}
 }
 
-func (r *Runner) scan(ctx context.Context, drivers map[string]string) {
+// driverKey is a run's weft_drivers entry: the driver and the revision.
+type driverKey struct {
+	driver   string
+	revision uint64
+}
+
+func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
 	if len(drivers) == 0 {
 		return
 	}
@@ -740,16 +752,28 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]string) {
 		judge = false // our own heartbeat is not there: absence tells nothing
 	}
 	gone := map[string]bool{} // by driver
-	for _, d := range drivers {
+	for _, k := range drivers {
+		d := k.driver
 		if _, seen := gone[d]; seen || d == r.id || liveKeys[d] {
 			continue
 		}
 		gone[d] = judge || r.released(ctx, d)
 	}
 	var orphans []string
-	for run, d := range drivers {
-		if gone[d] {
+	for run, k := range drivers {
+		switch {
+		case gone[k.driver]:
 			orphans = append(orphans, run)
+		case k.driver == r.id:
+			// Ours but not in memory: an earlier process with our id
+			// drove it (or a start's intent whose append never landed).
+			r.mu.Lock()
+			_, held := r.runs[run]
+			_, loading := r.loading[run]
+			r.mu.Unlock()
+			if !held && !loading {
+				orphans = append(orphans, run)
+			}
 		}
 	}
 	slices.Sort(orphans)
@@ -757,11 +781,39 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]string) {
 		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); busy {
 			continue
 		}
+		k := drivers[run]
 		go func() {
 			defer r.takeover.Delete(run)
-			if err := r.wake(ctx, run); err != nil && ctx.Err() == nil {
+			if err := r.wakeOrphan(ctx, run, k); err != nil && ctx.Err() == nil {
 				r.log.Debug("takeover failed", "run", run, "err", err)
 			}
 		}()
 	}
+}
+
+// wakeOrphan wakes run, whose weft_drivers entry k names a gone runner (or
+// this one without holding the run), and repairs the entry from the log:
+// deleted when the run does not exist, set to the live driver the log
+// records when it names another.
+func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rn, err := r.acquire(ctx, run)
+	if err != nil {
+		var fe *forwardError
+		switch {
+		case errors.As(err, &fe):
+			if fe.driver != k.driver {
+				_, _ = r.drivers.Update(ctx, run, []byte(fe.driver), k.revision)
+			}
+			return r.forwardWake(ctx, fe.driver, run)
+		case weft.ErrorCode(err) == weft.CodeUnknownRun:
+			// A start's intent whose append never landed.
+			_ = r.drivers.Delete(ctx, run, jetstream.LastRevision(k.revision))
+			return nil
+		}
+		return err
+	}
+	defer rn.unlock()
+	return r.wakeLocked(ctx, rn, true)
 }

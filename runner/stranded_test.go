@@ -1,0 +1,91 @@
+package runner_test
+
+import (
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// SEMANTICS §8 (recovery finds every unfinished run whose driver is gone):
+// a runner ("ghost") was killed between the run_started append and its
+// weft_drivers put, so the run has only run_started and model_requested in
+// the log and no key in weft_drivers. Which runs are unfinished and who
+// drives them is derived from the log: a runner that starts rebuilds the
+// missing key, takes the run over and completes it.
+func TestRecoveryFindsEveryUnfinishedRun_StartWithoutDriverKey(t *testing.T) {
+	h := newHarness(t)
+	m := model.NewRules("s", model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("done")})
+	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	var s aggregate.State
+	appendDecided(t, h, "st1", &s, aggregate.Start{Run: "st1", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	if w := aggregate.Pending(s); w.Model == nil {
+		t.Fatalf("crafted history: no model call pending")
+	}
+	h.startRunner([]*agent.Agent{a})
+	if _, out := finished(t, h, "st1"); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %s", events.DescribeOutcome(out))
+	}
+}
+
+// The driver of a run is written as an intent before the run_started
+// append: a started run has its weft_drivers key from its first event on.
+func TestRecoveryFindsEveryUnfinishedRun_DriverKeyBeforeStart(t *testing.T) {
+	h := newHarness(t)
+	a := build(t, model.NewScripted("s", model.CallTools(payCall(500, "ok"))), []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove))
+	r, _ := h.startRunner([]*agent.Agent{a})
+	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kv.Watch(ctx(t), "st2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "st2", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("st2", aggregate.StatusSuspended)
+	var first uint64
+	for e := range w.Updates() {
+		if e != nil {
+			if string(e.Value()) != r.ID() {
+				t.Fatalf("driver key %q, want %s", e.Value(), r.ID())
+			}
+			first = e.Revision()
+			break
+		}
+	}
+	// Both times are the server's: the key's message and the run's first
+	// log message.
+	kvs, err := h.srv.JS.Stream(ctx(t), "KV_"+runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := kvs.GetMsg(ctx(t), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := h.srv.JS.Stream(ctx(t), provision.EventsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started, err := evs.GetMsg(ctx(t), 1, jetstream.WithGetMsgSubject(eventlog.Subject("st2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if started.Time.Before(key.Time) {
+		t.Fatalf("driver key stored at %s, after run_started (stored at %s)", key.Time, started.Time)
+	}
+}
