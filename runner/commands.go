@@ -59,9 +59,25 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 			}
 			return r.forward(ctx, fe.driver, kind, id, req, out)
 		}
-		wasDriven := rn.driven
+		wasDriven, head := rn.driven, rn.head
 		err = fn(ctx, rn)
 		r.finishTakeover(ctx, rn)
+		if err != nil && !transient(err) && rn.driven && rn.takeover == nil && rn.head == head && attempt < 2 {
+			// A refusal decided without an append: it is a decision all
+			// the same, so it must have been made on the log as it is. A
+			// runner that lost the run without noticing (paused while
+			// another took it over) re-reads and routes the command to
+			// the run's driver instead of answering from stale memory.
+			current, cerr := r.current(ctx, rn)
+			if cerr != nil {
+				rn.unlock()
+				return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("run %s: could not check the run's head before refusing: %v", id, cerr)}
+			}
+			if !current {
+				rn.unlock()
+				continue
+			}
+		}
 		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
 		rn.unlock()
 		var conflict *eventlog.ConflictError
@@ -70,6 +86,27 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 		}
 		return err
 	}
+}
+
+// current reports whether rn's state is the log's: the run's head in the
+// log (one direct get of its last message) is the one rn holds. When it is
+// not, rn is brought up to date (refresh), and dropped if another runner
+// drives the run now.
+func (r *Runner) current(ctx context.Context, rn *run) (bool, error) {
+	hctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	h, err := r.evlog.Head(hctx, rn.id)
+	if err != nil {
+		return false, err
+	}
+	if h == rn.head {
+		return true, nil
+	}
+	rn.stale = true
+	if !r.refresh(ctx, rn) && rn.driven && rn.stale {
+		return false, fmt.Errorf("run %s moved on from version %d and could not be read", rn.id, rn.head.Version)
+	}
+	return false, nil
 }
 
 // commandTimeout is the largest command timeout of the served agents.

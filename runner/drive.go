@@ -739,13 +739,49 @@ func (r *Runner) retryLater(id string) {
 		r.mu.Lock()
 		k.timer = nil
 		r.mu.Unlock()
-		if err := r.wake(context.Background(), id); err != nil {
+		if err := r.retry(id); err != nil {
 			r.log.Warn("retry", "run", id, "err", err)
 			if transient(err) {
 				r.retryLater(id)
 			}
 		}
 	})
+}
+
+// retry is the wake of retryLater. It first checks that the run's state
+// in memory is the log's (current), so that work is derived from the log
+// as it is, not from the memory of a runner that lost the run.
+func (r *Runner) retry(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range 2 {
+		rn, err := r.acquire(ctx, id)
+		if err != nil {
+			var fe *forwardError
+			switch {
+			case errors.As(err, &fe):
+				return r.forwardWake(ctx, fe.driver, id)
+			case weft.ErrorCode(err) == weft.CodeUnknownRun:
+				return nil
+			}
+			return err
+		}
+		if rn.driven && rn.takeover == nil {
+			current, err := r.current(ctx, rn)
+			if err != nil {
+				rn.unlock()
+				return &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+			}
+			if !current && !rn.driven {
+				rn.unlock()
+				continue // another runner drives it: route the wake there
+			}
+		}
+		err = r.wakeLocked(ctx, rn, true)
+		rn.unlock()
+		return err
+	}
+	return nil
 }
 
 // retried resets run id's backoff after a pass of act in which nothing
