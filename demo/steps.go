@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/worker"
 )
 
 // Runs are the run ids the steps Run prints use. Run picks ids no run on
@@ -107,8 +108,8 @@ func WeftSteps(weft, url string, r Runs) []Step {
 
 // NATSSteps returns the nats-CLI commands Run prints, in order, each a
 // complete command line for a server at url, for the run run (Runs.NATS);
-// externalPay adds taking and reporting send_payment's task (weft dev
-// --external-tool send_payment). They work verbatim when followed in order,
+// externalPay adds taking send_payment's task, claiming its attempt and
+// reporting it (weft dev --external-tool send_payment). They work verbatim when followed in order,
 // a moment apart: the approval waits for the run to ask for it (the query
 // before it shows that).
 func NATSSteps(url, run string, externalPay bool) []string {
@@ -124,6 +125,7 @@ func NATSSteps(url, run string, externalPay bool) []string {
 	if externalPay {
 		steps = append(steps,
 			fmt.Sprintf("nats --server %s consumer next WEFT_TASKS weft_task_payment-desk@1@send_payment", url),
+			fmt.Sprintf("nats --server %s kv create weft_claims %s cli --ttl 40m", url, worker.ClaimKey(run, "2/call_2_1", 1, 1)),
 			q("weft.api.report", fmt.Sprintf(`{"schema":1,"command_id":"report/%[1]s/2/call_2_1/1/1","run":"%[1]s","action":"2/call_2_1","attempt":1,"incarnation":1,"outcome":"output","content":{"id":"%[1]s","status":"sent"},"worker":"cli"}`, run)))
 	}
 	return append(steps, q("weft.api.query.run", fmt.Sprintf(`{"run":"%s"}`, run)))
@@ -159,7 +161,8 @@ and the %s agent on model %s.
 	}
 	if n.externalPay {
 		fmt.Fprintf(w, `send_payment's tasks are left to you (the consumer
-weft_task_payment-desk@1@send_payment exists): after an approval, take the task and report it (see the nats steps).
+weft_task_payment-desk@1@send_payment exists): after an approval, take the task, claim its attempt and report it (see
+the nats steps).
 
 `)
 	}

@@ -20,7 +20,8 @@ import (
 // The nats-CLI steps Run prints work verbatim, in order (scenario 20's
 // approval and, with send_payment external, scenario 1's worker side): each
 // printed line is executed as the nats CLI would (req → request; consumer
-// next → fetch one and ack), none gets an error reply, and the run
+// next → fetch one and ack; kv create → a create-only put), none gets an
+// error reply, and the run
 // finishes. The readiness probe and the steps leave the service's error
 // count at zero.
 func TestNATSStepsWorkVerbatim(t *testing.T) {
@@ -82,6 +83,23 @@ func TestNATSStepsWorkVerbatim(t *testing.T) {
 						t.Fatalf("%s: %v", st, err)
 					}
 					_ = msg.Ack()
+				case strings.HasPrefix(cmd, "kv create "):
+					// nats kv create <bucket> <key> <value> --ttl <d>
+					f := strings.Fields(strings.TrimPrefix(cmd, "kv create "))
+					if len(f) != 5 || f[3] != "--ttl" {
+						t.Fatalf("%s: unexpected form", st)
+					}
+					ttl, err := time.ParseDuration(f[4])
+					if err != nil {
+						t.Fatalf("%s: %v", st, err)
+					}
+					kv, err := js.KeyValue(ctx, f[0])
+					if err != nil {
+						t.Fatalf("%s: %v", st, err)
+					}
+					if _, err := kv.Create(ctx, f[1], []byte(f[2]), jetstream.KeyTTL(ttl)); err != nil {
+						t.Fatalf("%s: %v", st, err)
+					}
 				case strings.HasPrefix(cmd, "req "):
 					f := strings.SplitN(strings.TrimPrefix(cmd, "req "), " ", 2)
 					subject, body := f[0], strings.Trim(f[1], "'")

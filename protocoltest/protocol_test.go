@@ -45,6 +45,9 @@ type task struct {
 	Incarnation int             `json:"incarnation"`
 	Arguments   json.RawMessage `json:"arguments"`
 	Reviewer    string          `json:"reviewer"`
+	Agent       string          `json:"agent"`
+	Version     string          `json:"version"`
+	Claim       string          `json:"claim"`
 }
 
 // runView reads the run view with `nats req weft.api.query.run`.
@@ -124,8 +127,15 @@ func TestProtocolWithNatsCLI(t *testing.T) {
 		t.Fatalf("task: %v\n%s", err, raw)
 	}
 	if tk.Run != "proto-7" || tk.Action != action || tk.Tool != "send_payment" || tk.Attempt != 1 || tk.Reviewer != "alice" ||
-		!strings.Contains(string(tk.Arguments), `"amount":1200`) {
+		tk.Agent != "payment-desk" || tk.Version != "1" || !strings.Contains(string(tk.Arguments), `"amount":1200`) {
 		t.Fatalf("task: %+v", tk)
+	}
+	// Claim the attempt before the body would start (create-only): the
+	// claim is the key the task names; a second create is refused, which
+	// is how a worker knows never to start the body again.
+	d.nats(t, "kv", "create", "weft_claims", tk.Claim, "cli", "--ttl", "40m")
+	if _, err := d.natsErr("kv", "create", "weft_claims", tk.Claim, "cli-2"); err == nil {
+		t.Fatalf("a second claim of %s was accepted", tk.Claim)
 	}
 	v = d.runView(t, "proto-7")
 	if v.Status != "working" {

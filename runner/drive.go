@@ -852,7 +852,7 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	ref := s.Started().Agent
 	task := worker.Task{
 		Schema: worker.Schema, Run: rn.id, Action: d.Action, Agent: ref.Name, Version: ref.Version, Tool: d.Tool, Attempt: d.Attempt,
-		Incarnation: d.Fence.Incarnation, Arguments: d.Arguments, TimeoutMS: int64(d.Fence.Timeout),
+		Incarnation: d.Fence.Incarnation, Claim: worker.ClaimKey(rn.id, d.Action, d.Attempt, d.Fence.Incarnation), Arguments: d.Arguments, TimeoutMS: int64(d.Fence.Timeout),
 		Deadline: d.Fence.Deadline, MaxResultBytes: s.Limits().MaxResultBytes, SettleWithinMS: int64(d.Fence.SettleWithin),
 		IdempotencyKey: tools.Call{Run: rn.id, Action: d.Action, Attempt: d.Attempt}.IdempotencyKey(),
 		Correlation:    s.Started().Correlation,

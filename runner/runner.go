@@ -244,7 +244,8 @@ func (r *Runner) ID() string { return r.id }
 
 // Assets lists the JetStream assets the runtime needs besides
 // provision.Base: WEFT_TIMERS, and the KV buckets weft_runners (max age =
-// lease), weft_drivers, weft_commands and weft_snapshots.
+// lease), weft_drivers, weft_commands, weft_snapshots and weft_claims
+// (worker.ClaimsConfig).
 func Assets(lease time.Duration) []provision.Asset {
 	return []provision.Asset{
 		provision.Stream(timer.StreamConfig()),
@@ -252,6 +253,7 @@ func Assets(lease time.Duration) []provision.Asset {
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft unfinished runs and their driving runner", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
+		provision.KV(worker.ClaimsConfig()),
 	}
 }
 

@@ -174,8 +174,13 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(1, "ok"))})
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
 	h := newHarness(t)
-	// The worker that dies: takes both tasks and never acks.
+	// The worker that dies: takes both tasks, claims their attempts (as a
+	// worker does before it starts a body) and never acks.
 	c := ctx(t)
+	claims, err := h.srv.JS.KeyValue(c, worker.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cons, err := h.srv.JS.CreateOrUpdateConsumer(c, worker.TaskStream, worker.ConsumerConfig(deskQueue("pay"), 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +194,14 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range msgs.Messages() {
+		for msg := range msgs.Messages() {
+			var task worker.Task
+			if err := json.Unmarshal(msg.Data(), &task); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := claims.Create(c, task.Claim, []byte("dying-worker")); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	// A live worker gets the redeliveries and reports them worker_lost.

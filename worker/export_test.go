@@ -1,4 +1,13 @@
 package worker
 
+import "time"
+
 // Stopping reports whether w stopped taking tasks (tests only).
 func (w *Worker) Stopping() bool { return w.stopping.Load() }
+
+// Joined is how many deliveries of a task whose body this worker was
+// running waited for it instead of starting or reporting (tests only).
+func (w *Worker) Joined() int64 { return w.joined.Load() }
+
+// SetRetry sets the backoff between report tries (tests only).
+func (w *Worker) SetRetry(base, ceiling time.Duration) { w.retryBase, w.retryCap = base, ceiling }

@@ -88,6 +88,9 @@ type Task struct {
 	// that fenced it. Both must be echoed in the report.
 	Attempt     int `json:"attempt"`
 	Incarnation int `json:"incarnation"`
+	// Claim is the attempt's key in the KV bucket weft_claims (ClaimKey),
+	// which a worker creates, create-only, before it starts the body.
+	Claim string `json:"claim,omitempty"`
 	// Arguments are the validated, normalized arguments.
 	Arguments json.RawMessage `json:"arguments"`
 	// TimeoutMS bounds the body; -1 is infinity.

@@ -9,20 +9,29 @@
 // A Worker lives inside a runner process or stands alone; non-Go workers
 // speak the same subjects (docs/protocol/41-tasks.md). For every task it:
 //
-//  1. checks the delivery count: a task delivered a second time was taken
-//     by a worker that vanished, so its body may have run; it is NOT run
-//     again but reported lost (cause worker_lost), and the run's recorded
-//     replay budget decides between a new attempt and an uncertain effect;
+//  1. does not start a task that reached it after its deadline (reported
+//     lost, cause timed_out: the run's timer decides);
 //  2. checks that the attempt is still current (AttemptCheck, default
 //     LogCheck): a task that waited in the queue while its run was handed
 //     off or recovered, or whose attempt already ended, is acked and its
-//     body never started;
-//  3. runs the body under the task's timeout, sending progress acks
+//     body never started; a run that cannot be read puts the task back on
+//     the queue (requeued), never reported lost;
+//  3. claims the attempt: creates its key in the KV bucket weft_claims,
+//     create-only (ClaimKey). A claim that exists means a worker took the
+//     attempt before and its body may have run — whatever the server's
+//     delivery count says, which a server restart can reset — so the body
+//     is NOT started again: the attempt is reported lost (cause
+//     worker_lost) and the run's recorded replay budget decides between a
+//     new attempt and an uncertain effect, unless the worker that ran it
+//     saved its report in the claim, which is then delivered. A claim that
+//     cannot be taken requeues the task;
+//  4. runs the body under the task's timeout, sending progress acks
 //     (InProgress) so the stream does not redeliver it while it runs;
-//  4. reports the outcome (output, explain, uncertain, oversize when the
+//  5. reports the outcome (output, explain, uncertain, oversize when the
 //     encoded output is over the run's max result bytes, or lost with
-//     cause timed_out / stopped) to weft.api.report, retrying until a runner
-//     answered, and only then acks the task.
+//     cause timed_out / stopped) to weft.api.report, retrying while the
+//     attempt is current and saving the report in the claim after a failed
+//     try, and acks the task once a runner answered.
 //
 // A runner stops a run's running bodies (cancellation) by publishing on
 // weft.stop.<run>; the worker cancels their contexts and reports them lost
@@ -86,11 +95,16 @@ type Worker struct {
 	ctxFrom  func(context.Context, nats.Header) context.Context
 	check    AttemptCheck
 	noCheck  bool
+	claims   jetstream.KeyValue
 	wg       sync.WaitGroup
 	stopping atomic.Bool
+	joined   atomic.Int64
+	// retryBase and retryCap bound the backoff between report tries.
+	retryBase, retryCap time.Duration
 
 	mu      sync.Mutex
 	running map[string]*running // key run + "\x00" + action
+	held    map[string]*held    // key ClaimKey
 }
 
 type running struct {
@@ -122,13 +136,15 @@ func WithContextFrom(f func(context.Context, nats.Header) context.Context) Optio
 }
 
 // WithAckWait sets the consumers' ack wait: how long a task taken by a
-// worker that vanished waits before it is redelivered (and reported lost).
+// worker that vanished waits before it is redelivered (and reported lost
+// when its attempt was claimed).
 // Progress acks are sent every third of it. Default 3 s.
 func WithAckWait(d time.Duration) Option { return func(w *Worker) { w.ackWait = d } }
 
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
-	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, running: map[string]*running{}}
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait,
+		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}}
 	for _, o := range opts {
 		o(w)
 	}
@@ -180,6 +196,11 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // body starts: a task already delivered to this worker but not started is
 // put back on the queue (requeued) for another worker.
 func (w *Worker) Run(ctx context.Context) error {
+	claims, err := claimsBucket(ctx, w.js)
+	if err != nil {
+		return fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
+	}
+	w.claims = claims
 	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
 		w.stopRun(m.Subject[len(StopSubjectPrefix):])
 	})
@@ -276,55 +297,144 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	}()
 	defer close(stopProgress)
 
-	md, err := m.Metadata()
-	if err == nil && md.NumDelivered > 1 {
-		rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
-		rep.Evidence = fmt.Sprintf("the worker that took attempt %d vanished (delivery %d)", t.Attempt, md.NumDelivered)
-	} else if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	held, first := w.enter(key)
+	if !first {
+		// This worker already holds the attempt (the server delivered the
+		// task again, as after a restart that forgot the delivery): this
+		// delivery neither starts the body nor reports; it ends as the
+		// first one does.
+		w.joined.Add(1)
+		w.log.Info("worker: a task delivered again while this worker holds its attempt; waiting for it", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
+		<-held.done
+		if held.acked {
+			_ = m.Ack()
+		} else {
+			_ = m.Nak()
+		}
+		return
+	}
+	// Deliveries that wait for this one end as it does: acked, or given
+	// back. A task requeued was not held at all: the hold ends before its
+	// copy is published, or the copy would wait for it.
+	var once sync.Once
+	release := func(acked bool) { once.Do(func() { w.leave(key, held, acked) }) }
+	defer release(false)
+	done := func(ack bool) {
+		if ack {
+			_ = m.Ack()
+		} else {
+			_ = m.Nak()
+		}
+		release(ack)
+	}
+	requeue := func(why string) {
+		release(false)
+		w.requeue(m, t, why)
+	}
+
+	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
 		// The task waited past its body's deadline: the run has decided
 		// (or will decide) the timeout; starting the body now would only
-		// add an effect nobody waits for.
-		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
-		rep.Evidence = "the task reached a worker after its deadline; the body was not started"
-	} else {
-		switch w.current(t) {
-		case attemptStale:
-			// Recovery (or a report, a stop, the run's end) already
-			// decided this attempt: its body must not start now.
-			w.log.Info("worker: task of an attempt that is no longer current, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation)
-			_ = m.Ack()
-			return
-		case attemptUnknown:
-			rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
-			rep.Evidence = "the worker could not read the run to check the attempt; the body was not started"
-		default:
-			if w.stopping.Load() {
-				// The worker is draining: it starts no new body. The task
-				// goes back to the queue for another worker.
-				w.requeue(m, t)
-				return
-			}
-			base := context.Background()
-			if w.ctxFrom != nil {
-				base = w.ctxFrom(base, m.Headers())
-			}
-			rep = w.run(base, h, t, rep)
+		// add an effect nobody waits for. A report saved by the worker
+		// that ran the body is still delivered.
+		if saved, ok := w.savedReport(key); ok {
+			rep = saved
+		} else {
+			rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+			rep.Evidence = "the task reached a worker after its deadline; the body was not started"
 		}
+		done(w.deliver(t, rep, nil))
+		return
 	}
-	if w.deliver(rep) {
-		_ = m.Ack()
-	} else {
-		_ = m.Nak()
+	switch w.current(t) {
+	case attemptStale:
+		// Recovery (or a report, a stop, the run's end) already decided
+		// this attempt: its body must not start now.
+		w.log.Info("worker: task of an attempt that is no longer current, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation)
+		done(true)
+		return
+	case attemptUnknown:
+		// Not started, and this worker knows it: another try (here or in
+		// another worker) decides, instead of a lost report that would
+		// make the attempt uncertain for nothing.
+		requeue("the run could not be read to check the attempt")
+		return
 	}
+	if w.stopping.Load() {
+		// The worker is draining: it starts no new body. The task goes
+		// back to the queue for another worker.
+		requeue("the worker is stopping")
+		return
+	}
+	res, own, found := w.takeClaim(t, key)
+	switch res {
+	case claimUnknown:
+		requeue("the attempt could not be claimed")
+		return
+	case claimHeld:
+		// Claimed before: its body may have started (a worker that
+		// vanished, or a server that forgot the delivery). It never
+		// starts again; the run decides from its replay budget — unless
+		// the worker that ran it saved its report.
+		if found.Report != nil {
+			rep = *found.Report
+			w.log.Info("worker: delivering the report saved with the attempt's claim", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "by", found.Worker)
+		} else {
+			by := found.Worker
+			if by == "" {
+				by = "unknown"
+			}
+			rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
+			rep.Evidence = fmt.Sprintf("attempt %d was claimed before by worker %s (claim %s): its body may have run; not started again", t.Attempt, by, key)
+		}
+		done(w.deliver(t, rep, nil))
+		return
+	}
+	base := context.Background()
+	if w.ctxFrom != nil {
+		base = w.ctxFrom(base, m.Headers())
+	}
+	rep = w.run(base, h, t, rep, &own)
+	done(w.deliver(t, rep, &own))
 }
 
-// requeue puts m, a task delivered to this draining worker whose body has
-// not started, back on the queue as a new message and acks m. It is not
-// nak'd: its redelivery would count as a second delivery, which a worker
-// reports lost (worker_lost) without running the body. The copy keeps the
-// headers (traceparent) under a Nats-Msg-Id of its own. If it cannot be
-// published, m is nak'd.
-func (w *Worker) requeue(m jetstream.Msg, t Task) {
+// held is an attempt this worker holds: from the check before its claim
+// until its task was acked or nak'd.
+type held struct {
+	done  chan struct{}
+	acked bool
+}
+
+// enter registers the attempt of claim key as held by this worker; first
+// is false (and h the holder) when it already was.
+func (w *Worker) enter(key string) (h *held, first bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h, ok := w.held[key]; ok {
+		return h, false
+	}
+	h = &held{done: make(chan struct{})}
+	w.held[key] = h
+	return h, true
+}
+
+// leave ends the hold of key: deliveries waiting for it end as it did.
+func (w *Worker) leave(key string, h *held, acked bool) {
+	w.mu.Lock()
+	delete(w.held, key)
+	w.mu.Unlock()
+	h.acked = acked
+	close(h.done)
+}
+
+// requeue puts m, a task whose body this worker did not start, back on
+// the queue as a new message and acks m. It is not nak'd: a worker that
+// knows the body did not start makes another try decide rather than the
+// server's delivery count. The copy keeps the headers (traceparent) under
+// a Nats-Msg-Id of its own. If it cannot be published, m is nak'd (its
+// attempt is unclaimed, so its redelivery starts the body).
+func (w *Worker) requeue(m jetstream.Msg, t Task, why string) {
 	msg := nats.NewMsg(m.Subject())
 	msg.Data = m.Data()
 	for k, v := range m.Headers() {
@@ -338,11 +448,11 @@ func (w *Worker) requeue(m jetstream.Msg, t Task) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := w.js.PublishMsg(ctx, msg); err != nil {
-		w.log.Error("worker: draining, cannot requeue a task not started; nak'd", "run", t.Run, "action", t.Action, "err", err)
+		w.log.Error("worker: cannot requeue a task not started; nak'd", "why", why, "run", t.Run, "action", t.Action, "err", err)
 		_ = m.Nak()
 		return
 	}
-	w.log.Info("worker: draining, task not started and requeued", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
+	w.log.Info("worker: task not started and requeued", "why", why, "run", t.Run, "action", t.Action, "attempt", t.Attempt)
 	_ = m.Ack()
 }
 
@@ -379,8 +489,9 @@ func (w *Worker) current(t Task) currency {
 	return attemptUnknown
 }
 
-// run runs the body under the task's timeout and fills the report.
-func (w *Worker) run(base context.Context, h Handler, t Task, rep Report) Report {
+// run runs the body under the task's timeout and fills the report. It
+// renews own, the attempt's claim, every ClaimRenew while the body runs.
+func (w *Worker) run(base context.Context, h Handler, t Task, rep Report, own *ownClaim) Report {
 	ctx, cancel := context.WithCancelCause(base)
 	defer cancel(nil)
 	key := t.Run + "\x00" + t.Action
@@ -431,25 +542,37 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report) Report
 		bodyMu.Unlock()
 		done <- res
 	}()
-	select {
-	case res := <-done:
-		rep.Outcome, rep.Content, rep.Message, rep.Evidence = res.Outcome, res.Content, res.Message, res.Evidence
-		if res.Outcome == OutcomeOutput && t.MaxResultBytes > 0 && int64(len(res.Content)) > t.MaxResultBytes {
-			rep.Outcome, rep.Content, rep.Bytes = OutcomeOversize, nil, int64(len(res.Content))
+	renew := time.NewTicker(ClaimRenew)
+	defer renew.Stop()
+	for {
+		select {
+		case res := <-done:
+			rep.Outcome, rep.Content, rep.Message, rep.Evidence = res.Outcome, res.Content, res.Message, res.Evidence
+			if res.Outcome == OutcomeOutput && t.MaxResultBytes > 0 && int64(len(res.Content)) > t.MaxResultBytes {
+				rep.Outcome, rep.Content, rep.Bytes = OutcomeOversize, nil, int64(len(res.Content))
+			}
+			return rep
+		case <-timeout:
+			cancel(errTimedOut)
+			rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+			rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
+			w.settleLate(t, done)
+			return rep
+		case <-ctx.Done():
+			// Stopped by a cancellation: the task is over whatever the body
+			// still does; its run decides (settle window or uncertain).
+			rep.Outcome, rep.Cause = OutcomeLost, "stopped"
+			rep.Evidence = "stopped while running"
+			w.settleLate(t, done)
+			return rep
+		case <-renew.C:
+			// A long body's claim must outlive it: a later delivery of its
+			// task must find it.
+			if err := w.updateClaim(own); err != nil {
+				w.log.Warn("worker: cannot renew the claim of a running body", "run", t.Run, "action", t.Action, "err", err)
+			}
 		}
-	case <-timeout:
-		cancel(errTimedOut)
-		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
-		rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
-		w.settleLate(t, done)
-	case <-ctx.Done():
-		// Stopped by a cancellation: the task is over whatever the body
-		// still does; its run decides (settle window or uncertain).
-		rep.Outcome, rep.Cause = OutcomeLost, "stopped"
-		rep.Evidence = "stopped while running"
-		w.settleLate(t, done)
 	}
-	return rep
 }
 
 // settleLate makes a settling tool's own return value win whenever it
@@ -501,11 +624,26 @@ func retryable(c weft.Code) bool {
 	return false
 }
 
+// stopTries is how many more times a stopping worker tries a report it
+// could neither deliver nor save before it gives the task back.
+const stopTries = 20
+
 // deliver sends a report until a runner answered it (success or a coded
-// refusal), backing off between tries. It reports whether one answered.
-func (w *Worker) deliver(rep Report) bool {
-	back := 50 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+// refusal), backing off between tries, keeping the task (progress acks)
+// as long as its attempt lives: a real result is never given up for
+// failed deliveries (SEMANTICS §8). own is the claim of the attempt whose
+// body this worker ran (nil for a report it did not produce): on the first
+// failed try the report is saved in it, so that the task delivered again —
+// to another worker, after this one stopped or vanished — delivers it
+// instead of reporting the attempt lost. deliver reports whether the task
+// is to be acked: the report was answered, or the attempt is no longer
+// current (its report would change nothing). It gives the task back (nak)
+// only when the worker stops, once the report is saved — or, if it cannot
+// be saved either, after stopTries more tries.
+func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
+	back := w.retryBase
+	saved := own == nil
+	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := w.report(ctx, rep)
 		cancel()
@@ -517,6 +655,7 @@ func (w *Worker) deliver(rep Report) bool {
 			// instead of retrying a report that can never land.
 			w.log.Error("worker: report too large for the NATS server; reporting the attempt uncertain", "run", rep.Run, "action", rep.Action, "err", err)
 			rep = tooLarge(rep, coded)
+			saved = own == nil
 			continue
 		}
 		if err == nil || errors.As(err, &coded) && !retryable(coded.Code) {
@@ -525,13 +664,44 @@ func (w *Worker) deliver(rep Report) bool {
 			}
 			return true
 		}
-		if attempt == 200 {
-			w.log.Error("worker: giving up on report; the task will be redelivered", "run", rep.Run, "action", rep.Action, "err", err)
+		if !saved {
+			own.val.Report = &rep
+			if serr := w.updateClaim(own); serr != nil {
+				own.val.Report = nil
+				w.log.Warn("worker: cannot save the undelivered report with the attempt's claim", "run", rep.Run, "action", rep.Action, "err", serr)
+			} else {
+				saved = true
+			}
+		}
+		if try%10 == 0 && w.stale(t) {
+			w.log.Info("worker: the attempt is no longer current; its undelivered report is dropped", "run", rep.Run, "action", rep.Action, "err", err)
+			return true
+		}
+		if w.stopping.Load() && (saved || try >= stopTries) {
+			if own != nil && saved {
+				w.log.Warn("worker: stopping with an undelivered report, saved with the attempt's claim; the task goes back to the queue", "run", rep.Run, "action", rep.Action, "err", err)
+			} else {
+				w.log.Error("worker: stopping with an undelivered report; the task goes back to the queue", "run", rep.Run, "action", rep.Action, "saved", saved, "err", err)
+			}
 			return false
 		}
+		if try%50 == 0 {
+			w.log.Warn("worker: report not delivered yet; still trying", "run", rep.Run, "action", rep.Action, "tries", try, "err", err)
+		}
 		time.Sleep(back)
-		back = min(back*2, 2*time.Second)
+		back = min(back*2, w.retryCap)
 	}
+}
+
+// stale reports whether t's attempt is known to be no longer current.
+func (w *Worker) stale(t Task) bool {
+	if w.check == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ok, err := w.check(ctx, t)
+	return err == nil && !ok
 }
 
 // tooLarge turns rep, whose result could not be reported or recorded, into

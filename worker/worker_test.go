@@ -107,23 +107,58 @@ func TestWorkerOutcomes(t *testing.T) {
 	}
 }
 
-// A task redelivered because its worker vanished is reported lost
-// (worker_lost) and never run again.
+// A task redelivered because its worker vanished after claiming its
+// attempt (so its body may have run) is reported lost (worker_lost) and
+// never run again; the evidence names the claim's holder.
 func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
+	rep, started := vanished(t, true)
+	if started != 0 {
+		t.Fatal("a redelivered task's body was run again")
+	}
+	if rep.Outcome != worker.OutcomeLost || rep.Cause != "worker_lost" || !strings.Contains(rep.Evidence, "vanished-worker") {
+		t.Fatalf("report = %+v, want lost worker_lost naming the claim's holder", rep)
+	}
+}
+
+// A task redelivered because its worker vanished before claiming its
+// attempt never started its body: the next delivery runs it, once, and the
+// run gets its result — not a lost report that would make the action
+// uncertain (or replay it) for nothing.
+func TestWorkerRedeliveryOfAnUnclaimedAttemptRuns(t *testing.T) {
+	rep, started := vanished(t, false)
+	if started != 1 || rep.Outcome != worker.OutcomeOutput {
+		t.Fatalf("report = %+v after %d starts, want output from one start", rep, started)
+	}
+}
+
+// vanished has a "vanished worker" take a task and never ack it, having
+// claimed its attempt or not, then runs a live worker that gets the
+// redelivery; it returns the live worker's report and its body starts.
+func vanished(t *testing.T, claimed bool) (worker.Report, int) {
+	t.Helper()
 	nc, js := startServer(t)
 	ctx := context.Background()
-	// A "vanished worker": takes the task and never acks.
 	c, err := js.CreateOrUpdateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig(queue("echo"), 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	task := worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1}
+	publish(t, js, task)
 	if _, err := c.Fetch(1); err != nil {
 		t.Fatal(err)
 	}
+	if claimed {
+		kv, err := js.CreateKeyValue(ctx, worker.ClaimsConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Create(ctx, worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), []byte("vanished-worker")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(300*time.Millisecond), worker.WithoutAttemptCheck())
-	started := make(chan struct{}, 1)
+	started := make(chan struct{}, 2)
 	w.Handle(queue("echo"), func(context.Context, worker.Task, worker.Settler) worker.Result {
 		started <- struct{}{}
 		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)}
@@ -134,10 +169,5 @@ func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
 	<-rs.ch
 	cancel()
 	<-done
-	if len(started) != 0 {
-		t.Fatal("a redelivered task's body was run again")
-	}
-	if g := rs.got[0]; g.Outcome != worker.OutcomeLost || g.Cause != "worker_lost" {
-		t.Fatalf("report = %+v, want lost worker_lost", g)
-	}
+	return rs.got[0], len(started)
 }

@@ -5,6 +5,8 @@
 //	s := natstest.Start(t) // random loopback port, store in t.TempDir()
 //	s.Log.Append(ctx, "r1", eventlog.Head{}, at, ev)
 //	s.Restart()            // same store dir: durability tests
+//	st := s.SaveDeliveryState()
+//	s.CrashRestart(st)     // as a SIGKILL leaves it: deliveries since st forgotten
 //
 // The server is stopped by t.Cleanup. Extra assets (a package's own streams
 // and KV buckets) are provisioned with WithAssets.

@@ -40,3 +40,59 @@ func TestStartProvisionsAndRestartKeepsStoreAndURL(t *testing.T) {
 		t.Fatal("second connection not connected")
 	}
 }
+
+// CrashRestart forgets the deliveries made since SaveDeliveryState, as a
+// server killed before writing its consumer state does: a message taken
+// (and never acknowledged) before the crash is delivered again as a first
+// delivery, while the messages themselves survive. A plain Restart keeps
+// the count (the redelivery is delivery 2).
+func TestCrashRestartForgetsDeliveries(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		s := natstest.Start(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cfg := jetstream.ConsumerConfig{Durable: "c", FilterSubject: "weft.task.x", AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second}
+		c, err := s.JS.CreateOrUpdateConsumer(ctx, provision.TasksStream, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := s.SaveDeliveryState()
+		if _, err := s.JS.Publish(ctx, "weft.task.x", []byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		first := fetch(t, c)
+		if first != 1 {
+			t.Fatalf("first delivery %d", first)
+		}
+		time.Sleep(300 * time.Millisecond) // the server writes its consumer state
+		if crash {
+			s.CrashRestart(st)
+		} else {
+			s.Restart()
+		}
+		if c, err = s.JS.Consumer(ctx, provision.TasksStream, "c"); err != nil {
+			t.Fatal(err)
+		}
+		want := map[bool]uint64{false: 2, true: 1}[crash]
+		if got := fetch(t, c); got != want {
+			t.Fatalf("crash %v: delivery after the restart %d, want %d", crash, got, want)
+		}
+	}
+}
+
+func fetch(t *testing.T, c jetstream.Consumer) uint64 {
+	t.Helper()
+	b, err := c.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range b.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return md.NumDelivered
+	}
+	t.Fatalf("no message: %v", b.Error())
+	return 0
+}

@@ -1,0 +1,222 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The claims of attempts (docs/protocol/41-tasks.md, docs/adr/0010): before
+// a worker starts an attempt's body it creates the attempt's key in the KV
+// bucket weft_claims, create-only. A delivery of a task whose claim exists
+// never starts the body again, whatever the server's delivery count says —
+// the count is consumer state the server writes lazily, and a server
+// restart can deliver a task again as a first delivery.
+const (
+	// ClaimsBucket is the KV bucket of attempt claims.
+	ClaimsBucket = "weft_claims"
+	// ClaimMaxAge is the bucket's max age: how long a claim lives at most
+	// without being renewed. A worker renews the claim of a running body
+	// every ClaimRenew; a claim of a body with a deadline lives until the
+	// deadline plus ClaimMargin (after the deadline no worker starts the
+	// body: rule 4 of the task protocol).
+	ClaimMaxAge = 7 * 24 * time.Hour
+	// ClaimMargin is how long a claim outlives its body's deadline, for
+	// the clocks of the runner that set the deadline and of the worker that
+	// checks it.
+	ClaimMargin = 10 * time.Minute
+	// ClaimRenew is how often a worker renews the claim of a body that is
+	// still running.
+	ClaimRenew = 24 * time.Hour
+)
+
+// ClaimKey is the key of an attempt's claim in weft_claims:
+// <run>.<action>.<attempt>.<incarnation>, the action ("<turn>/<call_id>",
+// whose call id the model chose) written in unpadded base64url so that the
+// key is a valid KV key and distinct attempts have distinct keys.
+func ClaimKey(run, action string, attempt, incarnation int) string {
+	return run + "." + base64.RawURLEncoding.EncodeToString([]byte(action)) + "." + strconv.Itoa(attempt) + "." + strconv.Itoa(incarnation)
+}
+
+// ClaimsConfig is the configuration of weft_claims: file storage (a claim
+// must survive a server restart), one value per key, ClaimMaxAge, and
+// per-key TTLs (limit markers kept one minute).
+func ClaimsConfig() jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:         ClaimsBucket,
+		Description:    "Weft attempt claims: a key per started tool body, created before it starts",
+		History:        1,
+		TTL:            ClaimMaxAge,
+		Storage:        jetstream.FileStorage,
+		LimitMarkerTTL: time.Minute,
+	}
+}
+
+// Claim is the value the Go worker stores under an attempt's claim key.
+// Other workers may store any value: a key that exists is a claim,
+// whatever it holds.
+type Claim struct {
+	// Schema is 1.
+	Schema int `json:"schema"`
+	// Worker is the id of the worker that claimed the attempt.
+	Worker string `json:"worker"`
+	// Token is unique to the delivery that claimed it: a worker whose
+	// create timed out and finds the key with its own token holds it.
+	Token string `json:"token"`
+	// Claimed is when the worker claimed it, by its clock.
+	Claimed time.Time `json:"claimed"`
+	// Report is the attempt's report, saved by the worker that ran the
+	// body when delivering it failed: a later delivery of the task
+	// delivers it instead of reporting the attempt lost.
+	Report *Report `json:"report,omitempty"`
+}
+
+// claimsBucket returns weft_claims, creating it (with the task stream's
+// replica count) if nobody provisioned it.
+func claimsBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, ClaimsBucket)
+	if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return kv, err
+	}
+	cfg := ClaimsConfig()
+	if s, err := js.Stream(ctx, TaskStream); err == nil {
+		cfg.Replicas = s.CachedInfo().Config.Replicas
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		return js.KeyValue(ctx, ClaimsBucket)
+	}
+	return kv, err
+}
+
+// claimTTL is the TTL of t's claim taken at now: until its deadline plus
+// ClaimMargin, 0 (the bucket's max age) without a deadline or when that is
+// longer.
+func claimTTL(t Task, now time.Time) time.Duration {
+	if t.Deadline == nil {
+		return 0
+	}
+	if d := t.Deadline.Sub(now) + ClaimMargin; d < ClaimMaxAge {
+		return max(d, time.Second)
+	}
+	return 0
+}
+
+type claimResult int
+
+const (
+	// claimTaken: this delivery holds the claim; the body may start.
+	claimTaken claimResult = iota
+	// claimHeld: the attempt was claimed before; its body never starts
+	// again.
+	claimHeld
+	// claimUnknown: the bucket could not tell; the body does not start.
+	claimUnknown
+)
+
+// ownClaim is the claim this delivery holds: its key, value and revision.
+type ownClaim struct {
+	key string
+	val Claim
+	rev uint64
+}
+
+// takeClaim creates t's claim. On claimHeld it returns the claim found
+// (its value decoded when it is a Claim). A create whose answer was lost is
+// tried again: finding its own token, the delivery holds the claim.
+func (w *Worker) takeClaim(t Task, key string) (claimResult, ownClaim, Claim) {
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	own := ownClaim{key: key, val: Claim{Schema: Schema, Worker: w.id, Token: hex.EncodeToString(tok[:]), Claimed: time.Now().UTC()}}
+	b, err := json.Marshal(own.val)
+	if err != nil {
+		return claimUnknown, own, Claim{}
+	}
+	back := 50 * time.Millisecond
+	for range 6 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var opts []jetstream.KVCreateOpt
+		if ttl := claimTTL(t, time.Now()); ttl > 0 {
+			opts = append(opts, jetstream.KeyTTL(ttl))
+		}
+		own.rev, err = w.claims.Create(ctx, key, b, opts...)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			var e jetstream.KeyValueEntry
+			e, err = w.claims.Get(ctx, key)
+			if err == nil {
+				cancel()
+				found := decodeClaim(e.Value())
+				if found.Token != "" && found.Token == own.val.Token {
+					own.rev = e.Revision()
+					return claimTaken, own, Claim{}
+				}
+				return claimHeld, own, found
+			}
+		}
+		cancel()
+		if err == nil {
+			return claimTaken, own, Claim{}
+		}
+		w.log.Warn("worker: cannot claim the attempt", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", key, "err", err)
+		time.Sleep(back)
+		back = min(back*2, 2*time.Second)
+	}
+	return claimUnknown, own, Claim{}
+}
+
+// decodeClaim decodes a claim's value: a Claim, or — from a worker that
+// stores something else, such as its id — a Claim whose Worker is that
+// value (up to 64 printable bytes).
+func decodeClaim(v []byte) Claim {
+	var c Claim
+	if json.Unmarshal(v, &c) == nil && c.Schema != 0 {
+		return c
+	}
+	var b []byte
+	for _, ch := range v {
+		if ch >= 0x20 && ch < 0x7f && len(b) < 64 {
+			b = append(b, ch)
+		}
+	}
+	return Claim{Worker: string(b)}
+}
+
+// savedReport returns the report saved in the claim key, if any.
+func (w *Worker) savedReport(key string) (Report, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := w.claims.Get(ctx, key)
+	if err != nil {
+		return Report{}, false
+	}
+	c := decodeClaim(e.Value())
+	if c.Report == nil {
+		return Report{}, false
+	}
+	return *c.Report, true
+}
+
+// updateClaim writes own's value again (a renewal, or the saved report)
+// if nobody changed the key since; it reports whether it did.
+func (w *Worker) updateClaim(own *ownClaim) error {
+	b, err := json.Marshal(own.val)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rev, err := w.claims.Update(ctx, own.key, b, own.rev)
+	if err != nil {
+		return fmt.Errorf("worker: claim %s: %w", own.key, err)
+	}
+	own.rev = rev
+	return nil
+}
