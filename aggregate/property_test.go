@@ -365,8 +365,9 @@ func TestSnapshotThenTail(t *testing.T) {
 //     recovery with cause handed_off asks for no approval and re-approves
 //     no lost attempt;
 //   - (m) the simulation found no work that was dropped (Sim.Problems:
-//     Pending equals the work the appended events called for, a failed
-//     append leaves its work derivable, a working run has work listed).
+//     Pending equals the work and the timers the appended events called
+//     for, also after failed appends, whose work the driver derives again
+//     from Pending and retries; a working run has work listed).
 type stepChecker struct {
 	takeover []events.Event // the recovery decided for the next command
 }
@@ -477,8 +478,9 @@ func TestPropertyKFindsATwoStepTakeover(t *testing.T) {
 }
 
 // TestSimFindsDroppedWork checks that the simulation's property (m) can
-// fail: work in flight that Pending does not list, and work Pending lists
-// that the driver dropped, are both recorded as problems.
+// fail: work in flight that Pending does not list, work Pending lists
+// that the driver dropped, and a timer the events armed that Pending does
+// not list are all recorded as problems.
 func TestSimFindsDroppedWork(t *testing.T) {
 	s := aggregatetest.New()
 	s.Start(aggregatetest.Rand(1))
@@ -497,5 +499,11 @@ func TestSimFindsDroppedWork(t *testing.T) {
 	s.Apply(aggregate.Report{Action: "9/x", Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{}`)})
 	if len(s.Problems) != 2 || !strings.Contains(s.Problems[1], "dispatch 1/a#1") {
 		t.Fatalf("stray work in flight: problems %v", s.Problems)
+	}
+	// A timer the events armed that Pending does not list.
+	s.Timers["timer tool_timeout 1/a 1 0 0"] = true
+	s.Apply(aggregate.Report{Action: "9/x", Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{}`)})
+	if len(s.Problems) != 3 || !strings.Contains(s.Problems[2], "timer tool_timeout 1/a 1 0 0") {
+		t.Fatalf("a dropped timer: problems %v", s.Problems)
 	}
 }

@@ -18,10 +18,12 @@
 // The simulation checks SEMANTICS.md §8's "no run stays in flight with
 // nothing in flight" as it goes, and records violations in Sim.Problems:
 // after every append by a live runner, the work Pending lists equals the
-// work the appended events called for; after a failed append, the work the
-// lost decision answered is still listed by Pending (derived again and
-// retried, never dropped); a working run under a live runner always has
-// work listed.
+// work the appended events called for; after every append, the timers
+// Pending lists equal the timers the events armed and did not disarm; a
+// working run under a live runner always has work listed. After a failed
+// append the driver derives the work the lost decision answered again
+// from Pending and retries it, so a run whose work was dropped shows at
+// the following appends.
 package aggregatetest
 
 import (
@@ -99,12 +101,25 @@ type Sim struct {
 	// Armed is every timer Pending ever listed, in the order first armed
 	// (durable timers: old ones still fire, stale).
 	Armed []aggregate.Timer
+	// Timers are the timers the appended events call for (keys of
+	// TimerKey): armed by an event (a fence's deadline, an approval
+	// request's expiry, a settle window, a model retry) and not yet
+	// disarmed by a later one (the attempt's outcome, the answer, the
+	// settlement, the next model request, the run's end). Pending must
+	// list exactly these, whoever drives the run: timers are durable.
+	Timers map[string]bool
 	// Problems lists the violations the simulation found (see the package
 	// doc).
 	Problems []string
 
 	runners int
 	armed   map[string]bool // keys of Armed
+	// guarded is set for a run whose policy asks approval for most calls
+	// and whose tools mostly replay (payments behind a review): runner
+	// losses and hand-offs then meet approved attempts and queued approved
+	// actions often, the paths of SEMANTICS.md §5 and §8 that re-ask, keep
+	// or end an approval.
+	guarded bool
 }
 
 // Body is an attempt whose body a worker runs.
@@ -114,7 +129,9 @@ type Body struct {
 }
 
 // New returns a simulation of run "r1" at Epoch; Start starts the run.
-func New() *Sim { return &Sim{Run: "r1", Now: Epoch, Driver: "r0", InFlight: map[string]bool{}} }
+func New() *Sim {
+	return &Sim{Run: "r1", Now: Epoch, Driver: "r0", InFlight: map[string]bool{}, Timers: map[string]bool{}}
+}
 
 // Start decides the Start command with limits chosen by src: token
 // budgets (sometimes none), typed and untyped agents, one to eight turns,
@@ -132,6 +149,7 @@ func (s *Sim) Start(src Source) {
 	if chance(src, "small results", 5) {
 		l.MaxResultBytes = 40
 	}
+	s.guarded = chance(src, "guarded", 3)
 	s.Apply(aggregate.Start{Run: s.Run, Agent: events.AgentRef{Name: "sim", Version: "1"}, Input: "go", Typed: !chance(src, "untyped", 3),
 		Runner: s.Driver, Limits: l})
 }
@@ -216,6 +234,7 @@ func (s *Sim) live() bool { return !s.Down && !s.State.HandedOff() }
 // on what it just appended (append first, then act), and checks it
 // against Pending.
 func (s *Sim) act(evs []events.Event) {
+	s.trackTimers(evs)
 	recovered := false
 	for _, e := range evs {
 		switch e := e.(type) {
@@ -263,6 +282,14 @@ func (s *Sim) act(evs []events.Event) {
 		}
 	}
 	w := aggregate.Pending(s.State)
+	listed := map[string]bool{}
+	for _, t := range w.Timers {
+		listed[TimerKey(t)] = true
+	}
+	if len(evs) > 0 && !maps.Equal(listed, s.Timers) {
+		s.problem("(m) after %s the timers the events armed %v differ from Pending's %v", describe(evs), sortedKeys(s.Timers), sortedKeys(listed))
+		s.Timers = listed
+	}
 	if recovered {
 		// The new runner derives its work from the log.
 		s.Down = false
@@ -280,6 +307,61 @@ func (s *Sim) act(evs []events.Event) {
 		s.InFlight = want
 	}
 	s.checkLive(w)
+}
+
+// trackTimers arms and disarms Timers as the appended events call for.
+func (s *Sim) trackTimers(evs []events.Event) {
+	key := func(kind aggregate.TimerKind, action string, attempt, revision int, turn int64) string {
+		return TimerKey(aggregate.Timer{Kind: kind, Action: action, Attempt: attempt, Revision: revision, Turn: turn})
+	}
+	// disarm removes every timer of kind for action ("" for the run's).
+	disarm := func(kind aggregate.TimerKind, action string) {
+		prefix := fmt.Sprintf("timer %s %s ", kind, action)
+		for k := range s.Timers {
+			if strings.HasPrefix(k, prefix) {
+				delete(s.Timers, k)
+			}
+		}
+	}
+	for _, e := range evs {
+		switch e := e.(type) {
+		case events.ModelFailed:
+			if e.RetryAt != nil {
+				s.Timers[key(aggregate.TimerModelRetry, "", 0, 0, e.Turn)] = true
+			}
+		case events.ModelRequested, events.CancelRequested:
+			disarm(aggregate.TimerModelRetry, "")
+		case events.ApprovalRequested:
+			if e.Expires != nil {
+				s.Timers[key(aggregate.TimerApprovalExpiry, e.Action, 0, e.Revision, 0)] = true
+			}
+		case events.ApprovalAnswered:
+			delete(s.Timers, key(aggregate.TimerApprovalExpiry, e.Action, 0, e.Revision, 0))
+		case events.ActionsNotStarted:
+			for _, a := range e.Actions {
+				disarm(aggregate.TimerApprovalExpiry, a)
+			}
+		case events.AttemptFenced:
+			if e.Deadline != nil {
+				s.Timers[key(aggregate.TimerToolTimeout, e.Action, e.Attempt, 0, 0)] = true
+			}
+		case events.AttemptLost:
+			delete(s.Timers, key(aggregate.TimerToolTimeout, e.Action, e.Attempt, 0, 0))
+			if e.Next == events.NextSettle {
+				s.Timers[key(aggregate.TimerSettleWindow, e.Action, e.Attempt, 0, 0)] = true
+			}
+		case events.AttemptReported:
+			delete(s.Timers, key(aggregate.TimerToolTimeout, e.Action, e.Attempt, 0, 0))
+			delete(s.Timers, key(aggregate.TimerSettleWindow, e.Action, e.Attempt, 0, 0))
+		case events.SettlementAccepted:
+			disarm(aggregate.TimerSettleWindow, e.Action)
+		case events.ActionUncertain:
+			disarm(aggregate.TimerSettleWindow, e.Action)
+			disarm(aggregate.TimerApprovalExpiry, e.Action)
+		case events.RunFinished:
+			clear(s.Timers)
+		}
+	}
 }
 
 // checkLive records a working run under a live runner with nothing to do.
@@ -356,9 +438,12 @@ func (s *Sim) takeover(c aggregate.Command) {
 
 // failAppend decides c but loses the append: nothing is recorded, and the
 // driver forgets the work c answered (source: the model call returned, the
-// body reported, the timer fired). That work must still be listed by
-// Pending, which the driver acts on again (SEMANTICS.md §8: work is
-// acknowledged by recording it, never by having attempted it).
+// body reported, the timer fired). The driver then derives its work again
+// from Pending and retries it (SEMANTICS.md §8: work is acknowledged by
+// recording it, never by having attempted it). Pending is a function of
+// the state, which the lost decision left as it was, so there is nothing
+// to check here: a run whose work was dropped shows at the following
+// appends (Problems).
 func (s *Sim) failAppend(c aggregate.Command, source string) bool {
 	evs, _ := aggregate.Decide(s.State, c, s.Now)
 	if len(evs) == 0 {
@@ -366,15 +451,7 @@ func (s *Sim) failAppend(c aggregate.Command, source string) bool {
 		return true
 	}
 	delete(s.InFlight, source)
-	w := aggregate.Pending(s.State)
-	again := WorkKeys(w)
-	for _, t := range w.Timers {
-		again[TimerKey(t)] = true
-	}
-	if !again[source] {
-		s.problem("(m) the failed append of %s lost %s: Pending no longer lists it", c.CommandName(), source)
-	}
-	for k := range WorkKeys(w) {
+	for k := range WorkKeys(aggregate.Pending(s.State)) {
 		s.InFlight[k] = true
 	}
 	return false
@@ -487,6 +564,13 @@ func (s *Sim) Step(src Source) {
 		// SEMANTICS.md §8.
 		choices = append(choices, pick(src, "loss", []func(){kill, kill, handOff}))
 	}
+	if live && s.approvedLive() && chance(src, "lose an approving runner", 2) {
+		// Runners die (or drain) while an approved action runs or waits
+		// for its slot: a loss asks the approval again (and a rejected,
+		// expired or denied re-approval leaves the lost attempt
+		// uncertain, SEMANTICS.md §5); a hand-off never asks (§8).
+		choices = append(choices, kill, handOff)
+	}
 	if chance(src, "rare", 25) {
 		if chance(src, "cancel", 2) {
 			choices = append(choices, func() { s.deliver(src, aggregate.Cancel{By: "dave", Reason: "enough"}, "") })
@@ -504,6 +588,17 @@ func (s *Sim) Step(src Source) {
 		}
 	}
 	choices[src.Intn("choice", len(choices))]()
+}
+
+// approvedLive reports whether an approved action runs or waits for its
+// slot.
+func (s *Sim) approvedLive() bool {
+	for _, a := range s.State.Actions() {
+		if a.Approved && (a.State == aggregate.ActionRunning || a.State == aggregate.ActionQueued) {
+			return true
+		}
+	}
+	return false
 }
 
 // modelReply is the model's answer to turn: a final answer (typed, or not
@@ -587,6 +682,12 @@ func (s *Sim) resolve(src Source, b *aggregate.CallBatch) aggregate.ResolveCalls
 			r.Policy = aggregate.PolicyResult{Decision: events.PolicyAllow}
 		}
 		r.Tool = randomTool(src)
+		if s.guarded && !chance(src, "unguarded", 4) {
+			if r.Policy.Decision == events.PolicyAllow {
+				r.Policy = aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "review", Version: 1}}
+			}
+			r.Tool.MaxAttempts = max(r.Tool.MaxAttempts, 2)
+		}
 		if chance(src, "delegation", 8) {
 			r.Delegate = &events.AgentRef{Name: "sub", Version: "1"}
 		}
