@@ -2,9 +2,12 @@ package console_test
 
 import (
 	"encoding/json"
+	"html"
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -140,5 +143,57 @@ func TestPagesWithoutScript(t *testing.T) {
 	}
 	if resp, _ := s.get(t, "/live?watch=bogus"); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("live watch=bogus: status %d", resp.StatusCode)
+	}
+}
+
+// The runs page filters by status and agent and pages with the query
+// service's cursor.
+func TestRunsFilterAndPaging(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "page-8a", "pay invoice INV-8", "finished")
+	s.start(t, "page-8b", "pay invoice INV-8", "finished")
+	s.start(t, "page-7", "pay invoice INV-7", "suspended")
+	rowRun := regexp.MustCompile(`<tr data-run="([^"]+)">`)
+	rows := func(body string) []string {
+		var out []string
+		for _, m := range rowRun.FindAllStringSubmatch(body, -1) {
+			out = append(out, m[1])
+		}
+		return out
+	}
+	_, body := s.get(t, "/runs?status=suspended&agent=payment-desk")
+	if got := rows(body); !slices.Contains(got, "page-7") || slices.Contains(got, "page-8a") {
+		t.Fatalf("status=suspended lists %v", got)
+	}
+	_, body = s.get(t, "/runs?agent=nobody")
+	if got := rows(body); len(got) != 0 || !strings.Contains(body, "No run matches.") {
+		t.Fatalf("agent=nobody lists %v", got)
+	}
+	// Newest first, one per page: page-7, then page-8b, then page-8a.
+	next := regexp.MustCompile(`<a href="(/runs\?[^"]+)" rel="next">`)
+	path := "/runs?limit=1"
+	var seen []string
+	for i := range 3 {
+		_, body = s.get(t, path)
+		seen = append(seen, rows(body)...)
+		if i == 2 {
+			break
+		}
+		m := next.FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no next page after %v:\n%s", seen, body)
+		}
+		path = html.UnescapeString(m[1])
+	}
+	if want := []string{"page-7", "page-8b", "page-8a"}; !slices.Equal(seen, want) {
+		t.Fatalf("pages %v, want %v", seen, want)
+	}
+	if !strings.Contains(body, `>Newest</a>`) {
+		t.Error("a later page has no link back to the newest runs")
+	}
+	// Changed since a time in the future: nothing.
+	_, body = s.get(t, "/runs?since=2999-01-01T00:00&tz=0")
+	if got := rows(body); len(got) != 0 {
+		t.Fatalf("since 2999 lists %v", got)
 	}
 }

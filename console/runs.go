@@ -21,8 +21,9 @@ type runsData struct {
 	Status, Agent, Since, TZ string
 	Statuses                 []string
 	Runs                     []projections.Summary
-	// Next is the query of the next page; First is set when this is not
-	// the first page.
+	// Next is the URL of the next page; First, set when this is not the
+	// first page, the URL of the first. (Whole URLs: html/template would
+	// encode a query spliced after "?" as one value.)
 	Next, First string
 	Err         *weft.Error
 	// Start is the start form.
@@ -98,12 +99,12 @@ func (c *Console) renderRuns(w http.ResponseWriter, r *http.Request, fl *flash) 
 		if pg.Next != "" {
 			nv := cloneValues(v)
 			nv.Set("cursor", pg.Next)
-			d.Next = nv.Encode()
+			d.Next = "/runs?" + nv.Encode()
 		}
 		if q.Cursor != "" {
 			fv := cloneValues(v)
 			fv.Del("cursor")
-			d.First = fv.Encode()
+			d.First = "/runs?" + fv.Encode()
 		}
 	}
 	if err != nil {
