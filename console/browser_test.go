@@ -295,6 +295,10 @@ func TestTimesInViewersZone(t *testing.T) {
 	s.start(t, "tz-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
 	do(t, ctx, "Kolkata", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+		// The zone, and a fixed locale so the expected text is one.
+		if _, err := cdp.Call(ctx, tg, emulation.SetLocaleOverride, emulation.SetLocaleOverrideParams{Locale: "en_US"}); err != nil {
+			return err
+		}
 		_, err := cdp.Call(ctx, tg, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Kolkata"})
 		return err
 	}), chromedp.Navigate(s.consoleURL+"/runs/tz-8"),
