@@ -262,7 +262,10 @@ func TestScenario29_ReplayAfterTimeout(t *testing.T) {
 		}
 		return payOut{ID: "ok"}, nil
 	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
-	tool := tools.WithTimeout(tools.WithReplay(slowOnce, 3), tools.After(50*time.Millisecond))
+	// Attempt 2 must finish within the timeout from its fence, through
+	// dispatch, the worker's check and claim and the report: 1 s keeps
+	// that true under a loaded machine (attempt 1 waits it out).
+	tool := tools.WithTimeout(tools.WithReplay(slowOnce, 3), tools.After(time.Second))
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{tool}, policy.Func(allow)), "r29", "x")
 	s, out := finished(t, h, "r29")
