@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -143,15 +144,31 @@ func weftCommand() (cmd, dir string) {
 		}
 	}
 	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
-		if _, err := os.Stat(filepath.Join(wd, "cmd", "weft", "main.go")); err == nil {
-			return "go run ./cmd/weft", wd
+		run := "go run "
+		if tags := buildTags(); tags != "" {
+			run += "-tags " + tags + " " // the same build, from Go's cache
 		}
-		return "go run github.com/weftrun/weft/cmd/weft", wd
+		if _, err := os.Stat(filepath.Join(wd, "cmd", "weft", "main.go")); err == nil {
+			return run + "./cmd/weft", wd
+		}
+		return run + "github.com/weftrun/weft/cmd/weft", wd
 	}
 	if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
 		return "./" + filepath.ToSlash(rel), wd
 	}
 	return exe, ""
+}
+
+// buildTags returns the -tags this binary was built with ("" for none).
+func buildTags() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, st := range bi.Settings {
+			if st.Key == "-tags" {
+				return st.Value
+			}
+		}
+	}
+	return ""
 }
 
 func sameFile(a, b string) bool {

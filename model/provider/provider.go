@@ -10,6 +10,12 @@
 // "openai:llama3.1:8b" names Ollama's llama3.1:8b. FromEnv returns
 // ErrNotConfigured when WEFT_MODEL is unset; callers such as `weft dev` then
 // fall back to the scripted model and say so, using Describe.
+//
+// The adapters' SDKs (model/openai, model/anthropic) are three quarters of
+// a cold build of cmd/weft. A binary built with the build tag nosdk
+// (`go run -tags nosdk ./cmd/weft dev`, the README's first command) leaves
+// them out: everything works but Open, which then fails with
+// ErrNotBuiltIn naming the command line that builds them in.
 package provider
 
 import (
@@ -22,8 +28,6 @@ import (
 	"strings"
 
 	"github.com/weftrun/weft/model"
-	"github.com/weftrun/weft/model/anthropic"
-	"github.com/weftrun/weft/model/openai"
 )
 
 // The environment variables read by ConfigFromEnv.
@@ -47,12 +51,21 @@ const (
 
 // The providers a spec can name.
 const (
-	// OpenAI names the OpenAI adapter (model/openai), also used for
-	// OpenAI-compatible servers through a base URL.
-	OpenAI = openai.Provider
-	// Anthropic names the Anthropic adapter (model/anthropic).
-	Anthropic = anthropic.Provider
+	// OpenAI names the OpenAI adapter (model/openai, its Provider), also
+	// used for OpenAI-compatible servers through a base URL.
+	OpenAI = "openai"
+	// Anthropic names the Anthropic adapter (model/anthropic, its
+	// Provider).
+	Anthropic = "anthropic"
 )
+
+// ErrNotBuiltIn is returned by Open in a binary built with the tag nosdk,
+// which leaves the model SDKs out.
+var ErrNotBuiltIn = errors.New("provider: this binary was built with -tags nosdk, without the model SDKs")
+
+// SDKs reports whether this binary has the model SDKs (it was not built
+// with the tag nosdk).
+func SDKs() bool { return sdks }
 
 // ErrNotConfigured is returned by FromEnv when WEFT_MODEL is unset.
 var ErrNotConfigured = errors.New("provider: no model configured (set " + EnvModel + ")")
@@ -110,43 +123,10 @@ func Open(spec string, opts Options) (model.Model, error) {
 	if opts.MaxTokens < 0 || opts.ThinkingBudget < 0 {
 		return nil, fmt.Errorf("provider: max tokens and thinking budget must not be negative")
 	}
-	switch s.Provider {
-	case OpenAI:
-		if opts.ThinkingBudget > 0 {
-			return nil, fmt.Errorf("provider: %s: a thinking budget applies to %s models only", s, Anthropic)
-		}
-		key := opts.APIKey
-		if key == "" {
-			key = os.Getenv(EnvOpenAIKey)
-		}
-		o := []openai.Option{openai.WithMaxTokens(opts.MaxTokens)}
-		if key != "" {
-			o = append(o, openai.WithAPIKey(key))
-		}
-		if opts.BaseURL != "" {
-			o = append(o, openai.WithBaseURL(opts.BaseURL))
-		}
-		if opts.HTTPClient != nil {
-			o = append(o, openai.WithHTTPClient(opts.HTTPClient))
-		}
-		return openai.New(s.Model, o...), nil
-	default:
-		key := opts.APIKey
-		if key == "" {
-			key = os.Getenv(EnvAnthropicKey)
-		}
-		o := []anthropic.Option{anthropic.WithMaxTokens(opts.MaxTokens), anthropic.WithThinking(opts.ThinkingBudget)}
-		if key != "" {
-			o = append(o, anthropic.WithAPIKey(key))
-		}
-		if opts.BaseURL != "" {
-			o = append(o, anthropic.WithBaseURL(opts.BaseURL))
-		}
-		if opts.HTTPClient != nil {
-			o = append(o, anthropic.WithHTTPClient(opts.HTTPClient))
-		}
-		return anthropic.New(s.Model, o...), nil
+	if s.Provider == OpenAI && opts.ThinkingBudget > 0 {
+		return nil, fmt.Errorf("provider: %s: a thinking budget applies to %s models only", s, Anthropic)
 	}
+	return open(s, opts)
 }
 
 // Config is a model configuration taken from flags or the environment.
