@@ -47,6 +47,8 @@ const (
 	CodeInvalidContent    Code = "invalid_content"    // reconciliation content has the wrong shape
 	CodeRunActive         Code = "run_active"         // the stored-run form was used on a live run
 	CodeRunNotEnded       Code = "run_not_ended"      // reserved
+	CodeNotResolvable     Code = "not_resolvable"     // the action is no open question (not reconciled as unconfirmed)
+	CodeAlreadyResolved   Code = "already_resolved"   // the open question has its final truth already
 
 	// Runtime conditions: the command may succeed when retried.
 	CodeRunnerBusy  Code = "runner_busy" // the command was not applied within the command timeout

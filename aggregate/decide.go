@@ -83,6 +83,8 @@ func (d *decider) command(c Command) error {
 		return d.settle(c)
 	case Reconcile:
 		return d.reconcile(c)
+	case Resolve:
+		return d.resolve(c)
 	case Cancel:
 		return d.cancel(c)
 	case ChildSettle:

@@ -59,7 +59,7 @@ func (s *State) evolve(r events.Recorded) {
 		}
 	} else if s.finished {
 		switch r.Event.(type) {
-		case events.Reconciled, events.SettlementAccepted, events.SettlementRefused, events.ReportRefused:
+		case events.Reconciled, events.Resolved, events.SettlementAccepted, events.SettlementRefused, events.ReportRefused:
 		default:
 			s.bug(name, "run finished (%s)", s.outcome.Kind)
 		}
@@ -287,7 +287,10 @@ func (s *State) evolve(r events.Recorded) {
 
 	case events.Reconciled:
 		a := s.act(name, e.Action, ActionUncertain)
-		a.State, a.Content = ActionReconciled, e.Content
+		a.State, a.Content, a.ReconciledKind = ActionReconciled, e.Content, e.Kind
+
+	case events.Resolved:
+		s.evolveResolved(name, e)
 
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {

@@ -317,6 +317,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "reconcile":
 		return h.decide(t, Reconcile{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "carol"), Stored: d.HasArg("stored")})
 
+	case "resolve_question":
+		// The final truth of an open question (Resolve).
+		return h.decide(t, Resolve{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "erin")})
+
 	case "child":
 		// The outcome of a delegated action's child run:
 		// child action=1/c1 kind=completed turns=2 with the answer as input.

@@ -117,6 +117,12 @@ type Action struct {
 	Agent *events.AgentRef `json:"agent,omitempty"`
 	// Child is the child run the delegation started (ChildStarted).
 	Child *events.ChildStarted `json:"child,omitempty"`
+	// ReconciledKind is how a person reconciled the action (Reconciled's
+	// kind: output, error or unconfirmed); empty otherwise.
+	ReconciledKind string `json:"reconciled_kind,omitempty"`
+	// Resolved is the final truth recorded for an action reconciled as
+	// unconfirmed (events.Resolved), nil while the question is open.
+	Resolved *ResolvedTruth `json:"resolved,omitempty"`
 }
 
 // Replays is the number of attempts after the first.

@@ -1,7 +1,7 @@
 // Package api is Weft's command API: the NATS micro service "weft" whose
 // request/reply endpoints under weft.api. start runs and answer them
-// (start, approve, reject, reconcile, reconcile_stored, settle, cancel, and
-// report for tool workers), and Client, the small Go client the CLI uses.
+// (start, approve, reject, reconcile, reconcile_stored, resolve, settle,
+// cancel, and report for tool workers), and Client, the small Go client the CLI uses.
 //
 // Bodies are JSON with a "schema" field (1). A success reply is the
 // endpoint's reply type; an error reply is {"schema":1,"error":{"code",
@@ -64,6 +64,8 @@ type Backend interface {
 	Cancel(ctx context.Context, req CancelRequest) (Reply, error)
 	// Report applies a worker's report of an attempt.
 	Report(ctx context.Context, req worker.Report) (Reply, error)
+	// Resolve records the final truth of an open question.
+	Resolve(ctx context.Context, req ResolveRequest) (Reply, error)
 }
 
 // ServeOption configures Serve.
@@ -107,6 +109,7 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointSettle, s.settle},
 		{EndpointCancel, s.cancel},
 		{EndpointReport, s.report},
+		{EndpointResolve, s.resolve},
 	} {
 		if err := add(e.name, e.h); err != nil {
 			_ = svc.Stop()
@@ -352,6 +355,21 @@ func (s *service) reconcile(ctx context.Context, b []byte, stored bool) (any, st
 		return nil, "", &weft.Error{Code: weft.CodeInvalidContent, Message: "content is required"}
 	}
 	rep, err := s.b.Reconcile(ctx, req, stored)
+	return rep, req.CommandID, err
+}
+
+func (s *service) resolve(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *ResolveRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("run", req.Run), need("action", req.Action)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	if len(req.Content) == 0 {
+		return nil, "", &weft.Error{Code: weft.CodeInvalidContent, Message: "content is required"}
+	}
+	rep, err := s.b.Resolve(ctx, req)
 	return rep, req.CommandID, err
 }
 

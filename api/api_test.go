@@ -49,6 +49,9 @@ func (b *slowBackend) Cancel(context.Context, api.CancelRequest) (api.Reply, err
 func (b *slowBackend) Report(context.Context, worker.Report) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
+func (b *slowBackend) Resolve(context.Context, api.ResolveRequest) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
 
 // Command idempotency (SEMANTICS §2, docs/protocol/40-commands.md): a
 // command that used its whole request deadline still has its reply kept

@@ -85,6 +85,14 @@ func (c *Client) ReconcileStored(ctx context.Context, req ReconcileRequest) (Rep
 	return r, c.call(ctx, EndpointReconcileStored, req, &r)
 }
 
+// Resolve records the final truth of an open question (an action
+// reconciled as unconfirmed), for audit: nothing resumes.
+func (c *Client) Resolve(ctx context.Context, req ResolveRequest) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointResolve, req, &r)
+}
+
 // Settle offers a settlement for a settling tool's action.
 func (c *Client) Settle(ctx context.Context, req worker.Settlement) (Reply, error) {
 	req.Schema = Schema
@@ -100,7 +108,7 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 }
 
 // Endpoints lists the endpoints of the "weft" micro service.
-var Endpoints = []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport}
+var Endpoints = []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve}
 
 // Ready waits until a "weft" service answers $SRV.INFO.weft listing every
 // endpoint (so that a command sent next finds a responder), or ctx ends.

@@ -32,6 +32,9 @@ const (
 	EndpointCancel = "cancel"
 	// EndpointReport is a tool worker's report of an attempt.
 	EndpointReport = "report"
+	// EndpointResolve records the final truth of an open question (an
+	// action reconciled as unconfirmed), for audit.
+	EndpointResolve = "resolve"
 )
 
 // MaxBody is the largest request body accepted (bytes): 2 MiB, room for a
@@ -106,6 +109,20 @@ type ReconcileRequest struct {
 	By        string          `json:"by,omitempty"`
 }
 
+// ResolveRequest records the final truth of an open question: an action
+// reconciled as unconfirmed. Content is the tool's encoded output (the
+// effect happened) or {"error": message} (it did not). Nothing resumes and
+// the run does not change: it is recorded for audit (events.Resolved) and
+// the question leaves the open-questions read model.
+type ResolveRequest struct {
+	Schema    int             `json:"schema"`
+	CommandID string          `json:"command_id"`
+	Run       string          `json:"run"`
+	Action    string          `json:"action"`
+	Content   json.RawMessage `json:"content"`
+	By        string          `json:"by,omitempty"`
+}
+
 // CancelRequest cancels a run.
 type CancelRequest struct {
 	Schema    int    `json:"schema"`
@@ -158,6 +175,8 @@ var Status = map[weft.Code]int{
 	weft.CodeInvalidContent:    400,
 	weft.CodeRunActive:         409,
 	weft.CodeRunNotEnded:       409,
+	weft.CodeNotResolvable:     409,
+	weft.CodeAlreadyResolved:   409,
 	weft.CodeRunnerBusy:        503,
 	weft.CodeContended:         503,
 	weft.CodeConflict:          409,
@@ -179,6 +198,7 @@ var Refusals = map[string][]weft.Code{
 	EndpointSettle:          runRefusals(weft.CodeWrongReference, weft.CodeAlreadyRecorded, weft.CodeNotAwaited, weft.CodeSettleUnconfirmed, weft.CodeInvalidContent),
 	EndpointCancel:          runRefusals(weft.CodeRunEnded),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
+	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved),
 }
 
 // commandRefusals is what every command endpoint may answer (decoding,

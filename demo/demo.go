@@ -298,7 +298,7 @@ func listenPort(listen string) (int, error) {
 // endpoint (a $SRV.INFO probe), so the printed nats CLI steps that query
 // answer at once.
 func queriesReady(ctx context.Context, nc *nats.Conn) error {
-	want := []string{projector.EndpointRun, projector.EndpointList, projector.EndpointApprovals, projector.EndpointUncertain, projector.EndpointHistory}
+	want := []string{projector.EndpointRun, projector.EndpointList, projector.EndpointApprovals, projector.EndpointUncertain, projector.EndpointHistory, projector.EndpointQuestions}
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 		m, err := nc.RequestWithContext(rctx, "$SRV.INFO."+projector.ServiceName, nil)

@@ -100,6 +100,8 @@ func WeftSteps(weft, url string, r Runs) []Step {
 		{Command: fmt.Sprintf(`%s start %s "pay invoice INV-13" --run %s`, weft, AgentName, r.Uncertain), Note: "the gateway times out after sending: uncertain"},
 		{Command: fmt.Sprintf("%s show %s", weft, r.Uncertain), Note: "suspended: effect uncertain, and the command that reconciles it"},
 		{Command: fmt.Sprintf(`%s reconcile %s 2/call_2_1 --unconfirmed "checking with the bank"`, weft, r.Uncertain), Note: "the run goes on; the question stays open"},
+		{Command: weft + " inbox questions", Note: "every open question: run, tool, arguments, note"},
+		{Command: fmt.Sprintf(`%s resolve %s 2/call_2_1 --output '{"id":"PAY-13","status":"sent"}' --by alice`, weft, r.Uncertain), Note: "the bank says it went out: recorded for audit, the run unchanged"},
 		{Command: fmt.Sprintf(`%s start %s "refund invoice INV-8" --run %s`, weft, AgentName, r.Refund), Note: "the processor confirms 3 s later"},
 		{Command: fmt.Sprintf("%s show %s", weft, r.Refund), Note: "waiting for a settlement, then finished: completed"},
 		{Command: fmt.Sprintf("%s events %s", weft, r.Refund), Note: "the timeline, one line per event"},
@@ -150,7 +152,7 @@ and the %s agent on model %s.
 	}
 	fmt.Fprintf(w, "Try it (%s):\n\n", in)
 	for i, st := range WeftSteps(n.weft, n.url, n.runs) {
-		if i == 5 || i == 8 {
+		if i == 5 || i == 10 {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "  %s\n", st.Line())

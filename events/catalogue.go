@@ -37,6 +37,7 @@ const (
 	NameRunFinished        Name = "run_finished"
 	NameChildStarted       Name = "child_started"
 	NameChildSettled       Name = "child_settled"
+	NameResolved           Name = "resolved"
 )
 
 // Names lists every event name of the catalogue, in the order of this file.
@@ -48,6 +49,7 @@ var Names = []Name{
 	NameAttemptLost, NameReportRefused, NameActionUncertain, NameSettlementAccepted,
 	NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
 	NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
+	NameResolved,
 }
 
 // Reserved lists retired names that must never be used again.
@@ -736,6 +738,29 @@ func (RunRecovered) isEvent()       {}
 func (RunFinished) isEvent()        {}
 func (ChildStarted) isEvent()       {}
 func (ChildSettled) isEvent()       {}
+
+// Resolved is emitted when a person recorded the final truth of an open
+// question: an action reconciled as unconfirmed ({"unconfirmed": note}),
+// whose effect the run went on without knowing. Kind is "output" (the
+// effect happened; Content is the tool's encoded output) or "error" (it did
+// not; Content is {"error": message}). It is audit only: nothing resumes
+// and nothing of the run changes (the model already read the note, and a
+// finished run stays finished), so it may follow RunFinished. An action is
+// resolved at most once.
+type Resolved struct {
+	Action  string          `json:"action"`
+	Kind    string          `json:"kind"`
+	Content json.RawMessage `json:"content"`
+	By      string          `json:"by,omitempty"`
+}
+
+// EventName returns "resolved".
+func (Resolved) EventName() Name { return NameResolved }
+
+// SchemaVersion returns 1.
+func (Resolved) SchemaVersion() int { return 1 }
+
+func (Resolved) isEvent() {}
 
 func (ChildStarted) EventName() Name { return NameChildStarted }
 func (ChildSettled) EventName() Name { return NameChildSettled }

@@ -48,6 +48,7 @@ func samples() []Event {
 		RunFinished{Outcome: Outcome{Kind: OutcomeBudgetExhausted, Reason: ReasonTokenLimit, Limit: 10, Used: 12}},
 		ChildStarted{Action: "1/c1", Child: "c-0a1b", Agent: AgentRef{Name: "researcher", Version: "1"}, Input: "find the invoice", Depth: 1, FamilyTurns: 6},
 		ChildSettled{Action: "1/c1", Child: "c-0a1b", Outcome: Outcome{Kind: OutcomeCompleted, Answer: json.RawMessage(`"found"`)}, Turns: 2, Content: json.RawMessage(`"found"`)},
+		Resolved{Action: "1/c1", Kind: ReconciledOutput, Content: json.RawMessage(`{"id":"w-1","status":"sent"}`), By: "erin"},
 	}
 }
 

@@ -68,6 +68,8 @@ func Decode(name Name, schema int, payload json.RawMessage) (Event, error) {
 		return decode[ChildStarted](payload)
 	case NameChildSettled:
 		return decode[ChildSettled](payload)
+	case NameResolved:
+		return decode[Resolved](payload)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, name)
 }

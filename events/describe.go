@@ -168,6 +168,11 @@ func Describe(e Event) string {
 		if e.Stored {
 			b.kv("stored", "true")
 		}
+	case Resolved:
+		b.kv("action", e.Action)
+		b.kv("kind", e.Kind)
+		b.json("content", e.Content)
+		b.opt("by", e.By)
 	case ActionsNotStarted:
 		b.kv("actions", "["+strings.Join(e.Actions, " ")+"]")
 		b.kv("reason", e.Reason)

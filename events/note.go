@@ -34,6 +34,8 @@ func Note(e Event) string {
 		if e.Kind == ReconciledUnconfirmed {
 			return "an open question until someone resolves it with the final truth"
 		}
+	case Resolved:
+		return "the open question's final truth, for audit: the run does not change"
 	case RunHandedOff:
 		return "the next runner on this store continues it"
 	}

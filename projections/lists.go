@@ -23,6 +23,7 @@ type Summary struct {
 	Outcome   string          `json:"outcome,omitempty"`
 	Approvals int             `json:"approvals"`
 	Uncertain int             `json:"uncertain"`
+	Questions int             `json:"questions,omitempty"`
 	Turns     int64           `json:"turns"`
 	Version   uint64          `json:"version"`
 	Started   time.Time       `json:"started"`
@@ -33,7 +34,7 @@ type Summary struct {
 func Summarize(v RunView) Summary {
 	s := Summary{
 		Schema: 1, Run: v.Run, Agent: v.Agent, Status: v.Status,
-		Approvals: len(v.Approvals), Uncertain: len(v.Uncertain),
+		Approvals: len(v.Approvals), Uncertain: len(v.Uncertain), Questions: len(v.Questions),
 		Turns: v.Turns, Version: v.Version, Started: v.Started, Updated: v.Updated,
 	}
 	if v.Outcome != nil {
@@ -71,6 +72,54 @@ type UncertainItem struct {
 	Since     time.Time       `json:"since"`
 	Finished  bool            `json:"run_finished"`
 	AgeMillis int64           `json:"age_ms"`
+}
+
+// QuestionItem is one open question of the open-questions read model: an
+// action reconciled as unconfirmed ({"unconfirmed": note}: its effect may
+// or may not have happened, and the run went on) whose final truth nobody
+// has recorded yet. It is stored in the weft_open_questions bucket under
+// ItemKey(run, action) until the action is resolved (weft.api.resolve).
+type QuestionItem struct {
+	Schema    int             `json:"schema"`
+	Run       string          `json:"run"`
+	Agent     events.AgentRef `json:"agent"`
+	Action    string          `json:"action"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// Note is the unconfirmed note; Evidence why the effect was uncertain.
+	Note     string `json:"note"`
+	Evidence string `json:"evidence,omitempty"`
+	// By is who reconciled it; Since when.
+	By    string    `json:"by,omitempty"`
+	Since time.Time `json:"since"`
+	// Finished says whether the run has finished.
+	Finished bool `json:"run_finished"`
+}
+
+// QuestionItems returns the open questions of v, in action order.
+func QuestionItems(v RunView) []QuestionItem {
+	var out []QuestionItem
+	for _, a := range v.Actions {
+		if a.State != StateReconciled || !a.Question.Open() {
+			continue
+		}
+		out = append(out, QuestionItem{
+			Schema: 1, Run: v.Run, Agent: v.Agent, Action: a.ID, Tool: a.Tool, Arguments: a.Arguments,
+			Note: a.Question.Note, Evidence: a.Evidence, By: a.Question.By, Since: a.Question.Since,
+			Finished: v.Status == StatusFinished,
+		})
+	}
+	return out
+}
+
+// SortQuestions sorts items oldest question first.
+func SortQuestions(items []QuestionItem) {
+	slices.SortFunc(items, func(a, b QuestionItem) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		return compareKey(a.Run, a.Action, b.Run, b.Action)
+	})
 }
 
 // ApprovalItems returns the pending approval requests of v, in action order.
@@ -305,13 +354,22 @@ type Change struct {
 	Summary   Summary
 	Approvals []ApprovalItem
 	Uncertain []UncertainItem
-	// DropApprovals and DropUncertain are the keys of items that left the
-	// inboxes.
+	Questions []QuestionItem
+	// DropApprovals, DropUncertain and DropQuestions are the keys of items
+	// that left the inboxes and the open questions.
 	DropApprovals []string
 	DropUncertain []string
+	DropQuestions []string
 	// Applied is false when the event was not the view's next one and
 	// changed nothing.
 	Applied bool
+}
+
+// Derive is what a stored view accounts for: the view, its summary and its
+// inbox and open-question items (nothing to drop).
+func Derive(v RunView) Change {
+	return Change{View: v, Summary: Summarize(v), Applied: true,
+		Approvals: ApprovalItems(v), Uncertain: UncertainItems(v), Questions: QuestionItems(v)}
 }
 
 // Step folds r into old and says what to store. The projector calls it with
@@ -322,10 +380,10 @@ func Step(old RunView, r events.Recorded) Change {
 	if v.Version == old.Version {
 		return Change{View: old, Summary: Summarize(old)}
 	}
-	c := Change{View: v, Summary: Summarize(v), Applied: true,
-		Approvals: ApprovalItems(v), Uncertain: UncertainItems(v)}
+	c := Derive(v)
 	c.DropApprovals = dropped(ApprovalItems(old), c.Approvals, func(a ApprovalItem) string { return ItemKey(a.Run, a.Action) })
 	c.DropUncertain = dropped(UncertainItems(old), c.Uncertain, func(a UncertainItem) string { return ItemKey(a.Run, a.Action) })
+	c.DropQuestions = dropped(QuestionItems(old), c.Questions, func(a QuestionItem) string { return ItemKey(a.Run, a.Action) })
 	return c
 }
 

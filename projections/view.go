@@ -131,6 +131,10 @@ type RunView struct {
 	// whose effect is uncertain, both in action order.
 	Approvals []string `json:"approvals"`
 	Uncertain []string `json:"uncertain"`
+	// Questions lists the open questions: actions reconciled as
+	// unconfirmed and not resolved yet, in action order. They do not make
+	// the run suspended: it went on.
+	Questions []string `json:"questions,omitempty"`
 	// Turns is the number of model turns spent.
 	Turns int64 `json:"turns"`
 	// Usage sums the token usage the model reported.
@@ -196,6 +200,10 @@ type ActionView struct {
 	Evidence string `json:"evidence,omitempty"`
 	// UncertainSince is the recorded time the action became uncertain.
 	UncertainSince *time.Time `json:"uncertain_since,omitempty"`
+	// Question is set once the action was reconciled as unconfirmed: the
+	// open question (its note) and, once someone recorded the final truth,
+	// its resolution.
+	Question *QuestionView `json:"question,omitempty"`
 	// SettleBy is, while the action is settling (a settling tool's body
 	// was stopped), when its settle window closes: the run waits for the
 	// tool's settlement until then, and the effect is uncertain after.
@@ -205,6 +213,33 @@ type ActionView struct {
 	Result string `json:"result,omitempty"`
 	// Updated is the recorded time of the action's last change.
 	Updated time.Time `json:"updated"`
+}
+
+// QuestionView is the open question an action reconciled as unconfirmed
+// leaves (SEMANTICS.md §3: the run goes on, the application tracks the
+// question), and its resolution.
+type QuestionView struct {
+	// Note is the unconfirmed note the model read.
+	Note string `json:"note"`
+	// By is who reconciled; Since when.
+	By    string    `json:"by,omitempty"`
+	Since time.Time `json:"since"`
+	// Resolution is the final truth, once recorded (events.Resolved).
+	Resolution *ResolutionView `json:"resolution,omitempty"`
+}
+
+// Open reports whether q is an open question: set and not resolved.
+func (q *QuestionView) Open() bool { return q != nil && q.Resolution == nil }
+
+// ResolutionView is the final truth recorded for an open question.
+type ResolutionView struct {
+	// Kind is "output" (the effect happened) or "error" (it did not).
+	Kind string `json:"kind"`
+	// Result summarizes the recorded content (at most SummaryBytes).
+	Result string `json:"result"`
+	// By is who resolved it; At when.
+	By string    `json:"by,omitempty"`
+	At time.Time `json:"at"`
 }
 
 // ChildView is a child run started by one of the run's delegations.
@@ -437,6 +472,20 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	case events.Reconciled:
 		a := v.action(e.Action, at)
 		a.State, a.Result = StateReconciled, summary(e.Content)
+		if e.Kind == events.ReconciledUnconfirmed {
+			var c struct {
+				Unconfirmed string `json:"unconfirmed"`
+			}
+			_ = json.Unmarshal(e.Content, &c)
+			a.Question = &QuestionView{Note: c.Unconfirmed, By: e.By, Since: at}
+		}
+	case events.Resolved:
+		a := v.action(e.Action, at)
+		if a.Question != nil {
+			q := *a.Question
+			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, At: at}
+			a.Question = &q
+		}
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {
 			a := v.action(id, at)
@@ -505,7 +554,7 @@ func (v *RunView) action(id string, at time.Time) *ActionView {
 
 // derive recomputes the status and its lists from the rest of the view.
 func (v *RunView) derive() {
-	v.Approvals, v.Uncertain = []string{}, []string{}
+	v.Approvals, v.Uncertain, v.Questions = []string{}, []string{}, nil
 	inFlight := v.ModelInFlight
 	for i := range v.Actions {
 		if v.Actions[i].State != StateSettling {
@@ -518,6 +567,10 @@ func (v *RunView) derive() {
 			v.Approvals = append(v.Approvals, a.ID)
 		case StateUncertain:
 			v.Uncertain = append(v.Uncertain, a.ID)
+		case StateReconciled:
+			if a.Question.Open() {
+				v.Questions = append(v.Questions, a.ID)
+			}
 		case StateRequested, StateQueued, StateRunning, StateSettling, StateDelegated:
 			inFlight = true
 		}
@@ -540,6 +593,7 @@ func (v *RunView) derive() {
 func (v RunView) clone() RunView {
 	v.Approvals = append([]string(nil), v.Approvals...)
 	v.Uncertain = append([]string(nil), v.Uncertain...)
+	v.Questions = append([]string(nil), v.Questions...)
 	acts := make([]ActionView, len(v.Actions))
 	for i, a := range v.Actions {
 		a.Approvals = append([]ApprovalView{}, a.Approvals...)

@@ -53,6 +53,14 @@ func (c *Client) Uncertain(ctx context.Context, q InboxRequest) (UncertainReply,
 	return call[UncertainReply](ctx, c.nc, EndpointUncertain, q)
 }
 
+// Questions returns the open questions (actions reconciled as unconfirmed
+// and not resolved yet), optionally of one run or agent.
+func (c *Client) Questions(ctx context.Context, q InboxRequest) ([]projections.QuestionItem, error) {
+	q.Schema = 1
+	r, err := call[QuestionsReply](ctx, c.nc, EndpointQuestions, q)
+	return r.Items, err
+}
+
 // History returns one page of a run's history.
 func (c *Client) History(ctx context.Context, q HistoryRequest) (HistoryReply, error) {
 	q.Schema = 1

@@ -11,6 +11,7 @@
 //	weft_runs             <run>                  projections.Summary
 //	weft_inbox_approvals  <run>.<escaped action> projections.ApprovalItem
 //	weft_inbox_uncertain  <run>.<escaped action> projections.UncertainItem
+//	weft_open_questions   <run>.<escaped action> projections.QuestionItem
 //	weft_projector        checkpoint             {"schema":1,"seq":N}
 //
 // The escaped action is projections.ItemKey: "3/call_1" is "3=2Fcall_1".
@@ -60,6 +61,9 @@ const (
 	BucketApprovals = "weft_inbox_approvals"
 	// BucketUncertain holds the uncertain effects under projections.ItemKey.
 	BucketUncertain = "weft_inbox_uncertain"
+	// BucketQuestions holds the open questions (actions reconciled as
+	// unconfirmed, not resolved yet) under projections.ItemKey.
+	BucketQuestions = "weft_open_questions"
 	// BucketState holds the projector's checkpoint.
 	BucketState = "weft_projector"
 	// KeyCheckpoint is the checkpoint's key in BucketState.
@@ -67,7 +71,7 @@ const (
 )
 
 // Buckets lists the read-model buckets (not the state bucket), in order.
-var Buckets = []string{BucketViews, BucketRuns, BucketApprovals, BucketUncertain}
+var Buckets = []string{BucketViews, BucketRuns, BucketApprovals, BucketUncertain, BucketQuestions}
 
 // Assets declares the projector's KV buckets for provision.Ensure.
 func Assets() []provision.Asset {
@@ -96,6 +100,7 @@ type Projector struct {
 	runs      jetstream.KeyValue
 	approvals jetstream.KeyValue
 	uncertain jetstream.KeyValue
+	questions jetstream.KeyValue
 	state     jetstream.KeyValue
 	logger    *slog.Logger
 
@@ -124,7 +129,7 @@ func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ..
 	for _, b := range []struct {
 		name string
 		kv   *jetstream.KeyValue
-	}{{BucketViews, &p.views}, {BucketRuns, &p.runs}, {BucketApprovals, &p.approvals}, {BucketUncertain, &p.uncertain}, {BucketState, &p.state}} {
+	}{{BucketViews, &p.views}, {BucketRuns, &p.runs}, {BucketApprovals, &p.approvals}, {BucketUncertain, &p.uncertain}, {BucketQuestions, &p.questions}, {BucketState, &p.state}} {
 		if *b.kv, err = js.KeyValue(ctx, b.name); err != nil {
 			return nil, fmt.Errorf("projector: bucket %s: %w", b.name, err)
 		}
@@ -282,13 +287,15 @@ func (p *Projector) refold(ctx context.Context, old projections.RunView, r event
 		v = projections.Apply(v, rr)
 	}
 	p.logger.Warn("projector refolded a run with missing events", "run", r.Run, "had", old.Version, "now", v.Version)
-	c := projections.Change{View: v, Summary: projections.Summarize(v), Applied: true,
-		Approvals: projections.ApprovalItems(v), Uncertain: projections.UncertainItems(v)}
+	c := projections.Derive(v)
 	for _, it := range projections.ApprovalItems(old) {
 		c.DropApprovals = append(c.DropApprovals, projections.ItemKey(it.Run, it.Action))
 	}
 	for _, it := range projections.UncertainItems(old) {
 		c.DropUncertain = append(c.DropUncertain, projections.ItemKey(it.Run, it.Action))
+	}
+	for _, it := range projections.QuestionItems(old) {
+		c.DropQuestions = append(c.DropQuestions, projections.ItemKey(it.Run, it.Action))
 	}
 	return c, nil
 }
@@ -328,6 +335,11 @@ func (p *Projector) storeDerived(ctx context.Context, c projections.Change) erro
 			return err
 		}
 	}
+	for _, k := range c.DropQuestions {
+		if err := del(ctx, p.questions, k); err != nil {
+			return err
+		}
+	}
 	for _, it := range c.Approvals {
 		if err := putJSON(ctx, p.approvals, projections.ItemKey(it.Run, it.Action), it); err != nil {
 			return err
@@ -335,6 +347,11 @@ func (p *Projector) storeDerived(ctx context.Context, c projections.Change) erro
 	}
 	for _, it := range c.Uncertain {
 		if err := putJSON(ctx, p.uncertain, projections.ItemKey(it.Run, it.Action), it); err != nil {
+			return err
+		}
+	}
+	for _, it := range c.Questions {
+		if err := putJSON(ctx, p.questions, projections.ItemKey(it.Run, it.Action), it); err != nil {
 			return err
 		}
 	}
@@ -399,13 +416,16 @@ func RunAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 // repair rewrites what derives from a stored view: its summary and inbox
 // items, deleting the run's inbox keys the view no longer accounts for.
 func (p *Projector) repair(ctx context.Context, v projections.RunView) error {
-	c := projections.Change{View: v, Summary: projections.Summarize(v),
-		Approvals: projections.ApprovalItems(v), Uncertain: projections.UncertainItems(v)}
+	c := projections.Derive(v)
+	c.Applied = false
 	var err error
 	if c.DropApprovals, err = stale(ctx, p.approvals, v.Run, c.Approvals, func(it projections.ApprovalItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
 	if c.DropUncertain, err = stale(ctx, p.uncertain, v.Run, c.Uncertain, func(it projections.UncertainItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+		return err
+	}
+	if c.DropQuestions, err = stale(ctx, p.questions, v.Run, c.Questions, func(it projections.QuestionItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
 	return p.storeDerived(ctx, c)

@@ -44,6 +44,9 @@ const (
 	EndpointUncertain = "uncertain"
 	// EndpointHistory answers a page of a run's events.
 	EndpointHistory = "history"
+	// EndpointQuestions answers the open questions: actions reconciled as
+	// unconfirmed that nobody has resolved yet.
+	EndpointQuestions = "questions"
 )
 
 // Refusals lists, for every endpoint of the query service, the error codes
@@ -54,6 +57,7 @@ var Refusals = map[string][]weft.Code{
 	EndpointList:      {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter, weft.CodeBadCursor},
 	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
 	EndpointUncertain: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
+	EndpointQuestions: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
 	EndpointHistory:   {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
 }
 
@@ -132,6 +136,12 @@ type UncertainReply struct {
 	Items  []projections.UncertainItem `json:"items"`
 }
 
+// QuestionsReply is the open-questions read model, oldest question first.
+type QuestionsReply struct {
+	Schema int                        `json:"schema"`
+	Items  []projections.QuestionItem `json:"items"`
+}
+
 // HistoryRequest asks for a run's events after version After (0: from the
 // start), at most Limit of them (default 500, at most 5000).
 type HistoryRequest struct {
@@ -167,6 +177,7 @@ type Service struct {
 	runs      *mirror[projections.Summary]
 	approvals *mirror[projections.ApprovalItem]
 	uncertain *mirror[projections.UncertainItem]
+	questions *mirror[projections.QuestionItem]
 	now       func() time.Time
 	logger    *slog.Logger
 	cancel    context.CancelFunc
@@ -210,6 +221,9 @@ func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *even
 	if s.uncertain, err = watch[projections.UncertainItem](ctx, wctx, js, BucketUncertain); err != nil {
 		return fail(err)
 	}
+	if s.questions, err = watch[projections.QuestionItem](ctx, wctx, js, BucketQuestions); err != nil {
+		return fail(err)
+	}
 	s.svc, err = micro.AddService(nc, micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
 		Description: "Weft queries: run views, run lists, inboxes and histories (docs/protocol/50-queries.md)",
@@ -227,6 +241,7 @@ func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *even
 		{EndpointApprovals, s.handleApprovals},
 		{EndpointUncertain, s.handleUncertain},
 		{EndpointHistory, s.handleHistory},
+		{EndpointQuestions, s.handleQuestions},
 	} {
 		h := ep.h
 		if err := g.AddEndpoint(ep.name, micro.HandlerFunc(func(req micro.Request) {
@@ -447,6 +462,21 @@ func (s *Service) handleUncertain(_ context.Context, body []byte) (any, error) {
 	}
 	now := s.now().UTC()
 	return UncertainReply{Schema: 1, Now: now, Items: append([]projections.UncertainItem{}, projections.Aged(items, now)...)}, nil
+}
+
+func (s *Service) handleQuestions(_ context.Context, body []byte) (any, error) {
+	q, err := s.inboxFilter(body)
+	if err != nil {
+		return nil, err
+	}
+	items := []projections.QuestionItem{}
+	for _, it := range s.questions.values() {
+		if (q.Run == "" || it.Run == q.Run) && (q.Agent == "" || it.Agent.Name == q.Agent) {
+			items = append(items, it)
+		}
+	}
+	projections.SortQuestions(items)
+	return QuestionsReply{Schema: 1, Items: items}, nil
 }
 
 func (s *Service) handleHistory(ctx context.Context, body []byte) (any, error) {

@@ -97,7 +97,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	for _, b := range []struct {
 		name string
 		kv   jetstream.KeyValue
-	}{{BucketViews, p.views}, {BucketRuns, p.runs}, {BucketApprovals, p.approvals}, {BucketUncertain, p.uncertain}} {
+	}{{BucketViews, p.views}, {BucketRuns, p.runs}, {BucketApprovals, p.approvals}, {BucketUncertain, p.uncertain}, {BucketQuestions, p.questions}} {
 		if err := p.sweep(ctx, b.kv, keep[b.name], b.name); err != nil {
 			return Checkpoint{}, err
 		}
@@ -126,8 +126,7 @@ func (p *Projector) rewrite(ctx context.Context, v projections.RunView) error {
 		if old.Version > v.Version {
 			return nil
 		}
-		c := projections.Change{View: v, Summary: projections.Summarize(v), Applied: true,
-			Approvals: projections.ApprovalItems(v), Uncertain: projections.UncertainItems(v)}
+		c := projections.Derive(v)
 		ok, err := p.store(ctx, c, rev)
 		if err != nil {
 			return err
@@ -150,7 +149,7 @@ func (p *Projector) sweep(ctx context.Context, kv jetstream.KeyValue, keep map[s
 	for k := range lister.Keys() {
 		keys = append(keys, k)
 	}
-	if bucket == BucketApprovals || bucket == BucketUncertain {
+	if bucket == BucketApprovals || bucket == BucketUncertain || bucket == BucketQuestions {
 		keep = map[string]bool{}
 		runs := map[string]bool{}
 		for _, k := range keys {
@@ -162,12 +161,17 @@ func (p *Projector) sweep(ctx context.Context, kv jetstream.KeyValue, keep map[s
 			if err != nil {
 				return err
 			}
-			if bucket == BucketApprovals {
+			switch bucket {
+			case BucketApprovals:
 				for _, it := range projections.ApprovalItems(v) {
 					keep[projections.ItemKey(it.Run, it.Action)] = true
 				}
-			} else {
+			case BucketUncertain:
 				for _, it := range projections.UncertainItems(v) {
+					keep[projections.ItemKey(it.Run, it.Action)] = true
+				}
+			default:
+				for _, it := range projections.QuestionItems(v) {
 					keep[projections.ItemKey(it.Run, it.Action)] = true
 				}
 			}

@@ -214,6 +214,12 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 			return nil, err
 		}
 		return r.Settle(ctx, req)
+	case api.EndpointResolve:
+		req, err := decodeInto[api.ResolveRequest](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Resolve(ctx, req)
 	case api.EndpointCancel:
 		req, err := decodeInto[api.CancelRequest](f.Body)
 		if err != nil {

@@ -537,6 +537,14 @@ func (s *Sim) Step(src Source) {
 				s.deliver(src, aggregate.Reconcile{Action: a.ID, Content: content, By: "carol", Stored: fin}, "")
 			})
 		}
+		if a.State == aggregate.ActionReconciled && chance(src, "resolve", 2) {
+			// The final truth of an open question (or a refused one: not
+			// resolvable, resolved already, or unconfirmed again).
+			choices = append(choices, func() {
+				content := pick(src, "resolve", []json.RawMessage{json.RawMessage(`{"v":3}`), json.RawMessage(`{"error":"it did not go out"}`), json.RawMessage(`{"unconfirmed":"still asking"}`)})
+				s.deliver(src, aggregate.Resolve{Action: a.ID, Content: content, By: "erin"}, "")
+			})
+		}
 		if a.Request.Revision > 0 {
 			choices = append(choices, func() { s.deliver(src, s.answer(src, a), "") })
 		}

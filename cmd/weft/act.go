@@ -263,6 +263,39 @@ func reconcileCommand() command {
 	}
 }
 
+func resolveCommand() command {
+	return command{
+		name: "resolve", args: "<run> <action>", summary: "record the final truth of an open question (an action reconciled as unconfirmed), for audit",
+		examples: []string{
+			`weft resolve pay-13 2/call_2_1 --output '{"id":"PAY-13","status":"sent"}' --by alice   # the bank says it went out`,
+			`weft resolve pay-13 2/call_2_1 --error "the bank never received it"`,
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			output := fs.String("output", "", "the tool's output as JSON: the effect happened")
+			errMsg := fs.String("error", "", "a definite failure message: the effect did not happen")
+			var req api.ResolveRequest
+			fs.StringVar(&req.By, "by", "", "who resolves")
+			asJSON := actFlags(fs, &req.CommandID)
+			return func(ctx context.Context, e *env, args []string) error {
+				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
+					return err
+				}
+				if (*output == "") == (*errMsg == "") {
+					return usagef("give exactly one of --output JSON, --error MESSAGE (a resolution is the final truth)")
+				}
+				c, _, err := content(*output, *errMsg, "", nil)
+				if err != nil {
+					return err
+				}
+				req.Run, req.Action, req.Content = args[0], args[1], c
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ *projector.Client) (api.Reply, error) {
+					return cl.Resolve(ctx, req)
+				})
+			}
+		},
+	}
+}
+
 func cancelCommand() command {
 	return command{
 		name: "cancel", args: "<run>", summary: "cancel a run",

@@ -104,7 +104,7 @@ func closeNode(n *natsnode.Node) {
 func commands() []command {
 	return []command{
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
-		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), cancelCommand(), settleCommand(),
+		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
 		auditCommand(), rebuildCommand(), consoleCommand(), devCommand(), mcpCommand(),
 	}
 }

@@ -115,3 +115,87 @@ func TestShowSaysWaitingForASettlement(t *testing.T) {
 	_, out, _ = cli(t, "events", "refund-8")
 	contains(t, "events", out, "next=settle", "(waiting for a settlement until 2026-11-30T10:00:32Z)")
 }
+
+// Issue 11, newcomer item 4, end to end: an action reconciled as
+// unconfirmed is an open question (weft inbox questions, weft show) while
+// the run goes on and after it finished; weft resolve records the final
+// truth for audit — the run stays as it was — once; a definite
+// reconciliation is no open question.
+func TestResolveAnOpenQuestion(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("WEFT_MODEL", "")
+	_, url := startDevCLI(t, "dev", "--listen", "0", "--data", t.TempDir())
+	t.Setenv("NATS_URL", url)
+	for _, run := range []string{"q-13", "q-13b"} {
+		if code, _, errs := cli(t, "start", "payment-desk", "pay invoice INV-13", "--run", run); code != 0 {
+			t.Fatalf("start %s: %d %s", run, code, errs)
+		}
+		waitShow(t, run, "effect uncertain: 2/call_2_1")
+	}
+	if code, _, errs := cli(t, "resolve", "q-13", "2/call_2_1", "--output", `{"id":"PAY-13","status":"sent"}`); code != exitFailed || !strings.Contains(errs, "not_resolvable(uncertain)") {
+		t.Fatalf("resolve an uncertain action: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "reconcile", "q-13", "2/call_2_1", "--unconfirmed", "checking with the bank", "--by", "alice"); code != 0 {
+		t.Fatalf("reconcile: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "reconcile", "q-13b", "2/call_2_1", "--output", `{"id":"PAY-13B","status":"sent"}`); code != 0 {
+		t.Fatalf("reconcile q-13b: %d %s", code, errs)
+	}
+	show := waitShow(t, "q-13", "status     finished: completed")
+	contains(t, "show", show, `open question: 2/call_2_1 send_payment was reconciled unconfirmed ("checking with the bank"); the run went on`, "weft resolve q-13 2/call_2_1 --output")
+	var out string
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, out, _ = cli(t, "inbox", "questions")
+		if strings.Contains(out, "q-13 ") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	contains(t, "inbox questions", out, "q-13 ", "2/call_2_1", "send_payment", `"invoice":"INV-13"`, "checking with the bank", "finished")
+	if strings.Contains(out, "q-13b") {
+		t.Fatalf("a definite reconciliation is listed as an open question:\n%s", out)
+	}
+	_, before, _ := cli(t, "show", "q-13", "--json")
+
+	if code, _, errs := cli(t, "resolve", "q-13", "2/call_2_1", "--output", `{"foo":1}`); code != exitFailed || !strings.Contains(errs, "invalid_content") {
+		t.Fatalf("resolve with an output the schema refuses: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "resolve", "q-13", "2/call_2_1"); code != exitUsage {
+		t.Fatalf("resolve without content: %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "resolve", "q-13", "2/call_2_1", "--output", `{"id":"PAY-13","status":"sent"}`, "--by", "bob"); code != 0 || !strings.Contains(out, "run q-13: finished") {
+		t.Fatalf("resolve: %d %s %s", code, out, errs)
+	}
+	show = waitShow(t, "q-13", "resolved: 2/call_2_1")
+	contains(t, "show after resolve", show, `resolved: 2/call_2_1 send_payment: output {"id":"PAY-13","status":"sent"} (by bob`, "status     finished: completed")
+	if strings.Contains(show, "open question:") {
+		t.Fatalf("still an open question after resolve:\n%s", show)
+	}
+	_, after, _ := cli(t, "show", "q-13", "--json")
+	for _, field := range []string{`"status": "finished"`, `"turns": 3`, `"result": "{\"unconfirmed\":\"checking with the bank\"}"`} {
+		if !strings.Contains(before, field) || !strings.Contains(after, field) {
+			t.Errorf("resolve changed the run: %s\nbefore:\n%s\nafter:\n%s", field, before, after)
+		}
+	}
+	if code, _, errs := cli(t, "resolve", "q-13", "2/call_2_1", "--error", "never mind"); code != exitFailed || !strings.Contains(errs, "already_resolved(output)") {
+		t.Fatalf("resolve twice: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "resolve", "q-13b", "2/call_2_1", "--error", "never mind"); code != exitFailed || !strings.Contains(errs, "not_resolvable(output)") {
+		t.Fatalf("resolve a definite reconciliation: %d %s", code, errs)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, out, _ = cli(t, "inbox", "questions")
+		if !strings.Contains(out, "q-13") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if strings.Contains(out, "q-13") {
+		t.Fatalf("resolved question still listed:\n%s", out)
+	}
+	_, out, _ = cli(t, "events", "q-13")
+	contains(t, "events", out, `resolved action=2/call_2_1 kind=output content={"id":"PAY-13","status":"sent"} by=bob`)
+	if code, out, errs := cli(t, "audit", "verify", "q-13"); code != 0 {
+		t.Fatalf("audit verify: %d %s %s", code, out, errs)
+	}
+}

@@ -200,6 +200,13 @@ func printView(w io.Writer, r projector.RunReply) {
 			fmt.Fprintf(w, "\nwaiting for approval: %s %s %s revision %d requirement %s v%d, expires %s\n  approve: weft approve %s %s --revision %d --approver <approver> --credential <credential>\n",
 				a.ID, a.Tool, oneLine(string(a.Arguments), 60), a.Pending.Revision, a.Pending.Requirement.Name, a.Pending.Requirement.Version, exp, v.Run, a.ID, a.Pending.Revision)
 		}
+		if a.Question.Open() {
+			fmt.Fprintf(w, "\nopen question: %s %s was reconciled unconfirmed (%q); the run went on\n  resolve: weft resolve %s %s --output '<json>' | --error '<message>'\n",
+				a.ID, a.Tool, a.Question.Note, v.Run, a.ID)
+		}
+		if q := a.Question; q != nil && q.Resolution != nil {
+			fmt.Fprintf(w, "\nresolved: %s %s: %s %s (by %s at %s)\n", a.ID, a.Tool, q.Resolution.Kind, oneLine(q.Resolution.Result, 80), orDash(q.Resolution.By), q.Resolution.At.Format(time.RFC3339))
+		}
 		if a.State == projections.StateSettling {
 			fmt.Fprintf(w, "\n%s: %s %s (its body stopped: %s); the tool's own settlement ends it, else its effect becomes uncertain\n",
 				settleWait(a), a.ID, a.Tool, a.Evidence)
@@ -209,6 +216,13 @@ func printView(w io.Writer, r projector.RunReply) {
 				a.ID, a.Tool, a.Evidence, v.Run, a.ID)
 		}
 	}
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // settleWait says what a settling action waits for.
@@ -329,16 +343,16 @@ func history(ctx context.Context, c *projector.Client, run string) ([]events.Env
 
 func inboxCommand() command {
 	return command{
-		name: "inbox", args: "approvals|uncertain", summary: "list pending approvals or uncertain effects across runs",
-		examples: []string{"weft inbox approvals", "weft inbox uncertain --agent payment-desk", "weft inbox approvals --run pay-42 --json"},
+		name: "inbox", args: "approvals|uncertain|questions", summary: "list pending approvals, uncertain effects or open questions across runs",
+		examples: []string{"weft inbox approvals", "weft inbox uncertain --agent payment-desk", "weft inbox questions", "weft inbox approvals --run pay-42 --json"},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var q projector.InboxRequest
 			fs.StringVar(&q.Run, "run", "", "only this run")
 			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
 			asJSON := fs.Bool("json", false, "print as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
-				if len(args) != 1 || (args[0] != "approvals" && args[0] != "uncertain") {
-					return usagef("want approvals or uncertain")
+				if len(args) != 1 || (args[0] != "approvals" && args[0] != "uncertain" && args[0] != "questions") {
+					return usagef("want approvals, uncertain or questions")
 				}
 				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
 					tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
@@ -358,6 +372,24 @@ func inboxCommand() command {
 								exp = it.Expires.Format(time.RFC3339)
 							}
 							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s v%d\t%s\n", it.Run, it.Action, it.Tool, oneLine(string(it.Arguments), 40), it.Revision, it.Requirement.Name, it.Requirement.Version, exp)
+						}
+						return nil
+					}
+					if args[0] == "questions" {
+						items, err := c.Questions(ctx, q)
+						if err != nil {
+							return err
+						}
+						if *asJSON {
+							return printJSON(e.stdout, items)
+						}
+						fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tARGUMENTS\tNOTE\tSINCE\tRUN STATUS")
+						for _, it := range items {
+							st := "live"
+							if it.Finished {
+								st = "finished"
+							}
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Run, it.Action, it.Tool, oneLine(string(it.Arguments), 40), oneLine(it.Note, 40), it.Since.Format(time.RFC3339), st)
 						}
 						return nil
 					}

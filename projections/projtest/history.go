@@ -64,6 +64,8 @@ type gen struct {
 	rev  int
 	inc  int
 	done bool
+	// resolve lists the open questions resolved at the end of the history.
+	resolve []string
 }
 
 func (g *gen) add(e events.Event) {
@@ -147,8 +149,15 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 			break
 		}
 		for _, u := range uncertain {
-			if g.chance(0.6) {
+			switch {
+			case g.chance(0.4):
 				g.add(events.Reconciled{Action: u, Kind: "output", Content: json.RawMessage(`{"ok":true}`), By: "bob"})
+			case g.chance(0.5):
+				// An open question, resolved later (or never).
+				g.add(events.Reconciled{Action: u, Kind: "unconfirmed", Content: json.RawMessage(`{"unconfirmed":"checking"}`), By: "bob"})
+				if g.chance(0.5) {
+					g.resolve = append(g.resolve, u)
+				}
 			}
 		}
 		uncertain = nil
@@ -159,7 +168,13 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 	for _, u := range uncertain {
 		if g.done && g.chance(0.5) {
 			g.add(events.Reconciled{Action: u, Kind: "unconfirmed", Content: json.RawMessage(`{"unconfirmed":"asked the bank"}`), Stored: true})
+			if g.chance(0.5) {
+				g.resolve = append(g.resolve, u)
+			}
 		}
+	}
+	for _, u := range g.resolve {
+		g.add(events.Resolved{Action: u, Kind: "error", Content: json.RawMessage(`{"error":"it never went out"}`), By: "erin"})
 	}
 	return g.evs
 }
