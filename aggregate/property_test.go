@@ -401,6 +401,13 @@ func (k *stepChecker) check(fail func(string, ...any), s *aggregatetest.Sim, bef
 					}
 				}
 			}
+			// The recorded answers keep authorising: the body runs under
+			// the reviewer in the log.
+			for _, a := range before.Actions() {
+				if now, _ := s.State.Action(a.ID); a.Approved && (a.State == aggregate.ActionQueued || a.State == aggregate.ActionRunning) && !now.Approved {
+					fail("(l) the hand-off's recovery voided the approval of %s (%s)", a.ID, now.State)
+				}
+			}
 		}
 	}
 	recovery := k.takeover
