@@ -8,8 +8,9 @@
 // real one: it performs the work the appended events call for (model
 // calls, call resolutions, dispatches, child runs; Sim.InFlight), answers
 // with what its model and policy say, and may die (no hand-off), drain
-// (HandOff) or fail to append a decision (the decision is lost, the work
-// is derived again from Pending). Workers run the dispatched bodies
+// (HandOff; until it exits, commands reaching it are decided by it on the
+// handed-off run, without a takeover) or fail to append a decision (the
+// decision is lost, the work is derived again from Pending). Workers run the dispatched bodies
 // (Sim.Bodies) and report them, late or lost (every cause). People
 // approve, reject, reconcile, settle and cancel, also with stale
 // references. Timers fire due, early, late and stale. A command that
@@ -84,6 +85,10 @@ type Sim struct {
 	// killed (no hand-off) until a takeover.
 	Driver string
 	Down   bool
+	// Draining is set while the driver that handed the run off is still
+	// alive within its drain window: commands forwarded to it are decided
+	// by it on the handed-off run, without a takeover, until it exits.
+	Draining bool
 	// TwoStepTakeover decides a takeover's recovery and the command that
 	// triggered it as two decisions (Recover alone, then the command), as
 	// runners did before Recover.Then: the recovery's follow-ons are then
@@ -400,11 +405,11 @@ func (s *Sim) arm(w aggregate.Work) {
 // driver — or lost to a failed append (now and then, when source names
 // the work c answers). It reports whether the decision was appended.
 func (s *Sim) deliver(src Source, c aggregate.Command, source string) bool {
-	if _, fin := s.State.Finished(); !fin && !s.live() {
+	if _, fin := s.State.Finished(); !fin && !s.live() && !s.Draining {
 		s.takeover(c)
 		return true
 	}
-	if source != "" && chance(src, "append fails", 12) {
+	if source != "" && s.live() && chance(src, "append fails", 12) {
 		return s.failAppend(c, source)
 	}
 	s.Apply(c)
@@ -566,7 +571,14 @@ func (s *Sim) Step(src Source) {
 		s.Down = true
 		clear(s.InFlight)
 	}
-	handOff := func() { s.Apply(aggregate.HandOff{Runner: s.Driver, ModelNotCalled: chance(src, "uncalled", 2)}) }
+	handOff := func() {
+		s.Apply(aggregate.HandOff{Runner: s.Driver, ModelNotCalled: chance(src, "uncalled", 2)})
+		s.Draining = s.State.HandedOff()
+	}
+	if s.Draining && chance(src, "drained", 3) {
+		// The draining runner exits: the next command takes the run over.
+		choices = append(choices, func() { s.Draining = false })
+	}
 	if live && len(s.Bodies) > 0 && chance(src, "lose a busy runner", 6) {
 		// Runners die (or drain) while bodies run: the paths of
 		// SEMANTICS.md §8.
@@ -585,7 +597,7 @@ func (s *Sim) Step(src Source) {
 		}
 		if live {
 			choices = append(choices, kill, handOff)
-		} else if _, fin := s.State.Finished(); !fin {
+		} else if _, fin := s.State.Finished(); !fin && !s.Draining {
 			choices = append(choices, func() { s.takeover(nil) })
 			if w.Model != nil {
 				// The reply of a call lost with its runner reaches a
