@@ -841,9 +841,23 @@ func modelTurnOf(c aggregate.Command) int64 {
 	return 0
 }
 
+// timerKey names a timer within its run: one subject token, injective
+// (two timers never share a key, so arming one never replaces another's
+// durable schedule). The action id keeps its ASCII letters and digits;
+// every other byte is "_" and two hex digits ("1/call_1" is
+// "1_2Fcall_5F1"), and the kind, attempt, revision and turn are joined by
+// "-", which no part contains.
 func timerKey(t aggregate.Timer) string {
-	a := strings.NewReplacer("/", "_", ".", "_", "*", "_", ">", "_", " ", "_").Replace(t.Action)
-	return fmt.Sprintf("%s-%s-%d-%d-%d", t.Kind, a, t.Attempt, t.Revision, t.Turn)
+	var a strings.Builder
+	for _, c := range []byte(t.Action) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+			a.WriteByte(c)
+		default:
+			fmt.Fprintf(&a, "_%02X", c)
+		}
+	}
+	return fmt.Sprintf("%s-%s-%d-%d-%d", t.Kind, a.String(), t.Attempt, t.Revision, t.Turn)
 }
 
 // dispatch publishes a fenced attempt as a task.
