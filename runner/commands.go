@@ -265,11 +265,12 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	if draining {
 		return api.StartReply{}, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
 	}
-	s, head, err := r.load(ctx, id)
+	s, head, at, err := r.loadAt(ctx, id)
 	if err != nil {
 		return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}
 	rn := newRun(id, s, head, ag)
+	rn.lastAt = at
 	_ = rn.lock(ctx)
 	defer rn.unlock()
 	// Register the run (locked) before its first append, so that a command
@@ -355,7 +356,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointApprove, req, &out, func(ctx context.Context, rn *run) error {
-		now := r.now().UTC()
+		now := r.clock(rn)
 		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
 		if err != nil {
 			if a, ok := rn.state.Action(req.Action); ok && weft.ErrorCode(err) == weft.CodeApprovalExpired && a.Request.Answer == "" {
@@ -398,7 +399,7 @@ func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, 
 			// As approve: the field is missing, no proof was refused.
 			return &weft.Error{Code: weft.CodeInvalidRequest, Message: "approver is required (the agent has approvers)"}
 		}
-		now := r.now().UTC()
+		now := r.clock(rn)
 		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
 		if err != nil {
 			_ = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason})

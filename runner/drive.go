@@ -38,9 +38,10 @@ type run struct {
 	armed       map[string]*time.Timer
 	modelTurn   int64
 	modelCancel context.CancelFunc
-	durable     sync.Map // timer key → struct{}: durable schedule armed (or being armed)
-	stale       bool     // an append's outcome is unknown: re-read before acting
-	keyed       bool     // weft_drivers names this runner for the run
+	durable     sync.Map  // timer key → struct{}: durable schedule armed (or being armed)
+	stale       bool      // an append's outcome is unknown: re-read before acting
+	keyed       bool      // weft_drivers names this runner for the run
+	lastAt      time.Time // recorded time of the run's last event
 	snapAt      uint64
 	asked       map[string]time.Time // approval requests seen: action#revision → when
 
@@ -58,6 +59,26 @@ type run struct {
 
 func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {
 	return &run{id: id, sem: make(chan struct{}, 1), state: s, head: h, agent: a, dispatched: map[string]bool{}, armed: map[string]*time.Timer{}, asked: map[string]time.Time{}}
+}
+
+// evolve folds rec into rn's state and remembers its recorded time.
+func (rn *run) evolve(rec events.Recorded) {
+	rn.state = aggregate.Evolve(rn.state, rec)
+	if rec.At.After(rn.lastAt) {
+		rn.lastAt = rec.At
+	}
+}
+
+// clock is the store time at which this runner decides for rn: its clock,
+// but never before the run's last recorded event (a runner whose clock is
+// behind does not record a decision before the events it follows, nor
+// judge deadlines by an earlier time than the run already reached).
+func (r *Runner) clock(rn *run) time.Time {
+	now := r.now().UTC()
+	if rn != nil && rn.lastAt.After(now) {
+		return rn.lastAt
+	}
+	return now
 }
 
 func (rn *run) lock(ctx context.Context) error {
@@ -82,11 +103,21 @@ type snapshot struct {
 	Schema int             `json:"schema"`
 	Head   eventlog.Head   `json:"head"`
 	State  aggregate.State `json:"state"`
+	// At is the recorded time of the event at Head (absent in snapshots
+	// of earlier releases).
+	At time.Time `json:"at,omitzero"`
 }
 
 // load reads a run: its KV snapshot, if any, then the log's tail after it
 // (the whole history when there is no usable snapshot).
 func (r *Runner) load(ctx context.Context, id string) (aggregate.State, eventlog.Head, error) {
+	s, h, _, err := r.loadAt(ctx, id)
+	return s, h, err
+}
+
+// loadAt is load that also returns the recorded time of the run's last
+// event (zero when unknown: no events, or a snapshot without it).
+func (r *Runner) loadAt(ctx context.Context, id string) (aggregate.State, eventlog.Head, time.Time, error) {
 	if r.snaps != nil {
 		if e, err := r.snaps.Get(ctx, id); err == nil {
 			var snap snapshot
@@ -95,11 +126,12 @@ func (r *Runner) load(ctx context.Context, id string) (aggregate.State, eventlog
 				if err == nil {
 					recs, rerr := recorded(tail)
 					if rerr == nil {
-						s := snap.State
+						s, at := snap.State, snap.At
 						for _, rec := range recs {
 							s = aggregate.Evolve(s, rec)
+							at = rec.At
 						}
-						return s, head, nil
+						return s, head, at, nil
 					}
 				}
 			}
@@ -107,13 +139,17 @@ func (r *Runner) load(ctx context.Context, id string) (aggregate.State, eventlog
 	}
 	envs, head, err := r.evlog.Load(ctx, id)
 	if err != nil {
-		return aggregate.State{}, head, fmt.Errorf("load run %s: %w", id, err)
+		return aggregate.State{}, head, time.Time{}, fmt.Errorf("load run %s: %w", id, err)
 	}
 	recs, err := recorded(envs)
 	if err != nil {
-		return aggregate.State{}, head, err
+		return aggregate.State{}, head, time.Time{}, err
 	}
-	return aggregate.Fold(recs), head, nil
+	var at time.Time
+	if len(recs) > 0 {
+		at = recs[len(recs)-1].At
+	}
+	return aggregate.Fold(recs), head, at, nil
 }
 
 // snapshotEvery is how many versions a run may grow past its last
@@ -132,7 +168,7 @@ func (r *Runner) maybeSnapshot(rn *run) {
 		return
 	}
 	rn.snapAt = rn.state.Version()
-	b, err := json.Marshal(snapshot{Schema: aggregate.SnapshotSchema, Head: rn.head, State: rn.state.Clone()})
+	b, err := json.Marshal(snapshot{Schema: aggregate.SnapshotSchema, Head: rn.head, State: rn.state.Clone(), At: rn.lastAt})
 	if err != nil {
 		r.log.Warn("snapshot", "run", rn.id, "err", err)
 		return
@@ -234,7 +270,7 @@ var errAcquireAgain = errors.New("acquire again")
 // acquireFromLog reads run id from the log for acquire (which holds the
 // run's single-flight slot) and takes it over when its driver is gone.
 func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
-	s, head, err := r.load(ctx, id)
+	s, head, at, err := r.loadAt(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -247,6 +283,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	}
 	if _, finished := s.Finished(); finished {
 		fin := newRun(id, s, head, a)
+		fin.lastAt = at
 		_ = fin.lock(ctx)
 		return fin, nil
 	}
@@ -269,13 +306,14 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	// recorded yet: the caller's command is decided together with the
 	// recovery (see run.takeover).
 	rn := newRun(id, s, head, a)
+	rn.lastAt = at
 	_ = rn.lock(ctx)
 	cause := events.RecoveredRunnerLost
 	if s.HandedOff() {
 		cause = events.RecoveredHandedOff
 	}
 	t := aggregate.Recover{Runner: r.id, Cause: cause}
-	view, err := aggregate.Recovered(s, t, r.now().UTC())
+	view, err := aggregate.Recovered(s, t, r.clock(rn))
 	if err != nil {
 		rn.unlock()
 		return nil, err
@@ -308,7 +346,7 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 		// Not recorded (the store did not answer): still to do.
 		t.Then = nil
 		rn.pre, rn.takeover = rn.state, &t
-		if view, verr := aggregate.Recovered(rn.pre, t, r.now().UTC()); verr == nil {
+		if view, verr := aggregate.Recovered(rn.pre, t, r.clock(rn)); verr == nil {
 			rn.state = view
 		}
 	}
@@ -335,7 +373,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		return r.takeOver(ctx, rn, c)
 	}
 	for range 8 {
-		now := r.now().UTC()
+		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
 		if len(evs) == 0 {
 			return nil, derr
@@ -367,7 +405,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				return nil, rerr
 			}
 			for _, rec := range recs {
-				rn.state = aggregate.Evolve(rn.state, rec)
+				rn.evolve(rec)
 			}
 			rn.head = head
 			if rn.driven && rn.state.Runner() != r.id {
@@ -385,7 +423,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			return nil, rerr
 		}
 		for _, rec := range recs {
-			rn.state = aggregate.Evolve(rn.state, rec)
+			rn.evolve(rec)
 		}
 		rn.head = head
 		r.observe(ctx, rn, evs)
@@ -424,7 +462,7 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) bool {
 			b, _ := json.Marshal(evs[i])
 			ours = rec.Event.EventName() == evs[i].EventName() && string(a) == string(b)
 		}
-		rn.state = aggregate.Evolve(rn.state, rec)
+		rn.evolve(rec)
 		landed = append(landed, rec.Event)
 	}
 	rn.head = head
@@ -650,7 +688,7 @@ func (r *Runner) refresh(ctx context.Context, rn *run) bool {
 	}
 	landed := make([]events.Event, 0, len(recs))
 	for _, rec := range recs {
-		rn.state = aggregate.Evolve(rn.state, rec)
+		rn.evolve(rec)
 		landed = append(landed, rec.Event)
 	}
 	rn.head, rn.stale = head, false
@@ -1097,7 +1135,7 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 // applyDue decides every timer of rn that is due (the first one records a
 // pending takeover with it).
 func (r *Runner) applyDue(ctx context.Context, rn *run) {
-	now := r.now()
+	now := r.clock(rn)
 	for _, t := range aggregate.Pending(rn.state).Timers {
 		if !t.At.After(now) {
 			if err := r.step(ctx, rn, t.Command()); err != nil {
