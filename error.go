@@ -44,6 +44,7 @@ const (
 	CodeAlreadyRecorded   Code = "already_recorded"   // the action already has its result
 	CodeNotAwaited        Code = "not_awaited"        // nobody waits for this settlement any more
 	CodeSettleUnconfirmed Code = "settle_unconfirmed" // the store outcome of a settlement is unknown
+	CodeOutcomeUnknown    Code = "outcome_unknown"    // a forwarded command got no answer in time: it may or may not have been applied
 	CodeInvalidContent    Code = "invalid_content"    // reconciliation content has the wrong shape
 	CodeRunActive         Code = "run_active"         // the stored-run form was used on a live run
 	CodeRunNotEnded       Code = "run_not_ended"      // reserved

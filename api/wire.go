@@ -172,6 +172,7 @@ var Status = map[weft.Code]int{
 	weft.CodeAlreadyRecorded:   409,
 	weft.CodeNotAwaited:        409,
 	weft.CodeSettleUnconfirmed: 503,
+	weft.CodeOutcomeUnknown:    504,
 	weft.CodeInvalidContent:    400,
 	weft.CodeRunActive:         409,
 	weft.CodeRunNotEnded:       409,
@@ -191,14 +192,14 @@ var Status = map[weft.Code]int{
 // is listed for some endpoint).
 var Refusals = map[string][]weft.Code{
 	EndpointStart:           commandRefusals(weft.CodeAlreadyStarted),
-	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused),
-	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused),
-	EndpointReconcile:       runRefusals(weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeNotReconcilable, weft.CodeInvalidContent),
-	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive),
+	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),
+	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),
+	EndpointReconcile:       runRefusals(weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeOutcomeUnknown),
+	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeOutcomeUnknown),
 	EndpointSettle:          runRefusals(weft.CodeWrongReference, weft.CodeAlreadyRecorded, weft.CodeNotAwaited, weft.CodeSettleUnconfirmed, weft.CodeInvalidContent),
-	EndpointCancel:          runRefusals(weft.CodeRunEnded),
+	EndpointCancel:          runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
-	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved),
+	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown),
 }
 
 // commandRefusals is what every command endpoint may answer (decoding,

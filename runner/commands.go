@@ -129,12 +129,17 @@ func (r *Runner) forward(ctx context.Context, driver, kind, id string, req, out 
 		return err
 	}
 	b, _ := json.Marshal(forwarded{Kind: kind, Run: id, Body: body})
-	m, err := r.nc.RequestWithContext(ctx, ForwardPrefix+driver+".cmd", b)
+	fctx, cancel := context.WithTimeout(ctx, r.forwardTimeout())
+	defer cancel()
+	m, err := r.nc.RequestWithContext(fctx, ForwardPrefix+driver+".cmd", b)
 	if err != nil {
-		if errors.Is(err, nats.ErrNoResponders) {
-			// The driver is going away: its lease expires soon and the run
-			// is taken over; the caller retries.
+		switch {
+		case errors.Is(err, nats.ErrNoResponders):
+			// Nobody took it: the driver is going away; its lease expires
+			// soon and the run is taken over; the caller retries.
 			return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: its runner %s does not answer; retry", id, driver)}
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, nats.ErrTimeout):
+			return forwardUnknown(kind, id, driver)
 		}
 		return &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}
@@ -149,6 +154,31 @@ func (r *Runner) forward(ctx context.Context, driver, kind, id string, req, out 
 		return json.Unmarshal(m.Data, out)
 	}
 	return nil
+}
+
+// forwardTimeout bounds the wait for a forwarded command's answer: twice
+// the command timeout, within which a live driver applies or refuses it.
+func (r *Runner) forwardTimeout() time.Duration { return 2 * r.commandTimeout() }
+
+// ReasonForwardTimeout is the Reason of settle_unconfirmed when the
+// settlement was forwarded to the run's driver and no answer came in time.
+const ReasonForwardTimeout = "forward_timeout"
+
+// forwardUnknown is the answer to a command of kind forwarded to driver
+// that did not answer in time: the driver may have applied it, may apply
+// it later, or never. A person's command is answered outcome_unknown, which
+// is kept for its command id (a retry gets it again, never a different
+// answer); a settlement is answered settle_unconfirmed; a report or a wake,
+// idempotent by their content, unavailable (the sender retries).
+func forwardUnknown(kind, id, driver string) error {
+	msg := fmt.Sprintf("run %s: the command was forwarded to the run's runner %s, which did not answer in time; it may or may not have been applied (read the run)", id, driver)
+	switch kind {
+	case api.EndpointApprove, api.EndpointReject, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel:
+		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: msg}
+	case api.EndpointSettle:
+		return &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: ReasonForwardTimeout, Message: msg}
+	}
+	return &weft.Error{Code: weft.CodeUnavailable, Message: msg}
 }
 
 func (r *Runner) forwardWake(ctx context.Context, driver, id string) error {
