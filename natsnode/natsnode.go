@@ -86,6 +86,7 @@ type config struct {
 	natsOpts    []nats.Option
 	serverLog   bool
 	drainWindow time.Duration
+	connectWait time.Duration
 }
 
 // WithURL connects to the external server(s) at url instead of embedding
@@ -124,6 +125,14 @@ func WithName(name string) Option { return func(c *config) { c.name = name } }
 func WithNATSOptions(opts ...nats.Option) Option {
 	return func(c *config) { c.natsOpts = append(c.natsOpts, opts...) }
 }
+
+// WithConnectWait sets how long Start keeps trying to reach an external
+// server that does not answer yet (refused, unreachable, JetStream not
+// ready), retrying with a backoff of up to 2 s: a process started while its
+// server restarts waits for it instead of exiting. Default 30 s; the
+// context given to Start ends the wait too. Authentication errors are not
+// retried.
+func WithConnectWait(d time.Duration) Option { return func(c *config) { c.connectWait = d } }
 
 // WithServerLog sends the embedded server's log to stderr.
 func WithServerLog() Option { return func(c *config) { c.serverLog = true } }
@@ -175,12 +184,21 @@ type Node struct {
 	url      string
 	dataDir  string
 	closed   chan struct{}
+	// closeOnce closes closed; mu guards nc while connect sets it.
+	closeOnce sync.Once
+	mu        sync.Mutex
+}
+
+func (n *Node) conn() *nats.Conn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.nc
 }
 
 // Start connects to NATS as the options say: to an external server when a
 // URL is given, otherwise to a freshly started embedded one.
 func Start(ctx context.Context, opts ...Option) (*Node, error) {
-	c := config{readyWait: 10 * time.Second, name: "weft"}
+	c := config{readyWait: 10 * time.Second, name: "weft", connectWait: 30 * time.Second}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -188,7 +206,13 @@ func Start(ctx context.Context, opts ...Option) (*Node, error) {
 	nopts := []nats.Option{
 		nats.Name(c.name),
 		nats.MaxReconnects(-1),
-		nats.ClosedHandler(func(*nats.Conn) { close(n.closed) }),
+		nats.ClosedHandler(func(c *nats.Conn) {
+			// Only the connection Start returns: a failed attempt of
+			// connect closes its own.
+			if n.conn() == c {
+				n.closeOnce.Do(func() { close(n.closed) })
+			}
+		}),
 	}
 	if c.url != "" {
 		switch {
@@ -213,25 +237,61 @@ func Start(ctx context.Context, opts ...Option) (*Node, error) {
 		}
 	}
 	nopts = append(nopts, c.natsOpts...)
+	wait := time.Duration(0)
+	if n.srv == nil {
+		wait = c.connectWait
+	}
+	if err := n.connect(ctx, nopts, wait); err != nil {
+		n.stopServer()
+		return nil, err
+	}
+	return n, nil
+}
+
+// connect connects n to n.url and checks that JetStream answers, trying
+// again with a backoff for up to wait (0: once) while the server is not
+// there yet.
+func (n *Node) connect(ctx context.Context, nopts []nats.Option, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	back := 100 * time.Millisecond
+	for {
+		err := n.connectOnce(ctx, nopts)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
+			ctx.Err() != nil || !time.Now().Add(back).Before(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(back):
+		}
+		back = min(2*back, 2*time.Second)
+	}
+}
+
+func (n *Node) connectOnce(ctx context.Context, nopts []nats.Option) error {
 	nc, err := nats.Connect(n.url, nopts...)
 	if err != nil {
-		n.stopServer()
-		return nil, fmt.Errorf("natsnode: connect: %w", err)
+		return fmt.Errorf("natsnode: connect: %w", err)
 	}
-	n.nc = nc
 	js, err := jetstream.New(nc)
 	if err != nil {
 		nc.Close()
-		n.stopServer()
-		return nil, fmt.Errorf("natsnode: jetstream: %w", err)
+		return fmt.Errorf("natsnode: jetstream: %w", err)
 	}
-	n.js = js
-	if _, err := js.AccountInfo(ctx); err != nil {
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(actx); err != nil {
 		nc.Close()
-		n.stopServer()
-		return nil, fmt.Errorf("natsnode: jetstream not available: %w", err)
+		return fmt.Errorf("natsnode: jetstream not available: %w", err)
 	}
-	return n, nil
+	n.mu.Lock()
+	n.nc, n.js = nc, js
+	n.mu.Unlock()
+	return nil
 }
 
 func startServer(c *config) (*server.Server, func(), error) {

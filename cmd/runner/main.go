@@ -5,6 +5,10 @@
 //
 //	runner [--nats URL] [--id ID] [--lease 1s] [--drain 10s] [--provision]
 //
+// The first connection to the server is retried for up to 30 s (a runner
+// started while its server restarts waits for it); after that the
+// connection reconnects for ever.
+//
 // The model is the scripted one unless WEFT_MODEL names a provider
 // (docs/models.md). SIGTERM or SIGINT drains: running bodies and model
 // calls finish within the drain window and the runs are handed off.

@@ -85,7 +85,9 @@ type env struct {
 // connect connects to the server the command line names.
 func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	opts := natsnode.FromEnv(os.Getenv)
-	opts = append(opts, natsnode.WithURL(e.url))
+	// A command line fails at once on an unreachable server (a runner
+	// waits for its server instead: natsnode.WithConnectWait).
+	opts = append(opts, natsnode.WithURL(e.url), natsnode.WithConnectWait(0))
 	cctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	n, err := natsnode.Start(cctx, opts...)
