@@ -48,6 +48,10 @@ type forwarded struct {
 // decision is void), the command is routed once more, to the new driver,
 // instead of being refused with conflict.
 func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn func(context.Context, *run) error) error {
+	r.commands.add()
+	defer r.commands.done()
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, r.commandTimeout())
 		rn, err := r.acquire(actx, id)
@@ -190,6 +194,8 @@ func (r *Runner) onForward(m *nats.Msg) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		ctx, end := r.bounded(ctx)
+		defer end()
 		var f forwarded
 		var rep any
 		err := json.Unmarshal(m.Data, &f)

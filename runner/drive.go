@@ -792,6 +792,8 @@ func (r *Runner) retryLater(id string) {
 func (r *Runner) retry(id string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	ctx, end := r.bounded(ctx)
+	defer end()
 	for range 2 {
 		rn, err := r.acquire(ctx, id)
 		if err != nil {
@@ -1044,6 +1046,8 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 func (r *Runner) command(ctx context.Context, id string, c aggregate.Command) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	ctx, end := r.bounded(ctx)
+	defer end()
 	for attempt := 0; ; attempt++ {
 		rn, err := r.acquire(ctx, id)
 		if err != nil {
@@ -1090,6 +1094,8 @@ func (r *Runner) commandLocked(ctx context.Context, rn *run, c aggregate.Command
 func (r *Runner) wake(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	ctx, end := r.bounded(ctx)
+	defer end()
 	rn, err := r.acquire(ctx, id)
 	if err != nil {
 		var fe *forwardError

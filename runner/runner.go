@@ -179,6 +179,50 @@ type Runner struct {
 	kicks    map[string]*kick             // runs to wake again (retryLater)
 	replies  map[string]aggregate.Command // model answers not recorded yet
 	stopped  bool                         // no retry is scheduled any more
+	// serving ends when the drain window ends: every command still in
+	// flight then (a forward waiting on a driver that does not answer, a
+	// wait for a busy run) ends with it (bounded).
+	serving     context.Context
+	stopServing context.CancelFunc
+	commands    tracker // commands in flight (route)
+}
+
+// tracker counts work in flight; idle is closed while none is. Unlike a
+// sync.WaitGroup it may gain work while someone waits for it to be idle.
+type tracker struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{}
+}
+
+func (t *tracker) add() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		t.idle = make(chan struct{})
+	}
+	t.n++
+}
+
+func (t *tracker) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.n--
+	if t.n == 0 {
+		close(t.idle)
+	}
+}
+
+// quiet returns a channel closed once no work is in flight.
+func (t *tracker) quiet() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	return t.idle
 }
 
 // judgement tracks whether this runner can tell that a peer is gone
@@ -236,7 +280,15 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	}
 	r.evlog = eventlog.New(js)
 	r.timers = timer.New(js)
+	r.serving, r.stopServing = context.WithCancel(context.Background())
 	return r, nil
+}
+
+// bounded returns ctx, ended also when the runner's drain window ends.
+func (r *Runner) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.serving, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // ID returns the runner's id.
@@ -531,15 +583,23 @@ func (r *Runner) Run(ctx context.Context) error {
 	// was in flight at SIGTERM — and whatever was queued behind it is
 	// dispatched by the next runner instead of being started here and cut
 	// off at the end of the window (an uncertain effect).
-	r.handOffAll(context.Background(), false)
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
 	defer cancelDrain()
+	r.handOffAll(drainCtx, false)
 	for drainCtx.Err() == nil && r.busy() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitCtx(drainCtx, wdone)
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
-	r.handOffAll(context.Background(), true)
+	waitCtx(drainCtx, r.commands.quiet())
+	// The window is over: whatever command is still in flight ends now
+	// (a forward then answers outcome_unknown), so that the runs' locks
+	// are free for the hand-off and the process's connection drains at
+	// once.
+	r.stopServing()
+	final, cancelFinal := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelFinal()
+	r.handOffAll(final, true)
 	_ = fwd.Unsubscribe()
 	r.stopRetries()
 	stopHeartbeat()

@@ -76,7 +76,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	defer node.Close(context.Background())
+	defer func() {
+		// Run returned within its drain window, every command ended with
+		// it: the connection drains at once (bounded all the same).
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = node.Close(ctx)
+	}()
 	if *prov {
 		if err := runner.Provision(ctx, node.JetStream(), *lease, runner.WithReplicas(*replicas)); err != nil {
 			return err
