@@ -21,6 +21,9 @@ import (
 	"github.com/weftrun/weft/telemetry"
 )
 
+// EnvListen is the variable weft dev's --listen defaults to.
+const EnvListen = "WEFT_LISTEN"
+
 // listFlag is a repeatable (or comma-separated) string flag.
 type listFlag []string
 
@@ -48,7 +51,11 @@ func devCommand() command {
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var o demo.Options
-			fs.StringVar(&o.Listen, "listen", "4222", "loopback port (or host:port) of the embedded server; 0 picks a free one")
+			listen := os.Getenv(EnvListen)
+			if listen == "" {
+				listen = "4222"
+			}
+			fs.StringVar(&o.Listen, "listen", listen, "loopback port (or host:port) of the embedded server; 0 picks a free one (default $"+EnvListen+", else 4222)")
 			fs.StringVar(&o.DataDir, "data", "", "the embedded server's store directory (default $WEFT_DATA, else the user's state dir)")
 			fs.StringVar(&o.Console, "console", console.DefaultAddr, "address of the operator console (loopback; a free port when taken); empty for none")
 			verbose := fs.Bool("v", false, "log what the runtime does")
