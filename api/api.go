@@ -34,7 +34,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft"
-	"github.com/weftrun/weft/worker"
 )
 
 // CommandsBucket is the KV bucket keeping the replies of commands by
@@ -59,11 +58,11 @@ type Backend interface {
 	// the stored-run form.
 	Reconcile(ctx context.Context, req ReconcileRequest, stored bool) (Reply, error)
 	// Settle offers a settlement.
-	Settle(ctx context.Context, req worker.Settlement) (Reply, error)
+	Settle(ctx context.Context, req Settlement) (Reply, error)
 	// Cancel cancels a run.
 	Cancel(ctx context.Context, req CancelRequest) (Reply, error)
 	// Report applies a worker's report of an attempt.
-	Report(ctx context.Context, req worker.Report) (Reply, error)
+	Report(ctx context.Context, req Report) (Reply, error)
 	// Resolve records the final truth of an open question.
 	Resolve(ctx context.Context, req ResolveRequest) (Reply, error)
 }
@@ -374,7 +373,7 @@ func (s *service) resolve(ctx context.Context, b []byte) (any, string, error) {
 }
 
 func (s *service) settle(ctx context.Context, b []byte) (any, string, error) {
-	req, err := decode(b, func(r *worker.Settlement) int { return r.Schema })
+	req, err := decode(b, func(r *Settlement) int { return r.Schema })
 	if err != nil {
 		return nil, "", err
 	}
@@ -398,7 +397,7 @@ func (s *service) cancel(ctx context.Context, b []byte) (any, string, error) {
 }
 
 func (s *service) report(ctx context.Context, b []byte) (any, string, error) {
-	req, err := decode(b, func(r *worker.Report) int { return r.Schema })
+	req, err := decode(b, func(r *Report) int { return r.Schema })
 	if err != nil {
 		return nil, "", err
 	}

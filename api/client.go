@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft"
-	"github.com/weftrun/weft/worker"
 )
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
@@ -94,7 +93,7 @@ func (c *Client) Resolve(ctx context.Context, req ResolveRequest) (Reply, error)
 }
 
 // Settle offers a settlement for a settling tool's action.
-func (c *Client) Settle(ctx context.Context, req worker.Settlement) (Reply, error) {
+func (c *Client) Settle(ctx context.Context, req Settlement) (Reply, error) {
 	req.Schema = Schema
 	var r Reply
 	return r, c.call(ctx, EndpointSettle, req, &r)

@@ -123,6 +123,60 @@ type ResolveRequest struct {
 	By        string          `json:"by,omitempty"`
 }
 
+// Report is the body a tool worker sends to weft.api.report when an
+// attempt ended (docs/protocol/41-tasks.md). The reply is the command API's
+// Reply or an error reply.
+type Report struct {
+	// Schema is 1.
+	Schema int `json:"schema"`
+	// CommandID makes the report idempotent; workers use
+	// "report/<run>/<action>/<attempt>/<incarnation>".
+	CommandID string `json:"command_id,omitempty"`
+	// Run, Action, Attempt and Incarnation echo the task.
+	Run         string `json:"run"`
+	Action      string `json:"action"`
+	Attempt     int    `json:"attempt"`
+	Incarnation int    `json:"incarnation"`
+	// Outcome is output (Content), explain (Message), uncertain
+	// (Evidence), oversize (Bytes) or lost (Cause).
+	Outcome string `json:"outcome"`
+	// Content is the encoded output (output).
+	Content json.RawMessage `json:"content,omitempty"`
+	// Message is the definite failure the model sees (explain).
+	Message string `json:"message,omitempty"`
+	// Evidence says what happened (uncertain, lost).
+	Evidence string `json:"evidence,omitempty"`
+	// Bytes is the size of an oversize output.
+	Bytes int64 `json:"bytes,omitempty"`
+	// Cause is why an attempt was lost: timed_out, crashed, worker_lost or
+	// stopped.
+	Cause string `json:"cause,omitempty"`
+	// Worker identifies the reporting worker, for audit.
+	Worker string `json:"worker,omitempty"`
+}
+
+// Settlement is the body of a settlement on weft.api.settle: a settling
+// tool's result, offered by its body or whatever it handed the work to.
+type Settlement struct {
+	// Schema is 1.
+	Schema int `json:"schema"`
+	// CommandID makes the settlement idempotent.
+	CommandID string `json:"command_id,omitempty"`
+	// Run and Action identify the settled action.
+	Run    string `json:"run"`
+	Action string `json:"action"`
+	// Outcome is output (Content), explain (Message) or uncertain
+	// (Evidence).
+	Outcome  string          `json:"outcome"`
+	Content  json.RawMessage `json:"content,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Evidence string          `json:"evidence,omitempty"`
+	// Summary is what a person needs to reconcile the action if the
+	// settlement is refused; it goes to telemetry (settlement_refused), so
+	// it must carry no secrets.
+	Summary string `json:"summary,omitempty"`
+}
+
 // CancelRequest cancels a run.
 type CancelRequest struct {
 	Schema    int    `json:"schema"`

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 )
 
@@ -126,52 +127,11 @@ const (
 )
 
 // Report is the body a worker sends to weft.api.report when an attempt
-// ended. The reply is the command API's reply ({"schema":1,"ok":true} or an
-// error); a worker retries until it gets one, and acks the task only then.
-type Report struct {
-	// Schema is 1.
-	Schema int `json:"schema"`
-	// CommandID makes the report idempotent; workers use
-	// "report/<run>/<action>/<attempt>/<incarnation>".
-	CommandID string `json:"command_id,omitempty"`
-	// Run, Action, Attempt and Incarnation echo the task.
-	Run         string `json:"run"`
-	Action      string `json:"action"`
-	Attempt     int    `json:"attempt"`
-	Incarnation int    `json:"incarnation"`
-	// Outcome is one of the Outcome constants.
-	Outcome string `json:"outcome"`
-	// Content is the encoded output (output).
-	Content json.RawMessage `json:"content,omitempty"`
-	// Message is the definite failure the model sees (explain).
-	Message string `json:"message,omitempty"`
-	// Evidence says what happened (uncertain, lost).
-	Evidence string `json:"evidence,omitempty"`
-	// Bytes is the size of an oversize output.
-	Bytes int64 `json:"bytes,omitempty"`
-	// Cause is why an attempt was lost: timed_out, crashed, worker_lost or
-	// stopped.
-	Cause string `json:"cause,omitempty"`
-	// Worker identifies the reporting worker, for audit.
-	Worker string `json:"worker,omitempty"`
-}
+// ended: api.Report, the wire type (this alias keeps worker's callers
+// compiling). A worker retries until it gets a reply, and acks the task
+// only then.
+type Report = api.Report
 
-// Settlement is the body of a settlement on weft.api.settle.
-type Settlement struct {
-	// Schema is 1.
-	Schema int `json:"schema"`
-	// CommandID makes the settlement idempotent.
-	CommandID string `json:"command_id,omitempty"`
-	// Run and Action identify the settled action.
-	Run    string `json:"run"`
-	Action string `json:"action"`
-	// Outcome is output, explain or uncertain.
-	Outcome  string          `json:"outcome"`
-	Content  json.RawMessage `json:"content,omitempty"`
-	Message  string          `json:"message,omitempty"`
-	Evidence string          `json:"evidence,omitempty"`
-	// Summary is what a person needs to reconcile the action if the
-	// settlement is refused; it goes to telemetry (settlement_refused), so
-	// it must carry no secrets.
-	Summary string `json:"summary,omitempty"`
-}
+// Settlement is the body of a settlement on weft.api.settle: api.Settlement,
+// the wire type.
+type Settlement = api.Settlement

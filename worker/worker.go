@@ -517,10 +517,15 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report, own *o
 	var (
 		bodyMu   sync.Mutex
 		returned bool
+		stopped  bool // the task is over: timed out or stopped
 	)
+	// A handler settling its own call is refused only while its body
+	// runs: once the body was stopped (its timeout, a cancellation) the run
+	// waits for a settlement, and the body's own is that settlement
+	// (SEMANTICS §3, §9).
 	settle := func(sctx context.Context, s Settlement) error {
 		bodyMu.Lock()
-		own := !returned && s.Run == t.Run && s.Action == t.Action
+		own := !returned && !stopped && s.Run == t.Run && s.Action == t.Action
 		bodyMu.Unlock()
 		if own {
 			return &weft.Error{Code: weft.CodeNotAwaited, Reason: ReasonOwnCall, Message: "a handler cannot settle its own running call"}
@@ -553,6 +558,9 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report, own *o
 			}
 			return rep
 		case <-timeout:
+			bodyMu.Lock()
+			stopped = true
+			bodyMu.Unlock()
 			cancel(errTimedOut)
 			rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
 			rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
@@ -561,6 +569,9 @@ func (w *Worker) run(base context.Context, h Handler, t Task, rep Report, own *o
 		case <-ctx.Done():
 			// Stopped by a cancellation: the task is over whatever the body
 			// still does; its run decides (settle window or uncertain).
+			bodyMu.Lock()
+			stopped = true
+			bodyMu.Unlock()
 			rep.Outcome, rep.Cause = OutcomeLost, "stopped"
 			rep.Evidence = "stopped while running"
 			w.settleLate(t, done)
