@@ -99,6 +99,13 @@ func (c *Client) Settle(ctx context.Context, req Settlement) (Reply, error) {
 	return r, c.call(ctx, EndpointSettle, req, &r)
 }
 
+// Report sends a tool worker's report of an attempt.
+func (c *Client) Report(ctx context.Context, req Report) (Reply, error) {
+	req.Schema = Schema
+	var r Reply
+	return r, c.call(ctx, EndpointReport, req, &r)
+}
+
 // Cancel cancels a run.
 func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 	req.Schema = Schema

@@ -8,7 +8,6 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
@@ -194,7 +192,7 @@ func Run(ctx context.Context, o Options) error {
 		logger.Warn("demo: the command API is not ready yet", "err", rerr)
 	}
 	qctx, qcancel := context.WithTimeout(ctx, 30*time.Second)
-	qerr := queriesReady(qctx, node.Conn())
+	qerr := projector.NewClient(node.Conn()).Ready(qctx)
 	qcancel()
 	if qerr != nil && ctx.Err() == nil {
 		logger.Warn("demo: the query service is not ready yet", "err", qerr)
@@ -292,37 +290,4 @@ func listenPort(listen string) (int, error) {
 		return 0, fmt.Errorf("demo: listen %q: not a port", listen)
 	}
 	return n, nil
-}
-
-// queriesReady waits until the projector's query service lists every query
-// endpoint (a $SRV.INFO probe), so the printed nats CLI steps that query
-// answer at once.
-func queriesReady(ctx context.Context, nc *nats.Conn) error {
-	want := []string{projector.EndpointRun, projector.EndpointList, projector.EndpointApprovals, projector.EndpointUncertain, projector.EndpointHistory, projector.EndpointQuestions}
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-		m, err := nc.RequestWithContext(rctx, "$SRV.INFO."+projector.ServiceName, nil)
-		cancel()
-		if err == nil {
-			var info micro.Info
-			if json.Unmarshal(m.Data, &info) == nil {
-				got := make(map[string]bool, len(info.Endpoints))
-				for _, e := range info.Endpoints {
-					got[e.Subject] = true
-				}
-				all := true
-				for _, e := range want {
-					all = all && got[projector.QueryPrefix+"."+e]
-				}
-				if all {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/projections"
@@ -21,6 +23,42 @@ type Client struct {
 
 // NewClient returns a client on nc.
 func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+
+// Endpoints lists the endpoints of the query service.
+var Endpoints = []string{EndpointRun, EndpointList, EndpointApprovals, EndpointUncertain, EndpointQuestions, EndpointHistory}
+
+// Ready waits until a query service answers $SRV.INFO.weft-query listing
+// every endpoint (so that a query sent next finds a responder), or ctx
+// ends (unavailable). It sends no query: the service's stats stay
+// untouched.
+func (c *Client) Ready(ctx context.Context) error {
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		m, err := c.nc.RequestWithContext(rctx, "$SRV.INFO."+ServiceName, nil)
+		cancel()
+		if err == nil {
+			var info micro.Info
+			if json.Unmarshal(m.Data, &info) == nil {
+				got := make(map[string]bool, len(info.Endpoints))
+				for _, e := range info.Endpoints {
+					got[e.Subject] = true
+				}
+				all := true
+				for _, e := range Endpoints {
+					all = all && got[QueryPrefix+"."+e]
+				}
+				if all {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return &weft.Error{Code: weft.CodeUnavailable, Message: "the query service did not become ready: " + ctx.Err().Error()}
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
 
 // Run returns a run's view.
 func (c *Client) Run(ctx context.Context, run string) (projections.RunView, error) {

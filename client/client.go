@@ -1,0 +1,266 @@
+// Package client is the one package a Go application imports to drive Weft
+// from outside the runner: Client sends the commands of the "weft" micro
+// service (weft.api.*: start, approve, reject, reconcile, resolve, settle,
+// cancel, and report for tool workers) and the queries of "weft-query"
+// (weft.api.query.*: run views, lists, inboxes, open questions, histories),
+// and Wait watches a run until it reaches a state. The wire types a caller
+// needs are declared here (as aliases of the packages that serve them), so
+// that no caller imports api, projector, projections or worker.
+//
+// Every refusal is a *weft.Error whose Code is a protocol error code
+// (docs/protocol.md); compare with errors.Is or errors.As. A missing runner
+// or projector is unavailable.
+//
+// Queries need a projector and commands a runner; package host runs both
+// (and the query service) in one process.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+)
+
+// The command types (docs/protocol/40-commands.md).
+type (
+	// StartRequest starts a run of an agent.
+	StartRequest = api.StartRequest
+	// StartReply answers a start: the run id and its status.
+	StartReply = api.StartReply
+	// ApproveRequest approves a pending approval request.
+	ApproveRequest = api.ApproveRequest
+	// RejectRequest rejects a pending approval request.
+	RejectRequest = api.RejectRequest
+	// ReconcileRequest records what happened to an uncertain action.
+	ReconcileRequest = api.ReconcileRequest
+	// ResolveRequest records the final truth of an open question.
+	ResolveRequest = api.ResolveRequest
+	// CancelRequest cancels a run.
+	CancelRequest = api.CancelRequest
+	// Settlement is a settling tool's settlement.
+	Settlement = api.Settlement
+	// Report is a tool worker's report of an attempt.
+	Report = api.Report
+	// Reply is the reply of every command but start: the run's status.
+	Reply = api.Reply
+)
+
+// The query types (docs/protocol/50-queries.md).
+type (
+	// RunView is the read model of one run.
+	RunView = projections.RunView
+	// ActionView is one action of a run view.
+	ActionView = projections.ActionView
+	// RunReply is a run's view with its family status and its children's.
+	RunReply = projector.RunReply
+	// ListQuery filters and pages the run list.
+	ListQuery = projections.ListQuery
+	// ListPage is one page of runs.
+	ListPage = projections.ListPage
+	// Summary is one run as the lists show it.
+	Summary = projections.Summary
+	// InboxFilter selects the items of one run or agent ("" for all).
+	InboxFilter = projector.InboxRequest
+	// ApprovalItem is one pending approval request.
+	ApprovalItem = projections.ApprovalItem
+	// UncertainReply is the uncertain-effects inbox with ages.
+	UncertainReply = projector.UncertainReply
+	// UncertainItem is one uncertain effect.
+	UncertainItem = projections.UncertainItem
+	// QuestionItem is one open question.
+	QuestionItem = projections.QuestionItem
+	// HistoryRequest asks for a page of a run's history.
+	HistoryRequest = projector.HistoryRequest
+	// HistoryReply is a page of a run's history.
+	HistoryReply = projector.HistoryReply
+)
+
+// The outcomes of a Settlement or a Report.
+const (
+	// OutcomeOutput: the body returned its output (Content).
+	OutcomeOutput = events.OutcomeOutput
+	// OutcomeExplain: a definite failure the model sees (Message).
+	OutcomeExplain = events.OutcomeExplain
+	// OutcomeUncertain: the effect may have happened (Evidence).
+	OutcomeUncertain = events.OutcomeUncertain
+	// OutcomeOversize: the output was over max result bytes (Report.Bytes).
+	OutcomeOversize = events.OutcomeOversize
+	// OutcomeLost: the attempt ended without a result of its own
+	// (Report.Cause).
+	OutcomeLost = "lost"
+)
+
+// The run statuses of a RunView (SEMANTICS.md §6).
+const (
+	// StatusWorking: a model call or a tool body is in flight.
+	StatusWorking = projections.StatusWorking
+	// StatusUnattended: handed off, not recovered yet.
+	StatusUnattended = projections.StatusUnattended
+	// StatusSuspended: waiting for people (approvals, uncertain effects).
+	StatusSuspended = projections.StatusSuspended
+	// StatusFinished: the run reached its outcome.
+	StatusFinished = projections.StatusFinished
+)
+
+// Client talks to Weft over one NATS connection. It is safe for
+// concurrent use.
+type Client struct {
+	cmd *api.Client
+	q   *projector.Client
+	log *eventlog.Log
+}
+
+// New returns a Client on nc.
+func New(nc *nats.Conn) (*Client, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return &Client{cmd: api.NewClient(nc), q: projector.NewClient(nc), log: eventlog.New(js)}, nil
+}
+
+// Ready waits until a runner serves every command endpoint, or ctx ends.
+func (c *Client) Ready(ctx context.Context) error { return c.cmd.Ready(ctx) }
+
+// Start starts a run.
+func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
+	return c.cmd.Start(ctx, req)
+}
+
+// Approve approves a pending approval request.
+func (c *Client) Approve(ctx context.Context, req ApproveRequest) (Reply, error) {
+	return c.cmd.Approve(ctx, req)
+}
+
+// Reject rejects a pending approval request.
+func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
+	return c.cmd.Reject(ctx, req)
+}
+
+// Reconcile records what happened to an uncertain action of a live run.
+func (c *Client) Reconcile(ctx context.Context, req ReconcileRequest) (Reply, error) {
+	return c.cmd.Reconcile(ctx, req)
+}
+
+// ReconcileStored records what happened to an uncertain action of a
+// finished run, resuming nothing.
+func (c *Client) ReconcileStored(ctx context.Context, req ReconcileRequest) (Reply, error) {
+	return c.cmd.ReconcileStored(ctx, req)
+}
+
+// Resolve records the final truth of an open question, for audit.
+func (c *Client) Resolve(ctx context.Context, req ResolveRequest) (Reply, error) {
+	return c.cmd.Resolve(ctx, req)
+}
+
+// Settle offers a settling tool's settlement.
+func (c *Client) Settle(ctx context.Context, s Settlement) (Reply, error) {
+	return c.cmd.Settle(ctx, s)
+}
+
+// Report sends a tool worker's report of an attempt (a worker in Go uses
+// package worker, which does this).
+func (c *Client) Report(ctx context.Context, r Report) (Reply, error) {
+	return c.cmd.Report(ctx, r)
+}
+
+// Cancel cancels a run.
+func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
+	return c.cmd.Cancel(ctx, req)
+}
+
+// Run returns a run's view (projected, or folded from the log when the
+// projector has not seen it yet).
+func (c *Client) Run(ctx context.Context, run string) (RunView, error) { return c.q.Run(ctx, run) }
+
+// RunFamily returns a run's view with its family status.
+func (c *Client) RunFamily(ctx context.Context, run string) (RunReply, error) {
+	return c.q.RunFamily(ctx, run)
+}
+
+// List returns a page of runs.
+func (c *Client) List(ctx context.Context, q ListQuery) (ListPage, error) { return c.q.List(ctx, q) }
+
+// Approvals returns the pending approval requests.
+func (c *Client) Approvals(ctx context.Context, f InboxFilter) ([]ApprovalItem, error) {
+	return c.q.Approvals(ctx, f)
+}
+
+// Uncertain returns the uncertain effects.
+func (c *Client) Uncertain(ctx context.Context, f InboxFilter) (UncertainReply, error) {
+	return c.q.Uncertain(ctx, f)
+}
+
+// Questions returns the open questions.
+func (c *Client) Questions(ctx context.Context, f InboxFilter) ([]QuestionItem, error) {
+	return c.q.Questions(ctx, f)
+}
+
+// History returns a page of a run's history.
+func (c *Client) History(ctx context.Context, q HistoryRequest) (HistoryReply, error) {
+	return c.q.History(ctx, q)
+}
+
+// Condition is what Wait waits for: a predicate on a run's view.
+type Condition func(RunView) bool
+
+// Finished holds once the run has finished.
+func Finished(v RunView) bool { return v.Status == StatusFinished }
+
+// Suspended holds while the run waits for people: approvals or uncertain
+// effects, nothing in flight.
+func Suspended(v RunView) bool { return v.Status == StatusSuspended }
+
+// Settled holds when nothing more happens without a person: the run is
+// suspended or finished.
+func Settled(v RunView) bool { return Suspended(v) || Finished(v) }
+
+// Wait returns the run's view as soon as until holds for it: at once when
+// it holds for the run as it is now, else after the first later decision
+// that makes it hold. It watches the run's events in the log (an ordered
+// consumer on weft.ev.<run>.>, folded with the read model's rules), so it
+// needs no projector and never polls. It returns unknown_run for a run
+// with no events, and ctx's error with the last view when ctx ends first.
+func (c *Client) Wait(ctx context.Context, run string, until Condition) (RunView, error) {
+	head, err := c.log.Head(ctx, run)
+	if err != nil {
+		return RunView{}, err
+	}
+	if head.IsZero() {
+		return RunView{}, weft.UnknownRun(run)
+	}
+	var v RunView
+	caught, met := false, false
+	werr := c.log.WatchRun(ctx, run, func(e eventlog.RunEvent) error {
+		ev, err := e.Envelope.Event()
+		if err != nil {
+			return fmt.Errorf("client: wait %s: %w", run, err)
+		}
+		v = projections.Apply(v, events.Recorded{Run: e.Envelope.Run, Version: e.Envelope.Version, At: e.Envelope.Recorded, Event: ev})
+		caught = caught || e.CaughtUp
+		if caught && e.Last && until(v) {
+			met = true
+			return eventlog.ErrStopWatch
+		}
+		return nil
+	})
+	switch {
+	case met:
+		return v, nil
+	case werr != nil:
+		return v, werr
+	case ctx.Err() != nil:
+		return v, ctx.Err()
+	}
+	return v, errors.New("client: wait: the watch ended")
+}

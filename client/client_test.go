@@ -1,0 +1,134 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/client"
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/host"
+	"github.com/weftrun/weft/internal/natstest"
+)
+
+// serve runs the payment desk with host.Run on a test server and returns
+// a client.
+func serve(t *testing.T) *client.Client {
+	t.Helper()
+	s := natstest.Start(t)
+	desk, err := demo.Agent(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- host.Run(ctx, s.Conn, s.JS, []*agent.Agent{desk}, host.WithReady(func() { close(ready) }))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("host.Run: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("host.Run: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("host never ready")
+	}
+	c, err := client.New(s.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Issue 11, application developer: Wait returns the run's view once the
+// condition holds for the run as it is (not for a state it passed
+// through), watching the log; a predicate works as well as the named
+// conditions; an unknown run is unknown_run at once.
+func TestWaitWatchesARunUntilItsState(t *testing.T) {
+	c := serve(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Wait(ctx, "nobody", client.Finished); !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
+		t.Fatalf("Wait on an unknown run: %v, want unknown_run", err)
+	}
+	if _, err := c.Start(ctx, client.StartRequest{Run: "w-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+		t.Fatal(err)
+	}
+	awaiting := func(v client.RunView) bool {
+		a, ok := v.Action("2/call_2_1")
+		return ok && a.Pending != nil
+	}
+	v, err := c.Wait(ctx, "w-7", awaiting)
+	if err != nil || v.Status != client.StatusSuspended {
+		t.Fatalf("Wait for the approval request: %v, status %s", err, v.Status)
+	}
+	a, _ := v.Action("2/call_2_1")
+	if _, err := c.Approve(ctx, client.ApproveRequest{CommandID: "a-1", Run: "w-7", Action: a.ID, Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err = c.Wait(ctx, "w-7", client.Finished)
+	if err != nil || v.Outcome == nil || v.Outcome.Kind != "completed" {
+		t.Fatalf("Wait finished: %v %+v", err, v.Outcome)
+	}
+	// Finished already: at once.
+	if v, err := c.Wait(ctx, "w-7", client.Settled); err != nil || v.Status != client.StatusFinished {
+		t.Fatalf("Wait settled on a finished run: %v %s", err, v.Status)
+	}
+	// It was suspended once, but is not any more: Suspended never holds,
+	// Wait ends with ctx and the view as it is.
+	sctx, scancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer scancel()
+	v, err = c.Wait(sctx, "w-7", client.Suspended)
+	if !errors.Is(err, context.DeadlineExceeded) || v.Status != client.StatusFinished {
+		t.Fatalf("Wait suspended on a finished run: %v, status %s; want the deadline and finished", err, v.Status)
+	}
+}
+
+// The client's queries and commands reach the services host.Run starts:
+// the open question an unconfirmed reconciliation leaves, and its
+// resolution.
+func TestClientQueriesAndResolve(t *testing.T) {
+	c := serve(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Start(ctx, client.StartRequest{Run: "w-13", Agent: demo.AgentName, Input: "pay invoice INV-13"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "w-13", client.Suspended); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Reconcile(ctx, client.ReconcileRequest{CommandID: "r-1", Run: "w-13", Action: "2/call_2_1", Content: []byte(`{"unconfirmed":"asking"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "w-13", client.Finished); err != nil {
+		t.Fatal(err)
+	}
+	var qs []client.QuestionItem
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if qs, _ = c.Questions(ctx, client.InboxFilter{Run: "w-13"}); len(qs) == 1 {
+			break
+		}
+	}
+	if len(qs) != 1 || qs[0].Note != "asking" {
+		t.Fatalf("open questions %+v", qs)
+	}
+	if _, err := c.Resolve(ctx, client.ResolveRequest{CommandID: "q-1", Run: "w-13", Action: "2/call_2_1", Content: []byte(`{"error":"never sent"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := c.Wait(ctx, "w-13", func(v client.RunView) bool {
+		a, _ := v.Action("2/call_2_1")
+		return a.Question != nil && a.Question.Resolution != nil
+	})
+	if err != nil || v.Status != client.StatusFinished {
+		t.Fatalf("after resolve: %v %s", err, v.Status)
+	}
+}

@@ -1,0 +1,80 @@
+package eventlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/events"
+)
+
+// RunEvent is one event of one run delivered by WatchRun.
+type RunEvent struct {
+	// Envelope is the event.
+	Envelope events.Envelope
+	// Last is true for the last event of its message (one decision): the
+	// run's state is whole after it.
+	Last bool
+	// CaughtUp is true for the last event of a message after which the
+	// run had no more messages when it was delivered: the events so far
+	// are the run's whole history at that moment.
+	CaughtUp bool
+}
+
+// WatchRun calls fn for every event of run in order, from its first, and
+// then for each event appended later, as it is appended (an ordered
+// consumer filtered on the run's subjects: no polling). It blocks until
+// ctx ends (returning nil) or fn returns an error (returning it; return
+// ErrStopWatch to stop without an error). fn is called from one goroutine.
+func (l *Log) WatchRun(ctx context.Context, run string, fn func(RunEvent) error) error {
+	if err := CheckRun(run); err != nil {
+		return err
+	}
+	cons, err := l.js.OrderedConsumer(ctx, l.stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{RunFilter(run)}, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("eventlog: watch %s: %w", run, unavailable(err))
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("eventlog: watch %s: %w", run, unavailable(err))
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			return fmt.Errorf("eventlog: watch %s: %w", run, unavailable(err))
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("%w: watch %s: metadata: %v", ErrCorrupt, run, err)
+		}
+		envs, err := decodeBody(m.Data())
+		if err != nil {
+			return fmt.Errorf("%w: seq %d: %v", ErrCorrupt, meta.Sequence.Stream, err)
+		}
+		for i, env := range envs {
+			last := i == len(envs)-1
+			if err := fn(RunEvent{Envelope: env, Last: last, CaughtUp: last && meta.NumPending == 0}); err != nil {
+				if errors.Is(err, ErrStopWatch) {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+}
+
+// ErrStopWatch stops WatchRun without an error when its fn returns it.
+var ErrStopWatch = errors.New("eventlog: stop watching")
