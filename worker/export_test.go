@@ -11,3 +11,7 @@ func (w *Worker) Joined() int64 { return w.joined.Load() }
 
 // SetRetry sets the backoff between report tries (tests only).
 func (w *Worker) SetRetry(base, ceiling time.Duration) { w.retryBase, w.retryCap = base, ceiling }
+
+// StopsSeen is how many stop messages (weft.stop.<run>) w received
+// (tests only).
+func (w *Worker) StopsSeen() int64 { return w.stops.Load() }

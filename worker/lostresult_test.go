@@ -79,6 +79,16 @@ func TestReportDeliveryFailuresNeverDiscardTheResult(t *testing.T) {
 	if g := f.got[0]; g.Outcome != worker.OutcomeOutput || string(g.Content) != `{"paid":1}` || starts.Load() != 1 {
 		t.Fatalf("accepted report %+v after %d starts; want the body's output, one start", g, starts.Load())
 	}
+	// Kept, not given back: the task was delivered once (a worker that
+	// gave it back would only be saved by the report in the claim, which
+	// a worker cannot always write).
+	c, err := js.Consumer(context.Background(), worker.TaskStream, queue("echo").Consumer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := c.Info(context.Background()); err != nil || info.Delivered.Consumer != 1 {
+		t.Fatalf("the task was delivered %d times (%v), want once: the worker gave it back", info.Delivered.Consumer, err)
+	}
 }
 
 // SEMANTICS §8: a worker that stops while the runtime refuses its report

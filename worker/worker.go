@@ -25,9 +25,12 @@
 //     new attempt and an uncertain effect, unless the worker that ran it
 //     saved its report in the claim, which is then delivered. A claim that
 //     cannot be taken requeues the task;
-//  4. runs the body under the task's timeout, sending progress acks
+//  4. looks a last time before the start: a stop of the run (weft.stop.<run>)
+//     received since the check, or a deadline passed since, means the body
+//     never starts (acked silently, or reported lost timed_out);
+//  5. runs the body under the task's timeout, sending progress acks
 //     (InProgress) so the stream does not redeliver it while it runs;
-//  5. reports the outcome (output, explain, uncertain, oversize when the
+//  6. reports the outcome (output, explain, uncertain, oversize when the
 //     encoded output is over the run's max result bytes, or lost with
 //     cause timed_out / stopped) to weft.api.report, retrying while the
 //     attempt is current and saving the report in the claim after a failed
@@ -99,11 +102,12 @@ type Worker struct {
 	wg       sync.WaitGroup
 	stopping atomic.Bool
 	joined   atomic.Int64
+	stops    atomic.Int64
 	// retryBase and retryCap bound the backoff between report tries.
 	retryBase, retryCap time.Duration
 
 	mu      sync.Mutex
-	running map[string]*running // key run + "\x00" + action
+	running map[string]*running // key ClaimKey: every attempt this worker may start or runs
 	held    map[string]*held    // key ClaimKey
 }
 
@@ -203,6 +207,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.claims = claims
 	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
 		w.stopRun(m.Subject[len(StopSubjectPrefix):])
+		w.stops.Add(1)
 	})
 	if err != nil {
 		return fmt.Errorf("worker: subscribe stop: %w", err)
@@ -243,7 +248,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// Stop cancels every running body of run, as a cancellation does.
+// stopRun cancels every running body of run, and every attempt of run
+// this worker is about to start, as a cancellation does.
 func (w *Worker) stopRun(run string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -332,6 +338,18 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		release(false)
 		w.requeue(m, t, why)
 	}
+	// The attempt can be stopped from here on, before its body starts: a
+	// cancellation recorded after the check below read the run reaches
+	// this worker as a stop that the start must see (SEMANTICS §7), or
+	// the body would start after the stop came and went and run unstopped.
+	base := context.Background()
+	if w.ctxFrom != nil {
+		base = w.ctxFrom(base, m.Headers())
+	}
+	ctx, cancel := context.WithCancelCause(base)
+	defer cancel(nil)
+	w.track(key, t.Run, cancel)
+	defer w.untrack(key)
 
 	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
 		// The task waited past its body's deadline: the run has decided
@@ -391,12 +409,43 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, nil))
 		return
 	}
-	base := context.Background()
-	if w.ctxFrom != nil {
-		base = w.ctxFrom(base, m.Headers())
+	// The last look before the start: what happened while the attempt
+	// was checked and claimed decides too.
+	if context.Cause(ctx) == errStopped {
+		// Its run was cancelled (or ended) meanwhile and recorded the
+		// attempt stopped: the body never starts, and nothing is reported
+		// (the decision that stopped it already recorded it).
+		w.log.Info("worker: task stopped before its body started, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
+		done(true)
+		return
 	}
-	rep = w.run(base, h, t, rep, &own)
+	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+		// The deadline passed while the attempt was checked or claimed:
+		// the run's timer decides the attempt at its deadline, so the body
+		// must not start after it (rule 1 of the task protocol).
+		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+		rep.Evidence = "the deadline passed before the body started; the body was not started"
+		done(w.deliver(t, rep, nil))
+		return
+	}
+	rep = w.run(ctx, cancel, h, t, rep, &own)
 	done(w.deliver(t, rep, &own))
+}
+
+// track makes the attempt of claim key stoppable by its run's stops; its
+// entry is the attempt's own, so that attempts of one action running at
+// once in this worker are all stopped.
+func (w *Worker) track(key, run string, cancel context.CancelCauseFunc) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.running[key] = &running{run: run, cancel: cancel}
+}
+
+// untrack ends track.
+func (w *Worker) untrack(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.running, key)
 }
 
 // held is an attempt this worker holds: from the check before its claim
@@ -489,21 +538,10 @@ func (w *Worker) current(t Task) currency {
 	return attemptUnknown
 }
 
-// run runs the body under the task's timeout and fills the report. It
-// renews own, the attempt's claim, every ClaimRenew while the body runs.
-func (w *Worker) run(base context.Context, h Handler, t Task, rep Report, own *ownClaim) Report {
-	ctx, cancel := context.WithCancelCause(base)
-	defer cancel(nil)
-	key := t.Run + "\x00" + t.Action
-	w.mu.Lock()
-	w.running[key] = &running{run: t.Run, cancel: cancel}
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		delete(w.running, key)
-		w.mu.Unlock()
-	}()
-
+// run runs the body under ctx (cancelled by its run's stops, with cause
+// errStopped) and the task's timeout, and fills the report. It renews own,
+// the attempt's claim, every ClaimRenew while the body runs.
+func (w *Worker) run(ctx context.Context, cancel context.CancelCauseFunc, h Handler, t Task, rep Report, own *ownClaim) Report {
 	var timeout <-chan time.Time
 	if t.TimeoutMS >= 0 {
 		d := time.Duration(t.TimeoutMS) * time.Millisecond
