@@ -534,12 +534,16 @@ func (t *Tool) Invoke(ctx context.Context, call tools.Call, args json.RawMessage
 }
 
 // refusedCodes are the JSON-RPC error codes that say the server refused the
-// request as such, before any tool body ran.
+// request as such, before any tool body ran: it could not parse it, it is
+// not a valid request, or the server has no tools/call method. Invalid
+// params (-32602) is not one of them: the official SDKs answer it after a
+// body ran too (the Go SDK passes a handler's *jsonrpc.Error through, the
+// TypeScript SDK 1.17 answers it when a result fails the tool's output
+// schema), so it is Uncertain like any other error answer.
 var refusedCodes = map[int64]bool{
 	jsonrpc.CodeParseError:     true,
 	jsonrpc.CodeInvalidRequest: true,
 	jsonrpc.CodeMethodNotFound: true,
-	jsonrpc.CodeInvalidParams:  true,
 }
 
 // classify is the Classify of a failed tools/call.

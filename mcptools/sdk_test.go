@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/weftrun/weft/events"
@@ -88,6 +89,14 @@ func newSDKServer(t *testing.T) (*sdkServer, *mcptools.Client) {
 		return nil, ctx.Err()
 	})
 	add("bad.name", nil, echo)
+	add("charge", nil, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		// The body acted (the call is recorded), then answered a JSON-RPC
+		// invalid params error: the Go SDK passes a handler's *jsonrpc.Error
+		// through as it is, and the TypeScript SDK (1.17 and others) answers
+		// -32602 when a tool's result fails its output schema, after the
+		// tool ran.
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "structured content does not match the output schema"}
+	})
 	client := mcptools.New(mcptools.Transport("in-memory sdk server", func() (mcp.Transport, error) {
 		s.mu.Lock()
 		refuse := s.refuse
@@ -163,7 +172,7 @@ func TestInvalidNameIsABuildErrorUnlessRenamed(t *testing.T) {
 		names = append(names, tl.Name())
 	}
 	// The SDK server lists its tools by name.
-	if got := strings.Join(names, ","); got != "bad_name,crash,drop,echo,fail,hang,pay,upsert" {
+	if got := strings.Join(names, ","); got != "bad_name,charge,crash,drop,echo,fail,hang,pay,upsert" {
 		t.Fatalf("tools %s, want the server's order with bad_name", got)
 	}
 	r := byName(t, list, "bad_name").Invoke(ctx, tools.Call{Run: "r", Action: "1/c"}, json.RawMessage(`{"message":"x"}`), tools.Settlement{})
@@ -228,8 +237,8 @@ func TestSchemaAndExactArguments(t *testing.T) {
 
 // TestClassification is the table of docs/mcp.md, each row against the real
 // SDK server: isError → Explain; a failure before the request was sent →
-// Explain; a JSON-RPC refusal of the request → Explain; a timeout, a broken
-// connection or another error answer after it was sent → Uncertain.
+// Explain; a timeout, a broken connection or an error answer after it was
+// sent (invalid params included) → Uncertain.
 func TestClassification(t *testing.T) {
 	srv, client := newSDKServer(t)
 	ctx := ctxT(t)
@@ -277,9 +286,10 @@ func TestClassification(t *testing.T) {
 	expect("connection broken after sending", invoke(ctx, "drop"), events.OutcomeUncertain, "after the call of drop was sent")
 	expect("another error answer", invoke(ctx, "crash"), events.OutcomeUncertain, "database went away mid-write", "may have acted")
 
-	// The server no longer has the tool: it refuses the request as such.
+	// The server no longer has the tool: the SDKs answer invalid params,
+	// the code they also answer after a body ran (TestInvalidParamsAfterActingIsUncertain).
 	srv.server.RemoveTools("pay")
-	expect("JSON-RPC invalid params", invoke(ctx, "pay"), events.OutcomeExplain, "refused the call of pay", "-32602")
+	expect("JSON-RPC invalid params", invoke(ctx, "pay"), events.OutcomeUncertain, "-32602", "may have acted")
 
 	// The session was closed under the client: a new one is opened and the
 	// call goes through (the first request was never sent).
@@ -308,6 +318,30 @@ func TestClassification(t *testing.T) {
 	dctx, cancel := context.WithCancel(ctx)
 	cancel()
 	expect("context done before sending", invoke(dctx, "echo"), events.OutcomeExplain)
+}
+
+// TestInvalidParamsAfterActingIsUncertain (SEMANTICS §3: an error after the
+// request was sent must not look like a clean failure): JSON-RPC invalid
+// params (-32602) is no proof that no tool body ran. The official SDKs answer
+// it before a body runs (unknown tool, arguments that fail the input schema)
+// and after (the Go SDK passes a handler's *jsonrpc.Error through; the
+// TypeScript SDK 1.17 answers it when a result fails the tool's output
+// schema). The tool here acted, then answered -32602: the action is
+// uncertain, never a failure the model could retry.
+func TestInvalidParamsAfterActingIsUncertain(t *testing.T) {
+	srv, client := newSDKServer(t)
+	ctx := ctxT(t)
+	list, err := client.Tools(ctx, mcptools.Only("charge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := list[0].Invoke(ctx, tools.Call{Run: "r", Action: "1/c", Attempt: 1}, json.RawMessage(`{"message":"EUR 5"}`), tools.Settlement{})
+	if n := len(srv.recorded()); n != 1 {
+		t.Fatalf("the body ran %d times, want 1", n)
+	}
+	if r.Outcome != events.OutcomeUncertain || !strings.Contains(r.Evidence, "-32602") || !strings.Contains(r.Evidence, "may have acted") {
+		t.Fatalf("invalid params after the body acted: %s %q %q, want uncertain with the code as evidence", r.Outcome, r.Message, r.Evidence)
+	}
 }
 
 // TestReplayOnlyByOption: no MCP tool is replayable by default;
