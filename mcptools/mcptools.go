@@ -78,22 +78,27 @@ type sendKey struct{}
 // sendTrack records whether the HTTP request carrying one tools/call left
 // this process: posted once a POST with the call's context was handed to
 // the HTTP transport, dialFailed when that POST could not even connect.
+//
+// Only the first POST with the call's context counts: it is the one that
+// carries the tools/call (the SDK writes the request before anything else
+// with that context). The SDK sends more with that context later — the
+// notifications/cancelled of a call its context stopped, the follow-up
+// requests of a multi round trip — and those failing to connect say nothing
+// about the call's own request.
 type sendTrack struct {
 	posted, dialFailed atomic.Bool
 }
 
-// trackingTransport marks the sendTrack of the context of every POST it
-// carries.
+// trackingTransport marks the sendTrack of the context of the first POST it
+// carries with that context.
 type trackingTransport struct{ base http.RoundTripper }
 
 func (t trackingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	tr, _ := req.Context().Value(sendKey{}).(*sendTrack)
-	if tr != nil && req.Method == http.MethodPost {
-		tr.posted.Store(true)
-	}
+	first := tr != nil && req.Method == http.MethodPost && tr.posted.CompareAndSwap(false, true)
 	res, err := t.base.RoundTrip(req)
 	var op *net.OpError
-	if tr != nil && err != nil && errors.As(err, &op) && op.Op == "dial" {
+	if first && err != nil && errors.As(err, &op) && op.Op == "dial" {
 		tr.dialFailed.Store(true)
 	}
 	return res, err
@@ -212,7 +217,7 @@ func (c *Client) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.Cal
 		if err == nil {
 			return res, nil
 		}
-		if c.notSent(err, tr) {
+		if c.notSent(ctx, err, tr) {
 			c.drop(s)
 			if try == 0 {
 				continue
@@ -232,20 +237,23 @@ func (c *Client) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.Cal
 }
 
 // notSent reports whether the failed call's request never left this
-// process: the session was closed or broken before it was written
-// (ErrConnectionClosed), the server's end of a pipe was already closed
-// (EPIPE: a process that is gone reads nothing), the server refused the
-// connection, or — over HTTP — no POST carried the call, or its POST could
-// not connect.
-func (c *Client) notSent(err error, tr *sendTrack) bool {
-	switch {
-	case errors.Is(err, mcp.ErrConnectionClosed), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE):
-		return true
-	case c.source.http:
+// process. Over HTTP the call's own POST says (sendTrack): none was made, or
+// it could not connect. Over other transports: the session was closed or
+// broken before the request was written (ErrConnectionClosed), the
+// server's end of a pipe was already closed (EPIPE: a process that is gone
+// reads nothing), or the server refused the connection — unless the call
+// ended because its context did: then the SDK has sent (or tried to send)
+// notifications/cancelled, whose failure is joined to the error and says
+// nothing about the request, which may well have been written.
+func (c *Client) notSent(ctx context.Context, err error, tr *sendTrack) bool {
+	if c.source.http {
 		var werr *jsonrpc.Error
 		return !errors.As(err, &werr) && (!tr.posted.Load() || tr.dialFailed.Load())
 	}
-	return false
+	if ctx.Err() != nil {
+		return false
+	}
+	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
 // ToolOption configures Client.Tools.

@@ -1,0 +1,120 @@
+package mcptools_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/mcptools"
+	"github.com/weftrun/weft/tools"
+)
+
+// httpServer is an MCP server written with the Go SDK, served over
+// streamable HTTP on a loopback port.
+type httpServer struct {
+	url string
+	hs  *http.Server
+	l   net.Listener
+}
+
+func serveHTTP(t *testing.T, srv *mcp.Server) *httpServer {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &httpServer{url: "http://" + l.Addr().String() + "/mcp", l: l,
+		hs: &http.Server{Handler: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)}}
+	done := make(chan struct{})
+	go func() { _ = h.hs.Serve(l); close(done) }()
+	t.Cleanup(func() { _ = h.hs.Close(); <-done })
+	return h
+}
+
+// stopAccepting makes the server take no new connection (as a server
+// shutting down gracefully does): the listener closes and idle connections
+// are closed; requests in progress go on.
+func (h *httpServer) stopAccepting() {
+	_ = h.l.Close()
+	h.hs.SetKeepAlivesEnabled(false)
+}
+
+const blockingCancelNotify = "blockingcancelnotify=1"
+
+// TestTimeoutWhileTheServerStopsAcceptingIsUncertain (SEMANTICS §3: a timeout
+// after a request was sent must never look like a clean failure): the
+// server got the tools/call and is acting on it, then stops accepting
+// connections (a graceful shutdown); the call's timeout fires. The SDK then
+// sends notifications/cancelled with a context derived from the call's, on
+// a new connection that is refused. That refusal is not the call's: the
+// action is uncertain. Before, it made the call "not sent" (Explain, the
+// model told the tool was not called): always when the SDK sends the
+// notification before the call returns (MCPGODEBUG=blockingcancelnotify=1,
+// the SDK's documented compatibility setting, run in a child process since
+// the SDK reads it at start), and whenever the background notification won
+// the race otherwise.
+func TestTimeoutWhileTheServerStopsAcceptingIsUncertain(t *testing.T) {
+	t.Run("notification in the background", timeoutWhileStopping)
+	t.Run("notification before the call returns", func(t *testing.T) {
+		if os.Getenv("MCPGODEBUG") == blockingCancelNotify {
+			timeoutWhileStopping(t)
+			return
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestTimeoutWhileTheServerStopsAcceptingIsUncertain$/^notification_before_the_call_returns$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), "MCPGODEBUG="+blockingCancelNotify)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("with MCPGODEBUG=%s: %v\n%s", blockingCancelNotify, err, out)
+		}
+		if !strings.Contains(string(out), "--- PASS: TestTimeoutWhileTheServerStopsAcceptingIsUncertain/notification_before_the_call_returns") {
+			t.Fatalf("the child process did not run the scenario:\n%s", out)
+		}
+	})
+}
+
+func timeoutWhileStopping(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "stopping", Version: "1"}, nil)
+	var h *httpServer
+	var calls atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	srv.AddTool(&mcp.Tool{Name: "pay", InputSchema: json.RawMessage(objectSchema)}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		calls.Add(1)
+		h.stopAccepting()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, errors.New("stopped")
+	})
+	h = serveHTTP(t, srv)
+	client := mcptools.New(mcptools.URL(h.url))
+	t.Cleanup(func() { once.Do(func() { close(release) }); _ = client.Close() })
+	ctx := ctxT(t)
+	list, err := client.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	r := list[0].Invoke(tctx, tools.Call{Run: "r", Action: "1/c", Attempt: 1}, json.RawMessage(`{"message":"EUR 5"}`), tools.Settlement{})
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the server got %d calls, want 1", n)
+	}
+	if r.Outcome != events.OutcomeUncertain || !strings.Contains(r.Evidence, "timed out after the request was sent") {
+		t.Fatalf("timeout after sending, then refused connections: %s %q %q, want uncertain", r.Outcome, r.Message, r.Evidence)
+	}
+}
