@@ -1,9 +1,11 @@
 package mcptools_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -116,5 +118,79 @@ func timeoutWhileStopping(t *testing.T) {
 	}
 	if r.Outcome != events.OutcomeUncertain || !strings.Contains(r.Evidence, "timed out after the request was sent") {
 		t.Fatalf("timeout after sending, then refused connections: %s %q %q, want uncertain", r.Outcome, r.Message, r.Evidence)
+	}
+}
+
+// TestAFailedCallDoesNotWaitForTheOthers: calls share the session. When one
+// call fails after it was sent in a way that breaks the session (here the
+// server answers its POST 200 with a body that is neither JSON nor an event
+// stream: Uncertain, the server may have acted), the client opens a new
+// session for the next calls — and the failed call returns at once, its
+// classification with it, while another call on the old session still
+// runs. Before, it closed the old session itself, and closing a session
+// waits for every call in flight on it: the failed call returned only when
+// the slow one did.
+func TestAFailedCallDoesNotWaitForTheOthers(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "busy", Version: "1"}, nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, enter sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	srv.AddTool(&mcp.Tool{Name: "slow", InputSchema: json.RawMessage(objectSchema)}, func(ctx context.Context, _ *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		enter.Do(func() { close(entered) })
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "slow done"}}}, nil
+	})
+	srv.AddTool(&mcp.Tool{Name: "busy", InputSchema: json.RawMessage(objectSchema)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "never"}}}, nil
+	})
+	h := serveHTTP(t, srv)
+	sdk := h.hs.Handler
+	h.hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			if strings.Contains(string(body), `"name":"busy"`) {
+				w.Header().Set("Content-Type", "text/plain")
+				_, _ = io.WriteString(w, "busy, try later")
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		sdk.ServeHTTP(w, r)
+	})
+	client := mcptools.New(mcptools.URL(h.url))
+	t.Cleanup(func() { once.Do(func() { close(release) }); _ = client.Close() })
+	ctx := ctxT(t)
+	list, err := client.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := json.RawMessage(`{"message":"m"}`)
+	slow := make(chan tools.Result, 1)
+	go func() {
+		slow <- byName(t, list, "slow").Invoke(ctx, tools.Call{Run: "r", Action: "1/a", Attempt: 1}, args, tools.Settlement{})
+	}()
+	<-entered
+	busy := make(chan tools.Result, 1)
+	go func() {
+		busy <- byName(t, list, "busy").Invoke(ctx, tools.Call{Run: "r", Action: "1/b", Attempt: 1}, args, tools.Settlement{})
+	}()
+	select {
+	case r := <-busy:
+		if r.Outcome != events.OutcomeUncertain || !strings.Contains(r.Evidence, "text/plain") {
+			t.Fatalf("a malformed answer: %s %q %q, want uncertain", r.Outcome, r.Message, r.Evidence)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the failed call did not return while another call ran on its session")
+	}
+	once.Do(func() { close(release) })
+	if r := <-slow; r.Outcome != events.OutcomeOutput {
+		t.Fatalf("the slow call: %s %q %q, want its output", r.Outcome, r.Message, r.Evidence)
+	}
+	// The next call goes through on a new session.
+	if r := byName(t, list, "slow").Invoke(ctx, tools.Call{Run: "r", Action: "1/c", Attempt: 1}, args, tools.Settlement{}); r.Outcome != events.OutcomeOutput {
+		t.Fatalf("a call after the failure: %s %q %q", r.Outcome, r.Message, r.Evidence)
 	}
 }

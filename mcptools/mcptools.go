@@ -122,6 +122,9 @@ type Client struct {
 	mu      sync.Mutex
 	session *mcp.ClientSession
 	closed  bool
+	// closing counts the dropped sessions being closed in the background
+	// (drop); Close waits for them.
+	closing sync.WaitGroup
 }
 
 // ClientOption configures New.
@@ -147,16 +150,20 @@ func New(source Source, opts ...ClientOption) *Client {
 func (c *Client) Source() Source { return c.source }
 
 // Close ends the current session (and the server process of a Command
-// source). Calls after Close fail before anything is sent.
+// source), waiting for the calls in flight on it, and for the sessions
+// dropped after a failure to close. Calls after Close fail before anything
+// is sent.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	s := c.session
 	c.session, c.closed = nil, true
 	c.mu.Unlock()
+	var err error
 	if s != nil {
-		return s.Close()
+		err = s.Close()
 	}
-	return nil
+	c.closing.Wait()
+	return err
 }
 
 // errNotSent marks a failure that happened before the tools/call request
@@ -190,14 +197,27 @@ func (c *Client) sessionFor(ctx context.Context) (*mcp.ClientSession, error) {
 }
 
 // drop forgets s when it is still the current session, so that the next
-// use opens a new one.
+// use opens a new one, and closes it in the background: closing a session
+// waits for every call still in flight on it, and the failed call that
+// drops it must not wait for the others.
 func (c *Client) drop(s *mcp.ClientSession) {
 	c.mu.Lock()
 	if c.session == s {
 		c.session = nil
 	}
+	closed := c.closed
+	if !closed {
+		c.closing.Add(1)
+	}
 	c.mu.Unlock()
-	_ = s.Close()
+	if closed {
+		_ = s.Close()
+		return
+	}
+	go func() {
+		defer c.closing.Done()
+		_ = s.Close()
+	}()
 }
 
 // call sends one tools/call. When the session turns out to be closed before
