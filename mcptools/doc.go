@@ -31,12 +31,13 @@
 //   - a failure before the tools/call request was sent (the server could not
 //     be started, reached or initialized, or the session was already
 //     closed) → tools.Explain;
-//   - a JSON-RPC error answer that says the request was refused as such
-//     (parse error, invalid request, method not found) → tools.Explain;
+//   - a JSON-RPC error answer method not found (-32601: the server has no
+//     tools/call) → tools.Explain;
 //   - everything after the request was sent — the context ended (the body's
-//     timeout, a cancellation), the connection broke, any other error answer,
-//     invalid params (-32602) included: the SDKs answer it after a body ran
-//     too → tools.Uncertain with evidence: the server may have acted.
+//     timeout, a cancellation), the connection broke, an answer the client
+//     cannot read, any other error answer (invalid params -32602 included:
+//     the SDKs answer it after a body ran too) → tools.Uncertain with
+//     evidence: the server may have acted.
 //
 // No MCP tool is replayable by default. ReplayReadOnly makes the tools the
 // server annotates readOnlyHint replayable, ReplayIdempotent (opt-in as

@@ -561,16 +561,17 @@ func (t *Tool) Invoke(ctx context.Context, call tools.Call, args json.RawMessage
 	return tools.OutputResult(content)
 }
 
-// refusedCodes are the JSON-RPC error codes that say the server refused the
-// request as such, before any tool body ran: it could not parse it, it is
-// not a valid request, or the server has no tools/call method. Invalid
-// params (-32602) is not one of them: the official SDKs answer it after a
-// body ran too (the Go SDK passes a handler's *jsonrpc.Error through, the
-// TypeScript SDK 1.17 answers it when a result fails the tool's output
-// schema), so it is Uncertain like any other error answer.
+// refusedCodes are the JSON-RPC error codes taken as the server's refusal of
+// the request as such, before any tool body ran: method not found, the
+// server has no tools/call. No other code is: invalid params (-32602) is
+// answered after a body ran too (the Go SDK passes a handler's
+// *jsonrpc.Error through, the TypeScript SDK 1.17 answers it when a result
+// fails the tool's output schema), and the Go SDK reports an answer it
+// cannot read (a response without an id, an id of the wrong type) with its
+// own parse error (-32700) and invalid request (-32600) values, which
+// errors.As cannot tell from a server's. Those are Uncertain like any other
+// error after sending.
 var refusedCodes = map[int64]bool{
-	jsonrpc.CodeParseError:     true,
-	jsonrpc.CodeInvalidRequest: true,
 	jsonrpc.CodeMethodNotFound: true,
 }
 
@@ -592,7 +593,9 @@ func (t *Tool) classify(ctx context.Context, err error) tools.Failure {
 		return tools.Uncertain(fmt.Sprintf("the call of MCP tool %s on %s %s after the request was sent; the server may have acted", t.remote, t.client.source, why))
 	}
 	if werr != nil {
-		return tools.Uncertain(fmt.Sprintf("the MCP server answered the call of %s with JSON-RPC error %d after it was sent (%s); the server may have acted", t.remote, werr.Code, werr.Message))
+		// The server's error answer, or one the SDK made (an answer it
+		// could not read, a transport's rejection): either way after sending.
+		return tools.Uncertain(fmt.Sprintf("the call of MCP tool %s on %s failed after the request was sent: %v (JSON-RPC error %d); the server may have acted", t.remote, t.client.source, err, werr.Code))
 	}
 	return tools.Uncertain(fmt.Sprintf("the connection to %s failed after the call of %s was sent: %v; the server may have acted", t.client.source, t.remote, err))
 }
