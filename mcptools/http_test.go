@@ -194,3 +194,56 @@ func TestAFailedCallDoesNotWaitForTheOthers(t *testing.T) {
 		t.Fatalf("a call after the failure: %s %q %q", r.Outcome, r.Message, r.Evidence)
 	}
 }
+
+// TestACallThatCannotConnectWasNotSent: the server went away between two
+// calls, and the session had no way to notice (the server keeps no event
+// stream open): the next call's POST cannot connect. Nothing was sent, so the
+// client opens a new session once (which fails too) and the action is
+// Explain, the model told the tool was not called. Before, the SDK's
+// wrapping of that connect error (its own "rejected by transport" JSON-RPC
+// error value) hid it, and the call was Uncertain.
+func TestACallThatCannotConnectWasNotSent(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "gone", Version: "1"}, nil)
+	var calls atomic.Int32
+	srv.AddTool(&mcp.Tool{Name: "pay", InputSchema: json.RawMessage(objectSchema)}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		calls.Add(1)
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "paid"}}}, nil
+	})
+	h := serveHTTP(t, srv)
+	sdk := h.hs.Handler
+	h.hs.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// No connection is kept for another request: a request on a
+		// connection the server closed meanwhile may have been written
+		// (Go's "server closed idle connection"), which is Uncertain.
+		w.Header().Set("Connection", "close")
+		if r.Method == http.MethodGet {
+			w.Header().Set("Allow", "POST, DELETE")
+			http.Error(w, "no event stream", http.StatusMethodNotAllowed)
+			return
+		}
+		sdk.ServeHTTP(w, r)
+	})
+	client := mcptools.New(mcptools.URL(h.url))
+	t.Cleanup(func() { _ = client.Close() })
+	ctx := ctxT(t)
+	list, err := client.Tools(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := tools.Call{Run: "r", Action: "1/c", Attempt: 1}
+	if r := list[0].Invoke(ctx, call, json.RawMessage(`{"message":"first"}`), tools.Settlement{}); r.Outcome != events.OutcomeOutput {
+		t.Fatalf("first call: %s %q %q", r.Outcome, r.Message, r.Evidence)
+	}
+	_ = h.hs.Close()
+	// mcptools.URL's client uses http.DefaultTransport: forget the
+	// connections it dialed and never used (the server closed them), so
+	// that the call must connect.
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	r := list[0].Invoke(ctx, call, json.RawMessage(`{"message":"second"}`), tools.Settlement{})
+	if r.Outcome != events.OutcomeExplain || !strings.Contains(r.Message, "was not called") {
+		t.Fatalf("a call that could not connect: %s %q %q, want Explain (nothing was sent)", r.Outcome, r.Message, r.Evidence)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the server got %d calls, want 1", n)
+	}
+}

@@ -267,8 +267,10 @@ func (c *Client) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.Cal
 // nothing about the request, which may well have been written.
 func (c *Client) notSent(ctx context.Context, err error, tr *sendTrack) bool {
 	if c.source.http {
-		var werr *jsonrpc.Error
-		return !errors.As(err, &werr) && (!tr.posted.Load() || tr.dialFailed.Load())
+		// Whatever the error (the SDK wraps a POST that could not connect
+		// in its own JSON-RPC error value), no POST, or one that could not
+		// connect, sent nothing.
+		return !tr.posted.Load() || tr.dialFailed.Load()
 	}
 	if ctx.Err() != nil {
 		return false
