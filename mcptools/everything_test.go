@@ -192,8 +192,10 @@ func TestEverythingOverStreamableHTTP(t *testing.T) {
 	_ = cmd.Process.Kill()
 	<-exited
 	// Let the client's event stream notice first, so that the session is
-	// already broken when the call comes (the call must not be sent on it).
-	time.Sleep(500 * time.Millisecond)
+	// already broken when the call comes (the call must not be sent on it):
+	// a POST on a pooled connection the server had closed may have been
+	// written, which is Uncertain.
+	mcptools.WaitSessionEnded(client)
 	r = list[0].Invoke(ctx, call, json.RawMessage(`{"message":"nobody listens"}`), tools.Settlement{})
 	if r.Outcome != events.OutcomeExplain || !strings.Contains(r.Message, "was not called") {
 		t.Fatalf("a call to a server that is gone: %+v, want Explain (nothing was sent)", r)

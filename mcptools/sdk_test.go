@@ -297,7 +297,7 @@ func TestClassification(t *testing.T) {
 	last := srv.sessions[len(srv.sessions)-1]
 	srv.mu.Unlock()
 	_ = last.Close()
-	time.Sleep(50 * time.Millisecond)
+	mcptools.WaitSessionEnded(client)
 	expect("after the session closed", invoke(ctx, "echo"), events.OutcomeOutput)
 
 	// The server cannot be reached at all: nothing was sent.
@@ -307,7 +307,7 @@ func TestClassification(t *testing.T) {
 		_ = s.Close()
 	}
 	srv.mu.Unlock()
-	time.Sleep(50 * time.Millisecond)
+	mcptools.WaitSessionEnded(client)
 	expect("unreachable server", invoke(ctx, "echo"), events.OutcomeExplain, "could not be reached", "was not called")
 	before := len(srv.recorded())
 	expect("closed client", func() tools.Result { _ = client.Close(); return invoke(ctx, "echo") }(), events.OutcomeExplain, "the client is closed")
