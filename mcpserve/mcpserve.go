@@ -24,8 +24,12 @@
 // approve and how; uncertain, with each action's evidence and how to
 // reconcile; ended otherwise (refused, budget exhausted, failed, cancelled:
 // isError); or still working, with the run id to ask again — the same call
-// with the same key, or the status tool. Never a guess: the answer is the
-// run's recorded status when the call returned.
+// with the same key, or the status tool. Never a guess: the status is the
+// read model's view of the run when the call returned (it may lag the log
+// by a moment; "working" means ask again). When no view could be read in
+// time, or the start's outcome is not known, the call answers "not known"
+// as the JSON-RPC error CodeOutcomeUnknown — never an isError result, which
+// a client (mcptools among them) reads as a definite failure.
 package mcpserve
 
 import (
@@ -39,6 +43,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
@@ -76,11 +81,21 @@ const (
 	// StatusEnded means the run finished with another outcome than
 	// completed (Outcome says which).
 	StatusEnded = "ended"
-	// StatusRefused means the call was refused (Error says why); no run
-	// was started or reopened, unless Run is set (whether the start was
-	// applied is not known).
+	// StatusRefused means the call was refused (Error says why): no run
+	// was started or reopened.
 	StatusRefused = "refused"
+	// StatusUnknown means what the call did is not known: whether it
+	// started a run, or how its run stands, could not be read in time
+	// (Error says what did not answer). Run names the run when it is this
+	// call's. An agent tool answers it as the JSON-RPC error
+	// CodeOutcomeUnknown, never as an isError result, which clients read
+	// as a definite failure.
+	StatusUnknown = "unknown"
 )
+
+// CodeOutcomeUnknown is the JSON-RPC error code of an agent tool's answer
+// StatusUnknown; the error's data is the Answer, its message the text.
+const CodeOutcomeUnknown int64 = -32050
 
 // DefaultStatusTool is the name of the status tool unless
 // Config.StatusTool says otherwise.
@@ -176,7 +191,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		}
 		s.mcp.AddTool(&mcp.Tool{Name: a.Tool, Description: a.Description, InputSchema: json.RawMessage(agentInputSchema), OutputSchema: json.RawMessage(answerSchema)},
 			func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-				return s.invoke(ctx, a, req), nil
+				return s.invoke(ctx, a, req)
 			})
 	}
 	if cfg.StatusTool != "-" {
@@ -223,7 +238,7 @@ const statusInputSchema = `{"type":"object","properties":{` +
 	`"required":["run"],"additionalProperties":false}`
 
 const answerSchema = `{"type":"object","properties":{` +
-	`"status":{"type":"string","enum":["completed","waiting_for_approval","uncertain","working","ended","refused"]},` +
+	`"status":{"type":"string","enum":["completed","waiting_for_approval","uncertain","working","ended","refused","unknown"]},` +
 	`"run":{"type":"string"},"agent":{"type":"string"},"answer":{},"outcome":{"type":"object"},` +
 	`"approvals":{"type":"array","items":{"type":"object"}},"uncertain":{"type":"array","items":{"type":"object"}},` +
 	`"error":{"type":"object","properties":{"code":{"type":"string"},"reason":{"type":"string"},"message":{"type":"string"}},"required":["code"]}},` +
@@ -297,41 +312,49 @@ func (s *Server) principal(ctx context.Context, req *mcp.CallToolRequest) (strin
 	return s.cfg.DefaultPrincipal, nil
 }
 
-// invoke answers one call of an agent tool.
-func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) *mcp.CallToolResult {
+// invoke answers one call of an agent tool: a result, or the JSON-RPC
+// error CodeOutcomeUnknown when what the call did is not known.
+func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	var in struct {
 		Input *string `json:"input"`
-		Key   string  `json:"key"`
+		Key   *string `json:"key"`
 	}
 	dec := json.NewDecoder(strings.NewReader(string(req.Params.Arguments)))
 	dec.DisallowUnknownFields()
 	if len(req.Params.Arguments) > 0 {
 		if err := dec.Decode(&in); err != nil {
-			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the arguments must be {\"input\": text, \"key\": optional text}: %v", err))
+			return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "the arguments must be {\"input\": text, \"key\": optional text}: %v", err)), nil
 		}
 	}
 	if in.Input == nil {
-		return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "input is missing"))
+		return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "input is missing")), nil
 	}
-	key := in.Key
+	key, keyed := "", in.Key != nil
+	if keyed {
+		key = *in.Key
+	}
 	if mk, ok := req.Params.Meta[mcptools.MetaIdempotencyKey]; ok {
 		ms, isString := mk.(string)
 		switch {
 		case !isString || ms == "":
-			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "_meta %s must be a non-empty string", mcptools.MetaIdempotencyKey))
-		case key != "" && key != ms:
-			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the key argument and _meta %s differ", mcptools.MetaIdempotencyKey))
+			return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "_meta %s must be a non-empty string", mcptools.MetaIdempotencyKey)), nil
+		case keyed && key != ms:
+			return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "the key argument and _meta %s differ", mcptools.MetaIdempotencyKey)), nil
 		}
-		key = ms
+		key, keyed = ms, true
 	}
-	if len(key) > 256 {
-		return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the key is longer than 256 bytes"))
+	switch {
+	case keyed && key == "":
+		// An empty key is no key: every retry with it would be a fresh run.
+		return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "the key is empty: a key is 1-256 bytes (omit it for a fresh run on every call)")), nil
+	case len(key) > 256:
+		return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "the key is longer than 256 bytes")), nil
 	}
 	run := freshRunID()
-	if key != "" {
+	if keyed {
 		p, err := s.principal(ctx, req)
 		if err != nil {
-			return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "who calls is not known: %v", err))
+			return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "who calls is not known: %v", err)), nil
 		}
 		run = RunID(s.cfg.Service, p, key)
 	}
@@ -340,96 +363,115 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 	switch {
 	case err == nil:
 		run = started.Run
-	case errors.Is(err, &weft.Error{Code: weft.CodeAlreadyStarted}) && key != "":
-		// A retry, or another input under the same key: the run decides.
-		v, ok, verr := s.view(ctx, run, deadline)
-		if verr != nil {
-			return s.refuse(run, verr)
-		}
-		if !ok {
-			return s.result(Answer{Status: StatusWorking, Run: run, Agent: a.Name})
-		}
-		if v.Agent.Name != a.Name || v.Input != *in.Input {
-			return s.refuse("", weft.Errorf(weft.CodeKeyReused, "this key was used before for another input or another agent; repeat that input to reopen its run, or use a new key"))
+	case errors.Is(err, &weft.Error{Code: weft.CodeAlreadyStarted}) && keyed:
+		// A retry, or another input under the same key. The log's answer
+		// (same_input: same agent version and input) settles a retry; a
+		// run of another version of the agent (deployed between the call
+		// and its retry) is reopened all the same, so a "no" is checked
+		// on the run's view.
+		if same := asWeft(err).SameInput; same == nil || !*same {
+			v, verr := s.view(ctx, run, deadline)
+			if verr != nil {
+				// Whether the key's run is this input's is not known: it
+				// may be another input's, so it is not named.
+				return s.answer(Answer{Status: StatusUnknown, Agent: a.Name, Error: asWeft(verr)}, keyed)
+			}
+			if v.Agent.Name != a.Name || v.Input != *in.Input {
+				return s.refuse(weft.Errorf(weft.CodeKeyReused, "this key was used before for another input or another agent; repeat that input to reopen its run, or use a new key")), nil
+			}
 		}
 	default:
-		if c := asWeft(err).Code; c != weft.CodeUnavailable && c != weft.CodeInternal {
-			run = "" // definitely not started
+		if c := asWeft(err).Code; c == weft.CodeUnavailable || c == weft.CodeInternal {
+			// The start may have been applied: not known, never a failure.
+			return s.answer(Answer{Status: StatusUnknown, Run: run, Agent: a.Name, Error: asWeft(err)}, keyed)
 		}
-		return s.refuse(run, err)
+		return s.refuse(err), nil // definitely not started
 	}
-	return s.result(s.follow(ctx, run, deadline))
+	return s.answer(s.follow(ctx, run, deadline), keyed)
 }
 
-// status answers one call of the status tool.
+// status answers one call of the status tool. It acts on nothing, so an
+// answer that is not known is an isError result like a refusal.
 func (s *Server) status(ctx context.Context, req *mcp.CallToolRequest) *mcp.CallToolResult {
 	var in struct {
 		Run string `json:"run"`
 	}
 	if err := json.Unmarshal(req.Params.Arguments, &in); err != nil || in.Run == "" {
-		return s.refuse("", weft.Errorf(weft.CodeInvalidRequest, "the arguments must be {\"run\": run id}"))
+		return s.refuse(weft.Errorf(weft.CodeInvalidRequest, "the arguments must be {\"run\": run id}"))
 	}
-	v, err := s.query.Run(ctx, in.Run)
+	deadline := time.Now().Add(s.cfg.Wait)
+	qctx, cancel := context.WithDeadline(ctx, deadline)
+	v, err := s.query.Run(qctx, in.Run)
+	cancel()
 	if err != nil {
-		return s.refuse("", err)
+		return s.refuse(err)
 	}
 	if !s.served[v.Agent.Name] {
 		// Only the runs of the agents this server serves are its business.
-		return s.refuse("", weft.Errorf(weft.CodeUnknownRun, "no run %s of an agent this server serves", in.Run))
+		return s.refuse(weft.Errorf(weft.CodeUnknownRun, "no run %s of an agent this server serves", in.Run))
 	}
-	return s.result(s.follow(ctx, in.Run, time.Now().Add(s.cfg.Wait)))
+	return s.result(s.follow(ctx, in.Run, deadline), false)
 }
+
+// errNoAnswer is the error of a wait in which the query service answered
+// nothing.
+var errNoAnswer = &weft.Error{Code: weft.CodeUnavailable, Message: "the query service did not answer within the wait"}
 
 // view returns the run's view, waiting until the read model has it (a run
-// just started may not be projected yet) or deadline passes (ok false).
-func (s *Server) view(ctx context.Context, run string, deadline time.Time) (projections.RunView, bool, error) {
+// just started may not be projected yet) and the query service answers, or
+// deadline passes: then the error is the last answer (unknown_run,
+// unavailable), never a guess.
+func (s *Server) view(ctx context.Context, run string, deadline time.Time) (projections.RunView, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var lastErr error = errNoAnswer
 	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		v, err := s.query.Run(ctx, run)
-		if err == nil {
-			return v, true, nil
+		switch {
+		case err == nil:
+			return v, nil
+		case ctx.Err() != nil:
+			// The wait ended during the query: it says nothing.
+		case errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}), errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}):
+			lastErr = err
+		default:
+			return v, err
 		}
-		if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
-			return v, false, err
-		}
-		if !sleepUntil(ctx, pause, deadline) {
-			return v, false, ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return v, false, nil
+		if !sleepUntil(ctx, pause) || !time.Now().Before(deadline) {
+			return projections.RunView{}, lastErr
 		}
 	}
 }
 
-// sleepUntil sleeps pause, or less when deadline comes first; false when ctx
-// ended.
-func sleepUntil(ctx context.Context, pause time.Duration, deadline time.Time) bool {
-	if d := time.Until(deadline); d < pause {
-		pause = max(d, 0)
-	}
+// sleepUntil sleeps pause, or less when ctx ends first (false).
+func sleepUntil(ctx context.Context, pause time.Duration) bool {
+	t := time.NewTimer(pause)
+	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-time.After(pause):
+	case <-t.C:
 		return true
 	}
 }
 
 // follow waits until the run (with its children) is finished or suspended,
-// or deadline passes, and returns what it then is.
-//
-// A run the query service does not know yet (its start is being
-// projected) counts as working; a query service that does not answer
-// until the deadline gives a refusal unavailable naming the run, never a
-// guessed status.
+// or deadline passes, and returns what it then is: settled; working when
+// the last view the read model gave says so (it may lag the log: ask
+// again); unknown, naming the run, when no view of it was read in time (the
+// read model has not caught up, or the query service does not answer).
+// Every query is bounded by deadline; nothing is guessed.
 func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Answer {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var seen bool
 	var agentName string
-	var lastErr error
+	var lastErr error = errNoAnswer
 	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
 		fam, err := s.query.RunFamily(ctx, run)
-		lastErr = err
 		switch {
 		case err == nil:
-			agentName = fam.View.Agent.Name
+			seen, agentName = true, fam.View.Agent.Name
 			switch fam.FamilyStatus.Status {
 			case projections.StatusFinished, projections.StatusSuspended:
 				// A suspended run with nothing listed is a view caught
@@ -438,16 +480,21 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 					return ans
 				}
 			}
-		case !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) && !errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}):
-			return Answer{Status: StatusRefused, Run: run, Error: asWeft(err)}
+		case ctx.Err() != nil:
+			// The wait ended during the query: it says nothing.
+		case errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}), errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}):
+			lastErr = err
+		default:
+			return Answer{Status: StatusUnknown, Run: run, Agent: agentName, Error: asWeft(err)}
 		}
-		if time.Now().After(deadline) || !sleepUntil(ctx, pause, deadline) {
-			if errors.Is(lastErr, &weft.Error{Code: weft.CodeUnavailable}) {
-				return Answer{Status: StatusRefused, Run: run, Error: asWeft(lastErr)}
-			}
-			return Answer{Status: StatusWorking, Run: run, Agent: agentName}
+		if !sleepUntil(ctx, pause) || !time.Now().Before(deadline) {
+			break
 		}
 	}
+	if seen {
+		return Answer{Status: StatusWorking, Run: run, Agent: agentName}
+	}
+	return Answer{Status: StatusUnknown, Run: run, Error: asWeft(lastErr)}
 }
 
 // settled turns a finished or suspended run into its answer, with the
@@ -506,11 +553,24 @@ func asWeft(err error) *weft.Error {
 	return &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
 }
 
-// refuse answers a refused call. run is the run the call was about, if
-// any: with a start that may have been applied (unavailable, internal) the
-// answer names it, so the caller can ask again.
-func (s *Server) refuse(run string, err error) *mcp.CallToolResult {
-	return s.result(Answer{Status: StatusRefused, Run: run, Error: asWeft(err)})
+// refuse answers a refused call: nothing was started or reopened.
+func (s *Server) refuse(err error) *mcp.CallToolResult {
+	return s.result(Answer{Status: StatusRefused, Error: asWeft(err)}, false)
+}
+
+// answer renders the answer of an agent tool's call (keyed says whether the
+// call had a key): StatusUnknown as the JSON-RPC error CodeOutcomeUnknown,
+// whose data is ans, so that no client reads it as a definite failure;
+// every other status as a result.
+func (s *Server) answer(ans Answer, keyed bool) (*mcp.CallToolResult, error) {
+	if ans.Status == StatusUnknown {
+		data, err := json.Marshal(ans)
+		if err != nil {
+			data = nil
+		}
+		return nil, &jsonrpc.Error{Code: CodeOutcomeUnknown, Message: s.text(ans, keyed), Data: data}
+	}
+	return s.result(ans, keyed), nil
 }
 
 // freshRunID is the run id of a call without a key: random, so every such
@@ -524,11 +584,11 @@ func freshRunID() string {
 
 // result renders ans as a tool result: the plain text, the structured
 // content, and the run id and status in _meta.
-func (s *Server) result(ans Answer) *mcp.CallToolResult {
+func (s *Server) result(ans Answer, keyed bool) *mcp.CallToolResult {
 	r := &mcp.CallToolResult{
-		Content:           []mcp.Content{&mcp.TextContent{Text: s.text(ans)}},
+		Content:           []mcp.Content{&mcp.TextContent{Text: s.text(ans, keyed)}},
 		StructuredContent: ans,
-		IsError:           ans.Status == StatusRefused || ans.Status == StatusEnded,
+		IsError:           ans.Status == StatusRefused || ans.Status == StatusEnded || ans.Status == StatusUnknown,
 		Meta:              mcp.Meta{MetaStatus: ans.Status},
 	}
 	if ans.Run != "" {
@@ -537,12 +597,26 @@ func (s *Server) result(ans Answer) *mcp.CallToolResult {
 	return r
 }
 
-// text is the plain-language answer the model reads.
-func (s *Server) text(ans Answer) string {
-	again := fmt.Sprintf("repeat this call with the same key, or call %s with {\"run\": %q}", s.cfg.StatusTool, ans.Run)
-	if s.cfg.StatusTool == "-" {
-		again = "repeat this call with the same key"
+// again says how to ask about run again: the same call with the same key
+// (only for a keyed call: an unkeyed one repeated is a new run), or the
+// status tool.
+func (s *Server) again(run string, keyed bool) string {
+	var ways []string
+	if keyed {
+		ways = append(ways, "repeat this call with the same key")
 	}
+	if s.cfg.StatusTool != "-" {
+		ways = append(ways, fmt.Sprintf("call %s with {\"run\": %q}", s.cfg.StatusTool, run))
+	}
+	if len(ways) == 0 {
+		return fmt.Sprintf("ask an operator (weft show %s)", run)
+	}
+	return strings.Join(ways, ", or ")
+}
+
+// text is the plain-language answer the model reads.
+func (s *Server) text(ans Answer, keyed bool) string {
+	again := s.again(ans.Run, keyed)
 	var b strings.Builder
 	switch ans.Status {
 	case StatusCompleted:
@@ -557,12 +631,15 @@ func (s *Server) text(ans Answer) string {
 		fmt.Fprintf(&b, "The run %s ended %s without an answer.", ans.Run, outcomeText(ans.Outcome))
 	case StatusRefused:
 		fmt.Fprintf(&b, "Refused: %s.", ans.Error.Error())
-		switch {
-		case ans.Error.Code == weft.CodeKeyReused:
+		if ans.Error.Code == weft.CodeKeyReused {
 			b.WriteString(" Nothing was started.")
-		case ans.Run != "" && (ans.Error.Code == weft.CodeUnavailable || ans.Error.Code == weft.CodeInternal):
-			fmt.Fprintf(&b, " Whether run %s started, and how it stands, is not known: to find out, %s.", ans.Run, again)
 		}
+	case StatusUnknown:
+		if ans.Run == "" {
+			fmt.Fprintf(&b, "Not known: this key names a run whose agent and input could not be read in time (%s), so whether it is this input's run is not known; this call started nothing. To find out, repeat this call with the same key.", ans.Error.Error())
+			break
+		}
+		fmt.Fprintf(&b, "Not known (run %s): whether the run started, or how it stands, could not be read in time (%s). Nothing is known to have failed: do not report it as done or as failed. To find out, %s.", ans.Run, ans.Error.Error(), again)
 	}
 	for _, a := range ans.Approvals {
 		fmt.Fprintf(&b, "\n- approval needed: run %s action %s calls %s with %s; requirement %s v%d, revision %d", a.Run, a.Action, a.Tool, a.Arguments, a.Requirement.Name, a.Requirement.Version, a.Revision)

@@ -349,9 +349,10 @@ func TestWeftCallsWeftOverMCP(t *testing.T) {
 const goldenRunID = "mcp-8494668bfb5c4e21b17e99b85186a057cf27560fd54961d79dca1e7c444daa22"
 
 // TestUnknownStateIsNeverGuessed: without a query service the server
-// cannot see the run it started; it answers unavailable naming the run
-// (ask again to find out), never a guessed status. An agent no runner
-// serves is unknown_agent, with no run named.
+// cannot see the run it started; it answers "not known" (the JSON-RPC error
+// CodeOutcomeUnknown, never an isError result) naming the run, with
+// unavailable as the reason (ask again to find out), never a guessed
+// status. An agent no runner serves is unknown_agent, with no run named.
 func TestUnknownStateIsNeverGuessed(t *testing.T) {
 	ag, err := agent.New("notes", model.NewScripted("n", model.Answer("hi")), nil, policy.AlwaysAllow()).Build()
 	if err != nil {
@@ -362,12 +363,11 @@ func TestUnknownStateIsNeverGuessed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{st: st, session: connect(t, srv.MCP())}
-	ans, res := f.call(t, "notes", map[string]any{"input": "hello", "key": "k"}, nil)
-	if ans.Status != mcpserve.StatusRefused || ans.Error.Code != weft.CodeUnavailable || ans.Run != mcpserve.RunID("weft", "local", "k") || !res.IsError {
+	ans, werr := unknown(t, connect(t, srv.MCP()), "notes", map[string]any{"input": "hello", "key": "k"})
+	if ans.Error.Code != weft.CodeUnavailable || ans.Run != mcpserve.RunID("weft", "local", "k") {
 		t.Fatalf("no query service: %+v", ans)
 	}
-	mustContain(t, "text", text(res), "is not known: to find out, repeat this call with the same key")
+	mustContain(t, "text", werr.Message, "could not be read in time", "To find out, repeat this call with the same key")
 
 	bare := mcptest.StartWithoutProjector(t, ag)
 	other, err := mcpserve.New(bare.Server.Conn, mcpserve.Config{Agents: []mcpserve.Agent{{Name: "missing"}}})
@@ -377,5 +377,20 @@ func TestUnknownStateIsNeverGuessed(t *testing.T) {
 	g := &fixture{st: bare, session: connect(t, other.MCP())}
 	if ans, _ := g.call(t, "missing", map[string]any{"input": "x"}, nil); ans.Error == nil || ans.Error.Code != weft.CodeUnknownAgent || ans.Run != "" {
 		t.Fatalf("an agent no runner serves: %+v, want unknown_agent and no run", ans)
+	}
+}
+
+// TestAnEmptyKeyIsRefused: a key is 1-256 bytes (docs/mcp.md). An empty key
+// is refused invalid_request, starting nothing. Before, it counted as no
+// key: every retry with it was a fresh run, acting again.
+func TestAnEmptyKeyIsRefused(t *testing.T) {
+	f := newFixture(t, mcpserve.Config{})
+	turns := len(f.model.Requests())
+	ans, res := f.call(t, "notes", map[string]any{"input": "hello", "key": ""}, nil)
+	if ans.Status != mcpserve.StatusRefused || !res.IsError || ans.Error == nil || ans.Error.Code != weft.CodeInvalidRequest || ans.Run != "" {
+		t.Fatalf("an empty key: %+v", ans)
+	}
+	if n := len(f.model.Requests()); n != turns {
+		t.Fatalf("an empty key started a run (%d model turns)", n-turns)
 	}
 }
