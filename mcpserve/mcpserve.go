@@ -381,7 +381,7 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 			}
 		}
 	default:
-		if c := asWeft(err).Code; c == weft.CodeUnavailable || c == weft.CodeInternal {
+		if c := asWeft(err).Code; c == weft.CodeUnavailable || c == weft.CodeInternal || c == weft.CodeOutcomeUnknown {
 			// The start may have been applied: not known, never a failure.
 			return s.answer(Answer{Status: StatusUnknown, Run: run, Agent: a.Name, Error: asWeft(err)}, keyed)
 		}

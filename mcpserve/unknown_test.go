@@ -141,8 +141,8 @@ func TestTheWaitBoundsEveryQuery(t *testing.T) {
 
 // TestAStartWithoutAKnownOutcomeIsNeverAFailure (SEMANTICS §3 across the MCP
 // boundary): the command API answers a start unavailable (a runner whose
-// append's outcome is not known) or with a reply nobody can read: the run
-// may have started. The answer is "not known", naming the run — a JSON-RPC
+// append's outcome is not known), outcome_unknown (a forward not answered
+// in time), or with a reply nobody can read: the run may have started. The answer is "not known", naming the run — a JSON-RPC
 // error, never an isError result, since a client reads isError as a
 // definite failure (mcptools makes it Explain, and the calling model may
 // start the work again under another key). Through mcptools, the calling
@@ -163,6 +163,14 @@ func TestAStartWithoutAKnownOutcomeIsNeverAFailure(t *testing.T) {
 			_ = m.RespondMsg(reply)
 		}, weft.CodeUnavailable},
 		{"an unreadable reply", func(m *nats.Msg) { _ = m.Respond([]byte("started?")) }, weft.CodeInternal},
+		{"outcome_unknown", func(m *nats.Msg) {
+			body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: &weft.Error{Code: weft.CodeOutcomeUnknown, Message: "the driver did not answer in time"}})
+			reply := nats.NewMsg(m.Reply)
+			reply.Header.Set("Nats-Service-Error", string(weft.CodeOutcomeUnknown))
+			reply.Header.Set("Nats-Service-Error-Code", "504")
+			reply.Data = body
+			_ = m.RespondMsg(reply)
+		}, weft.CodeOutcomeUnknown},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			sub, err := s.Conn.Subscribe(api.SubjectPrefix+api.EndpointStart, c.reply)
