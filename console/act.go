@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -176,19 +177,9 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 	var what string
 	switch f.Get("kind") {
 	case "output":
-		of := rawOutputForm("")
-		if f.Get("out_mode") == "fields" {
-			e, err := c.entry(ctx, events.AgentRef{Name: f.Get("agent"), Version: f.Get("version")})
-			t, ok := e.Tool(f.Get("tool"))
-			if err != nil || !ok || len(t.OutputSchema) == 0 {
-				c.respond(w, r, notSent("The tool's output schema is not available now: reload the page."))
-				return
-			}
-			of = formFromSchema(t.OutputSchema)
-		}
-		out, err := outputContent(of, f)
-		if err != nil {
-			c.respond(w, r, notSent("Not sent: "+err.Error()+"."))
+		out, problem := c.readOutput(ctx, f)
+		if problem != "" {
+			c.respond(w, r, notSent(problem))
 			return
 		}
 		content, what = out, "the tool's output"
@@ -226,6 +217,67 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 	}
 	c.log.Info("console: reconciled", "run", run, "action", action, "kind", f.Get("kind"))
 	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Recorded as " + what + ". " + describeStatus(run, rep.Status)})
+}
+
+// readOutput reads the tool's output from a form with the output fields
+// (output-fields template), or says why it was not sent.
+func (c *Console) readOutput(ctx context.Context, f url.Values) (json.RawMessage, string) {
+	of := rawOutputForm("")
+	if f.Get("out_mode") == "fields" {
+		e, err := c.entry(ctx, events.AgentRef{Name: f.Get("agent"), Version: f.Get("version")})
+		t, ok := e.Tool(f.Get("tool"))
+		if err != nil || !ok || len(t.OutputSchema) == 0 {
+			return nil, "The tool's output schema is not available now: reload the page."
+		}
+		of = formFromSchema(t.OutputSchema)
+	}
+	out, err := outputContent(of, f)
+	if err != nil {
+		return nil, "Not sent: " + err.Error() + "."
+	}
+	return out, ""
+}
+
+// actResolve records the final truth of an open question: the tool's
+// output (the effect happened) or a failure (it did not). The run does not
+// change (weft.api.resolve).
+func (c *Console) actResolve(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	f := r.PostForm
+	run, action := f.Get("run"), f.Get("action")
+	var content json.RawMessage
+	var what string
+	switch f.Get("kind") {
+	case "output":
+		out, problem := c.readOutput(ctx, f)
+		if problem != "" {
+			c.respond(w, r, notSent(problem))
+			return
+		}
+		content, what = out, "it happened, with the tool's output"
+	case "error":
+		msg := strings.TrimSpace(f.Get("error"))
+		if msg == "" {
+			c.respond(w, r, notSent("Type what happened instead: why the effect did not happen."))
+			return
+		}
+		content, _ = json.Marshal(map[string]string{"error": msg})
+		what = "it did not happen"
+	default:
+		c.respond(w, r, notSent("Choose what finally happened."))
+		return
+	}
+	rep, err := c.cmd.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by"))})
+	if err != nil {
+		c.respond(w, r, refused(err))
+		return
+	}
+	c.log.Info("console: resolved", "run", run, "action", action, "kind", f.Get("kind"))
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run) + "#audit", Message: "Resolved: " + what + ". Recorded in run " + run + "'s history; the run is unchanged."})
 }
 
 // actStart starts a run.

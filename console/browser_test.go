@@ -43,6 +43,9 @@ func TestScreenshotsAndLayout(t *testing.T) {
 	s.start(t, "shot-7", "pay invoice INV-7", "suspended")
 	s.start(t, "shot-13", "pay invoice INV-13", "suspended")
 	s.start(t, "shot-8", "pay invoice INV-8", "finished")
+	s.start(t, "shot-13q", "pay invoice INV-13", "suspended")
+	s.unconfirmedByAPI(t, "shot-13q", "asking the bank whether it was sent")
+	s.waitStatus(t, "shot-13q", "finished")
 	ctx := tab(t)
 
 	pages := []struct{ path, ready string }{
@@ -72,6 +75,7 @@ func TestScreenshotsAndLayout(t *testing.T) {
 	do(t, ctx, "inbox",
 		chromedp.Navigate(s.consoleURL+"/"),
 		chromedp.WaitVisible(chromedp.CSS("#"+cardKey("uncertain", "shot-13", "2/call_2_1"))),
+		chromedp.WaitVisible(chromedp.CSS("#"+cardKey("question", "shot-13q", "2/call_2_1"))),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`))
 	saveShot(t, "inbox.png", get(t, ctx, "inbox screenshot", chromedp.FullScreenshot(100)))
 	do(t, ctx, "run page",
@@ -91,6 +95,7 @@ func TestScreenshotsAndLayout(t *testing.T) {
 	// Clean up what waits, so other tests' inboxes are theirs.
 	s.approveByAPI(t, "shot-7")
 	s.reconcileByAPI(t, "shot-13")
+	s.resolveByAPI(t, "shot-13q")
 }
 
 // TestApproveFromInboxWithKeyboard approves a payment from the inbox using
@@ -184,6 +189,78 @@ func TestReconcileThroughGeneratedForm(t *testing.T) {
 	v = s.waitStatus(t, "rec-13b", "finished")
 	if a := action(t, v, "2/call_2_1"); a.State != projections.StateReconciled || !strings.Contains(a.Result, "checking with the bank") {
 		t.Fatalf("action %+v", a)
+	}
+	s.resolveByAPI(t, "rec-13b") // the open question it left
+}
+
+// TestResolveOpenQuestion: an uncertain payment recorded as unconfirmed is
+// an open question in the inbox; a person records what finally happened
+// through the form generated from send_payment's output schema; the
+// question leaves the inbox (live, in another open inbox) and appears
+// resolved in the run's audit, with the resolved event in its timeline.
+// The run does not change.
+func TestResolveOpenQuestion(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "q-13", "pay invoice INV-13", "suspended")
+	s.unconfirmedByAPI(t, "q-13", "asking the bank")
+	before := s.waitStatus(t, "q-13", "finished")
+	card := "#" + cardKey("question", "q-13", "2/call_2_1")
+
+	watcher := tab(t) // another person's inbox, left open
+	do(t, watcher, "open the inbox elsewhere", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+		waitJS(`document.getElementById("live-status").classList.contains("on")`))
+
+	ctx := tab(t)
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	if note := get(t, ctx, "note", chromedp.Text(chromedp.CSS(card+` .note`))); note != "asking the bank" {
+		t.Errorf("the card shows the note %q, want the unconfirmed note", note)
+	}
+	names := js[[]string](t, ctx, `Array.from(document.querySelectorAll("`+card+` fieldset[data-kind=output] [name^='out.']")).map(e => e.name)`)
+	if strings.Join(names, ",") != "out.id,out.status" {
+		t.Fatalf("generated output fields %v, want out.id,out.status (send_payment's output schema)", names)
+	}
+	do(t, ctx, "record what finally happened",
+		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.id"]`), "PAY-13"),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.status"]`), "sent"),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name=by]`), "alice"),
+		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Resolved: it happened")`))
+
+	// The other inbox drops the question without a reload.
+	js[bool](t, watcher, `window.weftNotReloaded = true`)
+	do(t, watcher, "the question leaves the other inbox", waitJS(`!document.querySelector("`+card+`")`))
+	if !js[bool](t, watcher, `window.weftNotReloaded === true`) {
+		t.Error("the other inbox was reloaded")
+	}
+	// The notice links to the run's audit.
+	do(t, ctx, "open the run's audit", chromedp.Click(chromedp.CSS(`#notices a`)),
+		chromedp.WaitVisible(chromedp.CSS(`#audit-questions li[data-action="2/call_2_1"]`)))
+	item := get(t, ctx, "audit item", chromedp.Text(chromedp.CSS(`#audit-questions li[data-action="2/call_2_1"]`)))
+	resolved := s.history(t, "q-13", events.NameResolved)
+	if len(resolved) != 1 {
+		t.Fatalf("%d resolved events, want 1", len(resolved))
+	}
+	for _, want := range []string{"asking the bank", fmt.Sprintf("resolved in event %d", resolved[0].Version), "it happened", "alice", "PAY-13", "sent"} {
+		if !strings.Contains(item, want) {
+			t.Errorf("the audit's open question says %q, want it to contain %q", item, want)
+		}
+	}
+	if verdict := get(t, ctx, "verdict", chromedp.Text(chromedp.CSS(`#audit .verdict`))); !strings.HasPrefix(verdict, "Verified") {
+		t.Errorf("audit verdict %q", verdict)
+	}
+	do(t, ctx, "the timeline has the resolved event", chromedp.WaitVisible(chromedp.CSS(`#timeline tr[data-type=resolved]`)))
+	do(t, ctx, "scroll to the audit", chromedp.ScrollIntoView(chromedp.ID("audit")))
+	saveShot(t, "audit.png", get(t, ctx, "audit screenshot", chromedp.Screenshot(chromedp.ID("audit"))))
+	if q := get(t, ctx, "action's question", chromedp.AttributeValue(chromedp.CSS(`li[data-action="2/call_2_1"] .question-line`), "data-question")).Value; q != "resolved" {
+		t.Errorf("the action's question line is %q, want resolved", q)
+	}
+	after := s.waitStatus(t, "q-13", "finished")
+	a := action(t, after, "2/call_2_1")
+	if a.Question == nil || a.Question.Resolution == nil || a.Question.Resolution.Kind != "output" || a.Question.Resolution.By != "alice" {
+		t.Fatalf("question %+v", a.Question)
+	}
+	if after.Outcome == nil || before.Outcome == nil || after.Outcome.Kind != before.Outcome.Kind || a.Result != action(t, before, "2/call_2_1").Result {
+		t.Errorf("resolving changed the run: outcome %+v → %+v, result %q → %q", before.Outcome, after.Outcome, action(t, before, "2/call_2_1").Result, a.Result)
 	}
 }
 
@@ -343,7 +420,29 @@ func (s *stack) reconcileByAPI(t *testing.T, run string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: "test-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"unconfirmed":"test cleanup"}`)}); err != nil {
+	if _, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: "test-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"error":"test cleanup"}`)}); err != nil {
 		t.Fatalf("reconcile %s: %v", run, err)
+	}
+}
+
+// unconfirmedByAPI records the run's uncertain payment as unconfirmed: it
+// becomes an open question.
+func (s *stack) unconfirmedByAPI(t *testing.T, run, note string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	content, _ := json.Marshal(map[string]string{"unconfirmed": note})
+	if _, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: "test-unconfirmed-" + run, Run: run, Action: "2/call_2_1", Content: content, By: "bob"}); err != nil {
+		t.Fatalf("reconcile %s: %v", run, err)
+	}
+}
+
+// resolveByAPI resolves the run's open question as not happened.
+func (s *stack) resolveByAPI(t *testing.T, run string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.cmd.Resolve(ctx, api.ResolveRequest{CommandID: "test-resolve-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"error":"test cleanup"}`)}); err != nil {
+		t.Fatalf("resolve %s: %v", run, err)
 	}
 }

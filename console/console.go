@@ -9,7 +9,8 @@
 // # Pages
 //
 //   - "/" the inbox: what waits for a person, one section per kind
-//     (pending approvals, uncertain effects), each item with its form.
+//     (pending approvals, uncertain effects, open questions), each item
+//     with its form.
 //   - "/runs" the runs: a filtered, paged list, newest change first, and a
 //     form that starts a run.
 //   - "/runs/<run>" one run: status, what waits for a person, actions with
@@ -141,7 +142,7 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 		return nil, err
 	}
 	c.static = http.StripPrefix("/static/", http.FileServerFS(static))
-	c.sections = []section{approvalsSection{c}, uncertainSection{c}}
+	c.sections = []section{approvalsSection{c}, uncertainSection{c}, questionsSection{c}}
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", c.inbox)
@@ -151,6 +152,7 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	mux.HandleFunc("GET /static/", c.serveStatic)
 	mux.HandleFunc("POST /act/approval", c.actApproval)
 	mux.HandleFunc("POST /act/reconcile", c.actReconcile)
+	mux.HandleFunc("POST /act/resolve", c.actResolve)
 	mux.HandleFunc("POST /act/start", c.actStart)
 	mux.HandleFunc("POST /act/cancel", c.actCancel)
 	// Cross-origin POSTs are refused (a page on another site cannot make

@@ -197,3 +197,34 @@ func TestRunsFilterAndPaging(t *testing.T) {
 		t.Fatalf("since 2999 lists %v", got)
 	}
 }
+
+// Resolving an open question twice: the second form (a new command id) is
+// refused already_resolved with the first resolution's kind as reason,
+// and the history records one resolution; a form without what happened
+// is not sent.
+func TestResolveTwiceRefused(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "q2-13", "pay invoice INV-13", "suspended")
+	s.unconfirmedByAPI(t, "q2-13", "asking the bank")
+	s.waitStatus(t, "q2-13", "finished")
+	form := func(id string) url.Values {
+		return url.Values{"command_id": {id}, "run": {"q2-13"}, "action": {"2/call_2_1"}, "kind": {"error"},
+			"error": {"the bank never received it"}, "by": {"hank"}, "return": {"/"}}
+	}
+	json := map[string]string{"Accept": "application/json"}
+	empty := form("console-q2-0")
+	empty.Set("error", " ")
+	if _, a := s.post(t, "/act/resolve", empty, json); !strings.Contains(a, `"ok":false`) || strings.Contains(a, `"code"`) {
+		t.Fatalf("a form without the reason answered %s, want not sent", a)
+	}
+	if _, a := s.post(t, "/act/resolve", form("console-q2-1"), json); !strings.Contains(a, `"ok":true`) {
+		t.Fatalf("first resolve answered %s", a)
+	}
+	resp, body := s.post(t, "/act/resolve", form("console-q2-2"), nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `<code class="code">already_resolved</code>`) || !strings.Contains(body, `<code class="reason">error</code>`) {
+		t.Fatalf("second resolve: status %d, the page does not show already_resolved (error):\n%s", resp.StatusCode, body)
+	}
+	if n := len(s.history(t, "q2-13", events.NameResolved)); n != 1 {
+		t.Fatalf("%d resolved events, want 1", n)
+	}
+}

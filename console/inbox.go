@@ -127,7 +127,7 @@ type uncertainCard struct {
 	Key       string
 	Args      []field
 	CommandID string
-	Output    outputForm
+	Output    outputPart
 	Return    string
 	ShowRun   bool
 }
@@ -145,19 +145,33 @@ func (s uncertainSection) load(ctx context.Context, run, ret string) sectionView
 	}
 	for _, it := range r.Items {
 		key := "uncertain-" + projectionsKey(it.Run+"/"+it.Action)
-		uc := uncertainCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == ""}
-		e, err := s.c.entry(ctx, it.Agent)
-		switch t, ok := e.Tool(it.Tool); {
-		case err != nil:
-			uc.Output = rawOutputForm("The tool's output schema is not available (" + asWeftError(err).Message + "): type the output as JSON.")
-		case !ok || len(t.OutputSchema) == 0:
-			uc.Output = rawOutputForm("The catalog gives no output schema for " + it.Tool + ": type the output as JSON.")
-		default:
-			uc.Output = formFromSchema(t.OutputSchema)
-		}
+		uc := uncertainCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == "",
+			Output: outputPart{Key: key, Tool: it.Tool, Form: s.c.outputForm(ctx, it.Agent, it.Tool)}}
 		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("uncertain-card", uc)})
 	}
 	return v
+}
+
+// outputForm is the form that records the output of tool of agent: from
+// the tool's output schema in the catalog, else one JSON text area saying
+// why.
+func (c *Console) outputForm(ctx context.Context, agent events.AgentRef, tool string) outputForm {
+	e, err := c.entry(ctx, agent)
+	switch t, ok := e.Tool(tool); {
+	case err != nil:
+		return rawOutputForm("The tool's output schema is not available (" + asWeftError(err).Message + "): type the output as JSON.")
+	case !ok || len(t.OutputSchema) == 0:
+		return rawOutputForm("The catalog gives no output schema for " + tool + ": type the output as JSON.")
+	default:
+		return formFromSchema(t.OutputSchema)
+	}
+}
+
+// outputPart is what the output-fields template gets: the card's key (for
+// DOM ids), the tool and its output form.
+type outputPart struct {
+	Key, Tool string
+	Form      outputForm
 }
 
 func (s uncertainSection) fingerprint(ctx context.Context) (string, error) {
@@ -166,6 +180,45 @@ func (s uncertainSection) fingerprint(ctx context.Context) (string, error) {
 		r.Items[i].AgeMillis = 0 // the age changes every time
 	}
 	return fingerprintOf(r.Items), err
+}
+
+// questionCard is an open question (an action reconciled as unconfirmed)
+// with the form that records what finally happened.
+type questionCard struct {
+	Item      projections.QuestionItem
+	Key       string
+	Args      []field
+	CommandID string
+	Output    outputPart
+	Return    string
+	ShowRun   bool
+}
+
+// questionsSection is the open questions: actions reconciled as
+// unconfirmed whose final truth nobody recorded yet (weft.api.resolve).
+type questionsSection struct{ c *Console }
+
+func (s questionsSection) load(ctx context.Context, run, ret string) sectionView {
+	v := sectionView{ID: "questions", Title: "Open questions",
+		Help:  "An effect recorded as unconfirmed: the run went on without knowing whether it happened. Once you know, record what finally happened. It is kept in the run's history for audit; the run does not change and the model is not told.",
+		Empty: "No question is open."}
+	items, err := s.c.query.Questions(ctx, projector.InboxRequest{Run: run})
+	if err != nil {
+		v.Err = asWeftError(err)
+		return v
+	}
+	for _, it := range items {
+		key := "question-" + projectionsKey(it.Run+"/"+it.Action)
+		qc := questionCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == "",
+			Output: outputPart{Key: key, Tool: it.Tool, Form: s.c.outputForm(ctx, it.Agent, it.Tool)}}
+		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("question-card", qc)})
+	}
+	return v
+}
+
+func (s questionsSection) fingerprint(ctx context.Context) (string, error) {
+	items, err := s.c.query.Questions(ctx, projector.InboxRequest{})
+	return fingerprintOf(items), err
 }
 
 func contains(list []string, s string) bool {

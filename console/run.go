@@ -95,6 +95,60 @@ type auditPanel struct {
 	ViewCompared bool
 	ViewNote     string
 	Head         eventlog.Head
+	// Questions are the open questions the history records (actions
+	// reconciled as unconfirmed) and their resolutions, in log order.
+	Questions []questionAudit
+}
+
+// questionAudit is an open question as the verified history records it:
+// the reconciliation that opened it and the resolution, once recorded.
+type questionAudit struct {
+	Action string
+	// Opened is the version and time of the unconfirmed reconciliation,
+	// Note its note, By who recorded it.
+	Opened     uint64
+	OpenedAt   time.Time
+	Note, By   string
+	Resolved   bool
+	ResolvedAt time.Time
+	ResolvedIn uint64
+	Kind       string
+	Content    []field
+	ResolvedBy string
+}
+
+// questionsOf lists the open questions of a history and their
+// resolutions (events reconciled with kind unconfirmed, then resolved).
+func questionsOf(envs []events.Envelope) []questionAudit {
+	var out []questionAudit
+	index := map[string]int{}
+	for _, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			continue // the audit's verdict names an undecodable event
+		}
+		switch e := ev.(type) {
+		case events.Reconciled:
+			if e.Kind != events.ReconciledUnconfirmed {
+				continue
+			}
+			var note struct {
+				Unconfirmed string `json:"unconfirmed"`
+			}
+			_ = json.Unmarshal(e.Content, &note)
+			index[e.Action] = len(out)
+			out = append(out, questionAudit{Action: e.Action, Opened: env.Version, OpenedAt: env.Recorded, Note: note.Unconfirmed, By: e.By})
+		case events.Resolved:
+			i, ok := index[e.Action]
+			if !ok {
+				continue
+			}
+			q := &out[i]
+			q.Resolved, q.ResolvedIn, q.ResolvedAt, q.Kind, q.ResolvedBy = true, env.Version, env.Recorded, e.Kind, e.By
+			q.Content = fields(e.Content)
+		}
+	}
+	return out
 }
 
 func (c *Console) run(w http.ResponseWriter, r *http.Request) { c.renderRun(w, r, nil) }
@@ -124,7 +178,7 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 		d.Outcome = events.DescribeOutcome(*v.Outcome)
 	}
 	ret := "/runs/" + url.PathEscape(v.Run)
-	if v.Status != "finished" || len(v.Uncertain) > 0 {
+	if v.Status != "finished" || len(v.Uncertain) > 0 || len(v.Questions) > 0 {
 		for _, s := range c.sections {
 			sv := s.load(ctx, v.Run, ret)
 			d.WaitingCount += len(sv.Cards)
@@ -248,6 +302,7 @@ func verify(envs []events.Envelope, head eventlog.Head, v projections.RunView) a
 		p.ViewNote = fmt.Sprintf("the view is at version %d and the log at %d (the projector is catching up): view not compared", v.Version, head.Version)
 	}
 	p.Report = audit.Verify(envs, opts...)
+	p.Questions = questionsOf(envs)
 	return p
 }
 
