@@ -1,0 +1,525 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/runner"
+)
+
+// Config says what one harness run does. The zero value of a field means
+// its default.
+type Config struct {
+	// Seed fixes the workload (runs, their calls, answers, cancels and
+	// reconciliations) and the fault schedule. Interleavings still vary:
+	// processes run in real time.
+	Seed uint64
+	// Runs is how many runs are started during the fault phase (default 24).
+	Runs int
+	// Duration is the length of the fault phase (default 20 s).
+	Duration time.Duration
+	// FaultEvery is the mean time between two faults (default 400 ms).
+	FaultEvery time.Duration
+	// Runners and Workers are the numbers of runner and standalone worker
+	// processes (defaults 3 and 2).
+	Runners, Workers int
+	// Nodes is 1 (a single nats-server, R1) or 3 (a cluster, every stream
+	// and bucket R3). Default 1.
+	Nodes int
+	// SyncAlways sets sync_interval: always on every server (an fsync
+	// before every acknowledgement); default: the server's default
+	// interval (2 min).
+	SyncAlways bool
+	// Quiet bounds the quiet phase, in which every run must finish
+	// (default 3 min).
+	Quiet time.Duration
+	// StableIDs keeps a runner's id across its restarts (runner-1 is
+	// always runner-1, as with a fixed --id); by default every process
+	// start has its own id, like runners' generated ids.
+	StableIDs bool
+	// Lease is the runners' liveness lease (default 1 s).
+	Lease time.Duration
+	// Dir is the working directory (stores, ledgers, logs); default a new
+	// temporary one, removed afterwards unless Keep is set or a check
+	// failed.
+	Dir  string
+	Keep bool
+	// Exe and Args start a part of the harness: the process is run with
+	// EnvRole set and must call RoleMain (default: this executable, no
+	// arguments).
+	Exe  string
+	Args []string
+	// Log receives progress lines (default: discarded).
+	Log io.Writer
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Runs <= 0 {
+		c.Runs = 24
+	}
+	if c.Duration <= 0 {
+		c.Duration = 20 * time.Second
+	}
+	if c.FaultEvery <= 0 {
+		c.FaultEvery = 400 * time.Millisecond
+	}
+	if c.Runners <= 0 {
+		c.Runners = 3
+	}
+	if c.Workers <= 0 {
+		c.Workers = 2
+	}
+	if c.Nodes <= 0 {
+		c.Nodes = 1
+	}
+	if c.Nodes != 1 && c.Nodes != 3 {
+		return c, fmt.Errorf("chaos: nodes %d: want 1 or 3", c.Nodes)
+	}
+	if c.Quiet <= 0 {
+		c.Quiet = 3 * time.Minute
+	}
+	if c.Lease <= 0 {
+		c.Lease = time.Second
+	}
+	if c.Exe == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return c, err
+		}
+		c.Exe = exe
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	return c, nil
+}
+
+// Result is what a harness run found.
+type Result struct {
+	// Seed and Config are what ran.
+	Seed   uint64
+	Config Config
+	// Faults counts the injected faults by kind ("runner SIGKILL", "nats
+	// SIGKILL", "runner SIGKILL after append", ...).
+	Faults map[string]int
+	// Runs, Actions and BodyStarts count what the workload did: runs
+	// started, actions the models asked for, tool bodies started (the
+	// ledger's lines).
+	Runs, Actions, BodyStarts int
+	// Outcomes counts the runs' outcomes and Ends the actions' end states.
+	Outcomes, Ends map[string]int
+	// Takeovers counts run_recovered events.
+	Takeovers int
+	// Answers counts the answers the workload's commands got, by kind and
+	// code ("approve ok", "approve already_answered", "cancel transport").
+	Answers map[string]int
+	// Violations lists every check that failed; a correct runtime has none.
+	Violations []Violation
+	// Notes are observations that are not violations (processes that
+	// exited on their own, slow drains).
+	Notes []string
+	// Elapsed is the wall time of the whole run.
+	Elapsed time.Duration
+	// Dir is the working directory, kept when a check failed.
+	Dir string
+}
+
+// FaultCount is the total number of injected faults.
+func (r *Result) FaultCount() int {
+	n := 0
+	for _, v := range r.Faults {
+		n += v
+	}
+	return n
+}
+
+// Violation is one failed check.
+type Violation struct {
+	// Check names the rule (see the package doc).
+	Check string
+	// Run and Action locate it; Detail says what was seen.
+	Run, Action, Detail string
+}
+
+func (v Violation) String() string {
+	s := v.Check
+	if v.Run != "" {
+		s += " " + v.Run
+	}
+	if v.Action != "" {
+		s += " " + v.Action
+	}
+	return s + ": " + v.Detail
+}
+
+// Write prints the report: seed, faults by kind, runs, actions, body
+// starts and violations.
+func (r *Result) Write(w io.Writer) {
+	mode := "default sync_interval"
+	if r.Config.SyncAlways {
+		mode = "sync_interval: always"
+	}
+	fmt.Fprintf(w, "chaos seed %d: %d nats node(s), %d runners, %d workers, %s, fault phase %s, %s total\n",
+		r.Seed, r.Config.Nodes, r.Config.Runners, r.Config.Workers, mode, r.Config.Duration, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "  faults: %d (%s)\n", r.FaultCount(), counts(r.Faults))
+	fmt.Fprintf(w, "  runs: %d (%s); takeovers: %d\n", r.Runs, counts(r.Outcomes), r.Takeovers)
+	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d\n", r.Actions, counts(r.Ends), r.BodyStarts)
+	fmt.Fprintf(w, "  answers: %s\n", counts(r.Answers))
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "  note: %s\n", n)
+	}
+	fmt.Fprintf(w, "  violations: %d\n", len(r.Violations))
+	for _, v := range r.Violations {
+		fmt.Fprintf(w, "    %s\n", v)
+	}
+	if len(r.Violations) > 0 && r.Dir != "" {
+		fmt.Fprintf(w, "  kept: %s\n", r.Dir)
+	}
+}
+
+func counts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// harness is one run of the harness.
+type harness struct {
+	cfg   Config
+	dir   string
+	start time.Time
+
+	nodes     []*part
+	runners   []*part
+	workers   []*part
+	projector *part
+	urls      string
+	ledger    string
+
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	client *api.Client
+	evlog  *eventlog.Log
+
+	mu         sync.Mutex
+	faults     map[string]int
+	notes      []string
+	violations []Violation
+	cmds       []command
+}
+
+func (h *harness) logf(format string, args ...any) {
+	fmt.Fprintf(h.cfg.Log, "chaos %6.1fs "+format+"\n", append([]any{time.Since(h.start).Seconds()}, args...)...)
+}
+
+func (h *harness) notef(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.notes = append(h.notes, fmt.Sprintf(format, args...))
+}
+
+func (h *harness) fault(kind string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.faults[kind]++
+}
+
+func (h *harness) violate(v Violation) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.violations = append(h.violations, v)
+}
+
+// exited is called when a part's process ended without the schedule
+// asking: a runner that SIGKILLed itself after an append (its own fault),
+// or a process that stopped on its own.
+func (h *harness) exited(p *part, pr *proc) {
+	st := pr.state
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		if ws.Signal() == syscall.SIGKILL && p.role == "runner" {
+			h.fault("runner SIGKILL after append")
+			return
+		}
+		h.notef("%s exited on signal %s", p.name, ws.Signal())
+		return
+	}
+	tail := logTail(p.log, 3)
+	if st.ExitCode() == 2 && strings.Contains(tail, "panic") {
+		h.violate(Violation{Check: "process_panicked", Detail: fmt.Sprintf("%s: %s", p.name, tail)})
+		return
+	}
+	h.notef("%s exited by itself (code %d): %s", p.name, st.ExitCode(), tail)
+}
+
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// freePorts picks n free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// Run runs the harness once: it starts the nats-server node(s), the
+// runners, the workers and the projector as processes, plays the seeded
+// workload while the seeded schedule injects faults for cfg.Duration,
+// then lets every run finish in a quiet phase and checks the ledger, the
+// acknowledgements and the log (see the package doc). Every process it
+// started is killed and reaped before it returns, whatever happens.
+// The error is for a harness that could not run; violations are in the
+// Result.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	h := &harness{cfg: cfg, start: time.Now(), faults: map[string]int{}}
+	h.dir = cfg.Dir
+	if h.dir == "" {
+		if h.dir, err = os.MkdirTemp("", fmt.Sprintf("weft-chaos-%d-", cfg.Seed)); err != nil {
+			return nil, err
+		}
+	}
+	for _, d := range []string{"acks", "logs"} {
+		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	res, err := h.run(ctx)
+	if res != nil {
+		res.Elapsed = time.Since(h.start)
+		res.Dir = h.dir
+	}
+	if cfg.Dir == "" && !cfg.Keep && err == nil && res != nil && len(res.Violations) == 0 {
+		os.RemoveAll(h.dir)
+		res.Dir = ""
+	}
+	return res, err
+}
+
+func (h *harness) run(ctx context.Context) (*Result, error) {
+	sctx, stopParts := context.WithCancel(context.Background())
+	var parts sync.WaitGroup
+	// Every process is killed and reaped on every way out.
+	defer func() {
+		stopParts()
+		parts.Wait()
+		if h.nc != nil {
+			h.nc.Close()
+		}
+	}()
+	supervise := func(p *part) {
+		parts.Add(1)
+		go func() { defer parts.Done(); p.supervise(sctx) }()
+	}
+	if err := h.writeNodes(); err != nil {
+		return nil, err
+	}
+	for _, n := range h.nodes {
+		supervise(n)
+	}
+	if err := h.connect(ctx); err != nil {
+		return nil, err
+	}
+	h.logf("nats up at %s", h.urls)
+	h.ledger = filepath.Join(h.dir, "ledger")
+	common := []string{"NATS_URL=" + h.urls, envLedger + "=" + h.ledger, fmt.Sprintf("%s=%d", envReplicas, h.cfg.Nodes),
+		envLease + "=" + h.cfg.Lease.String(), envAckWait + "=1s"}
+	for i := range h.cfg.Runners {
+		h.runners = append(h.runners, h.newPart(fmt.Sprintf("runner-%d", i+1), "runner", common))
+	}
+	for i := range h.cfg.Workers {
+		h.workers = append(h.workers, h.newPart(fmt.Sprintf("worker-%d", i+1), "worker", common))
+	}
+	h.projector = h.newPart("projector", "projector", common)
+	for _, p := range h.runners {
+		supervise(p)
+	}
+	for _, p := range h.workers {
+		supervise(p)
+	}
+	supervise(h.projector)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err := h.client.Ready(rctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: the runners never served: %w", err)
+	}
+	h.logf("parts up; fault phase of %s with %d runs", h.cfg.Duration, h.cfg.Runs)
+
+	plans := makePlans(h.cfg)
+	w := &workload{h: h, plans: plans, quiet: make(chan struct{})}
+	wdone := make(chan struct{})
+	wctx, stopWork := context.WithTimeout(ctx, h.cfg.Duration+h.cfg.Quiet)
+	defer stopWork()
+	go func() { defer close(wdone); w.run(wctx) }()
+
+	fctx, stopFaults := context.WithTimeout(ctx, h.cfg.Duration)
+	h.schedule(fctx)
+	stopFaults()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	h.logf("quiet phase: everything restarted and continued")
+	h.quiet()
+	close(w.quiet)
+	<-wdone
+	stopWork()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	h.logf("workload done; checking")
+	res := h.check(ctx, w)
+	return res, nil
+}
+
+func (h *harness) newPart(name, role string, env []string) *part {
+	return &part{h: h, name: name, role: role, env: env, log: filepath.Join(h.dir, "logs", name+".log")}
+}
+
+// writeNodes writes each node's configuration file.
+func (h *harness) writeNodes() error {
+	n := h.cfg.Nodes
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return err
+	}
+	var urls, routes []string
+	for i := range n {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
+	}
+	h.urls = strings.Join(urls, ",")
+	for i := range n {
+		name := fmt.Sprintf("nats-%d", i+1)
+		var b strings.Builder
+		fmt.Fprintf(&b, "server_name: %s\nlisten: 127.0.0.1:%d\nmax_payload: 8MB\n", name, ports[i])
+		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", filepath.Join(h.dir, name))
+		if h.cfg.SyncAlways {
+			b.WriteString("  sync_interval: always\n")
+		}
+		b.WriteString("}\n")
+		if n > 1 {
+			fmt.Fprintf(&b, "cluster {\n  name: chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", ports[n+i], strings.Join(routes, ", "))
+		}
+		conf := filepath.Join(h.dir, name+".conf")
+		if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+		h.nodes = append(h.nodes, h.newPart(name, "nats", []string{envConf + "=" + conf}))
+	}
+	return nil
+}
+
+// connect connects the harness's own client (the workload and the checks)
+// and provisions every asset once the server (or the cluster) answers.
+func (h *harness) connect(ctx context.Context) error {
+	nc, err := nats.Connect(h.urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		nats.RetryOnFailedConnect(true), nats.Name("chaos-harness"))
+	if err != nil {
+		return err
+	}
+	h.nc = nc
+	if h.js, err = jetstream.New(nc); err != nil {
+		return err
+	}
+	h.client = api.NewClient(nc)
+	h.evlog = eventlog.New(h.js)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = runner.Provision(cctx, h.js, h.cfg.Lease, runner.WithReplicas(h.cfg.Nodes), runner.WithAssets(projector.Assets()...))
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: provision: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// quiet ends the fault phase: every paused process continues, and the
+// harness waits until every part runs again.
+func (h *harness) quiet() {
+	all := h.all()
+	for _, p := range all {
+		p.resume()
+	}
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		ok := true
+		for _, p := range all {
+			if !p.up() {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.notef("not every part was up a minute into the quiet phase")
+}
+
+func (h *harness) all() []*part {
+	all := append([]*part{}, h.nodes...)
+	all = append(all, h.runners...)
+	all = append(all, h.workers...)
+	return append(all, h.projector)
+}
+
+// rng returns the seeded generator of one stream of decisions.
+func (h *harness) rng(stream uint64) *rand.Rand {
+	return rand.New(rand.NewPCG(h.cfg.Seed, stream))
+}

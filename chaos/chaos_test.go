@@ -1,0 +1,77 @@
+package chaos_test
+
+import (
+	"context"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/chaos"
+)
+
+// The long harness: go test ./chaos -run TestChaos -chaos.seeds 1,2,3
+// -chaos.duration 2m -chaos.runs 200 (docs/reliability.md).
+var (
+	seeds    = flag.String("chaos.seeds", "", "comma-separated seeds to run instead of the short set")
+	duration = flag.Duration("chaos.duration", 0, "fault phase per seed (default: the short set's)")
+	runs     = flag.Int("chaos.runs", 0, "runs per seed (default: the short set's)")
+	keep     = flag.Bool("chaos.keep", false, "keep the working directories")
+	verbose  = flag.Bool("chaos.v", false, "print the harness's progress")
+)
+
+func TestMain(m *testing.M) {
+	if handled, code := chaos.RoleMain(); handled {
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+func runSeed(t *testing.T, cfg chaos.Config) {
+	t.Helper()
+	if *duration > 0 {
+		cfg.Duration = *duration
+	}
+	if *runs > 0 {
+		cfg.Runs = *runs
+	}
+	cfg.Keep = *keep
+	if *verbose {
+		cfg.Log = os.Stderr
+	}
+	// The test binary is the parts' executable; -test.run=^$ keeps a part
+	// from running tests if RoleMain were ever skipped.
+	cfg.Args = []string{"-test.run=^$"}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+cfg.Quiet+5*time.Minute)
+	defer cancel()
+	res, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	res.Write(&b)
+	t.Log("\n" + b.String())
+	if len(res.Violations) > 0 {
+		t.Errorf("%d violation(s) with seed %d", len(res.Violations), cfg.Seed)
+	}
+}
+
+func TestChaos(t *testing.T) {
+	cfg := chaos.Config{Duration: 15 * time.Second, Runs: 20, Quiet: 2 * time.Minute}
+	list := []uint64{1}
+	if *seeds != "" {
+		list = nil
+		for _, s := range strings.Split(*seeds, ",") {
+			var n uint64
+			for _, c := range s {
+				n = n*10 + uint64(c-'0')
+			}
+			list = append(list, n)
+		}
+	}
+	for _, s := range list {
+		cfg.Seed = s
+		runSeed(t, cfg)
+	}
+}

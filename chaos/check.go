@@ -1,0 +1,493 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+)
+
+// The checks (Violation.Check).
+const (
+	checkStartsOverBudget  = "body_starts_over_budget"        // more starts than the fence's max attempts (1 for a non-replayable tool)
+	checkAttemptTwice      = "attempt_started_twice"          // one attempt's body started more than once
+	checkNoFence           = "body_start_without_fence"       // a body started with no fence in the log
+	checkBeforeFence       = "body_start_before_fence"        // a body started before its fence was stored
+	checkAfterLost         = "body_start_after_attempt_lost"  // a body started after its attempt was recorded lost
+	checkAfterEnd          = "body_start_after_run_finished"  // a body started after its run finished
+	checkEndedNotRun       = "attempted_action_ended_not_run" // an action with a fenced attempt ended as if it never ran
+	checkNotFinished       = "run_not_finished"               // a run was not finished at the end of the quiet phase
+	checkAudit             = "audit_verify"                   // the history or the projection failed weft audit verify
+	checkProjectionBehind  = "projection_behind"              // the projector never caught up with the log
+	checkAckLost           = "acknowledged_event_lost"        // an append the server acknowledged is not in the log
+	checkDuplicated        = "event_duplicated"               // an event is in the log twice
+	checkCommandLost       = "acknowledged_command_lost"      // a command answered ok left no trace in the log
+	checkTwoWinners        = "two_approvals_won"              // concurrent approvals of one request were both answered ok
+	checkRefusalWrong      = "refusal_contradicted_by_log"    // a refusal the log before and after the command contradicts
+	checkSelfTakeover      = "self_takeover"                  // a runner recovered a run from itself
+	checkProcessPanicked   = "process_panicked"               // a part's process panicked
+	checkVersionsNotSerial = "versions_not_serial"            // a run's versions in the stream are not 1, 2, 3, ...
+)
+
+// timed is an event with the server's timestamp of its message.
+type timed struct {
+	env events.Envelope
+	seq uint64
+	at  time.Time
+}
+
+// scan reads the whole event log stream with the server's timestamps.
+func (h *harness) scan(ctx context.Context) (map[string][]timed, map[uint64]string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	s, err := h.js.Stream(cctx, eventlog.Stream)
+	if err != nil {
+		return nil, nil, err
+	}
+	last := s.CachedInfo().State.LastSeq
+	runs, first := map[string][]timed{}, map[uint64]string{}
+	if last == 0 {
+		return runs, first, nil
+	}
+	cons, err := h.js.OrderedConsumer(cctx, eventlog.Stream, jetstream.OrderedConsumerConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	for {
+		batch, err := cons.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, nil, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, nil, err
+			}
+			var body struct {
+				Events []events.Envelope `json:"events"`
+			}
+			if err := json.Unmarshal(m.Data(), &body); err != nil {
+				return nil, nil, fmt.Errorf("seq %d: %w", meta.Sequence.Stream, err)
+			}
+			if len(body.Events) > 0 {
+				first[meta.Sequence.Stream] = body.Events[0].ID
+			}
+			for _, env := range body.Events {
+				runs[env.Run] = append(runs[env.Run], timed{env: env, seq: meta.Sequence.Stream, at: meta.Timestamp})
+			}
+			if meta.Sequence.Stream >= last {
+				return runs, first, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, err
+		}
+		if n == 0 && cctx.Err() != nil {
+			return nil, nil, cctx.Err()
+		}
+	}
+}
+
+// foldAt folds the events stored at or before t.
+func foldAt(evs []timed, t time.Time) aggregate.State {
+	var recs []events.Recorded
+	for _, e := range evs {
+		if e.at.After(t) {
+			break
+		}
+		rec, err := projector.Recorded(e.env)
+		if err != nil {
+			break
+		}
+		recs = append(recs, rec)
+	}
+	return aggregate.Fold(recs)
+}
+
+// waitProjected waits until every run's stored view is at its log head.
+func (h *harness) waitProjected(ctx context.Context, runs []string) error {
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		behind, err := h.behind(ctx, runs)
+		if err == nil && len(behind) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("%d run(s) not projected to their head, such as %s", len(behind), behind[0])
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func (h *harness) behind(ctx context.Context, runs []string) ([]string, error) {
+	kv, err := h.js.KeyValue(ctx, projector.BucketViews)
+	if err != nil {
+		return nil, err
+	}
+	var behind []string
+	for _, run := range runs {
+		_, head, err := h.evlog.Load(ctx, run)
+		if err != nil {
+			return nil, err
+		}
+		if head.IsZero() {
+			continue
+		}
+		e, err := kv.Get(ctx, run)
+		if err != nil {
+			behind = append(behind, run)
+			continue
+		}
+		v, err := projections.DecodeView(e.Value())
+		if err != nil || v.Version != head.Version {
+			behind = append(behind, run)
+		}
+	}
+	return behind, nil
+}
+
+// notRun are the end states that tell the model an action did not happen.
+var notRun = map[aggregate.ActionState]bool{
+	aggregate.ActionNotStarted: true, aggregate.ActionRejected: true, aggregate.ActionDenied: true,
+	aggregate.ActionInvalidArguments: true, aggregate.ActionUnknownTool: true, aggregate.ActionLimitReached: true,
+}
+
+// check runs every check after the quiet phase.
+func (h *harness) check(ctx context.Context, w *workload) *Result {
+	res := &Result{Seed: h.cfg.Seed, Config: h.cfg, Outcomes: map[string]int{}, Ends: map[string]int{}}
+	v := func(check, run, action, format string, args ...any) {
+		h.violate(Violation{Check: check, Run: run, Action: action, Detail: fmt.Sprintf(format, args...)})
+	}
+	var runs []string
+	for _, p := range w.plans {
+		runs = append(runs, p.id)
+	}
+	if err := h.waitProjected(ctx, runs); err != nil {
+		v(checkProjectionBehind, "", "", "%v", err)
+	}
+	stream, first, err := h.scan(ctx)
+	if err != nil {
+		v(checkAudit, "", "", "cannot read the event log: %v", err)
+		return h.finish(res)
+	}
+	starts := readStarts(h.ledger)
+	res.BodyStarts = len(starts)
+	byAction := map[string][]bodyStart{}
+	for _, s := range starts {
+		k := s.Run + " " + s.Action
+		byAction[k] = append(byAction[k], s)
+	}
+	views, _ := h.js.KeyValue(ctx, projector.BucketViews)
+	ids := map[string]int{}
+	for _, run := range runs {
+		evs := stream[run]
+		if len(evs) == 0 {
+			continue
+		}
+		res.Runs++
+		for i, e := range evs {
+			ids[e.env.ID]++
+			if e.env.Version != uint64(i+1) {
+				v(checkVersionsNotSerial, run, "", "event %d of the stream has version %d", i+1, e.env.Version)
+				break
+			}
+		}
+		h.checkAudit(ctx, res, run, views, v)
+		s := foldAt(evs, time.Now().Add(time.Hour))
+		st := aggregate.Status(s)
+		if o, ok := s.Finished(); ok {
+			res.Outcomes[o.Kind]++
+		} else {
+			v(checkNotFinished, run, "", "status %s (approvals %v, uncertain %v)", st.Kind, st.Approvals, st.Uncertain)
+		}
+		var finishedAt time.Time
+		fences := map[string]timed{}
+		lost := map[string]timed{}
+		for _, e := range evs {
+			ev, err := e.env.Event()
+			if err != nil {
+				continue
+			}
+			switch ev := ev.(type) {
+			case events.RunRecovered:
+				res.Takeovers++
+				if ev.Previous == ev.Runner && !h.cfg.StableIDs {
+					v(checkSelfTakeover, run, "", "%s recovered the run from itself (version %d)", ev.Runner, e.env.Version)
+				}
+			case events.AttemptFenced:
+				fences[fmt.Sprintf("%s %d", ev.Action, ev.Attempt)] = e
+			case events.AttemptLost:
+				k := fmt.Sprintf("%s %d", ev.Action, ev.Attempt)
+				if _, ok := lost[k]; !ok {
+					lost[k] = e
+				}
+			case events.RunFinished:
+				finishedAt = e.at
+			}
+		}
+		for _, a := range s.Actions() {
+			res.Actions++
+			res.Ends[string(a.State)]++
+			if a.Attempts > 0 && notRun[a.State] {
+				v(checkEndedNotRun, run, a.ID, "%d fenced attempt(s), ended %s (%s)", a.Attempts, a.State, a.Detail)
+			}
+			ss := byAction[run+" "+a.ID]
+			if len(ss) == 0 {
+				continue
+			}
+			if budget := a.Attempt.MaxAttempts; len(ss) > max(budget, 1) {
+				v(checkStartsOverBudget, run, a.ID, "%s: %d body starts, max attempts %d", a.Tool, len(ss), budget)
+			}
+			per := map[int]int{}
+			for _, b := range ss {
+				per[b.Attempt]++
+				if per[b.Attempt] == 2 {
+					v(checkAttemptTwice, run, a.ID, "%s attempt %d started twice (%s)", a.Tool, b.Attempt, processes(ss, b.Attempt))
+				}
+				k := fmt.Sprintf("%s %d", a.ID, b.Attempt)
+				f, ok := fences[k]
+				switch {
+				case !ok:
+					v(checkNoFence, run, a.ID, "%s attempt %d started in %s with no fence in the log", a.Tool, b.Attempt, b.Process)
+				case b.At.Before(f.at):
+					v(checkBeforeFence, run, a.ID, "%s attempt %d started %s before its fence was stored", a.Tool, b.Attempt, f.at.Sub(b.At))
+				}
+				if l, ok := lost[k]; ok && b.At.After(l.at) {
+					v(checkAfterLost, run, a.ID, "%s attempt %d started in %s %s after it was recorded lost (version %d)", a.Tool, b.Attempt, b.Process, b.At.Sub(l.at), l.env.Version)
+				}
+				if !finishedAt.IsZero() && b.At.After(finishedAt) {
+					v(checkAfterEnd, run, a.ID, "%s attempt %d started in %s %s after the run finished", a.Tool, b.Attempt, b.Process, b.At.Sub(finishedAt))
+				}
+			}
+		}
+	}
+	for id, n := range ids {
+		if n > 1 {
+			v(checkDuplicated, "", "", "event %s is in the log %d times", id, n)
+		}
+	}
+	h.checkAcks(res, first, v)
+	h.checkCommands(w, stream, v)
+	return h.finish(res)
+}
+
+func processes(ss []bodyStart, attempt int) string {
+	var ps []string
+	for _, s := range ss {
+		if s.Attempt == attempt {
+			ps = append(ps, s.Process)
+		}
+	}
+	return strings.Join(ps, ", ")
+}
+
+// checkAudit is weft audit verify of one run: chain, refold and the stored
+// view byte for byte.
+func (h *harness) checkAudit(ctx context.Context, res *Result, run string, views jetstream.KeyValue, v func(check, run, action, format string, args ...any)) {
+	envs, head, err := h.evlog.Load(ctx, run)
+	if err != nil {
+		v(checkAudit, run, "", "load: %v", err)
+		return
+	}
+	opts := []audit.Option{audit.WithHead(head.Hash)}
+	if views != nil {
+		if e, err := views.Get(ctx, run); err == nil {
+			opts = append(opts, audit.WithView(e.Value()))
+		} else {
+			v(checkAudit, run, "", "no stored view: %v", err)
+		}
+	}
+	if rep := audit.Verify(envs, opts...); !rep.OK() {
+		v(checkAudit, run, "", "%s", rep.Problem.Error())
+	}
+}
+
+// checkAcks checks every acknowledged append the runners recorded against
+// the stream.
+func (h *harness) checkAcks(res *Result, first map[uint64]string, v func(check, run, action, format string, args ...any)) {
+	files, _ := filepath.Glob(filepath.Join(h.dir, "acks", "*"))
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			switch {
+			case len(fs) == 6 && fs[0] == "ack":
+				seq, err := strconv.ParseUint(fs[1], 10, 64)
+				if err != nil {
+					continue
+				}
+				if got, ok := first[seq]; !ok || got != fs[4] {
+					v(checkAckLost, fs[2], "", "version %d (event %s) was acknowledged at sequence %d by %s; the stream has %q there", mustUint(fs[3]), fs[4], seq, filepath.Base(name), got)
+				}
+			case len(fs) == 4 && fs[0] == "self" && fs[1] == "SIGSTOP":
+				h.fault("runner SIGSTOP after append")
+			}
+		}
+		f.Close()
+	}
+}
+
+func mustUint(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+// checkCommands checks the workload's commands against the log: an ok
+// answer left its event; concurrent approvals had one winner; a refusal is
+// not contradicted by the log before and after it.
+func (h *harness) checkCommands(w *workload, stream map[string][]timed, v func(check, run, action, format string, args ...any)) {
+	h.mu.Lock()
+	cmds := append([]command{}, h.cmds...)
+	h.mu.Unlock()
+	winners := map[string]map[string]bool{}
+	for _, c := range cmds {
+		evs := stream[c.run]
+		if c.ok {
+			if !inLog(evs, c) {
+				v(checkCommandLost, c.run, c.action, "%s %s (revision %d) was answered ok; the log has no trace of it", c.kind, c.id, c.rev)
+			}
+			if c.kind == "approve" {
+				k := fmt.Sprintf("%s %s %d", c.run, c.action, c.rev)
+				if winners[k] == nil {
+					winners[k] = map[string]bool{}
+				}
+				winners[k][c.id] = true
+			}
+			continue
+		}
+		if c.transient() {
+			continue
+		}
+		before, after := foldAt(evs, c.sent), foldAt(evs, c.recv)
+		switch c.kind {
+		case "approve", "reject":
+			if pending(before, c) && pending(after, c) {
+				v(checkRefusalWrong, c.run, c.action, "%s %s refused %s, but revision %d was pending in the log before and after", c.kind, c.id, c.code, c.rev)
+			}
+		case "reconcile", "reconcile_stored":
+			if c.code == "not_reconcilable" && uncertain(before, c.action) && uncertain(after, c.action) {
+				v(checkRefusalWrong, c.run, c.action, "%s %s refused not_reconcilable, but the action was uncertain before and after", c.kind, c.id)
+			}
+		}
+	}
+	keys := make([]string, 0, len(winners))
+	for k := range winners {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if n := len(winners[k]); n > 1 {
+			f := strings.Fields(k)
+			v(checkTwoWinners, f[0], f[1], "%d approvals of revision %s answered ok", n, f[2])
+		}
+	}
+}
+
+func pending(s aggregate.State, c command) bool {
+	if _, done := s.Finished(); done {
+		return false
+	}
+	a, ok := s.Action(c.action)
+	return ok && a.State == aggregate.ActionAwaitingApproval && a.Request.Revision == c.rev && a.Request.Pending()
+}
+
+func uncertain(s aggregate.State, action string) bool {
+	a, ok := s.Action(action)
+	return ok && a.State == aggregate.ActionUncertain
+}
+
+// inLog reports whether the log holds the event an ok answer to c stands
+// for.
+func inLog(evs []timed, c command) bool {
+	if c.kind == "start" {
+		return len(evs) > 0
+	}
+	for _, e := range evs {
+		ev, err := e.env.Event()
+		if err != nil {
+			continue
+		}
+		switch ev := ev.(type) {
+		case events.ApprovalAnswered:
+			if (c.kind == "approve" && ev.Answer == events.AnswerApprove || c.kind == "reject" && ev.Answer == events.AnswerReject) &&
+				ev.Action == c.action && ev.Revision == c.rev {
+				return true
+			}
+		case events.CancelRequested:
+			if c.kind == "cancel" {
+				return true
+			}
+		case events.Reconciled:
+			if (c.kind == "reconcile" || c.kind == "reconcile_stored") && ev.Action == c.action {
+				return true
+			}
+		case events.SettlementAccepted:
+			if c.kind == "settle" && ev.Action == c.action {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func readStarts(path string) []bodyStart {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []bodyStart
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if s, ok := parseStart(sc.Text()); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (h *harness) finish(res *Result) *Result {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	res.Faults = map[string]int{}
+	for k, n := range h.faults {
+		res.Faults[k] = n
+	}
+	res.Violations = append([]Violation{}, h.violations...)
+	sort.SliceStable(res.Violations, func(i, j int) bool { return res.Violations[i].Check < res.Violations[j].Check })
+	res.Notes = append([]string{}, h.notes...)
+	res.Answers = map[string]int{}
+	for _, c := range h.cmds {
+		code := c.code
+		if c.ok {
+			code = "ok"
+		}
+		res.Answers[c.kind+" "+code]++
+	}
+	return res
+}

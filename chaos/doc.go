@@ -1,0 +1,73 @@
+// Package chaos is Weft's seeded fault-injection harness: it runs the real
+// processes of a deployment on loopback — a nats-server with file storage
+// (or a 3-node cluster at R3), two or three runners, standalone workers and
+// a projector — plays a workload against them while a seeded schedule
+// kills, pauses and stops them, then lets everything recover and checks,
+// against a side ledger of body starts, the runners' acknowledgements and
+// the log, that Weft kept its promises.
+//
+// # Processes
+//
+// Every part is a process the harness starts from one executable (Config.Exe,
+// by default the running one) with EnvRole set; the executable calls
+// RoleMain first thing. The nats part runs the nats-server of the module's
+// go.mod from a configuration file the harness writes (store on disk;
+// sync_interval: always with Config.SyncAlways). Runner, worker and
+// projector parts use the public packages runner, worker and projector,
+// exactly as an application would. Each process runs in its own process
+// group and dies with the harness (Pdeathsig); Run kills and reaps every one
+// on every way out. A part that exits is started again, like a service
+// manager would, after a delay the schedule draws.
+//
+// # Workload
+//
+// Each run of the agent "chaos" is given a script: one to three calls among
+// a replayable read (read, in the runners' own workers, max attempts 3), a
+// replayable read in the standalone workers (fetch, max attempts 2), a
+// non-replayable effect in the standalone workers (ship), a payment that
+// needs an approval over 100 (pay) and a settling tool whose stopped body
+// settles through its callback or not at all (hold). The workload starts
+// each run at a seeded time, approves requests (one to four approvers at
+// once: exactly one may win), rejects a quarter, cancels some runs,
+// settles some hold actions itself and reconciles every uncertain action
+// (with an output, an error or unconfirmed), live or stored.
+//
+// # Faults
+//
+// The schedule draws faults from a seeded generator: SIGKILL, SIGTERM and
+// SIGSTOP/SIGCONT of runners, workers, the projector and the nats-server,
+// and, for runners, a SIGKILL or SIGSTOP right after the next acknowledged
+// append to the event log and before the effect that follows it (the runner
+// part's test-only instrumentation, see RoleMain). On a cluster at most one
+// node is down at a time, and every other node fault hits the leader of the
+// event log stream. After Config.Duration a quiet phase continues every
+// paused process, starts every stopped one and waits until every run
+// finished.
+//
+// # Checks
+//
+// Every tool body writes an fsynced line to the ledger before anything
+// else; every runner writes each acknowledged append (stream sequence and
+// first event id) to its ack ledger before it acts on the acknowledgement.
+// Then, per run and action:
+//
+//   - body starts ≤ the fence's max attempts (1 for a non-replayable tool),
+//     and no attempt started twice;
+//   - every body start came after its fence was stored, never after its
+//     attempt was recorded lost, never after its run finished;
+//   - no action with a fenced attempt ended in a state that says it did not
+//     run (not_started, rejected, denied, ...);
+//   - every run finished;
+//   - weft audit verify passes on every run (chain, refold, and the
+//     projector's stored view byte for byte once it caught up);
+//   - every acknowledged append is in the stream at its sequence, no event
+//     is in it twice, and every run's versions are 1, 2, 3, ...;
+//   - every command answered ok left its event; concurrent approvals of
+//     one request had at most one winner; no refusal is contradicted by the
+//     log as it stood before and after the command; no runner recovered a
+//     run from itself; no part panicked.
+//
+// Result.Write prints the seed, the faults by kind, the runs, actions, body
+// starts and every violation. `weft chaos` and `go tool task chaos` run it
+// from the command line; docs/reliability.md records the figures.
+package chaos
