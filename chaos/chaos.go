@@ -157,6 +157,7 @@ type Violation struct {
 	Run, Action, Detail string
 }
 
+// String is the violation as one line: check, run, action and detail.
 func (v Violation) String() string {
 	s := v.Check
 	if v.Run != "" {

@@ -285,4 +285,3 @@ func projectorMain(ctx context.Context, logger *slog.Logger) error {
 	// out) exits; the harness starts it again, as a service manager would.
 	return projector.RunAll(ctx, node.Conn(), js, eventlog.New(js), logger.With("projector", id))
 }
-
