@@ -209,9 +209,10 @@ func counts(m map[string]int) string {
 
 // harness is one run of the harness.
 type harness struct {
-	cfg   Config
-	dir   string
-	start time.Time
+	cfg        Config
+	dir        string
+	start      time.Time
+	faultStart time.Time
 
 	nodes     []*part
 	runners   []*part
@@ -401,6 +402,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	defer stopWork()
 	go func() { defer close(wdone); w.run(wctx) }()
 
+	h.faultStart = time.Now()
 	fctx, stopFaults := context.WithTimeout(ctx, h.cfg.Duration)
 	h.schedule(fctx)
 	stopFaults()
@@ -415,7 +417,9 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	h.logf("workload done; checking")
+	h.logf("workload done; stopping runners and workers")
+	h.settle()
+	h.logf("checking")
 	res := h.check(ctx, w)
 	return res, nil
 }
@@ -511,6 +515,26 @@ func (h *harness) quiet() {
 		time.Sleep(100 * time.Millisecond)
 	}
 	h.notef("not every part was up a minute into the quiet phase")
+}
+
+// settle stops the runners and the workers with SIGTERM, as a deployment
+// would, so that the log stops growing before the checks read it (late
+// reports of stale attempts are still recorded as refused until then). A
+// runner or worker that does not exit within drainLimit is noted.
+func (h *harness) settle() {
+	var wg sync.WaitGroup
+	for _, p := range append(append([]*part{}, h.runners...), h.workers...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if d, killed := p.halt(drainLimit); killed {
+				h.notef("%s did not exit within %s of the final SIGTERM; killed", p.name, drainLimit)
+			} else if d > slowDrain {
+				h.notef("%s took %s to exit after the final SIGTERM", p.name, d.Round(100*time.Millisecond))
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func (h *harness) all() []*part {

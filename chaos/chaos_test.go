@@ -75,3 +75,10 @@ func TestChaos(t *testing.T) {
 		runSeed(t, cfg)
 	}
 }
+
+// TestChaosCluster is item 5 of issue 08: a 3-node cluster with every
+// stream and bucket at R3; the stream leader is killed a third of the way
+// in and a second node two thirds of the way, besides the random faults.
+func TestChaosCluster(t *testing.T) {
+	runSeed(t, chaos.Config{Seed: 1, Nodes: 3, Duration: 20 * time.Second, Runs: 20, Quiet: 2 * time.Minute})
+}

@@ -186,6 +186,7 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 	if err := h.waitProjected(ctx, runs); err != nil {
 		v(checkProjectionBehind, "", "", "%v", err)
 	}
+	acks := h.readAcks()
 	stream, first, err := h.scan(ctx)
 	if err != nil {
 		v(checkAudit, "", "", "cannot read the event log: %v", err)
@@ -274,7 +275,7 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 					v(checkBeforeFence, run, a.ID, "%s attempt %d started %s before its fence was stored", a.Tool, b.Attempt, f.at.Sub(b.At))
 				}
 				if l, ok := lost[k]; ok && b.At.After(l.at) {
-					v(checkAfterLost, run, a.ID, "%s attempt %d started in %s %s after it was recorded lost (version %d)", a.Tool, b.Attempt, b.Process, b.At.Sub(l.at), l.env.Version)
+					v(checkAfterLost, run, a.ID, "%s attempt %d started in %s %s after it was recorded lost (version %d: %s)%s", a.Tool, b.Attempt, b.Process, b.At.Sub(l.at), l.env.Version, lostCause(l), pastDeadline(f, ok, b))
 				}
 				if !finishedAt.IsZero() && b.At.After(finishedAt) {
 					v(checkAfterEnd, run, a.ID, "%s attempt %d started in %s %s after the run finished", a.Tool, b.Attempt, b.Process, b.At.Sub(finishedAt))
@@ -287,7 +288,11 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 			v(checkDuplicated, "", "", "event %s is in the log %d times", id, n)
 		}
 	}
-	h.checkAcks(res, first, v)
+	for _, a := range acks {
+		if got, ok := first[a.seq]; !ok || got != a.id {
+			v(checkAckLost, a.run, "", "version %d (event %s) was acknowledged at sequence %d by %s; the stream has %q there", a.version, a.id, a.seq, a.by, got)
+		}
+	}
 	h.checkCommands(w, stream, v)
 	return h.finish(res)
 }
@@ -323,9 +328,17 @@ func (h *harness) checkAudit(ctx context.Context, res *Result, run string, views
 	}
 }
 
-// checkAcks checks every acknowledged append the runners recorded against
-// the stream.
-func (h *harness) checkAcks(res *Result, first map[uint64]string, v func(check, run, action, format string, args ...any)) {
+// ack is one acknowledged append a runner recorded.
+type ack struct {
+	seq, version uint64
+	run, id, by  string
+}
+
+// readAcks reads every runner's ack ledger (and counts the runners'
+// self-inflicted pauses). It runs before the stream is scanned, so every
+// acknowledgement it reads was given for a sequence the scan covers.
+func (h *harness) readAcks() []ack {
+	var out []ack
 	files, _ := filepath.Glob(filepath.Join(h.dir, "acks", "*"))
 	for _, name := range files {
 		f, err := os.Open(name)
@@ -341,15 +354,14 @@ func (h *harness) checkAcks(res *Result, first map[uint64]string, v func(check, 
 				if err != nil {
 					continue
 				}
-				if got, ok := first[seq]; !ok || got != fs[4] {
-					v(checkAckLost, fs[2], "", "version %d (event %s) was acknowledged at sequence %d by %s; the stream has %q there", mustUint(fs[3]), fs[4], seq, filepath.Base(name), got)
-				}
+				out = append(out, ack{seq: seq, version: mustUint(fs[3]), run: fs[2], id: fs[4], by: filepath.Base(name)})
 			case len(fs) == 4 && fs[0] == "self" && fs[1] == "SIGSTOP":
 				h.fault("runner SIGSTOP after append")
 			}
 		}
 		f.Close()
 	}
+	return out
 }
 
 func mustUint(s string) uint64 {
@@ -490,4 +502,24 @@ func (h *harness) finish(res *Result) *Result {
 		res.Answers[c.kind+" "+code]++
 	}
 	return res
+}
+
+func lostCause(l timed) string {
+	ev, err := l.env.Event()
+	if lost, ok := ev.(events.AttemptLost); err == nil && ok {
+		return lost.Cause + ", next " + lost.Next
+	}
+	return "?"
+}
+
+// pastDeadline says when a body started after its fence's deadline.
+func pastDeadline(f timed, ok bool, b bodyStart) string {
+	if !ok {
+		return ""
+	}
+	ev, err := f.env.Event()
+	if fence, isFence := ev.(events.AttemptFenced); err == nil && isFence && fence.Deadline != nil && b.At.After(*fence.Deadline) {
+		return fmt.Sprintf("; %s after the fence's deadline", b.At.Sub(*fence.Deadline))
+	}
+	return ""
 }

@@ -29,6 +29,7 @@ type part struct {
 	delay    time.Duration // before the next start
 	starts   int
 	downAt   time.Time // when cur exited (zero while up)
+	halted   bool      // stopped for good before the checks
 }
 
 // proc is one incarnation of a part.
@@ -111,6 +112,13 @@ func (p *part) supervise(ctx context.Context) {
 		expected, delay := p.expected, p.delay
 		p.delay = 0
 		p.mu.Unlock()
+		p.mu.Lock()
+		halted := p.halted
+		p.mu.Unlock()
+		if halted {
+			<-ctx.Done()
+			return
+		}
 		if !expected {
 			p.h.exited(p, pr)
 		}
@@ -172,4 +180,28 @@ func (p *part) resume() {
 		_ = syscall.Kill(-p.cur.pid, syscall.SIGCONT)
 	}
 	p.paused = false
+}
+
+// halt stops the part for good: SIGTERM (SIGCONT first, in case it is
+// paused), then SIGKILL if it has not exited within limit. It returns how
+// long the exit took and whether it needed the SIGKILL.
+func (p *part) halt(limit time.Duration) (time.Duration, bool) {
+	p.mu.Lock()
+	p.halted, p.expected = true, true
+	pr := p.cur
+	p.mu.Unlock()
+	if pr == nil {
+		return 0, false
+	}
+	t0 := time.Now()
+	_ = syscall.Kill(-pr.pid, syscall.SIGCONT)
+	_ = syscall.Kill(-pr.pid, syscall.SIGTERM)
+	select {
+	case <-pr.done:
+		return time.Since(t0), false
+	case <-time.After(limit):
+		_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
+		<-pr.done
+		return time.Since(t0), true
+	}
 }

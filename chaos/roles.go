@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -81,12 +83,27 @@ func RoleMain() (handled bool, code int) {
 
 // natsMain is a nats-server process: the server of the nats-server module
 // in go.mod, started from the configuration file the harness wrote, until
-// SIGTERM (a clean shutdown) or SIGKILL.
+// SIGTERM (a clean shutdown) or SIGKILL. A cluster node does not wait for
+// its JetStream to answer: that needs a quorum of the other nodes.
 func natsMain(ctx context.Context) error {
-	return natsnode.Run(ctx, func(ctx context.Context, _ *natsnode.Node) error {
-		<-ctx.Done()
-		return nil
-	}, natsnode.WithConfigFile(os.Getenv(envConf)))
+	opts, err := server.ProcessConfigFile(os.Getenv(envConf))
+	if err != nil {
+		return err
+	}
+	opts.NoSigs = true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return err
+	}
+	srv.ConfigureLogger()
+	go srv.Start()
+	if !srv.ReadyForConnections(time.Minute) {
+		return errors.New("nats-server not ready for connections")
+	}
+	<-ctx.Done()
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	return nil
 }
 
 // connect connects to the harness's server, retrying while it is down (a
@@ -144,6 +161,10 @@ func partAgent() (*agent.Agent, error) {
 }
 
 func runnerMain(ctx context.Context, logger *slog.Logger) error {
+	// First thing: SIGUSR1 and SIGUSR2 must never take their default
+	// action (ending the process) once the harness may send them.
+	usr := make(chan os.Signal, 4)
+	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
 	id := os.Getenv(envID)
 	lease := envDuration(envLease, time.Second)
 	node, err := connect(ctx, id)
@@ -157,8 +178,6 @@ func runnerMain(ctx context.Context, logger *slog.Logger) error {
 	}
 	defer acks.Close()
 	js := &recordingJS{JetStream: node.JetStream(), acks: acks}
-	usr := make(chan os.Signal, 4)
-	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
 	go func() {
 		for s := range usr {
 			sig := syscall.SIGSTOP

@@ -41,6 +41,9 @@ func (h *harness) schedule(ctx context.Context) {
 	for _, f := range faults {
 		total += f.weight
 	}
+	if len(h.nodes) > 1 {
+		go h.nodeKills(ctx)
+	}
 	for {
 		wait := max(time.Duration(r.ExpFloat64()*float64(h.cfg.FaultEvery)), 20*time.Millisecond)
 		n := r.IntN(total)
@@ -114,6 +117,13 @@ func (h *harness) inject(ctx context.Context, f fault, target int, pause, restar
 			h.logf("%s %s for %s", kind, p.name, pause)
 			time.AfterFunc(pause, p.resume)
 		}
+	case "kill-after-append", "stop-after-append":
+		// Only a runner that has been up a while has its handler.
+		if pr := p.running(); pr == nil || time.Since(pr.started) < armSettle {
+			return
+		}
+	}
+	switch f.action {
 	case "kill-after-append":
 		// Counted when the runner kills itself (harness.exited).
 		if _, ok := p.signal(syscall.SIGUSR1, false, 0); ok {
@@ -127,6 +137,9 @@ func (h *harness) inject(ctx context.Context, f fault, target int, pause, restar
 		}
 	}
 }
+
+// armSettle is how long a runner must have been up before it is armed.
+const armSettle = 1500 * time.Millisecond
 
 // A SIGTERMed runner drains within 5 s; one that takes over slowDrain to
 // exit is noted, one that takes drainLimit is killed.
@@ -145,6 +158,45 @@ func (h *harness) watchDrain(p *part, pr *proc) {
 	case <-time.After(drainLimit):
 		h.notef("%s did not exit within %s of SIGTERM; killed", p.name, drainLimit)
 		_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
+	}
+}
+
+// nodeKills is the cluster's scripted part of the schedule: a third of
+// the way into the fault phase the leader of the event log stream is
+// SIGKILLed, two thirds of the way another node (the new leader when it
+// is another node), each started again a second later.
+func (h *harness) nodeKills(ctx context.Context) {
+	var first *part
+	for i := 1; i <= 2; i++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(h.faultStart.Add(h.cfg.Duration * time.Duration(i) / 3))):
+		}
+		for {
+			all := true
+			for _, n := range h.nodes {
+				all = all && n.up()
+			}
+			if all || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		p := h.leader(ctx)
+		if p == nil || p == first {
+			for _, n := range h.nodes {
+				if n != first {
+					p = n
+					break
+				}
+			}
+		}
+		if _, ok := p.signal(syscall.SIGKILL, true, time.Second); ok {
+			h.fault("nats SIGKILL leader (scripted)")
+			h.logf("nats SIGKILL leader (scripted) %s", p.name)
+		}
+		first = p
 	}
 }
 

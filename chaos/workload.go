@@ -148,8 +148,13 @@ func (w *workload) inQuiet() bool {
 	}
 }
 
-// wait sleeps d, or less once the quiet phase began; false when ctx ended.
+// wait sleeps d, cut short when the quiet phase begins meanwhile; false
+// when ctx ended.
 func (w *workload) wait(ctx context.Context, d time.Duration) bool {
+	quiet := w.quiet
+	if w.inQuiet() {
+		quiet = nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -157,7 +162,7 @@ func (w *workload) wait(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
-	case <-w.quiet:
+	case <-quiet:
 		return ctx.Err() == nil
 	}
 }
@@ -277,7 +282,7 @@ func (w *workload) answer(ctx context.Context, d *runDriver, a aggregate.Action,
 	if ch%100 < 25 {
 		id := fmt.Sprintf("reject-%s-%s-r%d-t%d", run, a.ID, rev, try)
 		c := w.send(ctx, command{kind: "reject", run: run, action: a.ID, rev: rev, id: id}, func(ctx context.Context) error {
-			_, err := w.h.client.Reject(ctx, api.RejectRequest{CommandID: id, Run: run, Action: a.ID, Revision: rev, Reason: "chaos says no", By: "chaos"})
+			_, err := w.h.client.Reject(ctx, api.RejectRequest{CommandID: id, Run: run, Action: a.ID, Revision: rev, Reason: "chaos says no", Approver: "desk", Credential: "rejecter"})
 			return err
 		})
 		w.settled(d, key, []command{c})
