@@ -517,24 +517,15 @@ func (h *harness) quiet() {
 	h.notef("not every part was up a minute into the quiet phase")
 }
 
-// settle stops the runners and the workers with SIGTERM, as a deployment
-// would, so that the log stops growing before the checks read it (late
-// reports of stale attempts are still recorded as refused until then). A
-// runner or worker that does not exit within drainLimit is noted.
+// settle stops the runners and the workers for good before the checks,
+// so that the log stops growing (late reports of stale attempts are
+// recorded as refused until then). Every run has finished: nothing is
+// left to drain, so they are killed (SIGTERM drains are faults of the
+// schedule).
 func (h *harness) settle() {
-	var wg sync.WaitGroup
 	for _, p := range append(append([]*part{}, h.runners...), h.workers...) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if d, killed := p.halt(drainLimit); killed {
-				h.notef("%s did not exit within %s of the final SIGTERM; killed", p.name, drainLimit)
-			} else if d > slowDrain {
-				h.notef("%s took %s to exit after the final SIGTERM", p.name, d.Round(100*time.Millisecond))
-			}
-		}()
+		p.halt()
 	}
-	wg.Wait()
 }
 
 func (h *harness) all() []*part {

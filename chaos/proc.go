@@ -82,6 +82,13 @@ func (p *part) start() (*proc, error) {
 // group and waits for it.
 func (p *part) supervise(ctx context.Context) {
 	for {
+		p.mu.Lock()
+		halted := p.halted
+		p.mu.Unlock()
+		if halted {
+			<-ctx.Done()
+			return
+		}
 		pr, err := p.start()
 		if err != nil {
 			p.h.notef("%s: start: %v", p.name, err)
@@ -93,6 +100,13 @@ func (p *part) supervise(ctx context.Context) {
 			}
 		}
 		p.mu.Lock()
+		if p.halted {
+			p.mu.Unlock()
+			_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
+			<-pr.done
+			<-ctx.Done()
+			return
+		}
 		p.cur, p.paused, p.expected, p.downAt = pr, false, false, time.Time{}
 		p.mu.Unlock()
 		select {
@@ -109,11 +123,8 @@ func (p *part) supervise(ctx context.Context) {
 		_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
 		p.mu.Lock()
 		p.cur, p.paused, p.downAt = nil, false, time.Now()
-		expected, delay := p.expected, p.delay
+		expected, delay, halted := p.expected, p.delay, p.halted
 		p.delay = 0
-		p.mu.Unlock()
-		p.mu.Lock()
-		halted := p.halted
 		p.mu.Unlock()
 		if halted {
 			<-ctx.Done()
@@ -182,26 +193,15 @@ func (p *part) resume() {
 	p.paused = false
 }
 
-// halt stops the part for good: SIGTERM (SIGCONT first, in case it is
-// paused), then SIGKILL if it has not exited within limit. It returns how
-// long the exit took and whether it needed the SIGKILL.
-func (p *part) halt(limit time.Duration) (time.Duration, bool) {
+// halt stops the part for good: SIGKILL, and waits for the exit.
+func (p *part) halt() {
 	p.mu.Lock()
 	p.halted, p.expected = true, true
 	pr := p.cur
 	p.mu.Unlock()
 	if pr == nil {
-		return 0, false
+		return
 	}
-	t0 := time.Now()
-	_ = syscall.Kill(-pr.pid, syscall.SIGCONT)
-	_ = syscall.Kill(-pr.pid, syscall.SIGTERM)
-	select {
-	case <-pr.done:
-		return time.Since(t0), false
-	case <-time.After(limit):
-		_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
-		<-pr.done
-		return time.Since(t0), true
-	}
+	_ = syscall.Kill(-pr.pid, syscall.SIGKILL)
+	<-pr.done
 }
