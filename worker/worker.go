@@ -24,7 +24,8 @@
 //     worker_lost) and the run's recorded replay budget decides between a
 //     new attempt and an uncertain effect, unless the worker that ran it
 //     saved its report in the claim, which is then delivered. A claim that
-//     cannot be taken requeues the task;
+//     cannot be taken requeues the task. Once the claim is taken it reads
+//     the run again: an attempt that ended meanwhile never starts;
 //  4. looks a last time before the start: a stop of the run (weft.stop.<run>)
 //     received since the check, or a deadline passed since, means the body
 //     never starts (acked silently, or reported lost timed_out);
@@ -409,8 +410,20 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, nil))
 		return
 	}
-	// The last look before the start: what happened while the attempt
-	// was checked and claimed decides too.
+	// The run may have ended the attempt while it was checked and claimed
+	// (a cancellation, a recovery, a timeout): read it again now that the
+	// claim is taken. An attempt ended before its claim never starts; one
+	// ended after it ended while a worker held it, which the recorded loss
+	// accounts for (its body may have run). A run that cannot be read now
+	// was read once: the body starts.
+	if w.current(t) == attemptStale {
+		w.log.Info("worker: attempt ended while it was claimed, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation)
+		done(true)
+		return
+	}
+	// The last look before the start, after everything that may take a
+	// while: what happened while the attempt was checked, claimed and read
+	// again decides too.
 	if context.Cause(ctx) == errStopped {
 		// Its run was cancelled (or ended) meanwhile and recorded the
 		// attempt stopped: the body never starts, and nothing is reported
@@ -420,12 +433,14 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		return
 	}
 	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
-		// The deadline passed while the attempt was checked or claimed:
-		// the run's timer decides the attempt at its deadline, so the body
-		// must not start after it (rule 1 of the task protocol).
+		// The deadline passed while the attempt was checked, claimed or
+		// read again: the run's timer decides the attempt at its deadline
+		// (or decided it), so a body started now would start after its
+		// attempt was recorded lost (rule 1 of the task protocol). The
+		// claim stays: no other delivery starts it either.
 		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
 		rep.Evidence = "the deadline passed before the body started; the body was not started"
-		done(w.deliver(t, rep, nil))
+		done(w.deliver(t, rep, &own))
 		return
 	}
 	rep = w.run(ctx, cancel, h, t, rep, &own)
