@@ -226,7 +226,9 @@ type TimerFired struct {
 // HandOff is a draining runner giving the run up, after waiting (within its
 // drain window) for running bodies and an in-flight model reply.
 // ModelNotCalled says the run's requested model turn was never called by
-// this runner, so the next runner calls it under the same turn.
+// this runner, so the next runner calls it under the same turn. A HandOff
+// from a runner that does not drive the run (another took it over) emits
+// nothing.
 type HandOff struct {
 	Runner         string
 	ModelNotCalled bool

@@ -924,7 +924,9 @@ func (d *decider) handOff(c HandOff) error {
 	if d.s.finished {
 		return d.runEnded()
 	}
-	if d.s.handedOff {
+	if d.s.handedOff || c.Runner != d.s.runner {
+		// Handed off already, or driven by another runner since (a
+		// takeover landed first): nothing of this runner's to hand off.
 		return nil
 	}
 	ev := events.RunHandedOff{Runner: c.Runner, Incarnation: d.s.incarnation}
