@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,21 +58,43 @@ func runSeed(t *testing.T, cfg chaos.Config) {
 	}
 }
 
-func TestChaos(t *testing.T) {
-	cfg := chaos.Config{Duration: 15 * time.Second, Runs: 20, Quiet: 2 * time.Minute}
-	list := []uint64{1}
-	if *seeds != "" {
-		list = nil
-		for _, s := range strings.Split(*seeds, ",") {
-			var n uint64
-			for _, c := range s {
-				n = n*10 + uint64(c-'0')
-			}
-			list = append(list, n)
-		}
+// short is the default suite's setting per seed: about 40 s each on the
+// reference 2-core machine.
+var short = chaos.Config{Duration: 15 * time.Second, Runs: 20, Quiet: 2 * time.Minute}
+
+// seedList is -chaos.seeds, or def.
+func seedList(t *testing.T, def ...uint64) []uint64 {
+	if *seeds == "" {
+		return def
 	}
-	for _, s := range list {
+	var list []uint64
+	for _, s := range strings.Split(*seeds, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+		if err != nil {
+			t.Fatalf("-chaos.seeds: %v", err)
+		}
+		list = append(list, n)
+	}
+	return list
+}
+
+// TestChaos is item 1 of issue 08 on a single nats-server with its
+// default sync_interval (2 min): every check of the package doc, seeds 1
+// and 2.
+func TestChaos(t *testing.T) {
+	for _, s := range seedList(t, 1, 2) {
+		cfg := short
 		cfg.Seed = s
+		runSeed(t, cfg)
+	}
+}
+
+// TestChaosSyncAlways is item 4 of issue 08: the same harness with
+// sync_interval: always (an fsync before every acknowledgement).
+func TestChaosSyncAlways(t *testing.T) {
+	for _, s := range seedList(t, 3) {
+		cfg := short
+		cfg.Seed, cfg.SyncAlways = s, true
 		runSeed(t, cfg)
 	}
 }
@@ -80,5 +103,9 @@ func TestChaos(t *testing.T) {
 // stream and bucket at R3; the stream leader is killed a third of the way
 // in and a second node two thirds of the way, besides the random faults.
 func TestChaosCluster(t *testing.T) {
-	runSeed(t, chaos.Config{Seed: 1, Nodes: 3, Duration: 20 * time.Second, Runs: 20, Quiet: 2 * time.Minute})
+	for _, s := range seedList(t, 1) {
+		cfg := short
+		cfg.Seed, cfg.Nodes, cfg.Duration = s, 3, 20*time.Second
+		runSeed(t, cfg)
+	}
 }
