@@ -398,7 +398,7 @@ func (h *harness) checkCommands(w *workload, stream map[string][]timed, v func(c
 		before, after := foldAt(evs, c.sent), foldAt(evs, c.recv)
 		switch c.kind {
 		case "approve", "reject":
-			if pending(before, c) && pending(after, c) {
+			if refusal[c.code] && pending(before, c) && pending(after, c) {
 				v(checkRefusalWrong, c.run, c.action, "%s %s refused %s, but revision %d was pending in the log before and after", c.kind, c.id, c.code, c.rev)
 			}
 		case "reconcile", "reconcile_stored":
@@ -419,6 +419,11 @@ func (h *harness) checkCommands(w *workload, stream map[string][]timed, v func(c
 		}
 	}
 }
+
+// refusal are the answers to an approval that say the request cannot be
+// answered (outcome_unknown says nothing).
+var refusal = map[string]bool{"wrong_reference": true, "stale_reference": true, "already_answered": true,
+	"approval_expired": true, "run_ended": true, "proof_refused": true}
 
 func pending(s aggregate.State, c command) bool {
 	if _, done := s.Finished(); done {

@@ -105,7 +105,9 @@ func (c command) transient() bool {
 func known(code string) bool {
 	for _, k := range []weft.Code{weft.CodeAlreadyStarted, weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered,
 		weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeNotReconcilable, weft.CodeAlreadyRecorded,
-		weft.CodeNotAwaited, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeUnknownRun} {
+		weft.CodeNotAwaited, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeUnknownRun,
+		// Kept for its command id: the run is read again and a new id sent.
+		weft.CodeOutcomeUnknown} {
 		if string(k) == code {
 			return true
 		}
