@@ -64,3 +64,37 @@ func BenchmarkDecideLateInRun(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEvolveOneEvent folds one report into the state of a 100-turn
+// run: the per-event cost of a runner keeping a driven run current.
+func BenchmarkEvolveOneEvent(b *testing.B) {
+	h := history100(b)
+	s := Fold(h[:len(h)-1])
+	last := h[len(h)-1]
+	for b.Loop() {
+		Evolve(s.Clone(), last)
+	}
+}
+
+// BenchmarkDecideResolve decides the resolution of a tool request (one
+// allowed call) early in a run, the decision of every workload step.
+func BenchmarkDecideResolve(b *testing.B) {
+	h := history100(b)
+	// The state right after turn 1's model reply: the run waits for the
+	// resolution of its calls.
+	var s State
+	for _, r := range h {
+		s = Evolve(s, r)
+		if _, ok := r.Event.(events.ModelReplied); ok {
+			break
+		}
+	}
+	c := ResolveCalls{Turn: 1, Calls: []Resolution{
+		{CallID: "a", Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyAllow}},
+		{CallID: "b", Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyAllow}}}}
+	for b.Loop() {
+		if _, err := Decide(s, c, epoch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

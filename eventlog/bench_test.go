@@ -178,3 +178,41 @@ func benchBody(env []byte, k int) []byte {
 	}
 	return append(out, "]}"...)
 }
+
+// BenchmarkAppend is one eventlog.Append of a one-event decision, chained
+// on the run's head, on the in-process test server.
+func BenchmarkAppend(b *testing.B) {
+	s := natstest.Start(b)
+	ctx := context.Background()
+	var head eventlog.Head
+	ev := events.ModelRequested{Turn: 3, Incarnation: 1}
+	for b.Loop() {
+		_, h, err := s.Log.Append(ctx, "bench", head, t0, ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		head = h
+	}
+}
+
+// BenchmarkLoadTail reads the last message of a 300-message run with
+// LoadAfter (what a runner does after a conflict or an unknown outcome).
+func BenchmarkLoadTail(b *testing.B) {
+	s := natstest.Start(b)
+	ctx := context.Background()
+	var head, prev eventlog.Head
+	ev := events.ModelRequested{Turn: 3, Incarnation: 1}
+	for range 300 {
+		_, h, err := s.Log.Append(ctx, "bench", head, t0, ev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		prev, head = head, h
+	}
+	for b.Loop() {
+		envs, _, err := s.Log.LoadAfter(ctx, "bench", prev)
+		if err != nil || len(envs) != 1 {
+			b.Fatal(len(envs), err)
+		}
+	}
+}

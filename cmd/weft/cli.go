@@ -108,7 +108,7 @@ func commands() []command {
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
 		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
 		auditCommand(), rebuildCommand(), consoleCommand(), devCommand(), mcpCommand(),
-		chaosCommand(),
+		chaosCommand(), benchCommand(),
 	}
 }
 

@@ -12,10 +12,19 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/weftrun/weft/bench"
 	"github.com/weftrun/weft/natsnode"
 )
 
 func main() {
+	// A subprocess of weft bench (a runner it may SIGKILL) runs as such.
+	if child, err := bench.Child(); child {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "weft bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	ctx, stop := natsnode.NotifyShutdown(context.Background())
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -15,7 +15,7 @@ var packages = []string{
 	"tools", "agent", "policy", "approvers", "model", "mcptools", "mcpserve", "internal/mcptest",
 	"model/openai", "model/openai/openaitest", "model/anthropic", "model/anthropic/anthropictest", "model/provider",
 	"model/internal/adaptertest", "model/internal/adaptere2e", "model/internal/answer", "model/internal/fakeserver", "model/internal/httperr",
-	"chaos",
+	"chaos", "bench",
 }
 
 // TestEveryExportedNameIsDocumented is the `go doc` check of issue 03's

@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/provision"
+)
+
+// history measures the log's bytes per turn of one agentHistory run.
+func (b *bencher) history(ctx context.Context) error {
+	if err := b.startRuntime(ctx); err != nil {
+		return err
+	}
+	w, err := b.newWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	turns := pick(b, 10, 100)
+	b.progress("history: one run of %d turns, each a %d-byte assistant text and a %d-byte tool result", turns, len(assistantText), len(blobData)+len(`{"data":""}`))
+	s, err := b.srv.js.Stream(ctx, provision.EventsStream)
+	if err != nil {
+		return err
+	}
+	bytes0 := s.CachedInfo().State.Bytes
+	id := fmt.Sprintf("hist-%d", time.Now().UnixNano())
+	res := b.clients(ctx, w, 1, 5*time.Minute, 1, agentHistory, "turns="+strconv.Itoa(turns), "run_finished", id)
+	if len(res.runs) != 1 {
+		return fmt.Errorf("the history run did not finish: %v", res.lastErr)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		return err
+	}
+	stored := info.State.Bytes - bytes0
+	envs, _, err := eventlog.New(b.srv.js).Load(ctx, res.runs[0])
+	if err != nil {
+		return err
+	}
+	var envBytes, payload int
+	for _, env := range envs {
+		raw, _ := json.Marshal(env)
+		envBytes += len(raw) - len(env.Payload)
+		payload += len(env.Payload)
+	}
+	msgBytes := float64(len(assistantText) + len(blobData) + len(`{"data":""}`))
+	b.add(Row{Section: SectionHistory, Name: "log bytes per turn", Value: float64(stored) / float64(turns), Unit: "bytes",
+		Baseline: "the turn's message bytes", BaseValue: msgBytes, BaseUnit: "bytes",
+		Note: fmt.Sprintf("stored bytes of WEFT_EVENTS for the run (%d events, %.1f per turn), over %d turns; target ≤ 3×", len(envs), float64(len(envs))/float64(turns), turns)})
+	b.add(Row{Section: SectionHistory, Name: "envelope bytes per event", Value: float64(envBytes) / float64(len(envs)), Unit: "bytes",
+		Baseline: "payload bytes per event", BaseValue: float64(payload) / float64(len(envs)), BaseUnit: "bytes",
+		Note: "id, run, version, type, schema, recorded time, previous hash and the JSON keys around the payload"})
+	return nil
+}
+
+// recovery SIGKILLs a runner subprocess whose runs' replayable bodies run
+// and measures until each run finished on the in-process runner.
+func (b *bencher) recovery(ctx context.Context) error {
+	b.stopRuntime()
+	w, err := b.newWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	n := pick(b, 20, 100)
+	id := fmt.Sprintf("bench-a-%d", time.Now().UnixNano())
+	b.progress("recovery: runner subprocess %s with %d runs whose bodies run, SIGKILLed", id, n)
+	a, err := b.spawn(ctx, id, true)
+	if err != nil {
+		return err
+	}
+	defer a.kill()
+	prefix := fmt.Sprintf("rec-%d", time.Now().Unix()%100000)
+	res := b.clients(ctx, w, min(n, 16), time.Minute, (n+15)/16, agentRecover, "go", "attempt_fenced", prefix)
+	if len(res.runs) == 0 {
+		return fmt.Errorf("no run reached its fence: %v", res.lastErr)
+	}
+	finished := map[string]<-chan time.Time{}
+	for _, r := range res.runs {
+		finished[r] = w.expect(r, "run_finished")
+	}
+	// The surviving runner must have watched the runners bucket for its
+	// judging grace before it may call a missing heartbeat gone.
+	if err := b.startRuntime(ctx); err != nil {
+		return err
+	}
+	time.Sleep(benchLease + benchLease/4 + 2*time.Second + 200*time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the bodies started
+	t0 := time.Now()
+	a.kill()
+	var lat []time.Duration
+	for _, r := range res.runs {
+		select {
+		case t := <-finished[r]:
+			lat = append(lat, t.Sub(t0))
+		case <-time.After(time.Minute):
+			return fmt.Errorf("run %s not finished a minute after the SIGKILL", r)
+		}
+	}
+	slices.Sort(lat)
+	floor := benchLease + benchLease/4
+	for _, p := range []int{50, 99} {
+		b.add(Row{Section: SectionRecovery, Name: fmt.Sprintf("recovery after SIGKILL p%d", p), Value: msf(pct(lat, p)), Unit: "ms",
+			Baseline: "lease + scan interval (configured)", BaseValue: msf(floor), BaseUnit: "ms",
+			Note: fmt.Sprintf("%d runs, from the SIGKILL until each finished on the surviving runner (replayed body); max %s; target p99 ≤ 2 s", len(lat), ms(pct(lat, 100)))})
+	}
+	return nil
+}
+
+// rebuild times projector.Rebuild over the whole log against a raw
+// ordered read of it.
+func (b *bencher) rebuild(ctx context.Context) error {
+	b.stopRuntime()
+	b.progress("rebuild: raw ordered read of WEFT_EVENTS, then projector.Rebuild")
+	rate, count, err := orderedRead(ctx, b.srv.js, provision.EventsStream)
+	if err != nil {
+		return err
+	}
+	var foldEnd time.Time
+	start := time.Now()
+	cp, err := projector.Rebuild(ctx, b.srv.js, eventlog.New(b.srv.js), func(phase string, done, total uint64) {
+		if phase == "write" && foldEnd.IsZero() {
+			foldEnd = time.Now()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	total := time.Since(start)
+	if foldEnd.IsZero() {
+		foldEnd = time.Now()
+	}
+	base := Row{Baseline: "raw ordered read of WEFT_EVENTS", BaseValue: rate, BaseUnit: "msgs/s"}
+	fold := base
+	fold.Section, fold.Name, fold.Value, fold.Unit = SectionRebuild, "rebuild, fold only", float64(cp.Seq)/foldEnd.Sub(start).Seconds(), "msgs/s"
+	fold.Note = fmt.Sprintf("%d messages", count)
+	b.add(fold)
+	all := base
+	all.Section, all.Name, all.Value, all.Unit = SectionRebuild, "rebuild, end to end", float64(cp.Seq)/total.Seconds(), "msgs/s"
+	all.Note = fmt.Sprintf("%.2f s in all, the read models written to KV; target ≥ 0.5×", total.Seconds())
+	b.add(all)
+	return nil
+}
+
+// idle creates runs suspended on an approval under a runner subprocess,
+// SIGKILLs it, and measures a fresh runner subprocess taking them over.
+func (b *bencher) idle(ctx context.Context) error {
+	b.stopRuntime()
+	n := b.cfg.IdleRuns
+	if n == 0 {
+		n = pick(b, 300, 20000)
+	}
+	w, err := b.newWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	ida := fmt.Sprintf("bench-idle-a-%d", time.Now().UnixNano())
+	b.progress("idle runs: %d runs suspended on an approval under runner subprocess %s", n, ida)
+	a, err := b.spawn(ctx, ida, false)
+	if err != nil {
+		return err
+	}
+	defer a.kill()
+	seq0 := b.lastSeq(ctx)
+	prefix := fmt.Sprintf("idle-%d", time.Now().Unix()%100000)
+	clients := 64
+	created := b.clients(ctx, w, clients, 10*time.Minute, (n+clients-1)/clients, agentApprove, "go", "approval_requested", prefix)
+	if len(created.runs) == 0 {
+		return fmt.Errorf("no run suspended: %v", created.lastErr)
+	}
+	msgs := b.lastSeq(ctx) - seq0
+	b.progress("  %d runs suspended in %.1f s (%.0f runs/s)", len(created.runs), created.elapsed.Seconds(), float64(len(created.runs))/created.elapsed.Seconds())
+	a.kill()
+
+	idb := fmt.Sprintf("bench-idle-b-%d", time.Now().UnixNano())
+	rec0 := w.count("run_recovered")
+	t0 := time.Now()
+	bc, err := b.spawn(ctx, idb, false)
+	if err != nil {
+		return err
+	}
+	defer bc.kill()
+	before, err := bc.mem(ctx)
+	if err != nil {
+		return err
+	}
+	b.progress("  fresh runner %s: RSS %.1f MiB before its takeover", idb, mib(before.RSS))
+	limit := pick(b, time.Minute, 5*time.Minute)
+	var peak int64
+	for {
+		got := w.count("run_recovered") - rec0
+		if _, hwm := bc.rss(); hwm > peak {
+			peak = hwm
+		}
+		if got >= int64(len(created.runs)) {
+			break
+		}
+		if time.Since(t0) > limit {
+			b.progress("  only %d of %d runs taken over after %s", got, len(created.runs), limit)
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	took := time.Since(t0)
+	got := w.count("run_recovered") - rec0
+	time.Sleep(time.Second)
+	after, err := bc.mem(ctx)
+	if err != nil {
+		return err
+	}
+	readTime := float64(msgs) / max(b.base.read, 1) * 1000
+	note := fmt.Sprintf("%d of %d runs taken over (run_recovered recorded), from the fresh runner's start; peak RSS %.0f MiB; %d goroutines after; target < 30 s for 20,000 with bounded memory",
+		got, len(created.runs), mib(max(peak, after.HWM)), after.Goroutines)
+	b.add(Row{Section: SectionIdle, Name: fmt.Sprintf("takeover of %d idle runs", len(created.runs)), Value: took.Seconds() * 1000, Unit: "ms",
+		Baseline: "raw ordered read of their messages", BaseValue: readTime, BaseUnit: "ms", Note: note})
+	perRun := float64(after.RSS-before.RSS) / float64(max(got, 1))
+	b.add(Row{Section: SectionIdle, Name: fmt.Sprintf("runner RSS with %d idle runs", got), Value: mib(after.RSS), Unit: "MiB",
+		Baseline: "the same runner before", BaseValue: mib(before.RSS), BaseUnit: "MiB",
+		Note: fmt.Sprintf("after a GC; live heap %.1f → %.1f MiB; %.0f bytes of RSS per idle run, %.1f MiB per 100,000 (target ≤ 10 MiB)",
+			mib(before.Heap), mib(after.Heap), perRun, perRun*100000/(1<<20))})
+	return nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }

@@ -1,0 +1,183 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/provision"
+)
+
+// phase is what the process and the log did while a set of clients ran.
+type phase struct {
+	res     clientResult
+	cpu     time.Duration
+	msgs    uint64 // NATS messages in and out of the runner's connection
+	appends uint64 // messages appended to WEFT_EVENTS
+}
+
+func (p phase) perRun(v uint64) float64 {
+	if len(p.res.runs) == 0 {
+		return 0
+	}
+	return float64(v) / float64(len(p.res.runs))
+}
+
+func (p phase) cpuPerRun() time.Duration {
+	if len(p.res.runs) == 0 {
+		return 0
+	}
+	return p.cpu / time.Duration(len(p.res.runs))
+}
+
+func (b *bencher) lastSeq(ctx context.Context) uint64 {
+	s, err := b.srv.js.Stream(ctx, provision.EventsStream)
+	if err != nil {
+		return 0
+	}
+	return s.CachedInfo().State.LastSeq
+}
+
+// measure runs clients of agentSteps and what they cost.
+func (b *bencher) measure(ctx context.Context, w *watcher, n int, d time.Duration, max int, prefix string) phase {
+	seq0, st0, cpu0 := b.lastSeq(ctx), b.rt.nc.Stats(), cpuTime()
+	res := b.clients(ctx, w, n, d, max, agentSteps, "go", "run_finished", prefix)
+	st1 := b.rt.nc.Stats()
+	return phase{res: res, cpu: cpuTime() - cpu0, msgs: st1.InMsgs + st1.OutMsgs - st0.InMsgs - st0.OutMsgs, appends: b.lastSeq(ctx) - seq0}
+}
+
+// runs measures run latency, durable steps and throughput.
+func (b *bencher) runs(ctx context.Context) error {
+	if err := b.startRuntime(ctx); err != nil {
+		return err
+	}
+	w, err := b.newWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	tag := fmt.Sprintf("r%d", time.Now().Unix()%100000)
+
+	// Warm up (connections, consumers, the code paths).
+	b.clients(ctx, w, 4, 5*time.Second, 5, agentSteps, "go", "run_finished", tag+"-warm")
+
+	b.progress("run latency: 1 client, sequential runs of %s (3 tool turns, then the answer)", agentSteps)
+	lat := b.measure(ctx, w, 1, pick(b, 3*time.Second, 20*time.Second), pick(b, 100, 1000), tag+"-lat")
+	if len(lat.res.runs) == 0 {
+		return fmt.Errorf("%w: %d failed, last: %v", errNoRuns, lat.res.failed, lat.res.lastErr)
+	}
+	appendsPerRun := lat.perRun(lat.appends)
+	base := b.base.sync1P50
+	b.add(Row{Section: SectionRun, Name: "run latency p50, 1 client", Value: msf(pct(lat.res.lat, 50)), Unit: "ms",
+		Baseline: "raw sync publish p50", BaseValue: msf(base), BaseUnit: "ms",
+		Note: fmt.Sprintf("p99 %s, max %s over %d runs; %.1f appends and %.1f NATS messages (runner's connection, in+out) per run; the ratio is how many raw appends' time a run takes",
+			ms(pct(lat.res.lat, 99)), ms(pct(lat.res.lat, 100)), len(lat.res.runs), appendsPerRun, lat.perRun(lat.msgs))})
+
+	steps, err := b.stepTimes(ctx, lat.res.runs)
+	if err != nil {
+		return err
+	}
+	if len(steps) > 0 {
+		for _, p := range []int{50, 99, 100} {
+			name := fmt.Sprintf("durable step p%d, 1 client", p)
+			if p == 100 {
+				name = "durable step max, 1 client"
+			}
+			r := Row{Section: SectionStep, Name: name, Value: msf(pct(steps, p)), Unit: "ms", Baseline: "raw sync publish p50", BaseValue: msf(base), BaseUnit: "ms"}
+			if p == 50 {
+				r.Note = fmt.Sprintf("from attempt_fenced to attempt_reported, by their recorded times, over %d steps", len(steps))
+			}
+			b.add(r)
+		}
+	}
+
+	for _, n := range []int{1, 16, 64} {
+		b.progress("throughput: %d client%s", n, plural(n))
+		p := b.measure(ctx, w, n, pick(b, 3*time.Second, 20*time.Second), 0, fmt.Sprintf("%s-c%d", tag, n))
+		if len(p.res.runs) == 0 {
+			return fmt.Errorf("%w at %d clients: %d failed, last: %v", errNoRuns, n, p.res.failed, p.res.lastErr)
+		}
+		rate := float64(len(p.res.runs)) / p.res.elapsed.Seconds()
+		perRun := max(p.perRun(p.appends), 1)
+		logRate, logName := b.base.sync1, "log-bound runs/s, 1 writer"
+		if n > 1 {
+			logRate, logName = b.base.sync16, "log-bound runs/s, 16 writers"
+		}
+		note := fmt.Sprintf("p50 %s, p99 %s; log-bound = raw sync publishes/s ÷ %.1f appends per run", ms(pct(p.res.lat, 50)), ms(pct(p.res.lat, 99)), perRun)
+		if p.res.failed > 0 {
+			note += fmt.Sprintf("; %d runs failed (last: %v)", p.res.failed, p.res.lastErr)
+		}
+		b.add(Row{Section: SectionRun, Name: fmt.Sprintf("runs/s, %d client%s", n, plural(n)), Value: rate, Unit: "runs/s",
+			Baseline: logName, BaseValue: logRate / perRun, BaseUnit: "runs/s", Note: note})
+		b.add(Row{Section: SectionRun, Name: fmt.Sprintf("CPU per run, %d client%s", n, plural(n)), Value: msf(p.cpuPerRun()), Unit: "ms",
+			Baseline: "CPU of as many raw publishes", BaseValue: msf(b.base.sync1CPU) * perRun, BaseUnit: "ms",
+			Note: fmt.Sprintf("the whole process: runner, worker, clients%s; %.1f NATS messages per run", b.serverInCPU(), p.perRun(p.msgs))})
+		if n > 1 {
+			steps, err := b.stepTimes(ctx, sample(p.res.runs, 200))
+			if err == nil && len(steps) > 0 {
+				b.add(Row{Section: SectionStep, Name: fmt.Sprintf("durable step p50, %d clients", n), Value: msf(pct(steps, 50)), Unit: "ms",
+					Baseline: "raw sync publish p50", BaseValue: msf(base), BaseUnit: "ms",
+					Note: fmt.Sprintf("p99 %s, max %s", ms(pct(steps, 99)), ms(pct(steps, 100)))})
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bencher) serverInCPU() string {
+	if b.srv.srv != nil {
+		return " and the embedded server"
+	}
+	return " (not the external server)"
+}
+
+func sample(runs []string, n int) []string {
+	if len(runs) <= n {
+		return runs
+	}
+	out := make([]string, 0, n)
+	for i := range n {
+		out = append(out, runs[i*len(runs)/n])
+	}
+	return out
+}
+
+// stepTimes reads runs and returns, sorted, the time from each attempt's
+// fence to its report, by the recorded times.
+func (b *bencher) stepTimes(ctx context.Context, runs []string) ([]time.Duration, error) {
+	l := eventlog.New(b.srv.js)
+	var out []time.Duration
+	for _, id := range runs {
+		envs, _, err := l.Load(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		fenced := map[string]time.Time{}
+		for _, env := range envs {
+			var a struct {
+				Action  string `json:"action"`
+				Attempt int    `json:"attempt"`
+			}
+			switch env.Type {
+			case events.NameAttemptFenced, events.NameAttemptReported:
+				if err := json.Unmarshal(env.Payload, &a); err != nil {
+					return nil, err
+				}
+			default:
+				continue
+			}
+			key := fmt.Sprintf("%s#%d", a.Action, a.Attempt)
+			if env.Type == events.NameAttemptFenced {
+				fenced[key] = env.Recorded
+			} else if t, ok := fenced[key]; ok {
+				out = append(out, env.Recorded.Sub(t))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/weftrun/weft/bench"
+)
+
+func benchCommand() command {
+	return command{
+		name: "bench", summary: "measure Weft on this machine, every figure beside a baseline of the same run (docs/benchmarks.md)",
+		examples: []string{"weft bench --quick", "weft bench --out bench.json", "weft --nats nats://127.0.0.1:4222 bench --quick",
+			"weft bench --only run,recovery"},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			quick := fs.Bool("quick", false, "measure everything briefly (under a minute)")
+			out := fs.String("out", "", "also write the report as JSON to this file")
+			syncAlways := fs.Bool("sync-always", false, "embedded server with sync_interval: always (fsync before every acknowledgement)")
+			idle := fs.Int("idle-runs", 0, "suspended runs for the idle-run measure (default 300 with --quick, else 20000)")
+			only := fs.String("only", "", "comma-separated sections to run: log append, run, history, recovery, rebuild, idle runs (baselines always run)")
+			return func(ctx context.Context, e *env, args []string) error {
+				if err := wantArgs(args, 0, "no arguments"); err != nil {
+					return err
+				}
+				cfg := bench.Config{Quick: *quick, SyncAlways: *syncAlways, IdleRuns: *idle, Progress: e.stderr,
+					Exec: func() (string, []string) {
+						p, _ := os.Executable()
+						return p, []string{"bench"}
+					}}
+				if e.urlGiven {
+					cfg.URL = e.url
+				}
+				if *only != "" {
+					for _, s := range strings.Split(*only, ",") {
+						cfg.Only = append(cfg.Only, strings.TrimSpace(s))
+					}
+				}
+				rep, err := bench.Run(ctx, cfg)
+				if rep == nil {
+					return err
+				}
+				if werr := bench.WriteTable(e.stdout, rep); werr != nil {
+					return werr
+				}
+				if *out != "" {
+					f, ferr := os.Create(*out)
+					if ferr != nil {
+						return ferr
+					}
+					if werr := bench.WriteJSON(f, rep); werr != nil {
+						f.Close()
+						return werr
+					}
+					if cerr := f.Close(); cerr != nil {
+						return cerr
+					}
+					fmt.Fprintf(e.stderr, "wrote %s\n", *out)
+				}
+				if err == nil && len(rep.Errors) > 0 {
+					err = fmt.Errorf("bench: %d measure(s) failed (see the table)", len(rep.Errors))
+				}
+				return err
+			}
+		},
+	}
+}

@@ -1,0 +1,83 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/worker"
+)
+
+// appendRun writes a run of turns turns to the log, one tool call per turn,
+// decided by the aggregate; the call of the last turn is left running
+// (fenced, no report). It returns the task of that attempt.
+func appendRun(tb testing.TB, s *natstest.Server, run string, turns int64) worker.Task {
+	tb.Helper()
+	ctx := context.Background()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	l := events.Limits{MaxTurns: turns + 1, MaxConcurrency: 4, ModelTimeout: 600000, ModelRetryDelay: 200, ToolTimeout: 60000,
+		MaxResultBytes: 1 << 20, PolicyTimeout: 5000, CommandTimeout: 5000, ApprovalExpiry: events.Infinite, AnswerAttempts: 2}
+	var st aggregate.State
+	var hd eventlog.Head
+	decide := func(c aggregate.Command) {
+		evs, err := aggregate.Decide(st, c, at)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		envs, nh, err := s.Log.Append(ctx, run, hd, at, evs...)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		hd = nh
+		for _, env := range envs {
+			ev, _ := env.Event()
+			st = aggregate.Evolve(st, events.Recorded{Run: run, Version: env.Version, At: env.Recorded, Event: ev})
+		}
+	}
+	decide(aggregate.Start{Run: run, Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "go", Limits: l, Runner: "r"})
+	cfg := events.ToolConfig{Timeout: 60000, MaxAttempts: 1}
+	for turn := int64(1); turn <= turns; turn++ {
+		decide(aggregate.ModelReply{Turn: turn, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Calls: []model.ToolCall{
+			{ID: "a", Name: "echo", Arguments: json.RawMessage(`{}`)}}}}})
+		decide(aggregate.ResolveCalls{Turn: turn, Calls: []aggregate.Resolution{{CallID: "a", Validation: events.CallValid,
+			Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}, Tool: cfg}}})
+		if turn < turns {
+			decide(aggregate.Report{Action: fmt.Sprintf("%d/a", turn), Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"ok":true}`)})
+		}
+	}
+	return worker.Task{Schema: 1, Run: run, Action: fmt.Sprintf("%d/a", turns), Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: st.Incarnation()}
+}
+
+// BenchmarkLogCheck is the worker's check that an attempt is current
+// before its body starts (worker.LogCheck, the default), on runs of 3 and
+// 100 turns, over TCP loopback.
+func BenchmarkLogCheck(b *testing.B) {
+	for _, turns := range []int64{3, 100} {
+		b.Run(fmt.Sprintf("turns=%d", turns), func(b *testing.B) {
+			s := natstest.Start(b)
+			nc := s.Connect()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				b.Fatal(err)
+			}
+			t := appendRun(b, s, "check", turns)
+			check := worker.LogCheck(js)
+			ctx := context.Background()
+			for b.Loop() {
+				ok, err := check(ctx, t)
+				if err != nil || !ok {
+					b.Fatalf("check: %v %v", ok, err)
+				}
+			}
+		})
+	}
+}
