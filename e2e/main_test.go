@@ -60,22 +60,37 @@ func runnerMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	nc, err := nats.Connect(os.Getenv("NATS_URL"))
+	nc, err := nats.Connect(os.Getenv("NATS_URL"), nats.MaxReconnects(-1))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer nc.Close()
 	js, _ := jetstreamNew(nc)
-	a, err := e2eAgent(os.Getenv("WEFT_E2E_LEDGER"))
+	var agents []*agent.Agent
+	if os.Getenv("WEFT_E2E_CHAOS") != "" {
+		agents, err = chaosAgents(os.Getenv("WEFT_E2E_LEDGER"))
+	} else {
+		var a *agent.Agent
+		a, err = e2eAgent(os.Getenv("WEFT_E2E_LEDGER"))
+		agents = []*agent.Agent{a}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	drain := 10 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("WEFT_E2E_DRAIN")); err == nil {
+		drain = d
+	}
+	level := slog.LevelWarn
+	if os.Getenv("WEFT_E2E_QUIET") != "" {
+		level = slog.LevelError + 4 // the chaos test makes errors on purpose
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	opts := append([]runner.Option{runner.WithID(os.Getenv("WEFT_E2E_RUNNER")), runner.WithLease(lease),
-		runner.WithDrainWindow(10 * time.Second), runner.WithLogger(logger), runner.WithWorkerOptions(worker.WithAckWait(time.Second))}, extra...)
-	r, err := runner.New(nc, js, []*agent.Agent{a}, opts...)
+		runner.WithDrainWindow(drain), runner.WithLogger(logger), runner.WithWorkerOptions(worker.WithAckWait(time.Second))}, extra...)
+	r, err := runner.New(nc, js, agents, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -152,8 +167,15 @@ type proc struct {
 // spawn starts a runner process called id and waits until it serves.
 func (e *env) spawn(id string) *proc {
 	e.t.Helper()
+	return e.spawnWith(id)
+}
+
+// spawnWith is spawn with extra environment variables for the process.
+func (e *env) spawnWith(id string, extraEnv ...string) *proc {
+	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "WEFT_E2E_RUNNER="+id, "NATS_URL="+e.srv.URL, "WEFT_E2E_LEDGER="+e.ledger)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)

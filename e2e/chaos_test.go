@@ -1,0 +1,713 @@
+package e2e_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/runner"
+)
+
+// TestChaos is the runner-level randomized test of issue 07: up to three
+// real runner processes (this binary re-executed, each with its
+// in-process worker) over a real nats-server, and a seeded schedule of
+// random commands (start, approve, reject, cancel, reconcile), SIGKILL,
+// SIGSTOP/SIGCONT and SIGTERM of runners, runner restarts, and restarts of
+// the server on the same store and port, clean or as a crash (the
+// consumers' delivery state rolled back, natstest.CrashRestart). Then the
+// chaos stops and every run must settle. Checked against an fsynced ledger
+// of real body starts, the log and the schedule itself:
+//
+//   - no attempt's body starts twice; no non-replayable action ("pay") has
+//     two attempts;
+//   - no body starts after its attempt was recorded lost or its run
+//     cancelled (500 ms after, allowing for the worker's check);
+//   - a run of agent version V only ever runs V's body;
+//   - an action with a fenced attempt never ends not_started, rejected or
+//     denied (SEMANTICS §5);
+//   - no runner recovers a run from itself, none takes over a runner that
+//     was alive all along (not killed, paused or draining: liveness
+//     survives server restarts), and a hand-off re-asks no approval;
+//   - no refusal of an approve, reject or cancel is contradicted by the log
+//     (the request was pending, or the run live, before and after it);
+//   - every run ends finished or suspended waiting for a person.
+//
+// The default suite runs two seeds of 10 s of chaos each. More:
+//
+//	WEFT_CHAOS_SEEDS=40 go test ./e2e -run TestChaos -timeout 60m
+//	WEFT_CHAOS_SEED=17 WEFT_CHAOS_DURATION=30s go test ./e2e -run TestChaos -v
+//
+// (go tool task chaos runs 20 seeds). A failure names its seed.
+func TestChaos(t *testing.T) {
+	if os.Getenv("WEFT_CHAOS") == "" {
+		t.Skip("work in progress: set WEFT_CHAOS=1") // TODO(h07run): remove once green
+	}
+	seeds := []uint64{1, 2}
+	if n, err := strconv.Atoi(os.Getenv("WEFT_CHAOS_SEEDS")); err == nil && n > 0 {
+		seeds = nil
+		for i := range n {
+			seeds = append(seeds, uint64(i+1))
+		}
+	}
+	if s, err := strconv.ParseUint(os.Getenv("WEFT_CHAOS_SEED"), 10, 64); err == nil {
+		seeds = []uint64{s}
+	}
+	dur := 10 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("WEFT_CHAOS_DURATION")); err == nil {
+		dur = d
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprint("seed-", seed), func(t *testing.T) { runChaos(t, seed, dur) })
+	}
+}
+
+// slack is how far before a takeover its previous runner must have been
+// seen down (killed, paused, draining, exited) for the takeover to be
+// legitimate: the lease, the judging grace after a reconnection (lease/4
+// + reconnect wait and jitter) and a margin for a loaded machine.
+var slack = lease + lease/4 + 2100*time.Millisecond + 2*time.Second
+
+// startMargin is how long after its attempt was recorded lost (or its run
+// cancelled) a body start still counts as racing the record (the worker
+// checked the attempt just before).
+const startMargin = 500 * time.Millisecond
+
+type chaosEnv struct {
+	t     *testing.T
+	e     *env
+	rng   *rand.Rand
+	seed  uint64
+	slots [3]*slot
+	gen   int
+	runs  []string
+	saved *natstest.DeliveryState
+
+	mu       sync.Mutex
+	down     map[string][]interval // runner id → when it was not (known) alive
+	problems []string
+	ops      map[string]int
+	refused  map[string]time.Time // stream → when it accepts writes again
+}
+
+type slot struct {
+	id        string
+	p         *proc
+	state     string // alive, paused, draining, dead
+	respawnAt time.Time
+}
+
+type interval struct{ from, to time.Time } // to zero: still down
+
+func (c *chaosEnv) problem(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+func (c *chaosEnv) markDown(id string, from time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.down[id] = append(c.down[id], interval{from: from})
+}
+
+func (c *chaosEnv) markUp(id string, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if iv := c.down[id]; len(iv) > 0 && iv[len(iv)-1].to.IsZero() {
+		iv[len(iv)-1].to = at
+	}
+}
+
+// wasDown reports whether runner id was down at some time in [from, to].
+func (c *chaosEnv) wasDown(id string, from, to time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, iv := range c.down[id] {
+		end := iv.to
+		if end.IsZero() {
+			end = to
+		}
+		if !iv.from.After(to) && !end.Before(from) {
+			return true
+		}
+	}
+	return false
+}
+
+func runChaos(t *testing.T, seed uint64, dur time.Duration) {
+	c := &chaosEnv{t: t, e: newEnv(t), rng: rand.New(rand.NewPCG(seed, 0x07)), seed: seed, down: map[string][]interval{}, ops: map[string]int{}, refused: map[string]time.Time{}}
+	for i := range c.slots {
+		c.slots[i] = &slot{state: "dead"}
+		c.spawn(i)
+	}
+	end := time.Now().Add(dur)
+	for time.Now().Before(end) {
+		c.respawnDue()
+		c.restoreDue(false)
+		c.step()
+		time.Sleep(time.Duration(20+c.rng.IntN(180)) * time.Millisecond)
+	}
+	c.restoreDue(true)
+	c.quiesce()
+	n := c.check()
+	t.Logf("seed %d: operations %v; %d runs, %d body starts, %d recoveries", seed, c.ops, len(c.runs), n.starts, n.recoveries)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.problems {
+		if i == 30 {
+			t.Errorf("seed %d: … %d more", seed, len(c.problems)-i)
+			break
+		}
+		t.Errorf("seed %d: %s", seed, p)
+	}
+}
+
+// spawn starts a runner process in slot i under a new id.
+func (c *chaosEnv) spawn(i int) {
+	c.gen++
+	id := fmt.Sprintf("r%d-%d", i, c.gen)
+	p := c.e.spawnWith(id, "WEFT_E2E_CHAOS=1", "WEFT_E2E_DRAIN=3s", "WEFT_E2E_QUIET=1")
+	s := c.slots[i]
+	s.id, s.p, s.state = id, p, "alive"
+	go func() {
+		<-p.done
+		c.markDown(id, time.Now())
+		c.mu.Lock()
+		expected := s.p != p || s.state != "alive"
+		c.mu.Unlock()
+		if !expected {
+			c.problem("runner %s exited by itself: %v", id, p.cmd.ProcessState)
+		}
+	}()
+}
+
+func (c *chaosEnv) alive() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int
+	for i, s := range c.slots {
+		if s.state == "alive" {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (c *chaosEnv) respawnDue() {
+	for i, s := range c.slots {
+		c.mu.Lock()
+		due := s.state == "dead" && time.Now().After(s.respawnAt)
+		c.mu.Unlock()
+		if due {
+			c.spawn(i)
+		}
+	}
+}
+
+func (c *chaosEnv) setState(s *slot, state string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.state = state
+}
+
+func (c *chaosEnv) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 3*time.Second)
+}
+
+// step performs one random operation.
+func (c *chaosEnv) step() {
+	x := c.rng.IntN(100)
+	c.ops[[]string{"start", "approve", "reject", "cancel", "reconcile", "kill", "pause", "term", "restart", "crash", "refuse-log", "refuse-drivers", "save"}[slices.IndexFunc([]int{22, 36, 42, 49, 55, 63, 71, 76, 80, 84, 88, 92, 100}, func(b int) bool { return x < b })]]++
+	switch {
+	case x < 22:
+		c.start()
+	case x < 36:
+		c.answer(true)
+	case x < 42:
+		c.answer(false)
+	case x < 49:
+		c.cancel()
+	case x < 55:
+		c.reconcile()
+	case x < 63:
+		c.kill(syscall.SIGKILL)
+	case x < 71:
+		c.pause()
+	case x < 76:
+		c.kill(syscall.SIGTERM)
+	case x < 80:
+		c.restartServer(false)
+	case x < 84:
+		c.restartServer(true)
+	case x < 88:
+		c.refuse(provision.EventsStream)
+	case x < 92:
+		c.refuse("KV_" + runner.DriversBucket)
+	default:
+		if c.saved == nil || c.rng.IntN(2) == 0 {
+			st := c.e.srv.SaveDeliveryState()
+			c.saved = &st
+		}
+	}
+}
+
+func (c *chaosEnv) start() {
+	run := fmt.Sprintf("c%d-%d", c.seed, len(c.runs))
+	in := chaosInput{ModelMS: int64(c.rng.IntN(600))}
+	for range 1 + c.rng.IntN(3) {
+		cl := chaosCall{Tool: "fetch", Args: chaosIn{MS: int64(c.rng.IntN(3000))}}
+		if c.rng.IntN(2) == 0 {
+			cl.Tool = "pay"
+			cl.Args.Amount = []int64{50, 500}[c.rng.IntN(2)]
+		}
+		in.Calls = append(in.Calls, cl)
+	}
+	version := []string{"1", "2"}[c.rng.IntN(2)]
+	ctx, cancel := c.ctx()
+	defer cancel()
+	_, _ = c.e.client.Start(ctx, api.StartRequest{CommandID: run, Run: run, Agent: "chaos", Version: version, Input: in.String()})
+	c.runs = append(c.runs, run)
+}
+
+// pick returns a random started run whose state satisfies ok (up to 4
+// tries), with its state.
+func (c *chaosEnv) pick(ok func(aggregate.State) bool) (string, aggregate.State, bool) {
+	if len(c.runs) == 0 {
+		return "", aggregate.State{}, false
+	}
+	for range 4 {
+		run := c.runs[c.rng.IntN(len(c.runs))]
+		s, err := c.load(run)
+		if err == nil && s.Exists() && ok(s) {
+			return run, s, true
+		}
+	}
+	return "", aggregate.State{}, false
+}
+
+func (c *chaosEnv) load(run string) (aggregate.State, error) {
+	envs, _, err := c.e.srv.Log.Load(context.Background(), run)
+	if err != nil {
+		return aggregate.State{}, err
+	}
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		ev, err := env.Event()
+		if err != nil {
+			return aggregate.State{}, err
+		}
+		recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+	}
+	return aggregate.Fold(recs), nil
+}
+
+func pendingRequest(s aggregate.State) (aggregate.Action, bool) {
+	for _, a := range s.Actions() {
+		if a.State == aggregate.ActionAwaitingApproval && a.Request.Pending() {
+			return a, true
+		}
+	}
+	return aggregate.Action{}, false
+}
+
+func stillPending(s aggregate.State, action string, revision int) bool {
+	a, ok := s.Action(action)
+	return ok && a.State == aggregate.ActionAwaitingApproval && a.Request.Revision == revision && a.Request.Pending()
+}
+
+func live(s aggregate.State) bool {
+	_, fin := s.Finished()
+	return s.Exists() && !fin && !s.Cancelling()
+}
+
+// answer approves (or rejects) a pending request and checks that a
+// definite refusal is not contradicted by the log.
+func (c *chaosEnv) answer(approve bool) {
+	run, s1, ok := c.pick(func(s aggregate.State) bool { _, ok := pendingRequest(s); return ok })
+	if !ok {
+		return
+	}
+	a, _ := pendingRequest(s1)
+	ctx, cancel := c.ctx()
+	defer cancel()
+	id := fmt.Sprintf("%s/%s/%d/%v/%d", run, a.ID, a.Request.Revision, approve, c.rng.Int())
+	var err error
+	if approve {
+		_, err = c.e.client.Approve(ctx, api.ApproveRequest{CommandID: id, Run: run, Action: a.ID, Revision: a.Request.Revision, Approver: "desk", Credential: "chaos"})
+	} else {
+		_, err = c.e.client.Reject(ctx, api.RejectRequest{CommandID: id, Run: run, Action: a.ID, Revision: a.Request.Revision, Approver: "desk", Credential: "chaos", Reason: "chaos"})
+	}
+	switch code := weft.ErrorCode(err); code {
+	case weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired:
+		if s2, lerr := c.load(run); lerr == nil && stillPending(s2, a.ID, a.Request.Revision) {
+			c.problem("%s: %s of %s revision %d refused %s (%v), but the request was pending before and after", run, map[bool]string{true: "approve", false: "reject"}[approve], a.ID, a.Request.Revision, code, err)
+		}
+	case weft.CodeRunEnded:
+		if s2, lerr := c.load(run); lerr == nil && live(s1) && live(s2) {
+			c.problem("%s: answer refused run_ended (%v), but the run was live before and after", run, err)
+		}
+	}
+}
+
+func (c *chaosEnv) cancel() {
+	run, s1, ok := c.pick(live)
+	if !ok {
+		return
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	_, err := c.e.client.Cancel(ctx, api.CancelRequest{CommandID: fmt.Sprint(run, "/cancel/", c.rng.Int()), Run: run, By: "chaos"})
+	if weft.ErrorCode(err) == weft.CodeRunEnded {
+		if s2, lerr := c.load(run); lerr == nil && live(s1) && live(s2) {
+			c.problem("%s: cancel refused run_ended (%v), but the run was live before and after", run, err)
+		}
+	}
+}
+
+func (c *chaosEnv) reconcile() {
+	run, s, ok := c.pick(func(s aggregate.State) bool { return len(aggregate.Status(s).Uncertain) > 0 })
+	if !ok {
+		return
+	}
+	a := aggregate.Status(s).Uncertain[0]
+	_, fin := s.Finished()
+	ctx, cancel := c.ctx()
+	defer cancel()
+	req := api.ReconcileRequest{CommandID: fmt.Sprint(run, "/rc/", a, "/", c.rng.Int()), Run: run, Action: a, Content: []byte(`{"done":"by hand"}`), By: "chaos"}
+	if fin {
+		_, _ = c.e.client.ReconcileStored(ctx, req)
+	} else {
+		_, _ = c.e.client.Reconcile(ctx, req)
+	}
+}
+
+// kill sends sig to a random live runner, keeping at least one alive.
+func (c *chaosEnv) kill(sig syscall.Signal) {
+	al := c.alive()
+	if len(al) < 2 {
+		return
+	}
+	s := c.slots[al[c.rng.IntN(len(al))]]
+	now := time.Now()
+	c.markDown(s.id, now)
+	if sig == syscall.SIGKILL {
+		c.setState(s, "dead")
+	} else {
+		c.setState(s, "draining")
+	}
+	_ = s.p.cmd.Process.Signal(sig)
+	c.mu.Lock()
+	s.respawnAt = now.Add(time.Duration(300+c.rng.IntN(1500)) * time.Millisecond)
+	c.mu.Unlock()
+	if sig == syscall.SIGTERM {
+		p := s.p
+		go func() {
+			<-p.done
+			c.mu.Lock()
+			if s.p == p {
+				s.state = "dead"
+			}
+			c.mu.Unlock()
+		}()
+	}
+}
+
+// pause stops a random live runner (SIGSTOP) and continues it later.
+func (c *chaosEnv) pause() {
+	al := c.alive()
+	if len(al) < 2 {
+		return
+	}
+	s := c.slots[al[c.rng.IntN(len(al))]]
+	c.markDown(s.id, time.Now())
+	c.setState(s, "paused")
+	_ = s.p.cmd.Process.Signal(syscall.SIGSTOP)
+	d := time.Duration(300+c.rng.IntN(2700)) * time.Millisecond
+	p, id := s.p, s.id
+	time.AfterFunc(d, func() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		c.markUp(id, time.Now())
+		c.mu.Lock()
+		if s.p == p && s.state == "paused" {
+			s.state = "alive"
+		}
+		c.mu.Unlock()
+	})
+}
+
+// refuse makes stream refuse every new message (full, discard new) for a
+// while: a store that fails appends or KV puts (restoreDue ends it; a
+// server restart provisions the declared configuration again).
+func (c *chaosEnv) refuse(stream string) {
+	if _, on := c.refused[stream]; on {
+		return
+	}
+	ctx, cancel := c.ctx()
+	defer cancel()
+	st, err := c.e.srv.JS.Stream(ctx, stream)
+	if err != nil {
+		return
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return
+	}
+	cfg := info.Config
+	cfg.MaxMsgs, cfg.Discard = int64(max(info.State.Msgs, 1)), jetstream.DiscardNew
+	if _, err := c.e.srv.JS.UpdateStream(ctx, cfg); err != nil {
+		return
+	}
+	c.refused[stream] = time.Now().Add(time.Duration(200+c.rng.IntN(1000)) * time.Millisecond)
+}
+
+// restoreDue gives the refusing streams their declared configuration
+// back when their time is up (all of them with now).
+func (c *chaosEnv) restoreDue(now bool) {
+	for stream, at := range c.refused {
+		if !now && time.Now().Before(at) {
+			continue
+		}
+		ctx, cancel := c.ctx()
+		cfg := provision.EventsConfig()
+		if stream != provision.EventsStream {
+			if st, err := c.e.srv.JS.Stream(ctx, stream); err == nil {
+				cfg = st.CachedInfo().Config
+				cfg.MaxMsgs, cfg.Discard = -1, jetstream.DiscardOld
+			}
+		}
+		if _, err := c.e.srv.JS.UpdateStream(ctx, cfg); err == nil {
+			delete(c.refused, stream)
+		}
+		cancel()
+	}
+}
+
+func (c *chaosEnv) restartServer(crash bool) {
+	if crash && c.saved != nil {
+		c.e.srv.CrashRestart(*c.saved)
+		c.saved = nil
+	} else {
+		c.e.srv.Restart()
+	}
+	c.e.client = api.NewClient(c.e.srv.Conn)
+	c.refused = map[string]time.Time{} // provisioned again as declared
+}
+
+// quiesce stops the chaos: paused runners continue, at least two runners
+// serve, and every run must settle (finished, or suspended waiting for a
+// person) within a deadline.
+func (c *chaosEnv) quiesce() {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c.mu.Lock()
+		busy := false
+		for _, s := range c.slots {
+			if s.state == "paused" || s.state == "draining" {
+				busy = true
+			}
+		}
+		c.mu.Unlock()
+		if !busy || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for i, s := range c.slots {
+		c.mu.Lock()
+		dead := s.state == "dead"
+		c.mu.Unlock()
+		if dead {
+			c.spawn(i)
+		}
+	}
+	deadline = time.Now().Add(45 * time.Second)
+	for {
+		var unsettled []string
+		for _, run := range c.runs {
+			s, err := c.load(run)
+			if err != nil {
+				unsettled = append(unsettled, run+": "+err.Error())
+				continue
+			}
+			if !s.Exists() {
+				continue // its start was never applied
+			}
+			switch st := aggregate.Status(s); st.Kind {
+			case aggregate.StatusFinished, aggregate.StatusSuspended:
+			default:
+				unsettled = append(unsettled, fmt.Sprintf("%s: %s (runner %s, actions %s)", run, st.Kind, s.Runner(), describeActions(s)))
+			}
+		}
+		if len(unsettled) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, u := range unsettled {
+				c.problem("run never settled (finished or waiting for a person): %s", u)
+			}
+			return
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func describeActions(s aggregate.State) string {
+	var b strings.Builder
+	for _, a := range s.Actions() {
+		fmt.Fprintf(&b, "%s=%s/%d ", a.ID, a.State, a.Attempts)
+	}
+	return b.String()
+}
+
+// start is one ledger line: a real body start.
+type start struct {
+	at      time.Time
+	run     string
+	action  string
+	attempt int
+	tool    string
+	version string
+}
+
+func (c *chaosEnv) ledger() []start {
+	f, err := os.Open(c.e.ledger)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []start
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 7 {
+			continue
+		}
+		ns, _ := strconv.ParseInt(fs[0], 10, 64)
+		attempt, _ := strconv.Atoi(fs[3])
+		out = append(out, start{at: time.Unix(0, ns), run: fs[1], action: fs[2], attempt: attempt, tool: fs[4], version: fs[5]})
+	}
+	return out
+}
+
+// counts are what a seed did, for its log line.
+type counts struct{ starts, recoveries int }
+
+// check runs the invariants on the settled log, the ledger and the
+// schedule.
+func (c *chaosEnv) check() (n counts) {
+	type key struct {
+		run, action string
+		attempt     int
+	}
+	starts := map[key][]start{}
+	byRun := map[string][]start{}
+	for _, s := range c.ledger() {
+		n.starts++
+		k := key{s.run, s.action, s.attempt}
+		starts[k] = append(starts[k], s)
+		byRun[s.run] = append(byRun[s.run], s)
+	}
+	for k, ss := range starts {
+		if len(ss) > 1 {
+			c.problem("%s %s: the body of attempt %d started %d times", k.run, k.action, k.attempt, len(ss))
+		}
+	}
+	for _, run := range c.runs {
+		envs, _, err := c.e.srv.Log.Load(context.Background(), run)
+		if err != nil {
+			c.problem("%s: load: %v", run, err)
+			continue
+		}
+		if len(envs) == 0 {
+			continue
+		}
+		s, _ := c.load(run)
+		version := s.Started().Agent.Version
+		for _, st := range byRun[run] {
+			if st.version != version {
+				c.problem("%s %s attempt %d: the body of chaos v%s ran for a run of v%s", run, st.action, st.attempt, st.version, version)
+			}
+		}
+		payAttempts := map[string]map[int]bool{}
+		for _, st := range byRun[run] {
+			if st.tool == "pay" {
+				if payAttempts[st.action] == nil {
+					payAttempts[st.action] = map[int]bool{}
+				}
+				payAttempts[st.action][st.attempt] = true
+			}
+		}
+		for action, as := range payAttempts {
+			if len(as) > 1 {
+				c.problem("%s %s: the non-replayable pay body ran in %d attempts", run, action, len(as))
+			}
+		}
+		for _, a := range s.Actions() {
+			if a.Tool == "pay" && a.Attempts > 1 {
+				c.problem("%s %s: the non-replayable pay action has %d attempts", run, a.ID, a.Attempts)
+			}
+			if a.Attempts > 0 && slices.Contains([]aggregate.ActionState{aggregate.ActionNotStarted, aggregate.ActionRejected, aggregate.ActionDenied}, a.State) {
+				c.problem("%s %s: an action with %d fenced attempts ended %s (%s): it may have acted", run, a.ID, a.Attempts, a.State, a.Detail)
+			}
+		}
+		var handedOffRecovery bool
+		for _, env := range envs {
+			ev, err := env.Event()
+			if err != nil {
+				c.problem("%s: event %d: %v", run, env.Version, err)
+				break
+			}
+			switch e := ev.(type) {
+			case events.RunRecovered:
+				n.recoveries++
+				handedOffRecovery = e.Cause == events.RecoveredHandedOff
+				if e.Previous == e.Runner {
+					c.problem("%s: runner %s recovered the run from itself (incarnation %d)", run, e.Runner, e.Incarnation)
+				}
+				if e.Cause == events.RecoveredRunnerLost && !c.wasDown(e.Previous, env.Recorded.Add(-slack), env.Recorded) {
+					c.problem("%s: %s took the run over from %s at %s, which was alive all along (not killed, paused or draining since %s)", run, e.Runner, e.Previous, env.Recorded.Format("15:04:05.000"), env.Recorded.Add(-slack).Format("15:04:05.000"))
+				}
+				continue
+			case events.AttemptLost:
+				for _, st := range starts[key{run, e.Action, e.Attempt}] {
+					if st.at.After(env.Recorded.Add(startMargin)) {
+						c.problem("%s %s: the body of attempt %d started at %s, after the attempt was recorded lost at %s", run, e.Action, e.Attempt, st.at.Format("15:04:05.000"), env.Recorded.Format("15:04:05.000"))
+					}
+				}
+				continue // part of a recovery's own events
+			case events.ActionUncertain:
+				continue
+			case events.CancelRequested:
+				for _, st := range byRun[run] {
+					if st.at.After(env.Recorded.Add(startMargin)) {
+						c.problem("%s %s: the body of attempt %d started at %s, after the run was cancelled at %s", run, st.action, st.attempt, st.at.Format("15:04:05.000"), env.Recorded.Format("15:04:05.000"))
+					}
+				}
+			case events.ApprovalRequested:
+				if handedOffRecovery && e.Why == events.AskRecovery {
+					c.problem("%s %s: a graceful hand-off re-asked an approval (revision %d)", run, e.Action, e.Revision)
+				}
+				continue
+			}
+			handedOffRecovery = false
+		}
+	}
+	return n
+}
