@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -65,6 +66,22 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 	if err := api.NewClient(nc).Ready(rctx); err != nil {
 		h.t.Fatal(err)
 	}
+	// Ready may have been answered by another runner: wait for this one's
+	// own liveness key too, so that a test that goes on to break the
+	// runners bucket does not do it while this runner still starts.
+	kv, err := js.KeyValue(rctx, runner.RunnersBucket)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for {
+		if _, err := kv.Get(rctx, r.ID()); err == nil {
+			break
+		}
+		if rctx.Err() != nil {
+			h.t.Fatalf("runner %s never heartbeated", r.ID())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -76,6 +93,26 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 	}
 	h.t.Cleanup(stop)
 	return r, stop
+}
+
+// retrying calls f until it returns nil or a definite answer: a command
+// that was not applied in time (runner_busy, contended, conflict,
+// unavailable) or whose forward got no answer (outcome_unknown) is sent
+// again — with the same command id, so never applied twice — until ctx
+// ends.
+func retrying(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		switch weft.ErrorCode(err) {
+		case weft.CodeRunnerBusy, weft.CodeContended, weft.CodeConflict, weft.CodeUnavailable, weft.CodeOutcomeUnknown:
+			if ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		return err
+	}
 }
 
 // state folds run from the log.

@@ -1,10 +1,13 @@
 package runner_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
@@ -122,5 +125,83 @@ func TestProvisionMovesTheRunnersBucketToFile(t *testing.T) {
 	}
 	if cfg := s.CachedInfo().Config; cfg.Storage != jetstream.FileStorage || cfg.MaxAge != time.Second {
 		t.Fatalf("runners bucket storage %s, max age %s; want file, 1s", cfg.Storage, cfg.MaxAge)
+	}
+}
+
+// SEMANTICS §8 "only a runner that is gone is recovered from" — and a
+// live runner stays live: a heartbeat that fails, even the first one (the
+// runners bucket refuses writes, or was deleted by an operator or a server
+// restart while the runner started), is "cannot tell", never a reason to
+// stop serving. The runner serves on, judges nobody gone meanwhile, and
+// its liveness key appears once the bucket accepts writes again.
+func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
+	h := newHarness(t)
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, "someone-else", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := h.srv.JS.Stream(c, "KV_"+runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := st.CachedInfo().Config
+	full := declared
+	full.MaxMsgs, full.Discard = int64(st.CachedInfo().State.Msgs), jetstream.DiscardNew
+	if _, err := h.srv.JS.UpdateStream(c, full); err != nil {
+		t.Fatal(err)
+	}
+	m := model.NewScripted("s", model.Answer("ok"))
+	nc := h.srv.Connect(nats.MaxReconnects(-1))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(nc, js, []*agent.Agent{build(t, m, nil, policy.Func(approvalAbove))}, runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() { defer close(done); runErr = r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	ready := make(chan error, 1)
+	go func() { ready <- api.NewClient(nc).Ready(c) }()
+	select {
+	case <-done:
+		t.Fatalf("the runner stopped on a failed heartbeat: %v", runErr)
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kv.Get(c, r.ID()); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("liveness key while the bucket refuses writes: %v, want none", err)
+	}
+	if _, err := h.client.Start(c, api.StartRequest{Run: "hb", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("hb", aggregate.StatusFinished)
+
+	if _, err := h.srv.JS.UpdateStream(c, declared); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := kv.Get(c, r.ID()); err == nil {
+			break
+		}
+		if c.Err() != nil {
+			t.Fatal("the runner never heartbeated once the bucket accepted writes again")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case <-done:
+		t.Fatalf("the runner stopped: %v", runErr)
+	default:
 	}
 }

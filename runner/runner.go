@@ -501,8 +501,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.judge.since, r.judge.reconnects = time.Now(), r.nc.Stats().Reconnects
 	r.mu.Unlock()
+	// A failed heartbeat is "cannot tell", never a reason to stop serving
+	// (the bucket may refuse writes, or be re-created by a server restart
+	// or an operator, while this runner starts): heartbeat reset the
+	// judgement, so nobody is judged gone until a beat lands, and the
+	// loop beats again within lease/4.
 	if err := r.heartbeat(ctx); err != nil {
-		return err
+		r.log.Warn("heartbeat failed; serving on", "err", err)
 	}
 
 	// Forwarded commands for runs this runner drives.

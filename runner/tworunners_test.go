@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -76,20 +77,38 @@ func TestTwoRunners500Runs(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			approve := func() {
-				_, _ = h.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+			// A command a loaded runner could not apply in time (runner_busy,
+			// outcome_unknown, …) is sent again with its command id until it
+			// gets a definite answer.
+			approve := func() error {
+				return retrying(c, func() error {
+					_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+					return err
+				})
 			}
-			cancel := func() { _, _ = h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run}) }
+			cancel := func() error {
+				return retrying(c, func() error { _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run}); return err })
+			}
 			switch i % 3 {
 			case 0:
-				approve()
+				if err := approve(); err != nil {
+					t.Errorf("%s: approve: %v", run, err)
+				}
 			case 1:
-				cancel()
+				if err := cancel(); err != nil {
+					t.Errorf("%s: cancel: %v", run, err)
+				}
 			case 2:
+				// Whichever loses may be refused because the run ended.
 				var inner sync.WaitGroup
 				inner.Add(2)
-				go func() { defer inner.Done(); approve() }()
-				go func() { defer inner.Done(); cancel() }()
+				check := func(what string, err error) {
+					if err != nil && weft.ErrorCode(err) != weft.CodeRunEnded {
+						t.Errorf("%s: %s: %v", run, what, err)
+					}
+				}
+				go func() { defer inner.Done(); check("approve", approve()) }()
+				go func() { defer inner.Done(); check("cancel", cancel()) }()
 				inner.Wait()
 			}
 		}()
