@@ -16,6 +16,13 @@ import (
 	"github.com/weftrun/weft/natsnode"
 )
 
+// self is how the commands weft prints as hints (show's approve,
+// reconcile and resolve lines) call weft: "weft" when the weft on the PATH
+// is this binary, "go run -tags … ./cmd/weft" when go run started it in a
+// checkout, else this binary's path (weftCommand, as weft dev's printed
+// steps). Tests that call run directly see "weft".
+var self = "weft"
+
 func main() {
 	// A subprocess of weft bench (a runner it may SIGKILL) runs as such.
 	if child, err := bench.Child(); child {
@@ -25,6 +32,7 @@ func main() {
 		}
 		return
 	}
+	self, _ = weftCommand()
 	ctx, stop := natsnode.NotifyShutdown(context.Background())
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -197,12 +197,12 @@ func printView(w io.Writer, r projector.RunReply) {
 			if a.Pending.Expires != nil {
 				exp = a.Pending.Expires.Format(time.RFC3339)
 			}
-			fmt.Fprintf(w, "\nwaiting for approval: %s %s %s revision %d requirement %s v%d, expires %s\n  approve: weft approve %s %s --revision %d --approver <approver> --credential <credential>\n",
-				a.ID, a.Tool, oneLine(string(a.Arguments), 60), a.Pending.Revision, a.Pending.Requirement.Name, a.Pending.Requirement.Version, exp, v.Run, a.ID, a.Pending.Revision)
+			fmt.Fprintf(w, "\nwaiting for approval: %s %s %s revision %d requirement %s v%d, expires %s\n  approve: %s approve %s %s --revision %d --approver <approver> --credential <credential>\n",
+				a.ID, a.Tool, oneLine(string(a.Arguments), 60), a.Pending.Revision, a.Pending.Requirement.Name, a.Pending.Requirement.Version, exp, self, v.Run, a.ID, a.Pending.Revision)
 		}
 		if a.Question.Open() {
-			fmt.Fprintf(w, "\nopen question: %s %s was reconciled unconfirmed (%q); the run went on\n  resolve: weft resolve %s %s --output '<json>' | --error '<message>'\n",
-				a.ID, a.Tool, a.Question.Note, v.Run, a.ID)
+			fmt.Fprintf(w, "\nopen question: %s %s was reconciled unconfirmed (%q); the run went on\n  resolve: %s resolve %s %s --output '<json>' | --error '<message>'\n",
+				a.ID, a.Tool, a.Question.Note, self, v.Run, a.ID)
 		}
 		if q := a.Question; q != nil && q.Resolution != nil {
 			fmt.Fprintf(w, "\nresolved: %s %s: %s %s (by %s at %s)\n", a.ID, a.Tool, q.Resolution.Kind, oneLine(q.Resolution.Result, 80), orDash(q.Resolution.By), q.Resolution.At.Format(time.RFC3339))
@@ -212,8 +212,8 @@ func printView(w io.Writer, r projector.RunReply) {
 				settleWait(a), a.ID, a.Tool, a.Evidence)
 		}
 		if a.State == projections.StateUncertain {
-			fmt.Fprintf(w, "\neffect uncertain: %s %s: %s\n  reconcile: weft reconcile %s %s --output '<json>' | --error '<message>' | --unconfirmed '<note>'\n",
-				a.ID, a.Tool, a.Evidence, v.Run, a.ID)
+			fmt.Fprintf(w, "\neffect uncertain: %s %s: %s\n  reconcile: %s reconcile %s %s --output '<json>' | --error '<message>' | --unconfirmed '<note>'\n",
+				a.ID, a.Tool, a.Evidence, self, v.Run, a.ID)
 		}
 	}
 }
