@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/demo"
@@ -444,5 +446,176 @@ func (s *stack) resolveByAPI(t *testing.T, run string) {
 	defer cancel()
 	if _, err := s.cmd.Resolve(ctx, api.ResolveRequest{CommandID: "test-resolve-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"error":"test cleanup"}`)}); err != nil {
 		t.Fatalf("resolve %s: %v", run, err)
+	}
+}
+
+// TestChildRuns: a run that delegated shows its child run on its page —
+// a link, the child's current status — and its family status waiting for
+// the child; the child's page names its parent and has the child's
+// approval; once a person approves it there, the parent's page (left
+// open, not reloaded) shows the child settled and the parent finished.
+func TestChildRuns(t *testing.T) {
+	s := familyStack(t)
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.cmd.Start(sctx, api.StartRequest{Run: "fam-7", Agent: "office", Input: "pay invoice INV-7"}); err != nil {
+		t.Fatal(err)
+	}
+	var child string
+	deadline := time.Now().Add(45 * time.Second)
+	for child == "" && time.Now().Before(deadline) {
+		if v, err := s.query.Run(sctx, "fam-7"); err == nil && len(v.Children) == 1 {
+			child = v.Children[0].Run
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if child == "" {
+		t.Fatal("fam-7 never delegated")
+	}
+	s.waitStatus(t, child, "suspended") // the desk waits for the finance approval
+
+	parent := tab(t)
+	row := `#children li[data-child="` + child + `"]`
+	do(t, parent, "open the parent", chromedp.Navigate(s.consoleURL+"/runs/fam-7"),
+		chromedp.WaitVisible(chromedp.CSS(row)),
+		waitJS(`document.querySelector('`+row+` .badge').textContent === "suspended"`),
+		waitJS(`document.getElementById("live-status").classList.contains("on")`))
+	if href := get(t, parent, "child link", chromedp.AttributeValue(chromedp.CSS(row+` a`), "href")).Value; href != "/runs/"+child {
+		t.Errorf("the child's link is %q, want /runs/%s", href, child)
+	}
+	if fam := get(t, parent, "family", chromedp.Text(chromedp.CSS(`#run-family`))); !strings.Contains(fam, "suspended") || !strings.Contains(fam, "waiting for child run "+child) {
+		t.Errorf("the family row says %q, want suspended, waiting for child run %s", fam, child)
+	}
+	if text := get(t, parent, "child row", chromedp.Text(chromedp.CSS(row))); !strings.Contains(text, demo.AgentName) || !strings.Contains(text, "1/call_1_1") {
+		t.Errorf("the child row says %q, want the desk agent and the delegating action", text)
+	}
+	do(t, parent, "scroll to the child runs", chromedp.ScrollIntoView(chromedp.ID("children")))
+	saveShot(t, "children.png", get(t, parent, "child runs screenshot", chromedp.Screenshot(chromedp.ID("children"))))
+	js[bool](t, parent, `window.weftNotReloaded = true`)
+
+	ctx := tab(t)
+	do(t, ctx, "follow the link to the child", chromedp.Navigate(s.consoleURL+"/runs/fam-7"), chromedp.WaitVisible(chromedp.CSS(row+` a`)),
+		chromedp.Click(chromedp.CSS(row+` a`)), chromedp.WaitVisible(chromedp.ID("run-parent")))
+	if p := get(t, ctx, "parent", chromedp.Text(chromedp.ID("run-parent"))); !strings.Contains(p, "fam-7") || !strings.Contains(p, "1/call_1_1") {
+		t.Errorf("the child's parent row says %q", p)
+	}
+	card := "#" + cardKey("approval", child, "2/call_2_1")
+	do(t, ctx, "approve the child's payment on its page", chromedp.WaitVisible(chromedp.CSS(card)),
+		chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "ivy"),
+		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved")`))
+
+	do(t, parent, "the parent's page follows",
+		waitJS(`document.querySelector('`+row+` .badge').textContent === "finished"`),
+		waitJS(`document.querySelector('`+row+`').textContent.includes("settled: completed")`),
+		waitJS(`document.getElementById("run-status").dataset.status === "finished"`))
+	if !js[bool](t, parent, `window.weftNotReloaded === true`) {
+		t.Error("the parent's page was reloaded")
+	}
+	if js[bool](t, parent, `!!document.getElementById("run-family")`) {
+		t.Error("the family row is still shown once the family finished")
+	}
+	v := s.waitStatus(t, "fam-7", "finished")
+	if v.Outcome == nil || v.Outcome.Kind != "completed" || len(v.Children) != 1 || v.Children[0].Outcome == nil || v.Children[0].Outcome.Kind != "completed" {
+		b, _ := json.Marshal(v)
+		t.Fatalf("parent %s", b)
+	}
+}
+
+// queryCounter counts the query service's run queries for one run, as
+// the server sees them (a plain subscriber gets a copy of every request).
+type queryCounter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (s *stack) countRunQueries(t *testing.T, run string) *queryCounter {
+	t.Helper()
+	qc := &queryCounter{}
+	sub, err := s.nc.Subscribe("weft.api.query.run", func(m *nats.Msg) {
+		var req struct {
+			Run string `json:"run"`
+		}
+		if json.Unmarshal(m.Data, &req) == nil && req.Run == run {
+			qc.mu.Lock()
+			qc.n++
+			qc.mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return qc
+}
+
+func (q *queryCounter) count() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+// hide makes the tab report itself hidden (or visible again) and tells the
+// page, as a browser does when the tab goes to the background.
+func hide(t *testing.T, ctx context.Context, hidden bool) {
+	t.Helper()
+	js[bool](t, ctx, fmt.Sprintf(`(() => {
+	  Object.defineProperty(document, "hidden", {configurable: true, get: () => %[1]t});
+	  Object.defineProperty(document, "visibilityState", {configurable: true, get: () => %[1]t ? "hidden" : "visible"});
+	  document.dispatchEvent(new Event("visibilitychange"));
+	  return true;
+	})()`, hidden))
+}
+
+// TestLiveUpdatesDoNotHammer: pages that show the same run share one
+// poll of the query service (four open pages cost what one does), a tab
+// in the background asks nothing, and a tab shown again catches up.
+func TestLiveUpdatesDoNotHammer(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "calm-7", "pay invoice INV-7", "suspended")
+	qc := s.countRunQueries(t, "calm-7")
+	const poll = time.Second // the console's default, which weft dev uses
+	tabs := make([]context.Context, 4)
+	for i := range tabs {
+		tabs[i] = tab(t)
+		do(t, tabs[i], "open the run", chromedp.Navigate(s.consoleURL+"/runs/calm-7"),
+			waitJS(`document.getElementById("live-status").classList.contains("on")`))
+	}
+	// Four pages open: the run is asked about about once a poll interval,
+	// not four times.
+	n0, t0 := qc.count(), time.Now()
+	time.Sleep(5 * poll)
+	n, elapsed := qc.count()-n0, time.Since(t0)
+	t.Logf("four open pages: %d run queries in %v", n, elapsed.Round(time.Millisecond))
+	if max := int(elapsed/poll) + 2; n > max {
+		t.Errorf("four open pages asked about the run %d times in %v, want at most %d (one poll for all of them)", n, elapsed.Round(time.Millisecond), max)
+	}
+	// Every tab in the background: nobody asks at all.
+	for _, ctx := range tabs {
+		hide(t, ctx, true)
+		do(t, ctx, "paused", waitJS(`document.getElementById("live-status").classList.contains("paused")`))
+	}
+	quiet := false
+	for deadline := time.Now().Add(45 * time.Second); !quiet && time.Now().Before(deadline); {
+		before := qc.count()
+		time.Sleep(3 * poll)
+		quiet = qc.count() == before
+	}
+	if !quiet {
+		t.Fatal("the run is still asked about while every page showing it is in the background")
+	}
+	// A change meanwhile; one tab shown again catches up without a reload.
+	js[bool](t, tabs[0], `window.weftNotReloaded = true`)
+	s.approveByAPI(t, "calm-7")
+	s.waitStatus(t, "calm-7", "finished")
+	hide(t, tabs[0], false)
+	do(t, tabs[0], "caught up",
+		waitJS(`document.getElementById("live-status").classList.contains("on")`),
+		waitJS(`document.getElementById("run-status").dataset.status === "finished"`))
+	if !js[bool](t, tabs[0], `window.weftNotReloaded === true`) {
+		t.Error("the page was reloaded")
 	}
 }

@@ -22,7 +22,9 @@
 // Pages are server-rendered html/template with one small script
 // (assets/app.js) that shows times in the viewer's zone, sends forms
 // without reloading, and swaps in fresh regions when the server-sent event
-// stream at "/live" says the data changed; without the script every page
+// stream at "/live" says the data changed (the console polls the query
+// service once per interval per distinct view some page has open, and a
+// tab in the background closes its stream); without the script every page
 // and form still works. Templates, script and style are embedded (embed.FS):
 // nothing is fetched at run time.
 //
@@ -73,8 +75,9 @@ type Option func(*Console)
 // no credential, no tool argument or result.
 func WithLogger(l *slog.Logger) Option { return func(c *Console) { c.log = l } }
 
-// WithPoll sets how often an open page's data is checked for changes
-// (default 1 s); the page updates within about this long.
+// WithPoll sets how often the data an open page shows is checked for
+// changes (default 1 s); the page updates within about this long. Pages
+// that show the same thing share one check.
 func WithPoll(d time.Duration) Option { return func(c *Console) { c.poll = d } }
 
 // WithTimeout bounds each request to Weft (default 10 s).
@@ -116,6 +119,9 @@ type Console struct {
 
 	catMu    sync.Mutex
 	catCache map[events.AgentRef]cached
+
+	// watches are the views open pages follow live (live.go).
+	watches watches
 }
 
 // New returns a console that talks to Weft over nc.
@@ -212,6 +218,7 @@ func (c *Console) Serve(ctx context.Context, ln net.Listener) error {
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		return serr
 	}
+	c.watches.wait() // every stream has ended: their polls stop
 	return err
 }
 

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,11 +18,18 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/console"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/host"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/tools"
 )
 
 // One `weft dev` stack (demo.Run: embedded NATS, runner, worker, projector,
@@ -49,6 +57,9 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		shared.stop()
+	}
+	if family != nil {
+		family.stop()
 	}
 	if browserStop != nil {
 		browserStop()
@@ -329,4 +340,104 @@ func (s *stack) get(t *testing.T, path string) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	return resp, string(b)
+}
+
+// The family stack: an agent that delegates (SEMANTICS.md §1), which the
+// demo has not. OfficeAgent ("office") hands its input to the demo's
+// payment desk as a sub-agent and answers with the desk's answer; host.Run
+// serves both (runner, projector, query service, catalog) on their own
+// embedded NATS server, and a console of its own talks to it.
+var (
+	familyOnce sync.Once
+	familyErr  error
+	family     *stack
+)
+
+// officeAgent delegates its input to the payment desk.
+func officeAgent() (*agent.Agent, error) {
+	desk, err := demo.Agent(nil)
+	if err != nil {
+		return nil, err
+	}
+	m := model.NewRules("office",
+		model.Rule{Name: "report the desk's answer", Match: func(req model.Request) bool { _, ok := model.ResultOf(req, demo.AgentName); return ok },
+			Step: func(ctx context.Context, req model.Request) (model.Reply, error) {
+				c, _ := model.ResultOf(req, demo.AgentName)
+				return model.Answer("The desk says: "+string(c))(ctx, req)
+			}},
+		model.Rule{Name: "delegate to the desk", Match: func(model.Request) bool { return true },
+			Step: func(ctx context.Context, req model.Request) (model.Reply, error) {
+				in, _ := json.Marshal(agent.DelegateInput{Input: req.Transcript[0].Text})
+				return model.CallTools(model.Call(demo.AgentName, string(in)))(ctx, req)
+			}},
+	)
+	return agent.New("office", m, []tools.Tool{agent.Delegate(desk, "The payment desk: looks invoices up and pays them.")}, policy.AlwaysAllow()).Build()
+}
+
+// familyStack starts the family stack once.
+func familyStack(t *testing.T) *stack {
+	t.Helper()
+	familyOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "weft-console-family-")
+		if err != nil {
+			familyErr = err
+			return
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		fail := func(err error) { cancel(); os.RemoveAll(dir); familyErr = err }
+		node, err := natsnode.Start(ctx, natsnode.WithDataDir(dir))
+		if err != nil {
+			fail(err)
+			return
+		}
+		office, err := officeAgent()
+		if err != nil {
+			node.Close(context.Background())
+			fail(err)
+			return
+		}
+		ready := make(chan struct{})
+		hostDone := make(chan error, 1)
+		go func() {
+			hostDone <- host.Run(ctx, node.Conn(), node.JetStream(), []*agent.Agent{office}, host.WithReady(func() { close(ready) }))
+		}()
+		select {
+		case <-ready:
+		case err := <-hostDone:
+			node.Close(context.Background())
+			fail(fmt.Errorf("host.Run: %v", err))
+			return
+		case <-time.After(120 * time.Second):
+			node.Close(context.Background())
+			fail(errors.New("host.Run was not ready within 120 s"))
+			return
+		}
+		con, err := console.New(node.Conn(), console.WithApprover(demo.Approver))
+		if err != nil {
+			node.Close(context.Background())
+			fail(err)
+			return
+		}
+		ln, u, err := console.Listen("127.0.0.1:0")
+		if err != nil {
+			node.Close(context.Background())
+			fail(err)
+			return
+		}
+		serveDone := make(chan error, 1)
+		go func() { serveDone <- con.Serve(ctx, ln) }()
+		nc := node.Conn()
+		family = &stack{consoleURL: u, nc: nc, cmd: api.NewClient(nc), query: projector.NewClient(nc), dir: dir}
+		family.stop = func() {
+			cancel()
+			<-serveDone
+			<-hostDone
+			node.Close(context.Background())
+			os.RemoveAll(dir)
+		}
+	})
+	if familyErr != nil {
+		t.Fatalf("family stack: %v", familyErr)
+	}
+	return family
 }

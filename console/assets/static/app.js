@@ -230,6 +230,9 @@
           if (neu) { mergeRegion(old, neu); } else if (!busy(old)) { old.replaceChildren(); }
         });
         if (doc.title) document.title = doc.title;
+        // The fresh page's stream query names what it shows now: a stream
+        // opened later (after a pause) reports only changes since.
+        if (doc.body && doc.body.dataset.live) document.body.dataset.live = doc.body.dataset.live;
         document.querySelectorAll(".jump .count").forEach(function (c, i) {
           var n = doc.querySelectorAll(".jump .count")[i];
           if (n) c.textContent = n.textContent;
@@ -243,18 +246,39 @@
       });
   }
 
+  // The stream is open only while the page is visible: a tab in the
+  // background asks nothing of the server, and catches up when shown.
   function live() {
-    var url = document.body.dataset.live;
     var status = document.getElementById("live-status");
-    if (!url || !window.EventSource) return;
+    if (!document.body.dataset.live || !window.EventSource) return;
     var say = function (t, cls) { if (status) { status.textContent = t; status.className = "live-status " + (cls || ""); } };
-    say("Connecting for live updates…");
-    var es = new EventSource(url);
-    es.onopen = function () { say("Live: this page updates itself.", "on"); };
-    es.addEventListener("change", refresh);
-    es.addEventListener("trouble", function (e) { say("Weft did not answer (" + e.data + "); retrying.", "off"); });
-    es.addEventListener("ok", function () { say("Live: this page updates itself.", "on"); refresh(); });
-    es.onerror = function () { say("Live updates lost; reconnecting…", "off"); };
+    var es = null;
+    function connect() {
+      if (es) return;
+      say("Connecting for live updates…");
+      es = new EventSource(document.body.dataset.live);
+      es.onopen = function () { say("Live: this page updates itself.", "on"); };
+      es.addEventListener("change", refresh);
+      es.addEventListener("trouble", function (e) { say("Weft did not answer (" + e.data + "); retrying.", "off"); });
+      es.addEventListener("ok", function () { say("Live: this page updates itself.", "on"); refresh(); });
+      es.onerror = function () {
+        if (es && es.readyState === EventSource.CLOSED) {
+          say("Live updates stopped; reload to refresh.", "off");
+        } else {
+          say("Live updates lost; reconnecting…", "off");
+        }
+      };
+    }
+    function pause() {
+      if (!es) return;
+      es.close();
+      es = null;
+      say("Paused while this tab is in the background.", "paused");
+    }
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden) { pause(); } else { connect(); }
+    });
+    if (document.hidden) { say("Paused while this tab is in the background.", "paused"); } else { connect(); }
   }
 
   document.addEventListener("DOMContentLoaded", function () {
