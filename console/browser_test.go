@@ -37,6 +37,16 @@ const noOverflow = `(() => {
   return "page " + document.documentElement.scrollWidth + "px wide in a " + w + "px viewport: " + out.join(", ");
 })()`
 
+// a11y checks the accessibility basics of a page: each field has a label,
+// nothing has a positive tabindex, every control is a real link or button.
+const a11y = `(() => {
+  const bad = [];
+  document.querySelectorAll("input:not([type=hidden]), select, textarea").forEach(e => { if (!e.labels || e.labels.length === 0) bad.push("unlabelled " + e.name); });
+  document.querySelectorAll("[tabindex]").forEach(e => { if (e.tabIndex > 0) bad.push("tabindex " + e.tabIndex); });
+  document.querySelectorAll("[onclick], div[role=button], span[role=button], a:not([href])").forEach(e => bad.push("not a real control: " + e.tagName));
+  return bad.join("; ");
+})()`
+
 // TestScreenshotsAndLayout takes the screenshots docs/console.md shows
 // (inbox, run page, timeline) and checks every page at 1280×800 and at
 // phone width (390×844) for horizontal overflow.
@@ -130,16 +140,6 @@ func TestApproveFromInboxWithKeyboard(t *testing.T) {
 	if a.State != projections.StateSucceeded || len(a.Approvals) != 1 || a.Approvals[0].Answer != "approve" || a.Approvals[0].Reviewer != "alice" {
 		t.Fatalf("action %+v", a)
 	}
-	// The accessibility basics on every page: each field has a label,
-	// nothing has a positive tabindex, every control is a real link or
-	// button.
-	const a11y = `(() => {
-	  const bad = [];
-	  document.querySelectorAll("input:not([type=hidden]), select, textarea").forEach(e => { if (!e.labels || e.labels.length === 0) bad.push("unlabelled " + e.name); });
-	  document.querySelectorAll("[tabindex]").forEach(e => { if (e.tabIndex > 0) bad.push("tabindex " + e.tabIndex); });
-	  document.querySelectorAll("[onclick], div[role=button], span[role=button], a:not([href])").forEach(e => bad.push("not a real control: " + e.tagName));
-	  return bad.join("; ");
-	})()`
 	s.start(t, "kb-13", "pay invoice INV-13", "suspended")
 	for _, p := range []string{"/", "/runs", "/runs/kb-7", "/runs/kb-13"} {
 		do(t, ctx, "open "+p, chromedp.Navigate(s.consoleURL+p), chromedp.WaitVisible(chromedp.ID("main")))
@@ -214,6 +214,19 @@ func TestResolveOpenQuestion(t *testing.T) {
 
 	ctx := tab(t)
 	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	if problems := js[string](t, ctx, a11y); problems != "" {
+		t.Errorf("the inbox with a question: %s", problems)
+	}
+	// Tab reaches the question's button from its first field.
+	do(t, ctx, "focus the output", chromedp.Focus(chromedp.CSS(card+` input[name="out.id"]`)))
+	focused := ""
+	for i := 0; i < 8 && focused != "BUTTON"; i++ {
+		do(t, ctx, "tab", chromedp.KeyEvent(kb.Tab))
+		focused = js[string](t, ctx, `document.activeElement.closest("`+card+`") ? document.activeElement.tagName : "outside"`)
+	}
+	if focused != "BUTTON" {
+		t.Errorf("Tab from the output never reached the question's button (last focus %s)", focused)
+	}
 	if note := get(t, ctx, "note", chromedp.Text(chromedp.CSS(card+` .note`))); note != "asking the bank" {
 		t.Errorf("the card shows the note %q, want the unconfirmed note", note)
 	}
@@ -488,6 +501,19 @@ func TestChildRuns(t *testing.T) {
 	}
 	if text := get(t, parent, "child row", chromedp.Text(chromedp.CSS(row))); !strings.Contains(text, demo.AgentName) || !strings.Contains(text, "1/call_1_1") {
 		t.Errorf("the child row says %q, want the desk agent and the delegating action", text)
+	}
+	if problems := js[string](t, parent, a11y); problems != "" {
+		t.Errorf("the parent's page: %s", problems)
+	}
+	phone := tab(t)
+	do(t, phone, "the parent's page on a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
+		chromedp.Navigate(s.consoleURL+"/runs/fam-7"), chromedp.WaitVisible(chromedp.CSS(row)))
+	if problem := js[string](t, phone, noOverflow); problem != "" {
+		t.Errorf("the parent's page at 390 px: %s", problem)
+	}
+	do(t, phone, "the child's page on a phone", chromedp.Navigate(s.consoleURL+"/runs/"+child), chromedp.WaitVisible(chromedp.ID("run-parent")))
+	if problem := js[string](t, phone, noOverflow); problem != "" {
+		t.Errorf("the child's page at 390 px: %s", problem)
 	}
 	do(t, parent, "scroll to the child runs", chromedp.ScrollIntoView(chromedp.ID("children")))
 	saveShot(t, "children.png", get(t, parent, "child runs screenshot", chromedp.Screenshot(chromedp.ID("children"))))
