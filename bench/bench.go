@@ -1,5 +1,5 @@
 // Package bench measures Weft on the machine it runs on: `weft bench`
-// (cmd/weft) and `go tool task bench` call Run. Every figure is printed
+// (cmd/weft) and `go tool -modfile=devtools/go.mod task bench` call Run. Every figure is printed
 // with a baseline measured in the same run on the same server and their
 // ratio, so that numbers taken on a loaded or a different machine can be
 // compared by their ratios.

@@ -68,6 +68,6 @@
 //     run from itself; no part panicked.
 //
 // Result.Write prints the seed, the faults by kind, the runs, actions, body
-// starts and every violation. `weft chaos` and `go tool task chaos` run it
+// starts and every violation. `weft chaos` and `go tool -modfile=devtools/go.mod task chaos` run it
 // from the command line; docs/reliability.md records the figures.
 package chaos

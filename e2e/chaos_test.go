@@ -54,7 +54,7 @@ import (
 //	WEFT_CHAOS_SEEDS=40 go test ./e2e -run TestChaos -timeout 60m
 //	WEFT_CHAOS_SEED=17 WEFT_CHAOS_DURATION=30s go test ./e2e -run TestChaos -v
 //
-// (go tool task chaos runs 20 seeds). A failure names its seed.
+// (go tool -modfile=devtools/go.mod task chaos runs 20 seeds). A failure names its seed.
 func TestChaos(t *testing.T) {
 	if os.Getenv("WEFT_CHAOS") == "" {
 		t.Skip("work in progress: set WEFT_CHAOS=1") // TODO(h07run): remove once green

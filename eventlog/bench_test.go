@@ -29,7 +29,7 @@ import (
 // check. It prints µs per decision and the ratio to the baseline; it asserts
 // nothing about time.
 //
-//	go tool task bench-log
+//	go tool -modfile=devtools/go.mod task bench-log
 func BenchmarkAppendStrategies(b *testing.B) {
 	s := natstest.Start(b, natstest.WithAssets(provision.Stream(jetstream.StreamConfig{
 		Name: "BENCH_BATCH", Subjects: []string{"bench.batch.>"}, Storage: jetstream.FileStorage,

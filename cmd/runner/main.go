@@ -33,7 +33,7 @@ import (
 	"github.com/weftrun/weft/model/provider"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/runner"
-	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/telemetry/exporter"
 )
 
 func main() {
@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	shutdown, err := telemetry.Setup(getenv)
+	shutdown, err := exporter.Setup(getenv)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/model/provider"
 	"github.com/weftrun/weft/natsnode"
-	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/telemetry/exporter"
 )
 
 // EnvListen is the variable weft dev's --listen defaults to.
@@ -94,7 +94,7 @@ func devCommand() command {
 				o.Logger = slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
 				// WEFT_OTEL=stdout|otlp exports the runtime's spans
 				// (docs/observability.md); unset exports nothing.
-				shutdown, err := telemetry.Setup(os.Getenv)
+				shutdown, err := exporter.Setup(os.Getenv)
 				if err != nil {
 					return usagef("%v", err)
 				}

@@ -10,8 +10,10 @@ import (
 
 // TestTaskfile checks issue 01's Taskfile.yml items: every task has a
 // desc; run, test, check and bench exist; check runs gofmt, vet,
-// staticcheck and the race-enabled tests; and the task tool is pinned in
-// go.mod so `go tool task` needs no install.
+// staticcheck and the race-enabled tests; and the task tool and staticcheck
+// are pinned in the developer tools' own module, devtools/go.mod, so that
+// `go tool -modfile=devtools/go.mod task` needs no install, while the main
+// go.mod names no tool (issue 16, item 4; docs/adr/0012).
 func TestTaskfile(t *testing.T) {
 	b, err := os.ReadFile("../../Taskfile.yml")
 	if err != nil {
@@ -37,16 +39,25 @@ func TestTaskfile(t *testing.T) {
 		}
 	}
 	check := strings.Join(tf.Tasks["check"].Cmds, "\n")
-	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool staticcheck ./...", "go test -race"} {
+	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool -modfile=devtools/go.mod staticcheck ./...", "go test -race"} {
 		if !strings.Contains(check, want) {
 			t.Errorf("check task does not run %q:\n%s", want, check)
+		}
+	}
+	tools, err := os.ReadFile("../../devtools/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range []string{"github.com/go-task/task/v3/cmd/task", "honnef.co/go/tools/cmd/staticcheck"} {
+		if !strings.Contains(string(tools), "\t"+tool+"\n") {
+			t.Errorf("devtools/go.mod has no tool directive for %s", tool)
 		}
 	}
 	mod, err := os.ReadFile("../../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(mod), "github.com/go-task/task/v3/cmd/task") {
-		t.Error("go.mod has no tool directive for the task command")
+	if strings.Contains(string(mod), "\ntool") {
+		t.Error("go.mod has a tool directive: developer tools belong in devtools/go.mod")
 	}
 }

@@ -415,7 +415,7 @@ func newcomerEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// natsCLIDir is the directory of the nats CLI (the one go tool task test
+// natsCLIDir is the directory of the nats CLI (the one go tool -modfile=devtools/go.mod task test
 // installs: go install github.com/nats-io/natscli/nats@v0.5.0), for the
 // second shell's PATH. The test fails, never skips, without it.
 func natsCLIDir(t *testing.T) string {
@@ -437,7 +437,7 @@ func natsCLIDir(t *testing.T) string {
 			return d
 		}
 	}
-	t.Fatal("the nats CLI is not installed (go tool task nats-cli, or go install github.com/nats-io/natscli/nats@v0.5.0): the demo prints nats steps")
+	t.Fatal("the nats CLI is not installed (go tool -modfile=devtools/go.mod task nats-cli, or go install github.com/nats-io/natscli/nats@v0.5.0): the demo prints nats steps")
 	return ""
 }
 

@@ -2,8 +2,8 @@
 // Weft wrote: the reference server @modelcontextprotocol/server-everything
 // and the official TypeScript SDK @modelcontextprotocol/sdk, installed from
 // npm with the versions pinned in node/package.json and node/package-lock.json
-// (`go tool task mcp-peers`, which `go tool task test` and .ci/run run
-// first). A test that needs them and does not find them fails, naming the
+// (`go tool -modfile=devtools/go.mod task mcp-peers`, which the test task
+// and .ci/run run first). A test that needs them and does not find them fails, naming the
 // command that installs them: it never skips.
 package mcptest
 
@@ -16,7 +16,7 @@ import (
 )
 
 // Install is the command that installs the peers.
-const Install = "go tool task mcp-peers (npm ci in internal/mcptest/node)"
+const Install = "go tool -modfile=devtools/go.mod task mcp-peers (npm ci in internal/mcptest/node)"
 
 // Dir returns the folder holding package.json and node_modules.
 func Dir() string {

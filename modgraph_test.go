@@ -1,0 +1,96 @@
+package weft_test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestApplicationModuleGraph builds an application module that imports only
+// github.com/weftrun/weft/runner (with a replace directive to this
+// checkout) and checks its module graph: the developer tools (go-task,
+// staticcheck) and what they drag in (the AWS SDK, Google Cloud) must not be
+// in it, so depending on Weft costs an application only what Weft's code
+// needs (issue 16, item 4; docs/adr/0012-developer-tools-module.md).
+func TestApplicationModuleGraph(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build the application module: %v", err)
+	}
+	checkout, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(app, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/app\n\ngo 1.26\n\n"+
+		"require github.com/weftrun/weft v0.0.0\n\n"+
+		"replace github.com/weftrun/weft => "+checkout+"\n")
+	write("main.go", "package main\n\nimport _ \"github.com/weftrun/weft/runner\"\n\nfunc main() {}\n")
+	// Weft's go.sum holds the hash of every module in its graph, so the
+	// application needs no checksum database look-up; anything else comes
+	// from GOPROXY as the environment sets it.
+	sum, err := os.ReadFile(filepath.Join(checkout, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("go.sum", string(sum))
+
+	env := append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GOTOOLCHAIN=local")
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(goBin, args...)
+		cmd.Dir = app
+		cmd.Env = env
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		}
+		return string(out)
+	}
+	// Listing the application's packages resolves every import it has and
+	// records the requirements it needs, as a real application's build
+	// would.
+	run("list", "-deps", "./...")
+	graph := run("mod", "graph")
+
+	forbidden := []string{
+		"github.com/go-task/",
+		"honnef.co/go/tools",
+		"github.com/aws/aws-sdk-go",
+		"cloud.google.com/",
+	}
+	modules := map[string]bool{}
+	for _, line := range strings.Split(graph, "\n") {
+		for _, node := range strings.Fields(line) {
+			path, _, _ := strings.Cut(node, "@")
+			modules[path] = true
+		}
+	}
+	if !modules["github.com/weftrun/weft"] {
+		t.Fatalf("the application's module graph does not contain Weft:\n%s", graph)
+	}
+	var found []string
+	for path := range modules {
+		for _, prefix := range forbidden {
+			if strings.HasPrefix(path, prefix) {
+				found = append(found, path)
+			}
+		}
+	}
+	if len(found) > 0 {
+		t.Errorf("an application importing only weft/runner has %d developer-tool modules in its graph (of %d modules), e.g. %v",
+			len(found), len(modules), found[:min(len(found), 5)])
+	}
+	t.Logf("the application's module graph has %d modules", len(modules))
+}
