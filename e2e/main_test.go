@@ -60,7 +60,11 @@ func runnerMain() int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	nc, err := nats.Connect(os.Getenv("NATS_URL"), nats.MaxReconnects(-1))
+	copts := []nats.Option{nats.MaxReconnects(-1)}
+	if d, err := time.ParseDuration(os.Getenv("WEFT_E2E_RECONNECT_WAIT")); err == nil {
+		copts = append(copts, nats.ReconnectWait(d))
+	}
+	nc, err := nats.Connect(os.Getenv("NATS_URL"), copts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -86,6 +90,9 @@ func runnerMain() int {
 	level := slog.LevelWarn
 	if os.Getenv("WEFT_E2E_QUIET") != "" {
 		level = slog.LevelError + 4 // the chaos test makes errors on purpose
+	}
+	if l := os.Getenv("WEFT_E2E_LOG_LEVEL"); l != "" {
+		_ = level.UnmarshalText([]byte(l))
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	opts := append([]runner.Option{runner.WithID(os.Getenv("WEFT_E2E_RUNNER")), runner.WithLease(lease),
@@ -145,6 +152,7 @@ type env struct {
 	srv    *natstest.Server
 	ledger string
 	client *api.Client
+	logDir string // when set, each runner process's stderr goes to <logDir>/<id>.log
 }
 
 func newEnv(t testing.TB) *env {
@@ -177,6 +185,14 @@ func (e *env) spawnWith(id string, extraEnv ...string) *proc {
 	cmd.Env = append(os.Environ(), "WEFT_E2E_RUNNER="+id, "NATS_URL="+e.srv.URL, "WEFT_E2E_LEDGER="+e.ledger)
 	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stderr = os.Stderr
+	if e.logDir != "" {
+		f, err := os.OpenFile(filepath.Join(e.logDir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		defer f.Close() // the child has its own descriptor
+		cmd.Stderr = f
+	}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}

@@ -741,6 +741,7 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		return true
 	}
 	if r.released(ctx, id) {
+		r.log.Info("runner judged gone", "peer", id, "why", "released")
 		return false
 	}
 	if !r.canJudge() {
@@ -749,6 +750,7 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	if _, err := r.live.Get(ctx, r.id); err != nil {
 		return true // our own key is not there either: the bucket is not ours to judge by
 	}
+	r.log.Info("runner judged gone", "peer", id, "why", "liveness key absent")
 	return false
 }
 
@@ -825,6 +827,9 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
 			continue
 		}
 		gone[d] = judge || r.released(ctx, d)
+		if gone[d] {
+			r.log.Info("runner judged gone", "peer", d, "why", "liveness key absent (scan)", "judge", judge)
+		}
 	}
 	var orphans []string
 	for run, k := range drivers {
