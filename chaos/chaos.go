@@ -194,6 +194,43 @@ func (r *Result) Write(w io.Writer) {
 	}
 }
 
+// WriteTotal prints the sum of several runs' reports (one line per
+// count, as Write), for a run of several seeds: faults by kind, runs,
+// actions, body starts, takeovers and violations.
+func WriteTotal(w io.Writer, rs []*Result) {
+	var (
+		faults, outcomes, ends = map[string]int{}, map[string]int{}, map[string]int{}
+		runs, actions, starts  int
+		takeovers, violations  int
+		elapsed                time.Duration
+		seeds                  []string
+	)
+	for _, r := range rs {
+		for k, v := range r.Faults {
+			faults[k] += v
+		}
+		for k, v := range r.Outcomes {
+			outcomes[k] += v
+		}
+		for k, v := range r.Ends {
+			ends[k] += v
+		}
+		runs, actions, starts = runs+r.Runs, actions+r.Actions, starts+r.BodyStarts
+		takeovers, violations = takeovers+r.Takeovers, violations+len(r.Violations)
+		elapsed += r.Elapsed
+		seeds = append(seeds, fmt.Sprint(r.Seed))
+	}
+	nfaults := 0
+	for _, v := range faults {
+		nfaults += v
+	}
+	fmt.Fprintf(w, "total of seeds %s: %s\n", strings.Join(seeds, ","), elapsed.Round(time.Second))
+	fmt.Fprintf(w, "  faults: %d (%s)\n", nfaults, counts(faults))
+	fmt.Fprintf(w, "  runs: %d (%s); takeovers: %d\n", runs, counts(outcomes), takeovers)
+	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d\n", actions, counts(ends), starts)
+	fmt.Fprintf(w, "  violations: %d\n", violations)
+}
+
 func counts(m map[string]int) string {
 	keys := make([]string, 0, len(m))
 	for k := range m {

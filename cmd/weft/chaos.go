@@ -70,7 +70,10 @@ func chaosCommand() command {
 				if *verbose {
 					cfg.Log = e.stderr
 				}
-				var failed []string
+				var (
+					failed []string
+					all    []*chaos.Result
+				)
 				for _, s := range list {
 					cfg.Seed = s
 					res, err := chaos.Run(ctx, cfg)
@@ -78,9 +81,13 @@ func chaosCommand() command {
 						return err
 					}
 					res.Write(e.stdout)
+					all = append(all, res)
 					if len(res.Violations) > 0 {
 						failed = append(failed, strconv.FormatUint(s, 10))
 					}
+				}
+				if len(all) > 1 {
+					chaos.WriteTotal(e.stdout, all)
 				}
 				if len(failed) > 0 {
 					return auditError{fmt.Sprintf("chaos: violations with seed(s) %s", strings.Join(failed, ","))}
