@@ -92,3 +92,41 @@ func TestBodyNeverStartsWhenItsAttemptEndedWhileItWasClaimed(t *testing.T) {
 		t.Fatal("the attempt was never read again after its claim")
 	}
 }
+
+// Rule 5 of the task protocol (docs/protocol/41-tasks.md: the body
+// timeout is the attempt's deadline) and SEMANTICS §5 (no effect after its
+// attempt was recorded lost; issue 08's long chaos run, seed 103: a hold
+// body started 273 ms after its deadline in a runner process starved of
+// CPU, its context still live because only a timer the process had not
+// run yet would have cancelled it). The body's context carries the
+// deadline itself, so the body, and every call it makes under its
+// context, sees by the clock that its time is up however late it runs.
+func TestBodyContextCarriesTheAttemptDeadline(t *testing.T) {
+	nc, js := startServer(t)
+	f := &flaky{ch: make(chan struct{}, 10)}
+	w := worker.New(nc, js, worker.WithReporter(f.report), worker.WithoutAttemptCheck(), worker.WithAckWait(time.Second))
+	got := make(chan time.Time, 1)
+	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		d, ok := ctx.Deadline()
+		if !ok {
+			d = time.Time{}
+		}
+		got <- d
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(time.Minute).Round(time.Millisecond)
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1,
+		Arguments: json.RawMessage(`1`), TimeoutMS: 60_000, Deadline: &deadline})
+	select {
+	case d := <-got:
+		if !d.Equal(deadline) {
+			t.Fatalf("the body's context has deadline %v; want the attempt's, %v", d, deadline)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the body never ran")
+	}
+}

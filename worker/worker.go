@@ -443,7 +443,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, &own))
 		return
 	}
-	rep = w.run(ctx, cancel, h, t, rep, &own)
+	rep = w.run(ctx, h, t, rep, &own)
 	done(w.deliver(t, rep, &own))
 }
 
@@ -556,16 +556,21 @@ func (w *Worker) current(t Task) currency {
 // run runs the body under ctx (cancelled by its run's stops, with cause
 // errStopped) and the task's timeout, and fills the report. It renews own,
 // the attempt's claim, every ClaimRenew while the body runs.
-func (w *Worker) run(ctx context.Context, cancel context.CancelCauseFunc, h Handler, t Task, rep Report, own *ownClaim) Report {
-	var timeout <-chan time.Time
+func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ownClaim) Report {
 	if t.TimeoutMS >= 0 {
-		d := time.Duration(t.TimeoutMS) * time.Millisecond
+		// The body's context carries the attempt's deadline (ctx.Deadline),
+		// not only a cancellation when a timer fires: a body this process
+		// gets to run late (paused, starved of CPU) still sees by the
+		// clock that its time is up, and so does every call it makes under
+		// its context (a dial, a request: Go's I/O sets the deadline on the
+		// socket and fails at once once it passed).
+		deadline := time.Now().Add(time.Duration(t.TimeoutMS) * time.Millisecond)
 		if t.Deadline != nil {
-			d = time.Until(*t.Deadline)
+			deadline = *t.Deadline
 		}
-		tm := time.NewTimer(max(d, 0))
-		defer tm.Stop()
-		timeout = tm.C
+		var cancelDeadline context.CancelFunc
+		ctx, cancelDeadline = context.WithDeadlineCause(ctx, deadline, errTimedOut)
+		defer cancelDeadline()
 	}
 	var (
 		bodyMu   sync.Mutex
@@ -610,23 +615,20 @@ func (w *Worker) run(ctx context.Context, cancel context.CancelCauseFunc, h Hand
 				rep.Outcome, rep.Content, rep.Bytes = OutcomeOversize, nil, int64(len(res.Content))
 			}
 			return rep
-		case <-timeout:
-			bodyMu.Lock()
-			stopped = true
-			bodyMu.Unlock()
-			cancel(errTimedOut)
-			rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
-			rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
-			w.settleLate(t, done)
-			return rep
 		case <-ctx.Done():
-			// Stopped by a cancellation: the task is over whatever the body
-			// still does; its run decides (settle window or uncertain).
 			bodyMu.Lock()
 			stopped = true
 			bodyMu.Unlock()
-			rep.Outcome, rep.Cause = OutcomeLost, "stopped"
-			rep.Evidence = "stopped while running"
+			if context.Cause(ctx) == errTimedOut {
+				rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+				rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
+			} else {
+				// Stopped by a cancellation: the task is over whatever the
+				// body still does; its run decides (settle window or
+				// uncertain).
+				rep.Outcome, rep.Cause = OutcomeLost, "stopped"
+				rep.Evidence = "stopped while running"
+			}
 			w.settleLate(t, done)
 			return rep
 		case <-renew.C:
