@@ -16,6 +16,7 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
 )
 
 // AgentName is the name of the agent every runner of the harness serves.
@@ -103,21 +104,79 @@ func (s script) String() string {
 
 // Ledger is the side ledger of body starts: one fsynced line per start,
 // written by the body itself before it does anything else, so it counts
-// what really ran whatever the log says. Lines are
+// what really ran whatever the log says. A body makes its effect under its
+// context, as a real tool's network call does (Go's I/O fails at once on
+// a context that ended or whose deadline passed): a body called with an
+// ended context writes a late line and does nothing. Lines are
 //
-//	start <unix nanos> <run> <action> <tool> <attempt> <process>
+//	start <unix nanos> <run> <action> <tool> <attempt> <process> <look began> <look answered>
+//	late <unix nanos> <run> <action> <tool> <attempt> <process> <look began> <look answered>
 //
+// (the look's times in unix nanos, 0 when the process recorded none)
 // and stay under PIPE_BUF, so concurrent appends of several processes
 // never interleave.
 type Ledger struct {
 	mu      sync.Mutex
 	path    string
 	process string
+	looks   *looks // this process's workers' last looks; nil: none recorded
 }
 
-// start records a body start. A ledger that cannot be written stops the
-// process: a start that is not counted would hide a violation.
-func (l *Ledger) start(tool string, c tools.Call) {
+// looks remembers, per attempt, the last look of this process's workers
+// that found it current (worker.AttemptCheck): when the read of the run
+// began and when it answered. A body writes its attempt's look with its
+// start, so a start after its attempt was recorded lost tells whether the
+// worker's last look could have seen the loss.
+type looks struct {
+	mu sync.Mutex
+	m  map[string]look
+}
+
+type look struct{ began, ended time.Time }
+
+func newLooks() *looks { return &looks{m: map[string]look{}} }
+
+func lookKey(run, action string, attempt int) string {
+	return fmt.Sprintf("%s %s %d", run, action, attempt)
+}
+
+// check wraps inner, recording every look that found the attempt current.
+func (l *looks) check(inner worker.AttemptCheck) worker.AttemptCheck {
+	return func(ctx context.Context, t worker.Task) (bool, error) {
+		began := time.Now()
+		current, err := inner(ctx, t)
+		if err == nil && current {
+			l.mu.Lock()
+			l.m[lookKey(t.Run, t.Action, t.Attempt)] = look{began: began, ended: time.Now()}
+			l.mu.Unlock()
+		}
+		return current, err
+	}
+}
+
+func (l *looks) get(run, action string, attempt int) look {
+	if l == nil {
+		return look{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m[lookKey(run, action, attempt)]
+}
+
+// start records a body start and reports whether the body may act: false
+// (a late line) when its context had ended when it was called — cancelled,
+// or its deadline passed by the clock. A ledger that cannot be written
+// stops the process: a start that is not counted would hide a violation.
+func (l *Ledger) start(ctx context.Context, tool string, c tools.Call) bool {
+	now := time.Now()
+	live := ctx.Err() == nil
+	if d, ok := ctx.Deadline(); ok && !now.Before(d) {
+		live = false
+	}
+	kind := "start"
+	if !live {
+		kind = "late"
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, err := os.OpenFile(l.path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -125,7 +184,8 @@ func (l *Ledger) start(tool string, c tools.Call) {
 		fmt.Fprintln(os.Stderr, "chaos: ledger:", err)
 		os.Exit(70)
 	}
-	line := fmt.Sprintf("start %d %s %s %s %d %s\n", time.Now().UnixNano(), c.Run, c.Action, tool, c.Attempt, l.process)
+	lk := l.looks.get(c.Run, c.Action, c.Attempt)
+	line := fmt.Sprintf("%s %d %s %s %s %d %s %d %d\n", kind, now.UnixNano(), c.Run, c.Action, tool, c.Attempt, l.process, nanos(lk.began), nanos(lk.ended))
 	if _, err := f.WriteString(line); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: ledger:", err)
 		os.Exit(70)
@@ -135,6 +195,21 @@ func (l *Ledger) start(tool string, c tools.Call) {
 		os.Exit(70)
 	}
 	_ = f.Close()
+	return live
+}
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(ns int64) time.Time {
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
 }
 
 // bodyStart is one line of the ledger.
@@ -145,26 +220,36 @@ type bodyStart struct {
 	Tool    string
 	Attempt int
 	Process string
+	// Late is a call whose context had ended: the body did nothing.
+	Late bool
+	// Look is the last look of the process's worker that found the
+	// attempt current before the start (zero: none recorded).
+	Look look
 }
 
 func parseStart(line string) (bodyStart, bool) {
 	f := strings.Fields(line)
-	if len(f) != 7 || f[0] != "start" {
+	if len(f) != 9 || (f[0] != "start" && f[0] != "late") {
 		return bodyStart{}, false
 	}
 	ns, err1 := strconv.ParseInt(f[1], 10, 64)
 	att, err2 := strconv.Atoi(f[5])
-	if err1 != nil || err2 != nil {
+	began, err3 := strconv.ParseInt(f[7], 10, 64)
+	ended, err4 := strconv.ParseInt(f[8], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 		return bodyStart{}, false
 	}
-	return bodyStart{At: time.Unix(0, ns), Run: f[2], Action: f[3], Tool: f[4], Attempt: att, Process: f[6]}, true
+	return bodyStart{At: time.Unix(0, ns), Run: f[2], Action: f[3], Tool: f[4], Attempt: att, Process: f[6], Late: f[0] == "late",
+		Look: look{began: fromNanos(began), ended: fromNanos(ended)}}, true
 }
 
 // work is the body of every tool: ledger line, then MS of work (stopped by
 // the context), then a definite failure or the output.
 func work(l *Ledger, tool string) tools.Handler[args, out] {
 	return func(ctx context.Context, c tools.Call, in args) (out, error) {
-		l.start(tool, c)
+		if !l.start(ctx, tool, c) {
+			return out{}, errLate
+		}
 		if err := sleep(ctx, in.MS); err != nil {
 			return out{}, err
 		}
@@ -181,7 +266,9 @@ func work(l *Ledger, tool string) tools.Handler[args, out] {
 // reconcile it.
 func holdBody(l *Ledger) tools.SettlingHandler[args, out] {
 	return func(ctx context.Context, c tools.Call, in args, st *tools.Settler[out]) (out, error) {
-		l.start(toolHold, c)
+		if !l.start(ctx, toolHold, c) {
+			return out{}, errLate
+		}
 		err := sleep(ctx, in.MS)
 		if err == nil {
 			return out{Done: fmt.Sprintf("hold %s attempt %d", c.Action, c.Attempt)}, nil
@@ -197,6 +284,10 @@ func holdBody(l *Ledger) tools.SettlingHandler[args, out] {
 		return out{}, err
 	}
 }
+
+// errLate is a body's answer when it was called with an ended context:
+// it did nothing (an uncertain failure, as a cancelled call would be).
+var errLate = errors.New("called after its context ended; did nothing")
 
 func sleep(ctx context.Context, ms int64) error {
 	if ms <= 0 {

@@ -122,6 +122,18 @@ type Result struct {
 	// started, actions the models asked for, tool bodies started (the
 	// ledger's lines).
 	Runs, Actions, BodyStarts int
+	// LateCalls counts bodies called with an ended context (cancelled, or
+	// past its deadline by the clock): they did nothing, as a tool's
+	// network call under that context would not (the ledger's late lines).
+	LateCalls int
+	// UnseenEnds counts bodies that started after their attempt was
+	// recorded lost (or their run finished) although their worker's last
+	// look began before that: a pause of the worker's process (or CPU
+	// starvation) between that look and the body's first instruction.
+	// MaxUnseen is the longest such start after the end, MaxLookGap the
+	// longest time from such a look's answer to its start.
+	UnseenEnds            int
+	MaxUnseen, MaxLookGap time.Duration
 	// Outcomes counts the runs' outcomes and Ends the actions' end states.
 	Outcomes, Ends map[string]int
 	// Takeovers counts run_recovered events.
@@ -138,6 +150,11 @@ type Result struct {
 	Elapsed time.Duration
 	// Dir is the working directory, kept when a check failed.
 	Dir string
+}
+
+func (r *Result) unseen(after, gap time.Duration) {
+	r.UnseenEnds++
+	r.MaxUnseen, r.MaxLookGap = max(r.MaxUnseen, after), max(r.MaxLookGap, gap)
 }
 
 // FaultCount is the total number of injected faults.
@@ -180,8 +197,12 @@ func (r *Result) Write(w io.Writer) {
 		r.Seed, r.Config.Nodes, r.Config.Runners, r.Config.Workers, mode, r.Config.Duration, r.Elapsed.Round(time.Second))
 	fmt.Fprintf(w, "  faults: %d (%s)\n", r.FaultCount(), counts(r.Faults))
 	fmt.Fprintf(w, "  runs: %d (%s); takeovers: %d\n", r.Runs, counts(r.Outcomes), r.Takeovers)
-	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d\n", r.Actions, counts(r.Ends), r.BodyStarts)
+	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d; late calls: %d\n", r.Actions, counts(r.Ends), r.BodyStarts, r.LateCalls)
 	fmt.Fprintf(w, "  answers: %s\n", counts(r.Answers))
+	if r.UnseenEnds > 0 {
+		fmt.Fprintf(w, "  starts after an end their worker's last look could not see: %d (up to %s after the end, %s after the look)\n",
+			r.UnseenEnds, r.MaxUnseen.Round(time.Millisecond), r.MaxLookGap.Round(time.Millisecond))
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "  note: %s\n", n)
 	}
@@ -201,6 +222,8 @@ func WriteTotal(w io.Writer, rs []*Result) {
 	var (
 		faults, outcomes, ends = map[string]int{}, map[string]int{}, map[string]int{}
 		runs, actions, starts  int
+		late, unseen           int
+		maxUnseen, maxGap      time.Duration
 		takeovers, violations  int
 		elapsed                time.Duration
 		seeds                  []string
@@ -216,6 +239,9 @@ func WriteTotal(w io.Writer, rs []*Result) {
 			ends[k] += v
 		}
 		runs, actions, starts = runs+r.Runs, actions+r.Actions, starts+r.BodyStarts
+		late += r.LateCalls
+		unseen += r.UnseenEnds
+		maxUnseen, maxGap = max(maxUnseen, r.MaxUnseen), max(maxGap, r.MaxLookGap)
 		takeovers, violations = takeovers+r.Takeovers, violations+len(r.Violations)
 		elapsed += r.Elapsed
 		seeds = append(seeds, fmt.Sprint(r.Seed))
@@ -227,7 +253,9 @@ func WriteTotal(w io.Writer, rs []*Result) {
 	fmt.Fprintf(w, "total of seeds %s: %s\n", strings.Join(seeds, ","), elapsed.Round(time.Second))
 	fmt.Fprintf(w, "  faults: %d (%s)\n", nfaults, counts(faults))
 	fmt.Fprintf(w, "  runs: %d (%s); takeovers: %d\n", runs, counts(outcomes), takeovers)
-	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d\n", actions, counts(ends), starts)
+	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d; late calls: %d\n", actions, counts(ends), starts, late)
+	fmt.Fprintf(w, "  starts after an end their worker's last look could not see: %d (up to %s after the end, %s after the look)\n",
+		unseen, maxUnseen.Round(time.Millisecond), maxGap.Round(time.Millisecond))
 	fmt.Fprintf(w, "  violations: %d\n", violations)
 }
 
@@ -503,7 +531,10 @@ func (h *harness) writeNodes() error {
 // and provisions every asset once the server (or the cluster) answers.
 func (h *harness) connect(ctx context.Context) error {
 	nc, err := nats.Connect(h.urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
-		nats.RetryOnFailedConnect(true), nats.Name("chaos-harness"))
+		nats.RetryOnFailedConnect(true), nats.Name("chaos-harness"),
+		// Broken connections are what the faults cause: logged with -v,
+		// not printed on the harness's stderr as nats.go's default does.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { h.logf("nats: %v", err) }))
 	if err != nil {
 		return err
 	}

@@ -192,12 +192,37 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 		v(checkAudit, "", "", "cannot read the event log: %v", err)
 		return h.finish(res)
 	}
-	starts := readStarts(h.ledger)
+	var starts []bodyStart
+	for _, s := range readStarts(h.ledger) {
+		if s.Late {
+			res.LateCalls++
+			continue
+		}
+		starts = append(starts, s)
+	}
 	res.BodyStarts = len(starts)
 	byAction := map[string][]bodyStart{}
 	for _, s := range starts {
 		k := s.Run + " " + s.Action
 		byAction[k] = append(byAction[k], s)
+	}
+	// When each event was known to be acknowledged: a read that began
+	// after it sees it (on a cluster, the stored time can precede the
+	// quorum's commit).
+	ackedAt := map[string]time.Time{}
+	for _, a := range acks {
+		for i := range max(a.n, 1) {
+			k := fmt.Sprintf("%s %d", a.run, a.version+uint64(i))
+			if t, ok := ackedAt[k]; !ok || a.at.Before(t) {
+				ackedAt[k] = a.at
+			}
+		}
+	}
+	visible := func(run string, e timed) time.Time {
+		if t, ok := ackedAt[fmt.Sprintf("%s %d", run, e.env.Version)]; ok && t.After(e.at) {
+			return t
+		}
+		return e.at
 	}
 	views, _ := h.js.KeyValue(ctx, projector.BucketViews)
 	ids := map[string]int{}
@@ -222,7 +247,10 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 		} else {
 			v(checkNotFinished, run, "", "status %s (approvals %v, uncertain %v)", st.Kind, st.Approvals, st.Uncertain)
 		}
-		var finishedAt time.Time
+		var (
+			finishedAt time.Time
+			finished   timed
+		)
 		fences := map[string]timed{}
 		lost := map[string]timed{}
 		for _, e := range evs {
@@ -244,7 +272,7 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 					lost[k] = e
 				}
 			case events.RunFinished:
-				finishedAt = e.at
+				finishedAt, finished = e.at, e
 			}
 		}
 		for _, a := range s.Actions() {
@@ -274,11 +302,33 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 				case b.At.Before(f.at):
 					v(checkBeforeFence, run, a.ID, "%s attempt %d started %s before its fence was stored", a.Tool, b.Attempt, f.at.Sub(b.At))
 				}
+				// A start after its attempt was recorded lost (or its run
+				// finished) is a violation when the worker's last look
+				// began once that was acknowledged: the look saw it, or
+				// should have. A look that began before it, followed by a
+				// start after it, is the gap between a worker's last look and
+				// its body's first instruction — microseconds, unless the
+				// process was paused or starved of CPU there — which no check
+				// before a start can close (docs/reliability.md): counted.
+				unseen := false
 				if l, ok := lost[k]; ok && b.At.After(l.at) {
-					v(checkAfterLost, run, a.ID, "%s attempt %d started in %s %s after it was recorded lost (version %d: %s)%s", a.Tool, b.Attempt, b.Process, b.At.Sub(l.at), l.env.Version, lostCause(l), pastDeadline(f, ok, b))
+					switch at := visible(run, l); {
+					case b.Look.began.IsZero():
+						v(checkAfterLost, run, a.ID, "%s attempt %d started in %s %s after it was recorded lost (version %d: %s), with no look at the run recorded%s", a.Tool, b.Attempt, b.Process, b.At.Sub(l.at), l.env.Version, lostCause(l), pastDeadline(f, ok, b))
+					case !b.Look.began.Before(at):
+						v(checkAfterLost, run, a.ID, "%s attempt %d started in %s %s after it was recorded lost (version %d: %s), though the worker's last look began %s after that was acknowledged%s", a.Tool, b.Attempt, b.Process, b.At.Sub(l.at), l.env.Version, lostCause(l), b.Look.began.Sub(at), pastDeadline(f, ok, b))
+					default:
+						unseen = true
+						res.unseen(b.At.Sub(l.at), b.At.Sub(b.Look.ended))
+					}
 				}
 				if !finishedAt.IsZero() && b.At.After(finishedAt) {
-					v(checkAfterEnd, run, a.ID, "%s attempt %d started in %s %s after the run finished", a.Tool, b.Attempt, b.Process, b.At.Sub(finishedAt))
+					switch at := visible(run, finished); {
+					case b.Look.began.IsZero() || !b.Look.began.Before(at):
+						v(checkAfterEnd, run, a.ID, "%s attempt %d started in %s %s after the run finished (its worker's last look began %s after that was acknowledged)", a.Tool, b.Attempt, b.Process, b.At.Sub(finishedAt), b.Look.began.Sub(at))
+					case !unseen:
+						res.unseen(b.At.Sub(finishedAt), b.At.Sub(b.Look.ended))
+					}
 				}
 			}
 		}
@@ -332,6 +382,8 @@ func (h *harness) checkAudit(ctx context.Context, res *Result, run string, views
 type ack struct {
 	seq, version uint64
 	run, id, by  string
+	n            int       // events in the message: versions version..version+n-1
+	at           time.Time // when the runner had the acknowledgement
 }
 
 // readAcks reads every runner's ack ledger (and counts the runners'
@@ -349,12 +401,13 @@ func (h *harness) readAcks() []ack {
 		for sc.Scan() {
 			fs := strings.Fields(sc.Text())
 			switch {
-			case len(fs) == 6 && fs[0] == "ack":
+			case len(fs) == 7 && fs[0] == "ack":
 				seq, err := strconv.ParseUint(fs[1], 10, 64)
 				if err != nil {
 					continue
 				}
-				out = append(out, ack{seq: seq, version: mustUint(fs[3]), run: fs[2], id: fs[4], by: filepath.Base(name)})
+				out = append(out, ack{seq: seq, version: mustUint(fs[3]), run: fs[2], id: fs[4], by: filepath.Base(name),
+					n: int(mustUint(fs[5])), at: fromNanos(int64(mustUint(fs[6])))})
 			case len(fs) == 4 && fs[0] == "self" && fs[1] == "SIGSTOP":
 				h.fault("runner SIGSTOP after append")
 			}

@@ -47,14 +47,25 @@
 // # Checks
 //
 // Every tool body writes an fsynced line to the ledger before anything
-// else; every runner writes each acknowledged append (stream sequence and
-// first event id) to its ack ledger before it acts on the acknowledgement.
+// else. A body makes its effect under its context, as a real tool's
+// network call does: one called with an ended context (cancelled, or its
+// deadline passed by the clock, which a process paused or starved of CPU
+// between the worker's last look and the call can see) writes a late line
+// instead, does nothing, and is counted apart (Result.LateCalls). Every
+// runner writes each acknowledged append (stream sequence and first event
+// id) to its ack ledger before it acts on the acknowledgement.
 // Then, per run and action:
 //
 //   - body starts ≤ the fence's max attempts (1 for a non-replayable tool),
 //     and no attempt started twice;
-//   - every body start came after its fence was stored, never after its
-//     attempt was recorded lost, never after its run finished;
+//   - every body start came after its fence was stored; none came after
+//     its attempt was recorded lost or its run finished when the worker's
+//     last look at the run (the worker's AttemptCheck, which the parts wrap
+//     to record when each look began and answered) began after that was
+//     acknowledged. A start after an end that the last look could not see
+//     is the gap between a worker's last look and its body's first
+//     instruction, which a pause or CPU starvation of the process can
+//     stretch and no check can close: Result.UnseenEnds counts them;
 //   - no action with a fenced attempt ended in a state that says it did not
 //     run (not_started, rejected, denied, ...);
 //   - every run finished;

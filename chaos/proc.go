@@ -32,6 +32,13 @@ type part struct {
 	halted   bool      // stopped for good before the checks
 }
 
+// armed reports whether the process handles SIGUSR1 and SIGUSR2 (a runner
+// whose ack ledger exists): sent earlier, they would end it.
+func (pr *proc) armed() bool {
+	_, err := os.Stat(pr.acks)
+	return err == nil
+}
+
 // proc is one incarnation of a part.
 type proc struct {
 	cmd     *exec.Cmd
@@ -39,6 +46,9 @@ type proc struct {
 	started time.Time
 	done    chan struct{}
 	state   *os.ProcessState
+	// acks is a runner's ack ledger for this start; the runner creates it
+	// once its SIGUSR1/SIGUSR2 handler is installed.
+	acks string
 }
 
 // start starts the part's process: its own process group (so a signal
@@ -63,13 +73,14 @@ func (p *part) start() (*proc, error) {
 	if p.h.cfg.StableIDs || p.role == "nats" {
 		id = p.name
 	}
-	cmd.Env = append(cmd.Env, EnvRole+"="+p.role, envID+"="+id, fmt.Sprintf("%s=%s", envAcks, filepath.Join(p.h.dir, "acks", fmt.Sprintf("%s.%d", p.name, n))))
+	acks := filepath.Join(p.h.dir, "acks", fmt.Sprintf("%s.%d", p.name, n))
+	cmd.Env = append(cmd.Env, EnvRole+"="+p.role, envID+"="+id, envAcks+"="+acks)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	pr := &proc{cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), done: make(chan struct{})}
+	pr := &proc{cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), done: make(chan struct{}), acks: acks}
 	go func() {
 		_ = cmd.Wait()
 		pr.state = cmd.ProcessState

@@ -156,8 +156,10 @@ func envDuration(name string, def time.Duration) time.Duration {
 	return def
 }
 
-func partAgent() (*agent.Agent, error) {
-	return Agent(&Ledger{path: os.Getenv(envLedger), process: fmt.Sprintf("%s.%d", os.Getenv(envID), os.Getpid())})
+// partAgent is the harness's agent for a part process, whose bodies write
+// the ledger with the last look of lk's check.
+func partAgent(lk *looks) (*agent.Agent, error) {
+	return Agent(&Ledger{path: os.Getenv(envLedger), process: fmt.Sprintf("%s.%d", os.Getenv(envID), os.Getpid()), looks: lk})
 }
 
 func runnerMain(ctx context.Context, logger *slog.Logger) error {
@@ -167,16 +169,18 @@ func runnerMain(ctx context.Context, logger *slog.Logger) error {
 	signal.Notify(usr, syscall.SIGUSR1, syscall.SIGUSR2)
 	id := os.Getenv(envID)
 	lease := envDuration(envLease, time.Second)
-	node, err := connect(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer node.Close(context.Background())
+	// The ack ledger exists once the handler above is installed: the
+	// harness sends SIGUSR1/SIGUSR2 only to a runner whose ledger exists.
 	acks, err := os.OpenFile(os.Getenv(envAcks), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
 	defer acks.Close()
+	node, err := connect(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer node.Close(context.Background())
 	js := &recordingJS{JetStream: node.JetStream(), acks: acks}
 	go func() {
 		for s := range usr {
@@ -192,14 +196,16 @@ func runnerMain(ctx context.Context, logger *slog.Logger) error {
 	}); err != nil {
 		return err
 	}
-	a, err := partAgent()
+	lk := newLooks()
+	a, err := partAgent(lk)
 	if err != nil {
 		return err
 	}
 	r, err := runner.New(node.Conn(), js, []*agent.Agent{a}, runner.WithID(id), runner.WithLease(lease),
 		runner.WithDrainWindow(5*time.Second), runner.WithLogger(logger.With("runner", id)),
 		runner.WithExternalTools(externalTools...),
-		runner.WithWorkerOptions(worker.WithAckWait(envDuration(envAckWait, time.Second)), worker.WithID(id+"-w")))
+		runner.WithWorkerOptions(worker.WithAckWait(envDuration(envAckWait, time.Second)), worker.WithID(id+"-w"),
+			worker.WithAttemptCheck(lk.check(worker.LogCheck(node.JetStream())))))
 	if err != nil {
 		return err
 	}
@@ -250,7 +256,7 @@ func (j *recordingJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetst
 	}
 	e := body.Events[0]
 	j.mu.Lock()
-	fmt.Fprintf(j.acks, "ack %d %s %d %s %d\n", ack.Sequence, e.Run, e.Version, e.ID, len(body.Events))
+	fmt.Fprintf(j.acks, "ack %d %s %d %s %d %d\n", ack.Sequence, e.Run, e.Version, e.ID, len(body.Events), time.Now().UnixNano())
 	sig := j.after
 	if sig != 0 && time.Now().Before(j.until) {
 		j.after = 0
@@ -272,11 +278,13 @@ func workerMain(ctx context.Context, logger *slog.Logger) error {
 		return err
 	}
 	defer node.Close(context.Background())
-	a, err := partAgent()
+	lk := newLooks()
+	a, err := partAgent(lk)
 	if err != nil {
 		return err
 	}
-	w := worker.New(node.Conn(), node.JetStream(), worker.WithID(id), worker.WithAckWait(envDuration(envAckWait, time.Second)), worker.WithLogger(logger.With("worker", id)))
+	w := worker.New(node.Conn(), node.JetStream(), worker.WithID(id), worker.WithAckWait(envDuration(envAckWait, time.Second)), worker.WithLogger(logger.With("worker", id)),
+		worker.WithAttemptCheck(lk.check(worker.LogCheck(node.JetStream()))))
 	for _, t := range a.Tools() {
 		for _, ext := range externalTools {
 			if t.Name() == ext {

@@ -118,8 +118,11 @@ func (h *harness) inject(ctx context.Context, f fault, target int, pause, restar
 			time.AfterFunc(pause, p.resume)
 		}
 	case "kill-after-append", "stop-after-append":
-		// Only a runner that has been up a while has its handler.
-		if pr := p.running(); pr == nil || time.Since(pr.started) < armSettle {
+		// Only a runner that installed its handler may be sent SIGUSR1 or
+		// SIGUSR2 (their default action ends the process); the next one is
+		// a process that started meanwhile, which is then spared this
+		// fault (the signal races its start at worst, as a kill does).
+		if pr := p.running(); pr == nil || !pr.armed() {
 			return
 		}
 	}
@@ -137,9 +140,6 @@ func (h *harness) inject(ctx context.Context, f fault, target int, pause, restar
 		}
 	}
 }
-
-// armSettle is how long a runner must have been up before it is armed.
-const armSettle = 1500 * time.Millisecond
 
 // A SIGTERMed runner drains within 5 s; one that takes over slowDrain to
 // exit is noted, one that takes drainLimit is killed.
