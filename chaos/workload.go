@@ -189,6 +189,10 @@ func (w *workload) drive(ctx context.Context, p plan, i uint64) {
 	case <-t.C:
 	}
 	d := &runDriver{p: p, seen: map[string]time.Time{}, done: map[string]bool{}, tries: map[string]int{}}
+	// Every wait grows while nothing moves (unanswered starts, a run that
+	// does not change), up to 16 times the base: a starved deployment is
+	// not buried under the workload's own retries and reads.
+	back := time.Duration(1)
 	for ctx.Err() == nil {
 		c := w.send(ctx, command{kind: "start", run: p.id, id: "start-" + p.id}, func(ctx context.Context) error {
 			_, err := w.h.client.Start(ctx, api.StartRequest{CommandID: "start-" + p.id, Run: p.id, Agent: AgentName, Input: p.script.String()})
@@ -197,12 +201,15 @@ func (w *workload) drive(ctx context.Context, p plan, i uint64) {
 		if !c.transient() {
 			break
 		}
-		w.wait(ctx, uniform(r, 100*time.Millisecond, 400*time.Millisecond))
+		w.wait(ctx, back*uniform(r, 100*time.Millisecond, 400*time.Millisecond))
+		back = min(back*2, 16)
 	}
 	d.started = time.Now()
 	w.mu.Lock()
 	w.started[p.id] = true
 	w.mu.Unlock()
+	back = 1
+	var seen uint64
 	for ctx.Err() == nil {
 		s, err := w.h.fold(ctx, p.id)
 		if err == nil && s.Exists() && w.step(ctx, d, s) {
@@ -211,7 +218,12 @@ func (w *workload) drive(ctx context.Context, p plan, i uint64) {
 			w.mu.Unlock()
 			return
 		}
-		w.wait(ctx, uniform(r, 150*time.Millisecond, 350*time.Millisecond))
+		if err == nil && s.Version() != seen {
+			seen, back = s.Version(), 1
+		} else {
+			back = min(back*2, 16)
+		}
+		w.wait(ctx, back*uniform(r, 150*time.Millisecond, 350*time.Millisecond))
 	}
 }
 
