@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -105,9 +106,9 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointReject, s.reject},
 		{EndpointReconcile, func(ctx context.Context, b []byte) (any, string, error) { return s.reconcile(ctx, b, false) }},
 		{EndpointReconcileStored, func(ctx context.Context, b []byte) (any, string, error) { return s.reconcile(ctx, b, true) }},
-		{EndpointSettle, s.settle},
+		{EndpointSettle, func(ctx context.Context, b []byte) (any, string, error) { return s.settle(ctx, nil, b) }},
 		{EndpointCancel, s.cancel},
-		{EndpointReport, s.report},
+		{EndpointReport, func(ctx context.Context, b []byte) (any, string, error) { return s.report(ctx, nil, b) }},
 		{EndpointResolve, s.resolve},
 	} {
 		if err := add(e.name, e.h); err != nil {
@@ -115,8 +116,39 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 			return nil, fmt.Errorf("api: endpoint %s: %w", e.name, err)
 		}
 	}
+	// The per-queue forms: the queue is the subject's last three tokens.
+	for _, e := range []struct {
+		name, endpoint string
+		h              func(context.Context, *Queue, []byte) (any, string, error)
+	}{
+		{EndpointReportQueue, EndpointReport, s.report},
+		{EndpointSettleQueue, EndpointSettle, s.settle},
+	} {
+		err := g.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) {
+			q := queueOf(r.Subject())
+			s.handle(r, func(ctx context.Context, b []byte) (any, string, error) { return e.h(ctx, q, b) })
+		}), micro.WithEndpointSubject(e.endpoint+".*.*.*"), micro.WithEndpointMetadata(map[string]string{"schema": "1"}))
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("api: endpoint %s: %w", e.name, err)
+		}
+	}
 	return svc, nil
 }
+
+// queueOf returns the queue named by the last three tokens of a per-queue
+// subject weft.api.<endpoint>.<agent>.<version token>.<tool>.
+func queueOf(subject string) *Queue {
+	t := strings.Split(subject, ".")
+	if len(t) != 6 {
+		return nil
+	}
+	return &Queue{Agent: t[3], Version: strings.ReplaceAll(t[4], "~", "."), Tool: t[5]}
+}
+
+// errQueueInBody refuses a report or settlement body that names a queue:
+// the subject names it.
+var errQueueInBody = &weft.Error{Code: weft.CodeInvalidRequest, Message: "queue is not a body field: report or settle on weft.api.<report|settle>.<agent>.<version token>.<tool>"}
 
 type service struct {
 	b       Backend
@@ -372,11 +404,15 @@ func (s *service) resolve(ctx context.Context, b []byte) (any, string, error) {
 	return rep, req.CommandID, err
 }
 
-func (s *service) settle(ctx context.Context, b []byte) (any, string, error) {
+func (s *service) settle(ctx context.Context, q *Queue, b []byte) (any, string, error) {
 	req, err := decode(b, func(r *Settlement) int { return r.Schema })
 	if err != nil {
 		return nil, "", err
 	}
+	if req.Queue != nil {
+		return nil, "", errQueueInBody
+	}
+	req.Queue = q
 	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("outcome", req.Outcome)); err != nil {
 		return nil, "", firstCoded(err)
 	}
@@ -396,11 +432,15 @@ func (s *service) cancel(ctx context.Context, b []byte) (any, string, error) {
 	return rep, req.CommandID, err
 }
 
-func (s *service) report(ctx context.Context, b []byte) (any, string, error) {
+func (s *service) report(ctx context.Context, q *Queue, b []byte) (any, string, error) {
 	req, err := decode(b, func(r *Report) int { return r.Schema })
 	if err != nil {
 		return nil, "", err
 	}
+	if req.Queue != nil {
+		return nil, "", errQueueInBody
+	}
+	req.Queue = q
 	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("outcome", req.Outcome)); err != nil {
 		return nil, "", firstCoded(err)
 	}

@@ -116,6 +116,11 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 // Endpoints lists the endpoints of the "weft" micro service.
 var Endpoints = []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve}
 
+// QueueEndpoints lists the endpoints (report, settle) the "weft" micro
+// service also serves per tool queue, on weft.api.<endpoint>.<agent>.<version
+// token>.<tool>.
+var QueueEndpoints = []string{EndpointReport, EndpointSettle}
+
 // Ready waits until a "weft" service answers $SRV.INFO.weft listing every
 // endpoint (so that a command sent next finds a responder), or ctx ends.
 // It sends no command: the service's stats stay untouched.
@@ -149,6 +154,11 @@ func (c *Client) ready(ctx context.Context) bool {
 	}
 	for _, e := range Endpoints {
 		if !got[SubjectPrefix+e] {
+			return false
+		}
+	}
+	for _, e := range QueueEndpoints {
+		if !got[SubjectPrefix+e+".*.*.*"] {
 			return false
 		}
 	}

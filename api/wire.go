@@ -35,7 +35,21 @@ const (
 	// EndpointResolve records the final truth of an open question (an
 	// action reconciled as unconfirmed), for audit.
 	EndpointResolve = "resolve"
+	// EndpointReportQueue is a tool worker's report on its queue's
+	// subject, weft.api.report.<agent>.<version token>.<tool>
+	// (worker.Queue.ReportSubject): the runner refuses it for an action
+	// of another queue (wrong_reference, reason other_queue).
+	EndpointReportQueue = "report_queue"
+	// EndpointSettleQueue is a settlement on the settled action's queue's
+	// subject, weft.api.settle.<agent>.<version token>.<tool>, checked as
+	// EndpointReportQueue.
+	EndpointSettleQueue = "settle_queue"
 )
+
+// ReasonOtherQueue is the Reason of the wrong_reference refusal of a
+// report or settlement received on a queue's subject for an action that is
+// not a call of that queue's tool in a run of that queue's agent identity.
+const ReasonOtherQueue = "other_queue"
 
 // MaxBody is the largest request body accepted (bytes): 2 MiB, room for a
 // worker's report of a result of the default max result bytes (1 MiB,
@@ -153,6 +167,23 @@ type Report struct {
 	Cause string `json:"cause,omitempty"`
 	// Worker identifies the reporting worker, for audit.
 	Worker string `json:"worker,omitempty"`
+	// Queue is the tool queue the report is for. A worker sets it to
+	// report on the queue's subject,
+	// weft.api.report.<agent>.<version token>.<tool>, instead of
+	// weft.api.report; on the wire it is the subject, never a body field
+	// (the command API refuses a body naming it and sets it from the
+	// subject).
+	Queue *Queue `json:"queue,omitempty"`
+}
+
+// Queue names a tool queue: the tasks of one tool as bound in one agent
+// identity. It has the fields of worker.Queue, which converts to and from
+// it (worker.Queue(q)) and names its subjects.
+type Queue struct {
+	// Agent is the agent's name, Version its version.
+	Agent, Version string
+	// Tool is the tool name.
+	Tool string
 }
 
 // Settlement is the body of a settlement on weft.api.settle: a settling
@@ -175,6 +206,10 @@ type Settlement struct {
 	// settlement is refused; it goes to telemetry (settlement_refused), so
 	// it must carry no secrets.
 	Summary string `json:"summary,omitempty"`
+	// Queue is the queue of the settled action, as for Report: the
+	// settlement goes to weft.api.settle.<agent>.<version token>.<tool>
+	// when set.
+	Queue *Queue `json:"queue,omitempty"`
 }
 
 // CancelRequest cancels a run.

@@ -11,8 +11,11 @@
 // reports, so the nats CLI can connect with `nats --server <url>`.
 //
 // External: WithURL (or NATS_URL through FromEnv) connects to an existing
-// server or cluster, with credentials from a creds file, a user and password
-// or a token.
+// server or cluster, with credentials from a creds file, an nkey seed file,
+// a user and password or a token (an embedded server started from a
+// configuration with users or an operator takes the same credentials). A
+// creds file issued by package roles also sets the connection's inbox
+// prefix (the only replies its role may receive).
 //
 // Either way the caller gets a *Node with Conn, JetStream, URL and Close.
 // Close drains the connection, then (embedded only) shuts the server down
@@ -31,9 +34,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -52,6 +57,12 @@ const (
 	EnvPassword = "NATS_PASSWORD"
 	// EnvToken names the variable holding an authentication token.
 	EnvToken = "NATS_TOKEN"
+	// EnvNkey names the variable holding the path of an nkey seed file
+	// (a user of a server that lists nkey users), as for the nats CLI.
+	EnvNkey = "NATS_NKEY"
+	// EnvInboxPrefix names the variable holding the connection's inbox
+	// prefix (default _INBOX, or the one a creds file's permissions name).
+	EnvInboxPrefix = "NATS_INBOX_PREFIX"
 	// EnvData names the variable holding the embedded server's store directory.
 	EnvData = "WEFT_DATA"
 )
@@ -77,6 +88,8 @@ type config struct {
 	creds       string
 	user, pass  string
 	token       string
+	nkey        string
+	inboxPrefix string
 	dataDir     string
 	listen      bool
 	port        int
@@ -93,17 +106,36 @@ type config struct {
 // one. An empty url keeps the embedded server.
 func WithURL(url string) Option { return func(c *config) { c.url = url } }
 
-// WithCredsFile authenticates to an external server with a .creds file.
-func WithCredsFile(path string) Option { return func(c *config) { c.creds = path } }
+// WithCredsFile authenticates with a .creds file. Of the credential
+// options (WithCredsFile, WithNkeyFile, WithUserPassword, WithToken) the
+// last one given counts.
+func WithCredsFile(path string) Option {
+	return func(c *config) { c.clearAuth(); c.creds = path }
+}
 
 // WithUserPassword authenticates to an external server with a user name and
 // password.
 func WithUserPassword(user, password string) Option {
-	return func(c *config) { c.user, c.pass = user, password }
+	return func(c *config) { c.clearAuth(); c.user, c.pass = user, password }
 }
 
 // WithToken authenticates to an external server with a token.
-func WithToken(token string) Option { return func(c *config) { c.token = token } }
+func WithToken(token string) Option { return func(c *config) { c.clearAuth(); c.token = token } }
+
+// WithNkeyFile authenticates with the nkey whose seed is in path (a server
+// listing nkey users).
+func WithNkeyFile(path string) Option { return func(c *config) { c.clearAuth(); c.nkey = path } }
+
+// clearAuth forgets the credentials set so far: of several credential
+// options the last one given counts.
+func (c *config) clearAuth() { c.creds, c.nkey, c.user, c.pass, c.token = "", "", "", "", "" }
+
+// WithInboxPrefix sets the prefix of the connection's reply subjects
+// (nats.CustomInboxPrefix), for a server that lets the user subscribe to
+// replies under that prefix only. Without it, a creds file whose
+// permissions allow subscribing to exactly one _INBOX.<name>.> (package
+// roles' credentials) sets _INBOX.<name>.
+func WithInboxPrefix(prefix string) Option { return func(c *config) { c.inboxPrefix = prefix } }
 
 // WithDataDir sets the embedded server's store directory (JetStream data
 // lives under it). An empty dir keeps the default.
@@ -138,7 +170,8 @@ func WithConnectWait(d time.Duration) Option { return func(c *config) { c.connec
 func WithServerLog() Option { return func(c *config) { c.serverLog = true } }
 
 // FromEnv returns the options the environment asks for: NATS_URL,
-// NATS_CREDS, NATS_USER and NATS_PASSWORD, NATS_TOKEN and WEFT_DATA. Pass
+// NATS_CREDS, NATS_USER and NATS_PASSWORD, NATS_TOKEN, NATS_NKEY,
+// NATS_INBOX_PREFIX and WEFT_DATA. Pass
 // os.Getenv; options given after these override them.
 func FromEnv(getenv func(string) string) []Option {
 	var opts []Option
@@ -153,6 +186,12 @@ func FromEnv(getenv func(string) string) []Option {
 	}
 	if v := getenv(EnvToken); v != "" {
 		opts = append(opts, WithToken(v))
+	}
+	if v := getenv(EnvNkey); v != "" {
+		opts = append(opts, WithNkeyFile(v))
+	}
+	if v := getenv(EnvInboxPrefix); v != "" {
+		opts = append(opts, WithInboxPrefix(v))
 	}
 	if v := getenv(EnvData); v != "" {
 		opts = append(opts, WithDataDir(v))
@@ -214,15 +253,12 @@ func Start(ctx context.Context, opts ...Option) (*Node, error) {
 			}
 		}),
 	}
+	auth, err := c.auth()
+	if err != nil {
+		return nil, err
+	}
+	nopts = append(nopts, auth...)
 	if c.url != "" {
-		switch {
-		case c.creds != "":
-			nopts = append(nopts, nats.UserCredentials(c.creds))
-		case c.user != "":
-			nopts = append(nopts, nats.UserInfo(c.user, c.pass))
-		case c.token != "":
-			nopts = append(nopts, nats.Token(c.token))
-		}
 		n.url = c.url
 	} else {
 		srv, unlock, err := startServer(&c)
@@ -292,6 +328,68 @@ func (n *Node) connectOnce(ctx context.Context, nopts []nats.Option) error {
 	n.nc, n.js = nc, js
 	n.mu.Unlock()
 	return nil
+}
+
+// auth returns the connection's credentials and inbox prefix options.
+// They apply to an embedded server too (one started from a configuration
+// with users or an operator, such as the one weft dev --secure writes).
+func (c *config) auth() ([]nats.Option, error) {
+	var opts []nats.Option
+	prefix := c.inboxPrefix
+	switch {
+	case c.creds != "":
+		opts = append(opts, nats.UserCredentials(c.creds))
+		if prefix == "" {
+			p, err := CredsInboxPrefix(c.creds)
+			if err != nil {
+				return nil, err
+			}
+			prefix = p
+		}
+	case c.nkey != "":
+		o, err := nats.NkeyOptionFromSeed(c.nkey)
+		if err != nil {
+			return nil, fmt.Errorf("natsnode: nkey %s: %w", c.nkey, err)
+		}
+		opts = append(opts, o)
+	case c.user != "":
+		opts = append(opts, nats.UserInfo(c.user, c.pass))
+	case c.token != "":
+		opts = append(opts, nats.Token(c.token))
+	}
+	if prefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(prefix))
+	}
+	return opts, nil
+}
+
+// CredsInboxPrefix returns the inbox prefix the user JWT of the creds file
+// at path implies: P when its permissions allow subscribing to exactly one
+// subject of the form P.> with P _INBOX or starting with "_INBOX.", else ""
+// (the default inbox).
+func CredsInboxPrefix(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("natsnode: creds: %w", err)
+	}
+	tok, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return "", fmt.Errorf("natsnode: creds %s: %w", path, err)
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return "", fmt.Errorf("natsnode: creds %s: %w", path, err)
+	}
+	found := ""
+	for _, s := range uc.Permissions.Sub.Allow {
+		if p, ok := strings.CutSuffix(s, ".>"); ok && (p == "_INBOX" || strings.HasPrefix(p, "_INBOX.")) && !strings.ContainsAny(p, "*>") {
+			if found != "" {
+				return "", nil
+			}
+			found = p
+		}
+	}
+	return found, nil
 }
 
 func startServer(c *config) (*server.Server, func(), error) {

@@ -64,6 +64,15 @@ func (a Asset) Name() string {
 	return a.kv.Bucket
 }
 
+// StreamName is the name of the asset's stream: the stream's own, or
+// KV_<bucket> for a KV bucket.
+func (a Asset) StreamName() string {
+	if a.stream != nil {
+		return a.stream.Name
+	}
+	return "KV_" + a.kv.Bucket
+}
+
 // Stream declares a stream.
 func Stream(cfg jetstream.StreamConfig) Asset { return Asset{stream: &cfg} }
 
@@ -107,7 +116,15 @@ func Base() []Asset { return []Asset{Stream(EventsConfig()), Stream(TasksConfig(
 // stops at the first asset that cannot be created or updated (for example a
 // change the server refuses in place, such as retention) and names it.
 func Ensure(ctx context.Context, js jetstream.JetStream, opts Options, extra ...Asset) error {
-	for _, a := range append(Base(), extra...) {
+	return EnsureOnly(ctx, js, opts, append(Base(), extra...)...)
+}
+
+// EnsureOnly creates or updates assets, in order, as Ensure does, without
+// the base assets: what a component that does not own the log provisions
+// (the projector its buckets; with package roles' permissions only the
+// runner may create or change WEFT_EVENTS and WEFT_TASKS).
+func EnsureOnly(ctx context.Context, js jetstream.JetStream, opts Options, assets ...Asset) error {
+	for _, a := range assets {
 		if err := ensure(ctx, js, opts, a); err != nil {
 			return fmt.Errorf("provision %s: %w", a.Name(), err)
 		}

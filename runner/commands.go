@@ -515,6 +515,9 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 		waiting := false
 		var deadline *time.Time
 		err := r.route(ctx, req.Run, api.EndpointSettle, req, &out, func(ctx context.Context, rn *run) error {
+			if err := checkQueue(rn, req.Action, req.Queue); err != nil {
+				return err
+			}
 			if a, ok := rn.state.Action(req.Action); ok && a.State == aggregate.ActionRunning {
 				waiting = true
 				deadline = a.Attempt.Deadline
@@ -599,6 +602,9 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 	}
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointReport, req, &out, func(ctx context.Context, rn *run) error {
+		if err := checkQueue(rn, req.Action, req.Queue); err != nil {
+			return err
+		}
 		var err error
 		if cmd == nil {
 			if rn.driven {
@@ -611,6 +617,28 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		return err
 	})
 	return out, err
+}
+
+// checkQueue refuses a report or settlement received on a tool queue's
+// subject (q not nil) for an action of a run of another agent identity, or
+// a call of another tool: wrong_reference, reason other_queue, and nothing
+// is recorded. With package roles' permissions a worker publishes only on
+// its own queue's subjects, so it reports and settles for its own tool
+// only. An action the run does not have is left to the usual refusal.
+func checkQueue(rn *run, action string, q *api.Queue) error {
+	if q == nil || !rn.state.Exists() {
+		return nil
+	}
+	ref := rn.state.Started().Agent
+	if ref.Name != q.Agent || ref.Version != q.Version {
+		return &weft.Error{Code: weft.CodeWrongReference, Reason: api.ReasonOtherQueue,
+			Message: fmt.Sprintf("run %s is a run of %s@%s, not of queue %s", rn.id, ref.Name, ref.Version, worker.Queue(*q))}
+	}
+	if a, ok := rn.state.Action(action); ok && a.Tool != q.Tool {
+		return &weft.Error{Code: weft.CodeWrongReference, Reason: api.ReasonOtherQueue,
+			Message: fmt.Sprintf("action %s of run %s calls %s, not the tool of queue %s", action, rn.id, a.Tool, worker.Queue(*q))}
+	}
+	return nil
 }
 
 // handOffAll hands every driven run off. At the start of a drain

@@ -360,7 +360,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, lease time.Duration,
 	assets = append(assets, o.extra...)
 	replicas := max(o.replicas, 1)
 	for _, a := range assets {
-		n, err := existingReplicas(ctx, js, a.Name())
+		n, err := existingReplicas(ctx, js, a.StreamName())
 		if err != nil {
 			return err
 		}
@@ -399,20 +399,18 @@ func runnersOnFile(ctx context.Context, js jetstream.JetStream) error {
 	return nil
 }
 
-// existingReplicas is the replica count of the stream name (or of the KV
-// bucket name, whose stream is KV_<name>), 0 if neither exists.
-func existingReplicas(ctx context.Context, js jetstream.JetStream, name string) (int, error) {
-	for _, stream := range []string{name, "KV_" + name} {
-		s, err := js.Stream(ctx, stream)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("runner: provision: stream %s: %w", stream, err)
-		}
-		return s.CachedInfo().Config.Replicas, nil
+// existingReplicas is the replica count of the stream (a KV bucket's is
+// KV_<bucket>), 0 if it does not exist. Only the asset's own stream is
+// asked about: a runner's credentials (package roles) allow no other.
+func existingReplicas(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
 	}
-	return 0, nil
+	if err != nil {
+		return 0, fmt.Errorf("runner: provision: stream %s: %w", stream, err)
+	}
+	return s.CachedInfo().Config.Replicas, nil
 }
 
 // ensureTaskConsumers creates the durable consumer of each external tool

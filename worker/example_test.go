@@ -13,7 +13,8 @@ import (
 
 // Example runs a standalone worker for one tool of one agent identity
 // (lookup_invoice as bound in payment-desk version 1): it reports over
-// weft.api.report to whichever runner answers.
+// weft.api.report.payment-desk.1.lookup_invoice (its queue's subject) to
+// whichever runner answers.
 func Example() {
 	nc, err := nats.Connect(nats.DefaultURL)
 	if err != nil {

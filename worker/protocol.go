@@ -62,6 +62,28 @@ func (q Queue) Consumer() string {
 	return ConsumerPrefix + q.Agent + "@" + VersionToken(q.Version) + "@" + q.Tool
 }
 
+// ReportSubject is the subject on which q's workers report attempts:
+// weft.api.report.<agent>.<version token>.<tool>. The runner refuses a
+// report received there for an action that is not a call of q's tool in a
+// run of q's agent identity (wrong_reference, reason other_queue), so a
+// worker allowed to publish only on its queue's subjects (package roles)
+// reports for its own tool only.
+func (q Queue) ReportSubject() string { return ReportSubject + "." + q.tokens() }
+
+// SettleSubject is the subject on which q's workers settle actions:
+// weft.api.settle.<agent>.<version token>.<tool>, checked like
+// ReportSubject.
+func (q Queue) SettleSubject() string { return SettleSubject + "." + q.tokens() }
+
+func (q Queue) tokens() string { return q.Agent + "." + VersionToken(q.Version) + "." + q.Tool }
+
+// QueueOf returns the queue named by the three subject tokens agent,
+// version token and tool (the last three tokens of a task, report or
+// settle subject).
+func QueueOf(agent, versionToken, tool string) Queue {
+	return Queue{Agent: agent, Version: strings.ReplaceAll(versionToken, "~", "."), Tool: tool}
+}
+
 // String is q as agent@version/tool, for logs and errors.
 func (q Queue) String() string { return q.Agent + "@" + q.Version + "/" + q.Tool }
 

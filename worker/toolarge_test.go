@@ -20,7 +20,7 @@ import (
 func TestReportOverServerMaxPayload(t *testing.T) {
 	nc, js := startServer(t) // a plain nats-server: max_payload 1 MiB
 	got := make(chan worker.Report, 4)
-	sub, err := nc.Subscribe(worker.ReportSubject, func(m *nats.Msg) {
+	sub, err := nc.Subscribe(queue("big").ReportSubject(), func(m *nats.Msg) {
 		var rep worker.Report
 		_ = json.Unmarshal(m.Data, &rep)
 		got <- rep

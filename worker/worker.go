@@ -33,9 +33,13 @@
 //     (InProgress) so the stream does not redeliver it while it runs;
 //  6. reports the outcome (output, explain, uncertain, oversize when the
 //     encoded output is over the run's max result bytes, or lost with
-//     cause timed_out / stopped) to weft.api.report, retrying while the
-//     attempt is current and saving the report in the claim after a failed
-//     try, and acks the task once a runner answered.
+//     cause timed_out / stopped) on its queue's report subject
+//     (Queue.ReportSubject: weft.api.report.<agent>.<version>.<tool>),
+//     retrying while the attempt is current and saving the report in the
+//     claim after a failed try, and acks the task once a runner answered.
+//     Settlements go to the queue's settle subject likewise, so a worker
+//     whose credentials allow only its queue's subjects (package roles)
+//     works unchanged.
 //
 // A runner stops a run's running bodies (cancellation) by publishing on
 // weft.stop.<run>; the worker cancels their contexts and reports them lost
@@ -56,6 +60,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 )
 
 // Result is how a body ended, as the tool classified it.
@@ -81,7 +86,8 @@ type Settler func(ctx context.Context, s Settlement) error
 type Handler func(ctx context.Context, t Task, settle Settler) Result
 
 // Reporter delivers a report to the runtime and returns nil once a runner
-// recorded (or refused) it. The default sends a request to weft.api.report;
+// recorded (or refused) it. The default sends a request to the report's
+// queue's subject (Report.Queue, Queue.ReportSubject), or weft.api.report;
 // a runner embedding its workers may deliver directly.
 type Reporter func(ctx context.Context, r Report) error
 
@@ -126,12 +132,13 @@ func WithID(id string) Option { return func(w *Worker) { w.id = id } }
 // WithLogger sets the structured logger.
 func WithLogger(l *slog.Logger) Option { return func(w *Worker) { w.log = l } }
 
-// WithReporter replaces the report path (default: request on
-// weft.api.report).
+// WithReporter replaces the report path (default: request on the queue's
+// report subject).
 func WithReporter(r Reporter) Option { return func(w *Worker) { w.report = r } }
 
-// WithSettler replaces the settlement path (default: request on
-// weft.api.settle).
+// WithSettler replaces the settlement path (default: request on the
+// queue's settle subject, or weft.api.settle for a settlement naming no
+// queue).
 func WithSettler(s Settler) Option { return func(w *Worker) { w.settle = s } }
 
 // WithContextFrom derives each body's base context from its task message's
@@ -157,10 +164,22 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 		w.log = slog.New(slog.DiscardHandler)
 	}
 	if w.report == nil {
-		w.report = func(ctx context.Context, r Report) error { return request(ctx, w.nc, ReportSubject, r) }
+		w.report = func(ctx context.Context, r Report) error {
+			subject := ReportSubject
+			if r.Queue != nil {
+				subject, r.Queue = Queue(*r.Queue).ReportSubject(), nil // the subject names it
+			}
+			return request(ctx, w.nc, subject, r)
+		}
 	}
 	if w.settle == nil {
-		w.settle = func(ctx context.Context, s Settlement) error { return request(ctx, w.nc, SettleSubject, s) }
+		w.settle = func(ctx context.Context, s Settlement) error {
+			subject := SettleSubject
+			if s.Queue != nil {
+				subject, s.Queue = Queue(*s.Queue).SettleSubject(), nil
+			}
+			return request(ctx, w.nc, subject, s)
+		}
 	}
 	if w.check == nil && !w.noCheck {
 		w.check = LogCheck(js)
@@ -285,7 +304,8 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id}
+	wq := api.Queue(q)
+	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
 	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
 
 	// Keep the task alive while we work on it, including while reporting.
@@ -587,6 +607,9 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 		bodyMu.Unlock()
 		if own {
 			return &weft.Error{Code: weft.CodeNotAwaited, Reason: ReasonOwnCall, Message: "a handler cannot settle its own running call"}
+		}
+		if s.Queue == nil {
+			s.Queue = rep.Queue // settled on this queue's subject
 		}
 		return SettleError(w.settle(sctx, s))
 	}

@@ -36,14 +36,15 @@ const (
 const usage = `projector: keep Weft's read models up to date and answer queries.
 
 Usage:
-  projector [--nats URL] [--rebuild] [--replicas N] [-v]
+  projector [--nats URL] [--creds FILE] [--rebuild] [--replicas N] [-v]
 
 It consumes the event log (weft_log) from its checkpoint into the weft_*
 KV buckets and serves the weft-query micro service (weft.api.query.*,
 docs/protocol/50-queries.md) until SIGTERM or Ctrl-C; then it drains its
 connection and stops. Without --nats or $NATS_URL it runs an embedded
-server with its store in $WEFT_DATA. Credentials: NATS_CREDS,
-NATS_USER/NATS_PASSWORD or NATS_TOKEN.
+server with its store in $WEFT_DATA. Credentials: --creds / NATS_CREDS
+(the projector role's, docs/security.md), --nkey / NATS_NKEY,
+--user / NATS_USER with NATS_PASSWORD, or NATS_TOKEN.
 
 Flags:
 %s
@@ -92,6 +93,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rebuild := fs.Bool("rebuild", false, "recompute every read model from sequence 1 before projecting")
 	replicas := fs.Int("replicas", 1, "replicas of the KV buckets (3 on a cluster)")
 	verbose := fs.Bool("v", false, "debug logs")
+	creds := natsnode.RegisterFlags(fs)
 	fs.Usage = func() {
 		var b strings.Builder
 		fs.SetOutput(&b)
@@ -113,13 +115,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	opts := natsnode.FromEnv(getenv)
+	opts := append(natsnode.FromEnv(getenv), creds.Options()...)
 	if *url != "" {
 		opts = append(opts, natsnode.WithURL(*url))
 	}
 	return natsnode.Run(ctx, func(ctx context.Context, node *natsnode.Node) error {
 		js := node.JetStream()
-		if err := provision.Ensure(ctx, js, provision.Options{Replicas: *replicas}, projector.Assets()...); err != nil {
+		// Its own buckets only: the log is the runners' (with roles, a
+		// projector may not create or change it); until a runner created
+		// it the projector retries every second.
+		if err := provision.EnsureOnly(ctx, js, provision.Options{Replicas: *replicas}, projector.Assets()...); err != nil {
 			return err
 		}
 		log := eventlog.New(js)

@@ -3,7 +3,10 @@
 // Applications embed package runner with their own agents instead; this
 // main shows the wiring and is what the end-to-end recovery tests kill.
 //
-//	runner [--nats URL] [--id ID] [--lease 1s] [--drain 10s] [--provision]
+//	runner [--nats URL] [--creds FILE] [--id ID] [--lease 1s] [--drain 10s] [--provision]
+//
+// Credentials: --creds / NATS_CREDS (the runner role's, docs/security.md),
+// --nkey / NATS_NKEY, --user and NATS_PASSWORD, or NATS_TOKEN.
 //
 // The first connection to the server is retried for up to 30 s (a runner
 // started while its server restarts waits for it); after that the
@@ -55,6 +58,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	prov := fs.Bool("provision", true, "create or update the streams and buckets first")
 	replicas := fs.Int("replicas", 1, "replica count of the streams and buckets it provisions: 1 on a single server, 3 on a cluster (an existing asset's higher count is kept)")
 	verbose := fs.Bool("v", false, "debug logs")
+	creds := natsnode.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,7 +76,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer shutdown(context.Background())
 
-	node, err := natsnode.Start(ctx, append(natsnode.FromEnv(getenv), natsnode.WithURL(*url))...)
+	nopts := append(natsnode.FromEnv(getenv), creds.Options()...)
+	node, err := natsnode.Start(ctx, append(nopts, natsnode.WithURL(*url))...)
 	if err != nil {
 		return err
 	}

@@ -80,11 +80,15 @@ type env struct {
 	url            string
 	urlGiven       bool // --nats or NATS_URL was given (dev then uses it)
 	timeout        time.Duration
+	creds          *natsnode.Flags // --creds, --nkey, --user, --password, --inbox-prefix
 }
 
 // connect connects to the server the command line names.
 func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	opts := natsnode.FromEnv(os.Getenv)
+	if e.creds != nil {
+		opts = append(opts, e.creds.Options()...)
+	}
 	// A command line fails at once on an unreachable server (a runner
 	// waits for its server instead: natsnode.WithConnectWait).
 	opts = append(opts, natsnode.WithURL(e.url), natsnode.WithConnectWait(0))
@@ -134,8 +138,9 @@ Usage:
   weft [--nats URL] <command> [flags] [args]
 
 Every command but dev talks to a NATS server: --nats, else $NATS_URL, else
-nats://127.0.0.1:4222 (credentials from NATS_CREDS, NATS_USER/NATS_PASSWORD
-or NATS_TOKEN). runs, show, inbox need a projector (weft dev runs one).
+nats://127.0.0.1:4222 (credentials from --creds / NATS_CREDS, --nkey /
+NATS_NKEY, --user / NATS_USER with NATS_PASSWORD, or NATS_TOKEN; with the
+roles of docs/security.md, an operator's or reader's creds file). runs, show, inbox need a projector (weft dev runs one).
 
 Commands:
 %s
@@ -203,6 +208,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	fs.StringVar(&e.url, "nats", e.url, "NATS server URL (default $NATS_URL, else "+DefaultURL+")")
 	fs.DurationVar(&e.timeout, "timeout", e.timeout, "how long to wait for NATS and each answer")
+	e.creds = natsnode.RegisterFlags(fs)
 	body := c.flags(fs)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "weft %s %s\n  %s\n\nFlags:\n", c.name, c.args, c.summary)

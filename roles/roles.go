@@ -1,0 +1,283 @@
+// Package roles is Weft's least privilege on the wire: the NATS
+// permissions of each role that talks to a Weft deployment, and an
+// Authority that issues each role its credentials.
+//
+// The roles (docs/security.md):
+//
+//   - Runner appends to the event log (weft.ev.>), serves the command API
+//     (weft.api.*, not the queries), publishes tool tasks, arms timers and
+//     owns its KV buckets (weft_runners, weft_drivers, weft_commands,
+//     weft_snapshots). Its in-process worker runs with the same grant.
+//   - Worker serves one tool queue (worker.Queue: a tool as bound in one
+//     agent identity): it takes tasks only through that queue's consumer,
+//     reports and settles only on that queue's subjects
+//     (weft.api.report.<agent>.<version>.<tool>, weft.api.settle.…), reads
+//     the log to check that an attempt is current, and never publishes on
+//     weft.ev.>.
+//   - Projector reads the log and writes the read-model buckets (weft_views,
+//     weft_runs, weft_inbox_*, weft_projector); it serves the queries.
+//   - Operator answers approvals, rejects, reconciles, cancels and starts
+//     runs, and reads everything a Reader reads.
+//   - Reader asks the queries and reads the history and the read models;
+//     it changes nothing.
+//
+// Every role subscribes to replies only under its own inbox prefix
+// (_INBOX.<role>, _INBOX.worker.<agent>.<version>.<tool> for a worker), so
+// no role reads another's replies (a worker's tasks are delivered to its
+// inbox), and no role may publish on _INBOX.>: a service answers only the
+// requests it received (response permissions), so nobody can forge a
+// JetStream acknowledgement or another service's reply.
+//
+// The permissions are decentralised NATS JWTs (docs/adr/0009): an operator
+// key signs the WEFT account, whose key signs one user JWT per role;
+// Authority keeps the keys in a directory, writes the server's
+// auth.conf (operator, system account, memory resolver) and issues
+// .creds files, so a new worker queue needs new credentials and no change
+// to the server.
+package roles
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/timer"
+	"github.com/weftrun/weft/worker"
+)
+
+// Role is one of the roles of a Weft deployment.
+type Role string
+
+// The roles.
+const (
+	// Runner runs agents: it appends to the log and serves the commands.
+	Runner Role = "runner"
+	// Worker runs one tool queue's bodies.
+	Worker Role = "worker"
+	// Projector keeps the read models and serves the queries.
+	Projector Role = "projector"
+	// Operator answers approvals, reconciles, cancels and starts runs.
+	Operator Role = "operator"
+	// Reader reads: queries, history and read models.
+	Reader Role = "reader"
+)
+
+// All lists the roles.
+var All = []Role{Runner, Worker, Projector, Operator, Reader}
+
+// Parse returns the role called name.
+func Parse(name string) (Role, error) {
+	for _, r := range All {
+		if string(r) == name {
+			return r, nil
+		}
+	}
+	return "", fmt.Errorf("roles: unknown role %q (one of runner, worker, projector, operator, reader)", name)
+}
+
+// Grant is what a role may do on the wire: the subjects it may publish and
+// subscribe to (NATS wildcards), whether it may answer the requests it
+// receives, and the inbox prefix its replies arrive under.
+type Grant struct {
+	// Name names the grant's holder: the role, or worker.<queue> for a
+	// worker.
+	Name string
+	// Publish and Subscribe are the allowed subjects; anything else is
+	// refused by the server.
+	Publish, Subscribe []string
+	// Responses allows answering, once, a request received (the reply
+	// subject of a message delivered to this user), without any publish
+	// permission on _INBOX.>.
+	Responses bool
+	// InboxPrefix is the prefix of the holder's reply subjects, to set as
+	// its connection's custom inbox prefix (nats.CustomInboxPrefix, the
+	// nats CLI's --inbox-prefix); natsnode reads it from a creds file.
+	InboxPrefix string
+}
+
+// InboxPrefix returns the inbox prefix of a grant named name: _INBOX.<name>.
+func InboxPrefix(name string) string { return "_INBOX." + name }
+
+// Name returns the name of role's grant: the role, or for a worker
+// worker.<agent>.<version token>.<tool>.
+func Name(role Role, q worker.Queue) string {
+	if role == Worker {
+		return "worker." + q.Agent + "." + worker.VersionToken(q.Version) + "." + q.Tool
+	}
+	return string(role)
+}
+
+// The streams and buckets each role owns or reads.
+var (
+	runnerStreams = []string{eventlog.Stream, worker.TaskStream, timer.Stream}
+	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, api.CommandsBucket, runner.SnapshotsBucket}
+	// The projector's buckets, and those a reader may read.
+	projectorBuckets = append(slices.Clone(projector.Buckets), projector.BucketState)
+)
+
+// commandEndpoints are the command API's endpoints an operator may call.
+var commandEndpoints = []string{api.EndpointStart, api.EndpointApprove, api.EndpointReject, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel}
+
+// Permissions returns role's grant. q names the tool queue of a Worker and
+// is ignored for the other roles.
+func Permissions(role Role, q worker.Queue) (Grant, error) {
+	name := Name(role, q)
+	inbox := InboxPrefix(name)
+	g := Grant{Name: name, InboxPrefix: inbox}
+	// Every role: its replies, JetStream account info (a connection
+	// checks JetStream is there), and discovering services.
+	g.Subscribe = append(g.Subscribe, inbox+".>")
+	g.Publish = append(g.Publish, "$JS.API.INFO", "$SRV.PING", "$SRV.PING.>", "$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>")
+	switch role {
+	case Runner:
+		g.Responses = true
+		g.Publish = append(g.Publish,
+			eventlog.SubjectPrefix+">", // append to the log
+			worker.TaskSubjectPrefix+">",
+			timer.SubjectArm+".>",
+			worker.StopSubjectPrefix+"*",
+			runner.ForwardPrefix+"*.cmd",
+		)
+		for _, s := range runnerStreams {
+			g.Publish = append(g.Publish, manageStream(s)...)
+			g.Publish = append(g.Publish, readStream(s)...)
+			g.Publish = append(g.Publish, consume(s, ">")...)
+		}
+		g.Publish = append(g.Publish, "$JS.API.STREAM.PURGE."+timer.Stream)
+		for _, b := range runnerBuckets {
+			g.Publish = append(g.Publish, writeBucket(b)...)
+		}
+		g.Subscribe = append(g.Subscribe,
+			worker.StopSubjectPrefix+"*",
+			runner.ForwardPrefix+"*.cmd",
+			"$SRV.>",
+		)
+		for _, e := range api.Endpoints {
+			g.Subscribe = append(g.Subscribe, api.SubjectPrefix+e)
+		}
+		g.Subscribe = append(g.Subscribe, api.SubjectPrefix+api.EndpointReport+".*.*.*", api.SubjectPrefix+api.EndpointSettle+".*.*.*")
+	case Worker:
+		if err := validQueue(q); err != nil {
+			return Grant{}, err
+		}
+		c := q.Consumer()
+		g.Publish = append(g.Publish,
+			// Its consumer only: create or update it with its own filter
+			// (the server checks the filter in the subject against the
+			// body), read it, take and acknowledge its tasks.
+			"$JS.API.CONSUMER.CREATE."+worker.TaskStream+"."+c+"."+q.Subject(),
+			"$JS.API.CONSUMER.INFO."+worker.TaskStream+"."+c,
+			"$JS.API.CONSUMER.MSG.NEXT."+worker.TaskStream+"."+c,
+			"$JS.ACK."+worker.TaskStream+"."+c+".>",
+			// Requeue a task it took but did not start (a draining worker).
+			q.Subject(),
+			// Report and settle its queue's actions only.
+			q.ReportSubject(), q.SettleSubject(),
+		)
+		// Check that an attempt is current: read the log and the live
+		// runners (worker.LogCheck).
+		g.Publish = append(g.Publish, readStream(eventlog.Stream)...)
+		g.Publish = append(g.Publish, readBucket(runner.RunnersBucket)...)
+		g.Subscribe = append(g.Subscribe, worker.StopSubjectPrefix+"*")
+	case Projector:
+		g.Responses = true
+		g.Publish = append(g.Publish, readStream(eventlog.Stream)...)
+		g.Publish = append(g.Publish, consume(eventlog.Stream, ">")...)
+		for _, b := range projectorBuckets {
+			g.Publish = append(g.Publish, writeBucket(b)...)
+		}
+		g.Subscribe = append(g.Subscribe, projector.QueryPrefix+".*", "$SRV.>")
+	case Operator, Reader:
+		if role == Operator {
+			for _, e := range commandEndpoints {
+				g.Publish = append(g.Publish, api.SubjectPrefix+e)
+			}
+		}
+		g.Publish = append(g.Publish, projector.QueryPrefix+".*")
+		for _, s := range append([]string{eventlog.Stream}, kvStreams(projectorBuckets)...) {
+			g.Publish = append(g.Publish, readStream(s)...)
+		}
+	default:
+		return Grant{}, fmt.Errorf("roles: unknown role %q", role)
+	}
+	g.Publish, g.Subscribe = dedupe(g.Publish), dedupe(g.Subscribe)
+	return g, nil
+}
+
+// dedupe drops repeated subjects, keeping the first of each.
+func dedupe(list []string) []string {
+	seen := make(map[string]bool, len(list))
+	out := list[:0]
+	for _, s := range list {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func validQueue(q worker.Queue) error {
+	for _, p := range []string{q.Agent, q.Version, q.Tool} {
+		if p == "" || strings.ContainsAny(p, " *>@~\t\r\n") {
+			return fmt.Errorf("roles: worker queue %q: agent, version and tool are required and hold no space, *, >, @ or ~", q.String())
+		}
+	}
+	if strings.Contains(q.Agent, ".") || strings.Contains(q.Tool, ".") {
+		return fmt.Errorf("roles: worker queue %q: an agent or tool name holds no '.'", q.String())
+	}
+	return nil
+}
+
+// manageStream is creating, updating and reading the configuration of
+// stream s (provisioning).
+func manageStream(s string) []string {
+	return []string{"$JS.API.STREAM.CREATE." + s, "$JS.API.STREAM.UPDATE." + s, "$JS.API.STREAM.INFO." + s}
+}
+
+// readStream is reading stream s's information and messages.
+func readStream(s string) []string {
+	return []string{"$JS.API.STREAM.INFO." + s, "$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>", "$JS.API.STREAM.MSG.GET." + s}
+}
+
+// consume is creating, reading, deleting and pulling from consumers of
+// stream s (ordered consumers, KV watchers and key listings included),
+// acknowledging their messages and answering their flow control.
+func consume(s, consumers string) []string {
+	return []string{
+		"$JS.API.CONSUMER.CREATE." + s + "." + consumers,
+		"$JS.API.CONSUMER.INFO." + s + "." + consumers,
+		"$JS.API.CONSUMER.DELETE." + s + "." + consumers,
+		"$JS.API.CONSUMER.MSG.NEXT." + s + "." + consumers,
+		"$JS.ACK." + s + ".>",
+		"$JS.FC." + s + ".>",
+	}
+}
+
+// kvStream is the stream behind KV bucket b.
+func kvStream(b string) string { return "KV_" + b }
+
+func kvStreams(buckets []string) []string {
+	out := make([]string, len(buckets))
+	for i, b := range buckets {
+		out[i] = kvStream(b)
+	}
+	return out
+}
+
+// readBucket is reading KV bucket b: its status, its keys and their values.
+func readBucket(b string) []string { return readStream(kvStream(b)) }
+
+// writeBucket is owning KV bucket b: provisioning it, reading, listing and
+// watching its keys, and putting and deleting them.
+func writeBucket(b string) []string {
+	s := kvStream(b)
+	out := append(manageStream(s), readStream(s)...)
+	out = append(out, consume(s, ">")...)
+	out = append(out, "$KV."+b+".>")
+	return out
+}
