@@ -95,22 +95,31 @@ type PolicyResult struct {
 // runner already verified (Reviewer, Verifier) and the policy's decision
 // re-run with the approver's context. Tool is the tool's configuration at
 // this time (its Timeout zero means the agent default).
+//
+// Proof is the signed proof the runner verified, when the approver takes
+// signed proofs: it is recorded with the answer, refused proof_used when
+// the run already recorded it (checked first: a replay is named as such)
+// and proof_expired when it expired by the decision's time (the time
+// recorded on the answer, so an audit judges it the same).
 type Approve struct {
 	Action   string
 	Revision int
 	Reviewer string
 	Verifier string
+	Proof    *events.ApprovalProof
 	Policy   PolicyResult
 	Tool     events.ToolConfig
 }
 
 // Reject answers the approval request (Action, Revision) with a rejection.
-// The policy is not re-run.
+// The policy is not re-run. Proof is checked and recorded as for Approve.
 type Reject struct {
 	Action   string
 	Revision int
 	Reason   string
 	By       string
+	Verifier string
+	Proof    *events.ApprovalProof
 }
 
 // Report is a worker's report of an attempt's body: Outcome

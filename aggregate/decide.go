@@ -9,6 +9,7 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/proof"
 )
 
 // Decide decides what happens when command c meets the run in state s at
@@ -515,9 +516,54 @@ func CheckAnswer(s State, action string, revision int, now time.Time) (Approval,
 	return a.Request, nil
 }
 
+// ProofUsed reports whether s records an answer given with the signed
+// proof p (the same statement by the same key, package proof's Digest), and
+// which: a proof is consumed once.
+func ProofUsed(s State, p *events.ApprovalProof) (action string, revision int, used bool) {
+	if p == nil {
+		return "", 0, false
+	}
+	d := proof.Digest(*p)
+	for _, a := range s.actions {
+		for _, ans := range a.Answers {
+			if ans.Proof != nil && ans.Proof.Key == p.Key && proof.Digest(*ans.Proof) == d {
+				return a.ID, ans.Revision, true
+			}
+		}
+	}
+	return "", 0, false
+}
+
+// CheckUnused refuses a signed proof s already recorded (proof_refused,
+// reason proof_used); nil for none. Decide checks it first for an answer;
+// the runner too, before the references, so a replay is named as one.
+func CheckUnused(s State, p *events.ApprovalProof) error {
+	if action, rev, used := ProofUsed(s, p); used {
+		return &weft.Error{Code: weft.CodeProofRefused, Reason: proof.ReasonProofUsed,
+			Message: fmt.Sprintf("this proof was already recorded with the answer to action %s revision %d: a proof is consumed once", action, rev)}
+	}
+	return nil
+}
+
+// checkProofExpiry refuses a signed proof that expired by now, the
+// decision's time (the answer's recorded time).
+func checkProofExpiry(p *events.ApprovalProof, now time.Time) error {
+	if p != nil && !now.Before(p.Expires) {
+		return &weft.Error{Code: weft.CodeProofRefused, Reason: proof.ReasonProofExpired,
+			Message: "the proof expired at " + p.Expires.UTC().Format(time.RFC3339)}
+	}
+	return nil
+}
+
 func (d *decider) approve(c Approve) error {
+	if err := CheckUnused(d.s, c.Proof); err != nil {
+		return err
+	}
 	req, err := CheckAnswer(d.s, c.Action, c.Revision, d.now)
 	if err != nil {
+		return err
+	}
+	if err := checkProofExpiry(c.Proof, d.now); err != nil {
 		return err
 	}
 	if err := validPolicy(c.Policy); err != nil {
@@ -533,7 +579,7 @@ func (d *decider) approve(c Approve) error {
 		// first queueing keeps deciding its attempts.
 		cfg = a.Config
 	}
-	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier})
+	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier, Proof: c.Proof})
 	pd := events.PolicyDecided{Action: c.Action, Context: "approval", Decision: c.Policy.Decision, Reason: c.Policy.Reason}
 	if c.Policy.Decision == events.PolicyRequireApproval {
 		r := c.Policy.Requirement
@@ -573,12 +619,18 @@ func (d *decider) approve(c Approve) error {
 }
 
 func (d *decider) reject(c Reject) error {
+	if err := CheckUnused(d.s, c.Proof); err != nil {
+		return err
+	}
 	req, err := CheckAnswer(d.s, c.Action, c.Revision, d.now)
 	if err != nil {
 		return err
 	}
+	if err := checkProofExpiry(c.Proof, d.now); err != nil {
+		return err
+	}
 	asked, _ := d.s.Action(c.Action)
-	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerReject, Reason: c.Reason, Reviewer: c.By})
+	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerReject, Reason: c.Reason, Reviewer: c.By, Verifier: c.Verifier, Proof: c.Proof})
 	if hasUnresultedFence(asked) {
 		d.endUncertain(asked, "re-approval rejected"+parenthesized(c.Reason))
 	}

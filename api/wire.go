@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
 )
 
 // Schema is the schema version of every request and reply body.
@@ -95,6 +96,10 @@ type ApproveRequest struct {
 	Revision   int    `json:"revision"`
 	Approver   string `json:"approver"`
 	Credential string `json:"credential"`
+	// Proof is a signed approval proof, for an approver of signed proofs
+	// (approvers.Signed; docs/protocol/20-events.md): then Credential is
+	// not used.
+	Proof *events.ApprovalProof `json:"proof,omitempty"`
 }
 
 // RejectRequest rejects a pending approval request. The credential is
@@ -109,6 +114,9 @@ type RejectRequest struct {
 	Approver   string `json:"approver,omitempty"`
 	Credential string `json:"credential,omitempty"`
 	By         string `json:"by,omitempty"`
+	// Proof is a signed proof of the rejection (its answer "reject"), as
+	// for ApproveRequest.
+	Proof *events.ApprovalProof `json:"proof,omitempty"`
 }
 
 // ReconcileRequest records what happened to an uncertain action (reconcile

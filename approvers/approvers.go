@@ -18,18 +18,40 @@
 // injected: Prove reads the approver's clock (WithClock) and Check takes now,
 // so tests never depend on the wall clock.
 //
-// Trusting returns an approver that believes any non-empty credential, for
-// tests and the offline demo.
+// Two kinds of approver exist:
+//
+//   - New takes a Verify function: the pluggable interface for
+//     applications that authenticate people otherwise (an OIDC token, a
+//     session cookie, an HSM). Verify gets the credential the answer carries
+//     and the pending requirement and names the reviewer, or refuses
+//     (NotAuthenticated, NotAuthorized, Unavailable). What it checked is not
+//     recorded beyond the reviewer and the approver's name: an audit trusts
+//     the approver's word. Trusting is the simplest: it believes any
+//     non-empty credential (tests and the demo only).
+//   - Signed trusts a list of keys: an answer carries a signed proof
+//     (events.ApprovalProof, package proof) by one of them over exactly the
+//     run, action, revision, requirement, tool and arguments it answers, and
+//     its expiry. AuthorizeAnswer checks the key (not_authenticated,
+//     not_authorized), what the proof states against what is pending
+//     (other_run, other_action, other_revision, other_requirement,
+//     other_tool, other_arguments, other_answer), the signature
+//     (bad_signature), the expiry (proof_expired) and that the proof does not
+//     outlive the approver's lifetime (lifetime_exceeded). The proof is
+//     recorded with the answer, so `weft audit verify` re-checks it offline.
+//     The runtime refuses a proof already recorded (proof_used).
 package approvers
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/proof"
 )
 
 // DefaultLifetime is how long a Proof lives unless WithLifetime says
@@ -55,6 +77,12 @@ const (
 	ReasonOtherRequirement = "other_requirement"
 	// ReasonProofExpired means the proof outlived its lifetime.
 	ReasonProofExpired = "proof_expired"
+	// ReasonLifetimeExceeded means a signed proof expires later than the
+	// approver's lifetime from now allows.
+	ReasonLifetimeExceeded = "lifetime_exceeded"
+	// ReasonProofUsed means a signed proof was already recorded with an
+	// answer: a proof is consumed once (aggregate.ProofUsed).
+	ReasonProofUsed = proof.ReasonProofUsed
 )
 
 // Denial is why a verify function refuses a credential. Return one from a
@@ -100,12 +128,27 @@ func Unavailable(message string) *Denial {
 type Verify func(ctx context.Context, credential string, requirement policy.Requirement) (reviewer string, err error)
 
 // Approver verifies credentials for requirements and issues Proofs. Create
-// one with New; it is safe for concurrent use.
+// one with New (a Verify function) or Signed (trusted keys); it is safe for
+// concurrent use.
 type Approver struct {
 	name     string
 	verify   Verify
+	keys     []Key // Signed
 	lifetime time.Duration
 	now      func() time.Time
+}
+
+// Key is a signing key a Signed approver trusts.
+type Key struct {
+	// Public is the key's public nkey, a user key ("U…"; weft roles
+	// approver-key prints one, `nk -gen user` makes one).
+	Public string
+	// Reviewer is the identity recorded as the reviewer of the answers
+	// signed with the key (an e-mail address, say); empty: the key itself.
+	Reviewer string
+	// Requirements, when not empty, are the names of the only requirements
+	// the key may answer (else not_authorized).
+	Requirements []string
 }
 
 // Option configures an Approver.
@@ -152,6 +195,22 @@ func Trusting(name string, opts ...Option) *Approver {
 	}, opts...)
 }
 
+// Signed returns an approver called name that accepts signed proofs by
+// keys only (AuthorizeAnswer); a bare credential is refused
+// not_authenticated. Its lifetime bounds how far in the future a proof may
+// expire (DefaultLifetime unless WithLifetime).
+func Signed(name string, keys []Key, opts ...Option) *Approver {
+	a := New(name, nil, opts...)
+	a.keys = append([]Key{}, keys...) // non-nil: IsSigned
+	return a
+}
+
+// IsSigned reports whether the approver takes signed proofs (Signed).
+func (a *Approver) IsSigned() bool { return a != nil && a.keys != nil }
+
+// Keys returns the keys a Signed approver trusts.
+func (a *Approver) Keys() []Key { return append([]Key(nil), a.keys...) }
+
 // Name returns the approver's name.
 func (a *Approver) Name() string { return a.name }
 
@@ -195,14 +254,20 @@ func (a *Approver) Prove(ctx context.Context, credential string, requirement pol
 }
 
 // Proof is an approver's statement that a reviewer may approve a
-// requirement, valid until it expires. Only Approver.Prove makes one.
+// requirement, valid until it expires. Only Approver.Prove and
+// AuthorizeAnswer make one.
 type Proof struct {
 	approver    string
 	reviewer    string
 	requirement policy.Requirement
 	issued      time.Time
 	expires     time.Time
+	signed      *events.ApprovalProof
 }
+
+// Signed returns the signed proof the answer was authorised by (to record
+// with it), nil for an approver with a Verify function.
+func (p Proof) Signed() *events.ApprovalProof { return p.signed }
 
 // Approver returns the name of the approver that issued the proof (the
 // verifier recorded with the approval).
@@ -276,6 +341,10 @@ func Authorize(ctx context.Context, list []*Approver, approver, credential strin
 		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonOtherApprovers,
 			Message: fmt.Sprintf("%q is not one of the agent's approvers", approver)}
 	}
+	if a.IsSigned() {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonNotAuthenticated,
+			Message: fmt.Sprintf("approver %s takes signed proofs only: send proof (weft approve --signing-key)", a.name)}
+	}
 	p, err := a.Prove(ctx, credential, requirement)
 	if err != nil {
 		return Proof{}, err
@@ -284,4 +353,80 @@ func Authorize(ctx context.Context, list []*Approver, approver, credential strin
 		return Proof{}, err
 	}
 	return p, nil
+}
+
+// Answer is how an approve or reject command authenticates: the approver
+// it names, and a Credential (for a Verify function) or a Signed proof
+// (for a Signed approver).
+type Answer struct {
+	Approver   string
+	Credential string
+	Signed     *events.ApprovalProof
+}
+
+// AuthorizeAnswer is the whole check of an answer to the pending request
+// subject at now: the agent must have approvers (no_approvers), the answer
+// must name one of them (other_approvers); a Signed approver then checks
+// the signed proof (Signed's checks, in the order of the package doc), an
+// approver with a Verify function the credential (Prove's errors); and the
+// proof must pass Check at now. It returns the Proof whose Reviewer,
+// Approver and Signed are recorded with the answer. Whether a signed proof
+// was used before is the caller's to check (aggregate.ProofUsed).
+func AuthorizeAnswer(ctx context.Context, list []*Approver, ans Answer, subject proof.Subject, now time.Time) (Proof, error) {
+	reqm := policy.Requirement{Name: subject.Requirement.Name, Version: subject.Requirement.Version}
+	if len(list) == 0 {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonNoApprovers, Message: "the agent has no approvers"}
+	}
+	a, ok := Find(list, ans.Approver)
+	if !ok {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonOtherApprovers,
+			Message: fmt.Sprintf("%q is not one of the agent's approvers", ans.Approver)}
+	}
+	if !a.IsSigned() {
+		if ans.Signed != nil {
+			return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonNotAuthenticated,
+				Message: fmt.Sprintf("approver %s verifies credentials, not signed proofs", a.name)}
+		}
+		return Authorize(ctx, list, ans.Approver, ans.Credential, reqm, now)
+	}
+	p := ans.Signed
+	if p == nil {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonNotAuthenticated,
+			Message: fmt.Sprintf("approver %s takes signed proofs only: send proof (weft approve --signing-key)", a.name)}
+	}
+	k, ok := a.key(p.Key)
+	if !ok {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonNotAuthenticated,
+			Message: fmt.Sprintf("key %s is not one of approver %s's keys", p.Key, a.name)}
+	}
+	if len(k.Requirements) > 0 && !slices.Contains(k.Requirements, subject.Requirement.Name) {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonNotAuthorized,
+			Message: fmt.Sprintf("key %s may not answer requirement %s", p.Key, subject.Requirement.Name)}
+	}
+	if err := proof.Check(*p, subject, now); err != nil {
+		var pe *proof.Error
+		if errors.As(err, &pe) {
+			return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: pe.Reason, Message: pe.Message}
+		}
+		return Proof{}, err
+	}
+	if p.Expires.After(now.Add(a.lifetime)) {
+		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonLifetimeExceeded,
+			Message: fmt.Sprintf("the proof expires at %s, more than approver %s's %s from now", p.Expires.UTC().Format(time.RFC3339), a.name, a.lifetime)}
+	}
+	reviewer := k.Reviewer
+	if reviewer == "" {
+		reviewer = k.Public
+	}
+	signed := *p
+	return Proof{approver: a.name, reviewer: reviewer, requirement: reqm, issued: now, expires: p.Expires, signed: &signed}, nil
+}
+
+func (a *Approver) key(public string) (Key, bool) {
+	for _, k := range a.keys {
+		if k.Public == public {
+			return k, true
+		}
+	}
+	return Key{}, false
 }

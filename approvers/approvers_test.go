@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/proof"
 )
 
 // clock is a fake clock that only moves when told.
@@ -208,5 +212,38 @@ func TestAuthorize(t *testing.T) {
 		if !errors.Is(err, &weft.Error{Code: tt.code, Reason: tt.reason}) {
 			t.Errorf("%s: %v, want %s(%s)", tt.name, err, tt.code, tt.reason)
 		}
+	}
+}
+
+// TestAuthorizeAnswerKinds: a Signed approver takes signed proofs only and
+// names the key's reviewer; an approver with a verify function refuses a
+// signed proof; Authorize refuses a credential for a Signed approver.
+func TestAuthorizeAnswerKinds(t *testing.T) {
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	signed := approvers.Signed("keys", []approvers.Key{{Public: pub, Reviewer: "alice@bank"}})
+	list := []*approvers.Approver{approvers.Trusting("desk"), signed}
+	subject := proof.Subject{Run: "r", Action: "1/a", Revision: 1, Requirement: events.Requirement{Name: "finance", Version: 1}, Tool: "pay", Arguments: []byte(`{"amount":5}`), Answer: events.AnswerApprove}
+	p, _ := proof.New(subject, pub, now.Add(30*time.Second))
+	p, _ = proof.Sign(p, kp.Sign)
+	got, err := approvers.AuthorizeAnswer(context.Background(), list, approvers.Answer{Approver: "keys", Signed: &p}, subject, now)
+	if err != nil || got.Reviewer() != "alice@bank" || got.Approver() != "keys" || got.Signed() == nil || *got.Signed() != p {
+		t.Fatalf("signed: %+v %v", got, err)
+	}
+	for name, c := range map[string]struct {
+		ans    approvers.Answer
+		reason string
+	}{
+		"a credential for keys": {approvers.Answer{Approver: "keys", Credential: "alice"}, approvers.ReasonNotAuthenticated},
+		"a proof for desk":      {approvers.Answer{Approver: "desk", Signed: &p}, approvers.ReasonNotAuthenticated},
+		"no such approver":      {approvers.Answer{Approver: "bank", Signed: &p}, approvers.ReasonOtherApprovers},
+	} {
+		if _, err := approvers.AuthorizeAnswer(context.Background(), list, c.ans, subject, now); !errors.Is(err, &weft.Error{Code: weft.CodeProofRefused, Reason: c.reason}) {
+			t.Errorf("%s: %v, want proof_refused(%s)", name, err, c.reason)
+		}
+	}
+	if _, err := approvers.Authorize(context.Background(), list, "keys", "alice", policy.Requirement{Name: "finance", Version: 1}, now); !errors.Is(err, &weft.Error{Code: weft.CodeProofRefused, Reason: approvers.ReasonNotAuthenticated}) {
+		t.Errorf("Authorize with a credential for a Signed approver: %v", err)
 	}
 }

@@ -11,7 +11,14 @@
 //     which a live verification takes from the log);
 //  3. every payload decodes with the event catalogue;
 //  4. the history refolds through the decision core (aggregate.Evolve never
-//     meets an impossible transition);
+//     meets an impossible transition), and every signed approval proof
+//     recorded with an answer (events.ApprovalAnswered.Proof) verifies
+//     against what the log records before it — the run, the pending
+//     request, the call's tool and arguments, the answer — with its
+//     signature, was not expired at the answer's recorded time and was not
+//     used by an earlier answer (package proof), so an approved call
+//     altered afterwards is detected even when the hash chain was
+//     rewritten to match;
 //  5. the projection's view (projections.Fold) agrees with the aggregate on
 //     status, the approvals and uncertain lists, turns, tokens, incarnation
 //     and every action's state and attempts;
@@ -32,6 +39,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/proof"
 )
 
 // Export writes envs as JSON lines, one envelope per line, in the encoding
@@ -94,7 +102,24 @@ const (
 	KindMismatch = "mismatch"
 	// KindView means the stored view differs from the refolded one.
 	KindView = "view"
+	// KindProof means a recorded signed approval proof does not verify.
+	KindProof = "proof"
 )
+
+// ProofCheck is the re-check of one signed approval proof recorded with an
+// answer: who signed it (Key, and the Reviewer and Verifier the answer
+// names) and whether it verifies (Reason says why not).
+type ProofCheck struct {
+	Version  uint64 `json:"version"`
+	Action   string `json:"action"`
+	Revision int    `json:"revision"`
+	Answer   string `json:"answer"`
+	Key      string `json:"key"`
+	Reviewer string `json:"reviewer,omitempty"`
+	Verifier string `json:"verifier,omitempty"`
+	Verified bool   `json:"verified"`
+	Reason   string `json:"reason,omitempty"`
+}
 
 // Problem is the first thing wrong with a history. Version (and ID) name the
 // event at fault, Line the exported line when reading a file.
@@ -116,6 +141,9 @@ type Report struct {
 	Head    string `json:"head,omitempty"`
 	Status  string `json:"status,omitempty"`
 	Outcome string `json:"outcome,omitempty"`
+	// Proofs are the signed approval proofs re-checked, in log order (up to
+	// the first problem).
+	Proofs []ProofCheck `json:"proofs,omitempty"`
 	// Problem is nil when the history verified.
 	Problem *Problem `json:"problem,omitempty"`
 }
@@ -194,6 +222,14 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 	// impossible transition names its event.
 	var st aggregate.State
 	for i, r := range recs {
+		if ans, ok := r.Event.(events.ApprovalAnswered); ok && ans.Proof != nil {
+			pc := checkProof(st, r, ans)
+			rep.Proofs = append(rep.Proofs, pc)
+			if !pc.Verified {
+				return fail(rep, KindProof, envs[i], "event %d (%s, %s): the signed proof by %s of the %s of action %s revision %d does not verify: %s",
+					r.Version, envs[i].ID, envs[i].Type, ans.Proof.Key, ans.Answer, ans.Action, ans.Revision, pc.Reason)
+			}
+		}
 		if p := evolve(&st, r); p != "" {
 			return fail(rep, KindRefold, envs[i], "event %d (%s, %s) is impossible after the ones before it: %s", r.Version, envs[i].ID, envs[i].Type, p)
 		}
@@ -222,6 +258,29 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 		}
 	}
 	return rep
+}
+
+// checkProof re-checks the signed proof of ans against st, the run as
+// the log records it just before ans (recorded at r.At).
+func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswered) ProofCheck {
+	p := *ans.Proof
+	pc := ProofCheck{Version: r.Version, Action: ans.Action, Revision: ans.Revision, Answer: ans.Answer, Key: p.Key, Reviewer: ans.Reviewer, Verifier: ans.Verifier}
+	a, ok := st.Action(ans.Action)
+	if !ok {
+		pc.Reason = "the log has no such action before the answer"
+		return pc
+	}
+	subject := proof.Subject{Run: st.Run(), Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: ans.Answer}
+	if err := proof.Check(p, subject, r.At); err != nil {
+		pc.Reason = err.Error()
+		return pc
+	}
+	if err := aggregate.CheckUnused(st, &p); err != nil {
+		pc.Reason = err.Error()
+		return pc
+	}
+	pc.Verified = true
+	return pc
 }
 
 func fail(rep Report, kind string, env events.Envelope, format string, args ...any) Report {

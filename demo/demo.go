@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,8 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/roles"
 	"github.com/weftrun/weft/runner"
 )
 
@@ -71,6 +74,14 @@ type Options struct {
 	// ConsoleReady, when set, is called with the console's URL once it
 	// serves.
 	ConsoleReady func(url string)
+	// Secure starts the embedded server with Weft's roles (package roles,
+	// docs/security.md): the runner and the projector connect with their
+	// own credentials, every role's credentials file is written to
+	// SecureDir (default: "roles" in the store directory) and printed, and
+	// the agent's only approver takes signed proofs by the key in
+	// SecureDir/approver.nk. It needs the embedded server (no NATSURL).
+	Secure    bool
+	SecureDir string
 }
 
 // Run starts (or connects to) NATS, provisions every asset, and runs a
@@ -106,6 +117,29 @@ func Run(ctx context.Context, o Options) error {
 			nopts = append(nopts, natsnode.WithDataDir(o.DataDir))
 		}
 	}
+	var sec *secured
+	if o.Secure {
+		if o.NATSURL != "" {
+			return errors.New("demo: secure mode runs the embedded server: leave NATS_URL unset (secure an external server with nats-secure.conf, docs/security.md)")
+		}
+		dir := o.SecureDir
+		if dir == "" {
+			store := o.DataDir
+			if store == "" {
+				d, err := natsnode.DefaultDataDir()
+				if err != nil {
+					return err
+				}
+				store = d
+			}
+			dir = filepath.Join(store, "roles")
+		}
+		var err error
+		if sec, err = prepareSecure(dir, o.ExternalTools); err != nil {
+			return err
+		}
+		nopts = append(nopts, sec.nodeOptions(logger)...)
+	}
 	node, err := natsnode.Start(ctx, nopts...)
 	if err != nil {
 		return fmt.Errorf("demo: nats: %w", err)
@@ -120,13 +154,33 @@ func Run(ctx context.Context, o Options) error {
 	}
 	js := node.JetStream()
 	const lease = time.Second
+	// The projector's connection: the node's own, or in secure mode one
+	// with the projector's credentials, which provisions its buckets.
+	pconn, pjs := node.Conn(), js
+	var extra []runner.ProvisionOption
+	if sec == nil {
+		extra = append(extra, runner.WithAssets(projector.Assets()...))
+	} else {
+		pnode, err := sec.connect(ctx, node.URL(), roles.Projector, "weft dev projector", logger)
+		if err != nil {
+			return err
+		}
+		defer closeQuietly(pnode)
+		pconn, pjs = pnode.Conn(), pnode.JetStream()
+	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = runner.Provision(pctx, js, lease, runner.WithAssets(projector.Assets()...))
+	err = runner.Provision(pctx, js, lease, extra...)
+	if err == nil && sec != nil {
+		err = provision.EnsureOnly(pctx, pjs, provision.Options{}, projector.Assets()...)
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("demo: provision: %w", err)
 	}
 	ag, err := Agent(o.Model)
+	if sec != nil {
+		ag, err = agentWith(o.Model, sec.approvers()...)
+	}
 	if err != nil {
 		return err
 	}
@@ -168,7 +222,18 @@ func Run(ctx context.Context, o Options) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	if o.Console != "" {
-		url, err := startConsole(ctx, &wg, errs, node.Conn(), o.Console, logger)
+		cconn := node.Conn()
+		if sec != nil {
+			// The console is an operator's client: its own credentials.
+			onode, err := sec.connect(ctx, node.URL(), roles.Operator, "weft dev console", logger)
+			if err != nil {
+				return err
+			}
+			defer closeQuietly(onode)
+			cconn = onode.Conn()
+			fmt.Fprintf(out, "The console runs as the operator; it cannot sign approval proofs: approve with %s approve --signing-key (below).\n", weftOr(o.Weft))
+		}
+		url, err := startConsole(ctx, &wg, errs, cconn, o.Console, logger)
 		if err != nil {
 			return err
 		}
@@ -181,7 +246,7 @@ func Run(ctx context.Context, o Options) error {
 	go func() { defer wg.Done(); errs <- rn.Run(ctx) }()
 	go func() {
 		defer wg.Done()
-		errs <- projector.RunAll(ctx, node.Conn(), js, evlog, logger)
+		errs <- projector.RunAll(ctx, pconn, pjs, eventlog.New(pjs), logger)
 	}()
 	// Wait until the command API serves every endpoint before saying what
 	// to do next (a $SRV.INFO probe: no command, nothing in its stats).
@@ -205,8 +270,13 @@ func Run(ctx context.Context, o Options) error {
 	if weft == "" {
 		weft = "weft"
 	}
-	printNext(out, next{where: where, url: node.URL(), model: ag.Model().Name(), weft: weft, dir: o.Dir, runs: runs,
-		externalPay: slices.Contains(o.ExternalTools, "send_payment")})
+	if sec != nil {
+		fmt.Fprintf(out, "Weft dev is running: %s, a runner with its worker, the projector,\nand the %s agent on model %s, in secure mode.\n\n", where, AgentName, ag.Model().Name())
+		sec.print(out, weft, node.URL(), runs)
+	} else {
+		printNext(out, next{where: where, url: node.URL(), model: ag.Model().Name(), weft: weft, dir: o.Dir, runs: runs,
+			externalPay: slices.Contains(o.ExternalTools, "send_payment")})
+	}
 	if o.Ready != nil {
 		o.Ready(node.URL())
 	}

@@ -216,11 +216,16 @@ func ScriptedModel() model.Model {
 
 // Agent builds the payment desk agent on m (nil: the scripted model).
 func Agent(m model.Model) (*agent.Agent, error) {
+	return agentWith(m, approvers.Trusting(Approver))
+}
+
+// agentWith builds the payment desk agent on m with its approvers.
+func agentWith(m model.Model, list ...*approvers.Approver) (*agent.Agent, error) {
 	if m == nil {
 		m = ScriptedModel()
 	}
 	return agent.New(AgentName, m, Tools(), Policy(),
 		agent.WithSystem("You are a payment desk. Look invoices up before paying them."),
-		agent.WithApprovers(approvers.Trusting(Approver)),
+		agent.WithApprovers(list...),
 	).Build()
 }

@@ -334,6 +334,37 @@ type ApprovalAnswered struct {
 	Reason      string      `json:"reason,omitempty"`
 	Reviewer    string      `json:"reviewer,omitempty"`
 	Verifier    string      `json:"verifier,omitempty"`
+	// Proof is the signed approval proof the answer was given with (an
+	// approver of signed proofs, approvers.Signed), recorded as presented
+	// so that anyone can re-check it offline (package proof, weft audit
+	// verify); absent for answers authenticated otherwise.
+	Proof *ApprovalProof `json:"proof,omitempty"`
+}
+
+// ApprovalProof is a signed approval proof: the statement that the holder
+// of Key gives Answer ("approve" or "reject") to exactly one approval
+// request — run, action, revision and requirement — of exactly one call:
+// the tool and the SHA-256 of its canonical arguments bytes; valid until
+// Expires (whole seconds). Signature is the ed25519 signature by Key over
+// the statement's digest (package proof: docs/protocol/20-events.md,
+// "Signed approval proofs").
+type ApprovalProof struct {
+	// Key is the signer's public key, an nkey user key ("U…").
+	Key         string      `json:"key"`
+	Run         string      `json:"run"`
+	Action      string      `json:"action"`
+	Revision    int         `json:"revision"`
+	Requirement Requirement `json:"requirement"`
+	Tool        string      `json:"tool"`
+	// Arguments is the lowercase hex SHA-256 of the call's canonical
+	// arguments bytes.
+	Arguments string `json:"arguments_sha256"`
+	Answer    string `json:"answer"`
+	// Expires is the first instant at which the proof is refused, by the
+	// store's clock.
+	Expires time.Time `json:"expires"`
+	// Signature is the base64url (unpadded) ed25519 signature.
+	Signature string `json:"signature"`
 }
 
 // The reasons of ApprovalRequested.

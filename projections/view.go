@@ -37,6 +37,7 @@ import (
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/proof"
 )
 
 // The run statuses of SEMANTICS.md §6.
@@ -273,6 +274,30 @@ type ApprovalView struct {
 	Reviewer string     `json:"reviewer,omitempty"`
 	Verifier string     `json:"verifier,omitempty"`
 	Answered *time.Time `json:"answered,omitempty"`
+	// Proof is the signed approval proof the answer was given with, when
+	// its approver takes signed proofs: the signer's key and whether the
+	// proof verifies against the view's own record of the request and the
+	// call, at the answer's time (package proof).
+	Proof *ProofStatus `json:"proof,omitempty"`
+}
+
+// ProofStatus is the check of a recorded signed approval proof: Key signed
+// it; Verified says whether it verifies, and Reason why not.
+type ProofStatus struct {
+	Key      string `json:"key"`
+	Verified bool   `json:"verified"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// proofStatus checks the signed proof p of answer to request h of action a
+// of run, recorded at.
+func proofStatus(run string, a *ActionView, h ApprovalView, answer string, p events.ApprovalProof, at time.Time) *ProofStatus {
+	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
+	st := &ProofStatus{Key: p.Key, Verified: true}
+	if err := proof.Check(p, s, at); err != nil {
+		st.Verified, st.Reason = false, err.Error()
+	}
+	return st
 }
 
 // Encode returns the view's deterministic JSON encoding.
@@ -393,6 +418,9 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 				h.Answer, h.Reason, h.Reviewer, h.Verifier = e.Answer, e.Reason, e.Reviewer, e.Verifier
 				t := at
 				h.Answered = &t
+				if e.Proof != nil {
+					h.Proof = proofStatus(v.Run, a, *h, e.Answer, *e.Proof, at)
+				}
 			}
 		}
 		if a.Pending != nil && a.Pending.Revision == e.Revision {

@@ -132,6 +132,13 @@ func (a *Authority) ServerConfig() (string, error) {
 	ac := jwt.NewAccountClaims(apub)
 	ac.Name = AccountName
 	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1, MaxAckPending: -1}
+	revoked, err := a.revocations()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range revoked {
+		ac.RevokeAt(r.Key, time.Unix(r.At, 0))
+	}
 	ajwt, err := ac.Encode(a.operator)
 	if err != nil {
 		return "", fmt.Errorf("roles: account: %w", err)
@@ -222,4 +229,75 @@ func (a *Authority) Write(role Role, q worker.Queue, opts ...IssueOption) (strin
 		return "", fmt.Errorf("roles: %w", err)
 	}
 	return path, nil
+}
+
+// Revocations is the file of revoked user keys in an Authority's
+// directory, one "<user public key> <unix seconds>" per line: credentials
+// of those keys issued before that time are refused once the server
+// reloaded auth.conf.
+const Revocations = "revocations"
+
+type revocation struct {
+	Key string
+	At  int64
+}
+
+func (a *Authority) revocations() ([]revocation, error) {
+	b, err := os.ReadFile(filepath.Join(a.dir, Revocations))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("roles: %w", err)
+	}
+	var out []revocation
+	for _, line := range strings.Split(string(b), "\n") {
+		var r revocation
+		if line = strings.TrimSpace(line); line == "" {
+			continue
+		}
+		if _, err := fmt.Sscanf(line, "%s %d", &r.Key, &r.At); err != nil || !nkeys.IsValidPublicUserKey(r.Key) {
+			return nil, fmt.Errorf("roles: %s: bad line %q", Revocations, line)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Revoke revokes the credentials in the creds file at path (all issued
+// for its user key until now) and rewrites auth.conf; the server refuses
+// them once it reloads its configuration (nats-server --signal reload, or
+// a restart). It returns the revoked user's public key.
+func (a *Authority) Revoke(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("roles: %w", err)
+	}
+	tok, err := jwt.ParseDecoratedJWT(b)
+	if err != nil {
+		return "", fmt.Errorf("roles: %s: %w", path, err)
+	}
+	uc, err := jwt.DecodeUserClaims(tok)
+	if err != nil {
+		return "", fmt.Errorf("roles: %s: %w", path, err)
+	}
+	if uc.Issuer != a.Account() {
+		return "", fmt.Errorf("roles: %s was not issued by this authority's account", path)
+	}
+	f, err := os.OpenFile(filepath.Join(a.dir, Revocations), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return "", fmt.Errorf("roles: %w", err)
+	}
+	_, werr := fmt.Fprintf(f, "%s %d\n", uc.Subject, time.Now().Unix()+1)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return "", fmt.Errorf("roles: %w", err)
+	}
+	conf, err := a.ServerConfig()
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(a.dir, AuthConf), []byte(conf), 0o644); err != nil {
+		return "", fmt.Errorf("roles: %w", err)
+	}
+	return uc.Subject, nil
 }

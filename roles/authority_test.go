@@ -4,8 +4,11 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/roles"
@@ -56,4 +59,72 @@ func TestCredsNameTheirRole(t *testing.T) {
 	if _, err := roles.Permissions(roles.Worker, worker.Queue{Agent: "a", Version: "1"}); err == nil {
 		t.Error("a worker grant without a tool")
 	}
+}
+
+// TestRevokeAndRotate: rotation is issuing new credentials and revoking
+// the old: after Revoke and a configuration reload the server refuses the
+// revoked creds file — an established connection is closed — while the
+// role's new credentials, issued before or after, still connect.
+func TestRevokeAndRotate(t *testing.T) {
+	conf, a := shipped(t)
+	opts, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoSigs, opts.Port, opts.StoreDir = true, server.RANDOM_PORT, filepath.Join(t.TempDir(), "store")
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
+
+	old, _ := a.Write(roles.Operator, worker.Queue{})
+	oldCopy := filepath.Join(t.TempDir(), "old.creds")
+	b, _ := os.ReadFile(old)
+	os.WriteFile(oldCopy, b, 0o600)
+	connect := func(creds string) (*nats.Conn, error) {
+		return nats.Connect(srv.ClientURL(), nats.UserCredentials(creds), nats.MaxReconnects(0))
+	}
+	live, err := connect(oldCopy)
+	if err != nil {
+		t.Fatalf("the old credentials before revocation: %v", err)
+	}
+	closed := make(chan struct{})
+	live.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	rotated, _ := a.Write(roles.Operator, worker.Queue{}) // replaces the file
+	if _, err := a.Revoke(oldCopy); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.ReloadOptions(mustReload(t, conf, opts)); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the revoked user's connection stayed open after the reload")
+	}
+	if nc, err := connect(oldCopy); err == nil {
+		nc.Close()
+		t.Fatal("the revoked credentials still connect")
+	}
+	nc, err := connect(rotated)
+	if err != nil {
+		t.Fatalf("the rotated credentials: %v", err)
+	}
+	nc.Close()
+}
+
+// mustReload parses conf again with the running server's overrides.
+func mustReload(t *testing.T, conf string, running *server.Options) *server.Options {
+	t.Helper()
+	o, err := server.ProcessConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.NoSigs, o.Port, o.StoreDir = true, running.Port, running.StoreDir
+	return o
 }

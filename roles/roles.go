@@ -28,7 +28,7 @@
 // requests it received (response permissions), so nobody can forge a
 // JetStream acknowledgement or another service's reply.
 //
-// The permissions are decentralised NATS JWTs (docs/adr/0009): an operator
+// The permissions are decentralised NATS JWTs (docs/adr/0011): an operator
 // key signs the WEFT account, whose key signs one user JWT per role;
 // Authority keeps the keys in a directory, writes the server's
 // auth.conf (operator, system account, memory resolver) and issues
@@ -42,6 +42,7 @@ import (
 	"strings"
 
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/runner"
@@ -114,7 +115,7 @@ func Name(role Role, q worker.Queue) string {
 // The streams and buckets each role owns or reads.
 var (
 	runnerStreams = []string{eventlog.Stream, worker.TaskStream, timer.Stream}
-	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, api.CommandsBucket, runner.SnapshotsBucket}
+	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, api.CommandsBucket, runner.SnapshotsBucket, worker.ClaimsBucket}
 	// The projector's buckets, and those a reader may read.
 	projectorBuckets = append(slices.Clone(projector.Buckets), projector.BucketState)
 )
@@ -147,7 +148,12 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 			g.Publish = append(g.Publish, readStream(s)...)
 			g.Publish = append(g.Publish, consume(s, ">")...)
 		}
-		g.Publish = append(g.Publish, "$JS.API.STREAM.PURGE."+timer.Stream)
+		g.Publish = append(g.Publish,
+			"$JS.API.STREAM.PURGE."+timer.Stream,
+			// Recreate a weft_runners bucket of an older release on file
+			// storage (its keys are heartbeats, put again at once).
+			"$JS.API.STREAM.DELETE."+kvStream(runner.RunnersBucket),
+		)
 		for _, b := range runnerBuckets {
 			g.Publish = append(g.Publish, writeBucket(b)...)
 		}
@@ -159,7 +165,8 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		for _, e := range api.Endpoints {
 			g.Subscribe = append(g.Subscribe, api.SubjectPrefix+e)
 		}
-		g.Subscribe = append(g.Subscribe, api.SubjectPrefix+api.EndpointReport+".*.*.*", api.SubjectPrefix+api.EndpointSettle+".*.*.*")
+		g.Subscribe = append(g.Subscribe, api.SubjectPrefix+api.EndpointReport+".*.*.*", api.SubjectPrefix+api.EndpointSettle+".*.*.*",
+			catalog.SubjectPrefix+"*") // the agents it serves (catalog.Serve)
 	case Worker:
 		if err := validQueue(q); err != nil {
 			return Grant{}, err
@@ -182,6 +189,12 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// runners (worker.LogCheck).
 		g.Publish = append(g.Publish, readStream(eventlog.Stream)...)
 		g.Publish = append(g.Publish, readBucket(runner.RunnersBucket)...)
+		// Claim an attempt before its body starts (worker.ClaimKey; the
+		// runner provisions the bucket). Claim keys do not name the
+		// queue, so this is not scoped to the worker's own attempts
+		// (docs/security.md, "What is not protected").
+		g.Publish = append(g.Publish, readBucket(worker.ClaimsBucket)...)
+		g.Publish = append(g.Publish, "$KV."+worker.ClaimsBucket+".>")
 		g.Subscribe = append(g.Subscribe, worker.StopSubjectPrefix+"*")
 	case Projector:
 		g.Responses = true
@@ -197,7 +210,7 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 				g.Publish = append(g.Publish, api.SubjectPrefix+e)
 			}
 		}
-		g.Publish = append(g.Publish, projector.QueryPrefix+".*")
+		g.Publish = append(g.Publish, projector.QueryPrefix+".*", catalog.SubjectPrefix+"*")
 		for _, s := range append([]string{eventlog.Stream}, kvStreams(projectorBuckets)...) {
 			g.Publish = append(g.Publish, readStream(s)...)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/tools"
 	"github.com/weftrun/weft/worker"
@@ -392,15 +393,18 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointApprove, req, &out, func(ctx context.Context, rn *run) error {
+		if err := aggregate.CheckUnused(rn.state, req.Proof); err != nil {
+			return err // a replayed proof, named as one before the references
+		}
 		now := r.clock(rn)
+		ans := approvers.Answer{Approver: req.Approver, Credential: req.Credential, Signed: req.Proof}
 		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
 		if err != nil {
 			if a, ok := rn.state.Action(req.Action); ok && weft.ErrorCode(err) == weft.CodeApprovalExpired && a.Request.Answer == "" {
 				// Due but not yet recorded: the proof is checked before
 				// the expiry, and a refused proof changes nothing
 				// (SEMANTICS §4).
-				reqm := policy.Requirement{Name: a.Request.Requirement.Name, Version: a.Request.Requirement.Version}
-				if _, perr := approvers.Authorize(ctx, rn.agent.Approvers(), req.Approver, req.Credential, reqm, now); perr != nil {
+				if _, perr := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, a, a.Request, events.AnswerApprove), now); perr != nil {
 					return perr
 				}
 			}
@@ -410,15 +414,15 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 		}
 		a, _ := rn.state.Action(req.Action)
 		reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
-		proof, err := approvers.Authorize(ctx, rn.agent.Approvers(), req.Approver, req.Credential, reqm, now)
+		pf, err := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, a, appr, events.AnswerApprove), now)
 		if err != nil {
 			return err
 		}
 		timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
-		pctx := policy.WithReview(ctx, policy.Review{Reviewer: proof.Reviewer(), Verifier: proof.Approver(), Requirement: reqm, Revision: req.Revision})
+		pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: req.Revision})
 		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
 		cfg, _ := rn.agent.ToolConfig(a.Tool)
-		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: proof.Reviewer(), Verifier: proof.Approver(), Policy: policyResult(dec, perr), Tool: cfg})
+		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Policy: policyResult(dec, perr), Tool: cfg})
 		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "approved")
 		out = r.reply(rn)
 		return err
@@ -426,8 +430,16 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 	return out, err
 }
 
-// Reject rejects an approval request (api.Backend). A credential, when
-// given, is verified like an approval's and its reviewer recorded.
+// answerSubject is what an answer to action a's request appr is for, as a
+// signed proof must state it (package proof): the run, the request and the
+// call's tool and arguments as recorded.
+func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer string) proof.Subject {
+	return proof.Subject{Run: rn.id, Action: a.ID, Revision: appr.Revision, Requirement: appr.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
+}
+
+// Reject rejects an approval request (api.Backend). A credential or a
+// signed proof, when given, is verified like an approval's and its
+// reviewer recorded.
 func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointReject, req, &out, func(ctx context.Context, rn *run) error {
@@ -435,22 +447,26 @@ func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, 
 			// As approve: the field is missing, no proof was refused.
 			return &weft.Error{Code: weft.CodeInvalidRequest, Message: "approver is required (the agent has approvers)"}
 		}
+		if err := aggregate.CheckUnused(rn.state, req.Proof); err != nil {
+			return err
+		}
 		now := r.clock(rn)
 		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
 		if err != nil {
 			_ = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason})
 			return err
 		}
-		by := req.By
+		c := aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason, By: req.By}
 		if req.Approver != "" || len(rn.agent.Approvers()) > 0 {
-			reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
-			proof, err := approvers.Authorize(ctx, rn.agent.Approvers(), req.Approver, req.Credential, reqm, now)
+			a, _ := rn.state.Action(req.Action)
+			ans := approvers.Answer{Approver: req.Approver, Credential: req.Credential, Signed: req.Proof}
+			pf, err := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, a, appr, events.AnswerReject), now)
 			if err != nil {
 				return err
 			}
-			by = proof.Reviewer()
+			c.By, c.Verifier, c.Proof = pf.Reviewer(), pf.Approver(), pf.Signed()
 		}
-		err = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason, By: by})
+		err = r.step(ctx, rn, c)
 		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "rejected")
 		out = r.reply(rn)
 		return err

@@ -11,6 +11,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/worker"
 )
@@ -134,22 +135,32 @@ func approveCommand() command {
 		examples: []string{
 			"weft approve pay-7 2/call_2_1 --approver desk --credential alice",
 			"weft approve pay-7 2/call_2_1 --revision 1 --approver desk --credential alice",
+			"weft approve pay-7 2/call_2_1 --approver keys --signing-key alice.nk   # a signed proof (docs/security.md)",
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var req api.ApproveRequest
 			fs.IntVar(&req.Revision, "revision", 0, "the request's revision (default: the pending one, read from the run view)")
 			fs.StringVar(&req.Approver, "approver", "", "the approver (one of the agent's approvers) that verifies the credential")
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
+			sign := addSignFlags(fs)
 			asJSON := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
 				}
-				if req.Approver == "" || req.Credential == "" {
-					return usagef("approve needs --approver and --credential")
+				if req.Approver == "" || (req.Credential == "") == (sign.key == "") {
+					return usagef("approve needs --approver and either --credential or --signing-key")
 				}
 				req.Run, req.Action = args[0], args[1]
 				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error) {
+					if sign.key != "" {
+						p, err := signAnswer(ctx, e.stderr, q, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
+						if err != nil {
+							return api.Reply{}, err
+						}
+						req.Proof = p
+						return c.Approve(ctx, req)
+					}
 					if err := pendingRevision(ctx, q, req.Run, req.Action, &req.Revision); err != nil {
 						return api.Reply{}, err
 					}
@@ -171,6 +182,7 @@ func rejectCommand() command {
 			fs.StringVar(&req.Approver, "approver", "", "the approver that verifies the credential")
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
 			fs.StringVar(&req.By, "by", "", "who rejects, when no credential is given")
+			sign := addSignFlags(fs)
 			asJSON := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
@@ -181,6 +193,14 @@ func rejectCommand() command {
 				}
 				req.Run, req.Action = args[0], args[1]
 				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error) {
+					if sign.key != "" {
+						p, err := signAnswer(ctx, e.stderr, q, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
+						if err != nil {
+							return api.Reply{}, err
+						}
+						req.Proof = p
+						return c.Reject(ctx, req)
+					}
 					if err := pendingRevision(ctx, q, req.Run, req.Action, &req.Revision); err != nil {
 						return api.Reply{}, err
 					}

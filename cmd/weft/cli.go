@@ -113,6 +113,7 @@ func commands() []command {
 		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
 		auditCommand(), rebuildCommand(), consoleCommand(), devCommand(), mcpCommand(),
 		chaosCommand(), benchCommand(),
+		rolesCommand(),
 	}
 }
 

@@ -46,6 +46,7 @@ func devCommand() command {
 			"weft dev --listen 4222 --data /tmp/weft-dev   # then, elsewhere: export NATS_URL=nats://127.0.0.1:4222",
 			"weft dev --nats nats://127.0.0.1:4222          # against an external nats-server -js",
 			"weft dev --external-tool send_payment          # act as send_payment's worker yourself (docs/protocol/41-tasks.md)",
+			"weft dev --secure                              # with roles: every client needs its creds file (printed; docs/security.md)",
 			"WEFT_MODEL=openai:gpt-4.1 OPENAI_API_KEY=... weft dev        # a real model instead of the scripted one",
 			"weft dev --model openai:llama3.1:8b --model-base-url http://localhost:11434/v1   # Ollama (docs/models.md)",
 		},
@@ -59,6 +60,8 @@ func devCommand() command {
 			fs.StringVar(&o.DataDir, "data", "", "the embedded server's store directory (default $WEFT_DATA, else the user's state dir)")
 			fs.StringVar(&o.Console, "console", console.DefaultAddr, "address of the operator console (loopback; a free port when taken); empty for none")
 			verbose := fs.Bool("v", false, "log what the runtime does")
+			fs.BoolVar(&o.Secure, "secure", false, "start the embedded server with Weft's roles and print each role's credentials file (docs/security.md)")
+			fs.StringVar(&o.SecureDir, "roles", "", "with --secure: the directory of the keys and credentials (default: roles in the store directory)")
 			var external listFlag
 			fs.Var(&external, "external-tool", "leave this tool's tasks to workers outside the process, such as the nats CLI (repeatable)")
 			cfg, cfgErr := provider.ConfigFromEnv(os.Getenv)

@@ -188,6 +188,7 @@ func printView(w io.Writer, r projector.RunReply) {
 		}
 		tw.Flush()
 	}
+	printAnswers(w, v)
 	for _, run := range r.FamilyStatus.Waiting {
 		fmt.Fprintf(w, "\nwaiting for child run %s (suspended)\n  show: weft show %s\n", run, run)
 	}
@@ -450,8 +451,11 @@ func auditCommand() command {
 					}
 					if *asJSON {
 						printJSON(e.stdout, rep)
-					} else if rep.OK() {
-						fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
+					} else {
+						printProofChecks(e.stdout, rep.Proofs)
+						if rep.OK() {
+							fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
+						}
 					}
 					if !rep.OK() {
 						return auditError{fmt.Sprintf("audit: %s", rep.Problem.Error())}

@@ -21,7 +21,7 @@ import (
 
 // Pure lists the packages (directories relative to the module root) that
 // must stay free of I/O and clocks.
-var Pure = []string{"events", "aggregate", "projections"}
+var Pure = []string{"events", "aggregate", "projections", "proof"}
 
 // forbiddenImport reports why path may not be imported by a pure package,
 // or "".

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDevSecure (issue 12): weft dev --secure starts the embedded server
+// with the roles and prints each role's credentials file; with the
+// operator's, weft starts a run and approves it with a signed proof (the
+// agent's only approver takes signed proofs), weft show names the key and
+// says the proof verifies, and weft audit verify re-checks it; the
+// reader's credentials cannot approve (nobody receives it), and without
+// credentials nothing connects.
+func TestDevSecure(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("NATS_CREDS", "")
+	t.Setenv("WEFT_MODEL", "")
+	data := t.TempDir()
+	out, url := startDevCLI(t, "dev", "--secure", "--listen", "0", "--data", data)
+	dir := filepath.Join(data, "roles")
+	operator, reader, key := filepath.Join(dir, "operator.creds"), filepath.Join(dir, "reader.creds"), filepath.Join(dir, "approver.nk")
+	for _, want := range []string{"in secure mode", operator, reader, filepath.Join(dir, "runner.creds"), filepath.Join(dir, "projector.creds"), key, "--signing-key " + key} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("weft dev --secure does not print %q:\n%s", want, out)
+		}
+	}
+	t.Setenv("NATS_URL", url)
+
+	// No credentials: the server lets nobody in.
+	if code, o, errs := cli(t, "--nats", url, "runs", "--timeout", "3s"); code != exitUnavailable {
+		t.Fatalf("runs without credentials: exit %d, want %d\n%s%s", code, exitUnavailable, o, errs)
+	}
+
+	t.Setenv("NATS_CREDS", operator)
+	if code, o, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "pay-7"); code != 0 {
+		t.Fatalf("start as the operator: %d %s %s", code, o, errs)
+	}
+	waitShow(t, "pay-7", "waiting for approval")
+
+	// The reader may not approve: its request reaches nobody.
+	if code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "keys", "--signing-key", key, "--creds", reader, "--timeout", "3s"); code != exitUnavailable {
+		t.Fatalf("approve as the reader: exit %d, want %d (no answer)\n%s%s", code, exitUnavailable, o, errs)
+	}
+	// The demo's trusting approver is not there in secure mode.
+	if code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "desk", "--credential", "alice"); code != exitFailed || !strings.Contains(errs, "proof_refused") {
+		t.Fatalf("approve with the trusting approver: exit %d\n%s%s", code, o, errs)
+	}
+	code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "keys", "--signing-key", key)
+	if code != 0 || !strings.Contains(errs, "signing: approve run pay-7 action 2/call_2_1 revision 1 (finance v1): send_payment") {
+		t.Fatalf("signed approve: %d %s %s", code, o, errs)
+	}
+	show := waitShow(t, "pay-7", "finished: completed")
+	if !strings.Contains(show, "2/call_2_1 revision 1: approve by demo approver, verified by approver keys; signed by key U") || !strings.Contains(show, "the proof verifies") {
+		t.Fatalf("show does not name the key and the verified proof:\n%s", show)
+	}
+	if code, o, errs := cli(t, "audit", "verify", "pay-7"); code != 0 || !strings.Contains(o, "proof: event") || !strings.Contains(o, ": verifies") {
+		t.Fatalf("audit verify: %d %s %s", code, o, errs)
+	}
+}
+
+// TestRolesCommand: weft roles init writes the authority and each role's
+// creds file (a worker's per --worker queue), issue adds one more, show
+// prints a role's subjects, key writes a signing key and prints its public
+// key; a malformed queue is a bad command line.
+func TestRolesCommand(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "secure")
+	code, out, errs := cli(t, "roles", "init", "--dir", dir, "--worker", "payment-desk@1/send_payment")
+	if code != 0 {
+		t.Fatalf("init: %d %s %s", code, out, errs)
+	}
+	for _, f := range []string{"auth.conf", "operator.nk", "account.nk", "runner.creds", "projector.creds", "operator.creds", "reader.creds", "worker-payment-desk@1@send_payment.creds"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("init wrote no %s: %v\n%s", f, err, out)
+		}
+	}
+	if code, out, errs := cli(t, "roles", "issue", "worker", "payment-desk@2.0/send_payment", "--dir", dir, "--expires", "1h"); code != 0 || !strings.Contains(out, "worker-payment-desk@2~0@send_payment.creds") {
+		t.Fatalf("issue: %d %s %s", code, out, errs)
+	}
+	if code, out, _ := cli(t, "roles", "show", "worker", "payment-desk@1/send_payment"); code != 0 || !strings.Contains(out, "  weft.api.report.payment-desk.1.send_payment\n") || strings.Contains(out, "weft.ev.") {
+		t.Fatalf("show worker: %d\n%s", code, out)
+	}
+	key := filepath.Join(t.TempDir(), "alice.nk")
+	if code, out, errs := cli(t, "roles", "key", key); code != 0 || !strings.Contains(out, "public key U") {
+		t.Fatalf("key: %d %s %s", code, out, errs)
+	}
+	if code, _, _ := cli(t, "roles", "key", key); code != exitLocal {
+		t.Errorf("key over an existing file: exit %d, want %d", code, exitLocal)
+	}
+	if code, _, errs := cli(t, "roles", "issue", "worker", "send_payment", "--dir", dir); code != exitUsage {
+		t.Errorf("issue worker without a queue: exit %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "roles", "revoke", filepath.Join(dir, "reader.creds"), "--dir", dir); code != 0 || !strings.Contains(out, "revoked user U") {
+		t.Fatalf("revoke: %d %s %s", code, out, errs)
+	}
+}

@@ -1,0 +1,271 @@
+// Package proof signs and verifies Weft's approval proofs: an approver's
+// ed25519 signature (an nkey user key) over a digest of exactly what an
+// answer approves — the run, the action, the revision and the requirement
+// of the approval request, the tool called and the SHA-256 of its
+// canonical arguments bytes — plus the answer and the proof's expiry.
+//
+// A proof (events.ApprovalProof) states those values and carries the
+// signature over them. Checking one is two steps, both pure:
+//
+//  1. Check compares what it states with the facts (a Subject, taken from
+//     the run: the pending request and the call it is for) and names the
+//     first difference as a reason: other_run, other_action,
+//     other_revision, other_requirement, other_tool, other_arguments,
+//     other_answer; then verifies the signature (bad_signature) and the
+//     expiry at the given time (proof_expired).
+//  2. The caller checks the key: whether it is trusted, and for what
+//     (approvers.Signed), and that the proof was not used before
+//     (aggregate: proof_used).
+//
+// The runner checks a proof before it records the answer; the log records
+// it (events.ApprovalAnswered.Proof); `weft audit verify` checks it again
+// offline against the facts the log records, so an approval whose call was
+// altered afterwards — even with a rewritten hash chain — no longer
+// verifies. The package is pure: no clock, no I/O (time comes in as an
+// argument), and signing takes a function (an nkeys key pair's Sign).
+package proof
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/weftrun/weft/events"
+)
+
+// The reasons Check returns (as the Reason of a proof_refused error).
+const (
+	ReasonOtherRun         = "other_run"
+	ReasonOtherAction      = "other_action"
+	ReasonOtherRevision    = "other_revision"
+	ReasonOtherRequirement = "other_requirement"
+	ReasonOtherTool        = "other_tool"
+	ReasonOtherArguments   = "other_arguments"
+	ReasonOtherAnswer      = "other_answer"
+	ReasonBadSignature     = "bad_signature"
+	ReasonProofExpired     = "proof_expired"
+	// ReasonProofUsed is not Check's: the runtime refuses a proof already
+	// recorded with an answer of the run (aggregate.ProofUsed).
+	ReasonProofUsed = "proof_used"
+)
+
+// Subject is what an answer is for, as the run records it: the pending
+// approval request (Run, Action, Revision, Requirement), the call it
+// approves (Tool, Arguments as recorded) and the answer given.
+type Subject struct {
+	Run         string
+	Action      string
+	Revision    int
+	Requirement events.Requirement
+	Tool        string
+	Arguments   json.RawMessage
+	// Answer is events.AnswerApprove or events.AnswerReject.
+	Answer string
+}
+
+// Canonical returns the canonical bytes of a JSON value: insignificant
+// whitespace removed and, inside strings, <, >, &, U+2028 and U+2029
+// written \u003c, \u003e, \u0026, \u2028, \u2029 — the form in which the
+// log, the run view and the approvals inbox carry a call's arguments
+// (Go's encoding/json). Everything else (key order, number spelling,
+// other escapes) is kept as it is. It is idempotent.
+func Canonical(v json.RawMessage) ([]byte, error) {
+	var c bytes.Buffer
+	if err := json.Compact(&c, v); err != nil {
+		return nil, fmt.Errorf("proof: arguments: %w", err)
+	}
+	var e bytes.Buffer
+	json.HTMLEscape(&e, c.Bytes())
+	return e.Bytes(), nil
+}
+
+// ArgumentsHash returns the lowercase hex SHA-256 of the canonical bytes of
+// arguments.
+func ArgumentsHash(arguments json.RawMessage) (string, error) {
+	c, err := Canonical(arguments)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(c)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// New returns the unsigned proof of s by key, expiring at expires (cut to
+// whole seconds).
+func New(s Subject, key string, expires time.Time) (events.ApprovalProof, error) {
+	h, err := ArgumentsHash(s.Arguments)
+	if err != nil {
+		return events.ApprovalProof{}, err
+	}
+	return events.ApprovalProof{
+		Key: key, Run: s.Run, Action: s.Action, Revision: s.Revision, Requirement: s.Requirement,
+		Tool: s.Tool, Arguments: h, Answer: s.Answer, Expires: expires.UTC().Truncate(time.Second),
+	}, nil
+}
+
+// domain separates the digests of approval proofs from anything else the
+// same key signs.
+const domain = "weft approval proof v1"
+
+// Digest returns the SHA-256 digest a proof's signature covers: of the
+// domain string "weft approval proof v1" followed by, each as a 4-byte
+// big-endian length and its bytes: the answer, the run, the action, the
+// revision (decimal), the requirement's name, its version (decimal), the
+// tool, the arguments hash (lowercase hex), the expiry (Unix seconds,
+// decimal) and the key.
+func Digest(p events.ApprovalProof) [32]byte {
+	var b bytes.Buffer
+	b.WriteString(domain)
+	for _, f := range []string{
+		p.Answer, p.Run, p.Action, strconv.Itoa(p.Revision), p.Requirement.Name, strconv.Itoa(p.Requirement.Version),
+		p.Tool, p.Arguments, strconv.FormatInt(p.Expires.Unix(), 10), p.Key,
+	} {
+		var n [4]byte
+		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
+		b.Write(n[:])
+		b.WriteString(f)
+	}
+	return sha256.Sum256(b.Bytes())
+}
+
+// Sign signs p with sign (an nkeys.KeyPair's Sign for p.Key) and returns it
+// with its Signature set.
+func Sign(p events.ApprovalProof, sign func([]byte) ([]byte, error)) (events.ApprovalProof, error) {
+	d := Digest(p)
+	sig, err := sign(d[:])
+	if err != nil {
+		return p, fmt.Errorf("proof: sign: %w", err)
+	}
+	p.Signature = base64.RawURLEncoding.EncodeToString(sig)
+	return p, nil
+}
+
+// Error is why a proof is refused: Reason is one of the Reason constants.
+type Error struct {
+	Reason  string
+	Message string
+}
+
+// Error returns "reason: message".
+func (e *Error) Error() string { return e.Reason + ": " + e.Message }
+
+func refuse(reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Check checks p against s at time now, in this order, and returns nil or
+// an *Error: each stated value against the subject's (other_run,
+// other_action, other_revision, other_requirement, other_tool,
+// other_arguments, other_answer), the signature (bad_signature, also for a
+// key that is not a user nkey) and the expiry (proof_expired when now is
+// not before Expires).
+func Check(p events.ApprovalProof, s Subject, now time.Time) error {
+	if err := Binds(p, s); err != nil {
+		return err
+	}
+	if err := Verify(p); err != nil {
+		return err
+	}
+	if !now.Before(p.Expires) {
+		return refuse(ReasonProofExpired, "the proof expired at %s", p.Expires.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// Binds checks that p states exactly s (Check's first step).
+func Binds(p events.ApprovalProof, s Subject) error {
+	switch {
+	case p.Run != s.Run:
+		return refuse(ReasonOtherRun, "the proof is for run %q, not %q", p.Run, s.Run)
+	case p.Action != s.Action:
+		return refuse(ReasonOtherAction, "the proof is for action %q, not %q", p.Action, s.Action)
+	case p.Revision != s.Revision:
+		return refuse(ReasonOtherRevision, "the proof is for revision %d, the request is revision %d", p.Revision, s.Revision)
+	case p.Requirement != s.Requirement:
+		return refuse(ReasonOtherRequirement, "the proof is for %s v%d, the request requires %s v%d", p.Requirement.Name, p.Requirement.Version, s.Requirement.Name, s.Requirement.Version)
+	case p.Tool != s.Tool:
+		return refuse(ReasonOtherTool, "the proof is for tool %q, the action calls %q", p.Tool, s.Tool)
+	}
+	h, err := ArgumentsHash(s.Arguments)
+	if err != nil {
+		return refuse(ReasonOtherArguments, "the action's arguments are not JSON: %v", err)
+	}
+	if p.Arguments != h {
+		return refuse(ReasonOtherArguments, "the proof is for arguments with SHA-256 %s, the action's are %s", short(p.Arguments), short(h))
+	}
+	if p.Answer != s.Answer {
+		return refuse(ReasonOtherAnswer, "the proof gives the answer %q, not %q", p.Answer, s.Answer)
+	}
+	return nil
+}
+
+// Verify checks p's signature by p.Key over Digest(p) (bad_signature).
+func Verify(p events.ApprovalProof) error {
+	pub, err := PublicKey(p.Key)
+	if err != nil {
+		return refuse(ReasonBadSignature, "key %q: %v", p.Key, err)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(p.Signature)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return refuse(ReasonBadSignature, "the signature is not a base64url ed25519 signature")
+	}
+	d := Digest(p)
+	if !ed25519.Verify(pub, d[:], sig) {
+		return refuse(ReasonBadSignature, "the signature does not verify with key %s: the proof was altered or signed by another key", short(p.Key))
+	}
+	return nil
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12] + "…"
+	}
+	return s
+}
+
+// prefixUser is the nkey prefix byte of user keys ('U').
+const prefixUser = 20 << 3
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// PublicKey decodes an nkey user public key ("U…": base32 of the prefix
+// byte, the 32-byte ed25519 key and a CRC-16/XMODEM, little endian).
+func PublicKey(key string) (ed25519.PublicKey, error) {
+	raw, err := b32.DecodeString(key)
+	if err != nil || len(raw) != 1+ed25519.PublicKeySize+2 {
+		return nil, errors.New("not an nkey public key")
+	}
+	body, sum := raw[:len(raw)-2], binary.LittleEndian.Uint16(raw[len(raw)-2:])
+	if crc16(body) != sum {
+		return nil, errors.New("bad nkey checksum")
+	}
+	if body[0] != prefixUser {
+		return nil, errors.New("not a user nkey (U…)")
+	}
+	return ed25519.PublicKey(body[1:]), nil
+}
+
+// crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), as nkeys uses.
+func crc16(data []byte) uint16 {
+	var crc uint16
+	for _, b := range data {
+		crc ^= uint16(b) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
