@@ -3,10 +3,12 @@ package natsnode
 import "flag"
 
 // Flags are the credential flags every Weft command takes: --creds,
-// --nkey, --user, --password and --inbox-prefix. Each defaults to its
+// --nkey, --user, --password, --inbox-prefix and --tlsca, --tlscert,
+// --tlskey. Each defaults to its
 // environment variable (FromEnv); a flag given overrides it.
 type Flags struct {
 	creds, nkey, user, password, inboxPrefix string
+	tlsCA, tlsCert, tlsKey                   string
 }
 
 // RegisterFlags adds the credential flags to fs.
@@ -17,6 +19,9 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.user, "user", "", "NATS user name (default $"+EnvUser+")")
 	fs.StringVar(&f.password, "password", "", "NATS password for --user (default $"+EnvPassword+"; prefer the variable: flags show in ps)")
 	fs.StringVar(&f.inboxPrefix, "inbox-prefix", "", "reply subject prefix (default $"+EnvInboxPrefix+", or the one a roles creds file names)")
+	fs.StringVar(&f.tlsCA, "tlsca", "", "CA (PEM) of the server's TLS certificate (default $"+EnvCA+"; use a tls:// URL)")
+	fs.StringVar(&f.tlsCert, "tlscert", "", "client TLS certificate (PEM), with --tlskey (default $"+EnvCert+")")
+	fs.StringVar(&f.tlsKey, "tlskey", "", "client TLS key (PEM) (default $"+EnvKey+")")
 	return f
 }
 
@@ -35,6 +40,9 @@ func (f *Flags) Options() []Option {
 	}
 	if f.inboxPrefix != "" {
 		opts = append(opts, WithInboxPrefix(f.inboxPrefix))
+	}
+	if f.tlsCA != "" || f.tlsCert != "" {
+		opts = append(opts, WithTLS(f.tlsCA, f.tlsCert, f.tlsKey))
 	}
 	return opts
 }

@@ -63,6 +63,13 @@ const (
 	// EnvInboxPrefix names the variable holding the connection's inbox
 	// prefix (default _INBOX, or the one a creds file's permissions name).
 	EnvInboxPrefix = "NATS_INBOX_PREFIX"
+	// EnvCA names the variable holding the PEM file of the CA that signed
+	// the server's TLS certificate; EnvCert and EnvKey the client's
+	// certificate and key, for a server that verifies clients (the nats
+	// CLI's names).
+	EnvCA   = "NATS_CA"
+	EnvCert = "NATS_CERT"
+	EnvKey  = "NATS_KEY"
 	// EnvData names the variable holding the embedded server's store directory.
 	EnvData = "WEFT_DATA"
 )
@@ -90,6 +97,9 @@ type config struct {
 	token       string
 	nkey        string
 	inboxPrefix string
+	tlsCA       string
+	tlsCert     string
+	tlsKey      string
 	dataDir     string
 	listen      bool
 	port        int
@@ -125,6 +135,15 @@ func WithToken(token string) Option { return func(c *config) { c.clearAuth(); c.
 // WithNkeyFile authenticates with the nkey whose seed is in path (a server
 // listing nkey users).
 func WithNkeyFile(path string) Option { return func(c *config) { c.clearAuth(); c.nkey = path } }
+
+// WithTLS makes the connection verify the server's TLS certificate with
+// the CA in the PEM file ca (empty: the system's roots) and, when cert is
+// not empty, present the client certificate cert with its key (a server
+// configured with tls { verify: true }). Use a tls:// URL, or a server
+// that requires TLS.
+func WithTLS(ca, cert, key string) Option {
+	return func(c *config) { c.tlsCA, c.tlsCert, c.tlsKey = ca, cert, key }
+}
 
 // clearAuth forgets the credentials set so far: of several credential
 // options the last one given counts.
@@ -171,7 +190,7 @@ func WithServerLog() Option { return func(c *config) { c.serverLog = true } }
 
 // FromEnv returns the options the environment asks for: NATS_URL,
 // NATS_CREDS, NATS_USER and NATS_PASSWORD, NATS_TOKEN, NATS_NKEY,
-// NATS_INBOX_PREFIX and WEFT_DATA. Pass
+// NATS_INBOX_PREFIX, NATS_CA, NATS_CERT and NATS_KEY, and WEFT_DATA. Pass
 // os.Getenv; options given after these override them.
 func FromEnv(getenv func(string) string) []Option {
 	var opts []Option
@@ -192,6 +211,9 @@ func FromEnv(getenv func(string) string) []Option {
 	}
 	if v := getenv(EnvInboxPrefix); v != "" {
 		opts = append(opts, WithInboxPrefix(v))
+	}
+	if ca, cert := getenv(EnvCA), getenv(EnvCert); ca != "" || cert != "" {
+		opts = append(opts, WithTLS(ca, cert, getenv(EnvKey)))
 	}
 	if v := getenv(EnvData); v != "" {
 		opts = append(opts, WithDataDir(v))
@@ -359,6 +381,12 @@ func (c *config) auth() ([]nats.Option, error) {
 	}
 	if prefix != "" {
 		opts = append(opts, nats.CustomInboxPrefix(prefix))
+	}
+	if c.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(c.tlsCA))
+	}
+	if c.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(c.tlsCert, c.tlsKey))
 	}
 	return opts, nil
 }
