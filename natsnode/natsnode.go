@@ -64,12 +64,13 @@ const (
 	// prefix (default _INBOX, or the one a creds file's permissions name).
 	EnvInboxPrefix = "NATS_INBOX_PREFIX"
 	// EnvCA names the variable holding the PEM file of the CA that signed
-	// the server's TLS certificate; EnvCert and EnvKey the client's
-	// certificate and key, for a server that verifies clients (the nats
-	// CLI's names).
-	EnvCA   = "NATS_CA"
+	// the server's TLS certificate (the nats CLI's name).
+	EnvCA = "NATS_CA"
+	// EnvCert names the variable holding the client's TLS certificate
+	// (PEM), for a server that verifies clients.
 	EnvCert = "NATS_CERT"
-	EnvKey  = "NATS_KEY"
+	// EnvKey names the variable holding the key of EnvCert's certificate.
+	EnvKey = "NATS_KEY"
 	// EnvData names the variable holding the embedded server's store directory.
 	EnvData = "WEFT_DATA"
 )

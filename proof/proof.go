@@ -44,15 +44,28 @@ import (
 
 // The reasons Check returns (as the Reason of a proof_refused error).
 const (
-	ReasonOtherRun         = "other_run"
-	ReasonOtherAction      = "other_action"
-	ReasonOtherRevision    = "other_revision"
+	// ReasonOtherRun means the proof is for another run.
+	ReasonOtherRun = "other_run"
+	// ReasonOtherAction means the proof is for another action.
+	ReasonOtherAction = "other_action"
+	// ReasonOtherRevision means the proof is for another revision of the
+	// request (an earlier one, or one never issued).
+	ReasonOtherRevision = "other_revision"
+	// ReasonOtherRequirement means the proof is for another requirement
+	// name or version.
 	ReasonOtherRequirement = "other_requirement"
-	ReasonOtherTool        = "other_tool"
-	ReasonOtherArguments   = "other_arguments"
-	ReasonOtherAnswer      = "other_answer"
-	ReasonBadSignature     = "bad_signature"
-	ReasonProofExpired     = "proof_expired"
+	// ReasonOtherTool means the proof is for a call of another tool.
+	ReasonOtherTool = "other_tool"
+	// ReasonOtherArguments means the proof is for other arguments.
+	ReasonOtherArguments = "other_arguments"
+	// ReasonOtherAnswer means the proof gives another answer (approve for
+	// a reject, or the reverse).
+	ReasonOtherAnswer = "other_answer"
+	// ReasonBadSignature means the signature does not verify with the
+	// proof's key: the proof was altered, or signed by another key.
+	ReasonBadSignature = "bad_signature"
+	// ReasonProofExpired means the proof's expiry has passed.
+	ReasonProofExpired = "proof_expired"
 	// ReasonProofUsed is not Check's: the runtime refuses a proof already
 	// recorded with an answer of the run (aggregate.ProofUsed).
 	ReasonProofUsed = "proof_used"

@@ -21,13 +21,14 @@ const (
 	// system account and a memory resolver preloaded with the accounts'
 	// JWTs. nats-secure.conf includes it; it holds no secret.
 	AuthConf = "auth.conf"
-	// OperatorSeed, SystemSeed and AccountSeed are the secret keys of the
-	// operator (signs accounts), the system account and the WEFT account
-	// (signs every role's user JWT). Keep them off the servers and the
-	// clients; only whoever issues credentials needs AccountSeed.
+	// OperatorSeed is the operator's secret key (it signs the accounts).
+	// Keep the seeds off the servers and the clients.
 	OperatorSeed = "operator.nk"
-	SystemSeed   = "system.nk"
-	AccountSeed  = "account.nk"
+	// SystemSeed is the system account's secret key.
+	SystemSeed = "system.nk"
+	// AccountSeed is the WEFT account's secret key: it signs every role's
+	// user JWT; only whoever issues credentials needs it.
+	AccountSeed = "account.nk"
 )
 
 // AccountName is the name of the account every role belongs to.
