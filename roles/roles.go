@@ -28,7 +28,7 @@
 // requests it received (response permissions), so nobody can forge a
 // JetStream acknowledgement or another service's reply.
 //
-// The permissions are decentralised NATS JWTs (docs/adr/0012): an operator
+// The permissions are decentralised NATS JWTs (docs/adr/0013): an operator
 // key signs the WEFT account, whose key signs one user JWT per role;
 // Authority keeps the keys in a directory, writes the server's
 // auth.conf (operator, system account, memory resolver) and issues
