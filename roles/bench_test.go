@@ -21,7 +21,7 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// The measurements of docs/adr/0012 (go test -run X -bench . ./roles):
+// The measurements of docs/adr/0013 (go test -run X -bench . ./roles):
 // connecting with each kind of credentials, appending to the log with and
 // without the runner's permissions, and adding a worker queue — a config
 // reload with static users versus issuing credentials.
