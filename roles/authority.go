@@ -29,6 +29,13 @@ const (
 	// AccountSeed is the WEFT account's secret key: it signs every role's
 	// user JWT; only whoever issues credentials needs it.
 	AccountSeed = "account.nk"
+	// OperatorJWT is the operator's JWT, signed once and kept: a running
+	// server refuses a configuration reload that changes its operator,
+	// and a JWT signed again differs (its issue time), so auth.conf
+	// always carries this one.
+	OperatorJWT = "operator.jwt"
+	// SystemJWT is the system account's JWT, kept as OperatorJWT.
+	SystemJWT = "system.jwt"
 )
 
 // AccountName is the name of the account every role belongs to.
@@ -43,8 +50,9 @@ type Authority struct {
 }
 
 // Open returns the authority whose keys are in dir, creating the directory
-// and new keys when it has none, and (re)writes dir/auth.conf. Seeds are
-// written with mode 0600 and the directory with 0700.
+// and new keys when it has none, and writes dir/auth.conf when it has
+// none (Revoke rewrites it). Seeds are written with mode 0600 and the
+// directory with 0700.
 func Open(dir string) (*Authority, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("roles: %w", err)
@@ -60,14 +68,57 @@ func Open(dir string) (*Authority, error) {
 	if a.account, err = loadOrCreate(filepath.Join(dir, AccountSeed), nkeys.CreateAccount, nkeys.PrefixByteAccount); err != nil {
 		return nil, err
 	}
-	conf, err := a.ServerConfig()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, AuthConf), []byte(conf), 0o644); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, AuthConf)); err == nil {
+		return a, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("roles: %w", err)
 	}
+	if err := a.writeAuthConf(); err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// writeAuthConf writes ServerConfig to dir/auth.conf.
+func (a *Authority) writeAuthConf() error {
+	conf, err := a.ServerConfig()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(a.dir, AuthConf), []byte(conf), 0o644); err != nil {
+		return fmt.Errorf("roles: %w", err)
+	}
+	return nil
+}
+
+// keptJWT returns the JWT in the file name of the authority's directory,
+// signing it with encode and writing it there first when there is none; a
+// kept JWT must be for subject (a key replaced under it is an error).
+func (a *Authority) keptJWT(name, subject string, encode func() (string, error)) (string, error) {
+	path := filepath.Join(a.dir, name)
+	b, err := os.ReadFile(path)
+	if err == nil {
+		tok := strings.TrimSpace(string(b))
+		c, err := jwt.Decode(tok)
+		if err != nil {
+			return "", fmt.Errorf("roles: %s: %w", path, err)
+		}
+		if c.Claims().Subject != subject {
+			return "", fmt.Errorf("roles: %s is for key %s, not %s: remove it to sign it again", path, c.Claims().Subject, subject)
+		}
+		return tok, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("roles: %w", err)
+	}
+	tok, err := encode()
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("roles: %w", err)
+	}
+	return tok, nil
 }
 
 func loadOrCreate(path string, create func() (nkeys.KeyPair, error), prefix nkeys.PrefixByte) (nkeys.KeyPair, error) {
@@ -117,18 +168,30 @@ func (a *Authority) Account() string { return mustPublic(a.account) }
 // accounts' JWTs (WEFT with JetStream).
 func (a *Authority) ServerConfig() (string, error) {
 	opub, spub, apub := mustPublic(a.operator), mustPublic(a.system), mustPublic(a.account)
-	oc := jwt.NewOperatorClaims(opub)
-	oc.Name = "weft"
-	oc.SystemAccount = spub
-	ojwt, err := oc.Encode(a.operator)
+	ojwt, err := a.keptJWT(OperatorJWT, opub, func() (string, error) {
+		oc := jwt.NewOperatorClaims(opub)
+		oc.Name = "weft"
+		oc.SystemAccount = spub
+		t, err := oc.Encode(a.operator)
+		if err != nil {
+			return "", fmt.Errorf("roles: operator: %w", err)
+		}
+		return t, nil
+	})
 	if err != nil {
-		return "", fmt.Errorf("roles: operator: %w", err)
+		return "", err
 	}
-	sc := jwt.NewAccountClaims(spub)
-	sc.Name = "SYS"
-	sjwt, err := sc.Encode(a.operator)
+	sjwt, err := a.keptJWT(SystemJWT, spub, func() (string, error) {
+		sc := jwt.NewAccountClaims(spub)
+		sc.Name = "SYS"
+		t, err := sc.Encode(a.operator)
+		if err != nil {
+			return "", fmt.Errorf("roles: system account: %w", err)
+		}
+		return t, nil
+	})
 	if err != nil {
-		return "", fmt.Errorf("roles: system account: %w", err)
+		return "", err
 	}
 	ac := jwt.NewAccountClaims(apub)
 	ac.Name = AccountName
@@ -293,12 +356,8 @@ func (a *Authority) Revoke(path string) (string, error) {
 	if err := errors.Join(werr, f.Close()); err != nil {
 		return "", fmt.Errorf("roles: %w", err)
 	}
-	conf, err := a.ServerConfig()
-	if err != nil {
+	if err := a.writeAuthConf(); err != nil {
 		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(a.dir, AuthConf), []byte(conf), 0o644); err != nil {
-		return "", fmt.Errorf("roles: %w", err)
 	}
 	return uc.Subject, nil
 }
