@@ -57,7 +57,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
@@ -181,6 +180,7 @@ type Log struct {
 	attempt time.Duration
 	batch   int
 	publish func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
+	reader  *batchReader
 
 	mu      sync.Mutex
 	entropy io.Reader
@@ -188,7 +188,8 @@ type Log struct {
 
 // New returns a Log on js. The stream must exist (see package provision).
 func New(js jetstream.JetStream, opts ...Option) *Log {
-	l := &Log{js: js, stream: Stream, attempt: 5 * time.Second, batch: loadBatch, entropy: ulid.Monotonic(rand.Reader, 0)}
+	l := &Log{js: js, stream: Stream, attempt: 5 * time.Second, batch: loadBatch, entropy: ulid.Monotonic(rand.Reader, 0),
+		reader: &batchReader{nc: js.Conn()}}
 	l.publish = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 		return js.PublishMsg(ctx, m)
 	}
@@ -352,27 +353,47 @@ func (l *Log) Head(ctx context.Context, run string) (Head, error) {
 }
 
 func (l *Log) head(ctx context.Context, run string) (Head, error) {
+	_, h, err := l.last(ctx, run)
+	return h, err
+}
+
+// Last returns the events of run's last message (its last decision) and
+// the run's head: one direct get, no fold. A run without events yields
+// none and the zero Head.
+func (l *Log) Last(ctx context.Context, run string) ([]events.Envelope, Head, error) {
+	if err := CheckRun(run); err != nil {
+		return nil, Head{}, err
+	}
+	return l.last(ctx, run)
+}
+
+func (l *Log) last(ctx context.Context, run string) ([]events.Envelope, Head, error) {
 	m, err := l.js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET."+l.stream,
 		fmt.Appendf(nil, `{"last_by_subj":%q}`, RunFilter(run)))
 	if err != nil {
-		return Head{}, fmt.Errorf("eventlog: head of run %s: %w", run, unavailable(err))
+		return nil, Head{}, fmt.Errorf("eventlog: head of run %s: %w", run, unavailable(err))
 	}
 	if len(m.Data) == 0 && m.Header.Get("Status") == "404" {
-		return Head{}, nil
+		return nil, Head{}, nil
 	}
 	if st := m.Header.Get("Status"); st != "" {
-		return Head{}, fmt.Errorf("eventlog: head of run %s: status %s %s", run, st, m.Header.Get("Description"))
+		return nil, Head{}, fmt.Errorf("eventlog: head of run %s: status %s %s", run, st, m.Header.Get("Description"))
 	}
 	seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 	if err != nil {
-		return Head{}, fmt.Errorf("%w: head of run %s: sequence: %v", ErrCorrupt, run, err)
+		return nil, Head{}, fmt.Errorf("%w: head of run %s: sequence: %v", ErrCorrupt, run, err)
 	}
 	envs, err := decodeBody(m.Data)
 	if err != nil {
-		return Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, seq, err)
+		return nil, Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, seq, err)
+	}
+	for i, env := range envs {
+		if env.Run != run || (i > 0 && env.Version != envs[i-1].Version+1) || (i > 0 && env.Prev != envs[i-1].Hash()) {
+			return nil, Head{}, fmt.Errorf("%w: run %s seq %d: event %s version %d breaks the message's chain", ErrCorrupt, run, seq, env.ID, env.Version)
+		}
 	}
 	last := envs[len(envs)-1]
-	return Head{Version: last.Version, Seq: seq, Hash: last.Hash()}, nil
+	return envs, Head{Version: last.Version, Seq: seq, Hash: last.Hash()}, nil
 }
 
 func decodeBody(data []byte) ([]events.Envelope, error) {
@@ -412,41 +433,43 @@ func (l *Log) LoadAfter(ctx context.Context, run string, after Head) ([]events.E
 	head := after
 	var out []events.Envelope
 	next := after.Seq + 1
+	// Most reads are short tails: ask for a few messages first, then for
+	// full batches while the server says more are pending.
+	size := min(l.batch, firstBatch)
 	for {
-		it, err := jetstreamext.GetBatch(ctx, l.js, l.stream, l.batch,
-			jetstreamext.GetBatchSeq(next), jetstreamext.GetBatchSubject(RunFilter(run)))
+		msgs, err := l.reader.get(ctx, l.stream, next, RunFilter(run), size, l.attempt)
 		if err != nil {
 			return nil, Head{}, fmt.Errorf("eventlog: load run %s: %w", run, unavailable(err))
 		}
 		more := false
-		got := 0
-		for m, err := range it {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
+		for _, m := range msgs {
+			seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 			if err != nil {
-				return nil, Head{}, fmt.Errorf("eventlog: load run %s: %w", run, unavailable(err))
+				return nil, Head{}, fmt.Errorf("%w: run %s: sequence: %v", ErrCorrupt, run, err)
 			}
-			got++
 			envs, err := decodeBody(m.Data)
 			if err != nil {
-				return nil, Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, m.Sequence, err)
+				return nil, Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, seq, err)
 			}
 			for _, env := range envs {
 				if env.Run != run || env.Version != head.Version+1 || (head.Hash != "" && env.Prev != head.Hash) {
-					return nil, Head{}, fmt.Errorf("%w: run %s seq %d: event %s version %d does not follow version %d", ErrCorrupt, run, m.Sequence, env.ID, env.Version, head.Version)
+					return nil, Head{}, fmt.Errorf("%w: run %s seq %d: event %s version %d does not follow version %d", ErrCorrupt, run, seq, env.ID, env.Version, head.Version)
 				}
-				head = Head{Version: env.Version, Seq: m.Sequence, Hash: env.Hash()}
+				head = Head{Version: env.Version, Seq: seq, Hash: env.Hash()}
 				out = append(out, env)
 			}
-			next = m.Sequence + 1
+			next = seq + 1
 			more = m.Header.Get("Nats-Num-Pending") != "0"
 		}
-		if !more || got == 0 {
+		if !more || len(msgs) == 0 {
 			return out, head, nil
 		}
+		size = l.batch
 	}
 }
+
+// firstBatch is how many messages the first direct get of a load asks for.
+const firstBatch = 32
 
 // Subscribe calls fn for every event of every run in log order, starting
 // with the message at stream sequence fromSeq (0 or 1: from the beginning),
