@@ -142,6 +142,25 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 				fail("(d) ended action %s changed: %s -> %s after %s", a.ID, a.State, now.State, c.CommandName())
 			}
 		}
+		// (n) An attempt fenced by a decision is the running attempt of
+		// its action right after that decision, in the run's current
+		// incarnation, neither handed off nor finished: a worker that
+		// finds its task's fence in the run's last message knows the
+		// attempt is current without folding the run (worker.LogCheck,
+		// docs/adr/0013).
+		for _, e := range evs {
+			f, ok := e.(events.AttemptFenced)
+			if !ok {
+				continue
+			}
+			a, _ := s.State.Action(f.Action)
+			_, finished := s.State.Finished()
+			if finished || s.State.HandedOff() || a.State != aggregate.ActionRunning || a.Attempt.Attempt != f.Attempt ||
+				a.Attempt.Incarnation != f.Incarnation || s.State.Incarnation() != f.Incarnation {
+				fail("(n) attempt %d of %s fenced by %s is not current after it: state %s, attempt %d/%d, incarnation %d, finished %v, handed off %v",
+					f.Attempt, f.Action, c.CommandName(), a.State, a.Attempt.Attempt, a.Attempt.Incarnation, s.State.Incarnation(), finished, s.State.HandedOff())
+			}
+		}
 		// (h) Folding the events from scratch equals the state the
 		// decisions were made on.
 		if !reflect.DeepEqual(aggregate.Fold(s.History).Clone(), s.State.Clone()) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,10 +34,11 @@ type run struct {
 	driven bool
 
 	dispatched  map[string]bool
-	armed       map[string]*time.Timer
+	fences      map[string]uint64      // attempt key → version of its attempt_fenced, appended by this runner and not dispatched yet
+	armed       map[string]*armedTimer // timer key → its local timer and durable schedule
 	modelTurn   int64
 	modelCancel context.CancelFunc
-	durable     sync.Map  // timer key → struct{}: durable schedule armed (or being armed)
+	durable     bool      // a durable schedule was armed for the run: purge them when it finishes
 	stale       bool      // an append's outcome is unknown: re-read before acting
 	keyed       bool      // weft_drivers names this runner for the run
 	lastAt      time.Time // recorded time of the run's last event
@@ -58,7 +58,7 @@ type run struct {
 }
 
 func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {
-	return &run{id: id, sem: make(chan struct{}, 1), state: s, head: h, agent: a, dispatched: map[string]bool{}, armed: map[string]*time.Timer{}, asked: map[string]time.Time{}}
+	return &run{id: id, sem: make(chan struct{}, 1), state: s, head: h, agent: a, dispatched: map[string]bool{}, armed: map[string]*armedTimer{}, asked: map[string]time.Time{}}
 }
 
 // evolve folds rec into rn's state and remembers its recorded time.
@@ -424,6 +424,12 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		}
 		for _, rec := range recs {
 			rn.evolve(rec)
+			if f, ok := rec.Event.(events.AttemptFenced); ok {
+				if rn.fences == nil {
+					rn.fences = map[string]uint64{}
+				}
+				rn.fences[attemptKey(f.Action, f.Attempt, f.Incarnation)] = rec.Version
+			}
 		}
 		rn.head = head
 		r.observe(ctx, rn, evs)
@@ -482,8 +488,9 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) bool {
 // drop forgets a run this runner no longer drives.
 func (r *Runner) drop(rn *run) {
 	rn.driven = false
-	for _, t := range rn.armed {
-		t.Stop()
+	for key, t := range rn.armed {
+		t.stop()
+		delete(rn.armed, key)
 	}
 	if rn.modelCancel != nil {
 		rn.modelCancel()
@@ -569,44 +576,22 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 	}
 	if w.Finished {
 		r.drop(rn)
+		r.disarmRun(rn)
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := r.drivers.Delete(dctx, rn.id); err != nil {
 			r.log.Warn("driver key delete", "run", rn.id, "err", err)
 			return true // the wake of a finished run deletes it
 		}
+		r.finished.add(rn.id)
 		return false
 	}
-	// Timers: a local one for precision, a durable one as the backstop.
-	for _, t := range w.Timers {
-		key := timerKey(t)
-		cmd := t.Command()
-		id := rn.id
-		if _, ok := rn.armed[key]; !ok {
-			rn.armed[key] = time.AfterFunc(time.Until(t.At), func() {
-				if err := r.command(context.Background(), id, cmd); transient(err) {
-					r.log.Warn("timer", "run", id, "key", key, "err", err)
-					r.retryLater(id)
-				}
-			})
-		}
-		if _, armed := rn.durable.LoadOrStore(key, struct{}{}); !armed {
-			at := t.At
-			durable := &rn.durable
-			go func() {
-				actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if err := r.timers.Arm(actx, id, key, at); err != nil {
-					r.log.Warn("arm durable timer", "run", id, "key", key, "err", err)
-					durable.Delete(key)
-					r.retryLater(id)
-				}
-			}()
-		}
-	}
+	// Timers: a local one for precision, a durable one as the backstop;
+	// those no longer pending are stopped and disarmed (timers.go).
+	r.syncTimers(rn, w.Timers)
 	// Dispatch fenced attempts, each once.
 	for _, d := range w.Dispatch {
-		key := fmt.Sprintf("%s/%d/%d", d.Action, d.Attempt, d.Fence.Incarnation)
+		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
 		if rn.dispatched[key] {
 			continue
 		}
@@ -616,6 +601,7 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 			continue
 		}
 		rn.dispatched[key] = true
+		delete(rn.fences, key)
 	}
 	// A draining runner starts no model call and resolves no new calls:
 	// the runner that takes the run over does.
@@ -900,7 +886,14 @@ func timerKey(t aggregate.Timer) string {
 	return fmt.Sprintf("%s-%s-%d-%d-%d", t.Kind, a.String(), t.Attempt, t.Revision, t.Turn)
 }
 
-// dispatch publishes a fenced attempt as a task.
+// attemptKey names an attempt of a run: action, attempt, incarnation.
+func attemptKey(action string, attempt, incarnation int) string {
+	return fmt.Sprintf("%s/%d/%d", action, attempt, incarnation)
+}
+
+// dispatch publishes a fenced attempt as a task. It names the fence's
+// version when this runner appended it, so that the worker's check reads
+// only the run's last message (worker.LogCheck).
 func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) error {
 	s := rn.state
 	ref := s.Started().Agent
@@ -910,6 +903,7 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 		Deadline: d.Fence.Deadline, MaxResultBytes: s.Limits().MaxResultBytes, SettleWithinMS: int64(d.Fence.SettleWithin),
 		IdempotencyKey: tools.Call{Run: rn.id, Action: d.Action, Attempt: d.Attempt}.IdempotencyKey(),
 		Correlation:    s.Started().Correlation,
+		FenceVersion:   rn.fences[attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)],
 	}
 	if a, ok := s.Action(d.Action); ok && a.Approved && len(a.Answers) > 0 {
 		task.Reviewer = a.Answers[len(a.Answers)-1].Reviewer
@@ -1092,6 +1086,9 @@ func (r *Runner) commandLocked(ctx context.Context, rn *run, c aggregate.Command
 // wake makes sure run is driven (taking it over when its driver is gone)
 // and applies the timers that are due.
 func (r *Runner) wake(ctx context.Context, id string) error {
+	if r.finished.has(id) {
+		return nil // finished, its driver key deleted: nothing to wake
+	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ctx, end := r.bounded(ctx)
@@ -1124,6 +1121,7 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 			if err := r.drivers.Delete(dctx, rn.id); err != nil {
 				return &weft.Error{Code: weft.CodeUnavailable, Message: "driver key delete: " + err.Error()}
 			}
+			r.finished.add(rn.id)
 		}
 		return nil
 	}

@@ -185,6 +185,9 @@ type Runner struct {
 	serving     context.Context
 	stopServing context.CancelFunc
 	commands    tracker // commands in flight (route)
+	// finished are runs seen finished, whose late wake-ups cost nothing.
+	finished finishedRuns
+	gone     map[string]time.Time // runners alive found gone, and when (guarded by mu)
 }
 
 // tracker counts work in flight; idle is closed while none is. Unlike a
@@ -734,12 +737,16 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		defer r.mu.Unlock()
 		return !r.draining
 	}
+	if r.seenGone(id) {
+		return false
+	}
 	_, err := r.live.Get(ctx, id)
 	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true
 	}
 	if r.released(ctx, id) {
 		r.log.Info("runner judged gone", "peer", id, "why", "released")
+		r.markGone(id)
 		return false
 	}
 	if !r.canJudge() {
@@ -749,7 +756,33 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		return true // our own key is not there either: the bucket is not ours to judge by
 	}
 	r.log.Info("runner judged gone", "peer", id, "why", "liveness key absent")
+	r.markGone(id)
 	return false
+}
+
+// seenGone reports whether alive found runner id gone within the last
+// heartbeat interval (lease/4): the takeover of a gone runner's many runs
+// judges it once per interval, not once per run.
+func (r *Runner) seenGone(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.gone[id]
+	if ok && time.Since(at) < r.lease/4 {
+		return true
+	}
+	if ok {
+		delete(r.gone, id)
+	}
+	return false
+}
+
+func (r *Runner) markGone(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gone == nil {
+		r.gone = map[string]time.Time{}
+	}
+	r.gone[id] = time.Now()
 }
 
 // scanLoop takes over the runs whose driver is gone. It keeps the
@@ -847,18 +880,54 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
 		}
 	}
 	slices.Sort(orphans)
+	var todo []string
 	for _, run := range orphans {
-		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); busy {
-			continue
+		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); !busy {
+			todo = append(todo, run)
 		}
-		k := drivers[run]
+	}
+	r.takeOrphans(ctx, todo, drivers)
+}
+
+// takeoverConcurrency bounds the takeovers a runner makes at once: taking
+// over many idle runs (a gone runner's thousands) costs bounded memory and
+// goroutines, and the store is not flooded (docs/adr/0013).
+const takeoverConcurrency = 32
+
+// takeOrphans wakes the orphans todo (each marked in r.takeover), at most
+// takeoverConcurrency at once, and returns when all are done.
+func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[string]driverKey) {
+	if len(todo) == 0 {
+		return
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range min(takeoverConcurrency, len(todo)) {
+		wg.Add(1)
 		go func() {
-			defer r.takeover.Delete(run)
-			if err := r.wakeOrphan(ctx, run, k); err != nil && ctx.Err() == nil {
-				r.log.Debug("takeover failed", "run", run, "err", err)
+			defer wg.Done()
+			for run := range work {
+				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && ctx.Err() == nil {
+					r.log.Debug("takeover failed", "run", run, "err", err)
+				}
+				r.takeover.Delete(run)
 			}
 		}()
 	}
+	for i, run := range todo {
+		select {
+		case work <- run:
+		case <-ctx.Done():
+			for _, left := range todo[i:] {
+				r.takeover.Delete(left)
+			}
+			close(work)
+			wg.Wait()
+			return
+		}
+	}
+	close(work)
+	wg.Wait()
 }
 
 // wakeOrphan wakes run, whose weft_drivers entry k names a gone runner (or

@@ -126,6 +126,35 @@ type Timers struct {
 	js jetstream.JetStream
 }
 
+// purge removes the messages of subject (a filter) from the stream: one
+// request, no stream lookup first.
+func (t *Timers) purge(ctx context.Context, subject string) error {
+	b, err := json.Marshal(struct {
+		Filter string `json:"filter"`
+	}{subject})
+	if err != nil {
+		return err
+	}
+	m, err := t.js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.PURGE."+Stream, b)
+	if err != nil {
+		return err
+	}
+	var res struct {
+		Success bool `json:"success"`
+		Error   *struct {
+			Code        int    `json:"code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &res); err != nil {
+		return fmt.Errorf("timer: purge %s: %w", subject, err)
+	}
+	if res.Error != nil {
+		return fmt.Errorf("timer: purge %s: %d %s", subject, res.Error.Code, res.Error.Description)
+	}
+	return nil
+}
+
 // New returns Timers over js. The stream must exist (Ensure).
 func New(js jetstream.JetStream) *Timers { return &Timers{js: js} }
 
@@ -158,11 +187,16 @@ func (t *Timers) Disarm(ctx context.Context, run, key string) error {
 	if !validToken(run) || !validToken(key) {
 		return fmt.Errorf("%w: %q %q", ErrInvalidKey, run, key)
 	}
-	s, err := t.js.Stream(ctx, Stream)
-	if err != nil {
-		return err
+	return t.purge(ctx, SubjectArm+"."+run+"."+key)
+}
+
+// DisarmRun removes every schedule of run (for example once it finished):
+// one purge of weft.timer.at.<run>.>.
+func (t *Timers) DisarmRun(ctx context.Context, run string) error {
+	if !validToken(run) {
+		return fmt.Errorf("%w: %q", ErrInvalidKey, run)
 	}
-	return s.Purge(ctx, jetstream.WithPurgeSubject(SubjectArm+"."+run+"."+key))
+	return t.purge(ctx, SubjectArm+"."+run+".>")
 }
 
 // Consume delivers every firing to fn until ctx ends. A firing is acked when

@@ -95,3 +95,52 @@ func TestTimerFiresAfterRestart(t *testing.T) {
 	case <-time.After(600 * time.Millisecond):
 	}
 }
+
+// TestDisarmedTimersNeverFire: a timer disarmed before it is due, and
+// every timer of a run disarmed with DisarmRun, never fires; a timer of
+// another run still does (docs/adr/0013: a finished run is never woken by
+// the timers that guarded its work).
+func TestDisarmedTimersNeverFire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, js := startServer(t, t.TempDir())
+	if err := timer.Ensure(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	tm := timer.New(js)
+	at := time.Now().Add(700 * time.Millisecond)
+	for _, a := range []struct{ run, key string }{{"run-1", "t1"}, {"run-2", "t1"}, {"run-2", "t2"}, {"run-3", "t1"}} {
+		if err := tm.Arm(ctx, a.run, a.key, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tm.Disarm(ctx, "run-1", "t1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.DisarmRun(ctx, "run-2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tm.DisarmRun(ctx, "bad.run"); err == nil {
+		t.Fatal("DisarmRun accepted a run id that is not one subject token")
+	}
+	got := make(chan timer.Fired, 10)
+	cctx, ccancel := context.WithCancel(ctx)
+	defer ccancel()
+	go func() {
+		_ = tm.Consume(cctx, func(_ context.Context, f timer.Fired) error { got <- f; return nil })
+	}()
+	select {
+	case f := <-got:
+		if f.Run != "run-3" {
+			t.Fatalf("fired %s/%s, want only run-3's timer", f.Run, f.Key)
+		}
+	case <-ctx.Done():
+		t.Fatal("run-3's timer never fired")
+	}
+	// Schedules fire every 250 ms at most; give the disarmed ones time.
+	select {
+	case f := <-got:
+		t.Fatalf("a disarmed timer fired: %s/%s", f.Run, f.Key)
+	case <-time.After(1500 * time.Millisecond):
+	}
+}

@@ -54,15 +54,39 @@ func appendRun(tb testing.TB, s *natstest.Server, run string, turns int64) worke
 			decide(aggregate.Report{Action: fmt.Sprintf("%d/a", turn), Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"ok":true}`)})
 		}
 	}
-	return worker.Task{Schema: 1, Run: run, Action: fmt.Sprintf("%d/a", turns), Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: st.Incarnation()}
+	return worker.Task{Schema: 1, Run: run, Action: fmt.Sprintf("%d/a", turns), Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: st.Incarnation(),
+		FenceVersion: fenceVersion(tb, s, run)}
+}
+
+// fenceVersion is the version of the attempt_fenced event in run's last
+// message.
+func fenceVersion(tb testing.TB, s *natstest.Server, run string) uint64 {
+	tb.Helper()
+	envs, _, err := s.Log.Last(context.Background(), run)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, env := range envs {
+		if env.Type == events.NameAttemptFenced {
+			return env.Version
+		}
+	}
+	tb.Fatalf("run %s: no fence in the last message", run)
+	return 0
 }
 
 // BenchmarkLogCheck is the worker's check that an attempt is current
 // before its body starts (worker.LogCheck, the default), on runs of 3 and
-// 100 turns, over TCP loopback.
+// 100 turns, over TCP loopback: with the fence's version (the task a
+// runner dispatches right after appending the fence) and without it (the
+// whole run read and folded).
 func BenchmarkLogCheck(b *testing.B) {
-	for _, turns := range []int64{3, 100} {
-		b.Run(fmt.Sprintf("turns=%d", turns), func(b *testing.B) {
+	for _, c := range []struct {
+		turns int64
+		fence bool
+	}{{3, true}, {100, true}, {3, false}, {100, false}} {
+		b.Run(fmt.Sprintf("turns=%d/fence_version=%v", c.turns, c.fence), func(b *testing.B) {
+			turns := c.turns
 			s := natstest.Start(b)
 			nc := s.Connect()
 			js, err := jetstream.New(nc)
@@ -70,6 +94,9 @@ func BenchmarkLogCheck(b *testing.B) {
 				b.Fatal(err)
 			}
 			t := appendRun(b, s, "check", turns)
+			if !c.fence {
+				t.FenceVersion = 0
+			}
 			check := worker.LogCheck(js)
 			ctx := context.Background()
 			for b.Loop() {

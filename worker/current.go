@@ -40,9 +40,29 @@ const RunnersBucket = "weft_runners"
 // off still lives (a draining runner records the work in flight; once it
 // is gone, recovery decides). A log that has not reached the task's fence
 // yet (a lagging replica) is an error, so the worker reads again.
+//
+// A task that names its fence's version (Task.FenceVersion) is checked on
+// the run's last message alone when that message holds the fence: an
+// attempt fenced by the run's last decision is current (the aggregate
+// guarantees it: property (n) of its tests), so one direct get answers the
+// check (docs/adr/0013). Otherwise the run is read and folded.
 func LogCheck(js jetstream.JetStream) AttemptCheck {
 	l := eventlog.New(js)
 	return func(ctx context.Context, t Task) (bool, error) {
+		if t.FenceVersion > 0 {
+			last, head, err := l.Last(ctx, t.Run)
+			if err != nil {
+				return false, err
+			}
+			if head.Version < t.FenceVersion {
+				// A replica behind the leader: the fence is committed
+				// before its task is published, so read again.
+				return false, fmt.Errorf("worker: run %s: the fence of %s attempt %d (version %d) is not visible yet", t.Run, t.Action, t.Attempt, t.FenceVersion)
+			}
+			if fencedLast(last, t) {
+				return true, nil
+			}
+		}
 		envs, _, err := l.Load(ctx, t.Run)
 		if err != nil {
 			return false, err
@@ -76,6 +96,24 @@ func LogCheck(js jetstream.JetStream) AttemptCheck {
 		}
 		return currentIn(s, t), nil
 	}
+}
+
+// fencedLast reports whether last, the events of a run's last message,
+// hold t's fence at t.FenceVersion.
+func fencedLast(last []events.Envelope, t Task) bool {
+	if len(last) == 0 || t.FenceVersion < last[0].Version || t.FenceVersion > last[len(last)-1].Version {
+		return false
+	}
+	env := last[t.FenceVersion-last[0].Version]
+	if env.Type != events.NameAttemptFenced {
+		return false
+	}
+	ev, err := env.Event()
+	if err != nil {
+		return false
+	}
+	f, ok := ev.(events.AttemptFenced)
+	return ok && f.Action == t.Action && f.Attempt == t.Attempt && f.Incarnation == t.Incarnation
 }
 
 // visible reports whether s has reached t's fence.

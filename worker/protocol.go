@@ -114,6 +114,11 @@ type Task struct {
 	// Claim is the attempt's key in the KV bucket weft_claims (ClaimKey),
 	// which a worker creates, create-only, before it starts the body.
 	Claim string `json:"claim,omitempty"`
+	// FenceVersion is the run version of the attempt's attempt_fenced
+	// event, when the runner knows it: a worker that finds that event in
+	// the run's last message knows the attempt is current without reading
+	// the rest of the run (LogCheck). Absent: read the run.
+	FenceVersion uint64 `json:"fence_version,omitempty"`
 	// Arguments are the validated, normalized arguments.
 	Arguments json.RawMessage `json:"arguments"`
 	// TimeoutMS bounds the body; -1 is infinity.
