@@ -359,3 +359,29 @@ func (b *bencher) clients(ctx context.Context, w *watcher, n int, d time.Duratio
 var errNoRuns = errors.New("no run finished")
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// StepsAgent builds the agent of the peers comparison (bench/peers): its
+// scripted model asks, one turn at a time, for as many calls of the
+// instant tool "step" as the run's input says ("steps=3"), then answers;
+// allow-all policy; tool timeout infinite.
+func StepsAgent(name string) (*agent.Agent, error) {
+	return agent.New(name, stepsModel{}, []tools.Tool{stepTool()}, policy.AlwaysAllow(),
+		agent.WithToolTimeout(tools.Infinity), agent.WithMaxTurns(1000)).Build()
+}
+
+type stepsModel struct{}
+
+func (stepsModel) Name() string { return "bench:steps" }
+
+func (stepsModel) Complete(_ context.Context, req model.Request) (model.Reply, error) {
+	steps := 0
+	if len(req.Transcript) > 0 {
+		steps, _ = strconv.Atoi(strings.TrimPrefix(req.Transcript[0].Text, "steps="))
+	}
+	u := &model.Usage{InputTokens: 10, OutputTokens: 5}
+	if req.Turn <= steps {
+		return model.Reply{Kind: model.ReplyToolRequest, Usage: u, Turn: model.Message{Role: model.RoleAssistant,
+			Calls: []model.ToolCall{{ID: "c" + strconv.Itoa(req.Turn), Name: "step", Arguments: json.RawMessage(`{"n":` + strconv.Itoa(req.Turn) + `}`)}}}}, nil
+	}
+	return model.Reply{Kind: model.ReplyFinalAnswer, Usage: u, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}, nil
+}

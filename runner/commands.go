@@ -663,6 +663,7 @@ func checkQueue(rn *run, action string, q *api.Queue) error {
 // of the work in flight are still recorded here. At its end (release true)
 // the runs are forgotten, so that the next runner recovers them.
 func (r *Runner) handOffAll(ctx context.Context, release bool) {
+	r.adoptIdle(ctx)
 	r.mu.Lock()
 	var list []*run
 	for _, rn := range r.runs {

@@ -287,10 +287,21 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		_ = fin.lock(ctx)
 		return fin, nil
 	}
+	// A run this runner evicted while it waited for people (idle.go) is
+	// its own still: driven again as it is, without a takeover.
+	driver := s.Runner()
+	if driver == r.id && r.idle.take(id) {
+		rn := newRun(id, s, head, a)
+		rn.lastAt, rn.driven, rn.keyed = at, true, true
+		_ = rn.lock(ctx)
+		r.mu.Lock()
+		r.runs[id] = rn
+		r.mu.Unlock()
+		return rn, nil
+	}
 	// A live driver keeps its runs, handed off or not: a draining
 	// runner records the work still in flight until it is done and
 	// deletes its liveness key.
-	driver := s.Runner()
 	if driver != r.id && r.alive(ctx, driver) {
 		return nil, &forwardError{driver: driver}
 	}
@@ -537,6 +548,7 @@ func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all 
 		r.retryLater(rn.id)
 	} else {
 		r.retried(rn.id)
+		r.maybeEvict(rn)
 	}
 }
 

@@ -188,6 +188,9 @@ type Runner struct {
 	// finished are runs seen finished, whose late wake-ups cost nothing.
 	finished finishedRuns
 	gone     map[string]time.Time // runners alive found gone, and when (guarded by mu)
+	// idle are the runs this runner drives but evicted from memory while
+	// they wait for people (idle.go).
+	idle idleRuns
 }
 
 // tracker counts work in flight; idle is closed while none is. Unlike a
@@ -874,7 +877,7 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
 			_, held := r.runs[run]
 			_, loading := r.loading[run]
 			r.mu.Unlock()
-			if !held && !loading {
+			if !held && !loading && !r.idle.has(run) {
 				orphans = append(orphans, run)
 			}
 		}

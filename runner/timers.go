@@ -55,6 +55,13 @@ func (t *armedTimer) stop() (durable bool) {
 	return t.durable && !t.arming
 }
 
+// isDurable reports whether the durable schedule is armed.
+func (t *armedTimer) isDurable() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.durable && !t.gone
+}
+
 // inFlight reports whether a timer kind guards work in flight (see the
 // comment above).
 func inFlight(k aggregate.TimerKind) bool {
@@ -96,7 +103,7 @@ func (r *Runner) syncTimers(rn *run, pending []aggregate.Timer) {
 			continue
 		}
 		rn.durable = true
-		r.armDurable(id, key, a)
+		r.armDurableNow(id, key, a)
 	}
 	for key, a := range rn.armed {
 		if !keep[key] {
@@ -139,6 +146,26 @@ func (r *Runner) armDurable(id, key string, a *armedTimer) {
 			r.disarm(id, key)
 		}
 	}()
+}
+
+// armDurableNow arms a's durable schedule before it returns (a timer
+// that guards a run waiting for people: the run may be evicted from
+// memory right after, idle.go); a failure is retried in the background.
+func (r *Runner) armDurableNow(id, key string, a *armedTimer) {
+	a.mu.Lock()
+	a.arming = true
+	a.mu.Unlock()
+	actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err := r.timers.Arm(actx, id, key, a.at)
+	cancel()
+	a.mu.Lock()
+	a.arming = false
+	a.durable = err == nil
+	a.mu.Unlock()
+	if err != nil {
+		r.log.Warn("arm durable timer", "run", id, "key", key, "err", err)
+		r.retryLaterTimer(id, key, a)
+	}
 }
 
 // retryLaterTimer arms a's durable schedule again after a backoff.
