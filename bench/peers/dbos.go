@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dbos-inc/dbos-transact-golang/dbos"
+)
+
+// dbosSystem is DBOS Transact Go on a PostgreSQL 15 cluster of its own
+// (initdb in a temporary directory, Debian's binaries, default
+// synchronous_commit = on, fsync on).
+type dbosSystem struct {
+	dir    string
+	pgBin  string
+	pid    int
+	ctx    dbos.Context
+	wf     dbos.Workflow[int, string]
+	cancel context.CancelFunc
+}
+
+// pgBin finds Debian's PostgreSQL binaries (postgresql-15).
+func pgBin() (string, error) {
+	for _, d := range []string{"/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin"} {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("PostgreSQL binaries %w (apt-get install postgresql)", errNotFound)
+}
+
+func startDBOS(ctx context.Context, dir string) (system, error) {
+	bin, err := pgBin()
+	if err != nil {
+		return nil, err
+	}
+	s := &dbosSystem{dir: dir, pgBin: bin}
+	data := filepath.Join(dir, "pg")
+	run := func(name string, args ...string) error {
+		cmd := exec.CommandContext(ctx, filepath.Join(bin, name), args...)
+		if os.Geteuid() == 0 {
+			// PostgreSQL refuses to run as root: run it as the postgres
+			// user Debian's package creates.
+			cmd = exec.CommandContext(ctx, "runuser", append([]string{"-u", "postgres", "--", filepath.Join(bin, name)}, args...)...)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(dir, 0o777); err != nil {
+			return nil, err
+		}
+	}
+	if err := run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"); err != nil {
+		return nil, err
+	}
+	port := 25432 + os.Getpid()%1000
+	if err := run("pg_ctl", "-D", data, "-l", filepath.Join(dir, "pg.log"), "-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200", port, dir), "-w", "start"); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(data, "postmaster.pid"))
+	if err == nil {
+		s.pid, _ = strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	}
+	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	dctx, err := dbos.NewContext(context.Background(), dbos.Config{AppName: "weft-peers", DatabaseURL: url,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.ctx = dctx
+	s.wf = func(ctx dbos.Context, steps int) (string, error) {
+		for i := range steps {
+			if _, err := dbos.RunAsStep(ctx, func(context.Context) (int, error) { return i, nil }, dbos.WithStepName(fmt.Sprint("step", i))); err != nil {
+				return "", err
+			}
+		}
+		return "done", nil
+	}
+	dbos.RegisterWorkflow(dctx, s.wf, dbos.WithWorkflowName("steps"))
+	if err := dbos.Launch(dctx); err != nil {
+		s.close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *dbosSystem) run(ctx context.Context, id string, steps int) error {
+	h, err := dbos.RunWorkflow(s.ctx, s.wf, steps, dbos.WithWorkflowID(id))
+	if err != nil {
+		return err
+	}
+	_, err = h.GetResult()
+	return err
+}
+
+func (s *dbosSystem) pids() []int {
+	if s.pid == 0 {
+		return nil
+	}
+	return []int{s.pid}
+}
+
+func (s *dbosSystem) close() {
+	if s.ctx != nil {
+		_ = dbos.Shutdown(s.ctx, 5*time.Second)
+	}
+	cmd := exec.Command(filepath.Join(s.pgBin, "pg_ctl"), "-D", filepath.Join(s.dir, "pg"), "-m", "immediate", "stop")
+	if os.Geteuid() == 0 {
+		cmd = exec.Command("runuser", "-u", "postgres", "--", filepath.Join(s.pgBin, "pg_ctl"), "-D", filepath.Join(s.dir, "pg"), "-m", "immediate", "stop")
+	}
+	_ = cmd.Run()
+}
