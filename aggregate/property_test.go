@@ -147,7 +147,7 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 		// incarnation, neither handed off nor finished: a worker that
 		// finds its task's fence in the run's last message knows the
 		// attempt is current without folding the run (worker.LogCheck,
-		// docs/adr/0013).
+		// docs/adr/0014).
 		for _, e := range evs {
 			f, ok := e.(events.AttemptFenced)
 			if !ok {

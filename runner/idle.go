@@ -7,7 +7,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 )
 
-// Idle runs (docs/adr/0013). A run that waits only for people — suspended
+// Idle runs (docs/adr/0014). A run that waits only for people — suspended
 // with nothing in flight: no model call, no body, no queued action, no
 // timer but approval expiries (armed durably) — needs nothing from its
 // driver until a command or a timer reaches it. The driver evicts it from

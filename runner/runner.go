@@ -894,7 +894,7 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
 
 // takeoverConcurrency bounds the takeovers a runner makes at once: taking
 // over many idle runs (a gone runner's thousands) costs bounded memory and
-// goroutines, and the store is not flooded (docs/adr/0013).
+// goroutines, and the store is not flooded (docs/adr/0014).
 const takeoverConcurrency = 32
 
 // takeOrphans wakes the orphans todo (each marked in r.takeover), at most

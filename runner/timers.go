@@ -8,7 +8,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 )
 
-// The timers of a driven run (docs/adr/0002, docs/adr/0013). Every timer
+// The timers of a driven run (docs/adr/0002, docs/adr/0014). Every timer
 // aggregate.Pending lists gets a local timer, for precision; a durable
 // schedule (timer.Timers) is the backstop for a run nobody has loaded. A
 // timer that is no longer pending (its attempt reported, its approval

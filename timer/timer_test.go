@@ -98,7 +98,7 @@ func TestTimerFiresAfterRestart(t *testing.T) {
 
 // TestDisarmedTimersNeverFire: a timer disarmed before it is due, and
 // every timer of a run disarmed with DisarmRun, never fires; a timer of
-// another run still does (docs/adr/0013: a finished run is never woken by
+// another run still does (docs/adr/0014: a finished run is never woken by
 // the timers that guarded its work).
 func TestDisarmedTimersNeverFire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -20,7 +20,7 @@ import (
 // longer current); a version that names another event, or another attempt,
 // never makes a task current by itself; a fence version beyond the run's
 // head is "not visible yet" (read again), never current (41-tasks rule 2,
-// docs/adr/0013).
+// docs/adr/0014).
 func TestLogCheckReadsTheLastMessageWhenItHoldsTheFence(t *testing.T) {
 	s := natstest.Start(t)
 	js, err := jetstream.New(s.Connect())

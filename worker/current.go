@@ -45,7 +45,7 @@ const RunnersBucket = "weft_runners"
 // the run's last message alone when that message holds the fence: an
 // attempt fenced by the run's last decision is current (the aggregate
 // guarantees it: property (n) of its tests), so one direct get answers the
-// check (docs/adr/0013). Otherwise the run is read and folded.
+// check (docs/adr/0014). Otherwise the run is read and folded.
 func LogCheck(js jetstream.JetStream) AttemptCheck {
 	l := eventlog.New(js)
 	return func(ctx context.Context, t Task) (bool, error) {
