@@ -1,6 +1,7 @@
 // Package catalog tells clients what the agents a process serves are made
 // of: each agent's tools (name, description, input and output JSON Schema,
-// whether it settles) and the names of its approvers. It is the NATS micro
+// whether it settles) and the names of its approvers, saying which take
+// signed approval proofs. It is the NATS micro
 // service "weft-catalog", one request/reply endpoint per agent name under
 // weft.api.catalog.<agent>, and Client, its Go client.
 //
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -75,6 +77,29 @@ type Entry struct {
 	Tools []Tool `json:"tools"`
 	// Approvers are the names an approve or reject may give as "approver".
 	Approvers []string `json:"approvers"`
+	// Signed are the approvers of Approvers that take signed approval
+	// proofs (approvers.Signed, docs/security.md) instead of a credential,
+	// with how long a proof may live; absent when none does.
+	Signed []SignedApprover `json:"signed_approvers,omitempty"`
+}
+
+// SignedApprover is an approver that takes signed approval proofs: an
+// answer naming it carries a proof signed by a key it trusts, expiring at
+// most LifetimeSeconds after the answer is recorded.
+type SignedApprover struct {
+	Name            string `json:"name"`
+	LifetimeSeconds int    `json:"lifetime_s"`
+}
+
+// SignedApprover returns the entry's signed approver called name, and
+// false when name takes a credential (or is not the agent's).
+func (e Entry) SignedApprover(name string) (SignedApprover, bool) {
+	for _, s := range e.Signed {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return SignedApprover{}, false
 }
 
 // Tool returns the entry's tool called name.
@@ -103,6 +128,9 @@ func Describe(a *agent.Agent) Entry {
 	}
 	for _, ap := range a.Approvers() {
 		e.Approvers = append(e.Approvers, ap.Name())
+		if ap.IsSigned() {
+			e.Signed = append(e.Signed, SignedApprover{Name: ap.Name(), LifetimeSeconds: int(ap.Lifetime() / time.Second)})
+		}
 	}
 	return e
 }

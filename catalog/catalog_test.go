@@ -7,12 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nkeys"
+
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/model"
 )
 
 // The catalog answers the demo agent's tools with their output schemas and
@@ -35,7 +39,7 @@ func TestServeAnswersToolsAndApprovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e.Agent != ag.Ref() || len(e.Approvers) != 1 || e.Approvers[0] != demo.Approver {
+	if e.Agent != ag.Ref() || len(e.Approvers) != 1 || e.Approvers[0] != demo.Approver || len(e.Signed) != 0 {
 		t.Fatalf("entry %+v", e)
 	}
 	send, ok := e.Tool("send_payment")
@@ -67,5 +71,41 @@ func TestServeAnswersToolsAndApprovers(t *testing.T) {
 	_, err = c.Agent(ctx, events.AgentRef{Name: "nobody"})
 	if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownAgent}) {
 		t.Fatalf("agent nobody: %v, want unknown_agent", err)
+	}
+}
+
+// An approver of signed proofs is listed with its proof lifetime; one that
+// takes a credential is not.
+func TestSignedApproversListed(t *testing.T) {
+	s := natstest.Start(t)
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	ag, err := agent.New("signed-desk", model.NewScripted("m"), demo.Tools(), demo.Policy(),
+		agent.WithApprovers(approvers.Trusting("desk"), approvers.Signed("keys", []approvers.Key{{Public: pub}}, approvers.WithLifetime(90*time.Second)))).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := catalog.Serve(s.Conn, []*agent.Agent{ag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e, err := catalog.NewClient(s.Conn).Agent(ctx, events.AgentRef{Name: "signed-desk"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Approvers) != 2 || len(e.Signed) != 1 || e.Signed[0] != (catalog.SignedApprover{Name: "keys", LifetimeSeconds: 90}) {
+		t.Fatalf("approvers %v, signed %+v", e.Approvers, e.Signed)
+	}
+	if _, ok := e.SignedApprover("desk"); ok {
+		t.Error("desk takes a credential, not a proof")
+	}
+	if sa, ok := e.SignedApprover("keys"); !ok || sa.LifetimeSeconds != 90 {
+		t.Errorf("keys: %+v, %v", sa, ok)
 	}
 }

@@ -128,19 +128,40 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	run, action, approver := f.Get("run"), f.Get("action"), strings.TrimSpace(f.Get("approver"))
+	// A signed proof comes from the page's script, which signed it with
+	// the reviewer's key (never sent here); an approver of signed proofs
+	// takes nothing else.
+	var signed *events.ApprovalProof
+	if text := strings.TrimSpace(f.Get("proof")); text != "" {
+		signed = &events.ApprovalProof{}
+		if err := json.Unmarshal([]byte(text), signed); err != nil {
+			c.respond(w, r, notSent("The signed proof could not be read: reload the page and sign again."))
+			return
+		}
+		credential = ""
+	} else if e, err := c.entry(ctx, events.AgentRef{Name: f.Get("agent"), Version: f.Get("version")}); err == nil {
+		if _, ok := e.SignedApprover(approver); ok {
+			c.respond(w, r, notSent("The approver "+approver+" takes a signed proof, which this page makes with your signing key: it needs JavaScript (or use weft approve --signing-key)."))
+			return
+		}
+	}
+	signedBy := ""
+	if signed != nil {
+		signedBy = " Signed with key " + signed.Key + "."
+	}
 	switch f.Get("decision") {
 	case "approve":
-		if credential == "" {
+		if credential == "" && signed == nil {
 			c.respond(w, r, notSent("Type your credential to approve."))
 			return
 		}
-		rep, err := c.cmd.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential})
+		rep, err := c.cmd.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential, Proof: signed})
 		if err != nil {
 			c.respond(w, r, refused(err), credential)
 			return
 		}
-		c.log.Info("console: approved", "run", run, "action", action, "revision", rev)
-		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Approved. " + describeStatus(run, rep.Status)})
+		c.log.Info("console: approved", "run", run, "action", action, "revision", rev, "signed", signed != nil)
+		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Approved." + signedBy + " " + describeStatus(run, rep.Status)})
 	case "reject":
 		reason := strings.TrimSpace(f.Get("reason"))
 		if reason == "" {
@@ -148,16 +169,16 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		req := api.RejectRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Reason: reason}
-		if credential != "" || approver != "" {
-			req.Approver, req.Credential = approver, credential
+		if credential != "" || approver != "" || signed != nil {
+			req.Approver, req.Credential, req.Proof = approver, credential, signed
 		}
 		rep, err := c.cmd.Reject(ctx, req)
 		if err != nil {
 			c.respond(w, r, refused(err), credential)
 			return
 		}
-		c.log.Info("console: rejected", "run", run, "action", action, "revision", rev)
-		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Rejected. " + describeStatus(run, rep.Status)})
+		c.log.Info("console: rejected", "run", run, "action", action, "revision", rev, "signed", signed != nil)
+		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Rejected." + signedBy + " " + describeStatus(run, rep.Status)})
 	default:
 		c.respond(w, r, notSent("Press Approve or Reject."))
 	}

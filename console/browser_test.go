@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/demo"
@@ -643,5 +646,129 @@ func TestLiveUpdatesDoNotHammer(t *testing.T) {
 		waitJS(`document.getElementById("run-status").dataset.status === "finished"`))
 	if !js[bool](t, tabs[0], `window.weftNotReloaded === true`) {
 		t.Error("the page was reloaded")
+	}
+}
+
+// recordPosts makes the page keep the body of every request it sends, to
+// check later that a signing key never left it.
+const recordPosts = `(() => {
+  window.weftBodies = [];
+  const f = window.fetch;
+  window.fetch = (u, o) => { if (o && o.body) window.weftBodies.push(String(o.body)); return f(u, o); };
+  return true;
+})()`
+
+// TestSignedApprovalProof (issue 12, "10 Least privilege"): against weft
+// dev --secure, whose agent's only approver takes signed proofs, the
+// approval card asks for the signing key instead of a credential; the page
+// signs exactly the request with it — a key the approver does not trust is
+// refused not_authenticated, the approver's own key approves — and the key
+// is never sent nor written into the page; the run page and its audit
+// panel show the recorded proof verified. A rejection is signed too, with
+// the key chosen as a file.
+func TestSignedApprovalProof(t *testing.T) {
+	s := secureStack(t)
+	keyFile := filepath.Join(s.roles, demo.ApproverKeyFile)
+	raw, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := strings.TrimSpace(string(raw))
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	stranger, _ := nkeys.CreateUser()
+	strangerSeed, _ := stranger.Seed()
+
+	s.start(t, "sig-7", "pay invoice INV-7", "suspended")
+	ctx := tab(t)
+	card := "#" + cardKey("approval", "sig-7", "2/call_2_1")
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-key]`)))
+	if !js[bool](t, ctx, `document.querySelector("`+card+` [data-credential]").hidden`) {
+		t.Error("the credential field is shown for an approver of signed proofs")
+	}
+	if got := get(t, ctx, "approver", chromedp.Value(chromedp.CSS(card+` select[name=approver]`))); got != demo.SignedApprover {
+		t.Errorf("approver %q, want %q", got, demo.SignedApprover)
+	}
+	if problems := js[string](t, ctx, a11y); problems != "" {
+		t.Errorf("the inbox with a signed approval: %s", problems)
+	}
+	saveShot(t, "approval-signed.png", get(t, ctx, "signed approval screenshot", chromedp.Screenshot(chromedp.CSS(card))))
+	js[bool](t, ctx, recordPosts)
+
+	do(t, ctx, "approve with a key the approver does not trust",
+		chromedp.SendKeys(chromedp.CSS(card+` [data-signing-key]`), string(strangerSeed)),
+		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
+		waitJS(`!!document.querySelector("`+card+` [data-result] code.code")`))
+	code := get(t, ctx, "code", chromedp.Text(chromedp.CSS(card+` [data-result] code.code`)))
+	reason := get(t, ctx, "reason", chromedp.Text(chromedp.CSS(card+` [data-result] code.reason`)))
+	if code != "proof_refused" || reason != "not_authenticated" {
+		t.Fatalf("a stranger's proof shows %q (%q), want proof_refused (not_authenticated)", code, reason)
+	}
+	js[bool](t, ctx, `(() => { document.querySelector("`+card+` [data-signing-key]").value = ""; return true })()`)
+	do(t, ctx, "approve with the approver's key",
+		chromedp.SendKeys(chromedp.CSS(card+` [data-signing-key]`), seed),
+		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved. Signed with key `+pub+`")`))
+	if v := get(t, ctx, "key field", chromedp.Value(chromedp.CSS(card+` [data-signing-key]`))); v != "" {
+		t.Error("the signing key stays in its field after the approval")
+	}
+	bodies := js[[]string](t, ctx, `window.weftBodies`)
+	if len(bodies) != 2 {
+		t.Fatalf("%d posts, want 2", len(bodies))
+	}
+	for _, b := range bodies {
+		if strings.Contains(b, seed) || strings.Contains(b, string(strangerSeed)) || strings.Contains(b, "SU") && strings.Contains(b, "signing") {
+			t.Fatalf("a signing key was sent: %s", b)
+		}
+		if !strings.Contains(b, "proof=%7B") {
+			t.Errorf("a post without its proof: %s", b)
+		}
+	}
+	v := s.waitStatus(t, "sig-7", "finished")
+	a := action(t, v, "2/call_2_1")
+	if a.State != projections.StateSucceeded || len(a.Approvals) != 1 || a.Approvals[0].Proof == nil || a.Approvals[0].Proof.Key != pub || !a.Approvals[0].Proof.Verified {
+		b, _ := json.Marshal(a)
+		t.Fatalf("action %s", b)
+	}
+	answered := s.history(t, "sig-7", events.NameApprovalAnswered)
+	if len(answered) != 1 {
+		t.Fatalf("%d answers recorded, want 1", len(answered))
+	}
+
+	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/sig-7"),
+		chromedp.WaitVisible(chromedp.CSS(`#audit-proofs li[data-version="`+fmt.Sprint(answered[0].Version)+`"]`)))
+	if html := get(t, ctx, "page source", chromedp.OuterHTML(chromedp.CSS("html"))); strings.Contains(html, seed) {
+		t.Fatal("the signing key is written into the run page")
+	}
+	if p := get(t, ctx, "action's proof", chromedp.Text(chromedp.CSS(`li[data-action="2/call_2_1"] .proof`))); !strings.Contains(p, pub) || !strings.Contains(p, "verifies") {
+		t.Errorf("the action shows %q, want the key and that it verifies", p)
+	}
+	item := get(t, ctx, "audit proof", chromedp.Text(chromedp.CSS(`#audit-proofs li[data-version="`+fmt.Sprint(answered[0].Version)+`"]`)))
+	for _, want := range []string{"approve", "2/call_2_1", pub, "demo approver", demo.SignedApprover, "verifies"} {
+		if !strings.Contains(item, want) {
+			t.Errorf("the audit's proof says %q, want it to contain %q", item, want)
+		}
+	}
+	if verdict := get(t, ctx, "verdict", chromedp.Text(chromedp.CSS(`#audit .verdict`))); !strings.HasPrefix(verdict, "Verified") {
+		t.Errorf("audit verdict %q", verdict)
+	}
+	do(t, ctx, "scroll to the audit", chromedp.ScrollIntoView(chromedp.ID("audit")))
+	saveShot(t, "audit-proof.png", get(t, ctx, "audit screenshot", chromedp.Screenshot(chromedp.ID("audit"))))
+
+	// A rejection, signed with the key file.
+	s.start(t, "sig-7r", "pay invoice INV-7", "suspended")
+	card = "#" + cardKey("approval", "sig-7r", "2/call_2_1")
+	do(t, ctx, "reject with the key file", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-file]`)),
+		chromedp.SetUploadFiles(chromedp.CSS(card+` [data-signing-file]`), []string{keyFile}),
+		chromedp.SendKeys(chromedp.CSS(card+` textarea[name=reason]`), "paid twice"),
+		chromedp.Click(chromedp.CSS(card+` button[value=reject]`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Rejected. Signed with key `+pub+`")`))
+	v = s.waitStatus(t, "sig-7r", "finished")
+	if a := action(t, v, "2/call_2_1"); a.State != projections.StateRejected || len(a.Approvals) != 1 || a.Approvals[0].Proof == nil || !a.Approvals[0].Proof.Verified || a.Approvals[0].Reason != "paid twice" {
+		b, _ := json.Marshal(a)
+		t.Fatalf("action %s", b)
 	}
 }

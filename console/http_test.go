@@ -6,14 +6,20 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 )
 
 // Without a browser: what the console answers to plain HTTP.
@@ -226,5 +232,52 @@ func TestResolveTwiceRefused(t *testing.T) {
 	}
 	if n := len(s.history(t, "q2-13", events.NameResolved)); n != 1 {
 		t.Fatalf("%d resolved events, want 1", n)
+	}
+}
+
+// An approver of signed proofs takes nothing else: a form without a proof
+// (a page without its script) is not sent, and a proof signed with the
+// approver's key for other arguments is refused proof_refused
+// (other_arguments), shown with its reason; nothing is recorded.
+func TestSignedApproverNeedsProof(t *testing.T) {
+	s := secureStack(t)
+	s.start(t, "sig-plain-7", "pay invoice INV-7", "suspended")
+	form := approveForm("sig-plain-7", "console-sig-1", demo.SignedApprover, "anyone")
+	form.Set("agent", demo.AgentName)
+	form.Set("version", "1")
+	jsonAnswer := map[string]string{"Accept": "application/json"}
+	if _, a := s.post(t, "/act/approval", form, jsonAnswer); !strings.Contains(a, `"ok":false`) || strings.Contains(a, `"code"`) || !strings.Contains(a, "signed proof") {
+		t.Fatalf("a form without a proof answered %s, want not sent, naming the signed proof", a)
+	}
+	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(raw))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	p, err := proof.New(proof.Subject{Run: "sig-plain-7", Action: "2/call_2_1", Revision: 1, Requirement: events.Requirement{Name: demo.Requirement, Version: 1},
+		Tool: "send_payment", Arguments: json.RawMessage(`{"invoice":"INV-7","payee":"Mallory","amount":1200,"currency":"EUR"}`), Answer: events.AnswerApprove},
+		pub, time.Now().Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = proof.Sign(p, kp.Sign); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(p)
+	form.Set("command_id", "console-sig-2")
+	form.Set("proof", string(b))
+	resp, body := s.post(t, "/act/approval", form, nil)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `<code class="code">proof_refused</code>`) || !strings.Contains(body, `<code class="reason">other_arguments</code>`) {
+		t.Fatalf("status %d: the page does not show proof_refused (other_arguments):\n%s", resp.StatusCode, body)
+	}
+	if n := len(s.history(t, "sig-plain-7", events.NameApprovalAnswered)); n != 0 {
+		t.Fatalf("%d answers recorded, want 0", n)
+	}
+	if v := s.waitStatus(t, "sig-plain-7", "suspended"); len(v.Approvals) != 1 {
+		t.Fatalf("approvals %v", v.Approvals)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/proof"
 )
 
 // section is one kind of item that waits for a person. The inbox shows the
@@ -83,11 +84,26 @@ type approvalCard struct {
 	CommandID string
 	// Approvers are the agent's approvers from the catalog (empty when
 	// unknown: the form then has a text field); Approver is preselected.
-	Approvers      []string
+	Approvers      []approverOption
 	Approver       string
 	CredentialHelp string
 	Return         string
 	ShowRun        bool
+	// Signing is set when the preselected approver takes signed proofs.
+	Signing bool
+	// ArgumentsSHA256 is the hash of the call's canonical arguments a
+	// signed proof states (proof.ArgumentsHash); NowMillis the console's
+	// clock when the card was rendered, from which the page estimates the
+	// runner's for the proof's expiry.
+	ArgumentsSHA256 string
+	NowMillis       int64
+}
+
+// approverOption is one approver of the form's choice; Lifetime, in
+// seconds, is set for an approver of signed proofs.
+type approverOption struct {
+	Name     string
+	Lifetime int
 }
 
 type approvalsSection struct{ c *Console }
@@ -105,11 +121,20 @@ func (s approvalsSection) load(ctx context.Context, run, ret string) sectionView
 		key := "approval-" + projectionsKey(it.Run+"/"+it.Action)
 		ac := approvalCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(),
 			Approver: s.c.approver, CredentialHelp: s.c.credentialHelp, Return: ret, ShowRun: run == ""}
+		ac.ArgumentsSHA256, _ = proof.ArgumentsHash(it.Arguments)
+		ac.NowMillis = time.Now().UnixMilli()
 		if e, err := s.c.entry(ctx, it.Agent); err == nil {
-			ac.Approvers = e.Approvers
+			for _, name := range e.Approvers {
+				o := approverOption{Name: name}
+				if sa, ok := e.SignedApprover(name); ok {
+					o.Lifetime = max(sa.LifetimeSeconds, 1)
+				}
+				ac.Approvers = append(ac.Approvers, o)
+			}
 			if len(e.Approvers) > 0 && !contains(e.Approvers, ac.Approver) {
 				ac.Approver = e.Approvers[0]
 			}
+			_, ac.Signing = e.SignedApprover(ac.Approver)
 		}
 		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("approval-card", ac)})
 	}

@@ -98,6 +98,9 @@ type auditPanel struct {
 	// Questions are the open questions the history records (actions
 	// reconciled as unconfirmed) and their resolutions, in log order.
 	Questions []questionAudit
+	// Credentials is set when an answer was given by an approver with a
+	// credential (no signed proof to check again).
+	Credentials bool
 }
 
 // questionAudit is an open question as the verified history records it:
@@ -115,6 +118,22 @@ type questionAudit struct {
 	Kind       string
 	Content    []field
 	ResolvedBy string
+}
+
+// answeredWithCredential reports whether an answer of the history was
+// verified by an approver without a signed proof.
+func answeredWithCredential(envs []events.Envelope) bool {
+	for _, env := range envs {
+		if env.Type != events.NameApprovalAnswered {
+			continue
+		}
+		if ev, err := env.Event(); err == nil {
+			if a, ok := ev.(events.ApprovalAnswered); ok && a.Verifier != "" && a.Proof == nil {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // questionsOf lists the open questions of a history and their
@@ -303,6 +322,7 @@ func verify(envs []events.Envelope, head eventlog.Head, v projections.RunView) a
 	}
 	p.Report = audit.Verify(envs, opts...)
 	p.Questions = questionsOf(envs)
+	p.Credentials = answeredWithCredential(envs)
 	return p
 }
 

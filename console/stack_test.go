@@ -29,7 +29,9 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/roles"
 	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
 )
 
 // One `weft dev` stack (demo.Run: embedded NATS, runner, worker, projector,
@@ -51,12 +53,18 @@ type stack struct {
 	query      *projector.Client
 	stop       func()
 	dir        string
+	// roles is the secure stack's roles directory (credentials, the
+	// approver's signing key).
+	roles string
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if shared != nil {
 		shared.stop()
+	}
+	if secure != nil {
+		secure.stop()
 	}
 	if family != nil {
 		family.stop()
@@ -72,51 +80,82 @@ var browserStop func()
 // devStack starts the shared stack once.
 func devStack(t *testing.T) *stack {
 	t.Helper()
-	stackOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "weft-console-test-")
-		if err != nil {
-			stackErr = err
-			return
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		natsURL, consoleURL := make(chan string, 1), make(chan string, 1)
-		done := make(chan error, 1)
-		go func() {
-			done <- demo.Run(ctx, demo.Options{DataDir: dir, Listen: "0", Console: "127.0.0.1:0",
-				Ready: func(u string) { natsURL <- u }, ConsoleReady: func(u string) { consoleURL <- u }})
-		}()
-		s := &stack{dir: dir}
-		select {
-		case s.consoleURL = <-consoleURL:
-		case err := <-done:
-			cancel()
-			stackErr = fmt.Errorf("demo.Run: %v", err)
-			return
-		case <-time.After(120 * time.Second):
-			cancel()
-			stackErr = errors.New("weft dev did not start the console within 120 s")
-			return
-		}
-		u := <-natsURL
-		nc, err := nats.Connect(u)
-		if err != nil {
-			cancel()
-			stackErr = err
-			return
-		}
-		s.nc, s.cmd, s.query = nc, api.NewClient(nc), projector.NewClient(nc)
-		s.stop = func() {
-			nc.Close()
-			cancel()
-			<-done
-			os.RemoveAll(dir)
-		}
-		shared = s
-	})
+	stackOnce.Do(func() { shared, stackErr = startDev(false) })
 	if stackErr != nil {
 		t.Fatalf("dev stack: %v", stackErr)
 	}
 	return shared
+}
+
+// The secure stack: `weft dev --secure` (demo.Run with Secure), whose
+// agent's only approver takes signed proofs by the key in
+// <roles>/approver.nk; the console and the tests connect as the operator.
+var (
+	secureOnce sync.Once
+	secureErr  error
+	secure     *stack
+)
+
+// secureStack starts the secure stack once.
+func secureStack(t *testing.T) *stack {
+	t.Helper()
+	secureOnce.Do(func() { secure, secureErr = startDev(true) })
+	if secureErr != nil {
+		t.Fatalf("secure dev stack: %v", secureErr)
+	}
+	return secure
+}
+
+// startDev runs demo.Run (weft dev), with roles when secure, and connects
+// to it (as the operator when secure).
+func startDev(secured bool) (*stack, error) {
+	dir, err := os.MkdirTemp("", "weft-console-test-")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fail := func(err error) (*stack, error) { cancel(); os.RemoveAll(dir); return nil, err }
+	natsURL, consoleURL := make(chan string, 1), make(chan string, 1)
+	done := make(chan error, 1)
+	roleDir := filepath.Join(dir, "roles")
+	go func() {
+		done <- demo.Run(ctx, demo.Options{DataDir: dir, Listen: "0", Console: "127.0.0.1:0", Secure: secured, SecureDir: roleDir,
+			Ready: func(u string) { natsURL <- u }, ConsoleReady: func(u string) { consoleURL <- u }})
+	}()
+	s := &stack{dir: dir, roles: roleDir}
+	select {
+	case s.consoleURL = <-consoleURL:
+	case err := <-done:
+		return fail(fmt.Errorf("demo.Run: %v", err))
+	case <-time.After(120 * time.Second):
+		return fail(errors.New("weft dev did not start the console within 120 s"))
+	}
+	var u string
+	select {
+	case u = <-natsURL:
+	case err := <-done:
+		return fail(fmt.Errorf("demo.Run: %v", err))
+	}
+	opts := []natsnode.Option{natsnode.WithURL(u)}
+	if secured {
+		opts = append(opts, natsnode.WithCredsFile(filepath.Join(roleDir, roles.CredsFile(roles.Operator, worker.Queue{}))))
+	}
+	node, err := natsnode.Start(ctx, opts...)
+	if err != nil {
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	nc := node.Conn()
+	s.nc, s.cmd, s.query = nc, api.NewClient(nc), projector.NewClient(nc)
+	s.stop = func() {
+		_ = node.Close(context.Background())
+		cancel()
+		<-done
+		os.RemoveAll(dir)
+	}
+	return s, nil
 }
 
 // chromium finds the browser: $WEFT_CHROMIUM, else chromium on the PATH.

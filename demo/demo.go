@@ -231,7 +231,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 			defer closeQuietly(onode)
 			cconn = onode.Conn()
-			fmt.Fprintf(out, "The console runs as the operator; it cannot sign approval proofs: approve with %s approve --signing-key (below).\n", weftOr(o.Weft))
+			fmt.Fprintf(out, "The console runs as the operator; its approval forms sign the proof in your browser with the approver's signing key (paste it or choose its file, below: it never leaves the page), or approve with %s approve --signing-key.\n", weftOr(o.Weft))
 		}
 		url, err := startConsole(ctx, &wg, errs, cconn, o.Console, logger)
 		if err != nil {

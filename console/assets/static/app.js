@@ -68,6 +68,176 @@
     while (box.children.length > 4) box.lastElementChild.remove();
   }
 
+  // ---- signed approval proofs (docs/security.md) ----
+  // An approver of signed proofs wants the answer signed with the
+  // reviewer's nkey: it is signed here, in the browser. The key is read
+  // from a field without a name (or a file) and never sent, stored or
+  // written into the page.
+  var B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+
+  function b32decode(s) {
+    var out = [], bits = 0, value = 0;
+    for (var i = 0; i < s.length; i++) {
+      var v = B32.indexOf(s[i]);
+      if (v < 0) throw new Error("The signing key is not an nkey seed (SU…).");
+      value = (value << 5) | v;
+      bits += 5;
+      if (bits >= 8) { out.push((value >>> (bits - 8)) & 255); bits -= 8; }
+    }
+    return new Uint8Array(out);
+  }
+
+  function b32encode(bytes) {
+    var out = "", bits = 0, value = 0;
+    for (var i = 0; i < bytes.length; i++) {
+      value = (value << 8) | bytes[i];
+      bits += 8;
+      while (bits >= 5) { out += B32[(value >>> (bits - 5)) & 31]; bits -= 5; }
+    }
+    if (bits > 0) out += B32[(value << (5 - bits)) & 31];
+    return out;
+  }
+
+  // crc16 is CRC-16/XMODEM, the checksum of nkeys.
+  function crc16(bytes) {
+    var crc = 0;
+    for (var i = 0; i < bytes.length; i++) {
+      crc ^= bytes[i] << 8;
+      for (var j = 0; j < 8; j++) crc = (crc & 0x8000) ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    }
+    return crc;
+  }
+
+  var PREFIX_SEED = 18 << 3, PREFIX_USER = 20 << 3;
+
+  // userSeed decodes an nkey user seed ("SU…") to its 32 bytes.
+  function userSeed(text) {
+    var raw = b32decode(text.trim());
+    if (raw.length !== 36) throw new Error("The signing key is not an nkey seed (SU…).");
+    var body = raw.subarray(0, 34), sum = raw[34] | (raw[35] << 8);
+    if (crc16(body) !== sum) throw new Error("The signing key's checksum is wrong: was it copied whole?");
+    if ((raw[0] & 248) !== PREFIX_SEED) throw new Error("The signing key is not an nkey seed (SU…).");
+    if ((((raw[0] & 7) << 5) | ((raw[1] & 248) >> 3)) !== PREFIX_USER) throw new Error("The signing key is not a user key (SU…).");
+    return raw.slice(2, 34);
+  }
+
+  function userPublic(pub) {
+    var raw = new Uint8Array(35);
+    raw[0] = PREFIX_USER;
+    raw.set(pub, 1);
+    var sum = crc16(raw.subarray(0, 33));
+    raw[33] = sum & 255;
+    raw[34] = sum >> 8;
+    return b32encode(raw);
+  }
+
+  function b64url(bytes) {
+    var s = "";
+    for (var i = 0; i < bytes.length; i++) s += String.fromCharCode(bytes[i]);
+    return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  }
+
+  function b64urlDecode(s) {
+    var bin = atob(s.replace(/-/g, "+").replace(/_/g, "/"));
+    var out = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+    return out;
+  }
+
+  // digestInput is what package proof's Digest hashes: the domain, then
+  // each field as a 4-byte big-endian length and its UTF-8 bytes.
+  function digestInput(p) {
+    var enc = new TextEncoder(), parts = [enc.encode("weft approval proof v1")];
+    [p.answer, p.run, p.action, String(p.revision), p.requirement.name, String(p.requirement.version),
+      p.tool, p.arguments_sha256, String(Math.floor(Date.parse(p.expires) / 1000)), p.key].forEach(function (f) {
+      var b = enc.encode(f), n = new Uint8Array(4);
+      new DataView(n.buffer).setUint32(0, b.length);
+      parts.push(n, b);
+    });
+    var len = parts.reduce(function (a, b) { return a + b.length; }, 0), out = new Uint8Array(len), off = 0;
+    parts.forEach(function (b) { out.set(b, off); off += b.length; });
+    return out;
+  }
+
+  // sign returns the signed proof (events.ApprovalProof's JSON) of p by
+  // the user seed text.
+  function sign(seedText, p) {
+    if (!window.crypto || !crypto.subtle) return Promise.reject(new Error("This page cannot sign: open the console over https or on localhost."));
+    var seed = userSeed(seedText);
+    // PKCS #8 of an Ed25519 private key: a fixed prefix and the seed.
+    var pkcs8 = new Uint8Array(48);
+    pkcs8.set([0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20]);
+    pkcs8.set(seed, 16);
+    seed.fill(0);
+    var key;
+    return crypto.subtle.importKey("pkcs8", pkcs8, { name: "Ed25519" }, true, ["sign"]).catch(function () {
+      pkcs8.fill(0);
+      throw new Error("This browser cannot sign with Ed25519 keys: use a current browser, or weft approve --signing-key.");
+    }).then(function (k) {
+      pkcs8.fill(0);
+      key = k;
+      return crypto.subtle.exportKey("jwk", k);
+    }).then(function (jwk) {
+      p.key = userPublic(b64urlDecode(jwk.x));
+      return crypto.subtle.digest("SHA-256", digestInput(p));
+    }).then(function (d) {
+      return crypto.subtle.sign({ name: "Ed25519" }, key, d);
+    }).then(function (sig) {
+      p.signature = b64url(new Uint8Array(sig));
+      return p;
+    });
+  }
+
+  // signedLifetime is the proof lifetime (s) of the form's chosen
+  // approver, 0 for one that takes a credential.
+  function signedLifetime(form) {
+    var sel = form.querySelector("select[data-approver]");
+    var opt = sel && sel.selectedOptions[0];
+    return opt && opt.dataset.signed ? Number(opt.dataset.signed) : 0;
+  }
+
+  // approverChanged shows the credential field or the signing key for the
+  // chosen approver.
+  function approverChanged(form) {
+    var signing = signedLifetime(form) > 0;
+    var cred = form.querySelector("[data-credential]"), key = form.querySelector("[data-signing]");
+    if (cred) cred.hidden = signing;
+    if (key) key.hidden = !signing;
+    var help = form.querySelector("[data-signing-help]");
+    if (help) help.textContent = "This approver takes a signed proof. This page signs exactly this request (run, action, revision, requirement, tool, arguments, your answer) with your key; the key is never sent and never kept.";
+  }
+
+  function readKey(form) {
+    var text = form.querySelector("[data-signing-key]"), file = form.querySelector("[data-signing-file]");
+    if (text && text.value.trim()) return Promise.resolve(text.value);
+    if (file && file.files && file.files[0]) return file.files[0].text();
+    return Promise.reject(new Error("Type your signing key (SU…) or choose its file."));
+  }
+
+  function forgetKey(form) {
+    var text = form.querySelector("[data-signing-key]"), file = form.querySelector("[data-signing-file]");
+    if (text) text.value = "";
+    if (file) file.value = "";
+  }
+
+  // proofFor signs the form's request with the answer of the button
+  // pressed. Its expiry is the approver's lifetime from now by the
+  // console's clock (estimated from the card's render time), less a margin
+  // for the trip and for clocks apart.
+  function proofFor(form, submitter) {
+    var life = signedLifetime(form), d = form.dataset;
+    var now = Date.now() + Number(form.dataset.clockOffset || 0);
+    var expires = Math.floor(now / 1000) + life - Math.min(10, Math.floor(life / 4));
+    var p = {
+      key: "", run: form.querySelector("input[name=run]").value, action: form.querySelector("input[name=action]").value,
+      revision: Number(form.querySelector("input[name=revision]").value),
+      requirement: { name: d.requirementName, version: Number(d.requirementVersion) },
+      tool: d.tool, arguments_sha256: d.argumentsSha256, answer: submitter ? submitter.value : "",
+      expires: new Date(expires * 1000).toISOString().replace(".000Z", "Z"), signature: ""
+    };
+    return readKey(form).then(function (text) { return sign(text, p); });
+  }
+
   // ---- forms ----
   function showResult(form, ans) {
     var box = form.querySelector("[data-result]");
@@ -122,39 +292,63 @@
       form.addEventListener("change", function (e) { if (e.target.name === "kind") kinds(form); });
       kinds(form);
     }
+    if (form.hasAttribute("data-approval")) {
+      if (form.dataset.now) form.dataset.clockOffset = String(Number(form.dataset.now) - Date.now());
+      form.addEventListener("change", function (e) { if (e.target.matches("select[data-approver]")) approverChanged(form); });
+      approverChanged(form);
+    }
     form.addEventListener("submit", function (e) {
       e.preventDefault();
-      var body = new URLSearchParams(new FormData(form, e.submitter || null));
-      // A second press while the first is in flight sends the same
-      // command id: the command API answers both with the one result.
-      form.dataset.busy = String(Number(form.dataset.busy || 0) + 1);
-      form.setAttribute("aria-busy", "true");
-      var box = form.querySelector("[data-result]");
-      if (box && !box.textContent) box.textContent = "Sending…";
-      // (form.action would be the input named "action")
-      fetch(form.getAttribute("action"), {
-        method: "POST", body: body, credentials: "same-origin",
-        headers: { "Accept": "application/json" }
-      }).then(function (r) {
-        return r.json();
-      }).then(function (ans) {
-        showResult(form, ans);
-        if (ans.ok) {
-          delete form.dataset.dirty;
-          form.dataset.done = "1";
-          form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
-          notice(ans.message, ans.link);
-        } else {
-          form.dataset.refused = "1";
-          var id = form.querySelector("input[name=command_id]");
-          if (id && ans.next_command_id) id.value = ans.next_command_id;
-        }
-      }).catch(function (err) {
-        showResult(form, { ok: false, message: "The console did not answer (" + err + "). Nothing is known to be done: send again (the same command id acts once)." });
-      }).finally(function () {
-        var n = Number(form.dataset.busy || 1) - 1;
-        if (n > 0) { form.dataset.busy = String(n); } else { delete form.dataset.busy; form.removeAttribute("aria-busy"); }
-      });
+      var submitter = e.submitter || null;
+      if (form.hasAttribute("data-approval") && signedLifetime(form) > 0) {
+        var box = form.querySelector("[data-result]");
+        if (box) box.textContent = "Signing…";
+        proofFor(form, submitter).then(function (p) {
+          send(form, submitter, JSON.stringify(p));
+        }).catch(function (err) {
+          showResult(form, { ok: false, message: String(err && err.message || err) });
+        });
+        return;
+      }
+      send(form, submitter, "");
+    });
+  }
+
+  // send posts the form (with the signed proof, if any) and shows the
+  // answer next to its buttons.
+  function send(form, submitter, signedProof) {
+    var body = new URLSearchParams(new FormData(form, submitter));
+    if (body.has("proof")) body.set("proof", signedProof);
+    // A second press while the first is in flight sends the same
+    // command id: the command API answers both with the one result.
+    form.dataset.busy = String(Number(form.dataset.busy || 0) + 1);
+    form.setAttribute("aria-busy", "true");
+    var box = form.querySelector("[data-result]");
+    if (box && !box.textContent) box.textContent = "Sending…";
+    // (form.action would be the input named "action")
+    fetch(form.getAttribute("action"), {
+      method: "POST", body: body, credentials: "same-origin",
+      headers: { "Accept": "application/json" }
+    }).then(function (r) {
+      return r.json();
+    }).then(function (ans) {
+      showResult(form, ans);
+      if (ans.ok) {
+        delete form.dataset.dirty;
+        form.dataset.done = "1";
+        forgetKey(form);
+        form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
+        notice(ans.message, ans.link);
+      } else {
+        form.dataset.refused = "1";
+        var id = form.querySelector("input[name=command_id]");
+        if (id && ans.next_command_id) id.value = ans.next_command_id;
+      }
+    }).catch(function (err) {
+      showResult(form, { ok: false, message: "The console did not answer (" + err + "). Nothing is known to be done: send again (the same command id acts once)." });
+    }).finally(function () {
+      var n = Number(form.dataset.busy || 1) - 1;
+      if (n > 0) { form.dataset.busy = String(n); } else { delete form.dataset.busy; form.removeAttribute("aria-busy"); }
     });
   }
 
