@@ -190,7 +190,10 @@ func timeout(t *testing.T, h Harness) {
 	t.Run("Deadline", func(t *testing.T) {
 		m, srv := h.Start(t)
 		srv.Enqueue(fakeserver.Response{Hang: true}, h.Text("second try"))
-		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		// One second, not less: the hanging response must be the one the
+		// first call gets; with 50 ms a loaded machine expired the call before
+		// its request reached the server, and the retry below hung on it.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		expectKind(t, ctx, m, model.ErrTimedOut, 0)
 		// The runtime retries with a fresh deadline; the adapter keeps no
