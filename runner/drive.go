@@ -1137,26 +1137,39 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 		}
 		return nil
 	}
-	r.applyDue(ctx, rn)
+	dueErr := r.applyDue(ctx, rn)
 	if rn.takeover != nil {
 		r.finishTakeover(ctx, rn)
-		return nil
+		return dueErr
 	}
 	if all {
 		r.act(ctx, rn, nil, true)
 	}
-	return nil
+	return dueErr
 }
 
 // applyDue decides every timer of rn that is due (the first one records a
-// pending takeover with it).
-func (r *Runner) applyDue(ctx context.Context, rn *run) {
+// pending takeover with it). A due timer whose decision could not be
+// recorded (the store refused or did not answer) stays pending: the run
+// is woken again later (retryLater) and the error is returned, so that a
+// durable timer's delivery is redelivered too — its local timer has fired
+// already and nothing else would apply it (SEMANTICS §8: pending work is
+// retried, never dropped).
+func (r *Runner) applyDue(ctx context.Context, rn *run) error {
 	now := r.clock(rn)
+	var failed error
 	for _, t := range aggregate.Pending(rn.state).Timers {
 		if !t.At.After(now) {
 			if err := r.step(ctx, rn, t.Command()); err != nil {
 				r.log.Debug("due timer", "run", rn.id, "err", err)
+				if transient(err) && failed == nil {
+					failed = err
+				}
 			}
 		}
 	}
+	if failed != nil {
+		r.retryLater(rn.id)
+	}
+	return failed
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
@@ -93,5 +94,36 @@ func TestPendingWorkIsRetried_CallResolutionAppendFailed(t *testing.T) {
 	accept()
 	if _, out := finished(t, h, "ra2"); out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 {
 		t.Fatalf("outcome %s, starts %d", events.DescribeOutcome(out), b.starts.Load())
+	}
+}
+
+// The same for a due timer: a body's timeout fired while the store refused
+// appends, so neither the local timer, nor its durable backstop, nor the
+// worker's timed_out report could record the attempt's loss. The loss is
+// decided again and recorded once the store accepts, instead of the run
+// staying working with a running action that nothing will ever end.
+func TestPendingWorkIsRetried_DueTimerAppendFailed(t *testing.T) {
+	h := newHarness(t)
+	var accept func()
+	var once sync.Once
+	started := make(chan struct{})
+	hang := tools.WithTimeout(tools.Bind(payDef, func(ctx context.Context, _ tools.Call, _ payIn) (payOut, error) {
+		once.Do(func() { accept = h.refuseAppends(); close(started) })
+		<-ctx.Done()
+		return payOut{}, ctx.Err()
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) }), tools.After(300*time.Millisecond))
+	m := model.NewScripted("s", model.CallTools(payCall(5, "hang")), model.Answer("done"))
+	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{hang}, policy.Func(allow))})
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "ra3", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	// The timeout (300 ms) fires, its retries and the durable timer's
+	// deliveries are refused meanwhile.
+	time.Sleep(4 * time.Second)
+	accept()
+	s := h.waitStatus("ra3", aggregate.StatusSuspended)
+	if a := s.Actions()[0]; a.State != aggregate.ActionUncertain || a.Outcome != events.CauseTimedOut {
+		t.Fatalf("action %s (%s), want uncertain after timed_out", a.State, a.Outcome)
 	}
 }
