@@ -220,38 +220,11 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // body starts: a task already delivered to this worker but not started is
 // put back on the queue (requeued) for another worker.
 func (w *Worker) Run(ctx context.Context) error {
-	claims, err := claimsBucket(ctx, w.js)
+	stopSub, ccs, err := w.serve(ctx)
 	if err != nil {
-		return fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
-	}
-	w.claims = claims
-	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
-		w.stopRun(m.Subject[len(StopSubjectPrefix):])
-		w.stops.Add(1)
-	})
-	if err != nil {
-		return fmt.Errorf("worker: subscribe stop: %w", err)
+		return err
 	}
 	defer stopSub.Unsubscribe()
-	var ccs []jetstream.ConsumeContext
-	for _, q := range w.queues {
-		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
-		if err != nil {
-			return fmt.Errorf("worker: consumer for %s: %w", q, err)
-		}
-		h := w.handlers[q]
-		cc, err := c.Consume(func(m jetstream.Msg) {
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
-				w.handle(q, h, m)
-			}()
-		}, jetstream.PullMaxMessages(64))
-		if err != nil {
-			return fmt.Errorf("worker: consume %s: %w", q, err)
-		}
-		ccs = append(ccs, cc)
-	}
 	<-ctx.Done()
 	w.stopping.Store(true)
 	// Drain, not Stop: a task the server already delivered to this worker
@@ -266,6 +239,92 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.wg.Wait()
 	return nil
+}
+
+// serve sets up what Run consumes (the claims bucket, the stop
+// subscription, a consumer per queue), again and again while the server
+// does not answer — a worker started while its server restarts waits for
+// it instead of returning — until ctx ends. Any other error (a missing
+// task stream) is returned.
+func (w *Worker) serve(ctx context.Context) (*nats.Subscription, []jetstream.ConsumeContext, error) {
+	// Each attempt has its own deadline, doubling from 2 s up to 16 s: a
+	// request sent while the server restarts may never be answered.
+	backoff, limit := 100*time.Millisecond, 2*time.Second
+	for {
+		actx, cancel := context.WithTimeout(ctx, limit)
+		stopSub, ccs, err := w.setup(actx)
+		cancel()
+		if err == nil {
+			return stopSub, ccs, nil
+		}
+		if ctx.Err() != nil || !unanswered(err) {
+			return nil, nil, err
+		}
+		w.log.Warn("worker: the server does not answer; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil, nil, err
+		case <-time.After(backoff):
+		}
+		backoff, limit = min(2*backoff, 2*time.Second), min(2*limit, 16*time.Second)
+	}
+}
+
+// setup is one attempt of serve; on an error it undoes what it set up.
+func (w *Worker) setup(ctx context.Context) (*nats.Subscription, []jetstream.ConsumeContext, error) {
+	claims, err := claimsBucket(ctx, w.js)
+	if err != nil {
+		return nil, nil, fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
+	}
+	w.claims = claims
+	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
+		w.stopRun(m.Subject[len(StopSubjectPrefix):])
+		w.stops.Add(1)
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("worker: subscribe stop: %w", err)
+	}
+	var ccs []jetstream.ConsumeContext
+	fail := func(err error) (*nats.Subscription, []jetstream.ConsumeContext, error) {
+		for _, cc := range ccs {
+			cc.Stop()
+		}
+		_ = stopSub.Unsubscribe()
+		return nil, nil, err
+	}
+	for _, q := range w.queues {
+		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
+		if err != nil {
+			return fail(fmt.Errorf("worker: consumer for %s: %w", q, err))
+		}
+		h := w.handlers[q]
+		cc, err := c.Consume(func(m jetstream.Msg) {
+			w.wg.Add(1)
+			go func() {
+				defer w.wg.Done()
+				w.handle(q, h, m)
+			}()
+		}, jetstream.PullMaxMessages(64))
+		if err != nil {
+			return fail(fmt.Errorf("worker: consume %s: %w", q, err))
+		}
+		ccs = append(ccs, cc)
+	}
+	return stopSub, ccs, nil
+}
+
+// unanswered reports whether err means the server did not answer (it is
+// down or restarting), not that it refused.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503
+	}
+	return false
 }
 
 // stopRun cancels every running body of run, and every attempt of run
