@@ -81,11 +81,12 @@ type chaosCall struct {
 	Args chaosIn `json:"args"`
 }
 
-// chaosInput is a chaos run's input: the calls of turn 1 and how long each
-// model call takes.
+// chaosInput is a chaos run's input: the calls of each tool turn (one or
+// two), and how long the first model call of each turn takes (a retried
+// call half as long each time).
 type chaosInput struct {
-	Calls   []chaosCall `json:"calls"`
-	ModelMS int64       `json:"model_ms,omitempty"`
+	Turns   [][]chaosCall `json:"turns"`
+	ModelMS int64         `json:"model_ms,omitempty"`
 }
 
 func (in chaosInput) String() string {
@@ -93,40 +94,59 @@ func (in chaosInput) String() string {
 	return string(b)
 }
 
-// chaosAgents are the agents every runner process of TestChaos serves.
+// chaosModel plays a chaos run's input: the tool turns in order, then the
+// answer "done".
+func chaosModel() model.Model {
+	return model.NewRules("chaos", model.Rule{Name: "play", Match: func(model.Request) bool { return true }, Step: func(ctx context.Context, r model.Request) (model.Reply, error) {
+		var in chaosInput
+		_ = json.Unmarshal([]byte(r.Transcript[0].Text), &in)
+		done := 0 // tool turns answered so far
+		for _, m := range r.Transcript {
+			if len(m.Calls) > 0 {
+				done++
+			}
+		}
+		if retries := r.Turn - 1 - done; in.ModelMS > 0 && retries >= 0 && retries < 8 {
+			select {
+			case <-time.After(time.Duration(in.ModelMS>>retries) * time.Millisecond):
+			case <-ctx.Done():
+				return model.Reply{}, ctx.Err()
+			}
+		}
+		if done >= len(in.Turns) || len(in.Turns[done]) == 0 {
+			return model.Answer("done")(ctx, r)
+		}
+		var calls []model.ToolCall
+		for _, c := range in.Turns[done] {
+			b, _ := json.Marshal(c.Args)
+			calls = append(calls, model.Call(c.Tool, string(b)))
+		}
+		return model.CallTools(calls...)(ctx, r)
+	}})
+}
+
+// chaosAgents are the agents every runner and worker process of
+// TestChaos serves. Both versions bind "fetch" (replayable, 3 attempts,
+// timeout 1.2 s) and "pay" (not replayable, timeout 1.5 s; amounts over
+// 100 need approval "finance"), so bodies time out now and then. Version 1
+// runs one action at a time (actions queue behind each other, approved
+// ones too) and its model calls time out after 250 ms (retried after
+// 100 ms); version 2 runs two at a time and its approval requests expire
+// after 4 s.
 func chaosAgents(ledgerPath string) ([]*agent.Agent, error) {
 	l := &chaosLedger{path: ledgerPath}
 	var out []*agent.Agent
 	for _, v := range []struct {
 		version     string
 		concurrency int
-	}{{"1", 1}, {"2", 2}} {
+		opts        []agent.Option
+	}{
+		{"1", 1, []agent.Option{agent.WithModelTimeout(tools.After(250 * time.Millisecond)), agent.WithModelRetryDelay(100 * time.Millisecond)}},
+		{"2", 2, []agent.Option{agent.WithApprovalExpiry(tools.After(4 * time.Second))}},
+	} {
 		cls := func(err error) tools.Failure { return tools.Uncertain(err.Error()) }
-		fetch := tools.WithTimeout(tools.WithReplay(tools.Bind(fetchDef, chaosBody(l, v.version, "fetch"), cls), 3), tools.After(8*time.Second))
-		pay := tools.WithTimeout(tools.Bind(payDef, chaosBody(l, v.version, "pay"), cls), tools.After(8*time.Second))
-		m := model.NewRules("chaos",
-			model.Rule{Name: "answer", Match: func(r model.Request) bool { return len(r.Transcript) > 1 }, Step: model.Answer("done")},
-			model.Rule{Name: "call", Match: func(model.Request) bool { return true }, Step: func(ctx context.Context, r model.Request) (model.Reply, error) {
-				var in chaosInput
-				_ = json.Unmarshal([]byte(r.Transcript[0].Text), &in)
-				if in.ModelMS > 0 {
-					select {
-					case <-time.After(time.Duration(in.ModelMS) * time.Millisecond):
-					case <-ctx.Done():
-						return model.Reply{}, ctx.Err()
-					}
-				}
-				var calls []model.ToolCall
-				for _, c := range in.Calls {
-					b, _ := json.Marshal(c.Args)
-					calls = append(calls, model.Call(c.Tool, string(b)))
-				}
-				if len(calls) == 0 {
-					return model.Answer("nothing to do")(ctx, r)
-				}
-				return model.CallTools(calls...)(ctx, r)
-			}},
-		)
+		fetch := tools.WithTimeout(tools.WithReplay(tools.Bind(fetchDef, chaosBody(l, v.version, "fetch"), cls), 3), tools.After(1200*time.Millisecond))
+		pay := tools.WithTimeout(tools.Bind(payDef, chaosBody(l, v.version, "pay"), cls), tools.After(1500*time.Millisecond))
 		pol := policy.Func(func(_ context.Context, a policy.Action) (policy.Decision, error) {
 			in, matched, err := tools.Input(payDef, a)
 			if err != nil {
@@ -137,8 +157,8 @@ func chaosAgents(ledgerPath string) ([]*agent.Agent, error) {
 			}
 			return policy.Allow(), nil
 		})
-		a, err := agent.New("chaos", m, []tools.Tool{fetch, pay}, pol, agent.WithVersion(v.version),
-			agent.WithApprovers(approvers.Trusting("desk")), agent.WithMaxConcurrency(v.concurrency)).Build()
+		opts := append([]agent.Option{agent.WithVersion(v.version), agent.WithApprovers(approvers.Trusting("desk")), agent.WithMaxConcurrency(v.concurrency)}, v.opts...)
+		a, err := agent.New("chaos", chaosModel(), []tools.Tool{fetch, pay}, pol, opts...).Build()
 		if err != nil {
 			return nil, err
 		}

@@ -30,15 +30,18 @@ import (
 
 // TestChaos is the runner-level randomized test of issue 07: three real
 // runner processes (this binary re-executed, each with its in-process
-// worker, serving agent "chaos" versions 1 and 2) over a real nats-server,
-// and a seeded schedule of random commands (start, approve, reject,
-// cancel, reconcile), SIGKILL, SIGSTOP/SIGCONT and SIGTERM of runners,
-// runner restarts, restarts of the server on the same store and port —
-// clean or as a crash (the consumers' delivery state rolled back,
-// natstest.CrashRestart) — and a store that refuses writes for a while
-// (the event log, the drivers bucket). Then the chaos stops and every run
-// must settle. Checked against an fsynced ledger of real body starts, the
-// log and the schedule itself:
+// worker) and two standalone worker processes (reporting over
+// weft.api.report), serving agent "chaos" versions 1 and 2 (see
+// chaosAgents: bodies that sometimes outlive their timeout, model calls
+// that time out, approvals that expire, one or two tool turns) over a
+// real nats-server, and a seeded schedule of random commands (start,
+// approve, reject, cancel, reconcile), SIGKILL, SIGSTOP/SIGCONT and
+// SIGTERM of runners and workers, their restarts, restarts of the server
+// on the same store and port — clean or as a crash (the consumers'
+// delivery state rolled back, natstest.CrashRestart) — and a store that
+// refuses writes for a while (the event log, the drivers bucket). Then the
+// chaos stops and every run must settle. Checked against an fsynced ledger
+// of real body starts, the log and the schedule itself:
 //
 //   - no attempt's body starts twice; no non-replayable action ("pay") has
 //     two attempts; no body starts without its attempt's fence in the log;
@@ -108,7 +111,7 @@ type chaosEnv struct {
 	e     *env
 	rng   *rand.Rand
 	seed  uint64
-	slots [3]*slot
+	slots []*slot // three runners, then two standalone workers
 	gen   int
 	runs  []string
 	saved *natstest.DeliveryState
@@ -126,6 +129,7 @@ type chaosEnv struct {
 }
 
 type slot struct {
+	worker    bool // a standalone worker process, not a runner
 	id        string
 	p         *proc
 	state     string // alive, paused, draining, dead
@@ -198,8 +202,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 		c.runnerEnv = append(c.runnerEnv, "WEFT_E2E_LOG_LEVEL=debug")
 		t.Logf("seed %d: runner logs and the schedule in %s", seed, c.e.logDir)
 	}
-	for i := range c.slots {
-		c.slots[i] = &slot{state: "dead"}
+	for i := range 5 {
+		c.slots = append(c.slots, &slot{state: "dead", worker: i >= 3})
 		c.spawn(i)
 	}
 	beats, stopBeats := context.WithCancel(context.Background())
@@ -258,7 +262,7 @@ func (c *chaosEnv) watchBeats(ctx context.Context) {
 		c.mu.Lock()
 		var ids []string
 		for _, s := range c.slots {
-			if s.p != nil && s.state != "dead" {
+			if !s.worker && s.p != nil && s.state != "dead" {
 				ids = append(ids, s.id)
 			}
 		}
@@ -309,14 +313,22 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// spawn starts a runner process in slot i under a new id.
+// spawn starts a runner (or worker) process in slot i under a new id.
 func (c *chaosEnv) spawn(i int) {
 	c.gen++
-	id := fmt.Sprintf("r%d-%d", i, c.gen)
-	c.note("spawn %s", id)
-	p := c.e.spawnWith(id, c.runnerEnv...)
-	c.note("serving %s", id)
 	s := c.slots[i]
+	var id string
+	var p *proc
+	if s.worker {
+		id = fmt.Sprintf("w%d-%d", i, c.gen)
+		p = c.e.spawnWorker(id, c.runnerEnv...)
+		c.note("spawned worker %s", id)
+	} else {
+		id = fmt.Sprintf("r%d-%d", i, c.gen)
+		c.note("spawn %s", id)
+		p = c.e.spawnWith(id, c.runnerEnv...)
+		c.note("serving %s", id)
+	}
 	c.mu.Lock()
 	s.id, s.p, s.state = id, p, "alive"
 	c.mu.Unlock()
@@ -328,17 +340,18 @@ func (c *chaosEnv) spawn(i int) {
 		expected := s.p != p || s.state != "alive"
 		c.mu.Unlock()
 		if !expected {
-			c.problem("runner %s exited by itself: %v", id, p.cmd.ProcessState)
+			c.problem("process %s exited by itself: %v", id, p.cmd.ProcessState)
 		}
 	}()
 }
 
-func (c *chaosEnv) alive() []int {
+// alive lists the slots of live runners (or workers).
+func (c *chaosEnv) alive(workers bool) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []int
 	for i, s := range c.slots {
-		if s.state == "alive" {
+		if s.state == "alive" && s.worker == workers {
 			out = append(out, i)
 		}
 	}
@@ -380,9 +393,12 @@ var ops = []struct {
 	{"reject", 5, func(c *chaosEnv) { c.answer(false) }},
 	{"cancel", 7, (*chaosEnv).cancel},
 	{"reconcile", 8, (*chaosEnv).reconcile},
-	{"kill", 7, func(c *chaosEnv) { c.kill(syscall.SIGKILL) }},
-	{"pause", 7, (*chaosEnv).pause},
-	{"term", 4, func(c *chaosEnv) { c.kill(syscall.SIGTERM) }},
+	{"kill", 6, func(c *chaosEnv) { c.kill(false, syscall.SIGKILL) }},
+	{"pause", 6, func(c *chaosEnv) { c.pause(false) }},
+	{"term", 4, func(c *chaosEnv) { c.kill(false, syscall.SIGTERM) }},
+	{"kill-worker", 2, func(c *chaosEnv) { c.kill(true, syscall.SIGKILL) }},
+	{"pause-worker", 2, func(c *chaosEnv) { c.pause(true) }},
+	{"term-worker", 1, func(c *chaosEnv) { c.kill(true, syscall.SIGTERM) }},
 	{"restart", 2, func(c *chaosEnv) { c.restartServer(false) }},
 	{"crash", 2, func(c *chaosEnv) { c.restartServer(true) }},
 	{"refuse-log", 3, func(c *chaosEnv) { c.refuse(provision.EventsStream) }},
@@ -419,14 +435,19 @@ func (c *chaosEnv) save() {
 
 func (c *chaosEnv) start() {
 	run := fmt.Sprintf("c%d-%d", c.seed, len(c.runs))
-	in := chaosInput{ModelMS: int64(c.rng.IntN(300))}
-	for range 1 + c.rng.IntN(3) {
-		cl := chaosCall{Tool: "fetch", Args: chaosIn{MS: int64(c.rng.IntN(1500))}}
-		if c.rng.IntN(2) == 0 {
-			cl.Tool = "pay"
-			cl.Args.Amount = []int64{50, 500}[c.rng.IntN(2)]
+	// One or two tool turns of one to three calls; bodies of up to 1.5 s
+	// (fetch, timeout 1.2 s) and 2 s (pay, timeout 1.5 s) so that some
+	// time out; model calls of up to 300 ms (version 1's time out after
+	// 250 ms).
+	in := chaosInput{ModelMS: int64(c.rng.IntN(300)), Turns: make([][]chaosCall, 1+c.rng.IntN(10)/7)}
+	for t := range in.Turns {
+		for range 1 + c.rng.IntN(3) {
+			cl := chaosCall{Tool: "fetch", Args: chaosIn{MS: int64(c.rng.IntN(1500))}}
+			if c.rng.IntN(2) == 0 {
+				cl = chaosCall{Tool: "pay", Args: chaosIn{MS: int64(c.rng.IntN(2000)), Amount: []int64{50, 500}[c.rng.IntN(2)]}}
+			}
+			in.Turns[t] = append(in.Turns[t], cl)
 		}
-		in.Calls = append(in.Calls, cl)
 	}
 	version := []string{"1", "2"}[c.rng.IntN(2)]
 	ctx, cancel := c.ctx()
@@ -578,10 +599,11 @@ func (c *chaosEnv) reconcile() {
 	}
 }
 
-// kill sends sig to a random live runner, keeping at least one alive.
-func (c *chaosEnv) kill(sig syscall.Signal) {
-	al := c.alive()
-	if len(al) < 2 {
+// kill sends sig to a random live runner, keeping at least one alive
+// (or to a random live worker: the runners' in-process workers serve too).
+func (c *chaosEnv) kill(workers bool, sig syscall.Signal) {
+	al := c.alive(workers)
+	if len(al) < 2 && !(workers && len(al) == 1) {
 		return
 	}
 	s := c.slots[al[c.rng.IntN(len(al))]]
@@ -610,10 +632,11 @@ func (c *chaosEnv) kill(sig syscall.Signal) {
 	}
 }
 
-// pause stops a random live runner (SIGSTOP) and continues it later.
-func (c *chaosEnv) pause() {
-	al := c.alive()
-	if len(al) < 2 {
+// pause stops a random live runner or worker (SIGSTOP) and continues it
+// later.
+func (c *chaosEnv) pause(workers bool) {
+	al := c.alive(workers)
+	if len(al) < 2 && !(workers && len(al) == 1) {
 		return
 	}
 	s := c.slots[al[c.rng.IntN(len(al))]]

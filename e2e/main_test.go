@@ -109,35 +109,65 @@ func runnerMain() int {
 	return 0
 }
 
-// workerMain is a standalone worker process for the e2e agent's tools,
-// reporting over weft.api.report.
+// workerMain is a standalone worker process for the e2e agent's tools
+// (the chaos agents' with WEFT_E2E_CHAOS), reporting over weft.api.report.
 func workerMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	nc, err := nats.Connect(os.Getenv("NATS_URL"))
+	copts := []nats.Option{nats.MaxReconnects(-1)}
+	if d, err := time.ParseDuration(os.Getenv("WEFT_E2E_RECONNECT_WAIT")); err == nil {
+		copts = append(copts, nats.ReconnectWait(d))
+	}
+	nc, err := nats.Connect(os.Getenv("NATS_URL"), copts...)
 	if err != nil {
 		return 1
 	}
 	defer nc.Close()
 	js, _ := jetstreamNew(nc)
-	a, err := e2eAgent(os.Getenv("WEFT_E2E_LEDGER"))
+	var agents []*agent.Agent
+	if os.Getenv("WEFT_E2E_CHAOS") != "" {
+		agents, err = chaosAgents(os.Getenv("WEFT_E2E_LEDGER"))
+	} else {
+		var a *agent.Agent
+		a, err = e2eAgent(os.Getenv("WEFT_E2E_LEDGER"))
+		agents = []*agent.Agent{a}
+	}
 	if err != nil {
 		return 1
 	}
-	w := worker.New(nc, js, worker.WithID(os.Getenv("WEFT_E2E_WORKER")), worker.WithAckWait(time.Second))
-	for _, t := range a.Tools() {
-		w.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
+	level := slog.LevelWarn
+	if l := os.Getenv("WEFT_E2E_LOG_LEVEL"); l != "" {
+		_ = level.UnmarshalText([]byte(l))
 	}
-	_ = w.Run(ctx)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	w := worker.New(nc, js, worker.WithID(os.Getenv("WEFT_E2E_WORKER")), worker.WithAckWait(time.Second), worker.WithLogger(logger))
+	for _, a := range agents {
+		for _, t := range a.Tools() {
+			w.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
+		}
+	}
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	return 0
 }
 
 // spawnWorker starts a standalone worker process.
-func (e *env) spawnWorker(id string) *proc {
+func (e *env) spawnWorker(id string, extraEnv ...string) *proc {
 	e.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "WEFT_E2E_WORKER="+id, "NATS_URL="+e.srv.URL, "WEFT_E2E_LEDGER="+e.ledger)
+	cmd.Env = append(cmd.Env, extraEnv...)
 	cmd.Stderr = os.Stderr
+	if e.logDir != "" {
+		f, err := os.OpenFile(filepath.Join(e.logDir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		defer f.Close() // the child has its own descriptor
+		cmd.Stderr = f
+	}
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
