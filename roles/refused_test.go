@@ -151,10 +151,12 @@ func TestWorkerRole(t *testing.T) {
 	})
 }
 
-// TestReaderRole: a reader reads; it may not approve, reject, start,
-// cancel or reconcile, take tasks, append, write a read model, answer a
-// query in the projector's place, read others' replies or follow the log
-// with consumers of its own.
+// TestReaderRole: a reader reads, and follows the log with ordered
+// consumers of its own (TestRolesDoTheirJobs); it may not approve,
+// reject, start, cancel or reconcile, take tasks, append, write a read
+// model, answer a query in the projector's place, read others' replies,
+// list, delete or acknowledge the log's consumers, create one without a
+// filter under weft.ev., or consume a read model's stream.
 func TestReaderRole(t *testing.T) {
 	d := deploy(t)
 	startPay7(t, d)
@@ -176,7 +178,13 @@ func TestReaderRole(t *testing.T) {
 	r.request("weft.api.reconcile_stored", `{"schema":1,"command_id":"r","run":"pay-7","action":"2/call_2_1","content":{}}`)
 	r.request("weft.api.settle", `{"schema":1,"run":"pay-7","action":"2/call_2_1","outcome":"output","content":{}}`)
 	r.request("$JS.API.CONSUMER.MSG.NEXT.WEFT_TASKS."+payQueue.Consumer(), `{"batch":1}`)
-	r.request("$JS.API.CONSUMER.CREATE.WEFT_EVENTS.mine.weft.ev.>", "{}")
+	r.request("$JS.API.CONSUMER.CREATE.WEFT_EVENTS.mine", `{"stream_name":"WEFT_EVENTS","config":{"name":"mine"}}`)
+	r.request("$JS.API.CONSUMER.DURABLE.CREATE.WEFT_EVENTS.mine", `{"stream_name":"WEFT_EVENTS","config":{"durable_name":"mine"}}`)
+	r.request("$JS.API.CONSUMER.DELETE.WEFT_EVENTS.mine", "")
+	r.request("$JS.API.CONSUMER.LIST.WEFT_EVENTS", "{}")
+	r.request("$JS.API.CONSUMER.NAMES.WEFT_EVENTS", "{}")
+	r.pub("$JS.ACK.WEFT_EVENTS.mine.1.1.1.1.0")
+	r.request("$JS.API.CONSUMER.CREATE.KV_weft_views.mine.$KV.weft_views.>", "{}")
 	r.pub("weft.ev.pay-7.events")
 	r.pub("$KV.weft_views.pay-7")
 	r.pub("$KV.weft_inbox_approvals.pay-7.2=2Fcall_2_1")
@@ -216,6 +224,7 @@ func TestOperatorRole(t *testing.T) {
 	r.sub("_INBOX.>")
 	r.sub("_INBOX.reader.>")
 	r.request("$JS.API.STREAM.DELETE.WEFT_EVENTS", "")
+	r.request("$JS.API.CONSUMER.DELETE.WEFT_EVENTS.mine", "")
 	if after := head(t, d, "pay-7"); after != before {
 		t.Fatalf("pay-7 moved from version %d to %d", before, after)
 	}

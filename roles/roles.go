@@ -214,6 +214,9 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		for _, s := range append([]string{eventlog.Stream}, kvStreams(projectorBuckets)...) {
 			g.Publish = append(g.Publish, readStream(s)...)
 		}
+		// Follow the log (client.Wait, eventlog.WatchRun): an ordered
+		// consumer of its own, filtered on the log's subjects.
+		g.Publish = append(g.Publish, follow(eventlog.Stream, eventlog.SubjectPrefix+">")...)
 	default:
 		return Grant{}, fmt.Errorf("roles: unknown role %q", role)
 	}
@@ -268,6 +271,18 @@ func consume(s, consumers string) []string {
 		"$JS.API.CONSUMER.MSG.NEXT." + s + "." + consumers,
 		"$JS.ACK." + s + ".>",
 		"$JS.FC." + s + ".>",
+	}
+}
+
+// follow is creating consumers of stream s filtered on one subject under
+// filter and pulling from them: an ordered consumer (no acknowledgement,
+// no flow control, removed by the server once unused). Not deleting or
+// listing consumers: a follower cannot learn another's consumer name (a
+// random token) or remove it.
+func follow(s, filter string) []string {
+	return []string{
+		"$JS.API.CONSUMER.CREATE." + s + ".*." + filter,
+		"$JS.API.CONSUMER.MSG.NEXT." + s + ".*",
 	}
 }
 

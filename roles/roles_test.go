@@ -17,6 +17,7 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/natsnode"
@@ -271,6 +272,17 @@ func TestRolesDoTheirJobs(t *testing.T) {
 		v, err := rq.Run(ctx, "pay-7")
 		return v.Status, err == nil && v.Status == "finished"
 	})
+	// The operator and the reader follow a run in the log (client.Wait:
+	// an ordered consumer of their own on the run's subjects).
+	for name, n := range map[string]*natsnode.Node{"operator": d.operator, "reader": d.reader} {
+		c, err := client.New(n.Conn())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := c.Wait(ctx, "pay-7", client.Finished); err != nil || v.Status != client.StatusFinished {
+			t.Fatalf("the %s's Wait: %v (status %s)", name, err, v.Status)
+		}
+	}
 
 	// An uncertain payment, reconciled by the operator.
 	if _, err := op.Start(ctx, api.StartRequest{Schema: api.Schema, CommandID: "s-3", Run: "pay-13", Agent: demo.AgentName, Input: "pay invoice INV-13"}); err != nil {
