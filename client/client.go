@@ -19,9 +19,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
@@ -29,6 +31,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/proof"
 )
 
 // The command types (docs/protocol/40-commands.md).
@@ -84,6 +87,70 @@ type (
 	// HistoryReply is a page of a run's history.
 	HistoryReply = projector.HistoryReply
 )
+
+// The signed approval proof types (docs/security.md, "Signed approval
+// proofs"): an approver of signed proofs (approvers.Signed) accepts an
+// answer only with a proof, sent as ApproveRequest.Proof or
+// RejectRequest.Proof, and the run view says of each recorded one whether
+// it verifies (ApprovalView.Proof).
+type (
+	// ApprovalProof is a signed approval proof.
+	ApprovalProof = events.ApprovalProof
+	// ProofSubject is what a proof answers: the approval request (run,
+	// action, revision, requirement), the call (tool, arguments) and the
+	// answer. ApprovalItem.ProofSubject and RunView.ProofSubject return
+	// it for a pending request.
+	ProofSubject = proof.Subject
+	// ApprovalView is one approval request of an action in a run view,
+	// with its answer: who gave it, the approver that verified it and,
+	// for a signed proof, its ProofStatus.
+	ApprovalView = projections.ApprovalView
+	// ProofStatus is the check of a recorded proof: the signer's key,
+	// whether the proof verifies against the run's own record of the
+	// request and the call, and why not.
+	ProofStatus = projections.ProofStatus
+)
+
+// The answers a proof gives.
+const (
+	// AnswerApprove approves (ApproveRequest).
+	AnswerApprove = events.AnswerApprove
+	// AnswerReject rejects (RejectRequest).
+	AnswerReject = events.AnswerReject
+)
+
+// SignProof returns the proof that the holder of kp (an nkey user key
+// pair: nkeys.FromSeed of an approver's .nk file) gives s.Answer to s,
+// valid until expires (cut to whole seconds; the approver refuses a proof
+// valid for longer than its lifetime, 60 s by default), signed. A key
+// held elsewhere — a browser's WebCrypto key, a hardware key — signs
+// instead: p := proof.New(s, key, expires) with key = proof.UserKey of its
+// ed25519 public key, then p.Signature = the unpadded base64url ed25519
+// signature of proof.Digest(p).
+func SignProof(s ProofSubject, kp nkeys.KeyPair, expires time.Time) (ApprovalProof, error) {
+	key, err := kp.PublicKey()
+	if err != nil {
+		return ApprovalProof{}, fmt.Errorf("client: sign proof: %w", err)
+	}
+	p, err := proof.New(s, key, expires)
+	if err != nil {
+		return ApprovalProof{}, err
+	}
+	return proof.Sign(p, kp.Sign)
+}
+
+// ProofSubject reads run's view and returns what a signed answer to the
+// approval request of action at revision (0: the pending request) is for:
+// wrong_reference when the run has no such request. The runner checks
+// every value against the run itself, so a view that is out of date only
+// gets the proof refused.
+func (c *Client) ProofSubject(ctx context.Context, run, action string, revision int, answer string) (ProofSubject, error) {
+	v, err := c.q.Run(ctx, run)
+	if err != nil {
+		return ProofSubject{}, err
+	}
+	return v.ProofSubject(action, revision, answer)
+}
 
 // The outcomes of a Settlement or a Report.
 const (

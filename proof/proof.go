@@ -267,6 +267,19 @@ func PublicKey(key string) (ed25519.PublicKey, error) {
 	return ed25519.PublicKey(body[1:]), nil
 }
 
+// UserKey returns the nkey user public key ("U…") of the ed25519 public
+// key pub: how a proof names a key held outside nkeys (a browser's
+// WebCrypto key, a hardware key), whose holder signs Digest(p) with plain
+// ed25519. It is PublicKey's inverse.
+func UserKey(pub ed25519.PublicKey) (string, error) {
+	if len(pub) != ed25519.PublicKeySize {
+		return "", fmt.Errorf("proof: an ed25519 public key has %d bytes, not %d", ed25519.PublicKeySize, len(pub))
+	}
+	raw := append([]byte{prefixUser}, pub...)
+	raw = binary.LittleEndian.AppendUint16(raw, crc16(raw))
+	return b32.EncodeToString(raw), nil
+}
+
 // crc16 is CRC-16/XMODEM (polynomial 0x1021, initial 0), as nkeys uses.
 func crc16(data []byte) uint16 {
 	var crc uint16

@@ -2,6 +2,8 @@ package proof_test
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -173,6 +175,12 @@ func TestPublicKeyDecodesNkeys(t *testing.T) {
 		if err != nil || !bytes.Equal(got, raw) {
 			t.Fatalf("key %d: %x %v, want %x", b, got, err, raw)
 		}
+		if k, err := proof.UserKey(raw); err != nil || k != pub(t, kp) {
+			t.Fatalf("key %d: UserKey %s %v, want %s", b, k, err, pub(t, kp))
+		}
+	}
+	if _, err := proof.UserKey(make([]byte, 31)); err == nil {
+		t.Error("UserKey took 31 bytes")
 	}
 	acc, _ := nkeys.CreateAccount()
 	apub, _ := acc.PublicKey()
@@ -204,5 +212,33 @@ func TestCanonicalIsGoEncoding(t *testing.T) {
 	again, _ := proof.Canonical(c)
 	if !bytes.Equal(again, c) {
 		t.Fatalf("not idempotent: %s then %s", c, again)
+	}
+}
+
+// TestSignedOutsideNkeys: a proof signed by a plain ed25519 key — as a
+// browser's WebCrypto key or a hardware key signs, knowing nothing of
+// nkeys — named by UserKey and signed over Digest, base64url without
+// padding, verifies; the same signature over another digest does not.
+func TestSignedOutsideNkeys(t *testing.T) {
+	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	key, err := proof.UserKey(priv.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := proof.New(subject, key, at.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := proof.Digest(p)
+	p.Signature = base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, d[:]))
+	if err := proof.Verify(p); err != nil {
+		t.Fatalf("a proof signed with plain ed25519: %v", err)
+	}
+	if err := proof.Check(p, subject, at); err != nil {
+		t.Fatalf("check: %v", err)
+	}
+	p.Revision++
+	if r := reason(proof.Verify(p)); r != proof.ReasonBadSignature {
+		t.Fatalf("the signature over another statement: %s, want bad_signature", r)
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
@@ -63,28 +62,12 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 	if err != nil {
 		return nil, err
 	}
-	a, ok := v.Action(action)
-	if !ok {
-		return nil, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s", run, action)}
+	s, err := v.ProofSubject(action, *revision, answer)
+	if err != nil {
+		return nil, err
 	}
-	var req *struct {
-		rev int
-		r   events.Requirement
-	}
-	for _, h := range a.Approvals {
-		if (*revision == 0 && a.Pending != nil && h.Revision == a.Pending.Revision) || (*revision != 0 && h.Revision == *revision) {
-			req = &struct {
-				rev int
-				r   events.Requirement
-			}{h.Revision, h.Requirement}
-		}
-	}
-	if req == nil {
-		return nil, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("action %s of run %s has no approval request to sign for (state %s)", action, run, a.State)}
-	}
-	*revision = req.rev
+	*revision = s.Revision
 	pub, _ := kp.PublicKey()
-	s := proof.Subject{Run: run, Action: action, Revision: req.rev, Requirement: req.r, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
 	p, err := proof.New(s, pub, time.Now().Add(sf.ttl))
 	if err != nil {
 		return nil, err
@@ -93,7 +76,7 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 		return nil, err
 	}
 	fmt.Fprintf(w, "signing: %s run %s action %s revision %d (%s v%d): %s %s\n  key %s, expires %s\n",
-		answer, run, action, req.rev, req.r.Name, req.r.Version, a.Tool, a.Arguments, pub, p.Expires.Format(time.RFC3339))
+		answer, run, action, s.Revision, s.Requirement.Name, s.Requirement.Version, s.Tool, s.Arguments, pub, p.Expires.Format(time.RFC3339))
 	return &p, nil
 }
 

@@ -1,0 +1,167 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/client"
+	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/host"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/proof"
+)
+
+// serveSigned runs the payment desk with host.Run on a test server, its
+// only approver "keys" taking proofs signed by alice (an nkey) or by
+// browser (a plain ed25519 key, as a WebCrypto key signs), and returns a
+// client.
+func serveSigned(t *testing.T, alice, browser string) *client.Client {
+	t.Helper()
+	s := natstest.Start(t)
+	desk, err := agent.New(demo.AgentName, demo.ScriptedModel(), demo.Tools(), demo.Policy(), agent.WithApprovers(
+		approvers.Signed("keys", []approvers.Key{{Public: alice, Reviewer: "alice@bank"}, {Public: browser, Reviewer: "bob@bank"}}),
+	)).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- host.Run(ctx, s.Conn, s.JS, []*agent.Agent{desk}, host.WithReady(func() { close(ready) }))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("host.Run: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("host.Run: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("host never ready")
+	}
+	c, err := client.New(s.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Issue 12, what a console needs: from a pending approval (the approvals
+// inbox's item, or the run view) the client builds exactly what a signed
+// answer is for, signs it with an nkey (SignProof) or has it signed by a
+// key it never holds (proof.New, proof.Digest, plain ed25519, proof.UserKey),
+// submits it with the command, and reads back whether the recorded proof
+// verifies and whose key signed it; a proof sent twice is refused
+// proof_used.
+func TestClientSignedApprovals(t *testing.T) {
+	alice, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceKey, _ := alice.PublicKey()
+	browser := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, ed25519.SeedSize))
+	browserKey, err := proof.UserKey(browser.Public().(ed25519.PublicKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := serveSigned(t, aliceKey, browserKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	pending := func(v client.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }
+
+	// Approved with an nkey, from the inbox's item.
+	if _, err := c.Start(ctx, client.StartRequest{Run: "sp-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "sp-7", pending); err != nil {
+		t.Fatal(err)
+	}
+	var items []client.ApprovalItem
+	for deadline := time.Now().Add(30 * time.Second); len(items) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		items, _ = c.Approvals(ctx, client.InboxFilter{Run: "sp-7"})
+	}
+	if len(items) != 1 {
+		t.Fatalf("approvals inbox: %+v", items)
+	}
+	s := items[0].ProofSubject(client.AnswerApprove)
+	fromView, err := c.ProofSubject(ctx, "sp-7", "2/call_2_1", 0, client.AnswerApprove)
+	if err != nil || fromView.Run != s.Run || fromView.Action != s.Action || fromView.Revision != s.Revision ||
+		fromView.Requirement != s.Requirement || fromView.Tool != s.Tool || !bytes.Equal(fromView.Arguments, s.Arguments) {
+		t.Fatalf("the view's subject %+v (%v) is not the inbox item's %+v", fromView, err, s)
+	}
+	p, err := client.SignProof(s, alice, time.Now().Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := client.ApproveRequest{CommandID: "a-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &p}
+	if _, err := c.Approve(ctx, req); err != nil {
+		t.Fatalf("a signed approve: %v", err)
+	}
+	req.CommandID = "a-2"
+	var we *weft.Error
+	if _, err := c.Approve(ctx, req); !errors.As(err, &we) || we.Code != weft.CodeProofRefused || we.Reason != approvers.ReasonProofUsed {
+		t.Fatalf("the same proof again: %v, want proof_refused(proof_used)", err)
+	}
+	v, err := c.Wait(ctx, "sp-7", client.Finished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProof(t, v, aliceKey, "alice@bank")
+
+	// Rejected with a key the client never holds: it signs the digest.
+	if _, err := c.Start(ctx, client.StartRequest{Run: "sp-9", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "sp-9", pending); err != nil {
+		t.Fatal(err)
+	}
+	s, err = c.ProofSubject(ctx, "sp-9", "2/call_2_1", 0, client.AnswerReject)
+	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		s, err = c.ProofSubject(ctx, "sp-9", "2/call_2_1", 0, client.AnswerReject) // the view catches up
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = proof.New(s, browserKey, time.Now().Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := proof.Digest(p)
+	p.Signature = base64.RawURLEncoding.EncodeToString(ed25519.Sign(browser, d[:]))
+	if _, err := c.Reject(ctx, client.RejectRequest{CommandID: "r-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &p, Reason: "not today"}); err != nil {
+		t.Fatalf("a signed reject: %v", err)
+	}
+	v, err = c.Wait(ctx, "sp-9", client.Finished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProof(t, v, browserKey, "bob@bank")
+}
+
+// checkProof checks that 2/call_2_1's answer in v was recorded with a
+// proof by key that verifies, and names reviewer.
+func checkProof(t *testing.T, v client.RunView, key, reviewer string) {
+	t.Helper()
+	a, _ := v.Action("2/call_2_1")
+	if len(a.Approvals) != 1 {
+		t.Fatalf("%s: approvals %+v", v.Run, a.Approvals)
+	}
+	h := a.Approvals[0]
+	if h.Reviewer != reviewer || h.Verifier != "keys" || h.Proof == nil || h.Proof.Key != key || !h.Proof.Verified || h.Proof.Reason != "" {
+		t.Fatalf("%s: answer %+v proof %+v, want %s by keys, a verified proof by %s", v.Run, h, h.Proof, reviewer, key)
+	}
+}
