@@ -205,3 +205,56 @@ func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
 	default:
 	}
 }
+
+// A runner started while its server restarts (SEMANTICS §8: a server
+// restart stops nobody; issue 07 violation 11, after the first connection)
+// waits for the server and then serves, instead of returning from Run
+// because its buckets could not be looked up in time (cmd/runner then
+// exited).
+func TestRunnerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
+	h := newHarness(t)
+	nc := h.srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv.Stop()
+	m := model.NewScripted("s", model.Answer("ok"))
+	r, err := runner.New(nc, js, []*agent.Agent{build(t, m, nil, policy.Func(approvalAbove))}, runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var runErr error
+	go func() { defer close(done); runErr = r.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	// Down for longer than a JetStream request's default timeout (5 s).
+	select {
+	case <-done:
+		t.Fatalf("Run returned while the server was down: %v", runErr)
+	case <-time.After(6 * time.Second):
+	}
+	h.srv.StartAgain()
+	h.client = api.NewClient(h.srv.Conn)
+	c := ctx(t)
+	ready := make(chan error, 1)
+	go func() { ready <- h.client.Ready(c) }()
+	select {
+	case <-done:
+		t.Fatalf("Run returned: %v", runErr)
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.client.Start(c, api.StartRequest{Run: "down", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("down", aggregate.StatusFinished)
+	stop() // drained while the server is up
+	<-done
+	if runErr != nil {
+		t.Fatalf("Run: %v", runErr)
+	}
+}

@@ -470,36 +470,13 @@ func (r *Runner) externalQueues() []worker.Queue {
 }
 
 // Run serves until ctx is cancelled, then drains (see the package doc) and
-// returns. It returns early with an error if an asset is missing.
+// returns. It returns early with an error if an asset is missing; while
+// the server does not answer (it restarts) it waits for it.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := CheckMaxPayload(r.nc); err != nil {
 		r.log.Warn("runner: "+err.Error(), "max_payload", r.nc.MaxPayload(), "need", natsnode.MaxPayload)
 	}
-	var err error
-	if r.live, err = r.js.KeyValue(ctx, RunnersBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
-	}
-	// The bucket's max age is the lease every runner is judged by: beat
-	// within it even when this runner was configured with another lease
-	// (the bucket was provisioned by someone else), or peers would take
-	// its runs over between two heartbeats.
-	if st, err := r.live.Status(ctx); err == nil && st.TTL() > 0 && st.TTL() != r.lease {
-		r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
-		r.lease = st.TTL()
-	}
-	if r.liveStream, err = r.js.Stream(ctx, "KV_"+RunnersBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
-	}
-	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
-	}
-	if r.cmds, err = r.js.KeyValue(ctx, api.CommandsBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", api.CommandsBucket, err)
-	}
-	if r.snaps, err = r.js.KeyValue(ctx, SnapshotsBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", SnapshotsBucket, err)
-	}
-	if err := r.ensureTaskConsumers(ctx); err != nil {
+	if err := r.lookUpAssets(ctx); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -619,6 +596,77 @@ func (r *Runner) Run(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	_ = r.live.Delete(rctx, r.id)
 	cancel()
+	return nil
+}
+
+// lookUpAssets looks up the buckets Run uses and ensures the task
+// consumers, again and again while the server does not answer — a runner
+// started while its server restarts waits for it instead of returning —
+// until ctx ends. Each attempt has its own deadline, doubling from 2 s up
+// to 16 s (a request sent while the server restarts may never be
+// answered). A missing asset is returned at once.
+func (r *Runner) lookUpAssets(ctx context.Context) error {
+	backoff, limit := 100*time.Millisecond, 2*time.Second
+	for {
+		actx, cancel := context.WithTimeout(ctx, limit)
+		err := r.assets(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !unanswered(err) {
+			return err
+		}
+		r.log.Warn("runner: the server does not answer; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+		backoff, limit = min(2*backoff, 2*time.Second), min(2*limit, 16*time.Second)
+	}
+}
+
+// unanswered reports whether err means the server did not answer (it is
+// down or restarting), not that it refused.
+func unanswered(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
+		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503
+	}
+	return false
+}
+
+// assets is one attempt of lookUpAssets.
+func (r *Runner) assets(ctx context.Context) error {
+	var err error
+	if r.live, err = r.js.KeyValue(ctx, RunnersBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
+	}
+	// The bucket's max age is the lease every runner is judged by: beat
+	// within it even when this runner was configured with another lease
+	// (the bucket was provisioned by someone else), or peers would take
+	// its runs over between two heartbeats.
+	if st, err := r.live.Status(ctx); err == nil && st.TTL() > 0 && st.TTL() != r.lease {
+		r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
+		r.lease = st.TTL()
+	}
+	if r.liveStream, err = r.js.Stream(ctx, "KV_"+RunnersBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
+	}
+	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
+	}
+	if r.cmds, err = r.js.KeyValue(ctx, api.CommandsBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", api.CommandsBucket, err)
+	}
+	if r.snaps, err = r.js.KeyValue(ctx, SnapshotsBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", SnapshotsBucket, err)
+	}
+	if err := r.ensureTaskConsumers(ctx); err != nil {
+		return err
+	}
 	return nil
 }
 

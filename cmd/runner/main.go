@@ -8,9 +8,10 @@
 // Credentials: --creds / NATS_CREDS (the runner role's, docs/security.md),
 // --nkey / NATS_NKEY, --user and NATS_PASSWORD, or NATS_TOKEN.
 //
-// The first connection to the server is retried for up to 30 s (a runner
-// started while its server restarts waits for it); after that the
-// connection reconnects for ever.
+// The first connection to the server is retried for up to 30 s, and the
+// runner's first requests (its buckets, its task consumers) for as long
+// as the server does not answer: a runner started while its server
+// restarts waits for it. After that the connection reconnects for ever.
 //
 // The model is the scripted one unless WEFT_MODEL names a provider
 // (docs/models.md). SIGTERM or SIGINT drains: running bodies and model

@@ -107,6 +107,21 @@ func (s *Server) stop() {
 	s.node = nil
 }
 
+// Stop stops the server (the first half of Restart) until StartAgain: for
+// a test of what happens while the server is down.
+func (s *Server) Stop() {
+	s.t.Helper()
+	s.stop()
+}
+
+// StartAgain starts a stopped server on the same store directory and port
+// and provisions again (the second half of Restart); Conn, JS and Log
+// belong to the new server.
+func (s *Server) StartAgain() {
+	s.t.Helper()
+	s.start()
+}
+
 // Restart stops the server (draining the connection) and starts a new one
 // on the same store directory and port, then provisions again. Fields are
 // replaced: Conn, JS and Log belong to the new server.
