@@ -57,16 +57,17 @@ func (h *harness) refuseAppends() (allow func()) {
 // the run working with nothing in flight.
 func TestPendingWorkIsRetried_ModelReplyAppendFailed(t *testing.T) {
 	h := newHarness(t)
-	var accept func()
+	refused := make(chan func(), 1)
 	var once sync.Once
 	m := model.NewScripted("s", func(ctx context.Context, req model.Request) (model.Reply, error) {
-		once.Do(func() { accept = h.refuseAppends() })
+		once.Do(func() { refused <- h.refuseAppends() })
 		return model.Answer("done")(ctx, req)
 	})
 	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))})
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "ra1", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
+	accept := <-refused
 	time.Sleep(time.Second) // the reply's append is refused meanwhile
 	accept()
 	if _, out := finished(t, h, "ra1"); out.Kind != events.OutcomeCompleted {
@@ -78,10 +79,10 @@ func TestPendingWorkIsRetried_ModelReplyAppendFailed(t *testing.T) {
 // policy): its append failed; it is decided again and recorded.
 func TestPendingWorkIsRetried_CallResolutionAppendFailed(t *testing.T) {
 	h := newHarness(t)
-	var accept func()
+	refused := make(chan func(), 1)
 	var once sync.Once
 	p := policy.Func(func(ctx context.Context, a policy.Action) (policy.Decision, error) {
-		once.Do(func() { accept = h.refuseAppends() })
+		once.Do(func() { refused <- h.refuseAppends() })
 		return policy.Allow(), nil
 	})
 	b := &bodies{}
@@ -90,6 +91,7 @@ func TestPendingWorkIsRetried_CallResolutionAppendFailed(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "ra2", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
+	accept := <-refused
 	time.Sleep(time.Second) // the resolution's append is refused meanwhile
 	accept()
 	if _, out := finished(t, h, "ra2"); out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 {
