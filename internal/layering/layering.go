@@ -1,7 +1,11 @@
 // Package layering holds the test that enforces Weft's layering rule
 // (ARCHITECTURE.md, "Determinism rules"; STYLE.md principle 10): the pure
-// packages events, aggregate and projections import nothing from NATS, net
-// or os, and never read the clock (time.Now, time.Since, time.Until).
+// packages (Pure) import nothing from NATS, net, os or log, never read the
+// clock (time.Now, time.Since, time.Until), never wait on it (time.Sleep,
+// time.After, time.AfterFunc, time.Tick, timers and tickers) and start no
+// goroutine. A decision that depended on when it ran, on a log line being
+// written or on a goroutine being scheduled could not be refolded from the
+// log to the same state (determinism rule 4).
 //
 // The check parses the packages' non-test Go files with go/parser and
 // inspects their direct imports and selector expressions, so a transitive
@@ -35,15 +39,23 @@ func forbiddenImport(path string) string {
 		return "NATS"
 	case path == "syscall", path == "io/ioutil", path == "math/rand", path == "math/rand/v2", path == "crypto/rand":
 		return "I/O or randomness"
+	case path == "log" || strings.HasPrefix(path, "log/"):
+		return "logging"
 	}
 	return ""
 }
 
-// clockReads are the functions of package time that read the clock.
-var clockReads = map[string]bool{"Now": true, "Since": true, "Until": true}
+// clockUses are the functions of package time that read the clock or wait
+// on it. Durations, time.Time values and their methods stay allowed: time
+// arrives on events as data.
+var clockUses = map[string]bool{
+	"Now": true, "Since": true, "Until": true,
+	"Sleep": true, "After": true, "AfterFunc": true, "Tick": true, "NewTimer": true, "NewTicker": true,
+}
 
 // Check parses the non-test .go files in dir and returns one line per
-// violation, sorted: "file:line: imports os" or "file:line: calls time.Now".
+// violation, sorted: "file:line: imports os (os)", "file:line: uses
+// time.Now" or "file:line: starts a goroutine".
 // It returns an error when dir holds no non-test Go files.
 func Check(dir string) ([]string, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
@@ -80,12 +92,13 @@ func Check(dir string) ([]string, error) {
 			}
 		}
 		ast.Inspect(f, func(node ast.Node) bool {
-			sel, ok := node.(*ast.SelectorExpr)
-			if !ok {
-				return true
-			}
-			if x, ok := sel.X.(*ast.Ident); ok && timeNames[x.Name] && clockReads[sel.Sel.Name] {
-				out = append(out, fmt.Sprintf("%s: uses time.%s", fset.Position(sel.Pos()), sel.Sel.Name))
+			switch n := node.(type) {
+			case *ast.GoStmt:
+				out = append(out, fmt.Sprintf("%s: starts a goroutine", fset.Position(n.Pos())))
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok && timeNames[x.Name] && clockUses[n.Sel.Name] {
+					out = append(out, fmt.Sprintf("%s: uses time.%s", fset.Position(n.Pos()), n.Sel.Name))
+				}
 			}
 			return true
 		})

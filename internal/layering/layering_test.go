@@ -7,8 +7,9 @@ import (
 	"testing"
 )
 
-// TestPurePackages: events, aggregate and projections import no NATS, net
-// or os, and never read the clock.
+// TestPurePackages: the pure packages import no NATS, net, os or log,
+// never read the clock, never sleep or arm a timer, and start no goroutine
+// (ARCHITECTURE.md, determinism rule 1; STYLE.md principles 1 and 10).
 func TestPurePackages(t *testing.T) {
 	for _, pkg := range Pure {
 		violations, err := Check(filepath.Join("..", "..", pkg))
@@ -29,7 +30,11 @@ func TestCheckCatchesViolations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"imports net/http", "imports os", "imports github.com/nats-io/nats.go", "uses time.Now", "uses time.Since"}
+	want := []string{
+		"imports log (logging)", "imports log/slog (logging)", "imports net/http", "imports os", "imports github.com/nats-io/nats.go",
+		"uses time.Now", "uses time.Since", "uses time.Sleep", "uses time.After", "uses time.AfterFunc",
+		"starts a goroutine",
+	}
 	joined := strings.Join(got, "\n")
 	for _, w := range want {
 		if !strings.Contains(joined, w) {
