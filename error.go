@@ -21,42 +21,77 @@ type Code string
 // The closed set of protocol error codes.
 const (
 	// Input problems: the request was refused and nothing was written.
-	CodeInvalidJSON     Code = "invalid_json"      // the body is not valid JSON
-	CodeInvalidRequest  Code = "invalid_request"   // a field is missing, of the wrong type or out of range
-	CodePayloadTooLarge Code = "payload_too_large" // the body or a field is over its size limit
-	CodeInvalidName     Code = "invalid_name"      // a run id, tool or agent name breaks its grammar
-	CodeUnknownRun      Code = "unknown_run"       // no run has this id
-	CodeUnknownAgent    Code = "unknown_agent"     // no runner serves this agent name and version
-	CodeUnknownTool     Code = "unknown_tool"      // no tool has this name
-	CodeBadFilter       Code = "bad_filter"        // a query filter is malformed
-	CodeBadCursor       Code = "bad_cursor"        // a paging cursor is malformed or stale
+
+	// CodeInvalidJSON means the body is not valid JSON.
+	CodeInvalidJSON Code = "invalid_json"
+	// CodeInvalidRequest means a field is missing, of the wrong type or out of range.
+	CodeInvalidRequest Code = "invalid_request"
+	// CodePayloadTooLarge means the body or a field is over its size limit.
+	CodePayloadTooLarge Code = "payload_too_large"
+	// CodeInvalidName means a run id, tool or agent name breaks its grammar.
+	CodeInvalidName Code = "invalid_name"
+	// CodeUnknownRun means no run has this id.
+	CodeUnknownRun Code = "unknown_run"
+	// CodeUnknownAgent means no runner serves this agent name and version.
+	CodeUnknownAgent Code = "unknown_agent"
+	// CodeUnknownTool means no tool has this name.
+	CodeUnknownTool Code = "unknown_tool"
+	// CodeBadFilter means a query filter is malformed.
+	CodeBadFilter Code = "bad_filter"
+	// CodeBadCursor means a paging cursor is malformed or stale.
+	CodeBadCursor Code = "bad_cursor"
 
 	// Run and action state: the command does not apply to the run as it is.
-	CodeAlreadyStarted    Code = "already_started"    // a run with this id exists (see SameInput)
-	CodeKeyReused         Code = "key_reused"         // an idempotency key was used before with another input (MCP serve)
-	CodeWrongReference    Code = "wrong_reference"    // the action does not exist in this run
-	CodeStaleReference    Code = "stale_reference"    // the revision or requirement was superseded
-	CodeAlreadyAnswered   Code = "already_answered"   // the approval request has an answer
-	CodeApprovalExpired   Code = "approval_expired"   // the approval request expired before the answer
-	CodeRunEnded          Code = "run_ended"          // the run has finished
-	CodeProofRefused      Code = "proof_refused"      // the approval proof was refused (see Reason)
-	CodeNotReconcilable   Code = "not_reconcilable"   // the action is not uncertain
-	CodeAlreadyRecorded   Code = "already_recorded"   // the action already has its result
-	CodeNotAwaited        Code = "not_awaited"        // nobody waits for this settlement any more
-	CodeSettleUnconfirmed Code = "settle_unconfirmed" // the store outcome of a settlement is unknown
-	CodeOutcomeUnknown    Code = "outcome_unknown"    // a forwarded command got no answer in time: it may or may not have been applied
-	CodeInvalidContent    Code = "invalid_content"    // reconciliation content has the wrong shape
-	CodeRunActive         Code = "run_active"         // the stored-run form was used on a live run
-	CodeRunNotEnded       Code = "run_not_ended"      // reserved
-	CodeNotResolvable     Code = "not_resolvable"     // the action is no open question (not reconciled as unconfirmed)
-	CodeAlreadyResolved   Code = "already_resolved"   // the open question has its final truth already
+
+	// CodeAlreadyStarted means a run with this id exists (see SameInput).
+	CodeAlreadyStarted Code = "already_started"
+	// CodeKeyReused means an idempotency key was used before with another input (MCP serve).
+	CodeKeyReused Code = "key_reused"
+	// CodeWrongReference means the action does not exist in this run.
+	CodeWrongReference Code = "wrong_reference"
+	// CodeStaleReference means the revision or requirement was superseded.
+	CodeStaleReference Code = "stale_reference"
+	// CodeAlreadyAnswered means the approval request has an answer.
+	CodeAlreadyAnswered Code = "already_answered"
+	// CodeApprovalExpired means the approval request expired before the answer.
+	CodeApprovalExpired Code = "approval_expired"
+	// CodeRunEnded means the run has finished.
+	CodeRunEnded Code = "run_ended"
+	// CodeProofRefused means the approval proof was refused (see Reason).
+	CodeProofRefused Code = "proof_refused"
+	// CodeNotReconcilable means the action is not uncertain.
+	CodeNotReconcilable Code = "not_reconcilable"
+	// CodeAlreadyRecorded means the action already has its result.
+	CodeAlreadyRecorded Code = "already_recorded"
+	// CodeNotAwaited means nobody waits for this settlement any more.
+	CodeNotAwaited Code = "not_awaited"
+	// CodeSettleUnconfirmed means the store outcome of a settlement is unknown.
+	CodeSettleUnconfirmed Code = "settle_unconfirmed"
+	// CodeOutcomeUnknown means a forwarded command got no answer in time: it may or may not have been applied.
+	CodeOutcomeUnknown Code = "outcome_unknown"
+	// CodeInvalidContent means reconciliation content has the wrong shape.
+	CodeInvalidContent Code = "invalid_content"
+	// CodeRunActive means the stored-run form was used on a live run.
+	CodeRunActive Code = "run_active"
+	// CodeRunNotEnded is reserved: never sent today, kept so that it is never reused.
+	CodeRunNotEnded Code = "run_not_ended"
+	// CodeNotResolvable means the action is no open question (not reconciled as unconfirmed).
+	CodeNotResolvable Code = "not_resolvable"
+	// CodeAlreadyResolved means the open question has its final truth already.
+	CodeAlreadyResolved Code = "already_resolved"
 
 	// Runtime conditions: the command may succeed when retried.
-	CodeRunnerBusy  Code = "runner_busy" // the command was not applied within the command timeout
-	CodeContended   Code = "contended"   // concurrent writers kept winning; nothing was applied
-	CodeConflict    Code = "conflict"    // an append lost its optimistic-concurrency check
-	CodeUnavailable Code = "unavailable" // NATS or another dependency did not answer
-	CodeInternal    Code = "internal"    // a bug; the message says where
+
+	// CodeRunnerBusy means the command was not applied within the command timeout.
+	CodeRunnerBusy Code = "runner_busy"
+	// CodeContended means concurrent writers kept winning; nothing was applied.
+	CodeContended Code = "contended"
+	// CodeConflict means an append lost its optimistic-concurrency check.
+	CodeConflict Code = "conflict"
+	// CodeUnavailable means nATS or another dependency did not answer.
+	CodeUnavailable Code = "unavailable"
+	// CodeInternal means a bug; the message says where.
+	CodeInternal Code = "internal"
 )
 
 // Error is the one coded domain error of Weft. Every refusal the runtime

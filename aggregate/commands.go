@@ -216,10 +216,18 @@ type TimerKind string
 
 // The timer kinds.
 const (
-	TimerApprovalExpiry TimerKind = "approval_expiry" // Action, Revision
-	TimerSettleWindow   TimerKind = "settle_window"   // Action, Attempt
-	TimerModelRetry     TimerKind = "model_retry"     // Turn (the failed one)
-	TimerToolTimeout    TimerKind = "tool_timeout"    // Action, Attempt
+	// TimerApprovalExpiry fires at an approval request's deadline; it
+	// names the Action and the request's Revision.
+	TimerApprovalExpiry TimerKind = "approval_expiry"
+	// TimerSettleWindow fires when a stopped settling tool's window closes;
+	// it names the Action and Attempt.
+	TimerSettleWindow TimerKind = "settle_window"
+	// TimerModelRetry fires when a retryable model failure's delay is over;
+	// it names the Turn that failed.
+	TimerModelRetry TimerKind = "model_retry"
+	// TimerToolTimeout fires at a fenced attempt's deadline; it names the
+	// Action and Attempt.
+	TimerToolTimeout TimerKind = "tool_timeout"
 )
 
 // TimerFired says a timer armed from Pending's Work fired. A timer that is

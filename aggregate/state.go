@@ -17,40 +17,63 @@ type ActionState string
 // The action states. Requested, AwaitingApproval, Queued, Running and
 // Settling are live; Uncertain needs a person; the rest are ended.
 const (
-	// ActionRequested: the model asked for the call; validation and policy
-	// have not been recorded yet.
+	// ActionRequested is an action the model asked for whose validation
+	// and policy have not been recorded yet.
 	ActionRequested ActionState = "requested"
-	// ActionAwaitingApproval: a person's approval is requested.
+	// ActionAwaitingApproval is an action waiting for a person's approval;
+	// it holds no concurrency slot.
 	ActionAwaitingApproval ActionState = "awaiting_approval"
-	// ActionQueued: allowed, waiting for a concurrency slot and its fence.
+	// ActionQueued is an allowed action waiting for a concurrency slot and
+	// its fence.
 	ActionQueued ActionState = "queued"
-	// ActionRunning: an attempt is fenced; its body may run.
+	// ActionRunning is an action whose current attempt is fenced: its body
+	// may be running and may have touched the world.
 	ActionRunning ActionState = "running"
-	// ActionSettling: the body was stopped (timeout, cancellation) and the
-	// run waits until SettleBy for the settling tool's settlement.
+	// ActionSettling is an action whose body was stopped (timeout,
+	// cancellation) while the run waits until SettleBy for the settling
+	// tool's settlement.
 	ActionSettling ActionState = "settling"
-	// ActionUncertain: the effect may or may not have happened.
+	// ActionUncertain is an action whose effect may or may not have
+	// happened: it waits for a person's reconciliation or one definite
+	// settlement, and is never replayed.
 	ActionUncertain ActionState = "uncertain"
 
-	ActionSucceeded        ActionState = "succeeded"
-	ActionToolFailed       ActionState = "tool_failed"
-	ActionDenied           ActionState = "denied"
-	ActionRejected         ActionState = "rejected"
+	// ActionSucceeded is an action whose body returned an output within
+	// max result bytes; Content is the encoded output.
+	ActionSucceeded ActionState = "succeeded"
+	// ActionToolFailed is an action whose body returned a definite failure
+	// (Explain); the model reads {"error": message}.
+	ActionToolFailed ActionState = "tool_failed"
+	// ActionDenied is an action the policy denied; the model reads the
+	// reason.
+	ActionDenied ActionState = "denied"
+	// ActionRejected is an action whose approval was rejected or expired.
+	ActionRejected ActionState = "rejected"
+	// ActionInvalidArguments is a call whose arguments did not decode with
+	// the tool's input codec; it reached neither policy nor handler.
 	ActionInvalidArguments ActionState = "invalid_arguments"
-	ActionUnknownTool      ActionState = "unknown_tool"
-	ActionReconciled       ActionState = "reconciled"
-	ActionNotStarted       ActionState = "not_started"
-	ActionFaulted          ActionState = "faulted"
+	// ActionUnknownTool is a call of a tool the agent does not have.
+	ActionUnknownTool ActionState = "unknown_tool"
+	// ActionReconciled is an uncertain action a person or a late definite
+	// settlement said the truth of; Content is what the model reads.
+	ActionReconciled ActionState = "reconciled"
+	// ActionNotStarted is an action that ended without any attempt: the
+	// model never reads it.
+	ActionNotStarted ActionState = "not_started"
+	// ActionFaulted is an action whose result was over max result bytes:
+	// the effect happened and the run fails output_encoding_failed.
+	ActionFaulted ActionState = "faulted"
 
-	// ActionDelegated: the action started a child run (a sub-agent
+	// ActionDelegated is an action that started a child run (a sub-agent
 	// delegation) and waits for the child's outcome. It holds no
 	// concurrency slot.
 	ActionDelegated ActionState = "delegated"
-	// ActionChildSettled: the child run finished; Content is what the
-	// model reads (the child's answer or an error naming its outcome).
+	// ActionChildSettled is a delegation whose child run finished; Content
+	// is what the model reads (the child's answer or an error naming its
+	// outcome).
 	ActionChildSettled ActionState = "child_settled"
-	// ActionLimitReached: a delegation over max children, max depth or the
-	// family turn budget, refused before policy.
+	// ActionLimitReached is a delegation over max children, max depth or
+	// the family turn budget, refused before policy.
 	ActionLimitReached ActionState = "limit_reached"
 )
 

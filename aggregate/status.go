@@ -9,15 +9,17 @@ type StatusKind string
 
 // The run statuses.
 const (
-	// StatusWorking: a model call or tool body is in flight (or due) under
-	// a live runner, or the run is stopping after a cancellation.
+	// StatusWorking is a run with a model call or tool body in flight (or
+	// due) under a live runner, or stopping after a cancellation.
 	StatusWorking StatusKind = "working"
-	// StatusUnattended: work is in flight but its runner handed the run
+	// StatusUnattended is a run with work in flight whose runner handed it
 	// off; recovery will pick it up.
 	StatusUnattended StatusKind = "unattended"
-	// StatusSuspended: nothing in flight; waiting for people.
+	// StatusSuspended is a run with nothing in flight, waiting for people
+	// (approvals, uncertain actions).
 	StatusSuspended StatusKind = "suspended"
-	// StatusFinished: the run reached its outcome.
+	// StatusFinished is a run that reached its outcome; it may still hold
+	// uncertain actions.
 	StatusFinished StatusKind = "finished"
 )
 

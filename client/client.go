@@ -154,28 +154,28 @@ func (c *Client) ProofSubject(ctx context.Context, run, action string, revision 
 
 // The outcomes of a Settlement or a Report.
 const (
-	// OutcomeOutput: the body returned its output (Content).
+	// OutcomeOutput reports that the body returned its output (Content).
 	OutcomeOutput = events.OutcomeOutput
-	// OutcomeExplain: a definite failure the model sees (Message).
+	// OutcomeExplain reports a definite failure the model sees (Message).
 	OutcomeExplain = events.OutcomeExplain
-	// OutcomeUncertain: the effect may have happened (Evidence).
+	// OutcomeUncertain reports that the effect may have happened (Evidence).
 	OutcomeUncertain = events.OutcomeUncertain
-	// OutcomeOversize: the output was over max result bytes (Report.Bytes).
+	// OutcomeOversize reports an output over max result bytes (Report.Bytes).
 	OutcomeOversize = events.OutcomeOversize
-	// OutcomeLost: the attempt ended without a result of its own
-	// (Report.Cause).
+	// OutcomeLost reports an attempt that ended without a result of its
+	// own (Report.Cause).
 	OutcomeLost = "lost"
 )
 
 // The run statuses of a RunView (SEMANTICS.md §6).
 const (
-	// StatusWorking: a model call or a tool body is in flight.
+	// StatusWorking is a run with a model call or a tool body in flight.
 	StatusWorking = projections.StatusWorking
-	// StatusUnattended: handed off, not recovered yet.
+	// StatusUnattended is a run handed off and not recovered yet.
 	StatusUnattended = projections.StatusUnattended
-	// StatusSuspended: waiting for people (approvals, uncertain effects).
+	// StatusSuspended is a run waiting for people (approvals, uncertain effects).
 	StatusSuspended = projections.StatusSuspended
-	// StatusFinished: the run reached its outcome.
+	// StatusFinished is a run that reached its outcome.
 	StatusFinished = projections.StatusFinished
 )
 

@@ -11,33 +11,60 @@ import (
 // The durable names of the event types. Never rename or reuse one; retire a
 // name by moving it to the reserved list below.
 const (
-	NameRunStarted         Name = "run_started"
-	NameModelRequested     Name = "model_requested"
-	NameModelReplied       Name = "model_replied"
-	NameModelFailed        Name = "model_failed"
-	NameAnswerRejected     Name = "answer_rejected"
-	NameCallValidated      Name = "call_validated"
-	NamePolicyDecided      Name = "policy_decided"
-	NameApprovalRequested  Name = "approval_requested"
-	NameApprovalAnswered   Name = "approval_answered"
+	// NameRunStarted is the stored name of RunStarted, every run's first event.
+	NameRunStarted Name = "run_started"
+	// NameModelRequested is the stored name of ModelRequested, a turn about to call the model.
+	NameModelRequested Name = "model_requested"
+	// NameModelReplied is the stored name of ModelReplied, the reply of the awaited turn.
+	NameModelReplied Name = "model_replied"
+	// NameModelFailed is the stored name of ModelFailed, a failed or timed-out turn.
+	NameModelFailed Name = "model_failed"
+	// NameAnswerRejected is the stored name of AnswerRejected, an undecodable typed final answer.
+	NameAnswerRejected Name = "answer_rejected"
+	// NameCallValidated is the stored name of CallValidated, one call checked against its tool.
+	NameCallValidated Name = "call_validated"
+	// NamePolicyDecided is the stored name of PolicyDecided, the policy's answer for an action.
+	NamePolicyDecided Name = "policy_decided"
+	// NameApprovalRequested is the stored name of ApprovalRequested, an action waiting for a person.
+	NameApprovalRequested Name = "approval_requested"
+	// NameApprovalAnswered is the stored name of ApprovalAnswered, the one answer to an approval request.
+	NameApprovalAnswered Name = "approval_answered"
+	// NameRequirementChanged is the stored name of RequirementChanged, a re-run policy asking for another requirement.
 	NameRequirementChanged Name = "requirement_changed"
-	NameActionQueued       Name = "action_queued"
-	NameAttemptFenced      Name = "attempt_fenced"
-	NameAttemptReported    Name = "attempt_reported"
-	NameAttemptLost        Name = "attempt_lost"
-	NameReportRefused      Name = "report_refused"
-	NameActionUncertain    Name = "action_uncertain"
+	// NameActionQueued is the stored name of ActionQueued, an action allowed to run.
+	NameActionQueued Name = "action_queued"
+	// NameAttemptFenced is the stored name of AttemptFenced, the fence committed before a body starts.
+	NameAttemptFenced Name = "attempt_fenced"
+	// NameAttemptReported is the stored name of AttemptReported, a body's own result.
+	NameAttemptReported Name = "attempt_reported"
+	// NameAttemptLost is the stored name of AttemptLost, an attempt that ended without a result of its own.
+	NameAttemptLost Name = "attempt_lost"
+	// NameReportRefused is the stored name of ReportRefused, a report that matched no current attempt.
+	NameReportRefused Name = "report_refused"
+	// NameActionUncertain is the stored name of ActionUncertain, an action whose effect may have happened.
+	NameActionUncertain Name = "action_uncertain"
+	// NameSettlementAccepted is the stored name of SettlementAccepted, a recorded settlement.
 	NameSettlementAccepted Name = "settlement_accepted"
-	NameSettlementRefused  Name = "settlement_refused"
-	NameReconciled         Name = "reconciled"
-	NameActionsNotStarted  Name = "actions_not_started"
-	NameCancelRequested    Name = "cancel_requested"
-	NameRunHandedOff       Name = "run_handed_off"
-	NameRunRecovered       Name = "run_recovered"
-	NameRunFinished        Name = "run_finished"
-	NameChildStarted       Name = "child_started"
-	NameChildSettled       Name = "child_settled"
-	NameResolved           Name = "resolved"
+	// NameSettlementRefused is the stored name of SettlementRefused, a settlement refused not_awaited.
+	NameSettlementRefused Name = "settlement_refused"
+	// NameReconciled is the stored name of Reconciled, a person's account of an uncertain action.
+	NameReconciled Name = "reconciled"
+	// NameActionsNotStarted is the stored name of ActionsNotStarted, actions that end without starting.
+	NameActionsNotStarted Name = "actions_not_started"
+	// NameCancelRequested is the stored name of CancelRequested, a run being cancelled.
+	NameCancelRequested Name = "cancel_requested"
+	// NameRunHandedOff is the stored name of RunHandedOff, a draining runner giving a run up.
+	NameRunHandedOff Name = "run_handed_off"
+	// NameRunRecovered is the stored name of RunRecovered, a takeover that bumps the incarnation.
+	NameRunRecovered Name = "run_recovered"
+	// NameRunFinished is the stored name of RunFinished, a run reaching its outcome.
+	NameRunFinished Name = "run_finished"
+	// NameChildStarted is the stored name of ChildStarted, a sub-agent delegation allowed to start.
+	NameChildStarted Name = "child_started"
+	// NameChildSettled is the stored name of ChildSettled, a delegation that ended.
+	NameChildSettled Name = "child_settled"
+	// NameResolved is the stored name of Resolved, the final truth of an unconfirmed reconciliation.
+	NameResolved Name = "resolved"
 )
 
 // Names lists every event name of the catalogue, in the order of this file.
@@ -164,11 +191,16 @@ type ModelRequested struct {
 
 // The reasons of ModelRequested.
 const (
-	TurnStart       = "start"
+	// TurnStart is the first turn of a run, on its input.
+	TurnStart = "start"
+	// TurnToolResults is a turn that feeds a batch's results back to the model.
 	TurnToolResults = "tool_results"
-	TurnRetry       = "retry"
-	TurnCorrection  = "correction"
-	TurnRecovery    = "recovery"
+	// TurnRetry is a turn that retries a retryable model failure after its delay.
+	TurnRetry = "retry"
+	// TurnCorrection is the corrective turn after an undecodable typed final answer.
+	TurnCorrection = "correction"
+	// TurnRecovery is a turn issued again because the previous call was lost with its runner; the lost turn stays spent.
+	TurnRecovery = "recovery"
 )
 
 // ModelReplied is emitted when the awaited model turn returned a reply. It
@@ -241,10 +273,14 @@ type CallValidated struct {
 // it is decided before policy and the model sees
 // {"error":"limit_reached","detail":...}.
 const (
-	CallValid            = "valid"
-	CallUnknownTool      = "unknown_tool"
+	// CallValid means the tool exists and the arguments decode with its input codec: the call goes on to policy.
+	CallValid = "valid"
+	// CallUnknownTool means the agent has no tool of that name: the model sees {"error":"unknown_tool"}.
+	CallUnknownTool = "unknown_tool"
+	// CallInvalidArguments means the arguments do not decode with the tool's input codec; Detail says where and why.
 	CallInvalidArguments = "invalid_arguments"
-	CallLimitReached     = "limit_reached"
+	// CallLimitReached means a delegation over max children, max depth or the family turn budget; Detail names the bound.
+	CallLimitReached = "limit_reached"
 )
 
 // ChildStarted is emitted when the policy allowed a sub-agent delegation
@@ -299,10 +335,14 @@ type PolicyDecided struct {
 
 // The decisions of PolicyDecided.
 const (
-	PolicyAllow           = "allow"
-	PolicyDeny            = "deny"
+	// PolicyAllow lets the action run (ActionQueued, or ChildStarted for a delegation).
+	PolicyAllow = "allow"
+	// PolicyDeny ends the action denied; the model sees the Reason.
+	PolicyDeny = "deny"
+	// PolicyRequireApproval makes the action wait for an approval of Requirement.
 	PolicyRequireApproval = "require_approval"
-	PolicyError           = "error"
+	// PolicyError records a policy error, panic or timeout: the run fails closed (policy_failed).
+	PolicyError = "error"
 )
 
 // ApprovalRequested is emitted when an action waits for a person's approval.
@@ -369,15 +409,21 @@ type ApprovalProof struct {
 
 // The reasons of ApprovalRequested.
 const (
-	AskPolicy             = "policy"
+	// AskPolicy is a request the policy asked for at the model's request.
+	AskPolicy = "policy"
+	// AskRequirementChanged is a request re-asked because the re-run policy wants another requirement.
 	AskRequirementChanged = "requirement_changed"
-	AskRecovery           = "recovery"
+	// AskRecovery is a request re-asked for an approved action that had not started at a loss.
+	AskRecovery = "recovery"
 )
 
 // The answers of ApprovalAnswered.
 const (
+	// AnswerApprove approves the request; the policy is re-run before the action may run.
 	AnswerApprove = "approve"
-	AnswerReject  = "reject"
+	// AnswerReject rejects the request; the policy is not re-run and the action ends rejected.
+	AnswerReject = "reject"
+	// AnswerExpired is recorded when the request's deadline passed by the store's clock.
 	AnswerExpired = "expired"
 )
 
@@ -415,7 +461,9 @@ type ActionQueued struct {
 
 // The reasons of ActionQueued.
 const (
-	QueuedAllowed  = "allowed"
+	// QueuedAllowed is an action the policy allowed at the model's request.
+	QueuedAllowed = "allowed"
+	// QueuedApproved is an action allowed by the policy re-run after an approval.
 	QueuedApproved = "approved"
 )
 
@@ -457,10 +505,14 @@ type AttemptReported struct {
 
 // The outcomes of AttemptReported and SettlementAccepted.
 const (
-	OutcomeOutput    = "output"
-	OutcomeExplain   = "explain"
+	// OutcomeOutput is a body's (or settlement's) encoded output: the action succeeds.
+	OutcomeOutput = "output"
+	// OutcomeExplain is a definite failure with a message for the model: the action ends tool_failed.
+	OutcomeExplain = "explain"
+	// OutcomeUncertain is a typed uncertain result: the effect may have happened and it is never replayed.
 	OutcomeUncertain = "uncertain"
-	OutcomeOversize  = "oversize"
+	// OutcomeOversize is a result over max result bytes: the action is faulted, the effect did happen.
+	OutcomeOversize = "oversize"
 )
 
 // AttemptLost is emitted when an attempt ended without a result of its own:
@@ -484,15 +536,24 @@ type AttemptLost struct {
 
 // The causes and next steps of AttemptLost.
 const (
-	CauseTimedOut   = "timed_out"
-	CauseCrashed    = "crashed"
+	// CauseTimedOut is a body still running at its timeout.
+	CauseTimedOut = "timed_out"
+	// CauseCrashed is a body whose worker reported it crashed (a lost report).
+	CauseCrashed = "crashed"
+	// CauseWorkerLost is a task redelivered after its worker vanished, reported lost.
 	CauseWorkerLost = "worker_lost"
+	// CauseRunnerLost is a body in flight when its runner was lost (found at recovery).
 	CauseRunnerLost = "runner_lost"
-	CauseStopped    = "stopped"
+	// CauseStopped is a body stopped by a cancellation or by the run finishing.
+	CauseStopped = "stopped"
 
-	NextReplay    = "replay"
+	// NextReplay queues the action again for a new attempt within its recorded budget.
+	NextReplay = "replay"
+	// NextReapprove asks again for the approval of an approved action whose runner was lost.
 	NextReapprove = "reapprove"
-	NextSettle    = "settle"
+	// NextSettle waits until SettleBy for a settling tool's settlement.
+	NextSettle = "settle"
+	// NextUncertain makes the action uncertain: a person reconciles it.
 	NextUncertain = "uncertain"
 )
 
@@ -513,10 +574,15 @@ type ReportRefused struct {
 
 // The reasons of ReportRefused.
 const (
-	RefusedForeign     = "foreign"
-	RefusedStale       = "stale"
-	RefusedDuplicate   = "duplicate"
-	RefusedNotRunning  = "not_running"
+	// RefusedForeign is a report for no such action or for an attempt never fenced.
+	RefusedForeign = "foreign"
+	// RefusedStale is a report of an earlier attempt than the current one.
+	RefusedStale = "stale"
+	// RefusedDuplicate is a second report of an attempt that already has its outcome.
+	RefusedDuplicate = "duplicate"
+	// RefusedNotRunning is a report for an action with no attempt in flight.
+	RefusedNotRunning = "not_running"
+	// RefusedRunFinished is a report that arrived after the run finished.
 	RefusedRunFinished = "run_finished"
 	// RefusedResultTooLarge is the reason of a late report, on an
 	// uncertain action, whose encoded result is over max result bytes.
@@ -582,8 +648,11 @@ type Reconciled struct {
 
 // The kinds of Reconciled.
 const (
-	ReconciledOutput      = "output"
-	ReconciledError       = "error"
+	// ReconciledOutput records that the effect happened; Content is the tool's encoded output.
+	ReconciledOutput = "output"
+	// ReconciledError records that the effect did not happen; Content is {"error": message}.
+	ReconciledError = "error"
+	// ReconciledUnconfirmed records that nobody knows yet; Content is {"unconfirmed": note} and the run goes on.
 	ReconciledUnconfirmed = "unconfirmed"
 )
 
@@ -598,10 +667,14 @@ type ActionsNotStarted struct {
 
 // The reasons of ActionsNotStarted.
 const (
-	NotStartedPolicyFailed    = "policy_failed"
+	// NotStartedPolicyFailed ends a batch whose policy failed.
+	NotStartedPolicyFailed = "policy_failed"
+	// NotStartedBudgetExhausted ends a batch whose results could not be fed to another permitted turn.
 	NotStartedBudgetExhausted = "budget_exhausted"
-	NotStartedCancelled       = "cancelled"
-	NotStartedRunFinished     = "run_finished"
+	// NotStartedCancelled ends the actions a cancellation found queued or awaiting approval.
+	NotStartedCancelled = "cancelled"
+	// NotStartedRunFinished ends the actions still waiting when the run finished otherwise.
+	NotStartedRunFinished = "run_finished"
 )
 
 // CancelRequested is emitted when a run is cancelled. An in-flight model
@@ -642,8 +715,10 @@ type RunRecovered struct {
 
 // The causes of RunRecovered.
 const (
+	// RecoveredRunnerLost is a takeover from a runner that is gone.
 	RecoveredRunnerLost = "runner_lost"
-	RecoveredHandedOff  = "handed_off"
+	// RecoveredHandedOff is a takeover of a run its draining runner handed off.
+	RecoveredHandedOff = "handed_off"
 )
 
 // Outcome is how a run finished (SEMANTICS.md §6). Kind is one of the
@@ -663,22 +738,38 @@ type Outcome struct {
 
 // The kinds of Outcome and the reasons of the budget and failed kinds.
 const (
-	OutcomeCompleted          = "completed"
-	OutcomeAnswerInvalid      = "answer_invalid"
-	OutcomeRefused            = "refused"
-	OutcomeOutputLimited      = "output_limited"
-	OutcomeBudgetExhausted    = "budget_exhausted"
+	// OutcomeCompleted is a run that ended with a final answer (Answer).
+	OutcomeCompleted = "completed"
+	// OutcomeAnswerInvalid is a typed final answer still undecodable when attempts, turns or tokens ran out (Raw, Reason).
+	OutcomeAnswerInvalid = "answer_invalid"
+	// OutcomeRefused is a model refusal (Reason).
+	OutcomeRefused = "refused"
+	// OutcomeOutputLimited is a reply truncated by the provider (Partial).
+	OutcomeOutputLimited = "output_limited"
+	// OutcomeBudgetExhausted is a run out of turns, tokens or family turns (Reason, Limit, Used).
+	OutcomeBudgetExhausted = "budget_exhausted"
+	// OutcomeBudgetUnverifiable is a reply without usage under a token budget (Turn).
 	OutcomeBudgetUnverifiable = "budget_unverifiable"
-	OutcomeCancelled          = "cancelled"
-	OutcomeFailed             = "failed"
+	// OutcomeCancelled is a cancelled run.
+	OutcomeCancelled = "cancelled"
+	// OutcomeFailed is a run that failed (Reason, one of the failed reasons below).
+	OutcomeFailed = "failed"
 
-	ReasonTurnLimit              = "turn_limit"
-	ReasonTokenLimit             = "token_limit"
-	ReasonFamilyLimit            = "family_limit"
-	ReasonPolicyFailed           = "policy_failed"
-	ReasonOutputEncodingFailed   = "output_encoding_failed"
-	ReasonToolChanged            = "tool_changed"
-	ReasonModelFailed            = "model_failed"
+	// ReasonTurnLimit is budget_exhausted by max turns.
+	ReasonTurnLimit = "turn_limit"
+	// ReasonTokenLimit is budget_exhausted by the token budget.
+	ReasonTokenLimit = "token_limit"
+	// ReasonFamilyLimit is budget_exhausted by the family turn budget of a child run.
+	ReasonFamilyLimit = "family_limit"
+	// ReasonPolicyFailed is failed because the policy errored, panicked or timed out.
+	ReasonPolicyFailed = "policy_failed"
+	// ReasonOutputEncodingFailed is failed because a result was over max result bytes (Setting names it).
+	ReasonOutputEncodingFailed = "output_encoding_failed"
+	// ReasonToolChanged is failed because the redeployed agent no longer has a tool a live action needs (Action).
+	ReasonToolChanged = "tool_changed"
+	// ReasonModelFailed is failed by a non-retryable model error.
+	ReasonModelFailed = "model_failed"
+	// ReasonModelProtocolViolation is failed by an empty call list or duplicate call ids in one reply.
 	ReasonModelProtocolViolation = "model_protocol_violation"
 )
 
@@ -689,86 +780,6 @@ const (
 type RunFinished struct {
 	Outcome Outcome `json:"outcome"`
 }
-
-func (RunStarted) EventName() Name         { return NameRunStarted }
-func (ModelRequested) EventName() Name     { return NameModelRequested }
-func (ModelReplied) EventName() Name       { return NameModelReplied }
-func (ModelFailed) EventName() Name        { return NameModelFailed }
-func (AnswerRejected) EventName() Name     { return NameAnswerRejected }
-func (CallValidated) EventName() Name      { return NameCallValidated }
-func (PolicyDecided) EventName() Name      { return NamePolicyDecided }
-func (ApprovalRequested) EventName() Name  { return NameApprovalRequested }
-func (ApprovalAnswered) EventName() Name   { return NameApprovalAnswered }
-func (RequirementChanged) EventName() Name { return NameRequirementChanged }
-func (ActionQueued) EventName() Name       { return NameActionQueued }
-func (AttemptFenced) EventName() Name      { return NameAttemptFenced }
-func (AttemptReported) EventName() Name    { return NameAttemptReported }
-func (AttemptLost) EventName() Name        { return NameAttemptLost }
-func (ReportRefused) EventName() Name      { return NameReportRefused }
-func (ActionUncertain) EventName() Name    { return NameActionUncertain }
-func (SettlementAccepted) EventName() Name { return NameSettlementAccepted }
-func (SettlementRefused) EventName() Name  { return NameSettlementRefused }
-func (Reconciled) EventName() Name         { return NameReconciled }
-func (ActionsNotStarted) EventName() Name  { return NameActionsNotStarted }
-func (CancelRequested) EventName() Name    { return NameCancelRequested }
-func (RunHandedOff) EventName() Name       { return NameRunHandedOff }
-func (RunRecovered) EventName() Name       { return NameRunRecovered }
-func (RunFinished) EventName() Name        { return NameRunFinished }
-
-// All event types are at schema version 1.
-func (RunStarted) SchemaVersion() int         { return 1 }
-func (ModelRequested) SchemaVersion() int     { return 1 }
-func (ModelReplied) SchemaVersion() int       { return 1 }
-func (ModelFailed) SchemaVersion() int        { return 1 }
-func (AnswerRejected) SchemaVersion() int     { return 1 }
-func (CallValidated) SchemaVersion() int      { return 1 }
-func (PolicyDecided) SchemaVersion() int      { return 1 }
-func (ApprovalRequested) SchemaVersion() int  { return 1 }
-func (ApprovalAnswered) SchemaVersion() int   { return 1 }
-func (RequirementChanged) SchemaVersion() int { return 1 }
-func (ActionQueued) SchemaVersion() int       { return 1 }
-func (AttemptFenced) SchemaVersion() int      { return 1 }
-func (AttemptReported) SchemaVersion() int    { return 1 }
-func (AttemptLost) SchemaVersion() int        { return 1 }
-func (ReportRefused) SchemaVersion() int      { return 1 }
-func (ActionUncertain) SchemaVersion() int    { return 1 }
-func (SettlementAccepted) SchemaVersion() int { return 1 }
-func (SettlementRefused) SchemaVersion() int  { return 1 }
-func (Reconciled) SchemaVersion() int         { return 1 }
-func (ActionsNotStarted) SchemaVersion() int  { return 1 }
-func (CancelRequested) SchemaVersion() int    { return 1 }
-func (RunHandedOff) SchemaVersion() int       { return 1 }
-func (RunRecovered) SchemaVersion() int       { return 1 }
-func (RunFinished) SchemaVersion() int        { return 1 }
-func (ChildStarted) SchemaVersion() int       { return 1 }
-func (ChildSettled) SchemaVersion() int       { return 1 }
-
-func (RunStarted) isEvent()         {}
-func (ModelRequested) isEvent()     {}
-func (ModelReplied) isEvent()       {}
-func (ModelFailed) isEvent()        {}
-func (AnswerRejected) isEvent()     {}
-func (CallValidated) isEvent()      {}
-func (PolicyDecided) isEvent()      {}
-func (ApprovalRequested) isEvent()  {}
-func (ApprovalAnswered) isEvent()   {}
-func (RequirementChanged) isEvent() {}
-func (ActionQueued) isEvent()       {}
-func (AttemptFenced) isEvent()      {}
-func (AttemptReported) isEvent()    {}
-func (AttemptLost) isEvent()        {}
-func (ReportRefused) isEvent()      {}
-func (ActionUncertain) isEvent()    {}
-func (SettlementAccepted) isEvent() {}
-func (SettlementRefused) isEvent()  {}
-func (Reconciled) isEvent()         {}
-func (ActionsNotStarted) isEvent()  {}
-func (CancelRequested) isEvent()    {}
-func (RunHandedOff) isEvent()       {}
-func (RunRecovered) isEvent()       {}
-func (RunFinished) isEvent()        {}
-func (ChildStarted) isEvent()       {}
-func (ChildSettled) isEvent()       {}
 
 // Resolved is emitted when a person recorded the final truth of an open
 // question: an action reconciled as unconfirmed ({"unconfirmed": note}),
@@ -786,12 +797,221 @@ type Resolved struct {
 }
 
 // EventName returns "resolved".
-func (Resolved) EventName() Name { return NameResolved }
 
 // SchemaVersion returns 1.
+
+// EventName returns NameRunStarted, the durable name RunStarted is stored under.
+func (RunStarted) EventName() Name { return NameRunStarted }
+
+// SchemaVersion returns 1, the version of RunStarted's encoding (docs/protocol.md).
+func (RunStarted) SchemaVersion() int { return 1 }
+
+func (RunStarted) isEvent() {}
+
+// EventName returns NameModelRequested, the durable name ModelRequested is stored under.
+func (ModelRequested) EventName() Name { return NameModelRequested }
+
+// SchemaVersion returns 1, the version of ModelRequested's encoding (docs/protocol.md).
+func (ModelRequested) SchemaVersion() int { return 1 }
+
+func (ModelRequested) isEvent() {}
+
+// EventName returns NameModelReplied, the durable name ModelReplied is stored under.
+func (ModelReplied) EventName() Name { return NameModelReplied }
+
+// SchemaVersion returns 1, the version of ModelReplied's encoding (docs/protocol.md).
+func (ModelReplied) SchemaVersion() int { return 1 }
+
+func (ModelReplied) isEvent() {}
+
+// EventName returns NameModelFailed, the durable name ModelFailed is stored under.
+func (ModelFailed) EventName() Name { return NameModelFailed }
+
+// SchemaVersion returns 1, the version of ModelFailed's encoding (docs/protocol.md).
+func (ModelFailed) SchemaVersion() int { return 1 }
+
+func (ModelFailed) isEvent() {}
+
+// EventName returns NameAnswerRejected, the durable name AnswerRejected is stored under.
+func (AnswerRejected) EventName() Name { return NameAnswerRejected }
+
+// SchemaVersion returns 1, the version of AnswerRejected's encoding (docs/protocol.md).
+func (AnswerRejected) SchemaVersion() int { return 1 }
+
+func (AnswerRejected) isEvent() {}
+
+// EventName returns NameCallValidated, the durable name CallValidated is stored under.
+func (CallValidated) EventName() Name { return NameCallValidated }
+
+// SchemaVersion returns 1, the version of CallValidated's encoding (docs/protocol.md).
+func (CallValidated) SchemaVersion() int { return 1 }
+
+func (CallValidated) isEvent() {}
+
+// EventName returns NamePolicyDecided, the durable name PolicyDecided is stored under.
+func (PolicyDecided) EventName() Name { return NamePolicyDecided }
+
+// SchemaVersion returns 1, the version of PolicyDecided's encoding (docs/protocol.md).
+func (PolicyDecided) SchemaVersion() int { return 1 }
+
+func (PolicyDecided) isEvent() {}
+
+// EventName returns NameApprovalRequested, the durable name ApprovalRequested is stored under.
+func (ApprovalRequested) EventName() Name { return NameApprovalRequested }
+
+// SchemaVersion returns 1, the version of ApprovalRequested's encoding (docs/protocol.md).
+func (ApprovalRequested) SchemaVersion() int { return 1 }
+
+func (ApprovalRequested) isEvent() {}
+
+// EventName returns NameApprovalAnswered, the durable name ApprovalAnswered is stored under.
+func (ApprovalAnswered) EventName() Name { return NameApprovalAnswered }
+
+// SchemaVersion returns 1, the version of ApprovalAnswered's encoding (docs/protocol.md).
+func (ApprovalAnswered) SchemaVersion() int { return 1 }
+
+func (ApprovalAnswered) isEvent() {}
+
+// EventName returns NameRequirementChanged, the durable name RequirementChanged is stored under.
+func (RequirementChanged) EventName() Name { return NameRequirementChanged }
+
+// SchemaVersion returns 1, the version of RequirementChanged's encoding (docs/protocol.md).
+func (RequirementChanged) SchemaVersion() int { return 1 }
+
+func (RequirementChanged) isEvent() {}
+
+// EventName returns NameActionQueued, the durable name ActionQueued is stored under.
+func (ActionQueued) EventName() Name { return NameActionQueued }
+
+// SchemaVersion returns 1, the version of ActionQueued's encoding (docs/protocol.md).
+func (ActionQueued) SchemaVersion() int { return 1 }
+
+func (ActionQueued) isEvent() {}
+
+// EventName returns NameAttemptFenced, the durable name AttemptFenced is stored under.
+func (AttemptFenced) EventName() Name { return NameAttemptFenced }
+
+// SchemaVersion returns 1, the version of AttemptFenced's encoding (docs/protocol.md).
+func (AttemptFenced) SchemaVersion() int { return 1 }
+
+func (AttemptFenced) isEvent() {}
+
+// EventName returns NameAttemptReported, the durable name AttemptReported is stored under.
+func (AttemptReported) EventName() Name { return NameAttemptReported }
+
+// SchemaVersion returns 1, the version of AttemptReported's encoding (docs/protocol.md).
+func (AttemptReported) SchemaVersion() int { return 1 }
+
+func (AttemptReported) isEvent() {}
+
+// EventName returns NameAttemptLost, the durable name AttemptLost is stored under.
+func (AttemptLost) EventName() Name { return NameAttemptLost }
+
+// SchemaVersion returns 1, the version of AttemptLost's encoding (docs/protocol.md).
+func (AttemptLost) SchemaVersion() int { return 1 }
+
+func (AttemptLost) isEvent() {}
+
+// EventName returns NameReportRefused, the durable name ReportRefused is stored under.
+func (ReportRefused) EventName() Name { return NameReportRefused }
+
+// SchemaVersion returns 1, the version of ReportRefused's encoding (docs/protocol.md).
+func (ReportRefused) SchemaVersion() int { return 1 }
+
+func (ReportRefused) isEvent() {}
+
+// EventName returns NameActionUncertain, the durable name ActionUncertain is stored under.
+func (ActionUncertain) EventName() Name { return NameActionUncertain }
+
+// SchemaVersion returns 1, the version of ActionUncertain's encoding (docs/protocol.md).
+func (ActionUncertain) SchemaVersion() int { return 1 }
+
+func (ActionUncertain) isEvent() {}
+
+// EventName returns NameSettlementAccepted, the durable name SettlementAccepted is stored under.
+func (SettlementAccepted) EventName() Name { return NameSettlementAccepted }
+
+// SchemaVersion returns 1, the version of SettlementAccepted's encoding (docs/protocol.md).
+func (SettlementAccepted) SchemaVersion() int { return 1 }
+
+func (SettlementAccepted) isEvent() {}
+
+// EventName returns NameSettlementRefused, the durable name SettlementRefused is stored under.
+func (SettlementRefused) EventName() Name { return NameSettlementRefused }
+
+// SchemaVersion returns 1, the version of SettlementRefused's encoding (docs/protocol.md).
+func (SettlementRefused) SchemaVersion() int { return 1 }
+
+func (SettlementRefused) isEvent() {}
+
+// EventName returns NameReconciled, the durable name Reconciled is stored under.
+func (Reconciled) EventName() Name { return NameReconciled }
+
+// SchemaVersion returns 1, the version of Reconciled's encoding (docs/protocol.md).
+func (Reconciled) SchemaVersion() int { return 1 }
+
+func (Reconciled) isEvent() {}
+
+// EventName returns NameActionsNotStarted, the durable name ActionsNotStarted is stored under.
+func (ActionsNotStarted) EventName() Name { return NameActionsNotStarted }
+
+// SchemaVersion returns 1, the version of ActionsNotStarted's encoding (docs/protocol.md).
+func (ActionsNotStarted) SchemaVersion() int { return 1 }
+
+func (ActionsNotStarted) isEvent() {}
+
+// EventName returns NameCancelRequested, the durable name CancelRequested is stored under.
+func (CancelRequested) EventName() Name { return NameCancelRequested }
+
+// SchemaVersion returns 1, the version of CancelRequested's encoding (docs/protocol.md).
+func (CancelRequested) SchemaVersion() int { return 1 }
+
+func (CancelRequested) isEvent() {}
+
+// EventName returns NameRunHandedOff, the durable name RunHandedOff is stored under.
+func (RunHandedOff) EventName() Name { return NameRunHandedOff }
+
+// SchemaVersion returns 1, the version of RunHandedOff's encoding (docs/protocol.md).
+func (RunHandedOff) SchemaVersion() int { return 1 }
+
+func (RunHandedOff) isEvent() {}
+
+// EventName returns NameRunRecovered, the durable name RunRecovered is stored under.
+func (RunRecovered) EventName() Name { return NameRunRecovered }
+
+// SchemaVersion returns 1, the version of RunRecovered's encoding (docs/protocol.md).
+func (RunRecovered) SchemaVersion() int { return 1 }
+
+func (RunRecovered) isEvent() {}
+
+// EventName returns NameRunFinished, the durable name RunFinished is stored under.
+func (RunFinished) EventName() Name { return NameRunFinished }
+
+// SchemaVersion returns 1, the version of RunFinished's encoding (docs/protocol.md).
+func (RunFinished) SchemaVersion() int { return 1 }
+
+func (RunFinished) isEvent() {}
+
+// EventName returns NameChildStarted, the durable name ChildStarted is stored under.
+func (ChildStarted) EventName() Name { return NameChildStarted }
+
+// SchemaVersion returns 1, the version of ChildStarted's encoding (docs/protocol.md).
+func (ChildStarted) SchemaVersion() int { return 1 }
+
+func (ChildStarted) isEvent() {}
+
+// EventName returns NameChildSettled, the durable name ChildSettled is stored under.
+func (ChildSettled) EventName() Name { return NameChildSettled }
+
+// SchemaVersion returns 1, the version of ChildSettled's encoding (docs/protocol.md).
+func (ChildSettled) SchemaVersion() int { return 1 }
+
+func (ChildSettled) isEvent() {}
+
+// EventName returns NameResolved, the durable name Resolved is stored under.
+func (Resolved) EventName() Name { return NameResolved }
+
+// SchemaVersion returns 1, the version of Resolved's encoding (docs/protocol.md).
 func (Resolved) SchemaVersion() int { return 1 }
 
 func (Resolved) isEvent() {}
-
-func (ChildStarted) EventName() Name { return NameChildStarted }
-func (ChildSettled) EventName() Name { return NameChildSettled }

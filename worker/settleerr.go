@@ -12,17 +12,17 @@ import (
 // Reasons of a settle_unconfirmed refusal that no runner gave (SettleError);
 // a refusal a runner gave keeps its code as the Reason.
 const (
-	// ReasonNoResponders: no runner answered weft.api.settle; nothing was
-	// recorded.
+	// ReasonNoResponders means no runner answered weft.api.settle; nothing
+	// was recorded.
 	ReasonNoResponders = "no_responders"
-	// ReasonTimeout: no answer before the context's deadline; whether the
-	// run recorded the settlement is unknown.
+	// ReasonTimeout means no answer came before the context's deadline;
+	// whether the run recorded the settlement is unknown.
 	ReasonTimeout = "timeout"
-	// ReasonCancelled: the context was cancelled before an answer; whether
-	// the run recorded the settlement is unknown.
+	// ReasonCancelled means the context was cancelled before an answer;
+	// whether the run recorded the settlement is unknown.
 	ReasonCancelled = "cancelled"
-	// ReasonTransport: the request or its reply failed in transit; whether
-	// the run recorded the settlement is unknown.
+	// ReasonTransport means the request or its reply failed in transit;
+	// whether the run recorded the settlement is unknown.
 	ReasonTransport = "transport"
 )
 
