@@ -176,6 +176,11 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 		Run       string `json:"run"`
 	}
 	_ = json.Unmarshal(data, &head)
+	if len(head.CommandID) > MaxID {
+		// Refused before the command id is claimed: nothing is written.
+		respondError(r, tooLarge("command_id", len(head.CommandID), MaxID))
+		return
+	}
 	key := ""
 	if head.CommandID != "" && s.kv != nil {
 		sum := sha256.Sum256([]byte(r.Subject() + "\x00" + head.Run + "\x00" + head.CommandID))
@@ -337,6 +342,14 @@ func (s *service) start(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	if err := bounded(field{"input", req.Input, MaxInput}, field{"correlation", req.Correlation, MaxID}); err != nil {
+		return nil, "", err
+	}
+	if req.Run != "" {
+		if err := checkRun(req.Run); err != nil {
+			return nil, "", err
+		}
+	}
 	if err := need("agent", req.Agent); err != nil {
 		return nil, "", err
 	}
@@ -355,7 +368,13 @@ func (s *service) approve(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("approver", req.Approver)); err != nil {
+	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"approver", req.Approver, MaxID}, field{"credential", req.Credential, MaxCredential}), boundedProof(req.Proof)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	if err := checkRun(req.Run); err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("action", req.Action), need("approver", req.Approver), checkRevision(req.Revision)); err != nil {
 		return nil, "", firstCoded(err)
 	}
 	rep, err := s.b.Approve(ctx, req)
@@ -367,7 +386,14 @@ func (s *service) reject(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := errors.Join(need("run", req.Run), need("action", req.Action)); err != nil {
+	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"approver", req.Approver, MaxID}, field{"credential", req.Credential, MaxCredential},
+		field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}), boundedProof(req.Proof)); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	if err := checkRun(req.Run); err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("action", req.Action), checkRevision(req.Revision)); err != nil {
 		return nil, "", firstCoded(err)
 	}
 	rep, err := s.b.Reject(ctx, req)
@@ -379,8 +405,14 @@ func (s *service) reconcile(ctx context.Context, b []byte, stored bool) (any, st
 	if err != nil {
 		return nil, "", err
 	}
-	if err := errors.Join(need("run", req.Run), need("action", req.Action)); err != nil {
-		return nil, "", firstCoded(err)
+	if err := bounded(field{"action", req.Action, MaxID}, field{"by", req.By, MaxID}); err != nil {
+		return nil, "", err
+	}
+	if err := checkRun(req.Run); err != nil {
+		return nil, "", err
+	}
+	if err := need("action", req.Action); err != nil {
+		return nil, "", err
 	}
 	if len(req.Content) == 0 {
 		return nil, "", &weft.Error{Code: weft.CodeInvalidContent, Message: "content is required"}
@@ -394,8 +426,14 @@ func (s *service) resolve(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := errors.Join(need("run", req.Run), need("action", req.Action)); err != nil {
-		return nil, "", firstCoded(err)
+	if err := bounded(field{"action", req.Action, MaxID}, field{"by", req.By, MaxID}); err != nil {
+		return nil, "", err
+	}
+	if err := checkRun(req.Run); err != nil {
+		return nil, "", err
+	}
+	if err := need("action", req.Action); err != nil {
+		return nil, "", err
 	}
 	if len(req.Content) == 0 {
 		return nil, "", &weft.Error{Code: weft.CodeInvalidContent, Message: "content is required"}
@@ -413,7 +451,13 @@ func (s *service) settle(ctx context.Context, q *Queue, b []byte) (any, string, 
 		return nil, "", errQueueInBody
 	}
 	req.Queue = q
-	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("outcome", req.Outcome)); err != nil {
+	if err := bounded(field{"action", req.Action, MaxID}, field{"message", req.Message, MaxText}, field{"evidence", req.Evidence, MaxText}, field{"summary", req.Summary, MaxReason}); err != nil {
+		return nil, "", err
+	}
+	if err := checkRun(req.Run); err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("action", req.Action), need("outcome", req.Outcome)); err != nil {
 		return nil, "", firstCoded(err)
 	}
 	rep, err := s.b.Settle(ctx, req)
@@ -425,7 +469,10 @@ func (s *service) cancel(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := need("run", req.Run); err != nil {
+	if err := bounded(field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}); err != nil {
+		return nil, "", err
+	}
+	if err := checkRun(req.Run); err != nil {
 		return nil, "", err
 	}
 	rep, err := s.b.Cancel(ctx, req)
@@ -441,7 +488,14 @@ func (s *service) report(ctx context.Context, q *Queue, b []byte) (any, string, 
 		return nil, "", errQueueInBody
 	}
 	req.Queue = q
-	if err := errors.Join(need("run", req.Run), need("action", req.Action), need("outcome", req.Outcome)); err != nil {
+	if err := bounded(field{"action", req.Action, MaxID}, field{"message", req.Message, MaxText}, field{"evidence", req.Evidence, MaxText},
+		field{"cause", req.Cause, MaxID}, field{"worker", req.Worker, MaxID}); err != nil {
+		return nil, "", err
+	}
+	if err := checkRun(req.Run); err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(need("action", req.Action), need("outcome", req.Outcome)); err != nil {
 		return nil, "", firstCoded(err)
 	}
 	rep, err := s.b.Report(ctx, req)

@@ -53,13 +53,19 @@ const (
 // it may answer: the "sent by" column of docs/protocol.md's error table,
 // which a test keeps equal.
 var Refusals = map[string][]weft.Code{
-	EndpointRun:       {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeUnavailable},
-	EndpointList:      {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter, weft.CodeBadCursor},
-	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
-	EndpointUncertain: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
-	EndpointQuestions: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeBadFilter},
-	EndpointHistory:   {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
+	EndpointRun:       {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeUnavailable},
+	EndpointList:      {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter, weft.CodeBadCursor},
+	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
+	EndpointUncertain: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
+	EndpointQuestions: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
+	EndpointHistory:   {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
 }
+
+// MaxQueryBody is the largest query request body accepted (bytes): 64
+// KiB, far more than any query's fields need (run ids, filters, a
+// cursor); a larger body is refused payload_too_large before it is
+// decoded (docs/adr/0016).
+const MaxQueryBody = 64 << 10
 
 // The bounds of a history page.
 const (
@@ -247,6 +253,10 @@ func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *even
 		if err := g.AddEndpoint(ep.name, micro.HandlerFunc(func(req micro.Request) {
 			rctx, cancel := context.WithTimeout(wctx, 10*time.Second)
 			defer cancel()
+			if n := len(req.Data()); n > MaxQueryBody {
+				s.respondError(req, &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("body of %d bytes is over the %d byte limit of a query", n, MaxQueryBody)})
+				return
+			}
 			reply, err := h(rctx, req.Data())
 			if err != nil {
 				s.respondError(req, err)

@@ -42,7 +42,7 @@ func TestAPIBadInput(t *testing.T) {
 		{"weft.api.start", `{"schema":1,"agent":"desk","version":"9.9","input":"x"}`, weft.CodeUnknownAgent, "404"},
 		{"weft.api.start", `{"schema":1,"agent":"desk","input":"` + strings.Repeat("x", api.MaxBody) + `"}`, weft.CodePayloadTooLarge, "413"},
 		{"weft.api.approve", `{"schema":1,"command_id":"1","run":"missing","action":"1/a","revision":1,"approver":"desk","credential":"x"}`, weft.CodeUnknownRun, "404"},
-		{"weft.api.cancel", `{"schema":1,"command_id":"1"}`, weft.CodeInvalidRequest, "400"},
+		{"weft.api.cancel", `{"schema":1,"command_id":"1"}`, weft.CodeInvalidName, "400"},
 		{"weft.api.reconcile", `{"schema":1,"command_id":"1","run":"missing","action":"1/a"}`, weft.CodeInvalidContent, "400"},
 	}
 	for _, c := range cases {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -47,5 +48,52 @@ func TestReportOverServerMaxPayload(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("no report reached the runtime")
+	}
+}
+
+// TestReportOverFieldLimit (issue 11 item 3, docs/protocol/40-commands.md
+// "Limits"; SEMANTICS §3: a body that ran may have acted): a definite
+// failure whose message is over the command API's field limit is refused
+// payload_too_large; the worker reports the attempt uncertain, saying why,
+// instead of dropping the report (the action would hang until its tool
+// timeout).
+func TestReportOverFieldLimit(t *testing.T) {
+	nc, js := startServer(t)
+	got := make(chan worker.Report, 4)
+	sub, err := nc.Subscribe(queue("chatty").ReportSubject(), func(m *nats.Msg) {
+		var rep worker.Report
+		_ = json.Unmarshal(m.Data, &rep)
+		got <- rep
+		if len(rep.Message) > api.MaxText {
+			_ = m.Respond([]byte(`{"schema":1,"error":{"code":"payload_too_large","message":"message of many bytes is over its limit"}}`))
+			return
+		}
+		_ = m.Respond([]byte(`{"schema":1}`))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	w := worker.New(nc, js, worker.WithoutAttemptCheck())
+	w.Handle(queue("chatty"), func(context.Context, worker.Task, worker.Settler) worker.Result {
+		return worker.Result{Outcome: worker.OutcomeExplain, Message: strings.Repeat("x", api.MaxText+1)}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "chatty", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 2 << 20})
+	for i := 0; i < 2; i++ {
+		select {
+		case rep := <-got:
+			if i == 0 {
+				continue // the refused explain
+			}
+			if rep.Outcome != worker.OutcomeUncertain || rep.Message != "" || !strings.Contains(rep.Evidence, "payload_too_large") {
+				t.Fatalf("second report = %s %q, want uncertain naming payload_too_large", rep.Outcome, rep.Evidence)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("report %d never reached the runtime", i+1)
+		}
 	}
 }

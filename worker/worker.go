@@ -796,11 +796,13 @@ func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
 		err := w.report(ctx, rep)
 		cancel()
 		var coded *weft.Error
-		if errors.As(err, &coded) && coded.Code == weft.CodePayloadTooLarge && rep.Outcome == OutcomeOutput {
+		if errors.As(err, &coded) && coded.Code == weft.CodePayloadTooLarge && (rep.Outcome == OutcomeOutput || rep.Outcome == OutcomeExplain || len(rep.Evidence) > api.MaxText) {
 			// The result cannot be carried or recorded (the NATS server's
-			// max_payload is too small for it). The body ran, so its effect
-			// may have happened: report the attempt uncertain, saying why,
-			// instead of retrying a report that can never land.
+			// max_payload is too small for it, or a message or evidence is
+			// over the command API's field limit, api.MaxText). The body
+			// ran, so its effect may have happened: report the attempt
+			// uncertain, saying why, instead of retrying a report that can
+			// never land or dropping it.
 			w.log.Error("worker: report too large for the NATS server; reporting the attempt uncertain", "run", rep.Run, "action", rep.Action, "err", err)
 			rep = tooLarge(rep, coded)
 			saved = own == nil
@@ -855,7 +857,7 @@ func (w *Worker) stale(t Task) bool {
 // tooLarge turns rep, whose result could not be reported or recorded, into
 // an uncertain report that says why.
 func tooLarge(rep Report, cause *weft.Error) Report {
-	size := len(rep.Content) + len(rep.Message)
+	size := len(rep.Content) + len(rep.Message) + len(rep.Evidence)
 	rep.Outcome, rep.Content, rep.Message = OutcomeUncertain, nil, ""
 	rep.Evidence = fmt.Sprintf("the attempt's %d-byte result could not be recorded (payload_too_large: %s); the effect may have happened", size, cause.Message)
 	return rep
