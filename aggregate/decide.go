@@ -201,7 +201,8 @@ func (d *decider) modelReply(c ModelReply) error {
 		return err
 	}
 	r := c.Reply
-	d.emit(events.ModelReplied{Turn: c.Turn, Kind: r.Kind, Text: r.Turn.Text, Calls: r.Turn.Calls, ProviderData: r.Turn.ProviderData, Reason: r.Reason, Usage: r.Usage})
+	ev := replyEvent(c.Turn, r)
+	d.emit(ev)
 	l := d.s.start.Limits
 	if l.TokenBudget > 0 {
 		if r.Usage == nil {
@@ -225,7 +226,7 @@ func (d *decider) modelReply(c ModelReply) error {
 	case model.ReplyFinalAnswer:
 		d.finalAnswer(c)
 	case model.ReplyToolRequest:
-		if !validCalls(r.Turn.Calls) {
+		if !validCalls(ev.Calls) {
 			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelProtocolViolation, Turn: c.Turn}, events.NotStartedRunFinished)
 			return nil
 		}
@@ -281,9 +282,9 @@ func (d *decider) modelFailure(c ModelFailure) error {
 	if err := d.awaitTurn(c.Turn); err != nil {
 		return err
 	}
-	ev := events.ModelFailed{Turn: c.Turn, Kind: c.Kind, Status: c.Status, Message: c.Message, RetryAfter: events.MillisOf(c.RetryAfter)}
+	ev := events.ModelFailed{Turn: c.Turn, Kind: failureKind(c.Kind), Status: c.Status, Message: c.Message, RetryAfter: events.MillisOf(c.RetryAfter)}
 	l := d.s.start.Limits
-	if !c.Kind.Retryable() {
+	if !ev.Kind.Retryable() {
 		d.emit(ev)
 		d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelFailed, Turn: c.Turn}, events.NotStartedRunFinished)
 		return nil

@@ -104,8 +104,8 @@ func (s *State) evolve(r events.Recorded) {
 		} else {
 			s.unreported++
 		}
-		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleAssistant, Text: e.Text, Calls: e.Calls, ProviderData: e.ProviderData}})
-		if e.Kind == model.ReplyToolRequest && validCalls(e.Calls) {
+		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleAssistant, Text: e.Text, Calls: modelCalls(e.Calls), ProviderData: e.ProviderData}})
+		if e.Kind == events.ReplyToolRequest && validCalls(e.Calls) {
 			for i, c := range e.Calls {
 				id := ActionID(e.Turn, c.ID)
 				s.index[id] = len(s.actions)
@@ -353,7 +353,7 @@ func (s *State) evolve(r events.Recorded) {
 
 // validCalls reports whether a tool request's calls are well formed: at
 // least one call and no call id twice.
-func validCalls(calls []model.ToolCall) bool {
+func validCalls(calls []events.ToolCall) bool {
 	if len(calls) == 0 {
 		return false
 	}

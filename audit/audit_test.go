@@ -13,7 +13,6 @@ import (
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 )
@@ -27,15 +26,15 @@ func paymentRun() []events.Event {
 		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay invoice 42", Runner: "runner-1",
 			Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}},
 		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"invoice":42}`)}},
-			Usage: &model.Usage{InputTokens: 100, OutputTokens: 20}},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"invoice":42}`)}},
+			Usage: &events.Usage{InputTokens: 100, OutputTokens: 20}},
 		events.CallValidated{Action: "1/c1", Turn: 1, CallID: "c1", Tool: "pay", Outcome: events.CallValid},
 		events.PolicyDecided{Action: "1/c1", Context: "model", Decision: events.PolicyAllow},
 		events.ActionQueued{Action: "1/c1", Why: events.QueuedAllowed, Config: events.ToolConfig{Timeout: 60000, MaxAttempts: 1}},
 		events.AttemptFenced{Action: "1/c1", Tool: "pay", Attempt: 1, Incarnation: 1, Timeout: 60000, MaxAttempts: 1},
 		events.AttemptReported{Action: "1/c1", Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"receipt":"R-9"}`)},
 		events.ModelRequested{Turn: 2, Incarnation: 1, Why: events.TurnToolResults},
-		events.ModelReplied{Turn: 2, Kind: model.ReplyFinalAnswer, Text: "paid", Usage: &model.Usage{InputTokens: 150, OutputTokens: 5}},
+		events.ModelReplied{Turn: 2, Kind: events.ReplyFinalAnswer, Text: "paid", Usage: &events.Usage{InputTokens: 150, OutputTokens: 5}},
 		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"paid"`)}},
 	}
 }

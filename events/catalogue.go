@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"math"
 	"time"
-
-	"github.com/weftrun/weft/model"
 )
 
 // The durable names of the event types. Never rename or reuse one; retire a
@@ -213,13 +211,13 @@ const (
 // tool_request, refusal or truncated (Reason: the refusal reason or the
 // partial text). Usage nil means the provider reported none.
 type ModelReplied struct {
-	Turn         int64            `json:"turn"`
-	Kind         model.ReplyKind  `json:"kind"`
-	Text         string           `json:"text,omitempty"`
-	Calls        []model.ToolCall `json:"calls,omitempty"`
-	ProviderData json.RawMessage  `json:"provider_data,omitempty"`
-	Reason       string           `json:"reason,omitempty"`
-	Usage        *model.Usage     `json:"usage,omitempty"`
+	Turn         int64           `json:"turn"`
+	Kind         ReplyKind       `json:"kind"`
+	Text         string          `json:"text,omitempty"`
+	Calls        []ToolCall      `json:"calls,omitempty"`
+	ProviderData json.RawMessage `json:"provider_data,omitempty"`
+	Reason       string          `json:"reason,omitempty"`
+	Usage        *Usage          `json:"usage,omitempty"`
 }
 
 // ModelFailed is emitted when the awaited model turn failed or timed out
@@ -229,12 +227,12 @@ type ModelReplied struct {
 // longer, capped at 10 minutes); otherwise the run finishes in the same
 // decision.
 type ModelFailed struct {
-	Turn       int64           `json:"turn"`
-	Kind       model.ErrorKind `json:"kind"`
-	Status     int             `json:"status,omitempty"`
-	Message    string          `json:"message,omitempty"`
-	RetryAfter Millis          `json:"retry_after_ms,omitempty"`
-	RetryAt    *time.Time      `json:"retry_at,omitempty"`
+	Turn       int64       `json:"turn"`
+	Kind       FailureKind `json:"kind"`
+	Status     int         `json:"status,omitempty"`
+	Message    string      `json:"message,omitempty"`
+	RetryAfter Millis      `json:"retry_after_ms,omitempty"`
+	RetryAt    *time.Time  `json:"retry_at,omitempty"`
 }
 
 // AnswerRejected is emitted when a typed final answer could not be decoded

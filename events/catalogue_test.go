@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/weftrun/weft/model"
 )
 
 // samples holds one fully populated value of every event type.
@@ -23,9 +21,9 @@ func samples() []Event {
 			Limits: Limits{MaxTurns: 8, MaxConcurrency: 4, TokenBudget: 100, ModelTimeout: 600000, ModelRetryDelay: 200, ToolTimeout: Infinite,
 				MaxResultBytes: 1 << 20, PolicyTimeout: 5000, CommandTimeout: 5000, ApprovalExpiry: 30, AnswerAttempts: 2, MaxChildren: 4, MaxDepth: 1}},
 		ModelRequested{Turn: 2, Incarnation: 1, Why: TurnToolResults, Deadline: &at},
-		ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Text: "let me look", Calls: []model.ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"id":7}`)}},
-			ProviderData: json.RawMessage(`{"id":"resp_1"}`), Usage: &model.Usage{InputTokens: 10, OutputTokens: 2}},
-		ModelFailed{Turn: 1, Kind: model.ErrRateLimited, Status: 429, Message: "slow down", RetryAfter: 1000, RetryAt: &at},
+		ModelReplied{Turn: 1, Kind: ReplyToolRequest, Text: "let me look", Calls: []ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"id":7}`)}},
+			ProviderData: json.RawMessage(`{"id":"resp_1"}`), Usage: &Usage{InputTokens: 10, OutputTokens: 2}},
+		ModelFailed{Turn: 1, Kind: FailureRateLimited, Status: 429, Message: "slow down", RetryAfter: 1000, RetryAt: &at},
 		AnswerRejected{Turn: 1, Reason: "missing field total"},
 		CallValidated{Action: "1/c1", Turn: 1, CallID: "c1", Tool: "lookup", Outcome: CallValid, Normalized: json.RawMessage(`{"id":7,"full":false}`)},
 		PolicyDecided{Action: "1/c1", Context: "approval", Decision: PolicyRequireApproval, Requirement: &req},

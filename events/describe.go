@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/weftrun/weft/model"
 )
 
 // Describe returns one stable line for e: the event's name followed by its
@@ -311,7 +309,7 @@ func ms(m Millis) string {
 	return strconv.FormatInt(int64(m), 10) + "ms"
 }
 
-func usage(u *model.Usage) string {
+func usage(u *Usage) string {
 	if u == nil {
 		return "unreported"
 	}

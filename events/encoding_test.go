@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/weftrun/weft/model"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/encoding from the current encoding of encodingSamples")
@@ -30,9 +28,9 @@ func encodingSamples() []Event {
 				MaxResultBytes: 1 << 20, PolicyTimeout: 5000, CommandTimeout: 5000, ApprovalExpiry: 30, AnswerAttempts: 2, MaxChildren: 4, MaxDepth: 1},
 			Parent: &Parent{Run: "r-parent", Action: "2/c9", Depth: 1, FamilyTurns: 6, MaxDepth: 2}},
 		ModelRequested{Turn: 2, Incarnation: 1, Why: TurnToolResults, Deadline: &at},
-		ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Text: "let me look", Calls: []model.ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"id":7}`)}},
-			ProviderData: json.RawMessage(`{"id":"resp_1"}`), Reason: "stop", Usage: &model.Usage{InputTokens: 10, OutputTokens: 2}},
-		ModelFailed{Turn: 1, Kind: model.ErrRateLimited, Status: 429, Message: "slow down", RetryAfter: 1000, RetryAt: &at},
+		ModelReplied{Turn: 1, Kind: ReplyToolRequest, Text: "let me look", Calls: []ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"id":7}`)}},
+			ProviderData: json.RawMessage(`{"id":"resp_1"}`), Reason: "stop", Usage: &Usage{InputTokens: 10, OutputTokens: 2}},
+		ModelFailed{Turn: 1, Kind: FailureRateLimited, Status: 429, Message: "slow down", RetryAfter: 1000, RetryAt: &at},
 		AnswerRejected{Turn: 1, Reason: "missing field total"},
 		CallValidated{Action: "1/c1", Turn: 1, CallID: "c1", Tool: "research", Outcome: CallValid, Detail: "delegation",
 			Normalized: json.RawMessage(`{"id":7,"full":false}`), Agent: &AgentRef{Name: "researcher", Version: "1"}},

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 )
 
@@ -18,7 +17,7 @@ func ExampleFold() {
 	h := []events.Event{
 		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "pay invoice 42"},
 		events.ModelRequested{Turn: 1, Incarnation: 1},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"invoice":42}`)}}},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"invoice":42}`)}}},
 		events.CallValidated{Action: "1/c1", Tool: "pay", Outcome: events.CallValid},
 		events.PolicyDecided{Action: "1/c1", Decision: events.PolicyRequireApproval, Requirement: &req},
 		events.ApprovalRequested{Action: "1/c1", Revision: 1, Requirement: req, Why: events.AskPolicy},

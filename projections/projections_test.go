@@ -19,7 +19,6 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate/aggregatetest"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 )
@@ -197,11 +196,11 @@ func TestScenario5_DenyApprovalAllowView(t *testing.T) {
 	h := history("r1",
 		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay", Runner: "r"},
 		events.ModelRequested{Turn: 1, Incarnation: 1},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{
 			{ID: "a", Name: "pay", Arguments: json.RawMessage(`{"n":1}`)},
 			{ID: "b", Name: "pay", Arguments: json.RawMessage(`{"n":2}`)},
 			{ID: "c", Name: "look", Arguments: json.RawMessage(`{}`)},
-		}, Usage: &model.Usage{InputTokens: 10, OutputTokens: 5}},
+		}, Usage: &events.Usage{InputTokens: 10, OutputTokens: 5}},
 		events.CallValidated{Action: "1/a", Tool: "pay", Outcome: events.CallValid},
 		events.CallValidated{Action: "1/b", Tool: "pay", Outcome: events.CallValid},
 		events.CallValidated{Action: "1/c", Tool: "look", Outcome: events.CallValid},
@@ -248,7 +247,7 @@ func TestScenario29_ReplaysAndUncertainInbox(t *testing.T) {
 	h := history("r2",
 		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"},
 		events.ModelRequested{Turn: 1, Incarnation: 1},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{{ID: "x", Name: "read", Arguments: json.RawMessage(`{}`)}}},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "x", Name: "read", Arguments: json.RawMessage(`{}`)}}},
 		events.CallValidated{Action: "1/x", Tool: "read", Outcome: events.CallValid},
 		events.PolicyDecided{Action: "1/x", Decision: events.PolicyAllow},
 		events.ActionQueued{Action: "1/x"},

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 )
@@ -19,7 +18,7 @@ func TestOpenQuestionUntilResolved(t *testing.T) {
 	h := history("q1",
 		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"},
 		events.ModelRequested{Turn: 1, Incarnation: 1},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{{ID: "p", Name: "pay", Arguments: json.RawMessage(`{"amount":80}`)}}},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "p", Name: "pay", Arguments: json.RawMessage(`{"amount":80}`)}}},
 		events.CallValidated{Action: "1/p", Tool: "pay", Outcome: events.CallValid},
 		events.PolicyDecided{Action: "1/p", Decision: events.PolicyAllow},
 		events.ActionQueued{Action: "1/p"},
@@ -27,7 +26,7 @@ func TestOpenQuestionUntilResolved(t *testing.T) {
 		events.AttemptReported{Action: "1/p", Attempt: 1, Outcome: events.OutcomeUncertain, Evidence: "gateway timed out"},
 		events.Reconciled{Action: "1/p", Kind: events.ReconciledUnconfirmed, Content: json.RawMessage(`{"unconfirmed":"checking with the bank"}`), By: "alice"},
 		events.ModelRequested{Turn: 2, Incarnation: 1},
-		events.ModelReplied{Turn: 2, Kind: model.ReplyFinalAnswer, Text: "paid, maybe"},
+		events.ModelReplied{Turn: 2, Kind: events.ReplyFinalAnswer, Text: "paid, maybe"},
 		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCompleted}},
 	)
 	var old projections.RunView

@@ -36,7 +36,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -366,7 +365,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		} else {
 			v.Usage.Unreported++
 		}
-		if e.Kind != model.ReplyToolRequest || !validCalls(e.Calls) {
+		if e.Kind != events.ReplyToolRequest || !validCalls(e.Calls) {
 			break
 		}
 		for _, c := range e.Calls {
@@ -704,7 +703,7 @@ func runeStart(b byte) bool { return b&0xC0 != 0x80 }
 // validCalls reports whether a tool request is well formed (at least one
 // call, no call id twice); a malformed one creates no actions (the run fails
 // with model_protocol_violation).
-func validCalls(calls []model.ToolCall) bool {
+func validCalls(calls []events.ToolCall) bool {
 	if len(calls) == 0 {
 		return false
 	}

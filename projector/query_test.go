@@ -12,7 +12,6 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 )
@@ -70,7 +69,7 @@ func TestQueryService(t *testing.T) {
 		{Run: "pay-1", Version: 1, At: t0, Event: events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay", Runner: "r"}},
 		{Run: "pay-2", Version: 1, At: t0.Add(time.Second), Event: events.RunStarted{Agent: events.AgentRef{Name: "triage", Version: "1"}, Input: "x", Runner: "r"}},
 		{Run: "pay-1", Version: 2, At: t0.Add(2 * time.Second), Event: events.ModelRequested{Turn: 1}},
-		{Run: "pay-1", Version: 3, At: t0.Add(3 * time.Second), Event: events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{
+		{Run: "pay-1", Version: 3, At: t0.Add(3 * time.Second), Event: events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{
 			{ID: "a", Name: "pay", Arguments: json.RawMessage(`{"amount":10}`)}, {ID: "b", Name: "wire", Arguments: json.RawMessage(`{}`)}}}},
 		{Run: "pay-1", Version: 4, At: t0.Add(4 * time.Second), Event: events.ApprovalRequested{Action: "1/a", Revision: 1, Requirement: req, Why: "policy"}},
 		{Run: "pay-1", Version: 5, At: t0.Add(5 * time.Second), Event: events.AttemptFenced{Action: "1/b", Tool: "wire", Attempt: 1}},

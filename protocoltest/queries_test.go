@@ -9,7 +9,6 @@ import (
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projector"
 )
 
@@ -31,7 +30,7 @@ func TestQueriesWithNatsCLI(t *testing.T) {
 	for i, e := range []events.Event{
 		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "pay invoice 42", Runner: "r1"},
 		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{{ID: "call_1", Name: "pay_invoice", Arguments: json.RawMessage(`{"invoice":42}`)}}},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "call_1", Name: "pay_invoice", Arguments: json.RawMessage(`{"invoice":42}`)}}},
 		events.CallValidated{Action: "1/call_1", Turn: 1, CallID: "call_1", Tool: "pay_invoice", Outcome: events.CallValid},
 		events.PolicyDecided{Action: "1/call_1", Context: "model", Decision: events.PolicyRequireApproval, Requirement: &req},
 		events.ApprovalRequested{Action: "1/call_1", Revision: 1, Requirement: req, Why: events.AskPolicy},

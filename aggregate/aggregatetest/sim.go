@@ -247,7 +247,7 @@ func (s *Sim) act(evs []events.Event) {
 			s.InFlight[modelKey(e.Turn)] = true
 		case events.ModelReplied:
 			delete(s.InFlight, modelKey(e.Turn))
-			if e.Kind == model.ReplyToolRequest {
+			if e.Kind == events.ReplyToolRequest {
 				s.InFlight[resolveKey(e.Turn)] = true
 			}
 		case events.ModelFailed:

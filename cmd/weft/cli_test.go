@@ -13,7 +13,6 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projector"
 )
 
@@ -59,9 +58,9 @@ func setup(t *testing.T) *natstest.Server {
 	appendRun(t, s.Log, "pay-42",
 		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "pay invoice 42", Runner: "r1"},
 		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{
 			{ID: "c1", Name: "pay_invoice", Arguments: json.RawMessage(`{"invoice":42}`)},
-			{ID: "c2", Name: "wire", Arguments: json.RawMessage(`{"to":"acme"}`)}}, Usage: &model.Usage{InputTokens: 10, OutputTokens: 3}},
+			{ID: "c2", Name: "wire", Arguments: json.RawMessage(`{"to":"acme"}`)}}, Usage: &events.Usage{InputTokens: 10, OutputTokens: 3}},
 		events.CallValidated{Action: "1/c1", Turn: 1, CallID: "c1", Tool: "pay_invoice", Outcome: events.CallValid},
 		events.CallValidated{Action: "1/c2", Turn: 1, CallID: "c2", Tool: "wire", Outcome: events.CallValid},
 		events.PolicyDecided{Action: "1/c1", Context: "model", Decision: events.PolicyRequireApproval, Requirement: &req},

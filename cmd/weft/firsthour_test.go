@@ -11,7 +11,6 @@ import (
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
 )
@@ -101,7 +100,7 @@ func TestShowSaysWaitingForASettlement(t *testing.T) {
 	appendRun(t, s.Log, "refund-8",
 		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "refund invoice INV-8", Runner: "r1"},
 		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
-		events.ModelReplied{Turn: 1, Kind: model.ReplyToolRequest, Calls: []model.ToolCall{{ID: "call_1_1", Name: "refund", Arguments: json.RawMessage(`{"invoice":"INV-8","amount":45}`)}}, Usage: &model.Usage{InputTokens: 1, OutputTokens: 1}},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "call_1_1", Name: "refund", Arguments: json.RawMessage(`{"invoice":"INV-8","amount":45}`)}}, Usage: &events.Usage{InputTokens: 1, OutputTokens: 1}},
 		events.CallValidated{Action: "1/call_1_1", Turn: 1, CallID: "call_1_1", Tool: "refund", Outcome: events.CallValid},
 		events.PolicyDecided{Action: "1/call_1_1", Context: "model", Decision: events.PolicyAllow},
 		events.ActionQueued{Action: "1/call_1_1", Why: events.QueuedAllowed, Config: events.ToolConfig{Timeout: 2000, MaxAttempts: 1, SettleWithin: 30000}},

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Base is the recorded time of the first generated event.
@@ -88,7 +87,7 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 		g.add(events.ModelRequested{Turn: turn, Incarnation: 1})
 		if g.chance(0.1) {
 			retry := Base
-			g.add(events.ModelFailed{Turn: turn, Kind: model.ErrRateLimited, RetryAt: &retry})
+			g.add(events.ModelFailed{Turn: turn, Kind: events.FailureRateLimited, RetryAt: &retry})
 			if g.chance(0.3) {
 				g.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelFailed})
 				break
@@ -105,11 +104,11 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 			g.add(events.RunRecovered{Runner: "runner-2", Incarnation: g.inc, Previous: "runner-1", Cause: "handed_off"})
 		}
 		if turn == int64(turns) || g.chance(0.1) {
-			var usage *model.Usage
+			var usage *events.Usage
 			if g.chance(0.8) {
-				usage = &model.Usage{InputTokens: int64(rng.IntN(500)), OutputTokens: int64(rng.IntN(200))}
+				usage = &events.Usage{InputTokens: int64(rng.IntN(500)), OutputTokens: int64(rng.IntN(200))}
 			}
-			g.add(events.ModelReplied{Turn: turn, Kind: model.ReplyFinalAnswer, Text: "done", Usage: usage})
+			g.add(events.ModelReplied{Turn: turn, Kind: events.ReplyFinalAnswer, Text: "done", Usage: usage})
 			if len(uncertain) > 0 && g.chance(0.5) {
 				// Leave the run suspended on its uncertain actions.
 				return g.evs
@@ -118,16 +117,16 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 			break
 		}
 		calls := 1 + rng.IntN(3)
-		var cs []model.ToolCall
+		var cs []events.ToolCall
 		for c := range calls {
-			cs = append(cs, model.ToolCall{
+			cs = append(cs, events.ToolCall{
 				ID:        fmt.Sprintf("call_%d", c),
 				Name:      toolNames[rng.IntN(len(toolNames))],
 				Arguments: json.RawMessage(fmt.Sprintf(`{ "invoice": %d, "note": "n\u00e9 %d" }`, rng.IntN(100), c)),
 			})
 		}
-		g.add(events.ModelReplied{Turn: turn, Kind: model.ReplyToolRequest, Calls: cs,
-			Usage: &model.Usage{InputTokens: int64(rng.IntN(500)), OutputTokens: int64(rng.IntN(200))}})
+		g.add(events.ModelReplied{Turn: turn, Kind: events.ReplyToolRequest, Calls: cs,
+			Usage: &events.Usage{InputTokens: int64(rng.IntN(500)), OutputTokens: int64(rng.IntN(200))}})
 		stop := false
 		for _, c := range cs {
 			id := fmt.Sprintf("%d/%s", turn, c.ID)

@@ -1,0 +1,112 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// constsOf returns the values of the constants of type typ declared in the
+// non-test files of package dir, parsed from source so that a constant
+// added on either side of the model port is seen without a list to keep.
+func constsOf(t *testing.T, dir, typ string) []string {
+	t.Helper()
+	pkgs, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, name := range pkgs {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != typ {
+					continue
+				}
+				for _, v := range vs.Values {
+					lit, ok := v.(*ast.BasicLit)
+					if !ok {
+						t.Fatalf("%s: a %s constant that is not a literal", name, typ)
+					}
+					s, err := strconv.Unquote(lit.Value)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		t.Fatalf("no %s constants in %s", typ, dir)
+	}
+	return out
+}
+
+// TestModelPortConversions: the log's own model-turn types (issue 16 item
+// 3, docs/adr/0018) and the model port's agree kind for kind. Every reply
+// and failure kind the model package defines has an event kind of the same
+// stored value, and the conversions map each to it; the log defines no kind
+// the port cannot report; a failure is retryable in the log exactly when
+// the port says the runtime retries it (SEMANTICS.md §2); calls and usage
+// convert both ways unchanged. Adding or revaluing a kind on one side only
+// fails here, so the log format changes only when events does.
+func TestModelPortConversions(t *testing.T) {
+	modelReplies, eventReplies := constsOf(t, "../model", "ReplyKind"), constsOf(t, "../events", "ReplyKind")
+	if !slices.Equal(modelReplies, eventReplies) {
+		t.Errorf("reply kinds: model %v, events %v", modelReplies, eventReplies)
+	}
+	for _, k := range modelReplies {
+		if got := replyKind(model.ReplyKind(k)); string(got) != k {
+			t.Errorf("replyKind(%s) = %s", k, got)
+		}
+	}
+	modelFailures, eventFailures := constsOf(t, "../model", "ErrorKind"), constsOf(t, "../events", "FailureKind")
+	if !slices.Equal(modelFailures, eventFailures) {
+		t.Errorf("failure kinds: model %v, events %v", modelFailures, eventFailures)
+	}
+	for _, k := range modelFailures {
+		got := failureKind(model.ErrorKind(k))
+		if string(got) != k {
+			t.Errorf("failureKind(%s) = %s", k, got)
+		}
+		if got.Retryable() != model.ErrorKind(k).Retryable() {
+			t.Errorf("%s: retryable %v in the log, %v at the port", k, got.Retryable(), model.ErrorKind(k).Retryable())
+		}
+	}
+	calls := []model.ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"invoice":42}`)}, {ID: "c2", Name: "read", Arguments: json.RawMessage(`{}`)}}
+	if back := modelCalls(eventCalls(calls)); !reflect.DeepEqual(back, calls) {
+		t.Errorf("calls do not convert back: %#v", back)
+	}
+	if modelCalls(eventCalls(nil)) != nil {
+		t.Error("nil calls became non-nil")
+	}
+	if u := eventUsage(&model.Usage{InputTokens: 3, OutputTokens: 4}); u == nil || *u != (events.Usage{InputTokens: 3, OutputTokens: 4}) || u.Total() != 7 {
+		t.Errorf("usage: %+v", u)
+	}
+	if eventUsage(nil) != nil {
+		t.Error("unreported usage became reported")
+	}
+}
