@@ -363,6 +363,29 @@ func checkOutput(rn *run, action, kind string, content json.RawMessage) error {
 	return nil
 }
 
+// checkSettled refuses a settlement's output that the action's tool's
+// output schema refuses, as checkOutput does for a reconciliation
+// (SEMANTICS §9, §10; issue 11 item 3): invalid_content naming the path
+// and the reason, before anything is decided. An unknown action is left
+// to the aggregate.
+func checkSettled(rn *run, action string, content json.RawMessage) error {
+	if rn.agent == nil {
+		return nil
+	}
+	a, ok := rn.state.Action(action)
+	if !ok {
+		return nil
+	}
+	t, ok := rn.agent.Tool(a.Tool)
+	if !ok {
+		return nil
+	}
+	if err := tools.ValidateOutput(t, content); err != nil {
+		return &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("settlement content is not an output of %s: %v", a.Tool, err)}
+	}
+	return nil
+}
+
 // Settle offers a settlement (api.Backend). A settlement of an action
 // whose body still runs waits for the body (SEMANTICS §9) until the
 // attempt's recorded deadline plus the lease (time for the tool timeout to
@@ -383,6 +406,11 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 				waiting = true
 				deadline = a.Attempt.Deadline
 				return nil
+			}
+			if req.Outcome == events.OutcomeOutput {
+				if err := checkSettled(rn, req.Action, req.Content); err != nil {
+					return err
+				}
 			}
 			content := req.Content
 			if req.Outcome == events.OutcomeExplain && content == nil {
