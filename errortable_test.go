@@ -234,7 +234,7 @@ func TestErrorTableMatchesCode(t *testing.T) {
 			t.Errorf("%s: documented, but error.go has no such code", r.code)
 			continue
 		}
-		if got := api.Status[r.code]; got != r.number {
+		if got := api.Status(r.code); got != r.number {
 			t.Errorf("%s: documented number %d, api.Status has %d", r.code, r.number, got)
 		}
 		if want := decl[r.code]; !slices.Equal(r.sentBy, want) {

@@ -305,14 +305,7 @@ func respondError(r micro.Request, e *weft.Error) {
 // code) and Nats-Service-Error-Code (the HTTP-like status), body the
 // ErrorReply carrying the weft.Error.
 func respondErrorBody(r micro.Request, e *weft.Error, body []byte) {
-	_ = r.Error(strconv.Itoa(status(e.Code)), string(e.Code), body)
-}
-
-func status(c weft.Code) int {
-	if st := Status[c]; st != 0 {
-		return st
-	}
-	return 500
+	_ = r.Error(strconv.Itoa(Status(e.Code)), string(e.Code), body)
 }
 
 // decode decodes a request strictly (unknown fields refused) and checks

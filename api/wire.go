@@ -245,9 +245,19 @@ type ErrorReply struct {
 	Error  *weft.Error `json:"error"`
 }
 
-// Status maps every protocol error code to the HTTP-like status sent in the
-// Nats-Service-Error-Code header: the one table of the wire mapping.
-var Status = map[weft.Code]int{
+// Status returns the HTTP-like status sent for the protocol error code c
+// in the Nats-Service-Error-Code header, 500 for a code it does not know.
+// Its table is the one table of the wire mapping.
+func Status(c weft.Code) int {
+	if st, ok := statuses[c]; ok {
+		return st
+	}
+	return 500
+}
+
+// statuses maps every protocol error code to its HTTP-like status
+// (Status).
+var statuses = map[weft.Code]int{
 	weft.CodeInvalidJSON:       400,
 	weft.CodeInvalidRequest:    400,
 	weft.CodePayloadTooLarge:   413,

@@ -304,7 +304,7 @@ func projectorMain(ctx context.Context, logger *slog.Logger) error {
 	defer node.Close(context.Background())
 	js := node.JetStream()
 	if err := retry(ctx, func(ctx context.Context) error {
-		return provision.Ensure(ctx, js, provision.Options{Replicas: envInt(envReplicas, 1)}, projector.Assets()...)
+		return provision.Ensure(ctx, js, projector.Assets(), provision.WithReplicas(envInt(envReplicas, 1)))
 	}); err != nil {
 		return err
 	}

@@ -171,7 +171,7 @@ func Run(ctx context.Context, o Options) error {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = runner.Provision(pctx, js, lease, extra...)
 	if err == nil && sec != nil {
-		err = provision.EnsureOnly(pctx, pjs, provision.Options{}, projector.Assets()...)
+		err = provision.EnsureOnly(pctx, pjs, projector.Assets())
 	}
 	cancel()
 	if err != nil {

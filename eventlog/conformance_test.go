@@ -383,7 +383,7 @@ func TestConformance_OlderStreamUpdatedInPlace(t *testing.T) {
 	}
 	h := mustAppend(t, s.Log, "old", eventlog.Head{}, decision(1, 2)...)
 
-	if err := provision.Ensure(ctx, s.JS, provision.Options{Replicas: 1}); err != nil {
+	if err := provision.Ensure(ctx, s.JS, nil, provision.WithReplicas(1)); err != nil {
 		t.Fatalf("ensure over old stream: %v", err)
 	}
 	str, err := s.JS.Stream(ctx, eventlog.Stream)
@@ -399,7 +399,7 @@ func TestConformance_OlderStreamUpdatedInPlace(t *testing.T) {
 		t.Fatalf("after update: %d events head %+v (want %+v), %v", len(envs), h2, h, err)
 	}
 	// Idempotent: a second Ensure changes nothing.
-	if err := provision.Ensure(ctx, s.JS, provision.Options{Replicas: 1}); err != nil {
+	if err := provision.Ensure(ctx, s.JS, nil, provision.WithReplicas(1)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -305,10 +305,22 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 	}
 }
 
-// isSequenceConflict reports JetStream's wrong-last-sequence codes: 10071
-// (stale), and the clustered 10164/10163.
+// errCodeExpectedLastSeqPerSubjectNotReady is the server's
+// JSStreamExpectedLastSeqPerSubjectNotReady (10163, "expected last
+// sequence per subject temporarily unavailable"): a clustered stream could
+// not check the expected sequence yet. jetstream names no constant for it.
+const errCodeExpectedLastSeqPerSubjectNotReady jetstream.ErrorCode = 10163
+
+// isSequenceConflict reports JetStream's wrong-last-sequence codes: stale
+// (10071), and the clustered ones (10164, 10163).
 func isSequenceConflict(code jetstream.ErrorCode) bool {
-	return code == 10071 || code == 10164 || code == 10163
+	switch code {
+	case jetstream.JSErrCodeStreamWrongLastSequence,
+		jetstream.JSErrCodeStreamWrongLastSequenceConstant,
+		errCodeExpectedLastSeqPerSubjectNotReady:
+		return true
+	}
+	return false
 }
 
 func retryable(err error) bool {

@@ -25,7 +25,7 @@ func Example() {
 		panic(err)
 	}
 	defer node.Close(ctx)
-	if err := provision.Ensure(ctx, node.JetStream(), provision.Options{Replicas: 1}); err != nil {
+	if err := provision.Ensure(ctx, node.JetStream(), nil, provision.WithReplicas(1)); err != nil {
 		panic(err)
 	}
 	log := eventlog.New(node.JetStream())

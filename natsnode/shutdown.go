@@ -14,10 +14,11 @@ import (
 // a shutdown signal when WithDrainWindow is not given.
 const DefaultDrainWindow = 10 * time.Second
 
-// ShutdownSignals are the signals NotifyShutdown and Run treat as a request
-// to stop cleanly: SIGTERM (what process supervisors and container
-// runtimes send) and the interrupt of Ctrl-C.
-var ShutdownSignals = []os.Signal{syscall.SIGTERM, os.Interrupt}
+// ShutdownSignals returns the signals NotifyShutdown and Run treat as a
+// request to stop cleanly: SIGTERM (what process supervisors and container
+// runtimes send) and the interrupt of Ctrl-C. Each call returns a new
+// slice.
+func ShutdownSignals() []os.Signal { return []os.Signal{syscall.SIGTERM, os.Interrupt} }
 
 // WithDrainWindow bounds how long Run's Close may spend draining the
 // connection once the work function has returned; zero or less keeps
@@ -31,7 +32,7 @@ func WithDrainWindow(d time.Duration) Option { return func(c *config) { c.drainW
 // signal.NotifyContext with Weft's signal set, for mains that own the
 // node's lifetime themselves and call Close after their work has stopped.
 func NotifyShutdown(ctx context.Context) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(ctx, ShutdownSignals...)
+	return signal.NotifyContext(ctx, ShutdownSignals()...)
 }
 
 // Run is the shutdown sequence a main needs around a node, in one call. It

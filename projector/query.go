@@ -288,11 +288,7 @@ func (s *Service) respondError(req micro.Request, err error) {
 	body, _ := json.Marshal(ErrorReply{Schema: 1, Error: we})
 	// The same header convention as the command API: the HTTP-like status
 	// in Nats-Service-Error-Code, the protocol code in Nats-Service-Error.
-	status, ok := api.Status[we.Code]
-	if !ok {
-		status = 500
-	}
-	_ = req.Error(strconv.Itoa(status), string(we.Code), body)
+	_ = req.Error(strconv.Itoa(api.Status(we.Code)), string(we.Code), body)
 }
 
 // decodeRequest decodes body into T, ignoring unknown fields and refusing

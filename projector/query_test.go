@@ -37,7 +37,7 @@ func wantError(t *testing.T, nc *nats.Conn, endpoint, body, code string) {
 	if got := m.Header.Get("Nats-Service-Error"); got != code {
 		t.Fatalf("%s %s: error code %q, want %q (%s)", endpoint, body, got, code, m.Data)
 	}
-	if got, want := m.Header.Get("Nats-Service-Error-Code"), fmt.Sprint(api.Status[weft.Code(code)]); got != want {
+	if got, want := m.Header.Get("Nats-Service-Error-Code"), fmt.Sprint(api.Status(weft.Code(code))); got != want {
 		t.Fatalf("%s %s: status %q, want %q", endpoint, body, got, want)
 	}
 	var e projector.ErrorReply

@@ -31,7 +31,7 @@ func TestEnsureThreeReplicasOnACluster(t *testing.T) {
 	}
 	kv := provision.KV(jetstream.KeyValueConfig{Bucket: "weft_r3"})
 	for i := range 2 { // idempotent on a cluster too
-		if err := provision.Ensure(ctx, js, provision.Options{Replicas: 3}, kv); err != nil {
+		if err := provision.Ensure(ctx, js, []provision.Asset{kv}, provision.WithReplicas(3)); err != nil {
 			t.Fatalf("ensure #%d with 3 replicas: %v", i+1, err)
 		}
 	}

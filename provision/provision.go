@@ -9,11 +9,13 @@
 // and weft_* KV buckets) with Stream and KV and pass them to Ensure, so no
 // package needs to edit this one:
 //
-//	err := provision.Ensure(ctx, js, provision.Options{Replicas: 1},
-//		provision.KV(jetstream.KeyValueConfig{Bucket: "weft_runs"}))
+//	err := provision.Ensure(ctx, js,
+//		[]provision.Asset{provision.KV(jetstream.KeyValueConfig{Bucket: "weft_runs"})},
+//		provision.WithReplicas(3))
 //
-// Replicas: 1 for an embedded or single server, 3 on a cluster. An asset
-// whose configuration sets Replicas keeps its own value.
+// Replicas (WithReplicas): 1, the default, for an embedded or single
+// server, 3 on a cluster. An asset whose configuration sets Replicas keeps
+// its own value.
 package provision
 
 import (
@@ -43,12 +45,17 @@ const (
 // append with the same Nats-Msg-Id inside it is stored once.
 const EventsDuplicates = 2 * time.Minute
 
-// Options applies to every asset Ensure provisions.
-type Options struct {
-	// Replicas is the replica count of every asset whose configuration
-	// leaves it 0; 0 means 1.
-	Replicas int
+// Option configures Ensure and EnsureOnly; it applies to every asset they
+// provision.
+type Option func(*options)
+
+type options struct {
+	replicas int
 }
+
+// WithReplicas sets the replica count of every asset whose configuration
+// leaves it 0; 0 or less keeps the default, 1.
+func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
 
 // Asset is one stream or KV bucket to provision. Build it with Stream or KV.
 type Asset struct {
@@ -115,17 +122,21 @@ func Base() []Asset { return []Asset{Stream(EventsConfig()), Stream(TasksConfig(
 // Ensure creates or updates the base assets and then extra, in order. It
 // stops at the first asset that cannot be created or updated (for example a
 // change the server refuses in place, such as retention) and names it.
-func Ensure(ctx context.Context, js jetstream.JetStream, opts Options, extra ...Asset) error {
-	return EnsureOnly(ctx, js, opts, append(Base(), extra...)...)
+func Ensure(ctx context.Context, js jetstream.JetStream, extra []Asset, opts ...Option) error {
+	return EnsureOnly(ctx, js, append(Base(), extra...), opts...)
 }
 
 // EnsureOnly creates or updates assets, in order, as Ensure does, without
 // the base assets: what a component that does not own the log provisions
 // (the projector its buckets; with package roles' permissions only the
 // runner may create or change WEFT_EVENTS and WEFT_TASKS).
-func EnsureOnly(ctx context.Context, js jetstream.JetStream, opts Options, assets ...Asset) error {
+func EnsureOnly(ctx context.Context, js jetstream.JetStream, assets []Asset, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	for _, a := range assets {
-		if err := ensure(ctx, js, opts, a); err != nil {
+		if err := ensure(ctx, js, o, a); err != nil {
 			return fmt.Errorf("provision %s: %w", a.Name(), err)
 		}
 	}
@@ -138,7 +149,7 @@ func EnsureOnly(ctx context.Context, js jetstream.JetStream, opts Options, asset
 // is idempotent — until ctx ends.
 const AttemptTimeout = 5 * time.Second
 
-func ensure(ctx context.Context, js jetstream.JetStream, opts Options, a Asset) error {
+func ensure(ctx context.Context, js jetstream.JetStream, opts options, a Asset) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
 		err := ensureOnce(actx, js, opts, a)
@@ -167,9 +178,9 @@ func retryable(err error) bool {
 	return false
 }
 
-func ensureOnce(ctx context.Context, js jetstream.JetStream, opts Options, a Asset) error {
-	replicas := opts.Replicas
-	if replicas == 0 {
+func ensureOnce(ctx context.Context, js jetstream.JetStream, opts options, a Asset) error {
+	replicas := opts.replicas
+	if replicas <= 0 {
 		replicas = 1
 	}
 	switch {

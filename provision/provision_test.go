@@ -21,7 +21,7 @@ func TestEnsureBaseAndExtraAssetsIdempotent(t *testing.T) {
 		provision.KV(jetstream.KeyValueConfig{Bucket: "weft_test", History: 1}),
 	}
 	for i := 0; i < 2; i++ {
-		if err := provision.Ensure(ctx, s.JS, provision.Options{Replicas: 1}, extra...); err != nil {
+		if err := provision.Ensure(ctx, s.JS, extra, provision.WithReplicas(1)); err != nil {
 			t.Fatalf("ensure #%d: %v", i+1, err)
 		}
 	}
@@ -52,7 +52,7 @@ func TestEnsureBaseAndExtraAssetsIdempotent(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Updating an extra in place keeps its data.
-	if err := provision.Ensure(ctx, s.JS, provision.Options{}, provision.KV(jetstream.KeyValueConfig{Bucket: "weft_test", History: 5, Description: "now with history"})); err != nil {
+	if err := provision.Ensure(ctx, s.JS, []provision.Asset{provision.KV(jetstream.KeyValueConfig{Bucket: "weft_test", History: 5, Description: "now with history"})}); err != nil {
 		t.Fatal(err)
 	}
 	if e, err := kv.Get(ctx, "k"); err != nil || string(e.Value()) != "v" {
@@ -70,7 +70,7 @@ func TestEnsureNamesAssetItCannotUpdate(t *testing.T) {
 	defer cancel()
 	// Retention cannot change in place.
 	bad := provision.Stream(jetstream.StreamConfig{Name: provision.TasksStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.InterestPolicy})
-	err := provision.Ensure(ctx, s.JS, provision.Options{}, bad)
+	err := provision.Ensure(ctx, s.JS, []provision.Asset{bad})
 	if err == nil || !strings.Contains(err.Error(), provision.TasksStream) {
 		t.Fatalf("Ensure = %v, want an error naming %s", err, provision.TasksStream)
 	}
@@ -82,7 +82,7 @@ func TestReplicasApplyToAssetsWithoutTheirOwn(t *testing.T) {
 	defer cancel()
 	// A single server refuses 3 replicas: proof that Options.Replicas is
 	// passed through to every asset.
-	err := provision.Ensure(ctx, s.JS, provision.Options{Replicas: 3}, provision.KV(jetstream.KeyValueConfig{Bucket: "weft_r3"}))
+	err := provision.Ensure(ctx, s.JS, []provision.Asset{provision.KV(jetstream.KeyValueConfig{Bucket: "weft_r3"})}, provision.WithReplicas(3))
 	if err == nil {
 		t.Fatal("3 replicas accepted by a single server")
 	}

@@ -131,7 +131,7 @@ func BenchmarkAppend(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer n.Close(ctx)
-			if err := provision.Ensure(ctx, n.JetStream(), provision.Options{}); err != nil {
+			if err := provision.Ensure(ctx, n.JetStream(), nil); err != nil {
 				b.Fatal(err)
 			}
 			log := eventlog.New(n.JetStream())

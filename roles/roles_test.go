@@ -182,7 +182,7 @@ func deploy(t *testing.T) *deployment {
 	if err := runner.Provision(pctx, s.node.JetStream(), time.Second); err != nil {
 		t.Fatalf("the runner provisions its assets: %v (refused %v)", err, s.v.all())
 	}
-	if err := provision.EnsureOnly(pctx, d.projector.JetStream(), provision.Options{}, projector.Assets()...); err != nil {
+	if err := provision.EnsureOnly(pctx, d.projector.JetStream(), projector.Assets()); err != nil {
 		t.Fatalf("the projector provisions its buckets: %v (refused %v)", err, d.vp.all())
 	}
 	ag, err := demo.Agent(nil)

@@ -375,7 +375,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, lease time.Duration,
 	if err := runnersOnFile(ctx, js); err != nil {
 		return err
 	}
-	if err := provision.Ensure(ctx, js, provision.Options{Replicas: replicas}, append(Assets(lease), o.extra...)...); err != nil {
+	if err := provision.Ensure(ctx, js, append(Assets(lease), o.extra...), provision.WithReplicas(replicas)); err != nil {
 		return err
 	}
 	return timer.Ensure(ctx, js, timer.WithReplicas(replicas))

@@ -567,7 +567,7 @@ func rebuildCommand() command {
 				}
 				defer closeNode(n)
 				js := n.JetStream()
-				if err := provision.Ensure(ctx, js, provision.Options{}, projector.Assets()...); err != nil {
+				if err := provision.Ensure(ctx, js, projector.Assets()); err != nil {
 					return err
 				}
 				bar := &progressBar{w: e.stderr}

@@ -80,7 +80,7 @@ func (s *Server) start() {
 	if err != nil {
 		s.t.Fatalf("natstest: start server: %v", err)
 	}
-	if err := provision.Ensure(ctx, n.JetStream(), provision.Options{Replicas: 1}, s.assets...); err != nil {
+	if err := provision.Ensure(ctx, n.JetStream(), s.assets, provision.WithReplicas(1)); err != nil {
 		_ = n.Close(ctx)
 		s.t.Fatalf("natstest: provision: %v", err)
 	}
