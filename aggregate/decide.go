@@ -863,7 +863,7 @@ func (d *decider) settle(c Settle) error {
 	case ActionSucceeded, ActionToolFailed, ActionReconciled, ActionFaulted:
 		return &weft.Error{Code: weft.CodeAlreadyRecorded, Reason: string(a.State), Message: fmt.Sprintf("action %s already has its result", a.ID)}
 	case ActionRunning:
-		return &weft.Error{Code: weft.CodeNotAwaited, Reason: "body_running", Message: fmt.Sprintf("action %s: the body may still return; wait for its report", a.ID)}
+		return &weft.Error{Code: weft.CodeNotAwaited, Reason: ReasonBodyRunning, Message: fmt.Sprintf("action %s: the body may still return; wait for its report", a.ID)}
 	}
 	refuse := func(why string) error {
 		d.emit(events.SettlementRefused{Action: a.ID, Reason: string(weft.CodeNotAwaited), Summary: c.Summary})

@@ -48,9 +48,12 @@ type Child struct {
 
 // ModelCall is a model call to make for Turn. Deadline is when the model
 // timeout stops it (zero for none); the call is rebuilt by ModelRequest.
+// RecordOnly is set by Work.Draining: make no call, only record a reply
+// that already arrived.
 type ModelCall struct {
-	Turn     int64
-	Deadline time.Time
+	Turn       int64
+	Deadline   time.Time
+	RecordOnly bool
 }
 
 // CallBatch is a tool request awaiting validation and policy: the calls of

@@ -361,7 +361,62 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return describeStatus(Status(h.state)) + "\n"
 
 	case "pending":
-		return describeWork(Pending(h.state))
+		// pending draining: the work a draining runner performs.
+		w := Pending(h.state)
+		if d.HasArg("draining") {
+			w = w.Draining()
+		}
+		return describeWork(w)
+
+	case "plan-answer":
+		// The order of an answer's checks before the runner's I/O
+		// (PlanAnswer): plan-answer answer=approve|reject action=… rev=…
+		// [approver=…] [approvers].
+		c := AnswerCheck{Answer: h.strArg(t, d, "answer", events.AnswerApprove), Action: h.strArg(t, d, "action", ""), Revision: h.intArg(t, d, "rev", 0),
+			Approver: h.strArg(t, d, "approver", ""), Approvers: d.HasArg("approvers")}
+		p, err := PlanAnswer(h.state, c, h.now)
+		if err != nil {
+			return fmt.Sprintf("refused: %v\n", err)
+		}
+		var b strings.Builder
+		if p.Verify {
+			fmt.Fprintf(&b, "verify the proof against %s revision=%d requirement=%s@v%d\n", p.Action.ID, p.Request.Revision, p.Request.Requirement.Name, p.Request.Requirement.Version)
+		}
+		if p.Refusal != nil {
+			fmt.Fprintf(&b, "record due expiries, then refuse: %v\n", p.Refusal)
+		} else {
+			b.WriteString("decide the answer\n")
+		}
+		return b.String()
+
+	case "worker-lost":
+		// A worker's report that an attempt was lost, mapped to a command
+		// (LostCommand) and decided.
+		c, err := LostCommand(h.strArg(t, d, "action", ""), h.intArg(t, d, "attempt", 1), h.strArg(t, d, "cause", ""), strings.TrimSpace(d.Input))
+		switch {
+		case err != nil:
+			return fmt.Sprintf("refused: %v\n", err)
+		case c == nil:
+			return "no command: the run is woken (due timers applied)\n"
+		}
+		return fmt.Sprintf("> %s\n", c.CommandName()) + h.decide(t, c)
+
+	case "reply-unrecordable":
+		// The reply of turn could not be recorded: too large
+		// (UnrecordableReply).
+		return h.decide(t, UnrecordableReply(int64(h.intArg(t, d, "turn", int(h.state.Turn()))), strings.TrimSpace(d.Input)))
+
+	case "settle-wait":
+		// Whether a settlement of action offered now waits for its body
+		// (AwaitBody) with grace=ms.
+		wait, err := AwaitBody(h.state, h.strArg(t, d, "action", ""), time.Duration(h.intArg(t, d, "grace", 0))*time.Millisecond, h.now)
+		switch {
+		case err != nil:
+			return fmt.Sprintf("stop waiting: %v\n", err)
+		case wait:
+			return "wait for the body\n"
+		}
+		return "decide now\n"
 
 	case "actions":
 		var b strings.Builder
@@ -528,6 +583,9 @@ func describeWork(w Work) string {
 		fmt.Fprintf(&b, "model turn=%d", w.Model.Turn)
 		if !w.Model.Deadline.IsZero() {
 			fmt.Fprintf(&b, " deadline=%s", w.Model.Deadline.Format(time.RFC3339Nano))
+		}
+		if w.Model.RecordOnly {
+			b.WriteString(" record-only")
 		}
 		b.WriteByte('\n')
 	}

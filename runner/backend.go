@@ -238,31 +238,29 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointApprove, req, &out, func(ctx context.Context, rn *run) error {
-		if err := aggregate.CheckUnused(rn.state, req.Proof); err != nil {
-			return err // a replayed proof, named as one before the references
-		}
+		// The order of the checks is the aggregate's (PlanAnswer): a
+		// replayed proof first, then the references, the proof before the
+		// expiry of a due request.
 		now := r.clock(rn)
-		ans := approvers.Answer{Approver: req.Approver, Credential: req.Credential, Signed: req.Proof}
-		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
+		plan, err := aggregate.PlanAnswer(rn.state, aggregate.AnswerCheck{Answer: events.AnswerApprove, Action: req.Action, Revision: req.Revision,
+			Approver: req.Approver, Approvers: len(rn.agent.Approvers()) > 0, Proof: req.Proof}, now)
 		if err != nil {
-			if a, ok := rn.state.Action(req.Action); ok && weft.ErrorCode(err) == weft.CodeApprovalExpired && a.Request.Answer == "" {
-				// Due but not yet recorded: the proof is checked before
-				// the expiry, and a refused proof changes nothing
-				// (SEMANTICS §4).
-				if _, perr := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, a, a.Request, events.AnswerApprove), now); perr != nil {
-					return perr
-				}
+			return err
+		}
+		var pf approvers.Proof
+		if plan.Verify {
+			ans := approvers.Answer{Approver: req.Approver, Credential: req.Credential, Signed: req.Proof}
+			if pf, err = approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, plan.Action, plan.Request, events.AnswerApprove), now); err != nil {
+				return err // a refused proof changes nothing
 			}
+		}
+		if plan.Refusal != nil {
 			// Record due expiries; the refusal is the pre-check's.
 			_ = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision})
-			return err
+			return plan.Refusal
 		}
-		a, _ := rn.state.Action(req.Action)
+		a, appr := plan.Action, plan.Request
 		reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
-		pf, err := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, a, appr, events.AnswerApprove), now)
-		if err != nil {
-			return err
-		}
 		timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
 		pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: req.Revision})
 		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
@@ -288,24 +286,23 @@ func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer 
 func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointReject, req, &out, func(ctx context.Context, rn *run) error {
-		if req.Approver == "" && len(rn.agent.Approvers()) > 0 {
-			// As approve: the field is missing, no proof was refused.
-			return &weft.Error{Code: weft.CodeInvalidRequest, Message: "approver is required (the agent has approvers)"}
-		}
-		if err := aggregate.CheckUnused(rn.state, req.Proof); err != nil {
-			return err
-		}
+		// The order of the checks is the aggregate's (PlanAnswer): the
+		// approver an agent with approvers requires, a replayed proof,
+		// the references, then the proof.
 		now := r.clock(rn)
-		appr, err := aggregate.CheckAnswer(rn.state, req.Action, req.Revision, now)
+		plan, err := aggregate.PlanAnswer(rn.state, aggregate.AnswerCheck{Answer: events.AnswerReject, Action: req.Action, Revision: req.Revision,
+			Approver: req.Approver, Approvers: len(rn.agent.Approvers()) > 0, Proof: req.Proof}, now)
 		if err != nil {
-			_ = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason})
 			return err
+		}
+		if plan.Refusal != nil {
+			_ = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason})
+			return plan.Refusal
 		}
 		c := aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason, By: req.By}
-		if req.Approver != "" || len(rn.agent.Approvers()) > 0 {
-			a, _ := rn.state.Action(req.Action)
+		if plan.Verify {
 			ans := approvers.Answer{Approver: req.Approver, Credential: req.Credential, Signed: req.Proof}
-			pf, err := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, a, appr, events.AnswerReject), now)
+			pf, err := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, plan.Action, plan.Request, events.AnswerReject), now)
 			if err != nil {
 				return err
 			}
@@ -396,15 +393,16 @@ func checkSettled(rn *run, action string, content json.RawMessage) error {
 func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, error) {
 	var out api.Reply
 	for {
+		// Whether to wait for a running body, and how long, is the
+		// aggregate's (AwaitBody); the wait is the runner's.
 		waiting := false
-		var deadline *time.Time
+		var over error
 		err := r.route(ctx, req.Run, api.EndpointSettle, req, &out, func(ctx context.Context, rn *run) error {
 			if err := checkQueue(rn, req.Action, req.Queue); err != nil {
 				return err
 			}
-			if a, ok := rn.state.Action(req.Action); ok && a.State == aggregate.ActionRunning {
-				waiting = true
-				deadline = a.Attempt.Deadline
+			if wait, werr := aggregate.AwaitBody(rn.state, req.Action, r.lease, time.Now()); wait || werr != nil {
+				waiting, over = true, werr
 				return nil
 			}
 			if req.Outcome == events.OutcomeOutput {
@@ -427,8 +425,8 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 		if !waiting {
 			return out, err
 		}
-		if bodyWaitOver(deadline, r.lease, time.Now()) {
-			return out, &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: ReasonBodyRunning, Message: "the body is still running past its attempt's deadline"}
+		if over != nil {
+			return out, over
 		}
 		select {
 		case <-ctx.Done():
@@ -439,16 +437,9 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 }
 
 // ReasonBodyRunning is the Reason of settle_unconfirmed when the settled
-// action's body was still running when the settlement stopped waiting.
-const ReasonBodyRunning = "body_running"
-
-// bodyWaitOver reports whether a settlement waiting for a running body
-// stops waiting at now: past the attempt's deadline plus grace (the time
-// for the tool timeout to be recorded); never when the attempt has no
-// deadline (the request's context bounds the wait then).
-func bodyWaitOver(deadline *time.Time, grace time.Duration, now time.Time) bool {
-	return deadline != nil && now.After(deadline.Add(grace))
-}
+// action's body was still running when the settlement stopped waiting
+// (aggregate.ReasonBodyRunning).
+const ReasonBodyRunning = aggregate.ReasonBodyRunning
 
 // Cancel cancels a run (api.Backend); it needs no live runner.
 func (r *Runner) Cancel(ctx context.Context, req api.CancelRequest) (api.Reply, error) {
@@ -474,17 +465,12 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		// The aggregate checks the reported size against the run's limit.
 		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: events.OutcomeOversize, Bytes: req.Bytes}
 	case worker.OutcomeLost:
-		switch req.Cause {
-		case events.CauseTimedOut, events.CauseStopped:
-			// Nothing of the worker's is recorded: the tool_timeout timer
-			// decides a timeout (by the store's clock), the cancellation
-			// that stopped the body decided the attempt already. The run
-			// is woken (due timers applied) and the reply is the usual one.
-			cmd = nil
-		case events.CauseWorkerLost, events.CauseCrashed:
-			cmd = aggregate.Lost{Action: req.Action, Attempt: req.Attempt, Cause: req.Cause, Evidence: req.Evidence}
-		default:
-			return api.Reply{}, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("lost cause %q", req.Cause)}
+		// Which causes are recorded is the aggregate's (LostCommand); for
+		// the others (nil) the run is woken (due timers applied) and the
+		// reply is the usual one.
+		var err error
+		if cmd, err = aggregate.LostCommand(req.Action, req.Attempt, req.Cause, req.Evidence); err != nil {
+			return api.Reply{}, err
 		}
 	default:
 		return api.Reply{}, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("report outcome %q", req.Outcome)}

@@ -615,10 +615,12 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 		rn.dispatched[key] = true
 		delete(rn.fences, key)
 	}
-	// A draining runner starts no model call and resolves no new calls:
-	// the runner that takes the run over does.
+	// A draining runner starts no model call and resolves no new calls
+	// (aggregate's Work.Draining): the runner that takes the run over does.
 	r.mu.Lock()
-	draining := r.draining
+	if r.draining {
+		w = w.Draining()
+	}
 	r.mu.Unlock()
 	// The model call of a requested turn, or the answer of a call already
 	// made that could not be recorded.
@@ -631,12 +633,12 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 			}
 			return false // the step acted on what followed
 		}
-		if rn.modelTurn != w.Model.Turn && !draining {
+		if rn.modelTurn != w.Model.Turn && !w.Model.RecordOnly {
 			r.callModel(rn, *w.Model)
 		}
 	}
 	// Validation and policy for a tool request, decided at once.
-	if w.Resolve != nil && !draining {
+	if w.Resolve != nil {
 		cmd := r.resolve(ctx, rn, *w.Resolve)
 		if err := r.step(ctx, rn, cmd); err != nil {
 			r.log.Error("resolve calls", "run", rn.id, "err", err)
@@ -1087,10 +1089,9 @@ func (r *Runner) commandLocked(ctx context.Context, rn *run, c aggregate.Command
 	}
 	err := r.step(ctx, rn, c)
 	if mr, ok := c.(aggregate.ModelReply); ok && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
-		// A reply too large to record cannot be decided on (every input
-		// becomes an event first): the turn failed with an unreadable
-		// reply, instead of the run waiting for a reply forever.
-		return r.step(ctx, rn, aggregate.ModelFailure{Turn: mr.Turn, Kind: model.ErrInvalidReply, Message: "the model's reply is too large to record: " + err.Error()})
+		// A reply too large to record cannot be decided on: the
+		// aggregate's UnrecordableReply says what the turn became.
+		return r.step(ctx, rn, aggregate.UnrecordableReply(mr.Turn, err.Error()))
 	}
 	return err
 }
