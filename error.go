@@ -79,6 +79,9 @@ const (
 	CodeNotResolvable Code = "not_resolvable"
 	// CodeAlreadyResolved means the open question has its final truth already.
 	CodeAlreadyResolved Code = "already_resolved"
+	// CodeQuarantined means the run's log holds a message no reader can
+	// fold; nothing acts on the run until it is repaired (weft repair).
+	CodeQuarantined Code = "quarantined"
 
 	// Runtime conditions: the command may succeed when retried.
 

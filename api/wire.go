@@ -285,6 +285,7 @@ var statuses = map[weft.Code]int{
 	weft.CodeRunNotEnded:       409,
 	weft.CodeNotResolvable:     409,
 	weft.CodeAlreadyResolved:   409,
+	weft.CodeQuarantined:       409,
 	weft.CodeRunnerBusy:        503,
 	weft.CodeContended:         503,
 	weft.CodeConflict:          409,
@@ -314,7 +315,7 @@ var Refusals = map[string][]weft.Code{
 func commandRefusals(extra ...weft.Code) []weft.Code {
 	return append([]weft.Code{
 		weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownAgent,
-		weft.CodeRunnerBusy, weft.CodeContended, weft.CodeConflict, weft.CodeUnavailable, weft.CodeInternal,
+		weft.CodeQuarantined, weft.CodeRunnerBusy, weft.CodeContended, weft.CodeConflict, weft.CodeUnavailable, weft.CodeInternal,
 	}, extra...)
 }
 

@@ -177,6 +177,10 @@ const (
 	StatusSuspended = projections.StatusSuspended
 	// StatusFinished is a run that reached its outcome.
 	StatusFinished = projections.StatusFinished
+	// StatusQuarantined: the run's log holds a message no reader can fold
+	// (RunView.Quarantine names it); nothing acts on the run until it is
+	// repaired (`weft repair`).
+	StatusQuarantined = projections.StatusQuarantined
 )
 
 // Client talks to Weft over one NATS connection. It is safe for
@@ -297,7 +301,9 @@ func Settled(v RunView) bool { return Suspended(v) || Finished(v) }
 // that makes it hold. It watches the run's events in the log (an ordered
 // consumer on weft.ev.<run>.>, folded with the read model's rules), so it
 // needs no projector and never polls. It returns unknown_run for a run
-// with no events, and ctx's error with the last view when ctx ends first.
+// with no events, quarantined for a run whose log holds a message no
+// reader can fold (docs/reliability.md, "A malformed message"), and ctx's
+// error with the last view when ctx ends first.
 func (c *Client) Wait(ctx context.Context, run string, until Condition) (RunView, error) {
 	head, err := c.log.Head(ctx, run)
 	if err != nil {
@@ -309,6 +315,15 @@ func (c *Client) Wait(ctx context.Context, run string, until Condition) (RunView
 	var v RunView
 	caught, met := false, false
 	werr := c.log.WatchRun(ctx, run, func(e eventlog.RunEvent) error {
+		if e.Envelope.Version == 0 {
+			// Only caught up: the run's last message is a repair's.
+			caught = caught || e.CaughtUp
+			if caught && v.Version > 0 && until(v) {
+				met = true
+				return eventlog.ErrStopWatch
+			}
+			return nil
+		}
 		ev, err := e.Envelope.Event()
 		if err != nil {
 			return fmt.Errorf("client: wait %s: %w", run, err)

@@ -68,6 +68,17 @@ func FeedLine(env events.Envelope) string {
 // run prints the log from fromSeq until ctx ends.
 func (f *feed) run(ctx context.Context, fromSeq uint64) error {
 	return f.log.Subscribe(ctx, fromSeq, func(se eventlog.StreamEvent) error {
+		if se.Poison != nil || se.Void != nil {
+			if se.Poison != nil {
+				fmt.Fprintf(f.w, "seq %d  %s\n", se.Seq, se.Poison.Error())
+			} else {
+				fmt.Fprintf(f.w, "seq %d  run %s: the message at seq %d voided (%s)\n", se.Seq, se.Run, se.Void.Seq, se.Void.Reason)
+			}
+			f.mu.Lock()
+			f.seq = se.Seq
+			f.mu.Unlock()
+			return nil
+		}
 		fmt.Fprintln(f.w, FeedLine(se.Envelope))
 		f.mu.Lock()
 		defer f.mu.Unlock()

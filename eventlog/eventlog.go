@@ -158,8 +158,17 @@ type StreamEvent struct {
 	// Last is true for the last event of its message: resuming Subscribe
 	// from Seq+1 after it skips nothing.
 	Last bool
-	// Envelope is the event.
+	// Run is the run whose subject holds the message ("" for a message
+	// on a subject that names no valid run).
+	Run string
+	// Envelope is the event; zero when Poison or Void is set.
 	Envelope events.Envelope
+	// Poison is set, alone, for a message no reader can fold: Run is
+	// quarantined from Seq on (it may have been voided later in the log:
+	// a reader that meets a VoidRecord of Run reads the run again).
+	Poison *PoisonError
+	// Void is set, alone, for a repair's void record of Run.
+	Void *VoidRecord
 }
 
 // Option configures a Log.
@@ -395,34 +404,19 @@ func (l *Log) last(ctx context.Context, run string) ([]events.Envelope, Head, er
 	if err != nil {
 		return nil, Head{}, fmt.Errorf("%w: head of run %s: sequence: %v", ErrCorrupt, run, err)
 	}
-	envs, err := decodeBody(m.Data)
+	pm, err := parse(run, m.Header, m.Data)
 	if err != nil {
-		return nil, Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, seq, err)
+		return nil, Head{}, &PoisonError{Run: run, Seq: seq, Reason: err.Error()}
 	}
-	for i, env := range envs {
-		if env.Run != run || (i > 0 && env.Version != envs[i-1].Version+1) || (i > 0 && env.Prev != envs[i-1].Hash()) {
-			return nil, Head{}, fmt.Errorf("%w: run %s seq %d: event %s version %d breaks the message's chain", ErrCorrupt, run, seq, env.ID, env.Version)
-		}
+	if pm.void != nil {
+		// The run's last message is a repair's void record: its head
+		// is the last event's, at the record's sequence.
+		_, h, err := l.LoadAfter(ctx, run, Head{})
+		return nil, h, err
 	}
+	envs := pm.envs
 	last := envs[len(envs)-1]
 	return envs, Head{Version: last.Version, Seq: seq, Hash: last.Hash()}, nil
-}
-
-func decodeBody(data []byte) ([]events.Envelope, error) {
-	var b struct {
-		Schema int               `json:"schema"`
-		Events []events.Envelope `json:"events"`
-	}
-	if err := json.Unmarshal(data, &b); err != nil {
-		return nil, err
-	}
-	if b.Schema != MessageSchema {
-		return nil, fmt.Errorf("message schema %d unknown", b.Schema)
-	}
-	if len(b.Events) == 0 {
-		return nil, errors.New("message without events")
-	}
-	return b.Events, nil
 }
 
 // Load reads run's whole history in order and its head. A run without
@@ -442,42 +436,83 @@ func (l *Log) LoadAfter(ctx context.Context, run string, after Head) ([]events.E
 	if err := CheckRun(run); err != nil {
 		return nil, Head{}, err
 	}
-	head := after
-	var out []events.Envelope
+	// Read the whole tail first: a void record (a repair, docs/adr/0011)
+	// comes after the message it voids.
+	var msgs []*nats.Msg
 	next := after.Seq + 1
 	// Most reads are short tails: ask for a few messages first, then for
 	// full batches while the server says more are pending.
 	size := min(l.batch, firstBatch)
 	for {
-		msgs, err := l.reader.get(ctx, l.stream, next, RunFilter(run), size, l.attempt)
+		got, err := l.reader.get(ctx, l.stream, next, RunFilter(run), size, l.attempt)
 		if err != nil {
 			return nil, Head{}, fmt.Errorf("eventlog: load run %s: %w", run, unavailable(err))
 		}
 		more := false
-		for _, m := range msgs {
+		for _, m := range got {
 			seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 			if err != nil {
 				return nil, Head{}, fmt.Errorf("%w: run %s: sequence: %v", ErrCorrupt, run, err)
 			}
-			envs, err := decodeBody(m.Data)
-			if err != nil {
-				return nil, Head{}, fmt.Errorf("%w: run %s seq %d: %v", ErrCorrupt, run, seq, err)
-			}
-			for _, env := range envs {
-				if env.Run != run || env.Version != head.Version+1 || (head.Hash != "" && env.Prev != head.Hash) {
-					return nil, Head{}, fmt.Errorf("%w: run %s seq %d: event %s version %d does not follow version %d", ErrCorrupt, run, seq, env.ID, env.Version, head.Version)
-				}
-				head = Head{Version: env.Version, Seq: seq, Hash: env.Hash()}
-				out = append(out, env)
-			}
 			next = seq + 1
 			more = m.Header.Get("Nats-Num-Pending") != "0"
 		}
-		if !more || len(msgs) == 0 {
-			return out, head, nil
+		msgs = append(msgs, got...)
+		if !more || len(got) == 0 {
+			break
 		}
 		size = l.batch
 	}
+	return fold(run, after, msgs)
+}
+
+// fold checks and collects the events of run's messages msgs, read after
+// after, skipping the messages void records supersede and the records.
+// On a message no reader can fold it returns the events before it, the
+// head after them and a *PoisonError.
+func fold(run string, after Head, msgs []*nats.Msg) ([]events.Envelope, Head, error) {
+	seqOf := func(m *nats.Msg) uint64 {
+		seq, _ := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		return seq
+	}
+	var voided map[uint64]bool
+	for _, m := range msgs {
+		if m.Header.Get(HeaderVoid) == "" {
+			continue
+		}
+		if pm, err := parse(run, m.Header, m.Data); err == nil && pm.void != nil && pm.void.Seq < seqOf(m) {
+			if voided == nil {
+				voided = map[uint64]bool{}
+			}
+			voided[pm.void.Seq] = true
+		}
+	}
+	head := after
+	var out []events.Envelope
+	for _, m := range msgs {
+		seq := seqOf(m)
+		if voided[seq] {
+			continue
+		}
+		pm, err := parse(run, m.Header, m.Data)
+		if err != nil {
+			return out, head, &PoisonError{Run: run, Seq: seq, Reason: err.Error()}
+		}
+		if pm.void != nil {
+			head.Seq = seq // the next append expects the record as the run's last message
+			continue
+		}
+		// The events within the message are chained (parse checked
+		// them): the first must follow the head.
+		if env := pm.envs[0]; env.Version != head.Version+1 || (head.Hash != "" && env.Prev != head.Hash) {
+			return out, head, &PoisonError{Run: run, Seq: seq, Reason: fmt.Sprintf("event %s version %d does not follow version %d", short(env.ID), env.Version, head.Version)}
+		}
+		for _, env := range pm.envs {
+			head = Head{Version: env.Version, Seq: seq, Hash: env.Hash()}
+			out = append(out, env)
+		}
+	}
+	return out, head, nil
 }
 
 // firstBatch is how many messages the first direct get of a load asks for.
@@ -485,7 +520,10 @@ const firstBatch = 32
 
 // Subscribe calls fn for every event of every run in log order, starting
 // with the message at stream sequence fromSeq (0 or 1: from the beginning),
-// through an ordered consumer. It blocks until ctx ends (returning nil) or
+// through an ordered consumer. A message no reader can fold is delivered
+// as one StreamEvent with Poison set, a repair's void record as one with
+// Void set: neither stops the subscription, so one bad message never stops
+// the other runs (docs/adr/0011). It blocks until ctx ends (returning nil) or
 // fn returns an error (returning it). fn is called from one goroutine.
 func (l *Log) Subscribe(ctx context.Context, fromSeq uint64, fn func(StreamEvent) error) error {
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{SubjectPrefix + ">"}, DeliverPolicy: jetstream.DeliverAllPolicy}
@@ -519,14 +557,23 @@ func (l *Log) Subscribe(ctx context.Context, fromSeq uint64, fn func(StreamEvent
 		if err != nil {
 			return fmt.Errorf("%w: subscribe: metadata: %v", ErrCorrupt, err)
 		}
-		envs, err := decodeBody(m.Data())
-		if err != nil {
-			return fmt.Errorf("%w: seq %d: %v", ErrCorrupt, meta.Sequence.Stream, err)
-		}
-		for i, env := range envs {
-			if err := fn(StreamEvent{Seq: meta.Sequence.Stream, Last: i == len(envs)-1, Envelope: env}); err != nil {
-				return err
+		seq := meta.Sequence.Stream
+		run := runOf(m.Subject())
+		pm, err := parse(run, m.Headers(), m.Data())
+		switch {
+		case err != nil:
+			err = fn(StreamEvent{Seq: seq, Last: true, Run: run, Poison: &PoisonError{Run: run, Seq: seq, Reason: err.Error()}})
+		case pm.void != nil:
+			err = fn(StreamEvent{Seq: seq, Last: true, Run: run, Void: &VoidRecord{At: seq, Void: *pm.void}})
+		default:
+			for i, env := range pm.envs {
+				if err = fn(StreamEvent{Seq: seq, Last: i == len(pm.envs)-1, Run: run, Envelope: env}); err != nil {
+					break
+				}
 			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 }

@@ -19,7 +19,9 @@ type RunEvent struct {
 	Last bool
 	// CaughtUp is true for the last event of a message after which the
 	// run had no more messages when it was delivered: the events so far
-	// are the run's whole history at that moment.
+	// are the run's whole history at that moment. A RunEvent with a zero
+	// Envelope (Version 0) carries only CaughtUp: the run's last messages
+	// are a repair's void record or the message it voids (docs/adr/0011).
 	CaughtUp bool
 }
 
@@ -28,6 +30,8 @@ type RunEvent struct {
 // consumer filtered on the run's subjects: no polling). It blocks until
 // ctx ends (returning nil) or fn returns an error (returning it; return
 // ErrStopWatch to stop without an error). fn is called from one goroutine.
+// A message no reader can fold ends the watch with a *PoisonError (code
+// quarantined) unless a repair voided it; void records are skipped.
 func (l *Log) WatchRun(ctx context.Context, run string, fn func(RunEvent) error) error {
 	if err := CheckRun(run); err != nil {
 		return err
@@ -60,10 +64,36 @@ func (l *Log) WatchRun(ctx context.Context, run string, fn func(RunEvent) error)
 		if err != nil {
 			return fmt.Errorf("%w: watch %s: metadata: %v", ErrCorrupt, run, err)
 		}
-		envs, err := decodeBody(m.Data())
+		pm, err := parse(run, m.Headers(), m.Data())
 		if err != nil {
-			return fmt.Errorf("%w: seq %d: %v", ErrCorrupt, meta.Sequence.Stream, err)
+			// A message no reader can fold: the run is quarantined,
+			// unless a repair voided the message since (its record
+			// comes later in the log: read the run to know).
+			perr := &PoisonError{Run: run, Seq: meta.Sequence.Stream, Reason: err.Error()}
+			if _, _, lerr := l.Load(ctx, run); lerr != nil {
+				var p *PoisonError
+				if !errors.As(lerr, &p) {
+					return lerr
+				}
+				if p.Seq <= perr.Seq {
+					return perr // not voided
+				}
+			}
 		}
+		if err != nil || pm.void != nil {
+			// Skipped: a voided message or a void record. When it is the
+			// run's last, say the history so far is whole.
+			if meta.NumPending == 0 {
+				if err := fn(RunEvent{Last: true, CaughtUp: true}); err != nil {
+					if errors.Is(err, ErrStopWatch) {
+						return nil
+					}
+					return err
+				}
+			}
+			continue
+		}
+		envs := pm.envs
 		for i, env := range envs {
 			last := i == len(envs)-1
 			if err := fn(RunEvent{Envelope: env, Last: last, CaughtUp: last && meta.NumPending == 0}); err != nil {

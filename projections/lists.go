@@ -249,8 +249,8 @@ func ValidRunID(id string) bool { return nameGrammar.MatchString(id) }
 // stays stable while other runs change. Errors are *weft.Error bad_filter or
 // bad_cursor.
 func Page(all []Summary, q ListQuery) (ListPage, error) {
-	if q.Status != "" && !slices.Contains(Statuses, q.Status) {
-		return ListPage{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "status", Message: "status must be one of working, unattended, suspended, finished; got " + strconv.Quote(q.Status)}
+	if q.Status != "" && !slices.Contains(Statuses, q.Status) && q.Status != StatusQuarantined {
+		return ListPage{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "status", Message: "status must be one of working, unattended, suspended, finished, quarantined; got " + strconv.Quote(q.Status)}
 	}
 	if q.Agent != "" && !nameGrammar.MatchString(q.Agent) {
 		return ListPage{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "agent", Message: "agent must be 1-128 of [A-Za-z0-9_-]; got " + strconv.Quote(q.Agent)}
@@ -366,8 +366,12 @@ type Change struct {
 }
 
 // Derive is what a stored view accounts for: the view, its summary and its
-// inbox and open-question items (nothing to drop).
+// inbox and open-question items (nothing to drop); a quarantined view
+// accounts for no items.
 func Derive(v RunView) Change {
+	if v.Quarantine != nil {
+		return Change{View: v, Summary: Summarize(v), Applied: true}
+	}
 	return Change{View: v, Summary: Summarize(v), Applied: true,
 		Approvals: ApprovalItems(v), Uncertain: UncertainItems(v), Questions: QuestionItems(v)}
 }

@@ -123,8 +123,12 @@ type RunView struct {
 	// Input is the run's input; Correlation the caller's correlation id.
 	Input       string `json:"input"`
 	Correlation string `json:"correlation,omitempty"`
-	// Status is working, unattended, suspended or finished.
+	// Status is working, unattended, suspended or finished; quarantined
+	// (StatusQuarantined) when Quarantine is set.
 	Status string `json:"status"`
+	// Quarantine is set while the run's log holds a message no reader can
+	// fold: the view shows the run as it was before that message.
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
 	// Outcome is set once the run finished.
 	Outcome *events.Outcome `json:"outcome,omitempty"`
 	// Approvals lists the actions awaiting approval, Uncertain the actions

@@ -26,7 +26,15 @@
 // view misses events (its bucket was purged, or a rebuild ran up to an older
 // sequence) the projector refolds the run from the log; when a view's last
 // event is delivered again (a stop between the view and its derived writes)
-// it rewrites the summary and inbox items. Rebuild folds the
+// it rewrites the summary and inbox items.
+//
+// A message no reader can fold (eventlog.PoisonError) quarantines its run
+// alone: the run's view is stored as folded before it, with status
+// quarantined and the message's sequence and reason (its inbox items
+// withdrawn), the checkpoint moves past it, and every other run goes on.
+// Nothing after it is folded for that run until a repair's void record
+// (eventlog.Void, `weft repair drop`) makes the projector read the run
+// again (docs/adr/0011). Rebuild folds the
 // whole log in memory and writes the same bytes incremental projection
 // writes.
 package projector
@@ -187,7 +195,20 @@ func (p *Projector) Run(ctx context.Context) error {
 	p.logger.Info("projector starting", "checkpoint", cp.Seq)
 	err = p.log.Subscribe(ctx, cp.Seq+1, func(se eventlog.StreamEvent) error {
 		p.delivered.Add(1)
-		if err := p.project(ctx, se.Envelope); err != nil {
+		var err error
+		switch {
+		case se.Poison != nil && se.Run == "":
+			// On a subject that names no run: nothing to quarantine.
+			p.logger.Warn("projector skipped a message of no run", "seq", se.Seq, "reason", se.Poison.Reason)
+		case se.Poison != nil:
+			err = p.quarantine(ctx, se.Poison)
+		case se.Void != nil:
+			// A repair: read the run again without the voided message.
+			err = p.reread(ctx, se.Run, 0)
+		default:
+			err = p.project(ctx, se.Envelope)
+		}
+		if err != nil {
 			return err
 		}
 		if se.Last {
@@ -226,6 +247,10 @@ func (p *Projector) project(ctx context.Context, env events.Envelope) error {
 		}
 		var c projections.Change
 		switch {
+		case old.Quarantine != nil:
+			// Nothing after the bad message is folded until a repair
+			// voids it (its void record re-reads the run).
+			return nil
 		case r.Version < old.Version:
 			return nil // already projected
 		case r.Version == old.Version:
@@ -271,13 +296,26 @@ func (p *Projector) readView(ctx context.Context, run string) (projections.RunVi
 }
 
 func (p *Projector) refold(ctx context.Context, old projections.RunView, r events.Recorded) (projections.Change, error) {
-	envs, _, err := p.log.Load(ctx, r.Run)
-	if err != nil {
-		return projections.Change{}, fmt.Errorf("projector: refold %s: %w", r.Run, err)
+	c, err := p.fold(ctx, old, r.Run, r.Version)
+	if err == nil {
+		p.logger.Warn("projector refolded a run with missing events", "run", r.Run, "had", old.Version, "now", c.View.Version)
+	}
+	return c, err
+}
+
+// fold reads run from the log and folds it up to version upTo (0: all of
+// it) into what replaces old: the view and its items, with old's items
+// dropped. A run the log quarantines yields its quarantined view (the
+// events before the bad message).
+func (p *Projector) fold(ctx context.Context, old projections.RunView, run string, upTo uint64) (projections.Change, error) {
+	envs, _, err := p.log.Load(ctx, run)
+	var poison *eventlog.PoisonError
+	if err != nil && !errors.As(err, &poison) {
+		return projections.Change{}, fmt.Errorf("projector: refold %s: %w", run, err)
 	}
 	var v projections.RunView
 	for _, env := range envs {
-		if env.Version > r.Version {
+		if upTo > 0 && env.Version > upTo {
 			break
 		}
 		rr, err := Recorded(env)
@@ -286,8 +324,14 @@ func (p *Projector) refold(ctx context.Context, old projections.RunView, r event
 		}
 		v = projections.Apply(v, rr)
 	}
-	p.logger.Warn("projector refolded a run with missing events", "run", r.Run, "had", old.Version, "now", v.Version)
-	c := projections.Derive(v)
+	var c projections.Change
+	if poison != nil && (upTo == 0 || v.Version < upTo) {
+		p.logger.Error("run quarantined: a message of its log cannot be folded (weft repair show)", "run", run, "seq", poison.Seq, "reason", poison.Reason)
+		c = projections.Quarantined(v, run, poison.Seq, poison.Reason)
+	} else {
+		c = projections.Derive(v)
+	}
+	c.DropApprovals, c.DropUncertain, c.DropQuestions = nil, nil, nil
 	for _, it := range projections.ApprovalItems(old) {
 		c.DropApprovals = append(c.DropApprovals, projections.ItemKey(it.Run, it.Action))
 	}
@@ -298,6 +342,70 @@ func (p *Projector) refold(ctx context.Context, old projections.RunView, r event
 		c.DropQuestions = append(c.DropQuestions, projections.ItemKey(it.Run, it.Action))
 	}
 	return c, nil
+}
+
+// quarantine stores the quarantine of a run whose message at q.Seq no
+// reader can fold: its view as folded before that message, marked
+// quarantined, and its inbox items withdrawn. A view quarantined already
+// by an earlier message stays as it is.
+func (p *Projector) quarantine(ctx context.Context, q *eventlog.PoisonError) error {
+	for range 16 {
+		old, rev, err := p.readView(ctx, q.Run)
+		if err != nil {
+			return err
+		}
+		if old.Quarantine != nil && old.Quarantine.Seq <= q.Seq {
+			return nil
+		}
+		p.logger.Error("run quarantined: a message of its log cannot be folded (weft repair show)", "run", q.Run, "seq", q.Seq, "reason", q.Reason)
+		ok, err := p.store(ctx, projections.Quarantined(old, q.Run, q.Seq, q.Reason), rev)
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.applied.Add(1)
+			return nil
+		}
+	}
+	return fmt.Errorf("projector: run %s: view kept changing under us", q.Run)
+}
+
+// reread replaces run's view with the one folded from its whole history
+// (after a repair voided a message: the run is quarantined no more, or by
+// a later message).
+func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
+	for range 16 {
+		old, rev, err := p.readView(ctx, run)
+		if err != nil {
+			return err
+		}
+		c, err := p.fold(ctx, old, run, upTo)
+		if err != nil {
+			return err
+		}
+		if c.View.Run == "" {
+			// The run held nothing but the voided message: no view.
+			if old.Run == "" {
+				return nil
+			}
+			if err := p.views.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
+				if isWrongSequence(err) {
+					continue
+				}
+				return fmt.Errorf("projector: delete view %s: %w", run, err)
+			}
+			return del(ctx, p.runs, run)
+		}
+		ok, err := p.store(ctx, c, rev)
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.applied.Add(1)
+			return nil
+		}
+	}
+	return fmt.Errorf("projector: run %s: view kept changing under us", run)
 }
 
 // store writes a change: the view by compare-and-set on rev (false when

@@ -58,7 +58,7 @@ var Refusals = map[string][]weft.Code{
 	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
 	EndpointUncertain: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
 	EndpointQuestions: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
-	EndpointHistory:   {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
+	EndpointHistory:   {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeQuarantined, weft.CodeUnavailable},
 }
 
 // MaxQueryBody is the largest query request body accepted (bytes): 64
@@ -387,8 +387,9 @@ func (s *Service) Family(ctx context.Context, v projections.RunView) (RunReply, 
 }
 
 // View returns a run's view: the projected one, or, when the run is not
-// projected yet, one folded from its history. It returns *weft.Error
-// unknown_run when the run has no events.
+// projected yet, one folded from its history (status quarantined, with
+// the bad message's sequence, when the log quarantines the run). It
+// returns *weft.Error unknown_run when the run has no messages.
 func (s *Service) View(ctx context.Context, run string) (projections.RunView, error) {
 	if err := checkRun(run); err != nil {
 		return projections.RunView{}, err
@@ -401,10 +402,11 @@ func (s *Service) View(ctx context.Context, run string) (projections.RunView, er
 		return projections.RunView{}, fmt.Errorf("read view %s: %w", run, err)
 	}
 	envs, _, err := s.log.Load(ctx, run)
-	if err != nil {
+	var poison *eventlog.PoisonError
+	if err != nil && !errors.As(err, &poison) {
 		return projections.RunView{}, fmt.Errorf("load %s: %w", run, err)
 	}
-	if len(envs) == 0 {
+	if len(envs) == 0 && poison == nil {
 		return projections.RunView{}, weft.UnknownRun(run)
 	}
 	var v projections.RunView
@@ -414,6 +416,9 @@ func (s *Service) View(ctx context.Context, run string) (projections.RunView, er
 			return projections.RunView{}, err
 		}
 		v = projections.Apply(v, r)
+	}
+	if poison != nil {
+		return projections.Quarantined(v, run, poison.Seq, poison.Reason).View, nil
 	}
 	return v, nil
 }

@@ -47,11 +47,31 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 		step := max(last/100, 1)
 		fctx, cancel := context.WithCancel(ctx)
 		err = log.Subscribe(fctx, 1, func(se eventlog.StreamEvent) error {
-			r, err := Recorded(se.Envelope)
-			if err != nil {
-				return err
+			switch {
+			case se.Poison != nil && se.Run == "":
+			case se.Poison != nil:
+				if old := views[se.Run]; old.Quarantine == nil {
+					views[se.Run] = projections.Quarantined(old, se.Run, se.Poison.Seq, se.Poison.Reason).View
+				}
+			case se.Void != nil:
+				// A repair: the run folded again from the log.
+				c, err := p.fold(fctx, projections.RunView{}, se.Run, 0)
+				if err != nil {
+					return err
+				}
+				if c.View.Run == "" {
+					delete(views, se.Run) // the run held nothing else
+				} else {
+					views[se.Run] = c.View
+				}
+			case views[se.Run].Quarantine != nil:
+			default:
+				r, err := Recorded(se.Envelope)
+				if err != nil {
+					return err
+				}
+				views[r.Run] = projections.Apply(views[r.Run], r)
 			}
-			views[r.Run] = projections.Apply(views[r.Run], r)
 			if se.Last && (se.Seq%step == 0 || se.Seq >= last) {
 				progress("fold", min(se.Seq, last), last)
 			}
