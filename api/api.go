@@ -162,12 +162,8 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
 	data := r.Data()
-	if len(data) > MaxBody {
-		respondError(r, &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("body of %d bytes is over the %d byte limit", len(data), MaxBody)})
-		return
-	}
-	if !json.Valid(data) {
-		respondError(r, &weft.Error{Code: weft.CodeInvalidJSON, Message: "the body is not valid JSON"})
+	if err := precheck(data); err != nil {
+		respondError(r, err)
 		return
 	}
 	// Idempotency: a repeated command id gets the stored reply.
@@ -223,6 +219,18 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 		s.keepReply(key, body)
 	}
 	_ = r.Respond(body)
+}
+
+// precheck refuses a body over MaxBody (payload_too_large) or one that is
+// not one JSON value (invalid_json), before anything is decoded.
+func precheck(data []byte) *weft.Error {
+	if len(data) > MaxBody {
+		return &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("body of %d bytes is over the %d byte limit", len(data), MaxBody)}
+	}
+	if !json.Valid(data) {
+		return &weft.Error{Code: weft.CodeInvalidJSON, Message: "the body is not valid JSON"}
+	}
+	return nil
 }
 
 // keepReply stores the reply of a command id. It has its own deadline: the

@@ -239,7 +239,7 @@ func TestBadInputEveryEndpoint(t *testing.T) {
 				t.Errorf("%s: not an error reply: %.200s", what, msg.Data)
 				continue
 			}
-			if er.Error.Code != bc.code || msg.Header.Get("Nats-Service-Error") != string(bc.code) || msg.Header.Get("Nats-Service-Error-Code") != fmt.Sprint(api.Status[bc.code]) {
+			if er.Error.Code != bc.code || msg.Header.Get("Nats-Service-Error") != string(bc.code) || msg.Header.Get("Nats-Service-Error-Code") != fmt.Sprint(api.Status(bc.code)) {
 				t.Errorf("%s: got %s (%s %s: %s), want %s", what, er.Error.Code, msg.Header.Get("Nats-Service-Error"), msg.Header.Get("Nats-Service-Error-Code"), er.Error.Message, bc.code)
 			}
 		}

@@ -348,9 +348,23 @@ var (
 	errTimedOut = errors.New("body timed out")
 )
 
-func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
+// decodeTask decodes a task body (docs/protocol/41-tasks.md): a JSON
+// object naming at least its run and action. A task it refuses is
+// terminated unrun.
+func decodeTask(data []byte) (Task, error) {
 	var t Task
-	if err := json.Unmarshal(m.Data(), &t); err != nil || t.Run == "" || t.Action == "" {
+	if err := json.Unmarshal(data, &t); err != nil {
+		return Task{}, err
+	}
+	if t.Run == "" || t.Action == "" {
+		return Task{}, errors.New("a task names its run and action")
+	}
+	return t, nil
+}
+
+func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
+	t, err := decodeTask(m.Data())
+	if err != nil {
 		w.log.Error("worker: malformed task, terminated", "subject", m.Subject(), "err", err)
 		_ = m.Term()
 		return
