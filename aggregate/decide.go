@@ -226,7 +226,7 @@ func (d *decider) modelReply(c ModelReply) error {
 	case model.ReplyFinalAnswer:
 		d.finalAnswer(c)
 	case model.ReplyToolRequest:
-		if !validCalls(ev.Calls) {
+		if !ev.CreatesActions() {
 			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelProtocolViolation, Turn: c.Turn}, events.NotStartedRunFinished)
 			return nil
 		}
@@ -775,7 +775,7 @@ func resultBytes(outcome string, content json.RawMessage, message string) int64 
 	case events.OutcomeOutput:
 		return int64(len(content))
 	case events.OutcomeExplain:
-		return int64(len(messageContent(message)))
+		return int64(len(ExplainContent(message)))
 	}
 	return 0
 }

@@ -51,8 +51,29 @@ func (s *State) act(name events.Name, id string, allowed ...ActionState) *Action
 	return nil
 }
 
+// move returns the action id names, after checking that the transition
+// allows its state (machine.go). The caller records the event's data; the
+// new state is set after the switch (evolve), so a case may still read the
+// state the event met. Without a transition (an outcome outside the
+// catalogue) the case's own switch names what is wrong.
+func (s *State) move(name events.Name, id string, t Transition, ok bool) *Action {
+	if !ok {
+		i, found := s.index[id]
+		if !found {
+			s.bug(name, "no action %s", id)
+		}
+		return &s.actions[i]
+	}
+	return s.act(name, id, t.From...)
+}
+
 func (s *State) evolve(r events.Recorded) {
 	name := r.Event.EventName()
+	// The action state machine is one definition (machine.go): the case
+	// below checks the action's state against t.From and records the
+	// event's data; moved then takes t.To.
+	t, ok := ActionTransition(r.Event)
+	var moved *Action
 	if !s.started {
 		if _, ok := r.Event.(events.RunStarted); !ok {
 			s.bug(name, "run not started")
@@ -105,7 +126,7 @@ func (s *State) evolve(r events.Recorded) {
 			s.unreported++
 		}
 		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleAssistant, Text: e.Text, Calls: modelCalls(e.Calls), ProviderData: e.ProviderData}})
-		if e.Kind == events.ReplyToolRequest && validCalls(e.Calls) {
+		if e.CreatesActions() {
 			for i, c := range e.Calls {
 				id := ActionID(e.Turn, c.ID)
 				s.index[id] = len(s.actions)
@@ -131,7 +152,8 @@ func (s *State) evolve(r events.Recorded) {
 		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleUser, Text: CorrectionText(e.Reason)}})
 
 	case events.CallValidated:
-		a := s.act(name, e.Action, ActionRequested)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		switch e.Outcome {
 		case events.CallValid:
 			if len(e.Normalized) > 0 {
@@ -140,25 +162,26 @@ func (s *State) evolve(r events.Recorded) {
 			a.Agent = e.Agent
 		case events.CallLimitReached:
 			a.Agent = e.Agent
-			a.State, a.Detail, a.Content = ActionLimitReached, e.Detail, errorContent("limit_reached", e.Detail)
+			a.Detail, a.Content = e.Detail, errorContent("limit_reached", e.Detail)
 		case events.CallUnknownTool:
-			a.State, a.Detail, a.Content = ActionUnknownTool, e.Detail, errorContent("unknown_tool", "")
+			a.Detail, a.Content = e.Detail, errorContent("unknown_tool", "")
 		case events.CallInvalidArguments:
-			a.State, a.Detail, a.Content = ActionInvalidArguments, e.Detail, errorContent("invalid_arguments", e.Detail)
+			a.Detail, a.Content = e.Detail, errorContent("invalid_arguments", e.Detail)
 		default:
 			s.bug(name, "outcome %q", e.Outcome)
 		}
 
 	case events.PolicyDecided:
-		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if e.Decision == events.PolicyDeny {
-			a.State, a.Detail, a.Content = ActionDenied, e.Reason, errorContent("denied", e.Reason)
+			a.Detail, a.Content = e.Reason, errorContent("denied", e.Reason)
 			a.Approved = false
 		}
 
 	case events.ApprovalRequested:
-		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval, ActionQueued)
-		a.State = ActionAwaitingApproval
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		a.Approved = false
 		a.Request = Approval{Revision: e.Revision, Requirement: e.Requirement}
 		if e.Expires != nil {
@@ -167,7 +190,8 @@ func (s *State) evolve(r events.Recorded) {
 		s.revision = max(s.revision, e.Revision)
 
 	case events.ApprovalAnswered:
-		a := s.act(name, e.Action, ActionAwaitingApproval)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if a.Request.Revision != e.Revision || !a.Request.Pending() {
 			s.bug(name, "action %s answers revision %d, request %d answered %q", e.Action, e.Revision, a.Request.Revision, a.Request.Answer)
 		}
@@ -177,54 +201,56 @@ func (s *State) evolve(r events.Recorded) {
 		case events.AnswerApprove:
 			a.Approved = true
 		case events.AnswerReject:
-			a.State, a.Detail, a.Content = ActionRejected, e.Reason, errorContent("rejected", e.Reason)
+			a.Detail, a.Content = e.Reason, errorContent("rejected", e.Reason)
 		case events.AnswerExpired:
-			a.State, a.Detail, a.Content = ActionRejected, "approval expired", errorContent("rejected", "approval expired")
+			a.Detail, a.Content = "approval expired", errorContent("rejected", "approval expired")
 		default:
 			s.bug(name, "answer %q", e.Answer)
 		}
 
 	case events.RequirementChanged:
-		a := s.act(name, e.Action, ActionAwaitingApproval)
+		a := s.move(name, e.Action, t, ok)
 		a.Approved = false
 
 	case events.ActionQueued:
-		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval)
-		a.State = ActionQueued
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		a.Config = e.Config
 
 	case events.AttemptFenced:
-		a := s.act(name, e.Action, ActionQueued)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if e.Attempt != a.Attempts+1 {
 			s.bug(name, "action %s attempt %d after %d", e.Action, e.Attempt, a.Attempts)
 		}
-		a.State = ActionRunning
 		a.Attempts = e.Attempt
 		a.Attempt = e
 		a.Outcome = ""
 		a.Detail = ""
 
 	case events.AttemptReported:
-		a := s.act(name, e.Action, ActionRunning, ActionSettling)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if e.Attempt != a.Attempts {
 			s.bug(name, "action %s reports attempt %d, current %d", e.Action, e.Attempt, a.Attempts)
 		}
 		a.Outcome = e.Outcome
 		switch e.Outcome {
 		case events.OutcomeOutput:
-			a.State, a.Content = ActionSucceeded, e.Content
+			a.Content = e.Content
 		case events.OutcomeExplain:
-			a.State, a.Detail, a.Content = ActionToolFailed, e.Message, messageContent(e.Message)
+			a.Detail, a.Content = e.Message, ExplainContent(e.Message)
 		case events.OutcomeUncertain:
-			a.State, a.Detail = ActionUncertain, e.Evidence
+			a.Detail = e.Evidence
 		case events.OutcomeOversize:
-			a.State, a.Detail = ActionFaulted, fmt.Sprintf("result of %d bytes over max result bytes", e.Bytes)
+			a.Detail = fmt.Sprintf("result of %d bytes over max result bytes", e.Bytes)
 		default:
 			s.bug(name, "outcome %q", e.Outcome)
 		}
 
 	case events.AttemptLost:
-		a := s.act(name, e.Action, ActionRunning)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if e.Attempt != a.Attempts {
 			s.bug(name, "action %s lost attempt %d, current %d", e.Action, e.Attempt, a.Attempts)
 		}
@@ -232,17 +258,14 @@ func (s *State) evolve(r events.Recorded) {
 		a.Detail = e.Evidence
 		switch e.Next {
 		case events.NextReplay:
-			a.State = ActionQueued
 		case events.NextReapprove:
-			a.State = ActionQueued
 			a.Approved = false
 		case events.NextSettle:
 			if e.SettleBy == nil {
 				s.bug(name, "settle without settle_by")
 			}
-			a.State, a.SettleBy = ActionSettling, *e.SettleBy
+			a.SettleBy = *e.SettleBy
 		case events.NextUncertain:
-			a.State = ActionUncertain
 		default:
 			s.bug(name, "next %q", e.Next)
 		}
@@ -250,18 +273,17 @@ func (s *State) evolve(r events.Recorded) {
 	case events.ReportRefused:
 
 	case events.ActionUncertain:
-		// From a closed settle window, or (SEMANTICS.md §5) from an action
-		// waiting to start again after an attempt that may have acted:
-		// cancelled or ended while queued for its replay or re-asking its
-		// approval, or just rejected, expired or denied at that approval.
-		a := s.act(name, e.Action, ActionSettling, ActionQueued, ActionAwaitingApproval, ActionRejected, ActionDenied)
+		// The states it may come from are explained in machine.go.
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if a.State != ActionSettling && a.Attempts == 0 {
 			s.bug(name, "action %s is %s and never had an attempt", e.Action, a.State)
 		}
-		a.State, a.Detail, a.Content = ActionUncertain, e.Evidence, nil
+		a.Detail, a.Content = e.Evidence, nil
 
 	case events.SettlementAccepted:
-		a := s.act(name, e.Action, ActionSettling, ActionUncertain)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if e.Late != (a.State == ActionUncertain) {
 			s.bug(name, "action %s is %s, late %v", e.Action, a.State, e.Late)
 		}
@@ -270,15 +292,15 @@ func (s *State) evolve(r events.Recorded) {
 		// accepted after an uncertain settlement (its return value wins).
 		switch {
 		case e.Outcome == events.OutcomeUncertain && !e.Late:
-			a.State, a.Detail = ActionUncertain, e.Summary
+			a.Detail = e.Summary
 		case e.Outcome == events.OutcomeOutput && e.Late:
-			a.State, a.Content = ActionReconciled, e.Content
+			a.Content = e.Content
 		case e.Outcome == events.OutcomeExplain && e.Late:
-			a.State, a.Detail, a.Content = ActionReconciled, e.Message, messageContent(e.Message)
+			a.Detail, a.Content = e.Message, ExplainContent(e.Message)
 		case e.Outcome == events.OutcomeOutput:
-			a.State, a.Detail, a.Content = ActionSucceeded, e.Summary, e.Content
+			a.Detail, a.Content = e.Summary, e.Content
 		case e.Outcome == events.OutcomeExplain:
-			a.State, a.Detail, a.Content = ActionToolFailed, e.Message, messageContent(e.Message)
+			a.Detail, a.Content = e.Message, ExplainContent(e.Message)
 		default:
 			s.bug(name, "outcome %q late %v", e.Outcome, e.Late)
 		}
@@ -286,16 +308,17 @@ func (s *State) evolve(r events.Recorded) {
 	case events.SettlementRefused:
 
 	case events.Reconciled:
-		a := s.act(name, e.Action, ActionUncertain)
-		a.State, a.Content, a.ReconciledKind = ActionReconciled, e.Content, e.Kind
+		a := s.move(name, e.Action, t, ok)
+		moved = a
+		a.Content, a.ReconciledKind = e.Content, e.Kind
 
 	case events.Resolved:
 		s.evolveResolved(name, e)
 
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {
-			a := s.act(name, id, ActionRequested, ActionAwaitingApproval, ActionQueued)
-			a.State, a.Detail = ActionNotStarted, e.Reason
+			a := s.move(name, id, t, ok)
+			a.State, a.Detail = t.To, e.Reason
 		}
 
 	case events.CancelRequested:
@@ -320,22 +343,24 @@ func (s *State) evolve(r events.Recorded) {
 		s.handedOff = false
 
 	case events.ChildStarted:
-		a := s.act(name, e.Action, ActionRequested, ActionAwaitingApproval)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		if a.Agent == nil {
 			s.bug(name, "action %s is not a delegation", e.Action)
 		}
 		c := e
-		a.State, a.Child = ActionDelegated, &c
+		a.Child = &c
 
 	case events.ChildSettled:
-		a := s.act(name, e.Action, ActionDelegated)
+		a := s.move(name, e.Action, t, ok)
+		moved = a
 		a.Outcome = e.Outcome.Kind
 		s.childTurns += e.Turns
 		switch {
 		case e.Bytes > 0:
-			a.State, a.Detail = ActionFaulted, fmt.Sprintf("child answer of %d bytes over max result bytes", e.Bytes)
+			a.Detail = fmt.Sprintf("child answer of %d bytes over max result bytes", e.Bytes)
 		default:
-			a.State, a.Content = ActionChildSettled, e.Content
+			a.Content = e.Content
 			a.Detail = events.DescribeOutcome(e.Outcome)
 		}
 
@@ -349,20 +374,7 @@ func (s *State) evolve(r events.Recorded) {
 	default:
 		s.bug(name, "unknown event type")
 	}
-}
-
-// validCalls reports whether a tool request's calls are well formed: at
-// least one call and no call id twice.
-func validCalls(calls []events.ToolCall) bool {
-	if len(calls) == 0 {
-		return false
+	if moved != nil && t.To != "" {
+		moved.State = t.To
 	}
-	seen := make(map[string]bool, len(calls))
-	for _, c := range calls {
-		if seen[c.ID] {
-			return false
-		}
-		seen[c.ID] = true
-	}
-	return true
 }

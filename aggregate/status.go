@@ -50,23 +50,10 @@ func Status(s State) RunStatus {
 			st.Uncertain = append(st.Uncertain, a.ID)
 		}
 	}
-	switch {
-	case s.finished:
-		st.Kind = StatusFinished
+	st.Kind = RunStatusOf(s.finished, s.inFlight(), len(st.Approvals) > 0 || len(st.Uncertain) > 0, s.handedOff)
+	if st.Kind == StatusFinished {
 		st.Outcome = s.outcome
 		st.Approvals = nil
-	case s.inFlight():
-		st.Kind = StatusWorking
-		if s.handedOff {
-			st.Kind = StatusUnattended
-		}
-	case len(st.Approvals) > 0 || len(st.Uncertain) > 0:
-		st.Kind = StatusSuspended
-	default:
-		st.Kind = StatusWorking
-		if s.handedOff {
-			st.Kind = StatusUnattended
-		}
 	}
 	return st
 }
@@ -79,8 +66,7 @@ func (s State) inFlight() bool {
 		return true
 	}
 	for _, a := range s.actions {
-		switch a.State {
-		case ActionRequested, ActionQueued, ActionRunning, ActionSettling, ActionDelegated:
+		if a.State.Active() {
 			return true
 		}
 	}
@@ -100,15 +86,15 @@ func FamilyStatus(s State, child func(run string) (RunStatus, bool)) RunStatus {
 	}
 	var waiting []string
 	for _, a := range s.actions {
-		switch a.State {
-		case ActionRequested, ActionQueued, ActionRunning, ActionSettling:
-			return st
-		case ActionDelegated:
+		switch {
+		case a.State == ActionDelegated:
 			cs, ok := child(a.Child.Child)
 			if !ok || cs.Kind != StatusSuspended {
 				return st
 			}
 			waiting = append(waiting, a.Child.Child)
+		case a.State.Active():
+			return st
 		}
 	}
 	if len(waiting) == 0 {

@@ -62,9 +62,3 @@ func errorContent(code, detail string) json.RawMessage {
 	}
 	return append(b, '}')
 }
-
-// messageContent is {"error": message}, the content of an Explain.
-func messageContent(msg string) json.RawMessage {
-	d, _ := json.Marshal(msg)
-	return json.RawMessage(`{"error":` + string(d) + `}`)
-}

@@ -220,6 +220,26 @@ type ModelReplied struct {
 	Usage        *Usage          `json:"usage,omitempty"`
 }
 
+// CreatesActions reports whether the reply is a well-formed tool request,
+// the one kind of reply that creates actions: Kind tool_request with at
+// least one call and no call id twice. A malformed request creates none
+// (the run fails model_protocol_violation in the same decision). The
+// aggregate and the read models both ask this event, so the rule is stated
+// once.
+func (e ModelReplied) CreatesActions() bool {
+	if e.Kind != ReplyToolRequest || len(e.Calls) == 0 {
+		return false
+	}
+	for i := range e.Calls {
+		for j := range i {
+			if e.Calls[i].ID == e.Calls[j].ID {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // ModelFailed is emitted when the awaited model turn failed or timed out
 // (kind timed_out). When the failure is retryable and a turn is left,
 // RetryAt is the durable time of the next attempt (the retry delay doubled

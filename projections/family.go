@@ -1,5 +1,7 @@
 package projections
 
+import "github.com/weftrun/weft/aggregate"
+
 // Family is a run's status computed with its children's (SEMANTICS.md §6:
 // "status, computed for the run and its children"), the read-side
 // counterpart of aggregate.FamilyStatus. A run view's own Status is the
@@ -29,10 +31,8 @@ func FamilyStatus(v RunView, child func(run string) (Family, bool)) Family {
 	}
 	var waiting []string
 	for _, a := range v.Actions {
-		switch a.State {
-		case StateRequested, StateQueued, StateRunning, StateSettling:
-			return own
-		case StateDelegated:
+		switch {
+		case a.State == StateDelegated:
 			run, ok := v.childOf(a.ID)
 			if !ok {
 				return own
@@ -42,6 +42,8 @@ func FamilyStatus(v RunView, child func(run string) (Family, bool)) Family {
 				return own
 			}
 			waiting = append(waiting, run)
+		case aggregate.ActionState(a.State).Active():
+			return own
 		}
 	}
 	if len(waiting) == 0 {

@@ -13,13 +13,15 @@
 // the view's next one, so a projector that re-reads an event after a crash
 // changes nothing.
 //
-// Run status (working, unattended, suspended, finished) is derived here from
-// the events themselves with the rules of aggregate.Status (SEMANTICS.md §6),
-// without keeping the aggregate's whole state: finished once RunFinished is
-// recorded; suspended when nothing is in flight and approvals or uncertain
-// effects wait for people; otherwise unattended after RunHandedOff until
-// RunRecovered, and working. package audit cross-checks the two on any
-// run's history.
+// The state machine is the aggregate's, not a copy of it (docs/adr/0017):
+// an action's state after each event is aggregate.ActionTransition's, the
+// states are aggregate.ActionState's values, which states are in flight is
+// ActionState.Active, and the run status (working, unattended, suspended,
+// finished; SEMANTICS.md §6) is aggregate.RunStatusOf over the facts the
+// view keeps, without keeping the aggregate's whole state. What the view
+// adds is presentation: times, summaries, the approval history, questions
+// and children. package audit still compares the two on any run's
+// history.
 //
 // A run's status with its children's (a parent waiting only on suspended
 // child runs is suspended as a family) is FamilyStatus, computed at read
@@ -35,75 +37,76 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
 )
 
-// The run statuses of SEMANTICS.md §6.
+// The run statuses of SEMANTICS.md §6, the values of aggregate.StatusKind.
 const (
 	// StatusWorking means a model call or an action is in flight under a
 	// live runner.
-	StatusWorking = "working"
+	StatusWorking = string(aggregate.StatusWorking)
 	// StatusUnattended means the run was handed off and no runner has
 	// recovered it yet.
-	StatusUnattended = "unattended"
+	StatusUnattended = string(aggregate.StatusUnattended)
 	// StatusSuspended means nothing is in flight and people must answer
 	// approvals or reconcile uncertain effects.
-	StatusSuspended = "suspended"
+	StatusSuspended = string(aggregate.StatusSuspended)
 	// StatusFinished means the run reached its outcome.
-	StatusFinished = "finished"
+	StatusFinished = string(aggregate.StatusFinished)
 )
 
 // Statuses lists the run statuses in their documented order.
 var Statuses = []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
 
-// The action states of SEMANTICS.md §5 (the names aggregate.ActionState
-// uses).
+// The action states of SEMANTICS.md §5: the values of aggregate.ActionState,
+// defined there once.
 const (
 	// StateRequested means the model asked for the call; validation and
 	// policy have not answered yet.
-	StateRequested = "requested"
+	StateRequested = string(aggregate.ActionRequested)
 	// StateQueued means the action may run and waits for a slot (or a
 	// replay waits for its fence).
-	StateQueued = "queued"
+	StateQueued = string(aggregate.ActionQueued)
 	// StateRunning means an attempt is fenced: its body may be running.
-	StateRunning = "running"
+	StateRunning = string(aggregate.ActionRunning)
 	// StateSettling means a settling tool's body was stopped and its settle
 	// window is open.
-	StateSettling = "settling"
+	StateSettling = string(aggregate.ActionSettling)
 	// StateAwaitingApproval means a person's approval is requested.
-	StateAwaitingApproval = "awaiting_approval"
+	StateAwaitingApproval = string(aggregate.ActionAwaitingApproval)
 	// StateUncertain means the effect may or may not have happened.
-	StateUncertain = "uncertain"
+	StateUncertain = string(aggregate.ActionUncertain)
 	// StateSucceeded means the body returned its output.
-	StateSucceeded = "succeeded"
+	StateSucceeded = string(aggregate.ActionSucceeded)
 	// StateToolFailed means the body failed definitely (Explain).
-	StateToolFailed = "tool_failed"
+	StateToolFailed = string(aggregate.ActionToolFailed)
 	// StateDenied means the policy denied the action.
-	StateDenied = "denied"
+	StateDenied = string(aggregate.ActionDenied)
 	// StateRejected means a person rejected it or its request expired.
-	StateRejected = "rejected"
+	StateRejected = string(aggregate.ActionRejected)
 	// StateInvalidArguments means the arguments did not validate.
-	StateInvalidArguments = "invalid_arguments"
+	StateInvalidArguments = string(aggregate.ActionInvalidArguments)
 	// StateUnknownTool means no tool has the called name.
-	StateUnknownTool = "unknown_tool"
+	StateUnknownTool = string(aggregate.ActionUnknownTool)
 	// StateReconciled means a person or a late settlement said what
 	// happened.
-	StateReconciled = "reconciled"
+	StateReconciled = string(aggregate.ActionReconciled)
 	// StateNotStarted means the action ended without ever starting.
-	StateNotStarted = "not_started"
+	StateNotStarted = string(aggregate.ActionNotStarted)
 	// StateFaulted means the result could not be fed to the model (over max
 	// result bytes); the effect did happen.
-	StateFaulted = "faulted"
+	StateFaulted = string(aggregate.ActionFaulted)
 	// StateDelegated means the action started a child run (a sub-agent
 	// delegation) and waits for its outcome.
-	StateDelegated = "delegated"
+	StateDelegated = string(aggregate.ActionDelegated)
 	// StateChildSettled means the child run finished; Result summarizes what
 	// the model reads.
-	StateChildSettled = "child_settled"
+	StateChildSettled = string(aggregate.ActionChildSettled)
 	// StateLimitReached means a delegation was over max children, max depth
 	// or the family turn budget (checked before policy).
-	StateLimitReached = "limit_reached"
+	StateLimitReached = string(aggregate.ActionLimitReached)
 )
 
 // SummaryBytes is the longest result summary a view keeps; longer contents
@@ -345,6 +348,9 @@ func Apply(v RunView, r events.Recorded) RunView {
 }
 
 func (v *RunView) apply(e events.Event, at time.Time) {
+	// The action's new state is the aggregate's transition (move); the
+	// cases record what the view shows besides.
+	t, moves := aggregate.ActionTransition(e)
 	switch e := e.(type) {
 	case events.RunStarted:
 		v.Agent = e.Agent
@@ -369,12 +375,12 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		} else {
 			v.Usage.Unreported++
 		}
-		if e.Kind != events.ReplyToolRequest || !validCalls(e.Calls) {
+		if !e.CreatesActions() {
 			break
 		}
 		for _, c := range e.Calls {
 			v.Actions = append(v.Actions, ActionView{
-				ID: actionID(e.Turn, c.ID), Turn: e.Turn, CallID: c.ID, Tool: c.Name,
+				ID: aggregate.ActionID(e.Turn, c.ID), Turn: e.Turn, CallID: c.ID, Tool: c.Name,
 				Arguments: compact(c.Arguments), State: StateRequested,
 				Approvals: []ApprovalView{}, Updated: at,
 			})
@@ -386,7 +392,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	case events.AnswerRejected:
 		v.ModelInFlight = false
 	case events.CallValidated:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		if a.Tool == "" {
 			a.Tool = e.Tool
 		}
@@ -395,26 +401,21 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 			if len(e.Normalized) > 0 {
 				a.Arguments = compact(e.Normalized)
 			}
-		case events.CallUnknownTool:
-			a.State, a.Detail = StateUnknownTool, e.Detail
-		case events.CallInvalidArguments:
-			a.State, a.Detail = StateInvalidArguments, e.Detail
-		case events.CallLimitReached:
-			a.State, a.Detail = StateLimitReached, e.Detail
+		case events.CallUnknownTool, events.CallInvalidArguments, events.CallLimitReached:
+			a.Detail = e.Detail
 		}
 	case events.PolicyDecided:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		if e.Decision == events.PolicyDeny {
-			a.State, a.Detail, a.Pending = StateDenied, e.Reason, nil
+			a.Detail, a.Pending = e.Reason, nil
 		}
 	case events.ApprovalRequested:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		req := ApprovalView{Revision: e.Revision, Requirement: e.Requirement, Why: e.Why, Requested: at, Expires: utc(e.Expires)}
 		a.Approvals = append(a.Approvals, req)
 		a.Pending = &req
-		a.State = StateAwaitingApproval
 	case events.ApprovalAnswered:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		for i := range a.Approvals {
 			if a.Approvals[i].Revision == e.Revision {
 				h := &a.Approvals[i]
@@ -431,78 +432,67 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		}
 		switch e.Answer {
 		case events.AnswerReject:
-			a.State, a.Detail = StateRejected, e.Reason
+			a.Detail = e.Reason
 		case events.AnswerExpired:
-			a.State, a.Detail = StateRejected, "approval expired"
+			a.Detail = "approval expired"
 		}
 	case events.RequirementChanged:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		for i := range a.Approvals {
 			if a.Approvals[i].Revision == e.Revision && a.Approvals[i].Answer == events.AnswerApprove {
 				a.Approvals[i].Reason = "requirement changed to " + e.To.Name
 			}
 		}
 	case events.ActionQueued:
-		a := v.action(e.Action, at)
-		a.State, a.Pending = StateQueued, nil
+		a := v.move(e.Action, at, t, moves)
+		a.Pending = nil
 	case events.AttemptFenced:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		if a.Tool == "" {
 			a.Tool = e.Tool
 		}
-		a.State = StateRunning
 		if e.Attempt > a.Attempts {
 			a.Attempts = e.Attempt
 		}
 		a.Replays = max(a.Attempts-1, 0)
 	case events.AttemptReported:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		switch e.Outcome {
 		case events.OutcomeOutput:
-			a.State, a.Result = StateSucceeded, summary(e.Content)
+			a.Result = summary(e.Content)
 		case events.OutcomeExplain:
-			a.State, a.Detail, a.Result = StateToolFailed, e.Message, summary(errorContent(e.Message))
+			a.Detail, a.Result = e.Message, summary(aggregate.ExplainContent(e.Message))
 		case events.OutcomeUncertain:
 			v.uncertain(a, e.Evidence, at)
 		case events.OutcomeOversize:
-			a.State, a.Detail = StateFaulted, fmt.Sprintf("result of %d bytes over max result bytes", e.Bytes)
+			a.Detail = fmt.Sprintf("result of %d bytes over max result bytes", e.Bytes)
 		}
 	case events.AttemptLost:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		switch e.Next {
-		case events.NextReplay:
-			a.State, a.Evidence = StateQueued, e.Evidence
-		case events.NextReapprove:
-			a.State, a.Evidence = StateQueued, e.Evidence
+		case events.NextReplay, events.NextReapprove:
+			a.Evidence = e.Evidence
 		case events.NextSettle:
-			a.State, a.Evidence, a.SettleBy = StateSettling, e.Evidence, utc(e.SettleBy)
+			a.Evidence, a.SettleBy = e.Evidence, utc(e.SettleBy)
 		case events.NextUncertain:
 			v.uncertain(a, e.Evidence, at)
 		}
 	case events.ActionUncertain:
-		v.uncertain(v.action(e.Action, at), e.Evidence, at)
+		v.uncertain(v.move(e.Action, at, t, moves), e.Evidence, at)
 	case events.SettlementAccepted:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		if e.Outcome == events.OutcomeUncertain && !e.Late {
 			v.uncertain(a, e.Summary, at)
 			break
 		}
 		content := e.Content
 		if e.Outcome == events.OutcomeExplain {
-			content = errorContent(e.Message)
-		}
-		switch {
-		case e.Late:
-			a.State = StateReconciled
-		case e.Outcome == events.OutcomeExplain:
-			a.State = StateToolFailed
-		default:
-			a.State = StateSucceeded
+			content = aggregate.ExplainContent(e.Message)
 		}
 		a.Result = summary(content)
 	case events.Reconciled:
-		a := v.action(e.Action, at)
-		a.State, a.Result = StateReconciled, summary(e.Content)
+		a := v.move(e.Action, at, t, moves)
+		a.Result = summary(e.Content)
 		if e.Kind == events.ReconciledUnconfirmed {
 			var c struct {
 				Unconfirmed string `json:"unconfirmed"`
@@ -511,7 +501,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 			a.Question = &QuestionView{Note: c.Unconfirmed, By: e.By, Since: at}
 		}
 	case events.Resolved:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		if a.Question != nil {
 			q := *a.Question
 			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, At: at}
@@ -519,8 +509,8 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		}
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {
-			a := v.action(id, at)
-			a.State, a.Detail, a.Pending = StateNotStarted, e.Reason, nil
+			a := v.move(id, at, t, moves)
+			a.Detail, a.Pending = e.Reason, nil
 		}
 	case events.CancelRequested:
 		v.Cancelling = true
@@ -532,15 +522,15 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		v.Incarnation = e.Incarnation
 		v.Runner = e.Runner
 	case events.ChildStarted:
-		a := v.action(e.Action, at)
-		a.State, a.Pending = StateDelegated, nil
+		a := v.move(e.Action, at, t, moves)
+		a.Pending = nil
 		v.Children = append(v.Children, ChildView{Action: e.Action, Run: e.Child, Agent: e.Agent})
 	case events.ChildSettled:
-		a := v.action(e.Action, at)
+		a := v.move(e.Action, at, t, moves)
 		if e.Bytes > 0 {
-			a.State, a.Detail = StateFaulted, fmt.Sprintf("child answer of %d bytes over max result bytes", e.Bytes)
+			a.Detail = fmt.Sprintf("child answer of %d bytes over max result bytes", e.Bytes)
 		} else {
-			a.State, a.Result = StateChildSettled, summary(e.Content)
+			a.Result = summary(e.Content)
 		}
 		for i := range v.Children {
 			if v.Children[i].Action == e.Action {
@@ -557,8 +547,22 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	}
 }
 
+// move returns the action with id (action) and gives it the state the
+// aggregate's transition for the event leads to. The view is a reader, not
+// a judge: it does not check the state the event met (Evolve does, and
+// audit reports a history it refuses).
+func (v *RunView) move(id string, at time.Time, t aggregate.Transition, moves bool) *ActionView {
+	a := v.action(id, at)
+	if moves && t.To != "" {
+		a.State = string(t.To)
+	}
+	return a
+}
+
+// uncertain records why an action became uncertain (its state comes from
+// the transition) and since when.
 func (v *RunView) uncertain(a *ActionView, evidence string, at time.Time) {
-	a.State, a.Evidence, a.Pending = StateUncertain, evidence, nil
+	a.Evidence, a.Pending = evidence, nil
 	t := at
 	a.UncertainSince = &t
 }
@@ -602,21 +606,13 @@ func (v *RunView) derive() {
 			if a.Question.Open() {
 				v.Questions = append(v.Questions, a.ID)
 			}
-		case StateRequested, StateQueued, StateRunning, StateSettling, StateDelegated:
-			inFlight = true
+		default:
+			if aggregate.ActionState(a.State).Active() {
+				inFlight = true
+			}
 		}
 	}
-	// The same rules as aggregate.Status; audit.Verify cross-checks them.
-	switch {
-	case v.Outcome != nil:
-		v.Status = StatusFinished
-	case !inFlight && (len(v.Approvals) > 0 || len(v.Uncertain) > 0):
-		v.Status = StatusSuspended
-	case v.HandedOff:
-		v.Status = StatusUnattended
-	default:
-		v.Status = StatusWorking
-	}
+	v.Status = string(aggregate.RunStatusOf(v.Outcome != nil, inFlight, len(v.Approvals) > 0 || len(v.Uncertain) > 0, v.HandedOff))
 }
 
 // clone copies the slices Apply mutates so that a caller's view is never
@@ -655,10 +651,6 @@ func (v RunView) Action(id string) (ActionView, bool) {
 	return ActionView{}, false
 }
 
-func actionID(turn int64, call string) string {
-	return strconv.FormatInt(turn, 10) + "/" + call
-}
-
 func utc(t *time.Time) *time.Time {
 	if t == nil {
 		return nil
@@ -682,13 +674,6 @@ func compact(raw json.RawMessage) json.RawMessage {
 	return b
 }
 
-func errorContent(msg string) json.RawMessage {
-	b, _ := json.Marshal(struct {
-		Error string `json:"error"`
-	}{msg})
-	return b
-}
-
 // summary cuts content to SummaryBytes, at a rune boundary.
 func summary(content json.RawMessage) string {
 	s := string(compact(content))
@@ -703,20 +688,3 @@ func summary(content json.RawMessage) string {
 }
 
 func runeStart(b byte) bool { return b&0xC0 != 0x80 }
-
-// validCalls reports whether a tool request is well formed (at least one
-// call, no call id twice); a malformed one creates no actions (the run fails
-// with model_protocol_violation).
-func validCalls(calls []events.ToolCall) bool {
-	if len(calls) == 0 {
-		return false
-	}
-	for i := range calls {
-		for j := range i {
-			if calls[i].ID == calls[j].ID {
-				return false
-			}
-		}
-	}
-	return true
-}
