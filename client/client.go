@@ -177,7 +177,7 @@ const (
 	StatusSuspended = projections.StatusSuspended
 	// StatusFinished is a run that reached its outcome.
 	StatusFinished = projections.StatusFinished
-	// StatusQuarantined: the run's log holds a message no reader can fold
+	// StatusQuarantined is a run whose log holds a message no reader can fold
 	// (RunView.Quarantine names it); nothing acts on the run until it is
 	// repaired (`weft repair`).
 	StatusQuarantined = projections.StatusQuarantined
