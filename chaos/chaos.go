@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -57,7 +59,8 @@ type Config struct {
 	Lease time.Duration
 	// Dir is the working directory (stores, ledgers, logs); default a new
 	// temporary one, removed afterwards unless Keep is set or a check
-	// failed.
+	// failed. A Dir given must be empty or missing: a server store or a
+	// ledger of an earlier run in it would be checked as this run's.
 	Dir  string
 	Keep bool
 	// Exe and Args start a part of the harness: the process is run with
@@ -388,6 +391,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	h := &harness{cfg: cfg, start: time.Now(), faults: map[string]int{}}
 	h.dir = cfg.Dir
+	if h.dir != "" {
+		if entries, err := os.ReadDir(h.dir); err == nil && len(entries) > 0 {
+			return nil, fmt.Errorf("chaos: working directory %s is not empty: the store and ledger of an earlier run would be checked as this one's; give an empty or new directory", h.dir)
+		} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
 	if h.dir == "" {
 		if h.dir, err = os.MkdirTemp("", fmt.Sprintf("weft-chaos-%d-", cfg.Seed)); err != nil {
 			return nil, err

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -38,7 +39,7 @@ func chaosCommand() command {
 			fs.IntVar(&cfg.Nodes, "nodes", 1, "nats-server nodes: 1, or 3 for a cluster with every asset at R3")
 			sync := fs.String("sync", "default", "the servers' sync_interval: default (2 min) or always")
 			fs.BoolVar(&cfg.StableIDs, "stable-ids", false, "restarted runners keep their id (default: a new id per process start)")
-			fs.StringVar(&cfg.Dir, "dir", "", "working directory (default: a temporary one, kept when a check fails)")
+			fs.StringVar(&cfg.Dir, "dir", "", "working directory, empty or new (default: a temporary one, kept when a check fails); with --seeds, one subdirectory seed-N per seed")
 			fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory")
 			verbose := fs.Bool("v", false, "print every fault as it is injected")
 			return func(ctx context.Context, e *env, args []string) error {
@@ -74,8 +75,14 @@ func chaosCommand() command {
 					failed []string
 					all    []*chaos.Result
 				)
+				dir := cfg.Dir
 				for _, s := range list {
 					cfg.Seed = s
+					if dir != "" && len(list) > 1 {
+						// One directory per seed: each seed has a server
+						// store and a ledger of its own.
+						cfg.Dir = filepath.Join(dir, fmt.Sprintf("seed-%d", s))
+					}
 					res, err := chaos.Run(ctx, cfg)
 					if err != nil {
 						return err
