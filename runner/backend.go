@@ -50,6 +50,7 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 		if err != nil {
 			var fe *forwardError
 			if !errors.As(err, &fe) {
+				r.noteQuarantine(err)
 				return err
 			}
 			return r.forward(ctx, fe.driver, kind, id, req, out)
@@ -66,6 +67,9 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 			current, cerr := r.current(ctx, rn)
 			if cerr != nil {
 				rn.unlock()
+				if r.noteQuarantine(cerr) {
+					return cerr
+				}
 				return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("run %s: could not check the run's head before refusing: %v", id, cerr)}
 			}
 			if !current {
@@ -75,6 +79,7 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 		}
 		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
 		rn.unlock()
+		r.noteQuarantine(err)
 		var conflict *eventlog.ConflictError
 		if attempt == 0 && lost && errors.As(err, &conflict) {
 			continue
@@ -149,6 +154,9 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	}
 	s, head, at, err := r.loadAt(ctx, id)
 	if err != nil {
+		if r.noteQuarantine(err) {
+			return api.StartReply{}, err
+		}
 		return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}
 	rn := newRun(id, s, head, ag)

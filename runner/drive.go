@@ -396,6 +396,11 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				switch weft.ErrorCode(err) {
 				case weft.CodePayloadTooLarge, weft.CodeInvalidName:
 					return nil, err // refused by the store: nothing landed
+				case weft.CodeQuarantined:
+					// Refused: another message is the run's last, and no
+					// reader can fold it.
+					r.noteQuarantine(err)
+					return nil, err
 				}
 				// The outcome is unknown: the decision may have landed
 				// (its acknowledgement lost). Re-read, so that what did
@@ -409,6 +414,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			// Re-read and re-decide; never act on the lost decision.
 			tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
 			if lerr != nil {
+				if r.noteQuarantine(lerr) {
+					return nil, lerr // nothing acts on the run until it is repaired
+				}
 				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: lerr.Error()}
 			}
 			recs, rerr := recorded(tail)
@@ -778,6 +786,9 @@ func (r *Runner) retryLater(id string) {
 		k.timer = nil
 		r.mu.Unlock()
 		if err := r.retry(id); err != nil {
+			if r.noteQuarantine(err) {
+				return // woken again once repaired (watchQuarantined)
+			}
 			r.log.Warn("retry", "run", id, "err", err)
 			if transient(err) {
 				r.retryLater(id)
@@ -810,6 +821,9 @@ func (r *Runner) retry(id string) error {
 			current, err := r.current(ctx, rn)
 			if err != nil {
 				rn.unlock()
+				if r.noteQuarantine(err) {
+					return err
+				}
 				return &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 			}
 			if !current && !rn.driven {

@@ -173,12 +173,15 @@ type Runner struct {
 	runs     map[string]*run          // runs this runner drives
 	loading  map[string]chan struct{} // runs being acquired: closed when done
 	draining bool
-	inflight sync.WaitGroup               // model calls in flight
-	takeover sync.Map                     // run -> struct{} while a takeover is being attempted
-	judge    judgement                    // guarded by mu
-	kicks    map[string]*kick             // runs to wake again (retryLater)
-	replies  map[string]aggregate.Command // model answers not recorded yet
-	stopped  bool                         // no retry is scheduled any more
+	inflight sync.WaitGroup   // model calls in flight
+	takeover sync.Map         // run -> struct{} while a takeover is being attempted
+	judge    judgement        // guarded by mu
+	kicks    map[string]*kick // runs to wake again (retryLater)
+	// quarantined holds the runs whose log a reader found unfoldable,
+	// with the bad message's sequence (noteQuarantine).
+	quarantined map[string]uint64
+	replies     map[string]aggregate.Command // model answers not recorded yet
+	stopped     bool                         // no retry is scheduled any more
 	// serving ends when the drain window ends: every command still in
 	// flight then (a forward waiting on a driver that does not answer, a
 	// wait for a busy run) ends with it (bounded).
@@ -526,6 +529,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		defer wg.Done()
 		_ = r.timers.Consume(bg, func(ctx context.Context, f timer.Fired) error {
 			err := r.wake(ctx, f.Run)
+			if r.noteQuarantine(err) {
+				// Not redelivered at 10 Hz for as long as the run is
+				// quarantined: the repaired run is woken, which derives
+				// its due timers again from the log (watchQuarantined).
+				return nil
+			}
 			switch weft.ErrorCode(err) {
 			case weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeContended:
 				return err // redelivered
@@ -876,6 +885,12 @@ func (r *Runner) scanLoop(ctx context.Context) {
 			snapshot[k] = v
 		}
 		mu.Unlock()
+		r.watchQuarantined(ctx)
+		for run := range snapshot {
+			if r.isQuarantined(run) {
+				delete(snapshot, run) // watchQuarantined wakes it once repaired
+			}
+		}
 		r.scan(ctx, snapshot)
 	}
 }
@@ -958,7 +973,7 @@ func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[str
 		go func() {
 			defer wg.Done()
 			for run := range work {
-				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && ctx.Err() == nil {
+				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && ctx.Err() == nil && !r.noteQuarantine(err) {
 					r.log.Debug("takeover failed", "run", run, "err", err)
 				}
 				r.takeover.Delete(run)

@@ -780,7 +780,10 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 // retryable reports whether a refusal says "try again".
 func retryable(c weft.Code) bool {
 	switch c {
-	case weft.CodeRunnerBusy, weft.CodeContended, weft.CodeUnavailable, weft.CodeConflict:
+	// quarantined: the run's log holds a message no reader can fold; the
+	// report is kept (never dropped: the body ran) until a repair voids
+	// it (docs/adr/0011).
+	case weft.CodeRunnerBusy, weft.CodeContended, weft.CodeUnavailable, weft.CodeConflict, weft.CodeQuarantined:
 		return true
 	}
 	return false

@@ -71,6 +71,7 @@ type command struct {
 	args     string // the positional arguments, for usage
 	summary  string
 	examples []string
+	help     string // more text for --help, after the examples
 	flags    func(fs *flag.FlagSet) func(ctx context.Context, env *env, args []string) error
 }
 
@@ -111,7 +112,7 @@ func commands() []command {
 	return []command{
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
 		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
-		auditCommand(), rebuildCommand(), consoleCommand(), devCommand(), mcpCommand(),
+		auditCommand(), rebuildCommand(), repairCommand(), consoleCommand(), devCommand(), mcpCommand(),
 		chaosCommand(), benchCommand(),
 		rolesCommand(),
 	}
@@ -219,6 +220,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			for _, ex := range c.examples {
 				fmt.Fprintf(fs.Output(), "  %s\n", ex)
 			}
+		}
+		if c.help != "" {
+			fmt.Fprintf(fs.Output(), "\n%s", c.help)
 		}
 		fmt.Fprintf(fs.Output(), "\n%s", exitCodesHelp)
 	}

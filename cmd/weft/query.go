@@ -50,7 +50,7 @@ func runsCommand() command {
 		examples: []string{"weft runs", "weft runs --status suspended --agent payment-desk", "weft runs --since 2026-11-30T09:00:00Z --limit 20 --cursor <next>"},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var q projections.ListQuery
-			fs.StringVar(&q.Status, "status", "", "only runs with this status: working, unattended, suspended, finished")
+			fs.StringVar(&q.Status, "status", "", "only runs with this status: working, unattended, suspended, finished, quarantined")
 			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
 			fs.StringVar(&q.UpdatedSince, "since", "", "only runs changed at or after this RFC 3339 time")
 			fs.IntVar(&q.Limit, "limit", 0, "page size, 1..1000 (default 50)")
@@ -146,6 +146,9 @@ func printView(w io.Writer, r projector.RunReply) {
 		status += ": " + events.DescribeOutcome(*v.Outcome)
 	}
 	fmt.Fprintf(w, "status     %s\n", status)
+	if q := v.Quarantine; q != nil {
+		fmt.Fprintf(w, "quarantine the message at stream sequence %d cannot be folded: %s\n           nothing acts on the run; see weft repair show %s (the view is the run before that message)\n", q.Seq, q.Reason, v.Run)
+	}
 	if differs(r.FamilyStatus, v.Status) {
 		fmt.Fprintf(w, "family     %s\n", describeFamily(r.FamilyStatus))
 	}
@@ -523,7 +526,16 @@ func verifyLive(ctx context.Context, e *env, run string) (audit.Report, error) {
 	}
 	defer closeNode(n)
 	js := n.JetStream()
-	envs, head, err := eventlog.New(js).Load(ctx, run)
+	log := eventlog.New(js)
+	envs, head, err := log.Load(ctx, run)
+	// The repairs of the run (weft repair drop): each voided message, by
+	// whom and why, with the SHA-256 of the bytes it superseded.
+	if voids, verr := log.Voids(ctx, run); verr == nil {
+		for _, v := range voids {
+			fmt.Fprintf(e.stderr, "note: repaired: the message at stream sequence %d (%d bytes, sha256 %s, %s) was voided by %q at %s: %s (void record at sequence %d)\n",
+				v.Seq, v.Bytes, v.SHA256, v.Problem, v.By, v.Recorded.Format(time.RFC3339), v.Reason, v.At)
+		}
+	}
 	if errors.Is(err, eventlog.ErrCorrupt) {
 		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil
 	}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/eventlog"
+)
+
+// repairHelp is what `weft repair --help` adds to the flags: what the
+// command does and who may run it (docs/reliability.md).
+const repairHelp = `A run is quarantined when its log holds a message no reader can fold (not
+JSON, not a log message, an envelope of another run, an unknown event type,
+a broken chain, a Weft-* header that contradicts the body). Every other run
+goes on; nothing acts on the quarantined one (commands answer quarantined,
+its view says status quarantined with the message's stream sequence).
+
+  weft runs --status quarantined       which runs are quarantined
+  weft repair show <run>               the offending message: sequence, subject,
+                                       headers, body, what is wrong with it
+  weft repair drop <run> --seq N --reason "..." [--by NAME]
+                                       supersede that message: a void record is
+                                       appended on the run's subject (the message
+                                       stays in the log as evidence, its SHA-256 in
+                                       the record); readers skip it, the run is
+                                       served again from the events before it
+
+drop refuses unless the run is quarantined by exactly that message (a message
+readers can fold is never voided). A run quarantined by several messages needs
+one drop per message, in order. The repair is recorded: weft audit verify lists
+every void record of a run (who, why, when, which bytes). With the roles of
+docs/security.md only the runner's credentials may append to the log, so
+drop needs them (--creds runner.creds); show works with an operator's or a
+reader's.
+`
+
+func repairCommand() command {
+	return command{
+		name: "repair", args: "show <run> | drop <run> --seq N --reason TEXT",
+		summary: "show or void the malformed message that quarantines a run (docs/reliability.md)",
+		examples: []string{
+			"weft runs --status quarantined",
+			"weft repair show pay-7",
+			"weft repair drop pay-7 --seq 1042 --reason 'published by hand by mistake' --by alice --creds secure/runner.creds",
+		},
+		help: repairHelp,
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			seq := fs.Uint64("seq", 0, "drop: the stream sequence of the message to void (as weft repair show prints it)")
+			reason := fs.String("reason", "", "drop: why the message is voided (required; recorded)")
+			by := fs.String("by", os.Getenv("USER"), "drop: who voids it (recorded)")
+			maxBody := fs.Int("max", 4096, "show: print at most this many bytes of the body")
+			asJSON := fs.Bool("json", false, "print JSON")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 2 || !slices.Contains([]string{"show", "drop"}, args[0]) {
+					return usagef("want show <run> or drop <run> --seq N --reason TEXT (see weft repair --help)")
+				}
+				run := args[1]
+				if err := eventlog.CheckRun(run); err != nil {
+					return err
+				}
+				n, err := e.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer closeNode(n)
+				log := eventlog.New(n.JetStream())
+				switch args[0] {
+				case "show":
+					return repairShow(ctx, e, log, run, *maxBody, *asJSON)
+				default:
+					if *seq == 0 {
+						return usagef("drop needs --seq N (the sequence weft repair show prints)")
+					}
+					if *reason == "" {
+						return usagef("drop needs --reason: it is recorded with the repair")
+					}
+					rec, err := log.Void(ctx, run, *seq, *reason, *by, time.Now())
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						printJSON(e.stdout, rec)
+						return nil
+					}
+					fmt.Fprintf(e.stdout, "voided the message at stream sequence %d of run %s (%d bytes, sha256 %s): void record at sequence %d\n",
+						rec.Seq, run, rec.Bytes, rec.SHA256, rec.At)
+					p, err := log.Quarantine(ctx, run)
+					switch {
+					case err != nil:
+						return err
+					case p != nil:
+						fmt.Fprintf(e.stdout, "the run is still quarantined: %s\nrun weft repair show %s\n", p.Error(), run)
+					default:
+						fmt.Fprintf(e.stdout, "run %s is no longer quarantined: readers fold it again and runners act on it\n", run)
+					}
+					return nil
+				}
+			}
+		},
+	}
+}
+
+// repairShown is the JSON of `weft repair show`.
+type repairShown struct {
+	Run         string                `json:"run"`
+	Quarantined bool                  `json:"quarantined"`
+	Seq         uint64                `json:"seq,omitempty"`
+	Problem     string                `json:"problem,omitempty"`
+	Subject     string                `json:"subject,omitempty"`
+	Headers     map[string][]string   `json:"headers,omitempty"`
+	Body        string                `json:"body,omitempty"`
+	Bytes       int                   `json:"bytes,omitempty"`
+	Voids       []eventlog.VoidRecord `json:"voids,omitempty"`
+}
+
+func repairShow(ctx context.Context, e *env, log *eventlog.Log, run string, maxBody int, asJSON bool) error {
+	p, err := log.Quarantine(ctx, run)
+	if err != nil {
+		return err
+	}
+	voids, err := log.Voids(ctx, run)
+	if err != nil {
+		return err
+	}
+	shown := repairShown{Run: run, Voids: voids}
+	if p == nil {
+		if head, err := log.Head(ctx, run); err == nil && head.IsZero() {
+			return weft.UnknownRun(run)
+		}
+	} else {
+		m, err := log.Message(ctx, p.Seq)
+		if err != nil {
+			return err
+		}
+		body := m.Data
+		if maxBody >= 0 && len(body) > maxBody {
+			body = body[:maxBody]
+		}
+		shown = repairShown{Run: run, Quarantined: true, Seq: p.Seq, Problem: p.Reason, Subject: m.Subject,
+			Headers: m.Header, Body: printable(body), Bytes: len(m.Data), Voids: voids}
+	}
+	if asJSON {
+		printJSON(e.stdout, shown)
+		return nil
+	}
+	if !shown.Quarantined {
+		fmt.Fprintf(e.stdout, "run %s is not quarantined: every message of its log folds\n", run)
+	} else {
+		fmt.Fprintf(e.stdout, "run %s is quarantined by the message at stream sequence %d\n  problem: %s\n  subject: %s\n", run, shown.Seq, shown.Problem, shown.Subject)
+		for _, k := range slices.Sorted(func(yield func(string) bool) {
+			for k := range shown.Headers {
+				if !yield(k) {
+					return
+				}
+			}
+		}) {
+			for _, v := range shown.Headers[k] {
+				fmt.Fprintf(e.stdout, "  header:  %s: %s\n", k, v)
+			}
+		}
+		fmt.Fprintf(e.stdout, "  body (%d bytes): %s\n", shown.Bytes, shown.Body)
+		fmt.Fprintf(e.stdout, "to void it: weft repair drop %s --seq %d --reason '...'\n", run, shown.Seq)
+	}
+	for _, v := range voids {
+		fmt.Fprintf(e.stdout, "voided: sequence %d (%d bytes, sha256 %s) by %q at %s: %s (record at sequence %d)\n",
+			v.Seq, v.Bytes, v.SHA256, v.By, v.Recorded.Format(time.RFC3339), v.Reason, v.At)
+	}
+	return nil
+}
+
+// printable quotes b when it is not valid UTF-8 text.
+func printable(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strconv.QuoteToASCII(string(b))
+}

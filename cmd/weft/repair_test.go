@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 11 item 2, the repair path end to end on a real server with a
+// projector: a malformed message on pay-42's subject quarantines it
+// (runs --status quarantined lists it, show says so with the sequence,
+// audit verify reports it and exits 4); weft repair show prints the
+// message and what is wrong with it; drop refuses another sequence and a
+// missing reason; drop with the right one voids the message, the run is
+// served again (its view suspended as before), and audit verify passes and
+// lists the repair.
+func TestCLIRepairShowAndDropAQuarantinedRun(t *testing.T) {
+	s := setup(t)
+	t.Setenv("NATS_URL", s.URL)
+	ack, err := s.JS.Publish(context.Background(), "weft.ev.pay-42.events", []byte("<html>oops</html>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := strconv.FormatUint(ack.Sequence, 10)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, out, _ := cli(t, "runs", "--status", "quarantined")
+		if strings.Contains(out, "pay-42") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never listed quarantined: %s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, out, errs := cli(t, "show", "pay-42")
+	if code != 0 {
+		t.Fatalf("show: %d %s", code, errs)
+	}
+	contains(t, "show", out, "status     quarantined", "stream sequence "+seq, "weft repair show pay-42", "1/c1")
+	if code, _, errs := cli(t, "audit", "verify", "pay-42"); code != exitAudit || !strings.Contains(errs, "quarantined") || !strings.Contains(errs, seq) {
+		t.Fatalf("audit verify of the quarantined run: %d %s", code, errs)
+	}
+	code, out, errs = cli(t, "repair", "show", "pay-42")
+	if code != 0 {
+		t.Fatalf("repair show: %d %s", code, errs)
+	}
+	contains(t, "repair show", out, "stream sequence "+seq, "not a log message", "<html>oops</html>", "subject: weft.ev.pay-42.events", "weft repair drop pay-42 --seq "+seq)
+
+	if code, _, errs := cli(t, "repair", "drop", "pay-42", "--seq", strconv.FormatUint(ack.Sequence-1, 10), "--reason", "x"); code != exitFailed || !strings.Contains(errs, "invalid_request") {
+		t.Fatalf("drop of another message: %d %s", code, errs)
+	}
+	if code, _, _ := cli(t, "repair", "drop", "pay-42", "--seq", seq); code != exitUsage {
+		t.Fatalf("drop without a reason: %d", code)
+	}
+	code, out, errs = cli(t, "repair", "drop", "pay-42", "--seq", seq, "--reason", "pasted into the wrong terminal", "--by", "alice")
+	if code != 0 {
+		t.Fatalf("drop: %d %s", code, errs)
+	}
+	contains(t, "drop", out, "voided the message at stream sequence "+seq, "no longer quarantined")
+
+	for {
+		_, out, _ := cli(t, "show", "pay-42")
+		if strings.Contains(out, "status     suspended") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never served again: %s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	code, out, errs = cli(t, "audit", "verify", "pay-42")
+	if code != 0 || !strings.Contains(out, "ok: run pay-42, 11 events") {
+		t.Fatalf("verify after repair: %d %s %s", code, out, errs)
+	}
+	contains(t, "verify's repair note", errs, "repaired", "stream sequence "+seq, `"alice"`, "pasted into the wrong terminal")
+	if code, out, _ := cli(t, "repair", "show", "pay-42"); code != 0 || !strings.Contains(out, "not quarantined") || !strings.Contains(out, "voided: sequence "+seq) {
+		t.Fatalf("repair show after the repair: %d %s", code, out)
+	}
+}
+
+// weft repair --help says what a quarantine is, what show and drop do and
+// who may drop.
+func TestRepairHelpSaysWhatAndWho(t *testing.T) {
+	var b strings.Builder
+	err := run(context.Background(), []string{"repair", "--help"}, &b, &b)
+	if exitCode(err) != exitOK {
+		t.Fatalf("repair --help: %v", err)
+	}
+	contains(t, "repair --help", b.String(), "quarantined", "weft repair show <run>", "--seq", "--reason", "void record", "runner's credentials", "weft audit verify")
+}
