@@ -549,8 +549,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	// The in-process worker runs the agents' tool bodies.
 	wctx, stopWorker := context.WithCancel(context.Background())
 	wdone := make(chan struct{})
+	var w *worker.Worker
 	if !r.noWorker {
-		w := r.newWorker()
+		w = r.newWorker()
 		go func() { defer close(wdone); _ = w.Run(wctx) }()
 	} else {
 		close(wdone)
@@ -585,6 +586,17 @@ func (r *Runner) Run(ctx context.Context) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitCtx(drainCtx, wdone)
+	if w != nil && drainCtx.Err() != nil {
+		// The window is over with bodies still running: they are stopped
+		// as a lost worker's would be (worker_lost: the run decides replay
+		// or uncertainty), and Run returns only once the worker did —
+		// never with a body of this runner still running (goleak found
+		// them running on after Run returned, until their tool timeout).
+		w.Abandon()
+		abandonCtx, cancelAbandon := context.WithTimeout(context.Background(), 10*time.Second)
+		waitCtx(abandonCtx, wdone)
+		cancelAbandon()
+	}
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
 	waitCtx(drainCtx, r.commands.quiet())
 	// The window is over: whatever command is still in flight ends now

@@ -339,6 +339,20 @@ func (w *Worker) stopRun(run string) {
 	}
 }
 
+// Abandon stops every body this worker is running as if the worker were
+// lost: each attempt is reported lost, cause worker_lost (the run decides
+// replay or uncertainty from the recorded budget, as after a crash). An
+// embedding process calls it when its drain window ended with bodies
+// still running, so that Run returns instead of leaving them running
+// after their process part stopped.
+func (w *Worker) Abandon() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.running {
+		r.cancel(errAbandoned)
+	}
+}
+
 // ReasonOwnCall is the Reason of the not_awaited refusal of a handler
 // settling its own running call (refused by the worker, SEMANTICS §9).
 const ReasonOwnCall = "own_call"
@@ -346,6 +360,9 @@ const ReasonOwnCall = "own_call"
 var (
 	errStopped  = errors.New("stopped by cancellation")
 	errTimedOut = errors.New("body timed out")
+	// errAbandoned stops the bodies still running when an embedding
+	// process's drain window ended (Abandon).
+	errAbandoned = errors.New("abandoned at the end of the drain window")
 )
 
 // decodeTask decodes a task body (docs/protocol/41-tasks.md): a JSON
@@ -715,9 +732,12 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 			bodyMu.Lock()
 			stopped = true
 			bodyMu.Unlock()
-			if context.Cause(ctx) == errTimedOut {
+			if cause := context.Cause(ctx); cause == errTimedOut {
 				rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
 				rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
+			} else if cause == errAbandoned {
+				rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
+				rep.Evidence = "the body was still running when its worker's drain window ended; it was stopped"
 			} else {
 				// Stopped by a cancellation: the task is over whatever the
 				// body still does; its run decides (settle window or
