@@ -1,0 +1,47 @@
+package projections
+
+import (
+	"testing"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/aggregate/aggregatetest"
+)
+
+// TestViewFollowsTheAggregatesStateMachine: there is one state machine
+// (SEMANTICS.md §5 action lifecycle, §6 run status; issue 16 item 2,
+// docs/adr/0017). Over 300 simulated runs of the decision core (fixed
+// seeds; every path the aggregate's property test covers: approvals,
+// replays, settlements, losses, hand-offs, cancellations, delegations),
+// the view folded from a run's history has exactly the aggregate's
+// actions, each in the aggregate's state, after every event, and the run
+// status the aggregate computes.
+func TestViewFollowsTheAggregatesStateMachine(t *testing.T) {
+	for seed := range uint64(300) {
+		s := aggregatetest.New()
+		src := aggregatetest.Rand(seed)
+		s.Start(src)
+		for range 120 {
+			s.Step(src)
+		}
+		var (
+			v  RunView
+			st aggregate.State
+		)
+		for _, r := range s.History {
+			v = Apply(v, r)
+			st = aggregate.Evolve(st, r)
+			acts := st.Actions()
+			if len(acts) != len(v.Actions) {
+				t.Fatalf("seed %d, version %d (%s): aggregate has %d actions, view %d", seed, r.Version, r.Event.EventName(), len(acts), len(v.Actions))
+			}
+			for i, a := range acts {
+				if va := v.Actions[i]; va.ID != a.ID || va.State != string(a.State) {
+					t.Fatalf("seed %d, version %d (%s): action %s is %s in the aggregate, the view has %s %s", seed, r.Version, r.Event.EventName(), a.ID, a.State, va.ID, va.State)
+				}
+			}
+			if want := string(aggregate.Status(st).Kind); v.Status != want {
+				t.Fatalf("seed %d, version %d (%s): status %s in the aggregate, %s in the view", seed, r.Version, r.Event.EventName(), want, v.Status)
+			}
+		}
+	}
+}
