@@ -2,6 +2,8 @@ package runner
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -245,4 +247,23 @@ func (f *finishedRuns) has(id string) bool {
 	defer f.mu.Unlock()
 	_, ok := f.set[id]
 	return ok
+}
+
+// timerKey names a timer within its run: one subject token, injective
+// (two timers never share a key, so arming one never replaces another's
+// durable schedule). The action id keeps its ASCII letters and digits;
+// every other byte is "_" and two hex digits ("1/call_1" is
+// "1_2Fcall_5F1"), and the kind, attempt, revision and turn are joined by
+// "-", which no part contains.
+func timerKey(t aggregate.Timer) string {
+	var a strings.Builder
+	for _, c := range []byte(t.Action) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+			a.WriteByte(c)
+		default:
+			fmt.Fprintf(&a, "_%02X", c)
+		}
+	}
+	return fmt.Sprintf("%s-%s-%d-%d-%d", t.Kind, a.String(), t.Attempt, t.Revision, t.Turn)
 }

@@ -1,0 +1,242 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/worker"
+)
+
+// step decides c, appends, and acts; ResolveCalls follow-ups are decided
+// in the same step. It returns Decide's refusal.
+//
+// On a run whose takeover is pending (run.takeover) the takeover is
+// recorded with c (c may be nil then: the takeover alone), and everything
+// the run needs is acted on.
+func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
+	takeover := rn.takeover != nil
+	evs, err := r.decideAppend(ctx, rn, c)
+	if len(evs) > 0 && rn.driven {
+		r.act(ctx, rn, evs, takeover)
+	}
+	return err
+}
+
+// act performs the effects of rn's Pending work (append first, then act).
+// Work is acknowledged by being recorded, never by having been attempted
+// (raft's Ready/Advance): whatever could not be performed or recorded here
+// — a task publish, a durable timer, the model's reply, the resolution of
+// a tool request, a stop, a child run to tend — makes the run be woken
+// again after a backoff (retryLater), and that wake derives the work again
+// from the run's state and does what is still missing (SEMANTICS §8).
+func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all bool) {
+	if !rn.driven || rn.takeover != nil {
+		return
+	}
+	if rn.stale && !r.refresh(ctx, rn) {
+		r.retryLater(rn.id)
+		return
+	}
+	if r.actOnce(ctx, rn, appended, all) {
+		r.retryLater(rn.id)
+	} else {
+		r.retried(rn.id)
+		r.maybeEvict(rn)
+	}
+}
+
+// actOnce is one pass of act. It reports whether some work failed.
+func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, all bool) (failed bool) {
+	for _, ev := range appended {
+		switch e := ev.(type) {
+		case events.AttemptLost:
+			if e.Cause == events.CauseStopped {
+				if err := r.nc.Publish(worker.StopSubjectPrefix+rn.id, nil); err != nil {
+					failed = true
+				}
+			}
+		case events.CancelRequested:
+			if rn.modelCancel != nil {
+				rn.modelCancel()
+			}
+		}
+	}
+	if r.afterAppend(ctx, rn, appended, all) {
+		return false // the run failed tool_changed
+	}
+	if !rn.driven {
+		return false
+	}
+	w := aggregate.Pending(rn.state)
+	if !rn.keyed && !w.Finished {
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := r.drivers.Put(kctx, rn.id, []byte(r.id))
+		cancel()
+		if err != nil {
+			r.log.Warn("driver key", "run", rn.id, "err", err)
+			failed = true
+		} else {
+			rn.keyed = true
+		}
+	}
+	if w.Finished {
+		r.drop(rn)
+		r.disarmRun(rn)
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.drivers.Delete(dctx, rn.id); err != nil {
+			r.log.Warn("driver key delete", "run", rn.id, "err", err)
+			return true // the wake of a finished run deletes it
+		}
+		r.finished.add(rn.id)
+		return false
+	}
+	// Timers: a local one for precision, a durable one as the backstop;
+	// those no longer pending are stopped and disarmed (timers.go).
+	r.syncTimers(rn, w.Timers)
+	// Dispatch fenced attempts, each once.
+	for _, d := range w.Dispatch {
+		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
+		if rn.dispatched[key] {
+			continue
+		}
+		if err := r.dispatch(ctx, rn, d); err != nil {
+			r.log.Error("dispatch", "run", rn.id, "action", d.Action, "err", err)
+			failed = true
+			continue
+		}
+		rn.dispatched[key] = true
+		delete(rn.fences, key)
+	}
+	// A draining runner starts no model call and resolves no new calls
+	// (aggregate's Work.Draining): the runner that takes the run over does.
+	r.mu.Lock()
+	if r.draining {
+		w = w.Draining()
+	}
+	r.mu.Unlock()
+	// The model call of a requested turn, or the answer of a call already
+	// made that could not be recorded.
+	if w.Model != nil {
+		if c := r.takeReply(rn.id, w.Model.Turn); c != nil {
+			if err := r.commandLocked(ctx, rn, c); transient(err) {
+				r.log.Warn("model answer", "run", rn.id, "turn", w.Model.Turn, "err", err)
+				r.keepReply(rn.id, c)
+				return true
+			}
+			return false // the step acted on what followed
+		}
+		if rn.modelTurn != w.Model.Turn && !w.Model.RecordOnly {
+			r.callModel(rn, *w.Model)
+		}
+	}
+	// Validation and policy for a tool request, decided at once.
+	if w.Resolve != nil {
+		cmd := r.resolve(ctx, rn, *w.Resolve)
+		if err := r.step(ctx, rn, cmd); err != nil {
+			r.log.Error("resolve calls", "run", rn.id, "err", err)
+			if transient(err) {
+				failed = true
+			}
+		}
+	}
+	return failed
+}
+
+// transient reports whether err says that something could not be done or
+// recorded now (the store or NATS did not answer, writers contended, the
+// run was busy) rather than a decision's refusal: the work stays pending.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var conflict *eventlog.ConflictError
+	if errors.As(err, &conflict) {
+		return true
+	}
+	var we *weft.Error
+	if !errors.As(err, &we) {
+		return true
+	}
+	switch we.Code {
+	case weft.CodeUnavailable, weft.CodeContended, weft.CodeRunnerBusy, weft.CodeConflict:
+		return true
+	}
+	return false
+}
+
+// refresh re-reads rn's tail after an append whose outcome was unknown
+// (rn.stale), so that act derives its work from what the log holds. It
+// reports whether rn is current and still driven by this runner.
+func (r *Runner) refresh(ctx context.Context, rn *run) bool {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	tail, head, err := r.evlog.LoadAfter(rctx, rn.id, rn.head)
+	if err != nil {
+		return false
+	}
+	recs, err := recorded(tail)
+	if err != nil {
+		return false
+	}
+	landed := make([]events.Event, 0, len(recs))
+	for _, rec := range recs {
+		rn.evolve(rec)
+		landed = append(landed, rec.Event)
+	}
+	rn.head, rn.stale = head, false
+	if !rn.state.Exists() {
+		// A start whose append's outcome was unknown: it did not land.
+		r.drop(rn)
+		r.deleteDriver(rn.id, 0)
+		return false
+	}
+	if rn.state.Runner() != r.id {
+		r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
+		r.drop(rn)
+		return false
+	}
+	r.observe(ctx, rn, landed)
+	return true
+}
+
+// deleteDriver deletes run's weft_drivers key: only at revision rev when
+// rev is not 0, else only while it names this runner.
+func (r *Runner) deleteDriver(run string, rev uint64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if rev == 0 {
+		e, err := r.drivers.Get(ctx, run)
+		if err != nil || string(e.Value()) != r.id {
+			return
+		}
+		rev = e.Revision()
+	}
+	if err := r.drivers.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
+		r.log.Debug("driver key delete", "run", run, "err", err)
+	}
+}
+
+// correctDriver makes run's weft_drivers key name the driver the log
+// records (s), or deletes it for a finished run.
+func (r *Runner) correctDriver(run string, s aggregate.State) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var err error
+	if _, fin := s.Finished(); fin || !s.Exists() {
+		err = r.drivers.Delete(ctx, run)
+	} else {
+		_, err = r.drivers.Put(ctx, run, []byte(s.Runner()))
+	}
+	if err != nil {
+		r.log.Warn("driver key", "run", run, "err", err)
+	}
+}

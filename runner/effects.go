@@ -1,0 +1,168 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
+)
+
+// dispatch publishes a fenced attempt as a task. It names the fence's
+// version when this runner appended it, so that the worker's check reads
+// only the run's last message (worker.LogCheck).
+func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) error {
+	s := rn.state
+	ref := s.Started().Agent
+	task := worker.Task{
+		Schema: worker.Schema, Run: rn.id, Action: d.Action, Agent: ref.Name, Version: ref.Version, Tool: d.Tool, Attempt: d.Attempt,
+		Incarnation: d.Fence.Incarnation, Claim: worker.ClaimKey(rn.id, d.Action, d.Attempt, d.Fence.Incarnation), Arguments: d.Arguments, TimeoutMS: int64(d.Fence.Timeout),
+		Deadline: d.Fence.Deadline, MaxResultBytes: s.Limits().MaxResultBytes, SettleWithinMS: int64(d.Fence.SettleWithin),
+		IdempotencyKey: tools.Call{Run: rn.id, Action: d.Action, Attempt: d.Attempt}.IdempotencyKey(),
+		Correlation:    s.Started().Correlation,
+		FenceVersion:   rn.fences[attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)],
+	}
+	if a, ok := s.Action(d.Action); ok && a.Approved && len(a.Answers) > 0 {
+		task.Reviewer = a.Answers[len(a.Answers)-1].Reviewer
+	}
+	b, err := json.Marshal(task)
+	if err != nil {
+		return err
+	}
+	// Addressed by the run's agent identity: only the body bound in that
+	// agent@version takes it (SEMANTICS §3).
+	subject := worker.Queue{Agent: ref.Name, Version: ref.Version, Tool: d.Tool}.Subject()
+	msg := nats.NewMsg(subject)
+	msg.Data = b
+	msg.Header.Set(worker.HeaderMsgID, fmt.Sprintf("%s/%s/%d/%d", rn.id, d.Action, d.Attempt, d.Fence.Incarnation))
+	// The producer span of the publish (in the run's trace): the task
+	// carries it as traceparent and the worker's attempt span is its child.
+	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)
+	r.tel.Inject(sctx, msg.Header)
+	_, err = r.js.PublishMsg(ctx, msg)
+	if err != nil {
+		span.RecordError(err)
+	}
+	span.End()
+	if err != nil {
+		return err
+	}
+	r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
+	return nil
+}
+
+// resolve validates every call of the batch and runs the policy on the
+// valid ones, failing closed.
+func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) aggregate.ResolveCalls {
+	ag := rn.agent
+	timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
+	out := aggregate.ResolveCalls{Turn: b.Turn}
+	limited := delegationLimits(rn, b) // checked before policy
+	for _, c := range b.Calls {
+		res := aggregate.Resolution{CallID: c.ID}
+		res.Validation, res.Detail, res.Normalized = ag.ValidateCall(c.Name, c.Arguments)
+		target, over := delegationTarget(rn, c, &res, limited)
+		if res.Validation == events.CallValid && !over {
+			args := res.Normalized
+			if args == nil {
+				args = c.Arguments
+			}
+			pctx, span := r.tel.StartPolicy(ctx, rn.id, aggregate.ActionID(b.Turn, c.ID))
+			dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: rn.id, ActionID: aggregate.ActionID(b.Turn, c.ID), Tool: c.Name, Arguments: args, Target: target}, timeout)
+			span.End()
+			res.Policy = policyResult(dec, err)
+			res.Tool, _ = ag.ToolConfig(c.Name)
+		}
+		out.Calls = append(out.Calls, res)
+	}
+	return out
+}
+
+func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
+	if err != nil {
+		return aggregate.PolicyResult{Decision: events.PolicyError, Reason: err.Error()}
+	}
+	switch dec.Kind() {
+	case policy.KindAllow:
+		return aggregate.PolicyResult{Decision: events.PolicyAllow}
+	case policy.KindDeny:
+		return aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: dec.Reason()}
+	case policy.KindRequireApproval:
+		q := dec.Requirement()
+		return aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: q.Name, Version: q.Version}}
+	}
+	return aggregate.PolicyResult{Decision: events.PolicyError, Reason: "invalid policy decision"}
+}
+
+// callModel makes the model call for a requested turn in its own goroutine
+// and feeds the answer back as a command.
+func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
+	ag := rn.agent
+	req := ag.Request(aggregate.ModelRequest(rn.state))
+	ctx, cancel := context.WithCancel(context.Background())
+	if !mc.Deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(context.Background(), mc.Deadline)
+	}
+	rn.modelTurn, rn.modelCancel = mc.Turn, cancel
+	r.inflight.Add(1)
+	id := rn.id
+	typed := ag.Typed()
+	go func() {
+		defer r.inflight.Done()
+		defer cancel()
+		sctx, span := r.tel.StartModel(ctx, id, mc.Turn, ag.Model().Name())
+		reply, err := ag.Model().Complete(sctx, req)
+		var cmd aggregate.Command
+		if err != nil {
+			var me *model.Error
+			kind, msg, status, after := model.ErrOther, err.Error(), 0, time.Duration(0)
+			switch {
+			case errors.As(err, &me):
+				kind, msg, status, after = me.Kind, me.Message, me.Status, me.RetryAfter
+			case errors.Is(ctx.Err(), context.DeadlineExceeded):
+				kind, msg = model.ErrTimedOut, "the model timeout stopped the call"
+			}
+			if ctx.Err() == context.DeadlineExceeded {
+				kind = model.ErrTimedOut
+			}
+			telemetry.EndModel(span, "", nil, string(kind))
+			cmd = aggregate.ModelFailure{Turn: mc.Turn, Kind: kind, Status: status, Message: msg, RetryAfter: after}
+		} else {
+			telemetry.EndModel(span, string(reply.Kind), reply.Usage, "")
+			mr := aggregate.ModelReply{Turn: mc.Turn, Reply: reply}
+			if typed && reply.Kind == model.ReplyFinalAnswer {
+				ans, derr := ag.DecodeAnswer(reply.Turn.Text)
+				if derr != nil {
+					mr.AnswerError = derr.Error()
+				} else {
+					mr.Answer = ans
+				}
+			}
+			cmd = mr
+		}
+		if err := r.command(context.Background(), id, cmd); err != nil {
+			r.log.Debug("model answer", "run", id, "turn", mc.Turn, "err", err)
+			if transient(err) {
+				// Not recorded: kept, and recorded by the next pass of act
+				// (the turn stays requested in the log).
+				r.keepReply(id, cmd)
+				r.retryLater(id)
+			}
+		}
+	}()
+}
+
+// attemptKey names an attempt of a run: action, attempt, incarnation.
+func attemptKey(action string, attempt, incarnation int) string {
+	return fmt.Sprintf("%s/%d/%d", action, attempt, incarnation)
+}

@@ -1,0 +1,326 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+)
+
+// judgement tracks whether this runner can tell that a peer is gone
+// (alive, scan). A peer is gone when its liveness key is absent — but only
+// once this runner has been connected, with its own heartbeat recorded in
+// the same bucket, for long enough that every live peer has heartbeated
+// since: after a (re)connection, a failed heartbeat or a runners bucket
+// that was emptied or re-created, an absent key means "cannot tell" until
+// the grace has passed (SEMANTICS §8: only a runner that is gone is
+// recovered from).
+type judgement struct {
+	since      time.Time // start of the current period of continuous view
+	reconnects uint64    // the connection's reconnect count seen last
+	revision   uint64    // revision of the last heartbeat put
+}
+
+func (r *Runner) heartbeat(ctx context.Context) error {
+	rev, err := r.live.Put(ctx, r.id, []byte(r.now().UTC().Format(time.RFC3339Nano)))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err != nil {
+		r.judge.since = time.Now() // peers cannot beat either, perhaps
+		return fmt.Errorf("runner: heartbeat: %w", err)
+	}
+	if rev <= r.judge.revision {
+		r.judge.since = time.Now() // the bucket was re-created
+	}
+	r.judge.revision = rev
+	return nil
+}
+
+func (r *Runner) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(r.lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.heartbeat(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+// released reports whether runner id deleted its liveness key (a drained
+// runner does, once it has handed its runs off): the key's last message
+// is a delete marker, kept for a lease. Such a runner is gone at once.
+func (r *Runner) released(ctx context.Context, id string) bool {
+	if r.liveStream == nil {
+		return false
+	}
+	m, err := r.liveStream.GetLastMsgForSubject(ctx, "$KV."+RunnersBucket+"."+id)
+	return err == nil && m.Header.Get("KV-Operation") == "DEL"
+}
+
+// judgeGrace is how long this runner's view of the runners bucket must
+// have been continuous before an absent key means a gone runner: the lease
+// (every live runner puts its key every lease/4), plus the heartbeat
+// interval, plus the connection's reconnect wait and jitter (the time a
+// peer disconnected by the same server restart may take to come back).
+func (r *Runner) judgeGrace() time.Duration {
+	return r.lease + r.lease/4 + r.nc.Opts.ReconnectWait + r.nc.Opts.ReconnectJitter
+}
+
+// canJudge reports whether this runner can tell now that a peer whose
+// liveness key is absent is gone (see judgement).
+func (r *Runner) canJudge() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rc := r.nc.Stats().Reconnects; rc != r.judge.reconnects || !r.nc.IsConnected() {
+		r.judge.since, r.judge.reconnects = time.Now(), rc
+		return false
+	}
+	return time.Since(r.judge.since) >= r.judgeGrace()
+}
+
+// alive reports whether runner id may hold a live heartbeat: false only
+// when its key is absent and this runner can tell (canJudge, its own key
+// present). "Cannot tell" — a read error, a missing bucket, a view too
+// recent — is never "gone".
+func (r *Runner) alive(ctx context.Context, id string) bool {
+	if id == r.id {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return !r.draining
+	}
+	if r.seenGone(id) {
+		return false
+	}
+	_, err := r.live.Get(ctx, id)
+	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return true
+	}
+	if r.released(ctx, id) {
+		r.log.Info("runner judged gone", "peer", id, "why", "released")
+		r.markGone(id)
+		return false
+	}
+	if !r.canJudge() {
+		return true
+	}
+	if _, err := r.live.Get(ctx, r.id); err != nil {
+		return true // our own key is not there either: the bucket is not ours to judge by
+	}
+	r.log.Info("runner judged gone", "peer", id, "why", "liveness key absent")
+	r.markGone(id)
+	return false
+}
+
+// seenGone reports whether alive found runner id gone within the last
+// heartbeat interval (lease/4): the takeover of a gone runner's many runs
+// judges it once per interval, not once per run.
+func (r *Runner) seenGone(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.gone[id]
+	if ok && time.Since(at) < r.lease/4 {
+		return true
+	}
+	if ok {
+		delete(r.gone, id)
+	}
+	return false
+}
+
+func (r *Runner) markGone(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gone == nil {
+		r.gone = map[string]time.Time{}
+	}
+	r.gone[id] = time.Now()
+}
+
+// scanLoop takes over the runs whose driver is gone. It keeps the
+// weft_drivers map in memory through a KV watcher and lists the live
+// runners every lease/4.
+func (r *Runner) scanLoop(ctx context.Context) {
+	drivers := map[string]driverKey{}
+	var mu sync.Mutex
+	w, err := r.drivers.WatchAll(ctx)
+	if err != nil {
+		r.log.Error("watch drivers", "err", err)
+		return
+	}
+	defer w.Stop()
+	go func() {
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			mu.Lock()
+			if e.Operation() == jetstream.KeyValuePut {
+				drivers[e.Key()] = driverKey{driver: string(e.Value()), revision: e.Revision()}
+			} else {
+				delete(drivers, e.Key())
+			}
+			mu.Unlock()
+		}
+	}()
+	t := time.NewTicker(r.lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		mu.Lock()
+		snapshot := make(map[string]driverKey, len(drivers))
+		for k, v := range drivers {
+			snapshot[k] = v
+		}
+		mu.Unlock()
+		r.watchQuarantined(ctx)
+		for run := range snapshot {
+			if r.isQuarantined(run) {
+				delete(snapshot, run) // watchQuarantined wakes it once repaired
+			}
+		}
+		r.scan(ctx, snapshot)
+	}
+}
+
+// driverKey is a run's weft_drivers entry: the driver and the revision.
+type driverKey struct {
+	driver   string
+	revision uint64
+}
+
+func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
+	if len(drivers) == 0 {
+		return
+	}
+	judge := r.canJudge()
+	liveKeys := map[string]bool{}
+	lister, err := r.live.ListKeys(ctx)
+	if err != nil {
+		return // cannot tell
+	}
+	for k := range lister.Keys() {
+		liveKeys[k] = true
+	}
+	if !liveKeys[r.id] {
+		judge = false // our own heartbeat is not there: absence tells nothing
+	}
+	gone := map[string]bool{} // by driver
+	for _, k := range drivers {
+		d := k.driver
+		if _, seen := gone[d]; seen || d == r.id || liveKeys[d] {
+			continue
+		}
+		gone[d] = judge || r.released(ctx, d)
+		if gone[d] {
+			r.log.Info("runner judged gone", "peer", d, "why", "liveness key absent (scan)", "judge", judge)
+		}
+	}
+	var orphans []string
+	for run, k := range drivers {
+		switch {
+		case gone[k.driver]:
+			orphans = append(orphans, run)
+		case k.driver == r.id:
+			// Ours but not in memory: an earlier process with our id
+			// drove it (or a start's intent whose append never landed).
+			r.mu.Lock()
+			_, held := r.runs[run]
+			_, loading := r.loading[run]
+			r.mu.Unlock()
+			if !held && !loading && !r.idle.has(run) {
+				orphans = append(orphans, run)
+			}
+		}
+	}
+	slices.Sort(orphans)
+	var todo []string
+	for _, run := range orphans {
+		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); !busy {
+			todo = append(todo, run)
+		}
+	}
+	r.takeOrphans(ctx, todo, drivers)
+}
+
+// takeoverConcurrency bounds the takeovers a runner makes at once: taking
+// over many idle runs (a gone runner's thousands) costs bounded memory and
+// goroutines, and the store is not flooded (docs/adr/0014).
+const takeoverConcurrency = 32
+
+// takeOrphans wakes the orphans todo (each marked in r.takeover), at most
+// takeoverConcurrency at once, and returns when all are done.
+func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[string]driverKey) {
+	if len(todo) == 0 {
+		return
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range min(takeoverConcurrency, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for run := range work {
+				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && ctx.Err() == nil && !r.noteQuarantine(err) {
+					r.log.Debug("takeover failed", "run", run, "err", err)
+				}
+				r.takeover.Delete(run)
+			}
+		}()
+	}
+	for i, run := range todo {
+		select {
+		case work <- run:
+		case <-ctx.Done():
+			for _, left := range todo[i:] {
+				r.takeover.Delete(left)
+			}
+			close(work)
+			wg.Wait()
+			return
+		}
+	}
+	close(work)
+	wg.Wait()
+}
+
+// wakeOrphan wakes run, whose weft_drivers entry k names a gone runner (or
+// this one without holding the run), and repairs the entry from the log:
+// deleted when the run does not exist, set to the live driver the log
+// records when it names another.
+func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rn, err := r.acquire(ctx, run)
+	if err != nil {
+		var fe *forwardError
+		switch {
+		case errors.As(err, &fe):
+			if fe.driver != k.driver {
+				_, _ = r.drivers.Update(ctx, run, []byte(fe.driver), k.revision)
+			}
+			return r.forwardWake(ctx, fe.driver, run)
+		case weft.ErrorCode(err) == weft.CodeUnknownRun:
+			// A start's intent whose append never landed.
+			_ = r.drivers.Delete(ctx, run, jetstream.LastRevision(k.revision))
+			return nil
+		}
+		return err
+	}
+	defer rn.unlock()
+	return r.wakeLocked(ctx, rn, true)
+}

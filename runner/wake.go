@@ -1,0 +1,137 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
+)
+
+// command applies an internal command (model answer, timer firing, report)
+// to run, routing it to the driver.
+func (r *Runner) command(ctx context.Context, id string, c aggregate.Command) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ctx, end := r.bounded(ctx)
+	defer end()
+	for attempt := 0; ; attempt++ {
+		rn, err := r.acquire(ctx, id)
+		if err != nil {
+			var fe *forwardError
+			if errors.As(err, &fe) {
+				if _, ok := c.(aggregate.TimerFired); ok {
+					return r.forwardWake(ctx, fe.driver, id)
+				}
+			}
+			return err
+		}
+		wasDriven := rn.driven
+		err = r.commandLocked(ctx, rn, c)
+		r.finishTakeover(ctx, rn)
+		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
+		rn.unlock()
+		var conflict *eventlog.ConflictError
+		if attempt == 0 && lost && errors.As(err, &conflict) {
+			continue // another runner drives it now: route it there
+		}
+		return err
+	}
+}
+
+func (r *Runner) commandLocked(ctx context.Context, rn *run, c aggregate.Command) error {
+	if mr, ok := c.(aggregate.ModelReply); ok && rn.modelTurn == mr.Turn {
+		rn.modelTurn, rn.modelCancel = 0, nil
+	}
+	if mf, ok := c.(aggregate.ModelFailure); ok && rn.modelTurn == mf.Turn {
+		rn.modelTurn, rn.modelCancel = 0, nil
+	}
+	err := r.step(ctx, rn, c)
+	if mr, ok := c.(aggregate.ModelReply); ok && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
+		// A reply too large to record cannot be decided on: the
+		// aggregate's UnrecordableReply says what the turn became.
+		return r.step(ctx, rn, aggregate.UnrecordableReply(mr.Turn, err.Error()))
+	}
+	return err
+}
+
+// wake makes sure run is driven (taking it over when its driver is gone)
+// and applies the timers that are due.
+func (r *Runner) wake(ctx context.Context, id string) error {
+	if r.finished.has(id) {
+		return nil // finished, its driver key deleted: nothing to wake
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ctx, end := r.bounded(ctx)
+	defer end()
+	rn, err := r.acquire(ctx, id)
+	if err != nil {
+		var fe *forwardError
+		if errors.As(err, &fe) {
+			return r.forwardWake(ctx, fe.driver, id)
+		}
+		var we *weft.Error
+		if errors.As(err, &we) && we.Code == weft.CodeUnknownRun {
+			return nil
+		}
+		return err
+	}
+	defer rn.unlock()
+	return r.wakeLocked(ctx, rn, true)
+}
+
+// wakeLocked applies the timers of rn that are due and, with all, makes
+// sure everything the run needs is in hand (act with all); a pending
+// takeover is recorded with the first due timer or on its own.
+func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
+	if !rn.driven {
+		if _, fin := rn.state.Finished(); fin {
+			// Its driver died between the last append and the key delete.
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			if err := r.drivers.Delete(dctx, rn.id); err != nil {
+				return &weft.Error{Code: weft.CodeUnavailable, Message: "driver key delete: " + err.Error()}
+			}
+			r.finished.add(rn.id)
+		}
+		return nil
+	}
+	dueErr := r.applyDue(ctx, rn)
+	if rn.takeover != nil {
+		r.finishTakeover(ctx, rn)
+		return dueErr
+	}
+	if all {
+		r.act(ctx, rn, nil, true)
+	}
+	return dueErr
+}
+
+// applyDue decides every timer of rn that is due (the first one records a
+// pending takeover with it). A due timer whose decision could not be
+// recorded (the store refused or did not answer) stays pending: the run
+// is woken again later (retryLater) and the error is returned, so that a
+// durable timer's delivery is redelivered too — its local timer has fired
+// already and nothing else would apply it (SEMANTICS §8: pending work is
+// retried, never dropped).
+func (r *Runner) applyDue(ctx context.Context, rn *run) error {
+	now := r.clock(rn)
+	var failed error
+	for _, t := range aggregate.Pending(rn.state).Timers {
+		if !t.At.After(now) {
+			if err := r.step(ctx, rn, t.Command()); err != nil {
+				r.log.Debug("due timer", "run", rn.id, "err", err)
+				if transient(err) && failed == nil {
+					failed = err
+				}
+			}
+		}
+	}
+	if failed != nil {
+		r.retryLater(rn.id)
+	}
+	return failed
+}
