@@ -42,7 +42,11 @@ const (
 // Refusals are the error codes every catalog endpoint may answer: the
 // "sent by" entry catalog.<agent> of docs/protocol.md's error table, which
 // a test keeps equal.
-var Refusals = []weft.Code{weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodeUnknownAgent}
+var Refusals = []weft.Code{weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeUnknownAgent}
+
+// MaxBody is the largest catalog request body accepted (bytes): 64 KiB,
+// as a query's (projector.MaxQueryBody); a request names a version only.
+const MaxBody = 64 << 10
 
 // Request asks for one agent's catalog entry. Version is optional: empty
 // names the one version the answering process serves.
@@ -190,9 +194,17 @@ type errorReply struct {
 
 func answer(r micro.Request, name string, entries []Entry) {
 	var req Request
+	if n := len(r.Data()); n > MaxBody {
+		respondError(r, 413, &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("body of %d bytes is over the %d byte limit of a catalog request", n, MaxBody)})
+		return
+	}
 	if len(r.Data()) > 0 {
+		if !json.Valid(r.Data()) {
+			respondError(r, 400, &weft.Error{Code: weft.CodeInvalidJSON, Message: "the body is not JSON"})
+			return
+		}
 		if err := json.Unmarshal(r.Data(), &req); err != nil {
-			respondError(r, 400, &weft.Error{Code: weft.CodeInvalidJSON, Message: "the body is not a JSON object: " + err.Error()})
+			respondError(r, 400, &weft.Error{Code: weft.CodeInvalidRequest, Message: "the body is not a catalog request: " + err.Error()})
 			return
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/eventlog"
@@ -36,6 +37,8 @@ type endpoint struct {
 	maxBody int
 	// answer: the endpoint answers an approval request by its revision.
 	answer bool
+	// extra are the endpoint's own malformed cases.
+	extra []badCase
 }
 
 type badCase struct {
@@ -96,6 +99,7 @@ func (e endpoint) malformed() []badCase {
 	if e.strict {
 		cs = append(cs, badCase{"unknown field", with("extra", 1), weft.CodeInvalidRequest})
 	}
+	cs = append(cs, e.extra...)
 	names := make([]string, 0, len(e.limits))
 	for k := range e.limits {
 		names = append(names, k)
@@ -211,6 +215,8 @@ func TestBadInputEveryEndpoint(t *testing.T) {
 	} {
 		all = append(all, endpoint{subject: projector.QueryPrefix + "." + q.name, run: q.run, body: q.body, maxBody: projector.MaxQueryBody})
 	}
+	all = append(all, endpoint{subject: catalog.SubjectPrefix + demo.AgentName, body: map[string]any{"schema": 1, "version": "1"}, maxBody: catalog.MaxBody,
+		extra: []badCase{{"version of the wrong type", []byte(`{"schema":1,"version":1}`), weft.CodeInvalidRequest}}})
 
 	head := func() uint64 {
 		st, err := s.JS.Stream(wctx, eventlog.Stream)
