@@ -6,6 +6,14 @@
 // There is no I/O, no clock, no randomness and no map iteration in here;
 // times and ids arrive as arguments.
 //
+// The action and run state machine is defined once, in ActionTransition,
+// ActionState.Active and RunStatusOf: Evolve applies it to the State and
+// the read models (package projections) to their views (docs/adr/0017).
+// Where the model port's types meet the log's (a reply becoming
+// ModelReplied, recorded calls becoming the next request's transcript) is
+// this package too, so that a change to package model never changes the
+// log (docs/adr/0018).
+//
 // # Who calls what, in which order
 //
 // A runner drives a run in the etcd-raft style: it persists before it acts.

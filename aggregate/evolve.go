@@ -313,7 +313,7 @@ func (s *State) evolve(r events.Recorded) {
 		a.Content, a.ReconciledKind = e.Content, e.Kind
 
 	case events.Resolved:
-		s.evolveResolved(name, e)
+		s.evolveResolved(name, e, t, ok)
 
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {

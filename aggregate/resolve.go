@@ -84,9 +84,10 @@ func (d *decider) resolve(c Resolve) error {
 	return nil
 }
 
-// evolveResolved folds a Resolved event.
-func (s *State) evolveResolved(name events.Name, e events.Resolved) {
-	a := s.act(name, e.Action, ActionReconciled)
+// evolveResolved folds a Resolved event; t is its transition (machine.go:
+// from reconciled, the state unchanged).
+func (s *State) evolveResolved(name events.Name, e events.Resolved, t Transition, ok bool) {
+	a := s.move(name, e.Action, t, ok)
 	if a.Resolved != nil {
 		s.bug(name, "action %s resolved twice", e.Action)
 	}
