@@ -220,3 +220,16 @@ func (w *Worker) updateClaim(own *ownClaim) error {
 	own.rev = rev
 	return nil
 }
+
+// releaseClaim deletes own, the claim of t's attempt whose body this
+// delivery took but never started, if nobody changed it since: the next
+// delivery of the task takes it again and starts the body. If the delete
+// fails the claim stays, and the next delivery reports the attempt
+// worker_lost (its body may have run, as far as it can tell).
+func (w *Worker) releaseClaim(t Task, own *ownClaim) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := w.claims.Delete(ctx, own.key, jetstream.LastRevision(own.rev)); err != nil {
+		w.log.Warn("worker: cannot release the claim of a body not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", own.key, "err", err)
+	}
+}

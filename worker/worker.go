@@ -116,6 +116,8 @@ type Worker struct {
 	mu      sync.Mutex
 	running map[string]*running // key ClaimKey: every attempt this worker may start or runs
 	held    map[string]*held    // key ClaimKey
+	// abandoned is set by Abandon: no body starts any more (startBody).
+	abandoned bool
 }
 
 type running struct {
@@ -345,9 +347,14 @@ func (w *Worker) stopRun(run string) {
 // embedding process calls it when its drain window ended with bodies
 // still running, so that Run returns instead of leaving them running
 // after their process part stopped.
+//
+// An attempt this worker holds but whose body has not started yet (still
+// checked or claimed) never starts after Abandon: its claim is released
+// and its task requeued (startBody).
 func (w *Worker) Abandon() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.abandoned = true
 	for _, r := range w.running {
 		r.cancel(errAbandoned)
 	}
@@ -553,8 +560,29 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, &own))
 		return
 	}
+	if !w.startBody() {
+		// The worker stopped (or its drain window ended, Abandon) while
+		// the attempt was checked, claimed and read again: it starts no
+		// new body (SEMANTICS §8 graceful drain). It knows the body never
+		// started, so it releases the claim and requeues the task: the
+		// next worker runs it as a first delivery, instead of reporting
+		// it worker_lost (a replay or an uncertain effect for nothing).
+		w.releaseClaim(t, &own)
+		requeue("the worker stopped before the body started")
+		return
+	}
 	rep = w.run(ctx, h, t, rep, &own)
 	done(w.deliver(t, rep, &own))
+}
+
+// startBody is the last look before a body starts: false once the worker
+// is stopping or abandoned. It is decided under w.mu, as Abandon is, so a
+// body either started before Abandon (and is stopped by it) or never
+// starts.
+func (w *Worker) startBody() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !w.abandoned && !w.stopping.Load()
 }
 
 // track makes the attempt of claim key stoppable by its run's stops; its

@@ -1,0 +1,76 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/worker"
+)
+
+// Scenario 33 (SEMANTICS §8, graceful drain: a stopping worker starts no
+// new body, and the run is handed off with nothing uncertain): the worker
+// stops while it checks an attempt it has already claimed (its second
+// check, the read after the claim), and the drain window then ends
+// (Abandon, as Runner.Run calls it). The body must not start — started
+// then, with its context already cancelled, it would act after the window
+// and be reported worker_lost, a replay or an uncertain effect for a body
+// that need not have started. The claim is released and the task
+// requeued, so the next worker runs it as a first delivery: once, reported
+// output, not worker_lost.
+func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
+	nc, js := startServer(t)
+	checking := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var checks, starts1, starts2 atomic.Int64
+	rs1 := &reports{ch: make(chan struct{}, 10)}
+	w1 := worker.New(nc, js, worker.WithReporter(rs1.report), worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+		if checks.Add(1) == 2 { // the read after the claim
+			checking <- struct{}{}
+			<-release
+		}
+		return true, nil
+	}))
+	w1.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		starts1.Add(1)
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	})
+	ctx1, stop1 := context.WithCancel(context.Background())
+	done1 := make(chan error)
+	go func() { done1 <- w1.Run(ctx1) }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	<-checking
+	stop1()
+	for !w1.Stopping() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	w1.Abandon() // the drain window ended
+	close(release)
+	<-done1
+	rs1.mu.Lock()
+	got1 := append([]worker.Report(nil), rs1.got...)
+	rs1.mu.Unlock()
+	if starts1.Load() != 0 || len(got1) != 0 {
+		t.Fatalf("the stopping worker started %d bodies, sent reports %+v", starts1.Load(), got1)
+	}
+
+	rs2 := &reports{ch: make(chan struct{}, 10)}
+	w2 := worker.New(nc, js, worker.WithReporter(rs2.report), worker.WithoutAttemptCheck())
+	w2.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		starts2.Add(1)
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	})
+	ctx2, stop2 := context.WithCancel(context.Background())
+	done2 := make(chan error)
+	go func() { done2 <- w2.Run(ctx2) }()
+	<-rs2.ch
+	stop2()
+	<-done2
+	rs2.mu.Lock()
+	defer rs2.mu.Unlock()
+	if g := rs2.got[0]; g.Outcome != worker.OutcomeOutput || starts2.Load() != 1 {
+		t.Fatalf("report %+v, starts %d; want output from one start", g, starts2.Load())
+	}
+}
