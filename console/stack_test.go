@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
@@ -71,6 +72,14 @@ func TestMain(m *testing.M) {
 	}
 	if browserStop != nil {
 		browserStop()
+	}
+	// Issue 11 item 3: no goroutine of the console outlives its tests
+	// once the shared stacks and the browser are stopped.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
