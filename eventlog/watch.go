@@ -52,6 +52,7 @@ func (l *Log) WatchRun(ctx context.Context, run string, fn func(RunEvent) error)
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
 	defer it.Stop()
+	var prev Head // the last event delivered: the next message must follow it
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -65,6 +66,11 @@ func (l *Log) WatchRun(ctx context.Context, run string, fn func(RunEvent) error)
 			return fmt.Errorf("%w: watch %s: metadata: %v", ErrCorrupt, run, err)
 		}
 		pm, err := parse(run, m.Headers(), m.Data())
+		if err == nil && pm.void == nil {
+			if first := pm.envs[0]; first.Version != prev.Version+1 || (prev.Hash != "" && first.Prev != prev.Hash) {
+				err = fmt.Errorf("event %s version %d does not follow version %d", short(first.ID), first.Version, prev.Version)
+			}
+		}
 		if err != nil {
 			// A message no reader can fold: the run is quarantined,
 			// unless a repair voided the message since (its record
@@ -94,6 +100,8 @@ func (l *Log) WatchRun(ctx context.Context, run string, fn func(RunEvent) error)
 			continue
 		}
 		envs := pm.envs
+		last := envs[len(envs)-1]
+		prev = Head{Version: last.Version, Hash: last.Hash()}
 		for i, env := range envs {
 			last := i == len(envs)-1
 			if err := fn(RunEvent{Envelope: env, Last: last, CaughtUp: last && meta.NumPending == 0}); err != nil {
