@@ -60,6 +60,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // Stream is the name of the stream holding the log.
@@ -272,7 +273,7 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 	msg.Header.Set(HeaderVersion, strconv.FormatUint(last.Version, 10))
 	msg.Header.Set(HeaderCount, strconv.Itoa(len(envs)))
 
-	backoff := 10 * time.Millisecond
+	back := backoff.New(10*time.Millisecond, time.Second)
 	for {
 		actx, cancel := context.WithTimeout(ctx, l.attempt)
 		ack, err := l.publish(actx, msg)
@@ -302,11 +303,7 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 		case retryable(err) && ctx.Err() == nil:
 			// Same message, same id: if the lost attempt landed, the
 			// retry is refused (10071) or deduplicated, never stored twice.
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, time.Second)
+			_ = back.Wait(ctx)
 			continue
 		default:
 			return nil, Head{}, fmt.Errorf("eventlog: append run %s: %w", run, unavailable(err))

@@ -50,6 +50,7 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/mcptools"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
@@ -425,7 +426,8 @@ func (s *Server) view(ctx context.Context, run string, deadline time.Time) (proj
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var lastErr error = errNoAnswer
-	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+	pause := backoff.New(20*time.Millisecond, 500*time.Millisecond)
+	for {
 		v, err := s.query.Run(ctx, run)
 		switch {
 		case err == nil:
@@ -437,21 +439,9 @@ func (s *Server) view(ctx context.Context, run string, deadline time.Time) (proj
 		default:
 			return v, err
 		}
-		if !sleepUntil(ctx, pause) || !time.Now().Before(deadline) {
+		if pause.Wait(ctx) != nil || !time.Now().Before(deadline) {
 			return projections.RunView{}, lastErr
 		}
-	}
-}
-
-// sleepUntil sleeps pause, or less when ctx ends first (false).
-func sleepUntil(ctx context.Context, pause time.Duration) bool {
-	t := time.NewTimer(pause)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 
@@ -467,7 +457,8 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 	var seen bool
 	var agentName string
 	var lastErr error = errNoAnswer
-	for pause := 20 * time.Millisecond; ; pause = min(2*pause, 500*time.Millisecond) {
+	pause := backoff.New(20*time.Millisecond, 500*time.Millisecond)
+	for {
 		fam, err := s.query.RunFamily(ctx, run)
 		switch {
 		case err == nil:
@@ -487,7 +478,7 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 		default:
 			return Answer{Status: StatusUnknown, Run: run, Agent: agentName, Error: asWeft(err)}
 		}
-		if !sleepUntil(ctx, pause) || !time.Now().Before(deadline) {
+		if pause.Wait(ctx) != nil || !time.Now().Before(deadline) {
 			break
 		}
 	}

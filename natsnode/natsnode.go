@@ -42,6 +42,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // Environment variables read by FromEnv.
@@ -312,22 +314,20 @@ func Start(ctx context.Context, opts ...Option) (*Node, error) {
 // there yet.
 func (n *Node) connect(ctx context.Context, nopts []nats.Option, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
-	back := 100 * time.Millisecond
+	back := backoff.New(100*time.Millisecond, 2*time.Second)
 	for {
 		err := n.connectOnce(ctx, nopts)
 		if err == nil {
 			return nil
 		}
+		d := back.Next()
 		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
-			ctx.Err() != nil || !time.Now().Add(back).Before(deadline) {
+			ctx.Err() != nil || !time.Now().Add(d).Before(deadline) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if backoff.Sleep(ctx, d) != nil {
 			return err
-		case <-time.After(back):
 		}
-		back = min(2*back, 2*time.Second)
 	}
 }
 

@@ -26,6 +26,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // Names and subjects of the base assets.
@@ -150,6 +152,7 @@ func EnsureOnly(ctx context.Context, js jetstream.JetStream, assets []Asset, opt
 const AttemptTimeout = 5 * time.Second
 
 func ensure(ctx context.Context, js jetstream.JetStream, opts options, a Asset) error {
+	back := backoff.New(100*time.Millisecond, 100*time.Millisecond)
 	for {
 		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
 		err := ensureOnce(actx, js, opts, a)
@@ -157,10 +160,8 @@ func ensure(ctx context.Context, js jetstream.JetStream, opts options, a Asset) 
 		if err == nil || ctx.Err() != nil || !retryable(err) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
+		if back.Wait(ctx) != nil {
 			return err
-		case <-time.After(100 * time.Millisecond):
 		}
 	}
 }

@@ -7,12 +7,13 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // kick is a pending wake-up of a run some of whose work failed.
 type kick struct {
-	timer   *time.Timer
-	backoff time.Duration
+	timer *time.Timer
+	delay *backoff.Backoff
 }
 
 // The backoff of retryLater: the first retry after retryFirst, doubling up
@@ -34,15 +35,13 @@ func (r *Runner) retryLater(id string) {
 	}
 	k := r.kicks[id]
 	if k == nil {
-		k = &kick{backoff: retryFirst}
+		k = &kick{delay: backoff.New(retryFirst, retryMax)}
 		r.kicks[id] = k
 	}
 	if k.timer != nil {
 		return
 	}
-	d := k.backoff
-	k.backoff = min(2*k.backoff, retryMax)
-	k.timer = time.AfterFunc(d, func() {
+	k.timer = time.AfterFunc(k.delay.Next(), func() {
 		r.mu.Lock()
 		k.timer = nil
 		r.mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -397,21 +398,18 @@ func (r *Runner) Run(ctx context.Context) error {
 // to 16 s (a request sent while the server restarts may never be
 // answered). A missing asset is returned at once.
 func (r *Runner) lookUpAssets(ctx context.Context) error {
-	backoff, limit := 100*time.Millisecond, 2*time.Second
+	back, limit := backoff.New(100*time.Millisecond, 2*time.Second), backoff.New(2*time.Second, 16*time.Second)
 	for {
-		actx, cancel := context.WithTimeout(ctx, limit)
+		actx, cancel := context.WithTimeout(ctx, limit.Next())
 		err := r.assets(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || !unanswered(err) {
 			return err
 		}
 		r.log.Warn("runner: the server does not answer; retrying", "err", err)
-		select {
-		case <-ctx.Done():
+		if back.Wait(ctx) != nil {
 			return err
-		case <-time.After(backoff):
 		}
-		backoff, limit = min(2*backoff, 2*time.Second), min(2*limit, 16*time.Second)
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // The claims of attempts (docs/protocol/41-tasks.md, docs/adr/0010): before
@@ -140,7 +142,7 @@ func (w *Worker) takeClaim(t Task, key string) (claimResult, ownClaim, Claim) {
 	if err != nil {
 		return claimUnknown, own, Claim{}
 	}
-	back := 50 * time.Millisecond
+	back := backoff.New(50*time.Millisecond, 2*time.Second)
 	for range 6 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var opts []jetstream.KVCreateOpt
@@ -166,8 +168,7 @@ func (w *Worker) takeClaim(t Task, key string) (claimResult, ownClaim, Claim) {
 			return claimTaken, own, Claim{}
 		}
 		w.log.Warn("worker: cannot claim the attempt", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", key, "err", err)
-		time.Sleep(back)
-		back = min(back*2, 2*time.Second)
+		time.Sleep(back.Next())
 	}
 	return claimUnknown, own, Claim{}
 }

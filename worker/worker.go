@@ -61,6 +61,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // Result is how a body ended, as the tool classified it.
@@ -251,9 +252,9 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) serve(ctx context.Context) (*nats.Subscription, []jetstream.ConsumeContext, error) {
 	// Each attempt has its own deadline, doubling from 2 s up to 16 s: a
 	// request sent while the server restarts may never be answered.
-	backoff, limit := 100*time.Millisecond, 2*time.Second
+	back, limit := backoff.New(100*time.Millisecond, 2*time.Second), backoff.New(2*time.Second, 16*time.Second)
 	for {
-		actx, cancel := context.WithTimeout(ctx, limit)
+		actx, cancel := context.WithTimeout(ctx, limit.Next())
 		stopSub, ccs, err := w.setup(actx)
 		cancel()
 		if err == nil {
@@ -263,12 +264,9 @@ func (w *Worker) serve(ctx context.Context) (*nats.Subscription, []jetstream.Con
 			return nil, nil, err
 		}
 		w.log.Warn("worker: the server does not answer; retrying", "err", err)
-		select {
-		case <-ctx.Done():
+		if back.Wait(ctx) != nil {
 			return nil, nil, err
-		case <-time.After(backoff):
 		}
-		backoff, limit = min(2*backoff, 2*time.Second), min(2*limit, 16*time.Second)
 	}
 }
 
@@ -673,7 +671,7 @@ func (w *Worker) current(t Task) currency {
 	if w.check == nil {
 		return attemptCurrent
 	}
-	back := 50 * time.Millisecond
+	back := backoff.New(50*time.Millisecond, 2*time.Second)
 	for range 8 {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		ok, err := w.check(ctx, t)
@@ -685,8 +683,7 @@ func (w *Worker) current(t Task) currency {
 			return attemptStale
 		}
 		w.log.Warn("worker: cannot check the attempt", "run", t.Run, "action", t.Action, "err", err)
-		time.Sleep(back)
-		back = min(back*2, 2*time.Second)
+		time.Sleep(back.Next())
 	}
 	return attemptUnknown
 }
@@ -807,7 +804,7 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 		s := Settlement{Schema: Schema, CommandID: fmt.Sprintf("return/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation),
 			Run: t.Run, Action: t.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message,
 			Summary: fmt.Sprintf("the body of attempt %d returned %s after it was stopped", t.Attempt, res.Outcome)}
-		back := 50 * time.Millisecond
+		back := backoff.New(50*time.Millisecond, 2*time.Second)
 		for range 20 {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			err := w.settle(ctx, s)
@@ -819,8 +816,7 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 				}
 				return
 			}
-			time.Sleep(back)
-			back = min(back*2, 2*time.Second)
+			time.Sleep(back.Next())
 		}
 	}()
 }
@@ -854,7 +850,7 @@ const stopTries = 20
 // only when the worker stops, once the report is saved — or, if it cannot
 // be saved either, after stopTries more tries.
 func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
-	back := w.retryBase
+	back := backoff.New(w.retryBase, w.retryCap)
 	saved := own == nil
 	for try := 1; ; try++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -903,8 +899,7 @@ func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
 		if try%50 == 0 {
 			w.log.Warn("worker: report not delivered yet; still trying", "run", rep.Run, "action", rep.Action, "tries", try, "err", err)
 		}
-		time.Sleep(back)
-		back = min(back*2, w.retryCap)
+		time.Sleep(back.Next())
 	}
 }
 
