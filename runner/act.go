@@ -131,6 +131,10 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 				r.log.Warn("model answer", "run", rn.id, "turn", w.Model.Turn, "err", err)
 				r.keepReply(rn.id, c)
 				return true
+			} else if weft.ErrorCode(err) == weft.CodeQuarantined {
+				// Kept until the repair wakes the run (watchQuarantined).
+				r.keepReply(rn.id, c)
+				return false
 			}
 			return false // the step acted on what followed
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
@@ -152,11 +153,18 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 		}
 		if err := r.command(context.Background(), id, cmd); err != nil {
 			r.log.Debug("model answer", "run", id, "turn", mc.Turn, "err", err)
-			if transient(err) {
+			switch {
+			case transient(err):
 				// Not recorded: kept, and recorded by the next pass of act
 				// (the turn stays requested in the log).
 				r.keepReply(id, cmd)
 				r.retryLater(id)
+			case weft.ErrorCode(err) == weft.CodeQuarantined:
+				// Kept too, never dropped (SEMANTICS §8), until the
+				// repair: the repaired run is woken (watchQuarantined)
+				// and its next pass of act records it, instead of calling
+				// the model again for the same turn.
+				r.keepReply(id, cmd)
 			}
 		}
 	}()
