@@ -72,7 +72,9 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 	for _, run := range unfinished {
 		s, _, err := r.load(ctx, run)
 		if err != nil {
-			r.log.Warn("rebuild driver key: load", "run", run, "err", err)
+			if !r.noteQuarantine(err) { // a quarantined run is watched and woken once repaired
+				r.log.Warn("rebuild driver key: load", "run", run, "err", err)
+			}
 			continue
 		}
 		if _, fin := s.Finished(); fin || !s.Exists() {
