@@ -91,6 +91,15 @@ func KV(cfg jetstream.KeyValueConfig) Asset { return Asset{kv: &cfg} }
 // EventsConfig is the configuration of WEFT_EVENTS: limits retention, file
 // storage, subjects weft.ev.>, a two-minute duplicate window and direct gets
 // allowed (the log reads runs with batched direct gets).
+//
+// The log is never silently discarded: the stream has no limits of its
+// own, and its discard policy is DiscardNew, so a limit an operator sets
+// (MaxMsgs, MaxBytes, MaxMsgsPerSubject) refuses a new append instead of
+// dropping a run's first events. MaxAge must stay unset: an age limit
+// expires messages whatever the discard policy. A refused append is not a
+// decision: the runner records nothing for it, answers the command
+// unavailable (not applied) and retries its own pending work until the
+// limit is raised.
 func EventsConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        EventsStream,
@@ -98,7 +107,7 @@ func EventsConfig() jetstream.StreamConfig {
 		Subjects:    []string{EventsSubjects},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
-		Discard:     jetstream.DiscardOld,
+		Discard:     jetstream.DiscardNew,
 		Duplicates:  EventsDuplicates,
 		AllowDirect: true,
 	}
