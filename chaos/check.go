@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/eventlog"
@@ -552,12 +553,18 @@ func (h *harness) finish(res *Result) *Result {
 	sort.SliceStable(res.Violations, func(i, j int) bool { return res.Violations[i].Check < res.Violations[j].Check })
 	res.Notes = append([]string{}, h.notes...)
 	res.Answers = map[string]int{}
+	internal := 0
 	for _, c := range h.cmds {
 		code := c.code
 		if c.ok {
 			code = "ok"
 		}
 		res.Answers[c.kind+" "+code]++
+		// internal is a bug by the protocol's table: say what it was.
+		if c.code == string(weft.CodeInternal) && internal < 5 {
+			internal++
+			res.Notes = append(res.Notes, fmt.Sprintf("%s of run %s answered internal: %s", c.kind, c.run, c.msg))
+		}
 	}
 	return res
 }

@@ -90,6 +90,7 @@ type command struct {
 	recv   time.Time
 	ok     bool
 	code   string // the refusal's code; "" when ok; "transport" when no answer came
+	msg    string // the refusal's message
 }
 
 // transient reports whether a command's answer leaves its outcome open, so
@@ -387,7 +388,7 @@ func (w *workload) send(ctx context.Context, c command, f func(ctx context.Conte
 	case err == nil:
 		c.ok = true
 	case errors.As(err, &we):
-		c.code = string(we.Code)
+		c.code, c.msg = string(we.Code), we.Message
 	default:
 		c.code = "transport"
 	}
