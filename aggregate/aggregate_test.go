@@ -283,3 +283,51 @@ func TestRecoveredPrechecksOnTheRecoveredState(t *testing.T) {
 		t.Fatalf("a recovery whose cause contradicts the log: %v, want invalid_request", err)
 	}
 }
+
+// TestFoldCheckedReturnsImpossibleEvents checks the rule of SEMANTICS §8
+// (issue 11 item 2: one malformed message must not stop the world) at the
+// decision core: a history holding an event no decision could have
+// produced (a report for an action that does not exist) folds to an
+// *ImpossibleError naming the run, the version and the event, instead of
+// a panic; a possible history folds as Fold does.
+func TestFoldCheckedReturnsImpossibleEvents(t *testing.T) {
+	var s State
+	var history []events.Recorded
+	run := func(c Command) {
+		t.Helper()
+		evs, err := Decide(s, c, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			r := events.Recorded{Run: "r1", Version: s.Version() + 1, At: epoch, Event: e}
+			history = append(history, r)
+			s = Evolve(s, r)
+		}
+	}
+	run(Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "go", Limits: defaultLimits(), Runner: "r"})
+	reply := model.Reply{Kind: model.ReplyToolRequest}
+	reply.Turn.Calls = []model.ToolCall{{ID: "c1", Name: "t", Arguments: json.RawMessage(`{}`)}}
+	run(ModelReply{Turn: 1, Reply: reply})
+
+	got, err := FoldChecked(history)
+	if err != nil {
+		t.Fatalf("possible history: %v", err)
+	}
+	if got.Version() != s.Version() || fmt.Sprint(got.Actions()) != fmt.Sprint(s.Actions()) {
+		t.Fatalf("FoldChecked folded version %d, Fold %d", got.Version(), s.Version())
+	}
+
+	bad := events.Recorded{Run: "r1", Version: s.Version() + 1, At: epoch, Event: events.AttemptReported{Action: "9/nope", Attempt: 1, Outcome: events.OutcomeOutput}}
+	_, err = FoldChecked(append(history, bad))
+	var ie *ImpossibleError
+	if !errors.As(err, &ie) {
+		t.Fatalf("impossible history folded to %v, want *ImpossibleError", err)
+	}
+	if ie.Run != "r1" || ie.Version != bad.Version || ie.Event != events.NameAttemptReported || !strings.Contains(ie.Detail, "9/nope") {
+		t.Fatalf("error %+v does not name the run, the version and the event", ie)
+	}
+	if _, err := EvolveChecked(State{}, bad); !errors.As(err, &ie) || ie.Version != bad.Version {
+		t.Fatalf("an event before the start: %v", err)
+	}
+}

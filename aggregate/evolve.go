@@ -31,8 +31,74 @@ func Fold(history []events.Recorded) State {
 	return s
 }
 
+// ImpossibleError is what Evolve panics with when it meets an event that no
+// decision could have produced. A history read from the log can hold one
+// that is well formed and continues the hash chain (anyone who can publish
+// on the run's subject can compute its Prev), so readers of the log fold
+// with EvolveChecked or FoldChecked and quarantine the run instead of
+// crashing (SEMANTICS §8, issue 11 item 2: one malformed message must not
+// stop the world).
+type ImpossibleError struct {
+	// Run is the run, Version the version of the impossible event, Event
+	// its name.
+	Run     string
+	Version uint64
+	Event   events.Name
+	// Detail says what the event met.
+	Detail string
+}
+
+// Error names the event, the run, the version and what is wrong.
+func (e *ImpossibleError) Error() string {
+	return fmt.Sprintf("aggregate: impossible %s in run %q (version %d): %s", e.Event, e.Run, e.Version, e.Detail)
+}
+
 func (s *State) bug(name events.Name, format string, args ...any) {
-	panic(fmt.Sprintf("aggregate: impossible %s in run %q (version %d): %s", name, s.run, s.version, fmt.Sprintf(format, args...)))
+	panic(&ImpossibleError{Run: s.run, Version: s.version, Event: name, Detail: fmt.Sprintf(format, args...)})
+}
+
+// EvolveChecked is Evolve for a history read from the log: an impossible
+// event is returned as an *ImpossibleError instead of a panic (any other
+// panic is not recovered). On an error the returned State is the empty
+// State, and s, which Evolve may have half changed, must not be used.
+func EvolveChecked(s State, r events.Recorded) (_ State, err error) {
+	defer recoverImpossible(r, &err)
+	s.evolve(r)
+	return s, nil
+}
+
+// FoldChecked is Fold for a history read from the log: an impossible event
+// is returned as an *ImpossibleError (with the empty State) instead of a
+// panic.
+func FoldChecked(history []events.Recorded) (State, error) {
+	var s State
+	for _, r := range history {
+		var err error
+		if s, err = EvolveChecked(s, r); err != nil {
+			return State{}, err
+		}
+	}
+	return s, nil
+}
+
+// recoverImpossible turns the panic of an impossible r into *err and
+// re-panics any other panic.
+func recoverImpossible(r events.Recorded, err *error) {
+	p := recover()
+	if p == nil {
+		return
+	}
+	ie, ok := p.(*ImpossibleError)
+	if !ok {
+		panic(p)
+	}
+	// The checks before the version is taken (a run not started or
+	// finished) name the previous version: name the event's own.
+	ie.Version = r.Version
+	if ie.Run == "" {
+		ie.Run = r.Run
+	}
+	*err = ie
 }
 
 // act returns the action id's index, panicking for an unknown action.

@@ -33,8 +33,11 @@ type PoisonError struct {
 	Reason string
 }
 
-// Error names the run, the sequence and the reason.
+// Error names the run, the sequence (when known) and the reason.
 func (e *PoisonError) Error() string {
+	if e.Seq == 0 {
+		return fmt.Sprintf("run %s quarantined: a message of its log cannot be folded: %s", e.Run, e.Reason)
+	}
 	return fmt.Sprintf("run %s quarantined: the message at stream sequence %d cannot be folded: %s", e.Run, e.Seq, e.Reason)
 }
 

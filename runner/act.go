@@ -193,7 +193,9 @@ func (r *Runner) refresh(ctx context.Context, rn *run) bool {
 	}
 	landed := make([]events.Event, 0, len(recs))
 	for _, rec := range recs {
-		rn.evolve(rec)
+		if r.evolveRead(rn, rec, head) != nil {
+			return false // quarantined (evolveRead dropped rn)
+		}
 		landed = append(landed, rec.Event)
 	}
 	rn.head, rn.stale = head, false

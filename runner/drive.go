@@ -53,12 +53,33 @@ func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run 
 	return &run{id: id, sem: make(chan struct{}, 1), state: s, head: h, agent: a, dispatched: map[string]bool{}, armed: map[string]*armedTimer{}, asked: map[string]time.Time{}}
 }
 
-// evolve folds rec into rn's state and remembers its recorded time.
+// evolve folds rec, an event this runner decided and appended, into rn's
+// state and remembers its recorded time.
 func (rn *run) evolve(rec events.Recorded) {
 	rn.state = aggregate.Evolve(rn.state, rec)
 	if rec.At.After(rn.lastAt) {
 		rn.lastAt = rec.At
 	}
+}
+
+// evolveRead is evolve for an event read from the log (a tail re-read
+// after a conflict or an unknown outcome), which may be impossible: a
+// well-formed message continuing the chain can name a transition no
+// decision makes. Then rn's state is half folded: evolveRead drops rn,
+// notes the run quarantined and returns the quarantine (impossible).
+func (r *Runner) evolveRead(rn *run, rec events.Recorded, head eventlog.Head) error {
+	s, err := aggregate.EvolveChecked(rn.state, rec)
+	if err != nil {
+		r.drop(rn)
+		err = impossible(rn.id, head, err)
+		r.noteQuarantine(err)
+		return err
+	}
+	rn.state = s
+	if rec.At.After(rn.lastAt) {
+		rn.lastAt = rec.At
+	}
+	return nil
 }
 
 // clock is the store time at which this runner decides for rn: its clock,
@@ -120,7 +141,9 @@ func (r *Runner) loadAt(ctx context.Context, id string) (aggregate.State, eventl
 					if rerr == nil {
 						s, at := snap.State, snap.At
 						for _, rec := range recs {
-							s = aggregate.Evolve(s, rec)
+							if s, err = aggregate.EvolveChecked(s, rec); err != nil {
+								return aggregate.State{}, head, time.Time{}, impossible(id, head, err)
+							}
 							at = rec.At
 						}
 						return s, head, at, nil
@@ -141,7 +164,11 @@ func (r *Runner) loadAt(ctx context.Context, id string) (aggregate.State, eventl
 	if len(recs) > 0 {
 		at = recs[len(recs)-1].At
 	}
-	return aggregate.Fold(recs), head, at, nil
+	s, err := aggregate.FoldChecked(recs)
+	if err != nil {
+		return aggregate.State{}, head, time.Time{}, impossible(id, head, err)
+	}
+	return s, head, at, nil
 }
 
 // snapshotEvery is how many versions a run may grow past its last
@@ -398,8 +425,12 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				// (its acknowledgement lost). Re-read, so that what did
 				// land is acted on now, not whenever the run is next
 				// touched.
-				if ours := r.resync(ctx, rn, evs); ours {
+				ours, qerr := r.resync(ctx, rn, evs)
+				if ours {
 					return evs, derr
+				}
+				if qerr != nil {
+					return nil, qerr // an impossible event: nothing acts on the run until it is repaired
 				}
 				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 			}
@@ -416,7 +447,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				return nil, rerr
 			}
 			for _, rec := range recs {
-				rn.evolve(rec)
+				if err := r.evolveRead(rn, rec, head); err != nil {
+					return nil, err // quarantined: nothing acts on the run until it is repaired
+				}
 			}
 			rn.head = head
 			if rn.driven && rn.state.Runner() != r.id {
@@ -454,22 +487,24 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 // unknown and, when something landed (our decision or another writer's)
 // and rn is still driven by this runner, performs the committed work
 // (append first, then act: everything acted on is in the log). It reports
-// whether the tail starts with exactly evs: our decision landed.
-func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) bool {
+// whether the tail starts with exactly evs: our decision landed. A tail
+// holding an impossible event quarantines the run (evolveRead): resync
+// returns false and the quarantine.
+func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) (bool, error) {
 	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tail, head, err := r.evlog.LoadAfter(rctx, rn.id, rn.head)
 	if err != nil {
 		rn.stale = true // the decision may have landed: read before acting
-		return false
+		return false, nil
 	}
 	if len(tail) == 0 {
-		return false
+		return false, nil
 	}
 	recs, err := recorded(tail)
 	if err != nil {
 		rn.stale = true
-		return false
+		return false, nil
 	}
 	ours := len(recs) >= len(evs)
 	landed := make([]events.Event, 0, len(recs))
@@ -479,21 +514,23 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) bool {
 			b, _ := json.Marshal(evs[i])
 			ours = rec.Event.EventName() == evs[i].EventName() && string(a) == string(b)
 		}
-		rn.evolve(rec)
+		if err := r.evolveRead(rn, rec, head); err != nil {
+			return false, err
+		}
 		landed = append(landed, rec.Event)
 	}
 	rn.head = head
 	if rn.driven && rn.state.Runner() != r.id {
 		r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
 		r.drop(rn)
-		return false
+		return false, nil
 	}
 	r.observe(ctx, rn, landed)
 	r.maybeSnapshot(rn)
 	if !ours {
 		r.act(ctx, rn, landed, true)
 	}
-	return ours
+	return ours, nil
 }
 
 // drop forgets a run this runner no longer drives.

@@ -3,9 +3,11 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 )
 
@@ -35,6 +37,26 @@ func (r *Runner) noteQuarantine(err error) bool {
 	return true
 }
 
+// impossible turns err, when it is an *aggregate.ImpossibleError met
+// folding run's log up to head, into the *eventlog.PoisonError that
+// quarantines the run (code quarantined, naming the run, the version and
+// the event), so that it takes the path of any message no reader can
+// fold (noteQuarantine). The stream sequence is known only when the event
+// is the run's last (head.Seq); otherwise it is 0. Either way the log's
+// own reader folds the message, so `weft repair drop` refuses to void it:
+// the run stays quarantined until an operator removes the message.
+func impossible(run string, head eventlog.Head, err error) error {
+	var ie *aggregate.ImpossibleError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	p := &eventlog.PoisonError{Run: run, Reason: fmt.Sprintf("event %s at version %d is impossible: %s", ie.Event, ie.Version, ie.Detail)}
+	if ie.Version == head.Version {
+		p.Seq = head.Seq
+	}
+	return p
+}
+
 // isQuarantined reports whether run is known quarantined.
 func (r *Runner) isQuarantined(run string) bool {
 	r.mu.Lock()
@@ -57,6 +79,12 @@ func (r *Runner) watchQuarantined(ctx context.Context) {
 			if p != nil {
 				r.noteQuarantine(p)
 			}
+			continue
+		}
+		// The log's reader folds every message; the decision core may
+		// still meet an impossible event (impossible).
+		if _, _, err := r.load(ctx, run); err != nil {
+			r.noteQuarantine(err)
 			continue
 		}
 		r.mu.Lock()

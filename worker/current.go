@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
@@ -75,7 +76,13 @@ func LogCheck(js jetstream.JetStream) AttemptCheck {
 			}
 			recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
 		}
-		s := aggregate.Fold(recs)
+		s, err := aggregate.FoldChecked(recs)
+		if err != nil {
+			// A well-formed message naming an impossible transition: the
+			// run is quarantined, like a run whose log holds a message no
+			// reader can fold (retried, never dropped; issue 11 item 2).
+			return false, &weft.Error{Code: weft.CodeQuarantined, Message: fmt.Sprintf("run %s quarantined: %v", t.Run, err)}
+		}
 		if !visible(s, t) {
 			// A replica behind the leader (direct gets on R3): the fence
 			// is committed before its task is published, so read again.
