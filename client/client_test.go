@@ -18,11 +18,20 @@ import (
 // a client.
 func serve(t *testing.T) *client.Client {
 	t.Helper()
-	s := natstest.Start(t)
 	desk, err := demo.Agent(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, c := serveAgent(t, desk)
+	return c
+}
+
+// serveAgent runs desk with host.Run (runner, projector and queries) on a
+// new test server until the test ends, and returns the server and a
+// client once it is ready.
+func serveAgent(t *testing.T, desk *agent.Agent) (*natstest.Server, *client.Client) {
+	t.Helper()
+	s := natstest.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
@@ -46,7 +55,7 @@ func serve(t *testing.T) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return s, c
 }
 
 // Issue 11, application developer: Wait returns the run's view once the

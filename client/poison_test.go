@@ -13,12 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
-	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/projector"
 )
@@ -66,35 +64,11 @@ func poisons() []poison {
 // queries) on a test server and returns the server and a client.
 func serveStack(t *testing.T) (*natstest.Server, *client.Client) {
 	t.Helper()
-	s := natstest.Start(t)
 	desk, err := demo.Agent(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- host.Run(ctx, s.Conn, s.JS, []*agent.Agent{desk}, host.WithReady(func() { close(ready) }))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("host.Run: %v", err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("host.Run: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("host never ready")
-	}
-	c, err := client.New(s.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s, c
+	return serveAgent(t, desk)
 }
 
 // eventually retries f every 20 ms until it returns nil or ctx ends.

@@ -16,8 +16,6 @@ import (
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/demo"
-	"github.com/weftrun/weft/host"
-	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -27,36 +25,13 @@ import (
 // client.
 func serveSigned(t *testing.T, alice, browser string) *client.Client {
 	t.Helper()
-	s := natstest.Start(t)
 	desk, err := agent.New(demo.AgentName, demo.ScriptedModel(), demo.Tools(), demo.Policy(), agent.WithApprovers(
 		approvers.Signed("keys", []approvers.Key{{Public: alice, Reviewer: "alice@bank"}, {Public: browser, Reviewer: "bob@bank"}}),
 	)).Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- host.Run(ctx, s.Conn, s.JS, []*agent.Agent{desk}, host.WithReady(func() { close(ready) }))
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("host.Run: %v", err)
-		}
-	})
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("host.Run: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("host never ready")
-	}
-	c, err := client.New(s.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := serveAgent(t, desk)
 	return c
 }
 
