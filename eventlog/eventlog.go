@@ -235,43 +235,12 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 	if len(evs) == 0 {
 		return nil, Head{}, ErrEmpty
 	}
-	at = at.UTC()
-	envs := make([]events.Envelope, len(evs))
-	raws := make([][]byte, len(evs))
-	prev := head.Hash
-	for i, e := range evs {
-		env, err := events.Encode(e)
-		if err != nil {
-			return nil, Head{}, fmt.Errorf("eventlog: encode %s: %w", e.EventName(), err)
-		}
-		id, err := l.newID(at)
-		if err != nil {
-			return nil, Head{}, fmt.Errorf("eventlog: event id: %w", err)
-		}
-		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(i)+1, at, prev
-		raw, err := json.Marshal(env)
-		if err != nil {
-			return nil, Head{}, fmt.Errorf("eventlog: encode envelope: %w", err)
-		}
-		envs[i], raws[i] = env, raw
-		prev = env.Hash()
+	msg, envs, err := l.encode(run, head, at, evs)
+	if err != nil {
+		return nil, Head{}, err
 	}
 	last := envs[len(envs)-1]
-
-	var buf bytes.Buffer
-	buf.WriteString(`{"schema":` + strconv.Itoa(MessageSchema) + `,"events":[`)
-	buf.Write(bytes.Join(raws, []byte(",")))
-	buf.WriteString("]}")
-
-	msg := nats.NewMsg(Subject(run))
-	msg.Data = buf.Bytes()
-	msg.Header.Set(jetstream.MsgIDHeader, envs[0].ID)
-	msg.Header.Set(jetstream.ExpectedStreamHeader, l.stream)
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(head.Seq, 10))
-	msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, RunFilter(run))
-	msg.Header.Set(HeaderRun, run)
-	msg.Header.Set(HeaderVersion, strconv.FormatUint(last.Version, 10))
-	msg.Header.Set(HeaderCount, strconv.Itoa(len(envs)))
+	prev := last.Hash()
 
 	back := backoff.New(10*time.Millisecond, time.Second)
 	for {
@@ -309,6 +278,50 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 			return nil, Head{}, fmt.Errorf("eventlog: append run %s: %w", run, unavailable(err))
 		}
 	}
+}
+
+// encode stamps evs as the decision that extends run from head at time
+// at and returns the log message carrying it (subject, body and headers,
+// the expected-sequence check included) with the stored envelopes.
+func (l *Log) encode(run string, head Head, at time.Time, evs []events.Event) (*nats.Msg, []events.Envelope, error) {
+	at = at.UTC()
+	envs := make([]events.Envelope, len(evs))
+	raws := make([][]byte, len(evs))
+	prev := head.Hash
+	for i, e := range evs {
+		env, err := events.Encode(e)
+		if err != nil {
+			return nil, nil, fmt.Errorf("eventlog: encode %s: %w", e.EventName(), err)
+		}
+		id, err := l.newID(at)
+		if err != nil {
+			return nil, nil, fmt.Errorf("eventlog: event id: %w", err)
+		}
+		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(i)+1, at, prev
+		raw, err := json.Marshal(env)
+		if err != nil {
+			return nil, nil, fmt.Errorf("eventlog: encode envelope: %w", err)
+		}
+		envs[i], raws[i] = env, raw
+		prev = env.Hash()
+	}
+	last := envs[len(envs)-1]
+
+	var buf bytes.Buffer
+	buf.WriteString(`{"schema":` + strconv.Itoa(MessageSchema) + `,"events":[`)
+	buf.Write(bytes.Join(raws, []byte(",")))
+	buf.WriteString("]}")
+
+	msg := nats.NewMsg(Subject(run))
+	msg.Data = buf.Bytes()
+	msg.Header.Set(jetstream.MsgIDHeader, envs[0].ID)
+	msg.Header.Set(jetstream.ExpectedStreamHeader, l.stream)
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(head.Seq, 10))
+	msg.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, RunFilter(run))
+	msg.Header.Set(HeaderRun, run)
+	msg.Header.Set(HeaderVersion, strconv.FormatUint(last.Version, 10))
+	msg.Header.Set(HeaderCount, strconv.Itoa(len(envs)))
+	return msg, envs, nil
 }
 
 // errCodeExpectedLastSeqPerSubjectNotReady is the server's
