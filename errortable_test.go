@@ -40,7 +40,7 @@ func commandEndpoints() []string { return slices.Clone(api.Endpoints) }
 
 func queryEndpoints() []string {
 	var out []string
-	for _, e := range slices.Sorted(maps.Keys(projector.Refusals)) {
+	for _, e := range slices.Sorted(maps.Keys(projector.Refusals())) {
 		out = append(out, "query."+e)
 	}
 	return out
@@ -117,17 +117,17 @@ func errorTable(t *testing.T) []errorRow {
 // endpoint names.
 func declared() map[weft.Code][]string {
 	out := map[weft.Code][]string{}
-	for e, codes := range api.Refusals {
+	for e, codes := range api.Refusals() {
 		for _, c := range codes {
 			out[c] = append(out[c], e)
 		}
 	}
-	for e, codes := range projector.Refusals {
+	for e, codes := range projector.Refusals() {
 		for _, c := range codes {
 			out[c] = append(out[c], "query."+e)
 		}
 	}
-	for _, c := range catalog.Refusals {
+	for _, c := range catalog.Refusals() {
 		out[c] = append(out[c], catalogEndpoint)
 	}
 	for c := range out {
@@ -292,5 +292,28 @@ func TestErrorTableMatchesCode(t *testing.T) {
 				t.Errorf("%s: reason %q appears nowhere in the code", r.code, reason)
 			}
 		}
+	}
+}
+
+// TestRefusalsAreCopies proves the error tables are not exported mutable
+// state (STYLE.md, issue 16 item 5): what api.Refusals, projector.Refusals
+// and catalog.Refusals return is a copy, so a caller that changes it
+// changes neither the next answer nor what the endpoints declare.
+func TestRefusalsAreCopies(t *testing.T) {
+	a := api.Refusals()
+	a[api.EndpointStart][0] = "changed"
+	delete(a, api.EndpointApprove)
+	if got := api.Refusals(); got[api.EndpointStart][0] == "changed" || got[api.EndpointApprove] == nil {
+		t.Errorf("api.Refusals returned shared state: %v", got)
+	}
+	q := projector.Refusals()
+	q[projector.EndpointRun][0] = "changed"
+	if got := projector.Refusals(); got[projector.EndpointRun][0] == "changed" {
+		t.Errorf("projector.Refusals returned shared state: %v", got)
+	}
+	c := catalog.Refusals()
+	c[0] = "changed"
+	if got := catalog.Refusals(); got[0] == "changed" {
+		t.Errorf("catalog.Refusals returned shared state: %v", got)
 	}
 }

@@ -97,7 +97,7 @@ func checkDecoded(t *testing.T, endpoint string, got any, err error) {
 			t.Fatalf("%s: refusal %v is no *weft.Error", endpoint, err)
 		}
 		declared := false
-		for _, c := range Refusals[endpoint] {
+		for _, c := range Refusals()[endpoint] {
 			declared = declared || c == we.Code
 		}
 		if !declared {
@@ -178,7 +178,7 @@ func checkDecoded(t *testing.T, endpoint string, got any, err error) {
 // endpoint and malformed ones.
 func FuzzCommands(f *testing.F) {
 	f.Fuzz(func(t *testing.T, endpoint string, body []byte) {
-		if _, ok := Refusals[endpoint]; !ok || endpoint == EndpointSettle || endpoint == EndpointReport {
+		if _, ok := Refusals()[endpoint]; !ok || endpoint == EndpointSettle || endpoint == EndpointReport {
 			return // FuzzSettlement and FuzzReport
 		}
 		got, err := decodeCommand(endpoint, body)

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"slices"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
@@ -293,12 +294,22 @@ var statuses = map[weft.Code]int{
 	weft.CodeInternal:          500,
 }
 
-// Refusals lists, for every endpoint of the "weft" service, the error
+// Refusals returns, for every endpoint of the "weft" service, the error
 // codes it may answer, in the order of docs/protocol.md's error table. It
 // is the source of that table's "sent by" column (a test keeps the two
 // equal, and checks that every code the command side's packages can send
-// is listed for some endpoint).
-var Refusals = map[string][]weft.Code{
+// is listed for some endpoint). The map and its slices are a fresh copy on
+// every call: a caller that changes them changes nothing else.
+func Refusals() map[string][]weft.Code {
+	out := make(map[string][]weft.Code, len(refusals))
+	for e, codes := range refusals {
+		out[e] = slices.Clone(codes)
+	}
+	return out
+}
+
+// refusals is the table Refusals copies.
+var refusals = map[string][]weft.Code{
 	EndpointStart:           commandRefusals(weft.CodeAlreadyStarted),
 	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),
 	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),

@@ -39,10 +39,13 @@ const (
 	Schema = 1
 )
 
-// Refusals are the error codes every catalog endpoint may answer: the
+// Refusals returns the error codes every catalog endpoint may answer: the
 // "sent by" entry catalog.<agent> of docs/protocol.md's error table, which
-// a test keeps equal.
-var Refusals = []weft.Code{weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeUnknownAgent}
+// a test keeps equal. The slice is a fresh copy on every call.
+func Refusals() []weft.Code { return slices.Clone(refusals) }
+
+// refusals is the list Refusals copies.
+var refusals = []weft.Code{weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeUnknownAgent}
 
 // MaxBody is the largest catalog request body accepted (bytes): 64 KiB,
 // as a query's (projector.MaxQueryBody); a request names a version only.

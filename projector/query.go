@@ -49,10 +49,20 @@ const (
 	EndpointQuestions = "questions"
 )
 
-// Refusals lists, for every endpoint of the query service, the error codes
-// it may answer: the "sent by" column of docs/protocol.md's error table,
-// which a test keeps equal.
-var Refusals = map[string][]weft.Code{
+// Refusals returns, for every endpoint of the query service, the error
+// codes it may answer: the "sent by" column of docs/protocol.md's error
+// table, which a test keeps equal. The map and its slices are a fresh copy
+// on every call: a caller that changes them changes nothing else.
+func Refusals() map[string][]weft.Code {
+	out := make(map[string][]weft.Code, len(refusals))
+	for e, codes := range refusals {
+		out[e] = slices.Clone(codes)
+	}
+	return out
+}
+
+// refusals is the table Refusals copies.
+var refusals = map[string][]weft.Code{
 	EndpointRun:       {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeUnavailable},
 	EndpointList:      {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter, weft.CodeBadCursor},
 	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
