@@ -131,6 +131,7 @@ func (r *Runner) load(ctx context.Context, id string) (aggregate.State, eventlog
 // loadAt is load that also returns the recorded time of the run's last
 // event (zero when unknown: no events, or a snapshot without it).
 func (r *Runner) loadAt(ctx context.Context, id string) (aggregate.State, eventlog.Head, time.Time, error) {
+	r.loaded.Add(1)
 	if r.snaps != nil {
 		if e, err := r.snaps.Get(ctx, id); err == nil {
 			var snap snapshot
@@ -369,6 +370,7 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 	evs, err := r.decideAppend(ctx, rn, t)
 	if rn.state.Runner() == r.id && rn.state.Incarnation() > before {
 		rn.pre, rn.keyed = aggregate.State{}, false // act puts the key
+		r.takenOver.Add(1)
 		r.tel.Emit(ctx, telemetry.RunTakenOver, "run", rn.id, "previous", rn.previous, "cause", t.Cause)
 		return evs, err
 	}

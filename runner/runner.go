@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -148,6 +149,8 @@ type Runner struct {
 	// idle are the runs this runner drives but evicted from memory while
 	// they wait for people (idle.go).
 	idle idleRuns
+	// loaded and takenOver count run reads and takeover appends (Stats).
+	loaded, takenOver atomic.Uint64
 }
 
 // tracker counts work in flight; idle is closed while none is. Unlike a
