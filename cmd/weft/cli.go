@@ -113,7 +113,7 @@ func commands() []command {
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
 		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
 		auditCommand(), rebuildCommand(), repairCommand(), consoleCommand(), devCommand(), mcpCommand(),
-		chaosCommand(), benchCommand(),
+		chaosCommand(), benchCommand(), scaleCommand(),
 		rolesCommand(),
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 
 	"github.com/weftrun/weft/bench"
+	"github.com/weftrun/weft/bench/scale"
 	"github.com/weftrun/weft/natsnode"
 )
 
@@ -28,6 +29,14 @@ func main() {
 	if child, err := bench.Child(); child {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "weft bench child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	// So does a subprocess of weft scale (a nats-server node or a runner).
+	if child, err := scale.Child(); child {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "weft scale child:", err)
 			os.Exit(1)
 		}
 		return

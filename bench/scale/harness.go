@@ -1,0 +1,727 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/bench"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/runner"
+)
+
+// The sections of a scale report.
+const (
+	SectionLoad     = "load"
+	SectionStartup  = "runner start-up"
+	SectionIdle     = "idle runner"
+	SectionTakeover = "takeover"
+	SectionQuery    = "query"
+	SectionCluster  = "cluster"
+)
+
+// Config says what Run measures.
+type Config struct {
+	// Runs is how many runs the loader puts in the one-node log (default
+	// 1,000,000; 20,000 with Quick).
+	Runs int
+	// ClusterRuns is how many it puts in the cluster's log (default Runs
+	// with Quick, else 100,000): an R3 load is slower, and the cluster
+	// measures are about throughput and recovery, not the log's size.
+	ClusterRuns int
+	// Partitions is the partition count of every runner (default 64).
+	Partitions int
+	// Nodes is 1 (one-node measures only) or 3 (and the cluster's).
+	Nodes int
+	// Quick shortens every window (idle 3 s, workload 3 s).
+	Quick bool
+	// Idle is how long an idle runner is watched (default 60 s; 3 s with
+	// Quick).
+	Idle time.Duration
+	// Workload is how long the steady workload runs (default 20 s; 3 s
+	// with Quick); Clients how many clients it has (default 16).
+	Workload time.Duration
+	Clients  int
+	// Sample is how many runs of a killed runner's partitions are approved
+	// after the kill (default 20), picked with Seed.
+	Sample int
+	Seed   uint64
+	// Lease is every runner's liveness lease (default 2 s).
+	Lease time.Duration
+	// NoOneNode skips the one-node phase: the cluster phase then measures
+	// the runner on the empty log and with the runs itself (the CI test).
+	NoOneNode bool
+	// NoQuery skips the query measures (the projector folds every loaded
+	// run first, which takes long: docs/scaling.md).
+	NoQuery bool
+	// Dir holds the servers' stores and the subprocesses' logs (default
+	// a temporary directory, removed afterwards).
+	Dir string
+	// Progress receives a line per step (nil: none).
+	Progress io.Writer
+	// Exec returns the command line that starts this program as a scale
+	// subprocess (see Child); nil uses os.Executable with no arguments.
+	Exec func() (string, []string)
+}
+
+func (c *Config) defaults() {
+	if c.Runs <= 0 {
+		c.Runs = map[bool]int{true: 20_000, false: 1_000_000}[c.Quick]
+	}
+	if c.ClusterRuns <= 0 {
+		c.ClusterRuns = min(c.Runs, map[bool]int{true: c.Runs, false: 100_000}[c.Quick])
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 64
+	}
+	if c.Nodes <= 0 {
+		c.Nodes = 3
+	}
+	if c.Idle <= 0 {
+		c.Idle = map[bool]time.Duration{true: 3 * time.Second, false: time.Minute}[c.Quick]
+	}
+	if c.Workload <= 0 {
+		c.Workload = map[bool]time.Duration{true: 3 * time.Second, false: 20 * time.Second}[c.Quick]
+	}
+	if c.Clients <= 0 {
+		c.Clients = 16
+	}
+	if c.Sample <= 0 {
+		c.Sample = 20
+	}
+	if c.Lease <= 0 {
+		c.Lease = 2 * time.Second
+	}
+	if c.Exec == nil {
+		c.Exec = func() (string, []string) { p, _ := os.Executable(); return p, nil }
+	}
+}
+
+// Idle is what one runner measured over an idle window.
+type Idle struct {
+	// Startup is from the exec to the runner serving.
+	Startup time.Duration
+	// RSS is its resident set at the end of the window, bytes.
+	RSS int64
+	// CPU is its user + system CPU time within the window.
+	CPU time.Duration
+	// Goroutines and Stats are as it answered at the end of the window.
+	Goroutines int
+	Stats      runner.Stats
+}
+
+// Facts are the raw observations behind the rows, for the test's checks.
+type Facts struct {
+	// Empty and Loaded are the one-node runner on an empty log and with
+	// Runs runs in it.
+	Empty, Loaded Idle
+	// Partitioned is set when the runners own partitions (runner.Stats
+	// lists them); the ownership facts are empty otherwise.
+	Partitioned bool
+	// Owners maps each partition to the runners that own it, with the
+	// cluster's three runners up; OwnersAfterKill with one SIGKILLed.
+	Owners, OwnersAfterKill map[int][]string
+	// Killed is the SIGKILLed runner, Sample its runs approved after the
+	// kill and SampleDone how many of them completed.
+	Killed     string
+	Sample     []string
+	SampleDone int
+	// ClusterIdle is each cluster runner's Stats before any workload, once
+	// the active loaded runs of its partitions were taken over.
+	ClusterIdle map[string]runner.Stats
+	// ClusterActive is how many loaded active runs each runner's
+	// partitions hold.
+	ClusterActive map[string]int
+}
+
+// Result is a report and its facts.
+type Result struct {
+	Report *bench.Report
+	Facts  Facts
+}
+
+// Run measures what cfg asks for. A measure that fails is listed in the
+// report's Errors and the others go on where they can.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	cfg.defaults()
+	h := &harness{cfg: cfg, out: cfg.Progress, start: time.Now()}
+	if h.out == nil {
+		h.out = io.Discard
+	}
+	if cfg.Dir == "" {
+		d, err := os.MkdirTemp("", "weft-scale-")
+		if err != nil {
+			return nil, err
+		}
+		h.dir = d
+		defer os.RemoveAll(d)
+	} else {
+		h.dir = cfg.Dir
+		if err := os.MkdirAll(h.dir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	defer h.stopAll()
+	h.res = &Result{Report: &bench.Report{Schema: 1, Started: h.start.UTC(), Quick: cfg.Quick, Machine: bench.Machine{
+		CPUs: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Go: runtime.Version(), LoadBefore: loadAverage(),
+		Server: fmt.Sprintf("nats-server %s: embedded (1 node), %d subprocesses routed on loopback, R%d (cluster)", natsserver.VERSION, cfg.Nodes, cfg.Nodes),
+	}}}
+	if !cfg.NoOneNode {
+		if err := h.oneNode(ctx); err != nil {
+			h.fail("one node", err)
+		}
+	}
+	if cfg.Nodes > 1 && ctx.Err() == nil {
+		if err := h.cluster(ctx); err != nil {
+			h.fail("cluster", err)
+		}
+	}
+	h.res.Report.Seconds = time.Since(h.start).Seconds()
+	h.res.Report.Machine.LoadAfter = loadAverage()
+	return h.res, ctx.Err()
+}
+
+// harness carries one Run.
+type harness struct {
+	cfg   Config
+	out   io.Writer
+	start time.Time
+	dir   string
+	res   *Result
+
+	// The current phase's servers.
+	url string
+	nc  *nats.Conn
+	js  jetstream.JetStream
+
+	mu    sync.Mutex
+	procs []*proc
+
+	// base1 is the one-node steady throughput, runs/s.
+	base1 float64
+}
+
+func (h *harness) progress(format string, args ...any) {
+	fmt.Fprintf(h.out, "[%6.1fs] %s\n", time.Since(h.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func (h *harness) fail(what string, err error) {
+	h.res.Report.Errors = append(h.res.Report.Errors, fmt.Sprintf("%s: %v", what, err))
+	h.progress("%s: FAILED: %v", what, err)
+}
+
+func (h *harness) add(r bench.Row) {
+	if r.BaseValue != 0 {
+		r.Ratio = r.Value / r.BaseValue
+	}
+	h.res.Report.Rows = append(h.res.Report.Rows, r)
+	if r.Baseline != "" {
+		h.progress("  %s: %.4g %s (%s %.4g %s, ×%.2f)", r.Name, r.Value, r.Unit, r.Baseline, r.BaseValue, r.BaseUnit, r.Ratio)
+	} else {
+		h.progress("  %s: %.4g %s", r.Name, r.Value, r.Unit)
+	}
+}
+
+func (h *harness) use(s *servers) { h.url, h.nc, h.js = s.url, s.nc, s.js }
+
+// idle starts runner id, waits until it serves and watches it for the
+// idle window.
+func (h *harness) idle(ctx context.Context, id string, limit time.Duration) (*runnerProc, Idle, error) {
+	r, startup, err := h.startRunner(ctx, id, limit)
+	if err != nil {
+		return nil, Idle{}, err
+	}
+	h.progress("runner %s serves after %s; idle for %s", id, startup.Round(time.Millisecond), h.cfg.Idle)
+	cpu0 := r.cpu()
+	select {
+	case <-time.After(h.cfg.Idle):
+	case <-ctx.Done():
+		return r, Idle{}, ctx.Err()
+	}
+	st, err := r.stats(ctx)
+	if err != nil {
+		return r, Idle{}, fmt.Errorf("stats of %s: %w", id, err)
+	}
+	return r, Idle{Startup: startup, RSS: r.rss(), CPU: r.cpu() - cpu0, Goroutines: st.Goroutines, Stats: st.Stats}, nil
+}
+
+// oneNode is the one-node phase: a runner on an empty log, the load, a
+// runner with the runs in the log, the takeover of its partitions, the
+// query service and the steady workload's baseline.
+func (h *harness) oneNode(ctx context.Context) error {
+	h.progress("one node: embedded nats-server")
+	s, err := h.startServers(ctx, "one", 1)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	h.use(s)
+	f := &h.res.Facts
+
+	r0, empty, err := h.idle(ctx, "empty", time.Minute)
+	if err != nil {
+		return fmt.Errorf("runner on the empty log: %w", err)
+	}
+	f.Empty = empty
+	r0.term(10 * time.Second)
+
+	h.progress("loading %d runs", h.cfg.Runs)
+	lr, err := Load(ctx, s.js, LoadConfig{Runs: h.cfg.Runs, Runner: "scale-loader", Progress: progressWriter{h}, Index: indexActive(s.js, "scale-loader")})
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	h.add(bench.Row{Section: SectionLoad, Name: "loader rate (1 node)", Value: lr.Rate(), Unit: "runs/s",
+		Note: fmt.Sprintf("%d suspended, %d completed, %d active, %d log messages in %s", lr.Suspended, lr.Finished, lr.Active, lr.Messages, lr.Elapsed.Round(time.Second))})
+	if info, err := s.js.Stream(ctx, eventlog.Stream); err == nil {
+		st := info.CachedInfo().State
+		h.add(bench.Row{Section: SectionLoad, Name: "log size", Value: float64(st.Bytes) / (1 << 20), Unit: "MiB",
+			Note: fmt.Sprintf("%d messages, %d runs", st.Msgs, st.NumSubjects)})
+	}
+
+	r1, loaded, err := h.idle(ctx, "loaded", 10*time.Minute)
+	if err != nil {
+		return fmt.Errorf("runner with %d runs in the log: %w", h.cfg.Runs, err)
+	}
+	f.Loaded = loaded
+	f.Partitioned = partitioned(loaded.Stats)
+	h.idleRows(fmt.Sprintf("%d runs", h.cfg.Runs), empty, loaded)
+
+	w, err := newWatcher(s.nc)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	r2, err := h.takeover(ctx, w, r1)
+	if err != nil {
+		h.fail("takeover", err)
+	}
+	if !h.cfg.NoQuery {
+		if err := h.query(ctx, s); err != nil {
+			h.fail("query", err)
+		}
+	}
+	if r2 != nil {
+		h.progress("steady workload on 1 node, 1 runner: %d clients for %s", h.cfg.Clients, h.cfg.Workload)
+		st := steadyWorkload(ctx, s.nc, w, h.cfg.Clients, h.cfg.Workload, "steady1")
+		h.base1 = st.rate()
+		h.add(bench.Row{Section: SectionCluster, Name: "steady throughput, 1 node, 1 runner", Value: st.rate(), Unit: "runs/s",
+			Note: fmt.Sprintf("start, approve, complete; %d clients; %d completed, %d failed%s", h.cfg.Clients, st.completed, st.failed, errNote(st.lastErr))})
+		r2.term(10 * time.Second)
+	}
+	return nil
+}
+
+// takeover SIGKILLs r1 and starts a new runner: the time until it owns a
+// partition of r1's, and from that claim until one of its suspended runs
+// is approved and completes.
+func (h *harness) takeover(ctx context.Context, w *watcher, r1 *runnerProc) (*runnerProc, error) {
+	h.progress("takeover: SIGKILL runner %s, start another", r1.id)
+	r1.kill()
+	killed := time.Now()
+	r2, startup, err := h.startRunner(ctx, "takeover", 10*time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	h.add(bench.Row{Section: SectionTakeover, Name: "new runner start-up", Value: ms(startup), Unit: "ms", Baseline: "empty log start-up", BaseValue: ms(h.res.Facts.Empty.Startup), BaseUnit: "ms"})
+	p := 0
+	var claim time.Time
+	if h.res.Facts.Partitioned {
+		deadline := time.Now().Add(2 * time.Minute)
+		for claim.IsZero() {
+			if st, err := r2.stats(ctx); err == nil && slices.Contains(st.Stats.Partitions, p) {
+				claim = time.Now()
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return r2, fmt.Errorf("partition %d not owned by the new runner within 2 minutes of its start", p)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		h.add(bench.Row{Section: SectionTakeover, Name: "SIGKILL to partition claimed", Value: ms(claim.Sub(killed)), Unit: "ms", Baseline: "lease", BaseValue: ms(h.cfg.Lease), BaseUnit: "ms"})
+	} else {
+		claim = time.Now()
+		h.add(bench.Row{Section: SectionTakeover, Name: "SIGKILL to new runner serving", Value: ms(claim.Sub(killed)), Unit: "ms",
+			Note: "runners own no partitions in this build (runner.Stats lists none): measured from the new runner serving"})
+	}
+	run := ""
+	for i := 0; i < h.cfg.Runs; i++ {
+		if KindOf(i) == Suspended && partition.Of(RunID("scale", i), h.cfg.Partitions) == p {
+			run = RunID("scale", i)
+			break
+		}
+	}
+	if run == "" {
+		return r2, fmt.Errorf("no suspended run in partition %d", p)
+	}
+	t0 := time.Now()
+	if _, err := approveSample(ctx, h.nc, w, []string{run}, 2*time.Minute); err != nil {
+		return r2, err
+	}
+	h.add(bench.Row{Section: SectionTakeover, Name: "claim to a run of the partition approved and completed", Value: ms(time.Since(claim)), Unit: "ms",
+		Note: fmt.Sprintf("run %s (partition %d); the approve and completion alone took %s", run, p, time.Since(t0).Round(time.Millisecond))})
+	return r2, nil
+}
+
+// query folds the log into the read models (a projector in this process)
+// and times the query service's list pages.
+func (h *harness) query(ctx context.Context, s *servers) error {
+	nc, err := nats.Connect(s.url, nats.Name("weft-scale-projector"))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	log := eventlog.New(js)
+	st, err := js.Stream(ctx, eventlog.Stream)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	last := info.State.LastSeq
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p, err := projector.New(pctx, js, log)
+	if err != nil {
+		return err
+	}
+	svc, err := projector.Serve(pctx, nc, js, log)
+	if err != nil {
+		return err
+	}
+	defer svc.Stop()
+	pdone := make(chan error, 1)
+	go func() { pdone <- p.Run(pctx) }()
+	h.progress("query: projector folding %d log messages", last)
+	t0 := time.Now()
+	lastProgress := t0
+	for p.Seq() < last {
+		select {
+		case err := <-pdone:
+			return fmt.Errorf("projector stopped: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Since(lastProgress) > 5*time.Second {
+			lastProgress = time.Now()
+			h.progress("query: projector at %d/%d (%.0f messages/s)", p.Seq(), last, float64(p.Seq())/time.Since(t0).Seconds())
+		}
+	}
+	fold := time.Since(t0)
+	h.add(bench.Row{Section: SectionQuery, Name: "projector catch-up", Value: float64(last) / fold.Seconds(), Unit: "messages/s",
+		Note: fmt.Sprintf("%d messages in %s", last, fold.Round(time.Millisecond))})
+	c := projector.NewClient(nc)
+	if err := c.Ready(ctx); err != nil {
+		return err
+	}
+	time1 := func(q projections.ListQuery) (time.Duration, projections.ListPage, error) {
+		t := time.Now()
+		pg, err := c.List(ctx, q)
+		return time.Since(t), pg, err
+	}
+	var firsts []time.Duration
+	for range 5 {
+		d, pg, err := time1(projections.ListQuery{Limit: 50})
+		if err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		if len(pg.Runs) == 0 {
+			return fmt.Errorf("list: empty first page")
+		}
+		firsts = append(firsts, d)
+	}
+	slices.Sort(firsts)
+	h.add(bench.Row{Section: SectionQuery, Name: "list, first page of 50", Value: ms(firsts[len(firsts)/2]), Unit: "ms", Note: "median of 5"})
+	const pages = 20
+	cursor := ""
+	var dN time.Duration
+	for i := range pages {
+		d, pg, err := time1(projections.ListQuery{Limit: 50, Cursor: cursor})
+		if err != nil {
+			return fmt.Errorf("list page %d: %w", i+1, err)
+		}
+		dN, cursor = d, pg.Next
+		if cursor == "" {
+			break
+		}
+	}
+	h.add(bench.Row{Section: SectionQuery, Name: fmt.Sprintf("list, page %d of 50 (by cursor)", pages), Value: ms(dN), Unit: "ms", Baseline: "first page", BaseValue: ms(firsts[len(firsts)/2]), BaseUnit: "ms"})
+	d, pg, err := time1(projections.ListQuery{Limit: 50, Status: "suspended"})
+	if err != nil {
+		return fmt.Errorf("list suspended: %w", err)
+	}
+	h.add(bench.Row{Section: SectionQuery, Name: "list suspended, first page of 50", Value: ms(d), Unit: "ms", Note: fmt.Sprintf("%d runs on the page", len(pg.Runs))})
+	cancel()
+	<-pdone
+	return nil
+}
+
+// cluster is the 3-node phase: three runners each owning a third of the
+// partitions, the steady workload against the one-node baseline, and the
+// recovery of a SIGKILLed runner's partitions.
+func (h *harness) cluster(ctx context.Context) error {
+	n := h.cfg.Nodes
+	h.progress("cluster: %d nats-server subprocesses, R%d", n, n)
+	s, err := h.startServers(ctx, "cluster", n)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	h.use(s)
+	f := &h.res.Facts
+	if h.cfg.NoOneNode {
+		r0, empty, err := h.idle(ctx, "cluster-empty", time.Minute)
+		if err != nil {
+			return fmt.Errorf("runner on the empty log: %w", err)
+		}
+		f.Empty = empty
+		r0.term(10 * time.Second)
+	}
+	h.progress("loading %d runs into the cluster", h.cfg.ClusterRuns)
+	lr, err := Load(ctx, s.js, LoadConfig{Runs: h.cfg.ClusterRuns, Runner: "scale-loader", Progress: progressWriter{h}, Index: indexActive(s.js, "scale-loader")})
+	if err != nil {
+		return fmt.Errorf("load: %w", err)
+	}
+	h.add(bench.Row{Section: SectionLoad, Name: fmt.Sprintf("loader rate (%d nodes, R%d)", n, n), Value: lr.Rate(), Unit: "runs/s",
+		Note: fmt.Sprintf("%d runs, %d log messages in %s", h.cfg.ClusterRuns, lr.Messages, lr.Elapsed.Round(time.Second))})
+
+	var rs []*runnerProc
+	for i := range 3 {
+		id := fmt.Sprintf("cluster-%d", i+1)
+		if i == 0 && h.cfg.NoOneNode {
+			// The first runner is the idle runner with the runs in the
+			// log, against the empty log's.
+			r, loaded, err := h.idle(ctx, id, 10*time.Minute)
+			if err != nil {
+				return fmt.Errorf("runner with %d runs in the log: %w", h.cfg.ClusterRuns, err)
+			}
+			f.Loaded = loaded
+			f.Partitioned = partitioned(loaded.Stats)
+			h.idleRows(fmt.Sprintf("%d runs, %d nodes", h.cfg.ClusterRuns, n), f.Empty, loaded)
+			rs = append(rs, r)
+			continue
+		}
+		r, startup, err := h.startRunner(ctx, id, 10*time.Minute)
+		if err != nil {
+			return err
+		}
+		h.progress("runner %s serves after %s", r.id, startup.Round(time.Millisecond))
+		rs = append(rs, r)
+	}
+	w, err := newWatcher(s.nc)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	// Every partition owned once, each runner with a third (or the
+	// runners own none in this build).
+	owners, err := h.settleOwners(ctx, rs, 3*time.Minute)
+	f.Owners = owners
+	if err != nil {
+		h.fail("ownership with three runners", err)
+	}
+	f.ClusterIdle, f.ClusterActive = map[string]runner.Stats{}, map[string]int{}
+	if f.Partitioned {
+		for i := 0; i < h.cfg.ClusterRuns; i++ {
+			if KindOf(i) != Active {
+				continue
+			}
+			p := partition.Of(RunID("scale", i), h.cfg.Partitions)
+			if o := owners[p]; len(o) == 1 {
+				f.ClusterActive[o[0]]++
+			}
+		}
+	}
+	// The active loaded runs are taken over (their model call issued
+	// again, then suspended on an approval and evicted): wait until no
+	// runner holds a run.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		all := true
+		for _, r := range rs {
+			st, err := r.stats(ctx)
+			if err != nil {
+				return err
+			}
+			f.ClusterIdle[r.id] = st.Stats
+			if st.Stats.Driven != 0 {
+				all = false
+			}
+		}
+		if all || time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, r := range rs {
+		st := f.ClusterIdle[r.id]
+		h.add(bench.Row{Section: SectionCluster, Name: "idle runner " + r.id + ": runs held", Value: float64(st.Driven), Unit: "runs",
+			Note: fmt.Sprintf("%d partitions, Loaded %d, TakenOver %d (active loaded runs in its partitions: %d), RSS %.1f MiB", len(st.Partitions), st.Loaded, st.TakenOver, f.ClusterActive[r.id], mib(r.rss()))})
+	}
+
+	h.progress("steady workload on %d nodes, 3 runners: %d clients for %s", n, h.cfg.Clients, h.cfg.Workload)
+	st := steadyWorkload(ctx, s.nc, w, h.cfg.Clients, h.cfg.Workload, "steady3")
+	h.add(bench.Row{Section: SectionCluster, Name: fmt.Sprintf("steady throughput, %d nodes R%d, 3 runners", n, n), Value: st.rate(), Unit: "runs/s",
+		Baseline: "1 node, 1 runner", BaseValue: h.base1, BaseUnit: "runs/s",
+		Note: fmt.Sprintf("%d completed, %d failed%s", st.completed, st.failed, errNote(st.lastErr))})
+
+	// SIGKILL the last runner; its partitions must be owned again and a
+	// fixed-seed sample of its runs must complete once approved.
+	victim := rs[len(rs)-1]
+	f.Killed = victim.id
+	var mine []int
+	for p, o := range owners {
+		if slices.Contains(o, victim.id) {
+			mine = append(mine, p)
+		}
+	}
+	var candidates []string
+	for i := 0; i < h.cfg.ClusterRuns; i++ {
+		run := RunID("scale", i)
+		if KindOf(i) == Suspended && (!f.Partitioned || slices.Contains(mine, partition.Of(run, h.cfg.Partitions))) {
+			candidates = append(candidates, run)
+		}
+	}
+	rng := rand.New(rand.NewPCG(h.cfg.Seed, 17))
+	rng.Shuffle(len(candidates), func(i, j int) { candidates[i], candidates[j] = candidates[j], candidates[i] })
+	f.Sample = candidates[:min(h.cfg.Sample, len(candidates))]
+	slices.Sort(f.Sample)
+	h.progress("SIGKILL runner %s (%d partitions)", victim.id, len(mine))
+	victim.kill()
+	killed := time.Now()
+	after, err := h.settleOwners(ctx, rs[:len(rs)-1], 3*time.Minute)
+	f.OwnersAfterKill = after
+	if err != nil {
+		h.fail("ownership after the kill", err)
+	} else if f.Partitioned {
+		h.add(bench.Row{Section: SectionCluster, Name: "SIGKILL to every partition owned again", Value: ms(time.Since(killed)), Unit: "ms", Baseline: "lease", BaseValue: ms(h.cfg.Lease), BaseUnit: "ms"})
+	}
+	done, err := approveSample(ctx, s.nc, w, f.Sample, 2*time.Minute)
+	f.SampleDone = done
+	if err != nil {
+		h.fail("sample of the killed runner's runs", err)
+	}
+	h.add(bench.Row{Section: SectionCluster, Name: fmt.Sprintf("SIGKILL to a sample of %d of its runs approved and completed", len(f.Sample)), Value: ms(time.Since(killed)), Unit: "ms",
+		Note: fmt.Sprintf("%d of %d completed (seed %d)", done, len(f.Sample), h.cfg.Seed)})
+	return nil
+}
+
+// settleOwners waits until every partition has exactly one owner among
+// rs (and, with partitions, until each runner's share is within one of
+// the others'), or limit passes; it returns the owners it saw last.
+func (h *harness) settleOwners(ctx context.Context, rs []*runnerProc, limit time.Duration) (map[int][]string, error) {
+	deadline := time.Now().Add(limit)
+	for {
+		owners := map[int][]string{}
+		counts := map[string]int{}
+		any := false
+		for _, r := range rs {
+			st, err := r.stats(ctx)
+			if err != nil {
+				return owners, err
+			}
+			for _, p := range st.Stats.Partitions {
+				owners[p] = append(owners[p], r.id)
+				counts[r.id]++
+				any = true
+			}
+		}
+		if !any && !h.res.Facts.Partitioned {
+			return owners, nil // no partitions in this build
+		}
+		ok := len(owners) == h.cfg.Partitions
+		for _, o := range owners {
+			if len(o) != 1 {
+				ok = false
+			}
+		}
+		lo, hi := h.cfg.Partitions, 0
+		for _, r := range rs {
+			lo, hi = min(lo, counts[r.id]), max(hi, counts[r.id])
+		}
+		if ok && hi-lo <= 1 {
+			return owners, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return owners, fmt.Errorf("partitions not each owned once, evenly, within %s: %s", limit, describeOwners(owners, h.cfg.Partitions))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func describeOwners(owners map[int][]string, p int) string {
+	var b strings.Builder
+	none, many := 0, 0
+	for i := range p {
+		switch len(owners[i]) {
+		case 0:
+			none++
+		case 1:
+		default:
+			many++
+		}
+	}
+	fmt.Fprintf(&b, "%d of %d partitions unowned, %d owned twice or more", none, p, many)
+	return b.String()
+}
+
+// progressWriter prints the loader's lines as progress.
+type progressWriter struct{ h *harness }
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	p.h.progress("%s", strings.TrimSpace(string(b)))
+	return len(b), nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+func mib(b int64) float64        { return float64(b) / (1 << 20) }
+
+func errNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "; last error: " + err.Error()
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}
+
+// idleRows adds the rows of a runner with runs in the log (n says how
+// many) against the runner on the empty log.
+func (h *harness) idleRows(n string, empty, loaded Idle) {
+	h.add(bench.Row{Section: SectionStartup, Name: "runner start-up, " + n, Value: ms(loaded.Startup), Unit: "ms", Baseline: "empty log", BaseValue: ms(empty.Startup), BaseUnit: "ms",
+		Note: "exec to serving: liveness key written and the command API answering"})
+	h.add(bench.Row{Section: SectionIdle, Name: "idle runner RSS, " + n, Value: mib(loaded.RSS), Unit: "MiB", Baseline: "empty log", BaseValue: mib(empty.RSS), BaseUnit: "MiB",
+		Note: fmt.Sprintf("VmRSS at the end of a %s idle window after start-up", h.cfg.Idle)})
+	h.add(bench.Row{Section: SectionIdle, Name: "idle runner CPU, " + n, Value: ms(loaded.CPU), Unit: "ms", Baseline: "empty log", BaseValue: ms(empty.CPU), BaseUnit: "ms",
+		Note: fmt.Sprintf("utime+stime over the %s idle window (10 ms ticks)", h.cfg.Idle)})
+	h.add(bench.Row{Section: SectionIdle, Name: "idle runner goroutines, " + n, Value: float64(loaded.Goroutines), Unit: "", Baseline: "empty log", BaseValue: float64(empty.Goroutines)})
+	h.add(bench.Row{Section: SectionIdle, Name: "runs held / loaded / taken over, " + n, Value: float64(loaded.Stats.Driven), Unit: "runs",
+		Note: fmt.Sprintf("runner.Stats: Driven %d, Loaded %d, TakenOver %d", loaded.Stats.Driven, loaded.Stats.Loaded, loaded.Stats.TakenOver)})
+
+}
