@@ -247,62 +247,103 @@ func ValidRunID(id string) bool { return nameGrammar.MatchString(id) }
 // ordered by last change, newest first, then run id. The cursor names the
 // last entry of the previous page (its update time and run id), so paging
 // stays stable while other runs change. Errors are *weft.Error bad_filter or
-// bad_cursor.
+// bad_cursor. It is the reference the query service's index walk is tested
+// against (Spec, Keep and Finish are its three steps).
 func Page(all []Summary, q ListQuery) (ListPage, error) {
-	if q.Status != "" && !slices.Contains(Statuses, q.Status) && q.Status != StatusQuarantined {
-		return ListPage{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "status", Message: "status must be one of working, unattended, suspended, finished, quarantined; got " + strconv.Quote(q.Status)}
-	}
-	if q.Agent != "" && !nameGrammar.MatchString(q.Agent) {
-		return ListPage{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "agent", Message: "agent must be 1-128 of [A-Za-z0-9_-]; got " + strconv.Quote(q.Agent)}
-	}
-	var since time.Time
-	if q.UpdatedSince != "" {
-		t, err := time.Parse(time.RFC3339Nano, q.UpdatedSince)
-		if err != nil {
-			return ListPage{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "updated_since", Message: "updated_since must be an RFC 3339 time; got " + strconv.Quote(q.UpdatedSince)}
-		}
-		since = t
-	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = DefaultLimit
-	}
-	if limit < 0 || limit > MaxLimit {
-		return ListPage{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "limit", Message: "limit must be 1..1000; got " + strconv.Itoa(q.Limit)}
-	}
-	var after *cursor
-	if q.Cursor != "" {
-		c, err := decodeCursor(q.Cursor)
-		if err != nil {
-			return ListPage{}, &weft.Error{Code: weft.CodeBadCursor, Message: "cursor is not one this service returned"}
-		}
-		after = &c
+	spec, err := q.Spec()
+	if err != nil {
+		return ListPage{}, err
 	}
 	var keep []Summary
 	for _, s := range all {
-		if q.Status != "" && s.Status != q.Status ||
-			q.Agent != "" && s.Agent.Name != q.Agent ||
-			!since.IsZero() && s.Updated.Before(since) {
-			continue
+		if spec.Keep(s) {
+			keep = append(keep, s)
 		}
-		if after != nil && !after.before(s) {
-			continue
-		}
-		keep = append(keep, s)
 	}
-	slices.SortFunc(keep, compareSummaries)
-	page := ListPage{Schema: 1, Runs: []Summary{}}
-	if len(keep) > limit {
-		last := keep[limit-1]
-		page.Next = cursor{Updated: last.Updated.UnixNano(), Run: last.Run}.encode()
-		keep = keep[:limit]
-	}
-	page.Runs = append(page.Runs, keep...)
-	return page, nil
+	return spec.Finish(keep), nil
 }
 
-// compareSummaries orders newest change first, then by run id.
-func compareSummaries(a, b Summary) int {
+// ListSpec is a ListQuery checked and decoded: what Keep filters and where
+// the page starts.
+type ListSpec struct {
+	// Status and Agent are the filters ("" does not filter).
+	Status, Agent string
+	// Since keeps runs changed at or after it (zero does not filter).
+	Since time.Time
+	// Limit is the page size (1..MaxLimit).
+	Limit int
+	// After is the cursor's position: the page holds what follows it in
+	// list order. Nil on the first page.
+	After *ListPosition
+}
+
+// ListPosition is a position in list order: a run and its last change
+// (Unix nanoseconds), as a cursor names it.
+type ListPosition struct {
+	Updated int64
+	Run     string
+}
+
+// Spec checks q and decodes its filters and cursor. Errors are *weft.Error
+// bad_filter (Reason names the filter) or bad_cursor.
+func (q ListQuery) Spec() (ListSpec, error) {
+	if q.Status != "" && !slices.Contains(Statuses, q.Status) && q.Status != StatusQuarantined {
+		return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "status", Message: "status must be one of working, unattended, suspended, finished, quarantined; got " + strconv.Quote(q.Status)}
+	}
+	if q.Agent != "" && !nameGrammar.MatchString(q.Agent) {
+		return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "agent", Message: "agent must be 1-128 of [A-Za-z0-9_-]; got " + strconv.Quote(q.Agent)}
+	}
+	spec := ListSpec{Status: q.Status, Agent: q.Agent, Limit: q.Limit}
+	if q.UpdatedSince != "" {
+		t, err := time.Parse(time.RFC3339Nano, q.UpdatedSince)
+		if err != nil {
+			return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "updated_since", Message: "updated_since must be an RFC 3339 time; got " + strconv.Quote(q.UpdatedSince)}
+		}
+		spec.Since = t
+	}
+	if spec.Limit == 0 {
+		spec.Limit = DefaultLimit
+	}
+	if spec.Limit < 0 || spec.Limit > MaxLimit {
+		return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "limit", Message: "limit must be 1..1000; got " + strconv.Itoa(q.Limit)}
+	}
+	if q.Cursor != "" {
+		c, err := decodeCursor(q.Cursor)
+		if err != nil {
+			return ListSpec{}, &weft.Error{Code: weft.CodeBadCursor, Message: "cursor is not one this service returned"}
+		}
+		spec.After = &ListPosition{Updated: c.Updated, Run: c.Run}
+	}
+	return spec, nil
+}
+
+// Keep reports whether s passes the filters and comes after the cursor.
+func (spec ListSpec) Keep(s Summary) bool {
+	if spec.Status != "" && s.Status != spec.Status ||
+		spec.Agent != "" && s.Agent.Name != spec.Agent ||
+		!spec.Since.IsZero() && s.Updated.Before(spec.Since) {
+		return false
+	}
+	return spec.After == nil || (cursor{Updated: spec.After.Updated, Run: spec.After.Run}).before(s)
+}
+
+// Finish orders kept (entries Keep accepted; more than Limit of them when
+// more follow) and cuts the page, with the cursor of the next one.
+func (spec ListSpec) Finish(kept []Summary) ListPage {
+	keep := slices.Clone(kept)
+	slices.SortFunc(keep, CompareSummaries)
+	page := ListPage{Schema: 1, Runs: []Summary{}}
+	if len(keep) > spec.Limit {
+		last := keep[spec.Limit-1]
+		page.Next = cursor{Updated: last.Updated.UnixNano(), Run: last.Run}.encode()
+		keep = keep[:spec.Limit]
+	}
+	page.Runs = append(page.Runs, keep...)
+	return page
+}
+
+// CompareSummaries is list order: newest change first, then by run id.
+func CompareSummaries(a, b Summary) int {
 	if c := b.Updated.Compare(a.Updated); c != 0 {
 		return c
 	}

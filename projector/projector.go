@@ -72,6 +72,9 @@ const (
 	// BucketQuestions holds the open questions (actions reconciled as
 	// unconfirmed, not resolved yet) under projections.ItemKey.
 	BucketQuestions = "weft_open_questions"
+	// BucketIndex (index.go) holds the order indexes of the run list and
+	// the inboxes.
+
 	// BucketState holds the projector's checkpoint.
 	BucketState = "weft_projector"
 	// KeyCheckpoint is the checkpoint's key in BucketState.
@@ -79,7 +82,7 @@ const (
 )
 
 // Buckets lists the read-model buckets (not the state bucket), in order.
-var Buckets = []string{BucketViews, BucketRuns, BucketApprovals, BucketUncertain, BucketQuestions}
+var Buckets = []string{BucketViews, BucketRuns, BucketApprovals, BucketUncertain, BucketQuestions, BucketIndex}
 
 // Assets declares the projector's KV buckets for provision.Ensure.
 func Assets() []provision.Asset {
@@ -110,6 +113,8 @@ type Projector struct {
 	uncertain jetstream.KeyValue
 	questions jetstream.KeyValue
 	state     jetstream.KeyValue
+	index     *indexWriter
+	reader    *indexReader
 	logger    *slog.Logger
 
 	delivered atomic.Uint64
@@ -142,6 +147,10 @@ func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ..
 			return nil, fmt.Errorf("projector: bucket %s: %w", b.name, err)
 		}
 	}
+	if p.index, err = newIndexWriter(ctx, js); err != nil {
+		return nil, err
+	}
+	p.reader = &indexReader{nc: js.Conn()}
 	return p, nil
 }
 
@@ -151,6 +160,10 @@ func (p *Projector) Delivered() uint64 { return p.delivered.Load() }
 
 // Applied counts the events that changed a view.
 func (p *Projector) Applied() uint64 { return p.applied.Load() }
+
+// IndexWrites counts the operations this projector made on BucketIndex
+// (puts, purges and existence checks): the cost of the order indexes.
+func (p *Projector) IndexWrites() uint64 { return p.index.writes }
 
 // Seq is the stream sequence of the last message this projector finished.
 func (p *Projector) Seq() uint64 { return p.seq.Load() }
@@ -267,7 +280,7 @@ func (p *Projector) project(ctx context.Context, env events.Envelope) error {
 				return err
 			}
 		}
-		ok, err := p.store(ctx, c, rev)
+		ok, err := p.store(ctx, old, c, rev)
 		if err != nil {
 			return err
 		}
@@ -358,7 +371,7 @@ func (p *Projector) quarantine(ctx context.Context, q *eventlog.PoisonError) err
 			return nil
 		}
 		p.logger.Error("run quarantined: a message of its log cannot be folded (weft repair show)", "run", q.Run, "seq", q.Seq, "reason", q.Reason)
-		ok, err := p.store(ctx, projections.Quarantined(old, q.Run, q.Seq, q.Reason), rev)
+		ok, err := p.store(ctx, old, projections.Quarantined(old, q.Run, q.Seq, q.Reason), rev)
 		if err != nil {
 			return err
 		}
@@ -394,9 +407,12 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 				}
 				return fmt.Errorf("projector: delete view %s: %w", run, err)
 			}
+			if err := p.index.apply(ctx, entries(derivedOf(old)), nil, false); err != nil {
+				return err
+			}
 			return del(ctx, p.runs, run)
 		}
-		ok, err := p.store(ctx, c, rev)
+		ok, err := p.store(ctx, old, c, rev)
 		if err != nil {
 			return err
 		}
@@ -408,9 +424,10 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 	return fmt.Errorf("projector: run %s: view kept changing under us", run)
 }
 
-// store writes a change: the view by compare-and-set on rev (false when
-// another writer won), then the summary and the inbox items.
-func (p *Projector) store(ctx context.Context, c projections.Change, rev uint64) (bool, error) {
+// store writes a change of the view old: the view by compare-and-set on
+// rev (false when another writer won), then the order indexes, the summary
+// and the inbox items.
+func (p *Projector) store(ctx context.Context, old projections.RunView, c projections.Change, rev uint64) (bool, error) {
 	b, err := c.View.Encode()
 	if err != nil {
 		return false, err
@@ -426,10 +443,18 @@ func (p *Projector) store(ctx context.Context, c projections.Change, rev uint64)
 	if err != nil {
 		return false, fmt.Errorf("projector: write view %s: %w", c.View.Run, err)
 	}
-	return true, p.storeDerived(ctx, c)
+	return true, p.storeDerived(ctx, entries(derivedOf(old)), c, false)
 }
 
-func (p *Projector) storeDerived(ctx context.Context, c projections.Change) error {
+// storeDerived writes what derives from a stored view: the index moves
+// from the entries before held (those of the previous view) to c's, then
+// the summary and the inbox items are written. The index comes first: a
+// stop in between leaves the summary of before in weft_runs, from which
+// repair finds what to undo.
+func (p *Projector) storeDerived(ctx context.Context, before []entry, c projections.Change, force bool) error {
+	if err := p.index.apply(ctx, before, entries(c), force); err != nil {
+		return err
+	}
 	if err := putJSON(ctx, p.runs, c.Summary.Run, c.Summary); err != nil {
 		return err
 	}
@@ -536,7 +561,51 @@ func (p *Projector) repair(ctx context.Context, v projections.RunView) error {
 	if c.DropQuestions, err = stale(ctx, p.questions, v.Run, c.Questions, func(it projections.QuestionItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
-	return p.storeDerived(ctx, c)
+	before, err := p.stored(ctx, v.Run)
+	if err != nil {
+		return err
+	}
+	return p.storeDerived(ctx, before, c, true)
+}
+
+// stored returns the index entries of what weft_runs and the inboxes hold
+// for run: after a stop between writes, what the index may still hold.
+func (p *Projector) stored(ctx context.Context, run string) ([]entry, error) {
+	var c projections.Change
+	e, err := p.runs.Get(ctx, run)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("projector: read summary %s: %w", run, err)
+	default:
+		if err := json.Unmarshal(e.Value(), &c.Summary); err != nil {
+			return nil, fmt.Errorf("projector: decode summary %s: %w", run, err)
+		}
+	}
+	if err := storedItems(ctx, p.reader, BucketApprovals, run, &c.Approvals); err != nil {
+		return nil, err
+	}
+	if err := storedItems(ctx, p.reader, BucketUncertain, run, &c.Uncertain); err != nil {
+		return nil, err
+	}
+	if err := storedItems(ctx, p.reader, BucketQuestions, run, &c.Questions); err != nil {
+		return nil, err
+	}
+	return entries(c), nil
+}
+
+func storedItems[T any](ctx context.Context, r *indexReader, bucket, run string, out *[]T) error {
+	msgs, err := r.last(ctx, bucket, []string{run + ".>"})
+	if err != nil {
+		return fmt.Errorf("projector: read %s %s: %w", bucket, run, err)
+	}
+	for _, m := range msgs {
+		var it T
+		if json.Unmarshal(m.value, &it) == nil {
+			*out = append(*out, it)
+		}
+	}
+	return nil
 }
 
 // stale lists the keys of run's items in kv that are not among items.

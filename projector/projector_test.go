@@ -159,7 +159,7 @@ func TestRebuildEqualsLiveProjection(t *testing.T) {
 	appendLog(t, s.Log, log)
 	appended := time.Since(began)
 	waitSeq(t, p, lastSeq(t, s.JS))
-	t.Logf("appended %d events in %v; projected live by %v", len(log), appended, time.Since(began))
+	t.Logf("appended %d events in %v; projected live by %v; %d index operations", len(log), appended, time.Since(began), p.IndexWrites())
 	live := dump(t, s.JS)
 
 	// The live views equal the pure fold of each run.

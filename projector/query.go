@@ -1,14 +1,18 @@
 package projector
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,10 +68,10 @@ func Refusals() map[string][]weft.Code {
 // refusals is the table Refusals copies.
 var refusals = map[string][]weft.Code{
 	EndpointRun:       {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeUnavailable},
-	EndpointList:      {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter, weft.CodeBadCursor},
-	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
-	EndpointUncertain: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
-	EndpointQuestions: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter},
+	EndpointList:      {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
+	EndpointApprovals: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
+	EndpointUncertain: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
+	EndpointQuestions: {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeUnavailable},
 	EndpointHistory:   {weft.CodeInvalidJSON, weft.CodeInvalidRequest, weft.CodePayloadTooLarge, weft.CodeInvalidName, weft.CodeUnknownRun, weft.CodeBadFilter, weft.CodeBadCursor, weft.CodeQuarantined, weft.CodeUnavailable},
 }
 
@@ -131,17 +135,31 @@ type ListRequest struct {
 	projections.ListQuery
 }
 
-// InboxRequest asks for an inbox, optionally of one run or agent only.
+// InboxRequest asks for an inbox, optionally of one run or agent only, a
+// page at a time: at most Limit items (0: DefaultInboxLimit), after the
+// position Cursor names (the Next of the previous page).
 type InboxRequest struct {
 	Schema int    `json:"schema,omitempty"`
 	Run    string `json:"run,omitempty"`
 	Agent  string `json:"agent,omitempty"`
+	Limit  int    `json:"limit,omitempty"`
+	Cursor string `json:"cursor,omitempty"`
 }
 
-// ApprovalsReply is the approvals inbox, oldest request first.
+// The bounds of an inbox page (InboxRequest.Limit).
+const (
+	// DefaultInboxLimit is the page size when InboxRequest.Limit is 0.
+	DefaultInboxLimit = 1000
+	// MaxInboxLimit is the largest page size.
+	MaxInboxLimit = 1000
+)
+
+// ApprovalsReply is the approvals inbox, oldest request first. Next is the
+// cursor of the following page, empty on the last one.
 type ApprovalsReply struct {
 	Schema int                        `json:"schema"`
 	Items  []projections.ApprovalItem `json:"items"`
+	Next   string                     `json:"next,omitempty"`
 }
 
 // UncertainReply is the uncertain-effects inbox, oldest first, with ages
@@ -150,12 +168,14 @@ type UncertainReply struct {
 	Schema int                         `json:"schema"`
 	Now    time.Time                   `json:"now"`
 	Items  []projections.UncertainItem `json:"items"`
+	Next   string                      `json:"next,omitempty"`
 }
 
 // QuestionsReply is the open-questions read model, oldest question first.
 type QuestionsReply struct {
 	Schema int                        `json:"schema"`
 	Items  []projections.QuestionItem `json:"items"`
+	Next   string                     `json:"next,omitempty"`
 }
 
 // HistoryRequest asks for a run's events after version After (0: from the
@@ -185,19 +205,25 @@ type ErrorReply struct {
 	Error  *weft.Error `json:"error"`
 }
 
-// Service answers queries. Create it with Serve; stop it with Stop.
+// Service answers queries. Create it with Serve; stop it with Stop. It
+// holds no read model: every query reads what it answers from KV (the
+// lists and inboxes through the order indexes of BucketIndex), so its
+// memory does not grow with the runs.
 type Service struct {
-	svc       micro.Service
-	log       *eventlog.Log
-	views     jetstream.KeyValue
-	runs      *mirror[projections.Summary]
-	approvals *mirror[projections.ApprovalItem]
-	uncertain *mirror[projections.UncertainItem]
-	questions *mirror[projections.QuestionItem]
-	now       func() time.Time
-	logger    *slog.Logger
-	cancel    context.CancelFunc
+	svc    micro.Service
+	log    *eventlog.Log
+	views  jetstream.KeyValue
+	reader *indexReader
+	reads  atomic.Uint64
+	now    func() time.Time
+	logger *slog.Logger
+	cancel context.CancelFunc
 }
+
+// Reads counts the KV entries the service read to answer lists and
+// inboxes (index entries, directory nodes and inbox items) since it
+// started: what a page costs.
+func (s *Service) Reads() uint64 { return s.reads.Load() }
 
 // ServeOption configures Serve.
 type ServeOption func(*Service)
@@ -209,10 +235,11 @@ func WithClock(now func() time.Time) ServeOption { return func(s *Service) { s.n
 // WithServiceLogger logs through l.
 func WithServiceLogger(l *slog.Logger) ServeOption { return func(s *Service) { s.logger = l } }
 
-// Serve starts the query service on nc. It mirrors the list and inbox
-// buckets in memory (through KV watches, so it follows every projector) and
-// reads views from weft_views, falling back to folding the run's history
-// from the log when a view is not projected yet.
+// Serve starts the query service on nc. It reads views from weft_views,
+// falling back to folding the run's history from the log when a view is
+// not projected yet, and pages the lists and inboxes from the order
+// indexes (BucketIndex) with direct gets, so it follows every projector
+// and keeps nothing in memory between queries.
 func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eventlog.Log, opts ...ServeOption) (*Service, error) {
 	s := &Service{log: log, now: time.Now, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
@@ -228,18 +255,12 @@ func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *even
 	if s.views, err = js.KeyValue(ctx, BucketViews); err != nil {
 		return fail(fmt.Errorf("projector: bucket %s: %w", BucketViews, err))
 	}
-	if s.runs, err = watch[projections.Summary](ctx, wctx, js, BucketRuns); err != nil {
-		return fail(err)
+	for _, b := range []string{BucketIndex, BucketApprovals, BucketUncertain, BucketQuestions} {
+		if _, err := js.KeyValue(ctx, b); err != nil {
+			return fail(fmt.Errorf("projector: bucket %s: %w", b, err))
+		}
 	}
-	if s.approvals, err = watch[projections.ApprovalItem](ctx, wctx, js, BucketApprovals); err != nil {
-		return fail(err)
-	}
-	if s.uncertain, err = watch[projections.UncertainItem](ctx, wctx, js, BucketUncertain); err != nil {
-		return fail(err)
-	}
-	if s.questions, err = watch[projections.QuestionItem](ctx, wctx, js, BucketQuestions); err != nil {
-		return fail(err)
-	}
+	s.reader = &indexReader{nc: nc, onRead: func(n int) { s.reads.Add(uint64(n)) }}
 	s.svc, err = micro.AddService(nc, micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
 		Description: "Weft queries: run views, run lists, inboxes and histories (docs/protocol/50-queries.md)",
@@ -433,71 +454,233 @@ func (s *Service) View(ctx context.Context, run string) (projections.RunView, er
 	return v, nil
 }
 
-func (s *Service) handleList(_ context.Context, body []byte) (any, error) {
+func (s *Service) handleList(ctx context.Context, body []byte) (any, error) {
 	q, err := decodeRequest(body, func(r ListRequest) int { return r.Schema })
 	if err != nil {
 		return nil, err
 	}
-	return projections.Page(s.runs.values(), q.ListQuery)
+	spec, err := q.ListQuery.Spec()
+	if err != nil {
+		return nil, err
+	}
+	w := walk{r: s.reader, index: IndexRuns, tokens: filterToken(spec.Status) + "." + filterToken(spec.Agent), desc: true}
+	if spec.After != nil {
+		w.from = window(time.Unix(0, spec.After.Updated))
+	}
+	if !spec.Since.IsZero() {
+		w.to = window(spec.Since)
+	}
+	var kept []projections.Summary
+	w.visit = func(msgs []kvMsg) (bool, error) {
+		for _, m := range msgs {
+			var sum projections.Summary
+			if json.Unmarshal(m.value, &sum) == nil && spec.Keep(sum) {
+				kept = append(kept, sum)
+			}
+		}
+		return len(kept) > spec.Limit, nil
+	}
+	if err := w.run(ctx); err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	return spec.Finish(kept), nil
 }
 
-func (s *Service) inboxFilter(body []byte) (InboxRequest, error) {
+// filterToken is an index filter token: the escaped value, or "*" for no
+// filter.
+func filterToken(v string) string {
+	if v == "" {
+		return "*"
+	}
+	return Token(v)
+}
+
+// inboxSpec is an InboxRequest checked and decoded.
+type inboxSpec struct {
+	run, agent string
+	limit      int
+	after      *inboxPosition
+}
+
+// inboxPosition is a position in an inbox's order (oldest first, then run
+// and action id), as its cursor names it.
+type inboxPosition struct {
+	At     int64  `json:"u"`
+	Run    string `json:"r"`
+	Action string `json:"a"`
+}
+
+func (p inboxPosition) encode() string {
+	b, _ := json.Marshal(p)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// compare orders (at, run, action) against p.
+func (p inboxPosition) compare(at time.Time, run, action string) int {
+	if c := cmp.Compare(at.UnixNano(), p.At); c != 0 {
+		return c
+	}
+	if c := strings.Compare(run, p.Run); c != 0 {
+		return c
+	}
+	return strings.Compare(action, p.Action)
+}
+
+func decodeInboxCursor(c string) (*inboxPosition, error) {
+	bad := &weft.Error{Code: weft.CodeBadCursor, Message: "cursor is not one this service returned for an inbox"}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, bad
+	}
+	var p inboxPosition
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if dec.Decode(&p) != nil || !projections.ValidRunID(p.Run) || p.Action == "" {
+		return nil, bad
+	}
+	return &p, nil
+}
+
+func (s *Service) inboxFilter(body []byte) (inboxSpec, error) {
 	q, err := decodeRequest(body, func(r InboxRequest) int { return r.Schema })
 	if err != nil {
-		return q, err
+		return inboxSpec{}, err
 	}
 	if q.Run != "" && !projections.ValidRunID(q.Run) {
-		return q, &weft.Error{Code: weft.CodeBadFilter, Reason: "run", Message: fmt.Sprintf("run %q must be 1-128 of [A-Za-z0-9_-]", q.Run)}
+		return inboxSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "run", Message: fmt.Sprintf("run %q must be 1-128 of [A-Za-z0-9_-]", q.Run)}
 	}
 	if q.Agent != "" && !projections.ValidRunID(q.Agent) {
-		return q, &weft.Error{Code: weft.CodeBadFilter, Reason: "agent", Message: fmt.Sprintf("agent %q must be 1-128 of [A-Za-z0-9_-]", q.Agent)}
+		return inboxSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "agent", Message: fmt.Sprintf("agent %q must be 1-128 of [A-Za-z0-9_-]", q.Agent)}
 	}
-	return q, nil
+	spec := inboxSpec{run: q.Run, agent: q.Agent, limit: q.Limit}
+	if spec.limit == 0 {
+		spec.limit = DefaultInboxLimit
+	}
+	if spec.limit < 0 || spec.limit > MaxInboxLimit {
+		return inboxSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "limit", Message: fmt.Sprintf("limit must be 1..%d; got %d", MaxInboxLimit, q.Limit)}
+	}
+	if q.Cursor != "" {
+		if spec.after, err = decodeInboxCursor(q.Cursor); err != nil {
+			return inboxSpec{}, err
+		}
+	}
+	return spec, nil
 }
 
-func (s *Service) handleApprovals(_ context.Context, body []byte) (any, error) {
+// inboxItem reads what an inbox's order and filters need of an item.
+type inboxItem[T any] struct {
+	at            func(T) time.Time
+	run, action   func(T) string
+	agent         func(T) string
+	index, bucket string
+}
+
+// page answers one page of an inbox, oldest first: from the run's own
+// keys of the inbox bucket when the request names a run, else by walking
+// the inbox's order index from the cursor's window.
+func (ii inboxItem[T]) page(ctx context.Context, r *indexReader, spec inboxSpec) ([]T, string, error) {
+	var kept []T
+	keep := func(msgs []kvMsg) {
+		for _, m := range msgs {
+			var it T
+			if json.Unmarshal(m.value, &it) != nil {
+				continue
+			}
+			if spec.run != "" && ii.run(it) != spec.run || spec.agent != "" && ii.agent(it) != spec.agent {
+				continue
+			}
+			if spec.after != nil && spec.after.compare(ii.at(it), ii.run(it), ii.action(it)) <= 0 {
+				continue
+			}
+			kept = append(kept, it)
+		}
+	}
+	if spec.run != "" {
+		msgs, err := r.last(ctx, ii.bucket, []string{spec.run + ".>"})
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", ii.index, err)
+		}
+		keep(msgs)
+	} else {
+		w := walk{r: r, index: ii.index, tokens: filterToken(spec.agent), visit: func(msgs []kvMsg) (bool, error) {
+			keep(msgs)
+			return len(kept) > spec.limit, nil
+		}}
+		if spec.after != nil {
+			w.from = window(time.Unix(0, spec.after.At))
+		}
+		if err := w.run(ctx); err != nil {
+			return nil, "", fmt.Errorf("%s: %w", ii.index, err)
+		}
+	}
+	slices.SortFunc(kept, func(a, b T) int {
+		return inboxPosition{At: ii.at(b).UnixNano(), Run: ii.run(b), Action: ii.action(b)}.compare(ii.at(a), ii.run(a), ii.action(a))
+	})
+	next := ""
+	if len(kept) > spec.limit {
+		last := kept[spec.limit-1]
+		next = inboxPosition{At: ii.at(last).UnixNano(), Run: ii.run(last), Action: ii.action(last)}.encode()
+		kept = kept[:spec.limit]
+	}
+	return kept, next, nil
+}
+
+var (
+	approvalsInbox = inboxItem[projections.ApprovalItem]{
+		at:  func(it projections.ApprovalItem) time.Time { return it.Requested },
+		run: func(it projections.ApprovalItem) string { return it.Run }, action: func(it projections.ApprovalItem) string { return it.Action },
+		agent: func(it projections.ApprovalItem) string { return it.Agent.Name },
+		index: IndexApprovals, bucket: BucketApprovals,
+	}
+	uncertainInbox = inboxItem[projections.UncertainItem]{
+		at:  func(it projections.UncertainItem) time.Time { return it.Since },
+		run: func(it projections.UncertainItem) string { return it.Run }, action: func(it projections.UncertainItem) string { return it.Action },
+		agent: func(it projections.UncertainItem) string { return it.Agent.Name },
+		index: IndexUncertain, bucket: BucketUncertain,
+	}
+	questionsInbox = inboxItem[projections.QuestionItem]{
+		at:  func(it projections.QuestionItem) time.Time { return it.Since },
+		run: func(it projections.QuestionItem) string { return it.Run }, action: func(it projections.QuestionItem) string { return it.Action },
+		agent: func(it projections.QuestionItem) string { return it.Agent.Name },
+		index: IndexQuestions, bucket: BucketQuestions,
+	}
+)
+
+func (s *Service) handleApprovals(ctx context.Context, body []byte) (any, error) {
 	q, err := s.inboxFilter(body)
 	if err != nil {
 		return nil, err
 	}
-	items := []projections.ApprovalItem{}
-	for _, it := range s.approvals.values() {
-		if (q.Run == "" || it.Run == q.Run) && (q.Agent == "" || it.Agent.Name == q.Agent) {
-			items = append(items, it)
-		}
+	items, next, err := approvalsInbox.page(ctx, s.reader, q)
+	if err != nil {
+		return nil, err
 	}
-	projections.SortApprovals(items)
-	return ApprovalsReply{Schema: 1, Items: items}, nil
+	return ApprovalsReply{Schema: 1, Items: append([]projections.ApprovalItem{}, items...), Next: next}, nil
 }
 
-func (s *Service) handleUncertain(_ context.Context, body []byte) (any, error) {
+func (s *Service) handleUncertain(ctx context.Context, body []byte) (any, error) {
 	q, err := s.inboxFilter(body)
 	if err != nil {
 		return nil, err
 	}
-	var items []projections.UncertainItem
-	for _, it := range s.uncertain.values() {
-		if (q.Run == "" || it.Run == q.Run) && (q.Agent == "" || it.Agent.Name == q.Agent) {
-			items = append(items, it)
-		}
+	items, next, err := uncertainInbox.page(ctx, s.reader, q)
+	if err != nil {
+		return nil, err
 	}
 	now := s.now().UTC()
-	return UncertainReply{Schema: 1, Now: now, Items: append([]projections.UncertainItem{}, projections.Aged(items, now)...)}, nil
+	return UncertainReply{Schema: 1, Now: now, Items: append([]projections.UncertainItem{}, projections.Aged(items, now)...), Next: next}, nil
 }
 
-func (s *Service) handleQuestions(_ context.Context, body []byte) (any, error) {
+func (s *Service) handleQuestions(ctx context.Context, body []byte) (any, error) {
 	q, err := s.inboxFilter(body)
 	if err != nil {
 		return nil, err
 	}
-	items := []projections.QuestionItem{}
-	for _, it := range s.questions.values() {
-		if (q.Run == "" || it.Run == q.Run) && (q.Agent == "" || it.Agent.Name == q.Agent) {
-			items = append(items, it)
-		}
+	items, next, err := questionsInbox.page(ctx, s.reader, q)
+	if err != nil {
+		return nil, err
 	}
-	projections.SortQuestions(items)
-	return QuestionsReply{Schema: 1, Items: items}, nil
+	return QuestionsReply{Schema: 1, Items: append([]projections.QuestionItem{}, items...), Next: next}, nil
 }
 
 func (s *Service) handleHistory(ctx context.Context, body []byte) (any, error) {
@@ -533,84 +716,4 @@ func (s *Service) handleHistory(ctx context.Context, body []byte) (any, error) {
 	}
 	reply.Events = append(reply.Events, page...)
 	return reply, nil
-}
-
-// mirror keeps an in-memory copy of a KV bucket's decoded values.
-type mirror[T any] struct {
-	mu     sync.Mutex
-	bucket string
-	vals   map[string]T
-}
-
-// values returns the mirrored values sorted by key.
-func (m *mirror[T]) values() []T {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	keys := make([]string, 0, len(m.vals))
-	for k := range m.vals {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	out := make([]T, 0, len(keys))
-	for _, k := range keys {
-		out = append(out, m.vals[k])
-	}
-	return out
-}
-
-// watch mirrors bucket until wctx ends; it returns once the initial values
-// are loaded.
-func watch[T any](ctx, wctx context.Context, js jetstream.JetStream, bucket string) (*mirror[T], error) {
-	kv, err := js.KeyValue(ctx, bucket)
-	if err != nil {
-		return nil, fmt.Errorf("projector: bucket %s: %w", bucket, err)
-	}
-	w, err := kv.WatchAll(wctx)
-	if err != nil {
-		return nil, fmt.Errorf("projector: watch %s: %w", bucket, err)
-	}
-	m := &mirror[T]{bucket: bucket, vals: map[string]T{}}
-	apply := func(e jetstream.KeyValueEntry) {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if e.Operation() != jetstream.KeyValuePut {
-			delete(m.vals, e.Key())
-			return
-		}
-		var v T
-		if json.Unmarshal(e.Value(), &v) == nil {
-			m.vals[e.Key()] = v
-		}
-	}
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, fmt.Errorf("projector: watch %s closed", bucket)
-			}
-			if e == nil {
-				go func() {
-					defer w.Stop()
-					for {
-						select {
-						case e, ok := <-w.Updates():
-							if !ok {
-								return
-							}
-							if e != nil {
-								apply(e)
-							}
-						case <-wctx.Done():
-							return
-						}
-					}
-				}()
-				return m, nil
-			}
-			apply(e)
-		case <-ctx.Done():
-			w.Stop()
-			return nil, ctx.Err()
-		}
-	}
 }

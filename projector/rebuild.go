@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -101,11 +102,14 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	}
 	total := uint64(len(runs))
 	step := max(total/100, 1)
+	stored := make([]projections.Change, 0, len(runs))
 	for i, run := range runs {
 		v := views[run]
-		if err := p.rewrite(ctx, v); err != nil {
+		sv, err := p.rewrite(ctx, v)
+		if err != nil {
 			return Checkpoint{}, err
 		}
+		stored = append(stored, derivedOf(sv))
 		keep[BucketViews][run] = true
 		keep[BucketRuns][run] = true
 		if n := uint64(i + 1); n%step == 0 || n == total {
@@ -122,6 +126,9 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 			return Checkpoint{}, err
 		}
 	}
+	if err := p.sweepIndex(ctx, stored); err != nil {
+		return Checkpoint{}, err
+	}
 	cp, err := p.Checkpoint(ctx)
 	if err != nil {
 		return Checkpoint{}, err
@@ -136,26 +143,95 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 }
 
 // rewrite stores a rebuilt view and what derives from it, unless the stored
-// view is already newer.
-func (p *Projector) rewrite(ctx context.Context, v projections.RunView) error {
+// view is already newer; it returns the view stored.
+func (p *Projector) rewrite(ctx context.Context, v projections.RunView) (projections.RunView, error) {
 	for range 16 {
 		old, rev, err := p.readView(ctx, v.Run)
 		if err != nil {
-			return err
+			return projections.RunView{}, err
 		}
 		if old.Version > v.Version {
-			return nil
+			return old, nil
 		}
 		c := projections.Derive(v)
-		ok, err := p.store(ctx, c, rev)
+		ok, err := p.store(ctx, old, c, rev)
+		if err != nil {
+			return projections.RunView{}, err
+		}
+		if ok {
+			return v, nil
+		}
+	}
+	return projections.RunView{}, fmt.Errorf("projector: rebuild %s: view kept changing", v.Run)
+}
+
+// sweepIndex purges every key of BucketIndex that the stored views do not
+// account for: an entry whose run's view (read again, in case a live
+// projector moved it since) does not hold it, and a directory node that
+// leads to no entry kept.
+func (p *Projector) sweepIndex(ctx context.Context, stored []projections.Change) error {
+	lister, err := p.index.kv.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("projector: list %s: %w", BucketIndex, err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	keep := map[string]bool{}
+	var kept []entry
+	for _, c := range stored {
+		for _, e := range entries(c) {
+			keep[e.key] = true
+			kept = append(kept, e)
+		}
+	}
+	reread := map[string]bool{}
+	for _, k := range keys {
+		run, ok := entryRun(k)
+		if !ok || keep[k] || reread[run] {
+			continue
+		}
+		reread[run] = true
+		v, _, err := p.readView(ctx, run)
 		if err != nil {
 			return err
 		}
-		if ok {
-			return nil
+		for _, e := range entries(derivedOf(v)) {
+			keep[e.key] = true
+			kept = append(kept, e)
 		}
 	}
-	return fmt.Errorf("projector: rebuild %s: view kept changing", v.Run)
+	for _, e := range kept {
+		for _, n := range nodes(e.index, e.window, e.tokens) {
+			keep[n] = true
+		}
+	}
+	for _, k := range keys {
+		if !keep[k] {
+			if err := p.index.purge(ctx, k); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// entryRun returns the run of an entry key of BucketIndex (false for a
+// directory node or a key of no index).
+func entryRun(key string) (string, bool) {
+	t := strings.Split(key, ".")
+	if len(t) < 3 || t[1] != "e" {
+		return "", false
+	}
+	switch {
+	case t[0] == IndexRuns && len(t) == 6: // runs.e.<window>.<status>.<agent>.<run>
+		return t[5], true
+	case len(t) == 6: // <inbox>.e.<window>.<agent>.<run>.<action key>
+		return t[4], true
+	}
+	return "", false
 }
 
 // sweep deletes the keys of kv that no stored view accounts for. For the

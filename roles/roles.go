@@ -15,7 +15,9 @@
 //     the log to check that an attempt is current, and never publishes on
 //     weft.ev.>.
 //   - Projector reads the log and writes the read-model buckets (weft_views,
-//     weft_runs, weft_inbox_*, weft_projector); it serves the queries.
+//     weft_runs, weft_inbox_*, weft_open_questions, weft_index,
+//     weft_projector; it may purge keys of weft_index); it serves the
+//     queries.
 //   - Operator answers approvals, rejects, reconciles, cancels and starts
 //     runs, and reads everything a Reader reads.
 //   - Reader asks the queries and reads the history and the read models;
@@ -203,6 +205,8 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		for _, b := range projectorBuckets {
 			g.Publish = append(g.Publish, writeBucket(b)...)
 		}
+		// Remove an order index key without a delete marker (docs/adr/0020).
+		g.Publish = append(g.Publish, "$JS.API.STREAM.PURGE."+kvStream(projector.BucketIndex))
 		g.Subscribe = append(g.Subscribe, projector.QueryPrefix+".*", "$SRV.>")
 	case Operator, Reader:
 		if role == Operator {

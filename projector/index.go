@@ -1,0 +1,485 @@
+package projector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/projections"
+)
+
+// BucketIndex holds the order indexes (docs/adr/0020,
+// docs/protocol/50-queries.md "Order indexes"): it holds, for the run list and for each
+// inbox, one entry per run or item under a key that names its time window
+// (the millisecond of its order time) and its filter tokens, and a
+// directory of the windows that hold entries: a trie over the window's 14
+// decimal digits, two digits a level, one node per non-empty (window
+// prefix, filter tokens). A query walks the directory from the newest (or
+// oldest) window down, reading only the nodes and windows on its way, so a
+// page costs about the same with a thousand runs as with a million.
+//
+//	<index>.e.<window>.<tokens>.<id>      the entry (value: the summary or item)
+//	<index>.d.p<prefix>.<digits>.<tokens> the window prefix+digits holds entries with those tokens (value {})
+//
+// <tokens> are status and agent for the run list, the agent for an inbox,
+// each escaped like an action key (Token); <id> is the run id, or the
+// item's key <run>.<action key>.
+const BucketIndex = "weft_index"
+
+// The indexes of BucketIndex: the first token of each key.
+const (
+	// IndexRuns orders the run summaries by last change (entry tokens:
+	// status, agent).
+	IndexRuns = "runs"
+	// IndexApprovals orders the pending approval requests by request time
+	// (entry token: agent).
+	IndexApprovals = "approvals"
+	// IndexUncertain orders the uncertain effects by when they became
+	// uncertain (entry token: agent).
+	IndexUncertain = "uncertain"
+	// IndexQuestions orders the open questions by when they were asked
+	// (entry token: agent).
+	IndexQuestions = "questions"
+)
+
+// windowDigits is the width of a window: milliseconds since 1970, zero
+// padded (up to the year 5138; later times share the last window).
+const windowDigits = 14
+
+// levelDigits is how many digits of the window one directory level adds;
+// a node has at most 10^levelDigits children per token combination.
+const levelDigits = 2
+
+// nodeValue is the value of a directory node.
+var nodeValue = []byte("{}")
+
+// Token escapes one key token of an index: every byte outside
+// [A-Za-z0-9_-] is written "=XX" (as in projections.ItemKey), and the
+// empty string is "=".
+func Token(s string) string {
+	if s == "" {
+		return "="
+	}
+	k := projections.ItemKey("", s)
+	return k[1:]
+}
+
+// window returns the window of t: its millisecond since 1970, clamped to
+// the representable range, as windowDigits digits.
+func window(t time.Time) string {
+	ms := max(t.UnixMilli(), 0)
+	if ms >= 1e14 {
+		ms = 1e14 - 1
+	}
+	s := strconv.FormatInt(ms, 10)
+	return strings.Repeat("0", windowDigits-len(s)) + s
+}
+
+// entry is one index entry: its key, value, window and filter tokens.
+type entry struct {
+	key    string
+	value  []byte
+	index  string
+	window string
+	tokens string // the filter tokens, joined by "."
+}
+
+func newEntry(index string, at time.Time, tokens []string, id string, v any) entry {
+	b, _ := json.Marshal(v)
+	w := window(at)
+	tk := strings.Join(tokens, ".")
+	return entry{key: index + ".e." + w + "." + tk + "." + id, value: b, index: index, window: w, tokens: tk}
+}
+
+// entries returns the index entries a derived change accounts for: the
+// run's summary and its inbox items.
+func entries(c projections.Change) []entry {
+	var out []entry
+	if c.Summary.Run != "" {
+		out = append(out, newEntry(IndexRuns, c.Summary.Updated, []string{Token(c.Summary.Status), Token(c.Summary.Agent.Name)}, c.Summary.Run, c.Summary))
+	}
+	for _, it := range c.Approvals {
+		out = append(out, newEntry(IndexApprovals, it.Requested, []string{Token(it.Agent.Name)}, projections.ItemKey(it.Run, it.Action), it))
+	}
+	for _, it := range c.Uncertain {
+		out = append(out, newEntry(IndexUncertain, it.Since, []string{Token(it.Agent.Name)}, projections.ItemKey(it.Run, it.Action), it))
+	}
+	for _, it := range c.Questions {
+		out = append(out, newEntry(IndexQuestions, it.Since, []string{Token(it.Agent.Name)}, projections.ItemKey(it.Run, it.Action), it))
+	}
+	return out
+}
+
+// derivedOf is what a stored view accounts for in the index (nothing for
+// no view).
+func derivedOf(v projections.RunView) projections.Change {
+	if v.Run == "" {
+		return projections.Change{}
+	}
+	return projections.Derive(v)
+}
+
+// nodes returns the directory node keys of a window and tokens, from the
+// root down.
+func nodes(index, w, tokens string) []string {
+	var out []string
+	for n := 0; n < windowDigits; n += levelDigits {
+		out = append(out, nodeKey(index, w[:n], w[n:n+levelDigits], tokens))
+	}
+	return out
+}
+
+func nodeKey(index, prefix, digits, tokens string) string {
+	return index + ".d.p" + prefix + "." + digits + "." + tokens
+}
+
+// indexWriter maintains BucketIndex for one projector. Its writes for one
+// run never interleave (a projector folds the log in order); known caches
+// the directory nodes this writer put and has not pruned, so an entry into
+// a window already known costs one put.
+type indexWriter struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	known  map[string]bool
+	// writes counts the KV operations (puts, purges, existence checks).
+	writes uint64
+}
+
+// maxKnown bounds the node cache; it is emptied when full.
+const maxKnown = 1 << 16
+
+func newIndexWriter(ctx context.Context, js jetstream.JetStream) (*indexWriter, error) {
+	kv, err := js.KeyValue(ctx, BucketIndex)
+	if err != nil {
+		return nil, fmt.Errorf("projector: bucket %s: %w", BucketIndex, err)
+	}
+	st, err := js.Stream(ctx, kvStream(BucketIndex))
+	if err != nil {
+		return nil, fmt.Errorf("projector: bucket %s: %w", BucketIndex, err)
+	}
+	return &indexWriter{js: js, kv: kv, stream: st, known: map[string]bool{}}, nil
+}
+
+func kvStream(bucket string) string { return "KV_" + bucket }
+
+// apply moves the index from the entries of before to those of after: it
+// puts every entry that is new or changed (and its directory nodes, root
+// first), then removes the entries after no longer has and prunes the
+// directory nodes left without entries. With force it puts every node of
+// after's entries again (a repair after a stop between writes).
+func (w *indexWriter) apply(ctx context.Context, before, after []entry, force bool) error {
+	had := make(map[string][]byte, len(before))
+	for _, e := range before {
+		had[e.key] = e.value
+	}
+	has := make(map[string]bool, len(after))
+	// The puts are published at once and their acknowledgements awaited
+	// together (they arrive in order: nodes before their entry); the
+	// removals wait for them, so that pruning sees the new entries.
+	var acks []jetstream.PubAckFuture
+	put := func(key string, value []byte) error {
+		w.writes++
+		a, err := w.js.PublishAsync("$KV."+BucketIndex+"."+key, value)
+		if err != nil {
+			return fmt.Errorf("projector: put %s %s: %w", BucketIndex, key, err)
+		}
+		acks = append(acks, a)
+		return nil
+	}
+	for _, e := range after {
+		has[e.key] = true
+		old, ok := had[e.key]
+		if ok && bytes.Equal(old, e.value) && !force {
+			continue
+		}
+		for _, k := range nodes(e.index, e.window, e.tokens) {
+			if w.known[k] && !force {
+				continue
+			}
+			if err := put(k, nodeValue); err != nil {
+				return err
+			}
+			if len(w.known) >= maxKnown {
+				clear(w.known)
+			}
+			w.known[k] = true
+		}
+		if err := put(e.key, e.value); err != nil {
+			return err
+		}
+	}
+	for _, a := range acks {
+		select {
+		case <-a.Ok():
+		case err := <-a.Err():
+			clear(w.known) // a node may be missing
+			return fmt.Errorf("projector: put %s %s: %w", BucketIndex, a.Msg().Subject, err)
+		case <-ctx.Done():
+			clear(w.known)
+			return ctx.Err()
+		}
+	}
+	for _, e := range before {
+		if has[e.key] {
+			continue
+		}
+		if err := w.remove(ctx, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// purge removes key from the bucket without a delete marker (a marker
+// would count as an entry for the existence checks of pruning).
+func (w *indexWriter) purge(ctx context.Context, key string) error {
+	w.writes++
+	if err := w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key)); err != nil {
+		return fmt.Errorf("projector: purge %s %s: %w", BucketIndex, key, err)
+	}
+	delete(w.known, key)
+	return nil
+}
+
+// exists reports whether some key matches the subject filter.
+func (w *indexWriter) exists(ctx context.Context, filter string) (bool, error) {
+	w.writes++
+	_, err := w.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject("$KV."+BucketIndex+"."+filter))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("projector: read %s %s: %w", BucketIndex, filter, err)
+	}
+	return true, nil
+}
+
+// remove purges entry e, then each directory node of its window that no
+// longer leads to an entry, from the bottom up.
+func (w *indexWriter) remove(ctx context.Context, e entry) error {
+	if err := w.purge(ctx, e.key); err != nil {
+		return err
+	}
+	ok, err := w.exists(ctx, e.index+".e."+e.window+"."+e.tokens+".>")
+	if err != nil || ok {
+		return err
+	}
+	for n := windowDigits - levelDigits; n >= 0; n -= levelDigits {
+		if err := w.purge(ctx, nodeKey(e.index, e.window[:n], e.window[n:n+levelDigits], e.tokens)); err != nil {
+			return err
+		}
+		if n == 0 {
+			return nil
+		}
+		ok, err := w.exists(ctx, e.index+".d.p"+e.window[:n]+".*."+e.tokens)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// indexKeys returns every key of BucketIndex that the stored change set
+// accounts for: the entries and their directory nodes (what a rebuild
+// keeps).
+func indexKeys(cs []projections.Change) map[string]bool {
+	keep := map[string]bool{}
+	for _, c := range cs {
+		for _, e := range entries(c) {
+			keep[e.key] = true
+			for _, k := range nodes(e.index, e.window, e.tokens) {
+				keep[k] = true
+			}
+		}
+	}
+	return keep
+}
+
+// kvMsg is one message of a direct get: its key (the subject after the
+// bucket's prefix), stream sequence and value.
+type kvMsg struct {
+	key   string
+	seq   uint64
+	value []byte
+}
+
+// errTooMany is a multi-subject direct get refused for matching more than
+// the server answers at once (1,024 subjects).
+var errTooMany = errors.New("too many results")
+
+// indexReader reads a KV bucket's latest values with direct gets: no
+// consumer, nothing held between requests.
+type indexReader struct {
+	nc *nats.Conn
+	// onRead is called with the number of messages each request read.
+	onRead func(n int)
+}
+
+// last returns the latest value of every key of bucket matching one of
+// filters (KV key filters), in stream order. Deleted keys are left out.
+func (r *indexReader) last(ctx context.Context, bucket string, filters []string) ([]kvMsg, error) {
+	subjects := make([]string, len(filters))
+	for i, f := range filters {
+		subjects[i] = "$KV." + bucket + "." + f
+	}
+	msgs, err := r.direct(ctx, bucket, map[string]any{"multi_last": subjects})
+	if !errors.Is(err, errTooMany) {
+		return msgs, err
+	}
+	// More than one answer holds: each filter's keys in stream order, a
+	// batch at a time (History 1: every message is a key's latest).
+	msgs = nil
+	for _, s := range subjects {
+		for seq := uint64(1); ; {
+			got, err := r.direct(ctx, bucket, map[string]any{"seq": seq, "next_by_subj": s, "batch": 1000})
+			if err != nil {
+				return nil, err
+			}
+			msgs = append(msgs, got...)
+			if len(got) < 1000 {
+				break
+			}
+			seq = got[len(got)-1].seq + 1
+		}
+	}
+	return msgs, nil
+}
+
+// direct sends one batched direct get request to bucket's stream and
+// collects its messages up to the end-of-batch marker.
+func (r *indexReader) direct(ctx context.Context, bucket string, req map[string]any) ([]kvMsg, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	inbox := r.nc.NewRespInbox()
+	sub, err := r.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", bucket, err)
+	}
+	defer sub.Unsubscribe()
+	if err := r.nc.PublishRequest("$JS.API.DIRECT.GET."+kvStream(bucket), inbox, body); err != nil {
+		return nil, fmt.Errorf("read %s: %w", bucket, err)
+	}
+	prefix := "$KV." + bucket + "."
+	var out []kvMsg
+	defer func() {
+		if r.onRead != nil {
+			r.onRead(len(out))
+		}
+	}()
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", bucket, err)
+		}
+		if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
+			switch status {
+			case "204": // end of batch
+				return out, nil
+			case "404":
+				return out, nil
+			case "413":
+				return nil, errTooMany
+			default:
+				return nil, fmt.Errorf("read %s: direct get answered %s %s", bucket, status, m.Header.Get("Description"))
+			}
+		}
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			continue
+		}
+		seq, _ := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+		out = append(out, kvMsg{key: strings.TrimPrefix(m.Header.Get("Nats-Subject"), prefix), seq: seq, value: m.Data})
+	}
+}
+
+// walk visits the entries of one index window by window, in time order
+// (newest first when desc), reading the directory from the root. Filter
+// tokens are escaped tokens or "*". from bounds the first window visited
+// (desc: windows at or before it; asc: at or after), to the last (desc
+// only: windows at or after it); "" does not bound. visit receives the
+// entries of a few consecutive windows at a time, in stream order, and
+// returns true to stop.
+type walk struct {
+	r      *indexReader
+	index  string
+	tokens string
+	desc   bool
+	from   string
+	to     string
+	visit  func([]kvMsg) (bool, error)
+}
+
+// batchWindows is how many windows one entry read asks for.
+const batchWindows = 8
+
+func (w *walk) run(ctx context.Context) error {
+	_, err := w.node(ctx, "")
+	return err
+}
+
+func (w *walk) node(ctx context.Context, prefix string) (bool, error) {
+	msgs, err := w.r.last(ctx, BucketIndex, []string{w.index + ".d.p" + prefix + ".*." + w.tokens})
+	if err != nil {
+		return false, err
+	}
+	seen := map[string]bool{}
+	var kids []string
+	for _, m := range msgs {
+		// <index>.d.p<prefix>.<digits>.<tokens>
+		rest := strings.TrimPrefix(m.key, w.index+".d.p"+prefix+".")
+		d, _, _ := strings.Cut(rest, ".")
+		if len(d) != levelDigits || seen[d] {
+			continue
+		}
+		p := prefix + d
+		n := len(p)
+		if w.desc {
+			if w.from != "" && p > w.from[:n] || w.to != "" && p < w.to[:n] {
+				continue
+			}
+		} else if w.from != "" && p < w.from[:n] {
+			continue
+		}
+		seen[d] = true
+		kids = append(kids, p)
+	}
+	slices.Sort(kids)
+	if w.desc {
+		slices.Reverse(kids)
+	}
+	if len(prefix)+levelDigits < windowDigits {
+		for _, k := range kids {
+			if stop, err := w.node(ctx, k); stop || err != nil {
+				return stop, err
+			}
+		}
+		return false, nil
+	}
+	for len(kids) > 0 {
+		n := min(len(kids), batchWindows)
+		filters := make([]string, n)
+		for i, k := range kids[:n] {
+			filters[i] = w.index + ".e." + k + "." + w.tokens + ".>"
+		}
+		kids = kids[n:]
+		msgs, err := w.r.last(ctx, BucketIndex, filters)
+		if err != nil {
+			return false, err
+		}
+		if stop, err := w.visit(msgs); stop || err != nil {
+			return stop, err
+		}
+	}
+	return false, nil
+}
