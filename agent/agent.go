@@ -465,17 +465,18 @@ func (a *Agent) Tool(name string) (tools.Tool, bool) {
 // policy runs: outcome is events.CallUnknownTool when the agent has no tool
 // called name (detail "unknown_tool"), events.CallInvalidArguments when the
 // arguments do not fit the tool's input schema (detail "<path>: <reason>",
-// what the model reads), or events.CallValid with the normalized arguments.
-func (a *Agent) ValidateCall(name string, args json.RawMessage) (outcome, detail string, normalized json.RawMessage) {
+// what the model reads), or events.CallValid with the validated arguments:
+// their normalized JSON and their decoded value (tools.Arguments).
+func (a *Agent) ValidateCall(name string, args json.RawMessage) (outcome, detail string, valid tools.Arguments) {
 	t, ok := a.byName[name]
 	if !ok {
-		return events.CallUnknownTool, "unknown_tool", nil
+		return events.CallUnknownTool, "unknown_tool", tools.Arguments{}
 	}
-	norm, err := t.Validate(args)
+	valid, err := t.Validate(args)
 	if err != nil {
-		return events.CallInvalidArguments, err.Error(), nil
+		return events.CallInvalidArguments, err.Error(), tools.Arguments{}
 	}
-	return events.CallValid, "", norm
+	return events.CallValid, "", valid
 }
 
 // ToolConfig returns the configuration the runtime records for an action

@@ -310,7 +310,7 @@ func TestTypedAnswer(t *testing.T) {
 		{`{"paid": true, "amount": 5}`, `{"paid":true,"amount":5}`, ""},
 		{"```json\n{\"paid\":false,\"amount\":0}\n```", `{"paid":false,"amount":0}`, ""},
 		{`I paid it.`, "", "/: not valid JSON: invalid character 'I' looking for beginning of value"},
-		{`{"paid": "yes", "amount": 5}`, "", "/paid: got string, want boolean"},
+		{`{"paid": "yes", "amount": 5}`, "", `/paid: type: yes has type "string", want "boolean"`},
 		{``, "", "/: the answer is empty, want a JSON value"},
 	}
 	for _, tt := range tests {
@@ -371,14 +371,14 @@ func TestValidateCall(t *testing.T) {
 		outcome, detail, normal string
 	}{
 		{"echo", `{ "text": "hi" }`, events.CallValid, "", `{"text":"hi"}`},
-		{"echo", `{"text": 1}`, events.CallInvalidArguments, "/text: got integer, want string", ""},
-		{"echo", ``, events.CallInvalidArguments, `/: missing required property "text"`, ""},
+		{"echo", `{"text": 1}`, events.CallInvalidArguments, `/text: type: 1 has type "integer", want "string"`, ""},
+		{"echo", ``, events.CallInvalidArguments, `/: required: missing properties: ["text"]`, ""},
 		{"nope", `{}`, events.CallUnknownTool, "unknown_tool", ""},
 	}
 	for _, tt := range tests {
 		outcome, detail, norm := a.ValidateCall(tt.name, json.RawMessage(tt.args))
-		if outcome != tt.outcome || detail != tt.detail || string(norm) != tt.normal {
-			t.Errorf("ValidateCall(%s, %s) = %s, %q, %s", tt.name, tt.args, outcome, detail, norm)
+		if outcome != tt.outcome || detail != tt.detail || string(norm.JSON) != tt.normal {
+			t.Errorf("ValidateCall(%s, %s) = %s, %q, %s", tt.name, tt.args, outcome, detail, norm.JSON)
 		}
 	}
 	if started != 0 {

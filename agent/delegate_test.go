@@ -54,8 +54,8 @@ func TestDelegate(t *testing.T) {
 	if out, _, _ := parent.ValidateCall("researcher", json.RawMessage(`{"input":7}`)); out != events.CallInvalidArguments {
 		t.Fatalf("bad input validated: %s", out)
 	}
-	if out, _, norm := parent.ValidateCall("researcher", json.RawMessage(`{"input":"find"}`)); out != events.CallValid || string(norm) != `{"input":"find"}` {
-		t.Fatalf("validation %s %s", out, norm)
+	if out, _, norm := parent.ValidateCall("researcher", json.RawMessage(`{"input":"find"}`)); out != events.CallValid || string(norm.JSON) != `{"input":"find"}` {
+		t.Fatalf("validation %s %s", out, norm.JSON)
 	}
 	if r := tool.Invoke(context.Background(), tools.Call{}, json.RawMessage(`{"input":"x"}`), tools.Settlement{}); r.Outcome != events.OutcomeExplain {
 		t.Fatalf("a delegation's body ran: %+v", r)

@@ -507,8 +507,17 @@ func (t *Tool) SettleWithin() time.Duration { return 0 }
 // Validate checks args against the server's input schema and returns them
 // compacted (an empty or null value as {}): exactly what the policy sees
 // and what is sent to the server. A value that does not fit is a
-// *tools.ValidationError.
-func (t *Tool) Validate(args json.RawMessage) (json.RawMessage, error) {
+// *tools.ValidationError. An MCP tool has no Go input type: the
+// Arguments hold no decoded value.
+func (t *Tool) Validate(args json.RawMessage) (tools.Arguments, error) {
+	norm, err := t.validate(args)
+	if err != nil {
+		return tools.Arguments{}, err
+	}
+	return tools.Arguments{JSON: norm}, nil
+}
+
+func (t *Tool) validate(args json.RawMessage) (json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(args)
 	if len(trimmed) == 0 || string(trimmed) == "null" {
 		trimmed = []byte("{}")

@@ -213,11 +213,11 @@ func TestSchemaAndExactArguments(t *testing.T) {
 		}
 	}
 	args, err := echo.Validate(json.RawMessage(" { \"message\" : \"héllo\" } "))
-	if err != nil || string(args) != `{"message":"héllo"}` {
-		t.Fatalf("Validate = %s, %v", args, err)
+	if err != nil || string(args.JSON) != `{"message":"héllo"}` {
+		t.Fatalf("Validate = %s, %v", args.JSON, err)
 	}
 	call := tools.Call{Run: "run-1", Action: "2/call_2_1", Attempt: 1, Correlation: "corr"}
-	r := echo.Invoke(ctx, call, args, tools.Settlement{})
+	r := echo.Invoke(ctx, call, args.JSON, tools.Settlement{})
 	if r.Outcome != events.OutcomeOutput {
 		t.Fatalf("Invoke: %+v", r)
 	}
@@ -225,11 +225,11 @@ func TestSchemaAndExactArguments(t *testing.T) {
 		t.Fatalf("content %s, want the server's result %s", r.Content, want)
 	}
 	got := srv.recorded()
-	if len(got) != 1 || got[0].args != string(args) || got[0].key != call.IdempotencyKey() {
-		t.Fatalf("the server got %+v, want arguments %s and key %s", got, args, call.IdempotencyKey())
+	if len(got) != 1 || got[0].args != string(args.JSON) || got[0].key != call.IdempotencyKey() {
+		t.Fatalf("the server got %+v, want arguments %s and key %s", got, args.JSON, call.IdempotencyKey())
 	}
 	// A replay (attempt 2) and a new correlation carry the same key.
-	echo.Invoke(ctx, tools.Call{Run: "run-1", Action: "2/call_2_1", Attempt: 2, Correlation: "other"}, args, tools.Settlement{})
+	echo.Invoke(ctx, tools.Call{Run: "run-1", Action: "2/call_2_1", Attempt: 2, Correlation: "other"}, args.JSON, tools.Settlement{})
 	if got := srv.recorded(); got[1].key != got[0].key {
 		t.Fatalf("keys differ across attempts: %v %v", got[0].key, got[1].key)
 	}

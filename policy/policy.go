@@ -49,8 +49,30 @@ type Action struct {
 	// Arguments is the exact validated arguments JSON (normalized by the
 	// tool's input codec). Decode it with tools.Input.
 	Arguments json.RawMessage
+	// Decoded is Arguments already decoded into the tool's Go input type
+	// by the validation that accepted them in this process
+	// (tools.Arguments.Decoded), or the zero Decoded, as for an action
+	// read back from the log. tools.Input returns it instead of decoding
+	// Arguments again.
+	Decoded Decoded
 	// Target says what the action starts.
 	Target Target
+}
+
+// Decoded holds an action's arguments decoded into the tool's Go input
+// type by the validation that accepted them, so that the policy's typed
+// match (tools.Input) does not parse the JSON again (docs/adr/0022). The
+// zero Decoded holds nothing. Build one with DecodedOf, read it with
+// DecodedAs.
+type Decoded struct{ v any }
+
+// DecodedOf returns the Decoded holding v.
+func DecodedOf[T any](v T) Decoded { return Decoded{v: v} }
+
+// DecodedAs returns the value d holds, and true, when it is a T.
+func DecodedAs[T any](d Decoded) (T, bool) {
+	v, ok := d.v.(T)
+	return v, ok
 }
 
 // Requirement names what an approval must satisfy: a requirement name (say

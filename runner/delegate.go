@@ -64,14 +64,12 @@ func withSubAgents(list []*agent.Agent) []*agent.Agent {
 
 // delegationLimits are the calls of the batch over a delegation bound, by
 // call id (the aggregate's DelegationLimits): the policy is not evaluated
-// for them.
-func delegationLimits(rn *run, b aggregate.CallBatch) map[string]string {
+// for them. valid names the calls whose arguments validated.
+func delegationLimits(rn *run, b aggregate.CallBatch, valid map[string]bool) map[string]string {
 	subs := map[string]bool{}
 	for _, c := range b.Calls {
-		if _, ok := rn.agent.SubAgent(c.Name); ok {
-			if out, _, _ := rn.agent.ValidateCall(c.Name, c.Arguments); out == events.CallValid {
-				subs[c.ID] = true
-			}
+		if _, ok := rn.agent.SubAgent(c.Name); ok && valid[c.ID] {
+			subs[c.ID] = true
 		}
 	}
 	if len(subs) == 0 {

@@ -68,10 +68,20 @@ func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) ag
 	ag := rn.agent
 	timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
 	out := aggregate.ResolveCalls{Turn: b.Turn}
-	limited := delegationLimits(rn, b) // checked before policy
-	for _, c := range b.Calls {
-		res := aggregate.Resolution{CallID: c.ID}
-		res.Validation, res.Detail, res.Normalized = ag.ValidateCall(c.Name, c.Arguments)
+	// Each call's arguments are parsed and validated once, here; the
+	// delegation bounds and the policy read that result (docs/adr/0022).
+	valid := make([]tools.Arguments, len(b.Calls))
+	results := make([]aggregate.Resolution, len(b.Calls))
+	validIDs := map[string]bool{}
+	for i, c := range b.Calls {
+		results[i] = aggregate.Resolution{CallID: c.ID}
+		results[i].Validation, results[i].Detail, valid[i] = ag.ValidateCall(c.Name, c.Arguments)
+		results[i].Normalized = valid[i].JSON
+		validIDs[c.ID] = results[i].Validation == events.CallValid
+	}
+	limited := delegationLimits(rn, b, validIDs) // checked before policy
+	for i, c := range b.Calls {
+		res := results[i]
 		target, over := delegationTarget(rn, c, &res, limited)
 		if res.Validation == events.CallValid && !over {
 			args := res.Normalized
@@ -79,7 +89,7 @@ func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) ag
 				args = c.Arguments
 			}
 			pctx, span := r.tel.StartPolicy(ctx, rn.id, aggregate.ActionID(b.Turn, c.ID))
-			dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: rn.id, ActionID: aggregate.ActionID(b.Turn, c.ID), Tool: c.Name, Arguments: args, Target: target}, timeout)
+			dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: rn.id, ActionID: aggregate.ActionID(b.Turn, c.ID), Tool: c.Name, Arguments: args, Decoded: valid[i].Decoded, Target: target}, timeout)
 			span.End()
 			res.Policy = policyResult(dec, err)
 			res.Tool, _ = ag.ToolConfig(c.Name)

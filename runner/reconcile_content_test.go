@@ -27,7 +27,7 @@ func TestScenario38_ReconcileContentChecked(t *testing.T) {
 	act := s.Actions()[0].ID
 	cases := []struct{ content, want string }{
 		{`null`, "null"},
-		{`{"foo":1}`, `"id"`},
+		{`{"foo":1}`, `"foo"`},
 		{`{"id":5}`, "/id"},
 	}
 	check := func(stored bool) {

@@ -34,7 +34,7 @@ func TestScenario25_SettlementContentChecked(t *testing.T) {
 	s := h.waitFor("r25c", "settling", func(s aggregate.State) bool { return s.Actions()[0].State == aggregate.ActionSettling })
 	v := s.Version()
 	for i, c := range []struct{ content, want string }{
-		{`{"foo":1}`, `"id"`},
+		{`{"foo":1}`, `"foo"`},
 		{`{"id":5}`, "/id"},
 		{`null`, `"id"`},
 	} {

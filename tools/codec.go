@@ -5,14 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"math/big"
 	"reflect"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 )
@@ -47,10 +43,10 @@ type Enumerated interface {
 // schema (a channel, a function, a map with non-string keys, a cycle) gives a
 // Codec whose Err is set; agent.Build reports it as ToolSchemaUnavailable.
 type Codec[T any] struct {
-	schema   *jsonschema.Schema
-	raw      json.RawMessage
-	resolved *jsonschema.Resolved
-	err      error
+	schema *jsonschema.Schema
+	raw    json.RawMessage
+	valid  *validator
+	err    error
 }
 
 // CodecFor returns the Codec of T. It never fails: a type without a schema
@@ -72,12 +68,12 @@ func CodecFor[T any]() *Codec[T] {
 		c.err = fmt.Errorf("no JSON Schema for %s: %w", t, err)
 		return c
 	}
-	rs, err := s.Resolve(nil)
+	valid, err := newValidator(s)
 	if err != nil {
 		c.err = fmt.Errorf("no JSON Schema for %s: %w", t, err)
 		return c
 	}
-	c.schema, c.raw, c.resolved = s, raw, rs
+	c.schema, c.raw, c.valid = s, raw, valid
 	return c
 }
 
@@ -119,40 +115,56 @@ func (c *Codec[T]) decode(data json.RawMessage) (T, json.RawMessage, error) {
 	if c.err != nil {
 		return zero, nil, &ValidationError{Reason: c.err.Error()}
 	}
-	trimmed := bytes.TrimSpace(data)
-	if len(trimmed) == 0 || string(trimmed) == "null" {
-		trimmed = []byte("{}")
-	}
-	// Decode once with numbers kept exact for our own walk, which names the
-	// path; then let the library validate what our walk does not cover.
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.UseNumber()
-	var generic any
-	if err := dec.Decode(&generic); err != nil {
-		return zero, nil, &ValidationError{Reason: "not valid JSON: " + err.Error()}
-	}
-	if dec.More() {
-		return zero, nil, &ValidationError{Reason: "not valid JSON: more than one value"}
-	}
-	if verr := check(generic, c.schema, ""); verr != nil {
+	trimmed := trimValue(data)
+	// One validator: the schema's, over the generic value; then the Go
+	// type's own fit (2.0 or 1e20 for an int), which is the decode into T.
+	generic, verr := parseJSON(trimmed)
+	if verr != nil {
 		return zero, nil, verr
 	}
-	var plain any
-	if err := json.Unmarshal(trimmed, &plain); err != nil {
-		return zero, nil, &ValidationError{Reason: "not valid JSON: " + err.Error()}
-	}
-	if err := c.resolved.Validate(plain); err != nil {
-		return zero, nil, &ValidationError{Reason: err.Error()}
+	if verr := c.valid.validate(generic); verr != nil {
+		return zero, nil, verr
 	}
 	var v T
 	if err := json.Unmarshal(trimmed, &v); err != nil {
 		return zero, nil, decodeError(err)
 	}
 	var buf bytes.Buffer
+	buf.Grow(len(trimmed))
 	if err := json.Compact(&buf, trimmed); err != nil {
 		return zero, nil, &ValidationError{Reason: "not valid JSON: " + err.Error()}
 	}
 	return v, buf.Bytes(), nil
+}
+
+// decodeValidated decodes data, arguments Normalize accepted (in another
+// process: a task's arguments are the ones the runner validated and the
+// log recorded), into a T without validating them again: one decode. A
+// property T does not know is still refused, so that arguments recorded
+// for another shape of T (a type changed under the same agent version)
+// do not reach the body as zero values.
+func (c *Codec[T]) decodeValidated(data json.RawMessage) (T, error) {
+	var v T
+	if c.err != nil {
+		return v, &ValidationError{Reason: c.err.Error()}
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimValue(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		var zero T
+		return zero, decodeError(err)
+	}
+	return v, nil
+}
+
+// trimValue returns data without surrounding space, {} for an empty value
+// or null (models send "" for a tool without arguments).
+func trimValue(data json.RawMessage) []byte {
+	trimmed := bytes.TrimSpace(data)
+	if len(trimmed) == 0 || string(trimmed) == "null" {
+		return []byte("{}")
+	}
+	return trimmed
 }
 
 // ValidationError is why a JSON value does not fit a Codec's schema: Path is
@@ -193,180 +205,6 @@ func pointer(path, token string) string {
 	token = strings.ReplaceAll(token, "~", "~0")
 	token = strings.ReplaceAll(token, "/", "~1")
 	return path + "/" + token
-}
-
-// check walks v against the subset of JSON Schema that inference produces
-// and returns the first problem with its path. Keywords it does not know are
-// left to the library's validator.
-func check(v any, s *jsonschema.Schema, path string) *ValidationError {
-	if s == nil {
-		return nil
-	}
-	if s.Not != nil && isEmptySchema(s.Not) {
-		return &ValidationError{Path: path, Reason: "no value is allowed here"}
-	}
-	got := jsonTypeOf(v)
-	want := s.Types
-	if s.Type != "" {
-		want = []string{s.Type}
-	}
-	if len(want) > 0 && !typeAllowed(got, want) {
-		return &ValidationError{Path: path, Reason: fmt.Sprintf("got %s, want %s", got, strings.Join(want, " or "))}
-	}
-	if s.Enum != nil && !enumContains(s.Enum, v) {
-		return &ValidationError{Path: path, Reason: fmt.Sprintf("%s is not one of %s", short(v), enumList(s.Enum))}
-	}
-	switch x := v.(type) {
-	case map[string]any:
-		for _, name := range s.Required {
-			if _, ok := x[name]; !ok {
-				return &ValidationError{Path: path, Reason: fmt.Sprintf("missing required property %q", name)}
-			}
-		}
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			if ps, ok := s.Properties[k]; ok {
-				if e := check(x[k], ps, pointer(path, k)); e != nil {
-					return e
-				}
-				continue
-			}
-			if ap := s.AdditionalProperties; ap != nil {
-				if ap.Not != nil && isEmptySchema(ap.Not) {
-					return &ValidationError{Path: pointer(path, k), Reason: fmt.Sprintf("unknown property %q", k)}
-				}
-				if e := check(x[k], ap, pointer(path, k)); e != nil {
-					return e
-				}
-			}
-		}
-	case []any:
-		if s.MinItems != nil && len(x) < *s.MinItems {
-			return &ValidationError{Path: path, Reason: fmt.Sprintf("has %d items, want at least %d", len(x), *s.MinItems)}
-		}
-		if s.MaxItems != nil && len(x) > *s.MaxItems {
-			return &ValidationError{Path: path, Reason: fmt.Sprintf("has %d items, want at most %d", len(x), *s.MaxItems)}
-		}
-		for i, item := range x {
-			if e := check(item, s.Items, pointer(path, strconv.Itoa(i))); e != nil {
-				return e
-			}
-		}
-	case json.Number:
-		r, ok := new(big.Rat).SetString(string(x))
-		if !ok {
-			return &ValidationError{Path: path, Reason: fmt.Sprintf("%s is not a number", x)}
-		}
-		if s.Minimum != nil && r.Cmp(ratOf(*s.Minimum)) < 0 {
-			return &ValidationError{Path: path, Reason: fmt.Sprintf("%s is less than the minimum %v", x, *s.Minimum)}
-		}
-		if s.Maximum != nil && r.Cmp(ratOf(*s.Maximum)) > 0 {
-			return &ValidationError{Path: path, Reason: fmt.Sprintf("%s is greater than the maximum %v", x, *s.Maximum)}
-		}
-	case string:
-		n := utf8.RuneCountInString(x)
-		if s.MinLength != nil && n < *s.MinLength {
-			return &ValidationError{Path: path, Reason: fmt.Sprintf("has %d characters, want at least %d", n, *s.MinLength)}
-		}
-		if s.MaxLength != nil && n > *s.MaxLength {
-			return &ValidationError{Path: path, Reason: fmt.Sprintf("has %d characters, want at most %d", n, *s.MaxLength)}
-		}
-		if s.Pattern != "" {
-			if re, err := regexp.Compile(s.Pattern); err == nil && !re.MatchString(x) {
-				return &ValidationError{Path: path, Reason: fmt.Sprintf("does not match the pattern %q", s.Pattern)}
-			}
-		}
-	}
-	return nil
-}
-
-func ratOf(f float64) *big.Rat {
-	r := new(big.Rat)
-	if math.IsInf(f, 0) || math.IsNaN(f) {
-		return r
-	}
-	return r.SetFloat64(f)
-}
-
-func isEmptySchema(s *jsonschema.Schema) bool {
-	b, err := json.Marshal(s)
-	return err == nil && (string(b) == "{}" || string(b) == "true")
-}
-
-func jsonTypeOf(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "boolean"
-	case string:
-		return "string"
-	case []any:
-		return "array"
-	case map[string]any:
-		return "object"
-	case json.Number:
-		if r, ok := new(big.Rat).SetString(string(x)); ok && r.IsInt() {
-			return "integer"
-		}
-		return "number"
-	}
-	return "unknown"
-}
-
-func typeAllowed(got string, want []string) bool {
-	for _, w := range want {
-		if got == w || (got == "integer" && w == "number") {
-			return true
-		}
-	}
-	return false
-}
-
-func enumContains(enum []any, v any) bool {
-	for _, e := range enum {
-		if sameJSON(e, v) {
-			return true
-		}
-	}
-	return false
-}
-
-func sameJSON(a, b any) bool {
-	ab, err1 := json.Marshal(a)
-	bb, err2 := json.Marshal(b)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	if n, ok := b.(json.Number); ok {
-		ra, okA := new(big.Rat).SetString(string(ab))
-		rb, okB := new(big.Rat).SetString(string(n))
-		return okA && okB && ra.Cmp(rb) == 0
-	}
-	return bytes.Equal(ab, bb)
-}
-
-func enumList(enum []any) string {
-	parts := make([]string, len(enum))
-	for i, e := range enum {
-		parts[i] = short(e)
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-func short(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Sprint(v)
-	}
-	if len(b) > 64 {
-		return string(b[:61]) + "..."
-	}
-	return string(b)
 }
 
 var enumeratedType = reflect.TypeFor[Enumerated]()

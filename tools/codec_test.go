@@ -140,18 +140,18 @@ func TestValidationDetails(t *testing.T) {
 		wantPath   string
 		wantReason string
 	}{
-		{"missing required at root", `{}`, "", `missing required property "id"`},
-		{"missing required nested", `{"id":"o","ship":{"street":"s"},"items":[],"currency":"EUR","priority":"low"}`, "/ship", `missing required property "city"`},
-		{"wrong type", `{"id":7,"ship":{"street":"s","city":"c"},"items":[],"currency":"EUR","priority":"low"}`, "/id", `got integer, want string`},
-		{"fraction for integer in slice", `{"id":"o","ship":{"street":"s","city":"c"},"items":[{"sku":"a","quantity":1.5}],"currency":"EUR","priority":"low"}`, "/items/0/quantity", `got number, want integer`},
-		{"unknown property nested", `{"id":"o","ship":{"street":"s","city":"c","zip":"1"},"items":[],"currency":"EUR","priority":"low"}`, "/ship/zip", `unknown property "zip"`},
-		{"enum", `{"id":"o","ship":{"street":"s","city":"c"},"items":[],"currency":"GBP","priority":"low"}`, "/currency", `"GBP" is not one of ["EUR", "USD"]`},
-		{"enum in slice", `{"id":"o","ship":{"street":"s","city":"c"},"items":[],"currency":"EUR","priority":"low","tags":["gift","x"]}`, "/tags/1", `"x" is not one of ["gift", "fragile"]`},
-		{"numeric enum", `{"id":"o","ship":{"street":"s","city":"c"},"items":[],"currency":"EUR","priority":"low","level":4}`, "/level", `4 is not one of [1, 2, 3]`},
-		{"not an object", `[1]`, "", `got array, want object`},
-		{"not JSON", `{"id":`, "", `not valid JSON: unexpected EOF`},
-		{"two values", `{} {}`, "", `not valid JSON: more than one value`},
-		{"property name with slash is escaped", `{"id":"o","ship":{"street":"s","city":"c"},"items":[],"currency":"EUR","priority":"low","a/b":1}`, "/a~1b", `unknown property "a/b"`},
+		{"missing required at root", `{}`, "", `required: missing properties: ["id" "ship" "items" "currency" "priority"]`},
+		{"missing required nested", `{"id":"o","ship":{"street":"s"},"items":[],"currency":"EUR","priority":"low"}`, "/ship", `required: missing properties: ["city"]`},
+		{"wrong type", `{"id":7,"ship":{"street":"s","city":"c"},"items":[],"currency":"EUR","priority":"low"}`, "/id", `type: 7 has type "integer", want "string"`},
+		{"fraction for integer in slice", `{"id":"o","ship":{"street":"s","city":"c"},"items":[{"sku":"a","quantity":1.5}],"currency":"EUR","priority":"low"}`, "/items/0/quantity", `type: 1.5 has type "number", want "integer"`},
+		{"unknown property nested", `{"id":"o","ship":{"street":"s","city":"c","zip":"1"},"items":[],"currency":"EUR","priority":"low"}`, "/ship", `unexpected additional properties ["zip"]`},
+		{"enum", `{"id":"o","ship":{"street":"s","city":"c"},"items":[],"currency":"GBP","priority":"low"}`, "/currency", `enum: GBP does not equal any of: [EUR USD]`},
+		{"enum in slice", `{"id":"o","ship":{"street":"s","city":"c"},"items":[],"currency":"EUR","priority":"low","tags":["gift","x"]}`, "/tags/1", `enum: x does not equal any of: [gift fragile]`},
+		{"numeric enum", `{"id":"o","ship":{"street":"s","city":"c"},"items":[],"currency":"EUR","priority":"low","level":4}`, "/level", `enum: 4 does not equal any of: [1 2 3]`},
+		{"not an object", `[1]`, "", `type: [1] has type "array", want "object"`},
+		{"not JSON", `{"id":`, "", `not valid JSON: unexpected end of JSON input`},
+		{"two values", `{} {}`, "", `not valid JSON: invalid character '{' after top-level value`},
+		{"property name with slash is escaped", `{"id":"o","ship":{"street":"s","city":"c","a/b":{"x":1}},"items":[],"currency":"EUR","priority":"low"}`, "/ship", `unexpected additional properties ["a/b"]`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

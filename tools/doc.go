@@ -8,10 +8,12 @@
 // (1-64 ASCII letters, digits, '_' or '-'; see ValidName), the description
 // the model reads, and the codecs of its input and output types. The input
 // codec's JSON Schema, generated from In, is what the model is shown; the
-// same codec checks the arguments the model sends against that schema and
-// decodes them, and a value that does not fit gives a *ValidationError
-// naming the JSON Pointer path and the reason, the detail of an
-// invalid_arguments outcome. Struct fields are required unless they are
+// same codec checks the arguments the model sends against that schema
+// (with github.com/google/jsonschema-go, the one validator, its schema
+// resolved once per codec) and decodes them, and a value that does not fit
+// gives a *ValidationError naming the JSON Pointer path and the reason, the
+// detail of an invalid_arguments outcome: the same value always gets the
+// same detail (docs/adr/0022). Struct fields are required unless they are
 // pointers or tagged omitempty/omitzero; the `jsonschema:"…"` tag is a
 // field's description; the `enum:"a,b"` tag and Enumerated types restrict a
 // field to a closed set.

@@ -139,7 +139,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	r := send.Invoke(context.Background(), tools.Call{Run: "run-1", Action: "1/call_1", Attempt: 1}, args, tools.Settlement{})
+	r := send.Invoke(context.Background(), tools.Call{Run: "run-1", Action: "1/call_1", Attempt: 1}, args.JSON, tools.Settlement{})
 	fmt.Println(r.Outcome, string(r.Content))
 	// Output:
 	// send_payment 1 30s

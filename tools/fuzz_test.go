@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/weftrun/weft/internal/fuzzseed"
+	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/tools"
 )
 
@@ -44,7 +46,8 @@ func fuzzTool() tools.Tool {
 func FuzzToolArguments(f *testing.F) {
 	tool := fuzzTool()
 	f.Fuzz(func(t *testing.T, args []byte) {
-		norm, err := tool.Validate(args)
+		valid, err := tool.Validate(args)
+		norm := valid.JSON
 		if err != nil {
 			var ve *tools.ValidationError
 			if !errors.As(err, &ve) {
@@ -53,12 +56,15 @@ func FuzzToolArguments(f *testing.F) {
 			return
 		}
 		again, err := tool.Validate(norm)
-		if err != nil || !bytes.Equal(again, norm) {
-			t.Fatalf("Validate(%q) = %s, but validating that again gives %s, %v", args, norm, again, err)
+		if err != nil || !bytes.Equal(again.JSON, norm) {
+			t.Fatalf("Validate(%q) = %s, but validating that again gives %s, %v", args, norm, again.JSON, err)
 		}
 		var in fuzzIn
 		if err := json.Unmarshal(norm, &in); err != nil {
 			t.Fatalf("normalized arguments %s do not decode: %v", norm, err)
+		}
+		if v, ok := policy.DecodedAs[fuzzIn](valid.Decoded); !ok || !reflect.DeepEqual(v, in) {
+			t.Fatalf("Validate(%q) decoded %#v, but the normalized arguments decode as %#v", args, v, in)
 		}
 		if r := tool.Invoke(context.Background(), tools.Call{}, norm, tools.Settlement{}); r.Outcome != "output" {
 			t.Fatalf("Invoke(%s) = %+v, want the body's output", norm, r)

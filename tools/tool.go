@@ -343,14 +343,32 @@ type Tool interface {
 	// settlement; 0 for a tool that does not settle.
 	SettleWithin() time.Duration
 	// Validate checks the model's arguments against the input schema and
-	// decodes them. It returns the normalized arguments JSON (what the
-	// policy sees and the handler decodes), or a *ValidationError.
-	Validate(args json.RawMessage) (json.RawMessage, error)
-	// Invoke runs the body once for call with validated arguments. It never
-	// panics and never returns an error: a panic becomes an uncertain
-	// Result, a handler error is classified, an output is encoded with the
-	// output codec. settlement is used by settling tools only.
+	// decodes them, once: it returns the normalized arguments JSON (what
+	// the log records and the policy sees) with the decoded value, or a
+	// *ValidationError.
+	Validate(args json.RawMessage) (Arguments, error)
+	// Invoke runs the body once for call with arguments Validate accepted
+	// (the normalized JSON the log recorded, as a task carries it), which
+	// it decodes once and does not validate again. It never panics and
+	// never returns an error: a panic becomes an uncertain Result, a
+	// handler error is classified, an output is encoded with the output
+	// codec. settlement is used by settling tools only.
 	Invoke(ctx context.Context, call Call, args json.RawMessage, settlement Settlement) Result
+}
+
+// Arguments are a call's arguments as Tool.Validate accepted them: parsed
+// once, by the process that validates them, and passed along in that
+// process (the policy's typed match reads Value; docs/adr/0022). What
+// crosses a process boundary (the log, a task) is JSON.
+type Arguments struct {
+	// JSON is the normalized arguments JSON: the same value compacted, an
+	// empty or null value written as {}. The log records it, the policy
+	// sees it (policy.Action.Arguments) and a task carries it to the body.
+	JSON json.RawMessage
+	// Decoded is JSON decoded into the tool's Go input type, the zero
+	// Decoded for a tool without one (an MCP tool). Pass it on as
+	// policy.Action.Decoded.
+	Decoded policy.Decoded
 }
 
 // bound is the one implementation of Tool.
@@ -528,12 +546,12 @@ func (d *Definition[In, Out]) schemaErr() error {
 	return errors.Join(d.input.Err(), notObject, d.output.Err())
 }
 
-func (b *bound[In, Out]) Validate(args json.RawMessage) (json.RawMessage, error) {
-	_, norm, err := b.def.input.Normalize(args)
+func (b *bound[In, Out]) Validate(args json.RawMessage) (Arguments, error) {
+	in, norm, err := b.def.input.Normalize(args)
 	if err != nil {
-		return nil, err
+		return Arguments{}, err
 	}
-	return norm, nil
+	return Arguments{JSON: norm, Decoded: policy.DecodedOf(in)}, nil
 }
 
 func (b *bound[In, Out]) Invoke(ctx context.Context, call Call, args json.RawMessage, settlement Settlement) (r Result) {
@@ -542,7 +560,7 @@ func (b *bound[In, Out]) Invoke(ctx context.Context, call Call, args json.RawMes
 			r = Result{Outcome: events.OutcomeUncertain, Evidence: fmt.Sprintf("the tool body panicked: %v\n%s", p, debug.Stack())}
 		}
 	}()
-	in, err := b.def.input.Decode(args)
+	in, err := b.def.input.decodeValidated(args)
 	if err != nil {
 		// Nothing has run: a definite failure, as invalid_arguments is.
 		return FailureResult(Explain("invalid arguments: " + err.Error()))
@@ -578,10 +596,18 @@ func (b *bound[In, Out]) classifySafely(err error) (f Failure) {
 // matches on is not the one the agent's tool was bound from. Pass that error
 // on as the policy's error, which stops the run: an action the policy cannot
 // read is never allowed by a fall-through.
+//
+// When the action carries the arguments already decoded into In
+// (action.Decoded, set by the runtime that just validated them with a codec
+// of In, which is the same codec as def's), that value is returned without
+// decoding the JSON again.
 func Input[In, Out any](def *Definition[In, Out], action policy.Action) (in In, matched bool, err error) {
 	var zero In
 	if action.Tool != def.name {
 		return zero, false, nil
+	}
+	if v, ok := policy.DecodedAs[In](action.Decoded); ok {
+		return v, true, nil
 	}
 	v, err := def.input.Decode(action.Arguments)
 	if err != nil {

@@ -1,0 +1,173 @@
+package tools
+
+import (
+	"encoding/json"
+	"errors"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/google/jsonschema-go/jsonschema"
+)
+
+// validator is the one validator of a Codec's values (a tool's arguments, a
+// typed answer, a reconciliation's content): github.com/google/jsonschema-go
+// over the schema resolved once, when the Codec is made (docs/adr/0022). The
+// library alone decides whether a value fits.
+//
+// When it refuses a value, explain chooses which of the library's refusals
+// the detail names, and where. The detail is recorded in the log and read
+// by the model, so the same value must always give the same text; the
+// library walks an object's properties in Go map order, so on its own it
+// names a different problem on different calls when a value has several.
+type validator struct {
+	root *jsonschema.Schema
+	// parts is the resolved form of the root and of every schema under its
+	// properties, items and additionalProperties: explain asks the library
+	// about one part of a refused value at a time.
+	parts map[*jsonschema.Schema]*jsonschema.Resolved
+}
+
+// maxReason bounds a refusal's reason (bytes): the library quotes the
+// refused value, which a model can make as large as its arguments.
+const maxReason = 512
+
+func newValidator(s *jsonschema.Schema) (*validator, error) {
+	root, err := s.Resolve(nil)
+	if err != nil {
+		return nil, err
+	}
+	v := &validator{root: s, parts: map[*jsonschema.Schema]*jsonschema.Resolved{s: root}}
+	var add func(*jsonschema.Schema)
+	add = func(s *jsonschema.Schema) {
+		subs := []*jsonschema.Schema{s.Items}
+		if !closed(s.AdditionalProperties) {
+			subs = append(subs, s.AdditionalProperties)
+		}
+		for _, name := range slices.Sorted(maps.Keys(s.Properties)) {
+			subs = append(subs, s.Properties[name])
+		}
+		for _, sub := range subs {
+			if sub == nil || v.parts[sub] != nil {
+				continue
+			}
+			// A part that does not resolve on its own (a reference into
+			// the root) is not looked into: its refusal is its parent's.
+			if r, err := sub.Resolve(nil); err == nil {
+				v.parts[sub] = r
+				add(sub)
+			}
+		}
+	}
+	add(s)
+	return v, nil
+}
+
+// validate returns nil when the library accepts value (a JSON value as
+// encoding/json decodes it into an any), else why not.
+func (v *validator) validate(value any) *ValidationError {
+	if v.parts[v.root].Validate(value) == nil {
+		return nil
+	}
+	return v.explain(value, v.root, "")
+}
+
+// explain returns the refusal of value by s (which the library refuses) in
+// a fixed order: an object's properties by name, an array's items by
+// index, the first part the library refuses is explained in its turn; a
+// value whose parts all fit is refused for itself, with the library's
+// reason at its own path. An unknown property of a closed object is
+// reported alone, the first by name.
+func (v *validator) explain(value any, s *jsonschema.Schema, path string) *ValidationError {
+	switch x := value.(type) {
+	case map[string]any:
+		names := slices.Sorted(maps.Keys(x))
+		var unknown []string
+		for _, name := range names {
+			sub, known := s.Properties[name]
+			if !known {
+				if closed(s.AdditionalProperties) {
+					unknown = append(unknown, name)
+					continue
+				}
+				sub = s.AdditionalProperties
+			}
+			if r := v.parts[sub]; r != nil && r.Validate(x[name]) != nil {
+				return v.explain(x[name], sub, pointer(path, name))
+			}
+		}
+		if len(unknown) > 1 {
+			// The library lists every unknown property, in map order:
+			// ask it about the first one alone.
+			only := make(map[string]any, len(x))
+			for name, val := range x {
+				if _, known := s.Properties[name]; known || name == unknown[0] {
+					only[name] = val
+				}
+			}
+			value = only
+		}
+	case []any:
+		if r := v.parts[s.Items]; r != nil {
+			for i, item := range x {
+				if r.Validate(item) != nil {
+					return v.explain(item, s.Items, pointer(path, strconv.Itoa(i)))
+				}
+			}
+		}
+	}
+	r := v.parts[s]
+	if r == nil {
+		return &ValidationError{Path: path, Reason: "does not fit the schema"}
+	}
+	return &ValidationError{Path: path, Reason: reason(r.Validate(value))}
+}
+
+// reason is the library's own words for a refusal: the innermost error,
+// without the schema locations it wraps it in (the detail names the path
+// into the value instead), cut at maxReason bytes.
+func reason(err error) string {
+	if err == nil {
+		// Cannot happen: explain asks only about a refused value.
+		return "does not fit the schema"
+	}
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			break
+		}
+		err = inner
+	}
+	text := err.Error()
+	if len(text) <= maxReason {
+		return text
+	}
+	cut := maxReason
+	for cut > 0 && !utf8.RuneStart(text[cut]) {
+		cut--
+	}
+	return text[:cut] + "..."
+}
+
+// closed reports whether s is the schema that allows nothing, {"not":{}},
+// which is how additionalProperties false is held.
+func closed(s *jsonschema.Schema) bool {
+	return s != nil && s.Not != nil && reflect.ValueOf(*s.Not).IsZero()
+}
+
+// parseJSON decodes data, the trimmed arguments, into the generic value the
+// validator reads.
+func parseJSON(data []byte) (any, *ValidationError) {
+	var v any
+	if err := json.Unmarshal(data, &v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, &ValidationError{Reason: "not valid JSON: " + se.Error()}
+		}
+		// A number encoding/json cannot hold (1e400).
+		return nil, decodeError(err)
+	}
+	return v, nil
+}
