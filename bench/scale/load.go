@@ -15,6 +15,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/tools"
 )
 
 // Kind is what a loaded run is doing when the loader leaves it.
@@ -325,9 +326,11 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 		out := aggregate.ResolveCalls{Turn: w.Resolve.Turn}
 		for _, c := range w.Resolve.Calls {
 			res := aggregate.Resolution{CallID: c.ID}
-			res.Validation, res.Detail, res.Normalized = ag.ValidateCall(c.Name, c.Arguments)
+			var valid tools.Arguments
+			res.Validation, res.Detail, valid = ag.ValidateCall(c.Name, c.Arguments)
+			res.Normalized = valid.JSON
 			if res.Validation == events.CallValid {
-				dec, err := policy.Evaluate(ctx, ag.Policy(), policy.Action{Run: r.id, ActionID: aggregate.ActionID(w.Resolve.Turn, c.ID), Tool: c.Name, Arguments: res.Normalized}, time.Second)
+				dec, err := policy.Evaluate(ctx, ag.Policy(), policy.Action{Run: r.id, ActionID: aggregate.ActionID(w.Resolve.Turn, c.ID), Tool: c.Name, Arguments: res.Normalized, Decoded: valid.Decoded}, time.Second)
 				res.Policy = policyResult(dec, err)
 				res.Tool, _ = ag.ToolConfig(c.Name)
 			}
