@@ -56,6 +56,9 @@ type Config struct {
 	// with Quick); Clients how many clients it has (default 16).
 	Workload time.Duration
 	Clients  int
+	// Quiet bounds the wait, before the cluster's workload, until the
+	// runners' start-up work is over (default 5 min; 30 s with Quick).
+	Quiet time.Duration
 	// Sample is how many runs of a killed runner's partitions are approved
 	// after the kill (default 20), picked with Seed.
 	Sample int
@@ -96,6 +99,9 @@ func (c *Config) defaults() {
 	}
 	if c.Workload <= 0 {
 		c.Workload = map[bool]time.Duration{true: 3 * time.Second, false: 20 * time.Second}[c.Quick]
+	}
+	if c.Quiet <= 0 {
+		c.Quiet = map[bool]time.Duration{true: 30 * time.Second, false: 5 * time.Minute}[c.Quick]
 	}
 	if c.Clients <= 0 {
 		c.Clients = 16
@@ -376,8 +382,8 @@ func (h *harness) takeover(ctx context.Context, w *watcher, r1 *runnerProc) (*ru
 	return r2, nil
 }
 
-// query folds the log into the read models (a projector in this process)
-// and times the query service's list pages.
+// query rebuilds the read models from the log (in this process) and times
+// the query service's list pages.
 func (h *harness) query(ctx context.Context, s *servers) error {
 	nc, err := nats.Connect(s.url, nats.Name("weft-scale-projector"))
 	if err != nil {
@@ -395,38 +401,26 @@ func (h *harness) query(ctx context.Context, s *servers) error {
 		return err
 	}
 	last := info.State.LastSeq
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	p, err := projector.New(pctx, js, log)
+	h.progress("query: rebuilding the read models from %d log messages (projector.Rebuild, as weft rebuild does)", last)
+	t0 := time.Now()
+	lastProgress := t0
+	cp, err := projector.Rebuild(ctx, js, log, func(phase string, done, total uint64) {
+		if time.Since(lastProgress) > 5*time.Second || done == total {
+			lastProgress = time.Now()
+			h.progress("query: rebuild %s %d/%d", phase, done, total)
+		}
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("rebuild: %w", err)
 	}
-	svc, err := projector.Serve(pctx, nc, js, log)
+	fold := time.Since(t0)
+	h.add(bench.Row{Section: SectionQuery, Name: "read models rebuilt", Value: fold.Seconds(), Unit: "s",
+		Note: fmt.Sprintf("%d log messages to checkpoint %d: %.0f messages/s", last, cp.Seq, float64(last)/fold.Seconds())})
+	svc, err := projector.Serve(ctx, nc, js, log)
 	if err != nil {
 		return err
 	}
 	defer svc.Stop()
-	pdone := make(chan error, 1)
-	go func() { pdone <- p.Run(pctx) }()
-	h.progress("query: projector folding %d log messages", last)
-	t0 := time.Now()
-	lastProgress := t0
-	for p.Seq() < last {
-		select {
-		case err := <-pdone:
-			return fmt.Errorf("projector stopped: %v", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Since(lastProgress) > 5*time.Second {
-			lastProgress = time.Now()
-			h.progress("query: projector at %d/%d (%.0f messages/s)", p.Seq(), last, float64(p.Seq())/time.Since(t0).Seconds())
-		}
-	}
-	fold := time.Since(t0)
-	h.add(bench.Row{Section: SectionQuery, Name: "projector catch-up", Value: float64(last) / fold.Seconds(), Unit: "messages/s",
-		Note: fmt.Sprintf("%d messages in %s", last, fold.Round(time.Millisecond))})
 	c := projector.NewClient(nc)
 	if err := c.Ready(ctx); err != nil {
 		return err
@@ -468,8 +462,6 @@ func (h *harness) query(ctx context.Context, s *servers) error {
 		return fmt.Errorf("list suspended: %w", err)
 	}
 	h.add(bench.Row{Section: SectionQuery, Name: "list suspended, first page of 50", Value: ms(d), Unit: "ms", Note: fmt.Sprintf("%d runs on the page", len(pg.Runs))})
-	cancel()
-	<-pdone
 	return nil
 }
 
@@ -576,6 +568,12 @@ func (h *harness) cluster(ctx context.Context) error {
 			Note: fmt.Sprintf("%d partitions, Loaded %d, TakenOver %d (active loaded runs in its partitions: %d), RSS %.1f MiB", len(st.Partitions), st.Loaded, st.TakenOver, f.ClusterActive[r.id], mib(r.rss()))})
 	}
 
+	// The runners' start-up work (reading the log's unfinished runs,
+	// taking over) must be over before the workload is measured.
+	t0 := time.Now()
+	quiet := h.quiesce(ctx, rs, h.cfg.Quiet)
+	h.add(bench.Row{Section: SectionCluster, Name: "runners' start-up work, until quiet", Value: ms(time.Since(t0)), Unit: "ms",
+		Note: fmt.Sprintf("until each runner used under %s of CPU in %s%s", quietCPU, quietWindow, map[bool]string{false: " (not reached: measured anyway)"}[quiet])})
 	h.progress("steady workload on %d nodes, 3 runners: %d clients for %s", n, h.cfg.Clients, h.cfg.Workload)
 	st := steadyWorkload(ctx, s.nc, w, h.cfg.Clients, h.cfg.Workload, "steady3")
 	h.add(bench.Row{Section: SectionCluster, Name: fmt.Sprintf("steady throughput, %d nodes R%d, 3 runners", n, n), Value: st.rate(), Unit: "runs/s",
@@ -724,4 +722,34 @@ func (h *harness) idleRows(n string, empty, loaded Idle) {
 	h.add(bench.Row{Section: SectionIdle, Name: "runs held / loaded / taken over, " + n, Value: float64(loaded.Stats.Driven), Unit: "runs",
 		Note: fmt.Sprintf("runner.Stats: Driven %d, Loaded %d, TakenOver %d", loaded.Stats.Driven, loaded.Stats.Loaded, loaded.Stats.TakenOver)})
 
+}
+
+// quietWindow and quietCPU say when a runner is quiet: under quietCPU of
+// CPU time within quietWindow.
+const (
+	quietWindow = time.Second
+	quietCPU    = 50 * time.Millisecond
+)
+
+// quiesce waits until every runner of rs is quiet, or limit passes; it
+// reports whether they were.
+func (h *harness) quiesce(ctx context.Context, rs []*runnerProc, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		before := make([]time.Duration, len(rs))
+		for i, r := range rs {
+			before[i] = r.cpu()
+		}
+		time.Sleep(quietWindow)
+		quiet := true
+		for i, r := range rs {
+			if r.cpu()-before[i] >= quietCPU {
+				quiet = false
+			}
+		}
+		if quiet {
+			return true
+		}
+	}
+	return false
 }

@@ -46,7 +46,7 @@ func TestIssue17ScaleTwentyThousandRunsOnThreeNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := Run(ctx, Config{Runs: ciRuns, ClusterRuns: ciRuns, Nodes: 3, Quick: true, NoOneNode: true, NoQuery: true,
-		Idle: 2 * time.Second, Workload: 2 * time.Second, Clients: 8, Sample: 12, Seed: 17, Dir: t.TempDir(),
+		Idle: 2 * time.Second, Workload: 2 * time.Second, Quiet: 10 * time.Second, Clients: 8, Sample: 12, Seed: 17, Dir: t.TempDir(),
 		Progress: testWriter{t}, Exec: func() (string, []string) { return exe, []string{"-test.run=^$"} }})
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,7 @@ func scaleCommand() command {
 			fs.BoolVar(&cfg.Quick, "quick", false, "20,000 runs and short windows")
 			fs.DurationVar(&cfg.Idle, "idle", 0, "how long each idle runner is watched for RSS and CPU (default 1m; 3s with --quick)")
 			fs.DurationVar(&cfg.Workload, "workload", 0, "how long the steady workload runs (default 20s; 3s with --quick)")
+			fs.DurationVar(&cfg.Quiet, "quiet", 0, "how long to wait for the cluster runners' start-up work to end before the workload (default 5m; 30s with --quick)")
 			fs.IntVar(&cfg.Clients, "clients", 16, "clients of the steady workload")
 			fs.IntVar(&cfg.Sample, "sample", 20, "runs of the killed runner approved after the kill")
 			fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the sample")
