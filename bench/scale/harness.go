@@ -121,6 +121,10 @@ func (c *Config) defaults() {
 type Idle struct {
 	// Startup is from the exec to the runner serving.
 	Startup time.Duration
+	// Work is from serving until it was quiet (its start-up work: claims,
+	// takeovers of active runs), WorkCPU the CPU time it used meanwhile.
+	Work    time.Duration
+	WorkCPU time.Duration
 	// RSS is its resident set at the end of the window, bytes.
 	RSS int64
 	// CPU is its user + system CPU time within the window.
@@ -251,7 +255,14 @@ func (h *harness) idle(ctx context.Context, id string, limit time.Duration) (*ru
 	if err != nil {
 		return nil, Idle{}, err
 	}
-	h.progress("runner %s serves after %s; idle for %s", id, startup.Round(time.Millisecond), h.cfg.Idle)
+	// Its start-up work (claiming partitions, taking over the active
+	// runs of the log) ends first: the idle window is what it costs
+	// once its partitions are not busy.
+	t0, cpuStart := time.Now(), r.cpu()
+	quiet := h.quiesce(ctx, []*runnerProc{r}, h.cfg.Quiet)
+	work, workCPU := time.Since(t0), r.cpu()-cpuStart
+	h.progress("runner %s serves after %s, quiet %s later (%s CPU%s); idle for %s", id, startup.Round(time.Millisecond),
+		work.Round(time.Millisecond), workCPU, map[bool]string{false: ", not quiet: bounded by --quiet"}[quiet], h.cfg.Idle)
 	cpu0 := r.cpu()
 	select {
 	case <-time.After(h.cfg.Idle):
@@ -262,7 +273,7 @@ func (h *harness) idle(ctx context.Context, id string, limit time.Duration) (*ru
 	if err != nil {
 		return r, Idle{}, fmt.Errorf("stats of %s: %w", id, err)
 	}
-	return r, Idle{Startup: startup, RSS: r.rss(), CPU: r.cpu() - cpu0, Goroutines: st.Goroutines, Stats: st.Stats}, nil
+	return r, Idle{Startup: startup, Work: work, WorkCPU: workCPU, RSS: r.rss(), CPU: r.cpu() - cpu0, Goroutines: st.Goroutines, Stats: st.Stats}, nil
 }
 
 // oneNode is the one-node phase: a runner on an empty log, the load, a
@@ -321,6 +332,7 @@ func (h *harness) oneNode(ctx context.Context) error {
 		}
 	}
 	if r2 != nil {
+		h.quiesce(ctx, []*runnerProc{r2}, h.cfg.Quiet)
 		h.progress("steady workload on 1 node, 1 runner: %d clients for %s", h.cfg.Clients, h.cfg.Workload)
 		st := steadyWorkload(ctx, s.nc, w, h.cfg.Clients, h.cfg.Workload, "steady1")
 		h.base1 = st.rate()
@@ -379,6 +391,11 @@ func (h *harness) takeover(ctx context.Context, w *watcher, r1 *runnerProc) (*ru
 	}
 	h.add(bench.Row{Section: SectionTakeover, Name: "claim to a run of the partition approved and completed", Value: ms(time.Since(claim)), Unit: "ms",
 		Note: fmt.Sprintf("run %s (partition %d); the approve and completion alone took %s", run, p, time.Since(t0).Round(time.Millisecond))})
+	if h.res.Facts.Partitioned {
+		if err := h.join(ctx, w, r2); err != nil {
+			h.fail("join", err)
+		}
+	}
 	return r2, nil
 }
 
@@ -714,6 +731,8 @@ func loadAverage() string {
 func (h *harness) idleRows(n string, empty, loaded Idle) {
 	h.add(bench.Row{Section: SectionStartup, Name: "runner start-up, " + n, Value: ms(loaded.Startup), Unit: "ms", Baseline: "empty log", BaseValue: ms(empty.Startup), BaseUnit: "ms",
 		Note: "exec to serving: liveness key written and the command API answering"})
+	h.add(bench.Row{Section: SectionStartup, Name: "start-up work, serving to quiet, " + n, Value: ms(loaded.Work), Unit: "ms", Baseline: "empty log", BaseValue: ms(empty.Work), BaseUnit: "ms",
+		Note: fmt.Sprintf("claims and takeovers of the log's active runs until under %s CPU in %s; CPU meanwhile %s (empty log %s)", quietCPU, quietWindow, loaded.WorkCPU, empty.WorkCPU)})
 	h.add(bench.Row{Section: SectionIdle, Name: "idle runner RSS, " + n, Value: mib(loaded.RSS), Unit: "MiB", Baseline: "empty log", BaseValue: mib(empty.RSS), BaseUnit: "MiB",
 		Note: fmt.Sprintf("VmRSS at the end of a %s idle window after start-up", h.cfg.Idle)})
 	h.add(bench.Row{Section: SectionIdle, Name: "idle runner CPU, " + n, Value: ms(loaded.CPU), Unit: "ms", Baseline: "empty log", BaseValue: ms(empty.CPU), BaseUnit: "ms",
@@ -752,4 +771,45 @@ func (h *harness) quiesce(ctx context.Context, rs []*runnerProc, limit time.Dura
 		}
 	}
 	return false
+}
+
+// join starts a second runner beside r (which owns every partition): the
+// time until it owns its share, handed over gracefully, and until a run of
+// a partition it took is approved and completes. The joiner is stopped
+// (SIGTERM: its partitions go back) before it returns.
+func (h *harness) join(ctx context.Context, w *watcher, r *runnerProc) error {
+	j, _, err := h.startRunner(ctx, "joiner", 2*time.Minute)
+	if err != nil {
+		return err
+	}
+	defer j.term(30 * time.Second)
+	served := time.Now()
+	owners, err := h.settleOwners(ctx, []*runnerProc{r, j}, 3*time.Minute)
+	if err != nil {
+		return err
+	}
+	var mine []int
+	for p, o := range owners {
+		if o[0] == j.id {
+			mine = append(mine, p)
+		}
+	}
+	h.add(bench.Row{Section: SectionTakeover, Name: "joining runner serving to its share owned", Value: ms(time.Since(served)), Unit: "ms", Baseline: "lease", BaseValue: ms(h.cfg.Lease), BaseUnit: "ms",
+		Note: fmt.Sprintf("%d of %d partitions handed over by the running runner", len(mine), h.cfg.Partitions)})
+	run := ""
+	for i := 0; i < h.cfg.Runs && run == ""; i++ {
+		if KindOf(i) == Suspended && slices.Contains(mine, partition.Of(RunID("scale", i), h.cfg.Partitions)) {
+			run = RunID("scale", i)
+		}
+	}
+	if run == "" {
+		return fmt.Errorf("no suspended run in the joiner's partitions")
+	}
+	t0 := time.Now()
+	if _, err := approveSample(ctx, h.nc, w, []string{run}, 2*time.Minute); err != nil {
+		return err
+	}
+	h.add(bench.Row{Section: SectionTakeover, Name: "a run of a handed-over partition approved and completed", Value: ms(time.Since(t0)), Unit: "ms",
+		Note: fmt.Sprintf("run %s, now the joiner's", run)})
+	return nil
 }

@@ -37,6 +37,8 @@ func scaleCommand() command {
 			fs.IntVar(&cfg.Sample, "sample", 20, "runs of the killed runner approved after the kill")
 			fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the sample")
 			fs.StringVar(&cfg.Dir, "dir", "", "directory for the servers' stores and the subprocess logs (default: a temporary one, removed)")
+			fs.BoolVar(&cfg.NoQuery, "no-query", false, "skip the query measures (the read-model rebuild is the longest step at a million runs)")
+			fs.DurationVar(&cfg.Lease, "lease", 0, "liveness lease of every runner (default 2s)")
 			out := fs.String("out", "", "also write the report as JSON to this file")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
