@@ -159,3 +159,27 @@ func (s State) transcriptCalls(turn int64) []model.ToolCall {
 	}
 	return nil
 }
+
+// Idle reports whether the run waits only for people, by its state alone:
+// started, not finished, not handed off, suspended (an approval or a
+// reconciliation pending) with nothing in flight — no model call or
+// retry, no calls to resolve, no queued, running or settling action, no
+// child run to tend — and no timer but approval expiries. Such a run needs
+// nothing from a runner until a command or an expiry reaches it, and a
+// runner that takes it over has nothing to recover (docs/adr/0014,
+// docs/adr/0019-partitions.md).
+func Idle(s State) bool {
+	if !s.started || s.finished || s.handedOff || Status(s).Kind != StatusSuspended {
+		return false
+	}
+	w := Pending(s)
+	if w.Model != nil || w.Resolve != nil || len(w.Dispatch) > 0 || len(w.Children) > 0 {
+		return false
+	}
+	for _, t := range w.Timers {
+		if t.Kind != TimerApprovalExpiry {
+			return false
+		}
+	}
+	return true
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -169,6 +170,26 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 				a.Attempt.Incarnation != f.Incarnation || s.State.Incarnation() != f.Incarnation {
 				fail("(n) attempt %d of %s fenced by %s is not current after it: state %s, attempt %d/%d, incarnation %d, finished %v, handed off %v",
 					f.Attempt, f.Action, c.CommandName(), a.State, a.Attempt.Attempt, a.Attempt.Incarnation, s.State.Incarnation(), finished, s.State.HandedOff())
+			}
+		}
+		// (o) A run Idle by its state has nothing to recover: a takeover
+		// on its own records run_recovered and nothing else, for either
+		// cause, so a runner that takes it over lazily — with the first
+		// command that records something, never on its own — loses
+		// nothing (docs/adr/0019-partitions.md). (Decided before its
+		// first approval expiry: a due expiry is applied by any decision.)
+		if aggregate.Idle(before) {
+			at := s.Now
+			for _, t := range aggregate.Pending(before).Timers {
+				if !t.At.After(at) {
+					at = t.At.Add(-time.Nanosecond)
+				}
+			}
+			for _, cause := range []string{events.RecoveredRunnerLost} {
+				revs, rerr := aggregate.Decide(before, aggregate.Recover{Runner: "other", Cause: cause}, at)
+				if rerr != nil || len(revs) != 1 {
+					fail("(o) the takeover of an idle run (status %s) recorded %d events (%v), want run_recovered alone", aggregate.Status(before).Kind, len(revs), rerr)
+				}
 			}
 		}
 		// (h) Folding the events from scratch equals the state the

@@ -109,3 +109,43 @@ func TestOfIsInRange(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerMovesOnlyTheJoinersShare: the assignment is rendezvous hashing
+// (issue 17 item 1): with n runners each gets about P/n partitions, and a
+// runner joining moves to itself only partitions, about P/(n+1) of them,
+// never from one old runner to another; a runner leaving moves only its
+// own.
+func TestOwnerMovesOnlyTheJoinersShare(t *testing.T) {
+	const p = 64
+	ids := []string{"runner-a", "runner-b", "runner-c", "runner-d", "runner-e", "runner-f", "runner-g", "runner-h"}
+	for n := 1; n < len(ids); n++ {
+		before, after := ids[:n], ids[:n+1]
+		count := map[string]int{}
+		moved := 0
+		for part := range p {
+			was, now := partition.Owner(part, before), partition.Owner(part, after)
+			count[now]++
+			if was != now {
+				moved++
+				if now != ids[n] {
+					t.Errorf("n=%d: partition %d moved from %s to %s, not to the joiner", n, part, was, now)
+				}
+			}
+			if again := partition.Owner(part, []string{ids[n]}); n == 0 && again != ids[n] {
+				t.Errorf("one runner owns everything")
+			}
+		}
+		// Within a factor of the fair share: a hash, not a table.
+		if fair := p / (n + 1); moved < fair/3 || moved > 3*fair {
+			t.Errorf("n=%d -> %d: %d partitions moved, fair share %d", n, n+1, moved, fair)
+		}
+		for _, id := range after {
+			if count[id] == 0 {
+				t.Errorf("%d runners: %s owns no partition (%v)", n+1, id, count)
+			}
+		}
+	}
+	if partition.Owner(3, nil) != "" {
+		t.Error("owner among nobody")
+	}
+}

@@ -117,7 +117,7 @@ func Name(role Role, q worker.Queue) string {
 // The streams and buckets each role owns or reads.
 var (
 	runnerStreams = []string{eventlog.Stream, worker.TaskStream, timer.Stream}
-	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, api.CommandsBucket, runner.SnapshotsBucket, worker.ClaimsBucket}
+	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, runner.PartitionsBucket, api.CommandsBucket, runner.SnapshotsBucket, worker.ClaimsBucket}
 	// The projector's buckets, and those a reader may read.
 	projectorBuckets = append(slices.Clone(projector.Buckets), projector.BucketState)
 )

@@ -76,23 +76,12 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 		return false
 	}
 	w := aggregate.Pending(rn.state)
-	if !rn.keyed && !w.Finished {
-		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := r.drivers.Put(kctx, rn.id, []byte(r.id))
-		cancel()
-		if err != nil {
-			r.log.Warn("driver key", "run", rn.id, "err", err)
-			failed = true
-		} else {
-			rn.keyed = true
-		}
-	}
 	if w.Finished {
 		r.drop(rn)
 		r.disarmRun(rn)
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := r.drivers.Delete(dctx, rn.id); err != nil {
+		if err := r.drivers.Delete(dctx, r.driverKey(rn.id)); err != nil {
 			r.log.Warn("driver key delete", "run", rn.id, "err", err)
 			return true // the wake of a finished run deletes it
 		}
@@ -102,6 +91,20 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 	// Timers: a local one for precision, a durable one as the backstop;
 	// those no longer pending are stopped and disarmed (timers.go).
 	r.syncTimers(rn, w.Timers)
+	// The run's weft_drivers entry, before any effect, so that the owner
+	// of its partition finds it after a loss — unless the run is idle
+	// (evicted at the end of act: nothing to find).
+	if !rn.keyed && !r.isIdle(rn) {
+		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rev, err := r.drivers.Put(kctx, r.driverKey(rn.id), []byte(r.id))
+		cancel()
+		if err != nil {
+			r.log.Warn("driver key", "run", rn.id, "err", err)
+			failed = true
+		} else {
+			rn.keyed, rn.keyRev = true, rev
+		}
+	}
 	// Dispatch fenced attempts, each once.
 	for _, d := range w.Dispatch {
 		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
@@ -220,13 +223,13 @@ func (r *Runner) deleteDriver(run string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if rev == 0 {
-		e, err := r.drivers.Get(ctx, run)
+		e, err := r.drivers.Get(ctx, r.driverKey(run))
 		if err != nil || string(e.Value()) != r.id {
 			return
 		}
 		rev = e.Revision()
 	}
-	if err := r.drivers.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
+	if err := r.drivers.Delete(ctx, r.driverKey(run), jetstream.LastRevision(rev)); err != nil {
 		r.log.Debug("driver key delete", "run", run, "err", err)
 	}
 }
@@ -238,9 +241,9 @@ func (r *Runner) correctDriver(run string, s aggregate.State) {
 	defer cancel()
 	var err error
 	if _, fin := s.Finished(); fin || !s.Exists() {
-		err = r.drivers.Delete(ctx, run)
+		err = r.drivers.Delete(ctx, r.driverKey(run))
 	} else {
-		_, err = r.drivers.Put(ctx, run, []byte(s.Runner()))
+		_, err = r.drivers.Put(ctx, r.driverKey(run), []byte(s.Runner()))
 	}
 	if err != nil {
 		r.log.Warn("driver key", "run", run, "err", err)

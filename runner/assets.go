@@ -20,13 +20,14 @@ import (
 
 // Assets lists the JetStream assets the runtime needs besides
 // provision.Base: WEFT_TIMERS, and the KV buckets weft_runners (max age =
-// lease), weft_drivers, weft_commands, weft_snapshots and weft_claims
+// lease), weft_drivers, weft_partitions, weft_commands, weft_snapshots and weft_claims
 // (worker.ClaimsConfig).
 func Assets(lease time.Duration) []provision.Asset {
 	return []provision.Asset{
 		provision.Stream(timer.StreamConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.FileStorage}),
-		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft unfinished runs and their driving runner", Storage: jetstream.FileStorage}),
+		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage}),
+		provision.KV(jetstream.KeyValueConfig{Bucket: PartitionsBucket, Description: "Weft partitions: their number (config) and owners (p.<n>)", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
 		provision.KV(worker.ClaimsConfig()),

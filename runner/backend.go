@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,6 +18,7 @@ import (
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/telemetry"
@@ -132,9 +134,7 @@ func (r *Runner) reply(rn *run) api.Reply {
 func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events.Parent) (api.StartReply, error) {
 	id := req.Run
 	if id == "" {
-		var b [10]byte
-		_, _ = rand.Read(b[:])
-		id = "run-" + hex.EncodeToString(b[:])
+		id = r.newRunID()
 	}
 	if err := eventlog.CheckRun(id); err != nil {
 		return api.StartReply{}, err
@@ -145,6 +145,17 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	}
 	if !ok {
 		return api.StartReply{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: r.unknownAgent(req.Agent, req.Version)}
+	}
+	// Only the owner of the run's partition starts it: forwarded there at
+	// once, before anything is read.
+	if err := r.owns(id); err != nil {
+		var fe *forwardError
+		if !errors.As(err, &fe) {
+			return api.StartReply{}, err
+		}
+		req.Run = id
+		var out api.StartReply
+		return out, r.forward(ctx, fe.driver, api.EndpointStart, id, forwardedStart{Request: req, Parent: parent}, &out)
 	}
 	r.mu.Lock()
 	draining := r.draining
@@ -193,7 +204,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	// log says who won.
 	intent := uint64(0)
 	if !s.Exists() {
-		rev, err := r.drivers.Create(ctx, id, []byte(r.id))
+		rev, err := r.drivers.Create(ctx, r.driverKey(id), []byte(r.id))
 		switch {
 		case err == nil:
 			intent = rev
@@ -209,7 +220,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 			// us. It stays registered; act re-reads it and either drives
 			// it or forgets it (refresh).
 			rn.driven, started = true, true
-			rn.keyed = intent != 0
+			rn.keyed, rn.keyRev = intent != 0, intent
 			r.retryLater(id)
 			return api.StartReply{}, err
 		}
@@ -232,12 +243,27 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "start decided nothing"}
 	}
 	rn.driven, started = true, true
-	rn.keyed = intent != 0 // else act puts the key
+	rn.keyed, rn.keyRev = intent != 0, intent // else act puts the key
 	r.mu.Lock()
 	r.runs[id] = rn
 	r.mu.Unlock()
 	r.act(ctx, rn, evs, true)
 	return api.StartReply{Schema: api.Schema, Run: id, Status: string(aggregate.Status(rn.state).Kind)}, nil
+}
+
+// newRunID returns a new run id, "run-" and 20 random hex digits, in a
+// partition this runner owns when it owns one (a start then needs no
+// forward): about P/owned draws.
+func (r *Runner) newRunID() string {
+	owned := r.ownedPartitions()
+	for tries := 0; ; tries++ {
+		var b [10]byte
+		_, _ = rand.Read(b[:])
+		id := "run-" + hex.EncodeToString(b[:])
+		if len(owned) == 0 || tries >= 16*r.nparts || slices.Contains(owned, partition.Of(id, r.nparts)) {
+			return id
+		}
+	}
 }
 
 // Approve answers an approval request (api.Backend): the references are

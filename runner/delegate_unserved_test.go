@@ -49,7 +49,7 @@ func TestDelegation_UnservedSubAgentFailsTheAction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(c, "du1", []byte("ghost")); err != nil {
+	if _, err := kv.Put(c, runner.DriverKey("du1", runner.DefaultPartitions), []byte("ghost")); err != nil {
 		t.Fatal(err)
 	}
 

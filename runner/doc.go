@@ -35,7 +35,7 @@
 // call, dispatch, resolution); retry.go the retries of step 4; wake.go
 // the internal commands; backend.go the API's commands; forward.go and
 // handoff.go what passes between runners; liveness.go the leases and
-// takeovers.
+// takeovers; partitions.go the partitions' ownership.
 //
 // # Ready and Advance
 //
@@ -65,28 +65,52 @@
 // recorded, nothing is performed for it, and the command is answered as
 // not applied (unavailable, runner_busy or contended) or retried.
 //
-// # Drivers, liveness and recovery
+// # Drivers, partitions, liveness and recovery
 //
-// Each run has one driver: the runner recorded in its RunStarted or latest
-// RunRecovered. Any runner receives commands (the "weft" micro service is a
-// queue group); a runner that is not the driver forwards the command to the
-// driver on weft.runner.<id>.cmd while the driver is alive, and otherwise
-// takes the run over first (aggregate.Recover, cause runner_lost or
-// handed_off: exactly one takeover append wins). So exactly one process
-// performs each effect.
+// Each run belongs to a partition, partition.Of(run, P) = fnv1a32(run) % P
+// (the hash of nats-server's partition() mapping), P fixed per deployment
+// (WithPartitions, recorded in the KV bucket weft_partitions under
+// "config"; a runner configured otherwise refuses to start). Each
+// partition has one owner, the runner named by its key p.<nnnn> in
+// weft_partitions, and only the owner acquires the partition's runs: any
+// runner receives commands (the "weft" micro service is a queue group); a
+// runner that does not own the run's partition forwards the command at
+// once to the owner on weft.runner.<id>.cmd, without reading the run, and
+// answers runner_busy while nobody owns it (a partition moving). Each run
+// has one driver: the runner recorded in its RunStarted or latest
+// RunRecovered. The owner drives every unfinished run of its partition: a
+// run the log records as another runner's is taken over
+// (aggregate.Recover, cause runner_lost or handed_off: exactly one
+// takeover append wins), because that runner gave the partition up — it
+// released it, after handing off and forgetting every run of it it held,
+// or it was judged gone. So exactly one process performs each effect.
 //
 // Liveness: each runner puts its id in the KV bucket weft_runners every
-// lease/4; the bucket's max age is the lease (WithLease, default 1 s), so a
-// SIGKILLed runner's key disappears within the lease. The KV bucket
-// weft_drivers maps every unfinished run to its driver. Every runner scans
-// it every lease/4 and takes over the runs whose driver is gone, so runs
-// in flight continue within about lease + lease/4 (the SEMANTICS §8
-// outcomes follow from the recorded fences). SIGTERM (cancelling Run's
-// context) drains: no new commands are taken and every driven run is handed
-// off at once (RunHandedOff: it fences no new attempt and requests no model
-// turn); running bodies and model calls in flight may finish within the
-// drain window and are recorded; then the runs are released and the
-// runner's liveness key is deleted so another runner takes over at once.
-// Until then a live draining runner keeps its runs: commands for them are
-// forwarded to it.
+// lease/4 (the value says the deployment's P, and whether it drains); the
+// bucket's max age is the lease (WithLease, default 1 s), so a SIGKILLed
+// runner's key disappears within the lease. "Cannot tell" is never gone
+// (alive, canJudge). Every lease/4 the partition loop lists the live
+// runners, assigns the partitions among them by rendezvous hashing
+// (partition.Owner: a join or a leave moves about P/n partitions), claims
+// those assigned to it whose key is absent or names a runner judged gone
+// (kv.Create, or kv.Update at the revision seen: one claim wins), and
+// releases those it owns that are assigned to another live runner: it
+// stops acquiring their runs, hands off those it holds (RunHandedOff), lets
+// their bodies and model calls in flight finish within the drain window,
+// forgets them and deletes the key. On claiming a partition it wakes the
+// entries of weft_drivers under <nnnn>.> that it does not hold (bounded,
+// takeOrphans): those are the runs some runner drove with work in flight.
+// A run idle by the log (aggregate.Idle: waiting only for people) has no
+// entry and costs its owner nothing, in memory or at a takeover, until a
+// command, report or timer reaches it (idle.go). A SIGKILLed runner's
+// partitions move within about lease + lease/4 and its runs in flight
+// continue (the SEMANTICS §8 outcomes follow from the recorded fences); a
+// joining runner gets its share within about lease/4 plus the drain window
+// of the runs in flight there. SIGTERM (cancelling Run's context) drains:
+// no new commands are taken and every driven run is handed off at once;
+// running bodies and model calls in flight may finish within the drain
+// window and are recorded; partitions with nothing running are released
+// at once, the others at the end; then the runner's liveness key is
+// deleted. Until a partition is released its runs stay its owner's:
+// commands for them are forwarded to it.
 package runner

@@ -87,7 +87,8 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(1, "ok"))})
 	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(allow)) }
 	h := newHarness(t)
-	_, stopA := h.startRunner([]*agent.Agent{mk()}, runner.WithExternalTools("pay"), runner.WithDrainWindow(10*time.Second))
+	ida, idb := keeping("r33t") // the run stays A's when B joins
+	_, stopA := h.startRunner([]*agent.Agent{mk()}, runner.WithExternalTools("pay"), runner.WithDrainWindow(10*time.Second), runner.WithID(ida))
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33t", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 		acts := s.Actions()
 		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
 	})
-	h.startRunner([]*agent.Agent{mk()}, runner.WithExternalTools("pay"))
+	h.startRunner([]*agent.Agent{mk()}, runner.WithExternalTools("pay"), runner.WithID(idb))
 
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stopA() }() // SIGTERM
@@ -160,7 +161,12 @@ func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
 	// Runner B runs no worker for pay: only A's draining worker could take
 	// B's task now.
 	h.startRunner([]*agent.Agent{mk(2)}, runner.WithExternalTools("pay"))
-	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33b", Agent: "desk", Input: "x"}); err != nil {
+	// r33b's partition moves to B once A (draining) released it: until
+	// then a start is answered runner_busy.
+	if err := retrying(ctx(t), func() error {
+		_, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33b", Agent: "desk", Input: "x"})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	h.waitFor("r33b", "a fenced attempt", func(s aggregate.State) bool {

@@ -35,6 +35,7 @@ func TestDrainEndsWithinItsWindow_CommandWaitingOnAForward(t *testing.T) {
 	act := s.Actions()[0]
 	// "paused" is alive (its key is put) but answers nothing.
 	h.heartbeat("paused")
+	h.owns("paused", "db") // it owns the run's partition
 	taken := make(chan struct{}, 1)
 	sub, err := h.srv.Conn.Subscribe(runner.ForwardPrefix+"paused.cmd", func(*nats.Msg) {
 		select {

@@ -33,6 +33,7 @@ type run struct {
 	durable     bool      // a durable schedule was armed for the run: purge them when it finishes
 	stale       bool      // an append's outcome is unknown: re-read before acting
 	keyed       bool      // weft_drivers names this runner for the run
+	keyRev      uint64    // the revision of that entry, when known
 	lastAt      time.Time // recorded time of the run's last event
 	snapAt      uint64
 	asked       map[string]time.Time // approval requests seen: action#revision → when
@@ -47,6 +48,9 @@ type run struct {
 	takeover *aggregate.Recover
 	pre      aggregate.State
 	previous string // the gone driver
+	// lazy is set for the takeover of an idle run: it is recorded only
+	// with a command that records something, never on its own.
+	lazy bool
 }
 
 func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {
@@ -288,8 +292,27 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 var errAcquireAgain = errors.New("acquire again")
 
 // acquireFromLog reads run id from the log for acquire (which holds the
-// run's single-flight slot) and takes it over when its driver is gone.
+// run's single-flight slot) and takes it over when another runner drove
+// it. Only the owner of the run's partition reads it: any other runner
+// gets a *forwardError naming the owner (or runner_busy while nobody owns
+// it), before anything is read.
+//
+// The owner drives every unfinished run of its partition, whoever the log
+// names: a runner that drove one before gave the partition up — it
+// released it after handing off, waiting for and forgetting every run of
+// it that it held, or it was judged gone (docs/adr/0019-partitions.md) —
+// so it drives the run no more (SEMANTICS §8: only a runner that is gone
+// is recovered from). A run recorded as this runner's is driven as it is
+// when it is idle (evicted, idle.go: nothing in flight) and otherwise
+// taken over (an earlier process with this id drove it, or this runner
+// handed it off: its work is lost all the same). A run of another runner
+// is taken over; when it is idle the takeover is recorded only together
+// with the first decision that records something (run.lazy), so that the
+// takeover of a partition of idle runs records nothing for them.
 func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
+	if err := r.owns(id); err != nil {
+		return nil, err
+	}
 	s, head, at, err := r.loadAt(ctx, id)
 	if err != nil {
 		return nil, err
@@ -307,23 +330,15 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		_ = fin.lock(ctx)
 		return fin, nil
 	}
-	// A run this runner evicted while it waited for people (idle.go) is
-	// its own still: driven again as it is, without a takeover.
-	driver := s.Runner()
-	if driver == r.id && r.idle.take(id) {
+	driver, idle := s.Runner(), aggregate.Idle(s)
+	if driver == r.id && idle {
 		rn := newRun(id, s, head, a)
-		rn.lastAt, rn.driven, rn.keyed = at, true, true
+		rn.lastAt, rn.driven = at, true
 		_ = rn.lock(ctx)
 		r.mu.Lock()
 		r.runs[id] = rn
 		r.mu.Unlock()
 		return rn, nil
-	}
-	// A live driver keeps its runs, handed off or not: a draining
-	// runner records the work still in flight until it is done and
-	// deletes its liveness key.
-	if driver != r.id && r.alive(ctx, driver) {
-		return nil, &forwardError{driver: driver}
 	}
 	r.mu.Lock()
 	draining := r.draining
@@ -331,11 +346,8 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	if draining {
 		return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
 	}
-	// Take the run over. A run recorded as ours that is not in memory
-	// (and not being acquired: see acquire) was driven by an earlier
-	// process with our id: its work is lost all the same. Nothing is
-	// recorded yet: the caller's command is decided together with the
-	// recovery (see run.takeover).
+	// Take the run over. Nothing is recorded yet: the caller's command is
+	// decided together with the recovery (see run.takeover).
 	rn := newRun(id, s, head, a)
 	rn.lastAt = at
 	_ = rn.lock(ctx)
@@ -350,7 +362,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		return nil, err
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
-	rn.driven = true
+	rn.driven, rn.lazy = true, idle
 	r.mu.Lock()
 	r.runs[id] = rn
 	r.mu.Unlock()
@@ -369,7 +381,7 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 	rn.state, rn.takeover = rn.pre, nil
 	evs, err := r.decideAppend(ctx, rn, t)
 	if rn.state.Runner() == r.id && rn.state.Incarnation() > before {
-		rn.pre, rn.keyed = aggregate.State{}, false // act puts the key
+		rn.pre, rn.keyed, rn.lazy = aggregate.State{}, false, false // act puts the key
 		r.takenOver.Add(1)
 		r.tel.Emit(ctx, telemetry.RunTakenOver, "run", rn.id, "previous", rn.previous, "cause", t.Cause)
 		return evs, err
@@ -387,8 +399,15 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 
 // finishTakeover records rn's pending takeover on its own, when the
 // command that acquired the run recorded nothing, and performs its work.
+//
+// A lazy takeover (an idle run) is not recorded on its own: the run is
+// forgotten instead, and costs nothing until the next command.
 func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 	if rn.takeover == nil || !rn.driven {
+		return
+	}
+	if rn.lazy {
+		r.drop(rn)
 		return
 	}
 	if err := r.step(ctx, rn, nil); err != nil {

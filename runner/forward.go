@@ -11,6 +11,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -84,9 +85,12 @@ func (r *Runner) forwardWake(ctx context.Context, driver, id string) error {
 	return r.forward(ctx, driver, "wake", id, struct{}{}, nil)
 }
 
-// onForward answers a command forwarded by another runner.
+// onForward answers a command forwarded by another runner. Its goroutine
+// belongs to Run, which waits for it before returning (r.handlers).
 func (r *Runner) onForward(m *nats.Msg) {
+	r.handlers.add()
 	go func() {
+		defer r.handlers.done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		ctx, end := r.bounded(ctx)
@@ -111,6 +115,13 @@ func (r *Runner) onForward(m *nats.Msg) {
 	}()
 }
 
+// forwardedStart is the body of a start forwarded to the owner of the
+// run's partition: the request, and the delegation of a child run.
+type forwardedStart struct {
+	Request api.StartRequest `json:"request"`
+	Parent  *events.Parent   `json:"parent,omitempty"`
+}
+
 func decodeInto[T any](b json.RawMessage) (T, error) {
 	var v T
 	err := json.Unmarshal(b, &v)
@@ -119,6 +130,12 @@ func decodeInto[T any](b json.RawMessage) (T, error) {
 
 func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error) {
 	switch f.Kind {
+	case api.EndpointStart:
+		req, err := decodeInto[forwardedStart](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.start(ctx, req.Request, req.Parent)
 	case "wake":
 		return api.Reply{Schema: api.Schema, Run: f.Run}, r.wake(ctx, f.Run)
 	case api.EndpointApprove:

@@ -64,6 +64,7 @@ func TestForwardTimeout_RetryWithTheSameCommandIDGetsTheFirstAnswer(t *testing.T
 	// "slow" is alive and drives the run; it takes forwarded commands and
 	// answers the first one only after a long time, the next at once.
 	h.heartbeat("slow")
+	h.owns("slow", "ft") // it owns the run's partition
 	answered := make(chan struct{})
 	forwards := 0
 	sub, err := h.srv.Conn.Subscribe(runner.ForwardPrefix+"slow.cmd", func(m *nats.Msg) {

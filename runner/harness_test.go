@@ -3,6 +3,8 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
@@ -28,6 +31,11 @@ type harness struct {
 	t      *testing.T
 	srv    *natstest.Server
 	client *api.Client
+
+	mu       sync.Mutex
+	running  map[*runner.Runner]bool // started and not stopped
+	stopping int                     // runners draining
+
 }
 
 func newHarness(t *testing.T) *harness {
@@ -82,17 +90,107 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	h.mu.Lock()
+	if h.running == nil {
+		h.running = map[*runner.Runner]bool{}
+	}
+	h.running[r] = true
+	h.mu.Unlock()
+	h.waitBalanced()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
+			h.mu.Lock()
+			delete(h.running, r)
+			h.stopping++
+			h.mu.Unlock()
 			cancel()
 			if err := <-done; err != nil {
 				h.t.Errorf("runner: %v", err)
 			}
+			h.mu.Lock()
+			h.stopping--
+			h.mu.Unlock()
 		})
 	}
 	h.t.Cleanup(stop)
 	return r, stop
+}
+
+// waitBalanced waits (up to 20 s) until the running runners own the
+// partitions as the assignment (partition.Owner) gives them, every one
+// owned by exactly one, so that a test's commands find the owners settled
+// (while a partition moves, commands for its runs are answered
+// runner_busy). It logs instead of failing: a test may break liveness.
+// While a runner drains its partitions move when its work is done: then
+// it does not wait.
+func (h *harness) waitBalanced() {
+	h.t.Helper()
+	h.mu.Lock()
+	if h.stopping > 0 {
+		h.mu.Unlock()
+		return
+	}
+	var rs []*runner.Runner
+	var ids []string
+	for r := range h.running {
+		rs = append(rs, r)
+		ids = append(ids, r.ID())
+	}
+	h.mu.Unlock()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, r := range rs {
+			st := r.Stats()
+			var want []int
+			for p := range runner.DefaultPartitions {
+				if partition.Owner(p, ids) == r.ID() {
+					want = append(want, p)
+				}
+			}
+			if !slices.Equal(st.Partitions, want) {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Logf("the partitions are not balanced among %v after 20 s", ids)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// keeping returns two runner ids such that run's partition stays with the
+// first when the second joins (partition.Owner), for a test about a run
+// the first keeps driving.
+func keeping(run string) (first, second string) {
+	p := partition.Of(run, runner.DefaultPartitions)
+	for i := 0; ; i++ {
+		a, b := fmt.Sprint("ra-", i), fmt.Sprint("rb-", i)
+		if partition.Owner(p, []string{a, b}) == a {
+			return a, b
+		}
+	}
+}
+
+// owns makes runner id (a test's stand-in, heartbeating with h.heartbeat)
+// the owner of the partitions of runs in weft_partitions, so that
+// commands for them are forwarded to it.
+func (h *harness) owns(id string, runs ...string) {
+	h.t.Helper()
+	kv, err := h.srv.JS.KeyValue(ctx(h.t), runner.PartitionsBucket)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, run := range runs {
+		if _, err := kv.Put(ctx(h.t), fmt.Sprintf("p.%04d", partition.Of(run, runner.DefaultPartitions)), []byte(id)); err != nil {
+			h.t.Fatal(err)
+		}
+	}
 }
 
 // retrying calls f until it returns nil or a definite answer: a command

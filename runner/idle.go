@@ -2,101 +2,33 @@ package runner
 
 import (
 	"context"
-	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/aggregate"
 )
 
-// Idle runs (docs/adr/0014). A run that waits only for people — suspended
-// with nothing in flight: no model call, no body, no queued action, no
-// timer but approval expiries (armed durably) — needs nothing from its
-// driver until a command or a timer reaches it. The driver evicts it from
-// memory and keeps only its id, so that an idle runner's memory does not
-// grow with the runs waiting for approvals. A command or timer for it
-// reads it again (its snapshot, stored when it was suspended, and the
-// tail) and drives it as before, without a takeover: nothing was in
-// flight, so there is nothing to recover. A draining runner reads its
-// evicted runs back to hand them off with the others, within its drain
-// window.
+// Idle runs (docs/adr/0014, docs/adr/0019-partitions.md). A run that waits
+// only for people — aggregate.Idle: suspended with nothing in flight, no
+// timer but approval expiries (armed durably) — needs nothing from a
+// runner until a command, a report or a timer reaches it. Its driver
+// evicts it from memory and deletes its weft_drivers entry: nothing of it
+// is kept, so that neither the driver's memory nor the takeover of its
+// partition grows with the runs waiting for approvals. A command or timer
+// for it reaches the owner of its partition, which reads it again (its
+// snapshot, stored when it was suspended, and the tail) and drives it:
+// as it is when the log names this runner, otherwise with a takeover
+// recorded only together with the first decision that records something
+// (acquireFromLog): nothing was in flight, so there is nothing to recover.
 
-// idleRuns is the set of runs a runner evicted while they were idle.
-type idleRuns struct {
-	mu  sync.Mutex
-	set map[string]struct{}
-}
-
-func (s *idleRuns) add(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.set == nil {
-		s.set = map[string]struct{}{}
-	}
-	s.set[id] = struct{}{}
-}
-
-// take removes id and reports whether it was there.
-func (s *idleRuns) take(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.set[id]
-	delete(s.set, id)
-	return ok
-}
-
-func (s *idleRuns) has(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.set[id]
-	return ok
-}
-
-// list returns the evicted runs' ids.
-func (s *idleRuns) list() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, 0, len(s.set))
-	for id := range s.set {
-		out = append(out, id)
-	}
-	return out
-}
-
-// adoptIdle reads every evicted run back into memory (a draining runner
-// hands them off with the others), as long as ctx lasts.
-func (r *Runner) adoptIdle(ctx context.Context) {
-	for _, id := range r.idle.list() {
-		if ctx.Err() != nil {
-			return
-		}
-		if rn, err := r.acquire(ctx, id); err == nil {
-			rn.unlock()
-		}
-	}
-}
-
-// len is how many runs are evicted.
-func (s *idleRuns) len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.set)
-}
-
-// idle reports whether rn waits only for people (see above).
+// isIdle reports whether rn waits only for people (see above), its
+// approval expiries armed durably and nothing of it kept in memory.
 func (r *Runner) isIdle(rn *run) bool {
-	if !rn.driven || rn.takeover != nil || rn.stale || !rn.keyed || rn.modelTurn != 0 || rn.state.HandedOff() {
+	if !rn.driven || rn.takeover != nil || rn.stale || rn.modelTurn != 0 || !aggregate.Idle(rn.state) {
 		return false
 	}
-	if aggregate.Status(rn.state).Kind != aggregate.StatusSuspended {
-		return false
-	}
-	w := aggregate.Pending(rn.state)
-	if w.Finished || w.Model != nil || w.Resolve != nil || len(w.Dispatch) > 0 || len(w.Children) > 0 {
-		return false
-	}
-	for _, t := range w.Timers {
-		if t.Kind != aggregate.TimerApprovalExpiry {
-			return false
-		}
+	for _, t := range aggregate.Pending(rn.state).Timers {
 		if a, ok := rn.armed[timerKey(t)]; !ok || !a.isDurable() {
 			return false // its durable schedule is not armed yet
 		}
@@ -108,7 +40,8 @@ func (r *Runner) isIdle(rn *run) bool {
 	return !kicked && !reply && !r.draining
 }
 
-// maybeEvict evicts rn, which the caller holds, when it is idle.
+// maybeEvict evicts rn, which the caller holds, when it is idle, and
+// deletes its weft_drivers entry.
 func (r *Runner) maybeEvict(rn *run) {
 	if !r.isIdle(rn) {
 		return
@@ -120,8 +53,23 @@ func (r *Runner) maybeEvict(rn *run) {
 	r.mu.Lock()
 	if r.runs[rn.id] == rn {
 		delete(r.runs, rn.id)
-		r.idle.add(rn.id)
 	}
 	r.mu.Unlock()
 	rn.driven = false
+	if rn.keyed {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		if rn.keyRev != 0 {
+			err = r.drivers.Delete(ctx, r.driverKey(rn.id), jetstream.LastRevision(rn.keyRev))
+		} else {
+			r.deleteDriver(rn.id, 0)
+		}
+		if err != nil {
+			// Left behind: the partition's next scan finds the run idle
+			// and deletes it (wakeOrphan).
+			r.log.Debug("driver key delete", "run", rn.id, "err", err)
+		}
+		rn.keyed, rn.keyRev = false, 0
+	}
 }

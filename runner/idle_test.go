@@ -42,12 +42,12 @@ func TestIdleRunsLeaveMemoryAndComeBackWithoutATakeover(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		held, idle := r.InMemory()
-		if idle >= n {
+		held := r.Stats().Driven
+		if held <= 1 { // idle-exp may be read back for its expiry
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 10 s the runner holds %d runs and evicted %d; want %d suspended runs evicted", held, idle, n)
+			t.Fatalf("after 10 s the runner holds %d runs; want the %d suspended runs evicted", held, n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -22,16 +23,22 @@ import (
 // routed to B and applied, instead of being refused with conflict.
 func TestScenario37_CommandAfterLapsedLeaseIsRerouted(t *testing.T) {
 	b := &bodies{}
-	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
+	// The model call never answers: the run stays in flight, in its
+	// driver's memory (a run waiting only for an approval would be idle,
+	// out of memory, and taken over by nobody: idle.go).
+	m := model.NewRules("s", model.Rule{Name: "hang", Match: func(model.Request) bool { return true }, Step: func(ctx context.Context, _ model.Request) (model.Reply, error) {
+		<-ctx.Done()
+		return model.Reply{}, ctx.Err()
+	}})
 	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
 	h := newHarness(t)
-	ra, _ := h.startRunner([]*agent.Agent{mk()})
+	ida, idb := keeping("r37l") // the run stays A's when B joins
+	ra, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(ida))
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: "r37l", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStatus("r37l", aggregate.StatusSuspended)
-	rb, _ := h.startRunner([]*agent.Agent{mk()})
+	rb, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(idb))
 
 	// A's key lapses (deleted here; A's next heartbeat puts it back) and B
 	// is woken for the run meanwhile: B takes it over.

@@ -2,10 +2,11 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,8 +28,24 @@ type judgement struct {
 	revision   uint64    // revision of the last heartbeat put
 }
 
+// beat is the value of a runner's key in weft_runners: when it was put,
+// and the number of partitions of the deployment it takes part in (a
+// runner whose key says otherwise — a process of an older release, or a
+// test's stand-in — is alive to judge by, but is assigned no partition).
+// A draining runner says so: it is assigned no partition any more.
+type beat struct {
+	Schema     int    `json:"schema"`
+	At         string `json:"at"`
+	Partitions int    `json:"partitions,omitempty"`
+	Draining   bool   `json:"draining,omitempty"`
+}
+
 func (r *Runner) heartbeat(ctx context.Context) error {
-	rev, err := r.live.Put(ctx, r.id, []byte(r.now().UTC().Format(time.RFC3339Nano)))
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	b, _ := json.Marshal(beat{Schema: 1, At: r.now().UTC().Format(time.RFC3339Nano), Partitions: r.nparts, Draining: draining})
+	rev, err := r.live.Put(ctx, r.id, b)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
@@ -147,114 +164,10 @@ func (r *Runner) markGone(id string) {
 	r.gone[id] = time.Now()
 }
 
-// scanLoop takes over the runs whose driver is gone. It keeps the
-// weft_drivers map in memory through a KV watcher and lists the live
-// runners every lease/4.
-func (r *Runner) scanLoop(ctx context.Context) {
-	drivers := map[string]driverKey{}
-	var mu sync.Mutex
-	w, err := r.drivers.WatchAll(ctx)
-	if err != nil {
-		r.log.Error("watch drivers", "err", err)
-		return
-	}
-	defer w.Stop()
-	go func() {
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			mu.Lock()
-			if e.Operation() == jetstream.KeyValuePut {
-				drivers[e.Key()] = driverKey{driver: string(e.Value()), revision: e.Revision()}
-			} else {
-				delete(drivers, e.Key())
-			}
-			mu.Unlock()
-		}
-	}()
-	t := time.NewTicker(r.lease / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		mu.Lock()
-		snapshot := make(map[string]driverKey, len(drivers))
-		for k, v := range drivers {
-			snapshot[k] = v
-		}
-		mu.Unlock()
-		r.watchQuarantined(ctx)
-		for run := range snapshot {
-			if r.isQuarantined(run) {
-				delete(snapshot, run) // watchQuarantined wakes it once repaired
-			}
-		}
-		r.scan(ctx, snapshot)
-	}
-}
-
 // driverKey is a run's weft_drivers entry: the driver and the revision.
 type driverKey struct {
 	driver   string
 	revision uint64
-}
-
-func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
-	if len(drivers) == 0 {
-		return
-	}
-	judge := r.canJudge()
-	liveKeys := map[string]bool{}
-	lister, err := r.live.ListKeys(ctx)
-	if err != nil {
-		return // cannot tell
-	}
-	for k := range lister.Keys() {
-		liveKeys[k] = true
-	}
-	if !liveKeys[r.id] {
-		judge = false // our own heartbeat is not there: absence tells nothing
-	}
-	gone := map[string]bool{} // by driver
-	for _, k := range drivers {
-		d := k.driver
-		if _, seen := gone[d]; seen || d == r.id || liveKeys[d] {
-			continue
-		}
-		gone[d] = judge || r.released(ctx, d)
-		if gone[d] {
-			r.log.Info("runner judged gone", "peer", d, "why", "liveness key absent (scan)", "judge", judge)
-		}
-	}
-	var orphans []string
-	for run, k := range drivers {
-		switch {
-		case gone[k.driver]:
-			orphans = append(orphans, run)
-		case k.driver == r.id:
-			// Ours but not in memory: an earlier process with our id
-			// drove it (or a start's intent whose append never landed).
-			r.mu.Lock()
-			_, held := r.runs[run]
-			_, loading := r.loading[run]
-			r.mu.Unlock()
-			if !held && !loading && !r.idle.has(run) {
-				orphans = append(orphans, run)
-			}
-		}
-	}
-	slices.Sort(orphans)
-	var todo []string
-	for _, run := range orphans {
-		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); !busy {
-			todo = append(todo, run)
-		}
-	}
-	r.takeOrphans(ctx, todo, drivers)
 }
 
 // takeoverConcurrency bounds the takeovers a runner makes at once: taking
@@ -263,20 +176,25 @@ func (r *Runner) scan(ctx context.Context, drivers map[string]driverKey) {
 const takeoverConcurrency = 32
 
 // takeOrphans wakes the orphans todo (each marked in r.takeover), at most
-// takeoverConcurrency at once, and returns when all are done.
-func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[string]driverKey) {
+// takeoverConcurrency at once, and returns when all are done with the
+// number of wakes that failed (or were not made: ctx ended).
+func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[string]driverKey) int {
 	if len(todo) == 0 {
-		return
+		return 0
 	}
 	work := make(chan string)
 	var wg sync.WaitGroup
+	var failed atomic.Int64
 	for range min(takeoverConcurrency, len(todo)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for run := range work {
-				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && ctx.Err() == nil && !r.noteQuarantine(err) {
-					r.log.Debug("takeover failed", "run", run, "err", err)
+				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && !r.noteQuarantine(err) {
+					failed.Add(1)
+					if ctx.Err() == nil {
+						r.log.Debug("takeover failed", "run", run, "err", err)
+					}
 				}
 				r.takeover.Delete(run)
 			}
@@ -291,17 +209,19 @@ func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[str
 			}
 			close(work)
 			wg.Wait()
-			return
+			return int(failed.Load()) + len(todo) - i
 		}
 	}
 	close(work)
 	wg.Wait()
+	return int(failed.Load())
 }
 
-// wakeOrphan wakes run, whose weft_drivers entry k names a gone runner (or
-// this one without holding the run), and repairs the entry from the log:
-// deleted when the run does not exist, set to the live driver the log
-// records when it names another.
+// wakeOrphan wakes run, whose weft_drivers entry k is in a partition this
+// runner owns and names another runner (or this one without holding the
+// run), and repairs the entry from the log: deleted when the run does not
+// exist or ends up not held (idle, or finished: it needs no entry), left
+// to the owner when the partition moved on meanwhile.
 func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -310,17 +230,23 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 		var fe *forwardError
 		switch {
 		case errors.As(err, &fe):
-			if fe.driver != k.driver {
-				_, _ = r.drivers.Update(ctx, run, []byte(fe.driver), k.revision)
-			}
-			return r.forwardWake(ctx, fe.driver, run)
+			return nil // the partition's owner wakes it
 		case weft.ErrorCode(err) == weft.CodeUnknownRun:
 			// A start's intent whose append never landed.
-			_ = r.drivers.Delete(ctx, run, jetstream.LastRevision(k.revision))
+			_ = r.drivers.Delete(ctx, r.driverKey(run), jetstream.LastRevision(k.revision))
 			return nil
 		}
 		return err
 	}
-	defer rn.unlock()
-	return r.wakeLocked(ctx, rn, true)
+	err = r.wakeLocked(ctx, rn, true)
+	rn.unlock()
+	r.mu.Lock()
+	_, held := r.runs[run]
+	r.mu.Unlock()
+	if !held && err == nil {
+		// Idle (evicted or not taken over) or finished: an entry left
+		// unchanged since it was read is stale.
+		_ = r.drivers.Delete(ctx, r.driverKey(run), jetstream.LastRevision(k.revision))
+	}
+	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 )
@@ -18,23 +19,36 @@ import (
 // rebuildBatch is how many runs' last log messages one request reads.
 const rebuildBatch = 64
 
-// rebuildDrivers gives every unfinished run in the log that has no
-// weft_drivers key one, naming the driver its log records, so that the
-// scan finds it (SEMANTICS §8: which runs are unfinished and who drives
-// them is derived from the log). It repairs what a start's intent cannot:
-// a bucket that was lost or re-created, a run stranded by an older release
-// that put the key only after the append. It lists the log's run subjects
-// (names and counts) and reads the last message of each run without a key
-// once; a runner runs it at startup.
+// rebuildDrivers gives every unfinished run in the log that is not idle
+// (aggregate.Idle) and has no weft_drivers entry one, naming the driver
+// its log records, so that the owner of its partition finds it (SEMANTICS
+// §8: which runs are unfinished and who drives them is derived from the
+// log). It repairs what a start's intent cannot: a bucket that was lost or
+// re-created, the entries of a release before partitions (keyed by the
+// bare run id, which it deletes). It lists the log's run subjects (names
+// and counts) and reads the last message of each run without an entry
+// once — a cost in every run of the deployment, so it is made once per
+// deployment: by a runner that finds no "rebuilt" key in weft_partitions
+// (a new deployment, a lost bucket, an upgrade), which puts it when done.
 func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
+	if _, err := r.partKV.Get(ctx, rebuiltKey); err == nil {
+		return 0, nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, fmt.Errorf("read %s key %s: %w", PartitionsBucket, rebuiltKey, err)
+	}
 	keys := map[string]bool{}
+	var old []string
 	lister, err := r.drivers.ListKeys(ctx)
 	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return 0, fmt.Errorf("list %s: %w", DriversBucket, err)
 	}
 	if err == nil {
 		for k := range lister.Keys() {
-			keys[k] = true
+			if run := runOfDriverKey(k); run != "" {
+				keys[run] = true
+			} else {
+				old = append(old, k)
+			}
 		}
 	}
 	st, err := r.js.Stream(ctx, eventlog.Stream)
@@ -77,13 +91,19 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		if _, fin := s.Finished(); fin || !s.Exists() {
+		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) {
 			continue
 		}
-		if _, err := r.drivers.Create(ctx, run, []byte(s.Runner())); err == nil {
+		if _, err := r.drivers.Create(ctx, r.driverKey(run), []byte(s.Runner())); err == nil {
 			r.log.Info("rebuilt the driver key of an unfinished run from its log", "run", run, "driver", s.Runner())
 			n++
 		}
+	}
+	for _, k := range old {
+		_ = r.drivers.Purge(ctx, k)
+	}
+	if _, err := r.partKV.Put(ctx, rebuiltKey, []byte(fmt.Sprintf(`{"schema":1,"runs":%d}`, n))); err != nil {
+		return n, fmt.Errorf("put %s key %s: %w", PartitionsBucket, rebuiltKey, err)
 	}
 	return n, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -32,8 +33,14 @@ const (
 	// RunnersBucket holds one key per live runner (its id), kept alive by
 	// heartbeat puts; the bucket's max age is the lease.
 	RunnersBucket = worker.RunnersBucket
-	// DriversBucket maps each unfinished run to the runner driving it.
+	// DriversBucket maps each run a runner drives with work in flight
+	// (unfinished and not idle) to that runner: key <partition>.<run>,
+	// the partition zero-padded to four digits.
 	DriversBucket = "weft_drivers"
+	// PartitionsBucket holds the deployment's number of partitions (key
+	// "config": {"schema":1,"partitions":P}) and each partition's owner
+	// (key p.<partition>, zero-padded to four digits: a runner id).
+	PartitionsBucket = "weft_partitions"
 	// SnapshotsBucket holds each run's state snapshot with the head it was
 	// folded to: {"schema":1,"head":{...},"state":{...}}.
 	SnapshotsBucket = "weft_snapshots"
@@ -112,6 +119,8 @@ type Runner struct {
 	drain      time.Duration
 	noWorker   bool
 	noScan     bool // tests (export_test.go)
+	nparts     int  // partitions of the deployment (WithPartitions)
+	partsSet   bool // WithPartitions was given
 	external   map[string]bool
 	workerOpts []worker.Option
 
@@ -121,6 +130,8 @@ type Runner struct {
 	// liveStream is the stream of live, for reading delete markers.
 	liveStream jetstream.Stream
 	drivers    jetstream.KeyValue
+	partKV     jetstream.KeyValue
+	parts      *partTable // owners of the partitions, as this runner sees them
 	cmds       jetstream.KeyValue
 	snaps      jetstream.KeyValue
 
@@ -146,9 +157,8 @@ type Runner struct {
 	// finished are runs seen finished, whose late wake-ups cost nothing.
 	finished finishedRuns
 	gone     map[string]time.Time // runners alive found gone, and when (guarded by mu)
-	// idle are the runs this runner drives but evicted from memory while
-	// they wait for people (idle.go).
-	idle idleRuns
+	// handlers are the forwarded commands being answered (onForward).
+	handlers tracker
 	// loaded and takenOver count run reads and takeover appends (Stats).
 	loaded, takenOver atomic.Uint64
 }
@@ -194,7 +204,7 @@ func (t *tracker) quiet() <-chan struct{} {
 // New returns a Runner for agents over nc and js. Call Provision once
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
-	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, now: time.Now,
+	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, now: time.Now, nparts: DefaultPartitions,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
 		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}}
 	for _, o := range opts {
@@ -256,6 +266,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.lookUpAssets(ctx); err != nil {
 		return err
 	}
+	if err := r.checkPartitions(ctx); err != nil {
+		return err
+	}
+	r.parts = newPartTable(r.nparts)
 	r.mu.Lock()
 	r.judge.since, r.judge.reconnects = time.Now(), r.nc.Stats().Reconnects
 	r.mu.Unlock()
@@ -268,40 +282,59 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.log.Warn("heartbeat failed; serving on", "err", err)
 	}
 
-	// Forwarded commands for runs this runner drives.
+	// The goroutines of the partitions and the timers live until the
+	// drain (stopBG); the heartbeat until the hand-off.
+	bg, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	g, gctx := errgroup.WithContext(bg)
+	g.Go(func() error { return r.watchPartitions(gctx) })
+	hb, stopHeartbeat := context.WithCancel(context.Background())
+	defer stopHeartbeat()
+	g.Go(func() error { r.heartbeatLoop(hb); return nil })
+	// The partitions assigned to this runner that nobody owns are claimed
+	// before it serves: a lone runner owns every partition at once.
+	select {
+	case <-r.parts.ready:
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+	}
+	var releases sync.WaitGroup
+	r.partitionPass(gctx, &releases)
+
+	// Forwarded commands for runs of the partitions this runner owns.
 	fwd, err := r.nc.Subscribe(ForwardPrefix+r.id+".cmd", r.onForward)
 	if err != nil {
+		stopBG()
+		stopHeartbeat()
+		_ = g.Wait()
 		return fmt.Errorf("runner: subscribe forward: %w", err)
 	}
 	var svc micro.Service
 	if svc, err = api.Serve(r.nc, r, r.cmds, "0.1.0"); err != nil {
 		_ = fwd.Unsubscribe()
+		stopBG()
+		stopHeartbeat()
+		_ = g.Wait()
 		return err
 	}
 	if err := r.nc.Flush(); err != nil {
-		return fmt.Errorf("runner: flush: %w", err)
+		r.log.Warn("runner: flush", "err", err)
 	}
 
-	bg, stopBG := context.WithCancel(context.Background())
-	hb, stopHeartbeat := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(3)
-	go func() { defer wg.Done(); r.heartbeatLoop(hb) }()
-	go func() {
-		defer wg.Done()
-		if r.noScan {
-			return
+	g.Go(func() error {
+		if !r.noScan {
+			if n, err := r.rebuildDrivers(gctx); err != nil && gctx.Err() == nil {
+				r.log.Warn("rebuild driver keys from the log", "err", err)
+			} else if n > 0 {
+				r.log.Info("rebuilt driver keys from the log", "runs", n)
+			}
+			r.scanPartitions(gctx, true)
 		}
-		if n, err := r.rebuildDrivers(bg); err != nil && bg.Err() == nil {
-			r.log.Warn("rebuild driver keys from the log", "err", err)
-		} else if n > 0 {
-			r.log.Info("rebuilt driver keys from the log", "runs", n)
-		}
-		r.scanLoop(bg)
-	}()
-	go func() {
-		defer wg.Done()
-		_ = r.timers.Consume(bg, func(ctx context.Context, f timer.Fired) error {
+		r.partitionLoop(gctx, &releases)
+		return nil
+	})
+	g.Go(func() error {
+		_ = r.timers.Consume(gctx, func(ctx context.Context, f timer.Fired) error {
 			err := r.wake(ctx, f.Run)
 			if r.noteQuarantine(err) {
 				// Not redelivered at 10 Hz for as long as the run is
@@ -318,7 +351,8 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			return nil
 		})
-	}()
+		return nil
+	})
 
 	// The in-process worker runs the agents' tool bodies.
 	wctx, stopWorker := context.WithCancel(context.Background())
@@ -344,6 +378,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.tel.Emit(context.Background(), telemetry.Drain, "runner", r.id)
 	_ = svc.Stop()
 	stopBG()
+	releases.Wait()
 	// The in-process worker takes no new task from now on (a task it holds
 	// but has not started goes back to the queue); the bodies it runs go on
 	// within the window.
@@ -356,7 +391,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
 	defer cancelDrain()
 	r.handOffAll(drainCtx, false)
-	for drainCtx.Err() == nil && r.busy() {
+	// Peers assign this runner no partition from now on; those with
+	// nothing running move at once, the others once their work is done.
+	if err := r.heartbeat(drainCtx); err != nil {
+		r.log.Debug("heartbeat", "err", err)
+	}
+	for i := 0; drainCtx.Err() == nil; i++ {
+		if i%5 == 0 {
+			r.releaseQuiet(drainCtx)
+		}
+		if !r.busy() {
+			break
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitCtx(drainCtx, wdone)
@@ -382,13 +428,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer cancelFinal()
 	r.handOffAll(final, true)
 	_ = fwd.Unsubscribe()
+	waitCtx(final, r.handlers.quiet())
 	r.stopRetries()
 	stopHeartbeat()
-	wg.Wait()
-	// Deleted, not left to expire: the delete marker (kept for a lease)
-	// says this runner is gone, and its runs are taken over at once (an
-	// absent key only counts as gone after a grace, see judgement).
+	_ = g.Wait()
+	// Deleted, not left to expire: the partitions' keys, so that the
+	// runners they are assigned to claim them at once, and the liveness
+	// key, whose delete marker (kept for a lease) says this runner is
+	// gone, so that its runs are taken over at once (an absent key only
+	// counts as gone after a grace, see judgement).
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	r.releaseAll(rctx)
 	_ = r.live.Delete(rctx, r.id)
 	cancel()
 	return nil
@@ -450,6 +500,9 @@ func (r *Runner) assets(ctx context.Context) error {
 	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
 	}
+	if r.partKV, err = r.js.KeyValue(ctx, PartitionsBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", PartitionsBucket, err)
+	}
 	if r.cmds, err = r.js.KeyValue(ctx, api.CommandsBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", api.CommandsBucket, err)
 	}
@@ -471,15 +524,21 @@ func (r *Runner) busy() bool {
 		list = append(list, rn)
 	}
 	r.mu.Unlock()
+	return r.busyIn(list)
+}
+
+// busyIn reports whether a run of list has a body running or a model
+// call in flight (or a command is being applied to it).
+func (r *Runner) busyIn(list []*run) bool {
 	for _, rn := range list {
 		select {
 		case rn.sem <- struct{}{}:
 		default:
 			return true // a command is being applied
 		}
-		if rn.takeover != nil {
+		if rn.takeover != nil || !rn.driven {
 			rn.unlock()
-			continue // not taken over: nothing of ours runs
+			continue // not taken over, or forgotten: nothing of ours runs
 		}
 		running := rn.modelTurn != 0
 		for _, a := range rn.state.Actions() {

@@ -78,16 +78,14 @@ func TestRecoverOnlyFromAGoneRunner_ConcurrentAcquisitionsAreSingleFlight(t *tes
 	m := model.NewScripted("s", model.Answer("unused"))
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
 
-	// Each run waits for an approval; its driver ghost never ran here.
+	// Each run waits for its first model call; its driver ghost never ran
+	// here. (Not for an approval: a run waiting only for people is idle,
+	// and its takeover is recorded only with a command that records
+	// something — never for a wake.)
 	for i := range runs {
 		run := fmt.Sprint("sf-", i)
 		var s aggregate.State
-		hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
-		call := payCall(500, "ok")
-		call.ID = "call_1_1"
-		hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
-		appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
-			Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}}}})
+		appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	}
 	// ghost has released its runs (so nobody waits for a grace to judge it).
 	h.release("ghost")

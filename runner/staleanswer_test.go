@@ -28,7 +28,8 @@ func TestRefusalOnCurrentState_StaleDriverForwardsInsteadOfRefusing(t *testing.T
 		return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithMaxConcurrency(1))
 	}
 	h := newHarness(t)
-	ra, _ := h.startRunner([]*agent.Agent{mk()})
+	ida, idb := keeping("sa") // the run stays A's when B joins
+	ra, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(ida))
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: "sa", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestRefusalOnCurrentState_StaleDriverForwardsInsteadOfRefusing(t *testing.T
 	h.waitFor("sa", "queued", func(s aggregate.State) bool { a, _ := s.Action(act.ID); return a.State == aggregate.ActionQueued })
 
 	// B takes the run over while A, alive, still holds it in memory.
-	rb, _ := h.startRunner([]*agent.Agent{mk()})
+	rb, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(idb))
 	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
 	if err != nil {
 		t.Fatal(err)

@@ -28,6 +28,3 @@ func (r *Runner) Stats() Stats {
 	r.mu.Unlock()
 	return Stats{ID: r.id, Partitions: slices.Clone(r.ownedPartitions()), Driven: driven, Loaded: r.loaded.Load(), TakenOver: r.takenOver.Load()}
 }
-
-// ownedPartitions lists the partitions this runner owns.
-func (r *Runner) ownedPartitions() []int { return nil }

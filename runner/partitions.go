@@ -1,0 +1,585 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/partition"
+)
+
+// Partitions (docs/adr/0019-partitions.md). Every run belongs to the
+// partition partition.Of(run, P); P is fixed per deployment and recorded in
+// weft_partitions under "config". Each partition has one owner, the
+// runner whose id is the value of its key p.<nnnn> in weft_partitions:
+// only the owner acquires the runs of a partition (reads them from the
+// log, drives them, takes them over); every other runner forwards their
+// commands to it. Ownership follows the live runners (weft_runners) by
+// rendezvous hashing (partition.Owner): a runner claims the partitions
+// assigned to it whose key is absent or names a runner judged gone
+// (kv.Create or kv.Update at the revision seen: one claim wins), and
+// releases those it owns that are assigned to another live runner — it
+// hands off the runs of the partition it holds, waits for their work in
+// flight within the drain window, forgets them and deletes the key.
+
+// DefaultPartitions is the number of partitions of a deployment whose
+// first runner was not configured otherwise (WithPartitions).
+const DefaultPartitions = 64
+
+// MaxPartitions is the largest number of partitions (keys are zero-padded
+// to four digits).
+const MaxPartitions = 1024
+
+// WithPartitions sets the number of partitions P of the deployment
+// (1 to MaxPartitions). P is fixed per deployment: the first runner
+// records it in weft_partitions, and a runner configured with another
+// value refuses to start (Run returns an error naming both). A runner
+// without this option follows the recorded value (DefaultPartitions for
+// a new deployment). Changing P means stopping every runner and deleting
+// the bucket (docs/adr/0019-partitions.md).
+func WithPartitions(n int) Option { return func(r *Runner) { r.nparts, r.partsSet = n, true } }
+
+// partitionConfig is the value of the key "config" in weft_partitions.
+type partitionConfig struct {
+	Schema     int `json:"schema"`
+	Partitions int `json:"partitions"`
+}
+
+// The keys of weft_partitions besides the partitions' p.<nnnn>.
+const (
+	configKey  = "config"
+	rebuiltKey = "rebuilt" // the driver keys were rebuilt from the log once
+)
+
+// partKey is partition p's key in weft_partitions.
+func partKey(p int) string { return fmt.Sprintf("p.%04d", p) }
+
+// partPrefix is the prefix of the weft_drivers keys of partition p.
+func partPrefix(p int) string { return fmt.Sprintf("%04d", p) }
+
+// DriverKey is run's key in weft_drivers in a deployment of p partitions:
+// <nnnn>.<run>, its partition (partition.Of) zero-padded to four digits
+// first, so that the owner of a partition lists only its entries.
+func DriverKey(run string, p int) string {
+	return partPrefix(partition.Of(run, p)) + "." + run
+}
+
+func (r *Runner) driverKey(run string) string { return DriverKey(run, r.nparts) }
+
+// runOfDriverKey is the run of a weft_drivers key ("" for a key of the
+// format before partitions: the bare run id).
+func runOfDriverKey(key string) string {
+	_, run, ok := strings.Cut(key, ".")
+	if !ok {
+		return ""
+	}
+	return run
+}
+
+// partTable is this runner's view of the partitions' owners: its own
+// claims at once, everyone's through a watcher of weft_partitions.
+type partTable struct {
+	mu        sync.Mutex
+	owner     []string // by partition; "" when nobody owns it
+	rev       []uint64 // revision of the key's last message
+	releasing []bool   // owned by this runner and being released
+	scanDue   []bool   // owned; its driver entries are still to be woken
+	ready     chan struct{}
+	kick      chan struct{} // a partition was released: pass again now
+}
+
+func newPartTable(n int) *partTable {
+	return &partTable{owner: make([]string, n), rev: make([]uint64, n), releasing: make([]bool, n), scanDue: make([]bool, n), ready: make(chan struct{}), kick: make(chan struct{}, 1)}
+}
+
+// ownerOf returns partition p's owner as this runner sees it, and whether
+// this runner is releasing it.
+func (t *partTable) ownerOf(p int) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owner[p], t.releasing[p]
+}
+
+// ownedPartitions lists the partitions this runner owns.
+func (r *Runner) ownedPartitions() []int {
+	if r.parts == nil {
+		return nil
+	}
+	r.parts.mu.Lock()
+	defer r.parts.mu.Unlock()
+	var out []int
+	for p, o := range r.parts.owner {
+		if o == r.id {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// checkPartitions records the deployment's number of partitions, or
+// checks this runner's against the recorded one.
+func (r *Runner) checkPartitions(ctx context.Context) error {
+	if r.nparts < 1 || r.nparts > MaxPartitions {
+		return fmt.Errorf("runner: %d partitions: want 1 to %d", r.nparts, MaxPartitions)
+	}
+	want, _ := json.Marshal(partitionConfig{Schema: 1, Partitions: r.nparts})
+	for range 5 {
+		if _, err := r.partKV.Create(ctx, configKey, want); err == nil {
+			r.log.Info("recorded the deployment's partitions", "partitions", r.nparts)
+			return nil
+		} else if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("runner: record partitions in %s: %w", PartitionsBucket, err)
+		}
+		e, err := r.partKV.Get(ctx, configKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("runner: read partitions from %s: %w", PartitionsBucket, err)
+		}
+		var got partitionConfig
+		if err := json.Unmarshal(e.Value(), &got); err != nil || got.Schema != 1 || got.Partitions < 1 || got.Partitions > MaxPartitions {
+			return fmt.Errorf("runner: %s key %s is %q, not {\"schema\":1,\"partitions\":1..%d}", PartitionsBucket, configKey, e.Value(), MaxPartitions)
+		}
+		if got.Partitions == r.nparts {
+			return nil
+		}
+		if r.partsSet {
+			return fmt.Errorf("runner: this runner is configured with %d partitions, but the deployment has %d (%s key %s): the number of partitions is fixed per deployment; stop every runner to change it (docs/adr/0019-partitions.md)",
+				r.nparts, got.Partitions, PartitionsBucket, configKey)
+		}
+		r.nparts = got.Partitions
+		return nil
+	}
+	return fmt.Errorf("runner: %s key %s keeps changing", PartitionsBucket, configKey)
+}
+
+// watchPartitions keeps r.parts equal to weft_partitions until ctx ends.
+// A partition this runner owned that another runner claimed (this one was
+// judged gone, for example while paused) is lost: its runs are forgotten
+// at once (their appends would conflict anyway).
+// A watch that fails or ends is made again (after a backoff).
+func (r *Runner) watchPartitions(ctx context.Context) error {
+	back := backoff.New(100*time.Millisecond, 2*time.Second)
+	ready := false
+	for ctx.Err() == nil {
+		r.watchPartitionsOnce(ctx, &ready)
+		if back.Wait(ctx) != nil {
+			break
+		}
+	}
+	return nil
+}
+
+func (r *Runner) watchPartitionsOnce(ctx context.Context, ready *bool) {
+	w, err := r.partKV.WatchFiltered(ctx, []string{"p.*"})
+	if err != nil {
+		r.log.Warn("watch partitions", "err", err)
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		var e jetstream.KeyValueEntry
+		var open bool
+		select {
+		case <-ctx.Done():
+			return
+		case e, open = <-w.Updates():
+		}
+		if !open {
+			return
+		}
+		if e == nil {
+			if !*ready {
+				*ready = true
+				close(r.parts.ready)
+			}
+			continue
+		}
+		p, err := strconv.Atoi(strings.TrimPrefix(e.Key(), "p."))
+		if err != nil || p < 0 || p >= r.nparts {
+			continue
+		}
+		owner := ""
+		if e.Operation() == jetstream.KeyValuePut {
+			owner = string(e.Value())
+		}
+		t := r.parts
+		t.mu.Lock()
+		lost := t.owner[p] == r.id && owner != r.id && e.Revision() > t.rev[p]
+		if e.Revision() >= t.rev[p] {
+			t.owner[p], t.rev[p] = owner, e.Revision()
+			if owner != r.id {
+				t.releasing[p], t.scanDue[p] = false, false
+			}
+		}
+		t.mu.Unlock()
+		if owner == "" {
+			select {
+			case t.kick <- struct{}{}:
+			default:
+			}
+		}
+		if lost && owner != "" {
+			r.log.Warn("partition lost to another runner", "partition", p, "owner", owner)
+			r.forgetPartition(ctx, p)
+		}
+	}
+}
+
+// forgetPartition drops the runs of partition p this runner holds.
+func (r *Runner) forgetPartition(ctx context.Context, p int) {
+	for _, rn := range r.runsOf(p) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if rn.lock(lctx) == nil {
+			r.drop(rn)
+			rn.unlock()
+		}
+		cancel()
+	}
+}
+
+// runsOf lists the runs of partition p this runner holds in memory.
+func (r *Runner) runsOf(p int) []*run {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var list []*run
+	for id, rn := range r.runs {
+		if partition.Of(id, r.nparts) == p {
+			list = append(list, rn)
+		}
+	}
+	return list
+}
+
+// partitionLoop rebalances the partitions every lease/4 (partitionPass)
+// until ctx ends, and wakes the driver entries of the partitions it
+// claimed.
+func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
+	t := time.NewTicker(r.lease / 4)
+	defer t.Stop()
+	for tick := 1; ; tick++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.parts.kick:
+		}
+		r.partitionPass(ctx, releases)
+		if r.noScan {
+			continue
+		}
+		r.watchQuarantined(ctx)
+		// Every owned partition is scanned again now and then: entries a
+		// failed wake left, or put by a runner that did not know it lost
+		// the partition.
+		r.scanPartitions(ctx, tick%32 == 0)
+	}
+}
+
+// liveRunners lists the runners whose liveness key exists (live) and,
+// among them, those that take part in the assignment (assignable: their
+// heartbeat names this deployment's number of partitions and they do not
+// drain), with this one unless it drains. ok is false when the bucket
+// cannot be read. One read of the bucket's last values, as a key listing.
+func (r *Runner) liveRunners(ctx context.Context) (live, assignable map[string]bool, ok bool) {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	w, err := r.live.WatchAll(lctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, nil, false
+	}
+	defer func() { _ = w.Stop() }()
+	live, assignable = map[string]bool{}, map[string]bool{}
+	for done := false; !done; {
+		select {
+		case <-lctx.Done():
+			return nil, nil, false
+		case e := <-w.Updates():
+			if e == nil {
+				done = true
+				break
+			}
+			live[e.Key()] = true
+			var b beat
+			if json.Unmarshal(e.Value(), &b) == nil && b.Partitions == r.nparts && !b.Draining {
+				assignable[e.Key()] = true
+			}
+		}
+	}
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		delete(live, r.id)
+		delete(assignable, r.id)
+	} else {
+		live[r.id], assignable[r.id] = true, true
+	}
+	return live, assignable, true
+}
+
+// partitionPass is one round of rebalancing: claim the partitions
+// assigned to this runner that nobody (alive) owns, release those
+// assigned to another live runner.
+func (r *Runner) partitionPass(ctx context.Context, releases *sync.WaitGroup) {
+	live, assignable, ok := r.liveRunners(ctx)
+	if !ok {
+		return // cannot tell
+	}
+	ids := make([]string, 0, len(assignable))
+	for id := range assignable {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for p := range r.nparts {
+		want := partition.Owner(p, ids)
+		t := r.parts
+		t.mu.Lock()
+		owner, rev, releasing := t.owner[p], t.rev[p], t.releasing[p]
+		t.mu.Unlock()
+		switch {
+		case owner == r.id && want != r.id && !releasing:
+			t.mu.Lock()
+			t.releasing[p] = true
+			t.mu.Unlock()
+			releases.Add(1)
+			go func() {
+				defer releases.Done()
+				r.release(ctx, p, rev)
+			}()
+		case want != r.id || owner == r.id:
+		case owner == "":
+			r.claim(ctx, p, 0, "")
+		case !live[owner] && !r.alive(ctx, owner):
+			r.claim(ctx, p, rev, owner)
+		}
+	}
+}
+
+// claim makes this runner partition p's owner: Create when the key is
+// absent or deleted (rev 0), Update at rev when it names previous, a
+// runner judged gone. Exactly one claim of several wins.
+func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) {
+	var err error
+	var got uint64
+	if rev == 0 || previous == "" {
+		got, err = r.partKV.Create(ctx, partKey(p), []byte(r.id))
+	} else {
+		got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
+	}
+	if err != nil {
+		r.log.Debug("partition claim lost", "partition", p, "err", err)
+		return
+	}
+	t := r.parts
+	t.mu.Lock()
+	if got > t.rev[p] {
+		t.owner[p], t.rev[p] = r.id, got
+	}
+	t.scanDue[p], t.releasing[p] = true, false
+	t.mu.Unlock()
+	r.log.Info("partition claimed", "partition", p, "previous", previous)
+}
+
+// release gives partition p up (SEMANTICS §8, graceful: nothing uncertain):
+// no run of it is acquired any more (acquireFromLog answers runner_busy),
+// the runs of it this runner holds are handed off, their running bodies
+// and model calls may finish within the drain window and are recorded,
+// then they are forgotten and the key deleted at the revision this runner
+// claimed it with, so that the runner it is assigned to claims it.
+func (r *Runner) release(ctx context.Context, p int, rev uint64) {
+	r.log.Info("releasing partition", "partition", p)
+	dctx, cancel := context.WithTimeout(ctx, r.drain)
+	defer cancel()
+	r.handOff(dctx, r.runsOf(p), false)
+	for dctx.Err() == nil && r.busyIn(r.runsOf(p)) {
+		select {
+		case <-dctx.Done():
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer fcancel()
+	r.handOff(fctx, r.runsOf(p), true)
+	err := r.partKV.Delete(fctx, partKey(p), jetstream.LastRevision(rev))
+	t := r.parts
+	t.mu.Lock()
+	t.releasing[p] = false
+	if err == nil && t.owner[p] == r.id {
+		t.owner[p] = ""
+	}
+	t.mu.Unlock()
+	if err != nil {
+		r.log.Warn("partition release", "partition", p, "err", err)
+	}
+}
+
+// releaseQuiet gives up, during a drain, every partition this runner
+// owns whose runs (handed off at the start of the drain) have nothing
+// running any more: they are forgotten and the key deleted, so that the
+// partition moves at once instead of at the end of the window.
+func (r *Runner) releaseQuiet(ctx context.Context) {
+	for _, p := range r.ownedPartitions() {
+		list := r.runsOf(p)
+		if r.busyIn(list) {
+			continue
+		}
+		r.handOff(ctx, list, true)
+		t := r.parts
+		t.mu.Lock()
+		rev, mine := t.rev[p], t.owner[p] == r.id
+		if mine {
+			t.owner[p] = ""
+		}
+		t.mu.Unlock()
+		if !mine {
+			continue
+		}
+		if err := r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(rev)); err != nil {
+			r.log.Debug("partition release", "partition", p, "err", err)
+		}
+	}
+}
+
+// releaseAll deletes the keys of every partition this runner owns (a
+// drained runner, once its runs are handed off and forgotten).
+func (r *Runner) releaseAll(ctx context.Context) {
+	t := r.parts
+	t.mu.Lock()
+	type owned struct {
+		p   int
+		rev uint64
+	}
+	var list []owned
+	for p, o := range t.owner {
+		if o == r.id {
+			list = append(list, owned{p, t.rev[p]})
+			t.owner[p] = ""
+		}
+	}
+	t.mu.Unlock()
+	for _, o := range list {
+		if err := r.partKV.Delete(ctx, partKey(o.p), jetstream.LastRevision(o.rev)); err != nil {
+			r.log.Debug("partition release", "partition", o.p, "err", err)
+		}
+	}
+}
+
+// scanPartitions wakes the driver entries of the owned partitions due for
+// a scan (all owned ones with all): the runs some runner drove with work in
+// flight that this runner does not hold, bounded (takeOrphans). An idle
+// run has no entry (idle.go): it costs nothing until a command, a report
+// or a timer reaches it.
+func (r *Runner) scanPartitions(ctx context.Context, all bool) {
+	t := r.parts
+	t.mu.Lock()
+	var due []int
+	for p, o := range t.owner {
+		if o == r.id && !t.releasing[p] && (all || t.scanDue[p]) {
+			due = append(due, p)
+		}
+	}
+	t.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	filters := make([]string, len(due))
+	for i, p := range due {
+		filters[i] = partPrefix(p) + ".>"
+	}
+	entries, err := r.driverEntries(ctx, filters)
+	if err != nil {
+		r.log.Debug("list driver entries", "err", err)
+		return
+	}
+	var todo []string
+	for run := range entries {
+		if r.isQuarantined(run) {
+			continue // watchQuarantined wakes it once repaired
+		}
+		r.mu.Lock()
+		_, held := r.runs[run]
+		_, loading := r.loading[run]
+		r.mu.Unlock()
+		if held || loading {
+			continue
+		}
+		todo = append(todo, run)
+	}
+	slices.Sort(todo)
+	var mine []string
+	for _, run := range todo {
+		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); !busy {
+			mine = append(mine, run)
+		}
+	}
+	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) {
+		return // scanned again next time
+	}
+	t.mu.Lock()
+	for _, p := range due {
+		t.scanDue[p] = false
+	}
+	t.mu.Unlock()
+}
+
+// driverEntries reads the weft_drivers entries under filters: run →
+// driver and revision.
+func (r *Runner) driverEntries(ctx context.Context, filters []string) (map[string]driverKey, error) {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w, err := r.drivers.WatchFiltered(lctx, filters, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[string]driverKey{}
+	for {
+		select {
+		case <-lctx.Done():
+			return nil, lctx.Err()
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			if run := runOfDriverKey(e.Key()); run != "" && e.Operation() == jetstream.KeyValuePut {
+				out[run] = driverKey{driver: string(e.Value()), revision: e.Revision()}
+			}
+		}
+	}
+}
+
+// notOwned is the answer for a run of partition p, which this runner does
+// not own and nobody else does yet (or this runner is releasing it).
+func notOwned(run string, p int, releasing bool) error {
+	if releasing {
+		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: its partition %d is moving to another runner; retry", run, p)}
+	}
+	return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: partition %d has no owner yet; retry", run, p)}
+}
+
+// owns checks that this runner may acquire run: it owns the run's
+// partition. Otherwise it returns a *forwardError naming the owner, or
+// runner_busy when nobody owns it yet or this runner is releasing it.
+func (r *Runner) owns(run string) error {
+	p := partition.Of(run, r.nparts)
+	owner, releasing := r.parts.ownerOf(p)
+	switch {
+	case owner == r.id && !releasing:
+		return nil
+	case owner == "" || owner == r.id:
+		return notOwned(run, p, releasing)
+	}
+	return &forwardError{driver: owner}
+}

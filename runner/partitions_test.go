@@ -1,0 +1,430 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// owners reads weft_partitions: partition → owner.
+func (h *harness) owners() map[int]string {
+	h.t.Helper()
+	kv, err := h.srv.JS.KeyValue(ctx(h.t), runner.PartitionsBucket)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[int]string{}
+	for p := range runner.DefaultPartitions {
+		if e, err := kv.Get(ctx(h.t), fmt.Sprintf("p.%04d", p)); err == nil {
+			out[p] = string(e.Value())
+		}
+	}
+	return out
+}
+
+// Issue 17 item 2: the number of partitions is fixed per deployment. The
+// first runner records it; a runner configured with another number
+// refuses to start, naming both; a runner configured with none follows
+// the deployment's.
+func TestPartitions_AnotherNumberIsRefused(t *testing.T) {
+	h := newHarness(t)
+	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	first, _ := h.startRunner([]*agent.Agent{a}, runner.WithPartitions(16))
+	if got := first.Stats().Partitions; len(got) != 16 {
+		t.Fatalf("the first runner owns %v, want all 16 partitions", got)
+	}
+	nc := h.srv.Connect()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := runner.New(nc, js, []*agent.Agent{a}, runner.WithPartitions(32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = r.Run(ctx(t))
+	if err == nil || !strings.Contains(err.Error(), "32") || !strings.Contains(err.Error(), "16") {
+		t.Fatalf("a runner configured with 32 partitions in a deployment of 16: Run returned %v, want an error naming both", err)
+	}
+	follower, _ := h.startRunner([]*agent.Agent{a})
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "p16", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("p16", aggregate.StatusFinished)
+	all := append(first.Stats().Partitions, follower.Stats().Partitions...)
+	slices.Sort(all)
+	if len(all) != 16 || all[15] != 15 {
+		t.Fatalf("two runners of a 16-partition deployment own %v", all)
+	}
+}
+
+// Issue 17 item 3: two runners split the partitions by the assignment
+// (partition.Owner over the live runners) and every partition has
+// exactly one owner, in weft_partitions and in the runners' own view.
+func TestPartitions_TwoRunnersSplitThemAndEachHasOneOwner(t *testing.T) {
+	h := newHarness(t)
+	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	r1, _ := h.startRunner([]*agent.Agent{a})
+	r2, _ := h.startRunner([]*agent.Agent{a})
+	ids := []string{r1.ID(), r2.ID()}
+	kv := h.owners()
+	seen := map[int]string{}
+	for _, r := range []*runner.Runner{r1, r2} {
+		for _, p := range r.Stats().Partitions {
+			if other, dup := seen[p]; dup {
+				t.Errorf("partition %d owned by %s and %s", p, other, r.ID())
+			}
+			seen[p] = r.ID()
+		}
+	}
+	for p := range runner.DefaultPartitions {
+		want := partition.Owner(p, ids)
+		if seen[p] != want || kv[p] != want {
+			t.Errorf("partition %d: owned by %q (weft_partitions %q), assigned to %s", p, seen[p], kv[p], want)
+		}
+	}
+	if n1, n2 := len(r1.Stats().Partitions), len(r2.Stats().Partitions); n1 < 16 || n2 < 16 {
+		t.Errorf("a lopsided split: %d and %d", n1, n2)
+	}
+}
+
+// slowBodies is a pay tool whose body takes d, counting its starts per run.
+type slowBodies struct {
+	d      time.Duration
+	mu     sync.Mutex
+	starts map[string]int
+}
+
+func (b *slowBodies) tool() tools.Tool {
+	return tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		b.mu.Lock()
+		b.starts[call.Run]++
+		b.mu.Unlock()
+		select {
+		case <-time.After(b.d):
+		case <-ctx.Done():
+			return payOut{}, ctx.Err()
+		}
+		return payOut{ID: "p"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+}
+
+// SEMANTICS §8, graceful row, for a partition that moves (issue 17 item
+// 3): a third runner joins two that drive runs with bodies running; it
+// takes about P/3 partitions, which their owners release with a hand-off:
+// the bodies in flight there finish within the drain window and are
+// recorded, nothing is uncertain, no body starts twice, every run
+// completes, and the runs of the moved partitions are recovered with
+// cause handed_off.
+func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
+	h := newHarness(t)
+	b := &slowBodies{d: 400 * time.Millisecond, starts: map[string]int{}}
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(50, "ok"))})
+	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
+	r1, _ := h.startRunner([]*agent.Agent{mk()})
+	r2, _ := h.startRunner([]*agent.Agent{mk()})
+	const n = 60
+	c := ctx(t)
+	for i := range n {
+		run := fmt.Sprint("j-", i)
+		if err := retrying(c, func() error {
+			_, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := map[int]string{}
+	for _, r := range []*runner.Runner{r1, r2} {
+		for _, p := range r.Stats().Partitions {
+			before[p] = r.ID()
+		}
+	}
+	r3, _ := h.startRunner([]*agent.Agent{mk()})
+	got := len(r3.Stats().Partitions)
+	if got < runner.DefaultPartitions/3/3 || got > 3*runner.DefaultPartitions/3 {
+		t.Errorf("the joining runner took %d partitions, want about %d", got, runner.DefaultPartitions/3)
+	}
+	for _, p := range r3.Stats().Partitions {
+		delete(before, p)
+	}
+	for _, r := range []*runner.Runner{r1, r2} {
+		for _, p := range r.Stats().Partitions {
+			if before[p] != r.ID() {
+				t.Errorf("partition %d moved to %s, not to the joiner", p, r.ID())
+			}
+		}
+	}
+	moved := 0
+	for i := range n {
+		run := fmt.Sprint("j-", i)
+		s := h.waitStatus(run, aggregate.StatusFinished)
+		if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+			t.Errorf("%s ended %s", run, events.DescribeOutcome(out))
+		}
+		for _, a := range s.Actions() {
+			if a.State != aggregate.ActionSucceeded {
+				t.Errorf("%s: action %s ended %s (nothing may be uncertain after a hand-off)", run, a.ID, a.State)
+			}
+		}
+		b.mu.Lock()
+		if b.starts[run] != 1 {
+			t.Errorf("%s: body started %d times", run, b.starts[run])
+		}
+		b.mu.Unlock()
+		for _, rr := range h.recoveries(run) {
+			if rr.Cause != events.RecoveredHandedOff {
+				t.Errorf("%s: recovered with cause %s, want handed_off (a graceful move)", run, rr.Cause)
+			}
+			moved++
+		}
+	}
+	t.Logf("%d of %d runs were handed off to the partitions' new owners", moved, n)
+}
+
+// SEMANTICS §8 (recovery after loss) for partitions (issue 17 item 3): a
+// runner ("ghost") that owned every partition stopped heartbeating, with a
+// body running on one run and a model call without a reply on another.
+// The runner that starts claims the partitions once it can judge the
+// ghost gone (never before: "cannot tell" is never "gone") and recovers
+// the runs per §8's table: the running body is lost (uncertain, with the
+// lost runner's evidence: the tool is not replayable), the model call is
+// issued again and the run completes.
+func TestPartitions_AGoneRunnersPartitionsAreClaimedAndItsRunsRecovered(t *testing.T) {
+	h := newHarness(t)
+	kv, err := h.srv.JS.KeyValue(ctx(t), runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := ctx(t)
+	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, "rebuilt", []byte(`{"schema":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for p := range runner.DefaultPartitions {
+		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { return r.Turn > 1 }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(50, "ok"))})
+	b := &bodies{}
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	drivers, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// g-run: a body running (fenced, no result). g-model: turn 1
+	// requested, no reply.
+	var s aggregate.State
+	hd := appendDecided(t, h, "g-run", &s, aggregate.Start{Run: "g-run", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	call := payCall(50, "ok")
+	call.ID = "call_1_1"
+	hd = appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})
+	if act, _ := s.Action("1/call_1_1"); act.State != aggregate.ActionRunning {
+		t.Fatalf("crafted history: action %s", act.State)
+	}
+	var s2 aggregate.State
+	appendDecided(t, h, "g-model", &s2, aggregate.Start{Run: "g-model", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	for _, run := range []string{"g-run", "g-model"} {
+		if _, err := drivers.Put(c, runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, _ := h.startRunner([]*agent.Agent{a})
+	fs := h.waitStatus("g-run", aggregate.StatusSuspended) // the uncertain action waits for a person
+	if act, _ := fs.Action("1/call_1_1"); act.State != aggregate.ActionUncertain {
+		t.Errorf("g-run: the ghost's running body is %s, want uncertain", act.State)
+	}
+	if out := h.waitStatus("g-model", aggregate.StatusFinished); true {
+		if o, _ := out.Finished(); o.Kind != events.OutcomeCompleted {
+			t.Errorf("g-model ended %s", events.DescribeOutcome(o))
+		}
+	}
+	for _, run := range []string{"g-run", "g-model"} {
+		rr := h.recoveries(run)
+		if len(rr) != 1 || rr[0].Cause != events.RecoveredRunnerLost || rr[0].Previous != "ghost" || rr[0].Runner != r.ID() {
+			t.Errorf("%s: recoveries %+v, want one from ghost, cause runner_lost", run, rr)
+		}
+	}
+	if b.starts.Load() != 0 {
+		t.Errorf("the lost body was started again (%d), though the tool is not replayable", b.starts.Load())
+	}
+	if own := h.owners(); len(own) != runner.DefaultPartitions {
+		t.Errorf("weft_partitions has %d owners", len(own))
+	} else {
+		for p, o := range own {
+			if o != r.ID() {
+				t.Errorf("partition %d owned by %s", p, o)
+			}
+		}
+	}
+	if st := r.Stats(); st.TakenOver != 2 {
+		t.Errorf("Stats.TakenOver = %d, want 2", st.TakenOver)
+	}
+}
+
+// eventsCount is the number of messages in the event log.
+func (h *harness) eventsCount() uint64 {
+	h.t.Helper()
+	st, err := h.srv.JS.Stream(ctx(h.t), provision.EventsStream)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(ctx(h.t))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// Issue 17 item 5 (idle runs cost their runner nothing), SEMANTICS §8
+// "awaiting approval: unchanged": a runner that drove 2,000 runs waiting
+// for an approval drains; the runner that takes its partitions over
+// appends nothing for them, starts no goroutine per run and reads none of
+// them (Stats.Loaded, Stats.Driven, Stats.TakenOver stay 0, the log holds
+// the same messages); yet an approval of one of them completes it, with
+// one takeover recorded in the same append as the answer.
+func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
+	const n = 2000
+	h := newHarness(t)
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(500, "ok"))})
+	b := &bodies{}
+	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
+	first, stopFirst := h.startRunner([]*agent.Agent{mk()})
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			run := fmt.Sprint("idle-", i)
+			if err := retrying(c, func() error {
+				_, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
+				return err
+			}); err != nil {
+				t.Errorf("start %s: %v", run, err)
+			}
+		}()
+	}
+	wg.Wait()
+	for first.Stats().Driven > 0 {
+		if c.Err() != nil {
+			t.Fatalf("the first runner still holds %d runs", first.Stats().Driven)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		h.waitStatus(fmt.Sprint("idle-", i), aggregate.StatusSuspended)
+	}
+	stopFirst()
+	msgs := h.eventsCount()
+	goroutines := runtime.NumGoroutine()
+
+	second, _ := h.startRunner([]*agent.Agent{mk()})
+	// Two lease quarters: the partition loop scanned what it claimed.
+	time.Sleep(time.Second)
+	st := second.Stats()
+	if len(st.Partitions) != runner.DefaultPartitions || st.Driven != 0 || st.Loaded != 0 || st.TakenOver != 0 {
+		t.Errorf("after taking %d partitions of %d idle runs over: %+v, want no run driven, loaded or taken over", len(st.Partitions), n, st)
+	}
+	if got := h.eventsCount(); got != msgs {
+		t.Errorf("the takeover appended %d messages for idle runs", got-msgs)
+	}
+	if g := runtime.NumGoroutine(); g > goroutines+200 {
+		t.Errorf("%d goroutines after the takeover, %d before: a goroutine per run?", g, goroutines)
+	}
+	s := h.state("idle-7")
+	act, _ := s.Action(aggregate.Status(s).Approvals[0])
+	if err := retrying(c, func() error {
+		_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: "idle-7", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := h.waitStatus("idle-7", aggregate.StatusFinished).Finished(); o.Kind != events.OutcomeCompleted {
+		t.Errorf("idle-7 ended %s", events.DescribeOutcome(o))
+	}
+	if rr := h.recoveries("idle-7"); len(rr) != 1 || rr[0].Previous != first.ID() {
+		t.Errorf("idle-7 recoveries %+v, want one, from %s", rr, first.ID())
+	}
+	if st := second.Stats(); st.TakenOver != 1 || st.Loaded != 1 {
+		t.Errorf("after the approve: %+v, want one run loaded and taken over", st)
+	}
+	if b.starts.Load() != 1 {
+		t.Errorf("bodies started %d times, want 1", b.starts.Load())
+	}
+}
+
+// Issue 17 item 6: a command for a run of another runner's partition is
+// forwarded to that runner at once, without reading the run (the
+// receiver's Stats.Loaded does not move), and answered by the owner.
+func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
+	h := newHarness(t)
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(500, "ok"))})
+	mk := func() *agent.Agent { return build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove)) }
+	r1, _ := h.startRunner([]*agent.Agent{mk()})
+	r2, _ := h.startRunner([]*agent.Agent{mk()})
+	// A run of r1's partitions.
+	run := ""
+	for i := 0; run == ""; i++ {
+		id := fmt.Sprint("fw-", i)
+		if slices.Contains(r1.Stats().Partitions, partition.Of(id, runner.DefaultPartitions)) {
+			run = id
+		}
+	}
+	c := ctx(t)
+	// Started through r2: forwarded to r1.
+	loaded := r2.Stats().Loaded
+	if _, err := r2.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitStatus(run, aggregate.StatusSuspended)
+	if s.Runner() != r1.ID() {
+		t.Errorf("%s is driven by %s, want the owner of its partition %s", run, s.Runner(), r1.ID())
+	}
+	act, _ := s.Action(aggregate.Status(s).Approvals[0])
+	reply, err := r2.Approve(c, api.ApproveRequest{CommandID: "a", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Run != run || reply.Status == "" {
+		t.Errorf("forwarded reply %+v", reply)
+	}
+	if got := r2.Stats().Loaded; got != loaded {
+		t.Errorf("the receiver read the run %d times before forwarding, want 0", got-loaded)
+	}
+	h.waitStatus(run, aggregate.StatusFinished)
+}
