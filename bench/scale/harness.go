@@ -71,6 +71,9 @@ type Config struct {
 	// NoQuery skips the query measures (the projector folds every loaded
 	// run first, which takes long: docs/scaling.md).
 	NoQuery bool
+	// QueryOnly loads the one-node log and measures the query service
+	// alone (no runner, no cluster).
+	QueryOnly bool
 	// Dir holds the servers' stores and the subprocesses' logs (default
 	// a temporary directory, removed afterwards).
 	Dir string
@@ -195,7 +198,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			h.fail("one node", err)
 		}
 	}
-	if cfg.Nodes > 1 && ctx.Err() == nil {
+	if cfg.Nodes > 1 && !cfg.QueryOnly && ctx.Err() == nil {
 		if err := h.cluster(ctx); err != nil {
 			h.fail("cluster", err)
 		}
@@ -289,12 +292,15 @@ func (h *harness) oneNode(ctx context.Context) error {
 	h.use(s)
 	f := &h.res.Facts
 
-	r0, empty, err := h.idle(ctx, "empty", time.Minute)
-	if err != nil {
-		return fmt.Errorf("runner on the empty log: %w", err)
+	var empty Idle
+	if !h.cfg.QueryOnly {
+		r0, idle, err := h.idle(ctx, "empty", time.Minute)
+		if err != nil {
+			return fmt.Errorf("runner on the empty log: %w", err)
+		}
+		f.Empty, empty = idle, idle
+		r0.term(10 * time.Second)
 	}
-	f.Empty = empty
-	r0.term(10 * time.Second)
 
 	h.progress("loading %d runs", h.cfg.Runs)
 	lr, err := Load(ctx, s.js, LoadConfig{Runs: h.cfg.Runs, Runner: "scale-loader", Progress: progressWriter{h}, Index: indexActive(s.js, "scale-loader")})
@@ -309,6 +315,9 @@ func (h *harness) oneNode(ctx context.Context) error {
 			Note: fmt.Sprintf("%d messages, %d runs", st.Msgs, st.NumSubjects)})
 	}
 
+	if h.cfg.QueryOnly {
+		return h.query(ctx, s)
+	}
 	r1, loaded, err := h.idle(ctx, "loaded", 10*time.Minute)
 	if err != nil {
 		return fmt.Errorf("runner with %d runs in the log: %w", h.cfg.Runs, err)

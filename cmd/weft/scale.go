@@ -38,6 +38,7 @@ func scaleCommand() command {
 			fs.Uint64Var(&cfg.Seed, "seed", 1, "seed of the sample")
 			fs.StringVar(&cfg.Dir, "dir", "", "directory for the servers' stores and the subprocess logs (default: a temporary one, removed)")
 			fs.BoolVar(&cfg.NoQuery, "no-query", false, "skip the query measures (the read-model rebuild is the longest step at a million runs)")
+			fs.BoolVar(&cfg.QueryOnly, "query-only", false, "load the one-node log and measure the query service alone")
 			fs.DurationVar(&cfg.Lease, "lease", 0, "liveness lease of every runner (default 2s)")
 			out := fs.String("out", "", "also write the report as JSON to this file")
 			return func(ctx context.Context, e *env, args []string) error {
