@@ -83,22 +83,27 @@ func TestIssue17ScaleTwentyThousandRunsOnThreeNodes(t *testing.T) {
 			t.Fatalf("%d of %d sampled runs completed (%v)", f.SampleDone, len(f.Sample), f.Sample)
 		}
 	})
-	t.Run("an idle runner holds none of the loaded runs and takes over only the active ones", func(t *testing.T) {
+	t.Run("idle runs stay out of memory and get no takeover append", func(t *testing.T) {
 		if len(f.ClusterIdle) != 3 {
 			t.Fatalf("stats of %d runners", len(f.ClusterIdle))
 		}
-		active, taken := ciRuns/100, uint64(0) // KindOf: one run in 100 is active
 		for id, st := range f.ClusterIdle {
 			if st.Driven != 0 {
 				t.Errorf("runner %s holds %d runs in memory with nothing to do", id, st.Driven)
 			}
-			if partitionsLanded && st.TakenOver > uint64(f.ClusterActive[id]) {
-				t.Errorf("runner %s made %d takeovers; its partitions hold %d active runs", id, st.TakenOver, f.ClusterActive[id])
-			}
+		}
+		if f.IdleChecked < 200 || f.IdleRecovered != 0 {
+			t.Errorf("%d of %d idle loaded runs read back have a run_recovered event", f.IdleRecovered, f.IdleChecked)
+		}
+		// Only the active runs (one in 100) are taken over: by the first
+		// runner, which owned every partition alone, and again (handed
+		// off) by a joiner when one was still in flight as it joined.
+		active, taken := ciRuns/100, uint64(0)
+		for _, st := range f.ClusterIdle {
 			taken += st.TakenOver
 		}
-		if taken > uint64(active) {
-			t.Errorf("%d takeovers for %d active runs: idle runs were taken over", taken, active)
+		if taken > uint64(2*active) {
+			t.Errorf("%d takeovers for %d active runs", taken, active)
 		}
 	})
 	t.Run("a runner's goroutines do not grow with the runs in the log", func(t *testing.T) {
