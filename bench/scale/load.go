@@ -330,7 +330,10 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 			res.Validation, res.Detail, valid = ag.ValidateCall(c.Name, c.Arguments)
 			res.Normalized = valid.JSON
 			if res.Validation == events.CallValid {
-				dec, err := policy.Evaluate(ctx, ag.Policy(), policy.Action{Run: r.id, ActionID: aggregate.ActionID(w.Resolve.Turn, c.ID), Tool: c.Name, Arguments: res.Normalized, Decoded: valid.Decoded}, time.Second)
+				dec, err := policy.Evaluate(ctx, ag.Policy(), policy.Action{Run: r.id, ActionID: aggregate.ActionID(w.Resolve.Turn, c.ID), Tool: c.Name, Arguments: res.Normalized, Decoded: valid.Decoded}, policyTimeout)
+				if err != nil {
+					return nil, fmt.Errorf("policy: %w", err)
+				}
 				res.Policy = policyResult(dec, err)
 				res.Tool, _ = ag.ToolConfig(c.Name)
 			}
@@ -344,7 +347,10 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 			return nil, fmt.Errorf("no action %s", id)
 		}
 		pctx := policy.WithReview(ctx, policy.Review{Reviewer: "loader-reviewer", Verifier: ApproverName, Requirement: requirement, Revision: a.Request.Revision})
-		dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: r.id, ActionID: id, Tool: a.Tool, Arguments: a.Arguments}, time.Second)
+		dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: r.id, ActionID: id, Tool: a.Tool, Arguments: a.Arguments}, policyTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("policy: %w", err)
+		}
 		cfg, _ := ag.ToolConfig(a.Tool)
 		return aggregate.Approve{Action: id, Revision: a.Request.Revision, Reviewer: "loader-reviewer", Verifier: ApproverName, Policy: policyResult(dec, err), Tool: cfg}, nil
 	case 4:
@@ -357,6 +363,11 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 	}
 	return nil, fmt.Errorf("no step %d", r.step)
 }
+
+// policyTimeout bounds the loader's policy evaluations. The policy answers
+// at once; the bound is long because a loader starved of CPU (a loaded
+// machine, nice) must not record a policy_failed run: it fails instead.
+const policyTimeout = time.Minute
 
 // policyResult is the runner's translation of a policy decision.
 func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
