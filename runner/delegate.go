@@ -124,7 +124,7 @@ func (r *Runner) afterAppend(ctx context.Context, rn *run, appended []events.Eve
 			all = true
 		case events.RunFinished:
 			if p := rn.state.Parent(); p != nil {
-				go r.tendChild(p.Run, p.Action)
+				r.tendInBackground(p.Run, p.Action)
 			}
 		}
 	}
@@ -137,7 +137,7 @@ func (r *Runner) afterAppend(ctx context.Context, rn *run, appended []events.Eve
 	}
 	for _, a := range rn.state.Actions() { // in action order
 		if tend[a.ID] {
-			go r.tendChild(rn.id, a.ID)
+			r.tendInBackground(rn.id, a.ID)
 		}
 	}
 	if _, fin := rn.state.Finished(); fin || rn.state.Cancelling() {
@@ -168,12 +168,21 @@ func (r *Runner) afterAppend(ctx context.Context, rn *run, appended []events.Eve
 // childLocks serializes tendChild per child run id.
 var childLocks sync.Map // child run id -> *sync.Mutex
 
+// tendInBackground tends parent's delegated action in the runner's
+// background group. Once the runner stops it tends nothing: a
+// delegation left untended is tended again by the next driver of the
+// parent (its takeover acts on every delegated action) or of the child
+// (its run_finished).
+func (r *Runner) tendInBackground(parent, action string) {
+	r.bg.Go(func(ctx context.Context) { r.tendChild(ctx, parent, action) })
+}
+
 // tendChild brings the child run of parent's delegated action in step
 // with the parent: starts it, settles the parent with its outcome, or
 // cancels it, as the log says. It is idempotent and safe to call at any
-// time from any runner.
-func (r *Runner) tendChild(parent, action string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// time from any runner; ctx bounds it.
+func (r *Runner) tendChild(ctx context.Context, parent, action string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	child := aggregate.ChildRunID(parent, action)
 	mu, _ := childLocks.LoadOrStore(child, &sync.Mutex{})

@@ -198,11 +198,13 @@ func (r *Runner) maybeSnapshot(rn *run) {
 		return
 	}
 	id := rn.id
-	go func() {
-		if _, err := r.snaps.Put(context.Background(), id, b); err != nil {
+	// A put cut short by the shutdown leaves an older snapshot (or none):
+	// the next load reads more of the log, and cuts one again.
+	r.bg.Go(func(ctx context.Context) {
+		if _, err := r.snaps.Put(ctx, id, b); err != nil {
 			r.log.Debug("snapshot put", "run", id, "err", err)
 		}
-	}()
+	})
 }
 
 func recorded(envs []events.Envelope) ([]events.Recorded, error) {

@@ -115,24 +115,35 @@ func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
 	return aggregate.PolicyResult{Decision: events.PolicyError, Reason: "invalid policy decision"}
 }
 
-// callModel makes the model call for a requested turn in its own goroutine
-// and feeds the answer back as a command.
+// callModel makes the model call for a requested turn in the runner's
+// background group and feeds the answer back as a command. The call is
+// bounded by the turn's deadline and by the runner's lifetime: one cut
+// short by the runner's stop records nothing, and the turn, still
+// requested in the log, is called again by the next driver (SEMANTICS
+// §8).
 func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 	ag := rn.agent
 	req := ag.Request(aggregate.ModelRequest(rn.state))
-	ctx, cancel := context.WithCancel(context.Background())
+	life := r.bg.ctx
+	ctx, cancel := context.WithCancel(life)
 	if !mc.Deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(context.Background(), mc.Deadline)
+		ctx, cancel = context.WithDeadline(life, mc.Deadline)
 	}
 	rn.modelTurn, rn.modelCancel = mc.Turn, cancel
 	r.inflight.Add(1)
 	id := rn.id
 	typed := ag.Typed()
-	go func() {
+	started := r.bg.Go(func(context.Context) {
 		defer r.inflight.Done()
 		defer cancel()
 		sctx, span := r.tel.StartModel(ctx, id, mc.Turn, ag.Model().Name())
 		reply, err := ag.Model().Complete(sctx, req)
+		if err != nil && life.Err() != nil {
+			// Cut short by the runner's stop: not a model failure.
+			telemetry.EndModel(span, "", nil, "stopped")
+			r.log.Debug("model call stopped with the runner; the next driver calls again", "run", id, "turn", mc.Turn)
+			return
+		}
 		var cmd aggregate.Command
 		if err != nil {
 			var me *model.Error
@@ -161,7 +172,7 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 			}
 			cmd = mr
 		}
-		if err := r.command(context.Background(), id, cmd); err != nil {
+		if err := r.command(life, id, cmd); err != nil {
 			r.log.Debug("model answer", "run", id, "turn", mc.Turn, "err", err)
 			switch {
 			case transient(err):
@@ -177,7 +188,12 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 				r.keepReply(id, cmd)
 			}
 		}
-	}()
+	})
+	if !started {
+		// The runner stopped: the turn stays requested in the log.
+		r.inflight.Done()
+		cancel()
+	}
 }
 
 // attemptKey names an attempt of a run: action, attempt, incarnation.

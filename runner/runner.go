@@ -161,6 +161,9 @@ type Runner struct {
 	handlers tracker
 	// loaded and takenOver count run reads and takeover appends (Stats).
 	loaded, takenOver atomic.Uint64
+	// bg owns the goroutines that outlive the call that starts them
+	// (background.go); Run stops it before it returns.
+	bg *background
 }
 
 // tracker counts work in flight; idle is closed while none is. Unlike a
@@ -243,6 +246,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	r.evlog = eventlog.New(js)
 	r.timers = timer.New(js)
 	r.serving, r.stopServing = context.WithCancel(context.Background())
+	r.bg = newBackground()
 	return r, nil
 }
 
@@ -430,6 +434,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	_ = fwd.Unsubscribe()
 	waitCtx(final, r.handlers.quiet())
 	r.stopRetries()
+	// Nothing of this runner's background work outlives Run: what is cut
+	// short is derived again from the log by the next driver.
+	if !r.bg.stop(10 * time.Second) {
+		r.log.Error("background work still running 10 s after its context ended; returning without it")
+	}
 	stopHeartbeat()
 	_ = g.Wait()
 	// Deleted, not left to expire: the partitions' keys, so that the

@@ -125,8 +125,8 @@ func (r *Runner) armDurable(id, key string, a *armedTimer) {
 	}
 	a.arming = true
 	a.mu.Unlock()
-	go func() {
-		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	started := r.bg.Go(func(ctx context.Context) {
+		actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := r.timers.Arm(actx, id, key, a.at)
 		cancel()
 		a.mu.Lock()
@@ -139,7 +139,7 @@ func (r *Runner) armDurable(id, key string, a *armedTimer) {
 			a.mu.Lock()
 			gone := a.gone
 			a.mu.Unlock()
-			if !gone {
+			if !gone && ctx.Err() == nil {
 				r.retryLaterTimer(id, key, a)
 			}
 			return
@@ -147,7 +147,14 @@ func (r *Runner) armDurable(id, key string, a *armedTimer) {
 		if undo {
 			r.disarm(id, key)
 		}
-	}()
+	})
+	if !started {
+		// The runner stopped: the next driver arms the run's pending
+		// timers again from the log.
+		a.mu.Lock()
+		a.arming = false
+		a.mu.Unlock()
+	}
 }
 
 // armDurableNow arms a's durable schedule before it returns (a timer
@@ -184,15 +191,16 @@ func (r *Runner) disarmTimer(id, key string, a *armedTimer) {
 
 // disarm removes the durable schedule of run id's timer key in the
 // background. It is an optimisation: a schedule left behind only wakes
-// the run for nothing.
+// the run for nothing (so one the runner's stop cuts short is not
+// retried).
 func (r *Runner) disarm(id, key string) {
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	r.bg.Go(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := r.timers.Disarm(ctx, id, key); err != nil {
 			r.log.Debug("disarm durable timer", "run", id, "key", key, "err", err)
 		}
-	}()
+	})
 }
 
 // disarmRun removes every durable schedule of rn, a finished run, in the
@@ -202,13 +210,13 @@ func (r *Runner) disarmRun(rn *run) {
 		return
 	}
 	id := rn.id
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	r.bg.Go(func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		if err := r.timers.DisarmRun(ctx, id); err != nil {
 			r.log.Debug("disarm the durable timers of a finished run", "run", id, "err", err)
 		}
-	}()
+	})
 }
 
 // finishedRuns remembers the last finishedCap runs this runner saw finish
