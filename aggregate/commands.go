@@ -254,7 +254,9 @@ type HandOff struct {
 // Recover is a runner taking over a run nobody drives. Cause is what the
 // log says: events.RecoveredHandedOff when the run was handed off
 // (State.HandedOff), events.RecoveredRunnerLost otherwise; a mismatch is
-// refused invalid_request. Only a loss re-asks approvals: a hand-off keeps
+// refused invalid_request. events.RecoveredIdle may be given for a run
+// that is Idle (and only then): nothing is in flight, so the recovery
+// records run_recovered alone. Only a loss re-asks approvals: a hand-off keeps
 // every recorded approval (SEMANTICS.md §8).
 //
 // Then is the command that made the runner take the run over (an answer,

@@ -1004,6 +1004,10 @@ func (d *decider) recover(c Recover) error {
 		if !graceful {
 			return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %s: run %s was not handed off (cause %s)", c.Cause, d.s.run, events.RecoveredRunnerLost)
 		}
+	case events.RecoveredIdle:
+		if !Idle(d.s) {
+			return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %s: run %s is not idle (it has work in flight, or was handed off)", c.Cause, d.s.run)
+		}
 	default:
 		return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %q", c.Cause)
 	}

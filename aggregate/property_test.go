@@ -178,6 +178,13 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 		// command that records something, never on its own — loses
 		// nothing (docs/adr/0019-partitions.md). (Decided before its
 		// first approval expiry: a due expiry is applied by any decision.)
+		if !aggregate.Idle(before) && before.Exists() {
+			if _, rerr := aggregate.Decide(before, aggregate.Recover{Runner: "other", Cause: events.RecoveredIdle}, s.Now); rerr == nil {
+				if _, fin := before.Finished(); !fin {
+					fail("(o) a takeover with cause idle of a run that is not idle (status %s) was accepted", aggregate.Status(before).Kind)
+				}
+			}
+		}
 		if aggregate.Idle(before) {
 			at := s.Now
 			for _, t := range aggregate.Pending(before).Timers {
@@ -185,7 +192,7 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 					at = t.At.Add(-time.Nanosecond)
 				}
 			}
-			for _, cause := range []string{events.RecoveredRunnerLost} {
+			for _, cause := range []string{events.RecoveredRunnerLost, events.RecoveredIdle} {
 				revs, rerr := aggregate.Decide(before, aggregate.Recover{Runner: "other", Cause: cause}, at)
 				if rerr != nil || len(revs) != 1 {
 					fail("(o) the takeover of an idle run (status %s) recorded %d events (%v), want run_recovered alone", aggregate.Status(before).Kind, len(revs), rerr)

@@ -719,8 +719,9 @@ type RunHandedOff struct {
 }
 
 // RunRecovered is emitted when a runner takes over a run that nobody drives
-// (Cause "runner_lost" or "handed_off": handed_off exactly when the last
-// incarnation ended with RunHandedOff). It bumps the incarnation: reports
+// (Cause "runner_lost", "handed_off" or "idle": handed_off exactly when the
+// last incarnation ended with RunHandedOff; idle when the run waited only
+// for people, nothing in flight, so nothing is recovered). It bumps the incarnation: reports
 // and replies of older incarnations are refused. Only a loss re-asks
 // approvals (AttemptLost "reapprove", ApprovalRequested "recovery"); a
 // hand-off keeps every recorded approval.
@@ -737,6 +738,12 @@ const (
 	RecoveredRunnerLost = "runner_lost"
 	// RecoveredHandedOff is a takeover of a run its draining runner handed off.
 	RecoveredHandedOff = "handed_off"
+	// RecoveredIdle is a takeover of a run that waited only for people
+	// (aggregate.Idle: suspended, nothing in flight, no timer but approval
+	// expiries), recorded with the first decision that records something:
+	// nothing was in flight, nothing is recovered. The previous runner may
+	// be alive: it gave the run's partition up (docs/adr/0019-partitions.md).
+	RecoveredIdle = "idle"
 )
 
 // Outcome is how a run finished (SEMANTICS.md §6). Kind is one of the

@@ -187,8 +187,9 @@ func TestDelegation_CancelCancelsChildren(t *testing.T) {
 // TestToolChanged_RedeployedAgentLacksTool (SEMANTICS.md §6): a run waits
 // for the approval of a "pay" action; its runner is drained and a runner
 // serving the same agent name and version without "pay" takes the run
-// over: the run fails tool_changed naming the action, and the body never
-// starts.
+// over (at once when the drain handed it off, or when the approval reaches
+// it when it was idle): the run fails tool_changed naming the action, and
+// the body never starts.
 func TestToolChanged_RedeployedAgentLacksTool(t *testing.T) {
 	h := newHarness(t)
 	var b bodies
@@ -206,6 +207,16 @@ func TestToolChanged_RedeployedAgentLacksTool(t *testing.T) {
 		func(err error) tools.Failure { return tools.Explain(err.Error()) })
 	redeployed := build(t, model.NewScripted("desk", model.Answer("unused")), []tools.Tool{other}, policy.AlwaysAllow())
 	h.startRunner([]*agent.Agent{redeployed}, runner.WithID("second"))
+	// The run waits only for people: evicted before the drain (or handed
+	// off by it), it is taken over when a command reaches it — here the
+	// approval it waits for (docs/adr/0019-partitions.md).
+	ws := h.state("tc1")
+	if act, ok := ws.Action("1/call_1_1"); ok && act.State == aggregate.ActionAwaitingApproval {
+		_ = retrying(c, func() error {
+			_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "tc", Run: "tc1", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+			return err
+		})
+	}
 	s := h.waitStatus("tc1", aggregate.StatusFinished)
 	o, _ := s.Finished()
 	if o.Kind != events.OutcomeFailed || o.Reason != events.ReasonToolChanged || o.Action != "1/call_1_1" {

@@ -80,7 +80,8 @@
 // has one driver: the runner recorded in its RunStarted or latest
 // RunRecovered. The owner drives every unfinished run of its partition: a
 // run the log records as another runner's is taken over
-// (aggregate.Recover, cause runner_lost or handed_off: exactly one
+// (aggregate.Recover, cause runner_lost, handed_off, or idle for a run
+// waiting only for people, recorded with its next decision: exactly one
 // takeover append wins), because that runner gave the partition up — it
 // released it, after handing off and forgetting every run of it it held,
 // or it was judged gone. So exactly one process performs each effect.

@@ -276,6 +276,18 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			continue
 		}
 		rn, err := r.acquireFromLog(ctx, id)
+		if err == nil && rn.driven && lacksTool(rn) {
+			// A redeployed agent lacks a live action's tool: the run
+			// fails tool_changed (act) before any command is decided on
+			// it — an answer must not fence an attempt of a tool this
+			// runner cannot run. A pending takeover is recorded first.
+			rn.lazy = false
+			if rn.takeover != nil {
+				_ = r.step(ctx, rn, nil)
+			} else {
+				r.act(ctx, rn, nil, true)
+			}
+		}
 		r.mu.Lock()
 		close(r.loading[id])
 		delete(r.loading, id)
@@ -287,6 +299,21 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 		return rn, err
 	}
 	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", id)}
+}
+
+// lacksTool reports whether the agent rn runs under (as this runner
+// serves it) lacks the tool of an action still to run (awaiting approval,
+// queued or running): act then fails the run tool_changed.
+func lacksTool(rn *run) bool {
+	for _, a := range rn.state.Actions() {
+		switch a.State {
+		case aggregate.ActionAwaitingApproval, aggregate.ActionQueued, aggregate.ActionRunning:
+			if _, ok := rn.agent.Tool(a.Tool); !ok {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // errAcquireAgain tells acquire that another writer changed the run while
@@ -353,11 +380,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	rn := newRun(id, s, head, a)
 	rn.lastAt = at
 	_ = rn.lock(ctx)
-	cause := events.RecoveredRunnerLost
-	if s.HandedOff() {
-		cause = events.RecoveredHandedOff
-	}
-	t := aggregate.Recover{Runner: r.id, Cause: cause}
+	t := aggregate.Recover{Runner: r.id, Cause: recoveryCause(s)}
 	view, err := aggregate.Recovered(s, t, r.clock(rn))
 	if err != nil {
 		rn.unlock()
@@ -369,6 +392,19 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	r.runs[id] = rn
 	r.mu.Unlock()
 	return rn, nil
+}
+
+// recoveryCause is the cause of a takeover of s, as its log says:
+// handed_off after a hand-off, idle when it waits only for people (nothing
+// in flight: nothing is recovered), runner_lost otherwise.
+func recoveryCause(s aggregate.State) string {
+	switch {
+	case s.HandedOff():
+		return events.RecoveredHandedOff
+	case aggregate.Idle(s):
+		return events.RecoveredIdle
+	}
+	return events.RecoveredRunnerLost
 }
 
 // takeOver records rn's pending takeover with c (nil for none) as the
@@ -389,9 +425,10 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 		return evs, err
 	}
 	if rn.driven {
-		// Not recorded (the store did not answer): still to do.
-		t.Then = nil
-		rn.pre, rn.takeover = rn.state, &t
+		// Not recorded (the store did not answer, or another writer
+		// came first): still to do, with the cause the log says now.
+		t.Then, t.Cause = nil, recoveryCause(rn.state)
+		rn.pre, rn.takeover, rn.lazy = rn.state, &t, aggregate.Idle(rn.state)
 		if view, verr := aggregate.Recovered(rn.pre, t, r.clock(rn)); verr == nil {
 			rn.state = view
 		}

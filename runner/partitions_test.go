@@ -308,7 +308,8 @@ func (h *harness) eventsCount() uint64 {
 // appends nothing for them, starts no goroutine per run and reads none of
 // them (Stats.Loaded, Stats.Driven, Stats.TakenOver stay 0, the log holds
 // the same messages); yet an approval of one of them completes it, with
-// one takeover recorded in the same append as the answer.
+// one takeover recorded in the same append as the answer, cause idle: its
+// runner drained, nothing was lost.
 func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
 	const n = 2000
 	h := newHarness(t)
@@ -375,8 +376,8 @@ func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
 	if o, _ := h.waitStatus("idle-7", aggregate.StatusFinished).Finished(); o.Kind != events.OutcomeCompleted {
 		t.Errorf("idle-7 ended %s", events.DescribeOutcome(o))
 	}
-	if rr := h.recoveries("idle-7"); len(rr) != 1 || rr[0].Previous != first.ID() {
-		t.Errorf("idle-7 recoveries %+v, want one, from %s", rr, first.ID())
+	if rr := h.recoveries("idle-7"); len(rr) != 1 || rr[0].Previous != first.ID() || rr[0].Cause != events.RecoveredIdle {
+		t.Errorf("idle-7 recoveries %+v, want one, from %s, cause idle (nothing was lost)", rr, first.ID())
 	}
 	if st := second.Stats(); st.TakenOver != 1 || st.Loaded != 1 {
 		t.Errorf("after the approve: %+v, want one run loaded and taken over", st)

@@ -3,7 +3,7 @@
 // Applications embed package runner with their own agents instead; this
 // main shows the wiring and is what the end-to-end recovery tests kill.
 //
-//	runner [--nats URL] [--creds FILE] [--id ID] [--lease 1s] [--drain 10s] [--provision]
+//	runner [--nats URL] [--creds FILE] [--id ID] [--lease 1s] [--drain 10s] [--partitions N] [--provision]
 //
 // Credentials: --creds / NATS_CREDS (the runner role's, docs/security.md),
 // --nkey / NATS_NKEY, --user and NATS_PASSWORD, or NATS_TOKEN.
@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	id := fs.String("id", "", "runner id (default: generated)")
 	lease := fs.Duration("lease", time.Second, "liveness lease: a lost runner's runs are taken over within about 1.25x this")
 	drain := fs.Duration("drain", 10*time.Second, "drain window on SIGTERM")
+	partitions := fs.Int("partitions", 0, "the deployment's number of partitions, fixed once the first runner recorded it (0: follow the recorded number, 64 for a new deployment; docs/adr/0019-partitions.md)")
 	prov := fs.Bool("provision", true, "create or update the streams and buckets first")
 	replicas := fs.Int("replicas", 1, "replica count of the streams and buckets it provisions: 1 on a single server, 3 on a cluster (an existing asset's higher count is kept)")
 	verbose := fs.Bool("v", false, "debug logs")
@@ -107,6 +108,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	opts := []runner.Option{runner.WithLogger(logger), runner.WithLease(*lease), runner.WithDrainWindow(*drain)}
 	if *id != "" {
 		opts = append(opts, runner.WithID(*id))
+	}
+	if *partitions != 0 {
+		opts = append(opts, runner.WithPartitions(*partitions))
 	}
 	r, err := runner.New(node.Conn(), node.JetStream(), []*agent.Agent{ag}, opts...)
 	if err != nil {
