@@ -347,10 +347,14 @@ func retryable(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
 }
 
+// unavailable codes err, a store call that did not complete, as
+// unavailable (the caller may retry): a read applied nothing, and an
+// append without its ack is retried with the same command id, decided on
+// what the log then holds. A call ended by its context's cancellation —
+// a command whose runner stops under it — is unavailable too, not an
+// uncoded error the API would answer internal (a bug); errors.Is still
+// finds context.Canceled in it.
 func unavailable(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return err
-	}
 	return errors.Join(&weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}, err)
 }
 
