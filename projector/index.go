@@ -321,44 +321,80 @@ var errTooMany = errors.New("too many results")
 // consumer, nothing held between requests.
 type indexReader struct {
 	nc *nats.Conn
+	js jetstream.JetStream
 	// onRead is called with the number of messages each request read.
 	onRead func(n int)
 }
 
 // last returns the latest value of every key of bucket matching one of
-// filters (KV key filters), in stream order. Deleted keys are left out.
+// filters (KV key filters). Deleted keys are left out. One multi-subject
+// direct get answers up to 1,024 keys; a filter matching more is read
+// through a KV watch of its own (an ordered consumer delivering the last
+// value of each matching key: a cost in the number of keys it matches).
 func (r *indexReader) last(ctx context.Context, bucket string, filters []string) ([]kvMsg, error) {
-	subjects := make([]string, len(filters))
-	for i, f := range filters {
-		subjects[i] = "$KV." + bucket + "." + f
-	}
-	msgs, err := r.direct(ctx, bucket, map[string]any{"multi_last": subjects})
+	msgs, err := r.direct(ctx, bucket, subjects(bucket, filters))
 	if !errors.Is(err, errTooMany) {
 		return msgs, err
 	}
-	// More than one answer holds: each filter's keys in stream order, a
-	// batch at a time (History 1: every message is a key's latest).
 	msgs = nil
-	for _, s := range subjects {
-		for seq := uint64(1); ; {
-			got, err := r.direct(ctx, bucket, map[string]any{"seq": seq, "next_by_subj": s, "batch": 1000})
-			if err != nil {
-				return nil, err
-			}
-			msgs = append(msgs, got...)
-			if len(got) < 1000 {
-				break
-			}
-			seq = got[len(got)-1].seq + 1
+	for _, f := range filters {
+		got, err := r.direct(ctx, bucket, subjects(bucket, []string{f}))
+		if errors.Is(err, errTooMany) {
+			got, err = r.watch(ctx, bucket, f)
 		}
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, got...)
 	}
 	return msgs, nil
 }
 
+func subjects(bucket string, filters []string) []string {
+	out := make([]string, len(filters))
+	for i, f := range filters {
+		out[i] = "$KV." + bucket + "." + f
+	}
+	return out
+}
+
+// watch reads every key of bucket matching filter with a KV watch.
+func (r *indexReader) watch(ctx context.Context, bucket, filter string) ([]kvMsg, error) {
+	kv, err := r.js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", bucket, err)
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", bucket, filter, err)
+	}
+	defer w.Stop()
+	var out []kvMsg
+	defer func() {
+		if r.onRead != nil {
+			r.onRead(len(out))
+		}
+	}()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("read %s %s: watch closed", bucket, filter)
+			}
+			if e == nil {
+				return out, nil
+			}
+			out = append(out, kvMsg{key: e.Key(), seq: e.Revision(), value: e.Value()})
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read %s %s: %w", bucket, filter, ctx.Err())
+		}
+	}
+}
+
 // direct sends one batched direct get request to bucket's stream and
 // collects its messages up to the end-of-batch marker.
-func (r *indexReader) direct(ctx context.Context, bucket string, req map[string]any) ([]kvMsg, error) {
-	body, err := json.Marshal(req)
+func (r *indexReader) direct(ctx context.Context, bucket string, multiLast []string) ([]kvMsg, error) {
+	body, err := json.Marshal(map[string]any{"multi_last": multiLast})
 	if err != nil {
 		return nil, err
 	}
@@ -466,8 +502,10 @@ func (w *walk) node(ctx context.Context, prefix string) (bool, error) {
 		}
 		return false, nil
 	}
-	for len(kids) > 0 {
-		n := min(len(kids), batchWindows)
+	// The first read asks for one window, each next for twice as many
+	// (up to batchWindows): a dense window fills a page alone.
+	for size := 1; len(kids) > 0; size = min(2*size, batchWindows) {
+		n := min(len(kids), size)
 		filters := make([]string, n)
 		for i, k := range kids[:n] {
 			filters[i] = w.index + ".e." + k + "." + w.tokens + ".>"

@@ -12,9 +12,14 @@
 //	weft_inbox_approvals  <run>.<escaped action> projections.ApprovalItem
 //	weft_inbox_uncertain  <run>.<escaped action> projections.UncertainItem
 //	weft_open_questions   <run>.<escaped action> projections.QuestionItem
+//	weft_index            <index>.e.… <index>.d.…  order indexes (index.go)
 //	weft_projector        checkpoint             {"schema":1,"seq":N}
 //
 // The escaped action is projections.ItemKey: "3/call_1" is "3=2Fcall_1".
+// weft_index holds one time-ordered index per query (the run list and the
+// three inboxes): an entry per summary or item under its time window and
+// filter tokens, and a directory trie of the windows; the query service
+// pages from it (docs/adr/0020).
 //
 // # Guarantees
 //
@@ -115,6 +120,7 @@ type Projector struct {
 	state     jetstream.KeyValue
 	index     *indexWriter
 	reader    *indexReader
+	noIndex   bool
 	logger    *slog.Logger
 
 	delivered atomic.Uint64
@@ -150,7 +156,7 @@ func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ..
 	if p.index, err = newIndexWriter(ctx, js); err != nil {
 		return nil, err
 	}
-	p.reader = &indexReader{nc: js.Conn()}
+	p.reader = &indexReader{nc: js.Conn(), js: js}
 	return p, nil
 }
 
@@ -407,8 +413,10 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 				}
 				return fmt.Errorf("projector: delete view %s: %w", run, err)
 			}
-			if err := p.index.apply(ctx, entries(derivedOf(old)), nil, false); err != nil {
-				return err
+			if !p.noIndex {
+				if err := p.index.apply(ctx, entries(derivedOf(old)), nil, false); err != nil {
+					return err
+				}
 			}
 			return del(ctx, p.runs, run)
 		}
@@ -452,8 +460,10 @@ func (p *Projector) store(ctx context.Context, old projections.RunView, c projec
 // stop in between leaves the summary of before in weft_runs, from which
 // repair finds what to undo.
 func (p *Projector) storeDerived(ctx context.Context, before []entry, c projections.Change, force bool) error {
-	if err := p.index.apply(ctx, before, entries(c), force); err != nil {
-		return err
+	if !p.noIndex {
+		if err := p.index.apply(ctx, before, entries(c), force); err != nil {
+			return err
+		}
 	}
 	if err := putJSON(ctx, p.runs, c.Summary.Run, c.Summary); err != nil {
 		return err

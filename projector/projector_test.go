@@ -25,7 +25,7 @@ func start(t *testing.T) *natstest.Server {
 }
 
 // appendLog appends recs one event per decision, in log order.
-func appendLog(t *testing.T, log *eventlog.Log, recs []events.Recorded) {
+func appendLog(t testing.TB, log *eventlog.Log, recs []events.Recorded) {
 	t.Helper()
 	ctx := context.Background()
 	heads := map[string]eventlog.Head{}
@@ -40,7 +40,7 @@ func appendLog(t *testing.T, log *eventlog.Log, recs []events.Recorded) {
 
 // runProjector runs p until the test ends; the returned func stops it and
 // waits.
-func runProjector(t *testing.T, p *projector.Projector) func() {
+func runProjector(t testing.TB, p *projector.Projector) func() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
@@ -60,7 +60,7 @@ func runProjector(t *testing.T, p *projector.Projector) func() {
 	return stop
 }
 
-func lastSeq(t *testing.T, js jetstream.JetStream) uint64 {
+func lastSeq(t testing.TB, js jetstream.JetStream) uint64 {
 	s, err := js.Stream(context.Background(), eventlog.Stream)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func lastSeq(t *testing.T, js jetstream.JetStream) uint64 {
 	return info.State.LastSeq
 }
 
-func waitSeq(t *testing.T, p *projector.Projector, seq uint64) {
+func waitSeq(t testing.TB, p *projector.Projector, seq uint64) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for p.Seq() < seq {

@@ -215,6 +215,7 @@ type Service struct {
 	views  jetstream.KeyValue
 	reader *indexReader
 	reads  atomic.Uint64
+	gets   atomic.Uint64
 	now    func() time.Time
 	logger *slog.Logger
 	cancel context.CancelFunc
@@ -224,6 +225,10 @@ type Service struct {
 // inboxes (index entries, directory nodes and inbox items) since it
 // started: what a page costs.
 func (s *Service) Reads() uint64 { return s.reads.Load() }
+
+// ReadRequests counts the KV read requests (direct gets, or watches for
+// a filter matching more keys than one direct get answers) behind Reads.
+func (s *Service) ReadRequests() uint64 { return s.gets.Load() }
 
 // ServeOption configures Serve.
 type ServeOption func(*Service)
@@ -260,7 +265,7 @@ func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *even
 			return fail(fmt.Errorf("projector: bucket %s: %w", b, err))
 		}
 	}
-	s.reader = &indexReader{nc: nc, onRead: func(n int) { s.reads.Add(uint64(n)) }}
+	s.reader = &indexReader{nc: nc, js: js, onRead: func(n int) { s.reads.Add(uint64(n)); s.gets.Add(1) }}
 	s.svc, err = micro.AddService(nc, micro.Config{
 		Name: ServiceName, Version: ServiceVersion,
 		Description: "Weft queries: run views, run lists, inboxes and histories (docs/protocol/50-queries.md)",

@@ -16,7 +16,7 @@ import (
 	"github.com/weftrun/weft/projector"
 )
 
-func request[T any](t *testing.T, nc *nats.Conn, endpoint string, body string) (T, *nats.Msg) {
+func request[T any](t testing.TB, nc *nats.Conn, endpoint string, body string) (T, *nats.Msg) {
 	t.Helper()
 	var out T
 	m, err := nc.Request(projector.QueryPrefix+"."+endpoint, []byte(body), 5*time.Second)

@@ -95,7 +95,15 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	for run := range views {
 		runs = append(runs, run)
 	}
-	slices.Sort(runs)
+	// In order of last change (then run id), as a live projector writes
+	// them: a window's index entries land side by side in the index's
+	// stream, so a page reads few of its blocks.
+	slices.SortFunc(runs, func(a, b string) int {
+		if c := views[a].Updated.Compare(views[b].Updated); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
 	keep := map[string]map[string]bool{}
 	for _, b := range Buckets {
 		keep[b] = map[string]bool{}
