@@ -420,3 +420,74 @@ func TestQueryServiceHoldsNoRunState(t *testing.T) {
 	}
 	walk(reflect.TypeOf(projector.Service{}), "Service", 0)
 }
+
+// TestListPagesOfOneCrowdedMillisecond (issue 17 item 2): 1,100 runs
+// whose last change is the same instant (the scale test's loader stamps a
+// window of 2,048 runs with one time) fill one index window with more
+// entries than one direct get answers (1,024); the list and the approvals
+// inbox still page exactly as the reference does, run id breaking the
+// tie.
+func TestListPagesOfOneCrowdedMillisecond(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	p, err := projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runProjector(t, p)
+	svc, err := projector.Serve(ctx, s.Conn, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Stop() })
+	rng := rand.New(rand.NewPCG(11, 1))
+	perm := rng.Perm(1100)
+	ids := make([]string, len(perm))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("c%04d", perm[i])
+	}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	var recs []events.Recorded
+	req := events.Requirement{Name: "finance", Version: 1}
+	for _, id := range ids {
+		recs = append(recs,
+			events.Recorded{Run: id, Version: 1, At: at, Event: events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "x", Runner: "r"}},
+			events.Recorded{Run: id, Version: 2, At: at, Event: events.ModelRequested{Turn: 1}},
+			events.Recorded{Run: id, Version: 3, At: at, Event: events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "a", Name: "pay", Arguments: json.RawMessage(`{}`)}}}},
+			events.Recorded{Run: id, Version: 4, At: at, Event: events.ApprovalRequested{Action: "1/a", Revision: 1, Requirement: req, Why: "policy"}})
+	}
+	appendLog(t, s.Log, interleave([][]events.Recorded{recs}))
+	waitSeq(t, p, lastSeq(t, s.JS))
+	all := summaries(storedViews(t, s.JS))
+	for _, q := range []projections.ListQuery{{Limit: 200}, {Status: projections.StatusSuspended, Agent: "desk", Limit: 1000}} {
+		for {
+			want, _ := projections.Page(all, q)
+			got := listPage(t, s.Conn, q)
+			if !slices.Equal(names(got), names(want)) || got.Next != want.Next {
+				t.Fatalf("%+v:\n got %v\nwant %v", q, names(got), names(want))
+			}
+			if got.Next == "" {
+				break
+			}
+			q.Cursor = got.Next
+		}
+	}
+	var got []string
+	q := projector.InboxRequest{Limit: 400}
+	for {
+		body, _ := json.Marshal(q)
+		r, _ := request[projector.ApprovalsReply](t, s.Conn, projector.EndpointApprovals, string(body))
+		for _, it := range r.Items {
+			got = append(got, it.Run)
+		}
+		if r.Next == "" {
+			break
+		}
+		q.Cursor = r.Next
+	}
+	want := slices.Clone(ids)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("approvals: %d items, want %d in run order", len(got), len(want))
+	}
+}
