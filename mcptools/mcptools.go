@@ -1,7 +1,6 @@
 package mcptools
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -444,7 +443,7 @@ type Tool struct {
 	remote      string
 	description string
 	schema      json.RawMessage
-	resolved    *jsonschema.Resolved
+	valid       *tools.SchemaValidator
 	annotations mcp.ToolAnnotations
 }
 
@@ -460,11 +459,11 @@ func newTool(c *Client, name string, t *mcp.Tool) (*Tool, error) {
 	if s.Type != "object" {
 		return nil, &UnusableSchema{Tool: t.Name, Err: fmt.Errorf("the input schema's type is %q, want \"object\"", s.Type)}
 	}
-	resolved, err := s.Resolve(nil)
+	valid, err := tools.NewSchemaValidator(&s)
 	if err != nil {
 		return nil, &UnusableSchema{Tool: t.Name, Err: err}
 	}
-	mt := &Tool{client: c, name: name, remote: t.Name, description: t.Description, schema: raw, resolved: resolved}
+	mt := &Tool{client: c, name: name, remote: t.Name, description: t.Description, schema: raw, valid: valid}
 	if t.Annotations != nil {
 		mt.annotations = *t.Annotations
 	}
@@ -504,40 +503,18 @@ func (t *Tool) Settling() bool { return false }
 // SettleWithin returns 0.
 func (t *Tool) SettleWithin() time.Duration { return 0 }
 
-// Validate checks args against the server's input schema and returns them
-// compacted (an empty or null value as {}): exactly what the policy sees
-// and what is sent to the server. A value that does not fit is a
-// *tools.ValidationError. An MCP tool has no Go input type: the
+// Validate checks args against the server's input schema
+// (tools.SchemaValidator: the one validator, its detail deterministic)
+// and returns them compacted (an empty or null value as {}): exactly what
+// the policy sees and what is sent to the server. A value that does not
+// fit is a *tools.ValidationError. An MCP tool has no Go input type: the
 // Arguments hold no decoded value.
 func (t *Tool) Validate(args json.RawMessage) (tools.Arguments, error) {
-	norm, err := t.validate(args)
+	norm, err := t.valid.Validate(args)
 	if err != nil {
 		return tools.Arguments{}, err
 	}
 	return tools.Arguments{JSON: norm}, nil
-}
-
-func (t *Tool) validate(args json.RawMessage) (json.RawMessage, error) {
-	trimmed := bytes.TrimSpace(args)
-	if len(trimmed) == 0 || string(trimmed) == "null" {
-		trimmed = []byte("{}")
-	}
-	var v any
-	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	if err := dec.Decode(&v); err != nil || dec.More() {
-		return nil, &tools.ValidationError{Reason: "not valid JSON"}
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return nil, &tools.ValidationError{Reason: "tool arguments must be a JSON object"}
-	}
-	if err := t.resolved.Validate(v); err != nil {
-		return nil, &tools.ValidationError{Reason: err.Error()}
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, trimmed); err != nil {
-		return nil, &tools.ValidationError{Reason: "not valid JSON: " + err.Error()}
-	}
-	return buf.Bytes(), nil
 }
 
 // Output is the content a successful call records, as the server returned

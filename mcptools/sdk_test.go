@@ -212,6 +212,18 @@ func TestSchemaAndExactArguments(t *testing.T) {
 			t.Errorf("Validate(%s) = %T, want *tools.ValidationError", bad, err)
 		}
 	}
+	// The detail is recorded in the log: the same arguments always give
+	// the same one, although they have several problems (docs/adr/0022).
+	const several = `{"message":"x","zeta":1,"alpha":2,"mid":3}`
+	_, first := echo.Validate(json.RawMessage(several))
+	for range 100 {
+		if _, err := echo.Validate(json.RawMessage(several)); first == nil || err == nil || err.Error() != first.Error() {
+			t.Fatalf("Validate(%s) = %v, then %v", several, first, err)
+		}
+	}
+	if first.Error() != `/: unexpected additional properties ["alpha"]` {
+		t.Errorf("detail %q", first.Error())
+	}
 	args, err := echo.Validate(json.RawMessage(" { \"message\" : \"héllo\" } "))
 	if err != nil || string(args.JSON) != `{"message":"héllo"}` {
 		t.Fatalf("Validate = %s, %v", args.JSON, err)

@@ -129,12 +129,21 @@ func (c *Codec[T]) decode(data json.RawMessage) (T, json.RawMessage, error) {
 	if err := json.Unmarshal(trimmed, &v); err != nil {
 		return zero, nil, decodeError(err)
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(trimmed))
-	if err := json.Compact(&buf, trimmed); err != nil {
-		return zero, nil, &ValidationError{Reason: "not valid JSON: " + err.Error()}
+	norm, err := compact(trimmed)
+	if err != nil {
+		return zero, nil, err
 	}
-	return v, buf.Bytes(), nil
+	return v, norm, nil
+}
+
+// compact returns data, valid JSON, without insignificant space.
+func compact(data []byte) (json.RawMessage, error) {
+	var buf bytes.Buffer
+	buf.Grow(len(data))
+	if err := json.Compact(&buf, data); err != nil {
+		return nil, &ValidationError{Reason: "not valid JSON: " + err.Error()}
+	}
+	return buf.Bytes(), nil
 }
 
 // decodeValidated decodes data, arguments Normalize accepted (in another

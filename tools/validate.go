@@ -171,3 +171,38 @@ func parseJSON(data []byte) (any, *ValidationError) {
 	}
 	return v, nil
 }
+
+// SchemaValidator checks JSON values against a JSON Schema that was not
+// generated from a Go type, such as an MCP server's tool input schema,
+// with the one validator a Codec uses (docs/adr/0022): jsonschema-go's,
+// the schema resolved once, and the same deterministic detail on refusal.
+// (Parts of a schema that only resolve within it, through "$ref", are
+// not looked into: their refusal is reported at their parent, in the
+// library's words.)
+type SchemaValidator struct{ v *validator }
+
+// NewSchemaValidator resolves s for validation; s must not be modified
+// afterwards. It returns the library's error for a schema it cannot
+// resolve.
+func NewSchemaValidator(s *jsonschema.Schema) (*SchemaValidator, error) {
+	v, err := newValidator(s)
+	if err != nil {
+		return nil, err
+	}
+	return &SchemaValidator{v: v}, nil
+}
+
+// Validate parses data once (empty data or null read as {}), checks it
+// against the schema and returns its normalized JSON: the same value
+// compacted. A value that does not fit gives a *ValidationError.
+func (sv *SchemaValidator) Validate(data json.RawMessage) (json.RawMessage, error) {
+	trimmed := trimValue(data)
+	generic, verr := parseJSON(trimmed)
+	if verr != nil {
+		return nil, verr
+	}
+	if verr := sv.v.validate(generic); verr != nil {
+		return nil, verr
+	}
+	return compact(trimmed)
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
+
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/tools"
 )
@@ -130,5 +132,37 @@ func TestInputUsesTheDecodedValue(t *testing.T) {
 	action.Decoded = policy.DecodedOf(struct{ ID string }{"other type"})
 	if in, matched, err := tools.Input(lookupDef, action); !matched || err != nil || in.ID != "not what was decoded" {
 		t.Errorf("Input with a value of another type = %+v, %v, %v; want the JSON decoded", in, matched, err)
+	}
+}
+
+// TestSchemaValidator: a schema not generated from a Go type (an MCP
+// server's) is checked by the same validator, with the same detail; a part
+// reached through "$ref" is reported at its parent, in the library's words.
+func TestSchemaValidator(t *testing.T) {
+	var s jsonschema.Schema
+	raw := `{"type":"object","properties":{"n":{"type":"integer"},"r":{"$ref":"#/$defs/x"}},"$defs":{"x":{"type":"string"}},"additionalProperties":false}`
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		t.Fatal(err)
+	}
+	v, err := tools.NewSchemaValidator(&s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ args, want string }{
+		{`{"n":1.5,"b":1,"a":2}`, `/n: type: 1.5 has type "number", want "integer"`},
+		{`{"n":1,"b":1,"a":2}`, `/: unexpected additional properties ["a"]`},
+		{`{"r":5}`, `/: type: 5 has type "integer", want "string"`},
+		{`[1`, `/: not valid JSON: unexpected end of JSON input`},
+	}
+	for _, tt := range tests {
+		if _, err := v.Validate(json.RawMessage(tt.args)); err == nil || err.Error() != tt.want {
+			t.Errorf("Validate(%s) = %v, want %s", tt.args, err, tt.want)
+		}
+	}
+	if norm, err := v.Validate(json.RawMessage(` { "n" : 2 , "r" : "x" } `)); err != nil || string(norm) != `{"n":2,"r":"x"}` {
+		t.Errorf("Validate = %s, %v", norm, err)
+	}
+	if norm, err := v.Validate(nil); err != nil || string(norm) != `{}` {
+		t.Errorf("Validate(empty) = %s, %v", norm, err)
 	}
 }
