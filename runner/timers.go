@@ -91,7 +91,10 @@ func (r *Runner) syncTimers(rn *run, pending []aggregate.Timer) {
 		id := rn.id
 		a := &armedTimer{at: t.At}
 		a.local = time.AfterFunc(time.Until(t.At), func() {
-			if err := r.command(context.Background(), id, cmd); transient(err) {
+			// Bounded by the runner's lifetime: a timer firing while it
+			// stops is fired again by the next driver (from the log, or
+			// by the durable schedule).
+			if err := r.command(r.bg.ctx, id, cmd); transient(err) {
 				r.log.Warn("timer", "run", id, "key", key, "err", err)
 				r.retryLater(id)
 			}
