@@ -29,6 +29,7 @@ import (
 //
 //	<index>.e.<window>.<tokens>.<id>      the entry (value: the summary or item)
 //	<index>.d.p<prefix>.<digits>.<tokens> the window prefix+digits holds entries with those tokens (value {})
+//	runs.d.p<prefix>.<digits>.all         the window prefix+digits holds runs of any status and agent
 //
 // <tokens> are status and agent for the run list, the agent for an inbox,
 // each escaped like an action key (Token); <id> is the run id, or the
@@ -91,6 +92,25 @@ type entry struct {
 	index  string
 	window string
 	tokens string // the filter tokens, joined by "."
+}
+
+// anyTokens is the node token of the runs index's second directory, which
+// says where runs of any status and agent are: an unfiltered list reads
+// one node per child instead of one per status and agent combination.
+const anyTokens = "all"
+
+// chain is one directory an entry is listed in: the tokens of its nodes
+// and the entry filter that says whether a window still holds one.
+type chain struct{ node, match string }
+
+// chains returns the directories of e: its own tokens, and for a run
+// the directory of any status and agent.
+func (e entry) chains() []chain {
+	out := []chain{{e.tokens, e.tokens}}
+	if e.index == IndexRuns {
+		out = append(out, chain{anyTokens, "*.*"})
+	}
+	return out
 }
 
 func newEntry(index string, at time.Time, tokens []string, id string, v any) entry {
@@ -202,17 +222,19 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, force bo
 		if ok && bytes.Equal(old, e.value) && !force {
 			continue
 		}
-		for _, k := range nodes(e.index, e.window, e.tokens) {
-			if w.known[k] && !force {
-				continue
+		for _, c := range e.chains() {
+			for _, k := range nodes(e.index, e.window, c.node) {
+				if w.known[k] && !force {
+					continue
+				}
+				if err := put(k, nodeValue); err != nil {
+					return err
+				}
+				if len(w.known) >= maxKnown {
+					clear(w.known)
+				}
+				w.known[k] = true
 			}
-			if err := put(k, nodeValue); err != nil {
-				return err
-			}
-			if len(w.known) >= maxKnown {
-				clear(w.known)
-			}
-			w.known[k] = true
 		}
 		if err := put(e.key, e.value); err != nil {
 			return err
@@ -264,29 +286,44 @@ func (w *indexWriter) exists(ctx context.Context, filter string) (bool, error) {
 	return true, nil
 }
 
-// remove purges entry e, then each directory node of its window that no
-// longer leads to an entry, from the bottom up.
+// remove purges entry e, then, in each of its directories, every node of
+// its window that no longer leads to an entry, from the bottom up. The
+// directory of any status and agent is pruned after the entry's own one,
+// and only when the window holds no entry with e's tokens any more.
 func (w *indexWriter) remove(ctx context.Context, e entry) error {
 	if err := w.purge(ctx, e.key); err != nil {
 		return err
 	}
-	ok, err := w.exists(ctx, e.index+".e."+e.window+"."+e.tokens+".>")
-	if err != nil || ok {
-		return err
-	}
-	for n := windowDigits - levelDigits; n >= 0; n -= levelDigits {
-		if err := w.purge(ctx, nodeKey(e.index, e.window[:n], e.window[n:n+levelDigits], e.tokens)); err != nil {
-			return err
-		}
-		if n == 0 {
-			return nil
-		}
-		ok, err := w.exists(ctx, e.index+".d.p"+e.window[:n]+".*."+e.tokens)
-		if err != nil || ok {
+	for _, c := range e.chains() {
+		held, err := w.prune(ctx, e.index, e.window, c)
+		if err != nil || held {
 			return err
 		}
 	}
 	return nil
+}
+
+// prune purges the nodes of directory c above window that lead to no
+// entry any more, from the bottom up; it reports whether the window
+// itself still holds an entry of c.
+func (w *indexWriter) prune(ctx context.Context, index, window string, c chain) (bool, error) {
+	ok, err := w.exists(ctx, index+".e."+window+"."+c.match+".>")
+	if err != nil || ok {
+		return ok, err
+	}
+	for n := windowDigits - levelDigits; n >= 0; n -= levelDigits {
+		if err := w.purge(ctx, nodeKey(index, window[:n], window[n:n+levelDigits], c.node)); err != nil {
+			return false, err
+		}
+		if n == 0 {
+			return false, nil
+		}
+		ok, err := w.exists(ctx, index+".d.p"+window[:n]+".*."+c.node)
+		if err != nil || ok {
+			return false, err
+		}
+	}
+	return false, nil
 }
 
 // indexKeys returns every key of BucketIndex that the stored change set
@@ -297,8 +334,10 @@ func indexKeys(cs []projections.Change) map[string]bool {
 	for _, c := range cs {
 		for _, e := range entries(c) {
 			keep[e.key] = true
-			for _, k := range nodes(e.index, e.window, e.tokens) {
-				keep[k] = true
+			for _, ch := range e.chains() {
+				for _, k := range nodes(e.index, e.window, ch.node) {
+					keep[k] = true
+				}
 			}
 		}
 	}
@@ -450,10 +489,13 @@ type walk struct {
 	r      *indexReader
 	index  string
 	tokens string
-	desc   bool
-	from   string
-	to     string
-	visit  func([]kvMsg) (bool, error)
+	// nodes is the directory's node token filter: tokens, or anyTokens
+	// for a run list filtered on neither status nor agent.
+	nodes string
+	desc  bool
+	from  string
+	to    string
+	visit func([]kvMsg) (bool, error)
 }
 
 // batchWindows is how many windows one entry read asks for.
@@ -465,7 +507,11 @@ func (w *walk) run(ctx context.Context) error {
 }
 
 func (w *walk) node(ctx context.Context, prefix string) (bool, error) {
-	msgs, err := w.r.last(ctx, BucketIndex, []string{w.index + ".d.p" + prefix + ".*." + w.tokens})
+	nodes := w.nodes
+	if nodes == "" {
+		nodes = w.tokens
+	}
+	msgs, err := w.r.last(ctx, BucketIndex, []string{w.index + ".d.p" + prefix + ".*." + nodes})
 	if err != nil {
 		return false, err
 	}

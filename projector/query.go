@@ -469,6 +469,9 @@ func (s *Service) handleList(ctx context.Context, body []byte) (any, error) {
 		return nil, err
 	}
 	w := walk{r: s.reader, index: IndexRuns, tokens: filterToken(spec.Status) + "." + filterToken(spec.Agent), desc: true}
+	if spec.Status == "" && spec.Agent == "" {
+		w.nodes = anyTokens
+	}
 	if spec.After != nil {
 		w.from = window(time.Unix(0, spec.After.Updated))
 	}

@@ -212,8 +212,10 @@ func (p *Projector) sweepIndex(ctx context.Context, stored []projections.Change)
 		}
 	}
 	for _, e := range kept {
-		for _, n := range nodes(e.index, e.window, e.tokens) {
-			keep[n] = true
+		for _, c := range e.chains() {
+			for _, n := range nodes(e.index, e.window, c.node) {
+				keep[n] = true
+			}
 		}
 	}
 	for _, k := range keys {
