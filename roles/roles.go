@@ -6,8 +6,8 @@
 //
 //   - Runner appends to the event log (weft.ev.>), serves the command API
 //     (weft.api.*, not the queries), publishes tool tasks, arms timers and
-//     owns its KV buckets (weft_runners, weft_drivers, weft_commands,
-//     weft_snapshots). Its in-process worker runs with the same grant.
+//     owns its KV buckets (weft_runners, weft_drivers, weft_partitions,
+//     weft_commands, weft_snapshots). Its in-process worker runs with the same grant.
 //   - Worker serves one tool queue (worker.Queue: a tool as bound in one
 //     agent identity): it takes tasks only through that queue's consumer,
 //     reports and settles only on that queue's subjects

@@ -331,10 +331,11 @@ var errAcquireAgain = errors.New("acquire again")
 // released it after handing off, waiting for and forgetting every run of
 // it that it held, or it was judged gone (docs/adr/0019-partitions.md) —
 // so it drives the run no more (SEMANTICS §8: only a runner that is gone
-// is recovered from). A run recorded as this runner's is driven as it is
-// when it is idle (evicted, idle.go: nothing in flight) and otherwise
-// taken over (an earlier process with this id drove it, or this runner
-// handed it off: its work is lost all the same). A run of another runner
+// is recovered from). A run recorded as this runner's (not handed off) is
+// driven as it is when it is idle (evicted, idle.go: nothing in flight) or
+// when this process forgot it (drop: a partition lost while paused, a
+// quarantine), and otherwise taken over: an earlier process with this id
+// drove it, its work is lost all the same. A run of another runner
 // is taken over; when it is idle the takeover is recorded only together
 // with the first decision that records something (run.lazy), so that the
 // takeover of a partition of idle runs records nothing for them.
@@ -360,7 +361,11 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		return fin, nil
 	}
 	driver, idle := s.Runner(), aggregate.Idle(s)
-	if driver == r.id && idle {
+	r.mu.Lock()
+	_, dropped := r.mine[id]
+	delete(r.mine, id)
+	r.mu.Unlock()
+	if driver == r.id && (idle || dropped && !s.HandedOff()) {
 		rn := newRun(id, s, head, a)
 		rn.lastAt, rn.driven = at, true
 		_ = rn.lock(ctx)
@@ -594,7 +599,22 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) (bool,
 }
 
 // drop forgets a run this runner no longer drives.
+//
+// A run the log still names this runner the driver of (not handed off,
+// not finished, no takeover pending) is remembered (r.mine): this process
+// drove it and may still have work of it in flight — a body in its
+// worker — so when it acquires the run again (its partition came back,
+// its quarantine was repaired) it drives it as its own, never recovering
+// it from itself (SEMANTICS §8).
 func (r *Runner) drop(rn *run) {
+	if _, fin := rn.state.Finished(); rn.driven && rn.takeover == nil && rn.state.Exists() && !fin && !rn.state.HandedOff() && rn.state.Runner() == r.id {
+		r.mu.Lock()
+		if r.mine == nil {
+			r.mine = map[string]struct{}{}
+		}
+		r.mine[rn.id] = struct{}{}
+		r.mu.Unlock()
+	}
 	rn.driven = false
 	for key, t := range rn.armed {
 		t.stop()

@@ -188,6 +188,11 @@ func (r *Runner) watchPartitionsOnce(ctx context.Context, ready *bool) {
 		return
 	}
 	defer func() { _ = w.Stop() }()
+	// The values before the watch's first nil are the bucket as it is:
+	// taken as they are (after a server restart that lost recent writes
+	// a key's revision may be lower than one seen before); later updates
+	// only move forward.
+	initial := true
 	for {
 		var e jetstream.KeyValueEntry
 		var open bool
@@ -200,6 +205,7 @@ func (r *Runner) watchPartitionsOnce(ctx context.Context, ready *bool) {
 			return
 		}
 		if e == nil {
+			initial = false
 			if !*ready {
 				*ready = true
 				close(r.parts.ready)
@@ -216,8 +222,8 @@ func (r *Runner) watchPartitionsOnce(ctx context.Context, ready *bool) {
 		}
 		t := r.parts
 		t.mu.Lock()
-		lost := t.owner[p] == r.id && owner != r.id && e.Revision() > t.rev[p]
-		if e.Revision() >= t.rev[p] {
+		lost := t.owner[p] == r.id && owner != r.id && (initial || e.Revision() > t.rev[p])
+		if initial || e.Revision() >= t.rev[p] {
 			t.owner[p], t.rev[p] = owner, e.Revision()
 			if owner != r.id {
 				t.releasing[p], t.scanDue[p] = false, false
@@ -412,17 +418,50 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer fcancel()
 	r.handOff(fctx, r.runsOf(p), true)
-	err := r.partKV.Delete(fctx, partKey(p), jetstream.LastRevision(rev))
+	// Until the key is deleted the partition stays "releasing": none of
+	// its runs is acquired here (a run this runner handed off is never
+	// recovered by it).
+	back := backoff.New(50*time.Millisecond, time.Second)
+	for {
+		err := r.deletePartKey(fctx, p, rev)
+		if err == nil {
+			break
+		}
+		r.log.Warn("partition release", "partition", p, "err", err)
+		if back.Wait(ctx) != nil {
+			return // the drain deletes it (releaseAll)
+		}
+		fctx, fcancel = context.WithTimeout(context.Background(), 5*time.Second)
+		defer fcancel()
+	}
 	t := r.parts
 	t.mu.Lock()
 	t.releasing[p] = false
-	if err == nil && t.owner[p] == r.id {
+	if t.owner[p] == r.id {
 		t.owner[p] = ""
 	}
 	t.mu.Unlock()
-	if err != nil {
-		r.log.Warn("partition release", "partition", p, "err", err)
+}
+
+// deletePartKey deletes partition p's key at revision rev and, when the
+// key moved on meanwhile but still names this runner (a server restart
+// lost the revision this runner knew), at its current revision. A key
+// that names another runner is left alone (nil: not ours to delete).
+func (r *Runner) deletePartKey(ctx context.Context, p int, rev uint64) error {
+	err := r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(rev))
+	if err == nil {
+		return nil
 	}
+	e, gerr := r.partKV.Get(ctx, partKey(p))
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return nil
+	case gerr != nil:
+		return err
+	case string(e.Value()) != r.id:
+		return nil
+	}
+	return r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(e.Revision()))
 }
 
 // releaseQuiet gives up, during a drain, every partition this runner
@@ -446,7 +485,7 @@ func (r *Runner) releaseQuiet(ctx context.Context) {
 		if !mine {
 			continue
 		}
-		if err := r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(rev)); err != nil {
+		if err := r.deletePartKey(ctx, p, rev); err != nil {
 			r.log.Debug("partition release", "partition", p, "err", err)
 		}
 	}
@@ -470,7 +509,7 @@ func (r *Runner) releaseAll(ctx context.Context) {
 	}
 	t.mu.Unlock()
 	for _, o := range list {
-		if err := r.partKV.Delete(ctx, partKey(o.p), jetstream.LastRevision(o.rev)); err != nil {
+		if err := r.deletePartKey(ctx, o.p, o.rev); err != nil {
 			r.log.Debug("partition release", "partition", o.p, "err", err)
 		}
 	}

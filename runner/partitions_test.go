@@ -429,3 +429,66 @@ func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
 	}
 	h.waitStatus(run, aggregate.StatusFinished)
 }
+
+// SEMANTICS §8 "a live runner never takes over a run it drives itself"
+// (chaos seed 2 found it: runner-3-1 recovered a run from itself): a
+// runner loses the partition of a run whose body runs in its worker (here
+// another runner's claim is written over its key, as when it was judged
+// gone while paused) and forgets the run; when the partition comes back
+// to it, it drives the run as its own — the log still names it — and the
+// body's report completes the run, with no run_recovered at all.
+func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
+	h := newHarness(t)
+	gate := make(chan struct{})
+	var starts sync.Map
+	tool := tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		starts.Store(call.Run, true)
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return payOut{}, ctx.Err()
+		}
+		return payOut{ID: "p"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(50, "ok"))})
+	r, _ := h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{tool}, policy.Func(approvalAbove))})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "lp", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor("lp", "the body running", func(aggregate.State) bool { _, ok := starts.Load("lp"); return ok })
+	p := partition.Of("lp", runner.DefaultPartitions)
+	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("p.%04d", p)
+	if _, err := kv.Put(c, key, []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	for slices.Contains(r.Stats().Partitions, p) || r.Stats().Driven != 0 {
+		if c.Err() != nil {
+			t.Fatalf("the runner still owns partition %d or holds the run: %+v", p, r.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := kv.Delete(c, key); err != nil { // ghost gives it back
+		t.Fatal(err)
+	}
+	for !slices.Contains(r.Stats().Partitions, p) {
+		if c.Err() != nil {
+			t.Fatalf("partition %d never came back: %+v", p, r.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(gate)
+	s := h.waitStatus("lp", aggregate.StatusFinished)
+	if o, _ := s.Finished(); o.Kind != events.OutcomeCompleted {
+		t.Errorf("lp ended %s", events.DescribeOutcome(o))
+	}
+	if rr := h.recoveries("lp"); len(rr) != 0 {
+		t.Errorf("the run was recovered %+v; its runner drove it all along", rr)
+	}
+}

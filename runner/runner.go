@@ -157,6 +157,9 @@ type Runner struct {
 	// finished are runs seen finished, whose late wake-ups cost nothing.
 	finished finishedRuns
 	gone     map[string]time.Time // runners alive found gone, and when (guarded by mu)
+	// mine are runs this process drove and forgot while the log still
+	// names it their driver (drop): acquired again, they are its own.
+	mine map[string]struct{}
 	// handlers are the forwarded commands being answered (onForward).
 	handlers tracker
 	// loaded and takenOver count run reads and takeover appends (Stats).
