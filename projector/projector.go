@@ -451,7 +451,24 @@ func (p *Projector) store(ctx context.Context, old projections.RunView, c projec
 	if err != nil {
 		return false, fmt.Errorf("projector: write view %s: %w", c.View.Run, err)
 	}
-	return true, p.storeDerived(ctx, entries(derivedOf(old)), c, false)
+	before := entries(derivedOf(old))
+	if rev == 0 && !p.noIndex {
+		// No view was stored: a new run, or one whose view vanished (it
+		// is refolded). Its summary, if weft_runs still holds one, names
+		// the list entry to move.
+		e, err := p.runs.Get(ctx, c.View.Run)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return true, fmt.Errorf("projector: read summary %s: %w", c.View.Run, err)
+		default:
+			var sum projections.Summary
+			if json.Unmarshal(e.Value(), &sum) == nil && sum.Run == c.View.Run {
+				before = entries(projections.Change{Summary: sum})
+			}
+		}
+	}
+	return true, p.storeDerived(ctx, before, c, false)
 }
 
 // storeDerived writes what derives from a stored view: the index moves

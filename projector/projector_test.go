@@ -271,6 +271,19 @@ func TestProjectorRefoldsMissingEvents(t *testing.T) {
 	if !bytes.Equal(e.Value(), want) {
 		t.Fatalf("refolded view\n got %s\nwant %s", e.Value(), want)
 	}
+	// The run's list entry moved from the one weft_runs named: one entry.
+	idx, _ := s.JS.KeyValue(ctx, projector.BucketIndex)
+	l, err := idx.ListKeysFiltered(ctx, "runs.e.*.*.*."+h[0].Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range l.Keys() {
+		keys = append(keys, k)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("the refolded run has %d list entries: %v", len(keys), keys)
+	}
 }
 
 func TestCheckpointDecodes(t *testing.T) {
