@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -334,11 +335,11 @@ func (h *harness) oneNode(ctx context.Context) error {
 		return fmt.Errorf("warm-up runner: %w", err)
 	}
 	t0, cpu0 := time.Now(), warm.cpu()
-	quiet := h.quiesce(ctx, []*runnerProc{warm}, h.cfg.Quiet)
+	left, quiet := h.settle(ctx, h.cfg.Quiet)
 	wst, _ := warm.stats(ctx)
-	h.add(bench.Row{Section: SectionStartup, Name: fmt.Sprintf("first runner: takeover of the log's %d active runs, serving to quiet", lr.Active), Value: ms(time.Since(t0)), Unit: "ms",
+	h.add(bench.Row{Section: SectionStartup, Name: fmt.Sprintf("first runner: takeover of the log's %d active runs, until none in flight", lr.Active), Value: ms(time.Since(t0)), Unit: "ms",
 		Note: fmt.Sprintf("start-up %s; CPU %s; TakenOver %d, Loaded %d, RSS %.1f MiB at the end%s", warmStart.Round(time.Millisecond), warm.cpu()-cpu0,
-			wst.Stats.TakenOver, wst.Stats.Loaded, mib(warm.rss()), map[bool]string{false: " (not quiet: bounded by --quiet)"}[quiet])})
+			wst.Stats.TakenOver, wst.Stats.Loaded, mib(warm.rss()), map[bool]string{false: fmt.Sprintf(" (%d runs still in flight: bounded by --quiet)", left)}[quiet])})
 	warm.term(time.Minute)
 	r1, loaded, err := h.idle(ctx, "loaded", 10*time.Minute)
 	if err != nil {
@@ -363,6 +364,7 @@ func (h *harness) oneNode(ctx context.Context) error {
 		}
 	}
 	if r2 != nil {
+		h.settle(ctx, h.cfg.Quiet)
 		h.quiesce(ctx, []*runnerProc{r2}, h.cfg.Quiet)
 		h.progress("steady workload on 1 node, 1 runner: %d clients for %s", h.cfg.Clients, h.cfg.Workload)
 		st := steadyWorkload(ctx, s.nc, w, h.cfg.Clients, h.cfg.Workload, "steady1")
@@ -625,9 +627,10 @@ func (h *harness) cluster(ctx context.Context) error {
 	// The runners' start-up work (reading the log's unfinished runs,
 	// taking over) must be over before the workload is measured.
 	t0 := time.Now()
-	quiet := h.quiesce(ctx, rs, h.cfg.Quiet)
+	_, quiet := h.settle(ctx, h.cfg.Quiet)
+	quiet = h.quiesce(ctx, rs, h.cfg.Quiet) && quiet
 	h.add(bench.Row{Section: SectionCluster, Name: "runners' start-up work, until quiet", Value: ms(time.Since(t0)), Unit: "ms",
-		Note: fmt.Sprintf("until each runner used under %s of CPU in %s%s", quietCPU, quietWindow, map[bool]string{false: " (not reached: measured anyway)"}[quiet])})
+		Note: fmt.Sprintf("until no run had work in flight (weft_drivers empty) and each runner used under %s of CPU in %s%s", quietCPU, quietWindow, map[bool]string{false: " (not reached: measured anyway)"}[quiet])})
 	h.progress("steady workload on %d nodes, 3 runners: %d clients for %s", n, h.cfg.Clients, h.cfg.Workload)
 	st := steadyWorkload(ctx, s.nc, w, h.cfg.Clients, h.cfg.Workload, "steady3")
 	h.add(bench.Row{Section: SectionCluster, Name: fmt.Sprintf("steady throughput, %d nodes R%d, 3 runners", n, n), Value: st.rate(), Unit: "runs/s",
@@ -870,4 +873,33 @@ func (h *harness) idleRecovered(ctx context.Context, s *servers, n int) (checked
 		}
 	}
 	return checked, recovered, nil
+}
+
+// settle waits until no run has work in flight — weft_drivers is empty:
+// every run a runner drives with something in flight has an entry there,
+// deleted once it finishes or waits only for people (ADR 0019) — or limit
+// passes. It returns how many entries were left and whether none was.
+func (h *harness) settle(ctx context.Context, limit time.Duration) (int, bool) {
+	deadline := time.Now().Add(limit)
+	left := -1
+	for {
+		if kv, err := h.js.KeyValue(ctx, runner.DriversBucket); err == nil {
+			switch l, err := kv.ListKeys(ctx); {
+			case err == nil:
+				left = 0
+				for range l.Keys() {
+					left++
+				}
+			case errors.Is(err, jetstream.ErrNoKeysFound):
+				left = 0
+			}
+		}
+		if left == 0 {
+			return 0, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return left, false
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
