@@ -192,12 +192,27 @@ func newIndexWriter(ctx context.Context, js jetstream.JetStream) (*indexWriter, 
 
 func kvStream(bucket string) string { return "KV_" + bucket }
 
+// putMode says which of the entries and nodes an index move puts.
+type putMode int
+
+const (
+	// putChanged puts the entries that are new or changed, and their
+	// nodes this writer has not put yet (a fold step).
+	putChanged putMode = iota
+	// putEntries puts every entry, and its nodes this writer has not put
+	// yet: a rebuild (its writer starts with no node known), which must
+	// restore an index lost or left incomplete while the views were kept.
+	putEntries
+	// putAll puts every entry and every node (a repair after a stop
+	// between writes).
+	putAll
+)
+
 // apply moves the index from the entries of before to those of after: it
-// puts every entry that is new or changed (and its directory nodes, root
-// first), then removes the entries after no longer has and prunes the
-// directory nodes left without entries. With force it puts every node of
-// after's entries again (a repair after a stop between writes).
-func (w *indexWriter) apply(ctx context.Context, before, after []entry, force bool) error {
+// puts the entries mode asks for (and their directory nodes, root first),
+// then removes the entries after no longer has and prunes the directory
+// nodes left without entries.
+func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode putMode) error {
 	had := make(map[string][]byte, len(before))
 	for _, e := range before {
 		had[e.key] = e.value
@@ -219,12 +234,12 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, force bo
 	for _, e := range after {
 		has[e.key] = true
 		old, ok := had[e.key]
-		if ok && bytes.Equal(old, e.value) && !force {
+		if ok && bytes.Equal(old, e.value) && mode == putChanged {
 			continue
 		}
 		for _, c := range e.chains() {
 			for _, k := range nodes(e.index, e.window, c.node) {
-				if w.known[k] && !force {
+				if w.known[k] && mode != putAll {
 					continue
 				}
 				if err := put(k, nodeValue); err != nil {

@@ -286,7 +286,7 @@ func (p *Projector) project(ctx context.Context, env events.Envelope) error {
 				return err
 			}
 		}
-		ok, err := p.store(ctx, old, c, rev)
+		ok, err := p.store(ctx, old, c, rev, putChanged)
 		if err != nil {
 			return err
 		}
@@ -377,7 +377,7 @@ func (p *Projector) quarantine(ctx context.Context, q *eventlog.PoisonError) err
 			return nil
 		}
 		p.logger.Error("run quarantined: a message of its log cannot be folded (weft repair show)", "run", q.Run, "seq", q.Seq, "reason", q.Reason)
-		ok, err := p.store(ctx, old, projections.Quarantined(old, q.Run, q.Seq, q.Reason), rev)
+		ok, err := p.store(ctx, old, projections.Quarantined(old, q.Run, q.Seq, q.Reason), rev, putChanged)
 		if err != nil {
 			return err
 		}
@@ -414,13 +414,13 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 				return fmt.Errorf("projector: delete view %s: %w", run, err)
 			}
 			if !p.noIndex {
-				if err := p.index.apply(ctx, entries(derivedOf(old)), nil, false); err != nil {
+				if err := p.index.apply(ctx, entries(derivedOf(old)), nil, putChanged); err != nil {
 					return err
 				}
 			}
 			return del(ctx, p.runs, run)
 		}
-		ok, err := p.store(ctx, old, c, rev)
+		ok, err := p.store(ctx, old, c, rev, putChanged)
 		if err != nil {
 			return err
 		}
@@ -434,8 +434,9 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 
 // store writes a change of the view old: the view by compare-and-set on
 // rev (false when another writer won), then the order indexes, the summary
-// and the inbox items.
-func (p *Projector) store(ctx context.Context, old projections.RunView, c projections.Change, rev uint64) (bool, error) {
+// and the inbox items; mode says which index entries are put (putEntries
+// for a rebuild).
+func (p *Projector) store(ctx context.Context, old projections.RunView, c projections.Change, rev uint64, mode putMode) (bool, error) {
 	b, err := c.View.Encode()
 	if err != nil {
 		return false, err
@@ -468,7 +469,7 @@ func (p *Projector) store(ctx context.Context, old projections.RunView, c projec
 			}
 		}
 	}
-	return true, p.storeDerived(ctx, before, c, false)
+	return true, p.storeDerived(ctx, before, c, mode)
 }
 
 // storeDerived writes what derives from a stored view: the index moves
@@ -476,9 +477,9 @@ func (p *Projector) store(ctx context.Context, old projections.RunView, c projec
 // the summary and the inbox items are written. The index comes first: a
 // stop in between leaves the summary of before in weft_runs, from which
 // repair finds what to undo.
-func (p *Projector) storeDerived(ctx context.Context, before []entry, c projections.Change, force bool) error {
+func (p *Projector) storeDerived(ctx context.Context, before []entry, c projections.Change, mode putMode) error {
 	if !p.noIndex {
-		if err := p.index.apply(ctx, before, entries(c), force); err != nil {
+		if err := p.index.apply(ctx, before, entries(c), mode); err != nil {
 			return err
 		}
 	}
@@ -592,7 +593,7 @@ func (p *Projector) repair(ctx context.Context, v projections.RunView) error {
 	if err != nil {
 		return err
 	}
-	return p.storeDerived(ctx, before, c, true)
+	return p.storeDerived(ctx, before, c, putAll)
 }
 
 // stored returns the index entries of what weft_runs and the inboxes hold

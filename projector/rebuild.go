@@ -24,7 +24,9 @@ var errCaughtUp = errors.New("caught up")
 // log in memory up to the stream's last sequence at the start, writes each
 // run's view, summary and inbox items, deletes every key that is not part of
 // the result, and moves the checkpoint to that sequence. It writes the bytes
-// incremental projection writes (the randomized tests prove it).
+// incremental projection writes (the randomized tests prove it). Every
+// index entry the rebuilt views imply is put, changed or not, so a rebuild
+// restores a weft_index lost or left incomplete while the views were kept.
 //
 // Rebuild may run while projectors run: a view a live projector already
 // moved past the rebuilt version is left as it is, writes use the same
@@ -162,7 +164,7 @@ func (p *Projector) rewrite(ctx context.Context, v projections.RunView) (project
 			return old, nil
 		}
 		c := projections.Derive(v)
-		ok, err := p.store(ctx, old, c, rev)
+		ok, err := p.store(ctx, old, c, rev, putEntries)
 		if err != nil {
 			return projections.RunView{}, err
 		}
