@@ -404,21 +404,18 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 		}
 		if c.View.Run == "" {
 			// The run held nothing but the voided message: no view.
-			if old.Run == "" {
-				return nil
-			}
-			if err := p.views.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
-				if isWrongSequence(err) {
-					continue
-				}
-				return fmt.Errorf("projector: delete view %s: %w", run, err)
-			}
-			if !p.noIndex {
-				if err := p.index.apply(ctx, entries(derivedOf(old)), nil, putChanged); err != nil {
-					return err
+			if old.Run != "" {
+				if err := p.views.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
+					if isWrongSequence(err) {
+						continue
+					}
+					return fmt.Errorf("projector: delete view %s: %w", run, err)
 				}
 			}
-			return del(ctx, p.runs, run)
+			// Whether or not the view was still there (a stop after its
+			// delete), remove what the summary and inbox items still
+			// stored account for: the void is idempotent.
+			return p.forget(ctx, run, entries(derivedOf(old)))
 		}
 		ok, err := p.store(ctx, old, c, rev, putChanged)
 		if err != nil {
@@ -430,6 +427,41 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 		}
 	}
 	return fmt.Errorf("projector: run %s: view kept changing under us", run)
+}
+
+// forget removes what derives from run's view once the view is gone: the
+// index entries of before and of what weft_runs and the inboxes still
+// hold for run, then those keys.
+func (p *Projector) forget(ctx context.Context, run string, before []entry) error {
+	held, err := p.stored(ctx, run)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	var all []entry
+	for _, e := range append(before, held...) {
+		if !seen[e.key] {
+			seen[e.key] = true
+			all = append(all, e)
+		}
+	}
+	if !p.noIndex {
+		if err := p.index.apply(ctx, all, nil, putChanged); err != nil {
+			return err
+		}
+	}
+	for _, kv := range []jetstream.KeyValue{p.approvals, p.uncertain, p.questions} {
+		keys, err := stale[string](ctx, kv, run, nil, nil)
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if err := del(ctx, kv, k); err != nil {
+				return err
+			}
+		}
+	}
+	return del(ctx, p.runs, run)
 }
 
 // store writes a change of the view old: the view by compare-and-set on

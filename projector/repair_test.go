@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -74,4 +75,56 @@ func TestRebuildRestoresALostOrIncompleteIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameStores(t, live, dump(t, s.JS))
+}
+
+// TestVoidOfARunsOnlyMessageIsIdempotent: a run whose only message no
+// reader can fold is quarantined (view, summary, list entry); a repair
+// voids that message, and the projector stopped after deleting the view
+// and before the rest (the view is gone, the summary and the index entry
+// are not). Projecting the void record again removes the summary and
+// every index key of the run: no ghost stays listed (docs/adr/0011;
+// issue 17 item 2 review, defect 6).
+func TestVoidOfARunsOnlyMessageIsIdempotent(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	p, err := projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runProjector(t, p)
+	ack, err := s.JS.Publish(ctx, "weft.ev.ghost-1.events", []byte(`{"schema":1,"events":[{"run":"x"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitSeq(t, p, lastSeq(t, s.JS))
+	stop()
+	d := dump(t, s.JS)
+	if d[projector.BucketRuns+"/ghost-1"] == nil || len(indexKeys(d)) == 0 {
+		t.Fatalf("the quarantined run is not listed: %d index keys", len(indexKeys(d)))
+	}
+	// The crash: the view deleted, nothing else.
+	views, err := s.JS.KeyValue(ctx, projector.BucketViews)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := views.Delete(ctx, "ghost-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Log.Void(ctx, "ghost-1", ack.Sequence, "test junk", "tester", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p, err = projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop = runProjector(t, p)
+	waitSeq(t, p, lastSeq(t, s.JS))
+	stop()
+	d = dump(t, s.JS)
+	if d[projector.BucketRuns+"/ghost-1"] != nil {
+		t.Fatal("weft_runs still holds the voided run's summary")
+	}
+	if k := indexKeys(d); len(k) != 0 {
+		t.Fatalf("weft_index still holds %v", k)
+	}
 }
