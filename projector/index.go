@@ -341,24 +341,6 @@ func (w *indexWriter) prune(ctx context.Context, index, window string, c chain) 
 	return false, nil
 }
 
-// indexKeys returns every key of BucketIndex that the stored change set
-// accounts for: the entries and their directory nodes (what a rebuild
-// keeps).
-func indexKeys(cs []projections.Change) map[string]bool {
-	keep := map[string]bool{}
-	for _, c := range cs {
-		for _, e := range entries(c) {
-			keep[e.key] = true
-			for _, ch := range e.chains() {
-				for _, k := range nodes(e.index, e.window, ch.node) {
-					keep[k] = true
-				}
-			}
-		}
-	}
-	return keep
-}
-
 // kvMsg is one message of a direct get: its key (the subject after the
 // bucket's prefix), stream sequence and value.
 type kvMsg struct {
