@@ -28,12 +28,18 @@ import (
 
 // The sections of a scale report.
 const (
-	SectionLoad     = "load"
-	SectionStartup  = "runner start-up"
-	SectionIdle     = "idle runner"
+	// SectionLoad names the section of the loader's rows.
+	SectionLoad = "load"
+	// SectionStartup names the section of a runner's start-up rows.
+	SectionStartup = "runner start-up"
+	// SectionIdle names the section of an idle runner's rows.
+	SectionIdle = "idle runner"
+	// SectionTakeover names the section of the takeover rows.
 	SectionTakeover = "takeover"
-	SectionQuery    = "query"
-	SectionCluster  = "cluster"
+	// SectionQuery names the section of the query service's rows.
+	SectionQuery = "query"
+	// SectionCluster names the section of the 3-node cluster's rows.
+	SectionCluster = "cluster"
 )
 
 // Config says what Run measures.

@@ -36,6 +36,7 @@ const (
 	Active
 )
 
+// String returns the kind's name as the harness prints it.
 func (k Kind) String() string {
 	switch k {
 	case Suspended:
