@@ -47,8 +47,8 @@ const (
 // it with the hand-off line. Then, as the demo's note says, go install
 // puts weft on the PATH, and weft dev on the same store prints its steps
 // spelled weft with run ids the store does not have yet; Ctrl-C while a
-// run waits for its approval says that run was handed off, and weft
-// exits 0.
+// run waits only for its approval hands nothing off (the run is idle:
+// ADR 0019), and weft exits 0.
 func TestNewcomerFollowsTheREADME(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatal("go is not on PATH: the README's commands need it")
