@@ -41,7 +41,7 @@ const (
 	checkCommandLost       = "acknowledged_command_lost"      // a command answered ok left no trace in the log
 	checkTwoWinners        = "two_approvals_won"              // concurrent approvals of one request were both answered ok
 	checkRefusalWrong      = "refusal_contradicted_by_log"    // a refusal the log before and after the command contradicts
-	checkSelfTakeover      = "self_takeover"                  // a runner recovered a run from itself
+	checkSelfTakeover      = "self_takeover"                  // a runner recovered from itself a run it had not handed off
 	checkProcessPanicked   = "process_panicked"               // a part's process panicked
 	checkVersionsNotSerial = "versions_not_serial"            // a run's versions in the stream are not 1, 2, 3, ...
 )
@@ -262,7 +262,12 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 			switch ev := ev.(type) {
 			case events.RunRecovered:
 				res.Takeovers++
-				if ev.Previous == ev.Runner && !h.cfg.StableIDs {
+				// A run this runner handed off (a partition it released,
+				// then claimed again) is resumed with cause handed_off: it
+				// drove the run no more, nothing of it was in flight.
+				// Any other recovery from itself took over a run it drove
+				// (SEMANTICS §8).
+				if ev.Previous == ev.Runner && ev.Cause != events.RecoveredHandedOff && !h.cfg.StableIDs {
 					v(checkSelfTakeover, run, "", "%s recovered the run from itself (version %d)", ev.Runner, e.env.Version)
 				}
 			case events.AttemptFenced:

@@ -76,7 +76,8 @@
 //   - every command answered ok left its event; concurrent approvals of
 //     one request had at most one winner; no refusal is contradicted by the
 //     log as it stood before and after the command; no runner recovered a
-//     run from itself; no part panicked.
+//     run from itself unless it had handed the run off (a partition it
+//     released and claimed again: cause handed_off); no part panicked.
 //
 // Result.Write prints the seed, the faults by kind, the runs, actions, body
 // starts and every violation. `weft chaos` and `go tool -modfile=devtools/go.mod task chaos` run it
