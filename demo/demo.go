@@ -209,7 +209,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	fd := &feed{w: evOut, log: evlog, seq: info.State.LastSeq, handed: map[string]bool{}, finished: map[string]bool{}}
+	fd := &feed{w: evOut, log: evlog, seq: info.State.LastSeq, handed: map[string]bool{}, finished: map[string]bool{}, seen: map[string]bool{}}
 	fctx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()
 	feedDone := make(chan error, 1)
@@ -292,7 +292,7 @@ func Run(ctx context.Context, o Options) error {
 	if node.Embedded() {
 		store = node.DataDir()
 	}
-	fmt.Fprintln(evOut, stopLine(fd.handedOff(), store))
+	fmt.Fprintln(evOut, stopLine(fd.handedOff(), fd.waiting(), store))
 	close(errs)
 	var all []error
 	for e := range errs {

@@ -38,6 +38,7 @@ type feed struct {
 	seq      uint64          // the last stream sequence printed
 	handed   map[string]bool // runs whose last event is run_handed_off
 	finished map[string]bool
+	seen     map[string]bool // runs the feed printed an event of
 }
 
 // FeedLineWidth is the longest event line the feed prints; a longer
@@ -84,6 +85,7 @@ func (f *feed) run(ctx context.Context, fromSeq uint64) error {
 		defer f.mu.Unlock()
 		f.seq = se.Seq
 		run := se.Envelope.Run
+		f.seen[run] = true
 		switch se.Envelope.Type {
 		case events.NameRunHandedOff:
 			f.handed[run] = true
@@ -131,18 +133,60 @@ func (f *feed) handedOff() []string {
 	return out
 }
 
-// stopLine is what Run prints when it stopped cleanly.
-func stopLine(handed []string, store string) string {
-	if len(handed) == 0 {
-		return "Stopped: no run was in flight; nothing handed off."
+// waiting lists the runs the feed printed events of that neither
+// finished nor were handed off: with partitioned runners such a run
+// waits only for people (an idle run, out of memory: ADR 0019), since
+// the drain hands off every run with work in flight.
+func (f *feed) waiting() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for r := range f.seen {
+		if !f.finished[r] && !f.handed[r] {
+			out = append(out, r)
+		}
 	}
+	slices.Sort(out)
+	return out
+}
+
+// stopLine is what Run prints when it stopped cleanly: the runs handed
+// off (work was in flight), and the runs that wait for a person, which
+// needed no hand-off; the next weft dev on the same store continues both.
+func stopLine(handed, waiting []string, store string) string {
 	where := "the next weft dev on this store"
 	if store != "" {
 		where = "the next weft dev on " + store
 	}
-	runs, them := "run "+handed[0], "it"
-	if len(handed) > 1 {
-		runs, them = fmt.Sprintf("%d runs (%s)", len(handed), strings.Join(handed, ", ")), "them"
+	line := "Stopped: no run was in flight; nothing handed off."
+	if len(handed) > 0 {
+		runs, them := runList(handed)
+		line = fmt.Sprintf("Stopped: handed off %s; %s (or any runner on the same NATS) continues %s, and approvals already given stay valid.", runs, where, them)
 	}
-	return fmt.Sprintf("Stopped: handed off %s; %s (or any runner on the same NATS) continues %s, and approvals already given stay valid.", runs, where, them)
+	if len(waiting) > 0 {
+		runs, them := runList(waiting)
+		verb := "waits"
+		if len(waiting) > 1 {
+			verb = "wait"
+		}
+		line += fmt.Sprintf(" %s %s for a person: %s (or any runner on the same NATS) continues %s when answered.", upper(runs), verb, where, them)
+	}
+	return line
+}
+
+// runList names runs for stopLine: "run a" or "2 runs (a, b)", and the
+// pronoun for them.
+func runList(runs []string) (string, string) {
+	if len(runs) == 1 {
+		return "run " + runs[0], "it"
+	}
+	return fmt.Sprintf("%d runs (%s)", len(runs), strings.Join(runs, ", ")), "them"
+}
+
+// upper capitalises the first letter of s (ASCII).
+func upper(s string) string {
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		return s
+	}
+	return string(s[0]-'a'+'A') + s[1:]
 }

@@ -104,8 +104,9 @@ func TestDemoRestartPicksFreshIDsAndSaysWhatItHandedOff(t *testing.T) {
 	s := out.String()
 	for _, want := range []string{"(waiting for a finance approval (revision 1))", "pay-8 #", "run_finished outcome=completed",
 		// pay-7 waits only for a person: an idle run needs no hand-off
-		// with partitioned runners (ADR 0019); the next runner reads it back.
-		"Stopped: no run was in flight; nothing handed off."} {
+		// with partitioned runners (ADR 0019); the next runner reads it
+		// back, and the stop line says so.
+		"Stopped: no run was in flight; nothing handed off. Run pay-7 waits for a person: the next weft dev on " + dir + " (or any runner on the same NATS) continues it when answered.\n"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("output lacks %q:\n%s", want, s)
 		}

@@ -222,7 +222,8 @@ func TestNewcomerFollowsTheREADME(t *testing.T) {
 	// pay-7-2 waits only for a person: with partitioned runners (ADR 0019)
 	// such an idle run is not in memory and needs no hand-off; the next
 	// runner reads it back when the approval comes (recovery cause idle).
-	for _, want := range []string{"\nStopped: no run was in flight; nothing handed off.\n"} {
+	// The stop line tells the newcomer it continues on the next weft dev.
+	for _, want := range []string{"\nStopped: no run was in flight; nothing handed off. Run pay-7-2 waits for a person: the next weft dev on "} {
 		if !strings.Contains(out, want) {
 			t.Errorf("after Ctrl-C with pay-7-2 waiting, the demo terminal lacks %q:\n%s", want, out)
 		}
