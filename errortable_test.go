@@ -36,7 +36,7 @@ var backquoted = regexp.MustCompile("`([^`]+)`")
 
 // commandEndpoints and queryEndpoints name every endpoint as the table's
 // "sent by" column does.
-func commandEndpoints() []string { return slices.Clone(api.Endpoints) }
+func commandEndpoints() []string { return api.Endpoints() }
 
 func queryEndpoints() []string {
 	var out []string

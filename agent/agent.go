@@ -24,13 +24,13 @@
 //	WithMaxTurns           8         1..2^53-1
 //	WithMaxConcurrency     4         1..2^31-1
 //	WithTokenBudget        none      1..2^53-1
-//	WithModelTimeout       600 s     1 ms..2^32-1 ms, or tools.Infinity
+//	WithModelTimeout       600 s     1 ms..2^32-1 ms, or tools.Infinity()
 //	WithModelRetryDelay    200 ms    0..(2^32-1)/64 ms
-//	WithToolTimeout        60 s      1 ms..2^32-1 ms, or tools.Infinity
+//	WithToolTimeout        60 s      1 ms..2^32-1 ms, or tools.Infinity()
 //	WithMaxResultBytes     1 MiB     1..2^53-1
 //	WithPolicyTimeout      5 s       1 ms..2^32-1 ms
 //	WithCommandTimeout     5 s       1 ms..2^32-1 ms
-//	WithApprovalExpiry     7 days    1 ms..2^53-1 ms, or tools.Infinity
+//	WithApprovalExpiry     7 days    1 ms..2^53-1 ms, or tools.Infinity()
 //	WithAnswerAttempts     2         1..100
 //	WithMaxChildren        4         0..999
 //	WithMaxDepth           1         0..16
@@ -146,7 +146,7 @@ func WithTokenBudget(n int64) Option {
 }
 
 // WithModelTimeout bounds each model call (default 600 s; range 1 ms..2^32-1
-// ms, or tools.Infinity). A call still running is stopped and retried as
+// ms, or tools.Infinity()). A call still running is stopped and retried as
 // timed_out; it spends its turn.
 func WithModelTimeout(t tools.Timeout) Option { return func(c *config) { c.modelTimeout = t } }
 
@@ -156,7 +156,7 @@ func WithModelTimeout(t tools.Timeout) Option { return func(c *config) { c.model
 func WithModelRetryDelay(d time.Duration) Option { return func(c *config) { c.retryDelay = d } }
 
 // WithToolTimeout bounds the body of every tool without its own timeout
-// (default 60 s; range 1 ms..2^32-1 ms, or tools.Infinity).
+// (default 60 s; range 1 ms..2^32-1 ms, or tools.Infinity()).
 func WithToolTimeout(t tools.Timeout) Option { return func(c *config) { c.toolTimeout = t } }
 
 // WithMaxResultBytes sets the largest encoded tool result (default 1 MiB,
@@ -174,7 +174,7 @@ func WithPolicyTimeout(d time.Duration) Option { return func(c *config) { c.poli
 func WithCommandTimeout(d time.Duration) Option { return func(c *config) { c.commandTimeout = d } }
 
 // WithApprovalExpiry sets how long an approval request waits for an answer
-// (default 7 days; range 1 ms..2^53-1 ms, or tools.Infinity). The deadline is
+// (default 7 days; range 1 ms..2^53-1 ms, or tools.Infinity()). The deadline is
 // absolute, stored with the request and judged by the store's clock.
 func WithApprovalExpiry(t tools.Timeout) Option { return func(c *config) { c.approvalExpiry = t } }
 

@@ -162,7 +162,7 @@ func TestScenario02_ToolLimits(t *testing.T) {
 		settlingTool("settle_max", agent.MaxTimer),
 		tools.WithTimeout(echoTool("t_min", &started), tools.After(time.Millisecond)),
 		tools.WithTimeout(echoTool("t_max", &started), tools.After(agent.MaxTimer)),
-		tools.WithTimeout(echoTool("t_inf", &started), tools.Infinity),
+		tools.WithTimeout(echoTool("t_inf", &started), tools.Infinity()),
 	}
 	for _, g := range good {
 		if err := build(g); err != nil {
@@ -260,9 +260,9 @@ func TestDefaultsAndLimits(t *testing.T) {
 	a, err = agent.New("desk", m, nil, policy.AlwaysAllow(),
 		agent.WithVersion("2.1"), agent.WithSystem("You pay invoices."),
 		agent.WithMaxTurns(agent.MaxSafeInteger), agent.WithMaxConcurrency(1), agent.WithTokenBudget(1),
-		agent.WithModelTimeout(tools.Infinity), agent.WithModelRetryDelay(0), agent.WithToolTimeout(tools.After(time.Millisecond)),
+		agent.WithModelTimeout(tools.Infinity()), agent.WithModelRetryDelay(0), agent.WithToolTimeout(tools.After(time.Millisecond)),
 		agent.WithMaxResultBytes(1), agent.WithPolicyTimeout(agent.MaxTimer), agent.WithCommandTimeout(time.Millisecond),
-		agent.WithApprovalExpiry(tools.Infinity), agent.WithAnswerAttempts(100), agent.WithMaxChildren(0), agent.WithMaxDepth(16),
+		agent.WithApprovalExpiry(tools.Infinity()), agent.WithAnswerAttempts(100), agent.WithMaxChildren(0), agent.WithMaxDepth(16),
 		agent.WithApprovers(approvers.Trusting("finance")),
 	).Build()
 	if err != nil {
@@ -337,7 +337,7 @@ func TestToolConfig(t *testing.T) {
 	a, err := agent.New("desk", model.NewScripted("s"), []tools.Tool{
 		echoTool("plain", &started),
 		tools.WithReplay(tools.WithTimeout(echoTool("own", &started), tools.After(1500*time.Millisecond)), 3),
-		tools.WithTimeout(echoTool("forever", &started), tools.Infinity),
+		tools.WithTimeout(echoTool("forever", &started), tools.Infinity()),
 		settlingTool("settles", 20*time.Millisecond),
 	}, policy.AlwaysAllow(), agent.WithToolTimeout(tools.After(2*time.Second))).Build()
 	if err != nil {

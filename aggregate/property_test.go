@@ -116,7 +116,7 @@ func TestPropertiesSeeded(t *testing.T) {
 			seen[r.Event.EventName()]++
 		}
 	}
-	for _, n := range events.Names {
+	for _, n := range events.Names() {
 		if seen[n] == 0 {
 			t.Errorf("the seeded runs never produced %s", n)
 		}

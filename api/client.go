@@ -113,13 +113,16 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 	return r, c.call(ctx, EndpointCancel, req, &r)
 }
 
-// Endpoints lists the endpoints of the "weft" micro service.
-var Endpoints = []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve}
+// Endpoints returns the endpoints of the "weft" micro service, a fresh
+// slice on each call.
+func Endpoints() []string {
+	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve}
+}
 
-// QueueEndpoints lists the endpoints (report, settle) the "weft" micro
+// QueueEndpoints returns the endpoints (report, settle) the "weft" micro
 // service also serves per tool queue, on weft.api.<endpoint>.<agent>.<version
-// token>.<tool>.
-var QueueEndpoints = []string{EndpointReport, EndpointSettle}
+// token>.<tool>, a fresh slice on each call.
+func QueueEndpoints() []string { return []string{EndpointReport, EndpointSettle} }
 
 // Ready waits until a "weft" service answers $SRV.INFO.weft listing every
 // endpoint (so that a command sent next finds a responder), or ctx ends.
@@ -152,12 +155,12 @@ func (c *Client) ready(ctx context.Context) bool {
 	for _, e := range info.Endpoints {
 		got[e.Subject] = true
 	}
-	for _, e := range Endpoints {
+	for _, e := range Endpoints() {
 		if !got[SubjectPrefix+e] {
 			return false
 		}
 	}
-	for _, e := range QueueEndpoints {
+	for _, e := range QueueEndpoints() {
 		if !got[SubjectPrefix+e+".*.*.*"] {
 			return false
 		}

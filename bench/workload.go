@@ -366,7 +366,7 @@ func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 // allow-all policy; tool timeout infinite.
 func StepsAgent(name string) (*agent.Agent, error) {
 	return agent.New(name, stepsModel{}, []tools.Tool{stepTool()}, policy.AlwaysAllow(),
-		agent.WithToolTimeout(tools.Infinity), agent.WithMaxTurns(1000)).Build()
+		agent.WithToolTimeout(tools.Infinity()), agent.WithMaxTurns(1000)).Build()
 }
 
 type stepsModel struct{}

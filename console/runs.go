@@ -12,9 +12,6 @@ import (
 	"github.com/weftrun/weft/projections"
 )
 
-// statuses are the run statuses a list can be filtered by.
-var statuses = []string{"working", "unattended", "suspended", "finished"}
-
 // runsData is the runs page's data.
 type runsData struct {
 	// Filter echoes the filter form (Since as typed, in the viewer's zone).
@@ -88,7 +85,7 @@ func (c *Console) renderRuns(w http.ResponseWriter, r *http.Request, fl *flash) 
 	lv := cloneValues(v)
 	lv.Set("watch", "runs")
 	live := c.liveQuery(ctx, lv)
-	d := runsData{Status: v.Get("status"), Agent: v.Get("agent"), Since: v.Get("since"), TZ: v.Get("tz"), Statuses: statuses,
+	d := runsData{Status: v.Get("status"), Agent: v.Get("agent"), Since: v.Get("since"), TZ: v.Get("tz"), Statuses: projections.Statuses(),
 		Start: startForm{Agent: c.startAgent, Examples: c.startExamples, CommandID: newCommandID()}}
 	status := http.StatusOK
 	q, err := listQuery(v)

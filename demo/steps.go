@@ -26,14 +26,16 @@ type Runs struct {
 	NATS string
 }
 
-// DefaultRuns are the ids on an empty store.
-var DefaultRuns = Runs{Pay: "pay-7", Uncertain: "pay-13", Refund: "refund-8", NATS: "pay-7-nats"}
+// DefaultRuns returns the ids on an empty store.
+func DefaultRuns() Runs {
+	return Runs{Pay: "pay-7", Uncertain: "pay-13", Refund: "refund-8", NATS: NATSRun}
+}
 
 // NATSRun is the run id the nats-CLI steps use on an empty store (distinct
 // from the weft-CLI steps' pay-7, so that both can be followed).
 const NATSRun = "pay-7-nats"
 
-// freeRuns returns DefaultRuns with every id that names an existing run
+// freeRuns returns DefaultRuns() with every id that names an existing run
 // replaced by the first free one of id-2, id-3, …
 func freeRuns(ctx context.Context, log *eventlog.Log) (Runs, error) {
 	free := func(base string) (string, error) {
@@ -53,10 +55,11 @@ func freeRuns(ctx context.Context, log *eventlog.Log) (Runs, error) {
 	}
 	var r Runs
 	var err error
+	d := DefaultRuns()
 	for _, f := range []struct {
 		dst  *string
 		base string
-	}{{&r.Pay, DefaultRuns.Pay}, {&r.Uncertain, DefaultRuns.Uncertain}, {&r.Refund, DefaultRuns.Refund}, {&r.NATS, DefaultRuns.NATS}} {
+	}{{&r.Pay, d.Pay}, {&r.Uncertain, d.Uncertain}, {&r.Refund, d.Refund}, {&r.NATS, d.NATS}} {
 		if *f.dst, err = free(f.base); err != nil {
 			return Runs{}, fmt.Errorf("demo: pick run ids: %w", err)
 		}

@@ -65,20 +65,23 @@ const (
 	NameResolved Name = "resolved"
 )
 
-// Names lists every event name of the catalogue, in the order of this file.
-// Decode knows exactly these names.
-var Names = []Name{
-	NameRunStarted, NameModelRequested, NameModelReplied, NameModelFailed, NameAnswerRejected,
-	NameCallValidated, NamePolicyDecided, NameApprovalRequested, NameApprovalAnswered,
-	NameRequirementChanged, NameActionQueued, NameAttemptFenced, NameAttemptReported,
-	NameAttemptLost, NameReportRefused, NameActionUncertain, NameSettlementAccepted,
-	NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
-	NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
-	NameResolved,
+// Names returns every event name of the catalogue, in the order of this
+// file, a fresh slice on each call. Decode knows exactly these names.
+func Names() []Name {
+	return []Name{
+		NameRunStarted, NameModelRequested, NameModelReplied, NameModelFailed, NameAnswerRejected,
+		NameCallValidated, NamePolicyDecided, NameApprovalRequested, NameApprovalAnswered,
+		NameRequirementChanged, NameActionQueued, NameAttemptFenced, NameAttemptReported,
+		NameAttemptLost, NameReportRefused, NameActionUncertain, NameSettlementAccepted,
+		NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
+		NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
+		NameResolved,
+	}
 }
 
-// Reserved lists retired names that must never be used again.
-var Reserved = []Name{}
+// Reserved returns the retired names that must never be used again, a
+// fresh slice on each call (none so far).
+func Reserved() []Name { return []Name{} }
 
 // Millis is a duration in whole milliseconds as stored in events. Infinite
 // (-1) means no limit.

@@ -156,7 +156,7 @@ func TestInvalidNameIsABuildErrorUnlessRenamed(t *testing.T) {
 		t.Fatalf("the error does not name the mapping option: %v", err)
 	}
 
-	_, err = client.Tools(ctx, mcptools.Rename("bad.name", "also bad"), mcptools.Timeout("nope", tools.Infinity), mcptools.Rename("echo", "pay"))
+	_, err = client.Tools(ctx, mcptools.Rename("bad.name", "also bad"), mcptools.Timeout("nope", tools.Infinity()), mcptools.Rename("echo", "pay"))
 	var unknown *mcptools.UnknownTool
 	var dup *mcptools.DuplicateToolName
 	if !errors.As(err, &unknown) || unknown.Name != "nope" || !errors.As(err, &bad) || bad.Name != "also bad" || !errors.As(err, &dup) || dup.Name != "pay" {

@@ -209,7 +209,7 @@ func ItemKey(run, action string) string {
 
 // ListQuery filters and pages the run list. Zero fields do not filter.
 type ListQuery struct {
-	// Status is one of Statuses, or "".
+	// Status is one of Statuses(), or "".
 	Status string `json:"status,omitempty"`
 	// Agent is an agent name, or "".
 	Agent string `json:"agent,omitempty"`
@@ -287,7 +287,7 @@ type ListPosition struct {
 // Spec checks q and decodes its filters and cursor. Errors are *weft.Error
 // bad_filter (Reason names the filter) or bad_cursor.
 func (q ListQuery) Spec() (ListSpec, error) {
-	if q.Status != "" && !slices.Contains(Statuses, q.Status) && q.Status != StatusQuarantined {
+	if q.Status != "" && !slices.Contains(Statuses(), q.Status) && q.Status != StatusQuarantined {
 		return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "status", Message: "status must be one of working, unattended, suspended, finished, quarantined; got " + strconv.Quote(q.Status)}
 	}
 	if q.Agent != "" && !nameGrammar.MatchString(q.Agent) {

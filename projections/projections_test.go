@@ -117,7 +117,7 @@ func TestRebuildEqualsIncremental(t *testing.T) {
 			}
 			// The history must exercise every status and both inboxes, or
 			// the comparison proves little.
-			for _, s := range projections.Statuses {
+			for _, s := range projections.Statuses() {
 				if statuses[s] == 0 {
 					t.Errorf("no run ended %s: %v", s, statuses)
 				}
@@ -299,7 +299,7 @@ func TestPageFiltersAndCursor(t *testing.T) {
 	for i := range 25 {
 		all = append(all, projections.Summary{
 			Run: fmt.Sprintf("r%02d", i), Agent: events.AgentRef{Name: []string{"a", "b"}[i%2]},
-			Status: projections.Statuses[i%4], Updated: t0.Add(time.Duration(i/2) * time.Second),
+			Status: projections.Statuses()[i%4], Updated: t0.Add(time.Duration(i/2) * time.Second),
 		})
 	}
 	var got []string

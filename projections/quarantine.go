@@ -5,7 +5,7 @@ package projections
 // that message, nothing acts on the run and its inbox items are withdrawn
 // until the message is voided (`weft repair`, docs/adr/0011). It is not a
 // status of SEMANTICS.md §6 (the run's state is not known), so it is not
-// in Statuses' lifecycle order; lists accept it as a filter.
+// in the lifecycle order of Statuses(); lists accept it as a filter.
 const StatusQuarantined = "quarantined"
 
 // Quarantine says why a run is quarantined: the stream sequence of the

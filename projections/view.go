@@ -57,8 +57,11 @@ const (
 	StatusFinished = string(aggregate.StatusFinished)
 )
 
-// Statuses lists the run statuses in their documented order.
-var Statuses = []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
+// Statuses returns the run statuses in their documented order, a fresh
+// slice on each call.
+func Statuses() []string {
+	return []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
+}
 
 // The action states of SEMANTICS.md §5: the values of aggregate.ActionState,
 // defined there once.

@@ -24,8 +24,11 @@ type Client struct {
 // NewClient returns a client on nc.
 func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 
-// Endpoints lists the endpoints of the query service.
-var Endpoints = []string{EndpointRun, EndpointList, EndpointApprovals, EndpointUncertain, EndpointQuestions, EndpointHistory}
+// Endpoints returns the endpoints of the query service, a fresh slice on
+// each call.
+func Endpoints() []string {
+	return []string{EndpointRun, EndpointList, EndpointApprovals, EndpointUncertain, EndpointQuestions, EndpointHistory}
+}
 
 // Ready waits until a query service answers $SRV.INFO.weft-query listing
 // every endpoint (so that a query sent next finds a responder), or ctx
@@ -44,7 +47,7 @@ func (c *Client) Ready(ctx context.Context) error {
 					got[e.Subject] = true
 				}
 				all := true
-				for _, e := range Endpoints {
+				for _, e := range Endpoints() {
 					all = all && got[QueryPrefix+"."+e]
 				}
 				if all {

@@ -227,7 +227,7 @@ func TestListPagesFromTheIndexMatchBruteForce(t *testing.T) {
 		t.Fatalf("%d views, want %d", len(all), newer+older)
 	}
 	began = time.Now()
-	statuses := append([]string{""}, append(slices.Clone(projections.Statuses), projections.StatusQuarantined)...)
+	statuses := append([]string{""}, append(projections.Statuses(), projections.StatusQuarantined)...)
 	agents := []string{"", "desk", "triage", "nobody"}
 	sinces := []string{"", t0.Add(-time.Hour).Format(time.RFC3339Nano), t0.Add(50 * time.Millisecond).Format(time.RFC3339Nano)}
 	limits := []int{50, 137, 1000}

@@ -86,13 +86,16 @@ const (
 	KeyCheckpoint = "checkpoint"
 )
 
-// Buckets lists the read-model buckets (not the state bucket), in order.
-var Buckets = []string{BucketViews, BucketRuns, BucketApprovals, BucketUncertain, BucketQuestions, BucketIndex}
+// Buckets returns the read-model buckets (not the state bucket), in order,
+// a fresh slice on each call.
+func Buckets() []string {
+	return []string{BucketViews, BucketRuns, BucketApprovals, BucketUncertain, BucketQuestions, BucketIndex}
+}
 
 // Assets declares the projector's KV buckets for provision.Ensure.
 func Assets() []provision.Asset {
 	var out []provision.Asset
-	for _, b := range append(slices.Clone(Buckets), BucketState) {
+	for _, b := range append(Buckets(), BucketState) {
 		out = append(out, provision.KV(jetstream.KeyValueConfig{
 			Bucket: b, History: 1, Storage: jetstream.FileStorage,
 			Description: "Weft read model (see docs/protocol/50-queries.md)",

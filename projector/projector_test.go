@@ -88,7 +88,7 @@ func dump(t *testing.T, js jetstream.JetStream) map[string][]byte {
 	t.Helper()
 	ctx := context.Background()
 	out := map[string][]byte{}
-	for _, b := range projector.Buckets {
+	for _, b := range projector.Buckets() {
 		kv, err := js.KeyValue(ctx, b)
 		if err != nil {
 			t.Fatal(err)
@@ -111,7 +111,7 @@ func dump(t *testing.T, js jetstream.JetStream) map[string][]byte {
 func purge(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	ctx := context.Background()
-	for _, b := range append(slices.Clone(projector.Buckets), projector.BucketState) {
+	for _, b := range append(projector.Buckets(), projector.BucketState) {
 		if err := js.DeleteKeyValue(ctx, b); err != nil {
 			t.Fatal(err)
 		}

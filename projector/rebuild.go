@@ -107,7 +107,7 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 		return strings.Compare(a, b)
 	})
 	keep := map[string]map[string]bool{}
-	for _, b := range Buckets {
+	for _, b := range Buckets() {
 		keep[b] = map[string]bool{}
 	}
 	total := uint64(len(runs))

@@ -25,7 +25,7 @@ func TestCredsNameTheirRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range roles.All {
+	for _, r := range roles.All() {
 		path, err := a.Write(r, payQueue)
 		if err != nil {
 			t.Fatal(err)

@@ -40,7 +40,6 @@ package roles
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/weftrun/weft/api"
@@ -69,12 +68,12 @@ const (
 	Reader Role = "reader"
 )
 
-// All lists the roles.
-var All = []Role{Runner, Worker, Projector, Operator, Reader}
+// All returns the roles, a fresh slice on each call.
+func All() []Role { return []Role{Runner, Worker, Projector, Operator, Reader} }
 
 // Parse returns the role called name.
 func Parse(name string) (Role, error) {
-	for _, r := range All {
+	for _, r := range All() {
 		if string(r) == name {
 			return r, nil
 		}
@@ -119,7 +118,7 @@ var (
 	runnerStreams = []string{eventlog.Stream, worker.TaskStream, timer.Stream}
 	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, runner.PartitionsBucket, api.CommandsBucket, runner.SnapshotsBucket, worker.ClaimsBucket}
 	// The projector's buckets, and those a reader may read.
-	projectorBuckets = append(slices.Clone(projector.Buckets), projector.BucketState)
+	projectorBuckets = append(projector.Buckets(), projector.BucketState)
 )
 
 // commandEndpoints are the command API's endpoints an operator may call.
@@ -164,7 +163,7 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 			runner.ForwardPrefix+"*.cmd",
 			"$SRV.>",
 		)
-		for _, e := range api.Endpoints {
+		for _, e := range api.Endpoints() {
 			g.Subscribe = append(g.Subscribe, api.SubjectPrefix+e)
 		}
 		g.Subscribe = append(g.Subscribe, api.SubjectPrefix+api.EndpointReport+".*.*.*", api.SubjectPrefix+api.EndpointSettle+".*.*.*",

@@ -101,7 +101,7 @@ func TestScenario15_ApprovalWhoseAckWasLost(t *testing.T) {
 func TestScenario15_TaskPublishFailsOnce(t *testing.T) {
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
-	a := build(t, m, []tools.Tool{tools.WithTimeout(b.tool(), tools.Infinity)}, policy.Func(allow))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(b.tool(), tools.Infinity())}, policy.Func(allow))
 	h := newHarness(t)
 	js := &lossyJS{JetStream: h.srv.JS}
 	js.taskFails.Store(2)

@@ -123,7 +123,7 @@ func TestScenario12_BodyTimeout(t *testing.T) {
 	}
 
 	m2 := model.NewScripted("s", model.CallTools(payCall(1, "slow")), model.Answer("done"))
-	a2 := build(t, m2, []tools.Tool{tools.WithTimeout((&bodies{}).tool(), tools.Infinity)}, policy.Func(allow))
+	a2 := build(t, m2, []tools.Tool{tools.WithTimeout((&bodies{}).tool(), tools.Infinity())}, policy.Func(allow))
 	h2 := one(t, a2, "r12b", "x")
 	if _, out := finished(t, h2, "r12b"); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("infinity: %+v", out)

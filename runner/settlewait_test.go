@@ -48,7 +48,7 @@ func offer(r *runner.Runner, c context.Context, run string) error {
 // allows — no fixed cap — and then says why: settle_unconfirmed, reason
 // body_running.
 func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
-	_, r := runningExternal(t, "r27-inf", tools.Infinity)
+	_, r := runningExternal(t, "r27-inf", tools.Infinity())
 	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	err := offer(r, c, "r27-inf")

@@ -35,7 +35,7 @@
 //
 // WithReplay lets the runtime start a body again after a crash, a timeout
 // or a lost worker or runner; WithTimeout bounds a body by After(d) or
-// Infinity instead of the agent's tool timeout. Both only record a setting:
+// Infinity() instead of the agent's tool timeout. Both only record a setting:
 // agent.Build checks every setting of every tool at once.
 //
 // # Policy match and reconciliation

@@ -15,7 +15,7 @@ import (
 // and reason of a refusal.
 func TestValidateOutput(t *testing.T) {
 	tool := tools.Bind(lookupDef, func(context.Context, tools.Call, lookup) (invoice, error) { return invoice{}, nil }, nil)
-	for _, tl := range []tools.Tool{tool, tools.WithReplay(tool, 3), tools.WithTimeout(tool, tools.Infinity)} {
+	for _, tl := range []tools.Tool{tool, tools.WithReplay(tool, 3), tools.WithTimeout(tool, tools.Infinity())} {
 		if err := tools.ValidateOutput(tl, json.RawMessage(`{"id":"INV-1","amount":5}`)); err != nil {
 			t.Fatalf("valid output refused: %v", err)
 		}

@@ -266,7 +266,7 @@ func (s *Settler[Out]) Fail(ctx context.Context, f Failure, summary string) erro
 	return s.settlement.Settle(ctx, FailureResult(f), summary)
 }
 
-// Timeout bounds a body: After(d) or Infinity. The zero Timeout means "not
+// Timeout bounds a body: After(d) or Infinity(). The zero Timeout means "not
 // set": a tool without its own timeout uses the agent's.
 type Timeout struct {
 	d        time.Duration
@@ -278,16 +278,16 @@ type Timeout struct {
 // 2^32-1 ms.
 func After(d time.Duration) Timeout { return Timeout{d: d, set: true} }
 
-// Infinity is the Timeout of a body that may run as long as it needs.
-var Infinity = Timeout{set: true, infinite: true}
+// Infinity returns the Timeout of a body that may run as long as it needs.
+func Infinity() Timeout { return Timeout{set: true, infinite: true} }
 
 // IsZero reports whether t is unset.
 func (t Timeout) IsZero() bool { return !t.set }
 
-// IsInfinite reports whether t is Infinity.
+// IsInfinite reports whether t is Infinity().
 func (t Timeout) IsInfinite() bool { return t.infinite }
 
-// Duration returns the bound of an After timeout; ok is false for Infinity
+// Duration returns the bound of an After timeout; ok is false for Infinity()
 // and for the zero Timeout.
 func (t Timeout) Duration() (d time.Duration, ok bool) {
 	if !t.set || t.infinite {
@@ -296,7 +296,7 @@ func (t Timeout) Duration() (d time.Duration, ok bool) {
 	return t.d, true
 }
 
-// Millis returns t as stored in events: events.Infinite for Infinity, the
+// Millis returns t as stored in events: events.Infinite for Infinity(), the
 // whole milliseconds of an After, 0 for the zero Timeout.
 func (t Timeout) Millis() events.Millis {
 	switch {
@@ -427,7 +427,7 @@ func WithReplay(tool Tool, maxAttempts int) Tool {
 }
 
 // WithTimeout returns a copy of tool whose body is bounded by timeout
-// instead of the agent's tool timeout: After(d), or Infinity for a body that
+// instead of the agent's tool timeout: After(d), or Infinity() for a body that
 // may run as long as it needs. A body still running at its timeout is
 // stopped and its action becomes uncertain unless the tool is replayable.
 // agent.Build refuses a timeout under 1 ms or over 2^32-1 ms.

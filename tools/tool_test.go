@@ -208,7 +208,7 @@ func TestSettingsAreCopies(t *testing.T) {
 	base := tools.Bind(lookupDef, func(context.Context, tools.Call, lookup) (invoice, error) { return invoice{}, nil }, classify)
 	replay := tools.WithReplay(base, 3)
 	timed := tools.WithTimeout(replay, tools.After(2*time.Second))
-	inf := tools.WithTimeout(base, tools.Infinity)
+	inf := tools.WithTimeout(base, tools.Infinity())
 	if base.MaxAttempts() != 1 || !base.Timeout().IsZero() || base.Settling() || base.SettleWithin() != 0 {
 		t.Errorf("base settings changed: %d %v", base.MaxAttempts(), base.Timeout())
 	}

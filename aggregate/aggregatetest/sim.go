@@ -56,8 +56,8 @@ type randSource struct{ r *rand.Rand }
 
 func (s randSource) Intn(_ string, n int) int { return s.r.IntN(n) }
 
-// Epoch is the store time at which every simulated run starts.
-var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+// Epoch returns the store time at which every simulated run starts.
+func Epoch() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 
 // Timed is a command and the store time it was decided at.
 type Timed struct {
@@ -133,9 +133,9 @@ type Body struct {
 	Attempt int
 }
 
-// New returns a simulation of run "r1" at Epoch; Start starts the run.
+// New returns a simulation of run "r1" at Epoch(); Start starts the run.
 func New() *Sim {
-	return &Sim{Run: "r1", Now: Epoch, Driver: "r0", InFlight: map[string]bool{}, Timers: map[string]bool{}}
+	return &Sim{Run: "r1", Now: Epoch(), Driver: "r0", InFlight: map[string]bool{}, Timers: map[string]bool{}}
 }
 
 // Start decides the Start command with limits chosen by src: token

@@ -75,5 +75,5 @@ func Agent() (*agent.Agent, error) {
 	step := tools.Bind(stepDef, func(context.Context, tools.Call, stepIn) (stepOut, error) { return stepOut{OK: true}, nil },
 		func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
 	return agent.New(AgentName, scaleModel{}, []tools.Tool{step}, policy.Func(requireApproval),
-		agent.WithApprovers(approvers.Trusting(ApproverName)), agent.WithApprovalExpiry(tools.Infinity)).Build()
+		agent.WithApprovers(approvers.Trusting(ApproverName)), agent.WithApprovalExpiry(tools.Infinity())).Build()
 }

@@ -92,7 +92,7 @@ func TestNodeClientCallsWeftMCPServe(t *testing.T) {
 			return model.Answer("echo: "+model.Input(r))(ctx, r)
 		}},
 	)
-	ag, err := agent.New("notes", m, []tools.Tool{slow}, policy.AlwaysAllow(), agent.WithToolTimeout(tools.Infinity)).Build()
+	ag, err := agent.New("notes", m, []tools.Tool{slow}, policy.AlwaysAllow(), agent.WithToolTimeout(tools.Infinity())).Build()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,9 @@
 // Package layering holds the test that enforces Weft's layering rule
 // (ARCHITECTURE.md, "Determinism rules"; STYLE.md principle 10): the pure
-// packages (Pure) import nothing from NATS, net, os or log, never read the
-// clock (time.Now, time.Since, time.Until), never wait on it (time.Sleep,
-// time.After, time.AfterFunc, time.Tick, timers and tickers) and start no
-// goroutine. A decision that depended on when it ran, on a log line being
+// packages (events, aggregate, projections and proof) import nothing from
+// NATS, net, os or log, never read the clock (time.Now, time.Since,
+// time.Until), never wait on it (time.Sleep, time.After, time.AfterFunc,
+// time.Tick, timers and tickers) and start no goroutine. A decision that depended on when it ran, on a log line being
 // written or on a goroutine being scheduled could not be refolded from the
 // log to the same state (determinism rule 4).
 //
@@ -23,9 +23,10 @@ import (
 	"strings"
 )
 
-// Pure lists the packages (directories relative to the module root) that
-// must stay free of I/O and clocks.
-var Pure = []string{"events", "aggregate", "projections", "proof"}
+// pure lists the packages (directories relative to the module root) that
+// must stay free of I/O and clocks. It is unexported: no other package may
+// change the list the check runs over.
+var pure = []string{"events", "aggregate", "projections", "proof"}
 
 // forbiddenImport reports why path may not be imported by a pure package,
 // or "".

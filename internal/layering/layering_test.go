@@ -11,7 +11,7 @@ import (
 // never read the clock, never sleep or arm a timer, and start no goroutine
 // (ARCHITECTURE.md, determinism rule 1; STYLE.md principles 1 and 10).
 func TestPurePackages(t *testing.T) {
-	for _, pkg := range Pure {
+	for _, pkg := range pure {
 		violations, err := Check(filepath.Join("..", "..", pkg))
 		if err != nil {
 			t.Errorf("%s: %v", pkg, err)
@@ -56,7 +56,7 @@ func TestCheckCatchesViolations(t *testing.T) {
 // through a helper. The dependency list comes from `go list -deps`.
 func TestPurePackagesTransitively(t *testing.T) {
 	args := []string{"list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{.Dir}}{{else}}{{.ImportPath}}{{end}}"}
-	for _, pkg := range Pure {
+	for _, pkg := range pure {
 		args = append(args, "./"+pkg)
 	}
 	cmd := exec.Command("go", args...)
@@ -84,7 +84,7 @@ func TestPurePackagesTransitively(t *testing.T) {
 			t.Errorf("%s (a dependency of a pure package): %s", path, v)
 		}
 	}
-	if ownDeps < len(Pure) {
-		t.Fatalf("go list found %d packages of this module, want at least the %d pure ones:\n%s", ownDeps, len(Pure), out)
+	if ownDeps < len(pure) {
+		t.Fatalf("go list found %d packages of this module, want at least the %d pure ones:\n%s", ownDeps, len(pure), out)
 	}
 }

@@ -65,7 +65,7 @@ func TestScenario3_ThinkingReplayedAndResultsInCallOrder(t *testing.T) {
 	}
 	thinking := anthropictest.ThinkingBlock("The user wants a refund.", "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds")
 	redacted := anthropictest.RedactedThinkingBlock("EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP")
-	u := anthropictest.Usage
+	u := anthropictest.Usage()
 	srv.Enqueue(anthropictest.Message{Usage: &u, Content: []anthropictest.Block{
 		thinking, redacted, anthropictest.TextBlock("Let me check."),
 		anthropictest.ToolUseBlock(calls[0]), anthropictest.ToolUseBlock(calls[1]),
@@ -115,7 +115,7 @@ func TestScenario3_ThinkingReplayedAndResultsInCallOrder(t *testing.T) {
 			t.Errorf("call %d = %+v, want %+v", i, c, calls[i])
 		}
 	}
-	if r.Usage == nil || *r.Usage != anthropictest.Usage {
+	if r.Usage == nil || *r.Usage != anthropictest.Usage() {
 		t.Errorf("usage = %v", r.Usage)
 	}
 
@@ -261,7 +261,7 @@ func TestScenario14_PromptedAnswers(t *testing.T) {
 
 func TestRefusal(t *testing.T) {
 	srv := anthropictest.NewFakeServer(t)
-	u := anthropictest.Usage
+	u := anthropictest.Usage()
 	srv.Enqueue(anthropictest.Message{Usage: &u, StopReason: "refusal",
 		StopDetails: json.RawMessage(`{"type":"refusal","category":"cyber","explanation":"not allowed"}`)}.Response())
 	r, err := srv.Model("claude-test").Complete(context.Background(), adaptertest.BaseRequest())
@@ -277,7 +277,7 @@ func TestTruncatedDropsPartialCalls(t *testing.T) {
 	for _, stop := range []string{"max_tokens", "model_context_window_exceeded"} {
 		t.Run(stop, func(t *testing.T) {
 			srv := anthropictest.NewFakeServer(t)
-			u := anthropictest.Usage
+			u := anthropictest.Usage()
 			srv.Enqueue(anthropictest.Message{Usage: &u, StopReason: stop, Content: []anthropictest.Block{
 				anthropictest.TextBlock("I will look"),
 				anthropictest.ToolUseBlock(model.ToolCall{ID: "toolu_1", Name: "lookup", Arguments: json.RawMessage(`{}`)}),

@@ -14,7 +14,7 @@ import (
 // reply decoding. It reports the provider data kept per turn.
 func BenchmarkCompleteToolTurn(b *testing.B) {
 	srv := anthropictest.NewFakeServer(b)
-	u := anthropictest.Usage
+	u := anthropictest.Usage()
 	reply := anthropictest.Message{Usage: &u, Content: []anthropictest.Block{
 		anthropictest.ThinkingBlock("The user wants a refund.", "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"),
 		anthropictest.ToolUseBlock(model.ToolCall{ID: "toolu_A", Name: "lookup", Arguments: json.RawMessage(`{"id":"p-1"}`)}),

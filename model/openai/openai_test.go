@@ -106,7 +106,7 @@ func TestScenario3_ToolCallsAndResultsInCallOrder(t *testing.T) {
 			t.Errorf("call %d = %+v (%s), want %+v", i, c, c.Arguments, calls[i])
 		}
 	}
-	if r.Usage == nil || *r.Usage != openaitest.Usage {
+	if r.Usage == nil || *r.Usage != openaitest.Usage() {
 		t.Errorf("usage = %v", r.Usage)
 	}
 	if len(r.Turn.ProviderData) == 0 {
@@ -167,7 +167,7 @@ func TestScenario3_ToolCallsAndResultsInCallOrder(t *testing.T) {
 func TestMalformedArgumentsReplayedByteForByte(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
 	bad := `{"id": "p-1",`
-	u := openaitest.Usage
+	u := openaitest.Usage()
 	srv.Enqueue(openaitest.Completion{Null: true, Usage: &u,
 		Calls:        []model.ToolCall{{ID: "call_1", Name: "lookup"}, {ID: "call_2", Name: "lookup"}},
 		RawArguments: map[int]string{0: bad, 1: ""},
@@ -286,7 +286,7 @@ func TestScenario14_TypedAnswerWrapped(t *testing.T) {
 }
 
 func TestRefusals(t *testing.T) {
-	u := openaitest.Usage
+	u := openaitest.Usage()
 	cases := []struct {
 		name   string
 		reply  openaitest.Completion
@@ -317,7 +317,7 @@ func TestRefusals(t *testing.T) {
 // whose calls are dropped, partial text kept as the reason.
 func TestTruncatedDropsPartialCalls(t *testing.T) {
 	srv := openaitest.NewFakeServer(t)
-	u := openaitest.Usage
+	u := openaitest.Usage()
 	srv.Enqueue(openaitest.Completion{Content: "I will look", FinishReason: "length", Usage: &u,
 		Calls:        []model.ToolCall{{ID: "call_1", Name: "lookup"}},
 		RawArguments: map[int]string{0: `{"id": "p-`},

@@ -17,8 +17,8 @@ import (
 	"github.com/weftrun/weft/events"
 )
 
-// Base is the recorded time of the first generated event.
-var Base = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+// Base returns the recorded time of the first generated event.
+func Base() time.Time { return time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC) }
 
 // Histories returns the histories of runs runs generated from seed, each
 // oldest first, and the same events interleaved in one log order (the order
@@ -37,7 +37,7 @@ func Histories(seed uint64, runs int) (perRun [][]events.Recorded, log []events.
 	for i := range live {
 		live[i] = i
 	}
-	at := Base
+	at := Base()
 	for len(live) > 0 {
 		k := rng.IntN(len(live))
 		r := live[k]
@@ -86,7 +86,7 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 	for turn := int64(1); turn <= int64(turns) && !g.done; turn++ {
 		g.add(events.ModelRequested{Turn: turn, Incarnation: 1})
 		if g.chance(0.1) {
-			retry := Base
+			retry := Base()
 			g.add(events.ModelFailed{Turn: turn, Kind: events.FailureRateLimited, RetryAt: &retry})
 			if g.chance(0.3) {
 				g.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelFailed})
@@ -203,7 +203,7 @@ func (g *gen) action(id, tool string) bool {
 		req := events.Requirement{Name: "finance", Version: 1}
 		g.add(events.PolicyDecided{Action: id, Context: "model", Decision: events.PolicyRequireApproval, Requirement: &req})
 		g.rev++
-		exp := Base.Add(time.Hour)
+		exp := Base().Add(time.Hour)
 		g.add(events.ApprovalRequested{Action: id, Revision: g.rev, Requirement: req, Expires: &exp, Why: "policy"})
 		switch g.rng.IntN(5) {
 		case 0:
@@ -247,7 +247,7 @@ func (g *gen) action(id, tool string) bool {
 			g.add(events.AttemptReported{Action: id, Attempt: attempt, Outcome: events.OutcomeUncertain, Evidence: "bank timed out after the request was sent"})
 			return true
 		case 2:
-			by := Base.Add(time.Minute)
+			by := Base().Add(time.Minute)
 			g.add(events.AttemptLost{Action: id, Attempt: attempt, Cause: events.CauseTimedOut, Evidence: "timed out", Next: events.NextSettle, SettleBy: &by})
 			if g.chance(0.5) {
 				g.add(events.SettlementAccepted{Action: id, Attempt: attempt, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"settled":1}`), Summary: "paid"})

@@ -59,8 +59,8 @@ func (s *Server) Model(name string, opts ...anthropic.Option) *anthropic.Model {
 	return anthropic.New(name, append(base, opts...)...)
 }
 
-// Usage is the usage that Text and ToolUses report.
-var Usage = model.Usage{InputTokens: 10, OutputTokens: 5}
+// Usage returns the usage that Text and ToolUses report.
+func Usage() model.Usage { return model.Usage{InputTokens: 10, OutputTokens: 5} }
 
 // Block is one content block of a reply, as raw JSON. The builders below
 // write the fields in the order the API does (type first).
@@ -159,15 +159,15 @@ func (m Message) Body() []byte {
 // Response returns the message as a 200 response.
 func (m Message) Response() Response { return Response{Body: m.Body()} }
 
-// Text is a final answer with one text block and Usage.
+// Text is a final answer with one text block and Usage().
 func Text(text string) Response {
-	u := Usage
+	u := Usage()
 	return Message{Content: []Block{TextBlock(text)}, Usage: &u}.Response()
 }
 
-// ToolUses is a tool request with one tool_use block per call and Usage.
+// ToolUses is a tool request with one tool_use block per call and Usage().
 func ToolUses(calls ...model.ToolCall) Response {
-	u := Usage
+	u := Usage()
 	m := Message{Usage: &u}
 	for _, c := range calls {
 		m.Content = append(m.Content, ToolUseBlock(c))

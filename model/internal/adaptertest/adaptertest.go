@@ -266,8 +266,11 @@ func RawJSON(t testing.TB, s []byte) string {
 	return string(b)
 }
 
-// LookupSchema is the input schema of BaseRequest's lookup tool.
-var LookupSchema = json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`)
+// LookupSchema returns the input schema of BaseRequest's lookup tool, fresh
+// bytes on each call.
+func LookupSchema() json.RawMessage {
+	return json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`)
+}
 
 // BaseRequest is the first turn of a payment-desk conversation with two
 // tools (lookup and refund), which the adapters' own tests start from.
@@ -277,7 +280,7 @@ func BaseRequest() model.Request {
 		System:     "You are the payment desk.",
 		Transcript: []model.Message{{Role: model.RoleUser, Text: "refund p-1"}},
 		Tools: []model.ToolSpec{
-			{Name: "lookup", Description: "Look a payment up.", InputSchema: LookupSchema},
+			{Name: "lookup", Description: "Look a payment up.", InputSchema: LookupSchema()},
 			{Name: "refund", Description: "Refund a payment.", InputSchema: json.RawMessage(`{"type":"object","properties":{"id":{"type":"string"},"cents":{"type":"integer"}}}`)},
 		},
 	}

@@ -59,8 +59,8 @@ func (s *Server) Model(name string, opts ...openai.Option) *openai.Model {
 	return openai.New(name, append(base, opts...)...)
 }
 
-// Usage is the usage that Text and ToolCalls report.
-var Usage = model.Usage{InputTokens: 10, OutputTokens: 5}
+// Usage returns the usage that Text and ToolCalls report.
+func Usage() model.Usage { return model.Usage{InputTokens: 10, OutputTokens: 5} }
 
 // Completion describes a chat completion reply.
 type Completion struct {
@@ -148,15 +148,15 @@ func (c Completion) Body() []byte {
 // Response returns the completion as a 200 response.
 func (c Completion) Response() Response { return Response{Body: c.Body()} }
 
-// Text is a final answer with text and Usage.
+// Text is a final answer with text and Usage().
 func Text(text string) Response {
-	u := Usage
+	u := Usage()
 	return Completion{Content: text, Usage: &u}.Response()
 }
 
-// ToolCalls is a tool request with the calls, null content and Usage.
+// ToolCalls is a tool request with the calls, null content and Usage().
 func ToolCalls(calls ...model.ToolCall) Response {
-	u := Usage
+	u := Usage()
 	return Completion{Null: true, Calls: calls, Usage: &u}.Response()
 }
 
