@@ -147,8 +147,12 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 		return api.StartReply{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: r.unknownAgent(req.Agent, req.Version)}
 	}
 	// Only the owner of the run's partition starts it: forwarded there at
-	// once, before anything is read.
+	// once, before anything is read. The start counts as an acquisition
+	// in flight (a release of the partition waits for it).
+	done := r.acquiring(id)
+	defer done()
 	if err := r.owns(id); err != nil {
+		done()
 		var fe *forwardError
 		if !errors.As(err, &fe) {
 			return api.StartReply{}, err
@@ -161,7 +165,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	draining := r.draining
 	r.mu.Unlock()
 	if draining {
-		return api.StartReply{}, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
+		return api.StartReply{}, errDraining
 	}
 	s, head, at, err := r.loadAt(ctx, id)
 	if err != nil {
@@ -180,10 +184,14 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	registered, started := false, false
 	if !s.Exists() {
 		r.mu.Lock()
-		if _, ok := r.runs[id]; !ok {
+		draining := r.draining
+		if _, ok := r.runs[id]; !ok && !draining {
 			r.runs[id], registered = rn, true
 		}
 		r.mu.Unlock()
+		if draining {
+			return api.StartReply{}, errDraining
+		}
 	}
 	defer func() { // runs before the unlock
 		if registered && !started {

@@ -12,6 +12,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/telemetry"
 )
 
@@ -275,7 +276,9 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			tries++
 			continue
 		}
+		done := r.acquiring(id)
 		rn, err := r.acquireFromLog(ctx, id)
+		done()
 		if err == nil && rn.driven && lacksTool(rn) {
 			// A redeployed agent lacks a live action's tool: the run
 			// fails tool_changed (act) before any command is decided on
@@ -343,6 +346,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	if err := r.owns(id); err != nil {
 		return nil, err
 	}
+	r.testHook("acquire-owned", partition.Of(id, r.nparts), id)
 	s, head, at, err := r.loadAt(ctx, id)
 	if err != nil {
 		return nil, err
@@ -360,6 +364,14 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		_ = fin.lock(ctx)
 		return fin, nil
 	}
+	// A draining runner reads no run back (SEMANTICS §8: what it gives
+	// up, the next runner drives); install checks again under r.mu.
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		return nil, errDraining
+	}
 	driver, idle := s.Runner(), aggregate.Idle(s)
 	r.mu.Lock()
 	_, dropped := r.mine[id]
@@ -369,16 +381,11 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		rn := newRun(id, s, head, a)
 		rn.lastAt, rn.driven = at, true
 		_ = rn.lock(ctx)
-		r.mu.Lock()
-		r.runs[id] = rn
-		r.mu.Unlock()
+		if err := r.install(rn); err != nil {
+			rn.unlock()
+			return nil, err
+		}
 		return rn, nil
-	}
-	r.mu.Lock()
-	draining := r.draining
-	r.mu.Unlock()
-	if draining {
-		return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
 	}
 	// Take the run over. Nothing is recorded yet: the caller's command is
 	// decided together with the recovery (see run.takeover).
@@ -393,9 +400,10 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
 	rn.driven, rn.lazy = true, idle
-	r.mu.Lock()
-	r.runs[id] = rn
-	r.mu.Unlock()
+	if err := r.install(rn); err != nil {
+		rn.unlock()
+		return nil, err
+	}
 	return rn, nil
 }
 

@@ -1,5 +1,48 @@
 package runner
 
+import (
+	"context"
+	"sync"
+	"time"
+)
+
 // WithoutScan stops the runner from scanning weft_drivers for runs to take
 // over, so that a test decides which command takes a run over.
 func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
+
+// WithHook calls f at the named points of an acquisition ("acquire-owned":
+// run's partition is owned, the run not yet installed) and of a
+// partition's release ("release-acquiring": waiting for acquisitions in
+// flight; "release-retry": a run could not be handed off, tried again;
+// "release-deleted": the partition's key is deleted), so that a test
+// orders them.
+func WithHook(f func(event string, p int, run string)) Option {
+	return func(r *Runner) { r.hook = f }
+}
+
+// WithHandOffLockTimeout bounds a hand-off's wait for a run's lock.
+func WithHandOffLockTimeout(d time.Duration) Option { return func(r *Runner) { r.handOffLock = d } }
+
+// Holds reports whether r holds run in memory.
+func Holds(r *Runner, run string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.runs[run]
+	return ok
+}
+
+// HoldRun takes run's lock (the run must be in memory), as a command being
+// applied would, until the returned func is called.
+func HoldRun(r *Runner, run string) (unlock func(), ok bool) {
+	r.mu.Lock()
+	rn, held := r.runs[run]
+	r.mu.Unlock()
+	if !held {
+		return nil, false
+	}
+	if rn.lock(context.Background()) != nil {
+		return nil, false
+	}
+	var once sync.Once
+	return func() { once.Do(rn.unlock) }, true
+}

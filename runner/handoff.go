@@ -2,34 +2,52 @@ package runner
 
 import (
 	"context"
-	"time"
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/telemetry"
 )
 
+// handOffMode says what a hand-off does with the runs once handed off.
+type handOffMode int
+
+const (
+	// handOffKeep keeps the runs in memory: the reports and the model
+	// reply of their work in flight are still recorded here.
+	handOffKeep handOffMode = iota
+	// handOffForget forgets every run (the end of a drain: the runner is
+	// going, whatever was not recorded is recovered from it).
+	handOffForget
+	// handOffForgetRecorded forgets the runs whose hand-off is recorded
+	// (or that are not this runner's any more) and keeps the others — a
+	// run whose lock could not be had in time, or whose HandOff the store
+	// did not take — for the caller to try again (a partition's release:
+	// its key is not deleted while this runner holds one of its runs).
+	handOffForgetRecorded
+)
+
 // handOffAll hands every run this runner holds off (handOff). Idle runs
 // it evicted are not read back: nothing of theirs is in flight, and the
 // owner of their partition drives them when a command reaches them.
-func (r *Runner) handOffAll(ctx context.Context, release bool) {
+func (r *Runner) handOffAll(ctx context.Context, mode handOffMode) {
 	r.mu.Lock()
 	var list []*run
 	for _, rn := range r.runs {
 		list = append(list, rn)
 	}
 	r.mu.Unlock()
-	r.handOff(ctx, list, release)
+	r.handOff(ctx, list, mode)
 }
 
 // handOff hands the runs of list off: a drain's (all runs), or a released
-// partition's. At the start (release false) the runs stay in memory: a
-// handed-off run fences no new attempt and requests no model turn, but the
-// reports and the model reply of the work in flight are still recorded
-// here. At the end (release true) the runs are forgotten, so that the next
-// runner recovers them.
-func (r *Runner) handOff(ctx context.Context, list []*run, release bool) {
+// partition's. With handOffKeep (the start) the runs stay in memory: a
+// handed-off run fences no new attempt and requests no model turn, but
+// the reports and the model reply of the work in flight are still
+// recorded here. Otherwise (the end) the runs are forgotten as mode says,
+// so that the next runner recovers them. A run whose lock is not had
+// within r.handOffLock is skipped (and stays in memory).
+func (r *Runner) handOff(ctx context.Context, list []*run, mode handOffMode) {
 	for _, rn := range list {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		lctx, cancel := context.WithTimeout(ctx, r.handOffLock)
 		if err := rn.lock(lctx); err != nil {
 			cancel()
 			continue
@@ -44,11 +62,20 @@ func (r *Runner) handOff(ctx context.Context, list []*run, release bool) {
 		}
 		w := aggregate.Pending(rn.state)
 		notCalled := w.Model != nil && rn.modelTurn != w.Model.Turn
-		if evs, err := r.decideAppend(lctx, rn, aggregate.HandOff{Runner: r.id, ModelNotCalled: notCalled}); err == nil && len(evs) > 0 {
+		evs, err := r.decideAppend(lctx, rn, aggregate.HandOff{Runner: r.id, ModelNotCalled: notCalled})
+		if err == nil && len(evs) > 0 {
 			r.tel.Emit(lctx, telemetry.RunHandedOff, "run", rn.id)
 		}
-		if release {
+		switch mode {
+		case handOffForget:
 			r.drop(rn)
+		case handOffForgetRecorded:
+			_, fin := rn.state.Finished()
+			if err == nil || fin || rn.state.HandedOff() || rn.state.Runner() != r.id || !rn.driven {
+				r.drop(rn)
+			} else {
+				r.log.Debug("hand-off not recorded; tried again", "run", rn.id, "err", err)
+			}
 		}
 		rn.unlock()
 		cancel()

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/partition"
 )
@@ -30,7 +31,8 @@ import (
 // (kv.Create or kv.Update at the revision seen: one claim wins), and
 // releases those it owns that are assigned to another live runner — it
 // hands off the runs of the partition it holds, waits for their work in
-// flight within the drain window, forgets them and deletes the key.
+// flight up to its recorded deadlines, forgets them and deletes the key
+// (release).
 
 // DefaultPartitions is the number of partitions of a deployment whose
 // first runner was not configured otherwise (WithPartitions).
@@ -94,12 +96,89 @@ type partTable struct {
 	rev       []uint64 // revision of the key's last message
 	releasing []bool   // owned by this runner and being released
 	scanDue   []bool   // owned; its driver entries are still to be woken
+	// acquiring counts the acquisitions in flight by partition (acquiring);
+	// acquired is closed (and replaced) whenever a count drops to zero.
+	acquiring []int
+	acquired  chan struct{}
 	ready     chan struct{}
 	kick      chan struct{} // a partition was released: pass again now
 }
 
 func newPartTable(n int) *partTable {
-	return &partTable{owner: make([]string, n), rev: make([]uint64, n), releasing: make([]bool, n), scanDue: make([]bool, n), ready: make(chan struct{}), kick: make(chan struct{}, 1)}
+	return &partTable{owner: make([]string, n), rev: make([]uint64, n), releasing: make([]bool, n), scanDue: make([]bool, n),
+		acquiring: make([]int, n), acquired: make(chan struct{}), ready: make(chan struct{}), kick: make(chan struct{}, 1)}
+}
+
+// errDraining is the answer of a draining runner asked to acquire a run
+// it does not hold: it reads no run back from the log and starts none.
+var errDraining = &weft.Error{Code: weft.CodeRunnerBusy, Message: "this runner is draining"}
+
+// acquiring counts an acquisition of run (a read from the log, a start)
+// in flight in its partition until done is called: once the run is
+// installed in r.runs, or the acquisition failed. It is counted before
+// the ownership check (owns), under the lock that marks a partition
+// releasing, so that a release either makes the check fail or finds the
+// acquisition counted and waits for it (waitAcquisitions) before it lists
+// the partition's runs to hand them off: no run is installed behind a
+// release's back (SEMANTICS §8: the releasing runner would drive a run
+// its partition's new owner takes over).
+func (r *Runner) acquiring(run string) (done func()) {
+	t := r.parts
+	if t == nil {
+		return func() {}
+	}
+	p := partition.Of(run, r.nparts)
+	t.mu.Lock()
+	t.acquiring[p]++
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			t.acquiring[p]--
+			if t.acquiring[p] == 0 {
+				close(t.acquired)
+				t.acquired = make(chan struct{})
+			}
+			t.mu.Unlock()
+		})
+	}
+}
+
+// waitAcquisitions waits until no acquisition of partition p (marked
+// releasing) is in flight. It returns false when ctx ends first.
+func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
+	t := r.parts
+	for hooked := false; ; hooked = true {
+		t.mu.Lock()
+		n, ch := t.acquiring[p], t.acquired
+		t.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		if !hooked {
+			r.testHook("release-acquiring", p, "")
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// install makes rn, read from the log, a run this runner drives, unless
+// the runner drains (checked under the lock the drain sets draining
+// with, so that a run is either installed before the drain lists the
+// runs to hand off, or not at all).
+func (r *Runner) install(rn *run) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.draining {
+		return errDraining
+	}
+	r.runs[rn.id] = rn
+	return nil
 }
 
 // ownerOf returns partition p's owner as this runner sees it, and whether
@@ -398,32 +477,50 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 	r.log.Info("partition claimed", "partition", p, "previous", previous)
 }
 
-// release gives partition p up (SEMANTICS §8, graceful: nothing uncertain):
-// no run of it is acquired any more (acquireFromLog answers runner_busy),
-// the runs of it this runner holds are handed off, their running bodies
-// and model calls may finish within the drain window and are recorded,
-// then they are forgotten and the key deleted at the revision this runner
-// claimed it with, so that the runner it is assigned to claims it.
+// release gives partition p up (SEMANTICS §8, graceful: nothing uncertain).
+// The partition is marked releasing (partitionPass): no run of it is
+// acquired any more (owns answers runner_busy); the acquisitions that
+// passed the ownership check before are waited for, so that their runs
+// are handed off too. Then the runs of it this runner holds are handed
+// off, their running bodies and model calls are waited for — up to their
+// recorded deadlines (a body's attempt deadline, its tool timeout, is
+// recorded with the attempt: bounded), at least the drain window — and
+// recorded, and the runs are forgotten. Only when every run of the
+// partition is handed off and forgotten (a run whose lock or hand-off
+// could not be had is tried again, for as long as ctx lasts) is the key
+// deleted at the revision this runner claimed it with, so that the
+// runner it is assigned to claims it. When ctx ends first (the drain) the
+// partition is left to the drain (releaseQuiet, releaseAll).
 func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 	r.log.Info("releasing partition", "partition", p)
-	dctx, cancel := context.WithTimeout(ctx, r.drain)
-	defer cancel()
-	r.handOff(dctx, r.runsOf(p), false)
-	for dctx.Err() == nil && r.busyIn(r.runsOf(p)) {
-		select {
-		case <-dctx.Done():
-		case <-time.After(20 * time.Millisecond):
+	if !r.waitAcquisitions(ctx, p) {
+		return
+	}
+	back := backoff.New(50*time.Millisecond, time.Second)
+	for {
+		r.handOff(ctx, r.runsOf(p), handOffKeep)
+		if !r.waitSettled(ctx, r.runsOf(p)) {
+			return
+		}
+		r.handOff(ctx, r.runsOf(p), handOffForgetRecorded)
+		left := r.runsOf(p)
+		if len(left) == 0 {
+			break
+		}
+		r.log.Warn("partition release: runs not handed off yet; trying again", "partition", p, "runs", len(left))
+		r.testHook("release-retry", p, "")
+		if back.Wait(ctx) != nil {
+			return
 		}
 	}
-	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer fcancel()
-	r.handOff(fctx, r.runsOf(p), true)
 	// Until the key is deleted the partition stays "releasing": none of
 	// its runs is acquired here (a run this runner handed off is never
 	// recovered by it).
-	back := backoff.New(50*time.Millisecond, time.Second)
+	back = backoff.New(50*time.Millisecond, time.Second)
 	for {
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := r.deletePartKey(fctx, p, rev)
+		fcancel()
 		if err == nil {
 			break
 		}
@@ -431,9 +528,8 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 		if back.Wait(ctx) != nil {
 			return // the drain deletes it (releaseAll)
 		}
-		fctx, fcancel = context.WithTimeout(context.Background(), 5*time.Second)
-		defer fcancel()
 	}
+	r.testHook("release-deleted", p, "")
 	t := r.parts
 	t.mu.Lock()
 	t.releasing[p] = false
@@ -441,6 +537,75 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 		t.owner[p] = ""
 	}
 	t.mu.Unlock()
+}
+
+// settleGrace is how long past a recorded deadline a release still waits
+// for the work's outcome (the timeout's own recording).
+const settleGrace = time.Second
+
+// waitSettled waits until nothing of list (runs handed off) runs any more:
+// no body running, no model call in flight. It waits at least the drain
+// window and, for the work whose deadline is recorded, up to that
+// deadline and settleGrace: a graceful release leaves nothing uncertain
+// that would have finished in time (SEMANTICS §8). It returns false when
+// ctx ends first.
+func (r *Runner) waitSettled(ctx context.Context, list []*run) bool {
+	limit := time.Now().Add(r.drain)
+	for {
+		busy, until := r.runningUntil(list)
+		if !busy {
+			return true
+		}
+		if until.After(limit) {
+			limit = until
+		}
+		if time.Now().After(limit) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// runningUntil reports whether something of list runs (as busyIn) and the
+// latest wall-clock time its recorded deadlines (a running attempt's, an
+// in-flight model call's) allow it, plus settleGrace. A run whose lock is
+// held is busy, its deadline unknown (zero).
+func (r *Runner) runningUntil(list []*run) (busy bool, until time.Time) {
+	later := func(rn *run, at time.Time) {
+		if w := time.Now().Add(at.Sub(r.clock(rn)) + settleGrace); w.After(until) {
+			until = w
+		}
+	}
+	for _, rn := range list {
+		select {
+		case rn.sem <- struct{}{}:
+		default:
+			busy = true // a command is being applied
+			continue
+		}
+		if rn.takeover == nil && rn.driven {
+			if rn.modelTurn != 0 {
+				busy = true
+				if m := aggregate.Pending(rn.state).Model; m != nil && !m.Deadline.IsZero() {
+					later(rn, m.Deadline)
+				}
+			}
+			for _, a := range rn.state.Actions() {
+				if a.State == aggregate.ActionRunning {
+					busy = true
+					if a.Attempt.Deadline != nil {
+						later(rn, *a.Attempt.Deadline)
+					}
+				}
+			}
+		}
+		rn.unlock()
+	}
+	return busy, until
 }
 
 // deletePartKey deletes partition p's key at revision rev and, when the
@@ -468,14 +633,28 @@ func (r *Runner) deletePartKey(ctx context.Context, p int, rev uint64) error {
 // owns whose runs (handed off at the start of the drain) have nothing
 // running any more: they are forgotten and the key deleted, so that the
 // partition moves at once instead of at the end of the window.
+//
+// As in release, the acquisitions in flight are waited for first, and the
+// key is deleted only once every run of the partition this runner holds
+// is handed off and forgotten (otherwise the partition is tried again,
+// and at the end of the drain released with the runner: releaseAll).
 func (r *Runner) releaseQuiet(ctx context.Context) {
+	t := r.parts
 	for _, p := range r.ownedPartitions() {
+		t.mu.Lock()
+		t.releasing[p] = true
+		t.mu.Unlock()
+		if !r.waitAcquisitions(ctx, p) {
+			return
+		}
 		list := r.runsOf(p)
 		if r.busyIn(list) {
 			continue
 		}
-		r.handOff(ctx, list, true)
-		t := r.parts
+		r.handOff(ctx, list, handOffForgetRecorded)
+		if len(r.runsOf(p)) > 0 {
+			continue
+		}
 		t.mu.Lock()
 		rev, mine := t.rev[p], t.owner[p] == r.id
 		if mine {

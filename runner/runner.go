@@ -107,22 +107,28 @@ func WithClock(now func() time.Time) Option { return func(r *Runner) { r.now = n
 
 // Runner drives runs of a set of agents.
 type Runner struct {
-	nc         *nats.Conn
-	js         jetstream.JetStream
-	evlog      *eventlog.Log
-	timers     *timer.Timers
-	id         string
-	log        *slog.Logger
-	tel        *telemetry.Telemetry
-	now        func() time.Time
-	lease      time.Duration
-	drain      time.Duration
-	noWorker   bool
-	noScan     bool // tests (export_test.go)
-	nparts     int  // partitions of the deployment (WithPartitions)
-	partsSet   bool // WithPartitions was given
-	external   map[string]bool
-	workerOpts []worker.Option
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	evlog    *eventlog.Log
+	timers   *timer.Timers
+	id       string
+	log      *slog.Logger
+	tel      *telemetry.Telemetry
+	now      func() time.Time
+	lease    time.Duration
+	drain    time.Duration
+	noWorker bool
+	noScan   bool // tests (export_test.go)
+	// hook, when set (tests, export_test.go), is called at the named
+	// points of an acquisition and a partition's release.
+	hook func(event string, p int, run string)
+	// handOffLock bounds the wait for a run's lock in a hand-off (5 s;
+	// tests shorten it).
+	handOffLock time.Duration
+	nparts      int  // partitions of the deployment (WithPartitions)
+	partsSet    bool // WithPartitions was given
+	external    map[string]bool
+	workerOpts  []worker.Option
 
 	agents map[string]*agent.Agent // name@version and name (first registered)
 	list   []*agent.Agent
@@ -210,7 +216,7 @@ func (t *tracker) quiet() <-chan struct{} {
 // New returns a Runner for agents over nc and js. Call Provision once
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
-	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, now: time.Now, nparts: DefaultPartitions,
+	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now, nparts: DefaultPartitions,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
 		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}}
 	for _, o := range opts {
@@ -397,7 +403,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// off at the end of the window (an uncertain effect).
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
 	defer cancelDrain()
-	r.handOffAll(drainCtx, false)
+	r.handOffAll(drainCtx, handOffKeep)
 	// Peers assign this runner no partition from now on; those with
 	// nothing running move at once, the others once their work is done.
 	if err := r.heartbeat(drainCtx); err != nil {
@@ -433,7 +439,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.stopServing()
 	final, cancelFinal := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelFinal()
-	r.handOffAll(final, true)
+	r.handOffAll(final, handOffForget)
 	_ = fwd.Unsubscribe()
 	waitCtx(final, r.handlers.quiet())
 	r.stopRetries()
@@ -577,4 +583,11 @@ func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
 	ch := make(chan struct{})
 	go func() { wg.Wait(); close(ch) }()
 	return ch
+}
+
+// testHook calls r.hook, when a test set one (export_test.go).
+func (r *Runner) testHook(event string, p int, run string) {
+	if r.hook != nil {
+		r.hook(event, p, run)
+	}
 }

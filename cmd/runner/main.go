@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	id := fs.String("id", "", "runner id (default: generated)")
 	lease := fs.Duration("lease", time.Second, "liveness lease: a lost runner's runs are taken over within about 1.25x this")
 	drain := fs.Duration("drain", 10*time.Second, "drain window on SIGTERM")
-	partitions := fs.Int("partitions", 0, "the deployment's number of partitions, fixed once the first runner recorded it (0: follow the recorded number, 64 for a new deployment; docs/adr/0019-partitions.md)")
+	partitions := fs.Int("partitions", 0, "the deployment's number of partitions P (1 to 1024), fixed per deployment: 0 follows the recorded number (64 for a new deployment); N > 0 records N in a new deployment and must equal the recorded number otherwise (a runner started with another refuses to start; docs/adr/0019-partitions.md)")
 	prov := fs.Bool("provision", true, "create or update the streams and buckets first")
 	replicas := fs.Int("replicas", 1, "replica count of the streams and buckets it provisions: 1 on a single server, 3 on a cluster (an existing asset's higher count is kept)")
 	verbose := fs.Bool("v", false, "debug logs")

@@ -1,0 +1,314 @@
+package runner_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// moving returns two runner ids such that run's partition moves from the
+// first to the second when the second joins (partition.Owner).
+func moving(run string) (first, second string) {
+	p := partition.Of(run, runner.DefaultPartitions)
+	for i := 0; ; i++ {
+		a, b := fmt.Sprint("ma-", i), fmt.Sprint("mb-", i)
+		if partition.Owner(p, []string{a, b}) == b {
+			return a, b
+		}
+	}
+}
+
+// payThenAnswer calls pay(amount) once, then answers.
+func payThenAnswer(amount int64) model.Model {
+	return model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(amount, "ok"))})
+}
+
+// until polls cond (a state of the runners, which no event announces)
+// for up to 20 s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// checkGraceful fails unless run's recoveries are all handed_off and its
+// actions all succeeded (SEMANTICS §8, graceful: nothing uncertain).
+func checkGraceful(t *testing.T, h *harness, run string, s aggregate.State) {
+	t.Helper()
+	for _, a := range s.Actions() {
+		if a.State != aggregate.ActionSucceeded {
+			t.Errorf("%s: action %s ended %s (nothing may be uncertain after a graceful move)", run, a.ID, a.State)
+		}
+	}
+	for _, rr := range h.recoveries(run) {
+		if rr.Cause != events.RecoveredHandedOff {
+			t.Errorf("%s: recovered from %s with cause %s, want handed_off (its runner is alive: a graceful move)", run, rr.Previous, rr.Cause)
+		}
+	}
+}
+
+// SEMANTICS §8 (a live runner never takes over a run it drives itself;
+// only a runner that is gone is recovered from), for a partition that
+// moves while one of its runs is being acquired: the acquisition passed
+// the ownership check before the partition was marked releasing. The
+// release must wait for it and hand the run off with the partition; the
+// releasing runner must not drive, after the key is gone, a run of a
+// partition it gave away.
+func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.T) {
+	h := newHarness(t)
+	const run = "acq-0"
+	first, second := moving(run)
+	p := partition.Of(run, runner.DefaultPartitions)
+	// The body takes a while: the run stays in memory once approved.
+	sb := &slowBodies{d: time.Second, starts: map[string]int{}}
+	mk := func() *agent.Agent {
+		return build(t, payThenAnswer(500), []tools.Tool{sb.tool()}, policy.Func(approvalAbove), agent.WithToolTimeout(tools.After(10*time.Second)))
+	}
+	var r1p atomic.Pointer[runner.Runner]
+	var armed, heldAtDelete atomic.Bool
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var gateOnce sync.Once
+	hook := func(ev string, hp int, hrun string) {
+		switch {
+		case ev == "acquire-owned" && hrun == run && armed.CompareAndSwap(true, false):
+			close(entered)
+			<-gate
+		case hp == p && (ev == "release-acquiring" || ev == "release-deleted"):
+			if r1 := r1p.Load(); ev == "release-deleted" && r1 != nil && runner.Holds(r1, run) {
+				heldAtDelete.Store(true)
+			}
+			gateOnce.Do(func() { close(gate) })
+		}
+	}
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(first), runner.WithHook(hook))
+	r1p.Store(r1)
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitStatus(run, aggregate.StatusSuspended)
+	until(t, "the suspended run is evicted", func() bool { return !runner.Holds(r1, run) })
+	act, _ := s.Action(aggregate.Status(s).Approvals[0])
+	armed.Store(true)
+	approved := make(chan error, 1)
+	go func() {
+		_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a1", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+		approved <- err
+	}()
+	select {
+	case <-entered:
+	case <-c.Done():
+		t.Fatal("the approval never reached the acquisition")
+	}
+	h.startRunner([]*agent.Agent{mk()}, runner.WithID(second))
+	if err := <-approved; err != nil {
+		t.Fatalf("approve: %v", err)
+	}
+	if owner := h.owners()[p]; owner != first && runner.Holds(r1, run) {
+		t.Errorf("%s holds %s after its partition %d went to %q: a run acquired while the partition was released is driven by a runner that gave it away", first, run, p, owner)
+	}
+	if heldAtDelete.Load() {
+		t.Errorf("%s deleted partition %d's key holding %s", first, p, run)
+	}
+	s = h.waitStatus(run, aggregate.StatusFinished)
+	checkGraceful(t, h, run, s)
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.starts[run] != 1 {
+		t.Errorf("body started %d times", sb.starts[run])
+	}
+}
+
+// SEMANTICS §8 for a partition released while a command holds one of its
+// runs longer than a hand-off waits for a run's lock: the release must
+// not delete the partition's key (the new owner would take the run over
+// from a live runner that still holds it) until every run of it is
+// handed off and forgotten; it tries again.
+func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
+	h := newHarness(t)
+	const run = "ho-0"
+	first, second := moving(run)
+	p := partition.Of(run, runner.DefaultPartitions)
+	var r1p atomic.Pointer[runner.Runner]
+	var heldAtDelete, retried atomic.Bool
+	var unlock atomic.Pointer[func()]
+	release := func() {
+		if u := unlock.Load(); u != nil {
+			(*u)()
+		}
+	}
+	hook := func(ev string, hp int, _ string) {
+		if hp != p {
+			return
+		}
+		switch ev {
+		case "release-retry":
+			retried.Store(true)
+			release()
+		case "release-deleted":
+			if r1 := r1p.Load(); r1 != nil && runner.Holds(r1, run) {
+				heldAtDelete.Store(true)
+			}
+			release()
+		}
+	}
+	// No worker: the run's attempt is fenced and never runs; the run stays
+	// in memory until its tool timeout, which the release waits for once
+	// it has the run's lock.
+	a := build(t, payThenAnswer(50), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow), agent.WithToolTimeout(tools.After(3*time.Second)))
+	r1, _ := h.startRunner([]*agent.Agent{a}, runner.WithID(first), runner.WithoutWorker(),
+		runner.WithHook(hook), runner.WithHandOffLockTimeout(100*time.Millisecond), runner.WithDrainWindow(300*time.Millisecond))
+	r1p.Store(r1)
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(run, "its attempt fenced", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
+	})
+	u, ok := runner.HoldRun(r1, run)
+	if !ok {
+		t.Fatalf("%s does not hold %s", first, run)
+	}
+	unlock.Store(&u)
+	t.Cleanup(u)
+	h.startRunner([]*agent.Agent{a}, runner.WithID(second), runner.WithoutWorker())
+	until(t, "the run is recovered by the partition's new owner", func() bool { return len(h.recoveries(run)) > 0 })
+	if heldAtDelete.Load() {
+		t.Errorf("%s deleted partition %d's key while it still held %s (its hand-off could not take the run's lock)", first, p, run)
+	}
+	if !retried.Load() {
+		t.Errorf("the release never tried the hand-off of %s again", run)
+	}
+	for _, rr := range h.recoveries(run) {
+		if rr.Cause != events.RecoveredHandedOff || rr.Previous != first {
+			t.Errorf("%s: recovered from %s with cause %s, want handed_off from %s", run, rr.Previous, rr.Cause, first)
+		}
+	}
+}
+
+// SEMANTICS §8 for a draining runner: it reads no run back from the log.
+// A command forwarded to it for an idle run of a partition it still owns
+// (another run of that partition has its body running) is answered
+// runner_busy; the run is not driven again by the draining runner.
+func TestSemantics8_ADrainingRunnerAcquiresNothingFromTheLog(t *testing.T) {
+	h := newHarness(t)
+	const busy = "dr-busy"
+	p := partition.Of(busy, runner.DefaultPartitions)
+	idle := ""
+	for i := 0; idle == ""; i++ {
+		if id := fmt.Sprint("dr-idle-", i); partition.Of(id, runner.DefaultPartitions) == p {
+			idle = id
+		}
+	}
+	first, second := keeping(busy)
+	sb := &slowBodies{d: 2 * time.Second, starts: map[string]int{}}
+	mk := func() *agent.Agent {
+		return build(t, payThenAnswer(500), []tools.Tool{sb.tool()}, policy.Func(approvalAbove))
+	}
+	r1, stop1 := h.startRunner([]*agent.Agent{mk()}, runner.WithID(first))
+	c := ctx(t)
+	for _, run := range []string{busy, idle} {
+		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	approve := func(run, cid string) error {
+		s := h.waitStatus(run, aggregate.StatusSuspended)
+		act, _ := s.Action(aggregate.Status(s).Approvals[0])
+		_, err := h.client.Approve(c, api.ApproveRequest{CommandID: cid, Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "a"})
+		return err
+	}
+	h.waitStatus(idle, aggregate.StatusSuspended)
+	// The second runner runs no body: the busy run's body runs in the
+	// first one's worker, which keeps the partition while it drains.
+	h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithoutWorker())
+	if err := approve(busy, "b1"); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the busy run's body started", func() bool {
+		sb.mu.Lock()
+		defer sb.mu.Unlock()
+		return sb.starts[busy] == 1
+	})
+	until(t, "the idle run is evicted", func() bool { return !runner.Holds(r1, idle) })
+	go stop1()
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, first+" says it drains", func() bool {
+		e, err := live.Get(c, first)
+		if err != nil {
+			return false
+		}
+		var b struct {
+			Draining bool `json:"draining"`
+		}
+		return json.Unmarshal(e.Value(), &b) == nil && b.Draining
+	})
+	if owner := h.owners()[p]; owner != first {
+		t.Fatalf("partition %d is %q's already; the test needs it still with the draining %s", p, owner, first)
+	}
+	err = approve(idle, "i1")
+	if weft.ErrorCode(err) != weft.CodeRunnerBusy {
+		t.Errorf("approving %s, forwarded to the draining %s: %v, want runner_busy (a draining runner acquires nothing from the log)", idle, first, err)
+	}
+	if runner.Holds(r1, idle) {
+		t.Errorf("the draining %s read %s back from the log", first, idle)
+	}
+	s := h.waitStatus(busy, aggregate.StatusFinished)
+	checkGraceful(t, h, busy, s)
+}
+
+// SEMANTICS §8, graceful: a partition released because a runner joined
+// leaves nothing uncertain, also for a body that runs longer than the
+// drain window: the release waits for it up to its recorded attempt
+// deadline (bounded: the tool timeout is recorded with the attempt),
+// then hands the run off.
+func TestSemantics8_AJoiningRunnerLeavesALongBodyCertain(t *testing.T) {
+	h := newHarness(t)
+	const run = "long-0"
+	first, second := moving(run)
+	sb := &slowBodies{d: 1500 * time.Millisecond, starts: map[string]int{}}
+	mk := func() *agent.Agent {
+		return build(t, payThenAnswer(50), []tools.Tool{sb.tool()}, policy.Func(allow), agent.WithToolTimeout(tools.After(10*time.Second)))
+	}
+	h.startRunner([]*agent.Agent{mk()}, runner.WithID(first), runner.WithDrainWindow(200*time.Millisecond))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(run, "its body running", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
+	})
+	h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
+	s := h.waitStatus(run, aggregate.StatusFinished)
+	checkGraceful(t, h, run, s)
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.starts[run] != 1 {
+		t.Errorf("body started %d times", sb.starts[run])
+	}
+}
