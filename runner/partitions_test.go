@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
@@ -490,5 +492,57 @@ func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
 	}
 	if rr := h.recoveries("lp"); len(rr) != 0 {
 		t.Errorf("the run was recovered %+v; its runner drove it all along", rr)
+	}
+}
+
+// Issue 17 item 2 (a runner's per-tick work follows its own runs): the
+// partition loop follows weft_runners with one long-lived watcher, not a
+// new one (an ordered consumer on KV_weft_runners) every round.
+func TestPartitions_OneWatcherOfTheRunnersBucket(t *testing.T) {
+	h := newHarness(t)
+	var creates atomic.Int64
+	for _, subj := range []string{"$JS.API.CONSUMER.CREATE.KV_" + runner.RunnersBucket, "$JS.API.CONSUMER.CREATE.KV_" + runner.RunnersBucket + ".>"} {
+		sub, err := h.srv.Conn.Subscribe(subj, func(*nats.Msg) { creates.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	if err := h.srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	passes := make(chan struct{}, 64)
+	hook := func(ev string, _ int, _ string) {
+		if ev == "partition-pass" {
+			select {
+			case passes <- struct{}{}:
+			default:
+			}
+		}
+	}
+	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	h.startRunner([]*agent.Agent{a}, runner.WithHook(hook))
+	c := ctx(t)
+	for range 2 { // the first rounds, and whatever watch they made
+		select {
+		case <-passes:
+		case <-c.Done():
+			t.Fatal("no partition pass")
+		}
+	}
+	base := creates.Load()
+	const rounds = 6
+	for range rounds {
+		select {
+		case <-passes:
+		case <-c.Done():
+			t.Fatal("no partition pass")
+		}
+	}
+	if err := h.srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := creates.Load() - base; got > 0 {
+		t.Errorf("%d rounds of rebalancing created %d consumers on KV_%s; want none (one watcher for the runner's life)", rounds, got, runner.RunnersBucket)
 	}
 }

@@ -137,7 +137,8 @@ type Runner struct {
 	liveStream jetstream.Stream
 	drivers    jetstream.KeyValue
 	partKV     jetstream.KeyValue
-	parts      *partTable // owners of the partitions, as this runner sees them
+	parts      *partTable   // owners of the partitions, as this runner sees them
+	runners    *runnersView // weft_runners, as this runner's watcher sees it
 	cmds       jetstream.KeyValue
 	snaps      jetstream.KeyValue
 
@@ -283,6 +284,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	r.parts = newPartTable(r.nparts)
+	r.runners = newRunnersView()
 	r.mu.Lock()
 	r.judge.since, r.judge.reconnects = time.Now(), r.nc.Stats().Reconnects
 	r.mu.Unlock()
@@ -301,15 +303,19 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer stopBG()
 	g, gctx := errgroup.WithContext(bg)
 	g.Go(func() error { return r.watchPartitions(gctx) })
+	g.Go(func() error { return r.watchRunners(gctx) })
 	hb, stopHeartbeat := context.WithCancel(context.Background())
 	defer stopHeartbeat()
 	g.Go(func() error { r.heartbeatLoop(hb); return nil })
 	// The partitions assigned to this runner that nobody owns are claimed
 	// before it serves: a lone runner owns every partition at once.
-	select {
-	case <-r.parts.ready:
-	case <-ctx.Done():
-	case <-time.After(30 * time.Second):
+	startWait := time.After(30 * time.Second)
+	for _, ready := range []<-chan struct{}{r.parts.ready, r.runners.first} {
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		case <-startWait:
+		}
 	}
 	var releases sync.WaitGroup
 	r.partitionPass(gctx, &releases)
