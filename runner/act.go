@@ -5,8 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
@@ -81,7 +79,7 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 		r.disarmRun(rn)
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := r.drivers.Delete(dctx, r.driverKey(rn.id)); err != nil {
+		if err := r.removeDriverKey(dctx, rn.id, 0); err != nil {
 			r.log.Warn("driver key delete", "run", rn.id, "err", err)
 			return true // the wake of a finished run deletes it
 		}
@@ -229,7 +227,7 @@ func (r *Runner) deleteDriver(run string, rev uint64) {
 		}
 		rev = e.Revision()
 	}
-	if err := r.drivers.Delete(ctx, r.driverKey(run), jetstream.LastRevision(rev)); err != nil {
+	if err := r.removeDriverKey(ctx, run, rev); err != nil {
 		r.log.Debug("driver key delete", "run", run, "err", err)
 	}
 }
@@ -241,7 +239,7 @@ func (r *Runner) correctDriver(run string, s aggregate.State) {
 	defer cancel()
 	var err error
 	if _, fin := s.Finished(); fin || !s.Exists() {
-		err = r.drivers.Delete(ctx, r.driverKey(run))
+		err = r.removeDriverKey(ctx, run, 0)
 	} else {
 		_, err = r.drivers.Put(ctx, r.driverKey(run), []byte(s.Runner()))
 	}

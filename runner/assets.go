@@ -26,7 +26,9 @@ func Assets(lease time.Duration) []provision.Asset {
 	return []provision.Asset{
 		provision.Stream(timer.StreamConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.FileStorage}),
-		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage}),
+		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage,
+			// The marker of a removed entry expires (removeDriverKey).
+			LimitMarkerTTL: markerTTL(lease)}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: PartitionsBucket, Description: "Weft partitions: their number (config) and owners (p.<n>)", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),

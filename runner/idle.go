@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftrun/weft/aggregate"
 )
 
@@ -61,7 +59,7 @@ func (r *Runner) maybeEvict(rn *run) {
 		defer cancel()
 		var err error
 		if rn.keyRev != 0 {
-			err = r.drivers.Delete(ctx, r.driverKey(rn.id), jetstream.LastRevision(rn.keyRev))
+			err = r.removeDriverKey(ctx, rn.id, rn.keyRev)
 		} else {
 			r.deleteDriver(rn.id, 0)
 		}

@@ -233,7 +233,7 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 			return nil // the partition's owner wakes it
 		case weft.ErrorCode(err) == weft.CodeUnknownRun:
 			// A start's intent whose append never landed.
-			_ = r.drivers.Delete(ctx, r.driverKey(run), jetstream.LastRevision(k.revision))
+			_ = r.removeDriverKey(ctx, run, k.revision)
 			return nil
 		}
 		return err
@@ -246,7 +246,7 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 	if !held && err == nil {
 		// Idle (evicted or not taken over) or finished: an entry left
 		// unchanged since it was read is stale.
-		_ = r.drivers.Delete(ctx, r.driverKey(run), jetstream.LastRevision(k.revision))
+		_ = r.removeDriverKey(ctx, run, k.revision)
 	}
 	return err
 }

@@ -898,3 +898,37 @@ func (r *Runner) owns(run string) error {
 	}
 	return &forwardError{driver: owner}
 }
+
+// markerTTL is how long the marker of a removed weft_drivers entry is
+// kept: a lease (at least a second, the server's smallest message TTL).
+// Nothing reads the markers (a scan, driverEntries, ignores removals); a
+// marker only has to outlive the purge's own acknowledgement.
+func markerTTL(lease time.Duration) time.Duration { return max(lease, time.Second) }
+
+// removeDriverKey removes run's weft_drivers entry — at revision rev when
+// rev is not 0 — with a purge whose marker expires after markerTTL. A
+// plain delete leaves a marker forever: every partition scan, a
+// last-per-subject watch of the bucket, then costs the server one message
+// per run that ever had work in flight (issue 17: an idle or finished run
+// costs nothing; at a million runs an idle runner's scans kept nats-server
+// busy on half a core).
+//
+// A bucket provisioned before markers expired (no LimitMarkerTTL: the
+// server refuses a message TTL) gets a plain delete, as before, until
+// runner.Provision (the runner binary, weft dev, host) updates it.
+func (r *Runner) removeDriverKey(ctx context.Context, run string, rev uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	err := r.drivers.Purge(ctx, r.driverKey(run), append(opts, jetstream.PurgeTTL(markerTTL(r.lease)))...)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsMessageTTLDisabled {
+		return r.drivers.Delete(ctx, r.driverKey(run), opts...)
+	}
+	return err
+}
+
+// jsMessageTTLDisabled is nats-server's JSMessageTTLDisabledErr: a
+// message TTL on a stream that does not allow them.
+const jsMessageTTLDisabled jetstream.ErrorCode = 10166

@@ -92,7 +92,7 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 			// Its driver died between the last append and the key delete.
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			if err := r.drivers.Delete(dctx, r.driverKey(rn.id)); err != nil {
+			if err := r.removeDriverKey(dctx, rn.id, 0); err != nil {
 				return &weft.Error{Code: weft.CodeUnavailable, Message: "driver key delete: " + err.Error()}
 			}
 			r.finished.add(rn.id)
