@@ -58,6 +58,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
@@ -107,7 +108,10 @@ type Worker struct {
 	check    AttemptCheck
 	noCheck  bool
 	claims   jetstream.KeyValue
-	wg       sync.WaitGroup
+	// group owns every goroutine the worker starts (a task's handling, its
+	// progress acks, a stopped body's late settlement): Run returns once
+	// it is empty.
+	group    errgroup.Group
 	stopping atomic.Bool
 	joined   atomic.Int64
 	stops    atomic.Int64
@@ -119,6 +123,9 @@ type Worker struct {
 	held    map[string]*held    // key ClaimKey
 	// abandoned is set by Abandon: no body starts any more (startBody).
 	abandoned bool
+	// abandon is closed by Abandon: a late settlement still waiting for
+	// its stopped body stops waiting (settleLate).
+	abandon chan struct{}
 }
 
 type running struct {
@@ -159,7 +166,8 @@ func WithAckWait(d time.Duration) Option { return func(w *Worker) { w.ackWait = 
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait,
-		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}}
+		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{},
+		abandon: make(chan struct{})}
 	for _, o := range opts {
 		o(w)
 	}
@@ -218,6 +226,11 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 
 // Run consumes the registered queues' tasks until ctx ends, then waits for
 // the bodies in flight (the drain: their reports are sent) and returns.
+// A settling tool's body that was stopped (its timeout, a cancellation) is
+// waited for too, and its late settlement offered (SEMANTICS §8: a
+// stopped settling body is like a running one), until Abandon; nothing the
+// worker started runs on once Run returned, except the body of a handler
+// that ignores its stopped context.
 // Bodies are given their own contexts: cancelling ctx stops taking tasks,
 // it does not stop running bodies; use Stop for that. Once ctx ends no new
 // body starts: a task already delivered to this worker but not started is
@@ -240,8 +253,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, cc := range ccs {
 		<-cc.Closed()
 	}
-	w.wg.Wait()
-	return nil
+	return w.group.Wait()
 }
 
 // serve sets up what Run consumes (the claims bucket, the stop
@@ -299,11 +311,10 @@ func (w *Worker) setup(ctx context.Context) (*nats.Subscription, []jetstream.Con
 		}
 		h := w.handlers[q]
 		cc, err := c.Consume(func(m jetstream.Msg) {
-			w.wg.Add(1)
-			go func() {
-				defer w.wg.Done()
+			w.group.Go(func() error {
 				w.handle(q, h, m)
-			}()
+				return nil
+			})
 		}, jetstream.PullMaxMessages(64))
 		if err != nil {
 			return fail(fmt.Errorf("worker: consume %s: %w", q, err))
@@ -348,10 +359,15 @@ func (w *Worker) stopRun(run string) {
 //
 // An attempt this worker holds but whose body has not started yet (still
 // checked or claimed) never starts after Abandon: its claim is released
-// and its task requeued (startBody).
+// and its task requeued (startBody). A settling body stopped before
+// Abandon and still running is no longer waited for: its late settlement
+// is not offered (settleLate), as after a lost worker.
 func (w *Worker) Abandon() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if !w.abandoned {
+		close(w.abandon)
+	}
 	w.abandoned = true
 	for _, r := range w.running {
 		r.cancel(errAbandoned)
@@ -405,18 +421,18 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 
 	// Keep the task alive while we work on it, including while reporting.
 	stopProgress := make(chan struct{})
-	go func() {
+	w.group.Go(func() error {
 		tk := time.NewTicker(w.ackWait / 3)
 		defer tk.Stop()
 		for {
 			select {
 			case <-stopProgress:
-				return
+				return nil
 			case <-tk.C:
 				_ = m.InProgress()
 			}
 		}
-	}()
+	})
 	defer close(stopProgress)
 
 	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
@@ -788,24 +804,44 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 // settlement once the body returns. The run accepts it while it waits for
 // a settlement, or once later as a definite settlement of the uncertain
 // action.
+//
+// It runs in the worker's group, so Run waits for it: a stopped settling
+// body is like a running one (SEMANTICS §8), and its result, once it
+// returned, is known only here — the task was acked with its stopped
+// report, so no later delivery could offer it. Stopping the worker never
+// cuts the offer short: the tries (at most lateTries, each bounded) run
+// to their end before Run returns. Only Abandon (the drain window ended)
+// ends the wait for a body that has not returned yet: there is no result
+// to lose then, and the run decides as after a lost worker (its settle
+// window, then uncertain; one definite settlement or a person reconciles).
 func (w *Worker) settleLate(t Task, done <-chan Result) {
 	if t.SettleWithinMS <= 0 {
 		return
 	}
-	go func() {
-		res := <-done
+	w.group.Go(func() error {
+		var res Result
+		select {
+		case res = <-done:
+		case <-w.abandon:
+			select {
+			case res = <-done: // returned as the window ended: still offered
+			default:
+				w.log.Info("worker: abandoned a stopped body's wait for its return; no late settlement", "run", t.Run, "action", t.Action)
+				return nil
+			}
+		}
 		switch {
 		case res.Outcome == OutcomeOutput && (t.MaxResultBytes <= 0 || int64(len(res.Content)) <= t.MaxResultBytes):
 		case res.Outcome == OutcomeExplain:
 		default:
 			w.log.Info("worker: a stopped body returned no definite result", "run", t.Run, "action", t.Action, "outcome", res.Outcome)
-			return
+			return nil
 		}
 		s := Settlement{Schema: Schema, CommandID: fmt.Sprintf("return/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation),
 			Run: t.Run, Action: t.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message,
 			Summary: fmt.Sprintf("the body of attempt %d returned %s after it was stopped", t.Attempt, res.Outcome)}
-		back := backoff.New(50*time.Millisecond, 2*time.Second)
-		for range 20 {
+		back := backoff.New(w.retryBase, w.retryCap)
+		for range lateTries {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			err := w.settle(ctx, s)
 			cancel()
@@ -814,12 +850,18 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 				if err != nil {
 					w.log.Info("worker: late return refused", "run", t.Run, "action", t.Action, "err", err)
 				}
-				return
+				return nil
 			}
 			time.Sleep(back.Next())
 		}
-	}()
+		w.log.Error("worker: a stopped body's late settlement was not confirmed; a person reconciles the action", "run", t.Run, "action", t.Action, "tries", lateTries)
+		return nil
+	})
 }
+
+// lateTries is how many times a stopped body's late settlement is offered
+// before the worker gives up (the run then decides: uncertain, reconciled).
+const lateTries = 20
 
 // retryable reports whether a refusal says "try again".
 func retryable(c weft.Code) bool {

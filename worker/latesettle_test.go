@@ -1,0 +1,112 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/worker"
+)
+
+// SEMANTICS §3 (a settling tool's own return value wins whenever it
+// returns) and §8 (a stopped settling body is like a running one; graceful
+// drain commits what finishes), issue 16 item 5: the late settlement of a
+// body stopped by its timeout is owned by the worker. A worker told to stop
+// while that settlement is being retried returns from Run only once it was
+// accepted — never with the retry still running on its own, and never with
+// the body's known result dropped.
+func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
+	nc, js := startServer(t)
+	rs := &reports{ch: make(chan struct{}, 10)}
+	var calls atomic.Int32
+	refused := make(chan struct{})
+	var accepted atomic.Value
+	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
+		worker.WithSettler(func(_ context.Context, s worker.Settlement) error {
+			if calls.Add(1) == 1 {
+				close(refused)
+				return &weft.Error{Code: weft.CodeUnavailable, Message: "the store does not answer yet"}
+			}
+			accepted.Store(s)
+			return nil
+		}))
+	w.Handle(queue("refund"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		<-ctx.Done() // stopped by its 50 ms timeout
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
+	<-rs.ch // the stopped report
+	<-refused
+	cancel() // stop the worker while the late settlement waits to be retried
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Fatalf("Run returned after %d offers of the late settlement, want 2 (refused, then accepted)", n)
+	}
+	if s, _ := accepted.Load().(worker.Settlement); s.Run != "r" || s.Action != "1/a" || string(s.Content) != `{"id":"rf-1"}` {
+		t.Fatalf("accepted %+v", s)
+	}
+	if g := workerGoroutines(); g != "" {
+		t.Fatalf("a goroutine of the worker outlived Run:\n%s", g)
+	}
+}
+
+// workerGoroutines returns the stacks of the goroutines running a method of
+// a Worker (the test's own goroutines and the server's are not).
+func workerGoroutines() string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var found []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "weft/worker.(*Worker)") {
+			found = append(found, g)
+		}
+	}
+	return strings.Join(found, "\n\n")
+}
+
+// SEMANTICS §8 (the drain window ends: bodies still running are stopped as
+// a lost worker's), issue 16 item 5: a late settlement waiting for a
+// stopped body that does not return does not hold Run past Abandon; the
+// body's result comes too late to be offered, and the run decides as after
+// a lost worker.
+func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
+	nc, js := startServer(t)
+	rs := &reports{ch: make(chan struct{}, 10)}
+	var calls atomic.Int32
+	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
+		worker.WithSettler(func(context.Context, worker.Settlement) error { calls.Add(1); return nil }))
+	release := make(chan struct{})
+	returned := make(chan struct{})
+	w.Handle(queue("refund"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		defer close(returned)
+		<-ctx.Done()
+		<-release // ignores its stop until the test ends
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
+	<-rs.ch // the stopped report
+	cancel()
+	w.Abandon()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	<-returned
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("a body that returned after Abandon was offered as a settlement %d times", n)
+	}
+}
