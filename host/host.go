@@ -20,11 +20,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
@@ -75,7 +75,8 @@ func WithoutQueries() Option { return func(c *config) { c.queries = false } }
 func WithoutCatalog() Option { return func(c *config) { c.catalog = false } }
 
 // WithReady calls ready once the command API and (unless WithoutQueries)
-// the query service answer every endpoint.
+// the query service answer every endpoint. Run returns only after ready
+// returned.
 func WithReady(ready func()) Option { return func(c *config) { c.ready = ready } }
 
 // Run provisions the assets and runs a runner for agents, the projector,
@@ -111,22 +112,33 @@ func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, agents []*a
 		}
 		defer cat.Stop()
 	}
-	var wg sync.WaitGroup
+	// One group owns the parts and the readiness check: Run returns once
+	// all of them did (STYLE.md principle 9). The check ends with the
+	// runner: a runner that stopped (or failed) never becomes ready.
+	var g errgroup.Group
 	errs := make(chan error, 2)
-	wg.Add(1)
-	go func() { defer wg.Done(); errs <- rn.Run(ctx) }()
+	readyCtx, stopReady := context.WithCancel(ctx)
+	defer stopReady()
+	g.Go(func() error {
+		defer stopReady()
+		errs <- rn.Run(ctx)
+		return nil
+	})
 	if c.queries {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs <- projector.RunAll(ctx, nc, js, eventlog.New(js), c.logger) }()
+		g.Go(func() error {
+			errs <- projector.RunAll(ctx, nc, js, eventlog.New(js), c.logger)
+			return nil
+		})
 	}
 	if c.ready != nil {
-		go func() {
-			if ready(ctx, nc, c.queries) == nil {
+		g.Go(func() error {
+			if ready(readyCtx, nc, c.queries) == nil {
 				c.ready()
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // every part reports on errs
 	close(errs)
 	var all []error
 	for e := range errs {
