@@ -59,6 +59,7 @@ import (
 
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/provision"
 )
@@ -580,8 +581,21 @@ func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
 // RunAll runs a projector and the query service on nc until ctx ends: what
 // cmd/projector and `weft dev` run. The buckets must exist (Assets). A
 // projector that fails (the store did not answer) resumes from its
-// checkpoint a second later.
+// checkpoint after a pause: a second, doubling while it keeps failing
+// without progress, up to 16 s.
 func RunAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eventlog.Log, logger *slog.Logger) error {
+	return runAll(ctx, nc, js, log, logger, backoff.Sleep)
+}
+
+// The pause before a failed projector resumes (RunAll).
+const (
+	restartFirst = time.Second
+	restartLimit = 16 * time.Second
+)
+
+// runAll is RunAll waiting its pauses with pause (backoff.Sleep; a test's
+// records them).
+func runAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eventlog.Log, logger *slog.Logger, pause func(context.Context, time.Duration) error) error {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -594,17 +608,24 @@ func RunAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 		return err
 	}
 	defer svc.Stop()
+	back := backoff.New(restartFirst, restartLimit)
+	last := p.Seq()
 	for {
 		err := p.Run(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
+		if seq := p.Seq(); seq != last {
+			// It projected something since the last failure: this one
+			// is a new failure, paused for as briefly as the first.
+			back.Reset()
+			last = seq
+		}
 		// A store or log error: resume from the checkpoint after a pause.
-		logger.Error("projector stopped; resuming from the checkpoint", "err", err)
-		select {
-		case <-ctx.Done():
+		d := back.Next()
+		logger.Error("projector stopped; resuming from the checkpoint", "err", err, "pause", d)
+		if pause(ctx, d) != nil {
 			return nil
-		case <-time.After(time.Second):
 		}
 	}
 }
