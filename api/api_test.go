@@ -10,7 +10,6 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/provision"
-	"github.com/weftrun/weft/worker"
 )
 
 // slowBackend's Approve uses its whole request deadline, then succeeds or
@@ -40,13 +39,13 @@ func (b *slowBackend) Reject(context.Context, api.RejectRequest) (api.Reply, err
 func (b *slowBackend) Reconcile(context.Context, api.ReconcileRequest, bool) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
-func (b *slowBackend) Settle(context.Context, worker.Settlement) (api.Reply, error) {
+func (b *slowBackend) Settle(context.Context, api.Settlement) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
 func (b *slowBackend) Cancel(context.Context, api.CancelRequest) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
-func (b *slowBackend) Report(context.Context, worker.Report) (api.Reply, error) {
+func (b *slowBackend) Report(context.Context, api.Report) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
 func (b *slowBackend) Resolve(context.Context, api.ResolveRequest) (api.Reply, error) {

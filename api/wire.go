@@ -186,8 +186,8 @@ type Report struct {
 }
 
 // Queue names a tool queue: the tasks of one tool as bound in one agent
-// identity. It has the fields of worker.Queue, which converts to and from
-// it (worker.Queue(q)) and names its subjects.
+// identity (worker.Queue is this type). Its methods name its subjects
+// (Subject, Consumer, ReportSubject, SettleSubject).
 type Queue struct {
 	// Agent is the agent's name, Version its version.
 	Agent, Version string

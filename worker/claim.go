@@ -3,16 +3,15 @@ package worker
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/backoff"
 )
 
@@ -23,8 +22,8 @@ import (
 // the count is consumer state the server writes lazily, and a server
 // restart can deliver a task again as a first delivery.
 const (
-	// ClaimsBucket is the KV bucket of attempt claims.
-	ClaimsBucket = "weft_claims"
+	// ClaimsBucket is api.ClaimsBucket, the KV bucket of attempt claims.
+	ClaimsBucket = api.ClaimsBucket
 	// ClaimMaxAge is the bucket's max age: how long a claim lives at most
 	// without being renewed. A worker renews the claim of a running body
 	// every ClaimRenew; a claim of a body with a deadline lives until the
@@ -40,12 +39,10 @@ const (
 	ClaimRenew = 24 * time.Hour
 )
 
-// ClaimKey is the key of an attempt's claim in weft_claims:
-// <run>.<action>.<attempt>.<incarnation>, the action ("<turn>/<call_id>",
-// whose call id the model chose) written in unpadded base64url so that the
-// key is a valid KV key and distinct attempts have distinct keys.
+// ClaimKey is api.ClaimKey, the key of an attempt's claim in weft_claims:
+// <run>.<action in unpadded base64url>.<attempt>.<incarnation>.
 func ClaimKey(run, action string, attempt, incarnation int) string {
-	return run + "." + base64.RawURLEncoding.EncodeToString([]byte(action)) + "." + strconv.Itoa(attempt) + "." + strconv.Itoa(incarnation)
+	return api.ClaimKey(run, action, attempt, incarnation)
 }
 
 // ClaimsConfig is the configuration of weft_claims: file storage (a claim
@@ -62,24 +59,10 @@ func ClaimsConfig() jetstream.KeyValueConfig {
 	}
 }
 
-// Claim is the value the Go worker stores under an attempt's claim key.
-// Other workers may store any value: a key that exists is a claim,
-// whatever it holds.
-type Claim struct {
-	// Schema is 1.
-	Schema int `json:"schema"`
-	// Worker is the id of the worker that claimed the attempt.
-	Worker string `json:"worker"`
-	// Token is unique to the delivery that claimed it: a worker whose
-	// create timed out and finds the key with its own token holds it.
-	Token string `json:"token"`
-	// Claimed is when the worker claimed it, by its clock.
-	Claimed time.Time `json:"claimed"`
-	// Report is the attempt's report, saved by the worker that ran the
-	// body when delivering it failed: a later delivery of the task
-	// delivers it instead of reporting the attempt lost.
-	Report *Report `json:"report,omitempty"`
-}
+// Claim is the value the Go worker stores under an attempt's claim key:
+// api.Claim, the wire type (a worker of another language reads the report
+// saved in it).
+type Claim = api.Claim
 
 // claimsBucket returns weft_claims, creating it (with the task stream's
 // replica count) if nobody provisioned it.

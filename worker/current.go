@@ -9,6 +9,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 )
@@ -30,9 +31,9 @@ func WithAttemptCheck(c AttemptCheck) Option { return func(w *Worker) { w.check 
 // (tests that publish tasks of runs that have no log).
 func WithoutAttemptCheck() Option { return func(w *Worker) { w.check = nil; w.noCheck = true } }
 
-// RunnersBucket is the KV bucket of live runners (docs/protocol/40-commands.md):
-// a key per live runner id.
-const RunnersBucket = "weft_runners"
+// RunnersBucket is api.RunnersBucket, the KV bucket of live runners: a
+// key per live runner id.
+const RunnersBucket = api.RunnersBucket
 
 // LogCheck is the default AttemptCheck: it folds the task's run from the
 // event log (WEFT_EVENTS in js) and accepts the attempt only while its

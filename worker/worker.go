@@ -178,7 +178,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 		w.report = func(ctx context.Context, r Report) error {
 			subject := ReportSubject
 			if r.Queue != nil {
-				subject, r.Queue = Queue(*r.Queue).ReportSubject(), nil // the subject names it
+				subject, r.Queue = r.Queue.ReportSubject(), nil // the subject names it
 			}
 			return request(ctx, w.nc, subject, r)
 		}
@@ -187,7 +187,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 		w.settle = func(ctx context.Context, s Settlement) error {
 			subject := SettleSubject
 			if s.Queue != nil {
-				subject, s.Queue = Queue(*s.Queue).SettleSubject(), nil
+				subject, s.Queue = s.Queue.SettleSubject(), nil
 			}
 			return request(ctx, w.nc, subject, s)
 		}
@@ -415,7 +415,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
-	wq := api.Queue(q)
+	wq := q
 	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
 	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
 
