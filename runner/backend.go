@@ -59,6 +59,13 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 		}
 		wasDriven, head := rn.driven, rn.head
 		err = fn(ctx, rn)
+		if fe := (*forwardError)(nil); errors.As(err, &fe) && !rn.driven {
+			// The takeover this command was to record found the
+			// partition owned by another runner (verifyOwner): nothing
+			// was recorded, the run is forgotten; its owner decides.
+			rn.unlock()
+			return r.forward(ctx, fe.driver, kind, id, req, out)
+		}
 		r.finishTakeover(ctx, rn)
 		if err != nil && !transient(err) && rn.driven && rn.takeover == nil && rn.head == head && attempt < 2 {
 			// A refusal decided without an append: it is a decision all
@@ -147,10 +154,14 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 		return api.StartReply{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: r.unknownAgent(req.Agent, req.Version)}
 	}
 	// Only the owner of the run's partition starts it: forwarded there at
-	// once, before anything is read. The start counts as an acquisition
-	// in flight (a release of the partition waits for it).
+	// once, before anything is read (after a reconnection, once the owned
+	// partitions are verified). The start counts as an acquisition in
+	// flight (a release of the partition waits for it).
 	done := r.acquiring(id)
 	defer done()
+	if err := r.verifyOwned(ctx); err != nil {
+		return api.StartReply{}, err
+	}
 	if err := r.owns(id); err != nil {
 		done()
 		var fe *forwardError

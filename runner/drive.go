@@ -343,6 +343,9 @@ var errAcquireAgain = errors.New("acquire again")
 // with the first decision that records something (run.lazy), so that the
 // takeover of a partition of idle runs records nothing for them.
 func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
+	if err := r.verifyOwned(ctx); err != nil {
+		return nil, err
+	}
 	if err := r.owns(id); err != nil {
 		return nil, err
 	}
@@ -387,6 +390,18 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		}
 		return rn, nil
 	}
+	if !idle {
+		// A takeover of a run with work in flight is decided on the
+		// store's owner of the partition, not on this runner's view of it
+		// (ownership.go), and never from a live runner that takes no part
+		// in the partitions (an older release still driving its runs).
+		if err := r.verifyOwner(ctx, id); err != nil {
+			return nil, err
+		}
+		if driver != r.id && !s.HandedOff() && r.nonParticipant(ctx, driver) {
+			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s is driven by runner %s, which is alive and takes no part in the partitions (an older release?); retry", id, driver)}
+		}
+	}
 	// Take the run over. Nothing is recorded yet: the caller's command is
 	// decided together with the recovery (see run.takeover).
 	rn := newRun(id, s, head, a)
@@ -428,11 +443,22 @@ func recoveryCause(s aggregate.State) string {
 func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
 	t := *rn.takeover
 	t.Then = c
+	if rn.lazy {
+		// The first decision that records the lazy takeover of an idle
+		// run: decided on the store's owner of the partition, not on
+		// this runner's view (ownership.go).
+		if evs, _ := aggregate.Decide(rn.pre, t, r.clock(rn)); len(evs) > 0 {
+			if err := r.verifyOwner(ctx, rn.id); err != nil {
+				r.drop(rn)
+				return nil, err
+			}
+		}
+	}
 	before := rn.pre.Incarnation()
 	rn.state, rn.takeover = rn.pre, nil
 	evs, err := r.decideAppend(ctx, rn, t)
 	if rn.state.Runner() == r.id && rn.state.Incarnation() > before {
-		rn.pre, rn.keyed, rn.lazy = aggregate.State{}, false, false // act puts the key
+		rn.pre, rn.lazy = aggregate.State{}, false // its entry: keyBeforeAppend, or act
 		r.takenOver.Add(1)
 		r.tel.Emit(ctx, telemetry.RunTakenOver, "run", rn.id, "previous", rn.previous, "cause", t.Cause)
 		return evs, err
@@ -480,6 +506,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		evs, derr := aggregate.Decide(rn.state, c, now)
 		if len(evs) == 0 {
 			return nil, derr
+		}
+		if err := r.keyBeforeAppend(ctx, rn, evs, now); err != nil {
+			return nil, err
 		}
 		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
 		if err != nil {
@@ -637,4 +666,34 @@ func (r *Runner) drop(rn *run) {
 		delete(r.replies, rn.id)
 	}
 	r.mu.Unlock()
+}
+
+// keyBeforeAppend puts rn's weft_drivers entry before an append of evs
+// that gives a run without one (an idle run, idle.go, or a run read
+// from the log) work in flight: an approval that fences an attempt, a
+// takeover. A runner that dies between the append and act's put would
+// otherwise leave a run with work in flight that no partition scan finds
+// (SEMANTICS §8: pending work is retried, never dropped). When the put
+// fails nothing is appended: the command answers unavailable, nothing is
+// acted on. An append that leaves the run idle or finished needs no
+// entry.
+func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, evs []events.Event, now time.Time) error {
+	if rn.keyed || !rn.driven {
+		return nil
+	}
+	next := rn.state.Clone()
+	for i, ev := range evs {
+		next = aggregate.Evolve(next, events.Recorded{Run: rn.id, Version: rn.state.Version() + uint64(i) + 1, At: now, Event: ev})
+	}
+	if _, fin := next.Finished(); fin || !next.Exists() || aggregate.Idle(next) {
+		return nil
+	}
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	rev, err := r.drivers.Put(kctx, r.driverKey(rn.id), []byte(r.id))
+	if err != nil {
+		return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("run %s: its driver entry could not be put before work is put in flight (%v); nothing was recorded", rn.id, err)}
+	}
+	rn.keyed, rn.keyRev = true, rev
+	return nil
 }

@@ -301,22 +301,29 @@ func (r *Runner) watchPartitionsOnce(ctx context.Context, ready *bool) {
 		}
 		t := r.parts
 		t.mu.Lock()
-		lost := t.owner[p] == r.id && owner != r.id && (initial || e.Revision() > t.rev[p])
-		if initial || e.Revision() >= t.rev[p] {
+		// A key naming this runner at a revision lower than its claim
+		// (the bucket was re-created, or the server lost writes) is no
+		// claim of this runner's: a loss, claimed again (claim).
+		recreated := initial && owner == r.id && t.owner[p] == r.id && e.Revision() < t.rev[p]
+		lost := t.owner[p] == r.id && (owner != r.id || recreated) && (initial || e.Revision() > t.rev[p])
+		if recreated {
+			t.owner[p], t.rev[p] = "", e.Revision()
+			t.releasing[p], t.scanDue[p] = false, false
+		} else if initial || e.Revision() >= t.rev[p] {
 			t.owner[p], t.rev[p] = owner, e.Revision()
 			if owner != r.id {
 				t.releasing[p], t.scanDue[p] = false, false
 			}
 		}
 		t.mu.Unlock()
-		if owner == "" {
+		if owner == "" || recreated {
 			select {
 			case t.kick <- struct{}{}:
 			default:
 			}
 		}
-		if lost && owner != "" {
-			r.log.Warn("partition lost to another runner", "partition", p, "owner", owner)
+		if lost && (owner != "" || recreated) {
+			r.log.Warn("partition lost to another runner", "partition", p, "owner", owner, "recreated", recreated)
 			r.forgetPartition(ctx, p)
 		}
 	}
@@ -359,6 +366,9 @@ func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 			return
 		case <-t.C:
 		case <-r.parts.kick:
+		}
+		if err := r.verifyOwned(ctx); err != nil {
+			r.log.Debug("verify partitions", "err", err)
 		}
 		r.partitionPass(ctx, releases)
 		if r.noScan {
@@ -559,6 +569,21 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 		got, err = r.partKV.Create(ctx, partKey(p), []byte(r.id))
 	} else {
 		got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
+	}
+	if err != nil && (rev == 0 || previous == "") && errors.Is(err, jetstream.ErrKeyExists) {
+		// A key naming this runner that is no claim of its own (a
+		// re-created bucket, lost writes: verifyPartition) is claimed
+		// anew at its revision.
+		if e, gerr := r.partKV.Get(ctx, partKey(p)); gerr == nil && string(e.Value()) == r.id {
+			got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), e.Revision())
+			if err == nil {
+				r.parts.mu.Lock()
+				if r.parts.owner[p] == "" {
+					r.parts.rev[p] = 0 // the claim below is the revision to compare with
+				}
+				r.parts.mu.Unlock()
+			}
+		}
 	}
 	if err != nil {
 		r.log.Debug("partition claim lost", "partition", p, "err", err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
@@ -14,6 +15,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // rebuildBatch is how many runs' last log messages one request reads.
@@ -29,7 +31,9 @@ const rebuildBatch = 64
 // and counts) and reads the last message of each run without an entry
 // once — a cost in every run of the deployment, so it is made once per
 // deployment: by a runner that finds no "rebuilt" key in weft_partitions
-// (a new deployment, a lost bucket, an upgrade), which puts it when done.
+// (a new deployment, a lost bucket, an upgrade), which puts it when done:
+// only when every unfinished run was handled (rebuildLoop makes it again
+// otherwise).
 func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 	if _, err := r.partKV.Get(ctx, rebuiltKey); err == nil {
 		return 0, nil
@@ -82,25 +86,40 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	n := 0
+	n, left := 0, 0
 	for _, run := range unfinished {
 		s, _, err := r.load(ctx, run)
 		if err != nil {
 			if !r.noteQuarantine(err) { // a quarantined run is watched and woken once repaired
 				r.log.Warn("rebuild driver key: load", "run", run, "err", err)
+				left++
 			}
 			continue
 		}
 		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) {
 			continue
 		}
-		if _, err := r.drivers.Create(ctx, r.driverKey(run), []byte(s.Runner())); err == nil {
+		_, err = r.drivers.Create(ctx, r.driverKey(run), []byte(s.Runner()))
+		switch {
+		case err == nil:
 			r.log.Info("rebuilt the driver key of an unfinished run from its log", "run", run, "driver", s.Runner())
 			n++
+		case errors.Is(err, jetstream.ErrKeyExists): // put meanwhile by its driver
+		default:
+			r.log.Warn("rebuild driver key: create", "run", run, "err", err)
+			left++
 		}
 	}
 	for _, k := range old {
-		_ = r.drivers.Purge(ctx, k)
+		if err := r.drivers.Purge(ctx, k); err != nil {
+			r.log.Warn("rebuild driver key: purge the key of a release before partitions", "key", k, "err", err)
+			left++
+		}
+	}
+	if left > 0 {
+		// Not done: the runs left have no entry yet (no scan finds
+		// them). Made again later (rebuildLoop); "rebuilt" is not put.
+		return n, fmt.Errorf("%d of %d unfinished runs not handled (%d entries rebuilt)", left, len(unfinished), n)
 	}
 	if _, err := r.partKV.Put(ctx, rebuiltKey, []byte(fmt.Sprintf(`{"schema":1,"runs":%d}`, n))); err != nil {
 		return n, fmt.Errorf("put %s key %s: %w", PartitionsBucket, rebuiltKey, err)
@@ -121,4 +140,37 @@ func endsFinished(data []byte) bool {
 		return false
 	}
 	return b.Events[len(b.Events)-1].Type == events.NameRunFinished
+}
+
+// rebuildLoop makes rebuildDrivers until it is done (every unfinished run
+// handled, "rebuilt" put) or ctx ends, with a bounded backoff between
+// attempts, logging each attempt that left runs without an entry.
+func (r *Runner) rebuildLoop(ctx context.Context) {
+	back := backoff.New(time.Second, time.Minute)
+	for attempt := 1; ; attempt++ {
+		n, err := r.rebuildDrivers(ctx)
+		if err == nil {
+			if n > 0 {
+				r.log.Info("rebuilt driver keys from the log", "runs", n, "attempts", attempt)
+				// The owners scan their partitions again at once for
+				// the entries rebuilt.
+				t := r.parts
+				t.mu.Lock()
+				for p, o := range t.owner {
+					if o == r.id {
+						t.scanDue[p] = true
+					}
+				}
+				t.mu.Unlock()
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.Warn("rebuild driver keys from the log", "err", err, "attempt", attempt, "rebuilt", n)
+		if back.Wait(ctx) != nil {
+			return
+		}
+	}
 }

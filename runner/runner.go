@@ -139,6 +139,7 @@ type Runner struct {
 	partKV     jetstream.KeyValue
 	parts      *partTable   // owners of the partitions, as this runner sees them
 	runners    *runnersView // weft_runners, as this runner's watcher sees it
+	owned      ownership    // the reconnect check of the owned partitions (verifyOwned)
 	cmds       jetstream.KeyValue
 	snaps      jetstream.KeyValue
 
@@ -288,6 +289,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.judge.since, r.judge.reconnects = time.Now(), r.nc.Stats().Reconnects
 	r.mu.Unlock()
+	r.owned.reconnects = r.nc.Stats().Reconnects // nothing owned yet
 	// A failed heartbeat is "cannot tell", never a reason to stop serving
 	// (the bucket may refuse writes, or be re-created by a server restart
 	// or an operator, while this runner starts): heartbeat reset the
@@ -342,9 +344,14 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	g.Go(func() error {
 		if !r.noScan {
-			if n, err := r.rebuildDrivers(gctx); err != nil && gctx.Err() == nil {
-				r.log.Warn("rebuild driver keys from the log", "err", err)
-			} else if n > 0 {
+			// The first attempt before the first scan; attempts that
+			// left runs without an entry are made again meanwhile.
+			n, err := r.rebuildDrivers(gctx)
+			switch {
+			case err != nil && gctx.Err() == nil:
+				r.log.Warn("rebuild driver keys from the log", "err", err, "attempt", 1, "rebuilt", n)
+				g.Go(func() error { r.rebuildLoop(gctx); return nil })
+			case n > 0:
 				r.log.Info("rebuilt driver keys from the log", "runs", n)
 			}
 			r.scanPartitions(gctx, true)

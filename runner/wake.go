@@ -30,6 +30,15 @@ func (r *Runner) command(ctx context.Context, id string, c aggregate.Command) er
 		}
 		wasDriven := rn.driven
 		err = r.commandLocked(ctx, rn, c)
+		if fe := (*forwardError)(nil); errors.As(err, &fe) && !rn.driven {
+			// Its takeover found the partition owned by another runner
+			// (verifyOwner): nothing was recorded.
+			rn.unlock()
+			if _, ok := c.(aggregate.TimerFired); ok {
+				return r.forwardWake(ctx, fe.driver, id)
+			}
+			return &weft.Error{Code: weft.CodeRunnerBusy, Message: "run " + id + ": its partition moved to runner " + fe.driver + "; retry"}
+		}
 		r.finishTakeover(ctx, rn)
 		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
 		rn.unlock()
@@ -79,8 +88,14 @@ func (r *Runner) wake(ctx context.Context, id string) error {
 		}
 		return err
 	}
-	defer rn.unlock()
-	return r.wakeLocked(ctx, rn, true)
+	err = r.wakeLocked(ctx, rn, true)
+	rn.unlock()
+	if fe := (*forwardError)(nil); errors.As(err, &fe) {
+		// A takeover found the partition owned by another runner
+		// (verifyOwner): the owner wakes it.
+		return r.forwardWake(ctx, fe.driver, id)
+	}
+	return err
 }
 
 // wakeLocked applies the timers of rn that are due and, with all, makes

@@ -1,0 +1,161 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/partition"
+)
+
+// Ownership checks (docs/adr/0019-partitions.md, SEMANTICS §8: only a
+// runner that is gone is recovered from). This runner's table of the
+// partitions' owners (partTable) follows weft_partitions through a
+// watcher, which may be behind: a runner paused (SIGSTOP) or cut off from
+// the server wakes up believing it still owns a partition another runner
+// claimed meanwhile. A decision that would record a takeover is therefore
+// not made on the table alone: the partition's key is read from the
+// stream's leader first (kv.Get reads its last message), and must name
+// this runner at a revision no lower than the one it claimed. After the
+// connection reconnected, every owned partition is verified so before
+// anything is acquired (verifyOwned).
+
+// ownership is the state of the reconnect check (verifyOwned).
+type ownership struct {
+	mu         sync.Mutex
+	reconnects uint64 // the connection's reconnect count the owned partitions were verified at
+}
+
+// verifyOwner reads run's partition key from weft_partitions and checks
+// that it names this runner at a revision no lower than the one this
+// runner claimed it with. When it does not, the partition is lost (its
+// runs are forgotten, lostPartition) and the answer is a *forwardError
+// naming the key's runner, or runner_busy when it names none (or this
+// runner, in a re-created bucket). A key that cannot be read is
+// runner_busy: "cannot tell" is never ownership.
+func (r *Runner) verifyOwner(ctx context.Context, run string) error {
+	p := partition.Of(run, r.nparts)
+	owner, err := r.verifyPartition(ctx, p)
+	if err != nil {
+		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: the owner of its partition %d cannot be read (%v); retry", run, p, err)}
+	}
+	if owner == r.id {
+		return nil
+	}
+	if owner != "" {
+		return &forwardError{driver: owner}
+	}
+	return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: this runner lost its partition %d; retry", run, p)}
+}
+
+// verifyPartition reads partition p's key and returns its owner as the
+// store says ("" when nobody owns it, or when the key names this runner
+// at a revision lower than the one it claimed: the bucket was re-created
+// or lost writes, and such a key is no claim of this runner's). A
+// partition this runner believed it owned and does not is lost
+// (lostPartition).
+func (r *Runner) verifyPartition(ctx context.Context, p int) (string, error) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	t := r.parts
+	t.mu.Lock()
+	believed, claimed := t.owner[p], t.rev[p]
+	t.mu.Unlock()
+	e, err := r.partKV.Get(gctx, partKey(p))
+	var owner string
+	var rev uint64
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return "", err
+	default:
+		owner, rev = string(e.Value()), e.Revision()
+	}
+	if owner == r.id && rev >= claimed {
+		return owner, nil
+	}
+	if owner == r.id {
+		owner = "" // a re-created key: a loss, claimed again (claim)
+	}
+	if believed == r.id {
+		r.lostPartition(ctx, p, claimed, owner, rev)
+	}
+	return owner, nil
+}
+
+// lostPartition records that partition p, which this runner's table says
+// it owns at revision claimed, is owned by owner at revision rev (""
+// for nobody) and forgets the runs of it this runner holds. The table is
+// changed only while it still says what the caller read (a claim made
+// meanwhile stands).
+func (r *Runner) lostPartition(ctx context.Context, p int, claimed uint64, owner string, rev uint64) {
+	t := r.parts
+	t.mu.Lock()
+	still := t.owner[p] == r.id && t.rev[p] == claimed
+	if still {
+		t.owner[p], t.rev[p] = owner, rev
+		t.releasing[p], t.scanDue[p] = false, false
+	}
+	t.mu.Unlock()
+	if !still {
+		return
+	}
+	r.log.Warn("partition lost: its key in weft_partitions does not name this runner at its claim", "partition", p, "owner", owner, "revision", rev, "claimed", claimed)
+	// The runs are forgotten in the background: the caller may hold one
+	// of them (locked), which it drops itself.
+	r.bg.Go(func(bctx context.Context) { r.forgetPartition(bctx, p) })
+}
+
+// verifyOwned checks every partition this runner owns against
+// weft_partitions once after each reconnection of its connection (a
+// watcher's view may have missed what happened meanwhile), before
+// anything is acquired. It returns runner_busy when a key cannot be read
+// (checked again at the next acquisition).
+func (r *Runner) verifyOwned(ctx context.Context) error {
+	rc := r.nc.Stats().Reconnects
+	r.owned.mu.Lock()
+	defer r.owned.mu.Unlock()
+	if rc == r.owned.reconnects {
+		return nil
+	}
+	for _, p := range r.ownedPartitions() {
+		if _, err := r.verifyPartition(ctx, p); err != nil {
+			return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("the partitions of this runner are being verified after a reconnection (%v); retry", err)}
+		}
+	}
+	r.log.Info("partitions verified after a reconnection", "reconnects", rc, "owned", len(r.ownedPartitions()))
+	r.owned.reconnects = rc
+	return nil
+}
+
+// nonParticipant reports whether runner id, the recorded driver of a run
+// with work in flight, may be a live runner that takes no part in the
+// partitions (an older release: its heartbeat names no number of
+// partitions, or another one), which drives its runs whoever owns their
+// partition: its runs are not taken over while it lives (SEMANTICS §8).
+// A runner whose heartbeat names this deployment's partitions is a
+// participant: when this runner owns the partition, that runner released
+// it or lost it (and forgot its runs). A runner whose key is absent is
+// judged as always (alive: "cannot tell" is alive).
+func (r *Runner) nonParticipant(ctx context.Context, id string) bool {
+	if id == "" || id == r.id {
+		return false
+	}
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := r.live.Get(gctx, id)
+	switch {
+	case err == nil:
+		var b beat
+		return json.Unmarshal(e.Value(), &b) != nil || b.Partitions != r.nparts
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return r.alive(gctx, id)
+	}
+	return true // cannot tell
+}
