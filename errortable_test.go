@@ -28,6 +28,7 @@ const catalogEndpoint = "catalog.<agent>"
 type errorRow struct {
 	code    weft.Code
 	number  int
+	meaning string
 	reasons []string // the backquoted reasons
 	sentBy  []string // expanded endpoint names ("approve", "query.run")
 }
@@ -100,7 +101,7 @@ func errorTable(t *testing.T) []errorRow {
 		if err != nil {
 			t.Fatalf("row %s: number: %v", line, err)
 		}
-		r := errorRow{code: weft.Code(strings.Trim(strings.TrimSpace(cells[0]), "`")), number: n, sentBy: expandSentBy(t, strings.TrimSpace(cells[4]))}
+		r := errorRow{code: weft.Code(strings.Trim(strings.TrimSpace(cells[0]), "`")), number: n, meaning: cells[2], sentBy: expandSentBy(t, strings.TrimSpace(cells[4]))}
 		for _, m := range backquoted.FindAllStringSubmatch(cells[3], -1) {
 			r.reasons = append(r.reasons, m[1])
 		}
@@ -316,4 +317,101 @@ func TestRefusalsAreCopies(t *testing.T) {
 	if got := catalog.Refusals(); got[0] == "changed" {
 		t.Errorf("catalog.Refusals returned shared state: %v", got)
 	}
+}
+
+// TestRunnerBusyCausesAreDocumented keeps the causes of runner_busy in
+// docs/protocol.md's error table as the code answers them: the message of
+// every weft.Error{Code: weft.CodeRunnerBusy, ...} the runner and the API
+// build — its text without the run ("run %s: "), the error it wraps
+// ("(%v)") and "; retry", each formatted value matching any word — appears
+// in the row's meaning.
+func TestRunnerBusyCausesAreDocumented(t *testing.T) {
+	var row string
+	for _, r := range errorTable(t) {
+		if r.code == weft.CodeRunnerBusy {
+			row = strings.ReplaceAll(r.meaning, "`", "")
+		}
+	}
+	if row == "" {
+		t.Fatal("no runner_busy row")
+	}
+	var causes []string
+	for path, f := range goFiles(t, "runner", "api") {
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.CompositeLit)
+			if !ok {
+				return true
+			}
+			var busy bool
+			var msg ast.Expr
+			for _, el := range lit.Elts {
+				kv, ok := el.(*ast.KeyValueExpr)
+				if !ok {
+					continue
+				}
+				k, _ := kv.Key.(*ast.Ident)
+				switch {
+				case k == nil:
+				case k.Name == "Code":
+					if sel, ok := kv.Value.(*ast.SelectorExpr); ok && sel.Sel.Name == "CodeRunnerBusy" {
+						busy = true
+					}
+				case k.Name == "Message":
+					msg = kv.Value
+				}
+			}
+			if !busy || msg == nil {
+				return true
+			}
+			text, ok := messageText(msg)
+			if !ok {
+				t.Errorf("%s: a runner_busy message that is no string, Sprintf or concatenation", path)
+				return true
+			}
+			causes = append(causes, text)
+			return true
+		})
+	}
+	if len(causes) < 5 {
+		t.Fatalf("found only %d runner_busy messages", len(causes))
+	}
+	verb := regexp.MustCompile(`%[sdv]`)
+	for _, c := range causes {
+		cause := strings.ReplaceAll(c, " (%v)", "")
+		cause = regexp.MustCompile(`^run %s:? `).ReplaceAllString(cause, "")
+		cause = strings.TrimSuffix(cause, "; retry")
+		var pat []string
+		for _, part := range verb.Split(cause, -1) {
+			pat = append(pat, regexp.QuoteMeta(part))
+		}
+		if !regexp.MustCompile(strings.Join(pat, `\S+`)).MatchString(row) {
+			t.Errorf("runner_busy cause %q (message %q) is not in docs/protocol.md's runner_busy row", cause, c)
+		}
+	}
+}
+
+// messageText is the text of a message expression: a string literal,
+// fmt.Sprintf's format, or a concatenation (a part that is no literal
+// counts as %s).
+func messageText(e ast.Expr) (string, bool) {
+	switch x := e.(type) {
+	case *ast.BasicLit:
+		s, err := strconv.Unquote(x.Value)
+		return s, err == nil
+	case *ast.CallExpr:
+		if sel, ok := x.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Sprintf" && len(x.Args) > 0 {
+			return messageText(x.Args[0])
+		}
+	case *ast.BinaryExpr:
+		l, lok := messageText(x.X)
+		if !lok {
+			l = "%s"
+		}
+		r, rok := messageText(x.Y)
+		if !rok {
+			r = "%s"
+		}
+		return l + r, true
+	}
+	return "", false
 }
