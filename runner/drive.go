@@ -507,7 +507,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if len(evs) == 0 {
 			return nil, derr
 		}
-		if err := r.keyBeforeAppend(ctx, rn, evs, now); err != nil {
+		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
 			return nil, err
 		}
 		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
@@ -676,9 +676,10 @@ func (r *Runner) drop(rn *run) {
 // (SEMANTICS §8: pending work is retried, never dropped). When the put
 // fails nothing is appended: the command answers unavailable, nothing is
 // acted on. An append that leaves the run idle or finished needs no
-// entry.
-func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, evs []events.Event, now time.Time) error {
-	if rn.keyed || !rn.driven {
+// entry, and so does a hand-off (a drain's or a release's: the run's
+// next owner finds it when a command reaches it, as an idle run).
+func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time) error {
+	if _, handOff := c.(aggregate.HandOff); rn.keyed || !rn.driven || handOff {
 		return nil
 	}
 	next := rn.state.Clone()
