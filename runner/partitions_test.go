@@ -546,3 +546,60 @@ func TestPartitions_OneWatcherOfTheRunnersBucket(t *testing.T) {
 		t.Errorf("%d rounds of rebalancing created %d consumers on KV_%s; want none (one watcher for the runner's life)", rounds, got, runner.RunnersBucket)
 	}
 }
+
+// TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack (issue 17 item
+// 1: ownership rebalances when runners join, bounded in time; ADR 0019):
+// the once-per-deployment rebuild of the driver index reads every
+// unfinished run of the log back — minutes at a million runs — and a
+// runner making it still releases the partitions assigned to a runner
+// that joins meanwhile. The 1M-run scale run found the partition loop
+// waiting for the rebuild: one runner kept all 64 partitions for minutes
+// while two others owned none.
+func TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack(t *testing.T) {
+	h := newHarness(t)
+	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	block := make(chan struct{})
+	var once sync.Once
+	held := make(chan struct{}, 1)
+	r1, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(func(event string, _ int, _ string) {
+		if event == "rebuild" {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-block
+		}
+	}))
+	t.Cleanup(func() { once.Do(func() { close(block) }) }) // before the runners stop
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first runner of the deployment made no rebuild of the driver index")
+	}
+	r2, _ := h.startRunner([]*agent.Agent{a})
+	ids := []string{r1.ID(), r2.ID()}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mine := 0
+		for _, p := range r2.Stats().Partitions {
+			if partition.Owner(p, ids) == r2.ID() {
+				mine++
+			}
+		}
+		want := 0
+		for p := range runner.DefaultPartitions {
+			if partition.Owner(p, ids) == r2.ID() {
+				want++
+			}
+		}
+		if mine == want && len(r1.Stats().Partitions) == runner.DefaultPartitions-want {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after a second runner joined, with the first one's rebuild of the driver index still going: the joiner owns %d of its %d partitions, the first runner %d",
+				mine, want, len(r1.Stats().Partitions))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	once.Do(func() { close(block) })
+}

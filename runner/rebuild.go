@@ -40,6 +40,7 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return 0, fmt.Errorf("read %s key %s: %w", PartitionsBucket, rebuiltKey, err)
 	}
+	r.testHook("rebuild", -1, "")
 	keys := map[string]bool{}
 	var old []string
 	lister, err := r.drivers.ListKeys(ctx)

@@ -342,18 +342,16 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.log.Warn("runner: flush", "err", err)
 	}
 
+	if !r.noScan {
+		// The rebuild of the driver index (once per deployment, reading
+		// every unfinished run back: minutes at a million runs) goes on
+		// beside the partition loop, never in its way: the partitions
+		// still move to runners that join meanwhile. The owners scan
+		// again once it rebuilt entries (rebuildLoop).
+		g.Go(func() error { r.rebuildLoop(gctx); return nil })
+	}
 	g.Go(func() error {
 		if !r.noScan {
-			// The first attempt before the first scan; attempts that
-			// left runs without an entry are made again meanwhile.
-			n, err := r.rebuildDrivers(gctx)
-			switch {
-			case err != nil && gctx.Err() == nil:
-				r.log.Warn("rebuild driver keys from the log", "err", err, "attempt", 1, "rebuilt", n)
-				g.Go(func() error { r.rebuildLoop(gctx); return nil })
-			case n > 0:
-				r.log.Info("rebuilt driver keys from the log", "runs", n)
-			}
 			r.scanPartitions(gctx, true)
 		}
 		r.partitionLoop(gctx, &releases)
