@@ -21,7 +21,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
-	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -470,77 +469,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.releaseAll(rctx)
 	_ = r.live.Delete(rctx, r.id)
 	cancel()
-	return nil
-}
-
-// lookUpAssets looks up the buckets Run uses and ensures the task
-// consumers, again and again while the server does not answer — a runner
-// started while its server restarts waits for it instead of returning —
-// until ctx ends. Each attempt has its own deadline, doubling from 2 s up
-// to 16 s (a request sent while the server restarts may never be
-// answered). A missing asset is returned at once.
-func (r *Runner) lookUpAssets(ctx context.Context) error {
-	back, limit := backoff.New(100*time.Millisecond, 2*time.Second), backoff.New(2*time.Second, 16*time.Second)
-	for {
-		actx, cancel := context.WithTimeout(ctx, limit.Next())
-		err := r.assets(actx)
-		cancel()
-		if err == nil || ctx.Err() != nil || !unanswered(err) {
-			return err
-		}
-		r.log.Warn("runner: the server does not answer; retrying", "err", err)
-		if back.Wait(ctx) != nil {
-			return err
-		}
-	}
-}
-
-// unanswered reports whether err means the server did not answer (it is
-// down or restarting), not that it refused.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
-		return true
-	case errors.As(err, &apiErr):
-		return apiErr.Code == 503
-	}
-	return false
-}
-
-// assets is one attempt of lookUpAssets.
-func (r *Runner) assets(ctx context.Context) error {
-	var err error
-	if r.live, err = r.js.KeyValue(ctx, RunnersBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
-	}
-	// The bucket's max age is the lease every runner is judged by: beat
-	// within it even when this runner was configured with another lease
-	// (the bucket was provisioned by someone else), or peers would take
-	// its runs over between two heartbeats.
-	if st, err := r.live.Status(ctx); err == nil && st.TTL() > 0 && st.TTL() != r.lease {
-		r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
-		r.lease = st.TTL()
-	}
-	if r.liveStream, err = r.js.Stream(ctx, "KV_"+RunnersBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
-	}
-	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
-	}
-	if r.partKV, err = r.js.KeyValue(ctx, PartitionsBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", PartitionsBucket, err)
-	}
-	if r.cmds, err = r.js.KeyValue(ctx, api.CommandsBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", api.CommandsBucket, err)
-	}
-	if r.snaps, err = r.js.KeyValue(ctx, SnapshotsBucket); err != nil {
-		return fmt.Errorf("runner: bucket %s: %w", SnapshotsBucket, err)
-	}
-	if err := r.ensureTaskConsumers(ctx); err != nil {
-		return err
-	}
 	return nil
 }
 

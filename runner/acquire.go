@@ -1,0 +1,281 @@
+package runner
+
+// Acquiring a run: from memory, or read from the log by the owner of its
+// partition, and taken over when another runner drove it (SEMANTICS §8).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/telemetry"
+)
+
+// acquire returns the locked run id, taking it over when its driver is
+// gone. It returns a *forwardError when another live runner drives it.
+// The caller must call rn.unlock.
+//
+// Acquisition is single-flight per run in this process: while one caller
+// reads the run from the log (and perhaps takes it over), the others wait
+// for it and then find the run in memory. Two concurrent takeovers in one
+// process would otherwise both decide a recovery, the second from this very
+// runner (SEMANTICS §8: only a runner that is gone is recovered from).
+func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
+	if err := eventlog.CheckRun(id); err != nil {
+		return nil, err
+	}
+	for tries := 0; tries < 5; {
+		r.mu.Lock()
+		rn, ok := r.runs[id]
+		var wait chan struct{}
+		if !ok {
+			if ch, loading := r.loading[id]; loading {
+				wait = ch
+			} else {
+				r.loading[id] = make(chan struct{})
+			}
+		}
+		r.mu.Unlock()
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s was busy for the whole command timeout", id)}
+			}
+		}
+		if ok {
+			if err := rn.lock(ctx); err != nil {
+				return nil, err
+			}
+			r.mu.Lock()
+			still := r.runs[id] == rn
+			r.mu.Unlock()
+			if still {
+				return rn, nil
+			}
+			rn.unlock()
+			tries++
+			continue
+		}
+		done := r.acquiring(id)
+		rn, err := r.acquireFromLog(ctx, id)
+		done()
+		if err == nil && rn.driven && lacksTool(rn) {
+			// A redeployed agent lacks a live action's tool: the run
+			// fails tool_changed (act) before any command is decided on
+			// it — an answer must not fence an attempt of a tool this
+			// runner cannot run. A pending takeover is recorded first.
+			rn.lazy = false
+			if rn.takeover != nil {
+				_ = r.step(ctx, rn, nil)
+			} else {
+				r.act(ctx, rn, nil, true)
+			}
+		}
+		r.mu.Lock()
+		close(r.loading[id])
+		delete(r.loading, id)
+		r.mu.Unlock()
+		if errors.Is(err, errAcquireAgain) {
+			tries++
+			continue
+		}
+		return rn, err
+	}
+	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", id)}
+}
+
+// lacksTool reports whether the agent rn runs under (as this runner
+// serves it) lacks the tool of an action still to run (awaiting approval,
+// queued or running): act then fails the run tool_changed.
+func lacksTool(rn *run) bool {
+	for _, a := range rn.state.Actions() {
+		switch a.State {
+		case aggregate.ActionAwaitingApproval, aggregate.ActionQueued, aggregate.ActionRunning:
+			if _, ok := rn.agent.Tool(a.Tool); !ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// errAcquireAgain tells acquire that another writer changed the run while
+// it was being taken over: read it again.
+var errAcquireAgain = errors.New("acquire again")
+
+// acquireFromLog reads run id from the log for acquire (which holds the
+// run's single-flight slot) and takes it over when another runner drove
+// it. Only the owner of the run's partition reads it: any other runner
+// gets a *forwardError naming the owner (or runner_busy while nobody owns
+// it), before anything is read.
+//
+// The owner drives every unfinished run of its partition, whoever the log
+// names: a runner that drove one before gave the partition up — it
+// released it after handing off, waiting for and forgetting every run of
+// it that it held, or it was judged gone (docs/adr/0019-partitions.md) —
+// so it drives the run no more (SEMANTICS §8: only a runner that is gone
+// is recovered from). A run recorded as this runner's (not handed off) is
+// driven as it is when it is idle (evicted, idle.go: nothing in flight) or
+// when this process forgot it (drop: a partition lost while paused, a
+// quarantine), and otherwise taken over: an earlier process with this id
+// drove it, its work is lost all the same. A run of another runner
+// is taken over; when it is idle the takeover is recorded only together
+// with the first decision that records something (run.lazy), so that the
+// takeover of a partition of idle runs records nothing for them.
+func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
+	if err := r.verifyOwned(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.owns(id); err != nil {
+		return nil, err
+	}
+	r.testHook("acquire-owned", partition.Of(id, r.nparts), id)
+	s, head, at, err := r.loadAt(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !s.Exists() {
+		return nil, weft.UnknownRun(id)
+	}
+	a, err := r.agentFor(s)
+	if err != nil {
+		return nil, err
+	}
+	if _, finished := s.Finished(); finished {
+		fin := newRun(id, s, head, a)
+		fin.lastAt = at
+		_ = fin.lock(ctx)
+		return fin, nil
+	}
+	// A draining runner reads no run back (SEMANTICS §8: what it gives
+	// up, the next runner drives); install checks again under r.mu.
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		return nil, errDraining
+	}
+	driver, idle := s.Runner(), aggregate.Idle(s)
+	r.mu.Lock()
+	_, dropped := r.mine[id]
+	delete(r.mine, id)
+	r.mu.Unlock()
+	if driver == r.id && (idle || dropped && !s.HandedOff()) {
+		rn := newRun(id, s, head, a)
+		rn.lastAt, rn.driven = at, true
+		_ = rn.lock(ctx)
+		if err := r.install(rn); err != nil {
+			rn.unlock()
+			return nil, err
+		}
+		return rn, nil
+	}
+	if !idle {
+		// A takeover of a run with work in flight is decided on the
+		// store's owner of the partition, not on this runner's view of it
+		// (ownership.go), and never from a live runner that takes no part
+		// in the partitions (an older release still driving its runs).
+		if err := r.verifyOwner(ctx, id); err != nil {
+			return nil, err
+		}
+		if driver != r.id && !s.HandedOff() && r.nonParticipant(ctx, driver) {
+			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s is driven by runner %s, which is alive and takes no part in the partitions (an older release?); retry", id, driver)}
+		}
+	}
+	// Take the run over. Nothing is recorded yet: the caller's command is
+	// decided together with the recovery (see run.takeover).
+	rn := newRun(id, s, head, a)
+	rn.lastAt = at
+	_ = rn.lock(ctx)
+	t := aggregate.Recover{Runner: r.id, Cause: recoveryCause(s)}
+	view, err := aggregate.Recovered(s, t, r.clock(rn))
+	if err != nil {
+		rn.unlock()
+		return nil, err
+	}
+	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
+	rn.driven, rn.lazy = true, idle
+	if err := r.install(rn); err != nil {
+		rn.unlock()
+		return nil, err
+	}
+	return rn, nil
+}
+
+// recoveryCause is the cause of a takeover of s, as its log says:
+// handed_off after a hand-off, idle when it waits only for people (nothing
+// in flight: nothing is recovered), runner_lost otherwise.
+func recoveryCause(s aggregate.State) string {
+	switch {
+	case s.HandedOff():
+		return events.RecoveredHandedOff
+	case aggregate.Idle(s):
+		return events.RecoveredIdle
+	}
+	return events.RecoveredRunnerLost
+}
+
+// takeOver records rn's pending takeover with c (nil for none) as the
+// command it is for: Recover{Then: c} decided on the state in the log, so
+// that c is judged on the recovered state before any follow-on of the
+// recovery. It returns what decideAppend returns. When the takeover did
+// not land and rn is still this runner's, it stays pending.
+func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+	t := *rn.takeover
+	t.Then = c
+	if rn.lazy {
+		// The first decision that records the lazy takeover of an idle
+		// run: decided on the store's owner of the partition, not on
+		// this runner's view (ownership.go).
+		if evs, _ := aggregate.Decide(rn.pre, t, r.clock(rn)); len(evs) > 0 {
+			if err := r.verifyOwner(ctx, rn.id); err != nil {
+				r.drop(rn)
+				return nil, err
+			}
+		}
+	}
+	before := rn.pre.Incarnation()
+	rn.state, rn.takeover = rn.pre, nil
+	evs, err := r.decideAppend(ctx, rn, t)
+	if rn.state.Runner() == r.id && rn.state.Incarnation() > before {
+		rn.pre, rn.lazy = aggregate.State{}, false // its entry: keyBeforeAppend, or act
+		r.takenOver.Add(1)
+		r.tel.Emit(ctx, telemetry.RunTakenOver, "run", rn.id, "previous", rn.previous, "cause", t.Cause)
+		return evs, err
+	}
+	if rn.driven {
+		// Not recorded (the store did not answer, or another writer
+		// came first): still to do, with the cause the log says now.
+		t.Then, t.Cause = nil, recoveryCause(rn.state)
+		rn.pre, rn.takeover, rn.lazy = rn.state, &t, aggregate.Idle(rn.state)
+		if view, verr := aggregate.Recovered(rn.pre, t, r.clock(rn)); verr == nil {
+			rn.state = view
+		}
+	}
+	return evs, err
+}
+
+// finishTakeover records rn's pending takeover on its own, when the
+// command that acquired the run recorded nothing, and performs its work.
+//
+// A lazy takeover (an idle run) is not recorded on its own: the run is
+// forgotten instead, and costs nothing until the next command.
+func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
+	if rn.takeover == nil || !rn.driven {
+		return
+	}
+	if rn.lazy {
+		r.drop(rn)
+		return
+	}
+	if err := r.step(ctx, rn, nil); err != nil {
+		r.log.Warn("takeover", "run", rn.id, "err", err)
+	}
+}

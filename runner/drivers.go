@@ -1,0 +1,157 @@
+package runner
+
+// The driver entries (weft_drivers, <partition>.<run>): the runs driven
+// with work in flight, which the owner of a partition scans and wakes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/partition"
+)
+
+// partPrefix is the prefix of the weft_drivers keys of partition p.
+func partPrefix(p int) string { return fmt.Sprintf("%04d", p) }
+
+// DriverKey is run's key in weft_drivers in a deployment of p partitions:
+// <nnnn>.<run>, its partition (partition.Of) zero-padded to four digits
+// first, so that the owner of a partition lists only its entries.
+func DriverKey(run string, p int) string {
+	return partPrefix(partition.Of(run, p)) + "." + run
+}
+
+func (r *Runner) driverKey(run string) string { return DriverKey(run, r.nparts) }
+
+// runOfDriverKey is the run of a weft_drivers key ("" for a key of the
+// format before partitions: the bare run id).
+func runOfDriverKey(key string) string {
+	_, run, ok := strings.Cut(key, ".")
+	if !ok {
+		return ""
+	}
+	return run
+}
+
+// scanPartitions wakes the driver entries of the owned partitions due for
+// a scan (all owned ones with all): the runs some runner drove with work in
+// flight that this runner does not hold, bounded (takeOrphans). An idle
+// run has no entry (idle.go): it costs nothing until a command, a report
+// or a timer reaches it.
+func (r *Runner) scanPartitions(ctx context.Context, all bool) {
+	t := r.parts
+	t.mu.Lock()
+	var due []int
+	for p, o := range t.owner {
+		if o == r.id && !t.releasing[p] && (all || t.scanDue[p]) {
+			due = append(due, p)
+		}
+	}
+	t.mu.Unlock()
+	if len(due) == 0 {
+		return
+	}
+	filters := make([]string, len(due))
+	for i, p := range due {
+		filters[i] = partPrefix(p) + ".>"
+	}
+	entries, err := r.driverEntries(ctx, filters)
+	if err != nil {
+		r.log.Debug("list driver entries", "err", err)
+		return
+	}
+	var todo []string
+	for run := range entries {
+		if r.isQuarantined(run) {
+			continue // watchQuarantined wakes it once repaired
+		}
+		r.mu.Lock()
+		_, held := r.runs[run]
+		_, loading := r.loading[run]
+		r.mu.Unlock()
+		if held || loading {
+			continue
+		}
+		todo = append(todo, run)
+	}
+	slices.Sort(todo)
+	var mine []string
+	for _, run := range todo {
+		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); !busy {
+			mine = append(mine, run)
+		}
+	}
+	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) {
+		return // scanned again next time
+	}
+	t.mu.Lock()
+	for _, p := range due {
+		t.scanDue[p] = false
+	}
+	t.mu.Unlock()
+}
+
+// driverEntries reads the weft_drivers entries under filters: run →
+// driver and revision.
+func (r *Runner) driverEntries(ctx context.Context, filters []string) (map[string]driverKey, error) {
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w, err := r.drivers.WatchFiltered(lctx, filters, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	out := map[string]driverKey{}
+	for {
+		select {
+		case <-lctx.Done():
+			return nil, lctx.Err()
+		case e := <-w.Updates():
+			if e == nil {
+				return out, nil
+			}
+			if run := runOfDriverKey(e.Key()); run != "" && e.Operation() == jetstream.KeyValuePut {
+				out[run] = driverKey{driver: string(e.Value()), revision: e.Revision()}
+			}
+		}
+	}
+}
+
+// markerTTL is how long the marker of a removed weft_drivers entry is
+// kept: a lease (at least a second, the server's smallest message TTL).
+// Nothing reads the markers (a scan, driverEntries, ignores removals); a
+// marker only has to outlive the purge's own acknowledgement.
+func markerTTL(lease time.Duration) time.Duration { return max(lease, time.Second) }
+
+// removeDriverKey removes run's weft_drivers entry — at revision rev when
+// rev is not 0 — with a purge whose marker expires after markerTTL. A
+// plain delete leaves a marker forever: every partition scan, a
+// last-per-subject watch of the bucket, then costs the server one message
+// per run that ever had work in flight (issue 17: an idle or finished run
+// costs nothing; at a million runs an idle runner's scans kept nats-server
+// busy on half a core).
+//
+// A bucket provisioned before markers expired (no LimitMarkerTTL: the
+// server refuses a message TTL) gets a plain delete, as before, until
+// runner.Provision (the runner binary, weft dev, host) updates it.
+func (r *Runner) removeDriverKey(ctx context.Context, run string, rev uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	err := r.drivers.Purge(ctx, r.driverKey(run), append(opts, jetstream.PurgeTTL(markerTTL(r.lease)))...)
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsMessageTTLDisabled {
+		return r.drivers.Delete(ctx, r.driverKey(run), opts...)
+	}
+	return err
+}
+
+// jsMessageTTLDisabled is nats-server's JSMessageTTLDisabledErr: a
+// message TTL on a stream that does not allow them.
+const jsMessageTTLDisabled jetstream.ErrorCode = 10166

@@ -1,0 +1,299 @@
+package runner
+
+// Releasing partitions (docs/adr/0019-partitions.md): a runner gives up
+// the partitions assigned to another live runner, or all of them when it
+// drains, with the hand-off of SEMANTICS §8 (graceful: nothing uncertain).
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/partition"
+)
+
+// acquiring counts an acquisition of run (a read from the log, a start)
+// in flight in its partition until done is called: once the run is
+// installed in r.runs, or the acquisition failed. It is counted before
+// the ownership check (owns), under the lock that marks a partition
+// releasing, so that a release either makes the check fail or finds the
+// acquisition counted and waits for it (waitAcquisitions) before it lists
+// the partition's runs to hand them off: no run is installed behind a
+// release's back (SEMANTICS §8: the releasing runner would drive a run
+// its partition's new owner takes over).
+func (r *Runner) acquiring(run string) (done func()) {
+	t := r.parts
+	if t == nil {
+		return func() {}
+	}
+	p := partition.Of(run, r.nparts)
+	t.mu.Lock()
+	t.acquiring[p]++
+	t.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			t.acquiring[p]--
+			if t.acquiring[p] == 0 {
+				close(t.acquired)
+				t.acquired = make(chan struct{})
+			}
+			t.mu.Unlock()
+		})
+	}
+}
+
+// waitAcquisitions waits until no acquisition of partition p (marked
+// releasing) is in flight. It returns false when ctx ends first.
+func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
+	t := r.parts
+	for hooked := false; ; hooked = true {
+		t.mu.Lock()
+		n, ch := t.acquiring[p], t.acquired
+		t.mu.Unlock()
+		if n == 0 {
+			return true
+		}
+		if !hooked {
+			r.testHook("release-acquiring", p, "")
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// release gives partition p up (SEMANTICS §8, graceful: nothing uncertain).
+// The partition is marked releasing (partitionPass): no run of it is
+// acquired any more (owns answers runner_busy); the acquisitions that
+// passed the ownership check before are waited for, so that their runs
+// are handed off too. Then the runs of it this runner holds are handed
+// off, their running bodies and model calls are waited for — up to their
+// recorded deadlines (a body's attempt deadline, its tool timeout, is
+// recorded with the attempt: bounded), at least the drain window — and
+// recorded, and the runs are forgotten. Only when every run of the
+// partition is handed off and forgotten (a run whose lock or hand-off
+// could not be had is tried again, for as long as ctx lasts) is the key
+// deleted at the revision this runner claimed it with, so that the
+// runner it is assigned to claims it. When ctx ends first (the drain) the
+// partition is left to the drain (releaseQuiet, releaseAll).
+func (r *Runner) release(ctx context.Context, p int, rev uint64) {
+	r.log.Info("releasing partition", "partition", p)
+	if !r.waitAcquisitions(ctx, p) {
+		return
+	}
+	back := backoff.New(50*time.Millisecond, time.Second)
+	for {
+		r.handOff(ctx, r.runsOf(p), handOffKeep)
+		if !r.waitSettled(ctx, r.runsOf(p)) {
+			return
+		}
+		r.handOff(ctx, r.runsOf(p), handOffForgetRecorded)
+		left := r.runsOf(p)
+		if len(left) == 0 {
+			break
+		}
+		r.log.Warn("partition release: runs not handed off yet; trying again", "partition", p, "runs", len(left))
+		r.testHook("release-retry", p, "")
+		if back.Wait(ctx) != nil {
+			return
+		}
+	}
+	// Until the key is deleted the partition stays "releasing": none of
+	// its runs is acquired here (a run this runner handed off is never
+	// recovered by it).
+	back = backoff.New(50*time.Millisecond, time.Second)
+	for {
+		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := r.deletePartKey(fctx, p, rev)
+		fcancel()
+		if err == nil {
+			break
+		}
+		r.log.Warn("partition release", "partition", p, "err", err)
+		if back.Wait(ctx) != nil {
+			return // the drain deletes it (releaseAll)
+		}
+	}
+	r.testHook("release-deleted", p, "")
+	t := r.parts
+	t.mu.Lock()
+	t.releasing[p] = false
+	if t.owner[p] == r.id {
+		t.owner[p] = ""
+	}
+	t.mu.Unlock()
+}
+
+// settleGrace is how long past a recorded deadline a release still waits
+// for the work's outcome (the timeout's own recording).
+const settleGrace = time.Second
+
+// waitSettled waits until nothing of list (runs handed off) runs any more:
+// no body running, no model call in flight. It waits at least the drain
+// window and, for the work whose deadline is recorded, up to that
+// deadline and settleGrace; for work without one (a tool or model call
+// whose timeout is tools.Infinity) until it ends: a graceful release
+// leaves nothing uncertain that was not lost (SEMANTICS §8: it is a live
+// runner's work, and only a runner that is gone is recovered from). It
+// returns false when ctx ends first.
+func (r *Runner) waitSettled(ctx context.Context, list []*run) bool {
+	limit := time.Now().Add(r.drain)
+	for {
+		busy, unbounded, until := r.runningUntil(list)
+		if !busy {
+			return true
+		}
+		if until.After(limit) {
+			limit = until
+		}
+		if !unbounded && time.Now().After(limit) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// runningUntil reports whether something of list runs (as busyIn), whether
+// some of it has no recorded deadline (unbounded), and the latest
+// wall-clock time its recorded deadlines (a running attempt's, an
+// in-flight model call's) allow it, plus settleGrace. A run whose lock is
+// held is busy, its deadline unknown (zero): a command being applied ends
+// within the command timeout.
+func (r *Runner) runningUntil(list []*run) (busy, unbounded bool, until time.Time) {
+	later := func(rn *run, at time.Time) {
+		if w := time.Now().Add(at.Sub(r.clock(rn)) + settleGrace); w.After(until) {
+			until = w
+		}
+	}
+	for _, rn := range list {
+		select {
+		case rn.sem <- struct{}{}:
+		default:
+			busy = true // a command is being applied
+			continue
+		}
+		if rn.takeover == nil && rn.driven {
+			if rn.modelTurn != 0 {
+				busy = true
+				switch m := aggregate.Pending(rn.state).Model; {
+				case m == nil:
+				case m.Deadline.IsZero():
+					unbounded = true
+				default:
+					later(rn, m.Deadline)
+				}
+			}
+			for _, a := range rn.state.Actions() {
+				if a.State == aggregate.ActionRunning {
+					busy = true
+					if a.Attempt.Deadline != nil {
+						later(rn, *a.Attempt.Deadline)
+					} else {
+						unbounded = true
+					}
+				}
+			}
+		}
+		rn.unlock()
+	}
+	return busy, unbounded, until
+}
+
+// deletePartKey deletes partition p's key at revision rev and, when the
+// key moved on meanwhile but still names this runner (a server restart
+// lost the revision this runner knew), at its current revision. A key
+// that names another runner is left alone (nil: not ours to delete).
+func (r *Runner) deletePartKey(ctx context.Context, p int, rev uint64) error {
+	err := r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(rev))
+	if err == nil {
+		return nil
+	}
+	e, gerr := r.partKV.Get(ctx, partKey(p))
+	switch {
+	case errors.Is(gerr, jetstream.ErrKeyNotFound):
+		return nil
+	case gerr != nil:
+		return err
+	case string(e.Value()) != r.id:
+		return nil
+	}
+	return r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(e.Revision()))
+}
+
+// releaseQuiet gives up, during a drain, every partition this runner
+// owns whose runs (handed off at the start of the drain) have nothing
+// running any more: they are forgotten and the key deleted, so that the
+// partition moves at once instead of at the end of the window.
+//
+// As in release, the acquisitions in flight are waited for first, and the
+// key is deleted only once every run of the partition this runner holds
+// is handed off and forgotten (otherwise the partition is tried again,
+// and at the end of the drain released with the runner: releaseAll).
+func (r *Runner) releaseQuiet(ctx context.Context) {
+	t := r.parts
+	for _, p := range r.ownedPartitions() {
+		t.mu.Lock()
+		t.releasing[p] = true
+		t.mu.Unlock()
+		if !r.waitAcquisitions(ctx, p) {
+			return
+		}
+		list := r.runsOf(p)
+		if r.busyIn(list) {
+			continue
+		}
+		r.handOff(ctx, list, handOffForgetRecorded)
+		if len(r.runsOf(p)) > 0 {
+			continue
+		}
+		t.mu.Lock()
+		rev, mine := t.rev[p], t.owner[p] == r.id
+		if mine {
+			t.owner[p] = ""
+		}
+		t.mu.Unlock()
+		if !mine {
+			continue
+		}
+		if err := r.deletePartKey(ctx, p, rev); err != nil {
+			r.log.Debug("partition release", "partition", p, "err", err)
+		}
+	}
+}
+
+// releaseAll deletes the keys of every partition this runner owns (a
+// drained runner, once its runs are handed off and forgotten).
+func (r *Runner) releaseAll(ctx context.Context) {
+	t := r.parts
+	t.mu.Lock()
+	type owned struct {
+		p   int
+		rev uint64
+	}
+	var list []owned
+	for p, o := range t.owner {
+		if o == r.id {
+			list = append(list, owned{p, t.rev[p]})
+			t.owner[p] = ""
+		}
+	}
+	t.mu.Unlock()
+	for _, o := range list {
+		if err := r.deletePartKey(ctx, o.p, o.rev); err != nil {
+			r.log.Debug("partition release", "partition", o.p, "err", err)
+		}
+	}
+}

@@ -1,0 +1,154 @@
+package runner
+
+// The view of the live runners (weft_runners) that the partition
+// assignment follows: one long-lived watcher, each entry expiring a lease
+// after its beat.
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
+)
+
+// runnersView is weft_runners as this runner's watcher of it sees it
+// (watchRunners): one long-lived watch, not a read of the bucket every
+// round.
+type runnersView struct {
+	mu        sync.Mutex
+	ready     bool                   // the watch delivered the bucket as it is
+	seen      time.Time              // when the watch last delivered something
+	keys      map[string]runnerEntry // by runner id
+	first     chan struct{}          // closed once the view was first ready
+	firstOnce sync.Once
+}
+
+// runnerEntry is a liveness key as the watcher saw it: whether the runner
+// takes part in the assignment, and until when the key lives. The bucket's
+// keys expire after a lease (its max age) without a message a watcher
+// would see, so the view expires them itself: a lease after the beat
+// (its age when first seen taken from the message's timestamp).
+type runnerEntry struct {
+	assignable bool
+	until      time.Time
+}
+
+func newRunnersView() *runnersView {
+	return &runnersView{keys: map[string]runnerEntry{}, first: make(chan struct{})}
+}
+
+// watchRunners keeps r.runners equal to weft_runners until ctx ends, with
+// one watcher (an ordered consumer) made again, after a backoff, when it
+// fails, ends or delivers nothing for a lease — every live runner,
+// this one included, beats every lease/4, so silence means a watch
+// that no longer follows the bucket. Until the view is ready again it
+// cannot tell (liveRunners answers !ok).
+func (r *Runner) watchRunners(ctx context.Context) error {
+	back := backoff.New(100*time.Millisecond, 2*time.Second)
+	for ctx.Err() == nil {
+		r.watchRunnersOnce(ctx)
+		v := r.runners
+		v.mu.Lock()
+		v.ready = false
+		v.mu.Unlock()
+		if back.Wait(ctx) != nil {
+			break
+		}
+	}
+	return nil
+}
+
+func (r *Runner) watchRunnersOnce(ctx context.Context) {
+	w, err := r.live.WatchAll(ctx)
+	if err != nil {
+		r.log.Warn("watch runners", "err", err)
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	v := r.runners
+	v.mu.Lock()
+	v.keys, v.seen = map[string]runnerEntry{}, time.Now()
+	v.mu.Unlock()
+	check := time.NewTicker(r.lease / 2)
+	defer check.Stop()
+	for {
+		var e jetstream.KeyValueEntry
+		var open bool
+		select {
+		case <-ctx.Done():
+			return
+		case <-check.C:
+			v.mu.Lock()
+			silent := time.Since(v.seen) > r.lease
+			v.mu.Unlock()
+			if silent {
+				r.log.Debug("watch runners: silent for a lease; watching again")
+				return
+			}
+			continue
+		case e, open = <-w.Updates():
+		}
+		if !open {
+			return
+		}
+		now := time.Now()
+		v.mu.Lock()
+		v.seen = now
+		switch {
+		case e == nil:
+			v.ready = true
+			v.firstOnce.Do(func() { close(v.first) })
+		case e.Operation() == jetstream.KeyValuePut:
+			var b beat
+			age := min(max(now.Sub(e.Created()), 0), r.lease)
+			v.keys[e.Key()] = runnerEntry{
+				assignable: json.Unmarshal(e.Value(), &b) == nil && b.Partitions == r.nparts && !b.Draining,
+				until:      now.Add(r.lease - age),
+			}
+		default:
+			delete(v.keys, e.Key())
+		}
+		v.mu.Unlock()
+	}
+}
+
+// liveRunners lists the runners whose liveness key exists (live) and,
+// among them, those that take part in the assignment (assignable: their
+// heartbeat names this deployment's number of partitions and they do not
+// drain), with this one unless it drains. ok is false when the watcher of
+// weft_runners cannot tell (watchRunners).
+func (r *Runner) liveRunners(context.Context) (live, assignable map[string]bool, ok bool) {
+	v := r.runners
+	v.mu.Lock()
+	if !v.ready {
+		v.mu.Unlock()
+		return nil, nil, false
+	}
+	now := time.Now()
+	live, assignable = make(map[string]bool, len(v.keys)), map[string]bool{}
+	for id, k := range v.keys {
+		if now.After(k.until) {
+			delete(v.keys, id) // expired (max age)
+			continue
+		}
+		live[id] = true
+		if k.assignable {
+			assignable[id] = true
+		}
+	}
+	v.mu.Unlock()
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		delete(live, r.id)
+		delete(assignable, r.id)
+	} else {
+		live[r.id], assignable[r.id] = true, true
+	}
+	return live, assignable, true
+}
