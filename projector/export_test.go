@@ -3,3 +3,9 @@ package projector
 // WithoutIndex makes a projector keep no order index (weft_index): the
 // projector as it was before the indexes, for the benchmark's baseline.
 func WithoutIndex() Option { return func(p *Projector) { p.noIndex = true } }
+
+// WithIndexPause makes the projector call f in the middle of every index
+// move, between the two halves of it (the removal of the entries the new
+// view no longer has and the puts of its new ones): what a reader sees
+// while the projector writes.
+func WithIndexPause(f func()) Option { return func(p *Projector) { p.between = f } }

@@ -173,6 +173,9 @@ type indexWriter struct {
 	known  map[string]bool
 	// writes counts the KV operations (puts, purges, existence checks).
 	writes uint64
+	// between, when set (tests), is called in the middle of every move:
+	// between its removals and its puts.
+	between func()
 }
 
 // maxKnown bounds the node cache; it is emptied when full.
@@ -208,19 +211,37 @@ const (
 	putAll
 )
 
-// apply moves the index from the entries of before to those of after: it
-// puts the entries mode asks for (and their directory nodes, root first),
-// then removes the entries after no longer has and prunes the directory
-// nodes left without entries.
+// apply moves the index from the entries of before to those of after:
+// it first removes the entries after no longer has (pruning the directory
+// nodes left without entries), then puts the entries mode asks for (and
+// their directory nodes, root first). Removals come first so that a
+// run's old and new entries are never in the index together: a reader
+// sees the old one, or neither, or the new one, never both, and a page
+// cannot list a run twice (the paging contract, docs/protocol/50-queries.md).
+// A stop in between leaves the run without an entry until the view's last
+// event is delivered again (repair puts every entry back).
 func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode putMode) error {
 	had := make(map[string][]byte, len(before))
 	for _, e := range before {
 		had[e.key] = e.value
 	}
 	has := make(map[string]bool, len(after))
+	for _, e := range after {
+		has[e.key] = true
+	}
+	for _, e := range before {
+		if has[e.key] {
+			continue
+		}
+		if err := w.remove(ctx, e); err != nil {
+			return err
+		}
+	}
+	if w.between != nil {
+		w.between()
+	}
 	// The puts are published at once and their acknowledgements awaited
-	// together (they arrive in order: nodes before their entry); the
-	// removals wait for them, so that pruning sees the new entries.
+	// together (they arrive in order: nodes before their entry).
 	var acks []jetstream.PubAckFuture
 	put := func(key string, value []byte) error {
 		w.writes++
@@ -232,7 +253,6 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 		return nil
 	}
 	for _, e := range after {
-		has[e.key] = true
 		old, ok := had[e.key]
 		if ok && bytes.Equal(old, e.value) && mode == putChanged {
 			continue
@@ -264,14 +284,6 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 		case <-ctx.Done():
 			clear(w.known)
 			return ctx.Err()
-		}
-	}
-	for _, e := range before {
-		if has[e.key] {
-			continue
-		}
-		if err := w.remove(ctx, e); err != nil {
-			return err
 		}
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 )
@@ -380,6 +382,14 @@ func TestListPagesFromTheIndexMatchBruteForce(t *testing.T) {
 		}
 	}
 
+	// Runs change while clients page, concurrently (no waiting for the
+	// projector between pages): every page obeys the paging contract
+	// (checkPagingContract: no run twice on a page or in a paging, every
+	// run after the cursor, every run that did not change listed exactly
+	// once as the reference holds it), and once the changes are
+	// projected the list equals the reference again.
+	pageConcurrently(t, s, p, all, open, later)
+
 	// Rebuilt equals incremental: the index a rebuild from sequence 1
 	// writes is key for key and byte for byte the one kept live.
 	live := dump(t, s.JS)
@@ -500,5 +510,86 @@ func TestListPagesOfOneCrowdedMillisecond(t *testing.T) {
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("approvals: %d items, want %d in run order", len(got), len(want))
+	}
+}
+
+// pageConcurrently pages the list (unfiltered, and suspended runs only)
+// while a writer hands off runs of open (at times after later, one
+// millisecond apart), and checks each paging against the paging contract
+// with the runs the writer did not touch as the stable reference; then,
+// the writer stopped and its changes projected, the list against
+// projections.Page over the stored views.
+func pageConcurrently(t *testing.T, s *natstest.Server, p *projector.Projector, all []projections.Summary, open []string, later time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	var mu sync.Mutex
+	changed := map[string]bool{}
+	stop, first, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(5, 20))
+		for n := 0; ; n++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			run := open[rng.IntN(len(open))]
+			mu.Lock()
+			changed[run] = true
+			mu.Unlock()
+			later = later.Add(time.Millisecond)
+			h, err := s.Log.Head(ctx, run)
+			if err == nil {
+				_, _, err = s.Log.Append(ctx, run, h, later, events.RunHandedOff{Runner: "r", Incarnation: n + 2})
+			}
+			if err != nil {
+				done <- fmt.Errorf("append %s: %w", run, err)
+				return
+			}
+			if n == 0 {
+				close(first)
+			}
+		}
+	}()
+	<-first
+	var pagings [][]projections.ListPage
+	queries := []projections.ListQuery{{Limit: 60}, {Status: projections.StatusSuspended, Limit: 45}, {Limit: 200}}
+	for _, q := range queries {
+		pages, err := pageAll(s.Conn, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pagings = append(pagings, pages)
+	}
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d runs changed while %d pagings were taken", len(changed), len(pagings))
+	for i, q := range queries {
+		spec, _ := q.Spec()
+		stable := map[string]projections.Summary{}
+		for _, sm := range all {
+			if !changed[sm.Run] && spec.Keep(sm) {
+				stable[sm.Run] = sm
+			}
+		}
+		checkPagingContract(t, fmt.Sprintf("concurrent paging %+v", q), pagings[i], stable)
+	}
+	waitSeq(t, p, lastSeq(t, s.JS))
+	now := summaries(storedViews(t, s.JS))
+	for _, q := range queries {
+		for {
+			want, _ := projections.Page(now, q)
+			got := listPage(t, s.Conn, q)
+			if !slices.Equal(names(got), names(want)) || got.Next != want.Next {
+				t.Fatalf("%+v after the changes:\n got %v\nwant %v", q, names(got), names(want))
+			}
+			if got.Next == "" {
+				break
+			}
+			q.Cursor = got.Next
+		}
 	}
 }

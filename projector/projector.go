@@ -125,6 +125,7 @@ type Projector struct {
 	index     *indexWriter
 	reader    *indexReader
 	noIndex   bool
+	between   func()
 	logger    *slog.Logger
 
 	delivered atomic.Uint64
@@ -160,6 +161,7 @@ func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ..
 	if p.index, err = newIndexWriter(ctx, js); err != nil {
 		return nil, err
 	}
+	p.index.between = p.between
 	p.reader = &indexReader{nc: js.Conn(), js: js}
 	return p, nil
 }

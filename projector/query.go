@@ -478,20 +478,42 @@ func (s *Service) handleList(ctx context.Context, body []byte) (any, error) {
 	if !spec.Since.IsZero() {
 		w.to = window(spec.Since)
 	}
+	// A page holds a run once (the paging contract): the projector never
+	// keeps a run's old and new entries together, but a stale entry (one
+	// a rebuild beside a live projector left) could meet the run's
+	// current one; the summary of the later version is kept (the later
+	// write when the versions are equal).
 	var kept []projections.Summary
+	var seqs []uint64
+	at := map[string]int{}
 	w.visit = func(msgs []kvMsg) (bool, error) {
 		for _, m := range msgs {
 			var sum projections.Summary
-			if json.Unmarshal(m.value, &sum) == nil && spec.Keep(sum) {
-				kept = append(kept, sum)
+			if json.Unmarshal(m.value, &sum) != nil {
+				continue
+			}
+			if i, ok := at[sum.Run]; ok {
+				if sum.Version > kept[i].Version || sum.Version == kept[i].Version && m.seq > seqs[i] {
+					kept[i], seqs[i] = sum, m.seq
+				}
+				continue
+			}
+			at[sum.Run] = len(kept)
+			kept = append(kept, sum)
+			seqs = append(seqs, m.seq)
+		}
+		n := 0
+		for _, sum := range kept {
+			if spec.Keep(sum) {
+				n++
 			}
 		}
-		return len(kept) > spec.Limit, nil
+		return n > spec.Limit, nil
 	}
 	if err := w.run(ctx); err != nil {
 		return nil, fmt.Errorf("list: %w", err)
 	}
-	return spec.Finish(kept), nil
+	return spec.Finish(slices.DeleteFunc(kept, func(sum projections.Summary) bool { return !spec.Keep(sum) })), nil
 }
 
 // filterToken is an index filter token: the escaped value, or "*" for no
@@ -587,7 +609,12 @@ type inboxItem[T any] struct {
 // keys of the inbox bucket when the request names a run, else by walking
 // the inbox's order index from the cursor's window.
 func (ii inboxItem[T]) page(ctx context.Context, r *indexReader, spec inboxSpec) ([]T, string, error) {
+	// A page holds an item once, as the list holds a run once: of two
+	// entries of one item (a stale one beside the current one), the later
+	// write is kept.
 	var kept []T
+	var seqs []uint64
+	at := map[string]int{}
 	keep := func(msgs []kvMsg) {
 		for _, m := range msgs {
 			var it T
@@ -597,11 +624,29 @@ func (ii inboxItem[T]) page(ctx context.Context, r *indexReader, spec inboxSpec)
 			if spec.run != "" && ii.run(it) != spec.run || spec.agent != "" && ii.agent(it) != spec.agent {
 				continue
 			}
-			if spec.after != nil && spec.after.compare(ii.at(it), ii.run(it), ii.action(it)) <= 0 {
+			k := projections.ItemKey(ii.run(it), ii.action(it))
+			if i, ok := at[k]; ok {
+				if m.seq > seqs[i] {
+					kept[i], seqs[i] = it, m.seq
+				}
 				continue
 			}
+			at[k] = len(kept)
 			kept = append(kept, it)
+			seqs = append(seqs, m.seq)
 		}
+	}
+	after := func(it T) bool {
+		return spec.after == nil || spec.after.compare(ii.at(it), ii.run(it), ii.action(it)) > 0
+	}
+	count := func() int {
+		n := 0
+		for _, it := range kept {
+			if after(it) {
+				n++
+			}
+		}
+		return n
 	}
 	if spec.run != "" {
 		msgs, err := r.last(ctx, ii.bucket, []string{spec.run + ".>"})
@@ -612,7 +657,7 @@ func (ii inboxItem[T]) page(ctx context.Context, r *indexReader, spec inboxSpec)
 	} else {
 		w := walk{r: r, index: ii.index, tokens: filterToken(spec.agent), visit: func(msgs []kvMsg) (bool, error) {
 			keep(msgs)
-			return len(kept) > spec.limit, nil
+			return count() > spec.limit, nil
 		}}
 		if spec.after != nil {
 			w.from = window(time.Unix(0, spec.after.At))
@@ -621,6 +666,7 @@ func (ii inboxItem[T]) page(ctx context.Context, r *indexReader, spec inboxSpec)
 			return nil, "", fmt.Errorf("%s: %w", ii.index, err)
 		}
 	}
+	kept = slices.DeleteFunc(kept, func(it T) bool { return !after(it) })
 	slices.SortFunc(kept, func(a, b T) int {
 		return inboxPosition{At: ii.at(b).UnixNano(), Run: ii.run(b), Action: ii.action(b)}.compare(ii.at(a), ii.run(a), ii.action(a))
 	})
