@@ -262,17 +262,20 @@ func (c *Client) RunFamily(ctx context.Context, run string) (RunReply, error) {
 // List returns a page of runs.
 func (c *Client) List(ctx context.Context, q ListQuery) (ListPage, error) { return c.q.List(ctx, q) }
 
-// Approvals returns the pending approval requests.
+// Approvals returns every pending approval request the filter keeps,
+// oldest first, following the inbox's pages (`next`) to the last.
 func (c *Client) Approvals(ctx context.Context, f InboxFilter) ([]ApprovalItem, error) {
 	return c.q.Approvals(ctx, f)
 }
 
-// Uncertain returns the uncertain effects.
+// Uncertain returns every uncertain effect the filter keeps, oldest
+// first, following the inbox's pages (`next`) to the last.
 func (c *Client) Uncertain(ctx context.Context, f InboxFilter) (UncertainReply, error) {
 	return c.q.Uncertain(ctx, f)
 }
 
-// Questions returns the open questions.
+// Questions returns every open question the filter keeps, oldest first,
+// following the inbox's pages (`next`) to the last.
 func (c *Client) Questions(ctx context.Context, f InboxFilter) ([]QuestionItem, error) {
 	return c.q.Questions(ctx, f)
 }

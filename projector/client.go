@@ -80,26 +80,88 @@ func (c *Client) List(ctx context.Context, q projections.ListQuery) (projections
 	return call[projections.ListPage](ctx, c.nc, EndpointList, ListRequest{Schema: 1, ListQuery: q})
 }
 
-// Approvals returns the approvals inbox, optionally of one run or agent.
+// Approvals returns every pending approval request (of one run or agent
+// when q names it) from q.Cursor on, oldest first: it asks for page after
+// page (q.Limit items each; 0: DefaultInboxLimit), following each reply's
+// Next, so an inbox larger than one page is returned whole. ApprovalsPage
+// returns one page.
 func (c *Client) Approvals(ctx context.Context, q InboxRequest) ([]projections.ApprovalItem, error) {
-	q.Schema = 1
-	r, err := call[ApprovalsReply](ctx, c.nc, EndpointApprovals, q)
-	return r.Items, err
+	var out []projections.ApprovalItem
+	err := follow(ctx, q, c.ApprovalsPage, func(r ApprovalsReply) string {
+		out = append(out, r.Items...)
+		return r.Next
+	})
+	return out, err
 }
 
-// Uncertain returns the uncertain-effects inbox, optionally of one run or
-// agent.
+// ApprovalsPage returns one page of the approvals inbox: at most q.Limit
+// items after q.Cursor, and in Next the cursor of the following page
+// (empty on the last one).
+func (c *Client) ApprovalsPage(ctx context.Context, q InboxRequest) (ApprovalsReply, error) {
+	q.Schema = 1
+	return call[ApprovalsReply](ctx, c.nc, EndpointApprovals, q)
+}
+
+// Uncertain returns every uncertain effect (of one run or agent when q
+// names it) from q.Cursor on, oldest first, following each page's Next as
+// Approvals does. Now is the first page's time; each item's age was
+// computed when its page was answered. Next is always empty.
 func (c *Client) Uncertain(ctx context.Context, q InboxRequest) (UncertainReply, error) {
+	var out UncertainReply
+	err := follow(ctx, q, c.UncertainPage, func(r UncertainReply) string {
+		if out.Schema == 0 {
+			out.Schema, out.Now = r.Schema, r.Now
+		}
+		out.Items = append(out.Items, r.Items...)
+		return r.Next
+	})
+	return out, err
+}
+
+// UncertainPage returns one page of the uncertain-effects inbox, with
+// the cursor of the following page in Next.
+func (c *Client) UncertainPage(ctx context.Context, q InboxRequest) (UncertainReply, error) {
 	q.Schema = 1
 	return call[UncertainReply](ctx, c.nc, EndpointUncertain, q)
 }
 
-// Questions returns the open questions (actions reconciled as unconfirmed
-// and not resolved yet), optionally of one run or agent.
+// Questions returns every open question (actions reconciled as
+// unconfirmed and not resolved yet; of one run or agent when q names it)
+// from q.Cursor on, oldest first, following each page's Next as Approvals
+// does.
 func (c *Client) Questions(ctx context.Context, q InboxRequest) ([]projections.QuestionItem, error) {
+	var out []projections.QuestionItem
+	err := follow(ctx, q, c.QuestionsPage, func(r QuestionsReply) string {
+		out = append(out, r.Items...)
+		return r.Next
+	})
+	return out, err
+}
+
+// QuestionsPage returns one page of the open questions, with the cursor
+// of the following page in Next.
+func (c *Client) QuestionsPage(ctx context.Context, q InboxRequest) (QuestionsReply, error) {
 	q.Schema = 1
-	r, err := call[QuestionsReply](ctx, c.nc, EndpointQuestions, q)
-	return r.Items, err
+	return call[QuestionsReply](ctx, c.nc, EndpointQuestions, q)
+}
+
+// follow asks page for q and every following page, handing each reply to
+// take, which returns the reply's Next, until a page has none.
+func follow[R any](ctx context.Context, q InboxRequest, page func(context.Context, InboxRequest) (R, error), take func(R) string) error {
+	for {
+		r, err := page(ctx, q)
+		if err != nil {
+			return err
+		}
+		next := take(r)
+		if next == "" {
+			return nil
+		}
+		if next == q.Cursor {
+			return fmt.Errorf("query: an inbox page's next cursor names its own position")
+		}
+		q.Cursor = next
+	}
 }
 
 // History returns one page of a run's history.
