@@ -14,6 +14,7 @@
 //	weft_open_questions   <run>.<escaped action> projections.QuestionItem
 //	weft_index            <index>.e.… <index>.d.…  order indexes (index.go)
 //	weft_projector        checkpoint             {"schema":1,"seq":N}
+//	weft_projector        index                  {"schema":1,"version":N} (IndexMarker)
 //
 // The escaped action is projections.ItemKey: "3/call_1" is "3=2Fcall_1".
 // weft_index holds one time-ordered index per query (the run list and the
@@ -85,7 +86,26 @@ const (
 	BucketState = "weft_projector"
 	// KeyCheckpoint is the checkpoint's key in BucketState.
 	KeyCheckpoint = "checkpoint"
+	// KeyIndex is the index marker's key in BucketState (IndexMarker):
+	// the version of the order indexes BucketIndex holds for the stored
+	// views. Run builds the index from the stored views when it is
+	// missing or older than IndexVersion; the query service answers lists
+	// and inboxes only once it is there (or while no view is stored).
+	KeyIndex = "index"
 )
+
+// IndexVersion is the version of the order indexes' keys and values
+// (docs/protocol/50-queries.md "Order indexes") this projector writes;
+// version 1 is the first. A store upgraded from before weft_index has
+// no marker.
+const IndexVersion = 1
+
+// IndexMarker is the stored index marker (KeyIndex): BucketIndex holds
+// exactly the entries of the stored views, in the keys of Version.
+type IndexMarker struct {
+	Schema  int `json:"schema"`
+	Version int `json:"version"`
+}
 
 // Buckets returns the read-model buckets (not the state bucket), in order,
 // a fresh slice on each call.
@@ -200,6 +220,90 @@ func readCheckpoint(ctx context.Context, kv jetstream.KeyValue) (Checkpoint, err
 	return c, nil
 }
 
+func readIndexMarker(ctx context.Context, kv jetstream.KeyValue) (IndexMarker, error) {
+	e, err := kv.Get(ctx, KeyIndex)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return IndexMarker{}, nil
+	}
+	if err != nil {
+		return IndexMarker{}, fmt.Errorf("projector: read index marker: %w", err)
+	}
+	var m IndexMarker
+	if err := json.Unmarshal(e.Value(), &m); err != nil {
+		return IndexMarker{}, fmt.Errorf("projector: decode index marker: %w", err)
+	}
+	return m, nil
+}
+
+func writeIndexMarker(ctx context.Context, kv jetstream.KeyValue) error {
+	b, _ := json.Marshal(IndexMarker{Schema: 1, Version: IndexVersion})
+	if _, err := kv.Put(ctx, KeyIndex, b); err != nil {
+		return fmt.Errorf("projector: write index marker: %w", err)
+	}
+	return nil
+}
+
+// ensureIndex builds the order indexes from the stored views when the
+// index marker is missing or of another version (a store upgraded from
+// before weft_index, or from an older index version): it puts every
+// entry each stored view accounts for, purges the keys of BucketIndex no
+// stored view accounts for, and writes the marker. It logs its progress
+// (about every 10% of the views). A store with no view gets the marker
+// at once.
+func (p *Projector) ensureIndex(ctx context.Context) error {
+	m, err := readIndexMarker(ctx, p.state)
+	if err != nil || m.Version == IndexVersion {
+		return err
+	}
+	st, err := p.views.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("projector: bucket %s: %w", BucketViews, err)
+	}
+	total := st.Values()
+	if total > 0 {
+		p.logger.Warn("projector building the order indexes from the stored views (the index marker is missing or old); lists and inboxes answer unavailable until it is done",
+			"views", total, "marker_version", m.Version, "index_version", IndexVersion)
+		began := time.Now()
+		w, err := p.views.WatchAll(ctx, jetstream.IgnoreDeletes())
+		if err != nil {
+			return fmt.Errorf("projector: read %s: %w", BucketViews, err)
+		}
+		defer w.Stop()
+		step := max(total/10, 1)
+		var n uint64
+	read:
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return fmt.Errorf("projector: read %s: watch closed", BucketViews)
+				}
+				if e == nil {
+					break read
+				}
+				v, err := projections.DecodeView(e.Value())
+				if err != nil {
+					return fmt.Errorf("projector: decode view %s: %w", e.Key(), err)
+				}
+				if err := p.index.apply(ctx, nil, entries(derivedOf(v)), putEntries); err != nil {
+					return err
+				}
+				if n++; n%step == 0 {
+					p.logger.Info("projector index progress", "views", n, "of", total)
+				}
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		w.Stop()
+		if err := p.sweepIndex(ctx, nil); err != nil {
+			return err
+		}
+		p.logger.Info("projector index built", "views", n, "index_writes", p.index.writes, "took", time.Since(began).Round(time.Millisecond))
+	}
+	return writeIndexMarker(ctx, p.state)
+}
+
 func writeCheckpoint(ctx context.Context, kv jetstream.KeyValue, seq uint64) error {
 	b, _ := json.Marshal(Checkpoint{Schema: 1, Seq: seq})
 	if _, err := kv.Put(ctx, KeyCheckpoint, b); err != nil {
@@ -218,6 +322,14 @@ func (p *Projector) Run(ctx context.Context) error {
 	}
 	p.seq.Store(cp.Seq)
 	p.logger.Info("projector starting", "checkpoint", cp.Seq)
+	if !p.noIndex {
+		if err := p.ensureIndex(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
 	err = p.log.Subscribe(ctx, cp.Seq+1, func(se eventlog.StreamEvent) error {
 		p.delivered.Add(1)
 		var err error

@@ -213,6 +213,8 @@ type Service struct {
 	svc    micro.Service
 	log    *eventlog.Log
 	views  jetstream.KeyValue
+	state  jetstream.KeyValue
+	ready  atomic.Bool // the index marker was seen at IndexVersion
 	reader *indexReader
 	reads  atomic.Uint64
 	gets   atomic.Uint64
@@ -259,6 +261,9 @@ func Serve(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *even
 	}
 	if s.views, err = js.KeyValue(ctx, BucketViews); err != nil {
 		return fail(fmt.Errorf("projector: bucket %s: %w", BucketViews, err))
+	}
+	if s.state, err = js.KeyValue(ctx, BucketState); err != nil {
+		return fail(fmt.Errorf("projector: bucket %s: %w", BucketState, err))
 	}
 	for _, b := range []string{BucketIndex, BucketApprovals, BucketUncertain, BucketQuestions} {
 		if _, err := js.KeyValue(ctx, b); err != nil {
@@ -459,9 +464,40 @@ func (s *Service) View(ctx context.Context, run string) (projections.RunView, er
 	return v, nil
 }
 
+// indexReady returns nil when the order indexes may be read: the index
+// marker is at IndexVersion (remembered from then on), or no view is
+// stored (nothing to list). Otherwise the index is not built yet — a
+// store upgraded from before weft_index, until a projector starts on it
+// (Run builds it) or a rebuild runs — and lists are *weft.Error
+// unavailable rather than wrongly empty.
+func (s *Service) indexReady(ctx context.Context) error {
+	if s.ready.Load() {
+		return nil
+	}
+	m, err := readIndexMarker(ctx, s.state)
+	if err != nil {
+		return err
+	}
+	if m.Version == IndexVersion {
+		s.ready.Store(true)
+		return nil
+	}
+	st, err := s.views.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("bucket %s: %w", BucketViews, err)
+	}
+	if st.Values() == 0 {
+		return nil
+	}
+	return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("the order indexes (%s) are not built for the stored views yet (index marker version %d, want %d): a projector builds them when it starts, or run weft rebuild", BucketIndex, m.Version, IndexVersion)}
+}
+
 func (s *Service) handleList(ctx context.Context, body []byte) (any, error) {
 	q, err := decodeRequest(body, func(r ListRequest) int { return r.Schema })
 	if err != nil {
+		return nil, err
+	}
+	if err := s.indexReady(ctx); err != nil {
 		return nil, err
 	}
 	spec, err := q.ListQuery.Spec()
@@ -705,6 +741,9 @@ func (s *Service) handleApprovals(ctx context.Context, body []byte) (any, error)
 	if err != nil {
 		return nil, err
 	}
+	if err := s.indexReady(ctx); err != nil {
+		return nil, err
+	}
 	items, next, err := approvalsInbox.page(ctx, s.reader, q)
 	if err != nil {
 		return nil, err
@@ -715,6 +754,9 @@ func (s *Service) handleApprovals(ctx context.Context, body []byte) (any, error)
 func (s *Service) handleUncertain(ctx context.Context, body []byte) (any, error) {
 	q, err := s.inboxFilter(body)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.indexReady(ctx); err != nil {
 		return nil, err
 	}
 	items, next, err := uncertainInbox.page(ctx, s.reader, q)
@@ -728,6 +770,9 @@ func (s *Service) handleUncertain(ctx context.Context, body []byte) (any, error)
 func (s *Service) handleQuestions(ctx context.Context, body []byte) (any, error) {
 	q, err := s.inboxFilter(body)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.indexReady(ctx); err != nil {
 		return nil, err
 	}
 	items, next, err := questionsInbox.page(ctx, s.reader, q)

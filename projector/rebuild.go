@@ -139,6 +139,9 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	if err := p.sweepIndex(ctx, stored); err != nil {
 		return Checkpoint{}, err
 	}
+	if err := writeIndexMarker(ctx, p.state); err != nil {
+		return Checkpoint{}, err
+	}
 	cp, err := p.Checkpoint(ctx)
 	if err != nil {
 		return Checkpoint{}, err
