@@ -15,6 +15,7 @@
 //	weft_index            <index>.e.… <index>.d.…  order indexes (index.go)
 //	weft_projector        checkpoint             {"schema":1,"seq":N}
 //	weft_projector        index                  {"schema":1,"version":N} (IndexMarker)
+//	weft_projector_lease  holder                 the id of the projector that writes (max age Lease)
 //
 // The escaped action is projections.ItemKey: "3/call_1" is "3=2Fcall_1".
 // weft_index holds one time-ordered index per query (the run list and the
@@ -26,8 +27,10 @@
 //
 // A view is written with a compare-and-set on its KV revision and only moves
 // forward (projections.Apply ignores an event that is not the view's next
-// one), so a re-delivered event changes nothing and two projectors never
-// interleave writes of one view. The checkpoint is the stream sequence of
+// one), so a re-delivered event changes nothing. One projector writes at a
+// time: Run holds the projector lease (BucketLease) and a second
+// projector stands by until it is released or expires (lease.go), so the
+// index writes of one run never interleave. The checkpoint is the stream sequence of
 // the last message whose events are all stored; Run resumes after it. When a
 // view misses events (its bucket was purged, or a rebuild ran up to an older
 // sequence) the projector refolds the run from the log; when a view's last
@@ -122,6 +125,10 @@ func Assets() []provision.Asset {
 			Description: "Weft read model (see docs/protocol/50-queries.md)",
 		}))
 	}
+	out = append(out, provision.KV(jetstream.KeyValueConfig{
+		Bucket: BucketLease, History: 1, TTL: Lease, Storage: jetstream.FileStorage,
+		Description: "Weft projector lease: the one projector that writes the read models (max age = lease)",
+	}))
 	return out
 }
 
@@ -142,6 +149,7 @@ type Projector struct {
 	uncertain jetstream.KeyValue
 	questions jetstream.KeyValue
 	state     jetstream.KeyValue
+	lease     *lease
 	index     *indexWriter
 	reader    *indexReader
 	noIndex   bool
@@ -178,6 +186,11 @@ func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ..
 			return nil, fmt.Errorf("projector: bucket %s: %w", b.name, err)
 		}
 	}
+	lkv, err := js.KeyValue(ctx, BucketLease)
+	if err != nil {
+		return nil, fmt.Errorf("projector: bucket %s: %w", BucketLease, err)
+	}
+	p.lease = newLease(lkv)
 	if p.index, err = newIndexWriter(ctx, js); err != nil {
 		return nil, err
 	}
@@ -313,24 +326,54 @@ func writeCheckpoint(ctx context.Context, kv jetstream.KeyValue, seq uint64) err
 }
 
 // Run projects the log from the message after the checkpoint, catching up
-// and then following it live, until ctx ends (returning nil) or a store
-// operation fails.
+// and then following it live, until ctx ends (returning nil), a store
+// operation fails, or the projector lease is lost.
+//
+// One projector writes at a time: Run first takes the projector lease
+// (BucketLease), standing by while another projector holds it (logged
+// once), renews it while it runs, and gives it up when it returns. A
+// projector that cannot renew in time stops writing before its lease can
+// expire and returns an error (RunAll then stands by again).
 func (p *Projector) Run(ctx context.Context) error {
+	if err := p.lease.acquire(ctx, func(holder string) {
+		p.logger.Info("projector standing by: another projector holds the lease", "holder", holder, "lease", Lease)
+	}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer p.lease.release()
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go p.lease.renew(lctx, cancel)
+	err := p.run(lctx)
+	if cause := context.Cause(lctx); errors.Is(cause, errLeaseLost) {
+		return cause
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// run is Run once the lease is held.
+func (p *Projector) run(ctx context.Context) error {
 	cp, err := p.Checkpoint(ctx)
 	if err != nil {
 		return err
 	}
 	p.seq.Store(cp.Seq)
-	p.logger.Info("projector starting", "checkpoint", cp.Seq)
+	p.logger.Info("projector starting", "checkpoint", cp.Seq, "lease_holder", p.lease.id)
 	if !p.noIndex {
 		if err := p.ensureIndex(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
 			return err
 		}
 	}
 	err = p.log.Subscribe(ctx, cp.Seq+1, func(se eventlog.StreamEvent) error {
+		if !p.lease.holds() {
+			return errLeaseLost
+		}
 		p.delivered.Add(1)
 		var err error
 		switch {
@@ -356,8 +399,8 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	if ctx.Err() != nil {
-		return nil
+	if errors.Is(err, errLeaseLost) {
+		p.logger.Error("projector stopped writing: its lease was not renewed in time")
 	}
 	return err
 }

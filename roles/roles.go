@@ -16,8 +16,10 @@
 //     weft.ev.>.
 //   - Projector reads the log and writes the read-model buckets (weft_views,
 //     weft_runs, weft_inbox_*, weft_open_questions, weft_index,
-//     weft_projector; it may purge keys of weft_index); it serves the
-//     queries.
+//     weft_projector, weft_projector_lease; it may purge keys of
+//     weft_index — the purge API takes no subject filter in its subject,
+//     so the grant allows purging the whole bucket too: docs/security.md);
+//     it serves the queries.
 //   - Operator answers approvals, rejects, reconciles, cancels and starts
 //     runs, and reads everything a Reader reads.
 //   - Reader asks the queries and reads the history and the read models;
@@ -118,7 +120,7 @@ var (
 	runnerStreams = []string{eventlog.Stream, worker.TaskStream, timer.Stream}
 	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, runner.PartitionsBucket, api.CommandsBucket, runner.SnapshotsBucket, worker.ClaimsBucket}
 	// The projector's buckets, and those a reader may read.
-	projectorBuckets = append(projector.Buckets(), projector.BucketState)
+	projectorBuckets = append(projector.Buckets(), projector.BucketState, projector.BucketLease)
 )
 
 // commandEndpoints are the command API's endpoints an operator may call.
