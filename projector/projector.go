@@ -343,10 +343,16 @@ func (p *Projector) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	defer p.lease.release()
 	lctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	go p.lease.renew(lctx, cancel)
+	renewing := make(chan struct{})
+	go func() { defer close(renewing); p.lease.renew(lctx, cancel) }()
+	defer func() {
+		// Stop renewing before the release, so that no renewal moves
+		// the lease past the revision the release deletes.
+		cancel(nil)
+		<-renewing
+		p.lease.release()
+	}()
 	err := p.run(lctx)
 	if cause := context.Cause(lctx); errors.Is(cause, errLeaseLost) {
 		return cause
