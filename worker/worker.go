@@ -814,6 +814,9 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 // ends the wait for a body that has not returned yet: there is no result
 // to lose then, and the run decides as after a lost worker (its settle
 // window, then uncertain; one definite settlement or a person reconciles).
+// After Abandon the offers of a body that did return go on for
+// LateAfterAbandon at most, then the result is logged (error level) for
+// the person who reconciles: the embedding runner's Run must return.
 func (w *Worker) settleLate(t Task, done <-chan Result) {
 	if t.SettleWithinMS <= 0 {
 		return
@@ -841,8 +844,29 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 			Run: t.Run, Action: t.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message,
 			Summary: fmt.Sprintf("the body of attempt %d returned %s after it was stopped", t.Attempt, res.Outcome)}
 		back := backoff.New(w.retryBase, w.retryCap)
-		for range lateTries {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		// Once the worker is abandoned (the embedding runner's drain
+		// window ended) the offers go on for LateAfterAbandon at most:
+		// Run returns within the runner's wait, and the result is logged
+		// for the person who reconciles the action.
+		var cutoff <-chan time.Time
+		giveUp := func(tries int) error {
+			w.log.Error("worker: a stopped body's late settlement was not confirmed; a person reconciles the action with the result logged here",
+				"run", t.Run, "action", t.Action, "attempt", t.Attempt, "tries", tries, "outcome", res.Outcome, "content", string(res.Content), "message", res.Message)
+			return nil
+		}
+		for try := 1; try <= lateTries; try++ {
+			limit := 15 * time.Second
+			if cutoff == nil {
+				select {
+				case <-w.abandon:
+					cutoff = time.After(LateAfterAbandon)
+				default:
+				}
+			}
+			if cutoff != nil {
+				limit = LateAfterAbandon / 2
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), limit)
 			err := w.settle(ctx, s)
 			cancel()
 			var coded *weft.Error
@@ -852,16 +876,36 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 				}
 				return nil
 			}
-			time.Sleep(back.Next())
+			select {
+			case <-time.After(back.Next()):
+			case <-cutoff:
+				return giveUp(try)
+			case <-w.abandonedCh(cutoff):
+				cutoff = time.After(LateAfterAbandon)
+			}
 		}
-		w.log.Error("worker: a stopped body's late settlement was not confirmed; a person reconciles the action", "run", t.Run, "action", t.Action, "tries", lateTries)
-		return nil
+		return giveUp(lateTries)
 	})
 }
 
 // lateTries is how many times a stopped body's late settlement is offered
 // before the worker gives up (the run then decides: uncertain, reconciled).
 const lateTries = 20
+
+// LateAfterAbandon is how long a stopped body's late settlement is still
+// offered once the worker is abandoned (Abandon: the embedding runner's
+// drain window ended); it is shorter than the runner's wait for the
+// worker's Run after Abandon.
+const LateAfterAbandon = 5 * time.Second
+
+// abandonedCh is w.abandon while cutoff is nil (the abandonment not seen
+// yet), else nil (a channel that never fires).
+func (w *Worker) abandonedCh(cutoff <-chan time.Time) <-chan struct{} {
+	if cutoff != nil {
+		return nil
+	}
+	return w.abandon
+}
 
 // retryable reports whether a refusal says "try again".
 func retryable(c weft.Code) bool {
