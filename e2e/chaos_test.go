@@ -53,7 +53,8 @@ import (
 //   - a run of agent version V only ever runs V's body;
 //   - an action with a fenced attempt never ends not_started, rejected or
 //     denied (SEMANTICS §5);
-//   - no runner recovers a run from itself, none takes over a runner that
+//   - no runner recovers a run from itself (but one it handed off itself:
+//     a partition released and claimed again), none takes over a runner that
 //     was alive all along (not killed, paused or draining within slack:
 //     liveness survives server restarts), and a hand-off re-asks no
 //     approval;
@@ -922,8 +923,12 @@ func (c *chaosEnv) check() (n counts) {
 			case events.RunRecovered:
 				n.recoveries++
 				handedOffRecovery = e.Cause == events.RecoveredHandedOff
-				if e.Previous == e.Runner {
-					c.problem("%s: runner %s recovered the run from itself (incarnation %d)", run, e.Runner, e.Incarnation)
+				// A runner resuming a run it handed off itself (a partition
+				// it released, then claimed again) drove it no more: cause
+				// handed_off. Any other recovery from itself took over a
+				// run it drove (SEMANTICS §8).
+				if e.Previous == e.Runner && e.Cause != events.RecoveredHandedOff {
+					c.problem("%s: runner %s recovered the run from itself (incarnation %d, cause %s)", run, e.Runner, e.Incarnation, e.Cause)
 				}
 				if e.Cause == events.RecoveredRunnerLost && !c.wasDown(e.Previous, env.Recorded.Add(-slack), env.Recorded) {
 					c.problem("%s: %s took the run over from %s at %s, which was alive all along (not killed, paused, draining or without heartbeat since %s)", run, e.Runner, e.Previous, env.Recorded.Format("15:04:05.000"), env.Recorded.Add(-slack).Format("15:04:05.000"))
