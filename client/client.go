@@ -152,19 +152,19 @@ func (c *Client) ProofSubject(ctx context.Context, run, action string, revision 
 	return v.ProofSubject(action, revision, answer)
 }
 
-// The outcomes of a Settlement or a Report.
+// The outcomes of a Settlement or a Report (api's, the wire's).
 const (
 	// OutcomeOutput reports that the body returned its output (Content).
-	OutcomeOutput = events.OutcomeOutput
+	OutcomeOutput = api.OutcomeOutput
 	// OutcomeExplain reports a definite failure the model sees (Message).
-	OutcomeExplain = events.OutcomeExplain
+	OutcomeExplain = api.OutcomeExplain
 	// OutcomeUncertain reports that the effect may have happened (Evidence).
-	OutcomeUncertain = events.OutcomeUncertain
+	OutcomeUncertain = api.OutcomeUncertain
 	// OutcomeOversize reports an output over max result bytes (Report.Bytes).
-	OutcomeOversize = events.OutcomeOversize
+	OutcomeOversize = api.OutcomeOversize
 	// OutcomeLost reports an attempt that ended without a result of its
 	// own (Report.Cause).
-	OutcomeLost = "lost"
+	OutcomeLost = api.OutcomeLost
 )
 
 // The run statuses of a RunView (SEMANTICS.md §6).
