@@ -22,7 +22,6 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/telemetry"
-	"github.com/weftrun/weft/tools"
 )
 
 var _ api.Backend = (*Runner)(nil)
@@ -395,19 +394,11 @@ func (r *Runner) Reconcile(ctx context.Context, req api.ReconcileRequest, stored
 // tool's encoded output): invalid_content naming the path and the reason.
 // An unknown action is left to the aggregate (unknown_action).
 func checkOutput(rn *run, action, kind string, content json.RawMessage) error {
-	if kind != events.ReconciledOutput || rn.agent == nil {
+	if kind != events.ReconciledOutput {
 		return nil
 	}
-	a, ok := rn.state.Action(action)
-	if !ok {
-		return nil
-	}
-	t, ok := rn.agent.Tool(a.Tool)
-	if !ok {
-		return nil
-	}
-	if err := tools.ValidateOutput(t, content); err != nil {
-		return &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("reconciliation content is not an output of %s (nor {\"error\": message} or {\"unconfirmed\": note}): %v", a.Tool, err)}
+	if tool, err := notAnOutput(rn, action, content); err != nil {
+		return &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("reconciliation content is not an output of %s (nor {\"error\": message} or {\"unconfirmed\": note}): %v", tool, err)}
 	}
 	return nil
 }

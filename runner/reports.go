@@ -25,21 +25,29 @@ import (
 // and the reason, before anything is decided. An unknown action is left
 // to the aggregate.
 func checkSettled(rn *run, action string, content json.RawMessage) error {
+	if tool, err := notAnOutput(rn, action, content); err != nil {
+		return &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("settlement content is not an output of %s: %v", tool, err)}
+	}
+	return nil
+}
+
+// notAnOutput validates content against the output schema of action's
+// tool as rn's agent serves it, and returns the tool and the reason when
+// it is not one of its outputs. An unknown action or tool is left to the
+// aggregate (nil).
+func notAnOutput(rn *run, action string, content json.RawMessage) (string, error) {
 	if rn.agent == nil {
-		return nil
+		return "", nil
 	}
 	a, ok := rn.state.Action(action)
 	if !ok {
-		return nil
+		return "", nil
 	}
 	t, ok := rn.agent.Tool(a.Tool)
 	if !ok {
-		return nil
+		return "", nil
 	}
-	if err := tools.ValidateOutput(t, content); err != nil {
-		return &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("settlement content is not an output of %s: %v", a.Tool, err)}
-	}
-	return nil
+	return a.Tool, tools.ValidateOutput(t, content)
 }
 
 // Settle offers a settlement (api.Backend). A settlement of an action
