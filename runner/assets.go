@@ -13,6 +13,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/unanswered"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/timer"
@@ -203,7 +204,7 @@ func (r *Runner) lookUpAssets(ctx context.Context) error {
 		actx, cancel := context.WithTimeout(ctx, limit.Next())
 		err := r.assets(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !unanswered(err) {
+		if err == nil || ctx.Err() != nil || !unanswered.Is(err) {
 			return err
 		}
 		r.log.Warn("runner: the server does not answer; retrying", "err", err)
@@ -211,20 +212,6 @@ func (r *Runner) lookUpAssets(ctx context.Context) error {
 			return err
 		}
 	}
-}
-
-// unanswered reports whether err means the server did not answer (it is
-// down or restarting), not that it refused.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
-		return true
-	case errors.As(err, &apiErr):
-		return apiErr.Code == 503
-	}
-	return false
 }
 
 // assets is one attempt of lookUpAssets.

@@ -63,6 +63,7 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/unanswered"
 )
 
 // Result is how a body ended, as the tool classified it.
@@ -272,7 +273,7 @@ func (w *Worker) serve(ctx context.Context) (*nats.Subscription, []jetstream.Con
 		if err == nil {
 			return stopSub, ccs, nil
 		}
-		if ctx.Err() != nil || !unanswered(err) {
+		if ctx.Err() != nil || !unanswered.Is(err) {
 			return nil, nil, err
 		}
 		w.log.Warn("worker: the server does not answer; retrying", "err", err)
@@ -322,20 +323,6 @@ func (w *Worker) setup(ctx context.Context) (*nats.Subscription, []jetstream.Con
 		ccs = append(ccs, cc)
 	}
 	return stopSub, ccs, nil
-}
-
-// unanswered reports whether err means the server did not answer (it is
-// down or restarting), not that it refused.
-func unanswered(err error) bool {
-	var apiErr *jetstream.APIError
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders),
-		errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrDisconnected), errors.Is(err, nats.ErrConnectionReconnecting):
-		return true
-	case errors.As(err, &apiErr):
-		return apiErr.Code == 503
-	}
-	return false
 }
 
 // stopRun cancels every running body of run, and every attempt of run
