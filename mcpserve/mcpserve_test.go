@@ -270,6 +270,19 @@ func TestAnswersSayWhatHappened(t *testing.T) {
 	if _, err := f.st.API.Approve(ctx, api.ApproveRequest{CommandID: "ap-1", Run: a.Run, Action: a.Action, Revision: a.Revision, Approver: "desk", Credential: "alice"}); err != nil {
 		t.Fatal(err)
 	}
+	// The server answers from the projector's view, which follows the log
+	// (eventually): asked before the view has the approval, it still says
+	// waiting_for_approval. Wait until the view no longer lists it.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		v, err := f.st.Query.Run(ctx, a.Run)
+		if err == nil && len(v.Approvals) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the approval the view of %s still lists approvals %v (err %v)", a.Run, v.Approvals, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	done, _ := f.settle(t, "notes", map[string]any{"input": "pay INV-7", "key": "pay-7"}, nil)
 	if done.Status != mcpserve.StatusCompleted || !strings.Contains(string(done.Answer), "PAY-1") {
 		t.Fatalf("after approval: %+v", done)
