@@ -9,3 +9,10 @@ func WithoutIndex() Option { return func(p *Projector) { p.noIndex = true } }
 // view no longer has and the puts of its new ones): what a reader sees
 // while the projector writes.
 func WithIndexPause(f func()) Option { return func(p *Projector) { p.between = f } }
+
+// WithRewriteFault makes Rebuild call f after it stored a run's view and
+// what derives from it, and fail that store with f's error: a write that
+// landed but whose answer was lost.
+func WithRewriteFault(f func(run string) error) Option {
+	return func(p *Projector) { p.afterRewrite = f }
+}

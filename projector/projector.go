@@ -155,6 +155,9 @@ type Projector struct {
 	noIndex   bool
 	between   func()
 	logger    *slog.Logger
+	// afterRewrite, set by tests only (export_test.go), is called after a
+	// rebuild stored a run's view: an error it returns is the store's.
+	afterRewrite func(run string) error
 
 	delivered atomic.Uint64
 	applied   atomic.Uint64

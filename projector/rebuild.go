@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/unanswered"
 	"github.com/weftrun/weft/projections"
 )
 
@@ -31,8 +34,8 @@ var errCaughtUp = errors.New("caught up")
 // Rebuild may run while projectors run: a view a live projector already
 // moved past the rebuilt version is left as it is, writes use the same
 // compare-and-set, and the checkpoint never moves backwards.
-func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, progress Progress) (Checkpoint, error) {
-	p, err := New(ctx, js, log)
+func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, progress Progress, opts ...Option) (Checkpoint, error) {
+	p, err := New(ctx, js, log, opts...)
 	if err != nil {
 		return Checkpoint{}, err
 	}
@@ -115,7 +118,8 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	stored := make([]projections.Change, 0, len(runs))
 	for i, run := range runs {
 		v := views[run]
-		sv, err := p.rewrite(ctx, v)
+		var sv projections.RunView
+		err := patient(ctx, func() (err error) { sv, err = p.rewrite(ctx, v); return err })
 		if err != nil {
 			return Checkpoint{}, err
 		}
@@ -155,6 +159,33 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	return cp, nil
 }
 
+// rebuildAttempts bounds the attempts patient makes of one operation: with
+// its pauses (0.1 s doubling to 5 s) and the store's own 5 s timeout per
+// attempt, about a minute of a store that does not answer.
+const rebuildAttempts = 8
+
+// patient runs op again while it fails only because the store did not
+// answer in time (internal/unanswered), up to rebuildAttempts, pausing
+// between attempts. A rebuild of a large log makes millions of writes,
+// and one the server did not answer in time under load is no reason to
+// throw away the twenty minutes of work before it (the 1M-run scale test
+// lost its rebuild to one timed-out write). Every op it runs can be made
+// again: a view is read back and compared-and-set (a write that landed
+// without its answer is found and written over with the same bytes), index
+// entries are put or purged, keys deleted.
+func patient(ctx context.Context, op func() error) error {
+	b := backoff.New(100*time.Millisecond, 5*time.Second)
+	for attempt := 1; ; attempt++ {
+		err := op()
+		if err == nil || ctx.Err() != nil || !unanswered.Is(err) || attempt == rebuildAttempts {
+			return err
+		}
+		if b.Wait(ctx) != nil {
+			return err
+		}
+	}
+}
+
 // rewrite stores a rebuilt view and what derives from it, unless the stored
 // view is already newer; it returns the view stored.
 func (p *Projector) rewrite(ctx context.Context, v projections.RunView) (projections.RunView, error) {
@@ -168,6 +199,9 @@ func (p *Projector) rewrite(ctx context.Context, v projections.RunView) (project
 		}
 		c := projections.Derive(v)
 		ok, err := p.store(ctx, old, c, rev, putEntries)
+		if err == nil && ok && p.afterRewrite != nil {
+			err = p.afterRewrite(v.Run)
+		}
 		if err != nil {
 			return projections.RunView{}, err
 		}
@@ -207,7 +241,8 @@ func (p *Projector) sweepIndex(ctx context.Context, stored []projections.Change)
 			continue
 		}
 		reread[run] = true
-		v, _, err := p.readView(ctx, run)
+		var v projections.RunView
+		err := patient(ctx, func() (err error) { v, _, err = p.readView(ctx, run); return err })
 		if err != nil {
 			return err
 		}
@@ -225,7 +260,7 @@ func (p *Projector) sweepIndex(ctx context.Context, stored []projections.Change)
 	}
 	for _, k := range keys {
 		if !keep[k] {
-			if err := p.index.purge(ctx, k); err != nil {
+			if err := patient(ctx, func() error { return p.index.purge(ctx, k) }); err != nil {
 				return err
 			}
 		}
@@ -268,7 +303,8 @@ func (p *Projector) sweep(ctx context.Context, kv jetstream.KeyValue, keep map[s
 			runs[run] = true
 		}
 		for run := range runs {
-			v, _, err := p.readView(ctx, run)
+			var v projections.RunView
+			err := patient(ctx, func() (err error) { v, _, err = p.readView(ctx, run); return err })
 			if err != nil {
 				return err
 			}
@@ -291,7 +327,7 @@ func (p *Projector) sweep(ctx context.Context, kv jetstream.KeyValue, keep map[s
 	slices.Sort(keys)
 	for _, k := range keys {
 		if !keep[k] {
-			if err := del(ctx, kv, k); err != nil {
+			if err := patient(ctx, func() error { return del(ctx, kv, k) }); err != nil {
 				return err
 			}
 		}
