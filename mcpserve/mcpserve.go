@@ -24,9 +24,14 @@
 // approve and how; uncertain, with each action's evidence and how to
 // reconcile; ended otherwise (refused, budget exhausted, failed, cancelled:
 // isError); or still working, with the run id to ask again — the same call
-// with the same key, or the status tool. Never a guess: the status is the
-// read model's view of the run when the call returned (it may lag the log
-// by a moment; "working" means ask again). When no view could be read in
+// with the same key, or the status tool. Never a guess, and never stale:
+// the status comes from the read model's view of the run, which follows the
+// log eventually, so a view is taken as settled only once it has caught up
+// with the run's log (its version is the run's last in the log, read after
+// the view; the same for each child run it lists). A person who approved
+// and answered before the call is never contradicted by an answer that
+// still lists the approval; a view that does not catch up within the wait
+// answers working ("ask again"). When no view could be read in
 // time, or the start's outcome is not known, the call answers "not known"
 // as the JSON-RPC error CodeOutcomeUnknown — never an isError result, which
 // a client (mcptools among them) reads as a definite failure.
@@ -46,9 +51,11 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/mcptools"
@@ -144,6 +151,7 @@ type Server struct {
 	cfg    Config
 	cmd    *api.Client
 	query  *projector.Client
+	log    *eventlog.Log // the runs' heads: is a view caught up (caughtUp)
 	mcp    *mcp.Server
 	served map[string]bool
 }
@@ -170,7 +178,11 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	if len(cfg.Agents) == 0 {
 		return nil, &weft.Error{Code: weft.CodeInvalidRequest, Message: "mcpserve: no agents to serve"}
 	}
-	s := &Server{cfg: cfg, cmd: api.NewClient(nc), query: projector.NewClient(nc), served: map[string]bool{}}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("mcpserve: jetstream: %w", err)
+	}
+	s := &Server{cfg: cfg, cmd: api.NewClient(nc), query: projector.NewClient(nc), log: eventlog.New(js), served: map[string]bool{}}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "weft-" + cfg.Service, Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "Each tool runs a Weft agent as a durable run. Pass a key to make a call safe to retry: the same key reopens the same run.",
 	})
@@ -445,12 +457,13 @@ func (s *Server) view(ctx context.Context, run string, deadline time.Time) (proj
 	}
 }
 
-// follow waits until the run (with its children) is finished or suspended,
-// or deadline passes, and returns what it then is: settled; working when
-// the last view the read model gave says so (it may lag the log: ask
-// again); unknown, naming the run, when no view of it was read in time (the
-// read model has not caught up, or the query service does not answer).
-// Every query is bounded by deadline; nothing is guessed.
+// follow waits until the run (with its children) is finished or suspended
+// in views that have caught up with the log (caughtUp), or deadline passes,
+// and returns what it then is: settled; working when the last view the read
+// model gave says so, or says settled but lags the log (ask again);
+// unknown, naming the run, when no view of it was read in time (the read
+// model has not caught up, or the query service does not answer). Every
+// query is bounded by deadline; nothing is guessed.
 func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Answer {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -490,11 +503,14 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 
 // settled turns a finished or suspended run into its answer, with the
 // approvals and uncertain effects of the run and of the child runs it waits
-// for.
+// for. It answers working (not settled yet) when one of those views lags
+// the log (caughtUp) or a child's view could not be read.
 func (s *Server) settled(ctx context.Context, fam projector.RunReply) Answer {
 	v := fam.View
 	ans := Answer{Run: v.Run, Agent: v.Agent.Name}
-	s.collect(ctx, fam, &ans, 0)
+	if !s.collect(ctx, fam, &ans, 0) {
+		return Answer{Status: StatusWorking, Run: v.Run, Agent: v.Agent.Name}
+	}
 	switch {
 	case v.Status == projections.StatusFinished && v.Outcome != nil && v.Outcome.Kind == events.OutcomeCompleted:
 		ans.Status, ans.Answer, ans.Outcome = StatusCompleted, v.Outcome.Answer, v.Outcome
@@ -512,8 +528,14 @@ func (s *Server) settled(ctx context.Context, fam projector.RunReply) Answer {
 	return ans
 }
 
-func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answer, depth int) {
+// collect adds to ans the approvals and uncertain effects of fam's run and
+// of the child runs it waits for, and reports whether every view it read
+// has caught up with its run's log.
+func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answer, depth int) bool {
 	v := fam.View
+	if !s.caughtUp(ctx, v) {
+		return false
+	}
 	for _, a := range v.Actions {
 		switch {
 		case a.State == projections.StateAwaitingApproval && a.Pending != nil:
@@ -526,14 +548,27 @@ func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answe
 		}
 	}
 	if depth >= projector.MaxFamilyDepth {
-		return
+		return true
 	}
 	for _, child := range fam.FamilyStatus.Waiting {
 		cf, err := s.query.RunFamily(ctx, child)
-		if err == nil {
-			s.collect(ctx, cf, ans, depth+1)
+		if err != nil || !s.collect(ctx, cf, ans, depth+1) {
+			// A child this run waits for, not read or behind its log: what
+			// it waits for is not known yet.
+			return false
 		}
 	}
+	return true
+}
+
+// caughtUp reports whether v, read before this call, holds every event of
+// its run's log: its version is the version of the run's last event, read
+// now. A view read before a command was applied (an approval, a
+// reconciliation) is then known to include it: the command answered only
+// once its events were in the log. False when the log's head cannot be read.
+func (s *Server) caughtUp(ctx context.Context, v projections.RunView) bool {
+	h, err := s.log.Head(ctx, v.Run)
+	return err == nil && v.Version >= h.Version
 }
 
 func asWeft(err error) *weft.Error {
