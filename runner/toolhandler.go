@@ -18,7 +18,9 @@ import (
 func (r *Runner) newWorker() *worker.Worker {
 	// The in-process worker reports and settles directly (also while the
 	// API service is stopped during a drain).
-	opts := append([]worker.Option{worker.WithID(r.id), worker.WithLogger(r.log),
+	// Its drain grace is the runner's drain window: the runner abandons
+	// it at the end of the window (Run), and the worker would on its own.
+	opts := append([]worker.Option{worker.WithID(r.id), worker.WithLogger(r.log), worker.WithDrainGrace(r.drain),
 		worker.WithReporter(func(ctx context.Context, rep worker.Report) error { _, err := r.Report(ctx, rep); return err }),
 		worker.WithSettler(func(ctx context.Context, s worker.Settlement) error { _, err := r.Settle(ctx, s); return err }),
 		worker.WithContextFrom(r.tel.Extract),

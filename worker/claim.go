@@ -126,8 +126,13 @@ func (w *Worker) takeClaim(t Task, key string) (claimResult, ownClaim, Claim) {
 		return claimUnknown, own, Claim{}
 	}
 	back := backoff.New(50*time.Millisecond, 2*time.Second)
+	// The tries go on while the worker stops (a create whose answer was
+	// lost is found by its token, and a claim taken by a stopping worker
+	// is released: cut short, it would stay and make the next delivery
+	// report worker_lost for a body that never started), but not past
+	// LateAfterAbandon after Abandon.
 	for range 6 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
 		var opts []jetstream.KVCreateOpt
 		if ttl := claimTTL(t, time.Now()); ttl > 0 {
 			opts = append(opts, jetstream.KeyTTL(ttl))
@@ -151,7 +156,9 @@ func (w *Worker) takeClaim(t Task, key string) (claimResult, ownClaim, Claim) {
 			return claimTaken, own, Claim{}
 		}
 		w.log.Warn("worker: cannot claim the attempt", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", key, "err", err)
-		time.Sleep(back.Next())
+		if back.Wait(w.late) != nil {
+			break
+		}
 	}
 	return claimUnknown, own, Claim{}
 }

@@ -44,6 +44,21 @@
 // A runner stops a run's running bodies (cancellation) by publishing on
 // weft.stop.<run>; the worker cancels their contexts and reports them lost
 // with cause stopped unless the body returns first.
+//
+// # Stopping
+//
+// When Run's context ends (SIGTERM) the worker drains: it takes no task
+// and starts no body any more (a task it holds but has not started is
+// requeued), and lets the bodies running finish and be reported (SEMANTICS
+// §8 graceful drain). The drain is bounded: at the end of the drain grace
+// (WithDrainGrace, default DefaultDrainGrace) — or when an embedding
+// process calls Abandon at the end of its own drain window — the bodies
+// still running have their contexts cancelled and are reported lost with
+// cause worker_lost, as a lost worker's (the run replays them if it may,
+// else their effect is uncertain); a stopped settling body's wait for its
+// return ends; reports and late settlements still undelivered are tried
+// for LateAfterAbandon more, then their tasks go back to the queue. Run
+// then returns, even when a body ignores its context.
 package worker
 
 import (
@@ -105,6 +120,7 @@ type Worker struct {
 	report   Reporter
 	settle   Settler
 	ackWait  time.Duration
+	grace    time.Duration // WithDrainGrace
 	ctxFrom  func(context.Context, nats.Header) context.Context
 	check    AttemptCheck
 	noCheck  bool
@@ -127,6 +143,16 @@ type Worker struct {
 	// abandon is closed by Abandon: a late settlement still waiting for
 	// its stopped body stops waiting (settleLate).
 	abandon chan struct{}
+	// stopped ends when Run's context ends, or at Abandon: the retries of
+	// the check before a body starts stop (current), as no body starts
+	// any more.
+	stopped  context.Context
+	endStops context.CancelFunc
+	// late ends LateAfterAbandon after Abandon: the report and late
+	// settlement tries still in flight then are cut short (deliver,
+	// settleLate), so that Run returns.
+	late    context.Context
+	endLate context.CancelFunc
 }
 
 type running struct {
@@ -164,11 +190,30 @@ func WithContextFrom(f func(context.Context, nats.Header) context.Context) Optio
 // Progress acks are sent every third of it. Default 3 s.
 func WithAckWait(d time.Duration) Option { return func(w *Worker) { w.ackWait = d } }
 
+// WithDrainGrace sets how long Run, once its context ended, waits for the
+// bodies in flight (and for stopped settling bodies to return) before it
+// abandons them as Abandon does, when nothing called Abandon first: the
+// drain window of a worker that stands alone. Default DefaultDrainGrace; a
+// d of zero or less keeps the default.
+func WithDrainGrace(d time.Duration) Option {
+	return func(w *Worker) {
+		if d > 0 {
+			w.grace = d
+		}
+	}
+}
+
+// DefaultDrainGrace is a worker's default drain grace (WithDrainGrace), as
+// long as a runner's default drain window.
+const DefaultDrainGrace = 10 * time.Second
+
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
-	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait,
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace,
 		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{},
 		abandon: make(chan struct{})}
+	w.stopped, w.endStops = context.WithCancel(context.Background())
+	w.late, w.endLate = context.WithCancel(context.Background())
 	for _, o := range opts {
 		o(w)
 	}
@@ -233,10 +278,21 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // worker started runs on once Run returned, except the body of a handler
 // that ignores its stopped context.
 // Bodies are given their own contexts: cancelling ctx stops taking tasks,
-// it does not stop running bodies; use Stop for that. Once ctx ends no new
-// body starts: a task already delivered to this worker but not started is
-// put back on the queue (requeued) for another worker.
+// it does not stop running bodies (SEMANTICS §8 graceful drain: they may
+// finish and are reported); a run's stop, their timeout or Abandon stops
+// them. Once ctx ends no new body starts: a task already delivered to this
+// worker but not started is put back on the queue (requeued) for another
+// worker.
+//
+// The drain is bounded: when the bodies are still running (or a stopped
+// settling body has not returned) the drain grace (WithDrainGrace, default
+// DefaultDrainGrace) after ctx ended, and nothing called Abandon, Run
+// abandons them itself: their contexts are cancelled, the running ones are
+// reported lost with cause worker_lost (the run decides replay or an
+// uncertain effect, as for a lost worker), and Run returns once the reports
+// and late settlements still tried end (LateAfterAbandon at most).
 func (w *Worker) Run(ctx context.Context) error {
+	defer w.endLate()
 	stopSub, ccs, err := w.serve(ctx)
 	if err != nil {
 		return err
@@ -244,6 +300,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer stopSub.Unsubscribe()
 	<-ctx.Done()
 	w.stopping.Store(true)
+	w.endStops()
+	grace := time.NewTimer(w.grace)
+	defer grace.Stop()
 	// Drain, not Stop: a task the server already delivered to this worker
 	// but still in the client's buffer would be discarded by Stop and
 	// redelivered after the ack wait, reported worker_lost — an uncertain
@@ -254,7 +313,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, cc := range ccs {
 		<-cc.Closed()
 	}
-	return w.group.Wait()
+	drained := make(chan error, 1)
+	go func() { drained <- w.group.Wait() }()
+	select {
+	case err := <-drained:
+		return err
+	case <-w.abandon: // the embedding process's drain window ended
+	case <-grace.C:
+		w.log.Warn("worker: bodies still running at the end of the drain grace; abandoning them (reported worker_lost)", "grace", w.grace)
+		w.Abandon()
+	}
+	return <-drained
 }
 
 // serve sets up what Run consumes (the claims bucket, the stop
@@ -342,7 +411,8 @@ func (w *Worker) stopRun(run string) {
 // replay or uncertainty from the recorded budget, as after a crash). An
 // embedding process calls it when its drain window ended with bodies
 // still running, so that Run returns instead of leaving them running
-// after their process part stopped.
+// after their process part stopped; Run calls it itself at the end of its
+// drain grace (WithDrainGrace) when nobody did.
 //
 // An attempt this worker holds but whose body has not started yet (still
 // checked or claimed) never starts after Abandon: its claim is released
@@ -354,6 +424,8 @@ func (w *Worker) Abandon() {
 	defer w.mu.Unlock()
 	if !w.abandoned {
 		close(w.abandon)
+		w.endStops()
+		time.AfterFunc(LateAfterAbandon, w.endLate)
 	}
 	w.abandoned = true
 	for _, r := range w.running {
@@ -676,7 +748,7 @@ func (w *Worker) current(t Task) currency {
 	}
 	back := backoff.New(50*time.Millisecond, 2*time.Second)
 	for range 8 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(w.stopped, 5*time.Second)
 		ok, err := w.check(ctx, t)
 		cancel()
 		if err == nil {
@@ -686,7 +758,11 @@ func (w *Worker) current(t Task) currency {
 			return attemptStale
 		}
 		w.log.Warn("worker: cannot check the attempt", "run", t.Run, "action", t.Action, "err", err)
-		time.Sleep(back.Next())
+		if back.Wait(w.stopped) != nil {
+			// The worker stopped: it starts no new body, so whether
+			// this one may start no longer matters (the task is requeued).
+			break
+		}
 	}
 	return attemptUnknown
 }
@@ -797,8 +873,9 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 // returned, is known only here — the task was acked with its stopped
 // report, so no later delivery could offer it. Stopping the worker never
 // cuts the offer short: the tries (at most lateTries, each bounded) run
-// to their end before Run returns. Only Abandon (the drain window ended)
-// ends the wait for a body that has not returned yet: there is no result
+// to their end before Run returns. Only Abandon (the drain window ended:
+// the embedding process's, or Run's drain grace) ends the wait for a body
+// that has not returned yet: there is no result
 // to lose then, and the run decides as after a lost worker (its settle
 // window, then uncertain; one definite settlement or a person reconciles).
 // After Abandon the offers of a body that did return go on for
@@ -832,10 +909,10 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 			Summary: fmt.Sprintf("the body of attempt %d returned %s after it was stopped", t.Attempt, res.Outcome)}
 		back := backoff.New(w.retryBase, w.retryCap)
 		// Once the worker is abandoned (the embedding runner's drain
-		// window ended) the offers go on for LateAfterAbandon at most:
-		// Run returns within the runner's wait, and the result is logged
-		// for the person who reconciles the action.
-		var cutoff <-chan time.Time
+		// window ended, or Run's drain grace) the offers go on for
+		// LateAfterAbandon at most (w.late, which also cuts short a try
+		// in flight): Run returns within the runner's wait, and the
+		// result is logged for the person who reconciles the action.
 		giveUp := func(tries int) error {
 			w.log.Error("worker: a stopped body's late settlement was not confirmed; a person reconciles the action with the result logged here",
 				"run", t.Run, "action", t.Action, "attempt", t.Attempt, "tries", tries, "outcome", res.Outcome, "content", string(res.Content), "message", res.Message)
@@ -843,17 +920,12 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 		}
 		for try := 1; try <= lateTries; try++ {
 			limit := 15 * time.Second
-			if cutoff == nil {
-				select {
-				case <-w.abandon:
-					cutoff = time.After(LateAfterAbandon)
-				default:
-				}
-			}
-			if cutoff != nil {
+			select {
+			case <-w.abandon:
 				limit = LateAfterAbandon / 2
+			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), limit)
+			ctx, cancel := context.WithTimeout(w.late, limit)
 			err := w.settle(ctx, s)
 			cancel()
 			var coded *weft.Error
@@ -863,12 +935,8 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 				}
 				return nil
 			}
-			select {
-			case <-time.After(back.Next()):
-			case <-cutoff:
+			if w.late.Err() != nil || back.Wait(w.late) != nil {
 				return giveUp(try)
-			case <-w.abandonedCh(cutoff):
-				cutoff = time.After(LateAfterAbandon)
 			}
 		}
 		return giveUp(lateTries)
@@ -879,20 +947,12 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 // before the worker gives up (the run then decides: uncertain, reconciled).
 const lateTries = 20
 
-// LateAfterAbandon is how long a stopped body's late settlement is still
-// offered once the worker is abandoned (Abandon: the embedding runner's
-// drain window ended); it is shorter than the runner's wait for the
-// worker's Run after Abandon.
+// LateAfterAbandon is how long a stopped body's late settlement, or an
+// undelivered report, is still offered once the worker is abandoned
+// (Abandon: the embedding runner's drain window ended, or Run's drain
+// grace); it is shorter than the runner's wait for the worker's Run after
+// Abandon.
 const LateAfterAbandon = 5 * time.Second
-
-// abandonedCh is w.abandon while cutoff is nil (the abandonment not seen
-// yet), else nil (a channel that never fires).
-func (w *Worker) abandonedCh(cutoff <-chan time.Time) <-chan struct{} {
-	if cutoff != nil {
-		return nil
-	}
-	return w.abandon
-}
 
 // retryable reports whether a refusal says "try again".
 func retryable(c weft.Code) bool {
@@ -926,7 +986,7 @@ func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
 	back := backoff.New(w.retryBase, w.retryCap)
 	saved := own == nil
 	for try := 1; ; try++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(w.late, 10*time.Second)
 		err := w.report(ctx, rep)
 		cancel()
 		var coded *weft.Error
@@ -972,7 +1032,15 @@ func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
 		if try%50 == 0 {
 			w.log.Warn("worker: report not delivered yet; still trying", "run", rep.Run, "action", rep.Action, "tries", try, "err", err)
 		}
-		time.Sleep(back.Next())
+		if w.late.Err() != nil || back.Wait(w.late) != nil {
+			// Abandoned, and LateAfterAbandon is over: the task goes
+			// back as a lost worker's would (a saved report is still
+			// delivered by the next worker; else its redelivery
+			// reports the attempt worker_lost).
+			w.log.Error("worker: abandoned with an undelivered report; the task goes back to the queue", "run", rep.Run, "action", rep.Action,
+				"saved", saved, "outcome", rep.Outcome, "content", string(rep.Content), "message", rep.Message, "evidence", rep.Evidence, "err", err)
+			return false
+		}
 	}
 }
 
@@ -981,7 +1049,7 @@ func (w *Worker) stale(t Task) bool {
 	if w.check == nil {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
 	defer cancel()
 	ok, err := w.check(ctx, t)
 	return err == nil && !ok

@@ -1,0 +1,178 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/worker"
+)
+
+// returnsWithin waits for Run's result on done, failing t when it has not
+// come after a minute (far beyond any bound these tests set: a hang, not a
+// slow machine).
+func returnsWithin(t *testing.T, what string, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: Run had not returned a minute after its context ended", what)
+	}
+}
+
+// TestSemantics8_AStandaloneWorkerBoundsItsDrain (SEMANTICS §7, §8; review
+// F3): a standalone worker whose Run context ends (SIGTERM) lets its
+// bodies finish within its drain grace (worker.WithDrainGrace); a body that
+// ignores its context and is still running then — running, or a settling
+// body stopped by its timeout and waiting for its late settlement — is
+// abandoned as worker.Abandon does, and Run returns. The running one is
+// reported lost with cause worker_lost (the run decides replay or an
+// uncertain effect, as for a lost worker); nothing reports a result the
+// body never returned. Before, Run waited for the body forever.
+func TestSemantics8_AStandaloneWorkerBoundsItsDrain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		task worker.Task
+		// want is the last report's outcome and cause.
+		outcome, cause string
+	}{
+		{"running body", worker.Task{TimeoutMS: -1}, worker.OutcomeLost, "worker_lost"},
+		{"stopped settling body", worker.Task{TimeoutMS: 50, SettleWithinMS: 60000}, worker.OutcomeLost, "timed_out"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nc, js := startServer(t)
+			rs := &reports{ch: make(chan struct{}, 10)}
+			var settled atomic.Int32
+			w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(), worker.WithDrainGrace(100*time.Millisecond),
+				worker.WithSettler(func(context.Context, worker.Settlement) error { settled.Add(1); return nil }))
+			started, release := make(chan struct{}), make(chan struct{})
+			bodyDone := make(chan struct{})
+			w.Handle(queue("pay"), func(ctx context.Context, _ worker.Task, _ worker.Settler) worker.Result {
+				defer close(bodyDone)
+				close(started)
+				<-release // ignores ctx
+				return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"PAY-1"}`)}
+			})
+			t.Cleanup(func() { close(release); <-bodyDone })
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			task := tc.task
+			task.Run, task.Action, task.Tool, task.Attempt, task.Arguments, task.MaxResultBytes = "r", "1/a", "pay", 1, json.RawMessage(`{}`), 100
+			publish(t, js, task)
+			<-started
+			if task.TimeoutMS > 0 {
+				<-rs.ch // the timed-out report: the body is stopped, not returned
+			}
+			cancel()
+			returnsWithin(t, tc.name, done)
+
+			rs.mu.Lock()
+			defer rs.mu.Unlock()
+			if len(rs.got) == 0 {
+				t.Fatal("no report")
+			}
+			for _, r := range rs.got {
+				if r.Outcome == worker.OutcomeOutput {
+					t.Fatalf("report %+v: the body never returned a result", r)
+				}
+			}
+			if last := rs.got[len(rs.got)-1]; last.Outcome != tc.outcome || last.Cause != tc.cause {
+				t.Fatalf("last report %s/%s (%s), want %s/%s", last.Outcome, last.Cause, last.Evidence, tc.outcome, tc.cause)
+			}
+			if settled.Load() != 0 {
+				t.Fatalf("%d settlements offered for a body that never returned", settled.Load())
+			}
+		})
+	}
+}
+
+// TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck: the check
+// before a body starts is retried while the run cannot be read; once the
+// worker stops (its Run context ended) it starts no new body, so the
+// retries stop at once and the task is requeued (not reported), instead of
+// Run waiting for every retry of every such task. Before, the retries
+// slept their backoff to the end (8 tries, about 7 s).
+func TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck(t *testing.T) {
+	nc, js := startServer(t)
+	rs := &reports{ch: make(chan struct{}, 10)}
+	var checks atomic.Int32
+	checked := make(chan struct{}, 10)
+	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+		checks.Add(1)
+		checked <- struct{}{}
+		return false, &weft.Error{Code: weft.CodeUnavailable, Message: "the log does not answer"}
+	}))
+	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	<-checked
+	cancel()
+	returnsWithin(t, "checking", done)
+	if n := checks.Load(); n >= 8 {
+		t.Fatalf("the check was tried %d times after the worker stopped, want the retries to stop", n)
+	}
+	if len(rs.got) != 0 {
+		t.Fatalf("reports %+v, want none (the body never started: requeued)", rs.got)
+	}
+	s, err := js.Stream(context.Background(), worker.TaskStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 {
+		t.Fatalf("%d tasks on the queue, want the one requeued", info.State.Msgs)
+	}
+}
+
+// TestSemantics8_AnAbandonedWorkerStopsRetryingAReport: a report that can
+// neither be delivered (the runner does not answer) nor saved with the
+// attempt's claim is tried again with a backoff; once the worker was
+// abandoned (here by its drain grace) the tries end LateAfterAbandon later
+// and the task goes back to the queue as a lost worker's would, so Run
+// returns. Before, a stopping worker went on for all of its 20 tries
+// (about 30 s with the backoff).
+func TestSemantics8_AnAbandonedWorkerStopsRetryingAReport(t *testing.T) {
+	nc, js := startServer(t)
+	var tries atomic.Int32
+	tried := make(chan struct{}, 100)
+	w := worker.New(nc, js, worker.WithoutAttemptCheck(), worker.WithDrainGrace(100*time.Millisecond),
+		worker.WithReporter(func(context.Context, worker.Report) error {
+			tries.Add(1)
+			tried <- struct{}{}
+			return &weft.Error{Code: weft.CodeUnavailable, Message: "no runner answers"}
+		}))
+	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		// The claims bucket goes away: the report cannot be saved.
+		if err := js.DeleteKeyValue(ctx, worker.ClaimsBucket); err != nil {
+			t.Error(err)
+		}
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	<-tried
+	cancel()
+	returnsWithin(t, "reporting", done)
+	if n := tries.Load(); n >= 20 {
+		t.Fatalf("the report was tried %d times, want the tries cut short after the abandonment", n)
+	}
+}
