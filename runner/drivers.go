@@ -4,7 +4,6 @@ package runner
 // with work in flight, which the owner of a partition scans and wakes.
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,13 +79,7 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 		}
 		todo = append(todo, run)
 	}
-	// Taken over in the order their entries were written, which is about
-	// the order of the runs' latest events in the log: consecutive loads
-	// then read the same message blocks of the events stream, which the
-	// server still has cached (in run-id order, each load of a large log
-	// read a block of its own: the 1M-run log's takeover was bound by the
-	// server copying blocks, docs/scaling.md).
-	slices.SortFunc(todo, func(a, b string) int { return cmp.Compare(entries[a].revision, entries[b].revision) })
+	slices.Sort(todo)
 	var mine []string
 	for _, run := range todo {
 		if _, busy := r.takeover.LoadOrStore(run, struct{}{}); !busy {
