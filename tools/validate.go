@@ -1,8 +1,10 @@
 package tools
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
@@ -169,7 +171,59 @@ func parseJSON(data []byte) (any, *ValidationError) {
 		// A number encoding/json cannot hold (1e400).
 		return nil, decodeError(err)
 	}
+	if path, name, ok := duplicateProperty(data); ok {
+		return nil, &ValidationError{Path: path, Reason: fmt.Sprintf("duplicate property %q", name)}
+	}
 	return v, nil
+}
+
+// duplicateProperty finds the first object in data, valid JSON, that names
+// a property twice, and returns the JSON Pointer of the second occurrence
+// and the name. encoding/json keeps the last of them, other readers (a
+// console, a policy engine in another language) the first: arguments
+// that mean two things are refused, so that what a person approves is
+// what the body gets (SEMANTICS §4).
+func duplicateProperty(data []byte) (path, name string, found bool) {
+	path, name, found, _ = duplicateIn(json.NewDecoder(bytes.NewReader(data)), "")
+	return path, name, found
+}
+
+// duplicateIn reads one value, at pointer path, from dec: see
+// duplicateProperty. (encoding/json refused data nested deeper than it
+// can read, so the recursion is bounded.)
+func duplicateIn(dec *json.Decoder, path string) (string, string, bool, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", "", false, err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return "", "", false, err
+			}
+			k, _ := kt.(string)
+			if seen[k] {
+				return pointer(path, k), k, true, nil
+			}
+			seen[k] = true
+			if p, n, ok, err := duplicateIn(dec, pointer(path, k)); ok || err != nil {
+				return p, n, ok, err
+			}
+		}
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if p, n, ok, err := duplicateIn(dec, path+"/"+strconv.Itoa(i)); ok || err != nil {
+				return p, n, ok, err
+			}
+		}
+	default:
+		return "", "", false, nil
+	}
+	_, err = dec.Token() // the closing delimiter
+	return "", "", false, err
 }
 
 // SchemaValidator checks JSON values against a JSON Schema that was not
