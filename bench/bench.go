@@ -21,9 +21,12 @@
 //   - recovery: runs whose runner subprocess is SIGKILLed while their
 //     replayable tool bodies run, until each finished on another runner;
 //   - projection rebuild: projector.Rebuild over the log the run wrote;
-//   - idle runs: a fresh runner subprocess taking over runs suspended on an
-//     approval whose runner was SIGKILLed: how long it takes and how much
-//     resident memory each run adds;
+//   - idle runs: runs suspended on an approval cost a runner nothing until
+//     a command reaches them (partitions, lazy load): a fresh runner
+//     subprocess's start to owning every partition and its resident
+//     memory with them in the log, against a fresh runner before they
+//     existed, and the first command of an idle run (its load from the
+//     log);
 //   - history bytes per turn for realistic messages (a 1 KiB assistant
 //     text and a 500-byte tool result per turn).
 //
@@ -54,7 +57,8 @@ type Config struct {
 	// (every write is fsynced before it is acknowledged).
 	SyncAlways bool
 	// IdleRuns is how many suspended runs the idle-run measure creates
-	// (0: 500 with Quick, 20,000 without).
+	// (0: 300 with Quick, 20,000 without; rounded up to a multiple of 64,
+	// its clients).
 	IdleRuns int
 	// Progress receives a line per step while the bench runs (nil: none).
 	Progress io.Writer
@@ -82,7 +86,9 @@ const (
 	SectionRecovery = "recovery"
 	// SectionRebuild holds the projection rebuild.
 	SectionRebuild = "rebuild"
-	// SectionIdle holds the takeover and memory of idle runs.
+	// SectionIdle holds what idle runs cost a runner: its claim of the
+	// partitions and its memory with them in the log, and the first
+	// command of one.
 	SectionIdle = "idle runs"
 )
 

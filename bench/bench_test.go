@@ -27,16 +27,16 @@ func TestMain(m *testing.M) {
 }
 
 // TestQuickSectionsPairEveryFigureWithABaseline runs the log-append,
-// history and recovery sections briefly (the recovery one SIGKILLs a
-// runner subprocess, this very test binary) and checks the report: every
-// figure that is not itself a baseline names a baseline of the same run,
-// with its value and the ratio, and the table and JSON carry them. It
-// judges no number.
+// history, recovery and idle-run sections briefly (the recovery one
+// SIGKILLs a runner subprocess, this very test binary; the idle one starts
+// three) and checks the report: every figure that is not itself a
+// baseline names a baseline of the same run, with its value and the
+// ratio, and the table and JSON carry them. It judges no number.
 func TestQuickSectionsPairEveryFigureWithABaseline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var progress bytes.Buffer
-	rep, err := bench.Run(ctx, bench.Config{Quick: true, Progress: &progress, Only: []string{"append", "history", "recovery"},
+	rep, err := bench.Run(ctx, bench.Config{Quick: true, Progress: &progress, Only: []string{"append", "history", "recovery", "idle"}, IdleRuns: 64,
 		Exec: func() (string, []string) { return os.Args[0], []string{"-test.run=^$"} }})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestQuickSectionsPairEveryFigureWithABaseline(t *testing.T) {
 	if len(rep.Errors) > 0 {
 		t.Fatalf("sections failed: %v\nprogress:\n%s", rep.Errors, progress.String())
 	}
-	want := map[string]bool{bench.SectionBaseline: false, bench.SectionAppend: false, bench.SectionHistory: false, bench.SectionRecovery: false}
+	want := map[string]bool{bench.SectionBaseline: false, bench.SectionAppend: false, bench.SectionHistory: false, bench.SectionRecovery: false, bench.SectionIdle: false}
 	for _, r := range rep.Rows {
 		want[r.Section] = true
 		if r.Value <= 0 || r.Unit == "" {

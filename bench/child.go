@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,19 +35,33 @@ type childConfig struct {
 	URL  string `json:"url"`
 	ID   string `json:"id"`
 	Hang bool   `json:"hang"`
+	// Partitions is the deployment's number of partitions: the child
+	// notes when its runner owns that many (memStats.Owned).
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // memSubject is where a bench subprocess answers memory questions.
 func memSubject(id string) string { return "weft.bench.child." + id + ".mem" }
 
 // memStats is a subprocess's answer on memSubject, taken after a garbage
-// collection.
+// collection unless the request's body is noGC.
 type memStats struct {
 	RSS        int64 `json:"rss"`  // resident set, bytes
 	HWM        int64 `json:"hwm"`  // peak resident set, bytes
-	Heap       int64 `json:"heap"` // live heap after GC, bytes
+	Heap       int64 `json:"heap"` // live heap (after GC unless noGC), bytes
 	Goroutines int   `json:"goroutines"`
+	// Serving and Owned are the times from the runner's start (Run
+	// called) until it served (heartbeat and command API) and until it
+	// owned childConfig.Partitions partitions; 0 until then.
+	Serving time.Duration `json:"serving"`
+	Owned   time.Duration `json:"owned"`
+	// Stats is the runner's runner.Stats.
+	Stats runner.Stats `json:"stats"`
 }
+
+// noGC is the body of a memSubject request that asks for no garbage
+// collection first (a poll that must not disturb the runner).
+const noGC = "nogc"
 
 // Child runs this process as a bench subprocess when EnvChild is set, and
 // then reports true with the runner's error once it stopped (SIGTERM, or
@@ -79,17 +94,31 @@ func Child() (bool, error) {
 		return true, err
 	}
 	done := make(chan error, 1)
+	started := time.Now()
 	go func() { done <- r.Run(ctx) }()
+	var owned atomic.Int64
+	if c.Partitions > 0 {
+		go func() {
+			for ctx.Err() == nil && len(r.Stats().Partitions) < c.Partitions {
+				time.Sleep(2 * time.Millisecond)
+			}
+			owned.Store(int64(time.Since(started)))
+		}()
+	}
 	if err := waitReady(ctx, nc, js, c.ID); err != nil {
 		return true, err
 	}
+	serving := time.Since(started)
 	sub, err := nc.Subscribe(memSubject(c.ID), func(m *nats.Msg) {
-		runtime.GC()
-		debug.FreeOSMemory()
+		if string(m.Data) != noGC {
+			runtime.GC()
+			debug.FreeOSMemory()
+		}
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		rss, hwm := procStatus()
-		b, _ := json.Marshal(memStats{RSS: rss, HWM: hwm, Heap: int64(ms.HeapAlloc), Goroutines: runtime.NumGoroutine()})
+		b, _ := json.Marshal(memStats{RSS: rss, HWM: hwm, Heap: int64(ms.HeapAlloc), Goroutines: runtime.NumGoroutine(),
+			Serving: serving, Owned: time.Duration(owned.Load()), Stats: r.Stats()})
 		_ = m.Respond(b)
 	})
 	if err != nil {
@@ -136,6 +165,12 @@ type child struct {
 // spawn starts a bench subprocess running a runner with id and waits until
 // it answers.
 func (b *bencher) spawn(ctx context.Context, id string, hangBodies bool) (*child, error) {
+	return b.spawnWith(ctx, childConfig{ID: id, Hang: hangBodies})
+}
+
+// spawnWith is spawn with the whole childConfig (its URL is the bench's).
+func (b *bencher) spawnWith(ctx context.Context, cc childConfig) (*child, error) {
+	id := cc.ID
 	path, args := "", []string(nil)
 	if b.cfg.Exec != nil {
 		path, args = b.cfg.Exec()
@@ -146,7 +181,8 @@ func (b *bencher) spawn(ctx context.Context, id string, hangBodies bool) (*child
 		}
 		path = p
 	}
-	cfg, _ := json.Marshal(childConfig{URL: b.srv.url, ID: id, Hang: hangBodies})
+	cc.URL = b.srv.url
+	cfg, _ := json.Marshal(cc)
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), EnvChild+"="+string(cfg))
 	c := &child{id: id, cmd: cmd, stderr: &tailBuffer{max: 4096}, done: make(chan struct{}), nc: b.srv.nc}
@@ -157,7 +193,7 @@ func (b *bencher) spawn(ctx context.Context, id string, hangBodies bool) (*child
 	go func() { _ = cmd.Wait(); close(c.done) }()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		if _, err := c.mem(ctx); err == nil {
+		if _, err := c.poll(ctx); err == nil {
 			return c, nil
 		}
 		select {
@@ -175,10 +211,15 @@ func (b *bencher) spawn(ctx context.Context, id string, hangBodies bool) (*child
 	}
 }
 
-func (c *child) mem(ctx context.Context) (memStats, error) {
+func (c *child) mem(ctx context.Context) (memStats, error) { return c.ask(ctx, nil) }
+
+// poll is mem without the garbage collection.
+func (c *child) poll(ctx context.Context) (memStats, error) { return c.ask(ctx, []byte(noGC)) }
+
+func (c *child) ask(ctx context.Context, body []byte) (memStats, error) {
 	mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(mctx, memSubject(c.id), nil)
+	m, err := c.nc.RequestWithContext(mctx, memSubject(c.id), body)
 	if err != nil {
 		return memStats{}, err
 	}
@@ -192,6 +233,19 @@ func (c *child) rss() (rss, hwm int64) {
 		return 0, 0
 	}
 	return procStatusOf(strconv.Itoa(c.cmd.Process.Pid))
+}
+
+// term SIGTERMs the subprocess (its runner drains and releases its
+// partitions) and waits until it is gone, SIGKILLing it after limit.
+func (c *child) term(limit time.Duration) {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-c.done:
+	case <-time.After(limit):
+		c.kill()
+	}
 }
 
 // kill SIGKILLs the subprocess and waits until it is gone.
