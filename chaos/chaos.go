@@ -492,7 +492,9 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	h.logf("workload done; stopping runners and workers")
+	h.logf("workload done; waiting for weft_drivers to hold only runs with work in flight")
+	h.checkDrivers(ctx)
+	h.logf("stopping runners and workers")
 	h.settle()
 	h.logf("checking")
 	res := h.check(ctx, w)
