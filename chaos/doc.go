@@ -69,6 +69,11 @@
 //   - no action with a fenced attempt ended in a state that says it did not
 //     run (not_started, rejected, denied, ...);
 //   - every run finished;
+//   - once the workload is done, and while the runners still run,
+//     weft_drivers holds within a grace no entry of a run that finished,
+//     waits only for a person or does not exist (only runs with work in
+//     flight have one); each entry left is named with the run's last
+//     events;
 //   - weft audit verify passes on every run (chain, refold, and the
 //     projector's stored view byte for byte once it caught up);
 //   - every acknowledged append is in the stream at its sequence, no event
