@@ -79,13 +79,17 @@ func (b *bencher) idle(ctx context.Context) error {
 	idle := len(created.runs)
 	b.add(Row{Section: SectionIdle, Name: fmt.Sprintf("fresh runner, start to all %d partitions owned, %d idle runs in the log", parts, idle),
 		Value: msf(got.owned.Owned), Unit: "ms", Baseline: "the same before the idle runs existed", BaseValue: msf(base.owned.Owned), BaseUnit: "ms",
-		Note: fmt.Sprintf("%d idle runs (%d log messages); serving at %s (baseline %s); then %d runs in memory, %d read from the log, %d takeovers recorded (an idle run costs nothing until a command reaches it); target: independent of the idle runs",
+		Note: fmt.Sprintf("%d idle runs (%d log messages); serving at %s (baseline %s); then %d runs in memory, %d read from the log, %d takeovers recorded (runs with work in flight that earlier sections left: an idle run is read only when something reaches it); target: independent of the idle runs",
 			idle, msgs, ms(got.owned.Serving), ms(base.owned.Serving), got.owned.Stats.Driven, got.owned.Stats.Loaded, got.owned.Stats.TakenOver)})
 	perRun := float64(got.mem.RSS-base.mem.RSS) / float64(idle)
+	growth := "no growth the RSS shows"
+	if perRun > 0 {
+		growth = fmt.Sprintf("%.0f bytes of RSS per idle run, %.1f MiB per 100,000", perRun, perRun*100000/(1<<20))
+	}
 	b.add(Row{Section: SectionIdle, Name: fmt.Sprintf("runner RSS, %d idle runs in the log", idle), Value: mib(got.mem.RSS), Unit: "MiB",
 		Baseline: "a fresh runner before they existed", BaseValue: mib(base.mem.RSS), BaseUnit: "MiB",
-		Note: fmt.Sprintf("after a GC, once every partition was owned; live heap %.1f against %.1f MiB; goroutines %d against %d; %.0f bytes of RSS per idle run, %.1f MiB per 100,000 (target ≤ 10 MiB)",
-			mib(got.mem.Heap), mib(base.mem.Heap), got.mem.Goroutines, base.mem.Goroutines, perRun, perRun*100000/(1<<20))})
+		Note: fmt.Sprintf("after a GC, once every partition was owned; live heap %.1f against %.1f MiB; goroutines %d against %d; %s (target ≤ 10 MiB per 100,000)",
+			mib(got.mem.Heap), mib(base.mem.Heap), got.mem.Goroutines, base.mem.Goroutines, growth)})
 
 	// The first command of an idle run: the owner reads it back (its
 	// snapshot and tail), records the takeover with the decision and
