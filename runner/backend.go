@@ -10,8 +10,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -216,16 +214,16 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	defer span.End()
 	// The driver is written as an intent before the run's first event, so
 	// that a crash right after the append leaves no run that no runner
-	// knows to recover (SEMANTICS §8). A key that exists already is
+	// knows to recover (SEMANTICS §8). An entry that exists already is
 	// another start's intent (or a stale one): it is corrected once the
 	// log says who won.
 	intent := uint64(0)
 	if !s.Exists() {
-		rev, err := r.drivers.Create(ctx, r.driverKey(id), []byte(r.id))
+		rev, err := r.createDriverKey(ctx, id, r.id)
 		switch {
 		case err == nil:
 			intent = rev
-		case errors.Is(err, jetstream.ErrKeyExists):
+		case errors.Is(err, errDriverKeyExists):
 		default:
 			return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: "driver intent: " + err.Error()}
 		}
@@ -259,6 +257,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	if len(evs) == 0 {
 		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "start decided nothing"}
 	}
+	r.testHook("start-appended", -1, id)
 	rn.driven, started = true, true
 	rn.keyed, rn.keyRev = intent != 0, intent // else act puts the key
 	r.mu.Lock()

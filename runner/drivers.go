@@ -152,6 +152,45 @@ func (r *Runner) removeDriverKey(ctx context.Context, run string, rev uint64) er
 	return err
 }
 
+// createTries bounds createDriverKey's attempts: a Create is made again
+// only when the key it answered "exists" for turned out absent.
+const createTries = 4
+
+// errDriverKeyExists is createDriverKey's answer when run has a
+// weft_drivers entry: one read back after Create refused to write.
+var errDriverKeyExists = errors.New("the run has a driver entry")
+
+// createDriverKey writes run's weft_drivers entry naming driver when run
+// has none (a start's intent, a rebuilt entry) and returns its revision,
+// or errDriverKeyExists when an entry is there. nats.go's KeyValue.Create
+// answers jetstream.ErrKeyExists also when no entry exists: the key's last
+// message is the marker of a removal (removeDriverKey) that expires
+// (markerTTL) between Create's refused write and its read of the marker's
+// revision, or between that read and its write at the revision. So an
+// ErrKeyExists is confirmed by reading the key; when it is absent (no
+// message, or a marker) Create is made again, at most createTries times
+// in all — a run appended without the entry that it was meant to have
+// first would be stranded by a crash before act puts it (SEMANTICS §8:
+// no run stays in flight that no runner finds).
+func (r *Runner) createDriverKey(ctx context.Context, run, driver string) (uint64, error) {
+	key := r.driverKey(run)
+	for try := 1; ; try++ {
+		rev, err := r.drivers.Create(ctx, key, []byte(driver))
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return rev, err
+		}
+		_, gerr := r.drivers.Get(ctx, key)
+		switch {
+		case gerr == nil:
+			return 0, errDriverKeyExists
+		case !errors.Is(gerr, jetstream.ErrKeyNotFound):
+			return 0, fmt.Errorf("read %s key %s after create answered %v: %w", DriversBucket, key, err, gerr)
+		case try == createTries:
+			return 0, fmt.Errorf("create %s key %s: answered %v %d times while the key was absent", DriversBucket, key, err, try)
+		}
+	}
+}
+
 // jsMessageTTLDisabled is nats-server's JSMessageTTLDisabledErr: a
 // message TTL on a stream that does not allow them.
 const jsMessageTTLDisabled jetstream.ErrorCode = 10166

@@ -15,9 +15,10 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // partition's release ("release-acquiring": waiting for acquisitions in
 // flight; "release-retry": a run could not be handed off, tried again;
 // "release-deleted": the partition's key is deleted), at the end of
-// every round of rebalancing ("partition-pass") and when a rebuild of the
-// driver index from the log starts ("rebuild"), so that a test orders
-// them.
+// every round of rebalancing ("partition-pass"), when a rebuild of the
+// driver index from the log starts ("rebuild") and when a start's first
+// events are appended, before they are acted on ("start-appended"), so
+// that a test orders them.
 func WithHook(f func(event string, p int, run string)) Option {
 	return func(r *Runner) { r.hook = f }
 }

@@ -53,10 +53,18 @@ func newHarness(t *testing.T) *harness {
 // drain) or the test ends.
 func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*runner.Runner, func()) {
 	h.t.Helper()
+	return h.startRunnerJS(nil, agents, opts...)
+}
+
+// startRunnerJS is startRunner with the runner's JetStream context made
+// with jsOpts (a jetstream.WithClientTrace that orders a test's step
+// between two requests of the runner's).
+func (h *harness) startRunnerJS(jsOpts []jetstream.JetStreamOpt, agents []*agent.Agent, opts ...runner.Option) (*runner.Runner, func()) {
+	h.t.Helper()
 	// Its own connection and JetStream context, so that it reconnects
 	// after a server restart (h.srv.Restart closes h.srv.JS's connection).
 	nc := h.srv.Connect(nats.MaxReconnects(-1))
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jsOpts...)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -100,12 +100,12 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) {
 			continue
 		}
-		_, err = r.drivers.Create(ctx, r.driverKey(run), []byte(s.Runner()))
+		_, err = r.createDriverKey(ctx, run, s.Runner())
 		switch {
 		case err == nil:
 			r.log.Info("rebuilt the driver key of an unfinished run from its log", "run", run, "driver", s.Runner())
 			n++
-		case errors.Is(err, jetstream.ErrKeyExists): // put meanwhile by its driver
+		case errors.Is(err, errDriverKeyExists): // put meanwhile by its driver
 		default:
 			r.log.Warn("rebuild driver key: create", "run", run, "err", err)
 			left++
