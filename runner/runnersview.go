@@ -28,12 +28,20 @@ type runnersView struct {
 }
 
 // runnerEntry is a liveness key as the watcher saw it: whether the runner
-// takes part in the assignment, and until when the key lives. The bucket's
-// keys expire after a lease (its max age) without a message a watcher
-// would see, so the view expires them itself: a lease after the beat
-// (its age when first seen taken from the message's timestamp).
+// takes part in the assignment, the key's revision, and until when the
+// view counts it. The bucket's keys expire after a lease (its max age)
+// without a message a watcher would see, so the view expires them itself:
+// a lease after this runner last saw the key change (a new revision), by
+// its own monotonic clock. Never by the message's timestamp: that is the
+// server's clock, and with a skew of more than about ¾ of a lease between
+// the two (a peer beats every lease/4) a live peer expired between two
+// beats — its partitions were assigned away — or a gone one was kept
+// (reviewer F4). A key first seen in a watch's initial values counts from
+// then (a lease at most longer than its beat, as for a peer seen to beat
+// then), unless the previous watch saw it at the same revision.
 type runnerEntry struct {
 	assignable bool
+	revision   uint64
 	until      time.Time
 }
 
@@ -71,6 +79,7 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 	defer func() { _ = w.Stop() }()
 	v := r.runners
 	v.mu.Lock()
+	prev := v.keys // the previous watch's: keys unchanged since keep their expiry
 	v.keys, v.seen = map[string]runnerEntry{}, time.Now()
 	v.mu.Unlock()
 	check := time.NewTicker(r.lease / 2)
@@ -104,11 +113,15 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 			v.firstOnce.Do(func() { close(v.first) })
 		case e.Operation() == jetstream.KeyValuePut:
 			var b beat
-			age := min(max(now.Sub(e.Created()), 0), r.lease)
-			v.keys[e.Key()] = runnerEntry{
+			k := runnerEntry{
 				assignable: json.Unmarshal(e.Value(), &b) == nil && b.Partitions == r.nparts && !b.Draining,
-				until:      now.Add(r.lease - age),
+				revision:   e.Revision(),
+				until:      now.Add(r.lease),
 			}
+			if old, ok := prev[e.Key()]; ok && old.revision == k.revision {
+				k.until = old.until
+			}
+			v.keys[e.Key()] = k
 		default:
 			delete(v.keys, e.Key())
 		}
