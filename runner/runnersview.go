@@ -118,8 +118,12 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 				revision:   e.Revision(),
 				until:      now.Add(r.lease),
 			}
-			if old, ok := prev[e.Key()]; ok && old.revision == k.revision {
-				k.until = old.until
+			old, ok := v.keys[e.Key()]
+			if !ok {
+				old, ok = prev[e.Key()]
+			}
+			if ok && old.revision == k.revision {
+				k.until = old.until // delivered again, not changed
 			}
 			v.keys[e.Key()] = k
 		default:

@@ -135,3 +135,59 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 		})
 	}
 }
+
+// SEMANTICS §8 (reviewer F4): a watch made again (the previous one failed
+// or fell silent) delivers every key again; a key it delivers at the
+// revision the previous watch saw has not changed since, so it keeps the
+// expiry it had — a gone peer's key is not counted for another lease each
+// time the watch is made again.
+func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
+	const lease = 2 * time.Second
+	srv := natstest.Start(t)
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: RunnersBucket, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(beat{Schema: 1, Partitions: DefaultPartitions})
+	if _, err := kv.Put(c, "peer", b); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{id: "me", lease: lease, nparts: DefaultPartitions, live: kv, runners: newRunnersView(), log: slog.New(slog.DiscardHandler)}
+	// watch makes a watch and returns the peer's entry once the watch
+	// delivered the bucket as it is (ready; watchRunners resets it when a
+	// watch ends, as here).
+	watch := func() runnerEntry {
+		v := r.runners
+		v.mu.Lock()
+		v.ready = false
+		v.mu.Unlock()
+		wctx, stop := context.WithCancel(c)
+		done := make(chan struct{})
+		go func() { defer close(done); r.watchRunnersOnce(wctx) }()
+		defer func() { stop(); <-done }()
+		for {
+			v.mu.Lock()
+			k, ok := v.keys["peer"]
+			ready := v.ready
+			v.mu.Unlock()
+			if ready {
+				if !ok {
+					t.Fatal("the watch did not deliver the peer's key")
+				}
+				return k
+			}
+			if c.Err() != nil {
+				t.Fatal("the watch never delivered the bucket")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	first := watch()
+	time.Sleep(lease / 4) // the second watch receives the key later
+	second := watch()
+	if !second.until.Equal(first.until) {
+		t.Fatalf("the key, unchanged, counts until %v after the watch was made again, %v later than before", second.until, second.until.Sub(first.until))
+	}
+}
