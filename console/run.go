@@ -312,13 +312,13 @@ func timeline(envs []events.Envelope) []line {
 func verify(envs []events.Envelope, head eventlog.Head, v projections.RunView) auditPanel {
 	p := auditPanel{Head: head}
 	opts := []audit.Option{audit.WithHead(head.Hash)}
-	if v.Version == head.Version {
+	if lag := projector.Lag(v, head); lag != "" {
+		p.ViewNote = lag + ": view not compared"
+	} else if v.Version == head.Version {
 		if b, err := v.Encode(); err == nil {
 			opts = append(opts, audit.WithView(b))
 			p.ViewCompared = true
 		}
-	} else {
-		p.ViewNote = fmt.Sprintf("the view is at version %d and the log at %d (the projector is catching up): view not compared", v.Version, head.Version)
 	}
 	p.Report = audit.Verify(envs, opts...)
 	p.Questions = questionsOf(envs)

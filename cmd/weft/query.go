@@ -98,19 +98,74 @@ func showCommand() command {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
-				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
-					r, err := c.RunFamily(ctx, args[0])
-					if err != nil {
-						return err
+				n, err := e.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer closeNode(n)
+				ctx, cancel := context.WithTimeout(ctx, e.timeout)
+				defer cancel()
+				c, log := projector.NewClient(n.Conn()), eventlog.New(n.JetStream())
+				var r projector.RunReply
+				lag, err := freshView(ctx, log, args[0], func(ctx context.Context) (projections.RunView, error) {
+					rr, err := c.RunFamily(ctx, args[0])
+					if err == nil {
+						r = rr
 					}
-					if *asJSON {
-						return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus})
-					}
-					printView(e.stdout, r)
-					return nil
+					return rr.View, err
 				})
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					if lag != "" {
+						fmt.Fprintf(e.stderr, "note: %s\n", lag)
+					}
+					return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus})
+				}
+				printView(e.stdout, r, lag)
+				return nil
 			}
 		},
+	}
+}
+
+// viewWait bounds how long a command that answers from a run's view
+// (show; approve and reject without --revision) waits for the view to catch
+// up with the run's log.
+const viewWait = 2 * time.Second
+
+// freshView reads a run's view with read, then the head of the run's log,
+// and reads again until the view has caught up with the head read after it
+// or viewWait (or ctx) ends the wait. It returns how the last view read
+// lags the log (projector.Lag: "" when it caught up), or a note saying the
+// log's head could not be read. The read model follows the log eventually:
+// right after a command, a view may not have it yet.
+func freshView(ctx context.Context, log *eventlog.Log, run string, read func(context.Context) (projections.RunView, error)) (string, error) {
+	deadline := time.Now().Add(viewWait)
+	var lag string
+	for first := true; ; first = false {
+		v, err := read(ctx)
+		if err != nil && first {
+			return "", err
+		}
+		if err != nil {
+			// ctx ended between two reads: the previous view stands.
+			return lag, nil
+		}
+		h, err := log.Head(ctx, run)
+		if err != nil {
+			return fmt.Sprintf("the view (version %d) could not be compared with the run's log: %v", v.Version, err), nil
+		}
+		lag = projector.Lag(v, h)
+		if lag == "" || !time.Now().Before(deadline) {
+			return lag, nil
+		}
+		select {
+		case <-ctx.Done():
+			return lag, nil
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -134,9 +189,14 @@ func describeFamily(f projections.Family) string {
 	return f.Status + ", waiting for child run " + strings.Join(f.Waiting, ", ")
 }
 
-func printView(w io.Writer, r projector.RunReply) {
+// printView prints a run's view; lag, when not empty, says how the view
+// lags the run's log (freshView).
+func printView(w io.Writer, r projector.RunReply, lag string) {
 	v := r.View
 	fmt.Fprintf(w, "run        %s\n", v.Run)
+	if lag != "" {
+		fmt.Fprintf(w, "note       %s: what follows may be out of date\n", lag)
+	}
 	if p := v.Parent; p != nil {
 		fmt.Fprintf(w, "parent     %s (action %s, depth %d)\n", p.Run, p.Action, p.Depth)
 	}
