@@ -8,10 +8,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/worker"
 )
@@ -27,8 +30,15 @@ func newCommandID() string {
 	return "cli-" + hex.EncodeToString(b)
 }
 
+// views reads runs' views (the query service) and the heads of their logs
+// (to tell whether a view has caught up: freshView).
+type views struct {
+	*projector.Client
+	log *eventlog.Log
+}
+
 // withAPI connects and hands the command API client to fn.
-func withAPI(ctx context.Context, e *env, fn func(ctx context.Context, c *api.Client, q *projector.Client) error) error {
+func withAPI(ctx context.Context, e *env, fn func(ctx context.Context, c *api.Client, q views) error) error {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return err
@@ -36,7 +46,7 @@ func withAPI(ctx context.Context, e *env, fn func(ctx context.Context, c *api.Cl
 	defer closeNode(n)
 	actx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	err = fn(actx, api.NewClient(n.Conn()), projector.NewClient(n.Conn()))
+	err = fn(actx, api.NewClient(n.Conn()), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &weft.Error{Code: weft.CodeUnavailable, Message: "no answer from the command API within " + e.timeout.String() + " (is a runner serving weft.api.*?)"}
 	}
@@ -61,11 +71,11 @@ func actFlags(fs *flag.FlagSet, id *string) *bool {
 // send is the plumbing every acting command shares: it gives the command a
 // fresh id unless --command-id named one (id nil: the command keeps what it
 // has), connects, sends the command with call and prints the reply.
-func send(ctx context.Context, e *env, id *string, asJSON bool, call func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error)) error {
+func send(ctx context.Context, e *env, id *string, asJSON bool, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
 	if id != nil && *id == "" {
 		*id = newCommandID()
 	}
-	return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q *projector.Client) error {
+	return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q views) error {
 		r, err := call(ctx, c, q)
 		if err != nil {
 			return err
@@ -90,7 +100,7 @@ func startCommand() command {
 					return err
 				}
 				req.Agent, req.Input = args[0], args[1]
-				return send(ctx, e, nil, *asJSON, func(ctx context.Context, c *api.Client, _ *projector.Client) (api.Reply, error) {
+				return send(ctx, e, nil, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					r, err := c.Start(ctx, req)
 					return api.Reply(r), err
 				})
@@ -101,18 +111,33 @@ func startCommand() command {
 
 // pendingRevision sets *rev, when zero (no --revision), to the revision of
 // an action's open approval request in the run's view, for approve and
-// reject.
-func pendingRevision(ctx context.Context, q *projector.Client, run, action string, rev *int) error {
+// reject, and reports whether it did. The view is read once it has caught
+// up with the run's log (freshView, bounded by viewWait): right after the
+// request was re-asked or answered, the read model may not have it yet. A
+// view still behind the log after the wait is said on w; a refusal the CLI
+// gives itself from such a view says so too.
+func pendingRevision(ctx context.Context, w io.Writer, q *projector.Client, log *eventlog.Log, run, action string, rev *int) (bool, error) {
 	if *rev != 0 {
-		return nil
+		return false, nil
 	}
-	v, err := q.Run(ctx, run)
+	var v projections.RunView
+	lag, err := freshView(ctx, log, run, func(ctx context.Context) (projections.RunView, error) {
+		rv, err := q.Run(ctx, run)
+		if err == nil {
+			v = rv
+		}
+		return rv, err
+	})
 	if err != nil {
-		return err
+		return false, err
+	}
+	behind := ""
+	if lag != "" {
+		behind = fmt.Sprintf(" in its view, but %s: see %s events %s, or give --revision", lag, self, run)
 	}
 	a, ok := v.Action(action)
 	if !ok {
-		return &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s", run, action)}
+		return false, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s%s", run, action, behind)}
 	}
 	switch {
 	case a.Pending != nil:
@@ -124,9 +149,44 @@ func pendingRevision(ctx context.Context, q *projector.Client, run, action strin
 		// a refusal the server did not give.
 		*rev = a.Approvals[len(a.Approvals)-1].Revision
 	default:
-		return &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("action %s of run %s never asked for approval (state %s)", action, run, a.State)}
+		return false, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("action %s of run %s never asked for approval (state %s)%s", action, run, a.State, behind)}
 	}
-	return nil
+	if lag != "" {
+		fmt.Fprintf(w, "note: revision %d is read from the run's view, but %s\n", *rev, lag)
+	}
+	return true, nil
+}
+
+// staleRevision explains a stale_reference refusal (err) of an answer
+// (verb: approve or reject) whose revision sent pendingRevision took from
+// the run's view: the approval request changed after the view was read (it
+// was re-asked: SEMANTICS §4, §8). It reads the view again, once caught up
+// (freshView), and says what the request is now and the exact command that
+// answers it. It never answers again by itself: a person answers the
+// request they saw, and they have not seen this one.
+func staleRevision(ctx context.Context, q *projector.Client, log *eventlog.Log, verb, run, action string, sent int, err error) error {
+	var v projections.RunView
+	lag, rerr := freshView(ctx, log, run, func(ctx context.Context) (projections.RunView, error) {
+		rv, err := q.Run(ctx, run)
+		if err == nil {
+			v = rv
+		}
+		return rv, err
+	})
+	head := fmt.Sprintf("%%w\nrevision %d was read from the run's view; the approval request changed since, and nothing was answered (%s", sent, verb)
+	a, ok := v.Action(action)
+	switch {
+	case rerr != nil:
+		return fmt.Errorf(head+"s only the revision a person saw). The run could not be read again (%v): see %s show %s", err, rerr, self, run)
+	case ok && a.Pending != nil && lag == "":
+		p := a.Pending
+		return fmt.Errorf(head+"s only the revision a person saw). Now pending: revision %d, %s %s, requirement %s v%d; if that is what you mean to %s, run it again with --revision %d (see %s show %s)",
+			err, p.Revision, a.Tool, oneLine(string(a.Arguments), 60), p.Requirement.Name, p.Requirement.Version, verb, p.Revision, self, run)
+	case lag != "":
+		return fmt.Errorf(head+"s only the revision a person saw). The view is still behind (%s): see %s events %s for the current request", err, lag, self, run)
+	default:
+		return fmt.Errorf(head+"s only the revision a person saw). Nothing is pending now (state %s): see %s show %s", err, a.State, self, run)
+	}
 }
 
 func approveCommand() command {
@@ -152,19 +212,24 @@ func approveCommand() command {
 					return usagef("approve needs --approver and either --credential or --signing-key")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
-						p, err := signAnswer(ctx, e.stderr, q, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
+						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
 						if err != nil {
 							return api.Reply{}, err
 						}
 						req.Proof = p
 						return c.Approve(ctx, req)
 					}
-					if err := pendingRevision(ctx, q, req.Run, req.Action, &req.Revision); err != nil {
+					fromView, err := pendingRevision(ctx, e.stderr, q.Client, q.log, req.Run, req.Action, &req.Revision)
+					if err != nil {
 						return api.Reply{}, err
 					}
-					return c.Approve(ctx, req)
+					r, err := c.Approve(ctx, req)
+					if fromView && errors.Is(err, &weft.Error{Code: weft.CodeStaleReference}) {
+						return r, staleRevision(ctx, q.Client, q.log, "approve", req.Run, req.Action, req.Revision, err)
+					}
+					return r, err
 				})
 			}
 		},
@@ -192,19 +257,24 @@ func rejectCommand() command {
 					return usagef("reject needs --reason")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q *projector.Client) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
-						p, err := signAnswer(ctx, e.stderr, q, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
+						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
 						if err != nil {
 							return api.Reply{}, err
 						}
 						req.Proof = p
 						return c.Reject(ctx, req)
 					}
-					if err := pendingRevision(ctx, q, req.Run, req.Action, &req.Revision); err != nil {
+					fromView, err := pendingRevision(ctx, e.stderr, q.Client, q.log, req.Run, req.Action, &req.Revision)
+					if err != nil {
 						return api.Reply{}, err
 					}
-					return c.Reject(ctx, req)
+					r, err := c.Reject(ctx, req)
+					if fromView && errors.Is(err, &weft.Error{Code: weft.CodeStaleReference}) {
+						return r, staleRevision(ctx, q.Client, q.log, "reject", req.Run, req.Action, req.Revision, err)
+					}
+					return r, err
 				})
 			}
 		},
@@ -268,7 +338,7 @@ func reconcileCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ *projector.Client) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					if *stored {
 						return cl.ReconcileStored(ctx, req)
 					}
@@ -308,7 +378,7 @@ func resolveCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ *projector.Client) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					return cl.Resolve(ctx, req)
 				})
 			}
@@ -330,7 +400,7 @@ func cancelCommand() command {
 					return err
 				}
 				req.Run = args[0]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ *projector.Client) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Cancel(ctx, req)
 				})
 			}
@@ -370,7 +440,7 @@ func settleCommand() command {
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}
 				req.Schema, req.Run, req.Action = 1, args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ *projector.Client) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Settle(ctx, req)
 				})
 			}

@@ -118,3 +118,49 @@ func TestSemantics4_ShowSaysWhenTheViewLagsTheLog(t *testing.T) {
 		t.Fatalf("show once the view caught up: %d\n%s%s", code, out, errs)
 	}
 }
+
+// TestSemantics4_ApproveSaysTheViewLagsWhenItCannotFindTheRequest: the
+// projector stored the view of pay-43 before its approval request and
+// stopped; the log then got the request. `weft approve` without --revision
+// takes the revision from the view, which still has no request: it waits
+// for the view (bounded), and when the view does not catch up its refusal
+// (still wrong_reference: the CLI sends nothing it could not read) says
+// that the view is behind the log and how to go on, instead of telling the
+// person the action never asked for approval. Before, it said just that.
+func TestSemantics4_ApproveSaysTheViewLagsWhenItCannotFindTheRequest(t *testing.T) {
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+	svc, err := projector.Serve(context.Background(), s.Conn, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	stop := startProjector(t, s)
+
+	req := events.Requirement{Name: "finance", Version: 1}
+	appendRun(t, s.Log, "pay-43",
+		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "pay invoice 43", Runner: "r1"},
+		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{
+			{ID: "c1", Name: "pay_invoice", Arguments: json.RawMessage(`{"invoice":43}`)}}},
+		events.CallValidated{Action: "1/c1", Turn: 1, CallID: "c1", Tool: "pay_invoice", Outcome: events.CallValid},
+	)
+	waitStoredView(t, s, "pay-43", 4)
+	stop()
+	appendRun(t, s.Log, "pay-43",
+		events.PolicyDecided{Action: "1/c1", Context: "model", Decision: events.PolicyRequireApproval, Requirement: &req},
+		events.ApprovalRequested{Action: "1/c1", Revision: 1, Requirement: req, Why: events.AskPolicy},
+	)
+
+	t.Setenv("NATS_URL", s.URL)
+	for _, args := range [][]string{
+		{"approve", "pay-43", "1/c1", "--approver", "desk", "--credential", "alice"},
+		{"reject", "pay-43", "1/c1", "--reason", "no", "--approver", "desk", "--credential", "alice"},
+	} {
+		code, _, errs := cli(t, args...)
+		if code != exitFailed || !strings.Contains(errs, "wrong_reference") ||
+			!strings.Contains(errs, "the view is at version 4 and the log at 6 (the projector is catching up)") ||
+			!strings.Contains(errs, "--revision") {
+			t.Fatalf("%s with the view behind the log: %d %s", args[0], code, errs)
+		}
+	}
+}
