@@ -173,19 +173,19 @@ func staleRevision(ctx context.Context, q *projector.Client, log *eventlog.Log, 
 		}
 		return rv, err
 	})
-	head := fmt.Sprintf("%%w\nrevision %d was read from the run's view; the approval request changed since, and nothing was answered (%s", sent, verb)
+	head := fmt.Sprintf("%%w\nrevision %d was read from the run's view; the approval request changed since, and nothing was answered (the CLI never answers a revision nobody saw)", sent)
 	a, ok := v.Action(action)
 	switch {
 	case rerr != nil:
-		return fmt.Errorf(head+"s only the revision a person saw). The run could not be read again (%v): see %s show %s", err, rerr, self, run)
+		return fmt.Errorf(head+". The run could not be read again (%v): see %s show %s", err, rerr, self, run)
 	case ok && a.Pending != nil && lag == "":
 		p := a.Pending
-		return fmt.Errorf(head+"s only the revision a person saw). Now pending: revision %d, %s %s, requirement %s v%d; if that is what you mean to %s, run it again with --revision %d (see %s show %s)",
+		return fmt.Errorf(head+". Now pending: revision %d, %s %s, requirement %s v%d; if that is what you mean to %s, run the command again with --revision %d (see %s show %s)",
 			err, p.Revision, a.Tool, oneLine(string(a.Arguments), 60), p.Requirement.Name, p.Requirement.Version, verb, p.Revision, self, run)
 	case lag != "":
-		return fmt.Errorf(head+"s only the revision a person saw). The view is still behind (%s): see %s events %s for the current request", err, lag, self, run)
+		return fmt.Errorf(head+". The view is still behind: %s; see %s events %s for the current request, then run the command again with its --revision", err, lag, self, run)
 	default:
-		return fmt.Errorf(head+"s only the revision a person saw). Nothing is pending now (state %s): see %s show %s", err, a.State, self, run)
+		return fmt.Errorf(head+". Nothing is pending now (state %s): see %s show %s", err, a.State, self, run)
 	}
 }
 
