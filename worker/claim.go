@@ -218,7 +218,9 @@ func (w *Worker) updateClaim(own *ownClaim) error {
 // fails the claim stays, and the next delivery reports the attempt
 // worker_lost (its body may have run, as far as it can tell).
 func (w *Worker) releaseClaim(t Task, own *ownClaim) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// After Abandon it is cut short with the other tries (w.late), so that
+	// Run returns within LateAfterAbandon.
+	ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
 	defer cancel()
 	if err := w.claims.Delete(ctx, own.key, jetstream.LastRevision(own.rev)); err != nil {
 		w.log.Warn("worker: cannot release the claim of a body not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", own.key, "err", err)

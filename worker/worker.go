@@ -310,8 +310,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	for _, cc := range ccs {
 		cc.Drain()
 	}
+	// A drain waits for the server (a flush, up to 10 s when it does not
+	// answer): after Abandon it is given LateAfterAbandon at most, like
+	// every other try, so that Run returns within the embedding runner's
+	// wait (a task still buffered then is redelivered after the ack wait).
 	for _, cc := range ccs {
-		<-cc.Closed()
+		select {
+		case <-cc.Closed():
+		case <-w.late.Done():
+			cc.Stop()
+		}
 	}
 	drained := make(chan error, 1)
 	go func() { drained <- w.group.Wait() }()
@@ -720,7 +728,7 @@ func (w *Worker) requeue(m jetstream.Msg, t Task, why string) {
 		id = fmt.Sprintf("%s/requeued/%d", id, md.Sequence.Stream)
 	}
 	msg.Header.Set(HeaderMsgID, id)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(w.late, 10*time.Second) // cut short LateAfterAbandon after Abandon
 	defer cancel()
 	if _, err := w.js.PublishMsg(ctx, msg); err != nil {
 		w.log.Error("worker: cannot requeue a task not started; nak'd", "why", why, "run", t.Run, "action", t.Action, "err", err)

@@ -1,0 +1,80 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/worker"
+)
+
+// TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait (review r4
+// finding 1; SEMANTICS §8, the drain window): Abandon promises that
+// Run returns once the tries still in flight end, LateAfterAbandon at most,
+// within runner.Run's 10 s wait after Abandon (runner/runner.go). An attempt
+// claimed but not started when the worker stops is released
+// (releaseClaim) and requeued (requeue): with a server that no longer
+// answers, both were waited for on context.Background (5 s + 10 s), so Run
+// returned about 15 s after Abandon, after the embedding runner had
+// returned without it. They end with the other tries now.
+func TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	t.Cleanup(func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() })
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: worker.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+		t.Fatal(err)
+	}
+
+	var checks atomic.Int32
+	second, proceed := make(chan struct{}), make(chan struct{})
+	w := worker.New(nc, js, worker.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))), worker.WithReporter(func(context.Context, worker.Report) error { return nil }),
+		worker.WithAttemptCheck(func(ctx context.Context, _ worker.Task) (bool, error) {
+			if checks.Add(1) == 1 {
+				return true, nil
+			}
+			close(second) // the check after the claim
+			<-proceed
+			return false, errors.New("the log does not answer")
+		}))
+	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		t.Error("the body started")
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	<-second
+	s.Shutdown() // the server stops answering
+	cancel()
+	w.Abandon() // the embedding runner's drain window ended
+	start := time.Now()
+	close(proceed)
+	<-done
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("Run returned %s after Abandon, want within runner.Run's 10 s wait (LateAfterAbandon %s)", took.Round(100*time.Millisecond), worker.LateAfterAbandon)
+	} else {
+		t.Logf("Run returned %s after Abandon", took.Round(100*time.Millisecond))
+	}
+}
