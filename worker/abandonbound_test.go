@@ -10,10 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftrun/weft/worker"
 )
 
@@ -27,23 +23,7 @@ import (
 // returned about 15 s after Abandon, after the embedding runner had
 // returned without it. They end with the other tries now.
 func TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, _ := jetstream.New(nc)
-	t.Cleanup(func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() })
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: worker.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
-		t.Fatal(err)
-	}
+	s, nc, js := startServerHandle(t)
 
 	var checks atomic.Int32
 	second, proceed := make(chan struct{}), make(chan struct{})

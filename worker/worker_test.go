@@ -17,6 +17,14 @@ import (
 
 func startServer(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
+	_, nc, js := startServerHandle(t)
+	return nc, js
+}
+
+// startServerHandle is startServer that also returns the server, for a
+// test that stops it.
+func startServerHandle(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true})
 	if err != nil {
 		t.Fatal(err)
@@ -35,7 +43,7 @@ func startServer(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nc, js
+	return s, nc, js
 }
 
 type reports struct {
