@@ -36,6 +36,13 @@ const (
 	// HeaderMsgID is the JetStream dedupe header set on every task:
 	// <run>/<action>/<attempt>/<incarnation>.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderUnstartedClaim, on a requeued task (rule 9 of the task
+	// protocol), holds the tokens of claims that deliveries of the task
+	// took, or may have taken without an answer, and started no body
+	// under: a worker that finds the attempt's claim holding one of them
+	// takes it over (an update guarded by its revision, with its own token)
+	// instead of reporting the attempt lost.
+	HeaderUnstartedClaim = "Weft-Unstarted-Claim"
 	// ClaimsBucket is the KV bucket of attempt claims: a worker creates
 	// the attempt's key (Task.Claim, ClaimKey), create-only, before it
 	// starts the body.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -117,7 +118,12 @@ type ownClaim struct {
 // takeClaim creates t's claim. On claimHeld it returns the claim found
 // (its value decoded when it is a Claim). A create whose answer was lost is
 // tried again: finding its own token, the delivery holds the claim.
-func (w *Worker) takeClaim(t Task, key string) (claimResult, ownClaim, Claim) {
+// unstarted are the tokens of claims that deliveries of this task took (or
+// may have taken) without starting its body (api.HeaderUnstartedClaim): a
+// claim holding one of them is taken over, guarded by its revision, under
+// this delivery's own token, so that a redelivery of this task after its
+// body started finds a token it does not know.
+func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult, ownClaim, Claim) {
 	var tok [8]byte
 	_, _ = rand.Read(tok[:])
 	own := ownClaim{key: key, val: Claim{Schema: Schema, Worker: w.id, Token: hex.EncodeToString(tok[:]), Claimed: time.Now().UTC()}}
@@ -142,13 +148,19 @@ func (w *Worker) takeClaim(t Task, key string) (claimResult, ownClaim, Claim) {
 			var e jetstream.KeyValueEntry
 			e, err = w.claims.Get(ctx, key)
 			if err == nil {
-				cancel()
 				found := decodeClaim(e.Value())
 				if found.Token != "" && found.Token == own.val.Token {
+					cancel()
 					own.rev = e.Revision()
 					return claimTaken, own, Claim{}
 				}
-				return claimHeld, own, found
+				if found.Token == "" || !slices.Contains(unstarted, found.Token) {
+					cancel()
+					return claimHeld, own, found
+				}
+				// A claim no body started under: taken over. An update
+				// whose answer is lost is found by the token next try.
+				own.rev, err = w.claims.Update(ctx, key, b, e.Revision())
 			}
 		}
 		cancel()

@@ -67,6 +67,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -533,9 +534,9 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		}
 		release(ack)
 	}
-	requeue := func(why string) {
+	requeue := func(why string, unstarted ...string) {
 		release(false)
-		w.requeue(m, t, why)
+		w.requeue(m, t, why, unstarted...)
 	}
 	// The attempt can be stopped from here on, before its body starts: a
 	// cancellation recorded after the check below read the run reaches
@@ -584,10 +585,13 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		requeue("the worker is stopping")
 		return
 	}
-	res, own, found := w.takeClaim(t, key)
+	res, own, found := w.takeClaim(t, key, m.Headers().Values(api.HeaderUnstartedClaim))
 	switch res {
 	case claimUnknown:
-		requeue("the attempt could not be claimed")
+		// The create (or a take-over) may have landed unanswered: the
+		// copy names this delivery's token as a claim no body started
+		// under, or its next delivery would report the attempt lost.
+		requeue("the attempt could not be claimed", own.val.Token)
 		return
 	case claimHeld:
 		// Claimed before: its body may have started (a worker that
@@ -649,7 +653,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		// next worker runs it as a first delivery, instead of reporting
 		// it worker_lost (a replay or an uncertain effect for nothing).
 		w.releaseClaim(t, &own)
-		requeue("the worker stopped before the body started")
+		requeue("the worker stopped before the body started", own.val.Token)
 		return
 	}
 	rep = w.run(ctx, h, t, rep, &own)
@@ -715,13 +719,22 @@ func (w *Worker) leave(key string, h *held, acked bool) {
 // the queue as a new message and acks m. It is not nak'd: a worker that
 // knows the body did not start makes another try decide rather than the
 // server's delivery count. The copy keeps the headers (traceparent) under
-// a Nats-Msg-Id of its own. If it cannot be published, m is nak'd (its
-// attempt is unclaimed, so its redelivery starts the body).
-func (w *Worker) requeue(m jetstream.Msg, t Task, why string) {
+// a Nats-Msg-Id of its own, and adds to api.HeaderUnstartedClaim the tokens of
+// claims this delivery took, or may have taken, without starting the body
+// (unstarted): the delivery of the copy takes such a claim over. If the
+// copy cannot be published, m is nak'd: its redelivery starts the body if
+// the attempt is unclaimed, and reports it worker_lost if a claim this
+// delivery took unanswered stayed (conservative: nothing started).
+func (w *Worker) requeue(m jetstream.Msg, t Task, why string, unstarted ...string) {
 	msg := nats.NewMsg(m.Subject())
 	msg.Data = m.Data()
 	for k, v := range m.Headers() {
-		msg.Header[k] = v
+		msg.Header[k] = slices.Clone(v)
+	}
+	for _, tok := range unstarted {
+		if tok != "" && !slices.Contains(msg.Header.Values(api.HeaderUnstartedClaim), tok) {
+			msg.Header.Add(api.HeaderUnstartedClaim, tok)
+		}
 	}
 	id := fmt.Sprintf("%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
 	if md, err := m.Metadata(); err == nil {
