@@ -36,7 +36,7 @@ const (
 	// HeaderMsgID is the JetStream dedupe header set on every task:
 	// <run>/<action>/<attempt>/<incarnation>.
 	HeaderMsgID = "Nats-Msg-Id"
-	// HeaderUnstartedClaim, on a requeued task (rule 9 of the task
+	// HeaderUnstartedClaim is set on a requeued task (rule 9 of the task
 	// protocol), holds the tokens of claims that deliveries of the task
 	// took, or may have taken without an answer, and started no body
 	// under: a worker that finds the attempt's claim holding one of them
