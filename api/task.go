@@ -37,7 +37,7 @@ const (
 	// <run>/<action>/<attempt>/<incarnation>.
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderUnstartedClaim is set on a requeued task (rule 9 of the task
-	// protocol), holds the tokens of claims that deliveries of the task
+	// protocol): the tokens of claims that deliveries of the task
 	// took, or may have taken without an answer, and started no body
 	// under: a worker that finds the attempt's claim holding one of them
 	// takes it over (an update guarded by its revision, with its own token)
