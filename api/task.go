@@ -151,6 +151,23 @@ type Claim struct {
 	// body when delivering it failed: a later delivery of the task
 	// delivers it instead of reporting the attempt lost.
 	Report *Report `json:"report,omitempty"`
+	// Closed is set on a claim the runtime created to close the attempt
+	// before any worker claimed it (docs/adr/0023-closing-attempts.md): no
+	// body ever starts under it, and a delivery that finds it acks the
+	// task without starting the body and without reporting.
+	Closed *ClaimClose `json:"closed,omitempty"`
+}
+
+// ClaimClose says who closed an attempt's claim before any worker took it,
+// and why.
+type ClaimClose struct {
+	// By is the id of the runner that closed it.
+	By string `json:"by"`
+	// Why is the path that ended or abandoned the attempt: cancelled,
+	// run_ended, timed_out, runner_lost, handed_off, reasked.
+	Why string `json:"why"`
+	// At is when it was closed, by the runner's clock.
+	At time.Time `json:"at"`
 }
 
 // ClaimKey is the key of an attempt's claim in ClaimsBucket:

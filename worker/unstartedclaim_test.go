@@ -232,3 +232,38 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 	}
 	close(h.release)
 }
+
+// TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports
+// (SEMANTICS.md §8, closing an attempt): the runtime closed the attempt's
+// claim before any worker claimed it; a delivery of its task finds the
+// closed claim, never starts the body and reports nothing (the close is
+// the attempt's end, recorded by whoever closed it), and the task is acked.
+func TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports(t *testing.T) {
+	h := newCrashHarness(t)
+	ctx := context.Background()
+	kv, err := h.srv.JS.KeyValue(ctx, api.ClaimsBucket)
+	if err != nil {
+		kv, err = h.srv.JS.CreateKeyValue(ctx, worker.ClaimsConfig())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := echoTask("closed-1")
+	b, _ := json.Marshal(worker.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-1", Why: "cancelled", At: time.Now().UTC()}})
+	if _, err := kv.Create(ctx, worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), b); err != nil {
+		t.Fatal(err)
+	}
+	h.worker("b")
+	h.consumer()
+	publish(t, h.srv.JS, task)
+	h.waitEmpty()
+	select {
+	case <-h.started:
+		t.Fatal("the body of an attempt whose claim was closed started")
+	case <-h.rs.ch:
+		h.rs.mu.Lock()
+		defer h.rs.mu.Unlock()
+		t.Fatalf("a closed attempt was reported: %+v", h.rs.got[0])
+	default:
+	}
+}

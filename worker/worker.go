@@ -594,6 +594,15 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		requeue("the attempt could not be claimed", own.val.Token)
 		return
 	case claimHeld:
+		if c := found.Closed; c != nil {
+			// Closed by the runtime before any worker claimed it: the
+			// attempt provably never acted and never will. Its end was
+			// (or will be) recorded by whoever closed it: nothing is
+			// reported (docs/adr/0023-closing-attempts.md).
+			w.log.Info("worker: attempt closed before any worker claimed it, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation, "by", c.By, "why", c.Why)
+			done(true)
+			return
+		}
 		// Claimed before: its body may have started (a worker that
 		// vanished, or a server that forgot the delivery). It never
 		// starts again; the run decides from its replay budget — unless
