@@ -2,9 +2,6 @@ package api_test
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -14,38 +11,6 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/busyrunner"
 )
-
-// appliedUnder checks that the command API kept the success reply of the
-// command (endpoint, run, id) — the reply of the try that was applied —
-// under the command id the client retried with, and that every forwarded
-// try carried that id.
-func appliedUnder(t *testing.T, d *busyrunner.Deployment, endpoint, run, id string, tries int) {
-	t.Helper()
-	fw := d.Forwarded()
-	if len(fw) != tries {
-		t.Fatalf("the busy owner answered %d tries, want %d: %+v", len(fw), tries, fw)
-	}
-	for _, f := range fw {
-		if f.CommandID != id || f.Run != run {
-			t.Fatalf("a try carried command id %q for run %q, want %q for %q: %+v", f.CommandID, f.Run, id, run, fw)
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	kv, err := d.Server.JS.KeyValue(ctx, api.CommandsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256([]byte(api.SubjectPrefix + endpoint + "\x00" + run + "\x00" + id))
-	e, err := kv.Get(ctx, hex.EncodeToString(sum[:16]))
-	if err != nil {
-		t.Fatalf("no reply kept for command id %s: %v", id, err)
-	}
-	var er api.ErrorReply
-	if err := json.Unmarshal(e.Value(), &er); err != nil || er.Error != nil {
-		t.Fatalf("the reply kept for command id %s is %s, want the success", id, e.Value())
-	}
-}
 
 // TestRetryRules_RunnerBusyIsRetriedWithTheSameCommandID (docs/protocol.md
 // "Retry rules"; SEMANTICS §8 "A run can always be answered"): the owner
@@ -70,7 +35,7 @@ func TestRetryRules_RunnerBusyIsRetriedWithTheSameCommandID(t *testing.T) {
 	if len(fw) == 0 || fw[0].CommandID == "" {
 		t.Fatalf("the tries carried no command id: %+v", fw)
 	}
-	appliedUnder(t, d, api.EndpointStart, "busy-1", fw[0].CommandID, 3)
+	d.AppliedUnder(t, api.EndpointStart, "busy-1", fw[0].CommandID, 3)
 }
 
 // TestRetryRules_CallersCommandIDIsKept: a command id the caller gave is
@@ -83,7 +48,7 @@ func TestRetryRules_CallersCommandIDIsKept(t *testing.T) {
 	if _, err := c.Start(ctx, api.StartRequest{CommandID: "mine-1", Run: "busy-2", Agent: "notes", Input: "hello"}); err != nil {
 		t.Fatalf("start: %v", err)
 	}
-	appliedUnder(t, d, api.EndpointStart, "busy-2", "mine-1", 2)
+	d.AppliedUnder(t, api.EndpointStart, "busy-2", "mine-1", 2)
 }
 
 // TestRetryRules_WithoutRetryRunnerBusyIsReturned: a Client without

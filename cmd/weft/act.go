@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
@@ -37,16 +38,18 @@ type views struct {
 	log *eventlog.Log
 }
 
-// withAPI connects and hands the command API client to fn.
-func withAPI(ctx context.Context, e *env, fn func(ctx context.Context, c *api.Client, q views) error) error {
+// withAPI connects and hands the command API client to fn; the client
+// retries retryable answers within retry (0: it sends each command once),
+// and the whole exchange is bounded by --timeout plus retry.
+func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *api.Client, q views) error) error {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeNode(n)
-	actx, cancel := context.WithTimeout(ctx, e.timeout)
+	actx, cancel := context.WithTimeout(ctx, e.timeout+retry)
 	defer cancel()
-	err = fn(actx, api.NewClient(n.Conn()), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
+	err = fn(actx, api.NewClient(n.Conn(), api.WithRetry(retry)), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
 	if errors.Is(err, context.DeadlineExceeded) {
 		return &weft.Error{Code: weft.CodeUnavailable, Message: "no answer from the command API within " + e.timeout.String() + " (is a runner serving weft.api.*?)"}
 	}
@@ -61,26 +64,53 @@ func printReply(e *env, asJSON bool, r api.Reply) error {
 	return nil
 }
 
+// actOpts are the flags every acting command has: --json, and the retry
+// rules' --no-retry and --retry-within (docs/protocol.md, "Retry rules").
+type actOpts struct {
+	json    bool
+	noRetry bool
+	within  time.Duration
+}
+
+// retry is the bound of the command's retries: 0 with --no-retry.
+func (o *actOpts) retry() time.Duration {
+	if o.noRetry {
+		return 0
+	}
+	return o.within
+}
+
+// addActOpts defines --json, --no-retry and --retry-within.
+func addActOpts(fs *flag.FlagSet) *actOpts {
+	o := &actOpts{}
+	fs.BoolVar(&o.json, "json", false, "print the reply as JSON")
+	fs.BoolVar(&o.noRetry, "no-retry", false, "send the command once: return a retryable answer (runner_busy, contended, conflict, unavailable, settle_unconfirmed) instead of retrying it")
+	fs.DurationVar(&o.within, "retry-within", api.DefaultRetryWithin, "retry a retryable answer with the same command id for up to this long")
+	return o
+}
+
 // actFlags defines what every acting command but start has: --command-id
-// (into id) and --json, which it returns.
-func actFlags(fs *flag.FlagSet, id *string) *bool {
+// (into id) and the actOpts, which it returns.
+func actFlags(fs *flag.FlagSet, id *string) *actOpts {
 	fs.StringVar(id, "command-id", "", "idempotency key of this command (default: a fresh one)")
-	return fs.Bool("json", false, "print the reply as JSON")
+	return addActOpts(fs)
 }
 
 // send is the plumbing every acting command shares: it gives the command a
 // fresh id unless --command-id named one (id nil: the command keeps what it
-// has), connects, sends the command with call and prints the reply.
-func send(ctx context.Context, e *env, id *string, asJSON bool, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
+// has; the client gives it one to retry with), connects, sends the command
+// with call — retrying a retryable answer with the same command id unless
+// --no-retry — and prints the reply.
+func send(ctx context.Context, e *env, id *string, o *actOpts, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
 	if id != nil && *id == "" {
 		*id = newCommandID()
 	}
-	return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q views) error {
+	return withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, q views) error {
 		r, err := call(ctx, c, q)
 		if err != nil {
 			return err
 		}
-		return printReply(e, asJSON, r)
+		return printReply(e, o.json, r)
 	})
 }
 
@@ -94,13 +124,13 @@ func startCommand() command {
 			fs.StringVar(&req.Version, "version", "", "the agent version (empty: the one the runners serve)")
 			fs.StringVar(&req.Correlation, "correlation", "", "a correlation id for tracing")
 			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command")
-			asJSON := fs.Bool("json", false, "print the reply as JSON")
+			o := addActOpts(fs)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<agent> <input>"); err != nil {
 					return err
 				}
 				req.Agent, req.Input = args[0], args[1]
-				return send(ctx, e, nil, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, nil, o, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					r, err := c.Start(ctx, req)
 					return api.Reply(r), err
 				})
@@ -203,7 +233,7 @@ func approveCommand() command {
 			fs.StringVar(&req.Approver, "approver", "", "the approver (one of the agent's approvers) that verifies the credential")
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
 			sign := addSignFlags(fs)
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -212,7 +242,7 @@ func approveCommand() command {
 					return usagef("approve needs --approver and either --credential or --signing-key")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
 						if err != nil {
@@ -248,7 +278,7 @@ func rejectCommand() command {
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
 			fs.StringVar(&req.By, "by", "", "who rejects, when no credential is given")
 			sign := addSignFlags(fs)
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -257,7 +287,7 @@ func rejectCommand() command {
 					return usagef("reject needs --reason")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
 						if err != nil {
@@ -328,7 +358,7 @@ func reconcileCommand() command {
 			stored := fs.Bool("stored", false, "reconcile an action of a finished run (resumes nothing)")
 			var req api.ReconcileRequest
 			fs.StringVar(&req.By, "by", "", "who reconciles")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) < 2 || len(args) > 3 {
 					return usagef("want <run> <action> [content-json]")
@@ -338,7 +368,7 @@ func reconcileCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					if *stored {
 						return cl.ReconcileStored(ctx, req)
 					}
@@ -365,7 +395,7 @@ func resolveCommand() command {
 			errMsg := fs.String("error", "", "a definite failure message: the effect did not happen")
 			var req api.ResolveRequest
 			fs.StringVar(&req.By, "by", "", "who resolves")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -378,7 +408,7 @@ func resolveCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					return cl.Resolve(ctx, req)
 				})
 			}
@@ -394,13 +424,13 @@ func cancelCommand() command {
 			var req api.CancelRequest
 			fs.StringVar(&req.Reason, "reason", "", "why")
 			fs.StringVar(&req.By, "by", "", "who cancels")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
 				req.Run = args[0]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Cancel(ctx, req)
 				})
 			}
@@ -421,7 +451,7 @@ func settleCommand() command {
 			uncertain := fs.String("uncertain", "", "evidence that the effect is uncertain")
 			var req worker.Settlement
 			fs.StringVar(&req.Summary, "summary", "", "what a person needs if the settlement is refused (no secrets)")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -440,7 +470,7 @@ func settleCommand() command {
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}
 				req.Schema, req.Run, req.Action = 1, args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Settle(ctx, req)
 				})
 			}

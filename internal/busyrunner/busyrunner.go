@@ -18,6 +18,8 @@ package busyrunner
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -253,4 +255,36 @@ func Start(t testing.TB, cfg Config) *Deployment {
 		}
 	}
 	return d
+}
+
+// AppliedUnder checks that the command API kept the success reply of the
+// command (endpoint, run, id) — the reply of the try that was applied —
+// under the command id the client retried with, and that the stand-in was
+// forwarded tries tries of it, each carrying that id.
+func (d *Deployment) AppliedUnder(t testing.TB, endpoint, run, id string, tries int) {
+	t.Helper()
+	fw := d.Forwarded()
+	if len(fw) != tries {
+		t.Fatalf("the busy owner answered %d tries, want %d: %+v", len(fw), tries, fw)
+	}
+	for _, f := range fw {
+		if f.CommandID != id || f.Run != run {
+			t.Fatalf("a try carried command id %q for run %q, want %q for %q: %+v", f.CommandID, f.Run, id, run, fw)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := d.Server.JS.KeyValue(ctx, api.CommandsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(api.SubjectPrefix + endpoint + "\x00" + run + "\x00" + id))
+	e, err := kv.Get(ctx, hex.EncodeToString(sum[:16]))
+	if err != nil {
+		t.Fatalf("no reply kept for command id %s: %v", id, err)
+	}
+	var er api.ErrorReply
+	if err := json.Unmarshal(e.Value(), &er); err != nil || er.Error != nil {
+		t.Fatalf("the reply kept for command id %s is %s, want the success", id, e.Value())
+	}
 }
