@@ -64,28 +64,42 @@ func printReply(e *env, asJSON bool, r api.Reply) error {
 	return nil
 }
 
-// actOpts are the flags every acting command has: --json, and the retry
-// rules' --no-retry and --retry-within (docs/protocol.md, "Retry rules").
-type actOpts struct {
-	json    bool
+// retryFlags are the retry rules' flags of every command that sends
+// commands: --no-retry and --retry-within (docs/protocol.md, "Retry
+// rules").
+type retryFlags struct {
 	noRetry bool
 	within  time.Duration
 }
 
-// retry is the bound of the command's retries: 0 with --no-retry.
-func (o *actOpts) retry() time.Duration {
+// addRetryFlags defines --no-retry and --retry-within.
+func addRetryFlags(fs *flag.FlagSet) *retryFlags {
+	o := &retryFlags{}
+	fs.BoolVar(&o.noRetry, "no-retry", false, "send each command once: answer a retryable refusal (runner_busy, contended, conflict, unavailable, settle_unconfirmed) instead of retrying it")
+	fs.DurationVar(&o.within, "retry-within", api.DefaultRetryWithin, "retry a retryable refusal with the same command id for up to this long")
+	return o
+}
+
+// retry is the bound of a command's retries: 0 with --no-retry.
+func (o *retryFlags) retry() time.Duration {
 	if o.noRetry {
 		return 0
 	}
 	return o.within
 }
 
+// actOpts are the flags every acting command has: --json and the
+// retryFlags.
+type actOpts struct {
+	json bool
+	*retryFlags
+}
+
 // addActOpts defines --json, --no-retry and --retry-within.
 func addActOpts(fs *flag.FlagSet) *actOpts {
 	o := &actOpts{}
 	fs.BoolVar(&o.json, "json", false, "print the reply as JSON")
-	fs.BoolVar(&o.noRetry, "no-retry", false, "send the command once: return a retryable answer (runner_busy, contended, conflict, unavailable, settle_unconfirmed) instead of retrying it")
-	fs.DurationVar(&o.within, "retry-within", api.DefaultRetryWithin, "retry a retryable answer with the same command id for up to this long")
+	o.retryFlags = addRetryFlags(fs)
 	return o
 }
 
