@@ -115,17 +115,64 @@ func actFlags(fs *flag.FlagSet, id *string) *actOpts {
 // has; the client gives it one to retry with), connects, sends the command
 // with call — retrying a retryable answer with the same command id unless
 // --no-retry — and prints the reply.
-func send(ctx context.Context, e *env, id *string, o *actOpts, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
+//
+// An outcome_unknown answer is never retried (the same command id answers
+// it again): send reads the run (ref) and says what it shows now
+// (unknownOutcome).
+func send(ctx context.Context, e *env, id *string, o *actOpts, ref runRef, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
 	if id != nil && *id == "" {
 		*id = newCommandID()
 	}
 	return withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, q views) error {
 		r, err := call(ctx, c, q)
+		if ref.run != "" && errors.Is(err, &weft.Error{Code: weft.CodeOutcomeUnknown}) {
+			return unknownOutcome(ctx, q, ref, err)
+		}
 		if err != nil {
 			return err
 		}
 		return printReply(e, o.json, r)
 	})
+}
+
+// runRef is what an acting command acts on: a run, and an action of it
+// ("" for a command on the whole run).
+type runRef struct{ run, action string }
+
+// unknownOutcome explains err, an outcome_unknown answer to a command on
+// ref: the command may or may not have taken effect, or may still. It
+// reads the run's view once caught up with its log (freshView) and says
+// what the run — and the action — shows now, so that a person decides from
+// the run, never from a guess: the command is sent again only with a new
+// --command-id, once the run shows that it did not take effect.
+func unknownOutcome(ctx context.Context, q views, ref runRef, err error) error {
+	var v projections.RunView
+	lag, rerr := freshView(ctx, q.log, ref.run, func(ctx context.Context) (projections.RunView, error) {
+		rv, err := q.Run(ctx, ref.run)
+		if err == nil {
+			v = rv
+		}
+		return rv, err
+	})
+	const after = "whether the command took effect is what the run shows: send it again only with a new --command-id, once the run shows that it did not (the same id answers outcome_unknown again)"
+	if rerr != nil {
+		return fmt.Errorf("%w\nthe run could not be read (%v): see %s show %s; %s", err, rerr, self, ref.run, after)
+	}
+	now := fmt.Sprintf("run %s is %s", ref.run, v.Status)
+	if v.Outcome != nil {
+		now += " (" + v.Outcome.Kind + ")"
+	}
+	if ref.action != "" {
+		if a, ok := v.Action(ref.action); ok {
+			now += fmt.Sprintf("; action %s is %s", ref.action, a.State)
+		} else {
+			now += fmt.Sprintf("; it has no action %s", ref.action)
+		}
+	}
+	if lag != "" {
+		now += " (but " + lag + ")"
+	}
+	return fmt.Errorf("%w\nread after this answer: %s. %s (see %s show %s)", err, now, after, self, ref.run)
 }
 
 func startCommand() command {
@@ -144,7 +191,7 @@ func startCommand() command {
 					return err
 				}
 				req.Agent, req.Input = args[0], args[1]
-				return send(ctx, e, nil, o, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, nil, o, runRef{}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					r, err := c.Start(ctx, req)
 					return api.Reply(r), err
 				})
@@ -256,7 +303,7 @@ func approveCommand() command {
 					return usagef("approve needs --approver and either --credential or --signing-key")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
 						if err != nil {
@@ -301,7 +348,7 @@ func rejectCommand() command {
 					return usagef("reject needs --reason")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
 						if err != nil {
@@ -382,7 +429,7 @@ func reconcileCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					if *stored {
 						return cl.ReconcileStored(ctx, req)
 					}
@@ -422,7 +469,7 @@ func resolveCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					return cl.Resolve(ctx, req)
 				})
 			}
@@ -444,7 +491,7 @@ func cancelCommand() command {
 					return err
 				}
 				req.Run = args[0]
-				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Cancel(ctx, req)
 				})
 			}
@@ -484,7 +531,7 @@ func settleCommand() command {
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}
 				req.Schema, req.Run, req.Action = 1, args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Settle(ctx, req)
 				})
 			}

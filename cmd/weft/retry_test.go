@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
+	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/busyrunner"
 )
 
@@ -33,5 +38,34 @@ func TestRetryRules_CLINoRetryAnswersRunnerBusy(t *testing.T) {
 	}
 	if n := len(d.Forwarded()); n != 1 {
 		t.Fatalf("sent %d times, want once", n)
+	}
+}
+
+// TestRetryRules_CLIReadsTheRunAfterOutcomeUnknown (docs/protocol.md
+// "Retry rules": outcome_unknown is read from the run, never guessed nor
+// retried): the run's owner answers a cancel outcome_unknown. weft cancel
+// sends it once — the same command id would answer it again — and prints
+// what the run, read after the answer, shows now, and that only a new
+// command id tries again.
+func TestRetryRules_CLIReadsTheRunAfterOutcomeUnknown(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Projector: true,
+		Refusal: &weft.Error{Code: weft.CodeOutcomeUnknown, Message: "run unknown-1: the command was forwarded to the run's runner ghost, which did not answer in time"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := d.Server.Log.Append(ctx, "unknown-1", eventlog.Head{}, time.Now(),
+		events.RunStarted{Agent: events.AgentRef{Name: "notes", Version: "1"}, Input: "hello", Runner: busyrunner.Ghost}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "cancel", "unknown-1", "--nats", d.Server.URL)
+	if code != exitFailed {
+		t.Fatalf("cancel: exit %d, %s %s; want outcome_unknown", code, out, errs)
+	}
+	for _, want := range []string{"outcome_unknown", "read after this answer: run unknown-1 is working", "only with a new --command-id"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("cancel said %q, want it to say %q", errs, want)
+		}
+	}
+	if n := len(d.Forwarded()); n != 1 {
+		t.Fatalf("sent %d times, want once: outcome_unknown is never retried", n)
 	}
 }
