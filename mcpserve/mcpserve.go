@@ -146,8 +146,9 @@ type Config struct {
 	// Retry bounds how long a start answered with a retryable code
 	// (weft.Code.Retryable: runner_busy, contended, conflict, unavailable)
 	// is sent again, with the same command id (default
-	// api.DefaultRetryWithin; docs/protocol.md, "Retry rules"). NoRetry
-	// sends each start once.
+	// api.DefaultRetryWithin, and never more than half of Wait: the rest
+	// reads the run; docs/protocol.md, "Retry rules"). NoRetry sends each
+	// start once.
 	Retry   time.Duration
 	NoRetry bool
 }
@@ -386,7 +387,11 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 		run = RunID(s.cfg.Service, p, key)
 	}
 	deadline := time.Now().Add(s.cfg.Wait)
-	started, err := s.cmd.Start(ctx, api.StartRequest{Run: run, Agent: a.Name, Version: a.Version, Input: *in.Input})
+	// The start's retries (the retry rules) take at most half the call's
+	// wait: the rest reads the run, whatever the start answered.
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.Wait/2)
+	started, err := s.cmd.Start(sctx, api.StartRequest{Run: run, Agent: a.Name, Version: a.Version, Input: *in.Input})
+	cancel()
 	switch {
 	case err == nil:
 		run = started.Run
@@ -404,17 +409,41 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 				return s.answer(Answer{Status: StatusUnknown, Agent: a.Name, Error: asWeft(verr)}, keyed)
 			}
 			if v.Agent.Name != a.Name || v.Input != *in.Input {
-				return s.refuse(weft.Errorf(weft.CodeKeyReused, "this key was used before for another input or another agent; repeat that input to reopen its run, or use a new key")), nil
+				return s.refuse(keyReused()), nil
 			}
 		}
 	default:
 		if c := asWeft(err).Code; c == weft.CodeUnavailable || c == weft.CodeInternal || c == weft.CodeOutcomeUnknown {
-			// The start may have been applied: not known, never a failure.
-			return s.answer(Answer{Status: StatusUnknown, Run: run, Agent: a.Name, Error: asWeft(err)}, keyed)
+			// The start may have been applied: the run says whether it was.
+			return s.answer(s.unknownStart(ctx, a, run, *in.Input, keyed, deadline, asWeft(err)), keyed)
 		}
 		return s.refuse(err), nil // definitely not started
 	}
 	return s.answer(s.follow(ctx, run, deadline), keyed)
+}
+
+// unknownStart answers a call whose start's outcome is not known (startErr:
+// unavailable, internal, outcome_unknown): it reads the run, never
+// guesses. A run whose view is read was started — by this call, or by an
+// earlier one with the same key and input — and is followed as after a
+// start; one with another agent or input under this key is key_reused. A
+// run whose view cannot be read within the wait is "not known", with the
+// start's error.
+func (s *Server) unknownStart(ctx context.Context, a Agent, run, input string, keyed bool, deadline time.Time, startErr *weft.Error) Answer {
+	v, err := s.view(ctx, run, deadline)
+	switch {
+	case err != nil:
+		return Answer{Status: StatusUnknown, Run: run, Agent: a.Name, Error: startErr}
+	case v.Agent.Name != a.Name || v.Input != input:
+		return Answer{Status: StatusRefused, Error: keyReused()}
+	}
+	return s.follow(ctx, run, deadline)
+}
+
+// keyReused is the refusal of a key used before for another input or
+// another agent.
+func keyReused() *weft.Error {
+	return weft.Errorf(weft.CodeKeyReused, "this key was used before for another input or another agent; repeat that input to reopen its run, or use a new key")
 }
 
 // status answers one call of the status tool. It acts on nothing, so an

@@ -12,6 +12,7 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/busyrunner"
 	"github.com/weftrun/weft/internal/natstest"
@@ -23,18 +24,7 @@ import (
 // callTool calls tool on a fresh session of srv and decodes the answer.
 func callTool(t *testing.T, srv *mcpserve.Server, tool string, args any) (mcpserve.Answer, *mcp.CallToolResult) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	res, err := connect(t, srv.MCP()).CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-	if err != nil {
-		t.Fatalf("CallTool %s: %v", tool, err)
-	}
-	b, _ := json.Marshal(res.StructuredContent)
-	var ans mcpserve.Answer
-	if err := json.Unmarshal(b, &ans); err != nil {
-		t.Fatalf("structured content %s: %v", b, err)
-	}
-	return ans, res
+	return (&fixture{session: connect(t, srv.MCP())}).call(t, tool, args, nil)
 }
 
 // TestRetryRules_MCPServeRetriesRunnerBusyWithTheSameCommandID
@@ -95,12 +85,7 @@ func familyQuery(t *testing.T, nc *nats.Conn) {
 			_ = m.Respond(body)
 			return
 		}
-		body, _ := json.Marshal(projector.ErrorReply{Schema: 1, Error: weft.UnknownRun(req.Run)})
-		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set("Nats-Service-Error", string(weft.CodeUnknownRun))
-		reply.Header.Set("Nats-Service-Error-Code", "404")
-		reply.Data = body
-		_ = m.RespondMsg(reply)
+		replyUnknownRun(m, weft.UnknownRun(req.Run))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -129,4 +114,38 @@ func TestSemantics8_AWaitingChildThatCannotBeReadIsAnsweredItsError(t *testing.T
 		t.Fatalf("answer %+v, want the child's unknown_run", ans)
 	}
 	mustContain(t, "message", ans.Error.Message, "child run child", "parent")
+}
+
+// TestRetryRules_AStartOfUnknownOutcomeIsReadFromTheRun (docs/protocol.md
+// "Retry rules": an outcome that is not known is read from the run, never
+// guessed): every try of the start is answered unavailable until the
+// call's wait ends, but the run was started (it is in the log and the read
+// model). The call follows that run and answers what it shows (working,
+// naming the run) instead of "not known"; the same key with another input
+// is key_reused.
+func TestRetryRules_AStartOfUnknownOutcomeIsReadFromTheRun(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Projector: true,
+		Refusal: &weft.Error{Code: weft.CodeUnavailable, Message: "the append's outcome is not known"}})
+	run := mcpserve.RunID("weft", "local", "k")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := d.Server.Log.Append(ctx, run, eventlog.Head{}, time.Now(),
+		events.RunStarted{Agent: events.AgentRef{Name: "notes", Version: "1"}, Input: "hello", Runner: busyrunner.Ghost}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mcpserve.New(d.Server.Conn, mcpserve.Config{Agents: []mcpserve.Agent{{Name: "notes"}}, Wait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, _ := callTool(t, srv, "notes", map[string]any{"input": "hello", "key": "k"})
+	if ans.Status != mcpserve.StatusWorking || ans.Run != run {
+		t.Fatalf("answer %+v, want working, naming run %s", ans, run)
+	}
+	if n := len(d.Forwarded()); n < 2 {
+		t.Fatalf("the start was sent %d times: unavailable is retried within the wait", n)
+	}
+	ans, _ = callTool(t, srv, "notes", map[string]any{"input": "another", "key": "k"})
+	if ans.Status != mcpserve.StatusRefused || ans.Error == nil || ans.Error.Code != weft.CodeKeyReused {
+		t.Fatalf("another input under the key: %+v, want key_reused", ans)
+	}
 }
