@@ -2,6 +2,7 @@ package weft_test
 
 import (
 	"go/ast"
+	"go/parser"
 	"go/token"
 	"maps"
 	"os"
@@ -45,8 +46,23 @@ func TestRetryableIsTheOneTable(t *testing.T) {
 	if len(retryable) < 2 {
 		t.Fatalf("only %d retryable codes: the scan would find nothing", len(retryable))
 	}
-	// count returns how many distinct retryable codes n names as weft.CodeX
-	// (or CodeX inside the root package).
+	found := retryableSets(goFiles(t), retryable)
+	for _, path := range slices.Sorted(maps.Keys(found)) {
+		if notYetRetryable[path] == "" {
+			t.Errorf("%s spells its own set of retryable codes: ask weft.Code.Retryable (error.go), the one table", path)
+		}
+	}
+	for path := range notYetRetryable {
+		if !found[path] {
+			t.Errorf("notYetRetryable lists %s, which no longer spells a set of retryable codes: drop the entry", path)
+		}
+	}
+}
+
+// retryableSets returns the files (but error.go) with a switch case, or
+// a || chain, that names two or more of the retryable codes (their Go
+// names), as weft.CodeX or, in the root package, CodeX.
+func retryableSets(files map[string]*ast.File, retryable map[string]bool) map[string]bool {
 	count := func(n ast.Node) int {
 		seen := map[string]bool{}
 		ast.Inspect(n, func(n ast.Node) bool {
@@ -65,15 +81,14 @@ func TestRetryableIsTheOneTable(t *testing.T) {
 		return len(seen)
 	}
 	found := map[string]bool{}
-	for path, f := range goFiles(t) {
+	for path, f := range files {
 		if path == "error.go" {
 			continue
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
 			switch x := n.(type) {
 			case *ast.CaseClause:
-				var list ast.Node = &ast.CompositeLit{Elts: x.List}
-				if count(list) >= 2 {
+				if count(&ast.CompositeLit{Elts: x.List}) >= 2 {
 					found[path] = true
 				}
 			case *ast.BinaryExpr:
@@ -85,15 +100,30 @@ func TestRetryableIsTheOneTable(t *testing.T) {
 			return true
 		})
 	}
-	for _, path := range slices.Sorted(maps.Keys(found)) {
-		if notYetRetryable[path] == "" {
-			t.Errorf("%s spells its own set of retryable codes: ask weft.Code.Retryable (error.go), the one table", path)
-		}
+	return found
+}
+
+// TestRetryableSetsFindsBothForms keeps the scan honest: it finds a set
+// spelt as a switch case and as a || chain, and not a question about one
+// code.
+func TestRetryableSetsFindsBothForms(t *testing.T) {
+	src := map[string]string{
+		"case.go": "package p\nfunc f(c weft.Code) bool {\n\tswitch c {\n\tcase weft.CodeRunnerBusy, weft.CodeContended:\n\t\treturn true\n\t}\n\treturn false\n}\n",
+		"or.go":   "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeConflict }\n",
+		"one.go":  "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeInternal }\n",
 	}
-	for path := range notYetRetryable {
-		if !found[path] {
-			t.Errorf("notYetRetryable lists %s, which no longer spells a set of retryable codes: drop the entry", path)
+	files := map[string]*ast.File{}
+	for name, text := range src {
+		f, err := parser.ParseFile(token.NewFileSet(), name, text, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
+		files[name] = f
+	}
+	retryable := map[string]bool{"CodeRunnerBusy": true, "CodeContended": true, "CodeConflict": true, "CodeUnavailable": true}
+	got := retryableSets(files, retryable)
+	if !got["case.go"] || !got["or.go"] || got["one.go"] {
+		t.Fatalf("found %v, want case.go and or.go only", got)
 	}
 }
 
