@@ -40,7 +40,8 @@ type views struct {
 
 // withAPI connects and hands the command API client to fn; the client
 // retries retryable answers within retry (0: it sends each command once),
-// and the whole exchange is bounded by --timeout plus retry.
+// and the whole exchange is bounded by --timeout plus retry (send says
+// what a deadline that passed means).
 func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *api.Client, q views) error) error {
 	n, err := e.connect(ctx)
 	if err != nil {
@@ -49,11 +50,7 @@ func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx conte
 	defer closeNode(n)
 	actx, cancel := context.WithTimeout(ctx, e.timeout+retry)
 	defer cancel()
-	err = fn(actx, api.NewClient(n.Conn(), api.WithRetry(retry)), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
-	if errors.Is(err, context.DeadlineExceeded) {
-		return &weft.Error{Code: weft.CodeUnavailable, Message: "no answer from the command API within " + e.timeout.String() + " (is a runner serving weft.api.*?)"}
-	}
-	return err
+	return fn(actx, api.NewClient(n.Conn(), api.WithRetry(retry)), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
 }
 
 func printReply(e *env, asJSON bool, r api.Reply) error {
@@ -123,7 +120,7 @@ func send(ctx context.Context, e *env, id *string, o *actOpts, ref runRef, call 
 	if id != nil && *id == "" {
 		*id = newCommandID()
 	}
-	return withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, q views) error {
+	err := withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, q views) error {
 		r, err := call(ctx, c, q)
 		if ref.run != "" && errors.Is(err, &weft.Error{Code: weft.CodeOutcomeUnknown}) {
 			return unknownOutcome(ctx, q, ref, err)
@@ -133,6 +130,16 @@ func send(ctx context.Context, e *env, id *string, o *actOpts, ref runRef, call 
 		}
 		return printReply(e, o.json, r)
 	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	msg := "no answer from the command API within " + (e.timeout + o.retry()).String() + " (is a runner serving weft.api.*?)"
+	if id != nil && ref.run != "" {
+		// The command may have been sent and applied, its answer lost:
+		// not known. The same command id is safe to send again.
+		msg += fmt.Sprintf("; whether the command took effect is not known: read the run (%s show %s), or send it again with the same --command-id %s, which is applied at most once", self, ref.run, *id)
+	}
+	return &weft.Error{Code: weft.CodeUnavailable, Message: msg}
 }
 
 // runRef is what an acting command acts on: a run, and an action of it

@@ -69,3 +69,22 @@ func TestRetryRules_CLIReadsTheRunAfterOutcomeUnknown(t *testing.T) {
 		t.Fatalf("sent %d times, want once: outcome_unknown is never retried", n)
 	}
 }
+
+// TestRetryRules_CLISaysANoAnswerIsNotKnown (docs/protocol.md "Retry
+// rules"; nothing is reported failed when nobody knows): the run's owner
+// takes the cancel and never answers. At --timeout the CLI says that
+// whether the command took effect is not known, how to read the run, and
+// that the same --command-id is safe to send again. Before, it said only
+// that the command API did not answer, as if nothing had been sent.
+func TestRetryRules_CLISaysANoAnswerIsNotKnown(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Silent: true})
+	code, out, errs := cli(t, "cancel", "silent-1", "--command-id", "cli-silent-1", "--timeout", "1s", "--no-retry", "--nats", d.Server.URL)
+	if code != exitUnavailable {
+		t.Fatalf("cancel: exit %d, %s %s; want %d", code, out, errs, exitUnavailable)
+	}
+	for _, want := range []string{"not known", "show silent-1", "the same --command-id cli-silent-1"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("cancel said %q, want it to say %q", errs, want)
+		}
+	}
+}

@@ -73,6 +73,9 @@ type Config struct {
 	// Refusal, when set, is the stand-in's answer to every forwarded
 	// command instead: it never leaves.
 	Refusal *weft.Error
+	// Silent makes the stand-in take every forwarded command and never
+	// answer, as an owner that died holding it: it never leaves.
+	Silent bool
 	// Projector starts a projector answering the query service.
 	Projector bool
 }
@@ -187,6 +190,9 @@ func Start(t testing.TB, cfg Config) *Deployment {
 		d.forwarded = append(d.forwarded, Forward{Kind: f.Kind, Run: f.Run, CommandID: id})
 		n := len(d.forwarded)
 		d.mu.Unlock()
+		if cfg.Silent {
+			return
+		}
 		refusal := cfg.Refusal
 		if refusal == nil {
 			refusal = &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s was busy for the whole command timeout", f.Run)}
