@@ -31,8 +31,10 @@
 // the view; the same for each child run it lists). A person who approved
 // and answered before the call is never contradicted by an answer that
 // still lists the approval; a view that does not catch up within the wait
-// answers working ("ask again"). When no view could be read in
-// time, or the start's outcome is not known, the call answers "not known"
+// answers working ("ask again"). A start answered with a retryable code
+// is sent again with the same command id (Config.Retry; docs/protocol.md,
+// "Retry rules"), and a start whose outcome is not known is read from its
+// run. When no view could be read in time, the call answers "not known"
 // as the JSON-RPC error CodeOutcomeUnknown — never an isError result, which
 // a client (mcptools among them) reads as a definite failure.
 package mcpserve
@@ -415,7 +417,7 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 	default:
 		if c := asWeft(err).Code; c == weft.CodeUnavailable || c == weft.CodeInternal || c == weft.CodeOutcomeUnknown {
 			// The start may have been applied: the run says whether it was.
-			return s.answer(s.unknownStart(ctx, a, run, *in.Input, keyed, deadline, asWeft(err)), keyed)
+			return s.answer(s.unknownStart(ctx, a, run, *in.Input, deadline, asWeft(err)), keyed)
 		}
 		return s.refuse(err), nil // definitely not started
 	}
@@ -429,7 +431,7 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 // start; one with another agent or input under this key is key_reused. A
 // run whose view cannot be read within the wait is "not known", with the
 // start's error.
-func (s *Server) unknownStart(ctx context.Context, a Agent, run, input string, keyed bool, deadline time.Time, startErr *weft.Error) Answer {
+func (s *Server) unknownStart(ctx context.Context, a Agent, run, input string, deadline time.Time, startErr *weft.Error) Answer {
 	v, err := s.view(ctx, run, deadline)
 	switch {
 	case err != nil:
@@ -554,8 +556,9 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 // settled turns a finished or suspended run into its answer, with the
 // approvals and uncertain effects of the run and of the child runs it waits
 // for. It answers working (not settled yet) when one of those views lags
-// the log (caughtUp) or a child's view could not be read for a transient
-// reason (transient); a child whose read failed otherwise is its error.
+// the log (caughtUp) or a child's view could not be read yet (the wait
+// ended, or a retryable code); a child whose read failed otherwise (such as
+// unknown_run) is that error.
 func (s *Server) settled(ctx context.Context, fam projector.RunReply) (Answer, error) {
 	v := fam.View
 	ans := Answer{Run: v.Run, Agent: v.Agent.Name}
