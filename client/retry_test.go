@@ -3,8 +3,12 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -76,5 +80,33 @@ func TestRetryRules_ClientNeverRetriesAPermanentRefusal(t *testing.T) {
 	}
 	if n := len(d.Forwarded()); n != 1 {
 		t.Fatalf("sent %d times, want once", n)
+	}
+}
+
+// ExampleWithoutRetry sends each command once: a retryable answer (such as
+// runner_busy) comes back to the caller, who may send the command again
+// later with the same command id — weft.Code.Retryable says which answers
+// are worth it (docs/protocol.md, "Retry rules").
+func ExampleWithoutRetry() {
+	nc, err := nats.Connect(nats.DefaultURL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := client.New(nc, client.WithoutRetry())
+	if err != nil {
+		log.Fatal(err)
+	}
+	req := client.CancelRequest{CommandID: "cancel-pay-7", Run: "pay-7", Reason: "duplicate"}
+	_, err = c.Cancel(context.Background(), req)
+	switch code := weft.ErrorCode(err); {
+	case err == nil:
+		fmt.Println("cancelled")
+	case code.Retryable():
+		fmt.Println("not applied; send", req.CommandID, "again later")
+	case code == weft.CodeOutcomeUnknown:
+		fmt.Println("not known: read the run (Client.Run) before sending a new command id")
+	default:
+		fmt.Println("refused:", err)
 	}
 }
