@@ -160,3 +160,40 @@ func ErrorCode(err error) Code {
 	}
 	return CodeInternal
 }
+
+// Retryable reports whether an answer with code c says "not applied, try
+// again": a client that sends the same command again, with the same
+// command id, after a backoff, may see it applied. This is the one table
+// of retryable codes; every part of Weft that asks (the command API's
+// reply cache, the first-party clients: client, api.Client, the weft CLI,
+// the console, weft mcp serve) asks it here, and docs/protocol.md ("Retry
+// rules") lists the same codes (a test keeps them equal).
+//
+// The retryable codes, and why:
+//   - runner_busy: the command was not applied within the command
+//     timeout (or its partition had no owner yet, or its runner was
+//     draining) and never will be later; a runner applies it next time.
+//   - contended: concurrent writers kept winning; nothing was applied.
+//   - conflict: an append lost its optimistic-concurrency check while
+//     runners took the run over from each other; nothing was applied.
+//   - unavailable: NATS, a runner or another dependency did not answer;
+//     nothing was written (an append whose acknowledgement was lost is
+//     read back first: if it landed the answer is the success).
+//   - settle_unconfirmed: whether the settlement was stored is not known;
+//     the same command id, sent again, is judged again against the run
+//     (a settlement stored meanwhile answers already_recorded).
+//
+// Every other code is not retryable: the answer is definite and kept for
+// the command id (the same command id gets it again, byte for byte), or it
+// needs a person (quarantined: the run's log is repaired first), or it is
+// a bug that a retry would only repeat (internal). outcome_unknown is not
+// retryable either: it is kept for its command id, so a retry with the
+// same id answers it again; the client reads the run to learn whether the
+// command was applied (docs/protocol.md, "Retry rules").
+func (c Code) Retryable() bool {
+	switch c {
+	case CodeRunnerBusy, CodeContended, CodeConflict, CodeUnavailable, CodeSettleUnconfirmed:
+		return true
+	}
+	return false
+}

@@ -9,8 +9,9 @@
 // Nats-Service-Error-Code headers (the Status table maps codes to the
 // header's number). Every command is idempotent by its command_id: the
 // first definite reply is kept in the KV bucket weft_commands (24 h) and
-// returned again for the same id; runtime refusals (runner_busy,
-// contended, unavailable, internal) are not kept, so a retry runs again.
+// returned again for the same id; retryable refusals (weft.Code.Retryable:
+// runner_busy, contended, conflict, unavailable, settle_unconfirmed) and
+// internal are not kept, so a retry runs again.
 // docs/protocol/40-commands.md is the wire reference.
 //
 // The service decodes and checks requests and calls a Backend (the
@@ -294,13 +295,11 @@ func (s *service) claim(ctx context.Context, key string) ([]byte, *weft.Error) {
 	}
 }
 
-// keep reports whether a refusal is definite (kept for the command id).
+// keep reports whether a refusal is definite (kept for the command id):
+// neither retryable (weft.Code.Retryable: the same command id, sent again,
+// is decided again) nor internal (a bug is not an answer to keep).
 func keep(c weft.Code) bool {
-	switch c {
-	case weft.CodeRunnerBusy, weft.CodeContended, weft.CodeUnavailable, weft.CodeInternal, weft.CodeConflict, weft.CodeSettleUnconfirmed:
-		return false
-	}
-	return true
+	return !c.Retryable() && c != weft.CodeInternal
 }
 
 func respondError(r micro.Request, e *weft.Error) {

@@ -3,6 +3,8 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,25 +15,105 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // Client calls the command API over NATS. It is safe for concurrent use.
+//
+// A Client made with NewClient alone sends each command once and returns
+// every answer as it came: it is the wire, for programs that retry by
+// themselves (a tool worker, the chaos and benchmark workloads). With
+// WithRetry it follows docs/protocol.md's retry rules, as every
+// first-party client does (package client, the weft CLI, the console,
+// weft mcp serve): a command answered with a retryable code
+// (weft.Code.Retryable) is sent again, with the same command id, after a
+// backoff, until it gets another answer or the bound is spent.
 type Client struct {
-	nc *nats.Conn
+	nc    *nats.Conn
+	retry time.Duration // the bound of a command's retries; 0: send once
+}
+
+// The retry rules' delays (docs/protocol.md, "Retry rules"): the first
+// retry waits RetryFirstDelay, each next one twice as long, never more
+// than RetryMaxDelay.
+const (
+	// RetryFirstDelay is the wait before a command's first retry.
+	RetryFirstDelay = 100 * time.Millisecond
+	// RetryMaxDelay caps the wait between two tries.
+	RetryMaxDelay = 2 * time.Second
+	// DefaultRetryWithin is the bound of a command's retries that the
+	// first-party clients use unless told otherwise: no retry starts
+	// later than this after the first try.
+	DefaultRetryWithin = 30 * time.Second
+)
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithRetry makes the Client retry a command answered with a retryable
+// code (weft.Code.Retryable) with the same command id — one it gives the
+// command when the caller gave none —, after RetryFirstDelay doubling up
+// to RetryMaxDelay, as long as a retry can start within d of the first try
+// and the context lasts; then the last answer is returned. d <= 0 sends
+// each command once (the default).
+func WithRetry(d time.Duration) ClientOption {
+	return func(c *Client) { c.retry = max(d, 0) }
 }
 
 // NewClient returns a Client over nc.
-func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
+func NewClient(nc *nats.Conn, opts ...ClientOption) *Client {
+	c := &Client{nc: nc}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
 
-// call sends req to weft.api.<endpoint> and decodes the reply into out. An
-// error reply is returned as its *weft.Error; no responders as unavailable.
+// NewCommandID returns a fresh command id: "cmd-" and 24 random hex
+// digits.
+func NewCommandID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "cmd-" + hex.EncodeToString(b[:])
+}
+
+// commandID gives *id a fresh command id when the Client retries and the
+// caller gave none, so that every try of the command carries the same.
+func (c *Client) commandID(id *string) {
+	if c.retry > 0 && *id == "" {
+		*id = NewCommandID()
+	}
+}
+
+// call sends req to weft.api.<endpoint> and decodes the reply into out,
+// retrying as the Client is configured to (WithRetry). An error reply is
+// returned as its *weft.Error; no responders as unavailable.
 func (c *Client) call(ctx context.Context, endpoint string, req, out any) error {
 	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
+	if c.retry <= 0 {
+		return c.once(ctx, endpoint, b, out)
+	}
+	bound := time.Now().Add(c.retry)
+	back := backoff.New(RetryFirstDelay, RetryMaxDelay)
+	for {
+		err := c.once(ctx, endpoint, b, out)
+		if err == nil || !weft.ErrorCode(err).Retryable() {
+			return err
+		}
+		d := back.Next()
+		if time.Now().Add(d).After(bound) || backoff.Sleep(ctx, d) != nil {
+			return err
+		}
+	}
+}
+
+// once sends the encoded request b once.
+func (c *Client) once(ctx context.Context, endpoint string, b []byte, out any) error {
 	m, err := c.nc.RequestWithContext(ctx, SubjectPrefix+endpoint, b)
 	if err != nil {
 		if errors.Is(err, nats.ErrNoResponders) {
@@ -52,6 +134,7 @@ func (c *Client) call(ctx context.Context, endpoint string, req, out any) error 
 // Start starts a run; req.Schema is set for the caller.
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r StartReply
 	return r, c.call(ctx, EndpointStart, req, &r)
 }
@@ -59,6 +142,7 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error
 // Approve approves a pending approval request.
 func (c *Client) Approve(ctx context.Context, req ApproveRequest) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointApprove, req, &r)
 }
@@ -66,6 +150,7 @@ func (c *Client) Approve(ctx context.Context, req ApproveRequest) (Reply, error)
 // Reject rejects a pending approval request.
 func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointReject, req, &r)
 }
@@ -73,6 +158,7 @@ func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
 // Reconcile reconciles an uncertain action of a live run.
 func (c *Client) Reconcile(ctx context.Context, req ReconcileRequest) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointReconcile, req, &r)
 }
@@ -80,6 +166,7 @@ func (c *Client) Reconcile(ctx context.Context, req ReconcileRequest) (Reply, er
 // ReconcileStored reconciles an uncertain action of a finished run.
 func (c *Client) ReconcileStored(ctx context.Context, req ReconcileRequest) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointReconcileStored, req, &r)
 }
@@ -88,6 +175,7 @@ func (c *Client) ReconcileStored(ctx context.Context, req ReconcileRequest) (Rep
 // reconciled as unconfirmed), for audit: nothing resumes.
 func (c *Client) Resolve(ctx context.Context, req ResolveRequest) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointResolve, req, &r)
 }
@@ -95,6 +183,7 @@ func (c *Client) Resolve(ctx context.Context, req ResolveRequest) (Reply, error)
 // Settle offers a settlement for a settling tool's action.
 func (c *Client) Settle(ctx context.Context, req Settlement) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointSettle, req, &r)
 }
@@ -102,6 +191,7 @@ func (c *Client) Settle(ctx context.Context, req Settlement) (Reply, error) {
 // Report sends a tool worker's report of an attempt.
 func (c *Client) Report(ctx context.Context, req Report) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointReport, req, &r)
 }
@@ -109,6 +199,7 @@ func (c *Client) Report(ctx context.Context, req Report) (Reply, error) {
 // Cancel cancels a run.
 func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 	req.Schema = Schema
+	c.commandID(&req.CommandID)
 	var r Reply
 	return r, c.call(ctx, EndpointCancel, req, &r)
 }

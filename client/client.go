@@ -9,7 +9,9 @@
 //
 // Every refusal is a *weft.Error whose Code is a protocol error code
 // (docs/protocol.md); compare with errors.Is or errors.As. A missing runner
-// or projector is unavailable.
+// or projector is unavailable. Commands answered with a retryable code are
+// retried with the same command id before the answer is returned (New,
+// WithoutRetry).
 //
 // Queries need a projector and commands a runner; package host runs both
 // (and the query service) in one process.
@@ -191,13 +193,45 @@ type Client struct {
 	log *eventlog.Log
 }
 
-// New returns a Client on nc.
-func New(nc *nats.Conn) (*Client, error) {
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	retry time.Duration
+}
+
+// WithRetry bounds how long a command answered with a retryable code
+// (weft.Code.Retryable: runner_busy, contended, conflict, unavailable,
+// settle_unconfirmed) is retried: no retry starts later than d after the
+// first try (default DefaultRetryWithin). d <= 0 is WithoutRetry.
+func WithRetry(d time.Duration) Option { return func(o *options) { o.retry = d } }
+
+// WithoutRetry makes every command be sent once: a retryable answer such
+// as runner_busy is returned to the caller.
+func WithoutRetry() Option { return WithRetry(0) }
+
+// DefaultRetryWithin is the default bound of a command's retries.
+const DefaultRetryWithin = api.DefaultRetryWithin
+
+// New returns a Client on nc. Its commands follow docs/protocol.md's retry
+// rules: a command answered with a retryable code is sent again with the
+// same command id (one the Client gives it when the request has none),
+// after a backoff of 100 ms doubling up to 2 s, for up to
+// DefaultRetryWithin (WithRetry, WithoutRetry) and as long as the context
+// lasts; then its last answer is returned. Every other answer is returned
+// at once. outcome_unknown is never retried (the same command id answers
+// it again): read the run (Run, Wait) to learn whether the command was
+// applied.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	o := options{retry: DefaultRetryWithin}
+	for _, f := range opts {
+		f(&o)
+	}
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{cmd: api.NewClient(nc), q: projector.NewClient(nc), log: eventlog.New(js)}, nil
+	return &Client{cmd: api.NewClient(nc, api.WithRetry(o.retry)), q: projector.NewClient(nc), log: eventlog.New(js)}, nil
 }
 
 // Ready waits until a runner serves every command endpoint, or ctx ends.

@@ -118,7 +118,7 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
 	}
-	ctx, cancel := c.ctx(r)
+	ctx, cancel := c.actCtx(r)
 	defer cancel()
 	f := r.PostForm
 	credential := f.Get("credential")
@@ -190,7 +190,7 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
 	}
-	ctx, cancel := c.ctx(r)
+	ctx, cancel := c.actCtx(r)
 	defer cancel()
 	f := r.PostForm
 	run, action := f.Get("run"), f.Get("action")
@@ -266,7 +266,7 @@ func (c *Console) actResolve(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
 	}
-	ctx, cancel := c.ctx(r)
+	ctx, cancel := c.actCtx(r)
 	defer cancel()
 	f := r.PostForm
 	run, action := f.Get("run"), f.Get("action")
@@ -306,7 +306,7 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
 	}
-	ctx, cancel := c.ctx(r)
+	ctx, cancel := c.actCtx(r)
 	defer cancel()
 	f := r.PostForm
 	agentName, input := strings.TrimSpace(f.Get("agent")), strings.TrimSpace(f.Get("input"))
@@ -327,7 +327,7 @@ func (c *Console) actCancel(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
 	}
-	ctx, cancel := c.ctx(r)
+	ctx, cancel := c.actCtx(r)
 	defer cancel()
 	f := r.PostForm
 	run := f.Get("run")

@@ -83,6 +83,13 @@ func WithPoll(d time.Duration) Option { return func(c *Console) { c.poll = d } }
 // WithTimeout bounds each request to Weft (default 10 s).
 func WithTimeout(d time.Duration) Option { return func(c *Console) { c.timeout = d } }
 
+// WithRetry bounds how long a command answered with a retryable code
+// (weft.Code.Retryable: runner_busy, contended, conflict, unavailable,
+// settle_unconfirmed) is sent again, with the same command id, before the
+// answer is shown (default api.DefaultRetryWithin; docs/protocol.md,
+// "Retry rules"). d <= 0 sends each command once.
+func WithRetry(d time.Duration) Option { return func(c *Console) { c.retry = max(d, 0) } }
+
 // WithApprover names the approver the approval forms offer first when the
 // catalog does not list an agent's approvers.
 func WithApprover(name string) Option { return func(c *Console) { c.approver = name } }
@@ -105,6 +112,7 @@ type Console struct {
 	log     *slog.Logger
 	poll    time.Duration
 	timeout time.Duration
+	retry   time.Duration // the bound of a command's retries (WithRetry)
 
 	approver       string
 	credentialHelp string
@@ -127,17 +135,18 @@ type Console struct {
 // New returns a console that talks to Weft over nc.
 func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	c := &Console{
-		cmd:      api.NewClient(nc),
 		query:    projector.NewClient(nc),
 		catalog:  catalog.NewClient(nc),
 		log:      slog.New(slog.DiscardHandler),
 		poll:     time.Second,
 		timeout:  10 * time.Second,
+		retry:    api.DefaultRetryWithin,
 		catCache: map[events.AgentRef]cached{},
 	}
 	for _, o := range opts {
 		o(c)
 	}
+	c.cmd = api.NewClient(nc, api.WithRetry(c.retry))
 	pages, err := parseTemplates()
 	if err != nil {
 		return nil, err
@@ -241,4 +250,10 @@ func newCommandID() string {
 
 func (c *Console) ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), c.timeout)
+}
+
+// actCtx bounds an action's request: the timeout, plus the retries of a
+// retryable answer (WithRetry).
+func (c *Console) actCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), c.timeout+c.retry)
 }

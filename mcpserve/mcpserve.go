@@ -31,8 +31,10 @@
 // the view; the same for each child run it lists). A person who approved
 // and answered before the call is never contradicted by an answer that
 // still lists the approval; a view that does not catch up within the wait
-// answers working ("ask again"). When no view could be read in
-// time, or the start's outcome is not known, the call answers "not known"
+// answers working ("ask again"). A start answered with a retryable code
+// is sent again with the same command id (Config.Retry; docs/protocol.md,
+// "Retry rules"), and a start whose outcome is not known is read from its
+// run. When no view could be read in time, the call answers "not known"
 // as the JSON-RPC error CodeOutcomeUnknown — never an isError result, which
 // a client (mcptools among them) reads as a definite failure.
 package mcpserve
@@ -143,6 +145,14 @@ type Config struct {
 	StatusTool string
 	// Version is the server version told to clients (default "1").
 	Version string
+	// Retry bounds how long a start answered with a retryable code
+	// (weft.Code.Retryable: runner_busy, contended, conflict, unavailable)
+	// is sent again, with the same command id (default
+	// api.DefaultRetryWithin, and never more than half of Wait: the rest
+	// reads the run; docs/protocol.md, "Retry rules"). NoRetry sends each
+	// start once.
+	Retry   time.Duration
+	NoRetry bool
 }
 
 // Server serves agents as MCP tools. Create it with New; MCP returns the
@@ -175,6 +185,13 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = "1"
 	}
+	if cfg.Retry <= 0 {
+		cfg.Retry = api.DefaultRetryWithin
+	}
+	retry := cfg.Retry
+	if cfg.NoRetry {
+		retry = 0
+	}
 	if len(cfg.Agents) == 0 {
 		return nil, &weft.Error{Code: weft.CodeInvalidRequest, Message: "mcpserve: no agents to serve"}
 	}
@@ -182,7 +199,7 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mcpserve: jetstream: %w", err)
 	}
-	s := &Server{cfg: cfg, cmd: api.NewClient(nc), query: projector.NewClient(nc), log: eventlog.New(js), served: map[string]bool{}}
+	s := &Server{cfg: cfg, cmd: api.NewClient(nc, api.WithRetry(retry)), query: projector.NewClient(nc), log: eventlog.New(js), served: map[string]bool{}}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "weft-" + cfg.Service, Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "Each tool runs a Weft agent as a durable run. Pass a key to make a call safe to retry: the same key reopens the same run.",
 	})
@@ -372,7 +389,11 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 		run = RunID(s.cfg.Service, p, key)
 	}
 	deadline := time.Now().Add(s.cfg.Wait)
-	started, err := s.cmd.Start(ctx, api.StartRequest{Run: run, Agent: a.Name, Version: a.Version, Input: *in.Input})
+	// The start's retries (the retry rules) take at most half the call's
+	// wait: the rest reads the run, whatever the start answered.
+	sctx, cancel := context.WithTimeout(ctx, s.cfg.Wait/2)
+	started, err := s.cmd.Start(sctx, api.StartRequest{Run: run, Agent: a.Name, Version: a.Version, Input: *in.Input})
+	cancel()
 	switch {
 	case err == nil:
 		run = started.Run
@@ -390,17 +411,41 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 				return s.answer(Answer{Status: StatusUnknown, Agent: a.Name, Error: asWeft(verr)}, keyed)
 			}
 			if v.Agent.Name != a.Name || v.Input != *in.Input {
-				return s.refuse(weft.Errorf(weft.CodeKeyReused, "this key was used before for another input or another agent; repeat that input to reopen its run, or use a new key")), nil
+				return s.refuse(keyReused()), nil
 			}
 		}
 	default:
 		if c := asWeft(err).Code; c == weft.CodeUnavailable || c == weft.CodeInternal || c == weft.CodeOutcomeUnknown {
-			// The start may have been applied: not known, never a failure.
-			return s.answer(Answer{Status: StatusUnknown, Run: run, Agent: a.Name, Error: asWeft(err)}, keyed)
+			// The start may have been applied: the run says whether it was.
+			return s.answer(s.unknownStart(ctx, a, run, *in.Input, deadline, asWeft(err)), keyed)
 		}
 		return s.refuse(err), nil // definitely not started
 	}
 	return s.answer(s.follow(ctx, run, deadline), keyed)
+}
+
+// unknownStart answers a call whose start's outcome is not known (startErr:
+// unavailable, internal, outcome_unknown): it reads the run, never
+// guesses. A run whose view is read was started — by this call, or by an
+// earlier one with the same key and input — and is followed as after a
+// start; one with another agent or input under this key is key_reused. A
+// run whose view cannot be read within the wait is "not known", with the
+// start's error.
+func (s *Server) unknownStart(ctx context.Context, a Agent, run, input string, deadline time.Time, startErr *weft.Error) Answer {
+	v, err := s.view(ctx, run, deadline)
+	switch {
+	case err != nil:
+		return Answer{Status: StatusUnknown, Run: run, Agent: a.Name, Error: startErr}
+	case v.Agent.Name != a.Name || v.Input != input:
+		return Answer{Status: StatusRefused, Error: keyReused()}
+	}
+	return s.follow(ctx, run, deadline)
+}
+
+// keyReused is the refusal of a key used before for another input or
+// another agent.
+func keyReused() *weft.Error {
+	return weft.Errorf(weft.CodeKeyReused, "this key was used before for another input or another agent; repeat that input to reopen its run, or use a new key")
 }
 
 // status answers one call of the status tool. It acts on nothing, so an
@@ -446,7 +491,7 @@ func (s *Server) view(ctx context.Context, run string, deadline time.Time) (proj
 			return v, nil
 		case ctx.Err() != nil:
 			// The wait ended during the query: it says nothing.
-		case errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}), errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}):
+		case transient(err):
 			lastErr = err
 		default:
 			return v, err
@@ -480,13 +525,20 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 			case projections.StatusFinished, projections.StatusSuspended:
 				// A suspended run with nothing listed is a view caught
 				// between two events of one step: look again.
-				if ans := s.settled(ctx, fam); ans.Status != StatusWorking {
+				ans, err := s.settled(ctx, fam)
+				if err != nil {
+					// A child run it waits for cannot be read, and never
+					// will be by asking again: the error, not "working"
+					// for ever.
+					return Answer{Status: StatusUnknown, Run: run, Agent: agentName, Error: asWeft(err)}
+				}
+				if ans.Status != StatusWorking {
 					return ans
 				}
 			}
 		case ctx.Err() != nil:
 			// The wait ended during the query: it says nothing.
-		case errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}), errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}):
+		case transient(err):
 			lastErr = err
 		default:
 			return Answer{Status: StatusUnknown, Run: run, Agent: agentName, Error: asWeft(err)}
@@ -504,12 +556,14 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 // settled turns a finished or suspended run into its answer, with the
 // approvals and uncertain effects of the run and of the child runs it waits
 // for. It answers working (not settled yet) when one of those views lags
-// the log (caughtUp) or a child's view could not be read.
-func (s *Server) settled(ctx context.Context, fam projector.RunReply) Answer {
+// the log (caughtUp) or a child's view could not be read yet (the wait
+// ended, or a retryable code); a child whose read failed otherwise (such as
+// unknown_run) is that error.
+func (s *Server) settled(ctx context.Context, fam projector.RunReply) (Answer, error) {
 	v := fam.View
 	ans := Answer{Run: v.Run, Agent: v.Agent.Name}
-	if !s.collect(ctx, fam, &ans, 0) {
-		return Answer{Status: StatusWorking, Run: v.Run, Agent: v.Agent.Name}
+	if ok, err := s.collect(ctx, fam, &ans, 0); !ok {
+		return Answer{Status: StatusWorking, Run: v.Run, Agent: v.Agent.Name}, err
 	}
 	switch {
 	case v.Status == projections.StatusFinished && v.Outcome != nil && v.Outcome.Kind == events.OutcomeCompleted:
@@ -525,16 +579,19 @@ func (s *Server) settled(ctx context.Context, fam projector.RunReply) Answer {
 		// one step, or a child's view that lags): not settled yet.
 		ans.Status = StatusWorking
 	}
-	return ans
+	return ans, nil
 }
 
 // collect adds to ans the approvals and uncertain effects of fam's run and
 // of the child runs it waits for, and reports whether every view it read
-// has caught up with its run's log.
-func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answer, depth int) bool {
+// has caught up with its run's log. A child run whose view could not be
+// read is not caught up; unless the read failed for a transient reason
+// (transient: the query service did not answer, the wait ended) its error
+// is returned too.
+func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answer, depth int) (bool, error) {
 	v := fam.View
 	if !s.caughtUp(ctx, v) {
-		return false
+		return false, nil
 	}
 	for _, a := range v.Actions {
 		switch {
@@ -548,17 +605,34 @@ func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answe
 		}
 	}
 	if depth >= projector.MaxFamilyDepth {
-		return true
+		return true, nil
 	}
 	for _, child := range fam.FamilyStatus.Waiting {
 		cf, err := s.query.RunFamily(ctx, child)
-		if err != nil || !s.collect(ctx, cf, ans, depth+1) {
-			// A child this run waits for, not read or behind its log: what
-			// it waits for is not known yet.
-			return false
+		switch {
+		case err != nil && (ctx.Err() != nil || weft.ErrorCode(err).Retryable()):
+			// Not read yet: what it waits for is not known yet.
+			return false, nil
+		case err != nil:
+			// The family listed this child as waiting, so the read model
+			// has its view: a refusal such as unknown_run says it cannot
+			// be read at all.
+			we := asWeft(err)
+			return false, &weft.Error{Code: we.Code, Reason: we.Reason, Message: fmt.Sprintf("child run %s, which run %s waits for, cannot be read: %s", child, v.Run, we.Message)}
+		}
+		if ok, err := s.collect(ctx, cf, ans, depth+1); !ok {
+			return false, err
 		}
 	}
-	return true
+	return true, nil
+}
+
+// transient reports whether a failed read of a run's view may succeed
+// when asked again within the wait: a retryable code (weft.Code.Retryable),
+// or unknown_run for the run this call started or follows, which the read
+// model may not have projected yet.
+func transient(err error) bool {
+	return errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) || weft.ErrorCode(err).Retryable()
 }
 
 // caughtUp reports whether v, read before this call, holds every event of

@@ -16,12 +16,11 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/busyrunner"
 	"github.com/weftrun/weft/internal/mcptest"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/mcpserve"
 	"github.com/weftrun/weft/mcptools"
-	"github.com/weftrun/weft/model"
-	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/tools"
 )
@@ -35,12 +34,7 @@ func fakeQuery(t *testing.T, nc *nats.Conn, silent bool) {
 		if silent {
 			return
 		}
-		body, _ := json.Marshal(projector.ErrorReply{Schema: 1, Error: &weft.Error{Code: weft.CodeUnknownRun, Message: "no such run"}})
-		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set("Nats-Service-Error", string(weft.CodeUnknownRun))
-		reply.Header.Set("Nats-Service-Error-Code", "404")
-		reply.Data = body
-		_ = m.RespondMsg(reply)
+		replyUnknownRun(m, &weft.Error{Code: weft.CodeUnknownRun, Message: "no such run"})
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -51,18 +45,18 @@ func fakeQuery(t *testing.T, nc *nats.Conn, silent bool) {
 	}
 }
 
-func echoAgent(t *testing.T) *agent.Agent {
-	t.Helper()
-	ag, err := agent.New("notes", model.NewRules("notes", model.Rule{Name: "echo", Match: func(model.Request) bool { return true },
-		Step: func(ctx context.Context, r model.Request) (model.Reply, error) {
-			return model.Answer("echo: "+model.Input(r))(ctx, r)
-		}}),
-		nil, policy.AlwaysAllow()).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ag
+// replyUnknownRun answers m as the query service answers a run it does
+// not have: the error reply e (unknown_run) with the micro error headers.
+func replyUnknownRun(m *nats.Msg, e *weft.Error) {
+	body, _ := json.Marshal(projector.ErrorReply{Schema: 1, Error: e})
+	reply := nats.NewMsg(m.Reply)
+	reply.Header.Set("Nats-Service-Error", string(e.Code))
+	reply.Header.Set("Nats-Service-Error-Code", "404")
+	reply.Data = body
+	_ = m.RespondMsg(reply)
 }
+
+func echoAgent(t *testing.T) *agent.Agent { return busyrunner.Echo(t) }
 
 // unknown calls tool and expects the answer "not known": a JSON-RPC error
 // with code mcpserve.CodeOutcomeUnknown whose data is the Answer.

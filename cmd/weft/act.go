@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
@@ -37,20 +38,19 @@ type views struct {
 	log *eventlog.Log
 }
 
-// withAPI connects and hands the command API client to fn.
-func withAPI(ctx context.Context, e *env, fn func(ctx context.Context, c *api.Client, q views) error) error {
+// withAPI connects and hands the command API client to fn; the client
+// retries retryable answers within retry (0: it sends each command once),
+// and the whole exchange is bounded by --timeout plus retry (send says
+// what a deadline that passed means).
+func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *api.Client, q views) error) error {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeNode(n)
-	actx, cancel := context.WithTimeout(ctx, e.timeout)
+	actx, cancel := context.WithTimeout(ctx, e.timeout+retry)
 	defer cancel()
-	err = fn(actx, api.NewClient(n.Conn()), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
-	if errors.Is(err, context.DeadlineExceeded) {
-		return &weft.Error{Code: weft.CodeUnavailable, Message: "no answer from the command API within " + e.timeout.String() + " (is a runner serving weft.api.*?)"}
-	}
-	return err
+	return fn(actx, api.NewClient(n.Conn(), api.WithRetry(retry)), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
 }
 
 func printReply(e *env, asJSON bool, r api.Reply) error {
@@ -61,27 +61,125 @@ func printReply(e *env, asJSON bool, r api.Reply) error {
 	return nil
 }
 
+// retryFlags are the retry rules' flags of every command that sends
+// commands: --no-retry and --retry-within (docs/protocol.md, "Retry
+// rules").
+type retryFlags struct {
+	noRetry bool
+	within  time.Duration
+}
+
+// addRetryFlags defines --no-retry and --retry-within.
+func addRetryFlags(fs *flag.FlagSet) *retryFlags {
+	o := &retryFlags{}
+	fs.BoolVar(&o.noRetry, "no-retry", false, "send each command once: answer a retryable refusal (runner_busy, contended, conflict, unavailable, settle_unconfirmed) instead of retrying it")
+	fs.DurationVar(&o.within, "retry-within", api.DefaultRetryWithin, "retry a retryable refusal with the same command id for up to this long")
+	return o
+}
+
+// retry is the bound of a command's retries: 0 with --no-retry.
+func (o *retryFlags) retry() time.Duration {
+	if o.noRetry {
+		return 0
+	}
+	return o.within
+}
+
+// actOpts are the flags every acting command has: --json and the
+// retryFlags.
+type actOpts struct {
+	json bool
+	*retryFlags
+}
+
+// addActOpts defines --json, --no-retry and --retry-within.
+func addActOpts(fs *flag.FlagSet) *actOpts {
+	o := &actOpts{}
+	fs.BoolVar(&o.json, "json", false, "print the reply as JSON")
+	o.retryFlags = addRetryFlags(fs)
+	return o
+}
+
 // actFlags defines what every acting command but start has: --command-id
-// (into id) and --json, which it returns.
-func actFlags(fs *flag.FlagSet, id *string) *bool {
+// (into id) and the actOpts, which it returns.
+func actFlags(fs *flag.FlagSet, id *string) *actOpts {
 	fs.StringVar(id, "command-id", "", "idempotency key of this command (default: a fresh one)")
-	return fs.Bool("json", false, "print the reply as JSON")
+	return addActOpts(fs)
 }
 
 // send is the plumbing every acting command shares: it gives the command a
 // fresh id unless --command-id named one (id nil: the command keeps what it
-// has), connects, sends the command with call and prints the reply.
-func send(ctx context.Context, e *env, id *string, asJSON bool, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
+// has; the client gives it one to retry with), connects, sends the command
+// with call — retrying a retryable answer with the same command id unless
+// --no-retry — and prints the reply.
+//
+// An outcome_unknown answer is never retried (the same command id answers
+// it again): send reads the run (ref) and says what it shows now
+// (unknownOutcome).
+func send(ctx context.Context, e *env, id *string, o *actOpts, ref runRef, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
 	if id != nil && *id == "" {
 		*id = newCommandID()
 	}
-	return withAPI(ctx, e, func(ctx context.Context, c *api.Client, q views) error {
+	err := withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, q views) error {
 		r, err := call(ctx, c, q)
+		if ref.run != "" && errors.Is(err, &weft.Error{Code: weft.CodeOutcomeUnknown}) {
+			return unknownOutcome(ctx, q, ref, err)
+		}
 		if err != nil {
 			return err
 		}
-		return printReply(e, asJSON, r)
+		return printReply(e, o.json, r)
 	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	msg := "no answer from the command API within " + (e.timeout + o.retry()).String() + " (is a runner serving weft.api.*?)"
+	if id != nil && ref.run != "" {
+		// The command may have been sent and applied, its answer lost:
+		// not known. The same command id is safe to send again.
+		msg += fmt.Sprintf("; whether the command took effect is not known: read the run (%s show %s), or send it again with the same --command-id %s, which is applied at most once", self, ref.run, *id)
+	}
+	return &weft.Error{Code: weft.CodeUnavailable, Message: msg}
+}
+
+// runRef is what an acting command acts on: a run, and an action of it
+// ("" for a command on the whole run).
+type runRef struct{ run, action string }
+
+// unknownOutcome explains err, an outcome_unknown answer to a command on
+// ref: the command may or may not have taken effect, or may still. It
+// reads the run's view once caught up with its log (freshView) and says
+// what the run — and the action — shows now, so that a person decides from
+// the run, never from a guess: the command is sent again only with a new
+// --command-id, once the run shows that it did not take effect.
+func unknownOutcome(ctx context.Context, q views, ref runRef, err error) error {
+	var v projections.RunView
+	lag, rerr := freshView(ctx, q.log, ref.run, func(ctx context.Context) (projections.RunView, error) {
+		rv, err := q.Run(ctx, ref.run)
+		if err == nil {
+			v = rv
+		}
+		return rv, err
+	})
+	const after = "whether the command took effect is what the run shows: send it again only with a new --command-id, once the run shows that it did not (the same id answers outcome_unknown again)"
+	if rerr != nil {
+		return fmt.Errorf("%w\nthe run could not be read (%v): see %s show %s; %s", err, rerr, self, ref.run, after)
+	}
+	now := fmt.Sprintf("run %s is %s", ref.run, v.Status)
+	if v.Outcome != nil {
+		now += " (" + v.Outcome.Kind + ")"
+	}
+	if ref.action != "" {
+		if a, ok := v.Action(ref.action); ok {
+			now += fmt.Sprintf("; action %s is %s", ref.action, a.State)
+		} else {
+			now += fmt.Sprintf("; it has no action %s", ref.action)
+		}
+	}
+	if lag != "" {
+		now += " (but " + lag + ")"
+	}
+	return fmt.Errorf("%w\nread after this answer: %s. %s (see %s show %s)", err, now, after, self, ref.run)
 }
 
 func startCommand() command {
@@ -94,13 +192,13 @@ func startCommand() command {
 			fs.StringVar(&req.Version, "version", "", "the agent version (empty: the one the runners serve)")
 			fs.StringVar(&req.Correlation, "correlation", "", "a correlation id for tracing")
 			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command")
-			asJSON := fs.Bool("json", false, "print the reply as JSON")
+			o := addActOpts(fs)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<agent> <input>"); err != nil {
 					return err
 				}
 				req.Agent, req.Input = args[0], args[1]
-				return send(ctx, e, nil, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, nil, o, runRef{}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					r, err := c.Start(ctx, req)
 					return api.Reply(r), err
 				})
@@ -203,7 +301,7 @@ func approveCommand() command {
 			fs.StringVar(&req.Approver, "approver", "", "the approver (one of the agent's approvers) that verifies the credential")
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
 			sign := addSignFlags(fs)
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -212,7 +310,7 @@ func approveCommand() command {
 					return usagef("approve needs --approver and either --credential or --signing-key")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
 						if err != nil {
@@ -248,7 +346,7 @@ func rejectCommand() command {
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
 			fs.StringVar(&req.By, "by", "", "who rejects, when no credential is given")
 			sign := addSignFlags(fs)
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -257,7 +355,7 @@ func rejectCommand() command {
 					return usagef("reject needs --reason")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
 						if err != nil {
@@ -328,7 +426,7 @@ func reconcileCommand() command {
 			stored := fs.Bool("stored", false, "reconcile an action of a finished run (resumes nothing)")
 			var req api.ReconcileRequest
 			fs.StringVar(&req.By, "by", "", "who reconciles")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) < 2 || len(args) > 3 {
 					return usagef("want <run> <action> [content-json]")
@@ -338,7 +436,7 @@ func reconcileCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					if *stored {
 						return cl.ReconcileStored(ctx, req)
 					}
@@ -365,7 +463,7 @@ func resolveCommand() command {
 			errMsg := fs.String("error", "", "a definite failure message: the effect did not happen")
 			var req api.ResolveRequest
 			fs.StringVar(&req.By, "by", "", "who resolves")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -378,7 +476,7 @@ func resolveCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					return cl.Resolve(ctx, req)
 				})
 			}
@@ -394,13 +492,13 @@ func cancelCommand() command {
 			var req api.CancelRequest
 			fs.StringVar(&req.Reason, "reason", "", "why")
 			fs.StringVar(&req.By, "by", "", "who cancels")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
 				req.Run = args[0]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Cancel(ctx, req)
 				})
 			}
@@ -421,7 +519,7 @@ func settleCommand() command {
 			uncertain := fs.String("uncertain", "", "evidence that the effect is uncertain")
 			var req worker.Settlement
 			fs.StringVar(&req.Summary, "summary", "", "what a person needs if the settlement is refused (no secrets)")
-			asJSON := actFlags(fs, &req.CommandID)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
 					return err
@@ -440,7 +538,7 @@ func settleCommand() command {
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}
 				req.Schema, req.Run, req.Action = 1, args[0], args[1]
-				return send(ctx, e, &req.CommandID, *asJSON, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Settle(ctx, req)
 				})
 			}

@@ -24,6 +24,7 @@ func consoleCommand() command {
 			approver := fs.String("approver", "", "approver the approval forms offer when the catalog lists none")
 			poll := fs.Duration("poll", 0, "how often an open page checks for changes (default 1s)")
 			verbose := fs.Bool("v", false, "log what the console does")
+			retry := addRetryFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
@@ -37,7 +38,7 @@ func consoleCommand() command {
 				if *verbose {
 					level = slog.LevelInfo
 				}
-				opts := []console.Option{console.WithLogger(slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))), console.WithTimeout(e.timeout)}
+				opts := []console.Option{console.WithLogger(slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))), console.WithTimeout(e.timeout), console.WithRetry(retry.retry())}
 				if *approver != "" {
 					opts = append(opts, console.WithApprover(*approver))
 				}

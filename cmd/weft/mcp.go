@@ -36,6 +36,7 @@ func mcpCommand() command {
 			fs.StringVar(&cfg.StatusTool, "status-tool", mcpserve.DefaultStatusTool, `the name of the tool that answers for a run id ("-": none)`)
 			addr := fs.String("http", "", "serve streamable HTTP on host:port (path /mcp) instead of stdio; keep it on loopback or behind an authenticating proxy")
 			verbose := fs.Bool("v", false, "log requests to stderr")
+			retry := addRetryFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 || args[0] != "serve" {
 					return usagef("want: weft mcp serve --agent NAME [flags]")
@@ -55,6 +56,7 @@ func mcpCommand() command {
 					return err
 				}
 				defer closeNode(n)
+				cfg.Retry, cfg.NoRetry = retry.within, retry.noRetry
 				srv, err := mcpserve.New(n.Conn(), cfg)
 				if err != nil {
 					return err

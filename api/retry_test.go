@@ -1,0 +1,87 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/busyrunner"
+)
+
+// TestRetryRules_RunnerBusyIsRetriedWithTheSameCommandID (docs/protocol.md
+// "Retry rules"; SEMANTICS §8 "A run can always be answered"): the owner
+// of the run's partition answers runner_busy three times, then leaves and
+// a real runner takes the partition over. A Client with WithRetry sends
+// the start again, with the one command id it gave it, and ends applied:
+// the run exists and the command API kept the success under that id.
+// Before, the Client returned the first runner_busy.
+func TestRetryRules_RunnerBusyIsRetriedWithTheSameCommandID(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Busy: 3})
+	c := api.NewClient(d.Server.Conn, api.WithRetry(api.DefaultRetryWithin))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r, err := c.Start(ctx, api.StartRequest{Run: "busy-1", Agent: "notes", Input: "hello"})
+	if err != nil {
+		t.Fatalf("start: %v, want it applied after the retries", err)
+	}
+	if r.Run != "busy-1" {
+		t.Fatalf("started %q", r.Run)
+	}
+	fw := d.Forwarded()
+	if len(fw) == 0 || fw[0].CommandID == "" {
+		t.Fatalf("the tries carried no command id: %+v", fw)
+	}
+	d.AppliedUnder(t, api.EndpointStart, "busy-1", fw[0].CommandID, 3)
+}
+
+// TestRetryRules_CallersCommandIDIsKept: a command id the caller gave is
+// the one every try carries.
+func TestRetryRules_CallersCommandIDIsKept(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Busy: 2})
+	c := api.NewClient(d.Server.Conn, api.WithRetry(api.DefaultRetryWithin))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := c.Start(ctx, api.StartRequest{CommandID: "mine-1", Run: "busy-2", Agent: "notes", Input: "hello"}); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	d.AppliedUnder(t, api.EndpointStart, "busy-2", "mine-1", 2)
+}
+
+// TestRetryRules_WithoutRetryRunnerBusyIsReturned: a Client without
+// WithRetry (the wire) returns the first runner_busy; the command was sent
+// once.
+func TestRetryRules_WithoutRetryRunnerBusyIsReturned(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Busy: 3})
+	c := api.NewClient(d.Server.Conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.Start(ctx, api.StartRequest{CommandID: "once-1", Run: "busy-3", Agent: "notes", Input: "hello"})
+	if !errors.Is(err, &weft.Error{Code: weft.CodeRunnerBusy}) {
+		t.Fatalf("start: %v, want runner_busy", err)
+	}
+	if n := len(d.Forwarded()); n != 1 {
+		t.Fatalf("sent %d times, want once", n)
+	}
+}
+
+// TestRetryRules_APermanentRefusalIsNeverRetried: a refusal whose code is
+// not retryable (unknown_agent) is returned at once, however long the
+// retry bound.
+func TestRetryRules_APermanentRefusalIsNeverRetried(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)},
+		Refusal: &weft.Error{Code: weft.CodeUnknownAgent, Message: "no runner serves notes@9"}})
+	c := api.NewClient(d.Server.Conn, api.WithRetry(api.DefaultRetryWithin))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.Start(ctx, api.StartRequest{Run: "busy-4", Agent: "notes", Input: "hello"})
+	if !errors.Is(err, &weft.Error{Code: weft.CodeUnknownAgent}) {
+		t.Fatalf("start: %v, want unknown_agent", err)
+	}
+	if n := len(d.Forwarded()); n != 1 {
+		t.Fatalf("sent %d times, want once", n)
+	}
+}
