@@ -91,7 +91,7 @@ const (
 	CodeContended Code = "contended"
 	// CodeConflict means an append lost its optimistic-concurrency check.
 	CodeConflict Code = "conflict"
-	// CodeUnavailable means nATS or another dependency did not answer.
+	// CodeUnavailable means NATS or another dependency did not answer.
 	CodeUnavailable Code = "unavailable"
 	// CodeInternal means a bug; the message says where.
 	CodeInternal Code = "internal"

@@ -24,7 +24,6 @@ var notYetRetryable = map[string]string{
 	filepath.Join("runner", "act.go"):              "the runner's retried work: Retryable() minus settle_unconfirmed, plus an eventlog.ConflictError",
 	filepath.Join("runner", "runner.go"):           "a timer firing is redelivered on runner_busy, unavailable, contended: Retryable() minus conflict and settle_unconfirmed",
 	filepath.Join("chaos", "workload.go"):          "the chaos workload resends the same command id on Retryable() plus internal and a transport failure",
-	filepath.Join("worker", "worker.go"):           "a worker's report: Retryable() minus settle_unconfirmed plus quarantined (a report is never dropped: it waits for the repair)",
 	filepath.Join("bench", "idle.go"):              "the benchmark's commands while partitions move: Retryable() minus conflict and settle_unconfirmed",
 	filepath.Join("bench", "scale", "workload.go"): "the scale benchmark's commands while partitions move: Retryable() minus conflict and settle_unconfirmed",
 }

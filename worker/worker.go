@@ -959,7 +959,7 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 			err := w.settle(ctx, s)
 			cancel()
 			var coded *weft.Error
-			if err == nil || errors.As(err, &coded) && !retryable(coded.Code) && coded.Code != weft.CodeSettleUnconfirmed {
+			if err == nil || errors.As(err, &coded) && !retryable(coded.Code) {
 				if err != nil {
 					w.log.Info("worker: late return refused", "run", t.Run, "action", t.Action, "err", err)
 				}
@@ -984,16 +984,12 @@ const lateTries = 20
 // Abandon.
 const LateAfterAbandon = 5 * time.Second
 
-// retryable reports whether a refusal says "try again".
+// retryable reports whether a refusal of a report or a settlement says
+// "try again": the retryable codes (weft.Code.Retryable), and quarantined —
+// the run's log holds a message no reader can fold; the report is kept
+// (never dropped: the body ran) until a repair voids it (docs/adr/0011).
 func retryable(c weft.Code) bool {
-	switch c {
-	// quarantined: the run's log holds a message no reader can fold; the
-	// report is kept (never dropped: the body ran) until a repair voids
-	// it (docs/adr/0011).
-	case weft.CodeRunnerBusy, weft.CodeContended, weft.CodeUnavailable, weft.CodeConflict, weft.CodeQuarantined:
-		return true
-	}
-	return false
+	return c.Retryable() || c == weft.CodeQuarantined
 }
 
 // stopTries is how many more times a stopping worker tries a report it
