@@ -36,6 +36,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/internal/unanswered"
 )
 
 // CommandsBucket is the KV bucket keeping the replies of commands by
@@ -202,7 +203,7 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 	if err != nil {
 		var we *weft.Error
 		if !errors.As(err, &we) {
-			we = &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
+			we = uncoded(err)
 		}
 		body, _ = json.Marshal(ErrorReply{Schema: Schema, Error: we})
 		if key != "" {
@@ -220,6 +221,18 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 		s.keepReply(key, body)
 	}
 	_ = r.Respond(body)
+}
+
+// uncoded is the answer to an error without a protocol code: a store or
+// server that did not answer (a read, or a write before the decision's
+// append — an append of unknown outcome is answered by the runner itself)
+// is unavailable, nothing applied, retry; anything else is a bug
+// (internal). A server killed under a command must not look like a bug.
+func uncoded(err error) *weft.Error {
+	if unanswered.Is(err) {
+		return &weft.Error{Code: weft.CodeUnavailable, Message: "the server did not answer; nothing was applied — retry: " + err.Error()}
+	}
+	return &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
 }
 
 // precheck refuses a body over MaxBody (payload_too_large) or one that is
