@@ -26,7 +26,7 @@ const (
 	// own build cache empty (the first run on a machine) it compiles
 	// everything, as a newcomer's does; later runs find the cache kept
 	// (homeDir) and only link, or not even that.
-	firstBuild = 8 * time.Minute
+	firstBuild = 10 * time.Minute
 	// oneCommand bounds one printed step (go run checks the build is up
 	// to date, then runs the cached binary).
 	oneCommand = 3 * time.Minute
