@@ -93,7 +93,6 @@ func TestFirstHour_NotSentSaysItOnce(t *testing.T) {
 	ctx := tab(t)
 	card := "#" + cardKey("uncertain", "fh-ns-13", "2/call_2_1")
 	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
-	js[bool](t, ctx, `(() => { document.querySelectorAll("`+card+` [name^='out.']").forEach(e => e.required = false); return true })()`)
 	do(t, ctx, "send without the id",
 		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.status"]`), "sent"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
