@@ -150,6 +150,18 @@ func queueOf(subject string) *Queue {
 
 // errQueueInBody refuses a report or settlement body that names a queue:
 // the subject names it.
+// namesQueue reports whether a (decoded, so valid) body names "queue" at
+// its top level — "queue": null as well, which decodes to no queue but is
+// a body naming the field all the same.
+func namesQueue(b []byte) bool {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(b, &top) != nil {
+		return false
+	}
+	_, ok := top["queue"]
+	return ok
+}
+
 var errQueueInBody = &weft.Error{Code: weft.CodeInvalidRequest, Message: "queue is not a body field: report or settle on weft.api.<report|settle>.<agent>.<version token>.<tool>"}
 
 type service struct {
@@ -460,7 +472,7 @@ func (s *service) settle(ctx context.Context, q *Queue, b []byte) (any, string, 
 	if err != nil {
 		return nil, "", err
 	}
-	if req.Queue != nil {
+	if req.Queue != nil || namesQueue(b) {
 		return nil, "", errQueueInBody
 	}
 	req.Queue = q
@@ -497,7 +509,7 @@ func (s *service) report(ctx context.Context, q *Queue, b []byte) (any, string, 
 	if err != nil {
 		return nil, "", err
 	}
-	if req.Queue != nil {
+	if req.Queue != nil || namesQueue(b) {
 		return nil, "", errQueueInBody
 	}
 	req.Queue = q

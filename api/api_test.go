@@ -2,6 +2,8 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,6 +91,42 @@ func TestCommandIDWhenTheCommandUsedItsWholeDeadline(t *testing.T) {
 			t.Errorf("applied: replies %v, %v; backend called %d times, want the same reply and 1 call", first, second, b.calls.Load())
 		case busy && (weft.ErrorCode(first) != weft.CodeRunnerBusy || b.calls.Load() != 2):
 			t.Errorf("runner_busy: first %v; backend called %d times, want the retry to run again (2 calls)", first, b.calls.Load())
+		}
+	}
+}
+
+// docs/protocol/41-tasks.md: a report or settlement names its queue by its
+// subject, never in its body; a body with "queue": null names the field
+// as well and is refused invalid_request like any other queue in the body
+// (it was read as absent), so bad input gets a clear error.
+func TestReportBodyWithQueueNullIsRefused(t *testing.T) {
+	srv := natstest.Start(t, natstest.WithAssets(provision.KV(api.CommandsConfig())))
+	kv, err := srv.JS.KeyValue(context.Background(), api.CommandsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := api.Serve(srv.Conn, &slowBackend{}, kv, "0.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	nc := srv.Connect()
+	for _, c := range []struct{ subject, body string }{
+		{"weft.api.report", `{"schema":1,"command_id":"r-1","run":"pay-7","action":"2/call_2_1","attempt":1,"incarnation":1,"outcome":"output","content":{},"queue":null}`},
+		{"weft.api.settle", `{"schema":1,"command_id":"s-1","run":"refund-8","action":"1/call_1_1","outcome":"output","content":{},"queue":null}`},
+	} {
+		m, err := nc.Request(c.subject, []byte(c.body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep struct {
+			Error *weft.Error `json:"error"`
+		}
+		if err := json.Unmarshal(m.Data, &rep); err != nil {
+			t.Fatalf("%s: %v: %s", c.subject, err, m.Data)
+		}
+		if rep.Error == nil || rep.Error.Code != weft.CodeInvalidRequest || !strings.Contains(rep.Error.Message, "queue is not a body field") {
+			t.Errorf("%s with \"queue\": null answered %s, want invalid_request (queue is not a body field)", c.subject, m.Data)
 		}
 	}
 }

@@ -13,6 +13,7 @@
 package catalog
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -204,6 +205,11 @@ func answer(r micro.Request, name string, entries []Entry) {
 	if len(r.Data()) > 0 {
 		if !json.Valid(r.Data()) {
 			respondError(r, 400, &weft.Error{Code: weft.CodeInvalidJSON, Message: "the body is not JSON"})
+			return
+		}
+		if string(bytes.TrimSpace(r.Data())) == "null" {
+			// null decodes to no request at all: say so rather than read it as {}.
+			respondError(r, 400, &weft.Error{Code: weft.CodeInvalidRequest, Message: `the body is null, not a catalog request: send {} or {"schema":1,"version":"<version>"}`})
 			return
 		}
 		if err := json.Unmarshal(r.Data(), &req); err != nil {

@@ -109,3 +109,29 @@ func TestSignedApproversListed(t *testing.T) {
 		t.Errorf("keys: %+v, %v", sa, ok)
 	}
 }
+
+// docs/protocol/45-catalog.md: bad input gets a clear error — a body of
+// JSON null is refused invalid_request (it was read as {} and answered
+// the entry).
+func TestNullBodyIsRefused(t *testing.T) {
+	s := natstest.Start(t)
+	ag, err := demo.Agent(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := catalog.Serve(s.Conn, []*agent.Agent{ag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	m, err := s.Conn.Request(catalog.SubjectPrefix+demo.AgentName, []byte("null"), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Error *weft.Error `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Error == nil || rep.Error.Code != weft.CodeInvalidRequest {
+		t.Fatalf("a null body answered %s (%v), want invalid_request", m.Data, err)
+	}
+}

@@ -27,9 +27,9 @@ type answer struct {
 	Status string `json:"status,omitempty"`
 	// Link is where to see the outcome (a started run).
 	Link string `json:"link,omitempty"`
-	// NextCommandID replaces the form's command id after a refusal: the
+	// NextCommandID replaces the form's command id after a refusal (the
 	// command API keeps a refusal for its command id, so a corrected form
-	// needs a new one.
+	// needs a new one) and after a start (the form starts another run).
 	NextCommandID string `json:"next_command_id,omitempty"`
 }
 
@@ -254,7 +254,7 @@ func (c *Console) readOutput(ctx context.Context, f url.Values) (json.RawMessage
 	}
 	out, err := outputContent(of, f)
 	if err != nil {
-		return nil, "Not sent: " + err.Error() + "."
+		return nil, "The tool's output: " + err.Error() + "." // shown after "Not sent."
 	}
 	return out, ""
 }
@@ -319,7 +319,8 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, refused(err))
 		return
 	}
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Started run " + rep.Run + "."})
+	// The start form starts the next run with a command id of its own.
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Started run " + rep.Run + ".", NextCommandID: newCommandID()})
 }
 
 // actCancel cancels a run.

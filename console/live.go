@@ -45,9 +45,11 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, "retry: 2000\n\n")
 	fl.Flush()
 
-	// since is the fingerprint the page was rendered at: a change between
-	// the render and this stream is reported at once.
-	last, lastErr := v.Get("since"), false
+	// seen is the fingerprint the page was rendered at: a change between
+	// the render and this stream is reported at once. (Not "since": that
+	// is the runs page's own "Changed since" filter, which the watch
+	// keeps.)
+	last, lastErr := v.Get(seenParam), false
 	keep := time.NewTicker(15 * time.Second)
 	defer keep.Stop()
 	for {
@@ -81,11 +83,15 @@ func (c *Console) live(w http.ResponseWriter, r *http.Request) {
 // poll of the query service per interval); a stream beyond it is refused.
 const maxWatches = 64
 
+// seenParam is the live query's parameter for the fingerprint of what
+// the page showed when it was rendered.
+const seenParam = "seen"
+
 // watchKey identifies what a live query watches: its parameters without
-// the page's own "since".
+// the page's fingerprint (seenParam).
 func watchKey(v url.Values) string {
 	k := cloneValues(v)
-	k.Del("since")
+	k.Del(seenParam)
 	return k.Encode()
 }
 
@@ -229,10 +235,10 @@ func (c *Console) probe(v url.Values) func(ctx context.Context) (string, error) 
 }
 
 // liveQuery returns the live stream query of a page showing v: v with the
-// fingerprint of what it shows now as "since".
+// fingerprint of what it shows now as seenParam.
 func (c *Console) liveQuery(ctx context.Context, v url.Values) string {
 	if fp, err := c.probe(v)(ctx); err == nil {
-		v.Set("since", fp)
+		v.Set(seenParam, fp)
 	}
 	return v.Encode()
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,9 +21,13 @@ import (
 
 // runData is the run page's data.
 type runData struct {
-	View    projections.RunView
-	Family  projections.Family
+	View   projections.RunView
+	Family projections.Family
+	// Outcome is the outcome's details (events.DescribeOutcome) without
+	// its answer, which Answer holds as text: a JSON string's text, any
+	// other JSON as indented JSON (never escaped JSON in a line).
 	Outcome string
+	Answer  string
 	// FamilyDiffers is set when the family status says more than the
 	// run's own status.
 	FamilyDiffers bool
@@ -194,7 +199,10 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 	d := runData{View: v, Family: rep.FamilyStatus, FamilyDiffers: rep.FamilyStatus.Status != v.Status || len(rep.FamilyStatus.Waiting) > 0,
 		Cancel: cancelForm{CommandID: newCommandID(), Run: v.Run}}
 	if v.Outcome != nil {
-		d.Outcome = events.DescribeOutcome(*v.Outcome)
+		o := *v.Outcome
+		d.Answer = answerText(o.Answer)
+		o.Answer = nil
+		d.Outcome = events.DescribeOutcome(o)
 	}
 	ret := "/runs/" + url.PathEscape(v.Run)
 	if v.Status != "finished" || len(v.Uncertain) > 0 || len(v.Questions) > 0 {
@@ -337,4 +345,21 @@ func (c *Console) runFingerprint(ctx context.Context, run string) (string, error
 type errorData struct {
 	Title string
 	Err   *weft.Error
+}
+
+// answerText is a run's answer as a person reads it: a JSON string's
+// text, any other JSON indented; "" for none.
+func answerText(a json.RawMessage) string {
+	if len(a) == 0 || string(a) == "null" {
+		return ""
+	}
+	var text string
+	if json.Unmarshal(a, &text) == nil {
+		return text
+	}
+	var b bytes.Buffer
+	if json.Indent(&b, a, "", "  ") != nil {
+		return string(a)
+	}
+	return b.String()
 }

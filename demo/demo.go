@@ -292,7 +292,10 @@ func Run(ctx context.Context, o Options) error {
 	if node.Embedded() {
 		store = node.DataDir()
 	}
-	fmt.Fprintln(evOut, stopLine(fd.handedOff(), fd.waiting(), store))
+	ictx, icancel := context.WithTimeout(context.Background(), 5*time.Second)
+	person, settlement, other := fd.idle(ictx, fd.waiting())
+	icancel()
+	fmt.Fprintln(evOut, stopLine(fd.handedOff(), person, settlement, other, store))
 	close(errs)
 	var all []error
 	for e := range errs {

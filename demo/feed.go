@@ -11,8 +11,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projector"
 )
 
 // lockedWriter serialises the writes of the printed steps and the feed.
@@ -86,13 +88,17 @@ func (f *feed) run(ctx context.Context, fromSeq uint64) error {
 		f.seq = se.Seq
 		run := se.Envelope.Run
 		f.seen[run] = true
+		// A run stays handed off from its run_handed_off until a runner
+		// recovers it (the view's HandedOff): the draining runner still
+		// records the reports and model replies of the work in flight
+		// after the hand-off, and they do not take it back.
 		switch se.Envelope.Type {
 		case events.NameRunHandedOff:
 			f.handed[run] = true
+		case events.NameRunRecovered:
+			delete(f.handed, run)
 		case events.NameRunFinished:
 			f.finished[run] = true
-			delete(f.handed, run)
-		default:
 			delete(f.handed, run)
 		}
 		return nil
@@ -150,10 +156,65 @@ func (f *feed) waiting() []string {
 	return out
 }
 
+// idle sorts the runs waiting lists (feed.waiting) by what each waits
+// for, read from its history in the log: a person (an approval asked, or
+// an uncertain effect to reconcile), a settlement (a settling action's
+// window is open), or neither of them (a child run, say: other). A run
+// whose history cannot be read is other.
+func (f *feed) idle(ctx context.Context, waiting []string) (person, settlement, other []string) {
+	for _, run := range waiting {
+		switch waitsFor(ctx, f.log, run) {
+		case waitPerson:
+			person = append(person, run)
+		case waitSettlement:
+			settlement = append(settlement, run)
+		default:
+			other = append(other, run)
+		}
+	}
+	return person, settlement, other
+}
+
+type waitKind int
+
+const (
+	waitOther waitKind = iota
+	waitPerson
+	waitSettlement
+)
+
+// waitsFor folds run's history and says what it waits for; a person
+// first, when it waits for both.
+func waitsFor(ctx context.Context, log *eventlog.Log, run string) waitKind {
+	envs, _, err := log.Load(ctx, run)
+	if err != nil {
+		return waitOther
+	}
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		rec, err := projector.Recorded(env)
+		if err != nil {
+			return waitOther
+		}
+		recs = append(recs, rec)
+	}
+	kind := waitOther
+	for _, a := range aggregate.Fold(recs).Actions() {
+		switch a.State {
+		case aggregate.ActionAwaitingApproval, aggregate.ActionUncertain:
+			return waitPerson
+		case aggregate.ActionSettling:
+			kind = waitSettlement
+		}
+	}
+	return kind
+}
+
 // stopLine is what Run prints when it stopped cleanly: the runs handed
-// off (work was in flight), and the runs that wait for a person, which
-// needed no hand-off; the next weft dev on the same store continues both.
-func stopLine(handed, waiting []string, store string) string {
+// off (work was in flight), and the idle runs, which needed no hand-off:
+// those that wait for a person, those that wait for a settlement and the
+// others; the next weft dev on the same store continues them all.
+func stopLine(handed, person, settlement, other []string, store string) string {
 	where := "the next weft dev on this store"
 	if store != "" {
 		where = "the next weft dev on " + store
@@ -163,14 +224,20 @@ func stopLine(handed, waiting []string, store string) string {
 		runs, them := runList(handed)
 		line = fmt.Sprintf("Stopped: handed off %s; %s (or any runner on the same NATS) continues %s, and approvals already given stay valid.", runs, where, them)
 	}
-	if len(waiting) > 0 {
-		runs, them := runList(waiting)
+	idle := func(runs []string, what, when string) {
+		if len(runs) == 0 {
+			return
+		}
+		list, them := runList(runs)
 		verb := "waits"
-		if len(waiting) > 1 {
+		if len(runs) > 1 {
 			verb = "wait"
 		}
-		line += fmt.Sprintf(" %s %s for a person: %s (or any runner on the same NATS) continues %s when answered.", upper(runs), verb, where, them)
+		line += fmt.Sprintf(" %s %s%s: %s (or any runner on the same NATS) continues %s%s.", upper(list), verb, what, where, them, when)
 	}
+	idle(person, " for a person", " when answered")
+	idle(settlement, " for a settlement", " when it comes, or when its window closes")
+	idle(other, " with nothing in flight", "")
 	return line
 }
 

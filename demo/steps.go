@@ -162,7 +162,7 @@ and the %s agent on model %s.
 	}
 	fmt.Fprintln(w)
 	if strings.HasPrefix(n.weft, "go run ") {
-		fmt.Fprintf(w, "(The first go run compiled weft: about 3 minutes on 2 cores with -tags nosdk, 8 or more without it, when the OpenAI and\nAnthropic SDKs are compiled too; most of the rest is the Go standard library, nats-server and OpenTelemetry.\nThe go run steps above run the binary from Go's build cache in a second or two; %s puts weft on your PATH.)\n\n",
+		fmt.Fprintf(w, "(The first go run compiled weft: 3.5 CPU-minutes with -tags nosdk — about 2 minutes on 2 idle cores, less on more —\nand about three times that without it, when the OpenAI and Anthropic SDKs are compiled too; most of the rest is the Go\nstandard library, nats-server and OpenTelemetry. The go run steps above run the binary from Go's build cache in a\nsecond or two; %s puts weft on your PATH.)\n\n",
 			strings.Replace(n.weft, "go run ", "go install ", 1))
 	}
 	if n.externalPay {

@@ -2,7 +2,6 @@ package runner_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -41,33 +40,33 @@ func TestRecoveryFindsEveryUnfinishedRun_StartWithoutDriverKey(t *testing.T) {
 
 // The driver of a run is written as an intent before the run_started
 // append: a started run has its weft_drivers key from its first event on.
+// The key is read while the run's tool body hangs (work in flight keeps
+// it), not watched: a watch races what it observes — once the run
+// suspends, the key is purged, and a watch whose consumer had not yet
+// delivered the put sees only the removal (driver key "").
 func TestRecoveryFindsEveryUnfinishedRun_DriverKeyBeforeStart(t *testing.T) {
 	h := newHarness(t)
-	a := build(t, model.NewScripted("s", model.CallTools(payCall(500, "ok"))), []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove))
+	a := build(t, model.NewScripted("s", model.CallTools(payCall(50, "hang"))), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	r, _ := h.startRunner([]*agent.Agent{a})
 	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := kv.Watch(ctx(t), runner.DriverKey("st2", runner.DefaultPartitions))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Stop()
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "st2", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStatus("st2", aggregate.StatusSuspended)
-	var stored time.Time
-	for e := range w.Updates() {
-		if e != nil {
-			if string(e.Value()) != r.ID() {
-				t.Fatalf("driver key %q, want %s", e.Value(), r.ID())
-			}
-			stored = e.Created() // the server's time of the key's message
-			break
-		}
+	h.waitFor("st2", "its body running", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
+	})
+	e, err := kv.Get(ctx(t), runner.DriverKey("st2", runner.DefaultPartitions))
+	if err != nil {
+		t.Fatalf("driver key of a run with its body in flight: %v", err)
 	}
+	if string(e.Value()) != r.ID() {
+		t.Fatalf("driver key %q, want %s", e.Value(), r.ID())
+	}
+	stored := e.Created() // the server's time of the key's message
 	// Both times are the server's: the key's message and the run's first
 	// log message.
 	evs, err := h.srv.JS.Stream(ctx(t), provision.EventsStream)

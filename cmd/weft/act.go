@@ -235,7 +235,11 @@ func pendingRevision(ctx context.Context, w io.Writer, q *projector.Client, log 
 	}
 	a, ok := v.Action(action)
 	if !ok {
-		return false, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s%s", run, action, behind)}
+		var ids []string
+		for _, a := range v.Actions {
+			ids = append(ids, a.ID)
+		}
+		return false, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("run %s has no action %s%s%s", run, action, didYouMean(action, ids), behind)}
 	}
 	switch {
 	case a.Pending != nil:

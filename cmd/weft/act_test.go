@@ -9,16 +9,17 @@ import (
 )
 
 // TestCLIActsOnRuns runs `weft dev` (runner, worker, projector) against an
-// external server named by NATS_URL — a real nats-server the test starts,
+// external server named by --nats — a real nats-server the test starts,
 // which weft dev only connects to — and drives runs with the CLI's acting
 // commands.
 func TestCLIActsOnRuns(t *testing.T) {
 	s := natstest.Start(t)
-	// weft dev takes the server from NATS_URL (and embeds none).
+	// weft dev takes the server from --nats (and embeds none); the other
+	// commands from NATS_URL.
 	t.Setenv("NATS_URL", s.URL)
 	t.Setenv("WEFT_MODEL", "")
-	if _, url := startDevCLI(t, "dev"); url != s.URL {
-		t.Fatalf("weft dev runs on %s, want the NATS_URL server %s", url, s.URL)
+	if _, url := startDevCLI(t, "dev", "--nats", s.URL); url != s.URL {
+		t.Fatalf("weft dev runs on %s, want the --nats server %s", url, s.URL)
 	}
 
 	if code, out, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "cli-7"); code != 0 || !strings.Contains(out, "run cli-7: working") {

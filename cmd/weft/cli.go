@@ -79,7 +79,8 @@ type command struct {
 type env struct {
 	stdout, stderr io.Writer
 	url            string
-	urlGiven       bool // --nats or NATS_URL was given (dev then uses it)
+	urlGiven       bool // --nats or NATS_URL was given (bench then uses it)
+	urlFlag        bool // --nats was given (dev then uses it; NATS_URL it does not)
 	timeout        time.Duration
 	creds          *natsnode.Flags // --creds, --nkey, --user, --password, --inbox-prefix
 }
@@ -183,9 +184,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if len(args) < 2 {
 				return usagef("--nats needs a URL")
 			}
-			e.url, args = args[1], args[2:]
+			e.url, args, e.urlFlag = args[1], args[2:], true
 		case strings.HasPrefix(a, "--nats="):
-			e.url, args = strings.TrimPrefix(a, "--nats="), args[1:]
+			e.url, args, e.urlFlag = strings.TrimPrefix(a, "--nats="), args[1:], true
 		default:
 			return usagef("unknown flag %s before the command (see weft --help)", a)
 		}
@@ -204,7 +205,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c, ok := find(args[0])
 	if !ok {
-		return usagef("unknown command %q (see weft --help)", args[0])
+		var names []string
+		for _, c := range commands() {
+			names = append(names, c.name)
+		}
+		return usagef("unknown command %q%s (see weft --help)", args[0], didYouMean(args[0], names))
 	}
 	fs := flag.NewFlagSet("weft "+c.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -233,6 +238,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return usageError{err.Error()}
 	}
 	e.urlGiven = e.url != ""
+	e.urlFlag = e.urlFlag || flagSet(fs, "nats")
 	if e.url == "" {
 		e.url = DefaultURL
 	}

@@ -44,7 +44,7 @@ func devCommand() command {
 		examples: []string{
 			"weft dev",
 			"weft dev --listen 4222 --data /tmp/weft-dev   # then, elsewhere: export NATS_URL=nats://127.0.0.1:4222",
-			"weft dev --nats nats://127.0.0.1:4222          # against an external nats-server -js",
+			"weft dev --nats nats://127.0.0.1:4222          # against an external nats-server -js (NATS_URL alone does not: dev starts its own)",
 			"weft dev --external-tool send_payment          # act as send_payment's worker yourself (docs/protocol/41-tasks.md)",
 			"weft dev --secure                              # with roles: every client needs its creds file (printed; docs/security.md)",
 			"WEFT_MODEL=openai:gpt-4.1 OPENAI_API_KEY=... weft dev        # a real model instead of the scripted one",
@@ -70,8 +70,22 @@ func devCommand() command {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
 				}
-				if e.urlGiven {
+				// Only --nats runs the demo against an external server: a
+				// NATS_URL exported for the other commands (as the printed
+				// steps do) does not turn a second weft dev into a client of
+				// the first one; it says so.
+				if e.urlFlag {
+					if flagSet(fs, "listen") || flagSet(fs, "data") || flagSet(fs, "secure") {
+						return usagef("--listen, --data and --secure set up the embedded server; --nats %s runs the demo against that server instead: give one or the other", e.url)
+					}
 					o.NATSURL = e.url
+					n, err := e.connect(ctx) // fails at once (exit 3) on a server that does not answer
+					if err != nil {
+						return err
+					}
+					closeNode(n)
+				} else if u := os.Getenv(natsnode.EnvURL); u != "" {
+					fmt.Fprintf(e.stdout, "NATS_URL=%s is set: weft dev starts its own server all the same (--nats %s runs the demo against that one instead).\n", u, u)
 				}
 				if o.DataDir == "" {
 					o.DataDir = os.Getenv(natsnode.EnvData)
@@ -136,9 +150,8 @@ func devModel(w io.Writer, cfg provider.Config, fromFlag bool) (model.Model, err
 // weftCommand says how the steps weft dev prints call weft in another
 // terminal, and in which directory: "weft" when the weft on the PATH is
 // this very binary; "go run ./cmd/weft" in the checkout's root when this
-// process was built by go run (its executable lives in Go's build cache or
-// a go-build temporary directory); else this binary's path, relative to
-// the working directory when it lies below it.
+// process was built by go run (goRunBuilt); else this binary's path,
+// relative to the working directory when it lies below it.
 func weftCommand() (cmd, dir string) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -153,7 +166,7 @@ func weftCommand() (cmd, dir string) {
 			return "weft", ""
 		}
 	}
-	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+	if goRunBuilt(exe) {
 		run := "go run "
 		if tags := buildTags(); tags != "" {
 			run += "-tags " + tags + " " // the same build, from Go's cache
@@ -167,6 +180,36 @@ func weftCommand() (cmd, dir string) {
 		return "./" + filepath.ToSlash(rel), wd
 	}
 	return exe, ""
+}
+
+// goRunBuilt reports whether the executable exe is one go run built: it
+// lies in Go's build cache (go run keeps the binaries it links there), as
+// the go command on the PATH locates that cache for this environment
+// (GOCACHE, go env -w, else the user's cache directory: whatever its name),
+// or in a temporary directory of the go command's own (go-build…, under
+// GOTMPDIR or the system's temp dir), where go run links when it does not
+// cache.
+func goRunBuilt(exe string) bool {
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return true
+	}
+	gocmd, err := exec.LookPath("go")
+	if err != nil {
+		return false
+	}
+	out, err := exec.Command(gocmd, "env", "GOCACHE").Output()
+	if err != nil {
+		return false
+	}
+	cache := strings.TrimSpace(string(out))
+	if cache == "" || cache == "off" {
+		return false
+	}
+	if r, err := filepath.EvalSymlinks(cache); err == nil {
+		cache = r
+	}
+	rel, err := filepath.Rel(cache, exe)
+	return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
 }
 
 // buildTags returns the -tags this binary was built with ("" for none).

@@ -69,3 +69,36 @@ func TestCLIInboxListsEveryItem(t *testing.T) {
 		t.Fatalf("inbox approvals: %d lines, want a header and %d items", got, n)
 	}
 }
+
+// The first hour: weft inbox approvals shows the whole arguments a person
+// approves (the demo's payment's amount came after the first 40
+// characters and was cut off).
+func TestFirstHour_InboxApprovalsShowsTheWholeArguments(t *testing.T) {
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	args := `{"invoice":"INV-7","payee":"Acme Office Supplies GmbH","amount":1200,"currency":"EUR"}`
+	appendRun(t, s.Log, "pay-7",
+		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "pay invoice INV-7", Runner: "r1"},
+		events.ModelRequested{Turn: 1},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "call_2_1", Name: "send_payment", Arguments: json.RawMessage(args)}}},
+		events.ApprovalRequested{Action: "1/call_2_1", Revision: 1, Requirement: events.Requirement{Name: "finance", Version: 1}, Why: "policy"},
+	)
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, out, errs := cli(t, "--nats", s.URL, "inbox", "approvals")
+		if code != 0 && code != exitUnavailable { // the query service may not answer yet
+			t.Fatalf("inbox approvals: exit %d: %s", code, errs)
+		}
+		if code == 0 && strings.Contains(out, "pay-7 ") {
+			if !strings.Contains(out, args+"\n") {
+				t.Fatalf("inbox approvals does not show the whole arguments %s:\n%s", args, out)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the approval was never listed (exit %d):\n%s%s", code, out, errs)
+		}
+	}
+}

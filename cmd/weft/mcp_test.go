@@ -222,7 +222,7 @@ func TestDocsMCPExample(t *testing.T) {
 	s := natstest.Start(t)
 	t.Setenv("NATS_URL", s.URL)
 	t.Setenv("WEFT_MODEL", "")
-	startDevCLI(t, "dev")
+	startDevCLI(t, "dev", "--nats", s.URL)
 	run := mcpserve.RunID("weft", "local", "inv-7")
 	code, out := ask(t, s.URL, "--key", "inv-7", "payment-desk", "pay invoice INV-7")
 	if code != 0 {

@@ -321,6 +321,9 @@ func childStatus(c projections.ChildView, cs projector.ChildStatus) string {
 	return strings.Join(parts, "; ")
 }
 
+// wholeLine is s on one line, never cut: what a person decides on.
+func wholeLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
 func oneLine(s string, n int) string {
 	s = strings.ReplaceAll(s, "\n", " ")
 	if len(s) > n {
@@ -416,7 +419,11 @@ func inboxCommand() command {
 			asJSON := fs.Bool("json", false, "print as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 || (args[0] != "approvals" && args[0] != "uncertain" && args[0] != "questions") {
-					return usagef("want approvals, uncertain or questions")
+					got := ""
+					if len(args) == 1 {
+						got = didYouMean(args[0], []string{"approvals", "uncertain", "questions"})
+					}
+					return usagef("want approvals, uncertain or questions%s", got)
 				}
 				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
 					tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
@@ -429,13 +436,16 @@ func inboxCommand() command {
 						if *asJSON {
 							return printJSON(e.stdout, items)
 						}
-						fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tARGUMENTS\tREVISION\tREQUIREMENT\tEXPIRES")
+						// The arguments are what a person approves: the
+						// last column, whole (an amount cut off is not
+						// one to approve).
+						fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tREVISION\tREQUIREMENT\tEXPIRES\tARGUMENTS")
 						for _, it := range items {
 							exp := "never"
 							if it.Expires != nil {
 								exp = it.Expires.Format(time.RFC3339)
 							}
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s v%d\t%s\n", it.Run, it.Action, it.Tool, oneLine(string(it.Arguments), 40), it.Revision, it.Requirement.Name, it.Requirement.Version, exp)
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s v%d\t%s\t%s\n", it.Run, it.Action, it.Tool, it.Revision, it.Requirement.Name, it.Requirement.Version, exp, wholeLine(string(it.Arguments)))
 						}
 						return nil
 					}
@@ -447,13 +457,13 @@ func inboxCommand() command {
 						if *asJSON {
 							return printJSON(e.stdout, items)
 						}
-						fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tARGUMENTS\tNOTE\tSINCE\tRUN STATUS")
+						fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tSINCE\tRUN STATUS\tNOTE\tARGUMENTS")
 						for _, it := range items {
 							st := "live"
 							if it.Finished {
 								st = "finished"
 							}
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Run, it.Action, it.Tool, oneLine(string(it.Arguments), 40), oneLine(it.Note, 40), it.Since.Format(time.RFC3339), st)
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", it.Run, it.Action, it.Tool, it.Since.Format(time.RFC3339), st, oneLine(it.Note, 40), wholeLine(string(it.Arguments)))
 						}
 						return nil
 					}

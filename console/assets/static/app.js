@@ -333,7 +333,15 @@
       return r.json();
     }).then(function (ans) {
       showResult(form, ans);
-      if (ans.ok) {
+      if (ans.ok && form.hasAttribute("data-again") && ans.next_command_id) {
+        // A form that acts again (Start a run): ready for the next one,
+        // with a new command id and the run id it used cleared.
+        delete form.dataset.dirty;
+        form.querySelector("input[name=command_id]").value = ans.next_command_id;
+        var runID = form.querySelector("input[name=run]");
+        if (runID) runID.value = "";
+        notice(ans.message, ans.link);
+      } else if (ans.ok) {
         delete form.dataset.dirty;
         form.dataset.done = "1";
         forgetKey(form);
