@@ -100,11 +100,19 @@ func (c *Client) call(ctx context.Context, endpoint string, req, out any) error 
 	}
 	bound := time.Now().Add(c.retry)
 	back := backoff.New(RetryFirstDelay, RetryMaxDelay)
+	var last error
 	for {
 		err := c.once(ctx, endpoint, b, out)
+		if err != nil && last != nil && ctx.Err() != nil && !errors.As(err, new(*weft.Error)) {
+			// A retry cut short by the caller's deadline: the answer is
+			// the runtime's last one. A retry of it with the same command
+			// id gets the reply kept for the id if the cut try applied.
+			return last
+		}
 		if err == nil || !weft.ErrorCode(err).Retryable() {
 			return err
 		}
+		last = err
 		d := back.Next()
 		if time.Now().Add(d).After(bound) || backoff.Sleep(ctx, d) != nil {
 			return err

@@ -2,14 +2,18 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/busyrunner"
+	"github.com/weftrun/weft/internal/natstest"
 )
 
 // TestRetryRules_RunnerBusyIsRetriedWithTheSameCommandID (docs/protocol.md
@@ -83,5 +87,34 @@ func TestRetryRules_APermanentRefusalIsNeverRetried(t *testing.T) {
 	}
 	if n := len(d.Forwarded()); n != 1 {
 		t.Fatalf("sent %d times, want once", n)
+	}
+}
+
+// TestRetryRules_ARetryCutByTheCallersDeadlineAnswersTheLastAnswer
+// (docs/protocol.md "Retry rules"): a command API that answers runner_busy
+// after 250 ms, and a caller whose deadline ends while the second try
+// waits for its answer. The call answers runner_busy — the runtime's last
+// answer — not the deadline's error without a code (which clients read as
+// a bug, internal). Before, the cut try's context error was returned.
+func TestRetryRules_ARetryCutByTheCallersDeadlineAnswersTheLastAnswer(t *testing.T) {
+	srv := natstest.Start(t)
+	sub, err := srv.Conn.Subscribe(api.SubjectPrefix+api.EndpointCancel, func(m *nats.Msg) {
+		time.Sleep(250 * time.Millisecond)
+		body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: &weft.Error{Code: weft.CodeRunnerBusy, Message: "busy"}})
+		_ = m.Respond(body)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := api.NewClient(srv.Connect(), api.WithRetry(api.DefaultRetryWithin))
+	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+	defer cancel()
+	_, err = c.Cancel(ctx, api.CancelRequest{Run: "r", By: "test"})
+	if !errors.Is(err, &weft.Error{Code: weft.CodeRunnerBusy}) {
+		t.Fatalf("cancel: %v, want the last answer, runner_busy", err)
 	}
 }
