@@ -89,7 +89,7 @@ func Child() (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(time.Second))
+	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(childDrain))
 	if err != nil {
 		return true, err
 	}
