@@ -238,9 +238,7 @@ func (c *child) rss() (rss, hwm int64) {
 // term SIGTERMs the subprocess (its runner drains and releases its
 // partitions) and waits until it is gone, SIGKILLing it after limit.
 func (c *child) term(limit time.Duration) {
-	if c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	}
+	c.signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
 	case <-time.After(limit):
@@ -248,11 +246,16 @@ func (c *child) term(limit time.Duration) {
 	}
 }
 
+// signal sends sig to the subprocess.
+func (c *child) signal(sig syscall.Signal) {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(sig)
+	}
+}
+
 // kill SIGKILLs the subprocess and waits until it is gone.
 func (c *child) kill() {
-	if c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	}
+	c.signal(syscall.SIGKILL)
 	<-c.done
 }
 
