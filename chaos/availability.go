@@ -37,10 +37,12 @@ func (h *harness) noteRunnerKill(ctx context.Context, p *part) *runnerKill {
 	defer cancel()
 	kv, err := h.js.KeyValue(rctx, runner.PartitionsBucket)
 	if err != nil {
+		h.logf("availability: cannot read %s before the SIGKILL of %s: %v", runner.PartitionsBucket, p.name, err)
 		return nil
 	}
 	w, err := kv.WatchAll(rctx, jetstream.IgnoreDeletes())
 	if err != nil {
+		h.logf("availability: cannot read %s before the SIGKILL of %s: %v", runner.PartitionsBucket, p.name, err)
 		return nil
 	}
 	defer func() { _ = w.Stop() }()
@@ -68,6 +70,7 @@ func (h *harness) noteRunnerKill(ctx context.Context, p *part) *runnerKill {
 		}
 	}
 	if k.np == 0 || len(k.parts) == 0 {
+		h.logf("availability: %s owns no partition before its SIGKILL", p.name)
 		return nil
 	}
 	return k
