@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -89,7 +90,9 @@ func Child() (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(childDrain))
+	// Warnings go to stderr, whose tail the bench keeps (tailBuffer).
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(childDrain), runner.WithLogger(logger))
 	if err != nil {
 		return true, err
 	}
