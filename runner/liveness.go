@@ -220,7 +220,8 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		case expired:
 			// When the key expired by this runner's clock: the server's
 			// time between the expiry and this runner's last beat, back
-			// from when that beat was answered here.
+			// from when that beat was answered here (late by the put's
+			// round trip at most, well within the lease/4 of margin).
 			r.mu.Lock()
 			beat, answered := r.judge.revision, r.judge.at
 			r.mu.Unlock()
