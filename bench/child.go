@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -89,7 +90,9 @@ func Child() (bool, error) {
 	if err != nil {
 		return true, err
 	}
-	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(time.Second))
+	// Warnings go to stderr, whose tail the bench keeps (tailBuffer).
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(childDrain), runner.WithLogger(logger))
 	if err != nil {
 		return true, err
 	}
@@ -238,9 +241,7 @@ func (c *child) rss() (rss, hwm int64) {
 // term SIGTERMs the subprocess (its runner drains and releases its
 // partitions) and waits until it is gone, SIGKILLing it after limit.
 func (c *child) term(limit time.Duration) {
-	if c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	}
+	c.signal(syscall.SIGTERM)
 	select {
 	case <-c.done:
 	case <-time.After(limit):
@@ -248,11 +249,16 @@ func (c *child) term(limit time.Duration) {
 	}
 }
 
+// signal sends sig to the subprocess.
+func (c *child) signal(sig syscall.Signal) {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(sig)
+	}
+}
+
 // kill SIGKILLs the subprocess and waits until it is gone.
 func (c *child) kill() {
-	if c.cmd.Process != nil {
-		_ = c.cmd.Process.Signal(syscall.SIGKILL)
-	}
+	c.signal(syscall.SIGKILL)
 	<-c.done
 }
 

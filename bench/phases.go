@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -57,60 +56,6 @@ func (b *bencher) history(ctx context.Context) error {
 	b.add(Row{Section: SectionHistory, Name: "envelope bytes per event", Value: float64(envBytes) / float64(len(envs)), Unit: "bytes",
 		Baseline: "payload bytes per event", BaseValue: float64(payload) / float64(len(envs)), BaseUnit: "bytes",
 		Note: "id, run, version, type, schema, recorded time, previous hash and the JSON keys around the payload"})
-	return nil
-}
-
-// recovery SIGKILLs a runner subprocess whose runs' replayable bodies run
-// and measures until each run finished on the in-process runner.
-func (b *bencher) recovery(ctx context.Context) error {
-	b.stopRuntime()
-	w, err := b.newWatcher()
-	if err != nil {
-		return err
-	}
-	defer w.close()
-	n := pick(b, 20, 100)
-	id := fmt.Sprintf("bench-a-%d", time.Now().UnixNano())
-	b.progress("recovery: runner subprocess %s with %d runs whose bodies run, SIGKILLed", id, n)
-	a, err := b.spawn(ctx, id, true)
-	if err != nil {
-		return err
-	}
-	defer a.kill()
-	prefix := fmt.Sprintf("rec-%d", time.Now().Unix()%100000)
-	res := b.clients(ctx, w, min(n, 16), time.Minute, (n+15)/16, agentRecover, "go", "attempt_fenced", prefix)
-	if len(res.runs) == 0 {
-		return fmt.Errorf("no run reached its fence: %v", res.lastErr)
-	}
-	finished := map[string]<-chan time.Time{}
-	for _, r := range res.runs {
-		finished[r] = w.expect(r, "run_finished")
-	}
-	// The surviving runner must have watched the runners bucket for its
-	// judging grace before it may call a missing heartbeat gone.
-	if err := b.startRuntime(ctx); err != nil {
-		return err
-	}
-	time.Sleep(benchLease + benchLease/4 + 2*time.Second + 200*time.Millisecond)
-	time.Sleep(200 * time.Millisecond) // the bodies started
-	t0 := time.Now()
-	a.kill()
-	var lat []time.Duration
-	for _, r := range res.runs {
-		select {
-		case t := <-finished[r]:
-			lat = append(lat, t.Sub(t0))
-		case <-time.After(time.Minute):
-			return fmt.Errorf("run %s not finished a minute after the SIGKILL", r)
-		}
-	}
-	slices.Sort(lat)
-	floor := benchLease + benchLease/4
-	for _, p := range []int{50, 99} {
-		b.add(Row{Section: SectionRecovery, Name: fmt.Sprintf("recovery after SIGKILL p%d", p), Value: msf(pct(lat, p)), Unit: "ms",
-			Baseline: "lease + scan interval (configured)", BaseValue: msf(floor), BaseUnit: "ms",
-			Note: fmt.Sprintf("%d runs, from the SIGKILL until each finished on the surviving runner (replayed body); max %s; target p99 ≤ 2 s", len(lat), ms(pct(lat, 100)))})
-	}
 	return nil
 }
 

@@ -299,6 +299,7 @@ type harness struct {
 	notes      []string
 	violations []Violation
 	cmds       []command
+	kills      []runnerKill // availability.go
 }
 
 func (h *harness) logf(format string, args ...any) {

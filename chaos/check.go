@@ -557,6 +557,9 @@ func (h *harness) finish(res *Result) *Result {
 	res.Violations = append([]Violation{}, h.violations...)
 	sort.SliceStable(res.Violations, func(i, j int) bool { return res.Violations[i].Check < res.Violations[j].Check })
 	res.Notes = append([]string{}, h.notes...)
+	if note := availabilityNote(h.kills, h.cmds, h.cfg.Lease); note != "" {
+		res.Notes = append(res.Notes, note)
+	}
 	res.Answers = map[string]int{}
 	internal := 0
 	for _, c := range h.cmds {

@@ -99,7 +99,12 @@ func (h *harness) inject(ctx context.Context, f fault, target int, pause, restar
 	}
 	switch f.action {
 	case "SIGKILL":
+		var k *runnerKill
+		if f.role == "runner" {
+			k = h.noteRunnerKill(ctx, p)
+		}
 		if _, ok := p.signal(syscall.SIGKILL, true, restart); ok {
+			h.killed(k)
 			h.fault(kind)
 			h.logf("%s %s", kind, p.name)
 		}

@@ -27,7 +27,9 @@ import (
 func Assets(lease time.Duration) []provision.Asset {
 	return []provision.Asset{
 		provision.Stream(timer.StreamConfig()),
-		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.FileStorage}),
+		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.FileStorage,
+			// A key that reaches its max age leaves a marker (judgement).
+			LimitMarkerTTL: runnersMarkerTTL(lease)}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage,
 			// The marker of a removed entry expires (removeDriverKey).
 			LimitMarkerTTL: markerTTL(lease)}),
@@ -224,9 +226,16 @@ func (r *Runner) assets(ctx context.Context) error {
 	// within it even when this runner was configured with another lease
 	// (the bucket was provisioned by someone else), or peers would take
 	// its runs over between two heartbeats.
-	if st, err := r.live.Status(ctx); err == nil && st.TTL() > 0 && st.TTL() != r.lease {
-		r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
-		r.lease = st.TTL()
+	// Its markers of expired keys let a fresh runner judge sooner
+	// (judgement).
+	if st, err := r.live.Status(ctx); err == nil {
+		if st.TTL() > 0 && st.TTL() != r.lease {
+			r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
+			r.lease = st.TTL()
+		}
+		r.mu.Lock()
+		r.judge.markers = st.LimitMarkerTTL()
+		r.mu.Unlock()
 	}
 	if r.liveStream, err = r.js.Stream(ctx, "KV_"+RunnersBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)

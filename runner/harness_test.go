@@ -35,7 +35,9 @@ type harness struct {
 	mu       sync.Mutex
 	running  map[*runner.Runner]bool // started and not stopped
 	stopping int                     // runners draining
-
+	// unbalanced: startRunner does not wait for the partitions to settle
+	// (a test whose partitions stay with a stand-in or a busy runner).
+	unbalanced bool
 }
 
 func newHarness(t *testing.T) *harness {
@@ -61,9 +63,16 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 // between two requests of the runner's).
 func (h *harness) startRunnerJS(jsOpts []jetstream.JetStreamOpt, agents []*agent.Agent, opts ...runner.Option) (*runner.Runner, func()) {
 	h.t.Helper()
+	return h.startRunnerConn(nil, jsOpts, agents, opts...)
+}
+
+// startRunnerConn is startRunnerJS with the runner's connection made with
+// natsOpts too (a reconnect wait, for example).
+func (h *harness) startRunnerConn(natsOpts []nats.Option, jsOpts []jetstream.JetStreamOpt, agents []*agent.Agent, opts ...runner.Option) (*runner.Runner, func()) {
+	h.t.Helper()
 	// Its own connection and JetStream context, so that it reconnects
 	// after a server restart (h.srv.Restart closes h.srv.JS's connection).
-	nc := h.srv.Connect(nats.MaxReconnects(-1))
+	nc := h.srv.Connect(append([]nats.Option{nats.MaxReconnects(-1)}, natsOpts...)...)
 	js, err := jetstream.New(nc, jsOpts...)
 	if err != nil {
 		h.t.Fatal(err)
@@ -135,7 +144,7 @@ func (h *harness) startRunnerJS(jsOpts []jetstream.JetStreamOpt, agents []*agent
 func (h *harness) waitBalanced() {
 	h.t.Helper()
 	h.mu.Lock()
-	if h.stopping > 0 {
+	if h.stopping > 0 || h.unbalanced {
 		h.mu.Unlock()
 		return
 	}

@@ -15,17 +15,35 @@ import (
 )
 
 // judgement tracks whether this runner can tell that a peer is gone
-// (alive, scan). A peer is gone when its liveness key is absent — but only
-// once this runner has been connected, with its own heartbeat recorded in
-// the same bucket, for long enough that every live peer has heartbeated
-// since: after a (re)connection, a failed heartbeat or a runners bucket
-// that was emptied or re-created, an absent key means "cannot tell" until
-// the grace has passed (SEMANTICS §8: only a runner that is gone is
-// recovered from).
+// (alive, judgeLevel). A peer is gone when its liveness key is absent —
+// but only once this runner has been connected, with its own heartbeat
+// recorded in the same bucket, for long enough that every live peer has
+// heartbeated since: a lease and a heartbeat interval after it started,
+// or after a runners bucket that was emptied or re-created (every
+// connected peer puts its key every lease/4); after a reconnection or a
+// failed heartbeat — the server may have restarted and disconnected
+// every peer too — also the connection's reconnect wait and jitter, the
+// time a peer disconnected by the same restart may take to come back
+// (judgeGrace). Until then an absent key means "cannot tell" (SEMANTICS
+// §8: only a runner that is gone is recovered from).
+//
+// Before the whole grace, once it has watched for a lease and a heartbeat
+// interval, the server's word is enough for some absent keys: a key that
+// reaches its max age leaves a marker (the bucket's limit marker, kept
+// runnersMarkerTTL) stamped with when the server expired it. A key that
+// expired a lease and a heartbeat interval after this runner's view began
+// is gone (a server restart in between would have reconnected this runner
+// too: a SIGKILLed peer is judged a lease after its last beat whenever
+// this runner started), and so is one that expired a reconnect wait ago.
+// At a runner's start, a key absent without a marker — expired longer
+// ago than markers are kept, or never written — is judged alike.
 type judgement struct {
-	since      time.Time // start of the current period of continuous view
-	reconnects uint64    // the connection's reconnect count seen last
-	revision   uint64    // revision of the last heartbeat put
+	since       time.Time     // start of the current period of continuous view
+	reconnected bool          // the period began at a reconnection or a failed heartbeat
+	reconnects  uint64        // the connection's reconnect count seen last
+	revision    uint64        // revision of the last heartbeat put
+	at          time.Time     // when that put was answered (this runner's clock)
+	markers     time.Duration // how long the bucket keeps a marker of an expired key (0: none)
 }
 
 // beat is the value of a runner's key in weft_runners: when it was put,
@@ -49,13 +67,13 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.judge.since = time.Now() // peers cannot beat either, perhaps
+		r.judge.since, r.judge.reconnected = time.Now(), true // peers cannot beat either, perhaps
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
 	if rev <= r.judge.revision {
 		r.judge.since = time.Now() // the bucket was re-created
 	}
-	r.judge.revision = rev
+	r.judge.revision, r.judge.at = rev, time.Now()
 	return nil
 }
 
@@ -74,42 +92,98 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 	}
 }
 
-// released reports whether runner id deleted its liveness key (a drained
-// runner does, once it has handed its runs off): the key's last message
-// is a delete marker, kept for a lease. Such a runner is gone at once.
-func (r *Runner) released(ctx context.Context, id string) bool {
+// lastBeat reads the last message of runner id's liveness key: nil when
+// the key has none (never written, or expired longer ago than the bucket
+// keeps markers).
+func (r *Runner) lastBeat(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
 	if r.liveStream == nil {
-		return false
+		return nil, errors.New("no stream of the runners bucket")
 	}
 	m, err := r.liveStream.GetLastMsgForSubject(ctx, "$KV."+RunnersBucket+"."+id)
-	return err == nil && m.Header.Get("KV-Operation") == "DEL"
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	return m, err
 }
+
+// released reports whether m, the last message of a liveness key, is the
+// delete marker of a runner that deleted its key (a drained runner does,
+// once it has handed its runs off). Such a runner is gone at once.
+func released(m *jetstream.RawStreamMsg) bool {
+	return m != nil && m.Header.Get("KV-Operation") == "DEL"
+}
+
+// expiredAt reports whether m, the last message of a liveness key, is the
+// marker the server wrote when the key reached its max age (its runner
+// stopped beating), and when the server wrote it (the server's clock).
+func expiredAt(m *jetstream.RawStreamMsg) (time.Time, bool) {
+	if m == nil || m.Header.Get(jetstream.MarkerReasonHeader) != "MaxAge" {
+		return time.Time{}, false
+	}
+	return m.Time, true
+}
+
+// runnersMarkerTTL is how long weft_runners keeps the marker of a key that
+// reached its max age (its LimitMarkerTTL): far longer than a reconnect
+// wait, so that a key absent without a marker expired long enough ago for
+// a peer disconnected by a server restart to have come back (judgement).
+func runnersMarkerTTL(lease time.Duration) time.Duration { return max(60*lease, time.Minute) }
 
 // judgeGrace is how long this runner's view of the runners bucket must
-// have been continuous before an absent key means a gone runner: the lease
-// (every live runner puts its key every lease/4), plus the heartbeat
-// interval, plus the connection's reconnect wait and jitter (the time a
-// peer disconnected by the same server restart may take to come back).
+// have been continuous after a reconnection before an absent key means a
+// gone runner: the lease (every live runner puts its key every lease/4),
+// the heartbeat interval, and reconnectGrace.
 func (r *Runner) judgeGrace() time.Duration {
-	return r.lease + r.lease/4 + r.nc.Opts.ReconnectWait + r.nc.Opts.ReconnectJitter
+	return r.lease + r.lease/4 + r.reconnectGrace()
 }
 
-// canJudge reports whether this runner can tell now that a peer whose
-// liveness key is absent is gone (see judgement).
-func (r *Runner) canJudge() bool {
+// reconnectGrace is the part of judgeGrace that covers a peer's
+// reconnection after a server restart: the connection's reconnect wait
+// and jitter (a peer reconnected beats within lease/4 more).
+func (r *Runner) reconnectGrace() time.Duration {
+	return r.nc.Opts.ReconnectWait + r.nc.Opts.ReconnectJitter
+}
+
+// judgeLevel reports whether this runner can tell now that a peer whose
+// liveness key is absent is gone (see judgement): full once the whole
+// grace passed. Before that, once it has watched for a lease and a
+// heartbeat interval, only some absent keys are judged (partial, alive):
+// since is when the period of continuous view began, fresh whether it
+// began at this runner's start.
+func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rc := r.nc.Stats().Reconnects; rc != r.judge.reconnects || !r.nc.IsConnected() {
-		r.judge.since, r.judge.reconnects = time.Now(), rc
-		return false
+		r.judge.since, r.judge.reconnects, r.judge.reconnected = time.Now(), rc, true
+		return false, false, r.judge.since, false
 	}
-	return time.Since(r.judge.since) >= r.judgeGrace()
+	watched := time.Since(r.judge.since)
+	if watched >= r.judgeGrace() {
+		return true, false, r.judge.since, !r.judge.reconnected
+	}
+	return false, watched >= r.lease+r.lease/4, r.judge.since, !r.judge.reconnected
+}
+
+// keepsMarkers reports whether the runners bucket keeps the marker of an
+// expired key for longer than a peer cut off by a server restart takes to
+// come back (reconnectGrace and a heartbeat interval): then a key absent
+// without a marker did not expire within that time.
+func (r *Runner) keepsMarkers() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.judge.markers >= r.reconnectGrace()+r.lease/4
 }
 
 // alive reports whether runner id may hold a live heartbeat: false only
-// when its key is absent and this runner can tell (canJudge, its own key
-// present). "Cannot tell" — a read error, a missing bucket, a view too
-// recent — is never "gone".
+// when its key is absent and this runner can tell (judgeLevel, its own
+// key present). "Cannot tell" — a read error, a missing bucket, a view
+// too recent — is never "gone". Before the whole grace passed, an absent
+// key is judged when the server's marker says it expired a lease and a
+// heartbeat interval after this runner's view began (a server restart
+// in between would have reconnected this runner too), or a reconnect
+// wait ago (since the view began, or at a runner's start); and, at a
+// runner's start, when it has no marker (it expired long ago, or was
+// never written: judged alike).
 func (r *Runner) alive(ctx context.Context, id string) bool {
 	if id == r.id {
 		r.mu.Lock()
@@ -123,18 +197,56 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true
 	}
-	if r.released(ctx, id) {
+	last, lerr := r.lastBeat(ctx, id)
+	if lerr == nil && released(last) {
 		r.log.Info("runner judged gone", "peer", id, "why", "released")
 		r.markGone(id)
 		return false
 	}
-	if !r.canJudge() {
+	full, partial, since, fresh := r.judgeLevel()
+	if !full && !partial {
 		return true
 	}
-	if _, err := r.live.Get(ctx, r.id); err != nil {
+	own, err := r.live.Get(ctx, r.id)
+	if err != nil {
 		return true // our own key is not there either: the bucket is not ours to judge by
 	}
-	r.log.Info("runner judged gone", "peer", id, "why", "liveness key absent")
+	why := "liveness key absent"
+	if !full {
+		at, expired := expiredAt(last)
+		switch {
+		case lerr != nil:
+			return true
+		case expired:
+			// When the key expired by this runner's clock: the server's
+			// time between the expiry and this runner's last beat, back
+			// from when that beat was answered here (late by the put's
+			// round trip at most, well within the lease/4 of margin).
+			r.mu.Lock()
+			beat, answered := r.judge.revision, r.judge.at
+			r.mu.Unlock()
+			if own.Revision() != beat {
+				return true // a beat being answered: judged at the next look
+			}
+			exp := answered.Add(-own.Created().Sub(at))
+			switch {
+			case !exp.Add(-(r.lease + r.lease/4)).Before(since):
+				why = "liveness key expired while this runner watched"
+			case (fresh || !exp.Before(since)) && time.Since(exp) >= r.reconnectGrace()+r.lease/4:
+				why = "liveness key expired a reconnect wait ago"
+			default:
+				return true // expired before the view began: the peer may be reconnecting
+			}
+		case last != nil || !fresh || !r.keepsMarkers():
+			// A message this rule does not read; absent since before a
+			// reconnection; or a bucket whose markers may be gone before
+			// a peer cut off by a server restart came back.
+			return true
+		default:
+			why = "no liveness key, and no marker of a recent expiry"
+		}
+	}
+	r.log.Info("runner judged gone", "peer", id, "why", why)
 	r.markGone(id)
 	return false
 }

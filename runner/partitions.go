@@ -78,7 +78,7 @@ type partTable struct {
 	acquiring []int
 	acquired  chan struct{}
 	ready     chan struct{}
-	kick      chan struct{} // a partition was released: pass again now
+	kick      chan struct{} // a partition was released, a runner left: pass again now
 }
 
 func newPartTable(n int) *partTable {
@@ -240,15 +240,24 @@ func (r *Runner) watchPartitionsOnce(ctx context.Context, ready *bool) {
 		}
 		t.mu.Unlock()
 		if owner == "" || recreated {
-			select {
-			case t.kick <- struct{}{}:
-			default:
-			}
+			r.kickPartitions()
 		}
 		if lost && (owner != "" || recreated) {
 			r.log.Warn("partition lost to another runner", "partition", p, "owner", owner, "recreated", recreated)
 			r.forgetPartition(ctx, p)
 		}
+	}
+}
+
+// kickPartitions makes the partition loop pass again now (a partition
+// was released, a runner left).
+func (r *Runner) kickPartitions() {
+	if r.parts == nil {
+		return
+	}
+	select {
+	case r.parts.kick <- struct{}{}:
+	default:
 	}
 }
 
@@ -326,6 +335,9 @@ func (r *Runner) partitionPass(ctx context.Context, releases *sync.WaitGroup) {
 		t.mu.Unlock()
 		switch {
 		case owner == r.id && want != r.id && !releasing:
+			if r.unboundedIn(p) {
+				continue // released once its work without a deadline ended
+			}
 			t.mu.Lock()
 			t.releasing[p] = true
 			t.mu.Unlock()

@@ -90,6 +90,16 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 	if !r.waitAcquisitions(ctx, p) {
 		return
 	}
+	if r.unboundedIn(p) {
+		// A run of it acquired meanwhile has work without a deadline:
+		// not released yet (holdsUnbounded), its runs served meanwhile.
+		t := r.parts
+		t.mu.Lock()
+		t.releasing[p] = false
+		t.mu.Unlock()
+		r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
+		return
+	}
 	back := backoff.New(50*time.Millisecond, time.Second)
 	for {
 		r.handOff(ctx, r.runsOf(p), handOffKeep)
@@ -131,6 +141,20 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 		t.owner[p] = ""
 	}
 	t.mu.Unlock()
+}
+
+// unboundedIn reports whether a run of partition p this runner holds has
+// work running without a recorded deadline: a body or model call whose
+// timeout is tools.Infinity. Such a partition is not released (partition
+// Pass, release) until that work ends: a release that began would answer
+// every other run of the partition runner_busy for as long as it runs,
+// and a hand-off past the drain window would make the body uncertain
+// though its runner is not lost (SEMANTICS §3, §8). Its runs stay this
+// runner's and are served meanwhile; the assignment moves it once the
+// work ended.
+func (r *Runner) unboundedIn(p int) bool {
+	_, unbounded, _ := r.runningUntil(r.runsOf(p))
+	return unbounded
 }
 
 // settleGrace is how long past a recorded deadline a release still waits

@@ -127,9 +127,19 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 			}
 			v.keys[e.Key()] = k
 		default:
+			// Deleted (a drained runner), or expired: the server's marker
+			// of a key that reached its max age (its runner stopped
+			// beating) is delivered as a purge.
 			delete(v.keys, e.Key())
 		}
+		ready := v.ready
 		v.mu.Unlock()
+		if ready && e != nil && e.Operation() != jetstream.KeyValuePut {
+			// A runner left: the partition loop passes again now, not at
+			// its next tick (its partitions are claimed on this change).
+			r.testHook("runners-changed", -1, e.Key())
+			r.kickPartitions()
+		}
 	}
 }
 

@@ -1,0 +1,344 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/runner"
+)
+
+// childDrain is the drain window of a bench subprocess's runner (Child).
+const childDrain = time.Second
+
+// recovery measures the availability budget (docs/reliability.md) with
+// two runner subprocesses, started together as a deployment's would be:
+// one is SIGKILLed while replayable bodies of its runs hang, and from the
+// kill the bench measures until the survivor's first decision on each of
+// those runs (run_recovered), until each finished there (the body
+// replayed), and until the first start accepted in each partition the
+// killed runner owned (a start answered runner_busy is tried again every
+// 10 ms). Then a third subprocess joins, takes its share, and is
+// SIGTERMed with bodies hanging on its partitions: from the signal, until
+// the first start accepted in each of its partitions. Each figure is
+// printed against the lease (SIGKILL) or the drain window (SIGTERM).
+func (b *bencher) recovery(ctx context.Context) error {
+	b.stopRuntime()
+	w, err := b.newWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	parts, err := b.srv.js.KeyValue(ctx, runner.PartitionsBucket)
+	if err != nil {
+		return err
+	}
+	stamp := time.Now().UnixNano()
+	killed, survivor := fmt.Sprintf("bench-k-%d", stamp), fmt.Sprintf("bench-s-%d", stamp)
+	n := pick(b, 32, 128)
+	b.progress("recovery: runner subprocesses %s and %s, %d runs whose bodies hang on %s, which is SIGKILLed", killed, survivor, n, killed)
+	k, err := b.spawn(ctx, killed, true)
+	if err != nil {
+		return err
+	}
+	defer k.kill()
+	s, err := b.spawn(ctx, survivor, false)
+	if err != nil {
+		return err
+	}
+	defer s.term(30 * time.Second)
+	own, np, err := settled(ctx, parts, killed, survivor)
+	if err != nil {
+		return err
+	}
+	prefix := fmt.Sprintf("rec-%d", stamp%100000)
+	res := b.clients(ctx, w, min(n, 16), time.Minute, (n+15)/16, agentRecover, "go", "attempt_fenced", prefix)
+	if len(res.runs) == 0 {
+		return fmt.Errorf("no run reached its fence: %v", res.lastErr)
+	}
+	// The runs of the killed runner's partitions whose body hangs in its
+	// worker: the survivor's worker ran the others' bodies (one work
+	// queue), and those runs finished.
+	var mine []string
+	decided, finished := map[string]<-chan time.Time{}, map[string]<-chan time.Time{}
+	for _, r := range res.runs {
+		if own[partition.Of(r, np)] == killed {
+			decided[r], finished[r] = w.expect(r, "run_recovered"), w.expect(r, "run_finished")
+		}
+	}
+	log := eventlog.New(b.srv.js)
+	for r := range decided {
+		envs, _, err := log.Load(ctx, r)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(envs, func(e events.Envelope) bool { return e.Type == events.NameRunFinished }) {
+			delete(decided, r)
+			delete(finished, r)
+			continue
+		}
+		mine = append(mine, r)
+	}
+	if len(mine) == 0 {
+		return fmt.Errorf("none of %d runs has a body hanging in %s", len(res.runs), killed)
+	}
+	var lost []int
+	for p, o := range own {
+		if o == killed {
+			lost = append(lost, p)
+		}
+	}
+	t0 := time.Now()
+	k.kill()
+	accepted := b.probe(ctx, w, t0, lost, np, fmt.Sprintf("pk-%d", stamp%100000))
+	// A run whose body the survivor's worker ran may still have finished
+	// on the killed runner before the SIGKILL: it is not counted.
+	fin, unfinished := collect(finished, t0)
+	for r, t := range fin {
+		if t < 0 {
+			delete(fin, r)
+			delete(decided, r)
+		}
+	}
+	dec, missing := collect(decided, t0)
+	if len(missing)+len(unfinished) > 0 {
+		st, _ := s.poll(ctx)
+		return fmt.Errorf("a minute after the SIGKILL, %d of %d runs of the killed runner had no decision by the survivor (%v) and %d had not finished; the survivor owns %d partitions and took %d runs over",
+			len(missing), len(mine), missing[:min(len(missing), 5)], len(unfinished), len(st.Stats.Partitions), st.Stats.TakenOver)
+	}
+	acc, err := accepted()
+	if err != nil {
+		return err
+	}
+	lease := Row{Section: SectionRecovery, Baseline: "lease (configured)", BaseValue: msf(benchLease), BaseUnit: "ms", Unit: "ms"}
+	b.percentiles(lease, "SIGKILL → survivor's first decision", slices.Collect(maps.Values(dec)),
+		fmt.Sprintf("%d runs of the killed runner, from the SIGKILL until the survivor recorded run_recovered; budget p99 ≤ 1.5 × lease", len(dec)))
+	b.percentiles(lease, "SIGKILL → first start accepted in its partitions", acc,
+		fmt.Sprintf("%d partitions the killed runner owned, from the SIGKILL until a start of a new run there was accepted (a start answered runner_busy is sent again after 10 ms, one not answered within 250 ms at once); budget p99 ≤ 1.5 × lease", len(acc)))
+	floor := Row{Section: SectionRecovery, Baseline: "lease + scan interval (configured)", BaseValue: msf(benchLease + benchLease/4), BaseUnit: "ms", Unit: "ms"}
+	b.percentiles(floor, "recovery after SIGKILL", slices.Collect(maps.Values(fin)),
+		fmt.Sprintf("%d runs, from the SIGKILL until each finished on the surviving runner (replayed body)", len(fin)))
+
+	// SIGTERM: a third runner joins, takes its share, and drains.
+	termed := fmt.Sprintf("bench-t-%d", stamp)
+	b.progress("recovery: runner subprocess %s joins with bodies hanging on its partitions, and is SIGTERMed", termed)
+	tc, err := b.spawn(ctx, termed, true)
+	if err != nil {
+		return err
+	}
+	defer tc.kill()
+	own, _, err = settled(ctx, parts, termed, survivor)
+	if err != nil {
+		return err
+	}
+	var moving []int
+	for p, o := range own {
+		if o == termed {
+			moving = append(moving, p)
+		}
+	}
+	hung := b.clients(ctx, w, 8, time.Minute, pick(b, 2, 4), agentRecover, "go", "attempt_fenced", prefix+"-t")
+	if len(hung.runs) == 0 {
+		return fmt.Errorf("no run reached its fence before the SIGTERM: %v", hung.lastErr)
+	}
+	t1 := time.Now()
+	tc.signal(syscall.SIGTERM)
+	accepted = b.probe(ctx, w, t1, moving, np, fmt.Sprintf("pt-%d", stamp%100000))
+	tc.term(time.Minute)
+	acc, err = accepted()
+	if err != nil {
+		return err
+	}
+	drain := Row{Section: SectionRecovery, Baseline: "drain window (configured)", BaseValue: msf(childDrain), BaseUnit: "ms", Unit: "ms"}
+	b.percentiles(drain, "SIGTERM → first start accepted in its partitions", acc,
+		fmt.Sprintf("%d partitions the drained runner owned (%d runs with bodies hanging), from the SIGTERM until a start of a new run there was accepted (sent again as after the SIGKILL); budget: no runner_busy past the drain window", len(acc), len(hung.runs)))
+	return nil
+}
+
+// collect waits (up to a minute) for every channel of chs and returns the
+// times from t0 by run, and the runs whose channel got nothing.
+func collect(chs map[string]<-chan time.Time, t0 time.Time) (lat map[string]time.Duration, missing []string) {
+	deadline := time.After(time.Minute)
+	lat = map[string]time.Duration{}
+	runs := slices.Sorted(maps.Keys(chs))
+	for i, r := range runs {
+		select {
+		case t := <-chs[r]:
+			lat[r] = t.Sub(t0)
+		case <-deadline:
+			for _, left := range runs[i:] {
+				select {
+				case t := <-chs[left]:
+					lat[left] = t.Sub(t0)
+				default:
+					missing = append(missing, left)
+				}
+			}
+			return lat, missing
+		}
+	}
+	return lat, nil
+}
+
+// percentiles adds the p50, p99 and max of lat as rows like base.
+func (b *bencher) percentiles(base Row, name string, lat []time.Duration, note string) {
+	slices.Sort(lat)
+	for _, p := range []int{50, 99, 100} {
+		r := base
+		r.Name, r.Value = fmt.Sprintf("%s p%d", name, p), msf(pct(lat, p))
+		switch p {
+		case 50:
+			r.Note = note
+		case 100:
+			r.Name = name + " max"
+		}
+		b.add(r)
+	}
+}
+
+// probeWait is how long a probe's start waits for its answer before it
+// sends another: a client's retry. A command that reached the drained
+// runner just as it drained is answered only at the end of its drain
+// window (its commands in flight may finish within it).
+const probeWait = 250 * time.Millisecond
+
+// probe starts, for each partition of parts, runs of agentApprove (they
+// stay suspended) whose ids fall in it until one is accepted, from now
+// on, and returns a function that waits for them: the time from t0 to
+// the acceptance, per partition.
+func (b *bencher) probe(ctx context.Context, w *watcher, t0 time.Time, parts []int, np int, prefix string) func() ([]time.Duration, error) {
+	c := api.NewClient(w.nc)
+	var (
+		mu   sync.Mutex
+		out  []time.Duration
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for _, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := t0.Add(time.Minute)
+			for i := 0; ; i++ {
+				id := probeID(prefix, p, np, i)
+				sctx, cancel := context.WithTimeout(ctx, probeWait)
+				_, err := c.Start(sctx, api.StartRequest{Run: id, Agent: agentApprove, Input: "probe"})
+				cancel()
+				now := time.Now()
+				if err == nil {
+					mu.Lock()
+					out = append(out, now.Sub(t0))
+					mu.Unlock()
+					return
+				}
+				if now.After(deadline) || ctx.Err() != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("partition %d: no start accepted a minute after the signal: %w", p, err))
+					mu.Unlock()
+					return
+				}
+				switch weft.ErrorCode(err) {
+				case weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeOutcomeUnknown, weft.CodeContended:
+				default:
+					if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "timeout") {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("partition %d: start: %w", p, err))
+						mu.Unlock()
+						return
+					}
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	return func() ([]time.Duration, error) {
+		wg.Wait()
+		return out, errors.Join(errs...)
+	}
+}
+
+// probeID is the i-th run id under prefix that falls in partition p of np.
+func probeID(prefix string, p, np, i int) string {
+	for j := 0; ; j++ {
+		id := prefix + "-" + strconv.Itoa(p) + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(j)
+		if partition.Of(id, np) == p {
+			return id
+		}
+	}
+}
+
+// settled waits (up to a minute) until weft_partitions assigns every
+// partition as partition.Owner does among ids, and returns the owners and
+// the deployment's number of partitions.
+func settled(ctx context.Context, kv jetstream.KeyValue, ids ...string) (map[int]string, int, error) {
+	sorted := slices.Sorted(slices.Values(ids))
+	deadline := time.Now().Add(time.Minute)
+	for {
+		own, np, err := owners(ctx, kv)
+		if err != nil {
+			return nil, 0, err
+		}
+		ok := np > 0
+		for p := range np {
+			if own[p] != partition.Owner(p, sorted) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return own, np, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, 0, fmt.Errorf("the partitions were not assigned among %v within a minute", ids)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// owners reads weft_partitions: partition → owner, and the number of
+// partitions (its config key).
+func owners(ctx context.Context, kv jetstream.KeyValue) (map[int]string, int, error) {
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, 0, err
+	}
+	defer func() { _ = w.Stop() }()
+	own, np := map[int]string{}, 0
+	for e := range w.Updates() {
+		if e == nil {
+			return own, np, nil
+		}
+		if e.Key() == "config" {
+			var c struct {
+				Partitions int `json:"partitions"`
+			}
+			if json.Unmarshal(e.Value(), &c) == nil {
+				np = c.Partitions
+			}
+			continue
+		}
+		if p, err := strconv.Atoi(strings.TrimPrefix(e.Key(), "p.")); err == nil && strings.HasPrefix(e.Key(), "p.") {
+			own[p] = string(e.Value())
+		}
+	}
+	return nil, 0, errors.New("the watch of weft_partitions ended")
+}

@@ -1,0 +1,364 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// passCounter counts a runner's rounds of rebalancing (hook
+// "partition-pass") and notes the runners its view saw leave (hook
+// "runners-changed").
+type passCounter struct {
+	passes atomic.Int64
+	mu     sync.Mutex
+	left   map[string]int64 // runner id → passes counted when the view saw it leave
+	check  func(n int64)    // called at the end of every pass with its number
+}
+
+func (c *passCounter) hook(event string, _ int, key string) {
+	switch event {
+	case "partition-pass":
+		n := c.passes.Add(1)
+		c.mu.Lock()
+		check := c.check
+		c.mu.Unlock()
+		if check != nil {
+			check(n)
+		}
+	case "runners-changed":
+		c.mu.Lock()
+		if c.left == nil {
+			c.left = map[string]int64{}
+		}
+		if _, ok := c.left[key]; !ok {
+			c.left[key] = c.passes.Load()
+		}
+		c.mu.Unlock()
+	}
+}
+
+func (c *passCounter) leftAt(id string) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.left[id]
+	return n, ok
+}
+
+// waitPasses waits until n more passes than now were made.
+func (c *passCounter) waitPasses(t *testing.T, n int64) {
+	t.Helper()
+	target := c.passes.Load() + n
+	until(t, fmt.Sprintf("%d partition passes", n), func() bool { return c.passes.Load() >= target })
+}
+
+// ghostBeat is the liveness value of a stand-in runner that takes part in
+// the partitions (the deployment's number of them).
+func ghostBeat() []byte {
+	b, _ := json.Marshal(map[string]any{"schema": 1, "at": time.Now().UTC().Format(time.RFC3339Nano), "partitions": runner.DefaultPartitions})
+	return b
+}
+
+// beatAs puts id's liveness key every lease/8 until the returned stop is
+// called (a stand-in runner's heartbeat, as runners beat).
+func beatAs(t *testing.T, live jetstream.KeyValue, id string, lease time.Duration) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	if _, err := live.Put(ctx, id, ghostBeat()); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(lease / 8):
+			}
+			_, _ = live.Put(ctx, id, ghostBeat())
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// ownsAll reports whether r owns every partition.
+func ownsAll(r *runner.Runner) bool { return len(r.Stats().Partitions) == runner.DefaultPartitions }
+
+// SEMANTICS §8 "only a runner that is gone is recovered from", and the
+// availability budget (docs/reliability.md): a peer that stops beating
+// (SIGKILLed) is seen to leave by the runners view when the server expires
+// its key — the bucket's marker of a key that reached its max age, a
+// change the watcher delivers — and its partitions are claimed on that
+// change: by the end of the second round of rebalancing after it (one may
+// have begun before it), not a lease and a tick of the partition loop
+// later as when the view aged the key by its own clock alone.
+func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testing.T) {
+	h := newHarness(t)
+	c := ctx(t)
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := &passCounter{}
+	b := &bodies{}
+	r, _ := h.startRunner([]*agent.Agent{build(t, payThenAnswer(50), []tools.Tool{b.tool()}, policy.Func(allow))}, runner.WithHook(pc.hook))
+	// The stand-in joins: r releases the partitions assigned to it, which
+	// it then claims (as a runner would) while it beats.
+	const lease = 2 * time.Second // the harness's bucket max age
+	stopGhost := beatAs(t, live, "ghost", lease)
+	var ghosts []int
+	for p := range runner.DefaultPartitions {
+		if partition.Owner(p, []string{"ghost", r.ID()}) == "ghost" {
+			ghosts = append(ghosts, p)
+		}
+	}
+	until(t, "r released the stand-in's partitions", func() bool {
+		return len(r.Stats().Partitions) == runner.DefaultPartitions-len(ghosts)
+	})
+	for _, p := range ghosts {
+		key := fmt.Sprintf("p.%04d", p)
+		if _, err := parts.Create(c, key, []byte("ghost")); err != nil {
+			t.Fatalf("the stand-in's claim of %s: %v", key, err)
+		}
+	}
+	pc.waitPasses(t, 4) // r looked at the stand-in's claims, and left them
+	if len(r.Stats().Partitions) != runner.DefaultPartitions-len(ghosts) {
+		t.Fatalf("r owns %d partitions while the stand-in lives, want %d", len(r.Stats().Partitions), runner.DefaultPartitions-len(ghosts))
+	}
+	var claimedAt atomic.Int64
+	pc.mu.Lock()
+	pc.check = func(n int64) {
+		if claimedAt.Load() == 0 && ownsAll(r) {
+			claimedAt.Store(n)
+		}
+	}
+	pc.mu.Unlock()
+	stopGhost()
+	var left int64
+	until(t, "the runners view saw the stand-in's key expire", func() bool {
+		var ok bool
+		left, ok = pc.leftAt("ghost")
+		return ok
+	})
+	until(t, "r claimed the gone stand-in's partitions", func() bool { return claimedAt.Load() != 0 })
+	if got := claimedAt.Load() - left; got > 2 {
+		t.Errorf("the partitions were claimed %d rounds after the view saw the stand-in leave, want within 2 (claimed on that change)", got)
+	}
+}
+
+// SEMANTICS §8 "only a runner that is gone is recovered from", at a
+// runner's start: a run whose driver never wrote a liveness key (nor
+// holds its partitions' keys any more) is judged by the same rule as one
+// whose key expired long ago — gone once this runner has watched the
+// bucket for a lease and a heartbeat interval — not after the reconnect
+// wait added for a server restart (here 30 s, within the bucket's two
+// minutes of markers: the runner's connection was never lost, and no
+// marker says a key expired recently). The run's
+// partition is claimed and its running body recovered (uncertain, cause
+// runner_lost) within a few leases' rounds of rebalancing.
+func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne(t *testing.T) {
+	h := newHarness(t)
+	h.unbalanced = true
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, "rebuilt", []byte(`{"schema":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for p := range runner.DefaultPartitions {
+		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &bodies{}
+	a := build(t, payThenAnswer(50), []tools.Tool{b.tool()}, policy.Func(allow))
+	var s aggregate.State
+	hd := appendDecided(t, h, "g-run", &s, aggregate.Start{Run: "g-run", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	call := payCall(50, "ok")
+	call.ID = "call_1_1"
+	hd = appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})
+	drivers, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drivers.Put(c, runner.DriverKey("g-run", runner.DefaultPartitions), []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	pc := &passCounter{}
+	var claimedAt atomic.Int64
+	var r *runner.Runner
+	var ready atomic.Bool
+	pc.check = func(n int64) {
+		if ready.Load() && claimedAt.Load() == 0 && ownsAll(r) {
+			claimedAt.Store(n)
+		}
+	}
+	r, _ = h.startRunnerConn([]nats.Option{nats.ReconnectWait(30 * time.Second)}, nil, []*agent.Agent{a}, runner.WithHook(pc.hook))
+	ready.Store(true)
+	h.waitFor("g-run", "recovered", func(s aggregate.State) bool { return s.Runner() == r.ID() })
+	until(t, "r owns every partition", func() bool { return ownsAll(r) })
+	// A lease and a heartbeat interval is five rounds (one every lease/4),
+	// the first at the start: claimed by about the sixth, well before the
+	// 120 rounds a reconnect wait of 30 s would add.
+	if n := claimedAt.Load(); n == 0 || n > 12 {
+		t.Errorf("r owned every partition at its round %d, want within 12 (three leases)", n)
+	}
+	rr := h.recoveries("g-run")
+	if len(rr) != 1 || rr[0].Cause != events.RecoveredRunnerLost || rr[0].Previous != "ghost" {
+		t.Errorf("recoveries %+v, want one from ghost, cause runner_lost", rr)
+	}
+}
+
+// SEMANTICS §8 "only a runner that is gone is recovered from": the
+// sooner judgement of a fresh runner never takes a key that expired just
+// before it started for a gone runner — a server restart may have cut
+// its runner off, which comes back within its reconnect wait. With the
+// stand-in's key expired (the server's marker) as the runner starts and a
+// reconnect wait of an hour, its partitions stay the stand-in's for three
+// leases of rounds.
+func TestSemantics8_AFreshRunnerWaitsForAPeerWhoseKeyExpiredJustBeforeItStarted(t *testing.T) {
+	h := newHarness(t)
+	h.unbalanced = true
+	c := ctx(t)
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
+		t.Fatal(err)
+	}
+	for p := range runner.DefaultPartitions {
+		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := beatAs(t, live, "ghost", 2*time.Second)
+	stop()
+	until(t, "the stand-in's key expired", func() bool {
+		_, err := live.Get(c, "ghost")
+		return err != nil
+	})
+	pc := &passCounter{}
+	r, _ := h.startRunnerConn([]nats.Option{nats.ReconnectWait(time.Hour)}, nil, []*agent.Agent{build(t, payThenAnswer(50), nil, policy.Func(allow))}, runner.WithHook(pc.hook))
+	pc.waitPasses(t, 12)
+	if n := len(r.Stats().Partitions); n != 0 {
+		t.Errorf("a fresh runner claimed %d partitions of a runner whose key expired as it started (it may be reconnecting)", n)
+	}
+}
+
+// gate is a pay tool whose body waits until open is closed.
+type gate struct {
+	open   chan struct{}
+	starts atomic.Int64
+}
+
+func (g *gate) tool() tools.Tool {
+	return tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		g.starts.Add(1)
+		select {
+		case <-g.open:
+		case <-ctx.Done():
+			return payOut{}, ctx.Err()
+		}
+		return payOut{ID: "p"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+}
+
+// SEMANTICS §8 (graceful row; only a runner that is gone is recovered
+// from) and the availability budget: a partition whose runner runs a body
+// without a deadline (tools.Infinity) is not released to a joining runner
+// while it runs — a release would answer every other run of the
+// partition runner_busy for as long as the body runs, or make the body
+// uncertain though its runner lives. Its runs are served meanwhile (a new
+// run of the partition starts at once, not runner_busy); once the body
+// ended the partition moves, with nothing uncertain.
+func TestSemantics8_AReleaseNeverHoldsAPartitionsRunsHostageToAnInfiniteBody(t *testing.T) {
+	h := newHarness(t)
+	h.unbalanced = true
+	const run = "inf-0"
+	first, second := moving(run)
+	p := partition.Of(run, runner.DefaultPartitions)
+	other := ""
+	for i := 1; other == ""; i++ {
+		if id := fmt.Sprint("inf-", i); partition.Of(id, runner.DefaultPartitions) == p {
+			other = id
+		}
+	}
+	g := &gate{open: make(chan struct{})}
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(g.open) }) }
+	t.Cleanup(open)
+	mk := func() *agent.Agent {
+		return build(t, payThenAnswer(50), []tools.Tool{g.tool()}, policy.Func(allow), agent.WithToolTimeout(tools.Infinity()))
+	}
+	pc := &passCounter{}
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(first), runner.WithDrainWindow(200*time.Millisecond), runner.WithHook(pc.hook))
+	until(t, "the first runner owns every partition", func() bool { return ownsAll(r1) })
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(run, "its body running", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
+	})
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
+	until(t, "the joiner took its other partitions", func() bool { return len(r2.Stats().Partitions) > 0 })
+	pc.waitPasses(t, 4) // the first runner saw the joiner, and let the busy partition be
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: other, Agent: "desk", Input: "x"}); err != nil {
+		t.Errorf("a start in the partition of a body without a deadline: %v (want it started at once)", err)
+	}
+	if s := h.state(run); len(s.Actions()) != 1 || s.Actions()[0].State != aggregate.ActionRunning || s.Runner() != first {
+		t.Errorf("the infinite body's run moved while it ran (runner %s)", s.Runner())
+	}
+	open()
+	for _, id := range []string{run, other} {
+		s := h.waitStatus(id, aggregate.StatusFinished)
+		if out, _ := s.Finished(); out.Kind != events.OutcomeCompleted {
+			t.Errorf("%s ended %s", id, events.DescribeOutcome(out))
+		}
+		checkGraceful(t, h, id, s)
+	}
+	until(t, "the partition moved once its body ended", func() bool {
+		for _, q := range r2.Stats().Partitions {
+			if q == p {
+				return true
+			}
+		}
+		return false
+	})
+}
