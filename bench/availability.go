@@ -110,7 +110,10 @@ func (b *bencher) recovery(ctx context.Context) error {
 	// on the killed runner before the SIGKILL: it is not counted.
 	fin, unfinished := collect(finished, t0)
 	for r, t := range fin {
-		if t < 0 {
+		if t < 0 || !recovered(ctx, log, r) {
+			// Finished before the SIGKILL, or finished by the killed
+			// runner itself (no takeover in its log) and seen by the
+			// watcher only after the kill on a loaded machine.
 			delete(fin, r)
 			delete(decided, r)
 		}
@@ -195,6 +198,17 @@ func collect(chs map[string]<-chan time.Time, t0 time.Time) (lat map[string]time
 	return lat, nil
 }
 
+// recovered reports whether run's log records a takeover (run_recovered);
+// a log that cannot be read counts as recorded, so that the run is
+// measured.
+func recovered(ctx context.Context, log *eventlog.Log, run string) bool {
+	envs, _, err := log.Load(ctx, run)
+	if err != nil {
+		return true
+	}
+	return slices.ContainsFunc(envs, func(e events.Envelope) bool { return e.Type == events.NameRunRecovered })
+}
+
 // percentiles adds the p50, p99 and max of lat as rows like base.
 func (b *bencher) percentiles(base Row, name string, lat []time.Duration, note string) {
 	slices.Sort(lat)
@@ -252,9 +266,9 @@ func (b *bencher) probe(ctx context.Context, w *watcher, t0 time.Time, parts []i
 					mu.Unlock()
 					return
 				}
-				switch weft.ErrorCode(err) {
-				case weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeOutcomeUnknown, weft.CodeContended:
-				default:
+				// Sent again: a retryable answer, outcome_unknown or no
+				// answer in time.
+				if code := weft.ErrorCode(err); !code.Retryable() && code != weft.CodeOutcomeUnknown {
 					if !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "timeout") {
 						mu.Lock()
 						errs = append(errs, fmt.Errorf("partition %d: start: %w", p, err))
