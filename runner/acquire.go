@@ -194,7 +194,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	rn := newRun(id, s, head, a)
 	rn.lastAt = at
 	_ = rn.lock(ctx)
-	t := aggregate.Recover{Runner: r.id, Cause: recoveryCause(s)}
+	t := aggregate.Recover{Runner: r.id, Cause: aggregate.RecoveryCause(s)}
 	view, err := aggregate.Recovered(s, t, r.clock(rn))
 	if err != nil {
 		rn.unlock()
@@ -207,19 +207,6 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		return nil, err
 	}
 	return rn, nil
-}
-
-// recoveryCause is the cause of a takeover of s, as its log says:
-// handed_off after a hand-off, idle when it waits only for people (nothing
-// in flight: nothing is recovered), runner_lost otherwise.
-func recoveryCause(s aggregate.State) string {
-	switch {
-	case s.HandedOff():
-		return events.RecoveredHandedOff
-	case aggregate.Idle(s):
-		return events.RecoveredIdle
-	}
-	return events.RecoveredRunnerLost
 }
 
 // takeOver records rn's pending takeover with c (nil for none) as the
@@ -253,7 +240,7 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 	if rn.driven {
 		// Not recorded (the store did not answer, or another writer
 		// came first): still to do, with the cause the log says now.
-		t.Then, t.Cause = nil, recoveryCause(rn.state)
+		t.Then, t.Cause = nil, aggregate.RecoveryCause(rn.state)
 		rn.pre, rn.takeover, rn.lazy = rn.state, &t, aggregate.Idle(rn.state)
 		if view, verr := aggregate.Recovered(rn.pre, t, r.clock(rn)); verr == nil {
 			rn.state = view
