@@ -198,7 +198,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	view, err := aggregate.Recovered(s, t, r.clock(rn))
 	if err != nil {
 		rn.unlock()
-		return nil, err
+		return nil, r.refused(ctx, id, nil, t.CommandName(), err)
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
 	rn.driven, rn.lazy = true, idle
@@ -217,6 +217,10 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
 	t := *rn.takeover
 	t.Then = c
+	if _, err := aggregate.Recovered(rn.pre, t, r.clock(rn)); err != nil {
+		// The takeover itself refused, whatever c is: never c's answer.
+		return nil, r.refused(ctx, rn.id, rn, t.CommandName(), err)
+	}
 	if rn.lazy {
 		// The first decision that records the lazy takeover of an idle
 		// run: decided on the store's owner of the partition, not on
@@ -253,12 +257,15 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 // command that acquired the run recorded nothing, and performs its work.
 //
 // A lazy takeover (an idle run) is not recorded on its own: the run is
-// forgotten instead, and costs nothing until the next command.
+// forgotten instead, and costs nothing until the next command — unless
+// the takeover records more than itself: approval expiries that fell due
+// (applied after the recovery, SEMANTICS §8), which nothing else would
+// record once the timer that woke the run is spent.
 func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 	if rn.takeover == nil || !rn.driven {
 		return
 	}
-	if rn.lazy {
+	if evs, _ := aggregate.Decide(rn.pre, *rn.takeover, r.clock(rn)); rn.lazy && len(evs) <= 1 {
 		r.drop(rn)
 		return
 	}
