@@ -56,6 +56,20 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			r.mu.Lock()
 			still := r.runs[id] == rn
 			r.mu.Unlock()
+			if still && rn.stale && rn.driven && !r.refresh(ctx, rn) {
+				// An append's outcome was unknown and its re-read
+				// failed: nothing is decided on memory that may be
+				// behind the log (SEMANTICS §8: decisions follow the
+				// log). Read again, or runner_busy while the log
+				// cannot be read; a run the re-read dropped (another
+				// driver, a quarantine) is acquired anew.
+				rn.unlock()
+				if rn.stale && rn.driven {
+					return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: its last append's outcome is unknown and its log cannot be read now; retry", id)}
+				}
+				tries++
+				continue
+			}
 			if still {
 				return rn, nil
 			}
