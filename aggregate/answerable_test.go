@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -67,14 +65,7 @@ func TestSemantics8_ATakeoverTheRuntimeDerivesIsNeverRefused(t *testing.T) {
 // later and far past every deadline. WEFT_PROPERTY_SEEDS=N runs N seeds
 // (200 by default).
 func TestSemantics8_ATakeoverTheRuntimeDerivesIsNeverRefusedSeeded(t *testing.T) {
-	seeds := uint64(200)
-	if v := os.Getenv("WEFT_PROPERTY_SEEDS"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("WEFT_PROPERTY_SEEDS=%q: %v", v, err)
-		}
-		seeds = n
-	}
+	seeds := propertySeeds(t, 200)
 	causes := map[string]int{}
 	for seed := range seeds {
 		s := aggregatetest.New()

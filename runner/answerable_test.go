@@ -58,14 +58,20 @@ func suspendedLongAgo(t *testing.T, h *harness, a *agent.Agent, run string) aggr
 	return act
 }
 
-// answerableAgent pays after approval (finance v1 over 100) with a 30 s
-// approval expiry, and answers once the payment's result (or its
-// expiry) is back.
-func answerableAgent(t *testing.T, b *bodies) *agent.Agent {
+// pastItsExpiry writes run's history with suspendedLongAgo for an agent
+// that pays after approval (finance v1 over 100) with a 30 s approval
+// expiry and answers once the payment's result (or its expiry) is back;
+// its driver is gone, and a runner that scans nothing serves the agent.
+func pastItsExpiry(t *testing.T, run string) (*harness, *runner.Runner, *bodies, aggregate.Action) {
+	h, b := newHarness(t), &bodies{}
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { return r.Turn > 1 }, Step: model.Answer("done")},
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(500, "ok"))})
-	return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithApprovalExpiry(tools.After(30*time.Second)))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithApprovalExpiry(tools.After(30*time.Second)))
+	act := suspendedLongAgo(t, h, a, run)
+	h.release("ghost")
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	return h, r, b, act
 }
 
 // SEMANTICS §8, "A run can always be answered" (the chaos run's stranded
@@ -76,12 +82,7 @@ func answerableAgent(t *testing.T, b *bodies) *agent.Agent {
 // applied first) — and the run moves on: the expiry is recorded after the
 // takeover and the model sees it.
 func TestSemantics8_AnAnswerPastTheExpiryOfARunTakenOverIsAnsweredForItsOwnReason(t *testing.T) {
-	h := newHarness(t)
-	b := &bodies{}
-	a := answerableAgent(t, b)
-	act := suspendedLongAgo(t, h, a, "ans1")
-	h.release("ghost")
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	h, r, b, act := pastItsExpiry(t, "ans1")
 
 	_, err := h.client.Approve(ctx(t), api.ApproveRequest{CommandID: "a1", Run: "ans1", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"})
 	if code := weft.ErrorCode(err); code != weft.CodeApprovalExpired {
@@ -104,11 +105,7 @@ func TestSemantics8_AnAnswerPastTheExpiryOfARunTakenOverIsAnsweredForItsOwnReaso
 
 // The same run reached by a cancel: cancelled.
 func TestSemantics8_ACancelPastTheExpiryOfARunTakenOverIsApplied(t *testing.T) {
-	h := newHarness(t)
-	a := answerableAgent(t, &bodies{})
-	suspendedLongAgo(t, h, a, "ans2")
-	h.release("ghost")
-	h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	h, _, _, _ := pastItsExpiry(t, "ans2")
 
 	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c1", Run: "ans2"}); err != nil {
 		t.Fatalf("cancel of a run taken over past its approval's expiry: %v", err)
@@ -123,11 +120,7 @@ func TestSemantics8_ACancelPastTheExpiryOfARunTakenOverIsApplied(t *testing.T) {
 // expiry; the run completes. Before, the takeover was refused, the firing
 // acknowledged away, and the run never moved again.
 func TestSemantics8_AnExpiryTimerPastItsTimeTakesTheRunOverAndApplies(t *testing.T) {
-	h := newHarness(t)
-	a := answerableAgent(t, &bodies{})
-	suspendedLongAgo(t, h, a, "ans3")
-	h.release("ghost")
-	h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	h, _, _, _ := pastItsExpiry(t, "ans3")
 	if err := timer.New(h.srv.JS).Arm(ctx(t), "ans3", "expiry", time.Now()); err != nil {
 		t.Fatal(err)
 	}

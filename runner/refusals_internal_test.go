@@ -1,11 +1,11 @@
 package runner
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/weftrun/weft"
@@ -18,24 +18,6 @@ import (
 	"github.com/weftrun/weft/policy"
 )
 
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // SEMANTICS §8, "A run can always be answered": when the decision core
 // refuses a decision the runtime derived itself — here the takeover a
 // runner holds for a run, whose cause no longer matches the log — the
@@ -46,12 +28,15 @@ func (s *syncBuffer) String() string {
 // run is dropped from memory, to be derived again from its log.
 func TestSemantics8_AnInternalRefusalIsNeverTheCallersFault(t *testing.T) {
 	srv := natstest.Start(t)
-	var logs syncBuffer
+	logs, err := os.Create(filepath.Join(t.TempDir(), "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	a, err := agent.New("desk", model.NewScripted("s"), nil, policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { return policy.Allow(), nil })).Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(srv.Connect(), srv.JS, []*agent.Agent{a}, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	r, err := New(srv.Connect(), srv.JS, []*agent.Agent{a}, WithLogger(slog.New(slog.NewTextHandler(logs, nil))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +73,8 @@ func TestSemantics8_AnInternalRefusalIsNeverTheCallersFault(t *testing.T) {
 	if n := r.Stats().InternalRefusals; n != 1 {
 		t.Errorf("%d internal refusals counted, want 1", n)
 	}
-	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "run=ir1") || !strings.Contains(l, "recovery cause idle") {
+	b, _ := os.ReadFile(logs.Name())
+	if l := string(b); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "run=ir1") || !strings.Contains(l, "recovery cause idle") {
 		t.Errorf("not logged at error level with the run and the refusal: %q", l)
 	}
 }
