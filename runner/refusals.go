@@ -49,15 +49,17 @@ func internalRefusal(err error) bool {
 
 // refused handles an internal refusal of what (a command name) on run id:
 // it logs it at error level, counts it (Stats.InternalRefusals, telemetry
-// weft.runner.internal_refusals), drops rn (when not nil) from memory so
-// that the run is derived again from its log, and returns the answer
-// (internalRefusalError).
+// weft.runner.internal_refusals), drops rn (when not nil) from memory and
+// wakes the run again after a backoff (retryLater), so that its work is
+// derived again from its log — none of it is dropped — and returns the
+// answer (internalRefusalError).
 func (r *Runner) refused(ctx context.Context, id string, rn *run, what string, err error) error {
 	r.log.Error("internal refusal: the decision core refused a decision the runtime derived", "run", id, "command", what, "err", err)
 	r.internalRefusals.Add(1)
 	r.tel.InternalRefusal(ctx, what, string(weft.ErrorCode(err)))
 	if rn != nil {
 		r.drop(rn)
+		r.retryLater(id)
 	}
 	return &internalRefusalError{&weft.Error{Code: weft.CodeInternal, Message: fmt.Sprintf(
 		"run %s: the runtime's own %s decision was refused (%v); the run is read again from its log", id, what, err)}}

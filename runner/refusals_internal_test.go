@@ -54,6 +54,7 @@ func TestSemantics8_AnInternalRefusalIsNeverTheCallersFault(t *testing.T) {
 	rn := newRun("ir1", s, eventlog.Head{}, a)
 	rn.driven, rn.pre, rn.takeover = true, s, &aggregate.Recover{Runner: r.id, Cause: events.RecoveredIdle}
 	r.runs["ir1"] = rn
+	r.stopped = true // not running: no wake in the background after the test
 	_ = rn.lock(context.Background())
 
 	err = r.step(context.Background(), rn, aggregate.Cancel{By: "dave"})
