@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/weftrun/weft"
@@ -22,7 +23,15 @@ func (c *chaosEnv) notTheCallersFault(what, run string, err error) {
 
 // answerEveryone is the liveness check (SEMANTICS §8, "A run can always be
 // answered"): once the chaos stopped and every run settled, every
-// unfinished run waits only for a person whose answer is accepted. Each
+// unfinished run waits only for a person whose answer is accepted. First
+// two more runs of version 2 ask for an approval (a payment of 500) and
+// wait for it; then every runner is replaced (SIGKILL, then a new process
+// under a new id), one at a time, and the check waits past version 2's
+// 4 s approval expiry: every suspended run is then driven by a runner
+// that is gone, its partition owned by another, and its expiry due — the
+// chaos run that stranded runs (a takeover with cause idle refused once
+// the expiry was applied first; the expiry timer acknowledged away). Then
+// each
 // pending request is rejected (its current revision: a valid answer) and
 // each uncertain action reconciled, again and again as the runs ask, until
 // every run finished. An answer is accepted, or refused for its own reason
@@ -31,6 +40,60 @@ func (c *chaosEnv) notTheCallersFault(what, run string, err error) {
 // invalid_request or internal, or a run that does not finish within the
 // deadline though everything it asked was answered, is a problem.
 func (c *chaosEnv) answerEveryone() {
+	in := chaosInput{Turns: [][]chaosCall{{{Tool: "pay", Args: chaosIn{Amount: 500}}}}}
+	var asking []string
+	for i := range 2 {
+		run := fmt.Sprintf("c%d-live-%d", c.seed, i)
+		for until := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			ctx, cancel := c.ctx()
+			_, err := c.e.client.Start(ctx, api.StartRequest{CommandID: run, Run: run, Agent: "chaos", Version: "2", Input: in.String()})
+			cancel()
+			c.note("liveness: start %s: %v", run, err)
+			if code := weft.ErrorCode(err); code == "" || code == weft.CodeAlreadyStarted || time.Now().After(until) {
+				break
+			}
+		}
+		c.runs = append(c.runs, run)
+		asking = append(asking, run)
+	}
+	for until := time.Now().Add(10 * time.Second); time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
+		waiting := 0
+		for _, run := range asking {
+			if s, err := c.load(run); err == nil {
+				if _, ok := pendingRequest(s); ok {
+					waiting++
+				}
+			}
+		}
+		if waiting == len(asking) {
+			break
+		}
+	}
+	pending := 0
+	for _, run := range c.runs {
+		if s, err := c.load(run); err == nil {
+			if _, ok := pendingRequest(s); ok {
+				pending++
+			}
+		}
+	}
+	c.t.Logf("seed %d: liveness: %d runs wait for an approval when every runner is replaced", c.seed, pending)
+	for i, s := range c.slots {
+		if s.worker {
+			continue
+		}
+		c.mu.Lock()
+		alive := s.state == "alive"
+		c.mu.Unlock()
+		if alive {
+			c.markDown(s.id, time.Now())
+			c.setState(s, "dead")
+			_ = s.p.cmd.Process.Signal(syscall.SIGKILL)
+			c.note("liveness: SIGKILL %s", s.id)
+		}
+		c.spawn(i)
+	}
+	time.Sleep(max(5*time.Second, 2*lease)) // past version 2's 4 s expiry, partitions claimed again
 	deadline := time.Now().Add(60 * time.Second)
 	reported := map[string]bool{}
 	for {
