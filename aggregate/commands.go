@@ -259,6 +259,11 @@ type HandOff struct {
 // records run_recovered alone. Only a loss re-asks approvals: a hand-off keeps
 // every recorded approval (SEMANTICS.md §8).
 //
+// The cause is judged on the run as its log says, before anything else:
+// approval expiries that fell due meanwhile are applied after the
+// recovery, at the new incarnation, so RecoveryCause(s) is never refused
+// (SEMANTICS.md §8, "A run can always be answered").
+//
 // Then is the command that made the runner take the run over (an answer,
 // a cancel, a report, a timer), nil for a takeover on its own (a runner's
 // recovery scan). It is decided on the recovered state in the same

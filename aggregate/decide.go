@@ -21,7 +21,8 @@ import (
 // and the SettlementRefused audit record of a not_awaited settlement.
 //
 // Before judging any command on a live run, Decide applies every approval
-// expiry due at now. After the command, it emits the follow-on events the
+// expiry due at now; a takeover (Recover) applies them after it records
+// the recovery, before Recover.Then. After the command, it emits the follow-on events the
 // new state calls for: attempts fenced for free concurrency slots, the next
 // model turn once every action of the batch is model-visible, a due model
 // retry, and the run's end.
@@ -33,7 +34,9 @@ func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
 		return nil, weft.UnknownRun(s.run)
 	}
 	d := &decider{s: s.Clone(), now: now}
-	if !d.s.finished && !d.s.cancelling {
+	if _, takeover := c.(Recover); !takeover && !d.s.finished && !d.s.cancelling {
+		// A takeover applies them itself, after the recovery is
+		// recorded (recover).
 		d.expireDue()
 	}
 	err := d.command(c)
@@ -990,6 +993,22 @@ func (d *decider) handOff(c HandOff) error {
 	return nil
 }
 
+// RecoveryCause is the cause of a takeover of s, as its log says:
+// events.RecoveredHandedOff after a hand-off, events.RecoveredIdle when s
+// waits only for people (Idle: nothing in flight, nothing is recovered),
+// events.RecoveredRunnerLost otherwise. Decide never refuses
+// Recover{Cause: RecoveryCause(s)} on an unfinished run s for a reason of
+// the takeover's own, at any time: due expiries are applied after it.
+func RecoveryCause(s State) string {
+	switch {
+	case s.handedOff:
+		return events.RecoveredHandedOff
+	case Idle(s):
+		return events.RecoveredIdle
+	}
+	return events.RecoveredRunnerLost
+}
+
 func (d *decider) recover(c Recover) error {
 	if d.s.finished {
 		return d.runEnded()
@@ -1036,6 +1055,13 @@ func (d *decider) recover(c Recover) error {
 		// Issued again by advance, after c.Then (SEMANTICS.md §7).
 		d.modelLost = true
 		d.recall = graceful && d.s.uncalled == d.s.turn
+	}
+	if !d.s.cancelling {
+		// Expiries that fell due meanwhile are applied after the
+		// takeover, at the new incarnation: judged before it, they could
+		// change the run the takeover's cause was chosen from
+		// (SEMANTICS.md §8, "A run can always be answered").
+		d.expireDue()
 	}
 	if c.Then != nil {
 		return d.command(c.Then)

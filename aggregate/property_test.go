@@ -91,14 +91,7 @@ func TestProperties(t *testing.T) {
 // and re-approvals far more often). A failure names its seed. It runs 400
 // seeds; WEFT_PROPERTY_SEEDS=N runs N (e.g. 20000 before a release).
 func TestPropertiesSeeded(t *testing.T) {
-	seeds := uint64(400)
-	if v := os.Getenv("WEFT_PROPERTY_SEEDS"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("WEFT_PROPERTY_SEEDS=%q: %v", v, err)
-		}
-		seeds = n
-	}
+	seeds := propertySeeds(t, 400)
 	seen := map[events.Name]int{}
 	for seed := range seeds {
 		var s *aggregatetest.Sim
@@ -122,6 +115,20 @@ func TestPropertiesSeeded(t *testing.T) {
 		}
 	}
 	t.Logf("events produced: %v", seen)
+}
+
+// propertySeeds is how many seeds a seeded property test runs:
+// WEFT_PROPERTY_SEEDS, or def.
+func propertySeeds(t *testing.T, def uint64) uint64 {
+	v := os.Getenv("WEFT_PROPERTY_SEEDS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("WEFT_PROPERTY_SEEDS=%q: %v", v, err)
+	}
+	return n
 }
 
 // checkedSim returns a simulation that checks the per-decision invariants

@@ -345,12 +345,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.decide(t, HandOff{Runner: h.strArg(t, d, "runner", h.state.Runner()), ModelNotCalled: d.HasArg("uncalled")})
 
 	case "recover":
-		return h.decide(t, Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.strArg(t, d, "cause", events.RecoveredRunnerLost)})
+		return h.decide(t, Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.causeArg(t, d)})
 
 	case "takeover":
 		// The next command reaches a run that needs takeover: it is
 		// decided as Recover{Then: command}, in one decision.
-		h.takeover = &Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.strArg(t, d, "cause", events.RecoveredRunnerLost)}
+		h.takeover = &Recover{Runner: h.strArg(t, d, "runner", "runner-b"), Cause: h.causeArg(t, d)}
+		if d.HasArg("derived") {
+			return fmt.Sprintf("the next command takes the run over first (cause %s, as a runner derives it from the log)\n", h.takeover.Cause)
+		}
 		return "the next command takes the run over first\n"
 
 	case "tick":
@@ -516,6 +519,15 @@ func (h *harness) intArg(t *testing.T, d *datadriven.TestData, key string, def i
 	var v int
 	d.ScanArgs(t, key, &v)
 	return v
+}
+
+// causeArg is a takeover's cause: cause=…, or with derived the cause a
+// runner derives from the log (RecoveryCause), runner_lost by default.
+func (h *harness) causeArg(t *testing.T, d *datadriven.TestData) string {
+	if d.HasArg("derived") {
+		return RecoveryCause(h.state)
+	}
+	return h.strArg(t, d, "cause", events.RecoveredRunnerLost)
 }
 
 func (h *harness) strArg(t *testing.T, d *datadriven.TestData, key, def string) string {

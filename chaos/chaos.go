@@ -495,6 +495,8 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	}
 	h.logf("workload done; waiting for weft_drivers to hold only runs with work in flight")
 	h.checkDrivers(ctx)
+	h.logf("checking that every unfinished run can be answered")
+	h.checkAnswerable(ctx, w)
 	h.logf("stopping runners and workers")
 	h.settle()
 	h.logf("checking")

@@ -74,6 +74,12 @@
 //     waits only for a person or does not exist (only runs with work in
 //     flight have one); each entry left is named with the run's last
 //     events;
+//   - no well-formed command of the workload was answered invalid_request
+//     or internal, and once the workload is done, while the runners still
+//     run, every run that did not finish answers an approval of a revision
+//     it never had for that reason (stale_reference, or wrong_reference
+//     without a pending request), through the takeover of its run
+//     (SEMANTICS §8, "A run can always be answered");
 //   - weft audit verify passes on every run (chain, refold, and the
 //     projector's stored view byte for byte once it caught up);
 //   - every acknowledged append is in the stream at its sequence, no event

@@ -63,7 +63,12 @@ import (
 //     answer (run_ended while the run was live before and after), a
 //     reconcile (the action was uncertain before and after), a start (a new
 //     run id of a served agent);
-//   - every run ends finished or suspended waiting for a person.
+//   - every run ends finished or suspended waiting for a person, and
+//     then finishes once a person answers what it asks (answerEveryone:
+//     every pending request rejected, every uncertain action reconciled,
+//     each answer accepted or refused for a reason the log shows); no
+//     well-formed command is answered invalid_request or internal
+//     (SEMANTICS §8, "A run can always be answered").
 //
 // The schedule is seeded, but the processes' timing is not: a seed finds
 // the same kind of trouble, not the same interleaving. The default suite
@@ -220,6 +225,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 	}
 	c.restoreDue(true)
 	c.quiesce()
+	c.answerEveryone()
 	n := c.check()
 	t.Logf("seed %d: operations %v; %d runs, %d body starts, %d recoveries", seed, c.ops, len(c.runs), n.starts, n.recoveries)
 	c.mu.Lock()
@@ -532,6 +538,7 @@ func (c *chaosEnv) answer(approve bool) {
 		_, err = c.e.client.Reject(ctx, api.RejectRequest{CommandID: id, Run: run, Action: a.ID, Revision: a.Request.Revision, Approver: "desk", Credential: "chaos", Reason: "chaos"})
 	}
 	c.note("%s %s %s revision %d: %v", map[bool]string{true: "approve", false: "reject"}[approve], run, a.ID, a.Request.Revision, err)
+	c.notTheCallersFault(map[bool]string{true: "approve", false: "reject"}[approve], run, err)
 	switch code := weft.ErrorCode(err); code {
 	case weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired:
 		if s2, lerr := c.load(run); lerr == nil && stillPending(s2, a.ID, a.Request.Revision) {
@@ -553,6 +560,7 @@ func (c *chaosEnv) cancel() {
 	defer cancel()
 	_, err := c.e.client.Cancel(ctx, api.CancelRequest{CommandID: fmt.Sprint(run, "/cancel/", c.rng.Int()), Run: run, By: "chaos"})
 	c.note("cancel %s: %v", run, err)
+	c.notTheCallersFault("cancel", run, err)
 	if weft.ErrorCode(err) == weft.CodeRunEnded {
 		if s2, lerr := c.load(run); lerr == nil && live(s1) && live(s2) {
 			c.problem("%s: cancel refused run_ended (%v), but the run was live before and after", run, err)
@@ -577,6 +585,7 @@ func (c *chaosEnv) reconcile() {
 		_, err = c.e.client.Reconcile(ctx, req)
 	}
 	c.note("reconcile %s %s (finished %v): %v", run, a, fin, err)
+	c.notTheCallersFault("reconcile", run, err)
 	code := weft.ErrorCode(err)
 	switch code {
 	case weft.CodeNotReconcilable, weft.CodeAlreadyRecorded, weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeRunActive:

@@ -56,6 +56,20 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			r.mu.Lock()
 			still := r.runs[id] == rn
 			r.mu.Unlock()
+			if still && rn.stale && rn.driven && !r.refresh(ctx, rn) {
+				// An append's outcome was unknown and its re-read
+				// failed: nothing is decided on memory that may be
+				// behind the log (SEMANTICS §8: decisions follow the
+				// log). Read again, or runner_busy while the log
+				// cannot be read; a run the re-read dropped (another
+				// driver, a quarantine) is acquired anew.
+				rn.unlock()
+				if rn.stale && rn.driven {
+					return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: its last append's outcome is unknown and its log cannot be read now; retry", id)}
+				}
+				tries++
+				continue
+			}
 			if still {
 				return rn, nil
 			}
@@ -194,11 +208,11 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	rn := newRun(id, s, head, a)
 	rn.lastAt = at
 	_ = rn.lock(ctx)
-	t := aggregate.Recover{Runner: r.id, Cause: recoveryCause(s)}
+	t := aggregate.Recover{Runner: r.id, Cause: aggregate.RecoveryCause(s)}
 	view, err := aggregate.Recovered(s, t, r.clock(rn))
 	if err != nil {
 		rn.unlock()
-		return nil, err
+		return nil, r.refused(ctx, id, nil, t.CommandName(), err)
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
 	rn.driven, rn.lazy = true, idle
@@ -209,19 +223,6 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	return rn, nil
 }
 
-// recoveryCause is the cause of a takeover of s, as its log says:
-// handed_off after a hand-off, idle when it waits only for people (nothing
-// in flight: nothing is recovered), runner_lost otherwise.
-func recoveryCause(s aggregate.State) string {
-	switch {
-	case s.HandedOff():
-		return events.RecoveredHandedOff
-	case aggregate.Idle(s):
-		return events.RecoveredIdle
-	}
-	return events.RecoveredRunnerLost
-}
-
 // takeOver records rn's pending takeover with c (nil for none) as the
 // command it is for: Recover{Then: c} decided on the state in the log, so
 // that c is judged on the recovered state before any follow-on of the
@@ -230,6 +231,10 @@ func recoveryCause(s aggregate.State) string {
 func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
 	t := *rn.takeover
 	t.Then = c
+	if _, err := aggregate.Recovered(rn.pre, t, r.clock(rn)); err != nil {
+		// The takeover itself refused, whatever c is: never c's answer.
+		return nil, r.refused(ctx, rn.id, rn, t.CommandName(), err)
+	}
 	if rn.lazy {
 		// The first decision that records the lazy takeover of an idle
 		// run: decided on the store's owner of the partition, not on
@@ -253,7 +258,7 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 	if rn.driven {
 		// Not recorded (the store did not answer, or another writer
 		// came first): still to do, with the cause the log says now.
-		t.Then, t.Cause = nil, recoveryCause(rn.state)
+		t.Then, t.Cause = nil, aggregate.RecoveryCause(rn.state)
 		rn.pre, rn.takeover, rn.lazy = rn.state, &t, aggregate.Idle(rn.state)
 		if view, verr := aggregate.Recovered(rn.pre, t, r.clock(rn)); verr == nil {
 			rn.state = view
@@ -266,12 +271,15 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 // command that acquired the run recorded nothing, and performs its work.
 //
 // A lazy takeover (an idle run) is not recorded on its own: the run is
-// forgotten instead, and costs nothing until the next command.
+// forgotten instead, and costs nothing until the next command — unless
+// the takeover records more than itself: approval expiries that fell due
+// (applied after the recovery, SEMANTICS §8), which nothing else would
+// record once the timer that woke the run is spent.
 func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 	if rn.takeover == nil || !rn.driven {
 		return
 	}
-	if rn.lazy {
+	if evs, _ := aggregate.Decide(rn.pre, *rn.takeover, r.clock(rn)); rn.lazy && len(evs) <= 1 {
 		r.drop(rn)
 		return
 	}

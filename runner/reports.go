@@ -90,7 +90,7 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 			return err
 		})
 		if !waiting {
-			return out, err
+			return out, busyIfInternal(err)
 		}
 		if over != nil {
 			return out, over
@@ -144,7 +144,7 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		out = r.reply(rn)
 		return err
 	})
-	return out, err
+	return out, busyIfInternal(err)
 }
 
 // checkQueue refuses a report or settlement received on a tool queue's

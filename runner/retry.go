@@ -50,7 +50,7 @@ func (r *Runner) retryLater(id string) {
 				return // woken again once repaired (watchQuarantined)
 			}
 			r.log.Warn("retry", "run", id, "err", err)
-			if transient(err) {
+			if retryTimer(err) {
 				r.retryLater(id)
 			}
 		}

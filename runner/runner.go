@@ -171,6 +171,8 @@ type Runner struct {
 	handlers tracker
 	// loaded and takenOver count run reads and takeover appends (Stats).
 	loaded, takenOver atomic.Uint64
+	// internalRefusals counts internal refusals (refusals.go, Stats).
+	internalRefusals atomic.Uint64
 	// bg owns the goroutines that outlive the call that starts them
 	// (background.go); Run stops it before it returns.
 	bg *background
@@ -366,8 +368,11 @@ func (r *Runner) Run(ctx context.Context) error {
 				return nil
 			}
 			switch weft.ErrorCode(err) {
-			case weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeContended:
-				return err // redelivered
+			case weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeContended, weft.CodeInternal:
+				// Redelivered, with a backoff: an internal refusal
+				// (refusals.go) dropped the run, which is read again
+				// from its log; the timer is never acked away.
+				return err
 			}
 			if err != nil {
 				r.log.Warn("timer firing", "run", f.Run, "key", f.Key, "err", err)

@@ -19,6 +19,11 @@ type Stats struct {
 	// TakenOver is how many takeovers (run_recovered appends) it made
 	// since it started.
 	TakenOver uint64
+	// InternalRefusals is how many decisions the runtime derived itself
+	// (a takeover, a timer, a resolution, a model's answer) the decision
+	// core refused since it started: each is a bug, logged at error level
+	// (SEMANTICS §8, "A run can always be answered").
+	InternalRefusals uint64
 }
 
 // Stats returns the runner's current Stats.
@@ -26,5 +31,5 @@ func (r *Runner) Stats() Stats {
 	r.mu.Lock()
 	driven := len(r.runs)
 	r.mu.Unlock()
-	return Stats{ID: r.id, Partitions: slices.Clone(r.ownedPartitions()), Driven: driven, Loaded: r.loaded.Load(), TakenOver: r.takenOver.Load()}
+	return Stats{ID: r.id, Partitions: slices.Clone(r.ownedPartitions()), Driven: driven, Loaded: r.loaded.Load(), TakenOver: r.takenOver.Load(), InternalRefusals: r.internalRefusals.Load()}
 }

@@ -139,7 +139,7 @@ func (r *Runner) applyDue(ctx context.Context, rn *run) error {
 		if !t.At.After(now) {
 			if err := r.step(ctx, rn, t.Command()); err != nil {
 				r.log.Debug("due timer", "run", rn.id, "err", err)
-				if transient(err) && failed == nil {
+				if retryTimer(err) && failed == nil {
 					failed = err
 				}
 			}

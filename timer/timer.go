@@ -199,8 +199,23 @@ func (t *Timers) DisarmRun(ctx context.Context, run string) error {
 	return t.purge(ctx, SubjectArm+"."+run+".>")
 }
 
+// NakCap bounds the delay before a firing whose handling failed is
+// delivered again.
+const NakCap = 10 * time.Second
+
+// nakDelay is the delay before the delivery after the n-th (1, 2, ...)
+// of a firing whose handling failed: 100 ms, doubling, at most NakCap.
+func nakDelay(n uint64) time.Duration {
+	d := 100 * time.Millisecond
+	for i := uint64(1); i < n && d < NakCap; i++ {
+		d *= 2
+	}
+	return min(d, NakCap)
+}
+
 // Consume delivers every firing to fn until ctx ends. A firing is acked when
-// fn returns nil and redelivered (to any runner) otherwise.
+// fn returns nil and redelivered (to any runner) otherwise, after a delay
+// that doubles with each delivery from 100 ms up to NakCap.
 func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) error) error {
 	c, err := t.js.Consumer(ctx, Stream, Consumer)
 	if err != nil {
@@ -213,7 +228,11 @@ func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) er
 			return
 		}
 		if err := fn(ctx, f); err != nil {
-			_ = m.NakWithDelay(100 * time.Millisecond)
+			n := uint64(1)
+			if md, merr := m.Metadata(); merr == nil {
+				n = md.NumDelivered
+			}
+			_ = m.NakWithDelay(nakDelay(n))
 			return
 		}
 		_ = m.Ack()
