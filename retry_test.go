@@ -6,7 +6,6 @@ import (
 	"go/token"
 	"maps"
 	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -15,18 +14,11 @@ import (
 	"github.com/weftrun/weft"
 )
 
-// notYetRetryable lists the files that still spell a set of retryable codes
-// of their own, each with why; they are outside this change's files and
-// should ask weft.Code.Retryable (their set differs where the reason says
-// so). Keep it short: an entry whose file no longer spells a set fails the
-// test, so the entry goes with the set.
-var notYetRetryable = map[string]string{
-	filepath.Join("runner", "act.go"):              "the runner's retried work: Retryable() minus settle_unconfirmed, plus an eventlog.ConflictError",
-	filepath.Join("runner", "runner.go"):           "a timer firing is redelivered on runner_busy, unavailable, contended: Retryable() minus conflict and settle_unconfirmed",
-	filepath.Join("chaos", "workload.go"):          "the chaos workload resends the same command id on Retryable() plus internal and a transport failure",
-	filepath.Join("bench", "idle.go"):              "the benchmark's commands while partitions move: Retryable() minus conflict and settle_unconfirmed",
-	filepath.Join("bench", "scale", "workload.go"): "the scale benchmark's commands while partitions move: Retryable() minus conflict and settle_unconfirmed",
-}
+// notYetRetryable lists files allowed to spell a set of retryable codes of
+// their own, each with why (none: every place asks weft.Code.Retryable). An
+// entry whose file no longer spells a set fails the test, so the entry goes
+// with the set.
+var notYetRetryable = map[string]string{}
 
 // TestRetryableIsTheOneTable fails when a second definition of "which
 // codes are retryable" appears (docs/protocol.md, "Retry rules"): any

@@ -186,11 +186,7 @@ func (b *bencher) partitions(ctx context.Context) int {
 }
 
 // retryable reports the refusals a command meets while partitions move:
-// unavailable, runner_busy, contended.
+// the retryable codes (weft.Code.Retryable).
 func retryable(err error) bool {
-	switch weft.ErrorCode(err) {
-	case weft.CodeUnavailable, weft.CodeRunnerBusy, weft.CodeContended:
-		return true
-	}
-	return false
+	return weft.ErrorCode(err).Retryable()
 }

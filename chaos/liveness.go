@@ -96,8 +96,7 @@ func (h *harness) probe(ctx context.Context, run string, s aggregate.State) {
 		case code == want:
 			return
 		}
-		switch code {
-		case "transport", weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeContended, weft.CodeConflict, weft.CodeOutcomeUnknown:
+		if code == "transport" || code == weft.CodeOutcomeUnknown || code.Retryable() {
 			if time.Now().Before(deadline) && ctx.Err() == nil {
 				time.Sleep(500 * time.Millisecond)
 				continue

@@ -96,8 +96,10 @@ type command struct {
 // transient reports whether a command's answer leaves its outcome open, so
 // the workload sends it again with the same command id.
 func (c command) transient() bool {
-	switch weft.Code(c.code) {
-	case "transport", weft.CodeUnavailable, weft.CodeRunnerBusy, weft.CodeContended, weft.CodeConflict, weft.CodeInternal, weft.CodeSettleUnconfirmed:
+	// Retryable codes, and internal: a refusal the runtime answered for
+	// its own state (SEMANTICS.md §8) is sent again, never taken as the
+	// command's answer.
+	if code := weft.Code(c.code); code == "transport" || code == weft.CodeInternal || code.Retryable() {
 		return true
 	}
 	return !c.ok && !known(c.code)

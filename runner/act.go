@@ -174,11 +174,8 @@ func transient(err error) bool {
 	if !errors.As(err, &we) {
 		return true
 	}
-	switch we.Code {
-	case weft.CodeUnavailable, weft.CodeContended, weft.CodeRunnerBusy, weft.CodeConflict:
-		return true
-	}
-	return false
+	// settle_unconfirmed is no answer the runner's own work meets.
+	return we.Code.Retryable()
 }
 
 // refresh re-reads rn's tail after an append whose outcome was unknown

@@ -367,8 +367,7 @@ func (r *Runner) Run(ctx context.Context) error {
 				// its due timers again from the log (watchQuarantined).
 				return nil
 			}
-			switch weft.ErrorCode(err) {
-			case weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeContended, weft.CodeInternal:
+			if code := weft.ErrorCode(err); err != nil && (code.Retryable() || code == weft.CodeInternal) {
 				// Redelivered, with a backoff: an internal refusal
 				// (refusals.go) dropped the run, which is read again
 				// from its log; the timer is never acked away.

@@ -214,11 +214,7 @@ func approveSample(ctx context.Context, nc *nats.Conn, w *watcher, sample []stri
 }
 
 // retryable reports the refusals a command meets while partitions move:
-// unavailable, runner_busy, contended.
+// the retryable codes (weft.Code.Retryable).
 func retryable(err error) bool {
-	switch weft.ErrorCode(err) {
-	case weft.CodeUnavailable, weft.CodeRunnerBusy, weft.CodeContended:
-		return true
-	}
-	return false
+	return weft.ErrorCode(err).Retryable()
 }
