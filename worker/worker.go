@@ -985,11 +985,13 @@ const lateTries = 20
 const LateAfterAbandon = 5 * time.Second
 
 // retryable reports whether a refusal of a report or a settlement says
-// "try again": the retryable codes (weft.Code.Retryable), and quarantined —
+// "try again": the retryable codes (weft.Code.Retryable); quarantined —
 // the run's log holds a message no reader can fold; the report is kept
-// (never dropped: the body ran) until a repair voids it (docs/adr/0011).
+// (never dropped: the body ran) until a repair voids it (docs/adr/0011);
+// and internal — the runtime's own fault, never the report's: a real
+// result is not given up for it (SEMANTICS.md §8).
 func retryable(c weft.Code) bool {
-	return c.Retryable() || c == weft.CodeQuarantined
+	return c.Retryable() || c == weft.CodeQuarantined || c == weft.CodeInternal
 }
 
 // stopTries is how many more times a stopping worker tries a report it
