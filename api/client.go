@@ -103,11 +103,13 @@ func (c *Client) call(ctx context.Context, endpoint string, req, out any) error 
 	var last error
 	for {
 		err := c.once(ctx, endpoint, b, out)
-		if err != nil && last != nil && ctx.Err() != nil && !errors.As(err, new(*weft.Error)) {
-			// A retry cut short by the caller's deadline: the answer is
-			// the runtime's last one. A retry of it with the same command
-			// id gets the reply kept for the id if the cut try applied.
-			return last
+		if err != nil && last != nil && !errors.As(err, new(*weft.Error)) {
+			// A try that got no answer (the caller's deadline cut it):
+			// it may have been applied, so the answer is "no answer",
+			// never the earlier try's retryable code, which says nothing
+			// was applied. The same command id sent again gets the reply
+			// kept for it if the try applied.
+			return fmt.Errorf("%w (the try before was answered: %v)", err, last)
 		}
 		if err == nil || !weft.ErrorCode(err).Retryable() {
 			return err
