@@ -90,13 +90,13 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 	if err != nil {
 		return nil, fmt.Errorf("api: add service: %w", err)
 	}
-	s := &service{b: b, kv: kv, timeout: 30 * time.Second, slots: make(chan struct{}, MaxInFlight)}
+	s := &service{b: b, kv: kv, timeout: 30 * time.Second}
 	for _, o := range opts {
 		o(s)
 	}
 	g := svc.AddGroup("weft.api")
 	add := func(name string, h func(context.Context, []byte) (any, string, error)) error {
-		return g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { s.spawn(r, h) }),
+		return g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { s.handle(r, h) }),
 			micro.WithEndpointMetadata(map[string]string{"schema": "1"}))
 	}
 	for _, e := range []struct {
@@ -128,7 +128,7 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 	} {
 		err := g.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) {
 			q := queueOf(r.Subject())
-			s.spawn(r, func(ctx context.Context, b []byte) (any, string, error) { return e.h(ctx, q, b) })
+			s.handle(r, func(ctx context.Context, b []byte) (any, string, error) { return e.h(ctx, q, b) })
 		}), micro.WithEndpointSubject(e.endpoint+".*.*.*"), micro.WithEndpointMetadata(map[string]string{"schema": "1"}))
 		if err != nil {
 			_ = svc.Stop()
@@ -168,25 +168,6 @@ type service struct {
 	b       Backend
 	kv      jetstream.KeyValue
 	timeout time.Duration
-	// slots bounds the requests applied at once (MaxInFlight).
-	slots chan struct{}
-}
-
-// MaxInFlight is how many requests one Serve applies at once. A micro
-// endpoint calls its handler for one request at a time; each request is
-// applied on its own goroutine instead, so that a command waiting for a
-// busy run (up to the command timeout) or for a runner that does not
-// answer a forward delays no other command, report or start. Past
-// MaxInFlight the endpoint stops reading requests until one ends.
-const MaxInFlight = 1024
-
-// spawn applies r on a goroutine of its own, within MaxInFlight.
-func (s *service) spawn(r micro.Request, h func(context.Context, []byte) (any, string, error)) {
-	s.slots <- struct{}{}
-	go func() {
-		defer func() { <-s.slots }()
-		s.handle(r, h)
-	}()
 }
 
 // handle decodes nothing itself: h decodes and returns the reply, the
