@@ -226,16 +226,12 @@ func (r *Runner) assets(ctx context.Context) error {
 	// within it even when this runner was configured with another lease
 	// (the bucket was provisioned by someone else), or peers would take
 	// its runs over between two heartbeats.
-	// Its markers of expired keys let a fresh runner judge sooner
-	// (judgement).
+	// Its markers of expired keys let a runner judge sooner (judgement).
 	if st, err := r.live.Status(ctx); err == nil {
 		if st.TTL() > 0 && st.TTL() != r.lease {
 			r.log.Warn("the runners bucket's max age overrides the configured lease", "lease", r.lease, "bucket_max_age", st.TTL())
 			r.lease = st.TTL()
 		}
-		r.mu.Lock()
-		r.judge.markers = st.LimitMarkerTTL()
-		r.mu.Unlock()
 	}
 	if r.liveStream, err = r.js.Stream(ctx, "KV_"+RunnersBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)

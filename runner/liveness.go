@@ -31,19 +31,20 @@ import (
 // interval, the server's word is enough for some absent keys: a key that
 // reaches its max age leaves a marker (the bucket's limit marker, kept
 // runnersMarkerTTL) stamped with when the server expired it. A key that
-// expired a lease and a heartbeat interval after this runner's view began
+// expired a lease and two heartbeat intervals after this runner's view began
+// (one for the server's expiry timer, which may mark it that late)
 // is gone (a server restart in between would have reconnected this runner
 // too: a SIGKILLed peer is judged a lease after its last beat whenever
 // this runner started), and so is one that expired a reconnect wait ago.
-// At a runner's start, a key absent without a marker — expired longer
-// ago than markers are kept, or never written — is judged alike.
+// A key absent without a marker — never written, or expired long enough
+// ago that the server dropped the marker (about a lease after the expiry,
+// whatever the marker's TTL) — waits for the whole grace.
 type judgement struct {
-	since       time.Time     // start of the current period of continuous view
-	reconnected bool          // the period began at a reconnection or a failed heartbeat
-	reconnects  uint64        // the connection's reconnect count seen last
-	revision    uint64        // revision of the last heartbeat put
-	at          time.Time     // when that put was answered (this runner's clock)
-	markers     time.Duration // how long the bucket keeps a marker of an expired key (0: none)
+	since       time.Time // start of the current period of continuous view
+	reconnected bool      // the period began at a reconnection or a failed heartbeat
+	reconnects  uint64    // the connection's reconnect count seen last
+	revision    uint64    // revision of the last heartbeat put
+	at          time.Time // when that put was answered (this runner's clock)
 }
 
 // beat is the value of a runner's key in weft_runners: when it was put,
@@ -164,26 +165,16 @@ func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh bool) 
 	return false, watched >= r.lease+r.lease/4, r.judge.since, !r.judge.reconnected
 }
 
-// keepsMarkers reports whether the runners bucket keeps the marker of an
-// expired key for longer than a peer cut off by a server restart takes to
-// come back (reconnectGrace and a heartbeat interval): then a key absent
-// without a marker did not expire within that time.
-func (r *Runner) keepsMarkers() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.judge.markers >= r.reconnectGrace()+r.lease/4
-}
-
 // alive reports whether runner id may hold a live heartbeat: false only
 // when its key is absent and this runner can tell (judgeLevel, its own
 // key present). "Cannot tell" — a read error, a missing bucket, a view
 // too recent — is never "gone". Before the whole grace passed, an absent
-// key is judged when the server's marker says it expired a lease and a
-// heartbeat interval after this runner's view began (a server restart
+// key is judged when the server's marker says it expired a lease and two
+// heartbeat intervals after this runner's view began (a server restart
 // in between would have reconnected this runner too), or a reconnect
-// wait ago (since the view began, or at a runner's start); and, at a
-// runner's start, when it has no marker (it expired long ago, or was
-// never written: judged alike).
+// wait ago (since the view began, or at a runner's start). An absent key
+// without a marker (never written, or expired long enough ago that the
+// server dropped its marker: judged alike) waits for the whole grace.
 func (r *Runner) alive(ctx context.Context, id string) bool {
 	if id == r.id {
 		r.mu.Lock()
@@ -230,20 +221,21 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 			}
 			exp := answered.Add(-own.Created().Sub(at))
 			switch {
-			case !exp.Add(-(r.lease + r.lease/4)).Before(since):
+			case !exp.Add(-(r.lease + r.lease/2)).Before(since):
 				why = "liveness key expired while this runner watched"
 			case (fresh || !exp.Before(since)) && time.Since(exp) >= r.reconnectGrace()+r.lease/4:
 				why = "liveness key expired a reconnect wait ago"
 			default:
 				return true // expired before the view began: the peer may be reconnecting
 			}
-		case last != nil || !fresh || !r.keepsMarkers():
-			// A message this rule does not read; absent since before a
-			// reconnection; or a bucket whose markers may be gone before
-			// a peer cut off by a server restart came back.
-			return true
 		default:
-			why = "no liveness key, and no marker of a recent expiry"
+			// No marker to read: the key was never written, or expired
+			// before the server removed its marker — the server drops a
+			// marker about a lease after the expiry, whatever its TTL,
+			// so its absence says nothing of when. A peer cut off by a
+			// server restart may still come back: judged like a key
+			// that expired before the view began, at the whole grace.
+			return true
 		}
 	}
 	r.log.Info("runner judged gone", "peer", id, "why", why)

@@ -174,13 +174,15 @@ func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testin
 // SEMANTICS §8 "only a runner that is gone is recovered from", at a
 // runner's start: a run whose driver never wrote a liveness key (nor
 // holds its partitions' keys any more) is judged by the same rule as one
-// whose key expired long ago — gone once this runner has watched the
-// bucket for a lease and a heartbeat interval — not after the reconnect
-// wait added for a server restart (here 30 s, within the bucket's two
-// minutes of markers: the runner's connection was never lost, and no
-// marker says a key expired recently). The run's
-// partition is claimed and its running body recovered (uncertain, cause
-// runner_lost) within a few leases' rounds of rebalancing.
+// whose key expired so long ago that the server dropped its marker —
+// there is no telling the two apart, and the server drops a marker about
+// a lease after the expiry whatever its TTL — gone once this runner has
+// watched the bucket for the whole grace (a lease, a heartbeat interval
+// and the reconnect wait added for a peer cut off by a server restart),
+// never before. The run's partition is then claimed and its running body
+// recovered (cause runner_lost). Before, a fresh runner judged a key
+// without a marker gone after a lease and a heartbeat interval, and took
+// over a peer that might still be reconnecting (review r5).
 func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne(t *testing.T) {
 	h := newHarness(t)
 	h.unbalanced = true
@@ -216,23 +218,25 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 		t.Fatal(err)
 	}
 	pc := &passCounter{}
-	var claimedAt atomic.Int64
+	var claimedAfter atomic.Int64
 	var r *runner.Runner
 	var ready atomic.Bool
-	pc.check = func(n int64) {
-		if ready.Load() && claimedAt.Load() == 0 && ownsAll(r) {
-			claimedAt.Store(n)
+	const reconnectWait = 3 * time.Second
+	started := time.Now()
+	pc.check = func(int64) {
+		if ready.Load() && claimedAfter.Load() == 0 && ownsAll(r) {
+			claimedAfter.Store(int64(time.Since(started)))
 		}
 	}
-	r, _ = h.startRunnerConn([]nats.Option{nats.ReconnectWait(30 * time.Second)}, nil, []*agent.Agent{a}, runner.WithHook(pc.hook))
+	r, _ = h.startRunnerConn([]nats.Option{nats.ReconnectWait(reconnectWait)}, nil, []*agent.Agent{a}, runner.WithHook(pc.hook))
 	ready.Store(true)
 	h.waitFor("g-run", "recovered", func(s aggregate.State) bool { return s.Runner() == r.ID() })
 	until(t, "r owns every partition", func() bool { return ownsAll(r) })
-	// A lease and a heartbeat interval is five rounds (one every lease/4),
-	// the first at the start: claimed by about the sixth, well before the
-	// 120 rounds a reconnect wait of 30 s would add.
-	if n := claimedAt.Load(); n == 0 || n > 12 {
-		t.Errorf("r owned every partition at its round %d, want within 12 (three leases)", n)
+	// A lower bound, the rule's safety: the runner's view began after
+	// started, and the grace adds the reconnect wait to it. How much later
+	// it claims is not asserted.
+	if d := time.Duration(claimedAfter.Load()); d < reconnectWait {
+		t.Errorf("r owned every partition %s after it started, before the reconnect wait (%s) had passed: a peer cut off by a server restart may have been taken over", d, reconnectWait)
 	}
 	rr := h.recoveries("g-run")
 	if len(rr) != 1 || rr[0].Cause != events.RecoveredRunnerLost || rr[0].Previous != "ghost" {
