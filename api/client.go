@@ -141,12 +141,29 @@ func (c *Client) once(ctx context.Context, endpoint string, b []byte, out any) e
 	return json.Unmarshal(m.Data, out)
 }
 
-// Start starts a run; req.Schema is set for the caller.
+// Start starts a run; req.Schema is set for the caller. A Client that
+// retries gives a start without a run id one of its own ("run-" and 20
+// random hex digits), so that every try starts the same run: a try whose
+// append may have landed is answered with a retryable code, and a run id
+// chosen by the runner anew on each try would start a second run. A retry
+// of such a start answered already_started with the same input is the
+// start this call made: it is answered as started.
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
 	req.Schema = Schema
 	c.commandID(&req.CommandID)
+	ours := false
+	if c.retry > 0 && req.Run == "" {
+		var b [10]byte
+		_, _ = rand.Read(b[:])
+		req.Run, ours = "run-"+hex.EncodeToString(b[:]), true
+	}
 	var r StartReply
-	return r, c.call(ctx, EndpointStart, req, &r)
+	err := c.call(ctx, EndpointStart, req, &r)
+	var we *weft.Error
+	if ours && errors.As(err, &we) && we.Code == weft.CodeAlreadyStarted && we.SameInput != nil && *we.SameInput {
+		return StartReply{Schema: Schema, Run: req.Run, Status: "working"}, nil
+	}
+	return r, err
 }
 
 // Approve approves a pending approval request.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,5 +119,52 @@ func TestRetryRules_ARetryCutByTheCallersDeadlineIsNoAnswer(t *testing.T) {
 	_, err = c.Cancel(ctx, api.CancelRequest{Run: "r", By: "test"})
 	if errors.Is(err, &weft.Error{Code: weft.CodeRunnerBusy}) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancel: %v, want no answer (context.DeadlineExceeded), not the earlier runner_busy", err)
+	}
+}
+
+// TestRetryRules_AStartRetriedStartsOneRun (SEMANTICS.md §3, an effect at
+// most once; docs/protocol.md "Retry rules"): a start without a run id
+// whose first try was applied but answered unavailable (its append's
+// acknowledgement lost) is sent again; every try names the same run, which
+// the Client chose, and the retry's already_started (same input) is that
+// start: the call answers it started. Before, each try left the run id to
+// the runner, which chose a new one: one call could start two runs.
+func TestRetryRules_AStartRetriedStartsOneRun(t *testing.T) {
+	srv := natstest.Start(t)
+	var mu sync.Mutex
+	var runs []string
+	sub, err := srv.Conn.Subscribe(api.SubjectPrefix+api.EndpointStart, func(m *nats.Msg) {
+		var req api.StartRequest
+		_ = json.Unmarshal(m.Data, &req)
+		mu.Lock()
+		runs = append(runs, req.Run)
+		n := len(runs)
+		mu.Unlock()
+		e := &weft.Error{Code: weft.CodeUnavailable, Message: "the append's outcome is not known"}
+		if n > 1 {
+			same := true
+			e = &weft.Error{Code: weft.CodeAlreadyStarted, Message: "run exists", SameInput: &same}
+		}
+		body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: e})
+		_ = m.Respond(body)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c := api.NewClient(srv.Connect(), api.WithRetry(api.DefaultRetryWithin))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Start(ctx, api.StartRequest{Agent: "notes", Input: "pay"})
+	if err != nil {
+		t.Fatalf("start: %v, want started", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 2 || runs[0] == "" || runs[0] != runs[1] || r.Run != runs[0] {
+		t.Fatalf("tries named runs %q, answered %q: want two tries of one run the client chose", runs, r.Run)
 	}
 }
