@@ -1,0 +1,264 @@
+// Command tsdkharness starts what the TypeScript SDK's Node tests run
+// against (sdk/typescript/test): an embedded nats-server listening on a
+// free loopback port, with its store in the directory given by -data, and
+// a real runner serving agent "tsdk" version "1", all of whose tools are
+// left to external workers (runner.WithExternalTools): the TypeScript
+// worker under test serves them.
+//
+// It prints "NATS_URL=<url>" on stdout once the runner answers, then
+// serves until SIGTERM or SIGINT (a graceful drain) or until its stdin
+// closes (the test process that spawned it ended).
+//
+// The agent's scripted model reads the run's input as a JSON array of
+// calls, [{"tool":"echo","args":{"text":"hi"}}], asks for them all in
+// turn 1, and answers turn 2 with the tool results the model read, as a
+// JSON array of their contents in call order.
+//
+// Besides the runtime's own subjects it answers one of its own for the
+// tests: tsdktest.state with body {"run":"<id>"} replies with the run
+// folded from its log (aggregate.Fold): {"exists", "status",
+// "outcome", "answer", "actions":[{"id","tool","state","detail",
+// "attempts","content"}]}. It reads the log, never a read model, so what a
+// test sees is what the runtime recorded.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/catalog"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// Agent is the name of the harness's agent; its version is
+// agent.DefaultVersion.
+const Agent = "tsdk"
+
+// In and Out are the input and output of every tool of the agent: the
+// Node tests' bodies read mode to decide what they do.
+type (
+	In struct {
+		Text string `json:"text"`
+		Mode string `json:"mode,omitempty"`
+	}
+	Out struct {
+		Text string `json:"text"`
+	}
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "tsdkharness:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	data := flag.String("data", "", "the embedded server's store directory (required)")
+	verbose := flag.Bool("v", false, "log the runtime's warnings and more on stderr")
+	flag.Parse()
+	if *data == "" {
+		return errors.New("-data is required")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		// The spawning test process ended (its end of our stdin closed).
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	level := slog.LevelError
+	if *verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	node, err := natsnode.Start(ctx, natsnode.WithDataDir(*data), natsnode.WithListen(0))
+	if err != nil {
+		return err
+	}
+	defer node.Close(context.Background())
+	if err := runner.Provision(ctx, node.JetStream(), runner.DefaultLease); err != nil {
+		return err
+	}
+	a, err := Build()
+	if err != nil {
+		return err
+	}
+	r, err := runner.New(node.Conn(), node.JetStream(), []*agent.Agent{a}, runner.WithLogger(log),
+		runner.WithExternalTools(ToolNames()...), runner.WithDrainWindow(5*time.Second))
+	if err != nil {
+		return err
+	}
+	cat, err := catalog.Serve(node.Conn(), []*agent.Agent{a})
+	if err != nil {
+		return err
+	}
+	defer cat.Stop()
+	sub, err := node.Conn().Subscribe("tsdktest.state", func(m *nats.Msg) { answerState(node, m) })
+	if err != nil {
+		return err
+	}
+	defer sub.Unsubscribe()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := api.NewClient(node.Conn()).Ready(rctx); err != nil {
+		return fmt.Errorf("the runner does not answer: %w", err)
+	}
+	fmt.Printf("NATS_URL=%s\n", node.URL())
+	return <-done
+}
+
+// The agent's tools, all served by external workers. Their settings are
+// what the Node tests need: echo is a plain non-replayable tool; slow has
+// a one-second timeout; replay may be started again three times; settle
+// is a settling tool with a two-second window.
+var (
+	echoDef   = tools.Define[In, Out]("echo", "Echo the text.")
+	slowDef   = tools.Define[In, Out]("slow", "Echo the text, with a one-second timeout.")
+	replayDef = tools.Define[In, Out]("replay", "Echo the text; replayable.")
+	settleDef = tools.Define[In, Out]("settle", "Echo the text; settles.")
+)
+
+// ToolNames are the names of the agent's tools.
+func ToolNames() []string { return []string{"echo", "slow", "replay", "settle"} }
+
+// external is the Go body of a tool served outside the process: the
+// runner never runs it (runner.WithExternalTools).
+func external(context.Context, tools.Call, In) (Out, error) {
+	return Out{}, errors.New("served by an external worker")
+}
+
+func externalSettling(context.Context, tools.Call, In, *tools.Settler[Out]) (Out, error) {
+	return Out{}, errors.New("served by an external worker")
+}
+
+func uncertain(err error) tools.Failure { return tools.Uncertain(err.Error()) }
+
+// Build builds the harness's agent.
+func Build() (*agent.Agent, error) {
+	ts := []tools.Tool{
+		tools.WithTimeout(tools.Bind(echoDef, external, uncertain), tools.After(30*time.Second)),
+		tools.WithTimeout(tools.Bind(slowDef, external, uncertain), tools.After(time.Second)),
+		tools.WithReplay(tools.WithTimeout(tools.Bind(replayDef, external, uncertain), tools.After(30*time.Second)), 3),
+		tools.WithTimeout(tools.BindSettling(settleDef, externalSettling, uncertain, 2*time.Second), tools.After(time.Second)),
+	}
+	allow := policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { return policy.Allow(), nil })
+	return agent.New(Agent, scripted(), ts, allow, agent.WithApprovers(approvers.Trusting("tsdk"))).Build()
+}
+
+// scripted is the agent's model: turn 1 calls the tools the input lists,
+// turn 2 answers with the contents of their results.
+func scripted() *model.Scripted {
+	return model.NewScripted("tsdk", func(ctx context.Context, req model.Request) (model.Reply, error) {
+		var calls []struct {
+			Tool string          `json:"tool"`
+			Args json.RawMessage `json:"args"`
+		}
+		if err := json.Unmarshal([]byte(req.Transcript[0].Text), &calls); err != nil || len(calls) == 0 {
+			return model.Answer("the input is not a JSON array of calls")(ctx, req)
+		}
+		tc := make([]model.ToolCall, len(calls))
+		for i, c := range calls {
+			tc[i] = model.Call(c.Tool, string(c.Args))
+		}
+		return model.CallTools(tc...)(ctx, req)
+	}, func(ctx context.Context, req model.Request) (model.Reply, error) {
+		var contents []json.RawMessage
+		for _, r := range req.Transcript[len(req.Transcript)-1].Results {
+			contents = append(contents, r.Content)
+		}
+		b, err := json.Marshal(contents)
+		if err != nil {
+			return model.Reply{}, err
+		}
+		return model.Answer(string(b))(ctx, req)
+	})
+}
+
+// state is the reply of tsdktest.state.
+type state struct {
+	Exists  bool            `json:"exists"`
+	Status  string          `json:"status,omitempty"`
+	Outcome string          `json:"outcome,omitempty"`
+	Answer  json.RawMessage `json:"answer,omitempty"`
+	Actions []actionState   `json:"actions,omitempty"`
+	Error   string          `json:"error,omitempty"`
+}
+
+type actionState struct {
+	ID       string          `json:"id"`
+	Tool     string          `json:"tool"`
+	State    string          `json:"state"`
+	Detail   string          `json:"detail,omitempty"`
+	Attempts int             `json:"attempts"`
+	Content  json.RawMessage `json:"content,omitempty"`
+}
+
+func answerState(node *natsnode.Node, m *nats.Msg) {
+	reply := func(s state) {
+		b, _ := json.Marshal(s)
+		_ = m.Respond(b)
+	}
+	var req struct {
+		Run string `json:"run"`
+	}
+	if err := json.Unmarshal(m.Data, &req); err != nil || req.Run == "" {
+		reply(state{Error: "the body is not {\"run\":\"<id>\"}"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	envs, _, err := eventlog.New(node.JetStream()).Load(ctx, req.Run)
+	if err != nil {
+		reply(state{Error: err.Error()})
+		return
+	}
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		rec, err := projector.Recorded(env)
+		if err != nil {
+			reply(state{Error: err.Error()})
+			return
+		}
+		recs = append(recs, rec)
+	}
+	s := aggregate.Fold(recs)
+	if !s.Exists() {
+		reply(state{})
+		return
+	}
+	st := aggregate.Status(s)
+	out := state{Exists: true, Status: string(st.Kind)}
+	if o, fin := s.Finished(); fin {
+		out.Outcome, out.Answer = string(o.Kind), o.Answer
+	}
+	for _, a := range s.Actions() {
+		out.Actions = append(out.Actions, actionState{ID: a.ID, Tool: a.Tool, State: string(a.State), Detail: a.Detail, Attempts: a.Attempts, Content: a.Content})
+	}
+	reply(out)
+}
