@@ -52,18 +52,18 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// Agent is the name of the harness's agent; its version is
+// agentName is the name of the harness's agent; its version is
 // agent.DefaultVersion.
-const Agent = "tsdk"
+const agentName = "tsdk"
 
-// In and Out are the input and output of every tool of the agent: the
-// Node tests' bodies read mode to decide what they do.
+// toolIn and toolOut are the input and output of every tool of the agent:
+// the Node tests' bodies read mode to decide what they do.
 type (
-	In struct {
+	toolIn struct {
 		Text string `json:"text"`
 		Mode string `json:"mode,omitempty"`
 	}
-	Out struct {
+	toolOut struct {
 		Text string `json:"text"`
 	}
 )
@@ -103,12 +103,12 @@ func run() error {
 	if err := runner.Provision(ctx, node.JetStream(), runner.DefaultLease); err != nil {
 		return err
 	}
-	a, err := Build()
+	a, err := build()
 	if err != nil {
 		return err
 	}
 	r, err := runner.New(node.Conn(), node.JetStream(), []*agent.Agent{a}, runner.WithLogger(log),
-		runner.WithExternalTools(ToolNames()...), runner.WithDrainWindow(5*time.Second))
+		runner.WithExternalTools(toolNames()...), runner.WithDrainWindow(5*time.Second))
 	if err != nil {
 		return err
 	}
@@ -138,29 +138,29 @@ func run() error {
 // a one-second timeout; replay may be started again three times; settle
 // is a settling tool with a two-second window.
 var (
-	echoDef   = tools.Define[In, Out]("echo", "Echo the text.")
-	slowDef   = tools.Define[In, Out]("slow", "Echo the text, with a one-second timeout.")
-	replayDef = tools.Define[In, Out]("replay", "Echo the text; replayable.")
-	settleDef = tools.Define[In, Out]("settle", "Echo the text; settles.")
+	echoDef   = tools.Define[toolIn, toolOut]("echo", "Echo the text.")
+	slowDef   = tools.Define[toolIn, toolOut]("slow", "Echo the text, with a one-second timeout.")
+	replayDef = tools.Define[toolIn, toolOut]("replay", "Echo the text; replayable.")
+	settleDef = tools.Define[toolIn, toolOut]("settle", "Echo the text; settles.")
 )
 
-// ToolNames are the names of the agent's tools.
-func ToolNames() []string { return []string{"echo", "slow", "replay", "settle"} }
+// toolNames are the names of the agent's tools.
+func toolNames() []string { return []string{"echo", "slow", "replay", "settle"} }
 
 // external is the Go body of a tool served outside the process: the
 // runner never runs it (runner.WithExternalTools).
-func external(context.Context, tools.Call, In) (Out, error) {
-	return Out{}, errors.New("served by an external worker")
+func external(context.Context, tools.Call, toolIn) (toolOut, error) {
+	return toolOut{}, errors.New("served by an external worker")
 }
 
-func externalSettling(context.Context, tools.Call, In, *tools.Settler[Out]) (Out, error) {
-	return Out{}, errors.New("served by an external worker")
+func externalSettling(context.Context, tools.Call, toolIn, *tools.Settler[toolOut]) (toolOut, error) {
+	return toolOut{}, errors.New("served by an external worker")
 }
 
 func uncertain(err error) tools.Failure { return tools.Uncertain(err.Error()) }
 
-// Build builds the harness's agent.
-func Build() (*agent.Agent, error) {
+// build builds the harness's agent.
+func build() (*agent.Agent, error) {
 	ts := []tools.Tool{
 		tools.WithTimeout(tools.Bind(echoDef, external, uncertain), tools.After(30*time.Second)),
 		tools.WithTimeout(tools.Bind(slowDef, external, uncertain), tools.After(time.Second)),
@@ -168,7 +168,7 @@ func Build() (*agent.Agent, error) {
 		tools.WithTimeout(tools.BindSettling(settleDef, externalSettling, uncertain, 2*time.Second), tools.After(time.Second)),
 	}
 	allow := policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { return policy.Allow(), nil })
-	return agent.New(Agent, scripted(), ts, allow, agent.WithApprovers(approvers.Trusting("tsdk"))).Build()
+	return agent.New(agentName, scripted(), ts, allow, agent.WithApprovers(approvers.Trusting("tsdk"))).Build()
 }
 
 // scripted is the agent's model: turn 1 calls the tools the input lists,
