@@ -6,6 +6,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { connect } from "@nats-io/transport-node";
+import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { Worker, bind, uncertain } from "../../src/index.js";
 
 const repo = fileURLToPath(new URL("../../../../", import.meta.url));
 
@@ -21,7 +23,10 @@ function binary() {
   return built;
 }
 
-/** Starts a harness; resolves {url, nc, state(run), waitFor(run, pred), start(run, calls), stop()}. */
+/**
+ * Starts a harness; resolves {url, nc, state, waitFor, start, command,
+ * serve, takeTask, queueEmpty, spawnWorker, stop}.
+ */
 export async function startHarness() {
   const data = mkdtempSync(join(tmpdir(), "tsdkharness-data-"));
   const child = spawn(binary(), ["-data", data], { stdio: ["pipe", "pipe", "inherit"] });
@@ -58,6 +63,69 @@ export async function startHarness() {
       const body = r.json();
       if (body.error) throw new Error(`start ${run}: ${JSON.stringify(body.error)}`);
       return body;
+    },
+    /** Sends a command of docs/protocol/40-commands.md; resolves its reply body (an error reply too). */
+    async command(name, body) {
+      const r = await nc.request(`weft.api.${name}`, JSON.stringify({ schema: 1, ...body }), { timeout: 10000 });
+      return r.json();
+    },
+    /**
+     * Runs a Worker in this process serving echo, slow, replay with
+     * bodyFor(tool, input, call) (default: echo the text), classify
+     * uncertain; records every body start in starts.
+     */
+    async serve(bodyFor, opts = {}) {
+      const wnc = await connect({ servers: url });
+      const starts = [];
+      const w = new Worker(wnc, { agent: "tsdk", version: "1", id: "ts-test", ...opts });
+      for (const name of opts.tools ?? ["echo", "slow", "replay"]) {
+        w.handle(bind({ name }, async (input, call) => {
+          starts.push({ tool: name, call, input });
+          return bodyFor ? bodyFor(name, input, call) : { text: input.text };
+        }, (err) => uncertain(String(err))));
+      }
+      const ac = new AbortController();
+      const running = w.run({ signal: ac.signal });
+      return {
+        w, starts,
+        of(run) { return starts.filter((x) => x.call.run === run); },
+        async stop() { ac.abort(); await running; await wnc.close(); },
+      };
+    },
+    /** Takes the next task of tool's queue as a worker would, without acking it. */
+    async takeTask(tool) {
+      const c = await jetstream(nc).consumers.get("WEFT_TASKS", `weft_task_tsdk@1@${tool}`);
+      const m = await c.next({ expires: 10000 });
+      if (!m) throw new Error(`no task of ${tool} was delivered`);
+      return { m, task: m.json() };
+    },
+    /** Waits until tool's queue holds no task, delivered or not: every task was acked. */
+    async queueEmpty(tool) {
+      const jsm = await jetstreamManager(nc);
+      for (const until = Date.now() + 30000; ;) {
+        const ci = await jsm.consumers.info("WEFT_TASKS", `weft_task_tsdk@1@${tool}`);
+        if (ci.num_pending === 0 && ci.num_ack_pending === 0) return;
+        if (Date.now() > until) throw new Error(`the queue of ${tool} is not empty: pending ${ci.num_pending}, ack pending ${ci.num_ack_pending}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
+    /**
+     * Starts test/support/hanging-worker.js; started resolves once a body
+     * of run started in it, exited once it exited.
+     */
+    spawnWorker(run, ...args) {
+      const child = spawn(process.execPath, [fileURLToPath(new URL("./hanging-worker.js", import.meta.url)), url, ...args.map(String)], { stdio: ["ignore", "pipe", "inherit"] });
+      let out = "";
+      const exited = new Promise((resolve) => child.on("exit", (code, sig) => resolve({ code, sig, out })));
+      const started = new Promise((resolve, reject) => {
+        child.stdout.on("data", (b) => {
+          out += b;
+          if (out.includes(`STARTED ${run} `)) resolve();
+        });
+        exited.then(() => reject(new Error(`the worker process exited before a body of ${run} started`)));
+      });
+      started.catch(() => {});
+      return { child, started, exited };
     },
     async stop() {
       await nc.close();
