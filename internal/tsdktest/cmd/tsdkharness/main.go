@@ -15,7 +15,10 @@
 // JSON array of their contents in call order.
 //
 // Besides the runtime's own subjects it answers one of its own for the
-// tests: tsdktest.state with body {"run":"<id>"} replies with the run
+// tests: tsdktest.check with a task as its body replies with the Go
+// worker's attempt check of it (worker.LogCheck), {"current"} or
+// {"error"}, for the Node tests to compare theirs with; and
+// tsdktest.state with body {"run":"<id>"} replies with the run
 // folded from its log (aggregate.Fold): {"exists", "status",
 // "outcome", "answer", "actions":[{"id","tool","state","detail",
 // "attempts","content"}]}. It reads the log, never a read model, so what a
@@ -50,6 +53,7 @@ import (
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
 )
 
 // agentName is the name of the harness's agent; its version is
@@ -122,6 +126,12 @@ func run() error {
 		return err
 	}
 	defer sub.Unsubscribe()
+	check := worker.LogCheck(node.JetStream())
+	csub, err := node.Conn().Subscribe("tsdktest.check", func(m *nats.Msg) { answerCheck(check, m) })
+	if err != nil {
+		return err
+	}
+	defer csub.Unsubscribe()
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -261,4 +271,26 @@ func answerState(node *natsnode.Node, m *nats.Msg) {
 		out.Actions = append(out.Actions, actionState{ID: a.ID, Tool: a.Tool, State: string(a.State), Detail: a.Detail, Attempts: a.Attempts, Content: a.Content})
 	}
 	reply(out)
+}
+
+// answerCheck replies to tsdktest.check: the Go worker's attempt check of
+// the task in m's body.
+func answerCheck(check worker.AttemptCheck, m *nats.Msg) {
+	var reply struct {
+		Current bool   `json:"current"`
+		Error   string `json:"error,omitempty"`
+	}
+	var t worker.Task
+	if err := json.Unmarshal(m.Data, &t); err != nil {
+		reply.Error = err.Error()
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		reply.Current, err = check(ctx, t)
+		cancel()
+		if err != nil {
+			reply.Error = err.Error()
+		}
+	}
+	b, _ := json.Marshal(reply)
+	_ = m.Respond(b)
 }
