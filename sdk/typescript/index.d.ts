@@ -132,3 +132,34 @@ export function claimKey(run: string, action: string, attempt: number, incarnati
 export function idempotencyKey(run: string, action: string): string;
 export function versionToken(version: string): string;
 export function request(nc: NatsConnection, subject: string, body: unknown, timeoutMs: number): Promise<any>;
+
+/** A run view (docs/protocol/50-queries.md, "Run view"). */
+export type RunView = { run: string; status: "working" | "unattended" | "suspended" | "finished" | "quarantined"; [k: string]: any };
+export const finished: (v: RunView) => boolean;
+export const suspended: (v: RunView) => boolean;
+export const settled: (v: RunView) => boolean;
+
+/**
+ * Commands and queries (docs/protocol/40-commands.md, 50-queries.md). Bodies
+ * are the wire's (snake_case); schema is set and command_id generated when
+ * left out. A coded refusal throws the WeftError class of its code; no
+ * responders throws UnavailableError.
+ */
+export class Client {
+  constructor(nc: NatsConnection, opts?: { timeoutMs?: number });
+  start(req: { run?: string; agent: string; version?: string; input: string; correlation?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  approve(req: { run: string; action: string; revision: number; approver: string; credential?: string; proof?: object; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  reject(req: { run: string; action: string; revision: number; reason: string; approver?: string; credential?: string; by?: string; proof?: object; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  reconcile(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  reconcileStored(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  resolve(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  cancel(req: { run: string; reason?: string; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  settle(req: { run: string; action: string; outcome: "output" | "explain" | "uncertain"; content?: unknown; message?: string; evidence?: string; summary?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  run(run: string): Promise<{ schema: 1; view: RunView; family_status: { status: string; waiting?: string[] }; child_status?: object[] }>;
+  list(q?: { status?: string; agent?: string; updated_since?: string; limit?: number; cursor?: string }): Promise<{ schema: 1; runs: object[]; next?: string }>;
+  history(q: { run: string; after?: number; limit?: number }): Promise<{ schema: 1; run: string; events: object[]; head: object; next?: number }>;
+  approvals(f?: { run?: string; agent?: string }): Promise<Array<{ run: string; action: string; revision: number; tool: string; arguments: unknown; requirement: { name: string; version: number }; [k: string]: any }>>;
+  uncertain(f?: { run?: string; agent?: string }): Promise<object[]>;
+  questions(f?: { run?: string; agent?: string }): Promise<object[]>;
+  waitFor(run: string, until: (view: RunView) => boolean, opts?: { signal?: AbortSignal }): Promise<RunView>;
+}

@@ -3,9 +3,11 @@
 // free loopback port, with its store in the directory given by -data, and
 // a real runner serving agent "tsdk" version "1", all of whose tools are
 // left to external workers (runner.WithExternalTools): the TypeScript
-// worker under test serves them.
+// worker under test serves them; with the projector, the query service
+// and the catalog (host.Run).
 //
-// It prints "NATS_URL=<url>" on stdout once the runner answers, then
+// It prints "NATS_URL=<url>" on stdout once the runner and the queries
+// answer, then
 // serves until SIGTERM or SIGINT (a graceful drain) or until its stdin
 // closes (the test process that spawned it ended).
 //
@@ -42,11 +44,10 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
-	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
-	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/policy"
@@ -104,23 +105,10 @@ func run() error {
 		return err
 	}
 	defer node.Close(context.Background())
-	if err := runner.Provision(ctx, node.JetStream(), runner.DefaultLease); err != nil {
-		return err
-	}
 	a, err := build()
 	if err != nil {
 		return err
 	}
-	r, err := runner.New(node.Conn(), node.JetStream(), []*agent.Agent{a}, runner.WithLogger(log),
-		runner.WithExternalTools(toolNames()...), runner.WithDrainWindow(5*time.Second))
-	if err != nil {
-		return err
-	}
-	cat, err := catalog.Serve(node.Conn(), []*agent.Agent{a})
-	if err != nil {
-		return err
-	}
-	defer cat.Stop()
 	sub, err := node.Conn().Subscribe("tsdktest.state", func(m *nats.Msg) { answerState(node, m) })
 	if err != nil {
 		return err
@@ -132,30 +120,29 @@ func run() error {
 		return err
 	}
 	defer csub.Unsubscribe()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := api.NewClient(node.Conn()).Ready(rctx); err != nil {
-		return fmt.Errorf("the runner does not answer: %w", err)
-	}
-	fmt.Printf("NATS_URL=%s\n", node.URL())
-	return <-done
+	// host.Run: the runner, the projector and query service (the Node
+	// client's queries read them) and the catalog.
+	return host.Run(ctx, node.Conn(), node.JetStream(), []*agent.Agent{a}, host.WithLogger(log),
+		host.WithRunnerOptions(runner.WithExternalTools(toolNames()...), runner.WithDrainWindow(5*time.Second)),
+		host.WithReady(func() { fmt.Printf("NATS_URL=%s\n", node.URL()) }))
 }
 
 // The agent's tools, all served by external workers. Their settings are
 // what the Node tests need: echo is a plain non-replayable tool; slow has
 // a one-second timeout; replay may be started again three times; settle
-// is a settling tool with a two-second window.
+// is a settling tool with a two-second window; guarded needs an approval
+// (requirement "finance" version 1, approver "tsdk", which trusts the
+// credential it is given as the reviewer's name).
 var (
 	echoDef   = tools.Define[toolIn, toolOut]("echo", "Echo the text.")
 	slowDef   = tools.Define[toolIn, toolOut]("slow", "Echo the text, with a one-second timeout.")
 	replayDef = tools.Define[toolIn, toolOut]("replay", "Echo the text; replayable.")
 	settleDef = tools.Define[toolIn, toolOut]("settle", "Echo the text; settles.")
+	guardDef  = tools.Define[toolIn, toolOut]("guarded", "Echo the text once a person approved it.")
 )
 
 // toolNames are the names of the agent's tools.
-func toolNames() []string { return []string{"echo", "slow", "replay", "settle"} }
+func toolNames() []string { return []string{"echo", "slow", "replay", "settle", "guarded"} }
 
 // external is the Go body of a tool served outside the process: the
 // runner never runs it (runner.WithExternalTools).
@@ -176,9 +163,15 @@ func build() (*agent.Agent, error) {
 		tools.WithTimeout(tools.Bind(slowDef, external, uncertain), tools.After(time.Second)),
 		tools.WithReplay(tools.WithTimeout(tools.Bind(replayDef, external, uncertain), tools.After(30*time.Second)), 3),
 		tools.WithTimeout(tools.BindSettling(settleDef, externalSettling, uncertain, 2*time.Second), tools.After(time.Second)),
+		tools.WithTimeout(tools.Bind(guardDef, external, uncertain), tools.After(30*time.Second)),
 	}
-	allow := policy.Func(func(context.Context, policy.Action) (policy.Decision, error) { return policy.Allow(), nil })
-	return agent.New(agentName, scripted(), ts, allow, agent.WithApprovers(approvers.Trusting("tsdk"))).Build()
+	p := policy.Func(func(_ context.Context, a policy.Action) (policy.Decision, error) {
+		if a.Tool == guardDef.Name() {
+			return policy.RequireApproval(policy.Requirement{Name: "finance", Version: 1}), nil
+		}
+		return policy.Allow(), nil
+	})
+	return agent.New(agentName, scripted(), ts, p, agent.WithApprovers(approvers.Trusting("tsdk"))).Build()
 }
 
 // scripted is the agent's model: turn 1 calls the tools the input lists,

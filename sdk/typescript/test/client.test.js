@@ -1,0 +1,59 @@
+// The client against a real runner, projector and query service
+// (internal/tsdktest/cmd/tsdkharness): a run of the Go agent whose tool
+// the TypeScript worker serves suspends for an approval answered from
+// TypeScript, and refusals come back as the classes of their codes.
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { connect } from "@nats-io/transport-node";
+import { Client, Worker, bind, uncertain, finished, suspended, RunEndedError, UnknownRunError, WrongReferenceError, WeftError } from "../src/index.js";
+import { startHarness } from "./support/harness.js";
+
+let h, client;
+before(async () => {
+  h = await startHarness();
+  client = new Client(h.nc);
+});
+after(async () => { await h?.stop(); });
+
+test("TestScenario15_ApprovalAnsweredFromTypeScript: the tool runs once, under the reviewer's answer", async () => {
+  const nc = await connect({ servers: h.url });
+  const w = new Worker(nc, { agent: "tsdk", version: "1" });
+  const calls = [];
+  w.handle(bind({ name: "guarded" }, (input, call) => { calls.push(call); return { text: input.text }; }, (err) => uncertain(String(err))));
+  const ac = new AbortController();
+  const running = w.run({ signal: ac.signal });
+  try {
+    const started = await client.start({ run: "ts-approve", agent: "tsdk", input: JSON.stringify([{ tool: "guarded", args: { text: "pay 10" } }]) });
+    assert.equal(started.run, "ts-approve");
+    await client.waitFor("ts-approve", suspended);
+    const items = await client.approvals({ run: "ts-approve" });
+    assert.equal(items.length, 1);
+    const { action, revision, requirement } = items[0];
+    assert.deepEqual(requirement, { name: "finance", version: 1 });
+    assert.equal(calls.length, 0, "the body ran before the approval");
+    await client.approve({ run: "ts-approve", action, revision, approver: "tsdk", credential: "alice" });
+    const view = await client.waitFor("ts-approve", finished);
+    assert.equal(view.outcome.kind, "completed");
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].reviewer, "alice");
+    // The run ended: approve checks that before the reference (docs/protocol/40-commands.md).
+    await assert.rejects(client.approve({ run: "ts-approve", action, revision, approver: "tsdk", credential: "bob" }), RunEndedError);
+  } finally {
+    ac.abort();
+    await running;
+    await nc.close();
+  }
+});
+
+test("refusals are the classes of their codes", async () => {
+  await assert.rejects(client.run("ts-no-such-run"), UnknownRunError);
+  await client.start({ run: "ts-refusals", agent: "tsdk", input: JSON.stringify([{ tool: "guarded", args: { text: "x" } }]) });
+  await client.waitFor("ts-refusals", suspended);
+  await assert.rejects(client.approve({ run: "ts-refusals", action: "9/none", revision: 1, approver: "tsdk", credential: "alice" }), WrongReferenceError);
+  await client.cancel({ run: "ts-refusals" });
+  await client.waitFor("ts-refusals", finished);
+  const err = await client.cancel({ run: "ts-refusals" }).catch((e) => e);
+  assert.ok(err instanceof RunEndedError, `cancel of an ended run: ${err}`);
+  assert.ok(err instanceof WeftError);
+  assert.equal(err.status, 409);
+});
