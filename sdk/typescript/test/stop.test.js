@@ -73,7 +73,7 @@ test("TestSemantics8_SIGTERMDrainsTheTypeScriptWorker: the running body finishes
 
 test("TestSemantics8_TheDrainIsBounded: a body still running at the end of the drain grace is reported worker_lost and the process exits", async () => {
   const hw = h.spawnWorker("ts-drain-bound", 300);
-  await h.start("ts-drain-bound", [{ tool: "echo", args: { text: "hang" } }]);
+  await h.start("ts-drain-bound", [{ tool: "echo", args: { text: "hang", mode: "hang" } }]);
   await hw.started;
   hw.child.kill("SIGTERM");
   const { code } = await hw.exited;

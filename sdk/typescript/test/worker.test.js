@@ -92,7 +92,7 @@ test("a thrown error is classified by the tool's classify: explain reaches the m
 
 test("TestSemantics8_SIGKILLOfTheTypeScriptWorkerMidBody: a non-replayable action becomes uncertain, its body not started again", async () => {
   const hw = h.spawnWorker("ts-kill");
-  await h.start("ts-kill", [{ tool: "echo", args: { text: "pay" } }]);
+  await h.start("ts-kill", [{ tool: "echo", args: { text: "pay", mode: "hang" } }]);
   await hw.started;
   hw.child.kill("SIGKILL");
   await hw.exited;
@@ -100,7 +100,7 @@ test("TestSemantics8_SIGKILLOfTheTypeScriptWorkerMidBody: a non-replayable actio
   try {
     const st = await h.waitFor("ts-kill", (x) => x.status === "suspended");
     assert.equal(st.actions[0].state, "uncertain");
-    assert.match(st.actions[0].detail, /claimed before by worker hanging-/);
+    assert.match(st.actions[0].detail, /claimed before by worker ts-worker-/);
     assert.equal(st.actions[0].attempts, 1);
     assert.equal(s.starts.filter((x) => x.call.run === "ts-kill").length, 0, "the killed worker's body started again");
   } finally {
@@ -110,7 +110,7 @@ test("TestSemantics8_SIGKILLOfTheTypeScriptWorkerMidBody: a non-replayable actio
 
 test("TestSemantics8_SIGKILLOfTheTypeScriptWorkerMidBody: a replayable action is started again once and the run completes", async () => {
   const hw = h.spawnWorker("ts-kill-replay");
-  await h.start("ts-kill-replay", [{ tool: "replay", args: { text: "read" } }]);
+  await h.start("ts-kill-replay", [{ tool: "replay", args: { text: "read", mode: "hang" } }]);
   await hw.started;
   hw.child.kill("SIGKILL");
   await hw.exited;
