@@ -184,6 +184,17 @@ func (p *proc) waitExit(t *testing.T) {
 	}
 }
 
+// terminate sends the process SIGTERM and waits until it stopped cleanly
+// (exit 0, "EXITED").
+func (p *proc) terminate(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitExit(t)
+	if p.err != nil || !p.said("EXITED") {
+		t.Fatalf("the worker did not stop cleanly: %v", p.err)
+	}
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(b []byte) (int, error) {
@@ -365,11 +376,7 @@ func (s *suite) drain(t *testing.T) {
 	p := s.spawn(t, 0, "1")
 	s.start(t, "cf-drain", "echo", In{Text: "done", Mode: "finish"})
 	p.waitStarted(t, "cf-drain")
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	p.waitExit(t)
-	if p.err != nil || !p.said("EXITED") {
-		t.Fatalf("the worker did not stop cleanly: %v", p.err)
-	}
+	p.terminate(t)
 	if st := s.waitFor(t, "cf-drain", status("finished")); st.Outcome != "completed" {
 		t.Fatalf("outcome %s", st.Outcome)
 	}
@@ -379,11 +386,7 @@ func (s *suite) drainBound(t *testing.T) {
 	p := s.spawn(t, 300, "1")
 	s.start(t, "cf-drain-bound", "echo", In{Text: "hang", Mode: "hang"})
 	p.waitStarted(t, "cf-drain-bound")
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	p.waitExit(t)
-	if p.err != nil || !p.said("EXITED") {
-		t.Fatalf("the worker did not stop cleanly: %v", p.err)
-	}
+	p.terminate(t)
 	st := s.waitFor(t, "cf-drain-bound", status("suspended"))
 	if a := st.Actions[0]; a.State != "uncertain" || !strings.Contains(a.Detail, "drain window ended") {
 		t.Fatalf("action %+v, want uncertain, its body stopped at the end of the drain", a)
