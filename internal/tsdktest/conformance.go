@@ -372,8 +372,27 @@ func (s *suite) killedReplay(t *testing.T) {
 	}
 }
 
+// warm waits until the worker p serves all its queues: a run calling
+// echo and replay completes in it (both workers set their queues up in
+// the order echo, slow, replay; slow's one-second timeout is left out, as
+// a loaded machine may miss it). A SIGTERM sent before a worker finished
+// setting up tests its start, not its drain.
+func (s *suite) warm(t *testing.T, p *proc, run string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	input := `[{"tool":"echo","args":{"text":"w"}},{"tool":"replay","args":{"text":"w"}}]`
+	if _, err := s.api.Start(ctx, api.StartRequest{Run: run, Agent: AgentName, Input: input}); err != nil {
+		t.Fatalf("start %s: %v", run, err)
+	}
+	if st := s.waitFor(t, run, status("finished")); st.Outcome != "completed" || p.starts(run) != 2 {
+		t.Fatalf("warm-up run %s: outcome %s, %d starts in the worker, want completed and 2", run, st.Outcome, p.starts(run))
+	}
+}
+
 func (s *suite) drain(t *testing.T) {
 	p := s.spawn(t, 0, "1")
+	s.warm(t, p, "cf-drain-warm")
 	s.start(t, "cf-drain", "echo", In{Text: "done", Mode: "finish"})
 	p.waitStarted(t, "cf-drain")
 	p.terminate(t)
@@ -384,6 +403,7 @@ func (s *suite) drain(t *testing.T) {
 
 func (s *suite) drainBound(t *testing.T) {
 	p := s.spawn(t, 300, "1")
+	s.warm(t, p, "cf-drain-bound-warm")
 	s.start(t, "cf-drain-bound", "echo", In{Text: "hang", Mode: "hang"})
 	p.waitStarted(t, "cf-drain-bound")
 	p.terminate(t)
