@@ -163,3 +163,16 @@ export class Client {
   questions(f?: { run?: string; agent?: string }): Promise<object[]>;
   waitFor(run: string, until: (view: RunView) => boolean, opts?: { signal?: AbortSignal }): Promise<RunView>;
 }
+
+/** What a signed approval proof answers (docs/protocol/20-events.md, "Signed approval proofs"). */
+export interface ProofSubject {
+  run: string; action: string; revision: number; requirement: { name: string; version: number };
+  tool: string; arguments_sha256: string; answer: "approve" | "reject";
+}
+export interface ApprovalProof extends ProofSubject { key: string; expires: string; signature: string; }
+/** Lowercase hex SHA-256 of a call's canonical arguments bytes, as received (never re-serialized). */
+export function argumentsSha256(canonical: string | Uint8Array): string;
+/** The SHA-256 digest a proof's signature signs. */
+export function proofDigest(p: Omit<ApprovalProof, "signature">): Buffer;
+/** Signs the answer with an nkey user key pair (@nats-io/nkeys fromSeed) or any signer alike. */
+export function signProof(subject: ProofSubject, signer: { getPublicKey(): string; sign(data: Uint8Array): Uint8Array }, expires: Date | string | number): ApprovalProof;
