@@ -73,11 +73,14 @@ func externalSettling(context.Context, tools.Call, In, *tools.Settler[Out]) (Out
 
 func uncertain(err error) tools.Failure { return tools.Uncertain(err.Error()) }
 
-// Build builds the agent. Its scripted model reads the run's input as a
+// Build builds the agent. Its approvers are "tsdk" (approvers.Trusting:
+// the credential is the reviewer) and, with signing keys given, "keys"
+// (approvers.Signed: proofs signed with any of those public user nkeys,
+// reviewer "carol"). Its scripted model reads the run's input as a
 // JSON array of calls, [{"tool":"echo","args":{"text":"hi"}}], asks for
 // them all in turn 1, and answers turn 2 with the tool results the model
 // read, as a JSON array of their contents in call order.
-func Build() (*agent.Agent, error) {
+func Build(signingKeys ...string) (*agent.Agent, error) {
 	ts := []tools.Tool{
 		tools.WithTimeout(tools.Bind(echoDef, external, uncertain), tools.After(30*time.Second)),
 		tools.WithTimeout(tools.Bind(slowDef, external, uncertain), tools.After(time.Second)),
@@ -91,7 +94,15 @@ func Build() (*agent.Agent, error) {
 		}
 		return policy.Allow(), nil
 	})
-	return agent.New(AgentName, scripted(), ts, p, agent.WithApprovers(approvers.Trusting("tsdk"))).Build()
+	list := []*approvers.Approver{approvers.Trusting("tsdk")}
+	if len(signingKeys) > 0 {
+		keys := make([]approvers.Key, len(signingKeys))
+		for i, k := range signingKeys {
+			keys[i] = approvers.Key{Public: k, Reviewer: "carol"}
+		}
+		list = append(list, approvers.Signed("keys", keys))
+	}
+	return agent.New(AgentName, scripted(), ts, p, agent.WithApprovers(list...)).Build()
 }
 
 // scripted is the agent's model: turn 1 calls the tools the input lists,

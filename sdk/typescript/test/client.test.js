@@ -5,12 +5,14 @@
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "@nats-io/transport-node";
-import { Client, Worker, bind, uncertain, finished, suspended, RunEndedError, UnknownRunError, WrongReferenceError, WeftError } from "../src/index.js";
+import { createUser } from "@nats-io/nkeys";
+import { Client, Worker, bind, uncertain, finished, suspended, signProof, argumentsSha256, RunEndedError, UnknownRunError, WrongReferenceError, WeftError } from "../src/index.js";
 import { startHarness } from "./support/harness.js";
 
+const approverKey = createUser();
 let h, client;
 before(async () => {
-  h = await startHarness();
+  h = await startHarness({ approverKey: approverKey.getPublicKey() });
   client = new Client(h.nc);
 });
 after(async () => { await h?.stop(); });
@@ -56,4 +58,32 @@ test("refusals are the classes of their codes", async () => {
   assert.ok(err instanceof RunEndedError, `cancel of an ended run: ${err}`);
   assert.ok(err instanceof WeftError);
   assert.equal(err.status, 409);
+});
+
+test("TestScenario15_ApprovalWithASignedProofFromTypeScript: the proof is recorded, the tool runs once under its key's reviewer", async () => {
+  const nc = await connect({ servers: h.url });
+  const w = new Worker(nc, { agent: "tsdk", version: "1" });
+  const calls = [];
+  w.handle(bind({ name: "guarded" }, (input, call) => { calls.push(call); return { text: input.text }; }, (err) => uncertain(String(err))));
+  const ac = new AbortController();
+  const running = w.run({ signal: ac.signal });
+  try {
+    await client.start({ run: "ts-signed", agent: "tsdk", input: JSON.stringify([{ tool: "guarded", args: { text: "pay 20" } }]) });
+    await client.waitFor("ts-signed", suspended);
+    const [item] = await client.approvals({ run: "ts-signed" });
+    const proof = signProof({
+      run: item.run, action: item.action, revision: item.revision, requirement: item.requirement, tool: item.tool,
+      // The canonical bytes as the inbox carries them: {"text":"pay 20"}
+      // is spelled the same once parsed and written again.
+      arguments_sha256: argumentsSha256(JSON.stringify(item.arguments)), answer: "approve",
+    }, approverKey, new Date(Date.now() + 30000));
+    await client.approve({ run: "ts-signed", action: item.action, revision: item.revision, approver: "keys", proof });
+    await client.waitFor("ts-signed", finished);
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].reviewer, "carol");
+  } finally {
+    ac.abort();
+    await running;
+    await nc.close();
+  }
 });

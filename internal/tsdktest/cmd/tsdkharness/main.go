@@ -10,7 +10,8 @@
 // answer, then serves until SIGTERM or SIGINT (a graceful drain) or until its stdin
 // closes (the test process that spawned it ended).
 //
-// The agent is tsdktest.Build's.
+// The agent is tsdktest.Build's, with -approver-key as the key of its
+// approver of signed proofs.
 //
 // Besides the runtime's own subjects it answers two of its own for the
 // tests: tsdktest.check with a task as its body replies with the Go
@@ -54,6 +55,7 @@ func main() {
 func run() error {
 	data := flag.String("data", "", "the embedded server's store directory (required)")
 	verbose := flag.Bool("v", false, "log the runtime's warnings and more on stderr")
+	approverKey := flag.String("approver-key", "", "a public user nkey whose signed proofs the agent's approver \"keys\" accepts (reviewer carol)")
 	flag.Parse()
 	if *data == "" {
 		return errors.New("-data is required")
@@ -76,7 +78,11 @@ func run() error {
 		return err
 	}
 	defer node.Close(context.Background())
-	a, err := tsdktest.Build()
+	var keys []string
+	if *approverKey != "" {
+		keys = append(keys, *approverKey)
+	}
+	a, err := tsdktest.Build(keys...)
 	if err != nil {
 		return err
 	}

@@ -24,12 +24,15 @@ function binary() {
 }
 
 /**
- * Starts a harness; resolves {url, nc, state, waitFor, start, command,
+ * Starts a harness (opts.approverKey: the public user nkey of the agent's
+ * approver of signed proofs, "keys"); resolves {url, nc, state, waitFor, start, command,
  * serve, takeTask, queueEmpty, spawnWorker, stop}.
  */
-export async function startHarness() {
+export async function startHarness(opts = {}) {
   const data = mkdtempSync(join(tmpdir(), "tsdkharness-data-"));
-  const child = spawn(binary(), ["-data", data], { stdio: ["pipe", "pipe", "inherit"] });
+  const args = ["-data", data];
+  if (opts.approverKey) args.push("-approver-key", opts.approverKey);
+  const child = spawn(binary(), args, { stdio: ["pipe", "pipe", "inherit"] });
   const url = await new Promise((resolve, reject) => {
     let out = "";
     child.stdout.on("data", (b) => {
