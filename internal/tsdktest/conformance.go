@@ -47,7 +47,10 @@ type Worker struct {
 //     uncertain and a replayable one start again once (SEMANTICS.md §8);
 //   - SIGTERM drains: the running body finishes and is recorded; the drain
 //     is bounded by the worker's drain grace (worker_lost);
-//   - a task of another agent version is not taken (SEMANTICS.md §3).
+//   - a task of another agent version is not taken (SEMANTICS.md §3);
+//   - a settling tool's body that returns after its timeout, within its
+//     settle window, settles the action with its output (a late
+//     settlement, SEMANTICS.md §3).
 func RunWorkerSuite(t *testing.T, w Worker) {
 	srv := natstest.Start(t)
 	a, err := Build()
@@ -84,6 +87,7 @@ func RunWorkerSuite(t *testing.T, w Worker) {
 	t.Run("TestSemantics8_SIGTERMDrainsTheRunningBody", s.drain)
 	t.Run("TestSemantics8_TheDrainIsBoundedByTheDrainGrace", s.drainBound)
 	t.Run("TestSemantics3_ATaskOfAnotherAgentVersionIsNotTaken", s.otherVersion)
+	t.Run("TestSemantics3_ASettlingToolsOwnReturnWinsAfterItsTimeout", s.lateReturn)
 }
 
 type suite struct {
@@ -374,9 +378,10 @@ func (s *suite) killedReplay(t *testing.T) {
 
 // warm waits until the worker p serves all its queues: a run calling
 // echo and replay completes in it (both workers set their queues up in
-// the order echo, slow, replay; slow's one-second timeout is left out, as
-// a loaded machine may miss it). A SIGTERM sent before a worker finished
-// setting up tests its start, not its drain.
+// the order echo, slow, settle, replay; slow and settle, with their
+// one-second timeouts, are left out, as a loaded machine may miss them).
+// A SIGTERM sent before a worker finished setting up tests its start, not
+// its drain.
 func (s *suite) warm(t *testing.T, p *proc, run string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -434,5 +439,19 @@ func (s *suite) otherVersion(t *testing.T) {
 	s.waitFor(t, "cf-version", status("finished"))
 	if n, m := v2.starts("cf-version"), v1.starts("cf-version"); n != 0 || m != 1 {
 		t.Fatalf("starts: version 2 worker %d (want 0), version 1 worker %d (want 1)", n, m)
+	}
+}
+
+func (s *suite) lateReturn(t *testing.T) {
+	p := s.spawn(t, 0, "1")
+	// settle: a one-second timeout and a two-second settle window; the
+	// body returns after 1.5 s.
+	s.start(t, "cf-late", "settle", In{Text: "refunded", Mode: "finish"})
+	st := s.waitFor(t, "cf-late", status("finished"))
+	if st.Outcome != "completed" || st.Actions[0].State != "succeeded" || string(st.Actions[0].Content) != `{"text":"refunded"}` {
+		t.Fatalf("outcome %s, action %+v: want completed, the action succeeded with the late output", st.Outcome, st.Actions[0])
+	}
+	if n := p.starts("cf-late"); n != 1 {
+		t.Fatalf("%d starts, want 1", n)
 	}
 }
