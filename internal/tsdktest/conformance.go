@@ -260,15 +260,15 @@ func (s *suite) take(t *testing.T, tool string) (jetstream.Msg, worker.Task) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for m := range batch.Messages() {
-		var task worker.Task
-		if err := json.Unmarshal(m.Data(), &task); err != nil {
-			t.Fatal(err)
-		}
-		return m, task
+	m, ok := <-batch.Messages()
+	if !ok {
+		t.Fatalf("no task of %s was delivered (%v)", tool, batch.Error())
 	}
-	t.Fatalf("no task of %s was delivered (%v)", tool, batch.Error())
-	return nil, worker.Task{}
+	var task worker.Task
+	if err := json.Unmarshal(m.Data(), &task); err != nil {
+		t.Fatal(err)
+	}
+	return m, task
 }
 
 // queueEmpty waits until tool's queue holds no task, delivered or not.
