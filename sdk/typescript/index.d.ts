@@ -90,6 +90,12 @@ export interface WorkerOptions {
   /** How long a stopping worker waits for running bodies before abandoning them. Default 10000. */
   drainGraceMs?: number;
   logger?: Logger;
+  /**
+   * Before serving, read the agent's catalog (weft.api.catalog.<agent>) and
+   * refuse to run when a handled tool is not one of the agent's, or its
+   * settling binding disagrees with the Go definition.
+   */
+  checkCatalog?: boolean;
   /** Replaces the attempt check of rule 2 (default: logCheck). Resolves current or not; throws when the run cannot be read. */
   attemptCheck?: (task: Task) => Promise<boolean>;
 }
@@ -155,6 +161,8 @@ export class Client {
   resolve(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
   cancel(req: { run: string; reason?: string; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
   settle(req: { run: string; action: string; outcome: "output" | "explain" | "uncertain"; content?: unknown; message?: string; evidence?: string; summary?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  /** An agent's catalog (docs/protocol/45-catalog.md): its tools with their JSON Schemas, its approvers. */
+  catalog(agent: string, version?: string): Promise<{ schema: 1; agent: { name: string; version: string }; tools: Array<{ name: string; description: string; input_schema: object; output_schema?: object; settling?: boolean }>; approvers: string[] }>;
   run(run: string): Promise<{ schema: 1; view: RunView; family_status: { status: string; waiting?: string[] }; child_status?: object[] }>;
   list(q?: { status?: string; agent?: string; updated_since?: string; limit?: number; cursor?: string }): Promise<{ schema: 1; runs: object[]; next?: string }>;
   history(q: { run: string; after?: number; limit?: number }): Promise<{ schema: 1; run: string; events: object[]; head: object; next?: number }>;

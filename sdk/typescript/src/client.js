@@ -55,6 +55,13 @@ export class Client {
   /** Offers a settlement: {run, action, outcome, content|message|evidence, summary?}. */
   settle(req) { return this.#command("settle", req); }
 
+  /**
+   * The catalog of an agent (docs/protocol/45-catalog.md): its tools with
+   * the input and output JSON Schemas the Go agent publishes, and its
+   * approvers. version may be left out when one version is served.
+   */
+  catalog(agent, version) { return this.#call(`weft.api.catalog.${agent}`, version ? { version } : {}); }
+
   /** The run's view with its family status: {view, family_status, child_status?}. */
   run(run) { return this.#call("weft.api.query.run", { run }); }
   /** A page of runs: {status?, agent?, updated_since?, limit?, cursor?}. */

@@ -24,6 +24,7 @@ import { headers, nanos } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, AckPolicy } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { logCheck } from "./check.js";
+import { Client } from "./client.js";
 import { Explain, Uncertain } from "./tools.js";
 import { WeftError, NotAwaitedError, SettleUnconfirmedError } from "./errors.js";
 import {
@@ -117,7 +118,11 @@ export function settleError(err) {
 export class Worker {
   /**
    * @param {import("@nats-io/transport-node").NatsConnection} nc
-   * @param {{agent: string, version?: string, id?: string, ackWaitMs?: number, drainGraceMs?: number,
+   * checkCatalog: before serving, read the agent's catalog
+   * (weft.api.catalog.<agent>) and refuse to run when a handled tool is
+   * not one of the agent's, or a settling binding disagrees with the Go
+   * definition: such a worker would wait for tasks that never come.
+   * @param {{agent: string, version?: string, id?: string, ackWaitMs?: number, drainGraceMs?: number, checkCatalog?: boolean,
    *   logger?: {info: Function, warn: Function, error: Function}, attemptCheck?: (task: object) => Promise<boolean>}} opts
    */
   constructor(nc, opts) {
@@ -130,6 +135,7 @@ export class Worker {
     this.graceMs = opts.drainGraceMs > 0 ? opts.drainGraceMs : DEFAULT_DRAIN_GRACE_MS;
     this.log = opts.logger ?? silent;
     this.check = opts.attemptCheck;
+    this.checkCatalog = !!opts.checkCatalog;
     this.tools = new Map();
     this.js = jetstream(nc);
     this.group = new Set();
@@ -157,6 +163,7 @@ export class Worker {
    * @param {{signal?: AbortSignal}} [opts]
    */
   async run(opts = {}) {
+    if (this.checkCatalog) await this.#checkCatalog();
     const subs = await this.#setup();
     if (!opts.signal?.aborted) {
       await new Promise((resolve) => opts.signal?.addEventListener("abort", resolve, { once: true }));
@@ -203,6 +210,18 @@ export class Worker {
       setTimeout(() => this.lateAC.abort(), LATE_AFTER_ABANDON_MS).unref?.();
     }
     for (const r of this.running.values()) r.ac.abort(ABANDONED);
+  }
+
+  async #checkCatalog() {
+    const cat = await new Client(this.nc).catalog(this.agent, this.version);
+    const tools = new Map((cat.tools ?? []).map((t) => [t.name, t]));
+    const problems = [];
+    for (const { tool } of this.tools.values()) {
+      const def = tools.get(tool.name);
+      if (!def) problems.push(`${tool.name} is not a tool of ${this.agent}@${this.version} (its tools: ${[...tools.keys()].join(", ")})`);
+      else if (!!def.settling !== tool.settling) problems.push(`${tool.name} is ${def.settling ? "" : "not "}a settling tool in the Go agent: bind it with ${def.settling ? "bindSettling" : "bind"}`);
+    }
+    if (problems.length > 0) throw new TypeError(`Worker: ${problems.join("; ")}`);
   }
 
   async #drained() {

@@ -11,6 +11,15 @@ import { startHarness } from "./support/harness.js";
 
 const approverKey = createUser();
 let h, client;
+
+/** The run's pending approval requests, once the inbox (a read model beside the run view) lists one. */
+async function pendingApprovals(run) {
+  for (let i = 0; ; i++) {
+    const items = await client.approvals({ run });
+    if (items.length > 0 || i >= 400) return items;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
 before(async () => {
   h = await startHarness({ approverKey: approverKey.getPublicKey() });
   client = new Client(h.nc);
@@ -28,7 +37,7 @@ test("TestScenario15_ApprovalAnsweredFromTypeScript: the tool runs once, under t
     const started = await client.start({ run: "ts-approve", agent: "tsdk", input: JSON.stringify([{ tool: "guarded", args: { text: "pay 10" } }]) });
     assert.equal(started.run, "ts-approve");
     await client.waitFor("ts-approve", suspended);
-    const items = await client.approvals({ run: "ts-approve" });
+    const items = await pendingApprovals("ts-approve");
     assert.equal(items.length, 1);
     const { action, revision, requirement } = items[0];
     assert.deepEqual(requirement, { name: "finance", version: 1 });
@@ -70,7 +79,7 @@ test("TestScenario15_ApprovalWithASignedProofFromTypeScript: the proof is record
   try {
     await client.start({ run: "ts-signed", agent: "tsdk", input: JSON.stringify([{ tool: "guarded", args: { text: "pay 20" } }]) });
     await client.waitFor("ts-signed", suspended);
-    const [item] = await client.approvals({ run: "ts-signed" });
+    const [item] = await pendingApprovals("ts-signed");
     const proof = signProof({
       run: item.run, action: item.action, revision: item.revision, requirement: item.requirement, tool: item.tool,
       // The canonical bytes as the inbox carries them: {"text":"pay 20"}
@@ -84,6 +93,22 @@ test("TestScenario15_ApprovalWithASignedProofFromTypeScript: the proof is record
   } finally {
     ac.abort();
     await running;
+    await nc.close();
+  }
+});
+
+test("the catalog gives the JSON Schema the Go agent publishes; a worker checking it refuses a tool the agent does not bind", async () => {
+  const cat = await client.catalog("tsdk", "1");
+  const echo = cat.tools.find((t) => t.name === "echo");
+  assert.deepEqual(echo.input_schema.properties, { text: { type: "string" }, mode: { type: "string" } });
+  assert.equal(cat.tools.find((t) => t.name === "settle").settling, true);
+  const nc = await connect({ servers: h.url });
+  try {
+    const w = new Worker(nc, { agent: "tsdk", version: "1", checkCatalog: true });
+    w.handle(bind({ name: "ech0" }, () => ({}), (err) => uncertain(String(err))));
+    w.handle(bind({ name: "settle" }, () => ({}), (err) => uncertain(String(err))));
+    await assert.rejects(w.run({ signal: AbortSignal.abort() }), /ech0 is not a tool of tsdk@1.*settle is a settling tool in the Go agent: bind it with bindSettling/);
+  } finally {
     await nc.close();
   }
 });
