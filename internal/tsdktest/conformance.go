@@ -1,0 +1,457 @@
+package tsdktest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/host"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/worker"
+)
+
+// Worker is a worker implementation under RunWorkerSuite, run as a
+// process that behaves as GoWorker does (its TypeScript twin is
+// sdk/typescript/test/support/hanging-worker.js).
+type Worker struct {
+	// Command returns the command that runs the worker against the NATS
+	// server at url, with a drain grace of graceMS milliseconds (0: the
+	// worker's default), serving agent tsdk at version.
+	Command func(url string, graceMS int, version string) *exec.Cmd
+}
+
+// RunWorkerSuite is the conformance suite every worker implementation
+// runs (the Go worker and the TypeScript worker): the behaviours the Go
+// worker is tested for, against a real runner (host.Run serving Build's
+// agent, all tools left to external workers) and nats-server, with the
+// worker as a process the suite starts, kills and stops:
+//
+//   - a run whose tool the worker serves completes;
+//   - a second delivery of a claimed attempt is reported lost and its
+//     body not started (SEMANTICS.md §5);
+//   - a body never starts after its deadline (docs/protocol/41-tasks.md
+//     rule 1);
+//   - a SIGKILL of the worker mid-body makes a non-replayable action
+//     uncertain and a replayable one start again once (SEMANTICS.md §8);
+//   - SIGTERM drains: the running body finishes and is recorded; the drain
+//     is bounded by the worker's drain grace (worker_lost);
+//   - a task of another agent version is not taken (SEMANTICS.md §3);
+//   - a settling tool's body that returns after its timeout, within its
+//     settle window, settles the action with its output (a late
+//     settlement, SEMANTICS.md §3).
+func RunWorkerSuite(t *testing.T, w Worker) {
+	srv := natstest.Start(t)
+	a, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- host.Run(ctx, srv.Conn, srv.JS, []*agent.Agent{a}, host.WithoutQueries(), host.WithoutCatalog(),
+			host.WithRunnerOptions(runner.WithExternalTools(ToolNames()...), runner.WithDrainWindow(5*time.Second)),
+			host.WithReady(func() { close(ready) }))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("host: %v", err)
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("host: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the runner did not become ready")
+	}
+	s := &suite{srv: srv, w: w, api: api.NewClient(srv.Conn)}
+	t.Run("ARunWhoseToolTheWorkerServesCompletes", s.completes)
+	t.Run("TestSemantics5_ASecondDeliveryOfAClaimedAttemptIsReportedLostAndNotStarted", s.claimed)
+	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
+	t.Run("TestSemantics8_SIGKILLMidBodyMakesANonReplayableActionUncertain", s.killed)
+	t.Run("TestSemantics8_SIGKILLMidBodyStartsAReplayableActionAgainOnce", s.killedReplay)
+	t.Run("TestSemantics8_SIGTERMDrainsTheRunningBody", s.drain)
+	t.Run("TestSemantics8_TheDrainIsBoundedByTheDrainGrace", s.drainBound)
+	t.Run("TestSemantics3_ATaskOfAnotherAgentVersionIsNotTaken", s.otherVersion)
+	t.Run("TestSemantics3_ASettlingToolsOwnReturnWinsAfterItsTimeout", s.lateReturn)
+}
+
+type suite struct {
+	srv *natstest.Server
+	w   Worker
+	api *api.Client
+}
+
+// proc is a worker process and what it said on stdout.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []string
+	exited chan struct{}
+	err    error
+}
+
+func (s *suite) spawn(t *testing.T, graceMS int, version string) *proc {
+	t.Helper()
+	p := &proc{cmd: s.w.Command(s.srv.URL, graceMS, version), exited: make(chan struct{})}
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stderr = testWriter{t}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start the worker: %v", err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			p.mu.Unlock()
+		}
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.exited:
+		case <-time.After(30 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// starts is how many bodies of run the process started.
+func (p *proc) starts(run string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.lines {
+		if strings.HasPrefix(l, "STARTED "+run+" ") {
+			n++
+		}
+	}
+	return n
+}
+
+func (p *proc) said(line string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, l := range p.lines {
+		if l == line {
+			return true
+		}
+	}
+	return false
+}
+
+// waitStarted waits until a body of run started in the process.
+func (p *proc) waitStarted(t *testing.T, run string) {
+	t.Helper()
+	until := time.Now().Add(30 * time.Second)
+	for p.starts(run) == 0 {
+		select {
+		case <-p.exited:
+			t.Fatalf("the worker exited (%v) before a body of %s started", p.err, run)
+		default:
+		}
+		if time.Now().After(until) {
+			t.Fatalf("no body of %s started in 30 s", run)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (p *proc) waitExit(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the worker did not exit within 60 s")
+	}
+}
+
+// terminate sends the process SIGTERM and waits until it stopped cleanly
+// (exit 0, "EXITED").
+func (p *proc) terminate(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitExit(t)
+	if p.err != nil || !p.said("EXITED") {
+		t.Fatalf("the worker did not stop cleanly: %v", p.err)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Logf("worker: %s", strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+func (s *suite) start(t *testing.T, run, tool string, in In) {
+	t.Helper()
+	args, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := fmt.Sprintf(`[{"tool":%q,"args":%s}]`, tool, args)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.api.Start(ctx, api.StartRequest{Run: run, Agent: AgentName, Input: input}); err != nil {
+		t.Fatalf("start %s: %v", run, err)
+	}
+}
+
+// waitFor waits until the run's state, folded from its log, satisfies ok.
+func (s *suite) waitFor(t *testing.T, run string, ok func(RunState) bool) RunState {
+	t.Helper()
+	until := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		st, err := State(ctx, s.srv.JS, run)
+		cancel()
+		if err == nil && ok(st) {
+			return st
+		}
+		if time.Now().After(until) {
+			t.Fatalf("run %s: condition not reached in 60 s; last state %+v (err %v)", run, st, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func status(want string) func(RunState) bool {
+	return func(st RunState) bool { return st.Status == want }
+}
+
+func (s *suite) consumer(t *testing.T, tool string) jetstream.Consumer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := s.srv.JS.Consumer(ctx, worker.TaskStream, worker.Queue{Agent: AgentName, Version: agent.DefaultVersion, Tool: tool}.Consumer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// take takes the next task of tool's queue as a worker would, unacked.
+func (s *suite) take(t *testing.T, tool string) (jetstream.Msg, worker.Task) {
+	t.Helper()
+	batch, err := s.consumer(t, tool).Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, ok := <-batch.Messages()
+	if !ok {
+		t.Fatalf("no task of %s was delivered (%v)", tool, batch.Error())
+	}
+	var task worker.Task
+	if err := json.Unmarshal(m.Data(), &task); err != nil {
+		t.Fatal(err)
+	}
+	return m, task
+}
+
+// queueEmpty waits until tool's queue holds no task, delivered or not.
+func (s *suite) queueEmpty(t *testing.T, tool string) {
+	t.Helper()
+	c := s.consumer(t, tool)
+	until := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ci, err := c.Info(ctx)
+		cancel()
+		if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(until) {
+			t.Fatalf("the queue of %s is not empty: %+v (err %v)", tool, ci, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *suite) completes(t *testing.T) {
+	p := s.spawn(t, 0, "1")
+	s.start(t, "cf-complete", "echo", In{Text: "hello"})
+	st := s.waitFor(t, "cf-complete", status("finished"))
+	if st.Outcome != "completed" || string(st.Answer) != `"[{\"text\":\"hello\"}]"` {
+		t.Fatalf("outcome %s answer %s", st.Outcome, st.Answer)
+	}
+	if n := p.starts("cf-complete"); n != 1 {
+		t.Fatalf("%d starts, want 1", n)
+	}
+}
+
+func (s *suite) claimed(t *testing.T) {
+	s.start(t, "cf-claimed", "echo", In{Text: "pay"})
+	m, task := s.take(t, "echo")
+	// A worker took the attempt and vanished mid-body: its claim exists.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, task.Claim, []byte(`{"schema":1,"worker":"vanished","token":"0123456789abcdef","claimed":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	st := s.waitFor(t, "cf-claimed", status("suspended"))
+	if a := st.Actions[0]; a.State != "uncertain" || !strings.Contains(a.Detail, "claimed before by worker vanished") {
+		t.Fatalf("action %+v, want uncertain after the claim of worker vanished", a)
+	}
+	if n := p.starts("cf-claimed"); n != 0 {
+		t.Fatalf("the body of a claimed attempt started %d times", n)
+	}
+}
+
+func (s *suite) deadline(t *testing.T) {
+	s.start(t, "cf-deadline", "slow", In{Text: "late"})
+	m, task := s.take(t, "slow")
+	if task.Deadline == nil {
+		t.Fatal("the slow tool's task has no deadline")
+	}
+	time.Sleep(time.Until(*task.Deadline) + 200*time.Millisecond)
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	s.queueEmpty(t, "slow")
+	if n := p.starts("cf-deadline"); n != 0 {
+		t.Fatalf("a body started %d times after its deadline", n)
+	}
+	if st := s.waitFor(t, "cf-deadline", status("suspended")); st.Actions[0].State != "uncertain" {
+		t.Fatalf("action %+v", st.Actions[0])
+	}
+}
+
+func (s *suite) killed(t *testing.T) {
+	first := s.spawn(t, 0, "1")
+	s.start(t, "cf-kill", "echo", In{Text: "pay", Mode: "hang"})
+	first.waitStarted(t, "cf-kill")
+	_ = first.cmd.Process.Kill()
+	first.waitExit(t)
+	second := s.spawn(t, 0, "1")
+	st := s.waitFor(t, "cf-kill", status("suspended"))
+	if a := st.Actions[0]; a.State != "uncertain" || a.Attempts != 1 {
+		t.Fatalf("action %+v, want uncertain after one attempt", a)
+	}
+	if n := second.starts("cf-kill"); n != 0 {
+		t.Fatalf("the killed worker's body started again %d times", n)
+	}
+}
+
+func (s *suite) killedReplay(t *testing.T) {
+	first := s.spawn(t, 0, "1")
+	s.start(t, "cf-kill-replay", "replay", In{Text: "read", Mode: "hang-first"})
+	first.waitStarted(t, "cf-kill-replay")
+	_ = first.cmd.Process.Kill()
+	first.waitExit(t)
+	second := s.spawn(t, 0, "1")
+	st := s.waitFor(t, "cf-kill-replay", status("finished"))
+	if st.Outcome != "completed" || st.Actions[0].Attempts != 2 {
+		t.Fatalf("outcome %s, action %+v: want completed after 2 attempts", st.Outcome, st.Actions[0])
+	}
+	if n := second.starts("cf-kill-replay"); n != 1 {
+		t.Fatalf("the second worker started the body %d times, want 1", n)
+	}
+}
+
+// warm waits until the worker p serves all its queues: a run calling
+// echo and replay completes in it (both workers set their queues up in
+// the order echo, slow, settle, replay; slow and settle, with their
+// one-second timeouts, are left out, as a loaded machine may miss them).
+// A SIGTERM sent before a worker finished setting up tests its start, not
+// its drain.
+func (s *suite) warm(t *testing.T, p *proc, run string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	input := `[{"tool":"echo","args":{"text":"w"}},{"tool":"replay","args":{"text":"w"}}]`
+	if _, err := s.api.Start(ctx, api.StartRequest{Run: run, Agent: AgentName, Input: input}); err != nil {
+		t.Fatalf("start %s: %v", run, err)
+	}
+	if st := s.waitFor(t, run, status("finished")); st.Outcome != "completed" || p.starts(run) != 2 {
+		t.Fatalf("warm-up run %s: outcome %s, %d starts in the worker, want completed and 2", run, st.Outcome, p.starts(run))
+	}
+}
+
+func (s *suite) drain(t *testing.T) {
+	p := s.spawn(t, 0, "1")
+	s.warm(t, p, "cf-drain-warm")
+	s.start(t, "cf-drain", "echo", In{Text: "done", Mode: "finish"})
+	p.waitStarted(t, "cf-drain")
+	p.terminate(t)
+	if st := s.waitFor(t, "cf-drain", status("finished")); st.Outcome != "completed" {
+		t.Fatalf("outcome %s", st.Outcome)
+	}
+}
+
+func (s *suite) drainBound(t *testing.T) {
+	p := s.spawn(t, 300, "1")
+	s.warm(t, p, "cf-drain-bound-warm")
+	s.start(t, "cf-drain-bound", "echo", In{Text: "hang", Mode: "hang"})
+	p.waitStarted(t, "cf-drain-bound")
+	p.terminate(t)
+	st := s.waitFor(t, "cf-drain-bound", status("suspended"))
+	if a := st.Actions[0]; a.State != "uncertain" || !strings.Contains(a.Detail, "drain window ended") {
+		t.Fatalf("action %+v, want uncertain, its body stopped at the end of the drain", a)
+	}
+}
+
+func (s *suite) otherVersion(t *testing.T) {
+	v2 := s.spawn(t, 0, "2")
+	// v2's consumer exists before the task is published.
+	until := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := s.srv.JS.Consumer(ctx, worker.TaskStream, worker.Queue{Agent: AgentName, Version: "2", Tool: "echo"}.Consumer())
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(until) {
+			t.Fatalf("the version 2 worker made no consumer: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	v1 := s.spawn(t, 0, "1")
+	s.start(t, "cf-version", "echo", In{Text: "v1"})
+	s.waitFor(t, "cf-version", status("finished"))
+	if n, m := v2.starts("cf-version"), v1.starts("cf-version"); n != 0 || m != 1 {
+		t.Fatalf("starts: version 2 worker %d (want 0), version 1 worker %d (want 1)", n, m)
+	}
+}
+
+func (s *suite) lateReturn(t *testing.T) {
+	p := s.spawn(t, 0, "1")
+	// settle: a one-second timeout and a two-second settle window; the
+	// body returns after 1.5 s.
+	s.start(t, "cf-late", "settle", In{Text: "refunded", Mode: "finish"})
+	st := s.waitFor(t, "cf-late", status("finished"))
+	if st.Outcome != "completed" || st.Actions[0].State != "succeeded" || string(st.Actions[0].Content) != `{"text":"refunded"}` {
+		t.Fatalf("outcome %s, action %+v: want completed, the action succeeded with the late output", st.Outcome, st.Actions[0])
+	}
+	if n := p.starts("cf-late"); n != 1 {
+		t.Fatalf("%d starts, want 1", n)
+	}
+}

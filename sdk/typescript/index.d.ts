@@ -1,0 +1,186 @@
+// Type declarations of @weftrun/weft (src/index.js). Hand-written:
+// the package is plain ESM JavaScript (docs/adr/0024-typescript-sdk.md).
+import type { NatsConnection } from "@nats-io/transport-node";
+import type { JetStreamManager } from "@nats-io/jetstream";
+import type { KV } from "@nats-io/kv";
+
+export * from "./errors.js";
+import { WeftError } from "./errors.js";
+
+/** A definite failure: the model sees {"error": message}; the run goes on. */
+export class Explain { constructor(message: string); readonly message: string; }
+/** The effect may have happened: never retried; a person or a settlement decides. */
+export class Uncertain { constructor(evidence: string); readonly evidence: string; }
+export function explain(message: string): Explain;
+export function uncertain(evidence: string): Uncertain;
+
+/** A tool definition: its name (1-64 of [A-Za-z0-9_-]) as the Go agent binds it. */
+export interface ToolDefinition {
+  name: string;
+  description?: string;
+  /** The JSON Schema the Go agent publishes (weft.api.catalog.<agent>); informational for now. */
+  inputSchema?: object;
+}
+
+/** The settlement handle of a settling tool's call (SEMANTICS.md §9). */
+export interface Settlement<Out = unknown> {
+  readonly run: string;
+  readonly action: string;
+  /** Resolves once recorded; throws AlreadyRecordedError, NotAwaitedError or SettleUnconfirmedError. */
+  settle(output: Out, summary?: string): Promise<null>;
+  fail(failure: Explain | Uncertain, summary?: string): Promise<null>;
+}
+
+/** What a handler gets besides its input. */
+export interface Call<Out = unknown> {
+  readonly run: string;
+  readonly action: string;
+  readonly attempt: number;
+  readonly incarnation: number;
+  readonly tool: string;
+  readonly correlation?: string;
+  /** The approver whose answer the body runs under, when the action was approved. */
+  readonly reviewer?: string;
+  /** Stable for the logical action across attempts, replays and recoveries. */
+  readonly idempotencyKey: string;
+  /** The attempt's deadline; null without a timeout. */
+  readonly deadline: Date | null;
+  /** Aborted at the deadline, by a stop of the run, or when the worker abandons its bodies. */
+  readonly signal: AbortSignal;
+  /** Settling tools only. */
+  readonly settlement?: Settlement<Out>;
+}
+
+export type Handler<In, Out> = (input: In, call: Call<Out>) => Out | Promise<Out>;
+/** Required: turns every error the handler throws into explain(...) or uncertain(...). */
+export type Classify = (err: unknown, call: Call) => Explain | Uncertain;
+
+export interface BoundTool {
+  readonly name: string;
+  readonly description?: string;
+  readonly inputSchema?: object;
+  readonly settling: boolean;
+}
+
+export function bind<In = any, Out = unknown>(def: ToolDefinition | string, handler: Handler<In, Out>, classify: Classify): BoundTool;
+export function bindSettling<In = any, Out = unknown>(def: ToolDefinition | string, handler: Handler<In, Out>, classify: Classify): BoundTool;
+
+export interface Logger {
+  info(msg: string, fields?: object): void;
+  warn(msg: string, fields?: object): void;
+  error(msg: string, fields?: object): void;
+}
+
+/** A task body (docs/protocol/41-tasks.md). */
+export interface Task {
+  schema: number; run: string; action: string; agent: string; version: string; tool: string;
+  attempt: number; incarnation: number; claim?: string; fence_version?: number; arguments: unknown;
+  timeout_ms: number; deadline?: string; max_result_bytes?: number; settle_within_ms?: number;
+  idempotency_key?: string; correlation?: string; reviewer?: string;
+}
+
+export interface WorkerOptions {
+  agent: string;
+  /** Default "1". */
+  version?: string;
+  /** Reported for audit and stored in claims. */
+  id?: string;
+  /** The consumers' ack wait; progress acks every third of it. Default 3000. */
+  ackWaitMs?: number;
+  /** How long a stopping worker waits for running bodies before abandoning them. Default 10000. */
+  drainGraceMs?: number;
+  logger?: Logger;
+  /**
+   * Before serving, read the agent's catalog (weft.api.catalog.<agent>) and
+   * refuse to run when a handled tool is not one of the agent's, or its
+   * settling binding disagrees with the Go definition.
+   */
+  checkCatalog?: boolean;
+  /** Replaces the attempt check of rule 2 (default: logCheck). Resolves current or not; throws when the run cannot be read. */
+  attemptCheck?: (task: Task) => Promise<boolean>;
+}
+
+export class Worker {
+  constructor(nc: NatsConnection, opts: WorkerOptions);
+  handle(tool: BoundTool): this;
+  /** Serves until signal aborts, then drains (bounded by drainGraceMs). */
+  run(opts?: { signal?: AbortSignal }): Promise<void>;
+  /** Serves until SIGTERM or SIGINT, then drains. */
+  runUntilSignal(): Promise<void>;
+  /** Stops the running bodies as a lost worker's: reported lost, worker_lost. */
+  abandon(): void;
+}
+
+export function settleError(err: unknown): WeftError | null;
+export const DEFAULT_ACK_WAIT_MS: number;
+export const DEFAULT_DRAIN_GRACE_MS: number;
+export const LATE_AFTER_ABANDON_MS: number;
+export const REASON_OWN_CALL: "own_call";
+
+export function foldAttempt(envelopes: Array<{ type: string; payload?: any; version?: number }>, task: Pick<Task, "action" | "attempt" | "incarnation">): { visible: boolean; current: boolean; handedOffBy: string | null };
+export function logCheck(jsm: JetStreamManager, runners: () => Promise<KV>): (task: Task) => Promise<boolean>;
+
+export const SCHEMA: 1;
+export const TASK_STREAM: "WEFT_TASKS";
+export const EVENT_STREAM: "WEFT_EVENTS";
+export const CLAIMS_BUCKET: "weft_claims";
+export const RUNNERS_BUCKET: "weft_runners";
+export const HEADER_UNSTARTED_CLAIM: "Weft-Unstarted-Claim";
+
+/** A request without a coded answer. */
+export class TransportError extends Error {
+  constructor(kind: "no_responders" | "timeout" | "transport", message: string, cause?: unknown);
+  readonly kind: "no_responders" | "timeout" | "transport";
+}
+export interface Queue { agent: string; version: string; tool: string; subject: string; consumer: string; reportSubject: string; settleSubject: string; }
+export function queue(agent: string, version: string, tool: string): Queue;
+export function claimKey(run: string, action: string, attempt: number, incarnation: number): string;
+export function idempotencyKey(run: string, action: string): string;
+export function versionToken(version: string): string;
+export function request(nc: NatsConnection, subject: string, body: unknown, timeoutMs: number): Promise<any>;
+
+/** A run view (docs/protocol/50-queries.md, "Run view"). */
+export type RunView = { run: string; status: "working" | "unattended" | "suspended" | "finished" | "quarantined"; [k: string]: any };
+export const finished: (v: RunView) => boolean;
+export const suspended: (v: RunView) => boolean;
+export const settled: (v: RunView) => boolean;
+
+/**
+ * Commands and queries (docs/protocol/40-commands.md, 50-queries.md). Bodies
+ * are the wire's (snake_case); schema is set and command_id generated when
+ * left out. A coded refusal throws the WeftError class of its code; no
+ * responders throws UnavailableError.
+ */
+export class Client {
+  constructor(nc: NatsConnection, opts?: { timeoutMs?: number });
+  start(req: { run?: string; agent: string; version?: string; input: string; correlation?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  approve(req: { run: string; action: string; revision: number; approver: string; credential?: string; proof?: object; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  reject(req: { run: string; action: string; revision: number; reason: string; approver?: string; credential?: string; by?: string; proof?: object; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  reconcile(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  reconcileStored(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  resolve(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  cancel(req: { run: string; reason?: string; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  settle(req: { run: string; action: string; outcome: "output" | "explain" | "uncertain"; content?: unknown; message?: string; evidence?: string; summary?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  /** An agent's catalog (docs/protocol/45-catalog.md): its tools with their JSON Schemas, its approvers. */
+  catalog(agent: string, version?: string): Promise<{ schema: 1; agent: { name: string; version: string }; tools: Array<{ name: string; description: string; input_schema: object; output_schema?: object; settling?: boolean }>; approvers: string[] }>;
+  run(run: string): Promise<{ schema: 1; view: RunView; family_status: { status: string; waiting?: string[] }; child_status?: object[] }>;
+  list(q?: { status?: string; agent?: string; updated_since?: string; limit?: number; cursor?: string }): Promise<{ schema: 1; runs: object[]; next?: string }>;
+  history(q: { run: string; after?: number; limit?: number }): Promise<{ schema: 1; run: string; events: object[]; head: object; next?: number }>;
+  approvals(f?: { run?: string; agent?: string }): Promise<Array<{ run: string; action: string; revision: number; tool: string; arguments: unknown; requirement: { name: string; version: number }; [k: string]: any }>>;
+  uncertain(f?: { run?: string; agent?: string }): Promise<object[]>;
+  questions(f?: { run?: string; agent?: string }): Promise<object[]>;
+  waitFor(run: string, until: (view: RunView) => boolean, opts?: { signal?: AbortSignal }): Promise<RunView>;
+}
+
+/** What a signed approval proof answers (docs/protocol/20-events.md, "Signed approval proofs"). */
+export interface ProofSubject {
+  run: string; action: string; revision: number; requirement: { name: string; version: number };
+  tool: string; arguments_sha256: string; answer: "approve" | "reject";
+}
+export interface ApprovalProof extends ProofSubject { key: string; expires: string; signature: string; }
+/** Lowercase hex SHA-256 of a call's canonical arguments bytes, as received (never re-serialized). */
+export function argumentsSha256(canonical: string | Uint8Array): string;
+/** The SHA-256 digest a proof's signature signs. */
+export function proofDigest(p: Omit<ApprovalProof, "signature">): Buffer;
+/** Signs the answer with an nkey user key pair (@nats-io/nkeys fromSeed) or any signer alike. */
+export function signProof(subject: ProofSubject, signer: { getPublicKey(): string; sign(data: Uint8Array): Uint8Array }, expires: Date | string | number): ApprovalProof;

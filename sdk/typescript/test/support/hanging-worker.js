@@ -1,0 +1,27 @@
+// The TypeScript worker as a process, for the kill and drain tests and for
+// the conformance suite shared with the Go worker
+// (internal/tsdktest/conformance.go; its Go twin is tsdktest.GoWorker,
+// internal/tsdktest/goworker.go). It serves echo, slow, settle and replay of
+// agent tsdk at the given version; each body says "STARTED <run> <attempt>" on
+// stdout, then by its input's mode: "" returns {text}; "hang" runs until
+// its signal aborts; "hang-first" does so on attempt 1 and returns {text}
+// on later attempts; "finish" returns {text} after 1.5 s whatever happens.
+// It prints "EXITED" after a clean stop (SIGTERM, SIGINT).
+// Usage: node hanging-worker.js <nats url> [drainGraceMs] [version].
+import { connect } from "@nats-io/transport-node";
+import { Worker, bind, bindSettling, uncertain } from "../../src/index.js";
+
+const [url, grace, version] = process.argv.slice(2);
+const nc = await connect({ servers: url });
+const w = new Worker(nc, { agent: "tsdk", version: version || "1", id: `ts-worker-${process.pid}`, drainGraceMs: Number(grace) || undefined });
+for (const name of ["echo", "slow", "settle", "replay"]) {
+  w.handle((name === "settle" ? bindSettling : bind)({ name }, (input, call) => new Promise((resolve, reject) => {
+    process.stdout.write(`STARTED ${call.run} ${call.attempt}\n`);
+    if (input.mode === "finish") setTimeout(() => resolve({ text: input.text }), 1500);
+    else if (input.mode === "hang" || (input.mode === "hang-first" && call.attempt === 1)) call.signal.addEventListener("abort", () => reject(new Error("aborted")), { once: true });
+    else resolve({ text: input.text });
+  }), (err) => uncertain(String(err))));
+}
+await w.runUntilSignal();
+await nc.close();
+process.stdout.write("EXITED\n");
