@@ -100,23 +100,13 @@ func TestRetryRules_APermanentRefusalIsNeverRetried(t *testing.T) {
 // first try's runner_busy, which says nothing was applied: a client that
 // read runner_busy would send a start again under a new id and pay twice.
 func TestRetryRules_ARetryCutByTheCallersDeadlineIsNoAnswer(t *testing.T) {
-	srv := natstest.Start(t)
-	sub, err := srv.Conn.Subscribe(api.SubjectPrefix+api.EndpointCancel, func(m *nats.Msg) {
+	c := standIn(t, api.EndpointCancel, func(*nats.Msg) *weft.Error {
 		time.Sleep(250 * time.Millisecond)
-		body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: &weft.Error{Code: weft.CodeRunnerBusy, Message: "busy"}})
-		_ = m.Respond(body)
+		return &weft.Error{Code: weft.CodeRunnerBusy, Message: "busy"}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := srv.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	c := api.NewClient(srv.Connect(), api.WithRetry(api.DefaultRetryWithin))
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
-	_, err = c.Cancel(ctx, api.CancelRequest{Run: "r", By: "test"})
+	_, err := c.Cancel(ctx, api.CancelRequest{Run: "r", By: "test"})
 	if errors.Is(err, &weft.Error{Code: weft.CodeRunnerBusy}) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancel: %v, want no answer (context.DeadlineExceeded), not the earlier runner_busy", err)
 	}
@@ -130,10 +120,9 @@ func TestRetryRules_ARetryCutByTheCallersDeadlineIsNoAnswer(t *testing.T) {
 // start: the call answers it started. Before, each try left the run id to
 // the runner, which chose a new one: one call could start two runs.
 func TestRetryRules_AStartRetriedStartsOneRun(t *testing.T) {
-	srv := natstest.Start(t)
 	var mu sync.Mutex
 	var runs []string
-	sub, err := srv.Conn.Subscribe(api.SubjectPrefix+api.EndpointStart, func(m *nats.Msg) {
+	c := standIn(t, api.EndpointStart, func(m *nats.Msg) *weft.Error {
 		var req api.StartRequest
 		_ = json.Unmarshal(m.Data, &req)
 		mu.Lock()
@@ -145,17 +134,8 @@ func TestRetryRules_AStartRetriedStartsOneRun(t *testing.T) {
 			same := true
 			e = &weft.Error{Code: weft.CodeAlreadyStarted, Message: "run exists", SameInput: &same}
 		}
-		body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: e})
-		_ = m.Respond(body)
+		return e
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := srv.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	c := api.NewClient(srv.Connect(), api.WithRetry(api.DefaultRetryWithin))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	r, err := c.Start(ctx, api.StartRequest{Agent: "notes", Input: "pay"})
@@ -167,4 +147,26 @@ func TestRetryRules_AStartRetriedStartsOneRun(t *testing.T) {
 	if len(runs) != 2 || runs[0] == "" || runs[0] != runs[1] || r.Run != runs[0] {
 		t.Fatalf("tries named runs %q, answered %q: want two tries of one run the client chose", runs, r.Run)
 	}
+}
+
+// standIn answers endpoint's requests with answer (the refusal it returns,
+// nil for none, which leaves the request unanswered) in place of a
+// runner, and returns a retrying Client of the same server.
+func standIn(t *testing.T, endpoint string, answer func(*nats.Msg) *weft.Error) *api.Client {
+	t.Helper()
+	srv := natstest.Start(t)
+	sub, err := srv.Conn.Subscribe(api.SubjectPrefix+endpoint, func(m *nats.Msg) {
+		if e := answer(m); e != nil {
+			body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: e})
+			_ = m.Respond(body)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return api.NewClient(srv.Connect(), api.WithRetry(api.DefaultRetryWithin))
 }

@@ -166,13 +166,7 @@ func TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotAL
 func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 	h := newCrashHarness(t)
 	ctx := context.Background()
-	kv, err := h.srv.JS.KeyValue(ctx, api.ClaimsBucket)
-	if err != nil {
-		kv, err = h.srv.JS.CreateKeyValue(ctx, worker.ClaimsConfig())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := claimsKV(t, h)
 	publishWith := func(task worker.Task, unstarted string) {
 		task.Schema, task.Agent, task.Version = 1, "a", "1"
 		b, _ := json.Marshal(task)
@@ -241,13 +235,7 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 func TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports(t *testing.T) {
 	h := newCrashHarness(t)
 	ctx := context.Background()
-	kv, err := h.srv.JS.KeyValue(ctx, api.ClaimsBucket)
-	if err != nil {
-		kv, err = h.srv.JS.CreateKeyValue(ctx, worker.ClaimsConfig())
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := claimsKV(t, h)
 	task := echoTask("closed-1")
 	b, _ := json.Marshal(worker.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-1", Why: "cancelled", At: time.Now().UTC()}})
 	if _, err := kv.Create(ctx, worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), b); err != nil {
@@ -266,4 +254,19 @@ func TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports(t *testi
 		t.Fatalf("a closed attempt was reported: %+v", h.rs.got[0])
 	default:
 	}
+}
+
+// claimsKV returns h's weft_claims bucket, created as the worker creates
+// it when nobody provisioned it.
+func claimsKV(t *testing.T, h *crashHarness) jetstream.KeyValue {
+	t.Helper()
+	ctx := context.Background()
+	kv, err := h.srv.JS.KeyValue(ctx, api.ClaimsBucket)
+	if err != nil {
+		kv, err = h.srv.JS.CreateKeyValue(ctx, worker.ClaimsConfig())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
 }
