@@ -454,7 +454,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	final, cancelFinal := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelFinal()
 	r.handOffAll(final, handOffForget)
-	_ = fwd.Unsubscribe()
+	// Drained, not unsubscribed: a forwarded command already delivered to
+	// this process is answered (runner_busy: this runner is stopping)
+	// instead of dropped, which left its forwarder waiting its whole
+	// forward timeout; one published after the server saw the drain finds
+	// no responder and is answered runner_busy at once by the forwarder.
+	_ = fwd.Drain()
+	for fwd.IsValid() && final.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
 	waitCtx(final, r.handlers.quiet())
 	r.stopRetries()
 	// Nothing of this runner's background work outlives Run: what is cut
