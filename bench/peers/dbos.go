@@ -76,6 +76,9 @@ func startDBOS(ctx context.Context, dir string) (system, error) {
 		s.pid, _ = strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
 	}
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if peerOpts.dbosPool > 0 {
+		url += fmt.Sprintf("&pool_max_conns=%d", peerOpts.dbosPool)
+	}
 	dctx, err := dbos.NewContext(context.Background(), dbos.Config{AppName: "weft-peers", DatabaseURL: url,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

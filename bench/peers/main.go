@@ -86,6 +86,10 @@ func main() {
 	flag.StringVar(&o.ref, "ref", "weft-sync", "the system the ratios are to (weft-sync: Weft at the peers' durability)")
 	flag.DurationVar(&o.warm, "warm", -1, "warm-up at 64 clients before each measurement (default 5s, 2s with --quick; 0: only 20 runs at 1 client)")
 	flag.BoolVar(&o.sameProcess, "same-process", false, "measure every system in this one process, one after the other (for an A/B against the default: each system in a fresh process)")
+	flag.IntVar(&peerOpts.dbosPool, "dbos-pool", 0, "DBOS's pgx pool size (pool_max_conns; 0: DBOS's default, 20)")
+	flag.IntVar(&peerOpts.restatePartitions, "restate-partitions", 0, "Restate's default-num-partitions (0: its default, 24)")
+	flag.Float64Var(&o.maxOthers, "max-others", 0.25, "a measurement during which the rest of the machine used more CPU than this many cores is marked disturbed (*) and left out of the median while undisturbed rounds exist")
+	flag.DurationVar(&o.quietWait, "quiet-wait", 0, "before each measurement, wait up to this long for the rest of the machine to use less than --max-others cores")
 	child := flag.String("child", "", "internal: measure this one system in this process and print its result as JSON")
 	dir := flag.String("dir", "", "internal: the child's data directory")
 	flag.Parse()
@@ -104,6 +108,13 @@ func main() {
 	}
 }
 
+// peerOpts are the peers' settings that differ from their defaults (none
+// unless the flags say so).
+var peerOpts struct {
+	dbosPool          int
+	restatePartitions int
+}
+
 type options struct {
 	quick       bool
 	rounds      int
@@ -111,6 +122,8 @@ type options struct {
 	ref         string
 	warm        time.Duration
 	sameProcess bool
+	maxOthers   float64
+	quietWait   time.Duration
 }
 
 func (o options) phases() phases {
@@ -177,6 +190,8 @@ func run(ctx context.Context, o options) error {
 		chosen = append(chosen, s)
 	}
 	ph := o.phases()
+	fmt.Fprintf(os.Stderr, "peers' settings: DBOS pool %s, Restate partitions %s\n",
+		orDefault(peerOpts.dbosPool, "20 (DBOS's default)"), orDefault(peerOpts.restatePartitions, "24 (its default)"))
 	fmt.Fprintf(os.Stderr, "machine: %d CPUs, load %s; phases: warm-up %s at %d clients, %d runs of each kind at 1 client, %s at %d clients; each system in %s\n",
 		cpus(), load(), ph.warm, clients, ph.latRuns, ph.window, clients, map[bool]string{true: "this one process", false: "a fresh process"}[o.sameProcess])
 	results := map[string][]result{}
@@ -192,7 +207,8 @@ func run(ctx context.Context, o options) error {
 				os.RemoveAll(dir)
 				return err
 			}
-			fmt.Fprintf(os.Stderr, "[round %d] %s: starting (fsync p50 %s, load %s)\n", round+1, s.name, ms(fs), load())
+			idle := waitQuiet(ctx, o.maxOthers, o.quietWait)
+			fmt.Fprintf(os.Stderr, "[round %d] %s: starting (fsync p50 %s, load %s, the machine busy %.2f cores before)\n", round+1, s.name, ms(fs), load(), idle)
 			var r result
 			if o.sameProcess {
 				r = measureOne(ctx, s, dir, ph)
@@ -202,8 +218,8 @@ func run(ctx context.Context, o options) error {
 			r.Fsync = fs
 			os.RemoveAll(dir)
 			results[s.name] = append(results[s.name], r)
-			fmt.Fprintf(os.Stderr, "[round %d] %s: p50 %s (0 steps %s), per step %s, %.0f runs/s at %d clients, %.2f ms CPU per run, others' load %.2f cores%s\n",
-				round+1, s.name, ms(r.P50), ms(r.P50Zero), ms(r.Step), r.Rate, clients, msf(r.CPU), r.Others, failures(r))
+			fmt.Fprintf(os.Stderr, "[round %d] %s: p50 %s (0 steps %s), per step %s, %.0f runs/s at %d clients, %.2f ms CPU per run (%.2f in servers), others' load %.2f cores%s\n",
+				round+1, s.name, ms(r.P50), ms(r.P50Zero), ms(r.Step), r.Rate, clients, msf(r.CPU), msf(r.CPUServer), r.Others, failures(r))
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -220,12 +236,17 @@ func measureChild(ctx context.Context, o options, s starter, dir string) result 
 	if err != nil {
 		return result{Err: err.Error()}
 	}
-	args := []string{"-child", s.name, "-dir", dir, "-warm", o.phases().warm.String()}
+	args := []string{"-child", s.name, "-dir", dir, "-warm", o.phases().warm.String(),
+		"-dbos-pool", strconv.Itoa(peerOpts.dbosPool), "-restate-partitions", strconv.Itoa(peerOpts.restatePartitions)}
 	if o.quick {
 		args = append(args, "-quick")
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, self, args...)
+	// Interrupted, the child stops its system (PostgreSQL is a daemon of
+	// its own) before it exits.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = time.Minute
 	cmd.Stdout, cmd.Stderr = &out, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return result{Err: fmt.Sprintf("child: %v", err)}
@@ -243,6 +264,13 @@ func measureChild(ctx context.Context, o options, s starter, dir string) result 
 	return r
 }
 
+func orDefault(v int, def string) string {
+	if v == 0 {
+		return def
+	}
+	return strconv.Itoa(v)
+}
+
 func failures(r result) string {
 	if r.Failed == 0 && r.Err == "" {
 		return ""
@@ -251,13 +279,23 @@ func failures(r result) string {
 }
 
 // median is the median round of rs by throughput (rounds alternate with
-// the other systems, so each sees the same load on average).
-func median(rs []result) (result, bool) {
-	var ok []result
+// the other systems, so each sees the same load on average), among the
+// rounds the rest of the machine did not disturb if there are any: the
+// machine's load does not hit every system alike (a system whose run
+// crosses more processes waits more often for a CPU), so disturbed rounds
+// are not comparable.
+func median(rs []result, maxOthers float64) (result, bool) {
+	var ok, quiet []result
 	for _, r := range rs {
 		if r.Rate > 0 {
 			ok = append(ok, r)
+			if r.Others <= maxOthers {
+				quiet = append(quiet, r)
+			}
 		}
+	}
+	if len(quiet) > 0 {
+		ok = quiet
 	}
 	if len(ok) == 0 {
 		return result{}, false
@@ -267,18 +305,18 @@ func median(rs []result) (result, bool) {
 }
 
 func printTable(o options, chosen []starter, results map[string][]result) {
-	ref, haveRef := median(results[o.ref])
+	ref, haveRef := median(results[o.ref], o.maxOthers)
 	ratio := func(v, w float64) string {
 		if !haveRef || w == 0 {
 			return "-"
 		}
 		return fmt.Sprintf("×%.2f", v/w)
 	}
-	fmt.Printf("Median round of %d by runs/s; ratios to %s; others' load: the CPU the rest of the machine used during the 64-client window, in cores; fsync: p50 of a 4 KiB write + fsync on the store's disk before the system started.\n\n", o.rounds, o.ref)
+	fmt.Printf("Median round of %d by runs/s (of the undisturbed rounds if any: the rest of the machine used at most %.2f cores); ratios to %s; others' load: the CPU the rest of the machine used during the 64-client window, in cores; fsync: p50 of a 4 KiB write + fsync on the store's disk before the system started.\n\n", o.rounds, o.maxOthers, o.ref)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "system (durability)\tp50 run, 1 client\t÷ ref\tper durable step\t÷ ref\truns/s, 64 clients\t÷ ref\tCPU ms per run\t÷ ref\tothers' load\tfsync p50\t\n")
 	for _, s := range chosen {
-		r, ok := median(results[s.name])
+		r, ok := median(results[s.name], o.maxOthers)
 		if !ok {
 			var why string
 			if rs := results[s.name]; len(rs) > 0 {
@@ -291,11 +329,15 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 			ms(r.Step), ratio(msf(r.Step), msf(ref.Step)), r.Rate, ratio(r.Rate, ref.Rate), msf(r.CPU), ratio(msf(r.CPU), msf(ref.CPU)), r.Others, ms(r.Fsync))
 	}
 	tw.Flush()
-	fmt.Println("\nEach round (runs/s at 64 clients / per durable step / others' load in cores):")
+	fmt.Println("\nEach round (runs/s at 64 clients / per durable step / CPU ms per run / others' load in cores; * disturbed):")
 	for _, s := range chosen {
 		var parts []string
 		for _, r := range results[s.name] {
-			parts = append(parts, fmt.Sprintf("%.0f / %s / %.2f", r.Rate, ms(r.Step), r.Others))
+			mark := ""
+			if r.Others > o.maxOthers {
+				mark = "*"
+			}
+			parts = append(parts, fmt.Sprintf("%.0f / %s / %.2f / %.2f%s", r.Rate, ms(r.Step), msf(r.CPU), r.Others, mark))
 		}
 		fmt.Printf("  %s: %s\n", s.name, strings.Join(parts, ", "))
 	}

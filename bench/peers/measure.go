@@ -21,6 +21,11 @@ type result struct {
 	Step    time.Duration `json:"step"`     // (P50 - P50Zero) / 3
 	Rate    float64       `json:"rate"`     // runs/s at 64 clients
 	CPU     time.Duration `json:"cpu"`      // CPU per run at 64 clients, every process of the system
+	// CPUServer is the part of CPU used by the system's server processes
+	// (the external nats-server, the Restate server, PostgreSQL), the rest
+	// being this process's: clients, SDK, and Weft's runner and embedded
+	// server.
+	CPUServer time.Duration `json:"cpu_server"`
 	// Others is the CPU the rest of the machine used during the 64-client
 	// window, in cores (busy CPU of the whole machine, from /proc/stat,
 	// less the system's own): the load that competed with the system.
@@ -85,7 +90,7 @@ func measure(ctx context.Context, sys system, name string, ph phases) result {
 	r.Step = max(r.P50-r.P50Zero, 0) / 3
 
 	done := 0
-	cpu0, busy0 := cpuOf(sys.pids()), machineBusy()
+	cpu0, self0, busy0 := cpuOf(sys.pids()), cpuOf(nil), machineBusy()
 	el := concurrent(ctx, sys, name+"-t", ph.window, func(err error) {
 		if err != nil {
 			fail(err)
@@ -95,10 +100,11 @@ func measure(ctx context.Context, sys system, name string, ph phases) result {
 		done++
 		mu.Unlock()
 	})
-	cpu, busy := cpuOf(sys.pids())-cpu0, machineBusy()-busy0
+	cpu, self, busy := cpuOf(sys.pids())-cpu0, cpuOf(nil)-self0, machineBusy()-busy0
 	r.Rate = float64(done) / el.Seconds()
 	if done > 0 {
 		r.CPU = cpu / time.Duration(done)
+		r.CPUServer = max(cpu-self, 0) / time.Duration(done)
 	}
 	r.Others = max(busy-cpu, 0).Seconds() / el.Seconds()
 	return r
@@ -244,4 +250,23 @@ func load() string {
 		return f[0]
 	}
 	return "?"
+}
+
+// waitQuiet waits up to d for a second in which the machine was busy less
+// than maxOthers cores (nothing of this benchmark runs then), and returns
+// the last second's figure.
+func waitQuiet(ctx context.Context, maxOthers float64, d time.Duration) float64 {
+	deadline := time.Now().Add(d)
+	for {
+		b0, t0 := machineBusy(), time.Now()
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(time.Second):
+		}
+		busy := (machineBusy() - b0).Seconds() / time.Since(t0).Seconds()
+		if busy <= maxOthers || time.Now().After(deadline) {
+			return busy
+		}
+	}
 }

@@ -121,6 +121,7 @@ func (w *weftSystem) startExternal(ctx context.Context, dir string, syncAlways b
 	}
 	w.ext = exec.Command(self)
 	w.ext.Env = append(os.Environ(), envNATSConf+"="+cf)
+	w.ext.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the measurement
 	w.ext.Stdout, w.ext.Stderr = os.Stderr, os.Stderr
 	if err := w.ext.Start(); err != nil {
 		w.ext = nil
