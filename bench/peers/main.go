@@ -218,8 +218,8 @@ func run(ctx context.Context, o options) error {
 			r.Fsync = fs
 			os.RemoveAll(dir)
 			results[s.name] = append(results[s.name], r)
-			fmt.Fprintf(os.Stderr, "[round %d] %s: p50 %s (0 steps %s), per step %s, %.0f runs/s at %d clients, %.2f ms CPU per run (%.2f in servers), others' load %.2f cores%s\n",
-				round+1, s.name, ms(r.P50), ms(r.P50Zero), ms(r.Step), r.Rate, clients, msf(r.CPU), msf(r.CPUServer), r.Others, failures(r))
+			fmt.Fprintf(os.Stderr, "[round %d] %s: p50 %s (0 steps %s), per step %s, %.0f runs/s at %d clients, %.2f ms CPU per run (%.2f in servers), %.2f cores used, others' load %.2f cores%s\n",
+				round+1, s.name, ms(r.P50), ms(r.P50Zero), ms(r.Step), r.Rate, clients, msf(r.CPU), msf(r.CPUServer), cores(r), r.Others, failures(r))
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -312,9 +312,9 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 		}
 		return fmt.Sprintf("×%.2f", v/w)
 	}
-	fmt.Printf("Median round of %d by runs/s (of the undisturbed rounds if any: the rest of the machine used at most %.2f cores); ratios to %s; others' load: the CPU the rest of the machine used during the 64-client window, in cores; fsync: p50 of a 4 KiB write + fsync on the store's disk before the system started.\n\n", o.rounds, o.maxOthers, o.ref)
+	fmt.Printf("Median round of %d by runs/s (of the undisturbed rounds if any: the rest of the machine used at most %.2f cores); ratios to %s; cores used: the system's own CPU during the 64-client window (runs/s × CPU per run); others' load: the CPU the rest of the machine used then, in cores; fsync: p50 of a 4 KiB write + fsync on the store's disk before the system started.\n\n", o.rounds, o.maxOthers, o.ref)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system (durability)\tp50 run, 1 client\t÷ ref\tper durable step\t÷ ref\truns/s, 64 clients\t÷ ref\tCPU ms per run\t÷ ref\tothers' load\tfsync p50\t\n")
+	fmt.Fprintf(tw, "system (durability)\tp50 run, 1 client\t÷ ref\tper durable step\t÷ ref\truns/s, 64 clients\t÷ ref\tCPU ms per run\t÷ ref\tcores used\tothers' load\tfsync p50\t\n")
 	for _, s := range chosen {
 		r, ok := median(results[s.name], o.maxOthers)
 		if !ok {
@@ -322,11 +322,11 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 			if rs := results[s.name]; len(rs) > 0 {
 				why = rs[0].Err
 			}
-			fmt.Fprintf(tw, "%s\tnot measured: %s\t\t\t\t\t\t\t\t\t\t\n", s.label, why)
+			fmt.Fprintf(tw, "%s\tnot measured: %s\t\t\t\t\t\t\t\t\t\t\t\n", s.label, why)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.2f\t%s\t%.2f\t%s\t\n", s.label, ms(r.P50), ratio(msf(r.P50), msf(ref.P50)),
-			ms(r.Step), ratio(msf(r.Step), msf(ref.Step)), r.Rate, ratio(r.Rate, ref.Rate), msf(r.CPU), ratio(msf(r.CPU), msf(ref.CPU)), r.Others, ms(r.Fsync))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.2f\t%s\t%.2f\t%.2f\t%s\t\n", s.label, ms(r.P50), ratio(msf(r.P50), msf(ref.P50)),
+			ms(r.Step), ratio(msf(r.Step), msf(ref.Step)), r.Rate, ratio(r.Rate, ref.Rate), msf(r.CPU), ratio(msf(r.CPU), msf(ref.CPU)), cores(r), r.Others, ms(r.Fsync))
 	}
 	tw.Flush()
 	fmt.Println("\nEach round (runs/s at 64 clients / per durable step / CPU ms per run / others' load in cores; * disturbed):")
@@ -342,6 +342,10 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 		fmt.Printf("  %s: %s\n", s.name, strings.Join(parts, ", "))
 	}
 }
+
+// cores is the CPU the system used during its 64-client window, in cores:
+// below the machine's, the rest went to other load or to waiting.
+func cores(r result) float64 { return r.Rate * r.CPU.Seconds() }
 
 func ms(d time.Duration) string { return strconv.FormatFloat(msf(d), 'f', 2, 64) + " ms" }
 
