@@ -194,14 +194,18 @@ func cpuOf(pids []int) time.Duration {
 	return total
 }
 
-// procStat reads a process's parent and CPU time (utime, stime and its
-// reaped children's cutime, cstime).
+// procStat reads a process's parent and CPU time (parseStat).
 func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return 0, 0, false
 	}
-	s := string(b)
+	return parseStat(string(b))
+}
+
+// parseStat reads a /proc/<pid>/stat line: the parent and the CPU time
+// (utime, stime and its reaped children's cutime, cstime).
+func parseStat(s string) (ppid int, cpu time.Duration, ok bool) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
 		return 0, 0, false
@@ -219,18 +223,25 @@ func procStat(pid int) (ppid int, cpu time.Duration, ok bool) {
 	return ppid, time.Duration(ticks) * clockTick, true
 }
 
-// machineBusy is the CPU time the whole machine spent busy so far (every
-// field of /proc/stat's cpu line but idle and iowait).
+// machineBusy is the CPU time the whole machine spent busy so far
+// (parseBusy of /proc/stat).
 func machineBusy() time.Duration {
 	b, _ := os.ReadFile("/proc/stat")
-	line, _, _ := strings.Cut(string(b), "\n")
+	return parseBusy(string(b))
+}
+
+// parseBusy reads /proc/stat's cpu line: every field but idle, iowait,
+// steal (time the machine's CPUs ran something else) and the guest times
+// (already in user and nice).
+func parseBusy(stat string) time.Duration {
+	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 8 || f[0] != "cpu" {
 		return 0
 	}
 	var ticks int64
 	for i, k := range f[1:] {
-		if i == 3 || i == 4 || i >= 7 { // idle, iowait; guest times are already in user
+		if i == 3 || i == 4 || i >= 7 {
 			continue
 		}
 		v, _ := strconv.ParseInt(k, 10, 64)
