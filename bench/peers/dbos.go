@@ -64,7 +64,10 @@ func startDBOS(ctx context.Context, dir string) (system, error) {
 	if err := run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8"); err != nil {
 		return nil, err
 	}
-	port := 25432 + os.Getpid()%1000
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	if err := run("pg_ctl", "-D", data, "-l", filepath.Join(dir, "pg.log"), "-o", fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c max_connections=200", port, dir), "-w", "start"); err != nil {
 		return nil, err
 	}
@@ -73,6 +76,9 @@ func startDBOS(ctx context.Context, dir string) (system, error) {
 		s.pid, _ = strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
 	}
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if peerOpts.dbosPool > 0 {
+		url += fmt.Sprintf("&pool_max_conns=%d", peerOpts.dbosPool)
+	}
 	dctx, err := dbos.NewContext(context.Background(), dbos.Config{AppName: "weft-peers", DatabaseURL: url,
 		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	restate "github.com/restatedev/sdk-go"
@@ -70,12 +71,16 @@ func startRestate(ctx context.Context, dir string) (system, error) {
 	}
 	conf := fmt.Sprintf("bind-address = \"127.0.0.1:%d\"\nadvertised-address = \"http://127.0.0.1:%d\"\nbase-dir = %q\ndisable-telemetry = true\nlog-filter = \"warn\"\n\n[admin]\nbind-address = \"127.0.0.1:%d\"\ndisable-web-ui = true\n\n[ingress]\nbind-address = \"127.0.0.1:%d\"\n",
 		ports[0], ports[0], filepath.Join(dir, "data"), ports[1], ports[2])
+	if peerOpts.restatePartitions > 0 {
+		conf = fmt.Sprintf("default-num-partitions = %d\n", peerOpts.restatePartitions) + conf
+	}
 	cfg := filepath.Join(dir, "restate.toml")
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
 	s := &restateSystem{ingress: fmt.Sprintf("http://127.0.0.1:%d", ports[2]), http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
 	s.cmd = exec.Command(bin, "--config-file", cfg, "--no-logo", "--listen-mode", "tcp")
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the measurement
 	log, _ := os.Create(filepath.Join(dir, "restate.log"))
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {

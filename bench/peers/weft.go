@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -18,12 +23,15 @@ import (
 	"github.com/weftrun/weft/runner"
 )
 
-// weftSystem is Weft with its server embedded in this process (file
-// storage), one runner with its in-process worker.
+// weftSystem is Weft: one runner with its in-process worker, and its
+// clients, in this process; the server either embedded in this process
+// (file storage, in-process connections) or external (a nats-server
+// process on loopback, see natsMain).
 type weftSystem struct {
-	srv    *natsserver.Server
-	nc     *nats.Conn // the clients' connection
-	rnc    *nats.Conn // the runner's
+	srv    *natsserver.Server // nil with an external server
+	ext    *exec.Cmd          // the external server
+	nc     *nats.Conn         // the clients' connection
+	rnc    *nats.Conn         // the runner's
 	cancel context.CancelFunc
 	done   chan error
 	client *api.Client
@@ -32,36 +40,38 @@ type weftSystem struct {
 	waits map[string]chan struct{}
 }
 
-func startWeft(ctx context.Context, dir string, syncAlways bool) (system, error) {
-	srv, err := natsserver.NewServer(&natsserver.Options{JetStream: true, StoreDir: dir, DontListen: true, NoSigs: true, NoLog: true,
-		MaxPayload: natsnode.MaxPayload, SyncAlways: syncAlways})
+// startWeft starts Weft with the embedded server, or with an external one
+// when external; syncAlways is the stream's sync_interval: always (an
+// fsync before every ack).
+func startWeft(ctx context.Context, dir string, external, syncAlways bool) (system, error) {
+	w := &weftSystem{waits: map[string]chan struct{}{}, cancel: func() {}}
+	var err error
+	if external {
+		err = w.startExternal(ctx, dir, syncAlways)
+	} else {
+		err = w.startEmbedded(dir, syncAlways)
+	}
 	if err != nil {
-		return nil, err
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		return nil, fmt.Errorf("nats-server not ready")
-	}
-	w := &weftSystem{srv: srv, waits: map[string]chan struct{}{}}
-	if w.nc, err = nats.Connect("", nats.InProcessServer(srv)); err != nil {
-		return nil, err
-	}
-	if w.rnc, err = nats.Connect("", nats.InProcessServer(srv)); err != nil {
+		w.close()
 		return nil, err
 	}
 	js, _ := jetstream.New(w.rnc)
 	if err := runner.Provision(ctx, js, runner.DefaultLease); err != nil {
+		w.close()
 		return nil, err
 	}
 	a, err := bench.StepsAgent("peers-steps")
 	if err != nil {
+		w.close()
 		return nil, err
 	}
 	r, err := runner.New(w.rnc, js, []*agent.Agent{a})
 	if err != nil {
+		w.close()
 		return nil, err
 	}
 	if _, err := w.nc.Subscribe("weft.ev.*.events", w.on); err != nil {
+		w.close()
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.Background())
@@ -71,6 +81,100 @@ func startWeft(ctx context.Context, dir string, syncAlways bool) (system, error)
 	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer wcancel()
 	return w, w.client.Ready(wctx)
+}
+
+func (w *weftSystem) startEmbedded(dir string, syncAlways bool) error {
+	srv, err := natsserver.NewServer(&natsserver.Options{JetStream: true, StoreDir: dir, DontListen: true, NoSigs: true, NoLog: true,
+		MaxPayload: natsnode.MaxPayload, SyncAlways: syncAlways})
+	if err != nil {
+		return err
+	}
+	w.srv = srv
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		return fmt.Errorf("nats-server not ready")
+	}
+	if w.nc, err = nats.Connect("", nats.InProcessServer(srv)); err != nil {
+		return err
+	}
+	w.rnc, err = nats.Connect("", nats.InProcessServer(srv))
+	return err
+}
+
+// envNATSConf makes this program a nats-server process (natsMain) serving
+// the configuration file the variable names.
+const envNATSConf = "WEFT_PEERS_NATS_CONF"
+
+func (w *weftSystem) startExternal(ctx context.Context, dir string, syncAlways bool) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	conf := natsConf(port, filepath.Join(dir, "js"), syncAlways)
+	cf := filepath.Join(dir, "nats.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	w.ext = exec.Command(self)
+	w.ext.Env = append(os.Environ(), envNATSConf+"="+cf)
+	w.ext.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the measurement
+	w.ext.Stdout, w.ext.Stderr = os.Stderr, os.Stderr
+	if err := w.ext.Start(); err != nil {
+		w.ext = nil
+		return err
+	}
+	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if w.nc, err = nats.Connect(url); err == nil {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("external nats-server: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	w.rnc, err = nats.Connect(url)
+	return err
+}
+
+// natsConf is the external server's configuration file.
+func natsConf(port int, store string, syncAlways bool) string {
+	sync := ""
+	if syncAlways {
+		sync = "  sync_interval: always\n"
+	}
+	return fmt.Sprintf("listen: 127.0.0.1:%d\nmax_payload: %d\njetstream {\n  store_dir: %q\n%s}\n", port, natsnode.MaxPayload, store, sync)
+}
+
+// natsMain runs this process as the external nats-server: the server of
+// the nats-server module in go.mod, from the configuration file conf
+// (what the nats-server binary of that version does with -c conf), until
+// SIGTERM.
+func natsMain(conf string) error {
+	opts, err := natsserver.ProcessConfigFile(conf)
+	if err != nil {
+		return err
+	}
+	opts.NoSigs, opts.NoLog = true, true
+	srv, err := natsserver.NewServer(opts)
+	if err != nil {
+		return err
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(time.Minute) {
+		return fmt.Errorf("nats-server not ready for connections")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	<-ctx.Done()
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	return nil
 }
 
 func (w *weftSystem) on(m *nats.Msg) {
@@ -105,13 +209,30 @@ func (w *weftSystem) run(ctx context.Context, id string, steps int) error {
 	}
 }
 
-func (w *weftSystem) pids() []int { return nil }
+func (w *weftSystem) pids() []int {
+	if w.ext == nil {
+		return nil
+	}
+	return []int{w.ext.Process.Pid}
+}
 
 func (w *weftSystem) close() {
 	w.cancel()
-	<-w.done
-	w.nc.Close()
-	w.rnc.Close()
-	w.srv.Shutdown()
-	w.srv.WaitForShutdown()
+	if w.done != nil {
+		<-w.done
+	}
+	if w.nc != nil {
+		w.nc.Close()
+	}
+	if w.rnc != nil {
+		w.rnc.Close()
+	}
+	if w.srv != nil {
+		w.srv.Shutdown()
+		w.srv.WaitForShutdown()
+	}
+	if w.ext != nil {
+		_ = w.ext.Process.Signal(syscall.SIGTERM)
+		_ = w.ext.Wait()
+	}
 }
