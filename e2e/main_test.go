@@ -114,12 +114,17 @@ func runnerMain() int {
 func workerMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	copts := []nats.Option{nats.MaxReconnects(-1)}
+	// A worker started while the chaos schedule has the server down (a
+	// crash or a restart) waits for it, as a supervised worker would,
+	// instead of exiting at once with nothing said (it exited 1 "by
+	// itself" in seed 2 of the chaos test).
+	copts := []nats.Option{nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true)}
 	if d, err := time.ParseDuration(os.Getenv("WEFT_E2E_RECONNECT_WAIT")); err == nil {
 		copts = append(copts, nats.ReconnectWait(d))
 	}
 	nc, err := nats.Connect(os.Getenv("NATS_URL"), copts...)
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	defer nc.Close()
@@ -133,6 +138,7 @@ func workerMain() int {
 		agents = []*agent.Agent{a}
 	}
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	level := slog.LevelWarn
