@@ -29,7 +29,9 @@ type page struct {
 
 // flash is the outcome of an action, shown at the top of the page.
 type flash struct {
-	OK      bool
+	OK bool
+	// Unknown: whether the command took effect is not known (answer).
+	Unknown bool
 	Code    string
 	Reason  string
 	Message string
