@@ -40,6 +40,9 @@ type answer struct {
 	// known (the console chose it when the form had none): sent again, the
 	// start is the same run's.
 	Run string `json:"run,omitempty"`
+	// again is the start form to show again (a page without the script,
+	// after a start whose outcome is not known).
+	again *startForm
 }
 
 // maxForm bounds a form body (a reconciliation output may be large, but
@@ -62,7 +65,7 @@ func (c *Console) respond(w http.ResponseWriter, r *http.Request, a answer, secr
 		_ = json.NewEncoder(w).Encode(a)
 		return
 	}
-	fl := &flash{OK: a.OK, Unknown: a.Unknown, Code: a.Code, Reason: a.Reason, Message: a.Message, Link: a.Link}
+	fl := &flash{OK: a.OK, Unknown: a.Unknown, Code: a.Code, Reason: a.Reason, Message: a.Message, Link: a.Link, Start: a.again}
 	ret, err := url.Parse(r.PostFormValue("return"))
 	if err != nil || !strings.HasPrefix(ret.Path, "/") || strings.HasPrefix(ret.Path, "//") || ret.Host != "" {
 		ret = &url.URL{Path: "/"}
@@ -395,6 +398,7 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 		a := c.answerErr(r, err, run, "")
 		if a.Unknown {
 			a.Run = run
+			a.again = &startForm{Agent: agentName, CommandID: f.Get("command_id"), Run: run, Input: input}
 		}
 		c.respond(w, r, a)
 		return

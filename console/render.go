@@ -32,6 +32,9 @@ type flash struct {
 	OK bool
 	// Unknown: whether the command took effect is not known (answer).
 	Unknown bool
+	// Start, after a start whose outcome is not known, is the start form
+	// to show again as it was sent.
+	Start   *startForm
 	Code    string
 	Reason  string
 	Message string

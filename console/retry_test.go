@@ -145,11 +145,17 @@ func TestSemantics8_ConsoleSaysANoAnswerIsNotKnownAndKeepsTheCommandID(t *testin
 			t.Errorf("the answer says %q, want it to say %q", ans.Message, want)
 		}
 	}
-	// Without the script, the page says the same.
+	// Without the script, the page says the same, and shows the start form
+	// again as it was sent: its command id, the run id and the input.
 	form.Set("run", ans.Run)
 	_, page := postForm(t, d, "/act/start", form, false, console.WithTimeout(time.Second), console.WithRetry(0))
-	if !strings.Contains(string(page), "<strong>Not known.</strong>") || strings.Contains(string(page), "Refused") {
-		t.Errorf("the page after the form shows no \"Not known.\" (or shows Refused):\n%s", page)
+	for _, want := range []string{"<strong>Not known.</strong>", `name="command_id" value="console-silent-1"`, `name="run" value="` + ans.Run + `"`, `name="input" value="hello"`} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the page after the form has no %s:\n%s", want, page)
+		}
+	}
+	if strings.Contains(string(page), "Refused") {
+		t.Errorf("the page after the form says Refused:\n%s", page)
 	}
 }
 
