@@ -24,25 +24,8 @@ import (
 // returns its JSON answer.
 func startForm(t *testing.T, d *busyrunner.Deployment, run, commandID string, opts ...console.Option) (ok bool, code string) {
 	t.Helper()
-	c, err := console.New(d.Server.Conn, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(c)
-	defer srv.Close()
 	form := url.Values{"agent": {"notes"}, "input": {"hello"}, "run": {run}, "command_id": {commandID}, "return": {"/"}}
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/act/start", strings.NewReader(form.Encode()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	_, b := postForm(t, d, "/act/start", form, true, opts...)
 	var ans struct {
 		OK   bool   `json:"ok"`
 		Code string `json:"code"`
