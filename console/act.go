@@ -30,7 +30,19 @@ type answer struct {
 	// NextCommandID replaces the form's command id after a refusal (the
 	// command API keeps a refusal for its command id, so a corrected form
 	// needs a new one) and after a start (the form starts another run).
+	// Never after an answer whose outcome is not known (Unknown).
 	NextCommandID string `json:"next_command_id,omitempty"`
+	// Unknown says that whether the command took effect is not known: it
+	// got no answer, or outcome_unknown (Code). The form keeps its command
+	// id, so that sending it again is applied at most once.
+	Unknown bool `json:"unknown,omitempty"`
+	// Run is the run id the form keeps after a start whose outcome is not
+	// known (the console chose it when the form had none): sent again, the
+	// start is the same run's.
+	Run string `json:"run,omitempty"`
+	// again is the start form to show again (a page without the script,
+	// after a start whose outcome is not known).
+	again *startForm
 }
 
 // maxForm bounds a form body (a reconciliation output may be large, but
@@ -42,7 +54,7 @@ const maxForm = api.MaxBody
 // page it came from (the return field) with the answer on top.
 func (c *Console) respond(w http.ResponseWriter, r *http.Request, a answer, secrets ...string) {
 	a.Message = redact(a.Message, secrets...)
-	if !a.OK {
+	if !a.OK && !a.Unknown {
 		a.NextCommandID = newCommandID()
 	}
 	if strings.Contains(r.Header.Get("Accept"), "application/json") {
@@ -53,7 +65,7 @@ func (c *Console) respond(w http.ResponseWriter, r *http.Request, a answer, secr
 		_ = json.NewEncoder(w).Encode(a)
 		return
 	}
-	fl := &flash{OK: a.OK, Code: a.Code, Reason: a.Reason, Message: a.Message, Link: a.Link}
+	fl := &flash{OK: a.OK, Unknown: a.Unknown, Code: a.Code, Reason: a.Reason, Message: a.Message, Link: a.Link, Start: a.again}
 	ret, err := url.Parse(r.PostFormValue("return"))
 	if err != nil || !strings.HasPrefix(ret.Path, "/") || strings.HasPrefix(ret.Path, "//") || ret.Host != "" {
 		ret = &url.URL{Path: "/"}
@@ -89,6 +101,66 @@ func refused(err error) answer {
 		return answer{Code: string(we.Code), Reason: we.Reason, Message: we.Message}
 	}
 	return answer{Code: string(weft.CodeUnavailable), Message: err.Error()}
+}
+
+// notKnown reports whether err says that whether the command took effect
+// is not known: outcome_unknown, or no answer (an error without a code —
+// the request's deadline, a lost connection — after which the command may
+// have been applied, its answer lost). A coded answer is a refusal.
+func notKnown(err error) bool {
+	if errors.As(err, new(*weft.Error)) {
+		return weft.ErrorCode(err) == weft.CodeOutcomeUnknown
+	}
+	return err != nil
+}
+
+// answerErr turns a command's error into an answer: a refusal (refused),
+// or, when whether the command took effect is not known (notKnown), an
+// answer that says so and what the run (ref, when the form names one)
+// shows now, read as the CLI's unknownOutcome does. The form keeps its
+// command id (SEMANTICS.md §8: a run can always be answered — by reading
+// it, never by a guess).
+func (c *Console) answerErr(r *http.Request, err error, run, action string) answer {
+	if !notKnown(err) {
+		return refused(err)
+	}
+	a := answer{Unknown: true, Message: "Whether it took effect is not known: " + err.Error() + "."}
+	if weft.ErrorCode(err) == weft.CodeOutcomeUnknown {
+		we := asWeftError(err)
+		a.Code, a.Reason, a.Message = string(we.Code), we.Reason, "Whether it took effect is not known: "+we.Message+"."
+		a.Message += " Sending this form again answers the same: once the run shows that the command did not take effect, reload the page for a new form."
+	} else {
+		a.Message += " Sending this form again is safe: it keeps its command id, which is applied at most once."
+	}
+	if run == "" {
+		return a
+	}
+	a.Link = runLink(run)
+	// The action's context may be spent (no answer within it): the run is
+	// read within a context of its own.
+	ctx, cancel := c.ctx(r)
+	defer cancel()
+	v, rerr := c.query.Run(ctx, run)
+	switch {
+	case errors.Is(rerr, &weft.Error{Code: weft.CodeUnknownRun}):
+		a.Message += " Read now: run " + run + " is not known (yet)."
+	case rerr != nil:
+		a.Message += " The run could not be read now (" + rerr.Error() + "): open it."
+	default:
+		now := " Read now: run " + run + " is " + v.Status
+		if v.Outcome != nil {
+			now += " (" + v.Outcome.Kind + ")"
+		}
+		if action != "" {
+			if av, ok := v.Action(action); ok {
+				now += "; action " + action + " is " + av.State
+			} else {
+				now += "; it has no action " + action
+			}
+		}
+		a.Message += now + " (the view may not have the command yet: open the run)."
+	}
+	return a
 }
 
 // notSent is the answer for a form the console did not send.
@@ -157,7 +229,7 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 		}
 		rep, err := c.cmd.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential, Proof: signed})
 		if err != nil {
-			c.respond(w, r, refused(err), credential)
+			c.respond(w, r, c.answerErr(r, err, run, action), credential)
 			return
 		}
 		c.log.Info("console: approved", "run", run, "action", action, "revision", rev, "signed", signed != nil)
@@ -174,7 +246,7 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 		}
 		rep, err := c.cmd.Reject(ctx, req)
 		if err != nil {
-			c.respond(w, r, refused(err), credential)
+			c.respond(w, r, c.answerErr(r, err, run, action), credential)
 			return
 		}
 		c.log.Info("console: rejected", "run", run, "action", action, "revision", rev, "signed", signed != nil)
@@ -233,7 +305,7 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 		rep, err = c.cmd.Reconcile(ctx, req)
 	}
 	if err != nil {
-		c.respond(w, r, refused(err))
+		c.respond(w, r, c.answerErr(r, err, run, action))
 		return
 	}
 	c.log.Info("console: reconciled", "run", run, "action", action, "kind", f.Get("kind"))
@@ -294,7 +366,7 @@ func (c *Console) actResolve(w http.ResponseWriter, r *http.Request) {
 	}
 	rep, err := c.cmd.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by"))})
 	if err != nil {
-		c.respond(w, r, refused(err))
+		c.respond(w, r, c.answerErr(r, err, run, action))
 		return
 	}
 	c.log.Info("console: resolved", "run", run, "action", action, "kind", f.Get("kind"))
@@ -314,9 +386,21 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Name the agent and type the input."))
 		return
 	}
-	rep, err := c.cmd.Start(ctx, api.StartRequest{CommandID: f.Get("command_id"), Run: strings.TrimSpace(f.Get("run")), Agent: agentName, Input: input})
+	// A form without a run id gets one here, so that a start whose
+	// outcome is not known names the run to read, and the form, sent
+	// again with it and its command id, starts that run at most once.
+	run := strings.TrimSpace(f.Get("run"))
+	if run == "" {
+		run = newRunID()
+	}
+	rep, err := c.cmd.Start(ctx, api.StartRequest{CommandID: f.Get("command_id"), Run: run, Agent: agentName, Input: input})
 	if err != nil {
-		c.respond(w, r, refused(err))
+		a := c.answerErr(r, err, run, "")
+		if a.Unknown {
+			a.Run = run
+			a.again = &startForm{Agent: agentName, CommandID: f.Get("command_id"), Run: run, Input: input}
+		}
+		c.respond(w, r, a)
 		return
 	}
 	// The start form starts the next run with a command id of its own.
@@ -334,7 +418,7 @@ func (c *Console) actCancel(w http.ResponseWriter, r *http.Request) {
 	run := f.Get("run")
 	rep, err := c.cmd.Cancel(ctx, api.CancelRequest{CommandID: f.Get("command_id"), Run: run, Reason: strings.TrimSpace(f.Get("reason")), By: strings.TrimSpace(f.Get("by"))})
 	if err != nil {
-		c.respond(w, r, refused(err))
+		c.respond(w, r, c.answerErr(r, err, run, ""))
 		return
 	}
 	c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Cancelled. " + describeStatus(run, rep.Status)})

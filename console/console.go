@@ -248,6 +248,14 @@ func newCommandID() string {
 	return "console-" + hex.EncodeToString(b[:])
 }
 
+// newRunID returns a run id for a start form without one: "run-" and 20
+// random hex digits.
+func newRunID() string {
+	var b [10]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
+}
+
 func (c *Console) ctx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), c.timeout)
 }

@@ -29,7 +29,12 @@ type page struct {
 
 // flash is the outcome of an action, shown at the top of the page.
 type flash struct {
-	OK      bool
+	OK bool
+	// Unknown: whether the command took effect is not known (answer).
+	Unknown bool
+	// Start, after a start whose outcome is not known, is the start form
+	// to show again as it was sent.
+	Start   *startForm
 	Code    string
 	Reason  string
 	Message string

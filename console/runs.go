@@ -27,11 +27,16 @@ type runsData struct {
 	Start startForm
 }
 
-// startForm is the form that starts a run.
+// startForm is the form that starts a run: empty but for the agent, with
+// a new command id; after a start whose outcome is not known, the same
+// form again (Run, Input and CommandID kept: sent again, it starts that
+// run at most once).
 type startForm struct {
 	Agent     string
 	Examples  []string
 	CommandID string
+	Run       string
+	Input     string
 }
 
 // listQuery reads the list filter of a runs page request. since is a
@@ -87,6 +92,10 @@ func (c *Console) renderRuns(w http.ResponseWriter, r *http.Request, fl *flash) 
 	live := c.liveQuery(ctx, lv)
 	d := runsData{Status: v.Get("status"), Agent: v.Get("agent"), Since: v.Get("since"), TZ: v.Get("tz"), Statuses: projections.Statuses(),
 		Start: startForm{Agent: c.startAgent, Examples: c.startExamples, CommandID: newCommandID()}}
+	if fl != nil && fl.Start != nil {
+		d.Start = *fl.Start
+		d.Start.Examples = c.startExamples
+	}
 	status := http.StatusOK
 	q, err := listQuery(v)
 	if err == nil {

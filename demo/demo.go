@@ -292,10 +292,7 @@ func Run(ctx context.Context, o Options) error {
 	if node.Embedded() {
 		store = node.DataDir()
 	}
-	ictx, icancel := context.WithTimeout(context.Background(), 5*time.Second)
-	person, settlement, other := fd.idle(ictx, fd.waiting())
-	icancel()
-	fmt.Fprintln(evOut, stopLine(fd.handedOff(), person, settlement, other, store))
+	fmt.Fprintln(evOut, stopLine(fd.handedOff(), fd.idle(context.Background(), fd.waiting(), 5*time.Second), store))
 	close(errs)
 	var all []error
 	for e := range errs {
@@ -320,7 +317,7 @@ func portFree(port int) error {
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("%w: 127.0.0.1:%d: %v (is another weft dev running? use it with NATS_URL=nats://127.0.0.1:%d, or pick another port with --listen)", ErrPortInUse, port, err, port)
+		return fmt.Errorf("%w: 127.0.0.1:%d: %v (is another weft dev running? run the demo against it with weft dev --nats nats://127.0.0.1:%d, or pick another port with --listen)", ErrPortInUse, port, err, port)
 	}
 	return l.Close()
 }

@@ -156,23 +156,37 @@ func (f *feed) waiting() []string {
 	return out
 }
 
-// idle sorts the runs waiting lists (feed.waiting) by what each waits
-// for, read from its history in the log: a person (an approval asked, or
-// an uncertain effect to reconcile), a settlement (a settling action's
-// window is open), or neither of them (a child run, say: other). A run
-// whose history cannot be read is other.
-func (f *feed) idle(ctx context.Context, waiting []string) (person, settlement, other []string) {
+// idleRuns are the runs waiting lists (feed.waiting), by what each waits
+// for (feed.idle).
+type idleRuns struct {
+	// person: an approval asked, or an uncertain effect to reconcile;
+	// settlement: a settling action's window is open; other: neither of
+	// them (a child run, say); unread: the history could not be read
+	// within its time, so what it waits for is not known.
+	person, settlement, other, unread []string
+}
+
+// idle sorts the runs waiting lists by what each waits for, read from its
+// history in the log, each within per of its own (ctx bounds them all), so
+// that one slow read leaves no other run unread.
+func (f *feed) idle(ctx context.Context, waiting []string, per time.Duration) idleRuns {
+	var ir idleRuns
 	for _, run := range waiting {
-		switch waitsFor(ctx, f.log, run) {
-		case waitPerson:
-			person = append(person, run)
-		case waitSettlement:
-			settlement = append(settlement, run)
+		rctx, cancel := context.WithTimeout(ctx, per)
+		kind, err := waitsFor(rctx, f.log, run)
+		cancel()
+		switch {
+		case err != nil:
+			ir.unread = append(ir.unread, run)
+		case kind == waitPerson:
+			ir.person = append(ir.person, run)
+		case kind == waitSettlement:
+			ir.settlement = append(ir.settlement, run)
 		default:
-			other = append(other, run)
+			ir.other = append(ir.other, run)
 		}
 	}
-	return person, settlement, other
+	return ir
 }
 
 type waitKind int
@@ -184,17 +198,17 @@ const (
 )
 
 // waitsFor folds run's history and says what it waits for; a person
-// first, when it waits for both.
-func waitsFor(ctx context.Context, log *eventlog.Log, run string) waitKind {
+// first, when it waits for both. An error: the history could not be read.
+func waitsFor(ctx context.Context, log *eventlog.Log, run string) (waitKind, error) {
 	envs, _, err := log.Load(ctx, run)
 	if err != nil {
-		return waitOther
+		return waitOther, err
 	}
 	recs := make([]events.Recorded, 0, len(envs))
 	for _, env := range envs {
 		rec, err := projector.Recorded(env)
 		if err != nil {
-			return waitOther
+			return waitOther, err
 		}
 		recs = append(recs, rec)
 	}
@@ -202,19 +216,20 @@ func waitsFor(ctx context.Context, log *eventlog.Log, run string) waitKind {
 	for _, a := range aggregate.Fold(recs).Actions() {
 		switch a.State {
 		case aggregate.ActionAwaitingApproval, aggregate.ActionUncertain:
-			return waitPerson
+			return waitPerson, nil
 		case aggregate.ActionSettling:
 			kind = waitSettlement
 		}
 	}
-	return kind
+	return kind, nil
 }
 
 // stopLine is what Run prints when it stopped cleanly: the runs handed
 // off (work was in flight), and the idle runs, which needed no hand-off:
-// those that wait for a person, those that wait for a settlement and the
-// others; the next weft dev on the same store continues them all.
-func stopLine(handed, person, settlement, other []string, store string) string {
+// those that wait for a person, those that wait for a settlement, the
+// others and those that could not be read; the next weft dev on the same
+// store continues them all.
+func stopLine(handed []string, ir idleRuns, store string) string {
 	where := "the next weft dev on this store"
 	if store != "" {
 		where = "the next weft dev on " + store
@@ -235,9 +250,17 @@ func stopLine(handed, person, settlement, other []string, store string) string {
 		}
 		line += fmt.Sprintf(" %s %s%s: %s (or any runner on the same NATS) continues %s%s.", upper(list), verb, what, where, them, when)
 	}
-	idle(person, " for a person", " when answered")
-	idle(settlement, " for a settlement", " when it comes, or when its window closes")
-	idle(other, " with nothing in flight", "")
+	idle(ir.person, " for a person", " when answered")
+	idle(ir.settlement, " for a settlement", " when it comes, or when its window closes")
+	idle(ir.other, " with nothing in flight", "")
+	if len(ir.unread) > 0 {
+		list, them := runList(ir.unread)
+		what := "what it waits for is"
+		if len(ir.unread) > 1 {
+			what = "what they wait for is"
+		}
+		line += fmt.Sprintf(" %s could not be read now, so %s not said (see weft show): %s (or any runner on the same NATS) continues %s.", upper(list), what, where, them)
+	}
 	return line
 }
 

@@ -45,8 +45,7 @@ func TestFirstHour_StopLineKeepsARunHandedOffWhenItsWorkReportsAfterTheHandOff(t
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 	fd.caughtUp(cctx, stream)
 	ccancel()
-	person, settlement, other := fd.idle(ctx, fd.waiting())
-	got := stopLine(fd.handedOff(), person, settlement, other, "/store")
+	got := stopLine(fd.handedOff(), fd.idle(ctx, fd.waiting(), 5*time.Second), "/store")
 	want := "Stopped: handed off run pay-9; the next weft dev on /store (or any runner on the same NATS) continues it, and approvals already given stay valid."
 	if got != want {
 		t.Errorf("stop line:\n got %s\nwant %s", got, want)
@@ -108,8 +107,7 @@ func TestFirstHour_StopLineSaysWhatAnIdleRunWaitsFor(t *testing.T) {
 	cctx, ccancel := context.WithTimeout(ctx, 30*time.Second)
 	fd.caughtUp(cctx, stream)
 	ccancel()
-	person, settlement, other := fd.idle(ctx, fd.waiting())
-	got := stopLine(fd.handedOff(), person, settlement, other, "/store")
+	got := stopLine(fd.handedOff(), fd.idle(ctx, fd.waiting(), 5*time.Second), "/store")
 	want := "Stopped: no run was in flight; nothing handed off." +
 		" Run pay-7 waits for a person: the next weft dev on /store (or any runner on the same NATS) continues it when answered." +
 		" Run refund-8 waits for a settlement: the next weft dev on /store (or any runner on the same NATS) continues it when it comes, or when its window closes."
@@ -118,4 +116,33 @@ func TestFirstHour_StopLineSaysWhatAnIdleRunWaitsFor(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// The first hour's Ctrl-C summary: a waiting run whose history cannot be
+// read (here: the reads' context is already spent, as one shared 5 s
+// context was after a slow read) is said to be unread — never "with
+// nothing in flight", which a run that waits for a person is not. Before,
+// every such run was classed as waiting for nothing.
+func TestFirstHour_StopLineSaysARunItCouldNotReadIsUnread(t *testing.T) {
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+	log := eventlog.New(s.JS)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := log.Append(ctx, "pay-7", eventlog.Head{}, time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC),
+		events.RunStarted{Agent: events.AgentRef{Name: AgentName, Version: "1"}, Input: "pay invoice INV-7", Runner: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	fd := &feed{log: log}
+	spent, stop := context.WithCancel(context.Background())
+	stop()
+	got := stopLine(nil, fd.idle(spent, []string{"pay-7", "pay-8"}, 5*time.Second), "/store")
+	want := "Stopped: no run was in flight; nothing handed off." +
+		" 2 runs (pay-7, pay-8) could not be read now, so what they wait for is not said (see weft show): the next weft dev on /store (or any runner on the same NATS) continues them."
+	if got != want {
+		t.Errorf("stop line:\n got %s\nwant %s", got, want)
+	}
+	// Each run is read within a time of its own: readable, it is sorted.
+	if ir := fd.idle(ctx, []string{"pay-7"}, 5*time.Second); len(ir.other) != 1 || len(ir.unread) != 0 {
+		t.Errorf("a readable run waiting for nothing: %+v, want other", ir)
+	}
 }

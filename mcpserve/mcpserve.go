@@ -515,24 +515,32 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 	var seen bool
 	var agentName string
 	var lastErr error = errNoAnswer
+	// childErr is the unknown_run of a child run the family lists, at the
+	// last read: asked again until the deadline, then the answer.
+	var childErr error
 	pause := backoff.New(20*time.Millisecond, 500*time.Millisecond)
 	for {
 		fam, err := s.query.RunFamily(ctx, run)
 		switch {
 		case err == nil:
-			seen, agentName = true, fam.View.Agent.Name
+			seen, agentName, childErr = true, fam.View.Agent.Name, nil
 			switch fam.FamilyStatus.Status {
 			case projections.StatusFinished, projections.StatusSuspended:
 				// A suspended run with nothing listed is a view caught
 				// between two events of one step: look again.
 				ans, err := s.settled(ctx, fam)
-				if err != nil {
+				switch {
+				case errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}):
+					// A read-model replica that has not projected the
+					// child yet answers unknown_run too: asked again
+					// within the wait, answered if it lasts.
+					childErr = err
+				case err != nil:
 					// A child run it waits for cannot be read, and never
 					// will be by asking again: the error, not "working"
 					// for ever.
 					return Answer{Status: StatusUnknown, Run: run, Agent: agentName, Error: asWeft(err)}
-				}
-				if ans.Status != StatusWorking {
+				case ans.Status != StatusWorking:
 					return ans
 				}
 			}
@@ -547,6 +555,9 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 			break
 		}
 	}
+	if childErr != nil {
+		return Answer{Status: StatusUnknown, Run: run, Agent: agentName, Error: asWeft(childErr)}
+	}
 	if seen {
 		return Answer{Status: StatusWorking, Run: run, Agent: agentName}
 	}
@@ -558,7 +569,7 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 // for. It answers working (not settled yet) when one of those views lags
 // the log (caughtUp) or a child's view could not be read yet (the wait
 // ended, or a retryable code); a child whose read failed otherwise (such as
-// unknown_run) is that error.
+// unknown_run, which follow asks again within the wait) is that error.
 func (s *Server) settled(ctx context.Context, fam projector.RunReply) (Answer, error) {
 	v := fam.View
 	ans := Answer{Run: v.Run, Agent: v.Agent.Name}

@@ -70,22 +70,38 @@ func TestRetryRules_MCPServeNoRetryRefusesRunnerBusy(t *testing.T) {
 
 // familyQuery answers the query service's run endpoint on nc as a read
 // model does for a run "parent" of agent notes whose family waits for the
-// child run "child", which cannot be read: unknown_run for every other run.
-func familyQuery(t *testing.T, nc *nats.Conn) {
+// child run "child": unknown_run for the child's first lag reads (a
+// replica that has not projected it yet; lag < 0: every read), then a view
+// of it with an uncertain action; unknown_run for every other run.
+func familyQuery(t *testing.T, nc *nats.Conn, lag int) {
 	t.Helper()
+	var childReads int
 	sub, err := nc.Subscribe(projector.QueryPrefix+"."+projector.EndpointRun, func(m *nats.Msg) {
 		var req struct {
 			Run string `json:"run"`
 		}
 		_ = json.Unmarshal(m.Data, &req)
-		if req.Run == "parent" {
-			body, _ := json.Marshal(projector.RunReply{Schema: 1,
+		var rep projector.RunReply
+		switch req.Run {
+		case "parent":
+			rep = projector.RunReply{Schema: 1,
 				View:         projections.RunView{Run: "parent", Version: 3, Status: projections.StatusWorking, Agent: events.AgentRef{Name: "notes", Version: "1"}},
-				FamilyStatus: projections.Family{Status: projections.StatusSuspended, Waiting: []string{"child"}}})
-			_ = m.Respond(body)
+				FamilyStatus: projections.Family{Status: projections.StatusSuspended, Waiting: []string{"child"}}}
+		case "child":
+			childReads++ // the subscription's handler is called for one message at a time
+			if lag >= 0 && childReads > lag {
+				rep = projector.RunReply{Schema: 1,
+					View: projections.RunView{Run: "child", Version: 2, Status: projections.StatusSuspended, Agent: events.AgentRef{Name: "notes", Version: "1"},
+						Actions: []projections.ActionView{{ID: "1/call_1_1", Tool: "pay", State: projections.StateUncertain}}},
+					FamilyStatus: projections.Family{Status: projections.StatusSuspended}}
+			}
+		}
+		if rep.View.Run == "" {
+			replyUnknownRun(m, weft.UnknownRun(req.Run))
 			return
 		}
-		replyUnknownRun(m, weft.UnknownRun(req.Run))
+		body, _ := json.Marshal(rep)
+		_ = m.Respond(body)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +114,13 @@ func familyQuery(t *testing.T, nc *nats.Conn) {
 
 // TestSemantics8_AWaitingChildThatCannotBeReadIsAnsweredItsError
 // (SEMANTICS §8 "A run can always be answered"): a run's family waits for
-// a child run whose view cannot be read (unknown_run, a refusal that
-// asking again does not change). The status tool answers that error,
-// with its code, at once — not "still working" after every wait, for
-// ever, as before.
+// a child run whose view cannot be read (unknown_run for every read
+// within the wait). The status tool answers that error, with its code, at
+// the end of the wait — not "still working" after every wait, for ever,
+// as before.
 func TestSemantics8_AWaitingChildThatCannotBeReadIsAnsweredItsError(t *testing.T) {
 	s := natstest.Start(t)
-	familyQuery(t, s.Conn)
+	familyQuery(t, s.Conn, -1)
 	srv, err := mcpserve.New(s.Conn, mcpserve.Config{Agents: []mcpserve.Agent{{Name: "notes"}}, Wait: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +130,25 @@ func TestSemantics8_AWaitingChildThatCannotBeReadIsAnsweredItsError(t *testing.T
 		t.Fatalf("answer %+v, want the child's unknown_run", ans)
 	}
 	mustContain(t, "message", ans.Error.Message, "child run child", "parent")
+}
+
+// TestSemantics8_AListedChildNotProjectedYetIsAskedAgain (SEMANTICS §8
+// "A run can always be answered"; docs/mcp.md): a run's family waits for a
+// child run whose first reads answer unknown_run, as a read-model replica
+// that has not projected it yet does, then its view. The status tool asks
+// again within the wait and answers what the child shows (uncertain).
+// Before, the first unknown_run was the answer: unknown.
+func TestSemantics8_AListedChildNotProjectedYetIsAskedAgain(t *testing.T) {
+	s := natstest.Start(t)
+	familyQuery(t, s.Conn, 2)
+	srv, err := mcpserve.New(s.Conn, mcpserve.Config{Agents: []mcpserve.Agent{{Name: "notes"}}, Wait: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, _ := callTool(t, srv, mcpserve.DefaultStatusTool, map[string]any{"run": "parent"})
+	if ans.Status != mcpserve.StatusUncertain || len(ans.Uncertain) != 1 || ans.Uncertain[0].Run != "child" {
+		t.Fatalf("answer %+v, want the child's uncertain action", ans)
+	}
 }
 
 // TestRetryRules_AStartOfUnknownOutcomeIsReadFromTheRun (docs/protocol.md

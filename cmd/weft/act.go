@@ -31,6 +31,14 @@ func newCommandID() string {
 	return "cli-" + hex.EncodeToString(b)
 }
 
+// newRunID returns a run id for a start without --run: "run-" and 20
+// random hex digits.
+func newRunID() string {
+	b := make([]byte, 10)
+	rand.Read(b)
+	return "run-" + hex.EncodeToString(b)
+}
+
 // views reads runs' views (the query service) and the heads of their logs
 // (to tell whether a view has caught up: freshView).
 type views struct {
@@ -73,7 +81,7 @@ type retryFlags struct {
 func addRetryFlags(fs *flag.FlagSet) *retryFlags {
 	o := &retryFlags{}
 	fs.BoolVar(&o.noRetry, "no-retry", false, "send each command once: answer a retryable refusal (runner_busy, contended, conflict, unavailable, settle_unconfirmed) instead of retrying it")
-	fs.DurationVar(&o.within, "retry-within", api.DefaultRetryWithin, "retry a retryable refusal with the same command id for up to this long")
+	fs.DurationVar(&o.within, "retry-within", api.DefaultRetryWithin, "retry a retryable refusal with the same command id for up to this long (the command's answer is awaited for --timeout plus this, all its tries included)")
 	return o
 }
 
@@ -108,51 +116,58 @@ func actFlags(fs *flag.FlagSet, id *string) *actOpts {
 }
 
 // send is the plumbing every acting command shares: it gives the command a
-// fresh id unless --command-id named one (id nil: the command keeps what it
-// has; the client gives it one to retry with), connects, sends the command
-// with call — retrying a retryable answer with the same command id unless
+// fresh id unless --command-id named one, connects, sends the command with
+// call — retrying a retryable answer with the same command id unless
 // --no-retry — and prints the reply.
 //
 // An outcome_unknown answer is never retried (the same command id answers
-// it again): send reads the run (ref) and says what it shows now
-// (unknownOutcome).
+// it again). No answer within the bound (--timeout plus --retry-within) is
+// not known either — the command may have been applied, its answer lost —
+// and is answered outcome_unknown, never unavailable (nothing applied).
+// For both, send reads the run (ref) and says what it shows now
+// (unknownOutcome); exit 6.
 func send(ctx context.Context, e *env, id *string, o *actOpts, ref runRef, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
-	if id != nil && *id == "" {
+	if *id == "" {
 		*id = newCommandID()
 	}
-	err := withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, q views) error {
-		r, err := call(ctx, c, q)
-		if ref.run != "" && errors.Is(err, &weft.Error{Code: weft.CodeOutcomeUnknown}) {
-			return unknownOutcome(ctx, q, ref, err)
+	return withAPI(ctx, e, o.retry(), func(actx context.Context, c *api.Client, q views) error {
+		r, err := call(actx, c, q)
+		if err == nil {
+			return printReply(e, o.json, r)
 		}
-		if err != nil {
+		again := "whether the command took effect is what the run shows: send it again only with a new --command-id, once the run shows that it did not (the same id answers outcome_unknown again)"
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			// Sent, maybe applied, its answer lost: the same command id
+			// is safe to send again.
+			again = fmt.Sprintf("send it again with the same --command-id %s%s, which is applied at most once", *id, ref.again)
+			err = &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf("no answer from the command API within %s (is a runner serving weft.api.*?): whether the command took effect is not known (%v)", e.timeout+o.retry(), err)}
+		case weft.ErrorCode(err) != weft.CodeOutcomeUnknown:
 			return err
 		}
-		return printReply(e, o.json, r)
+		if ref.run == "" {
+			return fmt.Errorf("%w\n%s", err, again)
+		}
+		// The exchange's context may be spent: the run is read within
+		// --timeout of its own.
+		rctx, cancel := context.WithTimeout(ctx, e.timeout)
+		defer cancel()
+		return unknownOutcome(rctx, q, ref, err, again)
 	})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	msg := "no answer from the command API within " + (e.timeout + o.retry()).String() + " (is a runner serving weft.api.*?)"
-	if id != nil && ref.run != "" {
-		// The command may have been sent and applied, its answer lost:
-		// not known. The same command id is safe to send again.
-		msg += fmt.Sprintf("; whether the command took effect is not known: read the run (%s show %s), or send it again with the same --command-id %s, which is applied at most once", self, ref.run, *id)
-	}
-	return &weft.Error{Code: weft.CodeUnavailable, Message: msg}
 }
 
 // runRef is what an acting command acts on: a run, and an action of it
-// ("" for a command on the whole run).
-type runRef struct{ run, action string }
+// ("" for a command on the whole run); again is what else a command sent
+// again must repeat to be the same (start: its --run).
+type runRef struct{ run, action, again string }
 
 // unknownOutcome explains err, an outcome_unknown answer to a command on
-// ref: the command may or may not have taken effect, or may still. It
-// reads the run's view once caught up with its log (freshView) and says
-// what the run — and the action — shows now, so that a person decides from
-// the run, never from a guess: the command is sent again only with a new
-// --command-id, once the run shows that it did not take effect.
-func unknownOutcome(ctx context.Context, q views, ref runRef, err error) error {
+// ref (or no answer to it): the command may or may not have taken effect,
+// or may still. It reads the run's view once caught up with its log
+// (freshView) and says what the run — and the action — shows now, so that
+// a person decides from the run, never from a guess; then after: what to
+// send again, and when.
+func unknownOutcome(ctx context.Context, q views, ref runRef, err error, after string) error {
 	var v projections.RunView
 	lag, rerr := freshView(ctx, q.log, ref.run, func(ctx context.Context) (projections.RunView, error) {
 		rv, err := q.Run(ctx, ref.run)
@@ -161,7 +176,9 @@ func unknownOutcome(ctx context.Context, q views, ref runRef, err error) error {
 		}
 		return rv, err
 	})
-	const after = "whether the command took effect is what the run shows: send it again only with a new --command-id, once the run shows that it did not (the same id answers outcome_unknown again)"
+	if errors.Is(rerr, &weft.Error{Code: weft.CodeUnknownRun}) {
+		return fmt.Errorf("%w\nread after this answer: run %s is not known (yet: the read model may not have it). %s (see %s show %s)", err, ref.run, after, self, ref.run)
+	}
 	if rerr != nil {
 		return fmt.Errorf("%w\nthe run could not be read (%v): see %s show %s; %s", err, rerr, self, ref.run, after)
 	}
@@ -188,17 +205,23 @@ func startCommand() command {
 		examples: []string{`weft start payment-desk "pay invoice INV-7"`, `weft start payment-desk "pay invoice INV-7" --run pay-7 --version 1`},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var req api.StartRequest
-			fs.StringVar(&req.Run, "run", "", "the run id (1-128 of [A-Za-z0-9_-]); empty: generated")
+			fs.StringVar(&req.Run, "run", "", "the run id (1-128 of [A-Za-z0-9_-]); empty: one the CLI chooses (run- and 20 hex digits), printed")
 			fs.StringVar(&req.Version, "version", "", "the agent version (empty: the one the runners serve)")
 			fs.StringVar(&req.Correlation, "correlation", "", "a correlation id for tracing")
-			fs.StringVar(&req.CommandID, "command-id", "", "idempotency key of this command")
-			o := addActOpts(fs)
+			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<agent> <input>"); err != nil {
 					return err
 				}
 				req.Agent, req.Input = args[0], args[1]
-				return send(ctx, e, nil, o, runRef{}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				// The CLI chooses the run id of a start without --run, so
+				// that a start whose outcome is not known names the run to
+				// read and, sent again with it and the same --command-id,
+				// starts that run at most once.
+				if req.Run == "" {
+					req.Run = newRunID()
+				}
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, again: " and the same --run " + req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					r, err := c.Start(ctx, req)
 					return api.Reply(r), err
 				})
@@ -314,7 +337,7 @@ func approveCommand() command {
 					return usagef("approve needs --approver and either --credential or --signing-key")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
 						if err != nil {
@@ -359,7 +382,7 @@ func rejectCommand() command {
 					return usagef("reject needs --reason")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
 						if err != nil {
@@ -440,7 +463,7 @@ func reconcileCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					if *stored {
 						return cl.ReconcileStored(ctx, req)
 					}
@@ -480,7 +503,7 @@ func resolveCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
-				return send(ctx, e, &req.CommandID, o, runRef{req.Run, req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					return cl.Resolve(ctx, req)
 				})
 			}
@@ -542,7 +565,7 @@ func settleCommand() command {
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}
 				req.Schema, req.Run, req.Action = 1, args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, runRef{}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Settle(ctx, req)
 				})
 			}

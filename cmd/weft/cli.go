@@ -24,6 +24,7 @@ const (
 	exitUnavailable = 3 // NATS or the service did not answer
 	exitAudit       = 4 // audit verify found a problem
 	exitLocal       = 5 // a local problem: the store dir or port is in use, a file cannot be read or written
+	exitNotKnown    = 6 // whether the command took effect is not known (outcome_unknown, or no answer to a command sent): read the run
 )
 
 // DefaultURL is the server the client commands use without --nats or
@@ -54,8 +55,11 @@ func exitCode(err error) int {
 	case errors.As(err, &ae):
 		return exitAudit
 	case errors.As(err, &we):
-		if we.Code == weft.CodeUnavailable {
+		switch we.Code {
+		case weft.CodeUnavailable:
 			return exitUnavailable
+		case weft.CodeOutcomeUnknown:
+			return exitNotKnown
 		}
 		return exitFailed
 	case errors.Is(err, natsnode.ErrDataDirInUse), errors.Is(err, demo.ErrPortInUse),
@@ -132,7 +136,9 @@ func find(name string) (command, bool) {
 const exitCodesHelp = `Exit codes:
   0 success, 1 refused by the server (its error code is printed),
   2 bad command line, 3 NATS or the service unavailable, 4 audit found a problem,
-  5 a local problem (store dir or port in use, a file not readable or writable).
+  5 a local problem (store dir or port in use, a file not readable or writable),
+  6 whether the command took effect is not known (outcome_unknown, or no answer
+  to a command sent): read the run.
 `
 
 const globalHelp = `weft: the Weft command-line client.
@@ -214,7 +220,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("weft "+c.name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&e.url, "nats", e.url, "NATS server URL (default $NATS_URL, else "+DefaultURL+")")
-	fs.DurationVar(&e.timeout, "timeout", e.timeout, "how long to wait for NATS and each answer")
+	fs.DurationVar(&e.timeout, "timeout", e.timeout, "how long to wait for NATS and each answer; an acting command waits this plus --retry-within for its answer, all its tries included")
 	e.creds = natsnode.RegisterFlags(fs)
 	body := c.flags(fs)
 	fs.Usage = func() {

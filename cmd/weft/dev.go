@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -120,7 +121,13 @@ func devCommand() command {
 						fmt.Fprintf(e.stderr, "weft dev: telemetry: %v\n", err)
 					}
 				}()
-				return demo.Run(ctx, o)
+				err = demo.Run(ctx, o)
+				if errors.Is(err, natsnode.ErrDataDirInUse) {
+					// NATS_URL is the other commands' remedy: weft dev
+					// starts its own server all the same.
+					return fmt.Errorf("%w\nto run the demo against the server that holds it: weft dev --nats <its url>; or give weft dev another --data", err)
+				}
+				return err
 			}
 		},
 	}
@@ -197,7 +204,12 @@ func goRunBuilt(exe string) bool {
 	if err != nil {
 		return false
 	}
-	out, err := exec.Command(gocmd, "env", "GOCACHE").Output()
+	// GOTOOLCHAIN=local: a go.mod here that asks for a newer Go must not
+	// make go env download a toolchain (or fail) before dev prints
+	// anything; where go run caches is the go on PATH's answer.
+	cmd := exec.Command(gocmd, "env", "GOCACHE")
+	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+	out, err := cmd.Output()
 	if err != nil {
 		return false
 	}

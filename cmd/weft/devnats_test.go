@@ -103,3 +103,28 @@ func TestFirstHour_DevNATSFlagSaysWhatItCannotDo(t *testing.T) {
 		t.Errorf("dev --nats to a server that is gone: exit %d, want %d:\n%s%s", code, exitUnavailable, out, errs)
 	}
 }
+
+// The first hour, in a folder whose go.mod asks for a Go newer than the
+// one on PATH (GOTOOLCHAIN=auto, the default): weft dev asks go env where
+// go run caches binaries with GOTOOLCHAIN=local, so that it neither
+// downloads a toolchain before printing anything nor, when none can be
+// had, misses that it was started by go run. Before, go env tried to
+// download go1.99.0 and failed, and weft dev printed this binary's path
+// instead of the go run steps.
+func TestFirstHour_GoRunBuiltAsksGoEnvWithTheLocalToolchain(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Fatal("go is not on PATH: go run's cache is where go env says")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module x\n\ngo 1.99\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	cache := filepath.Join(t.TempDir(), "cache")
+	t.Setenv("GOCACHE", cache)
+	t.Setenv("GOTOOLCHAIN", "auto")
+	t.Setenv("GOPROXY", "off") // no toolchain can be downloaded
+	if !goRunBuilt(filepath.Join(cache, "3f", "3f0c9d2e-d", "weft")) {
+		t.Fatal("a binary under GOCACHE was not seen as go run's")
+	}
+}

@@ -17,7 +17,9 @@ import (
 
 // Issue 11, newcomer item 8: a second weft dev on a store another embedded
 // server holds, or on a port that is taken, exits with the documented code
-// of a local problem (5, docs/cli.md), saying what to do, not with 1.
+// of a local problem (5, docs/cli.md), saying what to do, not with 1: for
+// the store, weft dev --nats or another --data (weft dev starts its own
+// server even with NATS_URL set).
 func TestDevLocalProblemsExitLocal(t *testing.T) {
 	t.Setenv("NATS_URL", "")
 	t.Setenv("WEFT_MODEL", "")
@@ -32,6 +34,11 @@ func TestDevLocalProblemsExitLocal(t *testing.T) {
 	code, out, errs := cli(t, "dev", "--listen", "0", "--data", dir)
 	if code != exitLocal || !strings.Contains(errs, "store dir in use") || strings.Contains(out, "Weft dev is running") {
 		t.Errorf("store in use: exit %d, want %d:\n%s%s", code, exitLocal, out, errs)
+	}
+	// weft dev starts its own server whatever NATS_URL says: its remedy is
+	// --nats (or another --data), never NATS_URL alone.
+	if !strings.Contains(errs, "weft dev --nats <its url>") || !strings.Contains(errs, "another --data") {
+		t.Errorf("store in use: the advice names neither --nats nor --data:\n%s", errs)
 	}
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")

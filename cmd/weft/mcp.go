@@ -56,7 +56,9 @@ func mcpCommand() command {
 					return err
 				}
 				defer closeNode(n)
-				cfg.Retry, cfg.NoRetry = retry.within, retry.noRetry
+				// --retry-within 0 sends once, as everywhere else
+				// (Config.Retry 0 is the default bound).
+				cfg.Retry, cfg.NoRetry = retry.within, retry.retry() <= 0
 				srv, err := mcpserve.New(n.Conn(), cfg)
 				if err != nil {
 					return err

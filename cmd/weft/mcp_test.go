@@ -17,6 +17,7 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/busyrunner"
 	"github.com/weftrun/weft/internal/mcptest"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/mcpserve"
@@ -151,27 +152,7 @@ func TestMCPServeHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := mcptest.StartStack(t, ag)
-	ctx, cancel := context.WithCancel(context.Background())
-	var errb syncBuffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"--nats", st.Server.URL, "mcp", "serve", "--agent", "greeter=greet", "--http", "127.0.0.1:0", "--service", "http-test"}, io.Discard, &errb)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("weft mcp serve: %v", err)
-		}
-	})
-	var url string
-	for deadline := time.Now().Add(60 * time.Second); url == ""; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("weft mcp serve did not say where it serves: %s", errb.String())
-		}
-		if _, after, ok := strings.Cut(errb.String(), "serving streamable HTTP on "); ok {
-			url = strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
-		}
-	}
+	url := serveMCPHTTP(t, "--nats", st.Server.URL, "mcp", "serve", "--agent", "greeter=greet", "--service", "http-test")
 	client := mcptools.New(mcptools.URL(url))
 	t.Cleanup(func() { _ = client.Close() })
 	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -188,6 +169,54 @@ func TestMCPServeHTTP(t *testing.T) {
 		if r.Outcome != events.OutcomeOutput || !strings.Contains(string(r.Content), `"run":"`+want+`"`) || !strings.Contains(string(r.Content), `hello, web`) {
 			t.Fatalf("attempt %d: %+v, want completed in run %s", attempt, r, want)
 		}
+	}
+}
+
+// serveMCPHTTP runs `weft <args> --http 127.0.0.1:0` (args a weft mcp serve
+// command line) until the test ends and returns the URL it serves on.
+func serveMCPHTTP(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var errb syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append(args, "--http", "127.0.0.1:0"), io.Discard, &errb)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("weft mcp serve: %v", err)
+		}
+	})
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("weft mcp serve did not say where it serves: %s", errb.String())
+		}
+		if _, after, ok := strings.Cut(errb.String(), "serving streamable HTTP on "); ok {
+			return strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
+		}
+	}
+}
+
+// TestRetryRules_MCPServeRetryWithinZeroSendsOnce (docs/protocol.md "Retry
+// rules", "Turning it off"): `weft mcp serve --retry-within 0` sends a
+// start once, as --retry-within 0 does everywhere else: the run's owner
+// answers runner_busy and is forwarded one try. Before, 0 meant the
+// default bound (30 s), and the start was retried until applied.
+func TestRetryRules_MCPServeRetryWithinZeroSendsOnce(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Busy: 3, Projector: true})
+	url := serveMCPHTTP(t, "--nats", d.Server.URL, "mcp", "serve", "--agent", "notes=note", "--wait", "5s", "--retry-within", "0")
+	client := mcptools.New(mcptools.URL(url))
+	t.Cleanup(func() { _ = client.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	list, err := client.Tools(ctx, mcptools.Only("note"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := list[0].Invoke(ctx, tools.Call{Run: "caller", Action: "1/call_1_1", Attempt: 1}, json.RawMessage(`{"input":"hello"}`), tools.Settlement{})
+	if fw := d.Forwarded(); len(fw) != 1 {
+		t.Fatalf("the start was sent %d times (%+v), want once; the call answered %s %s", len(fw), fw, r.Outcome, r.Content)
 	}
 }
 

@@ -57,7 +57,7 @@ func TestRetryRules_CLIReadsTheRunAfterOutcomeUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errs := cli(t, "cancel", "unknown-1", "--nats", d.Server.URL)
-	if code != exitFailed {
+	if code != exitNotKnown {
 		t.Fatalf("cancel: exit %d, %s %s; want outcome_unknown", code, out, errs)
 	}
 	for _, want := range []string{"outcome_unknown", "read after this answer: run unknown-1 is working", "only with a new --command-id"} {
@@ -74,17 +74,68 @@ func TestRetryRules_CLIReadsTheRunAfterOutcomeUnknown(t *testing.T) {
 // rules"; nothing is reported failed when nobody knows): the run's owner
 // takes the cancel and never answers. At --timeout the CLI says that
 // whether the command took effect is not known, how to read the run, and
-// that the same --command-id is safe to send again. Before, it said only
-// that the command API did not answer, as if nothing had been sent.
+// that the same --command-id is safe to send again: outcome_unknown, exit
+// 6. Before, it said only that the command API did not answer, as if
+// nothing had been sent, and then unavailable (nothing applied), exit 3.
 func TestRetryRules_CLISaysANoAnswerIsNotKnown(t *testing.T) {
 	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Silent: true})
 	code, out, errs := cli(t, "cancel", "silent-1", "--command-id", "cli-silent-1", "--timeout", "1s", "--no-retry", "--nats", d.Server.URL)
-	if code != exitUnavailable {
-		t.Fatalf("cancel: exit %d, %s %s; want %d", code, out, errs, exitUnavailable)
+	if code != exitNotKnown {
+		t.Fatalf("cancel: exit %d, %s %s; want %d", code, out, errs, exitNotKnown)
 	}
-	for _, want := range []string{"not known", "show silent-1", "the same --command-id cli-silent-1"} {
+	for _, want := range []string{"outcome_unknown", "not known", "show silent-1", "the same --command-id cli-silent-1"} {
 		if !strings.Contains(errs, want) {
 			t.Errorf("cancel said %q, want it to say %q", errs, want)
+		}
+	}
+}
+
+// TestSemantics8_CLIStartWithoutAnAnswerNamesItsRunAndCommandID
+// (SEMANTICS.md §8, "A run can always be answered"; docs/cli.md): the
+// run's owner takes a start without --run and never answers. weft start
+// says outcome_unknown (exit 6, never unavailable: the start may have been
+// applied), reads the run it chose, and names the --run and --command-id
+// the try carried, so that sending it again starts that run at most once.
+// Before, it printed "unavailable" (nothing applied) with neither id, and
+// the start run again was a second run.
+func TestSemantics8_CLIStartWithoutAnAnswerNamesItsRunAndCommandID(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Silent: true, Projector: true})
+	code, out, errs := cli(t, "start", "notes", "hello", "--timeout", "1s", "--no-retry", "--nats", d.Server.URL)
+	if code != exitNotKnown {
+		t.Fatalf("start: exit %d, %s %s; want %d", code, out, errs, exitNotKnown)
+	}
+	fw := d.Forwarded()
+	if len(fw) != 1 || fw[0].Run == "" || fw[0].CommandID == "" {
+		t.Fatalf("forwarded %+v, want one try with a run id and a command id", fw)
+	}
+	for _, want := range []string{"outcome_unknown", "not known", "read after this answer: run " + fw[0].Run + " is not known",
+		"the same --command-id " + fw[0].CommandID + " and the same --run " + fw[0].Run} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("start said %q, want it to say %q", errs, want)
+		}
+	}
+}
+
+// TestSemantics8_CLISettleWithoutAnAnswerReadsTheRun (SEMANTICS.md §8;
+// docs/cli.md): the run's owner takes a settlement and never answers. weft
+// settle says outcome_unknown (exit 6), what the run and the action show
+// now, and that the same --command-id is safe to send again. Before, it
+// printed "unavailable" without either.
+func TestSemantics8_CLISettleWithoutAnAnswerReadsTheRun(t *testing.T) {
+	d := busyrunner.Start(t, busyrunner.Config{Agents: []*agent.Agent{busyrunner.Echo(t)}, Silent: true, Projector: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := d.Server.Log.Append(ctx, "settle-1", eventlog.Head{}, time.Now(),
+		events.RunStarted{Agent: events.AgentRef{Name: "notes", Version: "1"}, Input: "hello", Runner: busyrunner.Ghost}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "settle", "settle-1", "a1", "--output", `{"ok":true}`, "--command-id", "cli-settle-1", "--timeout", "1s", "--no-retry", "--nats", d.Server.URL)
+	if code != exitNotKnown {
+		t.Fatalf("settle: exit %d, %s %s; want %d", code, out, errs, exitNotKnown)
+	}
+	for _, want := range []string{"outcome_unknown", "read after this answer: run settle-1 is working; it has no action a1", "the same --command-id cli-settle-1"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("settle said %q, want it to say %q", errs, want)
 		}
 	}
 }

@@ -248,6 +248,20 @@
       p.className = "answer ok";
       p.setAttribute("role", "status");
       p.textContent = ans.message;
+    } else if (ans.unknown) {
+      // Whether the command took effect is not known: the form keeps its
+      // command id (sent again, it acts at most once); the run shows it.
+      p.className = "answer bad";
+      p.setAttribute("role", "alert");
+      var nk = document.createElement("strong");
+      nk.textContent = "Not known. ";
+      p.append(nk, ans.message);
+      if (ans.link) {
+        var a = document.createElement("a");
+        a.href = ans.link;
+        a.textContent = "Open the run";
+        p.append(" ", a);
+      }
     } else if (ans.code) {
       p.className = "answer bad";
       p.setAttribute("role", "alert");
@@ -347,6 +361,10 @@
         forgetKey(form);
         form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
         notice(ans.message, ans.link);
+      } else if (ans.unknown) {
+        // Keep the command id; a start keeps the run id the console chose.
+        var run = form.querySelector("input[name=run]");
+        if (run && ans.run) run.value = ans.run;
       } else {
         form.dataset.refused = "1";
         var id = form.querySelector("input[name=command_id]");
