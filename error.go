@@ -186,7 +186,10 @@ func ErrorCode(err error) Code {
 // Every other code is not retryable: the answer is definite and kept for
 // the command id (the same command id gets it again, byte for byte), or it
 // needs a person (quarantined: the run's log is repaired first), or it is
-// a bug that a retry would only repeat (internal). outcome_unknown is not
+// the runtime's own fault (internal), which a client does not retry on its
+// own: an internal refusal makes the runner read the run again from its
+// log, so the same command id sent again later may be applied; a worker's
+// report is sent again (docs/protocol/41-tasks.md). outcome_unknown is not
 // retryable either: it is kept for its command id, so a retry with the
 // same id answers it again; the client reads the run to learn whether the
 // command was applied (docs/protocol.md, "Retry rules").
