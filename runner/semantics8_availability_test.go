@@ -182,7 +182,7 @@ func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testin
 // never before. The run's partition is then claimed and its running body
 // recovered (cause runner_lost). Before, a fresh runner judged a key
 // without a marker gone after a lease and a heartbeat interval, and took
-// over a peer that might still be reconnecting (review r5).
+// over a peer that might still be reconnecting (docs/scaling.md, "A lost runner is detected by its lease").
 func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne(t *testing.T) {
 	h := newHarness(t)
 	h.unbalanced = true
