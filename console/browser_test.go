@@ -122,7 +122,7 @@ func TestApproveFromInboxWithKeyboard(t *testing.T) {
 	ctx := tab(t)
 	card := "#" + cardKey("approval", "kb-7", "2/call_2_1")
 	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
-	do(t, ctx, "type the credential", chromedp.Focus(chromedp.CSS(card+` input[name=credential]`)), chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "alice"))
+	do(t, ctx, "type the credential", typeIn(card+` input[name=credential]`, "alice"))
 	focused := ""
 	for i := 0; i < 6 && focused != "BUTTON:approve"; i++ {
 		do(t, ctx, "tab", chromedp.KeyEvent(kb.Tab))
@@ -167,9 +167,9 @@ func TestReconcileThroughGeneratedForm(t *testing.T) {
 		t.Fatalf("generated output fields %v, want out.id,out.status (send_payment's output schema)", names)
 	}
 	do(t, ctx, "fill the output",
-		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.id"]`), "PAY-13"),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.status"]`), "sent"),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name=by]`), "bob"),
+		typeIn(card+` input[name="out.id"]`, "PAY-13"),
+		typeIn(card+` input[name="out.status"]`, "sent"),
+		typeIn(card+` input[name=by]`, "bob"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as the tool's output")`))
 	v := s.waitStatus(t, "rec-13", "finished")
@@ -188,7 +188,7 @@ func TestReconcileThroughGeneratedForm(t *testing.T) {
 	}
 	do(t, ctx, "record unconfirmed",
 		chromedp.Click(chromedp.CSS(card+` input[name=kind][value=unconfirmed]`)),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name=note]`), "checking with the bank"),
+		typeIn(card+` input[name=note]`, "checking with the bank"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as unconfirmed")`))
 	v = s.waitStatus(t, "rec-13b", "finished")
@@ -238,9 +238,9 @@ func TestResolveOpenQuestion(t *testing.T) {
 		t.Fatalf("generated output fields %v, want out.id,out.status (send_payment's output schema)", names)
 	}
 	do(t, ctx, "record what finally happened",
-		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.id"]`), "PAY-13"),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.status"]`), "sent"),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name=by]`), "alice"),
+		typeIn(card+` input[name="out.id"]`, "PAY-13"),
+		typeIn(card+` input[name="out.status"]`, "sent"),
+		typeIn(card+` input[name=by]`, "alice"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Resolved: it happened")`))
 
@@ -290,8 +290,8 @@ func TestRejectWithReason(t *testing.T) {
 	ctx := tab(t)
 	card := "#" + cardKey("approval", "rej-7", "2/call_2_1")
 	do(t, ctx, "reject", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "carol"),
-		chromedp.SendKeys(chromedp.CSS(card+` textarea[name=reason]`), "duplicate of INV-6"),
+		typeIn(card+` input[name=credential]`, "carol"),
+		typeIn(card+` textarea[name=reason]`, "duplicate of INV-6"),
 		chromedp.Click(chromedp.CSS(card+` button[value=reject]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Rejected")`))
 	v := s.waitStatus(t, "rej-7", "finished")
@@ -313,7 +313,7 @@ func TestRefusedActionShowsItsCode(t *testing.T) {
 	card := "#" + cardKey("approval", "ref-7", "2/call_2_1")
 	do(t, ctx, "type", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "dave-s3cret"))
+		typeIn(card+` input[name=credential]`, "dave-s3cret"))
 	before := get(t, ctx, "command id", chromedp.Value(chromedp.CSS(card+` input[name=command_id]`)))
 	s.approveByAPI(t, "ref-7") // someone else answers meanwhile
 	s.waitStatus(t, "ref-7", "finished")
@@ -365,7 +365,7 @@ func TestDoubleClickActsOnce(t *testing.T) {
 		ctx := tab(t)
 		card := "#" + cardKey("approval", runID, "2/call_2_1")
 		do(t, ctx, "open", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
-			chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "erin"))
+			typeIn(card+` input[name=credential]`, "erin"))
 		if how == "dblclick" {
 			do(t, ctx, how, chromedp.DoubleClick(chromedp.CSS(card+` button[value=approve]`)))
 		} else {
@@ -530,7 +530,7 @@ func TestChildRuns(t *testing.T) {
 	}
 	card := "#" + cardKey("approval", child, "2/call_2_1")
 	do(t, ctx, "approve the child's payment on its page", chromedp.WaitVisible(chromedp.CSS(card)),
-		chromedp.SendKeys(chromedp.CSS(card+` input[name=credential]`), "ivy"),
+		typeIn(card+` input[name=credential]`, "ivy"),
 		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved")`))
 
@@ -699,7 +699,7 @@ func TestSignedApprovalProof(t *testing.T) {
 	js[bool](t, ctx, recordPosts)
 
 	do(t, ctx, "approve with a key the approver does not trust",
-		chromedp.SendKeys(chromedp.CSS(card+` [data-signing-key]`), string(strangerSeed)),
+		typeIn(card+` [data-signing-key]`, string(strangerSeed)),
 		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
 		waitJS(`!!document.querySelector("`+card+` [data-result] code.code")`))
 	code := get(t, ctx, "code", chromedp.Text(chromedp.CSS(card+` [data-result] code.code`)))
@@ -709,7 +709,7 @@ func TestSignedApprovalProof(t *testing.T) {
 	}
 	js[bool](t, ctx, `(() => { document.querySelector("`+card+` [data-signing-key]").value = ""; return true })()`)
 	do(t, ctx, "approve with the approver's key",
-		chromedp.SendKeys(chromedp.CSS(card+` [data-signing-key]`), seed),
+		typeIn(card+` [data-signing-key]`, seed),
 		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved. Signed with key `+pub+`")`))
 	if v := get(t, ctx, "key field", chromedp.Value(chromedp.CSS(card+` [data-signing-key]`))); v != "" {
@@ -763,7 +763,7 @@ func TestSignedApprovalProof(t *testing.T) {
 	card = "#" + cardKey("approval", "sig-7r", "2/call_2_1")
 	do(t, ctx, "reject with the key file", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-file]`)),
 		chromedp.SetUploadFiles(chromedp.CSS(card+` [data-signing-file]`), []string{keyFile}),
-		chromedp.SendKeys(chromedp.CSS(card+` textarea[name=reason]`), "paid twice"),
+		typeIn(card+` textarea[name=reason]`, "paid twice"),
 		chromedp.Click(chromedp.CSS(card+` button[value=reject]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Rejected. Signed with key `+pub+`")`))
 	v = s.waitStatus(t, "sig-7r", "finished")

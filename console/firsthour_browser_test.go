@@ -94,7 +94,7 @@ func TestFirstHour_NotSentSaysItOnce(t *testing.T) {
 	card := "#" + cardKey("uncertain", "fh-ns-13", "2/call_2_1")
 	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
 	do(t, ctx, "send without the id",
-		chromedp.SendKeys(chromedp.CSS(card+` input[name="out.status"]`), "sent"),
+		typeIn(card+` input[name="out.status"]`, "sent"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Not sent.")`))
 	got := js[string](t, ctx, `document.querySelector("`+card+` [data-result]").textContent`)

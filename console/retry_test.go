@@ -196,8 +196,8 @@ func TestSemantics8_ConsoleStartFormKeepsItsIDsWhenNotKnown(t *testing.T) {
 	do(t, ctx, "open the runs page", chromedp.Navigate(srv.URL+"/runs"), chromedp.WaitVisible(chromedp.CSS(form)))
 	id := js[string](t, ctx, `document.querySelector('`+form+` input[name=command_id]').value`)
 	do(t, ctx, "start a run",
-		chromedp.SendKeys(chromedp.CSS(form+` input[name=agent]`), "notes"),
-		chromedp.SendKeys(chromedp.CSS(form+` input[name=input]`), "hello"),
+		typeIn(form+` input[name=agent]`, "notes"),
+		typeIn(form+` input[name=input]`, "hello"),
 		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
 		chromedp.WaitVisible(chromedp.CSS(form+` [data-result] p.answer`)))
 	if got := js[string](t, ctx, `document.querySelector('`+form+` [data-result]').textContent`); !strings.HasPrefix(got, "Not known.") {

@@ -244,6 +244,27 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 	}
 }
 
+// typeIn focuses a field and types text into it. A live refresh replaces a
+// card nobody works in (app.js mergeRegion), so the field found may be
+// swapped for a fresh copy before it is focused; once focused the card is
+// the viewer's and is kept. A step that lost its node is tried again.
+func typeIn(sel, text string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		var err error
+		for range 5 {
+			if _, err = chromedp.Focus(chromedp.CSS(sel))(ctx, tg); err == nil {
+				if _, err = chromedp.SendKeys(chromedp.CSS(sel), text)(ctx, tg); err == nil {
+					return chromedp.Void{}, nil
+				}
+			}
+			if !strings.Contains(err.Error(), "Could not find node") && !strings.Contains(err.Error(), "not focusable") {
+				break
+			}
+		}
+		return chromedp.Void{}, fmt.Errorf("type into %s: %w", sel, err)
+	}
+}
+
 // get runs one browser action that returns a value.
 func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
 	t.Helper()
