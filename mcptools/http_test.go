@@ -223,6 +223,15 @@ func TestACallThatCannotConnectWasNotSent(t *testing.T) {
 		}
 		sdk.ServeHTTP(w, r)
 	})
+	// mcptools.URL's client uses http.DefaultTransport. With keep-alives
+	// on, a connection the transport dialed during the first call can
+	// reach its idle pool after the server closed (the kernel accepted it
+	// into the listener's backlog), and the second call then goes out on
+	// it and reads EOF: a call that was sent, rightly Uncertain, which is
+	// not what this test is about. Every request dials here.
+	keep := http.DefaultTransport
+	http.DefaultTransport = &http.Transport{DisableKeepAlives: true}
+	t.Cleanup(func() { http.DefaultTransport = keep })
 	client := mcptools.New(mcptools.URL(h.url))
 	t.Cleanup(func() { _ = client.Close() })
 	ctx := ctxT(t)
@@ -235,10 +244,6 @@ func TestACallThatCannotConnectWasNotSent(t *testing.T) {
 		t.Fatalf("first call: %s %q %q", r.Outcome, r.Message, r.Evidence)
 	}
 	_ = h.hs.Close()
-	// mcptools.URL's client uses http.DefaultTransport: forget the
-	// connections it dialed and never used (the server closed them), so
-	// that the call must connect.
-	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	r := list[0].Invoke(ctx, call, json.RawMessage(`{"message":"second"}`), tools.Settlement{})
 	if r.Outcome != events.OutcomeExplain || !strings.Contains(r.Message, "was not called") {
 		t.Fatalf("a call that could not connect: %s %q %q, want Explain (nothing was sent)", r.Outcome, r.Message, r.Evidence)
