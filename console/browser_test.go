@@ -524,7 +524,7 @@ func TestChildRuns(t *testing.T) {
 
 	ctx := tab(t)
 	do(t, ctx, "follow the link to the child", chromedp.Navigate(s.consoleURL+"/runs/fam-7"), chromedp.WaitVisible(chromedp.CSS(row+` a`)),
-		chromedp.Click(chromedp.CSS(row+` a`)), chromedp.WaitVisible(chromedp.ID("run-parent")))
+		again(chromedp.Click(chromedp.CSS(row+` a`))), chromedp.WaitVisible(chromedp.ID("run-parent")))
 	if p := get(t, ctx, "parent", chromedp.Text(chromedp.ID("run-parent"))); !strings.Contains(p, "fam-7") || !strings.Contains(p, "1/call_1_1") {
 		t.Errorf("the child's parent row says %q", p)
 	}

@@ -247,21 +247,31 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 // typeIn focuses a field and types text into it. A live refresh replaces a
 // card nobody works in (app.js mergeRegion), so the field found may be
 // swapped for a fresh copy before it is focused; once focused the card is
-// the viewer's and is kept. A step that lost its node is tried again.
+// the viewer's and is kept.
 func typeIn(sel, text string) chromedp.Action[chromedp.Void] {
+	return again(func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		if _, err := chromedp.Focus(chromedp.CSS(sel))(ctx, tg); err != nil {
+			return chromedp.Void{}, fmt.Errorf("type into %s: %w", sel, err)
+		}
+		return chromedp.SendKeys(chromedp.CSS(sel), text)(ctx, tg)
+	})
+}
+
+// again runs a step and runs it again (five tries) while it fails because
+// the node it found was replaced by a live refresh before it acted on it:
+// the step did nothing to the page then, so trying again is safe.
+func again(step chromedp.Action[chromedp.Void]) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 		var err error
 		for range 5 {
-			if _, err = chromedp.Focus(chromedp.CSS(sel))(ctx, tg); err == nil {
-				if _, err = chromedp.SendKeys(chromedp.CSS(sel), text)(ctx, tg); err == nil {
-					return chromedp.Void{}, nil
-				}
+			if _, err = step(ctx, tg); err == nil {
+				return chromedp.Void{}, nil
 			}
-			if !strings.Contains(err.Error(), "Could not find node") && !strings.Contains(err.Error(), "not focusable") {
+			if m := err.Error(); !strings.Contains(m, "Could not find node") && !strings.Contains(m, "not focusable") && !strings.Contains(m, "Could not compute box model") {
 				break
 			}
 		}
-		return chromedp.Void{}, fmt.Errorf("type into %s: %w", sel, err)
+		return chromedp.Void{}, err
 	}
 }
 
