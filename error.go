@@ -79,6 +79,11 @@ const (
 	CodeNotResolvable Code = "not_resolvable"
 	// CodeAlreadyResolved means the open question has its final truth already.
 	CodeAlreadyResolved Code = "already_resolved"
+	// CodePermissionDenied means the NATS server refused the caller's user
+	// the subject the request needs (its credentials lack the permission):
+	// nothing was sent to Weft, and trying again with the same
+	// credentials cannot help.
+	CodePermissionDenied Code = "permission_denied"
 	// CodeQuarantined means the run's log holds a message no reader can
 	// fold; nothing acts on the run until it is repaired (weft repair).
 	CodeQuarantined Code = "quarantined"

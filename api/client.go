@@ -124,8 +124,12 @@ func (c *Client) call(ctx context.Context, endpoint string, req, out any) error 
 
 // once sends the encoded request b once.
 func (c *Client) once(ctx context.Context, endpoint string, b []byte, out any) error {
-	m, err := c.nc.RequestWithContext(ctx, SubjectPrefix+endpoint, b)
+	m, err := Request(ctx, c.nc, SubjectPrefix+endpoint, b)
 	if err != nil {
+		var we *weft.Error
+		if errors.As(err, &we) {
+			return we
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return &weft.Error{Code: weft.CodeUnavailable, Message: "no runner serves the weft command API"}
 		}

@@ -286,6 +286,7 @@ var statuses = map[weft.Code]int{
 	weft.CodeRunNotEnded:       409,
 	weft.CodeNotResolvable:     409,
 	weft.CodeAlreadyResolved:   409,
+	weft.CodePermissionDenied:  403,
 	weft.CodeQuarantined:       409,
 	weft.CodeRunnerBusy:        503,
 	weft.CodeContended:         503,

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 )
 
@@ -25,8 +26,12 @@ func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
 // unknown_agent; no answer at all is unavailable.
 func (c *Client) Agent(ctx context.Context, ref events.AgentRef) (Entry, error) {
 	body, _ := json.Marshal(Request{Schema: Schema, Version: ref.Version})
-	m, err := c.nc.RequestWithContext(ctx, SubjectPrefix+ref.Name, body)
+	m, err := api.Request(ctx, c.nc, SubjectPrefix+ref.Name, body)
 	if err != nil {
+		var we *weft.Error
+		if errors.As(err, &we) {
+			return Entry{}, we
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return Entry{}, &weft.Error{Code: weft.CodeUnknownAgent, Message: "no process serves the catalog of agent " + ref.Name}
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/projections"
 )
 
@@ -176,8 +177,12 @@ func call[R any, Q any](ctx context.Context, nc *nats.Conn, endpoint string, q Q
 	if err != nil {
 		return r, err
 	}
-	m, err := nc.RequestWithContext(ctx, QueryPrefix+"."+endpoint, body)
+	m, err := api.Request(ctx, nc, QueryPrefix+"."+endpoint, body)
 	if err != nil {
+		var we *weft.Error
+		if errors.As(err, &we) {
+			return r, we
+		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return r, &weft.Error{Code: weft.CodeUnavailable, Message: "no query service answers on " + QueryPrefix + "." + endpoint + " (is a projector running?)"}
 		}

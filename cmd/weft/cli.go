@@ -25,6 +25,7 @@ const (
 	exitAudit       = 4 // audit verify found a problem
 	exitLocal       = 5 // a local problem: the store dir or port is in use, a file cannot be read or written
 	exitNotKnown    = 6 // whether the command took effect is not known (outcome_unknown, or no answer to a command sent): read the run
+	exitDenied      = 7 // the NATS server refused these credentials the subject the command needs (permission_denied): nothing was sent
 )
 
 // DefaultURL is the server the client commands use without --nats or
@@ -60,6 +61,8 @@ func exitCode(err error) int {
 			return exitUnavailable
 		case weft.CodeOutcomeUnknown:
 			return exitNotKnown
+		case weft.CodePermissionDenied:
+			return exitDenied
 		}
 		return exitFailed
 	case errors.Is(err, natsnode.ErrDataDirInUse), errors.Is(err, demo.ErrPortInUse),
@@ -138,7 +141,8 @@ const exitCodesHelp = `Exit codes:
   2 bad command line, 3 NATS or the service unavailable, 4 audit found a problem,
   5 a local problem (store dir or port in use, a file not readable or writable),
   6 whether the command took effect is not known (outcome_unknown, or no answer
-  to a command sent): read the run.
+  to a command sent): read the run, 7 not allowed: the server refused these
+  credentials the subject (permission_denied), nothing was sent.
 `
 
 const globalHelp = `weft: the Weft command-line client.
@@ -248,7 +252,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if e.url == "" {
 		e.url = DefaultURL
 	}
-	return body(ctx, e, fs.Args())
+	return deniedHint(body(ctx, e, fs.Args()))
 }
 
 // interleave moves flags after positional arguments in front of them, so

@@ -40,12 +40,14 @@ func TestDevSecure(t *testing.T) {
 	}
 	waitShow(t, "pay-7", "waiting for approval")
 
-	// The reader may not approve: its request reaches nobody. To the CLI
-	// that is no answer, whose outcome it cannot know (exit 6): it reads
-	// the run, which shows the approval still asked.
-	if code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "keys", "--signing-key", key, "--creds", reader, "--timeout", "3s"); code != exitNotKnown || !strings.Contains(errs, "action 2/call_2_1 is awaiting_approval") {
-		t.Fatalf("approve as the reader: exit %d, want %d (no answer, the run read)\n%s%s", code, exitNotKnown, o, errs)
+	// The reader may not approve: the server refuses its publish, and the
+	// CLI says so at once — permission_denied, exit 7, naming the subject
+	// and the role that may — rather than waiting out its deadline (a
+	// minute here: a wait would end in exit 6, no answer).
+	if code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "keys", "--signing-key", key, "--creds", reader, "--timeout", "1m", "--no-retry"); code != exitDenied || !strings.Contains(errs, "permission_denied") || !strings.Contains(errs, "weft.api.approve") || !strings.Contains(errs, "role operator") {
+		t.Fatalf("approve as the reader: exit %d, want %d (permission_denied, at once)\n%s%s", code, exitDenied, o, errs)
 	}
+	waitShow(t, "pay-7", "waiting for approval")
 	// The demo's trusting approver is not there in secure mode.
 	if code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "desk", "--credential", "alice"); code != exitFailed || !strings.Contains(errs, "proof_refused") {
 		t.Fatalf("approve with the trusting approver: exit %d\n%s%s", code, o, errs)

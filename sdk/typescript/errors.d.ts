@@ -40,6 +40,7 @@ export declare const CODES: Readonly<{
   run_not_ended: 409;
   not_resolvable: 409;
   already_resolved: 409;
+  permission_denied: 403;
   quarantined: 409;
   runner_busy: 503;
   contended: 503;
@@ -182,6 +183,11 @@ export class AlreadyResolvedError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
   readonly code: "already_resolved";
 }
+/** `permission_denied` (403): the NATS server refused this connection's user the subject; nothing was sent. */
+export class PermissionDeniedError extends WeftError {
+  constructor(message?: string, opts?: ErrorOpts);
+  readonly code: "permission_denied";
+}
 /** `quarantined` (409). */
 export class QuarantinedError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
@@ -241,6 +247,7 @@ export declare const ERROR_CLASSES: Readonly<{
   run_not_ended: typeof RunNotEndedError;
   not_resolvable: typeof NotResolvableError;
   already_resolved: typeof AlreadyResolvedError;
+  permission_denied: typeof PermissionDeniedError;
   quarantined: typeof QuarantinedError;
   runner_busy: typeof RunnerBusyError;
   contended: typeof ContendedError;

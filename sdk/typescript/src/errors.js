@@ -54,6 +54,7 @@ export const CODES = Object.freeze({
   run_not_ended: 409,
   not_resolvable: 409,
   already_resolved: 409,
+  permission_denied: 403,
   quarantined: 409,
   runner_busy: 503,
   contended: 503,
@@ -170,6 +171,10 @@ export class NotResolvableError extends WeftError {
 export class AlreadyResolvedError extends WeftError {
   constructor(message, opts) { super("already_resolved", message, opts); }
 }
+/** `permission_denied` (403): the NATS server refused this connection's user the subject; nothing was sent. */
+export class PermissionDeniedError extends WeftError {
+  constructor(message, opts) { super("permission_denied", message, opts); }
+}
 /** `quarantined` (409). */
 export class QuarantinedError extends WeftError {
   constructor(message, opts) { super("quarantined", message, opts); }
@@ -224,6 +229,7 @@ export const ERROR_CLASSES = Object.freeze({
   run_not_ended: RunNotEndedError,
   not_resolvable: NotResolvableError,
   already_resolved: AlreadyResolvedError,
+  permission_denied: PermissionDeniedError,
   quarantined: QuarantinedError,
   runner_busy: RunnerBusyError,
   contended: ContendedError,

@@ -1,0 +1,93 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
+)
+
+// permissionCheckWait bounds the round trip that asks the server whether
+// it refused a request's publish, for a context without a deadline.
+const permissionCheckWait = 10 * time.Second
+
+// Request sends data to subject and waits for the reply, as
+// nats.Conn.RequestWithContext does, with one difference: a publish (or the
+// reply inbox's subscription) that the server refuses for the connection's
+// permissions is answered at once with a *weft.Error permission_denied
+// naming the subject, instead of a wait until ctx ends. The server says
+// "Permissions Violation" asynchronously and no reply ever comes; Request
+// follows the publish with a PING, whose PONG comes after the server's
+// verdict on the publish, and reads the connection's last error then.
+// A subject without responders is nats.ErrNoResponders, as for
+// RequestWithContext.
+//
+// Every first-party request to Weft's services goes through it (the
+// command API, the queries, the catalog, a worker's reports), so that the
+// CLI, package client, the console and weft mcp serve all answer
+// permission_denied (docs/protocol.md) rather than a timeout.
+func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
+	before := nc.LastError()
+	inbox := nc.NewInbox()
+	replies := make(chan *nats.Msg, 1)
+	sub, err := nc.ChanSubscribe(inbox, replies)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.PublishRequest(subject, inbox, data); err != nil {
+		return nil, err
+	}
+	checked := make(chan error, 1)
+	go func() {
+		fctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			fctx, cancel = context.WithTimeout(ctx, permissionCheckWait)
+		}
+		defer cancel()
+		if nc.FlushWithContext(fctx) != nil {
+			checked <- nil // no verdict: wait for the reply as usual
+			return
+		}
+		checked <- denied(nc.LastError(), before, subject, inbox)
+	}()
+	for {
+		select {
+		case m := <-replies:
+			if m.Header.Get("Status") == "503" && len(m.Data) == 0 {
+				return nil, nats.ErrNoResponders
+			}
+			return m, nil
+		case err := <-checked:
+			if err != nil {
+				return nil, err
+			}
+			checked = nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// denied is the permission_denied of the server's refusal to let this
+// connection publish to subject or subscribe to inbox, when last — the
+// connection's last error after the request — is such a refusal newer
+// than before.
+func denied(last, before error, subject, inbox string) error {
+	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
+		return nil
+	}
+	msg := strings.ToLower(last.Error())
+	switch {
+	case strings.Contains(msg, strings.ToLower(`publish to "`+subject+`"`)):
+		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to publish to %s", subject)}
+	case strings.Contains(msg, strings.ToLower(`subscription to "`+inbox+`"`)):
+		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to subscribe to its reply inbox %s (set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", inbox)}
+	}
+	return nil
+}
