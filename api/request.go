@@ -27,10 +27,12 @@ const permissionCheckWait = 10 * time.Second
 // A subject without responders is nats.ErrNoResponders, as for
 // RequestWithContext.
 //
-// Every first-party request to Weft's services goes through it (the
-// command API, the queries, the catalog, a worker's reports), so that the
-// CLI, package client, the console and weft mcp serve all answer
-// permission_denied (docs/protocol.md) rather than a timeout.
+// The requests a person's client makes go through it (the command API,
+// the queries, the catalog), so that the CLI, package client, the console
+// and weft mcp serve all answer permission_denied (docs/protocol.md)
+// rather than a timeout. A tool worker's reports do not: a worker keeps a
+// report it could not deliver and sends it again, and its credentials are
+// the deployment's, checked when it starts (worker.Run).
 func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
 	before := nc.LastError()
 	inbox := nc.NewInbox()

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
-	"github.com/weftrun/weft/api"
 )
 
 // reply is the command API's reply envelope (docs/protocol/40-commands.md):
@@ -26,13 +25,10 @@ func request(ctx context.Context, nc *nats.Conn, subject string, body any) error
 	if err != nil {
 		return err
 	}
-	m, err := api.Request(ctx, nc, subject, b)
+	m, err := nc.RequestWithContext(ctx, subject, b)
 	if errors.Is(err, nats.ErrMaxPayload) {
 		// Retrying cannot help: say so, as the runner would.
 		return &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("request of %d bytes on %s is over the NATS server's max_payload of %d bytes (weft needs at least 8 MiB: docs/protocol/10-log.md)", len(b), subject, nc.MaxPayload())}
-	}
-	if we := (*weft.Error)(nil); errors.As(err, &we) {
-		return we
 	}
 	if err != nil {
 		return fmt.Errorf("worker: request %s: %w", subject, err)
