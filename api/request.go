@@ -31,8 +31,8 @@ const permissionCheckWait = 10 * time.Second
 // the queries, the catalog), so that the CLI, package client, the console
 // and weft mcp serve all answer permission_denied (docs/protocol.md)
 // rather than a timeout. A tool worker's reports do not: a worker keeps a
-// report it could not deliver and sends it again, and its credentials are
-// the deployment's, checked when it starts (worker.Run).
+// report it could not deliver and sends it again until a runner answers,
+// which a permission refusal must not stop.
 func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
 	before := nc.LastError()
 	inbox := nc.NewInbox()
