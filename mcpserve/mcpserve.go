@@ -153,6 +153,31 @@ type Config struct {
 	// start once.
 	Retry   time.Duration
 	NoRetry bool
+	// ApproveCommand writes the command that answers a pending approval,
+	// told to the caller in Approval.Command. Default: the trusting
+	// approver's form of the demo, `weft approve RUN ACTION --revision N
+	// --approver NAME --credential CREDENTIAL`; a deployment whose
+	// approvers take signed proofs names the signing form
+	// (SigningApproveCommand), which is the one that works there.
+	ApproveCommand func(run, action string, revision int) string
+}
+
+// SigningApproveCommand is an ApproveCommand for approvers of signed
+// proofs (docs/security.md): `weft approve RUN ACTION --revision N
+// --approver APPROVER --signing-key KEYFILE`, with approver named when it
+// is not empty.
+func SigningApproveCommand(approver string) func(run, action string, revision int) string {
+	if approver == "" {
+		approver = "APPROVER"
+	}
+	return func(run, action string, revision int) string {
+		return fmt.Sprintf("weft approve %s %s --revision %d --approver %s --signing-key KEYFILE", run, action, revision, approver)
+	}
+}
+
+// credentialApproveCommand is the default ApproveCommand.
+func credentialApproveCommand(run, action string, revision int) string {
+	return fmt.Sprintf("weft approve %s %s --revision %d --approver NAME --credential CREDENTIAL", run, action, revision)
 }
 
 // Server serves agents as MCP tools. Create it with New; MCP returns the
@@ -187,6 +212,9 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	}
 	if cfg.Retry <= 0 {
 		cfg.Retry = api.DefaultRetryWithin
+	}
+	if cfg.ApproveCommand == nil {
+		cfg.ApproveCommand = credentialApproveCommand
 	}
 	retry := cfg.Retry
 	if cfg.NoRetry {
@@ -609,7 +637,7 @@ func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answe
 		case a.State == projections.StateAwaitingApproval && a.Pending != nil:
 			ans.Approvals = append(ans.Approvals, Approval{Run: v.Run, Action: a.ID, Tool: a.Tool, Arguments: a.Arguments,
 				Requirement: a.Pending.Requirement, Revision: a.Pending.Revision, Expires: a.Pending.Expires,
-				Command: fmt.Sprintf("weft approve %s %s --revision %d --approver NAME --credential CREDENTIAL", v.Run, a.ID, a.Pending.Revision)})
+				Command: s.cfg.ApproveCommand(v.Run, a.ID, a.Pending.Revision)})
 		case a.State == projections.StateUncertain:
 			ans.Uncertain = append(ans.Uncertain, Uncertain{Run: v.Run, Action: a.ID, Tool: a.Tool, Arguments: a.Arguments, Evidence: a.Evidence,
 				Command: fmt.Sprintf("weft reconcile %s %s --output JSON | --error MESSAGE | --unconfirmed NOTE", v.Run, a.ID)})

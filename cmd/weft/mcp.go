@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/weftrun/weft/mcpserve"
+	"github.com/weftrun/weft/natsnode"
 )
 
 // mcpCommand is `weft mcp serve`: the agents the runners serve, as MCP
@@ -34,7 +38,10 @@ func mcpCommand() command {
 			fs.StringVar(&cfg.DefaultPrincipal, "principal", "local", "who calls (the principal in the run ids of keyed calls)")
 			fs.DurationVar(&cfg.Wait, "wait", 20*time.Second, "how long a call waits for its run before answering still working")
 			fs.StringVar(&cfg.StatusTool, "status-tool", mcpserve.DefaultStatusTool, `the name of the tool that answers for a run id ("-": none)`)
-			addr := fs.String("http", "", "serve streamable HTTP on host:port (path /mcp) instead of stdio; keep it on loopback or behind an authenticating proxy")
+			addr := fs.String("http", "", "serve streamable HTTP on host:port (path /mcp) instead of stdio; keep it on loopback, behind an authenticating proxy, or give --tokens")
+			tokens := fs.String("tokens", "", "with --http: a file of bearer tokens, one `PRINCIPAL TOKEN` per line (# comments); a request without one of them is refused (401), and each principal has its own key space")
+			approveWith := fs.String("approve-with", "", "the approve command the answers name: signing-key (approvers of signed proofs, the secure mode) or credential (the demo's trusting approver); default signing-key when the connection has credentials (--creds, --nkey, $NATS_CREDS, $NATS_NKEY), else credential")
+			approver := fs.String("approver", "", "the approver the approve command the answers name (default a placeholder)")
 			verbose := fs.Bool("v", false, "log requests to stderr")
 			retry := addRetryFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
@@ -50,6 +57,30 @@ func mcpCommand() command {
 						return err
 					}
 					cfg.Agents = append(cfg.Agents, ag)
+				}
+				switch *approveWith {
+				case "signing-key":
+					cfg.ApproveCommand = mcpserve.SigningApproveCommand(*approver)
+				case "credential":
+					cfg.ApproveCommand = credentialApproveCommand(*approver)
+				case "":
+					if hasCredentials(fs) {
+						cfg.ApproveCommand = mcpserve.SigningApproveCommand(*approver)
+					} else if *approver != "" {
+						cfg.ApproveCommand = credentialApproveCommand(*approver)
+					}
+				default:
+					return usagef("--approve-with %q: want signing-key or credential", *approveWith)
+				}
+				var verify auth.TokenVerifier
+				if *tokens != "" {
+					if *addr == "" {
+						return usagef("--tokens needs --http: stdio has one caller, the process that started it")
+					}
+					var err error
+					if verify, err = tokenVerifier(*tokens); err != nil {
+						return err
+					}
 				}
 				n, err := e.connect(ctx)
 				if err != nil {
@@ -76,7 +107,7 @@ func mcpCommand() command {
 					}
 					return err
 				}
-				return serveHTTP(ctx, e, *addr, srv, logger)
+				return serveHTTP(ctx, e, *addr, srv, logger, verify)
 			}
 		},
 	}
@@ -93,13 +124,19 @@ func parseAgent(s string) (mcpserve.Agent, error) {
 }
 
 // serveHTTP serves srv's streamable HTTP handler on addr until ctx ends.
-func serveHTTP(ctx context.Context, e *env, addr string, srv *mcpserve.Server, logger *slog.Logger) error {
+func serveHTTP(ctx context.Context, e *env, addr string, srv *mcpserve.Server, logger *slog.Logger, verify auth.TokenVerifier) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usagef("--http %s: %v", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, &mcp.StreamableHTTPOptions{Logger: logger}))
+	var h http.Handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.MCP() }, &mcp.StreamableHTTPOptions{Logger: logger})
+	if verify != nil {
+		// Tokens of a file carry no expiry of their own: they last until
+		// the file changes and the server restarts.
+		h = auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h)
+	}
+	mux.Handle("/mcp", h)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(e.stderr, "weft mcp: serving streamable HTTP on http://%s/mcp\n", l.Addr())
 	done := make(chan error, 1)
@@ -114,4 +151,69 @@ func serveHTTP(ctx context.Context, e *env, addr string, srv *mcpserve.Server, l
 	_ = hs.Shutdown(sctx)
 	<-done
 	return nil
+}
+
+// credentialApproveCommand names the trusting approver's form with
+// approver (a placeholder when empty).
+func credentialApproveCommand(approver string) func(run, action string, revision int) string {
+	if approver == "" {
+		approver = "NAME"
+	}
+	return func(run, action string, revision int) string {
+		return fmt.Sprintf("weft approve %s %s --revision %d --approver %s --credential CREDENTIAL", run, action, revision, approver)
+	}
+}
+
+// hasCredentials reports whether the command connects with credentials
+// (a creds file or an nkey, from a flag or the environment): a secure
+// deployment, whose approvers take signed proofs.
+func hasCredentials(fs *flag.FlagSet) bool {
+	for _, name := range []string{"creds", "nkey"} {
+		if f := fs.Lookup(name); f != nil && f.Value.String() != "" {
+			return true
+		}
+	}
+	return os.Getenv(natsnode.EnvCreds) != "" || os.Getenv(natsnode.EnvNkey) != ""
+}
+
+// tokenVerifier reads a tokens file (`PRINCIPAL TOKEN` per line, blank
+// lines and # comments skipped) and returns the verifier that maps a
+// bearer token to its principal (the TokenInfo's UserID, which mcpserve
+// makes the principal of the run ids of keyed calls). A malformed file, a
+// token given twice, is a bad command line; a principal may have several
+// tokens (while one replaces another).
+func tokenVerifier(path string) (auth.TokenVerifier, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	type entry struct{ principal, token string }
+	var entries []entry
+	seen := map[string]bool{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			return nil, usagef("--tokens %s line %d: want PRINCIPAL TOKEN", path, i+1)
+		}
+		if seen[f[1]] {
+			return nil, usagef("--tokens %s line %d: a token given twice", path, i+1)
+		}
+		seen[f[1]] = true
+		entries = append(entries, entry{f[0], f[1]})
+	}
+	if len(entries) == 0 {
+		return nil, usagef("--tokens %s: no tokens", path)
+	}
+	return func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		for _, e := range entries {
+			if subtle.ConstantTimeCompare([]byte(e.token), []byte(token)) == 1 {
+				return &auth.TokenInfo{UserID: e.principal}, nil
+			}
+		}
+		return nil, auth.ErrInvalidToken
+	}, nil
 }

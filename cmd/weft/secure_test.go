@@ -12,7 +12,7 @@ import (
 // operator's, weft starts a run and approves it with a signed proof (the
 // agent's only approver takes signed proofs), weft show names the key and
 // says the proof verifies, and weft audit verify re-checks it; the
-// reader's credentials cannot approve (nobody receives it), and without
+// reader's credentials cannot approve (permission_denied, exit 7), and without
 // credentials nothing connects.
 func TestDevSecure(t *testing.T) {
 	t.Setenv("NATS_URL", "")
