@@ -16,19 +16,24 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/weftrun/weft/mcpops"
 	"github.com/weftrun/weft/mcpserve"
 	"github.com/weftrun/weft/natsnode"
 )
 
 // mcpCommand is `weft mcp serve`: the agents the runners serve, as MCP
-// tools over stdio or streamable HTTP (docs/mcp.md).
+// tools over stdio or streamable HTTP; and `weft mcp operator`: the
+// inbox, the runs and their timelines as MCP tools, answering only with
+// --answers (docs/mcp.md).
 func mcpCommand() command {
 	return command{
-		name: "mcp", args: "serve", summary: "serve agents as MCP tools (stdio, or streamable HTTP with --http)",
+		name: "mcp", args: "serve|operator", summary: "serve agents as MCP tools, or (operator) the inbox, runs and timelines for an assistant (stdio, or streamable HTTP with --http)",
 		examples: []string{
 			"weft mcp serve --agent payment-desk                       # stdio: an MCP client starts this command",
 			"weft mcp serve --agent payment-desk --http 127.0.0.1:8765 # streamable HTTP on http://127.0.0.1:8765/mcp",
 			"weft mcp serve --agent payment-desk@1=pay --service desk --principal alice --wait 30s",
+			"weft mcp operator                                         # read-only: inbox, runs, run, timeline",
+			"weft mcp operator --answers --http 127.0.0.1:8766 --tokens tokens.txt  # and approve, reject, reconcile, resolve, cancel",
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var agents listFlag
@@ -43,12 +48,20 @@ func mcpCommand() command {
 			approveWith := fs.String("approve-with", "", "the approve command the answers name: signing-key (approvers of signed proofs, the secure mode) or credential (the demo's trusting approver); default signing-key when the connection has credentials (--creds, --nkey, $NATS_CREDS, $NATS_NKEY), else credential")
 			approver := fs.String("approver", "", "the approver the approve command the answers name (default a placeholder)")
 			verbose := fs.Bool("v", false, "log requests to stderr")
+			answers := fs.Bool("answers", false, "operator: add the answering tools (approve, reject, reconcile, resolve, cancel); the NATS credentials decide whether they are allowed")
 			retry := addRetryFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
-				if len(args) != 1 || args[0] != "serve" {
-					return usagef("want: weft mcp serve --agent NAME [flags]")
+				if len(args) != 1 || (args[0] != "serve" && args[0] != "operator") {
+					return usagef("want: weft mcp serve --agent NAME [flags], or weft mcp operator [flags]")
 				}
-				if len(agents) == 0 {
+				operator := args[0] == "operator"
+				if operator && len(agents) > 0 {
+					return usagef("--agent is for weft mcp serve; weft mcp operator serves the inbox and the runs of every agent")
+				}
+				if !operator && *answers {
+					return usagef("--answers is for weft mcp operator")
+				}
+				if !operator && len(agents) == 0 {
 					return usagef("--agent: name at least one agent to serve")
 				}
 				for _, a := range agents {
@@ -90,8 +103,10 @@ func mcpCommand() command {
 				// --retry-within 0 sends once, as everywhere else
 				// (Config.Retry 0 is the default bound).
 				cfg.Retry, cfg.NoRetry = retry.within, retry.retry() <= 0
-				srv, err := mcpserve.New(n.Conn(), cfg)
-				if err != nil {
+				var srv interface{ MCP() *mcp.Server }
+				if operator {
+					srv = mcpops.New(n.Conn(), mcpops.Config{Answers: *answers, Retry: cfg.Retry, NoRetry: cfg.NoRetry})
+				} else if srv, err = mcpserve.New(n.Conn(), cfg); err != nil {
 					return err
 				}
 				level := slog.LevelWarn
@@ -124,7 +139,7 @@ func parseAgent(s string) (mcpserve.Agent, error) {
 }
 
 // serveHTTP serves srv's streamable HTTP handler on addr until ctx ends.
-func serveHTTP(ctx context.Context, e *env, addr string, srv *mcpserve.Server, logger *slog.Logger, verify auth.TokenVerifier) error {
+func serveHTTP(ctx context.Context, e *env, addr string, srv interface{ MCP() *mcp.Server }, logger *slog.Logger, verify auth.TokenVerifier) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return usagef("--http %s: %v", addr, err)

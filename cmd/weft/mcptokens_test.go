@@ -102,3 +102,34 @@ func TestMCPServeApproveHint_SignedInSecureMode(t *testing.T) {
 		t.Fatalf("--tokens over stdio: exit %d %s", code, errs)
 	}
 }
+
+// TestMCPOperator: `weft mcp operator --http` serves the read-only
+// operator tools (package mcpops) and, with --answers, the answering ones;
+// --agent belongs to serve.
+func TestMCPOperator(t *testing.T) {
+	ag, err := agent.New("quiet", model.NewScripted("quiet", model.Answer("ok")), nil, policy.AlwaysAllow()).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := mcptest.StartStack(t, ag)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, 4}, {[]string{"--answers"}, 9}} {
+		url := serveMCPHTTP(t, append([]string{"--nats", st.Server.URL, "mcp", "operator"}, tc.args...)...)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "1"}, nil).Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := cs.ListTools(ctx, nil)
+		_ = cs.Close()
+		if err != nil || len(res.Tools) != tc.want {
+			t.Fatalf("weft mcp operator %v: %d tools (%v), want %d", tc.args, len(res.Tools), err, tc.want)
+		}
+	}
+	if code, _, errs := cli(t, "mcp", "operator", "--agent", "x"); code != exitUsage || !strings.Contains(errs, "--agent is for weft mcp serve") {
+		t.Fatalf("operator --agent: exit %d %s", code, errs)
+	}
+}

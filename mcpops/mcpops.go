@@ -1,0 +1,245 @@
+// Package mcpops serves the operator's view of Weft as MCP tools, so that
+// an assistant can help a person work the inbox: the inboxes (approvals,
+// uncertain effects, open questions), the run list, a run's view and its
+// timeline. It is read-only unless Config.Answers adds the answering
+// tools (approve, reject, reconcile, resolve, cancel), which send the same
+// commands as the console and the CLI (package api, with the retry rules
+// of docs/protocol.md): the runtime checks each exactly as it checks a
+// person's own — the approver's credential or signed proof, the pending
+// revision, the expiry, the policy — and the NATS server's permissions
+// decide who may send them at all (an answer sent with a reader's
+// credentials is permission_denied). `weft mcp operator` serves it
+// (docs/mcp.md, "Operate").
+package mcpops
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+)
+
+// The tools' names.
+const (
+	// ToolInbox lists what waits for a person.
+	ToolInbox = "weft_inbox"
+	// ToolRuns lists runs.
+	ToolRuns = "weft_runs"
+	// ToolRun reads one run.
+	ToolRun = "weft_run"
+	// ToolTimeline reads one run's events.
+	ToolTimeline = "weft_timeline"
+	// ToolApprove approves a pending approval request (Config.Answers).
+	ToolApprove = "weft_approve"
+	// ToolReject rejects a pending approval request (Config.Answers).
+	ToolReject = "weft_reject"
+	// ToolReconcile reconciles an uncertain effect (Config.Answers).
+	ToolReconcile = "weft_reconcile"
+	// ToolResolve resolves an open question (Config.Answers).
+	ToolResolve = "weft_resolve"
+	// ToolCancel cancels a run (Config.Answers).
+	ToolCancel = "weft_cancel"
+)
+
+// Config configures New.
+type Config struct {
+	// Answers adds the answering tools. Default: read-only.
+	Answers bool
+	// Retry bounds the retries of an answer (api.WithRetry; default
+	// api.DefaultRetryWithin); NoRetry sends each once.
+	Retry   time.Duration
+	NoRetry bool
+	// Version is the server version told to clients (default "1").
+	Version string
+}
+
+// Server is the operator MCP server; MCP returns the SDK server to run on
+// a transport.
+type Server struct {
+	cmd   *api.Client
+	query *projector.Client
+	mcp   *mcp.Server
+}
+
+// New returns the operator server over nc.
+func New(nc *nats.Conn, cfg Config) *Server {
+	if cfg.Version == "" {
+		cfg.Version = "1"
+	}
+	retry := cfg.Retry
+	if retry <= 0 {
+		retry = api.DefaultRetryWithin
+	}
+	if cfg.NoRetry {
+		retry = 0
+	}
+	s := &Server{cmd: api.NewClient(nc, api.WithRetry(retry)), query: projector.NewClient(nc),
+		mcp: mcp.NewServer(&mcp.Implementation{Name: "weft-operator", Version: cfg.Version}, nil)}
+	read := &mcp.ToolAnnotations{ReadOnlyHint: true}
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolInbox, Annotations: read,
+		Description: "What waits for a person: kind approvals (approval requests, with the arguments and the revision to answer), uncertain (effects whose outcome nobody knows, to reconcile) or questions (effects reconciled as unconfirmed, to resolve); optionally of one run or agent; paged with cursor."}, s.inbox)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolRuns, Annotations: read,
+		Description: "Runs, most recently changed first: filter by status (working, unattended, suspended, finished, quarantined), agent, updated_since (RFC 3339); paged with cursor."}, s.runs)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolRun, Annotations: read,
+		Description: "One run's view: status, actions with their states, what it waits for, outcome."}, s.run)
+	mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolTimeline, Annotations: read,
+		Description: "One run's recorded events in order (its audit trail), after version after, at most limit."}, s.timeline)
+	if cfg.Answers {
+		act := &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: new(bool)}
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolApprove, Annotations: act,
+			Description: "Approve a pending approval request (run, action, revision from weft_inbox) as approver, with the approver's credential or a signed proof; checked by the runtime as a person's answer is. Give the same command_id to retry."}, s.approve)
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReject, Annotations: act,
+			Description: "Reject a pending approval request with a reason, as approver (credential or signed proof)."}, s.reject)
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReconcile, Annotations: act,
+			Description: `Reconcile an uncertain effect with what a person found out: content {"output": …}, {"error": "…"} or {"unconfirmed": "note"}; by names the person.`}, s.reconcile)
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolResolve, Annotations: act,
+			Description: `Resolve an open question (an effect reconciled as unconfirmed) with its final truth: content {"output": …} or {"error": "…"}.`}, s.resolve)
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolCancel, Annotations: act,
+			Description: "Cancel a run, with a reason; by names the person."}, s.cancel)
+	}
+	return s
+}
+
+// The tools declare no output schema (their Out is any): the answers are
+// the query service's and the command API's JSON (docs/protocol.md), whose
+// arguments and outputs are any JSON, which a schema inferred from the Go
+// types would misstate.
+
+// MCP returns the SDK server.
+func (s *Server) MCP() *mcp.Server { return s.mcp }
+
+// InboxIn is weft_inbox's input.
+type InboxIn struct {
+	Kind   string `json:"kind" jsonschema:"approvals, uncertain or questions"`
+	Run    string `json:"run,omitempty" jsonschema:"only this run's items"`
+	Agent  string `json:"agent,omitempty" jsonschema:"only this agent's items"`
+	Limit  int    `json:"limit,omitempty" jsonschema:"page size, 1..1000"`
+	Cursor string `json:"cursor,omitempty" jsonschema:"next of the previous page"`
+}
+
+// InboxOut is weft_inbox's answer: the items of the kind asked.
+type InboxOut struct {
+	Approvals []projections.ApprovalItem  `json:"approvals,omitempty"`
+	Uncertain []projections.UncertainItem `json:"uncertain,omitempty"`
+	Questions []projections.QuestionItem  `json:"questions,omitempty"`
+	Next      string                      `json:"next,omitempty"`
+}
+
+func (s *Server) inbox(ctx context.Context, _ *mcp.CallToolRequest, in InboxIn) (*mcp.CallToolResult, any, error) {
+	q := projector.InboxRequest{Run: in.Run, Agent: in.Agent, Limit: in.Limit, Cursor: in.Cursor}
+	var out InboxOut
+	switch in.Kind {
+	case "approvals":
+		r, err := s.query.ApprovalsPage(ctx, q)
+		if err != nil {
+			return nil, out, err
+		}
+		out.Approvals, out.Next = r.Items, r.Next
+	case "uncertain":
+		r, err := s.query.UncertainPage(ctx, q)
+		if err != nil {
+			return nil, out, err
+		}
+		out.Uncertain, out.Next = r.Items, r.Next
+	case "questions":
+		r, err := s.query.QuestionsPage(ctx, q)
+		if err != nil {
+			return nil, out, err
+		}
+		out.Questions, out.Next = r.Items, r.Next
+	default:
+		return nil, out, weft.Errorf(weft.CodeInvalidRequest, "kind %q: want approvals, uncertain or questions", in.Kind)
+	}
+	return nil, out, nil
+}
+
+func (s *Server) runs(ctx context.Context, _ *mcp.CallToolRequest, in projections.ListQuery) (*mcp.CallToolResult, any, error) {
+	page, err := s.query.List(ctx, in)
+	return nil, page, err
+}
+
+// RunIn names a run.
+type RunIn struct {
+	Run string `json:"run"`
+}
+
+func (s *Server) run(ctx context.Context, _ *mcp.CallToolRequest, in RunIn) (*mcp.CallToolResult, any, error) {
+	r, err := s.query.RunFamily(ctx, in.Run)
+	return nil, r, err
+}
+
+// TimelineIn asks for a run's events after version After.
+type TimelineIn struct {
+	Run   string `json:"run"`
+	After uint64 `json:"after,omitempty" jsonschema:"the version after which to start (0: from the first event)"`
+	Limit int    `json:"limit,omitempty" jsonschema:"at most this many events (default 500)"`
+}
+
+func (s *Server) timeline(ctx context.Context, _ *mcp.CallToolRequest, in TimelineIn) (*mcp.CallToolResult, any, error) {
+	r, err := s.query.History(ctx, projector.HistoryRequest{Run: in.Run, After: in.After, Limit: in.Limit})
+	return nil, r, err
+}
+
+// AnswerIn is an approval answer's input.
+type AnswerIn struct {
+	Run        string                `json:"run"`
+	Action     string                `json:"action"`
+	Revision   int                   `json:"revision" jsonschema:"the pending request's revision, from weft_inbox"`
+	Approver   string                `json:"approver"`
+	Credential string                `json:"credential,omitempty" jsonschema:"the approver's credential (approvers that take one)"`
+	Proof      *events.ApprovalProof `json:"proof,omitempty" jsonschema:"a signed proof (approvers of signed proofs; docs/security.md)"`
+	Reason     string                `json:"reason,omitempty" jsonschema:"why (reject)"`
+	CommandID  string                `json:"command_id,omitempty" jsonschema:"the same id on a retry answers the same"`
+}
+
+func (s *Server) approve(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
+	r, err := s.cmd.Approve(ctx, api.ApproveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
+		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof})
+	return nil, r, err
+}
+
+func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
+	r, err := s.cmd.Reject(ctx, api.RejectRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
+		Reason: in.Reason, Approver: in.Approver, Credential: in.Credential, Proof: in.Proof})
+	return nil, r, err
+}
+
+// ContentIn is a reconciliation's or a resolution's input.
+type ContentIn struct {
+	Run       string          `json:"run"`
+	Action    string          `json:"action"`
+	Content   json.RawMessage `json:"content" jsonschema:"{\"output\": …}, {\"error\": \"…\"} or (reconcile only) {\"unconfirmed\": \"note\"}"`
+	By        string          `json:"by,omitempty" jsonschema:"who found it out"`
+	CommandID string          `json:"command_id,omitempty"`
+}
+
+func (s *Server) reconcile(ctx context.Context, _ *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
+	r, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
+	return nil, r, err
+}
+
+func (s *Server) resolve(ctx context.Context, _ *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
+	r, err := s.cmd.Resolve(ctx, api.ResolveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
+	return nil, r, err
+}
+
+// CancelIn is a cancellation's input.
+type CancelIn struct {
+	Run       string `json:"run"`
+	Reason    string `json:"reason,omitempty"`
+	By        string `json:"by,omitempty"`
+	CommandID string `json:"command_id,omitempty"`
+}
+
+func (s *Server) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelIn) (*mcp.CallToolResult, any, error) {
+	r, err := s.cmd.Cancel(ctx, api.CancelRequest{CommandID: in.CommandID, Run: in.Run, Reason: in.Reason, By: in.By})
+	return nil, r, err
+}
