@@ -143,15 +143,7 @@ func TestNodeClientCallsWeftMCPServe(t *testing.T) {
 // tool and calls it, keyed by its action's idempotency key in _meta, twice
 // for one action: one run, completed both times.
 func TestMCPServeHTTP(t *testing.T) {
-	ag, err := agent.New("greeter", model.NewRules("greeter", model.Rule{Name: "greet", Match: func(model.Request) bool { return true },
-		Step: func(ctx context.Context, r model.Request) (model.Reply, error) {
-			return model.Answer("hello, "+model.Input(r))(ctx, r)
-		}}),
-		nil, policy.AlwaysAllow()).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := mcptest.StartStack(t, ag)
+	st := mcptest.StartStack(t, greeter(t))
 	url := serveMCPHTTP(t, "--nats", st.Server.URL, "mcp", "serve", "--agent", "greeter=greet", "--service", "http-test")
 	client := mcptools.New(mcptools.URL(url))
 	t.Cleanup(func() { _ = client.Close() })
@@ -170,6 +162,20 @@ func TestMCPServeHTTP(t *testing.T) {
 			t.Fatalf("attempt %d: %+v, want completed in run %s", attempt, r, want)
 		}
 	}
+}
+
+// greeter is an agent that answers "hello, <input>".
+func greeter(t *testing.T) *agent.Agent {
+	t.Helper()
+	ag, err := agent.New("greeter", model.NewRules("greeter", model.Rule{Name: "greet", Match: func(model.Request) bool { return true },
+		Step: func(ctx context.Context, r model.Request) (model.Reply, error) {
+			return model.Answer("hello, "+model.Input(r))(ctx, r)
+		}}),
+		nil, policy.AlwaysAllow()).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ag
 }
 
 // serveMCPHTTP runs `weft <args> --http 127.0.0.1:0` (args a weft mcp serve

@@ -11,12 +11,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/internal/mcptest"
 	"github.com/weftrun/weft/mcpserve"
 	"github.com/weftrun/weft/mcptools"
-	"github.com/weftrun/weft/model"
-	"github.com/weftrun/weft/policy"
 )
 
 // bearer adds an Authorization header to every request.
@@ -36,15 +33,7 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 // a token it knows (401). Before, every HTTP caller was "local" and the
 // second caller got the first caller's run.
 func TestMCPServeHTTP_TokensSeparatePrincipals(t *testing.T) {
-	ag, err := agent.New("greeter", model.NewRules("greeter", model.Rule{Name: "greet", Match: func(model.Request) bool { return true },
-		Step: func(ctx context.Context, r model.Request) (model.Reply, error) {
-			return model.Answer("hello, "+model.Input(r))(ctx, r)
-		}}),
-		nil, policy.AlwaysAllow()).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := mcptest.StartStack(t, ag)
+	st := mcptest.StartStack(t, greeter(t))
 	file := filepath.Join(t.TempDir(), "tokens")
 	if err := os.WriteFile(file, []byte("# who  token\nalice tok-alice-1\nbob   tok-bob-1\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -107,11 +96,7 @@ func TestMCPServeApproveHint_SignedInSecureMode(t *testing.T) {
 // operator tools (package mcpops) and, with --answers, the answering ones;
 // --agent belongs to serve.
 func TestMCPOperator(t *testing.T) {
-	ag, err := agent.New("quiet", model.NewScripted("quiet", model.Answer("ok")), nil, policy.AlwaysAllow()).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := mcptest.StartStack(t, ag)
+	st := mcptest.StartStack(t, greeter(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for _, tc := range []struct {
