@@ -5,7 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -32,6 +35,29 @@ type Worker struct {
 	Command func(url string, graceMS int, version string) *exec.Cmd
 }
 
+// TypeScriptWorker is the TypeScript worker (sdk/typescript) as a Node
+// process, sdk/typescript/test/support/hanging-worker.js of the repository
+// at root. It needs Node.js and the package's dependencies (go tool
+// -modfile=devtools/go.mod task sdk-ts-deps): without them the test
+// fails, never skips.
+func TypeScriptWorker(t *testing.T, root string) Worker {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not on the PATH: %v", err)
+	}
+	script, err := filepath.Abs(filepath.Join(root, "sdk/typescript/test/support/hanging-worker.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "sdk/typescript/node_modules/@nats-io/transport-node")); err != nil {
+		t.Fatalf("the TypeScript SDK's dependencies are not installed (go tool -modfile=devtools/go.mod task sdk-ts-deps): %v", err)
+	}
+	return Worker{Command: func(url string, graceMS int, version string) *exec.Cmd {
+		return exec.Command(node, script, url, strconv.Itoa(graceMS), version)
+	}}
+}
+
 // RunWorkerSuite is the conformance suite every worker implementation
 // runs (the Go worker and the TypeScript worker): the behaviours the Go
 // worker is tested for, against a real runner (host.Run serving Build's
@@ -52,18 +78,39 @@ type Worker struct {
 //     settle window, settles the action with its output (a late
 //     settlement, SEMANTICS.md §3).
 func RunWorkerSuite(t *testing.T, w Worker) {
+	s := newSuite(t, w, false)
+	t.Run("ARunWhoseToolTheWorkerServesCompletes", s.completes)
+	t.Run("TestSemantics5_ASecondDeliveryOfAClaimedAttemptIsReportedLostAndNotStarted", s.claimed)
+	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
+	t.Run("TestSemantics8_SIGKILLMidBodyMakesANonReplayableActionUncertain", s.killed)
+	t.Run("TestSemantics8_SIGKILLMidBodyStartsAReplayableActionAgainOnce", s.killedReplay)
+	t.Run("TestSemantics8_SIGTERMDrainsTheRunningBody", s.drain)
+	t.Run("TestSemantics8_TheDrainIsBoundedByTheDrainGrace", s.drainBound)
+	t.Run("TestSemantics3_ATaskOfAnotherAgentVersionIsNotTaken", s.otherVersion)
+	t.Run("TestSemantics3_ASettlingToolsOwnReturnWinsAfterItsTimeout", s.lateReturn)
+}
+
+// newSuite starts a nats-server and a runner serving Build(signingKeys...)'s
+// agent with every tool left to external workers, for the worker w; with
+// queries, the projector and the query service too (the inboxes a client
+// reads), else the runner alone.
+func newSuite(t *testing.T, w Worker, queries bool, signingKeys ...string) *suite {
 	srv := natstest.Start(t)
-	a, err := Build()
+	a, err := Build(signingKeys...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
+	opts := []host.Option{host.WithoutCatalog(),
+		host.WithRunnerOptions(runner.WithExternalTools(ToolNames()...), runner.WithDrainWindow(5*time.Second)),
+		host.WithReady(func() { close(ready) })}
+	if !queries {
+		opts = append(opts, host.WithoutQueries())
+	}
 	go func() {
-		done <- host.Run(ctx, srv.Conn, srv.JS, []*agent.Agent{a}, host.WithoutQueries(), host.WithoutCatalog(),
-			host.WithRunnerOptions(runner.WithExternalTools(ToolNames()...), runner.WithDrainWindow(5*time.Second)),
-			host.WithReady(func() { close(ready) }))
+		done <- host.Run(ctx, srv.Conn, srv.JS, []*agent.Agent{a}, opts...)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -78,16 +125,7 @@ func RunWorkerSuite(t *testing.T, w Worker) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the runner did not become ready")
 	}
-	s := &suite{srv: srv, w: w, api: api.NewClient(srv.Conn)}
-	t.Run("ARunWhoseToolTheWorkerServesCompletes", s.completes)
-	t.Run("TestSemantics5_ASecondDeliveryOfAClaimedAttemptIsReportedLostAndNotStarted", s.claimed)
-	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
-	t.Run("TestSemantics8_SIGKILLMidBodyMakesANonReplayableActionUncertain", s.killed)
-	t.Run("TestSemantics8_SIGKILLMidBodyStartsAReplayableActionAgainOnce", s.killedReplay)
-	t.Run("TestSemantics8_SIGTERMDrainsTheRunningBody", s.drain)
-	t.Run("TestSemantics8_TheDrainIsBoundedByTheDrainGrace", s.drainBound)
-	t.Run("TestSemantics3_ATaskOfAnotherAgentVersionIsNotTaken", s.otherVersion)
-	t.Run("TestSemantics3_ASettlingToolsOwnReturnWinsAfterItsTimeout", s.lateReturn)
+	return &suite{srv: srv, w: w, api: api.NewClient(srv.Conn)}
 }
 
 type suite struct {
@@ -212,7 +250,13 @@ func (s *suite) start(t *testing.T, run, tool string, in In) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	input := fmt.Sprintf(`[{"tool":%q,"args":%s}]`, tool, args)
+	s.startInput(t, run, fmt.Sprintf(`[{"tool":%q,"args":%s}]`, tool, args))
+}
+
+// startInput starts run with input, the JSON array of calls of Build's
+// scripted model.
+func (s *suite) startInput(t *testing.T, run, input string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := s.api.Start(ctx, api.StartRequest{Run: run, Agent: AgentName, Input: input}); err != nil {

@@ -1,7 +1,7 @@
 // The TypeScript worker as a process, for the kill and drain tests and for
 // the conformance suite shared with the Go worker
 // (internal/tsdktest/conformance.go; its Go twin is tsdktest.GoWorker,
-// internal/tsdktest/goworker.go). It serves echo, slow, settle and replay of
+// internal/tsdktest/goworker.go). It serves echo, slow, settle, replay and guarded of
 // agent tsdk at the given version; each body says "STARTED <run> <attempt>" on
 // stdout, then by its input's mode: "" returns {text}; "hang" runs until
 // its signal aborts; "hang-first" does so on attempt 1 and returns {text}
@@ -14,7 +14,7 @@ import { Worker, bind, bindSettling, uncertain } from "../../src/index.js";
 const [url, grace, version] = process.argv.slice(2);
 const nc = await connect({ servers: url });
 const w = new Worker(nc, { agent: "tsdk", version: version || "1", id: `ts-worker-${process.pid}`, drainGraceMs: Number(grace) || undefined });
-for (const name of ["echo", "slow", "settle", "replay"]) {
+for (const name of ["echo", "slow", "settle", "replay", "guarded"]) {
   w.handle((name === "settle" ? bindSettling : bind)({ name }, (input, call) => new Promise((resolve, reject) => {
     process.stdout.write(`STARTED ${call.run} ${call.attempt}\n`);
     if (input.mode === "finish") setTimeout(() => resolve({ text: input.text }), 1500);
