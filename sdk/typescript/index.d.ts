@@ -89,6 +89,12 @@ export interface WorkerOptions {
   ackWaitMs?: number;
   /** How long a stopping worker waits for running bodies before abandoning them. Default 10000. */
   drainGraceMs?: number;
+  /**
+   * How long run tries its setup again while the server does not answer
+   * (each try's requests wait 2 s doubling to 16 s); then run throws saying
+   * why. Default DEFAULT_SETUP_WITHIN_MS (60000); 0 tries once.
+   */
+  setupWithinMs?: number;
   logger?: Logger;
   /**
    * Before serving, read the agent's catalog (weft.api.catalog.<agent>) and
@@ -103,7 +109,12 @@ export interface WorkerOptions {
 export class Worker {
   constructor(nc: NatsConnection, opts: WorkerOptions);
   handle(tool: BoundTool): this;
-  /** Serves until signal aborts, then drains (bounded by drainGraceMs). */
+  /**
+   * Serves until signal aborts, then drains (bounded by drainGraceMs). Its
+   * setup is tried again while the server does not answer, up to
+   * setupWithinMs; it throws saying why it gives up, or at once for an
+   * answer that will not change (no task stream).
+   */
   run(opts?: { signal?: AbortSignal }): Promise<void>;
   /** Serves until SIGTERM or SIGINT, then drains. */
   runUntilSignal(): Promise<void>;
@@ -114,6 +125,7 @@ export class Worker {
 export function settleError(err: unknown): WeftError | null;
 export const DEFAULT_ACK_WAIT_MS: number;
 export const DEFAULT_DRAIN_GRACE_MS: number;
+export const DEFAULT_SETUP_WITHIN_MS: number;
 export const LATE_AFTER_ABANDON_MS: number;
 export const REASON_OWN_CALL: "own_call";
 

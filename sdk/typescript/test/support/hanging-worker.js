@@ -12,7 +12,9 @@ import { connect } from "@nats-io/transport-node";
 import { Worker, bind, bindSettling, uncertain } from "../../src/index.js";
 
 const [url, grace, version] = process.argv.slice(2);
-const nc = await connect({ servers: url });
+// A worker process started while its server restarts waits for it (the
+// Go worker's RetryOnFailedConnect).
+const nc = await connect({ servers: url, waitOnFirstConnect: true, maxReconnectAttempts: -1 });
 const w = new Worker(nc, { agent: "tsdk", version: version || "1", id: `ts-worker-${process.pid}`, drainGraceMs: Number(grace) || undefined });
 for (const name of ["echo", "slow", "settle", "replay", "guarded"]) {
   w.handle((name === "settle" ? bindSettling : bind)({ name }, (input, call) => new Promise((resolve, reject) => {

@@ -26,7 +26,7 @@ function binary() {
 /**
  * Starts a harness (opts.approverKey: the public user nkey of the agent's
  * approver of signed proofs, "keys"); resolves {url, nc, state, waitFor, start, command,
- * serve, takeTask, queueEmpty, spawnWorker, stop}.
+ * serve, takeTask, queueEmpty, spawnWorker, pause, resume, stop}.
  */
 export async function startHarness(opts = {}) {
   const data = mkdtempSync(join(tmpdir(), "tsdkharness-data-"));
@@ -130,7 +130,12 @@ export async function startHarness(opts = {}) {
       started.catch(() => {});
       return { child, started, exited };
     },
+    /** Stops the harness process (SIGSTOP): its server and runner answer nothing until resume. */
+    pause() { child.kill("SIGSTOP"); },
+    /** Lets a paused harness go on (SIGCONT). */
+    resume() { child.kill("SIGCONT"); },
     async stop() {
+      child.kill("SIGCONT");
       await nc.close();
       child.stdin.end();
       child.kill("SIGTERM");
