@@ -68,7 +68,13 @@ func TypeScriptWorker(t *testing.T, root string) Worker {
 //   - a second delivery of a claimed attempt is reported lost and its
 //     body not started (SEMANTICS.md §5);
 //   - a body never starts after its deadline (docs/protocol/41-tasks.md
-//     rule 1);
+//     rule 1), nor after its run's stop (a cancellation, SEMANTICS.md §7);
+//   - a delivery whose claim the runtime closed (api.Claim.Closed,
+//     docs/adr/0023-closing-attempts.md) is acked, its body never started
+//     and nothing reported;
+//   - a report refused as foreign (docs/protocol/41-tasks.md: a report that
+//     does not match the action's current attempt) changes nothing: the
+//     worker acks its task and the run stays as it was;
 //   - a SIGKILL of the worker mid-body makes a non-replayable action
 //     uncertain and a replayable one start again once (SEMANTICS.md §8);
 //   - SIGTERM drains: the running body finishes and is recorded; the drain
@@ -82,6 +88,9 @@ func RunWorkerSuite(t *testing.T, w Worker) {
 	t.Run("ARunWhoseToolTheWorkerServesCompletes", s.completes)
 	t.Run("TestSemantics5_ASecondDeliveryOfAClaimedAttemptIsReportedLostAndNotStarted", s.claimed)
 	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
+	t.Run("TestSemantics7_ABodyNeverStartsAfterItsRunsStop", s.afterStop)
+	t.Run("TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports", s.closedClaim)
+	t.Run("TestSemantics5_AReportRefusedAsForeignChangesNothing", s.foreignReport)
 	t.Run("TestSemantics8_SIGKILLMidBodyMakesANonReplayableActionUncertain", s.killed)
 	t.Run("TestSemantics8_SIGKILLMidBodyStartsAReplayableActionAgainOnce", s.killedReplay)
 	t.Run("TestSemantics8_SIGTERMDrainsTheRunningBody", s.drain)
@@ -315,20 +324,27 @@ func (s *suite) take(t *testing.T, tool string) (jetstream.Msg, worker.Task) {
 	return m, task
 }
 
-// queueEmpty waits until tool's queue holds no task, delivered or not.
-func (s *suite) queueEmpty(t *testing.T, tool string) {
+// acked waits until the task m of tool's queue, given back with Nak, was
+// acked by a worker: the consumer's ack floor reached it. (A queue with
+// nothing pending says nothing before a worker took the task again: a
+// task given back is neither pending nor waiting for its ack.)
+func (s *suite) acked(t *testing.T, tool string, m jetstream.Msg) {
 	t.Helper()
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := s.consumer(t, tool)
 	until := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		ci, err := c.Info(ctx)
 		cancel()
-		if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 {
+		if err == nil && ci.AckFloor.Stream >= md.Sequence.Stream {
 			return
 		}
 		if time.Now().After(until) {
-			t.Fatalf("the queue of %s is not empty: %+v (err %v)", tool, ci, err)
+			t.Fatalf("the task of %s (stream sequence %d) was not acked: %+v (err %v)", tool, md.Sequence.Stream, ci, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -379,12 +395,89 @@ func (s *suite) deadline(t *testing.T) {
 	time.Sleep(time.Until(*task.Deadline) + 200*time.Millisecond)
 	_ = m.Nak()
 	p := s.spawn(t, 0, "1")
-	s.queueEmpty(t, "slow")
+	s.acked(t, "slow", m)
 	if n := p.starts("cf-deadline"); n != 0 {
 		t.Fatalf("a body started %d times after its deadline", n)
 	}
 	if st := s.waitFor(t, "cf-deadline", status("suspended")); st.Actions[0].State != "uncertain" {
 		t.Fatalf("action %+v", st.Actions[0])
+	}
+}
+
+func (s *suite) afterStop(t *testing.T) {
+	s.start(t, "cf-stopped", "echo", In{Text: "pay"})
+	m, _ := s.take(t, "echo")
+	// The run is cancelled while its task waits in the queue, delivered
+	// to no worker that could hear the stop.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.api.Cancel(ctx, api.CancelRequest{Run: "cf-stopped", By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "cf-stopped", status("finished"))
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	s.acked(t, "echo", m)
+	if n := p.starts("cf-stopped"); n != 0 {
+		t.Fatalf("a body started %d times after its run's stop", n)
+	}
+}
+
+// claim creates the claim of task's attempt, as another worker or the
+// runtime would have.
+func (s *suite) claim(t *testing.T, task worker.Task, c api.Claim) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, task.Claim, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *suite) closedClaim(t *testing.T) {
+	s.start(t, "cf-closed", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	s.claim(t, task, api.Claim{Schema: 1, Claimed: time.Now(), Closed: &api.ClaimClose{By: "runner-x", Why: "cancelled", At: time.Now()}})
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	// A worker acks a task only once its report, if any, was answered:
+	// recorded, so the state read after the ack shows it.
+	s.acked(t, "echo", m)
+	if n := p.starts("cf-closed"); n != 0 {
+		t.Fatalf("the body of a closed attempt started %d times", n)
+	}
+	st := s.waitFor(t, "cf-closed", func(RunState) bool { return true })
+	if a := st.Actions[0]; a.State != "running" || a.Attempts != 1 {
+		t.Fatalf("action %+v, want running its one attempt: a closed attempt's delivery reports nothing", a)
+	}
+}
+
+func (s *suite) foreignReport(t *testing.T) {
+	s.start(t, "cf-foreign", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	// The attempt's claim holds a report saved by a worker that could not
+	// deliver it, for an action the run never had: delivered, it is
+	// refused as foreign (answered with success, so the worker acks).
+	rep := api.Report{Schema: 1, CommandID: "report/cf-foreign/9/none", Run: task.Run, Action: "9/none", Attempt: 1, Incarnation: task.Incarnation,
+		Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"text":"forged"}`)}
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "gone", Token: "0011223344556677", Claimed: time.Now(), Report: &rep})
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	s.acked(t, "echo", m)
+	if n := p.starts("cf-foreign"); n != 0 {
+		t.Fatalf("the body started %d times under a claim holding a report", n)
+	}
+	st := s.waitFor(t, "cf-foreign", func(RunState) bool { return true })
+	if len(st.Actions) != 1 || st.Actions[0].State != "running" || st.Actions[0].Content != nil {
+		t.Fatalf("actions %+v, want the one action still running: a foreign report changes nothing", st.Actions)
 	}
 }
 
