@@ -26,7 +26,7 @@ import { Kvm } from "@nats-io/kv";
 import { logCheck } from "./check.js";
 import { Client } from "./client.js";
 import { Explain, Uncertain } from "./tools.js";
-import { WeftError, NotAwaitedError, SettleUnconfirmedError } from "./errors.js";
+import { WeftError, NotAwaitedError, SettleUnconfirmedError, retryable } from "./errors.js";
 import {
   CLAIMS_BUCKET, HEADER_UNSTARTED_CLAIM, RUNNERS_BUCKET, SCHEMA, STOP_SUBJECT_PREFIX, TASK_STREAM,
   TransportError, claimKey, idempotencyKey, queue, request,
@@ -58,7 +58,15 @@ const STOPPED = "stopped by cancellation";
 const TIMED_OUT = "body timed out";
 const ABANDONED = "abandoned at the end of the drain window";
 
-const RETRYABLE = new Set(["runner_busy", "contended", "unavailable", "conflict", "quarantined"]);
+// Whether a refusal of a report or a settlement says "try again", as the
+// Go worker's retryable (worker/worker.go): the retryable codes
+// (RETRYABLE_CODES, weft.Code.Retryable's); quarantined — the run's log
+// holds a message no reader can fold, and the report is kept until a
+// repair voids it; and internal — the runtime's own fault, never the
+// report's: a real result is not given up for it (SEMANTICS.md §8).
+function reportRetryable(code) {
+  return retryable(code) || code === "quarantined" || code === "internal";
+}
 const MAX_TEXT = 64 * 1024;
 
 const silent = { info() {}, warn() {}, error() {} };
@@ -678,7 +686,7 @@ export class Worker {
           return;
         } catch (err) {
           const e = settleError(err);
-          if (e instanceof WeftError && e.code !== "settle_unconfirmed" && !RETRYABLE.has(e.code)) {
+          if (e instanceof WeftError && !reportRetryable(e.code)) {
             this.log.info("worker: late return refused", { run: t.run, action: t.action, err: e.message });
             return;
           }
@@ -711,7 +719,7 @@ export class Worker {
         saved = own === null;
         continue;
       }
-      if (err === null || (err instanceof WeftError && !RETRYABLE.has(err.code))) {
+      if (err === null || (err instanceof WeftError && !reportRetryable(err.code))) {
         if (err) this.log.info("worker: report refused", { run: rep.run, action: rep.action, code: err.code, err: err.message });
         return true;
       }
