@@ -23,6 +23,7 @@
 import { randomBytes } from "node:crypto";
 import { UnavailableError, WeftError, retryable } from "./errors.js";
 import { SCHEMA, TransportError, request } from "./protocol.js";
+import { sleep } from "./sleep.js";
 
 /** The wait before a command's first retry (api.RetryFirstDelay). */
 export const RETRY_FIRST_DELAY_MS = 100;
@@ -30,16 +31,6 @@ export const RETRY_FIRST_DELAY_MS = 100;
 export const RETRY_MAX_DELAY_MS = 2000;
 /** The default bound of a command's retries (api.DefaultRetryWithin): no retry starts later than this after the first try. */
 export const DEFAULT_RETRY_WITHIN_MS = 30000;
-
-// Resolves true after ms, false at once when signal aborts first.
-function pause(ms, signal) {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve(false);
-    const t = setTimeout(() => { signal?.removeEventListener("abort", onAbort); resolve(true); }, ms);
-    const onAbort = () => { clearTimeout(t); resolve(false); };
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
 
 // Resolves as p does, or throws a TransportError (no answer) when signal
 // aborts first: the request may still be applied.
@@ -104,7 +95,7 @@ export class Client {
         }
         if (!retryable(err.code) || this.retryWithinMs <= 0) throw err;
         last = err;
-        if (Date.now() + delay > bound || !(await pause(delay, opts.signal))) throw err;
+        if (Date.now() + delay > bound || !(await sleep(delay, opts.signal))) throw err;
       }
     }
   }

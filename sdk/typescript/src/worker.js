@@ -24,6 +24,7 @@ import { headers, nanos } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, AckPolicy, JetStreamApiError } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { logCheck } from "./check.js";
+import { sleep } from "./sleep.js";
 import { Client } from "./client.js";
 import { Explain, Uncertain } from "./tools.js";
 import { WeftError, NotAwaitedError, SettleUnconfirmedError, retryable } from "./errors.js";
@@ -70,15 +71,6 @@ function reportRetryable(code) {
 const MAX_TEXT = 64 * 1024;
 
 const silent = { info() {}, warn() {}, error() {} };
-
-function sleep(ms, signal) {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve(false);
-    const t = setTimeout(() => { signal?.removeEventListener("abort", onAbort); resolve(true); }, ms);
-    const onAbort = () => { clearTimeout(t); resolve(false); };
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
 
 function backoff(base, cap) {
   let d = base;
