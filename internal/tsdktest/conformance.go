@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
@@ -72,6 +73,12 @@ func TypeScriptWorker(t *testing.T, root string) Worker {
 //   - a delivery whose claim the runtime closed (api.Claim.Closed,
 //     docs/adr/0023-closing-attempts.md) is acked, its body never started
 //     and nothing reported;
+//   - a claim taken by a worker that never started the body, named in the
+//     requeued task's Weft-Unstarted-Claim header, is taken over and the
+//     body started once (docs/protocol/41-tasks.md rules 3 and 9);
+//   - a report saved in the claim by a worker that could not deliver it
+//     is delivered instead of a loss, the body not started again
+//     (docs/protocol/41-tasks.md rule 6);
 //   - a report refused as foreign (docs/protocol/41-tasks.md: a report that
 //     does not match the action's current attempt) changes nothing: the
 //     worker acks its task and the run stays as it was;
@@ -90,6 +97,8 @@ func RunWorkerSuite(t *testing.T, w Worker) {
 	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
 	t.Run("TestSemantics7_ABodyNeverStartsAfterItsRunsStop", s.afterStop)
 	t.Run("TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports", s.closedClaim)
+	t.Run("TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotALoss", s.unstartedClaim)
+	t.Run("TestSemantics8_AReportSavedInTheClaimIsDeliveredInsteadOfALoss", s.savedReport)
 	t.Run("TestSemantics5_AReportRefusedAsForeignChangesNothing", s.foreignReport)
 	t.Run("TestSemantics8_SIGKILLMidBodyMakesANonReplayableActionUncertain", s.killed)
 	t.Run("TestSemantics8_SIGKILLMidBodyStartsAReplayableActionAgainOnce", s.killedReplay)
@@ -457,6 +466,67 @@ func (s *suite) closedClaim(t *testing.T) {
 	st := s.waitFor(t, "cf-closed", func(RunState) bool { return true })
 	if a := st.Actions[0]; a.State != "running" || a.Attempts != 1 {
 		t.Fatalf("action %+v, want running its one attempt: a closed attempt's delivery reports nothing", a)
+	}
+}
+
+func (s *suite) unstartedClaim(t *testing.T) {
+	s.start(t, "cf-unstarted", "echo", In{Text: "once"})
+	m, task := s.take(t, "echo")
+	// A worker created the claim, got no answer, and requeued the task
+	// naming its token: no body started under that claim.
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-gone", Token: "feedfacefeedface", Claimed: time.Now()})
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := nats.NewMsg(m.Subject())
+	re.Data = m.Data()
+	re.Header.Set(api.HeaderUnstartedClaim, "feedfacefeedface")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.srv.JS.PublishMsg(ctx, re, jetstream.WithMsgID(fmt.Sprintf("%s/%s/%d/%d/requeued/%d", task.Run, task.Action, task.Attempt, task.Incarnation, md.Sequence.Stream))); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	p := s.spawn(t, 0, "1")
+	st := s.waitFor(t, "cf-unstarted", status("finished"))
+	if st.Outcome != "completed" || p.starts("cf-unstarted") != 1 {
+		t.Fatalf("outcome %s, %d starts: want completed after one start", st.Outcome, p.starts("cf-unstarted"))
+	}
+	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, task.Claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c api.Claim
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Worker == "w-gone" || c.Token == "feedfacefeedface" {
+		t.Fatalf("claim %+v: want it taken over by the worker, under a token of its own", c)
+	}
+}
+
+func (s *suite) savedReport(t *testing.T) {
+	s.start(t, "cf-saved", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	rep := api.Report{Schema: 1, CommandID: fmt.Sprintf("report/%s/%s/%d/%d", task.Run, task.Action, task.Attempt, task.Incarnation),
+		Run: task.Run, Action: task.Action, Attempt: task.Attempt, Incarnation: task.Incarnation,
+		Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"text":"saved"}`), Worker: "w-gone"}
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-gone", Token: "0011223344556677", Claimed: time.Now(), Report: &rep})
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	st := s.waitFor(t, "cf-saved", status("finished"))
+	if st.Outcome != "completed" || string(st.Answer) != `"[{\"text\":\"saved\"}]"` {
+		t.Fatalf("outcome %s answer %s: want completed with the saved report's output", st.Outcome, st.Answer)
+	}
+	if n := p.starts("cf-saved"); n != 0 {
+		t.Fatalf("the body started %d times though its report was saved", n)
 	}
 }
 
