@@ -70,6 +70,11 @@ type Config struct {
 	Args []string
 	// Log receives progress lines (default: discarded).
 	Log io.Writer
+	// TypeScript, when set, is the directory of the TypeScript SDK
+	// (sdk/typescript, with npm ci run in it): the tool ship is then served
+	// by a TypeScript worker process (node) instead of the Go workers,
+	// writing the same ledger (chaos/typescript.go).
+	TypeScript string
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -109,6 +114,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
+	}
+	if err := c.checkTypeScript(); err != nil {
+		return c, err
 	}
 	return c, nil
 }
@@ -449,12 +457,14 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.ledger = filepath.Join(h.dir, "ledger")
 	common := []string{"NATS_URL=" + h.urls, envLedger + "=" + h.ledger, fmt.Sprintf("%s=%d", envReplicas, h.cfg.Nodes),
 		envLease + "=" + h.cfg.Lease.String(), envAckWait + "=1s"}
+	common = h.withTypeScript(common)
 	for i := range h.cfg.Runners {
 		h.runners = append(h.runners, h.newPart(fmt.Sprintf("runner-%d", i+1), "runner", common))
 	}
 	for i := range h.cfg.Workers {
 		h.workers = append(h.workers, h.newPart(fmt.Sprintf("worker-%d", i+1), "worker", common))
 	}
+	h.workers = append(h.workers, h.typeScriptWorkers(common)...)
 	h.projector = h.newPart("projector", "projector", common)
 	for _, p := range h.runners {
 		supervise(p)
@@ -500,6 +510,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.logf("stopping runners and workers")
 	h.settle()
 	h.logf("checking")
+	h.checkTypeScriptServed()
 	res := h.check(ctx, w)
 	return res, nil
 }

@@ -110,6 +110,20 @@ func TestChaosCluster(t *testing.T) {
 	}
 }
 
+// TestChaosTypeScript is the chaos seed of the TypeScript worker (docs/typescript.md):
+// the tool ship is served by the TypeScript worker (sdk/typescript, a
+// Node process the schedule kills, stops and pauses like the Go workers),
+// whose bodies write the same ledger; zero violations. It needs Node.js
+// and the SDK's dependencies (go tool -modfile=devtools/go.mod task
+// sdk-ts-deps): without them it fails, never skips.
+func TestChaosTypeScript(t *testing.T) {
+	for _, s := range seedList(t, 4) {
+		cfg := short
+		cfg.Seed, cfg.TypeScript = s, "../sdk/typescript"
+		runSeed(t, cfg)
+	}
+}
+
 // TestRunRefusesAUsedDirectory: the checks read the working directory's
 // ledger and server store as the run's own, so a directory that holds an
 // earlier run's is refused before anything starts. (A long run with one

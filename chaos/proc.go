@@ -65,7 +65,7 @@ func (p *part) start() (*proc, error) {
 	n := p.starts
 	p.mu.Unlock()
 	fmt.Fprintf(f, "=== %s start %d at %s\n", p.name, n, time.Now().Format(time.RFC3339Nano))
-	cmd := exec.Command(p.h.cfg.Exe, p.h.cfg.Args...)
+	cmd := p.command()
 	cmd.Env = append(os.Environ(), p.env...)
 	// Every process has its own id, as runners have by default (a random
 	// one per start); with StableIDs a restarted part keeps its name.

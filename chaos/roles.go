@@ -287,7 +287,7 @@ func workerMain(ctx context.Context, logger *slog.Logger) error {
 		worker.WithAttemptCheck(lk.check(worker.LogCheck(node.JetStream()))))
 	for _, t := range a.Tools() {
 		for _, ext := range externalTools {
-			if t.Name() == ext {
+			if t.Name() == ext && !servedByTypeScript(ext) {
 				w.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
 			}
 		}

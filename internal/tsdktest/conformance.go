@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
@@ -32,6 +36,29 @@ type Worker struct {
 	Command func(url string, graceMS int, version string) *exec.Cmd
 }
 
+// TypeScriptWorker is the TypeScript worker (sdk/typescript) as a Node
+// process, sdk/typescript/test/support/hanging-worker.js of the repository
+// at root. It needs Node.js and the package's dependencies (go tool
+// -modfile=devtools/go.mod task sdk-ts-deps): without them the test
+// fails, never skips.
+func TypeScriptWorker(t *testing.T, root string) Worker {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node is not on the PATH: %v", err)
+	}
+	script, err := filepath.Abs(filepath.Join(root, "sdk/typescript/test/support/hanging-worker.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "sdk/typescript/node_modules/@nats-io/transport-node")); err != nil {
+		t.Fatalf("the TypeScript SDK's dependencies are not installed (go tool -modfile=devtools/go.mod task sdk-ts-deps): %v", err)
+	}
+	return Worker{Command: func(url string, graceMS int, version string) *exec.Cmd {
+		return exec.Command(node, script, url, strconv.Itoa(graceMS), version)
+	}}
+}
+
 // RunWorkerSuite is the conformance suite every worker implementation
 // runs (the Go worker and the TypeScript worker): the behaviours the Go
 // worker is tested for, against a real runner (host.Run serving Build's
@@ -42,7 +69,19 @@ type Worker struct {
 //   - a second delivery of a claimed attempt is reported lost and its
 //     body not started (SEMANTICS.md §5);
 //   - a body never starts after its deadline (docs/protocol/41-tasks.md
-//     rule 1);
+//     rule 1), nor after its run's stop (a cancellation, SEMANTICS.md §7);
+//   - a delivery whose claim the runtime closed (api.Claim.Closed,
+//     docs/adr/0023-closing-attempts.md) is acked, its body never started
+//     and nothing reported;
+//   - a claim taken by a worker that never started the body, named in the
+//     requeued task's Weft-Unstarted-Claim header, is taken over and the
+//     body started once (docs/protocol/41-tasks.md rules 3 and 9);
+//   - a report saved in the claim by a worker that could not deliver it
+//     is delivered instead of a loss, the body not started again
+//     (docs/protocol/41-tasks.md rule 6);
+//   - a report refused as foreign (docs/protocol/41-tasks.md: a report that
+//     does not match the action's current attempt) changes nothing: the
+//     worker acks its task and the run stays as it was;
 //   - a SIGKILL of the worker mid-body makes a non-replayable action
 //     uncertain and a replayable one start again once (SEMANTICS.md §8);
 //   - SIGTERM drains: the running body finishes and is recorded; the drain
@@ -52,18 +91,44 @@ type Worker struct {
 //     settle window, settles the action with its output (a late
 //     settlement, SEMANTICS.md §3).
 func RunWorkerSuite(t *testing.T, w Worker) {
+	s := newSuite(t, w, false)
+	t.Run("ARunWhoseToolTheWorkerServesCompletes", s.completes)
+	t.Run("TestSemantics5_ASecondDeliveryOfAClaimedAttemptIsReportedLostAndNotStarted", s.claimed)
+	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
+	t.Run("TestSemantics7_ABodyNeverStartsAfterItsRunsStop", s.afterStop)
+	t.Run("TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports", s.closedClaim)
+	t.Run("TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotALoss", s.unstartedClaim)
+	t.Run("TestSemantics8_AReportSavedInTheClaimIsDeliveredInsteadOfALoss", s.savedReport)
+	t.Run("TestSemantics5_AReportRefusedAsForeignChangesNothing", s.foreignReport)
+	t.Run("TestSemantics8_SIGKILLMidBodyMakesANonReplayableActionUncertain", s.killed)
+	t.Run("TestSemantics8_SIGKILLMidBodyStartsAReplayableActionAgainOnce", s.killedReplay)
+	t.Run("TestSemantics8_SIGTERMDrainsTheRunningBody", s.drain)
+	t.Run("TestSemantics8_TheDrainIsBoundedByTheDrainGrace", s.drainBound)
+	t.Run("TestSemantics3_ATaskOfAnotherAgentVersionIsNotTaken", s.otherVersion)
+	t.Run("TestSemantics3_ASettlingToolsOwnReturnWinsAfterItsTimeout", s.lateReturn)
+}
+
+// newSuite starts a nats-server and a runner serving Build(signingKeys...)'s
+// agent with every tool left to external workers, for the worker w; with
+// queries, the projector and the query service too (the inboxes a client
+// reads), else the runner alone.
+func newSuite(t *testing.T, w Worker, queries bool, signingKeys ...string) *suite {
 	srv := natstest.Start(t)
-	a, err := Build()
+	a, err := Build(signingKeys...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	done := make(chan error, 1)
+	opts := []host.Option{host.WithoutCatalog(),
+		host.WithRunnerOptions(runner.WithExternalTools(ToolNames()...), runner.WithDrainWindow(5*time.Second)),
+		host.WithReady(func() { close(ready) })}
+	if !queries {
+		opts = append(opts, host.WithoutQueries())
+	}
 	go func() {
-		done <- host.Run(ctx, srv.Conn, srv.JS, []*agent.Agent{a}, host.WithoutQueries(), host.WithoutCatalog(),
-			host.WithRunnerOptions(runner.WithExternalTools(ToolNames()...), runner.WithDrainWindow(5*time.Second)),
-			host.WithReady(func() { close(ready) }))
+		done <- host.Run(ctx, srv.Conn, srv.JS, []*agent.Agent{a}, opts...)
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -78,16 +143,7 @@ func RunWorkerSuite(t *testing.T, w Worker) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the runner did not become ready")
 	}
-	s := &suite{srv: srv, w: w, api: api.NewClient(srv.Conn)}
-	t.Run("ARunWhoseToolTheWorkerServesCompletes", s.completes)
-	t.Run("TestSemantics5_ASecondDeliveryOfAClaimedAttemptIsReportedLostAndNotStarted", s.claimed)
-	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
-	t.Run("TestSemantics8_SIGKILLMidBodyMakesANonReplayableActionUncertain", s.killed)
-	t.Run("TestSemantics8_SIGKILLMidBodyStartsAReplayableActionAgainOnce", s.killedReplay)
-	t.Run("TestSemantics8_SIGTERMDrainsTheRunningBody", s.drain)
-	t.Run("TestSemantics8_TheDrainIsBoundedByTheDrainGrace", s.drainBound)
-	t.Run("TestSemantics3_ATaskOfAnotherAgentVersionIsNotTaken", s.otherVersion)
-	t.Run("TestSemantics3_ASettlingToolsOwnReturnWinsAfterItsTimeout", s.lateReturn)
+	return &suite{srv: srv, w: w, api: api.NewClient(srv.Conn)}
 }
 
 type suite struct {
@@ -212,7 +268,13 @@ func (s *suite) start(t *testing.T, run, tool string, in In) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	input := fmt.Sprintf(`[{"tool":%q,"args":%s}]`, tool, args)
+	s.startInput(t, run, fmt.Sprintf(`[{"tool":%q,"args":%s}]`, tool, args))
+}
+
+// startInput starts run with input, the JSON array of calls of Build's
+// scripted model.
+func (s *suite) startInput(t *testing.T, run, input string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := s.api.Start(ctx, api.StartRequest{Run: run, Agent: AgentName, Input: input}); err != nil {
@@ -271,20 +333,27 @@ func (s *suite) take(t *testing.T, tool string) (jetstream.Msg, worker.Task) {
 	return m, task
 }
 
-// queueEmpty waits until tool's queue holds no task, delivered or not.
-func (s *suite) queueEmpty(t *testing.T, tool string) {
+// acked waits until the task m of tool's queue, given back with Nak, was
+// acked by a worker: the consumer's ack floor reached it. (A queue with
+// nothing pending says nothing before a worker took the task again: a
+// task given back is neither pending nor waiting for its ack.)
+func (s *suite) acked(t *testing.T, tool string, m jetstream.Msg) {
 	t.Helper()
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := s.consumer(t, tool)
 	until := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		ci, err := c.Info(ctx)
 		cancel()
-		if err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 {
+		if err == nil && ci.AckFloor.Stream >= md.Sequence.Stream {
 			return
 		}
 		if time.Now().After(until) {
-			t.Fatalf("the queue of %s is not empty: %+v (err %v)", tool, ci, err)
+			t.Fatalf("the task of %s (stream sequence %d) was not acked: %+v (err %v)", tool, md.Sequence.Stream, ci, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -335,12 +404,150 @@ func (s *suite) deadline(t *testing.T) {
 	time.Sleep(time.Until(*task.Deadline) + 200*time.Millisecond)
 	_ = m.Nak()
 	p := s.spawn(t, 0, "1")
-	s.queueEmpty(t, "slow")
+	s.acked(t, "slow", m)
 	if n := p.starts("cf-deadline"); n != 0 {
 		t.Fatalf("a body started %d times after its deadline", n)
 	}
 	if st := s.waitFor(t, "cf-deadline", status("suspended")); st.Actions[0].State != "uncertain" {
 		t.Fatalf("action %+v", st.Actions[0])
+	}
+}
+
+func (s *suite) afterStop(t *testing.T) {
+	s.start(t, "cf-stopped", "echo", In{Text: "pay"})
+	m, _ := s.take(t, "echo")
+	// The run is cancelled while its task waits in the queue, delivered
+	// to no worker that could hear the stop.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.api.Cancel(ctx, api.CancelRequest{Run: "cf-stopped", By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "cf-stopped", status("finished"))
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	s.acked(t, "echo", m)
+	if n := p.starts("cf-stopped"); n != 0 {
+		t.Fatalf("a body started %d times after its run's stop", n)
+	}
+}
+
+// claim creates the claim of task's attempt, as another worker or the
+// runtime would have.
+func (s *suite) claim(t *testing.T, task worker.Task, c api.Claim) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, task.Claim, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (s *suite) closedClaim(t *testing.T) {
+	s.start(t, "cf-closed", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	s.claim(t, task, api.Claim{Schema: 1, Claimed: time.Now(), Closed: &api.ClaimClose{By: "runner-x", Why: "cancelled", At: time.Now()}})
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	// A worker acks a task only once its report, if any, was answered:
+	// recorded, so the state read after the ack shows it.
+	s.acked(t, "echo", m)
+	if n := p.starts("cf-closed"); n != 0 {
+		t.Fatalf("the body of a closed attempt started %d times", n)
+	}
+	st := s.waitFor(t, "cf-closed", func(RunState) bool { return true })
+	if a := st.Actions[0]; a.State != "running" || a.Attempts != 1 {
+		t.Fatalf("action %+v, want running its one attempt: a closed attempt's delivery reports nothing", a)
+	}
+}
+
+func (s *suite) unstartedClaim(t *testing.T) {
+	s.start(t, "cf-unstarted", "echo", In{Text: "once"})
+	m, task := s.take(t, "echo")
+	// A worker created the claim, got no answer, and requeued the task
+	// naming its token: no body started under that claim.
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-gone", Token: "feedfacefeedface", Claimed: time.Now()})
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := nats.NewMsg(m.Subject())
+	re.Data = m.Data()
+	re.Header.Set(api.HeaderUnstartedClaim, "feedfacefeedface")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.srv.JS.PublishMsg(ctx, re, jetstream.WithMsgID(fmt.Sprintf("%s/%s/%d/%d/requeued/%d", task.Run, task.Action, task.Attempt, task.Incarnation, md.Sequence.Stream))); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	p := s.spawn(t, 0, "1")
+	st := s.waitFor(t, "cf-unstarted", status("finished"))
+	if st.Outcome != "completed" || p.starts("cf-unstarted") != 1 {
+		t.Fatalf("outcome %s, %d starts: want completed after one start", st.Outcome, p.starts("cf-unstarted"))
+	}
+	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, task.Claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c api.Claim
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Worker == "w-gone" || c.Token == "feedfacefeedface" {
+		t.Fatalf("claim %+v: want it taken over by the worker, under a token of its own", c)
+	}
+}
+
+func (s *suite) savedReport(t *testing.T) {
+	s.start(t, "cf-saved", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	rep := api.Report{Schema: 1, CommandID: fmt.Sprintf("report/%s/%s/%d/%d", task.Run, task.Action, task.Attempt, task.Incarnation),
+		Run: task.Run, Action: task.Action, Attempt: task.Attempt, Incarnation: task.Incarnation,
+		Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"text":"saved"}`), Worker: "w-gone"}
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-gone", Token: "0011223344556677", Claimed: time.Now(), Report: &rep})
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	st := s.waitFor(t, "cf-saved", status("finished"))
+	if st.Outcome != "completed" || string(st.Answer) != `"[{\"text\":\"saved\"}]"` {
+		t.Fatalf("outcome %s answer %s: want completed with the saved report's output", st.Outcome, st.Answer)
+	}
+	if n := p.starts("cf-saved"); n != 0 {
+		t.Fatalf("the body started %d times though its report was saved", n)
+	}
+}
+
+func (s *suite) foreignReport(t *testing.T) {
+	s.start(t, "cf-foreign", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	// The attempt's claim holds a report saved by a worker that could not
+	// deliver it, for an action the run never had: delivered, it is
+	// refused as foreign (answered with success, so the worker acks).
+	rep := api.Report{Schema: 1, CommandID: "report/cf-foreign/9/none", Run: task.Run, Action: "9/none", Attempt: 1, Incarnation: task.Incarnation,
+		Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"text":"forged"}`)}
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "gone", Token: "0011223344556677", Claimed: time.Now(), Report: &rep})
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	s.acked(t, "echo", m)
+	if n := p.starts("cf-foreign"); n != 0 {
+		t.Fatalf("the body started %d times under a claim holding a report", n)
+	}
+	st := s.waitFor(t, "cf-foreign", func(RunState) bool { return true })
+	if len(st.Actions) != 1 || st.Actions[0].State != "running" || st.Actions[0].Content != nil {
+		t.Fatalf("actions %+v, want the one action still running: a foreign report changes nothing", st.Actions)
 	}
 }
 

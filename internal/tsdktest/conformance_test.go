@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -41,18 +40,5 @@ func TestWorkerConformance_Go(t *testing.T) {
 // and the package's dependencies (go tool -modfile=devtools/go.mod task
 // sdk-ts-deps): without them it fails, never skips.
 func TestWorkerConformance_TypeScript(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node is not on the PATH: %v", err)
-	}
-	script, err := filepath.Abs("../../sdk/typescript/test/support/hanging-worker.js")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(script), "../../node_modules/@nats-io/transport-node")); err != nil {
-		t.Fatalf("the TypeScript SDK's dependencies are not installed (go tool -modfile=devtools/go.mod task sdk-ts-deps): %v", err)
-	}
-	tsdktest.RunWorkerSuite(t, tsdktest.Worker{Command: func(url string, graceMS int, version string) *exec.Cmd {
-		return exec.Command(node, script, url, strconv.Itoa(graceMS), version)
-	}})
+	tsdktest.RunWorkerSuite(t, tsdktest.TypeScriptWorker(t, "../.."))
 }

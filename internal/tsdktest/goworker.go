@@ -19,7 +19,7 @@ import (
 )
 
 // GoWorker is the Go worker (package worker) as a process's main, for
-// RunWorkerSuite: it serves echo, slow, settle and replay of agent tsdk at the
+// RunWorkerSuite: it serves echo, slow, settle, replay and guarded of agent tsdk at the
 // given version until SIGTERM or SIGINT; each body writes "STARTED <run>
 // <attempt>" to stdout, then by its input's mode: "" returns {text};
 // "hang" runs until its context ends; "hang-first" does so on attempt 1
@@ -57,7 +57,7 @@ func GoWorker(args []string, stdout io.Writer) error {
 	defer stop()
 	w := worker.New(nc, js, worker.WithID(fmt.Sprintf("go-worker-%d", os.Getpid())), worker.WithDrainGrace(grace))
 	var out sync.Mutex
-	for _, tool := range []string{"echo", "slow", "settle", "replay"} {
+	for _, tool := range []string{"echo", "slow", "settle", "replay", "guarded"} {
 		w.Handle(worker.Queue{Agent: AgentName, Version: version, Tool: tool}, func(ctx context.Context, t worker.Task, _ worker.Settler) worker.Result {
 			out.Lock()
 			fmt.Fprintf(stdout, "STARTED %s %d\n", t.Run, t.Attempt)

@@ -9,6 +9,8 @@ export class WeftError extends Error {
   readonly reason: string | undefined;
   /** Other members of the error object (same_input, ...). */
   readonly details: Record<string, unknown>;
+  /** The run of a command answered outcome_unknown (the Client sets it): read it to learn whether the command was applied. */
+  run?: string;
 }
 type ErrorOpts = { reason?: string; details?: Record<string, unknown>; cause?: unknown };
 /** The codes of docs/protocol.md's error table with their numbers. */
@@ -218,6 +220,11 @@ export class InternalError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
   readonly code: "internal";
 }
+/** The retryable codes (docs/protocol.md, "Retry rules"): weft.Code.Retryable's, kept equal by a Go test. */
+export declare const RETRYABLE_CODES: readonly string[];
+/** Whether an answer with code says "not applied, try again" (RETRYABLE_CODES). */
+export declare function retryable(code: string): boolean;
+
 /** The class of each code. */
 export declare const ERROR_CLASSES: Readonly<{
   invalid_json: typeof InvalidJsonError;

@@ -89,6 +89,12 @@ export interface WorkerOptions {
   ackWaitMs?: number;
   /** How long a stopping worker waits for running bodies before abandoning them. Default 10000. */
   drainGraceMs?: number;
+  /**
+   * How long run tries its setup again while the server does not answer
+   * (each try's requests wait 2 s doubling to 16 s); then run throws saying
+   * why. Default DEFAULT_SETUP_WITHIN_MS (60000); 0 tries once.
+   */
+  setupWithinMs?: number;
   logger?: Logger;
   /**
    * Before serving, read the agent's catalog (weft.api.catalog.<agent>) and
@@ -103,7 +109,12 @@ export interface WorkerOptions {
 export class Worker {
   constructor(nc: NatsConnection, opts: WorkerOptions);
   handle(tool: BoundTool): this;
-  /** Serves until signal aborts, then drains (bounded by drainGraceMs). */
+  /**
+   * Serves until signal aborts, then drains (bounded by drainGraceMs). Its
+   * setup is tried again while the server does not answer, up to
+   * setupWithinMs; it throws saying why it gives up, or at once for an
+   * answer that will not change (no task stream).
+   */
   run(opts?: { signal?: AbortSignal }): Promise<void>;
   /** Serves until SIGTERM or SIGINT, then drains. */
   runUntilSignal(): Promise<void>;
@@ -114,6 +125,7 @@ export class Worker {
 export function settleError(err: unknown): WeftError | null;
 export const DEFAULT_ACK_WAIT_MS: number;
 export const DEFAULT_DRAIN_GRACE_MS: number;
+export const DEFAULT_SETUP_WITHIN_MS: number;
 export const LATE_AFTER_ABANDON_MS: number;
 export const REASON_OWN_CALL: "own_call";
 
@@ -131,6 +143,8 @@ export const HEADER_UNSTARTED_CLAIM: "Weft-Unstarted-Claim";
 export class TransportError extends Error {
   constructor(kind: "no_responders" | "timeout" | "transport", message: string, cause?: unknown);
   readonly kind: "no_responders" | "timeout" | "transport";
+  /** The run of a command that got no answer: read it to learn whether the command was applied. */
+  run?: string;
 }
 export interface Queue { agent: string; version: string; tool: string; subject: string; consumer: string; reportSubject: string; settleSubject: string; }
 export function queue(agent: string, version: string, tool: string): Queue;
@@ -145,22 +159,43 @@ export const finished: (v: RunView) => boolean;
 export const suspended: (v: RunView) => boolean;
 export const settled: (v: RunView) => boolean;
 
+/** The wait before a command's first retry (api.RetryFirstDelay): 100. */
+export const RETRY_FIRST_DELAY_MS: number;
+/** The longest wait between two tries (api.RetryMaxDelay): 2000. */
+export const RETRY_MAX_DELAY_MS: number;
+/** The default bound of a command's retries (api.DefaultRetryWithin): 30000. */
+export const DEFAULT_RETRY_WITHIN_MS: number;
+
+/** A command's per-call options: the caller's deadline or cancellation. */
+export interface CommandOptions { signal?: AbortSignal }
+type CommandReply = Promise<{ schema: 1; run: string; status: string }>;
+
 /**
  * Commands and queries (docs/protocol/40-commands.md, 50-queries.md). Bodies
  * are the wire's (snake_case); schema is set and command_id generated when
  * left out. A coded refusal throws the WeftError class of its code; no
  * responders throws UnavailableError.
+ *
+ * Commands follow docs/protocol.md's retry rules: a retryable answer
+ * (RETRYABLE_CODES) is sent again with the same command id after a backoff
+ * (RETRY_FIRST_DELAY_MS doubling up to RETRY_MAX_DELAY_MS) while a retry
+ * can start within retryWithinMs (DEFAULT_RETRY_WITHIN_MS; 0 sends once)
+ * and opts.signal has not aborted; a try with no answer throws a
+ * TransportError (never an earlier retryable code); outcome_unknown is
+ * never retried and names the run to read (err.run). A start without a
+ * run id gets one the client picks; its retry answered already_started
+ * with the same input resolves as started.
  */
 export class Client {
-  constructor(nc: NatsConnection, opts?: { timeoutMs?: number });
-  start(req: { run?: string; agent: string; version?: string; input: string; correlation?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
-  approve(req: { run: string; action: string; revision: number; approver: string; credential?: string; proof?: object; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
-  reject(req: { run: string; action: string; revision: number; reason: string; approver?: string; credential?: string; by?: string; proof?: object; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
-  reconcile(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
-  reconcileStored(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
-  resolve(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
-  cancel(req: { run: string; reason?: string; by?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
-  settle(req: { run: string; action: string; outcome: "output" | "explain" | "uncertain"; content?: unknown; message?: string; evidence?: string; summary?: string; command_id?: string }): Promise<{ schema: 1; run: string; status: string }>;
+  constructor(nc: NatsConnection, opts?: { timeoutMs?: number; retryWithinMs?: number });
+  start(req: { run?: string; agent: string; version?: string; input: string; correlation?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
+  approve(req: { run: string; action: string; revision: number; approver: string; credential?: string; proof?: object; command_id?: string }, opts?: CommandOptions): CommandReply;
+  reject(req: { run: string; action: string; revision: number; reason: string; approver?: string; credential?: string; by?: string; proof?: object; command_id?: string }, opts?: CommandOptions): CommandReply;
+  reconcile(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
+  reconcileStored(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
+  resolve(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
+  cancel(req: { run: string; reason?: string; by?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
+  settle(req: { run: string; action: string; outcome: "output" | "explain" | "uncertain"; content?: unknown; message?: string; evidence?: string; summary?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
   /** An agent's catalog (docs/protocol/45-catalog.md): its tools with their JSON Schemas, its approvers. */
   catalog(agent: string, version?: string): Promise<{ schema: 1; agent: { name: string; version: string }; tools: Array<{ name: string; description: string; input_schema: object; output_schema?: object; settling?: boolean }>; approvers: string[] }>;
   run(run: string): Promise<{ schema: 1; view: RunView; family_status: { status: string; waiting?: string[] }; child_status?: object[] }>;

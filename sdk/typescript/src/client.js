@@ -1,12 +1,48 @@
 // The client for commands and queries (docs/protocol/40-commands.md,
 // docs/protocol/50-queries.md), as the Go package client: each method
-// sends one request and returns the reply body, or throws the WeftError
-// class of the reply's code. No responders is unavailable, as the Go
-// client says it. Request bodies are the wire's (snake_case); schema is
-// set, and command_id generated when left out.
+// returns the reply body, or throws the WeftError class of the reply's
+// code. No responders is unavailable, as the Go client says it. Request
+// bodies are the wire's (snake_case); schema is set, and command_id
+// generated when left out.
+//
+// Commands follow docs/protocol.md's retry rules, as the Go client (package
+// client, api.WithRetry) does: a command answered with a retryable code
+// (RETRYABLE_CODES, weft.Code.Retryable's) is sent again with the same
+// command id after a backoff of 100 ms doubling up to 2 s, as long as a
+// retry can start within retryWithinMs (default 30 s; 0 sends once) of the
+// first try and the caller's signal has not aborted; then the last answer
+// is thrown. A try that gets no answer (a timeout, the caller's signal) is
+// thrown as a TransportError, never as an earlier try's retryable code: it
+// may have been applied. outcome_unknown is never retried (the same
+// command id answers it again): the error names the run (err.run) to read
+// (run, history, waitFor) to learn whether the command was applied. A
+// start without a run id gets one the client picks, so that every try
+// starts the same run and an unknown outcome names it; a retry of it
+// answered already_started with the same input is the start this call
+// made, answered as started.
 import { randomBytes } from "node:crypto";
-import { UnavailableError, WeftError } from "./errors.js";
+import { UnavailableError, WeftError, retryable } from "./errors.js";
 import { SCHEMA, TransportError, request } from "./protocol.js";
+import { sleep } from "./sleep.js";
+
+/** The wait before a command's first retry (api.RetryFirstDelay). */
+export const RETRY_FIRST_DELAY_MS = 100;
+/** The longest wait between two tries (api.RetryMaxDelay). */
+export const RETRY_MAX_DELAY_MS = 2000;
+/** The default bound of a command's retries (api.DefaultRetryWithin): no retry starts later than this after the first try. */
+export const DEFAULT_RETRY_WITHIN_MS = 30000;
+
+// Resolves as p does, or throws a TransportError (no answer) when signal
+// aborts first: the request may still be applied.
+function untilAborted(p, signal, subject) {
+  if (!signal) return p;
+  signal.throwIfAborted();
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(new TransportError("timeout", `request ${subject}: no answer before the caller's signal aborted: ${signal.reason}`, signal.reason));
+    signal.addEventListener("abort", onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}
 
 /** Conditions for waitFor, on a run view (docs/protocol/50-queries.md, "Run view"). */
 export const finished = (v) => v.status === "finished";
@@ -16,16 +52,20 @@ export const settled = (v) => suspended(v) || finished(v);
 export class Client {
   /**
    * @param {import("@nats-io/transport-node").NatsConnection} nc
-   * @param {{timeoutMs?: number}} [opts] each request's timeout (default 10000)
+   * @param {{timeoutMs?: number, retryWithinMs?: number}} [opts] timeoutMs: each
+   * request's timeout (default 10000); retryWithinMs: the bound of a
+   * command's retries (default DEFAULT_RETRY_WITHIN_MS; 0 sends each
+   * command once, as the Go client's WithoutRetry)
    */
   constructor(nc, opts = {}) {
     this.nc = nc;
     this.timeoutMs = opts.timeoutMs ?? 10000;
+    this.retryWithinMs = Math.max(opts.retryWithinMs ?? DEFAULT_RETRY_WITHIN_MS, 0);
   }
 
-  async #call(subject, body) {
+  async #call(subject, body, signal) {
     try {
-      return await request(this.nc, subject, { ...body, schema: SCHEMA }, this.timeoutMs);
+      return await untilAborted(request(this.nc, subject, { ...body, schema: SCHEMA }, this.timeoutMs), signal, subject);
     } catch (err) {
       if (err instanceof TransportError && err.kind === "no_responders") {
         throw new UnavailableError(`nothing serves ${subject}`, { cause: err });
@@ -34,26 +74,68 @@ export class Client {
     }
   }
 
-  #command(name, body) {
-    return this.#call(`weft.api.${name}`, { command_id: `ts-${name}-${randomBytes(8).toString("hex")}`, ...body });
+  // Sends the command, retrying as the retry rules say (the file's comment).
+  async #command(name, body, opts = {}) {
+    const subject = `weft.api.${name}`;
+    body = { command_id: `ts-${name}-${randomBytes(8).toString("hex")}`, ...body };
+    const bound = Date.now() + this.retryWithinMs;
+    let last = null;
+    for (let delay = RETRY_FIRST_DELAY_MS; ; delay = Math.min(delay * 2, RETRY_MAX_DELAY_MS)) {
+      try {
+        return await this.#call(subject, body, opts.signal);
+      } catch (err) {
+        if (body.run && err instanceof WeftError && err.code === "outcome_unknown") err.run = body.run;
+        if (!(err instanceof WeftError)) {
+          // No answer: the try may have been applied, so it is never
+          // answered with an earlier try's retryable code, which says
+          // nothing was applied.
+          if (last && err instanceof Error) err.message += ` (the try before was answered: ${last.code}: ${last.message})`;
+          if (body.run && err instanceof Error) err.run = body.run;
+          throw err;
+        }
+        if (!retryable(err.code) || this.retryWithinMs <= 0) throw err;
+        last = err;
+        if (Date.now() + delay > bound || !(await sleep(delay, opts.signal))) throw err;
+      }
+    }
   }
 
-  /** Starts a run: {run?, agent, version?, input, correlation?}. Resolves {run, status}. */
-  start(req) { return this.#command("start", req); }
+  /**
+   * Starts a run: {run?, agent, version?, input, correlation?}. Resolves
+   * {run, status}. Without a run id, a client that retries picks one
+   * ("run-" and 20 random hex digits) so that every try starts the same run.
+   */
+  async start(req, opts) {
+    let ours = false;
+    if (this.retryWithinMs > 0 && !req.run) {
+      req = { ...req, run: `run-${randomBytes(10).toString("hex")}` };
+      ours = true;
+    }
+    try {
+      return await this.#command("start", req, opts);
+    } catch (err) {
+      // A try that may have landed was answered with a retryable code; the
+      // retry finds the run this call started.
+      if (ours && err instanceof WeftError && err.code === "already_started" && err.details.same_input === true) {
+        return { schema: SCHEMA, run: req.run, status: "working" };
+      }
+      throw err;
+    }
+  }
   /** Approves a pending request: {run, action, revision, approver, credential} or {..., proof}. */
-  approve(req) { return this.#command("approve", req); }
+  approve(req, opts) { return this.#command("approve", req, opts); }
   /** Rejects a pending request: {run, action, revision, reason, approver?, credential?, proof?}. */
-  reject(req) { return this.#command("reject", req); }
+  reject(req, opts) { return this.#command("reject", req, opts); }
   /** Records what happened to an uncertain action of a live run: {run, action, content, by?}. */
-  reconcile(req) { return this.#command("reconcile", req); }
+  reconcile(req, opts) { return this.#command("reconcile", req, opts); }
   /** The same on a finished run, resuming nothing. */
-  reconcileStored(req) { return this.#command("reconcile_stored", req); }
+  reconcileStored(req, opts) { return this.#command("reconcile_stored", req, opts); }
   /** Records the final truth of an open question: {run, action, content, by?}. */
-  resolve(req) { return this.#command("resolve", req); }
+  resolve(req, opts) { return this.#command("resolve", req, opts); }
   /** Cancels a run: {run, reason?, by?}. */
-  cancel(req) { return this.#command("cancel", req); }
+  cancel(req, opts) { return this.#command("cancel", req, opts); }
   /** Offers a settlement: {run, action, outcome, content|message|evidence, summary?}. */
-  settle(req) { return this.#command("settle", req); }
+  settle(req, opts) { return this.#command("settle", req, opts); }
 
   /**
    * The catalog of an agent (docs/protocol/45-catalog.md): its tools with

@@ -63,6 +63,21 @@ export const CODES = Object.freeze({
   internal: 500,
 });
 
+/**
+ * The retryable codes (docs/protocol.md, "Retry rules"): an answer with one
+ * of them says "not applied, try again", so the Client sends the command
+ * again with the same command id. It is weft.Code.Retryable (error.go),
+ * the one table, spelt for Node: the Go test
+ * TestRetryRules_TheTypeScriptRetryableCodesAreWeftCodeRetryable
+ * (internal/tsdktest) reads this list and fails when it differs.
+ */
+export const RETRYABLE_CODES = Object.freeze(["runner_busy", "contended", "conflict", "unavailable", "settle_unconfirmed"]);
+
+/** Whether an answer with code says "not applied, try again" (RETRYABLE_CODES). */
+export function retryable(code) {
+  return RETRYABLE_CODES.includes(code);
+}
+
 /** `invalid_json` (400). */
 export class InvalidJsonError extends WeftError {
   constructor(message, opts) { super("invalid_json", message, opts); }

@@ -21,12 +21,13 @@
 //     a failed try, and only then acks.
 import { randomBytes } from "node:crypto";
 import { headers, nanos } from "@nats-io/transport-node";
-import { jetstream, jetstreamManager, AckPolicy } from "@nats-io/jetstream";
+import { jetstream, jetstreamManager, AckPolicy, JetStreamApiError } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { logCheck } from "./check.js";
+import { sleep } from "./sleep.js";
 import { Client } from "./client.js";
 import { Explain, Uncertain } from "./tools.js";
-import { WeftError, NotAwaitedError, SettleUnconfirmedError } from "./errors.js";
+import { WeftError, NotAwaitedError, SettleUnconfirmedError, retryable } from "./errors.js";
 import {
   CLAIMS_BUCKET, HEADER_UNSTARTED_CLAIM, RUNNERS_BUCKET, SCHEMA, STOP_SUBJECT_PREFIX, TASK_STREAM,
   TransportError, claimKey, idempotencyKey, queue, request,
@@ -38,6 +39,13 @@ export const DEFAULT_ACK_WAIT_MS = 3000;
 export const DEFAULT_DRAIN_GRACE_MS = 10000;
 /** How long undelivered reports and late settlements are still tried after abandon (worker.LateAfterAbandon). */
 export const LATE_AFTER_ABANDON_MS = 5000;
+/**
+ * How long a worker's setup (the claims bucket, the stop subscription, a
+ * consumer per queue) is tried again while the NATS server does not answer
+ * (a worker started while its server restarts), by default; then run
+ * throws, saying why.
+ */
+export const DEFAULT_SETUP_WITHIN_MS = 60000;
 /** The Reason of the not_awaited refusal of a handler settling its own running call. */
 export const REASON_OWN_CALL = "own_call";
 
@@ -51,19 +59,18 @@ const STOPPED = "stopped by cancellation";
 const TIMED_OUT = "body timed out";
 const ABANDONED = "abandoned at the end of the drain window";
 
-const RETRYABLE = new Set(["runner_busy", "contended", "unavailable", "conflict", "quarantined"]);
+// Whether a refusal of a report or a settlement says "try again", as the
+// Go worker's retryable (worker/worker.go): the retryable codes
+// (RETRYABLE_CODES, weft.Code.Retryable's); quarantined — the run's log
+// holds a message no reader can fold, and the report is kept until a
+// repair voids it; and internal — the runtime's own fault, never the
+// report's: a real result is not given up for it (SEMANTICS.md §8).
+function reportRetryable(code) {
+  return retryable(code) || code === "quarantined" || code === "internal";
+}
 const MAX_TEXT = 64 * 1024;
 
 const silent = { info() {}, warn() {}, error() {} };
-
-function sleep(ms, signal) {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve(false);
-    const t = setTimeout(() => { signal?.removeEventListener("abort", onAbort); resolve(true); }, ms);
-    const onAbort = () => { clearTimeout(t); resolve(false); };
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
 
 function backoff(base, cap) {
   let d = base;
@@ -72,6 +79,18 @@ function backoff(base, cap) {
     d = Math.min(d * 2, cap);
     return ok;
   };
+}
+
+// Whether err (or a cause of it) says that the server did not answer: a
+// request timed out, had no responders, or the connection is down — not an
+// answer of the JetStream API, which would be the same next time.
+function unanswered(err) {
+  for (let e = err, i = 0; e && i < 8; e = e.cause, i++) {
+    if (e instanceof JetStreamApiError) return false;
+    if (["TimeoutError", "NoResponders", "RequestError", "ConnectionError"].includes(e.name)) return true;
+    if (/timeout|no responders|disconnect|connection/i.test(String(e.message ?? ""))) return true;
+  }
+  return false;
 }
 
 function deadlineOf(t) {
@@ -133,6 +152,7 @@ export class Worker {
     this.id = opts.id ?? "worker";
     this.ackWaitMs = opts.ackWaitMs ?? DEFAULT_ACK_WAIT_MS;
     this.graceMs = opts.drainGraceMs > 0 ? opts.drainGraceMs : DEFAULT_DRAIN_GRACE_MS;
+    this.setupWithinMs = Math.max(opts.setupWithinMs ?? DEFAULT_SETUP_WITHIN_MS, 0);
     this.log = opts.logger ?? silent;
     this.check = opts.attemptCheck;
     this.checkCatalog = !!opts.checkCatalog;
@@ -160,11 +180,20 @@ export class Worker {
    * no new body starts (tasks held but not started are requeued), running
    * bodies finish and are reported; at the end of the drain grace the
    * bodies still running are abandoned (reported lost, worker_lost).
+   *
+   * Its setup is tried again while the server does not answer, as the Go
+   * worker's (worker.Run): each try's requests wait 2 s, doubling up to
+   * 16 s, with 100 ms doubling up to 2 s between tries, for up to
+   * setupWithinMs (DEFAULT_SETUP_WITHIN_MS); then, or at once for an
+   * answer that will not change (no task stream: no runner set this server
+   * up), it throws an Error saying why. A signal aborted meanwhile ends it
+   * with nothing served.
    * @param {{signal?: AbortSignal}} [opts]
    */
   async run(opts = {}) {
     if (this.checkCatalog) await this.#checkCatalog();
-    const subs = await this.#setup();
+    const subs = await this.#serve(opts.signal);
+    if (!subs) return;
     if (!opts.signal?.aborted) {
       await new Promise((resolve) => opts.signal?.addEventListener("abort", resolve, { once: true }));
     }
@@ -235,16 +264,45 @@ export class Worker {
     return p;
   }
 
-  async #setup() {
-    const jsm = await jetstreamManager(this.nc);
-    const kvm = new Kvm(this.js);
-    try {
-      this.claims = await kvm.open(CLAIMS_BUCKET);
-      await this.claims.status();
-    } catch {
-      this.claims = await kvm.create(CLAIMS_BUCKET, { history: 1, ttl: CLAIM_MAX_AGE_MS, storage: "file", markerTTL: 60000 });
+  // Tries #setup again while the server does not answer (run's comment).
+  async #serve(signal) {
+    const bound = Date.now() + this.setupWithinMs;
+    for (let wait = 100, limit = 2000; ; wait = Math.min(wait * 2, 2000), limit = Math.min(limit * 2, 16000)) {
+      if (signal?.aborted) return null;
+      try {
+        return await this.#setup(limit);
+      } catch (err) {
+        if (!unanswered(err)) {
+          const why = err instanceof JetStreamApiError && err.code === 10059
+            ? `stream ${TASK_STREAM} not found: no runner has set this NATS server up yet (start one first)`
+            : String(err?.message ?? err);
+          throw new Error(`worker: setup failed: ${why}`, { cause: err });
+        }
+        if (Date.now() + wait > bound) {
+          throw new Error(`worker: the NATS server did not answer the setup (bucket ${CLAIMS_BUCKET}, the consumers of stream ${TASK_STREAM}) for ${this.setupWithinMs} ms; giving up: ${err?.message ?? err}`, { cause: err });
+        }
+        this.log.warn("worker: the server does not answer; retrying", { err: String(err?.message ?? err) });
+        if (!(await sleep(wait, signal))) return null;
+      }
     }
-    if (!this.check) this.check = logCheck(jsm, () => kvm.open(RUNNERS_BUCKET));
+  }
+
+  // One try of #serve, whose requests wait timeoutMs; on an error it undoes
+  // what it set up.
+  async #setup(timeoutMs) {
+    const jsm = await jetstreamManager(this.nc, { timeout: timeoutMs });
+    const js = jetstream(this.nc, { timeout: timeoutMs });
+    const kvm = new Kvm(js);
+    try {
+      await (await kvm.open(CLAIMS_BUCKET)).status();
+    } catch (err) {
+      if (unanswered(err)) throw err;
+      await kvm.create(CLAIMS_BUCKET, { history: 1, ttl: CLAIM_MAX_AGE_MS, storage: "file", markerTTL: 60000 });
+    }
+    // The bucket as the bodies' claims use it: with the default timeout
+    // of the worker's JetStream context, not the try's.
+    this.claims = await new Kvm(this.js).open(CLAIMS_BUCKET);
+    if (!this.check) this.check = logCheck(await jetstreamManager(this.nc, { checkAPI: false }), () => new Kvm(this.js).open(RUNNERS_BUCKET));
     const stop = this.nc.subscribe(`${STOP_SUBJECT_PREFIX}*`, {
       callback: (_err, m) => {
         if (m) {
@@ -254,23 +312,30 @@ export class Worker {
       },
     });
     const consumers = [], loops = [];
-    for (const { tool, q } of this.tools.values()) {
-      const cfg = {
-        durable_name: q.consumer, description: `Weft tasks of ${q.agent}@${q.version}/${q.tool}`,
-        filter_subject: q.subject, ack_policy: AckPolicy.Explicit, ack_wait: nanos(this.ackWaitMs),
-        max_deliver: -1, max_ack_pending: 1000,
-      };
-      try {
-        await jsm.consumers.add(TASK_STREAM, cfg);
-      } catch {
-        await jsm.consumers.update(TASK_STREAM, q.consumer, { description: cfg.description, ack_wait: cfg.ack_wait, max_ack_pending: 1000, max_deliver: -1 });
+    try {
+      for (const { tool, q } of this.tools.values()) {
+        const cfg = {
+          durable_name: q.consumer, description: `Weft tasks of ${q.agent}@${q.version}/${q.tool}`,
+          filter_subject: q.subject, ack_policy: AckPolicy.Explicit, ack_wait: nanos(this.ackWaitMs),
+          max_deliver: -1, max_ack_pending: 1000,
+        };
+        try {
+          await jsm.consumers.add(TASK_STREAM, cfg);
+        } catch (err) {
+          if (unanswered(err) || (err instanceof JetStreamApiError && err.code === 10059)) throw err;
+          await jsm.consumers.update(TASK_STREAM, q.consumer, { description: cfg.description, ack_wait: cfg.ack_wait, max_ack_pending: 1000, max_deliver: -1 });
+        }
+        const c = await js.consumers.get(TASK_STREAM, q.consumer);
+        const msgs = await c.consume({ max_messages: 64 });
+        consumers.push(msgs);
+        loops.push((async () => {
+          for await (const m of msgs) this.#go(() => this.#handle(q, tool, m));
+        })());
       }
-      const c = await this.js.consumers.get(TASK_STREAM, q.consumer);
-      const msgs = await c.consume({ max_messages: 64 });
-      consumers.push(msgs);
-      loops.push((async () => {
-        for await (const m of msgs) this.#go(() => this.#handle(q, tool, m));
-      })());
+    } catch (err) {
+      stop.unsubscribe();
+      await Promise.allSettled(consumers.map((c) => c.close()));
+      throw err;
     }
     return { stop, consumers, loops };
   }
@@ -613,7 +678,7 @@ export class Worker {
           return;
         } catch (err) {
           const e = settleError(err);
-          if (e instanceof WeftError && e.code !== "settle_unconfirmed" && !RETRYABLE.has(e.code)) {
+          if (e instanceof WeftError && !reportRetryable(e.code)) {
             this.log.info("worker: late return refused", { run: t.run, action: t.action, err: e.message });
             return;
           }
@@ -646,7 +711,7 @@ export class Worker {
         saved = own === null;
         continue;
       }
-      if (err === null || (err instanceof WeftError && !RETRYABLE.has(err.code))) {
+      if (err === null || (err instanceof WeftError && !reportRetryable(err.code))) {
         if (err) this.log.info("worker: report refused", { run: rep.run, action: rep.action, code: err.code, err: err.message });
         return true;
       }

@@ -25,7 +25,7 @@ test("TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports", async
   m.nak();
   const s = await h.serve();
   try {
-    await h.queueEmpty("echo");
+    await h.acked("echo", m);
     assert.equal(s.of("ts-closed").length, 0, "the body of a closed attempt started");
     const st = await h.state("ts-closed");
     assert.equal(st.actions[0].state, "running", "a report was recorded for a closed attempt");

@@ -63,7 +63,7 @@ test("TestSemantics3_ABodyNeverStartsAfterItsDeadline", async () => {
   // recorded the attempt lost meanwhile.
   const s = await serve(undefined, { attemptCheck: async () => true });
   try {
-    await h.queueEmpty("slow");
+    await h.acked("slow", m);
     assert.equal(s.starts.filter((x) => x.call.run === "ts-deadline").length, 0, "a body started after its deadline");
     const st = await h.waitFor("ts-deadline", (x) => x.status === "suspended");
     assert.equal(st.actions[0].state, "uncertain");

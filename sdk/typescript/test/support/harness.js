@@ -26,7 +26,7 @@ function binary() {
 /**
  * Starts a harness (opts.approverKey: the public user nkey of the agent's
  * approver of signed proofs, "keys"); resolves {url, nc, state, waitFor, start, command,
- * serve, takeTask, queueEmpty, spawnWorker, stop}.
+ * serve, takeTask, acked, queueEmpty, spawnWorker, pause, resume, stop}.
  */
 export async function startHarness(opts = {}) {
   const data = mkdtempSync(join(tmpdir(), "tsdkharness-data-"));
@@ -102,6 +102,21 @@ export async function startHarness(opts = {}) {
       if (!m) throw new Error(`no task of ${tool} was delivered`);
       return { m, task: m.json() };
     },
+    /**
+     * Waits until the task m of tool's queue, given back with nak, was
+     * acked by a worker: the consumer's ack floor reached it. (An empty
+     * queue says nothing before a worker took the task again: a task given
+     * back is neither pending nor waiting for its ack.)
+     */
+    async acked(tool, m) {
+      const jsm = await jetstreamManager(nc);
+      for (const until = Date.now() + 30000; ;) {
+        const ci = await jsm.consumers.info("WEFT_TASKS", `weft_task_tsdk@1@${tool}`);
+        if (ci.ack_floor.stream_seq >= m.info.streamSequence) return;
+        if (Date.now() > until) throw new Error(`the task of ${tool} (stream sequence ${m.info.streamSequence}) was not acked: ack floor ${JSON.stringify(ci.ack_floor)}`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    },
     /** Waits until tool's queue holds no task, delivered or not: every task was acked. */
     async queueEmpty(tool) {
       const jsm = await jetstreamManager(nc);
@@ -130,7 +145,12 @@ export async function startHarness(opts = {}) {
       started.catch(() => {});
       return { child, started, exited };
     },
+    /** Stops the harness process (SIGSTOP): its server and runner answer nothing until resume. */
+    pause() { child.kill("SIGSTOP"); },
+    /** Lets a paused harness go on (SIGCONT). */
+    resume() { child.kill("SIGCONT"); },
     async stop() {
+      child.kill("SIGCONT");
       await nc.close();
       child.stdin.end();
       child.kill("SIGTERM");
