@@ -77,6 +77,22 @@ type ServeOption func(*service)
 // and answered (default 30 s).
 func WithRequestTimeout(d time.Duration) ServeOption { return func(s *service) { s.timeout = d } }
 
+// DefaultLanes is how many requests of one endpoint a process serves at
+// once unless WithLanes says otherwise.
+const DefaultLanes = 16
+
+// WithLanes sets how many requests of each endpoint this process serves at
+// once (default DefaultLanes, at least 1). A micro endpoint calls its
+// handler for one request at a time, so each endpoint is served by n
+// endpoints of the service on the same subject and queue group — its
+// lanes, named <endpoint>, <endpoint>_2, … <endpoint>_<n> — and NATS
+// hands each request to one of them. Requests of one run are still
+// decided one at a time (the runner's per-run lock); lanes let different
+// runs' commands be decided together, so that their appends can leave
+// together (docs/adr/0025-group-commit.md). `nats micro stats weft` lists
+// every lane with its own counts.
+func WithLanes(n int) ServeOption { return func(s *service) { s.lanes = max(n, 1) } }
+
 // Serve adds the "weft" micro service to nc, answering with b, until the
 // returned service is stopped. kv, when not nil, is the weft_commands
 // bucket used for idempotency.
@@ -90,14 +106,27 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 	if err != nil {
 		return nil, fmt.Errorf("api: add service: %w", err)
 	}
-	s := &service{b: b, kv: kv, timeout: 30 * time.Second}
+	s := &service{b: b, kv: kv, timeout: 30 * time.Second, lanes: DefaultLanes}
 	for _, o := range opts {
 		o(s)
 	}
 	g := svc.AddGroup("weft.api")
+	// addLanes adds the endpoint name on subject (relative to the group)
+	// s.lanes times: the first lane keeps the endpoint's name.
+	addLanes := func(name, subject string, h micro.HandlerFunc) error {
+		for i := 1; i <= s.lanes; i++ {
+			lane := name
+			if i > 1 {
+				lane = fmt.Sprintf("%s_%d", name, i)
+			}
+			if err := g.AddEndpoint(lane, h, micro.WithEndpointSubject(subject), micro.WithEndpointMetadata(map[string]string{"schema": "1"})); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	add := func(name string, h func(context.Context, []byte) (any, string, error)) error {
-		return g.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) { s.handle(r, h) }),
-			micro.WithEndpointMetadata(map[string]string{"schema": "1"}))
+		return addLanes(name, name, func(r micro.Request) { s.handle(r, h) })
 	}
 	for _, e := range []struct {
 		name string
@@ -126,10 +155,10 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointReportQueue, EndpointReport, s.report},
 		{EndpointSettleQueue, EndpointSettle, s.settle},
 	} {
-		err := g.AddEndpoint(e.name, micro.HandlerFunc(func(r micro.Request) {
+		err := addLanes(e.name, e.endpoint+".*.*.*", func(r micro.Request) {
 			q := queueOf(r.Subject())
 			s.handle(r, func(ctx context.Context, b []byte) (any, string, error) { return e.h(ctx, q, b) })
-		}), micro.WithEndpointSubject(e.endpoint+".*.*.*"), micro.WithEndpointMetadata(map[string]string{"schema": "1"}))
+		})
 		if err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("api: endpoint %s: %w", e.name, err)
@@ -168,6 +197,7 @@ type service struct {
 	b       Backend
 	kv      jetstream.KeyValue
 	timeout time.Duration
+	lanes   int
 }
 
 // handle decodes nothing itself: h decodes and returns the reply, the
