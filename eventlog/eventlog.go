@@ -190,6 +190,7 @@ type Log struct {
 	attempt time.Duration
 	batch   int
 	publish func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
+	group   *grouper // nil without WithGroupCommit
 	reader  *batchReader
 
 	mu      sync.Mutex
