@@ -16,8 +16,13 @@
 //   - run latency (1 client) and throughput at 1, 16 and 64 clients of the
 //     workload run (start, 3 sequential tool calls, each one model turn
 //     and one instant tool body, then the final answer), with the CPU per
-//     run of the whole process (runner, worker, embedded server, clients)
-//     and the NATS messages per run;
+//     run of the whole process (runner, worker, embedded server, clients);
+//   - what a run costs, at 1 and 64 clients: appends, NATS messages (the
+//     runner's and the clients' connections), JetStream round trips
+//     (API requests and acknowledged writes) and fsyncs under
+//     sync_interval: always (derived from the acknowledged writes and the
+//     group-commit batches), each beside the floor of one durable write
+//     per step, the start and the answer; and fsyncs per second at 64;
 //   - recovery: runs whose runner subprocess is SIGKILLed while their
 //     replayable tool bodies run, until each finished on another runner;
 //   - projection rebuild: projector.Rebuild over the log the run wrote;
