@@ -61,6 +61,10 @@ type Config struct {
 	// SyncAlways starts the embedded server with sync_interval: always
 	// (every write is fsynced before it is acknowledged).
 	SyncAlways bool
+	// NoGroupCommit runs the runner without group commit, which it has
+	// (runner.WithGroupCommit) when SyncAlways is set: to measure what
+	// group commit gives.
+	NoGroupCommit bool
 	// IdleRuns is how many suspended runs the idle-run measure creates
 	// (0: 300 with Quick, 20,000 without; rounded up to a multiple of 64,
 	// its clients).
@@ -174,6 +178,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer srv.close()
 	b.srv = srv
 	rep.Machine.Server = srv.describe()
+	if cfg.SyncAlways && cfg.URL == "" {
+		rep.Machine.Server += map[bool]string{false: ", runner with group commit", true: ", runner without group commit"}[cfg.NoGroupCommit]
+	}
 	b.progress("server: %s", rep.Machine.Server)
 
 	steps := []struct {

@@ -26,7 +26,7 @@ func WithGroupCommitTest(minQueue, loseAcks int) Option {
 	return func(l *Log) {
 		WithGroupCommit()(l)
 		g := l.group
-		g.minQueue = minQueue
+		g.minQueue, g.minGroup = minQueue, 2
 		g.loseAcks.Store(int32(loseAcks))
 	}
 }

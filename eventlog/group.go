@@ -34,6 +34,13 @@ import (
 // limit is 1000).
 const maxGroup = 256
 
+// minGroup is the fewest messages sent as an atomic batch: a smaller
+// group is published message by message, concurrently. On nats-server
+// 2.15 an atomic batch of a file stream stages its messages in a store
+// of its own, created, synced and deleted per batch, which costs about as
+// much as a dozen fsyncs (docs/adr/0025-group-commit.md measures it).
+const minGroup = 16
+
 // groupFlushers is how many batches of one Log may be in flight at once.
 const groupFlushers = 2
 
@@ -47,7 +54,7 @@ const errCodeAtomicPublishDisabled = 10174
 // Append after the first refusal.
 func WithGroupCommit() Option {
 	return func(l *Log) {
-		g := &grouper{js: l.js, nc: l.js.Conn(), single: l.publish}
+		g := &grouper{js: l.js, nc: l.js.Conn(), single: l.publish, minGroup: minGroup}
 		l.group, l.publish = g, g.publish
 	}
 }
@@ -77,6 +84,8 @@ type grouper struct {
 	nc     *nats.Conn
 	single func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
 	off    atomic.Bool // the stream refused atomic publish
+	// minGroup is the fewest messages sent as an atomic batch.
+	minGroup int
 
 	// Test hooks (export_test.go): minQueue holds the first flush until
 	// that many publishes wait; loseAcks answers that many committed
@@ -164,7 +173,7 @@ func (g *grouper) take() []*groupWait {
 // send publishes batch: alone when it is one message, else as an atomic
 // batch, and each message on its own when the batch fails.
 func (g *grouper) send(batch []*groupWait) {
-	if len(batch) == 1 || g.off.Load() {
+	if len(batch) < g.minGroup || g.off.Load() {
 		g.each(batch)
 		return
 	}
