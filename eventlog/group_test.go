@@ -42,6 +42,21 @@ func groupRound(t *testing.T, l *eventlog.Log, runs []string, heads map[string]e
 	return out
 }
 
+// syncAlwaysRuns starts a server with sync_interval: always and creates n
+// runs prefix0.. with one event each: their ids and heads.
+func syncAlwaysRuns(t *testing.T, prefix string, n int) (*natstest.Server, []string, map[string]eventlog.Head) {
+	t.Helper()
+	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
+	var runs []string
+	heads := map[string]eventlog.Head{}
+	for i := range n {
+		run := fmt.Sprintf("%s%d", prefix, i)
+		runs = append(runs, run)
+		heads[run] = mustAppend(t, s.Log, run, eventlog.Head{}, ev(1))
+	}
+	return s, runs, heads
+}
+
 // checkRuns loads every run and fails unless its head is want[run] and it
 // holds want[run].Version events.
 func checkRuns(t *testing.T, l *eventlog.Log, want map[string]eventlog.Head) {
@@ -65,15 +80,8 @@ func checkRuns(t *testing.T, l *eventlog.Log, want map[string]eventlog.Head) {
 // costs the others one retry: they land, the stale one gets its
 // *ConflictError and wrote nothing.
 func TestSemantics8_GroupCommitOneRunsConflictLeavesTheOthersLanding(t *testing.T) {
-	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
 	const n = 24
-	var runs []string
-	heads := map[string]eventlog.Head{}
-	for i := range n {
-		run := fmt.Sprintf("g%d", i)
-		runs = append(runs, run)
-		heads[run] = mustAppend(t, s.Log, run, eventlog.Head{}, ev(1))
-	}
+	s, runs, heads := syncAlwaysRuns(t, "g", n)
 	l := eventlog.New(s.JS, eventlog.WithGroupCommitTest(n, 0))
 
 	// All fresh: one batch of n.
@@ -117,15 +125,8 @@ func TestSemantics8_GroupCommitOneRunsConflictLeavesTheOthersLanding(t *testing.
 // "wrong last sequence" because the batch had landed, and Append finds its
 // own message in the log: success, stored once.
 func TestSemantics8_GroupCommitLostAckLandsOnce(t *testing.T) {
-	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
 	const n = 8
-	var runs []string
-	heads := map[string]eventlog.Head{}
-	for i := range n {
-		run := fmt.Sprintf("l%d", i)
-		runs = append(runs, run)
-		heads[run] = mustAppend(t, s.Log, run, eventlog.Head{}, ev(1))
-	}
+	s, runs, heads := syncAlwaysRuns(t, "l", n)
 	l := eventlog.New(s.JS, eventlog.WithGroupCommitTest(n, 1))
 	st0 := eventlog.ReadCommitStats()
 	for run, err := range groupRound(t, l, runs, heads, 2) {
@@ -144,16 +145,10 @@ func TestSemantics8_GroupCommitLostAckLandsOnce(t *testing.T) {
 // exactly the stale ones conflict, every other decision lands, and the
 // runs load back with exactly the decisions that were answered success.
 func TestSemantics8_GroupCommitRandomConflicts(t *testing.T) {
-	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
 	rng := rand.New(rand.NewPCG(17, 25))
 	const n, rounds = 16, 12
-	var runs []string
-	heads, prev := map[string]eventlog.Head{}, map[string]eventlog.Head{}
-	for i := range n {
-		run := fmt.Sprintf("x%d", i)
-		runs = append(runs, run)
-		heads[run] = mustAppend(t, s.Log, run, eventlog.Head{}, ev(1))
-	}
+	s, runs, heads := syncAlwaysRuns(t, "x", n)
+	prev := map[string]eventlog.Head{}
 	l := eventlog.New(s.JS, eventlog.WithGroupCommitTest(n, 0))
 	for round := range rounds {
 		from := map[string]eventlog.Head{}
