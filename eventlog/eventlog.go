@@ -533,10 +533,11 @@ func fold(run string, after Head, msgs []*nats.Msg) ([]events.Envelope, Head, er
 		if env := pm.envs[0]; env.Version != head.Version+1 || (head.Hash != "" && env.Prev != head.Hash) {
 			return out, head, &PoisonError{Run: run, Seq: seq, Reason: fmt.Sprintf("event %s version %d does not follow version %d", short(env.ID), env.Version, head.Version)}
 		}
-		for _, env := range pm.envs {
-			head = Head{Version: env.Version, Seq: seq, Hash: env.Hash()}
-			out = append(out, env)
-		}
+		out = append(out, pm.envs...)
+		// Only the message's last event's hash is needed: parse checked
+		// the chain within the message.
+		last := pm.envs[len(pm.envs)-1]
+		head = Head{Version: last.Version, Seq: seq, Hash: last.Hash()}
 	}
 	return out, head, nil
 }
