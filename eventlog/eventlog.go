@@ -28,6 +28,14 @@
 // id (the first event's ULID), reports success. So a retried append neither
 // duplicates nor reports a false conflict.
 //
+// # Group commit
+//
+// With WithGroupCommit, the Appends of one Log that wait at the same time
+// (16 or more) are sent as one JetStream atomic batch: each message and
+// its checks unchanged, one fsync for all under sync_interval: always; a
+// refused batch is sent again message by message (group.go,
+// docs/adr/0025-group-commit.md).
+//
 // # Reading
 //
 // Load reads a run's whole history and LoadAfter its tail after a Head (for
