@@ -16,8 +16,13 @@
 //   - run latency (1 client) and throughput at 1, 16 and 64 clients of the
 //     workload run (start, 3 sequential tool calls, each one model turn
 //     and one instant tool body, then the final answer), with the CPU per
-//     run of the whole process (runner, worker, embedded server, clients)
-//     and the NATS messages per run;
+//     run of the whole process (runner, worker, embedded server, clients);
+//   - what a run costs, at 1 and 64 clients: appends, NATS messages (the
+//     runner's and the clients' connections), JetStream round trips
+//     (API requests and acknowledged writes) and fsyncs under
+//     sync_interval: always (derived from the acknowledged writes and the
+//     group-commit batches), each beside the floor of one durable write
+//     per step, the start and the answer; and fsyncs per second at 64;
 //   - recovery: runs whose runner subprocess is SIGKILLed while their
 //     replayable tool bodies run, until each finished on another runner;
 //   - projection rebuild: projector.Rebuild over the log the run wrote;
@@ -56,6 +61,10 @@ type Config struct {
 	// SyncAlways starts the embedded server with sync_interval: always
 	// (every write is fsynced before it is acknowledged).
 	SyncAlways bool
+	// NoGroupCommit runs the runner without group commit, which it has
+	// (runner.WithGroupCommit) when SyncAlways is set: to measure what
+	// group commit gives.
+	NoGroupCommit bool
 	// IdleRuns is how many suspended runs the idle-run measure creates
 	// (0: 300 with Quick, 20,000 without; rounded up to a multiple of 64,
 	// its clients).
@@ -169,6 +178,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer srv.close()
 	b.srv = srv
 	rep.Machine.Server = srv.describe()
+	if cfg.SyncAlways && cfg.URL == "" {
+		rep.Machine.Server += map[bool]string{false: ", runner with group commit", true: ", runner without group commit"}[cfg.NoGroupCommit]
+	}
 	b.progress("server: %s", rep.Machine.Server)
 
 	steps := []struct {

@@ -14,10 +14,57 @@ import (
 
 // phase is what the process and the log did while a set of clients ran.
 type phase struct {
-	res     clientResult
-	cpu     time.Duration
-	msgs    uint64 // NATS messages in and out of the runner's connection
-	appends uint64 // messages appended to WEFT_EVENTS
+	res  clientResult
+	cpu  time.Duration
+	cost counts // the delta over the phase
+}
+
+// counts are what a phase cost, as counters read before and after it.
+type counts struct {
+	// msgs are the NATS messages in and out of the runner's and the
+	// clients' connections (client-side nc.Stats), without the bench's
+	// own watcher deliveries.
+	msgs uint64
+	// appends are the messages stored in WEFT_EVENTS.
+	appends uint64
+	// stored are the messages stored in every stream (the log, tasks, KV
+	// buckets): each is one acknowledged write.
+	stored uint64
+	// api are the JetStream API requests of the account.
+	api uint64
+	// batches and batched are the group-commit batches and the messages
+	// they held (eventlog.ReadCommitStats).
+	batches, batched uint64
+}
+
+func (c counts) minus(o counts) counts {
+	return counts{msgs: c.msgs - o.msgs, appends: c.appends - o.appends, stored: c.stored - o.stored, api: c.api - o.api,
+		batches: c.batches - o.batches, batched: c.batched - o.batched}
+}
+
+// snapshotCalls is the JetStream API requests one snapshot makes (account
+// info, then one page of the stream list): a delta of two snapshots holds
+// the later one's account info and the earlier one's list.
+const snapshotCalls = 2
+
+// snapshot reads the counters.
+func (b *bencher) snapshot(ctx context.Context, w *watcher) counts {
+	st, ws := b.rt.nc.Stats(), w.nc.Stats()
+	seen, _ := w.sub.Delivered()
+	c := counts{msgs: st.InMsgs + st.OutMsgs + ws.InMsgs + ws.OutMsgs - uint64(seen)}
+	if ai, err := b.srv.js.AccountInfo(ctx); err == nil {
+		c.api = ai.API.Total
+	}
+	l := b.srv.js.ListStreams(ctx)
+	for si := range l.Info() {
+		c.stored += si.State.LastSeq
+		if si.Config.Name == provision.EventsStream {
+			c.appends = si.State.LastSeq
+		}
+	}
+	gs := eventlog.ReadCommitStats()
+	c.batches, c.batched = gs.Batches, gs.Batched
+	return c
 }
 
 func (p phase) perRun(v uint64) float64 {
@@ -34,20 +81,51 @@ func (p phase) cpuPerRun() time.Duration {
 	return p.cpu / time.Duration(len(p.res.runs))
 }
 
-func (b *bencher) lastSeq(ctx context.Context) uint64 {
-	s, err := b.srv.js.Stream(ctx, provision.EventsStream)
-	if err != nil {
-		return 0
-	}
-	return s.CachedInfo().State.LastSeq
+// roundTrips are the phase's JetStream round trips: API requests and
+// acknowledged publishes (a group-commit batch is one). Direct gets and
+// core request-replies (the runner's command API) are not counted.
+func (p phase) roundTrips() uint64 {
+	return p.cost.api - snapshotCalls + p.cost.stored - p.cost.batched + p.cost.batches
+}
+
+// fsyncs are the phase's syncs to disk under sync_interval: always,
+// derived (the server does not count them): one per acknowledged write,
+// two per group-commit batch (its staging store and the stream). Consumer
+// state writes are not counted.
+func (p phase) fsyncs() uint64 {
+	return p.cost.stored - p.cost.batched + 2*p.cost.batches
 }
 
 // measure runs clients of agentSteps and what they cost.
 func (b *bencher) measure(ctx context.Context, w *watcher, n int, d time.Duration, max int, prefix string) phase {
-	seq0, st0, cpu0 := b.lastSeq(ctx), b.rt.nc.Stats(), cpuTime()
+	c0, cpu0 := b.snapshot(ctx, w), cpuTime()
 	res := b.clients(ctx, w, n, d, max, agentSteps, "go", "run_finished", prefix)
-	st1 := b.rt.nc.Stats()
-	return phase{res: res, cpu: cpuTime() - cpu0, msgs: st1.InMsgs + st1.OutMsgs - st0.InMsgs - st0.OutMsgs, appends: b.lastSeq(ctx) - seq0}
+	cpu := cpuTime() - cpu0
+	return phase{res: res, cpu: cpu, cost: b.snapshot(ctx, w).minus(c0)}
+}
+
+// floorAppends is the fewest durable writes a run of agentSteps can make:
+// one per step (3), its start and its answer.
+const floorAppends = 5
+
+// costRows adds a run's costs per run beside the floor.
+func (b *bencher) costRows(p phase, clients string) {
+	floor := "floor: one durable write per step, start and answer"
+	b.add(Row{Section: SectionRun, Name: "appends per run, " + clients, Value: p.perRun(p.cost.appends), Unit: "appends",
+		Baseline: floor, BaseValue: floorAppends, BaseUnit: "appends", Note: "messages stored in WEFT_EVENTS per run"})
+	b.add(Row{Section: SectionRun, Name: "NATS messages per run, " + clients, Value: p.perRun(p.cost.msgs), Unit: "msgs",
+		Baseline: floor + " (publish and ack)", BaseValue: 2 * floorAppends, BaseUnit: "msgs",
+		Note: "in and out of the runner's and the clients' connections (client-side stats), without the bench's watcher"})
+	b.add(Row{Section: SectionRun, Name: "JetStream round trips per run, " + clients, Value: p.perRun(p.roundTrips()), Unit: "round trips",
+		Baseline: floor, BaseValue: floorAppends, BaseUnit: "round trips",
+		Note: "the account's JetStream API requests and acknowledged publishes (a group-commit batch counts once); direct gets and the command API's request-replies are not counted"})
+	note := "derived, not counted by the server: one per acknowledged write to any stream, two per group-commit batch; consumer state writes not counted"
+	if !b.srv.sync {
+		note += "; this server syncs on its interval, so these are the fsyncs the run would cost under sync_interval: always"
+	}
+	name := "fsyncs per run, " + clients
+	b.add(Row{Section: SectionRun, Name: name, Value: p.perRun(p.fsyncs()), Unit: "fsyncs",
+		Baseline: floor, BaseValue: floorAppends, BaseUnit: "fsyncs", Note: note})
 }
 
 // runs measures run latency, durable steps and throughput.
@@ -70,12 +148,13 @@ func (b *bencher) runs(ctx context.Context) error {
 	if len(lat.res.runs) == 0 {
 		return fmt.Errorf("%w: %d failed, last: %v", errNoRuns, lat.res.failed, lat.res.lastErr)
 	}
-	appendsPerRun := lat.perRun(lat.appends)
+	appendsPerRun := lat.perRun(lat.cost.appends)
 	base := b.base.sync1P50
 	b.add(Row{Section: SectionRun, Name: "run latency p50, 1 client", Value: msf(pct(lat.res.lat, 50)), Unit: "ms",
 		Baseline: "raw sync publish p50", BaseValue: msf(base), BaseUnit: "ms",
 		Note: fmt.Sprintf("p99 %s, max %s over %d runs; %.1f appends and %.1f NATS messages (runner's connection, in+out) per run; the ratio is how many raw appends' time a run takes",
-			ms(pct(lat.res.lat, 99)), ms(pct(lat.res.lat, 100)), len(lat.res.runs), appendsPerRun, lat.perRun(lat.msgs))})
+			ms(pct(lat.res.lat, 99)), ms(pct(lat.res.lat, 100)), len(lat.res.runs), appendsPerRun, lat.perRun(lat.cost.msgs))})
+	b.costRows(lat, "1 client")
 
 	steps, err := b.stepTimes(ctx, lat.res.runs)
 	if err != nil {
@@ -102,7 +181,7 @@ func (b *bencher) runs(ctx context.Context) error {
 			return fmt.Errorf("%w at %d clients: %d failed, last: %v", errNoRuns, n, p.res.failed, p.res.lastErr)
 		}
 		rate := float64(len(p.res.runs)) / p.res.elapsed.Seconds()
-		perRun := max(p.perRun(p.appends), 1)
+		perRun := max(p.perRun(p.cost.appends), 1)
 		logRate, logName := b.base.sync1, "log-bound runs/s, 1 writer"
 		if n > 1 {
 			logRate, logName = b.base.sync16, "log-bound runs/s, 16 writers"
@@ -115,7 +194,15 @@ func (b *bencher) runs(ctx context.Context) error {
 			Baseline: logName, BaseValue: logRate / perRun, BaseUnit: "runs/s", Note: note})
 		b.add(Row{Section: SectionRun, Name: fmt.Sprintf("CPU per run, %d client%s", n, plural(n)), Value: msf(p.cpuPerRun()), Unit: "ms",
 			Baseline: "CPU of as many raw publishes", BaseValue: msf(b.base.sync1CPU) * perRun, BaseUnit: "ms",
-			Note: fmt.Sprintf("the whole process: runner, worker, clients%s; %.1f NATS messages per run", b.serverInCPU(), p.perRun(p.msgs))})
+			Note: fmt.Sprintf("the whole process: runner, worker, clients%s; %.1f NATS messages per run", b.serverInCPU(), p.perRun(p.cost.msgs))})
+		if n == 64 {
+			b.costRows(p, "64 clients")
+			if p.res.elapsed > 0 {
+				b.add(Row{Section: SectionRun, Name: "fsyncs per second, 64 clients", Value: float64(p.fsyncs()) / p.res.elapsed.Seconds(), Unit: "fsyncs/s",
+					Baseline: "raw sync publishes/s, 16 writers (one fsync each under sync always)", BaseValue: b.base.sync16, BaseUnit: "fsyncs/s",
+					Note: fmt.Sprintf("derived as for fsyncs per run; %d group-commit batches of %.1f messages on average", p.cost.batches, avg(p.cost.batched, p.cost.batches))})
+			}
+		}
 		if n > 1 {
 			steps, err := b.stepTimes(ctx, sample(p.res.runs, 200))
 			if err == nil && len(steps) > 0 {
@@ -126,6 +213,13 @@ func (b *bencher) runs(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+func avg(total, n uint64) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(total) / float64(n)
 }
 
 func (b *bencher) serverInCPU() string {
@@ -180,4 +274,12 @@ func (b *bencher) stepTimes(ctx context.Context, runs []string) ([]time.Duration
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+func (b *bencher) lastSeq(ctx context.Context) uint64 {
+	s, err := b.srv.js.Stream(ctx, provision.EventsStream)
+	if err != nil {
+		return 0
+	}
+	return s.CachedInfo().State.LastSeq
 }

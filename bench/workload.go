@@ -189,8 +189,12 @@ func (b *bencher) startRuntime(ctx context.Context) error {
 		nc.Close()
 		return err
 	}
-	r, err := runner.New(nc, js, ags, runner.WithID(fmt.Sprintf("bench-main-%d-%d", time.Now().Unix()%100000, runnerSeq.Add(1))),
-		runner.WithLease(benchLease), runner.WithDrainWindow(2*time.Second))
+	ropts := []runner.Option{runner.WithID(fmt.Sprintf("bench-main-%d-%d", time.Now().Unix()%100000, runnerSeq.Add(1))),
+		runner.WithLease(benchLease), runner.WithDrainWindow(2 * time.Second)}
+	if b.srv.sync && !b.cfg.NoGroupCommit {
+		ropts = append(ropts, runner.WithGroupCommit())
+	}
+	r, err := runner.New(nc, js, ags, ropts...)
 	if err != nil {
 		nc.Close()
 		return err

@@ -66,12 +66,12 @@ func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 			continue
 		}
 		seen[d.Run] = true
-		msg, envs, err := l.encode(d.Run, d.Head, d.At, d.Events)
+		msg, envs, hash, err := l.encode(d.Run, d.Head, d.At, d.Events)
 		if err != nil {
 			out[i].Err = err
 			continue
 		}
-		out[i].Envelopes = envs
+		out[i].Envelopes, out[i].Head.Hash = envs, hash
 		f, err := l.js.PublishMsgAsync(msg)
 		if err != nil {
 			out[i] = Appended{Err: l.publishError(d, len(msg.Data), err)}
@@ -87,7 +87,7 @@ func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 		select {
 		case ack := <-f.Ok():
 			last := out[i].Envelopes[len(out[i].Envelopes)-1]
-			out[i].Head = Head{Version: last.Version, Seq: ack.Sequence, Hash: last.Hash()}
+			out[i].Head = Head{Version: last.Version, Seq: ack.Sequence, Hash: out[i].Head.Hash}
 		case err := <-f.Err():
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) && isSequenceConflict(apiErr.ErrorCode) {

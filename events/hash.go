@@ -24,6 +24,13 @@ func (env Envelope) Hash() string {
 		}
 		b, _ = json.Marshal(invalid{Envelope: env, Payload: string(env.Payload)})
 	}
+	return HashEncoded(b)
+}
+
+// HashEncoded is Hash of an envelope given as its JSON encoding (the bytes
+// json.Marshal gives for it): for a writer that has just encoded the
+// envelope, without encoding it again.
+func HashEncoded(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }

@@ -113,6 +113,7 @@ type config struct {
 	serverLog   bool
 	drainWindow time.Duration
 	connectWait time.Duration
+	syncAlways  *bool
 }
 
 // WithURL connects to the external server(s) at url instead of embedding
@@ -187,6 +188,11 @@ func WithNATSOptions(opts ...nats.Option) Option {
 // context given to Start ends the wait too. Authentication errors are not
 // retried.
 func WithConnectWait(d time.Duration) Option { return func(c *config) { c.connectWait = d } }
+
+// WithSyncAlways sets whether the embedded server syncs every write to
+// disk before acknowledging it (nats-server sync_interval: always).
+// Ignored for an external server.
+func WithSyncAlways(on bool) Option { return func(c *config) { c.syncAlways = &on } }
 
 // WithServerLog sends the embedded server's log to stderr.
 func WithServerLog() Option { return func(c *config) { c.serverLog = true } }
@@ -436,6 +442,9 @@ func startServer(c *config) (*server.Server, func(), error) {
 	sopts.NoSigs = true
 	if sopts.MaxPayload == 0 {
 		sopts.MaxPayload = MaxPayload
+	}
+	if c.syncAlways != nil {
+		sopts.SyncAlways = *c.syncAlways
 	}
 	if c.dataDir == "" && sopts.StoreDir == "" {
 		d, err := DefaultDataDir()

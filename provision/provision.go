@@ -110,6 +110,9 @@ func EventsConfig() jetstream.StreamConfig {
 		Discard:     jetstream.DiscardNew,
 		Duplicates:  EventsDuplicates,
 		AllowDirect: true,
+		// Group commit (docs/adr/0025-group-commit.md) sends concurrent
+		// runs' decisions as one atomic batch.
+		AllowAtomicPublish: true,
 	}
 }
 

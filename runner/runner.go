@@ -101,6 +101,13 @@ func WithWorkerOptions(opts ...worker.Option) Option {
 // tracer provider, names to the logger).
 func WithTelemetry(t *telemetry.Telemetry) Option { return func(r *Runner) { r.tel = t } }
 
+// WithGroupCommit makes the runner send the decisions of its concurrent
+// runs together as one atomic batch when many wait at once (group commit,
+// docs/adr/0025-group-commit.md): for a server with sync_interval: always,
+// where it saves fsyncs; on a server that syncs on its interval it costs
+// more than it saves.
+func WithGroupCommit() Option { return func(r *Runner) { r.group = true } }
+
 // WithClock replaces the clock that stamps recorded times (tests).
 func WithClock(now func() time.Time) Option { return func(r *Runner) { r.now = now } }
 
@@ -117,6 +124,7 @@ type Runner struct {
 	lease    time.Duration
 	drain    time.Duration
 	noWorker bool
+	group    bool // WithGroupCommit
 	noScan   bool // tests (export_test.go)
 	// hook, when set (tests, export_test.go), is called at the named
 	// points of an acquisition and a partition's release.
@@ -255,7 +263,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	if err := r.checkExternal(); err != nil {
 		return nil, err
 	}
-	r.evlog = eventlog.New(js)
+	var logOpts []eventlog.Option
+	if r.group {
+		logOpts = append(logOpts, eventlog.WithGroupCommit())
+	}
+	r.evlog = eventlog.New(js, logOpts...)
 	r.timers = timer.New(js)
 	r.serving, r.stopServing = context.WithCancel(context.Background())
 	r.bg = newBackground()

@@ -19,13 +19,14 @@ func benchCommand() command {
 			quick := fs.Bool("quick", false, "measure everything briefly (under a minute)")
 			out := fs.String("out", "", "also write the report as JSON to this file")
 			syncAlways := fs.Bool("sync-always", false, "embedded server with sync_interval: always (fsync before every acknowledgement)")
+			noGroup := fs.Bool("no-group-commit", false, "with --sync-always, run the runner without group commit (to measure what it gives)")
 			idle := fs.Int("idle-runs", 0, "suspended runs for the idle-run measure (default 300 with --quick, else 20000)")
 			only := fs.String("only", "", "comma-separated sections to run: log append, run, history, recovery, rebuild, idle runs (baselines always run)")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
 				}
-				cfg := bench.Config{Quick: *quick, SyncAlways: *syncAlways, IdleRuns: *idle, Progress: e.stderr,
+				cfg := bench.Config{Quick: *quick, SyncAlways: *syncAlways, NoGroupCommit: *noGroup, IdleRuns: *idle, Progress: e.stderr,
 					Exec: func() (string, []string) {
 						p, _ := os.Executable()
 						return p, []string{"bench"}

@@ -45,6 +45,7 @@ type Server struct {
 
 	t      testing.TB
 	node   *natsnode.Node
+	nodeOp []natsnode.Option
 	port   int
 	assets []provision.Asset
 }
@@ -56,6 +57,12 @@ type Option func(*Server)
 // Restart, which is idempotent).
 func WithAssets(assets ...provision.Asset) Option {
 	return func(s *Server) { s.assets = append(s.assets, assets...) }
+}
+
+// WithNodeOptions starts the server with these natsnode options too (for
+// example natsnode.WithSyncAlways).
+func WithNodeOptions(opts ...natsnode.Option) Option {
+	return func(s *Server) { s.nodeOp = append(s.nodeOp, opts...) }
 }
 
 // Start starts a server on a random loopback port with its store in
@@ -76,7 +83,7 @@ func (s *Server) start() {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := natsnode.Start(ctx, natsnode.WithDataDir(s.Dir), natsnode.WithListen(s.port), natsnode.WithName("natstest"))
+	n, err := natsnode.Start(ctx, append([]natsnode.Option{natsnode.WithDataDir(s.Dir), natsnode.WithListen(s.port), natsnode.WithName("natstest")}, s.nodeOp...)...)
 	if err != nil {
 		s.t.Fatalf("natstest: start server: %v", err)
 	}
