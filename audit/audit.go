@@ -104,6 +104,15 @@ const (
 	KindView = "view"
 	// KindProof means a recorded signed approval proof does not verify.
 	KindProof = "proof"
+	// KindSignature means a signed head (events.HeadSigned) does not
+	// verify: its signature, or the head it signs is not the history's.
+	KindSignature = "signature"
+	// KindUntrusted means a head is signed by a key the auditor does not
+	// trust (WithTrust).
+	KindUntrusted = "untrusted"
+	// KindUnsigned means the auditor requires signed heads (WithTrust) and
+	// the history has none, or a run that ended lacks its signed end head.
+	KindUnsigned = "unsigned"
 )
 
 // ProofCheck is the re-check of one signed approval proof recorded with an
@@ -144,6 +153,11 @@ type Report struct {
 	// Proofs are the signed approval proofs re-checked, in log order (up to
 	// the first problem).
 	Proofs []ProofCheck `json:"proofs,omitempty"`
+	// Heads are the signed heads checked, in log order (up to the first
+	// problem); SignedThrough is the last version a signed head covers
+	// (0: none), so the events after it are vouched for by nobody.
+	Heads         []HeadCheck `json:"heads,omitempty"`
+	SignedThrough uint64      `json:"signed_through,omitempty"`
 	// Problem is nil when the history verified.
 	Problem *Problem `json:"problem,omitempty"`
 }
@@ -152,8 +166,10 @@ type Report struct {
 func (r Report) OK() bool { return r.Problem == nil }
 
 type config struct {
-	head string
-	view []byte
+	head  string
+	view  []byte
+	at    []headAt
+	trust map[string]bool // nil: no keys named (WithTrust)
 }
 
 // Option adds a check to Verify.
@@ -208,6 +224,12 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 			last.Version, last.ID, last.Type, short(rep.Head), short(c.head))
 	}
 
+	// 2b: signed heads and named heads (heads.go).
+	if p := checkHeads(&rep, c, envs, hashes); p != nil {
+		rep.Problem = p
+		return rep
+	}
+
 	// 3: decode.
 	recs := make([]events.Recorded, len(envs))
 	for i, env := range envs {
@@ -243,6 +265,10 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 	}
 	if msg := compare(view, st); msg != "" {
 		return fail(rep, KindMismatch, envs[len(envs)-1], "the projection disagrees with the decision core: %s", msg)
+	}
+	if p := checkEnd(rep, c, envs, aggregate.Status(st).Kind == aggregate.StatusFinished); p != nil {
+		rep.Problem = p
+		return rep
 	}
 
 	// 6: the stored view.
@@ -284,8 +310,12 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 }
 
 func fail(rep Report, kind string, env events.Envelope, format string, args ...any) Report {
-	rep.Problem = &Problem{Kind: kind, Version: env.Version, ID: env.ID, Message: fmt.Sprintf(format, args...)}
+	rep.Problem = problem(kind, env, format, args...)
 	return rep
+}
+
+func problem(kind string, env events.Envelope, format string, args ...any) *Problem {
+	return &Problem{Kind: kind, Version: env.Version, ID: env.ID, Message: fmt.Sprintf(format, args...)}
 }
 
 func short(h string) string {
