@@ -370,21 +370,21 @@ func listenPort(listen string) (int, error) {
 }
 
 // storeHeadKey loads or creates the runner's head signing key of the
-// store: runner.HeadKeyFile in the embedded server's store directory, or
-// in dataDir (or natsnode's default) for an external server.
+// store: runner.HeadKeyFile in the embedded server's store directory (or
+// in dataDir for an external server). An external server without dataDir
+// has no store directory here: the key is made for this process only.
 func storeHeadKey(node *natsnode.Node, dataDir string) (nkeys.KeyPair, string, error) {
 	store := dataDir
 	if node.Embedded() {
 		store = node.DataDir()
 	}
+	var kp nkeys.KeyPair
+	var err error
 	if store == "" {
-		d, err := natsnode.DefaultDataDir()
-		if err != nil {
-			return nil, "", err
-		}
-		store = d
+		kp, err = nkeys.CreateUser()
+	} else {
+		kp, _, err = runner.LoadOrCreateHeadKey(filepath.Join(store, runner.HeadKeyFile))
 	}
-	kp, _, err := runner.LoadOrCreateHeadKey(filepath.Join(store, runner.HeadKeyFile))
 	if err != nil {
 		return nil, "", fmt.Errorf("demo: %w", err)
 	}

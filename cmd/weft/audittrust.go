@@ -104,7 +104,6 @@ func printHeadChecks(w io.Writer, rep audit.Report, trusted bool) {
 	}
 }
 
-
 // printSigners says which keys signed the exported history's heads (the
 // keys' identities are in its head_signed events: key and signer), so the
 // auditor knows which key to obtain independently and name with --trust.
