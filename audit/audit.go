@@ -9,6 +9,11 @@
 //     byte of an event (other than the last) breaks the link after it; the
 //     last event is covered when the expected head hash is known (WithHead,
 //     which a live verification takes from the log);
+//     2b. every signed head (events.HeadSigned) signs the event just before
+//     it with a signature that verifies (kind "signature"); with WithTrust
+//     its key is one the auditor named ("untrusted"), and at least one
+//     head is signed ("unsigned"); every head named by WithHeadAt is in
+//     the history ("head": it was rewritten, or cut before it) — heads.go;
 //  3. every payload decodes with the event catalogue;
 //  4. the history refolds through the decision core (aggregate.Evolve never
 //     meets an impossible transition), and every signed approval proof
@@ -22,7 +27,10 @@
 //  5. the projection's view (projections.Fold) agrees with the aggregate on
 //     status, the approvals and uncertain lists, turns, tokens, incarnation
 //     and every action's state and attempts;
-//  6. when the stored view is given (WithView, from the weft_views bucket), it
+//  6. with WithTrust, a run that ended ends with its signed end head
+//     ("unsigned": its last events were dropped, or events added after
+//     it);
+//  7. when the stored view is given (WithView, from the weft_views bucket), it
 //     is byte for byte the view refolded from the history.
 //
 // The package is pure apart from its io.Reader and io.Writer arguments.
@@ -271,7 +279,7 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 		return rep
 	}
 
-	// 6: the stored view.
+	// 7: the stored view.
 	if c.view != nil {
 		want, _ := view.Encode()
 		if !bytes.Equal(c.view, want) {
