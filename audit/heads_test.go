@@ -1,7 +1,6 @@
 package audit_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"testing"
 
@@ -12,9 +11,9 @@ import (
 	"github.com/weftrun/weft/internal/audittest"
 )
 
-func headKey(t *testing.T, b byte) (nkeys.KeyPair, string) {
+func headKey(t *testing.T) (nkeys.KeyPair, string) {
 	t.Helper()
-	kp, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, bytes.Repeat([]byte{b}, 32))
+	kp, err := nkeys.CreateUser()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +34,8 @@ func signedRun(t *testing.T, kp nkeys.KeyPair) []events.Envelope {
 // history under --trust and a head named past the end each fail with their
 // kind at the event at fault.
 func TestSignedHeadChecks(t *testing.T) {
-	kp, pub := headKey(t, 7)
-	_, other := headKey(t, 8)
+	kp, pub := headKey(t)
+	_, other := headKey(t)
 	envs := signedRun(t, kp)
 	last := envs[len(envs)-1]
 	if rep := audit.Verify(envs, audit.WithTrust(pub)); !rep.OK() || rep.SignedThrough != last.Version || len(rep.Heads) != 1 || !rep.Heads[0].Trusted {
