@@ -146,7 +146,7 @@ func (s *State) evolve(r events.Recorded) {
 		}
 	} else if s.finished {
 		switch r.Event.(type) {
-		case events.Reconciled, events.Resolved, events.SettlementAccepted, events.SettlementRefused, events.ReportRefused:
+		case events.Reconciled, events.Resolved, events.SettlementAccepted, events.SettlementRefused, events.ReportRefused, events.HeadSigned:
 		default:
 			s.bug(name, "run finished (%s)", s.outcome.Kind)
 		}
@@ -429,6 +429,10 @@ func (s *State) evolve(r events.Recorded) {
 			a.Content = e.Content
 			a.Detail = events.DescribeOutcome(e.Outcome)
 		}
+
+	case events.HeadSigned:
+		// A runner's signature over the head before it (runner/signhead.go):
+		// nothing of the run changes.
 
 	case events.RunFinished:
 		s.finished = true

@@ -110,6 +110,9 @@ func TestPropertiesSeeded(t *testing.T) {
 		}
 	}
 	for _, n := range events.Names() {
+		if n == events.NameHeadSigned {
+			continue // appended by a runner with a signing key, never decided (runner/signhead.go)
+		}
 		if seen[n] == 0 {
 			t.Errorf("the seeded runs never produced %s", n)
 		}

@@ -9,6 +9,11 @@
 //     byte of an event (other than the last) breaks the link after it; the
 //     last event is covered when the expected head hash is known (WithHead,
 //     which a live verification takes from the log);
+//     2b. every signed head (events.HeadSigned) signs the event just before
+//     it with a signature that verifies (kind "signature"); with WithTrust
+//     its key is one the auditor named ("untrusted"), and at least one
+//     head is signed ("unsigned"); every head named by WithHeadAt is in
+//     the history ("head": it was rewritten, or cut before it) — heads.go;
 //  3. every payload decodes with the event catalogue;
 //  4. the history refolds through the decision core (aggregate.Evolve never
 //     meets an impossible transition), and every signed approval proof
@@ -22,7 +27,10 @@
 //  5. the projection's view (projections.Fold) agrees with the aggregate on
 //     status, the approvals and uncertain lists, turns, tokens, incarnation
 //     and every action's state and attempts;
-//  6. when the stored view is given (WithView, from the weft_views bucket), it
+//  6. with WithTrust, a run that ended ends with its signed end head
+//     ("unsigned": its last events were dropped, or events added after
+//     it);
+//  7. when the stored view is given (WithView, from the weft_views bucket), it
 //     is byte for byte the view refolded from the history.
 //
 // The package is pure apart from its io.Reader and io.Writer arguments.
@@ -104,6 +112,15 @@ const (
 	KindView = "view"
 	// KindProof means a recorded signed approval proof does not verify.
 	KindProof = "proof"
+	// KindSignature means a signed head (events.HeadSigned) does not
+	// verify: its signature, or the head it signs is not the history's.
+	KindSignature = "signature"
+	// KindUntrusted means a head is signed by a key the auditor does not
+	// trust (WithTrust).
+	KindUntrusted = "untrusted"
+	// KindUnsigned means the auditor requires signed heads (WithTrust) and
+	// the history has none, or a run that ended lacks its signed end head.
+	KindUnsigned = "unsigned"
 )
 
 // ProofCheck is the re-check of one signed approval proof recorded with an
@@ -144,6 +161,11 @@ type Report struct {
 	// Proofs are the signed approval proofs re-checked, in log order (up to
 	// the first problem).
 	Proofs []ProofCheck `json:"proofs,omitempty"`
+	// Heads are the signed heads checked, in log order (up to the first
+	// problem); SignedThrough is the last version a signed head covers
+	// (0: none), so the events after it are vouched for by nobody.
+	Heads         []HeadCheck `json:"heads,omitempty"`
+	SignedThrough uint64      `json:"signed_through,omitempty"`
 	// Problem is nil when the history verified.
 	Problem *Problem `json:"problem,omitempty"`
 }
@@ -152,8 +174,10 @@ type Report struct {
 func (r Report) OK() bool { return r.Problem == nil }
 
 type config struct {
-	head string
-	view []byte
+	head  string
+	view  []byte
+	at    []headAt
+	trust map[string]bool // nil: no keys named (WithTrust)
 }
 
 // Option adds a check to Verify.
@@ -208,6 +232,12 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 			last.Version, last.ID, last.Type, short(rep.Head), short(c.head))
 	}
 
+	// 2b: signed heads and named heads (heads.go).
+	if p := checkHeads(&rep, c, envs, hashes); p != nil {
+		rep.Problem = p
+		return rep
+	}
+
 	// 3: decode.
 	recs := make([]events.Recorded, len(envs))
 	for i, env := range envs {
@@ -244,8 +274,12 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 	if msg := compare(view, st); msg != "" {
 		return fail(rep, KindMismatch, envs[len(envs)-1], "the projection disagrees with the decision core: %s", msg)
 	}
+	if p := checkEnd(rep, c, envs, aggregate.Status(st).Kind == aggregate.StatusFinished); p != nil {
+		rep.Problem = p
+		return rep
+	}
 
-	// 6: the stored view.
+	// 7: the stored view.
 	if c.view != nil {
 		want, _ := view.Encode()
 		if !bytes.Equal(c.view, want) {
@@ -284,8 +318,12 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 }
 
 func fail(rep Report, kind string, env events.Envelope, format string, args ...any) Report {
-	rep.Problem = &Problem{Kind: kind, Version: env.Version, ID: env.ID, Message: fmt.Sprintf(format, args...)}
+	rep.Problem = problem(kind, env, format, args...)
 	return rep
+}
+
+func problem(kind string, env events.Envelope, format string, args ...any) *Problem {
+	return &Problem{Kind: kind, Version: env.Version, ID: env.ID, Message: fmt.Sprintf(format, args...)}
 }
 
 func short(h string) string {

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nkeys"
 	"io"
 	"log/slog"
 	"net"
@@ -189,7 +190,12 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("demo: external tool %q: not a tool of %s", x, AgentName)
 		}
 	}
-	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...))
+	// One head signing key per store (docs/adr/0026-signed-heads.md).
+	headKey, headPub, err := storeHeadKey(node, o.DataDir)
+	if err != nil {
+		return err
+	}
+	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey))
 	if err != nil {
 		return err
 	}
@@ -277,6 +283,7 @@ func Run(ctx context.Context, o Options) error {
 		printNext(out, next{where: where, url: node.URL(), model: ag.Model().Name(), weft: weft, dir: o.Dir, runs: runs,
 			externalPay: slices.Contains(o.ExternalTools, "send_payment")})
 	}
+	fmt.Fprintf(out, "\nRun heads are signed by this store's runner key %s (docs/security.md): check an export with\n  %s audit verify --file <export.jsonl> --trust %s\n", headPub, weft, headPub)
 	if o.Ready != nil {
 		o.Ready(node.URL())
 	}
@@ -360,4 +367,27 @@ func listenPort(listen string) (int, error) {
 		return 0, fmt.Errorf("demo: listen %q: not a port", listen)
 	}
 	return n, nil
+}
+
+// storeHeadKey loads or creates the runner's head signing key of the
+// store: runner.HeadKeyFile in the embedded server's store directory (or
+// in dataDir for an external server). An external server without dataDir
+// has no store directory here: the key is made for this process only.
+func storeHeadKey(node *natsnode.Node, dataDir string) (nkeys.KeyPair, string, error) {
+	store := dataDir
+	if node.Embedded() {
+		store = node.DataDir()
+	}
+	var kp nkeys.KeyPair
+	var err error
+	if store == "" {
+		kp, err = nkeys.CreateUser()
+	} else {
+		kp, _, err = runner.LoadOrCreateHeadKey(filepath.Join(store, runner.HeadKeyFile))
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("demo: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	return kp, pub, err
 }

@@ -75,7 +75,7 @@ func Names() []Name {
 		NameAttemptLost, NameReportRefused, NameActionUncertain, NameSettlementAccepted,
 		NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
 		NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
-		NameResolved,
+		NameResolved, NameHeadSigned,
 	}
 }
 

@@ -70,6 +70,8 @@ func Decode(name Name, schema int, payload json.RawMessage) (Event, error) {
 		return decode[ChildSettled](payload)
 	case NameResolved:
 		return decode[Resolved](payload)
+	case NameHeadSigned:
+		return decode[HeadSigned](payload)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, name)
 }

@@ -171,6 +171,10 @@ func Describe(e Event) string {
 		b.kv("kind", e.Kind)
 		b.json("content", e.Content)
 		b.opt("by", e.By)
+	case HeadSigned:
+		b.kv("head", strconv.FormatUint(e.Version, 10)+":"+e.Hash)
+		b.kv("key", e.Key)
+		b.opt("signer", e.Signer)
 	case ActionsNotStarted:
 		b.kv("actions", "["+strings.Join(e.Actions, " ")+"]")
 		b.kv("reason", e.Reason)

@@ -313,6 +313,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			}
 		}
 		rn.head = head
+		r.signHead(ctx, rn, evs)
 		r.observe(ctx, rn, evs)
 		r.maybeSnapshot(rn)
 		return evs, derr

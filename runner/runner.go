@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/nats-io/nkeys"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -136,6 +137,7 @@ type Runner struct {
 	partsSet    bool // WithPartitions was given
 	external    map[string]bool
 	workerOpts  []worker.Option
+	headKey     nkeys.KeyPair // signs chain heads (signhead.go); nil: none
 
 	agents map[string]*agent.Agent // name@version and name (first registered)
 	list   []*agent.Agent

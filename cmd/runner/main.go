@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	prov := fs.Bool("provision", true, "create or update the streams and buckets first")
 	replicas := fs.Int("replicas", 1, "replica count of the streams and buckets it provisions: 1 on a single server, 3 on a cluster (an existing asset's higher count is kept)")
 	verbose := fs.Bool("v", false, "debug logs")
+	headKey := fs.String("head-key", getenv(runner.EnvHeadKey), "an nkeys user seed file: sign each run's chain head with it at every person's decision and at the run's end (docs/adr/0026-signed-heads.md); env "+runner.EnvHeadKey+"; empty: nothing is signed")
 	creds := natsnode.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -111,6 +112,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	if *partitions != 0 {
 		opts = append(opts, runner.WithPartitions(*partitions))
+	}
+	if *headKey != "" {
+		kp, err := runner.ReadHeadKey(*headKey)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, runner.WithHeadKey(kp))
 	}
 	r, err := runner.New(node.Conn(), node.JetStream(), []*agent.Agent{ag}, opts...)
 	if err != nil {

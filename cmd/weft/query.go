@@ -487,17 +487,22 @@ func inboxCommand() command {
 
 func auditCommand() command {
 	return command{
-		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl>",
-		summary: "export a run's history as JSON lines, or verify its hash chain, refold and view",
+		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--head VERSION:HASH]",
+		summary: "export a run's history as JSON lines, or verify its hash chain, signed heads, refold and view",
 		examples: []string{
 			"weft audit export pay-42 -o pay-42.jsonl",
 			"weft audit verify pay-42",
-			"weft audit verify --file pay-42.jsonl",
+			"weft audit verify --file pay-42.jsonl --trust UBX…",
+			"weft audit verify --file pay-42.jsonl --head 31:9f86d0…",
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			out := fs.String("o", "", "export: write to this file instead of stdout")
 			file := fs.String("file", "", "verify: an exported history instead of the live run")
 			asJSON := fs.Bool("json", false, "verify: print the report as JSON")
+			var trust keyList
+			fs.Var(&trust, "trust", "verify: a key (nkey user public key, U…) whose signed heads you trust; repeat or separate with commas. With it, the history must be signed by these keys up to its end when the run ended")
+			trustFile := fs.String("trust-file", "", "verify: a file of trusted keys, one a line (as --trust)")
+			head := fs.String("head", "", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) == 0 {
 					return usagef("want export <run> or verify <run>|--file <path>")
@@ -509,13 +514,16 @@ func auditCommand() command {
 					}
 					return auditExport(ctx, e, args[1], *out)
 				case "verify":
+					opts, trusted, err := verifyOptions(trust, *trustFile, *head)
+					if err != nil {
+						return err
+					}
 					var rep audit.Report
-					var err error
 					switch {
 					case *file != "" && len(args) == 1:
-						rep, err = verifyFile(*file)
+						rep, err = verifyFile(*file, opts...)
 					case *file == "" && len(args) == 2:
-						rep, err = verifyLive(ctx, e, args[1])
+						rep, err = verifyLive(ctx, e, args[1], opts...)
 					default:
 						return usagef("want verify <run> or verify --file <path>")
 					}
@@ -526,6 +534,7 @@ func auditCommand() command {
 						printJSON(e.stdout, rep)
 					} else {
 						printProofChecks(e.stdout, rep.Proofs)
+						printHeadChecks(e.stdout, rep, trusted)
 						if rep.OK() {
 							fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
 						}
@@ -569,10 +578,11 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 	if out != "" {
 		fmt.Fprintf(e.stderr, "exported %d events of %s to %s\n", len(envs), run, out)
 	}
+	printSigners(e.stderr, envs)
 	return nil
 }
 
-func verifyFile(path string) (audit.Report, error) {
+func verifyFile(path string, opts ...audit.Option) (audit.Report, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return audit.Report{}, err
@@ -586,10 +596,10 @@ func verifyFile(path string) (audit.Report, error) {
 	if err != nil {
 		return audit.Report{}, err
 	}
-	return audit.Verify(envs), nil
+	return audit.Verify(envs, opts...), nil
 }
 
-func verifyLive(ctx context.Context, e *env, run string) (audit.Report, error) {
+func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (audit.Report, error) {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return audit.Report{}, err
@@ -615,7 +625,7 @@ func verifyLive(ctx context.Context, e *env, run string) (audit.Report, error) {
 	if len(envs) == 0 {
 		return audit.Report{}, weft.UnknownRun(run)
 	}
-	opts := []audit.Option{audit.WithHead(head.Hash)}
+	opts := append([]audit.Option{audit.WithHead(head.Hash)}, extra...)
 	if kv, err := js.KeyValue(ctx, projector.BucketViews); err == nil {
 		entry, err := kv.Get(ctx, run)
 		switch {

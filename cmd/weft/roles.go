@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/roles"
+	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -60,8 +61,19 @@ func rolesCommand() command {
 							return err
 						}
 					}
-					fmt.Fprintf(e.stdout, "Keep %s, %s and %s secret (the account seed issues credentials); start the server with nats-server -c nats-secure.conf.\n",
-						roles.OperatorSeed, roles.SystemSeed, roles.AccountSeed)
+					hk, created, err := runner.LoadOrCreateHeadKey(filepath.Join(a.Dir(), runner.HeadKeyFile))
+					if err != nil {
+						return err
+					}
+					hpub, _ := hk.PublicKey()
+					verb := "kept"
+					if created {
+						verb = "new"
+					}
+					fmt.Fprintf(e.stdout, "runner head signing key %s (%s), public key %s: give it to the runners (--head-key or %s); auditors check exports with --trust %s\n",
+						filepath.Join(a.Dir(), runner.HeadKeyFile), verb, hpub, runner.EnvHeadKey, hpub)
+					fmt.Fprintf(e.stdout, "Keep %s, %s, %s and %s secret (the account seed issues credentials); start the server with nats-server -c nats-secure.conf.\n",
+						roles.OperatorSeed, roles.SystemSeed, roles.AccountSeed, runner.HeadKeyFile)
 					return nil
 				case "issue":
 					r, q, err := roleArgs(args[1:])

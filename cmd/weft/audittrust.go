@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
+)
+
+// keyList is a repeatable flag of nkey user public keys; each value may
+// also hold several keys separated by commas.
+type keyList []string
+
+func (k *keyList) String() string { return strings.Join(*k, ",") }
+
+func (k *keyList) Set(s string) error {
+	for _, key := range strings.Split(s, ",") {
+		key = strings.TrimSpace(key)
+		if _, err := proof.PublicKey(key); err != nil {
+			return fmt.Errorf("key %q: %v", key, err)
+		}
+		*k = append(*k, key)
+	}
+	return nil
+}
+
+// readTrustFile reads the keys of a trust file: one nkey user public key
+// ("U…") a line, optionally followed by a name; blank lines and lines
+// starting with # are skipped.
+func readTrustFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var keys []string
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		if _, err := proof.PublicKey(fields[0]); err != nil {
+			return nil, usagef("--trust-file %s line %d: %q: %v", path, line, fields[0], err)
+		}
+		keys = append(keys, fields[0])
+	}
+	return keys, sc.Err()
+}
+
+// verifyOptions turns the audit verify flags into audit options; trusted
+// reports whether the auditor named keys.
+func verifyOptions(trust keyList, trustFile, head string) (opts []audit.Option, trusted bool, err error) {
+	keys := append([]string(nil), trust...)
+	if trustFile != "" {
+		more, err := readTrustFile(trustFile)
+		if err != nil {
+			return nil, false, err
+		}
+		keys = append(keys, more...)
+	}
+	if trust != nil || trustFile != "" {
+		if len(keys) == 0 {
+			return nil, false, usagef("--trust-file %s names no key", trustFile)
+		}
+		opts = append(opts, audit.WithTrust(keys...))
+	}
+	if head != "" {
+		v, h, err := audit.ParseHead(head)
+		if err != nil {
+			return nil, false, usagef("--head: %v", err)
+		}
+		opts = append(opts, audit.WithHeadAt(v, h))
+	}
+	return opts, len(keys) > 0, nil
+}
+
+// printHeadChecks lists the signed heads audit verify checked and says how
+// far the history is vouched for.
+func printHeadChecks(w io.Writer, rep audit.Report, trusted bool) {
+	for _, h := range rep.Heads {
+		who := "untrusted key"
+		if h.Trusted {
+			who = "trusted key"
+		}
+		fmt.Fprintf(w, "signed head: event %d signs %d:%s by %s %s (%s)\n", h.Version, h.Head, h.HeadHash, who, h.Key, orDash(h.Signer))
+	}
+	if !rep.OK() {
+		return
+	}
+	switch {
+	case len(rep.Heads) == 0:
+		fmt.Fprintln(w, "note: no head is signed (the runner had no head key): nothing ties this history to a key; give --head from an independent source")
+	case !trusted:
+		fmt.Fprintln(w, "note: the signatures verify, but no key was named: anyone can sign; give --trust KEY or --trust-file")
+	}
+	if len(rep.Heads) > 0 && rep.SignedThrough < uint64(rep.Events) {
+		fmt.Fprintf(w, "note: events %d to %d follow the last signed head: nobody vouches for them, and events after them may have been dropped (the run has not ended); give --head from the live log\n", rep.SignedThrough+1, rep.Events)
+	}
+}
+
+// printSigners says which keys signed the exported history's heads (the
+// keys' identities are in its head_signed events: key and signer), so the
+// auditor knows which key to obtain independently and name with --trust.
+func printSigners(w io.Writer, envs []events.Envelope) {
+	seen := map[string]bool{}
+	n := 0
+	for _, env := range envs {
+		if env.Type != events.NameHeadSigned {
+			continue
+		}
+		ev, err := env.Event()
+		if err != nil {
+			continue
+		}
+		hs := ev.(events.HeadSigned)
+		n++
+		if !seen[hs.Key] {
+			seen[hs.Key] = true
+			fmt.Fprintf(w, "signed heads by key %s (%s)\n", hs.Key, orDash(hs.Signer))
+		}
+	}
+	if n == 0 {
+		fmt.Fprintln(w, "note: no head of this history is signed (the runner had no head key)")
+	}
+}

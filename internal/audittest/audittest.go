@@ -1,0 +1,70 @@
+// Package audittest edits exported histories the way someone with write
+// access to an export can: change an event, drop events, recompute the
+// hash chain so that it holds again, and re-sign the chain heads with a
+// key of their own. Tests use it to check that `weft audit verify` catches
+// every such edit (docs/security.md, "Signed heads").
+package audittest
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/weftrun/weft/events"
+)
+
+// Replace returns a copy of envs in which old is replaced by new in the
+// payloads of the events of type typ, with the hash chain recomputed
+// (Rechain), and how many events it changed.
+func Replace(envs []events.Envelope, typ events.Name, old, new string) ([]events.Envelope, int) {
+	out := clone(envs)
+	n := 0
+	for i := range out {
+		if out[i].Type == typ && bytes.Contains(out[i].Payload, []byte(old)) {
+			out[i].Payload = json.RawMessage(bytes.ReplaceAll(out[i].Payload, []byte(old), []byte(new)))
+			n++
+		}
+	}
+	return Rechain(out), n
+}
+
+// Rechain returns a copy of envs whose every Prev is the hash of the event
+// before it again: the chain holds whatever was edited. Signed heads are
+// left as they are.
+func Rechain(envs []events.Envelope) []events.Envelope {
+	out := clone(envs)
+	for i := 1; i < len(out); i++ {
+		out[i].Prev = out[i-1].Hash()
+	}
+	return out
+}
+
+// Resign returns a copy of envs rechained, with every signed head
+// (events.HeadSigned) made over the head before it again and signed by kp
+// under the name signer: a rewrite re-signed by a stranger.
+func Resign(envs []events.Envelope, kp nkeys.KeyPair, signer string) []events.Envelope {
+	out := clone(envs)
+	key, _ := kp.PublicKey()
+	for i := range out {
+		if i > 0 {
+			out[i].Prev = out[i-1].Hash()
+		}
+		if out[i].Type != events.NameHeadSigned || i == 0 {
+			continue
+		}
+		prev := out[i-1]
+		d := events.HeadDigest(prev.Run, prev.Version, prev.Hash(), key)
+		sig, _ := kp.Sign(d[:])
+		hs := events.HeadSigned{Version: prev.Version, Hash: prev.Hash(), Key: key, Signer: signer, Signature: base64.RawURLEncoding.EncodeToString(sig)}
+		out[i].Payload, _ = json.Marshal(hs)
+	}
+	return out
+}
+
+func clone(envs []events.Envelope) []events.Envelope {
+	out := make([]events.Envelope, len(envs))
+	copy(out, envs)
+	return out
+}

@@ -1,0 +1,134 @@
+package runner
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/weftrun/weft/events"
+)
+
+// EnvHeadKey names the environment variable holding the path of a runner's
+// head signing key (an nkeys user seed file), read by the runner commands
+// when no --head-key flag is given.
+const EnvHeadKey = "WEFT_HEAD_KEY"
+
+// WithHeadKey makes the runner sign its runs' chain heads with kp (an nkeys
+// user key pair): after every decision a person made and at the run's end
+// it appends events.HeadSigned (docs/adr/0026-signed-heads.md). Without it
+// nothing is signed, and `weft audit verify` says so.
+func WithHeadKey(kp nkeys.KeyPair) Option { return func(r *Runner) { r.headKey = kp } }
+
+// ReadHeadKey reads a head signing key: a file holding an nkeys user seed
+// ("SU…").
+func ReadHeadKey(path string) (nkeys.KeyPair, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("head signing key: %w", err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(b))))
+	if err != nil {
+		return nil, fmt.Errorf("head signing key %s: %w", path, err)
+	}
+	if pub, _ := kp.PublicKey(); nkeys.Prefix(pub) != nkeys.PrefixByteUser {
+		return nil, fmt.Errorf("head signing key %s: not an nkeys user seed (SU…)", path)
+	}
+	return kp, nil
+}
+
+// HeadKeyFile is the file name of a store's or a deployment's runner head
+// signing key, as `weft dev` and `weft roles init` write it.
+const HeadKeyFile = "head.nk"
+
+// LoadOrCreateHeadKey reads the head signing key at path, or creates one
+// there (an nkeys user seed, mode 0600) when the file does not exist. It
+// reports whether it created it.
+func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
+	if _, err := os.Stat(path); err == nil {
+		kp, err := ReadHeadKey(path)
+		return kp, false, err
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, false, fmt.Errorf("head signing key: %w", err)
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, false, err
+	}
+	seed, _ := kp.Seed()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, false, fmt.Errorf("head signing key: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, false, fmt.Errorf("head signing key: %w", err)
+	}
+	if _, err := f.Write(append(seed, '\n')); err != nil {
+		f.Close()
+		return nil, false, fmt.Errorf("head signing key: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, false, fmt.Errorf("head signing key: %w", err)
+	}
+	return kp, true, nil
+}
+
+// vouched reports whether evs hold a decision a person made (an approval
+// answered, a reconciliation, a resolution, a cancellation) or the run's
+// end: the heads a runner signs.
+func vouched(evs []events.Event) bool {
+	for _, ev := range evs {
+		switch e := ev.(type) {
+		case events.ApprovalAnswered:
+			if e.Answer != events.AnswerExpired {
+				return true
+			}
+		case events.Reconciled, events.Resolved, events.CancelRequested, events.RunFinished:
+			return true
+		}
+	}
+	return false
+}
+
+// signHead appends events.HeadSigned over rn's head when the runner holds a
+// head key and evs (just appended) are vouched for. It is a following
+// append, not part of the decision (the decision's envelope hashes are
+// known only once eventlog stamps them): a conflict or a failure leaves
+// the head unsigned, logged, and the run goes on; the next vouched
+// decision's signature covers everything before it.
+func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
+	if r.headKey == nil || !vouched(evs) || rn.head.Hash == "" {
+		return
+	}
+	key, err := r.headKey.PublicKey()
+	if err != nil {
+		r.log.Warn("head not signed", "run", rn.id, "err", err)
+		return
+	}
+	d := events.HeadDigest(rn.id, rn.head.Version, rn.head.Hash, key)
+	sig, err := r.headKey.Sign(d[:])
+	if err != nil {
+		r.log.Warn("head not signed", "run", rn.id, "err", err)
+		return
+	}
+	hs := events.HeadSigned{Version: rn.head.Version, Hash: rn.head.Hash, Key: key, Signer: r.id, Signature: base64.RawURLEncoding.EncodeToString(sig)}
+	envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, r.clock(rn), hs)
+	if err != nil {
+		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+		return
+	}
+	recs, err := recorded(envs)
+	if err != nil {
+		return
+	}
+	for _, rec := range recs {
+		rn.evolve(rec)
+	}
+	rn.head = head
+}

@@ -1,0 +1,146 @@
+package runner_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/audittest"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// TestSignedHeadsCatchARewrittenHistory (docs/security.md, "Signed heads";
+// docs/adr/0026-signed-heads.md): a runner with a head key signs the head
+// after the person's answer and at the run's end; the history verifies
+// against that key (--trust) and against its head from the log (--head);
+// an edit with the hash chain recomputed — the reviewer renamed, the
+// signed proof removed —, the last events dropped, or the rewrite
+// re-signed with a stranger's key each fail, naming the event.
+func TestSignedHeadsCatchARewrittenHistory(t *testing.T) {
+	h := newHarness(t)
+	b := &bodies{}
+	alice, alicePub := userKey(t, 1)
+	runnerKey, runnerPub := userKey(t, 7)
+	mallory, malloryPub := userKey(t, 3)
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
+	ag, err := agent.New("desk", m, []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithApprovers(
+		approvers.Signed("keys", []approvers.Key{{Public: alicePub, Reviewer: "alice@bank", Requirements: []string{"finance"}}}, approvers.WithLifetime(5*time.Minute)),
+	)).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.startRunner([]*agent.Agent{ag}, runner.WithID("runner-a"), runner.WithHeadKey(runnerKey))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "sh", Agent: "desk", Input: "pay"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor("sh", "an approval request", func(s aggregate.State) bool { return len(aggregate.Status(s).Approvals) == 1 })
+	a, _ := s.Action(aggregate.Status(s).Approvals[0])
+	p := signFor(t, alice, s, a, events.AnswerApprove, time.Now().Add(time.Minute), nil)
+	if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: "ok", Run: "sh", Action: a.ID, Revision: a.Request.Revision, Approver: "keys", Proof: p}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("sh", aggregate.StatusFinished)
+	envs, head, err := h.srv.Log.Load(c, "sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Signed: after the answer's decision (it covers the answer), and
+	// last, after run_finished.
+	var signed []uint64
+	var answered uint64
+	for _, env := range envs {
+		switch env.Type {
+		case events.NameHeadSigned:
+			signed = append(signed, env.Version)
+		case events.NameApprovalAnswered:
+			answered = env.Version
+		}
+	}
+	if len(signed) == 0 || answered == 0 || signed[0] <= answered {
+		t.Fatalf("signed heads at %v, answer at %d: want a signed head covering the answer", signed, answered)
+	}
+	last := envs[len(envs)-1]
+	if len(signed) != 2 || last.Type != events.NameHeadSigned || envs[len(envs)-2].Type != events.NameRunFinished {
+		t.Fatalf("signed heads at %v, last events %s, %s: want one after the answer and one after run_finished, last", signed, envs[len(envs)-2].Type, last.Type)
+	}
+
+	// Untouched: verifies with the runner's key, and with the log's head.
+	rep := audit.Verify(envs, audit.WithTrust(runnerPub))
+	if !rep.OK() || len(rep.Heads) != 2 || !rep.Heads[0].Trusted || rep.Heads[1].Signer != "runner-a" || rep.SignedThrough != last.Version {
+		t.Fatalf("untouched history with --trust: %+v %+v through %d", rep.Problem, rep.Heads, rep.SignedThrough)
+	}
+	if rep := audit.Verify(envs, audit.WithHeadAt(head.Version, head.Hash)); !rep.OK() {
+		t.Fatalf("untouched history with --head: %+v", rep.Problem)
+	}
+
+	renamed, n := audittest.Replace(envs, events.NameApprovalAnswered, `"reviewer":"alice@bank"`, `"reviewer":"mallory"`)
+	noProof := audittest.Rechain(withoutProof(t, envs))
+	if n != 1 {
+		t.Fatalf("renamed %d answers, want 1", n)
+	}
+	for _, tc := range []struct {
+		name    string
+		envs    []events.Envelope
+		opts    []audit.Option
+		kind    string
+		version uint64
+	}{
+		{"reviewer renamed, chain recomputed", renamed, []audit.Option{audit.WithTrust(runnerPub)}, audit.KindSignature, signed[0]},
+		{"proof removed, chain recomputed", noProof, []audit.Option{audit.WithTrust(runnerPub)}, audit.KindSignature, signed[0]},
+		{"end head dropped", envs[:len(envs)-1], []audit.Option{audit.WithTrust(runnerPub)}, audit.KindUnsigned, last.Version - 1},
+		{"run end and its head dropped, head named", envs[:len(envs)-2], []audit.Option{audit.WithTrust(runnerPub), audit.WithHeadAt(head.Version, head.Hash)}, audit.KindHead, last.Version - 2},
+		{"renamed with the log's head named", renamed, []audit.Option{audit.WithHeadAt(head.Version, head.Hash)}, audit.KindHead, head.Version},
+		{"rewrite re-signed by a stranger", audittest.Resign(renamed, mallory, "runner-a"), []audit.Option{audit.WithTrust(runnerPub)}, audit.KindUntrusted, signed[0]},
+	} {
+		rep := audit.Verify(tc.envs, tc.opts...)
+		if rep.OK() || rep.Problem.Kind != tc.kind || rep.Problem.Version != tc.version {
+			t.Errorf("%s: %+v, want %s at version %d", tc.name, rep.Problem, tc.kind, tc.version)
+		}
+	}
+	// The stranger's re-signed rewrite is self-consistent: it verifies
+	// when its own key is trusted, and names mallory — which is why the
+	// auditor must obtain the runner's key independently.
+	if rep := audit.Verify(audittest.Resign(renamed, mallory, "runner-a"), audit.WithTrust(malloryPub)); !rep.OK() {
+		t.Fatalf("re-signed rewrite with the stranger's key trusted: %+v", rep.Problem)
+	}
+}
+
+// withoutProof returns envs with the proof of their approval_answered
+// removed (chain not recomputed).
+func withoutProof(t *testing.T, envs []events.Envelope) []events.Envelope {
+	t.Helper()
+	out := make([]events.Envelope, len(envs))
+	copy(out, envs)
+	for i, env := range out {
+		if env.Type != events.NameApprovalAnswered {
+			continue
+		}
+		ev, err := env.Event()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ans := ev.(events.ApprovalAnswered)
+		if ans.Proof == nil {
+			t.Fatal("the answer has no proof to remove")
+		}
+		ans.Proof = nil
+		e, err := events.Encode(ans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i].Payload = e.Payload
+		return out
+	}
+	t.Fatal("no approval_answered")
+	return nil
+}
