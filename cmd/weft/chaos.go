@@ -41,6 +41,7 @@ func chaosCommand() command {
 			fs.BoolVar(&cfg.StableIDs, "stable-ids", false, "restarted runners keep their id (default: a new id per process start)")
 			fs.StringVar(&cfg.Dir, "dir", "", "working directory, empty or new (default: a temporary one, kept when a check fails); with --seeds, one subdirectory seed-N per seed")
 			fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory")
+			fs.StringVar(&cfg.TypeScript, "typescript", "", "the directory of the TypeScript SDK (sdk/typescript, with node_modules): its worker serves the tool ship, writing the same ledger (docs/typescript.md)")
 			verbose := fs.Bool("v", false, "print every fault as it is injected")
 			return func(ctx context.Context, e *env, args []string) error {
 				if handled, code := chaos.RoleMain(); handled {
@@ -66,6 +67,13 @@ func chaosCommand() command {
 						}
 						list = append(list, n)
 					}
+				}
+				if cfg.TypeScript != "" {
+					abs, err := filepath.Abs(cfg.TypeScript)
+					if err != nil {
+						return usagef("--typescript %s: %v", cfg.TypeScript, err)
+					}
+					cfg.TypeScript = abs
 				}
 				cfg.Args = []string{"chaos"}
 				if *verbose {
