@@ -167,7 +167,18 @@ func TestRunsFilterAndPaging(t *testing.T) {
 		}
 		return out
 	}
-	_, body := s.get(t, "/runs?status=suspended&agent=payment-desk")
+	// The projector writes a run's view first, then its list entries
+	// (projector.store): the run list may lag the view s.start waited
+	// for by a moment, so the list is read until it shows page-7. The
+	// projector folds in log order, so by then the earlier runs' entries
+	// are written too.
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, body = s.get(t, "/runs?status=suspended&agent=payment-desk")
+		if slices.Contains(rows(body), "page-7") || time.Now().After(deadline) {
+			break
+		}
+	}
 	if got := rows(body); !slices.Contains(got, "page-7") || slices.Contains(got, "page-8a") {
 		t.Fatalf("status=suspended lists %v", got)
 	}
