@@ -3,7 +3,7 @@ package roles_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,11 +165,14 @@ func TestReaderRole(t *testing.T) {
 
 	approve := `{"schema":1,"command_id":"r","run":"pay-7","action":"2/call_2_1","revision":1,"approver":"desk","credential":"reader"}`
 	r.request("weft.api.approve", approve)
-	actx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
+	// The Go client says permission_denied as soon as the server refuses
+	// the publish (api.Request), well before its deadline: a minute here,
+	// so that a client waiting for it would answer the deadline instead.
+	actx, cancel := context.WithTimeout(ctxT(t), time.Minute)
 	defer cancel()
 	_, err := api.NewClient(d.reader.Conn()).Approve(actx, api.ApproveRequest{Schema: api.Schema, CommandID: "r-2", Run: "pay-7", Action: "2/call_2_1", Revision: 1, Approver: demo.Approver, Credential: "reader"})
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("the reader's approve through the Go client: %v, want no answer until the deadline (nobody received it)", err)
+	if weft.ErrorCode(err) != weft.CodePermissionDenied || !strings.Contains(err.Error(), "weft.api.approve") {
+		t.Fatalf("the reader's approve through the Go client: %v, want permission_denied naming weft.api.approve (nobody received it)", err)
 	}
 	r.request("weft.api.reject", `{"schema":1,"command_id":"r","run":"pay-7","action":"2/call_2_1","revision":1,"reason":"no"}`)
 	r.request("weft.api.start", `{"schema":1,"agent":"payment-desk","input":"pay invoice INV-7"}`)

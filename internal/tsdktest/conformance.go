@@ -651,7 +651,7 @@ func (s *suite) otherVersion(t *testing.T) {
 
 func (s *suite) lateReturn(t *testing.T) {
 	p := s.spawn(t, 0, "1")
-	// settle: a one-second timeout and a two-second settle window; the
+	// settle: a one-second timeout and a ten-second settle window; the
 	// body returns after 1.5 s.
 	s.start(t, "cf-late", "settle", In{Text: "refunded", Mode: "finish"})
 	st := s.waitFor(t, "cf-late", status("finished"))

@@ -46,7 +46,8 @@ type Out struct {
 // The agent's tools, all served by external workers. Their settings are
 // what the tests need: echo is a plain non-replayable tool; slow has a
 // one-second timeout; replay may be started again three times; settle is
-// a settling tool with a two-second window; guarded needs an approval
+// a settling tool with a ten-second window (a late return after 1.5 s
+// lands well inside it on a loaded machine); guarded needs an approval
 // (requirement "finance" version 1, approver "tsdk", which trusts the
 // credential it is given as the reviewer's name).
 var (
@@ -85,7 +86,7 @@ func Build(signingKeys ...string) (*agent.Agent, error) {
 		tools.WithTimeout(tools.Bind(echoDef, external, uncertain), tools.After(30*time.Second)),
 		tools.WithTimeout(tools.Bind(slowDef, external, uncertain), tools.After(time.Second)),
 		tools.WithReplay(tools.WithTimeout(tools.Bind(replayDef, external, uncertain), tools.After(30*time.Second)), 3),
-		tools.WithTimeout(tools.BindSettling(settleDef, externalSettling, uncertain, 2*time.Second), tools.After(time.Second)),
+		tools.WithTimeout(tools.BindSettling(settleDef, externalSettling, uncertain, 10*time.Second), tools.After(time.Second)),
 		tools.WithTimeout(tools.Bind(guardDef, external, uncertain), tools.After(30*time.Second)),
 	}
 	p := policy.Func(func(_ context.Context, a policy.Action) (policy.Decision, error) {

@@ -86,7 +86,7 @@ test("TestSemantics8_TheDrainIsBounded: a body still running at the end of the d
 test("TestSemantics3_ASettlingToolsOwnReturnWinsAfterItsTimeout: the late return is offered as the settlement", async () => {
   const nc = await connect({ servers: h.url });
   const w = new Worker(nc, { agent: "tsdk", version: "1" });
-  // settle has a one-second timeout and a two-second settle window.
+  // settle has a one-second timeout and a ten-second settle window.
   w.handle(bindSettling({ name: "settle" }, async (input) => {
     await new Promise((r) => setTimeout(r, 1600));
     return { text: input.text };
