@@ -188,7 +188,8 @@ func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh bool) 
 // when its key is absent and this runner can tell (judgeLevel, its own
 // key present). "Cannot tell" — a read error, a missing bucket, a view
 // too recent — is never "gone". Before the whole grace passed, an absent
-// key is judged when the server's marker says it expired a lease and two
+// key is judged when its marker follows a put seen above this runner's
+// first beat of the view (beatInView, at any time), or when the server's marker says it expired a lease and two
 // heartbeat intervals after this runner's view began (a server restart
 // in between would have reconnected this runner too), or a reconnect
 // wait ago (since the view began, or at a runner's start). An absent key
