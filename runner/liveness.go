@@ -39,8 +39,18 @@ import (
 // A key absent without a marker — never written, or expired long enough
 // ago that the server dropped the marker (about a lease after the expiry,
 // whatever the marker's TTL) — waits for the whole grace.
+//
+// Ahead of both, the bucket's order says it without a clock: a key that
+// expired after a put of it later than this runner's first beat of the
+// current period (a higher revision: the bucket's stream sequence) was
+// beaten while this runner's view was continuous, so no server restart
+// cut its runner off since (it would have reconnected this runner too);
+// it stopped beating for a lease with the server up. It is gone at the
+// marker, however soon after this runner's start, with no margin for the
+// server's expiry timer or the clocks.
 type judgement struct {
 	since       time.Time // start of the current period of continuous view
+	first       uint64    // revision of this runner's first beat sent and answered within that period (0: none yet)
 	reconnected bool      // the period began at a reconnection or a failed heartbeat
 	reconnects  uint64    // the connection's reconnect count seen last
 	revision    uint64    // revision of the last heartbeat put
@@ -64,15 +74,24 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 	draining := r.draining
 	r.mu.Unlock()
 	b, _ := json.Marshal(beat{Schema: 1, At: r.now().UTC().Format(time.RFC3339Nano), Partitions: r.nparts, Draining: draining})
+	r.mu.Lock()
+	period := r.judge.since
+	r.mu.Unlock()
 	rev, err := r.live.Put(ctx, r.id, b)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.judge.since, r.judge.reconnected = time.Now(), true // peers cannot beat either, perhaps
+		r.judge.since, r.judge.first, r.judge.reconnected = time.Now(), 0, true // peers cannot beat either, perhaps
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
-	if rev <= r.judge.revision {
-		r.judge.since = time.Now() // the bucket was re-created
+	switch {
+	case rev <= r.judge.revision:
+		r.judge.since, r.judge.first = time.Now(), 0 // the bucket was re-created
+	case r.judge.first == 0 && r.judge.since.Equal(period):
+		// Sent within the current period: a put sent before a
+		// reconnection the view noticed while it was in flight may
+		// precede a restart, and is not the period's first beat.
+		r.judge.first = rev
 	}
 	r.judge.revision, r.judge.at = rev, time.Now()
 	return nil
@@ -155,7 +174,7 @@ func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh bool) 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rc := r.nc.Stats().Reconnects; rc != r.judge.reconnects || !r.nc.IsConnected() {
-		r.judge.since, r.judge.reconnects, r.judge.reconnected = time.Now(), rc, true
+		r.judge.since, r.judge.first, r.judge.reconnects, r.judge.reconnected = time.Now(), 0, rc, true
 		return false, false, r.judge.since, false
 	}
 	watched := time.Since(r.judge.since)
@@ -169,7 +188,8 @@ func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh bool) 
 // when its key is absent and this runner can tell (judgeLevel, its own
 // key present). "Cannot tell" — a read error, a missing bucket, a view
 // too recent — is never "gone". Before the whole grace passed, an absent
-// key is judged when the server's marker says it expired a lease and two
+// key is judged when its marker follows a put seen above this runner's
+// first beat of the view (beatInView, at any time), or when the server's marker says it expired a lease and two
 // heartbeat intervals after this runner's view began (a server restart
 // in between would have reconnected this runner too), or a reconnect
 // wait ago (since the view began, or at a runner's start). An absent key
@@ -195,6 +215,13 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		return false
 	}
 	full, partial, since, fresh := r.judgeLevel()
+	if !full && lerr == nil && r.beatInView(id, last) {
+		if _, err := r.live.Get(ctx, r.id); err == nil {
+			r.log.Info("runner judged gone", "peer", id, "why", whyBeatInView)
+			r.markGone(id)
+			return false
+		}
+	}
 	if !full && !partial {
 		return true
 	}
@@ -241,6 +268,25 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	r.log.Info("runner judged gone", "peer", id, "why", why)
 	r.markGone(id)
 	return false
+}
+
+// whyBeatInView is the reason logged when a runner is judged gone by
+// beatInView.
+const whyBeatInView = "liveness key expired after a beat within this runner's view"
+
+// beatInView reports whether runner id's liveness key, whose last message
+// is last, expired (the server's marker) after a put of it that the runners
+// view saw at a revision above this runner's first beat of its current
+// period of continuous view (judgement): the bucket's order, not a clock.
+func (r *Runner) beatInView(id string, last *jetstream.RawStreamMsg) bool {
+	if _, expired := expiredAt(last); !expired {
+		return false
+	}
+	rev, ok := r.runners.leftAt(id)
+	r.mu.Lock()
+	first := r.judge.first
+	r.mu.Unlock()
+	return ok && first != 0 && rev > first
 }
 
 // seenGone reports whether alive found runner id gone within the last

@@ -23,6 +23,7 @@ type runnersView struct {
 	ready     bool                   // the watch delivered the bucket as it is
 	seen      time.Time              // when the watch last delivered something
 	keys      map[string]runnerEntry // by runner id
+	left      map[string]leftEntry   // keys that left (expired, deleted), by runner id
 	first     chan struct{}          // closed once the view was first ready
 	firstOnce sync.Once
 }
@@ -45,8 +46,40 @@ type runnerEntry struct {
 	until      time.Time
 }
 
+// leftEntry is a key that left the view: the revision of its last put
+// the view saw, and when it left (this runner's clock).
+type leftEntry struct {
+	revision uint64
+	at       time.Time
+}
+
 func newRunnersView() *runnersView {
-	return &runnersView{keys: map[string]runnerEntry{}, first: make(chan struct{})}
+	return &runnersView{keys: map[string]runnerEntry{}, left: map[string]leftEntry{}, first: make(chan struct{})}
+}
+
+// leave moves key id out of the view (v.mu held), noting the revision of
+// its last put seen in v.left; entries older than keep are dropped.
+func (v *runnersView) leave(id string, now time.Time, keep time.Duration) {
+	if k, ok := v.keys[id]; ok {
+		v.left[id] = leftEntry{revision: k.revision, at: now}
+		delete(v.keys, id)
+	}
+	for l, e := range v.left {
+		if now.Sub(e.at) > keep {
+			delete(v.left, l)
+		}
+	}
+}
+
+// leftAt reports the revision of the last put of runner id's key that the
+// view saw before the key left it (by expiry, the view's own or the
+// server's marker, or deletion): ok false when the key is in the view, or
+// left unseen.
+func (v *runnersView) leftAt(id string) (revision uint64, ok bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e, ok := v.left[id]
+	return e.revision, ok
 }
 
 // watchRunners keeps r.runners equal to weft_runners until ctx ends, with
@@ -126,11 +159,12 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 				k.until = old.until // delivered again, not changed
 			}
 			v.keys[e.Key()] = k
+			delete(v.left, e.Key())
 		default:
 			// Deleted (a drained runner), or expired: the server's marker
 			// of a key that reached its max age (its runner stopped
 			// beating) is delivered as a purge.
-			delete(v.keys, e.Key())
+			v.leave(e.Key(), now, runnersMarkerTTL(r.lease))
 		}
 		ready := v.ready
 		v.mu.Unlock()
@@ -159,7 +193,7 @@ func (r *Runner) liveRunners(context.Context) (live, assignable map[string]bool,
 	live, assignable = make(map[string]bool, len(v.keys)), map[string]bool{}
 	for id, k := range v.keys {
 		if now.After(k.until) {
-			delete(v.keys, id) // expired (max age)
+			v.leave(id, now, runnersMarkerTTL(r.lease)) // expired (max age)
 			continue
 		}
 		live[id] = true

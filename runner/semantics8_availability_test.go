@@ -3,7 +3,10 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -365,4 +368,140 @@ func TestSemantics8_AReleaseNeverHoldsAPartitionsRunsHostageToAnInfiniteBody(t *
 		}
 		return false
 	})
+}
+
+// judgedLog is a slog handler that keeps the reason of every "runner
+// judged gone" record, by peer.
+type judgedLog struct {
+	mu  *sync.Mutex
+	why map[string][]string
+}
+
+func newJudgedLog() judgedLog { return judgedLog{mu: &sync.Mutex{}, why: map[string][]string{}} }
+
+func (h judgedLog) Enabled(context.Context, slog.Level) bool { return true }
+func (h judgedLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "runner judged gone" {
+		return nil
+	}
+	var peer, why string
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "peer":
+			peer = a.Value.String()
+		case "why":
+			why = a.Value.String()
+		}
+		return true
+	})
+	h.mu.Lock()
+	h.why[peer] = append(h.why[peer], why)
+	h.mu.Unlock()
+	return nil
+}
+func (h judgedLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h judgedLog) WithGroup(string) slog.Handler      { return h }
+
+func (h judgedLog) of(peer string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.why[peer])
+}
+
+// SEMANTICS §8 "only a runner that is gone is recovered from", and the
+// availability budget (docs/reliability.md) for a survivor that started
+// shortly before its peer was SIGKILLed (weft bench's): a peer that beat
+// after this runner's first heartbeat — a put the runners view saw at a
+// higher revision of the bucket — and whose key then expired (the
+// server's marker) stopped beating while this runner's view was
+// continuous, so no server restart can have cut it off; it is judged gone
+// on the marker, by the bucket's order. Not by the clock rules, which
+// need the key to expire a lease and two heartbeat intervals after the
+// view began (here it expires a lease and a little after) or the
+// reconnect wait (here a minute, past the test's patience). The reason
+// logged names the path taken.
+func TestSemantics8_AFreshSurvivorJudgesAPeerThatBeatInItsViewOnTheMarker(t *testing.T) {
+	h := newHarness(t)
+	c := ctx(t)
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := newJudgedLog()
+	b := &bodies{}
+	// startRunnerConn returns once r's own key exists: its first beat
+	// precedes every beat of the stand-in below.
+	r, _ := h.startRunnerConn([]nats.Option{nats.ReconnectWait(time.Minute)}, nil,
+		[]*agent.Agent{build(t, payThenAnswer(50), []tools.Tool{b.tool()}, policy.Func(allow))},
+		runner.WithLogger(slog.New(logs)))
+	const lease = 2 * time.Second // the harness's bucket max age
+	stopGhost := beatAs(t, live, "ghost", lease)
+	var ghosts []int
+	for p := range runner.DefaultPartitions {
+		if partition.Owner(p, []string{"ghost", r.ID()}) == "ghost" {
+			ghosts = append(ghosts, p)
+		}
+	}
+	for _, p := range ghosts {
+		key := fmt.Sprintf("p.%04d", p)
+		until(t, "r released "+key, func() bool {
+			e, err := parts.Get(c, key)
+			return errors.Is(err, jetstream.ErrKeyNotFound) || (err == nil && e.Operation() != jetstream.KeyValuePut)
+		})
+		if _, err := parts.Create(c, key, []byte("ghost")); err != nil {
+			t.Fatalf("the stand-in's claim of %s: %v", key, err)
+		}
+	}
+	stopGhost()
+	until(t, "r judged the stand-in gone", func() bool { return len(logs.of("ghost")) > 0 })
+	if why := logs.of("ghost")[0]; why != "liveness key expired after a beat within this runner's view" {
+		t.Errorf("r judged the stand-in gone because %q, want on the marker after a beat within its view", why)
+	}
+	until(t, "r owns every partition", func() bool { return ownsAll(r) })
+}
+
+// SEMANTICS §8 "only a runner that is gone is recovered from": the
+// judgement on the bucket's order takes only a key beaten after this
+// runner's first heartbeat. A stand-in whose last beat precedes the
+// runner's start, and whose key expires (the server's marker) while the
+// runner watches, may have been cut off by a server restart just before
+// the runner started: with a reconnect wait of an hour, its partitions
+// stay the stand-in's for twelve rounds after the view saw its key leave.
+func TestSemantics8_AFreshRunnerWaitsForAPeerWhoseLastBeatPrecedesItsView(t *testing.T) {
+	h := newHarness(t)
+	h.unbalanced = true
+	c := ctx(t)
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
+		t.Fatal(err)
+	}
+	for p := range runner.DefaultPartitions {
+		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	beatAs(t, live, "ghost", 2*time.Second)() // one beat, before the runner starts
+	pc := &passCounter{}
+	logs := newJudgedLog()
+	r, _ := h.startRunnerConn([]nats.Option{nats.ReconnectWait(time.Hour)}, nil, []*agent.Agent{build(t, payThenAnswer(50), nil, policy.Func(allow))},
+		runner.WithHook(pc.hook), runner.WithLogger(slog.New(logs)))
+	until(t, "the stand-in's key expired", func() bool {
+		_, err := live.Get(c, "ghost")
+		return err != nil
+	})
+	pc.waitPasses(t, 12)
+	if n := len(r.Stats().Partitions); n != 0 {
+		t.Errorf("a fresh runner claimed %d partitions of a runner whose last beat preceded its view (judged gone: %q)", n, logs.of("ghost"))
+	}
 }
