@@ -90,9 +90,15 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 	if !r.waitAcquisitions(ctx, p) {
 		return
 	}
-	if r.unboundedIn(p) {
-		// A run of it acquired meanwhile has work without a deadline:
-		// not released yet (holdsUnbounded), its runs served meanwhile.
+	r.testHook("release-check", p, "")
+	unbounded := r.unboundedDecided(ctx, p)
+	if ctx.Err() != nil {
+		return // the drain releases it (releaseQuiet, releaseAll)
+	}
+	if unbounded {
+		// A run of it acquired meanwhile, or a decision that was in
+		// progress, has work without a deadline: not released yet, its
+		// runs served meanwhile.
 		t := r.parts
 		t.mu.Lock()
 		t.releasing[p] = false
@@ -157,6 +163,30 @@ func (r *Runner) unboundedIn(p int) bool {
 	return unbounded
 }
 
+// unboundedDecided is unboundedIn for a release that has begun (partition p
+// marked releasing, its acquisitions waited for): a run whose lock is held
+// — a decision in progress, which may start a body or a model call
+// without a deadline — is waited for, never skipped, so that the release
+// does not then wait for ever on what that decision started. A run whose
+// lock is not had within the command timeout counts as unbounded: the
+// release is postponed, and a later pass tries again.
+func (r *Runner) unboundedDecided(ctx context.Context, p int) bool {
+	for _, rn := range r.runsOf(p) {
+		lctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+		err := rn.lock(lctx)
+		cancel()
+		if err != nil {
+			return true
+		}
+		_, unbounded := r.inFlight(rn, func(*run, time.Time) {})
+		rn.unlock()
+		if unbounded {
+			return true
+		}
+	}
+	return false
+}
+
 // settleGrace is how long past a recorded deadline a release still waits
 // for the work's outcome (the timeout's own recording).
 const settleGrace = time.Second
@@ -209,31 +239,41 @@ func (r *Runner) runningUntil(list []*run) (busy, unbounded bool, until time.Tim
 			busy = true // a command is being applied
 			continue
 		}
-		if rn.takeover == nil && rn.driven {
-			if rn.modelTurn != 0 {
-				busy = true
-				switch m := aggregate.Pending(rn.state).Model; {
-				case m == nil:
-				case m.Deadline.IsZero():
-					unbounded = true
-				default:
-					later(rn, m.Deadline)
-				}
-			}
-			for _, a := range rn.state.Actions() {
-				if a.State == aggregate.ActionRunning {
-					busy = true
-					if a.Attempt.Deadline != nil {
-						later(rn, *a.Attempt.Deadline)
-					} else {
-						unbounded = true
-					}
-				}
-			}
-		}
+		b, u := r.inFlight(rn, later)
+		busy, unbounded = busy || b, unbounded || u
 		rn.unlock()
 	}
 	return busy, unbounded, until
+}
+
+// inFlight reports whether rn (locked) has work running — a body, a model
+// call — and whether some of it has no recorded deadline (unbounded); it
+// calls later with each recorded deadline.
+func (r *Runner) inFlight(rn *run, later func(*run, time.Time)) (busy, unbounded bool) {
+	if rn.takeover != nil || !rn.driven {
+		return false, false
+	}
+	if rn.modelTurn != 0 {
+		busy = true
+		switch m := aggregate.Pending(rn.state).Model; {
+		case m == nil:
+		case m.Deadline.IsZero():
+			unbounded = true
+		default:
+			later(rn, m.Deadline)
+		}
+	}
+	for _, a := range rn.state.Actions() {
+		if a.State == aggregate.ActionRunning {
+			busy = true
+			if a.Attempt.Deadline != nil {
+				later(rn, *a.Attempt.Deadline)
+			} else {
+				unbounded = true
+			}
+		}
+	}
+	return busy, unbounded
 }
 
 // deletePartKey deletes partition p's key at revision rev and, when the
