@@ -415,7 +415,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	// was in flight at SIGTERM — and whatever was queued behind it is
 	// dispatched by the next runner instead of being started here and cut
 	// off at the end of the window (an uncertain effect).
-	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
+	//
+	// The work in flight gets the window less handOverReserve, kept for
+	// the hand-over: what still runs then is stopped, the runs are
+	// forgotten and the partitions released before the window ends, so
+	// that no partition answers runner_busy past it (docs/reliability.md,
+	// the availability budget).
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain-handOverReserve(r.drain))
 	defer cancelDrain()
 	r.handOffAll(drainCtx, handOffKeep)
 	// Peers assign this runner no partition from now on; those with
@@ -454,6 +460,10 @@ func (r *Runner) Run(ctx context.Context) error {
 	final, cancelFinal := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelFinal()
 	r.handOffAll(final, handOffForget)
+	// Every run is forgotten and nothing of this runner's runs any more:
+	// the partitions move now, within the window, not after the rest of
+	// the teardown.
+	r.releaseAll(final)
 	// Drained, not unsubscribed: a forwarded command already delivered to
 	// this process is answered (runner_busy: this runner is stopping)
 	// instead of dropped, which left its forwarder waiting its whole
@@ -483,6 +493,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	cancel()
 	return nil
 }
+
+// handOverReserve is the part of a drain window d kept for the hand-over
+// at its end (Run): stopping what still runs, forgetting the runs and
+// releasing the partitions, for their next owner to claim within the
+// window. A fifth of the window, at most a second.
+func handOverReserve(d time.Duration) time.Duration { return min(d/5, time.Second) }
 
 // busy reports whether a driven run has a body running or a model call
 // in flight.
