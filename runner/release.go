@@ -166,17 +166,18 @@ func (r *Runner) unboundedIn(p int) bool {
 // unboundedDecided is unboundedIn for a release that has begun (partition p
 // marked releasing, its acquisitions waited for): a run whose lock is held
 // — a decision in progress, which may start a body or a model call
-// without a deadline — is waited for, never skipped, so that the release
-// does not then wait for ever on what that decision started. A run whose
-// lock is not had within the command timeout counts as unbounded: the
-// release is postponed, and a later pass tries again.
+// without a deadline — is waited for, as long as a hand-off waits for a
+// run's lock (WithHandOffLockTimeout; a command holds it at most its
+// command timeout), so that the release does not then wait for ever on
+// what that decision started. A run whose lock is not had by then is
+// judged by the hand-off, as before: skipped, and tried again.
 func (r *Runner) unboundedDecided(ctx context.Context, p int) bool {
 	for _, rn := range r.runsOf(p) {
-		lctx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+		lctx, cancel := context.WithTimeout(ctx, r.handOffLock)
 		err := rn.lock(lctx)
 		cancel()
 		if err != nil {
-			return true
+			continue
 		}
 		_, unbounded := r.inFlight(rn, func(*run, time.Time) {})
 		rn.unlock()
