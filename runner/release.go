@@ -7,6 +7,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,28 +93,30 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 		return
 	}
 	r.testHook("release-check", p, "")
-	unbounded := r.unboundedDecided(ctx, p)
-	if ctx.Err() != nil {
-		return // the drain releases it (releaseQuiet, releaseAll)
-	}
-	if unbounded {
-		// A run of it acquired meanwhile, or a decision that was in
-		// progress, has work without a deadline: not released yet, its
-		// runs served meanwhile.
-		t := r.parts
-		t.mu.Lock()
-		t.releasing[p] = false
-		t.mu.Unlock()
-		r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
-		return
-	}
 	back := backoff.New(50*time.Millisecond, time.Second)
 	for {
-		r.handOff(ctx, r.runsOf(p), handOffKeep)
-		if !r.waitSettled(ctx, r.runsOf(p)) {
+		handed, unbounded := r.handOffJudged(ctx, p)
+		if ctx.Err() != nil {
+			return // the drain releases it (releaseQuiet, releaseAll)
+		}
+		if unbounded {
+			// A run of it has work without a deadline (a decision that
+			// was in progress started it): not released yet, its runs
+			// served meanwhile; the runs handed off by an earlier pass
+			// are forgotten, and recovered by this partition's owner.
+			t := r.parts
+			t.mu.Lock()
+			t.releasing[p] = false
+			t.mu.Unlock()
+			r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
 			return
 		}
-		r.handOff(ctx, r.runsOf(p), handOffForgetRecorded)
+		if handed != nil {
+			if !r.waitSettled(ctx, handed) {
+				return
+			}
+			r.forgetHandedOff(ctx, handed)
+		}
 		left := r.runsOf(p)
 		if len(left) == 0 {
 			break
@@ -163,29 +167,49 @@ func (r *Runner) unboundedIn(p int) bool {
 	return unbounded
 }
 
-// unboundedDecided is unboundedIn for a release that has begun (partition p
-// marked releasing, its acquisitions waited for): a run whose lock is held
-// — a decision in progress, which may start a body or a model call
-// without a deadline — is waited for, as long as a hand-off waits for a
-// run's lock (WithHandOffLockTimeout; a command holds it at most its
-// command timeout), so that the release does not then wait for ever on
-// what that decision started. A run whose lock is not had by then is
-// judged by the hand-off, as before: skipped, and tried again.
-func (r *Runner) unboundedDecided(ctx context.Context, p int) bool {
-	for _, rn := range r.runsOf(p) {
-		lctx, cancel := context.WithTimeout(ctx, r.handOffLock)
-		err := rn.lock(lctx)
-		cancel()
-		if err != nil {
-			continue
+// handOffJudged judges the runs of partition p this runner holds (a
+// release that has begun: p marked releasing, its acquisitions waited
+// for) and hands them off in one hold of all their locks, taken in run id
+// order within one deadline (WithHandOffLockTimeout; a command holds a
+// run's lock at most its command timeout). Judging and handing off are
+// one hold so that no decision between them — a held run's model reply,
+// approval or queued command — starts work without a deadline that the
+// release would then wait on for ever (SEMANTICS §8: a run can always be
+// answered): once handed off, a run fences no new attempt and requests
+// no model turn. When some of that work runs already, nothing is handed
+// off and unbounded is true. When a lock is not had by the deadline,
+// nothing is handed off and both results are zero (tried again). It
+// returns the runs handed off, to wait for (waitSettled) and forget.
+func (r *Runner) handOffJudged(ctx context.Context, p int) (handed []*run, unbounded bool) {
+	list := r.runsOf(p)
+	slices.SortFunc(list, func(a, b *run) int { return strings.Compare(a.id, b.id) })
+	lctx, cancel := context.WithTimeout(ctx, r.handOffLock)
+	defer cancel()
+	held := make([]*run, 0, len(list))
+	defer func() {
+		for _, rn := range held {
+			rn.unlock()
 		}
-		_, unbounded := r.inFlight(rn, func(*run, time.Time) {})
-		rn.unlock()
-		if unbounded {
-			return true
+	}()
+	for _, rn := range list {
+		if rn.lock(lctx) != nil {
+			return nil, false
+		}
+		held = append(held, rn)
+	}
+	for _, rn := range held {
+		if _, u := r.inFlight(rn, func(*run, time.Time) {}); u {
+			return nil, true
 		}
 	}
-	return false
+	for _, rn := range held {
+		actx, acancel := context.WithTimeout(ctx, r.handOffLock)
+		if !r.handOffLocked(actx, rn) {
+			handed = append(handed, rn)
+		}
+		acancel()
+	}
+	return handed, false
 }
 
 // settleGrace is how long past a recorded deadline a release still waits
