@@ -364,8 +364,19 @@ func (r *Runner) releaseQuiet(ctx context.Context) {
 }
 
 // releaseAll deletes the keys of every partition this runner owns (a
-// drained runner, once its runs are handed off and forgotten).
-func (r *Runner) releaseAll(ctx context.Context) {
+// drained runner, once its runs are handed off and forgotten) — with held
+// false only of those of which it holds no run (the key of a partition
+// with a run held is deleted once the runner stopped driving it: a
+// partition's key is deleted only when none of its runs is driven here).
+func (r *Runner) releaseAll(ctx context.Context, held bool) {
+	busy := map[int]bool{}
+	if !held {
+		r.mu.Lock()
+		for id := range r.runs {
+			busy[partition.Of(id, r.nparts)] = true
+		}
+		r.mu.Unlock()
+	}
 	t := r.parts
 	t.mu.Lock()
 	type owned struct {
@@ -374,7 +385,7 @@ func (r *Runner) releaseAll(ctx context.Context) {
 	}
 	var list []owned
 	for p, o := range t.owner {
-		if o == r.id {
+		if o == r.id && !busy[p] {
 			list = append(list, owned{p, t.rev[p]})
 			t.owner[p] = ""
 		}

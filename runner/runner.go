@@ -460,10 +460,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	final, cancelFinal := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelFinal()
 	r.handOffAll(final, handOffForget)
-	// Every run is forgotten and nothing of this runner's runs any more:
+	// The runs are forgotten and nothing of this runner's runs any more:
 	// the partitions move now, within the window, not after the rest of
-	// the teardown.
-	r.releaseAll(final)
+	// the teardown — but not one with a run still held (its lock was not
+	// had in time): its new owner would take over a run this process
+	// still drives (SEMANTICS §8), so its key is deleted at the end of
+	// Run, once the background work stopped.
+	r.releaseAll(final, false)
+	r.testHook("drain-released", -1, "")
 	// Drained, not unsubscribed: a forwarded command already delivered to
 	// this process is answered (runner_busy: this runner is stopping)
 	// instead of dropped, which left its forwarder waiting its whole
@@ -488,7 +492,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// gone, so that its runs are taken over at once (an absent key only
 	// counts as gone after a grace, see judgement).
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	r.releaseAll(rctx)
+	r.releaseAll(rctx, true)
 	_ = r.live.Delete(rctx, r.id)
 	cancel()
 	return nil
