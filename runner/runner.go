@@ -66,8 +66,12 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 // 1.25 × lease. Default 1 s.
 func WithLease(d time.Duration) Option { return func(r *Runner) { r.lease = d } }
 
-// WithDrainWindow sets how long a draining runner waits for running
-// bodies and model calls before handing its runs off. Default 10 s.
+// WithDrainWindow sets a draining runner's window, default 10 s. Running
+// bodies and model calls get the window less the hand-over reserve (a
+// fifth of it, at most 1 s) to finish and be recorded; a body still
+// running then is stopped and reported worker_lost (replayed or
+// uncertain, as a lost worker's). The reserve is kept for handing the
+// runs off and releasing the partitions within the window.
 func WithDrainWindow(d time.Duration) Option { return func(r *Runner) { r.drain = d } }
 
 // WithoutWorker stops the runner from running the agents' tool bodies in
