@@ -27,7 +27,10 @@ import (
 func TestSemantics8_ADrainHandsItsPartitionsOverWithinTheWindow(t *testing.T) {
 	h := newHarness(t)
 	const run = "dh-0"
-	const window = time.Second
+	// A 5 s window keeps a reserve of 1 s for the hand-over, so that a
+	// loaded machine's slower hand-over still fits it (the fault, before
+	// the reserve, was the key deleted after the window's end).
+	const window = 5 * time.Second
 	g := &gate{open: make(chan struct{})}
 	var opened sync.Once
 	t.Cleanup(func() { opened.Do(func() { close(g.open) }) })
