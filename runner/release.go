@@ -77,8 +77,10 @@ func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
 // The partition is marked releasing (partitionPass): no run of it is
 // acquired any more (owns answers runner_busy); the acquisitions that
 // passed the ownership check before are waited for, so that their runs
-// are handed off too. Then the runs of it this runner holds are handed
-// off, their running bodies and model calls are waited for — up to their
+// are handed off too. Then the runs of it this runner holds are judged
+// and handed off in one hold of their locks (handOffJudged: a run with
+// work without a deadline postpones the release, its runs served
+// meanwhile), their running bodies and model calls are waited for — up to their
 // recorded deadlines (a body's attempt deadline, its tool timeout, is
 // recorded with the attempt: bounded), at least the drain window — and
 // recorded, and the runs are forgotten. Only when every run of the
