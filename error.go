@@ -67,7 +67,8 @@ const (
 	CodeNotAwaited Code = "not_awaited"
 	// CodeSettleUnconfirmed means the store outcome of a settlement is unknown.
 	CodeSettleUnconfirmed Code = "settle_unconfirmed"
-	// CodeOutcomeUnknown means a forwarded command got no answer in time: it may or may not have been applied.
+	// CodeOutcomeUnknown means a forwarded command got no answer in time, or a command's append got no
+	// acknowledgement and the run could not be read: it may or may not have been applied.
 	CodeOutcomeUnknown Code = "outcome_unknown"
 	// CodeInvalidContent means reconciliation content has the wrong shape.
 	CodeInvalidContent Code = "invalid_content"

@@ -152,6 +152,12 @@ func (c *Client) once(ctx context.Context, endpoint string, b []byte, out any) e
 // chosen by the runner anew on each try would start a second run. A retry
 // of such a start answered already_started with the same input is the
 // start this call made: it is answered as started.
+//
+// With an error, the reply names the run the start was for (req.Run, or
+// the id this Client chose) and nothing else: after outcome_unknown, or
+// no answer, read that run to learn whether it started (SEMANTICS.md §8,
+// a run can always be answered). A start left to the runner's choice of
+// id (a Client that does not retry, no req.Run) names no run.
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
 	req.Schema = Schema
 	c.commandID(&req.CommandID)
@@ -167,7 +173,10 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error
 	if ours && errors.As(err, &we) && we.Code == weft.CodeAlreadyStarted && we.SameInput != nil && *we.SameInput {
 		return StartReply{Schema: Schema, Run: req.Run, Status: "working"}, nil
 	}
-	return r, err
+	if err != nil {
+		return StartReply{Schema: Schema, Run: req.Run}, err
+	}
+	return r, nil
 }
 
 // Approve approves a pending approval request.

@@ -170,3 +170,31 @@ func standIn(t *testing.T, endpoint string, answer func(*nats.Msg) *weft.Error) 
 	}
 	return api.NewClient(srv.Connect(), api.WithRetry(api.DefaultRetryWithin))
 }
+
+// TestRetryRules_AStartOfUnknownOutcomeNamesTheRunToRead (SEMANTICS.md §8,
+// a run can always be answered; docs/protocol.md "Retry rules"): a start
+// without a run id answered outcome_unknown returns, with the error, the
+// reply naming the run the Client chose for it, so that its caller reads
+// that run to learn whether it started. Before, the reply was empty: the
+// run id was in the message text alone.
+func TestRetryRules_AStartOfUnknownOutcomeNamesTheRunToRead(t *testing.T) {
+	sent := make(chan string, 1)
+	c := standIn(t, api.EndpointStart, func(m *nats.Msg) *weft.Error {
+		var req api.StartRequest
+		_ = json.Unmarshal(m.Data, &req)
+		select {
+		case sent <- req.Run:
+		default:
+		}
+		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: "its append's outcome is not known and the run cannot be read"}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := c.Start(ctx, api.StartRequest{Agent: "notes", Input: "pay"})
+	if weft.ErrorCode(err) != weft.CodeOutcomeUnknown {
+		t.Fatalf("start: %v, want outcome_unknown", err)
+	}
+	if run := <-sent; run == "" || r.Run != run {
+		t.Fatalf("the start was sent for run %q, its reply names %q: want the run it was sent for", run, r.Run)
+	}
+}

@@ -311,7 +311,7 @@ func Refusals() map[string][]weft.Code {
 
 // refusals is the table Refusals copies.
 var refusals = map[string][]weft.Code{
-	EndpointStart:           commandRefusals(weft.CodeAlreadyStarted),
+	EndpointStart:           commandRefusals(weft.CodeAlreadyStarted, weft.CodeOutcomeUnknown),
 	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),
 	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),
 	EndpointReconcile:       runRefusals(weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeOutcomeUnknown),

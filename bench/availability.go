@@ -124,15 +124,17 @@ func (b *bencher) recovery(ctx context.Context) error {
 		return fmt.Errorf("a minute after the SIGKILL, %d of %d runs of the killed runner had no decision by the survivor (%v) and %d had not finished; the survivor owns %d partitions and took %d runs over",
 			len(missing), len(mine), missing[:min(len(missing), 5)], len(unfinished), len(st.Stats.Partitions), st.Stats.TakenOver)
 	}
-	acc, err := accepted()
+	kt, err := accepted()
 	if err != nil {
 		return err
 	}
 	lease := Row{Section: SectionRecovery, Baseline: "lease (configured)", BaseValue: msf(benchLease), BaseUnit: "ms", Unit: "ms"}
 	b.percentiles(lease, "SIGKILL → survivor's first decision", slices.Collect(maps.Values(dec)),
 		fmt.Sprintf("%d runs of the killed runner, from the SIGKILL until the survivor recorded run_recovered; budget p99 ≤ 1.5 × lease", len(dec)))
-	b.percentiles(lease, "SIGKILL → first start accepted in its partitions", acc,
-		fmt.Sprintf("%d partitions the killed runner owned, from the SIGKILL until a start of a new run there was accepted (a start answered runner_busy is sent again after 10 ms, one not answered within 250 ms at once); budget p99 ≤ 1.5 × lease", len(acc)))
+	b.percentiles(lease, "SIGKILL → first start accepted in its partitions", kt.accepted,
+		fmt.Sprintf("%d partitions the killed runner owned, from the SIGKILL until a start of a new run there was accepted (a start answered runner_busy is sent again 10 ms after its answer); budget p99 ≤ 1.5 × lease", len(kt.accepted)))
+	b.percentiles(lease, "after SIGKILL: a probe start, its send → its answer", kt.requests,
+		fmt.Sprintf("%d starts the probe sent to those partitions, each from its send to its own answer (accepted, runner_busy, …; none resent before its answer came, up to %s)", len(kt.requests), probeWait))
 	floor := Row{Section: SectionRecovery, Baseline: "lease + scan interval (configured)", BaseValue: msf(benchLease + benchLease/4), BaseUnit: "ms", Unit: "ms"}
 	b.percentiles(floor, "recovery after SIGKILL", slices.Collect(maps.Values(fin)),
 		fmt.Sprintf("%d runs, from the SIGKILL until each finished on the surviving runner (replayed body)", len(fin)))
@@ -163,13 +165,15 @@ func (b *bencher) recovery(ctx context.Context) error {
 	tc.signal(syscall.SIGTERM)
 	accepted = b.probe(ctx, w, t1, moving, np, fmt.Sprintf("pt-%d", stamp%100000))
 	tc.term(time.Minute)
-	acc, err = accepted()
+	tt, err := accepted()
 	if err != nil {
 		return err
 	}
 	drain := Row{Section: SectionRecovery, Baseline: "drain window (configured)", BaseValue: msf(childDrain), BaseUnit: "ms", Unit: "ms"}
-	b.percentiles(drain, "SIGTERM → first start accepted in its partitions", acc,
-		fmt.Sprintf("%d partitions the drained runner owned (%d runs with bodies hanging), from the SIGTERM until a start of a new run there was accepted (sent again as after the SIGKILL); budget: no runner_busy past the drain window", len(acc), len(hung.runs)))
+	b.percentiles(drain, "SIGTERM → first start accepted in its partitions", tt.accepted,
+		fmt.Sprintf("%d partitions the drained runner owned (%d runs with bodies hanging), from the SIGTERM until a start of a new run there was accepted (sent again as after the SIGKILL); budget: no runner_busy past the drain window", len(tt.accepted), len(hung.runs)))
+	b.percentiles(drain, "after SIGTERM: a probe start, its send → its answer", tt.requests,
+		fmt.Sprintf("%d starts the probe sent to those partitions, each from its send to its own answer (none resent before its answer came, up to %s): a command forwarded to the draining runner shows here", len(tt.requests), probeWait))
 	return nil
 }
 
@@ -226,20 +230,27 @@ func (b *bencher) percentiles(base Row, name string, lat []time.Duration, note s
 }
 
 // probeWait is how long a probe's start waits for its answer before it
-// sends another: a client's retry. A command that reached the drained
-// runner just as it drained is answered only at the end of its drain
-// window (its commands in flight may finish within it).
-const probeWait = 250 * time.Millisecond
+// counts it as none and sends another: longer than a forwarded command's
+// own bound (twice the command timeout), so that every request's time is
+// its own, from its send to its answer — a slow forwarded command shows
+// in it instead of being hidden by an earlier resend.
+const probeWait = 30 * time.Second
+
+// probeTimes is what a probe measured: per partition, the time from the
+// signal to the first start accepted there; per request sent, the time
+// from its send to its answer (whatever it answered).
+type probeTimes struct {
+	accepted, requests []time.Duration
+}
 
 // probe starts, for each partition of parts, runs of agentApprove (they
 // stay suspended) whose ids fall in it until one is accepted, from now
-// on, and returns a function that waits for them: the time from t0 to
-// the acceptance, per partition.
-func (b *bencher) probe(ctx context.Context, w *watcher, t0 time.Time, parts []int, np int, prefix string) func() ([]time.Duration, error) {
+// on, and returns a function that waits for them (probeTimes).
+func (b *bencher) probe(ctx context.Context, w *watcher, t0 time.Time, parts []int, np int, prefix string) func() (probeTimes, error) {
 	c := api.NewClient(w.nc)
 	var (
 		mu   sync.Mutex
-		out  []time.Duration
+		out  probeTimes
 		errs []error
 		wg   sync.WaitGroup
 	)
@@ -251,12 +262,16 @@ func (b *bencher) probe(ctx context.Context, w *watcher, t0 time.Time, parts []i
 			for i := 0; ; i++ {
 				id := probeID(prefix, p, np, i)
 				sctx, cancel := context.WithTimeout(ctx, probeWait)
+				sent := time.Now()
 				_, err := c.Start(sctx, api.StartRequest{Run: id, Agent: agentApprove, Input: "probe"})
 				cancel()
 				now := time.Now()
+				mu.Lock()
+				out.requests = append(out.requests, now.Sub(sent))
+				mu.Unlock()
 				if err == nil {
 					mu.Lock()
-					out = append(out, now.Sub(t0))
+					out.accepted = append(out.accepted, now.Sub(t0))
 					mu.Unlock()
 					return
 				}
@@ -280,7 +295,7 @@ func (b *bencher) probe(ctx context.Context, w *watcher, t0 time.Time, parts []i
 			}
 		}()
 	}
-	return func() ([]time.Duration, error) {
+	return func() (probeTimes, error) {
 		wg.Wait()
 		return out, errors.Join(errs...)
 	}

@@ -304,8 +304,9 @@ func sleep(ctx context.Context, ms int64) error {
 }
 
 // Agent returns the harness's agent, whose tool bodies write their starts
-// to l. Every runner and worker process of the harness builds the same one.
-func Agent(l *Ledger) (*agent.Agent, error) {
+// to l, with opts after its own. Every runner and worker process of the
+// harness builds the same one.
+func Agent(l *Ledger, opts ...agent.Option) (*agent.Agent, error) {
 	read := tools.WithTimeout(tools.WithReplay(tools.Bind(readDef, work(l, toolRead), classify), readAttempts), tools.After(toolTimeout))
 	fetch := tools.WithTimeout(tools.WithReplay(tools.Bind(fetchDef, work(l, toolFetch), classify), fetchAttempts), tools.After(toolTimeout))
 	ship := tools.WithTimeout(tools.Bind(shipDef, work(l, toolShip), classify), tools.After(toolTimeout))
@@ -341,6 +342,6 @@ func Agent(l *Ledger) (*agent.Agent, error) {
 		return policy.Allow(), nil
 	})
 	return agent.New(AgentName, m, []tools.Tool{read, fetch, ship, pay, hold}, pol,
-		agent.WithApprovers(approvers.Trusting("desk")), agent.WithMaxConcurrency(2),
-		agent.WithToolTimeout(tools.After(toolTimeout))).Build()
+		append([]agent.Option{agent.WithApprovers(approvers.Trusting("desk")), agent.WithMaxConcurrency(2),
+			agent.WithToolTimeout(tools.After(toolTimeout))}, opts...)...).Build()
 }

@@ -57,6 +57,9 @@ type Config struct {
 	StableIDs bool
 	// Lease is the runners' liveness lease (default 1 s).
 	Lease time.Duration
+	// ApprovalExpiry is the agent's approval expiry; 0 chooses it by seed
+	// (approvalExpiryOf), negative is none (the agent's default).
+	ApprovalExpiry time.Duration
 	// Dir is the working directory (stores, ledgers, logs); default a new
 	// temporary one, removed afterwards unless Keep is set or a check
 	// failed. A Dir given must be empty or missing: a server store or a
@@ -104,6 +107,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Lease <= 0 {
 		c.Lease = time.Second
+	}
+	if c.ApprovalExpiry == 0 {
+		c.ApprovalExpiry = approvalExpiryOf(c.Seed)
 	}
 	if c.Exe == "" {
 		exe, err := os.Executable()
@@ -458,6 +464,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	common := []string{"NATS_URL=" + h.urls, envLedger + "=" + h.ledger, fmt.Sprintf("%s=%d", envReplicas, h.cfg.Nodes),
 		envLease + "=" + h.cfg.Lease.String(), envAckWait + "=1s"}
 	common = h.withTypeScript(common)
+	common = append(common, expiryEnv(h.cfg.ApprovalExpiry)...)
 	for i := range h.cfg.Runners {
 		h.runners = append(h.runners, h.newPart(fmt.Sprintf("runner-%d", i+1), "runner", common))
 	}
@@ -509,6 +516,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.checkAnswerable(ctx, w)
 	h.logf("stopping runners and workers")
 	h.settle()
+	h.checkInternalRefusals()
 	h.logf("checking")
 	h.checkTypeScriptServed()
 	res := h.check(ctx, w)

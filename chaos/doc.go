@@ -78,8 +78,12 @@
 //     or internal, and once the workload is done, while the runners still
 //     run, every run that did not finish answers an approval of a revision
 //     it never had for that reason (stale_reference, or wrong_reference
-//     without a pending request), through the takeover of its run
-//     (SEMANTICS §8, "A run can always be answered");
+//     without a pending request), through the takeover of its run, and
+//     no runner logged an internal refusal (SEMANTICS §8, "A run can
+//     always be answered"). Odd seeds give the agent a 2 s approval
+//     expiry and answer half of the requests only after it
+//     (Config.ApprovalExpiry), so that approvals expire while their
+//     run's runner changes;
 //   - weft audit verify passes on every run (chain, refold, and the
 //     projector's stored view byte for byte once it caught up);
 //   - every acknowledged append is in the stream at its sequence, no event

@@ -159,7 +159,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 // partAgent is the harness's agent for a part process, whose bodies write
 // the ledger with the last look of lk's check.
 func partAgent(lk *looks) (*agent.Agent, error) {
-	return Agent(&Ledger{path: os.Getenv(envLedger), process: fmt.Sprintf("%s.%d", os.Getenv(envID), os.Getpid()), looks: lk})
+	return Agent(&Ledger{path: os.Getenv(envLedger), process: fmt.Sprintf("%s.%d", os.Getenv(envID), os.Getpid()), looks: lk}, partAgentOptions()...)
 }
 
 func runnerMain(ctx context.Context, logger *slog.Logger) error {

@@ -251,7 +251,7 @@ func (w *workload) step(ctx context.Context, d *runDriver, s aggregate.State) bo
 		case a.State == aggregate.ActionAwaitingApproval && a.Request.Pending():
 			key := fmt.Sprintf("answer %s r%d", a.ID, a.Request.Revision)
 			ch := choice(seed, d.p.id, key)
-			if d.done[key] || !w.due(d, key, time.Duration(ch>>8%2000)*time.Millisecond) {
+			if d.done[key] || !w.due(d, key, w.answerDelay(ch)) {
 				continue
 			}
 			w.answer(ctx, d, a, key, ch)

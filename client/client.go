@@ -237,7 +237,10 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 // Ready waits until a runner serves every command endpoint, or ctx ends.
 func (c *Client) Ready(ctx context.Context) error { return c.cmd.Ready(ctx) }
 
-// Start starts a run.
+// Start starts a run. With an error, the reply names the run the start
+// was for (req.Run, or the id a retrying Client chose for a start without
+// one): after outcome_unknown, or no answer, read that run (Run) to learn
+// whether it started (api.Client.Start).
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
 	return c.cmd.Start(ctx, req)
 }

@@ -174,8 +174,10 @@ func transient(err error) bool {
 	if !errors.As(err, &we) {
 		return true
 	}
-	// settle_unconfirmed is no answer the runner's own work meets.
-	return we.Code.Retryable()
+	// settle_unconfirmed is no answer the runner's own work meets; an
+	// append of unknown outcome (decideAppend) leaves the work pending:
+	// the run is read again before it is derived again.
+	return we.Code.Retryable() || we.Code == weft.CodeOutcomeUnknown
 }
 
 // refresh re-reads rn's tail after an append whose outcome was unknown

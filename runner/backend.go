@@ -85,6 +85,9 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
 		rn.unlock()
 		r.noteQuarantine(err)
+		if we := (*weft.Error)(nil); errors.As(err, &we) && we.Code == weft.CodeOutcomeUnknown {
+			return unknownAnswer(kind, ReasonAppendUnknown, we.Message)
+		}
 		var conflict *eventlog.ConflictError
 		if attempt == 0 && lost && errors.As(err, &conflict) {
 			continue

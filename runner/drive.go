@@ -232,6 +232,10 @@ func (r *Runner) agentFor(s aggregate.State) (*agent.Agent, error) {
 // the run after a conflict. It returns the appended events and Decide's
 // refusal (events and a refusal may come together). After a conflict that
 // made another runner the driver it returns the *eventlog.ConflictError.
+// An append whose outcome is unknown is read back (resync): when the read
+// fails too it returns outcome_unknown (rn is stale: read before acting),
+// which a command's answer maps by its kind (unknownAnswer) and the
+// runner's own work treats as transient.
 func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
 	if rn.takeover != nil {
 		return r.takeOver(ctx, rn, c)
@@ -268,6 +272,19 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				}
 				if qerr != nil {
 					return nil, qerr // an impossible event: nothing acts on the run until it is repaired
+				}
+				if rn.stale {
+					// The run could not be read: the decision may have
+					// landed, so "not applied — retry" would be a guess
+					// (SEMANTICS §8, "A run can always be answered"). The
+					// caller answers it by its kind (unknownAnswer). The
+					// run is read again soon, so that what did land is
+					// acted on (SEMANTICS §8: pending work is retried).
+					if rn.driven {
+						r.retryLater(rn.id)
+					}
+					return nil, &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf(
+						"run %s: whether the decision was recorded is not known (%v), and the run could not be read to learn it; read the run", rn.id, err)}
 				}
 				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 			}

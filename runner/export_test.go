@@ -14,7 +14,9 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // run's partition is owned, the run not yet installed) and of a
 // partition's release ("release-acquiring": waiting for acquisitions in
 // flight; "release-retry": a run could not be handed off, tried again;
-// "release-deleted": the partition's key is deleted), at the end of
+// "release-deleted": the partition's key is deleted), at the end of a
+// drain's hand-over, once the keys of the partitions with no run held
+// are deleted ("drain-released"), at the end of
 // every round of rebalancing ("partition-pass"), when a rebuild of the
 // driver index from the log starts ("rebuild") and when a start's first
 // events are appended, before they are acted on ("start-appended"), so

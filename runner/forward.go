@@ -64,6 +64,11 @@ func (r *Runner) forwardTimeout() time.Duration { return 2 * r.commandTimeout() 
 // settlement was forwarded to the run's driver and no answer came in time.
 const ReasonForwardTimeout = "forward_timeout"
 
+// ReasonAppendUnknown is the Reason of settle_unconfirmed when the
+// settlement's append got no acknowledgement and the run could not be read
+// to learn whether it landed.
+const ReasonAppendUnknown = "append_unknown"
+
 // forwardUnknown is the answer to a command of kind forwarded to driver
 // that did not answer in time: the driver may have applied it, may apply
 // it later, or never. A person's command is answered outcome_unknown, which
@@ -72,11 +77,20 @@ const ReasonForwardTimeout = "forward_timeout"
 // idempotent by their content, unavailable (the sender retries).
 func forwardUnknown(kind, id, driver string) error {
 	msg := fmt.Sprintf("run %s: the command was forwarded to the run's runner %s, which did not answer in time; it may or may not have been applied (read the run)", id, driver)
+	return unknownAnswer(kind, ReasonForwardTimeout, msg)
+}
+
+// unknownAnswer is the answer to a command of kind whose outcome is not
+// known (msg says why): a person's command or a start is answered
+// outcome_unknown, kept for its command id; a settlement
+// settle_unconfirmed with reason; a report or a wake, idempotent by their
+// content, unavailable (the sender retries).
+func unknownAnswer(kind, reason, msg string) error {
 	switch kind {
-	case api.EndpointApprove, api.EndpointReject, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel:
+	case api.EndpointApprove, api.EndpointReject, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointStart:
 		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: msg}
 	case api.EndpointSettle:
-		return &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: ReasonForwardTimeout, Message: msg}
+		return &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: reason, Message: msg}
 	}
 	return &weft.Error{Code: weft.CodeUnavailable, Message: msg}
 }

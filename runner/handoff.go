@@ -52,32 +52,59 @@ func (r *Runner) handOff(ctx context.Context, list []*run, mode handOffMode) {
 			cancel()
 			continue
 		}
-		if rn.takeover != nil {
-			// Never taken over (its recovery was not recorded): not ours
-			// to hand off.
-			r.drop(rn)
-			rn.unlock()
-			cancel()
-			continue
-		}
-		w := aggregate.Pending(rn.state)
-		notCalled := w.Model != nil && rn.modelTurn != w.Model.Turn
-		evs, err := r.decideAppend(lctx, rn, aggregate.HandOff{Runner: r.id, ModelNotCalled: notCalled})
-		if err == nil && len(evs) > 0 {
-			r.tel.Emit(lctx, telemetry.RunHandedOff, "run", rn.id)
-		}
-		switch mode {
-		case handOffForget:
-			r.drop(rn)
-		case handOffForgetRecorded:
-			_, fin := rn.state.Finished()
-			if err == nil || fin || rn.state.HandedOff() || rn.state.Runner() != r.id || !rn.driven {
+		if !r.handOffLocked(lctx, rn) {
+			switch {
+			case mode == handOffForget:
 				r.drop(rn)
-			} else {
-				r.log.Debug("hand-off not recorded; tried again", "run", rn.id, "err", err)
+			case mode == handOffForgetRecorded && r.handedOver(rn):
+				r.drop(rn)
+			case mode == handOffForgetRecorded:
+				r.log.Debug("hand-off not recorded; tried again", "run", rn.id)
 			}
 		}
 		rn.unlock()
+		cancel()
+	}
+}
+
+// handOffLocked records rn's (locked) hand-off. A run never taken over
+// (its recovery was not recorded) is not ours to hand off: it is dropped,
+// and handOffLocked reports true.
+func (r *Runner) handOffLocked(ctx context.Context, rn *run) (dropped bool) {
+	if rn.takeover != nil {
+		r.drop(rn)
+		return true
+	}
+	w := aggregate.Pending(rn.state)
+	notCalled := w.Model != nil && rn.modelTurn != w.Model.Turn
+	evs, err := r.decideAppend(ctx, rn, aggregate.HandOff{Runner: r.id, ModelNotCalled: notCalled})
+	if err == nil && len(evs) > 0 {
+		r.tel.Emit(ctx, telemetry.RunHandedOff, "run", rn.id)
+	}
+	return false
+}
+
+// handedOver reports whether rn (locked) is this runner's no more: its
+// hand-off is recorded, it finished, or another runner drives it.
+func (r *Runner) handedOver(rn *run) bool {
+	_, fin := rn.state.Finished()
+	return fin || rn.state.HandedOff() || rn.state.Runner() != r.id || !rn.driven
+}
+
+// forgetHandedOff forgets the runs of list that are this runner's no
+// more (handedOver) and keeps the others — a run whose lock could not be
+// had in time, or whose HandOff the store did not take — for the caller
+// to judge and hand off again (a partition's release: its key is not
+// deleted while this runner holds one of its runs).
+func (r *Runner) forgetHandedOff(ctx context.Context, list []*run) {
+	for _, rn := range list {
+		lctx, cancel := context.WithTimeout(ctx, r.handOffLock)
+		if rn.lock(lctx) == nil {
+			if r.handedOver(rn) {
+				r.drop(rn)
+			}
+			rn.unlock()
+		}
 		cancel()
 	}
 }

@@ -7,6 +7,8 @@ package runner
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,8 +77,10 @@ func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
 // The partition is marked releasing (partitionPass): no run of it is
 // acquired any more (owns answers runner_busy); the acquisitions that
 // passed the ownership check before are waited for, so that their runs
-// are handed off too. Then the runs of it this runner holds are handed
-// off, their running bodies and model calls are waited for — up to their
+// are handed off too. Then the runs of it this runner holds are judged
+// and handed off in one hold of their locks (handOffJudged: a run with
+// work without a deadline postpones the release, its runs served
+// meanwhile), their running bodies and model calls are waited for — up to their
 // recorded deadlines (a body's attempt deadline, its tool timeout, is
 // recorded with the attempt: bounded), at least the drain window — and
 // recorded, and the runs are forgotten. Only when every run of the
@@ -90,23 +94,31 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 	if !r.waitAcquisitions(ctx, p) {
 		return
 	}
-	if r.unboundedIn(p) {
-		// A run of it acquired meanwhile has work without a deadline:
-		// not released yet (holdsUnbounded), its runs served meanwhile.
-		t := r.parts
-		t.mu.Lock()
-		t.releasing[p] = false
-		t.mu.Unlock()
-		r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
-		return
-	}
+	r.testHook("release-check", p, "")
 	back := backoff.New(50*time.Millisecond, time.Second)
 	for {
-		r.handOff(ctx, r.runsOf(p), handOffKeep)
-		if !r.waitSettled(ctx, r.runsOf(p)) {
+		handed, unbounded := r.handOffJudged(ctx, p)
+		if ctx.Err() != nil {
+			return // the drain releases it (releaseQuiet, releaseAll)
+		}
+		if unbounded {
+			// A run of it has work without a deadline (a decision that
+			// was in progress started it): not released yet, its runs
+			// served meanwhile; the runs handed off by an earlier pass
+			// are forgotten, and recovered by this partition's owner.
+			t := r.parts
+			t.mu.Lock()
+			t.releasing[p] = false
+			t.mu.Unlock()
+			r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
 			return
 		}
-		r.handOff(ctx, r.runsOf(p), handOffForgetRecorded)
+		if handed != nil {
+			if !r.waitSettled(ctx, handed) {
+				return
+			}
+			r.forgetHandedOff(ctx, handed)
+		}
 		left := r.runsOf(p)
 		if len(left) == 0 {
 			break
@@ -155,6 +167,51 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 func (r *Runner) unboundedIn(p int) bool {
 	_, unbounded, _ := r.runningUntil(r.runsOf(p))
 	return unbounded
+}
+
+// handOffJudged judges the runs of partition p this runner holds (a
+// release that has begun: p marked releasing, its acquisitions waited
+// for) and hands them off in one hold of all their locks, taken in run id
+// order within one deadline (WithHandOffLockTimeout; a command holds a
+// run's lock at most its command timeout). Judging and handing off are
+// one hold so that no decision between them — a held run's model reply,
+// approval or queued command — starts work without a deadline that the
+// release would then wait on for ever (SEMANTICS §8: a run can always be
+// answered): once handed off, a run fences no new attempt and requests
+// no model turn. When some of that work runs already, nothing is handed
+// off and unbounded is true. When a lock is not had by the deadline,
+// nothing is handed off and both results are zero (tried again). It
+// returns the runs handed off, to wait for (waitSettled) and forget.
+func (r *Runner) handOffJudged(ctx context.Context, p int) (handed []*run, unbounded bool) {
+	list := r.runsOf(p)
+	slices.SortFunc(list, func(a, b *run) int { return strings.Compare(a.id, b.id) })
+	lctx, cancel := context.WithTimeout(ctx, r.handOffLock)
+	defer cancel()
+	held := make([]*run, 0, len(list))
+	defer func() {
+		for _, rn := range held {
+			rn.unlock()
+		}
+	}()
+	for _, rn := range list {
+		if rn.lock(lctx) != nil {
+			return nil, false
+		}
+		held = append(held, rn)
+	}
+	for _, rn := range held {
+		if _, u := r.inFlight(rn, func(*run, time.Time) {}); u {
+			return nil, true
+		}
+	}
+	for _, rn := range held {
+		actx, acancel := context.WithTimeout(ctx, r.handOffLock)
+		if !r.handOffLocked(actx, rn) {
+			handed = append(handed, rn)
+		}
+		acancel()
+	}
+	return handed, false
 }
 
 // settleGrace is how long past a recorded deadline a release still waits
@@ -209,31 +266,41 @@ func (r *Runner) runningUntil(list []*run) (busy, unbounded bool, until time.Tim
 			busy = true // a command is being applied
 			continue
 		}
-		if rn.takeover == nil && rn.driven {
-			if rn.modelTurn != 0 {
-				busy = true
-				switch m := aggregate.Pending(rn.state).Model; {
-				case m == nil:
-				case m.Deadline.IsZero():
-					unbounded = true
-				default:
-					later(rn, m.Deadline)
-				}
-			}
-			for _, a := range rn.state.Actions() {
-				if a.State == aggregate.ActionRunning {
-					busy = true
-					if a.Attempt.Deadline != nil {
-						later(rn, *a.Attempt.Deadline)
-					} else {
-						unbounded = true
-					}
-				}
-			}
-		}
+		b, u := r.inFlight(rn, later)
+		busy, unbounded = busy || b, unbounded || u
 		rn.unlock()
 	}
 	return busy, unbounded, until
+}
+
+// inFlight reports whether rn (locked) has work running — a body, a model
+// call — and whether some of it has no recorded deadline (unbounded); it
+// calls later with each recorded deadline.
+func (r *Runner) inFlight(rn *run, later func(*run, time.Time)) (busy, unbounded bool) {
+	if rn.takeover != nil || !rn.driven {
+		return false, false
+	}
+	if rn.modelTurn != 0 {
+		busy = true
+		switch m := aggregate.Pending(rn.state).Model; {
+		case m == nil:
+		case m.Deadline.IsZero():
+			unbounded = true
+		default:
+			later(rn, m.Deadline)
+		}
+	}
+	for _, a := range rn.state.Actions() {
+		if a.State == aggregate.ActionRunning {
+			busy = true
+			if a.Attempt.Deadline != nil {
+				later(rn, *a.Attempt.Deadline)
+			} else {
+				unbounded = true
+			}
+		}
+	}
+	return busy, unbounded
 }
 
 // deletePartKey deletes partition p's key at revision rev and, when the
@@ -299,8 +366,19 @@ func (r *Runner) releaseQuiet(ctx context.Context) {
 }
 
 // releaseAll deletes the keys of every partition this runner owns (a
-// drained runner, once its runs are handed off and forgotten).
-func (r *Runner) releaseAll(ctx context.Context) {
+// drained runner, once its runs are handed off and forgotten) — with held
+// false only of those of which it holds no run (the key of a partition
+// with a run held is deleted once the runner stopped driving it: a
+// partition's key is deleted only when none of its runs is driven here).
+func (r *Runner) releaseAll(ctx context.Context, held bool) {
+	busy := map[int]bool{}
+	if !held {
+		r.mu.Lock()
+		for id := range r.runs {
+			busy[partition.Of(id, r.nparts)] = true
+		}
+		r.mu.Unlock()
+	}
 	t := r.parts
 	t.mu.Lock()
 	type owned struct {
@@ -309,7 +387,7 @@ func (r *Runner) releaseAll(ctx context.Context) {
 	}
 	var list []owned
 	for p, o := range t.owner {
-		if o == r.id {
+		if o == r.id && !busy[p] {
 			list = append(list, owned{p, t.rev[p]})
 			t.owner[p] = ""
 		}

@@ -67,8 +67,12 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runner) { r.log = l } }
 // 1.25 × lease. Default 1 s.
 func WithLease(d time.Duration) Option { return func(r *Runner) { r.lease = d } }
 
-// WithDrainWindow sets how long a draining runner waits for running
-// bodies and model calls before handing its runs off. Default 10 s.
+// WithDrainWindow sets a draining runner's window, default 10 s. Running
+// bodies and model calls get the window less the hand-over reserve (a
+// fifth of it, at most 1 s) to finish and be recorded; a body still
+// running then is stopped and reported worker_lost (replayed or
+// uncertain, as a lost worker's). The reserve is kept for handing the
+// runs off and releasing the partitions within the window.
 func WithDrainWindow(d time.Duration) Option { return func(r *Runner) { r.drain = d } }
 
 // WithoutWorker stops the runner from running the agents' tool bodies in
@@ -429,7 +433,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	// was in flight at SIGTERM — and whatever was queued behind it is
 	// dispatched by the next runner instead of being started here and cut
 	// off at the end of the window (an uncertain effect).
-	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain)
+	//
+	// The work in flight gets the window less handOverReserve, kept for
+	// the hand-over: what still runs then is stopped, the runs are
+	// forgotten and the partitions released before the window ends, so
+	// that no partition answers runner_busy past it (docs/reliability.md,
+	// the availability budget).
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), r.drain-handOverReserve(r.drain))
 	defer cancelDrain()
 	r.handOffAll(drainCtx, handOffKeep)
 	// Peers assign this runner no partition from now on; those with
@@ -468,6 +478,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	final, cancelFinal := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancelFinal()
 	r.handOffAll(final, handOffForget)
+	// The runs are forgotten and nothing of this runner's runs any more:
+	// the partitions move now, within the window, not after the rest of
+	// the teardown — but not one with a run still held (its lock was not
+	// had in time): its new owner would take over a run this process
+	// still drives (SEMANTICS §8), so its key is deleted at the end of
+	// Run, once the background work stopped.
+	r.releaseAll(final, false)
+	r.testHook("drain-released", -1, "")
 	// Drained, not unsubscribed: a forwarded command already delivered to
 	// this process is answered (runner_busy: this runner is stopping)
 	// instead of dropped, which left its forwarder waiting its whole
@@ -492,11 +510,17 @@ func (r *Runner) Run(ctx context.Context) error {
 	// gone, so that its runs are taken over at once (an absent key only
 	// counts as gone after a grace, see judgement).
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	r.releaseAll(rctx)
+	r.releaseAll(rctx, true)
 	_ = r.live.Delete(rctx, r.id)
 	cancel()
 	return nil
 }
+
+// handOverReserve is the part of a drain window d kept for the hand-over
+// at its end (Run): stopping what still runs, forgetting the runs and
+// releasing the partitions, for their next owner to claim within the
+// window. A fifth of the window, at most a second.
+func handOverReserve(d time.Duration) time.Duration { return min(d/5, time.Second) }
 
 // busy reports whether a driven run has a body running or a model call
 // in flight.

@@ -89,8 +89,8 @@ func TestSemantics8_ACommandOnAStaleRunIsDecidedOnTheLog(t *testing.T) {
 	act, _ := s.Action(aggregate.Status(s).Approvals[0])
 	js.armed.Store(true)
 	approve := api.ApproveRequest{CommandID: "a", Run: "st1", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}
-	if _, err := h.client.Approve(c, approve); weft.ErrorCode(err) != weft.CodeUnavailable {
-		t.Fatalf("approve whose append landed with a lost ack and whose re-read failed: %v, want unavailable", err)
+	if _, err := h.client.Approve(c, approve); weft.ErrorCode(err) != weft.CodeOutcomeUnknown {
+		t.Fatalf("approve whose append landed with a lost ack and whose re-read failed: %v, want outcome_unknown", err)
 	}
 	before := reruns.Load()
 	approve.CommandID = "b"

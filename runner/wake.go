@@ -90,6 +90,9 @@ func (r *Runner) wake(ctx context.Context, id string) error {
 	}
 	err = r.wakeLocked(ctx, rn, true)
 	rn.unlock()
+	if we := (*weft.Error)(nil); errors.As(err, &we) && we.Code == weft.CodeOutcomeUnknown {
+		return unknownAnswer("wake", "", we.Message) // unavailable: a timer's firing is redelivered
+	}
 	if fe := (*forwardError)(nil); errors.As(err, &fe) {
 		// A takeover found the partition owned by another runner
 		// (verifyOwner): the owner wakes it.

@@ -15,7 +15,9 @@
 //
 // The model is the scripted one unless WEFT_MODEL names a provider
 // (docs/models.md). SIGTERM or SIGINT drains: running bodies and model
-// calls finish within the drain window and the runs are handed off.
+// calls get the drain window less a hand-over reserve (a fifth of it, at
+// most 1 s) to finish and be recorded (a body still running then is
+// reported worker_lost), and the runs are handed off within the window.
 package main
 
 import (
@@ -55,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	url := fs.String("nats", getenv("NATS_URL"), "NATS server URL (default $NATS_URL)")
 	id := fs.String("id", "", "runner id (default: generated)")
 	lease := fs.Duration("lease", time.Second, "liveness lease: a lost runner's runs are taken over within about 1.25x this")
-	drain := fs.Duration("drain", 10*time.Second, "drain window on SIGTERM")
+	drain := fs.Duration("drain", 10*time.Second, "drain window on SIGTERM: running bodies and model calls get it less a hand-over reserve (a fifth, at most 1s); bodies still running then are reported worker_lost")
 	partitions := fs.Int("partitions", 0, "the deployment's number of partitions P (1 to 1024), fixed per deployment: 0 follows the recorded number (64 for a new deployment); N > 0 records N in a new deployment and must equal the recorded number otherwise (a runner started with another refuses to start; docs/adr/0019-partitions.md)")
 	prov := fs.Bool("provision", true, "create or update the streams and buckets first")
 	replicas := fs.Int("replicas", 1, "replica count of the streams and buckets it provisions: 1 on a single server, 3 on a cluster (an existing asset's higher count is kept)")

@@ -1,0 +1,57 @@
+package chaos
+
+import (
+	"os"
+	"time"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/tools"
+)
+
+// envApprovalExpiry is the environment variable that gives a runner or
+// worker part the agent's approval expiry (a time.Duration; unset: the
+// agent's default, 7 days, which no run of the harness reaches).
+const envApprovalExpiry = "WEFT_CHAOS_APPROVAL_EXPIRY"
+
+// approvalExpiryOf is the approval expiry Config.ApprovalExpiry defaults
+// to for seed: 2 s for odd seeds, so that approvals expire — half of them
+// are answered only after it (answerDelay), some while their run's
+// partition changes owner: the runs a recovery must answer after the
+// expiry (SEMANTICS §8, "A run can always be answered") — and none
+// (negative) for even seeds, whose approvals never expire.
+func approvalExpiryOf(seed uint64) time.Duration {
+	if seed%2 == 1 {
+		return 2 * time.Second
+	}
+	return -1
+}
+
+// answerDelay is how long the workload waits before it answers an
+// approval request, from ch (the request's choice): up to 2 s, or, when
+// approvals expire, for half of the requests half a second past the
+// expiry (the answer is then approval_expired, or meets the expiry's
+// takeover when the run's runner changed meanwhile).
+func (w *workload) answerDelay(ch uint64) time.Duration {
+	if e := w.h.cfg.ApprovalExpiry; e > 0 && ch>>24%2 == 0 {
+		return e + 500*time.Millisecond
+	}
+	return time.Duration(ch>>8%2000) * time.Millisecond
+}
+
+// expiryEnv is the part environment that carries d (none for d <= 0).
+func expiryEnv(d time.Duration) []string {
+	if d <= 0 {
+		return nil
+	}
+	return []string{envApprovalExpiry + "=" + d.String()}
+}
+
+// partAgentOptions are the agent options a part's environment sets: the
+// approval expiry (envApprovalExpiry).
+func partAgentOptions() []agent.Option {
+	d, err := time.ParseDuration(os.Getenv(envApprovalExpiry))
+	if err != nil || d <= 0 {
+		return nil
+	}
+	return []agent.Option{agent.WithApprovalExpiry(tools.After(d))}
+}

@@ -1,0 +1,135 @@
+package runner_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// SEMANTICS §8 (graceful row) and the availability budget
+// (docs/reliability.md: after a graceful stop, no runner_busy longer than
+// the drain): a draining runner whose body runs to the end of the drain
+// window hands that body's partition over within the window — its key is
+// deleted, for the runner it is assigned to to claim, before the window
+// ends — not after it. Ordered by the store's clock: a mark put just
+// before the stop, and the deletion of the partition's key.
+func TestSemantics8_ADrainHandsItsPartitionsOverWithinTheWindow(t *testing.T) {
+	h := newHarness(t)
+	const run = "dh-0"
+	// A 5 s window keeps a reserve of 1 s for the hand-over, so that a
+	// loaded machine's slower hand-over still fits it (the fault, before
+	// the reserve, was the key deleted after the window's end).
+	const window = 5 * time.Second
+	_, stop := h.hangingBody(run, runner.WithDrainWindow(window))
+	c := ctx(t)
+	marks, err := h.srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: "test_marks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := marks.Put(c, "stop", nil); err != nil {
+		t.Fatal(err)
+	}
+	mark, err := marks.Get(c, "stop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop() // SIGTERM-like: the body hangs to the end of the window
+	parts, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("p.%04d", partition.Of(run, runner.DefaultPartitions))
+	hist, err := parts.History(c, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := hist[len(hist)-1]
+	if last.Operation() == jetstream.KeyValuePut {
+		t.Fatalf("partition key %s still names %s after the drain", key, last.Value())
+	}
+	if end := mark.Created().Add(window); !last.Created().Before(end) {
+		t.Errorf("the partition of the body running to the window's end was handed over %s after the window ended (store clock), want within the window",
+			last.Created().Sub(end))
+	}
+}
+
+// hangingBody starts run on a runner of h (opts) that owns every
+// partition, whose body hangs (its timeout tools.Infinity) until the test
+// ends, and returns once the body started.
+func (h *harness) hangingBody(run string, opts ...runner.Option) (*runner.Runner, func()) {
+	t := h.t
+	t.Helper()
+	g := &gate{open: make(chan struct{})}
+	var opened sync.Once
+	t.Cleanup(func() { opened.Do(func() { close(g.open) }) })
+	a := build(t, payThenAnswer(50), []tools.Tool{g.tool()}, policy.Func(allow), agent.WithToolTimeout(tools.Infinity()))
+	r, stop := h.startRunner([]*agent.Agent{a}, opts...)
+	until(t, "the runner owns every partition", func() bool { return ownsAll(r) })
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitFor(run, "its body running", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
+	})
+	until(t, "the body started", func() bool { return g.starts.Load() == 1 })
+	return r, stop
+}
+
+// SEMANTICS §8 (a live runner's run is never taken over): at the end of
+// a drain, the partition of a run whose lock the hand-off could not have
+// (a command still applied to it past the window; here its body runs to
+// the window's end too) keeps its key while the run is held — its new
+// owner would take over a run this process still drives — and only the
+// partitions with no run held move then.
+func TestSemantics8_ADrainKeepsThePartitionOfARunStillHeld(t *testing.T) {
+	h := newHarness(t)
+	const run = "dk-0"
+	drainReleased := make(chan struct{}, 1)
+	r, stop := h.hangingBody(run, runner.WithDrainWindow(300*time.Millisecond), runner.WithHandOffLockTimeout(50*time.Millisecond),
+		runner.WithHook(func(event string, _ int, _ string) {
+			if event == "drain-released" {
+				drainReleased <- struct{}{}
+			}
+		}))
+	unlock, ok := runner.HoldRun(r, run)
+	if !ok {
+		t.Fatal("the run is not held in memory")
+	}
+	defer unlock()
+	c := ctx(t)
+	parts, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := partition.Of(run, runner.DefaultPartitions)
+	key := fmt.Sprintf("p.%04d", p)
+	other := fmt.Sprintf("p.%04d", (p+1)%runner.DefaultPartitions)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	<-drainReleased
+	// The hook runs in Run, which waits for it: the keys are as the
+	// hand-over left them.
+	if _, err := parts.Get(c, other); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("partition key %s of no run held: %v, want deleted at the end of the drain", other, err)
+	}
+	if e, err := parts.Get(c, key); err != nil {
+		t.Errorf("partition key %s of the run still held: %v, want kept while the run is held", key, err)
+	} else if string(e.Value()) != r.ID() {
+		t.Errorf("partition key %s names %q, want %q", key, e.Value(), r.ID())
+	}
+	unlock()
+	<-stopped
+}
