@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
@@ -384,8 +385,18 @@ func (s *State) evolve(r events.Recorded) {
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {
 			a := s.move(name, id, t, ok)
+			if a.Attempts > len(a.Closed) {
+				s.bug(name, "action %s had %d attempts, %d closed unclaimed", id, a.Attempts, len(a.Closed))
+			}
 			a.State, a.Detail = t.To, e.Reason
 		}
+
+	case events.AttemptClosed:
+		a := s.move(name, e.Action, t, ok)
+		if e.Attempt != a.Attempts || e.Incarnation != a.Attempt.Incarnation || slices.Contains(a.Closed, e.Attempt) {
+			s.bug(name, "action %s closes attempt %d incarnation %d; latest %d incarnation %d, closed %v", e.Action, e.Attempt, e.Incarnation, a.Attempts, a.Attempt.Incarnation, a.Closed)
+		}
+		a.Closed = append(a.Closed, e.Attempt)
 
 	case events.CancelRequested:
 		if s.cancelling {

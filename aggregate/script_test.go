@@ -72,6 +72,9 @@ type harness struct {
 	// takeover, set by the takeover command, is the recovery the next
 	// command is decided after (Recover.Then).
 	takeover *Recover
+	// closes, set by the close command, are the close outcomes the next
+	// command is decided with (Closing).
+	closes []Close
 }
 
 func (h *harness) decide(t *testing.T, c Command) string {
@@ -80,6 +83,10 @@ func (h *harness) decide(t *testing.T, c Command) string {
 		h.takeover = nil
 		r.Then = c
 		c = *r
+	}
+	if h.closes != nil {
+		c = Closing{By: "runner-a", Closes: h.closes, Then: c}
+		h.closes = nil
 	}
 	evs, err := Decide(h.state, c, h.now)
 	again, err2 := Decide(h.state, c, h.now)
@@ -355,6 +362,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("the next command takes the run over first (cause %s, as a runner derives it from the log)\n", h.takeover.Cause)
 		}
 		return "the next command takes the run over first\n"
+
+	case "close":
+		// The next command is decided with this close outcome (one per
+		// close command): close action=1/c1 attempt=1 incarnation=1
+		// why=cancelled closed|claimed.
+		h.closes = append(h.closes, Close{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1),
+			Incarnation: h.intArg(t, d, "incarnation", 1), Why: h.strArg(t, d, "why", events.ClosedCancelled), Closed: d.HasArg("closed")})
+		return fmt.Sprintf("the next command is decided with %d close outcome(s)\n", len(h.closes))
 
 	case "tick":
 		h.now = h.now.Add(time.Duration(h.intArg(t, d, "ms", 0)) * time.Millisecond)

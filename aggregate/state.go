@@ -129,6 +129,9 @@ type Action struct {
 	// Attempt is the last fence.
 	Attempts int                  `json:"attempts,omitempty"`
 	Attempt  events.AttemptFenced `json:"attempt"`
+	// Closed are the attempts whose claim the runtime closed before any
+	// worker claimed them (AttemptClosed): they did not act.
+	Closed []int `json:"closed,omitempty"`
 	// SettleBy is when the settle window closes (State Settling).
 	SettleBy time.Time `json:"settle_by"`
 	// Outcome is how the action's last attempt ended, for audit: the
@@ -213,6 +216,7 @@ func (s State) Clone() State {
 	c.actions = slices.Clone(s.actions)
 	for i := range c.actions {
 		c.actions[i].Answers = slices.Clip(c.actions[i].Answers)
+		c.actions[i].Closed = slices.Clip(c.actions[i].Closed)
 	}
 	c.index = maps.Clone(s.index)
 	c.transcript = slices.Clip(s.transcript)

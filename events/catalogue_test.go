@@ -47,6 +47,7 @@ func samples() []Event {
 		ChildStarted{Action: "1/c1", Child: "c-0a1b", Agent: AgentRef{Name: "researcher", Version: "1"}, Input: "find the invoice", Depth: 1, FamilyTurns: 6},
 		ChildSettled{Action: "1/c1", Child: "c-0a1b", Outcome: Outcome{Kind: OutcomeCompleted, Answer: json.RawMessage(`"found"`)}, Turns: 2, Content: json.RawMessage(`"found"`)},
 		Resolved{Action: "1/c1", Kind: ReconciledOutput, Content: json.RawMessage(`{"id":"w-1","status":"sent"}`), By: "erin"},
+		AttemptClosed{Action: "1/c1", Attempt: 2, Incarnation: 2, By: "runner-a", Why: ClosedCancelled},
 	}
 }
 
