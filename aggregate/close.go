@@ -1,13 +1,9 @@
 package aggregate
 
-import (
-	"time"
+import "github.com/weftrun/weft/events"
 
-	"github.com/weftrun/weft/events"
-)
-
-// ToClose returns the fenced attempts that deciding c on s at now would end
-// or abandon without a result of their own (docs/adr/0023-closing-attempts.md,
+// ToClose returns the fenced attempts that the decision evs of c on s
+// (Decide's events) ends or abandons without a result of their own (docs/adr/0023-closing-attempts.md,
 // SEMANTICS.md §8 "Closing an attempt"): a running attempt stopped by a
 // cancel or the run's end, lost at its timer or at a takeover, and the lost
 // latest attempt of an action waiting to start again that the decision ends
@@ -18,13 +14,9 @@ import (
 // An attempt the log already records closed, and the attempt a worker's
 // own report or loss notice (Report, Lost) is about, are not listed: the
 // latter has a claim. It is pure, as Decide.
-func ToClose(s State, c Command, now time.Time) []Close {
+func ToClose(s State, c Command, evs []events.Event) []Close {
 	switch c.(type) {
 	case Start, Closing, Reconcile, Resolve:
-		return nil
-	}
-	evs, _ := Decide(s, c, now)
-	if len(evs) == 0 {
 		return nil
 	}
 	reporting := reportedAction(c)

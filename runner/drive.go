@@ -239,6 +239,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 	for range 8 {
 		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
+		if cl := r.closeFirst(ctx, rn, c, evs, now); cl != nil {
+			evs, derr = aggregate.Decide(rn.state, cl, now) // close.go
+		}
 		if len(evs) == 0 {
 			return nil, derr
 		}

@@ -129,6 +129,11 @@ type Runner struct {
 	external    map[string]bool
 	workerOpts  []worker.Option
 
+	// claims is weft_claims, looked up at the first close of an attempt
+	// (close.go), under claimsMu.
+	claims   jetstream.KeyValue
+	claimsMu sync.Mutex
+
 	agents map[string]*agent.Agent // name@version and name (first registered)
 	list   []*agent.Agent
 	live   jetstream.KeyValue

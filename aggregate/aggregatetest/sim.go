@@ -202,7 +202,8 @@ func (s *Sim) close(c aggregate.Command) aggregate.Command {
 	if s.src == nil {
 		return c
 	}
-	closes := aggregate.ToClose(s.State, c, s.Now)
+	evs, _ := aggregate.Decide(s.State, c, s.Now)
+	closes := aggregate.ToClose(s.State, c, evs)
 	if len(closes) == 0 {
 		return c
 	}

@@ -1,0 +1,126 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/worker"
+)
+
+// Closing attempts (docs/adr/0023-closing-attempts.md, SEMANTICS.md §8
+// "Closing an attempt"): before a decision that ends or abandons fenced
+// attempts without a result of their own (aggregate.ToClose: a cancel, a
+// run's end, an attempt timer, a takeover after a lost runner or a hand-off
+// past the drain, a re-asked approval's answer, a budget stop), the runner
+// creates each such attempt's claim key in weft_claims with a closed value,
+// create-only and all together, and decides aggregate.Closing with the
+// outcomes: the decision records each close that won (attempt_closed)
+// ahead of its own events, in the same append. A create answered "key
+// exists" is read: a closed value (this decision's or an earlier try's: a
+// close that landed but whose decision was lost is found again by the next
+// decision) is closed, anything else is a worker's claim. An outcome that
+// stays unknown counts as claimed: §5's rule (uncertain), never closed.
+
+// closeFirst closes the claims of the attempts the decision evs of c on rn
+// ends or abandons, and returns the command to decide instead
+// (aggregate.Closing with the outcomes), or nil when there is none.
+func (r *Runner) closeFirst(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time) aggregate.Command {
+	closes := aggregate.ToClose(rn.state, c, evs)
+	if len(closes) == 0 {
+		return nil
+	}
+	kv := r.claimsKV(ctx)
+	var wg sync.WaitGroup
+	for i := range closes {
+		cl := &closes[i]
+		a, _ := rn.state.Action(cl.Action)
+		if kv == nil || !closable(a.Attempt, now) {
+			continue // unknown: counted claimed
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cl.Closed = r.closeClaim(ctx, kv, rn.id, a.Attempt, cl.Why)
+		}()
+	}
+	wg.Wait()
+	return aggregate.Closing{By: r.id, Closes: closes, Then: c}
+}
+
+// closable reports whether the claim of the attempt fenced by f can be
+// closed at now, the store's time: a claim lives until the fence's
+// deadline plus worker.ClaimMargin (worker.ClaimMaxAge without one), so a
+// create after that might succeed over a worker's claim that expired. Half
+// the margin is kept for the clocks; a later close counts as claimed.
+func closable(f events.AttemptFenced, now time.Time) bool {
+	return f.Deadline == nil || now.Before(f.Deadline.Add(worker.ClaimMargin/2))
+}
+
+// claimsKV returns weft_claims, nil when it cannot be looked up (every
+// close then counts as claimed).
+func (r *Runner) claimsKV(ctx context.Context) jetstream.KeyValue {
+	r.claimsMu.Lock()
+	defer r.claimsMu.Unlock()
+	if r.claims != nil {
+		return r.claims
+	}
+	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	kv, err := r.js.KeyValue(kctx, api.ClaimsBucket)
+	if err != nil {
+		r.log.Warn("cannot look up the claims bucket: attempts are not closed, their actions stay uncertain", "bucket", api.ClaimsBucket, "err", err)
+		return nil
+	}
+	r.claims = kv
+	return kv
+}
+
+// closeClaim creates the claim of the attempt fenced by f in run with a
+// closed value (api.Claim.Closed) and reports whether the attempt is
+// closed: the create won, or the key holds a closed value. A create whose
+// answer was lost is tried again (it then finds its own closed value).
+func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run string, f events.AttemptFenced, why string) bool {
+	key := worker.ClaimKey(run, f.Action, f.Attempt, f.Incarnation)
+	b, err := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: r.id, Why: why, At: time.Now().UTC()}})
+	if err != nil {
+		return false
+	}
+	var opts []jetstream.KVCreateOpt
+	if f.Deadline != nil {
+		// As a worker's claim: until the deadline plus the margin.
+		if ttl := time.Until(*f.Deadline) + worker.ClaimMargin; ttl < worker.ClaimMaxAge {
+			opts = append(opts, jetstream.KeyTTL(max(ttl, time.Second)))
+		}
+	}
+	for range 3 {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = kv.Create(cctx, key, b, opts...)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			var e jetstream.KeyValueEntry
+			e, err = kv.Get(cctx, key)
+			cancel()
+			if err != nil {
+				continue
+			}
+			var found api.Claim
+			return json.Unmarshal(e.Value(), &found) == nil && found.Closed != nil
+		}
+		cancel()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	r.log.Warn("the close of an attempt's claim has an unknown outcome: counted claimed", "run", run, "action", f.Action, "attempt", f.Attempt, "err", err)
+	return false
+}
