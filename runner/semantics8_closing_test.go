@@ -1,0 +1,165 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/tools"
+)
+
+// ledger is the test tool's record of every body start, written before the
+// body acts (as an application's fsynced ledger would be): run, action and
+// attempt.
+type ledger struct {
+	mu     sync.Mutex
+	starts []ledgerStart
+}
+
+type ledgerStart struct {
+	Run, Action string
+	Attempt     int
+}
+
+// tool is "pay", whose body appends to the ledger before it answers.
+func (l *ledger) tool() tools.Tool {
+	return tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		l.mu.Lock()
+		l.starts = append(l.starts, ledgerStart{call.Run, call.Action, call.Attempt})
+		l.mu.Unlock()
+		return payOut{ID: "pay-" + call.Action}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+}
+
+// started reports whether any body of run's action started.
+func (l *ledger) started(run, action string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.starts, func(s ledgerStart) bool { return s.Run == run && s.Action == action })
+}
+
+// check checks run's final state s against the ledger (SEMANTICS.md §5 and
+// §8 "Closing an attempt"): no body started under an attempt the run
+// records closed, no action with a body start ended not_started, and an
+// action uncertain without any body start has a worker's claim on its
+// attempt — the one case the runtime cannot tell apart from a started body
+// (a worker claimed it and then found it ended before starting it,
+// docs/adr/0023-closing-attempts.md). It returns how many actions are
+// uncertain, and how many of those never started a body.
+func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted int) {
+	t.Helper()
+	claims, err := h.srv.JS.KeyValue(context.Background(), api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range s.Actions() {
+		started := l.started(run, a.ID)
+		if a.State == aggregate.ActionUncertain {
+			uncertain++
+			if !started {
+				unstarted++
+				var c api.Claim
+				e, err := claims.Get(context.Background(), api.ClaimKey(run, a.ID, a.Attempts, a.Attempt.Incarnation))
+				if err == nil {
+					err = json.Unmarshal(e.Value(), &c)
+				}
+				if err != nil || c.Closed != nil || c.Worker == "" {
+					t.Errorf("run %s: action %s is uncertain (%s) but no body of it ever started, and no worker claimed attempt %d (claim %+v, %v)", run, a.ID, a.Detail, a.Attempts, c, err)
+				}
+			}
+		}
+		if a.State == aggregate.ActionNotStarted && started {
+			t.Errorf("run %s: action %s ended not_started but a body of it started", run, a.ID)
+		}
+		l.mu.Lock()
+		for _, st := range l.starts {
+			if st.Run == run && st.Action == a.ID && slices.Contains(a.Closed, st.Attempt) {
+				t.Errorf("run %s: action %s attempt %d started a body after its claim was closed", run, a.ID, st.Attempt)
+			}
+		}
+		l.mu.Unlock()
+	}
+	return uncertain, unstarted
+}
+
+// TestSemantics8_ClosingAnAttemptCancelRacingApprovals races a cancel with
+// the approval of a payment, 20 times: whenever the approval's fence lands
+// before the cancel and no worker claimed the attempt yet, the cancel's
+// close wins and the payment ends not_started; it is uncertain only when
+// its body started (checked against the tool's ledger), and no body starts
+// after its attempt's claim was closed.
+func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
+	a := build(t, m, []tools.Tool{l.tool()}, policy.Func(approvalAbove))
+	h.startRunner([]*agent.Agent{a})
+	c := ctx(t)
+	const n = 20
+	for i := range n {
+		run := fmt.Sprint("race-", i)
+		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "pay"}); err != nil {
+			t.Fatal(err)
+		}
+		s := h.waitStatus(run, aggregate.StatusSuspended)
+		act, _ := s.Action(aggregate.Status(s).Approvals[0])
+		// The cancel is sent as soon as the approval is recorded (its
+		// fence with it): it races the worker's claim of the attempt.
+		if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: run + "-a", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: run + "-c", Run: run, By: "dave"}); err != nil && weft.ErrorCode(err) != weft.CodeRunEnded {
+			t.Errorf("cancel %s: %v", run, err) // run_ended: the payment and the run completed first
+		}
+	}
+	drained(t, h, a, "pay")
+	uncertain, unstarted, closed := 0, 0, 0
+	for i := range n {
+		run := fmt.Sprint("race-", i)
+		s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+		u, un := l.check(t, h, run, s)
+		uncertain += u
+		unstarted += un
+		for _, a := range s.Actions() {
+			closed += len(a.Closed)
+		}
+	}
+	t.Logf("%d runs: %d uncertain payments, %d of them without a body start (claimed by a worker that then found them ended); %d attempts closed unclaimed; %d body starts", n, uncertain, unstarted, closed, len(l.starts))
+}
+
+// drained waits until every task of a's tool was acked by its workers: a
+// delivery of a closed attempt's task has then found the closed claim (and
+// would have started its body, in the ledger, had the claim not been
+// closed).
+func drained(t *testing.T, h *harness, a *agent.Agent, tool string) {
+	t.Helper()
+	c := ctx(t)
+	cons, err := h.srv.JS.Consumer(c, api.TaskStream, api.Queue{Agent: a.Name(), Version: a.Version(), Tool: tool}.Consumer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, err := cons.Info(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tasks of %s were not all acked: %+v", tool, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
