@@ -257,6 +257,7 @@ func TestPartitions_AGoneRunnersPartitionsAreClaimedAndItsRunsRecovered(t *testi
 			t.Fatal(err)
 		}
 	}
+	claimAsWorker(t, h, "g-run", "1/call_1_1", 1, 1) // the ghost's body may have run
 	r, _ := h.startRunner([]*agent.Agent{a})
 	fs := h.waitStatus("g-run", aggregate.StatusSuspended) // the uncertain action waits for a person
 	if act, _ := fs.Action("1/call_1_1"); act.State != aggregate.ActionUncertain {

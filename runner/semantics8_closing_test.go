@@ -163,3 +163,20 @@ func drained(t *testing.T, h *harness, a *agent.Agent, tool string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// claimAsWorker creates the claim of run's action attempt (incarnation) as
+// a worker does before it starts the body: the attempt may have acted, so
+// nothing can close it (docs/adr/0023-closing-attempts.md). Tests of the
+// paths that end an attempt whose body may have run use it where no worker
+// of theirs takes the task.
+func claimAsWorker(t *testing.T, h *harness, run, action string, attempt, incarnation int) {
+	t.Helper()
+	kv, err := h.srv.JS.KeyValue(ctx(t), api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(api.Claim{Schema: 1, Worker: "w-elsewhere", Token: "t-1", Claimed: time.Now().UTC()})
+	if _, err := kv.Create(ctx(t), api.ClaimKey(run, action, attempt, incarnation), b); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -64,6 +64,9 @@ func TestScenario32_StaleTaskIsNotStartedAfterRecovery(t *testing.T) {
 		acts := s.Actions()
 		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
 	})
+	// An external worker claimed the attempt (and vanished): its body may
+	// have run, so the takeover cannot close it.
+	claimAsWorker(t, h, "stale", "1/call_1_1", 1, 1)
 	stopA() // the drain window passes with the task untaken: hand-off
 
 	// Runner B takes the run over; its worker gets the stale task.

@@ -1,0 +1,81 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+)
+
+// checkStartAfterClosed is the check that no body started under an
+// attempt its run records closed (attempt_closed: its claim was closed
+// before any worker claimed it, docs/adr/0023-closing-attempts.md).
+const checkStartAfterClosed = "body_start_after_attempt_closed"
+
+// claimsBucket is weft_claims, read for the precision figure.
+const claimsBucket = api.ClaimsBucket
+
+// Precision is how many uncertain actions a person is asked to reconcile,
+// and how many of them never started a body (SEMANTICS.md §8, "Closing an
+// attempt"): the precision figure reported beside the violations.
+type Precision struct {
+	// Uncertain counts the actions that ended (or stayed) uncertain.
+	Uncertain int
+	// Unstarted counts those of them with no body start in the ledger;
+	// Claimed those of Unstarted whose last attempt has a worker's claim
+	// (a worker claimed it, then was killed or found it ended before its
+	// body started: the runtime cannot tell that from a started body).
+	// Unstarted less Claimed is an attempt nobody closed: 0 unless a
+	// close's outcome stayed unknown (the store was down).
+	Unstarted, Claimed int
+	// Closed counts the attempts closed before any worker claimed them.
+	Closed int
+}
+
+// add counts action a of run, whose ledger starts are ss, and reports a
+// body started under one of its closed attempts.
+func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, run string, a aggregate.Action, ss []bodyStart, v func(check, run, action, format string, args ...any)) {
+	p.Closed += len(a.Closed)
+	for _, s := range ss {
+		if slices.Contains(a.Closed, s.Attempt) {
+			v(checkStartAfterClosed, run, a.ID, "attempt %d started a body in %s after its claim was closed", s.Attempt, s.Process)
+		}
+	}
+	if a.State != aggregate.ActionUncertain {
+		return
+	}
+	p.Uncertain++
+	if len(ss) > 0 {
+		return
+	}
+	p.Unstarted++
+	if claims == nil {
+		return
+	}
+	e, err := claims.Get(ctx, api.ClaimKey(run, a.ID, a.Attempts, a.Attempt.Incarnation))
+	var c api.Claim
+	if err == nil && json.Unmarshal(e.Value(), &c) == nil && c.Closed == nil {
+		p.Claimed++
+	}
+}
+
+// plus returns the sum of p and q.
+func (p Precision) plus(q Precision) Precision {
+	return Precision{Uncertain: p.Uncertain + q.Uncertain, Unstarted: p.Unstarted + q.Unstarted, Claimed: p.Claimed + q.Claimed, Closed: p.Closed + q.Closed}
+}
+
+// write prints the precision line of a report over faults injected faults.
+func (p Precision) write(w io.Writer, faults int) {
+	per := 0.0
+	if faults > 0 {
+		per = float64(p.Uncertain) * 1000 / float64(faults)
+	}
+	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker that never started the body, %d never claimed); attempts closed unclaimed %d\n",
+		p.Uncertain, per, p.Unstarted, p.Claimed, p.Unstarted-p.Claimed, p.Closed)
+}
