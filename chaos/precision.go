@@ -25,7 +25,8 @@ const claimsBucket = api.ClaimsBucket
 // and how many of them never started a body (SEMANTICS.md §8, "Closing an
 // attempt"): the precision figure reported beside the violations.
 type Precision struct {
-	// Uncertain counts the actions that ended (or stayed) uncertain.
+	// Uncertain counts the actions that were uncertain: still uncertain,
+	// or reconciled since (the workload reconciles some).
 	Uncertain int
 	// Unstarted counts those of them with no body start in the ledger;
 	// Claimed those of Unstarted whose last attempt has a worker's claim
@@ -47,8 +48,8 @@ func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, run stri
 			v(checkStartAfterClosed, run, a.ID, "attempt %d started a body in %s after its claim was closed", s.Attempt, s.Process)
 		}
 	}
-	if a.State != aggregate.ActionUncertain {
-		return
+	if a.State != aggregate.ActionUncertain && a.State != aggregate.ActionReconciled {
+		return // a reconciled action was uncertain: a person was asked
 	}
 	p.Uncertain++
 	if len(ss) > 0 {

@@ -2,6 +2,7 @@ package e2e_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 )
 
@@ -81,5 +83,47 @@ func TestSemantics8_ClosingAnAttemptRunnerKilled(t *testing.T) {
 	}
 	if w1, _ := s.Action("1/call_1_1"); len(w1.Closed) != 1 || w1.Closed[0] != 1 {
 		t.Errorf("1/call_1_1 closed attempts %v, want [1] (closed by the takeover)", w1.Closed)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptWorkerKilledBetweenClaimAndBody: a worker
+// process claims a non-replayable write's attempt and is killed before the
+// body's first instruction (no ledger line). The claim exists, so nothing
+// can close the attempt: the runtime cannot tell this from a body that
+// started (docs/adr/0023-closing-attempts.md, "What stays uncertain
+// without a body start"), and the write ends uncertain — with the worker's
+// claim as its evidence, never a closed one, and no body start ever after.
+// The next worker that gets the task finds the claim and reports the
+// attempt worker_lost.
+func TestSemantics8_ClosingAnAttemptWorkerKilledBetweenClaimAndBody(t *testing.T) {
+	e := newEnv(t)
+	e.spawnWith("ra", "WEFT_E2E_NO_WORKER=1")
+	const run = "r19w"
+	e.start(run, input{Calls: []call{{Tool: "write", Args: workIn{Amount: 1, CrashBeforeStart: 1}}}})
+	w0 := e.spawnWorker("w0")
+	<-w0.done // claimed attempt 1, then died before the body
+	e.spawnWorker("w1")
+	s := e.waitFor(run, "the write's end", func(s aggregate.State) bool {
+		a, _ := s.Action("1/call_1_1")
+		return a.State == aggregate.ActionUncertain || a.State.Ended()
+	})
+	a, _ := s.Action("1/call_1_1")
+	if a.State != aggregate.ActionUncertain || len(a.Closed) != 0 {
+		t.Fatalf("write %s (%s), closed attempts %v; want uncertain, none closed: a worker claimed it", a.State, a.Detail, a.Closed)
+	}
+	kv, err := e.srv.JS.KeyValue(cctx(t), api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry, err := kv.Get(cctx(t), api.ClaimKey(run, a.ID, 1, 1))
+	var claim api.Claim
+	if err == nil {
+		err = json.Unmarshal(entry.Value(), &claim)
+	}
+	if err != nil || claim.Closed != nil || claim.Worker != "w0" {
+		t.Fatalf("claim of attempt 1: %+v (%v); want w0's", claim, err)
+	}
+	if starts := e.startsOf(run, a.ID); len(starts) != 0 {
+		t.Fatalf("body starts %v; want none (w0 died before its body, w1 found the claim)", starts)
 	}
 }
