@@ -75,6 +75,9 @@ type harness struct {
 	// closes, set by the close command, are the close outcomes the next
 	// command is decided with (Closing).
 	closes []Close
+	// toClose, set by the to-close command, prints what ToClose lists
+	// for the next command before it is decided.
+	toClose bool
 }
 
 func (h *harness) decide(t *testing.T, c Command) string {
@@ -83,6 +86,17 @@ func (h *harness) decide(t *testing.T, c Command) string {
 		h.takeover = nil
 		r.Then = c
 		c = *r
+	}
+	var b strings.Builder
+	if h.toClose {
+		h.toClose = false
+		plain, _ := Decide(h.state, c, h.now)
+		for _, cl := range ToClose(h.state, c, plain) {
+			fmt.Fprintf(&b, "to close: action=%s attempt=%d incarnation=%d why=%s\n", cl.Action, cl.Attempt, cl.Incarnation, cl.Why)
+		}
+		if b.Len() == 0 {
+			b.WriteString("to close: none\n")
+		}
 	}
 	if h.closes != nil {
 		c = Closing{By: "runner-a", Closes: h.closes, Then: c}
@@ -93,7 +107,6 @@ func (h *harness) decide(t *testing.T, c Command) string {
 	if !reflect.DeepEqual(evs, again) || fmt.Sprint(err) != fmt.Sprint(err2) {
 		t.Fatalf("Decide is not deterministic for %s", c.CommandName())
 	}
-	var b strings.Builder
 	h.append(t, evs, &b)
 	if err != nil {
 		fmt.Fprintf(&b, "error: %v", err)
@@ -370,6 +383,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		h.closes = append(h.closes, Close{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1),
 			Incarnation: h.intArg(t, d, "incarnation", 1), Why: h.strArg(t, d, "why", events.ClosedCancelled), Closed: d.HasArg("closed")})
 		return fmt.Sprintf("the next command is decided with %d close outcome(s)\n", len(h.closes))
+
+	case "to-close":
+		// The next command's output starts with what ToClose lists for
+		// it (decided without closes): the attempts a runner closes first.
+		h.toClose = true
+		return "the next command lists what it would close\n"
 
 	case "tick":
 		h.now = h.now.Add(time.Duration(h.intArg(t, d, "ms", 0)) * time.Millisecond)
