@@ -15,6 +15,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
 
@@ -178,5 +179,55 @@ func claimAsWorker(t *testing.T, h *harness, run, action string, attempt, incarn
 	b, _ := json.Marshal(api.Claim{Schema: 1, Worker: "w-elsewhere", Token: "t-1", Claimed: time.Now().UTC()})
 	if _, err := kv.Create(ctx(t), api.ClaimKey(run, action, attempt, incarnation), b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision
+// (docs/adr/0023-closing-attempts.md, item 5): a close that landed but
+// whose decision was lost — its runner died between the close and the
+// append — leaves the attempt's claim closed. The next decision about the
+// attempt (here its deadline timer) tries to close it again, finds the
+// closed value and records it: the attempt did not act, the action is
+// replayed without spending its single attempt, and a cancel then ends it
+// not_started (every attempt closed), nothing uncertain.
+func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.After(300*time.Millisecond))}, policy.Func(allow))
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay")) // no worker takes pay
+	const run = "found-closed"
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	act := s.Actions()[0]
+	kv, err := h.srv.JS.KeyValue(ctx(t), api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead runner's close.
+	b, _ := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: "dead-runner", Why: "cancelled", At: time.Now().UTC()}})
+	if _, err := kv.Create(ctx(t), api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation), b); err != nil {
+		t.Fatal(err)
+	}
+	s = h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
+		a, _ := s.Action(act.ID)
+		return slices.Contains(a.Closed, 1) || a.State == aggregate.ActionUncertain
+	})
+	if a, _ := s.Action(act.ID); a.State == aggregate.ActionUncertain || a.Attempts < 2 {
+		t.Fatalf("after its deadline the attempt whose claim was closed is %s (%s), %d attempt(s); want replayed", a.State, a.Detail, a.Attempts)
+	}
+	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	s = h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	if a, _ := s.Action(act.ID); a.State != aggregate.ActionNotStarted || len(a.Closed) != a.Attempts {
+		t.Fatalf("after the cancel: %s (%s), attempts %d, closed %v; want not_started, every attempt closed", a.State, a.Detail, a.Attempts, a.Closed)
+	}
+	if u, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain", u)
 	}
 }
