@@ -11,7 +11,8 @@ import "github.com/weftrun/weft/events"
 // approval). Each is named by its fence (action, attempt, incarnation: its
 // claim key) with the path (Why); Closed is false. A runner closes their
 // claims and decides Closing{Closes: the outcomes, Then: c} instead of c.
-// An attempt the log already records closed, and the attempt a worker's
+// An attempt the log already records closed, or whose earlier close found a
+// worker's claim (AttemptClosed with Claimed), and the attempt a worker's
 // own report or loss notice (Report, Lost) is about, are not listed: the
 // latter has a claim. It is pure, as Decide.
 func ToClose(s State, c Command, evs []events.Event) []Close {
@@ -51,7 +52,7 @@ func ToClose(s State, c Command, evs []events.Event) []Close {
 	seen := map[string]bool{}
 	add := func(id, cause string) {
 		a, ok := s.Action(id)
-		if !ok || seen[id] || id == reporting || !closable(a) || currentClosed(a) {
+		if !ok || seen[id] || id == reporting || !closable(a) || currentClosed(a) || currentClaimed(a) {
 			return
 		}
 		seen[id] = true

@@ -287,7 +287,9 @@ type Recover struct {
 // events.AttemptClosed ahead of Then's events, in the same decision, unless
 // the log already records it; a close that found a worker's claim, or
 // whose outcome is unknown, is passed with Closed false and changes
-// nothing (§5's rule stands). A close naming an attempt the run does not
+// nothing (§5's rule stands); one that found a worker's claim (Claimed) is
+// recorded as events.AttemptClosed with Claimed, so that no later decision
+// closes that attempt again. A close naming an attempt the run does not
 // know as its action's latest fence (no such action, another attempt or
 // incarnation, an action no longer running nor waiting to start again) is
 // refused invalid_request, with no events. Then may not be Start or
@@ -301,13 +303,18 @@ type Closing struct {
 // Close is the outcome of one attempt's close: Action, Attempt and
 // Incarnation name the fence (its claim key, api.ClaimKey), Why the path
 // (events.ClosedCancelled, ...), Closed whether the runner's create-only
-// write of the closed claim won or found its own closed value.
+// write of the closed claim won or found a closed value, Claimed whether
+// it found a worker's claim (neither: the outcome is unknown). By, when
+// set, is the runner whose closed value the close found (Closing.By
+// otherwise).
 type Close struct {
 	Action      string
 	Attempt     int
 	Incarnation int
 	Why         string
 	Closed      bool
+	Claimed     bool
+	By          string
 }
 
 // CommandName returns "start".

@@ -1189,6 +1189,12 @@ func currentClosed(a Action) bool {
 	return a.Attempts > 0 && slices.Contains(a.Closed, a.Attempts)
 }
 
+// currentClaimed reports whether a close of a's latest fenced attempt found
+// a worker's claim: the attempt may have acted and is never closed again.
+func currentClaimed(a Action) bool {
+	return a.Attempts > 0 && slices.Contains(a.Claimed, a.Attempts)
+}
+
 // closable reports whether a's latest fence may be closed: the action is
 // running it, or waits to start again after it.
 func closable(a Action) bool {
@@ -1209,21 +1215,26 @@ func checkCloses(s State, c Closing) error {
 	}
 	for _, cl := range c.Closes {
 		a, ok := s.Action(cl.Action)
-		if !ok || !closable(a) || cl.Attempt != a.Attempts || cl.Incarnation != a.Attempt.Incarnation {
+		if !ok || !closable(a) || cl.Attempt != a.Attempts || cl.Incarnation != a.Attempt.Incarnation || (cl.Closed && cl.Claimed) {
 			return weft.Errorf(weft.CodeInvalidRequest, "run %s: a close of action %q attempt %d incarnation %d names no attempt the run could close", s.run, cl.Action, cl.Attempt, cl.Incarnation)
 		}
 	}
 	return nil
 }
 
-// recordCloses records every close of c that won and the log does not
-// record yet.
+// recordCloses records every close of c that won or found a worker's
+// claim and the log does not record yet.
 func (d *decider) recordCloses(c Closing) {
 	for _, cl := range c.Closes {
 		a, _ := d.s.Action(cl.Action)
-		if cl.Closed && !currentClosed(a) {
-			d.emit(events.AttemptClosed{Action: cl.Action, Attempt: cl.Attempt, Incarnation: cl.Incarnation, By: c.By, Why: cl.Why})
+		if (!cl.Closed && !cl.Claimed) || currentClosed(a) || currentClaimed(a) {
+			continue
 		}
+		by := c.By
+		if cl.By != "" && cl.Closed {
+			by = cl.By
+		}
+		d.emit(events.AttemptClosed{Action: cl.Action, Attempt: cl.Attempt, Incarnation: cl.Incarnation, By: by, Why: cl.Why, Claimed: !cl.Closed})
 	}
 }
 

@@ -292,6 +292,7 @@ func (s *State) evolve(r events.Recorded) {
 		}
 		a.Attempts = e.Attempt
 		a.Attempt = e
+		a.FencedAt = r.At
 		a.Outcome = ""
 		a.Detail = ""
 
@@ -393,10 +394,14 @@ func (s *State) evolve(r events.Recorded) {
 
 	case events.AttemptClosed:
 		a := s.move(name, e.Action, t, ok)
-		if e.Attempt != a.Attempts || e.Incarnation != a.Attempt.Incarnation || slices.Contains(a.Closed, e.Attempt) {
-			s.bug(name, "action %s closes attempt %d incarnation %d; latest %d incarnation %d, closed %v", e.Action, e.Attempt, e.Incarnation, a.Attempts, a.Attempt.Incarnation, a.Closed)
+		if e.Attempt != a.Attempts || e.Incarnation != a.Attempt.Incarnation || slices.Contains(a.Closed, e.Attempt) || slices.Contains(a.Claimed, e.Attempt) {
+			s.bug(name, "action %s closes attempt %d incarnation %d; latest %d incarnation %d, closed %v, claimed %v", e.Action, e.Attempt, e.Incarnation, a.Attempts, a.Attempt.Incarnation, a.Closed, a.Claimed)
 		}
-		a.Closed = append(a.Closed, e.Attempt)
+		if e.Claimed {
+			a.Claimed = append(a.Claimed, e.Attempt)
+		} else {
+			a.Closed = append(a.Closed, e.Attempt)
+		}
 
 	case events.CancelRequested:
 		if s.cancelling {

@@ -261,8 +261,11 @@ func checkLog(fail func(string, ...any), s *aggregatetest.Sim) {
 	for _, e := range s.Events() {
 		switch e := e.(type) {
 		case events.AttemptClosed:
-			// A closed attempt did not act: it spends no budget.
-			fences[e.Action]--
+			// A closed attempt did not act: it spends no budget (one
+			// whose close found a worker's claim does).
+			if !e.Claimed {
+				fences[e.Action]--
+			}
 		case events.AttemptFenced:
 			fenced[key{e.Action, e.Attempt}] = e
 			fences[e.Action]++
@@ -435,6 +438,8 @@ func TestSnapshotThenTail(t *testing.T) {
 //     attempt"): nobody reconciles a body that never started;
 //   - (q) an attempt the run records closed has its claim closed: no
 //     worker took it, so its body never starts;
+//   - (r) an attempt the run records claimed (a close found a worker's
+//     claim) has a worker's claim and is never recorded closed after;
 //   - (k) a decision that cancels or ends the run fences no attempt and
 //     requests no model turn, nor did the takeover decided for it just
 //     before (a two-step takeover: the recovery's follow-ons would run
@@ -470,6 +475,13 @@ func (k *stepChecker) check(fail func(string, ...any), s *aggregatetest.Sim, bef
 		for _, n := range a.Closed {
 			if s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}] != "closed" {
 				fail("(q) %s attempt %d is recorded closed but its claim is %q", a.ID, n, s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}])
+			}
+		}
+		// (r) An attempt whose close found a worker's claim is recorded so
+		// and never closed afterwards.
+		for _, n := range a.Claimed {
+			if s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}] != "claimed" || slices.Contains(a.Closed, n) {
+				fail("(r) %s attempt %d is recorded claimed but its claim is %q, closed %v", a.ID, n, s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}], a.Closed)
 			}
 		}
 	}

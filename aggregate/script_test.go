@@ -379,9 +379,10 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "close":
 		// The next command is decided with this close outcome (one per
 		// close command): close action=1/c1 attempt=1 incarnation=1
-		// why=cancelled closed|claimed.
+		// why=cancelled closed|claimed|unknown [by=runner-b].
 		h.closes = append(h.closes, Close{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1),
-			Incarnation: h.intArg(t, d, "incarnation", 1), Why: h.strArg(t, d, "why", events.ClosedCancelled), Closed: d.HasArg("closed")})
+			Incarnation: h.intArg(t, d, "incarnation", 1), Why: h.strArg(t, d, "why", events.ClosedCancelled), Closed: d.HasArg("closed"),
+			Claimed: d.HasArg("claimed"), By: h.strArg(t, d, "by", "")})
 		return fmt.Sprintf("the next command is decided with %d close outcome(s)\n", len(h.closes))
 
 	case "to-close":

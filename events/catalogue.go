@@ -593,12 +593,19 @@ const (
 // latest); By is the runner that closed it and Why the path: "cancelled",
 // "run_ended", "timed_out", "runner_lost", "handed_off" or "reasked". It
 // changes no action's state: it marks the attempt as one that did not act.
+//
+// Claimed (added later; absent means false) records instead a close that
+// found a worker's claim: the attempt may have acted (§5's rule stands),
+// and no later decision closes it again — a create after that claim
+// expired would win over a body that ran. By is then the runner that
+// tried the close.
 type AttemptClosed struct {
 	Action      string `json:"action"`
 	Attempt     int    `json:"attempt"`
 	Incarnation int    `json:"incarnation"`
 	By          string `json:"by"`
 	Why         string `json:"why"`
+	Claimed     bool   `json:"claimed,omitempty"`
 }
 
 // The paths of AttemptClosed (the Why of api.ClaimClose).

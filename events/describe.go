@@ -143,6 +143,9 @@ func Describe(e Event) string {
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))
 		b.kv("by", e.By)
 		b.kv("why", e.Why)
+		if e.Claimed {
+			b.kv("claimed", "true")
+		}
 	case ReportRefused:
 		b.kv("action", e.Action)
 		b.kv("attempt", strconv.Itoa(e.Attempt))

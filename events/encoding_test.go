@@ -61,7 +61,7 @@ func encodingSamples() []Event {
 		ChildSettled{Action: "1/c1", Child: "c-0a1b", Outcome: Outcome{Kind: OutcomeCompleted, Answer: json.RawMessage(`"found"`)}, Turns: 2,
 			Content: json.RawMessage(`"found"`), Bytes: 7, Detached: true},
 		Resolved{Action: "1/c1", Kind: ReconciledOutput, Content: json.RawMessage(`{"id":"w-1","status":"sent"}`), By: "erin"},
-		AttemptClosed{Action: "1/c1", Attempt: 2, Incarnation: 2, By: "runner-a", Why: ClosedCancelled},
+		AttemptClosed{Action: "1/c1", Attempt: 2, Incarnation: 2, By: "runner-a", Why: ClosedRunnerLost, Claimed: true},
 	}
 }
 

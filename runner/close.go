@@ -26,8 +26,10 @@ import (
 // ahead of its own events, in the same append. A create answered "key
 // exists" is read: a closed value (this decision's or an earlier try's: a
 // close that landed but whose decision was lost is found again by the next
-// decision) is closed, anything else is a worker's claim. An outcome that
-// stays unknown counts as claimed: §5's rule (uncertain), never closed.
+// decision) is closed, anything else is a worker's claim, recorded as such
+// (attempt_closed with claimed) so that no later decision closes the
+// attempt again. An outcome that stays unknown counts as claimed: §5's
+// rule (uncertain), never closed.
 
 // closeFirst closes the claims of the attempts the decision evs of c on rn
 // ends or abandons, and returns the command to decide instead
@@ -42,26 +44,36 @@ func (r *Runner) closeFirst(ctx context.Context, rn *run, c aggregate.Command, e
 	for i := range closes {
 		cl := &closes[i]
 		a, _ := rn.state.Action(cl.Action)
-		if kv == nil || !closable(a.Attempt, now) {
+		if kv == nil || !closable(a, now) {
 			continue // unknown: counted claimed
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cl.Closed = r.closeClaim(ctx, kv, rn.id, a.Attempt, cl.Why)
+			r.closeClaim(ctx, kv, rn.id, a.Attempt, cl)
 		}()
 	}
 	wg.Wait()
 	return aggregate.Closing{By: r.id, Closes: closes, Then: c}
 }
 
-// closable reports whether the claim of the attempt fenced by f can be
-// closed at now, the store's time: a claim lives until the fence's
-// deadline plus worker.ClaimMargin (worker.ClaimMaxAge without one), so a
-// create after that might succeed over a worker's claim that expired. Half
-// the margin is kept for the clocks; a later close counts as claimed.
-func closable(f events.AttemptFenced, now time.Time) bool {
-	return f.Deadline == nil || now.Before(f.Deadline.Add(worker.ClaimMargin/2))
+// closable reports whether the claim of a's latest attempt can be closed
+// at now (the runner's clock, never behind the run's last recorded time).
+// A worker's claim is taken after the fence (recorded at a.FencedAt) and
+// lives until the fence's deadline plus worker.ClaimMargin, and at least
+// worker.ClaimMaxAge (the bucket's max age) after it was taken: so it
+// lives at least until the earlier of deadline+ClaimMargin and
+// FencedAt+ClaimMaxAge. A create after that might succeed over a worker's
+// claim that expired, so the close is made only before that bound less
+// half the margin, kept for the clocks (runners' and workers' clocks, and
+// the store's, within 5 minutes of each other: ADR 0023); a later close
+// counts as claimed.
+func closable(a aggregate.Action, now time.Time) bool {
+	bound := a.FencedAt.Add(worker.ClaimMaxAge)
+	if d := a.Attempt.Deadline; d != nil && d.Add(worker.ClaimMargin).Before(bound) {
+		bound = d.Add(worker.ClaimMargin)
+	}
+	return now.Before(bound.Add(-worker.ClaimMargin / 2))
 }
 
 // claimsKV returns weft_claims, nil when it cannot be looked up (every
@@ -84,14 +96,16 @@ func (r *Runner) claimsKV(ctx context.Context) jetstream.KeyValue {
 }
 
 // closeClaim creates the claim of the attempt fenced by f in run with a
-// closed value (api.Claim.Closed) and reports whether the attempt is
-// closed: the create won, or the key holds a closed value. A create whose
-// answer was lost is tried again (it then finds its own closed value).
-func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run string, f events.AttemptFenced, why string) bool {
+// closed value (api.Claim.Closed) and sets cl's outcome: Closed when the
+// create won or the key holds a closed value (By then names the runner
+// that wrote it), Claimed when the key holds a worker's claim, neither
+// when the outcome stays unknown. A create whose answer was lost is tried
+// again (it then finds its own closed value).
+func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run string, f events.AttemptFenced, cl *aggregate.Close) {
 	key := worker.ClaimKey(run, f.Action, f.Attempt, f.Incarnation)
-	b, err := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: r.id, Why: why, At: time.Now().UTC()}})
+	b, err := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: r.id, Why: cl.Why, At: time.Now().UTC()}})
 	if err != nil {
-		return false
+		return
 	}
 	var opts []jetstream.KVCreateOpt
 	if f.Deadline != nil {
@@ -111,16 +125,24 @@ func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run stri
 				continue
 			}
 			var found api.Claim
-			return json.Unmarshal(e.Value(), &found) == nil && found.Closed != nil
+			if err = json.Unmarshal(e.Value(), &found); err != nil {
+				break // not a claim this runtime wrote: unknown
+			}
+			if found.Closed != nil {
+				cl.Closed, cl.By = true, found.Closed.By
+			} else {
+				cl.Claimed = true
+			}
+			return
 		}
 		cancel()
 		if err == nil {
-			return true
+			cl.Closed = true
+			return
 		}
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	r.log.Warn("the close of an attempt's claim has an unknown outcome: counted claimed", "run", run, "action", f.Action, "attempt", f.Attempt, "err", err)
-	return false
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
@@ -229,5 +230,105 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	}
 	if u, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
+	}
+}
+
+// ghostOwnsEveryPartition records every partition as owned by "ghost", a
+// runner that stopped heartbeating: a runner started afterwards judges it
+// gone and takes its runs over (cause runner_lost). The runs are the
+// caller's, written with appendDecided and Runner "ghost", with a driver
+// key (ghostDrives).
+func ghostOwnsEveryPartition(t *testing.T, h *harness) {
+	t.Helper()
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, "rebuilt", []byte(`{"schema":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for p := range runner.DefaultPartitions {
+		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ghostDrives records "ghost" as the driver of runs.
+func ghostDrives(t *testing.T, h *harness, runs ...string) {
+	t.Helper()
+	drivers, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range runs {
+		if _, err := drivers.Put(ctx(t), runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain (SEMANTICS.md
+// §5 rule 1, docs/adr/0023-closing-attempts.md): a close that found a
+// worker's claim is recorded (attempt_closed with claimed), and no later
+// decision closes that attempt again — the claim expires (a no-deadline
+// tool's claim lives for the bucket's max age), after which a close would
+// win over a body that may have run. A replayable, approved payment with
+// no deadline was claimed by a worker when its runner ("ghost") was lost;
+// the takeover's close finds the claim and asks the approval again. The
+// claim then goes (purged here, as its expiry would), and the re-asked
+// approval is rejected: the payment ends uncertain, not rejected.
+func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T) {
+	h := newHarness(t)
+	ghostOwnsEveryPartition(t, h)
+	var l ledger
+	m := model.NewScripted("s", model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithReplay(tools.WithTimeout(l.tool(), tools.Infinity()), 2)}, policy.Func(approvalAbove))
+	const run, id = "claimed-once", "1/call_1_1"
+	var s aggregate.State
+	hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	call := payCall(500, "ok")
+	call.ID = "call_1_1"
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	finance := events.Requirement{Name: "finance", Version: 1}
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
+		Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: finance}}}})
+	appendDecidedAt(t, h, run, &s, hd, aggregate.Approve{Action: id, Revision: 1, Reviewer: "alice", Verifier: "desk",
+		Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}, Tool: events.ToolConfig{Timeout: -1, MaxAttempts: 2}})
+	if act, _ := s.Action(id); act.State != aggregate.ActionRunning || act.Attempt.Deadline != nil {
+		t.Fatalf("crafted history: action %s, deadline %v; want running with no deadline", act.State, act.Attempt.Deadline)
+	}
+	ghostDrives(t, h, run)
+	claimAsWorker(t, h, run, id, 1, 1) // the ghost's worker claimed it: its body may have run
+
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"))
+	s = h.waitFor(run, "the approval asked again", func(s aggregate.State) bool {
+		a, _ := s.Action(id)
+		return a.State == aggregate.ActionAwaitingApproval && a.Request.Revision == 2
+	})
+	if act, _ := s.Action(id); !slices.Contains(act.Claimed, 1) || len(act.Closed) != 0 {
+		t.Fatalf("after the takeover: claimed %v, closed %v; want attempt 1 recorded claimed", act.Claimed, act.Closed)
+	}
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(c, api.ClaimKey(run, id, 1, 1)); err != nil { // the worker's claim expired
+		t.Fatal(err)
+	}
+	if _, err := h.client.Reject(c, api.RejectRequest{CommandID: "r2", Run: run, Action: id, Revision: 2, Reason: "no", Approver: "desk", Credential: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	s = h.waitFor(run, "the answer recorded", func(s aggregate.State) bool {
+		a, _ := s.Action(id)
+		return a.State != aggregate.ActionAwaitingApproval
+	})
+	if act, _ := s.Action(id); act.State != aggregate.ActionUncertain || len(act.Closed) != 0 {
+		t.Fatalf("after the rejection: %s (%s), closed %v; want uncertain: a worker claimed attempt 1", act.State, act.Detail, act.Closed)
 	}
 }

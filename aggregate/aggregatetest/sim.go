@@ -215,6 +215,7 @@ func (s *Sim) close(c aggregate.Command) aggregate.Command {
 		s.Closes++
 		switch s.Claims[b] {
 		case "claimed":
+			closes[i].Claimed = true // found the worker's claim
 		case "closed":
 			closes[i].Closed = true // found its own closed value
 		default:
