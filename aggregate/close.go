@@ -13,8 +13,8 @@ import "github.com/weftrun/weft/events"
 // claims and decides Closing{Closes: the outcomes, Then: c} instead of c.
 // An attempt the log already records closed, or whose earlier close found a
 // worker's claim (AttemptClosed with Claimed), and the attempt a worker's
-// own report or loss notice (Report, Lost) is about, are not listed: the
-// latter has a claim. It is pure, as Decide.
+// own report or a loss notice that implies its claim (Report, Lost crashed
+// or worker_lost) is about, are not listed: the latter has a claim. It is pure, as Decide.
 func ToClose(s State, c Command, evs []events.Event) []Close {
 	switch c.(type) {
 	case Start, Closing, Reconcile, Resolve:
@@ -74,14 +74,20 @@ func ToClose(s State, c Command, evs []events.Event) []Close {
 	return out
 }
 
-// reportedAction is the action whose attempt a worker reports in c (a
-// Report or Lost, also as a takeover's Then), "" for none.
+// reportedAction is the action whose attempt a worker reports in c, also
+// as a takeover's Then: a Report, or a Lost whose cause implies the
+// worker's claim (crashed, worker_lost: the body ran or was taken). ""
+// for none: a Lost timed_out may come from a worker that got the task
+// after its deadline and never claimed it, so its attempt is closed (the
+// close finds the claim if there is one).
 func reportedAction(c Command) string {
 	switch c := c.(type) {
 	case Report:
 		return c.Action
 	case Lost:
-		return c.Action
+		if c.Cause == events.CauseCrashed || c.Cause == events.CauseWorkerLost {
+			return c.Action
+		}
 	case Recover:
 		if c.Then != nil {
 			return reportedAction(c.Then)

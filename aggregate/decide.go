@@ -840,9 +840,12 @@ func (d *decider) lost(c Lost) error {
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: attemptMismatch(a, c.Attempt)})
 		return nil
 	}
-	if a.State != ActionRunning || currentClosed(a) {
+	if a.State != ActionRunning || (currentClosed(a) && c.Cause != events.CauseTimedOut) {
 		// A closed attempt's body never started: a loss notice of it
-		// (a worker that does not know closed claims) is not current.
+		// (a worker that does not know closed claims) is not current. A
+		// timed_out notice closed just before (a worker that got the task
+		// after its deadline, unclaimed) is lost as the timer would: the
+		// closed attempt is replayed.
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
 		return nil
 	}
