@@ -73,6 +73,9 @@ type decider struct {
 	// same turn.
 	modelLost bool
 	recall    bool
+	// closedNow are the actions whose latest attempt this decision
+	// records closed (recordCloses).
+	closedNow map[string]bool
 }
 
 func (d *decider) emit(e events.Event) {
@@ -840,12 +843,14 @@ func (d *decider) lost(c Lost) error {
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: attemptMismatch(a, c.Attempt)})
 		return nil
 	}
-	if a.State != ActionRunning || (currentClosed(a) && c.Cause != events.CauseTimedOut) {
+	if a.State != ActionRunning || (currentClosed(a) && !d.closedNow[a.ID]) {
 		// A closed attempt's body never started: a loss notice of it
-		// (a worker that does not know closed claims) is not current. A
-		// timed_out notice closed just before (a worker that got the task
-		// after its deadline, unclaimed) is lost as the timer would: the
-		// closed attempt is replayed.
+		// (a worker that does not know closed claims) is not current
+		// once the close is recorded. One closed by this very decision
+		// (Closing{Then: Lost}: a timed_out notice of a worker that got
+		// the task after its deadline, unclaimed; a runner recording a
+		// close whose own decision was lost) is lost: the closed attempt
+		// is replayed.
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
 		return nil
 	}
@@ -1238,6 +1243,12 @@ func (d *decider) recordCloses(c Closing) {
 			by = cl.By
 		}
 		d.emit(events.AttemptClosed{Action: cl.Action, Attempt: cl.Attempt, Incarnation: cl.Incarnation, By: by, Why: cl.Why, Claimed: !cl.Closed})
+		if cl.Closed {
+			if d.closedNow == nil {
+				d.closedNow = map[string]bool{}
+			}
+			d.closedNow[cl.Action] = true
+		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -145,4 +147,62 @@ func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run stri
 		}
 	}
 	r.log.Warn("the close of an attempt's claim has an unknown outcome: counted claimed", "run", run, "action", f.Action, "attempt", f.Attempt, "err", err)
+}
+
+// wonCloses adds to won the closes of c (an aggregate.Closing) that won
+// and that won does not hold yet.
+func wonCloses(c aggregate.Command, won []aggregate.Close) []aggregate.Close {
+	cl, _ := c.(aggregate.Closing)
+	for _, x := range cl.Closes {
+		if x.Closed && !slices.ContainsFunc(won, func(w aggregate.Close) bool {
+			return w.Action == x.Action && w.Attempt == x.Attempt && w.Incarnation == x.Incarnation
+		}) {
+			won = append(won, x)
+		}
+	}
+	return won
+}
+
+// keepCloses keeps the closes that won for run id's decision that was not
+// recorded (the append ended unavailable, contended or lost the run) and
+// wakes the run later (retryLater): a closed attempt never starts nor
+// reports, so an attempt without a deadline would otherwise wait for a
+// report forever while its runner lives (docs/adr/0023-closing-attempts.md,
+// item 5). recordKeptCloses records them.
+func (r *Runner) keepCloses(id string, won []aggregate.Close) {
+	r.mu.Lock()
+	r.closes[id] = append(r.closes[id], won...)
+	r.mu.Unlock()
+	r.retryLater(id)
+}
+
+// recordKeptCloses records each close keepCloses kept for rn whose attempt
+// is still running, not recorded closed: Closing{Then: Lost} records the
+// close and loses the attempt, which is replayed without spending its
+// budget (it did not act). A close whose attempt was decided meanwhile (a
+// later decision found the closed value) is dropped; one whose decision
+// fails again is kept for the next wake.
+func (r *Runner) recordKeptCloses(ctx context.Context, rn *run) error {
+	r.mu.Lock()
+	kept := r.closes[rn.id]
+	delete(r.closes, rn.id)
+	r.mu.Unlock()
+	var failed error
+	for _, cl := range kept {
+		a, ok := rn.state.Action(cl.Action)
+		if !ok || a.State != aggregate.ActionRunning || a.Attempts != cl.Attempt || a.Attempt.Incarnation != cl.Incarnation || slices.Contains(a.Closed, cl.Attempt) {
+			continue
+		}
+		c := aggregate.Closing{By: r.id, Closes: []aggregate.Close{cl}, Then: aggregate.Lost{Action: cl.Action, Attempt: cl.Attempt, Cause: events.CauseWorkerLost,
+			Evidence: fmt.Sprintf("the claim of attempt %d was closed (%s) by a decision that was not recorded: no worker starts it", cl.Attempt, cl.Why)}}
+		if err := r.step(ctx, rn, c); err != nil {
+			if retryTimer(err) {
+				r.keepCloses(rn.id, []aggregate.Close{cl})
+			}
+			if failed == nil {
+				failed = err
+			}
+		}
+	}
+	return failed
 }

@@ -232,15 +232,25 @@ func (r *Runner) agentFor(s aggregate.State) (*agent.Agent, error) {
 // the run after a conflict. It returns the appended events and Decide's
 // refusal (events and a refusal may come together). After a conflict that
 // made another runner the driver it returns the *eventlog.ConflictError.
-func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+//
+// Closes that won for a decision that is then not recorded are kept and
+// recorded on the run's next wake (keepCloses).
+func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) (out []events.Event, err error) {
 	if rn.takeover != nil {
 		return r.takeOver(ctx, rn, c)
 	}
+	var won []aggregate.Close
+	defer func() {
+		if out == nil && len(won) > 0 {
+			r.keepCloses(rn.id, won)
+		}
+	}()
 	for range 8 {
 		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
 		if cl := r.closeFirst(ctx, rn, c, evs, now); cl != nil {
 			evs, derr = aggregate.Decide(rn.state, cl, now) // close.go
+			won = wonCloses(cl, won)
 		}
 		if len(evs) == 0 {
 			return nil, derr

@@ -159,6 +159,7 @@ type Runner struct {
 	// with the bad message's sequence (noteQuarantine).
 	quarantined map[string]uint64
 	replies     map[string]aggregate.Command // model answers not recorded yet
+	closes      map[string][]aggregate.Close // closes that won, their decision not recorded (keepCloses)
 	stopped     bool                         // no retry is scheduled any more
 	// serving ends when the drain window ends: every command still in
 	// flight then (a forward waiting on a driver that does not answer, a
@@ -226,7 +227,7 @@ func (t *tracker) quiet() <-chan struct{} {
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
 	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now, nparts: DefaultPartitions,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
-		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}}
+		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}, closes: map[string][]aggregate.Close{}}
 	for _, o := range opts {
 		o(r)
 	}

@@ -332,3 +332,67 @@ func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T)
 		t.Fatalf("after the rejection: %s (%s), closed %v; want uncertain: a worker claimed attempt 1", act.State, act.Detail, act.Closed)
 	}
 }
+
+// TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded
+// (docs/adr/0023-closing-attempts.md, item 5): a cancel closes the claim
+// of a running attempt without a deadline, then its append fails with
+// nothing landed (unavailable) and the client does not send it again. The
+// closed attempt never starts nor reports, and no timer would ever decide
+// it: the runner records the close itself on the run's next wake, and the
+// attempt — which did not act — is replayed, its one attempt unspent.
+// Before, the action stayed running attempt 1 forever.
+func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	js := &lossyJS{JetStream: h.srv.JS}
+	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithExternalTools("pay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	c := ctx(t)
+	const run = "close-unrecorded"
+	for {
+		_, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
+		if err == nil {
+			break
+		}
+		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	act := s.Actions()[0]
+	if act.Attempt.Deadline != nil {
+		t.Fatalf("attempt 1 has deadline %v, want none", act.Attempt.Deadline)
+	}
+	js.evFails.Store(1)
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); weft.ErrorCode(err) != weft.CodeUnavailable {
+		t.Fatalf("cancel whose append failed: %v, want unavailable", err)
+	}
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl api.Claim
+	if e, err := kv.Get(c, api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation)); err != nil || json.Unmarshal(e.Value(), &cl) != nil || cl.Closed == nil {
+		t.Fatalf("attempt 1's claim after the cancel: %+v, %v; want closed", cl, err)
+	}
+	s = h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
+		a, _ := s.Action(act.ID)
+		return slices.Contains(a.Closed, 1)
+	})
+	if a, _ := s.Action(act.ID); a.State != aggregate.ActionRunning || a.Attempts != 2 {
+		t.Fatalf("after the close was recorded: %s (%s), %d attempt(s); want attempt 2 running", a.State, a.Detail, a.Attempts)
+	}
+	if _, fin := s.Finished(); fin {
+		t.Fatal("the run finished, though the cancel was never recorded")
+	}
+}
