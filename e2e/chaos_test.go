@@ -229,8 +229,8 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 	n := c.check()
 	t.Logf("seed %d: operations %v; %d runs, %d body starts, %d recoveries", seed, c.ops, len(c.runs), n.starts, n.recoveries)
 	p := c.precision() // chaos_precision_test.go
-	t.Logf("seed %d: precision: %d actions uncertain, %d of them without a body start (%d claimed by a worker that never started the body, %d never claimed); %d attempts closed unclaimed",
-		seed, p.uncertain, p.unstarted, p.claimed, p.unstarted-p.claimed, p.closed)
+	t.Logf("seed %d: precision: %d actions uncertain, %d of them without a body start (%d claimed by a worker that never started the body, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
+		seed, p.uncertain, p.unstarted, p.claimed, p.unknown, p.closed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, p := range c.problems {
@@ -886,6 +886,11 @@ func (c *chaosEnv) check() (n counts) {
 			}
 		}
 		for _, a := range s.Actions() {
+			for _, st := range byRun[run] {
+				if st.action == a.ID && slices.Contains(a.Closed, st.attempt) {
+					c.problem("%s %s: attempt %d started a body after its claim was closed (attempt_closed)", run, a.ID, st.attempt)
+				}
+			}
 			if a.Tool == "pay" && a.Attempts-len(a.Closed) > 1 { // closed attempts did not act
 				c.problem("%s %s: the non-replayable pay action has %d attempts", run, a.ID, a.Attempts)
 			}
