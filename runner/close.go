@@ -41,6 +41,9 @@ func (r *Runner) closeFirst(ctx context.Context, rn *run, c aggregate.Command, e
 	if len(closes) == 0 {
 		return nil
 	}
+	// The closes are made under the run's lock: bounded together.
+	ctx, cancel := context.WithTimeout(ctx, closePhase)
+	defer cancel()
 	kv := r.claimsKV(ctx)
 	var wg sync.WaitGroup
 	for i := range closes {
@@ -78,6 +81,16 @@ func closable(a aggregate.Action, now time.Time) bool {
 	return now.Before(bound.Add(-worker.ClaimMargin / 2))
 }
 
+// closePhase bounds the closes of one decision (closeFirst), lookup of
+// the claims bucket included: a close not answered by then counts as
+// claimed. claimsRetry is how long a failed lookup of the bucket is not
+// tried again (its closes count as claimed meanwhile), so that a KV outage
+// does not hold each decision's run lock for a lookup's timeout.
+const (
+	closePhase  = 10 * time.Second
+	claimsRetry = 5 * time.Second
+)
+
 // claimsKV returns weft_claims, nil when it cannot be looked up (every
 // close then counts as claimed).
 func (r *Runner) claimsKV(ctx context.Context) jetstream.KeyValue {
@@ -86,10 +99,14 @@ func (r *Runner) claimsKV(ctx context.Context) jetstream.KeyValue {
 	if r.claims != nil {
 		return r.claims
 	}
+	if !r.claimsFailed.IsZero() && time.Since(r.claimsFailed) < claimsRetry {
+		return nil
+	}
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	kv, err := r.js.KeyValue(kctx, api.ClaimsBucket)
 	if err != nil {
+		r.claimsFailed = time.Now()
 		r.log.Warn("cannot look up the claims bucket: attempts are not closed, their actions stay uncertain", "bucket", api.ClaimsBucket, "err", err)
 		return nil
 	}

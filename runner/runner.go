@@ -133,6 +133,9 @@ type Runner struct {
 	// (close.go), under claimsMu.
 	claims   jetstream.KeyValue
 	claimsMu sync.Mutex
+	// claimsFailed is when the claims bucket's lookup last failed
+	// (claimsKV does not look it up again for claimsRetry).
+	claimsFailed time.Time
 
 	agents map[string]*agent.Agent // name@version and name (first registered)
 	list   []*agent.Agent
