@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/runner"
 )
 
 // checkStartAfterClosed is the check that no body started under an
@@ -39,18 +43,19 @@ type Precision struct {
 	// (a worker claimed it, then was killed or found it ended before its
 	// body started: the runtime cannot tell that from a started body).
 	// or a close of which found a worker's claim (attempt_closed claimed).
-	// Unknown counts the others with an attempt the log records neither
-	// closed nor claimed: its close's outcome stayed unknown (the store was
-	// down) or no close was made. Any other is a violation
-	// (checkUncertainUnclaimed).
+	// Unknown counts the others a runner logged a close of with no known
+	// outcome (runner.CloseUnknown: the store was down). Any other is a
+	// violation (checkUncertainUnclaimed): an attempt nobody closed.
 	Unstarted, Claimed, Unknown int
 	// Closed counts the attempts closed before any worker claimed them.
 	Closed int
 }
 
 // add counts action a of run, whose ledger starts are ss, and reports a
-// body started under one of its closed attempts.
-func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, run string, a aggregate.Action, ss []bodyStart, v func(check, run, action, format string, args ...any)) {
+// body started under one of its closed attempts. unknown holds "<run>
+// <action>" of every close a runner logged with no known outcome
+// (unknownCloses).
+func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, unknown map[string]bool, run string, a aggregate.Action, ss []bodyStart, v func(check, run, action, format string, args ...any)) {
 	p.Closed += len(a.Closed)
 	for _, s := range ss {
 		if slices.Contains(a.Closed, s.Attempt) {
@@ -73,22 +78,42 @@ func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, run stri
 	switch {
 	case len(a.Claimed) > 0 || err == nil && json.Unmarshal(e.Value(), &c) == nil && c.Closed == nil:
 		p.Claimed++
-	case closeUnknown(a):
+	case unknown[run+" "+a.ID]:
 		p.Unknown++
 	default:
-		v(checkUncertainUnclaimed, run, a.ID, "uncertain (%s) without a body start nor a worker's claim, though every attempt's close is known (closed %v)", a.Detail, a.Closed)
+		v(checkUncertainUnclaimed, run, a.ID, "uncertain (%s) without a body start nor a worker's claim, and no runner logged a close of it with an unknown outcome (closed %v)", a.Detail, a.Closed)
 	}
 }
 
-// closeUnknown reports whether one of a's attempts is recorded neither
-// closed nor claimed (attempt_closed): no close of it had a known outcome.
-func closeUnknown(a aggregate.Action) bool {
-	for n := 1; n <= a.Attempts; n++ {
-		if !slices.Contains(a.Closed, n) && !slices.Contains(a.Claimed, n) {
-			return true
+// unknownCloses reads the parts' logs in dir and returns "<run> <action>"
+// of every close a runner logged with no known outcome (runner.CloseUnknown,
+// slog's text format: msg="…" run=… action=…).
+func unknownCloses(dir string) map[string]bool {
+	out := map[string]bool{}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if !strings.Contains(line, runner.CloseUnknown) {
+				continue
+			}
+			out[field(line, "run")+" "+field(line, "action")] = true
 		}
 	}
-	return false
+	return out
+}
+
+// field is the value of key in an slog text line ("" without it).
+func field(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return strings.Trim(v, `"`)
+		}
+	}
+	return ""
 }
 
 // plus returns the sum of p and q.

@@ -33,6 +33,14 @@ import (
 // attempt again. An outcome that stays unknown counts as claimed: §5's
 // rule (uncertain), never closed.
 
+// CloseUnknown is the message the runner logs (at warn level, with run,
+// action, attempt and err) for each attempt it meant to close whose close
+// has no known outcome: the create was not answered, or was not made (the
+// claims bucket could not be looked up, or the claim may have expired).
+// The attempt counts as claimed (§5's rule). The chaos harness counts
+// these lines.
+const CloseUnknown = "the close of an attempt's claim has an unknown outcome: counted claimed"
+
 // closeFirst closes the claims of the attempts the decision evs of c on rn
 // ends or abandons, and returns the command to decide instead
 // (aggregate.Closing with the outcomes), or nil when there is none.
@@ -50,7 +58,12 @@ func (r *Runner) closeFirst(ctx context.Context, rn *run, c aggregate.Command, e
 		cl := &closes[i]
 		a, _ := rn.state.Action(cl.Action)
 		if kv == nil || !closable(a, now) {
-			continue // unknown: counted claimed
+			why := "the claims bucket cannot be looked up"
+			if kv != nil {
+				why = "the claim may have expired"
+			}
+			r.log.Warn(CloseUnknown, "run", rn.id, "action", cl.Action, "attempt", cl.Attempt, "err", why)
+			continue
 		}
 		wg.Add(1)
 		go func() {
@@ -163,7 +176,7 @@ func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run stri
 			break
 		}
 	}
-	r.log.Warn("the close of an attempt's claim has an unknown outcome: counted claimed", "run", run, "action", f.Action, "attempt", f.Attempt, "err", err)
+	r.log.Warn(CloseUnknown, "run", run, "action", f.Action, "attempt", f.Attempt, "err", err)
 }
 
 // wonCloses adds to won the closes of c (an aggregate.Closing) that won
