@@ -279,6 +279,44 @@ type Recover struct {
 	Then   Command
 }
 
+// Closing is a command (Then) decided after the runner closed the claims of
+// the fenced attempts Then ends or abandons without a result of their own
+// (docs/adr/0023-closing-attempts.md, SEMANTICS.md §8 "Closing an
+// attempt"): Closes are the outcomes of those closes, the decision's
+// recorded input. Each close that won (Closed) is recorded as
+// events.AttemptClosed ahead of Then's events, in the same decision, unless
+// the log already records it; a close that found a worker's claim, or
+// whose outcome is unknown, is passed with Closed false and changes
+// nothing (§5's rule stands); one that found a worker's claim (Claimed) is
+// recorded as events.AttemptClosed with Claimed, so that no later decision
+// closes that attempt again. A close naming an attempt the run does not
+// know as its action's latest fence (no such action, another attempt or
+// incarnation, an action no longer running nor waiting to start again) is
+// refused invalid_request, with no events. Then may not be Start or
+// Closing; By is the runner that closed the claims.
+type Closing struct {
+	By     string
+	Closes []Close
+	Then   Command
+}
+
+// Close is the outcome of one attempt's close: Action, Attempt and
+// Incarnation name the fence (its claim key, api.ClaimKey), Why the path
+// (events.ClosedCancelled, ...), Closed whether the runner's create-only
+// write of the closed claim won or found a closed value, Claimed whether
+// it found a worker's claim (neither: the outcome is unknown). By, when
+// set, is the runner whose closed value the close found (Closing.By
+// otherwise).
+type Close struct {
+	Action      string
+	Attempt     int
+	Incarnation int
+	Why         string
+	Closed      bool
+	Claimed     bool
+	By          string
+}
+
 // CommandName returns "start".
 func (Start) CommandName() string { return "start" }
 
@@ -332,6 +370,14 @@ func (HandOff) CommandName() string { return "hand_off" }
 // CommandName returns "recover".
 func (Recover) CommandName() string { return "recover" }
 
+// CommandName returns Then's name: the closes are inputs of that command.
+func (c Closing) CommandName() string {
+	if c.Then == nil {
+		return "closing"
+	}
+	return c.Then.CommandName()
+}
+
 func (Start) isCommand()        {}
 func (ModelReply) isCommand()   {}
 func (ModelFailure) isCommand() {}
@@ -348,3 +394,4 @@ func (ToolMissing) isCommand()  {}
 func (TimerFired) isCommand()   {}
 func (HandOff) isCommand()      {}
 func (Recover) isCommand()      {}
+func (Closing) isCommand()      {}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weftrun/weft"
@@ -27,6 +28,13 @@ import (
 // model turn once every action of the batch is model-visible, a due model
 // retry, and the run's end.
 func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
+	closing, isClosing := c.(Closing)
+	if isClosing {
+		c = closing.Then
+		if err := checkCloses(s, closing); err != nil {
+			return nil, err
+		}
+	}
 	if st, ok := c.(Start); ok {
 		return decideStart(s, st, now)
 	}
@@ -34,6 +42,11 @@ func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
 		return nil, weft.UnknownRun(s.run)
 	}
 	d := &decider{s: s.Clone(), now: now}
+	if isClosing {
+		// Recorded before anything that depends on them, expiries
+		// included (docs/adr/0023-closing-attempts.md).
+		d.recordCloses(closing)
+	}
 	if _, takeover := c.(Recover); !takeover && !d.s.finished && !d.s.cancelling {
 		// A takeover applies them itself, after the recovery is
 		// recorded (recover).
@@ -60,6 +73,9 @@ type decider struct {
 	// same turn.
 	modelLost bool
 	recall    bool
+	// closedNow are the actions whose latest attempt this decision
+	// records closed (recordCloses).
+	closedNow map[string]bool
 }
 
 func (d *decider) emit(e events.Event) {
@@ -661,7 +677,13 @@ func (d *decider) lose(a Action, cause, evidence string, reask bool) {
 	f := a.Attempt
 	ev := events.AttemptLost{Action: a.ID, Attempt: f.Attempt, Cause: cause, Evidence: evidence}
 	switch {
-	case f.Attempt < f.MaxAttempts:
+	case currentClosed(a):
+		// Closed before any worker claimed it: it did not act, so it
+		// spends no replay and loses no approval (SEMANTICS.md §8,
+		// "Closing an attempt").
+		ev.Next = events.NextReplay
+		ev.Evidence = evidence + "; closed before any worker claimed it: it did not act"
+	case spent(a) < f.MaxAttempts:
 		ev.Next = events.NextReplay
 		if reask && a.Approved {
 			ev.Next = events.NextReapprove
@@ -672,7 +694,7 @@ func (d *decider) lose(a Action, cause, evidence string, reask bool) {
 	default:
 		ev.Next = events.NextUncertain
 		if f.MaxAttempts > 1 {
-			ev.Evidence = fmt.Sprintf("%s; replay budget exhausted (%d of %d attempts)", evidence, f.Attempt, f.MaxAttempts)
+			ev.Evidence = fmt.Sprintf("%s; replay budget exhausted (%d of %d attempts)", evidence, spent(a), f.MaxAttempts)
 		}
 	}
 	d.emit(ev)
@@ -687,7 +709,11 @@ func (d *decider) lose(a Action, cause, evidence string, reask bool) {
 func (d *decider) stop(a Action, why string) {
 	f := a.Attempt
 	ev := events.AttemptLost{Action: a.ID, Attempt: f.Attempt, Cause: events.CauseStopped, Evidence: "stopped while running: " + why, Next: events.NextUncertain}
-	if f.SettleWithin > 0 && why == "cancelled" {
+	if currentClosed(a) {
+		// Its body never started, but an earlier attempt's may have
+		// (an action whose every attempt was closed ended not_started).
+		ev.Evidence = fmt.Sprintf("%s before attempt %d started (closed unclaimed); an earlier attempt may have acted", why, f.Attempt)
+	} else if f.SettleWithin > 0 && why == "cancelled" {
 		ev.Next = events.NextSettle
 		ev.SettleBy = d.at(f.SettleWithin)
 	}
@@ -698,6 +724,12 @@ func (d *decider) report(c Report) error {
 	a, ok := d.s.Action(c.Action)
 	if !ok {
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedForeign})
+		return nil
+	}
+	if slices.Contains(a.Closed, c.Attempt) {
+		// Closed before any worker claimed it: no body of it ran, so no
+		// report of it is current (a worker never reports one).
+		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
 		return nil
 	}
 	switch c.Outcome {
@@ -811,7 +843,14 @@ func (d *decider) lost(c Lost) error {
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: attemptMismatch(a, c.Attempt)})
 		return nil
 	}
-	if a.State != ActionRunning {
+	if a.State != ActionRunning || (currentClosed(a) && !d.closedNow[a.ID]) {
+		// A closed attempt's body never started: a loss notice of it
+		// (a worker that does not know closed claims) is not current
+		// once the close is recorded. One closed by this very decision
+		// (Closing{Then: Lost}: a timed_out notice of a worker that got
+		// the task after its deadline, unclaimed; a runner recording a
+		// close whose own decision was lost) is lost: the closed attempt
+		// is replayed.
 		d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedStale})
 		return nil
 	}
@@ -1031,7 +1070,7 @@ func (d *decider) recover(c Recover) error {
 		return weft.Errorf(weft.CodeInvalidRequest, "recovery cause %q", c.Cause)
 	}
 	switch c.Then.(type) {
-	case Start, HandOff, Recover:
+	case Start, HandOff, Recover, Closing:
 		return weft.Errorf(weft.CodeInvalidRequest, "a takeover is not decided for a %s command", c.Then.CommandName())
 	}
 	previous := d.s.runner
@@ -1115,6 +1154,12 @@ func (d *decider) notStarted(reason, why string) {
 				continue
 			}
 			ids = append(ids, a.ID)
+		case ActionRunning:
+			if a.Attempts > 0 && spent(a) == 0 {
+				// Every attempt was closed before any worker claimed
+				// it: no body ever started (SEMANTICS.md §8).
+				ids = append(ids, a.ID)
+			}
 		}
 	}
 	if len(ids) > 0 {
@@ -1137,7 +1182,74 @@ func (d *decider) notStarted(reason, why string) {
 // instead (endUncertain): an attempted action is never reported as not
 // having happened (SEMANTICS.md §5).
 func hasUnresultedFence(a Action) bool {
-	return a.Attempts > 0 && (a.State == ActionQueued || a.State == ActionAwaitingApproval)
+	return spent(a) > 0 && (a.State == ActionQueued || a.State == ActionAwaitingApproval)
+}
+
+// spent is the number of a's attempts that may have acted: its fenced
+// attempts less those closed before any worker claimed them (AttemptClosed,
+// SEMANTICS.md §8 "Closing an attempt"). It is what the replay budget
+// counts.
+func spent(a Action) int { return a.Attempts - len(a.Closed) }
+
+// currentClosed reports whether a's latest fenced attempt was closed before
+// any worker claimed it.
+func currentClosed(a Action) bool {
+	return a.Attempts > 0 && slices.Contains(a.Closed, a.Attempts)
+}
+
+// currentClaimed reports whether a close of a's latest fenced attempt found
+// a worker's claim: the attempt may have acted and is never closed again.
+func currentClaimed(a Action) bool {
+	return a.Attempts > 0 && slices.Contains(a.Claimed, a.Attempts)
+}
+
+// closable reports whether a's latest fence may be closed: the action is
+// running it, or waits to start again after it.
+func closable(a Action) bool {
+	switch a.State {
+	case ActionRunning, ActionQueued, ActionAwaitingApproval:
+		return a.Attempts > 0
+	}
+	return false
+}
+
+// checkCloses refuses, with invalid_request, a Closing whose closes name an
+// attempt s does not know as a closable latest fence, and a Closing of a
+// Start or of another Closing.
+func checkCloses(s State, c Closing) error {
+	switch c.Then.(type) {
+	case nil, Start, Closing:
+		return weft.Errorf(weft.CodeInvalidRequest, "closes are not decided with a %T command", c.Then)
+	}
+	for _, cl := range c.Closes {
+		a, ok := s.Action(cl.Action)
+		if !ok || !closable(a) || cl.Attempt != a.Attempts || cl.Incarnation != a.Attempt.Incarnation || (cl.Closed && cl.Claimed) {
+			return weft.Errorf(weft.CodeInvalidRequest, "run %s: a close of action %q attempt %d incarnation %d names no attempt the run could close", s.run, cl.Action, cl.Attempt, cl.Incarnation)
+		}
+	}
+	return nil
+}
+
+// recordCloses records every close of c that won or found a worker's
+// claim and the log does not record yet.
+func (d *decider) recordCloses(c Closing) {
+	for _, cl := range c.Closes {
+		a, _ := d.s.Action(cl.Action)
+		if (!cl.Closed && !cl.Claimed) || currentClosed(a) || currentClaimed(a) {
+			continue
+		}
+		by := c.By
+		if cl.By != "" && cl.Closed {
+			by = cl.By
+		}
+		d.emit(events.AttemptClosed{Action: cl.Action, Attempt: cl.Attempt, Incarnation: cl.Incarnation, By: by, Why: cl.Why, Claimed: !cl.Closed})
+		if cl.Closed {
+			if d.closedNow == nil {
+				d.closedNow = map[string]bool{}
+			}
+			d.closedNow[cl.Action] = true
+		}
+	}
 }
 
 // endUncertain ends a, which has an unresulted fence (a as it was before

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
@@ -291,6 +292,7 @@ func (s *State) evolve(r events.Recorded) {
 		}
 		a.Attempts = e.Attempt
 		a.Attempt = e
+		a.FencedAt = r.At
 		a.Outcome = ""
 		a.Detail = ""
 
@@ -384,7 +386,21 @@ func (s *State) evolve(r events.Recorded) {
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {
 			a := s.move(name, id, t, ok)
+			if a.Attempts > len(a.Closed) {
+				s.bug(name, "action %s had %d attempts, %d closed unclaimed", id, a.Attempts, len(a.Closed))
+			}
 			a.State, a.Detail = t.To, e.Reason
+		}
+
+	case events.AttemptClosed:
+		a := s.move(name, e.Action, t, ok)
+		if e.Attempt != a.Attempts || e.Incarnation != a.Attempt.Incarnation || slices.Contains(a.Closed, e.Attempt) || slices.Contains(a.Claimed, e.Attempt) {
+			s.bug(name, "action %s closes attempt %d incarnation %d; latest %d incarnation %d, closed %v, claimed %v", e.Action, e.Attempt, e.Incarnation, a.Attempts, a.Attempt.Incarnation, a.Closed, a.Claimed)
+		}
+		if e.Claimed {
+			a.Claimed = append(a.Claimed, e.Attempt)
+		} else {
+			a.Closed = append(a.Closed, e.Attempt)
 		}
 
 	case events.CancelRequested:

@@ -39,7 +39,8 @@ var (
 	fromUncertain       = []ActionState{ActionUncertain}
 	fromReconciled      = []ActionState{ActionReconciled}
 	fromDelegated       = []ActionState{ActionDelegated}
-	fromNotYetStartable = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued}
+	fromNotYetStartable = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued, ActionRunning}
+	fromClosable        = []ActionState{ActionRunning, ActionQueued, ActionAwaitingApproval}
 )
 
 // ActionTransition returns the transition e makes for the action(s) it
@@ -124,6 +125,8 @@ func ActionTransition(e events.Event) (t Transition, ok bool) {
 		return Transition{fromReconciled, ""}, true
 	case events.ActionsNotStarted:
 		return Transition{fromNotYetStartable, ActionNotStarted}, true
+	case events.AttemptClosed:
+		return Transition{fromClosable, ""}, true
 	case events.ChildStarted:
 		return Transition{fromDeciding, ActionDelegated}, true
 	case events.ChildSettled:

@@ -263,6 +263,12 @@ func checkLog(fail func(string, ...any), s *aggregatetest.Sim) {
 	outcomes := map[key]int{}
 	for _, e := range s.Events() {
 		switch e := e.(type) {
+		case events.AttemptClosed:
+			// A closed attempt did not act: it spends no budget (one
+			// whose close found a worker's claim does).
+			if !e.Claimed {
+				fences[e.Action]--
+			}
 		case events.AttemptFenced:
 			fenced[key{e.Action, e.Attempt}] = e
 			fences[e.Action]++
@@ -296,8 +302,9 @@ func checkLog(fail func(string, ...any), s *aggregatetest.Sim) {
 		}
 	}
 	for a, n := range fences {
-		// (b) A non-replayable action has at most one attempt; no action
-		// has more attempts than its recorded budget.
+		// (b) A non-replayable action has at most one attempt that was
+		// not closed unclaimed; no action has more such attempts than its
+		// recorded budget.
 		if n > budget[a] {
 			fail("(b) %s has %d attempts over its budget %d", a, n, budget[a])
 		}
@@ -425,9 +432,17 @@ func TestSnapshotThenTail(t *testing.T) {
 // stepChecker checks the properties of each decision that issue 07 added
 // (SEMANTICS.md §5, §7, §8):
 //
-//   - (j) an action with a fenced attempt is never not_started, rejected
-//     or denied: an attempted action is never reported as not having
-//     happened;
+//   - (j) an action with a fenced attempt that was not closed unclaimed
+//     (a claimed attempt, or a close whose outcome is unknown) is never
+//     not_started, rejected or denied: an attempted action is never
+//     reported as not having happened;
+//   - (p) an action whose every attempt was closed before any worker
+//     claimed it is never uncertain (SEMANTICS.md §8, "Closing an
+//     attempt"): nobody reconciles a body that never started;
+//   - (q) an attempt the run records closed has its claim closed: no
+//     worker took it, so its body never starts;
+//   - (r) an attempt the run records claimed (a close found a worker's
+//     claim) has a worker's claim and is never recorded closed after;
 //   - (k) a decision that cancels or ends the run fences no attempt and
 //     requests no model turn, nor did the takeover decided for it just
 //     before (a two-step takeover: the recovery's follow-ons would run
@@ -444,11 +459,32 @@ type stepChecker struct {
 }
 
 func (k *stepChecker) check(fail func(string, ...any), s *aggregatetest.Sim, before aggregate.State, c aggregate.Command, evs []events.Event) {
+	if cl, ok := c.(aggregate.Closing); ok {
+		c = cl.Then
+	}
 	for _, a := range s.State.Actions() {
 		switch a.State {
 		case aggregate.ActionNotStarted, aggregate.ActionRejected, aggregate.ActionDenied:
-			if was, _ := before.Action(a.ID); a.Attempts > 0 && was.State != a.State {
-				fail("(j) %s had %d fenced attempt(s) but ended %s by %s", a.ID, a.Attempts, a.State, commandName(c))
+			if was, _ := before.Action(a.ID); a.Attempts > len(a.Closed) && was.State != a.State {
+				fail("(j) %s had %d fenced attempt(s), %d of them closed unclaimed, but ended %s by %s", a.ID, a.Attempts, len(a.Closed), a.State, commandName(c))
+			}
+		case aggregate.ActionUncertain:
+			if a.Attempts > 0 && a.Attempts == len(a.Closed) {
+				fail("(p) %s is uncertain by %s, yet each of its %d attempt(s) was closed before any worker claimed it", a.ID, commandName(c), a.Attempts)
+			}
+		}
+		// (q) A closed claim is never started: no attempt the run records
+		// closed has a worker's claim.
+		for _, n := range a.Closed {
+			if s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}] != "closed" {
+				fail("(q) %s attempt %d is recorded closed but its claim is %q", a.ID, n, s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}])
+			}
+		}
+		// (r) An attempt whose close found a worker's claim is recorded so
+		// and never closed afterwards.
+		for _, n := range a.Claimed {
+			if s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}] != "claimed" || slices.Contains(a.Closed, n) {
+				fail("(r) %s attempt %d is recorded claimed but its claim is %q, closed %v", a.ID, n, s.Claims[aggregatetest.Body{Action: a.ID, Attempt: n}], a.Closed)
 			}
 		}
 	}

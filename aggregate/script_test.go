@@ -72,6 +72,12 @@ type harness struct {
 	// takeover, set by the takeover command, is the recovery the next
 	// command is decided after (Recover.Then).
 	takeover *Recover
+	// closes, set by the close command, are the close outcomes the next
+	// command is decided with (Closing).
+	closes []Close
+	// toClose, set by the to-close command, prints what ToClose lists
+	// for the next command before it is decided.
+	toClose bool
 }
 
 func (h *harness) decide(t *testing.T, c Command) string {
@@ -81,12 +87,26 @@ func (h *harness) decide(t *testing.T, c Command) string {
 		r.Then = c
 		c = *r
 	}
+	var b strings.Builder
+	if h.toClose {
+		h.toClose = false
+		plain, _ := Decide(h.state, c, h.now)
+		for _, cl := range ToClose(h.state, c, plain) {
+			fmt.Fprintf(&b, "to close: action=%s attempt=%d incarnation=%d why=%s\n", cl.Action, cl.Attempt, cl.Incarnation, cl.Why)
+		}
+		if b.Len() == 0 {
+			b.WriteString("to close: none\n")
+		}
+	}
+	if h.closes != nil {
+		c = Closing{By: "runner-a", Closes: h.closes, Then: c}
+		h.closes = nil
+	}
 	evs, err := Decide(h.state, c, h.now)
 	again, err2 := Decide(h.state, c, h.now)
 	if !reflect.DeepEqual(evs, again) || fmt.Sprint(err) != fmt.Sprint(err2) {
 		t.Fatalf("Decide is not deterministic for %s", c.CommandName())
 	}
-	var b strings.Builder
 	h.append(t, evs, &b)
 	if err != nil {
 		fmt.Fprintf(&b, "error: %v", err)
@@ -355,6 +375,21 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			return fmt.Sprintf("the next command takes the run over first (cause %s, as a runner derives it from the log)\n", h.takeover.Cause)
 		}
 		return "the next command takes the run over first\n"
+
+	case "close":
+		// The next command is decided with this close outcome (one per
+		// close command): close action=1/c1 attempt=1 incarnation=1
+		// why=cancelled closed|claimed|unknown [by=runner-b].
+		h.closes = append(h.closes, Close{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1),
+			Incarnation: h.intArg(t, d, "incarnation", 1), Why: h.strArg(t, d, "why", events.ClosedCancelled), Closed: d.HasArg("closed"),
+			Claimed: d.HasArg("claimed"), By: h.strArg(t, d, "by", "")})
+		return fmt.Sprintf("the next command is decided with %d close outcome(s)\n", len(h.closes))
+
+	case "to-close":
+		// The next command's output starts with what ToClose lists for
+		// it (decided without closes): the attempts a runner closes first.
+		h.toClose = true
+		return "the next command lists what it would close\n"
 
 	case "tick":
 		h.now = h.now.Add(time.Duration(h.intArg(t, d, "ms", 0)) * time.Millisecond)

@@ -129,6 +129,17 @@ type Action struct {
 	// Attempt is the last fence.
 	Attempts int                  `json:"attempts,omitempty"`
 	Attempt  events.AttemptFenced `json:"attempt"`
+	// Closed are the attempts whose claim the runtime closed before any
+	// worker claimed them (AttemptClosed): they did not act.
+	Closed []int `json:"closed,omitempty"`
+	// Claimed are the attempts whose close found a worker's claim
+	// (AttemptClosed with Claimed): they may have acted, and are never
+	// closed again.
+	Claimed []int `json:"claimed,omitempty"`
+	// FencedAt is when the latest attempt was fenced (its AttemptFenced's
+	// recorded time): its claim, taken after the fence, lives at least
+	// until FencedAt plus the claims bucket's max age.
+	FencedAt time.Time `json:"fenced_at"`
 	// SettleBy is when the settle window closes (State Settling).
 	SettleBy time.Time `json:"settle_by"`
 	// Outcome is how the action's last attempt ended, for audit: the
@@ -213,6 +224,8 @@ func (s State) Clone() State {
 	c.actions = slices.Clone(s.actions)
 	for i := range c.actions {
 		c.actions[i].Answers = slices.Clip(c.actions[i].Answers)
+		c.actions[i].Closed = slices.Clip(c.actions[i].Closed)
+		c.actions[i].Claimed = slices.Clip(c.actions[i].Claimed)
 	}
 	c.index = maps.Clone(s.index)
 	c.transcript = slices.Clip(s.transcript)

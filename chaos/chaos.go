@@ -155,6 +155,9 @@ type Result struct {
 	Outcomes, Ends map[string]int
 	// Takeovers counts run_recovered events.
 	Takeovers int
+	// Precision counts the uncertain actions and those that never started
+	// a body (precision.go).
+	Precision Precision
 	// Answers counts the answers the workload's commands got, by kind and
 	// code ("approve ok", "approve already_answered", "cancel transport").
 	Answers map[string]int
@@ -215,6 +218,7 @@ func (r *Result) Write(w io.Writer) {
 	fmt.Fprintf(w, "  faults: %d (%s)\n", r.FaultCount(), counts(r.Faults))
 	fmt.Fprintf(w, "  runs: %d (%s); takeovers: %d\n", r.Runs, counts(r.Outcomes), r.Takeovers)
 	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d; late calls: %d\n", r.Actions, counts(r.Ends), r.BodyStarts, r.LateCalls)
+	r.Precision.write(w, r.FaultCount())
 	fmt.Fprintf(w, "  answers: %s\n", counts(r.Answers))
 	if r.UnseenEnds > 0 {
 		fmt.Fprintf(w, "  starts after an end their worker's last look could not see: %d (up to %s after the end, %s after the look)\n",
@@ -244,6 +248,7 @@ func WriteTotal(w io.Writer, rs []*Result) {
 		takeovers, violations  int
 		elapsed                time.Duration
 		seeds                  []string
+		precision              Precision
 	)
 	for _, r := range rs {
 		for k, v := range r.Faults {
@@ -260,6 +265,7 @@ func WriteTotal(w io.Writer, rs []*Result) {
 		unseen += r.UnseenEnds
 		maxUnseen, maxGap = max(maxUnseen, r.MaxUnseen), max(maxGap, r.MaxLookGap)
 		takeovers, violations = takeovers+r.Takeovers, violations+len(r.Violations)
+		precision = precision.plus(r.Precision)
 		elapsed += r.Elapsed
 		seeds = append(seeds, fmt.Sprint(r.Seed))
 	}
@@ -273,6 +279,7 @@ func WriteTotal(w io.Writer, rs []*Result) {
 	fmt.Fprintf(w, "  actions: %d (%s); body starts: %d; late calls: %d\n", actions, counts(ends), starts, late)
 	fmt.Fprintf(w, "  starts after an end their worker's last look could not see: %d (up to %s after the end, %s after the look)\n",
 		unseen, maxUnseen.Round(time.Millisecond), maxGap.Round(time.Millisecond))
+	precision.write(w, nfaults)
 	fmt.Fprintf(w, "  violations: %d\n", violations)
 }
 

@@ -226,6 +226,8 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 		return e.at
 	}
 	views, _ := h.js.KeyValue(ctx, projector.BucketViews)
+	claims, _ := h.js.KeyValue(ctx, claimsBucket)
+	unknown := unknownCloses(filepath.Join(h.dir, "logs")) // precision.go
 	ids := map[string]int{}
 	for _, run := range runs {
 		evs := stream[run]
@@ -284,7 +286,8 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 		for _, a := range s.Actions() {
 			res.Actions++
 			res.Ends[string(a.State)]++
-			if a.Attempts > 0 && notRun[a.State] {
+			res.Precision.add(ctx, claims, unknown, run, a, byAction[run+" "+a.ID], v)
+			if a.Attempts > len(a.Closed) && notRun[a.State] { // closed attempts did not run (precision.go)
 				v(checkEndedNotRun, run, a.ID, "%d fenced attempt(s), ended %s (%s)", a.Attempts, a.State, a.Detail)
 			}
 			ss := byAction[run+" "+a.ID]

@@ -67,7 +67,13 @@
 //     instruction, which a pause or CPU starvation of the process can
 //     stretch and no check can close: Result.UnseenEnds counts them;
 //   - no action with a fenced attempt ended in a state that says it did not
-//     run (not_started, rejected, denied, ...);
+//     run (not_started, rejected, denied, ...), unless every attempt it had
+//     was closed before any worker claimed it (attempt_closed); no body
+//     started under a closed attempt; no action is uncertain without a
+//     body start, a worker's claim or an attempt whose close had no known
+//     outcome. Result.Precision counts the uncertain actions, those that
+//     never started a body, and of these the claimed and the unknown,
+//     beside the violations (docs/reliability.md, "Precision");
 //   - every run finished;
 //   - once the workload is done, and while the runners still run,
 //     weft_drivers holds within a grace no entry of a run that finished,

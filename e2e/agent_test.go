@@ -24,6 +24,11 @@ type workIn struct {
 	// Crash makes attempts up to Crash kill their process (a crashed
 	// worker) right after the ledger line.
 	Crash int `json:"crash,omitempty"`
+	// CrashBeforeStart makes attempts up to it kill their process after
+	// the worker claimed the attempt but before the body's first
+	// instruction (the ledger line): a worker killed between its claim
+	// and its body.
+	CrashBeforeStart int `json:"crash_before_start,omitempty"`
 }
 
 type workOut struct {
@@ -58,6 +63,9 @@ func (l *ledger) start(tool string, c tools.Call) {
 
 func body(l *ledger, tool string) tools.Handler[workIn, workOut] {
 	return func(ctx context.Context, c tools.Call, in workIn) (workOut, error) {
+		if c.Attempt <= in.CrashBeforeStart {
+			os.Exit(3)
+		}
 		l.start(tool, c)
 		if c.Attempt <= in.Crash {
 			os.Exit(3)

@@ -228,6 +228,9 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 	c.answerEveryone()
 	n := c.check()
 	t.Logf("seed %d: operations %v; %d runs, %d body starts, %d recoveries", seed, c.ops, len(c.runs), n.starts, n.recoveries)
+	p := c.precision() // chaos_precision_test.go
+	t.Logf("seed %d: precision: %d actions uncertain, %d of them without a body start (%d claimed by a worker that never started the body, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
+		seed, p.uncertain, p.unstarted, p.claimed, p.unknown, p.closed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, p := range c.problems {
@@ -883,10 +886,15 @@ func (c *chaosEnv) check() (n counts) {
 			}
 		}
 		for _, a := range s.Actions() {
-			if a.Tool == "pay" && a.Attempts > 1 {
+			for _, st := range byRun[run] {
+				if st.action == a.ID && slices.Contains(a.Closed, st.attempt) {
+					c.problem("%s %s: attempt %d started a body after its claim was closed (attempt_closed)", run, a.ID, st.attempt)
+				}
+			}
+			if a.Tool == "pay" && a.Attempts-len(a.Closed) > 1 { // closed attempts did not act
 				c.problem("%s %s: the non-replayable pay action has %d attempts", run, a.ID, a.Attempts)
 			}
-			if a.Attempts > 0 && slices.Contains([]aggregate.ActionState{aggregate.ActionNotStarted, aggregate.ActionRejected, aggregate.ActionDenied}, a.State) {
+			if a.Attempts > len(a.Closed) && slices.Contains([]aggregate.ActionState{aggregate.ActionNotStarted, aggregate.ActionRejected, aggregate.ActionDenied}, a.State) {
 				c.problem("%s %s: an action with %d fenced attempts ended %s (%s): it may have acted", run, a.ID, a.Attempts, a.State, a.Detail)
 			}
 		}

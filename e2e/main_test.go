@@ -7,7 +7,6 @@
 package e2e_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -281,22 +279,7 @@ func (p *proc) kill(t testing.TB, sig syscall.Signal) {
 }
 
 // starts counts the ledger's body starts of run's action.
-func (e *env) starts(run, action string) int {
-	f, err := os.Open(e.ledger)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) == 4 && fs[0] == run && fs[1] == action {
-			n++
-		}
-	}
-	return n
-}
+func (e *env) starts(run, action string) int { return len(e.startsOf(run, action)) }
 
 func (e *env) waitStarts(run, action string, n int) {
 	e.t.Helper()

@@ -63,6 +63,8 @@ const (
 	NameChildSettled Name = "child_settled"
 	// NameResolved is the stored name of Resolved, the final truth of an unconfirmed reconciliation.
 	NameResolved Name = "resolved"
+	// NameAttemptClosed is the stored name of AttemptClosed, an attempt whose claim the runtime closed before any worker took it.
+	NameAttemptClosed Name = "attempt_closed"
 )
 
 // Names returns every event name of the catalogue, in the order of this
@@ -75,7 +77,7 @@ func Names() []Name {
 		NameAttemptLost, NameReportRefused, NameActionUncertain, NameSettlementAccepted,
 		NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
 		NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
-		NameResolved, NameHeadSigned,
+		NameResolved, NameHeadSigned, NameAttemptClosed,
 	}
 }
 
@@ -578,6 +580,51 @@ const (
 	NextUncertain = "uncertain"
 )
 
+// AttemptClosed is emitted when the runtime closed an attempt's claim
+// before any worker claimed it (docs/adr/0023-closing-attempts.md,
+// SEMANTICS.md §8 "Closing an attempt"): the attempt's body never started
+// and never will. It is recorded ahead of the events of the decision the
+// close was made for, in the same append: a cancel or a run's end
+// (ActionsNotStarted then names an action whose every attempt was closed),
+// an attempt timer or a takeover (AttemptLost "replay", without spending the
+// replay budget and keeping an approval), a rejected, expired or denied
+// re-asked approval (which then ends the action as if it was never
+// attempted). Attempt and Incarnation are the closed fence's (the action's
+// latest); By is the runner that closed it and Why the path: "cancelled",
+// "run_ended", "timed_out", "runner_lost", "handed_off" or "reasked". It
+// changes no action's state: it marks the attempt as one that did not act.
+//
+// Claimed (added later; absent means false) records instead a close that
+// found a worker's claim: the attempt may have acted (§5's rule stands),
+// and no later decision closes it again — a create after that claim
+// expired would win over a body that ran. By is then the runner that
+// tried the close.
+type AttemptClosed struct {
+	Action      string `json:"action"`
+	Attempt     int    `json:"attempt"`
+	Incarnation int    `json:"incarnation"`
+	By          string `json:"by"`
+	Why         string `json:"why"`
+	Claimed     bool   `json:"claimed,omitempty"`
+}
+
+// The paths of AttemptClosed (the Why of api.ClaimClose).
+const (
+	// ClosedCancelled is a close made for a cancellation.
+	ClosedCancelled = "cancelled"
+	// ClosedRunEnded is a close made for a run finishing otherwise (a final
+	// answer, a budget stop, a failure).
+	ClosedRunEnded = "run_ended"
+	// ClosedTimedOut is a close made when the attempt's deadline timer fired.
+	ClosedTimedOut = "timed_out"
+	// ClosedRunnerLost is a close made by a takeover after a lost runner.
+	ClosedRunnerLost = "runner_lost"
+	// ClosedHandedOff is a close made by a takeover after a hand-off past the drain.
+	ClosedHandedOff = "handed_off"
+	// ClosedReasked is a close made for the answer to a re-asked approval.
+	ClosedReasked = "reasked"
+)
+
 // ReportRefused is emitted when a worker's report does not match the
 // action's current attempt: Reason "foreign" (no such action, or an
 // attempt that was never fenced: premature), "stale" (an earlier
@@ -680,7 +727,9 @@ const (
 // ActionsNotStarted is emitted when actions end without ever starting:
 // Reason "policy_failed", "budget_exhausted", "cancelled" or
 // "run_finished". It never names an action that had a fenced attempt
-// (such an action ends ActionUncertain instead).
+// (such an action ends ActionUncertain instead) unless every attempt it had
+// was closed before any worker claimed it (AttemptClosed): such an action
+// may be running, its closed attempt's body never started.
 type ActionsNotStarted struct {
 	Actions []string `json:"actions"`
 	Reason  string   `json:"reason"`
@@ -1043,3 +1092,11 @@ func (Resolved) EventName() Name { return NameResolved }
 func (Resolved) SchemaVersion() int { return 1 }
 
 func (Resolved) isEvent() {}
+
+// EventName returns NameAttemptClosed, the durable name AttemptClosed is stored under.
+func (AttemptClosed) EventName() Name { return NameAttemptClosed }
+
+// SchemaVersion returns 1, the version of AttemptClosed's encoding (docs/protocol.md).
+func (AttemptClosed) SchemaVersion() int { return 1 }
+
+func (AttemptClosed) isEvent() {}

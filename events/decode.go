@@ -44,6 +44,8 @@ func Decode(name Name, schema int, payload json.RawMessage) (Event, error) {
 		return decode[AttemptReported](payload)
 	case NameAttemptLost:
 		return decode[AttemptLost](payload)
+	case NameAttemptClosed:
+		return decode[AttemptClosed](payload)
 	case NameReportRefused:
 		return decode[ReportRefused](payload)
 	case NameActionUncertain:

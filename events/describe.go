@@ -137,6 +137,15 @@ func Describe(e Event) string {
 		b.kv("next", e.Next)
 		b.q("evidence", e.Evidence)
 		b.t("settle_by", e.SettleBy)
+	case AttemptClosed:
+		b.kv("action", e.Action)
+		b.kv("attempt", strconv.Itoa(e.Attempt))
+		b.kv("incarnation", strconv.Itoa(e.Incarnation))
+		b.kv("by", e.By)
+		b.kv("why", e.Why)
+		if e.Claimed {
+			b.kv("claimed", "true")
+		}
 	case ReportRefused:
 		b.kv("action", e.Action)
 		b.kv("attempt", strconv.Itoa(e.Attempt))

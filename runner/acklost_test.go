@@ -24,16 +24,21 @@ import (
 // lossyJS is the runner's real JetStream, except that when armed, the next
 // append to the event log lands on the server but its acknowledgement is
 // lost to a dropped connection (a non-retryable error: outcome unknown),
-// and the first taskFails task publishes fail without publishing.
+// and the first taskFails task publishes and evFails event appends fail
+// without publishing.
 type lossyJS struct {
 	jetstream.JetStream
 	armed     atomic.Bool
 	taskFails atomic.Int64 // task publishes that fail (nothing published)
+	evFails   atomic.Int64 // event appends that fail (nothing published)
 }
 
 func (l *lossyJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	if strings.HasPrefix(m.Subject, "weft.task.") && l.taskFails.Add(-1) >= 0 {
 		return nil, errors.Join(errors.New("JetStream did not answer"), nats.ErrNoResponders)
+	}
+	if strings.HasPrefix(m.Subject, "weft.ev.") && l.evFails.Add(-1) >= 0 {
+		return nil, errors.Join(errors.New("the connection dropped before the append was sent"), nats.ErrConnectionClosed)
 	}
 	ack, err := l.JetStream.PublishMsg(ctx, m, opts...)
 	if err == nil && strings.HasPrefix(m.Subject, "weft.ev.") && l.armed.CompareAndSwap(true, false) {

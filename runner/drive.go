@@ -236,13 +236,26 @@ func (r *Runner) agentFor(s aggregate.State) (*agent.Agent, error) {
 // fails too it returns outcome_unknown (rn is stale: read before acting),
 // which a command's answer maps by its kind (unknownAnswer) and the
 // runner's own work treats as transient.
-func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+//
+// Closes that won for a decision that is then not recorded are kept and
+// recorded on the run's next wake (keepCloses).
+func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) (out []events.Event, err error) {
 	if rn.takeover != nil {
 		return r.takeOver(ctx, rn, c)
 	}
+	var won []aggregate.Close
+	defer func() {
+		if out == nil && len(won) > 0 {
+			r.keepCloses(rn.id, won)
+		}
+	}()
 	for range 8 {
 		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
+		if cl := r.closeFirst(ctx, rn, c, evs, now); cl != nil {
+			evs, derr = aggregate.Decide(rn.state, cl, now) // close.go
+			won = wonCloses(cl, won)
+		}
 		if len(evs) == 0 {
 			return nil, derr
 		}

@@ -216,22 +216,8 @@ func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
 // issued again and the run completes.
 func TestPartitions_AGoneRunnersPartitionsAreClaimedAndItsRunsRecovered(t *testing.T) {
 	h := newHarness(t)
-	kv, err := h.srv.JS.KeyValue(ctx(t), runner.PartitionsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := ctx(t)
-	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(c, "rebuilt", []byte(`{"schema":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	for p := range runner.DefaultPartitions {
-		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ghostOwnsEveryPartition(t, h)
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { return r.Turn > 1 }, Step: model.Answer("ok")},
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(50, "ok"))})
@@ -259,6 +245,7 @@ func TestPartitions_AGoneRunnersPartitionsAreClaimedAndItsRunsRecovered(t *testi
 			t.Fatal(err)
 		}
 	}
+	claimAsWorker(t, h, "g-run", "1/call_1_1", 1, 1) // the ghost's body may have run
 	r, _ := h.startRunner([]*agent.Agent{a})
 	fs := h.waitStatus("g-run", aggregate.StatusSuspended) // the uncertain action waits for a person
 	if act, _ := fs.Action("1/call_1_1"); act.State != aggregate.ActionUncertain {

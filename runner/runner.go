@@ -143,6 +143,14 @@ type Runner struct {
 	workerOpts  []worker.Option
 	headKey     nkeys.KeyPair // signs chain heads (signhead.go); nil: none
 
+	// claims is weft_claims, looked up at the first close of an attempt
+	// (close.go), under claimsMu.
+	claims   jetstream.KeyValue
+	claimsMu sync.Mutex
+	// claimsFailed is when the claims bucket's lookup last failed
+	// (claimsKV does not look it up again for claimsRetry).
+	claimsFailed time.Time
+
 	agents map[string]*agent.Agent // name@version and name (first registered)
 	list   []*agent.Agent
 	live   jetstream.KeyValue
@@ -168,6 +176,7 @@ type Runner struct {
 	// with the bad message's sequence (noteQuarantine).
 	quarantined map[string]uint64
 	replies     map[string]aggregate.Command // model answers not recorded yet
+	closes      map[string][]aggregate.Close // closes that won, their decision not recorded (keepCloses)
 	stopped     bool                         // no retry is scheduled any more
 	// serving ends when the drain window ends: every command still in
 	// flight then (a forward waiting on a driver that does not answer, a
@@ -235,7 +244,7 @@ func (t *tracker) quiet() <-chan struct{} {
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
 	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now, nparts: DefaultPartitions,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
-		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}}
+		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}, closes: map[string][]aggregate.Close{}}
 	for _, o := range opts {
 		o(r)
 	}

@@ -190,21 +190,7 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 	h := newHarness(t)
 	h.unbalanced = true
 	c := ctx(t)
-	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(c, "rebuilt", []byte(`{"schema":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	for p := range runner.DefaultPartitions {
-		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ghostOwnsEveryPartition(t, h)
 	b := &bodies{}
 	a := build(t, payThenAnswer(50), []tools.Tool{b.tool()}, policy.Func(allow))
 	var s aggregate.State

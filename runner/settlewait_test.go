@@ -35,6 +35,9 @@ func runningExternal(t *testing.T, run string, timeout tools.Timeout) (*harness,
 	h.waitFor(run, "running", func(s aggregate.State) bool {
 		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
 	})
+	// An external worker claimed the attempt: its body runs (it may act),
+	// so its deadline cannot close it.
+	claimAsWorker(t, h, run, "1/call_1_1", 1, 1)
 	return h, r
 }
 

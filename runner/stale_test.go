@@ -2,8 +2,11 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
@@ -39,13 +42,27 @@ func (h *harness) waitTasksConsumed() {
 	}
 }
 
+// noClaimsJS is the runner's real JetStream, except that the claims
+// bucket cannot be looked up: every close the runner tries has an unknown
+// outcome (counted claimed, docs/adr/0023-closing-attempts.md).
+type noClaimsJS struct{ jetstream.JetStream }
+
+func (j noClaimsJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	if bucket == api.ClaimsBucket {
+		return nil, errors.New("the claims bucket is unreachable")
+	}
+	return j.JetStream.KeyValue(ctx, bucket)
+}
+
 // SEMANTICS §8 (body running at the loss → uncertain, never a late start;
 // scenario 32's rule "body started exactly once" with zero starts): a task
 // whose attempt recovery already declared lost is never started. The first
 // runner fences a non-replayable attempt whose task nobody takes before it
-// drains and hands the run off; the runner that takes the run over records
-// the attempt uncertain, and its worker, which then gets the stale task,
-// must not start the body.
+// drains and hands the run off; the runner that takes the run over cannot
+// reach the claims bucket, so its close of the attempt has an unknown
+// outcome and it records the attempt uncertain. A worker that then gets the
+// stale task could claim it (nothing closed it): only its check that the
+// attempt is still current keeps it from starting the body.
 func TestScenario32_StaleTaskIsNotStartedAfterRecovery(t *testing.T) {
 	h := newHarness(t)
 	b := &bodies{}
@@ -66,13 +83,28 @@ func TestScenario32_StaleTaskIsNotStartedAfterRecovery(t *testing.T) {
 	})
 	stopA() // the drain window passes with the task untaken: hand-off
 
-	// Runner B takes the run over; its worker gets the stale task.
-	h.startRunner([]*agent.Agent{mk()})
-	s := h.waitStatus("stale", aggregate.StatusSuspended)
-	h.waitTasksConsumed()
-	if a := s.Actions()[0]; a.State != aggregate.ActionUncertain {
-		t.Fatalf("action %s, want uncertain", a.State)
+	// Runner B takes the run over without closing the attempt.
+	rb, err := runner.New(h.srv.Connect(), noClaimsJS{h.srv.JS}, []*agent.Agent{mk()}, runner.WithExternalTools("pay"))
+	if err != nil {
+		t.Fatal(err)
 	}
+	rctx, stopB := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rb.Run(rctx) }()
+	t.Cleanup(func() { stopB(); <-done })
+	s := h.waitStatus("stale", aggregate.StatusSuspended)
+	if a := s.Actions()[0]; a.State != aggregate.ActionUncertain || len(a.Closed)+len(a.Claimed) != 0 {
+		t.Fatalf("action %s, closed %v, claimed %v; want uncertain, no close recorded", a.State, a.Closed, a.Claimed)
+	}
+
+	// A worker gets the stale task; its claim would succeed.
+	w := worker.New(h.srv.Connect(), h.srv.JS)
+	w.Handle(deskQueue("pay"), runner.ToolHandler(b.tool(), nil))
+	wctx, stopW := context.WithCancel(context.Background())
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _ = w.Run(wctx) }()
+	t.Cleanup(func() { stopW(); <-wdone })
+	h.waitTasksConsumed()
 	if n := b.starts.Load(); n != 0 {
 		t.Fatalf("the body of an attempt recovery declared lost started %d times", n)
 	}

@@ -54,6 +54,7 @@ func TestCancelAfterTakeoverStartsNothing_NoReplayFenced(t *testing.T) {
 	if act := s.Actions()[0]; act.State != aggregate.ActionRunning || act.Attempt.MaxAttempts != 3 {
 		t.Fatalf("crafted history: %+v", act)
 	}
+	claimAsWorker(t, h, "tc2", "1/call_1_1", 1, 1) // the ghost's worker took it: it may have acted
 	h.release("ghost")
 	h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
 

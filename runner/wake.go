@@ -122,6 +122,9 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 		r.finishTakeover(ctx, rn)
 		return dueErr
 	}
+	if err := r.recordKeptCloses(ctx, rn); err != nil && dueErr == nil {
+		dueErr = err
+	}
 	if all {
 		r.act(ctx, rn, nil, true)
 	}

@@ -117,6 +117,16 @@ type Sim struct {
 	// doc).
 	Problems []string
 
+	// Claims is the claims bucket (docs/adr/0023-closing-attempts.md): a
+	// body's claim is "claimed" when a worker took it (the sim's worker
+	// claims a body when it reports it) or "closed" when the driver closed
+	// it first; a worker whose body's claim is closed drops the task, never
+	// starting or reporting it.
+	Claims map[Body]string
+	// Closes counts the closes the driver made (won, found, unknown).
+	Closes int
+
+	src     Source // the choices of Apply's closes
 	runners int
 	armed   map[string]bool // keys of Armed
 	// guarded is set for a run whose policy asks approval for most calls
@@ -155,6 +165,7 @@ func (s *Sim) Start(src Source) {
 		l.MaxResultBytes = 40
 	}
 	s.guarded = chance(src, "guarded", 3)
+	s.src = src
 	s.Apply(aggregate.Start{Run: s.Run, Agent: events.AgentRef{Name: "sim", Version: "1"}, Input: "go", Typed: !chance(src, "untyped", 3),
 		Runner: s.Driver, Limits: l})
 }
@@ -162,7 +173,14 @@ func (s *Sim) Start(src Source) {
 // Apply decides c at s.Now and appends what Decide returned. The driver
 // then acts on the appended events (InFlight); a worker starts every
 // dispatched body (Bodies).
+//
+// Before deciding a command that ends or abandons fenced attempts without
+// a result of their own (aggregate.ToClose), the driver closes their
+// claims, as a runner does, and decides aggregate.Closing instead: a close
+// finds a worker's claim, wins, or has an unknown outcome (which may have
+// landed all the same), chosen by the Source Start was given.
 func (s *Sim) Apply(c aggregate.Command) ([]events.Event, error) {
+	c = s.close(c)
 	evs, err := aggregate.Decide(s.State, c, s.Now)
 	s.Commands = append(s.Commands, Timed{c, s.Now})
 	before := s.State.Clone()
@@ -176,6 +194,42 @@ func (s *Sim) Apply(c aggregate.Command) ([]events.Event, error) {
 		s.Check(before, c, evs, err)
 	}
 	return evs, err
+}
+
+// close closes the claims of the attempts c ends or abandons and returns
+// the command to decide: c, or aggregate.Closing with the outcomes.
+func (s *Sim) close(c aggregate.Command) aggregate.Command {
+	if s.src == nil {
+		return c
+	}
+	evs, _ := aggregate.Decide(s.State, c, s.Now)
+	closes := aggregate.ToClose(s.State, c, evs)
+	if len(closes) == 0 {
+		return c
+	}
+	if s.Claims == nil {
+		s.Claims = map[Body]string{}
+	}
+	for i, cl := range closes {
+		b := Body{cl.Action, cl.Attempt}
+		s.Closes++
+		switch s.Claims[b] {
+		case "claimed":
+			closes[i].Claimed = true // found the worker's claim
+		case "closed":
+			closes[i].Closed = true // found its own closed value
+		default:
+			switch s.src.Intn("close", 5) {
+			case 0: // unknown outcome, nothing landed: counted claimed
+			case 1: // unknown outcome, landed: counted claimed all the same
+				s.Claims[b] = "closed"
+			default:
+				s.Claims[b] = "closed"
+				closes[i].Closed = true
+			}
+		}
+	}
+	return aggregate.Closing{By: s.Driver, Closes: closes, Then: c}
 }
 
 // Events returns the events of the history.
@@ -261,6 +315,15 @@ func (s *Sim) act(evs []events.Event) {
 			delete(s.InFlight, dispatchKey(e.Action, e.Attempt))
 		case events.AttemptLost:
 			delete(s.InFlight, dispatchKey(e.Action, e.Attempt))
+		case events.ActionsNotStarted:
+			// A running action whose attempts were all closed.
+			for k := range s.InFlight {
+				for _, a := range e.Actions {
+					if strings.HasPrefix(k, "dispatch "+a+"#") {
+						delete(s.InFlight, k)
+					}
+				}
+			}
 		case events.ChildStarted:
 			s.InFlight[childKey(e.Action, false)] = true
 		case events.ChildSettled:
@@ -345,6 +408,7 @@ func (s *Sim) trackTimers(evs []events.Event) {
 		case events.ActionsNotStarted:
 			for _, a := range e.Actions {
 				disarm(aggregate.TimerApprovalExpiry, a)
+				disarm(aggregate.TimerToolTimeout, a) // a running action whose attempts were all closed
 			}
 		case events.AttemptFenced:
 			if e.Deadline != nil {
@@ -745,6 +809,12 @@ func (s *Sim) answer(src Source, a aggregate.Action) aggregate.Command {
 // result bytes), an explain, an uncertain outcome, an oversize measure, or
 // a loss (crashed, worker_lost, timed_out).
 func (s *Sim) report(src Source, b Body) {
+	if s.Claims[b] == "closed" {
+		// The attempt was closed before any worker claimed it: the
+		// worker acks its task, never starts the body, reports nothing.
+		s.Bodies = slices.DeleteFunc(s.Bodies, func(x Body) bool { return x == b })
+		return
+	}
 	attempt := b.Attempt
 	switch src.Intn("attempt", 12) {
 	case 0:
@@ -774,6 +844,10 @@ func (s *Sim) report(src Source, b Body) {
 	if k := dispatchKey(b.Action, attempt); attempt == b.Attempt && WorkKeys(aggregate.Pending(s.State))[k] {
 		source = k
 	}
+	if s.Claims == nil {
+		s.Claims = map[Body]string{}
+	}
+	s.Claims[b] = "claimed" // the worker claimed it before its body started
 	if s.deliver(src, c, source) && attempt == b.Attempt {
 		// Delivered and recorded (refused or not): the worker is done.
 		s.Bodies = slices.DeleteFunc(s.Bodies, func(x Body) bool { return x == b })

@@ -1,0 +1,91 @@
+package e2e_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+)
+
+// precision is the chaos test's precision figure (SEMANTICS.md §8,
+// "Closing an attempt"), reported beside its problems: the actions a
+// person was ever asked to reconcile (uncertain at some point of the log),
+// those of them whose body never started (no ledger line of the action),
+// and of these the ones whose last attempt holds a worker's claim (a worker
+// claimed it, then was killed or found it ended before its body started:
+// the runtime cannot tell that from a started body,
+// docs/adr/0023-closing-attempts.md), or of which a close found a worker's
+// claim (attempt_closed claimed); unknown counts the others that have an
+// attempt the log records neither closed nor claimed (its close's outcome
+// stayed unknown — the store was down — or no close was made); closed
+// counts the attempts closed before any worker claimed them. An uncertain
+// action without a body start that is none of these — every attempt's
+// close is known, none found a worker's claim — is a problem: the target
+// is that no action is uncertain without a body start or a worker's claim.
+type precision struct{ uncertain, unstarted, claimed, unknown, closed int }
+
+func (c *chaosEnv) precision() (p precision) {
+	started := map[string]bool{}
+	for _, s := range c.ledger() {
+		started[s.run+" "+s.action] = true
+	}
+	claims, _ := c.e.srv.JS.KeyValue(context.Background(), api.ClaimsBucket)
+	for _, run := range c.runs {
+		envs, _, err := c.e.srv.Log.Load(context.Background(), run)
+		if err != nil {
+			continue
+		}
+		var s aggregate.State
+		ever := map[string]aggregate.Action{}
+		for _, env := range envs {
+			ev, err := env.Event()
+			if err != nil {
+				break
+			}
+			s = aggregate.Evolve(s, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+			for _, a := range s.Actions() {
+				if _, seen := ever[a.ID]; !seen && a.State == aggregate.ActionUncertain {
+					ever[a.ID] = a
+				}
+			}
+		}
+		for _, a := range s.Actions() {
+			p.closed += len(a.Closed)
+		}
+		for id, a := range ever {
+			p.uncertain++
+			if started[run+" "+id] {
+				continue
+			}
+			p.unstarted++
+			if claims == nil {
+				continue
+			}
+			var cl api.Claim
+			if e, err := claims.Get(context.Background(), api.ClaimKey(run, id, a.Attempts, a.Attempt.Incarnation)); len(a.Claimed) > 0 || err == nil && json.Unmarshal(e.Value(), &cl) == nil && cl.Closed == nil {
+				p.claimed++
+				continue
+			}
+			if closeUnknown(a) {
+				p.unknown++
+				continue
+			}
+			c.problem("%s %s: uncertain (%s) without a body start nor a worker's claim, though every attempt's close is known (closed %v)", run, id, a.Detail, a.Closed)
+		}
+	}
+	return p
+}
+
+// closeUnknown reports whether one of a's attempts is recorded neither
+// closed nor claimed (attempt_closed): no close of it had a known outcome.
+func closeUnknown(a aggregate.Action) bool {
+	for n := 1; n <= a.Attempts; n++ {
+		if !slices.Contains(a.Closed, n) && !slices.Contains(a.Claimed, n) {
+			return true
+		}
+	}
+	return false
+}

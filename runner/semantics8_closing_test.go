@@ -1,0 +1,404 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// ledger is the test tool's record of every body start, written before the
+// body acts (as an application's fsynced ledger would be): run, action and
+// attempt.
+type ledger struct {
+	mu     sync.Mutex
+	starts []ledgerStart
+}
+
+type ledgerStart struct {
+	Run, Action string
+	Attempt     int
+}
+
+// tool is "pay", whose body appends to the ledger before it answers.
+func (l *ledger) tool() tools.Tool {
+	return tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		l.mu.Lock()
+		l.starts = append(l.starts, ledgerStart{call.Run, call.Action, call.Attempt})
+		l.mu.Unlock()
+		return payOut{ID: "pay-" + call.Action}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+}
+
+// started reports whether any body of run's action started.
+func (l *ledger) started(run, action string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.starts, func(s ledgerStart) bool { return s.Run == run && s.Action == action })
+}
+
+// check checks run's final state s against the ledger (SEMANTICS.md §5 and
+// §8 "Closing an attempt"): no body started under an attempt the run
+// records closed, no action with a body start ended not_started, and an
+// action uncertain without any body start has a worker's claim on its
+// attempt — the one case the runtime cannot tell apart from a started body
+// (a worker claimed it and then found it ended before starting it,
+// docs/adr/0023-closing-attempts.md). It returns how many actions are
+// uncertain, and how many of those never started a body.
+func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted int) {
+	t.Helper()
+	claims, err := h.srv.JS.KeyValue(context.Background(), api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range s.Actions() {
+		started := l.started(run, a.ID)
+		if a.State == aggregate.ActionUncertain {
+			uncertain++
+			if !started {
+				unstarted++
+				var c api.Claim
+				e, err := claims.Get(context.Background(), api.ClaimKey(run, a.ID, a.Attempts, a.Attempt.Incarnation))
+				if err == nil {
+					err = json.Unmarshal(e.Value(), &c)
+				}
+				if err != nil || c.Closed != nil || c.Worker == "" {
+					t.Errorf("run %s: action %s is uncertain (%s) but no body of it ever started, and no worker claimed attempt %d (claim %+v, %v)", run, a.ID, a.Detail, a.Attempts, c, err)
+				}
+			}
+		}
+		if a.State == aggregate.ActionNotStarted && started {
+			t.Errorf("run %s: action %s ended not_started but a body of it started", run, a.ID)
+		}
+		l.mu.Lock()
+		for _, st := range l.starts {
+			if st.Run == run && st.Action == a.ID && slices.Contains(a.Closed, st.Attempt) {
+				t.Errorf("run %s: action %s attempt %d started a body after its claim was closed", run, a.ID, st.Attempt)
+			}
+		}
+		l.mu.Unlock()
+	}
+	return uncertain, unstarted
+}
+
+// TestSemantics8_ClosingAnAttemptCancelRacingApprovals races a cancel with
+// the approval of a payment, 20 times: whenever the approval's fence lands
+// before the cancel and no worker claimed the attempt yet, the cancel's
+// close wins and the payment ends not_started; it is uncertain only when
+// its body started (checked against the tool's ledger), and no body starts
+// after its attempt's claim was closed.
+func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
+	a := build(t, m, []tools.Tool{l.tool()}, policy.Func(approvalAbove))
+	h.startRunner([]*agent.Agent{a})
+	c := ctx(t)
+	const n = 20
+	for i := range n {
+		run := fmt.Sprint("race-", i)
+		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "pay"}); err != nil {
+			t.Fatal(err)
+		}
+		s := h.waitStatus(run, aggregate.StatusSuspended)
+		act, _ := s.Action(aggregate.Status(s).Approvals[0])
+		// The cancel is sent as soon as the approval is recorded (its
+		// fence with it): it races the worker's claim of the attempt.
+		if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: run + "-a", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: run + "-c", Run: run, By: "dave"}); err != nil && weft.ErrorCode(err) != weft.CodeRunEnded {
+			t.Errorf("cancel %s: %v", run, err) // run_ended: the payment and the run completed first
+		}
+	}
+	drained(t, h, a, "pay")
+	uncertain, unstarted, closed := 0, 0, 0
+	for i := range n {
+		run := fmt.Sprint("race-", i)
+		s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+		u, un := l.check(t, h, run, s)
+		uncertain += u
+		unstarted += un
+		for _, a := range s.Actions() {
+			closed += len(a.Closed)
+		}
+	}
+	t.Logf("%d runs: %d uncertain payments, %d of them without a body start (claimed by a worker that then found them ended); %d attempts closed unclaimed; %d body starts", n, uncertain, unstarted, closed, len(l.starts))
+	if closed == 0 && unstarted > 0 {
+		// The race was run, yet no close won: every cancel came after a
+		// worker's claim, and payments whose body never started are
+		// uncertain — what closing attempts is for.
+		t.Errorf("no attempt was closed in %d cancels racing approvals, and %d uncertain payments never started a body", n, unstarted)
+	}
+}
+
+// drained waits until every task of a's tool was acked by its workers: a
+// delivery of a closed attempt's task has then found the closed claim (and
+// would have started its body, in the ledger, had the claim not been
+// closed).
+func drained(t *testing.T, h *harness, a *agent.Agent, tool string) {
+	t.Helper()
+	c := ctx(t)
+	cons, err := h.srv.JS.Consumer(c, api.TaskStream, api.Queue{Agent: a.Name(), Version: a.Version(), Tool: tool}.Consumer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, err := cons.Info(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the tasks of %s were not all acked: %+v", tool, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// claimAsWorker creates the claim of run's action attempt (incarnation) as
+// a worker does before it starts the body: the attempt may have acted, so
+// nothing can close it (docs/adr/0023-closing-attempts.md). Tests of the
+// paths that end an attempt whose body may have run use it where no worker
+// of theirs takes the task.
+func claimAsWorker(t *testing.T, h *harness, run, action string, attempt, incarnation int) {
+	t.Helper()
+	kv, err := h.srv.JS.KeyValue(ctx(t), api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(api.Claim{Schema: 1, Worker: "w-elsewhere", Token: "t-1", Claimed: time.Now().UTC()})
+	if _, err := kv.Create(ctx(t), api.ClaimKey(run, action, attempt, incarnation), b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision
+// (docs/adr/0023-closing-attempts.md, item 5): a close that landed but
+// whose decision was lost — its runner died between the close and the
+// append — leaves the attempt's claim closed. The next decision about the
+// attempt (here its deadline timer) tries to close it again, finds the
+// closed value and records it: the attempt did not act, the action is
+// replayed without spending its single attempt, and a cancel then ends it
+// not_started (every attempt closed), nothing uncertain.
+func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.After(300*time.Millisecond))}, policy.Func(allow))
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay")) // no worker takes pay
+	const run = "found-closed"
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	act := s.Actions()[0]
+	kv, err := h.srv.JS.KeyValue(ctx(t), api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dead runner's close.
+	b, _ := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: "dead-runner", Why: "cancelled", At: time.Now().UTC()}})
+	if _, err := kv.Create(ctx(t), api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation), b); err != nil {
+		t.Fatal(err)
+	}
+	s = h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
+		a, _ := s.Action(act.ID)
+		return slices.Contains(a.Closed, 1) || a.State == aggregate.ActionUncertain
+	})
+	if a, _ := s.Action(act.ID); a.State == aggregate.ActionUncertain || a.Attempts < 2 {
+		t.Fatalf("after its deadline the attempt whose claim was closed is %s (%s), %d attempt(s); want replayed", a.State, a.Detail, a.Attempts)
+	}
+	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	s = h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	if a, _ := s.Action(act.ID); a.State != aggregate.ActionNotStarted || len(a.Closed) != a.Attempts {
+		t.Fatalf("after the cancel: %s (%s), attempts %d, closed %v; want not_started, every attempt closed", a.State, a.Detail, a.Attempts, a.Closed)
+	}
+	if u, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain", u)
+	}
+}
+
+// ghostOwnsEveryPartition records every partition as owned by "ghost", a
+// runner that stopped heartbeating: a runner started afterwards judges it
+// gone and takes its runs over (cause runner_lost). The runs are the
+// caller's, written with appendDecided and Runner "ghost", with a driver
+// key (ghostDrives).
+func ghostOwnsEveryPartition(t *testing.T, h *harness) {
+	t.Helper()
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(c, "config", []byte(fmt.Sprintf(`{"schema":1,"partitions":%d}`, runner.DefaultPartitions))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, "rebuilt", []byte(`{"schema":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	for p := range runner.DefaultPartitions {
+		if _, err := kv.Put(c, fmt.Sprintf("p.%04d", p), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// ghostDrives records "ghost" as the driver of runs.
+func ghostDrives(t *testing.T, h *harness, runs ...string) {
+	t.Helper()
+	drivers, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range runs {
+		if _, err := drivers.Put(ctx(t), runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain (SEMANTICS.md
+// §5 rule 1, docs/adr/0023-closing-attempts.md): a close that found a
+// worker's claim is recorded (attempt_closed with claimed), and no later
+// decision closes that attempt again — the claim expires (a no-deadline
+// tool's claim lives for the bucket's max age), after which a close would
+// win over a body that may have run. A replayable, approved payment with
+// no deadline was claimed by a worker when its runner ("ghost") was lost;
+// the takeover's close finds the claim and asks the approval again. The
+// claim then goes (purged here, as its expiry would), and the re-asked
+// approval is rejected: the payment ends uncertain, not rejected.
+func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T) {
+	h := newHarness(t)
+	ghostOwnsEveryPartition(t, h)
+	var l ledger
+	m := model.NewScripted("s", model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithReplay(tools.WithTimeout(l.tool(), tools.Infinity()), 2)}, policy.Func(approvalAbove))
+	const run, id = "claimed-once", "1/call_1_1"
+	var s aggregate.State
+	hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	call := payCall(500, "ok")
+	call.ID = "call_1_1"
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	finance := events.Requirement{Name: "finance", Version: 1}
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
+		Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: finance}}}})
+	appendDecidedAt(t, h, run, &s, hd, aggregate.Approve{Action: id, Revision: 1, Reviewer: "alice", Verifier: "desk",
+		Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}, Tool: events.ToolConfig{Timeout: -1, MaxAttempts: 2}})
+	if act, _ := s.Action(id); act.State != aggregate.ActionRunning || act.Attempt.Deadline != nil {
+		t.Fatalf("crafted history: action %s, deadline %v; want running with no deadline", act.State, act.Attempt.Deadline)
+	}
+	ghostDrives(t, h, run)
+	claimAsWorker(t, h, run, id, 1, 1) // the ghost's worker claimed it: its body may have run
+
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"))
+	s = h.waitFor(run, "the approval asked again", func(s aggregate.State) bool {
+		a, _ := s.Action(id)
+		return a.State == aggregate.ActionAwaitingApproval && a.Request.Revision == 2
+	})
+	if act, _ := s.Action(id); !slices.Contains(act.Claimed, 1) || len(act.Closed) != 0 {
+		t.Fatalf("after the takeover: claimed %v, closed %v; want attempt 1 recorded claimed", act.Claimed, act.Closed)
+	}
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(c, api.ClaimKey(run, id, 1, 1)); err != nil { // the worker's claim expired
+		t.Fatal(err)
+	}
+	if _, err := h.client.Reject(c, api.RejectRequest{CommandID: "r2", Run: run, Action: id, Revision: 2, Reason: "no", Approver: "desk", Credential: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	s = h.waitFor(run, "the answer recorded", func(s aggregate.State) bool {
+		a, _ := s.Action(id)
+		return a.State != aggregate.ActionAwaitingApproval
+	})
+	if act, _ := s.Action(id); act.State != aggregate.ActionUncertain || len(act.Closed) != 0 {
+		t.Fatalf("after the rejection: %s (%s), closed %v; want uncertain: a worker claimed attempt 1", act.State, act.Detail, act.Closed)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded
+// (docs/adr/0023-closing-attempts.md, item 5): a cancel closes the claim
+// of a running attempt without a deadline, then its append fails with
+// nothing landed (unavailable) and the client does not send it again. The
+// closed attempt never starts nor reports, and no timer would ever decide
+// it: the runner records the close itself on the run's next wake, and the
+// attempt — which did not act — is replayed, its one attempt unspent.
+// Before, the action stayed running attempt 1 forever.
+func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	js := &lossyJS{JetStream: h.srv.JS}
+	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithExternalTools("pay"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	c := ctx(t)
+	const run = "close-unrecorded"
+	for {
+		_, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
+		if err == nil {
+			break
+		}
+		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	act := s.Actions()[0]
+	if act.Attempt.Deadline != nil {
+		t.Fatalf("attempt 1 has deadline %v, want none", act.Attempt.Deadline)
+	}
+	js.evFails.Store(1)
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); weft.ErrorCode(err) != weft.CodeUnavailable {
+		t.Fatalf("cancel whose append failed: %v, want unavailable", err)
+	}
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl api.Claim
+	if e, err := kv.Get(c, api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation)); err != nil || json.Unmarshal(e.Value(), &cl) != nil || cl.Closed == nil {
+		t.Fatalf("attempt 1's claim after the cancel: %+v, %v; want closed", cl, err)
+	}
+	s = h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
+		a, _ := s.Action(act.ID)
+		return slices.Contains(a.Closed, 1)
+	})
+	if a, _ := s.Action(act.ID); a.State != aggregate.ActionRunning || a.Attempts != 2 {
+		t.Fatalf("after the close was recorded: %s (%s), %d attempt(s); want attempt 2 running", a.State, a.Detail, a.Attempts)
+	}
+	if _, fin := s.Finished(); fin {
+		t.Fatal("the run finished, though the cancel was never recorded")
+	}
+}
