@@ -164,6 +164,11 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 			return nil, fmt.Errorf("api: endpoint %s: %w", e.name, err)
 		}
 	}
+	// The lanes' subscriptions leave in the connection's buffer: once
+	// Serve returns, the server knows them, so that a request sent from
+	// another connection then finds its responders. Best effort: a
+	// connection that is reconnecting sends them again when it is back.
+	_ = nc.FlushTimeout(10 * time.Second)
 	return svc, nil
 }
 
