@@ -118,8 +118,8 @@ func normalize(s string) string {
 
 // citedFiles lists the files under root that citations are checked in
 // (Go, Markdown, the datadriven scripts' *.txt and JavaScript or
-// TypeScript), relative to root, in order; node_modules and .git are left
-// out.
+// TypeScript), relative to root, in order; node_modules, .git and this
+// checker's own files are left out.
 func citedFiles(root string) ([]string, error) {
 	var files []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -141,7 +141,9 @@ func citedFiles(root string) ([]string, error) {
 		if err != nil {
 			return err
 		}
-		files = append(files, filepath.ToSlash(rel))
+		if rel = filepath.ToSlash(rel); !ownFile(rel) {
+			files = append(files, rel)
+		}
 		return nil
 	})
 	sort.Strings(files)
@@ -167,9 +169,6 @@ func Citations(root string, allowed map[string][]string) ([]CitationProblem, err
 	}
 	var out []CitationProblem
 	for _, rel := range files {
-		if ownFile(rel) {
-			continue
-		}
 		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(rel)))
 		if err != nil {
 			return nil, err
@@ -375,9 +374,6 @@ func RewriteTree(root string, rules []Rewrite) ([]string, error) {
 	}
 	var changed []string
 	for _, rel := range files {
-		if ownFile(rel) {
-			continue
-		}
 		p := filepath.Join(root, filepath.FromSlash(rel))
 		b, err := os.ReadFile(p)
 		if err != nil {
