@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // SemanticsDoc is the path, from the module root, of the project's
@@ -345,9 +346,11 @@ var (
 // every file, in order; then every remaining citation of the design notes
 // ("SEMANTICS §8", "SEMANTICS.md") becomes docs/semantics.md; then a
 // tracker reference in parentheses of its own, or beside another
-// reference, or opening a sentence, is removed. What is left is for the
-// table (Citations finds it).
+// reference, or opening a sentence, is removed. In a Go file a comment line
+// the rewrite made wider than 80 columns is wrapped. What is left is for
+// the table (Citations finds it).
 func RewriteCitations(rel, src string, rules []Rewrite) string {
+	in := src
 	for _, r := range rules {
 		if r.File == "" || r.File == rel {
 			src = r.re.ReplaceAllLiteralString(src, r.New)
@@ -361,7 +364,58 @@ func RewriteCitations(rel, src string, rules []Rewrite) string {
 		sm := trackerLead.FindStringSubmatch(m)
 		return sm[1] + strings.ToUpper(sm[2])
 	})
+	if strings.HasSuffix(rel, ".go") {
+		src = wrapLonger(in, src)
+	}
 	return src
+}
+
+// maxComment is the width, in columns (a tab counts 4), up to which
+// wrapLonger fills a Go comment line the rewrite made longer.
+const maxComment = 80
+
+// commentLine is a Go comment line of prose: its indentation and "// ",
+// then its text (a line "//\t…" is code in a doc comment, never wrapped).
+var commentLine = regexp.MustCompile(`^([ \t]*// )(\S.*)$`)
+
+// wrapLonger breaks each comment line of out that in does not have (one
+// the rewrite made) and that is wider than maxComment at its last space
+// that fits, the rest on lines of the same prefix; lines the rewrite left
+// alone stay as they were.
+func wrapLonger(in, out string) string {
+	had := map[string]bool{}
+	for _, l := range strings.Split(in, "\n") {
+		had[l] = true
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		m := commentLine.FindStringSubmatch(l)
+		if had[l] || m == nil {
+			lines = append(lines, l)
+			continue
+		}
+		prefix, text := m[1], m[2]
+		for columns(prefix+text) > maxComment {
+			cut := -1
+			for i := 1; i < len(text); i++ {
+				if text[i] == ' ' && columns(prefix+text[:i]) <= maxComment {
+					cut = i
+				}
+			}
+			if cut < 0 {
+				break
+			}
+			lines = append(lines, prefix+text[:cut])
+			text = strings.TrimLeft(text[cut:], " ")
+		}
+		lines = append(lines, prefix+text)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// columns is the width of s, a tab counting 4 columns.
+func columns(s string) int {
+	return utf8.RuneCountInString(s) + 3*strings.Count(s, "\t")
 }
 
 // RewriteTree applies RewriteCitations to every file Citations checks
