@@ -33,6 +33,10 @@ var (
 	scenarioCite = regexp.MustCompile(`docs/semantics\.md` + gap + `§12,?` + gap + `scenarios?` + gap + `(\d+)`)
 	// scenarioItem is a numbered scenario in §12: "31. Approval pending, …".
 	scenarioItem = regexp.MustCompile(`(?m)^(\d+)\. `)
+	// namedTest is a test named after a section or a scenario
+	// ("TestSemantics8_…", "TestScenario31_…"), or a script of the
+	// aggregate's named so ("rule08_….txt", "scenario31_….txt").
+	namedTest = regexp.MustCompile(`\bTest(Semantics|Scenario)0*(\d+)_|(?:^|/)(rule|scenario)0*(\d+)_[^/]*\.txt$`)
 	// sectionNumber is one section number of a citation's list.
 	sectionNumber = regexp.MustCompile(`§(\d+)`)
 	// designDoc is a citation of the design notes the semantics came from,
@@ -152,13 +156,15 @@ func citedFiles(root string) ([]string, error) {
 }
 
 // Citations checks every Go, Markdown, script (*.txt) and JavaScript or
-// TypeScript file under root (this checker's own files left out): each
+// TypeScript file under root (this checker's own files left out): tests
+// named after a section or a scenario (TestSemantics8_…, TestScenario31_…,
+// rule08_*.txt, scenario31_*.txt) name one that exists; each
 // "docs/semantics.md §N" names a section docs/semantics.md has, and a text
 // quoted right after the section is in that section; no file cites the
 // design notes ("SEMANTICS.md", "SEMANTICS §N") or a tracker entry ("issue
 // 17", "reviewer F4", "review r3"), except a line of allowed, the files
 // and phrases whose "issue" means something else. Problems come in file
-// and line order.
+// order, then by kind and line.
 func Citations(root string, allowed map[string][]string) ([]CitationProblem, error) {
 	secs, err := readSections(filepath.Join(root, filepath.FromSlash(SemanticsDoc)))
 	if err != nil {
@@ -204,6 +210,14 @@ func Citations(root string, allowed map[string][]string) ([]CitationProblem, err
 				out = append(out, CitationProblem{rel, line(m[0]), fmt.Sprintf("cites scenario %s, which %s §12 does not list", n, SemanticsDoc)})
 			}
 		}
+		if m := namedTest.FindStringSubmatch(rel); m != nil {
+			out = append(out, checkNamed(secs, rel, 1, m[3], m[4])...)
+		}
+		for _, m := range namedTest.FindAllStringSubmatchIndex(src, -1) {
+			if m[2] >= 0 {
+				out = append(out, checkNamed(secs, rel, line(m[0]), src[m[2]:m[3]], src[m[4]:m[5]])...)
+			}
+		}
 		for _, m := range designDoc.FindAllStringIndex(src, -1) {
 			out = append(out, CitationProblem{rel, line(m[0]), "cites the design notes (SEMANTICS…), a file outside the repository: cite " + SemanticsDoc})
 		}
@@ -226,6 +240,22 @@ func words(s string) string {
 		}
 	}
 	return strings.Join(w, " ")
+}
+
+// checkNamed checks a test or script named after a section ("Semantics",
+// "rule") or a scenario ("Scenario", "scenario") number n.
+func checkNamed(secs map[int]section, rel string, line int, kind, n string) []CitationProblem {
+	if strings.EqualFold(kind, "scenario") {
+		if !scenarioListed(secs[12].raw, n) {
+			return []CitationProblem{{rel, line, fmt.Sprintf("is named after scenario %s, which %s §12 does not list", n, SemanticsDoc)}}
+		}
+		return nil
+	}
+	v, _ := strconv.Atoi(n)
+	if _, ok := secs[v]; !ok {
+		return []CitationProblem{{rel, line, fmt.Sprintf("is named after %s §%s, which has no such section", SemanticsDoc, n)}}
+	}
+	return nil
 }
 
 // scenarioListed reports whether the text of §12 lists scenario n.

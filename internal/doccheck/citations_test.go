@@ -32,8 +32,9 @@ func TestSemanticsCitationsExist(t *testing.T) {
 
 // TestCitationsFindProblems keeps the citation check honest: in a small
 // tree, a missing section, a quote its section does not hold, a scenario
-// §12 does not list, a citation of the design notes and each form of
-// tracker reference are found, and nothing else is.
+// §12 does not list, a test or script named after either, a citation of
+// the design notes and each form of tracker reference are found, and
+// nothing else is.
 func TestCitationsFindProblems(t *testing.T) {
 	got, err := doccheck.Citations(filepath.Join("testdata", "citations", "tree"), map[string][]string{"a/a.go": {"nats.go's issue 42"}})
 	if err != nil {
@@ -48,6 +49,8 @@ func TestCitationsFindProblems(t *testing.T) {
 		`a/a.go:4: quotes "rule two", which docs/semantics.md §1 does not say`,
 		`a/a.go:9: cites docs/semantics.md §11, which has no such section`,
 		`a/a.go:8: cites scenario 3, which docs/semantics.md §12 does not list`,
+		`a/a.go:10: is named after docs/semantics.md §9, which has no such section`,
+		`a/a.go:11: is named after scenario 3, which docs/semantics.md §12 does not list`,
 		`a/a.go:6: cites the design notes (SEMANTICS…), a file outside the repository: cite docs/semantics.md`,
 		`a/a.go:6: cites a tracker entry ("issue 17"): cite the file that holds the rule or decision`,
 		`a/a.go:7: cites a tracker entry ("reviewer F4"): cite the file that holds the rule or decision`,
@@ -55,6 +58,7 @@ func TestCitationsFindProblems(t *testing.T) {
 		`b.md:1: cites the design notes (SEMANTICS…), a file outside the repository: cite docs/semantics.md`,
 		`b.md:1: cites a tracker entry ("review r3"): cite the file that holds the rule or decision`,
 		`c.txt:1: cites docs/semantics.md §7, which has no such section`,
+		`scenario07_unlisted.txt:1: is named after scenario 7, which docs/semantics.md §12 does not list`,
 	}
 	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))

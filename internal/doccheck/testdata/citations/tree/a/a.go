@@ -7,5 +7,6 @@
 // 17), a review finding (reviewer F4), the scenarios 2 and 3
 // (docs/semantics.md §12 scenario 2; docs/semantics.md §12, scenario 3)
 // and a list (docs/semantics.md §1, §8 and §11); nats.go's issue 42 is
-// allowed.
+// allowed. TestSemantics9_Missing, TestScenario2_Listed and
+// TestScenario03_Unlisted are named after rules.
 package a
