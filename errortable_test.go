@@ -298,7 +298,7 @@ func TestErrorTableMatchesCode(t *testing.T) {
 }
 
 // TestRefusalsAreCopies proves the error tables are not exported mutable
-// state (STYLE.md, issue 16 item 5): what api.Refusals, projector.Refusals
+// state (STYLE.md): what api.Refusals, projector.Refusals
 // and catalog.Refusals return is a copy, so a caller that changes it
 // changes neither the next answer nor what the endpoints declare.
 func TestRefusalsAreCopies(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // checkout) and checks its module graph: the developer tools (go-task,
 // staticcheck) and what they drag in (the AWS SDK, Google Cloud) must not be
 // in it, so depending on Weft costs an application only what Weft's code
-// needs (issue 16, item 4; docs/adr/0012-developer-tools-module.md).
+// needs (docs/adr/0012-developer-tools-module.md).
 func TestApplicationModuleGraph(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {

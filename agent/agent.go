@@ -1,6 +1,6 @@
 // Package agent defines agents: a name and version, a model, tools, a
 // mandatory policy, approvers, an optional typed final answer and the limits
-// of SEMANTICS.md §2.
+// of docs/semantics.md §2.
 //
 // New collects a definition; Build checks all of it at once and returns an
 // *Agent or a *BuildError listing every problem in a stable order, each
@@ -13,7 +13,8 @@
 // the policy or the prompt would make an old run's history mean something
 // else.
 //
-// Delegate makes a sub-agent a tool of another agent (SEMANTICS.md §1): the
+// Delegate makes a sub-agent a tool of another agent (docs/semantics.md §1):
+// the
 // model calls it with {"input": text} and the runtime runs a child run of
 // the sub-agent, bounded by the delegating run's max children and max depth
 // and by the family turn budget (docs/adr/0007).
@@ -52,7 +53,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// The defaults of the limits (SEMANTICS.md §2).
+// The defaults of the limits (docs/semantics.md §2).
 const (
 	DefaultVersion         = "1"                    // DefaultVersion is the version of an agent without WithVersion.
 	DefaultMaxTurns        = 8                      // DefaultMaxTurns is the default of WithMaxTurns.

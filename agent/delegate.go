@@ -23,7 +23,7 @@ type delegation struct {
 }
 
 // Delegate returns a tool through which an agent delegates to child (a
-// sub-agent, SEMANTICS.md §1): the model calls it by child's name with
+// sub-agent, docs/semantics.md §1): the model calls it by child's name with
 // {"input": text}, and instead of running a body the runtime starts a child
 // run of child with that input and gives the model the child's answer (or an
 // error naming the child's outcome). description is what the model is told

@@ -201,7 +201,7 @@ func TestErrorsAreCoded(t *testing.T) {
 }
 
 // TestScenario38_ContentKind: reconciliation content is the tool's encoded
-// output, {"error": m} or {"unconfirmed": note} (SEMANTICS.md §10); null
+// output, {"error": m} or {"unconfirmed": note} (docs/semantics.md §10); null
 // and an unconfirmed note that is no string are refused invalid_content,
 // so the model never reads null as a result.
 func TestScenario38_ContentKind(t *testing.T) {
@@ -239,7 +239,7 @@ func TestScenario38_ContentKind(t *testing.T) {
 }
 
 // TestRecoveredPrechecksOnTheRecoveredState checks Recovered, the pure
-// pre-check view of a takeover (SEMANTICS.md §7): it equals folding the
+// pre-check view of a takeover (docs/semantics.md §7): it equals folding the
 // recovery's own decision, leaves its argument unchanged, and a command
 // pre-checked on it (CheckAnswer) sees what Recover{Then} decides on.
 func TestRecoveredPrechecksOnTheRecoveredState(t *testing.T) {
@@ -284,8 +284,10 @@ func TestRecoveredPrechecksOnTheRecoveredState(t *testing.T) {
 	}
 }
 
-// TestFoldCheckedReturnsImpossibleEvents checks the rule of SEMANTICS §8
-// (issue 11 item 2: one malformed message must not stop the world) at the
+// TestFoldCheckedReturnsImpossibleEvents checks the rule of docs/semantics.md
+// §8
+// (one malformed message must not stop the world;
+// docs/adr/0011-quarantine-and-repair-of-malformed-messages.md) at the
 // decision core: a history holding an event no decision could have
 // produced (a report for an action that does not exist) folds to an
 // *ImpossibleError naming the run, the version and the event, instead of

@@ -26,7 +26,7 @@ type AnswerCheck struct {
 //
 //  1. When Verify is set, verify the answer's proof against Request (the
 //     request of Action as recorded); a refused proof is the answer, and
-//     nothing is recorded (SEMANTICS §4: a refused answer leaves the pause
+//     nothing is recorded (docs/semantics.md §4: a refused answer leaves the pause
 //     intact).
 //  2. When Refusal is set, decide the bare command (Approve or Reject with
 //     only Action and Revision: it records the expiries that are due) and
@@ -52,7 +52,7 @@ type AnswerPlan struct {
 //
 // Then the references are checked (CheckAnswer). An approve whose request
 // is due but not yet recorded as expired verifies its proof first and
-// only then is refused approval_expired (SEMANTICS §4: proof checked
+// only then is refused approval_expired (docs/semantics.md §4: proof checked
 // first, then expiry). Any other refusal of the references is answered
 // without verifying anything. A valid approve always verifies its proof; a
 // valid reject verifies one when it names an approver or the agent has

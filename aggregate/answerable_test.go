@@ -15,7 +15,8 @@ import (
 	"github.com/weftrun/weft/events"
 )
 
-// TestSemantics8_ATakeoverTheRuntimeDerivesIsNeverRefused checks SEMANTICS.md
+// TestSemantics8_ATakeoverTheRuntimeDerivesIsNeverRefused checks
+// docs/semantics.md
 // §8, "A run can always be answered", over reachable states (random
 // simulated runs), times (now, a little later, or far past every
 // deadline) and commands (the ones people, workers, timers and the model

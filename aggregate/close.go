@@ -4,7 +4,7 @@ import "github.com/weftrun/weft/events"
 
 // ToClose returns the fenced attempts that the decision evs of c on s
 // (Decide's events) ends or abandons without a result of their own (docs/adr/0023-closing-attempts.md,
-// SEMANTICS.md §8 "Closing an attempt"): a running attempt stopped by a
+// docs/semantics.md §8 "Closing an attempt"): a running attempt stopped by a
 // cancel or the run's end, lost at its timer or at a takeover, and the lost
 // latest attempt of an action waiting to start again that the decision ends
 // uncertain (a cancel, the run's end, a rejected, expired or denied re-asked

@@ -126,7 +126,7 @@ type Reject struct {
 // events.OutcomeOutput (Content), OutcomeExplain (Message) or
 // OutcomeUncertain (Evidence). An output's Content, or an Explain's
 // {"error": Message}, over the run's max result bytes is recorded as an
-// oversize report: the action is faulted (SEMANTICS.md §2).
+// oversize report: the action is faulted (docs/semantics.md §2).
 type Report struct {
 	Action   string
 	Attempt  int
@@ -159,7 +159,8 @@ type Lost struct {
 // On a running action Decide refuses not_awaited with Reason
 // "body_running" and records nothing: the runner waits for the attempt's
 // report and decides the settlement again, which then gives already_recorded
-// (SEMANTICS.md §9). A handler settling its own call is refused not_awaited
+// (docs/semantics.md §9). A handler settling its own call is refused
+// not_awaited
 // by the runner at once, without deciding. Output content, or an Explain
 // whose {"error": Message} encoding, over the run's max result bytes is
 // refused not_awaited with Reason "result_too_large" (recorded as
@@ -257,12 +258,12 @@ type HandOff struct {
 // refused invalid_request. events.RecoveredIdle may be given for a run
 // that is Idle (and only then): nothing is in flight, so the recovery
 // records run_recovered alone. Only a loss re-asks approvals: a hand-off keeps
-// every recorded approval (SEMANTICS.md §8).
+// every recorded approval (docs/semantics.md §8).
 //
 // The cause is judged on the run as its log says, before anything else:
 // approval expiries that fell due meanwhile are applied after the
 // recovery, at the new incarnation, so RecoveryCause(s) is never refused
-// (SEMANTICS.md §8, "A run can always be answered").
+// (docs/semantics.md §8, "A run can always be answered").
 //
 // Then is the command that made the runner take the run over (an answer,
 // a cancel, a report, a timer), nil for a takeover on its own (a runner's
@@ -270,7 +271,7 @@ type HandOff struct {
 // decision, before any follow-on of the recovery — the replay's fence, the
 // re-issued model call, the fence of a queued action — so that a command
 // that cancels or ends the run starts no body and issues no model call
-// (SEMANTICS.md §7). A refusal of Then comes with the recovery's events,
+// (docs/semantics.md §7). A refusal of Then comes with the recovery's events,
 // which are appended all the same. Then may not be Start, HandOff or
 // Recover; a finished run needs no takeover (decide the command alone).
 type Recover struct {
@@ -281,7 +282,7 @@ type Recover struct {
 
 // Closing is a command (Then) decided after the runner closed the claims of
 // the fenced attempts Then ends or abandons without a result of their own
-// (docs/adr/0023-closing-attempts.md, SEMANTICS.md §8 "Closing an
+// (docs/adr/0023-closing-attempts.md, docs/semantics.md §8 "Closing an
 // attempt"): Closes are the outcomes of those closes, the decision's
 // recorded input. Each close that won (Closed) is recorded as
 // events.AttemptClosed ahead of Then's events, in the same decision, unless

@@ -68,7 +68,7 @@ type decider struct {
 	// modelLost is set by a recovery that found the run's requested model
 	// call lost with its runner: advance issues it again once the command
 	// the takeover was for (Recover.Then) is decided, unless that command
-	// cancelled or ended the run (SEMANTICS.md §7). recall says the lost
+	// cancelled or ended the run (docs/semantics.md §7). recall says the lost
 	// call was never made (RunHandedOff Uncalled): it is issued under the
 	// same turn.
 	modelLost bool
@@ -128,7 +128,7 @@ func (d *decider) runEnded() error {
 // endedOrCancelling refuses a command on a finished run, or on a run being
 // cancelled, with run_ended: the reason is the finished run's outcome kind
 // (completed, failed, ...), or cancelled for a run being cancelled, which
-// always ends cancelled (SEMANTICS.md §7).
+// always ends cancelled (docs/semantics.md §7).
 func (d *decider) endedOrCancelling() error {
 	if d.s.finished {
 		return d.runEnded()
@@ -515,7 +515,8 @@ func CheckAnswer(s State, action string, revision int, now time.Time) (Approval,
 		return Approval{}, weft.Errorf(weft.CodeWrongReference, "run %s has no approval request for action %q", s.run, action)
 	}
 	if revision != a.Request.Revision {
-		// SEMANTICS.md §12 scenario 17: a wrong revision is stale_reference
+		// docs/semantics.md §12 scenario 17: a wrong revision is
+		// stale_reference
 		// (wrong_reference names another run or no such action). Only a
 		// request the action had before is superseded.
 		for _, ans := range a.Answers {
@@ -679,7 +680,7 @@ func (d *decider) lose(a Action, cause, evidence string, reask bool) {
 	switch {
 	case currentClosed(a):
 		// Closed before any worker claimed it: it did not act, so it
-		// spends no replay and loses no approval (SEMANTICS.md §8,
+		// spends no replay and loses no approval (docs/semantics.md §8,
 		// "Closing an attempt").
 		ev.Next = events.NextReplay
 		ev.Evidence = evidence + "; closed before any worker claimed it: it did not act"
@@ -765,7 +766,7 @@ func (d *decider) report(c Report) error {
 			d.emit(events.AttemptReported{Action: c.Action, Attempt: c.Attempt, Outcome: events.OutcomeOversize, Bytes: size})
 			if d.s.cancelling {
 				// The action is faulted, but a run being cancelled always
-				// ends cancelled (SEMANTICS.md §7): advance finishes it
+				// ends cancelled (docs/semantics.md §7): advance finishes it
 				// once nothing is in flight.
 				return nil
 			}
@@ -783,7 +784,7 @@ func (d *decider) report(c Report) error {
 		if !d.s.finished && lostAttempt && c.Outcome != events.OutcomeUncertain {
 			if oversize {
 				// The model never reads a result over max result bytes
-				// (SEMANTICS.md §2): it cannot settle the action, which
+				// (docs/semantics.md §2): it cannot settle the action, which
 				// stays uncertain for a person to reconcile.
 				d.emit(events.ReportRefused{Action: c.Action, Attempt: c.Attempt, Reason: events.RefusedResultTooLarge})
 				return nil
@@ -803,7 +804,7 @@ func (d *decider) report(c Report) error {
 }
 
 // resultBytes is the size of the encoded tool result the model reads for a
-// definite outcome (SEMANTICS.md §2, §3): the output's own encoding, or
+// definite outcome (docs/semantics.md §2, §3): the output's own encoding, or
 // {"error": message} for an Explain. Any other outcome has none (0).
 func resultBytes(outcome string, content json.RawMessage, message string) int64 {
 	switch outcome {
@@ -816,7 +817,7 @@ func resultBytes(outcome string, content json.RawMessage, message string) int64 
 }
 
 // attemptMismatch is the ReportRefused reason of a report or loss notice
-// naming an attempt other than the action's current one (SEMANTICS.md §5):
+// naming an attempt other than the action's current one (docs/semantics.md §5):
 // foreign for an attempt that was never fenced (premature: numbered
 // after the current one, or below 1), stale for an earlier attempt.
 func attemptMismatch(a Action, attempt int) string {
@@ -918,7 +919,7 @@ func (d *decider) settle(c Settle) error {
 		(a.State == ActionSettling || a.State == ActionUncertain) {
 		// The model never reads a result over max result bytes, be it an
 		// output or an Explain's {"error": message}: the settlement is
-		// refused and a person reconciles (SEMANTICS.md §2).
+		// refused and a person reconciles (docs/semantics.md §2).
 		d.emit(events.SettlementRefused{Action: a.ID, Reason: string(weft.CodeNotAwaited), Summary: c.Summary})
 		what := "content"
 		if c.Outcome == events.OutcomeExplain {
@@ -961,14 +962,14 @@ func (d *decider) reconcile(c Reconcile) error {
 	}
 	if n, limit := int64(len(c.Content)), d.s.start.Limits.MaxResultBytes; !c.Stored && n > limit {
 		// The model reads it on its next turn: the same bound as a tool
-		// result (SEMANTICS.md §2). The stored form is read by no model.
+		// result (docs/semantics.md §2). The stored form is read by no model.
 		return weft.Errorf(weft.CodePayloadTooLarge, "reconciliation content of %d bytes is over max result bytes %d", n, limit)
 	}
 	d.emit(events.Reconciled{Action: a.ID, Kind: kind, Content: c.Content, By: c.By, Stored: c.Stored})
 	return nil
 }
 
-// ContentKind classifies reconciliation content (SEMANTICS.md §10: the
+// ContentKind classifies reconciliation content (docs/semantics.md §10: the
 // tool's encoded output, {"error": m} or {"unconfirmed": note}):
 // {"unconfirmed": note} with note a string and no other member is
 // events.ReconciledUnconfirmed, an object with a non-null "error" member is
@@ -1080,7 +1081,7 @@ func (d *decider) recover(c Recover) error {
 		case a.State == ActionRunning && graceful:
 			// The drain window closed while the body ran: the attempt is
 			// lost with its incarnation, but nothing was lost that a
-			// person answered (SEMANTICS.md §8): no approval is re-asked.
+			// person answered (docs/semantics.md §8): no approval is re-asked.
 			d.lose(a, events.CauseRunnerLost, fmt.Sprintf("runner %s handed the run off while attempt %d ran (incarnation %d)", previous, a.Attempts, a.Attempt.Incarnation), false)
 		case a.State == ActionRunning:
 			d.lose(a, events.CauseRunnerLost, fmt.Sprintf("runner %s lost while attempt %d ran (incarnation %d)", previous, a.Attempts, a.Attempt.Incarnation), true)
@@ -1091,7 +1092,7 @@ func (d *decider) recover(c Recover) error {
 		}
 	}
 	if d.s.modelPending {
-		// Issued again by advance, after c.Then (SEMANTICS.md §7).
+		// Issued again by advance, after c.Then (docs/semantics.md §7).
 		d.modelLost = true
 		d.recall = graceful && d.s.uncalled == d.s.turn
 	}
@@ -1099,7 +1100,7 @@ func (d *decider) recover(c Recover) error {
 		// Expiries that fell due meanwhile are applied after the
 		// takeover, at the new incarnation: judged before it, they could
 		// change the run the takeover's cause was chosen from
-		// (SEMANTICS.md §8, "A run can always be answered").
+		// (docs/semantics.md §8, "A run can always be answered").
 		d.expireDue()
 	}
 	if c.Then != nil {
@@ -1142,7 +1143,7 @@ func (d *decider) requestTurnRecovery() {
 // notStarted ends every live action that never started (ActionsNotStarted
 // with reason), because the run is cancelled or finishes (why, for the
 // evidence). An action waiting to start again after an attempt that may
-// have acted ends uncertain instead (SEMANTICS.md §5).
+// have acted ends uncertain instead (docs/semantics.md §5).
 func (d *decider) notStarted(reason, why string) {
 	var ids []string
 	var attempted []Action
@@ -1157,7 +1158,7 @@ func (d *decider) notStarted(reason, why string) {
 		case ActionRunning:
 			if a.Attempts > 0 && spent(a) == 0 {
 				// Every attempt was closed before any worker claimed
-				// it: no body ever started (SEMANTICS.md §8).
+				// it: no body ever started (docs/semantics.md §8).
 				ids = append(ids, a.ID)
 			}
 		}
@@ -1180,14 +1181,14 @@ func (d *decider) notStarted(reason, why string) {
 // have acted. Every path that would end such an action as if it never
 // started — not_started, rejected, expired, denied — ends it uncertain
 // instead (endUncertain): an attempted action is never reported as not
-// having happened (SEMANTICS.md §5).
+// having happened (docs/semantics.md §5).
 func hasUnresultedFence(a Action) bool {
 	return spent(a) > 0 && (a.State == ActionQueued || a.State == ActionAwaitingApproval)
 }
 
 // spent is the number of a's attempts that may have acted: its fenced
 // attempts less those closed before any worker claimed them (AttemptClosed,
-// SEMANTICS.md §8 "Closing an attempt"). It is what the replay budget
+// docs/semantics.md §8 "Closing an attempt"). It is what the replay budget
 // counts.
 func spent(a Action) int { return a.Attempts - len(a.Closed) }
 

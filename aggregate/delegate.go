@@ -11,7 +11,7 @@ import (
 	"github.com/weftrun/weft/events"
 )
 
-// Sub-agent delegation (SEMANTICS.md §1–§7, docs/adr/0007): a call whose
+// Sub-agent delegation (docs/semantics.md §1–§7, docs/adr/0007): a call whose
 // tool is a sub-agent is validated like any call, then checked against the
 // run's max children, max depth and the family turn budget BEFORE policy
 // (over a bound: CallValidated outcome limit_reached, the model sees the

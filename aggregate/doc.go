@@ -1,7 +1,7 @@
 // Package aggregate is Weft's pure decision core for one run: given the
 // run's State, a Command and the store's time, Decide says which events
 // happen; Evolve folds a recorded event into the State. Everything in
-// SEMANTICS.md §2–§10 that is a decision lives here, so that any runner —
+// docs/semantics.md §2–§10 that is a decision lives here, so that any runner —
 // or an auditor offline — reaches the same conclusion from the same log.
 // There is no I/O, no clock, no randomness and no map iteration in here;
 // times and ids arrive as arguments.
@@ -27,7 +27,7 @@
 //     the same decision, and only then come the recovery's follow-ons (the
 //     replay's fence, the re-issued model call, queued fences). So a cancel
 //     that takes a run over starts no body and issues no model call
-//     (SEMANTICS.md §7). A takeover with no command (a recovery scan) is
+//     (docs/semantics.md §7). A takeover with no command (a recovery scan) is
 //     Recover with a nil Then. To pre-check a command on the recovered
 //     state (CheckAnswer, the proof, the policy re-run of an approve), use
 //     Recovered; it records nothing. Cause is what the log says

@@ -37,7 +37,7 @@ func Fold(history []events.Recorded) State {
 // that is well formed and continues the hash chain (anyone who can publish
 // on the run's subject can compute its Prev), so readers of the log fold
 // with EvolveChecked or FoldChecked and quarantine the run instead of
-// crashing (SEMANTICS §8, issue 11 item 2: one malformed message must not
+// crashing (docs/semantics.md §8: one malformed message must not
 // stop the world).
 type ImpossibleError struct {
 	// Run is the run, Version the version of the impossible event, Event

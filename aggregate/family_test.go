@@ -11,7 +11,7 @@ import (
 	"github.com/weftrun/weft/model"
 )
 
-// TestFamilyStatus (SEMANTICS.md §6, docs/adr/0007): a parent whose only
+// TestFamilyStatus (docs/semantics.md §6, docs/adr/0007): a parent whose only
 // work is a delegation is working while its child works and suspended,
 // waiting for the child, while the child waits for people.
 func TestFamilyStatus(t *testing.T) {

@@ -6,8 +6,9 @@ import (
 	"github.com/weftrun/weft/events"
 )
 
-// SEMANTICS §8 (only the runner that drives a run hands it off; issue 08's
-// chaos harness, seed 3: runner-2-3, SIGTERMed while runner-1-6 took its
+// docs/semantics.md §8 (only the runner that drives a run hands it off; the
+// chaos harness (docs/reliability.md), seed 3: runner-2-3, SIGTERMed while
+// runner-1-6 took its
 // runs over, appended run_handed_off at runner-1-6's incarnation, after a
 // conflict made it decide its hand-off again on the fresh state; the runs
 // were then unattended for good, their driver alive and their hand-off

@@ -48,7 +48,8 @@ func UnrecordableReply(turn int64, detail string) ModelFailure {
 const ReasonBodyRunning = "body_running"
 
 // AwaitBody says whether a settlement of action offered at now must wait
-// for the action's body before it is decided (SEMANTICS §9: a settlement
+// for the action's body before it is decided (docs/semantics.md §9: a
+// settlement
 // offered while the body may still run waits for it): wait is set while
 // the action's attempt is running. The wait is over once now is past the
 // attempt's recorded deadline plus grace (the time for the tool timeout to
@@ -69,7 +70,8 @@ func AwaitBody(s State, action string, grace time.Duration, now time.Time) (wait
 
 // Draining is the work a draining runner performs of w: it makes no new
 // model call and resolves no calls (the runner that takes the run over
-// does, SEMANTICS §8 graceful drain), so Resolve is dropped and the model
+// does, docs/semantics.md §8 graceful drain), so Resolve is dropped and the
+// model
 // call, when there is one, is marked RecordOnly (a reply that already
 // arrived is still recorded). Dispatches, timers and children are kept:
 // the work in flight is still recorded here.

@@ -7,7 +7,7 @@ import (
 )
 
 // This file is the one definition of the action and run state machine
-// (SEMANTICS.md §5 and §6): which states an event moves an action from and
+// (docs/semantics.md §5 and §6): which states an event moves an action from and
 // to, which states are in flight, and how a run's status follows. Evolve
 // applies it to the whole State and panics on a transition it does not
 // allow; the read models (package projections) apply the same definition
@@ -101,7 +101,7 @@ func ActionTransition(e events.Event) (t Transition, ok bool) {
 			return Transition{fromRunning, ActionUncertain}, true
 		}
 	case events.ActionUncertain:
-		// From a closed settle window, or (SEMANTICS.md §5) from an action
+		// From a closed settle window, or (docs/semantics.md §5) from an action
 		// waiting to start again after an attempt that may have acted:
 		// cancelled or ended while queued for its replay or re-asking its
 		// approval, or just rejected, expired or denied at that approval.
@@ -160,7 +160,7 @@ func (a ActionState) Active() bool {
 	return false
 }
 
-// RunStatusOf is the status rule of SEMANTICS.md §6, from the facts both
+// RunStatusOf is the status rule of docs/semantics.md §6, from the facts both
 // the aggregate and the read models keep: a finished run is finished; a
 // run with nothing in flight and approvals or uncertain effects waiting is
 // suspended; otherwise it is unattended while handed off and not yet

@@ -65,12 +65,12 @@ func constsOf(t *testing.T, dir, typ string) []string {
 	return out
 }
 
-// TestModelPortConversions: the log's own model-turn types (issue 16 item
-// 3, docs/adr/0018) and the model port's agree kind for kind. Every reply
+// TestModelPortConversions: the log's own model-turn types (docs/adr/0018) and
+// the model port's agree kind for kind. Every reply
 // and failure kind the model package defines has an event kind of the same
 // stored value, and the conversions map each to it; the log defines no kind
 // the port cannot report; a failure is retryable in the log exactly when
-// the port says the runtime retries it (SEMANTICS.md §2); calls and usage
+// the port says the runtime retries it (docs/semantics.md §2); calls and usage
 // convert both ways unchanged. Adding or revaluing a kind on one side only
 // fails here, so the log format changes only when events does.
 func TestModelPortConversions(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"github.com/weftrun/weft/proof"
 )
 
-// TestSignedProofConsumedOnceAndJudgedAtTheDecisionTime (issue 12,
-// SEMANTICS §4): the answer records the signed proof it was given with; a
+// TestSignedProofConsumedOnceAndJudgedAtTheDecisionTime (docs/semantics.md §4):
+// the answer records the signed proof it was given with; a
 // proof the run recorded is refused proof_used — first, even when it is
 // presented for a later request of the action — and a proof is refused
 // proof_expired when the decision's time (the time the answer would be

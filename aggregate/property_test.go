@@ -429,15 +429,15 @@ func TestSnapshotThenTail(t *testing.T) {
 	}
 }
 
-// stepChecker checks the properties of each decision that issue 07 added
-// (SEMANTICS.md §5, §7, §8):
+// stepChecker checks the properties of each decision
+// (docs/semantics.md §5, §7, §8):
 //
 //   - (j) an action with a fenced attempt that was not closed unclaimed
 //     (a claimed attempt, or a close whose outcome is unknown) is never
 //     not_started, rejected or denied: an attempted action is never
 //     reported as not having happened;
 //   - (p) an action whose every attempt was closed before any worker
-//     claimed it is never uncertain (SEMANTICS.md §8, "Closing an
+//     claimed it is never uncertain (docs/semantics.md §8, "Closing an
 //     attempt"): nobody reconciles a body that never started;
 //   - (q) an attempt the run records closed has its claim closed: no
 //     worker took it, so its body never starts;
@@ -553,7 +553,7 @@ func commandName(c aggregate.Command) string {
 // runner that takes a run over and then decides the command as a second
 // decision (Recover alone, as before Recover.Then) fences replays and
 // re-issues model calls before the cancel it took the run over for
-// (SEMANTICS.md §7, issue 07 violation 2). The same seeds with Then pass.
+// (docs/semantics.md §7). The same seeds with Then pass.
 func TestPropertyKFindsATwoStepTakeover(t *testing.T) {
 	found := 0
 	for seed := range uint64(300) {

@@ -22,14 +22,14 @@ import (
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // TestScenarioScripts runs the datadriven scripts in testdata/, one per
-// SEMANTICS.md §12 scenario that is a decision (file scenarioNN_*.txt).
+// docs/semantics.md §12 scenario that is a decision (file scenarioNN_*.txt).
 // Regenerate the golden output with -rewrite.
 func TestScenarioScripts(t *testing.T) {
 	paths, err := filepath.Glob("testdata/scenario*.txt")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no scripts: %v", err)
 	}
-	// SEMANTICS.md rules that are decisions but no numbered scenario
+	// docs/semantics.md rules that are decisions but no numbered scenario
 	// (file ruleNN_*.txt, NN the section).
 	rules, err := filepath.Glob("testdata/rule*.txt")
 	if err != nil || len(rules) == 0 {

@@ -11,7 +11,7 @@ import (
 	"github.com/weftrun/weft/model"
 )
 
-// ActionState is the lifecycle state of an action (SEMANTICS.md §5).
+// ActionState is the lifecycle state of an action (docs/semantics.md §5).
 type ActionState string
 
 // The action states. Requested, AwaitingApproval, Queued, Running and

@@ -4,7 +4,7 @@ import (
 	"github.com/weftrun/weft/events"
 )
 
-// StatusKind is the closed set of run statuses (SEMANTICS.md §6).
+// StatusKind is the closed set of run statuses (docs/semantics.md §6).
 type StatusKind string
 
 // The run statuses.
@@ -74,7 +74,8 @@ func (s State) inFlight() bool {
 }
 
 // FamilyStatus is the status of a run computed with its children
-// (SEMANTICS.md §6). Status(s) alone calls a run whose open delegations are
+// (docs/semantics.md §6). Status(s) alone calls a run whose open delegations
+// are
 // its only work "working"; FamilyStatus calls it suspended when every open
 // delegation's child run is suspended (child gives a child run's status,
 // for example its own FamilyStatus; false when it is not known yet), and

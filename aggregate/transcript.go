@@ -45,7 +45,7 @@ func ModelRequest(s State) model.Request {
 }
 
 // CorrectionText is the corrective user message of a typed answer that
-// could not be read (SEMANTICS.md §6); the runner sends the answer schema
+// could not be read (docs/semantics.md §6); the runner sends the answer schema
 // with the request.
 func CorrectionText(reason string) string {
 	return "your final answer could not be read: " + reason

@@ -54,7 +54,7 @@ func (b *slowBackend) Resolve(context.Context, api.ResolveRequest) (api.Reply, e
 	return api.Reply{}, refuse()
 }
 
-// Command idempotency (SEMANTICS §2, docs/protocol/40-commands.md): a
+// Command idempotency (docs/semantics.md §2, docs/protocol/40-commands.md): a
 // command that used its whole request deadline still has its reply kept
 // (success: the same command id gets it again, never applied twice) or its
 // claim released (runner_busy: a retry runs again at once).

@@ -155,7 +155,7 @@ func (c *Client) once(ctx context.Context, endpoint string, b []byte, out any) e
 //
 // With an error, the reply names the run the start was for (req.Run, or
 // the id this Client chose) and nothing else: after outcome_unknown, or
-// no answer, read that run to learn whether it started (SEMANTICS.md §8,
+// no answer, read that run to learn whether it started (docs/semantics.md §8,
 // a run can always be answered). A start left to the runner's choice of
 // id (a Client that does not retry, no req.Run) names no run.
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {

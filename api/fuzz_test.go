@@ -171,7 +171,7 @@ func checkDecoded(t *testing.T, endpoint string, got any, err error) {
 }
 
 // FuzzCommands fuzzes the decoding and checking of every command body
-// (issue 11 item 3; docs/protocol/40-commands.md): whatever the bytes, the
+// (docs/protocol/40-commands.md): whatever the bytes, the
 // API never panics, refuses only with codes the endpoint declares, and
 // passes on only requests within the protocol's grammar and limits. The
 // seed corpus (testdata/fuzz/FuzzCommands) holds a valid body of every
@@ -205,7 +205,7 @@ func FuzzSettlement(f *testing.F) {
 }
 
 // TestFuzzSeedsAreMeaningful keeps the command API's seed corpora
-// meaningful (issue 11 item 3): every seed named valid-* is accepted, every
+// meaningful: every seed named valid-* is accepted, every
 // other seed refused, so that plain go test runs both sides of every
 // decoder.
 func TestFuzzSeedsAreMeaningful(t *testing.T) {

@@ -18,7 +18,8 @@ import (
 )
 
 // TestRetryRules_RunnerBusyIsRetriedWithTheSameCommandID (docs/protocol.md
-// "Retry rules"; SEMANTICS §8 "A run can always be answered"): the owner
+// "Retry rules"; docs/semantics.md §8 "A run can always be answered"): the
+// owner
 // of the run's partition answers runner_busy three times, then leaves and
 // a real runner takes the partition over. A Client with WithRetry sends
 // the start again, with the one command id it gave it, and ends applied:
@@ -92,7 +93,7 @@ func TestRetryRules_APermanentRefusalIsNeverRetried(t *testing.T) {
 }
 
 // TestRetryRules_ARetryCutByTheCallersDeadlineIsNoAnswer
-// (docs/protocol.md "Retry rules"; SEMANTICS.md §5: an effect is never
+// (docs/protocol.md "Retry rules"; docs/semantics.md §5: an effect is never
 // reported as not having happened when nobody knows): a command API that
 // answers runner_busy after 250 ms, and a caller whose deadline ends while
 // the second try waits for its answer. That try may have been applied, so
@@ -112,7 +113,7 @@ func TestRetryRules_ARetryCutByTheCallersDeadlineIsNoAnswer(t *testing.T) {
 	}
 }
 
-// TestRetryRules_AStartRetriedStartsOneRun (SEMANTICS.md §3, an effect at
+// TestRetryRules_AStartRetriedStartsOneRun (docs/semantics.md §3, an effect at
 // most once; docs/protocol.md "Retry rules"): a start without a run id
 // whose first try was applied but answered unavailable (its append's
 // acknowledgement lost) is sent again; every try names the same run, which
@@ -171,7 +172,7 @@ func standIn(t *testing.T, endpoint string, answer func(*nats.Msg) *weft.Error) 
 	return api.NewClient(srv.Connect(), api.WithRetry(api.DefaultRetryWithin))
 }
 
-// TestRetryRules_AStartOfUnknownOutcomeNamesTheRunToRead (SEMANTICS.md §8,
+// TestRetryRules_AStartOfUnknownOutcomeNamesTheRunToRead (docs/semantics.md §8,
 // a run can always be answered; docs/protocol.md "Retry rules"): a start
 // without a run id answered outcome_unknown returns, with the error, the
 // reply naming the run the Client chose for it, so that its caller reads

@@ -9,7 +9,7 @@ import (
 	"github.com/weftrun/weft/api"
 )
 
-// The task protocol's wire types are in package api (issue 16 item 5): a
+// The task protocol's wire types are in package api: a
 // worker written without package worker decodes the task body of
 // docs/protocol/41-tasks.md, names its queue's subjects and its claim, and
 // encodes its report and settlement, importing api alone.

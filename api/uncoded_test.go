@@ -29,7 +29,7 @@ func (b *storeDownBackend) Cancel(context.Context, api.CancelRequest) (api.Reply
 	return api.Reply{}, b.err
 }
 
-// TestSemantics8_AServerThatDidNotAnswerIsNotABug (SEMANTICS.md §8, "A
+// TestSemantics8_AServerThatDidNotAnswerIsNotABug (docs/semantics.md §8, "A
 // run can always be answered"; docs/protocol.md, unavailable and
 // internal): a command whose run could not be read because the server did
 // not answer is answered unavailable — retryable, nothing applied — and

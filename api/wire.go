@@ -55,7 +55,8 @@ const ReasonOtherQueue = "other_queue"
 
 // MaxBody is the largest request body accepted (bytes): 2 MiB, room for a
 // worker's report of a result of the default max result bytes (1 MiB,
-// SEMANTICS §2) with its envelope. The NATS server must allow messages of
+// docs/semantics.md §2) with its envelope. The NATS server must allow messages
+// of
 // this size and more (weft's embedded server and nats.conf allow 8 MiB,
 // natsnode.MaxPayload; docs/protocol/10-log.md).
 const MaxBody = 2 << 20

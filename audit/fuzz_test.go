@@ -21,7 +21,7 @@ func verifyFile(b []byte) (audit.Report, error) {
 
 // FuzzAuditFile fuzzes the reading and verification of an audit file (an
 // exported history, one envelope per line, as `weft audit export` writes
-// and `weft audit verify --file` reads; issue 11 item 3): whatever the
+// and `weft audit verify --file` reads): whatever the
 // bytes, neither panics; a file that is not envelopes is refused with a
 // *audit.Problem of kind parse naming the line; a file that is verifies or
 // names its first problem.
@@ -42,8 +42,7 @@ func FuzzAuditFile(f *testing.F) {
 }
 
 // TestAuditSeedsAreMeaningful: FuzzAuditFile's seeds named valid-* read
-// and verify, every other seed is refused by one or the other (issue 11
-// item 3).
+// and verify, every other seed is refused by one or the other.
 func TestAuditSeedsAreMeaningful(t *testing.T) {
 	seeds, err := fuzzseed.Read(".", "FuzzAuditFile")
 	if err != nil {

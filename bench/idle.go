@@ -13,7 +13,7 @@ import (
 )
 
 // idle measures what runs suspended on an approval cost a runner since
-// runs are partitioned (issue 17, docs/adr/0019-partitions.md): an idle
+// runs are partitioned (docs/adr/0019-partitions.md): an idle
 // run has no weft_drivers entry and nothing in memory, and the owner of
 // its partition reads it from the log (its snapshot and tail) only when a
 // command, a report or a timer reaches it. A fresh runner taking over the

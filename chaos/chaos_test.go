@@ -78,7 +78,8 @@ func seedList(t *testing.T, def ...uint64) []uint64 {
 	return list
 }
 
-// TestChaos is item 1 of issue 08 on a single nats-server with its
+// TestChaos runs the harness (docs/reliability.md) on a single nats-server with
+// its
 // default sync_interval (2 min): every check of the package doc, seeds 1
 // and 2.
 func TestChaos(t *testing.T) {
@@ -89,7 +90,7 @@ func TestChaos(t *testing.T) {
 	}
 }
 
-// TestChaosSyncAlways is item 4 of issue 08: the same harness with
+// TestChaosSyncAlways is the same harness with
 // sync_interval: always (an fsync before every acknowledgement).
 func TestChaosSyncAlways(t *testing.T) {
 	for _, s := range seedList(t, 3) {
@@ -99,7 +100,7 @@ func TestChaosSyncAlways(t *testing.T) {
 	}
 }
 
-// TestChaosCluster is item 5 of issue 08: a 3-node cluster with every
+// TestChaosCluster runs the harness on a 3-node cluster with every
 // stream and bucket at R3; the stream leader is killed a third of the way
 // in and a second node two thirds of the way, besides the random faults.
 func TestChaosCluster(t *testing.T) {

@@ -268,7 +268,7 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 				// then claimed again) is resumed with cause handed_off: it
 				// drove the run no more, nothing of it was in flight.
 				// Any other recovery from itself took over a run it drove
-				// (SEMANTICS §8).
+				// (docs/semantics.md §8).
 				if ev.Previous == ev.Runner && ev.Cause != events.RecoveredHandedOff && !h.cfg.StableIDs {
 					v(checkSelfTakeover, run, "", "%s recovered the run from itself (version %d)", ev.Runner, e.env.Version)
 				}

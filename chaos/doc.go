@@ -85,7 +85,7 @@
 //     run, every run that did not finish answers an approval of a revision
 //     it never had for that reason (stale_reference, or wrong_reference
 //     without a pending request), through the takeover of its run, and
-//     no runner logged an internal refusal (SEMANTICS §8, "A run can
+//     no runner logged an internal refusal (docs/semantics.md §8, "A run can
 //     always be answered"). Odd seeds give the agent a 2 s approval
 //     expiry and answer half of the requests only after it
 //     (Config.ApprovalExpiry), so that approvals expire while their

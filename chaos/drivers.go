@@ -15,7 +15,7 @@ import (
 )
 
 // checkDriverLeft is the check that weft_drivers holds only runs with work
-// in flight (SEMANTICS §8; issue 17; docs/protocol/40-commands.md,
+// in flight (docs/semantics.md §8; docs/protocol/40-commands.md,
 // weft_drivers): an entry of a run that finished, or that is suspended
 // with nothing in flight (aggregate.Idle), or that does not exist.
 const checkDriverLeft = "driver_entry_left"

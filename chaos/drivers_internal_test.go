@@ -16,7 +16,7 @@ import (
 
 // TestSemantics8_DriverCheckNamesEntriesOfRunsWithNothingInFlight: the
 // check driver_entry_left (weft_drivers holds only runs with work in
-// flight; SEMANTICS §8, issue 17) lists the entries of a finished run, of
+// flight; docs/semantics.md §8) lists the entries of a finished run, of
 // a run that waits only for a person (aggregate.Idle) and of a run that
 // does not exist, each with the run's last events, and not the entry of a
 // run with work in flight; once those are removed it lists none.

@@ -17,7 +17,7 @@ const envApprovalExpiry = "WEFT_CHAOS_APPROVAL_EXPIRY"
 // to for seed: 2 s for odd seeds, so that approvals expire — half of them
 // are answered only after it (answerDelay), some while their run's
 // partition changes owner: the runs a recovery must answer after the
-// expiry (SEMANTICS §8, "A run can always be answered") — and none
+// expiry (docs/semantics.md §8, "A run can always be answered") — and none
 // (negative) for even seeds, whose approvals never expire.
 func approvalExpiryOf(seed uint64) time.Duration {
 	if seed%2 == 1 {

@@ -13,7 +13,7 @@ import (
 )
 
 // checkNotAnswerable is the check that a run can always be answered
-// (SEMANTICS §8): no well-formed command of the workload was answered
+// (docs/semantics.md §8): no well-formed command of the workload was answered
 // invalid_request or internal (an internal refusal: the runtime's own
 // inconsistency told to the caller), and once the workload is done every
 // run that did not finish still answers a command for the command's own

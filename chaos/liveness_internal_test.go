@@ -15,7 +15,8 @@ import (
 )
 
 // TestSemantics8_AnswerableCheckNamesCommandsToldTheyWereMalformed: the
-// check run_not_answerable (SEMANTICS §8, "A run can always be answered")
+// check run_not_answerable (docs/semantics.md §8, "A run can always be
+// answered")
 // names every command of the workload answered invalid_request or
 // internal — the stranded runs' approvals and cancels were answered
 // "invalid_request: recovery cause idle: ... not idle" — and no other

@@ -25,14 +25,14 @@ const checkStartAfterClosed = "body_start_after_attempt_closed"
 // checkUncertainUnclaimed is the check that an uncertain action without a
 // body start has a worker's claim (on its last attempt's key, or found by
 // a close: attempt_closed claimed) or an attempt whose close had no known
-// outcome: the precision target (SEMANTICS.md §8, "Closing an attempt").
+// outcome: the precision target (docs/semantics.md §8, "Closing an attempt").
 const checkUncertainUnclaimed = "uncertain_without_start_or_claim"
 
 // claimsBucket is weft_claims, read for the precision figure.
 const claimsBucket = api.ClaimsBucket
 
 // Precision is how many uncertain actions a person is asked to reconcile,
-// and how many of them never started a body (SEMANTICS.md §8, "Closing an
+// and how many of them never started a body (docs/semantics.md §8, "Closing an
 // attempt"): the precision figure reported beside the violations.
 type Precision struct {
 	// Uncertain counts the actions that were uncertain: still uncertain,

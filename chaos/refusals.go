@@ -19,7 +19,8 @@ var refusalRun = regexp.MustCompile(`\brun=(\S+)`)
 
 // checkInternalRefusals reads the runners' logs once they stopped: every
 // internal refusal a runner logged is a violation of run_not_answerable
-// (SEMANTICS §8, "A run can always be answered": the core never refuses a
+// (docs/semantics.md §8, "A run can always be answered": the core never refuses
+// a
 // decision the runtime derived), even when a later retry moved the run on,
 // so that a takeover refused for an expiry applied before it is caught
 // whether or not a command of the workload met it.

@@ -97,7 +97,7 @@ type command struct {
 // the workload sends it again with the same command id.
 func (c command) transient() bool {
 	// Retryable codes, and internal: a refusal the runtime answered for
-	// its own state (SEMANTICS.md §8) is sent again, never taken as the
+	// its own state (docs/semantics.md §8) is sent again, never taken as the
 	// command's answer.
 	if code := weft.Code(c.code); code == "transport" || code == weft.CodeInternal || code.Retryable() {
 		return true

@@ -169,7 +169,7 @@ const (
 	OutcomeLost = api.OutcomeLost
 )
 
-// The run statuses of a RunView (SEMANTICS.md §6).
+// The run statuses of a RunView (docs/semantics.md §6).
 const (
 	// StatusWorking is a run with a model call or a tool body in flight.
 	StatusWorking = projections.StatusWorking

@@ -58,7 +58,7 @@ func serveAgent(t *testing.T, desk *agent.Agent) (*natstest.Server, *client.Clie
 	return s, c
 }
 
-// Issue 11, application developer: Wait returns the run's view once the
+// Wait returns the run's view once the
 // condition holds for the run as it is (not for a state it passed
 // through), watching the log; a predicate works as well as the named
 // conditions; an unknown run is unknown_run at once.

@@ -87,7 +87,8 @@ func eventually(ctx context.Context, t *testing.T, what string, f func() error) 
 	}
 }
 
-// Issue 11 item 2 (SEMANTICS §8: nothing acts on a state it cannot
+// docs/adr/0011-quarantine-and-repair-of-malformed-messages.md
+// (docs/semantics.md §8: nothing acts on a state it cannot
 // derive): a malformed message on one run's subject — not JSON, valid JSON
 // in the wrong envelope, an unknown event name, a header naming another run
 // — quarantines that run alone. Among healthy runs: every other run keeps

@@ -35,7 +35,7 @@ func serveSigned(t *testing.T, alice, browser string) *client.Client {
 	return c
 }
 
-// Issue 12, what a console needs: from a pending approval (the approvals
+// From a pending approval (the approvals
 // inbox's item, or the run view) the client builds exactly what a signed
 // answer is for, signs it with an nkey (SignProof) or has it signed by a
 // key it never holds (proof.New, proof.Digest, plain ed25519, proof.UserKey),

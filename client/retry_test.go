@@ -18,7 +18,7 @@ import (
 )
 
 // TestRetryRules_ClientRetriesRunnerBusyWithTheSameCommandID
-// (docs/protocol.md "Retry rules"; SEMANTICS §8 "A run can always be
+// (docs/protocol.md "Retry rules"; docs/semantics.md §8 "A run can always be
 // answered"): the owner of the run's partition answers runner_busy three
 // times, then a real runner takes it over. A Client from New sends the
 // start again with the command id it gave it and ends applied. Before, it

@@ -118,7 +118,7 @@ func notKnown(err error) bool {
 // or, when whether the command took effect is not known (notKnown), an
 // answer that says so and what the run (ref, when the form names one)
 // shows now, read as the CLI's unknownOutcome does. The form keeps its
-// command id (SEMANTICS.md §8: a run can always be answered — by reading
+// command id (docs/semantics.md §8: a run can always be answered — by reading
 // it, never by a guess).
 func (c *Console) answerErr(r *http.Request, err error, run, action string) answer {
 	if !notKnown(err) {

@@ -658,7 +658,7 @@ const recordPosts = `(() => {
   return true;
 })()`
 
-// TestSignedApprovalProof (issue 12, "10 Least privilege"): against weft
+// TestSignedApprovalProof ("10 Least privilege"): against weft
 // dev --secure, whose agent's only approver takes signed proofs, the
 // approval card asks for the signing key instead of a credential; the page
 // signs exactly the request with it — a key the approver does not trust is

@@ -19,7 +19,7 @@ import (
 )
 
 // TestInboxShowsEveryItem (docs/protocol/50-queries.md: an inbox pages by
-// `next`; issue 17 review, defect 4): the console's inbox shows every
+// `next`; docs/adr/0020-query-indexes.md): the console's inbox shows every
 // pending approval and uncertain effect of inboxes larger than one page
 // of the query service (1,010 each; a page holds at most 1,000): its
 // title counts them all and the last run's cards are on it.

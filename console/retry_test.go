@@ -39,7 +39,7 @@ func startForm(t *testing.T, d *busyrunner.Deployment, run, commandID string, op
 }
 
 // TestRetryRules_ConsoleRetriesRunnerBusyWithTheSameCommandID
-// (docs/protocol.md "Retry rules"; SEMANTICS §8 "A run can always be
+// (docs/protocol.md "Retry rules"; docs/semantics.md §8 "A run can always be
 // answered"): the owner of the run's partition answers runner_busy three
 // times, then a real runner takes it over. The console's start form is
 // sent again with the form's command id and answers started; with
@@ -102,7 +102,7 @@ type unknownAnswer struct {
 }
 
 // TestSemantics8_ConsoleSaysANoAnswerIsNotKnownAndKeepsTheCommandID
-// (SEMANTICS.md §8, "A run can always be answered"; docs/protocol.md
+// (docs/semantics.md §8, "A run can always be answered"; docs/protocol.md
 // "Retry rules"): the run's owner takes the start and never answers. The
 // console's start form, without a run id, answers "not known" — not a
 // refusal — names the run id the console chose (the form keeps it) and
@@ -144,7 +144,7 @@ func TestSemantics8_ConsoleSaysANoAnswerIsNotKnownAndKeepsTheCommandID(t *testin
 	}
 }
 
-// TestSemantics8_ConsoleReadsTheRunAfterOutcomeUnknown (SEMANTICS.md §8;
+// TestSemantics8_ConsoleReadsTheRunAfterOutcomeUnknown (docs/semantics.md §8;
 // docs/protocol.md "Retry rules": outcome_unknown is read from the run,
 // never guessed): the run's owner answers a cancel outcome_unknown. The
 // console's cancel form answers "not known" with the code, what the run
@@ -176,7 +176,7 @@ func TestSemantics8_ConsoleReadsTheRunAfterOutcomeUnknown(t *testing.T) {
 	}
 }
 
-// TestSemantics8_ConsoleStartFormKeepsItsIDsWhenNotKnown (SEMANTICS.md §8;
+// TestSemantics8_ConsoleStartFormKeepsItsIDsWhenNotKnown (docs/semantics.md §8;
 // the browser, app.js): the run's owner takes the start and never answers.
 // In the page, the start form (no run id typed) shows "Not known." — not
 // "Refused" — keeps its command id, and holds the run id the console

@@ -73,7 +73,7 @@ func TestMain(m *testing.M) {
 	if browserStop != nil {
 		browserStop()
 	}
-	// Issue 11 item 3: no goroutine of the console outlives its tests
+	// No goroutine of the console outlives its tests
 	// once the shared stacks and the browser are stopped.
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
@@ -421,7 +421,7 @@ func (s *stack) get(t *testing.T, path string) (*http.Response, string) {
 	return resp, string(b)
 }
 
-// The family stack: an agent that delegates (SEMANTICS.md §1), which the
+// The family stack: an agent that delegates (docs/semantics.md §1), which the
 // demo has not. OfficeAgent ("office") hands its input to the demo's
 // payment desk as a sub-agent and answers with the desk's answer; host.Run
 // serves both (runner, projector, query service, catalog) on their own

@@ -67,7 +67,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// Issue 11, newcomer items 3 and 6: the demo prints one line per event as
+// The demo prints one line per event as
 // it happens and, on a clean stop, which runs it handed off; after a
 // restart on the same store the printed steps name runs that do not exist
 // yet (pay-7 is taken: pay-7-2), and the gateway's payment ids do not

@@ -15,7 +15,7 @@ import (
 // The first hour's Ctrl-C summary: a draining runner hands a run with
 // work in flight off (run_handed_off) and still records that work's
 // report after it; the run stays handed off until a runner recovers it
-// (SEMANTICS.md §8), so the stop line names it as handed off, never "no
+// (docs/semantics.md §8), so the stop line names it as handed off, never "no
 // run was in flight".
 func TestFirstHour_StopLineKeepsARunHandedOffWhenItsWorkReportsAfterTheHandOff(t *testing.T) {
 	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))

@@ -12,7 +12,7 @@ import (
 
 // notTheCallersFault records a problem when err answers a well-formed
 // command of the schedule invalid_request or internal: an internal
-// inconsistency told to the caller (SEMANTICS §8, "A run can always be
+// inconsistency told to the caller (docs/semantics.md §8, "A run can always be
 // answered").
 func (c *chaosEnv) notTheCallersFault(what, run string, err error) {
 	switch code := weft.ErrorCode(err); code {
@@ -21,7 +21,8 @@ func (c *chaosEnv) notTheCallersFault(what, run string, err error) {
 	}
 }
 
-// answerEveryone is the liveness check (SEMANTICS §8, "A run can always be
+// answerEveryone is the liveness check (docs/semantics.md §8, "A run can always
+// be
 // answered"): once the chaos stopped and every run settled, every
 // unfinished run waits only for a person whose answer is accepted. First
 // two more runs of version 2 ask for an approval (a payment of 500) and

@@ -10,7 +10,7 @@ import (
 	"github.com/weftrun/weft/events"
 )
 
-// precision is the chaos test's precision figure (SEMANTICS.md §8,
+// precision is the chaos test's precision figure (docs/semantics.md §8,
 // "Closing an attempt"), reported beside its problems: the actions a
 // person was ever asked to reconcile (uncertain at some point of the log),
 // those of them whose body never started (no ledger line of the action),

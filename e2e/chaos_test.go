@@ -28,7 +28,8 @@ import (
 	"github.com/weftrun/weft/runner"
 )
 
-// TestChaos is the runner-level randomized test of issue 07: three real
+// TestChaos is the runner-level randomized test (docs/reliability.md): three
+// real
 // runner processes (this binary re-executed, each with its in-process
 // worker) and two standalone worker processes (reporting over
 // weft.api.report), serving agent "chaos" versions 1 and 2 (see
@@ -52,7 +53,7 @@ import (
 //     a body that never started reports nothing);
 //   - a run of agent version V only ever runs V's body;
 //   - an action with a fenced attempt never ends not_started, rejected or
-//     denied (SEMANTICS §5);
+//     denied (docs/semantics.md §5);
 //   - no runner recovers a run from itself (but one it handed off itself:
 //     a partition released and claimed again), none takes over a runner that
 //     was alive all along (not killed, paused or draining within slack:
@@ -68,7 +69,7 @@ import (
 //     every pending request rejected, every uncertain action reconciled,
 //     each answer accepted or refused for a reason the log shows); no
 //     well-formed command is answered invalid_request or internal
-//     (SEMANTICS §8, "A run can always be answered").
+//     (docs/semantics.md §8, "A run can always be answered").
 //
 // The schedule is seeded, but the processes' timing is not: a seed finds
 // the same kind of trouble, not the same interleaving. The default suite
@@ -943,7 +944,7 @@ func (c *chaosEnv) check() (n counts) {
 				// A runner resuming a run it handed off itself (a partition
 				// it released, then claimed again) drove it no more: cause
 				// handed_off. Any other recovery from itself took over a
-				// run it drove (SEMANTICS §8).
+				// run it drove (docs/semantics.md §8).
 				if e.Previous == e.Runner && e.Cause != events.RecoveredHandedOff {
 					c.problem("%s: runner %s recovered the run from itself (incarnation %d, cause %s)", run, e.Runner, e.Incarnation, e.Cause)
 				}

@@ -37,7 +37,7 @@ func (e *env) startsOf(run, action string) []int {
 // TestSemantics8_ClosingAnAttemptRunnerKilled: a runner is SIGKILLed while
 // a non-replayable write is fenced but no worker claimed it (no worker runs
 // yet) and a second write is queued behind it. The runner that takes the
-// run over closes the fenced attempt's claim first (SEMANTICS.md §8,
+// run over closes the fenced attempt's claim first (docs/semantics.md §8,
 // "Closing an attempt"): the write did not act, so it is replayed without
 // spending its single attempt instead of ending uncertain. A worker started
 // afterwards finds the closed claim of attempt 1 and never starts it (the

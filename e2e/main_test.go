@@ -1,4 +1,4 @@
-// Package e2e_test proves the SEMANTICS §12 recovery scenarios (30–35)
+// Package e2e_test proves the docs/semantics.md §12 recovery scenarios (30–35)
 // with real runner processes: TestMain re-executes the test binary as a
 // runner when WEFT_E2E_RUNNER is set, and the tests kill those processes
 // with SIGKILL or SIGTERM at the named moment. A side ledger (a file each

@@ -11,8 +11,8 @@ import (
 	"github.com/weftrun/weft/internal/natstest"
 )
 
-// TestAppendBatchIsAppendWithoutTheRoundTrips proves AppendBatch (issue 17
-// item 3's loader) writes what Append writes, under the same per-run
+// TestAppendBatchIsAppendWithoutTheRoundTrips proves AppendBatch (the loader of
+// bench/scale) writes what Append writes, under the same per-run
 // optimistic concurrency: decisions of many runs published asynchronously
 // load back chained, Append continues from the heads it returned, a stale
 // head is a *ConflictError that wrote nothing, and a second decision of one

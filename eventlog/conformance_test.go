@@ -1,6 +1,6 @@
 package eventlog_test
 
-// The log's conformance suite (issue 01, item 5): every test runs against a
+// The log's conformance suite: every test runs against a
 // real in-process nats-server on a random loopback port with t.TempDir()
 // storage (natstest). Order, conflict and lost-ack retry are in
 // eventlog_test.go.

@@ -279,7 +279,7 @@ func TestAppendTooLarge(t *testing.T) {
 
 // TestLoadAndSubscribeStream: loading a run of 200 single-event decisions
 // and following the whole log take a handful of client requests, not one
-// per event (issue 01: both stream efficiently). The client's outgoing
+// per event (both stream efficiently). The client's outgoing
 // message count is the number of requests it made.
 func TestLoadAndSubscribeStream(t *testing.T) {
 	s := natstest.Start(t)

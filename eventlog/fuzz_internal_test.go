@@ -21,8 +21,8 @@ func parseSeed(subject, void string, data []byte) (string, message, error) {
 }
 
 // FuzzLogMessage fuzzes the reading of one WEFT_EVENTS message, which
-// anyone allowed to publish on weft.ev.> may have written (issue 11 items
-// 2 and 3; docs/protocol/10-log.md): parse never panics; what it accepts
+// anyone allowed to publish on weft.ev.> may have written
+// (docs/protocol/10-log.md): parse never panics; what it accepts
 // is a void record or events all of the subject's run, each decodable,
 // chained within the message; what it refuses it says why in a reason
 // that stays short (it becomes a quarantine's reason), whatever the
@@ -60,7 +60,7 @@ func FuzzLogMessage(f *testing.F) {
 }
 
 // TestLogMessageSeedsAreMeaningful: FuzzLogMessage's seeds named valid-*
-// are accepted, every other seed refused (issue 11 item 3).
+// are accepted, every other seed refused.
 func TestLogMessageSeedsAreMeaningful(t *testing.T) {
 	seeds, err := fuzzseed.Read(".", "FuzzLogMessage")
 	if err != nil {

@@ -76,7 +76,7 @@ func checkRuns(t *testing.T, l *eventlog.Log, want map[string]eventlog.Head) {
 // group commit (docs/adr/0025-group-commit.md) under sync_interval: always:
 // the decisions of many runs waiting at once leave as ONE atomic batch,
 // each keeps its own expected-sequence check, and when one run's head has
-// moved ("only one append wins", SEMANTICS.md §8) the batch refused whole
+// moved ("only one append wins", docs/semantics.md §8) the batch refused whole
 // costs the others one retry: they land, the stale one gets its
 // *ConflictError and wrote nothing.
 func TestSemantics8_GroupCommitOneRunsConflictLeavesTheOthersLanding(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 	"github.com/weftrun/weft/internal/natstest"
 )
 
-// Issue 11 item 2 (docs/adr/0011): every reader refuses a run with a
+// docs/adr/0011: every reader refuses a run with a
 // message it cannot fold, with a PoisonError (code quarantined) naming the
 // run, the stream sequence and what is wrong — Load, Last, Head and
 // WatchRun alike — and reads the run as before once Void supersedes the

@@ -115,7 +115,8 @@ type AgentRef struct {
 	Version string `json:"version"`
 }
 
-// Limits are the limits of SEMANTICS.md §2 that bind a run. They are recorded
+// Limits are the limits of docs/semantics.md §2 that bind a run. They are
+// recorded
 // in RunStarted so that every decision about the run uses the values it
 // started with. Zero TokenBudget means no budget.
 type Limits struct {
@@ -582,7 +583,7 @@ const (
 
 // AttemptClosed is emitted when the runtime closed an attempt's claim
 // before any worker claimed it (docs/adr/0023-closing-attempts.md,
-// SEMANTICS.md §8 "Closing an attempt"): the attempt's body never started
+// docs/semantics.md §8 "Closing an attempt"): the attempt's body never started
 // and never will. It is recorded ahead of the events of the decision the
 // close was made for, in the same append: a cancel or a run's end
 // (ActionsNotStarted then names an action whose every attempt was closed),
@@ -659,7 +660,7 @@ const (
 
 // ActionUncertain is emitted when a settling tool's settle window closed
 // without a settlement: the effect may or may not have happened and the run
-// waits for a person. It is also emitted (SEMANTICS.md §5: an attempted
+// waits for a person. It is also emitted (docs/semantics.md §5: an attempted
 // action is never reported as not having happened) for an action waiting
 // to start again after a fenced attempt that ended without a result of its
 // own — queued for its replay or re-asking its approval — when a path would
@@ -798,7 +799,7 @@ const (
 	RecoveredIdle = "idle"
 )
 
-// Outcome is how a run finished (SEMANTICS.md §6). Kind is one of the
+// Outcome is how a run finished (docs/semantics.md §6). Kind is one of the
 // Outcome* constants; the other fields are set as the kind needs.
 type Outcome struct {
 	Kind    string          `json:"kind"`

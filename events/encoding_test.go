@@ -73,8 +73,8 @@ func goldenFile(name Name, schema int) string {
 	return filepath.Join("testdata", "encoding", string(name)+".v"+itoa(int64(schema))+".json")
 }
 
-// TestEncodingGolden pins the stored JSON of every event (issue 16, item
-// 3; SEMANTICS.md §10: the log is the record a run is refolded from): the
+// TestEncodingGolden pins the stored JSON of every event (docs/semantics.md
+// §10: the log is the record a run is refolded from): the
 // payload Encode writes for each of encodingSamples is byte for byte its
 // golden file, and every golden file, of any schema version, decodes to an
 // event that encodes to the same bytes. A change of a field, a tag, a type

@@ -10,8 +10,8 @@ import (
 )
 
 // FuzzEnvelope fuzzes the decoding of an event envelope as stored on
-// WEFT_EVENTS (docs/protocol/10-log.md, "The event envelope"; issue 11
-// item 3): whatever the bytes, decoding an envelope and its payload never
+// WEFT_EVENTS (docs/protocol/10-log.md, "The event envelope"): whatever the
+// bytes, decoding an envelope and its payload never
 // panics; a payload that decodes is an event of the closed catalogue whose
 // encoding is stable (encoded again and decoded, it is the same event) and
 // that Describe prints.
@@ -46,7 +46,7 @@ func FuzzEnvelope(f *testing.F) {
 }
 
 // TestEnvelopeSeedsAreMeaningful: FuzzEnvelope's seeds named valid-*
-// decode to an event, every other seed is refused (issue 11 item 3).
+// decode to an event, every other seed is refused.
 func TestEnvelopeSeedsAreMeaningful(t *testing.T) {
 	seeds, err := fuzzseed.Read(".", "FuzzEnvelope")
 	if err != nil {

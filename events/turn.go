@@ -53,7 +53,7 @@ type Usage struct {
 func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
 
 // FailureKind is the class of a failed model turn, as ModelFailed records
-// it (SEMANTICS.md §2, model retry delay).
+// it (docs/semantics.md §2, model retry delay).
 type FailureKind string
 
 // The kinds of ModelFailed. The first four are retryable: the turn is
@@ -85,7 +85,7 @@ const (
 )
 
 // Retryable reports whether a failure of this kind is retried after the
-// retry delay (SEMANTICS.md §2). It is the rule the recorded history is
+// retry delay (docs/semantics.md §2). It is the rule the recorded history is
 // folded with, so it belongs to the log's kinds, not to the model port's.
 func (k FailureKind) Retryable() bool {
 	switch k {

@@ -87,7 +87,8 @@ func (e endpoint) malformed() []badCase {
 		)
 	}
 	if e.answer {
-		// Issue 11 item 3 (SEMANTICS §4: an answer names the request's
+		// docs/adr/0016-input-limits.md (docs/semantics.md §4: an answer names
+		// the request's
 		// revision): no revision is an incomplete request, not a stale
 		// reference.
 		cs = append(cs,
@@ -111,7 +112,8 @@ func (e endpoint) malformed() []badCase {
 	return cs
 }
 
-// TestBadInputEveryEndpoint is issue 11 item 3's table (docs/protocol.md,
+// TestBadInputEveryEndpoint is docs/adr/0016-input-limits.md's table
+// (docs/protocol.md,
 // "Error codes": every input refusal says "nothing written"): every
 // malformed case of every endpoint of the weft, weft-query and catalog
 // services, sent to a real runner and projector (host.Run on a real

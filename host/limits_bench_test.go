@@ -19,7 +19,8 @@ import (
 // (file storage), loaded back and folded by the decision core — what every
 // runner taking the run over and every refold (audit, projector rebuild)
 // pays again. The sizes are a typical input, the MaxText limit, the
-// MaxInput limit and the 1.5 MiB input issue 11 found accepted.
+// MaxInput limit and the 1.5 MiB input docs/adr/0016-input-limits.md found
+// accepted.
 func BenchmarkCommandFieldSize(b *testing.B) {
 	for _, size := range []int{1 << 10, api.MaxText, api.MaxInput, 3 << 19} {
 		b.Run(fmt.Sprintf("input=%dKiB", size>>10), func(b *testing.B) {

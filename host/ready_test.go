@@ -14,7 +14,7 @@ import (
 )
 
 // STYLE.md principle 9 (goroutine lifetimes owned by one errgroup;
-// everything stops on shutdown), issue 16 item 5: host.Run owns its
+// everything stops on shutdown): host.Run owns its
 // readiness check and the WithReady callback it calls. A callback still
 // running when ctx ends is waited for: Run never returns with a goroutine
 // of its own left running.

@@ -28,7 +28,7 @@ func callTool(t *testing.T, srv *mcpserve.Server, tool string, args any) (mcpser
 }
 
 // TestRetryRules_MCPServeRetriesRunnerBusyWithTheSameCommandID
-// (docs/protocol.md "Retry rules"; SEMANTICS §8 "A run can always be
+// (docs/protocol.md "Retry rules"; docs/semantics.md §8 "A run can always be
 // answered"): the owner of the run's partition answers the start
 // runner_busy three times, then a real runner takes it over. weft mcp
 // serve sends the start again with one command id and answers the run's
@@ -113,7 +113,8 @@ func familyQuery(t *testing.T, nc *nats.Conn, lag int) {
 }
 
 // TestSemantics8_AWaitingChildThatCannotBeReadIsAnsweredItsError
-// (SEMANTICS §8 "A run can always be answered"): a run's family waits for
+// (docs/semantics.md §8 "A run can always be answered"): a run's family waits
+// for
 // a child run whose view cannot be read (unknown_run for every read
 // within the wait). The status tool answers that error, with its code, at
 // the end of the wait — not "still working" after every wait, for ever,
@@ -132,7 +133,7 @@ func TestSemantics8_AWaitingChildThatCannotBeReadIsAnsweredItsError(t *testing.T
 	mustContain(t, "message", ans.Error.Message, "child run child", "parent")
 }
 
-// TestSemantics8_AListedChildNotProjectedYetIsAskedAgain (SEMANTICS §8
+// TestSemantics8_AListedChildNotProjectedYetIsAskedAgain (docs/semantics.md §8
 // "A run can always be answered"; docs/mcp.md): a run's family waits for a
 // child run whose first reads answer unknown_run, as a read-model replica
 // that has not projected it yet does, then its view. The status tool asks

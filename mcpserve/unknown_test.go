@@ -80,7 +80,7 @@ func unknown(t *testing.T, session *mcp.ClientSession, tool string, args any) (m
 	return ans, werr
 }
 
-// TestAViewThatLagsIsNeverAGuess (the "never a guess"; SEMANTICS §6
+// TestAViewThatLagsIsNeverAGuess (docs/semantics.md §6
 // statuses): the read model has not caught up with the log (it answers
 // unknown_run for runs the command API started). A keyed call whose run
 // was started, or reopened with the same input, is answered "not known",
@@ -133,7 +133,8 @@ func TestTheWaitBoundsEveryQuery(t *testing.T) {
 	}
 }
 
-// TestAStartWithoutAKnownOutcomeIsNeverAFailure (SEMANTICS §3 across the MCP
+// TestAStartWithoutAKnownOutcomeIsNeverAFailure (docs/semantics.md §3 across
+// the MCP
 // boundary): the command API answers a start unavailable (a runner whose
 // append's outcome is not known), outcome_unknown (a forward not answered
 // in time), or with a reply nobody can read: the run may have started. The answer is "not known", naming the run — a JSON-RPC

@@ -1,7 +1,7 @@
 // Package mcptools turns the tools of a Model Context Protocol (MCP) server
 // into Weft tools: an agent calls them like any tools.Tool, its policy sees
 // their names and exact arguments, and every way a call can end is
-// classified as SEMANTICS.md §3 requires (docs/mcp.md has the table).
+// classified as docs/semantics.md §3 requires (docs/mcp.md has the table).
 //
 // # Reaching a server
 //

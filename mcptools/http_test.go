@@ -55,7 +55,8 @@ func (h *httpServer) stopAccepting() {
 
 const blockingCancelNotify = "blockingcancelnotify=1"
 
-// TestTimeoutWhileTheServerStopsAcceptingIsUncertain (SEMANTICS §3: a timeout
+// TestTimeoutWhileTheServerStopsAcceptingIsUncertain (docs/semantics.md §3: a
+// timeout
 // after a request was sent must never look like a clean failure): the
 // server got the tools/call and is acting on it, then stops accepting
 // connections (a graceful shutdown); the call's timeout fires. The SDK then

@@ -57,7 +57,8 @@ func rawServer(t *testing.T, answer func(id json.RawMessage) string) (*mcptools.
 	return client, &calls
 }
 
-// TestAMalformedAnswerIsUncertain (SEMANTICS §3): the server got the call
+// TestAMalformedAnswerIsUncertain (docs/semantics.md §3): the server got the
+// call
 // and answered something the client cannot read — a response without an
 // id, an id of the wrong type, or no JSON at all. The server may have
 // acted: Uncertain. The Go SDK reports the first two with its own JSON-RPC

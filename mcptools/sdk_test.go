@@ -140,7 +140,8 @@ func byName(t *testing.T, list []tools.Tool, name string) tools.Tool {
 }
 
 // TestInvalidNameIsABuildErrorUnlessRenamed: a tool name outside the shared
-// grammar (SEMANTICS §3) is refused with *InvalidToolName, never changed
+// grammar (docs/semantics.md §3) is refused with *InvalidToolName, never
+// changed
 // silently; Rename maps it explicitly, and the server is still called by its
 // own name.
 func TestInvalidNameIsABuildErrorUnlessRenamed(t *testing.T) {
@@ -332,7 +333,8 @@ func TestClassification(t *testing.T) {
 	expect("context done before sending", invoke(dctx, "echo"), events.OutcomeExplain)
 }
 
-// TestInvalidParamsAfterActingIsUncertain (SEMANTICS §3: an error after the
+// TestInvalidParamsAfterActingIsUncertain (docs/semantics.md §3: an error after
+// the
 // request was sent must not look like a clean failure): JSON-RPC invalid
 // params (-32602) is no proof that no tool body ran. The official SDKs answer
 // it before a body runs (unknown tool, arguments that fail the input schema)

@@ -10,7 +10,8 @@ import (
 	"testing"
 )
 
-// TestOnlyTheCallsOwnPOSTSaysWhetherItWasSent (SEMANTICS §3: a request that
+// TestOnlyTheCallsOwnPOSTSaysWhetherItWasSent (docs/semantics.md §3: a request
+// that
 // was sent is never reported as not sent): after a tools/call's POST was
 // delivered, the SDK sends more POSTs with the call's context — the
 // notifications/cancelled of a call stopped by its timeout, the follow-up

@@ -9,8 +9,8 @@ import (
 	"github.com/weftrun/weft/natsnode"
 )
 
-// The first connection to an external server is retried (issue 07,
-// violation 11): a runner started while its server restarts waits for the
+// The first connection to an external server is retried: a runner started while
+// its server restarts waits for the
 // server instead of exiting. Start is called before any server listens on
 // the URL; the server comes up a second later and Start succeeds.
 func TestExternalFirstConnectRetries(t *testing.T) {

@@ -8,7 +8,8 @@ import (
 
 // TestEmbeddedMaxPayload: the embedded server accepts messages of up to
 // natsnode.MaxPayload, enough for a tool result of the default max result
-// bytes (1 MiB, SEMANTICS §2) plus its envelope; the NATS default of 1 MiB
+// bytes (1 MiB, docs/semantics.md §2) plus its envelope; the NATS default of 1
+// MiB
 // is not.
 func TestEmbeddedMaxPayload(t *testing.T) {
 	ctx := ctxT(t)

@@ -79,7 +79,7 @@ const (
 
 // MaxPayload is the max_payload (bytes) of the embedded server and of the
 // repository's nats.conf: 8 MiB. A tool result of up to max result bytes
-// (default 1 MiB, SEMANTICS §2) travels in a worker's report and is
+// (default 1 MiB, docs/semantics.md §2) travels in a worker's report and is
 // recorded in one event-log message together with its envelope and the
 // follow-on events of the same decision, so the NATS default of 1 MiB is
 // too small. An external server must allow at least this much

@@ -18,7 +18,7 @@ import (
 
 // TestOfEqualsTheServersPartitionMapping: Of is the hash of nats-server's
 // partition(P, wildcard) subject mapping (ARCHITECTURE.md "Scale path":
-// the same hash as the server's partition() mapping; issue 17 item 1). A
+// the same hash as the server's partition() mapping). A
 // real server maps weft.ptest.<run> to weft.ptested.<partition>.<run>; for
 // a few hundred run ids (fixed seed) and several P the partition token it
 // chose is Of(run, P).
@@ -110,8 +110,8 @@ func TestOfIsInRange(t *testing.T) {
 	}
 }
 
-// TestOwnerMovesOnlyTheJoinersShare: the assignment is rendezvous hashing
-// (issue 17 item 1): with n runners each gets about P/n partitions, and a
+// TestOwnerMovesOnlyTheJoinersShare: the assignment is rendezvous hashing: with
+// n runners each gets about P/n partitions, and a
 // runner joining moves to itself only partitions, about P/(n+1) of them,
 // never from one old runner to another; a runner leaving moves only its
 // own.

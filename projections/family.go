@@ -2,7 +2,7 @@ package projections
 
 import "github.com/weftrun/weft/aggregate"
 
-// Family is a run's status computed with its children's (SEMANTICS.md §6:
+// Family is a run's status computed with its children's (docs/semantics.md §6:
 // "status, computed for the run and its children"), the read-side
 // counterpart of aggregate.FamilyStatus. A run view's own Status is the
 // run's status from its own events alone (what audit compares with

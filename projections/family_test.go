@@ -37,7 +37,7 @@ func (d *driven) apply(c aggregate.Command) {
 	}
 }
 
-// TestFamilyStatus (SEMANTICS.md §6 "status computed for the run and its
+// TestFamilyStatus (docs/semantics.md §6 "status computed for the run and its
 // children", docs/adr/0007): a parent whose only work is a delegation is
 // working by its own status; its family status is working while the child
 // works and suspended, waiting for the child run, once the child waits for

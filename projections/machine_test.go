@@ -8,8 +8,9 @@ import (
 )
 
 // TestViewFollowsTheAggregatesStateMachine: there is one state machine
-// (SEMANTICS.md §5 action lifecycle, §6 run status; issue 16 item 2,
-// docs/adr/0017). Over 300 simulated runs of the decision core (fixed
+// (docs/semantics.md §5 action lifecycle, §6 run status;
+// docs/adr/0017-one-state-machine.md). Over 300 simulated runs of the decision
+// core (fixed
 // seeds; every path the aggregate's property test covers: approvals,
 // replays, settlements, losses, hand-offs, cancellations, delegations),
 // the view folded from a run's history has exactly the aggregate's

@@ -4,7 +4,7 @@ package projections
 // (RunView.Quarantine says which): the view shows the run as it was before
 // that message, nothing acts on the run and its inbox items are withdrawn
 // until the message is voided (`weft repair`, docs/adr/0011). It is not a
-// status of SEMANTICS.md §6 (the run's state is not known), so it is not
+// status of docs/semantics.md §6 (the run's state is not known), so it is not
 // in the lifecycle order of Statuses(); lists accept it as a filter.
 const StatusQuarantined = "quarantined"
 

@@ -9,7 +9,7 @@ import (
 	"github.com/weftrun/weft/projections/projtest"
 )
 
-// Issue 11, newcomer item 4: an action reconciled as unconfirmed is an
+// An action reconciled as unconfirmed is an
 // open question — in the view's questions, the summary's count and the
 // open-questions read model, with its run, tool, arguments and note —
 // while the run goes on and after it finished, until it is resolved; the

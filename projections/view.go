@@ -17,7 +17,7 @@
 // an action's state after each event is aggregate.ActionTransition's, the
 // states are aggregate.ActionState's values, which states are in flight is
 // ActionState.Active, and the run status (working, unattended, suspended,
-// finished; SEMANTICS.md §6) is aggregate.RunStatusOf over the facts the
+// finished; docs/semantics.md §6) is aggregate.RunStatusOf over the facts the
 // view keeps, without keeping the aggregate's whole state. What the view
 // adds is presentation: times, summaries, the approval history, questions
 // and children. package audit still compares the two on any run's
@@ -42,7 +42,7 @@ import (
 	"github.com/weftrun/weft/proof"
 )
 
-// The run statuses of SEMANTICS.md §6, the values of aggregate.StatusKind.
+// The run statuses of docs/semantics.md §6, the values of aggregate.StatusKind.
 const (
 	// StatusWorking means a model call or an action is in flight under a
 	// live runner.
@@ -63,7 +63,8 @@ func Statuses() []string {
 	return []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
 }
 
-// The action states of SEMANTICS.md §5: the values of aggregate.ActionState,
+// The action states of docs/semantics.md §5: the values of
+// aggregate.ActionState,
 // defined there once.
 const (
 	// StateRequested means the model asked for the call; validation and
@@ -226,7 +227,7 @@ type ActionView struct {
 }
 
 // QuestionView is the open question an action reconciled as unconfirmed
-// leaves (SEMANTICS.md §3: the run goes on, the application tracks the
+// leaves (docs/semantics.md §3: the run goes on, the application tracks the
 // question), and its resolution.
 type QuestionView struct {
 	// Note is the unconfirmed note the model read.

@@ -54,7 +54,7 @@ func (f *family) delegate(run, callID, agent string) {
 		Delegate: &events.AgentRef{Name: agent, Version: "1"}, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})
 }
 
-// TestRunQueryFamilyStatus (SEMANTICS.md §6: status "computed for the run
+// TestRunQueryFamilyStatus (docs/semantics.md §6: status "computed for the run
 // and its children"; docs/protocol/50-queries.md): a three-generation
 // family recorded through the decision core — desk delegates to
 // researcher, which delegates to a clerk — answered by the run query over

@@ -42,7 +42,7 @@ func loadInboxes(tb testing.TB, log *eventlog.Log, n int) {
 }
 
 // TestInboxesListEveryItem_ClientFollowsNext (docs/protocol/50-queries.md:
-// an inbox pages by `next`; issue 17 review, defect 4): with 1,010 items
+// an inbox pages by `next`; docs/adr/0020-query-indexes.md): with 1,010 items
 // in each inbox (more than one page of the default 1,000), the query
 // client's Approvals, Uncertain and Questions return every item, oldest
 // first, none twice — they follow `next` — and the page helpers return

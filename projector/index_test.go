@@ -138,9 +138,9 @@ func names(p projections.ListPage) []string {
 	return out
 }
 
-// TestListPagesFromTheIndexMatchBruteForce (issue 17 item 2: the query
-// service lists and pages from KV-backed indexes without holding every run
-// in memory) projects 3,000 runs (fixed seed: mixed statuses and agents,
+// TestListPagesFromTheIndexMatchBruteForce (docs/adr/0020-query-indexes.md: the
+// query service lists and pages from KV-backed indexes without holding every
+// run in memory) projects 3,000 runs (fixed seed: mixed statuses and agents,
 // many sharing a millisecond or an exact time) and checks that every page
 // of every filter combination (status, agent, updated_since; limits 50,
 // 137, 1000) equals projections.Page over the stored views — the
@@ -149,7 +149,7 @@ func names(p projections.ListPage) []string {
 // inboxes; that a page reads about as many index entries with 3,000 runs
 // as with 500 (the 2,500 added runs changed before the first 500); and,
 // while runs change between pages, that each page equals the reference
-// page over the views as they are then (SEMANTICS of the cursor: a run
+// page over the views as they are then (what the cursor promises: a run
 // that changes moves to the front, the others keep their order); and
 // that a rebuild from sequence 1 writes the same index (every key of
 // weft_index, byte for byte) as the live projector kept.
@@ -415,7 +415,7 @@ func appendTail(t *testing.T, log *eventlog.Log, recs []events.Recorded) {
 	}
 }
 
-// TestQueryServiceHoldsNoRunState (issue 17 item 2): the query service's
+// TestQueryServiceHoldsNoRunState: the query service's
 // state is its connection, buckets and counters: no field holds a
 // collection (the WatchAll mirrors of weft_runs and the inboxes are gone),
 // so what it holds does not grow with the runs; what a page reads does
@@ -442,7 +442,7 @@ func TestQueryServiceHoldsNoRunState(t *testing.T) {
 	walk(reflect.TypeOf(projector.Service{}), "Service", 0)
 }
 
-// TestListPagesOfOneCrowdedMillisecond (issue 17 item 2): 1,100 runs
+// TestListPagesOfOneCrowdedMillisecond: 1,100 runs
 // whose last change is the same instant (the scale test's loader stamps a
 // window of 2,048 runs with one time) fill one index window with more
 // entries than one direct get answers (1,024); the list and the approvals

@@ -12,7 +12,7 @@ import (
 // up)", or "" when v holds every event of the log up to h. The read model
 // follows the log eventually; a reader that shows a view (the console's run
 // page, weft show) says so when it is behind, so that nobody takes a
-// request it lists as still open after it was answered (SEMANTICS §4).
+// request it lists as still open after it was answered (docs/semantics.md §4).
 func Lag(v projections.RunView, h eventlog.Head) string {
 	if v.Version >= h.Version {
 		return ""

@@ -7,6 +7,6 @@ import (
 )
 
 // TestMain fails the package's tests when a goroutine they started is
-// still running once they all ended (issue 11 item 3): every goroutine of
+// still running once they all ended: every goroutine of
 // the package is owned by something a test stops.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

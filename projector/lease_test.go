@@ -23,8 +23,8 @@ func waitLog(t *testing.T, logs *syncBuffer, want string) {
 	}
 }
 
-// TestIndexEqualsViews_SecondProjectorStandsBy (issue 17 review, defect 3;
-// docs/adr/0020 "one projector at a time"): two projectors on one store
+// TestIndexEqualsViews_SecondProjectorStandsBy (docs/adr/0020 "one projector at
+// a time"): two projectors on one store
 // would interleave the index writes of a run and could leave ghost
 // entries, so one writes and the other stands by: while the first holds
 // the projector lease the second receives no event; when the first

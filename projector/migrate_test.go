@@ -34,8 +34,8 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// TestIndexMigration_ViewsWithoutIndexAreListedAfterStart (issue 17
-// review, defect 2; docs/protocol/50-queries.md "Order indexes": the
+// TestIndexMigration_ViewsWithoutIndexAreListedAfterStart
+// (docs/protocol/50-queries.md "Order indexes": the
 // index marker): a store upgraded from before weft_index holds views,
 // summaries and inbox items but no index and no index marker. While no
 // projector has built the index the list answers unavailable (not an

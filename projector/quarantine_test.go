@@ -13,7 +13,7 @@ import (
 	"github.com/weftrun/weft/projector"
 )
 
-// Issue 11 item 2 (docs/adr/0011): malformed messages among seven runs'
+// docs/adr/0011: malformed messages among seven runs'
 // histories — junk on one run, junk on a run that is then repaired, junk
 // on a subject that names no run — stop nothing: the live projector
 // projects every other run (each view equals the pure fold of its run),

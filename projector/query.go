@@ -95,7 +95,7 @@ type RunRequest struct {
 	Run    string `json:"run"`
 }
 
-// RunReply carries a run's view and its family status (SEMANTICS.md §6:
+// RunReply carries a run's view and its family status (docs/semantics.md §6:
 // status "computed for the run and its children"), computed when the query
 // is answered from the views of the run and its child runs, never stored.
 type RunReply struct {

@@ -28,7 +28,7 @@ func indexKeys(d map[string][]byte) []string {
 // entries and directory nodes purged): a rebuild puts every index entry
 // and node the views imply, so that it equals the live projection's
 // (docs/protocol/50-queries.md "Order indexes": a rebuild with the
-// projectors stopped makes the index exact; issue 17 item 2 review).
+// projectors stopped makes the index exact).
 func TestRebuildRestoresALostOrIncompleteIndex(t *testing.T) {
 	s := start(t)
 	ctx := context.Background()
@@ -82,8 +82,7 @@ func TestRebuildRestoresALostOrIncompleteIndex(t *testing.T) {
 // voids that message, and the projector stopped after deleting the view
 // and before the rest (the view is gone, the summary and the index entry
 // are not). Projecting the void record again removes the summary and
-// every index key of the run: no ghost stays listed (docs/adr/0011;
-// issue 17 item 2 review, defect 6).
+// every index key of the run: no ghost stays listed (docs/adr/0011).
 func TestVoidOfARunsOnlyMessageIsIdempotent(t *testing.T) {
 	s := start(t)
 	ctx := context.Background()

@@ -10,7 +10,7 @@ import (
 	"github.com/weftrun/weft/internal/natstest"
 )
 
-// TestRunAllRestartsWithBackoff (issue 16 item 5: one retry helper): a
+// TestRunAllRestartsWithBackoff (one retry helper): a
 // projector that keeps failing without progress — here its checkpoint
 // cannot be decoded — is resumed after pauses that double from a second up
 // to the limit (internal/backoff), not every second forever; the pauses

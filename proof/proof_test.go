@@ -70,8 +70,8 @@ func reason(err error) string {
 }
 
 // TestProofChecks: a proof verifies for exactly what it was signed for,
-// and each difference is refused with its own reason (issue 12: wrong
-// arguments, action, revision; expired).
+// and each difference is refused with its own reason (wrong arguments, action,
+// revision; expired).
 func TestProofChecks(t *testing.T) {
 	kp := fixedKey(t, 7)
 	p := signed(t, kp, subject, at.Add(time.Minute))

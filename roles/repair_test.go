@@ -13,7 +13,7 @@ import (
 	"github.com/weftrun/weft/projector"
 )
 
-// TestRepairNeedsTheRunnersCredentials (issue 11 item 2, docs/security.md):
+// TestRepairNeedsTheRunnersCredentials (docs/security.md):
 // `weft repair show` reads what an operator may read (the quarantine, the
 // offending message), but `weft repair drop` appends to the log, which only
 // the runner's credentials may: the operator's void record is refused by

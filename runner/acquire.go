@@ -1,7 +1,8 @@
 package runner
 
 // Acquiring a run: from memory, or read from the log by the owner of its
-// partition, and taken over when another runner drove it (SEMANTICS §8).
+// partition, and taken over when another runner drove it (docs/semantics.md
+// §8).
 
 import (
 	"context"
@@ -24,7 +25,7 @@ import (
 // reads the run from the log (and perhaps takes it over), the others wait
 // for it and then find the run in memory. Two concurrent takeovers in one
 // process would otherwise both decide a recovery, the second from this very
-// runner (SEMANTICS §8: only a runner that is gone is recovered from).
+// runner (docs/semantics.md §8: only a runner that is gone is recovered from).
 func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 	if err := eventlog.CheckRun(id); err != nil {
 		return nil, err
@@ -59,7 +60,7 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			if still && rn.stale && rn.driven && !r.refresh(ctx, rn) {
 				// An append's outcome was unknown and its re-read
 				// failed: nothing is decided on memory that may be
-				// behind the log (SEMANTICS §8: decisions follow the
+				// behind the log (docs/semantics.md §8: decisions follow the
 				// log). Read again, or runner_busy while the log
 				// cannot be read; a run the re-read dropped (another
 				// driver, a quarantine) is acquired anew.
@@ -134,7 +135,8 @@ var errAcquireAgain = errors.New("acquire again")
 // names: a runner that drove one before gave the partition up — it
 // released it after handing off, waiting for and forgetting every run of
 // it that it held, or it was judged gone (docs/adr/0019-partitions.md) —
-// so it drives the run no more (SEMANTICS §8: only a runner that is gone
+// so it drives the run no more (docs/semantics.md §8: only a runner that is
+// gone
 // is recovered from). A run recorded as this runner's (not handed off) is
 // driven as it is when it is idle (evicted, idle.go: nothing in flight) or
 // when this process forgot it (drop: a partition lost while paused, a
@@ -168,7 +170,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		_ = fin.lock(ctx)
 		return fin, nil
 	}
-	// A draining runner reads no run back (SEMANTICS §8: what it gives
+	// A draining runner reads no run back (docs/semantics.md §8: what it gives
 	// up, the next runner drives); install checks again under r.mu.
 	r.mu.Lock()
 	draining := r.draining
@@ -273,7 +275,7 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 // A lazy takeover (an idle run) is not recorded on its own: the run is
 // forgotten instead, and costs nothing until the next command — unless
 // the takeover records more than itself: approval expiries that fell due
-// (applied after the recovery, SEMANTICS §8), which nothing else would
+// (applied after the recovery, docs/semantics.md §8), which nothing else would
 // record once the timer that woke the run is spent.
 func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 	if rn.takeover == nil || !rn.driven {

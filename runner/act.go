@@ -37,7 +37,7 @@ func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
 // — a task publish, a durable timer, the model's reply, the resolution of
 // a tool request, a stop, a child run to tend — makes the run be woken
 // again after a backoff (retryLater), and that wake derives the work again
-// from the run's state and does what is still missing (SEMANTICS §8).
+// from the run's state and does what is still missing (docs/semantics.md §8).
 func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all bool) {
 	if !rn.driven || rn.takeover != nil {
 		return

@@ -74,7 +74,8 @@ func pastItsExpiry(t *testing.T, run string) (*harness, *runner.Runner, *bodies,
 	return h, r, b, act
 }
 
-// SEMANTICS §8, "A run can always be answered" (the chaos run's stranded
+// docs/semantics.md §8, "A run can always be answered" (the chaos run's
+// stranded
 // runs): a run suspended on an approval whose driver is gone is reached
 // after the approval's expiry. Each command a person sends is answered for
 // its own reason — a late approval approval_expired, never invalid_request

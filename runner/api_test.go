@@ -130,7 +130,8 @@ func TestAPISameCommandIDConcurrently(t *testing.T) {
 	}
 }
 
-// SEMANTICS §4 (answering an approval request): approve and reject without
+// docs/semantics.md §4 (answering an approval request): approve and reject
+// without
 // an approver on an agent with approvers are refused alike —
 // invalid_request naming the field — and record nothing.
 func TestAnswerWithoutApprover(t *testing.T) {

@@ -217,7 +217,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 	defer span.End()
 	// The driver is written as an intent before the run's first event, so
 	// that a crash right after the append leaves no run that no runner
-	// knows to recover (SEMANTICS §8). An entry that exists already is
+	// knows to recover (docs/semantics.md §8). An entry that exists already is
 	// another start's intent (or a stale one): it is corrected once the
 	// log says who won.
 	intent := uint64(0)
@@ -392,7 +392,8 @@ func (r *Runner) Reconcile(ctx context.Context, req api.ReconcileRequest, stored
 }
 
 // checkOutput refuses reconciliation content of kind output that the
-// action's tool's output schema refuses (SEMANTICS §10: the content is the
+// action's tool's output schema refuses (docs/semantics.md §10: the content is
+// the
 // tool's encoded output): invalid_content naming the path and the reason.
 // An unknown action is left to the aggregate (unknown_action).
 func checkOutput(rn *run, action, kind string, content json.RawMessage) error {

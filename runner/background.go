@@ -16,7 +16,7 @@ import (
 // down; from then on no goroutine is started, and Run returns only once
 // those running have returned.
 //
-// Work cut short so is never lost (SEMANTICS §8): each of these is
+// Work cut short so is never lost (docs/semantics.md §8): each of these is
 // derived again from the log by the next driver (a requested turn is
 // called again, a delegation tended again on takeover, a pending timer
 // armed again, a snapshot cut again from a later state), or is an

@@ -9,10 +9,10 @@ import (
 )
 
 // TestBackgroundStopEndsEveryGoroutine proves the runner's background
-// group (STYLE.md principle 9, issue 16 item 5): stop ends the context
+// group (STYLE.md principle 9): stop ends the context
 // every goroutine of the group is bounded by, returns only once they all
 // returned, and from then on starts nothing (the work is left to the log,
-// SEMANTICS §8). Go and stop may race (run with -race).
+// docs/semantics.md §8). Go and stop may race (run with -race).
 func TestBackgroundStopEndsEveryGoroutine(t *testing.T) {
 	b := newBackground()
 	var wg sync.WaitGroup

@@ -17,7 +17,7 @@ import (
 )
 
 // nearMax is an output that encodes just under the default max result
-// bytes (1 MiB, SEMANTICS §2).
+// bytes (1 MiB, docs/semantics.md §2).
 var nearMax = strings.Repeat("x", 1<<20-64)
 
 var hugeDef = tools.Define[payIn, payOut]("huge", "Return a large result.")
@@ -28,7 +28,8 @@ func hugeTool() tools.Tool {
 	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
 }
 
-// TestMaxResultBytesResultIsRecorded (SEMANTICS §2 max result bytes, the
+// TestMaxResultBytesResultIsRecorded (docs/semantics.md §2 max result bytes,
+// the
 // succeeded side of scenario 13): a result just under the default max
 // result bytes is reported and recorded — by the in-process worker and by
 // an external worker over weft.api.report — and the run completes.

@@ -14,7 +14,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// A run's recorded times never go back (issue 07, violation 11): a runner
+// A run's recorded times never go back: a runner
 // whose clock is an hour behind the run's last event records its decisions
 // at the run's last recorded time at the earliest (max(now, last recorded
 // time)), so a takeover by it does not stamp events before the ones they

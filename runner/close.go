@@ -17,7 +17,7 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// Closing attempts (docs/adr/0023-closing-attempts.md, SEMANTICS.md §8
+// Closing attempts (docs/adr/0023-closing-attempts.md, docs/semantics.md §8
 // "Closing an attempt"): before a decision that ends or abandons fenced
 // attempts without a result of their own (aggregate.ToClose: a cancel, a
 // run's end, an attempt timer, a takeover after a lost runner or a hand-off

@@ -64,7 +64,8 @@ func researcherAgent(t *testing.T, b *bodies, steps ...model.Step) *agent.Agent 
 }
 
 // TestDelegation_ParentGetsChildAnswer: the parent delegates to a sub-agent
-// (SEMANTICS.md §1, §5), the child run uses a tool, and the parent completes
+// (docs/semantics.md §1, §5), the child run uses a tool, and the parent
+// completes
 // with the child's answer (docs/adr/0007).
 func TestDelegation_ParentGetsChildAnswer(t *testing.T) {
 	h := newHarness(t)
@@ -111,7 +112,7 @@ func TestDelegation_ParentGetsChildAnswer(t *testing.T) {
 
 // TestDelegation_MaxChildrenLimitReached: with max children 1, the second
 // of two delegations in one batch ends limit_reached before policy; the
-// model reads the error and the run completes (SEMANTICS.md §2).
+// model reads the error and the run completes (docs/semantics.md §2).
 func TestDelegation_MaxChildrenLimitReached(t *testing.T) {
 	h := newHarness(t)
 	var b bodies
@@ -146,7 +147,7 @@ func TestDelegation_MaxChildrenLimitReached(t *testing.T) {
 	}
 }
 
-// TestDelegation_CancelCancelsChildren (SEMANTICS.md §7): cancelling the
+// TestDelegation_CancelCancelsChildren (docs/semantics.md §7): cancelling the
 // parent while its child's tool body hangs cancels the child; the parent
 // finishes cancelled once the child settled.
 func TestDelegation_CancelCancelsChildren(t *testing.T) {
@@ -184,7 +185,7 @@ func TestDelegation_CancelCancelsChildren(t *testing.T) {
 	}
 }
 
-// TestToolChanged_RedeployedAgentLacksTool (SEMANTICS.md §6): a run waits
+// TestToolChanged_RedeployedAgentLacksTool (docs/semantics.md §6): a run waits
 // for the approval of a "pay" action; its runner is drained and a runner
 // serving the same agent name and version without "pay" takes the run
 // over (at once when the drain handed it off, or when the approval reaches
@@ -230,7 +231,7 @@ func TestToolChanged_RedeployedAgentLacksTool(t *testing.T) {
 	}
 }
 
-// TestDelegation_SurvivesRunnerHandOff (SEMANTICS.md §8, docs/adr/0007):
+// TestDelegation_SurvivesRunnerHandOff (docs/semantics.md §8, docs/adr/0007):
 // the child waits for an approval when the runner driving parent and child
 // drains; another runner takes both over, the delegation stays delegated,
 // the approved child completes and the new runner feeds its answer to the

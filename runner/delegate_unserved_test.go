@@ -17,7 +17,8 @@ import (
 )
 
 // A delegation whose recorded sub-agent (name and version) no runner driving
-// the parent serves (SEMANTICS §2, an action ends in a definite state the
+// the parent serves (docs/semantics.md §2, an action ends in a definite state
+// the
 // model reads, like unknown_tool): the parent's runner cannot start the
 // child (unknown_agent), so the delegated action settles with a failed child
 // outcome, reason unknown_agent, instead of waiting forever; the model reads

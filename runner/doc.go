@@ -51,7 +51,7 @@
 //     durable timer, the model's reply, the resolution of a tool request,
 //     a stop, a child run — makes the run be woken again after a backoff
 //     (retryLater), and that wake derives the work again from the state
-//     and does what is still missing (SEMANTICS §8: pending work is
+//     and does what is still missing (docs/semantics.md §8: pending work is
 //     retried, never dropped).
 //  3. A wake first checks that the state in memory is the log's (its head
 //     is the log's), so a runner that lost the run never performs work
@@ -105,7 +105,8 @@
 // entry and costs its owner nothing, in memory or at a takeover, until a
 // command, report or timer reaches it (idle.go). A SIGKILLed runner's
 // partitions move within about lease + lease/4 and its runs in flight
-// continue (the SEMANTICS §8 outcomes follow from the recorded fences); a
+// continue (the docs/semantics.md §8 outcomes follow from the recorded fences);
+// a
 // joining runner gets its share within about lease/4 plus the drain window
 // of the runs in flight there. SIGTERM (cancelling Run's context) drains:
 // no new commands are taken and every driven run is handed off at once;

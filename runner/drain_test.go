@@ -17,7 +17,7 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// Scenario 33 with work queued behind the running body (SEMANTICS §8,
+// Scenario 33 with work queued behind the running body (docs/semantics.md §8,
 // graceful drain: "running bodies ... may finish within the drain window
 // and are committed; then the run is handed off with nothing uncertain").
 // Two calls under max concurrency 1: SIGTERM comes while the first body
@@ -115,7 +115,8 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 	}
 }
 
-// Scenario 33, another runner's task queued during the drain (SEMANTICS §8,
+// Scenario 33, another runner's task queued during the drain (docs/semantics.md
+// §8,
 // graceful drain: "running bodies ... may finish within the drain window
 // and are committed; then the run is handed off with nothing uncertain").
 // Runner A drains while its own body runs; a task of runner B's run is

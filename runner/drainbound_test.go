@@ -17,7 +17,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 graceful drain (issue 07, violation 11): a SIGTERMed runner
+// docs/semantics.md §8 graceful drain: a SIGTERMed runner
 // is done within its drain window even while a command it serves waits on
 // a forward to a driver that does not answer (paused): at the end of the
 // window the command ends (outcome_unknown: it may have been applied), so

@@ -18,7 +18,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 (graceful row) and the availability budget
+// docs/semantics.md §8 (graceful row) and the availability budget
 // (docs/reliability.md: after a graceful stop, no runner_busy longer than
 // the drain): a draining runner whose body runs to the end of the drain
 // window hands that body's partition over within the window — its key is
@@ -88,7 +88,7 @@ func (h *harness) hangingBody(run string, opts ...runner.Option) (*runner.Runner
 	return r, stop
 }
 
-// SEMANTICS §8 (a live runner's run is never taken over): at the end of
+// docs/semantics.md §8 (a live runner's run is never taken over): at the end of
 // a drain, the partition of a run whose lock the hand-off could not have
 // (a command still applied to it past the window; here its body runs to
 // the window's end too) keeps its key while the run is held — its new

@@ -41,7 +41,8 @@ type run struct {
 	// takeover is the recovery this runner decided to make (its driver is
 	// gone) but has not recorded yet: it is recorded together with the
 	// command that acquired the run, decided on the recovered state before
-	// any effect of the recovery (SEMANTICS §7), or on its own once that
+	// any effect of the recovery (docs/semantics.md §7), or on its own once
+	// that
 	// command recorded nothing. While it is set, pre is the state in the
 	// log and state the recovered view (aggregate.Recovered) that the
 	// command's pre-checks read; nothing is acted on.
@@ -289,10 +290,11 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				if rn.stale {
 					// The run could not be read: the decision may have
 					// landed, so "not applied — retry" would be a guess
-					// (SEMANTICS §8, "A run can always be answered"). The
+					// (docs/semantics.md §8, "A run can always be answered").
+					// The
 					// caller answers it by its kind (unknownAnswer). The
 					// run is read again soon, so that what did land is
-					// acted on (SEMANTICS §8: pending work is retried).
+					// acted on (docs/semantics.md §8: pending work is retried).
 					if rn.driven {
 						r.retryLater(rn.id)
 					}
@@ -408,7 +410,7 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) (bool,
 // drove it and may still have work of it in flight — a body in its
 // worker — so when it acquires the run again (its partition came back,
 // its quarantine was repaired) it drives it as its own, never recovering
-// it from itself (SEMANTICS §8).
+// it from itself (docs/semantics.md §8).
 func (r *Runner) drop(rn *run) {
 	if _, fin := rn.state.Finished(); rn.driven && rn.takeover == nil && rn.state.Exists() && !fin && !rn.state.HandedOff() && rn.state.Runner() == r.id {
 		r.mu.Lock()
@@ -439,7 +441,7 @@ func (r *Runner) drop(rn *run) {
 // from the log) work in flight: an approval that fences an attempt, a
 // takeover. A runner that dies between the append and act's put would
 // otherwise leave a run with work in flight that no partition scan finds
-// (SEMANTICS §8: pending work is retried, never dropped). When the put
+// (docs/semantics.md §8: pending work is retried, never dropped). When the put
 // fails nothing is appended: the command answers unavailable, nothing is
 // acted on. An append that leaves the run idle or finished needs no
 // entry, and so does a hand-off (a drain's or a release's: the run's

@@ -97,8 +97,8 @@ func (h *harness) driverEntry(run string) string {
 	return string(e.Value())
 }
 
-// SEMANTICS §8 "work not recorded is derived again from the log, never
-// dropped" (reviewer F5): a start writes its driver intent before the
+// docs/semantics.md §8 "work not recorded is derived again from the log, never
+// dropped": a start writes its driver intent before the
 // run's first event, so that a crash right after the append leaves a run
 // the owner of its partition finds. When the key's last message is the
 // marker of an earlier removal and the marker expires while Create reads
@@ -135,7 +135,7 @@ func TestSemantics8_AStartWhoseKeysMarkerExpiresStillWritesItsIntent(t *testing.
 	h.waitStatus(run, aggregate.StatusFinished)
 }
 
-// SEMANTICS §8 (reviewer F5), the rebuild of the driver entries from the
+// docs/semantics.md §8, the rebuild of the driver entries from the
 // log: an unfinished run of a gone runner without an entry, whose key's
 // last message is an expiring marker, gets its entry although Create
 // answers "the key exists" when the marker expires while Create reads it

@@ -18,8 +18,8 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// TestIssue17_RunsThatNeedNoEntryLeaveNoSubjectInTheDriversBucket (issue 17:
-// an idle run costs nothing; docs/adr/0019-partitions.md): a run whose
+// TestIssue17_RunsThatNeedNoEntryLeaveNoSubjectInTheDriversBucket (an idle run
+// costs nothing; docs/adr/0019-partitions.md): a run whose
 // weft_drivers entry is removed — it went idle, or finished — leaves no
 // subject behind once the removal's marker expired. A delete marker kept
 // forever made every partition scan (a last-per-subject watch of the

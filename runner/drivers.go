@@ -132,8 +132,9 @@ func markerTTL(lease time.Duration) time.Duration { return max(lease, time.Secon
 // rev is not 0 — with a purge whose marker expires after markerTTL. A
 // plain delete leaves a marker forever: every partition scan, a
 // last-per-subject watch of the bucket, then costs the server one message
-// per run that ever had work in flight (issue 17: an idle or finished run
-// costs nothing; at a million runs an idle runner's scans kept nats-server
+// per run that ever had work in flight (docs/adr/0019-partitions.md: an idle or
+// finished run costs nothing; at a million runs an idle runner's scans kept
+// nats-server
 // busy on half a core).
 //
 // A bucket provisioned before markers expired (no LimitMarkerTTL: the
@@ -170,7 +171,7 @@ var errDriverKeyExists = errors.New("the run has a driver entry")
 // ErrKeyExists is confirmed by reading the key; when it is absent (no
 // message, or a marker) Create is made again, at most createTries times
 // in all — a run appended without the entry that it was meant to have
-// first would be stranded by a crash before act puts it (SEMANTICS §8:
+// first would be stranded by a crash before act puts it (docs/semantics.md §8:
 // no run stays in flight that no runner finds).
 func (r *Runner) createDriverKey(ctx context.Context, run, driver string) (uint64, error) {
 	key := r.driverKey(run)

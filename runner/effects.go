@@ -41,7 +41,7 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 		return err
 	}
 	// Addressed by the run's agent identity: only the body bound in that
-	// agent@version takes it (SEMANTICS §3).
+	// agent@version takes it (docs/semantics.md §3).
 	subject := worker.Queue{Agent: ref.Name, Version: ref.Version, Tool: d.Tool}.Subject()
 	msg := nats.NewMsg(subject)
 	msg.Data = b
@@ -119,7 +119,7 @@ func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
 // background group and feeds the answer back as a command. The call is
 // bounded by the turn's deadline and by the runner's lifetime: one cut
 // short by the runner's stop records nothing, and the turn, still
-// requested in the log, is called again by the next driver (SEMANTICS
+// requested in the log, is called again by the next driver (docs/semantics.md
 // §8).
 func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 	ag := rn.agent
@@ -181,7 +181,7 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 				r.keepReply(id, cmd)
 				r.retryLater(id)
 			case weft.ErrorCode(err) == weft.CodeQuarantined:
-				// Kept too, never dropped (SEMANTICS §8), until the
+				// Kept too, never dropped (docs/semantics.md §8), until the
 				// repair: the repaired run is woken (watchQuarantined)
 				// and its next pass of act records it, instead of calling
 				// the model again for the same turn.

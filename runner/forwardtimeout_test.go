@@ -44,7 +44,7 @@ func (h *harness) heartbeat(id string) {
 }
 
 // A forwarded command whose driver does not answer in time may or may not
-// have been applied (issue 07, violation 11): its answer is
+// have been applied: its answer is
 // outcome_unknown, kept for the command id, so a retry with the same
 // command id gets that first answer again — never a different refusal
 // (here the driver applied the approval late, and answers a second

@@ -14,7 +14,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// TestIdleRunsLeaveMemoryAndComeBackWithoutATakeover (issue 18, docs/adr/0014):
+// TestIdleRunsLeaveMemoryAndComeBackWithoutATakeover (docs/adr/0014):
 // runs suspended on an approval, with nothing in flight, are evicted from
 // their runner's memory; an approval, and an approval expiry that falls
 // due, reach them all the same, and the runner drives them again as their

@@ -18,7 +18,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 and issue 11 item 2: one malformed message must not stop
+// docs/semantics.md §8: one malformed message must not stop
 // the world, even one every log check accepts. A well-formed message that
 // continues a suspended run's hash chain but names an impossible
 // transition (a report for an action that does not exist) lands on its

@@ -12,7 +12,8 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 (no takeover of a live runner's work): a runner configured
+// docs/semantics.md §8 (no takeover of a live runner's work): a runner
+// configured
 // with a longer lease than the weft_runners bucket it finds (provisioned
 // by someone else, 2 s here) still heartbeats within the bucket's max age,
 // so its liveness key never lapses while it lives and no peer takes its

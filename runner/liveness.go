@@ -24,7 +24,7 @@ import (
 // failed heartbeat — the server may have restarted and disconnected
 // every peer too — also the connection's reconnect wait and jitter, the
 // time a peer disconnected by the same restart may take to come back
-// (judgeGrace). Until then an absent key means "cannot tell" (SEMANTICS
+// (judgeGrace). Until then an absent key means "cannot tell" (docs/semantics.md
 // §8: only a runner that is gone is recovered from).
 //
 // Before the whole grace, once it has watched for a lease and a heartbeat

@@ -21,7 +21,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 "only a runner that is gone is recovered from", across a
+// docs/semantics.md §8 "only a runner that is gone is recovered from", across a
 // NATS server restart: liveness survives the restart and "cannot tell"
 // (the runners bucket missing or emptied, a connection just re-established,
 // a read error) is never read as "dead". Two live runners; the server
@@ -128,7 +128,7 @@ func TestProvisionMovesTheRunnersBucketToFile(t *testing.T) {
 	}
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from" — and a
+// docs/semantics.md §8 "only a runner that is gone is recovered from" — and a
 // live runner stays live: a heartbeat that fails, even the first one (the
 // runners bucket refuses writes, or was deleted by an operator or a server
 // restart while the runner started), is "cannot tell", never a reason to
@@ -206,8 +206,8 @@ func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
 	}
 }
 
-// A runner started while its server restarts (SEMANTICS §8: a server
-// restart stops nobody; issue 07 violation 11, after the first connection)
+// A runner started while its server restarts (docs/semantics.md §8: a server
+// restart stops nobody, after the first connection)
 // waits for the server and then serves, instead of returning from Run
 // because its buckets could not be looked up in time (cmd/runner then
 // exited).

@@ -34,7 +34,7 @@ func (h *harness) eventsInfo() *jetstream.StreamInfo {
 	return info
 }
 
-// The log is never silently discarded (issue 16 item 5; SEMANTICS §8: the
+// The log is never silently discarded (docs/semantics.md §8: the
 // decision follows from the recorded events alone): WEFT_EVENTS at a limit
 // an operator set refuses a new append instead of dropping the run's first
 // events. A command that reaches the full log is answered unavailable and

@@ -8,11 +8,11 @@ import (
 	"github.com/weftrun/weft/telemetry"
 )
 
-// observe emits the SEMANTICS §11 telemetry for appended events, after
+// observe emits the docs/semantics.md §11 telemetry for appended events, after
 // the commit.
 func (r *Runner) observe(ctx context.Context, rn *run, evs []events.Event) {
 	// A turn whose reply the decision refused ends with another model_turn
-	// result than the reply's kind (SEMANTICS §11): answer_rejected (a
+	// result than the reply's kind (docs/semantics.md §11): answer_rejected (a
 	// typed answer that did not decode, corrected next turn),
 	// protocol_violation, budget_stop (the run ran out of turns or tokens).
 	turnResult, replied := turnOverride(evs), false

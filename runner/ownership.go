@@ -14,7 +14,7 @@ import (
 	"github.com/weftrun/weft/partition"
 )
 
-// Ownership checks (docs/adr/0019-partitions.md, SEMANTICS §8: only a
+// Ownership checks (docs/adr/0019-partitions.md, docs/semantics.md §8: only a
 // runner that is gone is recovered from). This runner's table of the
 // partitions' owners (partTable) follows weft_partitions through a
 // watcher, which may be behind: a runner paused (SIGSTOP) or cut off from
@@ -138,7 +138,7 @@ func (r *Runner) verifyOwned(ctx context.Context) error {
 // with work in flight, may be a live runner that takes no part in the
 // partitions (an older release: its heartbeat names no number of
 // partitions, or another one), which drives its runs whoever owns their
-// partition: its runs are not taken over while it lives (SEMANTICS §8).
+// partition: its runs are not taken over while it lives (docs/semantics.md §8).
 // A runner whose heartbeat names this deployment's partitions is a
 // participant: when this runner owns the partition, that runner released
 // it or lost it (and forgot its runs). A runner whose key is absent is

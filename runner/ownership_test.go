@@ -100,8 +100,8 @@ func startedBy(t *testing.T, h *harness, a *agent.Agent, run, driver string) {
 	}
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from" (reviewer
-// D1c): a runner whose view of weft_partitions is stale — paused or cut
+// docs/semantics.md §8 "only a runner that is gone is recovered from": a runner
+// whose view of weft_partitions is stale — paused or cut
 // off while another runner ("other", alive) claimed a partition — still
 // believes it owns the partition. A command for a run of it with work in
 // flight, driven by a runner gone, must not be answered by a takeover
@@ -138,7 +138,7 @@ func TestSemantics8_AStaleOwnerDoesNotTakeOverARunWithWorkInFlight(t *testing.T)
 	}
 }
 
-// SEMANTICS §8 (reviewer D1c), the lazy takeover of an idle run: its
+// docs/semantics.md §8, the lazy takeover of an idle run: its
 // first recorded step (an approval) is the takeover's record, so it too
 // is decided on the store's owner of the partition, not on a stale view.
 func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
@@ -190,7 +190,7 @@ func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
 	}
 }
 
-// SEMANTICS §8 (reviewer D1d): a partition key that names this runner at
+// docs/semantics.md §8: a partition key that names this runner at
 // a revision lower than the one it claimed is no claim of its own (a
 // re-created weft_partitions bucket, a server that lost writes): after a
 // reconnection the runner verifies its partitions before acquiring
@@ -241,7 +241,7 @@ func (h *harness) driversMaxMsgSize(n int32) {
 	}
 }
 
-// SEMANTICS §8 "pending work is retried, never dropped" (reviewer D2): an
+// docs/semantics.md §8 "pending work is retried, never dropped": an
 // idle run has no weft_drivers entry; the approval that fences its
 // attempt gives it work in flight. Its entry must be put before that
 // append — had the runner died between the append and a later put, no
@@ -300,8 +300,8 @@ func TestSemantics8_AnIdleRunsDriverEntryIsPutBeforeItsWorkIsRecorded(t *testing
 	}
 }
 
-// SEMANTICS §8 "work not recorded is derived again from the log, never
-// dropped" (reviewer D6): the rebuild of the driver entries from the log
+// docs/semantics.md §8 "work not recorded is derived again from the log, never
+// dropped": the rebuild of the driver entries from the log
 // is marked done ("rebuilt") only once every unfinished run has its
 // entry. Here the first attempt cannot create the entry of a gone
 // runner's run (weft_drivers refuses writes): "rebuilt" is not put, the
@@ -347,8 +347,8 @@ func TestSemantics8_ARebuildThatLeftRunsIsMadeAgain(t *testing.T) {
 	}
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from" (reviewer
-// D1b), a rolling deploy: a live runner of an older release ("old": its
+// docs/semantics.md §8 "only a runner that is gone is recovered from", a
+// rolling deploy: a live runner of an older release ("old": its
 // heartbeat names no partitions) still drives a run with work in flight
 // in a partition this runner owns. The run is not taken over while "old"
 // lives — a command is answered runner_busy — and it is taken over, by

@@ -44,7 +44,7 @@ func (h *harness) owners() map[int]string {
 	return out
 }
 
-// Issue 17 item 2: the number of partitions is fixed per deployment. The
+// The number of partitions is fixed per deployment. The
 // first runner records it; a runner configured with another number
 // refuses to start, naming both; a runner configured with none follows
 // the deployment's.
@@ -80,7 +80,7 @@ func TestPartitions_AnotherNumberIsRefused(t *testing.T) {
 	}
 }
 
-// Issue 17 item 3: two runners split the partitions by the assignment
+// Two runners split the partitions by the assignment
 // (partition.Owner over the live runners) and every partition has
 // exactly one owner, in weft_partitions and in the runners' own view.
 func TestPartitions_TwoRunnersSplitThemAndEachHasOneOwner(t *testing.T) {
@@ -131,8 +131,8 @@ func (b *slowBodies) tool() tools.Tool {
 	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
 }
 
-// SEMANTICS §8, graceful row, for a partition that moves (issue 17 item
-// 3): a third runner joins two that drive runs with bodies running; it
+// docs/semantics.md §8, graceful row, for a partition that moves: a third
+// runner joins two that drive runs with bodies running; it
 // takes about P/3 partitions, which their owners release with a hand-off:
 // the bodies in flight there finish within the drain window and are
 // recorded, nothing is uncertain, no body starts twice, every run
@@ -206,7 +206,7 @@ func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
 	t.Logf("%d of %d runs were handed off to the partitions' new owners", moved, n)
 }
 
-// SEMANTICS §8 (recovery after loss) for partitions (issue 17 item 3): a
+// docs/semantics.md §8 (recovery after loss) for partitions: a
 // runner ("ghost") that owned every partition stopped heartbeating, with a
 // body running on one run and a model call without a reply on another.
 // The runner that starts claims the partitions once it can judge the
@@ -293,7 +293,8 @@ func (h *harness) eventsCount() uint64 {
 	return info.State.Msgs
 }
 
-// Issue 17 item 5 (idle runs cost their runner nothing), SEMANTICS §8
+// docs/adr/0019-partitions.md (idle runs cost their runner nothing),
+// docs/semantics.md §8
 // "awaiting approval: unchanged": a runner that drove 2,000 runs waiting
 // for an approval drains; the runner that takes its partitions over
 // appends nothing for them, starts no goroutine per run and reads none of
@@ -388,7 +389,7 @@ func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
 	}
 }
 
-// Issue 17 item 6: a command for a run of another runner's partition is
+// A command for a run of another runner's partition is
 // forwarded to that runner at once, without reading the run (the
 // receiver's Stats.Loaded does not move), and answered by the owner.
 func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
@@ -431,7 +432,7 @@ func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
 	h.waitStatus(run, aggregate.StatusFinished)
 }
 
-// SEMANTICS §8 "a live runner never takes over a run it drives itself"
+// docs/semantics.md §8 "a live runner never takes over a run it drives itself"
 // (chaos seed 2 found it: runner-3-1 recovered a run from itself): a
 // runner loses the partition of a run whose body runs in its worker (here
 // another runner's claim is written over its key, as when it was judged
@@ -494,7 +495,8 @@ func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
 	}
 }
 
-// Issue 17 item 2 (a runner's per-tick work follows its own runs): the
+// docs/adr/0019-partitions.md (a runner's per-tick work follows its own runs):
+// the
 // partition loop follows weft_runners with one long-lived watcher, not a
 // new one (an ordered consumer on KV_weft_runners) every round.
 func TestPartitions_OneWatcherOfTheRunnersBucket(t *testing.T) {
@@ -546,8 +548,8 @@ func TestPartitions_OneWatcherOfTheRunnersBucket(t *testing.T) {
 	}
 }
 
-// TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack (issue 17 item
-// 1: ownership rebalances when runners join, bounded in time; ADR 0019):
+// TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack (ownership
+// rebalances when runners join, bounded in time; docs/adr/0019-partitions.md):
 // the once-per-deployment rebuild of the driver index reads every
 // unfinished run of the log back — minutes at a million runs — and a
 // runner making it still releases the partitions assigned to a runner

@@ -36,9 +36,11 @@ func (h signalLog) Handle(_ context.Context, r slog.Record) error {
 func (h signalLog) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h signalLog) WithGroup(string) slog.Handler      { return h }
 
-// SEMANTICS §8 ("a run's pending work that failed to be recorded — a model
-// reply, … — is retried, never dropped"), with issue 11 item 2 (a
-// quarantined run is repaired and goes on): a malformed message lands on a
+// docs/semantics.md §8 ("a run's pending work that failed to be recorded — a
+// model
+// reply, … — is retried, never dropped"), with
+// docs/adr/0011-quarantine-and-repair-of-malformed-messages.md (a quarantined
+// run is repaired and goes on): a malformed message lands on a
 // run's subject while its model call is in flight. The reply cannot be
 // recorded (the run is quarantined); it is kept like a worker's report,
 // and recorded once the message is voided — the model is called once for

@@ -18,7 +18,8 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// Issue 11 item 2, with SEMANTICS §5 ("an attempted action is never
+// docs/adr/0011-quarantine-and-repair-of-malformed-messages.md, with
+// docs/semantics.md §5 ("an attempted action is never
 // reported as not having happened") and §8 (nothing acts on a state it
 // cannot derive): a malformed message lands on a run's subject while one
 // of its tool bodies runs. The runner refuses every command on the run

@@ -50,7 +50,7 @@ func (h *harness) refuseAppends() (allow func()) {
 	}
 }
 
-// SEMANTICS §8 (pending work is derived again from the log and retried,
+// docs/semantics.md §8 (pending work is derived again from the log and retried,
 // never dropped; raft's Ready/Advance): the model's reply could not be
 // recorded (the store refused the append). The runner keeps the work
 // pending and records it once the store accepts again, instead of leaving

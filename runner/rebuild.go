@@ -23,7 +23,8 @@ const rebuildBatch = 64
 
 // rebuildDrivers gives every unfinished run in the log that is not idle
 // (aggregate.Idle) and has no weft_drivers entry one, naming the driver
-// its log records, so that the owner of its partition finds it (SEMANTICS
+// its log records, so that the owner of its partition finds it
+// (docs/semantics.md
 // §8: which runs are unfinished and who drives them is derived from the
 // log). It repairs what a start's intent cannot: a bucket that was lost or
 // re-created, the entries of a release before partitions (keyed by the

@@ -14,7 +14,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §10: reconciliation content is the tool's encoded output,
+// docs/semantics.md §10: reconciliation content is the tool's encoded output,
 // {"error": m} or {"unconfirmed": note}. Content that is neither — not
 // JSON, null, or an "output" the tool's output schema refuses — is refused
 // invalid_content naming the path and the reason, once (no doubled code in

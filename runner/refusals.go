@@ -1,7 +1,7 @@
 package runner
 
 // Internal refusals: a decision the runtime derived itself that the
-// decision core refused (SEMANTICS §8, "A run can always be answered").
+// decision core refused (docs/semantics.md §8, "A run can always be answered").
 
 import (
 	"context"

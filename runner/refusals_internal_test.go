@@ -18,7 +18,7 @@ import (
 	"github.com/weftrun/weft/policy"
 )
 
-// SEMANTICS §8, "A run can always be answered": when the decision core
+// docs/semantics.md §8, "A run can always be answered": when the decision core
 // refuses a decision the runtime derived itself — here the takeover a
 // runner holds for a run, whose cause no longer matches the log — the
 // command that met it is answered internal, never the refusal's

@@ -2,7 +2,8 @@ package runner
 
 // Releasing partitions (docs/adr/0019-partitions.md): a runner gives up
 // the partitions assigned to another live runner, or all of them when it
-// drains, with the hand-off of SEMANTICS §8 (graceful: nothing uncertain).
+// drains, with the hand-off of docs/semantics.md §8 (graceful: nothing
+// uncertain).
 
 import (
 	"context"
@@ -26,7 +27,7 @@ import (
 // releasing, so that a release either makes the check fail or finds the
 // acquisition counted and waits for it (waitAcquisitions) before it lists
 // the partition's runs to hand them off: no run is installed behind a
-// release's back (SEMANTICS §8: the releasing runner would drive a run
+// release's back (docs/semantics.md §8: the releasing runner would drive a run
 // its partition's new owner takes over).
 func (r *Runner) acquiring(run string) (done func()) {
 	t := r.parts
@@ -73,7 +74,8 @@ func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
 	}
 }
 
-// release gives partition p up (SEMANTICS §8, graceful: nothing uncertain).
+// release gives partition p up (docs/semantics.md §8, graceful: nothing
+// uncertain).
 // The partition is marked releasing (partitionPass): no run of it is
 // acquired any more (owns answers runner_busy); the acquisitions that
 // passed the ownership check before are waited for, so that their runs
@@ -161,7 +163,7 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 // Pass, release) until that work ends: a release that began would answer
 // every other run of the partition runner_busy for as long as it runs,
 // and a hand-off past the drain window would make the body uncertain
-// though its runner is not lost (SEMANTICS §3, §8). Its runs stay this
+// though its runner is not lost (docs/semantics.md §3, §8). Its runs stay this
 // runner's and are served meanwhile; the assignment moves it once the
 // work ended.
 func (r *Runner) unboundedIn(p int) bool {
@@ -176,7 +178,8 @@ func (r *Runner) unboundedIn(p int) bool {
 // run's lock at most its command timeout). Judging and handing off are
 // one hold so that no decision between them — a held run's model reply,
 // approval or queued command — starts work without a deadline that the
-// release would then wait on for ever (SEMANTICS §8: a run can always be
+// release would then wait on for ever (docs/semantics.md §8: a run can always
+// be
 // answered): once handed off, a run fences no new attempt and requests
 // no model turn. When some of that work runs already, nothing is handed
 // off and unbounded is true. When a lock is not had by the deadline,
@@ -223,7 +226,8 @@ const settleGrace = time.Second
 // window and, for the work whose deadline is recorded, up to that
 // deadline and settleGrace; for work without one (a tool or model call
 // whose timeout is tools.Infinity) until it ends: a graceful release
-// leaves nothing uncertain that was not lost (SEMANTICS §8: it is a live
+// leaves nothing uncertain that was not lost (docs/semantics.md §8: it is a
+// live
 // runner's work, and only a runner that is gone is recovered from). It
 // returns false when ctx ends first.
 func (r *Runner) waitSettled(ctx context.Context, list []*run) bool {

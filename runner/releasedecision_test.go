@@ -17,7 +17,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 (graceful row; only a runner that is gone is recovered
+// docs/semantics.md §8 (graceful row; only a runner that is gone is recovered
 // from) and the availability budget: a decision in progress when a
 // partition's release checks for work without a deadline — an approval
 // whose policy re-run holds the run's lock, and which starts a body whose

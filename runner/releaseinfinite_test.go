@@ -16,13 +16,14 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// TestSemantics8_AJoiningRunnerLeavesAnInfiniteBodyCertain (SEMANTICS §8,
+// TestSemantics8_AJoiningRunnerLeavesAnInfiniteBodyCertain (docs/semantics.md
+// §8,
 // graceful row; §3: only a lost runner or worker makes a body uncertain):
 // a partition released because a runner joined waits for a running body
 // whose tool timeout is tools.Infinity (no recorded deadline) until it
 // ends, not only the drain window; the joiner recovers the run handed
-// off, with nothing uncertain, and the body runs once. (Review r3 found
-// the release forgetting the run with its body running.)
+// off, with nothing uncertain, and the body runs once. (The release once forgot
+// the run with its body running.)
 func TestSemantics8_AJoiningRunnerLeavesAnInfiniteBodyCertain(t *testing.T) {
 	h := newHarness(t)
 	const run = "long-0"
@@ -70,7 +71,8 @@ func (m *slowFirst) Complete(ctx context.Context, req model.Request) (model.Repl
 	return m.Model.Complete(ctx, req)
 }
 
-// TestSemantics8_AJoiningRunnerLetsAnInfiniteModelCallFinish (SEMANTICS §8,
+// TestSemantics8_AJoiningRunnerLetsAnInfiniteModelCallFinish (docs/semantics.md
+// §8,
 // graceful row): the same for a model call without a recorded deadline
 // (model timeout tools.Infinity): the release waits for its reply, which
 // is recorded; no turn is spent on the rebalance (with max turns 1 the run

@@ -14,8 +14,8 @@ import (
 	"github.com/weftrun/weft/timer"
 )
 
-// TestProvisionReplicasOnACluster (issue 01: replica count configurable, 1
-// embedded, 3 on a cluster): on a real 3-node cluster, Provision with
+// TestProvisionReplicasOnACluster (replica count configurable, 1 embedded, 3 on
+// a cluster): on a real 3-node cluster, Provision with
 // WithReplicas(3) gives WEFT_TIMERS, the base streams and the runner's
 // buckets three replicas, and a later Provision with the default (as a
 // runner started without --replicas does) keeps them at three.

@@ -118,7 +118,7 @@ func TestScenario37_CommandRightAfterStartDoesNotRecover(t *testing.T) {
 	}
 }
 
-// Scenario 20 with SEMANTICS §4's order of checks: the proof is checked
+// Scenario 20 with docs/semantics.md §4's order of checks: the proof is checked
 // before the expiry, and a refused proof changes nothing. An approval with
 // a refused proof, sent after the request's expiry (by the recorded clock)
 // but before anyone applied it, answers proof_refused and writes nothing

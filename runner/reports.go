@@ -21,7 +21,7 @@ import (
 
 // checkSettled refuses a settlement's output that the action's tool's
 // output schema refuses, as checkOutput does for a reconciliation
-// (SEMANTICS §9, §10; issue 11 item 3): invalid_content naming the path
+// (docs/semantics.md §9, §10): invalid_content naming the path
 // and the reason, before anything is decided. An unknown action is left
 // to the aggregate.
 func checkSettled(rn *run, action string, content json.RawMessage) error {
@@ -51,7 +51,7 @@ func notAnOutput(rn *run, action string, content json.RawMessage) (string, error
 }
 
 // Settle offers a settlement (api.Backend). A settlement of an action
-// whose body still runs waits for the body (SEMANTICS §9) until the
+// whose body still runs waits for the body (docs/semantics.md §9) until the
 // attempt's recorded deadline plus the lease (time for the tool timeout to
 // be recorded), or as long as ctx allows when the attempt has no deadline
 // (an Infinity timeout); a body still running then is answered

@@ -101,7 +101,7 @@ func WithWorkerOptions(opts ...worker.Option) Option {
 	return func(r *Runner) { r.workerOpts = append(r.workerOpts, opts...) }
 }
 
-// WithTelemetry sets the telemetry sink (spans and the SEMANTICS §11
+// WithTelemetry sets the telemetry sink (spans and the docs/semantics.md §11
 // names). Default: telemetry.Nop-equivalent (spans to the global no-op
 // tracer provider, names to the logger).
 func WithTelemetry(t *telemetry.Telemetry) Option { return func(r *Runner) { r.tel = t } }
@@ -491,7 +491,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// the partitions move now, within the window, not after the rest of
 	// the teardown — but not one with a run still held (its lock was not
 	// had in time): its new owner would take over a run this process
-	// still drives (SEMANTICS §8), so its key is deleted at the end of
+	// still drives (docs/semantics.md §8), so its key is deleted at the end of
 	// Run, once the background work stopped.
 	r.releaseAll(final, false)
 	r.testHook("drain-released", -1, "")

@@ -36,8 +36,8 @@ type runnersView struct {
 // its own monotonic clock. Never by the message's timestamp: that is the
 // server's clock, and with a skew of more than about ¾ of a lease between
 // the two (a peer beats every lease/4) a live peer expired between two
-// beats — its partitions were assigned away — or a gone one was kept
-// (reviewer F4). A key first seen in a watch's initial values counts from
+// beats — its partitions were assigned away — or a gone one was kept. A key
+// first seen in a watch's initial values counts from
 // then (a lease at most longer than its beat, as for a peer seen to beat
 // then), unless the previous watch saw it at the same revision.
 type runnerEntry struct {

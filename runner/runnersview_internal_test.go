@@ -58,8 +58,8 @@ func (k skewedKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jet
 	return &skewedWatcher{KeyWatcher: w, out: out}, nil
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from" (reviewer
-// F4): the view of the live runners that the partition assignment follows
+// docs/semantics.md §8 "only a runner that is gone is recovered from": the view
+// of the live runners that the partition assignment follows
 // ages a peer's liveness key by this runner's own clock since it last saw
 // the key change, never by the message's timestamp (the server's clock).
 // With the server's clock a lease behind or ahead of this runner's, a
@@ -136,7 +136,7 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 	}
 }
 
-// SEMANTICS §8 (reviewer F4): a watch made again (the previous one failed
+// docs/semantics.md §8: a watch made again (the previous one failed
 // or fell silent) delivers every key again; a key it delivers at the
 // revision the previous watch saw has not changed since, so it keeps the
 // expiry it had — a gone peer's key is not counted for another lease each

@@ -108,7 +108,7 @@ func beatAs(t *testing.T, live jetstream.KeyValue, id string, lease time.Duratio
 // ownsAll reports whether r owns every partition.
 func ownsAll(r *runner.Runner) bool { return len(r.Stats().Partitions) == runner.DefaultPartitions }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from", and the
+// docs/semantics.md §8 "only a runner that is gone is recovered from", and the
 // availability budget (docs/reliability.md): a peer that stops beating
 // (SIGKILLed) is seen to leave by the runners view when the server expires
 // its key — the bucket's marker of a key that reached its max age, a
@@ -174,7 +174,7 @@ func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testin
 	}
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from", at a
+// docs/semantics.md §8 "only a runner that is gone is recovered from", at a
 // runner's start: a run whose driver never wrote a liveness key (nor
 // holds its partitions' keys any more) is judged by the same rule as one
 // whose key expired so long ago that the server dropped its marker —
@@ -233,7 +233,7 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 	}
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from": the
+// docs/semantics.md §8 "only a runner that is gone is recovered from": the
 // sooner judgement of a fresh runner never takes a key that expired just
 // before it started for a gone runner — a server restart may have cut
 // its runner off, which comes back within its reconnect wait. With the
@@ -292,7 +292,7 @@ func (g *gate) tool() tools.Tool {
 	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
 }
 
-// SEMANTICS §8 (graceful row; only a runner that is gone is recovered
+// docs/semantics.md §8 (graceful row; only a runner that is gone is recovered
 // from) and the availability budget: a partition whose runner runs a body
 // without a deadline (tools.Infinity) is not released to a joining runner
 // while it runs — a release would answer every other run of the
@@ -394,7 +394,7 @@ func (h judgedLog) of(peer string) []string {
 	return slices.Clone(h.why[peer])
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from", and the
+// docs/semantics.md §8 "only a runner that is gone is recovered from", and the
 // availability budget (docs/reliability.md) for a survivor that started
 // shortly before its peer was SIGKILLed (weft bench's): a peer that beat
 // after this runner's first heartbeat — a put the runners view saw at a
@@ -450,7 +450,7 @@ func TestSemantics8_AFreshSurvivorJudgesAPeerThatBeatInItsViewOnTheMarker(t *tes
 	until(t, "r owns every partition", func() bool { return ownsAll(r) })
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from": the
+// docs/semantics.md §8 "only a runner that is gone is recovered from": the
 // judgement on the bucket's order takes only a key beaten after this
 // runner's first heartbeat. A stand-in whose last beat precedes the
 // runner's start, and whose key expires (the server's marker) while the

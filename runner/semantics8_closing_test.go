@@ -50,7 +50,7 @@ func (l *ledger) started(run, action string) bool {
 	return slices.ContainsFunc(l.starts, func(s ledgerStart) bool { return s.Run == run && s.Action == action })
 }
 
-// check checks run's final state s against the ledger (SEMANTICS.md §5 and
+// check checks run's final state s against the ledger (docs/semantics.md §5 and
 // §8 "Closing an attempt"): no body started under an attempt the run
 // records closed, no action with a body start ended not_started, and an
 // action uncertain without any body start has a worker's claim on its
@@ -278,7 +278,8 @@ func ghostDrives(t *testing.T, h *harness, runs ...string) {
 	}
 }
 
-// TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain (SEMANTICS.md
+// TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain
+// (docs/semantics.md
 // §5 rule 1, docs/adr/0023-closing-attempts.md): a close that found a
 // worker's claim is recorded (attempt_closed with claimed), and no later
 // decision closes that attempt again — the claim expires (a no-deadline

@@ -53,7 +53,7 @@ func until(t *testing.T, what string, cond func() bool) {
 }
 
 // checkGraceful fails unless run's recoveries are all handed_off and its
-// actions all succeeded (SEMANTICS §8, graceful: nothing uncertain).
+// actions all succeeded (docs/semantics.md §8, graceful: nothing uncertain).
 func checkGraceful(t *testing.T, h *harness, run string, s aggregate.State) {
 	t.Helper()
 	for _, a := range s.Actions() {
@@ -68,7 +68,7 @@ func checkGraceful(t *testing.T, h *harness, run string, s aggregate.State) {
 	}
 }
 
-// SEMANTICS §8 (a live runner never takes over a run it drives itself;
+// docs/semantics.md §8 (a live runner never takes over a run it drives itself;
 // only a runner that is gone is recovered from), for a partition that
 // moves while one of its runs is being acquired: the acquisition passed
 // the ownership check before the partition was marked releasing. The
@@ -140,7 +140,8 @@ func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.
 	}
 }
 
-// SEMANTICS §8 for a partition released while a command holds one of its
+// docs/semantics.md §8 for a partition released while a command holds one of
+// its
 // runs longer than a hand-off waits for a run's lock: the release must
 // not delete the partition's key (the new owner would take the run over
 // from a live runner that still holds it) until every run of it is
@@ -208,7 +209,8 @@ func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
 	}
 }
 
-// SEMANTICS §8 for a draining runner: it reads no run back from the log.
+// docs/semantics.md §8 for a draining runner: it reads no run back from the
+// log.
 // A command forwarded to it for an idle run of a partition it still owns
 // (another run of that partition has its body running) is answered
 // runner_busy; the run is not driven again by the draining runner.
@@ -282,7 +284,7 @@ func TestSemantics8_ADrainingRunnerAcquiresNothingFromTheLog(t *testing.T) {
 	checkGraceful(t, h, busy, s)
 }
 
-// SEMANTICS §8, graceful: a partition released because a runner joined
+// docs/semantics.md §8, graceful: a partition released because a runner joined
 // leaves nothing uncertain, also for a body that runs longer than the
 // drain window: the release waits for it up to its recorded attempt
 // deadline (bounded: the tool timeout is recorded with the attempt),

@@ -18,7 +18,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 (a run can always be answered; graceful row: a live
+// docs/semantics.md §8 (a run can always be answered; graceful row: a live
 // runner's work is not cut off): a partition's release judges each of its
 // runs and hands it off in one hold of the runs' locks, so that no
 // decision between the two — a model reply that calls a tool whose

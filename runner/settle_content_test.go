@@ -17,7 +17,7 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// SEMANTICS §9 with §10 (issue 11 item 3): a settlement's output is the
+// docs/semantics.md §9 with §10: a settlement's output is the
 // tool's encoded output, checked against the tool's output schema as a
 // reconciliation's is. Content the schema refuses is refused
 // invalid_content naming the path, records nothing, and the action still

@@ -237,7 +237,7 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 	}
 }
 
-// Scenario 25 / SEMANTICS §3 ("the handler's own return value wins
+// Scenario 25 / docs/semantics.md §3 ("the handler's own return value wins
 // whenever it returns"): a settling tool cancelled mid-body that does not
 // call Settle but returns a definite output a moment after it was stopped
 // ends succeeded with that output, and the run cancelled.
@@ -262,7 +262,8 @@ func TestScenario25_ReturnAfterStopWins(t *testing.T) {
 	}
 }
 
-// Scenario 27 / SEMANTICS §9: a handler settling its own running call is
+// Scenario 27 / docs/semantics.md §9: a handler settling its own running call
+// is
 // refused not_awaited at once, and — like every not_awaited refusal —
 // settlement_refused is emitted with the summary.
 func TestScenario27_OwnCallRefusalEmitsTelemetry(t *testing.T) {

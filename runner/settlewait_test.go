@@ -46,7 +46,7 @@ func offer(r *runner.Runner, c context.Context, run string) error {
 	return err
 }
 
-// Scenario 27 / SEMANTICS §9: a settlement offered while a body with an
+// Scenario 27 / docs/semantics.md §9: a settlement offered while a body with an
 // Infinity timeout runs waits for it as long as the request's context
 // allows — no fixed cap — and then says why: settle_unconfirmed, reason
 // body_running.
@@ -61,7 +61,7 @@ func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
 	}
 }
 
-// Scenario 27 / SEMANTICS §9: with a short tool timeout, a settlement
+// Scenario 27 / docs/semantics.md §9: with a short tool timeout, a settlement
 // offered while the body runs waits across the attempt's deadline: the
 // timeout makes the action uncertain and the waiting settlement is then
 // recorded as its one definite settlement; the run continues.

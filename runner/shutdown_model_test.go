@@ -44,8 +44,8 @@ func (m *heldModel) Complete(ctx context.Context, _ model.Request) (model.Reply,
 	return model.Reply{}, ctx.Err()
 }
 
-// SEMANTICS §8 "pending work is retried, never dropped", and STYLE.md
-// principle 9 (issue 16 item 5): a model call in flight when its runner
+// docs/semantics.md §8 "pending work is retried, never dropped", and STYLE.md
+// principle 9: a model call in flight when its runner
 // stops is bounded by the runner's lifetime — it has returned once Run
 // returned — and, cut short by the shutdown, it is not recorded as a
 // model failure: the turn stays requested in the log and the next driver
@@ -100,7 +100,7 @@ func runnerFrames() []string {
 	return out
 }
 
-// STYLE.md principle 9 and SEMANTICS §8 (issue 16 item 5): nothing of a
+// STYLE.md principle 9 and docs/semantics.md §8: nothing of a
 // runner outlives Run — its background work (a delegation's tending, a
 // model call, snapshot puts, durable timer schedules) is one group that
 // Run stops and waits for — and what the stop cut short is done by the

@@ -62,7 +62,7 @@ func refusedReason(t *testing.T, err error, reason string) {
 	}
 }
 
-// TestSignedApprovalProofs (issue 12 item 3, SEMANTICS §4 "approve with a
+// TestSignedApprovalProofs (docs/semantics.md §4 "approve with a
 // proof"): an approver of signed proofs accepts an answer only with a proof
 // by one of its keys over exactly the pending request and the call — a
 // proof for other arguments, another action, another revision, an expired

@@ -65,7 +65,7 @@ func (h *harness) release(id string) {
 	h.t.Cleanup(func() { close(done); <-stopped })
 }
 
-// SEMANTICS §8 "only a runner that is gone is recovered from": a live
+// docs/semantics.md §8 "only a runner that is gone is recovered from": a live
 // runner never takes over a run it drives itself. Many commands for runs
 // whose driver ("ghost") is gone reach one runner at once (a takeover scan,
 // redelivered reports, timer firings): acquisition of a run is

@@ -45,7 +45,8 @@ func (u *unreadableJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jets
 	return ack, err
 }
 
-// SEMANTICS §8: decisions follow the log. A run held in memory whose last
+// docs/semantics.md §8: decisions follow the log. A run held in memory whose
+// last
 // append's outcome is unknown (its acknowledgement lost) and whose re-read
 // failed is marked stale: the next command on it is not decided on that
 // memory — which still shows the request the lost append answered — but

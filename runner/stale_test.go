@@ -54,7 +54,8 @@ func (j noClaimsJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyV
 	return j.JetStream.KeyValue(ctx, bucket)
 }
 
-// SEMANTICS §8 (body running at the loss → uncertain, never a late start;
+// docs/semantics.md §8 (body running at the loss → uncertain, never a late
+// start;
 // scenario 32's rule "body started exactly once" with zero starts): a task
 // whose attempt recovery already declared lost is never started. The first
 // runner fences a non-replayable attempt whose task nobody takes before it

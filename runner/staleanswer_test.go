@@ -14,7 +14,7 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 (a refusal is a decision made on state known to be
+// docs/semantics.md §8 (a refusal is a decision made on state known to be
 // current): runner A lost its run without noticing (as a runner paused by
 // SIGSTOP while another took its runs over): B took it over and re-asked
 // the approved action's approval (revision 2). An approval of revision 2

@@ -4,7 +4,7 @@ import "slices"
 
 // Stats is what a runner holds and has done since it started: the
 // figures by which its cost follows its own runs, not every run in the
-// system (issue 17; docs/adr/0019-partitions.md).
+// system (docs/adr/0019-partitions.md).
 type Stats struct {
 	// ID is the runner's id.
 	ID string
@@ -22,7 +22,7 @@ type Stats struct {
 	// InternalRefusals is how many decisions the runtime derived itself
 	// (a takeover, a timer, a resolution, a model's answer) the decision
 	// core refused since it started: each is a bug, logged at error level
-	// (SEMANTICS §8, "A run can always be answered").
+	// (docs/semantics.md §8, "A run can always be answered").
 	InternalRefusals uint64
 }
 

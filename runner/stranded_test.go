@@ -17,7 +17,8 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// SEMANTICS §8 (recovery finds every unfinished run whose driver is gone):
+// docs/semantics.md §8 (recovery finds every unfinished run whose driver is
+// gone):
 // a runner ("ghost") was killed between the run_started append and its
 // weft_drivers put, so the run has only run_started and model_requested in
 // the log and no key in weft_drivers. Which runs are unfinished and who

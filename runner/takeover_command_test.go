@@ -34,7 +34,8 @@ func (h *harness) eventsOf(run string) []events.Event {
 	return out
 }
 
-// SEMANTICS §7: a cancel that reaches a run needing takeover is decided on
+// docs/semantics.md §7: a cancel that reaches a run needing takeover is decided
+// on
 // the recovered state before any effect of the recovery is performed. The
 // run's driver (ghost) is gone while a replayable attempt ran; the cancel
 // that takes the run over fences no replay, starts no body, and the action
@@ -79,7 +80,8 @@ func TestCancelAfterTakeoverStartsNothing_NoReplayFenced(t *testing.T) {
 	}
 }
 
-// SEMANTICS §7: a lost model call is not issued again when the command that
+// docs/semantics.md §7: a lost model call is not issued again when the command
+// that
 // took the run over cancels it.
 func TestCancelAfterTakeoverStartsNothing_NoModelCall(t *testing.T) {
 	h := newHarness(t)

@@ -37,7 +37,7 @@ type typedAnswer struct {
 	OK bool `json:"ok"`
 }
 
-// SEMANTICS §11: model_turn carries answer_rejected, protocol_violation
+// docs/semantics.md §11: model_turn carries answer_rejected, protocol_violation
 // and budget_stop for turns the decision refused, and tool_settled
 // effect_uncertain for an attempt lost with nothing left but uncertainty.
 func TestTelemetryResults(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 )
 
-// Timer keys are injective (issue 07, violation 11): two timers of one run
+// Timer keys are injective: two timers of one run
 // never share a key, so arming the second never replaces the first (the
 // durable schedule is rolled up by subject). "1/call.1" and "1/call_1"
 // collided when every character outside a token was replaced by "_".

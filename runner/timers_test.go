@@ -38,7 +38,7 @@ func schedules(t *testing.T, js jetstream.JetStream, run string) uint64 {
 	return n
 }
 
-// TestFinishedRunLeavesNoTimerBehind (issue 18, docs/adr/0014): a run that
+// TestFinishedRunLeavesNoTimerBehind (docs/adr/0014): a run that
 // waited for an approval (whose expiry is armed durably) and then ran its
 // tool (whose timeout guarded the body) leaves no durable schedule once it
 // finished: nothing wakes it later. Before, every tool call armed a
@@ -81,7 +81,7 @@ func waitSchedules(t *testing.T, h *harness, run string, ok func(uint64) bool) u
 	}
 }
 
-// TestLateWakeOfAFinishedRunReadsNothing (issue 18, docs/adr/0014): a
+// TestLateWakeOfAFinishedRunReadsNothing (docs/adr/0014): a
 // timer firing that reaches the runner after the run it wakes finished —
 // one armed before it was disarmed — is acked without reading the run (no
 // direct get of its log or its snapshot).

@@ -31,7 +31,8 @@ type verOut struct {
 
 var verDef = tools.Define[verIn, verOut]("ver_echo", "Echo the text, saying whose body ran.")
 
-// SEMANTICS §3 (a tool binding belongs to its agent identity): one runner
+// docs/semantics.md §3 (a tool binding belongs to its agent identity): one
+// runner
 // serves acc-ver 1, acc-ver 2.0 (a version with a '.', the NATS token
 // separator) and another agent, each binding its own body of a tool named
 // ver_echo; every run executes the body bound in its own agent@version,
@@ -91,7 +92,8 @@ func TestToolBindingBelongsToItsAgentIdentity(t *testing.T) {
 	}
 }
 
-// SEMANTICS §3 with external workers: a worker outside the runner serves
+// docs/semantics.md §3 with external workers: a worker outside the runner
+// serves
 // exactly one agent identity's tool. With ver_echo external for acc-ver 1
 // and acc-ver 2.0, a worker serving acc-ver@2.0's queue runs the 2.0 run's
 // body, while the task of the version-1 run waits in its own consumer

@@ -14,7 +14,7 @@ import (
 
 // newWorker builds the in-process worker for every tool of the agents:
 // each agent identity's binding of a tool serves that identity's queue
-// only (SEMANTICS §3), whatever other agents bind under the same name.
+// only (docs/semantics.md §3), whatever other agents bind under the same name.
 func (r *Runner) newWorker() *worker.Worker {
 	// The in-process worker reports and settles directly (also while the
 	// API service is stopped during a drain).
@@ -55,7 +55,7 @@ func ToolHandler(t tools.Tool, tel *telemetry.Telemetry) worker.Handler {
 			var we *weft.Error
 			if tel != nil && errors.As(err, &we) && we.Code == weft.CodeNotAwaited && we.Reason == worker.ReasonOwnCall {
 				// Refused by the worker, not the run: the telemetry the
-				// run would emit for not_awaited (SEMANTICS §9).
+				// run would emit for not_awaited (docs/semantics.md §9).
 				tel.Emit(ctx, telemetry.SettlementRefused, "run", task.Run, "action", task.Action, "summary", summary)
 			}
 			return err

@@ -73,7 +73,7 @@ func newBlindRunner(t *testing.T, h *harness, a *agent.Agent) *blindJS {
 	return js
 }
 
-// SEMANTICS §8, "A run can always be answered", and docs/protocol.md's
+// docs/semantics.md §8, "A run can always be answered", and docs/protocol.md's
 // outcome_unknown: an approval whose append landed, its acknowledgement
 // lost, on a run the runner then cannot read, is answered outcome_unknown
 // (kept for its command id: the same approval again answers it again) —
@@ -117,7 +117,8 @@ func TestSemantics8_UnknownAppendOutcomeIsNotAnsweredNotApplied(t *testing.T) {
 	}
 }
 
-// SEMANTICS §8, "A run can always be answered", for a start: a start whose
+// docs/semantics.md §8, "A run can always be answered", for a start: a start
+// whose
 // run_started landed, its acknowledgement lost, on a run the runner then
 // cannot read, is answered outcome_unknown — never unavailable, whose
 // retry would be refused already_started for the start's own run. Once

@@ -136,7 +136,8 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 // recorded (the store refused or did not answer) stays pending: the run
 // is woken again later (retryLater) and the error is returned, so that a
 // durable timer's delivery is redelivered too — its local timer has fired
-// already and nothing else would apply it (SEMANTICS §8: pending work is
+// already and nothing else would apply it (docs/semantics.md §8: pending work
+// is
 // retried, never dropped).
 func (r *Runner) applyDue(ctx context.Context, rn *run) error {
 	now := r.clock(rn)

@@ -11,7 +11,7 @@ import (
 // InternalRefusals is the name of the OpenTelemetry counter of internal
 // refusals: decisions the runtime derived itself (a takeover, a timer, a
 // resolution of a tool request, a model's answer) that the decision core
-// refused. Each one is a bug (SEMANTICS.md §8, "A run can always be
+// refused. Each one is a bug (docs/semantics.md §8, "A run can always be
 // answered"); its attributes are weft.command (the command's name) and
 // weft.code (the refusal's protocol error code).
 const InternalRefusals = "weft.runner.internal_refusals"

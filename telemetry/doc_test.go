@@ -15,7 +15,7 @@ import (
 	"testing"
 )
 
-// Issue 11, application developer: every span name, span attribute,
+// Every span name, span attribute,
 // telemetry name and name attribute the code emits is in
 // docs/observability.md, and the docs name nothing the code does not emit.
 // The code side is read from the source: the spans from this package's

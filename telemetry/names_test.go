@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-// SEMANTICS.md §11: every telemetry name is documented as live. Sub-agent
+// docs/semantics.md §11: every telemetry name is documented as live. Sub-agent
 // delegation exists (aggregate/delegate.go, runner/delegate.go emit
 // child_started and child_settled), so no name's doc comment — nor
 // docs/observability.md — may still call it reserved or not implemented,
@@ -45,7 +45,7 @@ func TestSemantics11_NamesAreDocumentedLive(t *testing.T) {
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Errorf("names %v, SEMANTICS §11 has %v", got, want)
+		t.Errorf("names %v, docs/semantics.md §11 has %v", got, want)
 	}
 	md, err := os.ReadFile("../docs/observability.md")
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package telemetry is Weft's observation side: OpenTelemetry spans for
 // runs, turns, model calls (GenAI semantic-convention attributes), policy
-// evaluations, approval waits and tool attempts; the SEMANTICS §11
+// evaluations, approval waits and tool attempts; the docs/semantics.md §11
 // telemetry names as span events, log records and Handler calls; and trace
 // propagation to workers through NATS message headers.
 //
@@ -63,10 +63,10 @@ import (
 	"github.com/weftrun/weft/model"
 )
 
-// Name is a SEMANTICS §11 telemetry name.
+// Name is a docs/semantics.md §11 telemetry name.
 type Name string
 
-// The telemetry names of SEMANTICS §11.
+// The telemetry names of docs/semantics.md §11.
 const (
 	// RunStarted is emitted when a run was created.
 	RunStarted Name = "run_started"

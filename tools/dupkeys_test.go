@@ -20,7 +20,8 @@ type line struct {
 	Amount int64 `json:"amount"`
 }
 
-// TestArgumentsWithADuplicatePropertyAreInvalid proves SEMANTICS §4 (the
+// TestArgumentsWithADuplicatePropertyAreInvalid proves docs/semantics.md §4
+// (the
 // policy and the person approving judge the arguments the body gets): a
 // JSON object that names a property twice means two things to two
 // readers (encoding/json keeps the last, many parsers, consoles and

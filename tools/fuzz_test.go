@@ -38,7 +38,7 @@ func fuzzTool() tools.Tool {
 }
 
 // FuzzToolArguments fuzzes the decoding of a model's tool arguments
-// (SEMANTICS §4: arguments are decoded before policy; undecodable →
+// (docs/semantics.md §4: arguments are decoded before policy; undecodable →
 // invalid_arguments): Validate never panics, refuses with a
 // *tools.ValidationError, and what it accepts is normalized — validating
 // the normalized arguments again gives the same bytes — and decodes in the
@@ -73,7 +73,7 @@ func FuzzToolArguments(f *testing.F) {
 }
 
 // TestToolArgumentSeedsAreMeaningful: FuzzToolArguments' seeds named
-// valid-* validate, every other seed is refused (issue 11 item 3).
+// valid-* validate, every other seed is refused.
 func TestToolArgumentSeedsAreMeaningful(t *testing.T) {
 	seeds, err := fuzzseed.Read(".", "FuzzToolArguments")
 	if err != nil {

@@ -9,7 +9,8 @@ import (
 	"github.com/weftrun/weft/tools"
 )
 
-// TestValidateOutput (SEMANTICS §10: reconciliation content is the tool's
+// TestValidateOutput (docs/semantics.md §10: reconciliation content is the
+// tool's
 // encoded output): ValidateOutput checks content against the bound tool's
 // output schema — also through WithReplay/WithTimeout — and names the path
 // and reason of a refusal.

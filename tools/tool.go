@@ -492,7 +492,8 @@ func (b *bound[In, Out]) ValidateOutput(content json.RawMessage) error {
 
 // OutputValidator is implemented by the tools Bind and BindSettling return:
 // ValidateOutput checks an encoded output (such as an operator's
-// reconciliation content, SEMANTICS §10) against the tool's output schema,
+// reconciliation content, docs/semantics.md §10) against the tool's output
+// schema,
 // returning a *ValidationError naming the path and the reason.
 type OutputValidator interface {
 	ValidateOutput(content json.RawMessage) error

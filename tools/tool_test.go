@@ -48,7 +48,8 @@ func TestIdempotencyKeyFraming(t *testing.T) {
 		return tools.IdempotencyKey(tools.Call{Run: run, Action: action})
 	}
 	distinct := []struct{ a, b [2]string }{
-		// The SEMANTICS example ("r-1",2,"c") vs ("r",1,"2-c"), as run + action ids.
+		// The docs/semantics.md §3 example ("r-1",2,"c") vs ("r",1,"2-c"), as
+		// run + action ids.
 		{[2]string{"r-1", "2/c"}, [2]string{"r", "1/2-c"}},
 		// Concatenation with the separator would collide here.
 		{[2]string{"a", "b/c"}, [2]string{"a/b", "c"}},

@@ -182,7 +182,7 @@ func parseJSON(data []byte) (any, *ValidationError) {
 // and the name. encoding/json keeps the last of them, other readers (a
 // console, a policy engine in another language) the first: arguments
 // that mean two things are refused, so that what a person approves is
-// what the body gets (SEMANTICS §4).
+// what the body gets (docs/semantics.md §4).
 func duplicateProperty(data []byte) (path, name string, found bool) {
 	path, name, found, _ = duplicateIn(json.NewDecoder(bytes.NewReader(data)), "")
 	return path, name, found

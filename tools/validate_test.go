@@ -23,7 +23,8 @@ func refusal[T any](t *testing.T, c *tools.Codec[T], args string) string {
 	return ve.Error()
 }
 
-// TestInvalidArgumentsDetailIsDeterministic proves the rule of SEMANTICS §4
+// TestInvalidArgumentsDetailIsDeterministic proves the rule of
+// docs/semantics.md §4
 // that the invalid_arguments detail the log records is a function of the
 // arguments: a value with several problems always gets the same detail,
 // naming the first problem in a fixed order (properties by name, items by

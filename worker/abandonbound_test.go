@@ -13,8 +13,8 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait (review r4
-// finding 1; SEMANTICS §8, the drain window): Abandon promises that
+// TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait
+// (docs/semantics.md §8, the drain window): Abandon promises that
 // Run returns once the tries still in flight end, LateAfterAbandon at most,
 // within runner.Run's 10 s wait after Abandon (runner/runner.go). An attempt
 // claimed but not started when the worker stops is released

@@ -97,7 +97,7 @@ func echoTask(run string) worker.Task {
 	return worker.Task{Run: run, Action: "1/call_1", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"n":1}`), TimeoutMS: -1}
 }
 
-// SEMANTICS §3/§5 (an attempt's body starts at most once, whatever the
+// docs/semantics.md §3/§5 (an attempt's body starts at most once, whatever the
 // server does): worker A takes a task and starts its body; A stops taking
 // tasks (its body goes on); the nats-server crashes before it wrote the
 // consumer's delivery state and restarts on the same store, so the task is
@@ -137,7 +137,8 @@ func TestAttemptStartsAtMostOnceAcrossServerCrash(t *testing.T) {
 	}
 }
 
-// SEMANTICS §3/§5, the same crash with one worker: the task comes back to
+// docs/semantics.md §3/§5, the same crash with one worker: the task comes back
+// to
 // the very worker whose body still runs it. It must not start the body
 // again, nor report the attempt lost while its body runs: the second
 // delivery waits for the first and is acknowledged with it, and the run

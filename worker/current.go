@@ -18,7 +18,7 @@ import (
 // waits for, right before its body would start. A body whose attempt is
 // no longer current (the run was handed off or recovered, the attempt was
 // lost, reported, stopped or the run ended) is never started: recovery
-// already decided what happened to it (SEMANTICS §8), and a late start
+// already decided what happened to it (docs/semantics.md §8), and a late start
 // would be an effect nobody knows about. An error means the run could not
 // be read.
 type AttemptCheck func(ctx context.Context, task Task) (current bool, err error)
@@ -81,7 +81,7 @@ func LogCheck(js jetstream.JetStream) AttemptCheck {
 		if err != nil {
 			// A well-formed message naming an impossible transition: the
 			// run is quarantined, like a run whose log holds a message no
-			// reader can fold (retried, never dropped; issue 11 item 2).
+			// reader can fold (retried, never dropped).
 			return false, &weft.Error{Code: weft.CodeQuarantined, Message: fmt.Sprintf("run %s quarantined: %v", t.Run, err)}
 		}
 		if !visible(s, t) {

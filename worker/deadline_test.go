@@ -11,8 +11,9 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// SEMANTICS §5 (no body starts after its attempt was recorded lost; issue
-// 08's chaos harness, seed 1: a ship body started 765 ms after its fence's
+// docs/semantics.md §5 (no body starts after its attempt was recorded lost; the
+// chaos harness (docs/reliability.md), seed 1: a ship body started 765 ms after
+// its fence's
 // deadline and 12 ms after the run recorded the attempt timed_out): the
 // worker judged the deadline before its check of the attempt and its
 // claim, which can take long (a run that cannot be read is read again, a
@@ -58,8 +59,9 @@ func TestBodyNeverStartsAfterTheDeadlinePassedDuringItsCheck(t *testing.T) {
 	}
 }
 
-// SEMANTICS §7 and §5 (no body starts after its attempt was recorded
-// lost; issue 08's chaos harness, seeds 3 and 5: a cancel recorded the
+// docs/semantics.md §7 and §5 (no body starts after its attempt was recorded
+// lost; the chaos harness (docs/reliability.md), seeds 3 and 5: a cancel
+// recorded the
 // attempt stopped 1–80 ms before its body started, because the worker had
 // read the run before the cancel and claimed the attempt after it, and the
 // stop on weft.stop.<run> reached it before its body ran): the run is read
@@ -94,8 +96,10 @@ func TestBodyNeverStartsWhenItsAttemptEndedWhileItWasClaimed(t *testing.T) {
 }
 
 // Rule 5 of the task protocol (docs/protocol/41-tasks.md: the body
-// timeout is the attempt's deadline) and SEMANTICS §5 (no effect after its
-// attempt was recorded lost; issue 08's long chaos run, seed 103: a hold
+// timeout is the attempt's deadline) and docs/semantics.md §5 (no effect after
+// its
+// attempt was recorded lost; the long chaos run (docs/reliability.md), seed
+// 103: a hold
 // body started 273 ms after its deadline in a runner process starved of
 // CPU, its context still live because only a timer the process had not
 // run yet would have cancelled it). The body's context carries the

@@ -10,7 +10,8 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// Scenario 33 (SEMANTICS §8, graceful drain): a stopping worker starts no
+// Scenario 33 (docs/semantics.md §8, graceful drain): a stopping worker starts
+// no
 // new body. A task it was given but had not started when it stopped (here:
 // still checking its attempt) is requeued, not nak'd, so the next worker
 // runs it as a first delivery — once, reported output, not worker_lost.

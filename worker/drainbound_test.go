@@ -26,8 +26,8 @@ func returnsWithin(t *testing.T, what string, done <-chan error) {
 	}
 }
 
-// TestSemantics8_AStandaloneWorkerBoundsItsDrain (SEMANTICS §7, §8; review
-// F3): a standalone worker whose Run context ends (SIGTERM) lets its
+// TestSemantics8_AStandaloneWorkerBoundsItsDrain (docs/semantics.md §7, §8): a
+// standalone worker whose Run context ends (SIGTERM) lets its
 // bodies finish within its drain grace (worker.WithDrainGrace); a body that
 // ignores its context and is still running then — running, or a settling
 // body stopped by its timeout and waiting for its late settlement — is

@@ -10,7 +10,8 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// Scenario 33 (SEMANTICS §8, graceful drain: a stopping worker starts no
+// Scenario 33 (docs/semantics.md §8, graceful drain: a stopping worker starts
+// no
 // new body, and the run is handed off with nothing uncertain): the worker
 // stops while it checks an attempt it has already claimed (its second
 // check, the read after the claim), and the drain window then ends

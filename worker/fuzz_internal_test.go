@@ -9,7 +9,7 @@ import (
 )
 
 // FuzzTaskBody fuzzes the decoding of a tool task body taken from
-// WEFT_TASKS (docs/protocol/41-tasks.md; issue 11 item 3): decodeTask
+// WEFT_TASKS (docs/protocol/41-tasks.md): decodeTask
 // never panics, accepts only tasks naming their run and action (any other
 // is terminated unrun), and what it accepts survives a round trip through
 // its encoding unchanged.
@@ -37,8 +37,8 @@ func FuzzTaskBody(f *testing.F) {
 	})
 }
 
-// TestTaskSeedsAreMeaningful: FuzzTaskBody's seeds named valid-* are
-// accepted, every other seed refused (issue 11 item 3).
+// TestTaskSeedsAreMeaningful: FuzzTaskBody's seeds named valid-* are accepted,
+// every other seed refused.
 func TestTaskSeedsAreMeaningful(t *testing.T) {
 	seeds, err := fuzzseed.Read(".", "FuzzTaskBody")
 	if err != nil {

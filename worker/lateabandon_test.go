@@ -11,7 +11,7 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// TestSemantics8_AbandonBoundsTheLateSettlementTries (SEMANTICS §8: a
+// TestSemantics8_AbandonBoundsTheLateSettlementTries (docs/semantics.md §8: a
 // drain ends within its window; STYLE: nothing outlives Run): after
 // Abandon (the drain window ended) a stopped body's late settlement is
 // offered for at most worker.LateAfterAbandon more, then given up with its
@@ -19,7 +19,7 @@ import (
 // returns within the embedding runner's wait (10 s) instead of after
 // lateTries offers of up to 15 s each. A draining single runner answers
 // such a settlement runner_busy, which is what the settler answers here.
-// (Review r3 found Run returning ~30 s after Abandon.)
+// (Run once returned ~30 s after Abandon.)
 func TestSemantics8_AbandonBoundsTheLateSettlementTries(t *testing.T) {
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}

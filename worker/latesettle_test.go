@@ -12,9 +12,9 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// SEMANTICS §3 (a settling tool's own return value wins whenever it
+// docs/semantics.md §3 (a settling tool's own return value wins whenever it
 // returns) and §8 (a stopped settling body is like a running one; graceful
-// drain commits what finishes), issue 16 item 5: the late settlement of a
+// drain commits what finishes): the late settlement of a
 // body stopped by its timeout is owned by the worker. A worker told to stop
 // while that settlement is being retried returns from Run only once it was
 // accepted — never with the retry still running on its own, and never with
@@ -74,8 +74,9 @@ func workerGoroutines() string {
 	return strings.Join(found, "\n\n")
 }
 
-// SEMANTICS §8 (the drain window ends: bodies still running are stopped as
-// a lost worker's), issue 16 item 5: a late settlement waiting for a
+// docs/semantics.md §8 (the drain window ends: bodies still running are stopped
+// as
+// a lost worker's): a late settlement waiting for a
 // stopped body that does not return does not hold Run past Abandon; the
 // body's result comes too late to be offered, and the run decides as after
 // a lost worker.

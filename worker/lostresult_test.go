@@ -54,7 +54,7 @@ func echoWorker(t *testing.T, w *worker.Worker, starts *atomic.Int64) (stop func
 	return stop
 }
 
-// SEMANTICS §8 / issue 07 violation 11 (a real result is never discarded
+// docs/semantics.md §8 (a real result is never discarded
 // for failed report deliveries): the runtime refuses the report (try
 // again) 300 times in a row, more than the worker used to try before it
 // gave the task back — whose redelivery was then reported worker_lost,
@@ -91,7 +91,8 @@ func TestReportDeliveryFailuresNeverDiscardTheResult(t *testing.T) {
 	}
 }
 
-// SEMANTICS §8: a worker that stops while the runtime refuses its report
+// docs/semantics.md §8: a worker that stops while the runtime refuses its
+// report
 // saves the report with the attempt's claim before it gives the task back,
 // so the worker that gets the task next delivers that result instead of
 // reporting the attempt lost. The body started once.
@@ -123,8 +124,8 @@ func TestStoppingWorkerHandsItsUndeliveredReportOn(t *testing.T) {
 	}
 }
 
-// Issue 07 violation 11 (a task the worker knows it never started is not
-// reported lost): the run cannot be read to check the attempt, so the
+// A task the worker knows it never started is not reported lost: the run cannot
+// be read to check the attempt, so the
 // worker does not start the body — and says nothing that would make the
 // action uncertain or spend a replay; the task goes back to the queue and
 // runs once the run can be read.
@@ -154,7 +155,7 @@ func TestTaskNotStartedWhileTheRunCannotBeReadIsRequeued(t *testing.T) {
 	}
 }
 
-// Issue 07 violation 11: a worker that cannot take the attempt's claim
+// A worker that cannot take the attempt's claim
 // (the claims bucket is gone) does not start the body and does not report
 // the attempt lost: it requeues the task, which runs once the claim can be
 // taken.

@@ -9,7 +9,7 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// SEMANTICS §3 (bind settling) and §9, issue 11: a handler settling its own
+// docs/semantics.md §3 (bind settling) and §9: a handler settling its own
 // call is refused not_awaited(own_call) only while its body runs; once the
 // body was stopped by its timeout, inside the settle window, its own
 // settlement is the settlement the run waits for — offered to the run as

@@ -31,7 +31,7 @@ const (
 
 // Queue names the tasks of one tool as bound in one agent identity: the
 // tasks of runs of agent Agent at version Version that call Tool. A run
-// of A@V only ever runs the body bound in A@V (SEMANTICS §3), even when
+// of A@V only ever runs the body bound in A@V (docs/semantics.md §3), even when
 // other agents or versions served by the same processes bind a tool of
 // the same name, so each (agent, version, tool) has its own subject and
 // its own durable consumer (docs/adr/0008-tasks-addressed-by-agent-identity.md).

@@ -50,7 +50,8 @@ func TestQueueNames(t *testing.T) {
 	}
 }
 
-// SEMANTICS §3: a worker serving one agent identity's tool runs the tasks
+// docs/semantics.md §3: a worker serving one agent identity's tool runs the
+// tasks
 // of that identity only — not those of another version, another agent or
 // another tool's queue — and terminates, without running it, a task on its
 // subject that names another identity.

@@ -27,7 +27,7 @@ const (
 )
 
 // SettleError maps the error of a settlement to the closed set a tool's
-// settlement promises (SEMANTICS §9, tools.SettleFunc): nil, or a
+// settlement promises (docs/semantics.md §9, tools.SettleFunc): nil, or a
 // *weft.Error with code already_recorded, not_awaited or
 // settle_unconfirmed, which pass unchanged. A run that cannot await it any
 // more (run_ended, unknown_run, wrong_reference, stale_reference) becomes

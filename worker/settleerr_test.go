@@ -33,7 +33,7 @@ func settleFromBody(t *testing.T, opts ...worker.Option) error {
 	return err
 }
 
-// SEMANTICS §9: a settlement no runner answers (out of process, no
+// docs/semantics.md §9: a settlement no runner answers (out of process, no
 // responders on weft.api.settle) is refused settle_unconfirmed, reason
 // no_responders — never an uncoded transport error.
 func TestScenario27_SettleWithNoRunnerIsUnconfirmed(t *testing.T) {
@@ -44,7 +44,8 @@ func TestScenario27_SettleWithNoRunnerIsUnconfirmed(t *testing.T) {
 	}
 }
 
-// SEMANTICS §9: refusals outside the settlement's closed set are mapped:
+// docs/semantics.md §9: refusals outside the settlement's closed set are
+// mapped:
 // runner_busy (in process, the command was not applied) → settle_unconfirmed
 // with that reason; run_ended → not_awaited; already_recorded unchanged.
 func TestScenario27_SettleRefusalsStayInTheDocumentedSet(t *testing.T) {

@@ -14,9 +14,10 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// A worker started while its server restarts (SEMANTICS §8: a restart of
-// the server loses nothing and stops nobody; issue 07 violation 11, the
-// worker's side of "the first connection is retried") waits for the
+// A worker started while its server restarts (docs/semantics.md §8: a restart
+// of
+// the server loses nothing and stops nobody; the worker's side of "the first
+// connection is retried") waits for the
 // server and then serves, instead of returning from Run: a standalone
 // worker process exited, and a runner's in-process worker stopped for good
 // with the runner still serving.

@@ -12,7 +12,8 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// SEMANTICS §7 (a cancel starts no body; running bodies are stopped): the
+// docs/semantics.md §7 (a cancel starts no body; running bodies are stopped):
+// the
 // cancellation is recorded and its stop reaches the worker while it checks
 // the attempt — after the check read the run, before the body started.
 // The body must not start: started then, it would run to its end unstopped
@@ -66,7 +67,8 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	}
 }
 
-// Rule 1 of the task protocol (docs/protocol/41-tasks.md; SEMANTICS §8, no
+// Rule 1 of the task protocol (docs/protocol/41-tasks.md; docs/semantics.md §8,
+// no
 // body starts after its attempt was decided): the deadline passes while
 // the worker checks the attempt (a run slow to read). The run's timer has
 // decided the timeout at the deadline (a replay or an uncertain effect),
@@ -104,7 +106,8 @@ func TestDeadlinePassedBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	}
 }
 
-// SEMANTICS §7 (a cancellation stops the run's running bodies): attempt 1
+// docs/semantics.md §7 (a cancellation stops the run's running bodies): attempt
+// 1
 // of an action still runs in this worker when attempt 2 of the same action
 // starts here too (attempt 1 was recorded lost, its body went on); attempt
 // 1 then returns. A cancellation must still stop attempt 2.

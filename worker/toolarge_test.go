@@ -13,7 +13,8 @@ import (
 	"github.com/weftrun/weft/worker"
 )
 
-// TestReportOverServerMaxPayload (SEMANTICS §2 max result bytes; the NATS
+// TestReportOverServerMaxPayload (docs/semantics.md §2 max result bytes; the
+// NATS
 // server below weft's required max_payload, docs/protocol/10-log.md): a
 // result too large for the server's max_payload cannot be reported; the
 // worker does not retry it forever (the action would hang until its tool
@@ -51,8 +52,8 @@ func TestReportOverServerMaxPayload(t *testing.T) {
 	}
 }
 
-// TestReportOverFieldLimit (issue 11 item 3, docs/protocol/40-commands.md
-// "Limits"; SEMANTICS §3: a body that ran may have acted): a definite
+// TestReportOverFieldLimit (docs/protocol/40-commands.md
+// "Limits"; docs/semantics.md §3: a body that ran may have acted): a definite
 // failure whose message is over the command API's field limit is refused
 // payload_too_large; the worker reports the attempt uncertain, saying why,
 // instead of dropping the report (the action would hang until its tool

@@ -81,7 +81,7 @@ func (k *unansweredKV) Delete(context.Context, string, ...jetstream.KVDeleteOpt)
 }
 
 // TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotALoss
-// (SEMANTICS.md §5 and §8: an action is uncertain only when its attempt
+// (docs/semantics.md §5 and §8: an action is uncertain only when its attempt
 // may have acted; docs/protocol/41-tasks.md rules 3 and 9): worker A's
 // create of an attempt's claim lands but its answer is lost, and the bucket
 // stops answering A, so A cannot tell that it holds the claim. A never
@@ -156,7 +156,7 @@ func TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotAL
 	}
 }
 
-// TestSemantics5_ATakenOverClaimNamesItsNewHolder (SEMANTICS.md §3: an
+// TestSemantics5_ATakenOverClaimNamesItsNewHolder (docs/semantics.md §3: an
 // attempt's body starts at most once): a delivery that takes over a claim
 // named unstarted by its task writes its own token before the body starts,
 // so that a redelivery of the same copy (its worker vanished mid-body) finds
@@ -228,7 +228,7 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 }
 
 // TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports
-// (SEMANTICS.md §8, closing an attempt): the runtime closed the attempt's
+// (docs/semantics.md §8, closing an attempt): the runtime closed the attempt's
 // claim before any worker claimed it; a delivery of its task finds the
 // closed claim, never starts the body and reports nothing (the close is
 // the attempt's end, recorded by whoever closed it), and the task is acked.

@@ -4,7 +4,7 @@
 // in runs of agent A at version V are on weft.task.<A>.<V>.<T> (a Queue,
 // the version written as one token), taken through one durable consumer
 // weft_task_<A>@<V>@<T> shared by every worker of that queue, so a run of
-// A@V only ever runs the body bound in A@V (SEMANTICS §3).
+// A@V only ever runs the body bound in A@V (docs/semantics.md §3).
 //
 // A Worker lives inside a runner process or stands alone; non-Go workers
 // speak the same subjects (docs/protocol/41-tasks.md). For every task it:
@@ -49,7 +49,8 @@
 //
 // When Run's context ends (SIGTERM) the worker drains: it takes no task
 // and starts no body any more (a task it holds but has not started is
-// requeued), and lets the bodies running finish and be reported (SEMANTICS
+// requeued), and lets the bodies running finish and be reported
+// (docs/semantics.md
 // §8 graceful drain). The drain is bounded: at the end of the drain grace
 // (WithDrainGrace, default DefaultDrainGrace) — or when an embedding
 // process calls Abandon at the end of its own drain window — the bodies
@@ -101,7 +102,7 @@ type Settler func(ctx context.Context, s Settlement) error
 
 // Handler runs one attempt's body. settle is the settlement path of this
 // task's action: a settlement of the call that is still running in this
-// very handler is refused not_awaited at once (SEMANTICS §9).
+// very handler is refused not_awaited at once (docs/semantics.md §9).
 type Handler func(ctx context.Context, t Task, settle Settler) Result
 
 // Reporter delivers a report to the runtime and returns nil once a runner
@@ -274,12 +275,13 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // Run consumes the registered queues' tasks until ctx ends, then waits for
 // the bodies in flight (the drain: their reports are sent) and returns.
 // A settling tool's body that was stopped (its timeout, a cancellation) is
-// waited for too, and its late settlement offered (SEMANTICS §8: a
+// waited for too, and its late settlement offered (docs/semantics.md §8: a
 // stopped settling body is like a running one), until Abandon; nothing the
 // worker started runs on once Run returned, except the body of a handler
 // that ignores its stopped context.
 // Bodies are given their own contexts: cancelling ctx stops taking tasks,
-// it does not stop running bodies (SEMANTICS §8 graceful drain: they may
+// it does not stop running bodies (docs/semantics.md §8 graceful drain: they
+// may
 // finish and are reported); a run's stop, their timeout or Abandon stops
 // them. Once ctx ends no new body starts: a task already delivered to this
 // worker but not started is put back on the queue (requeued) for another
@@ -443,7 +445,7 @@ func (w *Worker) Abandon() {
 }
 
 // ReasonOwnCall is the Reason of the not_awaited refusal of a handler
-// settling its own running call (refused by the worker, SEMANTICS §9).
+// settling its own running call (refused by the worker, docs/semantics.md §9).
 const ReasonOwnCall = "own_call"
 
 var (
@@ -477,7 +479,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	}
 	if t.Agent != q.Agent || t.Version != q.Version || t.Tool != q.Tool {
 		// Not a task of this queue's binding: running h would run another
-		// agent identity's body (SEMANTICS §3).
+		// agent identity's body (docs/semantics.md §3).
 		w.log.Error("worker: task of another agent identity on this queue, terminated", "subject", m.Subject(), "queue", q.String(),
 			"run", t.Run, "action", t.Action, "agent", t.Agent, "version", t.Version, "tool", t.Tool)
 		_ = m.Term()
@@ -540,7 +542,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	}
 	// The attempt can be stopped from here on, before its body starts: a
 	// cancellation recorded after the check below read the run reaches
-	// this worker as a stop that the start must see (SEMANTICS §7), or
+	// this worker as a stop that the start must see (docs/semantics.md §7), or
 	// the body would start after the stop came and went and run unstopped.
 	base := context.Background()
 	if w.ctxFrom != nil {
@@ -657,7 +659,8 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	if !w.startBody() {
 		// The worker stopped (or its drain window ended, Abandon) while
 		// the attempt was checked, claimed and read again: it starts no
-		// new body (SEMANTICS §8 graceful drain). It knows the body never
+		// new body (docs/semantics.md §8 graceful drain). It knows the body
+		// never
 		// started, so it releases the claim and requeues the task: the
 		// next worker runs it as a first delivery, instead of reporting
 		// it worker_lost (a replay or an uncertain effect for nothing).
@@ -824,7 +827,7 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 	// A handler settling its own call is refused only while its body
 	// runs: once the body was stopped (its timeout, a cancellation) the run
 	// waits for a settlement, and the body's own is that settlement
-	// (SEMANTICS §3, §9).
+	// (docs/semantics.md §3, §9).
 	settle := func(sctx context.Context, s Settlement) error {
 		bodyMu.Lock()
 		own := !returned && !stopped && s.Run == t.Run && s.Action == t.Action
@@ -892,14 +895,14 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 }
 
 // settleLate makes a settling tool's own return value win whenever it
-// returns after its task was stopped (SEMANTICS §3): a definite result
+// returns after its task was stopped (docs/semantics.md §3): a definite result
 // (output within max result bytes, or explain) is offered as the action's
 // settlement once the body returns. The run accepts it while it waits for
 // a settlement, or once later as a definite settlement of the uncertain
 // action.
 //
 // It runs in the worker's group, so Run waits for it: a stopped settling
-// body is like a running one (SEMANTICS §8), and its result, once it
+// body is like a running one (docs/semantics.md §8), and its result, once it
 // returned, is known only here — the task was acked with its stopped
 // report, so no later delivery could offer it. Stopping the worker never
 // cuts the offer short: the tries (at most lateTries, each bounded) run
@@ -989,7 +992,7 @@ const LateAfterAbandon = 5 * time.Second
 // the run's log holds a message no reader can fold; the report is kept
 // (never dropped: the body ran) until a repair voids it (docs/adr/0011);
 // and internal — the runtime's own fault, never the report's: a real
-// result is not given up for it (SEMANTICS.md §8).
+// result is not given up for it (docs/semantics.md §8).
 func retryable(c weft.Code) bool {
 	return c.Retryable() || c == weft.CodeQuarantined || c == weft.CodeInternal
 }
@@ -1001,7 +1004,8 @@ const stopTries = 20
 // deliver sends a report until a runner answered it (success or a coded
 // refusal), backing off between tries, keeping the task (progress acks)
 // as long as its attempt lives: a real result is never given up for
-// failed deliveries (SEMANTICS §8). own is the claim of the attempt whose
+// failed deliveries (docs/semantics.md §8). own is the claim of the attempt
+// whose
 // body this worker ran (nil for a report it did not produce): on the first
 // failed try the report is saved in it, so that the task delivered again —
 // to another worker, after this one stopped or vanished — delivers it

@@ -16,7 +16,7 @@
 // references. Timers fire due, early, late and stale. A command that
 // reaches a run whose runner is gone takes it over (Recover with Then).
 //
-// The simulation checks SEMANTICS.md §8's "no run stays in flight with
+// The simulation checks docs/semantics.md §8's "no run stays in flight with
 // nothing in flight" as it goes, and records violations in Sim.Problems:
 // after every append by a live runner, the work Pending lists equals the
 // work the appended events called for; after every append, the timers
@@ -92,7 +92,7 @@ type Sim struct {
 	// TwoStepTakeover decides a takeover's recovery and the command that
 	// triggered it as two decisions (Recover alone, then the command), as
 	// runners did before Recover.Then: the recovery's follow-ons are then
-	// performed before the command is decided (SEMANTICS.md §7 forbids
+	// performed before the command is decided (docs/semantics.md §7 forbids
 	// it). TakeoverFor is that command while its recovery is decided.
 	TwoStepTakeover bool
 	TakeoverFor     aggregate.Command
@@ -132,7 +132,7 @@ type Sim struct {
 	// guarded is set for a run whose policy asks approval for most calls
 	// and whose tools mostly replay (payments behind a review): runner
 	// losses and hand-offs then meet approved attempts and queued approved
-	// actions often, the paths of SEMANTICS.md §5 and §8 that re-ask, keep
+	// actions often, the paths of docs/semantics.md §5 and §8 that re-ask, keep
 	// or end an approval.
 	guarded bool
 }
@@ -508,7 +508,7 @@ func (s *Sim) takeover(c aggregate.Command) {
 // failAppend decides c but loses the append: nothing is recorded, and the
 // driver forgets the work c answered (source: the model call returned, the
 // body reported, the timer fired). The driver then derives its work again
-// from Pending and retries it (SEMANTICS.md §8: work is acknowledged by
+// from Pending and retries it (docs/semantics.md §8: work is acknowledged by
 // recording it, never by having attempted it). Pending is a function of
 // the state, which the lost decision left as it was, so there is nothing
 // to check here: a run whose work was dropped shows at the following
@@ -645,14 +645,14 @@ func (s *Sim) Step(src Source) {
 	}
 	if live && len(s.Bodies) > 0 && chance(src, "lose a busy runner", 6) {
 		// Runners die (or drain) while bodies run: the paths of
-		// SEMANTICS.md §8.
+		// docs/semantics.md §8.
 		choices = append(choices, pick(src, "loss", []func(){kill, kill, handOff}))
 	}
 	if live && s.approvedLive() && chance(src, "lose an approving runner", 2) {
 		// Runners die (or drain) while an approved action runs or waits
 		// for its slot: a loss asks the approval again (and a rejected,
 		// expired or denied re-approval leaves the lost attempt
-		// uncertain, SEMANTICS.md §5); a hand-off never asks (§8).
+		// uncertain, docs/semantics.md §5); a hand-off never asks (§8).
 		choices = append(choices, kill, handOff)
 	}
 	if chance(src, "rare", 25) {

@@ -1,4 +1,5 @@
-// Command peers runs issue 18's workload on Weft and on its peers —
+// Command peers runs the workload of docs/benchmarks.md on Weft and on its
+// peers —
 // Restate (server from npm, Go SDK) and DBOS Transact Go (on Debian's
 // PostgreSQL) — on this machine, interleaved, and prints one table with
 // every figure's ratio to Weft's at the peers' durability (fsync on every

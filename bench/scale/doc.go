@@ -1,4 +1,4 @@
-// Package scale is Weft's scale test (issue 17): a loader that puts many
+// Package scale is Weft's scale test: a loader that puts many
 // runs in the log quickly, decided by the real decision core, and `weft
 // scale` (cmd/weft), which measures a runner's start-up, memory and CPU
 // with those runs in the log against an empty log, the takeover of a

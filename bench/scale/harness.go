@@ -334,8 +334,8 @@ func (h *harness) oneNode(ctx context.Context) error {
 	// A first runner takes over the log's active runs (their driver, the
 	// loader, is gone): their model calls are made again and they end
 	// suspended on an approval, idle. It drains; the runner measured next
-	// owns partitions none of which is busy (issue 17: "a runner that
-	// owns no busy partitions").
+	// owns partitions none of which is busy (docs/adr/0021-scale-harness.md: "a
+	// runner that owns no busy partitions").
 	warm, warmStart, err := h.startRunner(ctx, "warmup", 10*time.Minute)
 	if err != nil {
 		return fmt.Errorf("warm-up runner: %w", err)

@@ -34,7 +34,7 @@ func fold(t *testing.T, s *natstest.Server, run string) aggregate.State {
 }
 
 // TestLoaderWritesTheMixAndIsIdempotentByRunID proves the scale test's
-// loader (issue 17 item 3) writes runs that fold to the statuses the mix
+// loader writes runs that fold to the statuses the mix
 // says — suspended on an approval, completed, working with a model call in
 // flight — all recorded as driven by the gone loader runner, and that a
 // second load with the same prefix writes nothing new and continues a run

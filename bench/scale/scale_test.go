@@ -22,8 +22,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// ciRuns is the CI version's log: issue 17 item 3 asks for about 20,000
-// runs on 3 nodes.
+// ciRuns is the CI version's log: about 20,000 runs on 3 nodes
+// (docs/scaling.md).
 const ciRuns = 20_000
 
 // rssRatio bounds the RSS of a runner with ciRuns runs in the log against
@@ -31,7 +31,7 @@ const ciRuns = 20_000
 const rssRatio = 1.5
 
 // TestIssue17ScaleTwentyThousandRunsOnThreeNodes is the CI version of the
-// scale test (issue 17 item 3): 20,000 runs loaded into a 3-node cluster
+// scale test: 20,000 runs loaded into a 3-node cluster
 // (nats-server subprocesses routed on loopback, every asset R3), then
 // three runner subprocesses. Each subtest names the property it checks;
 // none times anything.
@@ -117,7 +117,7 @@ func TestIssue17ScaleTwentyThousandRunsOnThreeNodes(t *testing.T) {
 		if !partitionsLanded {
 			// A runner of this build reads every unfinished run at
 			// start-up (rebuildDrivers): its memory follows the log until
-			// partitions keep idle runs out of it (issue 17 item 1).
+			// partitions keep idle runs out of it.
 			t.Log("not checked: runner.WithPartitions has not landed (partitionsLanded false)")
 			return
 		}

@@ -285,7 +285,8 @@ func pendingRevision(ctx context.Context, w io.Writer, q *projector.Client, log 
 // staleRevision explains a stale_reference refusal (err) of an answer
 // (verb: approve or reject) whose revision sent pendingRevision took from
 // the run's view: the approval request changed after the view was read (it
-// was re-asked: SEMANTICS §4, §8). It reads the view again, once caught up
+// was re-asked: docs/semantics.md §4, §8). It reads the view again, once caught
+// up
 // (freshView), and says what the request is now and the exact command that
 // answers it. It never answers again by itself: a person answers the
 // request they saw, and they have not seen this one.

@@ -38,7 +38,7 @@ func toolRequest(id, name string) aggregate.ModelReply {
 		{ID: id, Name: name, Arguments: json.RawMessage(`{"input":"check the vendor"}`)}}}}}
 }
 
-// TestCLIShowDelegatingRun (SEMANTICS.md §6, status "computed for the run
+// TestCLIShowDelegatingRun (docs/semantics.md §6, status "computed for the run
 // and its children"): desk-7 delegated to a researcher whose refund waits
 // for an approval. `weft show desk-7` prints the child run with its status
 // and the family status (suspended, waiting for the child), since it

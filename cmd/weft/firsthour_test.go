@@ -15,7 +15,7 @@ import (
 	"github.com/weftrun/weft/projector"
 )
 
-// Issue 11, newcomer item 8: a second weft dev on a store another embedded
+// A second weft dev on a store another embedded
 // server holds, or on a port that is taken, exits with the documented code
 // of a local problem (5, docs/cli.md), saying what to do, not with 1: for
 // the store, weft dev --nats or another --data (weft dev starts its own
@@ -56,7 +56,7 @@ func TestDevLocalProblemsExitLocal(t *testing.T) {
 	}
 }
 
-// Issue 11, newcomer item 8: unknown_agent names the agents and versions
+// The unknown_agent answer names the agents and versions
 // the runner serves; and the help spells multi-letter flags --flag, as the
 // examples and docs do.
 func TestUnknownAgentListsServedAgents(t *testing.T) {
@@ -94,7 +94,7 @@ func TestHelpSpellsLongFlagsWithTwoDashes(t *testing.T) {
 	}
 }
 
-// Issue 11, newcomer item 5: a settling tool's body stopped at its
+// A settling tool's body stopped at its
 // timeout is its normal path: show says the run waits for a settlement
 // until the window closes, and the timeline explains the attempt_lost.
 func TestShowSaysWaitingForASettlement(t *testing.T) {
@@ -122,7 +122,7 @@ func TestShowSaysWaitingForASettlement(t *testing.T) {
 	contains(t, "events", out, "next=settle", "(waiting for a settlement until 2026-11-30T10:00:32Z)")
 }
 
-// Issue 11, newcomer item 4, end to end: an action reconciled as
+// An action reconciled as
 // unconfirmed is an open question (weft inbox questions, weft show) while
 // the run goes on and after it finished; weft resolve records the final
 // truth for audit — the run stays as it was — once; a definite

@@ -16,7 +16,7 @@ import (
 )
 
 // TestCLIInboxListsEveryItem (docs/protocol/50-queries.md: an inbox pages
-// by `next`; issue 17 review, defect 4): `weft inbox approvals` prints
+// by `next`; docs/adr/0020-query-indexes.md): `weft inbox approvals` prints
 // every pending approval of an inbox larger than one page (1,010 items;
 // the query service answers at most 1,000 a page), not the first 1,000.
 func TestCLIInboxListsEveryItem(t *testing.T) {

@@ -82,7 +82,7 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 
 // printAnswers lists the answered approval requests of v: who answered,
 // which approver verified it and, for a signed proof, its key and whether
-// it verifies (issue 12: audit shows who).
+// it verifies (docs/security.md: an audit shows who).
 func printAnswers(w io.Writer, v projections.RunView) {
 	first := true
 	for _, a := range v.Actions {

@@ -8,7 +8,9 @@ import (
 	"time"
 )
 
-// Issue 11 item 2, the repair path end to end on a real server with a
+// The repair path
+// (docs/adr/0011-quarantine-and-repair-of-malformed-messages.md) end to end on
+// a real server with a
 // projector: a malformed message on pay-42's subject quarantines it
 // (runs --status quarantined lists it, show says so with the sequence,
 // audit verify reports it and exits 4); weft repair show prints the

@@ -15,7 +15,7 @@ import (
 )
 
 // TestRetryRules_CLIRetriesRunnerBusyWithTheSameCommandID
-// (docs/protocol.md "Retry rules"; SEMANTICS §8 "A run can always be
+// (docs/protocol.md "Retry rules"; docs/semantics.md §8 "A run can always be
 // answered"): the owner of the run's partition answers runner_busy three
 // times, then a real runner takes it over. weft start sends the command
 // again with its --command-id and ends applied; with --no-retry it answers
@@ -91,7 +91,7 @@ func TestRetryRules_CLISaysANoAnswerIsNotKnown(t *testing.T) {
 }
 
 // TestSemantics8_CLIStartWithoutAnAnswerNamesItsRunAndCommandID
-// (SEMANTICS.md §8, "A run can always be answered"; docs/cli.md): the
+// (docs/semantics.md §8, "A run can always be answered"; docs/cli.md): the
 // run's owner takes a start without --run and never answers. weft start
 // says outcome_unknown (exit 6, never unavailable: the start may have been
 // applied), reads the run it chose, and names the --run and --command-id
@@ -116,7 +116,7 @@ func TestSemantics8_CLIStartWithoutAnAnswerNamesItsRunAndCommandID(t *testing.T)
 	}
 }
 
-// TestSemantics8_CLISettleWithoutAnAnswerReadsTheRun (SEMANTICS.md §8;
+// TestSemantics8_CLISettleWithoutAnAnswerReadsTheRun (docs/semantics.md §8;
 // docs/cli.md): the run's owner takes a settlement and never answers. weft
 // settle says outcome_unknown (exit 6), what the run and the action show
 // now, and that the same --command-id is safe to send again. Before, it

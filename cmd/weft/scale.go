@@ -11,8 +11,9 @@ import (
 	"github.com/weftrun/weft/bench/scale"
 )
 
-// scaleCommand is `weft scale`: the scale test of issue 17 (package
-// bench/scale, docs/scaling.md). Its subprocesses (nats-server nodes and
+// scaleCommand is `weft scale`: the scale test (package bench/scale,
+// docs/scaling.md, docs/adr/0021-scale-harness.md). Its subprocesses
+// (nats-server nodes and
 // runners) are this program started again with scale.EnvChild set; main
 // runs them before anything else.
 func scaleCommand() command {

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestDevSecure (issue 12): weft dev --secure starts the embedded server
+// TestDevSecure: weft dev --secure starts the embedded server
 // with the roles and prints each role's credentials file; with the
 // operator's, weft starts a run and approves it with a signed proof (the
 // agent's only approver takes signed proofs), weft show names the key and

@@ -72,7 +72,8 @@ func waitStoredView(t *testing.T, s *natstest.Server, run string, version uint64
 // log then went on (the request was answered). `weft show` still prints the
 // stored view (the query service answers from it), but it must say that the
 // view is behind the log, so that nobody takes the listed request as still
-// open (SEMANTICS §4: a person approves what they saw). Once a projector
+// open (docs/semantics.md §4: a person approves what they saw). Once a
+// projector
 // runs again, show prints the caught-up view and no such note. Before, show
 // printed the stale view as the run.
 func TestSemantics4_ShowSaysWhenTheViewLagsTheLog(t *testing.T) {

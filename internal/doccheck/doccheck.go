@@ -4,10 +4,10 @@
 // exported name (constant, variable, type, function, method of an exported
 // type) has a full-sentence doc comment that starts with the name and ends
 // with a period. It reads source with go/parser and go/doc, the same view
-// `go doc` prints; its test runs it over every package of the module
-// (issue 16, item 6). AnyInAPI checks that the application API exposes no any outside
+// `go doc` prints; its test runs it over every package of the module. AnyInAPI
+// checks that the application API exposes no any outside
 // type-parameter constraints, and the package's tests also check
-// Taskfile.yml against issue 01.
+// Taskfile.yml (TestTaskfile).
 package doccheck
 
 import (

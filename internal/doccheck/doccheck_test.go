@@ -39,8 +39,8 @@ func packages(t *testing.T) []string {
 	return dirs
 }
 
-// TestEveryExportedNameIsDocumented is the `go doc` check of issue 03's
-// Done-when list, over every package of the module (issue 16, item 6): a
+// TestEveryExportedNameIsDocumented is the `go doc` check of STYLE.md principle
+// 8, over every package of the module: a
 // package doc and a full-sentence doc starting with the name on every
 // exported name.
 func TestEveryExportedNameIsDocumented(t *testing.T) {
@@ -96,11 +96,11 @@ func TestDirAcceptsCommandDoc(t *testing.T) {
 }
 
 // apiPackages are the packages applications write handlers, policies and
-// approvers against (issue 03).
+// approvers against.
 var apiPackages = []string{"tools", "agent", "policy", "approvers", "model"}
 
-// TestNoAnyInHandlerPolicyApproverAPI is issue 03's "no handler, policy or
-// approver code path uses any where a type parameter fits", checked on
+// TestNoAnyInHandlerPolicyApproverAPI checks that no handler, policy or
+// approver code path uses any where a type parameter fits, checked on
 // their exported signatures.
 func TestNoAnyInHandlerPolicyApproverAPI(t *testing.T) {
 	for _, p := range apiPackages {

@@ -8,12 +8,12 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// TestTaskfile checks issue 01's Taskfile.yml items: every task has a
+// TestTaskfile checks Taskfile.yml: every task has a
 // desc; run, test, check and bench exist; check runs gofmt, vet,
 // staticcheck and the race-enabled tests; and the task tool and staticcheck
 // are pinned in the developer tools' own module, devtools/go.mod, so that
 // `go tool -modfile=devtools/go.mod task` needs no install, while the main
-// go.mod names no tool (issue 16, item 4; docs/adr/0012).
+// go.mod names no tool (docs/adr/0012).
 func TestTaskfile(t *testing.T) {
 	b, err := os.ReadFile("../../Taskfile.yml")
 	if err != nil {

@@ -35,7 +35,7 @@ const (
 	shows = 2 * time.Minute
 )
 
-// Issue 11, newcomer (and its first Done-when line): a newcomer with only
+// A newcomer with only
 // the README gets through. In a fresh clone of this checkout (with the
 // work tree's uncommitted changes, so that it tests what is on disk), the
 // README's first command runs in a terminal (a pty, as a person's);
@@ -234,7 +234,7 @@ func TestNewcomerFollowsTheREADME(t *testing.T) {
 	}
 }
 
-// Issue 11, newcomer, and the first hour's README: the README's second
+// The README's second
 // command is the one .ci/run runs (its first is the one
 // TestNewcomerFollowsTheREADME runs).
 func TestREADMETestCommandIsWhatCIRuns(t *testing.T) {

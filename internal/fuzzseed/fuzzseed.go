@@ -2,7 +2,7 @@
 // (testdata/fuzz/FuzzXxx/<name>, the "go test fuzz v1" files that plain
 // go test runs), so that a test can check that they are meaningful: the
 // seeds named valid-* are inputs the decoder accepts, every other seed
-// one it refuses (issue 11 item 3).
+// one it refuses.
 package fuzzseed
 
 import (

@@ -1,5 +1,5 @@
 // Package globalcheck checks STYLE.md's "no exported mutable globals"
-// (issue 16, item 5) mechanically: it lists every exported package-level
+// mechanically: it lists every exported package-level
 // variable of a set of packages and says whether its type implements error.
 // An error sentinel (var ErrX = errors.New(…), var ErrY = &weft.Error{…}) is
 // the one kind of exported variable Weft keeps: errors.Is compares it by

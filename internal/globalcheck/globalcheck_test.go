@@ -13,8 +13,8 @@ import (
 // a constant. Keep it short; an entry whose variable is gone fails the test.
 var allowed = map[string]string{}
 
-// TestNoExportedMutableGlobals is issue 16 item 5's "no exported mutable
-// globals" (STYLE.md), over every package of the module (go list ./...;
+// TestNoExportedMutableGlobals checks "no exported mutable globals" (STYLE.md),
+// over every package of the module (go list ./...;
 // the developer tools' own module, devtools/, is not part of it, and test
 // files are not read): an exported package-level variable is an error
 // sentinel, or it is in allowed with its reason. A table or a default is a

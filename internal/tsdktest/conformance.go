@@ -67,9 +67,9 @@ func TypeScriptWorker(t *testing.T, root string) Worker {
 //
 //   - a run whose tool the worker serves completes;
 //   - a second delivery of a claimed attempt is reported lost and its
-//     body not started (SEMANTICS.md §5);
+//     body not started (docs/semantics.md §5);
 //   - a body never starts after its deadline (docs/protocol/41-tasks.md
-//     rule 1), nor after its run's stop (a cancellation, SEMANTICS.md §7);
+//     rule 1), nor after its run's stop (a cancellation, docs/semantics.md §7);
 //   - a delivery whose claim the runtime closed (api.Claim.Closed,
 //     docs/adr/0023-closing-attempts.md) is acked, its body never started
 //     and nothing reported;
@@ -83,13 +83,13 @@ func TypeScriptWorker(t *testing.T, root string) Worker {
 //     does not match the action's current attempt) changes nothing: the
 //     worker acks its task and the run stays as it was;
 //   - a SIGKILL of the worker mid-body makes a non-replayable action
-//     uncertain and a replayable one start again once (SEMANTICS.md §8);
+//     uncertain and a replayable one start again once (docs/semantics.md §8);
 //   - SIGTERM drains: the running body finishes and is recorded; the drain
 //     is bounded by the worker's drain grace (worker_lost);
-//   - a task of another agent version is not taken (SEMANTICS.md §3);
+//   - a task of another agent version is not taken (docs/semantics.md §3);
 //   - a settling tool's body that returns after its timeout, within its
 //     settle window, settles the action with its output (a late
-//     settlement, SEMANTICS.md §3).
+//     settlement, docs/semantics.md §3).
 func RunWorkerSuite(t *testing.T, w Worker) {
 	s := newSuite(t, w, false)
 	t.Run("ARunWhoseToolTheWorkerServesCompletes", s.completes)

@@ -16,7 +16,7 @@ import (
 // run; suspends for an approval that a Node service answers with a signed
 // proof through the TypeScript client (sdk/typescript/test/support/approve.js),
 // and runs the tool once after it; and a SIGKILL of the TypeScript worker
-// mid-body leaves the documented outcome (SEMANTICS.md §8): uncertain for
+// mid-body leaves the documented outcome (docs/semantics.md §8): uncertain for
 // a non-replayable tool, started again once for a replayable one.
 func TestE2E_AGoAgentWhoseToolsTheTypeScriptWorkerServes(t *testing.T) {
 	kp, err := nkeys.CreateUser()

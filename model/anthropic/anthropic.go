@@ -2,7 +2,7 @@
 // on the official SDK github.com/anthropics/anthropic-sdk-go/v2.
 //
 // One Complete is one POST /v1/messages, with the SDK's own retries turned
-// off (the runtime owns retries and budgets, SEMANTICS §2) and no
+// off (the runtime owns retries and budgets, docs/semantics.md §2) and no
 // credentials or settings read from the environment: configuration is
 // explicit (model/provider reads the environment). The request is rebuilt
 // from model.Request every turn:

@@ -3,7 +3,7 @@
 // SDK github.com/openai/openai-go/v3.
 //
 // One Complete is one POST /chat/completions, with the SDK's own retries
-// turned off: the runtime owns retries and budgets (SEMANTICS §2). The
+// turned off: the runtime owns retries and budgets (docs/semantics.md §2). The
 // request is rebuilt from model.Request every turn:
 //
 //   - Request.System becomes a system message, then the transcript follows in

@@ -22,7 +22,7 @@ export interface ToolDefinition {
   inputSchema?: object;
 }
 
-/** The settlement handle of a settling tool's call (SEMANTICS.md §9). */
+/** The settlement handle of a settling tool's call (docs/semantics.md §9). */
 export interface Settlement<Out = unknown> {
   readonly run: string;
   readonly action: string;

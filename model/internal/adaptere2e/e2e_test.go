@@ -148,7 +148,7 @@ var adapters = []adapter{
 	},
 }
 
-// TestFullRunThroughEachAdapter is issue 06's end-to-end check: for each
+// TestFullRunThroughEachAdapter is the adapters' end-to-end check: for each
 // adapter, a run asks for two tools in one turn, the payment waits for an
 // approval (scenario 15: approved with a valid proof, the tool runs
 // exactly once), and the run completes with the model's final answer; the

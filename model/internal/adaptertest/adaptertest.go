@@ -1,5 +1,6 @@
 // Package adaptertest is the conformance suite every HTTP model adapter
-// runs: the failure mapping of SEMANTICS §2 (which kind, which status, which
+// runs: the failure mapping of docs/semantics.md §2 (which kind, which status,
+// which
 // retry-after), no retries inside the adapter, no prompt text in errors, and
 // usage reported only when given. model/openai and model/anthropic each run
 // it against their fake server; what differs between providers is only how

@@ -1,7 +1,7 @@
 // Package httperr maps the failures of an HTTP call to a model provider onto
 // the model port's closed set of failure kinds (model.ErrorKind). Both
 // adapters (model/openai, model/anthropic) classify every error through
-// Classify, so the table of SEMANTICS §2 lives in exactly one place.
+// Classify, so the table of docs/semantics.md §2 lives in exactly one place.
 //
 // Classify reads no clock: a Retry-After given as an HTTP date is measured
 // against the response's own Date header, and ignored when that is missing.

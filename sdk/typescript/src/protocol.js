@@ -45,7 +45,7 @@ function goJSON(v) {
 }
 
 /**
- * The idempotency key of the logical action (SEMANTICS.md §3): the
+ * The idempotency key of the logical action (docs/semantics.md §3): the
  * lowercase hex SHA-256 of the JSON array ["weft.idempotency.v1", run,
  * action], as the Go tools.IdempotencyKey; stable across attempts, replays
  * and recoveries.

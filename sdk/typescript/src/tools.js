@@ -1,4 +1,4 @@
-// Tool definitions and bindings (SEMANTICS.md §3): a handler and a
+// Tool definitions and bindings (docs/semantics.md §3): a handler and a
 // classify that has no default, as the Go tools.Bind.
 
 /** A definite failure: the model sees {"error": message}; the run goes on. */
@@ -37,7 +37,7 @@ export function bind(def, handler, classify) {
 /**
  * Binds a settling tool's handler: the call it gets carries a settlement
  * handle (call.settlement) that settles the action later, and its own
- * return value still wins whenever it returns (SEMANTICS.md §3, §9). The
+ * return value still wins whenever it returns (docs/semantics.md §3, §9). The
  * tool's settle window is the agent's (the Go definition): the task says
  * it (settle_within_ms).
  */

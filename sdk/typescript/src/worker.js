@@ -64,7 +64,7 @@ const ABANDONED = "abandoned at the end of the drain window";
 // (RETRYABLE_CODES, weft.Code.Retryable's); quarantined — the run's log
 // holds a message no reader can fold, and the report is kept until a
 // repair voids it; and internal — the runtime's own fault, never the
-// report's: a real result is not given up for it (SEMANTICS.md §8).
+// report's: a real result is not given up for it (docs/semantics.md §8).
 function reportRetryable(code) {
   return retryable(code) || code === "quarantined" || code === "internal";
 }
@@ -113,7 +113,7 @@ function decodeClaim(bytes) {
 }
 
 /**
- * The settlement errors a tool's settlement handle promises (SEMANTICS.md
+ * The settlement errors a tool's settlement handle promises (docs/semantics.md
  * §9), as the Go worker.SettleError: already_recorded, not_awaited or
  * settle_unconfirmed.
  */
@@ -356,7 +356,7 @@ export class Worker {
     }
     if (t.agent !== q.agent || t.version !== q.version || t.tool !== q.tool) {
       // Not a task of this queue's binding: running the body would run
-      // another agent identity's (SEMANTICS.md §3).
+      // another agent identity's (docs/semantics.md §3).
       this.log.error("worker: task of another agent identity on this queue, terminated", { subject: m.subject, agent: t.agent, version: t.version, tool: t.tool });
       m.term();
       return;
@@ -785,7 +785,7 @@ function wire(rep) {
   return out;
 }
 
-// The settlement handle of a settling tool's call (SEMANTICS.md §9).
+// The settlement handle of a settling tool's call (docs/semantics.md §9).
 function settlement(t, settle) {
   const base = { schema: SCHEMA, run: t.run, action: t.action };
   return Object.freeze({
