@@ -405,11 +405,16 @@ func (s *suite) deadline(t *testing.T) {
 	_ = m.Nak()
 	p := s.spawn(t, 0, "1")
 	s.acked(t, "slow", m)
-	if n := p.starts("cf-deadline"); n != 0 {
-		t.Fatalf("a body started %d times after its deadline", n)
+	// At the deadline the runtime closed attempt 1's claim, which no
+	// worker had taken (docs/semantics.md §8, "Closing an attempt"): it
+	// provably did not act, so it is replayed without spending the
+	// budget — attempt 2 runs; attempt 1's late delivery never starts.
+	st := s.waitFor(t, "cf-deadline", status("finished"))
+	if p.said("STARTED cf-deadline 1") {
+		t.Fatal("attempt 1's body started after its deadline")
 	}
-	if st := s.waitFor(t, "cf-deadline", status("suspended")); st.Actions[0].State != "uncertain" {
-		t.Fatalf("action %+v", st.Actions[0])
+	if a := st.Actions[0]; a.State != "succeeded" || a.Attempts != 2 || !p.said("STARTED cf-deadline 2") {
+		t.Fatalf("action %+v, want succeeded by attempt 2 (attempt 1 closed unclaimed, replayed)", a)
 	}
 }
 
