@@ -174,10 +174,11 @@ type Report struct {
 func (r Report) OK() bool { return r.Problem == nil }
 
 type config struct {
-	head  string
-	view  []byte
-	at    []headAt
-	trust map[string]bool // nil: no keys named (WithTrust)
+	head       string
+	view       []byte
+	at         []headAt
+	trust      map[string]bool // nil: no keys named (WithTrust)
+	unfinished bool            // WithUnfinished
 }
 
 // Option adds a check to Verify.

@@ -48,11 +48,7 @@ func TestSignedHeadsCatchARewrittenHistory(t *testing.T) {
 	if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: "ok", Run: "sh", Action: a.ID, Revision: a.Request.Revision, Approver: "keys", Proof: p}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStatus("sh", aggregate.StatusFinished)
-	envs, head, err := h.srv.Log.Load(c, "sh")
-	if err != nil {
-		t.Fatal(err)
-	}
+	envs, head := audittest.WaitEndHead(t, h.srv.Log, "sh")
 
 	// Signed: after the answer's decision (it covers the answer), and
 	// last, after run_finished.
