@@ -9,6 +9,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/audittest"
 	"github.com/weftrun/weft/model"
@@ -49,6 +50,20 @@ func TestSignedHeadsCatchARewrittenHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	envs, head := audittest.WaitEndHead(t, h.srv.Log, "sh")
+
+	// The end head's log message alone tells the driver index rebuild
+	// that the run finished (runner/rebuild.go), so it is not loaded.
+	st, err := h.srv.JS.Stream(c, eventlog.Stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastMsg, err := st.GetLastMsgForSubject(c, eventlog.Subject("sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !runner.EndsFinished(lastMsg.Data) {
+		t.Errorf("the end head's message does not read as a finished run's last: %s", lastMsg.Data)
+	}
 
 	// Signed: after the answer's decision (it covers the answer), and
 	// last, after run_finished.
