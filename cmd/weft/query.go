@@ -487,7 +487,7 @@ func inboxCommand() command {
 
 func auditCommand() command {
 	return command{
-		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--head VERSION:HASH]",
+		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--head VERSION:HASH] [--unfinished]",
 		summary: "export a run's history as JSON lines, or verify its hash chain, signed heads, refold and view",
 		examples: []string{
 			"weft audit export pay-42 -o pay-42.jsonl",
