@@ -13,7 +13,9 @@
 //     it with a signature that verifies (kind "signature"); with WithTrust
 //     its key is one the auditor named ("untrusted"), and at least one
 //     head is signed ("unsigned"); every head named by WithHeadAt is in
-//     the history ("head": it was rewritten, or cut before it) — heads.go;
+//     the history ("head": it was rewritten, or cut before it) and, unless
+//     WithUnfinished, is its last event ("head": nobody vouches for the
+//     events after it) — heads.go;
 //  3. every payload decodes with the event catalogue;
 //  4. the history refolds through the decision core (aggregate.Evolve never
 //     meets an impossible transition), and every signed approval proof
@@ -27,9 +29,10 @@
 //  5. the projection's view (projections.Fold) agrees with the aggregate on
 //     status, the approvals and uncertain lists, turns, tokens, incarnation
 //     and every action's state and attempts;
-//  6. with WithTrust, a run that ended ends with its signed end head
-//     ("unsigned": its last events were dropped, or events added after
-//     it);
+//  6. with WithTrust and no head named, the history ends with a signed
+//     head over a finished run ("unsigned": it was cut back to an earlier
+//     signed head, or events were added after the last one); with
+//     WithUnfinished only a run that ended must end so;
 //  7. when the stored view is given (WithView, from the weft_views bucket), it
 //     is byte for byte the view refolded from the history.
 //
@@ -174,10 +177,11 @@ type Report struct {
 func (r Report) OK() bool { return r.Problem == nil }
 
 type config struct {
-	head  string
-	view  []byte
-	at    []headAt
-	trust map[string]bool // nil: no keys named (WithTrust)
+	head       string
+	view       []byte
+	at         []headAt
+	trust      map[string]bool // nil: no keys named (WithTrust)
+	unfinished bool            // WithUnfinished
 }
 
 // Option adds a check to Verify.

@@ -26,9 +26,11 @@ type HeadCheck struct {
 // WithTrust names the keys (nkey user public keys, "U…") whose signed
 // heads the auditor trusts. With it, Verify requires the history to be
 // signed by them: every signed head's key is one of keys (else "untrusted"),
-// at least one head is signed (else "unsigned"), and a run that ended
-// ends with its signed end head (else "unsigned": events were dropped or
-// added after it).
+// at least one head is signed (else "unsigned"), and the history ends with
+// a signed head over a finished run (else "unsigned": it may have been cut
+// back to an earlier head, or events were added after it) unless a head
+// is named (WithHeadAt, WithHead) or WithUnfinished accepts a run that has
+// not ended.
 func WithTrust(keys ...string) Option {
 	return func(c *config) {
 		if c.trust == nil {
@@ -46,6 +48,12 @@ func WithTrust(keys ...string) Option {
 func WithHeadAt(version uint64, hash string) Option {
 	return func(c *config) { c.at = append(c.at, headAt{version, hash}) }
 }
+
+// WithUnfinished accepts a history that does not end where the run's
+// record ends: a live run's export. Without it, WithTrust requires the
+// history to end with a trusted signed head over a finished run, and
+// WithHeadAt requires the named head to be the history's last event.
+func WithUnfinished() Option { return func(c *config) { c.unfinished = true } }
 
 type headAt struct {
 	version uint64
@@ -70,6 +78,9 @@ func ParseHead(s string) (version uint64, hash string, err error) {
 // every signature is checked, trusted keys named or not.
 func checkHeads(rep *Report, c config, envs []events.Envelope, hashes []string) *Problem {
 	for _, h := range c.at {
+		if h.version == 0 {
+			return problem(KindHead, envs[0], "the head you named, 0:%s, is no event: versions start at 1", short(h.hash))
+		}
 		if h.version > uint64(len(envs)) {
 			last := envs[len(envs)-1]
 			return problem(KindHead, last, "the history ends at version %d, before the head %d:%s you named: its last events were dropped", last.Version, h.version, short(h.hash))
@@ -77,6 +88,10 @@ func checkHeads(rep *Report, c config, envs []events.Envelope, hashes []string) 
 		if got := hashes[h.version-1]; got != h.hash {
 			env := envs[h.version-1]
 			return problem(KindHead, env, "event %d (%s, %s) hashes to %s, but the head you named is %d:%s: the history up to it was rewritten", env.Version, env.ID, env.Type, short(got), h.version, short(h.hash))
+		}
+		if n := uint64(len(envs)); h.version < n && !c.unfinished {
+			env := envs[h.version]
+			return problem(KindHead, env, "events %d to %d follow the head %d:%s you named: nobody vouches for them (give the run's last head, or --unfinished to accept them)", h.version+1, n, h.version, short(h.hash))
 		}
 	}
 	for i, env := range envs {
@@ -120,14 +135,26 @@ func checkHeads(rep *Report, c config, envs []events.Envelope, hashes []string) 
 	return nil
 }
 
-// checkEnd is the check WithTrust adds once the history refolded: a run
-// that ended ends with a signed head over everything before it.
+// checkEnd is the check WithTrust adds once the history refolded: the
+// history ends with a signed head over a finished run, so that a cut back
+// to an earlier signed head, or unsigned events after it, show. A head
+// the auditor named (WithHeadAt, the live log's head) ends the history in
+// its place; WithUnfinished asks it only of a run that ended.
 func checkEnd(rep Report, c config, envs []events.Envelope, finished bool) *Problem {
 	last := envs[len(envs)-1]
-	if c.trust == nil || !finished || rep.SignedThrough == last.Version {
+	if c.trust == nil || len(c.at) > 0 || c.head != "" {
 		return nil
 	}
-	return problem(KindUnsigned, last, "the run ended, but the history ends at version %d (%s, %s) after its last signed head %d: its signed end head was dropped, or events were added after it", last.Version, last.ID, last.Type, rep.Heads[len(rep.Heads)-1].Head)
+	endsSigned := rep.SignedThrough == last.Version
+	switch {
+	case finished && !endsSigned:
+		return problem(KindUnsigned, last, "the run ended, but the history ends at version %d (%s, %s) after its last signed head %d: its signed end head was dropped, or events were added after it", last.Version, last.ID, last.Type, rep.Heads[len(rep.Heads)-1].Head)
+	case finished || c.unfinished:
+		return nil
+	case endsSigned:
+		return problem(KindUnsigned, last, "the history ends at version %d with a signed head, but the run has not ended: it may have been cut back to that head; give --head VERSION:HASH from the live log, or --unfinished for a run still going", last.Version)
+	}
+	return problem(KindUnsigned, last, "the history ends at version %d (%s, %s), after its last signed head %d, and the run has not ended: nobody vouches for events %d to %d, and it may have been cut; give --head VERSION:HASH from the live log, or --unfinished for a run still going", last.Version, last.ID, last.Type, rep.Heads[len(rep.Heads)-1].Head, rep.SignedThrough+2, last.Version)
 }
 
 // verifyHead returns "" when hs's signature verifies, or why not.

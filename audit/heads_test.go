@@ -78,3 +78,62 @@ func TestSignedHeadChecks(t *testing.T) {
 		t.Errorf("ParseHead(12:ABcd) = %d %q %v", v, h, err)
 	}
 }
+
+// TestSignedHeadsEndTheExport (docs/security.md, "Signed heads"): with
+// WithTrust, an export must end with a trusted signed head over a finished
+// run. A finished run cut back to an earlier signed head, and that cut with
+// a forged unsigned event after the head, fail as "unsigned" at their last
+// event; WithUnfinished (a live run's export) accepts both, and a head
+// named with WithHeadAt that is the export's last event stands in for the
+// end head.
+func TestSignedHeadsEndTheExport(t *testing.T) {
+	kp, pub := headKey(t)
+	run := paymentRun()
+	// A head after attempt_reported (event 8) and the end head.
+	evs := append(append(append([]events.Event{}, run[:8]...), events.HeadSigned{}), run[8:]...)
+	evs = append(evs, events.HeadSigned{})
+	envs := audittest.Resign(chain(t, "pay-42", evs), kp, "runner-1")
+	if rep := audit.Verify(envs, audit.WithTrust(pub)); !rep.OK() {
+		t.Fatalf("untouched: %+v", rep.Problem)
+	}
+	cut := envs[:9]
+	forged := audittest.Rechain(append(append([]events.Envelope(nil), cut...), chain(t, "pay-42", append(append([]events.Event{}, evs[:9]...), events.ModelRequested{Turn: 2, Incarnation: 1, Why: events.TurnToolResults}))[9]))
+	for _, tc := range []struct {
+		name string
+		envs []events.Envelope
+	}{
+		{"cut at the middle head", cut},
+		{"cut at the middle head, forged unsigned event after it", forged},
+	} {
+		rep := audit.Verify(tc.envs, audit.WithTrust(pub))
+		if rep.OK() || rep.Problem.Kind != audit.KindUnsigned || rep.Problem.Version != uint64(len(tc.envs)) {
+			t.Errorf("%s with trust: %+v, want unsigned at version %d", tc.name, rep.Problem, len(tc.envs))
+		}
+		if rep := audit.Verify(tc.envs, audit.WithTrust(pub), audit.WithUnfinished()); !rep.OK() {
+			t.Errorf("%s with trust, unfinished: %+v", tc.name, rep.Problem)
+		}
+		lastEnv := tc.envs[len(tc.envs)-1]
+		if rep := audit.Verify(tc.envs, audit.WithTrust(pub), audit.WithHeadAt(lastEnv.Version, lastEnv.Hash())); !rep.OK() {
+			t.Errorf("%s with trust and its last head named: %+v", tc.name, rep.Problem)
+		}
+	}
+}
+
+// TestNamedHeadIsTheLast (docs/cli.md, audit verify --head): events after
+// the head named with WithHeadAt are vouched for by nobody, so they fail as
+// "head" at the first of them unless WithUnfinished accepts them; a head
+// named at version 0 fails as "head" too.
+func TestNamedHeadIsTheLast(t *testing.T) {
+	envs := chain(t, "pay-42", paymentRun())
+	named := envs[len(envs)-3]
+	rep := audit.Verify(envs, audit.WithHeadAt(named.Version, named.Hash()))
+	if rep.OK() || rep.Problem.Kind != audit.KindHead || rep.Problem.Version != named.Version+1 {
+		t.Errorf("events after the named head: %+v, want head at version %d", rep.Problem, named.Version+1)
+	}
+	if rep := audit.Verify(envs, audit.WithHeadAt(named.Version, named.Hash()), audit.WithUnfinished()); !rep.OK() {
+		t.Errorf("events after the named head, unfinished: %+v", rep.Problem)
+	}
+	if rep := audit.Verify(envs, audit.WithHeadAt(0, "ab")); rep.OK() || rep.Problem.Kind != audit.KindHead {
+		t.Errorf("head 0 named: %+v, want head", rep.Problem)
+	}
+}

@@ -32,6 +32,11 @@ type HeadSigned struct {
 	// Signature is the base64url (unpadded) ed25519 signature of
 	// HeadDigest(run, Version, Hash, Key).
 	Signature string `json:"sig"`
+	// End is set when the signed head is a finished run's (the run
+	// finished at or before Version). It is outside the signature: only a
+	// hint that lets a reader of the last log message alone (the driver
+	// index rebuild) tell a finished run.
+	End bool `json:"end,omitempty"`
 }
 
 // EventName returns NameHeadSigned, the durable name HeadSigned is stored under.

@@ -282,6 +282,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				// touched.
 				ours, qerr := r.resync(ctx, rn, evs)
 				if ours {
+					// Landed: its head is signed as after an acknowledged
+					// append (docs/adr/0026-signed-heads.md).
+					r.signHead(ctx, rn, evs)
 					return evs, derr
 				}
 				if qerr != nil {

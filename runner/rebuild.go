@@ -130,18 +130,23 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 }
 
 // endsFinished reports whether a log message (docs/protocol/10-log.md:
-// {"schema":1,"events":[<envelope>,...]}) ends with run_finished. An
-// unreadable message counts as unfinished (the run is then read whole).
+// {"schema":1,"events":[<envelope>,...]}) ends with run_finished, or with
+// a finished run's signed end head (head_signed with end). An unreadable
+// message counts as unfinished (the run is then read whole).
 func endsFinished(data []byte) bool {
 	var b struct {
 		Events []struct {
-			Type events.Name `json:"type"`
+			Type    events.Name `json:"type"`
+			Payload struct {
+				End bool `json:"end"`
+			} `json:"payload"`
 		} `json:"events"`
 	}
 	if json.Unmarshal(data, &b) != nil || len(b.Events) == 0 {
 		return false
 	}
-	return b.Events[len(b.Events)-1].Type == events.NameRunFinished
+	last := b.Events[len(b.Events)-1]
+	return last.Type == events.NameRunFinished || last.Type == events.NameHeadSigned && last.Payload.End
 }
 
 // rebuildLoop makes rebuildDrivers until it is done (every unfinished run

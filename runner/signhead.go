@@ -117,7 +117,8 @@ func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
 		r.log.Warn("head not signed", "run", rn.id, "err", err)
 		return
 	}
-	hs := events.HeadSigned{Version: rn.head.Version, Hash: rn.head.Hash, Key: key, Signer: r.id, Signature: base64.RawURLEncoding.EncodeToString(sig)}
+	_, end := rn.state.Finished()
+	hs := events.HeadSigned{Version: rn.head.Version, Hash: rn.head.Hash, Key: key, Signer: r.id, Signature: base64.RawURLEncoding.EncodeToString(sig), End: end}
 	envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, r.clock(rn), hs)
 	if err != nil {
 		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)

@@ -1,14 +1,17 @@
 package runner_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/audittest"
 	"github.com/weftrun/weft/model"
@@ -48,10 +51,20 @@ func TestSignedHeadsCatchARewrittenHistory(t *testing.T) {
 	if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: "ok", Run: "sh", Action: a.ID, Revision: a.Request.Revision, Approver: "keys", Proof: p}); err != nil {
 		t.Fatal(err)
 	}
-	h.waitStatus("sh", aggregate.StatusFinished)
-	envs, head, err := h.srv.Log.Load(c, "sh")
+	envs, head := audittest.WaitEndHead(t, h.srv.Log, "sh")
+
+	// The end head's log message alone tells the driver index rebuild
+	// that the run finished (runner/rebuild.go), so it is not loaded.
+	st, err := h.srv.JS.Stream(c, eventlog.Stream)
 	if err != nil {
 		t.Fatal(err)
+	}
+	lastMsg, err := st.GetLastMsgForSubject(c, eventlog.Subject("sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !runner.EndsFinished(lastMsg.Data) {
+		t.Errorf("the end head's message does not read as a finished run's last: %s", lastMsg.Data)
 	}
 
 	// Signed: after the answer's decision (it covers the answer), and
@@ -143,4 +156,61 @@ func withoutProof(t *testing.T, envs []events.Envelope) []events.Envelope {
 	}
 	t.Fatal("no approval_answered")
 	return nil
+}
+
+// TestSignedHeadsSignADecisionWhoseAckWasLost (docs/adr/0026-signed-heads.md,
+// "Consequences"): a person's approval whose append landed but whose
+// acknowledgement was lost is found in the log again (resync); its head is
+// signed then, as after an acknowledged append, not left to the run's end.
+func TestSignedHeadsSignADecisionWhoseAckWasLost(t *testing.T) {
+	b := &bodies{}
+	runnerKey, runnerPub := userKey(t, 7)
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(500, "ok"))})
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	h := newHarness(t)
+	js := &lossyJS{JetStream: h.srv.JS}
+	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithHeadKey(runnerKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(rctx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	c := ctx(t)
+	for {
+		_, err := h.client.Start(c, api.StartRequest{Run: "shl", Agent: "desk", Input: "x"})
+		if err == nil {
+			break
+		}
+		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	s := h.waitStatus("shl", aggregate.StatusSuspended)
+	act := s.Actions()[0]
+	js.armed.Store(true)
+	if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: "shl", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
+		t.Fatalf("approve whose decision landed with a lost ack: %v", err)
+	}
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "shl")
+	var answered uint64
+	var signed []uint64
+	for _, env := range envs {
+		switch env.Type {
+		case events.NameApprovalAnswered:
+			answered = env.Version
+		case events.NameHeadSigned:
+			signed = append(signed, env.Version)
+		}
+	}
+	if len(signed) != 2 || signed[0] <= answered {
+		t.Errorf("signed heads at %v, answer at %d: want one covering the answer whose ack was lost, and the end head", signed, answered)
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() {
+		t.Errorf("verify: %+v", rep.Problem)
+	}
 }

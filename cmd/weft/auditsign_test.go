@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,14 +43,11 @@ func TestAuditVerifyFileSignedHeads(t *testing.T) {
 		t.Fatalf("approve: %d %s %s", code, o, errs)
 	}
 	waitShow(t, "sg-7", "status     finished: completed")
+	_, head := audittest.WaitEndHead(t, s.Log, "sg-7")
 	dir := t.TempDir()
 	file := filepath.Join(dir, "sg-7.jsonl")
 	if code, _, errs := cli(t, "audit", "export", "sg-7", "-o", file); code != 0 || !strings.Contains(errs, "signed heads by key "+key) {
 		t.Fatalf("export: %d %s", code, errs)
-	}
-	_, head, err := s.Log.Load(context.Background(), "sg-7")
-	if err != nil {
-		t.Fatal(err)
 	}
 	trustFile := filepath.Join(dir, "trusted")
 	if err := os.WriteFile(trustFile, []byte("# the runners of the demo\n"+key+" weft-dev\n"), 0o600); err != nil {
@@ -96,6 +92,7 @@ func TestAuditVerifyFileSignedHeads(t *testing.T) {
 	}{
 		{"reviewer renamed, chain recomputed", renamed, fmt.Sprintf("signature: event %d signs head %d", signedAfterAnswer, signedAfterAnswer-1)},
 		{"end head dropped", envs[:len(envs)-1], fmt.Sprintf("unsigned: the run ended, but the history ends at version %d", last-1)},
+		{"cut back to the answer's head", envs[:signedAfterAnswer], fmt.Sprintf("unsigned: the history ends at version %d with a signed head, but the run has not ended", signedAfterAnswer)},
 		{"rewrite re-signed by a stranger", audittest.Resign(renamed, stranger, "runner-x"), fmt.Sprintf("untrusted: event %d: head %d is signed by", signedAfterAnswer, signedAfterAnswer-1)},
 	} {
 		edited := writeExport(t, filepath.Join(dir, "edited.jsonl"), tc.envs)
@@ -103,6 +100,21 @@ func TestAuditVerifyFileSignedHeads(t *testing.T) {
 		if code != exitAudit || !strings.Contains(errs, tc.want) {
 			t.Errorf("%s: exit %d, want %d with %q:\n%s%s", tc.name, code, exitAudit, tc.want, o, errs)
 		}
+	}
+	// A live run's export is accepted with --unfinished, which says what
+	// nobody vouches for.
+	cut := writeExport(t, filepath.Join(dir, "cut.jsonl"), envs[:signedAfterAnswer+1])
+	if code, o, errs := cli(t, "audit", "verify", "--file", cut, "--trust", key, "--unfinished"); code != 0 || !strings.Contains(o, fmt.Sprintf("note: events %d to %d follow the last signed head (event %d)", signedAfterAnswer+1, signedAfterAnswer+1, signedAfterAnswer)) {
+		t.Errorf("cut with --unfinished: exit %d\n%s%s", code, o, errs)
+	}
+	// --head alone fails events after the head it names, unless
+	// --unfinished accepts them (and says so).
+	named := envs[signedAfterAnswer-1]
+	if code, _, errs := cli(t, "audit", "verify", "--file", file, "--head", fmt.Sprintf("%d:%s", named.Version, named.Hash())); code != exitAudit || !strings.Contains(errs, fmt.Sprintf("head: events %d to %d follow the head %d:", named.Version+1, last, named.Version)) {
+		t.Errorf("events after the named head: exit %d %s", code, errs)
+	}
+	if code, o, errs := cli(t, "audit", "verify", "--file", file, "--head", fmt.Sprintf("%d:%s", named.Version, named.Hash()), "--unfinished"); code != 0 || !strings.Contains(o, fmt.Sprintf("note: events %d to %d follow the head you named", named.Version+1, last)) {
+		t.Errorf("events after the named head, --unfinished: exit %d\n%s%s", code, o, errs)
 	}
 	// A head from the live log catches the rewrite without any key.
 	edited := writeExport(t, filepath.Join(dir, "edited.jsonl"), renamed)

@@ -55,7 +55,10 @@ func readTrustFile(path string) ([]string, error) {
 
 // verifyOptions turns the audit verify flags into audit options; trusted
 // reports whether the auditor named keys.
-func verifyOptions(trust keyList, trustFile, head string) (opts []audit.Option, trusted bool, err error) {
+func verifyOptions(trust keyList, trustFile, head string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
+	if unfinished {
+		opts = append(opts, audit.WithUnfinished())
+	}
 	keys := append([]string(nil), trust...)
 	if trustFile != "" {
 		more, err := readTrustFile(trustFile)
@@ -81,8 +84,9 @@ func verifyOptions(trust keyList, trustFile, head string) (opts []audit.Option, 
 }
 
 // printHeadChecks lists the signed heads audit verify checked and says how
-// far the history is vouched for.
-func printHeadChecks(w io.Writer, rep audit.Report, trusted bool) {
+// far the history is vouched for; headVersion is the version of the head
+// named with --head (0: none).
+func printHeadChecks(w io.Writer, rep audit.Report, trusted bool, headVersion uint64) {
 	for _, h := range rep.Heads {
 		who := "untrusted key"
 		if h.Trusted {
@@ -100,7 +104,10 @@ func printHeadChecks(w io.Writer, rep audit.Report, trusted bool) {
 		fmt.Fprintln(w, "note: the signatures verify, but no key was named: anyone can sign; give --trust KEY or --trust-file")
 	}
 	if len(rep.Heads) > 0 && rep.SignedThrough < uint64(rep.Events) {
-		fmt.Fprintf(w, "note: events %d to %d follow the last signed head: nobody vouches for them, and events after them may have been dropped (the run has not ended); give --head from the live log\n", rep.SignedThrough+1, rep.Events)
+		fmt.Fprintf(w, "note: events %d to %d follow the last signed head (event %d): nobody vouches for them, and events after them may have been dropped; give --head from the live log\n", rep.SignedThrough+2, rep.Events, rep.SignedThrough+1)
+	}
+	if headVersion > 0 && headVersion < uint64(rep.Events) {
+		fmt.Fprintf(w, "note: events %d to %d follow the head you named: nobody vouches for them\n", headVersion+1, rep.Events)
 	}
 }
 

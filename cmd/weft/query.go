@@ -487,7 +487,7 @@ func inboxCommand() command {
 
 func auditCommand() command {
 	return command{
-		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--head VERSION:HASH]",
+		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--head VERSION:HASH] [--unfinished]",
 		summary: "export a run's history as JSON lines, or verify its hash chain, signed heads, refold and view",
 		examples: []string{
 			"weft audit export pay-42 -o pay-42.jsonl",
@@ -500,9 +500,10 @@ func auditCommand() command {
 			file := fs.String("file", "", "verify: an exported history instead of the live run")
 			asJSON := fs.Bool("json", false, "verify: print the report as JSON")
 			var trust keyList
-			fs.Var(&trust, "trust", "verify: a key (nkey user public key, U…) whose signed heads you trust; repeat or separate with commas. With it, the history must be signed by these keys up to its end when the run ended")
+			fs.Var(&trust, "trust", "verify: a key (nkey user public key, U…) whose signed heads you trust; repeat or separate with commas. With it, the history must end with a head signed by these keys over a finished run (or give --head or --unfinished)")
 			trustFile := fs.String("trust-file", "", "verify: a file of trusted keys, one a line (as --trust)")
-			head := fs.String("head", "", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it")
+			head := fs.String("head", "", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it as its last event")
+			unfinished := fs.Bool("unfinished", false, "verify: accept a history that does not end with a signed head over a finished run, or events after the --head named (a live run's export); it says which events nobody vouches for")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) == 0 {
 					return usagef("want export <run> or verify <run>|--file <path>")
@@ -514,7 +515,7 @@ func auditCommand() command {
 					}
 					return auditExport(ctx, e, args[1], *out)
 				case "verify":
-					opts, trusted, err := verifyOptions(trust, *trustFile, *head)
+					opts, trusted, err := verifyOptions(trust, *trustFile, *head, *unfinished)
 					if err != nil {
 						return err
 					}
@@ -534,7 +535,8 @@ func auditCommand() command {
 						printJSON(e.stdout, rep)
 					} else {
 						printProofChecks(e.stdout, rep.Proofs)
-						printHeadChecks(e.stdout, rep, trusted)
+						headVersion, _, _ := audit.ParseHead(*head)
+						printHeadChecks(e.stdout, rep, trusted, headVersion)
 						if rep.OK() {
 							fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
 						}

@@ -7,13 +7,39 @@ package audittest
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
+	"testing"
+	"time"
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 )
+
+// WaitEndHead waits until run's log ends with its signed end head (a
+// head_signed right after run_finished) and returns the history and its
+// head: the end head is appended after run_finished, so a wait for the
+// run's status alone races it.
+func WaitEndHead(t testing.TB, log *eventlog.Log, run string) ([]events.Envelope, eventlog.Head) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		envs, head, err := log.Load(context.Background(), run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(envs); n >= 2 && envs[n-1].Type == events.NameHeadSigned && envs[n-2].Type == events.NameRunFinished {
+			return envs, head
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: its log never ended with run_finished and its signed head (%d events)", run, len(envs))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // Replace returns a copy of envs in which old is replaced by new in the
 // payloads of the events of type typ, with the hash chain recomputed
