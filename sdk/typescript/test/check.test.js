@@ -62,11 +62,14 @@ test("the attempt check agrees with the Go worker's: a cancelled run", async () 
 test("the attempt check agrees with the Go worker's: an attempt its timer recorded lost", async () => {
   await h.start("ts-check-timeout", [{ tool: "slow", args: { text: "x" } }]);
   const { m, task } = await h.takeTask("slow");
-  await h.waitFor(task.run, (x) => x.status === "suspended");
+  // At its deadline the run closes the claim no worker took and replays
+  // the attempt (docs/semantics.md §8, "Closing an attempt"): attempt 2 is
+  // fenced, attempt 1 is no longer current.
+  await h.waitFor(task.run, (x) => x.actions?.[0]?.attempts === 2);
   m.ack();
   await agree(task, false, "a timed-out attempt");
   // An attempt never fenced is not visible yet to either: read again.
-  const never = { ...task, attempt: 2 };
+  const never = { ...task, attempt: 3 };
   delete never.fence_version;
   const r = (await h.nc.request("tsdktest.check", JSON.stringify(never), { timeout: 10000 })).json();
   assert.match(r.error ?? "", /not visible yet/);

@@ -33,12 +33,16 @@ test("TestSemantics7_ACancelStopsTheRunningBody: its signal aborts, the action e
 });
 
 test("TestSemantics7_ABodyNeverStartsAfterItsRunsStopReachedTheWorker", async () => {
-  // The attempt check answers "current" but first cancels the run and
-  // waits until the cancellation's stop reached the worker: only the stop
-  // (rule 7) keeps the body from starting.
+  // The attempt check answers "current" but, on its second call (the
+  // check after the claim is taken), first cancels the run and waits until
+  // the cancellation's stop reached the worker: only the stop (rule 7)
+  // keeps the body from starting. (Cancelled before the claim, the run
+  // would close the attempt's claim instead — docs/semantics.md §8,
+  // "Closing an attempt" — and no stop would be sent for it.)
   let w = null;
+  let checks = 0;
   const check = async (t) => {
-    if (t.run === "ts-stopgate") {
+    if (t.run === "ts-stopgate" && ++checks === 2) {
       const r = await h.command("cancel", { command_id: "c-ts-stopgate", run: t.run });
       assert.equal(r.error, undefined, JSON.stringify(r));
       while (w.stats.stops === 0) await new Promise((res) => setTimeout(res, 10));

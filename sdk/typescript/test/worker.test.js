@@ -59,14 +59,17 @@ test("TestSemantics3_ABodyNeverStartsAfterItsDeadline", async () => {
   await new Promise((r) => setTimeout(r, Math.max(0, Date.parse(task.deadline) - Date.now()) + 200));
   m.nak();
   // An attempt check that always answers "current": only the deadline
-  // (rule 1) keeps the body from starting, though the run's timer has
-  // recorded the attempt lost meanwhile.
+  // (rule 1) keeps attempt 1's body from starting. At the deadline the
+  // runtime closed attempt 1's claim, which no worker had taken
+  // (docs/semantics.md §8, "Closing an attempt"): it provably did not act,
+  // so it is replayed without spending the budget, and attempt 2 runs.
   const s = await serve(undefined, { attemptCheck: async () => true });
   try {
     await h.acked("slow", m);
-    assert.equal(s.starts.filter((x) => x.call.run === "ts-deadline").length, 0, "a body started after its deadline");
-    const st = await h.waitFor("ts-deadline", (x) => x.status === "suspended");
-    assert.equal(st.actions[0].state, "uncertain");
+    const st = await h.waitFor("ts-deadline", (x) => x.status === "finished");
+    assert.equal(s.starts.filter((x) => x.call.run === "ts-deadline" && x.call.attempt === 1).length, 0, "attempt 1's body started after its deadline");
+    assert.equal(st.actions[0].state, "succeeded");
+    assert.equal(st.actions[0].attempts, 2);
   } finally {
     await s.stop();
   }
