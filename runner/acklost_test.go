@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -64,25 +63,10 @@ func TestScenario15_ApprovalWhoseAckWasLost(t *testing.T) {
 	h := newHarness(t)
 	js := &lossyJS{JetStream: h.srv.JS}
 	nc := h.srv.Connect()
-	r, err := runner.New(nc, js, []*agent.Agent{a}, runner.WithLease(2*1e9))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	h.runOn(nc, js, []*agent.Agent{a}, runner.WithLease(2*1e9))
 
 	c := ctx(t)
-	for {
-		_, err := h.client.Start(c, api.StartRequest{Run: "r15l", Agent: "desk", Input: "x"})
-		if err == nil {
-			break
-		}
-		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
-			t.Fatal(err)
-		}
-	}
+	h.startServed(c, api.StartRequest{Run: "r15l", Agent: "desk", Input: "x"})
 	s := h.waitStatus("r15l", aggregate.StatusSuspended)
 	act := s.Actions()[0]
 	js.armed.Store(true)
@@ -110,24 +94,9 @@ func TestScenario15_TaskPublishFailsOnce(t *testing.T) {
 	h := newHarness(t)
 	js := &lossyJS{JetStream: h.srv.JS}
 	js.taskFails.Store(2)
-	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithLease(2*1e9))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithLease(2*1e9))
 	c := ctx(t)
-	for {
-		_, err := h.client.Start(c, api.StartRequest{Run: "r15d", Agent: "desk", Input: "x"})
-		if err == nil {
-			break
-		}
-		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
-			t.Fatal(err)
-		}
-	}
+	h.startServed(c, api.StartRequest{Run: "r15d", Agent: "desk", Input: "x"})
 	s, out := finished(t, h, "r15d")
 	if out.Kind != events.OutcomeCompleted || s.Actions()[0].State != aggregate.ActionSucceeded || b.starts.Load() != 1 {
 		t.Fatalf("outcome %s, action %s, starts %d", out.Kind, s.Actions()[0].State, b.starts.Load())

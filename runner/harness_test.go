@@ -58,6 +58,37 @@ func (h *harness) startRunner(agents []*agent.Agent, opts ...runner.Option) (*ru
 	return h.startRunnerJS(nil, agents, opts...)
 }
 
+// runOn runs a runner on nc and js (a JetStream wrapped to inject faults)
+// until the test ends; it does not wait for the runner to serve (see
+// startServed).
+func (h *harness) runOn(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...runner.Option) *runner.Runner {
+	h.t.Helper()
+	r, err := runner.New(nc, js, agents, opts...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	h.t.Cleanup(func() { stop(); <-done })
+	return r
+}
+
+// startServed sends req until a runner serves it: unavailable (no runner
+// serves the API yet) is sent again; any other refusal fails the test.
+func (h *harness) startServed(c context.Context, req api.StartRequest) {
+	h.t.Helper()
+	for {
+		_, err := h.client.Start(c, req)
+		if err == nil {
+			return
+		}
+		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
+			h.t.Fatal(err)
+		}
+	}
+}
+
 // startRunnerJS is startRunner with the runner's JetStream context made
 // with jsOpts (a jetstream.WithClientTrace that orders a test's step
 // between two requests of the runner's).

@@ -354,25 +354,10 @@ func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
 	js := &lossyJS{JetStream: h.srv.JS}
-	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithExternalTools("pay"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithExternalTools("pay"))
 	c := ctx(t)
 	const run = "close-unrecorded"
-	for {
-		_, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
-		if err == nil {
-			break
-		}
-		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
-			t.Fatal(err)
-		}
-	}
+	h.startServed(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
 	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
 		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
 	})

@@ -1,11 +1,9 @@
 package runner_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -171,25 +169,10 @@ func TestSignedHeadsSignADecisionWhoseAckWasLost(t *testing.T) {
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
 	h := newHarness(t)
 	js := &lossyJS{JetStream: h.srv.JS}
-	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithHeadKey(runnerKey))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithHeadKey(runnerKey))
 
 	c := ctx(t)
-	for {
-		_, err := h.client.Start(c, api.StartRequest{Run: "shl", Agent: "desk", Input: "x"})
-		if err == nil {
-			break
-		}
-		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
-			t.Fatal(err)
-		}
-	}
+	h.startServed(c, api.StartRequest{Run: "shl", Agent: "desk", Input: "x"})
 	s := h.waitStatus("shl", aggregate.StatusSuspended)
 	act := s.Actions()[0]
 	js.armed.Store(true)

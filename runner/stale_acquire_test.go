@@ -66,14 +66,7 @@ func TestSemantics8_ACommandOnAStaleRunIsDecidedOnTheLog(t *testing.T) {
 	a := build(t, m, []tools.Tool{b.tool()}, p)
 	h := newHarness(t)
 	js := &unreadableJS{lossyJS: &lossyJS{JetStream: h.srv.JS}, reads: h.srv.Connect()}
-	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithLease(2*1e9))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithLease(2*1e9))
 
 	c := ctx(t)
 	if err := retrying(c, func() error {
@@ -95,7 +88,7 @@ func TestSemantics8_ACommandOnAStaleRunIsDecidedOnTheLog(t *testing.T) {
 	}
 	before := reruns.Load()
 	approve.CommandID = "b"
-	_, err = h.client.Approve(c, approve)
+	_, err := h.client.Approve(c, approve)
 	if code := weft.ErrorCode(err); code != weft.CodeRunnerBusy {
 		t.Errorf("the approval again on the stale run: %v (code %s), want runner_busy", err, code)
 	}

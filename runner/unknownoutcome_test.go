@@ -62,14 +62,7 @@ func (b *blindJS) direct(on bool) {
 func newBlindRunner(t *testing.T, h *harness, a *agent.Agent) *blindJS {
 	t.Helper()
 	js := &blindJS{lossyJS: &lossyJS{JetStream: h.srv.JS}, t: t, admin: h.srv.JS}
-	r, err := runner.New(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithLease(2*1e9))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(rctx) }()
-	t.Cleanup(func() { stop(); <-done })
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithLease(2*1e9))
 	return js
 }
 
@@ -89,15 +82,7 @@ func TestSemantics8_UnknownAppendOutcomeIsNotAnsweredNotApplied(t *testing.T) {
 	h := newHarness(t)
 	js := newBlindRunner(t, h, a)
 	c := ctx(t)
-	for {
-		_, err := h.client.Start(c, api.StartRequest{Run: "ru8", Agent: "desk", Input: "x"})
-		if err == nil {
-			break
-		}
-		if weft.ErrorCode(err) != weft.CodeUnavailable || c.Err() != nil {
-			t.Fatal(err)
-		}
-	}
+	h.startServed(c, api.StartRequest{Run: "ru8", Agent: "desk", Input: "x"})
 	s := h.waitStatus("ru8", aggregate.StatusSuspended)
 	act := s.Actions()[0]
 	js.armed.Store(true)
