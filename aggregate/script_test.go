@@ -456,6 +456,54 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return "decide now\n"
 
+	case "attempt-current":
+		// Whether an attempt is still the one the run waits for
+		// (FenceVisible, AttemptCurrent, AttemptRunning):
+		// attempt-current action=… attempt=N incarnation=N.
+		action, attempt, inc := h.strArg(t, d, "action", ""), h.intArg(t, d, "attempt", 1), h.intArg(t, d, "incarnation", 1)
+		return fmt.Sprintf("visible=%v current=%v running=%v\n", FenceVisible(h.state, action, attempt, inc),
+			AttemptCurrent(h.state, action, attempt, inc), AttemptRunning(h.state, action, attempt, inc))
+
+	case "lacks-tool":
+		// Whether an agent binding only the tools listed (binds=a,b)
+		// lacks the tool of a live action (LacksTool).
+		binds := map[string]bool{}
+		for _, n := range strings.Split(h.strArg(t, d, "binds", ""), ",") {
+			binds[n] = true
+		}
+		return fmt.Sprintf("lacks a tool: %v\n", LacksTool(h.state, func(tool string) bool { return binds[tool] }))
+
+	case "other-queue":
+		// Whether a report of action received on a queue belongs there
+		// (OtherQueue): other-queue action=… agent=… version=… tool=….
+		q := Queue{Agent: events.AgentRef{Name: h.strArg(t, d, "agent", "desk"), Version: h.strArg(t, d, "version", "1")}, Tool: h.strArg(t, d, "tool", "")}
+		if why := OtherQueue(h.state, h.strArg(t, d, "action", ""), q, "the-queue"); why != "" {
+			return "other queue: " + why + "\n"
+		}
+		return "its queue\n"
+
+	case "policy-outcome":
+		// How a policy's answer is recorded (PolicyOutcome):
+		// policy-outcome kind=… [reason=…] [requirement=name@vN] [error=…].
+		var req events.Requirement
+		if d.HasArg("requirement") {
+			name, v, _ := strings.Cut(h.strArg(t, d, "requirement", ""), "@v")
+			req = events.Requirement{Name: name, Version: atoi(t, v)}
+		}
+		var err error
+		if d.HasArg("error") {
+			err = errors.New(h.strArg(t, d, "error", ""))
+		}
+		p := PolicyOutcome(h.strArg(t, d, "kind", ""), h.strArg(t, d, "reason", ""), req, err)
+		s := "decision=" + p.Decision
+		if p.Reason != "" {
+			s += fmt.Sprintf(" reason=%q", p.Reason)
+		}
+		if p.Requirement != (events.Requirement{}) {
+			s += fmt.Sprintf(" requirement=%s@v%d", p.Requirement.Name, p.Requirement.Version)
+		}
+		return s + "\n"
+
 	case "actions":
 		var b strings.Builder
 		for _, a := range h.state.Actions() {

@@ -107,18 +107,10 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 }
 
 // lacksTool reports whether the agent rn runs under (as this runner
-// serves it) lacks the tool of an action still to run (awaiting approval,
-// queued or running): act then fails the run tool_changed.
+// serves it) lacks the tool of an action still to run
+// (aggregate.LacksTool): act then fails the run tool_changed.
 func lacksTool(rn *run) bool {
-	for _, a := range rn.state.Actions() {
-		switch a.State {
-		case aggregate.ActionAwaitingApproval, aggregate.ActionQueued, aggregate.ActionRunning:
-			if _, ok := rn.agent.Tool(a.Tool); !ok {
-				return true
-			}
-		}
-	}
-	return false
+	return aggregate.LacksTool(rn.state, func(tool string) bool { _, ok := rn.agent.Tool(tool); return ok })
 }
 
 // errAcquireAgain tells acquire that another writer changed the run while

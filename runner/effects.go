@@ -99,20 +99,11 @@ func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) ag
 	return out
 }
 
+// policyResult is the runner's translation of a policy decision
+// (aggregate.PolicyOutcome).
 func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
-	if err != nil {
-		return aggregate.PolicyResult{Decision: events.PolicyError, Reason: err.Error()}
-	}
-	switch dec.Kind() {
-	case policy.KindAllow:
-		return aggregate.PolicyResult{Decision: events.PolicyAllow}
-	case policy.KindDeny:
-		return aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: dec.Reason()}
-	case policy.KindRequireApproval:
-		q := dec.Requirement()
-		return aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: q.Name, Version: q.Version}}
-	}
-	return aggregate.PolicyResult{Decision: events.PolicyError, Reason: "invalid policy decision"}
+	q := dec.Requirement()
+	return aggregate.PolicyOutcome(string(dec.Kind()), dec.Reason(), events.Requirement{Name: q.Name, Version: q.Version}, err)
 }
 
 // callModel makes the model call for a requested turn in the runner's

@@ -68,7 +68,7 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 			if err := checkQueue(rn, req.Action, req.Queue); err != nil {
 				return err
 			}
-			if wait, werr := aggregate.AwaitBody(rn.state, req.Action, r.lease, time.Now()); wait || werr != nil {
+			if wait, werr := aggregate.AwaitBody(rn.state, req.Action, r.lease, r.clock(rn)); wait || werr != nil {
 				waiting, over = true, werr
 				return nil
 			}
@@ -149,22 +149,17 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 
 // checkQueue refuses a report or settlement received on a tool queue's
 // subject (q not nil) for an action of a run of another agent identity, or
-// a call of another tool: wrong_reference, reason other_queue, and nothing
-// is recorded. With package roles' permissions a worker publishes only on
-// its own queue's subjects, so it reports and settles for its own tool
-// only. An action the run does not have is left to the usual refusal.
+// a call of another tool (aggregate.OtherQueue): wrong_reference, reason
+// other_queue, and nothing is recorded. With package roles' permissions a
+// worker publishes only on its own queue's subjects, so it reports and
+// settles for its own tool only.
 func checkQueue(rn *run, action string, q *api.Queue) error {
-	if q == nil || !rn.state.Exists() {
+	if q == nil {
 		return nil
 	}
-	ref := rn.state.Started().Agent
-	if ref.Name != q.Agent || ref.Version != q.Version {
-		return &weft.Error{Code: weft.CodeWrongReference, Reason: api.ReasonOtherQueue,
-			Message: fmt.Sprintf("run %s is a run of %s@%s, not of queue %s", rn.id, ref.Name, ref.Version, worker.Queue(*q))}
-	}
-	if a, ok := rn.state.Action(action); ok && a.Tool != q.Tool {
-		return &weft.Error{Code: weft.CodeWrongReference, Reason: api.ReasonOtherQueue,
-			Message: fmt.Sprintf("action %s of run %s calls %s, not the tool of queue %s", action, rn.id, a.Tool, worker.Queue(*q))}
+	aq := aggregate.Queue{Agent: events.AgentRef{Name: q.Agent, Version: q.Version}, Tool: q.Tool}
+	if why := aggregate.OtherQueue(rn.state, action, aq, q.String()); why != "" {
+		return &weft.Error{Code: weft.CodeWrongReference, Reason: api.ReasonOtherQueue, Message: why}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,13 +23,13 @@ import (
 // runningExternal starts run on a runner whose pay tool (timeout given) is
 // external with no worker, so its fenced attempt stays running until its
 // deadline (if any), and returns the runner.
-func runningExternal(t *testing.T, run string, timeout tools.Timeout) (*harness, *runner.Runner) {
+func runningExternal(t *testing.T, run string, timeout tools.Timeout, opts ...runner.Option) (*harness, *runner.Runner) {
 	t.Helper()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{tools.WithTimeout(b.tool(), timeout)}, policy.Func(allow))
 	h := newHarness(t)
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"), runner.WithDrainWindow(100*time.Millisecond))
+	r, _ := h.startRunner([]*agent.Agent{a}, append([]runner.Option{runner.WithExternalTools("pay"), runner.WithDrainWindow(100 * time.Millisecond)}, opts...)...)
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -73,5 +74,28 @@ func TestScenario27_SettleWaitsForBodyUntilItsDeadline(t *testing.T) {
 	s, out := finished(t, h, "r27-dl")
 	if out.Kind != events.OutcomeCompleted || s.Actions()[0].State != aggregate.ActionReconciled {
 		t.Fatalf("outcome %s, action %s", out.Kind, s.Actions()[0].State)
+	}
+}
+
+// Scenario 27 / docs/semantics.md §9 with the store clock: whether a
+// settlement still waits for the running body is judged at the store time
+// the runner decides at (its clock, never before the run's last event),
+// like every other decision, not at this machine's wall clock. The
+// runner's clock is a minute behind and the tool's timeout 30 s: the
+// attempt's recorded deadline is in the wall clock's past (by more than
+// the lease), yet in store time the body may still run, so the settlement
+// waits for it until the request's context ends.
+func TestScenario27_SettleWaitsByTheStoreClock(t *testing.T) {
+	behind := runner.WithClock(func() time.Time { return time.Now().Add(-time.Minute) })
+	_, r := runningExternal(t, "r27-sc", tools.After(30*time.Second), behind)
+	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	err := offer(r, c, "r27-sc")
+	var we *weft.Error
+	if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != runner.ReasonBodyRunning {
+		t.Fatalf("settle while the body runs: %v, want settle_unconfirmed(body_running)", err)
+	}
+	if !strings.Contains(we.Message, context.DeadlineExceeded.Error()) {
+		t.Fatalf("the settlement stopped waiting before its context ended (judged by the wall clock): %v", err)
 	}
 }

@@ -84,7 +84,7 @@ func LogCheck(js jetstream.JetStream) AttemptCheck {
 			// reader can fold (retried, never dropped).
 			return false, &weft.Error{Code: weft.CodeQuarantined, Message: fmt.Sprintf("run %s quarantined: %v", t.Run, err)}
 		}
-		if !visible(s, t) {
+		if !aggregate.FenceVisible(s, t.Action, t.Attempt, t.Incarnation) {
 			// A replica behind the leader (direct gets on R3): the fence
 			// is committed before its task is published, so read again.
 			return false, fmt.Errorf("worker: run %s: the fence of %s attempt %d (incarnation %d) is not visible yet", t.Run, t.Action, t.Attempt, t.Incarnation)
@@ -102,7 +102,7 @@ func LogCheck(js jetstream.JetStream) AttemptCheck {
 			}
 			return false, err
 		}
-		return currentIn(s, t), nil
+		return aggregate.AttemptRunning(s, t.Action, t.Attempt, t.Incarnation), nil
 	}
 }
 
@@ -124,31 +124,9 @@ func fencedLast(last []events.Envelope, t Task) bool {
 	return ok && f.Action == t.Action && f.Attempt == t.Attempt && f.Incarnation == t.Incarnation
 }
 
-// visible reports whether s has reached t's fence.
-func visible(s aggregate.State, t Task) bool {
-	if !s.Exists() || s.Incarnation() < t.Incarnation {
-		return false
-	}
-	a, ok := s.Action(t.Action)
-	return ok && a.Attempts >= t.Attempt
-}
-
 // Current reports whether t's attempt is the running attempt of its action
 // in state s: same attempt, the run's current incarnation, not handed off,
-// not finished.
+// not finished (aggregate.AttemptCurrent).
 func Current(s aggregate.State, t Task) bool {
-	return !s.HandedOff() && currentIn(s, t)
-}
-
-// currentIn is Current without the hand-off condition.
-func currentIn(s aggregate.State, t Task) bool {
-	if !s.Exists() {
-		return false
-	}
-	if _, fin := s.Finished(); fin {
-		return false
-	}
-	a, ok := s.Action(t.Action)
-	return ok && a.State == aggregate.ActionRunning && a.Attempt.Attempt == t.Attempt &&
-		a.Attempt.Incarnation == t.Incarnation && s.Incarnation() == t.Incarnation
+	return aggregate.AttemptCurrent(s, t.Action, t.Attempt, t.Incarnation)
 }

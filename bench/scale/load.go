@@ -372,17 +372,6 @@ const policyTimeout = time.Minute
 
 // policyResult is the runner's translation of a policy decision.
 func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
-	if err != nil {
-		return aggregate.PolicyResult{Decision: events.PolicyError, Reason: err.Error()}
-	}
-	switch dec.Kind() {
-	case policy.KindAllow:
-		return aggregate.PolicyResult{Decision: events.PolicyAllow}
-	case policy.KindDeny:
-		return aggregate.PolicyResult{Decision: events.PolicyDeny, Reason: dec.Reason()}
-	case policy.KindRequireApproval:
-		q := dec.Requirement()
-		return aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: q.Name, Version: q.Version}}
-	}
-	return aggregate.PolicyResult{Decision: events.PolicyError, Reason: "invalid policy decision"}
+	q := dec.Requirement()
+	return aggregate.PolicyOutcome(string(dec.Kind()), dec.Reason(), events.Requirement{Name: q.Name, Version: q.Version}, err)
 }
