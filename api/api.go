@@ -37,11 +37,12 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/internal/unanswered"
+	"github.com/weftrun/weft/protocol"
 )
 
 // CommandsBucket is the KV bucket keeping the replies of commands by
 // command id.
-const CommandsBucket = "weft_commands"
+const CommandsBucket = protocol.CommandsBucket
 
 // CommandsConfig is the configuration of the weft_commands bucket.
 func CommandsConfig() jetstream.KeyValueConfig {

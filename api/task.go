@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/protocol"
 )
 
 // The JetStream and NATS names of the task protocol
@@ -16,14 +17,14 @@ import (
 // that speaks the protocol itself needs only this package.
 const (
 	// TaskStream is the work-queue stream of tool tasks.
-	TaskStream = "WEFT_TASKS"
+	TaskStream = protocol.TasksStream
 	// TaskSubjectPrefix prefixes task subjects:
 	// weft.task.<agent>.<version token>.<tool> (Queue.Subject).
 	TaskSubjectPrefix = "weft.task."
 	// ConsumerPrefix prefixes the durable consumer of a queue, shared by
 	// all of its workers: weft_task_<agent>@<version token>@<tool>
 	// (Queue.Consumer).
-	ConsumerPrefix = "weft_task_"
+	ConsumerPrefix = protocol.TaskConsumerPrefix
 	// ReportSubject is the request subject of a worker's report without a
 	// queue (endpoint EndpointReport); Queue.ReportSubject is a queue's.
 	ReportSubject = SubjectPrefix + EndpointReport
@@ -46,12 +47,12 @@ const (
 	// ClaimsBucket is the KV bucket of attempt claims: a worker creates
 	// the attempt's key (Task.Claim, ClaimKey), create-only, before it
 	// starts the body.
-	ClaimsBucket = "weft_claims"
+	ClaimsBucket = protocol.ClaimsBucket
 	// RunnersBucket is the KV bucket of live runners
 	// (docs/protocol/40-commands.md): a key per live runner id. A worker
 	// reads it to know whether the runner that handed a run off still
 	// lives (rule 2 of the task protocol).
-	RunnersBucket = "weft_runners"
+	RunnersBucket = protocol.RunnersBucket
 )
 
 // The outcomes of a Report. The first four are those of an attempt

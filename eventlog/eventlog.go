@@ -68,10 +68,11 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/protocol"
 )
 
 // Stream is the name of the stream holding the log.
-const Stream = "WEFT_EVENTS"
+const Stream = protocol.EventsStream
 
 // SubjectPrefix prefixes every subject of the log: weft.ev.<run>.events.
 const SubjectPrefix = "weft.ev."

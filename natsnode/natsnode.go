@@ -44,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/protocol"
 )
 
 // Environment variables read by FromEnv.
@@ -77,14 +78,9 @@ const (
 	EnvData = "WEFT_DATA"
 )
 
-// MaxPayload is the max_payload (bytes) of the embedded server and of the
-// repository's nats.conf: 8 MiB. A tool result of up to max result bytes
-// (default 1 MiB, docs/semantics.md §2) travels in a worker's report and is
-// recorded in one event-log message together with its envelope and the
-// follow-on events of the same decision, so the NATS default of 1 MiB is
-// too small. An external server must allow at least this much
-// (docs/protocol/10-log.md).
-const MaxPayload = 8 << 20
+// MaxPayload is the max_payload (bytes) of the embedded server:
+// protocol.MaxPayload, 8 MiB (docs/protocol/10-log.md).
+const MaxPayload = protocol.MaxPayload
 
 // ErrDataDirInUse is returned by Start when another process's embedded
 // server already uses the store directory.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/protocol"
 )
 
 // BucketIndex holds the order indexes (docs/adr/0020,
@@ -34,7 +35,7 @@ import (
 // <tokens> are status and agent for the run list, the agent for an inbox,
 // each escaped like an action key (Token); <id> is the run id, or the
 // item's key <run>.<action key>.
-const BucketIndex = "weft_index"
+const BucketIndex = protocol.IndexBucket
 
 // The indexes of BucketIndex: the first token of each key.
 const (

@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/protocol"
 )
 
 // BucketLease holds the projector lease: key KeyLeaseHolder names the one
 // projector that writes the read models (docs/adr/0020, "one projector at
 // a time"). The bucket's max age is Lease, so the key of a holder that
 // stopped renewing expires; a holder that stops deletes it.
-const BucketLease = "weft_projector_lease"
+const BucketLease = protocol.ProjectorLeaseBucket
 
 // KeyLeaseHolder is the lease's key in BucketLease; its value is the
 // holder's id.

@@ -65,28 +65,29 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/provision"
 )
 
 // The KV buckets of the read models.
 const (
 	// BucketViews holds each run's projections.RunView under the run id.
-	BucketViews = "weft_views"
+	BucketViews = protocol.ViewsBucket
 	// BucketRuns holds each run's projections.Summary under the run id.
-	BucketRuns = "weft_runs"
+	BucketRuns = protocol.RunsBucket
 	// BucketApprovals holds the pending approval requests under
 	// projections.ItemKey.
-	BucketApprovals = "weft_inbox_approvals"
+	BucketApprovals = protocol.ApprovalsBucket
 	// BucketUncertain holds the uncertain effects under projections.ItemKey.
-	BucketUncertain = "weft_inbox_uncertain"
+	BucketUncertain = protocol.UncertainBucket
 	// BucketQuestions holds the open questions (actions reconciled as
 	// unconfirmed, not resolved yet) under projections.ItemKey.
-	BucketQuestions = "weft_open_questions"
+	BucketQuestions = protocol.QuestionsBucket
 	// BucketIndex (index.go) holds the order indexes of the run list and
 	// the inboxes.
 
 	// BucketState holds the projector's checkpoint.
-	BucketState = "weft_projector"
+	BucketState = protocol.ProjectorBucket
 	// KeyCheckpoint is the checkpoint's key in BucketState.
 	KeyCheckpoint = "checkpoint"
 	// KeyIndex is the index marker's key in BucketState (IndexMarker):

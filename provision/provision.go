@@ -28,16 +28,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/protocol"
 )
 
 // Names and subjects of the base assets.
 const (
 	// EventsStream is the stream holding the event log.
-	EventsStream = "WEFT_EVENTS"
+	EventsStream = protocol.EventsStream
 	// EventsSubjects are the subjects of EventsStream: weft.ev.<run>.events.
 	EventsSubjects = "weft.ev.>"
 	// TasksStream is the stream of tool tasks, with work-queue retention.
-	TasksStream = "WEFT_TASKS"
+	TasksStream = protocol.TasksStream
 	// TasksSubjects are the subjects of TasksStream:
 	// weft.task.<agent>.<version>.<tool>.
 	TasksSubjects = "weft.task.>"

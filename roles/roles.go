@@ -48,7 +48,7 @@ import (
 	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/projector"
-	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/timer"
 	"github.com/weftrun/weft/worker"
 )
@@ -117,10 +117,10 @@ func Name(role Role, q worker.Queue) string {
 
 // The streams and buckets each role owns or reads.
 var (
-	runnerStreams = []string{eventlog.Stream, worker.TaskStream, timer.Stream}
-	runnerBuckets = []string{runner.RunnersBucket, runner.DriversBucket, runner.PartitionsBucket, api.CommandsBucket, runner.SnapshotsBucket, worker.ClaimsBucket}
+	runnerStreams = []string{protocol.EventsStream, protocol.TasksStream, protocol.TimersStream}
+	runnerBuckets = []string{protocol.RunnersBucket, protocol.DriversBucket, protocol.PartitionsBucket, protocol.CommandsBucket, protocol.SnapshotsBucket, protocol.ClaimsBucket}
 	// The projector's buckets, and those a reader may read.
-	projectorBuckets = append(projector.Buckets(), projector.BucketState, projector.BucketLease)
+	projectorBuckets = append(projector.Buckets(), protocol.ProjectorBucket, protocol.ProjectorLeaseBucket)
 )
 
 // commandEndpoints are the command API's endpoints an operator may call.
@@ -144,7 +144,7 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 			worker.TaskSubjectPrefix+">",
 			timer.SubjectArm+".>",
 			worker.StopSubjectPrefix+"*",
-			runner.ForwardPrefix+"*.cmd",
+			protocol.ForwardPrefix+"*.cmd",
 		)
 		for _, s := range runnerStreams {
 			g.Publish = append(g.Publish, manageStream(s)...)
@@ -152,17 +152,17 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 			g.Publish = append(g.Publish, consume(s, ">")...)
 		}
 		g.Publish = append(g.Publish,
-			"$JS.API.STREAM.PURGE."+timer.Stream,
+			"$JS.API.STREAM.PURGE."+protocol.TimersStream,
 			// Recreate a weft_runners bucket of an older release on file
 			// storage (its keys are heartbeats, put again at once).
-			"$JS.API.STREAM.DELETE."+kvStream(runner.RunnersBucket),
+			"$JS.API.STREAM.DELETE."+kvStream(protocol.RunnersBucket),
 		)
 		for _, b := range runnerBuckets {
 			g.Publish = append(g.Publish, writeBucket(b)...)
 		}
 		g.Subscribe = append(g.Subscribe,
 			worker.StopSubjectPrefix+"*",
-			runner.ForwardPrefix+"*.cmd",
+			protocol.ForwardPrefix+"*.cmd",
 			"$SRV.>",
 		)
 		for _, e := range api.Endpoints() {
@@ -179,10 +179,10 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 			// Its consumer only: create or update it with its own filter
 			// (the server checks the filter in the subject against the
 			// body), read it, take and acknowledge its tasks.
-			"$JS.API.CONSUMER.CREATE."+worker.TaskStream+"."+c+"."+q.Subject(),
-			"$JS.API.CONSUMER.INFO."+worker.TaskStream+"."+c,
-			"$JS.API.CONSUMER.MSG.NEXT."+worker.TaskStream+"."+c,
-			"$JS.ACK."+worker.TaskStream+"."+c+".>",
+			"$JS.API.CONSUMER.CREATE."+protocol.TasksStream+"."+c+"."+q.Subject(),
+			"$JS.API.CONSUMER.INFO."+protocol.TasksStream+"."+c,
+			"$JS.API.CONSUMER.MSG.NEXT."+protocol.TasksStream+"."+c,
+			"$JS.ACK."+protocol.TasksStream+"."+c+".>",
 			// Requeue a task it took but did not start (a draining worker).
 			q.Subject(),
 			// Report and settle its queue's actions only.
@@ -190,24 +190,24 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		)
 		// Check that an attempt is current: read the log and the live
 		// runners (worker.LogCheck).
-		g.Publish = append(g.Publish, readStream(eventlog.Stream)...)
-		g.Publish = append(g.Publish, readBucket(runner.RunnersBucket)...)
+		g.Publish = append(g.Publish, readStream(protocol.EventsStream)...)
+		g.Publish = append(g.Publish, readBucket(protocol.RunnersBucket)...)
 		// Claim an attempt before its body starts (worker.ClaimKey; the
 		// runner provisions the bucket). Claim keys do not name the
 		// queue, so this is not scoped to the worker's own attempts
 		// (docs/security.md, "What is not protected").
-		g.Publish = append(g.Publish, readBucket(worker.ClaimsBucket)...)
-		g.Publish = append(g.Publish, "$KV."+worker.ClaimsBucket+".>")
+		g.Publish = append(g.Publish, readBucket(protocol.ClaimsBucket)...)
+		g.Publish = append(g.Publish, "$KV."+protocol.ClaimsBucket+".>")
 		g.Subscribe = append(g.Subscribe, worker.StopSubjectPrefix+"*")
 	case Projector:
 		g.Responses = true
-		g.Publish = append(g.Publish, readStream(eventlog.Stream)...)
-		g.Publish = append(g.Publish, consume(eventlog.Stream, ">")...)
+		g.Publish = append(g.Publish, readStream(protocol.EventsStream)...)
+		g.Publish = append(g.Publish, consume(protocol.EventsStream, ">")...)
 		for _, b := range projectorBuckets {
 			g.Publish = append(g.Publish, writeBucket(b)...)
 		}
 		// Remove an order index key without a delete marker (docs/adr/0020).
-		g.Publish = append(g.Publish, "$JS.API.STREAM.PURGE."+kvStream(projector.BucketIndex))
+		g.Publish = append(g.Publish, "$JS.API.STREAM.PURGE."+kvStream(protocol.IndexBucket))
 		g.Subscribe = append(g.Subscribe, projector.QueryPrefix+".*", "$SRV.>")
 	case Operator, Reader:
 		if role == Operator {
@@ -216,12 +216,12 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 			}
 		}
 		g.Publish = append(g.Publish, projector.QueryPrefix+".*", catalog.SubjectPrefix+"*")
-		for _, s := range append([]string{eventlog.Stream}, kvStreams(projectorBuckets)...) {
+		for _, s := range append([]string{protocol.EventsStream}, kvStreams(projectorBuckets)...) {
 			g.Publish = append(g.Publish, readStream(s)...)
 		}
 		// Follow the log (client.Wait, eventlog.WatchRun): an ordered
 		// consumer of its own, filtered on the log's subjects.
-		g.Publish = append(g.Publish, follow(eventlog.Stream, eventlog.SubjectPrefix+">")...)
+		g.Publish = append(g.Publish, follow(protocol.EventsStream, eventlog.SubjectPrefix+">")...)
 	default:
 		return Grant{}, fmt.Errorf("roles: unknown role %q", role)
 	}

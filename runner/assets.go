@@ -14,7 +14,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/internal/unanswered"
-	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/timer"
 	"github.com/weftrun/weft/worker"
@@ -41,13 +41,13 @@ func Assets(lease time.Duration) []provision.Asset {
 }
 
 // CheckMaxPayload returns an error saying what fails when the NATS server
-// of nc allows messages smaller than natsnode.MaxPayload (8 MiB): a tool
+// of nc allows messages smaller than protocol.MaxPayload (8 MiB): a tool
 // result near max result bytes (1 MiB by default), with its report's or
 // event's envelope, is refused payload_too_large and its action faults. It
 // returns nil when nc is not connected yet (its max payload is unknown).
 func CheckMaxPayload(nc *nats.Conn) error {
-	if mp := nc.MaxPayload(); mp > 0 && mp < natsnode.MaxPayload {
-		return fmt.Errorf("the NATS server's max_payload is %d bytes, below the %d bytes weft needs: tool results near max result bytes will be refused payload_too_large; set max_payload: 8MB in the server's configuration (docs/protocol/10-log.md)", mp, int64(natsnode.MaxPayload))
+	if mp := nc.MaxPayload(); mp > 0 && mp < protocol.MaxPayload {
+		return fmt.Errorf("the NATS server's max_payload is %d bytes, below the %d bytes weft needs: tool results near max result bytes will be refused payload_too_large; set max_payload: 8MB in the server's configuration (docs/protocol/10-log.md)", mp, int64(protocol.MaxPayload))
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
-	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
 	"github.com/weftrun/weft/worker"
@@ -36,17 +36,17 @@ const (
 	// DriversBucket maps each run a runner drives with work in flight
 	// (unfinished and not idle) to that runner: key <partition>.<run>,
 	// the partition zero-padded to four digits.
-	DriversBucket = "weft_drivers"
+	DriversBucket = protocol.DriversBucket
 	// PartitionsBucket holds the deployment's number of partitions (key
 	// "config": {"schema":1,"partitions":P}) and each partition's owner
 	// (key p.<partition>, zero-padded to four digits: a runner id).
-	PartitionsBucket = "weft_partitions"
+	PartitionsBucket = protocol.PartitionsBucket
 	// SnapshotsBucket holds each run's state snapshot with the head it was
 	// folded to: {"schema":1,"head":{...},"state":{...}}.
-	SnapshotsBucket = "weft_snapshots"
+	SnapshotsBucket = protocol.SnapshotsBucket
 	// ForwardPrefix prefixes the subject on which a runner takes commands
 	// forwarded to it as driver: weft.runner.<id>.cmd.
-	ForwardPrefix = "weft.runner."
+	ForwardPrefix = protocol.ForwardPrefix
 )
 
 // DefaultLease is the default liveness lease.
@@ -304,7 +304,7 @@ func (r *Runner) ID() string { return r.id }
 // the server does not answer (it restarts) it waits for it.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := CheckMaxPayload(r.nc); err != nil {
-		r.log.Warn("runner: "+err.Error(), "max_payload", r.nc.MaxPayload(), "need", natsnode.MaxPayload)
+		r.log.Warn("runner: "+err.Error(), "max_payload", r.nc.MaxPayload(), "need", protocol.MaxPayload)
 	}
 	if err := r.lookUpAssets(ctx); err != nil {
 		return err

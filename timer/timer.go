@@ -31,18 +31,20 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/protocol"
 )
 
 // The JetStream names of the timer mechanism (docs/protocol/40-commands.md).
 const (
 	// Stream is the stream holding armed schedules and their firings.
-	Stream = "WEFT_TIMERS"
+	Stream = protocol.TimersStream
 	// SubjectArm prefixes schedule subjects: weft.timer.at.<run>.<key>.
 	SubjectArm = "weft.timer.at"
 	// SubjectDue prefixes firing subjects: weft.timer.due.<run>.
 	SubjectDue = "weft.timer.due"
 	// Consumer is the durable consumer shared by all runners.
-	Consumer = "weft_timers"
+	Consumer = protocol.TimersConsumer
 	// Schema is the schema version of the timer body.
 	Schema = 1
 )
