@@ -58,7 +58,7 @@ const ReasonOtherQueue = "other_queue"
 // docs/semantics.md §2) with its envelope. The NATS server must allow messages
 // of
 // this size and more (weft's embedded server and nats.conf allow 8 MiB,
-// natsnode.MaxPayload; docs/protocol/10-log.md).
+// protocol.MaxPayload; docs/protocol/10-log.md).
 const MaxBody = 2 << 20
 
 // StartRequest starts a run of an agent.
