@@ -35,7 +35,11 @@ func AttemptCurrent(s State, action string, attempt, incarnation int) bool {
 
 // AttemptRunning is AttemptCurrent without the hand-off condition: the
 // answer for a handed-off run whose draining runner still lives (it
-// records the work in flight).
+// records the work in flight). The finished check and the two incarnation
+// checks decide only for states this core's decisions never write (a run
+// finished while an attempt runs, a recovery that did not re-fence it);
+// they hold for any log the worker folds (LogCheck folds whatever the log
+// holds), and testdata/rule05_attempt_currency.txt folds such states.
 func AttemptRunning(s State, action string, attempt, incarnation int) bool {
 	if !s.Exists() {
 		return false

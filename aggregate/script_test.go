@@ -456,6 +456,24 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		}
 		return "decide now\n"
 
+	case "fold":
+		// Hand-written events evolved as a log written elsewhere would
+		// hold them, without a decision: one per line, "name {payload}"
+		// (events.Decode at schema 1). For states no decision of this
+		// core produces but a fold of another writer's log could.
+		var evs []events.Event
+		for _, l := range lines(d.Input) {
+			name, payload, _ := strings.Cut(l, " ")
+			e, err := events.Decode(events.Name(name), 1, json.RawMessage(payload))
+			if err != nil {
+				t.Fatalf("fold %q: %v", l, err)
+			}
+			evs = append(evs, e)
+		}
+		var b strings.Builder
+		h.append(t, evs, &b)
+		return b.String()
+
 	case "attempt-current":
 		// Whether an attempt is still the one the run waits for
 		// (FenceVisible, AttemptCurrent, AttemptRunning):
