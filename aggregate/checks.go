@@ -27,8 +27,8 @@ func FenceVisible(s State, action string, attempt, incarnation int) bool {
 
 // AttemptCurrent reports whether attempt of action at incarnation is the
 // running attempt of its action in s: same attempt, the run's current
-// incarnation, not handed off, not finished (docs/semantics.md §8: a body
-// whose attempt is no longer current is never started).
+// incarnation, not handed off, not finished (docs/semantics.md §5: a task
+// whose attempt is no longer current is not started).
 func AttemptCurrent(s State, action string, attempt, incarnation int) bool {
 	return !s.HandedOff() && AttemptRunning(s, action, attempt, incarnation)
 }
