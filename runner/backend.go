@@ -318,7 +318,7 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 		pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: req.Revision})
 		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
 		cfg, _ := rn.agent.ToolConfig(a.Tool)
-		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Policy: policyResult(dec, perr), Tool: cfg})
+		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Policy: PolicyResult(dec, perr), Tool: cfg})
 		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "approved")
 		out = r.reply(rn)
 		return err

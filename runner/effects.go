@@ -91,7 +91,7 @@ func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) ag
 			pctx, span := r.tel.StartPolicy(ctx, rn.id, aggregate.ActionID(b.Turn, c.ID))
 			dec, err := policy.Evaluate(pctx, ag.Policy(), policy.Action{Run: rn.id, ActionID: aggregate.ActionID(b.Turn, c.ID), Tool: c.Name, Arguments: args, Decoded: valid[i].Decoded, Target: target}, timeout)
 			span.End()
-			res.Policy = policyResult(dec, err)
+			res.Policy = PolicyResult(dec, err)
 			res.Tool, _ = ag.ToolConfig(c.Name)
 		}
 		out.Calls = append(out.Calls, res)
@@ -99,9 +99,12 @@ func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) ag
 	return out
 }
 
-// policyResult is the runner's translation of a policy decision
-// (aggregate.PolicyOutcome).
-func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
+// PolicyResult is how a policy decision and the evaluator's error are
+// recorded: the one conversion from package policy's types to the
+// aggregate's (aggregate.PolicyOutcome, docs/semantics.md §4), used by the
+// runner and by anything else that decides commands with a policy (the
+// scale loader in bench/scale).
+func PolicyResult(dec policy.Decision, err error) aggregate.PolicyResult {
 	q := dec.Requirement()
 	return aggregate.PolicyOutcome(string(dec.Kind()), dec.Reason(), events.Requirement{Name: q.Name, Version: q.Version}, err)
 }

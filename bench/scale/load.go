@@ -15,6 +15,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
 
@@ -335,7 +336,7 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 				if err != nil {
 					return nil, fmt.Errorf("policy: %w", err)
 				}
-				res.Policy = policyResult(dec, err)
+				res.Policy = runner.PolicyResult(dec, err)
 				res.Tool, _ = ag.ToolConfig(c.Name)
 			}
 			out.Calls = append(out.Calls, res)
@@ -353,7 +354,7 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 			return nil, fmt.Errorf("policy: %w", err)
 		}
 		cfg, _ := ag.ToolConfig(a.Tool)
-		return aggregate.Approve{Action: id, Revision: a.Request.Revision, Reviewer: "loader-reviewer", Verifier: ApproverName, Policy: policyResult(dec, err), Tool: cfg}, nil
+		return aggregate.Approve{Action: id, Revision: a.Request.Revision, Reviewer: "loader-reviewer", Verifier: ApproverName, Policy: runner.PolicyResult(dec, err), Tool: cfg}, nil
 	case 4:
 		if len(w.Dispatch) == 0 {
 			return nil, errors.New("no attempt to report")
@@ -369,9 +370,3 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 // at once; the bound is long because a loader starved of CPU (a loaded
 // machine, nice) must not record a policy_failed run: it fails instead.
 const policyTimeout = time.Minute
-
-// policyResult is the runner's translation of a policy decision.
-func policyResult(dec policy.Decision, err error) aggregate.PolicyResult {
-	q := dec.Requirement()
-	return aggregate.PolicyOutcome(string(dec.Kind()), dec.Reason(), events.Requirement{Name: q.Name, Version: q.Version}, err)
-}
