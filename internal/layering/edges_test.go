@@ -46,6 +46,16 @@ func TestLibraryEdges(t *testing.T) {
 	}
 }
 
+// TestProtocolImportsNothing: package protocol imports nothing, not even
+// the standard library, so a program that needs only a name links nothing
+// else (protocol/protocol.go, docs/architecture.md).
+func TestProtocolImportsNothing(t *testing.T) {
+	const protocol = "github.com/weftrun/weft/protocol"
+	if got := deps(t, "protocol"); len(got) != 1 || got[0] != protocol {
+		t.Errorf("protocol depends on %v, want only itself", got)
+	}
+}
+
 // assetNames are the string constants package protocol defines, by value.
 func assetNames(t *testing.T) map[string]string {
 	t.Helper()
