@@ -113,7 +113,14 @@ func WithTelemetry(t *telemetry.Telemetry) Option { return func(r *Runner) { r.t
 // more than it saves.
 func WithGroupCommit() Option { return func(r *Runner) { r.group = true } }
 
-// WithClock replaces the clock that stamps recorded times (tests).
+// WithClock replaces the clock that stamps recorded times (tests). Local
+// timers are still armed by the wall clock (time.Until of a timer's
+// store-time At, runner/timers.go), and the durable schedule publishes at
+// the same wall-clock time: with a clock behind the wall clock a timer
+// fires early, the decision (at the store clock) ignores it, and it is not
+// armed again. A clock behind the wall clock therefore suits settle and
+// decision tests only, not a test that waits for a timer (a tool timeout)
+// to fire. In production the store clock is never behind the wall clock.
 func WithClock(now func() time.Time) Option { return func(r *Runner) { r.now = now } }
 
 // Runner drives runs of a set of agents.
