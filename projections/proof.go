@@ -2,8 +2,10 @@ package projections
 
 import (
 	"fmt"
+	"time"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -40,4 +42,16 @@ func (v RunView) ProofSubject(action string, revision int, answer string) (proof
 		}
 	}
 	return proof.Subject{}, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("action %s of run %s has no approval request of revision %d", action, v.Run, revision)}
+}
+
+// person is who made the command s: by, verified when the event says the
+// deployment vouched for it and its recorded proof still states exactly s
+// with a good signature (a log edited afterwards no longer verifies).
+func person(s proof.CommandSubject, by string, id events.Identity, p *events.CommandProof, at time.Time) *PersonView {
+	verified := id.Verified && p != nil && p.Key == id.Key && proof.BindsCommand(*p, s) == nil && proof.VerifyCommand(*p) == nil
+	key := ""
+	if verified {
+		key = id.Key
+	}
+	return &PersonView{By: by, Verified: verified, Key: key, Reason: s.Reason, At: at}
 }
