@@ -55,3 +55,74 @@ func person(s proof.CommandSubject, by string, id events.Identity, p *events.Com
 	}
 	return &PersonView{By: by, Verified: verified, Key: key, Reason: s.Reason, At: at}
 }
+
+// Deed is one command a person made, as the log records it: the event's
+// Version, What was done ("approve 1/call_1_1", "reconcile 1/call_1_2",
+// "resolve …", "cancel") and who did it (Who.Verified only when the
+// recorded proof still verifies against the event).
+type Deed struct {
+	Version uint64
+	What    string
+	Who     PersonView
+}
+
+// DeedOf returns the person's command rec records (an answer, a
+// reconciliation, a resolution, a cancellation), false for any other
+// event. An answer's proof is checked by the view's fold (Proof), so
+// here an answer is verified when its event says so and it carries a
+// proof by the same key whose signature verifies.
+func DeedOf(rec events.Recorded) (Deed, bool) {
+	var what string
+	var p *PersonView
+	switch e := rec.Event.(type) {
+	case events.ApprovalAnswered:
+		if e.Answer == events.AnswerExpired {
+			return Deed{}, false
+		}
+		what = e.Answer + " " + e.Action
+		verified := e.Verified && e.Proof != nil && e.Proof.Key == e.Key && proof.Verify(*e.Proof) == nil
+		key := ""
+		if verified {
+			key = e.Key
+		}
+		p = &PersonView{By: e.Reviewer, Verified: verified, Key: key, Reason: e.Reason, At: rec.At}
+	case events.Reconciled:
+		command := proof.CommandReconcile
+		if e.Stored {
+			command = proof.CommandReconcileStored
+		}
+		what = command + " " + e.Action + " (" + e.Kind + ")"
+		p = person(proof.CommandSubject{Command: command, Run: rec.Run, Action: e.Action, Content: e.Content, Reason: e.Reason}, e.By, e.Identity, e.Proof, rec.At)
+	case events.Resolved:
+		what = proof.CommandResolve + " " + e.Action + " (" + e.Kind + ")"
+		p = person(proof.CommandSubject{Command: proof.CommandResolve, Run: rec.Run, Action: e.Action, Content: e.Content, Reason: e.Reason}, e.By, e.Identity, e.Proof, rec.At)
+	case events.CancelRequested:
+		what = proof.CommandCancel
+		p = person(proof.CommandSubject{Command: proof.CommandCancel, Run: rec.Run, Reason: e.Reason}, e.By, e.Identity, e.Proof, rec.At)
+	default:
+		return Deed{}, false
+	}
+	return Deed{Version: rec.Version, What: what, Who: *p}, true
+}
+
+// Describe says who did it: "by NAME (verified, key K)", "by NAME
+// (unverified)", or "by nobody named (unverified)".
+func (p PersonView) Describe() string {
+	name := p.By
+	if name == "" {
+		name = "nobody named"
+	}
+	switch {
+	case p.Verified && p.Key != "":
+		return "by " + name + " (verified, key " + p.Key + ")"
+	case p.Verified:
+		return "by " + name + " (verified)"
+	}
+	return "by " + name + " (unverified)"
+}
+
+// deed is who made the person's command e of run, recorded at at.
+func deed(run string, e events.Event, at time.Time) *PersonView {
+	d, _ := DeedOf(events.Recorded{Run: run, At: at, Event: e})
+	return &d.Who
+}

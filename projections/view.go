@@ -524,11 +524,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	case events.Reconciled:
 		a := v.move(e.Action, at, t, moves)
 		a.Result = summary(e.Content)
-		command := proof.CommandReconcile
-		if e.Stored {
-			command = proof.CommandReconcileStored
-		}
-		a.Reconciled = person(proof.CommandSubject{Command: command, Run: v.Run, Action: e.Action, Content: e.Content, Reason: e.Reason}, e.By, e.Identity, e.Proof, at)
+		a.Reconciled = deed(v.Run, e, at)
 		if e.Kind == events.ReconciledUnconfirmed {
 			var c struct {
 				Unconfirmed string `json:"unconfirmed"`
@@ -540,7 +536,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		a := v.move(e.Action, at, t, moves)
 		if a.Question != nil {
 			q := *a.Question
-			p := person(proof.CommandSubject{Command: proof.CommandResolve, Run: v.Run, Action: e.Action, Content: e.Content, Reason: e.Reason}, e.By, e.Identity, e.Proof, at)
+			p := deed(v.Run, e, at)
 			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, Verified: p.Verified, Reason: e.Reason, At: at}
 			a.Question = &q
 		}
@@ -551,7 +547,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		}
 	case events.CancelRequested:
 		v.Cancelling = true
-		v.Cancelled = person(proof.CommandSubject{Command: proof.CommandCancel, Run: v.Run, Reason: e.Reason}, e.By, e.Identity, e.Proof, at)
+		v.Cancelled = deed(v.Run, e, at)
 		v.ModelInFlight = false
 	case events.RunHandedOff:
 		v.HandedOff = true
