@@ -3,6 +3,8 @@ package approvers
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	weft "github.com/weftrun/weft"
@@ -125,4 +127,28 @@ func (p People) Required(who string, verified bool, reason string, takesReason b
 		return &weft.Error{Code: weft.CodeIdentityRequired, Reason: ReasonNoReason, Message: "this deployment requires every person's command to give a reason (--reason)"}
 	}
 	return nil
+}
+
+// ReadKeys reads a deployment's person keys file: one key a line, its
+// public nkey ("U…") and the name recorded for the commands it signs (the
+// rest of the line; empty: the key itself); blank lines and lines
+// starting with # are skipped.
+func ReadKeys(path string) ([]Key, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("approvers: keys: %w", err)
+	}
+	var keys []Key
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		pub, name, _ := strings.Cut(line, " ")
+		if _, err := proof.PublicKey(pub); err != nil {
+			return nil, fmt.Errorf("approvers: keys: %s line %d: %q: %v", path, i+1, pub, err)
+		}
+		keys = append(keys, Key{Public: pub, Reviewer: strings.TrimSpace(name)})
+	}
+	return keys, nil
 }

@@ -11,10 +11,14 @@ import (
 // The commands a CommandProof signs (events.CommandProof.Command): the
 // person-made commands other than an answer, named as their endpoints.
 const (
-	CommandReconcile       = "reconcile"
+	// CommandReconcile is a reconciliation of a live run's action.
+	CommandReconcile = "reconcile"
+	// CommandReconcileStored is a reconciliation of a finished run's action.
 	CommandReconcileStored = "reconcile_stored"
-	CommandResolve         = "resolve"
-	CommandCancel          = "cancel"
+	// CommandResolve is the resolution of an open question.
+	CommandResolve = "resolve"
+	// CommandCancel is a run's cancellation.
+	CommandCancel = "cancel"
 )
 
 // The reasons CheckCommand returns besides bad_signature, proof_expired,
