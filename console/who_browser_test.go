@@ -3,17 +3,12 @@ package console_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
-	"github.com/nats-io/nkeys"
-
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -25,15 +20,7 @@ import (
 // typed; on the plain stack a typed name shows "by bob (unverified)".
 func TestSecurityWhoDidIt_RunPage(t *testing.T) {
 	sec := secureStack(t)
-	raw, err := os.ReadFile(filepath.Join(sec.roles, demo.ApproverKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(raw))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := kp.PublicKey()
+	kp, pub := sec.approverKey(t)
 	sec.start(t, "who-13", "pay invoice INV-13", "suspended")
 	content, _ := json.Marshal(map[string]string{"unconfirmed": "asking the bank"})
 	sub := proof.CommandSubject{Command: proof.CommandReconcile, Run: "who-13", Action: "2/call_2_1", Content: content, Reason: "bank ticket 7"}
