@@ -455,7 +455,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 				if e.Proof != nil {
 					h.Proof = proofStatus(v.Run, a, *h, e.Answer, *e.Proof, at)
 				}
-				h.Verified = e.Verified && h.Proof != nil && h.Proof.Verified
+				h.Verified = answerProblem(e, h.Proof) == ""
 			}
 		}
 		if a.Pending != nil && a.Pending.Revision == e.Revision {

@@ -110,19 +110,17 @@ func signCommand(w io.Writer, sf *signFlags, s proof.CommandSubject) (*events.Co
 // reconciliations, resolutions, a cancellation), and whether the
 // deployment vouched for it (docs/security.md, "Who did it").
 func printDeeds(w io.Writer, envs []events.Envelope) {
-	first := true
+	recs := make([]events.Recorded, 0, len(envs))
 	for _, env := range envs {
 		rec, err := projector.Recorded(env)
 		if err != nil {
-			continue // the audit names an event that does not decode
+			break // the audit names an event that does not decode
 		}
-		d, ok := projections.DeedOf(rec)
-		if !ok {
-			continue
-		}
-		if first {
+		recs = append(recs, rec)
+	}
+	for i, d := range projections.Deeds(recs) {
+		if i == 0 {
 			fmt.Fprintln(w, "who:")
-			first = false
 		}
 		line := fmt.Sprintf("  event %d: %s %s", d.Version, d.What, d.Who.Describe())
 		if d.Who.Reason != "" {
