@@ -8,12 +8,16 @@ import (
 	"github.com/weftrun/weft/proof"
 )
 
-// Indexes of the people's commands in WhoRun's events.
+// The indexes of the people's commands in WhoRun's events.
 const (
-	WhoApproved   = 6
+	// WhoApproved is the index of the signed answer.
+	WhoApproved = 6
+	// WhoReconciled is the index of the signed reconciliation.
 	WhoReconciled = 10
-	WhoResolved   = 12
-	WhoCancelled  = 13
+	// WhoResolved is the index of the signed resolution.
+	WhoResolved = 12
+	// WhoCancelled is the index of the signed cancellation.
+	WhoCancelled = 13
 )
 
 // WhoRun returns the events of run, a run whose people all sign
