@@ -202,6 +202,14 @@ func printProofChecks(w io.Writer, checks []audit.ProofCheck) {
 		if !c.Verified {
 			verdict = "DOES NOT VERIFY: " + c.Reason
 		}
+		if c.Command != "" {
+			what := c.Command
+			if c.Action != "" {
+				what += " of action " + c.Action
+			}
+			fmt.Fprintf(w, "proof: event %d, %s by %s, key %s: %s\n", c.Version, what, c.Reviewer, c.Key, verdict)
+			continue
+		}
 		fmt.Fprintf(w, "proof: event %d, %s of action %s revision %d by %s (approver %s), key %s: %s\n",
 			c.Version, c.Answer, c.Action, c.Revision, c.Reviewer, c.Verifier, c.Key, verdict)
 	}
