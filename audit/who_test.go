@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 )
 
@@ -112,5 +113,51 @@ func TestSecurityWhoDidIt_AuditCatchesEditedCommands(t *testing.T) {
 			}
 			t.Log(p.Message)
 		})
+	}
+}
+
+// TestSecurityWhoDidIt_ViewBeforeUpgrade (docs/security.md, "Who did
+// it"): a run view stored before the runtime recorded who made the
+// people's commands lacks those fields (the projector applies only new
+// events to a stored view), so it differs from the refold: audit verify
+// fails view and says the difference is only that, and to run weft
+// rebuild. A stored view edited otherwise does not get that advice.
+func TestSecurityWhoDidIt_ViewBeforeUpgrade(t *testing.T) {
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	evs, err := projtest.WhoRun("w-1", pub, kp.Sign, t0.Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs := chain(t, "w-1", evs)
+	current, _ := projections.Fold(recorded(t, envs)).Encode()
+	if rep := audit.Verify(envs, audit.WithView(current)); !rep.OK() {
+		t.Fatalf("the current view: %+v", rep.Problem)
+	}
+	var old map[string]any
+	if err := json.Unmarshal(current, &old); err != nil {
+		t.Fatal(err)
+	}
+	// What the view of this history was before: no cancelled, reconciled,
+	// verified (an answer's proof status had it), and no reason on a
+	// resolution.
+	delete(old, "cancelled")
+	a := old["actions"].([]any)[0].(map[string]any)
+	delete(a, "reconciled")
+	delete(a["approvals"].([]any)[0].(map[string]any), "verified")
+	q := a["question"].(map[string]any)
+	delete(q, "verified")
+	delete(q["resolution"].(map[string]any), "verified")
+	delete(q["resolution"].(map[string]any), "reason")
+	before, _ := json.Marshal(old)
+	p := audit.Verify(envs, audit.WithView(before)).Problem
+	if p == nil || p.Kind != audit.KindView || !strings.Contains(p.Message, "run `weft rebuild` after the upgrade") {
+		t.Fatalf("a view from before the upgrade: %+v; want view, saying to run weft rebuild", p)
+	}
+	old["status"] = "finished"
+	edited, _ := json.Marshal(old)
+	p = audit.Verify(envs, audit.WithView(edited)).Problem
+	if p == nil || p.Kind != audit.KindView || strings.Contains(p.Message, "weft rebuild") {
+		t.Fatalf("an edited view: %+v; want view, without the advice", p)
 	}
 }
