@@ -85,6 +85,11 @@ const (
 	// nothing was sent to Weft, and trying again with the same
 	// credentials cannot help.
 	CodePermissionDenied Code = "permission_denied"
+	// CodeIdentityRequired means the deployment requires every person's
+	// command to say who made it and why, and this one does not: Reason
+	// "no_identity" (no signed proof where the deployment has person
+	// keys, else no name) or "no_reason".
+	CodeIdentityRequired Code = "identity_required"
 	// CodeQuarantined means the run's log holds a message no reader can
 	// fold; nothing acts on the run until it is repaired (weft repair).
 	CodeQuarantined Code = "quarantined"

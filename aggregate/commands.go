@@ -107,6 +107,8 @@ type Approve struct {
 	Reviewer string
 	Verifier string
 	Proof    *events.ApprovalProof
+	// Identity is whether the deployment vouches for Reviewer (recorded).
+	Identity events.Identity
 	Policy   PolicyResult
 	Tool     events.ToolConfig
 }
@@ -120,6 +122,8 @@ type Reject struct {
 	By       string
 	Verifier string
 	Proof    *events.ApprovalProof
+	// Identity is whether the deployment vouches for By (recorded).
+	Identity events.Identity
 }
 
 // Report is a worker's report of an attempt's body: Outcome
@@ -183,6 +187,11 @@ type Reconcile struct {
 	Content json.RawMessage
 	By      string
 	Stored  bool
+	// Reason, Identity and Proof are recorded as given (who did it:
+	// docs/security.md).
+	Reason   string
+	Identity events.Identity
+	Proof    *events.CommandProof
 }
 
 // ChildSettle feeds a delegated action the outcome of its child run:
@@ -210,6 +219,9 @@ type ToolMissing struct {
 type Cancel struct {
 	By     string
 	Reason string
+	// Identity and Proof are recorded as given.
+	Identity events.Identity
+	Proof    *events.CommandProof
 }
 
 // TimerKind is the closed set of durable timers a runner arms.

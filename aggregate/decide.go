@@ -600,7 +600,7 @@ func (d *decider) approve(c Approve) error {
 		// first queueing keeps deciding its attempts.
 		cfg = a.Config
 	}
-	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier, Proof: c.Proof})
+	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier, Identity: c.Identity, Proof: c.Proof})
 	pd := events.PolicyDecided{Action: c.Action, Context: "approval", Decision: c.Policy.Decision, Reason: c.Policy.Reason}
 	if c.Policy.Decision == events.PolicyRequireApproval {
 		r := c.Policy.Requirement
@@ -651,7 +651,7 @@ func (d *decider) reject(c Reject) error {
 		return err
 	}
 	asked, _ := d.s.Action(c.Action)
-	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerReject, Reason: c.Reason, Reviewer: c.By, Verifier: c.Verifier, Proof: c.Proof})
+	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerReject, Reason: c.Reason, Reviewer: c.By, Verifier: c.Verifier, Identity: c.Identity, Proof: c.Proof})
 	if hasUnresultedFence(asked) {
 		d.endUncertain(asked, "re-approval rejected"+parenthesized(c.Reason))
 	}
@@ -965,7 +965,7 @@ func (d *decider) reconcile(c Reconcile) error {
 		// result (docs/semantics.md §2). The stored form is read by no model.
 		return weft.Errorf(weft.CodePayloadTooLarge, "reconciliation content of %d bytes is over max result bytes %d", n, limit)
 	}
-	d.emit(events.Reconciled{Action: a.ID, Kind: kind, Content: c.Content, By: c.By, Stored: c.Stored})
+	d.emit(events.Reconciled{Action: a.ID, Kind: kind, Content: c.Content, By: c.By, Stored: c.Stored, Reason: c.Reason, Identity: c.Identity, Proof: c.Proof})
 	return nil
 }
 
@@ -1006,7 +1006,7 @@ func (d *decider) cancel(c Cancel) error {
 	if d.s.finished || d.s.cancelling {
 		return d.endedOrCancelling()
 	}
-	d.emit(events.CancelRequested{By: c.By, Reason: c.Reason})
+	d.emit(events.CancelRequested{By: c.By, Reason: c.Reason, Identity: c.Identity, Proof: c.Proof})
 	d.notStarted(events.NotStartedCancelled, "cancelled")
 	for _, a := range d.s.actions {
 		if a.State == ActionRunning {

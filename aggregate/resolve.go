@@ -24,6 +24,10 @@ type Resolve struct {
 	Action  string
 	Content json.RawMessage
 	By      string
+	// Reason, Identity and Proof are recorded as given.
+	Reason   string
+	Identity events.Identity
+	Proof    *events.CommandProof
 }
 
 // CommandName returns "resolve".
@@ -80,7 +84,7 @@ func (d *decider) resolve(c Resolve) error {
 	if kind == events.ReconciledUnconfirmed {
 		return weft.Errorf(weft.CodeInvalidContent, `a resolution is the final truth: give the tool's encoded output or {"error": message}, not {"unconfirmed": note}`)
 	}
-	d.emit(events.Resolved{Action: a.ID, Kind: kind, Content: c.Content, By: c.By})
+	d.emit(events.Resolved{Action: a.ID, Kind: kind, Content: c.Content, By: c.By, Reason: c.Reason, Identity: c.Identity, Proof: c.Proof})
 	return nil
 }
 

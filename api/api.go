@@ -466,8 +466,8 @@ func (s *service) reconcile(ctx context.Context, b []byte, stored bool) (any, st
 	if err != nil {
 		return nil, "", err
 	}
-	if err := bounded(field{"action", req.Action, MaxID}, field{"by", req.By, MaxID}); err != nil {
-		return nil, "", err
+	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"by", req.By, MaxID}, field{"reason", req.Reason, MaxReason}), boundedProof(req.Proof)); err != nil {
+		return nil, "", firstCoded(err)
 	}
 	if err := checkRun(req.Run); err != nil {
 		return nil, "", err
@@ -487,8 +487,8 @@ func (s *service) resolve(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := bounded(field{"action", req.Action, MaxID}, field{"by", req.By, MaxID}); err != nil {
-		return nil, "", err
+	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"by", req.By, MaxID}, field{"reason", req.Reason, MaxReason}), boundedProof(req.Proof)); err != nil {
+		return nil, "", firstCoded(err)
 	}
 	if err := checkRun(req.Run); err != nil {
 		return nil, "", err
@@ -530,8 +530,8 @@ func (s *service) cancel(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := bounded(field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}); err != nil {
-		return nil, "", err
+	if err := errors.Join(bounded(field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}), boundedProof(req.Proof)); err != nil {
+		return nil, "", firstCoded(err)
 	}
 	if err := checkRun(req.Run); err != nil {
 		return nil, "", err

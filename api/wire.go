@@ -131,6 +131,14 @@ type ReconcileRequest struct {
 	Action    string          `json:"action"`
 	Content   json.RawMessage `json:"content"`
 	By        string          `json:"by,omitempty"`
+	// Reason is why the person records it (required when the deployment
+	// requires identities, docs/security.md "Who did it").
+	Reason string `json:"reason,omitempty"`
+	// Proof is a signed command proof (package proof, "Signed command
+	// proofs" in docs/protocol/20-events.md) by one of the deployment's
+	// person keys: the command is then recorded as made by the key's
+	// person, verified, and By is not used.
+	Proof *events.CommandProof `json:"proof,omitempty"`
 }
 
 // ResolveRequest records the final truth of an open question: an action
@@ -145,6 +153,9 @@ type ResolveRequest struct {
 	Action    string          `json:"action"`
 	Content   json.RawMessage `json:"content"`
 	By        string          `json:"by,omitempty"`
+	// Reason and Proof are as for ReconcileRequest.
+	Reason string               `json:"reason,omitempty"`
+	Proof  *events.CommandProof `json:"proof,omitempty"`
 }
 
 // Report is the body a tool worker sends to weft.api.report when an
@@ -229,6 +240,8 @@ type CancelRequest struct {
 	Run       string `json:"run"`
 	Reason    string `json:"reason,omitempty"`
 	By        string `json:"by,omitempty"`
+	// Proof is a signed command proof, as for ReconcileRequest.
+	Proof *events.CommandProof `json:"proof,omitempty"`
 }
 
 // Reply is the reply of every command but start: the run's status after
@@ -288,6 +301,7 @@ var statuses = map[weft.Code]int{
 	weft.CodeNotResolvable:     409,
 	weft.CodeAlreadyResolved:   409,
 	weft.CodePermissionDenied:  403,
+	weft.CodeIdentityRequired:  403,
 	weft.CodeQuarantined:       409,
 	weft.CodeRunnerBusy:        503,
 	weft.CodeContended:         503,
@@ -313,14 +327,14 @@ func Refusals() map[string][]weft.Code {
 // refusals is the table Refusals copies.
 var refusals = map[string][]weft.Code{
 	EndpointStart:           commandRefusals(weft.CodeAlreadyStarted, weft.CodeOutcomeUnknown),
-	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),
-	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown),
-	EndpointReconcile:       runRefusals(weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeOutcomeUnknown),
-	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeOutcomeUnknown),
+	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
+	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
+	EndpointReconcile:       runRefusals(weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
+	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointSettle:          runRefusals(weft.CodeWrongReference, weft.CodeAlreadyRecorded, weft.CodeNotAwaited, weft.CodeSettleUnconfirmed, weft.CodeInvalidContent),
-	EndpointCancel:          runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
+	EndpointCancel:          runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
-	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown),
+	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 }
 
 // commandRefusals is what every command endpoint may answer (decoding,

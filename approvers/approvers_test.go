@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -245,5 +248,35 @@ func TestAuthorizeAnswerKinds(t *testing.T) {
 	}
 	if _, err := approvers.Authorize(context.Background(), list, "keys", "alice", policy.Requirement{Name: "finance", Version: 1}, now); !errors.Is(err, &weft.Error{Code: weft.CodeProofRefused, Reason: approvers.ReasonNotAuthenticated}) {
 		t.Errorf("Authorize with a credential for a Signed approver: %v", err)
+	}
+}
+
+// TestReadKeys (docs/security.md "Who did it"): a person keys file is one
+// key a line with the name recorded for it; comments and blank lines are
+// skipped, a key with no name is named by itself, and a line whose key is
+// not a user nkey is an error naming the line.
+func TestReadKeys(t *testing.T) {
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	other, _ := nkeys.CreateUser()
+	otherPub, _ := other.PublicKey()
+	dir := t.TempDir()
+	good := filepath.Join(dir, "people")
+	if err := os.WriteFile(good, []byte("# the ops desk\n"+pub+" Carol Jones\n\n"+otherPub+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := approvers.ReadKeys(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 2 || keys[0].Public != pub || keys[0].Reviewer != "Carol Jones" || keys[1].Public != otherPub || keys[1].Reviewer != "" {
+		t.Fatalf("keys %+v", keys)
+	}
+	bad := filepath.Join(dir, "bad")
+	if err := os.WriteFile(bad, []byte(pub+" carol\nSUAAAA mallory\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := approvers.ReadKeys(bad); err == nil || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("a file with a seed for a key: %v, want an error naming line 2", err)
 	}
 }

@@ -113,7 +113,9 @@ const (
 	KindMismatch = "mismatch"
 	// KindView means the stored view differs from the refolded one.
 	KindView = "view"
-	// KindProof means a recorded signed approval proof does not verify.
+	// KindProof means a recorded signed approval proof or command proof
+	// does not verify, or an event says the deployment vouched for who made
+	// it without a proof that verifies.
 	KindProof = "proof"
 	// KindSignature means a signed head (events.HeadSigned) does not
 	// verify: its signature, or the head it signs is not the history's.
@@ -126,14 +128,17 @@ const (
 	KindUnsigned = "unsigned"
 )
 
-// ProofCheck is the re-check of one signed approval proof recorded with an
-// answer: who signed it (Key, and the Reviewer and Verifier the answer
-// names) and whether it verifies (Reason says why not).
+// ProofCheck is the re-check of one signed proof: an approval proof
+// recorded with an answer, or a command proof recorded with a reconcile,
+// resolve or cancel (Command; docs/security.md, "Who did it"). It says who
+// signed it (Key, and the Reviewer — for a command the name recorded — and
+// Verifier the answer names) and whether it verifies (Reason says why not).
 type ProofCheck struct {
 	Version  uint64 `json:"version"`
-	Action   string `json:"action"`
-	Revision int    `json:"revision"`
-	Answer   string `json:"answer"`
+	Action   string `json:"action,omitempty"`
+	Revision int    `json:"revision,omitempty"`
+	Answer   string `json:"answer,omitempty"`
+	Command  string `json:"command,omitempty"`
 	Key      string `json:"key"`
 	Reviewer string `json:"reviewer,omitempty"`
 	Verifier string `json:"verifier,omitempty"`
@@ -254,6 +259,11 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 
 	// 4: refold through the aggregate, one event at a time, so that an
 	// impossible transition names its event.
+	// Who made each person's command, checked as the view checks it.
+	deeds := map[uint64]projections.Deed{}
+	for _, d := range projections.Deeds(recs) {
+		deeds[d.Version] = d
+	}
 	var st aggregate.State
 	for i, r := range recs {
 		if ans, ok := r.Event.(events.ApprovalAnswered); ok && ans.Proof != nil {
@@ -263,6 +273,16 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 				return fail(rep, KindProof, envs[i], "event %d (%s, %s): the signed proof by %s of the %s of action %s revision %d does not verify: %s",
 					r.Version, envs[i].ID, envs[i].Type, ans.Proof.Key, ans.Answer, ans.Action, ans.Revision, pc.Reason)
 			}
+		} else if pc, ok := checkCommand(r, deeds[r.Version]); ok {
+			rep.Proofs = append(rep.Proofs, pc)
+			if !pc.Verified {
+				return fail(rep, KindProof, envs[i], "event %d (%s, %s): the %s by %s (key %s) does not verify: %s",
+					r.Version, envs[i].ID, envs[i].Type, pc.Command, pc.Reviewer, pc.Key, pc.Reason)
+			}
+		}
+		if d := deeds[r.Version]; d.Claimed && d.Problem != "" {
+			return fail(rep, KindProof, envs[i], "event %d (%s, %s): %s says the deployment vouched for %q, but %s",
+				r.Version, envs[i].ID, envs[i].Type, d.What, d.Who.By, d.Problem)
 		}
 		if p := evolve(&st, r); p != "" {
 			return fail(rep, KindRefold, envs[i], "event %d (%s, %s) is impossible after the ones before it: %s", r.Version, envs[i].ID, envs[i].Type, p)
@@ -291,11 +311,48 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 			msg := "the stored view differs from the view refolded from the history"
 			if err == nil {
 				msg += fmt.Sprintf(" (stored version %d status %s; refolded version %d status %s)", stored.Version, stored.Status, view.Version, view.Status)
+				if bytes.Equal(mustEncode(withoutWho(stored)), mustEncode(withoutWho(view))) {
+					msg += "; it differs only in who made the people's commands, which views written before the runtime recorded them lack (docs/security.md, \"Who did it\"): run `weft rebuild` after the upgrade"
+				}
 			}
 			return fail(rep, KindView, envs[len(envs)-1], "%s", msg)
 		}
 	}
 	return rep
+}
+
+// withoutWho is v without who made the people's commands (who reconciled,
+// resolved and cancelled, whether an answer is verified): the fields a
+// view written before the runtime recorded them lacks, as the projector
+// applies only new events to a stored view.
+func withoutWho(v projections.RunView) projections.RunView {
+	v.Cancelled = nil
+	actions := make([]projections.ActionView, len(v.Actions))
+	for i, a := range v.Actions {
+		a.Reconciled = nil
+		if a.Question != nil {
+			q := *a.Question
+			q.Verified = false
+			if q.Resolution != nil {
+				r := *q.Resolution
+				r.Verified, r.Reason = false, ""
+				q.Resolution = &r
+			}
+			a.Question = &q
+		}
+		a.Approvals = append([]projections.ApprovalView{}, a.Approvals...)
+		for j := range a.Approvals {
+			a.Approvals[j].Verified = false
+		}
+		actions[i] = a
+	}
+	v.Actions = actions
+	return v
+}
+
+func mustEncode(v projections.RunView) []byte {
+	b, _ := v.Encode()
+	return b
 }
 
 // checkProof re-checks the signed proof of ans against st, the run as
@@ -319,6 +376,36 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 	}
 	pc.Verified = true
 	return pc
+}
+
+// checkCommand is the re-check of the command proof recorded with the
+// reconcile, resolve or cancel r (d: who made it, as the view checks it);
+// false for any other event, or one that claims no verified identity.
+func checkCommand(r events.Recorded, d projections.Deed) (ProofCheck, bool) {
+	pc := ProofCheck{Version: r.Version, Reviewer: d.Who.By, Verified: d.Who.Verified, Reason: d.Problem}
+	var id events.Identity
+	var p *events.CommandProof
+	switch e := r.Event.(type) {
+	case events.Reconciled:
+		pc.Action, pc.Command, id, p = e.Action, proof.CommandReconcile, e.Identity, e.Proof
+		if e.Stored {
+			pc.Command = proof.CommandReconcileStored
+		}
+	case events.Resolved:
+		pc.Action, pc.Command, id, p = e.Action, proof.CommandResolve, e.Identity, e.Proof
+	case events.CancelRequested:
+		pc.Command, id, p = proof.CommandCancel, e.Identity, e.Proof
+	default:
+		return ProofCheck{}, false
+	}
+	if !d.Claimed {
+		return ProofCheck{}, false
+	}
+	pc.Key = id.Key
+	if p != nil {
+		pc.Key = p.Key
+	}
+	return pc, true
 }
 
 func fail(rep Report, kind string, env events.Envelope, format string, args ...any) Report {

@@ -296,7 +296,7 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Choose what happened."))
 		return
 	}
-	req := api.ReconcileRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by"))}
+	req := api.ReconcileRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: strings.TrimSpace(f.Get("reason"))}
 	var rep api.Reply
 	var err error
 	if f.Get("stored") == "true" {
@@ -364,7 +364,7 @@ func (c *Console) actResolve(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Choose what finally happened."))
 		return
 	}
-	rep, err := c.cmd.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by"))})
+	rep, err := c.cmd.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: strings.TrimSpace(f.Get("reason"))})
 	if err != nil {
 		c.respond(w, r, c.answerErr(r, err, run, action))
 		return

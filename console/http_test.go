@@ -6,16 +6,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
@@ -260,15 +256,7 @@ func TestSignedApproverNeedsProof(t *testing.T) {
 	if _, a := s.post(t, "/act/approval", form, jsonAnswer); !strings.Contains(a, `"ok":false`) || strings.Contains(a, `"code"`) || !strings.Contains(a, "signed proof") {
 		t.Fatalf("a form without a proof answered %s, want not sent, naming the signed proof", a)
 	}
-	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(raw))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, _ := kp.PublicKey()
+	kp, pub := s.approverKey(t)
 	p, err := proof.New(proof.Subject{Run: "sig-plain-7", Action: "2/call_2_1", Revision: 1, Requirement: events.Requirement{Name: demo.Requirement, Version: 1},
 		Tool: "send_payment", Arguments: json.RawMessage(`{"invoice":"INV-7","payee":"Mallory","amount":1200,"currency":"EUR"}`), Answer: events.AnswerApprove},
 		pub, time.Now().Add(30*time.Second))

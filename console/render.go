@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/weftrun/weft/projections"
 )
 
 // page is what every template gets.
@@ -60,6 +62,10 @@ var funcs = template.FuncMap{
 	"join":     strings.Join,
 	"add":      func(a, b int) int { return a + b },
 	"statusOf": statusClass,
+	// person is who made a person's command, for the "who" template.
+	"person": func(by string, verified bool) projections.PersonView {
+		return projections.PersonView{By: by, Verified: verified}
+	},
 	"outField": func(key string, f formField) outFieldData {
 		return outFieldData{ID: key + "-out-" + projectionsKey(f.Name), F: f}
 	},

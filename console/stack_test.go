@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"go.uber.org/goleak"
 
 	"github.com/weftrun/weft/agent"
@@ -519,4 +520,20 @@ func familyStack(t *testing.T) *stack {
 		t.Fatalf("family stack: %v", familyErr)
 	}
 	return family
+}
+
+// approverKey returns the secure stack's approver signing key (the key in
+// <roles>/approver.nk) and its public key.
+func (s *stack) approverKey(t *testing.T) (nkeys.KeyPair, string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed([]byte(strings.TrimSpace(string(raw))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return kp, pub
 }

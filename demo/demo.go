@@ -25,6 +25,7 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/console"
 	"github.com/weftrun/weft/eventlog"
@@ -83,6 +84,11 @@ type Options struct {
 	// SecureDir/approver.nk. It needs the embedded server (no NATSURL).
 	Secure    bool
 	SecureDir string
+	// RequireIdentity makes the runner refuse a person's command that does
+	// not say who made it and why (identity_required; docs/security.md,
+	// "Who did it"): in secure mode, one without a proof signed by the
+	// approver key, otherwise one without a name.
+	RequireIdentity bool
 }
 
 // Run starts (or connects to) NATS, provisions every asset, and runs a
@@ -195,7 +201,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey))
+	people := approvers.People{Require: o.RequireIdentity}
+	if sec != nil {
+		people.Keys = sec.people()
+	}
+	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey),
+		runner.WithPeople(people))
 	if err != nil {
 		return err
 	}

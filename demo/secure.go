@@ -147,7 +147,14 @@ func weftOr(weft string) string {
 // approvers are the secure demo agent's: signed proofs by the approver
 // key only (no trusting approver: anyone may otherwise approve).
 func (s *secured) approvers() []*approvers.Approver {
-	return []*approvers.Approver{approvers.Signed(SignedApprover, []approvers.Key{{Public: s.approver, Reviewer: "demo approver"}})}
+	return []*approvers.Approver{approvers.Signed(SignedApprover, s.people())}
+}
+
+// people are the secure demo's person keys: the approver key also signs
+// reconciliations, resolutions and cancellations (docs/security.md, "Who
+// did it").
+func (s *secured) people() []approvers.Key {
+	return []approvers.Key{{Public: s.approver, Reviewer: "demo approver"}}
 }
 
 // print says what secure mode is and how to act as each role.

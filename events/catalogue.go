@@ -398,6 +398,10 @@ type ApprovalAnswered struct {
 	Reason      string      `json:"reason,omitempty"`
 	Reviewer    string      `json:"reviewer,omitempty"`
 	Verifier    string      `json:"verifier,omitempty"`
+	// Identity says whether the deployment vouches for Reviewer: verified
+	// (and the key) for an answer with a signed proof by one of the
+	// approver's keys; unverified for a name a client chose.
+	Identity
 	// Proof is the signed approval proof the answer was given with (an
 	// approver of signed proofs, approvers.Signed), recorded as presented
 	// so that anyone can re-check it offline (package proof, weft audit
@@ -424,6 +428,44 @@ type ApprovalProof struct {
 	// arguments bytes.
 	Arguments string `json:"arguments_sha256"`
 	Answer    string `json:"answer"`
+	// Expires is the first instant at which the proof is refused, by the
+	// store's clock.
+	Expires time.Time `json:"expires"`
+	// Signature is the base64url (unpadded) ed25519 signature.
+	Signature string `json:"signature"`
+}
+
+// Identity is whether the deployment vouches for who made a person's
+// command (an answer, a reconciliation, a resolution, a cancellation),
+// embedded in that command's event (its fields are the event's).
+// Verified is true only when the command carried a signed proof by a key
+// the deployment trusts (an approver's key, or the runner's person keys):
+// the recorded name is then the key's named holder and Key its public key.
+// Otherwise the name is the one the client typed, recorded unverified
+// (docs/security.md, "Who did it").
+type Identity struct {
+	Verified bool `json:"verified,omitempty"`
+	// Key is the public nkey ("U…") of the proof's signer when Verified.
+	Key string `json:"key,omitempty"`
+}
+
+// CommandProof is a signed command proof: the statement that the holder
+// of Key makes exactly one person's command — Command (reconcile,
+// reconcile_stored, resolve or cancel) on Run, for Action (empty for a
+// cancel), with the SHA-256 of the canonical Content bytes (empty for a
+// cancel) and Reason — valid until Expires (whole seconds). Signature is
+// the ed25519 signature by Key over the statement's digest (package
+// proof: docs/protocol/20-events.md, "Signed command proofs").
+type CommandProof struct {
+	// Key is the signer's public key, an nkey user key ("U…").
+	Key     string `json:"key"`
+	Command string `json:"command"`
+	Run     string `json:"run"`
+	Action  string `json:"action,omitempty"`
+	// Content is the lowercase hex SHA-256 of the command's canonical
+	// content bytes (reconcile, resolve).
+	Content string `json:"content_sha256,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 	// Expires is the first instant at which the proof is refused, by the
 	// store's clock.
 	Expires time.Time `json:"expires"`
@@ -713,6 +755,14 @@ type Reconciled struct {
 	Content json.RawMessage `json:"content"`
 	By      string          `json:"by,omitempty"`
 	Stored  bool            `json:"stored,omitempty"`
+	// Reason is why the person recorded it (optional unless the
+	// deployment requires one).
+	Reason string `json:"reason,omitempty"`
+	// Identity says whether the deployment vouches for By (a signed
+	// command proof by one of its keys).
+	Identity
+	// Proof is the signed command proof the reconciliation was made with.
+	Proof *CommandProof `json:"proof,omitempty"`
 }
 
 // The kinds of Reconciled.
@@ -757,6 +807,11 @@ const (
 type CancelRequested struct {
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Identity says whether the deployment vouches for By (a signed
+	// command proof by one of its keys).
+	Identity
+	// Proof is the signed command proof the cancellation was made with.
+	Proof *CommandProof `json:"proof,omitempty"`
 }
 
 // RunHandedOff is emitted when a draining runner gives a run up after its
@@ -872,6 +927,14 @@ type Resolved struct {
 	Kind    string          `json:"kind"`
 	Content json.RawMessage `json:"content"`
 	By      string          `json:"by,omitempty"`
+	// Reason is why the person recorded it (optional unless the
+	// deployment requires one).
+	Reason string `json:"reason,omitempty"`
+	// Identity says whether the deployment vouches for By (a signed
+	// command proof by one of its keys).
+	Identity
+	// Proof is the signed command proof the resolution was made with.
+	Proof *CommandProof `json:"proof,omitempty"`
 }
 
 // EventName returns "resolved".

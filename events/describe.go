@@ -97,6 +97,7 @@ func Describe(e Event) string {
 		b.optq("reason", e.Reason)
 		b.opt("reviewer", e.Reviewer)
 		b.opt("verifier", e.Verifier)
+		b.identity(e.Identity)
 	case RequirementChanged:
 		b.kv("action", e.Action)
 		b.kv("revision", strconv.Itoa(e.Revision))
@@ -175,11 +176,15 @@ func Describe(e Event) string {
 		if e.Stored {
 			b.kv("stored", "true")
 		}
+		b.optq("reason", e.Reason)
+		b.identity(e.Identity)
 	case Resolved:
 		b.kv("action", e.Action)
 		b.kv("kind", e.Kind)
 		b.json("content", e.Content)
 		b.opt("by", e.By)
+		b.optq("reason", e.Reason)
+		b.identity(e.Identity)
 	case HeadSigned:
 		b.kv("head", strconv.FormatUint(e.Version, 10)+":"+e.Hash)
 		b.kv("key", e.Key)
@@ -190,6 +195,7 @@ func Describe(e Event) string {
 	case CancelRequested:
 		b.opt("by", e.By)
 		b.optq("reason", e.Reason)
+		b.identity(e.Identity)
 	case RunHandedOff:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))
@@ -332,3 +338,12 @@ func usage(u *Usage) string {
 func req(r Requirement) string { return r.Name + "@v" + strconv.Itoa(r.Version) }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// identity describes a person's command's Identity: "verified KEY" when
+// the deployment vouches for it, nothing otherwise (an unverified name is
+// the event's default).
+func (b *line) identity(id Identity) {
+	if id.Verified {
+		b.kv("verified", id.Key)
+	}
+}

@@ -162,6 +162,8 @@ type RunView struct {
 	HandedOff bool `json:"handed_off"`
 	// Cancelling is set once a cancellation was requested.
 	Cancelling bool `json:"cancelling"`
+	// Cancelled is who requested the cancellation, and why.
+	Cancelled *PersonView `json:"cancelled,omitempty"`
 	// Parent is set on a child run: the parent run and action that
 	// delegated to it, its depth and family turn budget.
 	Parent *events.Parent `json:"parent,omitempty"`
@@ -211,6 +213,8 @@ type ActionView struct {
 	Evidence string `json:"evidence,omitempty"`
 	// UncertainSince is the recorded time the action became uncertain.
 	UncertainSince *time.Time `json:"uncertain_since,omitempty"`
+	// Reconciled is who reconciled the action (any kind), and why.
+	Reconciled *PersonView `json:"reconciled,omitempty"`
 	// Question is set once the action was reconciled as unconfirmed: the
 	// open question (its note) and, once someone recorded the final truth,
 	// its resolution.
@@ -232,9 +236,11 @@ type ActionView struct {
 type QuestionView struct {
 	// Note is the unconfirmed note the model read.
 	Note string `json:"note"`
-	// By is who reconciled; Since when.
-	By    string    `json:"by,omitempty"`
-	Since time.Time `json:"since"`
+	// By is who reconciled (Verified: the deployment vouches for it);
+	// Since when.
+	By       string    `json:"by,omitempty"`
+	Verified bool      `json:"verified,omitempty"`
+	Since    time.Time `json:"since"`
 	// Resolution is the final truth, once recorded (events.Resolved).
 	Resolution *ResolutionView `json:"resolution,omitempty"`
 }
@@ -248,9 +254,26 @@ type ResolutionView struct {
 	Kind string `json:"kind"`
 	// Result summarizes the recorded content (at most SummaryBytes).
 	Result string `json:"result"`
-	// By is who resolved it; At when.
-	By string    `json:"by,omitempty"`
-	At time.Time `json:"at"`
+	// By is who resolved it (Verified: the deployment vouches for it),
+	// Reason why; At when.
+	By       string    `json:"by,omitempty"`
+	Verified bool      `json:"verified,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+// PersonView is who made a person's command (a reconciliation, a
+// cancellation): By, the name recorded; Verified when the deployment
+// vouched for it (a signed command proof by one of its person keys) and
+// the proof, checked again here against what the log records, still
+// verifies; Key the proof's key; Reason why; At when (docs/security.md,
+// "Who did it").
+type PersonView struct {
+	By       string    `json:"by,omitempty"`
+	Verified bool      `json:"verified,omitempty"`
+	Key      string    `json:"key,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	At       time.Time `json:"at"`
 }
 
 // ChildView is a child run started by one of the run's delegations.
@@ -279,10 +302,13 @@ type ApprovalView struct {
 	// which the policy asked for another requirement keeps "approve", with
 	// Reason "requirement changed to <name>": it authorised nothing, and
 	// the action has a new request.
-	Answer   string     `json:"answer,omitempty"`
-	Reason   string     `json:"reason,omitempty"`
-	Reviewer string     `json:"reviewer,omitempty"`
-	Verifier string     `json:"verifier,omitempty"`
+	Answer   string `json:"answer,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+	Reviewer string `json:"reviewer,omitempty"`
+	Verifier string `json:"verifier,omitempty"`
+	// Verified says the deployment vouched for Reviewer (a signed proof by
+	// one of the approver's keys) and the proof verifies (Proof).
+	Verified bool       `json:"verified,omitempty"`
 	Answered *time.Time `json:"answered,omitempty"`
 	// Proof is the signed approval proof the answer was given with, when
 	// its approver takes signed proofs: the signer's key and whether the
@@ -429,6 +455,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 				if e.Proof != nil {
 					h.Proof = proofStatus(v.Run, a, *h, e.Answer, *e.Proof, at)
 				}
+				h.Verified = answerProblem(e, h.Proof) == ""
 			}
 		}
 		if a.Pending != nil && a.Pending.Revision == e.Revision {
@@ -497,18 +524,20 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	case events.Reconciled:
 		a := v.move(e.Action, at, t, moves)
 		a.Result = summary(e.Content)
+		a.Reconciled = deed(v.Run, e, at)
 		if e.Kind == events.ReconciledUnconfirmed {
 			var c struct {
 				Unconfirmed string `json:"unconfirmed"`
 			}
 			_ = json.Unmarshal(e.Content, &c)
-			a.Question = &QuestionView{Note: c.Unconfirmed, By: e.By, Since: at}
+			a.Question = &QuestionView{Note: c.Unconfirmed, By: e.By, Verified: a.Reconciled.Verified, Since: at}
 		}
 	case events.Resolved:
 		a := v.move(e.Action, at, t, moves)
 		if a.Question != nil {
 			q := *a.Question
-			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, At: at}
+			p := deed(v.Run, e, at)
+			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, Verified: p.Verified, Reason: e.Reason, At: at}
 			a.Question = &q
 		}
 	case events.ActionsNotStarted:
@@ -518,6 +547,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		}
 	case events.CancelRequested:
 		v.Cancelling = true
+		v.Cancelled = deed(v.Run, e, at)
 		v.ModelInFlight = false
 	case events.RunHandedOff:
 		v.HandedOff = true

@@ -136,12 +136,16 @@ const domain = "weft approval proof v1"
 // tool, the arguments hash (lowercase hex), the expiry (Unix seconds,
 // decimal) and the key.
 func Digest(p events.ApprovalProof) [32]byte {
+	return digest(domain, p.Answer, p.Run, p.Action, strconv.Itoa(p.Revision), p.Requirement.Name, strconv.Itoa(p.Requirement.Version),
+		p.Tool, p.Arguments, strconv.FormatInt(p.Expires.Unix(), 10), p.Key)
+}
+
+// digest is the SHA-256 of the domain string followed by each field as a
+// 4-byte big-endian length and its bytes.
+func digest(domain string, fields ...string) [32]byte {
 	var b bytes.Buffer
 	b.WriteString(domain)
-	for _, f := range []string{
-		p.Answer, p.Run, p.Action, strconv.Itoa(p.Revision), p.Requirement.Name, strconv.Itoa(p.Requirement.Version),
-		p.Tool, p.Arguments, strconv.FormatInt(p.Expires.Unix(), 10), p.Key,
-	} {
+	for _, f := range fields {
 		var n [4]byte
 		binary.BigEndian.PutUint32(n[:], uint32(len(f)))
 		b.Write(n[:])
@@ -153,13 +157,17 @@ func Digest(p events.ApprovalProof) [32]byte {
 // Sign signs p with sign (an nkeys.KeyPair's Sign for p.Key) and returns it
 // with its Signature set.
 func Sign(p events.ApprovalProof, sign func([]byte) ([]byte, error)) (events.ApprovalProof, error) {
-	d := Digest(p)
+	sig, err := signDigest(Digest(p), sign)
+	p.Signature = sig
+	return p, err
+}
+
+func signDigest(d [32]byte, sign func([]byte) ([]byte, error)) (string, error) {
 	sig, err := sign(d[:])
 	if err != nil {
-		return p, fmt.Errorf("proof: sign: %w", err)
+		return "", fmt.Errorf("proof: sign: %w", err)
 	}
-	p.Signature = base64.RawURLEncoding.EncodeToString(sig)
-	return p, nil
+	return base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
 // Error is why a proof is refused: Reason is one of the Reason constants.
@@ -223,17 +231,21 @@ func Binds(p events.ApprovalProof, s Subject) error {
 
 // Verify checks p's signature by p.Key over Digest(p) (bad_signature).
 func Verify(p events.ApprovalProof) error {
-	pub, err := PublicKey(p.Key)
+	return verifyDigest(p.Key, p.Signature, Digest(p))
+}
+
+// verifyDigest checks signature (base64url) by key over d (bad_signature).
+func verifyDigest(key, signature string, d [32]byte) error {
+	pub, err := PublicKey(key)
 	if err != nil {
-		return refuse(ReasonBadSignature, "key %q: %v", p.Key, err)
+		return refuse(ReasonBadSignature, "key %q: %v", key, err)
 	}
-	sig, err := base64.RawURLEncoding.DecodeString(p.Signature)
+	sig, err := base64.RawURLEncoding.DecodeString(signature)
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return refuse(ReasonBadSignature, "the signature is not a base64url ed25519 signature")
 	}
-	d := Digest(p)
 	if !ed25519.Verify(pub, d[:], sig) {
-		return refuse(ReasonBadSignature, "the signature does not verify with key %s: the proof was altered or signed by another key", short(p.Key))
+		return refuse(ReasonBadSignature, "the signature does not verify with key %s: the proof was altered or signed by another key", short(key))
 	}
 	return nil
 }

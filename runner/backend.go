@@ -312,13 +312,17 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 			_ = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision})
 			return plan.Refusal
 		}
+		id := answerIdentity(pf.Signed())
+		if err := r.people.Required(pf.Reviewer(), id.Verified, "", false); err != nil {
+			return err
+		}
 		a, appr := plan.Action, plan.Request
 		reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
 		timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
 		pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: req.Revision})
 		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
 		cfg, _ := rn.agent.ToolConfig(a.Tool)
-		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Policy: PolicyResult(dec, perr), Tool: cfg})
+		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Identity: id, Policy: PolicyResult(dec, perr), Tool: cfg})
 		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "approved")
 		out = r.reply(rn)
 		return err
@@ -359,7 +363,10 @@ func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, 
 			if err != nil {
 				return err
 			}
-			c.By, c.Verifier, c.Proof = pf.Reviewer(), pf.Approver(), pf.Signed()
+			c.By, c.Verifier, c.Proof, c.Identity = pf.Reviewer(), pf.Approver(), pf.Signed(), answerIdentity(pf.Signed())
+		}
+		if err := r.people.Required(c.By, c.Identity.Verified, c.Reason, true); err != nil {
+			return err
 		}
 		err = r.step(ctx, rn, c)
 		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "rejected")
@@ -371,12 +378,12 @@ func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, 
 
 // Reconcile records what happened to an uncertain action (api.Backend).
 func (r *Runner) Reconcile(ctx context.Context, req api.ReconcileRequest, stored bool) (api.Reply, error) {
-	kind := api.EndpointReconcile
+	endpoint := api.EndpointReconcile
 	if stored {
-		kind = api.EndpointReconcileStored
+		endpoint = api.EndpointReconcileStored
 	}
 	var out api.Reply
-	err := r.route(ctx, req.Run, kind, req, &out, func(ctx context.Context, rn *run) error {
+	err := r.route(ctx, req.Run, endpoint, req, &out, func(ctx context.Context, rn *run) error {
 		kind, err := aggregate.ContentKind(req.Content)
 		if err != nil {
 			return err // already an invalid_content *weft.Error
@@ -384,7 +391,11 @@ func (r *Runner) Reconcile(ctx context.Context, req api.ReconcileRequest, stored
 		if err := checkOutput(rn, req.Action, kind, req.Content); err != nil {
 			return err
 		}
-		err = r.step(ctx, rn, aggregate.Reconcile{Action: req.Action, Content: req.Content, By: req.By, Stored: stored})
+		who, err := r.who(rn, endpoint, req.Action, req.Content, req.Reason, req.By, req.Proof)
+		if err != nil {
+			return err
+		}
+		err = r.step(ctx, rn, aggregate.Reconcile{Action: req.Action, Content: req.Content, By: who.By, Stored: stored, Reason: req.Reason, Identity: who.Identity, Proof: who.Proof})
 		out = r.reply(rn)
 		return err
 	})
@@ -410,7 +421,11 @@ func checkOutput(rn *run, action, kind string, content json.RawMessage) error {
 func (r *Runner) Cancel(ctx context.Context, req api.CancelRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointCancel, req, &out, func(ctx context.Context, rn *run) error {
-		err := r.step(ctx, rn, aggregate.Cancel{By: req.By, Reason: req.Reason})
+		who, err := r.who(rn, api.EndpointCancel, "", nil, req.Reason, req.By, req.Proof)
+		if err != nil {
+			return err
+		}
+		err = r.step(ctx, rn, aggregate.Cancel{By: who.By, Reason: req.Reason, Identity: who.Identity, Proof: who.Proof})
 		if err == nil {
 			r.tel.Emit(ctx, telemetry.RunCancelled, "run", rn.id)
 		}

@@ -24,7 +24,11 @@ func (r *Runner) Resolve(ctx context.Context, req api.ResolveRequest) (api.Reply
 				return err
 			}
 		}
-		err = r.step(ctx, rn, aggregate.Resolve{Action: req.Action, Content: req.Content, By: req.By})
+		who, err := r.who(rn, api.EndpointResolve, req.Action, req.Content, req.Reason, req.By, req.Proof)
+		if err != nil {
+			return err
+		}
+		err = r.step(ctx, rn, aggregate.Resolve{Action: req.Action, Content: req.Content, By: who.By, Reason: req.Reason, Identity: who.Identity, Proof: who.Proof})
 		out = r.reply(rn)
 		return err
 	})

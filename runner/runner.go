@@ -21,6 +21,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
@@ -148,7 +149,8 @@ type Runner struct {
 	partsSet    bool // WithPartitions was given
 	external    map[string]bool
 	workerOpts  []worker.Option
-	headKey     nkeys.KeyPair // signs chain heads (signhead.go); nil: none
+	headKey     nkeys.KeyPair    // signs chain heads (signhead.go); nil: none
+	people      approvers.People // who made a person's command (identity.go)
 
 	// claims is weft_claims, looked up at the first close of an attempt
 	// (close.go), under claimsMu.

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/model"
@@ -41,6 +42,10 @@ import (
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/telemetry/exporter"
 )
+
+// envPersonKeys names the environment variable holding the path of the
+// deployment's person keys file (--person-keys).
+const envPersonKeys = "WEFT_PERSON_KEYS"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -63,6 +68,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	replicas := fs.Int("replicas", 1, "replica count of the streams and buckets it provisions: 1 on a single server, 3 on a cluster (an existing asset's higher count is kept)")
 	verbose := fs.Bool("v", false, "debug logs")
 	headKey := fs.String("head-key", getenv(runner.EnvHeadKey), "an nkeys user seed file: sign each run's chain head with it at every person's decision and at the run's end (docs/adr/0026-signed-heads.md); env "+runner.EnvHeadKey+"; empty: nothing is signed")
+	personKeys := fs.String("person-keys", getenv(envPersonKeys), "a file of the people's keys, one a line: a public nkey (U…) and the name recorded for it; a reconcile, resolve or cancel signed by one of them (weft … --signing-key) is recorded under that name, verified (docs/security.md, \"Who did it\"); env "+envPersonKeys)
+	requireIdentity := fs.Bool("require-identity", false, "refuse a person's command that does not say who made it and why (identity_required): with --person-keys, one without a signed proof; without, one without a name")
 	creds := natsnode.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -122,6 +129,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 		opts = append(opts, runner.WithHeadKey(kp))
 	}
+	people := approvers.People{Require: *requireIdentity}
+	if *personKeys != "" {
+		if people.Keys, err = approvers.ReadKeys(*personKeys); err != nil {
+			return err
+		}
+	}
+	opts = append(opts, runner.WithPeople(people))
 	r, err := runner.New(node.Conn(), node.JetStream(), []*agent.Agent{ag}, opts...)
 	if err != nil {
 		return err

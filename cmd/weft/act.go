@@ -17,6 +17,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -446,6 +447,7 @@ func reconcileCommand() command {
 			`weft reconcile pay-13 2/call_2_1 --error "the bank rejected it"`,
 			`weft reconcile pay-13 2/call_2_1 --unconfirmed "checking with the bank"`,
 			`weft reconcile pay-13 2/call_2_1 --stored --unconfirmed "asked the bank"   # on a finished run`,
+			`weft reconcile pay-13 2/call_2_1 --error "rejected" --reason "bank ticket 7" --signing-key carol.nk   # verified (docs/security.md)`,
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			output := fs.String("output", "", "the tool's output as JSON: the effect happened")
@@ -453,7 +455,9 @@ func reconcileCommand() command {
 			note := fs.String("unconfirmed", "", "a note: the effect may or may not have happened; the run goes on")
 			stored := fs.Bool("stored", false, "reconcile an action of a finished run (resumes nothing)")
 			var req api.ReconcileRequest
-			fs.StringVar(&req.By, "by", "", "who reconciles")
+			fs.StringVar(&req.By, "by", "", "who reconciles (recorded unverified; --signing-key records the key's person, verified)")
+			fs.StringVar(&req.Reason, "reason", "", "why (a deployment that requires identities requires it)")
+			sign := addSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) < 2 || len(args) > 3 {
@@ -464,6 +468,13 @@ func reconcileCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
+				command := proof.CommandReconcile
+				if *stored {
+					command = proof.CommandReconcileStored
+				}
+				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: command, Run: req.Run, Action: req.Action, Content: c, Reason: req.Reason}); err != nil {
+					return err
+				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					if *stored {
 						return cl.ReconcileStored(ctx, req)
@@ -490,7 +501,9 @@ func resolveCommand() command {
 			output := fs.String("output", "", "the tool's output as JSON: the effect happened")
 			errMsg := fs.String("error", "", "a definite failure message: the effect did not happen")
 			var req api.ResolveRequest
-			fs.StringVar(&req.By, "by", "", "who resolves")
+			fs.StringVar(&req.By, "by", "", "who resolves (recorded unverified; --signing-key records the key's person, verified)")
+			fs.StringVar(&req.Reason, "reason", "", "why (a deployment that requires identities requires it)")
+			sign := addSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
@@ -504,6 +517,9 @@ func resolveCommand() command {
 					return err
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
+				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: proof.CommandResolve, Run: req.Run, Action: req.Action, Content: c, Reason: req.Reason}); err != nil {
+					return err
+				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
 					return cl.Resolve(ctx, req)
 				})
@@ -515,17 +531,22 @@ func resolveCommand() command {
 func cancelCommand() command {
 	return command{
 		name: "cancel", args: "<run>", summary: "cancel a run",
-		examples: []string{`weft cancel pay-7 --reason "duplicate"`},
+		examples: []string{`weft cancel pay-7 --reason "duplicate"`, `weft cancel pay-7 --reason "duplicate" --signing-key carol.nk   # verified (docs/security.md)`},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var req api.CancelRequest
 			fs.StringVar(&req.Reason, "reason", "", "why")
-			fs.StringVar(&req.By, "by", "", "who cancels")
+			fs.StringVar(&req.By, "by", "", "who cancels (recorded unverified; --signing-key records the key's person, verified)")
+			sign := addSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
 				req.Run = args[0]
+				var err error
+				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: proof.CommandCancel, Run: req.Run, Reason: req.Reason}); err != nil {
+					return err
+				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					return c.Cancel(ctx, req)
 				})

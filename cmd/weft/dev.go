@@ -62,6 +62,7 @@ func devCommand() command {
 			fs.StringVar(&o.Console, "console", console.DefaultAddr, "address of the operator console (loopback; a free port when taken); empty for none")
 			verbose := fs.Bool("v", false, "log what the runtime does")
 			fs.BoolVar(&o.Secure, "secure", false, "start the embedded server with Weft's roles and print each role's credentials file (docs/security.md)")
+			fs.BoolVar(&o.RequireIdentity, "require-identity", false, "refuse a person's command (approve, reject, reconcile, resolve, cancel) that does not say who made it and why: identity_required (with --secure: a proof signed by the approver key, --signing-key; docs/security.md)")
 			fs.StringVar(&o.SecureDir, "roles", "", "with --secure: the directory of the keys and credentials (default: roles in the store directory)")
 			var external listFlag
 			fs.Var(&external, "external-tool", "leave this tool's tasks to workers outside the process, such as the nats CLI (repeatable)")

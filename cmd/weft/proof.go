@@ -27,8 +27,8 @@ type signFlags struct {
 
 func addSignFlags(fs *flag.FlagSet) *signFlags {
 	s := &signFlags{}
-	fs.StringVar(&s.key, "signing-key", "", "sign the answer with this nkey seed file (an approver of signed proofs; docs/security.md) instead of a --credential")
-	fs.DurationVar(&s.ttl, "proof-ttl", approvers.DefaultLifetime, "with --signing-key: how long the signed proof is valid (at most the approver's lifetime)")
+	fs.StringVar(&s.key, "signing-key", "", "sign the command with this nkey seed file (a key of an approver of signed proofs, or of the deployment's person keys; docs/security.md)")
+	fs.DurationVar(&s.ttl, "proof-ttl", approvers.DefaultLifetime, "with --signing-key: how long the signed proof is valid (at most the approver's, or the deployment's, lifetime)")
 	return s
 }
 
@@ -80,6 +80,56 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 	return &p, nil
 }
 
+// signCommand signs s with the --signing-key (nil without one) and says
+// on w exactly what it signs.
+func signCommand(w io.Writer, sf *signFlags, s proof.CommandSubject) (*events.CommandProof, error) {
+	if sf.key == "" {
+		return nil, nil
+	}
+	kp, err := readSigningKey(sf.key)
+	if err != nil {
+		return nil, err
+	}
+	pub, _ := kp.PublicKey()
+	p, err := proof.NewCommand(s, pub, time.Now().Add(sf.ttl))
+	if err != nil {
+		return nil, err
+	}
+	if p, err = proof.SignCommand(p, kp.Sign); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "signing: %s run %s", s.Command, s.Run)
+	if s.Action != "" {
+		fmt.Fprintf(w, " action %s content %s", s.Action, oneLine(string(s.Content), 60))
+	}
+	fmt.Fprintf(w, " reason %q\n  key %s, expires %s\n", s.Reason, pub, p.Expires.Format(time.RFC3339))
+	return &p, nil
+}
+
+// printDeeds lists who did each thing a person did in the run (answers,
+// reconciliations, resolutions, a cancellation), and whether the
+// deployment vouched for it (docs/security.md, "Who did it").
+func printDeeds(w io.Writer, envs []events.Envelope) {
+	recs := make([]events.Recorded, 0, len(envs))
+	for _, env := range envs {
+		rec, err := projector.Recorded(env)
+		if err != nil {
+			break // the audit names an event that does not decode
+		}
+		recs = append(recs, rec)
+	}
+	for i, d := range projections.Deeds(recs) {
+		if i == 0 {
+			fmt.Fprintln(w, "who:")
+		}
+		line := fmt.Sprintf("  event %d: %s %s", d.Version, d.What, d.Who.Describe())
+		if d.Who.Reason != "" {
+			line += fmt.Sprintf(", reason %q", d.Who.Reason)
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
 // printAnswers lists the answered approval requests of v: who answered,
 // which approver verified it and, for a signed proof, its key and whether
 // it verifies (docs/security.md: an audit shows who).
@@ -94,10 +144,7 @@ func printAnswers(w io.Writer, v projections.RunView) {
 				fmt.Fprintln(w, "\nanswers:")
 				first = false
 			}
-			line := fmt.Sprintf("  %s revision %d: %s", a.ID, h.Revision, h.Answer)
-			if h.Reviewer != "" {
-				line += " by " + h.Reviewer
-			}
+			line := fmt.Sprintf("  %s revision %d: %s %s", a.ID, h.Revision, h.Answer, projections.PersonView{By: h.Reviewer, Verified: h.Verified, Key: keyOf(h.Proof)}.Describe())
 			if h.Verifier != "" {
 				line += ", verified by approver " + h.Verifier
 			}
@@ -113,12 +160,55 @@ func printAnswers(w io.Writer, v projections.RunView) {
 	}
 }
 
+func keyOf(p *projections.ProofStatus) string {
+	if p == nil {
+		return ""
+	}
+	return p.Key
+}
+
+// printPeople lists who reconciled, resolved and cancelled in v.
+func printPeople(w io.Writer, v projections.RunView) {
+	var lines []string
+	for _, a := range v.Actions {
+		if p := a.Reconciled; p != nil {
+			lines = append(lines, fmt.Sprintf("  %s reconciled %s%s", a.ID, p.Describe(), reason(p.Reason)))
+		}
+		if q := a.Question; q != nil && q.Resolution != nil {
+			r := q.Resolution
+			lines = append(lines, fmt.Sprintf("  %s resolved (%s) %s%s", a.ID, r.Kind, projections.PersonView{By: r.By, Verified: r.Verified}.Describe(), reason(r.Reason)))
+		}
+	}
+	if p := v.Cancelled; p != nil {
+		lines = append(lines, fmt.Sprintf("  cancelled %s%s", p.Describe(), reason(p.Reason)))
+	}
+	if len(lines) > 0 {
+		fmt.Fprintln(w, "\nwho:")
+		fmt.Fprintln(w, strings.Join(lines, "\n"))
+	}
+}
+
+func reason(r string) string {
+	if r == "" {
+		return ""
+	}
+	return fmt.Sprintf(", reason %q", r)
+}
+
 // printProofChecks lists the signed proofs audit verify re-checked.
 func printProofChecks(w io.Writer, checks []audit.ProofCheck) {
 	for _, c := range checks {
 		verdict := "verifies"
 		if !c.Verified {
 			verdict = "DOES NOT VERIFY: " + c.Reason
+		}
+		if c.Command != "" {
+			what := c.Command
+			if c.Action != "" {
+				what += " of action " + c.Action
+			}
+			fmt.Fprintf(w, "proof: event %d, %s by %s, key %s: %s\n", c.Version, what, c.Reviewer, c.Key, verdict)
+			continue
 		}
 		fmt.Fprintf(w, "proof: event %d, %s of action %s revision %d by %s (approver %s), key %s: %s\n",
 			c.Version, c.Answer, c.Action, c.Revision, c.Reviewer, c.Verifier, c.Key, verdict)

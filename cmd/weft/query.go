@@ -252,6 +252,7 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 		tw.Flush()
 	}
 	printAnswers(w, v)
+	printPeople(w, v)
 	for _, run := range r.FamilyStatus.Waiting {
 		fmt.Fprintf(w, "\nwaiting for child run %s (suspended)\n  show: weft show %s\n", run, run)
 	}
@@ -520,11 +521,12 @@ func auditCommand() command {
 						return err
 					}
 					var rep audit.Report
+					var envs []events.Envelope
 					switch {
 					case *file != "" && len(args) == 1:
-						rep, err = verifyFile(*file, opts...)
+						rep, envs, err = verifyFile(*file, opts...)
 					case *file == "" && len(args) == 2:
-						rep, err = verifyLive(ctx, e, args[1], opts...)
+						rep, envs, err = verifyLive(ctx, e, args[1], opts...)
 					default:
 						return usagef("want verify <run> or verify --file <path>")
 					}
@@ -535,6 +537,7 @@ func auditCommand() command {
 						printJSON(e.stdout, rep)
 					} else {
 						printProofChecks(e.stdout, rep.Proofs)
+						printDeeds(e.stdout, envs)
 						headVersion, _, _ := audit.ParseHead(*head)
 						printHeadChecks(e.stdout, rep, trusted, headVersion)
 						if rep.OK() {
@@ -584,27 +587,27 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 	return nil
 }
 
-func verifyFile(path string, opts ...audit.Option) (audit.Report, error) {
+func verifyFile(path string, opts ...audit.Option) (audit.Report, []events.Envelope, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return audit.Report{}, err
+		return audit.Report{}, nil, err
 	}
 	defer f.Close()
 	envs, err := audit.ReadExport(f)
 	var p *audit.Problem
 	if errors.As(err, &p) {
-		return audit.Report{Problem: p}, nil
+		return audit.Report{Problem: p}, nil, nil
 	}
 	if err != nil {
-		return audit.Report{}, err
+		return audit.Report{}, nil, err
 	}
-	return audit.Verify(envs, opts...), nil
+	return audit.Verify(envs, opts...), envs, nil
 }
 
-func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (audit.Report, error) {
+func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (audit.Report, []events.Envelope, error) {
 	n, err := e.connect(ctx)
 	if err != nil {
-		return audit.Report{}, err
+		return audit.Report{}, nil, err
 	}
 	defer closeNode(n)
 	js := n.JetStream()
@@ -619,13 +622,13 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 		}
 	}
 	if errors.Is(err, eventlog.ErrCorrupt) {
-		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil
+		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil, nil
 	}
 	if err != nil {
-		return audit.Report{}, err
+		return audit.Report{}, nil, err
 	}
 	if len(envs) == 0 {
-		return audit.Report{}, weft.UnknownRun(run)
+		return audit.Report{}, nil, weft.UnknownRun(run)
 	}
 	opts := append([]audit.Option{audit.WithHead(head.Hash)}, extra...)
 	if kv, err := js.KeyValue(ctx, projector.BucketViews); err == nil {
@@ -643,7 +646,7 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 			fmt.Fprintln(e.stderr, "note: the run has no stored view yet; view not compared")
 		}
 	}
-	return audit.Verify(envs, opts...), nil
+	return audit.Verify(envs, opts...), envs, nil
 }
 
 func rebuildCommand() command {

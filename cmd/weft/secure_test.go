@@ -57,7 +57,7 @@ func TestDevSecure(t *testing.T) {
 		t.Fatalf("signed approve: %d %s %s", code, o, errs)
 	}
 	show := waitShow(t, "pay-7", "finished: completed")
-	if !strings.Contains(show, "2/call_2_1 revision 1: approve by demo approver, verified by approver keys; signed by key U") || !strings.Contains(show, "the proof verifies") {
+	if !strings.Contains(show, "2/call_2_1 revision 1: approve by demo approver (verified, key U") || !strings.Contains(show, "verified by approver keys; signed by key U") || !strings.Contains(show, "the proof verifies") {
 		t.Fatalf("show does not name the key and the verified proof:\n%s", show)
 	}
 	if code, o, errs := cli(t, "audit", "verify", "pay-7"); code != 0 || !strings.Contains(o, "proof: event") || !strings.Contains(o, ": verifies") {
@@ -98,5 +98,65 @@ func TestRolesCommand(t *testing.T) {
 	}
 	if code, out, errs := cli(t, "roles", "revoke", filepath.Join(dir, "reader.creds"), "--dir", dir); code != 0 || !strings.Contains(out, "revoked user U") {
 		t.Fatalf("revoke: %d %s %s", code, out, errs)
+	}
+}
+
+// TestSecurityWhoDidIt_DevSecureRequired (docs/security.md "Who did it";
+// docs/semantics.md §10 reconciliation, §7 cancellation): weft dev --secure
+// --require-identity, with the JWT roles; as the operator, a reconcile
+// without a signed proof is refused identity_required, one signed by a key
+// the deployment does not list proof_refused(not_authenticated), one
+// signed with the approver key (the demo's person key) without a reason
+// identity_required(no_reason); signed and with a reason it is recorded
+// verified under the key's name — weft show and weft audit verify say
+// "by demo approver (verified, key U…)"; a signed cancel is verified too.
+func TestSecurityWhoDidIt_DevSecureRequired(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("NATS_CREDS", "")
+	t.Setenv("WEFT_MODEL", "")
+	data := t.TempDir()
+	_, url := startDevCLI(t, "dev", "--secure", "--require-identity", "--listen", "0", "--data", data)
+	dir := filepath.Join(data, "roles")
+	key := filepath.Join(dir, "approver.nk")
+	stranger := filepath.Join(t.TempDir(), "mallory.nk")
+	if code, o, errs := cli(t, "roles", "key", stranger); code != 0 {
+		t.Fatalf("roles key: %d %s %s", code, o, errs)
+	}
+	t.Setenv("NATS_URL", url)
+	t.Setenv("NATS_CREDS", filepath.Join(dir, "operator.creds"))
+	for _, run := range []string{"pay-13", "pay-7"} {
+		input := map[string]string{"pay-13": "pay invoice INV-13", "pay-7": "pay invoice INV-7"}[run]
+		if code, o, errs := cli(t, "start", "payment-desk", input, "--run", run); code != 0 {
+			t.Fatalf("start %s: %d %s %s", run, code, o, errs)
+		}
+	}
+	waitShow(t, "pay-13", "uncertain")
+	reconcile := func(extra ...string) (int, string, string) {
+		return cli(t, append([]string{"reconcile", "pay-13", "2/call_2_1", "--error", "the bank rejected it", "--by", "mallory"}, extra...)...)
+	}
+	if code, o, errs := reconcile("--reason", "bank ticket 7"); code != exitFailed || !strings.Contains(errs, "identity_required(no_identity)") {
+		t.Fatalf("reconcile with a typed name only: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := reconcile("--reason", "bank ticket 7", "--signing-key", stranger); code != exitFailed || !strings.Contains(errs, "proof_refused(not_authenticated)") {
+		t.Fatalf("reconcile signed by a stranger: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := reconcile("--signing-key", key); code != exitFailed || !strings.Contains(errs, "identity_required(no_reason)") {
+		t.Fatalf("reconcile without a reason: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := reconcile("--reason", "bank ticket 7", "--signing-key", key); code != 0 || !strings.Contains(errs, "signing: reconcile run pay-13 action 2/call_2_1") {
+		t.Fatalf("signed reconcile: exit %d\n%s%s", code, o, errs)
+	}
+	show := waitShow(t, "pay-13", "reconciled by demo approver (verified, key U")
+	if strings.Contains(show, "mallory") || !strings.Contains(show, `reason "bank ticket 7"`) {
+		t.Fatalf("show names the typed name or not the reason:\n%s", show)
+	}
+	waitShow(t, "pay-7", "waiting for approval")
+	if code, o, errs := cli(t, "cancel", "pay-7", "--reason", "duplicate", "--signing-key", key); code != 0 {
+		t.Fatalf("signed cancel: exit %d\n%s%s", code, o, errs)
+	}
+	waitShow(t, "pay-7", "cancelled by demo approver (verified, key U")
+	code, o, errs := cli(t, "audit", "verify", "pay-7")
+	if code != 0 || !strings.Contains(o, "who:") || !strings.Contains(o, `cancel by demo approver (verified, key U`) {
+		t.Fatalf("audit verify: %d %s %s", code, o, errs)
 	}
 }
