@@ -190,6 +190,12 @@ func Describe(e Event) string {
 	case CancelRequested:
 		b.opt("by", e.By)
 		b.optq("reason", e.Reason)
+	case RunPaused:
+		b.opt("by", e.By)
+		b.optq("reason", e.Reason)
+	case RunResumed:
+		b.opt("by", e.By)
+		b.optq("reason", e.Reason)
 	case RunHandedOff:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))
