@@ -68,6 +68,10 @@ type Backend interface {
 	Report(ctx context.Context, req Report) (Reply, error)
 	// Resolve records the final truth of an open question.
 	Resolve(ctx context.Context, req ResolveRequest) (Reply, error)
+	// Pause pauses a run (docs/semantics.md §13).
+	Pause(ctx context.Context, req PauseRequest) (Reply, error)
+	// Resume resumes a paused run.
+	Resume(ctx context.Context, req ResumeRequest) (Reply, error)
 }
 
 // ServeOption configures Serve.
@@ -141,6 +145,8 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointCancel, s.cancel},
 		{EndpointReport, func(ctx context.Context, b []byte) (any, string, error) { return s.report(ctx, nil, b) }},
 		{EndpointResolve, s.resolve},
+		{EndpointPause, s.pause},
+		{EndpointResume, s.resume},
 	} {
 		if err := add(e.name, e.h); err != nil {
 			_ = svc.Stop()
@@ -529,10 +535,7 @@ func (s *service) cancel(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := bounded(field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}); err != nil {
-		return nil, "", err
-	}
-	if err := checkRun(req.Run); err != nil {
+	if err := checkPerson(req.Run, req.Reason, req.By); err != nil {
 		return nil, "", err
 	}
 	rep, err := s.b.Cancel(ctx, req)

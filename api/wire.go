@@ -319,6 +319,8 @@ var refusals = map[string][]weft.Code{
 	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeOutcomeUnknown),
 	EndpointSettle:          runRefusals(weft.CodeWrongReference, weft.CodeAlreadyRecorded, weft.CodeNotAwaited, weft.CodeSettleUnconfirmed, weft.CodeInvalidContent),
 	EndpointCancel:          runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
+	EndpointPause:           runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
+	EndpointResume:          runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
 	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown),
 }

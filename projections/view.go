@@ -55,12 +55,15 @@ const (
 	StatusSuspended = string(aggregate.StatusSuspended)
 	// StatusFinished means the run reached its outcome.
 	StatusFinished = string(aggregate.StatusFinished)
+	// StatusPaused means a person paused the run (docs/semantics.md §13):
+	// it starts no model call and no tool body until resumed.
+	StatusPaused = string(aggregate.StatusPaused)
 )
 
 // Statuses returns the run statuses in their documented order, a fresh
 // slice on each call.
 func Statuses() []string {
-	return []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
+	return []string{StatusWorking, StatusUnattended, StatusSuspended, StatusPaused, StatusFinished}
 }
 
 // The action states of docs/semantics.md §5: the values of
@@ -162,6 +165,9 @@ type RunView struct {
 	HandedOff bool `json:"handed_off"`
 	// Cancelling is set once a cancellation was requested.
 	Cancelling bool `json:"cancelling"`
+	// Pause is set while the run is paused (docs/semantics.md §13): who
+	// paused it, why and when.
+	Pause *PauseView `json:"pause,omitempty"`
 	// Parent is set on a child run: the parent run and action that
 	// delegated to it, its depth and family turn budget.
 	Parent *events.Parent `json:"parent,omitempty"`
@@ -519,6 +525,10 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	case events.CancelRequested:
 		v.Cancelling = true
 		v.ModelInFlight = false
+	case events.RunPaused:
+		v.Pause = &PauseView{By: e.By, Reason: e.Reason, Since: at}
+	case events.RunResumed:
+		v.Pause = nil
 	case events.RunHandedOff:
 		v.HandedOff = true
 	case events.RunRecovered:
@@ -616,7 +626,14 @@ func (v *RunView) derive() {
 			}
 		}
 	}
-	v.Status = string(aggregate.RunStatusOf(v.Outcome != nil, inFlight, len(v.Approvals) > 0 || len(v.Uncertain) > 0, v.HandedOff))
+	v.Status = string(aggregate.PausedStatus(aggregate.RunStatusOf(v.Outcome != nil, inFlight, len(v.Approvals) > 0 || len(v.Uncertain) > 0, v.HandedOff), v.Pause != nil, v.Cancelling))
+}
+
+// PauseView is who paused a run, why and when (RunPaused).
+type PauseView struct {
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
 }
 
 // clone copies the slices Apply mutates so that a caller's view is never
