@@ -17,7 +17,8 @@
 // an action's state after each event is aggregate.ActionTransition's, the
 // states are aggregate.ActionState's values, which states are in flight is
 // ActionState.Active, and the run status (working, unattended, suspended,
-// finished; docs/semantics.md §6) is aggregate.RunStatusOf over the facts the
+// finished; docs/semantics.md §6, and paused, §13) is aggregate.RunStatusOf
+// (with aggregate.PausedStatus) over the facts the
 // view keeps, without keeping the aggregate's whole state. What the view
 // adds is presentation: times, summaries, the approval history, questions
 // and children. package audit still compares the two on any run's
@@ -133,7 +134,7 @@ type RunView struct {
 	// Input is the run's input; Correlation the caller's correlation id.
 	Input       string `json:"input"`
 	Correlation string `json:"correlation,omitempty"`
-	// Status is working, unattended, suspended or finished; quarantined
+	// Status is working, unattended, suspended, paused or finished; quarantined
 	// (StatusQuarantined) when Quarantine is set.
 	Status string `json:"status"`
 	// Quarantine is set while the run's log holds a message no reader can
