@@ -107,6 +107,10 @@ func (d *decider) command(c Command) error {
 		return d.resolve(c)
 	case Cancel:
 		return d.cancel(c)
+	case Pause:
+		return d.pause(c)
+	case Resume:
+		return d.resume(c)
 	case ChildSettle:
 		return d.childSettle(c)
 	case ToolMissing:
@@ -1313,6 +1317,8 @@ func (d *decider) advance() {
 		return
 	}
 	if d.modelLost {
+		// A lost call is requested again even on a paused run: Pending
+		// only records its reply until the resume (docs/semantics.md §13).
 		d.modelLost = false
 		if s.modelPending {
 			if d.recall {
@@ -1325,6 +1331,11 @@ func (d *decider) advance() {
 				return
 			}
 		}
+	}
+	if s.paused {
+		// Nothing is fenced and no turn is requested until the resume
+		// (docs/semantics.md §13).
+		return
 	}
 	running := 0
 	for _, a := range s.actions {

@@ -57,7 +57,9 @@
 //
 // Commands are Start, ModelReply, ModelFailure, ResolveCalls, Approve,
 // Reject, Report, Lost, Settle, Reconcile (with its stored form), Cancel,
-// TimerFired, HandOff, Recover, ChildSettle and ToolMissing. Decide emits
+// TimerFired, HandOff, Recover, ChildSettle and ToolMissing, and Pause and
+// Resume (pause.go; docs/semantics.md §13: a paused run gets no fence and no
+// new turn until the resume). Decide emits
 // the follow-on events of a decision in the same batch: Start gives RunStarted and ModelRequested{1};
 // the last model-visible result of a batch is followed by ModelRequested for
 // the next turn; a freed concurrency slot by the next AttemptFenced; due

@@ -412,6 +412,18 @@ func (s *State) evolve(r events.Recorded) {
 		s.modelDue = nil
 		s.retryAt = nil
 
+	case events.RunPaused:
+		if s.paused || s.cancelling {
+			s.bug(name, "already paused or cancelling")
+		}
+		s.paused = true
+
+	case events.RunResumed:
+		if !s.paused {
+			s.bug(name, "not paused")
+		}
+		s.paused = false
+
 	case events.RunHandedOff:
 		s.handedOff = true
 		s.uncalled = e.Uncalled

@@ -138,6 +138,9 @@ func Pending(s State) Work {
 	slices.SortStableFunc(w.Timers, func(a, b Timer) int {
 		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Action, b.Action))
 	})
+	if s.paused && !s.cancelling {
+		w = pausedWork(w)
+	}
 	return w
 }
 

@@ -361,6 +361,12 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "cancel":
 		return h.decide(t, Cancel{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
 
+	case "pause":
+		return h.decide(t, Pause{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
+
+	case "resume":
+		return h.decide(t, Resume{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
+
 	case "handoff":
 		return h.decide(t, HandOff{Runner: h.strArg(t, d, "runner", h.state.Runner()), ModelNotCalled: d.HasArg("uncalled")})
 

@@ -40,6 +40,7 @@ type snapshot struct {
 	Batch        int64             `json:"batch,omitempty"`
 	Transcript   []snapshotEntry   `json:"transcript"`
 	Cancelling   bool              `json:"cancelling,omitempty"`
+	Paused       bool              `json:"paused,omitempty"`
 	Finished     bool              `json:"finished,omitempty"`
 	Outcome      events.Outcome    `json:"outcome"`
 }
@@ -60,7 +61,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		Turn: s.turn, ModelPending: s.modelPending, ModelDue: s.modelDue, RetryAt: s.retryAt,
 		Failures: s.failures, Corrections: s.corrections, Tokens: s.tokens, Unreported: s.unreported,
 		ChildTurns: s.childTurns, Revision: s.revision, Actions: s.actions, Batch: s.batch, Cancelling: s.cancelling,
-		Finished: s.finished, Outcome: s.outcome,
+		Paused: s.paused, Finished: s.finished, Outcome: s.outcome,
 	}
 	for _, e := range s.transcript {
 		if e.batch != 0 {
@@ -88,7 +89,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		turn: snap.Turn, modelPending: snap.ModelPending, modelDue: snap.ModelDue, retryAt: snap.RetryAt,
 		failures: snap.Failures, corrections: snap.Corrections, tokens: snap.Tokens, unreported: snap.Unreported,
 		childTurns: snap.ChildTurns, revision: snap.Revision, actions: snap.Actions, batch: snap.Batch, cancelling: snap.Cancelling,
-		finished: snap.Finished, outcome: snap.Outcome,
+		paused: snap.Paused, finished: snap.Finished, outcome: snap.Outcome,
 	}
 	if s.started {
 		s.index = make(map[string]int, len(s.actions))

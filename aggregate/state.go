@@ -207,6 +207,7 @@ type State struct {
 	transcript []entry
 
 	cancelling bool
+	paused     bool // RunPaused without a later RunResumed (docs/semantics.md §13)
 	finished   bool
 	outcome    events.Outcome
 }

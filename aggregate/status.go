@@ -21,6 +21,10 @@ const (
 	// StatusFinished is a run that reached its outcome; it may still hold
 	// uncertain actions.
 	StatusFinished StatusKind = "finished"
+	// StatusPaused is a run a person paused (docs/semantics.md §13): it
+	// starts no model call and no tool body until resumed; what was in
+	// flight may still finish.
+	StatusPaused StatusKind = "paused"
 )
 
 // RunStatus is a run's status with its details: the actions a suspended run
@@ -50,7 +54,7 @@ func Status(s State) RunStatus {
 			st.Uncertain = append(st.Uncertain, a.ID)
 		}
 	}
-	st.Kind = RunStatusOf(s.finished, s.inFlight(), len(st.Approvals) > 0 || len(st.Uncertain) > 0, s.handedOff)
+	st.Kind = PausedStatus(RunStatusOf(s.finished, s.inFlight(), len(st.Approvals) > 0 || len(st.Uncertain) > 0, s.handedOff), s.paused, s.cancelling)
 	if st.Kind == StatusFinished {
 		st.Outcome = s.outcome
 		st.Approvals = nil

@@ -69,6 +69,10 @@ type Backend interface {
 	Report(ctx context.Context, req Report) (Reply, error)
 	// Resolve records the final truth of an open question.
 	Resolve(ctx context.Context, req ResolveRequest) (Reply, error)
+	// Pause pauses a run (docs/semantics.md §13).
+	Pause(ctx context.Context, req PauseRequest) (Reply, error)
+	// Resume resumes a paused run.
+	Resume(ctx context.Context, req ResumeRequest) (Reply, error)
 }
 
 // ServeOption configures Serve.
@@ -142,6 +146,8 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointCancel, s.cancel},
 		{EndpointReport, func(ctx context.Context, b []byte) (any, string, error) { return s.report(ctx, nil, b) }},
 		{EndpointResolve, s.resolve},
+		{EndpointPause, s.pause},
+		{EndpointResume, s.resume},
 	} {
 		if err := add(e.name, e.h); err != nil {
 			_ = svc.Stop()

@@ -47,6 +47,12 @@ func (b *slowBackend) Settle(context.Context, api.Settlement) (api.Reply, error)
 func (b *slowBackend) Cancel(context.Context, api.CancelRequest) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
+func (b *slowBackend) Pause(context.Context, api.PauseRequest) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
+func (b *slowBackend) Resume(context.Context, api.ResumeRequest) (api.Reply, error) {
+	return api.Reply{}, refuse()
+}
 func (b *slowBackend) Report(context.Context, api.Report) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }

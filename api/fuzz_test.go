@@ -38,6 +38,14 @@ func (b *acceptAll) Cancel(_ context.Context, r CancelRequest) (Reply, error) {
 	b.got = r
 	return Reply{}, nil
 }
+func (b *acceptAll) Pause(_ context.Context, r PauseRequest) (Reply, error) {
+	b.got = r
+	return Reply{}, nil
+}
+func (b *acceptAll) Resume(_ context.Context, r ResumeRequest) (Reply, error) {
+	b.got = r
+	return Reply{}, nil
+}
 func (b *acceptAll) Report(_ context.Context, r Report) (Reply, error) {
 	b.got = r
 	return Reply{}, nil
@@ -73,6 +81,10 @@ func decodeCommand(endpoint string, body []byte) (any, error) {
 		_, _, err = s.resolve(ctx, body)
 	case EndpointCancel:
 		_, _, err = s.cancel(ctx, body)
+	case EndpointPause:
+		_, _, err = s.pause(ctx, body)
+	case EndpointResume:
+		_, _, err = s.resume(ctx, body)
 	case EndpointSettle:
 		_, _, err = s.settle(ctx, &Queue{Agent: "a", Version: "1", Tool: "t"}, body)
 	case EndpointReport:
@@ -151,6 +163,12 @@ func checkDecoded(t *testing.T, endpoint string, got any, err error) {
 		runOK(r.Run)
 		within(field{"action", r.Action, MaxID}, field{"by", r.By, MaxID})
 	case CancelRequest:
+		runOK(r.Run)
+		within(field{"reason", r.Reason, MaxReason}, field{"by", r.By, MaxID})
+	case PauseRequest:
+		runOK(r.Run)
+		within(field{"reason", r.Reason, MaxReason}, field{"by", r.By, MaxID})
+	case ResumeRequest:
 		runOK(r.Run)
 		within(field{"reason", r.Reason, MaxReason}, field{"by", r.By, MaxID})
 	case Settlement:

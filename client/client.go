@@ -52,6 +52,10 @@ type (
 	ResolveRequest = api.ResolveRequest
 	// CancelRequest cancels a run.
 	CancelRequest = api.CancelRequest
+	// PauseRequest pauses a run (docs/semantics.md §13).
+	PauseRequest = api.PauseRequest
+	// ResumeRequest resumes a paused run.
+	ResumeRequest = api.ResumeRequest
 	// Settlement is a settling tool's settlement.
 	Settlement = api.Settlement
 	// Report is a tool worker's report of an attempt.
@@ -179,6 +183,9 @@ const (
 	StatusSuspended = projections.StatusSuspended
 	// StatusFinished is a run that reached its outcome.
 	StatusFinished = projections.StatusFinished
+	// StatusPaused is a run a person paused: it starts no model call and
+	// no tool body until resumed (docs/semantics.md §13).
+	StatusPaused = projections.StatusPaused
 	// StatusQuarantined is a run whose log holds a message no reader can fold
 	// (RunView.Quarantine names it); nothing acts on the run until it is
 	// repaired (`weft repair`).
@@ -285,6 +292,18 @@ func (c *Client) Report(ctx context.Context, r Report) (Reply, error) {
 // Cancel cancels a run.
 func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 	return c.cmd.Cancel(ctx, req)
+}
+
+// Pause pauses a run: it starts no model call and no tool body until
+// Resume; work in flight finishes, approvals and reconciliations are still
+// answered (docs/semantics.md §13).
+func (c *Client) Pause(ctx context.Context, req PauseRequest) (Reply, error) {
+	return c.cmd.Pause(ctx, req)
+}
+
+// Resume resumes a paused run.
+func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Reply, error) {
+	return c.cmd.Resume(ctx, req)
 }
 
 // Run returns a run's view (projected, or folded from the log when the

@@ -407,6 +407,33 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Started run " + rep.Run + ".", NextCommandID: newCommandID()})
 }
 
+// actPause pauses a run, or resumes it when the button pressed is
+// "resume" (docs/semantics.md §13).
+func (c *Console) actPause(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.actCtx(r)
+	defer cancel()
+	f := r.PostForm
+	run := f.Get("run")
+	req := api.PauseRequest{CommandID: f.Get("command_id"), Run: run, Reason: strings.TrimSpace(f.Get("reason")), By: strings.TrimSpace(f.Get("by"))}
+	var rep api.Reply
+	var err error
+	done := "Paused."
+	if f.Get("decision") == "resume" {
+		rep, err = c.cmd.Resume(ctx, api.ResumeRequest(req))
+		done = "Resumed."
+	} else {
+		rep, err = c.cmd.Pause(ctx, req)
+	}
+	if err != nil {
+		c.respond(w, r, c.answerErr(r, err, run, ""))
+		return
+	}
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Message: done + " " + describeStatus(run, rep.Status)})
+}
+
 // actCancel cancels a run.
 func (c *Console) actCancel(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {

@@ -170,6 +170,7 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	mux.HandleFunc("POST /act/resolve", c.actResolve)
 	mux.HandleFunc("POST /act/start", c.actStart)
 	mux.HandleFunc("POST /act/cancel", c.actCancel)
+	mux.HandleFunc("POST /act/pause", c.actPause)
 	// Cross-origin POSTs are refused (a page on another site cannot make
 	// the viewer's browser approve a payment here).
 	protect := http.NewCrossOriginProtection()

@@ -42,6 +42,9 @@ type runData struct {
 	// not be read.
 	HistoryErr *weft.Error
 	Cancel     cancelForm
+	// Pause is the form that pauses the run, or resumes it when it is
+	// paused (docs/semantics.md §13).
+	Pause cancelForm
 }
 
 type cancelForm struct {
@@ -197,7 +200,7 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 	}
 	v := rep.View
 	d := runData{View: v, Family: rep.FamilyStatus, FamilyDiffers: rep.FamilyStatus.Status != v.Status || len(rep.FamilyStatus.Waiting) > 0,
-		Cancel: cancelForm{CommandID: newCommandID(), Run: v.Run}}
+		Cancel: cancelForm{CommandID: newCommandID(), Run: v.Run}, Pause: cancelForm{CommandID: newCommandID(), Run: v.Run}}
 	if v.Outcome != nil {
 		o := *v.Outcome
 		d.Answer = answerText(o.Answer)

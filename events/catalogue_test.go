@@ -49,6 +49,8 @@ func samples() []Event {
 		Resolved{Action: "1/c1", Kind: ReconciledOutput, Content: json.RawMessage(`{"id":"w-1","status":"sent"}`), By: "erin"},
 		HeadSigned{Version: 41, Hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Key: "UCKNE3MXR6UAONAOVKMSVHBHN5IS6JLVOVQ6JXN2OJBBMNR3VALSCZIV", Signer: "runner-a", Signature: "c2ln"},
 		AttemptClosed{Action: "1/c1", Attempt: 2, Incarnation: 2, By: "runner-a", Why: ClosedCancelled},
+		RunPaused{By: "dave", Reason: "checking the vendor"},
+		RunResumed{By: "erin", Reason: "vendor confirmed"},
 	}
 }
 

@@ -74,6 +74,10 @@ func Decode(name Name, schema int, payload json.RawMessage) (Event, error) {
 		return decode[Resolved](payload)
 	case NameHeadSigned:
 		return decode[HeadSigned](payload)
+	case NameRunPaused:
+		return decode[RunPaused](payload)
+	case NameRunResumed:
+		return decode[RunResumed](payload)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, name)
 }

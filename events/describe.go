@@ -196,6 +196,12 @@ func Describe(e Event) string {
 		b.opt("by", e.By)
 		b.optq("reason", e.Reason)
 		b.identity(e.Identity)
+	case RunPaused:
+		b.opt("by", e.By)
+		b.optq("reason", e.Reason)
+	case RunResumed:
+		b.opt("by", e.By)
+		b.optq("reason", e.Reason)
 	case RunHandedOff:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))

@@ -288,7 +288,7 @@ type ListPosition struct {
 // bad_filter (Reason names the filter) or bad_cursor.
 func (q ListQuery) Spec() (ListSpec, error) {
 	if q.Status != "" && !slices.Contains(Statuses(), q.Status) && q.Status != StatusQuarantined {
-		return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "status", Message: "status must be one of working, unattended, suspended, finished, quarantined; got " + strconv.Quote(q.Status)}
+		return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "status", Message: "status must be one of working, unattended, suspended, paused, finished, quarantined; got " + strconv.Quote(q.Status)}
 	}
 	if q.Agent != "" && !nameGrammar.MatchString(q.Agent) {
 		return ListSpec{}, &weft.Error{Code: weft.CodeBadFilter, Reason: "agent", Message: "agent must be 1-128 of [A-Za-z0-9_-]; got " + strconv.Quote(q.Agent)}

@@ -17,7 +17,8 @@
 // an action's state after each event is aggregate.ActionTransition's, the
 // states are aggregate.ActionState's values, which states are in flight is
 // ActionState.Active, and the run status (working, unattended, suspended,
-// finished; docs/semantics.md §6) is aggregate.RunStatusOf over the facts the
+// finished; docs/semantics.md §6, and paused, §13) is aggregate.RunStatusOf
+// (with aggregate.PausedStatus) over the facts the
 // view keeps, without keeping the aggregate's whole state. What the view
 // adds is presentation: times, summaries, the approval history, questions
 // and children. package audit still compares the two on any run's
@@ -55,12 +56,15 @@ const (
 	StatusSuspended = string(aggregate.StatusSuspended)
 	// StatusFinished means the run reached its outcome.
 	StatusFinished = string(aggregate.StatusFinished)
+	// StatusPaused means a person paused the run (docs/semantics.md §13):
+	// it starts no model call and no tool body until resumed.
+	StatusPaused = string(aggregate.StatusPaused)
 )
 
 // Statuses returns the run statuses in their documented order, a fresh
 // slice on each call.
 func Statuses() []string {
-	return []string{StatusWorking, StatusUnattended, StatusSuspended, StatusFinished}
+	return []string{StatusWorking, StatusUnattended, StatusSuspended, StatusPaused, StatusFinished}
 }
 
 // The action states of docs/semantics.md §5: the values of
@@ -130,7 +134,7 @@ type RunView struct {
 	// Input is the run's input; Correlation the caller's correlation id.
 	Input       string `json:"input"`
 	Correlation string `json:"correlation,omitempty"`
-	// Status is working, unattended, suspended or finished; quarantined
+	// Status is working, unattended, suspended, paused or finished; quarantined
 	// (StatusQuarantined) when Quarantine is set.
 	Status string `json:"status"`
 	// Quarantine is set while the run's log holds a message no reader can
@@ -164,6 +168,9 @@ type RunView struct {
 	Cancelling bool `json:"cancelling"`
 	// Cancelled is who requested the cancellation, and why.
 	Cancelled *PersonView `json:"cancelled,omitempty"`
+	// Pause is set while the run is paused (docs/semantics.md §13): who
+	// paused it, why and when.
+	Pause *PauseView `json:"pause,omitempty"`
 	// Parent is set on a child run: the parent run and action that
 	// delegated to it, its depth and family turn budget.
 	Parent *events.Parent `json:"parent,omitempty"`
@@ -549,6 +556,10 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		v.Cancelling = true
 		v.Cancelled = deed(v.Run, e, at)
 		v.ModelInFlight = false
+	case events.RunPaused:
+		v.Pause = &PauseView{By: e.By, Reason: e.Reason, Since: at}
+	case events.RunResumed:
+		v.Pause = nil
 	case events.RunHandedOff:
 		v.HandedOff = true
 	case events.RunRecovered:
@@ -646,7 +657,14 @@ func (v *RunView) derive() {
 			}
 		}
 	}
-	v.Status = string(aggregate.RunStatusOf(v.Outcome != nil, inFlight, len(v.Approvals) > 0 || len(v.Uncertain) > 0, v.HandedOff))
+	v.Status = string(aggregate.PausedStatus(aggregate.RunStatusOf(v.Outcome != nil, inFlight, len(v.Approvals) > 0 || len(v.Uncertain) > 0, v.HandedOff), v.Pause != nil, v.Cancelling))
+}
+
+// PauseView is who paused a run, why and when (RunPaused).
+type PauseView struct {
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Since  time.Time `json:"since"`
 }
 
 // clone copies the slices Apply mutates so that a caller's view is never

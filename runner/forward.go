@@ -87,7 +87,8 @@ func forwardUnknown(kind, id, driver string) error {
 // content, unavailable (the sender retries).
 func unknownAnswer(kind, reason, msg string) error {
 	switch kind {
-	case api.EndpointApprove, api.EndpointReject, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointStart:
+	case api.EndpointApprove, api.EndpointReject, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointStart,
+		api.EndpointPause, api.EndpointResume:
 		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: msg}
 	case api.EndpointSettle:
 		return &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: reason, Message: msg}
@@ -188,6 +189,18 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 			return nil, err
 		}
 		return r.Cancel(ctx, req)
+	case api.EndpointPause:
+		req, err := decodeInto[api.PauseRequest](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Pause(ctx, req)
+	case api.EndpointResume:
+		req, err := decodeInto[api.ResumeRequest](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Resume(ctx, req)
 	case api.EndpointReport:
 		req, err := decodeInto[worker.Report](f.Body)
 		if err != nil {

@@ -190,6 +190,21 @@ func (s *Sim) Apply(c aggregate.Command) ([]events.Event, error) {
 		s.State = aggregate.Evolve(s.State, r)
 	}
 	s.act(evs)
+	if before.Paused() && s.State.Paused() {
+		// docs/semantics.md §13: a decision on a paused run that does not
+		// resume it fences nothing and requests no new turn (a turn lost
+		// with its runner is requested again, and only recorded).
+		for _, e := range evs {
+			switch e := e.(type) {
+			case events.AttemptFenced:
+				s.problem("(p) %s fenced %s attempt %d on a paused run", c.CommandName(), e.Action, e.Attempt)
+			case events.ModelRequested:
+				if e.Why != events.TurnRecovery {
+					s.problem("(p) %s requested turn %d (%s) on a paused run", c.CommandName(), e.Turn, e.Why)
+				}
+			}
+		}
+	}
 	if s.Check != nil {
 		s.Check(before, c, evs, err)
 	}
@@ -654,6 +669,14 @@ func (s *Sim) Step(src Source) {
 		// expired or denied re-approval leaves the lost attempt
 		// uncertain, docs/semantics.md §5); a hand-off never asks (§8).
 		choices = append(choices, kill, handOff)
+	}
+	if _, fin := s.State.Finished(); !fin && chance(src, "pause", 12) {
+		// A person pauses or resumes the run (docs/semantics.md §13).
+		if s.State.Paused() {
+			choices = append(choices, func() { s.deliver(src, aggregate.Resume{By: "erin", Reason: "checked"}, "") })
+		} else {
+			choices = append(choices, func() { s.deliver(src, aggregate.Pause{By: "erin", Reason: "checking"}, "") })
+		}
 	}
 	if chance(src, "rare", 25) {
 		if chance(src, "cancel", 2) {

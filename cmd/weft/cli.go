@@ -120,6 +120,7 @@ func commands() []command {
 	return []command{
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
 		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
+		pauseCommand(true), pauseCommand(false),
 		auditCommand(), rebuildCommand(), repairCommand(), consoleCommand(), devCommand(), mcpCommand(),
 		chaosCommand(), benchCommand(), scaleCommand(),
 		rolesCommand(),

@@ -50,7 +50,7 @@ func runsCommand() command {
 		examples: []string{"weft runs", "weft runs --status suspended --agent payment-desk", "weft runs --since 2026-11-30T09:00:00Z --limit 20 --cursor <next>"},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var q projections.ListQuery
-			fs.StringVar(&q.Status, "status", "", "only runs with this status: working, unattended, suspended, finished, quarantined")
+			fs.StringVar(&q.Status, "status", "", "only runs with this status: working, unattended, suspended, paused, finished, quarantined")
 			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
 			fs.StringVar(&q.UpdatedSince, "since", "", "only runs changed at or after this RFC 3339 time")
 			fs.IntVar(&q.Limit, "limit", 0, "page size, 1..1000 (default 50)")
@@ -206,6 +206,9 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 		status += ": " + events.DescribeOutcome(*v.Outcome)
 	}
 	fmt.Fprintf(w, "status     %s\n", status)
+	if p := v.Pause; p != nil {
+		fmt.Fprintf(w, "paused     since %s%s%s\n", p.Since.Format(time.RFC3339), ifSet(" by ", p.By), ifSet(": ", p.Reason))
+	}
 	if q := v.Quarantine; q != nil {
 		fmt.Fprintf(w, "quarantine the message at stream sequence %d cannot be folded: %s\n           nothing acts on the run; see weft repair show %s (the view is the run before that message)\n", q.Seq, q.Reason, v.Run)
 	}
@@ -705,4 +708,12 @@ func (p *progressBar) done() {
 	if p.phase != "" {
 		fmt.Fprintln(p.w)
 	}
+}
+
+// ifSet returns prefix+s, or "" for an empty s.
+func ifSet(prefix, s string) string {
+	if s == "" {
+		return ""
+	}
+	return prefix + s
 }

@@ -139,8 +139,16 @@ func runHistory(rng *rand.Rand, run string) []events.Recorded {
 			}
 		}
 		if stop {
-			// Stop mid-batch: the run stays working or suspended.
+			// Stop mid-batch: the run stays working or suspended, or
+			// paused (docs/semantics.md §13).
+			if g.chance(0.3) {
+				g.add(events.RunPaused{By: "carol", Reason: "checking the vendor"})
+			}
 			return g.evs
+		}
+		if g.chance(0.05) {
+			g.add(events.RunPaused{By: "carol"})
+			g.add(events.RunResumed{By: "carol", Reason: "vendor confirmed"})
 		}
 		if g.chance(0.08) {
 			g.add(events.CancelRequested{By: "alice", Reason: "changed my mind"})
