@@ -50,6 +50,9 @@ func (b *slowBackend) Cancel(context.Context, api.CancelRequest) (api.Reply, err
 func (b *slowBackend) Report(context.Context, api.Report) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
+func (b *slowBackend) Decide(context.Context, api.DecideRun) (api.DecideRunReply, error) {
+	return api.DecideRunReply{}, nil
+}
 func (b *slowBackend) Resolve(context.Context, api.ResolveRequest) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
