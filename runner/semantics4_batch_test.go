@@ -1,0 +1,291 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/tools"
+)
+
+// Batch decisions (weft.api.decide, docs/protocol/40-commands.md): each
+// item is checked as a single answer is (docs/semantics.md §4), each run's
+// items are recorded all or nothing in one append, runs are independent,
+// and no batch answers a request twice.
+
+// pendingOf waits until run has n pending approvals and returns them in
+// action order.
+func pendingOf(h *harness, run string, n int) []aggregate.Action {
+	h.t.Helper()
+	s := h.waitFor(run, fmt.Sprintf("%d pending approvals", n), func(s aggregate.State) bool {
+		return len(aggregate.Status(s).Approvals) == n
+	})
+	var out []aggregate.Action
+	for _, a := range s.Actions() {
+		if a.State == aggregate.ActionAwaitingApproval {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func approveItem(run string, a aggregate.Action) api.DecideItem {
+	return api.DecideItem{Run: run, Action: a.ID, Revision: a.Request.Revision, Answer: events.AnswerApprove, Approver: "desk", Credential: "alice"}
+}
+
+// answerMessages returns, for each message of run's log that holds an
+// approval_answered event, how many it holds: one entry per append.
+func (h *harness) answerMessages(run string) []int {
+	h.t.Helper()
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := h.srv.JS.Stream(c, provision.EventsStream)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := st.Info(c)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []int
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+		m, err := st.GetMsg(c, seq)
+		if err != nil {
+			continue // deleted
+		}
+		if !strings.HasPrefix(m.Subject, "weft.ev."+run+".") {
+			continue
+		}
+		var body struct {
+			Events []events.Envelope `json:"events"`
+		}
+		if err := json.Unmarshal(m.Data, &body); err != nil {
+			h.t.Fatalf("message %d: %v", seq, err)
+		}
+		n := 0
+		for _, e := range body.Events {
+			if e.Type == events.Name("approval_answered") {
+				n++
+			}
+		}
+		if n > 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func TestSemantics4_BatchIsAllOrNothingWithinARun(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
+	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "rb1", "pay both")
+	p := pendingOf(h, "rb1", 2)
+	c := ctx(t)
+
+	// One item refused (a revision never issued): the other is valid but
+	// not recorded, and says because of which.
+	bad := approveItem("rb1", p[1])
+	bad.Revision = 99
+	rep, err := h.client.Decide(c, api.DecideRequest{BatchID: "b-refused", Items: []api.DecideItem{approveItem("rb1", p[0]), bad}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := rep.Items[0]; o.Outcome != api.OutcomeNotRecorded || !reflect.DeepEqual(o.Because, []string{p[1].ID}) {
+		t.Fatalf("item 0: %+v", o)
+	}
+	if o := rep.Items[1]; o.Outcome != api.OutcomeRefused || o.Error == nil || o.Error.Code != weft.CodeStaleReference {
+		t.Fatalf("item 1: %+v", o)
+	}
+	if got := h.answerMessages("rb1"); len(got) != 0 {
+		t.Fatalf("a refused batch recorded answers: %v", got)
+	}
+	for _, a := range h.state("rb1").Actions() {
+		if a.State != aggregate.ActionAwaitingApproval || len(a.Answers) != 0 {
+			t.Fatalf("action %s after a refused batch: %s, answers %+v", a.ID, a.State, a.Answers)
+		}
+	}
+
+	// Both valid: recorded in one append, each body runs once.
+	batch := api.DecideRequest{BatchID: "b-ok", Items: []api.DecideItem{approveItem("rb1", p[0]), approveItem("rb1", p[1])}}
+	rep, err = h.client.Decide(c, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range rep.Items {
+		if o.Outcome != api.OutcomeAnswered {
+			t.Fatalf("item %d: %+v", i, o)
+		}
+	}
+	finished(t, h, "rb1")
+	if got := h.answerMessages("rb1"); !reflect.DeepEqual(got, []int{2}) {
+		t.Fatalf("approval_answered per append = %v, want [2] (one decision, one append)", got)
+	}
+	// The same batch id again answers the same, and records nothing.
+	again, err := h.client.Decide(c, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(again, rep) {
+		t.Fatalf("repeated batch answered %+v, first %+v", again, rep)
+	}
+	if got := h.answerMessages("rb1"); !reflect.DeepEqual(got, []int{2}) || b.starts.Load() != 2 {
+		t.Fatalf("after the repeat: answers per append %v, bodies started %d (want [2], 2)", got, b.starts.Load())
+	}
+}
+
+func TestSemantics4_BatchRunsAreIndependent(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a})
+	c := ctx(t)
+	for _, run := range []string{"rb2a", "rb2b"} {
+		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "pay"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pa, pb := pendingOf(h, "rb2a", 1), pendingOf(h, "rb2b", 1)
+	bad := approveItem("rb2b", pb[0])
+	bad.Credential = "" // the trusting approver refuses an empty credential
+	rep, err := h.client.Decide(c, api.DecideRequest{BatchID: "b-two", Items: []api.DecideItem{approveItem("rb2a", pa[0]), bad}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := rep.Items[0]; o.Outcome != api.OutcomeAnswered {
+		t.Fatalf("run rb2a's item: %+v", o)
+	}
+	if o := rep.Items[1]; o.Outcome != api.OutcomeRefused || o.Error == nil || o.Error.Code != weft.CodeProofRefused {
+		t.Fatalf("run rb2b's item: %+v", o)
+	}
+	if _, out := finished(t, h, "rb2a"); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("rb2a: %+v", out)
+	}
+	if got := h.answerMessages("rb2b"); len(got) != 0 {
+		t.Fatalf("rb2b recorded answers: %v", got)
+	}
+	if st := aggregate.Status(h.state("rb2b")); st.Kind != aggregate.StatusSuspended || len(st.Approvals) != 1 {
+		t.Fatalf("rb2b: %+v", st)
+	}
+}
+
+func TestSemantics4_BatchRacingASingleAnswerOneWins(t *testing.T) {
+	b := &bodies{}
+	// Two calls: the second stays pending, so the run stays live and the
+	// loser of the race over the first is refused already_answered.
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(700, "ok")), model.Answer("paid"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a})
+	c := ctx(t)
+	const races = 4
+	for i := range races {
+		run := fmt.Sprintf("rb3-%d", i)
+		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "pay"}); err != nil {
+			t.Fatal(err)
+		}
+		first := pendingOf(h, run, 2)[0]
+		var wg sync.WaitGroup
+		var rep api.DecideReply
+		var berr, serr error
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			rep, berr = h.client.Decide(c, api.DecideRequest{BatchID: "b-" + run, Items: []api.DecideItem{approveItem(run, first)}})
+		}()
+		go func() {
+			defer wg.Done()
+			_, serr = h.client.Approve(c, api.ApproveRequest{CommandID: "s-" + run, Run: run, Action: first.ID, Revision: first.Request.Revision, Approver: "desk", Credential: "bob"})
+		}()
+		wg.Wait()
+		if berr != nil {
+			t.Fatal(berr)
+		}
+		batchWon := rep.Items[0].Outcome == api.OutcomeAnswered
+		switch {
+		case batchWon && isCode(serr, weft.CodeAlreadyAnswered):
+		case !batchWon && serr == nil && rep.Items[0].Error != nil && rep.Items[0].Error.Code == weft.CodeAlreadyAnswered:
+		default:
+			t.Fatalf("%s: batch %+v, single %v: want exactly one winner, the other already_answered", run, rep.Items[0], serr)
+		}
+		s := h.waitFor(run, "the first call's result", func(s aggregate.State) bool {
+			a, _ := s.Action(first.ID)
+			return a.State == aggregate.ActionSucceeded
+		})
+		if a, _ := s.Action(first.ID); len(a.Answers) != 1 {
+			t.Fatalf("%s: answers %+v", run, a.Answers)
+		}
+	}
+	if n := b.starts.Load(); n != races {
+		t.Fatalf("bodies started %d times, want %d (once per race)", n, races)
+	}
+}
+
+// reviewedAbove requires approval for amounts over 100, and at review
+// (the approver's context) denies amounts over 550.
+func reviewedAbove(ctx context.Context, a policy.Action) (policy.Decision, error) {
+	in, matched, err := tools.Input(payDef, a)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	if _, review := policy.Reviewer(ctx); review && matched && in.Amount > 550 {
+		return policy.Deny("over the reviewer's limit"), nil
+	}
+	return approvalAbove(ctx, a)
+}
+
+func TestSemantics4_BatchRechecksThePolicyPerItem(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
+	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(reviewedAbove)), "rb4", "pay both")
+	p := pendingOf(h, "rb4", 2)
+	rep, err := h.client.Decide(ctx(t), api.DecideRequest{BatchID: "b-policy", Items: []api.DecideItem{approveItem("rb4", p[0]), approveItem("rb4", p[1])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range rep.Items {
+		if o.Outcome != api.OutcomeAnswered {
+			t.Fatalf("item %d: %+v (an answer the re-run policy denies is recorded: Deny wins)", i, o)
+		}
+	}
+	s, _ := finished(t, h, "rb4")
+	if a, _ := s.Action(p[0].ID); a.State != aggregate.ActionSucceeded {
+		t.Fatalf("500: %s", a.State)
+	}
+	if a, _ := s.Action(p[1].ID); a.State != aggregate.ActionDenied {
+		t.Fatalf("600: %s, want denied by the policy re-run in the approver's context", a.State)
+	}
+	if n := b.starts.Load(); n != 1 {
+		t.Fatalf("bodies started %d times, want 1", n)
+	}
+}
+
+func TestSemantics4_BatchOverTheItemLimitIsRefused(t *testing.T) {
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{build(t, model.NewScripted("s"), []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove))})
+	items := make([]api.DecideItem, api.MaxBatchItems+1)
+	for i := range items {
+		items[i] = api.DecideItem{Run: "rb5", Action: fmt.Sprintf("1/call_1_%d", i), Revision: i + 1, Answer: events.AnswerApprove, Approver: "desk", Credential: "alice"}
+	}
+	_, err := h.client.Decide(ctx(t), api.DecideRequest{BatchID: "b-big", Items: items})
+	if !isCode(err, weft.CodePayloadTooLarge) {
+		t.Fatalf("%d items: %v, want payload_too_large", len(items), err)
+	}
+	_, err = h.client.Decide(ctx(t), api.DecideRequest{BatchID: "b-twice", Items: []api.DecideItem{items[0], items[0]}})
+	if !isCode(err, weft.CodeInvalidRequest) {
+		t.Fatalf("the same request twice: %v, want invalid_request", err)
+	}
+}
