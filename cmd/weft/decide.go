@@ -1,0 +1,279 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+)
+
+// confirmIn is where decide reads its confirmation (the terminal; a test
+// sets its own).
+var confirmIn io.Reader = os.Stdin
+
+// itemList is the repeatable --item RUN/ACTION flag.
+type itemList [][2]string
+
+func (l *itemList) String() string { return fmt.Sprint(*l) }
+
+// Set takes RUN/ACTION: the run id has no "/", the action id is the rest
+// (such as 2/call_2_1).
+func (l *itemList) Set(v string) error {
+	run, action, ok := strings.Cut(v, "/")
+	if !ok || run == "" || action == "" {
+		return fmt.Errorf("want RUN/ACTION, such as pay-7/2/call_2_1")
+	}
+	*l = append(*l, [2]string{run, action})
+	return nil
+}
+
+// approvalFilter selects pending approvals as the inbox lists them.
+type approvalFilter struct {
+	tool, requirement string
+	minAmount         string
+	maxAmount         string
+	olderThan         time.Duration
+	items             itemList
+}
+
+// amountOf returns the "amount" of an approval's arguments, when they
+// carry a number under that name.
+func amountOf(args json.RawMessage) (float64, bool) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(args, &top) != nil {
+		return 0, false
+	}
+	var n float64
+	if raw, ok := top["amount"]; ok && json.Unmarshal(raw, &n) == nil {
+		return n, true
+	}
+	return 0, false
+}
+
+// parseBound parses an amount bound flag ("" for none).
+func parseBound(name, v string) (float64, bool, error) {
+	if v == "" {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, false, usagef("--%s %q: want a number", name, v)
+	}
+	return n, true, nil
+}
+
+// selectApprovals keeps the items f selects, in the inbox's order. An
+// amount bound keeps only items whose arguments carry an amount within it.
+func selectApprovals(items []projections.ApprovalItem, f approvalFilter, now time.Time) ([]projections.ApprovalItem, error) {
+	lo, hasLo, err := parseBound("min-amount", f.minAmount)
+	if err != nil {
+		return nil, err
+	}
+	hi, hasHi, err := parseBound("max-amount", f.maxAmount)
+	if err != nil {
+		return nil, err
+	}
+	reqName, reqVersion, _ := strings.Cut(f.requirement, "@v")
+	var out []projections.ApprovalItem
+	for _, it := range items {
+		if f.tool != "" && it.Tool != f.tool {
+			continue
+		}
+		if reqName != "" && (it.Requirement.Name != reqName || reqVersion != "" && strconv.Itoa(it.Requirement.Version) != reqVersion) {
+			continue
+		}
+		if f.olderThan > 0 && now.Sub(it.Requested) < f.olderThan {
+			continue
+		}
+		if hasLo || hasHi {
+			n, ok := amountOf(it.Arguments)
+			if !ok || hasLo && n < lo || hasHi && n > hi {
+				continue
+			}
+		}
+		if len(f.items) > 0 {
+			named := false
+			for _, ra := range f.items {
+				named = named || ra[0] == it.Run && ra[1] == it.Action
+			}
+			if !named {
+				continue
+			}
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// summarize says how many items there are, of how many runs, and their
+// total amount when every item's arguments carry one.
+func summarize(items []projections.ApprovalItem) string {
+	runs := map[string]bool{}
+	total, missing := 0.0, 0
+	for _, it := range items {
+		runs[it.Run] = true
+		if n, ok := amountOf(it.Arguments); ok {
+			total += n
+		} else {
+			missing++
+		}
+	}
+	s := fmt.Sprintf("%d pending approval(s) of %d run(s)", len(items), len(runs))
+	switch {
+	case missing == 0:
+		s += ", total amount " + strconv.FormatFloat(total, 'f', -1, 64)
+	case missing < len(items):
+		s += fmt.Sprintf(", total amount %s over the %d that carry one", strconv.FormatFloat(total, 'f', -1, 64), len(items)-missing)
+	}
+	return s
+}
+
+func decideCommand() command {
+	return command{
+		name: "decide", args: "approve|reject", summary: "approve or reject many pending approvals at once (a batch decision)",
+		examples: []string{
+			"weft decide approve --tool send_payment --max-amount 500 --approver desk --credential alice",
+			`weft decide reject --older-than 72h --reason "too old" --approver desk --credential alice --yes`,
+			"weft decide approve --item pay-7/2/call_2_1 --item pay-9/2/call_2_1 --approver desk --credential alice",
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			var q projector.InboxRequest
+			var f approvalFilter
+			fs.StringVar(&q.Run, "run", "", "only this run")
+			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
+			fs.StringVar(&f.tool, "tool", "", "only calls of this tool")
+			fs.StringVar(&f.requirement, "requirement", "", "only requests of this requirement: NAME or NAME@vN")
+			fs.StringVar(&f.minAmount, "min-amount", "", "only calls whose arguments carry an amount of at least this")
+			fs.StringVar(&f.maxAmount, "max-amount", "", "only calls whose arguments carry an amount of at most this")
+			fs.DurationVar(&f.olderThan, "older-than", 0, "only requests asked at least this long ago")
+			fs.Var(&f.items, "item", "only this request, RUN/ACTION (repeat)")
+			approver := fs.String("approver", "", "the approver (one of the agents' approvers) that verifies the credential")
+			credential := fs.String("credential", "", "the credential the approver verifies")
+			reason := fs.String("reason", "", "reject: why (the model reads it)")
+			by := fs.String("by", "", "reject: who rejects, when no credential is given")
+			yes := fs.Bool("yes", false, "answer without asking for confirmation")
+			batchID := fs.String("batch-id", "", "idempotency key of the batch (default: a fresh one); a batch over 100 items is sent as batches <id>-1, <id>-2, …")
+			o := addActOpts(fs)
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 1 || args[0] != events.AnswerApprove && args[0] != events.AnswerReject {
+					return usagef("want approve or reject")
+				}
+				answer := args[0]
+				if answer == events.AnswerApprove && (*approver == "" || *credential == "") {
+					return usagef("decide approve needs --approver and --credential")
+				}
+				if answer == events.AnswerReject && *reason == "" {
+					return usagef("decide reject needs --reason")
+				}
+				if _, _, err := parseBound("min-amount", f.minAmount); err != nil {
+					return err
+				}
+				if _, _, err := parseBound("max-amount", f.maxAmount); err != nil {
+					return err
+				}
+				if *batchID == "" {
+					*batchID = newCommandID()
+				}
+				return withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, v views) error {
+					all, err := v.Approvals(ctx, q)
+					if err != nil {
+						return err
+					}
+					picked, err := selectApprovals(all, f, time.Now())
+					if err != nil {
+						return err
+					}
+					if len(picked) == 0 {
+						fmt.Fprintln(e.stderr, "no pending approval matches: nothing to answer")
+						return nil
+					}
+					tw := tabwriter.NewWriter(e.stderr, 2, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tREVISION\tREQUIREMENT\tARGUMENTS")
+					for _, it := range picked {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s v%d\t%s\n", it.Run, it.Action, it.Tool, it.Revision, it.Requirement.Name, it.Requirement.Version, wholeLine(string(it.Arguments)))
+					}
+					tw.Flush()
+					fmt.Fprintf(e.stderr, "%s to %s\n", summarize(picked), answer)
+					if !*yes {
+						fmt.Fprintf(e.stderr, "%s these %d? [y/N] ", answer, len(picked))
+						line, _ := bufio.NewReader(confirmIn).ReadString('\n')
+						if a := strings.ToLower(strings.TrimSpace(line)); a != "y" && a != "yes" {
+							fmt.Fprintln(e.stderr, "nothing was answered")
+							return nil
+						}
+					}
+					var outcomes []api.DecideOutcome
+					for start, n := 0, 1; start < len(picked); start, n = start+api.MaxBatchItems, n+1 {
+						chunk := picked[start:min(start+api.MaxBatchItems, len(picked))]
+						req := api.DecideRequest{BatchID: *batchID, Items: make([]api.DecideItem, len(chunk))}
+						if len(picked) > api.MaxBatchItems {
+							req.BatchID = fmt.Sprintf("%s-%d", *batchID, n)
+						}
+						for i, it := range chunk {
+							// The revision the person saw: never another one
+							// (docs/semantics.md §4).
+							req.Items[i] = api.DecideItem{Run: it.Run, Action: it.Action, Revision: it.Revision, Answer: answer,
+								Approver: *approver, Credential: *credential, Reason: *reason, By: *by}
+						}
+						rep, err := c.Decide(ctx, req)
+						if err != nil {
+							return err
+						}
+						outcomes = append(outcomes, rep.Items...)
+						if len(picked) > api.MaxBatchItems {
+							fmt.Fprintf(e.stderr, "answered %d/%d\n", len(outcomes), len(picked))
+						}
+					}
+					return printOutcomes(e, o.json, outcomes)
+				})
+			}
+		},
+	}
+}
+
+// printOutcomes prints an outcome per item and fails (exit 1) when some
+// item was not answered.
+func printOutcomes(e *env, asJSON bool, outcomes []api.DecideOutcome) error {
+	answered := 0
+	for _, o := range outcomes {
+		if o.Outcome == api.OutcomeAnswered {
+			answered++
+		}
+	}
+	if asJSON {
+		if err := printJSON(e.stdout, outcomes); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "RUN\tACTION\tOUTCOME\tDETAIL")
+		for _, o := range outcomes {
+			detail := o.Status
+			switch {
+			case o.Error != nil:
+				detail = o.Error.Error()
+			case len(o.Because) > 0:
+				detail = "another request of the run was refused: " + strings.Join(o.Because, ", ")
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Run, o.Action, o.Outcome, wholeLine(detail))
+		}
+		tw.Flush()
+	}
+	if answered < len(outcomes) {
+		return fmt.Errorf("%d of %d requests answered; the others were not (see each one's outcome)", answered, len(outcomes))
+	}
+	fmt.Fprintf(e.stderr, "%d of %d requests answered\n", answered, len(outcomes))
+	return nil
+}

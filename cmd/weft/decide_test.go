@@ -1,0 +1,64 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/internal/natstest"
+)
+
+// TestSemantics4_CLIDecideAnswersABatch (docs/semantics.md §4, a batch
+// decision): `weft decide` selects pending approvals by the inbox's
+// filters, shows them with a summary (count, total amount), asks before
+// answering unless --yes, answers each with the revision it showed and
+// prints an outcome per item.
+func TestSemantics4_CLIDecideAnswersABatch(t *testing.T) {
+	s := natstest.Start(t)
+	t.Setenv("NATS_URL", s.URL)
+	t.Setenv("WEFT_MODEL", "")
+	startDevCLI(t, "dev", "--nats", s.URL)
+	runs := []string{"bd-1", "bd-2", "bd-3"}
+	for _, run := range runs {
+		if code, out, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", run); code != 0 {
+			t.Fatalf("start %s: %d %s %s", run, code, out, errs)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, out, _ := cli(t, "inbox", "approvals", "--agent", "payment-desk")
+		if strings.Count(out, "send_payment") == len(runs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("inbox never listed the three approvals:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Declined at the prompt: nothing is answered.
+	confirmIn = strings.NewReader("n\n")
+	t.Cleanup(func() { confirmIn = os.Stdin })
+	code, out, errs := cli(t, "decide", "approve", "--tool", "send_payment", "--min-amount", "1000", "--approver", "desk", "--credential", "alice")
+	if code != 0 || !strings.Contains(errs, "3 pending approval(s) of 3 run(s), total amount 3600 to approve") || !strings.Contains(errs, "nothing was answered") || out != "" {
+		t.Fatalf("declined: %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	// An amount bound no item meets selects nothing.
+	if code, _, errs := cli(t, "decide", "approve", "--max-amount", "1000", "--approver", "desk", "--credential", "alice", "--yes"); code != 0 || !strings.Contains(errs, "no pending approval matches") {
+		t.Fatalf("max-amount 1000: %d %s", code, errs)
+	}
+	// Two named items, approved in one batch.
+	code, out, errs = cli(t, "decide", "approve", "--item", "bd-1/2/call_2_1", "--item", "bd-2/2/call_2_1", "--approver", "desk", "--credential", "alice", "--yes", "--batch-id", "cli-b1")
+	if code != 0 || !strings.Contains(errs, "2 pending approval(s) of 2 run(s), total amount 2400") || strings.Count(out, "answered") != 2 || strings.Contains(out, "bd-3") {
+		t.Fatalf("approve two: %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	waitShow(t, "bd-1", "status     finished: completed")
+	waitShow(t, "bd-2", "status     finished: completed")
+	// The third, rejected.
+	code, out, errs = cli(t, "decide", "reject", "--run", "bd-3", "--reason", "not this month", "--approver", "desk", "--credential", "alice", "--yes")
+	if code != 0 || !strings.Contains(out, "bd-3") || !strings.Contains(out, "answered") {
+		t.Fatalf("reject the third: %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	waitShow(t, "bd-3", "rejected")
+}
