@@ -56,7 +56,8 @@
 //     firing, a person's answer — comes back as a Command in step 2.
 //
 // Commands are Start, ModelReply, ModelFailure, ResolveCalls, Approve,
-// Reject, Report, Lost, Settle, Reconcile (with its stored form), Cancel,
+// Reject, Answers (a batch of one run's approvals and rejections, all or
+// nothing), Report, Lost, Settle, Reconcile (with its stored form), Cancel,
 // TimerFired, HandOff, Recover, ChildSettle and ToolMissing. Decide emits
 // the follow-on events of a decision in the same batch: Start gives RunStarted and ModelRequested{1};
 // the last model-visible result of a batch is followed by ModelRequested for

@@ -18,6 +18,7 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
 
@@ -287,5 +288,48 @@ func TestSemantics4_BatchOverTheItemLimitIsRefused(t *testing.T) {
 	_, err = h.client.Decide(ctx(t), api.DecideRequest{BatchID: "b-twice", Items: []api.DecideItem{items[0], items[0]}})
 	if !isCode(err, weft.CodeInvalidRequest) {
 		t.Fatalf("the same request twice: %v, want invalid_request", err)
+	}
+}
+
+// A run's part forwarded to the run's driver (a batch that reached
+// another runner) is answered there with an outcome per item, refused
+// parts included, and never as an error reply that would lose them.
+func TestSemantics4_BatchPartForwardedToTheDriver(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
+	h := newHarness(t)
+	r, _ := h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "rb6", Agent: "desk", Input: "pay both"}); err != nil {
+		t.Fatal(err)
+	}
+	p := pendingOf(h, "rb6", 2)
+	send := func(items ...api.DecideItem) api.DecideRunReply {
+		t.Helper()
+		body, _ := json.Marshal(api.DecideRun{Run: "rb6", BatchID: "fwd", Items: items})
+		msg, _ := json.Marshal(map[string]any{"kind": api.EndpointDecide, "run": "rb6", "body": json.RawMessage(body)})
+		m, err := h.srv.Conn.Request(runner.ForwardPrefix+r.ID()+".cmd", msg, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep api.DecideRunReply
+		if err := json.Unmarshal(m.Data, &rep); err != nil || len(rep.Items) != len(items) {
+			t.Fatalf("forwarded reply %s: %v", m.Data, err)
+		}
+		return rep
+	}
+	bad := approveItem("rb6", p[1])
+	bad.Revision = 7
+	rep := send(approveItem("rb6", p[0]), bad)
+	if rep.Items[0].Outcome != api.OutcomeNotRecorded || rep.Items[1].Error == nil || rep.Items[1].Error.Code != weft.CodeStaleReference {
+		t.Fatalf("refused part: %+v", rep.Items)
+	}
+	rep = send(approveItem("rb6", p[0]), approveItem("rb6", p[1]))
+	if rep.Items[0].Outcome != api.OutcomeAnswered || rep.Items[1].Outcome != api.OutcomeAnswered {
+		t.Fatalf("valid part: %+v", rep.Items)
+	}
+	finished(t, h, "rb6")
+	if n := b.starts.Load(); n != 2 {
+		t.Fatalf("bodies started %d times, want 2", n)
 	}
 }
