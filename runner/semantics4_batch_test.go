@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -331,5 +333,54 @@ func TestSemantics4_BatchPartForwardedToTheDriver(t *testing.T) {
 	finished(t, h, "rb6")
 	if n := b.starts.Load(); n != 2 {
 		t.Fatalf("bodies started %d times, want 2", n)
+	}
+}
+
+// A repeated batch (same batch id) answers each run's part as it was
+// kept: a part that was decided is not decided again (its answer stays
+// the only one), while a part refused for a retry (its approver did not
+// answer: unavailable) is not kept, and the repeat decides it.
+func TestSemantics4_RepeatedBatchDecidesOnlyThePartsNotApplied(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	flaky := approvers.New("flaky", func(_ context.Context, credential string, _ policy.Requirement) (string, error) {
+		if down.Load() {
+			return "", approvers.Unavailable("the identity provider is down")
+		}
+		return credential, nil
+	})
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithApprovers(approvers.Trusting("desk"), flaky))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a})
+	c := ctx(t)
+	for _, run := range []string{"rb7a", "rb7b"} {
+		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "pay"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	viaFlaky := approveItem("rb7b", pendingOf(h, "rb7b", 1)[0])
+	viaFlaky.Approver = "flaky"
+	batch := api.DecideRequest{BatchID: "b-retry", Items: []api.DecideItem{approveItem("rb7a", pendingOf(h, "rb7a", 1)[0]), viaFlaky}}
+	rep, err := h.client.Decide(c, batch) // h.client sends once: no retry of its own
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Items[0].Outcome != api.OutcomeAnswered || rep.Items[1].Error == nil || rep.Items[1].Error.Code != weft.CodeUnavailable {
+		t.Fatalf("first: %+v", rep.Items)
+	}
+	down.Store(false)
+	rep, err = h.client.Decide(c, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Items[0].Outcome != api.OutcomeAnswered || rep.Items[1].Outcome != api.OutcomeAnswered {
+		t.Fatalf("repeat: %+v", rep.Items)
+	}
+	finished(t, h, "rb7a")
+	finished(t, h, "rb7b")
+	if ga, gb := h.answerMessages("rb7a"), h.answerMessages("rb7b"); !reflect.DeepEqual(ga, []int{1}) || !reflect.DeepEqual(gb, []int{1}) || b.starts.Load() != 2 {
+		t.Fatalf("answers per append: rb7a %v, rb7b %v; bodies %d (want [1], [1], 2)", ga, gb, b.starts.Load())
 	}
 }
