@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
@@ -46,20 +46,6 @@ type approvalFilter struct {
 	maxAmount         string
 	olderThan         time.Duration
 	items             itemList
-}
-
-// amountOf returns the "amount" of an approval's arguments, when they
-// carry a number under that name.
-func amountOf(args json.RawMessage) (float64, bool) {
-	var top map[string]json.RawMessage
-	if json.Unmarshal(args, &top) != nil {
-		return 0, false
-	}
-	var n float64
-	if raw, ok := top["amount"]; ok && json.Unmarshal(raw, &n) == nil {
-		return n, true
-	}
-	return 0, false
 }
 
 // parseBound parses an amount bound flag ("" for none).
@@ -98,7 +84,7 @@ func selectApprovals(items []projections.ApprovalItem, f approvalFilter, now tim
 			continue
 		}
 		if hasLo || hasHi {
-			n, ok := amountOf(it.Arguments)
+			n, ok := client.ArgumentsAmount(it.Arguments)
 			if !ok || hasLo && n < lo || hasHi && n > hi {
 				continue
 			}
@@ -118,24 +104,15 @@ func selectApprovals(items []projections.ApprovalItem, f approvalFilter, now tim
 }
 
 // summarize says how many items there are, of how many runs, and their
-// total amount when every item's arguments carry one.
+// total amount when their arguments carry one.
 func summarize(items []projections.ApprovalItem) string {
-	runs := map[string]bool{}
-	total, missing := 0.0, 0
-	for _, it := range items {
-		runs[it.Run] = true
-		if n, ok := amountOf(it.Arguments); ok {
-			total += n
-		} else {
-			missing++
-		}
-	}
-	s := fmt.Sprintf("%d pending approval(s) of %d run(s)", len(items), len(runs))
+	sel := client.Summarize(items)
+	s := fmt.Sprintf("%d pending approval(s) of %d run(s)", sel.Items, sel.Runs)
 	switch {
-	case missing == 0:
-		s += ", total amount " + strconv.FormatFloat(total, 'f', -1, 64)
-	case missing < len(items):
-		s += fmt.Sprintf(", total amount %s over the %d that carry one", strconv.FormatFloat(total, 'f', -1, 64), len(items)-missing)
+	case sel.WithAmount == sel.Items:
+		s += ", total amount " + strconv.FormatFloat(sel.Total, 'f', -1, 64)
+	case sel.WithAmount > 0:
+		s += fmt.Sprintf(", total amount %s over the %d that carry one", strconv.FormatFloat(sel.Total, 'f', -1, 64), sel.WithAmount)
 	}
 	return s
 }
