@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/events"
@@ -163,8 +165,12 @@ func decideCommand() command {
 				if *batchID == "" {
 					*batchID = newCommandID()
 				}
-				return withAPI(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, v views) error {
-					all, err := v.Approvals(ctx, q)
+				// Each exchange has its own deadline; the confirmation has
+				// none (a person reads the selection as long as they need).
+				return withAPIConn(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, v views) error {
+					rctx, cancel := context.WithTimeout(ctx, e.timeout)
+					all, err := v.Approvals(rctx, q)
+					cancel()
 					if err != nil {
 						return err
 					}
@@ -204,9 +210,9 @@ func decideCommand() command {
 							req.Items[i] = api.DecideItem{Run: it.Run, Action: it.Action, Revision: it.Revision, Answer: answer,
 								Approver: *approver, Credential: *credential, Reason: *reason, By: *by}
 						}
-						rep, err := c.Decide(ctx, req)
+						rep, err := decideChunk(ctx, e, o.retry(), c, req)
 						if err != nil {
-							return err
+							return notKnown(err, req, outcomes)
 						}
 						outcomes = append(outcomes, rep.Items...)
 						if len(picked) > api.MaxBatchItems {
@@ -218,6 +224,37 @@ func decideCommand() command {
 			}
 		},
 	}
+}
+
+// decideChunk sends one batch under a deadline of its own: --timeout plus
+// the retries' bound, started when it is sent.
+func decideChunk(ctx context.Context, e *env, retry time.Duration, c *api.Client, req api.DecideRequest) (api.DecideReply, error) {
+	dctx, cancel := context.WithTimeout(ctx, e.timeout+retry)
+	defer cancel()
+	return c.Decide(dctx, req)
+}
+
+// notKnown explains a batch (req) that got no answer: it was sent and may
+// have been decided, in part or whole, so it is outcome_unknown (exit 6),
+// never a failure; it names the batch id that is safe to send again and
+// the items it held (a selection made again from the inbox may differ:
+// the answered items leave it), and how many items earlier batches (done)
+// answered. Other errors are returned as they are.
+func notKnown(err error, req api.DecideRequest, done []api.DecideOutcome) error {
+	if !errors.Is(err, context.DeadlineExceeded) && weft.ErrorCode(err) != weft.CodeOutcomeUnknown {
+		return err
+	}
+	var items []string
+	for _, it := range req.Items {
+		items = append(items, it.Run+"/"+it.Action)
+	}
+	msg := fmt.Sprintf("batch %s was sent and not answered: whether its %d request(s) were answered is not known (%v).\n"+
+		"Its requests: %s.\nRead them (%s show RUN) before answering again; sending the same batch id with the same items is answered at most once",
+		req.BatchID, len(req.Items), err, strings.Join(items, " "), self)
+	if len(done) > 0 {
+		msg += fmt.Sprintf(" (%d request(s) of earlier batches were answered before it)", len(done))
+	}
+	return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: msg}
 }
 
 // printOutcomes prints an outcome per item and fails (exit 1) when some

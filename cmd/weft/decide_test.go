@@ -1,11 +1,15 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/natstest"
 )
 
@@ -61,4 +65,63 @@ func TestSemantics4_CLIDecideAnswersABatch(t *testing.T) {
 		t.Fatalf("reject the third: %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 	waitShow(t, "bd-3", "rejected")
+}
+
+// slowYes says "y" only after wait: a person who reads the selection for
+// longer than --timeout before confirming.
+type slowYes struct {
+	wait time.Duration
+	done bool
+}
+
+func (r *slowYes) Read(p []byte) (int, error) {
+	if r.done {
+		return 0, io.EOF
+	}
+	time.Sleep(r.wait)
+	r.done = true
+	return copy(p, "y\n"), nil
+}
+
+// TestSemantics8_CLIDecideDeadlineStartsAfterTheConfirmation
+// (docs/semantics.md §8; docs/cli.md, weft decide): the time a person
+// takes at the confirmation prompt is not the batch's deadline — the
+// batch is sent after the confirmation with a whole --timeout of its own —
+// and a batch sent but never answered is "not known" (exit 6), naming the
+// batch id to send again. Before, the prompt ran inside the deadline: the
+// batch was published with a spent context and the CLI said a plain
+// failure (exit 1) without the batch id.
+func TestSemantics8_CLIDecideDeadlineStartsAfterTheConfirmation(t *testing.T) {
+	s := setup(t)
+	// A runner that takes the batch and never answers (it died).
+	got := make(chan []byte, 4)
+	sub, err := s.Conn.Subscribe(api.SubjectPrefix+api.EndpointDecide, func(m *nats.Msg) { got <- m.Data })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	confirmIn = &slowYes{wait: 2 * time.Second}
+	t.Cleanup(func() { confirmIn = os.Stdin })
+	code, out, errs := cli(t, "--nats", s.URL, "decide", "approve", "--run", "pay-42", "--approver", "desk", "--credential", "alice",
+		"--timeout", "1s", "--no-retry", "--batch-id", "cli-slow")
+	if code != exitNotKnown {
+		t.Fatalf("exit %d, want %d (not known)\nstdout %s\nstderr %s", code, exitNotKnown, out, errs)
+	}
+	for _, want := range []string{"outcome_unknown", "cli-slow", "pay-42", "1/c1"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	select {
+	case b := <-got:
+		var req api.DecideRequest
+		if err := json.Unmarshal(b, &req); err != nil || req.BatchID != "cli-slow" || len(req.Items) != 1 || req.Items[0].Action != "1/c1" {
+			t.Fatalf("sent %s (%v)", b, err)
+		}
+	default:
+		t.Fatal("the batch was never sent")
+	}
 }
