@@ -194,6 +194,12 @@ func definite(rep DecideRunReply) bool {
 	return true
 }
 
+// partSubject is the namespace of a batch part's kept reply: never the
+// subject a command's is kept under (handle keys every request on
+// weft.api.decide by its top-level command_id and run, which a batch part
+// must not share).
+const partSubject = SubjectPrefix + EndpointDecide + "#part"
+
 // decideLanes is how many runs' parts of one batch are decided at once.
 const decideLanes = 8
 
@@ -232,7 +238,7 @@ func (s *service) decide(ctx context.Context, b []byte) (any, string, error) {
 		lanes <- struct{}{}
 		go func() {
 			defer func() { <-lanes; wg.Done() }()
-			body, we := s.once(ctx, SubjectPrefix+EndpointDecide, run, req.BatchID, func() (any, bool, error) {
+			body, we := s.once(ctx, partSubject, run, req.BatchID, func() (any, bool, error) {
 				rep, err := s.b.Decide(ctx, part)
 				return rep, definite(rep), err
 			})

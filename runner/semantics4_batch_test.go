@@ -384,3 +384,34 @@ func TestSemantics4_RepeatedBatchDecidesOnlyThePartsNotApplied(t *testing.T) {
 		t.Fatalf("answers per append: rb7a %v, rb7b %v; bodies %d (want [1], [1], 2)", ga, gb, b.starts.Load())
 	}
 }
+
+// A decide body that also carries a top-level command_id and run (refused
+// invalid_request: unknown fields) keeps its refusal under its own key,
+// never under a batch part's: the batch with that id for that run is
+// still decided (docs/protocol/40-commands.md, "Idempotency"). Before,
+// both hashed the same, and the genuine batch was answered with the kept
+// invalid_request.
+func TestSemantics4_BatchKeyIsNotACommandID(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
+	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "rb8", "pay")
+	p := pendingOf(h, "rb8", 1)
+	c := ctx(t)
+	item, _ := json.Marshal(approveItem("rb8", p[0]))
+	body := []byte(fmt.Sprintf(`{"schema":1,"command_id":"b-shared","run":"rb8","items":[%s]}`, item))
+	msg, err := api.Request(c, h.srv.Conn, api.SubjectPrefix+api.EndpointDecide, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(msg.Data), string(weft.CodeInvalidRequest)) {
+		t.Fatalf("a body with command_id and run: %s, want invalid_request", msg.Data)
+	}
+	rep, err := h.client.Decide(c, api.DecideRequest{BatchID: "b-shared", Items: []api.DecideItem{approveItem("rb8", p[0])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := rep.Items[0]; o.Outcome != api.OutcomeAnswered {
+		t.Fatalf("the batch after it: %+v, want answered", o)
+	}
+	finished(t, h, "rb8")
+}
