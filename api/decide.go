@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,9 +37,11 @@ const (
 
 // DecideRequest is a batch decision (weft.api.decide): approval answers of
 // one run or many. BatchID makes it idempotent, per run: the reply of each
-// run's part is kept for the batch id as a command's is for its command id
-// (a repeated batch answers the same, and a part refused for a retry —
-// runner_busy, unavailable, … — is decided again).
+// run's part is kept for the batch id and the part's items (partDigest) as
+// a command's is for its command id (a repeated batch answers the same, a
+// part refused for a retry — runner_busy, unavailable, … — is decided
+// again, and the same batch id with other items for a run is decided as
+// those items).
 type DecideRequest struct {
 	Schema  int          `json:"schema"`
 	BatchID string       `json:"batch_id,omitempty"`
@@ -194,6 +198,22 @@ func definite(rep DecideRunReply) bool {
 	return true
 }
 
+// partDigest is a digest of a run part's items, all that decides them but
+// the credential (never kept, not even hashed): the kept reply is found
+// by the batch id and this, so that a batch id reused with other items
+// (another action, answer, revision, reason, …) is decided as what it is,
+// never answered with the outcomes of the items kept before.
+func partDigest(items []DecideItem) string {
+	h := sha256.New()
+	for _, it := range items {
+		it.Credential = ""
+		b, _ := json.Marshal(it)
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // partSubject is the namespace of a batch part's kept reply: never the
 // subject a command's is kept under (handle keys every request on
 // weft.api.decide by its top-level command_id and run, which a batch part
@@ -238,7 +258,11 @@ func (s *service) decide(ctx context.Context, b []byte) (any, string, error) {
 		lanes <- struct{}{}
 		go func() {
 			defer func() { <-lanes; wg.Done() }()
-			body, we := s.once(ctx, partSubject, run, req.BatchID, func() (any, bool, error) {
+			key := ""
+			if req.BatchID != "" {
+				key = req.BatchID + "\x00" + partDigest(part.Items)
+			}
+			body, we := s.once(ctx, partSubject, run, key, func() (any, bool, error) {
 				rep, err := s.b.Decide(ctx, part)
 				return rep, definite(rep), err
 			})
@@ -248,20 +272,16 @@ func (s *service) decide(ctx context.Context, b []byte) (any, string, error) {
 					we = &weft.Error{Code: weft.CodeInternal, Message: "the reply kept for this batch id and run does not decode: " + err.Error()}
 				}
 			}
+			if we == nil && len(rep.Items) != len(idx) {
+				we = &weft.Error{Code: weft.CodeInternal, Message: fmt.Sprintf("the reply for this run's part has %d outcomes for %d items", len(rep.Items), len(idx))}
+			}
 			for k, i := range idx {
-				switch {
-				case we != nil:
+				if we != nil {
 					it := req.Items[i]
 					out.Items[i] = DecideOutcome{Run: it.Run, Action: it.Action, Revision: it.Revision, Answer: it.Answer, Outcome: OutcomeRefused, Error: we}
-				case k < len(rep.Items):
-					out.Items[i] = rep.Items[k]
-				default:
-					// A batch id reused with more items for this run than
-					// the kept reply has: those were never decided.
-					it := req.Items[i]
-					out.Items[i] = DecideOutcome{Run: it.Run, Action: it.Action, Revision: it.Revision, Answer: it.Answer, Outcome: OutcomeRefused,
-						Error: &weft.Error{Code: weft.CodeInvalidRequest, Message: "batch id reused with other items for this run: its first reply is kept, this item was not decided"}}
+					continue
 				}
+				out.Items[i] = rep.Items[k]
 			}
 		}()
 	}

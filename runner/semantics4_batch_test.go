@@ -415,3 +415,37 @@ func TestSemantics4_BatchKeyIsNotACommandID(t *testing.T) {
 	}
 	finished(t, h, "rb8")
 }
+
+// A batch id reused with other items for a run never reports one item's
+// outcome under another's name (docs/protocol/40-commands.md,
+// "Idempotency"): the part is kept under the batch id and a digest of its
+// items, so the other items are decided as what they are. Before, the kept
+// reply was copied by position: the second batch's reject of the other
+// action was reported as the first batch's approve, answered, while
+// nothing was decided.
+func TestSemantics4_BatchIDReusedWithOtherItems(t *testing.T) {
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
+	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "rb9", "pay both")
+	p := pendingOf(h, "rb9", 2)
+	c := ctx(t)
+	first, err := h.client.Decide(c, api.DecideRequest{BatchID: "b-reused", Items: []api.DecideItem{approveItem("rb9", p[0])}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := first.Items[0]; o.Outcome != api.OutcomeAnswered || o.Action != p[0].ID {
+		t.Fatalf("first batch: %+v", o)
+	}
+	rej := api.DecideItem{Run: "rb9", Action: p[1].ID, Revision: p[1].Request.Revision, Answer: events.AnswerReject, Reason: "not this one", Approver: "desk", Credential: "alice"}
+	second, err := h.client.Decide(c, api.DecideRequest{BatchID: "b-reused", Items: []api.DecideItem{rej}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := second.Items[0]; o.Action != p[1].ID || o.Answer != events.AnswerReject || o.Outcome != api.OutcomeAnswered {
+		t.Fatalf("second batch, same id, other item: %+v, want %s rejected and answered", o, p[1].ID)
+	}
+	s, _ := finished(t, h, "rb9")
+	if a, _ := s.Action(p[1].ID); a.State != aggregate.ActionRejected {
+		t.Fatalf("%s: %s, want rejected", p[1].ID, a.State)
+	}
+}
