@@ -182,6 +182,9 @@ func decideCommand() command {
 						fmt.Fprintln(e.stderr, "no pending approval matches: nothing to answer")
 						return nil
 					}
+					if _, err := chunkByRun(picked, api.MaxBatchItems); err != nil {
+						return err // before asking: nothing would be sent
+					}
 					tw := tabwriter.NewWriter(e.stderr, 2, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "RUN\tACTION\tTOOL\tREVISION\tREQUIREMENT\tARGUMENTS")
 					for _, it := range picked {
@@ -197,12 +200,15 @@ func decideCommand() command {
 							return nil
 						}
 					}
+					chunks, err := chunkByRun(picked, api.MaxBatchItems)
+					if err != nil {
+						return err
+					}
 					var outcomes []api.DecideOutcome
-					for start, n := 0, 1; start < len(picked); start, n = start+api.MaxBatchItems, n+1 {
-						chunk := picked[start:min(start+api.MaxBatchItems, len(picked))]
+					for n, chunk := range chunks {
 						req := api.DecideRequest{BatchID: *batchID, Items: make([]api.DecideItem, len(chunk))}
-						if len(picked) > api.MaxBatchItems {
-							req.BatchID = fmt.Sprintf("%s-%d", *batchID, n)
+						if len(chunks) > 1 {
+							req.BatchID = fmt.Sprintf("%s-%d", *batchID, n+1)
 						}
 						for i, it := range chunk {
 							// The revision the person saw: never another one
@@ -224,6 +230,38 @@ func decideCommand() command {
 			}
 		},
 	}
+}
+
+// chunkByRun splits items into batches of at most limit items, never one
+// run's items across two (a run's items are decided all or nothing only
+// within one batch: docs/protocol/40-commands.md): runs in the order they
+// first appear, each added whole to the current batch while it fits. A run
+// with more than limit items is refused before anything is sent.
+func chunkByRun(items []projections.ApprovalItem, limit int) ([][]projections.ApprovalItem, error) {
+	var runs []string
+	byRun := map[string][]projections.ApprovalItem{}
+	for _, it := range items {
+		if _, ok := byRun[it.Run]; !ok {
+			runs = append(runs, it.Run)
+		}
+		byRun[it.Run] = append(byRun[it.Run], it)
+	}
+	var out [][]projections.ApprovalItem
+	var cur []projections.ApprovalItem
+	for _, run := range runs {
+		part := byRun[run]
+		if len(part) > limit {
+			return nil, fmt.Errorf("run %s has %d selected requests, over the %d a batch holds: its requests are answered all or nothing in one batch, so nothing was sent; select fewer of them (--item, --tool, an amount bound)", run, len(part), limit)
+		}
+		if len(cur)+len(part) > limit {
+			out, cur = append(out, cur), nil
+		}
+		cur = append(cur, part...)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out, nil
 }
 
 // decideChunk sends one batch under a deadline of its own: --timeout plus

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projections"
 )
 
 // TestSemantics4_CLIDecideAnswersABatch (docs/semantics.md §4, a batch
@@ -123,5 +125,37 @@ func TestSemantics8_CLIDecideDeadlineStartsAfterTheConfirmation(t *testing.T) {
 		}
 	default:
 		t.Fatal("the batch was never sent")
+	}
+}
+
+// TestSemantics4_CLIDecideNeverSplitsARun (docs/protocol/40-commands.md:
+// a run's items are decided all or nothing within one batch): weft decide
+// packs whole runs into its batches, and refuses, before sending
+// anything, a run with more selected items than a batch holds. Before, it
+// cut the selection by position, so a run straddling a boundary was two
+// decisions.
+func TestSemantics4_CLIDecideNeverSplitsARun(t *testing.T) {
+	var items []projections.ApprovalItem
+	for _, ra := range [][2]string{{"a", "1"}, {"b", "1"}, {"a", "2"}, {"b", "2"}, {"c", "1"}, {"b", "3"}} {
+		items = append(items, projections.ApprovalItem{Run: ra[0], Action: ra[1]})
+	}
+	chunks, err := chunkByRun(items, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	for _, ch := range chunks {
+		var names []string
+		for _, it := range ch {
+			names = append(names, it.Run+"/"+it.Action)
+		}
+		got = append(got, names)
+	}
+	want := [][]string{{"a/1", "a/2"}, {"b/1", "b/2", "b/3"}, {"c/1"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("batches %v, want %v (each run whole, at most 3 items a batch)", got, want)
+	}
+	if _, err := chunkByRun(items, 2); err == nil || !strings.Contains(err.Error(), "run b has 3 selected requests") {
+		t.Fatalf("a run over the limit: %v, want it refused by name", err)
 	}
 }
