@@ -431,6 +431,12 @@ func (r *Runner) Decide(ctx context.Context, req api.DecideRun) (api.DecideRunRe
 				ans = answerOfReject(it.Reject())
 			}
 			c, b, err := r.checkAnswer(ctx, rn, ans, now)
+			if ap, ok := c.(aggregate.Approve); ok && err == nil && ap.Policy.Decision == events.PolicyError && len(req.Items) > 1 {
+				// Alone, this approval ends the run failed (policy_failed,
+				// docs/semantics.md §4); a batch never ends a run on its
+				// other items' behalf, whatever their order.
+				err = &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("action %s: the policy re-run with the approver's context failed (%s): answered alone, this approval ends the run failed (policy_failed); answer it alone, or without it", it.Action, ap.Policy.Reason)}
+			}
 			if err != nil {
 				refusals[i], refused = err, true
 				if bare == nil {

@@ -449,3 +449,60 @@ func TestSemantics4_BatchIDReusedWithOtherItems(t *testing.T) {
 		t.Fatalf("%s: %s, want rejected", p[1].ID, a.State)
 	}
 }
+
+// failsAtReviewAbove requires approval for amounts over 100 and, at review
+// (the approver's context), fails for amounts over 550.
+func failsAtReviewAbove(ctx context.Context, a policy.Action) (policy.Decision, error) {
+	in, matched, err := tools.Input(payDef, a)
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	if _, review := policy.Reviewer(ctx); review && matched && in.Amount > 550 {
+		return policy.Decision{}, fmt.Errorf("limits service down")
+	}
+	return approvalAbove(ctx, a)
+}
+
+// An approval whose policy re-run fails, in a batch with other items of
+// its run, is refused on its own name (invalid_request, saying the policy
+// failed and to answer it alone: alone, it ends the run failed,
+// docs/semantics.md §4), the others are not recorded because of it, and
+// the run is unchanged — whatever the items' order
+// (docs/protocol/40-commands.md). Before, with the failing item first the
+// later ones were refused run_ended on a live run, and with it last the
+// part was recorded and the run failed.
+func TestSemantics4_BatchPolicyFailureIsRefusedOnItsOwn(t *testing.T) {
+	for _, failingFirst := range []bool{true, false} {
+		run := fmt.Sprintf("rb10-%t", failingFirst)
+		m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
+		h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(failsAtReviewAbove)), run, "pay both")
+		p := pendingOf(h, run, 2)
+		ok, failing := approveItem(run, p[0]), approveItem(run, p[1])
+		items := []api.DecideItem{ok, failing}
+		if failingFirst {
+			items = []api.DecideItem{failing, ok}
+		}
+		rep, err := h.client.Decide(ctx(t), api.DecideRequest{BatchID: "b-" + run, Items: items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range rep.Items {
+			switch o.Action {
+			case p[1].ID:
+				if o.Outcome != api.OutcomeRefused || o.Error == nil || o.Error.Code != weft.CodeInvalidRequest || !strings.Contains(o.Error.Message, "policy") {
+					t.Fatalf("failing first %t: the failing item %+v, want refused invalid_request naming the policy", failingFirst, o)
+				}
+			default:
+				if o.Outcome != api.OutcomeNotRecorded || !reflect.DeepEqual(o.Because, []string{p[1].ID}) {
+					t.Fatalf("failing first %t: the other item %+v, want not_recorded because of %s", failingFirst, o, p[1].ID)
+				}
+			}
+		}
+		if got := h.answerMessages(run); len(got) != 0 {
+			t.Fatalf("failing first %t: answers recorded %v", failingFirst, got)
+		}
+		if st := aggregate.Status(h.state(run)); st.Kind != aggregate.StatusSuspended {
+			t.Fatalf("failing first %t: run is %s, want still suspended", failingFirst, st.Kind)
+		}
+	}
+}
