@@ -411,6 +411,19 @@ func (r *Runner) checkAnswer(ctx context.Context, rn *run, ans answer, now time.
 	return aggregate.Approve{Action: ans.Action, Revision: ans.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Policy: policyResult(dec, perr), Tool: cfg}, nil, nil
 }
 
+// checksBudget is how long the checks of one run's part of a batch may
+// take before its remaining items are refused unchecked: half the agent's
+// command timeout, so that with the last item's policy and the append the
+// part is answered within the wait of a runner that forwarded it (twice
+// the command timeout) and holds the run no longer than a few commands do.
+func checksBudget(rn *run) time.Duration {
+	d, ok := rn.state.Limits().CommandTimeout.Duration()
+	if !ok || d <= 0 {
+		d = 5 * time.Second
+	}
+	return d / 2
+}
+
 // Decide answers one run's part of a batch decision (api.Backend): each
 // item checked as it would be alone (checkAnswer), then all of them decided
 // as one (aggregate.Answers: all or nothing, one append). When an item is
@@ -425,7 +438,18 @@ func (r *Runner) Decide(ctx context.Context, req api.DecideRun) (api.DecideRunRe
 		refusals := make([]error, len(req.Items))
 		var bare aggregate.Command
 		refused := false
+		start, budget := time.Now(), checksBudget(rn)
 		for i, it := range req.Items {
+			if i > 0 && time.Since(start) >= budget {
+				// The run is held while its items are checked: past the
+				// budget the rest is refused unchecked, a definite answer
+				// (sent again as it is, it would take as long).
+				for j := i; j < len(req.Items); j++ {
+					refusals[j] = &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("action %s: not checked: this run's items took longer than %s to check (half its command timeout; a slow policy or approver), so none is recorded; send fewer of them per batch", req.Items[j].Action, budget)}
+				}
+				refused = true
+				break
+			}
 			ans := answerOfApprove(it.Approve())
 			if it.Answer == events.AnswerReject {
 				ans = answerOfReject(it.Reject())

@@ -506,3 +506,56 @@ func TestSemantics4_BatchPolicyFailureIsRefusedOnItsOwn(t *testing.T) {
 		}
 	}
 }
+
+// slowReview requires approval for amounts over 100 and takes 400 ms to
+// decide at review (the approver's context).
+func slowReview(ctx context.Context, a policy.Action) (policy.Decision, error) {
+	if _, review := policy.Reviewer(ctx); review {
+		select {
+		case <-time.After(400 * time.Millisecond):
+		case <-ctx.Done():
+			return policy.Decision{}, ctx.Err()
+		}
+	}
+	return approvalAbove(ctx, a)
+}
+
+// A run's part whose checks are slow (its policy) is answered with a
+// definite, documented refusal once they pass half the agent's command
+// timeout: the items not checked are refused payload_too_large, saying to
+// send fewer, the others not_recorded, nothing recorded, the run
+// unchanged (docs/protocol/40-commands.md). Before, every item was checked
+// under the request's deadline whatever it took, holding the run, and a
+// part past it was answered unavailable (retried in vain).
+func TestSemantics4_BatchSlowChecksAreRefusedDefinitely(t *testing.T) {
+	calls := make([]model.ToolCall, 6)
+	for i := range calls {
+		calls[i] = payCall(int64(200+i), "ok")
+	}
+	m := model.NewScripted("s", model.CallTools(calls...), model.Answer("paid"))
+	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(slowReview), agent.WithCommandTimeout(2*time.Second), agent.WithPolicyTimeout(time.Second))
+	h := one(t, a, "rb11", "pay six")
+	p := pendingOf(h, "rb11", len(calls))
+	var items []api.DecideItem
+	for _, a := range p {
+		items = append(items, approveItem("rb11", a))
+	}
+	rep, err := h.client.Decide(ctx(t), api.DecideRequest{BatchID: "b-slow", Items: items})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := rep.Items[len(items)-1]; o.Outcome != api.OutcomeRefused || o.Error == nil || o.Error.Code != weft.CodePayloadTooLarge || !strings.Contains(o.Error.Message, "send fewer") {
+		t.Fatalf("the last item (checked past the budget): %+v, want refused payload_too_large saying to send fewer", o)
+	}
+	for i, o := range rep.Items {
+		if o.Outcome == api.OutcomeAnswered || o.Error != nil && o.Error.Code != weft.CodePayloadTooLarge {
+			t.Fatalf("item %d: %+v, want not_recorded or payload_too_large", i, o)
+		}
+	}
+	if got := h.answerMessages("rb11"); len(got) != 0 {
+		t.Fatalf("answers recorded %v", got)
+	}
+	if st := aggregate.Status(h.state("rb11")); st.Kind != aggregate.StatusSuspended {
+		t.Fatalf("run is %s, want still suspended", st.Kind)
+	}
+}
