@@ -95,6 +95,8 @@ func (d *decider) command(c Command) error {
 		return d.approve(c)
 	case Reject:
 		return d.reject(c)
+	case Answers:
+		return d.answers(c)
 	case Report:
 		return d.report(c)
 	case Lost:

@@ -56,7 +56,8 @@
 //     firing, a person's answer — comes back as a Command in step 2.
 //
 // Commands are Start, ModelReply, ModelFailure, ResolveCalls, Approve,
-// Reject, Report, Lost, Settle, Reconcile (with its stored form), Cancel,
+// Reject, Answers (a batch of one run's approvals and rejections, all or
+// nothing), Report, Lost, Settle, Reconcile (with its stored form), Cancel,
 // TimerFired, HandOff, Recover, ChildSettle and ToolMissing, and Pause and
 // Resume (pause.go; docs/semantics.md §13: a paused run gets no fence and no
 // new turn until the resume). Decide emits

@@ -274,6 +274,40 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			Policy: p, Tool: tool,
 		})
 
+	case "answers":
+		// A batch of answers to one run's requests (Answers), one per
+		// line: approve action=… rev=… [reviewer=…] [policy=…] or
+		// reject action=… rev=… [reason=…] [by=…].
+		var c Answers
+		for _, ln := range lines(d.Input) {
+			f := strings.Fields(ln)
+			kv := map[string]string{}
+			for _, a := range f[1:] {
+				k, v, _ := strings.Cut(a, "=")
+				kv[k] = v
+			}
+			or := func(k, def string) string {
+				if v, ok := kv[k]; ok {
+					return strings.ReplaceAll(v, "_", " ")
+				}
+				return def
+			}
+			rev, err := strconv.Atoi(kv["rev"])
+			if err != nil {
+				t.Fatalf("answers: %q: rev: %v", ln, err)
+			}
+			switch f[0] {
+			case "approve":
+				p, tool := policyOf(t, strings.Fields(or("policy", "allow")))
+				c.Answers = append(c.Answers, Approve{Action: kv["action"], Revision: rev, Reviewer: or("reviewer", "alice"), Verifier: "desk-approvers", Policy: p, Tool: tool})
+			case "reject":
+				c.Answers = append(c.Answers, Reject{Action: kv["action"], Revision: rev, Reason: or("reason", "no"), By: or("by", "bob")})
+			default:
+				t.Fatalf("answers: %q", ln)
+			}
+		}
+		return h.decide(t, c)
+
 	case "check":
 		a, err := CheckAnswer(h.state, h.strArg(t, d, "action", ""), h.intArg(t, d, "rev", 0), h.now)
 		if err != nil {

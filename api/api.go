@@ -73,6 +73,9 @@ type Backend interface {
 	Pause(ctx context.Context, req PauseRequest) (Reply, error)
 	// Resume resumes a paused run.
 	Resume(ctx context.Context, req ResumeRequest) (Reply, error)
+	// Decide answers one run's part of a batch decision as one decision
+	// (all or nothing within the run): the reply has an outcome per item.
+	Decide(ctx context.Context, req DecideRun) (DecideRunReply, error)
 }
 
 // ServeOption configures Serve.
@@ -148,6 +151,7 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointResolve, s.resolve},
 		{EndpointPause, s.pause},
 		{EndpointResume, s.resume},
+		{EndpointDecide, s.decide},
 	} {
 		if err := add(e.name, e.h); err != nil {
 			_ = svc.Stop()
@@ -233,33 +237,50 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 		respondError(r, tooLarge("command_id", len(head.CommandID), MaxID))
 		return
 	}
+	body, we := s.once(ctx, r.Subject(), head.Run, head.CommandID, func() (any, bool, error) {
+		reply, _, err := h(ctx, data)
+		return reply, true, err
+	})
+	if we != nil {
+		respondErrorBody(r, we, body)
+		return
+	}
+	_ = r.Respond(body)
+}
+
+// once applies a command at most once for its command id: the reply kept
+// for (subject, run, commandID) when there is one, else apply's, kept
+// when it is definite (a success, or a refusal keep accepts) and released
+// otherwise, so that a retry applies it again; a success apply says not
+// to keep (its second result false) is released as well. Without a
+// command id (or a bucket) apply simply runs. It returns the reply's body and, for an
+// error reply, its error. A batch decision calls it once per run, with the
+// batch id as the command id (decide.go).
+func (s *service) once(ctx context.Context, subject, run, commandID string, apply func() (any, bool, error)) ([]byte, *weft.Error) {
 	key := ""
-	if head.CommandID != "" && s.kv != nil {
-		sum := sha256.Sum256([]byte(r.Subject() + "\x00" + head.Run + "\x00" + head.CommandID))
+	if commandID != "" && s.kv != nil {
+		sum := sha256.Sum256([]byte(subject + "\x00" + run + "\x00" + commandID))
 		key = hex.EncodeToString(sum[:16])
 		stored, err := s.claim(ctx, key)
 		if err != nil {
-			respondError(r, err)
-			return
+			body, _ := json.Marshal(ErrorReply{Schema: Schema, Error: err})
+			return body, err
 		}
 		if stored != nil {
 			var er ErrorReply
 			if json.Unmarshal(stored, &er) == nil && er.Error != nil {
-				respondErrorBody(r, er.Error, stored)
-			} else {
-				_ = r.Respond(stored)
+				return stored, er.Error
 			}
-			return
+			return stored, nil
 		}
 	}
-	reply, _, err := h(ctx, data)
-	var body []byte
+	reply, definite, err := apply()
 	if err != nil {
 		var we *weft.Error
 		if !errors.As(err, &we) {
 			we = uncoded(err)
 		}
-		body, _ = json.Marshal(ErrorReply{Schema: Schema, Error: we})
+		body, _ := json.Marshal(ErrorReply{Schema: Schema, Error: we})
 		if key != "" {
 			if keep(we.Code) {
 				s.keepReply(key, body)
@@ -267,14 +288,17 @@ func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, 
 				s.release(key) // a retry runs again
 			}
 		}
-		respondErrorBody(r, we, body)
-		return
+		return body, we
 	}
-	body, _ = json.Marshal(reply)
-	if key != "" {
+	body, _ := json.Marshal(reply)
+	switch {
+	case key == "":
+	case definite:
 		s.keepReply(key, body)
+	default:
+		s.release(key)
 	}
-	_ = r.Respond(body)
+	return body, nil
 }
 
 // uncoded is the answer to an error without a protocol code: a store or
@@ -435,17 +459,27 @@ func (s *service) approve(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"approver", req.Approver, MaxID}, field{"credential", req.Credential, MaxCredential}), boundedProof(req.Proof)); err != nil {
-		return nil, "", firstCoded(err)
-	}
-	if err := checkRun(req.Run); err != nil {
+	if err := checkApprove(req); err != nil {
 		return nil, "", err
-	}
-	if err := errors.Join(need("action", req.Action), need("approver", req.Approver), checkRevision(req.Revision)); err != nil {
-		return nil, "", firstCoded(err)
 	}
 	rep, err := s.b.Approve(ctx, req)
 	return rep, req.CommandID, err
+}
+
+// checkApprove checks an approval's fields (their limits, the run id, the
+// required ones), as the approve endpoint and an item of a batch decision
+// take them.
+func checkApprove(req ApproveRequest) error {
+	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"approver", req.Approver, MaxID}, field{"credential", req.Credential, MaxCredential}), boundedProof(req.Proof)); err != nil {
+		return firstCoded(err)
+	}
+	if err := checkRun(req.Run); err != nil {
+		return err
+	}
+	if err := errors.Join(need("action", req.Action), need("approver", req.Approver), checkRevision(req.Revision)); err != nil {
+		return firstCoded(err)
+	}
+	return nil
 }
 
 func (s *service) reject(ctx context.Context, b []byte) (any, string, error) {
@@ -453,18 +487,27 @@ func (s *service) reject(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"approver", req.Approver, MaxID}, field{"credential", req.Credential, MaxCredential},
-		field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}), boundedProof(req.Proof)); err != nil {
-		return nil, "", firstCoded(err)
-	}
-	if err := checkRun(req.Run); err != nil {
+	if err := checkReject(req); err != nil {
 		return nil, "", err
-	}
-	if err := errors.Join(need("action", req.Action), checkRevision(req.Revision)); err != nil {
-		return nil, "", firstCoded(err)
 	}
 	rep, err := s.b.Reject(ctx, req)
 	return rep, req.CommandID, err
+}
+
+// checkReject checks a rejection's fields, as the reject endpoint and an
+// item of a batch decision take them.
+func checkReject(req RejectRequest) error {
+	if err := errors.Join(bounded(field{"action", req.Action, MaxID}, field{"approver", req.Approver, MaxID}, field{"credential", req.Credential, MaxCredential},
+		field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}), boundedProof(req.Proof)); err != nil {
+		return firstCoded(err)
+	}
+	if err := checkRun(req.Run); err != nil {
+		return err
+	}
+	if err := errors.Join(need("action", req.Action), checkRevision(req.Revision)); err != nil {
+		return firstCoded(err)
+	}
+	return nil
 }
 
 func (s *service) reconcile(ctx context.Context, b []byte, stored bool) (any, string, error) {

@@ -56,6 +56,9 @@ func (b *slowBackend) Resume(context.Context, api.ResumeRequest) (api.Reply, err
 func (b *slowBackend) Report(context.Context, api.Report) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
+func (b *slowBackend) Decide(context.Context, api.DecideRun) (api.DecideRunReply, error) {
+	return api.DecideRunReply{}, nil
+}
 func (b *slowBackend) Resolve(context.Context, api.ResolveRequest) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }

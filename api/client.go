@@ -195,6 +195,40 @@ func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
 	return r, c.call(ctx, EndpointReject, req, &r)
 }
 
+// Decide sends a batch decision (weft.api.decide): an outcome per item.
+// With WithRetry, a batch without a BatchID is given one, and a batch
+// whose reply refuses some item with a retryable code (a run's part that
+// was not applied: runner_busy, unavailable, …) is sent again with the
+// same batch id within the bound — the parts already decided answer the
+// same (kept for the batch id), the others are decided again.
+func (c *Client) Decide(ctx context.Context, req DecideRequest) (DecideReply, error) {
+	req.Schema = Schema
+	c.commandID(&req.BatchID)
+	bound := time.Now().Add(c.retry)
+	back := backoff.New(RetryFirstDelay, RetryMaxDelay)
+	for {
+		var r DecideReply
+		if err := c.call(ctx, EndpointDecide, req, &r); err != nil || c.retry <= 0 || !retryable(r) {
+			return r, err
+		}
+		d := back.Next()
+		if time.Now().Add(d).After(bound) || backoff.Sleep(ctx, d) != nil {
+			return r, nil
+		}
+	}
+}
+
+// retryable reports whether an item of a batch's reply was refused with a
+// retryable code (its run's part was not applied).
+func retryable(r DecideReply) bool {
+	for _, o := range r.Items {
+		if o.Error != nil && o.Error.Code.Retryable() {
+			return true
+		}
+	}
+	return false
+}
+
 // Reconcile reconciles an uncertain action of a live run.
 func (c *Client) Reconcile(ctx context.Context, req ReconcileRequest) (Reply, error) {
 	req.Schema = Schema
@@ -247,7 +281,7 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 // Endpoints returns the endpoints of the "weft" micro service, a fresh
 // slice on each call.
 func Endpoints() []string {
-	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume}
+	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume, EndpointDecide}
 }
 
 // QueueEndpoints returns the endpoints (report, settle) the "weft" micro

@@ -54,6 +54,10 @@ func (b *acceptAll) Resolve(_ context.Context, r ResolveRequest) (Reply, error) 
 	b.got = r
 	return Reply{}, nil
 }
+func (b *acceptAll) Decide(_ context.Context, r DecideRun) (DecideRunReply, error) {
+	b.got = r
+	return DecideRunReply{}, nil
+}
 
 // decodeCommand runs body through endpoint's decoding and checks (what
 // the handler Serve installs does, without NATS and idempotency), returning what reached the

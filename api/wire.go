@@ -337,6 +337,9 @@ var refusals = map[string][]weft.Code{
 	EndpointResume:          runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
 	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
+	// A batch's own refusals; each item's outcome may carry any of
+	// approve's and reject's (DecideOutcome.Error).
+	EndpointDecide: commandRefusals(),
 }
 
 // commandRefusals is what every command endpoint may answer (decoding,

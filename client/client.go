@@ -1,7 +1,7 @@
 // Package client is the one package a Go application imports to drive Weft
 // from outside the runner: Client sends the commands of the "weft" micro
-// service (weft.api.*: start, approve, reject, reconcile, resolve, settle,
-// cancel, and report for tool workers) and the queries of "weft-query"
+// service (weft.api.*: start, approve, reject, decide, reconcile, resolve,
+// settle, cancel, and report for tool workers) and the queries of "weft-query"
 // (weft.api.query.*: run views, lists, inboxes, open questions, histories),
 // and Wait watches a run until it reaches a state. The wire types a caller
 // needs are declared here (as aliases of the packages that serve them), so
@@ -62,6 +62,15 @@ type (
 	Report = api.Report
 	// Reply is the reply of every command but start: the run's status.
 	Reply = api.Reply
+	// DecideRequest is a batch decision: approval answers of one run or
+	// many (weft.api.decide).
+	DecideRequest = api.DecideRequest
+	// DecideItem is one answer of a batch decision.
+	DecideItem = api.DecideItem
+	// DecideReply answers a batch decision: an outcome per item.
+	DecideReply = api.DecideReply
+	// DecideOutcome is one item's outcome.
+	DecideOutcome = api.DecideOutcome
 )
 
 // The query types (docs/protocol/50-queries.md).
@@ -260,6 +269,15 @@ func (c *Client) Approve(ctx context.Context, req ApproveRequest) (Reply, error)
 // Reject rejects a pending approval request.
 func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
 	return c.cmd.Reject(ctx, req)
+}
+
+// Decide answers several approval requests, of one run or many, in one
+// request (a batch decision, docs/protocol/40-commands.md): each item is
+// checked as a single answer is, each run's items are recorded all or
+// nothing, and the reply has an outcome per item. A repeated batch (same
+// BatchID) answers the same.
+func (c *Client) Decide(ctx context.Context, req DecideRequest) (DecideReply, error) {
+	return c.cmd.Decide(ctx, req)
 }
 
 // Reconcile records what happened to an uncertain action of a live run.

@@ -165,6 +165,8 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	mux.HandleFunc("GET /runs/{run}", c.run)
 	mux.HandleFunc("GET /live", c.live)
 	mux.HandleFunc("GET /static/", c.serveStatic)
+	mux.HandleFunc("GET /batch", c.batch)
+	mux.HandleFunc("POST /batch", c.batch)
 	mux.HandleFunc("POST /act/approval", c.actApproval)
 	mux.HandleFunc("POST /act/reconcile", c.actReconcile)
 	mux.HandleFunc("POST /act/resolve", c.actResolve)

@@ -291,39 +291,7 @@ func (r *Runner) newRunID() string {
 func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointApprove, req, &out, func(ctx context.Context, rn *run) error {
-		// The order of the checks is the aggregate's (PlanAnswer): a
-		// replayed proof first, then the references, the proof before the
-		// expiry of a due request.
-		now := r.clock(rn)
-		plan, err := aggregate.PlanAnswer(rn.state, aggregate.AnswerCheck{Answer: events.AnswerApprove, Action: req.Action, Revision: req.Revision,
-			Approver: req.Approver, Approvers: len(rn.agent.Approvers()) > 0, Proof: req.Proof}, now)
-		if err != nil {
-			return err
-		}
-		var pf approvers.Proof
-		if plan.Verify {
-			ans := approvers.Answer{Approver: req.Approver, Credential: req.Credential, Signed: req.Proof}
-			if pf, err = approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, plan.Action, plan.Request, events.AnswerApprove), now); err != nil {
-				return err // a refused proof changes nothing
-			}
-		}
-		if plan.Refusal != nil {
-			// Record due expiries; the refusal is the pre-check's.
-			_ = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision})
-			return plan.Refusal
-		}
-		id := answerIdentity(pf.Signed())
-		if err := r.people.Required(pf.Reviewer(), id.Verified, "", false); err != nil {
-			return err
-		}
-		a, appr := plan.Action, plan.Request
-		reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
-		timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
-		pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: req.Revision})
-		dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
-		cfg, _ := rn.agent.ToolConfig(a.Tool)
-		err = r.step(ctx, rn, aggregate.Approve{Action: req.Action, Revision: req.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Identity: id, Policy: PolicyResult(dec, perr), Tool: cfg})
-		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "approved")
+		err := r.answerOne(ctx, rn, answerOfApprove(req))
 		out = r.reply(rn)
 		return err
 	})
@@ -343,36 +311,196 @@ func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer 
 func (r *Runner) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, error) {
 	var out api.Reply
 	err := r.route(ctx, req.Run, api.EndpointReject, req, &out, func(ctx context.Context, rn *run) error {
-		// The order of the checks is the aggregate's (PlanAnswer): the
-		// approver an agent with approvers requires, a replayed proof,
-		// the references, then the proof.
-		now := r.clock(rn)
-		plan, err := aggregate.PlanAnswer(rn.state, aggregate.AnswerCheck{Answer: events.AnswerReject, Action: req.Action, Revision: req.Revision,
-			Approver: req.Approver, Approvers: len(rn.agent.Approvers()) > 0, Proof: req.Proof}, now)
-		if err != nil {
-			return err
-		}
-		if plan.Refusal != nil {
-			_ = r.step(ctx, rn, aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason})
-			return plan.Refusal
-		}
-		c := aggregate.Reject{Action: req.Action, Revision: req.Revision, Reason: req.Reason, By: req.By}
-		if plan.Verify {
-			ans := approvers.Answer{Approver: req.Approver, Credential: req.Credential, Signed: req.Proof}
-			pf, err := approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), ans, answerSubject(rn, plan.Action, plan.Request, events.AnswerReject), now)
-			if err != nil {
-				return err
-			}
-			c.By, c.Verifier, c.Proof, c.Identity = pf.Reviewer(), pf.Approver(), pf.Signed(), answerIdentity(pf.Signed())
-		}
-		if err := r.people.Required(c.By, c.Identity.Verified, c.Reason, true); err != nil {
-			return err
-		}
-		err = r.step(ctx, rn, c)
-		r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", req.Action, "answer", "rejected")
+		err := r.answerOne(ctx, rn, answerOfReject(req))
 		out = r.reply(rn)
 		return err
 	})
+	return out, err
+}
+
+// answer is an approval answer as approve, reject or an item of a batch
+// decision carry it: Kind is events.AnswerApprove or AnswerReject.
+type answer struct {
+	Kind       string
+	Action     string
+	Revision   int
+	Approver   string
+	Credential string
+	Reason     string
+	By         string
+	Proof      *events.ApprovalProof
+}
+
+func answerOfApprove(req api.ApproveRequest) answer {
+	return answer{Kind: events.AnswerApprove, Action: req.Action, Revision: req.Revision, Approver: req.Approver, Credential: req.Credential, Proof: req.Proof}
+}
+
+func answerOfReject(req api.RejectRequest) answer {
+	return answer{Kind: events.AnswerReject, Action: req.Action, Revision: req.Revision, Approver: req.Approver, Credential: req.Credential, Reason: req.Reason, By: req.By, Proof: req.Proof}
+}
+
+// answerOne decides one answer alone: checked (checkAnswer), then decided,
+// or its refusal answered after the due expiries a refusal of the
+// references records (the bare command).
+func (r *Runner) answerOne(ctx context.Context, rn *run, ans answer) error {
+	c, bare, err := r.checkAnswer(ctx, rn, ans, r.clock(rn))
+	if err != nil {
+		if bare != nil {
+			_ = r.step(ctx, rn, bare)
+		}
+		return err
+	}
+	err = r.step(ctx, rn, c)
+	r.emitAnswered(ctx, rn, ans)
+	return err
+}
+
+// emitAnswered emits the telemetry of an answer that was decided.
+func (r *Runner) emitAnswered(ctx context.Context, rn *run, ans answer) {
+	word := "approved"
+	if ans.Kind == events.AnswerReject {
+		word = "rejected"
+	}
+	r.tel.Emit(ctx, telemetry.ApprovalAnswered, "run", rn.id, "action", ans.Action, "answer", word)
+}
+
+// checkAnswer checks an answer before it is decided, in the aggregate's
+// order (PlanAnswer; docs/semantics.md §4): an approver an agent with
+// approvers requires for a reject, a replayed proof, the references — the
+// proof before the expiry of a due request — then the proof, and for an
+// approve the policy re-run with the approver's context. It returns the
+// command to decide (Approve or Reject), or the refusal and, for a refusal
+// of the references, the bare command that records the due expiries (a
+// refused proof changes nothing: no bare command).
+func (r *Runner) checkAnswer(ctx context.Context, rn *run, ans answer, now time.Time) (aggregate.Command, aggregate.Command, error) {
+	plan, err := aggregate.PlanAnswer(rn.state, aggregate.AnswerCheck{Answer: ans.Kind, Action: ans.Action, Revision: ans.Revision,
+		Approver: ans.Approver, Approvers: len(rn.agent.Approvers()) > 0, Proof: ans.Proof}, now)
+	if err != nil {
+		return nil, nil, err
+	}
+	var pf approvers.Proof
+	verified := false
+	if plan.Verify {
+		in := approvers.Answer{Approver: ans.Approver, Credential: ans.Credential, Signed: ans.Proof}
+		if pf, err = approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), in, answerSubject(rn, plan.Action, plan.Request, ans.Kind), now); err != nil {
+			return nil, nil, err // a refused proof changes nothing
+		}
+		verified = true
+	}
+	if plan.Refusal != nil {
+		// The bare command records due expiries; the refusal is the
+		// pre-check's.
+		if ans.Kind == events.AnswerReject {
+			return nil, aggregate.Reject{Action: ans.Action, Revision: ans.Revision, Reason: ans.Reason}, plan.Refusal
+		}
+		return nil, aggregate.Approve{Action: ans.Action, Revision: ans.Revision}, plan.Refusal
+	}
+	if ans.Kind == events.AnswerReject {
+		c := aggregate.Reject{Action: ans.Action, Revision: ans.Revision, Reason: ans.Reason, By: ans.By}
+		if verified {
+			c.By, c.Verifier, c.Proof, c.Identity = pf.Reviewer(), pf.Approver(), pf.Signed(), answerIdentity(pf.Signed())
+		}
+		if err := r.people.Required(c.By, c.Identity.Verified, c.Reason, true); err != nil {
+			return nil, nil, err
+		}
+		return c, nil, nil
+	}
+	id := answerIdentity(pf.Signed())
+	if err := r.people.Required(pf.Reviewer(), id.Verified, "", false); err != nil {
+		return nil, nil, err
+	}
+	a, appr := plan.Action, plan.Request
+	reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
+	timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
+	pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: ans.Revision})
+	dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
+	cfg, _ := rn.agent.ToolConfig(a.Tool)
+	return aggregate.Approve{Action: ans.Action, Revision: ans.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Identity: id, Policy: PolicyResult(dec, perr), Tool: cfg}, nil, nil
+}
+
+// checksBudget is how long the checks of one run's part of a batch may
+// take before its remaining items are refused unchecked: half the agent's
+// command timeout, so that with the last item's policy and the append the
+// part is answered within the wait of a runner that forwarded it (twice
+// the command timeout) and holds the run no longer than a few commands do.
+func checksBudget(rn *run) time.Duration {
+	d, ok := rn.state.Limits().CommandTimeout.Duration()
+	if !ok || d <= 0 {
+		d = 5 * time.Second
+	}
+	return d / 2
+}
+
+// Decide answers one run's part of a batch decision (api.Backend): each
+// item checked as it would be alone (checkAnswer), then all of them decided
+// as one (aggregate.Answers: all or nothing, one append). When an item is
+// refused before the decision (its proof, its references), none is
+// decided; a refusal of the references first records the due expiries, as
+// a single answer does.
+func (r *Runner) Decide(ctx context.Context, req api.DecideRun) (api.DecideRunReply, error) {
+	out := api.DecideRunReply{Schema: api.Schema, Run: req.Run}
+	err := r.route(ctx, req.Run, api.EndpointDecide, req, &out, func(ctx context.Context, rn *run) error {
+		now := r.clock(rn)
+		batch := aggregate.Answers{Answers: make([]aggregate.Command, len(req.Items))}
+		refusals := make([]error, len(req.Items))
+		var bare aggregate.Command
+		refused := false
+		start, budget := time.Now(), checksBudget(rn)
+		for i, it := range req.Items {
+			if i > 0 && time.Since(start) >= budget {
+				// The run is held while its items are checked: past the
+				// budget the rest is refused unchecked, a definite answer
+				// (sent again as it is, it would take as long).
+				for j := i; j < len(req.Items); j++ {
+					refusals[j] = &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("action %s: not checked: this run's items took longer than %s to check (half its command timeout; a slow policy or approver), so none is recorded; send fewer of them per batch", req.Items[j].Action, budget)}
+				}
+				refused = true
+				break
+			}
+			ans := answerOfApprove(it.Approve())
+			if it.Answer == events.AnswerReject {
+				ans = answerOfReject(it.Reject())
+			}
+			c, b, err := r.checkAnswer(ctx, rn, ans, now)
+			if ap, ok := c.(aggregate.Approve); ok && err == nil && ap.Policy.Decision == events.PolicyError && len(req.Items) > 1 {
+				// Alone, this approval ends the run failed (policy_failed,
+				// docs/semantics.md §4); a batch never ends a run on its
+				// other items' behalf, whatever their order.
+				err = &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("action %s: the policy re-run with the approver's context failed (%s): answered alone, this approval ends the run failed (policy_failed); answer it alone, or without it", it.Action, ap.Policy.Reason)}
+			}
+			if err != nil {
+				refusals[i], refused = err, true
+				if bare == nil {
+					bare = b
+				}
+				continue
+			}
+			batch.Answers[i] = c
+		}
+		var err error
+		if refused {
+			if bare != nil {
+				_ = r.step(ctx, rn, bare)
+			}
+			err = &aggregate.AnswersRefused{Refusals: refusals}
+		} else {
+			err = r.step(ctx, rn, batch)
+			if err == nil {
+				for _, it := range req.Items {
+					r.emitAnswered(ctx, rn, answer{Kind: it.Answer, Action: it.Action})
+				}
+			}
+		}
+		out.Items = api.Outcomes(req.Items, nil, r.reply(rn).Status)
+		if ar, ok := aggregate.IsAnswersRefused(err); ok {
+			out.Items = api.Outcomes(req.Items, ar.Refusals, "")
+		}
+		return err
+	})
+	if _, ok := aggregate.IsAnswersRefused(err); ok {
+		// Refused as a batch: every item says why, in the reply.
+		return out, nil
+	}
 	return out, err
 }
 

@@ -87,7 +87,7 @@ func forwardUnknown(kind, id, driver string) error {
 // content, unavailable (the sender retries).
 func unknownAnswer(kind, reason, msg string) error {
 	switch kind {
-	case api.EndpointApprove, api.EndpointReject, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointStart,
+	case api.EndpointApprove, api.EndpointReject, api.EndpointDecide, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointStart,
 		api.EndpointPause, api.EndpointResume:
 		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: msg}
 	case api.EndpointSettle:
@@ -165,6 +165,12 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 			return nil, err
 		}
 		return r.Reject(ctx, req)
+	case api.EndpointDecide:
+		req, err := decodeInto[api.DecideRun](f.Body)
+		if err != nil {
+			return nil, err
+		}
+		return r.Decide(ctx, req)
 	case api.EndpointReconcile, api.EndpointReconcileStored:
 		req, err := decodeInto[api.ReconcileRequest](f.Body)
 		if err != nil {

@@ -52,14 +52,22 @@ type views struct {
 // and the whole exchange is bounded by --timeout plus retry (send says
 // what a deadline that passed means).
 func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *api.Client, q views) error) error {
+	return withAPIConn(ctx, e, retry, func(ctx context.Context, c *api.Client, q views) error {
+		actx, cancel := context.WithTimeout(ctx, e.timeout+retry)
+		defer cancel()
+		return fn(actx, c, q)
+	})
+}
+
+// withAPIConn is withAPI without the deadline: fn bounds each exchange
+// itself (decide waits for a person between its exchanges).
+func withAPIConn(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *api.Client, q views) error) error {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeNode(n)
-	actx, cancel := context.WithTimeout(ctx, e.timeout+retry)
-	defer cancel()
-	return fn(actx, api.NewClient(n.Conn(), api.WithRetry(retry)), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
+	return fn(ctx, api.NewClient(n.Conn(), api.WithRetry(retry)), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
 }
 
 func printReply(e *env, asJSON bool, r api.Reply) error {

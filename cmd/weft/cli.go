@@ -119,7 +119,7 @@ func closeNode(n *natsnode.Node) {
 func commands() []command {
 	return []command{
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
-		startCommand(), approveCommand(), rejectCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
+		startCommand(), approveCommand(), rejectCommand(), decideCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
 		pauseCommand(true), pauseCommand(false),
 		auditCommand(), rebuildCommand(), repairCommand(), consoleCommand(), devCommand(), mcpCommand(),
 		chaosCommand(), benchCommand(), scaleCommand(),
