@@ -250,6 +250,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			r.keepCloses(rn.id, won)
 		}
 	}()
+	alone := false // the model reply is appended without its resolution
 	for range 8 {
 		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
@@ -260,6 +261,10 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if len(evs) == 0 {
 			return nil, derr
 		}
+		reply := len(evs)
+		if _, ok := c.(aggregate.ModelReply); ok && derr == nil && !alone {
+			evs = r.withResolution(ctx, rn, evs, now)
+		}
 		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
 			return nil, err
 		}
@@ -269,6 +274,13 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			if !errors.As(err, &conflict) {
 				switch weft.ErrorCode(err) {
 				case weft.CodePayloadTooLarge, weft.CodeInvalidName:
+					if len(evs) > reply && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
+						// The reply with its resolution is too large for
+						// one message: the reply alone may not be; its
+						// resolution follows in act, as its own decision.
+						alone = true
+						continue
+					}
 					return nil, err // refused by the store: nothing landed
 				case weft.CodeQuarantined:
 					// Refused: another message is the run's last, and no
@@ -453,10 +465,7 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 	if _, handOff := c.(aggregate.HandOff); rn.keyed || !rn.driven || handOff {
 		return nil
 	}
-	next := rn.state.Clone()
-	for i, ev := range evs {
-		next = aggregate.Evolve(next, events.Recorded{Run: rn.id, Version: rn.state.Version() + uint64(i) + 1, At: now, Event: ev})
-	}
+	next := rn.after(evs, now)
 	if _, fin := next.Finished(); fin || !next.Exists() || aggregate.Idle(next) {
 		return nil
 	}
@@ -468,4 +477,60 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 	}
 	rn.keyed, rn.keyRev = true, rev
 	return nil
+}
+
+// after is rn's state once evs, a decision about to be appended at now,
+// are folded in (rn's state is left as it is).
+func (rn *run) after(evs []events.Event, now time.Time) aggregate.State {
+	next := rn.state.Clone()
+	for i, ev := range evs {
+		next = aggregate.Evolve(next, events.Recorded{Run: rn.id, Version: rn.state.Version() + uint64(i) + 1, At: now, Event: ev})
+	}
+	return next
+}
+
+// withResolution returns evs, the decision of a model reply on rn at now,
+// followed by the resolution of the tool request the reply makes —
+// validation, policy, queue and fence (aggregate.ResolveCalls), decided on
+// the state evs give — so that both are recorded in one message of the log
+// (docs/adr/0001-one-message-per-decision.md: a decision may carry several
+// events; docs/adr/0027-fewer-writes-per-step.md). The events and their
+// order are those of the reply's append followed by the resolution's: a
+// reader of the log folds the same state. When the combined append is not
+// recorded, nothing of it is: the reply is kept and recorded again by the
+// next pass of act, as any unrecorded reply (docs/semantics.md §8, "work
+// that was not recorded is derived again"), and its resolution decided
+// again with it.
+//
+// It returns evs alone when there is nothing to resolve, when the runner
+// drains (the runner that takes the run over resolves), when rn is not
+// driven or a takeover is pending, or when the resolution is refused or
+// would close claims: then act derives the resolution from the log after
+// the reply's append and decides it on its own, as before.
+func (r *Runner) withResolution(ctx context.Context, rn *run, evs []events.Event, now time.Time) []events.Event {
+	if !rn.driven || rn.takeover != nil {
+		return evs
+	}
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		return evs
+	}
+	next := rn.after(evs, now)
+	w := aggregate.Pending(next)
+	if w.Resolve == nil {
+		return evs
+	}
+	// resolve reads the run's state (limits, delegation bounds): the state
+	// the reply gives, for the time of the decision.
+	pre := rn.state
+	rn.state = next
+	cmd := r.resolve(ctx, rn, *w.Resolve)
+	rn.state = pre
+	more, err := aggregate.Decide(next, cmd, now)
+	if err != nil || len(more) == 0 || len(aggregate.ToClose(next, cmd, more)) > 0 {
+		return evs
+	}
+	return append(evs[:len(evs):len(evs)], more...)
 }
