@@ -499,8 +499,8 @@ func (rn *run) after(evs []events.Event, now time.Time) aggregate.State {
 // reader of the log folds the same state. When the combined append is not
 // recorded, nothing of it is: the reply is kept and recorded again by the
 // next pass of act, as any unrecorded reply (docs/semantics.md §8, "work
-// that was not recorded is derived again"), and its resolution decided
-// again with it.
+// not recorded is derived again from the log, never dropped"), and its
+// resolution decided again with it.
 //
 // It returns evs alone when there is nothing to resolve, when the runner
 // drains (the runner that takes the run over resolves), when rn is not
