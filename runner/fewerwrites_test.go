@@ -96,24 +96,37 @@ func TestSemantics8_AReplyAndItsResolutionAreOneAppend(t *testing.T) {
 	}
 }
 
-// docs/semantics.md §8: a policy that requires approval, decided while the
-// reply is recorded, lands in the reply's message: the run is suspended
-// on the approval by one append.
-func TestSemantics8_AnApprovalRequiredByPolicyIsInTheReplysAppend(t *testing.T) {
-	b := &bodies{}
-	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
-	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
-	h := newHarness(t)
-	h.startRunner([]*agent.Agent{a})
-	c := ctx(t)
-	if _, err := h.client.Start(c, api.StartRequest{Run: "fw2", Agent: "desk", Input: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	h.waitStatus("fw2", aggregate.StatusSuspended)
-	rm := replyMessages(messagesOf(t, h, "fw2"))
-	want := []events.Name{events.NameModelReplied, events.NameCallValidated, events.NamePolicyDecided, events.NameApprovalRequested}
-	if len(rm) != 1 || !slices.Equal(rm[0], want) {
-		t.Fatalf("the reply's messages %v, want one: %v", rm, want)
+// docs/semantics.md §8: a policy that requires approval or denies,
+// decided while the reply is recorded, lands in the reply's message: the
+// run is suspended on the approval by one append, and a denial asks the
+// model again (the next turn's request) in that same append.
+func TestSemantics8_APolicyDecisionIsInTheReplysAppend(t *testing.T) {
+	deny := func(context.Context, policy.Action) (policy.Decision, error) { return policy.Deny("no"), nil }
+	for _, tc := range []struct {
+		name   string
+		policy policy.Func
+		want   []events.Name
+	}{
+		{"approval required", approvalAbove, []events.Name{events.NameModelReplied, events.NameCallValidated, events.NamePolicyDecided, events.NameApprovalRequested}},
+		{"denied", deny, []events.Name{events.NameModelReplied, events.NameCallValidated, events.NamePolicyDecided, events.NameModelRequested}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := &bodies{}
+			m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
+			a := build(t, m, []tools.Tool{b.tool()}, tc.policy)
+			h := newHarness(t)
+			h.startRunner([]*agent.Agent{a})
+			if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "fw2", Agent: "desk", Input: "x"}); err != nil {
+				t.Fatal(err)
+			}
+			h.waitFor("fw2", "the first reply resolved", func(s aggregate.State) bool {
+				return len(s.Actions()) == 1 && s.Actions()[0].State != aggregate.ActionRequested
+			})
+			rm := replyMessages(messagesOf(t, h, "fw2"))
+			if len(rm) == 0 || !slices.Equal(rm[0], tc.want) {
+				t.Fatalf("the replies' messages %v, want the first: %v", rm, tc.want)
+			}
+		})
 	}
 }
 
