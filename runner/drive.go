@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weftrun/weft"
@@ -254,16 +255,18 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 	for range 8 {
 		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
+		decided := c
 		if cl := r.closeFirst(ctx, rn, c, evs, now); cl != nil {
 			evs, derr = aggregate.Decide(rn.state, cl, now) // close.go
 			won = wonCloses(cl, won)
+			decided = cl
 		}
 		if len(evs) == 0 {
 			return nil, derr
 		}
 		reply := len(evs)
 		if _, ok := c.(aggregate.ModelReply); ok && derr == nil && !alone {
-			evs = r.withResolution(ctx, rn, evs, now)
+			evs, now = r.withResolution(ctx, rn, decided, evs, now)
 		}
 		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
 			return nil, err
@@ -489,38 +492,46 @@ func (rn *run) after(evs []events.Event, now time.Time) aggregate.State {
 	return next
 }
 
-// withResolution returns evs, the decision of a model reply on rn at now,
-// followed by the resolution of the tool request the reply makes —
+// withResolution returns evs, the decision of the model reply c on rn at
+// now, followed by the resolution of the tool request the reply makes —
 // validation, policy, queue and fence (aggregate.ResolveCalls), decided on
 // the state evs give — so that both are recorded in one message of the log
 // (docs/adr/0001-one-message-per-decision.md: a decision may carry several
-// events; docs/adr/0027-fewer-writes-per-step.md). The events and their
-// order are those of the reply's append followed by the resolution's: a
-// reader of the log folds the same state. When the combined append is not
-// recorded, nothing of it is: the reply is kept and recorded again by the
-// next pass of act, as any unrecorded reply (docs/semantics.md §8, "work
-// not recorded is derived again from the log, never dropped"), and its
-// resolution decided again with it.
+// events; docs/adr/0027-fewer-writes-per-step.md), and the time to append
+// them at. The events and their order are those of the reply's append
+// followed by the resolution's: a reader of the log folds the same state.
+// When the combined append is not recorded, nothing of it is: the reply is
+// kept and recorded again by the next pass of act, as any unrecorded reply
+// (docs/semantics.md §8, "work not recorded is derived again from the log,
+// never dropped"), and its resolution decided again with it.
 //
-// It returns evs alone when there is nothing to resolve, when the runner
-// drains (the runner that takes the run over resolves), when rn is not
-// driven or a takeover is pending, or when the resolution is refused or
-// would close claims: then act derives the resolution from the log after
-// the reply's append and decides it on its own, as before.
-func (r *Runner) withResolution(ctx context.Context, rn *run, evs []events.Event, now time.Time) []events.Event {
+// The resolution is decided at the time the policy answered, never before:
+// a fence's deadline is its time plus the tool's timeout, and an approval's
+// expiry its time plus the approval timeout (docs/semantics.md §5), so a
+// slow policy must not shorten them. The reply is decided again at that
+// time, and the whole message is recorded then (as a reply that waited for
+// the run's lock is).
+//
+// It returns evs alone, at now, when there is nothing to resolve, when the
+// runner drains (the runner that takes the run over resolves), when rn is
+// not driven, when the reply decided again at the later time is not the
+// same decision, or when the resolution is refused or would close claims:
+// then act derives the resolution from the log after the reply's append
+// and decides it on its own, as before.
+func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time) ([]events.Event, time.Time) {
 	if !rn.driven || rn.takeover != nil {
-		return evs
+		return evs, now
 	}
 	r.mu.Lock()
 	draining := r.draining
 	r.mu.Unlock()
 	if draining {
-		return evs
+		return evs, now
 	}
 	next := rn.after(evs, now)
 	w := aggregate.Pending(next)
 	if w.Resolve == nil {
-		return evs
+		return evs, now
 	}
 	// resolve reads the run's state (limits, delegation bounds): the state
 	// the reply gives, for the time of the decision.
@@ -528,9 +539,20 @@ func (r *Runner) withResolution(ctx context.Context, rn *run, evs []events.Event
 	rn.state = next
 	cmd := r.resolve(ctx, rn, *w.Resolve)
 	rn.state = pre
-	more, err := aggregate.Decide(next, cmd, now)
-	if err != nil || len(more) == 0 || len(aggregate.ToClose(next, cmd, more)) > 0 {
-		return evs
+	at := r.clock(rn) // the policy answered
+	again, derr := aggregate.Decide(rn.state, c, at)
+	if derr != nil || !sameNames(again, evs) {
+		return evs, now
 	}
-	return append(evs[:len(evs):len(evs)], more...)
+	next = rn.after(again, at)
+	more, err := aggregate.Decide(next, cmd, at)
+	if err != nil || len(more) == 0 || len(aggregate.ToClose(next, cmd, more)) > 0 {
+		return evs, now
+	}
+	return append(again[:len(again):len(again)], more...), at
+}
+
+// sameNames reports whether a and b hold the same events by name, in order.
+func sameNames(a, b []events.Event) bool {
+	return slices.EqualFunc(a, b, func(x, y events.Event) bool { return x.EventName() == y.EventName() })
 }
