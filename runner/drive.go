@@ -13,6 +13,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/telemetry"
 )
 
@@ -31,13 +32,18 @@ type run struct {
 	armed       map[string]*armedTimer // timer key → its local timer and durable schedule
 	modelTurn   int64
 	modelCancel context.CancelFunc
-	durable     bool      // a durable schedule was armed for the run: purge them when it finishes
-	stale       bool      // an append's outcome is unknown: re-read before acting
-	keyed       bool      // weft_drivers names this runner for the run
-	keyRev      uint64    // the revision of that entry, when known
-	lastAt      time.Time // recorded time of the run's last event
-	snapAt      uint64
-	asked       map[string]time.Time // approval requests seen: action#revision → when
+	// resolved is the resolution (validation and policy) decideAppend
+	// found for a model reply's tool request and did not record with the
+	// reply: the act that follows the reply's append decides it instead of
+	// asking the policy again (taken by resolution, cleared by step).
+	resolved *aggregate.ResolveCalls
+	durable  bool      // a durable schedule was armed for the run: purge them when it finishes
+	stale    bool      // an append's outcome is unknown: re-read before acting
+	keyed    bool      // weft_drivers names this runner for the run
+	keyRev   uint64    // the revision of that entry, when known
+	lastAt   time.Time // recorded time of the run's last event
+	snapAt   uint64
+	asked    map[string]time.Time // approval requests seen: action#revision → when
 
 	// takeover is the recovery this runner decided to make (its driver is
 	// gone) but has not recorded yet: it is recorded together with the
@@ -252,6 +258,12 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		}
 	}()
 	alone := false // the model reply is appended without its resolution
+	// The resolution of the reply's tool request, found once per call:
+	// every pass of the loop and the act after it reuse it.
+	var resolved *aggregate.ResolveCalls
+	if _, ok := c.(aggregate.ModelReply); ok {
+		defer func() { rn.resolved = resolved }()
+	}
 	for range 8 {
 		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
@@ -266,7 +278,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		}
 		reply := len(evs)
 		if _, ok := c.(aggregate.ModelReply); ok && derr == nil && !alone {
-			evs, now = r.withResolution(ctx, rn, decided, evs, now)
+			evs, now = r.withResolution(ctx, rn, decided, evs, now, &resolved)
 		}
 		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
 			return nil, err
@@ -518,7 +530,7 @@ func (rn *run) after(evs []events.Event, now time.Time) aggregate.State {
 // same decision, or when the resolution is refused or would close claims:
 // then act derives the resolution from the log after the reply's append
 // and decides it on its own, as before.
-func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time) ([]events.Event, time.Time) {
+func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time, resolved **aggregate.ResolveCalls) ([]events.Event, time.Time) {
 	if !rn.driven || rn.takeover != nil {
 		return evs, now
 	}
@@ -533,12 +545,19 @@ func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Comman
 	if w.Resolve == nil {
 		return evs, now
 	}
-	// resolve reads the run's state (limits, delegation bounds): the state
-	// the reply gives, for the time of the decision.
-	pre := rn.state
-	rn.state = next
-	cmd := r.resolve(ctx, rn, *w.Resolve)
-	rn.state = pre
+	// The policy is asked once per reply: a pass after a conflict reuses
+	// what the first found for the same calls (the aggregate derives the
+	// delegation bounds again as it decides).
+	if *resolved == nil || !sameBatch(**resolved, *w.Resolve) {
+		// resolve reads the run's state (limits, delegation bounds): the
+		// state the reply gives, for the time of the decision.
+		pre := rn.state
+		rn.state = next
+		cmd := r.resolve(ctx, rn, *w.Resolve)
+		rn.state = pre
+		*resolved = &cmd
+	}
+	cmd := **resolved
 	at := r.clock(rn) // the policy answered
 	again, derr := aggregate.Decide(rn.state, c, at)
 	if derr != nil || !sameNames(again, evs) {
@@ -550,6 +569,22 @@ func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Comman
 		return evs, now
 	}
 	return append(again[:len(again):len(again)], more...), at
+}
+
+// sameBatch reports whether cmd resolves the calls of b.
+func sameBatch(cmd aggregate.ResolveCalls, b aggregate.CallBatch) bool {
+	return cmd.Turn == b.Turn && slices.EqualFunc(cmd.Calls, b.Calls, func(r aggregate.Resolution, c model.ToolCall) bool { return r.CallID == c.ID })
+}
+
+// resolution takes the resolution decideAppend found for b's calls
+// (rn.resolved), if any.
+func (rn *run) resolution(b aggregate.CallBatch) (aggregate.ResolveCalls, bool) {
+	res := rn.resolved
+	rn.resolved = nil
+	if res == nil || !sameBatch(*res, b) {
+		return aggregate.ResolveCalls{}, false
+	}
+	return *res, true
 }
 
 // sameNames reports whether a and b hold the same events by name, in order.

@@ -18,6 +18,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
@@ -197,5 +198,62 @@ func TestSemantics8_AModelReplyWhoseCombinedAppendIsNotAcknowledgedIsRecordedOnc
 				t.Fatalf("the replies' messages %v, want the first reply once, with its fence", rm)
 			}
 		})
+	}
+}
+
+type noteIn struct {
+	Text string `json:"text"`
+}
+
+var noteDef = tools.Define[noteIn, payOut]("note", "Keep a note.")
+
+// docs/semantics.md §8 and docs/adr/0027-fewer-writes-per-step.md: a reply
+// whose resolution makes one message too large for the store is recorded
+// alone (its arguments, 4.5 MB with spaces the codec drops, are in the
+// reply and again, normalized, in call_validated: 9 MB together, over the
+// 8 MB max_payload), and its resolution follows in a message of its own.
+// The policy is asked once for the call, the model once for the turn, and
+// the body starts once.
+func TestSemantics8_AReplyTooLargeWithItsResolutionIsRecordedAlone(t *testing.T) {
+	var asked, starts atomic.Int64
+	count := func(context.Context, policy.Action) (policy.Decision, error) {
+		asked.Add(1)
+		return policy.Allow(), nil
+	}
+	tool := tools.Bind(noteDef, func(ctx context.Context, call tools.Call, in noteIn) (payOut, error) {
+		starts.Add(1)
+		return payOut{ID: "n"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+	text := strings.Repeat("x", natsnode.MaxPayload*9/16)
+	m := model.NewScripted("s", model.CallTools(model.Call("note", `{ "text" : "`+text+`" }`)), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tool}, policy.Func(count))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a})
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "fw5", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s, out := finished(t, h, "fw5")
+	if out.Kind != events.OutcomeCompleted || starts.Load() != 1 || len(s.Actions()) != 1 {
+		t.Fatalf("outcome %s, %d starts, %d actions", out.Kind, starts.Load(), len(s.Actions()))
+	}
+	if n := asked.Load(); n != 1 {
+		t.Fatalf("the policy was asked %d times for one call, want 1", n)
+	}
+	if n := len(m.Requests()); n != 2 {
+		t.Fatalf("the model was called %d times, want 2 (a turn each)", n)
+	}
+	msgs := messagesOf(t, h, "fw5")
+	rm := replyMessages(msgs)
+	if len(rm) != 2 || !slices.Equal(rm[0], []events.Name{events.NameModelReplied}) {
+		t.Fatalf("the reply messages are %v, want the tool request's reply alone first", rm)
+	}
+	want := []events.Name{events.NameCallValidated, events.NamePolicyDecided, events.NameActionQueued, events.NameAttemptFenced}
+	for i, msg := range msgs {
+		if slices.Equal(msg, rm[0]) {
+			if i+1 >= len(msgs) || !slices.Equal(msgs[i+1], want) {
+				t.Fatalf("the message after the reply is not its resolution %v: %v", want, msgs)
+			}
+			break
+		}
 	}
 }
