@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -255,5 +256,66 @@ func TestSemantics8_AReplyTooLargeWithItsResolutionIsRecordedAlone(t *testing.T)
 			}
 			break
 		}
+	}
+}
+
+// gatedFirst holds its first call until gate closes, saying on called
+// that the call was made.
+type gatedFirst struct {
+	model.Model
+	called chan struct{}
+	gate   chan struct{}
+	calls  atomic.Int64
+}
+
+func (m *gatedFirst) Complete(ctx context.Context, req model.Request) (model.Reply, error) {
+	if m.calls.Add(1) == 1 {
+		close(m.called)
+		<-m.gate
+	}
+	return m.Model.Complete(ctx, req)
+}
+
+// docs/semantics.md §8 (graceful drain) and docs/adr/0027: a reply that
+// arrives while its runner drains is recorded alone — the draining runner
+// resolves no new calls and fences nothing — and the runner that takes
+// the run over resolves it: the policy is asked there, the body starts
+// once, the model is called once for the turn.
+func TestSemantics8_AReplyDuringTheDrainIsRecordedWithoutItsResolution(t *testing.T) {
+	var asked atomic.Int64
+	count := func(context.Context, policy.Action) (policy.Decision, error) {
+		asked.Add(1)
+		return policy.Allow(), nil
+	}
+	b := &bodies{}
+	m := &gatedFirst{Model: model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok")), called: make(chan struct{}), gate: make(chan struct{})}
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(count))
+	h := newHarness(t)
+	_, stopA := h.startRunner([]*agent.Agent{a}, runner.WithDrainWindow(5*time.Second))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "fw6", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-m.called
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stopA() }() // SIGTERM
+	h.waitFor("fw6", "the hand-off", aggregate.State.HandedOff)
+	close(m.gate) // the reply arrives during the drain
+	<-stopped
+	s := h.state("fw6")
+	if len(s.Actions()) != 1 || asked.Load() != 0 || b.starts.Load() != 0 {
+		t.Fatalf("after the drain: %d actions, the policy asked %d times, %d starts; want the reply recorded, unresolved", len(s.Actions()), asked.Load(), b.starts.Load())
+	}
+	rm := replyMessages(messagesOf(t, h, "fw6"))
+	if len(rm) != 1 || !slices.Equal(rm[0], []events.Name{events.NameModelReplied}) {
+		t.Fatalf("the draining runner's reply messages are %v, want the reply alone", rm)
+	}
+
+	h.startRunner([]*agent.Agent{a})
+	s, out := finished(t, h, "fw6")
+	if out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 || asked.Load() != 1 || m.calls.Load() != 2 {
+		t.Fatalf("outcome %s, %d starts, the policy asked %d times, the model called %d times", out.Kind, b.starts.Load(), asked.Load(), m.calls.Load())
+	}
+	if a := s.Actions()[0]; a.State != aggregate.ActionSucceeded || a.Attempts != 1 {
+		t.Fatalf("action %s after %d attempts", a.State, a.Attempts)
 	}
 }
