@@ -526,12 +526,13 @@ func (rn *run) after(evs []events.Event, now time.Time) aggregate.State {
 //
 // It returns evs alone, at now, when there is nothing to resolve, when the
 // runner drains (the runner that takes the run over resolves), when rn is
-// not driven, when the reply decided again at the later time is not the
+// not driven (a pending takeover never reaches here: decideAppend records
+// the reply with the recovery, takeOver), when the reply decided again at the later time is not the
 // same decision, or when the resolution is refused or would close claims:
 // then act derives the resolution from the log after the reply's append
 // and decides it on its own, as before.
 func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time, resolved **aggregate.ResolveCalls) ([]events.Event, time.Time) {
-	if !rn.driven || rn.takeover != nil {
+	if !rn.driven {
 		return evs, now
 	}
 	r.mu.Lock()
@@ -550,11 +551,14 @@ func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Comman
 	// delegation bounds again as it decides).
 	if *resolved == nil || !sameBatch(**resolved, *w.Resolve) {
 		// resolve reads the run's state (limits, delegation bounds): the
-		// state the reply gives, for the time of the decision.
-		pre := rn.state
-		rn.state = next
-		cmd := r.resolve(ctx, rn, *w.Resolve)
-		rn.state = pre
+		// state the reply gives, for the time of the decision (put back
+		// even if resolve panics: the reply is not recorded yet).
+		cmd := func() aggregate.ResolveCalls {
+			pre := rn.state
+			rn.state = next
+			defer func() { rn.state = pre }()
+			return r.resolve(ctx, rn, *w.Resolve)
+		}()
 		*resolved = &cmd
 	}
 	cmd := **resolved
