@@ -3,8 +3,13 @@
 // Every agent has a Policy; there is no implicit allow. The runtime asks it
 // once for each call whose arguments validated (unknown tools and invalid
 // arguments never reach it), and again when a person approves an action, this
-// time with the approver's context (see Reviewer). A Policy answers with a
-// Decision:
+// time with the approver's context (see Reviewer). The runtime asks before it
+// records the call: a policy may be asked about an action that never reaches
+// the log (the model's reply could not be recorded, or another runner
+// recorded the run's next decision) and more than once about the same action
+// (the reply is recorded, and its calls decided, again by a later pass).
+// Only a decision recorded in the log takes effect, so a policy must have no
+// effect of its own. A Policy answers with a Decision:
 //
 //   - Allow: the action is queued and runs.
 //   - Deny(reason): the action ends denied; the model sees

@@ -25,6 +25,7 @@ func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
 	if len(evs) > 0 && rn.driven {
 		r.act(ctx, rn, evs, takeover)
 	}
+	rn.resolved = nil
 	if c != nil && derived(c) && internalRefusal(err) {
 		return r.refused(ctx, rn.id, rn, c.CommandName(), err)
 	}
@@ -148,7 +149,10 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 	}
 	// Validation and policy for a tool request, decided at once.
 	if w.Resolve != nil {
-		cmd := r.resolve(ctx, rn, *w.Resolve)
+		cmd, ok := rn.resolution(*w.Resolve)
+		if !ok {
+			cmd = r.resolve(ctx, rn, *w.Resolve)
+		}
 		if err := r.step(ctx, rn, cmd); err != nil {
 			r.log.Error("resolve calls", "run", rn.id, "err", err)
 			if transient(err) {

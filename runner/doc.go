@@ -17,12 +17,21 @@
 //     Work.Draining for what a draining runner still does). The runner
 //     only gathers the inputs a decision needs that are I/O (a proof
 //     verified, the policy evaluated, calls validated) and passes them in
-//     the command.
+//     the command. A model reply is the one command whose decision takes
+//     a second one with it: its tool request's calls are validated and
+//     the policy asked before the append, and the reply and its
+//     resolution (ResolveCalls, decided at the time the policy answered)
+//     are appended as one message (drive.go's withResolution,
+//     docs/adr/0027-fewer-writes-per-step.md). The policy may so be asked
+//     about an action that is then never recorded (the append failed or
+//     another runner won the run); what it answered counts only once
+//     recorded.
 //  3. Append: the events, with per-run optimistic concurrency
 //     (eventlog.Append against the head it decided on). On a conflict it
 //     re-reads the run and decides again, performing no effect.
 //  4. THEN perform aggregate.Pending: call the model for a requested turn,
-//     validate calls and run the policy (then decide ResolveCalls),
+//     validate calls and run the policy (then decide ResolveCalls) for a
+//     tool request recorded without its resolution,
 //     publish fenced attempts as tasks on the queue of the run's agent
 //     identity, weft.task.<agent>.<version>.<tool> (deduplicated by
 //     Nats-Msg-Id), stop bodies on weft.stop.<run>, tend child runs, and

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/weftrun/weft"
@@ -12,6 +13,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/telemetry"
 )
 
@@ -30,13 +32,18 @@ type run struct {
 	armed       map[string]*armedTimer // timer key → its local timer and durable schedule
 	modelTurn   int64
 	modelCancel context.CancelFunc
-	durable     bool      // a durable schedule was armed for the run: purge them when it finishes
-	stale       bool      // an append's outcome is unknown: re-read before acting
-	keyed       bool      // weft_drivers names this runner for the run
-	keyRev      uint64    // the revision of that entry, when known
-	lastAt      time.Time // recorded time of the run's last event
-	snapAt      uint64
-	asked       map[string]time.Time // approval requests seen: action#revision → when
+	// resolved is the resolution (validation and policy) decideAppend
+	// found for a model reply's tool request and did not record with the
+	// reply: the act that follows the reply's append decides it instead of
+	// asking the policy again (taken by resolution, cleared by step).
+	resolved *aggregate.ResolveCalls
+	durable  bool      // a durable schedule was armed for the run: purge them when it finishes
+	stale    bool      // an append's outcome is unknown: re-read before acting
+	keyed    bool      // weft_drivers names this runner for the run
+	keyRev   uint64    // the revision of that entry, when known
+	lastAt   time.Time // recorded time of the run's last event
+	snapAt   uint64
+	asked    map[string]time.Time // approval requests seen: action#revision → when
 
 	// takeover is the recovery this runner decided to make (its driver is
 	// gone) but has not recorded yet: it is recorded together with the
@@ -250,15 +257,28 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			r.keepCloses(rn.id, won)
 		}
 	}()
+	alone := false // the model reply is appended without its resolution
+	// The resolution of the reply's tool request, found once per call:
+	// every pass of the loop and the act after it reuse it.
+	var resolved *aggregate.ResolveCalls
+	if _, ok := c.(aggregate.ModelReply); ok {
+		defer func() { rn.resolved = resolved }()
+	}
 	for range 8 {
 		now := r.clock(rn)
 		evs, derr := aggregate.Decide(rn.state, c, now)
+		decided := c
 		if cl := r.closeFirst(ctx, rn, c, evs, now); cl != nil {
 			evs, derr = aggregate.Decide(rn.state, cl, now) // close.go
 			won = wonCloses(cl, won)
+			decided = cl
 		}
 		if len(evs) == 0 {
 			return nil, derr
+		}
+		reply := len(evs)
+		if _, ok := c.(aggregate.ModelReply); ok && derr == nil && !alone {
+			evs, now = r.withResolution(ctx, rn, decided, evs, now, &resolved)
 		}
 		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
 			return nil, err
@@ -269,6 +289,13 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			if !errors.As(err, &conflict) {
 				switch weft.ErrorCode(err) {
 				case weft.CodePayloadTooLarge, weft.CodeInvalidName:
+					if len(evs) > reply && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
+						// The reply with its resolution is too large for
+						// one message: the reply alone may not be; its
+						// resolution follows in act, as its own decision.
+						alone = true
+						continue
+					}
 					return nil, err // refused by the store: nothing landed
 				case weft.CodeQuarantined:
 					// Refused: another message is the run's last, and no
@@ -453,10 +480,7 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 	if _, handOff := c.(aggregate.HandOff); rn.keyed || !rn.driven || handOff {
 		return nil
 	}
-	next := rn.state.Clone()
-	for i, ev := range evs {
-		next = aggregate.Evolve(next, events.Recorded{Run: rn.id, Version: rn.state.Version() + uint64(i) + 1, At: now, Event: ev})
-	}
+	next := rn.after(evs, now)
 	if _, fin := next.Finished(); fin || !next.Exists() || aggregate.Idle(next) {
 		return nil
 	}
@@ -468,4 +492,106 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 	}
 	rn.keyed, rn.keyRev = true, rev
 	return nil
+}
+
+// after is rn's state once evs, a decision about to be appended at now,
+// are folded in (rn's state is left as it is).
+func (rn *run) after(evs []events.Event, now time.Time) aggregate.State {
+	next := rn.state.Clone()
+	for i, ev := range evs {
+		next = aggregate.Evolve(next, events.Recorded{Run: rn.id, Version: rn.state.Version() + uint64(i) + 1, At: now, Event: ev})
+	}
+	return next
+}
+
+// withResolution returns evs, the decision of the model reply c on rn at
+// now, followed by the resolution of the tool request the reply makes —
+// validation, policy, queue and fence (aggregate.ResolveCalls), decided on
+// the state evs give — so that both are recorded in one message of the log
+// (docs/adr/0001-one-message-per-decision.md: a decision may carry several
+// events; docs/adr/0027-fewer-writes-per-step.md), and the time to append
+// them at. The events and their order are those of the reply's append
+// followed by the resolution's: a reader of the log folds the same state.
+// When the combined append is not recorded, nothing of it is: the reply is
+// kept and recorded again by the next pass of act, as any unrecorded reply
+// (docs/semantics.md §8, "work not recorded is derived again from the log,
+// never dropped"), and its resolution decided again with it.
+//
+// The resolution is decided at the time the policy answered, never before:
+// a fence's deadline is its time plus the tool's timeout, and an approval's
+// expiry its time plus the approval timeout (docs/semantics.md §5), so a
+// slow policy must not shorten them. The reply is decided again at that
+// time, and the whole message is recorded then (as a reply that waited for
+// the run's lock is).
+//
+// It returns evs alone, at now, when there is nothing to resolve, when the
+// runner drains (the runner that takes the run over resolves), when rn is
+// not driven (a pending takeover never reaches here: decideAppend records
+// the reply with the recovery, takeOver), when the reply decided again at the later time is not the
+// same decision, or when the resolution is refused or would close claims:
+// then act derives the resolution from the log after the reply's append
+// and decides it on its own, as before.
+func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time, resolved **aggregate.ResolveCalls) ([]events.Event, time.Time) {
+	if !rn.driven {
+		return evs, now
+	}
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
+	if draining {
+		return evs, now
+	}
+	next := rn.after(evs, now)
+	w := aggregate.Pending(next)
+	if w.Resolve == nil {
+		return evs, now
+	}
+	// The policy is asked once per reply: a pass after a conflict reuses
+	// what the first found for the same calls (the aggregate derives the
+	// delegation bounds again as it decides).
+	if *resolved == nil || !sameBatch(**resolved, *w.Resolve) {
+		// resolve reads the run's state (limits, delegation bounds): the
+		// state the reply gives, for the time of the decision (put back
+		// even if resolve panics: the reply is not recorded yet).
+		cmd := func() aggregate.ResolveCalls {
+			pre := rn.state
+			rn.state = next
+			defer func() { rn.state = pre }()
+			return r.resolve(ctx, rn, *w.Resolve)
+		}()
+		*resolved = &cmd
+	}
+	cmd := **resolved
+	at := r.clock(rn) // the policy answered
+	again, derr := aggregate.Decide(rn.state, c, at)
+	if derr != nil || !sameNames(again, evs) {
+		return evs, now
+	}
+	next = rn.after(again, at)
+	more, err := aggregate.Decide(next, cmd, at)
+	if err != nil || len(more) == 0 || len(aggregate.ToClose(next, cmd, more)) > 0 {
+		return evs, now
+	}
+	return append(again[:len(again):len(again)], more...), at
+}
+
+// sameBatch reports whether cmd resolves the calls of b.
+func sameBatch(cmd aggregate.ResolveCalls, b aggregate.CallBatch) bool {
+	return cmd.Turn == b.Turn && slices.EqualFunc(cmd.Calls, b.Calls, func(r aggregate.Resolution, c model.ToolCall) bool { return r.CallID == c.ID })
+}
+
+// resolution takes the resolution decideAppend found for b's calls
+// (rn.resolved), if any.
+func (rn *run) resolution(b aggregate.CallBatch) (aggregate.ResolveCalls, bool) {
+	res := rn.resolved
+	rn.resolved = nil
+	if res == nil || !sameBatch(*res, b) {
+		return aggregate.ResolveCalls{}, false
+	}
+	return *res, true
+}
+
+// sameNames reports whether a and b hold the same events by name, in order.
+func sameNames(a, b []events.Event) bool {
+	return slices.EqualFunc(a, b, func(x, y events.Event) bool { return x.EventName() == y.EventName() })
 }

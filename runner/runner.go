@@ -387,7 +387,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		// again once it rebuilt entries (rebuildLoop).
 		g.Go(func() error { r.rebuildLoop(gctx); return nil })
 	}
+	// loopDone: the partition loop ended, so no pass starts a release
+	// any more (releases.Add happens before the drain's releases.Wait).
+	loopDone := make(chan struct{})
 	g.Go(func() error {
+		defer close(loopDone)
 		if !r.noScan {
 			r.scanPartitions(gctx, true)
 		}
@@ -441,6 +445,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.tel.Emit(context.Background(), telemetry.Drain, "runner", r.id)
 	_ = svc.Stop()
 	stopBG()
+	<-loopDone
 	releases.Wait()
 	// The in-process worker takes no new task from now on (a task it holds
 	// but has not started goes back to the queue); the bodies it runs go on
