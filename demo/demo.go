@@ -205,7 +205,15 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey))
+	ropts := []runner.Option{runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey)}
+	if always, _, known := node.Sync(); always && known {
+		// One fsync for many runs' decisions when 16 or more wait at once
+		// (docs/adr/0025-group-commit.md): on for a server that syncs
+		// always, where it saves fsyncs; it costs more than it saves on
+		// one that syncs on an interval.
+		ropts = append(ropts, runner.WithGroupCommit())
+	}
+	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, ropts...)
 	if err != nil {
 		return err
 	}
