@@ -82,8 +82,11 @@ func devCommand() command {
 				// steps do) does not turn a second weft dev into a client of
 				// the first one; it says so.
 				if e.urlFlag {
-					if flagSet(fs, "listen") || flagSet(fs, "data") || flagSet(fs, "secure") || flagSet(fs, "sync-interval") {
-						return usagef("--listen, --data, --sync-interval and --secure set up the embedded server; --nats %s runs the demo against that server instead: give one or the other", e.url)
+					if flagSet(fs, "listen") || flagSet(fs, "data") || flagSet(fs, "secure") {
+						return usagef("--listen, --data and --secure set up the embedded server; --nats %s runs the demo against that server instead: give one or the other", e.url)
+					}
+					if flagSet(fs, "sync-interval") {
+						return usagef("--sync-interval sets the embedded server's durability; --nats %s runs the demo against that server, whose own sync_interval decides: give one or the other", e.url)
 					}
 					o.SyncInterval = ""
 					o.NATSURL = e.url

@@ -38,6 +38,12 @@ func TestSemantics8_WeftDevSyncsEveryWriteByDefault(t *testing.T) {
 			t.Errorf("startup does not say %q:\n%s", want, out)
 		}
 	})
+	t.Run("with --nats", func(t *testing.T) {
+		code, out, errs := cli(t, "--nats", "nats://127.0.0.1:1", "dev", "--sync-interval", "2m")
+		if code != exitUsage || !strings.Contains(errs, "--sync-interval sets the embedded server's durability") {
+			t.Errorf("exit %d, want %d naming --sync-interval:\n%s%s", code, exitUsage, out, errs)
+		}
+	})
 	t.Run("bad", func(t *testing.T) {
 		code, out, errs := cli(t, "dev", "--listen", "0", "--data", t.TempDir(), "--sync-interval", "sometimes")
 		if code != exitUsage || !strings.Contains(errs, "--sync-interval") || strings.Contains(out, "Weft dev is running") {
