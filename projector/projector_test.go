@@ -25,6 +25,14 @@ func start(t *testing.T) *natstest.Server {
 	return natstest.Start(t, natstest.WithAssets(projector.Assets()...))
 }
 
+// startInterval is start with the server syncing every 2 minutes instead
+// of every write: for the tests that project a thousand runs or more and
+// test paging or rebuilds, not durability (with an fsync per acknowledged
+// write the projector needs minutes for them on a loaded machine).
+func startInterval(t *testing.T) *natstest.Server {
+	return natstest.Start(t, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(natsnode.WithSyncInterval("2m")))
+}
+
 // appendLog appends recs one event per decision, in log order.
 func appendLog(t testing.TB, log *eventlog.Log, recs []events.Recorded) {
 	t.Helper()
@@ -169,12 +177,7 @@ func sameStores(t *testing.T, a, b map[string][]byte) {
 // the pure fold of each run. It compares once the live projector finished
 // the stream's last message (waitSeq: as long as it keeps advancing).
 func TestRebuildEqualsLiveProjection(t *testing.T) {
-	// This tests that a rebuild writes what live projection wrote, not
-	// durability: with an fsync per acknowledged write, appending and
-	// projecting its 1,000 runs one event at a time took over 3 minutes on
-	// a loaded machine (the package then passed its 10-minute timeout),
-	// so the server syncs every 2 minutes instead.
-	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(natsnode.WithSyncInterval("2m")))
+	s := startInterval(t) // over 3 minutes with an fsync per write
 	ctx := context.Background()
 	p, err := projector.New(ctx, s.JS, s.Log)
 	if err != nil {
