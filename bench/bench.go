@@ -58,12 +58,15 @@ type Config struct {
 	URL string
 	// Quick runs every measure briefly (under a minute in all).
 	Quick bool
-	// SyncAlways starts the embedded server with sync_interval: always
-	// (every write is fsynced before it is acknowledged).
-	SyncAlways bool
+	// SyncInterval is the embedded server's sync_interval: 0, the
+	// default, is always (every write is fsynced before it is
+	// acknowledged, as every server Weft starts by default); a positive
+	// interval is the non-durable mode (nats-server's own default is 2
+	// min).
+	SyncInterval time.Duration
 	// NoGroupCommit runs the runner without group commit, which it has
-	// (runner.WithGroupCommit) when SyncAlways is set: to measure what
-	// group commit gives.
+	// (runner.WithGroupCommit) when the server syncs always: to measure
+	// what group commit gives.
 	NoGroupCommit bool
 	// IdleRuns is how many suspended runs the idle-run measure creates
 	// (0: 300 with Quick, 20,000 without; rounded up to a multiple of 64,
@@ -178,7 +181,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	defer srv.close()
 	b.srv = srv
 	rep.Machine.Server = srv.describe()
-	if cfg.SyncAlways && cfg.URL == "" {
+	if srv.sync {
 		rep.Machine.Server += map[bool]string{false: ", runner with group commit", true: ", runner without group commit"}[cfg.NoGroupCommit]
 	}
 	b.progress("server: %s", rep.Machine.Server)

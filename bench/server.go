@@ -18,19 +18,22 @@ import (
 
 // server is the NATS server a Run measures, and the process's connection.
 type server struct {
-	srv  *natsserver.Server // nil for an external server
-	dir  string
-	url  string // for subprocesses
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	sync bool
+	srv *natsserver.Server // nil for an external server
+	dir string
+	url string // for subprocesses
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// sync: the embedded server syncs always (Config.SyncInterval 0);
+	// every is its interval otherwise.
+	sync  bool
+	every time.Duration
 }
 
 // benchLease is the liveness lease of every runner of the bench.
 const benchLease = time.Second
 
 func startServer(ctx context.Context, cfg Config) (*server, error) {
-	s := &server{sync: cfg.SyncAlways}
+	s := &server{sync: cfg.URL == "" && cfg.SyncInterval <= 0, every: cfg.SyncInterval}
 	var opts []nats.Option
 	if cfg.URL == "" {
 		dir, err := os.MkdirTemp("", "weft-bench-")
@@ -40,7 +43,7 @@ func startServer(ctx context.Context, cfg Config) (*server, error) {
 		s.dir = dir
 		srv, err := natsserver.NewServer(&natsserver.Options{
 			Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true, StoreDir: dir,
-			MaxPayload: natsnode.MaxPayload, SyncAlways: cfg.SyncAlways, NoSigs: true, NoLog: true,
+			MaxPayload: natsnode.MaxPayload, SyncAlways: s.sync, SyncInterval: s.every, NoSigs: true, NoLog: true,
 		})
 		if err != nil {
 			os.RemoveAll(dir)
@@ -100,7 +103,7 @@ func (s *server) describe() string {
 	if s.sync {
 		return d + ", sync_interval always"
 	}
-	return d + ", default sync_interval"
+	return d + ", sync_interval " + s.every.String() + " (not durable)"
 }
 
 func (s *server) close() {

@@ -44,10 +44,11 @@ type Config struct {
 	// Nodes is 1 (a single nats-server, R1) or 3 (a cluster, every stream
 	// and bucket R3). Default 1.
 	Nodes int
-	// SyncAlways sets sync_interval: always on every server (an fsync
-	// before every acknowledgement); default: the server's default
-	// interval (2 min).
-	SyncAlways bool
+	// SyncInterval is every server's sync_interval: 0, the default, is
+	// always (an fsync before every acknowledgement, as every server Weft
+	// starts); a positive interval is the non-durable mode (nats-server's
+	// own default is 2 min).
+	SyncInterval time.Duration
 	// Quiet bounds the quiet phase, in which every run must finish
 	// (default 3 min).
 	Quiet time.Duration
@@ -209,9 +210,9 @@ func (v Violation) String() string {
 // Write prints the report: seed, faults by kind, runs, actions, body
 // starts and violations.
 func (r *Result) Write(w io.Writer) {
-	mode := "default sync_interval"
-	if r.Config.SyncAlways {
-		mode = "sync_interval: always"
+	mode := "sync_interval: always"
+	if r.Config.SyncInterval > 0 {
+		mode = "sync_interval: " + r.Config.SyncInterval.String()
 	}
 	fmt.Fprintf(w, "chaos seed %d: %d nats node(s), %d runners, %d workers, %s, fault phase %s, %s total\n",
 		r.Seed, r.Config.Nodes, r.Config.Runners, r.Config.Workers, mode, r.Config.Duration, r.Elapsed.Round(time.Second))
@@ -552,7 +553,9 @@ func (h *harness) writeNodes() error {
 		var b strings.Builder
 		fmt.Fprintf(&b, "server_name: %s\nlisten: 127.0.0.1:%d\nmax_payload: 8MB\n", name, ports[i])
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", filepath.Join(h.dir, name))
-		if h.cfg.SyncAlways {
+		if h.cfg.SyncInterval > 0 {
+			fmt.Fprintf(&b, "  sync_interval: %q\n", h.cfg.SyncInterval.String())
+		} else {
 			b.WriteString("  sync_interval: always\n")
 		}
 		b.WriteString("}\n")

@@ -12,7 +12,7 @@
 // by default the running one) with EnvRole set; the executable calls
 // RoleMain first thing. The nats part runs the nats-server of the module's
 // go.mod from a configuration file the harness writes (store on disk;
-// sync_interval: always with Config.SyncAlways). Runner, worker and
+// sync_interval: always, or Config.SyncInterval's interval). Runner, worker and
 // projector parts use the public packages runner, worker and projector,
 // exactly as an application would. Each process runs in its own process
 // group and dies with the harness (Pdeathsig); Run kills and reaps every one

@@ -47,6 +47,12 @@ type Options struct {
 	Listen string
 	// NATSURL connects to an external server instead of embedding one.
 	NATSURL string
+	// SyncInterval is the embedded server's sync interval
+	// (natsnode.WithSyncInterval): empty or "always", the default, fsyncs
+	// every write before its acknowledgement; an interval such as "2m" is
+	// faster and not durable against a power loss. Run prints which one it
+	// runs with.
+	SyncInterval string
 	// Model replaces the scripted model.
 	Model model.Model
 	// Stdout receives the instructions; nil discards them.
@@ -123,6 +129,9 @@ func Run(ctx context.Context, o Options) error {
 		if o.DataDir != "" {
 			nopts = append(nopts, natsnode.WithDataDir(o.DataDir))
 		}
+		if o.SyncInterval != "" {
+			nopts = append(nopts, natsnode.WithSyncInterval(o.SyncInterval))
+		}
 	}
 	var sec *secured
 	if o.Secure {
@@ -159,6 +168,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := runner.CheckMaxPayload(node.Conn()); err != nil {
 		fmt.Fprintf(out, "warning: %v\n\n", err)
 	}
+	fmt.Fprintln(out, Durability(node))
 	js := node.JetStream()
 	const lease = time.Second
 	// The projector's connection: the node's own, or in secure mode one
@@ -205,8 +215,15 @@ func Run(ctx context.Context, o Options) error {
 	if sec != nil {
 		people.Keys = sec.people()
 	}
-	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey),
-		runner.WithPeople(people))
+	ropts := []runner.Option{runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey), runner.WithPeople(people)}
+	if always, _, known := node.Sync(); always && known {
+		// One fsync for many runs' decisions when 16 or more wait at once
+		// (docs/adr/0025-group-commit.md): on for a server that syncs
+		// always, where it saves fsyncs; it costs more than it saves on
+		// one that syncs on an interval.
+		ropts = append(ropts, runner.WithGroupCommit())
+	}
+	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, ropts...)
 	if err != nil {
 		return err
 	}
@@ -319,6 +336,21 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	return errors.Join(all...)
+}
+
+// Durability says how the node's server keeps acknowledged events (its
+// sync interval, docs/reliability.md) and how to choose the other mode:
+// the line weft dev prints when it starts.
+func Durability(node *natsnode.Node) string {
+	always, every, known := node.Sync()
+	switch {
+	case !known:
+		return "Durability: the external server's own sync_interval (a client cannot read it; the repository's nats.conf sets always:\nan fsync before every acknowledgement, docs/reliability.md)."
+	case always:
+		return "Durability: sync_interval always: the embedded server fsyncs every write before acknowledging it, so an acknowledged\nevent survives a power loss (docs/reliability.md). Faster but not durable: --sync-interval 2m (or " + natsnode.EnvSyncInterval + "=2m)."
+	default:
+		return fmt.Sprintf("Durability: sync_interval %s, NOT durable: a power loss or a kernel crash can lose the events acknowledged in the\nlast %s, and an effect recorded in them may then run again (docs/reliability.md). Durable, the default: --sync-interval always.", every, every)
+	}
 }
 
 // ErrPortInUse is returned by Run when the port it should listen on is

@@ -1,6 +1,8 @@
 package natsnode_test
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -40,5 +42,35 @@ func TestNATSConf(t *testing.T) {
 	defer n.Close(ctx)
 	if _, err := n.JetStream().AccountInfo(ctx); err != nil {
 		t.Fatalf("jetstream from nats.conf: %v", err)
+	}
+}
+
+// TestSemantics8_NATSSecureConfSyncsEveryWrite: the shipped configuration
+// with roles keeps nats.conf's durability (sync_interval: always), so that a
+// deployment that adds roles does not lose it.
+func TestSemantics8_NATSSecureConfSyncsEveryWrite(t *testing.T) {
+	dir := t.TempDir()
+	conf, err := os.ReadFile("../nats-secure.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.ReadFile("../nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// nats-secure.conf includes secure/auth.conf, which weft roles init
+	// writes; an empty one stands for it here.
+	writeFile(t, filepath.Join(dir, "nats-secure.conf"), string(conf))
+	writeFile(t, filepath.Join(dir, "nats.conf"), string(base))
+	if err := os.MkdirAll(filepath.Join(dir, "secure"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "secure", "auth.conf"), "")
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats-secure.conf"))
+	if err != nil {
+		t.Fatalf("nats-secure.conf: %v", err)
+	}
+	if !opts.SyncAlways {
+		t.Errorf("nats-secure.conf: sync_interval is not always (SyncInterval %v)", opts.SyncInterval)
 	}
 }

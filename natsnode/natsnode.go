@@ -8,7 +8,11 @@
 // store fails with ErrDataDirInUse instead of corrupting it. Without a listener the client talks to the server over an
 // in-process connection and nothing is reachable from outside; WithListen
 // adds a loopback TCP listener (port 0 picks a free port) whose address URL
-// reports, so the nats CLI can connect with `nats --server <url>`.
+// reports, so the nats CLI can connect with `nats --server <url>`. The
+// embedded server fsyncs every write before it acknowledges it
+// (sync_interval: always) unless WithSyncInterval, WithSyncAlways(false),
+// WEFT_SYNC_INTERVAL or the configuration file says otherwise: an
+// acknowledged event survives a power loss (docs/reliability.md).
 //
 // External: WithURL (or NATS_URL through FromEnv) connects to an existing
 // server or cluster, with credentials from a creds file, an nkey seed file,
@@ -76,7 +80,34 @@ const (
 	EnvKey = "NATS_KEY"
 	// EnvData names the variable holding the embedded server's store directory.
 	EnvData = "WEFT_DATA"
+	// EnvSyncInterval names the variable holding the embedded server's
+	// sync interval (WithSyncInterval): "always", the default, or a
+	// duration such as "2m".
+	EnvSyncInterval = "WEFT_SYNC_INTERVAL"
 )
+
+// SyncAlways is the sync interval (WithSyncInterval, EnvSyncInterval,
+// nats-server's sync_interval) that makes the server fsync every write
+// before it acknowledges it. It is the embedded server's default: an
+// acknowledged event then survives a power loss of the machine, not only a
+// crash of the process (docs/reliability.md).
+const SyncAlways = "always"
+
+// ParseSyncInterval parses a sync interval: SyncAlways (always is true) or
+// a positive duration such as "2m", the time between the server's fsyncs
+// (nats-server's own default; an acknowledged write is then only in the
+// operating system's page cache until the next one).
+func ParseSyncInterval(v string) (always bool, every time.Duration, err error) {
+	v = strings.TrimSpace(v)
+	if strings.EqualFold(v, SyncAlways) {
+		return true, 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return false, 0, fmt.Errorf("natsnode: sync interval %q: want %q or a positive duration such as 2m", v, SyncAlways)
+	}
+	return false, d, nil
+}
 
 // MaxPayload is the max_payload (bytes) of the embedded server:
 // protocol.MaxPayload, 8 MiB (docs/protocol/10-log.md).
@@ -109,7 +140,13 @@ type config struct {
 	serverLog   bool
 	drainWindow time.Duration
 	connectWait time.Duration
-	syncAlways  *bool
+	// syncSet says that syncAlways and syncEvery were given
+	// (WithSyncAlways, WithSyncInterval); syncErr is a value
+	// WithSyncInterval could not parse, returned by Start.
+	syncSet    bool
+	syncAlways bool
+	syncEvery  time.Duration
+	syncErr    error
 }
 
 // WithURL connects to the external server(s) at url instead of embedding
@@ -186,16 +223,35 @@ func WithNATSOptions(opts ...nats.Option) Option {
 func WithConnectWait(d time.Duration) Option { return func(c *config) { c.connectWait = d } }
 
 // WithSyncAlways sets whether the embedded server syncs every write to
-// disk before acknowledging it (nats-server sync_interval: always).
+// disk before acknowledging it (nats-server sync_interval: always, the
+// default) or on nats-server's default interval (2 minutes) when off.
 // Ignored for an external server.
-func WithSyncAlways(on bool) Option { return func(c *config) { c.syncAlways = &on } }
+func WithSyncAlways(on bool) Option {
+	return func(c *config) { c.syncSet, c.syncAlways, c.syncEvery, c.syncErr = true, on, 0, nil }
+}
+
+// WithSyncInterval sets how the embedded server syncs its writes to disk
+// (ParseSyncInterval): SyncAlways, the default, fsyncs every write before
+// its acknowledgement; a duration such as "2m" fsyncs on that interval,
+// faster but not durable against a power loss or a kernel crash: the
+// writes acknowledged since the last fsync can be lost (docs/reliability.md).
+// Without this option (or WithSyncAlways) an embedded server syncs always,
+// unless WithConfigFile's file sets sync_interval. Start fails on a value
+// ParseSyncInterval refuses. Ignored for an external server.
+func WithSyncInterval(v string) Option {
+	return func(c *config) {
+		always, every, err := ParseSyncInterval(v)
+		c.syncSet, c.syncAlways, c.syncEvery, c.syncErr = err == nil, always, every, err
+	}
+}
 
 // WithServerLog sends the embedded server's log to stderr.
 func WithServerLog() Option { return func(c *config) { c.serverLog = true } }
 
 // FromEnv returns the options the environment asks for: NATS_URL,
 // NATS_CREDS, NATS_USER and NATS_PASSWORD, NATS_TOKEN, NATS_NKEY,
-// NATS_INBOX_PREFIX, NATS_CA, NATS_CERT and NATS_KEY, and WEFT_DATA. Pass
+// NATS_INBOX_PREFIX, NATS_CA, NATS_CERT and NATS_KEY, WEFT_DATA and
+// WEFT_SYNC_INTERVAL (the embedded server's; Start fails on a bad value). Pass
 // os.Getenv; options given after these override them.
 func FromEnv(getenv func(string) string) []Option {
 	var opts []Option
@@ -222,6 +278,9 @@ func FromEnv(getenv func(string) string) []Option {
 	}
 	if v := getenv(EnvData); v != "" {
 		opts = append(opts, WithDataDir(v))
+	}
+	if v := getenv(EnvSyncInterval); v != "" {
+		opts = append(opts, WithSyncInterval(v))
 	}
 	return opts
 }
@@ -267,6 +326,9 @@ func Start(ctx context.Context, opts ...Option) (*Node, error) {
 	c := config{readyWait: 10 * time.Second, name: "weft", connectWait: 30 * time.Second}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.syncErr != nil && c.url == "" {
+		return nil, c.syncErr
 	}
 	n := &Node{closed: make(chan struct{})}
 	nopts := []nats.Option{
@@ -439,8 +501,13 @@ func startServer(c *config) (*server.Server, func(), error) {
 	if sopts.MaxPayload == 0 {
 		sopts.MaxPayload = MaxPayload
 	}
-	if c.syncAlways != nil {
-		sopts.SyncAlways = *c.syncAlways
+	switch {
+	case c.syncSet:
+		sopts.SyncAlways, sopts.SyncInterval = c.syncAlways, c.syncEvery
+	case sopts.SyncInterval == 0 && !sopts.SyncAlways:
+		// Neither an option nor the configuration file chose: durable,
+		// an fsync before every acknowledgement (docs/reliability.md).
+		sopts.SyncAlways = true
 	}
 	if c.dataDir == "" && sopts.StoreDir == "" {
 		d, err := DefaultDataDir()
@@ -502,6 +569,24 @@ func (n *Node) Embedded() bool { return n.srv != nil }
 
 // DataDir is the embedded server's store directory ("" when external).
 func (n *Node) DataDir() string { return n.dataDir }
+
+// Sync says how the embedded server syncs its writes to disk, as the
+// running server reports it: always (an fsync before every
+// acknowledgement) or every interval. known is false for an external
+// server, whose configuration a client cannot read.
+func (n *Node) Sync() (always bool, every time.Duration, known bool) {
+	if n.srv == nil {
+		return false, 0, false
+	}
+	jc := n.srv.JetStreamConfig()
+	if jc == nil {
+		return false, 0, false
+	}
+	if jc.SyncAlways {
+		return true, 0, true
+	}
+	return false, jc.SyncInterval, true
+}
 
 // Close drains the connection (pending publishes and subscriptions finish),
 // then shuts an embedded server down and waits for it. If ctx ends first the

@@ -15,6 +15,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 	"github.com/weftrun/weft/projector"
@@ -22,6 +23,14 @@ import (
 
 func start(t *testing.T) *natstest.Server {
 	return natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+}
+
+// startInterval is start with the server syncing every 2 minutes instead
+// of every write: for the tests that project a thousand runs or more and
+// test paging or rebuilds, not durability (with an fsync per acknowledged
+// write the projector needs minutes for them on a loaded machine).
+func startInterval(t *testing.T) *natstest.Server {
+	return natstest.Start(t, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(natsnode.WithSyncInterval("2m")))
 }
 
 // appendLog appends recs one event per decision, in log order.
@@ -168,7 +177,7 @@ func sameStores(t *testing.T, a, b map[string][]byte) {
 // the pure fold of each run. It compares once the live projector finished
 // the stream's last message (waitSeq: as long as it keeps advancing).
 func TestRebuildEqualsLiveProjection(t *testing.T) {
-	s := start(t)
+	s := startInterval(t) // over 3 minutes with an fsync per write
 	ctx := context.Background()
 	p, err := projector.New(ctx, s.JS, s.Log)
 	if err != nil {

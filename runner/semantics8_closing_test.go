@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
 )
 
 // ledger is the test tool's record of every body start, written before the
@@ -95,54 +97,137 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 }
 
 // TestSemantics8_ClosingAnAttemptCancelRacingApprovals races a cancel with
-// the approval of a payment, 20 times: whenever the approval's fence lands
-// before the cancel and no worker claimed the attempt yet, the cancel's
-// close wins and the payment ends not_started; it is uncertain only when
-// its body started (checked against the tool's ledger), and no body starts
-// after its attempt's claim was closed.
+// the worker's claim of an approved payment's attempt, 20 times, in an
+// order a fixed seed draws per run. The worker's check before its claim is
+// held by the test (claimGate) until the side drawn to go first is done:
+// when the cancel goes first, its close lands before the claim, the worker
+// finds the attempt closed and the payment ends not_started; when the
+// claim goes first, the cancel cannot close the attempt. In every run the
+// payment is uncertain only when its body started or a worker claimed it
+// (checked against the tool's ledger), and no body starts after its
+// attempt's claim was closed. Both outcomes occur: without the gate the
+// worker's claim won every race under sync_interval always.
 func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 	h := newHarness(t)
 	var l ledger
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
 	a := build(t, m, []tools.Tool{l.tool()}, policy.Func(approvalAbove))
-	h.startRunner([]*agent.Agent{a})
+	g := newClaimGate(worker.LogCheck(h.srv.JS))
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const n = 20
+	rng := rand.New(rand.NewPCG(8, 20))
+	cancelFirst := make([]bool, n)
+	for i := range n {
+		cancelFirst[i] = rng.IntN(2) == 0
+	}
+	if !slices.Contains(cancelFirst, true) || !slices.Contains(cancelFirst, false) {
+		t.Fatalf("the seed draws one order only: %v", cancelFirst)
+	}
 	for i := range n {
 		run := fmt.Sprint("race-", i)
+		held := g.hold(run)
 		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "pay"}); err != nil {
 			t.Fatal(err)
 		}
 		s := h.waitStatus(run, aggregate.StatusSuspended)
 		act, _ := s.Action(aggregate.Status(s).Approvals[0])
-		// The cancel is sent as soon as the approval is recorded (its
-		// fence with it): it races the worker's claim of the attempt.
 		if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: run + "-a", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: run + "-c", Run: run, By: "dave"}); err != nil && weft.ErrorCode(err) != weft.CodeRunEnded {
-			t.Errorf("cancel %s: %v", run, err) // run_ended: the payment and the run completed first
+		// The worker has checked the attempt and is about to claim it.
+		task := <-held.reached
+		cancel := func() {
+			if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: run + "-c", Run: run, By: "dave"}); err != nil && weft.ErrorCode(err) != weft.CodeRunEnded {
+				t.Errorf("cancel %s: %v", run, err) // run_ended: the payment and the run completed first
+			}
 		}
+		if cancelFirst[i] {
+			cancel()
+			close(held.release)
+			continue
+		}
+		close(held.release)
+		key := api.ClaimKey(run, task.Action, task.Attempt, task.Incarnation)
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if _, err := claims.Get(c, key); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run %s: the worker never claimed %s", run, key)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
 	}
 	drained(t, h, a, "pay")
-	uncertain, unstarted, closed := 0, 0, 0
+	uncertain, unstarted := 0, 0
 	for i := range n {
 		run := fmt.Sprint("race-", i)
 		s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
 		u, un := l.check(t, h, run, s)
 		uncertain += u
 		unstarted += un
-		for _, a := range s.Actions() {
-			closed += len(a.Closed)
+		p := s.Actions()[0]
+		switch closed := len(p.Closed) > 0; {
+		case cancelFirst[i] && (!closed || p.State != aggregate.ActionNotStarted || l.started(run, p.ID)):
+			t.Errorf("run %s: the cancel went first, yet the payment is %s (%s), closed attempts %v, body started %v; want not_started, attempt 1 closed, no body", run, p.State, p.Detail, p.Closed, l.started(run, p.ID))
+		case !cancelFirst[i] && closed:
+			t.Errorf("run %s: the worker claimed the attempt first, yet the run records attempts %v closed", run, p.Closed)
 		}
 	}
-	t.Logf("%d runs: %d uncertain payments, %d of them without a body start (claimed by a worker that then found them ended); %d attempts closed unclaimed; %d body starts", n, uncertain, unstarted, closed, len(l.starts))
-	if closed == 0 && unstarted > 0 {
-		// The race was run, yet no close won: every cancel came after a
-		// worker's claim, and payments whose body never started are
-		// uncertain — what closing attempts is for.
-		t.Errorf("no attempt was closed in %d cancels racing approvals, and %d uncertain payments never started a body", n, unstarted)
+	t.Logf("%d runs, %d with the cancel first: %d uncertain payments, %d of them without a body start; %d body starts", n, len(slices.DeleteFunc(slices.Clone(cancelFirst), func(first bool) bool { return !first })), uncertain, unstarted, len(l.starts))
+}
+
+// claimGate wraps an AttemptCheck so that a test decides when the worker
+// goes on to claim the attempt of a held run: the check runs first (the
+// attempt is current), then the worker reports the task on reached and
+// waits for release.
+type claimGate struct {
+	base  worker.AttemptCheck
+	mu    sync.Mutex
+	holds map[string]*claimHold
+}
+
+type claimHold struct {
+	reached chan api.Task
+	release chan struct{}
+	once    sync.Once
+}
+
+func newClaimGate(base worker.AttemptCheck) *claimGate {
+	return &claimGate{base: base, holds: map[string]*claimHold{}}
+}
+
+// hold makes the next check of run's attempts wait for the hold's release.
+func (g *claimGate) hold(run string) *claimHold {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := &claimHold{reached: make(chan api.Task, 1), release: make(chan struct{})}
+	g.holds[run] = h
+	return h
+}
+
+func (g *claimGate) check(ctx context.Context, task worker.Task) (bool, error) {
+	current, err := g.base(ctx, task)
+	g.mu.Lock()
+	h := g.holds[task.Run]
+	g.mu.Unlock()
+	if h == nil || err != nil || !current {
+		return current, err
 	}
+	h.once.Do(func() { h.reached <- task })
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return current, nil
 }
 
 // drained waits until every task of a's tool was acked by its workers: a

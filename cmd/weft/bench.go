@@ -8,25 +8,34 @@ import (
 	"strings"
 
 	"github.com/weftrun/weft/bench"
+	"github.com/weftrun/weft/natsnode"
 )
 
 func benchCommand() command {
 	return command{
 		name: "bench", summary: "measure Weft on this machine, every figure beside a baseline of the same run (docs/benchmarks.md)",
 		examples: []string{"weft bench --quick", "weft bench --out bench.json", "weft --nats nats://127.0.0.1:4222 bench --quick",
-			"weft bench --only run,recovery"},
+			"weft bench --only run,recovery", "weft bench --quick --sync-interval 2m   # the non-durable mode (fsync every 2 min)"},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			quick := fs.Bool("quick", false, "measure everything briefly (under a minute)")
 			out := fs.String("out", "", "also write the report as JSON to this file")
-			syncAlways := fs.Bool("sync-always", false, "embedded server with sync_interval: always (fsync before every acknowledgement)")
-			noGroup := fs.Bool("no-group-commit", false, "with --sync-always, run the runner without group commit (to measure what it gives)")
+			syncInterval := fs.String("sync-interval", natsnode.SyncAlways, "the embedded server's sync_interval: always (fsync before every acknowledgement, runner with group commit) or an interval such as 2m (the non-durable mode)")
+			fs.Bool("sync-always", true, "the default (sync_interval: always); kept for older command lines")
+			noGroup := fs.Bool("no-group-commit", false, "with sync_interval always, run the runner without group commit (to measure what it gives)")
 			idle := fs.Int("idle-runs", 0, "suspended runs for the idle-run measure (default 300 with --quick, else 20000)")
 			only := fs.String("only", "", "comma-separated sections to run: log append, run, history, recovery, rebuild, idle runs (baselines always run)")
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
 				}
-				cfg := bench.Config{Quick: *quick, SyncAlways: *syncAlways, NoGroupCommit: *noGroup, IdleRuns: *idle, Progress: e.stderr,
+				always, every, err := natsnode.ParseSyncInterval(*syncInterval)
+				if err != nil {
+					return usagef("--sync-interval: %v", err)
+				}
+				if always {
+					every = 0
+				}
+				cfg := bench.Config{Quick: *quick, SyncInterval: every, NoGroupCommit: *noGroup, IdleRuns: *idle, Progress: e.stderr,
 					Exec: func() (string, []string) {
 						p, _ := os.Executable()
 						return p, []string{"bench"}

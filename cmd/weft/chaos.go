@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/chaos"
+	"github.com/weftrun/weft/natsnode"
 )
 
 // chaosCommand is `weft chaos`: the seeded fault-injection harness
@@ -22,7 +23,7 @@ func chaosCommand() command {
 		name: "chaos", summary: "run the seeded fault-injection harness (real processes on loopback) and check every promise",
 		examples: []string{
 			"weft chaos                                   # seed 1, 24 runs, 20 s of faults",
-			"weft chaos --seeds 1,2,3 --sync always       # three seeds, fsync before every ack",
+			"weft chaos --seeds 1,2,3 --sync-interval 2m  # three seeds, the non-durable mode (fsync every 2 min)",
 			"weft chaos --seed 7 --runs 1500 --duration 10m --fault-every 300ms",
 			"weft chaos --nodes 3 --seeds 1,2             # a 3-node cluster, everything at R3",
 		},
@@ -37,7 +38,7 @@ func chaosCommand() command {
 			fs.IntVar(&cfg.Runners, "runners", 3, "runner processes")
 			fs.IntVar(&cfg.Workers, "workers", 2, "standalone worker processes")
 			fs.IntVar(&cfg.Nodes, "nodes", 1, "nats-server nodes: 1, or 3 for a cluster with every asset at R3")
-			sync := fs.String("sync", "default", "the servers' sync_interval: default (2 min) or always")
+			sync := fs.String("sync-interval", natsnode.SyncAlways, "the servers' sync_interval: always (an fsync before every acknowledgement) or an interval such as 2m (not durable against a power loss)")
 			fs.BoolVar(&cfg.StableIDs, "stable-ids", false, "restarted runners keep their id (default: a new id per process start)")
 			fs.StringVar(&cfg.Dir, "dir", "", "working directory, empty or new (default: a temporary one, kept when a check fails); with --seeds, one subdirectory seed-N per seed")
 			fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory")
@@ -50,12 +51,12 @@ func chaosCommand() command {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
 				}
-				switch *sync {
-				case "always":
-					cfg.SyncAlways = true
-				case "default":
-				default:
-					return usagef("--sync %q: want default or always", *sync)
+				always, every, err := natsnode.ParseSyncInterval(*sync)
+				if err != nil {
+					return usagef("--sync-interval: %v", err)
+				}
+				if !always {
+					cfg.SyncInterval = every
 				}
 				list := []uint64{*seed}
 				if *seeds != "" {

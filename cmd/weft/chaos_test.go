@@ -5,11 +5,11 @@ import (
 	"testing"
 )
 
-// TestChaosCommandLine: `weft chaos` refuses a bad --sync or --seeds as a
+// TestChaosCommandLine: `weft chaos` refuses a bad --sync-interval or --seeds as a
 // bad command line (exit 2, docs/cli.md) before it starts any process.
 func TestChaosCommandLine(t *testing.T) {
 	for _, args := range [][]string{
-		{"chaos", "--sync", "sometimes"},
+		{"chaos", "--sync-interval", "sometimes"},
 		{"chaos", "--seeds", "1,two"},
 		{"chaos", "extra"},
 	} {

@@ -45,6 +45,7 @@ func devCommand() command {
 		examples: []string{
 			"weft dev",
 			"weft dev --listen 4222 --data /tmp/weft-dev   # then, elsewhere: export NATS_URL=nats://127.0.0.1:4222",
+			"weft dev --sync-interval 2m                    # faster, not durable: fsync every 2 min instead of before every ack",
 			"weft dev --nats nats://127.0.0.1:4222          # against an external nats-server -js (NATS_URL alone does not: dev starts its own)",
 			"weft dev --external-tool send_payment          # act as send_payment's worker yourself (docs/protocol/41-tasks.md)",
 			"weft dev --secure                              # with roles: every client needs its creds file (printed; docs/security.md)",
@@ -59,6 +60,11 @@ func devCommand() command {
 			}
 			fs.StringVar(&o.Listen, "listen", listen, "loopback port (or host:port) of the embedded server; 0 picks a free one (default $"+EnvListen+", else 4222)")
 			fs.StringVar(&o.DataDir, "data", "", "the embedded server's store directory (default $WEFT_DATA, else the user's state dir)")
+			syncInterval := os.Getenv(natsnode.EnvSyncInterval)
+			if syncInterval == "" {
+				syncInterval = natsnode.SyncAlways
+			}
+			fs.StringVar(&o.SyncInterval, "sync-interval", syncInterval, "the embedded server's sync_interval: always (an fsync before every acknowledgement: durable) or an interval such as 2m (faster; a power loss can lose what was acknowledged since the last fsync) (default $"+natsnode.EnvSyncInterval+", else always)")
 			fs.StringVar(&o.Console, "console", console.DefaultAddr, "address of the operator console (loopback; a free port when taken); empty for none")
 			verbose := fs.Bool("v", false, "log what the runtime does")
 			fs.BoolVar(&o.Secure, "secure", false, "start the embedded server with Weft's roles and print each role's credentials file (docs/security.md)")
@@ -80,6 +86,10 @@ func devCommand() command {
 					if flagSet(fs, "listen") || flagSet(fs, "data") || flagSet(fs, "secure") {
 						return usagef("--listen, --data and --secure set up the embedded server; --nats %s runs the demo against that server instead: give one or the other", e.url)
 					}
+					if flagSet(fs, "sync-interval") {
+						return usagef("--sync-interval sets the embedded server's durability; --nats %s runs the demo against that server, whose own sync_interval decides: give one or the other", e.url)
+					}
+					o.SyncInterval = ""
 					o.NATSURL = e.url
 					n, err := e.connect(ctx) // fails at once (exit 3) on a server that does not answer
 					if err != nil {
@@ -91,6 +101,11 @@ func devCommand() command {
 				}
 				if o.DataDir == "" {
 					o.DataDir = os.Getenv(natsnode.EnvData)
+				}
+				if o.SyncInterval != "" {
+					if _, _, err := natsnode.ParseSyncInterval(o.SyncInterval); err != nil {
+						return usagef("--sync-interval: %v", err)
+					}
 				}
 				if err := checkExternal(external); err != nil {
 					return err

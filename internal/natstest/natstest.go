@@ -8,6 +8,12 @@
 //	st := s.SaveDeliveryState()
 //	s.CrashRestart(st)     // as a SIGKILL leaves it: deliveries since st forgotten
 //
+// The server has natsnode's defaults, so it fsyncs every write before it
+// acknowledges it (sync_interval: always), as every server Weft starts does:
+// the tests run in the durability they prove. A test or benchmark that
+// compares the two modes passes natsnode.WithSyncInterval or
+// natsnode.WithSyncAlways(false) through WithNodeOptions.
+//
 // The server is stopped by t.Cleanup. Extra assets (a package's own streams
 // and KV buckets) are provisioned with WithAssets.
 package natstest
@@ -60,7 +66,7 @@ func WithAssets(assets ...provision.Asset) Option {
 }
 
 // WithNodeOptions starts the server with these natsnode options too (for
-// example natsnode.WithSyncAlways).
+// example natsnode.WithSyncInterval("2m") for the non-durable mode).
 func WithNodeOptions(opts ...natsnode.Option) Option {
 	return func(s *Server) { s.nodeOp = append(s.nodeOp, opts...) }
 }
