@@ -13,6 +13,9 @@ import (
 type Pause struct {
 	By     string
 	Reason string
+	// Identity and Proof are recorded as given, as for Cancel.
+	Identity events.Identity
+	Proof    *events.CommandProof
 }
 
 // Resume resumes a paused run: what its state calls for starts in the same
@@ -22,6 +25,9 @@ type Pause struct {
 type Resume struct {
 	By     string
 	Reason string
+	// Identity and Proof are recorded as given, as for Cancel.
+	Identity events.Identity
+	Proof    *events.CommandProof
 }
 
 // CommandName returns "pause".
@@ -42,7 +48,7 @@ func (d *decider) pause(c Pause) error {
 		return d.endedOrCancelling()
 	}
 	if !d.s.paused {
-		d.emit(events.RunPaused{By: c.By, Reason: c.Reason})
+		d.emit(events.RunPaused{By: c.By, Reason: c.Reason, Identity: c.Identity, Proof: c.Proof})
 	}
 	return nil
 }
@@ -52,7 +58,7 @@ func (d *decider) resume(c Resume) error {
 		return d.endedOrCancelling()
 	}
 	if d.s.paused {
-		d.emit(events.RunResumed{By: c.By, Reason: c.Reason})
+		d.emit(events.RunResumed{By: c.By, Reason: c.Reason, Identity: c.Identity, Proof: c.Proof})
 	}
 	return nil
 }

@@ -579,10 +579,7 @@ func (s *service) cancel(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := errors.Join(bounded(field{"reason", req.Reason, MaxReason}, field{"by", req.By, MaxID}), boundedProof(req.Proof)); err != nil {
-		return nil, "", firstCoded(err)
-	}
-	if err := checkRun(req.Run); err != nil {
+	if err := checkPerson(req.Run, req.Reason, req.By, req.Proof); err != nil {
 		return nil, "", err
 	}
 	rep, err := s.b.Cancel(ctx, req)

@@ -1,6 +1,11 @@
 package api
 
-import "context"
+import (
+	"context"
+	"errors"
+
+	"github.com/weftrun/weft/events"
+)
 
 // EndpointPause pauses a run (docs/semantics.md §13).
 const EndpointPause = "pause"
@@ -17,6 +22,8 @@ type PauseRequest struct {
 	Run       string `json:"run"`
 	Reason    string `json:"reason,omitempty"`
 	By        string `json:"by,omitempty"`
+	// Proof is a signed command proof, as for CancelRequest.
+	Proof *events.CommandProof `json:"proof,omitempty"`
 }
 
 // ResumeRequest resumes a paused run. Resuming a run that is not paused
@@ -27,6 +34,8 @@ type ResumeRequest struct {
 	Run       string `json:"run"`
 	Reason    string `json:"reason,omitempty"`
 	By        string `json:"by,omitempty"`
+	// Proof is a signed command proof, as for CancelRequest.
+	Proof *events.CommandProof `json:"proof,omitempty"`
 }
 
 func (s *service) pause(ctx context.Context, b []byte) (any, string, error) {
@@ -34,7 +43,7 @@ func (s *service) pause(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := checkPerson(req.Run, req.Reason, req.By); err != nil {
+	if err := checkPerson(req.Run, req.Reason, req.By, req.Proof); err != nil {
 		return nil, "", err
 	}
 	rep, err := s.b.Pause(ctx, req)
@@ -46,7 +55,7 @@ func (s *service) resume(ctx context.Context, b []byte) (any, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if err := checkPerson(req.Run, req.Reason, req.By); err != nil {
+	if err := checkPerson(req.Run, req.Reason, req.By, req.Proof); err != nil {
 		return nil, "", err
 	}
 	rep, err := s.b.Resume(ctx, req)
@@ -54,10 +63,10 @@ func (s *service) resume(ctx context.Context, b []byte) (any, string, error) {
 }
 
 // checkPerson checks a person's command on a run that carries only a
-// reason and an author (cancel, pause, resume).
-func checkPerson(run, reason, by string) error {
-	if err := bounded(field{"reason", reason, MaxReason}, field{"by", by, MaxID}); err != nil {
-		return err
+// reason, an author and its command proof (cancel, pause, resume).
+func checkPerson(run, reason, by string, p *events.CommandProof) error {
+	if err := errors.Join(bounded(field{"reason", reason, MaxReason}, field{"by", by, MaxID}), boundedProof(p)); err != nil {
+		return firstCoded(err)
 	}
 	return checkRun(run)
 }

@@ -333,8 +333,8 @@ var refusals = map[string][]weft.Code{
 	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointSettle:          runRefusals(weft.CodeWrongReference, weft.CodeAlreadyRecorded, weft.CodeNotAwaited, weft.CodeSettleUnconfirmed, weft.CodeInvalidContent),
 	EndpointCancel:          runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
-	EndpointPause:           runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
-	EndpointResume:          runRefusals(weft.CodeRunEnded, weft.CodeOutcomeUnknown),
+	EndpointPause:           runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
+	EndpointResume:          runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
 	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	// A batch's own refusals; each item's outcome may carry any of

@@ -379,7 +379,7 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 }
 
 // checkCommand is the re-check of the command proof recorded with the
-// reconcile, resolve or cancel r (d: who made it, as the view checks it);
+// reconcile, resolve, cancel, pause or resume r (d: who made it, as the view checks it);
 // false for any other event, or one that claims no verified identity.
 func checkCommand(r events.Recorded, d projections.Deed) (ProofCheck, bool) {
 	pc := ProofCheck{Version: r.Version, Reviewer: d.Who.By, Verified: d.Who.Verified, Reason: d.Problem}
@@ -395,6 +395,10 @@ func checkCommand(r events.Recorded, d projections.Deed) (ProofCheck, bool) {
 		pc.Action, pc.Command, id, p = e.Action, proof.CommandResolve, e.Identity, e.Proof
 	case events.CancelRequested:
 		pc.Command, id, p = proof.CommandCancel, e.Identity, e.Proof
+	case events.RunPaused:
+		pc.Command, id, p = proof.CommandPause, e.Identity, e.Proof
+	case events.RunResumed:
+		pc.Command, id, p = proof.CommandResume, e.Identity, e.Proof
 	default:
 		return ProofCheck{}, false
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
+	"github.com/weftrun/weft/proof"
 )
 
 // exported writes envs as an export and reads them back, as verify --file
@@ -159,5 +160,63 @@ func TestSecurityWhoDidIt_ViewBeforeUpgrade(t *testing.T) {
 	p = audit.Verify(envs, audit.WithView(edited)).Problem
 	if p == nil || p.Kind != audit.KindView || strings.Contains(p.Message, "weft rebuild") {
 		t.Fatalf("an edited view: %+v; want view, without the advice", p)
+	}
+}
+
+// TestSecurityWhoDidIt_AuditCatchesEditedPause (docs/security.md, "Who
+// did it"; docs/semantics.md §13): audit verify re-checks the command
+// proofs of a pause and a resume as it does a cancel's: untouched they
+// verify and are listed; a pause whose reason was edited, or a resume that
+// says the deployment vouched without its proof, fails proof at that
+// event.
+func TestSecurityWhoDidIt_AuditCatchesEditedPause(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	sign := func(command, reason string) *events.CommandProof {
+		p, err := proof.NewCommand(proof.CommandSubject{Command: command, Run: "w-p", Reason: reason}, pub, t0.Add(24*time.Hour))
+		if err == nil {
+			p, err = proof.SignCommand(p, kp.Sign)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	id := events.Identity{Verified: true, Key: pub}
+	started := events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay", Runner: "r", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}}
+	paused := events.RunPaused{By: "alice", Reason: "checking the vendor", Identity: id, Proof: sign(proof.CommandPause, "checking the vendor")}
+	resumed := events.RunResumed{By: "alice", Reason: "vendor confirmed", Identity: id, Proof: sign(proof.CommandResume, "vendor confirmed")}
+
+	rep := audit.Verify(exported(t, chain(t, "w-p", []events.Event{started, paused, resumed})))
+	if !rep.OK() || len(rep.Proofs) != 2 {
+		t.Fatalf("untouched: problem %+v, proofs %+v; want ok with 2 proofs", rep.Problem, rep.Proofs)
+	}
+	for i, c := range rep.Proofs {
+		if want := []string{proof.CommandPause, proof.CommandResume}[i]; !c.Verified || c.Command != want || c.Key != pub || c.Reviewer != "alice" {
+			t.Errorf("proof check %d: %+v, want the %q by alice, key %s, verified", i, c, want, pub)
+		}
+	}
+	edited := paused
+	edited.Reason = "none"
+	unproved := resumed
+	unproved.Proof = nil
+	for _, c := range []struct {
+		name   string
+		evs    []events.Event
+		at     uint64
+		reason string
+	}{
+		{"pause reason edited", []events.Event{started, edited, resumed}, 2, "other_reason"},
+		{"resume proof removed", []events.Event{started, paused, unproved}, 3, "no command proof"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := audit.Verify(exported(t, chain(t, "w-p", c.evs))).Problem
+			if p == nil || p.Kind != audit.KindProof || p.Version != c.at || !strings.Contains(p.Message, c.reason) {
+				t.Fatalf("problem %+v; want proof at event %d saying %q", p, c.at, c.reason)
+			}
+		})
 	}
 }

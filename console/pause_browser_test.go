@@ -23,7 +23,7 @@ func TestSemantics13_PauseAndResumeFromTheRunPage(t *testing.T) {
 		t.Fatalf("pause in the view: %+v", v.Pause)
 	}
 	do(t, ctx, "resume", chromedp.Navigate(s.consoleURL+"/runs/pz-7"), chromedp.WaitVisible(chromedp.CSS(`#run-pause button[value=resume]`)),
-		waitJS(`document.getElementById("paused-note").textContent.includes("by alice: “checking the vendor”")`),
+		waitJS(`document.getElementById("paused-note").textContent.includes("by alice (unverified): “checking the vendor”")`),
 		chromedp.Click(chromedp.CSS(`#run-pause button[value=resume]`)),
 		waitJS(`(document.querySelector("#run-pause [data-result]")||{}).textContent.includes("Resumed.")`))
 	if v := s.waitStatus(t, "pz-7", "suspended"); v.Pause != nil {

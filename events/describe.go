@@ -199,9 +199,11 @@ func Describe(e Event) string {
 	case RunPaused:
 		b.opt("by", e.By)
 		b.optq("reason", e.Reason)
+		b.identity(e.Identity)
 	case RunResumed:
 		b.opt("by", e.By)
 		b.optq("reason", e.Reason)
+		b.identity(e.Identity)
 	case RunHandedOff:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))

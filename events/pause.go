@@ -11,18 +11,28 @@ const NameRunResumed Name = "run_resumed"
 // (no ModelRequested for a new turn, no AttemptFenced, and a turn requested
 // before is not called). Work in flight finishes and is recorded; approvals
 // and reconciliations are still answered; recorded deadlines keep running.
-// By is who paused it, Reason why (both as given, like CancelRequested).
+// By is who paused it, Reason why, Identity and Proof whether the
+// deployment vouches for By, as for CancelRequested.
 type RunPaused struct {
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Identity says whether the deployment vouches for By (a signed
+	// command proof by one of its keys).
+	Identity
+	// Proof is the signed command proof the pause was made with.
+	Proof *CommandProof `json:"proof,omitempty"`
 }
 
 // RunResumed is emitted when a person resumes a paused run: what the run's
 // state calls for is started again in the same decision (fences, the next
-// model turn). By and Reason as for RunPaused.
+// model turn). By, Reason, Identity and Proof as for RunPaused.
 type RunResumed struct {
 	By     string `json:"by,omitempty"`
 	Reason string `json:"reason,omitempty"`
+	// Identity says whether the deployment vouches for By.
+	Identity
+	// Proof is the signed command proof the resume was made with.
+	Proof *CommandProof `json:"proof,omitempty"`
 }
 
 // EventName returns NameRunPaused, the durable name RunPaused is stored under.

@@ -158,7 +158,7 @@ func deedIn(v RunView, rec events.Recorded) (Deed, bool) {
 }
 
 // commandDeed returns the person's command rec records (a reconciliation,
-// a resolution, a cancellation), false for any other event.
+// a resolution, a cancellation, a pause, a resume), false for any other event.
 func commandDeed(rec events.Recorded) (Deed, bool) {
 	var what, by string
 	var s proof.CommandSubject
@@ -180,6 +180,14 @@ func commandDeed(rec events.Recorded) (Deed, bool) {
 	case events.CancelRequested:
 		what = proof.CommandCancel
 		s = proof.CommandSubject{Command: proof.CommandCancel, Run: rec.Run, Reason: e.Reason}
+		by, id, p = e.By, e.Identity, e.Proof
+	case events.RunPaused:
+		what = proof.CommandPause
+		s = proof.CommandSubject{Command: proof.CommandPause, Run: rec.Run, Reason: e.Reason}
+		by, id, p = e.By, e.Identity, e.Proof
+	case events.RunResumed:
+		what = proof.CommandResume
+		s = proof.CommandSubject{Command: proof.CommandResume, Run: rec.Run, Reason: e.Reason}
 		by, id, p = e.By, e.Identity, e.Proof
 	default:
 		return Deed{}, false
@@ -208,7 +216,7 @@ func (p PersonView) Describe() string {
 }
 
 // deed is who made the person's command e of run (a reconciliation, a
-// resolution, a cancellation), recorded at at.
+// resolution, a cancellation, a pause, a resume), recorded at at.
 func deed(run string, e events.Event, at time.Time) *PersonView {
 	d, _ := commandDeed(events.Recorded{Run: run, At: at, Event: e})
 	return &d.Who

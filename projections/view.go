@@ -557,7 +557,8 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		v.Cancelled = deed(v.Run, e, at)
 		v.ModelInFlight = false
 	case events.RunPaused:
-		v.Pause = &PauseView{By: e.By, Reason: e.Reason, Since: at}
+		p := deed(v.Run, e, at)
+		v.Pause = &PauseView{By: p.By, Verified: p.Verified, Key: p.Key, Reason: e.Reason, Since: at}
 	case events.RunResumed:
 		v.Pause = nil
 	case events.RunHandedOff:
@@ -660,11 +661,20 @@ func (v *RunView) derive() {
 	v.Status = string(aggregate.PausedStatus(aggregate.RunStatusOf(v.Outcome != nil, inFlight, len(v.Approvals) > 0 || len(v.Uncertain) > 0, v.HandedOff), v.Pause != nil, v.Cancelling))
 }
 
-// PauseView is who paused a run, why and when (RunPaused).
+// PauseView is who paused a run, why and when (RunPaused): Verified and
+// Key as for PersonView (verified only when the pause's command proof
+// checks).
 type PauseView struct {
-	By     string    `json:"by,omitempty"`
-	Reason string    `json:"reason,omitempty"`
-	Since  time.Time `json:"since"`
+	By       string    `json:"by,omitempty"`
+	Verified bool      `json:"verified,omitempty"`
+	Key      string    `json:"key,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	Since    time.Time `json:"since"`
+}
+
+// Person is who paused the run, as a PersonView.
+func (p PauseView) Person() PersonView {
+	return PersonView{By: p.By, Verified: p.Verified, Key: p.Key, Reason: p.Reason, At: p.Since}
 }
 
 // clone copies the slices Apply mutates so that a caller's view is never

@@ -217,3 +217,78 @@ func TestSecurityWhoDidIt_BeforeIdentity(t *testing.T) {
 		t.Fatalf("who lines:\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestSecurityWhoDidIt_PauseAndResume (docs/security.md, "Who did it";
+// docs/semantics.md §13): a signed pause and resume read verified, with
+// the key, in the run view and the who lines, re-checked against the
+// event as recorded: a reason edited afterwards, or a pause's proof under
+// a resume, reads unverified naming why; a pause recorded before the
+// events carried an identity (events/testdata/encoding/before-identity)
+// reads unverified under the typed name, claiming nothing.
+func TestSecurityWhoDidIt_PauseAndResume(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	sign := func(command, reason string) *events.CommandProof {
+		p, err := proof.NewCommand(proof.CommandSubject{Command: command, Run: "w-p", Reason: reason}, pub, t0.Add(24*time.Hour))
+		if err == nil {
+			p, err = proof.SignCommand(p, kp.Sign)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &p
+	}
+	id := events.Identity{Verified: true, Key: pub}
+	started := events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"}
+	paused := events.RunPaused{By: "alice", Reason: "checking the vendor", Identity: id, Proof: sign(proof.CommandPause, "checking the vendor")}
+	resumed := events.RunResumed{By: "alice", Reason: "vendor confirmed", Identity: id, Proof: sign(proof.CommandResume, "vendor confirmed")}
+	lines := func(h []events.Recorded) string {
+		var out []string
+		for _, d := range projections.Deeds(h) {
+			s := d.What + " " + d.Who.Describe()
+			if d.Problem != "" {
+				s += ": " + d.Problem
+			}
+			out = append(out, s)
+		}
+		return strings.Join(out, "\n")
+	}
+
+	h := history("w-p", started, paused)
+	if p := projections.Fold(h).Pause; p == nil || !p.Verified || p.Key != pub || p.By != "alice" {
+		t.Fatalf("signed pause: view %+v, want alice verified by %s", p, pub)
+	}
+	if got, want := lines(history("w-p", started, paused, resumed)), "pause by alice (verified, key "+pub+")\nresume by alice (verified, key "+pub+")"; got != want {
+		t.Fatalf("who lines:\n%s\nwant\n%s", got, want)
+	}
+
+	edited := paused
+	edited.Reason = "no reason"
+	if p := projections.Fold(history("w-p", started, edited)).Pause; p == nil || p.Verified || p.By != "alice" {
+		t.Fatalf("pause with its reason edited: view %+v, want alice unverified", p)
+	}
+	if got := lines(history("w-p", started, edited)); !strings.Contains(got, "pause by alice (unverified)") || !strings.Contains(got, proof.ReasonOtherReason) {
+		t.Fatalf("pause with its reason edited: who lines %q, want unverified, %s", got, proof.ReasonOtherReason)
+	}
+	swapped := resumed
+	swapped.Proof = sign(proof.CommandPause, "vendor confirmed")
+	if got := lines(history("w-p", started, paused, swapped)); !strings.Contains(got, "resume by alice (unverified)") || !strings.Contains(got, proof.ReasonOtherCommand) {
+		t.Fatalf("resume under a pause's proof: who lines %q, want unverified, %s", got, proof.ReasonOtherCommand)
+	}
+
+	old := history("w-p", started, beforeIdentity(t, "run_paused", events.NameRunPaused), beforeIdentity(t, "run_resumed", events.NameRunResumed))
+	if p := projections.Fold(old[:2]).Pause; p == nil || *p != (projections.PauseView{By: "dave", Reason: "checking the vendor", Since: old[1].At}) {
+		t.Fatalf("a pause from before: view %+v, want dave unverified", p)
+	}
+	for _, d := range projections.Deeds(old) {
+		if d.Claimed || d.Problem != "" {
+			t.Errorf("a deed from before claims an identity: %+v", d)
+		}
+	}
+	if got, want := lines(old), "pause by dave (unverified)\nresume by erin (unverified)"; got != want {
+		t.Fatalf("who lines from before:\n%s\nwant\n%s", got, want)
+	}
+}

@@ -19,6 +19,10 @@ const (
 	CommandResolve = "resolve"
 	// CommandCancel is a run's cancellation.
 	CommandCancel = "cancel"
+	// CommandPause is a run's pause (docs/semantics.md §13).
+	CommandPause = "pause"
+	// CommandResume is a paused run's resume.
+	CommandResume = "resume"
 )
 
 // The reasons CheckCommand returns besides bad_signature, proof_expired,

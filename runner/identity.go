@@ -10,13 +10,14 @@ import (
 
 // WithPeople sets how the runner vouches for who made a person's command
 // (docs/security.md, "Who did it"): the person keys whose signed command
-// proofs make a reconcile, resolve or cancel verified, and whether every
-// person's command must say who made it and why (identity_required).
+// proofs make a reconcile, resolve, cancel, pause or resume verified, and
+// whether every person's command must say who made it and why
+// (identity_required).
 // Answers are verified by the agent's approvers' keys.
 func WithPeople(p approvers.People) Option { return func(r *Runner) { r.people = p } }
 
 // who is who made the person's command endpoint on rn (a reconcile,
-// resolve or cancel): the key's person when it carries a command proof the
+// resolve, cancel, pause or resume): the key's person when it carries a command proof the
 // deployment's person keys vouch for, else the name typed (unverified).
 func (r *Runner) who(rn *run, endpoint, action string, content json.RawMessage, reason, by string, signed *events.CommandProof) (approvers.Who, error) {
 	s := proof.CommandSubject{Command: endpoint, Run: rn.id, Action: action, Content: content, Reason: reason}

@@ -234,3 +234,97 @@ func TestSecurityWhoDidIt_DemoUnverified(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityWhoDidIt_SecurePauseAndResume (docs/security.md "Who did
+// it"; docs/semantics.md §13): pause and resume are person's commands like
+// cancel — on a deployment with person keys and a required identity, a
+// pause or resume signed by a person key is recorded under the key's name,
+// verified, with the key and the proof, and the run view says so; one
+// signed by a key not in the deployment's list is refused
+// proof_refused(not_authenticated), one without a proof identity_required
+// (no_identity), without a reason identity_required (no_reason), and a
+// pause's proof sent with a resume proof_refused(other_command); nothing
+// is recorded for a refusal.
+func TestSecurityWhoDidIt_SecurePauseAndResume(t *testing.T) {
+	_, alicePub := userKey(t, 1)
+	carol, carolPub := userKey(t, 4)
+	mallory, _ := userKey(t, 3)
+	people := approvers.People{Keys: []approvers.Key{{Public: carolPub, Reviewer: "carol@ops"}}, Require: true}
+	h := identityHarness(t, people, alicePub, "who-p")
+	c := ctx(t)
+	h.waitFor("who-p", "the approval request", func(s aggregate.State) bool { return len(aggregate.Status(s).Approvals) == 1 })
+	exp := time.Now().Add(30 * time.Second)
+	psub := proof.CommandSubject{Command: proof.CommandPause, Run: "who-p", Reason: "checking the vendor"}
+	rsub := proof.CommandSubject{Command: proof.CommandResume, Run: "who-p", Reason: "vendor confirmed"}
+	pause := func(id, by, reason string, p *events.CommandProof) error {
+		_, err := h.client.Pause(c, api.PauseRequest{CommandID: id, Run: "who-p", By: by, Reason: reason, Proof: p})
+		return err
+	}
+	resume := func(id, by, reason string, p *events.CommandProof) error {
+		_, err := h.client.Resume(c, api.ResumeRequest{CommandID: id, Run: "who-p", By: by, Reason: reason, Proof: p})
+		return err
+	}
+
+	refusedCode(t, "pause with a typed name only", pause("p-typed", "carol@ops", psub.Reason, nil), weft.CodeIdentityRequired, approvers.ReasonNoIdentity)
+	refusedCode(t, "pause signed by a stranger", pause("p-mallory", "carol@ops", psub.Reason, signCommand(t, mallory, psub, exp)), weft.CodeProofRefused, approvers.ReasonNotAuthenticated)
+	noReason := psub
+	noReason.Reason = ""
+	refusedCode(t, "pause without a reason", pause("p-noreason", "", "", signCommand(t, carol, noReason, exp)), weft.CodeIdentityRequired, approvers.ReasonNoReason)
+	if s := h.state("who-p"); s.Paused() {
+		t.Fatal("a refused pause paused the run")
+	}
+	rep, err := h.client.Pause(c, api.PauseRequest{CommandID: "p-good", Run: "who-p", By: "mallory", Reason: psub.Reason, Proof: signCommand(t, carol, psub, exp)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Status != string(aggregate.StatusPaused) {
+		t.Fatalf("pause answered %q, want paused", rep.Status)
+	}
+
+	refusedCode(t, "resume with a typed name only", resume("r-typed", "carol@ops", rsub.Reason, nil), weft.CodeIdentityRequired, approvers.ReasonNoIdentity)
+	refusedCode(t, "resume signed by a stranger", resume("r-mallory", "", rsub.Reason, signCommand(t, mallory, rsub, exp)), weft.CodeProofRefused, approvers.ReasonNotAuthenticated)
+	refusedCode(t, "resume with the pause's proof", resume("r-other", "", psub.Reason, signCommand(t, carol, psub, exp)), weft.CodeProofRefused, proof.ReasonOtherCommand)
+
+	// The view names who paused it while it is paused.
+	envs, _, err := h.srv.Log.Load(c, "who-p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := projections.Fold(recorded(t, envs))
+	if p := v.Pause; p == nil || !p.Verified || p.By != "carol@ops" || p.Key != carolPub || p.Reason != psub.Reason {
+		t.Fatalf("pause view %+v, want carol@ops verified by %s", v.Pause, carolPub)
+	}
+	if err := resume("r-good", "mallory", rsub.Reason, signCommand(t, carol, rsub, exp)); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.state("who-p"); s.Paused() {
+		t.Fatal("the signed resume left the run paused")
+	}
+
+	// The log records the pause and the resume verified, under the key's
+	// name, each once, with its proof.
+	if envs, _, err = h.srv.Log.Load(c, "who-p"); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[events.Name]int{}
+	for _, rec := range recorded(t, envs) {
+		var by string
+		var id events.Identity
+		var p *events.CommandProof
+		switch e := rec.Event.(type) {
+		case events.RunPaused:
+			by, id, p = e.By, e.Identity, e.Proof
+		case events.RunResumed:
+			by, id, p = e.By, e.Identity, e.Proof
+		default:
+			continue
+		}
+		seen[rec.Event.EventName()]++
+		if by != "carol@ops" || !id.Verified || id.Key != carolPub || p == nil || p.Key != carolPub {
+			t.Fatalf("%s recorded by %q %+v proof %+v, want carol@ops verified by %s with the proof", rec.Event.EventName(), by, id, p, carolPub)
+		}
+	}
+	if seen[events.NameRunPaused] != 1 || seen[events.NameRunResumed] != 1 {
+		t.Fatalf("recorded %v, want one run_paused and one run_resumed", seen)
+	}
+}

@@ -80,7 +80,8 @@ func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
 }
 
 // vouched reports whether evs hold a decision a person made (an approval
-// answered, a reconciliation, a resolution, a cancellation) or the run's
+// answered, a reconciliation, a resolution, a cancellation, a pause or
+// resume) or the run's
 // end: the heads a runner signs.
 func vouched(evs []events.Event) bool {
 	for _, ev := range evs {
@@ -89,7 +90,7 @@ func vouched(evs []events.Event) bool {
 			if e.Answer != events.AnswerExpired {
 				return true
 			}
-		case events.Reconciled, events.Resolved, events.CancelRequested, events.RunFinished:
+		case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished:
 			return true
 		}
 	}

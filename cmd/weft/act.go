@@ -566,23 +566,28 @@ func cancelCommand() command {
 // pauseCommand is `weft pause RUN` (pause true) or `weft resume RUN`
 // (docs/semantics.md §13).
 func pauseCommand(pause bool) command {
-	name, summary, example, who := "resume", "resume a paused run", `weft resume pay-7 --reason "vendor confirmed"`, "who resumes"
+	name, summary, example, who := proof.CommandResume, "resume a paused run", `weft resume pay-7 --reason "vendor confirmed"`, "who resumes"
 	if pause {
-		name, summary, example, who = "pause", "pause a run: it starts no model call and no tool body until resumed", `weft pause pay-7 --reason "checking the vendor"`, "who pauses"
+		name, summary, example, who = proof.CommandPause, "pause a run: it starts no model call and no tool body until resumed", `weft pause pay-7 --reason "checking the vendor"`, "who pauses"
 	}
 	return command{
 		name: name, args: "<run>", summary: summary,
-		examples: []string{example},
+		examples: []string{example, example + " --signing-key carol.nk   # verified (docs/security.md)"},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var req api.PauseRequest
 			fs.StringVar(&req.Reason, "reason", "", "why")
-			fs.StringVar(&req.By, "by", "", who)
+			fs.StringVar(&req.By, "by", "", who+" (recorded unverified; --signing-key records the key's person, verified)")
+			sign := addSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
 				req.Run = args[0]
+				var err error
+				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: name, Run: req.Run, Reason: req.Reason}); err != nil {
+					return err
+				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
 					if pause {
 						return c.Pause(ctx, req)

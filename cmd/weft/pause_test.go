@@ -23,7 +23,7 @@ func TestSemantics13_WeftPauseAndResume(t *testing.T) {
 		t.Fatalf("pause: %d %s %s", code, out, errs)
 	}
 	out := waitShow(t, "cli-pause", "status     paused")
-	if !strings.Contains(out, "by alice: checking the vendor") {
+	if !strings.Contains(out, "by alice (unverified): checking the vendor") {
 		t.Fatalf("show of a paused run:\n%s", out)
 	}
 	if code, out, errs := cli(t, "runs", "--status", "paused"); code != 0 || !strings.Contains(out, "cli-pause") {

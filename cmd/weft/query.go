@@ -207,7 +207,7 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 	}
 	fmt.Fprintf(w, "status     %s\n", status)
 	if p := v.Pause; p != nil {
-		fmt.Fprintf(w, "paused     since %s%s%s\n", p.Since.Format(time.RFC3339), ifSet(" by ", p.By), ifSet(": ", p.Reason))
+		fmt.Fprintf(w, "paused     since %s %s%s\n", p.Since.Format(time.RFC3339), p.Person().Describe(), ifSet(": ", p.Reason))
 	}
 	if q := v.Quarantine; q != nil {
 		fmt.Fprintf(w, "quarantine the message at stream sequence %d cannot be folded: %s\n           nothing acts on the run; see weft repair show %s (the view is the run before that message)\n", q.Seq, q.Reason, v.Run)

@@ -160,3 +160,54 @@ func TestSecurityWhoDidIt_DevSecureRequired(t *testing.T) {
 		t.Fatalf("audit verify: %d %s %s", code, o, errs)
 	}
 }
+
+// TestSecurityWhoDidIt_DevSecurePauseAndResume (docs/security.md "Who did
+// it"; docs/semantics.md §13): weft dev --secure --require-identity, as the
+// operator, weft pause is refused identity_required without --signing-key
+// and proof_refused(not_authenticated) signed by a key the deployment does
+// not list; signed with the demo's person key it pauses the run and weft
+// show says "paused since … by demo approver (verified, key U…)"; a signed
+// resume resumes it, and weft audit verify re-checks both proofs and lists
+// them verified.
+func TestSecurityWhoDidIt_DevSecurePauseAndResume(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("NATS_CREDS", "")
+	t.Setenv("WEFT_MODEL", "")
+	data := t.TempDir()
+	_, url := startDevCLI(t, "dev", "--secure", "--require-identity", "--listen", "0", "--data", data)
+	dir := filepath.Join(data, "roles")
+	key := filepath.Join(dir, "approver.nk")
+	stranger := filepath.Join(t.TempDir(), "mallory.nk")
+	if code, o, errs := cli(t, "roles", "key", stranger); code != 0 {
+		t.Fatalf("roles key: %d %s %s", code, o, errs)
+	}
+	t.Setenv("NATS_URL", url)
+	t.Setenv("NATS_CREDS", filepath.Join(dir, "operator.creds"))
+	if code, o, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "pay-7"); code != 0 {
+		t.Fatalf("start: %d %s %s", code, o, errs)
+	}
+	waitShow(t, "pay-7", "waiting for approval")
+	pause := func(extra ...string) (int, string, string) {
+		return cli(t, append([]string{"pause", "pay-7", "--reason", "checking the vendor", "--by", "mallory"}, extra...)...)
+	}
+	if code, o, errs := pause(); code != exitFailed || !strings.Contains(errs, "identity_required(no_identity)") {
+		t.Fatalf("pause with a typed name only: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := pause("--signing-key", stranger); code != exitFailed || !strings.Contains(errs, "proof_refused(not_authenticated)") {
+		t.Fatalf("pause signed by a stranger: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := pause("--signing-key", key); code != 0 || !strings.Contains(errs, "signing: pause run pay-7") {
+		t.Fatalf("signed pause: exit %d\n%s%s", code, o, errs)
+	}
+	show := waitShow(t, "pay-7", "by demo approver (verified, key U")
+	if !strings.Contains(show, "paused     since ") || strings.Contains(show, "mallory") {
+		t.Fatalf("show does not say who paused, verified, or names the typed name:\n%s", show)
+	}
+	if code, o, errs := cli(t, "resume", "pay-7", "--reason", "vendor confirmed", "--signing-key", key); code != 0 {
+		t.Fatalf("signed resume: exit %d\n%s%s", code, o, errs)
+	}
+	code, o, errs := cli(t, "audit", "verify", "pay-7")
+	if code != 0 || !strings.Contains(o, "pause by demo approver (verified, key U") || !strings.Contains(o, "resume by demo approver (verified, key U") {
+		t.Fatalf("audit verify: %d %s %s", code, o, errs)
+	}
+}
