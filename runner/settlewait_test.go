@@ -88,7 +88,12 @@ func TestScenario27_SettleWaitsForBodyUntilItsDeadline(t *testing.T) {
 func TestScenario27_SettleWaitsByTheStoreClock(t *testing.T) {
 	behind := runner.WithClock(func() time.Time { return time.Now().Add(-time.Minute) })
 	_, r := runningExternal(t, "r27-sc", tools.After(30*time.Second), behind)
-	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// The tool timeout's local timer is armed by the wall clock, at which
+	// the deadline has passed: it fires at once and its (not due) decision
+	// holds the run for a moment. The context leaves room for that on a
+	// loaded machine (with 300 ms the settlement was once answered
+	// runner_busy, the run held for the whole context).
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := offer(r, c, "r27-sc")
 	var we *weft.Error
