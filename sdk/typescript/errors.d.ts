@@ -135,6 +135,11 @@ export class ProofRefusedError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
   readonly code: "proof_refused";
 }
+/** `identity_required` (403): the deployment requires a verified identity (a signed proof) or a reason for a person's command. */
+export class IdentityRequiredError extends WeftError {
+  constructor(message?: string, opts?: ErrorOpts);
+  readonly code: "identity_required";
+}
 /** `not_reconcilable` (409). */
 export class NotReconcilableError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
@@ -244,6 +249,7 @@ export declare const ERROR_CLASSES: Readonly<{
   approval_expired: typeof ApprovalExpiredError;
   run_ended: typeof RunEndedError;
   proof_refused: typeof ProofRefusedError;
+  identity_required: typeof IdentityRequiredError;
   not_reconcilable: typeof NotReconcilableError;
   already_recorded: typeof AlreadyRecordedError;
   not_awaited: typeof NotAwaitedError;

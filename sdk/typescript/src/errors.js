@@ -44,6 +44,7 @@ export const CODES = Object.freeze({
   approval_expired: 410,
   run_ended: 409,
   proof_refused: 403,
+  identity_required: 403,
   not_reconcilable: 409,
   already_recorded: 409,
   not_awaited: 409,
@@ -146,6 +147,10 @@ export class RunEndedError extends WeftError {
 export class ProofRefusedError extends WeftError {
   constructor(message, opts) { super("proof_refused", message, opts); }
 }
+/** `identity_required` (403): the deployment requires a verified identity (a signed proof) or a reason for a person's command. */
+export class IdentityRequiredError extends WeftError {
+  constructor(message, opts) { super("identity_required", message, opts); }
+}
 /** `not_reconcilable` (409). */
 export class NotReconcilableError extends WeftError {
   constructor(message, opts) { super("not_reconcilable", message, opts); }
@@ -234,6 +239,7 @@ export const ERROR_CLASSES = Object.freeze({
   approval_expired: ApprovalExpiredError,
   run_ended: RunEndedError,
   proof_refused: ProofRefusedError,
+  identity_required: IdentityRequiredError,
   not_reconcilable: NotReconcilableError,
   already_recorded: AlreadyRecordedError,
   not_awaited: NotAwaitedError,
