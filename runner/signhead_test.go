@@ -197,3 +197,58 @@ func TestSignedHeadsSignADecisionWhoseAckWasLost(t *testing.T) {
 		t.Errorf("verify: %+v", rep.Problem)
 	}
 }
+
+// TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRunner
+// (docs/semantics.md §8; docs/adr/0026-signed-heads.md): a runner that died
+// between the append of run_finished and the signature of the run's end
+// left the run finished, unsigned, and its weft_drivers entry in place.
+// The runner that wakes the run from that entry signs the end head with
+// its key before it removes the entry, so the history verifies (--trust)
+// instead of reading unsigned through no one's fault.
+func TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRunner(t *testing.T) {
+	h := newHarness(t)
+	c := ctx(t)
+	runnerKey, runnerPub := userKey(t, 8)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+
+	// The dead runner's history: started, answered, finished — and no
+	// head_signed after run_finished. Its driver entry is still there.
+	var s aggregate.State
+	hd := appendDecided(t, h, "es1", &s, aggregate.Start{Run: "es1", Agent: desk.Ref(), Input: "close the books", Limits: desk.Limits(), Runner: "ghost"})
+	appendDecidedAt(t, h, "es1", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyFinalAnswer, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}})
+	if _, fin := s.Finished(); !fin {
+		t.Fatalf("crafted history: run not finished (%+v)", aggregate.Status(s))
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := runner.DriverKey("es1", runner.DefaultPartitions)
+	if _, err := kv.Put(c, key, []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(runnerKey))
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "es1")
+	ev, err := envs[len(envs)-1].Event()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := ev.(events.HeadSigned); !hs.End || hs.Key != runnerPub || hs.Signer != "runner-b" {
+		t.Fatalf("last event %+v: want the end head signed by runner-b's key", hs)
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+	// And the entry is removed, as before: nothing stays behind.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := kv.Get(c, key); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the finished run's weft_drivers entry was never removed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
