@@ -135,11 +135,17 @@ func (r *Runner) signEnd(ctx context.Context, rn *run) error {
 		if err != nil {
 			return err
 		}
-		if ev.(events.HeadSigned).End {
+		if endHead(ev) {
 			return nil
 		}
 	}
 	return r.sign(ctx, rn)
+}
+
+// endHead reports whether ev is a finished run's signed end head.
+func endHead(ev events.Event) bool {
+	hs, ok := ev.(events.HeadSigned)
+	return ok && hs.End
 }
 
 // sign appends events.HeadSigned over rn's head, signed with the runner's

@@ -1,8 +1,16 @@
 package runner_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
@@ -250,5 +258,41 @@ func TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRun
 			t.Fatal("the finished run's weft_drivers entry was never removed")
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// unsignedJS is the runner's real JetStream, except that the first
+// append of a head_signed fails before anything is published.
+type unsignedJS struct {
+	jetstream.JetStream
+	failed atomic.Bool
+}
+
+func (u *unsignedJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if strings.HasPrefix(m.Subject, "weft.ev.") && bytes.Contains(m.Data, []byte(`"type":"head_signed"`)) && u.failed.CompareAndSwap(false, true) {
+		return nil, errors.Join(errors.New("the connection dropped before the append was sent"), nats.ErrConnectionClosed)
+	}
+	return u.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): when the append of the end head fails
+// after run_finished landed, the runner does not remove the run's
+// weft_drivers entry as if the run were done with: the run is woken again
+// and its end signed then.
+func TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake(t *testing.T) {
+	h := newHarness(t)
+	runnerKey, runnerPub := userKey(t, 9)
+	js := &unsignedJS{JetStream: h.srv.JS}
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())}, runner.WithID("runner-c"), runner.WithLease(2*time.Second), runner.WithHeadKey(runnerKey))
+	c := ctx(t)
+	h.startServed(c, api.StartRequest{Run: "es2", Agent: "desk", Input: "close the books"})
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "es2")
+	if !js.failed.Load() {
+		t.Fatal("no head_signed append failed")
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
 	}
 }
