@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -294,5 +295,60 @@ func TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake(t *testing.T
 	}
 	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
 		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+}
+
+// TestSignedHeadsSignTheEndOfARunTakenOver (docs/adr/0026-signed-heads.md):
+// the run of a runner gone, waiting for an approval, is cancelled through
+// another runner, which holds a head key: the cancel, recorded with the
+// run's takeover, and the run's end are signed by that runner.
+func TestSignedHeadsSignTheEndOfARunTakenOver(t *testing.T) {
+	h := newHarness(t)
+	b := &bodies{}
+	runnerKey, runnerPub := userKey(t, 10)
+	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	_, stopA := h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-a"))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "es3", Agent: "desk", Input: "pay"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("es3", aggregate.StatusSuspended)
+	stopA()
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(runnerKey))
+	if _, err := retryingCancel(c, h, "es3"); err != nil {
+		t.Fatal(err)
+	}
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "es3")
+	var cancelled, recovered uint64
+	var signed []uint64
+	for _, env := range envs {
+		switch env.Type {
+		case events.NameCancelRequested:
+			cancelled = env.Version
+		case events.NameRunRecovered:
+			recovered = env.Version
+		case events.NameHeadSigned:
+			signed = append(signed, env.Version)
+		}
+	}
+	if recovered == 0 || recovered > cancelled {
+		t.Fatalf("run_recovered at %d, cancel at %d: want the takeover recorded with the cancel", recovered, cancelled)
+	}
+	if cancelled == 0 || len(signed) == 0 || signed[0] <= cancelled {
+		t.Fatalf("cancel at %d, signed heads at %v: want a signed head covering the cancel", cancelled, signed)
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() || rep.Heads[len(rep.Heads)-1].Signer != "runner-b" {
+		t.Fatalf("verify with --trust: %+v %+v", rep.Problem, rep.Heads)
+	}
+}
+
+// retryingCancel cancels run, sent again while no runner serves it yet.
+func retryingCancel(c context.Context, h *harness, run string) (api.Reply, error) {
+	for {
+		r, err := h.client.Cancel(c, api.CancelRequest{Run: run, CommandID: "cancel-" + run})
+		if err == nil || c.Err() != nil || (weft.ErrorCode(err) != weft.CodeUnavailable && weft.ErrorCode(err) != weft.CodeRunnerBusy) {
+			return r, err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
