@@ -43,7 +43,10 @@ type run struct {
 	keyRev   uint64    // the revision of that entry, when known
 	lastAt   time.Time // recorded time of the run's last event
 	snapAt   uint64
-	asked    map[string]time.Time // approval requests seen: action#revision → when
+	// endSigned is set when the last event folded into state (evolve,
+	// evolveRead) is a signed end head (events.HeadSigned with End).
+	endSigned bool
+	asked     map[string]time.Time // approval requests seen: action#revision → when
 
 	// takeover is the recovery this runner decided to make (its driver is
 	// gone) but has not recorded yet: it is recorded together with the
@@ -69,6 +72,7 @@ func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run 
 // state and remembers its recorded time.
 func (rn *run) evolve(rec events.Recorded) {
 	rn.state = aggregate.Evolve(rn.state, rec)
+	rn.endSigned = endHead(rec.Event)
 	if rec.At.After(rn.lastAt) {
 		rn.lastAt = rec.At
 	}
@@ -88,6 +92,7 @@ func (r *Runner) evolveRead(rn *run, rec events.Recorded, head eventlog.Head) er
 		return err
 	}
 	rn.state = s
+	rn.endSigned = endHead(rec.Event)
 	if rec.At.After(rn.lastAt) {
 		rn.lastAt = rec.At
 	}

@@ -104,33 +104,79 @@ func vouched(evs []events.Event) bool {
 // the head unsigned, logged, and the run goes on; the next vouched
 // decision's signature covers everything before it.
 func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
-	if r.headKey == nil || !vouched(evs) || rn.head.Hash == "" {
+	if r.headKey == nil || !vouched(evs) {
 		return
+	}
+	if err := r.sign(ctx, rn); err != nil {
+		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+	}
+}
+
+// signEnd signs the end head of rn, a finished run this runner wakes
+// because its weft_drivers entry is still there: its driver died between
+// the append of run_finished and the signature (signHead), and nothing
+// else touches a finished run again. Nothing is appended when the runner
+// holds no head key or the run's last message already ends with a signed
+// end head. An error (the store did not answer, the log moved) leaves the
+// end unsigned: the caller keeps the entry, so that the wake is made
+// again.
+func (r *Runner) signEnd(ctx context.Context, rn *run) error {
+	if r.headKey == nil {
+		return nil
+	}
+	envs, head, err := r.evlog.Last(ctx, rn.id)
+	if err != nil {
+		return err
+	}
+	if head != rn.head {
+		return fmt.Errorf("the log of run %s moved (version %d, read at %d)", rn.id, head.Version, rn.head.Version)
+	}
+	if n := len(envs); n > 0 && envs[n-1].Type == events.NameHeadSigned {
+		ev, err := envs[n-1].Event()
+		if err != nil {
+			return err
+		}
+		if endHead(ev) {
+			return nil
+		}
+	}
+	return r.sign(ctx, rn)
+}
+
+// endHead reports whether ev is a finished run's signed end head.
+func endHead(ev events.Event) bool {
+	hs, ok := ev.(events.HeadSigned)
+	return ok && hs.End
+}
+
+// sign appends events.HeadSigned over rn's head, signed with the runner's
+// head key (which it must hold).
+func (r *Runner) sign(ctx context.Context, rn *run) error {
+	if rn.head.Hash == "" {
+		return nil
 	}
 	key, err := r.headKey.PublicKey()
 	if err != nil {
-		r.log.Warn("head not signed", "run", rn.id, "err", err)
-		return
+		return err
 	}
 	d := events.HeadDigest(rn.id, rn.head.Version, rn.head.Hash, key)
 	sig, err := r.headKey.Sign(d[:])
 	if err != nil {
-		r.log.Warn("head not signed", "run", rn.id, "err", err)
-		return
+		return err
 	}
 	_, end := rn.state.Finished()
 	hs := events.HeadSigned{Version: rn.head.Version, Hash: rn.head.Hash, Key: key, Signer: r.id, Signature: base64.RawURLEncoding.EncodeToString(sig), End: end}
 	envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, r.clock(rn), hs)
 	if err != nil {
-		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
-		return
+		return err
 	}
 	recs, err := recorded(envs)
 	if err != nil {
-		return
+		return err
 	}
 	for _, rec := range recs {
 		rn.evolve(rec)
 	}
 	rn.head = head
+	return nil
 }

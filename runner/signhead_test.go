@@ -1,9 +1,18 @@
 package runner_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -195,5 +204,151 @@ func TestSignedHeadsSignADecisionWhoseAckWasLost(t *testing.T) {
 	}
 	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() {
 		t.Errorf("verify: %+v", rep.Problem)
+	}
+}
+
+// TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRunner
+// (docs/semantics.md §8; docs/adr/0026-signed-heads.md): a runner that died
+// between the append of run_finished and the signature of the run's end
+// left the run finished, unsigned, and its weft_drivers entry in place.
+// The runner that wakes the run from that entry signs the end head with
+// its key before it removes the entry, so the history verifies (--trust)
+// instead of reading unsigned through no one's fault.
+func TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRunner(t *testing.T) {
+	h := newHarness(t)
+	c := ctx(t)
+	runnerKey, runnerPub := userKey(t, 8)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+
+	// The dead runner's history: started, answered, finished — and no
+	// head_signed after run_finished. Its driver entry is still there.
+	var s aggregate.State
+	hd := appendDecided(t, h, "es1", &s, aggregate.Start{Run: "es1", Agent: desk.Ref(), Input: "close the books", Limits: desk.Limits(), Runner: "ghost"})
+	appendDecidedAt(t, h, "es1", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyFinalAnswer, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}})
+	if _, fin := s.Finished(); !fin {
+		t.Fatalf("crafted history: run not finished (%+v)", aggregate.Status(s))
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := runner.DriverKey("es1", runner.DefaultPartitions)
+	if _, err := kv.Put(c, key, []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(runnerKey))
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "es1")
+	ev, err := envs[len(envs)-1].Event()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hs := ev.(events.HeadSigned); !hs.End || hs.Key != runnerPub || hs.Signer != "runner-b" {
+		t.Fatalf("last event %+v: want the end head signed by runner-b's key", hs)
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+	// And the entry is removed, as before: nothing stays behind.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := kv.Get(c, key); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the finished run's weft_drivers entry was never removed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// unsignedJS is the runner's real JetStream, except that the first
+// append of a head_signed fails before anything is published.
+type unsignedJS struct {
+	jetstream.JetStream
+	failed atomic.Bool
+}
+
+func (u *unsignedJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if strings.HasPrefix(m.Subject, "weft.ev.") && bytes.Contains(m.Data, []byte(`"type":"head_signed"`)) && u.failed.CompareAndSwap(false, true) {
+		return nil, errors.Join(errors.New("the connection dropped before the append was sent"), nats.ErrConnectionClosed)
+	}
+	return u.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): when the append of the end head fails
+// after run_finished landed, the runner does not remove the run's
+// weft_drivers entry as if the run were done with: the run is woken again
+// and its end signed then.
+func TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake(t *testing.T) {
+	h := newHarness(t)
+	runnerKey, runnerPub := userKey(t, 9)
+	js := &unsignedJS{JetStream: h.srv.JS}
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())}, runner.WithID("runner-c"), runner.WithLease(2*time.Second), runner.WithHeadKey(runnerKey))
+	c := ctx(t)
+	h.startServed(c, api.StartRequest{Run: "es2", Agent: "desk", Input: "close the books"})
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "es2")
+	if !js.failed.Load() {
+		t.Fatal("no head_signed append failed")
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+}
+
+// TestSignedHeadsSignTheEndOfARunTakenOver (docs/adr/0026-signed-heads.md):
+// the run of a runner gone, waiting for an approval, is cancelled through
+// another runner, which holds a head key: the cancel, recorded with the
+// run's takeover, and the run's end are signed by that runner.
+func TestSignedHeadsSignTheEndOfARunTakenOver(t *testing.T) {
+	h := newHarness(t)
+	b := &bodies{}
+	runnerKey, runnerPub := userKey(t, 10)
+	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	_, stopA := h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-a"))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "es3", Agent: "desk", Input: "pay"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("es3", aggregate.StatusSuspended)
+	stopA()
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(runnerKey))
+	if _, err := retryingCancel(c, h, "es3"); err != nil {
+		t.Fatal(err)
+	}
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "es3")
+	var cancelled, recovered uint64
+	var signed []uint64
+	for _, env := range envs {
+		switch env.Type {
+		case events.NameCancelRequested:
+			cancelled = env.Version
+		case events.NameRunRecovered:
+			recovered = env.Version
+		case events.NameHeadSigned:
+			signed = append(signed, env.Version)
+		}
+	}
+	if recovered == 0 || recovered > cancelled {
+		t.Fatalf("run_recovered at %d, cancel at %d: want the takeover recorded with the cancel", recovered, cancelled)
+	}
+	if cancelled == 0 || len(signed) == 0 || signed[0] <= cancelled {
+		t.Fatalf("cancel at %d, signed heads at %v: want a signed head covering the cancel", cancelled, signed)
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() || rep.Heads[len(rep.Heads)-1].Signer != "runner-b" {
+		t.Fatalf("verify with --trust: %+v %+v", rep.Problem, rep.Heads)
+	}
+}
+
+// retryingCancel cancels run, sent again while no runner serves it yet.
+func retryingCancel(c context.Context, h *harness, run string) (api.Reply, error) {
+	for {
+		r, err := h.client.Cancel(c, api.CancelRequest{Run: run, CommandID: "cancel-" + run})
+		if err == nil || c.Err() != nil || (weft.ErrorCode(err) != weft.CodeUnavailable && weft.ErrorCode(err) != weft.CodeRunnerBusy) {
+			return r, err
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -110,6 +110,11 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 			// Its driver died between the last append and the key delete.
 			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
+			// Perhaps before it signed the run's end, too: signed here,
+			// or the entry stays and the wake is made again.
+			if err := r.signEnd(dctx, rn); err != nil {
+				return &weft.Error{Code: weft.CodeUnavailable, Message: "end head not signed: " + err.Error()}
+			}
 			if err := r.removeDriverKey(dctx, rn.id, 0); err != nil {
 				return &weft.Error{Code: weft.CodeUnavailable, Message: "driver key delete: " + err.Error()}
 			}
