@@ -60,13 +60,13 @@ type starter struct {
 }
 
 var all = []starter{
-	{"weft", "Weft, embedded server, default (no fsync)",
+	{"weft", "Weft, embedded server, sync_interval 2m (no fsync)",
 		func(ctx context.Context, dir string) (system, error) { return startWeft(ctx, dir, false, false) }},
-	{"weft-sync", "Weft, embedded server, fsync on every ack",
+	{"weft-sync", "Weft, embedded server, fsync on every ack (its default), group commit",
 		func(ctx context.Context, dir string) (system, error) { return startWeft(ctx, dir, false, true) }},
-	{"weft-ext", "Weft, external nats-server, default (no fsync)",
+	{"weft-ext", "Weft, external nats-server, sync_interval 2m (no fsync)",
 		func(ctx context.Context, dir string) (system, error) { return startWeft(ctx, dir, true, false) }},
-	{"weft-ext-sync", "Weft, external nats-server, fsync on every ack",
+	{"weft-ext-sync", "Weft, external nats-server, fsync on every ack (its default), group commit",
 		func(ctx context.Context, dir string) (system, error) { return startWeft(ctx, dir, true, true) }},
 	{"restate", "Restate 1.7.12, Go SDK 1.2.0 (fsync)", startRestate},
 	{"dbos", "DBOS Transact Go 1.8.0 + PostgreSQL 15 (synchronous commit)", startDBOS},

@@ -42,7 +42,7 @@ type weftSystem struct {
 
 // startWeft starts Weft with the embedded server, or with an external one
 // when external; syncAlways is the stream's sync_interval: always (an
-// fsync before every ack).
+// fsync before every ack) and the runner with group commit.
 func startWeft(ctx context.Context, dir string, external, syncAlways bool) (system, error) {
 	w := &weftSystem{waits: map[string]chan struct{}{}, cancel: func() {}}
 	var err error
@@ -65,7 +65,15 @@ func startWeft(ctx context.Context, dir string, external, syncAlways bool) (syst
 		w.close()
 		return nil, err
 	}
-	r, err := runner.New(w.rnc, js, []*agent.Agent{a})
+	var ropts []runner.Option
+	if syncAlways {
+		// As weft dev and weft bench do when their server syncs always:
+		// one fsync for many runs' decisions when 16 or more wait at once
+		// (docs/adr/0025-group-commit.md); at an interval it costs more
+		// than it saves, so weft and weft-ext run without it.
+		ropts = append(ropts, runner.WithGroupCommit())
+	}
+	r, err := runner.New(w.rnc, js, []*agent.Agent{a}, ropts...)
 	if err != nil {
 		w.close()
 		return nil, err
