@@ -175,20 +175,11 @@ func TestSecurityWhoDidIt_AuditCatchesEditedPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub, _ := kp.PublicKey()
-	sign := func(command, reason string) *events.CommandProof {
-		p, err := proof.NewCommand(proof.CommandSubject{Command: command, Run: "w-p", Reason: reason}, pub, t0.Add(24*time.Hour))
-		if err == nil {
-			p, err = proof.SignCommand(p, kp.Sign)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &p
-	}
-	id := events.Identity{Verified: true, Key: pub}
 	started := events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay", Runner: "r", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}}
-	paused := events.RunPaused{By: "alice", Reason: "checking the vendor", Identity: id, Proof: sign(proof.CommandPause, "checking the vendor")}
-	resumed := events.RunResumed{By: "alice", Reason: "vendor confirmed", Identity: id, Proof: sign(proof.CommandResume, "vendor confirmed")}
+	paused, resumed, err := projtest.PauseAndResume("w-p", pub, kp.Sign, t0.Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	rep := audit.Verify(exported(t, chain(t, "w-p", []events.Event{started, paused, resumed})))
 	if !rep.OK() || len(rep.Proofs) != 2 {

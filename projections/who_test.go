@@ -231,20 +231,11 @@ func TestSecurityWhoDidIt_PauseAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub, _ := kp.PublicKey()
-	sign := func(command, reason string) *events.CommandProof {
-		p, err := proof.NewCommand(proof.CommandSubject{Command: command, Run: "w-p", Reason: reason}, pub, t0.Add(24*time.Hour))
-		if err == nil {
-			p, err = proof.SignCommand(p, kp.Sign)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &p
-	}
-	id := events.Identity{Verified: true, Key: pub}
 	started := events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"}
-	paused := events.RunPaused{By: "alice", Reason: "checking the vendor", Identity: id, Proof: sign(proof.CommandPause, "checking the vendor")}
-	resumed := events.RunResumed{By: "alice", Reason: "vendor confirmed", Identity: id, Proof: sign(proof.CommandResume, "vendor confirmed")}
+	paused, resumed, err := projtest.PauseAndResume("w-p", pub, kp.Sign, t0.Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
 	lines := func(h []events.Recorded) string {
 		var out []string
 		for _, d := range projections.Deeds(h) {
@@ -274,7 +265,9 @@ func TestSecurityWhoDidIt_PauseAndResume(t *testing.T) {
 		t.Fatalf("pause with its reason edited: who lines %q, want unverified, %s", got, proof.ReasonOtherReason)
 	}
 	swapped := resumed
-	swapped.Proof = sign(proof.CommandPause, "vendor confirmed")
+	if swapped.Proof, err = projtest.CommandProof(proof.CommandSubject{Command: proof.CommandPause, Run: "w-p", Reason: "vendor confirmed"}, pub, kp.Sign, t0.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	if got := lines(history("w-p", started, paused, swapped)); !strings.Contains(got, "resume by alice (unverified)") || !strings.Contains(got, proof.ReasonOtherCommand) {
 		t.Fatalf("resume under a pause's proof: who lines %q, want unverified, %s", got, proof.ReasonOtherCommand)
 	}

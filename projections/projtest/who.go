@@ -38,14 +38,11 @@ func WhoRun(run, pub string, sign func([]byte) ([]byte, error), expires time.Tim
 		return nil, err
 	}
 	command := func(s proof.CommandSubject) *events.CommandProof {
-		p, e := proof.NewCommand(s, pub, expires)
-		if e == nil {
-			p, e = proof.SignCommand(p, sign)
-		}
+		p, e := CommandProof(s, pub, sign, expires)
 		if err == nil {
 			err = e
 		}
-		return &p
+		return p
 	}
 	id := events.Identity{Verified: true, Key: pub}
 	note := json.RawMessage(`{"unconfirmed":"checking with the bank"}`)
@@ -70,4 +67,29 @@ func WhoRun(run, pub string, sign func([]byte) ([]byte, error), expires time.Tim
 			Proof: command(proof.CommandSubject{Command: proof.CommandCancel, Run: run, Reason: "customer left"})},
 	}
 	return evs, err
+}
+
+// CommandProof returns the command proof of s signed by the key pub (its
+// Sign function sign), expiring at expires.
+func CommandProof(s proof.CommandSubject, pub string, sign func([]byte) ([]byte, error), expires time.Time) (*events.CommandProof, error) {
+	p, err := proof.NewCommand(s, pub, expires)
+	if err == nil {
+		p, err = proof.SignCommand(p, sign)
+	}
+	return &p, err
+}
+
+// PauseAndResume returns a pause and a resume of run by alice, each with
+// its reason and a command proof signed by the key pub (its Sign function
+// sign, expiring at expires), their identities verified by pub: the
+// signed pause and resume the who tests read (docs/semantics.md §13).
+func PauseAndResume(run, pub string, sign func([]byte) ([]byte, error), expires time.Time) (events.RunPaused, events.RunResumed, error) {
+	id := events.Identity{Verified: true, Key: pub}
+	pp, err := CommandProof(proof.CommandSubject{Command: proof.CommandPause, Run: run, Reason: "checking the vendor"}, pub, sign, expires)
+	if err != nil {
+		return events.RunPaused{}, events.RunResumed{}, err
+	}
+	rp, err := CommandProof(proof.CommandSubject{Command: proof.CommandResume, Run: run, Reason: "vendor confirmed"}, pub, sign, expires)
+	return events.RunPaused{By: "alice", Reason: "checking the vendor", Identity: id, Proof: pp},
+		events.RunResumed{By: "alice", Reason: "vendor confirmed", Identity: id, Proof: rp}, err
 }
