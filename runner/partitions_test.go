@@ -50,6 +50,7 @@ func (h *harness) owners() map[int]string {
 // the deployment's.
 func TestPartitions_AnotherNumberIsRefused(t *testing.T) {
 	h := newHarness(t)
+	h.partitions = 16
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	first, _ := h.startRunner([]*agent.Agent{a}, runner.WithPartitions(16))
 	if got := first.Stats().Partitions; len(got) != 16 {
