@@ -351,7 +351,7 @@
       // The command's signing statement: the weft command that signs it
       // (to paste its proof), or the key, on the form.
       var how = document.createElement("p");
-      how.textContent = "Sign it with your key under “Sign with your key”, or run this with your key file and paste what it prints:";
+      how.textContent = "Without the key in this page: run this with your key file and paste what it prints under “Or paste a signed proof”:";
       var pre = document.createElement("pre");
       pre.className = "weft-command";
       pre.setAttribute("data-weft-command", "");
