@@ -127,3 +127,39 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 		t.Fatalf("cancelled %+v, want verified by demo approver with key %s", c, pub)
 	}
 }
+
+// TestSecurityWhoDidIt_ConsoleSignsAReconciliation: on weft dev --secure
+// --require-identity, the inbox's uncertain card signs its reconciliation
+// in the browser — the output typed into the fields generated from the
+// tool's schema, with characters the canonical form escapes (<, >, &),
+// hashed by the page as the runner hashes the content it is sent — and
+// the run page names the key's person, verified, with the key.
+func TestSecurityWhoDidIt_ConsoleSignsAReconciliation(t *testing.T) {
+	s := secureStack(t)
+	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pub := s.approverKey(t)
+	s.start(t, "bsig-13", "pay invoice INV-13", "suspended")
+	ctx := tab(t)
+	card := "#" + cardKey("uncertain", "bsig-13", "2/call_2_1")
+	do(t, ctx, "reconcile signed", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+		typeIn(card+` input[name="out.id"]`, "PAY-13"),
+		typeIn(card+` input[name="out.status"]`, "sent <ok> & booked"),
+		typeIn(card+` input[name=reason]`, "bank ticket 7"),
+		chromedp.Click(chromedp.CSS(card+` details.signing summary`)),
+		typeIn(card+` [data-signing-key]`, strings.TrimSpace(string(raw))),
+		chromedp.Click(chromedp.CSS(card+` .buttons button.primary`)),
+		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as the tool's output. Signed with key `+pub+`.")`))
+	v := s.waitStatus(t, "bsig-13", "finished")
+	a := action(t, v, "2/call_2_1")
+	if r := a.Reconciled; a.Result != `{"id":"PAY-13","status":"sent \u003cok\u003e \u0026 booked"}` || r == nil || !r.Verified || r.Key != pub || r.By != "demo approver" {
+		t.Fatalf("action %s reconciled %+v, want the output, verified by demo approver with key %s", a.Result, r, pub)
+	}
+	line := `li[data-action="2/call_2_1"] .reconciled-line`
+	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/bsig-13"), chromedp.WaitVisible(chromedp.CSS(line)))
+	if text := get(t, ctx, "the reconciled line", chromedp.Text(chromedp.CSS(line))); !strings.Contains(text, "by demo approver (verified)") || !strings.Contains(text, pub) {
+		t.Errorf("the reconciled line says %q", text)
+	}
+}
