@@ -3,8 +3,10 @@ package console
 import (
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +41,9 @@ type signing struct {
 	// Now is the console's clock (Unix milliseconds): the page sets the
 	// proof's expiry from it, not from the viewer's clock.
 	Now int64 `json:"now"`
+	// Lifetime is how long the proof is valid from Now, in seconds
+	// (signLifetime).
+	Lifetime int `json:"lifetime"`
 	// Weft is the command line that prints the same proof (--print-proof).
 	Weft string `json:"weft"`
 	// Path and Fields are the form to send again with the proof pasted
@@ -101,7 +106,7 @@ func (c *Console) readPerson(w http.ResponseWriter, r *http.Request, s proof.Com
 
 // signing returns the signing statement of s, sent from the form of r.
 func (c *Console) signing(r *http.Request, s proof.CommandSubject) (*signing, error) {
-	st := &signing{Command: s.Command, Run: s.Run, Action: s.Action, Reason: s.Reason, Now: time.Now().UnixMilli(), Path: r.URL.Path}
+	st := &signing{Command: s.Command, Run: s.Run, Action: s.Action, Reason: s.Reason, Now: time.Now().UnixMilli(), Lifetime: int(signLifetime / time.Second), Path: r.URL.Path}
 	if len(s.Content) > 0 {
 		b, err := proof.Canonical(s.Content)
 		if err != nil {
@@ -115,8 +120,8 @@ func (c *Console) signing(r *http.Request, s proof.CommandSubject) (*signing, er
 			st.Fields = append(st.Fields, hiddenVal{name, vs[0]})
 		}
 	}
-	for name, vs := range r.PostForm {
-		if strings.HasPrefix(name, "out.") && len(vs) > 0 {
+	for _, name := range slices.Sorted(maps.Keys(r.PostForm)) {
+		if vs := r.PostForm[name]; strings.HasPrefix(name, "out.") && len(vs) > 0 {
 			st.Fields = append(st.Fields, hiddenVal{name, vs[0]})
 		}
 	}

@@ -105,6 +105,7 @@ func TestSecurityWhoDidIt_ConsoleSigningStatement(t *testing.T) {
 		Sign   struct {
 			Command, Run, Action, Content, Reason, Weft string
 			Now                                         int64
+			Lifetime                                    int
 		} `json:"sign"`
 	}
 	if err := json.Unmarshal([]byte(a), &ans); err != nil {
@@ -123,6 +124,9 @@ func TestSecurityWhoDidIt_ConsoleSigningStatement(t *testing.T) {
 	}
 	if d := time.Since(time.UnixMilli(st.Now)); d < 0 || d > time.Minute {
 		t.Errorf("now %d is not the console's clock", st.Now)
+	}
+	if st.Lifetime != 30 {
+		t.Errorf("lifetime %d s, want 30 (well within the person keys' default of 60 s)", st.Lifetime)
 	}
 	form.Set("kind", "output")
 	form.Set("out_mode", "raw")

@@ -288,7 +288,7 @@
       var content = st.content ? crypto.subtle.digest("SHA-256", new TextEncoder().encode(st.content)) : Promise.resolve(null);
       return content.then(function (sum) {
         // The expiry is from the console's clock: the viewer's may be off.
-        var expires = Math.floor(st.now / 1000) + 30;
+        var expires = Math.floor(st.now / 1000) + st.lifetime;
         var p = {
           key: "", command: st.command, run: st.run, action: st.action || "", content_sha256: sum ? hex(new Uint8Array(sum)) : "",
           reason: st.reason || "", expires: new Date(expires * 1000).toISOString().replace(".000Z", "Z"), signature: ""
