@@ -140,17 +140,7 @@ func weftCommand(s proof.CommandSubject, content string) string {
 		args = append(args, shellQuote(s.Action))
 	}
 	if content != "" {
-		var shaped map[string]string
-		flag, value := "--output", content
-		if json.Unmarshal([]byte(content), &shaped) == nil && len(shaped) == 1 {
-			// The content weft builds from --error or --unconfirmed is
-			// these bytes again (encoding/json, as the console's).
-			if m, ok := shaped["error"]; ok {
-				flag, value = "--error", m
-			} else if n, ok := shaped["unconfirmed"]; ok && s.Command != proof.CommandResolve {
-				flag, value = "--unconfirmed", n
-			}
-		}
+		flag, value := contentFlag(s.Command, content)
 		args = append(args, flag, shellQuote(value))
 	}
 	if stored {
@@ -159,7 +149,37 @@ func weftCommand(s proof.CommandSubject, content string) string {
 	if s.Reason != "" {
 		args = append(args, "--reason", shellQuote(s.Reason))
 	}
-	return strings.Join(append(args, "--signing-key", "YOUR_KEY.nk", "--print-proof"), " ")
+	return strings.Join(append(args, "--signing-key", "YOUR_KEY.nk", "--proof-ttl", shownTTL, "--print-proof"), " ")
+}
+
+// shownTTL is the --proof-ttl of the command weftCommand shows: the
+// person keys' default lifetime (approvers.DefaultLifetime, 60 s) less a
+// margin, so that a person's clock a little ahead of the runner's does
+// not make the proof lifetime_exceeded.
+const shownTTL = "45s"
+
+// contentFlag is the weft flag and value that make exactly content (its
+// canonical bytes): --error MESSAGE or --unconfirmed NOTE only when weft's
+// encoding of that shortcut (json.Marshal of the one-member object, as
+// cmd/weft builds it) is these bytes again, else --output with the bytes
+// as they are (weft sends --output verbatim, and proof.Canonical of
+// canonical bytes is the same bytes). Content such as {"error":"caf\u00e9"}
+// keeps --output: --error 'café' would sign {"error":"café"}.
+func contentFlag(command, content string) (flag, value string) {
+	var shaped map[string]string
+	if json.Unmarshal([]byte(content), &shaped) != nil || len(shaped) != 1 {
+		return "--output", content
+	}
+	for key, flag := range map[string]string{"error": "--error", "unconfirmed": "--unconfirmed"} {
+		v, ok := shaped[key]
+		if !ok || (key == "unconfirmed" && command == proof.CommandResolve) {
+			continue
+		}
+		if b, err := json.Marshal(map[string]string{key: v}); err == nil && string(b) == content {
+			return flag, v
+		}
+	}
+	return "--output", content
 }
 
 var shellSafe = regexp.MustCompile(`^[A-Za-z0-9_./:@=+,-]+$`)

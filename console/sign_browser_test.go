@@ -64,7 +64,7 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 	if c, r := get(t, ctx, "code", chromedp.Text(chromedp.CSS(code))), get(t, ctx, "reason", chromedp.Text(chromedp.CSS(form+` [data-result] code.reason`))); c != "identity_required" || r != "no_identity" {
 		t.Fatalf("a typed name shows %q (%q), want identity_required (no_identity)", c, r)
 	}
-	if cmd := get(t, ctx, "weft command", chromedp.Text(chromedp.CSS(form+` [data-result] [data-weft-command]`))); cmd != "weft cancel bsig-7 --reason 'duplicate order' --signing-key YOUR_KEY.nk --print-proof" {
+	if cmd := get(t, ctx, "weft command", chromedp.Text(chromedp.CSS(form+` [data-result] [data-weft-command]`))); cmd != "weft cancel bsig-7 --reason 'duplicate order' --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof" {
 		t.Errorf("the refusal shows the command %q", cmd)
 	}
 	if !js[bool](t, ctx, `document.querySelector("`+form+` details.signing").open`) {

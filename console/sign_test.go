@@ -2,14 +2,20 @@ package console_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"html"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
 )
@@ -39,7 +45,7 @@ func TestSecurityWhoDidIt_ConsolePastedProof(t *testing.T) {
 	for _, want := range []string{
 		`<code class="code">identity_required</code>`, `<code class="reason">no_identity</code>`,
 		"Sign it with your key",
-		"weft cancel paste-7 --reason 'duplicate order' --signing-key YOUR_KEY.nk --print-proof",
+		"weft cancel paste-7 --reason 'duplicate order' --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof",
 		`name="proof"`,
 	} {
 		if !strings.Contains(page, want) {
@@ -119,7 +125,7 @@ func TestSecurityWhoDidIt_ConsoleSigningStatement(t *testing.T) {
 		st.Content != `{"error":"the bank's answer: \u003crejected\u003e"}` {
 		t.Errorf("statement %+v", st)
 	}
-	if want := `weft reconcile stmt-7 2/call_2_1 --error 'the bank'\''s answer: <rejected>' --stored --reason 'bank ticket 7' --signing-key YOUR_KEY.nk --print-proof`; st.Weft != want {
+	if want := `weft reconcile stmt-7 2/call_2_1 --error 'the bank'\''s answer: <rejected>' --stored --reason 'bank ticket 7' --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof`; st.Weft != want {
 		t.Errorf("weft command\n%s\nwant\n%s", st.Weft, want)
 	}
 	if d := time.Since(time.UnixMilli(st.Now)); d < 0 || d > time.Minute {
@@ -136,7 +142,112 @@ func TestSecurityWhoDidIt_ConsoleSigningStatement(t *testing.T) {
 	if err := json.Unmarshal([]byte(a), &ans); err != nil {
 		t.Fatal(err)
 	}
-	if want := `weft reconcile stmt-7 2/call_2_1 --output '{"id":"PAY-7","status":"sent"}' --reason 'bank ticket 7' --signing-key YOUR_KEY.nk --print-proof`; ans.Sign.Weft != want || ans.Sign.Command != proof.CommandReconcile {
+	if want := `weft reconcile stmt-7 2/call_2_1 --output '{"id":"PAY-7","status":"sent"}' --reason 'bank ticket 7' --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof`; ans.Sign.Weft != want || ans.Sign.Command != proof.CommandReconcile {
 		t.Errorf("weft command\n%s\nwant\n%s", ans.Sign.Weft, want)
 	}
+}
+
+// TestSecurityWhoDidIt_ConsolePrintedCommandSigns (docs/security.md, "Who
+// did it"; docs/console.md): the weft command the console shows for a
+// person's command signs exactly what the console sends. For each form —
+// a reconcile as a failure (--error), as unconfirmed (--unconfirmed),
+// as raw output that only --output reproduces byte for byte
+// ({"error":"caf\u00e9"}: --error 'café' would sign other content), and
+// the resolution of the open question — the test runs the line the
+// statement shows, with the key file, through the weft binary (its
+// --print-proof), pastes what it printed into the form and sends it: the
+// command is recorded, signed with the key.
+func TestSecurityWhoDidIt_ConsolePrintedCommandSigns(t *testing.T) {
+	s := secureStack(t)
+	_, pub := s.approverKey(t)
+	bin := weftBinary(t)
+	key := filepath.Join(s.roles, demo.ApproverKeyFile)
+	accept := map[string]string{"Accept": "application/json"}
+	// signAndSend asks the console for the statement of form, runs the
+	// command it shows and sends form with the printed proof pasted.
+	signAndSend := func(path string, form url.Values, wantFlag string) {
+		t.Helper()
+		form.Set("prepare", "command")
+		_, a := s.post(t, path, form, accept)
+		var ans struct {
+			Sign struct{ Weft string } `json:"sign"`
+		}
+		if err := json.Unmarshal([]byte(a), &ans); err != nil || ans.Sign.Weft == "" {
+			t.Fatalf("%s: no statement: %s (%v)", form.Get("command_id"), a, err)
+		}
+		line := ans.Sign.Weft
+		cmd := exec.Command("sh", "-c", strings.Replace(line, "YOUR_KEY.nk", "'"+key+"'", 1))
+		cmd.Env = []string{"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + t.TempDir()}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", form.Get("command_id"), line, err, stderr.String())
+		}
+		form.Del("prepare")
+		form.Set("proof", strings.TrimSpace(string(out)))
+		if _, a = s.post(t, path, form, accept); !strings.Contains(a, `"ok":true`) || !strings.Contains(a, "Signed with key "+pub+".") {
+			t.Fatalf("%s: the proof %s printed was not accepted: %s", form.Get("command_id"), line, a)
+		}
+		if !strings.Contains(line, " "+wantFlag+" ") {
+			t.Errorf("%s: the command %q does not use %s", form.Get("command_id"), line, wantFlag)
+		}
+	}
+	reconcile := func(run, id string, fields ...string) url.Values {
+		f := url.Values{"command_id": {id}, "run": {run}, "action": {"2/call_2_1"}, "reason": {"bank ticket 7"}, "return": {"/"}}
+		for i := 0; i+1 < len(fields); i += 2 {
+			f.Set(fields[i], fields[i+1])
+		}
+		return f
+	}
+
+	s.start(t, "pc-err", "pay invoice INV-13", "suspended")
+	signAndSend("/act/reconcile", reconcile("pc-err", "console-pc-1", "kind", "error", "error", "the bank's answer: <rejected> café"), "--error")
+	s.start(t, "pc-raw", "pay invoice INV-13", "suspended")
+	signAndSend("/act/reconcile", reconcile("pc-raw", "console-pc-2", "kind", "output", "out_mode", "raw", "out_json", `{"error":"caf\u00e9"}`), "--output")
+	s.start(t, "pc-q", "pay invoice INV-13", "suspended")
+	signAndSend("/act/reconcile", reconcile("pc-q", "console-pc-3", "kind", "unconfirmed", "note", "asking the bank"), "--unconfirmed")
+	s.waitStatus(t, "pc-q", "finished")
+	signAndSend("/act/resolve", reconcile("pc-q", "console-pc-4", "kind", "error", "error", "never received"), "--error")
+
+	for run, want := range map[string]string{"pc-err": `{"error":"the bank's answer: \u003crejected\u003e café"}`, "pc-raw": `{"error":"caf\u00e9"}`, "pc-q": `{"unconfirmed":"asking the bank"}`} {
+		a := action(t, s.waitStatus(t, run, "finished"), "2/call_2_1")
+		if a.Result != want {
+			t.Errorf("%s: result %s, want %s", run, a.Result, want)
+		}
+		if run == "pc-q" {
+			if q := a.Question; q == nil || q.Resolution == nil || q.Resolution.Result != `{"error":"never received"}` || !q.Resolution.Verified {
+				t.Errorf("pc-q: question %+v, want resolved as never received, verified", q)
+			}
+		}
+	}
+}
+
+var (
+	weftBinOnce sync.Once
+	weftBin     string
+	weftBinErr  error
+)
+
+// weftBinary builds cmd/weft once (into a temporary directory, removed
+// with the test binary's other temporary files by the OS) and returns its
+// path.
+func weftBinary(t *testing.T) string {
+	t.Helper()
+	weftBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "weft-console-bin-")
+		if err != nil {
+			weftBinErr = err
+			return
+		}
+		weftBin = filepath.Join(dir, "weft")
+		out, err := exec.Command("go", "build", "-o", weftBin, "github.com/weftrun/weft/cmd/weft").CombinedOutput()
+		if err != nil {
+			weftBinErr = fmt.Errorf("build weft: %v\n%s", err, out)
+		}
+	})
+	if weftBinErr != nil {
+		t.Fatal(weftBinErr)
+	}
+	return weftBin
 }
