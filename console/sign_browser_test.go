@@ -101,6 +101,22 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 	if n := len(s.history(t, "bsig-7", events.NameCancelRequested)); n != 0 {
 		t.Fatalf("%d cancellations recorded, want 0", n)
 	}
+	// The seeds typed so far (the stranger's, the broken one, the person
+	// key's) were in the password field when the forms were sent: no post
+	// carries one. The typed name; the stranger's statement and proof;
+	// the broken seed's statement (its proof is never made); the altered
+	// statement and its proof: six posts.
+	typed := js[[]string](t, ctx, `window.weftBodies`)
+	if len(typed) != 6 {
+		t.Fatalf("posts %q, want 6 (the typed name; a statement and its proof, a statement, a statement and its proof)", typed)
+	}
+	for _, b := range typed {
+		for _, sd := range []string{seed, string(strangerSeed), string(broken)} {
+			if strings.Contains(b, sd) {
+				t.Fatalf("a typed seed was sent: %s", b)
+			}
+		}
+	}
 
 	// Back to the page's own fetch (recording posts); the key as a file.
 	do(t, ctx, "reload", chromedp.Navigate(s.consoleURL+"/runs/bsig-7"), chromedp.WaitVisible(chromedp.CSS(form+` button.danger`)))

@@ -251,3 +251,31 @@ func weftBinary(t *testing.T) string {
 	}
 	return weftBin
 }
+
+// signingInput is an input of a page that holds a signing key: the seed
+// typed, or the key file chosen.
+var signingInput = regexp.MustCompile(`<input[^>]*\bdata-signing-(?:key|file)\b[^>]*>`)
+
+// TestSecurityWhoDidIt_ConsoleKeyFieldsHaveNoName (docs/security.md, "Who
+// did it"; docs/console.md): on weft dev --secure --require-identity, no
+// input that holds a signing key — on the approval and uncertain cards of
+// the inbox, and on a run page's cancel, pause and resume forms — has a
+// name, so no form the page sends (FormData, or the form without its
+// script) ever carries a seed or a key file.
+func TestSecurityWhoDidIt_ConsoleKeyFieldsHaveNoName(t *testing.T) {
+	s := secureStack(t)
+	s.start(t, "nn-7", "pay invoice INV-7", "suspended")
+	s.start(t, "nn-13", "pay invoice INV-13", "suspended")
+	for _, path := range []string{"/", "/runs/nn-7", "/runs/nn-13"} {
+		_, body := s.get(t, path)
+		inputs := signingInput.FindAllString(body, -1)
+		if len(inputs) == 0 {
+			t.Fatalf("%s has no signing key input", path)
+		}
+		for _, in := range inputs {
+			if regexp.MustCompile(`\sname=`).MatchString(in) {
+				t.Errorf("%s: a signing key input has a name: %s", path, in)
+			}
+		}
+	}
+}
