@@ -24,7 +24,8 @@ import (
 // reason) gets a proof the runner refuses, proof_refused (other_reason);
 // the person key, chosen as a file, cancels the run, recorded verified
 // under the key's name with its key, never the typed name. No request
-// carries a seed, and the key's fields are emptied once done.
+// carries a seed, and the key's fields are emptied once a signed command
+// is sent, refused or done.
 func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 	s := secureStack(t)
 	keyFile := filepath.Join(s.roles, demo.ApproverKeyFile)
@@ -77,6 +78,9 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 		waitJS(`(document.querySelector("`+code+`")||{}).textContent === "proof_refused"`))
 	if r := get(t, ctx, "reason", chromedp.Text(chromedp.CSS(form+` [data-result] code.reason`))); r != "not_authenticated" {
 		t.Fatalf("a stranger's key shows proof_refused (%q), want not_authenticated", r)
+	}
+	if v := get(t, ctx, "key field", chromedp.Value(chromedp.CSS(`#c-signing-key`))); v != "" {
+		t.Error("the seed stays in its field after a refusal")
 	}
 
 	setKey(string(broken))

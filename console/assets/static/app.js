@@ -189,7 +189,7 @@
     var key;
     return crypto.subtle.importKey("pkcs8", pkcs8, { name: "Ed25519" }, true, ["sign"]).catch(function () {
       pkcs8.fill(0);
-      throw new Error("This browser cannot sign with Ed25519 keys: use a current browser, or weft approve --signing-key.");
+      throw new Error("This browser cannot sign with Ed25519 keys: use a current browser, or sign with weft — weft approve --signing-key for an answer, the line “Show the signing command” gives (weft … --print-proof) for a person's command.");
     }).then(function (k) {
       pkcs8.fill(0);
       key = k;
@@ -415,7 +415,13 @@
   // answer next to its buttons.
   function send(form, submitter, signedProof) {
     var body = new URLSearchParams(new FormData(form, submitter));
-    if (signedProof) body.set("proof", signedProof);
+    if (signedProof) {
+      body.set("proof", signedProof);
+      // The seed has done its work: whatever the answer (done, refused,
+      // unknown), it does not stay in the page; to sign again the person
+      // types or chooses it again.
+      forgetKey(form);
+    }
     // A second press while the first is in flight sends the same
     // command id: the command API answers both with the one result.
     form.dataset.busy = String(Number(form.dataset.busy || 0) + 1);
@@ -436,7 +442,6 @@
       } else if (ans.ok) {
         delete form.dataset.dirty;
         form.dataset.done = "1";
-        forgetKey(form);
         form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
         notice(ans.message, ans.link);
       } else if (ans.unknown) {
