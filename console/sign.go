@@ -202,7 +202,12 @@ func (c *Console) answerPerson(w http.ResponseWriter, r *http.Request, pc person
 		a := c.answerErr(r, err, pc.s.Run, pc.s.Action)
 		var we *weft.Error
 		if pc.proof == nil && errors.As(err, &we) && we.Code == weft.CodeIdentityRequired && we.Reason == approvers.ReasonNoIdentity {
-			if st, serr := c.signing(r, pc.s); serr == nil {
+			// no_identity comes only from a deployment that requires
+			// identities, which requires a reason too: a statement without
+			// one would only be refused no_reason once signed.
+			if pc.s.Reason == "" {
+				a.Message += ". This deployment also requires a reason: write why in the form's reason, then sign it with your key (“Sign with your key” on the form)."
+			} else if st, serr := c.signing(r, pc.s); serr == nil {
 				a.Sign = st
 				a.Message += ". Sign it with your key (“Sign with your key” on the form) to send it verified."
 			}

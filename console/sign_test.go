@@ -279,3 +279,23 @@ func TestSecurityWhoDidIt_ConsoleKeyFieldsHaveNoName(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityWhoDidIt_ConsoleNoReasonNoStatement (docs/security.md, "Who
+// did it"): on weft dev --secure --require-identity, an unsigned form
+// without a reason is refused identity_required (no_identity) and the
+// page says a reason is required too — it shows no signing command and no
+// form to paste a proof into, whose proof (with no reason) would only be
+// refused no_reason.
+func TestSecurityWhoDidIt_ConsoleNoReasonNoStatement(t *testing.T) {
+	s := secureStack(t)
+	s.start(t, "nr-7", "pay invoice INV-7", "suspended")
+	form := url.Values{"command_id": {"console-nr-1"}, "run": {"nr-7"}, "by": {"mallory"}, "return": {"/runs/nr-7"}}
+	_, body := s.post(t, "/act/cancel", form, nil)
+	page := html.UnescapeString(body)
+	if !strings.Contains(page, `<code class="reason">no_identity</code>`) || !strings.Contains(page, "also requires a reason") {
+		t.Fatalf("the refused page does not say a reason is required:\n%s", page)
+	}
+	if strings.Contains(page, "YOUR_KEY.nk") || strings.Contains(page, `id="sign-again"`) {
+		t.Fatalf("the refused page shows a signing command for a command without a reason:\n%s", page)
+	}
+}
