@@ -115,13 +115,11 @@ func (c *Console) signing(r *http.Request, s proof.CommandSubject) (*signing, er
 		st.Content = string(b)
 	}
 	st.Weft = weftCommand(s, st.Content)
-	for _, name := range []string{"command_id", "run", "action", "agent", "version", "tool", "stored", "return", "kind", "out_mode", "out_json", "error", "note", "reason", "by", "decision"} {
-		if vs, ok := r.PostForm[name]; ok && len(vs) > 0 {
-			st.Fields = append(st.Fields, hiddenVal{name, vs[0]})
-		}
-	}
+	// Every field of the form, so that a field a form gains later is sent
+	// again too, but the proof (pasted anew), prepare (the form is sent)
+	// and any credential.
 	for _, name := range slices.Sorted(maps.Keys(r.PostForm)) {
-		if vs := r.PostForm[name]; strings.HasPrefix(name, "out.") && len(vs) > 0 {
+		if vs := r.PostForm[name]; len(vs) > 0 && name != "proof" && name != "prepare" && name != "credential" {
 			st.Fields = append(st.Fields, hiddenVal{name, vs[0]})
 		}
 	}

@@ -24,6 +24,9 @@ import (
 // pasted, on a page without the script.
 var signAgainID = regexp.MustCompile(`(?s)id="sign-again".*?name="command_id" value="([^"]+)"`)
 
+// signAgainField is a hidden field (name, value) of a form.
+var signAgainField = regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)">`)
+
 // TestSecurityWhoDidIt_ConsolePastedProof (docs/security.md, "Who did
 // it"; docs/console.md): on weft dev --secure --require-identity, a page
 // without its script cancels a run verified. The form with a typed name
@@ -38,7 +41,9 @@ func TestSecurityWhoDidIt_ConsolePastedProof(t *testing.T) {
 	s := secureStack(t)
 	kp, pub := s.approverKey(t)
 	s.start(t, "paste-7", "pay invoice INV-7", "suspended")
-	form := url.Values{"command_id": {"console-paste-1"}, "run": {"paste-7"}, "reason": {"duplicate order"}, "by": {"mallory"}, "return": {"/runs/paste-7"}}
+	// "extra" stands for a field a form may gain: the form to send again
+	// carries every field sent, whatever its name.
+	form := url.Values{"command_id": {"console-paste-1"}, "run": {"paste-7"}, "reason": {"duplicate order"}, "by": {"mallory"}, "return": {"/runs/paste-7"}, "extra": {"kept"}}
 
 	resp, body := s.post(t, "/act/cancel", form, nil)
 	page := html.UnescapeString(body)
@@ -57,6 +62,14 @@ func TestSecurityWhoDidIt_ConsolePastedProof(t *testing.T) {
 		t.Fatalf("the form to send again has command id %v, want a new one (the refusal is kept for the first)", m)
 	}
 	form.Set("command_id", m[1])
+	again := url.Values{}
+	signAgain, _, _ := strings.Cut(body[strings.Index(body, `id="sign-again"`):], "</form>")
+	for _, f := range signAgainField.FindAllStringSubmatch(signAgain, -1) {
+		again.Set(html.UnescapeString(f[1]), html.UnescapeString(f[2]))
+	}
+	if again.Encode() != form.Encode() {
+		t.Fatalf("the form to send again carries %v, want %v", again, form)
+	}
 
 	sign := func(reason string) string {
 		p, err := proof.NewCommand(proof.CommandSubject{Command: proof.CommandCancel, Run: "paste-7", Reason: reason}, pub, time.Now().Add(time.Minute))
