@@ -84,6 +84,9 @@ func (d *decider) emit(e events.Event) {
 }
 
 func (d *decider) command(c Command) error {
+	if err := CheckCommandUnused(d.s, commandProofFor(c)); err != nil {
+		return err
+	}
 	switch c := c.(type) {
 	case ModelReply:
 		return d.modelReply(c)

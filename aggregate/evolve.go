@@ -153,6 +153,7 @@ func (s *State) evolve(r events.Recorded) {
 		}
 	}
 	s.version = r.Version
+	s.useCommandProof(name, r.Event)
 	switch e := r.Event.(type) {
 	case events.RunStarted:
 		if s.started {

@@ -393,13 +393,16 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.decide(t, ToolMissing{Action: h.strArg(t, d, "action", ""), Tool: h.strArg(t, d, "tool", "")})
 
 	case "cancel":
-		return h.decide(t, Cancel{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
+		id, p := h.commandProof(t, d, "cancel")
+		return h.decide(t, Cancel{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", ""), Identity: id, Proof: p})
 
 	case "pause":
-		return h.decide(t, Pause{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
+		id, p := h.commandProof(t, d, "pause")
+		return h.decide(t, Pause{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", ""), Identity: id, Proof: p})
 
 	case "resume":
-		return h.decide(t, Resume{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", "")})
+		id, p := h.commandProof(t, d, "resume")
+		return h.decide(t, Resume{By: h.strArg(t, d, "by", "dave"), Reason: h.strArg(t, d, "reason", ""), Identity: id, Proof: p})
 
 	case "handoff":
 		return h.decide(t, HandOff{Runner: h.strArg(t, d, "runner", h.state.Runner()), ModelNotCalled: d.HasArg("uncalled")})
@@ -669,6 +672,22 @@ func (h *harness) causeArg(t *testing.T, d *datadriven.TestData) string {
 		return RecoveryCause(h.state)
 	}
 	return h.strArg(t, d, "cause", events.RecoveredRunnerLost)
+}
+
+// commandProof is the signed command proof of a person's command with
+// key=K (none without): the statement of command on the run with the
+// command's reason, by key K, expiring a minute after the script's epoch,
+// and its identity (verified, by K). The aggregate checks no signature
+// (the runner does, approvers.People), only that the proof was not
+// recorded before.
+func (h *harness) commandProof(t *testing.T, d *datadriven.TestData, command string) (events.Identity, *events.CommandProof) {
+	key := h.strArg(t, d, "key", "")
+	if key == "" {
+		return events.Identity{}, nil
+	}
+	p := &events.CommandProof{Key: key, Command: command, Run: h.state.Run(), Reason: h.strArg(t, d, "reason", ""),
+		Expires: epoch.Add(time.Minute), Signature: "sig-" + key}
+	return events.Identity{Verified: true, Key: key}, p
 }
 
 func (h *harness) strArg(t *testing.T, d *datadriven.TestData, key, def string) string {

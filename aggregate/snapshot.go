@@ -11,38 +11,41 @@ import (
 
 // SnapshotSchema is the version of State's JSON encoding. A snapshot of
 // another version is refused; the runner then folds the history instead.
-const SnapshotSchema = 1
+// Version 2 keeps the command proofs used (a snapshot of version 1 did
+// not, so the runner folds such a run's history again).
+const SnapshotSchema = 2
 
 // snapshot is the JSON form of a State: every field, so that decoding a
 // snapshot and folding the events after it equals folding the whole
 // history.
 type snapshot struct {
-	Schema       int               `json:"schema"`
-	Run          string            `json:"run"`
-	Version      uint64            `json:"version"`
-	Started      bool              `json:"started"`
-	Start        events.RunStarted `json:"start"`
-	Incarnation  int               `json:"incarnation"`
-	Runner       string            `json:"runner"`
-	HandedOff    bool              `json:"handed_off,omitempty"`
-	Uncalled     int64             `json:"uncalled,omitempty"`
-	Turn         int64             `json:"turn"`
-	ModelPending bool              `json:"model_pending,omitempty"`
-	ModelDue     *time.Time        `json:"model_due,omitempty"`
-	RetryAt      *time.Time        `json:"retry_at,omitempty"`
-	Failures     int               `json:"failures,omitempty"`
-	Corrections  int               `json:"corrections,omitempty"`
-	Tokens       int64             `json:"tokens"`
-	Unreported   int               `json:"unreported,omitempty"`
-	ChildTurns   int64             `json:"child_turns,omitempty"`
-	Revision     int               `json:"revision,omitempty"`
-	Actions      []Action          `json:"actions"`
-	Batch        int64             `json:"batch,omitempty"`
-	Transcript   []snapshotEntry   `json:"transcript"`
-	Cancelling   bool              `json:"cancelling,omitempty"`
-	Paused       bool              `json:"paused,omitempty"`
-	Finished     bool              `json:"finished,omitempty"`
-	Outcome      events.Outcome    `json:"outcome"`
+	Schema        int                `json:"schema"`
+	Run           string             `json:"run"`
+	Version       uint64             `json:"version"`
+	Started       bool               `json:"started"`
+	Start         events.RunStarted  `json:"start"`
+	Incarnation   int                `json:"incarnation"`
+	Runner        string             `json:"runner"`
+	HandedOff     bool               `json:"handed_off,omitempty"`
+	Uncalled      int64              `json:"uncalled,omitempty"`
+	Turn          int64              `json:"turn"`
+	ModelPending  bool               `json:"model_pending,omitempty"`
+	ModelDue      *time.Time         `json:"model_due,omitempty"`
+	RetryAt       *time.Time         `json:"retry_at,omitempty"`
+	Failures      int                `json:"failures,omitempty"`
+	Corrections   int                `json:"corrections,omitempty"`
+	Tokens        int64              `json:"tokens"`
+	Unreported    int                `json:"unreported,omitempty"`
+	ChildTurns    int64              `json:"child_turns,omitempty"`
+	Revision      int                `json:"revision,omitempty"`
+	Actions       []Action           `json:"actions"`
+	Batch         int64              `json:"batch,omitempty"`
+	Transcript    []snapshotEntry    `json:"transcript"`
+	Cancelling    bool               `json:"cancelling,omitempty"`
+	Paused        bool               `json:"paused,omitempty"`
+	CommandProofs []UsedCommandProof `json:"command_proofs,omitempty"`
+	Finished      bool               `json:"finished,omitempty"`
+	Outcome       events.Outcome     `json:"outcome"`
 }
 
 type snapshotEntry struct {
@@ -61,7 +64,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		Turn: s.turn, ModelPending: s.modelPending, ModelDue: s.modelDue, RetryAt: s.retryAt,
 		Failures: s.failures, Corrections: s.corrections, Tokens: s.tokens, Unreported: s.unreported,
 		ChildTurns: s.childTurns, Revision: s.revision, Actions: s.actions, Batch: s.batch, Cancelling: s.cancelling,
-		Paused: s.paused, Finished: s.finished, Outcome: s.outcome,
+		Paused: s.paused, CommandProofs: s.commandProofs, Finished: s.finished, Outcome: s.outcome,
 	}
 	for _, e := range s.transcript {
 		if e.batch != 0 {
@@ -89,7 +92,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		turn: snap.Turn, modelPending: snap.ModelPending, modelDue: snap.ModelDue, retryAt: snap.RetryAt,
 		failures: snap.Failures, corrections: snap.Corrections, tokens: snap.Tokens, unreported: snap.Unreported,
 		childTurns: snap.ChildTurns, revision: snap.Revision, actions: snap.Actions, batch: snap.Batch, cancelling: snap.Cancelling,
-		paused: snap.Paused, finished: snap.Finished, outcome: snap.Outcome,
+		paused: snap.Paused, commandProofs: snap.CommandProofs, finished: snap.Finished, outcome: snap.Outcome,
 	}
 	if s.started {
 		s.index = make(map[string]int, len(s.actions))

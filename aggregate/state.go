@@ -208,8 +208,11 @@ type State struct {
 
 	cancelling bool
 	paused     bool // RunPaused without a later RunResumed (docs/semantics.md §13)
-	finished   bool
-	outcome    events.Outcome
+	// commandProofs are the signed command proofs recorded, each consumed
+	// once (CheckCommandUnused).
+	commandProofs []UsedCommandProof
+	finished      bool
+	outcome       events.Outcome
 }
 
 // entry is one transcript element: a message, or the placeholder of a tool
@@ -230,6 +233,7 @@ func (s State) Clone() State {
 	}
 	c.index = maps.Clone(s.index)
 	c.transcript = slices.Clip(s.transcript)
+	c.commandProofs = slices.Clip(s.commandProofs)
 	return c
 }
 

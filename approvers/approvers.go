@@ -81,7 +81,8 @@ const (
 	// approver's lifetime from now allows.
 	ReasonLifetimeExceeded = "lifetime_exceeded"
 	// ReasonProofUsed means a signed proof was already recorded with an
-	// answer: a proof is consumed once (aggregate.ProofUsed).
+	// answer, or a command proof with a command: a proof is consumed once
+	// (aggregate.ProofUsed, aggregate.CommandProofUsed).
 	ReasonProofUsed = proof.ReasonProofUsed
 )
 

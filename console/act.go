@@ -12,6 +12,7 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 )
 
 // answer is what an action answers: JSON to the script, a page with a
@@ -40,6 +41,10 @@ type answer struct {
 	// known (the console chose it when the form had none): sent again, the
 	// start is the same run's.
 	Run string `json:"run,omitempty"`
+	// Sign is the signing statement of a person's command: the answer to
+	// a form that asked for it (nothing sent), or with a refusal for want
+	// of a verified identity.
+	Sign *signing `json:"sign,omitempty"`
 	// again is the start form to show again (a page without the script,
 	// after a start whose outcome is not known).
 	again *startForm
@@ -54,18 +59,23 @@ const maxForm = api.MaxBody
 // page it came from (the return field) with the answer on top.
 func (c *Console) respond(w http.ResponseWriter, r *http.Request, a answer, secrets ...string) {
 	a.Message = redact(a.Message, secrets...)
-	if !a.OK && !a.Unknown {
+	if !a.OK && !a.Unknown && (a.Sign == nil || a.Code != "") {
 		a.NextCommandID = newCommandID()
+		if a.Sign != nil {
+			// The form to send again with the proof: the refusal is kept
+			// for the command id sent.
+			a.Sign.commandID(a.NextCommandID)
+		}
 	}
 	if strings.Contains(r.Header.Get("Accept"), "application/json") {
 		w.Header().Set("Content-Type", "application/json")
-		if !a.OK {
+		if !a.OK && (a.Sign == nil || a.Code != "") {
 			w.WriteHeader(http.StatusConflict)
 		}
 		_ = json.NewEncoder(w).Encode(a)
 		return
 	}
-	fl := &flash{OK: a.OK, Unknown: a.Unknown, Code: a.Code, Reason: a.Reason, Message: a.Message, Link: a.Link, Start: a.again}
+	fl := &flash{OK: a.OK, Unknown: a.Unknown, Code: a.Code, Reason: a.Reason, Message: a.Message, Link: a.Link, Start: a.again, Sign: a.Sign}
 	ret, err := url.Parse(r.PostFormValue("return"))
 	if err != nil || !strings.HasPrefix(ret.Path, "/") || strings.HasPrefix(ret.Path, "//") || ret.Host != "" {
 		ret = &url.URL{Path: "/"}
@@ -296,20 +306,26 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Choose what happened."))
 		return
 	}
-	req := api.ReconcileRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: strings.TrimSpace(f.Get("reason"))}
+	command := proof.CommandReconcile
+	if f.Get("stored") == "true" {
+		command = proof.CommandReconcileStored
+	}
+	pc, ok := c.readPerson(w, r, proof.CommandSubject{Command: command, Run: run, Action: action, Content: content, Reason: strings.TrimSpace(f.Get("reason"))})
+	if !ok {
+		return
+	}
+	req := api.ReconcileRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: pc.s.Reason, Proof: pc.proof}
 	var rep api.Reply
 	var err error
-	if f.Get("stored") == "true" {
+	if command == proof.CommandReconcileStored {
 		rep, err = c.cmd.ReconcileStored(ctx, req)
 	} else {
 		rep, err = c.cmd.Reconcile(ctx, req)
 	}
-	if err != nil {
-		c.respond(w, r, c.answerErr(r, err, run, action))
-		return
+	if err == nil {
+		c.log.Info("console: reconciled", "run", run, "action", action, "kind", f.Get("kind"), "signed", pc.proof != nil)
 	}
-	c.log.Info("console: reconciled", "run", run, "action", action, "kind", f.Get("kind"))
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Recorded as " + what + ". " + describeStatus(run, rep.Status)})
+	c.answerPerson(w, r, pc, rep, err, "Recorded as "+what+".", describeStatus(run, rep.Status), runLink(run))
 }
 
 // readOutput reads the tool's output from a form with the output fields
@@ -364,13 +380,15 @@ func (c *Console) actResolve(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Choose what finally happened."))
 		return
 	}
-	rep, err := c.cmd.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: strings.TrimSpace(f.Get("reason"))})
-	if err != nil {
-		c.respond(w, r, c.answerErr(r, err, run, action))
+	pc, ok := c.readPerson(w, r, proof.CommandSubject{Command: proof.CommandResolve, Run: run, Action: action, Content: content, Reason: strings.TrimSpace(f.Get("reason"))})
+	if !ok {
 		return
 	}
-	c.log.Info("console: resolved", "run", run, "action", action, "kind", f.Get("kind"))
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run) + "#audit", Message: "Resolved: " + what + ". Recorded in run " + run + "'s history; the run is unchanged."})
+	rep, err := c.cmd.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: pc.s.Reason, Proof: pc.proof})
+	if err == nil {
+		c.log.Info("console: resolved", "run", run, "action", action, "kind", f.Get("kind"), "signed", pc.proof != nil)
+	}
+	c.answerPerson(w, r, pc, rep, err, "Resolved: "+what+".", "Recorded in run "+run+"'s history; the run is unchanged.", runLink(run)+"#audit")
 }
 
 // actStart starts a run.
@@ -407,31 +425,17 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Started run " + rep.Run + ".", NextCommandID: newCommandID()})
 }
 
-// actPause pauses a run, or resumes it when the button pressed is
+// actPause pauses a run, or resumes it when the form's decision is
 // "resume" (docs/semantics.md §13).
 func (c *Console) actPause(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
 	}
-	ctx, cancel := c.actCtx(r)
-	defer cancel()
-	f := r.PostForm
-	run := f.Get("run")
-	req := api.PauseRequest{CommandID: f.Get("command_id"), Run: run, Reason: strings.TrimSpace(f.Get("reason")), By: strings.TrimSpace(f.Get("by"))}
-	var rep api.Reply
-	var err error
-	done := "Paused."
-	if f.Get("decision") == "resume" {
-		rep, err = c.cmd.Resume(ctx, api.ResumeRequest(req))
-		done = "Resumed."
-	} else {
-		rep, err = c.cmd.Pause(ctx, req)
+	command := proof.CommandPause
+	if r.PostForm.Get("decision") == "resume" {
+		command = proof.CommandResume
 	}
-	if err != nil {
-		c.respond(w, r, c.answerErr(r, err, run, ""))
-		return
-	}
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Message: done + " " + describeStatus(run, rep.Status)})
+	c.actRun(w, r, command)
 }
 
 // actCancel cancels a run.
@@ -439,14 +443,36 @@ func (c *Console) actCancel(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
 	}
+	c.actRun(w, r, proof.CommandCancel)
+}
+
+// actRun sends a person's command on a whole run — cancel, pause or
+// resume (proof.CommandCancel, …) — with its reason and who, from the
+// form read (Console.form).
+func (c *Console) actRun(w http.ResponseWriter, r *http.Request, command string) {
 	ctx, cancel := c.actCtx(r)
 	defer cancel()
 	f := r.PostForm
 	run := f.Get("run")
-	rep, err := c.cmd.Cancel(ctx, api.CancelRequest{CommandID: f.Get("command_id"), Run: run, Reason: strings.TrimSpace(f.Get("reason")), By: strings.TrimSpace(f.Get("by"))})
-	if err != nil {
-		c.respond(w, r, c.answerErr(r, err, run, ""))
+	pc, ok := c.readPerson(w, r, proof.CommandSubject{Command: command, Run: run, Reason: strings.TrimSpace(f.Get("reason"))})
+	if !ok {
 		return
 	}
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Message: "Cancelled. " + describeStatus(run, rep.Status)})
+	// Cancel, pause and resume take the same request.
+	req := api.CancelRequest{CommandID: f.Get("command_id"), Run: run, Reason: pc.s.Reason, By: strings.TrimSpace(f.Get("by")), Proof: pc.proof}
+	var rep api.Reply
+	var err error
+	var done string
+	switch command {
+	case proof.CommandPause:
+		rep, err = c.cmd.Pause(ctx, api.PauseRequest(req))
+		done = "Paused."
+	case proof.CommandResume:
+		rep, err = c.cmd.Resume(ctx, api.ResumeRequest(req))
+		done = "Resumed."
+	default:
+		rep, err = c.cmd.Cancel(ctx, req)
+		done = "Cancelled."
+	}
+	c.answerPerson(w, r, pc, rep, err, done, describeStatus(run, rep.Status), "")
 }

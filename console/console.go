@@ -35,7 +35,9 @@
 // answer per command id). A refusal shows its error code, reason and
 // message; the form then gets a new command id. Credentials typed into a
 // form are sent to the command API and never written into a page, a URL or
-// a log.
+// a log. A signing key (an nkey seed) is never sent at all: the page's
+// script signs in the browser, an approval proof or a person's command
+// proof (sign.go), and sends the proof.
 package console
 
 import (

@@ -42,6 +42,10 @@ type flash struct {
 	Message string
 	// Link, when set, is where the outcome can be seen (a started run).
 	Link string
+	// Sign, when set, is the signing statement of the person's command
+	// just sent: the weft command that signs it and the form to send it
+	// again with the proof pasted.
+	Sign *signing
 }
 
 // field is one member of a JSON object, rendered readably.

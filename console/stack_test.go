@@ -97,9 +97,12 @@ func devStack(t *testing.T) *stack {
 	return shared
 }
 
-// The secure stack: `weft dev --secure` (demo.Run with Secure), whose
-// agent's only approver takes signed proofs by the key in
-// <roles>/approver.nk; the console and the tests connect as the operator.
+// The secure stack: `weft dev --secure --require-identity` (demo.Run with
+// Secure and RequireIdentity), whose agent's only approver takes signed
+// proofs by the key in <roles>/approver.nk, which is also its one person
+// key: every person's command must carry a proof signed with it and a
+// reason (identity_required). The console and the tests connect as the
+// operator.
 var (
 	secureOnce sync.Once
 	secureErr  error
@@ -129,7 +132,7 @@ func startDev(secured bool) (*stack, error) {
 	done := make(chan error, 1)
 	roleDir := filepath.Join(dir, "roles")
 	go func() {
-		done <- demo.Run(ctx, demo.Options{DataDir: dir, Listen: "0", Console: "127.0.0.1:0", Secure: secured, SecureDir: roleDir,
+		done <- demo.Run(ctx, demo.Options{DataDir: dir, Listen: "0", Console: "127.0.0.1:0", Secure: secured, SecureDir: roleDir, RequireIdentity: secured,
 			Ready: func(u string) { natsURL <- u }, ConsoleReady: func(u string) { consoleURL <- u }})
 	}()
 	s := &stack{dir: dir, roles: roleDir}

@@ -67,7 +67,9 @@ const (
 	// ReasonProofExpired means the proof's expiry has passed.
 	ReasonProofExpired = "proof_expired"
 	// ReasonProofUsed is not Check's: the runtime refuses a proof already
-	// recorded with an answer of the run (aggregate.ProofUsed).
+	// recorded with an answer of the run (aggregate.ProofUsed), and a
+	// command proof already recorded with a command (CheckCommand's
+	// neither: aggregate.CommandProofUsed).
 	ReasonProofUsed = "proof_used"
 )
 

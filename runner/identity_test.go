@@ -245,8 +245,9 @@ func TestSecurityWhoDidIt_DemoUnverified(t *testing.T) {
 // signed by a key not in the deployment's list is refused
 // proof_refused(not_authenticated), one without a proof identity_required
 // (no_identity), without a reason identity_required (no_reason), and a
-// pause's proof sent with a resume proof_refused(other_command); nothing
-// is recorded for a refusal.
+// pause's proof sent with a resume proof_refused(other_command), and the
+// pause's proof sent again after the resume proof_refused(proof_used);
+// nothing is recorded for a refusal.
 func TestSecurityWhoDidIt_SecurePauseAndResume(t *testing.T) {
 	t.Parallel()
 	_, alicePub := userKey(t, 1)
@@ -276,7 +277,8 @@ func TestSecurityWhoDidIt_SecurePauseAndResume(t *testing.T) {
 	if s := h.state("who-p"); s.Paused() {
 		t.Fatal("a refused pause paused the run")
 	}
-	rep, err := h.client.Pause(c, api.PauseRequest{CommandID: "p-good", Run: "who-p", By: "mallory", Reason: psub.Reason, Proof: signCommand(t, carol, psub, exp)})
+	pauseProof := signCommand(t, carol, psub, exp)
+	rep, err := h.client.Pause(c, api.PauseRequest{CommandID: "p-good", Run: "who-p", By: "mallory", Reason: psub.Reason, Proof: pauseProof})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,6 +304,13 @@ func TestSecurityWhoDidIt_SecurePauseAndResume(t *testing.T) {
 	}
 	if s := h.state("who-p"); s.Paused() {
 		t.Fatal("the signed resume left the run paused")
+	}
+	// The pause's proof, captured from the log and sent again under a new
+	// command id while it is still valid, does not pause the run again in
+	// carol's name: a command proof is consumed once.
+	refusedCode(t, "the pause's proof again", pause("p-replay", "", psub.Reason, pauseProof), weft.CodeProofRefused, approvers.ReasonProofUsed)
+	if s := h.state("who-p"); s.Paused() {
+		t.Fatal("the replayed pause proof paused the run again")
 	}
 
 	// The log records the pause and the resume verified, under the key's

@@ -465,7 +465,7 @@ func reconcileCommand() command {
 			var req api.ReconcileRequest
 			fs.StringVar(&req.By, "by", "", "who reconciles (recorded unverified; --signing-key records the key's person, verified)")
 			fs.StringVar(&req.Reason, "reason", "", "why (a deployment that requires identities requires it)")
-			sign := addSignFlags(fs)
+			sign := addCommandSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) < 2 || len(args) > 3 {
@@ -481,6 +481,9 @@ func reconcileCommand() command {
 					command = proof.CommandReconcileStored
 				}
 				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: command, Run: req.Run, Action: req.Action, Content: c, Reason: req.Reason}); err != nil {
+					return err
+				}
+				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
@@ -511,7 +514,7 @@ func resolveCommand() command {
 			var req api.ResolveRequest
 			fs.StringVar(&req.By, "by", "", "who resolves (recorded unverified; --signing-key records the key's person, verified)")
 			fs.StringVar(&req.Reason, "reason", "", "why (a deployment that requires identities requires it)")
-			sign := addSignFlags(fs)
+			sign := addCommandSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 2, "<run> <action>"); err != nil {
@@ -526,6 +529,9 @@ func resolveCommand() command {
 				}
 				req.Run, req.Action, req.Content = args[0], args[1], c
 				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: proof.CommandResolve, Run: req.Run, Action: req.Action, Content: c, Reason: req.Reason}); err != nil {
+					return err
+				}
+				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
@@ -544,7 +550,7 @@ func cancelCommand() command {
 			var req api.CancelRequest
 			fs.StringVar(&req.Reason, "reason", "", "why")
 			fs.StringVar(&req.By, "by", "", "who cancels (recorded unverified; --signing-key records the key's person, verified)")
-			sign := addSignFlags(fs)
+			sign := addCommandSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
@@ -553,6 +559,9 @@ func cancelCommand() command {
 				req.Run = args[0]
 				var err error
 				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: proof.CommandCancel, Run: req.Run, Reason: req.Reason}); err != nil {
+					return err
+				}
+				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
@@ -577,7 +586,7 @@ func pauseCommand(pause bool) command {
 			var req api.PauseRequest
 			fs.StringVar(&req.Reason, "reason", "", "why")
 			fs.StringVar(&req.By, "by", "", who+" (recorded unverified; --signing-key records the key's person, verified)")
-			sign := addSignFlags(fs)
+			sign := addCommandSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
@@ -586,6 +595,9 @@ func pauseCommand(pause bool) command {
 				req.Run = args[0]
 				var err error
 				if req.Proof, err = signCommand(e.stderr, sign, proof.CommandSubject{Command: name, Run: req.Run, Reason: req.Reason}); err != nil {
+					return err
+				}
+				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {

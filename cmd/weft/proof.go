@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -23,12 +24,23 @@ import (
 type signFlags struct {
 	key string
 	ttl time.Duration
+	// print: print the signed command proof and send nothing
+	// (--print-proof, for the console's form without its script).
+	print bool
 }
 
 func addSignFlags(fs *flag.FlagSet) *signFlags {
 	s := &signFlags{}
 	fs.StringVar(&s.key, "signing-key", "", "sign the command with this nkey seed file (a key of an approver of signed proofs, or of the deployment's person keys; docs/security.md)")
 	fs.DurationVar(&s.ttl, "proof-ttl", approvers.DefaultLifetime, "with --signing-key: how long the signed proof is valid (at most the approver's, or the deployment's, lifetime)")
+	return s
+}
+
+// addCommandSignFlags are addSignFlags and --print-proof (the commands
+// signed with a command proof: reconcile, resolve, cancel, pause, resume).
+func addCommandSignFlags(fs *flag.FlagSet) *signFlags {
+	s := addSignFlags(fs)
+	fs.BoolVar(&s.print, "print-proof", false, "with --signing-key: print the signed command proof (JSON) and send nothing — to paste into the console's form (docs/console.md)")
 	return s
 }
 
@@ -84,6 +96,9 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 // on w exactly what it signs.
 func signCommand(w io.Writer, sf *signFlags, s proof.CommandSubject) (*events.CommandProof, error) {
 	if sf.key == "" {
+		if sf.print {
+			return nil, usagef("--print-proof needs --signing-key")
+		}
 		return nil, nil
 	}
 	kp, err := readSigningKey(sf.key)
@@ -104,6 +119,20 @@ func signCommand(w io.Writer, sf *signFlags, s proof.CommandSubject) (*events.Co
 	}
 	fmt.Fprintf(w, " reason %q\n  key %s, expires %s\n", s.Reason, pub, p.Expires.Format(time.RFC3339))
 	return &p, nil
+}
+
+// printedProof prints p as JSON on w when --print-proof was given and
+// reports whether it did: the command is then not sent.
+func printedProof(w io.Writer, sf *signFlags, p *events.CommandProof) (bool, error) {
+	if !sf.print {
+		return false, nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return true, err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return true, err
 }
 
 // printDeeds lists who did each thing a person did in the run (answers,

@@ -144,12 +144,11 @@
     return out;
   }
 
-  // digestInput is what package proof's Digest hashes: the domain, then
+  // digestInput is what package proof's digests hash: the domain, then
   // each field as a 4-byte big-endian length and its UTF-8 bytes.
-  function digestInput(p) {
-    var enc = new TextEncoder(), parts = [enc.encode("weft approval proof v1")];
-    [p.answer, p.run, p.action, String(p.revision), p.requirement.name, String(p.requirement.version),
-      p.tool, p.arguments_sha256, String(Math.floor(Date.parse(p.expires) / 1000)), p.key].forEach(function (f) {
+  function digestInput(domain, fields) {
+    var enc = new TextEncoder(), parts = [enc.encode(domain)];
+    fields.forEach(function (f) {
       var b = enc.encode(f), n = new Uint8Array(4);
       new DataView(n.buffer).setUint32(0, b.length);
       parts.push(n, b);
@@ -159,9 +158,27 @@
     return out;
   }
 
-  // sign returns the signed proof (events.ApprovalProof's JSON) of p by
-  // the user seed text.
-  function sign(seedText, p) {
+  function unix(iso) { return String(Math.floor(Date.parse(iso) / 1000)); }
+
+  // approvalDigest is proof.Digest's input for an approval proof.
+  function approvalDigest(p) {
+    return digestInput("weft approval proof v1", [p.answer, p.run, p.action, String(p.revision), p.requirement.name,
+      String(p.requirement.version), p.tool, p.arguments_sha256, unix(p.expires), p.key]);
+  }
+
+  // commandDigest is proof.CommandDigest's input for a command proof.
+  function commandDigest(p) {
+    return digestInput("weft command proof v1", [p.command, p.run, p.action, p.content_sha256, p.reason, unix(p.expires), p.key]);
+  }
+
+  function hex(bytes) {
+    return Array.prototype.map.call(bytes, function (b) { return (b < 16 ? "0" : "") + b.toString(16); }).join("");
+  }
+
+  // sign returns p signed by the user seed text: p with its key and the
+  // signature over the SHA-256 of digest(p) (approvalDigest for an
+  // events.ApprovalProof, commandDigest for an events.CommandProof).
+  function sign(seedText, p, digest) {
     if (!window.crypto || !crypto.subtle) return Promise.reject(new Error("This page cannot sign: open the console over https or on localhost."));
     var seed = userSeed(seedText);
     // PKCS #8 of an Ed25519 private key: a fixed prefix and the seed.
@@ -172,14 +189,14 @@
     var key;
     return crypto.subtle.importKey("pkcs8", pkcs8, { name: "Ed25519" }, true, ["sign"]).catch(function () {
       pkcs8.fill(0);
-      throw new Error("This browser cannot sign with Ed25519 keys: use a current browser, or weft approve --signing-key.");
+      throw new Error("This browser cannot sign with Ed25519 keys: use a current browser, or sign with weft — weft approve --signing-key for an answer, the line “Show the signing command” gives (weft … --print-proof) for a person's command.");
     }).then(function (k) {
       pkcs8.fill(0);
       key = k;
       return crypto.subtle.exportKey("jwk", k);
     }).then(function (jwk) {
       p.key = userPublic(b64urlDecode(jwk.x));
-      return crypto.subtle.digest("SHA-256", digestInput(p));
+      return crypto.subtle.digest("SHA-256", digest(p));
     }).then(function (d) {
       return crypto.subtle.sign({ name: "Ed25519" }, key, d);
     }).then(function (sig) {
@@ -235,7 +252,50 @@
       tool: d.tool, arguments_sha256: d.argumentsSha256, answer: submitter ? submitter.value : "",
       expires: new Date(expires * 1000).toISOString().replace(".000Z", "Z"), signature: ""
     };
-    return readKey(form).then(function (text) { return sign(text, p); });
+    return readKey(form).then(function (text) { return sign(text, p, approvalDigest); });
+  }
+
+  // ---- signed command proofs (docs/security.md, "Who did it") ----
+  // A person's command (reconcile, resolve, cancel, pause, resume) is
+  // signed here with the person's key when one is given: the console says
+  // what the command is (its signing statement: the form sent with
+  // prepare, nothing done), the page signs exactly that, and sends the
+  // form again with the proof. The runner checks the proof against the
+  // command it gets.
+  function hasKey(form) {
+    var text = form.querySelector("[data-signing-key]"), file = form.querySelector("[data-signing-file]");
+    return !!((text && text.value.trim()) || (file && file.files && file.files[0]));
+  }
+
+  function post(form, body) {
+    return fetch(form.getAttribute("action"), {
+      method: "POST", body: body, credentials: "same-origin",
+      headers: { "Accept": "application/json" }
+    }).then(function (r) { return r.json(); });
+  }
+
+  // commandProofFor asks the console for the form's signing statement and
+  // signs it; a form the console does not send is answered (the promise
+  // resolves to null).
+  function commandProofFor(form, submitter) {
+    var body = new URLSearchParams(new FormData(form, submitter));
+    body.delete("proof");
+    body.set("prepare", "sign");
+    var st;
+    return post(form, body).then(function (ans) {
+      if (!ans.sign) { showResult(form, ans); return null; }
+      st = ans.sign;
+      var content = st.content ? crypto.subtle.digest("SHA-256", new TextEncoder().encode(st.content)) : Promise.resolve(null);
+      return content.then(function (sum) {
+        // The expiry is from the console's clock: the viewer's may be off.
+        var expires = Math.floor(st.now / 1000) + st.lifetime;
+        var p = {
+          key: "", command: st.command, run: st.run, action: st.action || "", content_sha256: sum ? hex(new Uint8Array(sum)) : "",
+          reason: st.reason || "", expires: new Date(expires * 1000).toISOString().replace(".000Z", "Z"), signature: ""
+        };
+        return readKey(form).then(function (text) { return sign(text, p, commandDigest); });
+      });
+    });
   }
 
   // ---- forms ----
@@ -287,6 +347,19 @@
       p.append(s, ans.message);
     }
     box.appendChild(p);
+    if (ans.sign) {
+      // The command's signing statement: the weft command that signs it
+      // (to paste its proof), or the key, on the form.
+      var how = document.createElement("p");
+      how.textContent = "Without the key in this page: run this with your key file and paste what it prints under “Or paste a signed proof”:";
+      var pre = document.createElement("pre");
+      pre.className = "weft-command";
+      pre.setAttribute("data-weft-command", "");
+      pre.textContent = ans.sign.weft;
+      box.append(how, pre);
+      var det = form.querySelector("details.signing");
+      if (det) det.open = true;
+    }
   }
 
   function kinds(form) {
@@ -324,6 +397,16 @@
         });
         return;
       }
+      if (form.querySelector("[data-person-signing]") && !(submitter && submitter.hasAttribute("data-prepare")) && hasKey(form)) {
+        var out = form.querySelector("[data-result]");
+        if (out) out.textContent = "Signing…";
+        commandProofFor(form, submitter).then(function (p) {
+          if (p) send(form, submitter, JSON.stringify(p));
+        }).catch(function (err) {
+          showResult(form, { ok: false, message: String(err && err.message || err) });
+        });
+        return;
+      }
       send(form, submitter, "");
     });
   }
@@ -332,7 +415,13 @@
   // answer next to its buttons.
   function send(form, submitter, signedProof) {
     var body = new URLSearchParams(new FormData(form, submitter));
-    if (body.has("proof")) body.set("proof", signedProof);
+    if (signedProof) {
+      body.set("proof", signedProof);
+      // The seed has done its work: whatever the answer (done, refused,
+      // unknown), it does not stay in the page; to sign again the person
+      // types or chooses it again.
+      forgetKey(form);
+    }
     // A second press while the first is in flight sends the same
     // command id: the command API answers both with the one result.
     form.dataset.busy = String(Number(form.dataset.busy || 0) + 1);
@@ -340,12 +429,7 @@
     var box = form.querySelector("[data-result]");
     if (box && !box.textContent) box.textContent = "Sending…";
     // (form.action would be the input named "action")
-    fetch(form.getAttribute("action"), {
-      method: "POST", body: body, credentials: "same-origin",
-      headers: { "Accept": "application/json" }
-    }).then(function (r) {
-      return r.json();
-    }).then(function (ans) {
+    post(form, body).then(function (ans) {
       showResult(form, ans);
       if (ans.ok && form.hasAttribute("data-again") && ans.next_command_id) {
         // A form that acts again (Start a run): ready for the next one,
@@ -358,7 +442,6 @@
       } else if (ans.ok) {
         delete form.dataset.dirty;
         form.dataset.done = "1";
-        forgetKey(form);
         form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
         notice(ans.message, ans.link);
       } else if (ans.unknown) {
