@@ -267,6 +267,9 @@ func (s *State) evolve(r events.Recorded) {
 		switch e.Answer {
 		case events.AnswerApprove:
 			a.Approved = true
+			if e.Arguments != nil {
+				a.Edited = e.Arguments
+			}
 		case events.AnswerReject:
 			a.Detail, a.Content = e.Reason, errorContent("rejected", e.Reason)
 		case events.AnswerExpired:

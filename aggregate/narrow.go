@@ -1,0 +1,94 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
+)
+
+// The reasons of an edit_refused error (docs/semantics.md §4, "Approving
+// narrower arguments").
+const (
+	// EditAttempted: the call already had an attempt, which ran with the
+	// arguments it was fenced with; a replay runs the same ones.
+	EditAttempted = "attempted"
+	// EditDenied: the policy, re-run with the edited arguments and the
+	// approver's context, denies the edited call.
+	EditDenied = "policy_denied"
+	// EditRequires: the policy requires another approval for the edited
+	// call than the one being answered.
+	EditRequires = "policy_requires"
+	// EditPolicyFailed: the policy failed (error, panic, timeout) on the
+	// edited call.
+	EditPolicyFailed = "policy_failed"
+)
+
+// CallArguments are the arguments the action's attempts and body use:
+// the approver's edit when one narrowed the call, else the model's
+// (validated) arguments.
+func (a Action) CallArguments() json.RawMessage {
+	if a.Edited != nil {
+		return a.Edited
+	}
+	return a.Arguments
+}
+
+// ApprovedArguments are the edited arguments an approve of a's pending
+// request covers, as its signed proof must state them
+// (events.ApprovalProof.Approved): edit, the answer's own edit, else the
+// edit an earlier answer already recorded (a request re-asked after a
+// lost attempt approves the call as it ran); nil for the call as asked.
+func ApprovedArguments(a Action, edit json.RawMessage) json.RawMessage {
+	if edit != nil {
+		return edit
+	}
+	return a.Edited
+}
+
+// checkEdit decides whether an approve may narrow action a, asked under
+// requirement req, to edited arguments, given the policy's decision on
+// the edited call (pol, re-run with the approver's context): only a call
+// not attempted yet, and only when the policy allows the edited call or
+// requires no other approval than the one being answered. Otherwise
+// edit_refused, and nothing is recorded: the request stays pending.
+func checkEdit(a Action, req Approval, edited json.RawMessage, pol PolicyResult) error {
+	if !json.Valid(edited) {
+		return &weft.Error{Code: weft.CodeInvalidContent, Message: "the edited arguments are not JSON"}
+	}
+	refuse := func(reason, format string, args ...any) error {
+		return &weft.Error{Code: weft.CodeEditRefused, Reason: reason, Message: fmt.Sprintf(format, args...)}
+	}
+	if a.Attempts > 0 || a.Edited != nil {
+		return refuse(EditAttempted, "action %s already had %d attempt(s) with its arguments: a replay runs the same arguments, approve or reject them as they are", a.ID, a.Attempts)
+	}
+	switch pol.Decision {
+	case events.PolicyAllow:
+		return nil
+	case events.PolicyRequireApproval:
+		if pol.Requirement == req.Requirement {
+			return nil
+		}
+		return refuse(EditRequires, "the policy requires %s v%d for the edited call, not the %s v%d being answered", pol.Requirement.Name, pol.Requirement.Version, req.Requirement.Name, req.Requirement.Version)
+	case events.PolicyDeny:
+		return refuse(EditDenied, "the policy denies the edited call%s", parenthesized(pol.Reason))
+	}
+	return refuse(EditPolicyFailed, "the policy failed on the edited call%s", parenthesized(pol.Reason))
+}
+
+// editedNote is what the model reads of an action an approver narrowed:
+// the note, the arguments the call ran with and the result
+// (docs/semantics.md §4, "Approving narrower arguments").
+func editedNote(edited, content json.RawMessage) json.RawMessage {
+	b, _ := json.Marshal(struct {
+		Note      string          `json:"note"`
+		Arguments json.RawMessage `json:"arguments"`
+		Result    json.RawMessage `json:"result"`
+	}{EditedNote, edited, content})
+	return b
+}
+
+// EditedNote is the note the model reads with the result of a call an
+// approver approved with edited arguments.
+const EditedNote = "an approver approved this call with edited arguments: it ran with these arguments, not the ones you asked for"
