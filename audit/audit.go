@@ -366,6 +366,9 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 		return pc
 	}
 	subject := proof.Subject{Run: st.Run(), Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: ans.Answer}
+	if ans.Answer == events.AnswerApprove {
+		subject.Approved = aggregate.ApprovedArguments(a, ans.Arguments)
+	}
 	if err := proof.Check(p, subject, r.At); err != nil {
 		pc.Reason = err.Error()
 		return pc

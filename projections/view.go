@@ -203,6 +203,10 @@ type ActionView struct {
 	// Tool is the tool name the model called; Arguments the JSON it sent.
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments"`
+	// Approved are the arguments an approver narrowed the call to, which
+	// the body got instead of Arguments (docs/semantics.md §4, "Approving
+	// narrower arguments"); absent when nobody edited the call.
+	Approved json.RawMessage `json:"approved_arguments,omitempty"`
 	// State is one of the State* constants.
 	State string `json:"state"`
 	// Detail explains terminal states without content: the validation
@@ -322,6 +326,10 @@ type ApprovalView struct {
 	// proof verifies against the view's own record of the request and the
 	// call, at the answer's time (package proof).
 	Proof *ProofStatus `json:"proof,omitempty"`
+	// Arguments are the edited arguments this approve narrowed the call
+	// to (events.ApprovalAnswered.Arguments); absent for an answer to the
+	// call as asked.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 // ProofStatus is the check of a recorded signed approval proof: Key signed
@@ -336,6 +344,14 @@ type ProofStatus struct {
 // of run, recorded at.
 func proofStatus(run string, a *ActionView, h ApprovalView, answer string, p events.ApprovalProof, at time.Time) *ProofStatus {
 	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
+	if answer == events.AnswerApprove {
+		// The edit this answer approves, or the one an earlier answer
+		// recorded (a request re-asked after an edited attempt).
+		s.Approved = h.Arguments
+		if s.Approved == nil {
+			s.Approved = a.Approved
+		}
+	}
 	st := &ProofStatus{Key: p.Key, Verified: true}
 	if err := proof.Check(p, s, at); err != nil {
 		st.Verified, st.Reason = false, err.Error()
@@ -456,7 +472,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		for i := range a.Approvals {
 			if a.Approvals[i].Revision == e.Revision {
 				h := &a.Approvals[i]
-				h.Answer, h.Reason, h.Reviewer, h.Verifier = e.Answer, e.Reason, e.Reviewer, e.Verifier
+				h.Answer, h.Reason, h.Reviewer, h.Verifier, h.Arguments = e.Answer, e.Reason, e.Reviewer, e.Verifier, compact(e.Arguments)
 				t := at
 				h.Answered = &t
 				if e.Proof != nil {
@@ -467,6 +483,9 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		}
 		if a.Pending != nil && a.Pending.Revision == e.Revision {
 			a.Pending = nil
+		}
+		if e.Answer == events.AnswerApprove && e.Arguments != nil {
+			a.Approved = compact(e.Arguments)
 		}
 		switch e.Answer {
 		case events.AnswerReject:

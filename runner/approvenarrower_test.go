@@ -1,0 +1,184 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/proof"
+	"github.com/weftrun/weft/tools"
+)
+
+// narrowPolicy allows a payment up to 100, requires finance up to 500 and
+// treasury up to 1000, and denies more.
+func narrowPolicy(_ context.Context, a policy.Action) (policy.Decision, error) {
+	in, matched, err := tools.Input(payDef, a)
+	if err != nil || !matched {
+		return policy.Decision{}, err
+	}
+	switch {
+	case in.Amount <= 100:
+		return policy.Allow(), nil
+	case in.Amount <= 500:
+		return policy.RequireApproval(policy.Requirement{Name: "finance", Version: 1}), nil
+	case in.Amount <= 1000:
+		return policy.RequireApproval(policy.Requirement{Name: "treasury", Version: 1}), nil
+	}
+	return policy.Deny("over the limit"), nil
+}
+
+// amounts records the amount every body of "pay" was started with.
+type amounts struct {
+	mu  sync.Mutex
+	got []int64
+}
+
+func (b *amounts) tool() tools.Tool {
+	return tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		b.mu.Lock()
+		b.got = append(b.got, in.Amount)
+		b.mu.Unlock()
+		return payOut{ID: "pay-" + call.Action}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+}
+
+func (b *amounts) list() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int64(nil), b.got...)
+}
+
+func wantCode(t *testing.T, what string, err error, code weft.Code, reason string) {
+	t.Helper()
+	var we *weft.Error
+	if !errors.As(err, &we) || we.Code != code || we.Reason != reason {
+		t.Fatalf("%s: %v, want %s(%s)", what, err, code, reason)
+	}
+}
+
+// TestSemantics4_ApproveNarrower (docs/semantics.md §4, "Approving narrower
+// arguments"), on a real server: an approve with edited arguments that
+// the tool's input schema refuses is refused invalid_content, one the
+// policy denies or would put under another approval is refused
+// edit_refused, and a signed proof of the model's arguments used with an
+// edit is refused other_arguments — each recording nothing. A proof that
+// covers the lower amount approves it: the body receives the edited
+// amount, never the model's; the log records the model's arguments with
+// the call and the approved ones with the answer; the model reads its
+// result with the note and the arguments the call ran with — the same
+// bytes the log folds to; the audit re-verifies the proof offline and the
+// run view shows the approved arguments.
+func TestSemantics4_ApproveNarrower(t *testing.T) {
+	h := newHarness(t)
+	b := &amounts{}
+	alice, alicePub := userKey(t, 1)
+	m := model.NewScripted("s", model.CallTools(payCall(400, "ok")), model.Answer("paid"))
+	ag, err := agent.New("desk", m, []tools.Tool{b.tool()}, policy.Func(narrowPolicy), agent.WithApprovers(
+		approvers.Signed("keys", []approvers.Key{{Public: alicePub, Reviewer: "alice@bank", Requirements: []string{"finance"}}}, approvers.WithLifetime(5*time.Minute)),
+	)).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.startRunner([]*agent.Agent{ag})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "narrow", Agent: "desk", Input: "pay 400"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor("narrow", "an approval request", func(s aggregate.State) bool { return len(aggregate.Status(s).Approvals) == 1 })
+	a, _ := s.Action(aggregate.Status(s).Approvals[0])
+	exp := time.Now().Add(time.Minute)
+	edited := func(args string) func(*proof.Subject) {
+		return func(x *proof.Subject) { x.Approved = json.RawMessage(args) }
+	}
+	approve := func(id, args string, p *events.ApprovalProof) error {
+		_, err := h.client.Approve(c, api.ApproveRequest{CommandID: id, Run: "narrow", Action: a.ID, Revision: a.Request.Revision, Approver: "keys", Proof: p, Arguments: json.RawMessage(args)})
+		return err
+	}
+	version := s.Version()
+
+	const schemaless = `{"amount":"less"}`
+	wantCode(t, "an edit the input schema refuses", approve("schema", schemaless, signFor(t, alice, s, a, events.AnswerApprove, exp, edited(schemaless))), weft.CodeInvalidContent, "")
+	const over = `{"amount":5000,"mode":"ok"}`
+	wantCode(t, "an edit the policy denies", approve("deny", over, signFor(t, alice, s, a, events.AnswerApprove, exp, edited(over))), weft.CodeEditRefused, aggregate.EditDenied)
+	const treasury = `{"amount":800,"mode":"ok"}`
+	wantCode(t, "an edit that needs another approval", approve("treasury", treasury, signFor(t, alice, s, a, events.AnswerApprove, exp, edited(treasury))), weft.CodeEditRefused, aggregate.EditRequires)
+	const lower = `{"amount":50,"mode":"ok"}`
+	wantCode(t, "a proof of the model's arguments with an edit", approve("as-asked", lower, signFor(t, alice, s, a, events.AnswerApprove, exp, nil)), weft.CodeProofRefused, proof.ReasonOtherArguments)
+	wantCode(t, "a proof of another edit", approve("other-edit", lower, signFor(t, alice, s, a, events.AnswerApprove, exp, edited(`{"amount":60,"mode":"ok"}`))), weft.CodeProofRefused, proof.ReasonOtherArguments)
+	if got := h.state("narrow").Version(); got != version {
+		t.Fatalf("refused edits changed the run: version %d, was %d", got, version)
+	}
+
+	good := signFor(t, alice, s, a, events.AnswerApprove, exp, edited(lower))
+	if err := approve("good", lower, good); err != nil {
+		t.Fatalf("a covered lower amount: %v", err)
+	}
+	s = h.waitStatus("narrow", aggregate.StatusFinished)
+	if got := b.list(); !reflect.DeepEqual(got, []int64{50}) {
+		t.Fatalf("bodies started with amounts %v, want exactly [50] (the edit, never the model's 400)", got)
+	}
+	got, _ := s.Action(a.ID)
+	if string(got.Arguments) != string(a.Arguments) || len(got.Answers) != 1 || string(got.Answers[0].Arguments) != lower || string(got.Edited) != lower {
+		t.Fatalf("recorded: arguments %s (model's %s), answers %+v, edited %s; want the model's kept and %s approved", got.Arguments, a.Arguments, got.Answers, got.Edited, lower)
+	}
+
+	// What the model read: the result wrapped with the note and the
+	// edited arguments — exactly what the log folds to.
+	reqs := m.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests, want 2", len(reqs))
+	}
+	last := reqs[1].Transcript[len(reqs[1].Transcript)-1]
+	if last.Role != model.RoleTool || len(last.Results) != 1 {
+		t.Fatalf("the model's last message %+v, want one tool result", last)
+	}
+	var read struct {
+		Note      string          `json:"note"`
+		Arguments json.RawMessage `json:"arguments"`
+		Result    payOut          `json:"result"`
+	}
+	if err := json.Unmarshal(last.Results[0].Content, &read); err != nil {
+		t.Fatal(err)
+	}
+	if read.Note != aggregate.EditedNote || string(read.Arguments) != lower || read.Result.ID != "pay-"+a.ID {
+		t.Fatalf("the model read %s, want the note, %s and the result", last.Results[0].Content, lower)
+	}
+	folded := aggregate.Transcript(h.state("narrow"))
+	var fromLog model.Message
+	for _, msg := range folded {
+		if msg.Role == model.RoleTool {
+			fromLog = msg
+		}
+	}
+	if !reflect.DeepEqual(fromLog, last) {
+		t.Fatalf("the log folds to %+v, the model read %+v", fromLog, last)
+	}
+
+	// The audit re-verifies the edited proof offline; the view shows both.
+	envs, _, err := h.srv.Log.Load(c, "narrow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := audit.Verify(envs); !rep.OK() || len(rep.Proofs) != 1 || !rep.Proofs[0].Verified {
+		t.Fatalf("audit: %+v proofs %+v, want the edited proof verified", rep.Problem, rep.Proofs)
+	}
+	view := projections.Fold(recorded(t, envs))
+	av, _ := view.Action(a.ID)
+	if string(av.Arguments) != string(a.Arguments) || string(av.Approved) != lower || len(av.Approvals) != 1 || av.Approvals[0].Proof == nil || !av.Approvals[0].Proof.Verified {
+		t.Fatalf("view: arguments %s approved %s approvals %+v", av.Arguments, av.Approved, av.Approvals)
+	}
+}
