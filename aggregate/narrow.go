@@ -11,16 +11,16 @@ import (
 // The reasons of an edit_refused error (docs/semantics.md §4, "Approving
 // narrower arguments").
 const (
-	// EditAttempted: the call already had an attempt, which ran with the
+	// EditAttempted means the call already had an attempt, which ran with the
 	// arguments it was fenced with; a replay runs the same ones.
 	EditAttempted = "attempted"
-	// EditDenied: the policy, re-run with the edited arguments and the
+	// EditDenied means the policy, re-run with the edited arguments and the
 	// approver's context, denies the edited call.
 	EditDenied = "policy_denied"
-	// EditRequires: the policy requires another approval for the edited
+	// EditRequires means the policy requires another approval for the edited
 	// call than the one being answered.
 	EditRequires = "policy_requires"
-	// EditPolicyFailed: the policy failed (error, panic, timeout) on the
+	// EditPolicyFailed means the policy failed (error, panic, timeout) on the
 	// edited call.
 	EditPolicyFailed = "policy_failed"
 )
