@@ -36,6 +36,23 @@ func serveSigned(t *testing.T, alice, browser string) *client.Client {
 	return c
 }
 
+// signingKeys are the test's two approver keys, from fixed seeds: alice's
+// nkey and a plain ed25519 key (as a browser's WebCrypto key signs), each
+// with its public user key.
+func signingKeys(t *testing.T) (alice nkeys.KeyPair, aliceKey string, browser ed25519.PrivateKey, browserKey string) {
+	t.Helper()
+	alice, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceKey, _ = alice.PublicKey()
+	browser = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, ed25519.SeedSize))
+	if browserKey, err = proof.UserKey(browser.Public().(ed25519.PublicKey)); err != nil {
+		t.Fatal(err)
+	}
+	return alice, aliceKey, browser, browserKey
+}
+
 // From a pending approval (the approvals
 // inbox's item, or the run view) the client builds exactly what a signed
 // answer is for, signs it with an nkey (SignProof) or has it signed by a
@@ -44,16 +61,7 @@ func serveSigned(t *testing.T, alice, browser string) *client.Client {
 // verifies and whose key signed it; a proof sent twice is refused
 // proof_used.
 func TestClientSignedApprovals(t *testing.T) {
-	alice, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, bytes.Repeat([]byte{1}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	aliceKey, _ := alice.PublicKey()
-	browser := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, ed25519.SeedSize))
-	browserKey, err := proof.UserKey(browser.Public().(ed25519.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, aliceKey, browser, browserKey := signingKeys(t)
 	c := serveSigned(t, aliceKey, browserKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -149,13 +157,7 @@ func checkProof(t *testing.T, v client.RunView, key, reviewer string) {
 // edit (ProofSubject.Approved) approves it, and the run view shows the
 // model's arguments and the approved ones, the proof verifying.
 func TestSemantics4_ClientApproveNarrower(t *testing.T) {
-	alice, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, bytes.Repeat([]byte{1}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	aliceKey, _ := alice.PublicKey()
-	browser := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, ed25519.SeedSize))
-	browserKey, _ := proof.UserKey(browser.Public().(ed25519.PublicKey))
+	alice, aliceKey, _, browserKey := signingKeys(t)
 	c := serveSigned(t, aliceKey, browserKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
