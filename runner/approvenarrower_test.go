@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -180,5 +181,50 @@ func TestSemantics4_ApproveNarrower(t *testing.T) {
 	av, _ := view.Action(a.ID)
 	if string(av.Arguments) != string(a.Arguments) || string(av.Approved) != lower || len(av.Approvals) != 1 || av.Approvals[0].Proof == nil || !av.Approvals[0].Proof.Verified {
 		t.Fatalf("view: arguments %s approved %s approvals %+v", av.Arguments, av.Approved, av.Approvals)
+	}
+}
+
+// TestSemantics4_ApproveNarrower_InABatch (docs/semantics.md §4,
+// "Approving narrower arguments"): an approve item of a batch decision may
+// narrow its call like a single approve. An edit the policy denies refuses
+// its item edit_refused and, the run's items being all or nothing, records
+// none; a reject item with edited arguments is refused before anything is
+// looked up; the batch with the narrowed item and one as asked runs each
+// body once, the narrowed one with the edit.
+func TestSemantics4_ApproveNarrower_InABatch(t *testing.T) {
+	h := newHarness(t)
+	b := &amounts{}
+	m := model.NewScripted("s", model.CallTools(payCall(400, "ok"), payCall(300, "ok")), model.Answer("paid"))
+	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(narrowPolicy))})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "nb", Agent: "desk", Input: "pay both"}); err != nil {
+		t.Fatal(err)
+	}
+	p := pendingOf(h, "nb", 2)
+	version := h.state("nb").Version()
+	narrowed := approveItem("nb", p[0])
+	narrowed.Arguments = json.RawMessage(`{"amount":5000,"mode":"ok"}`)
+	rep, err := h.client.Decide(c, api.DecideRequest{BatchID: "nb-denied", Items: []api.DecideItem{narrowed, approveItem("nb", p[1])}})
+	if err != nil || len(rep.Items) != 2 || rep.Items[0].Outcome != api.OutcomeRefused || rep.Items[0].Error == nil ||
+		rep.Items[0].Error.Code != weft.CodeEditRefused || rep.Items[0].Error.Reason != aggregate.EditDenied || rep.Items[1].Outcome != api.OutcomeNotRecorded {
+		t.Fatalf("a batch with a denied edit: %+v %v, want the item edit_refused(policy_denied), the other not_recorded", rep.Items, err)
+	}
+	rejectEdited := api.DecideItem{Run: "nb", Action: p[1].ID, Revision: p[1].Request.Revision, Answer: events.AnswerReject, Reason: "no", Approver: "desk", Credential: "alice", Arguments: json.RawMessage(`{"amount":1}`)}
+	if _, err := h.client.Decide(c, api.DecideRequest{BatchID: "nb-reject", Items: []api.DecideItem{rejectEdited}}); weft.ErrorCode(err) != weft.CodeInvalidRequest {
+		t.Fatalf("a reject item with edited arguments: %v, want invalid_request", err)
+	}
+	if got := h.state("nb").Version(); got != version {
+		t.Fatalf("refused batches changed the run: version %d, was %d", got, version)
+	}
+	narrowed.Arguments = json.RawMessage(`{"amount":50,"mode":"ok"}`)
+	rep, err = h.client.Decide(c, api.DecideRequest{BatchID: "nb-ok", Items: []api.DecideItem{narrowed, approveItem("nb", p[1])}})
+	if err != nil || rep.Items[0].Outcome != api.OutcomeAnswered || rep.Items[1].Outcome != api.OutcomeAnswered {
+		t.Fatalf("the batch: %+v %v", rep.Items, err)
+	}
+	h.waitStatus("nb", aggregate.StatusFinished)
+	got := b.list()
+	slices.Sort(got)
+	if !reflect.DeepEqual(got, []int64{50, 300}) {
+		t.Fatalf("bodies started with %v, want [50 300]: the narrowed call with its edit, the other as asked", got)
 	}
 }
