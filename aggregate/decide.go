@@ -601,6 +601,7 @@ func (d *decider) approve(c Approve) error {
 	}
 	cfg := d.config(c.Tool)
 	asked, _ := d.s.Action(c.Action)
+	c.Arguments = EditOf(asked, c.Arguments)
 	if c.Arguments != nil {
 		if err := checkEdit(asked, req, c.Arguments, c.Policy); err != nil {
 			return err

@@ -250,6 +250,12 @@ func (s *State) evolve(r events.Recorded) {
 		a := s.move(name, e.Action, t, ok)
 		moved = a
 		a.Approved = false
+		if !a.Started() {
+			// An edit the call never started with is not kept: the
+			// request asked again approves the call as the model asked it
+			// unless its answer edits it (docs/semantics.md §4).
+			a.Edited = nil
+		}
 		a.Request = Approval{Revision: e.Revision, Requirement: e.Requirement}
 		if e.Expires != nil {
 			a.Request.Expires = *e.Expires

@@ -1,6 +1,7 @@
 package aggregate
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -11,8 +12,9 @@ import (
 // The reasons of an edit_refused error (docs/semantics.md §4, "Approving
 // narrower arguments").
 const (
-	// EditAttempted means the call already had an attempt, which ran with the
-	// arguments it was fenced with; a replay runs the same ones.
+	// EditAttempted means the call already started (an attempt was fenced
+	// or a child run started) with the arguments it was approved with; a
+	// replay runs the same ones.
 	EditAttempted = "attempted"
 	// EditDenied means the policy, re-run with the edited arguments and the
 	// approver's context, denies the edited call.
@@ -35,11 +37,20 @@ func (a Action) CallArguments() json.RawMessage {
 	return a.Arguments
 }
 
+// Started reports whether a call started with its arguments: an attempt
+// was fenced (a body may have run with them) or a delegation's child run
+// started. From then on an edit is locked: a replay runs the same
+// arguments (docs/semantics.md §4, "Approving narrower arguments").
+func (a Action) Started() bool {
+	return a.Attempts > 0 || a.Child != nil
+}
+
 // ApprovedArguments are the edited arguments an approve of a's pending
 // request covers, as its signed proof must state them
 // (events.ApprovalProof.Approved): edit, the answer's own edit, else the
-// edit an earlier answer already recorded (a request re-asked after a
-// lost attempt approves the call as it ran); nil for the call as asked.
+// edit a started call ran with (a request re-asked after a lost attempt
+// approves the call as it ran); nil for the call as asked. Pass edit
+// through EditOf first.
 func ApprovedArguments(a Action, edit json.RawMessage) json.RawMessage {
 	if edit != nil {
 		return edit
@@ -47,10 +58,23 @@ func ApprovedArguments(a Action, edit json.RawMessage) json.RawMessage {
 	return a.Edited
 }
 
+// EditOf is the edit an approve of action a records for the edited
+// arguments edit (normalized by the tool's input codec): nil, no edit,
+// for none and for arguments byte-equal to those the call would run with
+// (the model's, or the edit a started call ran with).
+func EditOf(a Action, edit json.RawMessage) json.RawMessage {
+	if edit == nil || bytes.Equal(edit, a.CallArguments()) {
+		return nil
+	}
+	return edit
+}
+
 // checkEdit decides whether an approve may narrow action a, asked under
-// requirement req, to edited arguments, given the policy's decision on
-// the edited call (pol, re-run with the approver's context): only a call
-// not attempted yet, and only when the policy allows the edited call or
+// requirement req, to edited arguments (EditOf: not nil), given the
+// policy's decision on the edited call (pol, re-run with the approver's
+// context): only a call that has not started (Started) — a request
+// re-asked before any attempt may be narrowed again, or approved as the
+// model asked it — and only when the policy allows the edited call or
 // requires no other approval than the one being answered. Otherwise
 // edit_refused, and nothing is recorded: the request stays pending.
 func checkEdit(a Action, req Approval, edited json.RawMessage, pol PolicyResult) error {
@@ -60,8 +84,8 @@ func checkEdit(a Action, req Approval, edited json.RawMessage, pol PolicyResult)
 	refuse := func(reason, format string, args ...any) error {
 		return &weft.Error{Code: weft.CodeEditRefused, Reason: reason, Message: fmt.Sprintf(format, args...)}
 	}
-	if a.Attempts > 0 || a.Edited != nil {
-		return refuse(EditAttempted, "action %s already had %d attempt(s) with its arguments: a replay runs the same arguments, approve or reject them as they are", a.ID, a.Attempts)
+	if a.Started() {
+		return refuse(EditAttempted, "action %s already started with its arguments (%s): a replay runs the same arguments, approve or reject them as they are", a.ID, startedWith(a))
 	}
 	switch pol.Decision {
 	case events.PolicyAllow:
@@ -75,6 +99,14 @@ func checkEdit(a Action, req Approval, edited json.RawMessage, pol PolicyResult)
 		return refuse(EditDenied, "the policy denies the edited call%s", parenthesized(pol.Reason))
 	}
 	return refuse(EditPolicyFailed, "the policy failed on the edited call%s", parenthesized(pol.Reason))
+}
+
+// startedWith says how call a started: its attempts, or its child run.
+func startedWith(a Action) string {
+	if a.Attempts > 0 {
+		return fmt.Sprintf("%d attempt(s)", a.Attempts)
+	}
+	return "child run " + a.Child.Child
 }
 
 // editedNote is what the model reads of an action an approver narrowed:

@@ -34,10 +34,12 @@ func Transcript(s State) []model.Message {
 
 // modelContent is what the model reads of action a that ended
 // model-visible: its content, wrapped with a note and the arguments it ran
-// with when an approver narrowed it (docs/semantics.md §4, "Approving
-// narrower arguments").
+// with when an approver narrowed it and it started with them (an attempt
+// or a child run); a narrowed call that never started (rejected, expired
+// or denied when asked again, cancelled while queued) reads its plain
+// content (docs/semantics.md §4, "Approving narrower arguments").
 func modelContent(a Action) json.RawMessage {
-	if a.Edited != nil {
+	if a.Edited != nil && a.Started() {
 		return editedNote(a.Edited, a.Content)
 	}
 	return a.Content
