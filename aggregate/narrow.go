@@ -45,23 +45,12 @@ func (a Action) Started() bool {
 	return a.Attempts > 0 || a.Child != nil
 }
 
-// ApprovedArguments are the edited arguments an approve of a's pending
-// request covers, as its signed proof must state them
-// (events.ApprovalProof.Approved): edit, the answer's own edit, else the
-// edit a started call ran with (a request re-asked after a lost attempt
-// approves the call as it ran); nil for the call as asked. Pass edit
-// through EditOf first.
-func ApprovedArguments(a Action, edit json.RawMessage) json.RawMessage {
-	if edit != nil {
-		return edit
-	}
-	return a.Edited
-}
-
 // EditOf is the edit an approve of action a records for the edited
 // arguments edit (normalized by the tool's input codec): nil, no edit,
 // for none and for arguments byte-equal to those the call would run with
-// (the model's, or the edit a started call ran with).
+// (the model's, or the edit a started call ran with). A signed proof of
+// the approve states the edit, or else the standing a.Edited
+// (proof.Subject.WithApproved).
 func EditOf(a Action, edit json.RawMessage) json.RawMessage {
 	if edit == nil || bytes.Equal(edit, a.CallArguments()) {
 		return nil

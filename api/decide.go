@@ -172,7 +172,7 @@ func checkDecide(req DecideRequest) error {
 			err = checkApprove(it.Approve())
 		case events.AnswerReject:
 			err = checkReject(it.Reject())
-			if err == nil && it.Arguments != nil {
+			if err == nil && EditedArguments(it.Arguments) != nil {
 				err = &weft.Error{Code: weft.CodeInvalidRequest, Message: "arguments: a reject takes no edited arguments"}
 			}
 		default:

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 
@@ -108,8 +109,22 @@ type ApproveRequest struct {
 	// (else invalid_content), the policy is re-run with them and the
 	// approver's context (a decision other than allow or the requirement
 	// being answered: edit_refused), a signed proof must state their hash
-	// (events.ApprovalProof.Approved), and the body gets them.
+	// (events.ApprovalProof.Approved), and the body gets them. Absent,
+	// empty and null are no edit (EditedArguments).
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// EditedArguments are the edited arguments an approve's (or a decide
+// item's) arguments field carries: nil, no edit, when it is absent, empty
+// or JSON null — a client that sends "arguments": null approves the call
+// as asked, never one with empty arguments (docs/semantics.md §4,
+// "Approving narrower arguments").
+func EditedArguments(raw json.RawMessage) json.RawMessage {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return nil
+	}
+	return raw
 }
 
 // RejectRequest rejects a pending approval request. The credential is

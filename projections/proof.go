@@ -1,7 +1,6 @@
 package projections
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -18,18 +17,7 @@ import (
 // so an item that is out of date only gets the proof refused.
 func (i ApprovalItem) ProofSubject(answer string) proof.Subject {
 	return proof.Subject{Run: i.Run, Action: i.Action, Revision: i.Revision, Requirement: i.Requirement,
-		Tool: i.Tool, Arguments: i.Arguments, Approved: approvedFor(answer, i.Approved), Answer: answer}
-}
-
-// approvedFor is the Approved of a proof subject of answer for a call an
-// earlier approve narrowed to approved (nil for none, and for a reject).
-// To approve narrower arguments, set Subject.Approved to them
-// (docs/semantics.md §4, "Approving narrower arguments").
-func approvedFor(answer string, approved json.RawMessage) json.RawMessage {
-	if answer != events.AnswerApprove {
-		return nil
-	}
-	return approved
+		Tool: i.Tool, Arguments: i.Arguments, Answer: answer}.WithApproved(nil, i.Approved)
 }
 
 // ProofSubject returns what a signed answer to the approval request of
@@ -50,7 +38,7 @@ func (v RunView) ProofSubject(action string, revision int, answer string) (proof
 	for _, h := range a.Approvals {
 		if h.Revision == revision {
 			return proof.Subject{Run: v.Run, Action: action, Revision: revision, Requirement: h.Requirement,
-				Tool: a.Tool, Arguments: a.Arguments, Approved: approvedFor(answer, a.Approved), Answer: answer}, nil
+				Tool: a.Tool, Arguments: a.Arguments, Answer: answer}.WithApproved(nil, a.Approved), nil
 		}
 	}
 	return proof.Subject{}, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("action %s of run %s has no approval request of revision %d", action, v.Run, revision)}

@@ -205,7 +205,10 @@ type ActionView struct {
 	Arguments json.RawMessage `json:"arguments"`
 	// Approved are the arguments an approver narrowed the call to, which
 	// the body got instead of Arguments (docs/semantics.md §4, "Approving
-	// narrower arguments"); absent when nobody edited the call.
+	// narrower arguments"); absent when nobody edited the call, and
+	// cleared when its request is asked again before the call started
+	// with them (that request approves the model's arguments unless its
+	// answer edits them).
 	Approved json.RawMessage `json:"approved_arguments,omitempty"`
 	// State is one of the State* constants.
 	State string `json:"state"`
@@ -343,15 +346,7 @@ type ProofStatus struct {
 // proofStatus checks the signed proof p of answer to request h of action a
 // of run, recorded at.
 func proofStatus(run string, a *ActionView, h ApprovalView, answer string, p events.ApprovalProof, at time.Time) *ProofStatus {
-	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
-	if answer == events.AnswerApprove {
-		// The edit this answer approves, or the one an earlier answer
-		// recorded (a request re-asked after an edited attempt).
-		s.Approved = h.Arguments
-		if s.Approved == nil {
-			s.Approved = a.Approved
-		}
-	}
+	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}.WithApproved(h.Arguments, a.Approved)
 	st := &ProofStatus{Key: p.Key, Verified: true}
 	if err := proof.Check(p, s, at); err != nil {
 		st.Verified, st.Reason = false, err.Error()
@@ -467,6 +462,11 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		req := ApprovalView{Revision: e.Revision, Requirement: e.Requirement, Why: e.Why, Requested: at, Expires: utc(e.Expires)}
 		a.Approvals = append(a.Approvals, req)
 		a.Pending = &req
+		if !v.started(a) {
+			// An edit the call never started with is not kept, as in the
+			// aggregate (aggregate.Action.Started; docs/semantics.md §4).
+			a.Approved = nil
+		}
 	case events.ApprovalAnswered:
 		a := v.move(e.Action, at, t, moves)
 		for i := range a.Approvals {
@@ -769,3 +769,17 @@ func summary(content json.RawMessage) string {
 }
 
 func runeStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// started reports whether action a started with its arguments: an attempt
+// was fenced or a child run started (aggregate.Action.Started).
+func (v *RunView) started(a *ActionView) bool {
+	if a.Attempts > 0 {
+		return true
+	}
+	for _, c := range v.Children {
+		if c.Action == a.ID {
+			return true
+		}
+	}
+	return false
+}

@@ -90,6 +90,25 @@ type Subject struct {
 	Answer string
 }
 
+// WithApproved returns s with the edited arguments its answer approves:
+// for an approve, edit (the answer's own edit) or else standing (the edit
+// a call already started with, which a request re-asked after a lost
+// attempt approves); none for a reject. The runtime, the audit and the
+// run view all state a proof's subject through it, so that none of them
+// can tell another edit (docs/semantics.md §4, "Approving narrower
+// arguments").
+func (s Subject) WithApproved(edit, standing json.RawMessage) Subject {
+	s.Approved = nil
+	if s.Answer != events.AnswerApprove {
+		return s
+	}
+	s.Approved = edit
+	if s.Approved == nil {
+		s.Approved = standing
+	}
+	return s
+}
+
 // Canonical returns the canonical bytes of a JSON value: insignificant
 // whitespace removed and, inside strings, <, >, &, U+2028 and U+2029
 // written \u003c, \u003e, \u0026, \u2028, \u2029 — the form in which the

@@ -285,3 +285,28 @@ func TestSemantics4_ApproveNarrower_ProofCoversEdit(t *testing.T) {
 		t.Errorf("edited digest %s, want %s (approved %s)", got, want, p.Approved)
 	}
 }
+
+// TestSemantics4_ApproveNarrower_SubjectWithApproved (docs/semantics.md §4,
+// "Approving narrower arguments"): the one rule for which edit a proof's
+// subject states — an approve's own edit, else the edit the call started
+// with, else none; a reject states none whatever the edits.
+func TestSemantics4_ApproveNarrower_SubjectWithApproved(t *testing.T) {
+	edit, standing := json.RawMessage(`{"amount":50}`), json.RawMessage(`{"amount":70}`)
+	approve := proof.Subject{Answer: events.AnswerApprove}
+	reject := proof.Subject{Answer: events.AnswerReject, Approved: edit}
+	for _, c := range []struct {
+		name           string
+		s              proof.Subject
+		edit, standing json.RawMessage
+		want           string
+	}{
+		{"approve with an edit", approve, edit, standing, string(edit)},
+		{"approve of a started edit", approve, nil, standing, string(standing)},
+		{"approve as asked", approve, nil, nil, ""},
+		{"reject", reject, edit, standing, ""},
+	} {
+		if got := c.s.WithApproved(c.edit, c.standing).Approved; string(got) != c.want {
+			t.Errorf("%s: approved %s, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -228,3 +228,112 @@ func TestSemantics4_ApproveNarrower_InABatch(t *testing.T) {
 		t.Fatalf("bodies started with %v, want [50 300]: the narrowed call with its edit, the other as asked", got)
 	}
 }
+
+// TestSemantics4_ApproveNarrower_NullArgumentsAreNoEdit (docs/semantics.md
+// §4, "Approving narrower arguments"): "arguments": null on the wire is no
+// edit, as an absent field is. An approve with it approves the call as the
+// model asked it — the body gets the model's amount, the answer records no
+// edit, the model reads its plain result — and a reject item of a batch
+// with it is answered, not refused invalid_request.
+func TestSemantics4_ApproveNarrower_NullArgumentsAreNoEdit(t *testing.T) {
+	h := newHarness(t)
+	b := &amounts{}
+	m := model.NewScripted("s", model.CallTools(payCall(400, "ok"), payCall(300, "ok")), model.Answer("paid"))
+	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(narrowPolicy))})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "null", Agent: "desk", Input: "pay both"}); err != nil {
+		t.Fatal(err)
+	}
+	p := pendingOf(h, "null", 2)
+	null := json.RawMessage("null")
+	if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: "null-approve", Run: "null", Action: p[0].ID, Revision: p[0].Request.Revision, Approver: "desk", Credential: "alice", Arguments: null}); err != nil {
+		t.Fatalf("an approve with null arguments: %v, want the call approved as asked", err)
+	}
+	rejected := api.DecideItem{Run: "null", Action: p[1].ID, Revision: p[1].Request.Revision, Answer: events.AnswerReject, Reason: "no", Approver: "desk", Credential: "alice", Arguments: null}
+	rep, err := h.client.Decide(c, api.DecideRequest{BatchID: "null-reject", Items: []api.DecideItem{rejected}})
+	if err != nil || len(rep.Items) != 1 || rep.Items[0].Outcome != api.OutcomeAnswered {
+		t.Fatalf("a reject item with null arguments: %+v %v, want it answered", rep.Items, err)
+	}
+	s := h.waitStatus("null", aggregate.StatusFinished)
+	if got := b.list(); !reflect.DeepEqual(got, []int64{400}) {
+		t.Fatalf("bodies started with amounts %v, want exactly [400]: the model's, null is no edit", got)
+	}
+	got, _ := s.Action(p[0].ID)
+	if got.Edited != nil || len(got.Answers) != 1 || got.Answers[0].Arguments != nil {
+		t.Fatalf("recorded edited %s, answers %+v; want no edit", got.Edited, got.Answers)
+	}
+	for _, msg := range aggregate.Transcript(s) {
+		for _, r := range msg.Results {
+			if r.CallID == p[0].CallID && string(r.Content) != `{"id":"pay-`+p[0].ID+`"}` {
+				t.Fatalf("the model read %s for the call approved as asked, want its plain result", r.Content)
+			}
+		}
+	}
+}
+
+// TestSemantics4_ApproveNarrower_PolicyHoldsTheEditNarrower
+// (docs/semantics.md §4, "Approving narrower arguments"; docs/security.md):
+// the policy re-run for an edited approve gets the model's arguments with
+// the edit (policy.Action.Asked), so a policy can refuse an edit that is
+// not narrower — here a higher amount the requirement answered would
+// allow — and allow a lower one; it gets none for an approve as asked.
+func TestSemantics4_ApproveNarrower_PolicyHoldsTheEditNarrower(t *testing.T) {
+	h := newHarness(t)
+	b := &amounts{}
+	var mu sync.Mutex
+	var asked []string
+	narrower := func(ctx context.Context, a policy.Action) (policy.Decision, error) {
+		if _, ok := policy.Reviewer(ctx); ok {
+			mu.Lock()
+			asked = append(asked, string(a.Asked))
+			mu.Unlock()
+		}
+		if a.Asked != nil {
+			var was, is payIn
+			if err := json.Unmarshal(a.Asked, &was); err != nil {
+				return policy.Decision{}, err
+			}
+			if err := json.Unmarshal(a.Arguments, &is); err != nil {
+				return policy.Decision{}, err
+			}
+			if is.Amount > was.Amount {
+				return policy.Deny("an edit may only lower the amount"), nil
+			}
+		}
+		return narrowPolicy(ctx, a)
+	}
+	m := model.NewScripted("s", model.CallTools(payCall(400, "ok"), payCall(300, "ok")), model.Answer("paid"))
+	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(narrower))})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "hold", Agent: "desk", Input: "pay both"}); err != nil {
+		t.Fatal(err)
+	}
+	p := pendingOf(h, "hold", 2)
+	approve := func(id string, a aggregate.Action, args string) error {
+		req := api.ApproveRequest{CommandID: id, Run: "hold", Action: a.ID, Revision: a.Request.Revision, Approver: "desk", Credential: "alice"}
+		if args != "" {
+			req.Arguments = json.RawMessage(args)
+		}
+		_, err := h.client.Approve(c, req)
+		return err
+	}
+	wantCode(t, "a higher amount under the same requirement", approve("higher", p[0], `{"amount":450,"mode":"ok"}`), weft.CodeEditRefused, aggregate.EditDenied)
+	if err := approve("lower", p[0], `{"amount":250,"mode":"ok"}`); err != nil {
+		t.Fatalf("a lower amount: %v", err)
+	}
+	if err := approve("as-asked", p[1], ""); err != nil {
+		t.Fatalf("the other call as asked: %v", err)
+	}
+	h.waitStatus("hold", aggregate.StatusFinished)
+	got := b.list()
+	slices.Sort(got)
+	if !reflect.DeepEqual(got, []int64{250, 300}) {
+		t.Fatalf("bodies started with %v, want [250 300]", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{string(p[0].Arguments), string(p[0].Arguments), ""}
+	if !reflect.DeepEqual(asked, want) {
+		t.Fatalf("the policy's re-runs got asked %q, want %q: the model's arguments with each edit, none as asked", asked, want)
+	}
+}

@@ -304,13 +304,10 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 // signed proof must state it (package proof): the run, the request, the
 // call's tool and arguments as recorded and, for an approve that narrows
 // the call (edit) or answers a request re-asked after an edited attempt,
-// the approved arguments (aggregate.ApprovedArguments).
+// the approved arguments (proof.Subject.WithApproved).
 func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer string, edit json.RawMessage) proof.Subject {
 	s := proof.Subject{Run: rn.id, Action: a.ID, Revision: appr.Revision, Requirement: appr.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
-	if answer == events.AnswerApprove {
-		s.Approved = aggregate.ApprovedArguments(a, edit)
-	}
-	return s
+	return s.WithApproved(edit, a.Edited)
 }
 
 // Reject rejects an approval request (api.Backend). A credential or a
@@ -342,7 +339,7 @@ type answer struct {
 }
 
 func answerOfApprove(req api.ApproveRequest) answer {
-	return answer{Kind: events.AnswerApprove, Action: req.Action, Revision: req.Revision, Approver: req.Approver, Credential: req.Credential, Proof: req.Proof, Arguments: req.Arguments}
+	return answer{Kind: events.AnswerApprove, Action: req.Action, Revision: req.Revision, Approver: req.Approver, Credential: req.Credential, Proof: req.Proof, Arguments: api.EditedArguments(req.Arguments)}
 }
 
 func answerOfReject(req api.RejectRequest) answer {
@@ -429,12 +426,16 @@ func (r *Runner) checkAnswer(ctx context.Context, rn *run, ans answer, now time.
 	pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: ans.Revision})
 	call := policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.CallArguments(), Target: targetOf(rn.agent, a.Tool)}
 	if edit != nil {
-		// The policy judges the edited call as if the model had asked
-		// for it (docs/semantics.md §4, "Approving narrower arguments").
-		call.Arguments, call.Decoded = valid.JSON, valid.Decoded
-		if call.Arguments == nil {
-			call.Arguments = edit
-		}
+		// The policy judges the edited call, the edit as checked by the
+		// input codec (docs/semantics.md §4, "Approving narrower
+		// arguments").
+		call.Arguments, call.Decoded = edit, valid.Decoded
+	}
+	if edit != nil || a.Edited != nil {
+		// The call runs with an approver's edit: the policy gets the
+		// model's arguments too, to hold the edit narrower than them
+		// (docs/security.md, "Approving narrower arguments").
+		call.Asked = a.Arguments
 	}
 	dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), call, timeout)
 	cfg, _ := rn.agent.ToolConfig(a.Tool)
@@ -444,10 +445,14 @@ func (r *Runner) checkAnswer(ctx context.Context, rn *run, ans answer, now time.
 // checkEdit checks an approve's edited arguments before anything else of
 // the answer but its references (docs/semantics.md §4, "Approving narrower
 // arguments"): they must decode with the tool's input codec
-// (invalid_content, nothing recorded). It returns them compacted, as the
-// answer records them, and as the codec validated them; nil for an answer
-// without an edit, or one whose references are refused (PlanAnswer
-// answers that refusal).
+// (invalid_content, nothing recorded). It returns them normalized by the
+// codec (tools.Arguments.JSON), as the policy judges them, the proof
+// covers them, the answer records them and the body gets them — the same
+// bytes, as for a model's call — and as the codec decoded them; nil for an
+// answer without an edit or with one equal to the arguments the call runs
+// with (aggregate.EditOf). When the references are refused (PlanAnswer
+// answers that refusal) the edit is only compacted, for the proof check
+// that comes first.
 func (r *Runner) checkEdit(rn *run, plan aggregate.AnswerPlan, ans answer) (json.RawMessage, tools.Arguments, error) {
 	if ans.Arguments == nil || ans.Kind != events.AnswerApprove {
 		return nil, tools.Arguments{}, nil
@@ -463,6 +468,9 @@ func (r *Runner) checkEdit(rn *run, plan aggregate.AnswerPlan, ans answer) (json
 	outcome, detail, valid := rn.agent.ValidateCall(plan.Action.Tool, edit)
 	if outcome != events.CallValid {
 		return nil, tools.Arguments{}, &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("arguments: the edited arguments do not fit tool %s's input schema: %s", plan.Action.Tool, detail)}
+	}
+	if edit = aggregate.EditOf(plan.Action, valid.JSON); edit == nil {
+		return nil, tools.Arguments{}, nil
 	}
 	return edit, valid, nil
 }
