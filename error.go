@@ -93,8 +93,9 @@ const (
 	CodeIdentityRequired Code = "identity_required"
 	// CodeEditRefused means an approve with edited arguments was refused:
 	// the policy would not allow the edited call under the request being
-	// answered, or the call already had an attempt (docs/semantics.md §4,
-	// "Approving narrower arguments").
+	// answered, or the call already started (an attempt, a child run)
+	// with other arguments (docs/semantics.md §4, "Approving narrower
+	// arguments").
 	CodeEditRefused Code = "edit_refused"
 	// CodeQuarantined means the run's log holds a message no reader can
 	// fold; nothing acts on the run until it is repaired (weft repair).

@@ -57,8 +57,9 @@ type ApprovalItem struct {
 	Requested   time.Time          `json:"requested"`
 	Expires     *time.Time         `json:"expires,omitempty"`
 	// Approved are the edited arguments an earlier approve narrowed the
-	// call to (ActionView.Approved): a request re-asked after a lost
-	// attempt approves the call as it ran, with them.
+	// call to and an attempt ran with (ActionView.Approved): a request
+	// re-asked after that lost attempt approves the call as it ran, with
+	// them.
 	Approved json.RawMessage `json:"approved_arguments,omitempty"`
 }
 
