@@ -184,6 +184,21 @@ func TestSemantics4_ApproveNarrower(t *testing.T) {
 	}
 }
 
+// payBoth starts run on a real server with the model paying 400 and 300
+// under policy p (a credential approver, "desk") and returns the harness,
+// the bodies' amounts, the test's context and the two pending requests.
+func payBoth(t *testing.T, run string, p func(context.Context, policy.Action) (policy.Decision, error)) (*harness, *amounts, context.Context, []aggregate.Action) {
+	h := newHarness(t)
+	b := &amounts{}
+	m := model.NewScripted("s", model.CallTools(payCall(400, "ok"), payCall(300, "ok")), model.Answer("paid"))
+	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(p))})
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "pay both"}); err != nil {
+		t.Fatal(err)
+	}
+	return h, b, c, pendingOf(h, run, 2)
+}
+
 // TestSemantics4_ApproveNarrower_InABatch (docs/semantics.md §4,
 // "Approving narrower arguments"): an approve item of a batch decision may
 // narrow its call like a single approve. An edit the policy denies refuses
@@ -192,15 +207,7 @@ func TestSemantics4_ApproveNarrower(t *testing.T) {
 // looked up; the batch with the narrowed item and one as asked runs each
 // body once, the narrowed one with the edit.
 func TestSemantics4_ApproveNarrower_InABatch(t *testing.T) {
-	h := newHarness(t)
-	b := &amounts{}
-	m := model.NewScripted("s", model.CallTools(payCall(400, "ok"), payCall(300, "ok")), model.Answer("paid"))
-	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(narrowPolicy))})
-	c := ctx(t)
-	if _, err := h.client.Start(c, api.StartRequest{Run: "nb", Agent: "desk", Input: "pay both"}); err != nil {
-		t.Fatal(err)
-	}
-	p := pendingOf(h, "nb", 2)
+	h, b, c, p := payBoth(t, "nb", narrowPolicy)
 	version := h.state("nb").Version()
 	narrowed := approveItem("nb", p[0])
 	narrowed.Arguments = json.RawMessage(`{"amount":5000,"mode":"ok"}`)
@@ -236,15 +243,7 @@ func TestSemantics4_ApproveNarrower_InABatch(t *testing.T) {
 // edit, the model reads its plain result — and a reject item of a batch
 // with it is answered, not refused invalid_request.
 func TestSemantics4_ApproveNarrower_NullArgumentsAreNoEdit(t *testing.T) {
-	h := newHarness(t)
-	b := &amounts{}
-	m := model.NewScripted("s", model.CallTools(payCall(400, "ok"), payCall(300, "ok")), model.Answer("paid"))
-	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(narrowPolicy))})
-	c := ctx(t)
-	if _, err := h.client.Start(c, api.StartRequest{Run: "null", Agent: "desk", Input: "pay both"}); err != nil {
-		t.Fatal(err)
-	}
-	p := pendingOf(h, "null", 2)
+	h, b, c, p := payBoth(t, "null", narrowPolicy)
 	null := json.RawMessage("null")
 	if _, err := h.client.Approve(c, api.ApproveRequest{CommandID: "null-approve", Run: "null", Action: p[0].ID, Revision: p[0].Request.Revision, Approver: "desk", Credential: "alice", Arguments: null}); err != nil {
 		t.Fatalf("an approve with null arguments: %v, want the call approved as asked", err)
@@ -278,8 +277,6 @@ func TestSemantics4_ApproveNarrower_NullArgumentsAreNoEdit(t *testing.T) {
 // not narrower — here a higher amount the requirement answered would
 // allow — and allow a lower one; it gets none for an approve as asked.
 func TestSemantics4_ApproveNarrower_PolicyHoldsTheEditNarrower(t *testing.T) {
-	h := newHarness(t)
-	b := &amounts{}
 	var mu sync.Mutex
 	var asked []string
 	narrower := func(ctx context.Context, a policy.Action) (policy.Decision, error) {
@@ -302,13 +299,7 @@ func TestSemantics4_ApproveNarrower_PolicyHoldsTheEditNarrower(t *testing.T) {
 		}
 		return narrowPolicy(ctx, a)
 	}
-	m := model.NewScripted("s", model.CallTools(payCall(400, "ok"), payCall(300, "ok")), model.Answer("paid"))
-	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{b.tool()}, policy.Func(narrower))})
-	c := ctx(t)
-	if _, err := h.client.Start(c, api.StartRequest{Run: "hold", Agent: "desk", Input: "pay both"}); err != nil {
-		t.Fatal(err)
-	}
-	p := pendingOf(h, "hold", 2)
+	h, b, c, p := payBoth(t, "hold", narrower)
 	approve := func(id string, a aggregate.Action, args string) error {
 		req := api.ApproveRequest{CommandID: id, Run: "hold", Action: a.ID, Revision: a.Request.Revision, Approver: "desk", Credential: "alice"}
 		if args != "" {

@@ -463,7 +463,7 @@ func (r *Runner) checkEdit(rn *run, plan aggregate.AnswerPlan, ans answer) (json
 	}
 	edit := json.RawMessage(c.Bytes())
 	if plan.Refusal != nil {
-		return edit, tools.Arguments{}, nil
+		return aggregate.EditOf(plan.Action, edit), tools.Arguments{}, nil
 	}
 	outcome, detail, valid := rn.agent.ValidateCall(plan.Action.Tool, edit)
 	if outcome != events.CallValid {
