@@ -10,8 +10,9 @@ import (
 // TestSemantics4_CLIApproveNarrower (docs/semantics.md §4, "Approving
 // narrower arguments"): weft approve --args approves the demo's payment
 // narrowed to a lower amount; arguments that are not JSON are a usage
-// error, ones the tool's input schema refuses are invalid_content, and
-// weft show says what the model asked and what was approved.
+// error, ones the tool's input schema refuses are invalid_content, weft
+// show says what the model asked and what was approved, and the model
+// read that the payment ran with the lower amount.
 func TestSemantics4_CLIApproveNarrower(t *testing.T) {
 	s := natstest.Start(t)
 	t.Setenv("NATS_URL", s.URL)
@@ -37,5 +38,11 @@ func TestSemantics4_CLIApproveNarrower(t *testing.T) {
 	show := waitShow(t, "narrow-7", "finished: completed")
 	if !strings.Contains(show, `approved {"invoice":"INV-7","payee":"ACME Ltd","amount":50,"currency":"EUR"}`) || !strings.Contains(show, `"amount":1200`) {
 		t.Fatalf("show does not say what was asked and what approved:\n%s", show)
+	}
+	// The demo's model answers with what it read of the payment: the call
+	// started with the edit (the arguments the attempt was dispatched with,
+	// aggregate.Action.CallArguments), not only shown with it.
+	if !strings.Contains(show, `it ran with these arguments, not the ones you asked for\",\"arguments\":{\"invoice\":\"INV-7\",\"payee\":\"ACME Ltd\",\"amount\":50,`) {
+		t.Fatalf("the model did not read that the payment ran with amount 50:\n%s", show)
 	}
 }
