@@ -70,7 +70,8 @@ const (
 	// CodeOutcomeUnknown means a forwarded command got no answer in time, or a command's append got no
 	// acknowledgement and the run could not be read: it may or may not have been applied.
 	CodeOutcomeUnknown Code = "outcome_unknown"
-	// CodeInvalidContent means reconciliation content has the wrong shape.
+	// CodeInvalidContent means reconciliation content has the wrong shape,
+	// or an approve's edited arguments do not fit the tool's input schema.
 	CodeInvalidContent Code = "invalid_content"
 	// CodeRunActive means the stored-run form was used on a live run.
 	CodeRunActive Code = "run_active"
@@ -90,6 +91,12 @@ const (
 	// "no_identity" (no signed proof where the deployment has person
 	// keys, else no name) or "no_reason".
 	CodeIdentityRequired Code = "identity_required"
+	// CodeEditRefused means an approve with edited arguments was refused:
+	// the policy would not allow the edited call under the request being
+	// answered, or the call already started (an attempt, a child run)
+	// with other arguments (docs/semantics.md §4, "Approving narrower
+	// arguments").
+	CodeEditRefused Code = "edit_refused"
 	// CodeQuarantined means the run's log holds a message no reader can
 	// fold; nothing acts on the run until it is repaired (weft repair).
 	CodeQuarantined Code = "quarantined"

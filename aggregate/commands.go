@@ -111,6 +111,12 @@ type Approve struct {
 	Identity events.Identity
 	Policy   PolicyResult
 	Tool     events.ToolConfig
+	// Arguments, when set, are the edited arguments the approver narrows
+	// the call to (docs/semantics.md §4, "Approving narrower arguments"):
+	// the runner decoded them with the tool's input codec, verified a proof
+	// that covers them and re-ran the policy with them (Policy). They are
+	// recorded with the answer and the body gets them.
+	Arguments json.RawMessage
 }
 
 // Reject answers the approval request (Action, Revision) with a rejection.

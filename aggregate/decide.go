@@ -604,12 +604,18 @@ func (d *decider) approve(c Approve) error {
 	}
 	cfg := d.config(c.Tool)
 	asked, _ := d.s.Action(c.Action)
+	c.Arguments = EditOf(asked, c.Arguments)
+	if c.Arguments != nil {
+		if err := checkEdit(asked, req, c.Arguments, c.Policy); err != nil {
+			return err
+		}
+	}
 	if a := asked; a.Attempts > 0 {
 		// Re-approved after a lost attempt: the budget recorded with the
 		// first queueing keeps deciding its attempts.
 		cfg = a.Config
 	}
-	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier, Identity: c.Identity, Proof: c.Proof})
+	d.emit(events.ApprovalAnswered{Action: c.Action, Revision: c.Revision, Requirement: req.Requirement, Answer: events.AnswerApprove, Reviewer: c.Reviewer, Verifier: c.Verifier, Identity: c.Identity, Proof: c.Proof, Arguments: c.Arguments})
 	pd := events.PolicyDecided{Action: c.Action, Context: "approval", Decision: c.Policy.Decision, Reason: c.Policy.Reason}
 	if c.Policy.Decision == events.PolicyRequireApproval {
 		r := c.Policy.Requirement

@@ -120,7 +120,7 @@ func DelegationInput(args json.RawMessage) string {
 func (d *decider) startChild(id string) {
 	a, _ := d.s.Action(id)
 	family := max(d.s.FamilyBudget()-d.s.FamilyUsed()-1, 1)
-	d.emit(events.ChildStarted{Action: a.ID, Child: ChildRunID(d.s.run, a.ID), Agent: *a.Agent, Input: DelegationInput(a.Arguments), Depth: d.s.Depth() + 1, FamilyTurns: family, MaxDepth: d.s.MaxDepth()})
+	d.emit(events.ChildStarted{Action: a.ID, Child: ChildRunID(d.s.run, a.ID), Agent: *a.Agent, Input: DelegationInput(a.CallArguments()), Depth: d.s.Depth() + 1, FamilyTurns: family, MaxDepth: d.s.MaxDepth()})
 }
 
 // ChildContent is what the model reads of a child run's outcome: the

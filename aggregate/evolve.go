@@ -251,6 +251,12 @@ func (s *State) evolve(r events.Recorded) {
 		a := s.move(name, e.Action, t, ok)
 		moved = a
 		a.Approved = false
+		if !a.Started() {
+			// An edit the call never started with is not kept: the
+			// request asked again approves the call as the model asked it
+			// unless its answer edits it (docs/semantics.md §4).
+			a.Edited = nil
+		}
 		a.Request = Approval{Revision: e.Revision, Requirement: e.Requirement}
 		if e.Expires != nil {
 			a.Request.Expires = *e.Expires
@@ -268,6 +274,9 @@ func (s *State) evolve(r events.Recorded) {
 		switch e.Answer {
 		case events.AnswerApprove:
 			a.Approved = true
+			if e.Arguments != nil {
+				a.Edited = e.Arguments
+			}
 		case events.AnswerReject:
 			a.Detail, a.Content = e.Reason, errorContent("rejected", e.Reason)
 		case events.AnswerExpired:

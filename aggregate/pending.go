@@ -123,7 +123,7 @@ func Pending(s State) Work {
 			}
 		case ActionRunning:
 			if a.Attempt.Incarnation == s.incarnation {
-				w.Dispatch = append(w.Dispatch, Dispatch{Action: a.ID, Tool: a.Tool, Attempt: a.Attempt.Attempt, Arguments: a.Arguments, Fence: a.Attempt})
+				w.Dispatch = append(w.Dispatch, Dispatch{Action: a.ID, Tool: a.Tool, Attempt: a.Attempt.Attempt, Arguments: a.CallArguments(), Fence: a.Attempt})
 			}
 			if a.Attempt.Deadline != nil {
 				w.Timers = append(w.Timers, Timer{Kind: TimerToolTimeout, At: *a.Attempt.Deadline, Action: a.ID, Attempt: a.Attempt.Attempt})

@@ -26,7 +26,7 @@ type rapidSource struct{ t *rapid.T }
 
 func (r rapidSource) Intn(label string, n int) int { return rapid.IntRange(0, n-1).Draw(r.t, label) }
 
-// TestProperties checks the invariants (a)–(m) of the aggregate over random
+// TestProperties checks the invariants (a)–(n) of the aggregate over random
 // command sequences (aggregatetest.Sim: the work Pending asks for plus
 // stale, duplicate and racing commands, runner deaths, hand-offs,
 // takeovers and failed appends).
@@ -316,8 +316,32 @@ func checkLog(fail func(string, ...any), s *aggregatetest.Sim) {
 			fail("(a) dispatch of %s attempt %d without a fence", d.Action, d.Attempt)
 		}
 	}
-	// (e) Results reach the model in call order.
+	// (n) The model reads that a call ran with an approver's edit exactly
+	// for the calls that started with one (docs/semantics.md §4), and
+	// every dispatch gets the arguments the call runs with.
 	tr := aggregate.Transcript(s.State)
+	startedEdited, noted := 0, 0
+	for _, a := range s.State.Actions() {
+		if a.State.ModelVisible() && a.Edited != nil && a.Started() {
+			startedEdited++
+		}
+	}
+	for _, m := range tr {
+		for _, r := range m.Results {
+			if strings.Contains(string(r.Content), aggregate.EditedNote) {
+				noted++
+			}
+		}
+	}
+	if noted != startedEdited {
+		fail("(n) the model reads the edit note %d times, %d visible calls started with an edit", noted, startedEdited)
+	}
+	for _, d := range aggregate.Pending(s.State).Dispatch {
+		if a, _ := s.State.Action(d.Action); string(d.Arguments) != string(a.CallArguments()) {
+			fail("(n) %s dispatched with %s, the call runs with %s", d.Action, d.Arguments, a.CallArguments())
+		}
+	}
+	// (e) Results reach the model in call order.
 	for i, m := range tr {
 		if m.Role != model.RoleTool {
 			continue

@@ -266,13 +266,20 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		return h.decide(t, c)
 
 	case "approve":
+		// approve action=… rev=… [reviewer=…] [policy=…] [edited]: with
+		// edited, the input is the edited arguments (docs/semantics.md §4,
+		// "Approving narrower arguments") and policy the decision on them.
 		p, tool := policyOf(t, strings.Fields(h.strArg(t, d, "policy", "allow")))
 		tool = toolOf(t, d, tool)
-		return h.decide(t, Approve{
+		c := Approve{
 			Action: h.strArg(t, d, "action", ""), Revision: h.intArg(t, d, "rev", 0),
 			Reviewer: h.strArg(t, d, "reviewer", "alice"), Verifier: h.strArg(t, d, "verifier", "desk-approvers"),
 			Policy: p, Tool: tool,
-		})
+		}
+		if d.HasArg("edited") {
+			c.Arguments = json.RawMessage(strings.TrimSpace(d.Input))
+		}
+		return h.decide(t, c)
 
 	case "answers":
 		// A batch of answers to one run's requests (Answers), one per

@@ -108,6 +108,11 @@ type Action struct {
 	// Arguments are the arguments the tool body gets: the normalized ones
 	// once validated, the model's bytes before.
 	Arguments json.RawMessage `json:"arguments,omitempty"`
+	// Edited are the arguments an approver narrowed the call to
+	// (events.ApprovalAnswered.Arguments; docs/semantics.md §4, "Approving
+	// narrower arguments"): the attempts and the body use them instead of
+	// Arguments, which stay the model's. Nil when no approver edited it.
+	Edited json.RawMessage `json:"edited,omitempty"`
 	// State is the lifecycle state.
 	State ActionState `json:"state"`
 	// Detail is why the action is in its state: a validation detail, a deny

@@ -22,7 +22,7 @@ func Transcript(s State) []model.Message {
 		var res []model.ToolResult
 		for _, a := range s.actions {
 			if a.Turn == e.batch && a.State.ModelVisible() {
-				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: a.Content})
+				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: modelContent(a)})
 			}
 		}
 		if len(res) > 0 {
@@ -30,6 +30,19 @@ func Transcript(s State) []model.Message {
 		}
 	}
 	return out
+}
+
+// modelContent is what the model reads of action a that ended
+// model-visible: its content, wrapped with a note and the arguments it ran
+// with when an approver narrowed it and it started with them (an attempt
+// or a child run); a narrowed call that never started (rejected, expired
+// or denied when asked again, cancelled while queued) reads its plain
+// content (docs/semantics.md §4, "Approving narrower arguments").
+func modelContent(a Action) json.RawMessage {
+	if a.Edited != nil && a.Started() {
+		return editedNote(a.Edited, a.Content)
+	}
+	return a.Content
 }
 
 // ModelRequest is the model request of the run's current turn, rebuilt from

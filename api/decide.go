@@ -61,12 +61,15 @@ type DecideItem struct {
 	Reason     string                `json:"reason,omitempty"`
 	By         string                `json:"by,omitempty"`
 	Proof      *events.ApprovalProof `json:"proof,omitempty"`
+	// Arguments are an approve's edited arguments (ApproveRequest.Arguments);
+	// a reject takes none.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 // Approve is the item as an approve request (no command id: the batch's
 // run part is the command).
 func (it DecideItem) Approve() ApproveRequest {
-	return ApproveRequest{Schema: Schema, Run: it.Run, Action: it.Action, Revision: it.Revision, Approver: it.Approver, Credential: it.Credential, Proof: it.Proof}
+	return ApproveRequest{Schema: Schema, Run: it.Run, Action: it.Action, Revision: it.Revision, Approver: it.Approver, Credential: it.Credential, Proof: it.Proof, Arguments: it.Arguments}
 }
 
 // Reject is the item as a reject request.
@@ -169,6 +172,9 @@ func checkDecide(req DecideRequest) error {
 			err = checkApprove(it.Approve())
 		case events.AnswerReject:
 			err = checkReject(it.Reject())
+			if err == nil && EditedArguments(it.Arguments) != nil {
+				err = &weft.Error{Code: weft.CodeInvalidRequest, Message: "arguments: a reject takes no edited arguments"}
+			}
 		default:
 			err = &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("answer %q: approve or reject", it.Answer)}
 		}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 
@@ -102,6 +103,28 @@ type ApproveRequest struct {
 	// (approvers.Signed; docs/protocol/20-events.md): then Credential is
 	// not used.
 	Proof *events.ApprovalProof `json:"proof,omitempty"`
+	// Arguments, when set, approve the call narrowed to these edited
+	// arguments instead of the model's (docs/semantics.md §4, "Approving
+	// narrower arguments"): they must decode with the tool's input codec
+	// (else invalid_content), the policy is re-run with them and the
+	// approver's context (a decision other than allow or the requirement
+	// being answered: edit_refused), a signed proof must state their hash
+	// (events.ApprovalProof.Approved), and the body gets them. Absent,
+	// empty and null are no edit (EditedArguments).
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+}
+
+// EditedArguments are the edited arguments an approve's (or a decide
+// item's) arguments field carries: nil, no edit, when it is absent, empty
+// or JSON null — a client that sends "arguments": null approves the call
+// as asked, never one with empty arguments (docs/semantics.md §4,
+// "Approving narrower arguments").
+func EditedArguments(raw json.RawMessage) json.RawMessage {
+	t := bytes.TrimSpace(raw)
+	if len(t) == 0 || string(t) == "null" {
+		return nil
+	}
+	return raw
 }
 
 // RejectRequest rejects a pending approval request. The credential is
@@ -290,6 +313,7 @@ var statuses = map[weft.Code]int{
 	weft.CodeApprovalExpired:   410,
 	weft.CodeRunEnded:          409,
 	weft.CodeProofRefused:      403,
+	weft.CodeEditRefused:       403,
 	weft.CodeNotReconcilable:   409,
 	weft.CodeAlreadyRecorded:   409,
 	weft.CodeNotAwaited:        409,
@@ -327,7 +351,7 @@ func Refusals() map[string][]weft.Code {
 // refusals is the table Refusals copies.
 var refusals = map[string][]weft.Code{
 	EndpointStart:           commandRefusals(weft.CodeAlreadyStarted, weft.CodeOutcomeUnknown),
-	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
+	EndpointApprove:         runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired, weft.CodeInvalidContent, weft.CodeEditRefused),
 	EndpointReject:          runRefusals(weft.CodeWrongReference, weft.CodeStaleReference, weft.CodeAlreadyAnswered, weft.CodeApprovalExpired, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointReconcile:       runRefusals(weft.CodeWrongReference, weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointReconcileStored: runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeNotReconcilable, weft.CodeInvalidContent, weft.CodeRunActive, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),

@@ -365,7 +365,7 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 		pc.Reason = "the log has no such action before the answer"
 		return pc
 	}
-	subject := proof.Subject{Run: st.Run(), Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: ans.Answer}
+	subject := proof.Subject{Run: st.Run(), Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: ans.Answer}.WithApproved(ans.Arguments, a.Edited)
 	if err := proof.Check(p, subject, r.At); err != nil {
 		pc.Reason = err.Error()
 		return pc

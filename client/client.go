@@ -112,7 +112,8 @@ type (
 	// ApprovalProof is a signed approval proof.
 	ApprovalProof = events.ApprovalProof
 	// ProofSubject is what a proof answers: the approval request (run,
-	// action, revision, requirement), the call (tool, arguments) and the
+	// action, revision, requirement), the call (tool, arguments), the
+	// edited arguments an approve narrows it to (Approved) and the
 	// answer. ApprovalItem.ProofSubject and RunView.ProofSubject return
 	// it for a pending request.
 	ProofSubject = proof.Subject
@@ -261,7 +262,14 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error
 	return c.cmd.Start(ctx, req)
 }
 
-// Approve approves a pending approval request.
+// Approve approves a pending approval request. With req.Arguments it
+// approves the call narrowed to those edited arguments (a lower amount,
+// another account; docs/semantics.md §4, "Approving narrower arguments"):
+// the tool's input schema must accept them (invalid_content), the policy
+// re-run with them must allow them under the request answered
+// (edit_refused), and a signed proof must cover them — set the
+// ProofSubject's Approved to the same bytes before signing. The run view
+// then shows them (ActionView.Approved).
 func (c *Client) Approve(ctx context.Context, req ApproveRequest) (Reply, error) {
 	return c.cmd.Approve(ctx, req)
 }

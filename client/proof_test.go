@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -35,6 +36,23 @@ func serveSigned(t *testing.T, alice, browser string) *client.Client {
 	return c
 }
 
+// signingKeys are the test's two approver keys, from fixed seeds: alice's
+// nkey and a plain ed25519 key (as a browser's WebCrypto key signs), each
+// with its public user key.
+func signingKeys(t *testing.T) (alice nkeys.KeyPair, aliceKey string, browser ed25519.PrivateKey, browserKey string) {
+	t.Helper()
+	alice, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceKey, _ = alice.PublicKey()
+	browser = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, ed25519.SeedSize))
+	if browserKey, err = proof.UserKey(browser.Public().(ed25519.PublicKey)); err != nil {
+		t.Fatal(err)
+	}
+	return alice, aliceKey, browser, browserKey
+}
+
 // From a pending approval (the approvals
 // inbox's item, or the run view) the client builds exactly what a signed
 // answer is for, signs it with an nkey (SignProof) or has it signed by a
@@ -43,16 +61,7 @@ func serveSigned(t *testing.T, alice, browser string) *client.Client {
 // verifies and whose key signed it; a proof sent twice is refused
 // proof_used.
 func TestClientSignedApprovals(t *testing.T) {
-	alice, err := nkeys.FromRawSeed(nkeys.PrefixByteUser, bytes.Repeat([]byte{1}, 32))
-	if err != nil {
-		t.Fatal(err)
-	}
-	aliceKey, _ := alice.PublicKey()
-	browser := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{2}, ed25519.SeedSize))
-	browserKey, err := proof.UserKey(browser.Public().(ed25519.PublicKey))
-	if err != nil {
-		t.Fatal(err)
-	}
+	alice, aliceKey, browser, browserKey := signingKeys(t)
 	c := serveSigned(t, aliceKey, browserKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -139,4 +148,58 @@ func checkProof(t *testing.T, v client.RunView, key, reviewer string) {
 	if h.Reviewer != reviewer || h.Verifier != "keys" || h.Proof == nil || h.Proof.Key != key || !h.Proof.Verified || h.Proof.Reason != "" {
 		t.Fatalf("%s: answer %+v proof %+v, want %s by keys, a verified proof by %s", v.Run, h, h.Proof, reviewer, key)
 	}
+}
+
+// TestSemantics4_ClientApproveNarrower (docs/semantics.md §4, "Approving
+// narrower arguments"): with the client, an approver narrows the demo's
+// 1200 EUR payment to 50 EUR: a proof signed for the call as asked is
+// refused with the edit (other_arguments); one whose subject carries the
+// edit (ProofSubject.Approved) approves it, and the run view shows the
+// model's arguments and the approved ones, the proof verifying.
+func TestSemantics4_ClientApproveNarrower(t *testing.T) {
+	alice, aliceKey, _, browserKey := signingKeys(t)
+	c := serveSigned(t, aliceKey, browserKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := c.Start(ctx, client.StartRequest{Run: "sn-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "sn-7", func(v client.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.ProofSubject(ctx, "sn-7", "2/call_2_1", 0, client.AnswerApprove)
+	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		s, err = c.ProofSubject(ctx, "sn-7", "2/call_2_1", 0, client.AnswerApprove) // the view catches up
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := json.RawMessage(`{"invoice":"INV-7","payee":"ACME Ltd","amount":50,"currency":"EUR"}`)
+	asAsked, err := client.SignProof(s, alice, time.Now().Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := client.ApproveRequest{CommandID: "n-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &asAsked, Arguments: lower}
+	var we *weft.Error
+	if _, err := c.Approve(ctx, req); !errors.As(err, &we) || we.Code != weft.CodeProofRefused || we.Reason != proof.ReasonOtherArguments {
+		t.Fatalf("a proof of the call as asked with an edit: %v, want proof_refused(other_arguments)", err)
+	}
+	s.Approved = lower
+	narrowed, err := client.SignProof(s, alice, time.Now().Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.CommandID, req.Proof = "n-2", &narrowed
+	if _, err := c.Approve(ctx, req); err != nil {
+		t.Fatalf("a narrowed approve: %v", err)
+	}
+	v, err := c.Wait(ctx, "sn-7", client.Finished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := v.Action("2/call_2_1")
+	if !bytes.Contains(a.Arguments, []byte(`"amount":1200`)) || !bytes.Equal(a.Approved, lower) {
+		t.Fatalf("view: arguments %s, approved %s; want the model's 1200 and %s", a.Arguments, a.Approved, lower)
+	}
+	checkProof(t, v, aliceKey, "alice@bank")
 }

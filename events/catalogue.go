@@ -408,6 +408,13 @@ type ApprovalAnswered struct {
 	// so that anyone can re-check it offline (package proof, weft audit
 	// verify); absent for answers authenticated otherwise.
 	Proof *ApprovalProof `json:"proof,omitempty"`
+	// Arguments are the approved arguments of an approve that narrowed the
+	// call (docs/semantics.md §4, "Approving narrower arguments"): the
+	// edited arguments as the approver sent them (compacted), which the
+	// attempts and the body use instead of the model's (recorded with the
+	// call, CallValidated.Normalized or ModelReplied). Absent for an answer
+	// that approves the call as asked.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 // ApprovalProof is a signed approval proof: the statement that the holder
@@ -428,7 +435,12 @@ type ApprovalProof struct {
 	// Arguments is the lowercase hex SHA-256 of the call's canonical
 	// arguments bytes.
 	Arguments string `json:"arguments_sha256"`
-	Answer    string `json:"answer"`
+	// Approved is, for an approve with edited arguments, the lowercase hex
+	// SHA-256 of the approved arguments' canonical bytes (the proof then
+	// covers both: the call as asked and what is approved instead); empty
+	// for an answer to the call as asked.
+	Approved string `json:"approved_sha256,omitempty"`
+	Answer   string `json:"answer"`
 	// Expires is the first instant at which the proof is refused, by the
 	// store's clock.
 	Expires time.Time `json:"expires"`

@@ -98,6 +98,7 @@ func Describe(e Event) string {
 		b.opt("reviewer", e.Reviewer)
 		b.opt("verifier", e.Verifier)
 		b.identity(e.Identity)
+		b.json("arguments", e.Arguments)
 	case RequirementChanged:
 		b.kv("action", e.Action)
 		b.kv("revision", strconv.Itoa(e.Revision))

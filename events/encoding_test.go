@@ -39,7 +39,8 @@ func encodingSamples() []Event {
 		ApprovalAnswered{Action: "1/c1", Revision: 3, Requirement: req, Answer: AnswerApprove, Reason: "checked", Reviewer: "alice", Verifier: "desk-approvers",
 			Identity: Identity{Verified: true, Key: "UABC"},
 			Proof: &ApprovalProof{Key: "UABC", Run: "r-1", Action: "1/c1", Revision: 3, Requirement: req, Tool: "refund",
-				Arguments: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Answer: AnswerApprove, Expires: later, Signature: "c2lnbmVk"}},
+				Arguments: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Approved: "ddccc0f8c09563212aae6802bc6f095158e222bf5564d12ad36947b5d13936b0", Answer: AnswerApprove, Expires: later, Signature: "c2lnbmVk"},
+			Arguments: json.RawMessage(`{"amount":20}`)},
 		RequirementChanged{Action: "1/c1", Revision: 3, From: Requirement{Name: "refund-review", Version: 1}, To: req},
 		ActionQueued{Action: "1/c1", Why: QueuedApproved, Config: ToolConfig{Timeout: 50, MaxAttempts: 3, SettleWithin: 20}},
 		AttemptFenced{Action: "1/c1", Tool: "lookup", Attempt: 2, Incarnation: 2, Timeout: 50, MaxAttempts: 3, SettleWithin: 20, Deadline: &at},
@@ -216,5 +217,36 @@ func TestEncodingSamplesSetEveryField(t *testing.T) {
 	slices.Sort(missing)
 	if len(missing) > 0 {
 		t.Errorf("no encoding sample sets %s", strings.Join(missing, ", "))
+	}
+}
+
+// TestEncodingBeforeNarrow proves an approval answer written before an
+// approve could narrow the call (docs/semantics.md §4, "Approving narrower
+// arguments"; events/testdata/encoding/before-narrow) still decodes as an
+// answer to the call as asked — no approved arguments, a proof without an
+// approved hash — and encodes to the same bytes.
+func TestEncodingBeforeNarrow(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "encoding", "before-narrow", "approval_answered.v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.TrimSpace(b)
+	e, err := Decode(NameApprovalAnswered, 1, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, ok := e.(ApprovalAnswered)
+	if !ok {
+		t.Fatalf("decoded %T", e)
+	}
+	if ans.Arguments != nil || ans.Proof == nil || ans.Proof.Approved != "" {
+		t.Errorf("an answer from before narrowing decoded with arguments %s, proof %+v", ans.Arguments, ans.Proof)
+	}
+	env, err := Encode(ans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal([]byte(env.Payload), b) {
+		t.Errorf("re-encoded\n got %s\nwant %s", env.Payload, b)
 	}
 }

@@ -60,6 +60,15 @@ type Action struct {
 	// read back from the log. tools.Input returns it instead of decoding
 	// Arguments again.
 	Decoded Decoded
+	// Asked are the arguments the model asked for, set only when the
+	// policy is re-run for an approve and the call runs with an approver's
+	// edit (docs/semantics.md §4, "Approving narrower arguments"):
+	// Arguments are then the edit. Nil when the call runs as the model
+	// asked it. The runtime checks only that an edit fits the tool's input
+	// schema; a policy that must hold an edit narrower than the request (a
+	// lower amount, the same payee) compares the two and denies the rest
+	// (docs/security.md, "Approving narrower arguments").
+	Asked json.RawMessage
 	// Target says what the action starts.
 	Target Target
 }

@@ -56,6 +56,11 @@ type ApprovalItem struct {
 	Requirement events.Requirement `json:"requirement"`
 	Requested   time.Time          `json:"requested"`
 	Expires     *time.Time         `json:"expires,omitempty"`
+	// Approved are the edited arguments an earlier approve narrowed the
+	// call to and an attempt ran with (ActionView.Approved): a request
+	// re-asked after that lost attempt approves the call as it ran, with
+	// them.
+	Approved json.RawMessage `json:"approved_arguments,omitempty"`
 }
 
 // UncertainItem is one action whose effect is uncertain; it is stored in the
@@ -132,7 +137,7 @@ func ApprovalItems(v RunView) []ApprovalItem {
 		out = append(out, ApprovalItem{
 			Schema: 1, Run: v.Run, Agent: v.Agent, Action: a.ID, Tool: a.Tool, Arguments: a.Arguments,
 			Revision: a.Pending.Revision, Requirement: a.Pending.Requirement,
-			Requested: a.Pending.Requested, Expires: a.Pending.Expires,
+			Requested: a.Pending.Requested, Expires: a.Pending.Expires, Approved: a.Approved,
 		})
 	}
 	return out

@@ -17,7 +17,7 @@ import (
 // so an item that is out of date only gets the proof refused.
 func (i ApprovalItem) ProofSubject(answer string) proof.Subject {
 	return proof.Subject{Run: i.Run, Action: i.Action, Revision: i.Revision, Requirement: i.Requirement,
-		Tool: i.Tool, Arguments: i.Arguments, Answer: answer}
+		Tool: i.Tool, Arguments: i.Arguments, Answer: answer}.WithApproved(nil, i.Approved)
 }
 
 // ProofSubject returns what a signed answer to the approval request of
@@ -38,7 +38,7 @@ func (v RunView) ProofSubject(action string, revision int, answer string) (proof
 	for _, h := range a.Approvals {
 		if h.Revision == revision {
 			return proof.Subject{Run: v.Run, Action: action, Revision: revision, Requirement: h.Requirement,
-				Tool: a.Tool, Arguments: a.Arguments, Answer: answer}, nil
+				Tool: a.Tool, Arguments: a.Arguments, Answer: answer}.WithApproved(nil, a.Approved), nil
 		}
 	}
 	return proof.Subject{}, &weft.Error{Code: weft.CodeWrongReference, Message: fmt.Sprintf("action %s of run %s has no approval request of revision %d", action, v.Run, revision)}

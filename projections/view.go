@@ -203,6 +203,13 @@ type ActionView struct {
 	// Tool is the tool name the model called; Arguments the JSON it sent.
 	Tool      string          `json:"tool"`
 	Arguments json.RawMessage `json:"arguments"`
+	// Approved are the arguments an approver narrowed the call to, which
+	// the body got instead of Arguments (docs/semantics.md §4, "Approving
+	// narrower arguments"); absent when nobody edited the call, and
+	// cleared when its request is asked again before the call started
+	// with them (that request approves the model's arguments unless its
+	// answer edits them).
+	Approved json.RawMessage `json:"approved_arguments,omitempty"`
 	// State is one of the State* constants.
 	State string `json:"state"`
 	// Detail explains terminal states without content: the validation
@@ -322,6 +329,10 @@ type ApprovalView struct {
 	// proof verifies against the view's own record of the request and the
 	// call, at the answer's time (package proof).
 	Proof *ProofStatus `json:"proof,omitempty"`
+	// Arguments are the edited arguments this approve narrowed the call
+	// to (events.ApprovalAnswered.Arguments); absent for an answer to the
+	// call as asked.
+	Arguments json.RawMessage `json:"arguments,omitempty"`
 }
 
 // ProofStatus is the check of a recorded signed approval proof: Key signed
@@ -335,7 +346,7 @@ type ProofStatus struct {
 // proofStatus checks the signed proof p of answer to request h of action a
 // of run, recorded at.
 func proofStatus(run string, a *ActionView, h ApprovalView, answer string, p events.ApprovalProof, at time.Time) *ProofStatus {
-	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
+	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}.WithApproved(h.Arguments, a.Approved)
 	st := &ProofStatus{Key: p.Key, Verified: true}
 	if err := proof.Check(p, s, at); err != nil {
 		st.Verified, st.Reason = false, err.Error()
@@ -451,12 +462,17 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		req := ApprovalView{Revision: e.Revision, Requirement: e.Requirement, Why: e.Why, Requested: at, Expires: utc(e.Expires)}
 		a.Approvals = append(a.Approvals, req)
 		a.Pending = &req
+		if !v.started(a) {
+			// An edit the call never started with is not kept, as in the
+			// aggregate (aggregate.Action.Started; docs/semantics.md §4).
+			a.Approved = nil
+		}
 	case events.ApprovalAnswered:
 		a := v.move(e.Action, at, t, moves)
 		for i := range a.Approvals {
 			if a.Approvals[i].Revision == e.Revision {
 				h := &a.Approvals[i]
-				h.Answer, h.Reason, h.Reviewer, h.Verifier = e.Answer, e.Reason, e.Reviewer, e.Verifier
+				h.Answer, h.Reason, h.Reviewer, h.Verifier, h.Arguments = e.Answer, e.Reason, e.Reviewer, e.Verifier, compact(e.Arguments)
 				t := at
 				h.Answered = &t
 				if e.Proof != nil {
@@ -467,6 +483,9 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		}
 		if a.Pending != nil && a.Pending.Revision == e.Revision {
 			a.Pending = nil
+		}
+		if e.Answer == events.AnswerApprove && e.Arguments != nil {
+			a.Approved = compact(e.Arguments)
 		}
 		switch e.Answer {
 		case events.AnswerReject:
@@ -750,3 +769,17 @@ func summary(content json.RawMessage) string {
 }
 
 func runeStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// started reports whether action a started with its arguments: an attempt
+// was fenced or a child run started (aggregate.Action.Started).
+func (v *RunView) started(a *ActionView) bool {
+	if a.Attempts > 0 {
+		return true
+	}
+	for _, c := range v.Children {
+		if c.Action == a.ID {
+			return true
+		}
+	}
+	return false
+}

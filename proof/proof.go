@@ -83,8 +83,32 @@ type Subject struct {
 	Requirement events.Requirement
 	Tool        string
 	Arguments   json.RawMessage
+	// Approved are the edited arguments an approve narrows the call to
+	// (docs/semantics.md §4, "Approving narrower arguments"); nil for an
+	// answer to the call as asked. A proof of an edited approve states
+	// their hash too (events.ApprovalProof.Approved).
+	Approved json.RawMessage
 	// Answer is events.AnswerApprove or events.AnswerReject.
 	Answer string
+}
+
+// WithApproved returns s with the edited arguments its answer approves:
+// for an approve, edit (the answer's own edit) or else standing (the edit
+// a call already started with, which a request re-asked after a lost
+// attempt approves); none for a reject. The runtime, the audit and the
+// run view all state a proof's subject through it, so that none of them
+// can tell another edit (docs/semantics.md §4, "Approving narrower
+// arguments").
+func (s Subject) WithApproved(edit, standing json.RawMessage) Subject {
+	s.Approved = nil
+	if s.Answer != events.AnswerApprove {
+		return s
+	}
+	s.Approved = edit
+	if s.Approved == nil {
+		s.Approved = standing
+	}
+	return s
 }
 
 // Canonical returns the canonical bytes of a JSON value: insignificant
@@ -121,23 +145,40 @@ func New(s Subject, key string, expires time.Time) (events.ApprovalProof, error)
 	if err != nil {
 		return events.ApprovalProof{}, err
 	}
+	approved := ""
+	if s.Approved != nil {
+		if approved, err = ArgumentsHash(s.Approved); err != nil {
+			return events.ApprovalProof{}, err
+		}
+	}
 	return events.ApprovalProof{
 		Key: key, Run: s.Run, Action: s.Action, Revision: s.Revision, Requirement: s.Requirement,
-		Tool: s.Tool, Arguments: h, Answer: s.Answer, Expires: expires.UTC().Truncate(time.Second),
+		Tool: s.Tool, Arguments: h, Approved: approved, Answer: s.Answer, Expires: expires.UTC().Truncate(time.Second),
 	}, nil
 }
 
 // domain separates the digests of approval proofs from anything else the
-// same key signs.
-const domain = "weft approval proof v1"
+// same key signs; domainEdited those of proofs of an edited approve (a
+// proof with an approved hash), so that neither form can be read as the
+// other.
+const (
+	domain       = "weft approval proof v1"
+	domainEdited = "weft approval proof v2"
+)
 
 // Digest returns the SHA-256 digest a proof's signature covers: of the
 // domain string "weft approval proof v1" followed by, each as a 4-byte
 // big-endian length and its bytes: the answer, the run, the action, the
 // revision (decimal), the requirement's name, its version (decimal), the
 // tool, the arguments hash (lowercase hex), the expiry (Unix seconds,
-// decimal) and the key.
+// decimal) and the key. A proof of an edited approve (Approved set) is
+// digested under "weft approval proof v2" with the approved arguments'
+// hash (lowercase hex) after the key.
 func Digest(p events.ApprovalProof) [32]byte {
+	if p.Approved != "" {
+		return digest(domainEdited, p.Answer, p.Run, p.Action, strconv.Itoa(p.Revision), p.Requirement.Name, strconv.Itoa(p.Requirement.Version),
+			p.Tool, p.Arguments, strconv.FormatInt(p.Expires.Unix(), 10), p.Key, p.Approved)
+	}
 	return digest(domain, p.Answer, p.Run, p.Action, strconv.Itoa(p.Revision), p.Requirement.Name, strconv.Itoa(p.Requirement.Version),
 		p.Tool, p.Arguments, strconv.FormatInt(p.Expires.Unix(), 10), p.Key)
 }
@@ -225,10 +266,35 @@ func Binds(p events.ApprovalProof, s Subject) error {
 	if p.Arguments != h {
 		return refuse(ReasonOtherArguments, "the proof is for arguments with SHA-256 %s, the action's are %s", short(p.Arguments), short(h))
 	}
+	if err := bindsApproved(p, s); err != nil {
+		return err
+	}
 	if p.Answer != s.Answer {
 		return refuse(ReasonOtherAnswer, "the proof gives the answer %q, not %q", p.Answer, s.Answer)
 	}
 	return nil
+}
+
+// bindsApproved checks that p approves exactly the edited arguments s
+// approves, or none when s approves the call as asked (other_arguments).
+func bindsApproved(p events.ApprovalProof, s Subject) error {
+	if s.Approved == nil {
+		if p.Approved != "" {
+			return refuse(ReasonOtherArguments, "the proof approves edited arguments with SHA-256 %s, the answer approves the call as asked", short(p.Approved))
+		}
+		return nil
+	}
+	h, err := ArgumentsHash(s.Approved)
+	if err != nil {
+		return refuse(ReasonOtherArguments, "the approved arguments are not JSON: %v", err)
+	}
+	switch p.Approved {
+	case h:
+		return nil
+	case "":
+		return refuse(ReasonOtherArguments, "the proof approves the call as asked, the answer approves edited arguments with SHA-256 %s", short(h))
+	}
+	return refuse(ReasonOtherArguments, "the proof approves edited arguments with SHA-256 %s, the answer's are %s", short(p.Approved), short(h))
 }
 
 // Verify checks p's signature by p.Key over Digest(p) (bad_signature).

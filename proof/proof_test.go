@@ -242,3 +242,71 @@ func TestSignedOutsideNkeys(t *testing.T) {
 		t.Fatalf("the signature over another statement: %s, want bad_signature", r)
 	}
 }
+
+// TestSemantics4_ApproveNarrower_ProofCoversEdit: a proof of an approve
+// with edited arguments (docs/semantics.md §4, "Approving narrower
+// arguments") states both the call as asked and the approved arguments,
+// and verifies only for exactly that edit: a proof of the call as asked
+// is refused for an edited answer, an edited proof for an answer as asked
+// or another edit, and changing the approved hash breaks the signature.
+func TestSemantics4_ApproveNarrower_ProofCoversEdit(t *testing.T) {
+	kp := fixedKey(t, 7)
+	edited := subject
+	edited.Approved = json.RawMessage(`{"invoice":"INV-7","payee":"ACME Ltd","amount":200,"currency":"EUR"}`)
+	p := signed(t, kp, edited, at.Add(time.Minute))
+	if err := proof.Check(p, edited, at); err != nil {
+		t.Fatalf("a proof of exactly the edit: %v", err)
+	}
+	if got := reason(proof.Check(p, subject, at)); got != proof.ReasonOtherArguments {
+		t.Errorf("an edited proof for the answer as asked: %q, want other_arguments", got)
+	}
+	other := edited
+	other.Approved = json.RawMessage(`{"invoice":"INV-7","payee":"ACME Ltd","amount":300,"currency":"EUR"}`)
+	if got := reason(proof.Check(p, other, at)); got != proof.ReasonOtherArguments {
+		t.Errorf("an edited proof for another edit: %q, want other_arguments", got)
+	}
+	asAsked := signed(t, kp, subject, at.Add(time.Minute))
+	if got := reason(proof.Check(asAsked, edited, at)); got != proof.ReasonOtherArguments {
+		t.Errorf("a proof of the call as asked for an edited answer: %q, want other_arguments", got)
+	}
+	q := p
+	q.Approved, _ = proof.ArgumentsHash(other.Approved)
+	if got := reason(proof.Verify(q)); got != proof.ReasonBadSignature {
+		t.Errorf("approved hash changed after signing: %q, want bad_signature", got)
+	}
+	q = p
+	q.Approved = ""
+	if got := reason(proof.Verify(q)); got != proof.ReasonBadSignature {
+		t.Errorf("approved hash removed after signing: %q, want bad_signature", got)
+	}
+	d := proof.Digest(p)
+	const want = "87daebb79f734575167db772fb3ef271b5e4189ba39e072f1fa68475ca6ebb3b" // also computed by a Python script from the documented layout
+	if got := hex.EncodeToString(d[:]); got != want {
+		t.Errorf("edited digest %s, want %s (approved %s)", got, want, p.Approved)
+	}
+}
+
+// TestSemantics4_ApproveNarrower_SubjectWithApproved (docs/semantics.md §4,
+// "Approving narrower arguments"): the one rule for which edit a proof's
+// subject states — an approve's own edit, else the edit the call started
+// with, else none; a reject states none whatever the edits.
+func TestSemantics4_ApproveNarrower_SubjectWithApproved(t *testing.T) {
+	edit, standing := json.RawMessage(`{"amount":50}`), json.RawMessage(`{"amount":70}`)
+	approve := proof.Subject{Answer: events.AnswerApprove}
+	reject := proof.Subject{Answer: events.AnswerReject, Approved: edit}
+	for _, c := range []struct {
+		name           string
+		s              proof.Subject
+		edit, standing json.RawMessage
+		want           string
+	}{
+		{"approve with an edit", approve, edit, standing, string(edit)},
+		{"approve of a started edit", approve, nil, standing, string(standing)},
+		{"approve as asked", approve, nil, nil, ""},
+		{"reject", reject, edit, standing, ""},
+	} {
+		if got := c.s.WithApproved(c.edit, c.standing).Approved; string(got) != c.want {
+			t.Errorf("%s: approved %s, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,6 +21,7 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/tools"
 )
 
 var _ api.Backend = (*Runner)(nil)
@@ -299,10 +301,13 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 }
 
 // answerSubject is what an answer to action a's request appr is for, as a
-// signed proof must state it (package proof): the run, the request and the
-// call's tool and arguments as recorded.
-func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer string) proof.Subject {
-	return proof.Subject{Run: rn.id, Action: a.ID, Revision: appr.Revision, Requirement: appr.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
+// signed proof must state it (package proof): the run, the request, the
+// call's tool and arguments as recorded and, for an approve that narrows
+// the call (edit) or answers a request re-asked after an edited attempt,
+// the approved arguments (proof.Subject.WithApproved).
+func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer string, edit json.RawMessage) proof.Subject {
+	s := proof.Subject{Run: rn.id, Action: a.ID, Revision: appr.Revision, Requirement: appr.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
+	return s.WithApproved(edit, a.Edited)
 }
 
 // Reject rejects an approval request (api.Backend). A credential or a
@@ -329,10 +334,12 @@ type answer struct {
 	Reason     string
 	By         string
 	Proof      *events.ApprovalProof
+	// Arguments are an approve's edited arguments (nil: the call as asked).
+	Arguments json.RawMessage
 }
 
 func answerOfApprove(req api.ApproveRequest) answer {
-	return answer{Kind: events.AnswerApprove, Action: req.Action, Revision: req.Revision, Approver: req.Approver, Credential: req.Credential, Proof: req.Proof}
+	return answer{Kind: events.AnswerApprove, Action: req.Action, Revision: req.Revision, Approver: req.Approver, Credential: req.Credential, Proof: req.Proof, Arguments: api.EditedArguments(req.Arguments)}
 }
 
 func answerOfReject(req api.RejectRequest) answer {
@@ -378,11 +385,15 @@ func (r *Runner) checkAnswer(ctx context.Context, rn *run, ans answer, now time.
 	if err != nil {
 		return nil, nil, err
 	}
+	edit, valid, err := r.checkEdit(rn, plan, ans)
+	if err != nil {
+		return nil, nil, err // an edit the input codec refuses changes nothing
+	}
 	var pf approvers.Proof
 	verified := false
 	if plan.Verify {
 		in := approvers.Answer{Approver: ans.Approver, Credential: ans.Credential, Signed: ans.Proof}
-		if pf, err = approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), in, answerSubject(rn, plan.Action, plan.Request, ans.Kind), now); err != nil {
+		if pf, err = approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), in, answerSubject(rn, plan.Action, plan.Request, ans.Kind, edit), now); err != nil {
 			return nil, nil, err // a refused proof changes nothing
 		}
 		verified = true
@@ -413,9 +424,55 @@ func (r *Runner) checkAnswer(ctx context.Context, rn *run, ans answer, now time.
 	reqm := policy.Requirement{Name: appr.Requirement.Name, Version: appr.Requirement.Version}
 	timeout, _ := rn.state.Limits().PolicyTimeout.Duration()
 	pctx := policy.WithReview(ctx, policy.Review{Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Requirement: reqm, Revision: ans.Revision})
-	dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.Arguments, Target: targetOf(rn.agent, a.Tool)}, timeout)
+	call := policy.Action{Run: rn.id, ActionID: a.ID, Tool: a.Tool, Arguments: a.CallArguments(), Target: targetOf(rn.agent, a.Tool)}
+	if edit != nil {
+		// The policy judges the edited call, the edit as checked by the
+		// input codec (docs/semantics.md §4, "Approving narrower
+		// arguments").
+		call.Arguments, call.Decoded = edit, valid.Decoded
+	}
+	if edit != nil || a.Edited != nil {
+		// The call runs with an approver's edit: the policy gets the
+		// model's arguments too, to hold the edit narrower than them
+		// (docs/security.md, "Approving narrower arguments").
+		call.Asked = a.Arguments
+	}
+	dec, perr := policy.Evaluate(pctx, rn.agent.Policy(), call, timeout)
 	cfg, _ := rn.agent.ToolConfig(a.Tool)
-	return aggregate.Approve{Action: ans.Action, Revision: ans.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Identity: id, Policy: PolicyResult(dec, perr), Tool: cfg}, nil, nil
+	return aggregate.Approve{Action: ans.Action, Revision: ans.Revision, Reviewer: pf.Reviewer(), Verifier: pf.Approver(), Proof: pf.Signed(), Identity: id, Policy: PolicyResult(dec, perr), Tool: cfg, Arguments: edit}, nil, nil
+}
+
+// checkEdit checks an approve's edited arguments before anything else of
+// the answer but its references (docs/semantics.md §4, "Approving narrower
+// arguments"): they must decode with the tool's input codec
+// (invalid_content, nothing recorded). It returns them normalized by the
+// codec (tools.Arguments.JSON), as the policy judges them, the proof
+// covers them, the answer records them and the body gets them — the same
+// bytes, as for a model's call — and as the codec decoded them; nil for an
+// answer without an edit or with one equal to the arguments the call runs
+// with (aggregate.EditOf). When the references are refused (PlanAnswer
+// answers that refusal) the edit is only compacted, for the proof check
+// that comes first.
+func (r *Runner) checkEdit(rn *run, plan aggregate.AnswerPlan, ans answer) (json.RawMessage, tools.Arguments, error) {
+	if ans.Arguments == nil || ans.Kind != events.AnswerApprove {
+		return nil, tools.Arguments{}, nil
+	}
+	var c bytes.Buffer
+	if err := json.Compact(&c, ans.Arguments); err != nil {
+		return nil, tools.Arguments{}, &weft.Error{Code: weft.CodeInvalidContent, Message: "arguments: the edited arguments are not JSON: " + err.Error()}
+	}
+	edit := json.RawMessage(c.Bytes())
+	if plan.Refusal != nil {
+		return aggregate.EditOf(plan.Action, edit), tools.Arguments{}, nil
+	}
+	outcome, detail, valid := rn.agent.ValidateCall(plan.Action.Tool, edit)
+	if outcome != events.CallValid {
+		return nil, tools.Arguments{}, &weft.Error{Code: weft.CodeInvalidContent, Message: fmt.Sprintf("arguments: the edited arguments do not fit tool %s's input schema: %s", plan.Action.Tool, detail)}
+	}
+	if edit = aggregate.EditOf(plan.Action, valid.JSON); edit == nil {
+		return nil, tools.Arguments{}, nil
+	}
+	return edit, valid, nil
 }
 
 // checksBudget is how long the checks of one run's part of a batch may
@@ -462,7 +519,7 @@ func (r *Runner) Decide(ctx context.Context, req api.DecideRun) (api.DecideRunRe
 				ans = answerOfReject(it.Reject())
 			}
 			c, b, err := r.checkAnswer(ctx, rn, ans, now)
-			if ap, ok := c.(aggregate.Approve); ok && err == nil && ap.Policy.Decision == events.PolicyError && len(req.Items) > 1 {
+			if ap, ok := c.(aggregate.Approve); ok && err == nil && ap.Policy.Decision == events.PolicyError && ap.Arguments == nil && len(req.Items) > 1 {
 				// Alone, this approval ends the run failed (policy_failed,
 				// docs/semantics.md §4); a batch never ends a run on its
 				// other items' behalf, whatever their order.

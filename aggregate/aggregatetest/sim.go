@@ -545,6 +545,8 @@ var (
 	callIDs   = []string{"a", "b", "c", "d"}
 	toolNames = []string{"tool", "lookup", "refund", "ship-order"}
 	arguments = []string{`{}`, `{"a":1}`, `{"order":{"id":"o-7","lines":[1,2,3]}}`, `{"q":"x y","page":2,"flag":true}`, `[]`, `{"note":null}`}
+	// edits are the edited arguments an approve narrows a call to.
+	edits = []string{`{"a":0}`, `{"amount":50}`, `{"q":"x","page":1}`}
 )
 
 func pick[E any](src Source, label string, xs []E) E { return xs[src.Intn(label, len(xs))] }
@@ -824,7 +826,17 @@ func (s *Sim) answer(src Source, a aggregate.Action) aggregate.Command {
 			p = aggregate.PolicyResult{Decision: events.PolicyError, Reason: "policy down"}
 		}
 	}
-	return aggregate.Approve{Action: a.ID, Revision: rev, Reviewer: "alice", Verifier: "v", Policy: p, Tool: randomTool(src)}
+	c := aggregate.Approve{Action: a.ID, Revision: rev, Reviewer: "alice", Verifier: "v", Policy: p, Tool: randomTool(src)}
+	if chance(src, "edited", 3) {
+		// Narrowed to edited arguments (docs/semantics.md §4): now and
+		// then the model's own, or an edit of a call that already started
+		// (refused edit_refused, nothing recorded).
+		c.Arguments = json.RawMessage(pick(src, "edit", edits))
+		if chance(src, "edit as asked", 6) {
+			c.Arguments = a.Arguments
+		}
+	}
+	return c
 }
 
 // report is a worker's report of body b (or, now and then, of its

@@ -331,12 +331,14 @@ func approveCommand() command {
 			"weft approve pay-7 2/call_2_1 --approver desk --credential alice",
 			"weft approve pay-7 2/call_2_1 --revision 1 --approver desk --credential alice",
 			"weft approve pay-7 2/call_2_1 --approver keys --signing-key alice.nk   # a signed proof (docs/security.md)",
+			`weft approve pay-7 2/call_2_1 --approver desk --credential alice --args '{"invoice":"INV-7","payee":"ACME Ltd","amount":200,"currency":"EUR"}'   # approve a narrower call`,
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var req api.ApproveRequest
 			fs.IntVar(&req.Revision, "revision", 0, "the request's revision (default: the pending one, read from the run view)")
 			fs.StringVar(&req.Approver, "approver", "", "the approver (one of the agent's approvers) that verifies the credential")
 			fs.StringVar(&req.Credential, "credential", "", "the credential the approver verifies")
+			edited := fs.String("args", "", "approve the call narrowed to these edited arguments (JSON the tool's input schema accepts; docs/semantics.md §4, \"Approving narrower arguments\")")
 			sign := addSignFlags(fs)
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
@@ -346,10 +348,16 @@ func approveCommand() command {
 				if req.Approver == "" || (req.Credential == "") == (sign.key == "") {
 					return usagef("approve needs --approver and either --credential or --signing-key")
 				}
+				if *edited != "" {
+					if !json.Valid([]byte(*edited)) {
+						return usagef("--args is not JSON: %s", oneLine(*edited, 60))
+					}
+					req.Arguments = json.RawMessage(*edited)
+				}
 				req.Run, req.Action = args[0], args[1]
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
-						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove)
+						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove, req.Arguments)
 						if err != nil {
 							return api.Reply{}, err
 						}
@@ -394,7 +402,7 @@ func rejectCommand() command {
 				req.Run, req.Action = args[0], args[1]
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
-						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject)
+						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject, nil)
 						if err != nil {
 							return api.Reply{}, err
 						}

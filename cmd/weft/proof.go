@@ -62,10 +62,12 @@ func readSigningKey(path string) (nkeys.KeyPair, error) {
 
 // signAnswer signs answer to the pending approval request of action in
 // run, as the run view shows it (revision: the one given, else the pending
-// one, which it sets), and says on w exactly what it signs. The runtime
+// one, which it sets) — narrowed to the edited arguments edit when set
+// (docs/semantics.md §4, "Approving narrower arguments") —, and says on w
+// exactly what it signs. The runtime
 // checks every value against the run itself: a view that lied would only
 // get the proof refused.
-func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signFlags, run, action string, revision *int, answer string) (*events.ApprovalProof, error) {
+func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signFlags, run, action string, revision *int, answer string, edit json.RawMessage) (*events.ApprovalProof, error) {
 	kp, err := readSigningKey(sf.key)
 	if err != nil {
 		return nil, err
@@ -79,6 +81,9 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 		return nil, err
 	}
 	*revision = s.Revision
+	if edit != nil {
+		s.Approved = edit
+	}
 	pub, _ := kp.PublicKey()
 	p, err := proof.New(s, pub, time.Now().Add(sf.ttl))
 	if err != nil {
@@ -89,6 +94,9 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 	}
 	fmt.Fprintf(w, "signing: %s run %s action %s revision %d (%s v%d): %s %s\n  key %s, expires %s\n",
 		answer, run, action, s.Revision, s.Requirement.Name, s.Requirement.Version, s.Tool, s.Arguments, pub, p.Expires.Format(time.RFC3339))
+	if s.Approved != nil {
+		fmt.Fprintf(w, "  narrowed to the edited arguments %s\n", s.Approved)
+	}
 	return &p, nil
 }
 
@@ -185,6 +193,9 @@ func printAnswers(w io.Writer, v projections.RunView) {
 				}
 			}
 			fmt.Fprintln(w, line)
+			if h.Arguments != nil {
+				fmt.Fprintf(w, "    narrowed: the model asked %s, approved %s\n", oneLine(string(a.Arguments), 80), oneLine(string(h.Arguments), 80))
+			}
 		}
 	}
 }

@@ -32,6 +32,7 @@ export declare const CODES: Readonly<{
   approval_expired: 410;
   run_ended: 409;
   proof_refused: 403;
+  edit_refused: 403;
   not_reconcilable: 409;
   already_recorded: 409;
   not_awaited: 409;
@@ -134,6 +135,11 @@ export class RunEndedError extends WeftError {
 export class ProofRefusedError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
   readonly code: "proof_refused";
+}
+/** `edit_refused` (403): an approve with edited arguments the policy would not allow under the request answered. */
+export class EditRefusedError extends WeftError {
+  constructor(message?: string, opts?: ErrorOpts);
+  readonly code: "edit_refused";
 }
 /** `identity_required` (403): the deployment requires a verified identity (a signed proof) or a reason for a person's command. */
 export class IdentityRequiredError extends WeftError {
@@ -249,6 +255,7 @@ export declare const ERROR_CLASSES: Readonly<{
   approval_expired: typeof ApprovalExpiredError;
   run_ended: typeof RunEndedError;
   proof_refused: typeof ProofRefusedError;
+  edit_refused: typeof EditRefusedError;
   identity_required: typeof IdentityRequiredError;
   not_reconcilable: typeof NotReconcilableError;
   already_recorded: typeof AlreadyRecordedError;

@@ -44,6 +44,7 @@ export const CODES = Object.freeze({
   approval_expired: 410,
   run_ended: 409,
   proof_refused: 403,
+  edit_refused: 403,
   identity_required: 403,
   not_reconcilable: 409,
   already_recorded: 409,
@@ -147,6 +148,10 @@ export class RunEndedError extends WeftError {
 export class ProofRefusedError extends WeftError {
   constructor(message, opts) { super("proof_refused", message, opts); }
 }
+/** `edit_refused` (403): an approve with edited arguments the policy would not allow under the request answered. */
+export class EditRefusedError extends WeftError {
+  constructor(message, opts) { super("edit_refused", message, opts); }
+}
 /** `identity_required` (403): the deployment requires a verified identity (a signed proof) or a reason for a person's command. */
 export class IdentityRequiredError extends WeftError {
   constructor(message, opts) { super("identity_required", message, opts); }
@@ -239,6 +244,7 @@ export const ERROR_CLASSES = Object.freeze({
   approval_expired: ApprovalExpiredError,
   run_ended: RunEndedError,
   proof_refused: ProofRefusedError,
+  edit_refused: EditRefusedError,
   identity_required: IdentityRequiredError,
   not_reconcilable: NotReconcilableError,
   already_recorded: AlreadyRecordedError,
