@@ -1,6 +1,7 @@
 package runner_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -27,7 +28,12 @@ import (
 // without publishing.
 type lossyJS struct {
 	jetstream.JetStream
-	armed     atomic.Bool
+	armed atomic.Bool
+	// armedFor, when set (before armed), limits the armed loss to an
+	// append whose message holds it (an event type: "approval_answered"),
+	// so that an append of the runner's own still in flight when the test
+	// arms (a head signature after the run suspended) keeps its ack.
+	armedFor  string
 	taskFails atomic.Int64 // task publishes that fail (nothing published)
 	evFails   atomic.Int64 // event appends that fail (nothing published)
 }
@@ -40,7 +46,7 @@ func (l *lossyJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream
 		return nil, errors.Join(errors.New("the connection dropped before the append was sent"), nats.ErrConnectionClosed)
 	}
 	ack, err := l.JetStream.PublishMsg(ctx, m, opts...)
-	if err == nil && strings.HasPrefix(m.Subject, "weft.ev.") && l.armed.CompareAndSwap(true, false) {
+	if err == nil && strings.HasPrefix(m.Subject, "weft.ev.") && (l.armedFor == "" || bytes.Contains(m.Data, []byte(l.armedFor))) && l.armed.CompareAndSwap(true, false) {
 		return nil, errors.Join(errors.New("the connection dropped before the acknowledgement"), nats.ErrConnectionClosed)
 	}
 	return ack, err

@@ -86,6 +86,7 @@ func TestSemantics8_UnknownAppendOutcomeIsNotAnsweredNotApplied(t *testing.T) {
 	h.startServed(c, api.StartRequest{Run: "ru8", Agent: "desk", Input: "x"})
 	s := h.waitStatus("ru8", aggregate.StatusSuspended)
 	act := s.Actions()[0]
+	js.armedFor = `"approval_answered"`
 	js.armed.Store(true)
 	approve := api.ApproveRequest{CommandID: "a", Run: "ru8", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"}
 	_, err := h.client.Approve(c, approve)
