@@ -222,10 +222,34 @@ const (
 // A stop in between leaves the run without an entry until the view's last
 // event is delivered again (repair puts every entry back).
 func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode putMode) error {
-	had := make(map[string][]byte, len(before))
-	for _, e := range before {
-		had[e.key] = e.value
+	if err := w.removeGone(ctx, before, after); err != nil {
+		return err
 	}
+	w.pause()
+	// The puts are published at once and their acknowledgements awaited
+	// together (they arrive in order: nodes before their entry).
+	pl := newPipeline(w.js)
+	err := w.put(ctx, pl, before, after, mode)
+	if err == nil {
+		err = pl.wait(ctx, nil)
+	}
+	if err != nil {
+		clear(w.known) // a node may be missing
+		return err
+	}
+	return nil
+}
+
+// pause calls between (tests) between the two halves of a move.
+func (w *indexWriter) pause() {
+	if w.between != nil {
+		w.between()
+	}
+}
+
+// removeGone is the first half of apply: it removes the entries of
+// before that after no longer has.
+func (w *indexWriter) removeGone(ctx context.Context, before, after []entry) error {
 	has := make(map[string]bool, len(after))
 	for _, e := range after {
 		has[e.key] = true
@@ -238,20 +262,21 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 			return err
 		}
 	}
-	if w.between != nil {
-		w.between()
+	return nil
+}
+
+// put is the second half of apply: it publishes on pl the entries of
+// after that mode asks for, each after the directory nodes it needs,
+// without waiting for their acknowledgements. Whoever waits for pl must
+// empty the node cache when a put failed (a node may be missing).
+func (w *indexWriter) put(ctx context.Context, pl *pipeline, before, after []entry, mode putMode) error {
+	had := make(map[string][]byte, len(before))
+	for _, e := range before {
+		had[e.key] = e.value
 	}
-	// The puts are published at once and their acknowledgements awaited
-	// together (they arrive in order: nodes before their entry).
-	var acks []jetstream.PubAckFuture
 	put := func(key string, value []byte) error {
 		w.writes++
-		a, err := w.js.PublishAsync("$KV."+BucketIndex+"."+key, value)
-		if err != nil {
-			return fmt.Errorf("projector: put %s %s: %w", BucketIndex, key, err)
-		}
-		acks = append(acks, a)
-		return nil
+		return pl.publish(ctx, &nats.Msg{Subject: "$KV." + BucketIndex + "." + key, Data: value})
 	}
 	for _, e := range after {
 		old, ok := had[e.key]
@@ -274,17 +299,6 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 		}
 		if err := put(e.key, e.value); err != nil {
 			return err
-		}
-	}
-	for _, a := range acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
-			clear(w.known) // a node may be missing
-			return fmt.Errorf("projector: put %s %s: %w", BucketIndex, a.Msg().Subject, err)
-		case <-ctx.Done():
-			clear(w.known)
-			return ctx.Err()
 		}
 	}
 	return nil
@@ -480,7 +494,7 @@ func (r *indexReader) direct(ctx context.Context, bucket string, multiLast []str
 				return nil, fmt.Errorf("read %s: direct get answered %s %s", bucket, status, m.Header.Get("Description"))
 			}
 		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		if op := m.Header.Get(kvOperation); op == kvDelete || op == "PURGE" {
 			continue
 		}
 		seq, _ := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
