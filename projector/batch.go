@@ -255,20 +255,20 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 		c      projections.Change
 	}
 	ds := make([]derived, 0, len(landed))
+	var removed []entry
 	for _, pd := range landed {
 		before, err := p.before(ctx, pd.cur.Run, pd.old, pd.rev)
 		if err != nil {
 			return err
 		}
 		c := projections.Advance(pd.old, pd.cur)
-		if !p.noIndex {
-			if err := p.index.removeGone(ctx, before, entries(c)); err != nil {
-				return err
-			}
-		}
+		removed = append(removed, gone(before, entries(c))...)
 		ds = append(ds, derived{before, c})
 	}
 	if !p.noIndex {
+		if err := p.index.removeAll(ctx, removed); err != nil {
+			return err
+		}
 		p.index.pause()
 	}
 	pl = newPipeline(p.js)

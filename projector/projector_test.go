@@ -15,7 +15,6 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 	"github.com/weftrun/weft/projector"
@@ -25,25 +24,31 @@ func start(t *testing.T) *natstest.Server {
 	return natstest.Start(t, natstest.WithAssets(projector.Assets()...))
 }
 
-// startInterval is start with the server syncing every 2 minutes instead
-// of every write: for the tests that project a thousand runs or more and
-// test paging or rebuilds, not durability (with an fsync per acknowledged
-// write the projector needs minutes for them on a loaded machine).
-func startInterval(t *testing.T) *natstest.Server {
-	return natstest.Start(t, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(natsnode.WithSyncInterval("2m")))
-}
-
-// appendLog appends recs one event per decision, in log order.
+// appendLog appends recs one event per decision, in log order: in
+// stretches of events of distinct runs, each stretch one AppendBatch (its
+// messages are stored in the order sent), so that a test of a thousand
+// runs does not wait for an fsync per event before the next.
 func appendLog(t testing.TB, log *eventlog.Log, recs []events.Recorded) {
 	t.Helper()
 	ctx := context.Background()
 	heads := map[string]eventlog.Head{}
-	for _, r := range recs {
-		_, h, err := log.Append(ctx, r.Run, heads[r.Run], r.At, r.Event)
-		if err != nil {
-			t.Fatalf("append %s v%d: %v", r.Run, r.Version, err)
+	for len(recs) > 0 {
+		var ds []eventlog.Decision
+		in := map[string]bool{}
+		for _, r := range recs {
+			if in[r.Run] {
+				break
+			}
+			in[r.Run] = true
+			ds = append(ds, eventlog.Decision{Run: r.Run, Head: heads[r.Run], At: r.At, Events: []events.Event{r.Event}})
 		}
-		heads[r.Run] = h
+		for i, o := range log.AppendBatch(ctx, ds) {
+			if o.Err != nil {
+				t.Fatalf("append %s v%d: %v", recs[i].Run, recs[i].Version, o.Err)
+			}
+			heads[recs[i].Run] = o.Head
+		}
+		recs = recs[len(ds):]
 	}
 }
 
@@ -177,7 +182,7 @@ func sameStores(t *testing.T, a, b map[string][]byte) {
 // the pure fold of each run. It compares once the live projector finished
 // the stream's last message (waitSeq: as long as it keeps advancing).
 func TestRebuildEqualsLiveProjection(t *testing.T) {
-	s := startInterval(t) // over 3 minutes with an fsync per write
+	s := start(t)
 	ctx := context.Background()
 	p, err := projector.New(ctx, s.JS, s.Log)
 	if err != nil {
