@@ -31,7 +31,10 @@
 // time: Run holds the projector lease (BucketLease) and a second
 // projector stands by until it is released or expires (lease.go), so the
 // index writes of one run never interleave. The checkpoint is the stream sequence of
-// the last message whose events are all stored; Run resumes after it. When a
+// the last message whose events are all stored; Run resumes after it. The
+// messages delivered while the projector writes are written as one batch,
+// their writes published together and their acknowledgements awaited at
+// once, the checkpoint last (batch.go, docs/adr/0028-projector-batches.md). When a
 // view misses events (its bucket was purged, or a rebuild ran up to an older
 // sequence) the projector refolds the run from the log; when a view's last
 // event is delivered again (a stop between the view and its derived writes)
