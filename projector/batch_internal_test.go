@@ -49,14 +49,14 @@ func TestABatchWritesEachViewOnceAndTheCheckpointOnce(t *testing.T) {
 	if err := p.lease.acquire(ctx, func(string) {}); err != nil {
 		t.Fatal(err)
 	}
-	views0, state0 := lastSeqOf(t, s, BucketViews), lastSeqOf(t, s, BucketState)
+	views0, state0 := BucketLastSeq(t, s.JS, BucketViews), BucketLastSeq(t, s.JS, BucketState)
 	if err := p.projectBatch(ctx, newBatch(), evs); err != nil {
 		t.Fatal(err)
 	}
-	if got := lastSeqOf(t, s, BucketViews) - views0; got != uint64(len(perRun)) {
+	if got := BucketLastSeq(t, s.JS, BucketViews) - views0; got != uint64(len(perRun)) {
 		t.Errorf("%d view writes for %d runs of %d events, want one a run", got, len(perRun), len(log))
 	}
-	if got := lastSeqOf(t, s, BucketState) - state0; got != 1 {
+	if got := BucketLastSeq(t, s.JS, BucketState) - state0; got != 1 {
 		t.Errorf("%d checkpoint writes for a batch of %d messages, want 1", got, len(log))
 	}
 	cp, err := p.Checkpoint(ctx)
@@ -77,17 +77,4 @@ func TestABatchWritesEachViewOnceAndTheCheckpointOnce(t *testing.T) {
 			t.Fatalf("view %s:\n got %s\nwant %s", h[0].Run, got, want)
 		}
 	}
-}
-
-func lastSeqOf(t *testing.T, s *natstest.Server, bucket string) uint64 {
-	t.Helper()
-	st, err := s.JS.Stream(context.Background(), kvStream(bucket))
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.LastSeq
 }

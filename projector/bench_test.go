@@ -321,33 +321,18 @@ func appendRounds(tb testing.TB, log *eventlog.Log, hs [][]events.Recorded) int 
 }
 
 // storedWrites is the number of messages ever stored in the read-model
-// buckets and the projector's state bucket (the sum of their streams'
-// last sequences; a bucket keeps one value a key, but every write takes a
-// sequence).
+// buckets and the projector's state bucket.
 func storedWrites(tb testing.TB, s *natstest.Server) uint64 {
 	tb.Helper()
 	var n uint64
 	for _, b := range append(projector.Buckets(), projector.BucketState) {
-		n += streamLastSeq(tb, s, "KV_"+b)
+		n += projector.BucketLastSeq(tb, s.JS, b)
 	}
 	return n
 }
 
 func checkpointWrites(tb testing.TB, s *natstest.Server) uint64 {
-	return streamLastSeq(tb, s, "KV_"+projector.BucketState)
-}
-
-func streamLastSeq(tb testing.TB, s *natstest.Server, name string) uint64 {
-	tb.Helper()
-	st, err := s.JS.Stream(context.Background(), name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return info.State.LastSeq
+	return projector.BucketLastSeq(tb, s.JS, projector.BucketState)
 }
 
 // apiRequests is the account's JetStream API request count.
