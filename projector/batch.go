@@ -23,9 +23,9 @@ import (
 //  1. publishes every changed view at once, each a compare-and-set on the
 //     revision it was read at (the expected last subject sequence a KV
 //     Update sends), and waits for all their acknowledgements;
-//  2. removes, run by run, the index entries the new views no longer have
-//     (each removal waits for its answer: pruning the directory reads what
-//     is left);
+//  2. removes the index entries the new views no longer have, for all the
+//     batch's runs together (indexWriter.removeAll: the purges, then the
+//     directory pruned level by level, each level's requests sent at once);
 //  3. publishes the index entries, the summaries and the inbox items of
 //     every view that landed at once, and waits for all their
 //     acknowledgements;

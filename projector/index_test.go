@@ -154,7 +154,7 @@ func names(p projections.ListPage) []string {
 // that a rebuild from sequence 1 writes the same index (every key of
 // weft_index, byte for byte) as the live projector kept.
 func TestListPagesFromTheIndexMatchBruteForce(t *testing.T) {
-	s := start(t)
+	s := startInterval(t)
 	ctx := context.Background()
 	p, err := projector.New(ctx, s.JS, s.Log)
 	if err != nil {
