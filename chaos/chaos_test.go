@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -27,6 +28,23 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	}
 	os.Exit(m.Run())
+}
+
+// runSeeds runs cfg with each seed, each a subtest ("seed_1") that runs
+// beside the package's other seeds (t.Parallel): every seed has its own
+// processes, ports and working directory, and spends its time waiting on
+// its schedule and its runs, not on the CPU. -test.parallel bounds how
+// many run at once (GOMAXPROCS by default, 4 in the test task).
+func runSeeds(t *testing.T, cfg chaos.Config, list []uint64) {
+	t.Parallel()
+	for _, s := range list {
+		cfg := cfg
+		cfg.Seed = s
+		t.Run(fmt.Sprint("seed ", s), func(t *testing.T) {
+			t.Parallel()
+			runSeed(t, cfg)
+		})
+	}
 }
 
 func runSeed(t *testing.T, cfg chaos.Config) {
@@ -82,33 +100,25 @@ func seedList(t *testing.T, def ...uint64) []uint64 {
 // in the default durability (sync_interval: always, an fsync before every
 // acknowledgement): every check of the package doc, seeds 1 and 2.
 func TestChaos(t *testing.T) {
-	for _, s := range seedList(t, 1, 2) {
-		cfg := short
-		cfg.Seed = s
-		runSeed(t, cfg)
-	}
+	runSeeds(t, short, seedList(t, 1, 2))
 }
 
 // TestChaosSyncInterval is the same harness in the non-durable mode
 // (sync_interval: 2m, nats-server's own default): the faults it injects
 // kill processes, not the machine, so every check holds there too.
 func TestChaosSyncInterval(t *testing.T) {
-	for _, s := range seedList(t, 3) {
-		cfg := short
-		cfg.Seed, cfg.SyncInterval = s, 2*time.Minute
-		runSeed(t, cfg)
-	}
+	cfg := short
+	cfg.SyncInterval = 2 * time.Minute
+	runSeeds(t, cfg, seedList(t, 3))
 }
 
 // TestChaosCluster runs the harness on a 3-node cluster with every
 // stream and bucket at R3; the stream leader is killed a third of the way
 // in and a second node two thirds of the way, besides the random faults.
 func TestChaosCluster(t *testing.T) {
-	for _, s := range seedList(t, 1) {
-		cfg := short
-		cfg.Seed, cfg.Nodes, cfg.Duration = s, 3, 20*time.Second
-		runSeed(t, cfg)
-	}
+	cfg := short
+	cfg.Nodes, cfg.Duration = 3, 20*time.Second
+	runSeeds(t, cfg, seedList(t, 1))
 }
 
 // TestChaosTypeScript is the chaos seed of the TypeScript worker (docs/typescript.md):
@@ -118,11 +128,9 @@ func TestChaosCluster(t *testing.T) {
 // and the SDK's dependencies (go tool -modfile=devtools/go.mod task
 // sdk-ts-deps): without them it fails, never skips.
 func TestChaosTypeScript(t *testing.T) {
-	for _, s := range seedList(t, 4) {
-		cfg := short
-		cfg.Seed, cfg.TypeScript = s, "../sdk/typescript"
-		runSeed(t, cfg)
-	}
+	cfg := short
+	cfg.TypeScript = "../sdk/typescript"
+	runSeeds(t, cfg, seedList(t, 4))
 }
 
 // TestRunRefusesAUsedDirectory: the checks read the working directory's
@@ -132,6 +140,7 @@ func TestChaosTypeScript(t *testing.T) {
 // earlier ones and its server's old streams: body starts were summed over
 // the seeds and one seed counted no takeover.)
 func TestRunRefusesAUsedDirectory(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(dir+"/ledger", []byte("{}\n"), 0o644); err != nil {
 		t.Fatal(err)

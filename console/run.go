@@ -240,7 +240,7 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 		d.HistoryErr = asWeftError(err)
 	} else {
 		d.Transcript, d.Timeline = transcript(envs), timeline(envs)
-		d.Audit = verify(envs, head, v)
+		d.Audit = verify(envs, head, v, rep.Projected)
 	}
 	c.render(w, http.StatusOK, "run", page{Title: "Run " + v.Run + " (" + v.Status + ")", Nav: "runs",
 		Live: live, Flash: fl, Data: d})
@@ -319,13 +319,17 @@ func timeline(envs []events.Envelope) []line {
 
 // verify runs the checks of `weft audit verify` on the history: the chain
 // against the head the query service reported, the refold, the projection,
-// and the view when it is at the same version.
-func verify(envs []events.Envelope, head eventlog.Head, v projections.RunView) auditPanel {
+// and the stored view when it is at the history's head (projected is the
+// stored view's version; the query answers a view folded to the log's head
+// while the projector catches up, and that one is not the stored view).
+func verify(envs []events.Envelope, head eventlog.Head, v projections.RunView, projected uint64) auditPanel {
 	p := auditPanel{Head: head}
 	opts := []audit.Option{audit.WithHead(head.Hash)}
-	if lag := projector.Lag(v, head); lag != "" {
+	stored := v
+	stored.Version = projected
+	if lag := projector.Lag(stored, head); lag != "" {
 		p.ViewNote = lag + ": view not compared"
-	} else if v.Version == head.Version {
+	} else if v.Version == head.Version && projected == head.Version {
 		if b, err := v.Encode(); err == nil {
 			opts = append(opts, audit.WithView(b))
 			p.ViewCompared = true

@@ -314,18 +314,22 @@ func (s *stack) start(t *testing.T, run, input, want string) projections.RunView
 	return s.waitStatus(t, run, want)
 }
 
-// waitStatus waits (45 s at most) until the run view has the status.
+// waitStatus waits (45 s at most) until the run view has the status and
+// the projector has stored it (the query answers a view folded to the log's
+// head before that; the pages' lists, inboxes and audit panel read what
+// the projector stored).
 func (s *stack) waitStatus(t *testing.T, run, want string) projections.RunView {
 	t.Helper()
 	deadline := time.Now().Add(45 * time.Second)
 	var last projections.RunView
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		v, err := s.query.Run(ctx, run)
+		rep, err := s.query.RunFamily(ctx, run)
 		cancel()
 		if err == nil {
+			v := rep.View
 			last = v
-			if v.Status == want {
+			if v.Status == want && rep.Projected == v.Version {
 				return v
 			}
 		}

@@ -147,12 +147,16 @@ func TestOperatorMCP_ReadOnlyByDefaultAndAnswersLikeAPerson(t *testing.T) {
 			t.Fatalf("approve: %v", err)
 		}
 	}
+	// The run tool answers at the log's head; the run list follows the
+	// stored view (projected): wait for both.
 	var view struct {
 		View struct {
-			Status string `json:"status"`
+			Status  string `json:"status"`
+			Version uint64 `json:"version"`
 		} `json:"view"`
+		Projected uint64 `json:"projected"`
 	}
-	for view.View.Status != "finished" {
+	for view.View.Status != "finished" || view.Projected != view.View.Version {
 		if err := call(ctx, ro, mcpops.ToolRun, map[string]any{"run": "ops-1"}, &view); err != nil {
 			t.Fatalf("run: %v", err)
 		}

@@ -81,7 +81,9 @@ func TestTLSFromEnv(t *testing.T) {
 		for _, k := range drop {
 			delete(e, k)
 		}
-		opts := append(natsnode.FromEnv(func(k string) string { return e[k] }), natsnode.WithNATSOptions(nats.MaxReconnects(0)))
+		// A refused handshake is tried again for the connect wait (30 s by
+		// default): a second of it shows the refusal as well.
+		opts := append(natsnode.FromEnv(func(k string) string { return e[k] }), natsnode.WithNATSOptions(nats.MaxReconnects(0)), natsnode.WithConnectWait(time.Second))
 		if n, err := natsnode.Start(ctx, opts...); err == nil {
 			n.Close(ctx)
 			t.Errorf("%s: connected", name)

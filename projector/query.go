@@ -109,6 +109,11 @@ type RunReply struct {
 	// ChildStatus gives each child run of View.Children, in the same
 	// order, its status when the query was answered.
 	ChildStatus []ChildStatus `json:"child_status,omitempty"`
+	// Projected is the version of the run's stored view (weft_views) when
+	// the query was answered; 0 when none is stored yet. Less than
+	// View.Version while the projector is catching up: View is then the
+	// stored view with the log's newer events folded onto it.
+	Projected uint64 `json:"projected,omitempty"`
 }
 
 // ChildStatus is the status of one child run when a run view query was
@@ -363,11 +368,13 @@ func (s *Service) handleRun(ctx context.Context, body []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.View(ctx, q.Run)
+	v, projected, err := s.view(ctx, q.Run)
 	if err != nil {
 		return nil, err
 	}
-	return s.Family(ctx, v)
+	reply, err := s.Family(ctx, v)
+	reply.Projected = projected
+	return reply, err
 }
 
 // Family computes the family status of the run viewed by v and the status
@@ -427,41 +434,68 @@ func (s *Service) Family(ctx context.Context, v projections.RunView) (RunReply, 
 	return reply, nil
 }
 
-// View returns a run's view: the projected one, or, when the run is not
-// projected yet, one folded from its history (status quarantined, with
-// the bad message's sequence, when the log quarantines the run). It
-// returns *weft.Error unknown_run when the run has no messages.
+// View returns a run's view at the head of its log: the stored view
+// (weft_views) when the projector has caught up with the log, the stored
+// view with the log's newer events folded onto it when the projector is
+// behind, or the whole history folded when the run has no stored view yet.
+// So a reader never sees a run go back: an answer is never older than one
+// given before it (docs/protocol/50-queries.md, "run").
 func (s *Service) View(ctx context.Context, run string) (projections.RunView, error) {
+	v, _, err := s.view(ctx, run)
+	return v, err
+}
+
+// view is View and the version of the run's stored view (0: none stored).
+// When the log's head cannot be read, the stored view is answered as it is
+// (the query answers while the log is away, as the projection's reader).
+func (s *Service) view(ctx context.Context, run string) (projections.RunView, uint64, error) {
 	if err := checkRun(run); err != nil {
-		return projections.RunView{}, err
+		return projections.RunView{}, 0, err
 	}
+	var stored projections.RunView
+	var projected uint64
 	e, err := s.views.Get(ctx, run)
-	if err == nil {
-		return projections.DecodeView(e.Value())
-	}
-	if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return projections.RunView{}, fmt.Errorf("read view %s: %w", run, err)
+	switch {
+	case err == nil:
+		if stored, err = projections.DecodeView(e.Value()); err != nil {
+			return projections.RunView{}, 0, err
+		}
+		projected = stored.Version
+		if stored.Quarantine != nil {
+			return stored, projected, nil
+		}
+		if _, h, err := s.log.Last(ctx, run); err != nil || h.Version <= stored.Version {
+			return stored, projected, nil
+		}
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return projections.RunView{}, 0, fmt.Errorf("read view %s: %w", run, err)
 	}
 	envs, _, err := s.log.Load(ctx, run)
 	var poison *eventlog.PoisonError
 	if err != nil && !errors.As(err, &poison) {
-		return projections.RunView{}, fmt.Errorf("load %s: %w", run, err)
+		if projected > 0 {
+			return stored, projected, nil
+		}
+		return projections.RunView{}, 0, fmt.Errorf("load %s: %w", run, err)
 	}
 	if len(envs) == 0 && poison == nil {
-		return projections.RunView{}, weft.UnknownRun(run)
+		return projections.RunView{}, 0, weft.UnknownRun(run)
 	}
-	var v projections.RunView
+	v := stored
 	for _, env := range envs {
+		if env.Version <= v.Version {
+			continue
+		}
 		r, err := Recorded(env)
 		if err != nil {
-			return projections.RunView{}, err
+			return projections.RunView{}, 0, err
 		}
 		v = projections.Apply(v, r)
 	}
 	if poison != nil {
-		return projections.Quarantined(v, run, poison.Seq, poison.Reason).View, nil
+		return projections.Quarantined(v, run, poison.Seq, poison.Reason).View, projected, nil
 	}
-	return v, nil
+	return v, projected, nil
 }
 
 // indexReady returns nil when the order indexes may be read: the index

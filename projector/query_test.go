@@ -14,6 +14,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/protocol"
 )
 
 func request[T any](t testing.TB, nc *nats.Conn, endpoint string, body string) (T, *nats.Msg) {
@@ -129,4 +130,66 @@ func TestQueryService(t *testing.T) {
 	wantError(t, s.Conn, "approvals", `{"agent":"a b"}`, "bad_filter")
 	wantError(t, s.Conn, "history", `{"run":"nope"}`, "unknown_run")
 	wantError(t, s.Conn, "history", `{"run":"pay-1","after":99}`, "bad_cursor")
+}
+
+// A run's view never goes back: the run query answers at the log's head
+// whether the projector has stored nothing yet, stored the head, or stored
+// an older view (it folds the log's newer events onto it), and says which
+// version it stored. Before, a run answered "finished" from the log while
+// no view was stored, then "working" once the lagging projector stored an
+// older view (the console's audit panel saw this in CI).
+func TestQueryRunNeverAnswersAnOlderViewThanTheLog(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	svc, err := projector.Serve(ctx, s.Conn, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Stop() })
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	recs := []events.Recorded{
+		{Run: "pay-1", Version: 1, At: t0, Event: events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay", Runner: "r"}},
+		{Run: "pay-1", Version: 2, At: t0.Add(time.Second), Event: events.ModelRequested{Turn: 1}},
+		{Run: "pay-1", Version: 3, At: t0.Add(2 * time.Second), Event: events.ModelReplied{Turn: 1, Kind: events.ReplyFinalAnswer, Text: "done"}},
+		{Run: "pay-1", Version: 4, At: t0.Add(3 * time.Second), Event: events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCompleted}}},
+	}
+	appendLog(t, s.Log, recs)
+	var whole, older projections.RunView
+	for i, r := range recs {
+		whole = projections.Apply(whole, r)
+		if i == 1 {
+			older = whole
+		}
+	}
+	ask := func(stage string, wantProjected uint64) {
+		t.Helper()
+		got, m := request[projector.RunReply](t, s.Conn, "run", `{"run":"pay-1"}`)
+		if code := m.Header.Get("Nats-Service-Error"); code != "" {
+			t.Fatalf("%s: %s %s", stage, code, m.Data)
+		}
+		want, _ := whole.Encode()
+		have, _ := got.View.Encode()
+		if string(have) != string(want) || got.Projected != wantProjected {
+			t.Fatalf("%s: view version %d status %s projected %d, want the log's head (version %d, %s) and projected %d",
+				stage, got.View.Version, got.View.Status, got.Projected, whole.Version, whole.Status, wantProjected)
+		}
+	}
+	ask("no view stored", 0)
+	kv, err := s.JS.KeyValue(ctx, protocol.ViewsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := older.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "pay-1", b); err != nil {
+		t.Fatal(err)
+	}
+	ask("an older view stored", 2)
+	b, _ = whole.Encode()
+	if _, err := kv.Put(ctx, "pay-1", b); err != nil {
+		t.Fatal(err)
+	}
+	ask("the head stored", 4)
 }

@@ -79,6 +79,23 @@ func (d *dev) waitView(t *testing.T, run, what string, ok func(view) bool) view 
 	}
 }
 
+// waitReq sends body on subject with the nats CLI until the reply contains
+// want (30 s at most): the lists and inboxes follow the log eventually.
+func (d *dev) waitReq(t *testing.T, subject, body, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out := d.nats(t, "req", "--raw", subject, body)
+		if strings.Contains(out, want) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s never answered %q: %s", subject, body, want, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestProtocolWithNatsCLI drives a payment-desk run through its whole life
 // with the official nats CLI as the only client, exactly as
 // docs/protocol.md tells a non-Go user: start the run, approve the payment,
@@ -105,11 +122,9 @@ func TestProtocolWithNatsCLI(t *testing.T) {
 			revision = a.Pending.Revision
 		}
 	}
-	// The approvals inbox lists it too.
-	inbox := d.nats(t, "req", "--raw", "weft.api.query.approvals", `{"run":"proto-7"}`)
-	if !strings.Contains(inbox, `"action":"`+action+`"`) {
-		t.Fatalf("approvals inbox: %s", inbox)
-	}
+	// The approvals inbox lists it too, once the projector stored it (the
+	// run query answers at the log's head; the inboxes follow).
+	d.waitReq(t, "weft.api.query.approvals", `{"run":"proto-7"}`, `"action":"`+action+`"`)
 
 	// Approve with the demo approver's credential.
 	d.call(t, "weft.api.approve", fmt.Sprintf(`{"schema":1,"command_id":"proto-approve-1","run":"proto-7","action":%q,"revision":%d,"approver":"desk","credential":"alice"}`, action, revision))
@@ -150,10 +165,7 @@ func TestProtocolWithNatsCLI(t *testing.T) {
 	if v.Uncertain[0] != action {
 		t.Fatalf("uncertain %v", v.Uncertain)
 	}
-	unc := d.nats(t, "req", "--raw", "weft.api.query.uncertain", `{"run":"proto-7"}`)
-	if !strings.Contains(unc, "the bank did not answer") {
-		t.Fatalf("uncertain inbox: %s", unc)
-	}
+	d.waitReq(t, "weft.api.query.uncertain", `{"run":"proto-7"}`, "the bank did not answer")
 
 	// A person checked with the bank: the payment went through.
 	d.call(t, "weft.api.reconcile", fmt.Sprintf(`{"schema":1,"command_id":"proto-reconcile-1","run":"proto-7","action":%q,"content":{"id":"PAY-7","status":"sent"}}`, action))

@@ -55,6 +55,7 @@ func (l *lossyJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream
 // a fence nobody dispatches until the tool timeout declares a body that
 // never ran uncertain.
 func TestScenario15_ApprovalWhoseAckWasLost(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
@@ -88,6 +89,7 @@ func TestScenario15_ApprovalWhoseAckWasLost(t *testing.T) {
 // soon, so the body runs once and the run completes — instead of nobody
 // ever publishing it and the tool timeout (here infinite) never coming.
 func TestScenario15_TaskPublishFailsOnce(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{tools.WithTimeout(b.tool(), tools.Infinity())}, policy.Func(allow))

@@ -83,6 +83,7 @@ func pastItsExpiry(t *testing.T, run string) (*harness, *runner.Runner, *bodies,
 // applied first) — and the run moves on: the expiry is recorded after the
 // takeover and the model sees it.
 func TestSemantics8_AnAnswerPastTheExpiryOfARunTakenOverIsAnsweredForItsOwnReason(t *testing.T) {
+	t.Parallel()
 	h, r, b, act := pastItsExpiry(t, "ans1")
 
 	_, err := h.client.Approve(ctx(t), api.ApproveRequest{CommandID: "a1", Run: "ans1", Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"})
@@ -106,6 +107,7 @@ func TestSemantics8_AnAnswerPastTheExpiryOfARunTakenOverIsAnsweredForItsOwnReaso
 
 // The same run reached by a cancel: cancelled.
 func TestSemantics8_ACancelPastTheExpiryOfARunTakenOverIsApplied(t *testing.T) {
+	t.Parallel()
 	h, _, _, _ := pastItsExpiry(t, "ans2")
 
 	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c1", Run: "ans2"}); err != nil {
@@ -121,6 +123,7 @@ func TestSemantics8_ACancelPastTheExpiryOfARunTakenOverIsApplied(t *testing.T) {
 // expiry; the run completes. Before, the takeover was refused, the firing
 // acknowledged away, and the run never moved again.
 func TestSemantics8_AnExpiryTimerPastItsTimeTakesTheRunOverAndApplies(t *testing.T) {
+	t.Parallel()
 	h, _, _, _ := pastItsExpiry(t, "ans3")
 	if err := timer.New(h.srv.JS).Arm(ctx(t), "ans3", "expiry", time.Now()); err != nil {
 		t.Fatal(err)

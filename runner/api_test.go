@@ -21,6 +21,7 @@ import (
 // Bad input gets a clear coded error with the service error headers, and
 // loses nothing; the service is discoverable as "weft" with its endpoints.
 func TestAPIBadInput(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Answer("ok"))
 	h := newHarness(t)
 	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))})
@@ -107,6 +108,7 @@ func TestAPIBadInput(t *testing.T) {
 // The same command id sent eight times at once is applied once and every
 // sender gets the first reply.
 func TestAPISameCommandIDConcurrently(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "cid", "x")
@@ -135,6 +137,7 @@ func TestAPISameCommandIDConcurrently(t *testing.T) {
 // an approver on an agent with approvers are refused alike —
 // invalid_request naming the field — and record nothing.
 func TestAnswerWithoutApprover(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove)), "noappr", "x")
 	s := h.waitStatus("noappr", aggregate.StatusSuspended)

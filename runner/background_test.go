@@ -14,6 +14,7 @@ import (
 // returned, and from then on starts nothing (the work is left to the log,
 // docs/semantics.md §8). Go and stop may race (run with -race).
 func TestBackgroundStopEndsEveryGoroutine(t *testing.T) {
+	t.Parallel()
 	b := newBackground()
 	var wg sync.WaitGroup
 	var accepted atomic.Int64
@@ -53,6 +54,7 @@ func TestBackgroundStopEndsEveryGoroutine(t *testing.T) {
 // TestBackgroundStopIsBounded proves a goroutine that ignores its context
 // does not hold Run past the bound: stop reports it and returns.
 func TestBackgroundStopIsBounded(t *testing.T) {
+	t.Parallel()
 	b := newBackground()
 	release := make(chan struct{})
 	b.Go(func(context.Context) { <-release })

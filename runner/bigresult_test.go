@@ -34,6 +34,7 @@ func hugeTool() tools.Tool {
 // result bytes is reported and recorded — by the in-process worker and by
 // an external worker over weft.api.report — and the run completes.
 func TestMaxResultBytesResultIsRecorded(t *testing.T) {
+	t.Parallel()
 	for _, external := range []bool{false, true} {
 		name := map[bool]string{false: "in-process", true: "external"}[external]
 		t.Run(name, func(t *testing.T) {

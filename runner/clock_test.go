@@ -20,6 +20,7 @@ import (
 // time)), so a takeover by it does not stamp events before the ones they
 // follow.
 func TestRecordedTimeNeverGoesBack_RunnerClockBehind(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	m := model.NewRules("s", model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("done")})
 	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))

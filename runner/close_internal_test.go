@@ -18,6 +18,7 @@ import (
 // closable: a close 8 days after its fence would win over a worker's
 // claim that expired, over a body that ran.
 func TestSemantics8_ClosingAnAttemptOnlyWhileItsClaimLives(t *testing.T) {
+	t.Parallel()
 	fenced := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	soon := fenced.Add(time.Minute)
 	far := fenced.Add(30 * 24 * time.Hour)

@@ -68,6 +68,7 @@ func researcherAgent(t *testing.T, b *bodies, steps ...model.Step) *agent.Agent 
 // completes
 // with the child's answer (docs/adr/0007).
 func TestDelegation_ParentGetsChildAnswer(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var b bodies
 	child := researcherAgent(t, &b)
@@ -114,6 +115,7 @@ func TestDelegation_ParentGetsChildAnswer(t *testing.T) {
 // of two delegations in one batch ends limit_reached before policy; the
 // model reads the error and the run completes (docs/semantics.md §2).
 func TestDelegation_MaxChildrenLimitReached(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var b bodies
 	child := researcherAgent(t, &b)
@@ -151,6 +153,7 @@ func TestDelegation_MaxChildrenLimitReached(t *testing.T) {
 // parent while its child's tool body hangs cancels the child; the parent
 // finishes cancelled once the child settled.
 func TestDelegation_CancelCancelsChildren(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var b bodies
 	child := researcherAgent(t, &b, model.CallTools(payCall(5, "hang")), model.Answer("never"))
@@ -192,6 +195,7 @@ func TestDelegation_CancelCancelsChildren(t *testing.T) {
 // it when it was idle): the run fails tool_changed naming the action, and
 // the body never starts.
 func TestToolChanged_RedeployedAgentLacksTool(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var b bodies
 	v1 := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok")), model.Answer("done")),
@@ -237,6 +241,7 @@ func TestToolChanged_RedeployedAgentLacksTool(t *testing.T) {
 // the approved child completes and the new runner feeds its answer to the
 // parent, which completes. The child's tool runs once.
 func TestDelegation_SurvivesRunnerHandOff(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var b bodies
 	child, err := agent.New("researcher", model.NewScripted("researcher", model.CallTools(payCall(500, "ok")), model.Answer("paid after approval")),

@@ -24,6 +24,7 @@ import (
 // outcome, reason unknown_agent, instead of waiting forever; the model reads
 // the error and the run completes.
 func TestDelegation_UnservedSubAgentFailsTheAction(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var b bodies
 	recorded := researcherAgent(t, &b) // researcher, default version

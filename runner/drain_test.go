@@ -26,6 +26,7 @@ import (
 // body's result, hands the run off, and the next runner runs the second.
 // Each body starts exactly once and the run completes.
 func TestScenario33_DrainStartsNothingNew(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	starts := map[int64]int{}
 	gate1 := make(chan struct{})
@@ -81,6 +82,7 @@ func TestScenario33_DrainStartsNothingNew(t *testing.T) {
 // forwarded to the draining driver. The action succeeds, nothing is
 // uncertain, the body starts once.
 func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
@@ -125,6 +127,7 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 // window): the task stays queued, a worker that comes later runs it once,
 // and both runs complete with nothing uncertain.
 func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	starts := map[int64]int{}
 	gate1 := make(chan struct{})

@@ -23,7 +23,9 @@ import (
 // window the command ends (outcome_unknown: it may have been applied), so
 // the runner returns and its connection drains at once.
 func TestDrainEndsWithinItsWindow_CommandWaitingOnAForward(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
+	h.unbalanced = true // the run's partition stays with the stand-in
 	a := build(t, model.NewScripted("s", model.Answer("unused")), []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove))
 	var s aggregate.State
 	hd := appendDecided(t, h, "db", &s, aggregate.Start{Run: "db", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "paused"})

@@ -26,6 +26,7 @@ import (
 // ends — not after it. Ordered by the store's clock: a mark put just
 // before the stop, and the deletion of the partition's key.
 func TestSemantics8_ADrainHandsItsPartitionsOverWithinTheWindow(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "dh-0"
 	// A 5 s window keeps a reserve of 1 s for the hand-over, so that a
@@ -95,6 +96,7 @@ func (h *harness) hangingBody(run string, opts ...runner.Option) (*runner.Runner
 // owner would take over a run this process still drives — and only the
 // partitions with no run held move then.
 func TestSemantics8_ADrainKeepsThePartitionOfARunStillHeld(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "dk-0"
 	drainReleased := make(chan struct{}, 1)

@@ -107,6 +107,7 @@ func (h *harness) driverEntry(run string) string {
 // entry (a crash before act puts the key would strand the run: no scan
 // finds it, no command or timer will reach it).
 func TestSemantics8_AStartWhoseKeysMarkerExpiresStillWritesItsIntent(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "mk-start"
 	w, jsOpts := h.markerWindow(run)
@@ -142,6 +143,7 @@ func TestSemantics8_AStartWhoseKeysMarkerExpiresStillWritesItsIntent(t *testing.
 // back — a run taken for "put meanwhile by its driver" would be left
 // without one, the rebuild marked done, and the run never recovered.
 func TestSemantics8_ARebuildWhoseKeysMarkerExpiresStillRebuildsTheEntry(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "mk-rebuild"
 	a := build(t, answering(), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))

@@ -27,6 +27,7 @@ import (
 // at a million runs an idle runner's scans kept nats-server at half a
 // core.
 func TestIssue17_RunsThatNeedNoEntryLeaveNoSubjectInTheDriversBucket(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewRules("s",
@@ -80,6 +81,7 @@ func TestIssue17_RunsThatNeedNoEntryLeaveNoSubjectInTheDriversBucket(t *testing.
 // refuses a message TTL) still has the entries of idle runs removed — with
 // a plain delete — so that no scan wakes them again and again.
 func TestIssue17_ABucketWithoutMarkerTTLsStillLosesTheEntries(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	bg := context.Background()
 	if err := h.srv.JS.DeleteKeyValue(bg, runner.DriversBucket); err != nil {

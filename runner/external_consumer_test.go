@@ -22,6 +22,7 @@ import (
 // durable consumer weft_task_<tool> of an external tool itself, so
 // fetching from it and reporting is all a worker does.
 func TestScenario01_ExternalToolConsumerCreatedByRunner(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	h := newHarness(t)
 	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))}, runner.WithExternalTools("pay"))

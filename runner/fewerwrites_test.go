@@ -72,6 +72,7 @@ func replyMessages(msgs [][]events.Name) [][]events.Name {
 // reply and its resolution in messages of their own made 11. Counted in
 // the log; the run's events are unchanged.
 func TestSemantics8_AReplyAndItsResolutionAreOneAppend(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s",
 		model.CallTools(payCall(1, "ok")), model.CallTools(payCall(2, "ok")), model.CallTools(payCall(3, "ok")), model.Answer("ok"))
@@ -103,6 +104,7 @@ func TestSemantics8_AReplyAndItsResolutionAreOneAppend(t *testing.T) {
 // run is suspended on the approval by one append, and a denial asks the
 // model again (the next turn's request) in that same append.
 func TestSemantics8_APolicyDecisionIsInTheReplysAppend(t *testing.T) {
+	t.Parallel()
 	deny := func(context.Context, policy.Action) (policy.Decision, error) { return policy.Deny("no"), nil }
 	for _, tc := range []struct {
 		name   string
@@ -174,6 +176,7 @@ func (f *replyFaultJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jets
 // either way the reply is recorded once, in one message with its fence,
 // and the body runs once.
 func TestSemantics8_AModelReplyWhoseCombinedAppendIsNotAcknowledgedIsRecordedOnce(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		ackLost bool
@@ -216,6 +219,7 @@ var noteDef = tools.Define[noteIn, payOut]("note", "Keep a note.")
 // The policy is asked once for the call, the model once for the turn, and
 // the body starts once.
 func TestSemantics8_AReplyTooLargeWithItsResolutionIsRecordedAlone(t *testing.T) {
+	t.Parallel()
 	var asked, starts atomic.Int64
 	count := func(context.Context, policy.Action) (policy.Decision, error) {
 		asked.Add(1)
@@ -282,6 +286,7 @@ func (m *gatedFirst) Complete(ctx context.Context, req model.Request) (model.Rep
 // the run over resolves it: the policy is asked there, the body starts
 // once, the model is called once for the turn.
 func TestSemantics8_AReplyDuringTheDrainIsRecordedWithoutItsResolution(t *testing.T) {
+	t.Parallel()
 	var asked atomic.Int64
 	count := func(context.Context, policy.Action) (policy.Decision, error) {
 		asked.Add(1)

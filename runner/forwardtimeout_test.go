@@ -50,7 +50,9 @@ func (h *harness) heartbeat(id string) {
 // (here the driver applied the approval late, and answers a second
 // forward already_answered).
 func TestForwardTimeout_RetryWithTheSameCommandIDGetsTheFirstAnswer(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
+	h.unbalanced = true // the run's partition stays with the stand-in
 	a := build(t, model.NewScripted("s", model.Answer("unused")), []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove), agent.WithCommandTimeout(500*time.Millisecond))
 	var s aggregate.State
 	hd := appendDecided(t, h, "ft", &s, aggregate.Start{Run: "ft", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "slow"})

@@ -23,6 +23,7 @@ import (
 // attempt reported once and a log that loads chained, whether its
 // decisions left in a batch or alone.
 func TestSemantics8_GroupCommitRunnerFinishesConcurrentRuns(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t, natstest.WithAssets(runner.Assets(2*time.Second)...), natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
 	if err := runner.Provision(ctx(t), srv.JS, 2*time.Second); err != nil {
 		t.Fatal(err)

@@ -38,6 +38,9 @@ type harness struct {
 	// unbalanced: startRunner does not wait for the partitions to settle
 	// (a test whose partitions stay with a stand-in or a busy runner).
 	unbalanced bool
+	// partitions is the deployment's number of partitions when a test
+	// configures one (runner.WithPartitions); 0 is runner.DefaultPartitions.
+	partitions int
 }
 
 func newHarness(t *testing.T) *harness {
@@ -179,6 +182,10 @@ func (h *harness) waitBalanced() {
 		h.mu.Unlock()
 		return
 	}
+	n := h.partitions
+	if n == 0 {
+		n = runner.DefaultPartitions
+	}
 	var rs []*runner.Runner
 	var ids []string
 	for r := range h.running {
@@ -192,7 +199,7 @@ func (h *harness) waitBalanced() {
 		for _, r := range rs {
 			st := r.Stats()
 			var want []int
-			for p := range runner.DefaultPartitions {
+			for p := range n {
 				if partition.Owner(p, ids) == r.ID() {
 					want = append(want, p)
 				}

@@ -76,6 +76,7 @@ func refusedCode(t *testing.T, what string, err error, code weft.Code, reason st
 // reason identity_required, and a proof for other content or another
 // reason proof_refused; a typed --by is not what is recorded.
 func TestSecurityWhoDidIt_SecureVerified(t *testing.T) {
+	t.Parallel()
 	alice, alicePub := userKey(t, 1)
 	carol, carolPub := userKey(t, 4)
 	mallory, _ := userKey(t, 3)
@@ -196,6 +197,7 @@ func TestSecurityWhoDidIt_SecureVerified(t *testing.T) {
 // and the run view says so; with a required identity a command without a
 // name, or without a reason, is refused identity_required.
 func TestSecurityWhoDidIt_DemoUnverified(t *testing.T) {
+	t.Parallel()
 	_, alicePub := userKey(t, 1)
 	for _, require := range []bool{false, true} {
 		h := identityHarness(t, approvers.People{Require: require}, alicePub, "demo")
@@ -246,6 +248,7 @@ func TestSecurityWhoDidIt_DemoUnverified(t *testing.T) {
 // pause's proof sent with a resume proof_refused(other_command); nothing
 // is recorded for a refusal.
 func TestSecurityWhoDidIt_SecurePauseAndResume(t *testing.T) {
+	t.Parallel()
 	_, alicePub := userKey(t, 1)
 	carol, carolPub := userKey(t, 4)
 	mallory, _ := userKey(t, 3)

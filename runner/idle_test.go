@@ -20,6 +20,7 @@ import (
 // due, reach them all the same, and the runner drives them again as their
 // driver — no run_recovered, the incarnation unchanged, the tool run once.
 func TestIdleRunsLeaveMemoryAndComeBackWithoutATakeover(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewRules("s",

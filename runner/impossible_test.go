@@ -26,6 +26,7 @@ import (
 // run is answered quarantined, naming the run, the version and the event,
 // a second command is answered the same, and another run is served.
 func TestAnImpossibleEventQuarantinesItsRunAndStopsNothingElse(t *testing.T) {
+	t.Parallel()
 	desk := func() *agent.Agent {
 		m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
 		return build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove))

@@ -20,6 +20,7 @@ import (
 // runs over (which would make its running bodies uncertain). The key is
 // watched for 1.5 times the bucket's max age.
 func TestLiveKeyNeverLapsesWithALongerConfiguredLease(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithLease(20*time.Second))

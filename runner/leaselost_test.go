@@ -22,6 +22,7 @@ import (
 // the append (B's takeover) and changes nothing — and the cancel is then
 // routed to B and applied, instead of being refused with conflict.
 func TestScenario37_CommandAfterLapsedLeaseIsRerouted(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	// The model call never answers: the run stays in flight, in its
 	// driver's memory (a run waiting only for an approval would be idle,

@@ -30,6 +30,7 @@ import (
 // never take the run over from its live driver; the approval then completes
 // the run on the same driver.
 func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
@@ -111,6 +112,7 @@ func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) 
 // A weft_runners bucket an earlier release created in memory (emptied by
 // every server restart) is re-created on file by Provision.
 func TestProvisionMovesTheRunnersBucketToFile(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	c := ctx(t)
 	if _, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: runner.RunnersBucket, TTL: time.Second, Storage: jetstream.MemoryStorage}); err != nil {
@@ -135,6 +137,7 @@ func TestProvisionMovesTheRunnersBucketToFile(t *testing.T) {
 // stop serving. The runner serves on, judges nobody gone meanwhile, and
 // its liveness key appears once the bucket accepts writes again.
 func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	c := ctx(t)
 	kv, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
@@ -212,6 +215,7 @@ func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
 // because its buckets could not be looked up in time (cmd/runner then
 // exited).
 func TestRunnerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	nc := h.srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	js, err := jetstream.New(nc)

@@ -42,6 +42,7 @@ func (h *harness) eventsInfo() *jetstream.StreamInfo {
 // answer; once the limit is raised the same command applies, and the tool
 // runs once.
 func TestFullLogRefusesAppendsAndDiscardsNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("done"))

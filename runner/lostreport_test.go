@@ -19,6 +19,7 @@ import (
 // tool_timeout timer, or the cancellation, decides the attempt — and gets
 // the same reply as any report: the run and its status.
 func TestScenario17_LostTimedOutOrStoppedRecordsNothing(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	h := newHarness(t)
 	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))}, runner.WithExternalTools("pay"))

@@ -110,6 +110,7 @@ func startedBy(t *testing.T, h *harness, a *agent.Agent, run, driver string) {
 // (here "other" does not answer: the command is not applied), and the
 // run is not recovered by it.
 func TestSemantics8_AStaleOwnerDoesNotTakeOverARunWithWorkInFlight(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, answering(), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow), agent.WithCommandTimeout(time.Second))
 	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
@@ -142,6 +143,7 @@ func TestSemantics8_AStaleOwnerDoesNotTakeOverARunWithWorkInFlight(t *testing.T)
 // first recorded step (an approval) is the takeover's record, so it too
 // is decided on the store's owner of the partition, not on a stale view.
 func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
@@ -197,6 +199,7 @@ func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
 // anything, takes such a key as a loss, and claims the partition anew —
 // at a fresh revision — before it drives the partition's runs again.
 func TestSemantics8_AKeyBelowTheClaimedRevisionIsALoss(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, answering(), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	r, _ := h.startRunner([]*agent.Agent{a})
@@ -249,6 +252,7 @@ func (h *harness) driversMaxMsgSize(n int32) {
 // recorded or performed: the approval answers unavailable, and applied
 // again once the store takes writes it completes the run.
 func TestSemantics8_AnIdleRunsDriverEntryIsPutBeforeItsWorkIsRecorded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
@@ -308,6 +312,7 @@ func TestSemantics8_AnIdleRunsDriverEntryIsPutBeforeItsWorkIsRecorded(t *testing
 // rebuild is made again, and once the store takes writes the entry is
 // rebuilt and the run recovered.
 func TestSemantics8_ARebuildThatLeftRunsIsMadeAgain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, answering(), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	var s aggregate.State
@@ -356,6 +361,7 @@ func TestSemantics8_ARebuildThatLeftRunsIsMadeAgain(t *testing.T) {
 // that takes part in the partitions ("paused": it lost the partition
 // while paused and forgot its runs) is taken over at once.
 func TestSemantics8_ALiveRunnerOfAnOlderReleaseKeepsItsRuns(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, answering(), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	stopOld := h.beating("old", []byte(time.Now().UTC().Format(time.RFC3339Nano)))

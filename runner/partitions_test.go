@@ -49,7 +49,9 @@ func (h *harness) owners() map[int]string {
 // refuses to start, naming both; a runner configured with none follows
 // the deployment's.
 func TestPartitions_AnotherNumberIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
+	h.partitions = 16
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	first, _ := h.startRunner([]*agent.Agent{a}, runner.WithPartitions(16))
 	if got := first.Stats().Partitions; len(got) != 16 {
@@ -84,6 +86,7 @@ func TestPartitions_AnotherNumberIsRefused(t *testing.T) {
 // (partition.Owner over the live runners) and every partition has
 // exactly one owner, in weft_partitions and in the runners' own view.
 func TestPartitions_TwoRunnersSplitThemAndEachHasOneOwner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	r1, _ := h.startRunner([]*agent.Agent{a})
@@ -139,6 +142,7 @@ func (b *slowBodies) tool() tools.Tool {
 // completes, and the runs of the moved partitions are recovered with
 // cause handed_off.
 func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &slowBodies{d: 400 * time.Millisecond, starts: map[string]int{}}
 	m := model.NewRules("s",
@@ -215,6 +219,7 @@ func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
 // lost runner's evidence: the tool is not replayable), the model call is
 // issued again and the run completes.
 func TestPartitions_AGoneRunnersPartitionsAreClaimedAndItsRunsRecovered(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	c := ctx(t)
 	ghostOwnsEveryPartition(t, h)
@@ -303,6 +308,7 @@ func (h *harness) eventsCount() uint64 {
 // one takeover recorded in the same append as the answer, cause idle: its
 // runner drained, nothing was lost.
 func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
+	// Not parallel: it counts the process's goroutines.
 	const n = 2000
 	h := newHarness(t)
 	m := model.NewRules("s",
@@ -393,6 +399,7 @@ func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
 // forwarded to that runner at once, without reading the run (the
 // receiver's Stats.Loaded does not move), and answered by the owner.
 func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
@@ -440,6 +447,7 @@ func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
 // to it, it drives the run as its own — the log still names it — and the
 // body's report completes the run, with no run_recovered at all.
 func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	gate := make(chan struct{})
 	var starts sync.Map
@@ -500,6 +508,7 @@ func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
 // partition loop follows weft_runners with one long-lived watcher, not a
 // new one (an ordered consumer on KV_weft_runners) every round.
 func TestPartitions_OneWatcherOfTheRunnersBucket(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var creates atomic.Int64
 	for _, subj := range []string{"$JS.API.CONSUMER.CREATE.KV_" + runner.RunnersBucket, "$JS.API.CONSUMER.CREATE.KV_" + runner.RunnersBucket + ".>"} {
@@ -557,6 +566,7 @@ func TestPartitions_OneWatcherOfTheRunnersBucket(t *testing.T) {
 // waiting for the rebuild: one runner kept all 64 partitions for minutes
 // while two others owned none.
 func TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	block := make(chan struct{})

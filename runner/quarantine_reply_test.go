@@ -47,6 +47,7 @@ func (h signalLog) WithGroup(string) slog.Handler      { return h }
 // the turn, not again after the repair (a second call would spend tokens
 // the run never counts and drop what the first reply said).
 func TestPendingWorkRetriedNeverDropped_ModelReplyOfAQuarantinedRunIsKept(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	entered := make(chan struct{}, 1)
 	gate := make(chan struct{})

@@ -29,6 +29,7 @@ import (
 // the action ends succeeded (not uncertain, not not_started) with its body
 // started exactly once, and the run completes.
 func TestAnAttemptInFlightOfAQuarantinedRunIsKeptUntilRepaired(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	starts := map[string]int{}
 	gate := make(chan struct{})

@@ -56,6 +56,7 @@ func (h *harness) refuseAppends() (allow func()) {
 // pending and records it once the store accepts again, instead of leaving
 // the run working with nothing in flight.
 func TestPendingWorkIsRetried_ModelReplyAppendFailed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	refused := make(chan func(), 1)
 	var once sync.Once
@@ -78,6 +79,7 @@ func TestPendingWorkIsRetried_ModelReplyAppendFailed(t *testing.T) {
 // The same for the resolution of a tool request's calls (validation and
 // policy): its append failed; it is decided again and recorded.
 func TestPendingWorkIsRetried_CallResolutionAppendFailed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	refused := make(chan func(), 1)
 	var once sync.Once
@@ -105,6 +107,7 @@ func TestPendingWorkIsRetried_CallResolutionAppendFailed(t *testing.T) {
 // decided again and recorded once the store accepts, instead of the run
 // staying working with a running action that nothing will ever end.
 func TestPendingWorkIsRetried_DueTimerAppendFailed(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var accept func()
 	var once sync.Once

@@ -20,6 +20,7 @@ import (
 // invalid_content naming the path and the reason, once (no doubled code in
 // the message), and records nothing; on a live run and on a stored one.
 func TestScenario38_ReconcileContentChecked(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.CallTools(payCall(1, "uncertain")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow)), "r10c", "x")
 	s := h.waitStatus("r10c", aggregate.StatusSuspended)

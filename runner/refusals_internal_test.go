@@ -27,6 +27,7 @@ import (
 // the refusal is logged at error level with the run and counted; and the
 // run is dropped from memory, to be derived again from its log.
 func TestSemantics8_AnInternalRefusalIsNeverTheCallersFault(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	logs, err := os.Create(filepath.Join(t.TempDir(), "log"))
 	if err != nil {

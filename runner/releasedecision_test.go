@@ -28,6 +28,7 @@ import (
 // answered runner_busy. Once the body ended the partition moves, with
 // nothing uncertain.
 func TestSemantics8_AReleaseWaitsForADecisionInProgressBeforeJudgingItsWork(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.unbalanced = true
 	const run = "infd-0"

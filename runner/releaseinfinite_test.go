@@ -25,6 +25,7 @@ import (
 // off, with nothing uncertain, and the body runs once. (The release once forgot
 // the run with its body running.)
 func TestSemantics8_AJoiningRunnerLeavesAnInfiniteBodyCertain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "long-0"
 	first, second := moving(run)
@@ -78,6 +79,7 @@ func (m *slowFirst) Complete(ctx context.Context, req model.Request) (model.Repl
 // is recorded; no turn is spent on the rebalance (with max turns 1 the run
 // completes, not budget_exhausted).
 func TestSemantics8_AJoiningRunnerLetsAnInfiniteModelCallFinish(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "model-0"
 	first, second := moving(run)

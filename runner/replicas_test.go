@@ -20,6 +20,7 @@ import (
 // buckets three replicas, and a later Provision with the default (as a
 // runner started without --replicas does) keeps them at three.
 func TestProvisionReplicasOnACluster(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	nc, err := nats.Connect(natstest.StartCluster(t, 3))

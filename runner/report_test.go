@@ -30,6 +30,7 @@ import (
 // size fails the run output_encoding_failed naming that size, without the
 // runner allocating it.
 func TestScenario13_OversizeReportOverTheWire(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow), agent.WithMaxResultBytes(100))
@@ -94,6 +95,7 @@ func runnerReport(ctx context.Context, h *harness, rep worker.Report) (api.Reply
 // "driven by this runner but not in memory" and recovering it (a second
 // incarnation, a lost model turn, two in-memory drivers).
 func TestScenario37_CommandRightAfterStartDoesNotRecover(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Answer("ok"))
 	a := build(t, m, nil, policy.Func(allow))
 	h := newHarness(t)
@@ -124,6 +126,7 @@ func TestScenario37_CommandRightAfterStartDoesNotRecover(t *testing.T) {
 // but before anyone applied it, answers proof_refused and writes nothing
 // (before: approval_expired, with the expiry recorded on its behalf).
 func TestScenario20_ProofBeforeExpiry(t *testing.T) {
+	t.Parallel()
 	var offset atomic.Int64
 	frozen := time.Now()
 	clock := func() time.Time { return frozen.Add(time.Duration(offset.Load())) }
@@ -158,6 +161,7 @@ func TestScenario20_ProofBeforeExpiry(t *testing.T) {
 // invalid_reply failure instead of leaving the run waiting forever for a
 // turn whose reply was dropped.
 func TestScenario09_ReplyTooLargeToRecord(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Answer(strings.Repeat("x", natsnode.MaxPayload+1)))
 	h := one(t, build(t, m, nil, policy.Func(allow)), "r09big", "x")
 	_, out := finished(t, h, "r09big")

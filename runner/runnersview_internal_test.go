@@ -68,6 +68,7 @@ func (k skewedKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jet
 // server stamped a lease "ago" expired on receipt: the live peer was never
 // counted, and its partitions were assigned away.
 func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *testing.T) {
+	t.Parallel()
 	const lease = 2 * time.Second
 	for _, skew := range []time.Duration{-lease, lease} {
 		t.Run(fmt.Sprintf("server clock %v", skew), func(t *testing.T) {
@@ -142,6 +143,7 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 // expiry it had — a gone peer's key is not counted for another lease each
 // time the watch is made again.
 func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
+	t.Parallel()
 	const lease = 2 * time.Second
 	srv := natstest.Start(t)
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -31,6 +31,7 @@ func (p *countingPolicy) Decide(ctx context.Context, a policy.Action) (policy.De
 // Scenario 4: unknown tool and bad arguments → policy never invoked;
 // states unknown_tool, invalid_arguments; the model sees both errors.
 func TestScenario04_UnknownToolAndBadArguments(t *testing.T) {
+	t.Parallel()
 	var seen model.Request
 	p := &countingPolicy{fn: allow}
 	m := model.NewScripted("s", model.CallTools(model.Call("nope", `{}`), model.Call("pay", `{"amount":"x"}`)), func(ctx context.Context, req model.Request) (model.Reply, error) {
@@ -52,6 +53,7 @@ func TestScenario04_UnknownToolAndBadArguments(t *testing.T) {
 // Scenario 5: one denied, one needing approval, one allowed → only the
 // allowed one runs; suspended with one pending approval.
 func TestScenario05_MixedDecisions(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	pol := policy.Func(func(ctx context.Context, a policy.Action) (policy.Decision, error) {
 		in, _, err := tools.Input(payDef, a)
@@ -78,6 +80,7 @@ func TestScenario05_MixedDecisions(t *testing.T) {
 // Scenario 6: policy errors on one call of a batch → failed(policy_failed);
 // every action not_started; nothing dispatched.
 func TestScenario06_PolicyError(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	pol := policy.Func(func(ctx context.Context, a policy.Action) (policy.Decision, error) {
 		in, _, _ := tools.Input(payDef, a)
@@ -104,6 +107,7 @@ func TestScenario06_PolicyError(t *testing.T) {
 
 // Scenario 7: duplicate call ids → failed(model_protocol_violation).
 func TestScenario07_DuplicateCallIDs(t *testing.T) {
+	t.Parallel()
 	c := payCall(1, "ok")
 	c.ID = "same"
 	m := model.NewScripted("s", model.CallTools(c, c))
@@ -116,6 +120,7 @@ func TestScenario07_DuplicateCallIDs(t *testing.T) {
 // Scenario 8: max turns 1 and the model asks for a tool →
 // budget_exhausted(turn_limit 1); tool not_started.
 func TestScenario08_TurnLimit(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")))
 	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(allow), agent.WithMaxTurns(1)), "r8", "x")
@@ -128,6 +133,7 @@ func TestScenario08_TurnLimit(t *testing.T) {
 // Scenario 9: retryable model failure twice with max turns 2 →
 // budget_exhausted; non-retryable → failed(model_failed).
 func TestScenario09_ModelFailures(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Fail(model.ErrOverloaded, "busy"), model.Fail(model.ErrOverloaded, "busy"))
 	h := one(t, build(t, m, nil, policy.Func(allow), agent.WithMaxTurns(2), agent.WithModelRetryDelay(time.Millisecond)), "r9", "x")
 	if _, out := finished(t, h, "r9"); out.Kind != events.OutcomeBudgetExhausted {
@@ -142,6 +148,7 @@ func TestScenario09_ModelFailures(t *testing.T) {
 
 // Scenario 10: token budget 10, usage 12 → token_limit(10, 12).
 func TestScenario10_TokenBudget(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Answer("ok").WithUsage(&model.Usage{InputTokens: 6, OutputTokens: 6}))
 	h := one(t, build(t, m, nil, policy.Func(allow), agent.WithTokenBudget(10)), "r10", "x")
 	if _, out := finished(t, h, "r10"); out.Reason != events.ReasonTokenLimit || out.Limit != 10 || out.Used != 12 {
@@ -157,6 +164,7 @@ func TestScenario10_TokenBudget(t *testing.T) {
 // Scenario 11: model timeout 50 ms, first call hangs → retried, the second
 // answers → completed, turns 2.
 func TestScenario11_ModelTimeout(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Hang(), model.Answer("ok"))
 	h := one(t, build(t, m, nil, policy.Func(allow), agent.WithModelTimeout(tools.After(50*time.Millisecond)), agent.WithModelRetryDelay(time.Millisecond)), "r11", "x")
 	s, out := finished(t, h, "r11")
@@ -172,6 +180,7 @@ type answer struct {
 // Scenario 14: typed answer, first reply undecodable, second valid →
 // completed, turns 2, the second request holds the correction and schema.
 func TestScenario14_TypedAnswerCorrection(t *testing.T) {
+	t.Parallel()
 	var second model.Request
 	m := model.NewScripted("s", model.Answer("not json"), func(ctx context.Context, req model.Request) (model.Reply, error) {
 		second = req
@@ -196,6 +205,7 @@ func TestScenario14_TypedAnswerCorrection(t *testing.T) {
 // tool does not run. Policy now needs requirement v2 → requirement_changed;
 // approving the new request runs the tool once.
 func TestScenario19_PolicyRerunAtApproval(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	pol := policy.Func(func(ctx context.Context, a policy.Action) (policy.Decision, error) {
 		rv, ok := policy.Reviewer(ctx)
@@ -253,6 +263,7 @@ func TestScenario19_PolicyRerunAtApproval(t *testing.T) {
 // Scenario 29 (timed-out variant): a timed-out replayable body is
 // restarted; typed Uncertain → 1 start, no replay.
 func TestScenario29_ReplayAfterTimeout(t *testing.T) {
+	t.Parallel()
 	var n atomic.Int64
 	slowOnce := tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
 		n.Add(1)

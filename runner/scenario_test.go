@@ -23,6 +23,7 @@ import (
 // Scenario 15: approve with a valid proof → the tool runs exactly once and
 // the answer is recorded with reviewer and verifier.
 func TestScenario15_ApproveRunsToolOnce(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
@@ -88,6 +89,7 @@ func allow(context.Context, policy.Action) (policy.Decision, error) { return pol
 // Scenario 3: two calls, reports in reverse order → the next request lists
 // results in call order; turns used 2.
 func TestScenario03_ResultsInCallOrder(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	var second model.Request
 	m := model.NewScripted("s", model.CallTools(payCall(1, "slow"), payCall(2, "ok")), func(ctx context.Context, req model.Request) (model.Reply, error) {
@@ -108,6 +110,7 @@ func TestScenario03_ResultsInCallOrder(t *testing.T) {
 // Scenario 12: a body over its timeout → suspended with one uncertain
 // action naming the timeout; the same tool with infinity completes.
 func TestScenario12_BodyTimeout(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "hang")), model.Answer("done"))
 	a := build(t, m, []tools.Tool{tools.WithTimeout(b.tool(), tools.After(50*time.Millisecond))}, policy.Func(allow))
@@ -133,6 +136,7 @@ func TestScenario12_BodyTimeout(t *testing.T) {
 // Scenario 13: a 200-byte result with max result bytes 100 →
 // failed(output_encoding_failed) naming the action and the setting.
 func TestScenario13_Oversize(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.CallTools(payCall(1, "big")), model.Answer("done"))
 	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow), agent.WithMaxResultBytes(100))
 	h := one(t, a, "r13", "x")
@@ -144,6 +148,7 @@ func TestScenario13_Oversize(t *testing.T) {
 
 // Scenario 16: reject → the tool never runs, the model sees rejected.
 func TestScenario16_Reject(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	var seen model.Request
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), func(ctx context.Context, req model.Request) (model.Reply, error) {
@@ -169,6 +174,7 @@ func TestScenario16_Reject(t *testing.T) {
 // Scenario 17: wrong run/action → wrong_reference; wrong revision →
 // stale_reference; record unchanged.
 func TestScenario17_References(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove)), "r17", "x")
 	s := h.waitStatus("r17", aggregate.StatusSuspended)
@@ -194,6 +200,7 @@ func TestScenario17_References(t *testing.T) {
 // Scenario 18: eight concurrent approvals → exactly one wins, seven
 // already_answered, effect once.
 func TestScenario18_ConcurrentApprovals(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "r18", "x")
@@ -229,6 +236,7 @@ func TestScenario18_ConcurrentApprovals(t *testing.T) {
 // Scenario 20: approval expiry passes → rejected(expired), the model sees
 // it, the run completes; a late answer → approval_expired.
 func TestScenario20_ApprovalExpiry(t *testing.T) {
+	t.Parallel()
 	var seen model.Request
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), func(ctx context.Context, req model.Request) (model.Reply, error) {
 		seen = req
@@ -256,6 +264,7 @@ func TestScenario20_ApprovalExpiry(t *testing.T) {
 // Scenario 21: cancel a suspended run → cancelled, action not_started;
 // approving the old reference → run_ended.
 func TestScenario21_CancelSuspended(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove)), "r21", "x")
 	s := h.waitStatus("r21", aggregate.StatusSuspended)
@@ -283,6 +292,7 @@ func TestScenario21_CancelSuspended(t *testing.T) {
 // Scenario 22: cancel with one tool running, one queued, one awaiting
 // approval → uncertain, not_started, not_started.
 func TestScenario22_CancelMixed(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "hang"), payCall(2, "ok"), payCall(500, "ok")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithMaxConcurrency(1))
@@ -303,6 +313,7 @@ func TestScenario22_CancelMixed(t *testing.T) {
 
 // Scenario 23: cancel during a model call → reply discarded, cancelled.
 func TestScenario23_CancelDuringModelCall(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Hang())
 	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow)), "r23", "x")
 	time.Sleep(50 * time.Millisecond)
@@ -317,6 +328,7 @@ func TestScenario23_CancelDuringModelCall(t *testing.T) {
 // Scenario 24: answer and cancel race, 20 times → always cancelled, the
 // tool ran at most once.
 func TestScenario24_AnswerCancelRace(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewRules("s", model.Rule{Name: "pay", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return !ok }, Step: model.CallTools(payCall(500, "hang"))},
 		model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("ok")})
@@ -353,6 +365,7 @@ func TestScenario24_AnswerCancelRace(t *testing.T) {
 
 // Scenario 36: start under an existing id → already_started(same_input).
 func TestScenario36_AlreadyStarted(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow)), "r36", "input")
 	finished(t, h, "r36")
@@ -374,6 +387,7 @@ func TestScenario36_AlreadyStarted(t *testing.T) {
 // Scenario 38: reconcile an action that is not uncertain →
 // not_reconcilable; unconfirmed(note) → reconciled, model sees it.
 func TestScenario38_ReconcileUnconfirmed(t *testing.T) {
+	t.Parallel()
 	var seen model.Request
 	m := model.NewScripted("s", model.CallTools(payCall(1, "uncertain"), payCall(2, "ok")), func(ctx context.Context, req model.Request) (model.Reply, error) {
 		seen = req

@@ -76,6 +76,7 @@ func (h *harness) resume(run, id string) api.Reply {
 // its call, but fences nothing and requests no turn; resumed, the body
 // runs once and the run completes.
 func TestSemantics13_APausedRunStartsNothing(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	gate := make(chan struct{})
 	g := newGated()
@@ -121,6 +122,7 @@ func TestSemantics13_APausedRunStartsNothing(t *testing.T) {
 // report is recorded and the freed slot fences nothing; the next turn is
 // not requested. Resumed, the second body runs and the run completes.
 func TestSemantics13_APausedRunFencesNoQueuedCall(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	g := newGated()
 	m := model.NewScripted("s", counted(&calls, model.CallTools(payCall(1, "hang"), payCall(2, "ok"))), counted(&calls, model.Answer("paid")))
@@ -148,6 +150,7 @@ func TestSemantics13_APausedRunFencesNoQueuedCall(t *testing.T) {
 // approval is accepted while paused (the action is queued, not fenced);
 // the body runs once after the resume.
 func TestSemantics13_AnApprovalAnsweredWhilePausedTakesEffectOnResume(t *testing.T) {
+	t.Parallel()
 	g := newGated()
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
 	h := one(t, build(t, m, []tools.Tool{g.tool()}, policy.Func(approvalAbove)), "p3", "pay 500")
@@ -171,6 +174,7 @@ func TestSemantics13_AnApprovalAnsweredWhilePausedTakesEffectOnResume(t *testing
 // TestSemantics13_CancelWorksOnAPausedRun: a paused run waiting for an
 // approval is cancelled; its action ends not_started.
 func TestSemantics13_CancelWorksOnAPausedRun(t *testing.T) {
+	t.Parallel()
 	g := newGated()
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
 	h := one(t, build(t, m, []tools.Tool{g.tool()}, policy.Func(approvalAbove)), "p4", "pay 500")
@@ -189,6 +193,7 @@ func TestSemantics13_CancelWorksOnAPausedRun(t *testing.T) {
 // expiry timer fires while paused, recorded at or after the request's
 // deadline; the next turn waits for the resume.
 func TestSemantics13_AnApprovalExpiresWhilePausedAtItsRecordedDeadline(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	m := model.NewScripted("s", counted(&calls, model.CallTools(payCall(500, "ok"))), counted(&calls, model.Answer("ok")))
 	a := build(t, m, []tools.Tool{newGated().tool()}, policy.Func(approvalAbove), agent.WithApprovalExpiry(tools.After(300*time.Millisecond)))
@@ -225,6 +230,7 @@ func TestSemantics13_AnApprovalExpiresWhilePausedAtItsRecordedDeadline(t *testin
 // run stays paused — the pause is in the log — and no turn is requested
 // until the resume.
 func TestSemantics13_APauseSurvivesARunnerRestart(t *testing.T) {
+	t.Parallel()
 	var calls atomic.Int64
 	g := newGated()
 	m := model.NewScripted("s", counted(&calls, model.CallTools(payCall(1, "hang"))), counted(&calls, model.Answer("paid")))

@@ -92,6 +92,7 @@ func (h *harness) answerMessages(run string) []int {
 }
 
 func TestSemantics4_BatchIsAllOrNothingWithinARun(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
 	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "rb1", "pay both")
@@ -150,6 +151,7 @@ func TestSemantics4_BatchIsAllOrNothingWithinARun(t *testing.T) {
 }
 
 func TestSemantics4_BatchRunsAreIndependent(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove))
@@ -186,6 +188,7 @@ func TestSemantics4_BatchRunsAreIndependent(t *testing.T) {
 }
 
 func TestSemantics4_BatchRacingASingleAnswerOneWins(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	// Two calls: the second stays pending, so the run stays live and the
 	// loser of the race over the first is refused already_answered.
@@ -251,6 +254,7 @@ func reviewedAbove(ctx context.Context, a policy.Action) (policy.Decision, error
 }
 
 func TestSemantics4_BatchRechecksThePolicyPerItem(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
 	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(reviewedAbove)), "rb4", "pay both")
@@ -277,6 +281,7 @@ func TestSemantics4_BatchRechecksThePolicyPerItem(t *testing.T) {
 }
 
 func TestSemantics4_BatchOverTheItemLimitIsRefused(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.startRunner([]*agent.Agent{build(t, model.NewScripted("s"), []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove))})
 	items := make([]api.DecideItem, api.MaxBatchItems+1)
@@ -297,6 +302,7 @@ func TestSemantics4_BatchOverTheItemLimitIsRefused(t *testing.T) {
 // another runner) is answered there with an outcome per item, refused
 // parts included, and never as an error reply that would lose them.
 func TestSemantics4_BatchPartForwardedToTheDriver(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
 	h := newHarness(t)
@@ -341,6 +347,7 @@ func TestSemantics4_BatchPartForwardedToTheDriver(t *testing.T) {
 // the only one), while a part refused for a retry (its approver did not
 // answer: unavailable) is not kept, and the repeat decides it.
 func TestSemantics4_RepeatedBatchDecidesOnlyThePartsNotApplied(t *testing.T) {
+	t.Parallel()
 	var down atomic.Bool
 	down.Store(true)
 	flaky := approvers.New("flaky", func(_ context.Context, credential string, _ policy.Requirement) (string, error) {
@@ -392,6 +399,7 @@ func TestSemantics4_RepeatedBatchDecidesOnlyThePartsNotApplied(t *testing.T) {
 // both hashed the same, and the genuine batch was answered with the kept
 // invalid_request.
 func TestSemantics4_BatchKeyIsNotACommandID(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
 	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "rb8", "pay")
@@ -424,6 +432,7 @@ func TestSemantics4_BatchKeyIsNotACommandID(t *testing.T) {
 // action was reported as the first batch's approve, answered, while
 // nothing was decided.
 func TestSemantics4_BatchIDReusedWithOtherItems(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
 	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)), "rb9", "pay both")
@@ -472,6 +481,7 @@ func failsAtReviewAbove(ctx context.Context, a policy.Action) (policy.Decision, 
 // later ones were refused run_ended on a live run, and with it last the
 // part was recorded and the run failed.
 func TestSemantics4_BatchPolicyFailureIsRefusedOnItsOwn(t *testing.T) {
+	t.Parallel()
 	for _, failingFirst := range []bool{true, false} {
 		run := fmt.Sprintf("rb10-%t", failingFirst)
 		m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid"))
@@ -528,6 +538,7 @@ func slowReview(ctx context.Context, a policy.Action) (policy.Decision, error) {
 // under the request's deadline whatever it took, holding the run, and a
 // part past it was answered unavailable (retried in vain).
 func TestSemantics4_BatchSlowChecksAreRefusedDefinitely(t *testing.T) {
+	t.Parallel()
 	calls := make([]model.ToolCall, 6)
 	for i := range calls {
 		calls[i] = payCall(int64(200+i), "ok")

@@ -117,6 +117,7 @@ func ownsAll(r *runner.Runner) bool { return len(r.Stats().Partitions) == runner
 // have begun before it), not a lease and a tick of the partition loop
 // later as when the view aged the key by its own clock alone.
 func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	c := ctx(t)
 	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
@@ -187,6 +188,7 @@ func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testin
 // without a marker gone after a lease and a heartbeat interval, and took
 // over a peer that might still be reconnecting (docs/scaling.md, "A lost runner is detected by its lease").
 func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.unbalanced = true
 	c := ctx(t)
@@ -241,6 +243,7 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 // reconnect wait of an hour, its partitions stay the stand-in's for three
 // leases of rounds.
 func TestSemantics8_AFreshRunnerWaitsForAPeerWhoseKeyExpiredJustBeforeItStarted(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.unbalanced = true
 	c := ctx(t)
@@ -301,6 +304,7 @@ func (g *gate) tool() tools.Tool {
 // run of the partition starts at once, not runner_busy); once the body
 // ended the partition moves, with nothing uncertain.
 func TestSemantics8_AReleaseNeverHoldsAPartitionsRunsHostageToAnInfiniteBody(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.unbalanced = true
 	const run = "inf-0"
@@ -407,6 +411,7 @@ func (h judgedLog) of(peer string) []string {
 // reconnect wait (here a minute, past the test's patience). The reason
 // logged names the path taken.
 func TestSemantics8_AFreshSurvivorJudgesAPeerThatBeatInItsViewOnTheMarker(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	c := ctx(t)
 	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
@@ -458,6 +463,7 @@ func TestSemantics8_AFreshSurvivorJudgesAPeerThatBeatInItsViewOnTheMarker(t *tes
 // the runner started: with a reconnect wait of an hour, its partitions
 // stay the stand-in's for twelve rounds after the view saw its key leave.
 func TestSemantics8_AFreshRunnerWaitsForAPeerWhoseLastBeatPrecedesItsView(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.unbalanced = true
 	c := ctx(t)

@@ -108,6 +108,7 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 // attempt's claim was closed. Both outcomes occur: without the gate the
 // worker's claim won every race under sync_interval always.
 func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var l ledger
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
@@ -283,6 +284,7 @@ func claimAsWorker(t *testing.T, h *harness, run, action string, attempt, incarn
 // replayed without spending its single attempt, and a cancel then ends it
 // not_started (every attempt closed), nothing uncertain.
 func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var l ledger
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
@@ -375,6 +377,7 @@ func ghostDrives(t *testing.T, h *harness, runs ...string) {
 // claim then goes (purged here, as its expiry would), and the re-asked
 // approval is rejected: the payment ends uncertain, not rejected.
 func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ghostOwnsEveryPartition(t, h)
 	var l ledger
@@ -434,6 +437,7 @@ func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T)
 // attempt — which did not act — is replayed, its one attempt unspent.
 // Before, the action stayed running attempt 1 forever.
 func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var l ledger
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))

@@ -76,6 +76,7 @@ func checkGraceful(t *testing.T, h *harness, run string, s aggregate.State) {
 // releasing runner must not drive, after the key is gone, a run of a
 // partition it gave away.
 func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "acq-0"
 	first, second := moving(run)
@@ -147,6 +148,7 @@ func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.
 // from a live runner that still holds it) until every run of it is
 // handed off and forgotten; it tries again.
 func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "ho-0"
 	first, second := moving(run)
@@ -215,6 +217,7 @@ func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
 // (another run of that partition has its body running) is answered
 // runner_busy; the run is not driven again by the draining runner.
 func TestSemantics8_ADrainingRunnerAcquiresNothingFromTheLog(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const busy = "dr-busy"
 	p := partition.Of(busy, runner.DefaultPartitions)
@@ -290,6 +293,7 @@ func TestSemantics8_ADrainingRunnerAcquiresNothingFromTheLog(t *testing.T) {
 // deadline (bounded: the tool timeout is recorded with the attempt),
 // then hands the run off.
 func TestSemantics8_AJoiningRunnerLeavesALongBodyCertain(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	const run = "long-0"
 	first, second := moving(run)

@@ -29,6 +29,7 @@ import (
 // release waits for run y's lock (y's approval holds it): a start of a
 // third run of the partition is served within its retries.
 func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	h.unbalanced = true
 	const x = "infd-0"

@@ -24,6 +24,7 @@ import (
 // waits for its settlement: a valid one is then accepted (Scenario 25's
 // path: a settling tool cancelled mid-body).
 func TestScenario25_SettlementContentChecked(t *testing.T) {
+	t.Parallel()
 	st := &settling{release: make(chan struct{})}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{st.tool(10 * time.Second)}, policy.Func(allow)), "r25c", "x")

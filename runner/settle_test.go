@@ -76,6 +76,7 @@ func settle(h *harness, t *testing.T, run, action, id string) error {
 // Scenario 25: a settling tool cancelled mid-body settles within the
 // window → succeeded, run cancelled; a second settle → already_recorded.
 func TestScenario25_SettleAfterCancel(t *testing.T) {
+	t.Parallel()
 	st := &settling{release: make(chan struct{})}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{st.tool(10 * time.Second)}, policy.Func(allow)), "r25", "x")
@@ -101,6 +102,7 @@ func TestScenario25_SettleAfterCancel(t *testing.T) {
 // finishes cancelled; a later settle → not_awaited, nothing changes, and
 // settlement_refused is emitted with the summary.
 func TestScenario26_NoSettlementInWindow(t *testing.T) {
+	t.Parallel()
 	st := &settling{release: make(chan struct{})}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{st.tool(20 * time.Millisecond)}, policy.Func(allow))
@@ -135,6 +137,7 @@ func TestScenario26_NoSettlementInWindow(t *testing.T) {
 // returns → already_recorded. A handler settling its own call → not_awaited
 // at once.
 func TestScenario27_SettleWhileRunning(t *testing.T) {
+	t.Parallel()
 	st := &settling{release: make(chan struct{})}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
 	h := one(t, build(t, m, []tools.Tool{st.tool(time.Second)}, policy.Func(allow)), "r27", "x")
@@ -169,6 +172,7 @@ func TestScenario27_SettleWhileRunning(t *testing.T) {
 // settle → not_awaited; a definite settle → accepted, the run continues;
 // had a reconcile come first → already_recorded.
 func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewRules("s", model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(1, "ok"))})
@@ -242,6 +246,7 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 // call Settle but returns a definite output a moment after it was stopped
 // ends succeeded with that output, and the run cancelled.
 func TestScenario25_ReturnAfterStopWins(t *testing.T) {
+	t.Parallel()
 	var starts atomic.Int64
 	tool := tools.BindSettling(payDef, func(ctx context.Context, call tools.Call, in payIn, _ *tools.Settler[payOut]) (payOut, error) {
 		starts.Add(1)
@@ -267,6 +272,7 @@ func TestScenario25_ReturnAfterStopWins(t *testing.T) {
 // refused not_awaited at once, and — like every not_awaited refusal —
 // settlement_refused is emitted with the summary.
 func TestScenario27_OwnCallRefusalEmitsTelemetry(t *testing.T) {
+	t.Parallel()
 	self := &settling{release: make(chan struct{}), selfSettle: true, selfErr: make(chan error, 1)}
 	close(self.release)
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))

@@ -52,8 +52,13 @@ func offer(r *runner.Runner, c context.Context, run string) error {
 // allows — no fixed cap — and then says why: settle_unconfirmed, reason
 // body_running.
 func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
+	t.Parallel()
 	_, r := runningExternal(t, "r27-inf", tools.Infinity())
-	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// Room for the claim's decision to let go of the run on a loaded
+	// machine (with 300 ms the settlement was answered runner_busy while
+	// the package's tests ran side by side, the run held for the whole
+	// context), as in TestScenario27_SettleWaitsByTheStoreClock.
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	err := offer(r, c, "r27-inf")
 	var we *weft.Error
@@ -67,6 +72,7 @@ func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
 // timeout makes the action uncertain and the waiting settlement is then
 // recorded as its one definite settlement; the run continues.
 func TestScenario27_SettleWaitsForBodyUntilItsDeadline(t *testing.T) {
+	t.Parallel()
 	h, r := runningExternal(t, "r27-dl", tools.After(200*time.Millisecond))
 	if err := offer(r, ctx(t), "r27-dl"); err != nil {
 		t.Fatalf("settle across the deadline: %v", err)
@@ -86,6 +92,7 @@ func TestScenario27_SettleWaitsForBodyUntilItsDeadline(t *testing.T) {
 // the lease), yet in store time the body may still run, so the settlement
 // waits for it until the request's context ends.
 func TestScenario27_SettleWaitsByTheStoreClock(t *testing.T) {
+	t.Parallel()
 	behind := runner.WithClock(func() time.Time { return time.Now().Add(-time.Minute) })
 	_, r := runningExternal(t, "r27-sc", tools.After(30*time.Second), behind)
 	// The tool timeout's local timer is armed by the wall clock, at which

@@ -72,6 +72,7 @@ func refusedReason(t *testing.T, err error, reason string) {
 // refused proof_used; and the log so recorded re-verifies offline, while an
 // altered call — even with the hash chain rewritten — does not.
 func TestSignedApprovalProofs(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	alice, alicePub := userKey(t, 1)

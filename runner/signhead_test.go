@@ -35,6 +35,7 @@ import (
 // signed proof removed —, the last events dropped, or the rewrite
 // re-signed with a stranger's key each fail, naming the event.
 func TestSignedHeadsCatchARewrittenHistory(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	alice, alicePub := userKey(t, 1)
@@ -170,6 +171,7 @@ func withoutProof(t *testing.T, envs []events.Envelope) []events.Envelope {
 // acknowledgement was lost is found in the log again (resync); its head is
 // signed then, as after an acknowledged append, not left to the run's end.
 func TestSignedHeadsSignADecisionWhoseAckWasLost(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	runnerKey, runnerPub := userKey(t, 7)
 	m := model.NewRules("s",
@@ -215,6 +217,7 @@ func TestSignedHeadsSignADecisionWhoseAckWasLost(t *testing.T) {
 // its key before it removes the entry, so the history verifies (--trust)
 // instead of reading unsigned through no one's fault.
 func TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRunner(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	c := ctx(t)
 	runnerKey, runnerPub := userKey(t, 8)
@@ -283,6 +286,7 @@ func (u *unsignedJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstr
 // weft_drivers entry as if the run were done with: the run is woken again
 // and its end signed then.
 func TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	runnerKey, runnerPub := userKey(t, 9)
 	js := &unsignedJS{JetStream: h.srv.JS}
@@ -303,6 +307,7 @@ func TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake(t *testing.T
 // another runner, which holds a head key: the cancel, recorded with the
 // run's takeover, and the run's end are signed by that runner.
 func TestSignedHeadsSignTheEndOfARunTakenOver(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	runnerKey, runnerPub := userKey(t, 10)

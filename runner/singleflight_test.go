@@ -72,6 +72,7 @@ func (h *harness) release(id string) {
 // single-flight in the process, so each run is recovered exactly once, from
 // ghost, and never from the runner itself.
 func TestRecoverOnlyFromAGoneRunner_ConcurrentAcquisitionsAreSingleFlight(t *testing.T) {
+	t.Parallel()
 	const runs, concurrent = 12, 16
 	h := newHarness(t)
 	b := &bodies{}

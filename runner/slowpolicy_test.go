@@ -22,6 +22,7 @@ import (
 // 700 ms timeout end succeeded, on the first attempt), and the log
 // records the timeout the body had.
 func TestSemantics5_ASlowPolicyDoesNotShortenTheToolsTimeout(t *testing.T) {
+	t.Parallel()
 	const timeout = 700 * time.Millisecond
 	var mu sync.Mutex
 	var answered time.Time // when the policy last answered

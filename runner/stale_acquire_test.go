@@ -54,6 +54,7 @@ func (u *unreadableJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jets
 // runner_busy: no approver's answer is judged, no policy re-run, on a
 // state behind the log.
 func TestSemantics8_ACommandOnAStaleRunIsDecidedOnTheLog(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	var reruns atomic.Int64
 	p := policy.Func(func(ctx context.Context, a policy.Action) (policy.Decision, error) {

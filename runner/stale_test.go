@@ -65,6 +65,7 @@ func (j noClaimsJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyV
 // stale task could claim it (nothing closed it): only its check that the
 // attempt is still current keeps it from starting the body.
 func TestScenario32_StaleTaskIsNotStartedAfterRecovery(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewRules("s",

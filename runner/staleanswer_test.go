@@ -22,6 +22,7 @@ import (
 // does not exist): A checks the run's head in the log before refusing,
 // finds it no longer drives the run, and forwards the approval to B.
 func TestRefusalOnCurrentState_StaleDriverForwardsInsteadOfRefusing(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(5, "hang"), payCall(500, "ok")), model.Answer("ok"))
 	mk := func() *agent.Agent {

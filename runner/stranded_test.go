@@ -25,6 +25,7 @@ import (
 // drives them is derived from the log: a runner that starts rebuilds the
 // missing key, takes the run over and completes it.
 func TestRecoveryFindsEveryUnfinishedRun_StartWithoutDriverKey(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	m := model.NewRules("s", model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("done")})
 	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
@@ -46,6 +47,7 @@ func TestRecoveryFindsEveryUnfinishedRun_StartWithoutDriverKey(t *testing.T) {
 // suspends, the key is purged, and a watch whose consumer had not yet
 // delivered the put sees only the removal (driver key "").
 func TestRecoveryFindsEveryUnfinishedRun_DriverKeyBeforeStart(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, model.NewScripted("s", model.CallTools(payCall(50, "hang"))), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	r, _ := h.startRunner([]*agent.Agent{a})

@@ -41,6 +41,7 @@ func (h *harness) eventsOf(run string) []events.Event {
 // that takes the run over fences no replay, starts no body, and the action
 // that may have acted ends uncertain.
 func TestCancelAfterTakeoverStartsNothing_NoReplayFenced(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewScripted("s", model.Answer("unused"))
@@ -84,6 +85,7 @@ func TestCancelAfterTakeoverStartsNothing_NoReplayFenced(t *testing.T) {
 // that
 // took the run over cancels it.
 func TestCancelAfterTakeoverStartsNothing_NoModelCall(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	var calls atomic.Int64
 	m := model.NewScripted("s", func(ctx context.Context, req model.Request) (model.Reply, error) {

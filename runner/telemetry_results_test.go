@@ -41,6 +41,7 @@ type typedAnswer struct {
 // and budget_stop for turns the decision refused, and tool_settled
 // effect_uncertain for an attempt lost with nothing left but uncertainty.
 func TestTelemetryResults(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	hang := tools.WithTimeout(b.tool(), tools.After(50*time.Millisecond))
 	cases := []struct {

@@ -19,6 +19,7 @@ import (
 // The runner emits spans for the run, each model call (GenAI attributes),
 // each policy evaluation and each tool attempt, and the §11 names.
 func TestTelemetrySpans(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	tel := &events_{}

@@ -14,6 +14,7 @@ import (
 // durable schedule is rolled up by subject). "1/call.1" and "1/call_1"
 // collided when every character outside a token was replaced by "_".
 func TestTimerKeysAreInjective(t *testing.T) {
+	t.Parallel()
 	if a, b := timerKey(aggregate.Timer{Kind: aggregate.TimerToolTimeout, Action: "1/call.1", Attempt: 1}), timerKey(aggregate.Timer{Kind: aggregate.TimerToolTimeout, Action: "1/call_1", Attempt: 1}); a == b {
 		t.Fatalf("1/call.1 and 1/call_1 share the timer key %s", a)
 	}

@@ -46,6 +46,7 @@ func schedules(t *testing.T, js jetstream.JetStream, run string) uint64 {
 // finished, reloading it, and the approval's expiry stayed armed for its
 // seven days.
 func TestFinishedRunLeavesNoTimerBehind(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.CallTools(payCall(5, "ok")), model.Answer("paid"))
@@ -86,6 +87,7 @@ func waitSchedules(t *testing.T, h *harness, run string, ok func(uint64) bool) u
 // one armed before it was disarmed — is acked without reading the run (no
 // direct get of its log or its snapshot).
 func TestLateWakeOfAFinishedRunReadsNothing(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(5, "ok")), model.Answer("paid"))

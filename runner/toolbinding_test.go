@@ -38,6 +38,7 @@ var verDef = tools.Define[verIn, verOut]("ver_echo", "Echo the text, saying whos
 // ver_echo; every run executes the body bound in its own agent@version,
 // and no other body starts.
 func TestToolBindingBelongsToItsAgentIdentity(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	starts := map[string][]string{} // body identity -> runs
 	body := func(id string) tools.Tool {
@@ -99,6 +100,7 @@ func TestToolBindingBelongsToItsAgentIdentity(t *testing.T) {
 // body, while the task of the version-1 run waits in its own consumer
 // (weft_task_acc-ver@1@ver_echo), never reaching that worker.
 func TestExternalWorkerServesOneAgentIdentity(t *testing.T) {
+	t.Parallel()
 	mk := func(version string) *agent.Agent {
 		m := model.NewScripted("s-"+version, model.CallTools(model.Call("ver_echo", `{"text":"hi"}`)), model.Answer("ok"))
 		a, err := agent.New("acc-ver", m, []tools.Tool{echoBody("in-process " + version)}, policy.Func(allow), agent.WithVersion(version)).Build()
@@ -157,6 +159,7 @@ func TestExternalWorkerServesOneAgentIdentity(t *testing.T) {
 // runner.New refuses an external tool that no served agent binds: the
 // tool meant to run outside would run in this process, or nowhere.
 func TestExternalToolNamesABoundTool(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	_, err := runner.New(h.srv.Conn, h.srv.JS, []*agent.Agent{a}, runner.WithExternalTools("pay", "payy"))

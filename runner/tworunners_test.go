@@ -39,6 +39,7 @@ func (b *countingBodies) tool() tools.Tool {
 // body starts more than once; approved-only runs complete with exactly one
 // start; cancelled ones never start after the cancel wins.
 func TestTwoRunners500Runs(t *testing.T) {
+	t.Parallel()
 	const n = 500
 	h := newHarness(t)
 	b := &countingBodies{starts: map[string]int{}}

@@ -74,6 +74,7 @@ func newBlindRunner(t *testing.T, h *harness, a *agent.Agent) *blindJS {
 // already_answered for the approval's own answer. Once the run can be read
 // the approved tool runs once and the run completes.
 func TestSemantics8_UnknownAppendOutcomeIsNotAnsweredNotApplied(t *testing.T) {
+	t.Parallel()
 	b := &bodies{}
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
@@ -110,6 +111,7 @@ func TestSemantics8_UnknownAppendOutcomeIsNotAnsweredNotApplied(t *testing.T) {
 // the run can be read it is driven to its end by the runner that started
 // it.
 func TestSemantics8_StartOfUnknownOutcomeIsNotAnsweredNotApplied(t *testing.T) {
+	t.Parallel()
 	m := model.NewScripted("s", model.Answer("ok"))
 	a := build(t, m, nil, policy.Func(allow))
 	h := newHarness(t)

@@ -23,6 +23,7 @@ import (
 // returned about 15 s after Abandon, after the embedding runner had
 // returned without it. They end with the other tries now.
 func TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait(t *testing.T) {
+	t.Parallel()
 	s, nc, js := startServerHandle(t)
 
 	var checks atomic.Int32

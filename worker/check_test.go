@@ -22,6 +22,7 @@ import (
 // head is "not visible yet" (read again), never current (41-tasks rule 2,
 // docs/adr/0014).
 func TestLogCheckReadsTheLastMessageWhenItHoldsTheFence(t *testing.T) {
+	t.Parallel()
 	s := natstest.Start(t)
 	js, err := jetstream.New(s.Connect())
 	if err != nil {

@@ -106,6 +106,7 @@ func echoTask(run string) worker.Task {
 // started it, survives the crash; B reports the attempt lost
 // (worker_lost) and the run's recorded replay budget decides.
 func TestAttemptStartsAtMostOnceAcrossServerCrash(t *testing.T) {
+	t.Parallel()
 	h := newCrashHarness(t)
 	_, stopA := h.worker("a")
 	h.consumer()
@@ -144,6 +145,7 @@ func TestAttemptStartsAtMostOnceAcrossServerCrash(t *testing.T) {
 // delivery waits for the first and is acknowledged with it, and the run
 // gets the body's own result, once.
 func TestAttemptStartsAtMostOnceRedeliveredToItsOwnWorker(t *testing.T) {
+	t.Parallel()
 	h := newCrashHarness(t)
 	w, _ := h.worker("a")
 	h.consumer()

@@ -26,6 +26,7 @@ import (
 // after the run recorded it timed out, the time the read after the claim
 // took, when the deadline was judged between the claim and that read).
 func TestBodyNeverStartsAfterTheDeadlinePassedDuringItsCheck(t *testing.T) {
+	t.Parallel()
 	for _, slow := range []int64{1, 2} {
 		t.Run(fmt.Sprintf("read %d of 2 is slow", slow), func(t *testing.T) {
 			nc, js := startServer(t)
@@ -69,6 +70,7 @@ func TestBodyNeverStartsAfterTheDeadlinePassedDuringItsCheck(t *testing.T) {
 // then never starts. An attempt lost after its claim was taken was lost
 // while a worker held it, which the loss's evidence accounts for.
 func TestBodyNeverStartsWhenItsAttemptEndedWhileItWasClaimed(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	var checks atomic.Int64
 	check := func(ctx context.Context, _ worker.Task) (bool, error) {
@@ -106,6 +108,7 @@ func TestBodyNeverStartsWhenItsAttemptEndedWhileItWasClaimed(t *testing.T) {
 // deadline itself, so the body, and every call it makes under its
 // context, sees by the clock that its time is up however late it runs.
 func TestBodyContextCarriesTheAttemptDeadline(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	f := &flaky{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(f.report), worker.WithoutAttemptCheck(), worker.WithAckWait(time.Second))

@@ -16,6 +16,7 @@ import (
 // still checking its attempt) is requeued, not nak'd, so the next worker
 // runs it as a first delivery — once, reported output, not worker_lost.
 func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	checking := make(chan struct{}, 1)
 	release := make(chan struct{})

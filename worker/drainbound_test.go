@@ -36,6 +36,7 @@ func returnsWithin(t *testing.T, what string, done <-chan error) {
 // uncertain effect, as for a lost worker); nothing reports a result the
 // body never returned. Before, Run waited for the body forever.
 func TestSemantics8_AStandaloneWorkerBoundsItsDrain(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		task worker.Task
@@ -101,6 +102,7 @@ func TestSemantics8_AStandaloneWorkerBoundsItsDrain(t *testing.T) {
 // Run waiting for every retry of every such task. Before, the retries
 // slept their backoff to the end (8 tries, about 7 s).
 func TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var checks atomic.Int32
@@ -148,6 +150,7 @@ func TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck(t *testing.T) {
 // returns. Before, a stopping worker went on for all of its 20 tries
 // (about 30 s with the backoff).
 func TestSemantics8_AnAbandonedWorkerStopsRetryingAReport(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	var tries atomic.Int32
 	tried := make(chan struct{}, 100)

@@ -22,6 +22,7 @@ import (
 // requeued, so the next worker runs it as a first delivery: once, reported
 // output, not worker_lost.
 func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	checking := make(chan struct{}, 1)
 	release := make(chan struct{})

@@ -40,6 +40,7 @@ func FuzzTaskBody(f *testing.F) {
 // TestTaskSeedsAreMeaningful: FuzzTaskBody's seeds named valid-* are accepted,
 // every other seed refused.
 func TestTaskSeedsAreMeaningful(t *testing.T) {
+	t.Parallel()
 	seeds, err := fuzzseed.Read(".", "FuzzTaskBody")
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 // such a settlement runner_busy, which is what the settler answers here.
 // (Run once returned ~30 s after Abandon.)
 func TestSemantics8_AbandonBoundsTheLateSettlementTries(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var calls atomic.Int32

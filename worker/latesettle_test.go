@@ -20,6 +20,7 @@ import (
 // accepted — never with the retry still running on its own, and never with
 // the body's known result dropped.
 func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
+	// Not parallel: workerGoroutines reads every goroutine of the process.
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var calls atomic.Int32
@@ -81,6 +82,7 @@ func workerGoroutines() string {
 // body's result comes too late to be offered, and the run decides as after
 // a lost worker.
 func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var calls atomic.Int32

@@ -62,6 +62,7 @@ func echoWorker(t *testing.T, w *worker.Worker, starts *atomic.Int64) (stop func
 // keeps trying the same report; the run gets the body's output, and the
 // body started once.
 func TestReportDeliveryFailuresNeverDiscardTheResult(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	f := &flaky{failures: 300, ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(f.report), worker.WithoutAttemptCheck(), worker.WithAckWait(time.Second))
@@ -97,6 +98,7 @@ func TestReportDeliveryFailuresNeverDiscardTheResult(t *testing.T) {
 // so the worker that gets the task next delivers that result instead of
 // reporting the attempt lost. The body started once.
 func TestStoppingWorkerHandsItsUndeliveredReportOn(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	fa := &flaky{failures: -1, ch: make(chan struct{}, 10)}
 	a := worker.New(nc, js, worker.WithID("a"), worker.WithReporter(fa.report), worker.WithoutAttemptCheck(), worker.WithAckWait(time.Second))
@@ -130,6 +132,7 @@ func TestStoppingWorkerHandsItsUndeliveredReportOn(t *testing.T) {
 // action uncertain or spend a replay; the task goes back to the queue and
 // runs once the run can be read.
 func TestTaskNotStartedWhileTheRunCannotBeReadIsRequeued(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	var checks atomic.Int64
 	rs := &reports{ch: make(chan struct{}, 10)}
@@ -160,6 +163,7 @@ func TestTaskNotStartedWhileTheRunCannotBeReadIsRequeued(t *testing.T) {
 // the attempt lost: it requeues the task, which runs once the claim can be
 // taken.
 func TestTaskWhoseAttemptCannotBeClaimedIsRequeued(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(), worker.WithAckWait(time.Second))

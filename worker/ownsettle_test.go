@@ -15,6 +15,7 @@ import (
 // settlement is the settlement the run waits for — offered to the run as
 // the same settlement over the wire would be, not refused by the worker.
 func TestOwnSettlementAfterTimeoutReachesTheRun(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	offered := make(chan worker.Settlement, 1)

@@ -16,6 +16,7 @@ import (
 // a version only differs by '.' versus '_' or '-', or the parts' '_'
 // could be read as separators.
 func TestQueueNames(t *testing.T) {
+	t.Parallel()
 	q := worker.Queue{Agent: "acc-ver", Version: "2.0", Tool: "ver_echo"}
 	if got := q.Subject(); got != "weft.task.acc-ver.2~0.ver_echo" {
 		t.Errorf("subject %s", got)
@@ -56,6 +57,7 @@ func TestQueueNames(t *testing.T) {
 // another tool's queue — and terminates, without running it, a task on its
 // subject that names another identity.
 func TestWorkerServesOnlyItsQueue(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())

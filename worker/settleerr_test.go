@@ -37,6 +37,7 @@ func settleFromBody(t *testing.T, opts ...worker.Option) error {
 // responders on weft.api.settle) is refused settle_unconfirmed, reason
 // no_responders — never an uncoded transport error.
 func TestScenario27_SettleWithNoRunnerIsUnconfirmed(t *testing.T) {
+	t.Parallel()
 	err := settleFromBody(t)
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != worker.ReasonNoResponders {
@@ -49,6 +50,7 @@ func TestScenario27_SettleWithNoRunnerIsUnconfirmed(t *testing.T) {
 // runner_busy (in process, the command was not applied) → settle_unconfirmed
 // with that reason; run_ended → not_awaited; already_recorded unchanged.
 func TestScenario27_SettleRefusalsStayInTheDocumentedSet(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		refusal weft.Code
 		code    weft.Code

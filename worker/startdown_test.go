@@ -22,6 +22,7 @@ import (
 // worker process exited, and a runner's in-process worker stopped for good
 // with the runner still serving.
 func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

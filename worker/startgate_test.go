@@ -21,6 +21,7 @@ import (
 // and recorded uncertain. The task is acked and nothing is reported (the
 // cancellation decided the attempt).
 func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var w *worker.Worker
@@ -75,6 +76,7 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 // so the body must not start after it: it is reported lost, timed_out,
 // without being started.
 func TestDeadlinePassedBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	deadline := time.Now().Add(500 * time.Millisecond)
@@ -112,6 +114,7 @@ func TestDeadlinePassedBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 // starts here too (attempt 1 was recorded lost, its body went on); attempt
 // 1 then returns. A cancellation must still stop attempt 2.
 func TestStopReachesEveryRunningAttemptOfAnAction(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())

@@ -20,6 +20,7 @@ import (
 // worker does not retry it forever (the action would hang until its tool
 // timeout) but reports the attempt uncertain at once, saying why.
 func TestReportOverServerMaxPayload(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t) // a plain nats-server: max_payload 1 MiB
 	got := make(chan worker.Report, 4)
 	sub, err := nc.Subscribe(queue("big").ReportSubject(), func(m *nats.Msg) {
@@ -59,6 +60,7 @@ func TestReportOverServerMaxPayload(t *testing.T) {
 // instead of dropping the report (the action would hang until its tool
 // timeout).
 func TestReportOverFieldLimit(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	got := make(chan worker.Report, 4)
 	sub, err := nc.Subscribe(queue("chatty").ReportSubject(), func(m *nats.Msg) {

@@ -90,6 +90,7 @@ func (k *unansweredKV) Delete(context.Context, string, ...jetstream.KVDeleteOpt)
 // first delivery — not report the attempt worker_lost, which would replay
 // or make uncertain an action whose body never started.
 func TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotALoss(t *testing.T) {
+	t.Parallel()
 	srv := natstest.Start(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var starts atomic.Int32
@@ -164,6 +165,7 @@ func TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotAL
 // starting the body again; and a claim holding a token the task does not
 // name is never taken over.
 func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
+	t.Parallel()
 	h := newCrashHarness(t)
 	ctx := context.Background()
 	kv := claimsKV(t, h)
@@ -233,6 +235,7 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 // closed claim, never starts the body and reports nothing (the close is
 // the attempt's end, recorded by whoever closed it), and the task is acked.
 func TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports(t *testing.T) {
+	t.Parallel()
 	h := newCrashHarness(t)
 	ctx := context.Background()
 	kv := claimsKV(t, h)

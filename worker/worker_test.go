@@ -79,6 +79,7 @@ func publish(t *testing.T, js jetstream.JetStream, task worker.Task) {
 }
 
 func TestWorkerOutcomes(t *testing.T) {
+	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
@@ -119,6 +120,7 @@ func TestWorkerOutcomes(t *testing.T) {
 // attempt (so its body may have run) is reported lost (worker_lost) and
 // never run again; the evidence names the claim's holder.
 func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
+	t.Parallel()
 	rep, started := vanished(t, true)
 	if started != 0 {
 		t.Fatal("a redelivered task's body was run again")
@@ -133,6 +135,7 @@ func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
 // run gets its result — not a lost report that would make the action
 // uncertain (or replay it) for nothing.
 func TestWorkerRedeliveryOfAnUnclaimedAttemptRuns(t *testing.T) {
+	t.Parallel()
 	rep, started := vanished(t, false)
 	if started != 1 || rep.Outcome != worker.OutcomeOutput {
 		t.Fatalf("report = %+v after %d starts, want output from one start", rep, started)

@@ -140,7 +140,8 @@ type Idle struct {
 	RSS int64
 	// CPU is its user + system CPU time within the window.
 	CPU time.Duration
-	// Goroutines and Stats are as it answered at the end of the window.
+	// Goroutines is the fewest of goroutineSamples reads at the end of the
+	// window; Stats is as it answered at its end.
 	Goroutines int
 	Stats      runner.Stats
 }
@@ -264,6 +265,9 @@ func (h *harness) add(r bench.Row) {
 
 func (h *harness) use(s *servers) { h.url, h.nc, h.js = s.url, s.nc, s.js }
 
+// goroutineSamples is how many times idle reads a runner's goroutines.
+const goroutineSamples = 10
+
 // idle starts runner id, waits until it serves and watches it for the
 // idle window.
 func (h *harness) idle(ctx context.Context, id string, limit time.Duration) (*runnerProc, Idle, error) {
@@ -289,7 +293,22 @@ func (h *harness) idle(ctx context.Context, id string, limit time.Duration) (*ru
 	if err != nil {
 		return r, Idle{}, fmt.Errorf("stats of %s: %w", id, err)
 	}
-	return r, Idle{Startup: startup, Work: work, WorkCPU: workCPU, RSS: r.rss(), CPU: r.cpu() - cpu0, Goroutines: st.Goroutines, Stats: st.Stats}, nil
+	// The goroutines a runner keeps are the fewest of a few samples: one
+	// sample also counts what is passing through (a heartbeat, a request
+	// being answered, a write in flight on a loaded machine), which does not
+	// grow with the log.
+	goroutines := st.Goroutines
+	for range goroutineSamples - 1 {
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			return r, Idle{}, ctx.Err()
+		}
+		if more, err := r.stats(ctx); err == nil {
+			goroutines = min(goroutines, more.Goroutines)
+		}
+	}
+	return r, Idle{Startup: startup, Work: work, WorkCPU: workCPU, RSS: r.rss(), CPU: r.cpu() - cpu0, Goroutines: goroutines, Stats: st.Stats}, nil
 }
 
 // oneNode is the one-node phase: a runner on an empty log, the load, a

@@ -26,9 +26,7 @@ func TestSemantics13_WeftPauseAndResume(t *testing.T) {
 	if !strings.Contains(out, "by alice (unverified): checking the vendor") {
 		t.Fatalf("show of a paused run:\n%s", out)
 	}
-	if code, out, errs := cli(t, "runs", "--status", "paused"); code != 0 || !strings.Contains(out, "cli-pause") {
-		t.Fatalf("runs --status paused: %d %s %s", code, out, errs)
-	}
+	waitCLI(t, "cli-pause", "runs", "--status", "paused")
 	if code, out, errs := cli(t, "approve", "cli-pause", "2/call_2_1", "--approver", "desk", "--credential", "alice"); code != 0 || !strings.Contains(out, "paused") {
 		t.Fatalf("approve while paused: %d %s %s", code, out, errs)
 	}

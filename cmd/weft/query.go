@@ -112,14 +112,19 @@ func showCommand() command {
 					if err == nil {
 						r = rr
 					}
-					return rr.View, err
+					// The view is at the log's head; show waits (bounded) for
+					// the projector to store it, so that the lists and
+					// inboxes read next have it too, and says when not.
+					stored := rr.View
+					stored.Version = rr.Projected
+					return stored, err
 				})
 				if err != nil {
 					return err
 				}
 				if *asJSON {
 					if lag != "" {
-						fmt.Fprintf(e.stderr, "note: %s\n", lag)
+						fmt.Fprintf(e.stderr, "note: the lists and inboxes may not have this view yet: %s\n", lag)
 					}
 					return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus})
 				}
@@ -195,7 +200,7 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 	v := r.View
 	fmt.Fprintf(w, "run        %s\n", v.Run)
 	if lag != "" {
-		fmt.Fprintf(w, "note       %s: what follows may be out of date\n", lag)
+		fmt.Fprintf(w, "note       the lists and inboxes may not have what follows yet: %s\n", lag)
 	}
 	if p := v.Parent; p != nil {
 		fmt.Fprintf(w, "parent     %s (action %s, depth %d)\n", p.Run, p.Action, p.Depth)
