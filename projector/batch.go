@@ -224,6 +224,7 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 		return errLeaseLost
 	}
 	pl := newPipeline(p.js)
+	defer pl.settle()
 	for _, pd := range dirty {
 		v, err := pd.cur.Encode()
 		if err != nil {
@@ -271,14 +272,19 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 		}
 		p.index.pause()
 	}
-	pl = newPipeline(p.js)
+	// The removals may have taken seconds (each an fsync'd write).
+	if !p.lease.holds() {
+		return errLeaseLost
+	}
+	dl := newPipeline(p.js)
+	defer dl.settle()
 	for _, d := range ds {
-		if err := p.publishDerived(ctx, pl, d.before, d.c, putChanged); err != nil {
+		if err := p.publishDerived(ctx, dl, d.before, d.c, putChanged); err != nil {
 			clear(p.index.known)
 			return err
 		}
 	}
-	if err := pl.wait(ctx, nil); err != nil {
+	if err := dl.wait(ctx, nil); err != nil {
 		clear(p.index.known) // a node may be missing
 		return err
 	}
@@ -288,6 +294,9 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 	// Another writer changed these views since they were read: project
 	// their events one by one, each reading the view again.
 	for _, pd := range changed {
+		if !p.lease.holds() {
+			return errLeaseLost
+		}
 		for _, env := range pd.envs {
 			if err := p.project(ctx, env); err != nil {
 				return err
@@ -318,9 +327,17 @@ type pipeline struct {
 
 func newPipeline(js jetstream.JetStream) *pipeline { return &pipeline{js: js} }
 
-// publish sends m; past pipelineDepth writes in flight it first waits for
-// them (and returns the first that failed).
+// settleWait bounds how long settle waits for the writes a stopped
+// pipeline left in flight.
+const settleWait = Lease / 4
+
+// publish sends m, unless ctx is done (a stopped projector sends nothing
+// more); past pipelineDepth writes in flight it first waits for them (and
+// returns the first that failed).
 func (pl *pipeline) publish(ctx context.Context, m *nats.Msg) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if len(pl.acks) >= pipelineDepth {
 		if err := pl.wait(ctx, nil); err != nil {
 			return err
@@ -338,10 +355,10 @@ func (pl *pipeline) publish(ctx context.Context, m *nats.Msg) error {
 // last wait. With each, it tells each of them its outcome (i counts the
 // writes in publish order) and returns the first error each returned;
 // without, it returns the first write that failed. A write not answered
-// within ackWait fails with context.DeadlineExceeded.
+// within ackWait fails with context.DeadlineExceeded. When ctx ends or
+// ackWait passes, the writes not yet answered stay for settle.
 func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error) error {
 	acks := pl.acks
-	pl.acks = nil
 	wctx, cancel := context.WithTimeout(ctx, ackWait)
 	defer cancel()
 	var first error
@@ -351,6 +368,7 @@ func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error)
 		case <-a.Ok():
 		case err = <-a.Err():
 		case <-wctx.Done():
+			pl.acks = acks[i:]
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -365,5 +383,31 @@ func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error)
 			first = fmt.Errorf("projector: write %s: %w", a.Msg().Subject, err)
 		}
 	}
+	pl.acks = nil
 	return first
+}
+
+// settle waits, at most settleWait and whatever ctx the writer had, for
+// the writes pl sent that no wait saw answered: a pipeline stopped by its
+// context or by a failed write leaves none of its writes in flight, so
+// that Run, which gives the lease up once the batch returned, never lets
+// a standby take over while the stopped projector's writes are still
+// being stored (they could land among the new holder's: an inbox item's
+// delete after the new holder's put of the same key).
+func (pl *pipeline) settle() {
+	if len(pl.acks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), settleWait)
+	defer cancel()
+	for _, a := range pl.acks {
+		select {
+		case <-a.Ok():
+		case <-a.Err():
+		case <-ctx.Done():
+			pl.acks = nil
+			return
+		}
+	}
+	pl.acks = nil
 }

@@ -2,10 +2,14 @@ package projector_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 	"github.com/weftrun/weft/projector"
 )
@@ -14,9 +18,10 @@ import (
 // (docs/adr/0028-projector-batches.md): a projector stopped in the middle
 // of writing a batch — its views stored, the index entries they no longer
 // have removed, their new entries, summaries and items not yet written and
-// its checkpoint not moved — leaves read models that a projector started
-// again from the checkpoint makes whole: every key then holds the bytes a
-// rebuild from sequence 1 writes.
+// its checkpoint not moved — writes nothing more once Run returned (it
+// gave its lease up: a standby may write now), and leaves read models that
+// a projector started again from the checkpoint makes whole: every key
+// then holds the bytes a rebuild from sequence 1 writes.
 func TestAStopMidBatchIsRepairedFromTheCheckpoint(t *testing.T) {
 	s := start(t)
 	ctx := context.Background()
@@ -43,6 +48,7 @@ func TestAStopMidBatchIsRepairedFromTheCheckpoint(t *testing.T) {
 	if err := p1.Run(pctx); err != nil {
 		t.Fatalf("first projector: %v", err)
 	}
+	noWriteLands(t, s.JS, lastSeqs(t, s.JS))
 	if context.Cause(pctx) != stopped {
 		t.Fatalf("the first projector ended without being stopped mid-batch (at %d of %d)", p1.Seq(), last)
 	}
@@ -52,6 +58,12 @@ func TestAStopMidBatchIsRepairedFromTheCheckpoint(t *testing.T) {
 	}
 	if cp.Seq >= last {
 		t.Fatalf("checkpoint %d after a stop mid-batch, want before %d", cp.Seq, last)
+	}
+
+	// The stop left the batch half-written: views stored whose summary
+	// is not (yet) theirs, which only the repair makes whole.
+	if n := staleSummaries(t, s.JS); n == 0 {
+		t.Fatal("no stored view has a stale summary after the stop: the batch was not stopped between its views and what derives from them")
 	}
 
 	p2, err := projector.New(ctx, s.JS, s.Log)
@@ -67,4 +79,88 @@ func TestAStopMidBatchIsRepairedFromTheCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameStores(t, live, dump(t, s.JS))
+}
+
+// lastSeqs is the last stream sequence of each of the projector's buckets
+// but the lease's.
+func lastSeqs(t *testing.T, js jetstream.JetStream) map[string]uint64 {
+	t.Helper()
+	out := map[string]uint64{}
+	for _, b := range append(projector.Buckets(), projector.BucketState) {
+		out[b] = projector.BucketLastSeq(t, js, b)
+	}
+	return out
+}
+
+// noWriteLands checks that no write lands in the buckets after at was
+// read: it stores a fence key in each bucket through js, on the
+// connection the projector wrote with (one server stores a connection's
+// writes to a stream in the order sent, so a write the projector sent
+// before would be stored before the fence), and wants the fence right
+// after at. The fence is then purged, leaving no key.
+func noWriteLands(t *testing.T, js jetstream.JetStream, at map[string]uint64) {
+	t.Helper()
+	ctx := context.Background()
+	for b, seq := range at {
+		kv, err := js.KeyValue(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, err := kv.Put(ctx, "fence", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev != seq+1 {
+			t.Errorf("%s: %d writes landed after the projector's Run returned", b, rev-seq-1)
+		}
+		st, err := js.Stream(ctx, "KV_"+b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject("$KV."+b+".fence")); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// staleSummaries counts the stored views whose stored summary is not
+// their own (or missing).
+func staleSummaries(t *testing.T, js jetstream.JetStream) int {
+	t.Helper()
+	ctx := context.Background()
+	views, err := js.KeyValue(ctx, projector.BucketViews)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, err := js.KeyValue(ctx, projector.BucketRuns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := views.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for k := range l.Keys() {
+		e, err := views.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := projections.DecodeView(e.Value())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := json.Marshal(projections.Summarize(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := runs.Get(ctx, k)
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatal(err)
+		}
+		if err != nil || string(got.Value()) != string(want) {
+			n++
+		}
+	}
+	return n
 }

@@ -230,6 +230,7 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 	// The puts are published at once and their acknowledgements awaited
 	// together (they arrive in order: nodes before their entry).
 	pl := newPipeline(w.js)
+	defer pl.settle()
 	err := w.put(ctx, pl, before, after, mode)
 	if err == nil {
 		err = pl.wait(ctx, nil)
@@ -410,12 +411,20 @@ func (w *indexWriter) removeAll(ctx context.Context, gone []entry) error {
 	return nil
 }
 
-// purgeAll purges keys, removeConcurrency at a time.
+// purgeAll purges keys, removeConcurrency at a time. Once ctx ends it
+// sends no more purges but waits for the answers of those it sent (each
+// within the JetStream request timeout), so that none is still in flight
+// when the projector gives its lease up (as pipeline.settle).
 func (w *indexWriter) purgeAll(ctx context.Context, keys []string) error {
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
 	g.SetLimit(removeConcurrency)
 	for _, k := range keys {
-		g.Go(func() error { return w.purgeKey(gctx, k) })
+		g.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return w.purgeKey(gctx, k)
+		})
 	}
 	err := g.Wait()
 	for _, k := range keys {

@@ -678,6 +678,7 @@ func (p *Projector) storeDerived(ctx context.Context, before []entry, c projecti
 		p.index.pause()
 	}
 	pl := newPipeline(p.js)
+	defer pl.settle()
 	err := p.publishDerived(ctx, pl, before, c, mode)
 	if err == nil {
 		err = pl.wait(ctx, nil)
