@@ -32,13 +32,17 @@ import (
 //  4. writes the checkpoint, the last message whose events are all stored.
 //
 // So the checkpoint never passes a write that was not acknowledged; a
-// view another writer changed under the batch (a rebuild) is projected
-// again event by event from the view read anew; and a stop anywhere in
-// between leaves what a stop between one event's writes left before
-// (each view's last event, delivered again, rewrites what derives from
-// it).
+// view another writer changed under the batch (a rebuild), or a new run's
+// key holding a delete marker (where the expected sequence 0 fails while
+// a KV Create would succeed), is projected again event by event from the
+// view read anew; and a stop anywhere in between leaves what a stop
+// between one event's writes left before (each view's last event,
+// delivered again, rewrites what derives from it). A stopped batch sends
+// nothing more and waits for the answers of what it sent
+// (pipeline.settle) before Run gives the lease up.
 
-// maxBatch bounds the log messages one batch projects.
+// maxBatch bounds the log messages one batch projects (and so the runs
+// whose views one flush publishes: it must stay under pipelineDepth).
 const maxBatch = 256
 
 // feedSize is how many events the subscription delivers ahead of the
@@ -223,6 +227,9 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 	if !p.lease.holds() {
 		return errLeaseLost
 	}
+	// A batch has at most maxBatch runs, under pipelineDepth: the views
+	// are published without an intermediate wait, so the i that wait's
+	// each receives is the index in dirty.
 	pl := newPipeline(p.js)
 	defer pl.settle()
 	for _, pd := range dirty {

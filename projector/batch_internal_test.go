@@ -36,7 +36,7 @@ func TestABatchWritesEachViewOnceAndTheCheckpointOnce(t *testing.T) {
 }
 
 // TestABatchProjectsAViewChangedUnderItAgainEventByEvent
-// (docs/adr/0028-projector-batches.md, step 1): another writer changes one
+// (docs/adr/0028-projector-batches.md, step 2): another writer changes one
 // run's view after the batch read it; the batch's compare-and-set of that
 // view fails, and exactly that run's events of the batch are projected
 // again one by one from the view read anew (one view write each), while
@@ -80,7 +80,7 @@ func TestABatchProjectsAViewChangedUnderItAgainEventByEvent(t *testing.T) {
 }
 
 // TestABatchCreatesAViewOverADeleteMarker
-// (docs/adr/0028-projector-batches.md, step 1): a new run whose view key
+// (docs/adr/0028-projector-batches.md, step 2): a new run whose view key
 // holds a delete marker (a run read anew, a rebuild's sweep) fails the
 // batch's compare-and-set on no stored view; its events are projected one
 // by one (a KV create succeeds over the marker), the other runs' views are
