@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/projections"
@@ -163,4 +165,32 @@ func staleSummaries(t *testing.T, js jetstream.JetStream) int {
 		}
 	}
 	return n
+}
+
+// TestAProjectorPublishesOnAJetStreamContextOfItsOwn
+// (docs/adr/0028-projector-batches.md): the projector's pipelined writes
+// go through a JetStream context of its own, never the one it was given
+// (a host gives it the runner's): the acknowledgements it gives up on
+// after a stop never stay pending among the caller's asynchronous
+// publishes, whose number the context bounds.
+func TestAProjectorPublishesOnAJetStreamContextOfItsOwn(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	_, log := projtest.Histories(3, 20)
+	appendLog(t, s.Log, log)
+	var acks atomic.Int64
+	js, err := jetstream.New(s.Conn, jetstream.WithPublishAsyncAckHandler(func(jetstream.JetStream, *nats.Msg, *jetstream.PubAck) { acks.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := projector.New(ctx, js, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runProjector(t, p)
+	waitSeq(t, p, lastSeq(t, s.JS))
+	stop()
+	if n := acks.Load(); n != 0 {
+		t.Errorf("%d of the projector's writes were acknowledged through the caller's JetStream context, want none", n)
+	}
 }

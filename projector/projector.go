@@ -178,11 +178,14 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.logger = 
 // New binds a projector to the buckets, which must exist (provision them with
 // Assets).
 func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ...Option) (*Projector, error) {
+	js, err := ownJS(js)
+	if err != nil {
+		return nil, err
+	}
 	p := &Projector{js: js, log: log, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(p)
 	}
-	var err error
 	if p.stream, err = js.Stream(ctx, eventlog.Stream); err != nil {
 		return nil, fmt.Errorf("projector: stream %s: %w", eventlog.Stream, err)
 	}
@@ -389,6 +392,34 @@ func (p *Projector) run(ctx context.Context) error {
 		p.logger.Error("projector stopped writing: its lease was not renewed in time")
 	}
 	return err
+}
+
+// ownJS is a JetStream context on js's connection, API prefix (or
+// domain) and request timeout for the projector alone: its pipelined
+// writes never count against the asynchronous publishes of the context it
+// was given (a host gives it the runner's, host/host.go), and an
+// acknowledgement a stopped pipeline gave up on (pipeline.settle) is
+// dropped after ackWait instead of staying pending for good.
+func ownJS(js jetstream.JetStream) (jetstream.JetStream, error) {
+	o := js.Options()
+	opts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(ackWait), jetstream.WithDefaultTimeout(o.DefaultTimeout)}
+	if o.ClientTrace != nil {
+		opts = append(opts, jetstream.WithClientTrace(o.ClientTrace))
+	}
+	var own jetstream.JetStream
+	var err error
+	switch {
+	case o.Domain != "":
+		own, err = jetstream.NewWithDomain(js.Conn(), o.Domain, opts...)
+	case o.APIPrefix != "":
+		own, err = jetstream.NewWithAPIPrefix(js.Conn(), o.APIPrefix, opts...)
+	default:
+		own, err = jetstream.New(js.Conn(), opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("projector: JetStream context: %w", err)
+	}
+	return own, nil
 }
 
 // Recorded turns a stored envelope into the form the folds take.
