@@ -71,12 +71,7 @@ func TestABatchProjectsAViewChangedUnderItAgainEventByEvent(t *testing.T) {
 	if err := p.projectBatch(ctx, b, rest[1:]); err != nil {
 		t.Fatal(err)
 	}
-	runs, again := runsOf(rest, run)
-	if got, want := BucketLastSeq(t, s.JS, BucketViews)-views0, uint64(runs-1+again); got != want {
-		t.Errorf("%d view writes, want %d: one for each of the %d other runs, one for each of the %d events of %s", got, want, runs-1, again, run)
-	}
-	checkpointAt(t, p, rest[len(rest)-1].Seq)
-	viewsAreFolds(t, p, perRun)
+	projectedAgain(t, p, BucketLastSeq(t, s.JS, BucketViews)-views0, rest, run, perRun)
 }
 
 // TestABatchCreatesAViewOverADeleteMarker
@@ -96,12 +91,7 @@ func TestABatchCreatesAViewOverADeleteMarker(t *testing.T) {
 	if err := p.projectBatch(ctx, newBatch(), evs); err != nil {
 		t.Fatal(err)
 	}
-	runs, again := runsOf(evs, run)
-	if got, want := BucketLastSeq(t, s.JS, BucketViews)-views0, uint64(runs-1+again); got != want {
-		t.Errorf("%d view writes, want %d: one for each of the %d other runs, one for each of the %d events of %s", got, want, runs-1, again, run)
-	}
-	checkpointAt(t, p, evs[len(evs)-1].Seq)
-	viewsAreFolds(t, p, perRun)
+	projectedAgain(t, p, BucketLastSeq(t, s.JS, BucketViews)-views0, evs, run, perRun)
 }
 
 // batchLog appends projtest.Histories(5, 40) to a fresh server's log and
@@ -149,16 +139,25 @@ func batchLog(t *testing.T) (*natstest.Server, *Projector, [][]events.Recorded, 
 	return s, p, perRun, evs
 }
 
-// runsOf returns how many runs evs has, and how many events of run.
-func runsOf(evs []eventlog.StreamEvent, run string) (runs, of int) {
+// projectedAgain checks what a batch of evs whose compare-and-set of
+// run's view failed leaves: writes view writes, one for each other run
+// and one for each of run's events (projected again one by one), every
+// view the pure fold and the checkpoint at the batch's last message.
+func projectedAgain(t *testing.T, p *Projector, writes uint64, evs []eventlog.StreamEvent, run string, perRun [][]events.Recorded) {
+	t.Helper()
 	seen := map[string]bool{}
+	again := 0
 	for _, se := range evs {
 		seen[se.Run] = true
 		if se.Run == run {
-			of++
+			again++
 		}
 	}
-	return len(seen), of
+	if want := uint64(len(seen) - 1 + again); writes != want {
+		t.Errorf("%d view writes, want %d: one for each of the %d other runs, one for each of the %d events of %s", writes, want, len(seen)-1, again, run)
+	}
+	checkpointAt(t, p, evs[len(evs)-1].Seq)
+	viewsAreFolds(t, p, perRun)
 }
 
 func checkpointAt(t *testing.T, p *Projector, want uint64) {
