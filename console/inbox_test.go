@@ -15,7 +15,6 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
 )
 
@@ -25,11 +24,7 @@ import (
 // of the query service (1,010 each; a page holds at most 1,000): its
 // title counts them all and the last run's cards are on it.
 func TestInboxShowsEveryItem(t *testing.T) {
-	// This tests paging, not durability: under sync_interval always the
-	// projector's sequential acknowledged writes (about 32 a run here)
-	// take minutes for 1,010 runs on a loaded machine, so the server
-	// syncs every 2 minutes instead.
-	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(natsnode.WithSyncInterval("2m")))
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()

@@ -430,6 +430,16 @@ func Step(old RunView, r events.Recorded) Change {
 	if v.Version == old.Version {
 		return Change{View: old, Summary: Summarize(old)}
 	}
+	return Advance(old, v)
+}
+
+// Advance says what to store when a run's view moves from old to v, one
+// event or many later: v, its summary and its items, and the items of old
+// that v no longer has to drop. Advance(old, Apply(old, r)) is Step(old,
+// r); a projector that folds several events of a run before it writes
+// stores Advance of the view it read and the last one it folded, the same
+// keys and values the steps would have left.
+func Advance(old, v RunView) Change {
 	c := Derive(v)
 	c.DropApprovals = dropped(ApprovalItems(old), c.Approvals, func(a ApprovalItem) string { return ItemKey(a.Run, a.Action) })
 	c.DropUncertain = dropped(UncertainItems(old), c.Uncertain, func(a UncertainItem) string { return ItemKey(a.Run, a.Action) })

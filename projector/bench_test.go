@@ -14,6 +14,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
 	"github.com/weftrun/weft/projector"
@@ -215,4 +216,145 @@ func BenchmarkProjectorIndexCost(b *testing.B) {
 		fmt.Fprintf(&out, "| %s | %s | %.0f | %.1f | x%.2f |\n", f.work, f.mode, float64(f.perEvent.Microseconds()), f.ops, float64(f.perEvent)/float64(figs[i].perEvent))
 	}
 	fmt.Print(out.String())
+}
+
+// durableFigure is one catch-up of BenchmarkProjectorDurable.
+type durableFigure struct {
+	mode       string
+	runs       int
+	events     int
+	took       time.Duration
+	writes     uint64 // messages stored in the read-model buckets
+	apiCalls   uint64 // JetStream API requests (purges, stream info…)
+	checkpoint uint64 // checkpoint writes
+}
+
+// BenchmarkProjectorDurable measures how fast a projector catches up with
+// a log of runs (indexRuns' mix, fixed seed, one event per decision, the
+// runs' events interleaved as concurrent runs write them) with the
+// server's fsync before every acknowledgement (sync_interval always, the
+// default) and, as the same run's baseline, with sync_interval 2m; and how
+// many acknowledged writes a run costs (messages stored in the read-model
+// buckets, counted by the server) and how many JetStream API requests
+// (purges of index keys among them). Run it with
+//
+//	go test -run '^$' -bench BenchmarkProjectorDurable -benchtime 1x ./projector/
+//
+// WEFT_BENCH_RUNS sets the number of runs (default 300).
+func BenchmarkProjectorDurable(b *testing.B) {
+	n := 300
+	if v := os.Getenv("WEFT_BENCH_RUNS"); v != "" {
+		fmt.Sscan(v, &n)
+	}
+	var figs []durableFigure
+	for _, m := range durableModes() {
+		b.Run(m.name, func(b *testing.B) {
+			for b.Loop() {
+				s := natstest.Start(b, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(m.node...))
+				ctx := context.Background()
+				rng := rand.New(rand.NewPCG(17, uint64(n)))
+				ids := make([]string, n)
+				for i := range ids {
+					ids[i] = fmt.Sprintf("d-%05d", i)
+				}
+				t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+				hs := indexRuns(rng, ids, func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) })
+				evs := appendRounds(b, s.Log, hs)
+				p, err := projector.New(ctx, s.JS, s.Log, m.opts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				w0, a0 := storedWrites(b, s), apiRequests(b, s)
+				c0 := checkpointWrites(b, s)
+				last := lastSeq(b, s.JS)
+				began := time.Now()
+				runProjector(b, p)
+				waitSeq(b, p, last)
+				took := time.Since(began)
+				f := durableFigure{mode: m.name, runs: n, events: evs, took: took,
+					writes: storedWrites(b, s) - w0, apiCalls: apiRequests(b, s) - a0, checkpoint: checkpointWrites(b, s) - c0}
+				figs = append(figs, f)
+				b.ReportMetric(float64(n)/took.Seconds(), "runs/s")
+				b.ReportMetric(float64(f.writes)/float64(n), "writes/run")
+			}
+		})
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "\n| server, projector | runs | events | runs/s | ratio | stored writes/run | checkpoint writes/run | API requests/run |\n|---|---|---|---|---|---|---|---|\n")
+	for _, f := range figs {
+		rate := float64(f.runs) / f.took.Seconds()
+		base := float64(figs[0].runs) / figs[0].took.Seconds()
+		fmt.Fprintf(&out, "| %s | %d | %d | %.1f | x%.2f | %.1f | %.1f | %.1f |\n", f.mode, f.runs, f.events, rate, rate/base,
+			float64(f.writes)/float64(f.runs), float64(f.checkpoint)/float64(f.runs), float64(f.apiCalls)/float64(f.runs))
+	}
+	fmt.Print(out.String())
+}
+
+// appendRounds appends the histories hs one event per decision, the
+// first event of every run, then the second, … (AppendBatch per round),
+// and returns the number of events.
+func appendRounds(tb testing.TB, log *eventlog.Log, hs [][]events.Recorded) int {
+	tb.Helper()
+	ctx := context.Background()
+	heads := make([]eventlog.Head, len(hs))
+	n := 0
+	for j := 0; ; j++ {
+		var ds []eventlog.Decision
+		var at []int
+		for i, h := range hs {
+			if j < len(h) {
+				ds = append(ds, eventlog.Decision{Run: h[j].Run, Head: heads[i], At: h[j].At, Events: []events.Event{h[j].Event}})
+				at = append(at, i)
+			}
+		}
+		if len(ds) == 0 {
+			return n
+		}
+		for k, o := range log.AppendBatch(ctx, ds) {
+			if o.Err != nil {
+				tb.Fatalf("append %s: %v", ds[k].Run, o.Err)
+			}
+			heads[at[k]] = o.Head
+		}
+		n += len(ds)
+	}
+}
+
+// storedWrites is the number of messages ever stored in the read-model
+// buckets and the projector's state bucket.
+func storedWrites(tb testing.TB, s *natstest.Server) uint64 {
+	tb.Helper()
+	var n uint64
+	for _, b := range append(projector.Buckets(), projector.BucketState) {
+		n += projector.BucketLastSeq(tb, s.JS, b)
+	}
+	return n
+}
+
+func checkpointWrites(tb testing.TB, s *natstest.Server) uint64 {
+	return projector.BucketLastSeq(tb, s.JS, projector.BucketState)
+}
+
+// apiRequests is the account's JetStream API request count.
+func apiRequests(tb testing.TB, s *natstest.Server) uint64 {
+	tb.Helper()
+	ai, err := s.JS.AccountInfo(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return ai.API.Total
+}
+
+// durableMode is one column of BenchmarkProjectorDurable.
+type durableMode struct {
+	name string
+	node []natsnode.Option
+	opts []projector.Option
+}
+
+func durableModes() []durableMode {
+	return []durableMode{
+		{name: "sync always", node: nil},
+		{name: "sync 2m", node: []natsnode.Option{natsnode.WithSyncInterval("2m")}},
+	}
 }

@@ -1,5 +1,12 @@
 package projector
 
+import (
+	"context"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
 // WithoutIndex makes a projector keep no order index (weft_index): the
 // projector as it was before the indexes, for the benchmark's baseline.
 func WithoutIndex() Option { return func(p *Projector) { p.noIndex = true } }
@@ -15,4 +22,20 @@ func WithIndexPause(f func()) Option { return func(p *Projector) { p.between = f
 // landed but whose answer was lost.
 func WithRewriteFault(f func(run string) error) Option {
 	return func(p *Projector) { p.afterRewrite = f }
+}
+
+// BucketLastSeq is the last sequence of bucket's stream: how many writes
+// it ever stored (a bucket keeps one value a key, but every write takes a
+// sequence).
+func BucketLastSeq(tb testing.TB, js jetstream.JetStream, bucket string) uint64 {
+	tb.Helper()
+	st, err := js.Stream(context.Background(), kvStream(bucket))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info.State.LastSeq
 }

@@ -48,7 +48,7 @@ func loadInboxes(tb testing.TB, log *eventlog.Log, n int) {
 // first, none twice — they follow `next` — and the page helpers return
 // one page and its cursor.
 func TestInboxesListEveryItem_ClientFollowsNext(t *testing.T) {
-	s := startInterval(t)
+	s := start(t)
 	ctx := context.Background()
 	const n = 1010
 	loadInboxes(t, s.Log, n)

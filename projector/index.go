@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/protocol"
@@ -222,36 +223,65 @@ const (
 // A stop in between leaves the run without an entry until the view's last
 // event is delivered again (repair puts every entry back).
 func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode putMode) error {
-	had := make(map[string][]byte, len(before))
-	for _, e := range before {
-		had[e.key] = e.value
+	if err := w.removeGone(ctx, before, after); err != nil {
+		return err
 	}
+	w.pause()
+	// The puts are published at once and their acknowledgements awaited
+	// together (they arrive in order: nodes before their entry).
+	pl := newPipeline(w.js)
+	defer pl.settle()
+	err := w.put(ctx, pl, before, after, mode)
+	if err == nil {
+		err = pl.wait(ctx, nil)
+	}
+	if err != nil {
+		clear(w.known) // a node may be missing
+		return err
+	}
+	return nil
+}
+
+// pause calls between (tests) between the two halves of a move.
+func (w *indexWriter) pause() {
+	if w.between != nil {
+		w.between()
+	}
+}
+
+// removeGone is the first half of apply: it removes the entries of
+// before that after no longer has.
+func (w *indexWriter) removeGone(ctx context.Context, before, after []entry) error {
+	return w.removeAll(ctx, gone(before, after))
+}
+
+// gone returns the entries of before that after no longer has.
+func gone(before, after []entry) []entry {
 	has := make(map[string]bool, len(after))
 	for _, e := range after {
 		has[e.key] = true
 	}
+	var out []entry
 	for _, e := range before {
-		if has[e.key] {
-			continue
-		}
-		if err := w.remove(ctx, e); err != nil {
-			return err
+		if !has[e.key] {
+			out = append(out, e)
 		}
 	}
-	if w.between != nil {
-		w.between()
+	return out
+}
+
+// put is the second half of apply: it publishes on pl the entries of
+// after that mode asks for, each after the directory nodes it needs,
+// without waiting for their acknowledgements. Whoever waits for pl must
+// empty the node cache when a put failed (a node may be missing).
+func (w *indexWriter) put(ctx context.Context, pl *pipeline, before, after []entry, mode putMode) error {
+	had := make(map[string][]byte, len(before))
+	for _, e := range before {
+		had[e.key] = e.value
 	}
-	// The puts are published at once and their acknowledgements awaited
-	// together (they arrive in order: nodes before their entry).
-	var acks []jetstream.PubAckFuture
 	put := func(key string, value []byte) error {
 		w.writes++
-		a, err := w.js.PublishAsync("$KV."+BucketIndex+"."+key, value)
-		if err != nil {
-			return fmt.Errorf("projector: put %s %s: %w", BucketIndex, key, err)
-		}
-		acks = append(acks, a)
-		return nil
+		return pl.publish(ctx, &nats.Msg{Subject: "$KV." + BucketIndex + "." + key, Data: value})
 	}
 	for _, e := range after {
 		old, ok := had[e.key]
@@ -276,17 +306,6 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 			return err
 		}
 	}
-	for _, a := range acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
-			clear(w.known) // a node may be missing
-			return fmt.Errorf("projector: put %s %s: %w", BucketIndex, a.Msg().Subject, err)
-		case <-ctx.Done():
-			clear(w.known)
-			return ctx.Err()
-		}
-	}
 	return nil
 }
 
@@ -294,16 +313,22 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 // would count as an entry for the existence checks of pruning).
 func (w *indexWriter) purge(ctx context.Context, key string) error {
 	w.writes++
-	if err := w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key)); err != nil {
-		return fmt.Errorf("projector: purge %s %s: %w", BucketIndex, key, err)
+	if err := w.purgeKey(ctx, key); err != nil {
+		return err
 	}
 	delete(w.known, key)
 	return nil
 }
 
+func (w *indexWriter) purgeKey(ctx context.Context, key string) error {
+	if err := w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key)); err != nil {
+		return fmt.Errorf("projector: purge %s %s: %w", BucketIndex, key, err)
+	}
+	return nil
+}
+
 // exists reports whether some key matches the subject filter.
 func (w *indexWriter) exists(ctx context.Context, filter string) (bool, error) {
-	w.writes++
 	_, err := w.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject("$KV."+BucketIndex+"."+filter))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
@@ -314,44 +339,117 @@ func (w *indexWriter) exists(ctx context.Context, filter string) (bool, error) {
 	return true, nil
 }
 
-// remove purges entry e, then, in each of its directories, every node of
-// its window that no longer leads to an entry, from the bottom up. The
-// directory of any status and agent is pruned after the entry's own one,
-// and only when the window holds no entry with e's tokens any more.
-func (w *indexWriter) remove(ctx context.Context, e entry) error {
-	if err := w.purge(ctx, e.key); err != nil {
+// removeConcurrency bounds the purges and existence checks removeAll has
+// in flight at once.
+const removeConcurrency = 16
+
+// removeAll removes the entries gone (of one run or of a batch's runs):
+// it purges them, then prunes their directories from the windows up,
+// purging every node that no longer leads to an entry. It goes level by
+// level — every node of a level that leads to nothing is purged before
+// the level above is checked — so it leaves what removing the entries one
+// by one leaves, while the purges and checks of one level are sent
+// together (removeConcurrency at a time): each purge is an fsync'd write
+// under sync_interval always.
+func (w *indexWriter) removeAll(ctx context.Context, gone []entry) error {
+	if len(gone) == 0 {
+		return nil
+	}
+	var keys []string
+	seen := map[string]bool{}
+	for _, e := range gone {
+		if !seen[e.key] {
+			seen[e.key] = true
+			keys = append(keys, e.key)
+		}
+	}
+	if err := w.purgeAll(ctx, keys); err != nil {
 		return err
 	}
-	for _, c := range e.chains() {
-		held, err := w.prune(ctx, e.index, e.window, c)
-		if err != nil || held {
+	// dir is a directory node of a chain: prefix is its window prefix
+	// (the whole window at the bottom).
+	type dir struct{ index, node, match, prefix string }
+	var dirs []dir
+	var filters []string
+	for _, e := range gone {
+		for _, c := range e.chains() {
+			f := e.index + ".e." + e.window + "." + c.match + ".>"
+			if !seen[f] {
+				seen[f] = true
+				dirs = append(dirs, dir{e.index, c.node, c.match, e.window})
+				filters = append(filters, f)
+			}
+		}
+	}
+	for n := windowDigits - levelDigits; len(dirs) > 0; n -= levelDigits {
+		held, err := w.existAll(ctx, filters)
+		if err != nil {
 			return err
+		}
+		var empty []dir
+		keys = keys[:0]
+		for i, d := range dirs {
+			if !held[i] {
+				empty = append(empty, d)
+				keys = append(keys, nodeKey(d.index, d.prefix[:n], d.prefix[n:], d.node))
+			}
+		}
+		if err := w.purgeAll(ctx, keys); err != nil || n == 0 {
+			return err
+		}
+		// The level above: does each parent still lead to a node?
+		dirs, filters = dirs[:0], filters[:0]
+		for _, d := range empty {
+			f := d.index + ".d.p" + d.prefix[:n] + ".*." + d.node
+			if !seen[f] {
+				seen[f] = true
+				dirs = append(dirs, dir{d.index, d.node, d.match, d.prefix[:n]})
+				filters = append(filters, f)
+			}
 		}
 	}
 	return nil
 }
 
-// prune purges the nodes of directory c above window that lead to no
-// entry any more, from the bottom up; it reports whether the window
-// itself still holds an entry of c.
-func (w *indexWriter) prune(ctx context.Context, index, window string, c chain) (bool, error) {
-	ok, err := w.exists(ctx, index+".e."+window+"."+c.match+".>")
-	if err != nil || ok {
-		return ok, err
+// purgeAll purges keys, removeConcurrency at a time. Once ctx ends it
+// sends no more purges but waits for the answers of those it sent (each
+// within the JetStream request timeout), so that none is still in flight
+// when the projector gives its lease up (as pipeline.settle).
+func (w *indexWriter) purgeAll(ctx context.Context, keys []string) error {
+	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
+	g.SetLimit(removeConcurrency)
+	for _, k := range keys {
+		g.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return w.purgeKey(gctx, k)
+		})
 	}
-	for n := windowDigits - levelDigits; n >= 0; n -= levelDigits {
-		if err := w.purge(ctx, nodeKey(index, window[:n], window[n:n+levelDigits], c.node)); err != nil {
-			return false, err
-		}
-		if n == 0 {
-			return false, nil
-		}
-		ok, err := w.exists(ctx, index+".d.p"+window[:n]+".*."+c.node)
-		if err != nil || ok {
-			return false, err
+	err := g.Wait()
+	for _, k := range keys {
+		w.writes++
+		if err == nil {
+			delete(w.known, k)
 		}
 	}
-	return false, nil
+	if err != nil {
+		clear(w.known) // a purge may have landed
+	}
+	return err
+}
+
+// existAll reports for each filter whether some key matches it,
+// removeConcurrency checks at a time.
+func (w *indexWriter) existAll(ctx context.Context, filters []string) ([]bool, error) {
+	held := make([]bool, len(filters))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(removeConcurrency)
+	for i, f := range filters {
+		g.Go(func() (err error) { held[i], err = w.exists(gctx, f); return err })
+	}
+	w.writes += uint64(len(filters))
+	return held, g.Wait()
 }
 
 // kvMsg is one message of a direct get: its key (the subject after the
@@ -480,7 +578,7 @@ func (r *indexReader) direct(ctx context.Context, bucket string, multiLast []str
 				return nil, fmt.Errorf("read %s: direct get answered %s %s", bucket, status, m.Header.Get("Description"))
 			}
 		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		if op := m.Header.Get(kvOperation); op == kvDelete || op == "PURGE" {
 			continue
 		}
 		seq, _ := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)

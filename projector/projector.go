@@ -31,7 +31,10 @@
 // time: Run holds the projector lease (BucketLease) and a second
 // projector stands by until it is released or expires (lease.go), so the
 // index writes of one run never interleave. The checkpoint is the stream sequence of
-// the last message whose events are all stored; Run resumes after it. When a
+// the last message whose events are all stored; Run resumes after it. The
+// messages delivered while the projector writes are written as one batch,
+// their writes published together and their acknowledgements awaited at
+// once, the checkpoint last (batch.go, docs/adr/0028-projector-batches.md). When a
 // view misses events (its bucket was purged, or a rebuild ran up to an older
 // sequence) the projector refolds the run from the log; when a view's last
 // event is delivered again (a stop between the view and its derived writes)
@@ -142,6 +145,7 @@ type Checkpoint struct {
 
 // Projector maintains the read models. Create it with New; run it with Run.
 type Projector struct {
+	js        jetstream.JetStream
 	log       *eventlog.Log
 	stream    jetstream.Stream
 	views     jetstream.KeyValue
@@ -174,11 +178,14 @@ func WithLogger(l *slog.Logger) Option { return func(p *Projector) { p.logger = 
 // New binds a projector to the buckets, which must exist (provision them with
 // Assets).
 func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ...Option) (*Projector, error) {
-	p := &Projector{log: log, logger: slog.New(slog.DiscardHandler)}
+	js, err := ownJS(js)
+	if err != nil {
+		return nil, err
+	}
+	p := &Projector{js: js, log: log, logger: slog.New(slog.DiscardHandler)}
 	for _, o := range opts {
 		o(p)
 	}
-	var err error
 	if p.stream, err = js.Stream(ctx, eventlog.Stream); err != nil {
 		return nil, fmt.Errorf("projector: stream %s: %w", eventlog.Stream, err)
 	}
@@ -380,39 +387,39 @@ func (p *Projector) run(ctx context.Context) error {
 			return err
 		}
 	}
-	err = p.log.Subscribe(ctx, cp.Seq+1, func(se eventlog.StreamEvent) error {
-		if !p.lease.holds() {
-			return errLeaseLost
-		}
-		p.delivered.Add(1)
-		var err error
-		switch {
-		case se.Poison != nil && se.Run == "":
-			// On a subject that names no run: nothing to quarantine.
-			p.logger.Warn("projector skipped a message of no run", "seq", se.Seq, "reason", se.Poison.Reason)
-		case se.Poison != nil:
-			err = p.quarantine(ctx, se.Poison)
-		case se.Void != nil:
-			// A repair: read the run again without the voided message.
-			err = p.reread(ctx, se.Run, 0)
-		default:
-			err = p.project(ctx, se.Envelope)
-		}
-		if err != nil {
-			return err
-		}
-		if se.Last {
-			if err := writeCheckpoint(ctx, p.state, se.Seq); err != nil {
-				return err
-			}
-			p.seq.Store(se.Seq)
-		}
-		return nil
-	})
+	err = p.follow(ctx, cp.Seq)
 	if errors.Is(err, errLeaseLost) {
 		p.logger.Error("projector stopped writing: its lease was not renewed in time")
 	}
 	return err
+}
+
+// ownJS is a JetStream context on js's connection, API prefix (or
+// domain) and request timeout for the projector alone: its pipelined
+// writes never count against the asynchronous publishes of the context it
+// was given (a host gives it the runner's, host/host.go), and an
+// acknowledgement a stopped pipeline gave up on (pipeline.settle) is
+// dropped after ackWait instead of staying pending for good.
+func ownJS(js jetstream.JetStream) (jetstream.JetStream, error) {
+	o := js.Options()
+	opts := []jetstream.JetStreamOpt{jetstream.WithPublishAsyncTimeout(ackWait), jetstream.WithDefaultTimeout(o.DefaultTimeout)}
+	if o.ClientTrace != nil {
+		opts = append(opts, jetstream.WithClientTrace(o.ClientTrace))
+	}
+	var own jetstream.JetStream
+	var err error
+	switch {
+	case o.Domain != "":
+		own, err = jetstream.NewWithDomain(js.Conn(), o.Domain, opts...)
+	case o.APIPrefix != "":
+		own, err = jetstream.NewWithAPIPrefix(js.Conn(), o.APIPrefix, opts...)
+	default:
+		own, err = jetstream.New(js.Conn(), opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("projector: JetStream context: %w", err)
+	}
+	return own, nil
 }
 
 // Recorded turns a stored envelope into the form the folds take.
@@ -655,87 +662,124 @@ func (p *Projector) store(ctx context.Context, old projections.RunView, c projec
 	if err != nil {
 		return false, fmt.Errorf("projector: write view %s: %w", c.View.Run, err)
 	}
-	before := entries(derivedOf(old))
-	if rev == 0 && !p.noIndex {
-		// No view was stored: a new run, or one whose view vanished (it
-		// is refolded). Its summary, if weft_runs still holds one, names
-		// the list entry to move.
-		e, err := p.runs.Get(ctx, c.View.Run)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return true, fmt.Errorf("projector: read summary %s: %w", c.View.Run, err)
-		default:
-			var sum projections.Summary
-			if json.Unmarshal(e.Value(), &sum) == nil && sum.Run == c.View.Run {
-				before = entries(projections.Change{Summary: sum})
-			}
-		}
+	before, err := p.before(ctx, c.View.Run, old, rev)
+	if err != nil {
+		return true, err
 	}
 	return true, p.storeDerived(ctx, before, c, mode)
 }
 
+// before returns the index entries the stored view old of run (of
+// revision rev) accounts for, to move from. When no view was stored (a new
+// run, or one whose view vanished and is refolded) the summary weft_runs
+// may still hold names the list entry to move.
+func (p *Projector) before(ctx context.Context, run string, old projections.RunView, rev uint64) ([]entry, error) {
+	before := entries(derivedOf(old))
+	if rev != 0 || p.noIndex {
+		return before, nil
+	}
+	e, err := p.runs.Get(ctx, run)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("projector: read summary %s: %w", run, err)
+	default:
+		var sum projections.Summary
+		if json.Unmarshal(e.Value(), &sum) == nil && sum.Run == run {
+			before = entries(projections.Change{Summary: sum})
+		}
+	}
+	return before, nil
+}
+
 // storeDerived writes what derives from a stored view: the index moves
 // from the entries before held (those of the previous view) to c's, then
-// the summary and the inbox items are written. The index comes first: a
-// stop in between leaves the summary of before in weft_runs, from which
-// repair finds what to undo.
+// the summary and the inbox items are written. The index removals come
+// first and each waits for its answer: a stop before the summary is
+// stored leaves the summary of before in weft_runs, from which repair
+// finds what to undo. The index puts, the summary and the items are then
+// published together (publishDerived) and their acknowledgements awaited
+// at once; a stop among them is repaired the same way (repair puts every
+// entry of the view again).
 func (p *Projector) storeDerived(ctx context.Context, before []entry, c projections.Change, mode putMode) error {
 	if !p.noIndex {
-		if err := p.index.apply(ctx, before, entries(c), mode); err != nil {
+		if err := p.index.removeGone(ctx, before, entries(c)); err != nil {
+			return err
+		}
+		p.index.pause()
+	}
+	pl := newPipeline(p.js)
+	defer pl.settle()
+	err := p.publishDerived(ctx, pl, before, c, mode)
+	if err == nil {
+		err = pl.wait(ctx, nil)
+	}
+	if err != nil {
+		clear(p.index.known) // a node may be missing
+	}
+	return err
+}
+
+// publishDerived publishes on pl the second half of storeDerived: the
+// index entries of c that mode asks for (with their directory nodes), the
+// summary, the deletes of the dropped items and the puts of c's items.
+func (p *Projector) publishDerived(ctx context.Context, pl *pipeline, before []entry, c projections.Change, mode putMode) error {
+	if !p.noIndex {
+		if err := p.index.put(ctx, pl, before, entries(c), mode); err != nil {
 			return err
 		}
 	}
-	if err := putJSON(ctx, p.runs, c.Summary.Run, c.Summary); err != nil {
+	if err := publishJSON(ctx, pl, BucketRuns, c.Summary.Run, c.Summary); err != nil {
 		return err
 	}
-	for _, k := range c.DropApprovals {
-		if err := del(ctx, p.approvals, k); err != nil {
-			return err
-		}
-	}
-	for _, k := range c.DropUncertain {
-		if err := del(ctx, p.uncertain, k); err != nil {
-			return err
-		}
-	}
-	for _, k := range c.DropQuestions {
-		if err := del(ctx, p.questions, k); err != nil {
-			return err
+	for _, d := range []struct {
+		bucket string
+		keys   []string
+	}{{BucketApprovals, c.DropApprovals}, {BucketUncertain, c.DropUncertain}, {BucketQuestions, c.DropQuestions}} {
+		for _, k := range d.keys {
+			m := &nats.Msg{Subject: "$KV." + d.bucket + "." + k, Header: nats.Header{}}
+			m.Header.Set(kvOperation, kvDelete)
+			if err := pl.publish(ctx, m); err != nil {
+				return err
+			}
 		}
 	}
 	for _, it := range c.Approvals {
-		if err := putJSON(ctx, p.approvals, projections.ItemKey(it.Run, it.Action), it); err != nil {
+		if err := publishJSON(ctx, pl, BucketApprovals, projections.ItemKey(it.Run, it.Action), it); err != nil {
 			return err
 		}
 	}
 	for _, it := range c.Uncertain {
-		if err := putJSON(ctx, p.uncertain, projections.ItemKey(it.Run, it.Action), it); err != nil {
+		if err := publishJSON(ctx, pl, BucketUncertain, projections.ItemKey(it.Run, it.Action), it); err != nil {
 			return err
 		}
 	}
 	for _, it := range c.Questions {
-		if err := putJSON(ctx, p.questions, projections.ItemKey(it.Run, it.Action), it); err != nil {
+		if err := publishJSON(ctx, pl, BucketQuestions, projections.ItemKey(it.Run, it.Action), it); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// The header a KV delete carries (as jetstream.KeyValue's Delete writes
+// it): readers take the key as deleted.
+const (
+	kvOperation = "KV-Operation"
+	kvDelete    = "DEL"
+)
+
+func publishJSON[T any](ctx context.Context, pl *pipeline, bucket, key string, v T) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return pl.publish(ctx, &nats.Msg{Subject: "$KV." + bucket + "." + key, Data: b})
 }
 
 func isWrongSequence(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
-func putJSON[T any](ctx context.Context, kv jetstream.KeyValue, key string, v T) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	if _, err := kv.Put(ctx, key, b); err != nil {
-		return fmt.Errorf("projector: put %s %s: %w", kv.Bucket(), key, err)
-	}
-	return nil
 }
 
 func del(ctx context.Context, kv jetstream.KeyValue, key string) error {

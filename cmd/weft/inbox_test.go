@@ -11,7 +11,6 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 )
@@ -21,11 +20,7 @@ import (
 // every pending approval of an inbox larger than one page (1,010 items;
 // the query service answers at most 1,000 a page), not the first 1,000.
 func TestCLIInboxListsEveryItem(t *testing.T) {
-	// This tests paging, not durability: under sync_interval always the
-	// projector's sequential acknowledged writes (about 32 a run here)
-	// take minutes for 1,010 runs on a loaded machine, so the server
-	// syncs every 2 minutes instead.
-	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(natsnode.WithSyncInterval("2m")))
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
