@@ -805,25 +805,45 @@ func (h *harness) idleRows(n string, empty, loaded Idle) {
 }
 
 // quietWindow and quietCPU say when a runner is quiet: under quietCPU of
-// CPU time within quietWindow.
+// CPU time within quietWindow, owning partitions, and its runner.Stats
+// (partitions owned, runs read, takeovers) unchanged over the window.
 const (
 	quietWindow = time.Second
 	quietCPU    = 50 * time.Millisecond
 )
 
 // quiesce waits until every runner of rs is quiet, or limit passes; it
-// reports whether they were.
+// reports whether they were. CPU alone is not enough: on a loaded machine
+// a runner that has not begun its start-up work yet (waiting for the
+// servers) uses no CPU either, and did it in the idle window after
+// (CI: 260 ms of CPU and 33 more goroutines there, against 10 ms locally).
 func (h *harness) quiesce(ctx context.Context, rs []*runnerProc, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
+	type mark struct {
+		partitions    int
+		loaded, taken uint64
+	}
+	markOf := func(r *runnerProc) (mark, bool) {
+		st, err := r.stats(ctx)
+		if err != nil {
+			return mark{}, false
+		}
+		return mark{len(st.Stats.Partitions), st.Stats.Loaded, st.Stats.TakenOver}, true
+	}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		before := make([]time.Duration, len(rs))
+		marks := make([]mark, len(rs))
+		known := true
 		for i, r := range rs {
 			before[i] = r.cpu()
+			m, ok := markOf(r)
+			marks[i], known = m, known && ok
 		}
 		time.Sleep(quietWindow)
-		quiet := true
+		quiet := known
 		for i, r := range rs {
-			if r.cpu()-before[i] >= quietCPU {
+			m, ok := markOf(r)
+			if !ok || m != marks[i] || m.partitions == 0 || r.cpu()-before[i] >= quietCPU {
 				quiet = false
 			}
 		}
