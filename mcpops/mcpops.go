@@ -219,10 +219,27 @@ type AnswerIn struct {
 	CommandID string          `json:"command_id,omitempty" jsonschema:"the same id on a retry answers the same"`
 }
 
-func (s *Server) approve(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
+func (s *Server) approve(ctx context.Context, req *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
 	r, err := s.cmd.Approve(ctx, api.ApproveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
-		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: in.Arguments})
+		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: sentArguments(req, in.Arguments)})
 	return nil, r, err
+}
+
+// sentArguments are the edited arguments exactly as the tool call sent
+// them: the MCP SDK hands the handler its input decoded and encoded again
+// (keys sorted, numbers as float64), which is the same JSON value but not
+// the same bytes — and a signed proof states the SHA-256 of the canonical
+// bytes sent (approved_sha256), which key order and number spelling
+// change. decoded, the arguments as the handler got them, are the answer
+// when the call's own are not readable.
+func sentArguments(req *mcp.CallToolRequest, decoded json.RawMessage) json.RawMessage {
+	var sent struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if req == nil || req.Params == nil || json.Unmarshal(req.Params.Arguments, &sent) != nil {
+		return decoded
+	}
+	return sent.Arguments
 }
 
 func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {

@@ -20,11 +20,13 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/tools"
 )
 
 type payIn struct {
-	Invoice string `json:"invoice"`
+	Invoice string  `json:"invoice"`
+	Amount  float64 `json:"amount,omitempty"`
 }
 
 type payOut struct {
@@ -206,7 +208,9 @@ func TestOperatorMCP_ReadOnlyByDefaultAndAnswersLikeAPerson(t *testing.T) {
 // the runtime, which checks them as it checks an approve's: arguments the
 // tool's input does not decode are refused (invalid_content) and leave
 // the request pending; edited arguments the policy allows are recorded with
-// the answer and are the ones the tool runs with. weft_reject refuses
+// the answer, byte for byte as the call sent them (key order and number
+// spelling kept: a signed proof states their hash), and are the ones the
+// tool runs with. weft_reject refuses
 // edited arguments (invalid_request) rather than dropping them.
 func TestSemantics4_ApproveNarrower_OperatorMCP(t *testing.T) {
 	st := stack(t)
@@ -230,7 +234,7 @@ func TestSemantics4_ApproveNarrower_OperatorMCP(t *testing.T) {
 	if err := call(ctx, rw, mcpops.ToolApprove, answer(`{"invoice":8}`), &reply); err == nil || !strings.Contains(err.Error(), "invalid_content") {
 		t.Fatalf("approve with arguments the tool does not decode: %v, want invalid_content", err)
 	}
-	if err := call(ctx, rw, mcpops.ToolApprove, answer(`{"invoice":"INV-8"}`), &reply); err != nil {
+	if err := call(ctx, rw, mcpops.ToolApprove, answer(`{"invoice":"INV-8","amount":1.50}`), &reply); err != nil {
 		t.Fatalf("approve with edited arguments: %v", err)
 	}
 	var view struct {
@@ -247,13 +251,14 @@ func TestSemantics4_ApproveNarrower_OperatorMCP(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	var tl struct {
-		Events []events.Envelope `json:"events"`
-	}
-	if err := call(ctx, rw, mcpops.ToolTimeline, map[string]any{"run": "ops-edit"}, &tl); err != nil {
-		t.Fatalf("timeline: %v", err)
+	// The log read with the query client: this test's MCP client decodes
+	// structured answers into maps, which would hide the bytes recorded.
+	tl, err := st.Query.History(ctx, projector.HistoryRequest{Run: "ops-edit"})
+	if err != nil {
+		t.Fatalf("history: %v", err)
 	}
 	var answered []json.RawMessage
+	var raw []byte
 	for _, e := range tl.Events {
 		if e.Type == events.NameApprovalAnswered {
 			var a events.ApprovalAnswered
@@ -263,10 +268,10 @@ func TestSemantics4_ApproveNarrower_OperatorMCP(t *testing.T) {
 			answered = append(answered, a.Arguments)
 		}
 	}
-	if len(answered) != 1 || string(answered[0]) != `{"invoice":"INV-8"}` {
-		t.Errorf("answers recorded with arguments %s, want one with {\"invoice\":\"INV-8\"}", answered)
+	if len(answered) != 1 || string(answered[0]) != `{"invoice":"INV-8","amount":1.50}` {
+		t.Errorf("answers recorded with arguments %s, want one with the sent bytes {\"invoice\":\"INV-8\",\"amount\":1.50}", answered)
 	}
-	raw, err := json.Marshal(tl.Events)
+	raw, err = json.Marshal(tl.Events)
 	if err != nil {
 		t.Fatal(err)
 	}
