@@ -3,6 +3,7 @@
 // Node service that answers approvals with an approver of signed proofs
 // (approvers.Signed).
 import { createHash } from "node:crypto";
+import { goJSON } from "./protocol.js";
 
 const DOMAIN = "weft approval proof v1";
 // A proof of an approve with edited arguments (docs/semantics.md §4,
@@ -14,14 +15,14 @@ const DOMAIN_EDITED = "weft approval proof v2";
 /**
  * The lowercase hex SHA-256 of a call's canonical arguments bytes: take
  * them as the run view or the approvals inbox carries them (a string of
- * JSON, or the bytes), never re-serialized.
+ * JSON, or the bytes), or canonicalArguments of the parsed value, which
+ * spells them as the log does except for number spellings JSON.stringify
+ * changes (1.50, 1e3, integers beyond 2^53).
  * @param {string|Uint8Array} canonical
  */
 export function argumentsSha256(canonical) {
   return createHash("sha256").update(canonical).digest("hex");
 }
-
-const HTML_UNSAFE = /[<>&\u2028\u2029]/g;
 
 /**
  * The canonical bytes, as a string, of edited arguments the SDK sends
@@ -32,9 +33,8 @@ const HTML_UNSAFE = /[<>&\u2028\u2029]/g;
  * @param {unknown} value
  */
 export function canonicalArguments(value) {
-  const json = JSON.stringify(value);
-  if (json === undefined) throw new TypeError("arguments are not a JSON value");
-  return json.replace(HTML_UNSAFE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  if (JSON.stringify(value) === undefined) throw new TypeError("arguments are not a JSON value");
+  return goJSON(value);
 }
 
 function field(h, s) {
