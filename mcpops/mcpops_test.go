@@ -279,3 +279,28 @@ func TestSemantics4_ApproveNarrower_OperatorMCP(t *testing.T) {
 		t.Errorf("the tool did not run with the approved arguments only: %s", raw)
 	}
 }
+
+// TestOperatorMCP_ContentAndArgumentsTakeAnyJSON: the tools whose input
+// holds any JSON value (weft_reconcile's and weft_resolve's content,
+// weft_approve's arguments) take a JSON object: the request reaches the
+// runtime, which answers for the run (unknown_run here), rather than the
+// input schema refusing it before.
+func TestOperatorMCP_ContentAndArgumentsTakeAnyJSON(t *testing.T) {
+	st := stack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rw := session(t, mcpops.New(st.Server.Conn, mcpops.Config{Answers: true, NoRetry: true}))
+	var reply api.Reply
+	for _, c := range []struct {
+		tool string
+		in   map[string]any
+	}{
+		{mcpops.ToolReconcile, map[string]any{"run": "nope", "action": "1/call_1_1", "content": map[string]any{"output": map[string]any{"id": "PAY-1"}}}},
+		{mcpops.ToolResolve, map[string]any{"run": "nope", "action": "1/call_1_1", "content": map[string]any{"error": "declined"}}},
+		{mcpops.ToolApprove, map[string]any{"run": "nope", "action": "1/call_1_1", "revision": 1, "approver": "desk", "credential": "alice", "arguments": map[string]any{"invoice": "INV-8"}}},
+	} {
+		if err := call(ctx, rw, c.tool, c.in, &reply); err == nil || !strings.HasPrefix(err.Error(), "unknown_run") {
+			t.Errorf("%s with an object: %v, want unknown_run", c.tool, err)
+		}
+	}
+}
