@@ -209,7 +209,7 @@ export class Client {
   run(run: string): Promise<{ schema: 1; view: RunView; family_status: { status: string; waiting?: string[] }; child_status?: object[] }>;
   list(q?: { status?: string; agent?: string; updated_since?: string; limit?: number; cursor?: string }): Promise<{ schema: 1; runs: object[]; next?: string }>;
   history(q: { run: string; after?: number; limit?: number }): Promise<{ schema: 1; run: string; events: object[]; head: object; next?: number }>;
-  approvals(f?: { run?: string; agent?: string }): Promise<Array<{ run: string; action: string; revision: number; tool: string; arguments: unknown; requirement: { name: string; version: number }; [k: string]: any }>>;
+  approvals(f?: { run?: string; agent?: string }): Promise<Array<{ run: string; action: string; revision: number; tool: string; arguments: unknown; approved_arguments?: unknown; requirement: { name: string; version: number }; [k: string]: any }>>;
   uncertain(f?: { run?: string; agent?: string }): Promise<object[]>;
   questions(f?: { run?: string; agent?: string }): Promise<object[]>;
   waitFor(run: string, until: (view: RunView) => boolean, opts?: { signal?: AbortSignal }): Promise<RunView>;
