@@ -15,8 +15,11 @@ package mcpops
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"reflect"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
@@ -94,16 +97,30 @@ func New(nc *nats.Conn, cfg Config) *Server {
 		Description: "One run's recorded events in order (its audit trail), after version after, at most limit."}, s.timeline)
 	if cfg.Answers {
 		act := &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: new(bool)}
-		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolApprove, Annotations: act,
-			Description: "Approve a pending approval request (run, action, revision from weft_inbox) as approver, with the approver's credential or a signed proof; checked by the runtime as a person's answer is. Give the same command_id to retry."}, s.approve)
-		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReject, Annotations: act,
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolApprove, Annotations: act, InputSchema: inputSchema[AnswerIn](),
+			Description: "Approve a pending approval request (run, action, revision from weft_inbox) as approver, with the approver's credential or a signed proof; checked by the runtime as a person's answer is. Optional arguments approve the call narrowed to these edited arguments instead of the model's: the runtime decodes them with the tool's input schema and re-runs the policy with them (refused as edit_refused unless it allows them or asks for the same requirement), a signed proof must state their hash (approved_sha256), and the tool runs with them. Give the same command_id to retry."}, s.approve)
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReject, Annotations: act, InputSchema: inputSchema[AnswerIn](),
 			Description: "Reject a pending approval request with a reason, as approver (credential or signed proof)."}, s.reject)
-		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReconcile, Annotations: act,
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReconcile, Annotations: act, InputSchema: inputSchema[ContentIn](),
 			Description: `Reconcile an uncertain effect with what a person found out: content {"output": …}, {"error": "…"} or {"unconfirmed": "note"}; by names the person.`}, s.reconcile)
-		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolResolve, Annotations: act,
+		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolResolve, Annotations: act, InputSchema: inputSchema[ContentIn](),
 			Description: `Resolve an open question (an effect reconciled as unconfirmed) with its final truth: content {"output": …} or {"error": "…"}.`}, s.resolve)
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolCancel, Annotations: act,
 			Description: "Cancel a run, with a reason; by names the person."}, s.cancel)
+	}
+	return s
+}
+
+// inputSchema is the input schema inferred from T, with any JSON value
+// for its json.RawMessage fields (edited arguments, a reconciliation's
+// content): inferred as is, a json.RawMessage is a byte slice, whose
+// schema refuses every JSON object.
+func inputSchema[T any]() *jsonschema.Schema {
+	s, err := jsonschema.For[T](&jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[json.RawMessage](): {},
+	}})
+	if err != nil {
+		panic(fmt.Sprintf("mcpops: input schema of %T: %v", *new(T), err))
 	}
 	return s
 }
@@ -197,16 +214,40 @@ type AnswerIn struct {
 	Credential string                `json:"credential,omitempty" jsonschema:"the approver's credential (approvers that take one)"`
 	Proof      *events.ApprovalProof `json:"proof,omitempty" jsonschema:"a signed proof (approvers of signed proofs; docs/security.md)"`
 	Reason     string                `json:"reason,omitempty" jsonschema:"why (reject)"`
-	CommandID  string                `json:"command_id,omitempty" jsonschema:"the same id on a retry answers the same"`
+	// Arguments are an approve's edited arguments (api.ApproveRequest.Arguments).
+	Arguments json.RawMessage `json:"arguments,omitempty" jsonschema:"approve only: edited arguments that narrow the call (docs/semantics.md §4, Approving narrower arguments); the policy re-checks them"`
+	CommandID string          `json:"command_id,omitempty" jsonschema:"the same id on a retry answers the same"`
 }
 
-func (s *Server) approve(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
+func (s *Server) approve(ctx context.Context, req *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
 	r, err := s.cmd.Approve(ctx, api.ApproveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
-		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof})
+		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: sentArguments(req, in.Arguments)})
 	return nil, r, err
 }
 
+// sentArguments are the edited arguments exactly as the tool call sent
+// them: the MCP SDK hands the handler its input decoded and encoded again
+// (keys sorted, numbers as float64), which is the same JSON value but not
+// the same bytes — and a signed proof states the SHA-256 of the canonical
+// bytes sent (approved_sha256), which key order and number spelling
+// change. decoded, the arguments as the handler got them, are the answer
+// when the call's own are not readable.
+func sentArguments(req *mcp.CallToolRequest, decoded json.RawMessage) json.RawMessage {
+	var sent struct {
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if req == nil || req.Params == nil || json.Unmarshal(req.Params.Arguments, &sent) != nil {
+		return decoded
+	}
+	return sent.Arguments
+}
+
 func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
+	if api.EditedArguments(in.Arguments) != nil {
+		// As a batch decide's reject item (api.DecideRequest): a reject
+		// never narrows a call, so edited arguments are refused, never dropped.
+		return nil, nil, weft.Errorf(weft.CodeInvalidRequest, "arguments: a reject takes no edited arguments")
+	}
 	r, err := s.cmd.Reject(ctx, api.RejectRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
 		Reason: in.Reason, Approver: in.Approver, Credential: in.Credential, Proof: in.Proof})
 	return nil, r, err

@@ -19,11 +19,14 @@ import (
 	"github.com/weftrun/weft/mcpops"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/tools"
 )
 
 type payIn struct {
-	Invoice string `json:"invoice"`
+	Invoice string  `json:"invoice"`
+	Amount  float64 `json:"amount,omitempty"`
 }
 
 type payOut struct {
@@ -34,8 +37,8 @@ type payOut struct {
 // once (an approval by the trusting approver "desk") and then answers.
 func stack(t *testing.T) *mcptest.Stack {
 	t.Helper()
-	pay := tools.Bind(tools.Define[payIn, payOut]("pay", "Pays an invoice."), func(context.Context, tools.Call, payIn) (payOut, error) {
-		return payOut{ID: "PAY-1"}, nil
+	pay := tools.Bind(tools.Define[payIn, payOut]("pay", "Pays an invoice."), func(_ context.Context, _ tools.Call, in payIn) (payOut, error) {
+		return payOut{ID: "PAY-" + in.Invoice}, nil
 	}, func(error) tools.Failure { return tools.Explain("no") })
 	m := model.NewRules("desk",
 		model.Rule{Name: "report", Match: func(r model.Request) bool { return len(model.Results(r)) > 0 }, Step: model.Answer("paid")},
@@ -103,6 +106,22 @@ func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
 	return names
 }
 
+// pending waits for run's first pending approval request in the inbox.
+func pending(ctx context.Context, t *testing.T, cs *mcp.ClientSession, run string) projections.ApprovalItem {
+	t.Helper()
+	var inbox mcpops.InboxOut
+	for len(inbox.Approvals) == 0 {
+		if err := call(ctx, cs, mcpops.ToolInbox, map[string]any{"kind": "approvals", "run": run}, &inbox); err != nil {
+			t.Fatalf("inbox: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("no approval in the inbox")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return inbox.Approvals[0]
+}
+
 // TestOperatorMCP_ReadOnlyByDefaultAndAnswersLikeAPerson: the operator
 // MCP server lists the inbox, the runs, a run and its timeline; it offers
 // no answering tool unless Answers is set; with it, an approval answered
@@ -121,17 +140,8 @@ func TestOperatorMCP_ReadOnlyByDefaultAndAnswersLikeAPerson(t *testing.T) {
 	if _, err := st.API.Start(ctx, api.StartRequest{Run: "ops-1", Agent: "desk", Input: "pay INV-7"}); err != nil {
 		t.Fatal(err)
 	}
+	item := pending(ctx, t, ro, "ops-1")
 	var inbox mcpops.InboxOut
-	for len(inbox.Approvals) == 0 {
-		if err := call(ctx, ro, mcpops.ToolInbox, map[string]any{"kind": "approvals", "run": "ops-1"}, &inbox); err != nil {
-			t.Fatalf("inbox: %v", err)
-		}
-		if ctx.Err() != nil {
-			t.Fatal("no approval in the inbox")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	item := inbox.Approvals[0]
 	if err := call(ctx, ro, mcpops.ToolInbox, map[string]any{"kind": "mail"}, &inbox); err == nil || !strings.Contains(err.Error(), "invalid_request") {
 		t.Errorf("kind mail: %v, want invalid_request", err)
 	}
@@ -190,5 +200,107 @@ func TestOperatorMCP_ReadOnlyByDefaultAndAnswersLikeAPerson(t *testing.T) {
 	}
 	if err := call(ctx, ro, mcpops.ToolRun, map[string]any{"run": "nope"}, &view); err == nil || !strings.Contains(err.Error(), "unknown_run") {
 		t.Errorf("an unknown run: %v, want unknown_run", err)
+	}
+}
+
+// TestSemantics4_ApproveNarrower_OperatorMCP (docs/semantics.md §4,
+// "Approving narrower arguments"): weft_approve passes edited arguments to
+// the runtime, which checks them as it checks an approve's: arguments the
+// tool's input does not decode are refused (invalid_content) and leave
+// the request pending; edited arguments the policy allows are recorded with
+// the answer, byte for byte as the call sent them (key order and number
+// spelling kept: a signed proof states their hash), and are the ones the
+// tool runs with. weft_reject refuses
+// edited arguments (invalid_request) rather than dropping them.
+func TestSemantics4_ApproveNarrower_OperatorMCP(t *testing.T) {
+	st := stack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rw := session(t, mcpops.New(st.Server.Conn, mcpops.Config{Answers: true}))
+	if _, err := st.API.Start(ctx, api.StartRequest{Run: "ops-edit", Agent: "desk", Input: "pay INV-7"}); err != nil {
+		t.Fatal(err)
+	}
+	item := pending(ctx, t, rw, "ops-edit")
+	answer := func(arguments string) map[string]any {
+		return map[string]any{"run": item.Run, "action": item.Action, "revision": item.Revision, "approver": "desk", "credential": "alice",
+			"arguments": json.RawMessage(arguments)}
+	}
+	var reply api.Reply
+	rej := answer(`{"invoice":"INV-8"}`)
+	rej["reason"] = "no"
+	if err := call(ctx, rw, mcpops.ToolReject, rej, &reply); err == nil || !strings.Contains(err.Error(), "invalid_request") {
+		t.Fatalf("reject with edited arguments: %v, want invalid_request", err)
+	}
+	if err := call(ctx, rw, mcpops.ToolApprove, answer(`{"invoice":8}`), &reply); err == nil || !strings.Contains(err.Error(), "invalid_content") {
+		t.Fatalf("approve with arguments the tool does not decode: %v, want invalid_content", err)
+	}
+	if err := call(ctx, rw, mcpops.ToolApprove, answer(`{"invoice":"INV-8","amount":1.50}`), &reply); err != nil {
+		t.Fatalf("approve with edited arguments: %v", err)
+	}
+	var view struct {
+		View struct {
+			Status string `json:"status"`
+		} `json:"view"`
+	}
+	for view.View.Status != "finished" {
+		if err := call(ctx, rw, mcpops.ToolRun, map[string]any{"run": "ops-edit"}, &view); err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the run did not finish: %s", view.View.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The log read with the query client: this test's MCP client decodes
+	// structured answers into maps, which would hide the bytes recorded.
+	tl, err := st.Query.History(ctx, projector.HistoryRequest{Run: "ops-edit"})
+	if err != nil {
+		t.Fatalf("history: %v", err)
+	}
+	var answered []json.RawMessage
+	var raw []byte
+	for _, e := range tl.Events {
+		if e.Type == events.NameApprovalAnswered {
+			var a events.ApprovalAnswered
+			if err := json.Unmarshal(e.Payload, &a); err != nil {
+				t.Fatal(err)
+			}
+			answered = append(answered, a.Arguments)
+		}
+	}
+	if len(answered) != 1 || string(answered[0]) != `{"invoice":"INV-8","amount":1.50}` {
+		t.Errorf("answers recorded with arguments %s, want one with the sent bytes {\"invoice\":\"INV-8\",\"amount\":1.50}", answered)
+	}
+	raw, err = json.Marshal(tl.Events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "PAY-INV-8") || strings.Contains(string(raw), "PAY-INV-7") {
+		t.Errorf("the tool did not run with the approved arguments only: %s", raw)
+	}
+}
+
+// TestOperatorMCP_ContentAndArgumentsTakeAnyJSON: the tools whose input
+// holds any JSON value (weft_reconcile's and weft_resolve's content,
+// weft_approve's arguments) take a JSON object: the request reaches the
+// runtime, which answers for the run (unknown_run here), rather than the
+// input schema refusing it before.
+func TestOperatorMCP_ContentAndArgumentsTakeAnyJSON(t *testing.T) {
+	st := stack(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rw := session(t, mcpops.New(st.Server.Conn, mcpops.Config{Answers: true, NoRetry: true}))
+	var reply api.Reply
+	for _, c := range []struct {
+		tool string
+		in   map[string]any
+	}{
+		{mcpops.ToolReconcile, map[string]any{"run": "nope", "action": "1/call_1_1", "content": map[string]any{"output": map[string]any{"id": "PAY-1"}}}},
+		{mcpops.ToolResolve, map[string]any{"run": "nope", "action": "1/call_1_1", "content": map[string]any{"error": "declined"}}},
+		{mcpops.ToolApprove, map[string]any{"run": "nope", "action": "1/call_1_1", "revision": 1, "approver": "desk", "credential": "alice", "arguments": map[string]any{"invoice": "INV-8"}}},
+	} {
+		if err := call(ctx, rw, c.tool, c.in, &reply); err == nil || !strings.HasPrefix(err.Error(), "unknown_run") {
+			t.Errorf("%s with an object: %v, want unknown_run", c.tool, err)
+		}
 	}
 }

@@ -189,7 +189,15 @@ type CommandReply = Promise<{ schema: 1; run: string; status: string }>;
 export class Client {
   constructor(nc: NatsConnection, opts?: { timeoutMs?: number; retryWithinMs?: number });
   start(req: { run?: string; agent: string; version?: string; input: string; correlation?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
-  approve(req: { run: string; action: string; revision: number; approver: string; credential?: string; proof?: object; command_id?: string }, opts?: CommandOptions): CommandReply;
+  /**
+   * Approves a pending request. arguments, when given (a JSON value, not a
+   * string of JSON), approve the call narrowed to these edited arguments
+   * (docs/semantics.md §4, "Approving narrower arguments"): the runtime
+   * decodes them with the tool's input (else InvalidContentError) and
+   * re-runs the policy with them (else EditRefusedError); a signed proof
+   * must then state approved_sha256 (canonicalArguments). null is no edit.
+   */
+  approve(req: { run: string; action: string; revision: number; approver: string; credential?: string; proof?: object; arguments?: unknown; command_id?: string }, opts?: CommandOptions): CommandReply;
   reject(req: { run: string; action: string; revision: number; reason: string; approver?: string; credential?: string; by?: string; proof?: object; command_id?: string }, opts?: CommandOptions): CommandReply;
   reconcile(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
   reconcileStored(req: { run: string; action: string; content: unknown; by?: string; command_id?: string }, opts?: CommandOptions): CommandReply;
@@ -201,7 +209,7 @@ export class Client {
   run(run: string): Promise<{ schema: 1; view: RunView; family_status: { status: string; waiting?: string[] }; child_status?: object[] }>;
   list(q?: { status?: string; agent?: string; updated_since?: string; limit?: number; cursor?: string }): Promise<{ schema: 1; runs: object[]; next?: string }>;
   history(q: { run: string; after?: number; limit?: number }): Promise<{ schema: 1; run: string; events: object[]; head: object; next?: number }>;
-  approvals(f?: { run?: string; agent?: string }): Promise<Array<{ run: string; action: string; revision: number; tool: string; arguments: unknown; requirement: { name: string; version: number }; [k: string]: any }>>;
+  approvals(f?: { run?: string; agent?: string }): Promise<Array<{ run: string; action: string; revision: number; tool: string; arguments: unknown; approved_arguments?: unknown; requirement: { name: string; version: number }; [k: string]: any }>>;
   uncertain(f?: { run?: string; agent?: string }): Promise<object[]>;
   questions(f?: { run?: string; agent?: string }): Promise<object[]>;
   waitFor(run: string, until: (view: RunView) => boolean, opts?: { signal?: AbortSignal }): Promise<RunView>;
@@ -210,12 +218,24 @@ export class Client {
 /** What a signed approval proof answers (docs/protocol/20-events.md, "Signed approval proofs"). */
 export interface ProofSubject {
   run: string; action: string; revision: number; requirement: { name: string; version: number };
-  tool: string; arguments_sha256: string; answer: "approve" | "reject";
+  tool: string; arguments_sha256: string;
+  /**
+   * For an approve with edited arguments only: argumentsSha256 of their
+   * canonicalArguments; the proof is then signed as "weft approval proof v2".
+   */
+  approved_sha256?: string;
+  answer: "approve" | "reject";
 }
 export interface ApprovalProof extends ProofSubject { key: string; expires: string; signature: string; }
 /** Lowercase hex SHA-256 of a call's canonical arguments bytes, as received (never re-serialized). */
 export function argumentsSha256(canonical: string | Uint8Array): string;
-/** The SHA-256 digest a proof's signature signs. */
+/**
+ * The canonical bytes (as a string) of a JSON value the SDK sends: JSON.stringify
+ * with <, >, &, U+2028, U+2029 escaped as the runtime's canonical form
+ * writes them. argumentsSha256(canonicalArguments(edit)) is approved_sha256.
+ */
+export function canonicalArguments(value: unknown): string;
+/** The SHA-256 digest a proof's signature signs (v2 when approved_sha256 is set). */
 export function proofDigest(p: Omit<ApprovalProof, "signature">): Buffer;
 /** Signs the answer with an nkey user key pair (@nats-io/nkeys fromSeed) or any signer alike. */
 export function signProof(subject: ProofSubject, signer: { getPublicKey(): string; sign(data: Uint8Array): Uint8Array }, expires: Date | string | number): ApprovalProof;

@@ -122,7 +122,13 @@ export class Client {
       throw err;
     }
   }
-  /** Approves a pending request: {run, action, revision, approver, credential} or {..., proof}. */
+  /**
+   * Approves a pending request: {run, action, revision, approver, credential}
+   * or {..., proof}; with arguments (a JSON value) it approves the call
+   * narrowed to them (docs/semantics.md §4, "Approving narrower
+   * arguments"), sent as JSON.stringify writes them — a signed proof states
+   * argumentsSha256(canonicalArguments(arguments)) as approved_sha256.
+   */
   approve(req, opts) { return this.#command("approve", req, opts); }
   /** Rejects a pending request: {run, action, revision, reason, approver?, credential?, proof?}. */
   reject(req, opts) { return this.#command("reject", req, opts); }

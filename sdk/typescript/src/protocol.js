@@ -39,8 +39,9 @@ export function claimKey(run, action, attempt, incarnation) {
   return `${run}.${Buffer.from(action, "utf8").toString("base64url")}.${attempt}.${incarnation}`;
 }
 
-// Go's encoding/json escapes these inside strings; the key hashes Go's bytes.
-function goJSON(v) {
+// Go's encoding/json escapes these inside strings; the key hashes Go's bytes
+// (and so do approval proofs: proof.js canonicalArguments).
+export function goJSON(v) {
   return JSON.stringify(v).replace(/[<>&\u2028\u2029]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 }
 

@@ -6,7 +6,7 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "@nats-io/transport-node";
 import { createUser } from "@nats-io/nkeys";
-import { Client, Worker, bind, uncertain, finished, suspended, signProof, argumentsSha256, RunEndedError, UnknownRunError, WrongReferenceError, WeftError } from "../src/index.js";
+import { Client, Worker, bind, uncertain, finished, suspended, signProof, argumentsSha256, canonicalArguments, RunEndedError, UnknownRunError, WrongReferenceError, WeftError, ProofRefusedError, InvalidContentError } from "../src/index.js";
 import { startHarness } from "./support/harness.js";
 
 const approverKey = createUser();
@@ -90,6 +90,44 @@ test("TestScenario15_ApprovalWithASignedProofFromTypeScript: the proof is record
     await client.waitFor("ts-signed", finished);
     assert.equal(calls.length, 1);
     assert.equal(calls[0].reviewer, "carol");
+  } finally {
+    ac.abort();
+    await running;
+    await nc.close();
+  }
+});
+
+test("TestSemantics4_ApproveNarrower_FromTypeScript: an edited approve with a v2 proof runs the tool with the edit; a v1 proof or arguments the tool refuses record nothing", async () => {
+  const nc = await connect({ servers: h.url });
+  const w = new Worker(nc, { agent: "tsdk", version: "1" });
+  const inputs = [];
+  w.handle(bind({ name: "guarded" }, (input, call) => { inputs.push({ input, reviewer: call.reviewer }); return { text: input.text }; }, (err) => uncertain(String(err))));
+  const ac = new AbortController();
+  const running = w.run({ signal: ac.signal });
+  try {
+    await client.start({ run: "ts-narrow", agent: "tsdk", input: JSON.stringify([{ tool: "guarded", args: { text: "pay 30 <EUR> & co" } }]) });
+    await client.waitFor("ts-narrow", suspended);
+    const [item] = await pendingApprovals("ts-narrow");
+    const edit = { text: "pay 3 <EUR> & co" };
+    const subject = {
+      run: item.run, action: item.action, revision: item.revision, requirement: item.requirement, tool: item.tool,
+      // JSON.stringify alone would not escape <, > and &: the log's bytes do.
+      arguments_sha256: argumentsSha256(canonicalArguments(item.arguments)), answer: "approve",
+    };
+    const expires = new Date(Date.now() + 30000);
+    const ref = { run: "ts-narrow", action: item.action, revision: item.revision };
+    const asAsked = signProof(subject, approverKey, expires);
+    const refused = await client.approve({ ...ref, approver: "keys", proof: asAsked, arguments: edit }).catch((e) => e);
+    assert.ok(refused instanceof ProofRefusedError, `a v1 proof with an edit: ${refused}`);
+    assert.equal(refused.reason, "other_arguments");
+    await assert.rejects(client.approve({ ...ref, approver: "tsdk", credential: "alice", arguments: { text: 3 } }), InvalidContentError);
+    const proof = signProof({ ...subject, approved_sha256: argumentsSha256(canonicalArguments(edit)) }, approverKey, expires);
+    await client.approve({ ...ref, approver: "keys", proof, arguments: edit });
+    const view = await client.waitFor("ts-narrow", finished);
+    assert.deepEqual(inputs, [{ input: edit, reviewer: "carol" }]);
+    const action = view.actions.find((a) => a.id === item.action);
+    assert.deepEqual(action.approved_arguments, edit);
+    assert.deepEqual(action.arguments, { text: "pay 30 <EUR> & co" });
   } finally {
     ac.abort();
     await running;
