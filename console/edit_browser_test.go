@@ -71,6 +71,7 @@ func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
 
 	// Indented, as a person edits it: the page signs the compacted bytes.
 	setArgs("{\n  \"invoice\": \"INV-7\",\n  \"payee\": \"ACME Ltd\",\n  \"amount\": 90,\n  \"currency\": \"EUR\"\n}")
+	saveShot(t, "approve-with-changes-card.png", get(t, ctx, "edit screenshot", chromedp.Screenshot(chromedp.CSS(card))))
 	do(t, ctx, "approve 90 EUR signed",
 		typeIn(card+` [data-signing-key]`, seed),
 		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
