@@ -1,13 +1,18 @@
 package console_test
 
 import (
+	"context"
 	"encoding/json"
 	"html"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/policy"
 )
 
 // Without a browser (docs/semantics.md §4, "Approving narrower
@@ -105,5 +110,75 @@ func TestSemantics4_ConsoleFormUnchangedArgumentsAreNoEdit(t *testing.T) {
 	s.waitStatus(t, "nedit-9", "finished")
 	if ans := s.answered(t, "nedit-9"); ans.Answer != events.AnswerReject || ans.Arguments != nil {
 		t.Fatalf("the log records %+v, want a reject without arguments", ans)
+	}
+}
+
+// The narrowing desk: the demo's payment desk under a policy that holds an
+// approver's edit narrower than the request (docs/security.md, "Approving
+// narrower arguments"): an edited payment above the amount the model asked
+// for is denied. It runs on a stack of its own (hostedStack).
+var (
+	narrowOnce sync.Once
+	narrowErr  error
+	narrow     *stack
+)
+
+func narrowStack(t *testing.T) *stack {
+	t.Helper()
+	narrowOnce.Do(func() {
+		desk := demo.Policy()
+		p := policy.Func(func(ctx context.Context, a policy.Action) (policy.Decision, error) {
+			if a.Asked != nil {
+				var asked, edit demo.SendPayment
+				if json.Unmarshal(a.Asked, &asked) == nil && json.Unmarshal(a.Arguments, &edit) == nil && edit.Amount > asked.Amount {
+					return policy.Deny("approve at most the amount asked"), nil
+				}
+			}
+			return desk.Decide(ctx, a)
+		})
+		a, err := agent.New(demo.AgentName, demo.ScriptedModel(), demo.Tools(), p, agent.WithApprovers(approvers.Trusting(demo.Approver))).Build()
+		if err != nil {
+			narrowErr = err
+			return
+		}
+		narrow, narrowErr = hostedStack("narrow", a)
+	})
+	if narrowErr != nil {
+		t.Fatalf("narrow stack: %v", narrowErr)
+	}
+	return narrow
+}
+
+// An edit the policy denies is refused edit_refused (policy_denied): the
+// page shows the code and the reason, nothing is recorded, the request
+// still waits and its card is still on the inbox; a narrower edit is then
+// approved.
+func TestSemantics4_ConsoleShowsEditRefused(t *testing.T) {
+	s := narrowStack(t)
+	s.start(t, "nrefuse-7", "pay invoice INV-7", "suspended")
+	form := approveForm("nrefuse-7", "console-nrefuse-1", demo.Approver, "gina")
+	form.Set("runs_with", askedINV7)
+	form.Set("arguments", strings.Replace(askedINV7, "1200", "5000", 1))
+	_, page := s.post(t, "/act/approval", form, nil)
+	if !strings.Contains(page, `<code class="code">edit_refused</code>`) || !strings.Contains(page, `<code class="reason">policy_denied</code>`) {
+		t.Fatalf("the page does not show edit_refused (policy_denied):\n%s", page)
+	}
+	if n := len(s.history(t, "nrefuse-7", events.NameApprovalAnswered)); n != 0 {
+		t.Fatalf("%d answers recorded after a refused edit, want 0", n)
+	}
+	if v := s.waitStatus(t, "nrefuse-7", "suspended"); len(v.Approvals) != 1 {
+		t.Fatalf("approvals %v, want the request still pending", v.Approvals)
+	}
+	if _, inbox := s.get(t, "/"); !strings.Contains(inbox, `id="`+cardKey("approval", "nrefuse-7", "2/call_2_1")+`"`) {
+		t.Fatal("the request's card left the inbox after a refused edit")
+	}
+	form.Set("command_id", "console-nrefuse-2")
+	form.Set("arguments", narrowINV7)
+	if _, a := s.post(t, "/act/approval", form, map[string]string{"Accept": "application/json"}); !strings.Contains(a, `"ok":true`) {
+		t.Fatalf("the narrower edit answers %s", a)
+	}
+	s.waitStatus(t, "nrefuse-7", "finished")
+	if ans := s.answered(t, "nrefuse-7"); string(ans.Arguments) != narrowINV7 {
+		t.Fatalf("the log records %s, want %s", ans.Arguments, narrowINV7)
 	}
 }
