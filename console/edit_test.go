@@ -7,12 +7,14 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/projector"
 )
 
 // Without a browser (docs/semantics.md §4, "Approving narrower
@@ -26,6 +28,21 @@ const (
 	narrowINV7  = `{"invoice":"INV-7","payee":"ACME Ltd","amount":90,"currency":"EUR"}`
 	prettyAsked = "{\n  \"invoice\": \"INV-7\",\n  \"payee\": \"ACME Ltd\",\n  \"amount\": 1200,\n  \"currency\": \"EUR\"\n}"
 )
+
+// waitApproval waits (45 s at most) until the approvals inbox the
+// projector stores has run's pending request: the pages' cards read it.
+func (s *stack) waitApproval(t *testing.T, run string) {
+	t.Helper()
+	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		items, err := s.query.Approvals(ctx, projector.InboxRequest{Run: run})
+		cancel()
+		if err == nil && len(items) == 1 {
+			return
+		}
+	}
+	t.Fatalf("the approvals inbox never had %s's request", run)
+}
 
 // answered returns the run's one recorded approval answer.
 func (s *stack) answered(t *testing.T, run string) events.ApprovalAnswered {
@@ -44,6 +61,7 @@ func (s *stack) answered(t *testing.T, run string) events.ApprovalAnswered {
 func TestSemantics4_ConsoleFormSendsEditedArguments(t *testing.T) {
 	s := devStack(t)
 	s.start(t, "nedit-7", "pay invoice INV-7", "suspended")
+	s.waitApproval(t, "nedit-7")
 	_, page := s.get(t, "/runs/nedit-7")
 	page = html.UnescapeString(page)
 	if !strings.Contains(page, `name="runs_with" value="`+askedINV7+`"`) || !strings.Contains(page, prettyAsked+"</textarea>") {
@@ -156,6 +174,7 @@ func narrowStack(t *testing.T) *stack {
 func TestSemantics4_ConsoleShowsEditRefused(t *testing.T) {
 	s := narrowStack(t)
 	s.start(t, "nrefuse-7", "pay invoice INV-7", "suspended")
+	s.waitApproval(t, "nrefuse-7")
 	form := approveForm("nrefuse-7", "console-nrefuse-1", demo.Approver, "gina")
 	form.Set("runs_with", askedINV7)
 	form.Set("arguments", strings.Replace(askedINV7, "1200", "5000", 1))
