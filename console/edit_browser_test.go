@@ -21,7 +21,7 @@ import (
 // codec refuses (a currency outside its enum) is refused invalid_content,
 // nothing is recorded and the card stays; the 1200 EUR payment approved
 // as 90 EUR is signed in the browser with the v2 digest (the approved
-// arguments' hash), the log records the model's and the approved
+// arguments' hash, of their canonical bytes as the runner hashes them), the log records the model's and the approved
 // arguments, the body runs with 90, and the run page marks the approved
 // arguments.
 func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
@@ -33,7 +33,10 @@ func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
 	seed := strings.TrimSpace(string(raw))
 	_, pub := s.approverKey(t)
 	const asked = `{"invoice":"INV-7","payee":"ACME Ltd","amount":1200,"currency":"EUR"}`
-	const approved = `{"invoice":"INV-7","payee":"ACME Ltd","amount":90,"currency":"EUR"}`
+	// The payee edited too, with characters the canonical form escapes
+	// (<, >, &) and others it keeps (é, U+2014): the page hashes the bytes
+	// the runner hashes.
+	const approved = `{"invoice":"INV-7","payee":"ACME \u003cEU\u003e \u0026 Café — Ltd","amount":90,"currency":"EUR"}`
 
 	s.start(t, "edit-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
@@ -70,13 +73,13 @@ func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
 	}
 
 	// Indented, as a person edits it: the page signs the compacted bytes.
-	setArgs("{\n  \"invoice\": \"INV-7\",\n  \"payee\": \"ACME Ltd\",\n  \"amount\": 90,\n  \"currency\": \"EUR\"\n}")
+	setArgs("{\n  \"invoice\": \"INV-7\",\n  \"payee\": \"ACME <EU> & Café — Ltd\",\n  \"amount\": 90,\n  \"currency\": \"EUR\"\n}")
 	saveShot(t, "approve-with-changes-card.png", get(t, ctx, "edit screenshot", chromedp.Screenshot(chromedp.CSS(card))))
 	do(t, ctx, "approve 90 EUR signed",
 		typeIn(card+` [data-signing-key]`, seed),
 		chromedp.Click(chromedp.CSS(card+` button[value=approve]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved with changes")`))
-	if msg := get(t, ctx, "answer", chromedp.Text(chromedp.CSS(card+` [data-result]`))); !strings.Contains(msg, approved) || !strings.Contains(msg, "Signed with key "+pub) {
+	if msg := get(t, ctx, "answer", chromedp.Text(chromedp.CSS(card+` [data-result]`))); !strings.Contains(msg, "Approved with changes") || !strings.Contains(msg, "Signed with key "+pub) {
 		t.Errorf("the card says %q", msg)
 	}
 
