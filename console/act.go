@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -237,13 +238,22 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 			c.respond(w, r, notSent("Type your credential to approve."))
 			return
 		}
-		rep, err := c.cmd.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential, Proof: signed})
+		edit, ok := editedArguments(f)
+		if !ok {
+			c.respond(w, r, notSent("The edited arguments are not JSON: correct them, or close “Approve with changes” to approve the call as asked."))
+			return
+		}
+		rep, err := c.cmd.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential, Proof: signed, Arguments: edit})
 		if err != nil {
 			c.respond(w, r, c.answerErr(r, err, run, action), credential)
 			return
 		}
-		c.log.Info("console: approved", "run", run, "action", action, "revision", rev, "signed", signed != nil)
-		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: "Approved." + signedBy + " " + describeStatus(run, rep.Status)})
+		c.log.Info("console: approved", "run", run, "action", action, "revision", rev, "signed", signed != nil, "edited", edit != nil)
+		what := "Approved."
+		if edit != nil {
+			what = "Approved with changes: the call runs with " + string(edit) + "."
+		}
+		c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(run), Message: what + signedBy + " " + describeStatus(run, rep.Status)})
 	case "reject":
 		reason := strings.TrimSpace(f.Get("reason"))
 		if reason == "" {
@@ -264,6 +274,28 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 	default:
 		c.respond(w, r, notSent("Press Approve or Reject."))
 	}
+}
+
+// editedArguments reads the edited arguments of an approval form
+// ("Approve with changes", docs/semantics.md §4, "Approving narrower
+// arguments"): nil when the form has none, or when they are the arguments
+// the call would run with anyway (the field runs_with, which the form
+// starts from: approving them unchanged is approving as asked); ok is
+// false when they are not JSON. They are sent compacted (proof.Canonical),
+// the bytes whose hash the page's signed proof states.
+func editedArguments(f url.Values) (json.RawMessage, bool) {
+	text := strings.TrimSpace(f.Get("arguments"))
+	if text == "" {
+		return nil, true
+	}
+	edit, err := proof.Canonical(json.RawMessage(text))
+	if err != nil {
+		return nil, false
+	}
+	if asked, err := proof.Canonical(json.RawMessage(f.Get("runs_with"))); err == nil && bytes.Equal(asked, edit) {
+		return nil, true
+	}
+	return edit, true
 }
 
 // actReconcile records what happened to an uncertain action: the tool's

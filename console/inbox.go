@@ -10,6 +10,8 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 
 	weft "github.com/weftrun/weft"
@@ -97,6 +99,22 @@ type approvalCard struct {
 	// runner's for the proof's expiry.
 	ArgumentsSHA256 string
 	NowMillis       int64
+	// Approved are the edited arguments an earlier approve narrowed the
+	// call to, readable (ApprovalItem.Approved), and ApprovedSHA256 their
+	// hash, which a signed proof of an approve without a new edit states
+	// (proof.Subject.WithApproved).
+	Approved       []field
+	ApprovedSHA256 string
+	// RunsWith is the JSON of the arguments the call would run with if
+	// approved as it stands (the approved ones, else the model's), indented:
+	// the editable arguments of "Approve with changes" start from it.
+	RunsWith string
+	// RunsWithCompact is the same arguments compacted (proof.Canonical),
+	// sent with the form (runs_with): an edit equal to them is none.
+	RunsWithCompact string
+	// Weft is the weft command that approves with edited arguments (the
+	// arguments in it to edit), for the page without the script.
+	Weft string
 }
 
 // approverOption is one approver of the form's choice; Lifetime, in
@@ -122,6 +140,15 @@ func (s approvalsSection) load(ctx context.Context, run, ret string) sectionView
 		ac := approvalCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(),
 			Approver: s.c.approver, CredentialHelp: s.c.credentialHelp, Return: ret, ShowRun: run == ""}
 		ac.ArgumentsSHA256, _ = proof.ArgumentsHash(it.Arguments)
+		runsWith := it.Arguments
+		if it.Approved != nil {
+			ac.Approved = fields(it.Approved)
+			ac.ApprovedSHA256, _ = proof.ArgumentsHash(it.Approved)
+			runsWith = it.Approved
+		}
+		ac.RunsWith = pretty(runsWith)
+		compact, _ := proof.Canonical(runsWith)
+		ac.RunsWithCompact = string(compact)
 		ac.NowMillis = time.Now().UnixMilli()
 		if e, err := s.c.entry(ctx, it.Agent); err == nil {
 			for _, name := range e.Approvers {
@@ -136,6 +163,12 @@ func (s approvalsSection) load(ctx context.Context, run, ret string) sectionView
 			}
 			_, ac.Signing = e.SignedApprover(ac.Approver)
 		}
+		who := []string{"--credential", "YOUR_CREDENTIAL"}
+		if ac.Signing {
+			who = []string{"--signing-key", "YOUR_KEY.nk"}
+		}
+		ac.Weft = strings.Join(append([]string{"weft", "approve", shellQuote(it.Run), shellQuote(it.Action), "--revision", strconv.Itoa(it.Revision),
+			"--approver", shellQuote(ac.Approver)}, append(who, "--args", shellQuote(string(compact)))...), " ")
 		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("approval-card", ac)})
 	}
 	return v

@@ -56,6 +56,10 @@ type cancelForm struct {
 type actionRow struct {
 	projections.ActionView
 	Args []field
+	// Approved are the edited arguments an approver narrowed the call to
+	// (docs/semantics.md §4, "Approving narrower arguments"), readable;
+	// empty when nobody edited the call.
+	Approved []field
 	// Result is the content the model read, readable.
 	ResultFields []field
 }
@@ -217,6 +221,9 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 	}
 	for _, a := range v.Actions {
 		row := actionRow{ActionView: a, Args: fields(a.Arguments)}
+		if a.Approved != nil {
+			row.Approved = fields(a.Approved)
+		}
 		if a.Result != "" {
 			row.ResultFields = fields(json.RawMessage(a.Result))
 		}

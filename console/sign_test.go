@@ -308,7 +308,9 @@ func TestSecurityWhoDidIt_ConsoleNoReasonNoStatement(t *testing.T) {
 	if !strings.Contains(page, `<code class="reason">no_identity</code>`) || !strings.Contains(page, "also requires a reason") {
 		t.Fatalf("the refused page does not say a reason is required:\n%s", page)
 	}
-	if strings.Contains(page, "YOUR_KEY.nk") || strings.Contains(page, `id="sign-again"`) {
+	// (the approval card's weft approve --args line names YOUR_KEY.nk too:
+	// a signing statement's command is the one with --proof-ttl)
+	if strings.Contains(page, "YOUR_KEY.nk --proof-ttl") || strings.Contains(page, `id="sign-again"`) {
 		t.Fatalf("the refused page shows a signing command for a command without a reason:\n%s", page)
 	}
 }

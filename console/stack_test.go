@@ -71,6 +71,9 @@ func TestMain(m *testing.M) {
 	if family != nil {
 		family.stop()
 	}
+	if narrow != nil {
+		narrow.stop()
+	}
 	if browserStop != nil {
 		browserStop()
 	}
@@ -465,68 +468,69 @@ func officeAgent() (*agent.Agent, error) {
 func familyStack(t *testing.T) *stack {
 	t.Helper()
 	familyOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "weft-console-family-")
+		office, err := officeAgent()
 		if err != nil {
 			familyErr = err
 			return
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		fail := func(err error) { cancel(); os.RemoveAll(dir); familyErr = err }
-		node, err := natsnode.Start(ctx, natsnode.WithDataDir(dir))
-		if err != nil {
-			fail(err)
-			return
-		}
-		office, err := officeAgent()
-		if err != nil {
-			node.Close(context.Background())
-			fail(err)
-			return
-		}
-		ready := make(chan struct{})
-		hostDone := make(chan error, 1)
-		go func() {
-			hostDone <- host.Run(ctx, node.Conn(), node.JetStream(), []*agent.Agent{office}, host.WithReady(func() { close(ready) }))
-		}()
-		select {
-		case <-ready:
-		case err := <-hostDone:
-			node.Close(context.Background())
-			fail(fmt.Errorf("host.Run: %v", err))
-			return
-		case <-time.After(120 * time.Second):
-			node.Close(context.Background())
-			fail(errors.New("host.Run was not ready within 120 s"))
-			return
-		}
-		con, err := console.New(node.Conn(), console.WithApprover(demo.Approver))
-		if err != nil {
-			node.Close(context.Background())
-			fail(err)
-			return
-		}
-		ln, u, err := console.Listen("127.0.0.1:0")
-		if err != nil {
-			node.Close(context.Background())
-			fail(err)
-			return
-		}
-		serveDone := make(chan error, 1)
-		go func() { serveDone <- con.Serve(ctx, ln) }()
-		nc := node.Conn()
-		family = &stack{consoleURL: u, nc: nc, cmd: api.NewClient(nc), query: projector.NewClient(nc), dir: dir}
-		family.stop = func() {
-			cancel()
-			<-serveDone
-			<-hostDone
-			node.Close(context.Background())
-			os.RemoveAll(dir)
-		}
+		family, familyErr = hostedStack("family", office)
 	})
 	if familyErr != nil {
 		t.Fatalf("family stack: %v", familyErr)
 	}
 	return family
+}
+
+// hostedStack serves agents with host.Run (runner, projector, query
+// service, catalog) on an embedded NATS server of their own, and a console
+// of its own that talks to it.
+func hostedStack(name string, agents ...*agent.Agent) (*stack, error) {
+	dir, err := os.MkdirTemp("", "weft-console-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fail := func(err error) (*stack, error) { cancel(); os.RemoveAll(dir); return nil, err }
+	node, err := natsnode.Start(ctx, natsnode.WithDataDir(dir))
+	if err != nil {
+		return fail(err)
+	}
+	ready := make(chan struct{})
+	hostDone := make(chan error, 1)
+	go func() {
+		hostDone <- host.Run(ctx, node.Conn(), node.JetStream(), agents, host.WithReady(func() { close(ready) }))
+	}()
+	select {
+	case <-ready:
+	case err := <-hostDone:
+		node.Close(context.Background())
+		return fail(fmt.Errorf("host.Run: %v", err))
+	case <-time.After(120 * time.Second):
+		node.Close(context.Background())
+		return fail(errors.New("host.Run was not ready within 120 s"))
+	}
+	con, err := console.New(node.Conn(), console.WithApprover(demo.Approver))
+	if err != nil {
+		node.Close(context.Background())
+		return fail(err)
+	}
+	ln, u, err := console.Listen("127.0.0.1:0")
+	if err != nil {
+		node.Close(context.Background())
+		return fail(err)
+	}
+	serveDone := make(chan error, 1)
+	go func() { serveDone <- con.Serve(ctx, ln) }()
+	nc := node.Conn()
+	s := &stack{consoleURL: u, nc: nc, cmd: api.NewClient(nc), query: projector.NewClient(nc), dir: dir}
+	s.stop = func() {
+		cancel()
+		<-serveDone
+		<-hostDone
+		node.Close(context.Background())
+		os.RemoveAll(dir)
+	}
+	return s, nil
 }
 
 // approverKey returns the secure stack's approver signing key (the key in

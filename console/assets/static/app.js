@@ -160,10 +160,54 @@
 
   function unix(iso) { return String(Math.floor(Date.parse(iso) / 1000)); }
 
-  // approvalDigest is proof.Digest's input for an approval proof.
+  // approvalDigest is proof.Digest's input for an approval proof: under
+  // "weft approval proof v2", with the approved arguments' hash after the
+  // key, for a proof of an edited approve (docs/semantics.md §4,
+  // "Approving narrower arguments").
   function approvalDigest(p) {
-    return digestInput("weft approval proof v1", [p.answer, p.run, p.action, String(p.revision), p.requirement.name,
-      String(p.requirement.version), p.tool, p.arguments_sha256, unix(p.expires), p.key]);
+    var fields = [p.answer, p.run, p.action, String(p.revision), p.requirement.name,
+      String(p.requirement.version), p.tool, p.arguments_sha256, unix(p.expires), p.key];
+    if (p.approved_sha256) return digestInput("weft approval proof v2", fields.concat([p.approved_sha256]));
+    return digestInput("weft approval proof v1", fields);
+  }
+
+  // canonical is proof.Canonical of JSON text: whitespace outside strings
+  // removed and, inside strings, <, >, &, U+2028 and U+2029 written as
+  // \u escapes; everything else (key order, number spelling, other
+  // escapes) kept. It throws on text that is not JSON.
+  function canonical(text) {
+    JSON.parse(text);
+    var out = "", inString = false, escaped = false;
+    for (var i = 0; i < text.length; i++) {
+      var ch = text[i];
+      if (inString) {
+        if (escaped) escaped = false;
+        else if (ch === "\\") escaped = true;
+        else if (ch === '"') inString = false;
+        out += ch;
+      } else if (ch === '"') {
+        inString = true;
+        out += ch;
+      } else if (ch !== " " && ch !== "\t" && ch !== "\n" && ch !== "\r") {
+        out += ch;
+      }
+    }
+    return out.replace(/[<>&\u2028\u2029]/g, function (c) { return "\\u" + ("000" + c.charCodeAt(0).toString(16)).slice(-4); });
+  }
+
+  // editedArguments is the canonical text of the form's edited arguments
+  // (“Approve with changes”), or "" when there are none or they are the
+  // arguments the call would run with anyway (approved as asked), as the
+  // console reads them (console/act.go, editedArguments).
+  function editedArguments(form) {
+    var field = form.querySelector("textarea[name=arguments]");
+    if (!field || !field.value.trim()) return "";
+    var edit;
+    try { edit = canonical(field.value.trim()); } catch (e) {
+      throw new Error("The edited arguments are not JSON: correct them, or close “Approve with changes” to approve the call as asked.");
+    }
+    var runsWith = form.querySelector("input[name=runs_with]");
+    return runsWith && canonical(runsWith.value) === edit ? "" : edit;
   }
 
   // commandDigest is proof.CommandDigest's input for a command proof.
@@ -252,7 +296,18 @@
       tool: d.tool, arguments_sha256: d.argumentsSha256, answer: submitter ? submitter.value : "",
       expires: new Date(expires * 1000).toISOString().replace(".000Z", "Z"), signature: ""
     };
-    return readKey(form).then(function (text) { return sign(text, p, approvalDigest); });
+    // An approve states the approved arguments' hash: of its own edit, or
+    // else of the edit the call already runs with (proof.Subject.WithApproved).
+    var approved = Promise.resolve(p.answer === "approve" ? d.approvedSha256 || "" : "");
+    if (p.answer === "approve") {
+      var edit;
+      try { edit = editedArguments(form); } catch (err) { return Promise.reject(err); }
+      if (edit) approved = crypto.subtle.digest("SHA-256", new TextEncoder().encode(edit)).then(function (sum) { return hex(new Uint8Array(sum)); });
+    }
+    return approved.then(function (h) {
+      if (h) p.approved_sha256 = h;
+      return readKey(form);
+    }).then(function (text) { return sign(text, p, approvalDigest); });
   }
 
   // ---- signed command proofs (docs/security.md, "Who did it") ----
