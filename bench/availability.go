@@ -121,8 +121,9 @@ func (b *bencher) recovery(ctx context.Context) error {
 	dec, missing := collect(decided, t0)
 	if len(missing)+len(unfinished) > 0 {
 		st, _ := s.poll(ctx)
-		return fmt.Errorf("a minute after the SIGKILL, %d of %d runs of the killed runner had no decision by the survivor (%v) and %d had not finished; the survivor owns %d partitions and took %d runs over",
-			len(missing), len(mine), missing[:min(len(missing), 5)], len(unfinished), len(st.Stats.Partitions), st.Stats.TakenOver)
+		return fmt.Errorf("a minute after the SIGKILL, %d of %d runs of the killed runner had no decision by the survivor (%v) and %d had not finished; the survivor owns %d partitions, took %d runs over and had %d internal refusals; %s",
+			len(missing), len(mine), missing[:min(len(missing), 5)], len(unfinished), len(st.Stats.Partitions), st.Stats.TakenOver, st.Stats.InternalRefusals,
+			b.strandedState(ctx, log, np, missing[:min(len(missing), 5)]))
 	}
 	kt, err := accepted()
 	if err != nil {
@@ -370,4 +371,31 @@ func owners(ctx context.Context, kv jetstream.KeyValue) (map[int]string, int, er
 		}
 	}
 	return nil, 0, errors.New("the watch of weft_partitions ended")
+}
+
+// strandedState says, for runs no runner took over, what would tell why:
+// each one's last event and whether its weft_drivers entry (the mark the
+// owner of its partition scans for) is there and whose it is.
+func (b *bencher) strandedState(ctx context.Context, log *eventlog.Log, np int, runs []string) string {
+	drivers, err := b.srv.js.KeyValue(ctx, runner.DriversBucket)
+	if err != nil {
+		return fmt.Sprintf("weft_drivers: %v", err)
+	}
+	var out []string
+	for _, r := range runs {
+		last := "no event"
+		if envs, h, err := log.Last(ctx, r); err != nil {
+			last = err.Error()
+		} else if len(envs) > 0 {
+			last = fmt.Sprintf("version %d %s", h.Version, envs[len(envs)-1].Type)
+		}
+		entry := "no driver entry"
+		if e, err := drivers.Get(ctx, runner.DriverKey(r, np)); err == nil {
+			entry = fmt.Sprintf("driver entry %q (revision %d)", e.Value(), e.Revision())
+		} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			entry = fmt.Sprintf("driver entry: %v", err)
+		}
+		out = append(out, fmt.Sprintf("%s: last %s, %s", r, last, entry))
+	}
+	return strings.Join(out, "; ")
 }
