@@ -256,11 +256,29 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 // swapped for a fresh copy before it is focused; once focused the card is
 // the viewer's and is kept.
 func typeIn(sel, text string) chromedp.Action[chromedp.Void] {
+	// A live refresh that replaces the field while the keys are sent
+	// keeps what was typed so far and loses the rest (CI once recorded the
+	// note "checki"): the field is read back, and typed again from empty
+	// until it holds the whole text.
+	value := fmt.Sprintf(`(document.querySelector(%q)||{}).value`, sel)
+	clear := fmt.Sprintf(`(() => { const e = document.querySelector(%q); if (e) e.value = ""; return true })()`, sel)
 	return again(func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		if _, err := chromedp.Focus(chromedp.CSS(sel))(ctx, tg); err != nil {
-			return chromedp.Void{}, fmt.Errorf("type into %s: %w", sel, err)
+		for range 5 {
+			if _, err := chromedp.Focus(chromedp.CSS(sel))(ctx, tg); err != nil {
+				return chromedp.Void{}, fmt.Errorf("type into %s: %w", sel, err)
+			}
+			if _, err := chromedp.SendKeys(chromedp.CSS(sel), text)(ctx, tg); err != nil {
+				return chromedp.Void{}, err
+			}
+			got, err := chromedp.Evaluate[string](value)(ctx, tg)
+			if err != nil || got == text {
+				return chromedp.Void{}, err
+			}
+			if _, err := chromedp.Evaluate[bool](clear)(ctx, tg); err != nil {
+				return chromedp.Void{}, err
+			}
 		}
-		return chromedp.SendKeys(chromedp.CSS(sel), text)(ctx, tg)
+		return chromedp.Void{}, fmt.Errorf("type into %s: the field never held %q", sel, text)
 	})
 }
 
