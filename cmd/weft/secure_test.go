@@ -111,19 +111,7 @@ func TestRolesCommand(t *testing.T) {
 // verified under the key's name — weft show and weft audit verify say
 // "by demo approver (verified, key U…)"; a signed cancel is verified too.
 func TestSecurityWhoDidIt_DevSecureRequired(t *testing.T) {
-	t.Setenv("NATS_URL", "")
-	t.Setenv("NATS_CREDS", "")
-	t.Setenv("WEFT_MODEL", "")
-	data := t.TempDir()
-	_, url := startDevCLI(t, "dev", "--secure", "--require-identity", "--listen", "0", "--data", data)
-	dir := filepath.Join(data, "roles")
-	key := filepath.Join(dir, "approver.nk")
-	stranger := filepath.Join(t.TempDir(), "mallory.nk")
-	if code, o, errs := cli(t, "roles", "key", stranger); code != 0 {
-		t.Fatalf("roles key: %d %s %s", code, o, errs)
-	}
-	t.Setenv("NATS_URL", url)
-	t.Setenv("NATS_CREDS", filepath.Join(dir, "operator.creds"))
+	key, stranger := devSecureRequired(t)
 	for _, run := range []string{"pay-13", "pay-7"} {
 		input := map[string]string{"pay-13": "pay invoice INV-13", "pay-7": "pay invoice INV-7"}[run]
 		if code, o, errs := cli(t, "start", "payment-desk", input, "--run", run); code != 0 {
@@ -170,19 +158,7 @@ func TestSecurityWhoDidIt_DevSecureRequired(t *testing.T) {
 // resume resumes it, and weft audit verify re-checks both proofs and lists
 // them verified.
 func TestSecurityWhoDidIt_DevSecurePauseAndResume(t *testing.T) {
-	t.Setenv("NATS_URL", "")
-	t.Setenv("NATS_CREDS", "")
-	t.Setenv("WEFT_MODEL", "")
-	data := t.TempDir()
-	_, url := startDevCLI(t, "dev", "--secure", "--require-identity", "--listen", "0", "--data", data)
-	dir := filepath.Join(data, "roles")
-	key := filepath.Join(dir, "approver.nk")
-	stranger := filepath.Join(t.TempDir(), "mallory.nk")
-	if code, o, errs := cli(t, "roles", "key", stranger); code != 0 {
-		t.Fatalf("roles key: %d %s %s", code, o, errs)
-	}
-	t.Setenv("NATS_URL", url)
-	t.Setenv("NATS_CREDS", filepath.Join(dir, "operator.creds"))
+	key, stranger := devSecureRequired(t)
 	if code, o, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "pay-7"); code != 0 {
 		t.Fatalf("start: %d %s %s", code, o, errs)
 	}
@@ -210,4 +186,25 @@ func TestSecurityWhoDidIt_DevSecurePauseAndResume(t *testing.T) {
 	if code != 0 || !strings.Contains(o, "pause by demo approver (verified, key U") || !strings.Contains(o, "resume by demo approver (verified, key U") {
 		t.Fatalf("audit verify: %d %s %s", code, o, errs)
 	}
+}
+
+// devSecureRequired runs `weft dev --secure --require-identity` and points
+// the CLI at it as the operator; it returns the person key of the
+// deployment (its approver key) and a key of no one's.
+func devSecureRequired(t *testing.T) (key, stranger string) {
+	t.Helper()
+	t.Setenv("NATS_URL", "")
+	t.Setenv("NATS_CREDS", "")
+	t.Setenv("WEFT_MODEL", "")
+	data := t.TempDir()
+	_, url := startDevCLI(t, "dev", "--secure", "--require-identity", "--listen", "0", "--data", data)
+	dir := filepath.Join(data, "roles")
+	key = filepath.Join(dir, "approver.nk")
+	stranger = filepath.Join(t.TempDir(), "mallory.nk")
+	if code, o, errs := cli(t, "roles", "key", stranger); code != 0 {
+		t.Fatalf("roles key: %d %s %s", code, o, errs)
+	}
+	t.Setenv("NATS_URL", url)
+	t.Setenv("NATS_CREDS", filepath.Join(dir, "operator.creds"))
+	return key, stranger
 }
