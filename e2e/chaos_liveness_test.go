@@ -1,6 +1,7 @@
 package e2e_test
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 	"time"
@@ -14,7 +15,15 @@ import (
 // command of the schedule invalid_request or internal: an internal
 // inconsistency told to the caller (docs/semantics.md §8, "A run can always be
 // answered").
+//
+// A command that got no answer (the caller's deadline ended while a runner
+// was killed or took over) was not answered internal: api.Client returns
+// the transport's error, which weft.ErrorCode would call internal, so only
+// answers are judged here (the chaos package's "transport" class).
 func (c *chaosEnv) notTheCallersFault(what, run string, err error) {
+	if !answered(err) {
+		return
+	}
 	switch code := weft.ErrorCode(err); code {
 	case weft.CodeInvalidRequest, weft.CodeInternal:
 		c.problem("%s: %s answered %s (%v): a well-formed command is never the runtime's inconsistency", run, what, code, err)
@@ -152,7 +161,14 @@ func (c *chaosEnv) answerEveryone() {
 // (sent again on the next round), or a definite refusal the log confirms:
 // still (the question is still open) is false once the log is re-read.
 // invalid_request and internal are never accepted.
+//
+// A command that got no answer is transient too: it is sent again on the
+// next round, and a run that never finishes is the problem the caller
+// reports.
 func (c *chaosEnv) accepted(run string, err error, still func(aggregate.State) bool) bool {
+	if err != nil && !answered(err) {
+		return true
+	}
 	switch weft.ErrorCode(err) {
 	case "":
 		return true
@@ -163,4 +179,11 @@ func (c *chaosEnv) accepted(run string, err error, still func(aggregate.State) b
 	}
 	s2, lerr := c.load(run)
 	return lerr != nil || !still(s2)
+}
+
+// answered reports whether err is a command API answer (a *weft.Error the
+// runtime sent), not a command that got no answer.
+func answered(err error) bool {
+	var we *weft.Error
+	return errors.As(err, &we)
 }
