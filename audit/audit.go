@@ -25,7 +25,11 @@
 //     signature, was not expired at the answer's recorded time and was not
 //     used by an earlier answer (package proof), so an approved call
 //     altered afterwards is detected even when the hash chain was
-//     rewritten to match;
+//     rewritten to match; every command proof recorded with a person's
+//     command verifies against its event, and none is recorded twice
+//     (proof_used: a replayed pause proof, say; the problem names the run,
+//     the event, the key, the proof's digest and the event that used it
+//     first);
 //  5. the projection's view (projections.Fold) agrees with the aggregate on
 //     status, the approvals and uncertain lists, turns, tokens, incarnation
 //     and every action's state and attempts;
@@ -140,10 +144,16 @@ type ProofCheck struct {
 	Answer   string `json:"answer,omitempty"`
 	Command  string `json:"command,omitempty"`
 	Key      string `json:"key"`
+	// Digest is a command proof's digest (proof.CommandDigest, lowercase
+	// hex): what a proof is told apart by, as the runtime consumes it.
+	Digest   string `json:"digest,omitempty"`
 	Reviewer string `json:"reviewer,omitempty"`
 	Verifier string `json:"verifier,omitempty"`
 	Verified bool   `json:"verified"`
 	Reason   string `json:"reason,omitempty"`
+	// UsedAt is the version of the earlier event that recorded the same
+	// command proof (0: none): the proof was used twice (proof_used).
+	UsedAt uint64 `json:"used_at,omitempty"`
 }
 
 // Problem is the first thing wrong with a history. Version (and ID) name the
@@ -273,8 +283,12 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 				return fail(rep, KindProof, envs[i], "event %d (%s, %s): the signed proof by %s of the %s of action %s revision %d does not verify: %s",
 					r.Version, envs[i].ID, envs[i].Type, ans.Proof.Key, ans.Answer, ans.Action, ans.Revision, pc.Reason)
 			}
-		} else if pc, ok := checkCommand(r, deeds[r.Version]); ok {
+		} else if pc, ok := checkCommand(st, r, deeds[r.Version]); ok {
 			rep.Proofs = append(rep.Proofs, pc)
+			if pc.UsedAt != 0 {
+				return fail(rep, KindProof, envs[i], "run %s event %d (%s, %s): the %s by %s reuses the command proof (key %s, digest %s) already recorded with event %d: a proof is consumed once (%s)",
+					rep.Run, r.Version, envs[i].ID, envs[i].Type, pc.Command, pc.Reviewer, pc.Key, pc.Digest, pc.UsedAt, proof.ReasonProofUsed)
+			}
 			if !pc.Verified {
 				return fail(rep, KindProof, envs[i], "event %d (%s, %s): the %s by %s (key %s) does not verify: %s",
 					r.Version, envs[i].ID, envs[i].Type, pc.Command, pc.Reviewer, pc.Key, pc.Reason)
@@ -379,9 +393,14 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 }
 
 // checkCommand is the re-check of the command proof recorded with the
-// reconcile, resolve, cancel, pause or resume r (d: who made it, as the view checks it);
-// false for any other event, or one that claims no verified identity.
-func checkCommand(r events.Recorded, d projections.Deed) (ProofCheck, bool) {
+// reconcile, resolve, cancel, pause or resume r (d: who made it, as the
+// view checks it; st: the run as the log records it before r); false for
+// any other event, or one that claims no verified identity. A proof st
+// already recorded is not verified, and UsedAt names the event that used
+// it: a command proof is consumed once (aggregate.CheckCommandUnused), so
+// only a log edited afterwards, or written by a runner without that check,
+// records one twice.
+func checkCommand(st aggregate.State, r events.Recorded, d projections.Deed) (ProofCheck, bool) {
 	pc := ProofCheck{Version: r.Version, Reviewer: d.Who.By, Verified: d.Who.Verified, Reason: d.Problem}
 	var id events.Identity
 	var p *events.CommandProof
@@ -408,6 +427,11 @@ func checkCommand(r events.Recorded, d projections.Deed) (ProofCheck, bool) {
 	pc.Key = id.Key
 	if p != nil {
 		pc.Key = p.Key
+		pc.Digest = fmt.Sprintf("%x", proof.CommandDigest(*p))
+		if u, used := aggregate.CommandProofUsed(st, p); used {
+			pc.Verified, pc.UsedAt = false, u.Version
+			pc.Reason = fmt.Sprintf("%s: this command proof was already recorded with %s at version %d", proof.ReasonProofUsed, u.Event, u.Version)
+		}
 	}
 	return pc, true
 }

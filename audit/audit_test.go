@@ -12,6 +12,7 @@ import (
 	"github.com/weftrun/weft/aggregate/aggregatetest"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/audittest"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projections/projtest"
@@ -163,17 +164,10 @@ func TestVerifyCatchesSequenceAndRefold(t *testing.T) {
 
 // chain builds hash-chained envelopes without a log.
 func chain(t *testing.T, run string, evs []events.Event) []events.Envelope {
-	var out []events.Envelope
-	prev := ""
-	for i, e := range evs {
-		env, err := events.Encode(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		env.ID = run + "-" + string(rune('a'+i))
-		env.Run, env.Version, env.Recorded, env.Prev = run, uint64(i+1), t0.Add(time.Duration(i)*time.Second), prev
-		prev = env.Hash()
-		out = append(out, env)
+	t.Helper()
+	out, err := audittest.Chain(run, t0, evs)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

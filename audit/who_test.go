@@ -3,6 +3,7 @@ package audit_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -209,5 +210,44 @@ func TestSecurityWhoDidIt_AuditCatchesEditedPause(t *testing.T) {
 				t.Fatalf("problem %+v; want proof at event %d saying %q", p, c.at, c.reason)
 			}
 		})
+	}
+}
+
+// TestSecurityWhoDidIt_AuditCatchesAReusedCommandProof (docs/security.md,
+// "Who did it": a command proof is consumed once): the runtime refuses a
+// command proof the run already recorded (proof_used), so a history that
+// records one twice — a pause proof replayed after the resume, written
+// into an export with the chain recomputed, or by a runner without that
+// check — fails verify with proof at the second event, naming the run, the
+// key, the proof's digest and the event that used it first. The history
+// without the replay verifies.
+func TestSecurityWhoDidIt_AuditCatchesAReusedCommandProof(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	started := events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay", Runner: "r", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}}
+	paused, resumed, err := projtest.PauseAndResume("w-r", pub, kp.Sign, t0.Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep := audit.Verify(exported(t, chain(t, "w-r", []events.Event{started, paused, resumed}))); !rep.OK() {
+		t.Fatalf("untouched: %+v", rep.Problem)
+	}
+
+	rep := audit.Verify(exported(t, chain(t, "w-r", []events.Event{started, paused, resumed, paused})))
+	p := rep.Problem
+	digest := fmt.Sprintf("%x", proof.CommandDigest(*paused.Proof))
+	if p == nil || p.Kind != audit.KindProof || p.Version != 4 {
+		t.Fatalf("replayed pause: problem %+v; want proof at event 4", p)
+	}
+	for _, want := range []string{"run w-r event 4", "key " + pub, "digest " + digest, "already recorded with event 2", proof.ReasonProofUsed} {
+		if !strings.Contains(p.Message, want) {
+			t.Errorf("the problem %q does not say %q", p.Message, want)
+		}
+	}
+	if n := len(rep.Proofs); n != 3 || rep.Proofs[2].Verified || rep.Proofs[2].UsedAt != 2 || rep.Proofs[2].Digest != digest {
+		t.Errorf("proof checks %+v; want the third unverified, used at event 2", rep.Proofs)
 	}
 }

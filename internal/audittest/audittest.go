@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -87,6 +88,25 @@ func Resign(envs []events.Envelope, kp nkeys.KeyPair, signer string) []events.En
 		out[i].Payload, _ = json.Marshal(hs)
 	}
 	return out
+}
+
+// Chain returns evs as the envelopes of run, versions 1, 2, 3, … recorded
+// a second apart from start, each linked to the one before it: a history
+// as the log would hold it, to export and edit.
+func Chain(run string, start time.Time, evs []events.Event) ([]events.Envelope, error) {
+	var out []events.Envelope
+	prev := ""
+	for i, e := range evs {
+		env, err := events.Encode(e)
+		if err != nil {
+			return nil, err
+		}
+		env.ID = fmt.Sprintf("%s-%d", run, i+1)
+		env.Run, env.Version, env.Recorded, env.Prev = run, uint64(i+1), start.Add(time.Duration(i)*time.Second), prev
+		prev = env.Hash()
+		out = append(out, env)
+	}
+	return out, nil
 }
 
 func clone(envs []events.Envelope) []events.Envelope {
