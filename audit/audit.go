@@ -30,6 +30,10 @@
 //     (proof_used: a replayed pause proof, say; the problem names the run,
 //     the event, the key, the proof's digest and the event that used it
 //     first);
+//     4b. with WithPeople, every person's command recorded verified is
+//     signed by a key the auditor names as a person's, under the name
+//     given, and with WithTrust by no runner's head key ("untrusted": a
+//     stranger's key, a name edited, a runner's key) — people.go;
 //  5. the projection's view (projections.Fold) agrees with the aggregate on
 //     status, the approvals and uncertain lists, turns, tokens, incarnation
 //     and every action's state and attempts;
@@ -154,6 +158,9 @@ type ProofCheck struct {
 	// UsedAt is the version of the earlier event that recorded the same
 	// command proof (0: none): the proof was used twice (proof_used).
 	UsedAt uint64 `json:"used_at,omitempty"`
+	// Trusted says the key is one the auditor names as a person's
+	// (WithPeople).
+	Trusted bool `json:"trusted,omitempty"`
 }
 
 // Problem is the first thing wrong with a history. Version (and ID) name the
@@ -195,8 +202,9 @@ type config struct {
 	head       string
 	view       []byte
 	at         []headAt
-	trust      map[string]bool // nil: no keys named (WithTrust)
-	unfinished bool            // WithUnfinished
+	trust      map[string]bool   // nil: no keys named (WithTrust)
+	people     map[string]string // nil: people's keys not checked (WithPeople)
+	unfinished bool              // WithUnfinished
 }
 
 // Option adds a check to Verify.
@@ -297,6 +305,14 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 		if d := deeds[r.Version]; d.Claimed && d.Problem != "" {
 			return fail(rep, KindProof, envs[i], "event %d (%s, %s): %s says the deployment vouched for %q, but %s",
 				r.Version, envs[i].ID, envs[i].Type, d.What, d.Who.By, d.Problem)
+		}
+		var pc *ProofCheck
+		if n := len(rep.Proofs); n > 0 && rep.Proofs[n-1].Version == r.Version {
+			pc = &rep.Proofs[n-1]
+		}
+		if p := checkPerson(c, envs[i], deeds[r.Version], pc); p != nil {
+			rep.Problem = p
+			return rep
 		}
 		if p := evolve(&st, r); p != "" {
 			return fail(rep, KindRefold, envs[i], "event %d (%s, %s) is impossible after the ones before it: %s", r.Version, envs[i].ID, envs[i].Type, p)

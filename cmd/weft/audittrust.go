@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strings"
 
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
@@ -29,49 +31,82 @@ func (k *keyList) Set(s string) error {
 	return nil
 }
 
-// readTrustFile reads the keys of a trust file: one nkey user public key
-// ("U…") a line, optionally followed by a name; blank lines and lines
-// starting with # are skipped.
-func readTrustFile(path string) ([]string, error) {
+// readTrustFile reads a trust file: a runner's head key, one nkey user
+// public key ("U…") a line, optionally followed by a name; or a person's
+// key, "person U… NAME", NAME being the name the deployment records for
+// the commands the key signs (the rest of the line; none: any name).
+// Blank lines and lines starting with # are skipped.
+func readTrustFile(path string) (runners []string, people map[string]string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
-	var keys []string
+	people = map[string]string{}
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		fields := strings.Fields(sc.Text())
 		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
 			continue
 		}
-		if _, err := proof.PublicKey(fields[0]); err != nil {
-			return nil, usagef("--trust-file %s line %d: %q: %v", path, line, fields[0], err)
+		person := fields[0] == "person"
+		if person {
+			fields = fields[1:]
+			if len(fields) == 0 {
+				return nil, nil, usagef("--trust-file %s line %d: want person KEY [NAME]", path, line)
+			}
 		}
-		keys = append(keys, fields[0])
+		if _, err := proof.PublicKey(fields[0]); err != nil {
+			return nil, nil, usagef("--trust-file %s line %d: %q: %v", path, line, fields[0], err)
+		}
+		if person {
+			people[fields[0]] = strings.Join(fields[1:], " ")
+		} else {
+			runners = append(runners, fields[0])
+		}
 	}
-	return keys, sc.Err()
+	return runners, people, sc.Err()
 }
 
 // verifyOptions turns the audit verify flags into audit options; trusted
-// reports whether the auditor named keys.
-func verifyOptions(trust keyList, trustFile, head string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
+// reports whether the auditor named keys. With any key named (--trust,
+// --trust-file, --people), every person's command recorded verified must
+// be signed by a person's key the auditor names (audit.WithPeople).
+func verifyOptions(trust keyList, trustFile, peopleFile, head string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
 	if unfinished {
 		opts = append(opts, audit.WithUnfinished())
 	}
 	keys := append([]string(nil), trust...)
+	people := map[string]string{}
 	if trustFile != "" {
-		more, err := readTrustFile(trustFile)
+		more, persons, err := readTrustFile(trustFile)
 		if err != nil {
 			return nil, false, err
 		}
-		keys = append(keys, more...)
-	}
-	if trust != nil || trustFile != "" {
-		if len(keys) == 0 {
+		if len(more) == 0 && len(persons) == 0 {
 			return nil, false, usagef("--trust-file %s names no key", trustFile)
 		}
+		keys = append(keys, more...)
+		maps.Copy(people, persons)
+	}
+	if peopleFile != "" {
+		persons, err := approvers.ReadKeys(peopleFile)
+		if err != nil {
+			return nil, false, usagef("--people: %v", err)
+		}
+		for _, k := range persons {
+			name := k.Reviewer
+			if name == "" {
+				name = k.Public // what the runner records for a key without a name
+			}
+			people[k.Public] = name
+		}
+	}
+	if len(keys) > 0 {
 		opts = append(opts, audit.WithTrust(keys...))
+	}
+	if len(keys) > 0 || trustFile != "" || peopleFile != "" {
+		opts = append(opts, audit.WithPeople(people))
 	}
 	if head != "" {
 		v, h, err := audit.ParseHead(head)

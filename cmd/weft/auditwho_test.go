@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -61,5 +62,90 @@ func TestAuditVerifyFileCommandProofUsedTwice(t *testing.T) {
 	}
 	if !strings.Contains(o, "proof: event 4, pause by alice, key "+pub+": DOES NOT VERIFY: proof_used") {
 		t.Errorf("verify does not list the reused proof:\n%s", o)
+	}
+}
+
+// personRun is a run paused and resumed with proofs signed by person (as
+// alice, or by, when not empty), cancelled by bob under a typed name and
+// finished, with a head signed by runner after each person's command and
+// at the end (docs/security.md, "Signed heads", "Who did it").
+func personRun(t *testing.T, run string, runner, person nkeys.KeyPair, by string) []events.Envelope {
+	t.Helper()
+	pub, _ := person.PublicKey()
+	paused, resumed, err := projtest.PauseAndResume(run, pub, person.Sign, t0.Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if by != "" {
+		paused.By = by
+	}
+	head := events.HeadSigned{}
+	envs, err := audittest.Chain(run, t0, []events.Event{
+		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: "pay", Runner: "r1", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}},
+		paused, head, resumed, head,
+		events.CancelRequested{By: "bob", Reason: "customer left"}, head,
+		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCancelled}}, head,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return audittest.Resign(envs, runner, "runner-1")
+}
+
+// TestAuditVerifyFilePersonKeys (docs/security.md, "Who did it"; docs/cli.md,
+// exit 4): with a trust file, `weft audit verify --file` requires every
+// person's command recorded verified to be signed by a key the trust names
+// as a person's, under the name it gives: the untouched export passes with
+// a trust file naming the runner's head key and alice's person key, or
+// with --trust and --people (the runners' person keys file), and names the
+// cancel typed as bob unverified; it fails untrusted, exit 4, naming the
+// event, when the trust names no person, when the pause is signed by the
+// runner's head key, and when the name recorded is not the trust's.
+func TestAuditVerifyFilePersonKeys(t *testing.T) {
+	runner, _ := nkeys.CreateUser()
+	runnerPub, _ := runner.PublicKey()
+	alice, _ := nkeys.CreateUser()
+	alicePub, _ := alice.PublicKey()
+	dir := t.TempDir()
+	trustFile := filepath.Join(dir, "trusted")
+	if err := os.WriteFile(trustFile, []byte("# runners\n"+runnerPub+" runner-1\n# people\nperson "+alicePub+" alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	peopleFile := filepath.Join(dir, "people")
+	if err := os.WriteFile(peopleFile, []byte(alicePub+" alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	clean := writeExport(t, filepath.Join(dir, "clean.jsonl"), personRun(t, "pk-1", runner, alice, ""))
+	for _, args := range [][]string{{"--trust-file", trustFile}, {"--trust", runnerPub, "--people", peopleFile}} {
+		code, o, errs := cli(t, append([]string{"audit", "verify", "--file", clean}, args...)...)
+		if code != 0 || !strings.Contains(o, "ok: run pk-1") {
+			t.Fatalf("untouched, %v: exit %d\n%s%s", args, code, o, errs)
+		}
+		for _, want := range []string{
+			"proof: event 2, pause by alice, key " + alicePub + ": verifies, a person's key you trust",
+			"event 2: pause by alice (verified, key " + alicePub + ")",
+			"event 6: cancel by bob (unverified)",
+		} {
+			if !strings.Contains(o, want) {
+				t.Errorf("untouched, %v: the output does not say %q:\n%s", args, want, o)
+			}
+		}
+	}
+
+	runnerSigned := writeExport(t, filepath.Join(dir, "runner-signed.jsonl"), personRun(t, "pk-1", runner, runner, ""))
+	renamed := writeExport(t, filepath.Join(dir, "renamed.jsonl"), personRun(t, "pk-1", runner, alice, "mallory"))
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no person named", []string{"--file", clean, "--trust", runnerPub}, "untrusted: event 2: the pause by alice (verified, key " + alicePub + ") is signed by " + alicePub + ", a key you do not name as a person's"},
+		{"signed by the runner's head key", []string{"--file", runnerSigned, "--trust-file", trustFile}, "untrusted: event 2: the pause by alice (verified, key " + runnerPub + ") is signed by " + runnerPub + ", a runner's head key you trust, not a person's key"},
+		{"name edited", []string{"--file", renamed, "--trust-file", trustFile}, `untrusted: event 2: the pause is recorded by "mallory", but you name key ` + alicePub + ` "alice"`},
+	} {
+		code, o, errs := cli(t, append([]string{"audit", "verify"}, tc.args...)...)
+		if code != exitAudit || !strings.Contains(errs, tc.want) {
+			t.Errorf("%s: exit %d, want %d with %q:\n%s%s", tc.name, code, exitAudit, tc.want, o, errs)
+		}
 	}
 }

@@ -239,6 +239,9 @@ func reason(r string) string {
 func printProofChecks(w io.Writer, checks []audit.ProofCheck) {
 	for _, c := range checks {
 		verdict := "verifies"
+		if c.Trusted {
+			verdict += ", a person's key you trust"
+		}
 		if !c.Verified {
 			verdict = "DOES NOT VERIFY: " + c.Reason
 		}

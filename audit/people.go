@@ -1,0 +1,55 @@
+package audit
+
+import (
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+)
+
+// WithPeople names the keys (nkey user public keys, "U…") the auditor
+// trusts as people's — the runners' person keys, an approver's keys — each
+// with the name the deployment records for it (empty: any name). With it,
+// even with no key, Verify requires every person's command recorded
+// verified (an answer with its approval proof; a reconcile, resolve,
+// cancel, pause or resume with its command proof) to be signed by one of
+// keys, recorded under its name ("untrusted" otherwise: a stranger's key,
+// or a name edited). With WithTrust, such a command signed by a runner's
+// head key the auditor trusts, and not named a person's, is "untrusted"
+// too: a runner's key vouches for its log, not for a person. A command
+// recorded unverified (a typed name) claims no key: it is reported
+// unverified, not refused.
+func WithPeople(keys map[string]string) Option {
+	return func(c *config) {
+		if c.people == nil {
+			c.people = map[string]string{}
+		}
+		for k, name := range keys {
+			c.people[k] = name
+		}
+	}
+}
+
+// checkPerson is the check WithPeople and WithTrust add to the verified
+// person's command d recorded by env; pc, the re-check of its proof, is
+// marked Trusted when its key is a person's the auditor names.
+func checkPerson(c config, env events.Envelope, d projections.Deed, pc *ProofCheck) *Problem {
+	if !d.Who.Verified {
+		return nil
+	}
+	key := d.Who.Key
+	name, person := c.people[key]
+	switch {
+	case !person && c.trust[key]:
+		return problem(KindUntrusted, env, "event %d: the %s %s is signed by %s, a runner's head key you trust, not a person's key: a runner's key vouches for its log, not for a person",
+			env.Version, d.What, d.Who.Describe(), key)
+	case !person && c.people != nil:
+		return problem(KindUntrusted, env, "event %d: the %s %s is signed by %s, a key you do not name as a person's: it is a stranger's, or name it (a `person KEY NAME` line of the trust file, or --people with the runners' person keys file)",
+			env.Version, d.What, d.Who.Describe(), key)
+	case person && name != "" && name != d.Who.By:
+		return problem(KindUntrusted, env, "event %d: the %s is recorded by %q, but you name key %s %q: the name was edited, or the deployment names the key otherwise",
+			env.Version, d.What, d.Who.By, key, name)
+	}
+	if pc != nil && person {
+		pc.Trusted = true
+	}
+	return nil
+}
