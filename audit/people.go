@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"fmt"
+
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 )
@@ -32,24 +34,35 @@ func WithPeople(keys map[string]string) Option {
 // person's command d recorded by env; pc, the re-check of its proof, is
 // marked Trusted when its key is a person's the auditor names.
 func checkPerson(c config, env events.Envelope, d projections.Deed, pc *ProofCheck) *Problem {
-	if !d.Who.Verified {
-		return nil
+	why, trusted := personProblem(c, d.What, d.Who)
+	if why != "" {
+		return problem(KindUntrusted, env, "event %d: %s", env.Version, why)
 	}
-	key := d.Who.Key
-	name, person := c.people[key]
-	switch {
-	case !person && c.trust[key]:
-		return problem(KindUntrusted, env, "event %d: the %s %s is signed by %s, a runner's head key you trust, not a person's key: a runner's key vouches for its log, not for a person",
-			env.Version, d.What, d.Who.Describe(), key)
-	case !person && c.people != nil:
-		return problem(KindUntrusted, env, "event %d: the %s %s is signed by %s, a key you do not name as a person's: it is a stranger's, or name it (a `person KEY NAME` line of the trust file, or --people with the runners' person keys file)",
-			env.Version, d.What, d.Who.Describe(), key)
-	case person && name != "" && name != d.Who.By:
-		return problem(KindUntrusted, env, "event %d: the %s is recorded by %q, but you name key %s %q: the name was edited, or the deployment names the key otherwise",
-			env.Version, d.What, d.Who.By, key, name)
-	}
-	if pc != nil && person {
+	if pc != nil && trusted {
 		pc.Trusted = true
 	}
 	return nil
+}
+
+// personProblem says why who, recorded verified for the person's command
+// what, is not vouched for by a person's key the auditor names ("" when it
+// is, or who is not verified); trusted reports whether the key is one.
+func personProblem(c config, what string, who projections.PersonView) (why string, trusted bool) {
+	if !who.Verified {
+		return "", false
+	}
+	key := who.Key
+	name, person := c.people[key]
+	switch {
+	case !person && c.trust[key]:
+		return fmt.Sprintf("the %s %s is signed by %s, a runner's head key you trust, not a person's key: a runner's key vouches for its log, not for a person",
+			what, who.Describe(), key), false
+	case !person && c.people != nil:
+		return fmt.Sprintf("the %s %s is signed by %s, a key you do not name as a person's: it is a stranger's, or name it (a `person KEY NAME` line of the trust file, or --people with the runners' person keys file)",
+			what, who.Describe(), key), false
+	case person && name != "" && name != who.By:
+		return fmt.Sprintf("the %s is recorded by %q, but you name key %s %q: the name was edited, or the deployment names the key otherwise",
+			what, who.By, key, name), false
+	}
+	return "", person
 }

@@ -71,6 +71,13 @@ type Void struct {
 	// repairer's name or credentials).
 	Reason string `json:"reason"`
 	By     string `json:"by,omitempty"`
+	// Identity says whether a signed proof vouches for who voided it
+	// (verified, and the proof's key), Proof is that proof
+	// (proof.VoidSubject, signed with the repairer's person key; nil: By
+	// was typed, unverified). Whether the key is a person's is the
+	// auditor's to check (`weft audit verify --people`).
+	events.Identity
+	Proof *events.CommandProof `json:"proof,omitempty"`
 	// Recorded is when the record was appended (the repairer's clock).
 	Recorded time.Time `json:"recorded"`
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 )
 
 // Stored is one message of the log as stored, undecoded: what `weft
@@ -66,6 +68,16 @@ func (l *Log) Quarantine(ctx context.Context, run string) (*PoisonError, error) 
 // by names the repairer. A run quarantined by several messages needs one
 // Void per message, first to last.
 func (l *Log) Void(ctx context.Context, run string, seq uint64, reason, by string, at time.Time) (VoidRecord, error) {
+	return l.VoidSigned(ctx, run, seq, reason, by, nil, at)
+}
+
+// VoidSigned is Void with the repairer's signed proof signed (nil: none, by is
+// recorded unverified): it must state exactly this void (proof.VoidSubject:
+// the run, the sequence, the SHA-256 of the message's body, the reason),
+// verify with its key and not have expired at at (proof_refused
+// otherwise, nothing appended); the record then says it is verified, with
+// its key, and carries it.
+func (l *Log) VoidSigned(ctx context.Context, run string, seq uint64, reason, by string, signed *events.CommandProof, at time.Time) (VoidRecord, error) {
 	if err := CheckRun(run); err != nil {
 		return VoidRecord{}, err
 	}
@@ -93,6 +105,17 @@ func (l *Log) Void(ctx context.Context, run string, seq uint64, reason, by strin
 	sum := sha256.Sum256(bad.Data)
 	v := Void{Seq: seq, SHA256: hex.EncodeToString(sum[:]), Bytes: len(bad.Data), Subject: bad.Subject,
 		Problem: p.Reason, Reason: reason, By: by, Recorded: at.UTC()}
+	if signed != nil {
+		if err := proof.CheckCommand(*signed, proof.VoidSubject(run, seq, v.SHA256, reason), at); err != nil {
+			var pe *proof.Error
+			if errors.As(err, &pe) {
+				return VoidRecord{}, &weft.Error{Code: weft.CodeProofRefused, Reason: pe.Reason, Message: pe.Message}
+			}
+			return VoidRecord{}, err
+		}
+		cp := *signed
+		v.Identity, v.Proof = events.Identity{Verified: true, Key: cp.Key}, &cp
+	}
 	body, err := json.Marshal(struct {
 		Schema int  `json:"schema"`
 		Void   Void `json:"void"`

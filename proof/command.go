@@ -23,7 +23,22 @@ const (
 	CommandPause = "pause"
 	// CommandResume is a paused run's resume.
 	CommandResume = "resume"
+	// CommandVoid is a repair's void of the malformed message that
+	// quarantines a run (`weft repair drop`; VoidSubject).
+	CommandVoid = "void"
 )
+
+// VoidSubject is what a repair's void states (CommandVoid): on run, the
+// message at stream sequence seq whose body has the SHA-256 sha256
+// (lowercase hex), voided for reason. Its content is
+// {"seq":SEQ,"sha256":"HASH"}; it has no action.
+func VoidSubject(run string, seq uint64, sha256, reason string) CommandSubject {
+	content, _ := json.Marshal(struct {
+		Seq    uint64 `json:"seq"`
+		SHA256 string `json:"sha256"`
+	}{seq, sha256})
+	return CommandSubject{Command: CommandVoid, Run: run, Content: content, Reason: reason}
+}
 
 // The reasons CheckCommand returns besides bad_signature, proof_expired,
 // other_run and other_action.

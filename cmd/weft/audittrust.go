@@ -7,9 +7,11 @@ import (
 	"maps"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
 )
@@ -170,4 +172,22 @@ func printSigners(w io.Writer, envs []events.Envelope) {
 	if n == 0 {
 		fmt.Fprintln(w, "note: no head of this history is signed (the runner had no head key)")
 	}
+}
+
+// checkVoids lists on w the repairs of run (weft repair drop): each voided
+// message, who voided it — verified by its signed proof or a typed name —
+// and why, with the SHA-256 of the bytes it superseded; it returns rep
+// with the first void whose identity does not verify, or is not a person's
+// the auditor names (opts: audit.CheckVoid), as its problem when rep had
+// none.
+func checkVoids(w io.Writer, run string, voids []eventlog.VoidRecord, rep audit.Report, opts []audit.Option) audit.Report {
+	for _, v := range voids {
+		who, p := audit.CheckVoid(run, v, opts...)
+		fmt.Fprintf(w, "note: repaired: the message at stream sequence %d (%d bytes, sha256 %s, %s) was voided %s at %s: %s (void record at sequence %d)\n",
+			v.Seq, v.Bytes, v.SHA256, v.Problem, who.Describe(), v.Recorded.Format(time.RFC3339), v.Reason, v.At)
+		if p != nil && rep.Problem == nil {
+			rep.Problem = p
+		}
+	}
+	return rep
 }

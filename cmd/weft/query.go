@@ -613,7 +613,7 @@ func verifyFile(path string, opts ...audit.Option) (audit.Report, []events.Envel
 	return audit.Verify(envs, opts...), envs, nil
 }
 
-func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (audit.Report, []events.Envelope, error) {
+func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (rep audit.Report, _ []events.Envelope, _ error) {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return audit.Report{}, nil, err
@@ -622,14 +622,11 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 	js := n.JetStream()
 	log := eventlog.New(js)
 	envs, head, err := log.Load(ctx, run)
-	// The repairs of the run (weft repair drop): each voided message, by
-	// whom and why, with the SHA-256 of the bytes it superseded.
-	if voids, verr := log.Voids(ctx, run); verr == nil {
-		for _, v := range voids {
-			fmt.Fprintf(e.stderr, "note: repaired: the message at stream sequence %d (%d bytes, sha256 %s, %s) was voided by %q at %s: %s (void record at sequence %d)\n",
-				v.Seq, v.Bytes, v.SHA256, v.Problem, v.By, v.Recorded.Format(time.RFC3339), v.Reason, v.At)
-		}
+	voids, verr := log.Voids(ctx, run)
+	if verr != nil {
+		voids = nil
 	}
+	defer func() { rep = checkVoids(e.stderr, run, voids, rep, extra) }()
 	if errors.Is(err, eventlog.ErrCorrupt) {
 		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil, nil
 	}

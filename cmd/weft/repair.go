@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -11,7 +14,10 @@ import (
 	"unicode/utf8"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 )
 
 // repairHelp is what `weft repair --help` adds to the flags: what the
@@ -54,7 +60,8 @@ func repairCommand() command {
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			seq := fs.Uint64("seq", 0, "drop: the stream sequence of the message to void (as weft repair show prints it)")
 			reason := fs.String("reason", "", "drop: why the message is voided (required; recorded)")
-			by := fs.String("by", os.Getenv("USER"), "drop: who voids it (recorded)")
+			by := fs.String("by", os.Getenv("USER"), "drop: who voids it (recorded; unverified unless --signing-key signs the void)")
+			sf := addSignFlags(fs)
 			maxBody := fs.Int("max", 4096, "show: print at most this many bytes of the body")
 			asJSON := fs.Bool("json", false, "print JSON")
 			return func(ctx context.Context, e *env, args []string) error {
@@ -81,7 +88,11 @@ func repairCommand() command {
 					if *reason == "" {
 						return usagef("drop needs --reason: it is recorded with the repair")
 					}
-					rec, err := log.Void(ctx, run, *seq, *reason, *by, time.Now())
+					signed, err := signVoid(ctx, e.stdout, log, sf, run, *seq, *reason)
+					if err != nil {
+						return err
+					}
+					rec, err := log.VoidSigned(ctx, run, *seq, *reason, *by, signed, time.Now())
 					if err != nil {
 						return err
 					}
@@ -89,8 +100,9 @@ func repairCommand() command {
 						printJSON(e.stdout, rec)
 						return nil
 					}
-					fmt.Fprintf(e.stdout, "voided the message at stream sequence %d of run %s (%d bytes, sha256 %s): void record at sequence %d\n",
-						rec.Seq, run, rec.Bytes, rec.SHA256, rec.At)
+					who, _ := audit.CheckVoid(run, rec)
+					fmt.Fprintf(e.stdout, "voided the message at stream sequence %d of run %s (%d bytes, sha256 %s) %s: void record at sequence %d\n",
+						rec.Seq, run, rec.Bytes, rec.SHA256, who.Describe(), rec.At)
 					p, err := log.Quarantine(ctx, run)
 					switch {
 					case err != nil:
@@ -181,4 +193,21 @@ func printable(b []byte) string {
 		return string(b)
 	}
 	return strconv.QuoteToASCII(string(b))
+}
+
+// signVoid signs the void of the message at stream sequence seq of run for
+// reason with the --signing-key (nil without one: the name given is
+// recorded unverified), over the SHA-256 of the message's body as the log
+// holds it (proof.VoidSubject), and says on w exactly what it signs.
+func signVoid(ctx context.Context, w io.Writer, log *eventlog.Log, sf *signFlags, run string, seq uint64, reason string) (*events.CommandProof, error) {
+	if sf.key == "" {
+		return nil, nil
+	}
+	m, err := log.Message(ctx, seq)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(m.Data)
+	fmt.Fprintf(w, "signing the void of the message at stream sequence %d (%d bytes, sha256 %x)\n", seq, len(m.Data), sum)
+	return signCommand(w, sf, proof.VoidSubject(run, seq, hex.EncodeToString(sum[:]), reason))
 }

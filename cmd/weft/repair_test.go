@@ -2,10 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nkeys"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/proof"
 )
 
 // The repair path
@@ -61,7 +71,7 @@ func TestCLIRepairShowAndDropAQuarantinedRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("drop: %d %s", code, errs)
 	}
-	contains(t, "drop", out, "voided the message at stream sequence "+seq, "no longer quarantined")
+	contains(t, "drop", out, "voided the message at stream sequence "+seq, "by alice (unverified)", "no longer quarantined")
 
 	for {
 		_, out, _ := cli(t, "show", "pay-42")
@@ -77,7 +87,7 @@ func TestCLIRepairShowAndDropAQuarantinedRun(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ok: run pay-42, 11 events") {
 		t.Fatalf("verify after repair: %d %s %s", code, out, errs)
 	}
-	contains(t, "verify's repair note", errs, "repaired", "stream sequence "+seq, `"alice"`, "pasted into the wrong terminal")
+	contains(t, "verify's repair note", errs, "repaired", "stream sequence "+seq, "voided by alice (unverified)", "pasted into the wrong terminal")
 	if code, out, _ := cli(t, "repair", "show", "pay-42"); code != 0 || !strings.Contains(out, "not quarantined") || !strings.Contains(out, "voided: sequence "+seq) {
 		t.Fatalf("repair show after the repair: %d %s", code, out)
 	}
@@ -92,4 +102,77 @@ func TestRepairHelpSaysWhatAndWho(t *testing.T) {
 		t.Fatalf("repair --help: %v", err)
 	}
 	contains(t, "repair --help", b.String(), "quarantined", "weft repair show <run>", "--seq", "--reason", "void record", "runner's credentials", "weft audit verify")
+}
+
+// TestSecurityWhoDidIt_RepairDropSigned (docs/security.md, "Who did it"):
+// `weft repair drop --signing-key` signs the void (the run, the sequence,
+// the SHA-256 of the voided body, the reason) and the record says who, verified, with
+// the key; `weft audit verify` names them verified, passes with --people
+// naming the key alice, and fails untrusted (exit 4) with --people naming
+// the key otherwise. A proof signed for another reason is refused
+// proof_refused and voids nothing.
+func TestSecurityWhoDidIt_RepairDropSigned(t *testing.T) {
+	s := setup(t)
+	t.Setenv("NATS_URL", s.URL)
+	ack, err := s.JS.Publish(context.Background(), "weft.ev.pay-42.events", []byte("<html>oops</html>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := strconv.FormatUint(ack.Sequence, 10)
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	dir := t.TempDir()
+	keyFile := filepath.Join(dir, "alice.nk")
+	if err := os.WriteFile(keyFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, out, _ := cli(t, "runs", "--status", "quarantined")
+		if strings.Contains(out, "pay-42") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never listed quarantined: %s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	sum := sha256.Sum256([]byte("<html>oops</html>"))
+	other, err := proof.NewCommand(proof.VoidSubject("pay-42", ack.Sequence, hex.EncodeToString(sum[:]), "another reason"), pub, time.Now().Add(time.Minute))
+	if err == nil {
+		other, err = proof.SignCommand(other, kp.Sign)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Log.VoidSigned(context.Background(), "pay-42", ack.Sequence, "pasted into the wrong terminal", "alice", &other, time.Now()); !errors.Is(err, &weft.Error{Code: weft.CodeProofRefused, Reason: proof.ReasonOtherReason}) {
+		t.Fatalf("a void signed for another reason: %v, want proof_refused(other_reason)", err)
+	}
+
+	code, out, errs := cli(t, "repair", "drop", "pay-42", "--seq", seq, "--reason", "pasted into the wrong terminal", "--by", "alice", "--signing-key", keyFile)
+	if code != 0 {
+		t.Fatalf("signed drop: %d %s %s", code, out, errs)
+	}
+	contains(t, "signed drop", out, "signing: void run pay-42", "key "+pub, "by alice (verified, key "+pub+")")
+
+	code, _, errs = cli(t, "audit", "verify", "pay-42")
+	if code != 0 {
+		t.Fatalf("verify after the signed repair: %d %s", code, errs)
+	}
+	contains(t, "verify's repair note", errs, "stream sequence "+seq, "voided by alice (verified, key "+pub+")")
+	people := filepath.Join(dir, "people")
+	if err := os.WriteFile(people, []byte(pub+" alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := cli(t, "audit", "verify", "pay-42", "--people", people); code != 0 {
+		t.Fatalf("verify --people naming alice: %d %s %s", code, out, errs)
+	}
+	if err := os.WriteFile(people, []byte(pub+" bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := cli(t, "audit", "verify", "pay-42", "--people", people); code != exitAudit || !strings.Contains(errs, `untrusted: run pay-42: the void of the message at stream sequence `+seq) || !strings.Contains(errs, `"bob"`) {
+		t.Fatalf("verify --people naming the key bob: %d %s", code, errs)
+	}
 }
