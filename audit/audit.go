@@ -158,6 +158,10 @@ type ProofCheck struct {
 	// UsedAt is the version of the earlier event that recorded the same
 	// command proof (0: none): the proof was used twice (proof_used).
 	UsedAt uint64 `json:"used_at,omitempty"`
+	// ReasonUnsigned says the answer gives a reason its approval proof
+	// does not state (a proof signed before proofs stated reasons): the
+	// proof verifies, but only the log vouches for the reason.
+	ReasonUnsigned bool `json:"reason_unsigned,omitempty"`
 	// Trusted says the key is one the auditor names as a person's
 	// (WithPeople).
 	Trusted bool `json:"trusted,omitempty"`
@@ -395,7 +399,8 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 		pc.Reason = "the log has no such action before the answer"
 		return pc
 	}
-	subject := proof.Subject{Run: st.Run(), Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: ans.Answer}.WithApproved(ans.Arguments, a.Edited)
+	subject := proof.Subject{Run: st.Run(), Action: a.ID, Revision: a.Request.Revision, Requirement: a.Request.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: ans.Answer, Reason: ans.Reason}.WithApproved(ans.Arguments, a.Edited)
+	pc.ReasonUnsigned = !proof.CoversReason(p, subject)
 	if err := proof.Check(p, subject, r.At); err != nil {
 		pc.Reason = err.Error()
 		return pc

@@ -251,3 +251,71 @@ func TestSecurityWhoDidIt_AuditCatchesAReusedCommandProof(t *testing.T) {
 		t.Errorf("proof checks %+v; want the third unverified, used at event 2", rep.Proofs)
 	}
 }
+
+// rejected is a run whose payment a signed reject answers with reason,
+// signed by kp stating the reason when signReason (the v3 digest), else
+// stating none (a proof signed before proofs stated reasons).
+func rejected(t *testing.T, run string, kp nkeys.KeyPair, reason string, signReason bool) []events.Event {
+	t.Helper()
+	pub, _ := kp.PublicKey()
+	req := events.Requirement{Name: "finance", Version: 1}
+	args := json.RawMessage(`{"amount":80}`)
+	expires := t0.Add(24 * time.Hour)
+	s := proof.Subject{Run: run, Action: "1/p", Revision: 1, Requirement: req, Tool: "pay", Arguments: args, Answer: events.AnswerReject}
+	if signReason {
+		s.Reason = reason
+	}
+	p, err := proof.New(s, pub, expires)
+	if err == nil {
+		p, err = proof.Sign(p, kp.Sign)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []events.Event{
+		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "pay 80", Runner: "runner-1", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}},
+		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "p", Name: "pay", Arguments: args}}},
+		events.CallValidated{Action: "1/p", Turn: 1, CallID: "p", Tool: "pay", Outcome: events.CallValid},
+		events.PolicyDecided{Action: "1/p", Context: "model", Decision: events.PolicyRequireApproval, Requirement: &req},
+		events.ApprovalRequested{Action: "1/p", Revision: 1, Requirement: req, Expires: &expires, Why: events.AskPolicy},
+		events.ApprovalAnswered{Action: "1/p", Revision: 1, Requirement: req, Answer: events.AnswerReject, Reason: reason, Reviewer: "alice", Verifier: "keys",
+			Identity: events.Identity{Verified: true, Key: pub}, Proof: &p},
+	}
+}
+
+// TestSecurityWhoDidIt_AuditCatchesAnEditedRejectReason (docs/security.md,
+// "Signed approval proofs"; docs/protocol/20-events.md, the v3 digest): a
+// reject signed with its reason verifies; the same export with the reason
+// edited, or removed, and the chain recomputed fails proof (other_reason)
+// at the answer. A reject whose proof states no reason (signed before
+// proofs stated reasons) still verifies, its check saying the reason is
+// not signed.
+func TestSecurityWhoDidIt_AuditCatchesAnEditedRejectReason(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const reason = "the invoice is a duplicate"
+	evs := rejected(t, "rj-1", kp, reason, true)
+	rep := audit.Verify(exported(t, chain(t, "rj-1", evs)))
+	if !rep.OK() || len(rep.Proofs) != 1 || !rep.Proofs[0].Verified || rep.Proofs[0].ReasonUnsigned {
+		t.Fatalf("untouched: %+v %+v; want ok, the reject's proof verified with its reason signed", rep.Problem, rep.Proofs)
+	}
+	at := len(evs)
+	for _, edited := range []string{"the invoice was paid by card", ""} {
+		out := append([]events.Event{}, evs...)
+		ans := out[at-1].(events.ApprovalAnswered)
+		ans.Reason = edited
+		out[at-1] = ans
+		p := audit.Verify(exported(t, chain(t, "rj-1", out))).Problem
+		if p == nil || p.Kind != audit.KindProof || p.Version != uint64(at) || !strings.Contains(p.Message, proof.ReasonOtherReason) {
+			t.Errorf("reason edited to %q: %+v; want proof at event %d saying %s", edited, p, at, proof.ReasonOtherReason)
+		}
+	}
+
+	old := audit.Verify(exported(t, chain(t, "rj-2", rejected(t, "rj-2", kp, reason, false))))
+	if !old.OK() || len(old.Proofs) != 1 || !old.Proofs[0].Verified || !old.Proofs[0].ReasonUnsigned {
+		t.Fatalf("a proof stating no reason: %+v %+v; want ok, verified, its reason unsigned", old.Problem, old.Proofs)
+	}
+}

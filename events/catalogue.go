@@ -441,6 +441,11 @@ type ApprovalProof struct {
 	// for an answer to the call as asked.
 	Approved string `json:"approved_sha256,omitempty"`
 	Answer   string `json:"answer"`
+	// Reason is, for a reject signed with its reason, the reason the
+	// answer gives (the proof then covers it: package proof's v3 digest);
+	// empty for a proof that states none (an approve, or a proof signed
+	// before proofs stated reasons).
+	Reason string `json:"reason,omitempty"`
 	// Expires is the first instant at which the proof is refused, by the
 	// store's clock.
 	Expires time.Time `json:"expires"`

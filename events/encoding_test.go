@@ -39,7 +39,7 @@ func encodingSamples() []Event {
 		ApprovalAnswered{Action: "1/c1", Revision: 3, Requirement: req, Answer: AnswerApprove, Reason: "checked", Reviewer: "alice", Verifier: "desk-approvers",
 			Identity: Identity{Verified: true, Key: "UABC"},
 			Proof: &ApprovalProof{Key: "UABC", Run: "r-1", Action: "1/c1", Revision: 3, Requirement: req, Tool: "refund",
-				Arguments: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Approved: "ddccc0f8c09563212aae6802bc6f095158e222bf5564d12ad36947b5d13936b0", Answer: AnswerApprove, Expires: later, Signature: "c2lnbmVk"},
+				Arguments: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Approved: "ddccc0f8c09563212aae6802bc6f095158e222bf5564d12ad36947b5d13936b0", Answer: AnswerApprove, Reason: "checked", Expires: later, Signature: "c2lnbmVk"},
 			Arguments: json.RawMessage(`{"amount":20}`)},
 		RequirementChanged{Action: "1/c1", Revision: 3, From: Requirement{Name: "refund-review", Version: 1}, To: req},
 		ActionQueued{Action: "1/c1", Why: QueuedApproved, Config: ToolConfig{Timeout: 50, MaxAttempts: 3, SettleWithin: 20}},

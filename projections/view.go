@@ -346,7 +346,7 @@ type ProofStatus struct {
 // proofStatus checks the signed proof p of answer to request h of action a
 // of run, recorded at.
 func proofStatus(run string, a *ActionView, h ApprovalView, answer string, p events.ApprovalProof, at time.Time) *ProofStatus {
-	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}.WithApproved(h.Arguments, a.Approved)
+	s := proof.Subject{Run: run, Action: a.ID, Revision: h.Revision, Requirement: h.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer, Reason: h.Reason}.WithApproved(h.Arguments, a.Approved)
 	st := &ProofStatus{Key: p.Key, Verified: true}
 	if err := proof.Check(p, s, at); err != nil {
 		st.Verified, st.Reason = false, err.Error()

@@ -90,6 +90,10 @@ type Subject struct {
 	Approved json.RawMessage
 	// Answer is events.AnswerApprove or events.AnswerReject.
 	Answer string
+	// Reason is the reason a reject gives ("" for none, and for an
+	// approve). A proof that states a reason covers it (the v3 digest);
+	// New states s.Reason.
+	Reason string
 }
 
 // WithApproved returns s with the edited arguments its answer approves:
@@ -153,7 +157,7 @@ func New(s Subject, key string, expires time.Time) (events.ApprovalProof, error)
 	}
 	return events.ApprovalProof{
 		Key: key, Run: s.Run, Action: s.Action, Revision: s.Revision, Requirement: s.Requirement,
-		Tool: s.Tool, Arguments: h, Approved: approved, Answer: s.Answer, Expires: expires.UTC().Truncate(time.Second),
+		Tool: s.Tool, Arguments: h, Approved: approved, Answer: s.Answer, Reason: s.Reason, Expires: expires.UTC().Truncate(time.Second),
 	}, nil
 }
 
@@ -164,6 +168,8 @@ func New(s Subject, key string, expires time.Time) (events.ApprovalProof, error)
 const (
 	domain       = "weft approval proof v1"
 	domainEdited = "weft approval proof v2"
+	// domainReason is the digest of a proof that states a reason.
+	domainReason = "weft approval proof v3"
 )
 
 // Digest returns the SHA-256 digest a proof's signature covers: of the
@@ -173,8 +179,14 @@ const (
 // tool, the arguments hash (lowercase hex), the expiry (Unix seconds,
 // decimal) and the key. A proof of an edited approve (Approved set) is
 // digested under "weft approval proof v2" with the approved arguments'
-// hash (lowercase hex) after the key.
+// hash (lowercase hex) after the key. A proof that states a reason
+// (Reason: a reject's) is digested under "weft approval proof v3" with the
+// approved arguments' hash (empty for none) and the reason after the key.
 func Digest(p events.ApprovalProof) [32]byte {
+	if p.Reason != "" {
+		return digest(domainReason, p.Answer, p.Run, p.Action, strconv.Itoa(p.Revision), p.Requirement.Name, strconv.Itoa(p.Requirement.Version),
+			p.Tool, p.Arguments, strconv.FormatInt(p.Expires.Unix(), 10), p.Key, p.Approved, p.Reason)
+	}
 	if p.Approved != "" {
 		return digest(domainEdited, p.Answer, p.Run, p.Action, strconv.Itoa(p.Revision), p.Requirement.Name, strconv.Itoa(p.Requirement.Version),
 			p.Tool, p.Arguments, strconv.FormatInt(p.Expires.Unix(), 10), p.Key, p.Approved)
@@ -229,7 +241,8 @@ func refuse(reason, format string, args ...any) *Error {
 // Check checks p against s at time now, in this order, and returns nil or
 // an *Error: each stated value against the subject's (other_run,
 // other_action, other_revision, other_requirement, other_tool,
-// other_arguments, other_answer), the signature (bad_signature, also for a
+// other_arguments, other_answer, and other_reason for a proof that
+// states a reason), the signature (bad_signature, also for a
 // key that is not a user nkey) and the expiry (proof_expired when now is
 // not before Expires).
 func Check(p events.ApprovalProof, s Subject, now time.Time) error {
@@ -272,7 +285,19 @@ func Binds(p events.ApprovalProof, s Subject) error {
 	if p.Answer != s.Answer {
 		return refuse(ReasonOtherAnswer, "the proof gives the answer %q, not %q", p.Answer, s.Answer)
 	}
+	if p.Reason != "" && p.Reason != s.Reason {
+		return refuse(ReasonOtherReason, "the proof states the reason %q, the answer %q", p.Reason, s.Reason)
+	}
 	return nil
+}
+
+// CoversReason reports whether p covers the reason of the answer s: it
+// states it (the v3 digest), or s gives none. A proof signed before
+// proofs stated reasons still verifies (Binds checks a reason only when
+// the proof states one), but the reason it was recorded with is vouched
+// for by nobody but the log.
+func CoversReason(p events.ApprovalProof, s Subject) bool {
+	return s.Reason == "" || p.Reason == s.Reason
 }
 
 // bindsApproved checks that p approves exactly the edited arguments s

@@ -310,3 +310,55 @@ func TestSemantics4_ApproveNarrower_SubjectWithApproved(t *testing.T) {
 		}
 	}
 }
+
+// TestSecuritySignedReject_ProofCoversReason (docs/security.md, "Signed
+// approval proofs"; docs/protocol/20-events.md, the v3 digest): a reject's
+// proof that states its reason is digested under "weft approval proof v3"
+// with the reason last, pinned here for the documented example; it
+// verifies for that reason only (other_reason otherwise), and with the
+// reason taken out of the proof its signature no longer verifies. A proof
+// stating no reason (v1) still verifies for a reject with a reason, and
+// CoversReason says the reason is not covered.
+func TestSecuritySignedReject_ProofCoversReason(t *testing.T) {
+	kp := fixedKey(t, 7)
+	s := subject
+	s.Answer, s.Reason = events.AnswerReject, "the invoice is a duplicate"
+	p, err := proof.New(s, pub(t, kp), at.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := proof.Digest(p)
+	const want = "008e38bd6f8b33b060cf2cb93f5807e814f2a6c0ed08b390d376455cabefe8a6"
+	if got := hex.EncodeToString(d[:]); got != want {
+		t.Fatalf("v3 digest %s, want %s (%+v)", got, want, p)
+	}
+	if p, err = proof.Sign(p, kp.Sign); err != nil {
+		t.Fatal(err)
+	}
+	if err := proof.Check(p, s, at); err != nil || !proof.CoversReason(p, s) {
+		t.Fatalf("the reject as signed: %v, covers %t", err, proof.CoversReason(p, s))
+	}
+	other := s
+	other.Reason = "paid by card"
+	var pe *proof.Error
+	if err := proof.Check(p, other, at); !errors.As(err, &pe) || pe.Reason != proof.ReasonOtherReason {
+		t.Fatalf("another reason: %v, want other_reason", err)
+	}
+	stripped := p
+	stripped.Reason = ""
+	if err := proof.Check(stripped, s, at); !errors.As(err, &pe) || pe.Reason != proof.ReasonBadSignature {
+		t.Fatalf("the reason taken out of the proof: %v, want bad_signature", err)
+	}
+	v1s := s
+	v1s.Reason = ""
+	v1, err := proof.New(v1s, pub(t, kp), at.Add(time.Minute))
+	if err == nil {
+		v1, err = proof.Sign(v1, kp.Sign)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proof.Check(v1, s, at); err != nil || proof.CoversReason(v1, s) {
+		t.Fatalf("a v1 reject proof for a reject with a reason: %v, covers %t; want it verifying, the reason not covered", err, proof.CoversReason(v1, s))
+	}
+}

@@ -242,6 +242,9 @@ func printProofChecks(w io.Writer, checks []audit.ProofCheck) {
 		if c.Trusted {
 			verdict += ", a person's key you trust"
 		}
+		if c.ReasonUnsigned {
+			verdict += " (its reason is not signed: the proof states none)"
+		}
 		if !c.Verified {
 			verdict = "DOES NOT VERIFY: " + c.Reason
 		}
