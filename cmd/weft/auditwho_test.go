@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -147,5 +148,62 @@ func TestAuditVerifyFilePersonKeys(t *testing.T) {
 		if code != exitAudit || !strings.Contains(errs, tc.want) {
 			t.Errorf("%s: exit %d, want %d with %q:\n%s%s", tc.name, code, exitAudit, tc.want, o, errs)
 		}
+	}
+}
+
+var devPersonKey = regexp.MustCompile(`person (U[A-Z0-9]+) demo approver`)
+
+// TestAuditVerifyFileDevSecurePeople (docs/security.md, "Who did it";
+// demo): weft dev --secure prints the trust file lines for its runner's
+// head key and its approver key as a person's; an export of a run whose
+// approve was signed with that key fails verify --trust with the head key
+// alone (untrusted: the approver key is not named a person's) and passes
+// with the printed trust file.
+func TestAuditVerifyFileDevSecurePeople(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("NATS_CREDS", "")
+	t.Setenv("WEFT_MODEL", "")
+	data := t.TempDir()
+	out, url := startDevCLI(t, "dev", "--secure", "--listen", "0", "--data", data)
+	head, person := devHeadKey.FindStringSubmatch(out.String()), devPersonKey.FindStringSubmatch(out.String())
+	if head == nil || person == nil {
+		t.Fatalf("weft dev --secure does not print its head key and the approver's person line:\n%s", out)
+	}
+	roles := filepath.Join(data, "roles")
+	t.Setenv("NATS_URL", url)
+	t.Setenv("NATS_CREDS", filepath.Join(roles, "operator.creds"))
+	if code, o, errs := cli(t, "start", "payment-desk", "pay invoice INV-7", "--run", "ps-7"); code != 0 {
+		t.Fatalf("start: %d %s %s", code, o, errs)
+	}
+	waitShow(t, "ps-7", "waiting for approval")
+	if code, o, errs := cli(t, "approve", "ps-7", "2/call_2_1", "--approver", "keys", "--signing-key", filepath.Join(roles, "approver.nk")); code != 0 {
+		t.Fatalf("signed approve: %d %s %s", code, o, errs)
+	}
+	waitShow(t, "ps-7", "finished: completed")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "ps-7.jsonl")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if code, _, errs := cli(t, "audit", "export", "ps-7", "-o", file); code != 0 {
+			t.Fatalf("export: %d %s", code, errs)
+		}
+		envs := readExport(t, file)
+		if n := len(envs); n >= 2 && envs[n-1].Type == events.NameHeadSigned && envs[n-2].Type == events.NameRunFinished {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run's export never ended with its signed end head")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code, o, errs := cli(t, "audit", "verify", "--file", file, "--trust", head[1]); code != exitAudit || !strings.Contains(errs, "a key you do not name as a person's") {
+		t.Fatalf("verify with the head key alone: exit %d, want %d (untrusted)\n%s%s", code, exitAudit, o, errs)
+	}
+	trustFile := filepath.Join(dir, "trusted")
+	if err := os.WriteFile(trustFile, []byte(head[1]+" weft-dev\nperson "+person[1]+" demo approver\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, o, errs := cli(t, "audit", "verify", "--file", file, "--trust-file", trustFile); code != 0 || !strings.Contains(o, "verifies, a person's key you trust") {
+		t.Fatalf("verify with the printed trust file: exit %d\n%s%s", code, o, errs)
 	}
 }
