@@ -477,3 +477,55 @@ func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
 		t.Fatal("the run finished, though the cancel was never recorded")
 	}
 }
+
+// TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted
+// (docs/adr/0023-closing-attempts.md, "Claims released as not started"): a
+// worker claimed a payment's attempt and then decided not to start its
+// body, and marked its own claim so (api.Claim.NotStarted; the worker's
+// side: worker/notstarted_test.go). A cancel that comes next closes the
+// attempt: its close finds the key taken, reads the mark and counts the
+// attempt closed — the payment ends not_started, with no body start, not
+// uncertain. Before, any worker's value counted as claimed.
+func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay")) // the worker is the test's
+	c := ctx(t)
+	const run = "marked-not-started"
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	act := s.Actions()[0]
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation)
+	claim := api.Claim{Schema: 1, Worker: "w-1", Token: "t-1", Claimed: time.Now().UTC()}
+	b, _ := json.Marshal(claim)
+	rev, err := kv.Create(c, key, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.NotStarted = &api.ClaimNotStarted{Why: api.ClaimEnded, At: time.Now().UTC()}
+	b, _ = json.Marshal(claim)
+	if _, err := kv.Update(c, key, b, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	s = h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	if p, _ := s.Action(act.ID); p.State != aggregate.ActionNotStarted || !slices.Contains(p.Closed, 1) || len(p.Claimed) != 0 {
+		t.Fatalf("after the cancel: %s (%s), closed %v, claimed %v; want not_started, attempt 1 closed", p.State, p.Detail, p.Closed, p.Claimed)
+	}
+	if u, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain", u)
+	}
+}
