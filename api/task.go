@@ -181,14 +181,15 @@ type ClaimNotStarted struct {
 
 // The reasons of ClaimNotStarted.
 const (
-	// ClaimEnded: the worker's check after the claim found the attempt no
-	// longer current (ended, replaced, or its run handed off by a runner
+	// ClaimEnded is the reason when the worker's check after the claim
+	// found the attempt no longer current (ended, replaced, or its run handed off by a runner
 	// that is gone).
 	ClaimEnded = "ended"
-	// ClaimStopped: a stop of the attempt's run reached the worker before
-	// the body started.
+	// ClaimStopped is the reason when a stop of the attempt's run reached
+	// the worker before the body started.
 	ClaimStopped = "stopped"
-	// ClaimDeadline: the attempt's deadline passed before the body started.
+	// ClaimDeadline is the reason when the attempt's deadline passed
+	// before the body started.
 	ClaimDeadline = "deadline"
 )
 
