@@ -3,12 +3,16 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -524,6 +528,116 @@ func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) 
 	s = h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
 	if p, _ := s.Action(act.ID); p.State != aggregate.ActionNotStarted || !slices.Contains(p.Closed, 1) || len(p.Claimed) != 0 {
 		t.Fatalf("after the cancel: %s (%s), closed %v, claimed %v; want not_started, attempt 1 closed", p.State, p.Detail, p.Closed, p.Claimed)
+	}
+	if u, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain", u)
+	}
+}
+
+// afterClaimGate wraps an AttemptCheck so that a test holds a worker
+// between its claim and its body: the second check of a held run's task
+// (the worker's check after the claim) reports reached and waits for
+// release, then checks.
+type afterClaimGate struct {
+	base    worker.AttemptCheck
+	run     string
+	calls   atomic.Int64
+	reached chan struct{}
+	release chan struct{}
+}
+
+func (g *afterClaimGate) check(ctx context.Context, task worker.Task) (bool, error) {
+	if task.Run == g.run && g.calls.Add(1) == 2 {
+		close(g.reached)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return g.base(ctx, task)
+}
+
+// TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover
+// (docs/adr/0023-closing-attempts.md, "Claims released as not started"):
+// a worker claimed a non-replayable payment's attempt; before its check
+// after the claim, the run's runner drained (SIGTERM: the run handed off)
+// and left. The worker's check finds the run handed off by a runner that
+// is gone, so it does not start the body and marks its claim not started.
+// The runner that takes the run over closes the attempt, finds the mark
+// and counts it closed: the attempt did not act, the payment is replayed
+// without spending its single attempt and paid once (one body start,
+// attempt 2). Before, the takeover's close found the worker's claim and
+// the payment ended uncertain with no body start.
+func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	const run = "marked-before-takeover"
+	rA, stopA := h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"), runner.WithDrainWindow(time.Second))
+	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
+	nc := h.srv.Connect()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker.New(nc, js, worker.WithID("w-held"), worker.WithAttemptCheck(g.check))
+	w.Handle(api.Queue{Agent: a.Name(), Version: a.Version(), Tool: "pay"}, runner.ToolHandler(l.tool(), nil))
+	wctx, wstop := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(wctx) }()
+	t.Cleanup(func() {
+		select {
+		case <-g.release:
+		default:
+			close(g.release)
+		}
+		wstop()
+		<-wdone
+	})
+	c := ctx(t)
+	h.startServed(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
+	<-g.reached // the worker holds attempt 1's claim, its body not started
+	stopA()
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the drained runner is gone", func() bool {
+		_, err := live.Get(c, rA.ID())
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	if s := h.state(run); !s.HandedOff() {
+		t.Fatal("the drained runner did not hand the run off")
+	}
+	close(g.release)
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := h.state(run).Actions()[0]
+	until(t, "the worker marked its claim not started", func() bool {
+		e, err := claims.Get(c, api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation))
+		var cl api.Claim
+		return err == nil && json.Unmarshal(e.Value(), &cl) == nil && cl.NotStarted != nil && cl.Worker == "w-held"
+	})
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"))
+	s := h.waitFor(run, "finished, or the payment uncertain", func(s aggregate.State) bool {
+		p, _ := s.Action(act.ID)
+		_, fin := s.Finished()
+		return fin || p.State == aggregate.ActionUncertain
+	})
+	p, _ := s.Action(act.ID)
+	if p.State != aggregate.ActionSucceeded || !slices.Contains(p.Closed, 1) || p.Attempts != 2 {
+		t.Fatalf("payment %s (%s), attempts %d, closed %v, claimed %v; want succeeded by attempt 2, attempt 1 closed", p.State, p.Detail, p.Attempts, p.Closed, p.Claimed)
+	}
+	l.mu.Lock()
+	starts := slices.Clone(l.starts)
+	l.mu.Unlock()
+	if len(starts) != 1 || starts[0].Attempt != 2 {
+		t.Fatalf("body starts %+v; want one, of attempt 2", starts)
 	}
 	if u, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
