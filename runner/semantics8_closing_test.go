@@ -49,6 +49,13 @@ func (l *ledger) tool() tools.Tool {
 	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
 }
 
+// payOnce is agent "desk" whose model calls the ledger's "pay" once (no
+// deadline, allowed) and then answers.
+func (l *ledger) payOnce(t *testing.T) *agent.Agent {
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	return build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+}
+
 // started reports whether any body of run's action started.
 func (l *ledger) started(run, action string) bool {
 	l.mu.Lock()
@@ -295,13 +302,7 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.After(300*time.Millisecond))}, policy.Func(allow))
 	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay")) // no worker takes pay
 	const run = "found-closed"
-	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
-		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
-	})
-	act := s.Actions()[0]
+	act := fencedAttempt(t, h, run)
 	kv, err := h.srv.JS.KeyValue(ctx(t), api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +312,7 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	if _, err := kv.Create(ctx(t), api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation), b); err != nil {
 		t.Fatal(err)
 	}
-	s = h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
+	s := h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
 		a, _ := s.Action(act.ID)
 		return slices.Contains(a.Closed, 1) || a.State == aggregate.ActionUncertain
 	})
@@ -328,6 +329,19 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	if u, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
 	}
+}
+
+// fencedAttempt starts run (agent "desk", one call) and returns its action
+// once its first attempt is fenced.
+func fencedAttempt(t *testing.T, h *harness, run string) aggregate.Action {
+	t.Helper()
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	return s.Actions()[0]
 }
 
 // ghostOwnsEveryPartition records every partition as owned by "ghost", a
@@ -444,8 +458,7 @@ func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	var l ledger
-	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
-	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	a := l.payOnce(t)
 	js := &lossyJS{JetStream: h.srv.JS}
 	h.runOn(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithExternalTools("pay"))
 	c := ctx(t)
@@ -494,18 +507,11 @@ func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) 
 	t.Parallel()
 	h := newHarness(t)
 	var l ledger
-	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
-	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	a := l.payOnce(t)
 	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay")) // the worker is the test's
 	c := ctx(t)
 	const run = "marked-not-started"
-	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
-		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
-	})
-	act := s.Actions()[0]
+	act := fencedAttempt(t, h, run)
 	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -525,7 +531,7 @@ func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) 
 	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
 		t.Fatal(err)
 	}
-	s = h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
 	if p, _ := s.Action(act.ID); p.State != aggregate.ActionNotStarted || !slices.Contains(p.Closed, 1) || len(p.Claimed) != 0 {
 		t.Fatalf("after the cancel: %s (%s), closed %v, claimed %v; want not_started, attempt 1 closed", p.State, p.Detail, p.Closed, p.Claimed)
 	}
@@ -573,8 +579,7 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 	t.Parallel()
 	h := newHarness(t)
 	var l ledger
-	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
-	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	a := l.payOnce(t)
 	const run = "marked-before-takeover"
 	rA, stopA := h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"), runner.WithDrainWindow(time.Second))
 	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
