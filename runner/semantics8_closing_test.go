@@ -68,10 +68,12 @@ func (l *ledger) started(run, action string) bool {
 // records closed, no action with a body start ended not_started, and an
 // action uncertain without any body start has a worker's claim on its
 // attempt — the one case the runtime cannot tell apart from a started body
-// (a worker claimed it and then found it ended before starting it,
-// docs/adr/0023-closing-attempts.md). It returns how many actions are
-// uncertain, and how many of those never started a body.
-func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted int) {
+// (docs/adr/0023-closing-attempts.md). It returns how many actions are
+// uncertain, how many of those never started a body, and how many of these
+// hold a claim its worker marked not started after the decision that ended
+// the attempt had read it (the worker found, after its claim, the very
+// decision that had just read its claim: "Claims released as not started").
+func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted, marked int) {
 	t.Helper()
 	claims, err := h.srv.JS.KeyValue(context.Background(), api.ClaimsBucket)
 	if err != nil {
@@ -91,6 +93,9 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 				if err != nil || c.Closed != nil || c.Worker == "" {
 					t.Errorf("run %s: action %s is uncertain (%s) but no body of it ever started, and no worker claimed attempt %d (claim %+v, %v)", run, a.ID, a.Detail, a.Attempts, c, err)
 				}
+				if c.NotStarted != nil {
+					marked++
+				}
 			}
 		}
 		if a.State == aggregate.ActionNotStarted && started {
@@ -104,7 +109,7 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 		}
 		l.mu.Unlock()
 	}
-	return uncertain, unstarted
+	return uncertain, unstarted, marked
 }
 
 // TestSemantics8_ClosingAnAttemptCancelRacingApprovals races a cancel with
@@ -178,13 +183,14 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 		cancel()
 	}
 	drained(t, h, a, "pay")
-	uncertain, unstarted := 0, 0
+	uncertain, unstarted, marked := 0, 0, 0
 	for i := range n {
 		run := fmt.Sprint("race-", i)
 		s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
-		u, un := l.check(t, h, run, s)
+		u, un, mk := l.check(t, h, run, s)
 		uncertain += u
 		unstarted += un
+		marked += mk
 		p := s.Actions()[0]
 		switch closed := len(p.Closed) > 0; {
 		case cancelFirst[i] && (!closed || p.State != aggregate.ActionNotStarted || l.started(run, p.ID)):
@@ -193,7 +199,7 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 			t.Errorf("run %s: the worker claimed the attempt first, yet the run records attempts %v closed", run, p.Closed)
 		}
 	}
-	t.Logf("%d runs, %d with the cancel first: %d uncertain payments, %d of them without a body start; %d body starts", n, len(slices.DeleteFunc(slices.Clone(cancelFirst), func(first bool) bool { return !first })), uncertain, unstarted, len(l.starts))
+	t.Logf("%d runs, %d with the cancel first: %d uncertain payments, %d of them without a body start (%d with a claim its worker marked not started after the cancel read it); %d body starts", n, len(slices.DeleteFunc(slices.Clone(cancelFirst), func(first bool) bool { return !first })), uncertain, unstarted, marked, len(l.starts))
 }
 
 // claimGate wraps an AttemptCheck so that a test decides when the worker
@@ -326,7 +332,7 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	if a, _ := s.Action(act.ID); a.State != aggregate.ActionNotStarted || len(a.Closed) != a.Attempts {
 		t.Fatalf("after the cancel: %s (%s), attempts %d, closed %v; want not_started, every attempt closed", a.State, a.Detail, a.Attempts, a.Closed)
 	}
-	if u, _ := l.check(t, h, run, s); u != 0 {
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
 	}
 }
@@ -535,7 +541,7 @@ func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) 
 	if p, _ := s.Action(act.ID); p.State != aggregate.ActionNotStarted || !slices.Contains(p.Closed, 1) || len(p.Claimed) != 0 {
 		t.Fatalf("after the cancel: %s (%s), closed %v, claimed %v; want not_started, attempt 1 closed", p.State, p.Detail, p.Closed, p.Claimed)
 	}
-	if u, _ := l.check(t, h, run, s); u != 0 {
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
 	}
 }
@@ -644,7 +650,7 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 	if len(starts) != 1 || starts[0].Attempt != 2 {
 		t.Fatalf("body starts %+v; want one, of attempt 2", starts)
 	}
-	if u, _ := l.check(t, h, run, s); u != 0 {
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
 	}
 }
