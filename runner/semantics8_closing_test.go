@@ -654,3 +654,47 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 		t.Fatalf("%d uncertain", u)
 	}
 }
+
+// TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain
+// (docs/adr/0023-closing-attempts.md, "Claims released as not started":
+// what the mark cannot do): a worker holds a payment's claim, its check
+// after the claim not made yet, when a cancel comes. The cancel's close
+// finds the worker's claim — unmarked: the worker has seen nothing yet —
+// and the payment ends uncertain. The worker's check then finds the
+// attempt cancelled: it never starts the body and marks its claim not
+// started (ended), too late for the decision that read it. The ledger
+// shows no body start; the claim shows why.
+func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	const run = "cancel-after-claim"
+	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
+	t.Cleanup(func() {
+		select {
+		case <-g.release:
+		default:
+			close(g.release)
+		}
+	})
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.reached // the worker holds attempt 1's claim, its body not started
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	drained(t, h, a, "pay")
+	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	p := s.Actions()[0]
+	if p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) || len(p.Closed) != 0 {
+		t.Fatalf("payment %s (%s), claimed %v, closed %v; want uncertain, attempt 1 found claimed", p.State, p.Detail, p.Claimed, p.Closed)
+	}
+	if u, un, mk := l.check(t, h, run, s); u != 1 || un != 1 || mk != 1 {
+		t.Fatalf("uncertain %d, without a body start %d, marked not started %d; want 1, 1, 1", u, un, mk)
+	}
+}
