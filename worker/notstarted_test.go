@@ -190,3 +190,35 @@ func TestSemantics8_ClosingAnAttemptAMarkThatLosesItsRevisionNeverStartsTheBody(
 		t.Fatalf("%d body starts; want none", n)
 	}
 }
+
+// TestSemantics8_ClosingAnAttemptAReportSavedInAClaimMarkedNotStartedIsDelivered
+// (docs/protocol/41-tasks.md, rules 1 and 6): a worker whose deadline
+// passed after its claim marks the claim not started and reports the
+// attempt lost timed_out; when that report could not be delivered it is
+// saved in the claim, and a later delivery of the task delivers it, as any
+// saved report — without starting the body.
+func TestSemantics8_ClosingAnAttemptAReportSavedInAClaimMarkedNotStartedIsDelivered(t *testing.T) {
+	t.Parallel()
+	h := newCrashHarness(t)
+	kv := claimsKV(t, h)
+	task := echoTask("ns-saved")
+	saved := worker.Report{Schema: 1, Run: task.Run, Action: task.Action, Attempt: 1, Incarnation: 1, Worker: "gone", Outcome: worker.OutcomeLost, Cause: "timed_out",
+		Evidence: "the deadline passed before the body started; the body was not started"}
+	b, _ := json.Marshal(worker.Claim{Schema: 1, Worker: "gone", Token: "t-gone", Claimed: time.Now().UTC(), Report: &saved,
+		NotStarted: &api.ClaimNotStarted{Why: api.ClaimDeadline, At: time.Now().UTC()}})
+	if _, err := kv.Create(context.Background(), worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), b); err != nil {
+		t.Fatal(err)
+	}
+	h.worker("b")
+	h.consumer()
+	publish(t, h.srv.JS, task)
+	h.waitEmpty()
+	if n := h.starts.Load(); n != 0 {
+		t.Fatalf("%d body starts; want none", n)
+	}
+	h.rs.mu.Lock()
+	defer h.rs.mu.Unlock()
+	if len(h.rs.got) != 1 || h.rs.got[0].Cause != "timed_out" || h.rs.got[0].Worker != "gone" {
+		t.Fatalf("reports %+v; want the saved one", h.rs.got)
+	}
+}

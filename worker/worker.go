@@ -608,12 +608,14 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 			done(true)
 			return
 		}
-		if ns := found.NotStarted; ns != nil {
+		if ns := found.NotStarted; ns != nil && found.Report == nil {
 			// Claimed by a worker that then decided not to start the body
 			// and said so in its claim: no body of the attempt ever
 			// started, and none starts now. The attempt's end is the
 			// run's to record (its close counts the claim closed):
-			// nothing is reported.
+			// nothing is reported — but a report its worker saved (the
+			// lost timed_out of a deadline that passed before the body)
+			// is delivered, as any saved report.
 			w.log.Info("worker: attempt claimed and released as not started, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation, "by", found.Worker, "why", ns.Why)
 			done(true)
 			return
