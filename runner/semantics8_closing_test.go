@@ -558,6 +558,20 @@ type afterClaimGate struct {
 	release chan struct{}
 }
 
+// newAfterClaimGate holds run's worker after its claim (worker.LogCheck
+// checks); the hold ends by the end of the test.
+func newAfterClaimGate(h *harness, run string) *afterClaimGate {
+	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
+	h.t.Cleanup(func() {
+		select {
+		case <-g.release:
+		default:
+			close(g.release)
+		}
+	})
+	return g
+}
+
 func (g *afterClaimGate) check(ctx context.Context, task worker.Task) (bool, error) {
 	if task.Run == g.run && g.calls.Add(1) == 2 {
 		close(g.reached)
@@ -588,7 +602,7 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 	a := l.payOnce(t)
 	const run = "marked-before-takeover"
 	rA, stopA := h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"), runner.WithDrainWindow(time.Second))
-	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
+	g := newAfterClaimGate(h, run)
 	nc := h.srv.Connect()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -599,15 +613,7 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 	wctx, wstop := context.WithCancel(context.Background())
 	wdone := make(chan error, 1)
 	go func() { wdone <- w.Run(wctx) }()
-	t.Cleanup(func() {
-		select {
-		case <-g.release:
-		default:
-			close(g.release)
-		}
-		wstop()
-		<-wdone
-	})
+	t.Cleanup(func() { wstop(); <-wdone })
 	c := ctx(t)
 	h.startServed(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
 	<-g.reached // the worker holds attempt 1's claim, its body not started
@@ -670,14 +676,7 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain(
 	var l ledger
 	a := l.payOnce(t)
 	const run = "cancel-after-claim"
-	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
-	t.Cleanup(func() {
-		select {
-		case <-g.release:
-		default:
-			close(g.release)
-		}
-	})
+	g := newAfterClaimGate(h, run)
 	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
