@@ -157,7 +157,41 @@ type Claim struct {
 	// body ever starts under it, and a delivery that finds it acks the
 	// task without starting the body and without reporting.
 	Closed *ClaimClose `json:"closed,omitempty"`
+	// NotStarted is set by the worker that holds the claim when it
+	// decides not to start the body after all (its check after the claim
+	// found the attempt no longer current, its run's stop came, or the
+	// deadline passed): an update of its own claim at the revision it
+	// created, after which that worker never starts the body. No body
+	// ever starts under it: a delivery that finds it acks the task without
+	// starting the body and without reporting, it is never taken over
+	// (api.HeaderUnstartedClaim), and the runtime's close counts it as
+	// closed (docs/adr/0023-closing-attempts.md, "Claims released as not
+	// started").
+	NotStarted *ClaimNotStarted `json:"not_started,omitempty"`
 }
+
+// ClaimNotStarted says why the worker that claimed an attempt (Claim.Worker)
+// never started its body, and when it decided so.
+type ClaimNotStarted struct {
+	// Why is ClaimEnded, ClaimStopped or ClaimDeadline.
+	Why string `json:"why"`
+	// At is when the worker wrote it, by its clock.
+	At time.Time `json:"at"`
+}
+
+// The reasons of ClaimNotStarted.
+const (
+	// ClaimEnded is the reason when the worker's check after the claim
+	// found the attempt no longer current (ended, replaced, or its run handed off by a runner
+	// that is gone).
+	ClaimEnded = "ended"
+	// ClaimStopped is the reason when a stop of the attempt's run reached
+	// the worker before the body started.
+	ClaimStopped = "stopped"
+	// ClaimDeadline is the reason when the attempt's deadline passed
+	// before the body started.
+	ClaimDeadline = "deadline"
+)
 
 // ClaimClose says who closed an attempt's claim before any worker took it,
 // and why.

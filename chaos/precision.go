@@ -38,15 +38,21 @@ type Precision struct {
 	// Uncertain counts the actions that were uncertain: still uncertain,
 	// or reconciled since (the workload reconciles some).
 	Uncertain int
-	// Unstarted counts those of them with no body start in the ledger;
-	// Claimed those of Unstarted whose last attempt has a worker's claim
-	// (a worker claimed it, then was killed or found it ended before its
-	// body started: the runtime cannot tell that from a started body).
-	// or a close of which found a worker's claim (attempt_closed claimed).
-	// Unknown counts the others a runner logged a close of with no known
-	// outcome (runner.CloseUnknown: the store was down). Any other is a
-	// violation (checkUncertainUnclaimed): an attempt nobody closed.
-	Unstarted, Claimed, Unknown int
+	// Unstarted counts those of them with no body start in the ledger.
+	// Claimed counts those of Unstarted whose last attempt has a worker's
+	// claim that its worker never marked not started, or a close of which
+	// found a worker's claim (attempt_closed claimed) that holds no such
+	// mark now: the stated limit — a worker killed between its claim and
+	// its body (or whose mark could not be written), which the runtime
+	// cannot tell from a started body (docs/semantics.md §8, "Closing an
+	// attempt"). Marked counts those of Unstarted whose worker marked its
+	// claim not started (api.Claim.NotStarted) after the decision that
+	// ended the attempt had read the claim: the decision its check after
+	// the claim found. Unknown counts the others a runner logged a close of
+	// with no known outcome (runner.CloseUnknown: the store was down). Any
+	// other is a violation (checkUncertainUnclaimed): an attempt nobody
+	// closed.
+	Unstarted, Claimed, Marked, Unknown int
 	// Closed counts the attempts closed before any worker claimed them.
 	Closed int
 }
@@ -75,8 +81,11 @@ func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, unknown 
 	}
 	e, err := claims.Get(ctx, api.ClaimKey(run, a.ID, a.Attempts, a.Attempt.Incarnation))
 	var c api.Claim
+	decoded := err == nil && json.Unmarshal(e.Value(), &c) == nil
 	switch {
-	case len(a.Claimed) > 0 || err == nil && json.Unmarshal(e.Value(), &c) == nil && c.Closed == nil:
+	case decoded && c.NotStarted != nil:
+		p.Marked++
+	case len(a.Claimed) > 0 || decoded && c.Closed == nil:
 		p.Claimed++
 	case unknown[run+" "+a.ID]:
 		p.Unknown++
@@ -118,7 +127,7 @@ func field(line, key string) string {
 
 // plus returns the sum of p and q.
 func (p Precision) plus(q Precision) Precision {
-	return Precision{Uncertain: p.Uncertain + q.Uncertain, Unstarted: p.Unstarted + q.Unstarted, Claimed: p.Claimed + q.Claimed, Unknown: p.Unknown + q.Unknown, Closed: p.Closed + q.Closed}
+	return Precision{Uncertain: p.Uncertain + q.Uncertain, Unstarted: p.Unstarted + q.Unstarted, Claimed: p.Claimed + q.Claimed, Marked: p.Marked + q.Marked, Unknown: p.Unknown + q.Unknown, Closed: p.Closed + q.Closed}
 }
 
 // write prints the precision line of a report over faults injected faults.
@@ -127,6 +136,6 @@ func (p Precision) write(w io.Writer, faults int) {
 	if faults > 0 {
 		per = float64(p.Uncertain) * 1000 / float64(faults)
 	}
-	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker that never started the body, %d with an attempt whose close had no known outcome); attempts closed unclaimed %d\n",
-		p.Uncertain, per, p.Unstarted, p.Claimed, p.Unknown, p.Closed)
+	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker that never started the body nor marked it — killed between claim and body, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); attempts closed unclaimed %d\n",
+		p.Uncertain, per, p.Unstarted, p.Claimed, p.Marked, p.Unknown, p.Closed)
 }

@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 
 	"github.com/weftrun/weft/aggregate"
@@ -14,18 +15,28 @@ import (
 // "Closing an attempt"), reported beside its problems: the actions a
 // person was ever asked to reconcile (uncertain at some point of the log),
 // those of them whose body never started (no ledger line of the action),
-// and of these the ones whose last attempt holds a worker's claim (a worker
-// claimed it, then was killed or found it ended before its body started:
-// the runtime cannot tell that from a started body,
-// docs/adr/0023-closing-attempts.md), or of which a close found a worker's
-// claim (attempt_closed claimed); unknown counts the others that have an
+// and of these the ones whose last attempt holds a worker's claim that its
+// worker never marked not started, or of which a close found a worker's
+// claim (attempt_closed claimed) unmarked since (claimed: the stated
+// limit, a worker killed between its claim and its body — the runtime
+// cannot tell that from a started body, docs/semantics.md §8 "Closing an
+// attempt"); marked counts those whose worker marked its claim not started
+// (api.Claim.NotStarted) after the decision that ended the attempt had
+// read the claim (docs/adr/0023-closing-attempts.md, "Claims released as
+// not started"); unknown counts the others that have an
 // attempt the log records neither closed nor claimed (its close's outcome
 // stayed unknown — the store was down — or no close was made); closed
 // counts the attempts closed before any worker claimed them. An uncertain
 // action without a body start that is none of these — every attempt's
 // close is known, none found a worker's claim — is a problem: the target
 // is that no action is uncertain without a body start or a worker's claim.
-type precision struct{ uncertain, unstarted, claimed, unknown, closed int }
+type precision struct{ uncertain, unstarted, claimed, marked, unknown, closed int }
+
+// String is the figure as the chaos test logs it per seed.
+func (p precision) String() string {
+	return fmt.Sprintf("%d actions uncertain, %d of them without a body start (%d claimed by a worker that never started the body nor marked it — killed between claim and body, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
+		p.uncertain, p.unstarted, p.claimed, p.marked, p.unknown, p.closed)
+}
 
 func (c *chaosEnv) precision() (p precision) {
 	started := map[string]bool{}
@@ -65,7 +76,13 @@ func (c *chaosEnv) precision() (p precision) {
 				continue
 			}
 			var cl api.Claim
-			if e, err := claims.Get(context.Background(), api.ClaimKey(run, id, a.Attempts, a.Attempt.Incarnation)); len(a.Claimed) > 0 || err == nil && json.Unmarshal(e.Value(), &cl) == nil && cl.Closed == nil {
+			e, err := claims.Get(context.Background(), api.ClaimKey(run, id, a.Attempts, a.Attempt.Incarnation))
+			decoded := err == nil && json.Unmarshal(e.Value(), &cl) == nil
+			if decoded && cl.NotStarted != nil {
+				p.marked++
+				continue
+			}
+			if len(a.Claimed) > 0 || decoded && cl.Closed == nil {
 				p.claimed++
 				continue
 			}

@@ -230,8 +230,7 @@ func runChaos(t *testing.T, seed uint64, dur time.Duration) {
 	n := c.check()
 	t.Logf("seed %d: operations %v; %d runs, %d body starts, %d recoveries", seed, c.ops, len(c.runs), n.starts, n.recoveries)
 	p := c.precision() // chaos_precision_test.go
-	t.Logf("seed %d: precision: %d actions uncertain, %d of them without a body start (%d claimed by a worker that never started the body, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
-		seed, p.uncertain, p.unstarted, p.claimed, p.unknown, p.closed)
+	t.Logf("seed %d: precision: %s", seed, p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, p := range c.problems {

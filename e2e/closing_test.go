@@ -91,8 +91,10 @@ func TestSemantics8_ClosingAnAttemptRunnerKilled(t *testing.T) {
 // body's first instruction (no ledger line). The claim exists, so nothing
 // can close the attempt: the runtime cannot tell this from a body that
 // started (docs/adr/0023-closing-attempts.md, "What stays uncertain
-// without a body start"), and the write ends uncertain — with the worker's
-// claim as its evidence, never a closed one, and no body start ever after.
+// without a body start"; docs/semantics.md §8, "Closing an attempt": the
+// limit), and the write ends uncertain — with the worker's claim as its
+// evidence, never a closed one nor one marked not started (a killed worker
+// decides nothing), and no body start ever after.
 // The next worker that gets the task finds the claim and reports the
 // attempt worker_lost.
 func TestSemantics8_ClosingAnAttemptWorkerKilledBetweenClaimAndBody(t *testing.T) {
@@ -120,8 +122,8 @@ func TestSemantics8_ClosingAnAttemptWorkerKilledBetweenClaimAndBody(t *testing.T
 	if err == nil {
 		err = json.Unmarshal(entry.Value(), &claim)
 	}
-	if err != nil || claim.Closed != nil || claim.Worker != "w0" {
-		t.Fatalf("claim of attempt 1: %+v (%v); want w0's", claim, err)
+	if err != nil || claim.Closed != nil || claim.NotStarted != nil || claim.Worker != "w0" {
+		t.Fatalf("claim of attempt 1: %+v (%v); want w0's, never marked not started (it was killed before it could decide)", claim, err)
 	}
 	if starts := e.startsOf(run, a.ID); len(starts) != 0 {
 		t.Fatalf("body starts %v; want none (w0 died before its body, w1 found the claim)", starts)

@@ -28,7 +28,9 @@ import (
 // ahead of its own events, in the same append. A create answered "key
 // exists" is read: a closed value (this decision's or an earlier try's: a
 // close that landed but whose decision was lost is found again by the next
-// decision) is closed, anything else is a worker's claim, recorded as such
+// decision), or a worker's claim that the worker marked as not started
+// (api.Claim.NotStarted: it decided not to start the body and never will),
+// is closed; anything else is a worker's claim, recorded as such
 // (attempt_closed with claimed) so that no later decision closes the
 // attempt again. An outcome that stays unknown counts as claimed: §5's
 // rule (uncertain), never closed.
@@ -130,7 +132,8 @@ func (r *Runner) claimsKV(ctx context.Context) jetstream.KeyValue {
 // closeClaim creates the claim of the attempt fenced by f in run with a
 // closed value (api.Claim.Closed) and sets cl's outcome: Closed when the
 // create won or the key holds a closed value (By then names the runner
-// that wrote it), Claimed when the key holds a worker's claim, neither
+// that wrote it) or a claim its worker marked not started, Claimed when
+// the key holds any other worker's claim, neither
 // when the outcome stays unknown. A create whose answer was lost is tried
 // again (it then finds its own closed value).
 func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run string, f events.AttemptFenced, cl *aggregate.Close) {
@@ -160,9 +163,15 @@ func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run stri
 			if err = json.Unmarshal(e.Value(), &found); err != nil {
 				break // not a claim this runtime wrote: unknown
 			}
-			if found.Closed != nil {
+			switch {
+			case found.Closed != nil:
 				cl.Closed, cl.By = true, found.Closed.By
-			} else {
+			case found.NotStarted != nil:
+				// A worker's claim it marked as not started: that worker
+				// never starts the body, and no delivery starts or takes
+				// over such a claim: the attempt did not act.
+				cl.Closed = true
+			default:
 				cl.Claimed = true
 			}
 			return

@@ -3,12 +3,16 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -45,6 +49,13 @@ func (l *ledger) tool() tools.Tool {
 	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
 }
 
+// payOnce is agent "desk" whose model calls the ledger's "pay" once (no
+// deadline, allowed) and then answers.
+func (l *ledger) payOnce(t *testing.T) *agent.Agent {
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	return build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+}
+
 // started reports whether any body of run's action started.
 func (l *ledger) started(run, action string) bool {
 	l.mu.Lock()
@@ -57,10 +68,12 @@ func (l *ledger) started(run, action string) bool {
 // records closed, no action with a body start ended not_started, and an
 // action uncertain without any body start has a worker's claim on its
 // attempt — the one case the runtime cannot tell apart from a started body
-// (a worker claimed it and then found it ended before starting it,
-// docs/adr/0023-closing-attempts.md). It returns how many actions are
-// uncertain, and how many of those never started a body.
-func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted int) {
+// (docs/adr/0023-closing-attempts.md). It returns how many actions are
+// uncertain, how many of those never started a body, and how many of these
+// hold a claim its worker marked not started after the decision that ended
+// the attempt had read it (the worker found, after its claim, the very
+// decision that had just read its claim: "Claims released as not started").
+func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted, marked int) {
 	t.Helper()
 	claims, err := h.srv.JS.KeyValue(context.Background(), api.ClaimsBucket)
 	if err != nil {
@@ -80,6 +93,9 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 				if err != nil || c.Closed != nil || c.Worker == "" {
 					t.Errorf("run %s: action %s is uncertain (%s) but no body of it ever started, and no worker claimed attempt %d (claim %+v, %v)", run, a.ID, a.Detail, a.Attempts, c, err)
 				}
+				if c.NotStarted != nil {
+					marked++
+				}
 			}
 		}
 		if a.State == aggregate.ActionNotStarted && started {
@@ -93,7 +109,7 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 		}
 		l.mu.Unlock()
 	}
-	return uncertain, unstarted
+	return uncertain, unstarted, marked
 }
 
 // TestSemantics8_ClosingAnAttemptCancelRacingApprovals races a cancel with
@@ -167,13 +183,14 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 		cancel()
 	}
 	drained(t, h, a, "pay")
-	uncertain, unstarted := 0, 0
+	uncertain, unstarted, marked := 0, 0, 0
 	for i := range n {
 		run := fmt.Sprint("race-", i)
 		s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
-		u, un := l.check(t, h, run, s)
+		u, un, mk := l.check(t, h, run, s)
 		uncertain += u
 		unstarted += un
+		marked += mk
 		p := s.Actions()[0]
 		switch closed := len(p.Closed) > 0; {
 		case cancelFirst[i] && (!closed || p.State != aggregate.ActionNotStarted || l.started(run, p.ID)):
@@ -182,7 +199,7 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 			t.Errorf("run %s: the worker claimed the attempt first, yet the run records attempts %v closed", run, p.Closed)
 		}
 	}
-	t.Logf("%d runs, %d with the cancel first: %d uncertain payments, %d of them without a body start; %d body starts", n, len(slices.DeleteFunc(slices.Clone(cancelFirst), func(first bool) bool { return !first })), uncertain, unstarted, len(l.starts))
+	t.Logf("%d runs, %d with the cancel first: %d uncertain payments, %d of them without a body start (%d with a claim its worker marked not started after the cancel read it); %d body starts", n, len(slices.DeleteFunc(slices.Clone(cancelFirst), func(first bool) bool { return !first })), uncertain, unstarted, marked, len(l.starts))
 }
 
 // claimGate wraps an AttemptCheck so that a test decides when the worker
@@ -291,13 +308,7 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.After(300*time.Millisecond))}, policy.Func(allow))
 	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay")) // no worker takes pay
 	const run = "found-closed"
-	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
-		t.Fatal(err)
-	}
-	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
-		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
-	})
-	act := s.Actions()[0]
+	act := fencedAttempt(t, h, run)
 	kv, err := h.srv.JS.KeyValue(ctx(t), api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +318,7 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	if _, err := kv.Create(ctx(t), api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation), b); err != nil {
 		t.Fatal(err)
 	}
-	s = h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
+	s := h.waitFor(run, "attempt 1 recorded closed", func(s aggregate.State) bool {
 		a, _ := s.Action(act.ID)
 		return slices.Contains(a.Closed, 1) || a.State == aggregate.ActionUncertain
 	})
@@ -321,9 +332,22 @@ func TestSemantics8_ClosingAnAttemptFoundClosedByTheNextDecision(t *testing.T) {
 	if a, _ := s.Action(act.ID); a.State != aggregate.ActionNotStarted || len(a.Closed) != a.Attempts {
 		t.Fatalf("after the cancel: %s (%s), attempts %d, closed %v; want not_started, every attempt closed", a.State, a.Detail, a.Attempts, a.Closed)
 	}
-	if u, _ := l.check(t, h, run, s); u != 0 {
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
 	}
+}
+
+// fencedAttempt starts run (agent "desk", one call) and returns its action
+// once its first attempt is fenced.
+func fencedAttempt(t *testing.T, h *harness, run string) aggregate.Action {
+	t.Helper()
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor(run, "a fenced attempt", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionRunning
+	})
+	return s.Actions()[0]
 }
 
 // ghostOwnsEveryPartition records every partition as owned by "ghost", a
@@ -440,8 +464,7 @@ func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	var l ledger
-	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
-	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.Infinity())}, policy.Func(allow))
+	a := l.payOnce(t)
 	js := &lossyJS{JetStream: h.srv.JS}
 	h.runOn(h.srv.Connect(), js, []*agent.Agent{a}, runner.WithExternalTools("pay"))
 	c := ctx(t)
@@ -475,5 +498,202 @@ func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
 	}
 	if _, fin := s.Finished(); fin {
 		t.Fatal("the run finished, though the cancel was never recorded")
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted
+// (docs/adr/0023-closing-attempts.md, "Claims released as not started"): a
+// worker claimed a payment's attempt and then decided not to start its
+// body, and marked its own claim so (api.Claim.NotStarted; the worker's
+// side: worker/notstarted_test.go). A cancel that comes next closes the
+// attempt: its close finds the key taken, reads the mark and counts the
+// attempt closed — the payment ends not_started, with no body start, not
+// uncertain. Before, any worker's value counted as claimed.
+func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay")) // the worker is the test's
+	c := ctx(t)
+	const run = "marked-not-started"
+	act := fencedAttempt(t, h, run)
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation)
+	claim := api.Claim{Schema: 1, Worker: "w-1", Token: "t-1", Claimed: time.Now().UTC()}
+	b, _ := json.Marshal(claim)
+	rev, err := kv.Create(c, key, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim.NotStarted = &api.ClaimNotStarted{Why: api.ClaimEnded, At: time.Now().UTC()}
+	b, _ = json.Marshal(claim)
+	if _, err := kv.Update(c, key, b, rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	if p, _ := s.Action(act.ID); p.State != aggregate.ActionNotStarted || !slices.Contains(p.Closed, 1) || len(p.Claimed) != 0 {
+		t.Fatalf("after the cancel: %s (%s), closed %v, claimed %v; want not_started, attempt 1 closed", p.State, p.Detail, p.Closed, p.Claimed)
+	}
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain", u)
+	}
+}
+
+// afterClaimGate wraps an AttemptCheck so that a test holds a worker
+// between its claim and its body: the second check of a held run's task
+// (the worker's check after the claim) reports reached and waits for
+// release, then checks.
+type afterClaimGate struct {
+	base    worker.AttemptCheck
+	run     string
+	calls   atomic.Int64
+	reached chan struct{}
+	release chan struct{}
+}
+
+// newAfterClaimGate holds run's worker after its claim (worker.LogCheck
+// checks); the hold ends by the end of the test.
+func newAfterClaimGate(h *harness, run string) *afterClaimGate {
+	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
+	h.t.Cleanup(func() {
+		select {
+		case <-g.release:
+		default:
+			close(g.release)
+		}
+	})
+	return g
+}
+
+func (g *afterClaimGate) check(ctx context.Context, task worker.Task) (bool, error) {
+	if task.Run == g.run && g.calls.Add(1) == 2 {
+		close(g.reached)
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return g.base(ctx, task)
+}
+
+// TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover
+// (docs/adr/0023-closing-attempts.md, "Claims released as not started"):
+// a worker claimed a non-replayable payment's attempt; before its check
+// after the claim, the run's runner drained (SIGTERM: the run handed off)
+// and left. The worker's check finds the run handed off by a runner that
+// is gone, so it does not start the body and marks its claim not started.
+// The runner that takes the run over closes the attempt, finds the mark
+// and counts it closed: the attempt did not act, the payment is replayed
+// without spending its single attempt and paid once (one body start,
+// attempt 2). Before, the takeover's close found the worker's claim and
+// the payment ended uncertain with no body start.
+func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	const run = "marked-before-takeover"
+	rA, stopA := h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"), runner.WithDrainWindow(time.Second))
+	g := newAfterClaimGate(h, run)
+	nc := h.srv.Connect()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := worker.New(nc, js, worker.WithID("w-held"), worker.WithAttemptCheck(g.check))
+	w.Handle(api.Queue{Agent: a.Name(), Version: a.Version(), Tool: "pay"}, runner.ToolHandler(l.tool(), nil))
+	wctx, wstop := context.WithCancel(context.Background())
+	wdone := make(chan error, 1)
+	go func() { wdone <- w.Run(wctx) }()
+	t.Cleanup(func() { wstop(); <-wdone })
+	c := ctx(t)
+	h.startServed(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
+	<-g.reached // the worker holds attempt 1's claim, its body not started
+	stopA()
+	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the drained runner is gone", func() bool {
+		_, err := live.Get(c, rA.ID())
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
+	if s := h.state(run); !s.HandedOff() {
+		t.Fatal("the drained runner did not hand the run off")
+	}
+	close(g.release)
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	act := h.state(run).Actions()[0]
+	until(t, "the worker marked its claim not started", func() bool {
+		e, err := claims.Get(c, api.ClaimKey(run, act.ID, 1, act.Attempt.Incarnation))
+		var cl api.Claim
+		return err == nil && json.Unmarshal(e.Value(), &cl) == nil && cl.NotStarted != nil && cl.Worker == "w-held"
+	})
+	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"))
+	s := h.waitFor(run, "finished, or the payment uncertain", func(s aggregate.State) bool {
+		p, _ := s.Action(act.ID)
+		_, fin := s.Finished()
+		return fin || p.State == aggregate.ActionUncertain
+	})
+	p, _ := s.Action(act.ID)
+	if p.State != aggregate.ActionSucceeded || !slices.Contains(p.Closed, 1) || p.Attempts != 2 {
+		t.Fatalf("payment %s (%s), attempts %d, closed %v, claimed %v; want succeeded by attempt 2, attempt 1 closed", p.State, p.Detail, p.Attempts, p.Closed, p.Claimed)
+	}
+	l.mu.Lock()
+	starts := slices.Clone(l.starts)
+	l.mu.Unlock()
+	if len(starts) != 1 || starts[0].Attempt != 2 {
+		t.Fatalf("body starts %+v; want one, of attempt 2", starts)
+	}
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain", u)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain
+// (docs/adr/0023-closing-attempts.md, "Claims released as not started":
+// what the mark cannot do): a worker holds a payment's claim, its check
+// after the claim not made yet, when a cancel comes. The cancel's close
+// finds the worker's claim — unmarked: the worker has seen nothing yet —
+// and the payment ends uncertain. The worker's check then finds the
+// attempt cancelled: it never starts the body and marks its claim not
+// started (ended), too late for the decision that read it. The ledger
+// shows no body start; the claim shows why.
+func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	const run = "cancel-after-claim"
+	g := newAfterClaimGate(h, run)
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.reached // the worker holds attempt 1's claim, its body not started
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	drained(t, h, a, "pay")
+	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	p := s.Actions()[0]
+	if p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) || len(p.Closed) != 0 {
+		t.Fatalf("payment %s (%s), claimed %v, closed %v; want uncertain, attempt 1 found claimed", p.State, p.Detail, p.Claimed, p.Closed)
+	}
+	if u, un, mk := l.check(t, h, run, s); u != 1 || un != 1 || mk != 1 {
+		t.Fatalf("uncertain %d, without a body start %d, marked not started %d; want 1, 1, 1", u, un, mk)
 	}
 }

@@ -101,8 +101,8 @@ type claimResult int
 const (
 	// claimTaken: this delivery holds the claim; the body may start.
 	claimTaken claimResult = iota
-	// claimHeld: the attempt was claimed before; its body never starts
-	// again.
+	// claimHeld: the attempt was claimed before (or closed, or released
+	// as not started); its body never starts again.
 	claimHeld
 	// claimUnknown: the bucket could not tell; the body does not start.
 	claimUnknown
@@ -154,7 +154,7 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 					own.rev = e.Revision()
 					return claimTaken, own, Claim{}
 				}
-				if found.Token == "" || !slices.Contains(unstarted, found.Token) {
+				if found.Token == "" || found.NotStarted != nil || !slices.Contains(unstarted, found.Token) {
 					cancel()
 					return claimHeld, own, found
 				}
@@ -237,4 +237,41 @@ func (w *Worker) releaseClaim(t Task, own *ownClaim) {
 	if err := w.claims.Delete(ctx, own.key, jetstream.LastRevision(own.rev)); err != nil {
 		w.log.Warn("worker: cannot release the claim of a body not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", own.key, "err", err)
 	}
+}
+
+// markNotStarted replaces own, the claim of t's attempt that this delivery
+// took and whose body it decided not to start, by the same claim saying so
+// (api.Claim.NotStarted, why): an update at own's revision, so it changes
+// only this delivery's own claim. The caller never starts the body after
+// calling it, whatever the outcome: written, the runtime's close counts the
+// attempt closed (it did not act) and no later delivery starts or takes it
+// over; lost to another value (the key changed since) or unanswered, the
+// claim counts as claimed, as before (docs/adr/0023-closing-attempts.md,
+// "Claims released as not started"). It reports whether the value was
+// written.
+func (w *Worker) markNotStarted(t Task, own *ownClaim, why string) bool {
+	val := own.val
+	val.NotStarted = &api.ClaimNotStarted{Why: why, At: time.Now().UTC()}
+	b, err := json.Marshal(val)
+	if err != nil {
+		return false
+	}
+	// After Abandon it is cut short with the other tries (w.late).
+	ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
+	defer cancel()
+	rev, err := w.claims.Update(ctx, own.key, b, own.rev)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		// Unanswered: the update may have landed; its value says.
+		if e, gerr := w.claims.Get(ctx, own.key); gerr == nil {
+			if c := decodeClaim(e.Value()); c.Token == val.Token && c.NotStarted != nil {
+				rev, err = e.Revision(), nil
+			}
+		}
+	}
+	if err != nil {
+		w.log.Warn("worker: cannot mark the claim of a body not started; it counts as claimed", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", own.key, "why", why, "err", err)
+		return false
+	}
+	own.val, own.rev = val, rev
+	return true
 }

@@ -15,3 +15,7 @@ func (w *Worker) SetRetry(base, ceiling time.Duration) { w.retryBase, w.retryCap
 // StopsSeen is how many stop messages (weft.stop.<run>) w received
 // (tests only).
 func (w *Worker) StopsSeen() int64 { return w.stops.Load() }
+
+// SetAfterClaim makes w call f once a delivery holds its attempt's claim,
+// before its check after the claim and its body (tests only).
+func (w *Worker) SetAfterClaim(f func(Task)) { w.afterClaim = f }

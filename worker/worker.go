@@ -127,6 +127,9 @@ type Worker struct {
 	check    AttemptCheck
 	noCheck  bool
 	claims   jetstream.KeyValue
+	// afterClaim, when set (tests only), is called once a delivery holds
+	// its attempt's claim, before the check after the claim and the body.
+	afterClaim func(Task)
 	// group owns every goroutine the worker starts (a task's handling, its
 	// progress acks, a stopped body's late settlement): Run returns once
 	// it is empty.
@@ -605,6 +608,18 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 			done(true)
 			return
 		}
+		if ns := found.NotStarted; ns != nil && found.Report == nil {
+			// Claimed by a worker that then decided not to start the body
+			// and said so in its claim: no body of the attempt ever
+			// started, and none starts now. The attempt's end is the
+			// run's to record (its close counts the claim closed):
+			// nothing is reported — but a report its worker saved (the
+			// lost timed_out of a deadline that passed before the body)
+			// is delivered, as any saved report.
+			w.log.Info("worker: attempt claimed and released as not started, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation, "by", found.Worker, "why", ns.Why)
+			done(true)
+			return
+		}
 		// Claimed before: its body may have started (a worker that
 		// vanished, or a server that forgot the delivery). It never
 		// starts again; the run decides from its replay budget — unless
@@ -623,6 +638,16 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, nil))
 		return
 	}
+	if w.afterClaim != nil {
+		w.afterClaim(t) // tests: between the claim and the body
+	}
+	// From here on, every path that does not start the body marks the
+	// claim as not started before the task is acked or reported
+	// (markNotStarted): a decision about the attempt that reads the claim
+	// afterwards knows the body never started
+	// (docs/adr/0023-closing-attempts.md, "Claims released as not
+	// started").
+	//
 	// The run may have ended the attempt while it was checked and claimed
 	// (a cancellation, a recovery, a timeout): read it again now that the
 	// claim is taken. An attempt ended before its claim never starts; one
@@ -631,6 +656,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	// was read once: the body starts.
 	if w.current(t) == attemptStale {
 		w.log.Info("worker: attempt ended while it was claimed, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation)
+		w.markNotStarted(t, &own, api.ClaimEnded)
 		done(true)
 		return
 	}
@@ -642,6 +668,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		// attempt stopped: the body never starts, and nothing is reported
 		// (the decision that stopped it already recorded it).
 		w.log.Info("worker: task stopped before its body started, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
+		w.markNotStarted(t, &own, api.ClaimStopped)
 		done(true)
 		return
 	}
@@ -650,7 +677,9 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		// read again: the run's timer decides the attempt at its deadline
 		// (or decided it), so a body started now would start after its
 		// attempt was recorded lost (rule 1 of the task protocol). The
-		// claim stays: no other delivery starts it either.
+		// claim stays, marked not started: no other delivery starts it
+		// either, and the close of the loss this reports counts it closed.
+		w.markNotStarted(t, &own, api.ClaimDeadline)
 		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
 		rep.Evidence = "the deadline passed before the body started; the body was not started"
 		done(w.deliver(t, rep, &own))
