@@ -34,6 +34,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,10 +92,14 @@ func main() {
 	flag.IntVar(&peerOpts.restatePartitions, "restate-partitions", 0, "Restate's default-num-partitions (0: its default, 24)")
 	flag.Float64Var(&o.maxOthers, "max-others", 0.25, "a measurement during which the rest of the machine used more CPU than this many cores is marked disturbed (*) and left out of the median while undisturbed rounds exist")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 0, "before each measurement, wait up to this long for the rest of the machine to use less than --max-others cores")
+	flag.StringVar(&o.profile, "profile", "", "write a CPU profile (pprof) of the measuring process during each 64-client window to this directory, one file a system and round (<system>-<round>.pprof)")
+	flag.BoolVar(&o.detail, "detail", false, "print, after each 64-client window, the servers' CPU per run by thread and process role, and what the system counts itself (DBOS: PostgreSQL's statements and WAL flushes per run, through pg_stat_statements, which costs CPU of its own)")
+	flag.IntVar(&clients, "clients", 64, "clients of the warm-up and the throughput window (the table's workload: 64; another count for an A/B)")
 	child := flag.String("child", "", "internal: measure this one system in this process and print its result as JSON")
 	dir := flag.String("dir", "", "internal: the child's data directory")
 	flag.Parse()
 	o.systems = strings.Split(*only, ",")
+	peerOpts.detail = o.detail
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
@@ -114,6 +119,7 @@ func main() {
 var peerOpts struct {
 	dbosPool          int
 	restatePartitions int
+	detail            bool // -detail: DBOS's PostgreSQL loads pg_stat_statements
 }
 
 type options struct {
@@ -125,6 +131,8 @@ type options struct {
 	sameProcess bool
 	maxOthers   float64
 	quietWait   time.Duration
+	profile     string // -profile: a directory; the child's: its file
+	detail      bool
 }
 
 func (o options) phases() phases {
@@ -135,6 +143,8 @@ func (o options) phases() phases {
 	if o.warm >= 0 {
 		ph.warm = o.warm
 	}
+	ph.profile = o.profile
+	ph.detail = o.detail
 	return ph
 }
 
@@ -211,10 +221,16 @@ func run(ctx context.Context, o options) error {
 			idle := waitQuiet(ctx, o.maxOthers, o.quietWait)
 			fmt.Fprintf(os.Stderr, "[round %d] %s: starting (fsync p50 %s, load %s, the machine busy %.2f cores before)\n", round+1, s.name, ms(fs), load(), idle)
 			var r result
+			co := o
+			if o.profile != "" {
+				co.profile = filepath.Join(o.profile, fmt.Sprintf("%s-%d.pprof", s.name, round+1))
+			}
 			if o.sameProcess {
-				r = measureOne(ctx, s, dir, ph)
+				rph := ph
+				rph.profile = co.profile
+				r = measureOne(ctx, s, dir, rph)
 			} else {
-				r = measureChild(ctx, o, s, dir)
+				r = measureChild(ctx, co, s, dir)
 			}
 			r.Fsync = fs
 			os.RemoveAll(dir)
@@ -238,9 +254,15 @@ func measureChild(ctx context.Context, o options, s starter, dir string) result 
 		return result{Err: err.Error()}
 	}
 	args := []string{"-child", s.name, "-dir", dir, "-warm", o.phases().warm.String(),
-		"-dbos-pool", strconv.Itoa(peerOpts.dbosPool), "-restate-partitions", strconv.Itoa(peerOpts.restatePartitions)}
+		"-clients", strconv.Itoa(clients), "-dbos-pool", strconv.Itoa(peerOpts.dbosPool), "-restate-partitions", strconv.Itoa(peerOpts.restatePartitions)}
 	if o.quick {
 		args = append(args, "-quick")
+	}
+	if o.profile != "" {
+		args = append(args, "-profile", o.profile)
+	}
+	if o.detail {
+		args = append(args, "-detail")
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, self, args...)
@@ -315,7 +337,7 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 	}
 	fmt.Printf("Median round of %d by runs/s (of the undisturbed rounds if any: the rest of the machine used at most %.2f cores); ratios to %s; cores used: the system's own CPU during the 64-client window (runs/s × CPU per run); others' load: the CPU the rest of the machine used then, in cores; fsync: p50 of a 4 KiB write + fsync on the store's disk before the system started.\n\n", o.rounds, o.maxOthers, o.ref)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system (durability)\tp50 run, 1 client\t÷ ref\tper durable step\t÷ ref\truns/s, 64 clients\t÷ ref\tCPU ms per run\t÷ ref\tcores used\tothers' load\tfsync p50\t\n")
+	fmt.Fprintf(tw, "system (durability)\tp50 run, 1 client\t÷ ref\tper durable step\t÷ ref\truns/s, %d clients\t÷ ref\tCPU ms per run\t÷ ref\tcores used\tothers' load\tfsync p50\t\n", clients)
 	for _, s := range chosen {
 		r, ok := median(results[s.name], o.maxOthers)
 		if !ok {
@@ -330,7 +352,7 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 			ms(r.Step), ratio(msf(r.Step), msf(ref.Step)), r.Rate, ratio(r.Rate, ref.Rate), msf(r.CPU), ratio(msf(r.CPU), msf(ref.CPU)), cores(r), r.Others, ms(r.Fsync))
 	}
 	tw.Flush()
-	fmt.Println("\nEach round (runs/s at 64 clients / per durable step / CPU ms per run / others' load in cores; * disturbed):")
+	fmt.Printf("\nEach round (runs/s at %d clients / per durable step / CPU ms per run / others' load in cores; * disturbed):\n", clients)
 	for _, s := range chosen {
 		var parts []string
 		for _, r := range results[s.name] {
