@@ -33,7 +33,12 @@ type result struct {
 	Others float64 `json:"others"`
 	// Fsync is the p50 of a 4 KiB write + fsync on the disk the system
 	// stores on, measured right before the system started.
-	Fsync  time.Duration `json:"fsync"`
+	Fsync time.Duration `json:"fsync"`
+	// IPC and IPCCPU are the p50 and the CPU (both processes') of a
+	// one-byte round trip between two processes through pipes, measured
+	// right before the system started (ipcRoundTrip).
+	IPC    time.Duration `json:"ipc"`
+	IPCCPU time.Duration `json:"ipc_cpu"`
 	Failed int           `json:"failed"`
 	Err    string        `json:"err,omitempty"`
 }
