@@ -83,6 +83,10 @@ func startDBOS(ctx context.Context, dir string) (system, error) {
 		s.pid, _ = strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
 	}
 	url := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
+	if peerOpts.dbosUnix {
+		// PostgreSQL's Unix socket (-k dir above) instead of loopback TCP.
+		url = fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", dir, port)
+	}
 	s.url = url
 	if peerOpts.dbosPool > 0 {
 		url += fmt.Sprintf("&pool_max_conns=%d", peerOpts.dbosPool)

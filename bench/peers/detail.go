@@ -73,6 +73,46 @@ func threadCPU(pids []int) map[string]time.Duration {
 	return out
 }
 
+// switches is the context switches so far (voluntary and not) of every
+// thread of this process (self) or of pids and their children.
+func switches(pids []int, self bool) int64 {
+	want := map[int]bool{}
+	for _, p := range pids {
+		want[p] = true
+	}
+	var n int64
+	count := func(pid string) {
+		tasks, _ := os.ReadDir(filepath.Join("/proc", pid, "task"))
+		for _, t := range tasks {
+			b, err := os.ReadFile(filepath.Join("/proc", pid, "task", t.Name(), "status"))
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+					x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					n += x
+				}
+			}
+		}
+	}
+	if self {
+		count(strconv.Itoa(os.Getpid()))
+		return n
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, _, ok := procStat(pid); ok && (want[pid] || want[ppid]) {
+			count(e.Name())
+		}
+	}
+	return n
+}
+
 // pgRole is a PostgreSQL process's role from its title ("postgres:
 // walwriter"; a backend's title names its client: "backend"), or "".
 func pgRole(pid int) string {

@@ -94,6 +94,7 @@ func main() {
 	flag.BoolVar(&o.sameProcess, "same-process", false, "measure every system in this one process, one after the other (for an A/B against the default: each system in a fresh process)")
 	flag.IntVar(&peerOpts.dbosPool, "dbos-pool", 0, "DBOS's pgx pool size (pool_max_conns; 0: DBOS's default, 20)")
 	flag.BoolVar(&peerOpts.restateH2C, "restate-h2c", false, "call Restate's ingress over HTTP/2 without TLS (one connection for all clients) instead of HTTP/1.1 (a connection per client)")
+	flag.BoolVar(&peerOpts.dbosUnix, "dbos-unix", false, "connect DBOS to PostgreSQL through its Unix socket instead of loopback TCP")
 	flag.IntVar(&peerOpts.restatePartitions, "restate-partitions", 0, "Restate's default-num-partitions (0: its default, 24)")
 	flag.Float64Var(&o.maxOthers, "max-others", 0.25, "a measurement during which the rest of the machine used more CPU than this many cores is marked disturbed (*) and left out of the median while undisturbed rounds exist")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 0, "before each measurement, wait up to this long for the rest of the machine to use less than --max-others cores")
@@ -126,6 +127,7 @@ var peerOpts struct {
 	restatePartitions int
 	detail            bool // -detail: DBOS's PostgreSQL loads pg_stat_statements
 	restateH2C        bool
+	dbosUnix          bool
 }
 
 type options struct {
@@ -266,7 +268,7 @@ func measureChild(ctx context.Context, o options, s starter, dir string) result 
 		return result{Err: err.Error()}
 	}
 	args := []string{"-child", s.name, "-dir", dir, "-warm", o.phases().warm.String(),
-		"-clients", strconv.Itoa(clients), "-restate-h2c=" + strconv.FormatBool(peerOpts.restateH2C), "-dbos-pool", strconv.Itoa(peerOpts.dbosPool), "-restate-partitions", strconv.Itoa(peerOpts.restatePartitions)}
+		"-clients", strconv.Itoa(clients), "-restate-h2c=" + strconv.FormatBool(peerOpts.restateH2C), "-dbos-unix=" + strconv.FormatBool(peerOpts.dbosUnix), "-dbos-pool", strconv.Itoa(peerOpts.dbosPool), "-restate-partitions", strconv.Itoa(peerOpts.restatePartitions)}
 	if o.quick {
 		args = append(args, "-quick")
 	}

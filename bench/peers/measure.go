@@ -111,6 +111,7 @@ func measure(ctx context.Context, sys system, name string, ph phases) result {
 		}
 	}
 	var threads0 map[string]time.Duration
+	var sw0, swSelf0 int64
 	dt, isDetailer := sys.(detailer)
 	if ph.detail {
 		if isDetailer {
@@ -119,6 +120,7 @@ func measure(ctx context.Context, sys system, name string, ph phases) result {
 			}
 		}
 		threads0 = threadCPU(sys.pids())
+		sw0, swSelf0 = switches(sys.pids(), false), switches(nil, true)
 	}
 	cpu0, self0, busy0 := cpuOf(sys.pids()), cpuOf(nil), machineBusy()
 	el := concurrent(ctx, sys, name+"-t", ph.window, func(err error) {
@@ -132,8 +134,10 @@ func measure(ctx context.Context, sys system, name string, ph phases) result {
 	})
 	cpu, self, busy := cpuOf(sys.pids())-cpu0, cpuOf(nil)-self0, machineBusy()-busy0
 	if ph.detail {
-		fmt.Fprintf(os.Stderr, "%s: %d runs; measuring process %.3f ms CPU per run; servers' CPU per run by thread (ms): %s\n",
-			name, done, msf(self)/float64(max(done, 1)), cpuDetail(threads0, threadCPU(sys.pids()), done))
+		runs := float64(max(done, 1))
+		fmt.Fprintf(os.Stderr, "%s: %d runs; context switches per run: %.1f in the measuring process, %.1f in the servers; measuring process %.3f ms CPU per run; servers' CPU per run by thread (ms): %s\n",
+			name, done, float64(switches(nil, true)-swSelf0)/runs, float64(switches(sys.pids(), false)-sw0)/runs,
+			msf(self)/runs, cpuDetail(threads0, threadCPU(sys.pids()), done))
 		if isDetailer {
 			fmt.Fprintf(os.Stderr, "%s: %s\n", name, dt.detail(ctx, done))
 		}
