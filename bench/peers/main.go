@@ -3,8 +3,8 @@
 // Restate (server from npm, Go SDK) and DBOS Transact Go (on Debian's
 // PostgreSQL) — on this machine, interleaved, and prints one table with
 // every figure's ratio to Weft's at the peers' durability (fsync on every
-// ack), the machine's other load and the disk's fsync latency beside
-// them. It is its own module so that the peers' SDKs stay out of Weft's
+// ack), the machine's other load, the disk's fsync latency and the CPU of
+// a round trip between two processes (ipcRoundTrip) beside them. It is its own module so that the peers' SDKs stay out of Weft's
 // module graph; it is not run by CI.
 //
 // The workload: a run is a start, 3 sequential durable steps (each an
@@ -18,6 +18,10 @@
 // measured in a fresh process of this program.
 //
 //	cd bench/peers && (cd node && npm ci) && go run . [--quick] [--systems weft,weft-sync,...] [--rounds N]
+//
+// --profile DIR and --detail say where a system's CPU goes (a pprof
+// profile of the measuring process; the servers' CPU by thread, context
+// switches, PostgreSQL's statements per run).
 //
 // docs/benchmarks.md has the exact commands, every system's configuration
 // and the latest table.
