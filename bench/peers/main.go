@@ -3,8 +3,8 @@
 // Restate (server from npm, Go SDK) and DBOS Transact Go (on Debian's
 // PostgreSQL) — on this machine, interleaved, and prints one table with
 // every figure's ratio to Weft's at the peers' durability (fsync on every
-// ack), the machine's other load and the disk's fsync latency beside
-// them. It is its own module so that the peers' SDKs stay out of Weft's
+// ack), the machine's other load, the disk's fsync latency and the CPU of
+// a round trip between two processes (ipcRoundTrip) beside them. It is its own module so that the peers' SDKs stay out of Weft's
 // module graph; it is not run by CI.
 //
 // The workload: a run is a start, 3 sequential durable steps (each an
@@ -18,6 +18,10 @@
 // measured in a fresh process of this program.
 //
 //	cd bench/peers && (cd node && npm ci) && go run . [--quick] [--systems weft,weft-sync,...] [--rounds N]
+//
+// --profile DIR and --detail say where a system's CPU goes (a pprof
+// profile of the measuring process; the servers' CPU by thread, context
+// switches, PostgreSQL's statements per run).
 //
 // docs/benchmarks.md has the exact commands, every system's configuration
 // and the latest table.
@@ -34,6 +38,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +78,10 @@ var all = []starter{
 }
 
 func main() {
+	if os.Getenv(envEcho) != "" {
+		echoMain()
+		return
+	}
 	if conf := os.Getenv(envNATSConf); conf != "" {
 		if err := natsMain(conf); err != nil {
 			fmt.Fprintln(os.Stderr, "peers: nats-server:", err)
@@ -88,13 +97,19 @@ func main() {
 	flag.DurationVar(&o.warm, "warm", -1, "warm-up at 64 clients before each measurement (default 5s, 2s with --quick; 0: only 20 runs at 1 client)")
 	flag.BoolVar(&o.sameProcess, "same-process", false, "measure every system in this one process, one after the other (for an A/B against the default: each system in a fresh process)")
 	flag.IntVar(&peerOpts.dbosPool, "dbos-pool", 0, "DBOS's pgx pool size (pool_max_conns; 0: DBOS's default, 20)")
+	flag.BoolVar(&peerOpts.restateH2C, "restate-h2c", false, "call Restate's ingress over HTTP/2 without TLS (one connection for all clients) instead of HTTP/1.1 (a connection per client)")
+	flag.BoolVar(&peerOpts.dbosUnix, "dbos-unix", false, "connect DBOS to PostgreSQL through its Unix socket instead of loopback TCP")
 	flag.IntVar(&peerOpts.restatePartitions, "restate-partitions", 0, "Restate's default-num-partitions (0: its default, 24)")
 	flag.Float64Var(&o.maxOthers, "max-others", 0.25, "a measurement during which the rest of the machine used more CPU than this many cores is marked disturbed (*) and left out of the median while undisturbed rounds exist")
 	flag.DurationVar(&o.quietWait, "quiet-wait", 0, "before each measurement, wait up to this long for the rest of the machine to use less than --max-others cores")
+	flag.StringVar(&o.profile, "profile", "", "write a CPU profile (pprof) of the measuring process during each 64-client window to this directory, one file a system and round (<system>-<round>.pprof)")
+	flag.BoolVar(&o.detail, "detail", false, "print, after each 64-client window, the servers' CPU per run by thread and process role, and what the system counts itself (DBOS: PostgreSQL's statements and WAL flushes per run, through pg_stat_statements, which costs CPU of its own)")
+	flag.IntVar(&clients, "clients", 64, "clients of the warm-up and the throughput window (the table's workload: 64; another count for an A/B)")
 	child := flag.String("child", "", "internal: measure this one system in this process and print its result as JSON")
 	dir := flag.String("dir", "", "internal: the child's data directory")
 	flag.Parse()
 	o.systems = strings.Split(*only, ",")
+	peerOpts.detail = o.detail
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
@@ -114,6 +129,9 @@ func main() {
 var peerOpts struct {
 	dbosPool          int
 	restatePartitions int
+	detail            bool // -detail: DBOS's PostgreSQL loads pg_stat_statements
+	restateH2C        bool
+	dbosUnix          bool
 }
 
 type options struct {
@@ -125,6 +143,8 @@ type options struct {
 	sameProcess bool
 	maxOthers   float64
 	quietWait   time.Duration
+	profile     string // -profile: a directory; the child's: its file
+	detail      bool
 }
 
 func (o options) phases() phases {
@@ -135,6 +155,8 @@ func (o options) phases() phases {
 	if o.warm >= 0 {
 		ph.warm = o.warm
 	}
+	ph.profile = o.profile
+	ph.detail = o.detail
 	return ph
 }
 
@@ -209,14 +231,26 @@ func run(ctx context.Context, o options) error {
 				return err
 			}
 			idle := waitQuiet(ctx, o.maxOthers, o.quietWait)
-			fmt.Fprintf(os.Stderr, "[round %d] %s: starting (fsync p50 %s, load %s, the machine busy %.2f cores before)\n", round+1, s.name, ms(fs), load(), idle)
-			var r result
-			if o.sameProcess {
-				r = measureOne(ctx, s, dir, ph)
-			} else {
-				r = measureChild(ctx, o, s, dir)
+			ipc, ipcCPU, err := ipcRoundTrip(ipcTrips)
+			if err != nil {
+				os.RemoveAll(dir)
+				return err
 			}
-			r.Fsync = fs
+			fmt.Fprintf(os.Stderr, "[round %d] %s: starting (fsync p50 %s, a round trip between two processes p50 %s at %.1f µs CPU, load %s, the machine busy %.2f cores before)\n",
+				round+1, s.name, ms(fs), us(ipc), usf(ipcCPU), load(), idle)
+			var r result
+			co := o
+			if o.profile != "" {
+				co.profile = filepath.Join(o.profile, fmt.Sprintf("%s-%d.pprof", s.name, round+1))
+			}
+			if o.sameProcess {
+				rph := ph
+				rph.profile = co.profile
+				r = measureOne(ctx, s, dir, rph)
+			} else {
+				r = measureChild(ctx, co, s, dir)
+			}
+			r.Fsync, r.IPC, r.IPCCPU = fs, ipc, ipcCPU
 			os.RemoveAll(dir)
 			results[s.name] = append(results[s.name], r)
 			fmt.Fprintf(os.Stderr, "[round %d] %s: p50 %s (0 steps %s), per step %s, %.0f runs/s at %d clients, %.2f ms CPU per run (%.2f in servers), %.2f cores used, others' load %.2f cores%s\n",
@@ -238,9 +272,15 @@ func measureChild(ctx context.Context, o options, s starter, dir string) result 
 		return result{Err: err.Error()}
 	}
 	args := []string{"-child", s.name, "-dir", dir, "-warm", o.phases().warm.String(),
-		"-dbos-pool", strconv.Itoa(peerOpts.dbosPool), "-restate-partitions", strconv.Itoa(peerOpts.restatePartitions)}
+		"-clients", strconv.Itoa(clients), "-restate-h2c=" + strconv.FormatBool(peerOpts.restateH2C), "-dbos-unix=" + strconv.FormatBool(peerOpts.dbosUnix), "-dbos-pool", strconv.Itoa(peerOpts.dbosPool), "-restate-partitions", strconv.Itoa(peerOpts.restatePartitions)}
 	if o.quick {
 		args = append(args, "-quick")
+	}
+	if o.profile != "" {
+		args = append(args, "-profile", o.profile)
+	}
+	if o.detail {
+		args = append(args, "-detail")
 	}
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, self, args...)
@@ -313,9 +353,9 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 		}
 		return fmt.Sprintf("×%.2f", v/w)
 	}
-	fmt.Printf("Median round of %d by runs/s (of the undisturbed rounds if any: the rest of the machine used at most %.2f cores); ratios to %s; cores used: the system's own CPU during the 64-client window (runs/s × CPU per run); others' load: the CPU the rest of the machine used then, in cores; fsync: p50 of a 4 KiB write + fsync on the store's disk before the system started.\n\n", o.rounds, o.maxOthers, o.ref)
+	fmt.Printf("Median round of %d by runs/s (of the undisturbed rounds if any: the rest of the machine used at most %.2f cores); ratios to %s; cores used: the system's own CPU during the 64-client window (runs/s × CPU per run); others' load: the CPU the rest of the machine used then, in cores; fsync: p50 of a 4 KiB write + fsync on the store's disk before the system started; IPC CPU: the CPU (both processes') of a one-byte round trip between two processes, measured then.\n\n", o.rounds, o.maxOthers, o.ref)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "system (durability)\tp50 run, 1 client\t÷ ref\tper durable step\t÷ ref\truns/s, 64 clients\t÷ ref\tCPU ms per run\t÷ ref\tcores used\tothers' load\tfsync p50\t\n")
+	fmt.Fprintf(tw, "system (durability)\tp50 run, 1 client\t÷ ref\tper durable step\t÷ ref\truns/s, %d clients\t÷ ref\tCPU ms per run\t÷ ref\tcores used\tothers' load\tfsync p50\tIPC CPU\t\n", clients)
 	for _, s := range chosen {
 		r, ok := median(results[s.name], o.maxOthers)
 		if !ok {
@@ -323,14 +363,14 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 			if rs := results[s.name]; len(rs) > 0 {
 				why = rs[0].Err
 			}
-			fmt.Fprintf(tw, "%s\tnot measured: %s\t\t\t\t\t\t\t\t\t\t\t\n", s.label, why)
+			fmt.Fprintf(tw, "%s\tnot measured: %s\t\t\t\t\t\t\t\t\t\t\t\t\n", s.label, why)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.2f\t%s\t%.2f\t%.2f\t%s\t\n", s.label, ms(r.P50), ratio(msf(r.P50), msf(ref.P50)),
-			ms(r.Step), ratio(msf(r.Step), msf(ref.Step)), r.Rate, ratio(r.Rate, ref.Rate), msf(r.CPU), ratio(msf(r.CPU), msf(ref.CPU)), cores(r), r.Others, ms(r.Fsync))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.2f\t%s\t%.2f\t%.2f\t%s\t%s\t\n", s.label, ms(r.P50), ratio(msf(r.P50), msf(ref.P50)),
+			ms(r.Step), ratio(msf(r.Step), msf(ref.Step)), r.Rate, ratio(r.Rate, ref.Rate), msf(r.CPU), ratio(msf(r.CPU), msf(ref.CPU)), cores(r), r.Others, ms(r.Fsync), us(r.IPCCPU))
 	}
 	tw.Flush()
-	fmt.Println("\nEach round (runs/s at 64 clients / per durable step / CPU ms per run / others' load in cores; * disturbed):")
+	fmt.Printf("\nEach round (runs/s at %d clients / per durable step / CPU ms per run / others' load in cores / IPC CPU; * disturbed):\n", clients)
 	for _, s := range chosen {
 		var parts []string
 		for _, r := range results[s.name] {
@@ -338,7 +378,7 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 			if r.Others > o.maxOthers {
 				mark = "*"
 			}
-			parts = append(parts, fmt.Sprintf("%.0f / %s / %.2f / %.2f%s", r.Rate, ms(r.Step), msf(r.CPU), r.Others, mark))
+			parts = append(parts, fmt.Sprintf("%.0f / %s / %.2f / %.2f / %s%s", r.Rate, ms(r.Step), msf(r.CPU), r.Others, us(r.IPCCPU), mark))
 		}
 		fmt.Printf("  %s: %s\n", s.name, strings.Join(parts, ", "))
 	}
@@ -347,6 +387,14 @@ func printTable(o options, chosen []starter, results map[string][]result) {
 // cores is the CPU the system used during its 64-client window, in cores:
 // below the machine's, the rest went to other load or to waiting.
 func cores(r result) float64 { return r.Rate * r.CPU.Seconds() }
+
+// ipcTrips is how many round trips ipcRoundTrip times before each
+// measurement (about half a second).
+const ipcTrips = 10000
+
+func us(d time.Duration) string { return strconv.FormatFloat(usf(d), 'f', 1, 64) + " µs" }
+
+func usf(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 func ms(d time.Duration) string { return strconv.FormatFloat(msf(d), 'f', 2, 64) + " ms" }
 

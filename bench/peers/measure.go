@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,7 +33,12 @@ type result struct {
 	Others float64 `json:"others"`
 	// Fsync is the p50 of a 4 KiB write + fsync on the disk the system
 	// stores on, measured right before the system started.
-	Fsync  time.Duration `json:"fsync"`
+	Fsync time.Duration `json:"fsync"`
+	// IPC and IPCCPU are the p50 and the CPU (both processes') of a
+	// one-byte round trip between two processes through pipes, measured
+	// right before the system started (ipcRoundTrip).
+	IPC    time.Duration `json:"ipc"`
+	IPCCPU time.Duration `json:"ipc_cpu"`
 	Failed int           `json:"failed"`
 	Err    string        `json:"err,omitempty"`
 }
@@ -42,9 +48,13 @@ type phases struct {
 	warm    time.Duration // 64 clients before anything is measured
 	latRuns int           // runs of each kind at 1 client
 	window  time.Duration // the 64-client throughput window
+	profile string        // a file for a CPU profile of the window, if any
+	detail  bool          // print the servers' CPU by thread and the system's own counts of the window
 }
 
-const clients = 64
+// clients is the concurrency of the warm-up and the throughput window (64;
+// -clients for an A/B).
+var clients = 64
 
 // measure takes one round of figures of sys: a warm-up at 64 clients (so
 // that connection pools, the peers' backends and the server's caches are
@@ -90,6 +100,28 @@ func measure(ctx context.Context, sys system, name string, ph phases) result {
 	r.Step = max(r.P50-r.P50Zero, 0) / 3
 
 	done := 0
+	if ph.profile != "" {
+		if f, err := os.Create(ph.profile); err != nil {
+			fail(err)
+		} else if err := pprof.StartCPUProfile(f); err != nil {
+			fail(err)
+		} else {
+			defer f.Close()
+			defer pprof.StopCPUProfile()
+		}
+	}
+	var threads0 map[string]time.Duration
+	var sw0, swSelf0 int64
+	dt, isDetailer := sys.(detailer)
+	if ph.detail {
+		if isDetailer {
+			if err := dt.beginDetail(ctx); err != nil {
+				fail(err)
+			}
+		}
+		threads0 = threadCPU(sys.pids())
+		sw0, swSelf0 = switches(sys.pids(), false), switches(nil, true)
+	}
 	cpu0, self0, busy0 := cpuOf(sys.pids()), cpuOf(nil), machineBusy()
 	el := concurrent(ctx, sys, name+"-t", ph.window, func(err error) {
 		if err != nil {
@@ -101,6 +133,15 @@ func measure(ctx context.Context, sys system, name string, ph phases) result {
 		mu.Unlock()
 	})
 	cpu, self, busy := cpuOf(sys.pids())-cpu0, cpuOf(nil)-self0, machineBusy()-busy0
+	if ph.detail {
+		runs := float64(max(done, 1))
+		fmt.Fprintf(os.Stderr, "%s: %d runs; context switches per run: %.1f in the measuring process, %.1f in the servers; measuring process %.3f ms CPU per run; servers' CPU per run by thread (ms): %s\n",
+			name, done, float64(switches(nil, true)-swSelf0)/runs, float64(switches(sys.pids(), false)-sw0)/runs,
+			msf(self)/runs, cpuDetail(threads0, threadCPU(sys.pids()), done))
+		if isDetailer {
+			fmt.Fprintf(os.Stderr, "%s: %s\n", name, dt.detail(ctx, done))
+		}
+	}
 	r.Rate = float64(done) / el.Seconds()
 	if done > 0 {
 		r.CPU = cpu / time.Duration(done)

@@ -78,7 +78,14 @@ func startRestate(ctx context.Context, dir string) (system, error) {
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		return nil, err
 	}
-	s := &restateSystem{ingress: fmt.Sprintf("http://127.0.0.1:%d", ports[2]), http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 128}}}
+	tr := &http.Transport{MaxIdleConnsPerHost: 128}
+	if peerOpts.restateH2C {
+		// HTTP/2 without TLS (prior knowledge): the 64 clients' calls
+		// share one connection instead of one connection each.
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	s := &restateSystem{ingress: fmt.Sprintf("http://127.0.0.1:%d", ports[2]), http: &http.Client{Transport: tr}}
 	s.cmd = exec.Command(bin, "--config-file", cfg, "--no-logo", "--listen-mode", "tcp")
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the measurement
 	log, _ := os.Create(filepath.Join(dir, "restate.log"))
