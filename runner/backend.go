@@ -305,8 +305,8 @@ func (r *Runner) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply
 // call's tool and arguments as recorded and, for an approve that narrows
 // the call (edit) or answers a request re-asked after an edited attempt,
 // the approved arguments (proof.Subject.WithApproved).
-func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer string, edit json.RawMessage) proof.Subject {
-	s := proof.Subject{Run: rn.id, Action: a.ID, Revision: appr.Revision, Requirement: appr.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer}
+func answerSubject(rn *run, a aggregate.Action, appr aggregate.Approval, answer, reason string, edit json.RawMessage) proof.Subject {
+	s := proof.Subject{Run: rn.id, Action: a.ID, Revision: appr.Revision, Requirement: appr.Requirement, Tool: a.Tool, Arguments: a.Arguments, Answer: answer, Reason: reason}
 	return s.WithApproved(edit, a.Edited)
 }
 
@@ -393,7 +393,7 @@ func (r *Runner) checkAnswer(ctx context.Context, rn *run, ans answer, now time.
 	verified := false
 	if plan.Verify {
 		in := approvers.Answer{Approver: ans.Approver, Credential: ans.Credential, Signed: ans.Proof}
-		if pf, err = approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), in, answerSubject(rn, plan.Action, plan.Request, ans.Kind, edit), now); err != nil {
+		if pf, err = approvers.AuthorizeAnswer(ctx, rn.agent.Approvers(), in, answerSubject(rn, plan.Action, plan.Request, ans.Kind, ans.Reason, edit), now); err != nil {
 			return nil, nil, err // a refused proof changes nothing
 		}
 		verified = true

@@ -144,9 +144,14 @@ func TestSignedApprovalProofs(t *testing.T) {
 	// The second action: rejected with a signed rejection by alice; bob's
 	// key may not answer finance at all.
 	refusedReason(t, approve("bob", a2, signFor(t, userKeyPair(t, 2), s, a2, events.AnswerApprove, exp, nil)), approvers.ReasonNotAuthorized)
-	rej := signFor(t, alice, s, a2, events.AnswerReject, exp, nil)
+	// The rejection's proof states its reason (docs/security.md): the
+	// runtime checks the reason sent against it, so a reason edited on
+	// the way is refused other_reason, and the one signed is accepted.
+	rej := signFor(t, alice, s, a2, events.AnswerReject, exp, func(sub *proof.Subject) { sub.Reason = "not this one" })
+	_, err = h.client.Reject(c, api.RejectRequest{CommandID: "reject-edited", Run: "sp", Action: a2.ID, Revision: a2.Request.Revision, Approver: "keys", Proof: rej, Reason: "approved by the board"})
+	refusedReason(t, err, proof.ReasonOtherReason)
 	if _, err := h.client.Reject(c, api.RejectRequest{CommandID: "reject", Run: "sp", Action: a2.ID, Revision: a2.Request.Revision, Approver: "keys", Proof: rej, Reason: "not this one"}); err != nil {
-		t.Fatalf("a signed rejection: %v", err)
+		t.Fatalf("a signed rejection stating its reason: %v", err)
 	}
 	s = h.waitStatus("sp", aggregate.StatusFinished)
 	if n := b.starts.Load(); n != 1 {

@@ -357,7 +357,7 @@ func approveCommand() command {
 				req.Run, req.Action = args[0], args[1]
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
-						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove, req.Arguments)
+						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove, "", req.Arguments)
 						if err != nil {
 							return api.Reply{}, err
 						}
@@ -402,7 +402,7 @@ func rejectCommand() command {
 				req.Run, req.Action = args[0], args[1]
 				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
-						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject, nil)
+						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject, req.Reason, nil)
 						if err != nil {
 							return api.Reply{}, err
 						}

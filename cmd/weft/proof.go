@@ -67,7 +67,7 @@ func readSigningKey(path string) (nkeys.KeyPair, error) {
 // exactly what it signs. The runtime
 // checks every value against the run itself: a view that lied would only
 // get the proof refused.
-func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signFlags, run, action string, revision *int, answer string, edit json.RawMessage) (*events.ApprovalProof, error) {
+func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signFlags, run, action string, revision *int, answer, reason string, edit json.RawMessage) (*events.ApprovalProof, error) {
 	kp, err := readSigningKey(sf.key)
 	if err != nil {
 		return nil, err
@@ -84,6 +84,7 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 	if edit != nil {
 		s.Approved = edit
 	}
+	s.Reason = reason
 	pub, _ := kp.PublicKey()
 	p, err := proof.New(s, pub, time.Now().Add(sf.ttl))
 	if err != nil {
@@ -96,6 +97,9 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 		answer, run, action, s.Revision, s.Requirement.Name, s.Requirement.Version, s.Tool, s.Arguments, pub, p.Expires.Format(time.RFC3339))
 	if s.Approved != nil {
 		fmt.Fprintf(w, "  narrowed to the edited arguments %s\n", s.Approved)
+	}
+	if s.Reason != "" {
+		fmt.Fprintf(w, "  for the reason %q\n", s.Reason)
 	}
 	return &p, nil
 }
