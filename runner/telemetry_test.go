@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -31,6 +32,19 @@ func TestTelemetrySpans(t *testing.T) {
 		t.Fatal(err)
 	}
 	finished(t, h, "tel")
+	// The runner emits run_finished and ends the run's span after the
+	// append the test saw: wait for them rather than race them (it failed
+	// "telemetry run_finished not emitted" under load).
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		_, emitted := tel.find(telemetry.RunFinished)
+		ended := false
+		for _, s := range exp.GetSpans() {
+			ended = ended || s.Name == "weft.run"
+		}
+		if emitted && ended {
+			break
+		}
+	}
 	names := map[string]bool{}
 	for _, s := range exp.GetSpans() {
 		names[s.Name] = true
