@@ -289,8 +289,9 @@ func (d *decider) finalAnswer(c ModelReply) {
 	l := d.s.start.Limits
 	attempts := max(l.AnswerAttempts, 1)
 	if _, none := d.noTurnLeft(); d.s.corrections+1 < attempts && !none && d.tokensLeft() {
+		// The correction turn is requested by advance: at once on a live
+		// run, by the resume on a paused one (docs/semantics.md §13).
 		d.emit(events.AnswerRejected{Turn: c.Turn, Reason: reason})
-		d.requestTurn(events.TurnCorrection)
 		return
 	}
 	d.finish(events.Outcome{Kind: events.OutcomeAnswerInvalid, Raw: text, Reason: reason}, events.NotStartedRunFinished)
@@ -1364,6 +1365,10 @@ func (d *decider) advance() {
 		}
 	}
 	if s.modelPending {
+		return
+	}
+	if s.correctionDue() {
+		d.requestTurn(events.TurnCorrection)
 		return
 	}
 	if s.retryAt != nil {
