@@ -25,8 +25,10 @@ import (
 // expiry due at now; a takeover (Recover) applies them after it records
 // the recovery, before Recover.Then. After the command, it emits the follow-on events the
 // new state calls for: attempts fenced for free concurrency slots, the next
-// model turn once every action of the batch is model-visible, a due model
-// retry, and the run's end.
+// model turn once every action of the batch is model-visible, the
+// correction turn of a rejected typed answer, a due model retry, and the
+// run's end; on a paused run, none of the fences and turns
+// (docs/semantics.md §13).
 func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
 	closing, isClosing := c.(Closing)
 	if isClosing {

@@ -20,7 +20,8 @@ type Pause struct {
 }
 
 // Resume resumes a paused run: what its state calls for starts in the same
-// decision (fences for free slots, the next model turn, a due retry). On a
+// decision (fences for free slots, the next model turn, the correction of
+// a typed answer rejected while paused, a due retry). On a
 // finished run, or one being cancelled, it is refused run_ended; on a run
 // that is not paused it records nothing.
 type Resume struct {
