@@ -25,8 +25,10 @@ import (
 // expiry due at now; a takeover (Recover) applies them after it records
 // the recovery, before Recover.Then. After the command, it emits the follow-on events the
 // new state calls for: attempts fenced for free concurrency slots, the next
-// model turn once every action of the batch is model-visible, a due model
-// retry, and the run's end.
+// model turn once every action of the batch is model-visible, the
+// correction turn of a rejected typed answer, a due model retry, and the
+// run's end; on a paused run, none of the fences and turns
+// (docs/semantics.md §13).
 func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
 	closing, isClosing := c.(Closing)
 	if isClosing {
@@ -289,8 +291,9 @@ func (d *decider) finalAnswer(c ModelReply) {
 	l := d.s.start.Limits
 	attempts := max(l.AnswerAttempts, 1)
 	if _, none := d.noTurnLeft(); d.s.corrections+1 < attempts && !none && d.tokensLeft() {
+		// The correction turn is requested by advance: at once on a live
+		// run, by the resume on a paused one (docs/semantics.md §13).
 		d.emit(events.AnswerRejected{Turn: c.Turn, Reason: reason})
-		d.requestTurn(events.TurnCorrection)
 		return
 	}
 	d.finish(events.Outcome{Kind: events.OutcomeAnswerInvalid, Raw: text, Reason: reason}, events.NotStartedRunFinished)
@@ -1364,6 +1367,10 @@ func (d *decider) advance() {
 		}
 	}
 	if s.modelPending {
+		return
+	}
+	if s.correctionDue() {
+		d.requestTurn(events.TurnCorrection)
 		return
 	}
 	if s.retryAt != nil {

@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
 )
 
 // Pause pauses the run (docs/semantics.md §13): until Resume it starts no
@@ -19,7 +20,8 @@ type Pause struct {
 }
 
 // Resume resumes a paused run: what its state calls for starts in the same
-// decision (fences for free slots, the next model turn, a due retry). On a
+// decision (fences for free slots, the next model turn, the correction of
+// a typed answer rejected while paused, a due retry). On a
 // finished run, or one being cancelled, it is refused run_ended; on a run
 // that is not paused it records nothing.
 type Resume struct {
@@ -61,6 +63,19 @@ func (d *decider) resume(c Resume) error {
 		d.emit(events.RunResumed{By: c.By, Reason: c.Reason, Identity: c.Identity, Proof: c.Proof})
 	}
 	return nil
+}
+
+// correctionDue reports whether a rejected typed answer waits for its
+// correction turn: the transcript ends with the correction an
+// answer_rejected added (the only user message after the input) and no
+// turn was requested or is waiting for its retry since. It is derived from
+// the recorded events, so that a run paused when its answer was rejected
+// has the turn requested by its resume (docs/semantics.md §13), also after
+// a takeover or from a snapshot.
+func (s *State) correctionDue() bool {
+	n := len(s.transcript)
+	return n > 1 && !s.modelPending && s.retryAt == nil &&
+		s.transcript[n-1].batch == 0 && s.transcript[n-1].msg.Role == model.RoleUser
 }
 
 // pausedWork is w as a paused run's Pending gives it (docs/semantics.md

@@ -209,6 +209,10 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 				}
 			}
 		}
+		// (s) A paused run starts nothing (docs/semantics.md §13).
+		if msg := pausedStart(before, c, evs, s.Now); msg != "" {
+			fail("%s", msg)
+		}
 		// (h) Folding the events from scratch equals the state the
 		// decisions were made on.
 		if !reflect.DeepEqual(aggregate.Fold(s.History).Clone(), s.State.Clone()) {
@@ -647,4 +651,90 @@ func TestSimFindsDroppedWork(t *testing.T) {
 	if len(s.Problems) != 3 || !strings.Contains(s.Problems[2], "timer tool_timeout 1/a 1 0 0") {
 		t.Fatalf("a dropped timer: problems %v", s.Problems)
 	}
+}
+
+// pausedStart checks property (s) of the decision of c on before, which
+// gave evs at now (docs/semantics.md §13): no event of it fences an
+// attempt or requests a model turn while the run is paused, judged on the
+// state each event is folded onto — a resume starts what the run calls
+// for only after its run_resumed. A turn lost with its runner is the one
+// exception (why recovery: requested again, and only recorded until the
+// resume). It returns the violation, or "" for none.
+func pausedStart(before aggregate.State, c aggregate.Command, evs []events.Event, now time.Time) string {
+	st := before.Clone()
+	for _, e := range evs {
+		if st.Paused() {
+			switch e := e.(type) {
+			case events.AttemptFenced:
+				return fmt.Sprintf("(s) %s fenced %s attempt %d on a paused run", commandName(c), e.Action, e.Attempt)
+			case events.ModelRequested:
+				if e.Why != events.TurnRecovery {
+					return fmt.Sprintf("(s) %s requested turn %d (why %s) on a paused run", commandName(c), e.Turn, e.Why)
+				}
+			}
+		}
+		st = aggregate.Evolve(st, events.Recorded{Run: st.Run(), Version: st.Version() + 1, At: now, Event: e})
+	}
+	return ""
+}
+
+// TestSemantics13_PausedRunStartsNothing checks property (s) alone over
+// seeded random runs (docs/semantics.md §13): no decision fences an
+// attempt or requests a model turn (but a lost turn's recovery) while the
+// run is paused — a model reply, a report, a settlement, an approval or a
+// reconciliation recorded while paused only takes effect on resume. The
+// other invariants are TestPropertiesSeeded's; this one draws from
+// pausingSource (fixed seeds), which pauses often and has the model answer
+// a typed run, and counts the events decided on a paused run so that it
+// cannot pass vacuously.
+func TestSemantics13_PausedRunStartsNothing(t *testing.T) {
+	seeds := propertySeeds(t, 600)
+	judged := map[events.Name]int{}
+	for seed := range seeds {
+		s := aggregatetest.New()
+		s.Check = func(before aggregate.State, c aggregate.Command, evs []events.Event, _ error) {
+			if msg := pausedStart(before, c, evs, s.Now); msg != "" {
+				t.Fatalf("seed %d: %s\n%s", seed, msg, aggregatetest.Describe(s.Events()))
+			}
+			if before.Paused() {
+				for _, e := range evs {
+					judged[e.EventName()]++
+				}
+			}
+		}
+		src := pausingSource{aggregatetest.Rand(seed)}
+		s.Start(src)
+		for range 150 {
+			s.Step(src)
+		}
+	}
+	// Recorded while paused: the in-flight work that finishes and the
+	// people's commands whose effect waits for the resume.
+	for _, n := range []events.Name{events.NameModelReplied, events.NameAnswerRejected, events.NameAttemptReported,
+		events.NameApprovalAnswered, events.NameReconciled, events.NameSettlementAccepted, events.NameRunResumed} {
+		if judged[n] == 0 {
+			t.Errorf("no decision on a paused run recorded %s", n)
+		}
+	}
+	t.Logf("events decided on a paused run: %v", judged)
+}
+
+// pausingSource biases a seeded Source towards paused runs that get model
+// replies: a pause or a resume is offered at a third of the steps instead of
+// a twelfth, a third of the replies are final answers (half of them
+// undecodable), and a typed answer may be corrected once.
+type pausingSource struct{ src aggregatetest.Source }
+
+func (p pausingSource) Intn(label string, n int) int {
+	switch label {
+	case "pause":
+		n = min(n, 3)
+	case "reply":
+		if p.src.Intn("final reply", 3) == 0 {
+			return 0
+		}
+	case "answer attempts":
+		return n - 1
+	}
+	return p.src.Intn(label, n)
 }
