@@ -17,7 +17,8 @@
 //     their states and attempts, the transcript, the event timeline (the
 //     lines `weft events` prints), child runs and the audit panel (the
 //     checks of `weft audit verify`, on the history the query service
-//     returns).
+//     returns), and "/runs/<run>/history" its history as a file, the
+//     export `weft audit export` writes.
 //
 // Pages are server-rendered html/template with one small script
 // (assets/app.js) that shows times in the viewer's zone, sends forms
@@ -165,6 +166,7 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	mux.HandleFunc("GET /{$}", c.inbox)
 	mux.HandleFunc("GET /runs", c.runs)
 	mux.HandleFunc("GET /runs/{run}", c.run)
+	mux.HandleFunc("GET /runs/{run}/history", c.historyDownload)
 	mux.HandleFunc("GET /live", c.live)
 	mux.HandleFunc("GET /static/", c.serveStatic)
 	mux.HandleFunc("GET /batch", c.batch)
