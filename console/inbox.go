@@ -88,8 +88,8 @@ func fingerprintOf(v any) string {
 
 // approvalCard is a pending approval request with its form.
 type approvalCard struct {
-	Item      projections.ApprovalItem
-	Key       string
+	Item projections.ApprovalItem
+	Key  string
 	// Link is the card's shareable link (itemLink).
 	Link      string
 	Args      []field
