@@ -84,7 +84,8 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 		s.start(t, runs[n], "pay "+strconv.Itoa(n), "suspended")
 	}
 	ctx := tab(t)
-	do(t, ctx, "filter the inbox by amount", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.ID("f-min")),
+	do(t, ctx, "filter the inbox by amount", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.ID("f-open")),
+		chromedp.Click(chromedp.ID("f-open")), chromedp.WaitVisible(chromedp.ID("f-min")),
 		typeIn("#f-min", "400"), typeIn("#f-max", "1000"), chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible(chromedp.ID("filter-note")))
 	if got, want := js[string](t, ctx, `location.search`), "?tool=&requirement=&older_than=&min_amount=400&max_amount=1000"; got != want {
@@ -93,6 +94,7 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 	if got := cardRuns(t, ctx, "approvals"); !slices.Equal(got, []string{"am-500", "am-700"}) {
 		t.Fatalf("approvals shown for amounts 400..1000: %v, want am-500 and am-700", got)
 	}
+	saveShot(t, "inbox-filters.png", get(t, ctx, "filtered inbox screenshot", chromedp.CaptureScreenshot()))
 	shared := map[string][]string{
 		"/?tool=send_payment&min_amount=1000":                          {"am-2000"},
 		"/?max_amount=400":                                             {"am-150"},
@@ -174,6 +176,7 @@ func TestConsoleRunSearchFindsByIDAndPrefix(t *testing.T) {
 	if !slices.Equal(got, []string{"srch-alpha-1", "srch-alpha-2"}) {
 		t.Fatalf("search srch-alpha found %v", got)
 	}
+	saveShot(t, "runs-search.png", get(t, ctx, "run search screenshot", chromedp.CaptureScreenshot()))
 	do(t, ctx, "search an id", chromedp.Navigate(s.consoleURL+"/runs?q=srch-beta"), chromedp.WaitVisible(chromedp.ID("search-note")))
 	if got := rows(); !slices.Equal(got, []string{"srch-beta"}) {
 		t.Fatalf("search srch-beta found %v", got)
@@ -281,11 +284,14 @@ func TestConsoleFindControlsWorkFromTheKeyboard(t *testing.T) {
 	s := devStack(t)
 	s.start(t, "kf-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
-	// reach tabs from the top of the page until each id (or, for "copy",
-	// a Copy link) had the focus, in that order.
+	// reach opens page and tabs from its top ("": from the focus on the
+	// page open) until each id (or, for "copy", a Copy link) had the
+	// focus, in that order.
 	reach := func(page string, ids ...string) {
 		t.Helper()
-		do(t, ctx, "open "+page, chromedp.Navigate(s.consoleURL+page), chromedp.WaitReady(chromedp.CSS("body")))
+		if page != "" { // "": go on from the focus on the page open
+			do(t, ctx, "open "+page, chromedp.Navigate(s.consoleURL+page), chromedp.WaitReady(chromedp.CSS("body")))
+		}
 		for _, id := range ids {
 			focused := ""
 			for i := 0; i < 80 && focused != id; i++ {
@@ -297,9 +303,13 @@ func TestConsoleFindControlsWorkFromTheKeyboard(t *testing.T) {
 			}
 		}
 	}
-	reach("/", "f-tool", "f-requirement", "f-older", "f-min", "f-max", "f-apply", "f-clear", "batch-these", "copy")
+	reach("/", "f-open")
+	do(t, ctx, "open the filters with Enter", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.ID("f-tool")))
+	reach("", "f-tool", "f-requirement", "f-older", "f-min", "f-max", "f-apply", "f-clear", "batch-these", "copy")
 	do(t, ctx, "copy with Enter", chromedp.KeyEvent(kb.Enter), waitJS(`document.activeElement.parentNode.querySelector("[data-copied]").textContent !== ""`))
-	reach("/", "f-tool")
+	reach("/", "f-open")
+	do(t, ctx, "open the filters with Enter", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.ID("f-tool")))
+	reach("", "f-tool")
 	do(t, ctx, "filter with Enter", chromedp.KeyEvent("send_payment"), chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.ID("filter-note")))
 	if got := js[string](t, ctx, `new URLSearchParams(location.search).get("tool")`); got != "send_payment" {
 		t.Errorf("the filter typed is %q in the URL", got)
