@@ -10,9 +10,10 @@
 //
 //   - "/" the inbox: what waits for a person, one section per kind
 //     (pending approvals, uncertain effects, open questions), each item
-//     with its form.
-//   - "/runs" the runs: a filtered, paged list, newest change first, and a
-//     form that starts a run.
+//     with its form and its shareable link, narrowed by the filters of
+//     filter.go (GET parameters, which "/batch" takes too).
+//   - "/runs" the runs: a filtered, paged list, newest change first, a
+//     search by run id (exact or prefix), and a form that starts a run.
 //   - "/runs/<run>" one run: status, what waits for a person, actions with
 //     their states and attempts, the transcript, the event timeline (the
 //     lines `weft events` prints), child runs and the audit panel (the
