@@ -130,6 +130,9 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 	if got, want := js[string](t, ctx, `document.getElementById("batch-summary").textContent`), "Approve 2 approvals of 2 runs, total amount 1200."; got != want {
 		t.Fatalf("summary %q, want %q", got, want)
 	}
+	if got := js[string](t, ctx, `new URL(document.getElementById("batch-back").href).search`); got != "?max_amount=1000&min_amount=400" {
+		t.Errorf("Back from the review goes to %q, want the filtered selection", got)
+	}
 	do(t, ctx, "confirm", typeIn("#b-credential", "alice"), chromedp.Click(chromedp.ID("batch-confirm")), chromedp.WaitVisible(chromedp.ID("batch-done")))
 	if got := js[string](t, ctx, `document.getElementById("batch-done").textContent`); got != "2 of 2 answered." {
 		t.Fatalf("outcome %q", got)
