@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
@@ -42,6 +43,10 @@ type batchData struct {
 	Outcomes       []api.DecideOutcome
 	Answered       int
 	Err            *weft.Error
+	// Filter narrows the selection step as it narrows the inbox (the same
+	// GET parameters, filter.go); FilterErr is why it does not parse.
+	Filter    inboxFilter
+	FilterErr *weft.Error
 }
 
 func rowOf(it projections.ApprovalItem) batchRow {
@@ -67,28 +72,51 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 			d.Decision = dec
 		}
 	}
+	d.Filter, d.FilterErr = parseInboxFilter(r.URL.Query())
 	items, err := c.query.Approvals(ctx, projector.InboxRequest{})
 	if err != nil {
 		d.Step, d.Err = "select", asWeftError(err)
 	}
+	// shown are the pending approvals the selection step lists: those
+	// that pass the page's filter.
+	var shown []projections.ApprovalItem
+	now := time.Now()
+	for _, it := range items {
+		if d.FilterErr == nil && d.Filter.match(it.Run, it.Action, it.Tool, &it.Requirement, it.Requested, it.Arguments, now) {
+			shown = append(shown, it)
+		}
+	}
+	// "Select all shown" sends the rows the page listed (field shown),
+	// never what the filter would match now: an item that arrived since
+	// was not shown and is not answered.
+	selected := r.PostForm["item"]
+	if r.PostForm.Get("all") != "" {
+		selected = r.PostForm["shown"]
+	}
 	chosen := map[string]bool{}
-	for _, v := range r.PostForm["item"] {
+	for _, v := range selected {
 		chosen[v] = true
 	}
 	var picked []projections.ApprovalItem
 	for _, it := range items {
 		row := rowOf(it)
-		if d.Step == "select" || chosen[row.Value] {
+		if chosen[row.Value] {
 			d.Rows = append(d.Rows, row)
 			picked = append(picked, it)
 			delete(chosen, row.Value)
+		}
+	}
+	if d.Step == "select" {
+		d.Rows = nil
+		for _, it := range shown {
+			d.Rows = append(d.Rows, rowOf(it))
 		}
 	}
 	d.Gone = len(chosen) // selected, but no longer pending as selected
 	if d.Step != "select" && len(picked) == 0 {
 		d.Step, d.Err = "select", &weft.Error{Code: weft.CodeInvalidRequest, Message: "Select at least one pending approval."}
 		d.Rows = nil
-		for _, it := range items {
+		for _, it := range shown {
 			d.Rows = append(d.Rows, rowOf(it))
 		}
 	}
@@ -100,7 +128,11 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 	case "confirm":
 		c.decideBatch(r, &d, picked)
 	}
-	c.render(w, http.StatusOK, "batch", page{Title: "Answer several approvals", Nav: "batch", Data: d})
+	status := http.StatusOK
+	if d.FilterErr != nil {
+		status = http.StatusBadRequest
+	}
+	c.render(w, status, "batch", page{Title: "Answer several approvals", Nav: "batch", Data: d})
 }
 
 // decideBatch sends the reviewed items, each with the revision the page

@@ -68,6 +68,9 @@ func TestScreenshotsAndLayout(t *testing.T) {
 		{"/runs", `tr[data-run="shot-8"]`},
 		{"/runs/shot-8", "#timeline"},
 		{"/runs/shot-13", "#" + cardKey("uncertain", "shot-13", "2/call_2_1")},
+		{"/?tool=send_payment&min_amount=1000", "#filter-note"},
+		{"/runs?q=shot", "#search-note"},
+		{"/batch?tool=send_payment", "#batch-all"},
 	}
 	for _, size := range []struct {
 		name string

@@ -10,14 +10,16 @@
 //
 //   - "/" the inbox: what waits for a person, one section per kind
 //     (pending approvals, uncertain effects, open questions), each item
-//     with its form.
-//   - "/runs" the runs: a filtered, paged list, newest change first, and a
-//     form that starts a run.
+//     with its form and its shareable link, narrowed by the filters of
+//     filter.go (GET parameters, which "/batch" takes too).
+//   - "/runs" the runs: a filtered, paged list, newest change first, a
+//     search by run id (exact or prefix), and a form that starts a run.
 //   - "/runs/<run>" one run: status, what waits for a person, actions with
 //     their states and attempts, the transcript, the event timeline (the
 //     lines `weft events` prints), child runs and the audit panel (the
 //     checks of `weft audit verify`, on the history the query service
-//     returns).
+//     returns), and "/runs/<run>/history" its history as a file, the
+//     export `weft audit export` writes.
 //
 // Pages are server-rendered html/template with one small script
 // (assets/app.js) that shows times in the viewer's zone, sends forms
@@ -165,6 +167,7 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	mux.HandleFunc("GET /{$}", c.inbox)
 	mux.HandleFunc("GET /runs", c.runs)
 	mux.HandleFunc("GET /runs/{run}", c.run)
+	mux.HandleFunc("GET /runs/{run}/history", c.historyDownload)
 	mux.HandleFunc("GET /live", c.live)
 	mux.HandleFunc("GET /static/", c.serveStatic)
 	mux.HandleFunc("GET /batch", c.batch)

@@ -27,8 +27,9 @@ import (
 // A new kind (such as open questions) is one more implementation and one
 // card template in assets/templates/partials.
 type section interface {
-	// load reads the section's items, of one run when run is not empty.
-	load(ctx context.Context, run, ret string) sectionView
+	// load reads the section's items, of one run when run is not empty,
+	// that pass the filter f (filter.go).
+	load(ctx context.Context, run, ret string, f inboxFilter) sectionView
 	// fingerprint identifies the section's current items (for the live
 	// stream): it changes when an item appears, leaves or changes.
 	fingerprint(ctx context.Context) (string, error)
@@ -45,6 +46,13 @@ type sectionView struct {
 	Cards []card
 	// Err is why the section could not be read.
 	Err *weft.Error
+}
+
+// filtered says that the filter f left out every item of an inbox section.
+func (v *sectionView) filtered(f inboxFilter, none string) {
+	if f.Active() {
+		v.Empty = none
+	}
 }
 
 // card is one rendered inbox item; Key is stable across renders (the live
@@ -80,8 +88,10 @@ func fingerprintOf(v any) string {
 
 // approvalCard is a pending approval request with its form.
 type approvalCard struct {
-	Item      projections.ApprovalItem
-	Key       string
+	Item projections.ApprovalItem
+	Key  string
+	// Link is the card's shareable link (itemLink).
+	Link      string
 	Args      []field
 	CommandID string
 	// Approvers are the agent's approvers from the catalog (empty when
@@ -126,18 +136,23 @@ type approverOption struct {
 
 type approvalsSection struct{ c *Console }
 
-func (s approvalsSection) load(ctx context.Context, run, ret string) sectionView {
+func (s approvalsSection) load(ctx context.Context, run, ret string, f inboxFilter) sectionView {
 	v := sectionView{ID: "approvals", Title: "Approvals waiting",
 		Help:  "An action the policy wants a person to approve before it runs. Approve it, or reject it with a reason the model reads.",
 		Empty: "No approval waits."}
+	v.filtered(f, "No approval matches the filters.")
 	items, err := s.c.query.Approvals(ctx, projector.InboxRequest{Run: run})
 	if err != nil {
 		v.Err = asWeftError(err)
 		return v
 	}
+	now := time.Now()
 	for _, it := range items {
+		if !f.match(it.Run, it.Action, it.Tool, &it.Requirement, it.Requested, it.Arguments, now) {
+			continue
+		}
 		key := "approval-" + projectionsKey(it.Run+"/"+it.Action)
-		ac := approvalCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(),
+		ac := approvalCard{Item: it, Key: key, Link: itemLink(it.Run, it.Action, key), Args: fields(it.Arguments), CommandID: newCommandID(),
 			Approver: s.c.approver, CredentialHelp: s.c.credentialHelp, Return: ret, ShowRun: run == ""}
 		ac.ArgumentsSHA256, _ = proof.ArgumentsHash(it.Arguments)
 		runsWith := it.Arguments
@@ -183,6 +198,7 @@ func (s approvalsSection) fingerprint(ctx context.Context) (string, error) {
 type uncertainCard struct {
 	Item      projections.UncertainItem
 	Key       string
+	Link      string
 	Args      []field
 	CommandID string
 	Output    outputPart
@@ -192,18 +208,23 @@ type uncertainCard struct {
 
 type uncertainSection struct{ c *Console }
 
-func (s uncertainSection) load(ctx context.Context, run, ret string) sectionView {
+func (s uncertainSection) load(ctx context.Context, run, ret string, f inboxFilter) sectionView {
 	v := sectionView{ID: "uncertain", Title: "Uncertain effects",
 		Help:  "An action that may or may not have happened (a timeout after the request was sent, a lost worker). Find out, then record what happened: the tool's output, a failure, or unconfirmed with a note.",
 		Empty: "No effect is uncertain."}
+	v.filtered(f, "No uncertain effect matches the filters.")
 	r, err := s.c.query.Uncertain(ctx, projector.InboxRequest{Run: run})
 	if err != nil {
 		v.Err = asWeftError(err)
 		return v
 	}
+	now := time.Now()
 	for _, it := range r.Items {
+		if !f.match(it.Run, it.Action, it.Tool, nil, it.Since, it.Arguments, now) {
+			continue
+		}
 		key := "uncertain-" + projectionsKey(it.Run+"/"+it.Action)
-		uc := uncertainCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == "",
+		uc := uncertainCard{Item: it, Key: key, Link: itemLink(it.Run, it.Action, key), Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == "",
 			Output: outputPart{Key: key, Tool: it.Tool, Form: s.c.outputForm(ctx, it.Agent, it.Tool)}}
 		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("uncertain-card", uc)})
 	}
@@ -245,6 +266,7 @@ func (s uncertainSection) fingerprint(ctx context.Context) (string, error) {
 type questionCard struct {
 	Item      projections.QuestionItem
 	Key       string
+	Link      string
 	Args      []field
 	CommandID string
 	Output    outputPart
@@ -256,18 +278,23 @@ type questionCard struct {
 // unconfirmed whose final truth nobody recorded yet (weft.api.resolve).
 type questionsSection struct{ c *Console }
 
-func (s questionsSection) load(ctx context.Context, run, ret string) sectionView {
+func (s questionsSection) load(ctx context.Context, run, ret string, f inboxFilter) sectionView {
 	v := sectionView{ID: "questions", Title: "Open questions",
 		Help:  "An effect recorded as unconfirmed: the run went on without knowing whether it happened. Once you know, record what finally happened. It is kept in the run's history for audit; the run does not change and the model is not told.",
 		Empty: "No question is open."}
+	v.filtered(f, "No open question matches the filters.")
 	items, err := s.c.query.Questions(ctx, projector.InboxRequest{Run: run})
 	if err != nil {
 		v.Err = asWeftError(err)
 		return v
 	}
+	now := time.Now()
 	for _, it := range items {
+		if !f.match(it.Run, it.Action, it.Tool, nil, it.Since, it.Arguments, now) {
+			continue
+		}
 		key := "question-" + projectionsKey(it.Run+"/"+it.Action)
-		qc := questionCard{Item: it, Key: key, Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == "",
+		qc := questionCard{Item: it, Key: key, Link: itemLink(it.Run, it.Action, key), Args: fields(it.Arguments), CommandID: newCommandID(), Return: ret, ShowRun: run == "",
 			Output: outputPart{Key: key, Tool: it.Tool, Form: s.c.outputForm(ctx, it.Agent, it.Tool)}}
 		v.Cards = append(v.Cards, card{Key: key, HTML: s.c.renderCard("question-card", qc)})
 	}
@@ -322,6 +349,10 @@ func (c *Console) entry(ctx context.Context, ref events.AgentRef) (catalog.Entry
 type inboxData struct {
 	Sections []sectionView
 	Count    int
+	// Filter is the page's filter (filter.go); FilterErr why it does not
+	// parse (nothing is then shown).
+	Filter    inboxFilter
+	FilterErr *weft.Error
 }
 
 func (c *Console) inbox(w http.ResponseWriter, r *http.Request) {
@@ -333,8 +364,20 @@ func (c *Console) renderInbox(w http.ResponseWriter, r *http.Request, fl *flash)
 	defer cancel()
 	live := c.liveQuery(ctx, url.Values{"watch": {"inbox"}})
 	var d inboxData
+	d.Filter, d.FilterErr = parseInboxFilter(r.URL.Query())
+	status := http.StatusOK
+	if d.FilterErr != nil {
+		status = http.StatusBadRequest
+	}
+	ret := "/"
+	if q := d.Filter.Query(); q != "" && d.FilterErr == nil {
+		ret = "/?" + q
+	}
 	for _, s := range c.sections {
-		v := s.load(ctx, "", "/")
+		if d.FilterErr != nil {
+			break
+		}
+		v := s.load(ctx, "", ret, d.Filter)
 		d.Count += len(v.Cards)
 		d.Sections = append(d.Sections, v)
 	}
@@ -342,5 +385,5 @@ func (c *Console) renderInbox(w http.ResponseWriter, r *http.Request, fl *flash)
 	if d.Count > 0 {
 		title = "Inbox (" + itoa(d.Count) + ")"
 	}
-	c.render(w, http.StatusOK, "inbox", page{Title: title, Nav: "inbox", Live: live, Flash: fl, Data: d})
+	c.render(w, status, "inbox", page{Title: title, Nav: "inbox", Live: live, Flash: fl, Data: d})
 }

@@ -214,7 +214,7 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 	ret := "/runs/" + url.PathEscape(v.Run)
 	if v.Status != "finished" || len(v.Uncertain) > 0 || len(v.Questions) > 0 {
 		for _, s := range c.sections {
-			sv := s.load(ctx, v.Run, ret)
+			sv := s.load(ctx, v.Run, ret, inboxFilter{})
 			d.WaitingCount += len(sv.Cards)
 			d.Waiting = append(d.Waiting, sv)
 		}

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,6 +24,15 @@ type runsData struct {
 	// encode a query spliced after "?" as one value.)
 	Next, First string
 	Err         *weft.Error
+	// Search is the run search (field q): Query as typed, Exact set when
+	// a run has exactly that id, Scanned how many runs' ids were compared
+	// for a prefix (one list page of projections.MaxLimit, with the
+	// filters), Matches how many matched.
+	Search struct {
+		Query            string
+		Exact            bool
+		Scanned, Matches int
+	}
 	// Start is the start form.
 	Start startForm
 }
@@ -98,7 +108,22 @@ func (c *Console) renderRuns(w http.ResponseWriter, r *http.Request, fl *flash) 
 	}
 	status := http.StatusOK
 	q, err := listQuery(v)
-	if err == nil {
+	search := strings.TrimSpace(v.Get("q"))
+	d.Search.Query = search
+	if err == nil && search != "" {
+		var pg projections.ListPage
+		pg, err = c.searchRuns(ctx, q, search, &d)
+		if pg.Next != "" {
+			nv := cloneValues(v)
+			nv.Set("cursor", pg.Next)
+			d.Next = "/runs?" + nv.Encode()
+		}
+		if q.Cursor != "" {
+			fv := cloneValues(v)
+			fv.Del("cursor")
+			d.First = "/runs?" + fv.Encode()
+		}
+	} else if err == nil {
 		var pg projections.ListPage
 		pg, err = c.query.List(ctx, q)
 		d.Runs = pg.Runs
@@ -141,3 +166,39 @@ func (c *Console) runsFingerprint(ctx context.Context, v url.Values) (string, er
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// searchRuns finds the runs of a search (docs/console.md, "Runs"): the run
+// whose id is exactly search (one run query, whatever its age; on the first
+// page only), then the runs whose id starts with it among one list page of
+// projections.MaxLimit runs that pass the filters, most recently changed
+// first. A search costs one run query and one list query of at most 1,000
+// summaries; the page's Next pages on through older runs. The text of a
+// run's input is not searched: the lists do not carry it, and reading it
+// would mean a view per run.
+func (c *Console) searchRuns(ctx context.Context, q projections.ListQuery, search string, d *runsData) (projections.ListPage, error) {
+	if q.Cursor == "" {
+		rep, err := c.query.RunFamily(ctx, search)
+		var we *weft.Error
+		switch {
+		case err == nil:
+			d.Search.Exact = true
+			d.Runs = append(d.Runs, projections.Summarize(rep.View))
+		case errors.As(err, &we) && (we.Code == weft.CodeUnknownRun || we.Code == weft.CodeInvalidName):
+		default:
+			return projections.ListPage{}, err
+		}
+	}
+	q.Limit = projections.MaxLimit
+	pg, err := c.query.List(ctx, q)
+	if err != nil {
+		return pg, err
+	}
+	d.Search.Scanned = len(pg.Runs)
+	for _, r := range pg.Runs {
+		if strings.HasPrefix(r.Run, search) && !(d.Search.Exact && r.Run == search) {
+			d.Runs = append(d.Runs, r)
+		}
+	}
+	d.Search.Matches = len(d.Runs)
+	return pg, nil
+}

@@ -74,6 +74,9 @@ func TestMain(m *testing.M) {
 	if narrow != nil {
 		narrow.stop()
 	}
+	if amounts != nil {
+		amounts.stop()
+	}
 	if browserStop != nil {
 		browserStop()
 	}

@@ -639,8 +639,33 @@
     if (document.hidden) { say("Paused while this tab is in the background.", "paused"); } else { connect(); }
   }
 
+  // ---- shareable links: "Copy link" on a card, the linked card focused ----
+  // The link is a real link (without the script it opens the item); the
+  // script copies its absolute URL instead and says so next to it.
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest && e.target.closest("a[data-copy-link]");
+    if (!a) return;
+    e.preventDefault();
+    var url = new URL(a.getAttribute("href"), location.href).href;
+    var say = a.parentNode.querySelector("[data-copied]");
+    var done = function (text) { if (say) say.textContent = text; };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(url).then(function () { done("Link copied."); },
+        function () { done("Copy this link: " + url); });
+    } else {
+      done("Copy this link: " + url);
+    }
+  });
+
+  function focusLinked() {
+    if (!location.hash) return;
+    var el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    if (el && el.classList.contains("card")) { el.focus(); el.dataset.linked = ""; }
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     enhance(document);
+    focusLinked();
     live();
   });
 })();
