@@ -185,6 +185,24 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			Typed: d.HasArg("typed"), Runner: h.strArg(t, d, "runner", "runner-a"), Parent: parent,
 		})
 
+	case "restart":
+		// restart turn=N [run=ID]: judge a restart of this run from turn N
+		// (ForkOf); on success the script goes on with the new run, started
+		// with the parent's agent, input and limits.
+		start, fork, err := ForkOf(h.state.Run(), h.history, int64(h.intArg(t, d, "turn", 1)))
+		if err != nil {
+			var we *weft.Error
+			if errors.As(err, &we) && len(we.Actions) > 0 {
+				return fmt.Sprintf("error: %v actions=%v\n", err, we.Actions)
+			}
+			return fmt.Sprintf("error: %v\n", err)
+		}
+		h.state, h.history = State{}, nil
+		return h.decide(t, Start{
+			Run: h.strArg(t, d, "run", "r2"), Agent: start.Agent, Input: start.Input, Limits: start.Limits,
+			Typed: start.Typed, Runner: h.strArg(t, d, "runner", "runner-a"), Fork: &fork,
+		})
+
 	case "reply":
 		turn := int64(h.intArg(t, d, "turn", int(h.state.Turn())))
 		r := model.Reply{}

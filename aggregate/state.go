@@ -212,7 +212,8 @@ type State struct {
 	transcript []entry
 
 	cancelling bool
-	paused     bool // RunPaused without a later RunResumed (docs/semantics.md §13)
+	paused     bool               // RunPaused without a later RunResumed (docs/semantics.md §13)
+	forked     *events.ForkedFrom // RunForked: the run this one restarted (docs/semantics.md §14)
 	// commandProofs are the signed command proofs recorded, each consumed
 	// once (CheckCommandUnused).
 	commandProofs []UsedCommandProof

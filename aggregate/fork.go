@@ -1,0 +1,125 @@
+package aggregate
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+)
+
+// Restart from a step (docs/semantics.md §14,
+// docs/adr/0029-restart-from-a-step.md): a finished run is restarted as a
+// new run from the state before one of its model turns. ForkOf judges the
+// parent's history; the new run records the result (events.RunForked)
+// right after its RunStarted and folds only its own log.
+
+// ForkedFrom is the run this run was restarted from (its RunForked), nil
+// for a run started fresh.
+func (s State) ForkedFrom() *events.ForkedFrom { return s.forked }
+
+// fork folds RunForked: only right after RunStarted. The copied messages
+// follow the input and the turns continue the parent's numbering.
+func (s *State) fork(name events.Name, e events.RunForked) {
+	if s.forked != nil || s.turn != 0 || len(s.transcript) != 1 || len(s.actions) != 0 || e.From.Turn < 1 {
+		s.bug(name, "fork at turn %d after the run's first event", e.From.Turn)
+	}
+	from := e.From
+	s.forked = &from
+	s.turn = e.From.Turn - 1
+	for _, m := range e.Transcript {
+		s.transcript = append(s.transcript, entry{msg: modelMessage(m)})
+	}
+}
+
+// ForkOf judges a restart of the run whose whole history (oldest first) is
+// given, from the state before its model turn turn, and returns the
+// parent's RunStarted (its agent and input, which the new run keeps) and
+// the RunForked the new run records: the parent's head version, the turn
+// and the parent's conversation after its input up to that turn, each tool
+// result as the model read it (an open question's final truth, once
+// resolved, in place of its unconfirmed note). turn may be the parent's
+// last turn + 1: the new run then continues after all of it.
+//
+// Refusals: unknown_run (no history), run_not_finished, wrong_reference (no
+// such turn, or actions before it that never ran: not_started, faulted),
+// uncertain_actions (actions before it whose outcome nobody knows:
+// uncertain, or an open question; Actions names them).
+func ForkOf(run string, history []events.Recorded, turn int64) (events.RunStarted, events.RunForked, error) {
+	var s State
+	cut := -1
+	for _, r := range history {
+		if mr, ok := r.Event.(events.ModelRequested); ok && mr.Turn == turn && cut < 0 {
+			cut = len(s.transcript)
+		}
+		var err error
+		if s, err = EvolveChecked(s, r); err != nil {
+			return events.RunStarted{}, events.RunForked{}, err
+		}
+	}
+	if !s.Exists() {
+		return events.RunStarted{}, events.RunForked{}, weft.UnknownRun(run)
+	}
+	if _, done := s.Finished(); !done {
+		return events.RunStarted{}, events.RunForked{}, weft.Errorf(weft.CodeRunNotFinished, "run %s is %s: only a finished run is restarted (cancel it first)", run, Status(s).Kind)
+	}
+	if turn < 1 || turn > s.turn+1 {
+		return events.RunStarted{}, events.RunForked{}, weft.Errorf(weft.CodeWrongReference, "run %s has turns 1..%d: restart from one of them, or from %d to continue after the last", run, s.turn, s.turn+1)
+	}
+	if cut < 0 {
+		cut = len(s.transcript)
+	}
+	var unknown, unran []string
+	for _, a := range s.actions {
+		switch {
+		case a.Turn >= turn:
+		case a.State == ActionUncertain || a.OpenQuestion():
+			unknown = append(unknown, a.ID)
+		case !a.State.ModelVisible():
+			unran = append(unran, a.ID+" ("+string(a.State)+")")
+		}
+	}
+	if len(unknown) > 0 {
+		return events.RunStarted{}, events.RunForked{}, &weft.Error{Code: weft.CodeUncertainActions, Actions: unknown,
+			Message: fmt.Sprintf("run %s: nobody knows the outcome of %s before turn %d: reconcile them (reconcile_stored) or resolve their open questions first", run, strings.Join(unknown, ", "), turn)}
+	}
+	if len(unran) > 0 {
+		return events.RunStarted{}, events.RunForked{}, weft.Errorf(weft.CodeWrongReference, "run %s: %s before turn %d never ran, so the model has no result to read: restart from turn %d or earlier", run, strings.Join(unran, ", "), turn, s.turn)
+	}
+	msgs := s.render(s.transcript[1:cut], forkContent)
+	f := events.RunForked{From: events.ForkedFrom{Run: run, Version: s.version, Turn: turn}, Transcript: make([]events.Message, len(msgs))}
+	for i, m := range msgs {
+		f.Transcript[i] = eventMessage(m)
+	}
+	return s.start, f, nil
+}
+
+// forkContent is what a restarted run's model reads of action a: what the
+// parent's model read, or the final truth of an open question resolved
+// since.
+func forkContent(a Action) json.RawMessage {
+	if a.State == ActionReconciled && a.Resolved != nil {
+		return a.Resolved.Content
+	}
+	return modelContent(a)
+}
+
+// eventMessage is the log's record of a transcript message (docs/adr/0018).
+func eventMessage(m model.Message) events.Message {
+	out := events.Message{Role: string(m.Role), Text: m.Text, Calls: eventCalls(m.Calls), ProviderData: m.ProviderData}
+	for _, r := range m.Results {
+		out.Results = append(out.Results, events.ToolResult{CallID: r.CallID, Name: r.Name, Content: r.Content})
+	}
+	return out
+}
+
+// modelMessage is the model port's message of a recorded one.
+func modelMessage(m events.Message) model.Message {
+	out := model.Message{Role: model.Role(m.Role), Text: m.Text, Calls: modelCalls(m.Calls), ProviderData: m.ProviderData}
+	for _, r := range m.Results {
+		out.Results = append(out.Results, model.ToolResult{CallID: r.CallID, Name: r.Name, Content: r.Content})
+	}
+	return out
+}
