@@ -56,6 +56,11 @@ type (
 	PauseRequest = api.PauseRequest
 	// ResumeRequest resumes a paused run.
 	ResumeRequest = api.ResumeRequest
+	// RestartRequest restarts a finished run from one of its turns as a
+	// new run (docs/semantics.md §14).
+	RestartRequest = api.RestartRequest
+	// RestartFrom names the finished run and turn a restart starts from.
+	RestartFrom = api.RestartFrom
 	// Settlement is a settling tool's settlement.
 	Settlement = api.Settlement
 	// Report is a tool worker's report of an attempt.
@@ -330,6 +335,17 @@ func (c *Client) Pause(ctx context.Context, req PauseRequest) (Reply, error) {
 // Resume resumes a paused run.
 func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Reply, error) {
 	return c.cmd.Resume(ctx, req)
+}
+
+// Restart restarts the finished run req.From.Run as a new run from the
+// state before its model turn req.From.Turn: the effects recorded before
+// that turn are not run again (their results are in the new run's
+// transcript). Refused run_not_finished, wrong_reference (no such turn, or
+// calls before it that never ran) or uncertain_actions (reconcile or
+// resolve the actions the error's Actions names first); already_started
+// for a run id that exists.
+func (c *Client) Restart(ctx context.Context, req RestartRequest) (StartReply, error) {
+	return c.cmd.Restart(ctx, req)
 }
 
 // Run returns a run's view (projected, or folded from the log when the

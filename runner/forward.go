@@ -135,6 +135,8 @@ func (r *Runner) onForward(m *nats.Msg) {
 type forwardedStart struct {
 	Request api.StartRequest `json:"request"`
 	Parent  *events.Parent   `json:"parent,omitempty"`
+	// Fork is the restart a restarted run records (runner/restart.go).
+	Fork *events.RunForked `json:"fork,omitempty"`
 }
 
 func decodeInto[T any](b json.RawMessage) (T, error) {
@@ -150,7 +152,7 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 		if err != nil {
 			return nil, err
 		}
-		return r.start(ctx, req.Request, req.Parent)
+		return r.startFork(ctx, req.Request, req.Parent, req.Fork)
 	case "wake":
 		return api.Reply{Schema: api.Schema, Run: f.Run}, r.wake(ctx, f.Run)
 	case api.EndpointApprove:

@@ -1,0 +1,37 @@
+package runner
+
+import (
+	"context"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+)
+
+// Restart restarts a finished run from one of its turns as a new run
+// (api.Backend; docs/semantics.md §14, docs/adr/0029-restart-from-a-step.md).
+// Any runner reads the parent's whole log (a finished run's log only
+// grows by reconciliations and resolutions, which the judgement and the
+// recorded version take in) and judges it (aggregate.ForkOf); the new run
+// is then started as any run is, by the owner of its partition (a start
+// forwarded with the judged fork), bound to the parent's agent at the
+// version served now (or req.Version), with the parent's input.
+func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
+	envs, _, err := r.evlog.Load(ctx, req.From.Run)
+	if err != nil {
+		if r.noteQuarantine(err) {
+			return api.StartReply{}, err
+		}
+		return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: "read run " + req.From.Run + ": " + err.Error()}
+	}
+	history, err := recorded(envs)
+	if err != nil {
+		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "read run " + req.From.Run + ": " + err.Error()}
+	}
+	parent, fork, err := aggregate.ForkOf(req.From.Run, history, req.From.Turn)
+	if err != nil {
+		return api.StartReply{}, err
+	}
+	start := api.StartRequest{CommandID: req.CommandID, Run: req.Run, Agent: parent.Agent.Name, Version: req.Version, Input: parent.Input, Correlation: req.Correlation}
+	return r.startFork(ctx, start, nil, &fork)
+}

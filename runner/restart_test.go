@@ -1,0 +1,219 @@
+package runner_test
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/tools"
+)
+
+// Tests of docs/semantics.md §14 (restart from a step) on a real embedded
+// server: the bodies tool counts every body start, so an effect run again
+// would show as one start too many.
+
+// transcripts records the transcript each run's model request of a turn
+// was made with.
+type transcripts struct {
+	mu   sync.Mutex
+	seen map[string][]model.Message
+}
+
+func (ts *transcripts) step(then model.Step) model.Step {
+	return func(ctx context.Context, req model.Request) (model.Reply, error) {
+		ts.mu.Lock()
+		if ts.seen == nil {
+			ts.seen = map[string][]model.Message{}
+		}
+		ts.seen[req.Run] = slices.Clone(req.Transcript)
+		ts.mu.Unlock()
+		return then(ctx, req)
+	}
+}
+
+func (ts *transcripts) of(run string) []model.Message {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return ts.seen[run]
+}
+
+func (h *harness) restart(req api.RestartRequest) (api.StartReply, error) {
+	h.t.Helper()
+	return h.client.Restart(ctx(h.t), req)
+}
+
+// toolResults are the results of a transcript's tool messages, by call id.
+func toolResults(msgs []model.Message) map[string]string {
+	out := map[string]string{}
+	for _, m := range msgs {
+		for _, r := range m.Results {
+			out[r.CallID] = string(r.Content)
+		}
+	}
+	return out
+}
+
+// TestSemantics14_ARestartRerunsNoEffectBeforeItsForkPoint: a run pays
+// twice (turns 1 and 2) and answers (turn 3). Restarted from turn 3, the
+// new run runs no body: its model reads both payments' results from the
+// copied transcript. Restarted from turn 2, only turn 2's payment runs
+// again (it is after the fork point); turn 1's does not. The new run's
+// first message records where it came from, and a repeated restart (same
+// command id) answers the same and starts nothing.
+func TestSemantics14_ARestartRerunsNoEffectBeforeItsForkPoint(t *testing.T) {
+	t.Parallel()
+	b := &bodies{}
+	var turn2, turn3 transcripts
+	m := model.NewScripted("s",
+		model.CallTools(payCall(1, "ok")),
+		turn2.step(model.CallTools(payCall(2, "ok"))),
+		turn3.step(model.Answer("paid twice")))
+	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(allow)), "parent", "pay 1 then 2")
+	parent, out := finished(t, h, "parent")
+	if out.Kind != events.OutcomeCompleted || b.starts.Load() != 2 {
+		t.Fatalf("parent: outcome %+v, body starts %d", out, b.starts.Load())
+	}
+
+	rep, err := h.restart(api.RestartRequest{CommandID: "rs-1", Run: "from3", From: api.RestartFrom{Run: "parent", Turn: 3}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Run != "from3" {
+		t.Fatalf("restart answered run %q", rep.Run)
+	}
+	s, out := finished(t, h, "from3")
+	if out.Kind != events.OutcomeCompleted || b.starts.Load() != 2 || len(s.Actions()) != 0 || s.Turn() != 3 {
+		t.Fatalf("restart from turn 3: outcome %+v, body starts %d (want 2: nothing run again), actions %d, turns %d", out, b.starts.Load(), len(s.Actions()), s.Turn())
+	}
+	got := toolResults(turn3.of("from3"))
+	want := toolResults(turn3.of("parent"))
+	if len(want) != 2 || !maps(got, want) {
+		t.Fatalf("the restarted run's model read results %v, the parent's %v", got, want)
+	}
+	if f := s.ForkedFrom(); f == nil || f.Run != "parent" || f.Turn != 3 || f.Version != parent.Version() {
+		t.Fatalf("forked_from %+v, want parent at version %d turn 3", f, parent.Version())
+	}
+	envs, _, err := h.srv.Log.Load(ctx(t), "from3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []events.Name
+	for _, env := range envs {
+		if env.Version <= 3 {
+			first = append(first, env.Type)
+		}
+	}
+	if !slices.Equal(first, []events.Name{events.NameRunStarted, events.NameRunForked, events.NameModelRequested}) {
+		t.Fatalf("the restarted run's first events: %v", first)
+	}
+
+	// The same command again answers the same and records nothing; a new
+	// command for the same new run id is already_started.
+	v := h.state("from3").Version()
+	if again, err := h.restart(api.RestartRequest{CommandID: "rs-1", Run: "from3", From: api.RestartFrom{Run: "parent", Turn: 3}}); err != nil || again != rep {
+		t.Fatalf("repeated restart: %+v, %v; first %+v", again, err, rep)
+	}
+	if _, err := h.restart(api.RestartRequest{CommandID: "rs-2", Run: "from3", From: api.RestartFrom{Run: "parent", Turn: 3}}); !isCode(err, weft.CodeAlreadyStarted) {
+		t.Fatalf("restart under an existing run id: %v", err)
+	}
+	if h.state("from3").Version() != v || b.starts.Load() != 2 {
+		t.Fatalf("a repeated restart recorded or ran something: version %d → %d, body starts %d", v, h.state("from3").Version(), b.starts.Load())
+	}
+
+	// From turn 2: turn 1's payment is in the transcript, turn 2's is asked
+	// again and runs once more.
+	if _, err := h.restart(api.RestartRequest{CommandID: "rs-3", Run: "from2", From: api.RestartFrom{Run: "parent", Turn: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	s, out = finished(t, h, "from2")
+	if out.Kind != events.OutcomeCompleted || b.starts.Load() != 3 {
+		t.Fatalf("restart from turn 2: outcome %+v, body starts %d (want 3: turn 2's payment only)", out, b.starts.Load())
+	}
+	acts := s.Actions()
+	if len(acts) != 1 || acts[0].Turn != 2 {
+		t.Fatalf("restart from turn 2: actions %+v, want turn 2's only", acts)
+	}
+	if got, want := toolResults(turn2.of("from2")), toolResults(turn2.of("parent")); len(want) != 1 || !maps(got, want) {
+		t.Fatalf("turn 2 of the restarted run read %v, the parent's %v", got, want)
+	}
+}
+
+func maps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestSemantics14_ARestartPastAnUncertainActionIsRefusedUntilReconciled: a
+// payment whose outcome nobody knows, its run cancelled: a restart after
+// it is refused uncertain_actions naming it, nothing started; reconciled
+// (reconcile_stored), the restart is accepted and its model reads the
+// reconciled result, the payment not run again. A restart of a run that
+// has not finished is refused run_not_finished, one from a turn the run
+// never had wrong_reference.
+func TestSemantics14_ARestartPastAnUncertainActionIsRefusedUntilReconciled(t *testing.T) {
+	t.Parallel()
+	b := &bodies{}
+	var turn2 transcripts
+	m := model.NewScripted("s", model.CallTools(payCall(1, "uncertain")), turn2.step(model.Answer("done")))
+	h := one(t, build(t, m, []tools.Tool{b.tool()}, policy.Func(allow)), "u1", "pay 1")
+	s := h.waitStatus("u1", aggregate.StatusSuspended)
+	act := s.Actions()[0].ID
+	if _, err := h.restart(api.RestartRequest{CommandID: "r-live", Run: "u1-again", From: api.RestartFrom{Run: "u1", Turn: 1}}); !isCode(err, weft.CodeRunNotFinished) {
+		t.Fatalf("restart of a suspended run: %v", err)
+	}
+	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c-1", Run: "u1", By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	finished(t, h, "u1")
+	_, err := h.restart(api.RestartRequest{CommandID: "r-1", Run: "u2", From: api.RestartFrom{Run: "u1", Turn: 2}})
+	var we *weft.Error
+	if !isCode(err, weft.CodeUncertainActions) || !errorAs(err, &we) || !slices.Equal(we.Actions, []string{act}) {
+		t.Fatalf("restart past an uncertain action: %v (actions %v), want uncertain_actions naming %s", err, actionsOf(we), act)
+	}
+	if _, err := h.restart(api.RestartRequest{CommandID: "r-2", Run: "u2", From: api.RestartFrom{Run: "u1", Turn: 3}}); !isCode(err, weft.CodeWrongReference) {
+		t.Fatalf("restart from turn 3 of a run of 1: %v", err)
+	}
+	if _, err := h.client.ReconcileStored(ctx(t), api.ReconcileRequest{CommandID: "rc-1", Run: "u1", Action: act, Content: json.RawMessage(`{"id":"pay-confirmed"}`), By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.restart(api.RestartRequest{CommandID: "r-3", Run: "u2", From: api.RestartFrom{Run: "u1", Turn: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	_, out := finished(t, h, "u2")
+	if out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 {
+		t.Fatalf("restart after the reconciliation: outcome %+v, body starts %d (want 1)", out, b.starts.Load())
+	}
+	if got := toolResults(turn2.of("u2")); len(got) != 1 || got["call_1_1"] != `{"id":"pay-confirmed"}` {
+		t.Fatalf("the restarted run's model read %v, want the reconciled result", got)
+	}
+}
+
+func errorAs(err error, we **weft.Error) bool {
+	e, ok := err.(*weft.Error)
+	if ok {
+		*we = e
+	}
+	return ok
+}
+
+func actionsOf(we *weft.Error) []string {
+	if we == nil {
+		return nil
+	}
+	return we.Actions
+}
