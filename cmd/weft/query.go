@@ -205,6 +205,9 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 	if p := v.Parent; p != nil {
 		fmt.Fprintf(w, "parent     %s (action %s, depth %d)\n", p.Run, p.Action, p.Depth)
 	}
+	if f := v.ForkedFrom; f != nil {
+		fmt.Fprintf(w, "forked     from %s before turn %d (its version %d)\n", f.Run, f.Turn, f.Version)
+	}
 	fmt.Fprintf(w, "agent      %s@%s\n", v.Agent.Name, v.Agent.Version)
 	status := v.Status
 	if v.Outcome != nil {
