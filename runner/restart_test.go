@@ -8,11 +8,13 @@ import (
 	"testing"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
 
@@ -216,4 +218,36 @@ func actionsOf(we *weft.Error) []string {
 		return nil
 	}
 	return we.Actions
+}
+
+// TestSemantics14_ARestartIsStartedByTheOwnerOfTheNewRunsPartition: a
+// restart received by a runner that does not own the new run's partition
+// is judged there and forwarded with its fork to the owner, which starts
+// the run (its run_started names the owner) with the copied transcript:
+// no body runs again.
+func TestSemantics14_ARestartIsStartedByTheOwnerOfTheNewRunsPartition(t *testing.T) {
+	t.Parallel()
+	b := &bodies{}
+	var turn2 transcripts
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), turn2.step(model.Answer("paid")))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
+	h := newHarness(t)
+	owner, other := keeping("fwd-new")
+	h.startRunner([]*agent.Agent{a}, runner.WithID(owner))
+	receiver, _ := h.startRunner([]*agent.Agent{a}, runner.WithID(other))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "fwd-parent", Agent: a.Name(), Input: "pay 1"}); err != nil {
+		t.Fatal(err)
+	}
+	finished(t, h, "fwd-parent")
+	rep, err := receiver.Restart(ctx(t), api.RestartRequest{Schema: api.Schema, CommandID: "fwd-1", Run: "fwd-new", From: api.RestartFrom{Run: "fwd-parent", Turn: 2}})
+	if err != nil || rep.Run != "fwd-new" {
+		t.Fatalf("restart through %s: %+v, %v", other, rep, err)
+	}
+	s, out := finished(t, h, "fwd-new")
+	if out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 || s.Started().Runner != owner || s.ForkedFrom() == nil {
+		t.Fatalf("forwarded restart: outcome %+v, body starts %d, started by %s (want %s), forked_from %+v", out, b.starts.Load(), s.Started().Runner, owner, s.ForkedFrom())
+	}
+	if got, want := toolResults(turn2.of("fwd-new")), toolResults(turn2.of("fwd-parent")); len(want) != 1 || !maps(got, want) {
+		t.Fatalf("the forwarded restart's model read %v, the parent's %v", got, want)
+	}
 }
