@@ -208,6 +208,9 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 	if f := v.ForkedFrom; f != nil {
 		fmt.Fprintf(w, "forked     from %s before turn %d (its version %d)\n", f.Run, f.Turn, f.Version)
 	}
+	for _, f := range r.Forks {
+		fmt.Fprintf(w, "fork       %s from turn %d (started %s)\n", f.Run, f.Turn, f.Started.Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "agent      %s@%s\n", v.Agent.Name, v.Agent.Version)
 	status := v.Status
 	if v.Outcome != nil {

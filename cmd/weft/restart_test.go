@@ -12,7 +12,8 @@ import (
 // run_not_finished; the finished run (lookup, approved payment, report)
 // restarted from turn 3 completes with no attempt of its own — the payment
 // is not made again, its result is in the copied transcript — and show
-// says where it came from; its log verifies.
+// says where it came from, show of the finished run lists it; its log
+// verifies.
 func TestSemantics14_WeftRestart(t *testing.T) {
 	s := natstest.Start(t)
 	t.Setenv("NATS_URL", s.URL)
@@ -42,6 +43,8 @@ func TestSemantics14_WeftRestart(t *testing.T) {
 	if code != 0 || !strings.Contains(evs, "run_forked from=cli-restart") || strings.Contains(evs, "attempt_fenced") || !strings.Contains(evs, "model_requested turn=3") {
 		t.Fatalf("events of the restarted run (%d %s):\n%s", code, errs, evs)
 	}
+	// The parent's view links its fork (the projector's index of forks).
+	waitShow(t, "cli-restart", "fork       cli-fork from turn 3")
 	if code, out, errs := cli(t, "audit", "verify", "cli-fork"); code != 0 {
 		t.Fatalf("audit verify of the restarted run: %d %s %s", code, out, errs)
 	}
