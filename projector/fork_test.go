@@ -36,7 +36,7 @@ func TestSemantics14_AFinishedRunsViewListsItsForks(t *testing.T) {
 	f.apply("fk-parent", aggregate.Start{Run: "fk-parent", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Runner: "r", Limits: limits})
 	f.apply("fk-parent", aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyFinalAnswer, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}})
 	parent := f.flush()
-	_, fork, err := aggregate.ForkOf("fk-parent", parent, 1)
+	_, fork, err := aggregate.ForkOf("fk-parent", parent, nil, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

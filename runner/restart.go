@@ -6,6 +6,7 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
 )
 
 // Restart restarts a finished run from one of its turns as a new run
@@ -17,21 +18,46 @@ import (
 // forwarded with the judged fork), bound to the parent's agent at the
 // version served now (or req.Version), with the parent's input.
 func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
-	envs, _, err := r.evlog.Load(ctx, req.From.Run)
+	history, err := r.loadRecorded(ctx, req.From.Run)
 	if err != nil {
-		if r.noteQuarantine(err) {
+		return api.StartReply{}, err
+	}
+	// The children of its delegations before the fork point, and theirs:
+	// their effects are before it too.
+	children := map[string][]events.Recorded{}
+	for next := aggregate.Delegated(history, req.From.Turn); len(next) > 0; {
+		id := next[0]
+		next = next[1:]
+		if _, seen := children[id]; seen {
+			continue
+		}
+		h, err := r.loadRecorded(ctx, id)
+		if err != nil {
 			return api.StartReply{}, err
 		}
-		return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: "read run " + req.From.Run + ": " + err.Error()}
+		children[id] = h
+		next = append(next, aggregate.Delegated(h, 0)...)
 	}
-	history, err := recorded(envs)
-	if err != nil {
-		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "read run " + req.From.Run + ": " + err.Error()}
-	}
-	parent, fork, err := aggregate.ForkOf(req.From.Run, history, req.From.Turn)
+	parent, fork, err := aggregate.ForkOf(req.From.Run, history, children, req.From.Turn)
 	if err != nil {
 		return api.StartReply{}, err
 	}
 	start := api.StartRequest{CommandID: req.CommandID, Run: req.Run, Agent: parent.Agent.Name, Version: req.Version, Input: parent.Input, Correlation: req.Correlation}
 	return r.startFork(ctx, start, nil, &fork)
+}
+
+// loadRecorded reads run's whole log for a judgement.
+func (r *Runner) loadRecorded(ctx context.Context, run string) ([]events.Recorded, error) {
+	envs, _, err := r.evlog.Load(ctx, run)
+	if err != nil {
+		if r.noteQuarantine(err) {
+			return nil, err
+		}
+		return nil, &weft.Error{Code: weft.CodeUnavailable, Message: "read run " + run + ": " + err.Error()}
+	}
+	history, err := recorded(envs)
+	if err != nil {
+		return nil, &weft.Error{Code: weft.CodeInternal, Message: "read run " + run + ": " + err.Error()}
+	}
+	return history, nil
 }
