@@ -177,7 +177,14 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 		}
 		req.Run = id
 		var out api.StartReply
-		return out, r.forward(ctx, fe.driver, api.EndpointStart, id, forwardedStart{Request: req, Parent: parent, Fork: fork}, &out)
+		// A restart travels under its own kind: a runner of an earlier
+		// release refuses it (unknown forwarded command) instead of
+		// starting the run fresh without its fork.
+		kind := api.EndpointStart
+		if fork != nil {
+			kind = api.EndpointRestart
+		}
+		return out, r.forward(ctx, fe.driver, kind, id, forwardedStart{Request: req, Parent: parent, Fork: fork}, &out)
 	}
 	r.mu.Lock()
 	draining := r.draining

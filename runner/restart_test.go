@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
@@ -239,9 +241,50 @@ func TestSemantics14_ARestartIsStartedByTheOwnerOfTheNewRunsPartition(t *testing
 		t.Fatal(err)
 	}
 	finished(t, h, "fwd-parent")
+	// Every command forwarded to the owner, as the owner receives it.
+	kinds := make(chan string, 16)
+	sub, err := h.srv.Conn.Subscribe(runner.ForwardPrefix+owner+".cmd", func(m *nats.Msg) {
+		var f struct {
+			Kind string `json:"kind"`
+		}
+		if json.Unmarshal(m.Data, &f) == nil && f.Kind != "wake" {
+			select {
+			case kinds <- f.Kind:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := h.srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := receiver.Restart(ctx(t), api.RestartRequest{Schema: api.Schema, CommandID: "fwd-1", Run: "fwd-new", From: api.RestartFrom{Run: "fwd-parent", Turn: 2}})
 	if err != nil || rep.Run != "fwd-new" {
 		t.Fatalf("restart through %s: %+v, %v", other, rep, err)
+	}
+	// Forwarded under its own kind: a runner that does not know restarts
+	// refuses it (unknown forwarded command) instead of starting the run
+	// fresh, which would run every effect before the fork point again.
+	if k := <-kinds; k != api.EndpointRestart {
+		t.Fatalf("the restart was forwarded as %q, want %q", k, api.EndpointRestart)
+	}
+	// A forwarded start never carries a fork: it is refused, nothing starts.
+	body, _ := json.Marshal(map[string]any{"request": api.StartRequest{Schema: api.Schema, CommandID: "fwd-2", Run: "fwd-plain", Agent: a.Name(), Input: "pay 1"},
+		"fork": events.RunForked{From: events.ForkedFrom{Run: "fwd-parent", Version: 1, Turn: 2}}})
+	fwd, _ := json.Marshal(map[string]any{"kind": api.EndpointStart, "run": "fwd-plain", "body": json.RawMessage(body)})
+	msg, err := h.srv.Conn.RequestWithContext(ctx(t), runner.ForwardPrefix+owner+".cmd", fwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var er api.ErrorReply
+	if err := json.Unmarshal(msg.Data, &er); err != nil || er.Error == nil || er.Error.Code != weft.CodeInvalidRequest {
+		t.Fatalf("a forwarded start with a fork: %s (%v), want invalid_request", msg.Data, err)
+	}
+	if h.state("fwd-plain").Exists() {
+		t.Fatal("a forwarded start with a fork started a run")
 	}
 	s, out := finished(t, h, "fwd-new")
 	if out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 || s.Started().Runner != owner || s.ForkedFrom() == nil {
