@@ -158,7 +158,7 @@ func (d *decider) at(m events.Millis) *time.Time {
 
 func decideStart(s State, c Start, now time.Time) ([]events.Event, error) {
 	if s.started {
-		same := s.start.Agent == c.Agent && s.start.Input == c.Input
+		same := s.start.Agent == c.Agent && s.start.Input == c.Input && sameForkPoint(s.forked, c.Fork)
 		return nil, &weft.Error{Code: weft.CodeAlreadyStarted, Message: fmt.Sprintf("run %s exists", s.run), SameInput: &same}
 	}
 	if !validRunID(c.Run) {

@@ -185,6 +185,16 @@ func Delegated(history []events.Recorded, turn int64) []string {
 	return ids
 }
 
+// sameForkPoint reports whether a run forked from f (nil: started fresh)
+// is what a start with fork would record: same parent and turn (an
+// already_started's same_input; docs/semantics.md §14).
+func sameForkPoint(f *events.ForkedFrom, fork *events.RunForked) bool {
+	if f == nil || fork == nil {
+		return f == nil && fork == nil
+	}
+	return f.Run == fork.From.Run && f.Turn == fork.From.Turn
+}
+
 // forkContent is what a restarted run's model reads of action a: what the
 // parent's model read, or the final truth of an open question resolved
 // since.

@@ -226,10 +226,13 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 			}
 			return fmt.Sprintf("error: %v\n", err)
 		}
-		h.keepLog()
-		h.runID = h.strArg(t, d, "run", "r2")
+		if run := h.strArg(t, d, "run", "r2"); run != h.state.Run() {
+			// A restart into the current run is decided on it.
+			h.keepLog()
+			h.runID = run
+		}
 		return h.decide(t, Start{
-			Run: h.runID, Agent: start.Agent, Input: start.Input, Limits: start.Limits,
+			Run: h.strArg(t, d, "run", "r2"), Agent: start.Agent, Input: start.Input, Limits: start.Limits,
 			Typed: start.Typed, Runner: h.strArg(t, d, "runner", "runner-a"), Fork: &fork,
 		})
 

@@ -69,10 +69,12 @@ func (s *service) restart(ctx context.Context, b []byte) (any, string, error) {
 	return rep, req.CommandID, err
 }
 
-// Restart restarts a finished run from one of its turns as a new run.
+// Restart restarts a finished run from one of its turns as a new run. The
+// new run's id is chosen as Start chooses it: a retrying Client names it
+// when req.Run is empty, so that every try restarts into the same run, and
+// an error's reply names the run to read after outcome_unknown.
 func (c *Client) Restart(ctx context.Context, req RestartRequest) (StartReply, error) {
 	req.Schema = Schema
 	c.commandID(&req.CommandID)
-	var r StartReply
-	return r, c.call(ctx, EndpointRestart, req, &r)
+	return c.startRun(ctx, EndpointRestart, &req.Run, &req)
 }
