@@ -1,6 +1,7 @@
 package protocoltest
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -35,8 +36,23 @@ func TestSemantics14_RestartWithNatsCLI(t *testing.T) {
 		t.Fatalf("the same restart again: %s", again)
 	}
 	hist := d.nats(t, "req", "--raw", "weft.api.query.history", `{"schema":1,"run":"proto-r2"}`)
-	first, forked, turn := strings.Index(hist, `"type":"run_started"`), strings.Index(hist, `"type":"run_forked"`), strings.Index(hist, `"turn":3`)
-	if first < 0 || forked < first || turn < forked || strings.Contains(hist, `"type":"attempt_fenced"`) || !strings.Contains(hist, `"forked_from":{"run":"proto-r1"`) {
-		t.Fatalf("history of the restarted run:\n%s", hist)
+	var h struct {
+		Events []struct {
+			Type    string `json:"type"`
+			Payload struct {
+				Turn       int64 `json:"turn"`
+				ForkedFrom struct {
+					Run string `json:"run"`
+				} `json:"forked_from"`
+			} `json:"payload"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal([]byte(hist), &h); err != nil || len(h.Events) < 3 || strings.Contains(hist, `"type":"attempt_fenced"`) {
+		t.Fatalf("history of the restarted run (%v):\n%s", err, hist)
+	}
+	e := h.Events
+	if e[0].Type != "run_started" || e[1].Type != "run_forked" || e[1].Payload.ForkedFrom.Run != "proto-r1" || e[2].Type != "model_requested" || e[2].Payload.Turn != 3 {
+		t.Fatalf("the restarted run's history starts %s, %s (from %q), %s turn %d: want run_started, run_forked from proto-r1, model_requested turn 3",
+			e[0].Type, e[1].Type, e[1].Payload.ForkedFrom.Run, e[2].Type, e[2].Payload.Turn)
 	}
 }
