@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -186,7 +187,7 @@ func TestSemantics14_ARestartPastAnUncertainActionIsRefusedUntilReconciled(t *te
 	finished(t, h, "u1")
 	_, err := h.restart(api.RestartRequest{CommandID: "r-1", Run: "u2", From: api.RestartFrom{Run: "u1", Turn: 2}})
 	var we *weft.Error
-	if !isCode(err, weft.CodeUncertainActions) || !errorAs(err, &we) || !slices.Equal(we.Actions, []string{act}) {
+	if !isCode(err, weft.CodeUncertainActions) || !errors.As(err, &we) || !slices.Equal(we.Actions, []string{act}) {
 		t.Fatalf("restart past an uncertain action: %v (actions %v), want uncertain_actions naming %s", err, actionsOf(we), act)
 	}
 	if _, err := h.restart(api.RestartRequest{CommandID: "r-2", Run: "u2", From: api.RestartFrom{Run: "u1", Turn: 3}}); !isCode(err, weft.CodeWrongReference) {
@@ -205,14 +206,6 @@ func TestSemantics14_ARestartPastAnUncertainActionIsRefusedUntilReconciled(t *te
 	if got := toolResults(turn2.of("u2")); len(got) != 1 || got["call_1_1"] != `{"id":"pay-confirmed"}` {
 		t.Fatalf("the restarted run's model read %v, want the reconciled result", got)
 	}
-}
-
-func errorAs(err error, we **weft.Error) bool {
-	e, ok := err.(*weft.Error)
-	if ok {
-		*we = e
-	}
-	return ok
 }
 
 func actionsOf(we *weft.Error) []string {
