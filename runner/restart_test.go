@@ -287,3 +287,56 @@ func TestSemantics14_ARestartIsStartedByTheOwnerOfTheNewRunsPartition(t *testing
 		t.Fatalf("the forwarded restart's model read %v, the parent's %v", got, want)
 	}
 }
+
+// TestSemantics14_ARestartPastADelegationJudgesTheChildsActions: a
+// delegation is an action (docs/semantics.md §1), so its child's effects
+// are before the fork point too. The child's payment is uncertain, the
+// child is answered with an open question and completes, and so does the
+// parent: a restart of the parent after the delegation is refused
+// uncertain_actions naming the child's action (<child>/<action>); once the
+// question is resolved it is accepted, and the payment is not made again.
+func TestSemantics14_ARestartPastADelegationJudgesTheChildsActions(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var b bodies
+	child := researcherAgent(t, &b, model.CallTools(payCall(5, "uncertain")), model.Answer("maybe paid"))
+	parent := build(t, model.NewScripted("desk",
+		model.CallTools(model.Call("researcher", `{"input":"pay invoice 7"}`)),
+		echoResults, echoResults,
+	), []tools.Tool{agent.Delegate(child, "Pays invoices.")}, policy.Func(allow))
+	h.startRunner([]*agent.Agent{parent})
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "dp1", Agent: "desk", Input: "pay invoice 7"}); err != nil {
+		t.Fatal(err)
+	}
+	s := h.waitFor("dp1", "its delegation", func(s aggregate.State) bool {
+		a, ok := s.Action("1/call_1_1")
+		return ok && a.Child != nil
+	})
+	a, _ := s.Action("1/call_1_1")
+	kid := a.Child.Child
+	cs := h.waitStatus(kid, aggregate.StatusSuspended)
+	pay := cs.Actions()[0].ID
+	if _, err := h.client.Reconcile(ctx(t), api.ReconcileRequest{CommandID: "rc-1", Run: kid, Action: pay, Content: json.RawMessage(`{"unconfirmed":"ask the bank"}`), By: "alice"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := finished(t, h, "dp1"); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("parent: %+v", out)
+	}
+	_, err := h.restart(api.RestartRequest{CommandID: "r-1", Run: "dp2", From: api.RestartFrom{Run: "dp1", Turn: 2}})
+	var we *weft.Error
+	if want := kid + "/" + pay; !isCode(err, weft.CodeUncertainActions) || !errors.As(err, &we) || !slices.Equal(we.Actions, []string{want}) {
+		t.Fatalf("restart past a child holding an open question: %v (actions %v), want uncertain_actions naming %s", err, actionsOf(we), want)
+	}
+	if h.state("dp2").Exists() {
+		t.Fatal("a refused restart started its run")
+	}
+	if _, err := h.client.Resolve(ctx(t), api.ResolveRequest{CommandID: "rs-1", Run: kid, Action: pay, Content: json.RawMessage(`{"id":"pay-5"}`), By: "erin"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.restart(api.RestartRequest{CommandID: "r-2", Run: "dp2", From: api.RestartFrom{Run: "dp1", Turn: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := finished(t, h, "dp2"); out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 {
+		t.Fatalf("restart after the resolution: outcome %+v, payment bodies started %d (want 1)", out, b.starts.Load())
+	}
+}
