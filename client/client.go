@@ -340,10 +340,13 @@ func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Reply, error) {
 // Restart restarts the finished run req.From.Run as a new run from the
 // state before its model turn req.From.Turn: the effects recorded before
 // that turn are not run again (their results are in the new run's
-// transcript). Refused run_not_finished, wrong_reference (no such turn, or
-// calls before it that never ran) or uncertain_actions (reconcile or
-// resolve the actions the error's Actions names first); already_started
-// for a run id that exists.
+// transcript). Refused run_not_finished, invalid_request (a child run:
+// restart its root run), wrong_reference (no such turn, a turn before the
+// run's own fork point, or calls before it that never ran, faulted, or
+// delegated to a child that did not complete) or uncertain_actions
+// (reconcile or resolve the actions the error's Actions names first, a
+// child run's as "<child>/<action>"); already_started for a run id that
+// exists. A retrying client chooses the new run's id as Start does.
 func (c *Client) Restart(ctx context.Context, req RestartRequest) (StartReply, error) {
 	return c.cmd.Restart(ctx, req)
 }

@@ -28,10 +28,14 @@ results are in the transcript. --from-turn may be the run's last turn + 1
 to continue after all of it.
 
 Refused, nothing recorded: run_not_finished (the run is live), wrong_reference
-(no such turn, or calls before it that never ran), uncertain_actions (actions
-before the turn whose outcome nobody knows: reconcile them with
-weft reconcile --stored, or resolve their open questions, first);
-already_started when --run names a run that exists.`,
+(no such turn; a turn before the run's own fork point when it is itself a
+restart: the message names the run to restart; calls before it that never
+ran, ran but faulted, or delegated to a child that did not complete),
+uncertain_actions (actions before the turn whose outcome nobody knows, a
+child run's as <child>/<action>: reconcile them with weft reconcile --stored,
+or resolve their open questions, first); invalid_request for a child run
+(restart its root run); already_started when --run names a run that exists.
+The new run counts only its own turns against max turns.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			var req api.RestartRequest
 			fs.Int64Var(&req.From.Turn, "from-turn", 0, "the model turn to restart from (required): 1 up to the run's last turn + 1")
