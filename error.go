@@ -81,6 +81,13 @@ const (
 	CodeNotResolvable Code = "not_resolvable"
 	// CodeAlreadyResolved means the open question has its final truth already.
 	CodeAlreadyResolved Code = "already_resolved"
+	// CodeRunNotFinished means a restart named a run that has not finished
+	// (docs/semantics.md §14): only a finished run is restarted.
+	CodeRunNotFinished Code = "run_not_finished"
+	// CodeUncertainActions means a restart's fork point has actions before
+	// it whose outcome nobody knows (uncertain, or reconciled unconfirmed
+	// and not resolved): reconcile or resolve them first. Actions names them.
+	CodeUncertainActions Code = "uncertain_actions"
 	// CodePermissionDenied means the NATS server refused the caller's user
 	// the subject the request needs (its credentials lack the permission):
 	// nothing was sent to Weft, and trying again with the same
@@ -130,6 +137,8 @@ type Error struct {
 	// SameInput is set for already_started: whether the existing run has
 	// the same agent and original input.
 	SameInput *bool `json:"same_input,omitempty"`
+	// Actions names the actions a refusal is about, for uncertain_actions.
+	Actions []string `json:"actions,omitempty"`
 }
 
 // Errorf returns an *Error with code and a formatted message.

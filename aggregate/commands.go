@@ -32,6 +32,10 @@ type Start struct {
 	// Parent links a child run to the delegation that started it (the
 	// runner copies it from the parent's ChildStarted); nil for a root run.
 	Parent *events.Parent
+	// Fork is set on a run restarted from a finished run's turn
+	// (docs/semantics.md §14; ForkOf judges it): recorded right after
+	// RunStarted, and the first turn requested is Fork.From.Turn.
+	Fork *events.RunForked
 }
 
 // ModelReply is a model turn's successful reply for Turn. For a typed final

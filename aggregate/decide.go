@@ -160,7 +160,7 @@ func (d *decider) at(m events.Millis) *time.Time {
 
 func decideStart(s State, c Start, now time.Time) ([]events.Event, error) {
 	if s.started {
-		same := s.start.Agent == c.Agent && s.start.Input == c.Input
+		same := s.start.Agent == c.Agent && s.start.Input == c.Input && sameForkPoint(s.forked, c.Fork)
 		return nil, &weft.Error{Code: weft.CodeAlreadyStarted, Message: fmt.Sprintf("run %s exists", s.run), SameInput: &same}
 	}
 	if !validRunID(c.Run) {
@@ -181,7 +181,13 @@ func decideStart(s State, c Start, now time.Time) ([]events.Event, error) {
 		return nil, weft.Errorf(weft.CodeInvalidRequest, "parent %s action %s depth %d family turns %d: a child run needs a parent run and action, depth 1.. and family turns 1..", p.Run, p.Action, p.Depth, p.FamilyTurns)
 	}
 	d := &decider{s: State{run: c.Run}, now: now}
+	if f := c.Fork; f != nil && (f.From.Run == "" || f.From.Run == c.Run || f.From.Turn < 1 || c.Parent != nil) {
+		return nil, weft.Errorf(weft.CodeInvalidRequest, "fork of %q at turn %d: a restart names another run, a turn 1.. and no parent", f.From.Run, f.From.Turn)
+	}
 	d.emit(events.RunStarted{Agent: c.Agent, Input: c.Input, Correlation: c.Correlation, Limits: l, Typed: c.Typed, Runner: c.Runner, Parent: c.Parent})
+	if c.Fork != nil {
+		d.emit(*c.Fork)
+	}
 	d.requestTurn(events.TurnStart)
 	return d.evs, nil
 }

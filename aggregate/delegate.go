@@ -93,10 +93,11 @@ func holdsChildSlot(st ActionState) bool {
 // noTurnLeft returns the budget outcome when the run may not request
 // another turn: its own max turns (turn_limit) or the family turn budget
 // (family_limit: its turns plus its settled children's reach the budget).
+// A restarted run counts only its own turns (OwnTurns).
 func (d *decider) noTurnLeft() (events.Outcome, bool) {
 	l := d.s.start.Limits
-	if d.s.turn >= l.MaxTurns {
-		return events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: d.s.turn}, true
+	if own := d.s.OwnTurns(); own >= l.MaxTurns {
+		return events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonTurnLimit, Limit: l.MaxTurns, Used: own}, true
 	}
 	if b, used := d.s.FamilyBudget(), d.s.FamilyUsed(); used >= b {
 		return events.Outcome{Kind: events.OutcomeBudgetExhausted, Reason: events.ReasonFamilyLimit, Limit: b, Used: used}, true

@@ -167,6 +167,9 @@ func (s *State) evolve(r events.Recorded) {
 		s.index = map[string]int{}
 		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleUser, Text: e.Input}})
 
+	case events.RunForked:
+		s.fork(name, e)
+
 	case events.ModelRequested:
 		if s.modelPending && e.Why != events.TurnRecovery {
 			s.bug(name, "turn %d still awaits its reply", s.turn)

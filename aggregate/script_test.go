@@ -78,6 +78,10 @@ type harness struct {
 	// toClose, set by the to-close command, prints what ToClose lists
 	// for the next command before it is decided.
 	toClose bool
+	// runID is the id the next Start records its run under; logs are the
+	// histories of the runs restarted before the current one.
+	runID string
+	logs  map[string][]events.Recorded
 }
 
 func (h *harness) decide(t *testing.T, c Command) string {
@@ -127,6 +131,9 @@ func (h *harness) append(t *testing.T, evs []events.Event, b *strings.Builder) {
 	run := h.state.Run()
 	for _, e := range evs {
 		if run == "" {
+			run = h.runID
+		}
+		if run == "" {
 			run = "r1"
 		}
 		// Round-trip through the envelope encoding, as the log would.
@@ -149,6 +156,15 @@ func (h *harness) append(t *testing.T, evs []events.Event, b *strings.Builder) {
 			t.Fatalf("folding the history from scratch differs from the incremental state")
 		}
 	}
+}
+
+// keepLog keeps the current run's log in logs and starts afresh.
+func (h *harness) keepLog() {
+	if h.logs == nil {
+		h.logs = map[string][]events.Recorded{}
+	}
+	h.logs[h.state.Run()] = h.history
+	h.state, h.history = State{}, nil
 }
 
 func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
@@ -179,10 +195,45 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if input == "" {
 			input = "do the thing"
 		}
+		h.runID = h.strArg(t, d, "run", "r1")
+		if cur := h.state.Run(); cur != "" && cur != h.runID {
+			// A start of another run: the script goes on with it, and
+			// keeps the earlier run's log (for restart's judgement).
+			h.keepLog()
+		}
 		return h.decide(t, Start{
-			Run: h.strArg(t, d, "run", "r1"), Agent: events.AgentRef{Name: h.strArg(t, d, "agent", "desk"), Version: "1"},
+			Run: h.runID, Agent: events.AgentRef{Name: h.strArg(t, d, "agent", "desk"), Version: "1"},
 			Input: input, Correlation: h.strArg(t, d, "correlation", ""), Limits: l,
 			Typed: d.HasArg("typed"), Runner: h.strArg(t, d, "runner", "runner-a"), Parent: parent,
+		})
+
+	case "restart":
+		// restart turn=N [run=ID] [from=ID]: judge a restart of this run (or
+		// of run from, an earlier run of the script) from turn N
+		// (ForkOf); on success the script goes on with the new run, started
+		// with the parent's agent, input and limits.
+		// from=ID judges the restart of an earlier run of the script.
+		from, history := h.state.Run(), h.history
+		if d.HasArg("from") {
+			from = h.strArg(t, d, "from", "")
+			history = h.logs[from]
+		}
+		start, fork, err := ForkOf(from, history, h.logs, int64(h.intArg(t, d, "turn", 1)))
+		if err != nil {
+			var we *weft.Error
+			if errors.As(err, &we) && len(we.Actions) > 0 {
+				return fmt.Sprintf("error: %v actions=%v\n", err, we.Actions)
+			}
+			return fmt.Sprintf("error: %v\n", err)
+		}
+		if run := h.strArg(t, d, "run", "r2"); run != h.state.Run() {
+			// A restart into the current run is decided on it.
+			h.keepLog()
+			h.runID = run
+		}
+		return h.decide(t, Start{
+			Run: h.strArg(t, d, "run", "r2"), Agent: start.Agent, Input: start.Input, Limits: start.Limits,
+			Typed: start.Typed, Runner: h.strArg(t, d, "runner", "runner-a"), Fork: &fork,
 		})
 
 	case "reply":

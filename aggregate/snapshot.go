@@ -43,6 +43,7 @@ type snapshot struct {
 	Transcript    []snapshotEntry    `json:"transcript"`
 	Cancelling    bool               `json:"cancelling,omitempty"`
 	Paused        bool               `json:"paused,omitempty"`
+	Forked        *events.ForkedFrom `json:"forked,omitempty"`
 	CommandProofs []UsedCommandProof `json:"command_proofs,omitempty"`
 	Finished      bool               `json:"finished,omitempty"`
 	Outcome       events.Outcome     `json:"outcome"`
@@ -64,7 +65,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		Turn: s.turn, ModelPending: s.modelPending, ModelDue: s.modelDue, RetryAt: s.retryAt,
 		Failures: s.failures, Corrections: s.corrections, Tokens: s.tokens, Unreported: s.unreported,
 		ChildTurns: s.childTurns, Revision: s.revision, Actions: s.actions, Batch: s.batch, Cancelling: s.cancelling,
-		Paused: s.paused, CommandProofs: s.commandProofs, Finished: s.finished, Outcome: s.outcome,
+		Paused: s.paused, Forked: s.forked, CommandProofs: s.commandProofs, Finished: s.finished, Outcome: s.outcome,
 	}
 	for _, e := range s.transcript {
 		if e.batch != 0 {
@@ -92,7 +93,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		turn: snap.Turn, modelPending: snap.ModelPending, modelDue: snap.ModelDue, retryAt: snap.RetryAt,
 		failures: snap.Failures, corrections: snap.Corrections, tokens: snap.Tokens, unreported: snap.Unreported,
 		childTurns: snap.ChildTurns, revision: snap.Revision, actions: snap.Actions, batch: snap.Batch, cancelling: snap.Cancelling,
-		paused: snap.Paused, commandProofs: snap.CommandProofs, finished: snap.Finished, outcome: snap.Outcome,
+		paused: snap.Paused, forked: snap.Forked, commandProofs: snap.CommandProofs, finished: snap.Finished, outcome: snap.Outcome,
 	}
 	if s.started {
 		s.index = make(map[string]int, len(s.actions))

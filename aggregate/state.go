@@ -212,7 +212,8 @@ type State struct {
 	transcript []entry
 
 	cancelling bool
-	paused     bool // RunPaused without a later RunResumed (docs/semantics.md §13)
+	paused     bool               // RunPaused without a later RunResumed (docs/semantics.md §13)
+	forked     *events.ForkedFrom // RunForked: the run this one restarted (docs/semantics.md §14)
 	// commandProofs are the signed command proofs recorded, each consumed
 	// once (CheckCommandUnused).
 	commandProofs []UsedCommandProof
@@ -302,7 +303,17 @@ func (s State) FamilyBudget() int64 {
 
 // FamilyUsed is the family turns this run accounts for: its own turns plus
 // the turns of its settled children.
-func (s State) FamilyUsed() int64 { return s.turn + s.childTurns }
+func (s State) FamilyUsed() int64 { return s.OwnTurns() + s.childTurns }
+
+// OwnTurns is the number of model turns the run itself requested: Turn,
+// less the turns before its fork point for a run restarted from a step,
+// whose numbering continues its parent's (docs/semantics.md §14).
+func (s State) OwnTurns() int64 {
+	if s.forked != nil {
+		return s.turn - (s.forked.Turn - 1)
+	}
+	return s.turn
+}
 
 // Cancelling reports whether a cancellation was requested.
 func (s State) Cancelling() bool { return s.cancelling }

@@ -13,8 +13,14 @@ import (
 // ended model-visible) and every corrective prompt. Nothing of it is
 // recorded twice; the runner never re-records a request.
 func Transcript(s State) []model.Message {
-	out := make([]model.Message, 0, len(s.transcript))
-	for _, e := range s.transcript {
+	return s.render(s.transcript, modelContent)
+}
+
+// render is the conversation of entries (s's transcript or a part of it),
+// each model-visible action's result read with content.
+func (s State) render(entries []entry, content func(Action) json.RawMessage) []model.Message {
+	out := make([]model.Message, 0, len(entries))
+	for _, e := range entries {
 		if e.batch == 0 {
 			out = append(out, e.msg)
 			continue
@@ -22,7 +28,7 @@ func Transcript(s State) []model.Message {
 		var res []model.ToolResult
 		for _, a := range s.actions {
 			if a.Turn == e.batch && a.State.ModelVisible() {
-				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: modelContent(a)})
+				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: content(a)})
 			}
 		}
 		if len(res) > 0 {

@@ -73,6 +73,9 @@ type Backend interface {
 	Pause(ctx context.Context, req PauseRequest) (Reply, error)
 	// Resume resumes a paused run.
 	Resume(ctx context.Context, req ResumeRequest) (Reply, error)
+	// Restart restarts a finished run from one of its turns as a new run
+	// (docs/semantics.md §14).
+	Restart(ctx context.Context, req RestartRequest) (StartReply, error)
 	// Decide answers one run's part of a batch decision as one decision
 	// (all or nothing within the run): the reply has an outcome per item.
 	Decide(ctx context.Context, req DecideRun) (DecideRunReply, error)
@@ -151,6 +154,7 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointResolve, s.resolve},
 		{EndpointPause, s.pause},
 		{EndpointResume, s.resume},
+		{EndpointRestart, s.restart},
 		{EndpointDecide, s.decide},
 	} {
 		if err := add(e.name, e.h); err != nil {

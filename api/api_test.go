@@ -53,6 +53,9 @@ func (b *slowBackend) Pause(context.Context, api.PauseRequest) (api.Reply, error
 func (b *slowBackend) Resume(context.Context, api.ResumeRequest) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }
+func (b *slowBackend) Restart(context.Context, api.RestartRequest) (api.StartReply, error) {
+	return api.StartReply{}, refuse()
+}
 func (b *slowBackend) Report(context.Context, api.Report) (api.Reply, error) {
 	return api.Reply{}, refuse()
 }

@@ -161,20 +161,28 @@ func (c *Client) once(ctx context.Context, endpoint string, b []byte, out any) e
 func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
 	req.Schema = Schema
 	c.commandID(&req.CommandID)
+	return c.startRun(ctx, EndpointStart, &req.Run, &req)
+}
+
+// startRun sends req, a command that starts the run *run (start, restart),
+// as Start describes: a retrying Client names the run when req leaves it
+// to the runner, a retry's already_started with the same input is the
+// start this call made, and an error's reply names the run it was for.
+func (c *Client) startRun(ctx context.Context, endpoint string, run *string, req any) (StartReply, error) {
 	ours := false
-	if c.retry > 0 && req.Run == "" {
+	if c.retry > 0 && *run == "" {
 		var b [10]byte
 		_, _ = rand.Read(b[:])
-		req.Run, ours = "run-"+hex.EncodeToString(b[:]), true
+		*run, ours = "run-"+hex.EncodeToString(b[:]), true
 	}
 	var r StartReply
-	err := c.call(ctx, EndpointStart, req, &r)
+	err := c.call(ctx, endpoint, req, &r)
 	var we *weft.Error
 	if ours && errors.As(err, &we) && we.Code == weft.CodeAlreadyStarted && we.SameInput != nil && *we.SameInput {
-		return StartReply{Schema: Schema, Run: req.Run, Status: "working"}, nil
+		return StartReply{Schema: Schema, Run: *run, Status: "working"}, nil
 	}
 	if err != nil {
-		return StartReply{Schema: Schema, Run: req.Run}, err
+		return StartReply{Schema: Schema, Run: *run}, err
 	}
 	return r, nil
 }
@@ -281,7 +289,7 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 // Endpoints returns the endpoints of the "weft" micro service, a fresh
 // slice on each call.
 func Endpoints() []string {
-	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume, EndpointDecide}
+	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume, EndpointRestart, EndpointDecide}
 }
 
 // QueueEndpoints returns the endpoints (report, settle) the "weft" micro

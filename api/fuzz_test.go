@@ -46,6 +46,10 @@ func (b *acceptAll) Resume(_ context.Context, r ResumeRequest) (Reply, error) {
 	b.got = r
 	return Reply{}, nil
 }
+func (b *acceptAll) Restart(_ context.Context, r RestartRequest) (StartReply, error) {
+	b.got = r
+	return StartReply{}, nil
+}
 func (b *acceptAll) Report(_ context.Context, r Report) (Reply, error) {
 	b.got = r
 	return Reply{}, nil

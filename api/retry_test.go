@@ -119,35 +119,54 @@ func TestRetryRules_ARetryCutByTheCallersDeadlineIsNoAnswer(t *testing.T) {
 // acknowledgement lost) is sent again; every try names the same run, which
 // the Client chose, and the retry's already_started (same input) is that
 // start: the call answers it started. Before, each try left the run id to
-// the runner, which chose a new one: one call could start two runs.
+// the runner, which chose a new one: one call could start two runs. A
+// restart (docs/semantics.md §14) starts a run too, and is sent the same
+// way.
 func TestRetryRules_AStartRetriedStartsOneRun(t *testing.T) {
-	var mu sync.Mutex
-	var runs []string
-	c := standIn(t, api.EndpointStart, func(m *nats.Msg) *weft.Error {
-		var req api.StartRequest
-		_ = json.Unmarshal(m.Data, &req)
-		mu.Lock()
-		runs = append(runs, req.Run)
-		n := len(runs)
-		mu.Unlock()
-		e := &weft.Error{Code: weft.CodeUnavailable, Message: "the append's outcome is not known"}
-		if n > 1 {
-			same := true
-			e = &weft.Error{Code: weft.CodeAlreadyStarted, Message: "run exists", SameInput: &same}
-		}
-		return e
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := c.Start(ctx, api.StartRequest{Agent: "notes", Input: "pay"})
-	if err != nil {
-		t.Fatalf("start: %v, want started", err)
+	for endpoint, send := range startsOfARun {
+		t.Run(endpoint, func(t *testing.T) {
+			var mu sync.Mutex
+			var runs []string
+			c := standIn(t, endpoint, func(m *nats.Msg) *weft.Error {
+				var req struct {
+					Run string `json:"run"`
+				}
+				_ = json.Unmarshal(m.Data, &req)
+				mu.Lock()
+				runs = append(runs, req.Run)
+				n := len(runs)
+				mu.Unlock()
+				e := &weft.Error{Code: weft.CodeUnavailable, Message: "the append's outcome is not known"}
+				if n > 1 {
+					same := true
+					e = &weft.Error{Code: weft.CodeAlreadyStarted, Message: "run exists", SameInput: &same}
+				}
+				return e
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := send(ctx, c)
+			if err != nil {
+				t.Fatalf("%s: %v, want started", endpoint, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(runs) != 2 || runs[0] == "" || runs[0] != runs[1] || r.Run != runs[0] {
+				t.Fatalf("tries named runs %q, answered %q: want two tries of one run the client chose", runs, r.Run)
+			}
+		})
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(runs) != 2 || runs[0] == "" || runs[0] != runs[1] || r.Run != runs[0] {
-		t.Fatalf("tries named runs %q, answered %q: want two tries of one run the client chose", runs, r.Run)
-	}
+}
+
+// startsOfARun are the commands that start a run, each sent without a run
+// id.
+var startsOfARun = map[string]func(context.Context, *api.Client) (api.StartReply, error){
+	api.EndpointStart: func(ctx context.Context, c *api.Client) (api.StartReply, error) {
+		return c.Start(ctx, api.StartRequest{Agent: "notes", Input: "pay"})
+	},
+	api.EndpointRestart: func(ctx context.Context, c *api.Client) (api.StartReply, error) {
+		return c.Restart(ctx, api.RestartRequest{From: api.RestartFrom{Run: "parent", Turn: 2}})
+	},
 }
 
 // standIn answers endpoint's requests with answer (the refusal it returns,
@@ -179,23 +198,29 @@ func standIn(t *testing.T, endpoint string, answer func(*nats.Msg) *weft.Error) 
 // that run to learn whether it started. Before, the reply was empty: the
 // run id was in the message text alone.
 func TestRetryRules_AStartOfUnknownOutcomeNamesTheRunToRead(t *testing.T) {
-	sent := make(chan string, 1)
-	c := standIn(t, api.EndpointStart, func(m *nats.Msg) *weft.Error {
-		var req api.StartRequest
-		_ = json.Unmarshal(m.Data, &req)
-		select {
-		case sent <- req.Run:
-		default:
-		}
-		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: "its append's outcome is not known and the run cannot be read"}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	r, err := c.Start(ctx, api.StartRequest{Agent: "notes", Input: "pay"})
-	if weft.ErrorCode(err) != weft.CodeOutcomeUnknown {
-		t.Fatalf("start: %v, want outcome_unknown", err)
-	}
-	if run := <-sent; run == "" || r.Run != run {
-		t.Fatalf("the start was sent for run %q, its reply names %q: want the run it was sent for", run, r.Run)
+	for endpoint, send := range startsOfARun {
+		t.Run(endpoint, func(t *testing.T) {
+			sent := make(chan string, 1)
+			c := standIn(t, endpoint, func(m *nats.Msg) *weft.Error {
+				var req struct {
+					Run string `json:"run"`
+				}
+				_ = json.Unmarshal(m.Data, &req)
+				select {
+				case sent <- req.Run:
+				default:
+				}
+				return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: "its append's outcome is not known and the run cannot be read"}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			r, err := send(ctx, c)
+			if weft.ErrorCode(err) != weft.CodeOutcomeUnknown {
+				t.Fatalf("%s: %v, want outcome_unknown", endpoint, err)
+			}
+			if run := <-sent; run == "" || r.Run != run {
+				t.Fatalf("the %s was sent for run %q, its reply names %q: want the run it was sent for", endpoint, run, r.Run)
+			}
+		})
 	}
 }

@@ -324,6 +324,8 @@ var statuses = map[weft.Code]int{
 	weft.CodeRunNotEnded:       409,
 	weft.CodeNotResolvable:     409,
 	weft.CodeAlreadyResolved:   409,
+	weft.CodeRunNotFinished:    409,
+	weft.CodeUncertainActions:  409,
 	weft.CodePermissionDenied:  403,
 	weft.CodeIdentityRequired:  403,
 	weft.CodeQuarantined:       409,
@@ -359,6 +361,7 @@ var refusals = map[string][]weft.Code{
 	EndpointCancel:          runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointPause:           runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointResume:          runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
+	EndpointRestart:         runRefusals(weft.CodeAlreadyStarted, weft.CodeRunNotFinished, weft.CodeWrongReference, weft.CodeUncertainActions, weft.CodeOutcomeUnknown),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
 	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	// A batch's own refusals; each item's outcome may carry any of

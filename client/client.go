@@ -56,6 +56,11 @@ type (
 	PauseRequest = api.PauseRequest
 	// ResumeRequest resumes a paused run.
 	ResumeRequest = api.ResumeRequest
+	// RestartRequest restarts a finished run from one of its turns as a
+	// new run (docs/semantics.md §14).
+	RestartRequest = api.RestartRequest
+	// RestartFrom names the finished run and turn a restart starts from.
+	RestartFrom = api.RestartFrom
 	// Settlement is a settling tool's settlement.
 	Settlement = api.Settlement
 	// Report is a tool worker's report of an attempt.
@@ -330,6 +335,20 @@ func (c *Client) Pause(ctx context.Context, req PauseRequest) (Reply, error) {
 // Resume resumes a paused run.
 func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Reply, error) {
 	return c.cmd.Resume(ctx, req)
+}
+
+// Restart restarts the finished run req.From.Run as a new run from the
+// state before its model turn req.From.Turn: the effects recorded before
+// that turn are not run again (their results are in the new run's
+// transcript). Refused run_not_finished, invalid_request (a child run:
+// restart its root run), wrong_reference (no such turn, a turn before the
+// run's own fork point, or calls before it that never ran, faulted, or
+// delegated to a child that did not complete) or uncertain_actions
+// (reconcile or resolve the actions the error's Actions names first, a
+// child run's as "<child>/<action>"); already_started for a run id that
+// exists. A retrying client chooses the new run's id as Start does.
+func (c *Client) Restart(ctx context.Context, req RestartRequest) (StartReply, error) {
+	return c.cmd.Restart(ctx, req)
 }
 
 // Run returns a run's view (projected, or folded from the log when the

@@ -78,7 +78,7 @@ func Names() []Name {
 		NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
 		NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
 		NameResolved, NameHeadSigned, NameAttemptClosed,
-		NameRunPaused, NameRunResumed,
+		NameRunPaused, NameRunResumed, NameRunForked,
 	}
 }
 

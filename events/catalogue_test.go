@@ -51,6 +51,7 @@ func samples() []Event {
 		AttemptClosed{Action: "1/c1", Attempt: 2, Incarnation: 2, By: "runner-a", Why: ClosedCancelled},
 		RunPaused{By: "dave", Reason: "checking the vendor"},
 		RunResumed{By: "erin", Reason: "vendor confirmed"},
+		RunForked{From: ForkedFrom{Run: "r-1", Version: 14, Turn: 3}, Transcript: []Message{{Role: "assistant", Text: "paying", Calls: []ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"amount":80}`)}}, ProviderData: json.RawMessage(`{"id":"resp-1"}`)}, {Role: "tool", Results: []ToolResult{{CallID: "c1", Name: "pay", Content: json.RawMessage(`{"id":"p-1"}`)}}}}},
 	}
 }
 

@@ -78,6 +78,8 @@ func Decode(name Name, schema int, payload json.RawMessage) (Event, error) {
 		return decode[RunPaused](payload)
 	case NameRunResumed:
 		return decode[RunResumed](payload)
+	case NameRunForked:
+		return decode[RunForked](payload)
 	}
 	return nil, fmt.Errorf("%w: %q", ErrUnknownEvent, name)
 }

@@ -205,6 +205,11 @@ func Describe(e Event) string {
 		b.opt("by", e.By)
 		b.optq("reason", e.Reason)
 		b.identity(e.Identity)
+	case RunForked:
+		b.kv("from", e.From.Run)
+		b.kv("version", strconv.FormatUint(e.From.Version, 10))
+		b.kv("turn", itoa(e.From.Turn))
+		b.kv("messages", strconv.Itoa(len(e.Transcript)))
 	case RunHandedOff:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))

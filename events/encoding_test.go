@@ -74,6 +74,10 @@ func encodingSamples() []Event {
 			Proof: &CommandProof{Key: "UDAVE", Command: "pause", Run: "r-1", Reason: "checking the vendor", Expires: later, Signature: "c2ln"}},
 		RunResumed{By: "erin", Reason: "vendor confirmed", Identity: Identity{Verified: true, Key: "UERIN"},
 			Proof: &CommandProof{Key: "UERIN", Command: "resume", Run: "r-1", Reason: "vendor confirmed", Expires: later, Signature: "c2ln"}},
+		RunForked{From: ForkedFrom{Run: "r-1", Version: 14, Turn: 3}, Transcript: []Message{
+			{Role: "assistant", Text: "paying", Calls: []ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"amount":80}`)}}, ProviderData: json.RawMessage(`{"id":"resp-1"}`)},
+			{Role: "tool", Results: []ToolResult{{CallID: "c1", Name: "pay", Content: json.RawMessage(`{"id":"p-1"}`)}}},
+		}},
 	}
 }
 

@@ -177,6 +177,10 @@ type RunView struct {
 	// Children lists the child runs this run started, in the order their
 	// delegations were allowed.
 	Children []ChildView `json:"children,omitempty"`
+	// ForkedFrom is set on a run restarted from a finished run's turn
+	// (docs/semantics.md §14): the parent run, the parent's version the
+	// restart read and the turn the run asked again.
+	ForkedFrom *events.ForkedFrom `json:"forked_from,omitempty"`
 	// Actions are the run's actions in the order the model asked for them.
 	Actions []ActionView `json:"actions"`
 	// Version is the version of the last event folded; Started and Updated
@@ -410,6 +414,9 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 			p := *e.Parent
 			v.Parent = &p
 		}
+	case events.RunForked:
+		from := e.From
+		v.ForkedFrom = &from
 	case events.ModelRequested:
 		if e.Turn > v.Turns {
 			v.Turns = e.Turn

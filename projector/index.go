@@ -52,6 +52,9 @@ const (
 	// IndexQuestions orders the open questions by when they were asked
 	// (entry token: agent).
 	IndexQuestions = "questions"
+	// IndexForks lists the runs restarted from each run (docs/semantics.md
+	// §14), by the restarted run's start (entry token: the parent run).
+	IndexForks = "forks"
 )
 
 // windowDigits is the width of a window: milliseconds since 1970, zero
@@ -138,7 +141,20 @@ func entries(c projections.Change) []entry {
 	for _, it := range c.Questions {
 		out = append(out, newEntry(IndexQuestions, it.Since, []string{Token(it.Agent.Name)}, projections.ItemKey(it.Run, it.Action), it))
 	}
+	if f := c.View.ForkedFrom; f != nil && c.View.Run != "" {
+		out = append(out, newEntry(IndexForks, c.View.Started, []string{Token(f.Run)}, c.View.Run, Fork{Run: c.View.Run, Turn: f.Turn, Version: f.Version, Started: c.View.Started}))
+	}
 	return out
+}
+
+// Fork is a run restarted from a finished run (docs/semantics.md §14), as
+// the finished run's view query lists it: the new run, the turn it asked
+// again, the parent's version it was judged on and when it started.
+type Fork struct {
+	Run     string    `json:"run"`
+	Turn    int64     `json:"turn"`
+	Version uint64    `json:"version"`
+	Started time.Time `json:"started"`
 }
 
 // derivedOf is what a stored view accounts for in the index (nothing for

@@ -114,6 +114,11 @@ type RunReply struct {
 	// View.Version while the projector is catching up: View is then the
 	// stored view with the log's newer events folded onto it.
 	Projected uint64 `json:"projected,omitempty"`
+	// Forks lists the runs restarted from this one (a finished run),
+	// oldest first (docs/semantics.md §14): read from the index the
+	// projector keeps of each restarted run's forked_from, so a fork
+	// started a moment ago may be missing until the projector has it.
+	Forks []Fork `json:"forks,omitempty"`
 }
 
 // ChildStatus is the status of one child run when a run view query was
@@ -431,7 +436,37 @@ func (s *Service) Family(ctx context.Context, v projections.RunView) (RunReply, 
 	if failed != nil {
 		return RunReply{}, failed
 	}
+	if v.Outcome != nil {
+		forks, err := s.forks(ctx, v.Run)
+		if err != nil {
+			return RunReply{}, err
+		}
+		reply.Forks = forks
+	}
 	return reply, nil
+}
+
+// forks lists the runs restarted from run, oldest first (IndexForks).
+func (s *Service) forks(ctx context.Context, run string) ([]Fork, error) {
+	msgs, err := s.reader.watch(ctx, BucketIndex, IndexForks+".e.*."+Token(run)+".*")
+	if err != nil {
+		return nil, fmt.Errorf("forks of %s: %w", run, err)
+	}
+	var out []Fork
+	for _, m := range msgs {
+		var f Fork
+		if err := json.Unmarshal(m.value, &f); err != nil {
+			return nil, fmt.Errorf("forks of %s: %s: %w", run, m.key, err)
+		}
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b Fork) int {
+		if c := a.Started.Compare(b.Started); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Run, b.Run)
+	})
+	return out, nil
 }
 
 // View returns a run's view at the head of its log: the stored view

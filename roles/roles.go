@@ -124,7 +124,7 @@ var (
 )
 
 // commandEndpoints are the command API's endpoints an operator may call.
-var commandEndpoints = []string{api.EndpointStart, api.EndpointApprove, api.EndpointReject, api.EndpointDecide, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointPause, api.EndpointResume}
+var commandEndpoints = []string{api.EndpointStart, api.EndpointApprove, api.EndpointReject, api.EndpointDecide, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointPause, api.EndpointResume, api.EndpointRestart}
 
 // Permissions returns role's grant. q names the tool queue of a Worker and
 // is ignored for the other roles.

@@ -140,6 +140,12 @@ func (r *Runner) reply(rn *run) api.Reply {
 // start starts a run; parent links a child run to its delegation (nil for
 // a run started through the API).
 func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events.Parent) (api.StartReply, error) {
+	return r.startFork(ctx, req, parent, nil)
+}
+
+// startFork is start; fork, when set, is the restart the run records
+// after its run_started (runner/restart.go).
+func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *events.Parent, fork *events.RunForked) (api.StartReply, error) {
 	id := req.Run
 	if id == "" {
 		id = r.newRunID()
@@ -171,7 +177,14 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 		}
 		req.Run = id
 		var out api.StartReply
-		return out, r.forward(ctx, fe.driver, api.EndpointStart, id, forwardedStart{Request: req, Parent: parent}, &out)
+		// A restart travels under its own kind: a runner of an earlier
+		// release refuses it (unknown forwarded command) instead of
+		// starting the run fresh without its fork.
+		kind := api.EndpointStart
+		if fork != nil {
+			kind = api.EndpointRestart
+		}
+		return out, r.forward(ctx, fe.driver, kind, id, forwardedStart{Request: req, Parent: parent, Fork: fork}, &out)
 	}
 	r.mu.Lock()
 	draining := r.draining
@@ -214,7 +227,7 @@ func (r *Runner) start(ctx context.Context, req api.StartRequest, parent *events
 			r.mu.Unlock()
 		}
 	}()
-	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id, Parent: parent}
+	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id, Parent: parent, Fork: fork}
 	ctx, span := r.tel.StartRun(ctx, id, ag.Name())
 	defer span.End()
 	// The driver is written as an intent before the run's first event, so

@@ -88,7 +88,7 @@ func forwardUnknown(kind, id, driver string) error {
 func unknownAnswer(kind, reason, msg string) error {
 	switch kind {
 	case api.EndpointApprove, api.EndpointReject, api.EndpointDecide, api.EndpointReconcile, api.EndpointReconcileStored, api.EndpointResolve, api.EndpointCancel, api.EndpointStart,
-		api.EndpointPause, api.EndpointResume:
+		api.EndpointPause, api.EndpointResume, api.EndpointRestart:
 		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: msg}
 	case api.EndpointSettle:
 		return &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: reason, Message: msg}
@@ -131,10 +131,13 @@ func (r *Runner) onForward(m *nats.Msg) {
 }
 
 // forwardedStart is the body of a start forwarded to the owner of the
-// run's partition: the request, and the delegation of a child run.
+// run's partition: the request, and the delegation of a child run; or,
+// forwarded as a restart (kind api.EndpointRestart), with the fork.
 type forwardedStart struct {
 	Request api.StartRequest `json:"request"`
 	Parent  *events.Parent   `json:"parent,omitempty"`
+	// Fork is the restart a restarted run records (runner/restart.go).
+	Fork *events.RunForked `json:"fork,omitempty"`
 }
 
 func decodeInto[T any](b json.RawMessage) (T, error) {
@@ -145,12 +148,16 @@ func decodeInto[T any](b json.RawMessage) (T, error) {
 
 func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error) {
 	switch f.Kind {
-	case api.EndpointStart:
+	case api.EndpointStart, api.EndpointRestart:
 		req, err := decodeInto[forwardedStart](f.Body)
 		if err != nil {
 			return nil, err
 		}
-		return r.start(ctx, req.Request, req.Parent)
+		if (req.Fork != nil) != (f.Kind == api.EndpointRestart) {
+			// A restart is forwarded as a restart, a start as a start.
+			return nil, &weft.Error{Code: weft.CodeInvalidRequest, Message: "forwarded " + f.Kind + " of run " + f.Run + ": a restart carries its fork, a start none"}
+		}
+		return r.startFork(ctx, req.Request, req.Parent, req.Fork)
 	case "wake":
 		return api.Reply{Schema: api.Schema, Run: f.Run}, r.wake(ctx, f.Run)
 	case api.EndpointApprove:

@@ -120,7 +120,7 @@ func commands() []command {
 	return []command{
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
 		startCommand(), approveCommand(), rejectCommand(), decideCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
-		pauseCommand(true), pauseCommand(false),
+		pauseCommand(true), pauseCommand(false), restartCommand(),
 		auditCommand(), rebuildCommand(), repairCommand(), consoleCommand(), devCommand(), mcpCommand(),
 		chaosCommand(), benchCommand(), scaleCommand(),
 		rolesCommand(),

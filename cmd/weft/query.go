@@ -205,6 +205,12 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 	if p := v.Parent; p != nil {
 		fmt.Fprintf(w, "parent     %s (action %s, depth %d)\n", p.Run, p.Action, p.Depth)
 	}
+	if f := v.ForkedFrom; f != nil {
+		fmt.Fprintf(w, "forked     from %s before turn %d (its version %d)\n", f.Run, f.Turn, f.Version)
+	}
+	for _, f := range r.Forks {
+		fmt.Fprintf(w, "fork       %s from turn %d (started %s)\n", f.Run, f.Turn, f.Started.Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "agent      %s@%s\n", v.Agent.Name, v.Agent.Version)
 	status := v.Status
 	if v.Outcome != nil {

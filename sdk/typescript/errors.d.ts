@@ -43,6 +43,8 @@ export declare const CODES: Readonly<{
   run_not_ended: 409;
   not_resolvable: 409;
   already_resolved: 409;
+  run_not_finished: 409;
+  uncertain_actions: 409;
   permission_denied: 403;
   quarantined: 409;
   runner_busy: 503;
@@ -196,6 +198,16 @@ export class AlreadyResolvedError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
   readonly code: "already_resolved";
 }
+/** `run_not_finished` (409): a restart named a run that has not finished. */
+export class RunNotFinishedError extends WeftError {
+  constructor(message?: string, opts?: ErrorOpts);
+  readonly code: "run_not_finished";
+}
+/** `uncertain_actions` (409): a restart past actions whose outcome nobody knows; `details.actions` names them. */
+export class UncertainActionsError extends WeftError {
+  constructor(message?: string, opts?: ErrorOpts);
+  readonly code: "uncertain_actions";
+}
 /** `permission_denied` (403): the NATS server refused this connection's user the subject; nothing was sent. */
 export class PermissionDeniedError extends WeftError {
   constructor(message?: string, opts?: ErrorOpts);
@@ -267,6 +279,8 @@ export declare const ERROR_CLASSES: Readonly<{
   run_not_ended: typeof RunNotEndedError;
   not_resolvable: typeof NotResolvableError;
   already_resolved: typeof AlreadyResolvedError;
+  run_not_finished: typeof RunNotFinishedError;
+  uncertain_actions: typeof UncertainActionsError;
   permission_denied: typeof PermissionDeniedError;
   quarantined: typeof QuarantinedError;
   runner_busy: typeof RunnerBusyError;

@@ -56,6 +56,8 @@ export const CODES = Object.freeze({
   run_not_ended: 409,
   not_resolvable: 409,
   already_resolved: 409,
+  run_not_finished: 409,
+  uncertain_actions: 409,
   permission_denied: 403,
   quarantined: 409,
   runner_busy: 503,
@@ -196,6 +198,14 @@ export class NotResolvableError extends WeftError {
 export class AlreadyResolvedError extends WeftError {
   constructor(message, opts) { super("already_resolved", message, opts); }
 }
+/** `run_not_finished` (409): a restart named a run that has not finished. */
+export class RunNotFinishedError extends WeftError {
+  constructor(message, opts) { super("run_not_finished", message, opts); }
+}
+/** `uncertain_actions` (409): a restart past actions whose outcome nobody knows; `details.actions` names them. */
+export class UncertainActionsError extends WeftError {
+  constructor(message, opts) { super("uncertain_actions", message, opts); }
+}
 /** `permission_denied` (403): the NATS server refused this connection's user the subject; nothing was sent. */
 export class PermissionDeniedError extends WeftError {
   constructor(message, opts) { super("permission_denied", message, opts); }
@@ -256,6 +266,8 @@ export const ERROR_CLASSES = Object.freeze({
   run_not_ended: RunNotEndedError,
   not_resolvable: NotResolvableError,
   already_resolved: AlreadyResolvedError,
+  run_not_finished: RunNotFinishedError,
+  uncertain_actions: UncertainActionsError,
   permission_denied: PermissionDeniedError,
   quarantined: QuarantinedError,
   runner_busy: RunnerBusyError,

@@ -1,0 +1,57 @@
+package events
+
+import "encoding/json"
+
+// NameRunForked is the stored name of RunForked, where a restarted run
+// came from.
+const NameRunForked Name = "run_forked"
+
+// RunForked is emitted right after RunStarted, in the same first message,
+// on a run restarted from a finished run's turn (docs/semantics.md §14,
+// docs/adr/0029-restart-from-a-step.md). It records where the run came
+// from and copies the conversation it continues, so that the run's fold
+// needs only its own log: From names the parent run, the turn the new run
+// asks again and the parent's version it was judged on; Transcript is the
+// parent's conversation after its input (RunStarted's Input, copied), up
+// to that turn: assistant turns, tool results and corrections as the
+// model read them. The effects behind those results are not run again.
+// The new run's first ModelRequested is From.Turn.
+type RunForked struct {
+	From       ForkedFrom `json:"forked_from"`
+	Transcript []Message  `json:"transcript"`
+}
+
+// ForkedFrom names the run a restarted run came from: the parent Run, its
+// Version (head) the restart read, and the Turn the new run asks again.
+type ForkedFrom struct {
+	Run     string `json:"run"`
+	Version uint64 `json:"version"`
+	Turn    int64  `json:"turn"`
+}
+
+// Message is one message of a copied transcript, the log's own record of
+// the model port's message (docs/adr/0018): a user text, an assistant turn
+// (text, calls, provider data byte for byte) or a turn's tool results in
+// call order.
+type Message struct {
+	Role         string          `json:"role"`
+	Text         string          `json:"text,omitempty"`
+	Calls        []ToolCall      `json:"calls,omitempty"`
+	ProviderData json.RawMessage `json:"provider_data,omitempty"`
+	Results      []ToolResult    `json:"results,omitempty"`
+}
+
+// ToolResult is what the model read for one tool call.
+type ToolResult struct {
+	CallID  string          `json:"call_id"`
+	Name    string          `json:"name"`
+	Content json.RawMessage `json:"content"`
+}
+
+// EventName returns NameRunForked, the durable name RunForked is stored under.
+func (RunForked) EventName() Name { return NameRunForked }
+
+// SchemaVersion returns 1, the version of RunForked's encoding (docs/protocol.md).
+func (RunForked) SchemaVersion() int { return 1 }
+
+func (RunForked) isEvent() {}

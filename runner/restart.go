@@ -1,0 +1,63 @@
+package runner
+
+import (
+	"context"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+)
+
+// Restart restarts a finished run from one of its turns as a new run
+// (api.Backend; docs/semantics.md §14, docs/adr/0029-restart-from-a-step.md).
+// Any runner reads the parent's whole log (a finished run's log only
+// grows by reconciliations and resolutions, which the judgement and the
+// recorded version take in) and judges it (aggregate.ForkOf); the new run
+// is then started as any run is, by the owner of its partition (a start
+// forwarded with the judged fork), bound to the parent's agent at the
+// version served now (or req.Version), with the parent's input.
+func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
+	history, err := r.loadRecorded(ctx, req.From.Run)
+	if err != nil {
+		return api.StartReply{}, err
+	}
+	// The children of its delegations before the fork point, and theirs:
+	// their effects are before it too.
+	children := map[string][]events.Recorded{}
+	for next := aggregate.Delegated(history, req.From.Turn); len(next) > 0; {
+		id := next[0]
+		next = next[1:]
+		if _, seen := children[id]; seen {
+			continue
+		}
+		h, err := r.loadRecorded(ctx, id)
+		if err != nil {
+			return api.StartReply{}, err
+		}
+		children[id] = h
+		next = append(next, aggregate.Delegated(h, 0)...)
+	}
+	parent, fork, err := aggregate.ForkOf(req.From.Run, history, children, req.From.Turn)
+	if err != nil {
+		return api.StartReply{}, err
+	}
+	start := api.StartRequest{CommandID: req.CommandID, Run: req.Run, Agent: parent.Agent.Name, Version: req.Version, Input: parent.Input, Correlation: req.Correlation}
+	return r.startFork(ctx, start, nil, &fork)
+}
+
+// loadRecorded reads run's whole log for a judgement.
+func (r *Runner) loadRecorded(ctx context.Context, run string) ([]events.Recorded, error) {
+	envs, _, err := r.evlog.Load(ctx, run)
+	if err != nil {
+		if r.noteQuarantine(err) {
+			return nil, err
+		}
+		return nil, &weft.Error{Code: weft.CodeUnavailable, Message: "read run " + run + ": " + err.Error()}
+	}
+	history, err := recorded(envs)
+	if err != nil {
+		return nil, &weft.Error{Code: weft.CodeInternal, Message: "read run " + run + ": " + err.Error()}
+	}
+	return history, nil
+}
