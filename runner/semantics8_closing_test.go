@@ -71,8 +71,12 @@ func (l *ledger) started(run, action string) bool {
 // (docs/adr/0023-closing-attempts.md). It returns how many actions are
 // uncertain, how many of those never started a body, and how many of these
 // hold a claim its worker marked not started after the decision that ended
-// the attempt had read it (the worker found, after its claim, the very
-// decision that had just read its claim: "Claims released as not started").
+// the attempt had read it: the run records that close as having found the
+// claim (attempt_closed claimed; the worker found, after its claim, the
+// very decision that had just read its claim: "Claims released as not
+// started"). A marked claim whose attempt the run records closed while the
+// action is uncertain is an error: the action should have ended
+// not_started.
 func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted, marked int) {
 	t.Helper()
 	claims, err := h.srv.JS.KeyValue(context.Background(), api.ClaimsBucket)
@@ -93,7 +97,10 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 				if err != nil || c.Closed != nil || c.Worker == "" {
 					t.Errorf("run %s: action %s is uncertain (%s) but no body of it ever started, and no worker claimed attempt %d (claim %+v, %v)", run, a.ID, a.Detail, a.Attempts, c, err)
 				}
-				if c.NotStarted != nil {
+				switch {
+				case c.NotStarted != nil && slices.Contains(a.Closed, a.Attempts):
+					t.Errorf("run %s: action %s is uncertain (%s) with no body start, though the run records attempt %d closed and its worker %s marked its claim not started", run, a.ID, a.Detail, a.Attempts, c.Worker)
+				case c.NotStarted != nil && slices.Contains(a.Claimed, a.Attempts):
 					marked++
 				}
 			}
