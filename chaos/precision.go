@@ -105,23 +105,23 @@ func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, unknown 
 type Unstarted int
 
 const (
-	// UnstartedViolation: no worker's claim and no close of unknown
+	// UnstartedViolation is when no worker's claim and no close of unknown
 	// outcome explains it, or the log records its last attempt closed
 	// while its worker's claim was marked not started: the action should
 	// have ended not_started.
 	UnstartedViolation Unstarted = iota
-	// UnstartedClaimed: a worker's claim never marked not started by the
+	// UnstartedClaimed is a worker's claim never marked not started by the
 	// time the action ended (killed between claim and body, or a worker
 	// that could not or does not mark).
 	UnstartedClaimed
-	// UnstartedMarked: the log records that the close of its last attempt
+	// UnstartedMarked is when the log records that the close of its last attempt
 	// found a worker's claim (attempt_closed claimed), and that worker
 	// marked the claim not started since: the decision the worker's check
 	// after its claim found had read the claim before the mark
 	// (docs/adr/0023-closing-attempts.md, "Claims released as not
 	// started").
 	UnstartedMarked
-	// UnstartedUnknown: an attempt whose close had no known outcome.
+	// UnstartedUnknown is an action with an attempt whose close had no known outcome.
 	UnstartedUnknown
 )
 
