@@ -515,7 +515,9 @@ func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
 // side: worker/notstarted_test.go). A cancel that comes next closes the
 // attempt: its close finds the key taken, reads the mark and counts the
 // attempt closed — the payment ends not_started, with no body start, not
-// uncertain. Before, any worker's value counted as claimed.
+// uncertain. Before, any worker's value counted as claimed. The log's
+// attempt_closed names the worker that claimed it and why it did not start
+// the body (not_started), so its evidence is not "closed unclaimed".
 func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -547,6 +549,15 @@ func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) 
 	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
 	if p, _ := s.Action(act.ID); p.State != aggregate.ActionNotStarted || !slices.Contains(p.Closed, 1) || len(p.Claimed) != 0 {
 		t.Fatalf("after the cancel: %s (%s), closed %v, claimed %v; want not_started, attempt 1 closed", p.State, p.Detail, p.Closed, p.Claimed)
+	}
+	var closes []events.AttemptClosed
+	for _, e := range h.eventsOf(run) {
+		if ac, ok := e.(events.AttemptClosed); ok {
+			closes = append(closes, ac)
+		}
+	}
+	if want := (events.ClosedNotStarted{Worker: "w-1", Why: api.ClaimEnded}); len(closes) != 1 || closes[0].Claimed || closes[0].NotStarted == nil || *closes[0].NotStarted != want {
+		t.Fatalf("attempt_closed %+v; want one, not claimed, not_started %+v", closes, want)
 	}
 	if u, _, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)
