@@ -45,8 +45,8 @@ type Precision struct {
 	// started when the action ended (UnstartedClaimed: a worker killed
 	// between its claim and its body, the stated limit, and also a
 	// draining worker's claim read before its release, a mark lost or
-	// unanswered, a worker that does not mark — the TypeScript worker —
-	// and a worker_lost report of a delivery that came before the mark).
+	// unanswered, a worker that does not mark (one that ignores
+	// not_started), and a worker_lost report of a delivery that came before the mark).
 	// Marked counts those whose last attempt's close the log records as
 	// having found a worker's claim (attempt_closed claimed) that its
 	// worker marked not started since (UnstartedMarked). Unknown counts
