@@ -329,7 +329,10 @@ type Closing struct {
 // write of the closed claim won or found a closed value, Claimed whether
 // it found a worker's claim (neither: the outcome is unknown). By, when
 // set, is the runner whose closed value the close found (Closing.By
-// otherwise).
+// otherwise). NotStarted, with Closed, is the worker whose claim the close
+// found marked not started and why (api.Claim.NotStarted): that worker
+// never started the body, so the attempt counts closed and the log
+// records who claimed it (events.AttemptClosed NotStarted).
 type Close struct {
 	Action      string
 	Attempt     int
@@ -338,6 +341,7 @@ type Close struct {
 	Closed      bool
 	Claimed     bool
 	By          string
+	NotStarted  *events.ClosedNotStarted
 }
 
 // CommandName returns "start".

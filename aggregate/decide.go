@@ -76,8 +76,10 @@ type decider struct {
 	modelLost bool
 	recall    bool
 	// closedNow are the actions whose latest attempt this decision
-	// records closed (recordCloses).
+	// records closed (recordCloses); markedNow those of them whose close
+	// found their worker's claim marked not started, with that worker.
 	closedNow map[string]bool
+	markedNow map[string]*events.ClosedNotStarted
 }
 
 func (d *decider) emit(e events.Event) {
@@ -707,7 +709,7 @@ func (d *decider) lose(a Action, cause, evidence string, reask bool) {
 		// spends no replay and loses no approval (docs/semantics.md §8,
 		// "Closing an attempt").
 		ev.Next = events.NextReplay
-		ev.Evidence = evidence + "; closed before any worker claimed it: it did not act"
+		ev.Evidence = evidence + "; " + d.closedHow(a, "closed before any worker claimed it") + ": it did not act"
 	case spent(a) < f.MaxAttempts:
 		ev.Next = events.NextReplay
 		if reask && a.Approved {
@@ -737,7 +739,7 @@ func (d *decider) stop(a Action, why string) {
 	if currentClosed(a) {
 		// Its body never started, but an earlier attempt's may have
 		// (an action whose every attempt was closed ended not_started).
-		ev.Evidence = fmt.Sprintf("%s before attempt %d started (closed unclaimed); an earlier attempt may have acted", why, f.Attempt)
+		ev.Evidence = fmt.Sprintf("%s before attempt %d started (%s); an earlier attempt may have acted", why, f.Attempt, d.closedHow(a, "closed unclaimed"))
 	} else if f.SettleWithin > 0 && why == "cancelled" {
 		ev.Next = events.NextSettle
 		ev.SettleBy = d.at(f.SettleWithin)
@@ -1216,6 +1218,16 @@ func hasUnresultedFence(a Action) bool {
 // counts.
 func spent(a Action) int { return a.Attempts - len(a.Closed) }
 
+// closedHow says how a's latest attempt, which the log records closed, was
+// closed: on a claim its worker marked not started, when this decision
+// records that close (events.AttemptClosed NotStarted), else unclaimed.
+func (d *decider) closedHow(a Action, unclaimed string) string {
+	if m := d.markedNow[a.ID]; m != nil {
+		return fmt.Sprintf("claimed by worker %s, which marked it not started (%s)", m.Worker, m.Why)
+	}
+	return unclaimed
+}
+
 // currentClosed reports whether a's latest fenced attempt was closed before
 // any worker claimed it.
 func currentClosed(a Action) bool {
@@ -1267,12 +1279,22 @@ func (d *decider) recordCloses(c Closing) {
 		if cl.By != "" && cl.Closed {
 			by = cl.By
 		}
-		d.emit(events.AttemptClosed{Action: cl.Action, Attempt: cl.Attempt, Incarnation: cl.Incarnation, By: by, Why: cl.Why, Claimed: !cl.Closed})
+		ev := events.AttemptClosed{Action: cl.Action, Attempt: cl.Attempt, Incarnation: cl.Incarnation, By: by, Why: cl.Why, Claimed: !cl.Closed}
+		if cl.Closed {
+			ev.NotStarted = cl.NotStarted
+		}
+		d.emit(ev)
 		if cl.Closed {
 			if d.closedNow == nil {
 				d.closedNow = map[string]bool{}
 			}
 			d.closedNow[cl.Action] = true
+			if cl.NotStarted != nil {
+				if d.markedNow == nil {
+					d.markedNow = map[string]*events.ClosedNotStarted{}
+				}
+				d.markedNow[cl.Action] = cl.NotStarted
+			}
 		}
 	}
 }

@@ -480,10 +480,16 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "close":
 		// The next command is decided with this close outcome (one per
 		// close command): close action=1/c1 attempt=1 incarnation=1
-		// why=cancelled closed|claimed|unknown [by=runner-b].
-		h.closes = append(h.closes, Close{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1),
+		// why=cancelled closed|claimed|unknown [by=runner-b]
+		// [not_started_by=w-1 not_started_why=ended] (with closed: the
+		// worker's claim it found marked not started).
+		cl := Close{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1),
 			Incarnation: h.intArg(t, d, "incarnation", 1), Why: h.strArg(t, d, "why", events.ClosedCancelled), Closed: d.HasArg("closed"),
-			Claimed: d.HasArg("claimed"), By: h.strArg(t, d, "by", "")})
+			Claimed: d.HasArg("claimed"), By: h.strArg(t, d, "by", "")}
+		if d.HasArg("not_started_by") {
+			cl.NotStarted = &events.ClosedNotStarted{Worker: h.strArg(t, d, "not_started_by", ""), Why: h.strArg(t, d, "not_started_why", "")}
+		}
+		h.closes = append(h.closes, cl)
 		return fmt.Sprintf("the next command is decided with %d close outcome(s)\n", len(h.closes))
 
 	case "to-close":

@@ -163,10 +163,12 @@ type Claim struct {
 	// deadline passed): an update of its own claim at the revision it
 	// created, after which that worker never starts the body. No body
 	// ever starts under it: a delivery that finds it acks the task without
-	// starting the body and without reporting, it is never taken over
-	// (api.HeaderUnstartedClaim), and the runtime's close counts it as
-	// closed (docs/adr/0023-closing-attempts.md, "Claims released as not
-	// started").
+	// starting the body, and reports nothing unless the claim holds a
+	// saved Report, which it delivers (docs/protocol/41-tasks.md rule 6);
+	// it is never taken over (api.HeaderUnstartedClaim), and the runtime's
+	// close counts it as closed (docs/adr/0023-closing-attempts.md, "Claims
+	// released as not started"). The update drops the claim's per-key TTL:
+	// a marked claim lives for the bucket's max age.
 	NotStarted *ClaimNotStarted `json:"not_started,omitempty"`
 }
 

@@ -38,20 +38,21 @@ type Precision struct {
 	// Uncertain counts the actions that were uncertain: still uncertain,
 	// or reconciled since (the workload reconciles some).
 	Uncertain int
-	// Unstarted counts those of them with no body start in the ledger.
-	// Claimed counts those of Unstarted whose last attempt has a worker's
-	// claim that its worker never marked not started, or a close of which
-	// found a worker's claim (attempt_closed claimed) that holds no such
-	// mark now: the stated limit — a worker killed between its claim and
-	// its body (or whose mark could not be written), which the runtime
-	// cannot tell from a started body (docs/semantics.md §8, "Closing an
-	// attempt"). Marked counts those of Unstarted whose worker marked its
-	// claim not started (api.Claim.NotStarted) after the decision that
-	// ended the attempt had read the claim: the decision its check after
-	// the claim found. Unknown counts the others a runner logged a close of
-	// with no known outcome (runner.CloseUnknown: the store was down). Any
-	// other is a violation (checkUncertainUnclaimed): an attempt nobody
-	// closed.
+	// Unstarted counts those of them with no body start in the ledger,
+	// each counted in one of Claimed, Marked and Unknown by UnstartedKind
+	// (or reported a violation). Claimed counts those a worker's claim
+	// covers that no close counted closed and that was not marked not
+	// started when the action ended (UnstartedClaimed: a worker killed
+	// between its claim and its body, the stated limit, and also a
+	// draining worker's claim read before its release, a mark lost or
+	// unanswered, a worker that does not mark (one that ignores
+	// not_started), and a worker_lost report of a delivery that came before the mark).
+	// Marked counts those whose last attempt's close the log records as
+	// having found a worker's claim (attempt_closed claimed) that its
+	// worker marked not started since (UnstartedMarked). Unknown counts
+	// the others a runner logged a close of with no known outcome
+	// (runner.CloseUnknown: the store was down). Any other is a violation
+	// (checkUncertainUnclaimed).
 	Unstarted, Claimed, Marked, Unknown int
 	// Closed counts the attempts closed before any worker claimed them.
 	Closed int
@@ -79,19 +80,68 @@ func (p *Precision) add(ctx context.Context, claims jetstream.KeyValue, unknown 
 	if claims == nil {
 		return
 	}
-	e, err := claims.Get(ctx, api.ClaimKey(run, a.ID, a.Attempts, a.Attempt.Incarnation))
-	var c api.Claim
-	decoded := err == nil && json.Unmarshal(e.Value(), &c) == nil
-	switch {
-	case decoded && c.NotStarted != nil:
-		p.Marked++
-	case len(a.Claimed) > 0 || decoded && c.Closed == nil:
+	var c *api.Claim
+	if e, err := claims.Get(ctx, api.ClaimKey(run, a.ID, a.Attempts, a.Attempt.Incarnation)); err == nil {
+		var v api.Claim
+		if json.Unmarshal(e.Value(), &v) == nil {
+			c = &v
+		}
+	}
+	switch kind, why := UnstartedKind(a, c, unknown[run+" "+a.ID]); kind {
+	case UnstartedClaimed:
 		p.Claimed++
-	case unknown[run+" "+a.ID]:
+	case UnstartedMarked:
+		p.Marked++
+	case UnstartedUnknown:
 		p.Unknown++
 	default:
-		v(checkUncertainUnclaimed, run, a.ID, "uncertain (%s) without a body start nor a worker's claim, and no runner logged a close of it with an unknown outcome (closed %v)", a.Detail, a.Closed)
+		v(checkUncertainUnclaimed, run, a.ID, "%s", why)
 	}
+}
+
+// Unstarted is how the precision figure counts an action that was
+// uncertain and never started a body (docs/semantics.md §8, "Closing an
+// attempt"; docs/reliability.md, "Precision").
+type Unstarted int
+
+const (
+	// UnstartedViolation is when no worker's claim and no close of unknown
+	// outcome explains it, or the log records its last attempt closed
+	// while its worker's claim was marked not started: the action should
+	// have ended not_started.
+	UnstartedViolation Unstarted = iota
+	// UnstartedClaimed is a worker's claim never marked not started by the
+	// time the action ended (killed between claim and body, or a worker
+	// that could not or does not mark).
+	UnstartedClaimed
+	// UnstartedMarked is when the log records that the close of its last attempt
+	// found a worker's claim (attempt_closed claimed), and that worker
+	// marked the claim not started since: the decision the worker's check
+	// after its claim found had read the claim before the mark
+	// (docs/adr/0023-closing-attempts.md, "Claims released as not
+	// started").
+	UnstartedMarked
+	// UnstartedUnknown is an action with an attempt whose close had no known outcome.
+	UnstartedUnknown
+)
+
+// UnstartedKind counts action a, uncertain without a body start, whose
+// last attempt's key holds claim c (nil: no key, or not a claim); unknown
+// says whether a close of it had no known outcome. A violation comes with
+// why, the problem's text.
+func UnstartedKind(a aggregate.Action, c *api.Claim, unknown bool) (kind Unstarted, why string) {
+	marked := c != nil && c.NotStarted != nil
+	switch {
+	case marked && slices.Contains(a.Closed, a.Attempts):
+		return UnstartedViolation, fmt.Sprintf("uncertain (%s) without a body start, though the log records attempt %d closed and its worker %s marked its claim not started (%s)", a.Detail, a.Attempts, c.Worker, c.NotStarted.Why)
+	case marked && slices.Contains(a.Claimed, a.Attempts):
+		return UnstartedMarked, ""
+	case len(a.Claimed) > 0 || c != nil && c.Closed == nil:
+		return UnstartedClaimed, ""
+	case unknown:
+		return UnstartedUnknown, ""
+	}
+	return UnstartedViolation, fmt.Sprintf("uncertain (%s) without a body start nor a worker's claim, and no close of it had an unknown outcome (closed %v)", a.Detail, a.Closed)
 }
 
 // unknownCloses reads the parts' logs in dir and returns "<run> <action>"
@@ -136,6 +186,6 @@ func (p Precision) write(w io.Writer, faults int) {
 	if faults > 0 {
 		per = float64(p.Uncertain) * 1000 / float64(faults)
 	}
-	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker that never started the body nor marked it — killed between claim and body, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); attempts closed unclaimed %d\n",
+	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); attempts closed unclaimed %d\n",
 		p.Uncertain, per, p.Unstarted, p.Claimed, p.Marked, p.Unknown, p.Closed)
 }

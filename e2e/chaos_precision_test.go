@@ -8,6 +8,7 @@ import (
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/chaos"
 	"github.com/weftrun/weft/events"
 )
 
@@ -15,26 +16,26 @@ import (
 // "Closing an attempt"), reported beside its problems: the actions a
 // person was ever asked to reconcile (uncertain at some point of the log),
 // those of them whose body never started (no ledger line of the action),
-// and of these the ones whose last attempt holds a worker's claim that its
-// worker never marked not started, or of which a close found a worker's
-// claim (attempt_closed claimed) unmarked since (claimed: the stated
-// limit, a worker killed between its claim and its body — the runtime
-// cannot tell that from a started body, docs/semantics.md §8 "Closing an
-// attempt"); marked counts those whose worker marked its claim not started
-// (api.Claim.NotStarted) after the decision that ended the attempt had
-// read the claim (docs/adr/0023-closing-attempts.md, "Claims released as
-// not started"); unknown counts the others that have an
-// attempt the log records neither closed nor claimed (its close's outcome
-// stayed unknown — the store was down — or no close was made); closed
-// counts the attempts closed before any worker claimed them. An uncertain
-// action without a body start that is none of these — every attempt's
-// close is known, none found a worker's claim — is a problem: the target
-// is that no action is uncertain without a body start or a worker's claim.
+// and of these, as chaos.UnstartedKind counts them: claimed, the ones a
+// worker's claim covers that no close counted closed and that was not
+// marked not started when the action ended (a worker killed between its
+// claim and its body — the stated limit, docs/semantics.md §8 "Closing an
+// attempt" — or a worker that could not or does not mark); marked, those
+// whose last attempt's close the log records as having found the worker's
+// claim (attempt_closed claimed) that its worker marked not started since
+// (docs/adr/0023-closing-attempts.md, "Claims released as not started");
+// unknown, the others that have an attempt the log records neither closed
+// nor claimed (its close's outcome stayed unknown — the store was down —
+// or no close was made); closed counts the attempts closed before any
+// worker claimed them. Any other uncertain action without a body start is
+// a problem, among them one whose last attempt the log records closed
+// though its worker marked the claim not started: the target is that no
+// action is uncertain without a body start or a worker's claim.
 type precision struct{ uncertain, unstarted, claimed, marked, unknown, closed int }
 
 // String is the figure as the chaos test logs it per seed.
 func (p precision) String() string {
-	return fmt.Sprintf("%d actions uncertain, %d of them without a body start (%d claimed by a worker that never started the body nor marked it — killed between claim and body, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
+	return fmt.Sprintf("%d actions uncertain, %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
 		p.uncertain, p.unstarted, p.claimed, p.marked, p.unknown, p.closed)
 }
 
@@ -75,22 +76,23 @@ func (c *chaosEnv) precision() (p precision) {
 			if claims == nil {
 				continue
 			}
-			var cl api.Claim
-			e, err := claims.Get(context.Background(), api.ClaimKey(run, id, a.Attempts, a.Attempt.Incarnation))
-			decoded := err == nil && json.Unmarshal(e.Value(), &cl) == nil
-			if decoded && cl.NotStarted != nil {
-				p.marked++
-				continue
+			var cl *api.Claim
+			if e, err := claims.Get(context.Background(), api.ClaimKey(run, id, a.Attempts, a.Attempt.Incarnation)); err == nil {
+				var v api.Claim
+				if json.Unmarshal(e.Value(), &v) == nil {
+					cl = &v
+				}
 			}
-			if len(a.Claimed) > 0 || decoded && cl.Closed == nil {
+			switch kind, why := chaos.UnstartedKind(a, cl, closeUnknown(a)); kind {
+			case chaos.UnstartedClaimed:
 				p.claimed++
-				continue
-			}
-			if closeUnknown(a) {
+			case chaos.UnstartedMarked:
+				p.marked++
+			case chaos.UnstartedUnknown:
 				p.unknown++
-				continue
+			default:
+				c.problem("%s %s: %s", run, id, why)
 			}
-			c.problem("%s %s: uncertain (%s) without a body start nor a worker's claim, though every attempt's close is known (closed %v)", run, id, a.Detail, a.Closed)
 		}
 	}
 	return p

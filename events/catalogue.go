@@ -63,7 +63,7 @@ const (
 	NameChildSettled Name = "child_settled"
 	// NameResolved is the stored name of Resolved, the final truth of an unconfirmed reconciliation.
 	NameResolved Name = "resolved"
-	// NameAttemptClosed is the stored name of AttemptClosed, an attempt whose claim the runtime closed before any worker took it.
+	// NameAttemptClosed is the stored name of AttemptClosed, an attempt whose claim the runtime closed before any worker took it (or found its worker's claim, marked not started or not).
 	NameAttemptClosed Name = "attempt_closed"
 )
 
@@ -642,7 +642,8 @@ const (
 )
 
 // AttemptClosed is emitted when the runtime closed an attempt's claim
-// before any worker claimed it (docs/adr/0023-closing-attempts.md,
+// before any worker claimed it, or found it marked not started by the
+// worker that claimed it (NotStarted below; docs/adr/0023-closing-attempts.md,
 // docs/semantics.md §8 "Closing an attempt"): the attempt's body never started
 // and never will. It is recorded ahead of the events of the decision the
 // close was made for, in the same append: a cancel or a run's end
@@ -660,6 +661,13 @@ const (
 // and no later decision closes it again — a create after that claim
 // expired would win over a body that ran. By is then the runner that
 // tried the close.
+//
+// NotStarted (added later; absent when none) records that the close
+// found a worker's claim its worker had marked not started
+// (api.Claim.NotStarted, docs/adr/0023-closing-attempts.md "Claims
+// released as not started"): that worker claimed the attempt and never
+// started its body, so it did not act, as if closed unclaimed (Claimed is
+// false). By is then the runner that tried the close.
 type AttemptClosed struct {
 	Action      string `json:"action"`
 	Attempt     int    `json:"attempt"`
@@ -667,6 +675,17 @@ type AttemptClosed struct {
 	By          string `json:"by"`
 	Why         string `json:"why"`
 	Claimed     bool   `json:"claimed,omitempty"`
+	// NotStarted is the worker whose claim the close found marked not
+	// started, and why; nil when the close found none.
+	NotStarted *ClosedNotStarted `json:"not_started,omitempty"`
+}
+
+// ClosedNotStarted names the worker whose claim a close found marked not
+// started (api.Claim.Worker) and why that worker did not start the body
+// (api.ClaimNotStarted.Why: "ended", "stopped" or "deadline").
+type ClosedNotStarted struct {
+	Worker string `json:"worker"`
+	Why    string `json:"why"`
 }
 
 // The paths of AttemptClosed (the Why of api.ClaimClose).

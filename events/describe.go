@@ -148,6 +148,10 @@ func Describe(e Event) string {
 		if e.Claimed {
 			b.kv("claimed", "true")
 		}
+		if e.NotStarted != nil {
+			b.kv("not_started_by", e.NotStarted.Worker)
+			b.kv("not_started_why", e.NotStarted.Why)
+		}
 	case ReportRefused:
 		b.kv("action", e.Action)
 		b.kv("attempt", strconv.Itoa(e.Attempt))

@@ -169,8 +169,10 @@ func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run stri
 			case found.NotStarted != nil:
 				// A worker's claim it marked as not started: that worker
 				// never starts the body, and no delivery starts or takes
-				// over such a claim: the attempt did not act.
+				// over such a claim: the attempt did not act. The log
+				// records who claimed it and why it did not start.
 				cl.Closed = true
+				cl.NotStarted = &events.ClosedNotStarted{Worker: found.Worker, Why: found.NotStarted.Why}
 			default:
 				cl.Claimed = true
 			}

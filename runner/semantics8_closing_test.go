@@ -71,8 +71,12 @@ func (l *ledger) started(run, action string) bool {
 // (docs/adr/0023-closing-attempts.md). It returns how many actions are
 // uncertain, how many of those never started a body, and how many of these
 // hold a claim its worker marked not started after the decision that ended
-// the attempt had read it (the worker found, after its claim, the very
-// decision that had just read its claim: "Claims released as not started").
+// the attempt had read it: the run records that close as having found the
+// claim (attempt_closed claimed; the worker found, after its claim, the
+// very decision that had just read its claim: "Claims released as not
+// started"). A marked claim whose attempt the run records closed while the
+// action is uncertain is an error: the action should have ended
+// not_started.
 func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) (uncertain, unstarted, marked int) {
 	t.Helper()
 	claims, err := h.srv.JS.KeyValue(context.Background(), api.ClaimsBucket)
@@ -93,7 +97,10 @@ func (l *ledger) check(t *testing.T, h *harness, run string, s aggregate.State) 
 				if err != nil || c.Closed != nil || c.Worker == "" {
 					t.Errorf("run %s: action %s is uncertain (%s) but no body of it ever started, and no worker claimed attempt %d (claim %+v, %v)", run, a.ID, a.Detail, a.Attempts, c, err)
 				}
-				if c.NotStarted != nil {
+				switch {
+				case c.NotStarted != nil && slices.Contains(a.Closed, a.Attempts):
+					t.Errorf("run %s: action %s is uncertain (%s) with no body start, though the run records attempt %d closed and its worker %s marked its claim not started", run, a.ID, a.Detail, a.Attempts, c.Worker)
+				case c.NotStarted != nil && slices.Contains(a.Claimed, a.Attempts):
 					marked++
 				}
 			}
@@ -508,7 +515,9 @@ func TestSemantics8_ClosingAnAttemptWhoseDecisionWasNotRecorded(t *testing.T) {
 // side: worker/notstarted_test.go). A cancel that comes next closes the
 // attempt: its close finds the key taken, reads the mark and counts the
 // attempt closed — the payment ends not_started, with no body start, not
-// uncertain. Before, any worker's value counted as claimed.
+// uncertain. Before, any worker's value counted as claimed. The log's
+// attempt_closed names the worker that claimed it and why it did not start
+// the body (not_started), so its evidence is not "closed unclaimed".
 func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -540,6 +549,15 @@ func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) 
 	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
 	if p, _ := s.Action(act.ID); p.State != aggregate.ActionNotStarted || !slices.Contains(p.Closed, 1) || len(p.Claimed) != 0 {
 		t.Fatalf("after the cancel: %s (%s), closed %v, claimed %v; want not_started, attempt 1 closed", p.State, p.Detail, p.Closed, p.Claimed)
+	}
+	var closes []events.AttemptClosed
+	for _, e := range h.eventsOf(run) {
+		if ac, ok := e.(events.AttemptClosed); ok {
+			closes = append(closes, ac)
+		}
+	}
+	if want := (events.ClosedNotStarted{Worker: "w-1", Why: api.ClaimEnded}); len(closes) != 1 || closes[0].Claimed || closes[0].NotStarted == nil || *closes[0].NotStarted != want {
+		t.Fatalf("attempt_closed %+v; want one, not claimed, not_started %+v", closes, want)
 	}
 	if u, _, _ := l.check(t, h, run, s); u != 0 {
 		t.Fatalf("%d uncertain", u)

@@ -258,15 +258,20 @@ func (w *Worker) markNotStarted(t Task, own *ownClaim, why string) bool {
 	}
 	// After Abandon it is cut short with the other tries (w.late).
 	ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
-	defer cancel()
 	rev, err := w.claims.Update(ctx, own.key, b, own.rev)
-	if err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		// Unanswered: the update may have landed; its value says.
-		if e, gerr := w.claims.Get(ctx, own.key); gerr == nil {
+	cancel()
+	// A revision conflict is ErrKeyRevisionMismatch (on any replication;
+	// ErrKeyExists misses R>1 buckets, nats.go's jetstream docs).
+	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		// Unanswered: the update may have landed; its value says. The
+		// update's timeout has usually expired: the read gets its own.
+		gctx, gcancel := context.WithTimeout(w.late, 5*time.Second)
+		if e, gerr := w.claims.Get(gctx, own.key); gerr == nil {
 			if c := decodeClaim(e.Value()); c.Token == val.Token && c.NotStarted != nil {
 				rev, err = e.Revision(), nil
 			}
 		}
+		gcancel()
 	}
 	if err != nil {
 		w.log.Warn("worker: cannot mark the claim of a body not started; it counts as claimed", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", own.key, "why", why, "err", err)

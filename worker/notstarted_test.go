@@ -161,13 +161,15 @@ func TestSemantics8_ClosingAnAttemptAClaimWhoseBodyWillNotStartIsMarkedNotStarte
 	}
 }
 
-// TestSemantics8_ClosingAnAttemptAMarkThatLosesItsRevisionNeverStartsTheBody
+// TestSemantics8_ClosingAnAttemptAMarkThatLosesItsRevisionLeavesTheOtherValue
 // (docs/adr/0023, "Claims released as not started"): the mark is an update
 // at the revision the worker's claim was created with, so it changes only
 // the worker's own claim. When the key holds another value by then (here
 // the runtime's closed value, written over a claim that was gone), the mark
-// loses, the other value stays, and the body still never starts.
-func TestSemantics8_ClosingAnAttemptAMarkThatLosesItsRevisionNeverStartsTheBody(t *testing.T) {
+// loses (a revision conflict) and the other value stays unchanged. (The
+// body does not start either, but that is the ended attempt's doing: the
+// worker's check found it ended, which is why it marked.)
+func TestSemantics8_ClosingAnAttemptAMarkThatLosesItsRevisionLeavesTheOtherValue(t *testing.T) {
 	t.Parallel()
 	h := newNotStartedHarness(t)
 	task := echoTask("ns-lost-cas")

@@ -72,7 +72,9 @@ func TypeScriptWorker(t *testing.T, root string) Worker {
 //     rule 1), nor after its run's stop (a cancellation, docs/semantics.md §7);
 //   - a delivery whose claim the runtime closed (api.Claim.Closed,
 //     docs/adr/0023-closing-attempts.md) is acked, its body never started
-//     and nothing reported;
+//     and nothing reported; so is one whose claim its worker marked not
+//     started (api.Claim.NotStarted), which is never taken over even when
+//     the requeued task names its token;
 //   - a claim taken by a worker that never started the body, named in the
 //     requeued task's Weft-Unstarted-Claim header, is taken over and the
 //     body started once (docs/protocol/41-tasks.md rules 3 and 9);
@@ -97,6 +99,7 @@ func RunWorkerSuite(t *testing.T, w Worker) {
 	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
 	t.Run("TestSemantics7_ABodyNeverStartsAfterItsRunsStop", s.afterStop)
 	t.Run("TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports", s.closedClaim)
+	t.Run("TestSemantics8_ADeliveryWhoseClaimIsMarkedNotStartedNeitherStartsNorReports", s.markedClaim)
 	t.Run("TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotALoss", s.unstartedClaim)
 	t.Run("TestSemantics8_AReportSavedInTheClaimIsDeliveredInsteadOfALoss", s.savedReport)
 	t.Run("TestSemantics5_AReportRefusedAsForeignChangesNothing", s.foreignReport)
@@ -343,17 +346,24 @@ func (s *suite) acked(t *testing.T, tool string, m jetstream.Msg) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.ackedSeq(t, tool, md.Sequence.Stream)
+}
+
+// ackedSeq waits until the task at stream sequence seq of tool's queue
+// was acked by a worker: the consumer's ack floor reached it.
+func (s *suite) ackedSeq(t *testing.T, tool string, seq uint64) {
+	t.Helper()
 	c := s.consumer(t, tool)
 	until := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		ci, err := c.Info(ctx)
 		cancel()
-		if err == nil && ci.AckFloor.Stream >= md.Sequence.Stream {
+		if err == nil && ci.AckFloor.Stream >= seq {
 			return
 		}
 		if time.Now().After(until) {
-			t.Fatalf("the task of %s (stream sequence %d) was not acked: %+v (err %v)", tool, md.Sequence.Stream, ci, err)
+			t.Fatalf("the task of %s (stream sequence %d) was not acked: %+v (err %v)", tool, seq, ci, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -481,6 +491,60 @@ func (s *suite) closedClaim(t *testing.T) {
 	st := s.waitFor(t, "cf-closed", func(RunState) bool { return true })
 	if a := st.Actions[0]; a.State != "running" || a.Attempts != 1 {
 		t.Fatalf("action %+v, want running its one attempt: a closed attempt's delivery reports nothing", a)
+	}
+}
+
+// markedClaim: a worker claimed the attempt, decided not to start its body
+// and marked its claim so (docs/protocol/41-tasks.md, "A claim marked not
+// started"); the copy it requeued even names that claim's token as one no
+// body started under. A delivery that finds the mark neither starts the
+// body, nor takes the claim over, nor reports: it acks, the run's close
+// records the attempt's end.
+func (s *suite) markedClaim(t *testing.T) {
+	s.start(t, "cf-marked", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-marked", Token: "0badc0de0badc0de", Claimed: time.Now(),
+		NotStarted: &api.ClaimNotStarted{Why: api.ClaimEnded, At: time.Now()}})
+	md, err := m.Metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := nats.NewMsg(m.Subject())
+	re.Data = m.Data()
+	re.Header.Set(api.HeaderUnstartedClaim, "0badc0de0badc0de")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ack, err := s.srv.JS.PublishMsg(ctx, re, jetstream.WithMsgID(fmt.Sprintf("%s/%s/%d/%d/requeued/%d", task.Run, task.Action, task.Attempt, task.Incarnation, md.Sequence.Stream)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	p := s.spawn(t, 0, "1")
+	// A worker acks a task only once its report, if any, was answered.
+	s.ackedSeq(t, "echo", ack.Sequence)
+	if n := p.starts("cf-marked"); n != 0 {
+		t.Fatalf("the body of an attempt whose claim is marked not started started %d times", n)
+	}
+	st := s.waitFor(t, "cf-marked", func(RunState) bool { return true })
+	if a := st.Actions[0]; a.State != "running" || a.Attempts != 1 {
+		t.Fatalf("action %+v, want running its one attempt: a marked claim's delivery reports nothing", a)
+	}
+	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, task.Claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c api.Claim
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Worker != "w-marked" || c.NotStarted == nil {
+		t.Fatalf("claim %+v: want w-marked's, still marked not started (never taken over)", c)
 	}
 }
 

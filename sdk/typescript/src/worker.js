@@ -9,12 +9,17 @@
 //  3. claims the attempt (create-only key in weft_claims) before any body
 //     starts: a claim that exists means the body may have run, so it is
 //     never started again (reported lost, worker_lost, or the saved report
-//     delivered); a closed claim is acked and dropped; a claim taken under
-//     a token the task names in Weft-Unstarted-Claim is taken over; a claim
-//     that cannot be taken requeues the task naming its token; then reads
-//     the run again;
-//  4. looks a last time: a stop of the run or a deadline passed meanwhile
-//     starts nothing, nor does a stopping worker (claim released, requeued);
+//     delivered); a closed claim, or one its worker marked not started
+//     (not_started), is acked and dropped (a report saved in a marked
+//     claim is delivered); a claim taken under a token the task names in
+//     Weft-Unstarted-Claim is taken over, unless it is marked not started;
+//     a claim that cannot be taken requeues the task naming its token; then
+//     reads the run again;
+//  4. looks a last time: an attempt that ended, a stop of the run or a
+//     deadline passed meanwhile starts nothing and first marks its claim
+//     not started (docs/adr/0023-closing-attempts.md, "Claims released as
+//     not started"); a stopping worker starts nothing either (claim
+//     released, requeued);
 //  5. runs the body with the attempt's deadline as an AbortSignal, sending
 //     progress acks;
 //  6. reports until a runner answers, saving the report in the claim after
@@ -449,6 +454,16 @@ export class Worker {
         done(true);
         return;
       }
+      if (found.not_started && !found.report) {
+        // Claimed by a worker that then decided not to start the body and
+        // said so in its claim: no body ever started, none starts now, and
+        // the run records the attempt's end (its close counts the claim
+        // closed): nothing is reported — a report that worker saved is
+        // delivered below, as any saved report.
+        this.log.info("worker: attempt claimed and released as not started, not started", { run: t.run, action: t.action, by: found.worker, why: found.not_started.why });
+        done(true);
+        return;
+      }
       if (found.report) {
         rep = found.report;
       } else {
@@ -458,17 +473,23 @@ export class Worker {
       done(await this.#deliver(q, t, rep, null));
       return;
     }
+    // From here on, every path that does not start the body marks the
+    // claim as not started before the task is acked or reported
+    // (docs/adr/0023-closing-attempts.md, "Claims released as not started").
     if ((await this.#current(t)) === "stale") {
       this.log.info("worker: attempt ended while it was claimed, not started", { run: t.run, action: t.action });
+      await this.#markNotStarted(t, own, "ended");
       done(true);
       return;
     }
     if (ac.signal.reason === STOPPED) {
       // Its run was cancelled meanwhile and recorded the attempt stopped.
+      await this.#markNotStarted(t, own, "stopped");
       done(true);
       return;
     }
     if (deadline !== null && !(Date.now() < deadline)) {
+      await this.#markNotStarted(t, own, "deadline");
       rep = { ...rep, outcome: "lost", cause: "timed_out", evidence: "the deadline passed before the body started; the body was not started" };
       done(await this.#deliver(q, t, rep, own));
       return;
@@ -514,7 +535,8 @@ export class Worker {
                 own.rev = e.revision;
                 return { res: "taken", own };
               }
-              if (!found.token || !unstarted.includes(found.token)) return { res: "held", own, found };
+              // A claim marked not started is never taken over.
+              if (!found.token || found.not_started || !unstarted.includes(found.token)) return { res: "held", own, found };
               // A claim no body started under: taken over under this
               // delivery's own token.
               own.rev = await this.claims.update(key, body, e.revision);
@@ -539,6 +561,34 @@ export class Worker {
       return decodeClaim(e.value).report ?? null;
     } catch {
       return null;
+    }
+  }
+
+  // #markNotStarted replaces own, this delivery's claim whose body it
+  // decided not to start, by the same claim saying so (not_started): an
+  // update at own's revision, so it changes only this delivery's claim.
+  // The caller never starts the body afterwards, whatever the outcome
+  // (docs/protocol/41-tasks.md, "A claim marked not started").
+  async #markNotStarted(t, own, why) {
+    const val = { ...own.val, not_started: { why, at: new Date().toISOString() } };
+    try {
+      own.rev = await this.claims.update(own.key, JSON.stringify(val), own.rev);
+      own.val = val;
+      return true;
+    } catch (err) {
+      // Lost to another value, or unanswered: the update may have
+      // landed; the key's value says.
+      try {
+        const e = await this.claims.get(own.key);
+        const c = e && e.operation === "PUT" ? decodeClaim(e.value) : null;
+        if (c && c.token === val.token && c.not_started) {
+          own.rev = e.revision;
+          own.val = val;
+          return true;
+        }
+      } catch { /* unanswered again */ }
+      this.log.warn("worker: cannot mark the claim of a body not started; it counts as claimed", { run: t.run, action: t.action, key: own.key, why, err: String(err?.message ?? err) });
+      return false;
     }
   }
 
