@@ -474,7 +474,7 @@ func (d *decider) resolveCalls(c ResolveCalls) error {
 		switch r.Policy.Decision {
 		case events.PolicyAllow:
 			if r.Delegate != nil {
-				d.startChild(a.ID)
+				d.delegate(a.ID, events.QueuedAllowed)
 				break
 			}
 			d.emit(events.ActionQueued{Action: a.ID, Why: events.QueuedAllowed, Config: d.config(r.Tool)})
@@ -632,14 +632,14 @@ func (d *decider) approve(c Approve) error {
 	switch c.Policy.Decision {
 	case events.PolicyAllow:
 		if delegation {
-			d.startChild(c.Action)
+			d.delegate(c.Action, events.QueuedApproved)
 			break
 		}
 		d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
 	case events.PolicyRequireApproval:
 		if c.Policy.Requirement == req.Requirement {
 			if delegation {
-				d.startChild(c.Action)
+				d.delegate(c.Action, events.QueuedApproved)
 				break
 			}
 			d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
@@ -1358,10 +1358,14 @@ func (d *decider) advance() {
 		}
 	}
 	for i := range s.actions {
-		if running >= s.start.Limits.MaxConcurrency {
-			break
-		}
-		if a := s.actions[i]; a.State == ActionQueued {
+		a := s.actions[i]
+		switch {
+		case a.State != ActionQueued:
+		case a.Agent != nil:
+			// A delegation allowed while paused: its child starts now,
+			// holding no slot (delegate).
+			d.startChild(a.ID)
+		case running < s.start.Limits.MaxConcurrency:
 			d.fence(a)
 			running++
 		}

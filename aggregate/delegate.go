@@ -116,6 +116,25 @@ func DelegationInput(args json.RawMessage) string {
 	return string(args)
 }
 
+// delegationConfig is the tool configuration a delegation is queued with:
+// it has no body timeout (the child run's limits bound it) and no attempts
+// of its own to replay.
+var delegationConfig = events.ToolConfig{Timeout: events.Infinite, MaxAttempts: 1}
+
+// delegate starts the child run of an action the policy allowed (why is
+// events.QueuedAllowed or QueuedApproved). On a paused run, whose child
+// would call its model, it queues the action instead: advance starts the
+// child of a queued delegation once the run is not paused — by the resume
+// (docs/semantics.md §13), also after a takeover, as the state is derived
+// from the log. A cancel or a run end meanwhile ends it not_started.
+func (d *decider) delegate(id, why string) {
+	if d.s.paused {
+		d.emit(events.ActionQueued{Action: id, Why: why, Config: delegationConfig})
+		return
+	}
+	d.startChild(id)
+}
+
 // startChild delegates an allowed action to its child run.
 func (d *decider) startChild(id string) {
 	a, _ := d.s.Action(id)
