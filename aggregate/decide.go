@@ -27,7 +27,7 @@ import (
 // new state calls for: attempts fenced for free concurrency slots, the next
 // model turn once every action of the batch is model-visible, the
 // correction turn of a rejected typed answer, a due model retry, and the
-// run's end; on a paused run, none of the fences and turns
+// run's end; on a paused run, none of the fences, child runs and turns
 // (docs/semantics.md §13).
 func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
 	closing, isClosing := c.(Closing)

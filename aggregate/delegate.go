@@ -17,8 +17,9 @@ import (
 // (over a bound: CallValidated outcome limit_reached, the model sees the
 // error, the run continues), then the policy decides with target agent;
 // once allowed (at once or after an approval) the action is delegated
-// (ChildStarted) to a child run whose id ChildRunID derives from the parent
-// run and action. The child's outcome comes back as ChildSettle.
+// (ChildStarted; on a paused run queued until the resume, delegate) to a
+// child run whose id ChildRunID derives from the parent run and action.
+// The child's outcome comes back as ChildSettle.
 
 // ChildRunID is the id of the child run that action of run delegates to:
 // "child-" and the hex SHA-256 of the length-prefixed run and action (70
