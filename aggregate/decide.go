@@ -27,7 +27,7 @@ import (
 // new state calls for: attempts fenced for free concurrency slots, the next
 // model turn once every action of the batch is model-visible, the
 // correction turn of a rejected typed answer, a due model retry, and the
-// run's end; on a paused run, none of the fences and turns
+// run's end; on a paused run, none of the fences, child runs and turns
 // (docs/semantics.md §13).
 func Decide(s State, c Command, now time.Time) ([]events.Event, error) {
 	closing, isClosing := c.(Closing)
@@ -482,7 +482,7 @@ func (d *decider) resolveCalls(c ResolveCalls) error {
 		switch r.Policy.Decision {
 		case events.PolicyAllow:
 			if r.Delegate != nil {
-				d.startChild(a.ID)
+				d.delegate(a.ID, events.QueuedAllowed)
 				break
 			}
 			d.emit(events.ActionQueued{Action: a.ID, Why: events.QueuedAllowed, Config: d.config(r.Tool)})
@@ -640,14 +640,14 @@ func (d *decider) approve(c Approve) error {
 	switch c.Policy.Decision {
 	case events.PolicyAllow:
 		if delegation {
-			d.startChild(c.Action)
+			d.delegate(c.Action, events.QueuedApproved)
 			break
 		}
 		d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
 	case events.PolicyRequireApproval:
 		if c.Policy.Requirement == req.Requirement {
 			if delegation {
-				d.startChild(c.Action)
+				d.delegate(c.Action, events.QueuedApproved)
 				break
 			}
 			d.emit(events.ActionQueued{Action: c.Action, Why: events.QueuedApproved, Config: cfg})
@@ -1386,10 +1386,14 @@ func (d *decider) advance() {
 		}
 	}
 	for i := range s.actions {
-		if running >= s.start.Limits.MaxConcurrency {
-			break
-		}
-		if a := s.actions[i]; a.State == ActionQueued {
+		a := s.actions[i]
+		switch {
+		case a.State != ActionQueued:
+		case a.Agent != nil:
+			// A delegation allowed while paused: its child starts now,
+			// holding no slot (delegate).
+			d.startChild(a.ID)
+		case running < s.start.Limits.MaxConcurrency:
 			d.fence(a)
 			running++
 		}

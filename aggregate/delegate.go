@@ -17,8 +17,9 @@ import (
 // (over a bound: CallValidated outcome limit_reached, the model sees the
 // error, the run continues), then the policy decides with target agent;
 // once allowed (at once or after an approval) the action is delegated
-// (ChildStarted) to a child run whose id ChildRunID derives from the parent
-// run and action. The child's outcome comes back as ChildSettle.
+// (ChildStarted; on a paused run queued until the resume, delegate) to a
+// child run whose id ChildRunID derives from the parent run and action.
+// The child's outcome comes back as ChildSettle.
 
 // ChildRunID is the id of the child run that action of run delegates to:
 // "child-" and the hex SHA-256 of the length-prefixed run and action (70
@@ -115,6 +116,25 @@ func DelegationInput(args json.RawMessage) string {
 		return *in.Input
 	}
 	return string(args)
+}
+
+// delegationConfig is the tool configuration a delegation is queued with:
+// it has no body timeout (the child run's limits bound it) and no attempts
+// of its own to replay.
+var delegationConfig = events.ToolConfig{Timeout: events.Infinite, MaxAttempts: 1}
+
+// delegate starts the child run of an action the policy allowed (why is
+// events.QueuedAllowed or QueuedApproved). On a paused run, whose child
+// would call its model, it queues the action instead: advance starts the
+// child of a queued delegation once the run is not paused — by the resume
+// (docs/semantics.md §13), also after a takeover, as the state is derived
+// from the log. A cancel or a run end meanwhile ends it not_started.
+func (d *decider) delegate(id, why string) {
+	if d.s.paused {
+		d.emit(events.ActionQueued{Action: id, Why: why, Config: delegationConfig})
+		return
+	}
+	d.startChild(id)
 }
 
 // startChild delegates an allowed action to its child run.

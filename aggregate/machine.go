@@ -39,6 +39,7 @@ var (
 	fromUncertain       = []ActionState{ActionUncertain}
 	fromReconciled      = []ActionState{ActionReconciled}
 	fromDelegated       = []ActionState{ActionDelegated}
+	fromDelegating      = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued}
 	fromNotYetStartable = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued, ActionRunning}
 	fromClosable        = []ActionState{ActionRunning, ActionQueued, ActionAwaitingApproval}
 )
@@ -128,7 +129,9 @@ func ActionTransition(e events.Event) (t Transition, ok bool) {
 	case events.AttemptClosed:
 		return Transition{fromClosable, ""}, true
 	case events.ChildStarted:
-		return Transition{fromDeciding, ActionDelegated}, true
+		// Queued: allowed while the run was paused, started by the
+		// resume (docs/semantics.md §13).
+		return Transition{fromDelegating, ActionDelegated}, true
 	case events.ChildSettled:
 		if e.Bytes > 0 {
 			return Transition{fromDelegated, ActionFaulted}, true

@@ -6,7 +6,7 @@ import (
 )
 
 // Pause pauses the run (docs/semantics.md §13): until Resume it starts no
-// model call and no tool body. Work in flight finishes and is recorded;
+// model call, no tool body and no child run. Work in flight finishes and is recorded;
 // approvals and reconciliations are still decided, and what they unlock
 // starts on resume; recorded deadlines keep running. On a finished run, or
 // one being cancelled, it is refused run_ended; on a paused run it records
@@ -20,8 +20,9 @@ type Pause struct {
 }
 
 // Resume resumes a paused run: what its state calls for starts in the same
-// decision (fences for free slots, the next model turn, the correction of
-// a typed answer rejected while paused, a due retry). On a
+// decision (fences for free slots, the child runs of delegations allowed
+// while paused, the next model turn, the correction of a typed answer
+// rejected while paused, a due retry). On a
 // finished run, or one being cancelled, it is refused run_ended; on a run
 // that is not paused it records nothing.
 type Resume struct {

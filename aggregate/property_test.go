@@ -658,7 +658,8 @@ func TestSimFindsDroppedWork(t *testing.T) {
 
 // pausedStart checks property (s) of the decision of c on before, which
 // gave evs at now (docs/semantics.md §13): no event of it fences an
-// attempt or requests a model turn while the run is paused, judged on the
+// attempt, starts a child run or requests a model turn while the run is
+// paused, judged on the
 // state each event is folded onto — a resume starts what the run calls
 // for only after its run_resumed. A turn lost with its runner is the one
 // exception (why recovery: requested again, and only recorded until the
@@ -674,6 +675,8 @@ func pausedStart(before aggregate.State, c aggregate.Command, evs []events.Event
 				if e.Why != events.TurnRecovery {
 					return fmt.Sprintf("(s) %s requested turn %d (why %s) on a paused run", commandName(c), e.Turn, e.Why)
 				}
+			case events.ChildStarted:
+				return fmt.Sprintf("(s) %s started child run of %s on a paused run", commandName(c), e.Action)
 			}
 		}
 		st = aggregate.Evolve(st, events.Recorded{Run: st.Run(), Version: st.Version() + 1, At: now, Event: e})
@@ -683,9 +686,11 @@ func pausedStart(before aggregate.State, c aggregate.Command, evs []events.Event
 
 // TestSemantics13_PausedRunStartsNothing checks property (s) alone over
 // seeded random runs (docs/semantics.md §13): no decision fences an
-// attempt or requests a model turn (but a lost turn's recovery) while the
-// run is paused — a model reply, a report, a settlement, an approval or a
-// reconciliation recorded while paused only takes effect on resume. The
+// attempt, starts a child run or requests a model turn (but a lost turn's
+// recovery) while the run is paused — a model reply, a report, a
+// settlement, an approval or a reconciliation recorded while paused only
+// takes effect on resume (a delegation it allows is queued and its child
+// started by the resume). The
 // other invariants are TestPropertiesSeeded's; this one draws from
 // pausingSource (fixed seeds), which pauses often and has the model answer
 // a typed run, and counts the events decided on a paused run so that it
@@ -693,6 +698,9 @@ func pausedStart(before aggregate.State, c aggregate.Command, evs []events.Event
 func TestSemantics13_PausedRunStartsNothing(t *testing.T) {
 	seeds := propertySeeds(t, 600)
 	judged := map[events.Name]int{}
+	// Delegations allowed while paused (queued) and children a resume
+	// started.
+	queuedDelegations, resumedChildren := 0, 0
 	for seed := range seeds {
 		s := aggregatetest.New()
 		s.Check = func(before aggregate.State, c aggregate.Command, evs []events.Event, _ error) {
@@ -702,6 +710,14 @@ func TestSemantics13_PausedRunStartsNothing(t *testing.T) {
 			if before.Paused() {
 				for _, e := range evs {
 					judged[e.EventName()]++
+					if q, ok := e.(events.ActionQueued); ok {
+						if a, _ := s.State.Action(q.Action); a.Agent != nil {
+							queuedDelegations++
+						}
+					}
+					if _, ok := e.(events.ChildStarted); ok {
+						resumedChildren++
+					}
 				}
 			}
 		}
@@ -719,7 +735,10 @@ func TestSemantics13_PausedRunStartsNothing(t *testing.T) {
 			t.Errorf("no decision on a paused run recorded %s", n)
 		}
 	}
-	t.Logf("events decided on a paused run: %v", judged)
+	if queuedDelegations == 0 || resumedChildren == 0 {
+		t.Errorf("%d delegations allowed while paused, %d children started by a resume: want both", queuedDelegations, resumedChildren)
+	}
+	t.Logf("events decided on a paused run: %v; delegations queued while paused %d, children started by a resume %d", judged, queuedDelegations, resumedChildren)
 }
 
 // pausingSource biases a seeded Source towards paused runs that get model

@@ -24,7 +24,8 @@ const (
 	// it holds no concurrency slot.
 	ActionAwaitingApproval ActionState = "awaiting_approval"
 	// ActionQueued is an allowed action waiting for a concurrency slot and
-	// its fence.
+	// its fence, or a delegation allowed while its run was paused, waiting
+	// for the resume to start its child run (docs/semantics.md §13).
 	ActionQueued ActionState = "queued"
 	// ActionRunning is an action whose current attempt is fenced: its body
 	// may be running and may have touched the world.

@@ -535,7 +535,9 @@ type ToolConfig struct {
 // ActionQueued is emitted when an action may run: the policy allowed it
 // (Why "allowed") or allowed it again after an approval (Why "approved").
 // It waits for a concurrency slot; Config is the tool's recorded
-// configuration, which every attempt of the action uses. A replay does not
+// configuration, which every attempt of the action uses; a delegation
+// allowed on a paused run is queued until the resume records its
+// ChildStarted (docs/semantics.md §13). A replay does not
 // queue again: AttemptLost with Next "replay" puts the action back in line.
 type ActionQueued struct {
 	Action string     `json:"action"`

@@ -259,3 +259,40 @@ func TestSemantics13_APauseSurvivesARunnerRestart(t *testing.T) {
 		t.Fatalf("outcome %+v, model calls %d, body starts %d", out, calls.Load(), g.starts.Load())
 	}
 }
+
+// TestSemantics13_ADelegationAllowedWhilePausedStartsItsChildOnResume: a
+// reply recorded while paused calls a sub-agent; its call is allowed but
+// the action is queued, not delegated (the child run would call its
+// model), in the same append as the resolution; resumed, the child runs
+// and the parent completes with its answer.
+func TestSemantics13_ADelegationAllowedWhilePausedStartsItsChildOnResume(t *testing.T) {
+	t.Parallel()
+	var calls, childCalls atomic.Int64
+	gate := make(chan struct{})
+	var b bodies
+	child := researcherAgent(t, &b, counted(&childCalls, model.CallTools(payCall(5, "ok"))), counted(&childCalls, model.Answer("invoice 7 is paid")))
+	parent := build(t, model.NewScripted("desk",
+		counted(&calls, func(ctx context.Context, req model.Request) (model.Reply, error) {
+			<-gate
+			return model.CallTools(model.Call("researcher", `{"input":"check invoice 7"}`))(ctx, req)
+		}),
+		echoResults,
+	), []tools.Tool{agent.Delegate(child, "Looks facts up.")}, policy.Func(allow))
+	h := one(t, parent, "p7", "is invoice 7 paid?")
+	h.waitFor("p7", "the model call of turn 1", func(aggregate.State) bool { return calls.Load() == 1 })
+	h.pause("p7", "p-1")
+	close(gate)
+	s := h.waitFor("p7", "the reply recorded and its call resolved", func(s aggregate.State) bool {
+		acts := s.Actions()
+		return len(acts) == 1 && acts[0].State != aggregate.ActionRequested
+	})
+	if a := s.Actions()[0]; a.State != aggregate.ActionQueued || a.Child != nil || a.Agent == nil || !s.Paused() {
+		t.Fatalf("paused run: delegation %s child %v agent %v, paused %v", a.State, a.Child, a.Agent, s.Paused())
+	}
+	h.resume("p7", "r-1")
+	s, out := finished(t, h, "p7")
+	act := s.Actions()[0]
+	if out.Kind != events.OutcomeCompleted || string(out.Answer) != `"\"invoice 7 is paid\""` || act.State != aggregate.ActionChildSettled || childCalls.Load() != 2 {
+		t.Fatalf("outcome %s, delegation %s, child model calls %d", events.DescribeOutcome(out), act.State, childCalls.Load())
+	}
+}

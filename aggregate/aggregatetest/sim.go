@@ -192,12 +192,15 @@ func (s *Sim) Apply(c aggregate.Command) ([]events.Event, error) {
 	s.act(evs)
 	if before.Paused() && s.State.Paused() {
 		// docs/semantics.md §13: a decision on a paused run that does not
-		// resume it fences nothing and requests no new turn (a turn lost
-		// with its runner is requested again, and only recorded).
+		// resume it fences nothing, starts no child run and requests no
+		// new turn (a turn lost with its runner is requested again, and
+		// only recorded).
 		for _, e := range evs {
 			switch e := e.(type) {
 			case events.AttemptFenced:
 				s.problem("(p) %s fenced %s attempt %d on a paused run", c.CommandName(), e.Action, e.Attempt)
+			case events.ChildStarted:
+				s.problem("(p) %s started the child run of %s on a paused run", c.CommandName(), e.Action)
 			case events.ModelRequested:
 				if e.Why != events.TurnRecovery {
 					s.problem("(p) %s requested turn %d (%s) on a paused run", c.CommandName(), e.Turn, e.Why)
