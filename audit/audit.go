@@ -195,6 +195,10 @@ type Report struct {
 	// (0: none), so the events after it are vouched for by nobody.
 	Heads         []HeadCheck `json:"heads,omitempty"`
 	SignedThrough uint64      `json:"signed_through,omitempty"`
+	// PeopleChecked says the auditor named people's keys (WithPeople), so
+	// each verified proof's Trusted says whether its key is one; without
+	// them the people's keys are not checked.
+	PeopleChecked bool `json:"people_checked,omitempty"`
 	// Problem is nil when the history verified.
 	Problem *Problem `json:"problem,omitempty"`
 }
@@ -236,6 +240,7 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 	}
 	rep.Run = envs[0].Run
 	rep.Events = len(envs)
+	rep.PeopleChecked = c.people != nil
 
 	// 1 and 2: sequence and chain.
 	hashes := make([]string, len(envs))

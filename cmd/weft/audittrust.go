@@ -71,9 +71,12 @@ func readTrustFile(path string) (runners []string, people map[string]string, err
 }
 
 // verifyOptions turns the audit verify flags into audit options; trusted
-// reports whether the auditor named keys. With any key named (--trust,
-// --trust-file, --people), every person's command recorded verified must
-// be signed by a person's key the auditor names (audit.WithPeople).
+// reports whether the auditor named keys. --trust names runners' head
+// keys only: the people's keys are checked (audit.WithPeople: every
+// person's command recorded verified must be signed by a person's key the
+// auditor names) only when the auditor names some, with --people or
+// `person` lines in the trust file; else printPeopleNotes lists the keys
+// not checked.
 func verifyOptions(trust keyList, trustFile, peopleFile, head string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
 	if unfinished {
 		opts = append(opts, audit.WithUnfinished())
@@ -107,7 +110,7 @@ func verifyOptions(trust keyList, trustFile, peopleFile, head string, unfinished
 	if len(keys) > 0 {
 		opts = append(opts, audit.WithTrust(keys...))
 	}
-	if len(keys) > 0 || trustFile != "" || peopleFile != "" {
+	if peopleFile != "" || len(people) > 0 {
 		opts = append(opts, audit.WithPeople(people))
 	}
 	if head != "" {
@@ -145,6 +148,27 @@ func printHeadChecks(w io.Writer, rep audit.Report, trusted bool, headVersion ui
 	}
 	if headVersion > 0 && headVersion < uint64(rep.Events) {
 		fmt.Fprintf(w, "note: events %d to %d follow the head you named: nobody vouches for them\n", headVersion+1, rep.Events)
+	}
+}
+
+// printPeopleNotes lists, when rep verified and the auditor named no
+// person's key (rep.PeopleChecked), each person's command recorded with a
+// signed proof, with its key: the proof verifies, but nothing says whose
+// the key is.
+func printPeopleNotes(w io.Writer, rep audit.Report) {
+	if !rep.OK() || rep.PeopleChecked {
+		return
+	}
+	for _, c := range rep.Proofs {
+		what := c.Command
+		switch {
+		case c.Command == "":
+			what = fmt.Sprintf("%s of action %s revision %d", c.Answer, c.Action, c.Revision)
+		case c.Action != "":
+			what += " of action " + c.Action
+		}
+		fmt.Fprintf(w, "note: event %d: the %s by %s is signed by key %s: not checked against people's keys (name them: --people FILE, or `person KEY NAME` lines in --trust-file)\n",
+			c.Version, what, orDash(c.Reviewer), c.Key)
 	}
 }
 

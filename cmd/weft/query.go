@@ -502,6 +502,7 @@ func auditCommand() command {
 			"weft audit export pay-42 -o pay-42.jsonl",
 			"weft audit verify pay-42",
 			"weft audit verify --file pay-42.jsonl --trust UBX…",
+			"weft audit verify --file pay-42.jsonl --trust UBX… --people persons.txt",
 			"weft audit verify --file pay-42.jsonl --head 31:9f86d0…",
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -511,7 +512,7 @@ func auditCommand() command {
 			var trust keyList
 			fs.Var(&trust, "trust", "verify: a key (nkey user public key, U…) whose signed heads you trust; repeat or separate with commas. With it, the history must end with a head signed by these keys over a finished run (or give --head or --unfinished)")
 			trustFile := fs.String("trust-file", "", "verify: a file of trusted keys, one a line: a runner's head key (as --trust), or \"person KEY NAME\", a person's key and the name recorded for it")
-			peopleFile := fs.String("people", "", "verify: the runners' person keys file (runner --person-keys): the people's keys you trust, with their names")
+			peopleFile := fs.String("people", "", "verify: the runners' person keys file (runner --person-keys): the people's keys you trust, with their names. Without it (or person lines in --trust-file) the people's keys are not checked: verify lists them")
 			head := fs.String("head", "", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it as its last event")
 			unfinished := fs.Bool("unfinished", false, "verify: accept a history that does not end with a signed head over a finished run, or events after the --head named (a live run's export); it says which events nobody vouches for")
 			return func(ctx context.Context, e *env, args []string) error {
@@ -549,6 +550,7 @@ func auditCommand() command {
 						printDeeds(e.stdout, envs)
 						headVersion, _, _ := audit.ParseHead(*head)
 						printHeadChecks(e.stdout, rep, trusted, headVersion)
+						printPeopleNotes(e.stdout, rep)
 						if rep.OK() {
 							fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
 						}
