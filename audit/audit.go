@@ -210,9 +210,9 @@ type config struct {
 	head       string
 	view       []byte
 	at         []headAt
-	trust      map[string]bool   // nil: no keys named (WithTrust)
-	people     map[string]string // nil: people's keys not checked (WithPeople)
-	unfinished bool              // WithUnfinished
+	trust      map[string]bool     // nil: no keys named (WithTrust)
+	people     map[string][]string // nil: people's keys not checked (WithPeople)
+	unfinished bool                // WithUnfinished
 }
 
 // Option adds a check to Verify.

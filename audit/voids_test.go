@@ -31,7 +31,7 @@ func TestSecurityWhoDidIt_AuditChecksWhoVoided(t *testing.T) {
 	}
 	signed := eventlog.VoidRecord{At: 9, Void: eventlog.Void{Seq: 7, SHA256: sha, Bytes: 3, Reason: "junk", By: "alice",
 		Identity: events.Identity{Verified: true, Key: pub}, Proof: &p, Recorded: t0}}
-	who, prob := audit.CheckVoid("v-1", signed, audit.WithPeople(map[string]string{pub: "alice"}))
+	who, prob := audit.CheckVoid("v-1", signed, audit.WithPeople(map[string][]string{pub: {"alice"}}))
 	if prob != nil || !who.Verified || who.Key != pub {
 		t.Fatalf("signed void: %+v %+v; want verified by %s", who, prob, pub)
 	}

@@ -167,6 +167,45 @@ func TestAuditVerifyFilePersonKeys(t *testing.T) {
 	}
 }
 
+// TestAuditVerifyFilePersonKeys_SeveralNames (docs/security.md, "Who did
+// it"): a person's key the deployment names twice — "alice" in an
+// approver's config, "Alice  Smith" (two spaces, as written) in the
+// runners' person keys file — does not fail an honest history whose
+// resume is recorded under one and its pause under the other: the trust
+// file's person lines and repeated --people files each add a name, kept
+// verbatim; a name neither gives still fails untrusted.
+func TestAuditVerifyFilePersonKeys_SeveralNames(t *testing.T) {
+	runner, _ := nkeys.CreateUser()
+	runnerPub, _ := runner.PublicKey()
+	alice, _ := nkeys.CreateUser()
+	alicePub, _ := alice.PublicKey()
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	trustFile := write("trusted", runnerPub+" runner-1\nperson "+alicePub+" alice\nperson "+alicePub+"  Alice  Smith \n")
+	approverKeys := write("approver-keys", alicePub+" alice\n")
+	personKeys := write("person-keys", alicePub+" Alice  Smith\n")
+	honest := writeExport(t, filepath.Join(dir, "honest.jsonl"), personRun(t, "pk-2", runner, alice, "Alice  Smith"))
+	for _, args := range [][]string{
+		{"--trust-file", trustFile},
+		{"--trust", runnerPub, "--people", approverKeys, "--people", personKeys},
+	} {
+		if code, o, errs := cli(t, append([]string{"audit", "verify", "--file", honest}, args...)...); code != 0 || !strings.Contains(o, "verifies, a person's key you trust") {
+			t.Errorf("honest, %v: exit %d, want 0\n%s%s", args, code, o, errs)
+		}
+	}
+	edited := writeExport(t, filepath.Join(dir, "edited.jsonl"), personRun(t, "pk-2", runner, alice, "Alice Smith"))
+	want := `untrusted: event 2: the pause is recorded by "Alice Smith", but you name key ` + alicePub + ` "alice" or "Alice  Smith"`
+	if code, o, errs := cli(t, "audit", "verify", "--file", edited, "--trust-file", trustFile); code != exitAudit || !strings.Contains(errs, want) {
+		t.Errorf("edited name: exit %d, want %d with %q\n%s%s", code, exitAudit, want, o, errs)
+	}
+}
+
 var devPersonKey = regexp.MustCompile(`person (U[A-Z0-9]+) demo approver`)
 
 // TestAuditVerifyFileDevSecurePeople (docs/security.md, "Who did it" and
