@@ -129,7 +129,10 @@ const (
 	// verify: its signature, or the head it signs is not the history's.
 	KindSignature = "signature"
 	// KindUntrusted means a head is signed by a key the auditor does not
-	// trust (WithTrust).
+	// trust (WithTrust), or a person's command or a void recorded verified
+	// is signed by a key the auditor does not name as a person's, or by a
+	// runner's head key, or is recorded under a name the auditor does not
+	// give its key (WithPeople).
 	KindUntrusted = "untrusted"
 	// KindUnsigned means the auditor requires signed heads (WithTrust) and
 	// the history has none, or a run that ended lacks its signed end head.
@@ -199,6 +202,9 @@ type Report struct {
 	// each verified proof's Trusted says whether its key is one; without
 	// them the people's keys are not checked.
 	PeopleChecked bool `json:"people_checked,omitempty"`
+	// Voids are the repairs of the run checked (a live verification's
+	// void records, CheckVoid), in log order.
+	Voids []VoidCheck `json:"voids,omitempty"`
 	// Problem is nil when the history verified.
 	Problem *Problem `json:"problem,omitempty"`
 }

@@ -15,6 +15,10 @@ import (
 // auditor's (WithPeople) say whose it is — Named, the auditor's name for
 // it, when PeopleChecked.
 type VoidCheck struct {
+	// Seq is the stream sequence of the message voided, Record that of
+	// the void record.
+	Seq    uint64 `json:"seq"`
+	Record uint64 `json:"record"`
 	projections.PersonView
 	Named         string `json:"named,omitempty"`
 	PeopleChecked bool   `json:"people_checked,omitempty"`
@@ -57,7 +61,7 @@ func CheckVoid(run string, v eventlog.VoidRecord, opts ...Option) (VoidCheck, *P
 	for _, o := range opts {
 		o(&c)
 	}
-	who := VoidCheck{PersonView: projections.PersonView{By: v.By, Reason: v.Reason, At: v.Recorded}, PeopleChecked: c.people != nil}
+	who := VoidCheck{Seq: v.Seq, Record: v.At, PersonView: projections.PersonView{By: v.By, Reason: v.Reason, At: v.Recorded}, PeopleChecked: c.people != nil}
 	what := fmt.Sprintf("void of the message at stream sequence %d (void record at sequence %d)", v.Seq, v.At)
 	claimed := v.Proof != nil || v.Verified || v.Key != ""
 	if !claimed {

@@ -216,6 +216,7 @@ func printSigners(w io.Writer, envs []events.Envelope) {
 func checkVoids(w io.Writer, run string, voids []eventlog.VoidRecord, rep audit.Report, opts []audit.Option) audit.Report {
 	for _, v := range voids {
 		who, p := audit.CheckVoid(run, v, opts...)
+		rep.Voids = append(rep.Voids, who)
 		fmt.Fprintf(w, "note: repaired: the message at stream sequence %d (%d bytes, sha256 %s, %s) was voided %s at %s: %s (void record at sequence %d)\n",
 			v.Seq, v.Bytes, v.SHA256, v.Problem, who.Describe(), v.Recorded.Format(time.RFC3339), v.Reason, v.At)
 		if p != nil && rep.Problem == nil {

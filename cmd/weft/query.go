@@ -627,6 +627,7 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 	envs, head, err := log.Load(ctx, run)
 	voids, verr := log.Voids(ctx, run)
 	if verr != nil {
+		fmt.Fprintf(e.stderr, "note: the run's void records could not be read (%v): who repaired it is not checked\n", verr)
 		voids = nil
 	}
 	defer func() { rep = checkVoids(e.stderr, run, voids, rep, extra) }()

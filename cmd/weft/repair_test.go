@@ -175,6 +175,9 @@ func TestSecurityWhoDidIt_RepairDropSigned(t *testing.T) {
 		t.Fatalf("verify after the signed repair: %d %s", code, errs)
 	}
 	contains(t, "verify's repair note", errs, "stream sequence "+seq, "voided "+unchecked)
+	if code, out, errs := cli(t, "audit", "verify", "pay-42", "--json"); code != 0 || !strings.Contains(out, `"voids": [`) || !strings.Contains(out, `"seq": `+seq+`,`) || !strings.Contains(out, `"key": "`+pub+`"`) {
+		t.Fatalf("verify --json does not report the void: %d %s %s", code, out, errs)
+	}
 	people := filepath.Join(dir, "people")
 	if err := os.WriteFile(people, []byte(pub+" alice\n"), 0o600); err != nil {
 		t.Fatal(err)
