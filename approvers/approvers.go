@@ -152,6 +152,15 @@ type Key struct {
 	Requirements []string
 }
 
+// Name is the name recorded for the answers and commands signed with the
+// key: its Reviewer, else the key itself.
+func (k Key) Name() string {
+	if k.Reviewer != "" {
+		return k.Reviewer
+	}
+	return k.Public
+}
+
 // Option configures an Approver.
 type Option func(*Approver)
 
@@ -415,12 +424,8 @@ func AuthorizeAnswer(ctx context.Context, list []*Approver, ans Answer, subject 
 		return Proof{}, &weft.Error{Code: weft.CodeProofRefused, Reason: ReasonLifetimeExceeded,
 			Message: fmt.Sprintf("the proof expires at %s, more than approver %s's %s from now", p.Expires.UTC().Format(time.RFC3339), a.name, a.lifetime)}
 	}
-	reviewer := k.Reviewer
-	if reviewer == "" {
-		reviewer = k.Public
-	}
 	signed := *p
-	return Proof{approver: a.name, reviewer: reviewer, requirement: reqm, issued: now, expires: p.Expires, signed: &signed}, nil
+	return Proof{approver: a.name, reviewer: k.Name(), requirement: reqm, issued: now, expires: p.Expires, signed: &signed}, nil
 }
 
 func (a *Approver) key(public string) (Key, bool) {

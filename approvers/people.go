@@ -100,12 +100,8 @@ func (p People) Command(s proof.CommandSubject, by string, signed *events.Comman
 	if err := p.Required(k.Public, true, s.Reason, true); err != nil {
 		return Who{}, err
 	}
-	name := k.Reviewer
-	if name == "" {
-		name = k.Public
-	}
 	cp := *signed
-	return Who{By: name, Identity: events.Identity{Verified: true, Key: k.Public}, Proof: &cp}, nil
+	return Who{By: k.Name(), Identity: events.Identity{Verified: true, Key: k.Public}, Proof: &cp}, nil
 }
 
 // Required checks a command against Require: who (the name recorded),

@@ -129,7 +129,10 @@ const (
 	// verify: its signature, or the head it signs is not the history's.
 	KindSignature = "signature"
 	// KindUntrusted means a head is signed by a key the auditor does not
-	// trust (WithTrust).
+	// trust (WithTrust), or a person's command or a void recorded verified
+	// is signed by a key the auditor does not name as a person's, or by a
+	// runner's head key, or is recorded under a name the auditor does not
+	// give its key (WithPeople).
 	KindUntrusted = "untrusted"
 	// KindUnsigned means the auditor requires signed heads (WithTrust) and
 	// the history has none, or a run that ended lacks its signed end head.
@@ -195,6 +198,13 @@ type Report struct {
 	// (0: none), so the events after it are vouched for by nobody.
 	Heads         []HeadCheck `json:"heads,omitempty"`
 	SignedThrough uint64      `json:"signed_through,omitempty"`
+	// PeopleChecked says the auditor named people's keys (WithPeople), so
+	// each verified proof's Trusted says whether its key is one; without
+	// them the people's keys are not checked.
+	PeopleChecked bool `json:"people_checked,omitempty"`
+	// Voids are the repairs of the run checked (a live verification's
+	// void records, CheckVoid), in log order.
+	Voids []VoidCheck `json:"voids,omitempty"`
 	// Problem is nil when the history verified.
 	Problem *Problem `json:"problem,omitempty"`
 }
@@ -206,9 +216,9 @@ type config struct {
 	head       string
 	view       []byte
 	at         []headAt
-	trust      map[string]bool   // nil: no keys named (WithTrust)
-	people     map[string]string // nil: people's keys not checked (WithPeople)
-	unfinished bool              // WithUnfinished
+	trust      map[string]bool     // nil: no keys named (WithTrust)
+	people     map[string][]string // nil: people's keys not checked (WithPeople)
+	unfinished bool                // WithUnfinished
 }
 
 // Option adds a check to Verify.
@@ -236,6 +246,7 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 	}
 	rep.Run = envs[0].Run
 	rep.Events = len(envs)
+	rep.PeopleChecked = c.people != nil
 
 	// 1 and 2: sequence and chain.
 	hashes := make([]string, len(envs))

@@ -2,6 +2,8 @@ package audit
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
@@ -9,23 +11,27 @@ import (
 
 // WithPeople names the keys (nkey user public keys, "U…") the auditor
 // trusts as people's — the runners' person keys, an approver's keys — each
-// with the name the deployment records for it (empty: any name). With it,
-// even with no key, Verify requires every person's command recorded
-// verified (an answer with its approval proof; a reconcile, resolve,
-// cancel, pause or resume with its command proof) to be signed by one of
-// keys, recorded under its name ("untrusted" otherwise: a stranger's key,
-// or a name edited). With WithTrust, such a command signed by a runner's
-// head key the auditor trusts, and not named a person's, is "untrusted"
-// too: a runner's key vouches for its log, not for a person. A command
-// recorded unverified (a typed name) claims no key: it is reported
-// unverified, not refused.
-func WithPeople(keys map[string]string) Option {
+// with the names the deployment records for it ("": any name; a key may
+// have several honest names, an approver's config and the runners' person
+// keys naming it differently). With it, even with no key, Verify requires
+// every person's command recorded verified (an answer with its approval
+// proof; a reconcile, resolve, cancel, pause or resume with its command
+// proof) to be signed by one of keys, recorded under one of its names
+// ("untrusted" otherwise: a stranger's key, or a name edited). Without it
+// the people's keys are not checked (Report.PeopleChecked false). With
+// WithTrust, such a command signed by a runner's head key the auditor
+// trusts, and not named a person's, is "untrusted" with or without
+// WithPeople: a runner's key vouches for its log, not for a person. A
+// command recorded unverified (a typed name) claims no key: it is
+// reported unverified, not refused. WithPeople may be given several times:
+// the names add up.
+func WithPeople(keys map[string][]string) Option {
 	return func(c *config) {
 		if c.people == nil {
-			c.people = map[string]string{}
+			c.people = map[string][]string{}
 		}
-		for k, name := range keys {
-			c.people[k] = name
+		for k, names := range keys {
+			c.people[k] = append(c.people[k], names...)
 		}
 	}
 }
@@ -52,7 +58,7 @@ func personProblem(c config, what string, who projections.PersonView) (why strin
 		return "", false
 	}
 	key := who.Key
-	name, person := c.people[key]
+	names, person := c.people[key]
 	switch {
 	case !person && c.trust[key]:
 		return fmt.Sprintf("the %s %s is signed by %s, a runner's head key you trust, not a person's key: a runner's key vouches for its log, not for a person",
@@ -60,9 +66,18 @@ func personProblem(c config, what string, who projections.PersonView) (why strin
 	case !person && c.people != nil:
 		return fmt.Sprintf("the %s %s is signed by %s, a key you do not name as a person's: it is a stranger's, or name it (a `person KEY NAME` line of the trust file, or --people with the runners' person keys file)",
 			what, who.Describe(), key), false
-	case person && name != "" && name != who.By:
-		return fmt.Sprintf("the %s is recorded by %q, but you name key %s %q: the name was edited, or the deployment names the key otherwise",
-			what, who.By, key, name), false
+	case person && !slices.Contains(names, "") && !slices.Contains(names, who.By):
+		return fmt.Sprintf("the %s is recorded by %q, but you name key %s %s: the name was edited, or the deployment names the key otherwise (name it so too)",
+			what, who.By, key, quoteNames(names)), false
 	}
 	return "", person
+}
+
+// quoteNames is names quoted, joined with "or".
+func quoteNames(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, " or ")
 }

@@ -31,9 +31,16 @@ func TestSecurityWhoDidIt_AuditChecksWhoVoided(t *testing.T) {
 	}
 	signed := eventlog.VoidRecord{At: 9, Void: eventlog.Void{Seq: 7, SHA256: sha, Bytes: 3, Reason: "junk", By: "alice",
 		Identity: events.Identity{Verified: true, Key: pub}, Proof: &p, Recorded: t0}}
-	who, prob := audit.CheckVoid("v-1", signed, audit.WithPeople(map[string]string{pub: "alice"}))
+	who, prob := audit.CheckVoid("v-1", signed, audit.WithPeople(map[string][]string{pub: {"alice"}}))
 	if prob != nil || !who.Verified || who.Key != pub {
 		t.Fatalf("signed void: %+v %+v; want verified by %s", who, prob, pub)
+	}
+	if who, prob := audit.CheckVoid("v-1", signed, audit.WithPeople(map[string][]string{pub: {"alice@bank"}})); prob != nil || who.Named != "alice@bank" ||
+		who.Describe() != "by alice@bank (verified, key "+pub+`, a person's key you trust; typed as "alice")` {
+		t.Fatalf("signed void, the key named otherwise than typed: %q %+v; want the auditor's name, the typed one as typed, no problem", who.Describe(), prob)
+	}
+	if who, _ := audit.CheckVoid("v-1", signed); who.Describe() != "with a proof signed by key "+pub+` (the name "alice" is typed; not checked against people's keys: give --people)` {
+		t.Fatalf("signed void, no people named: %q", who.Describe())
 	}
 	typed := eventlog.VoidRecord{At: 9, Void: eventlog.Void{Seq: 7, SHA256: sha, Reason: "junk", By: "bob", Recorded: t0}}
 	if who, prob := audit.CheckVoid("v-1", typed, audit.WithPeople(nil)); prob != nil || who.Verified || who.Describe() != "by bob (unverified)" {

@@ -313,7 +313,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	fmt.Fprintf(out, "\nRun heads are signed by this store's runner key %s (docs/security.md): check an export with\n  %s audit verify --file <export.jsonl> --trust %s\n", headPub, weft, headPub)
 	if sec != nil {
-		fmt.Fprintf(out, "The people's commands are signed by the approver key: name it as a person's too, with a trust file of the two lines\n  %s weft-dev\n  person %s demo approver\nand %s audit verify --file <export.jsonl> --trust-file FILE\n", headPub, sec.approver, weft)
+		fmt.Fprintf(out, "It lists the people's signed commands with their keys, not checked against people's keys. They are signed by the approver key: to check that too, write a trust file FILE of the two lines\n    %s weft-dev\n    person %s demo approver\nand run\n  %s audit verify --file <export.jsonl> --trust-file FILE\n", headPub, sec.approver, weft)
 	}
 	if o.Ready != nil {
 		o.Ready(node.URL())

@@ -1,8 +1,11 @@
 package proof_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -78,5 +81,28 @@ func TestCommandProof(t *testing.T) {
 	ap := events.ApprovalProof{Key: p.Key, Run: p.Run, Action: p.Action, Expires: p.Expires}
 	if proof.Digest(ap) == proof.CommandDigest(p) {
 		t.Error("an approval proof's digest equals a command proof's")
+	}
+}
+
+// TestCommandDigestPinned_Void (docs/protocol/20-events.md, the command
+// proof; docs/security.md, "Who did it"): a repair's void proof states the
+// command void, the run, no action, as content the SHA-256 of the bytes
+// {"seq":SEQ,"sha256":"HASH"} and the reason; its content and digest are
+// pinned here for the documented example, so a verifier written from the
+// document computes the same bytes.
+func TestCommandDigestPinned_Void(t *testing.T) {
+	sha := "c5f8d8e1d2f06b0ba0f2a3bfa3c9c3e3a8e7b0e2f9d8c1a0b3e4f5a6b7c8d9e0"
+	p, err := proof.NewCommand(proof.VoidSubject("pay-7", 1042, sha, "published by hand by mistake"),
+		"UDVEU3DD4KOFECV66VIHWEZOYX4ZKR3WV27L464SIIPOU2IUI3JCYSJF", time.Date(2026, 11, 30, 10, 1, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := sha256.Sum256([]byte(`{"seq":1042,"sha256":"` + sha + `"}`))
+	if p.Command != "void" || p.Action != "" || p.Content != hex.EncodeToString(content[:]) {
+		t.Fatalf("void proof %+v: want command void, no action, content_sha256 %x", p, content)
+	}
+	const want = "6febca913ed9159551c18193cda8eb7151226246c4d4ddb40cea764241eaf35c"
+	if got := fmt.Sprintf("%x", proof.CommandDigest(p)); got != want {
+		t.Fatalf("void digest %s, want %s (content_sha256 %s)", got, want, p.Content)
 	}
 }

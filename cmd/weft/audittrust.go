@@ -4,10 +4,10 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
@@ -35,51 +35,65 @@ func (k *keyList) Set(s string) error {
 
 // readTrustFile reads a trust file: a runner's head key, one nkey user
 // public key ("U…") a line, optionally followed by a name; or a person's
-// key, "person U… NAME", NAME being the name the deployment records for
-// the commands the key signs (the rest of the line; none: any name).
-// Blank lines and lines starting with # are skipped.
-func readTrustFile(path string) (runners []string, people map[string]string, err error) {
+// key, "person U… NAME", NAME being a name the deployment records for the
+// commands the key signs (the rest of the line, as written; none: any
+// name; a key on several person lines has each name). Blank lines and
+// lines starting with # are skipped.
+func readTrustFile(path string) (runners []string, people map[string][]string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer f.Close()
-	people = map[string]string{}
+	people = map[string][]string{}
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+		first, rest := cutField(sc.Text())
+		if first == "" || strings.HasPrefix(first, "#") {
 			continue
 		}
-		person := fields[0] == "person"
+		person := first == "person"
 		if person {
-			fields = fields[1:]
-			if len(fields) == 0 {
+			if first, rest = cutField(rest); first == "" {
 				return nil, nil, usagef("--trust-file %s line %d: want person KEY [NAME]", path, line)
 			}
 		}
-		if _, err := proof.PublicKey(fields[0]); err != nil {
-			return nil, nil, usagef("--trust-file %s line %d: %q: %v", path, line, fields[0], err)
+		if _, err := proof.PublicKey(first); err != nil {
+			return nil, nil, usagef("--trust-file %s line %d: %q: %v", path, line, first, err)
 		}
 		if person {
-			people[fields[0]] = strings.Join(fields[1:], " ")
+			people[first] = append(people[first], rest)
 		} else {
-			runners = append(runners, fields[0])
+			runners = append(runners, first)
 		}
 	}
 	return runners, people, sc.Err()
 }
 
+// cutField splits s at its first run of white space: its first word and
+// the rest, trimmed (inner spacing kept).
+func cutField(s string) (first, rest string) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, unicode.IsSpace)
+	if i < 0 {
+		return s, ""
+	}
+	return s[:i], strings.TrimSpace(s[i:])
+}
+
 // verifyOptions turns the audit verify flags into audit options; trusted
-// reports whether the auditor named keys. With any key named (--trust,
-// --trust-file, --people), every person's command recorded verified must
-// be signed by a person's key the auditor names (audit.WithPeople).
-func verifyOptions(trust keyList, trustFile, peopleFile, head string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
+// reports whether the auditor named keys. --trust names runners' head
+// keys only: the people's keys are checked (audit.WithPeople: every
+// person's command recorded verified must be signed by a person's key the
+// auditor names) only when the auditor names some, with --people or
+// `person` lines in the trust file; else printPeopleNotes lists the keys
+// not checked.
+func verifyOptions(trust keyList, trustFile string, peopleFiles []string, head string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
 	if unfinished {
 		opts = append(opts, audit.WithUnfinished())
 	}
 	keys := append([]string(nil), trust...)
-	people := map[string]string{}
+	people := map[string][]string{}
 	if trustFile != "" {
 		more, persons, err := readTrustFile(trustFile)
 		if err != nil {
@@ -89,25 +103,23 @@ func verifyOptions(trust keyList, trustFile, peopleFile, head string, unfinished
 			return nil, false, usagef("--trust-file %s names no key", trustFile)
 		}
 		keys = append(keys, more...)
-		maps.Copy(people, persons)
+		for k, names := range persons {
+			people[k] = append(people[k], names...)
+		}
 	}
-	if peopleFile != "" {
-		persons, err := approvers.ReadKeys(peopleFile)
+	for _, f := range peopleFiles {
+		persons, err := approvers.ReadKeys(f)
 		if err != nil {
 			return nil, false, usagef("--people: %v", err)
 		}
 		for _, k := range persons {
-			name := k.Reviewer
-			if name == "" {
-				name = k.Public // what the runner records for a key without a name
-			}
-			people[k.Public] = name
+			people[k.Public] = append(people[k.Public], k.Name())
 		}
 	}
 	if len(keys) > 0 {
 		opts = append(opts, audit.WithTrust(keys...))
 	}
-	if len(keys) > 0 || trustFile != "" || peopleFile != "" {
+	if len(peopleFiles) > 0 || len(people) > 0 {
 		opts = append(opts, audit.WithPeople(people))
 	}
 	if head != "" {
@@ -148,6 +160,27 @@ func printHeadChecks(w io.Writer, rep audit.Report, trusted bool, headVersion ui
 	}
 }
 
+// printPeopleNotes lists, when rep verified and the auditor named no
+// person's key (rep.PeopleChecked), each person's command recorded with a
+// signed proof, with its key: the proof verifies, but nothing says whose
+// the key is.
+func printPeopleNotes(w io.Writer, rep audit.Report) {
+	if !rep.OK() || rep.PeopleChecked {
+		return
+	}
+	for _, c := range rep.Proofs {
+		what := c.Command
+		switch {
+		case c.Command == "":
+			what = fmt.Sprintf("%s of action %s revision %d", c.Answer, c.Action, c.Revision)
+		case c.Action != "":
+			what += " of action " + c.Action
+		}
+		fmt.Fprintf(w, "note: event %d: the %s by %s is signed by key %s: not checked against people's keys (name them: --people FILE, or `person KEY NAME` lines in --trust-file)\n",
+			c.Version, what, orDash(c.Reviewer), c.Key)
+	}
+}
+
 // printSigners says which keys signed the exported history's heads (the
 // keys' identities are in its head_signed events: key and signer), so the
 // auditor knows which key to obtain independently and name with --trust.
@@ -183,6 +216,7 @@ func printSigners(w io.Writer, envs []events.Envelope) {
 func checkVoids(w io.Writer, run string, voids []eventlog.VoidRecord, rep audit.Report, opts []audit.Option) audit.Report {
 	for _, v := range voids {
 		who, p := audit.CheckVoid(run, v, opts...)
+		rep.Voids = append(rep.Voids, who)
 		fmt.Fprintf(w, "note: repaired: the message at stream sequence %d (%d bytes, sha256 %s, %s) was voided %s at %s: %s (void record at sequence %d)\n",
 			v.Seq, v.Bytes, v.SHA256, v.Problem, who.Describe(), v.Recorded.Format(time.RFC3339), v.Reason, v.At)
 		if p != nil && rep.Problem == nil {

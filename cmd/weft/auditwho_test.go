@@ -99,9 +99,12 @@ func personRun(t *testing.T, run string, runner, person nkeys.KeyPair, by string
 // as a person's, under the name it gives: the untouched export passes with
 // a trust file naming the runner's head key and alice's person key, or
 // with --trust and --people (the runners' person keys file), and names the
-// cancel typed as bob unverified; it fails untrusted, exit 4, naming the
-// event, when the trust names no person, when the pause is signed by the
-// runner's head key, and when the name recorded is not the trust's.
+// cancel typed as bob unverified; with --trust alone (no person named) it
+// passes too and says the pause's key was not checked against people's
+// keys; it fails untrusted, exit 4, naming the event, when the trust file
+// names a person but not alice, when the pause is signed by the runner's
+// head key (even with --trust alone), and when the name recorded is not
+// the trust's.
 func TestAuditVerifyFilePersonKeys(t *testing.T) {
 	runner, _ := nkeys.CreateUser()
 	runnerPub, _ := runner.PublicKey()
@@ -133,6 +136,18 @@ func TestAuditVerifyFilePersonKeys(t *testing.T) {
 		}
 	}
 
+	if code, o, errs := cli(t, "audit", "verify", "--file", clean, "--trust", runnerPub); code != 0 ||
+		!strings.Contains(o, "note: event 2: the pause by alice is signed by key "+alicePub+": not checked against people's keys") ||
+		strings.Contains(o, "a person's key you trust") {
+		t.Fatalf("untouched, --trust alone: exit %d, want 0 with the pause's key listed as not checked\n%s%s", code, o, errs)
+	}
+	bobFile := filepath.Join(dir, "trusted-bob")
+	bob, _ := nkeys.CreateUser()
+	bobPub, _ := bob.PublicKey()
+	if err := os.WriteFile(bobFile, []byte(runnerPub+"\nperson "+bobPub+" bob\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
 	runnerSigned := writeExport(t, filepath.Join(dir, "runner-signed.jsonl"), personRun(t, "pk-1", runner, runner, ""))
 	renamed := writeExport(t, filepath.Join(dir, "renamed.jsonl"), personRun(t, "pk-1", runner, alice, "mallory"))
 	for _, tc := range []struct {
@@ -140,8 +155,9 @@ func TestAuditVerifyFilePersonKeys(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no person named", []string{"--file", clean, "--trust", runnerPub}, "untrusted: event 2: the pause by alice (verified, key " + alicePub + ") is signed by " + alicePub + ", a key you do not name as a person's"},
+		{"alice not named a person", []string{"--file", clean, "--trust-file", bobFile}, "untrusted: event 2: the pause by alice (verified, key " + alicePub + ") is signed by " + alicePub + ", a key you do not name as a person's"},
 		{"signed by the runner's head key", []string{"--file", runnerSigned, "--trust-file", trustFile}, "untrusted: event 2: the pause by alice (verified, key " + runnerPub + ") is signed by " + runnerPub + ", a runner's head key you trust, not a person's key"},
+		{"signed by the runner's head key, --trust alone", []string{"--file", runnerSigned, "--trust", runnerPub}, "untrusted: event 2: the pause by alice (verified, key " + runnerPub + ") is signed by " + runnerPub + ", a runner's head key you trust, not a person's key"},
 		{"name edited", []string{"--file", renamed, "--trust-file", trustFile}, `untrusted: event 2: the pause is recorded by "mallory", but you name key ` + alicePub + ` "alice"`},
 	} {
 		code, o, errs := cli(t, append([]string{"audit", "verify"}, tc.args...)...)
@@ -151,14 +167,54 @@ func TestAuditVerifyFilePersonKeys(t *testing.T) {
 	}
 }
 
+// TestAuditVerifyFilePersonKeys_SeveralNames (docs/security.md, "Who did
+// it"): a person's key the deployment names twice — "alice" in an
+// approver's config, "Alice  Smith" (two spaces, as written) in the
+// runners' person keys file — does not fail an honest history whose
+// resume is recorded under one and its pause under the other: the trust
+// file's person lines and repeated --people files each add a name, kept
+// verbatim; a name neither gives still fails untrusted.
+func TestAuditVerifyFilePersonKeys_SeveralNames(t *testing.T) {
+	runner, _ := nkeys.CreateUser()
+	runnerPub, _ := runner.PublicKey()
+	alice, _ := nkeys.CreateUser()
+	alicePub, _ := alice.PublicKey()
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	trustFile := write("trusted", runnerPub+" runner-1\nperson "+alicePub+" alice\nperson "+alicePub+"  Alice  Smith \n")
+	approverKeys := write("approver-keys", alicePub+" alice\n")
+	personKeys := write("person-keys", alicePub+" Alice  Smith\n")
+	honest := writeExport(t, filepath.Join(dir, "honest.jsonl"), personRun(t, "pk-2", runner, alice, "Alice  Smith"))
+	for _, args := range [][]string{
+		{"--trust-file", trustFile},
+		{"--trust", runnerPub, "--people", approverKeys, "--people", personKeys},
+	} {
+		if code, o, errs := cli(t, append([]string{"audit", "verify", "--file", honest}, args...)...); code != 0 || !strings.Contains(o, "verifies, a person's key you trust") {
+			t.Errorf("honest, %v: exit %d, want 0\n%s%s", args, code, o, errs)
+		}
+	}
+	edited := writeExport(t, filepath.Join(dir, "edited.jsonl"), personRun(t, "pk-2", runner, alice, "Alice Smith"))
+	want := `untrusted: event 2: the pause is recorded by "Alice Smith", but you name key ` + alicePub + ` "alice" or "Alice  Smith"`
+	if code, o, errs := cli(t, "audit", "verify", "--file", edited, "--trust-file", trustFile); code != exitAudit || !strings.Contains(errs, want) {
+		t.Errorf("edited name: exit %d, want %d with %q\n%s%s", code, exitAudit, want, o, errs)
+	}
+}
+
 var devPersonKey = regexp.MustCompile(`person (U[A-Z0-9]+) demo approver`)
 
-// TestAuditVerifyFileDevSecurePeople (docs/security.md, "Who did it";
-// demo): weft dev --secure prints the trust file lines for its runner's
-// head key and its approver key as a person's; an export of a run whose
-// approve was signed with that key fails verify --trust with the head key
-// alone (untrusted: the approver key is not named a person's) and passes
-// with the printed trust file.
+// TestAuditVerifyFileDevSecurePeople (docs/security.md, "Who did it" and
+// "Signed heads"; demo): every `weft audit verify` command weft dev
+// --secure prints passes, verbatim, on the export of an untouched run
+// whose approve was signed with its approver key: --trust with the head
+// key alone (the approve's key listed as not checked against people's
+// keys) and --trust-file with the printed trust file lines (the approver
+// key a person's key you trust).
 func TestAuditVerifyFileDevSecurePeople(t *testing.T) {
 	t.Setenv("NATS_URL", "")
 	t.Setenv("NATS_CREDS", "")
@@ -196,14 +252,32 @@ func TestAuditVerifyFileDevSecurePeople(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if code, o, errs := cli(t, "audit", "verify", "--file", file, "--trust", head[1]); code != exitAudit || !strings.Contains(errs, "a key you do not name as a person's") {
-		t.Fatalf("verify with the head key alone: exit %d, want %d (untrusted)\n%s%s", code, exitAudit, o, errs)
+	printed := devVerifyLine.FindAllStringSubmatch(out.String(), -1)
+	lines := devTrustLine.FindAllStringSubmatch(out.String(), -1)
+	if len(printed) != 2 || len(lines) != 2 {
+		t.Fatalf("weft dev --secure prints %d verify commands and %d trust file lines, want 2 and 2:\n%s", len(printed), len(lines), out)
 	}
 	trustFile := filepath.Join(dir, "trusted")
-	if err := os.WriteFile(trustFile, []byte(head[1]+" weft-dev\nperson "+person[1]+" demo approver\n"), 0o600); err != nil {
+	if err := os.WriteFile(trustFile, []byte(lines[0][1]+"\n"+lines[1][1]+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, o, errs := cli(t, "audit", "verify", "--file", file, "--trust-file", trustFile); code != 0 || !strings.Contains(o, "verifies, a person's key you trust") {
-		t.Fatalf("verify with the printed trust file: exit %d\n%s%s", code, o, errs)
+	for i, want := range []string{
+		"demo approver is signed by key " + person[1] + ": not checked against people's keys",
+		"verifies, a person's key you trust",
+	} {
+		args := strings.Fields(printed[i][1])
+		for j, a := range args {
+			args[j] = strings.NewReplacer("<export.jsonl>", file, "FILE", trustFile).Replace(a)
+		}
+		if code, o, errs := cli(t, args...); code != 0 || !strings.Contains(o, want) || !strings.Contains(o, "ok: run ps-7") {
+			t.Errorf("the printed %q: exit %d, want 0 saying %q\n%s%s", printed[i][0], code, want, o, errs)
+		}
 	}
 }
+
+// devVerifyLine is a `weft audit verify` command weft dev prints, without
+// "weft"; devTrustLine a line of the trust file it prints.
+var (
+	devVerifyLine = regexp.MustCompile(`(?m)^  (?:.*[ /])?weft (audit verify --file .*)$`)
+	devTrustLine  = regexp.MustCompile(`(?m)^    ((?:person )?U[A-Z0-9]+ .*)$`)
+)

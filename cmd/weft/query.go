@@ -502,12 +502,13 @@ func inboxCommand() command {
 
 func auditCommand() command {
 	return command{
-		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE] [--head VERSION:HASH] [--unfinished]",
+		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE]... [--head VERSION:HASH] [--unfinished]",
 		summary: "export a run's history as JSON lines, or verify its hash chain, signed heads, refold and view",
 		examples: []string{
 			"weft audit export pay-42 -o pay-42.jsonl",
 			"weft audit verify pay-42",
 			"weft audit verify --file pay-42.jsonl --trust UBX…",
+			"weft audit verify --file pay-42.jsonl --trust UBX… --people persons.txt",
 			"weft audit verify --file pay-42.jsonl --head 31:9f86d0…",
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
@@ -517,7 +518,8 @@ func auditCommand() command {
 			var trust keyList
 			fs.Var(&trust, "trust", "verify: a key (nkey user public key, U…) whose signed heads you trust; repeat or separate with commas. With it, the history must end with a head signed by these keys over a finished run (or give --head or --unfinished)")
 			trustFile := fs.String("trust-file", "", "verify: a file of trusted keys, one a line: a runner's head key (as --trust), or \"person KEY NAME\", a person's key and the name recorded for it")
-			peopleFile := fs.String("people", "", "verify: the runners' person keys file (runner --person-keys): the people's keys you trust, with their names")
+			var peopleFiles listFlag
+			fs.Var(&peopleFiles, "people", "verify: a keys file of the people's keys you trust, with their names: the runners' person keys file (runner --person-keys), and the approver keys (same format); repeat for several. Without it (or person lines in --trust-file) the people's keys are not checked: verify lists them")
 			head := fs.String("head", "", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it as its last event")
 			unfinished := fs.Bool("unfinished", false, "verify: accept a history that does not end with a signed head over a finished run, or events after the --head named (a live run's export); it says which events nobody vouches for")
 			return func(ctx context.Context, e *env, args []string) error {
@@ -531,7 +533,7 @@ func auditCommand() command {
 					}
 					return auditExport(ctx, e, args[1], *out)
 				case "verify":
-					opts, trusted, err := verifyOptions(trust, *trustFile, *peopleFile, *head, *unfinished)
+					opts, trusted, err := verifyOptions(trust, *trustFile, peopleFiles, *head, *unfinished)
 					if err != nil {
 						return err
 					}
@@ -555,6 +557,7 @@ func auditCommand() command {
 						printDeeds(e.stdout, envs)
 						headVersion, _, _ := audit.ParseHead(*head)
 						printHeadChecks(e.stdout, rep, trusted, headVersion)
+						printPeopleNotes(e.stdout, rep)
 						if rep.OK() {
 							fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
 						}
@@ -630,6 +633,7 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 	envs, head, err := log.Load(ctx, run)
 	voids, verr := log.Voids(ctx, run)
 	if verr != nil {
+		fmt.Fprintf(e.stderr, "note: the run's void records could not be read (%v): who repaired it is not checked\n", verr)
 		voids = nil
 	}
 	defer func() { rep = checkVoids(e.stderr, run, voids, rep, extra) }()

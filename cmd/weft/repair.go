@@ -60,7 +60,7 @@ func repairCommand() command {
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			seq := fs.Uint64("seq", 0, "drop: the stream sequence of the message to void (as weft repair show prints it)")
 			reason := fs.String("reason", "", "drop: why the message is voided (required; recorded)")
-			by := fs.String("by", os.Getenv("USER"), "drop: who voids it (recorded; unverified unless --signing-key signs the void)")
+			by := fs.String("by", os.Getenv("USER"), "drop: who voids it (recorded as typed; with --signing-key required, recorded beside the key that signs the void)")
 			sf := addSignFlags(fs)
 			maxBody := fs.Int("max", 4096, "show: print at most this many bytes of the body")
 			asJSON := fs.Bool("json", false, "print JSON")
@@ -87,6 +87,9 @@ func repairCommand() command {
 					}
 					if *reason == "" {
 						return usagef("drop needs --reason: it is recorded with the repair")
+					}
+					if sf.key != "" && !flagSet(fs, "by") {
+						return usagef("drop --signing-key needs --by NAME: the proof covers the key, not a name, so the name recorded beside it is the one you type")
 					}
 					signed, err := signVoid(ctx, e.stdout, log, sf, run, *seq, *reason)
 					if err != nil {

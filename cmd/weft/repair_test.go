@@ -106,11 +106,14 @@ func TestRepairHelpSaysWhatAndWho(t *testing.T) {
 
 // TestSecurityWhoDidIt_RepairDropSigned (docs/security.md, "Who did it"):
 // `weft repair drop --signing-key` signs the void (the run, the sequence,
-// the SHA-256 of the voided body, the reason) and the record says who, verified, with
-// the key; `weft audit verify` names them verified, passes with --people
-// naming the key alice, and fails untrusted (exit 4) with --people naming
-// the key otherwise. A proof signed for another reason is refused
-// proof_refused and voids nothing.
+// the SHA-256 of the voided body, the reason) and refuses without --by
+// (never $USER shown verified); the proof covers the key, not the typed
+// name, so repair drop and `weft audit verify` show the void signed by
+// the key, the name typed, not checked against people's keys; with
+// --people naming the key alice verify passes and names alice, the typed
+// name shown as typed (not a false alarm), and with --people naming
+// another key it fails untrusted (exit 4). A proof signed for another
+// reason is refused proof_refused and voids nothing.
 func TestSecurityWhoDidIt_RepairDropSigned(t *testing.T) {
 	s := setup(t)
 	t.Setenv("NATS_URL", s.URL)
@@ -151,28 +154,45 @@ func TestSecurityWhoDidIt_RepairDropSigned(t *testing.T) {
 		t.Fatalf("a void signed for another reason: %v, want proof_refused(other_reason)", err)
 	}
 
-	code, out, errs := cli(t, "repair", "drop", "pay-42", "--seq", seq, "--reason", "pasted into the wrong terminal", "--by", "alice", "--signing-key", keyFile)
+	if code, out, errs := cli(t, "repair", "drop", "pay-42", "--seq", seq, "--reason", "pasted into the wrong terminal", "--signing-key", keyFile); code != exitUsage || !strings.Contains(errs, "--by") {
+		t.Fatalf("signed drop without --by: %d %s %s, want %d asking for --by", code, out, errs, exitUsage)
+	}
+	if voids, err := s.Log.Voids(context.Background(), "pay-42"); err != nil || len(voids) != 0 {
+		t.Fatalf("a refused drop recorded %v %v", voids, err)
+	}
+	code, out, errs := cli(t, "repair", "drop", "pay-42", "--seq", seq, "--reason", "pasted into the wrong terminal", "--by", "ops", "--signing-key", keyFile)
 	if code != 0 {
 		t.Fatalf("signed drop: %d %s %s", code, out, errs)
 	}
-	contains(t, "signed drop", out, "signing: void run pay-42", "key "+pub, "by alice (verified, key "+pub+")")
+	unchecked := `with a proof signed by key ` + pub + ` (the name "ops" is typed; not checked against people's keys: give --people)`
+	contains(t, "signed drop", out, "signing: void run pay-42", "key "+pub, unchecked)
+	if strings.Contains(out, "verified") {
+		t.Errorf("signed drop: a typed name is shown verified:\n%s", out)
+	}
 
 	code, _, errs = cli(t, "audit", "verify", "pay-42")
 	if code != 0 {
 		t.Fatalf("verify after the signed repair: %d %s", code, errs)
 	}
-	contains(t, "verify's repair note", errs, "stream sequence "+seq, "voided by alice (verified, key "+pub+")")
+	contains(t, "verify's repair note", errs, "stream sequence "+seq, "voided "+unchecked)
+	if code, out, errs := cli(t, "audit", "verify", "pay-42", "--json"); code != 0 || !strings.Contains(out, `"voids": [`) || !strings.Contains(out, `"seq": `+seq+`,`) || !strings.Contains(out, `"key": "`+pub+`"`) {
+		t.Fatalf("verify --json does not report the void: %d %s %s", code, out, errs)
+	}
 	people := filepath.Join(dir, "people")
 	if err := os.WriteFile(people, []byte(pub+" alice\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, out, errs := cli(t, "audit", "verify", "pay-42", "--people", people); code != 0 {
-		t.Fatalf("verify --people naming alice: %d %s %s", code, out, errs)
+	code, out, errs = cli(t, "audit", "verify", "pay-42", "--people", people)
+	if code != 0 {
+		t.Fatalf("verify --people naming the key alice: %d %s %s", code, out, errs)
 	}
-	if err := os.WriteFile(people, []byte(pub+" bob\n"), 0o600); err != nil {
+	contains(t, "verify --people", errs, `voided by alice (verified, key `+pub+`, a person's key you trust; typed as "ops")`)
+	stranger, _ := nkeys.CreateUser()
+	strangerPub, _ := stranger.PublicKey()
+	if err := os.WriteFile(people, []byte(strangerPub+" bob\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errs := cli(t, "audit", "verify", "pay-42", "--people", people); code != exitAudit || !strings.Contains(errs, `untrusted: run pay-42: the void of the message at stream sequence `+seq) || !strings.Contains(errs, `"bob"`) {
-		t.Fatalf("verify --people naming the key bob: %d %s", code, errs)
+	if code, _, errs := cli(t, "audit", "verify", "pay-42", "--people", people); code != exitAudit || !strings.Contains(errs, `untrusted: run pay-42: the void of the message at stream sequence `+seq) || !strings.Contains(errs, "a key you do not name as a person's") {
+		t.Fatalf("verify --people naming another key: %d %s", code, errs)
 	}
 }

@@ -70,7 +70,7 @@ func rolesCommand() command {
 					if created {
 						verb = "new"
 					}
-					fmt.Fprintf(e.stdout, "runner head signing key %s (%s), public key %s: give it to the runners (--head-key or %s); auditors check exports with --trust %s\n",
+					fmt.Fprintf(e.stdout, "runner head signing key %s (%s), public key %s: give it to the runners (--head-key or %s); auditors check exports with --trust %s (and the people's keys with --people, the runners' person keys file)\n",
 						filepath.Join(a.Dir(), runner.HeadKeyFile), verb, hpub, runner.EnvHeadKey, hpub)
 					fmt.Fprintf(e.stdout, "Keep %s, %s, %s and %s secret (the account seed issues credentials); start the server with nats-server -c nats-secure.conf.\n",
 						roles.OperatorSeed, roles.SystemSeed, roles.AccountSeed, runner.HeadKeyFile)
