@@ -50,6 +50,9 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	// carries it as traceparent and the worker's attempt span is its child.
 	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)
 	r.tel.Inject(sctx, msg.Header)
+	// The runner's own worker takes the task at once (handoff.go), while
+	// it is published: its claim and the publish are written together.
+	r.giveTask(task, msg.Header)
 	_, err = r.js.PublishMsg(ctx, msg)
 	if err != nil {
 		span.RecordError(err)

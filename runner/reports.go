@@ -134,6 +134,12 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 			return err
 		}
 		var err error
+		if r.heldHere(req) {
+			// Another worker found the claim of this runner's own worker,
+			// which runs the attempt (handtask.go): nothing was lost.
+			out = r.reply(rn)
+			return nil
+		}
 		if cmd == nil {
 			if rn.driven {
 				err = r.wakeLocked(ctx, rn, false)

@@ -126,7 +126,19 @@ type Worker struct {
 	ctxFrom  func(context.Context, nats.Header) context.Context
 	check    AttemptCheck
 	noCheck  bool
-	claims   jetstream.KeyValue
+	// defaultCheck: check is LogCheck, set by New (HandOff may skip it).
+	defaultCheck bool
+	// ready is set once Run set up its consumers and the claims bucket
+	// (HandOff takes tasks only then).
+	ready atomic.Bool
+	// handedOff counts the tasks HandOff took; handedDone holds the claim
+	// keys of handed tasks whose report was answered (or that ended
+	// without one), so that their stream copies are acked unread
+	// (handed.go).
+	handedOff              atomic.Int64
+	handedDone, handedPrev map[string]struct{}
+	handedSince            time.Time
+	claims                 jetstream.KeyValue
 	// group owns every goroutine the worker starts (a task's handling, its
 	// progress acks, a stopped body's late settlement): Run returns once
 	// it is empty.
@@ -212,7 +224,7 @@ const DefaultDrainGrace = 10 * time.Second
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace,
-		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{},
+		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}, handedDone: map[string]struct{}{},
 		abandon: make(chan struct{})}
 	w.stopped, w.endStops = context.WithCancel(context.Background())
 	w.late, w.endLate = context.WithCancel(context.Background())
@@ -242,6 +254,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 	}
 	if w.check == nil && !w.noCheck {
 		w.check = LogCheck(js)
+		w.defaultCheck = true
 	}
 	return w
 }
@@ -301,8 +314,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopSub.Unsubscribe()
+	w.ready.Store(true)
 	<-ctx.Done()
+	// Under w.mu, as HandOff adds to w.group: none is added once the drain
+	// began (w.group.Wait below).
+	w.mu.Lock()
 	w.stopping.Store(true)
+	w.mu.Unlock()
 	w.endStops()
 	grace := time.NewTimer(w.grace)
 	defer grace.Stop()
@@ -506,6 +524,12 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	defer close(stopProgress)
 
 	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	if w.wasHanded(key) {
+		// The stream copy of a task this worker was handed and has done
+		// (handed.go): its body never starts again, nothing to report.
+		_ = m.Ack()
+		return
+	}
 	held, first := w.enter(key)
 	if !first {
 		// This worker already holds the attempt (the server delivered the

@@ -1,0 +1,177 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// HandOff gives t, a task its runner publishes to WEFT_TASKS at the same
+// time, to this in-process worker directly: the attempt's body may start
+// without waiting for the task's publish, its delivery by the queue's
+// consumer and the check by direct get (docs/adr/0027-fewer-writes-per-step.md).
+// hdr are the task message's headers (its trace context).
+//
+// The caller is the runner that appended t's fence and holds its run at
+// the fence's version: the attempt is current when HandOff is called
+// (docs/semantics.md §7: the fence is recorded before any body starts), so
+// the check before the claim is skipped when it is the default LogCheck
+// (an embedder's own AttemptCheck is still asked, before and after the
+// claim, as for a delivered task). The claim is not skipped: it is the
+// durable, create-only key a runner's close races (docs/adr/0023), so a
+// close that wins before it means the body never starts (§5), and a close
+// that comes after it finds it claimed and stops the body
+// (weft.stop.<run>, tracked from before the claim).
+//
+// The task's stream copy is never run a second time: its delivery to this
+// worker while the handed task is held waits for it and ends as it does
+// (acked once the report was answered); a delivery anywhere after the
+// claim finds the claim (or, once reported, the attempt no longer current)
+// and never starts the body. Whoever claims first runs the body; the
+// handed task that finds the attempt claimed (by its stream copy's
+// delivery) or closed does nothing more — it has no message to ack, and
+// the copy's delivery reports. So a handed task is never reported lost:
+// what it does not run, its stream copy decides as any delivery does.
+//
+// HandOff reports whether the worker took t: false when it serves no
+// queue of t's identity, is not running yet or is stopping (the stream
+// copy is then the only way the task is run).
+func (w *Worker) HandOff(t Task, hdr nats.Header) bool {
+	q := Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
+	h, ok := w.handlers[q]
+	if !ok || !w.ready.Load() {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping.Load() || w.abandoned {
+		return false
+	}
+	w.handedOff.Add(1)
+	w.group.Go(func() error {
+		w.handed(q, h, t, hdr)
+		return nil
+	})
+	return true
+}
+
+// HandedOff is how many tasks HandOff took.
+func (w *Worker) HandedOff() int64 { return w.handedOff.Load() }
+
+// Holds reports whether this worker holds the attempt of claim key: a
+// delivery or a handed task of it is being checked, claimed, run or
+// reported here. Its runner refuses another worker's report that this
+// attempt was lost while it holds it (the other worker found this one's
+// claim: runner.Report).
+func (w *Worker) Holds(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.held[key]
+	return ok
+}
+
+// handed runs a task given by HandOff: handle's steps without the message
+// (nothing to ack, requeue or give back) and, with the default check,
+// without the check before the claim and the read after it.
+func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
+	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	held, first := w.enter(key)
+	if !first {
+		// A delivery of the stream copy holds the attempt: it does the work.
+		return
+	}
+	// A delivery of the stream copy that waits for this hold ends as it
+	// does: acked once the report was answered, else given back (its
+	// redelivery decides from the claim, as any delivery does).
+	acked := false
+	defer func() {
+		if acked {
+			w.doneHanded(key)
+		}
+		w.leave(key, held, acked)
+	}()
+	wq := q
+	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
+	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
+	base := context.Background()
+	if w.ctxFrom != nil {
+		base = w.ctxFrom(base, hdr)
+	}
+	ctx, cancel := context.WithCancelCause(base)
+	defer cancel(nil)
+	// Stoppable from before the claim: a stop recorded after the claim
+	// reaches the body (or keeps it from starting, below).
+	w.track(key, t.Run, cancel)
+	defer w.untrack(key)
+	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+		return // the stream copy's delivery reports it timed_out
+	}
+	if !w.defaultCheck && w.current(t) != attemptCurrent {
+		return // the stream copy's delivery decides, as for any delivery
+	}
+	res, own, _ := w.takeClaim(t, key, nil)
+	if res != claimTaken {
+		// Closed (the body never starts, docs/adr/0023), claimed by the
+		// stream copy's delivery (it runs and reports), or unknown (the
+		// copy's delivery decides from what the bucket holds then).
+		return
+	}
+	if !w.defaultCheck && w.current(t) == attemptStale {
+		acked = true // ended while it was claimed: nothing to report
+		return
+	}
+	if context.Cause(ctx) == errStopped {
+		acked = true // stopped by a recorded decision: nothing to report
+		return
+	}
+	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+		rep.Evidence = "the deadline passed before the body started; the body was not started"
+		acked = w.deliver(t, rep, &own)
+		return
+	}
+	if !w.startBody() {
+		// Stopped or abandoned since HandOff: the body never started, so
+		// the claim is released and the stream copy's delivery (here or
+		// in another worker) runs it as a first delivery.
+		w.releaseClaim(t, &own)
+		return
+	}
+	rep = w.run(ctx, h, t, rep, &own)
+	acked = w.deliver(t, rep, &own)
+}
+
+// handedKeep is how long, at least, the claim key of a handed task that is
+// done is remembered for its stream copy (wasHanded): longer than the
+// copy's publish and delivery take. Keys live in two generations, the
+// current one and the one before, each handedKeep long.
+const handedKeep = time.Minute
+
+// doneHanded remembers key, a handed task whose report was answered or
+// that needs none.
+func (w *Worker) doneHanded(key string) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now.Sub(w.handedSince) > handedKeep {
+		w.handedPrev, w.handedDone, w.handedSince = w.handedDone, map[string]struct{}{}, now
+	}
+	w.handedDone[key] = struct{}{}
+}
+
+// wasHanded reports whether key is a handed task this worker did
+// (doneHanded): a delivery of its stream copy is acked and never started.
+func (w *Worker) wasHanded(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.handedDone[key]
+	if !ok {
+		_, ok = w.handedPrev[key]
+	}
+	return ok
+}
+
+// ID is the worker's id (WithID), the Worker of its reports.
+func (w *Worker) ID() string { return w.id }
