@@ -1,7 +1,11 @@
 package runner
 
 import (
+	"fmt"
+
 	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
 
 	"github.com/weftrun/weft/worker"
 )
@@ -26,17 +30,35 @@ func (r *Runner) giveTask(task worker.Task, hdr nats.Header) bool {
 	return w.HandOff(task, h)
 }
 
-// heldHere reports whether rep is another worker's notice that an attempt
-// was lost (worker_lost) while this runner's in-process worker holds it:
-// the other worker received the task's stream copy and found the claim
-// this runner's worker took for it (a handed task, or a delivery), whose
-// body runs or ran here and whose report this worker sends. Such a notice
-// is answered without recording anything: recording it would make the
-// attempt lost — replayed, or uncertain — while its body runs.
-func (r *Runner) heldHere(rep worker.Report) bool {
+// heldHere refuses rep, another worker's notice that an attempt was lost
+// (worker_lost), while this runner's in-process worker holds the attempt:
+// the other worker received the task's stream copy and found a claim —
+// the one this runner's worker took (a handed task, or a delivery), whose
+// body runs or ran here and whose report this worker sends, or another
+// one that this worker's holder is about to find too. The refusal is
+// runner_busy, not applied and retryable (docs/protocol.md): the other
+// worker keeps its copy and tries again. Once the holder reported, the
+// retry is stale (refused, or dropped by the worker's own check); if the
+// holder ended without the claim (claimed by a worker that vanished,
+// closed, not current), the retry is recorded. Recording the notice while
+// the holder runs the body would make the attempt lost — replayed, or
+// uncertain — while its body runs; answering it without recording would
+// drop the only report of an attempt nobody here runs, and strand its run
+// (docs/semantics.md §8). A notice of this runner's own worker (Abandon)
+// is never refused here.
+func (r *Runner) heldHere(rep worker.Report) error {
 	w := r.inproc.Load()
 	if w == nil || rep.Outcome != worker.OutcomeLost || rep.Cause != "worker_lost" || rep.Worker == w.ID() {
-		return false
+		return nil
 	}
-	return w.Holds(worker.ClaimKey(rep.Run, rep.Action, rep.Attempt, rep.Incarnation))
+	held, claimed := w.Holds(worker.ClaimKey(rep.Run, rep.Action, rep.Attempt, rep.Incarnation))
+	if !held {
+		return nil
+	}
+	doing := "which is checking and claiming it"
+	if claimed {
+		doing = "which claimed it"
+	}
+	return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: attempt %d of action %s is held by runner %s's own worker, %s; retry",
+		rep.Run, rep.Attempt, rep.Action, r.id, doing)}
 }

@@ -133,13 +133,12 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		if err := checkQueue(rn, req.Action, req.Queue); err != nil {
 			return err
 		}
-		var err error
-		if r.heldHere(req) {
-			// Another worker found the claim of this runner's own worker,
-			// which runs the attempt (handtask.go): nothing was lost.
-			out = r.reply(rn)
-			return nil
+		// Another worker's worker_lost while this runner's own worker
+		// holds the attempt: refused runner_busy, retried (handtask.go).
+		if err := r.heldHere(req); err != nil {
+			return err
 		}
+		var err error
 		if cmd == nil {
 			if rn.driven {
 				err = r.wakeLocked(ctx, rn, false)

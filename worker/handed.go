@@ -60,16 +60,26 @@ func (w *Worker) HandOff(t Task, hdr nats.Header) bool {
 // HandedOff is how many tasks HandOff took.
 func (w *Worker) HandedOff() int64 { return w.handedOff.Load() }
 
-// Holds reports whether this worker holds the attempt of claim key: a
-// delivery or a handed task of it is being checked, claimed, run or
-// reported here. Its runner refuses another worker's report that this
-// attempt was lost while it holds it (the other worker found this one's
-// claim: runner.Report).
-func (w *Worker) Holds(key string) bool {
+// Holds reports whether this worker holds the attempt of claim key (held:
+// a delivery or a handed task of it is being checked, claimed, run or
+// reported here) and whether that holder took the attempt's claim
+// (claimed). Its runner refuses, runner_busy, another worker's report that
+// this attempt was lost while it is held: the holder either runs the body
+// and reports (the notice is then stale), or ends without the claim, and
+// the notice's retry is recorded (runner.Report, docs/adr/0027).
+func (w *Worker) Holds(key string) (held, claimed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, ok := w.held[key]
-	return ok
+	h, ok := w.held[key]
+	return ok, ok && h.claimed
+}
+
+// claimedHeld marks h, this worker's hold of an attempt, as the one that
+// took its claim.
+func (w *Worker) claimedHeld(h *held) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h.claimed = true
 }
 
 // handed runs a task given by HandOff: handle's steps without the message
@@ -118,6 +128,7 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 		// copy's delivery decides from what the bucket holds then).
 		return
 	}
+	w.claimedHeld(held)
 	if !w.defaultCheck && w.current(t) == attemptStale {
 		acked = true // ended while it was claimed: nothing to report
 		return

@@ -647,6 +647,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, nil))
 		return
 	}
+	w.claimedHeld(held)
 	// The run may have ended the attempt while it was checked and claimed
 	// (a cancellation, a recovery, a timeout): read it again now that the
 	// claim is taken. An attempt ended before its claim never starts; one
@@ -727,6 +728,8 @@ func (w *Worker) untrack(key string) {
 type held struct {
 	done  chan struct{}
 	acked bool
+	// claimed: the holder took the attempt's claim (under w.mu).
+	claimed bool
 }
 
 // enter registers the attempt of claim key as held by this worker; first
