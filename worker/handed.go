@@ -2,10 +2,14 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // HandOff gives t, a task its runner publishes to WEFT_TASKS at the same
@@ -97,8 +101,8 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 	// redelivery decides from the claim, as any delivery does).
 	acked := false
 	defer func() {
-		if acked {
-			w.doneHanded(key)
+		if acked || held.unstarted != "" {
+			w.doneHanded(key, held.unstarted)
 		}
 		w.leave(key, held, acked)
 	}()
@@ -122,10 +126,16 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 		return // the stream copy's delivery decides, as for any delivery
 	}
 	res, own, _ := w.takeClaim(t, key, nil)
+	if res == claimUnknown {
+		// The create may have landed unanswered: a claim no body started
+		// under, which the copy's delivery would report worker_lost.
+		w.dropUnstarted(t, &own, held)
+		return
+	}
 	if res != claimTaken {
-		// Closed (the body never starts, docs/adr/0023), claimed by the
-		// stream copy's delivery (it runs and reports), or unknown (the
-		// copy's delivery decides from what the bucket holds then).
+		// Closed (the body never starts, docs/adr/0023), or claimed by
+		// the stream copy's delivery (it runs and reports) or by a worker
+		// that vanished (the copy's delivery reports it lost).
 		return
 	}
 	w.claimedHeld(held)
@@ -145,13 +155,57 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 	}
 	if !w.startBody() {
 		// Stopped or abandoned since HandOff: the body never started, so
-		// the claim is released and the stream copy's delivery (here or
+		// the claim is removed and the stream copy's delivery (here or
 		// in another worker) runs it as a first delivery.
-		w.releaseClaim(t, &own)
+		w.dropUnstarted(t, &own, held)
 		return
 	}
 	rep = w.run(ctx, h, t, rep, &own)
 	acked = w.deliver(t, rep, &own)
+}
+
+// dropUnstarted removes own, the claim a handed task took, or may have
+// taken unanswered, without starting t's body: the task has no message to
+// requeue with the claim's token (api.HeaderUnstartedClaim, as a delivery
+// does), so its stream copy's delivery would find a token it does not know
+// and report the attempt worker_lost — uncertain for a body that provably
+// never started. The claim is read and deleted at its revision if it holds
+// own's token (a claim of another token, or none, is left as it is),
+// tried as takeClaim tries (within LateAfterAbandon after Abandon), while
+// the task still holds the attempt: another worker's notice meanwhile is
+// refused runner_busy, and a delivery of the copy in this worker waits. If
+// the claim cannot be removed, that delivery requeues the copy naming the
+// token (h.unstarted), as a delivered task's requeue does; a copy another
+// worker receives then reports the attempt lost, as a delivery whose
+// requeue could not be published does (conservative: nothing started).
+func (w *Worker) dropUnstarted(t Task, own *ownClaim, h *held) {
+	back := backoff.New(50*time.Millisecond, 2*time.Second)
+	for range 6 {
+		ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
+		e, err := w.claims.Get(ctx, own.key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			cancel()
+			return // never landed, or deleted
+		case err == nil && decodeClaim(e.Value()).Token != own.val.Token:
+			cancel()
+			return // another's claim: it decides, as for any delivery
+		case err == nil:
+			err = w.claims.Delete(ctx, own.key, jetstream.LastRevision(e.Revision()))
+			if err == nil {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		w.log.Warn("worker: cannot remove the claim of a handed task whose body did not start", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", own.key, "err", err)
+		if back.Wait(w.late) != nil {
+			break
+		}
+	}
+	w.mu.Lock()
+	h.unstarted = own.val.Token
+	w.mu.Unlock()
 }
 
 // handedKeep is how long, at least, the claim key of a handed task that is
@@ -161,27 +215,31 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 const handedKeep = time.Minute
 
 // doneHanded remembers key, a handed task whose report was answered or
-// that needs none.
-func (w *Worker) doneHanded(key string) {
+// that needs none (unstarted ""), or that did not start the body and left
+// a claim of token unstarted it could not remove (dropUnstarted).
+func (w *Worker) doneHanded(key, unstarted string) {
 	now := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if now.Sub(w.handedSince) > handedKeep {
-		w.handedPrev, w.handedDone, w.handedSince = w.handedDone, map[string]struct{}{}, now
+		w.handedPrev, w.handedDone, w.handedSince = w.handedDone, map[string]string{}, now
 	}
-	w.handedDone[key] = struct{}{}
+	w.handedDone[key] = unstarted
 }
 
 // wasHanded reports whether key is a handed task this worker did
-// (doneHanded): a delivery of its stream copy is acked and never started.
-func (w *Worker) wasHanded(key string) bool {
+// (doneHanded) and the token of the claim it left unstarted, if any: a
+// delivery of its stream copy is acked and never started — or, with a
+// token, takes that claim over as a requeued task's delivery does
+// (api.HeaderUnstartedClaim).
+func (w *Worker) wasHanded(key string) (done bool, unstarted string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	_, ok := w.handedDone[key]
+	tok, ok := w.handedDone[key]
 	if !ok {
-		_, ok = w.handedPrev[key]
+		tok, ok = w.handedPrev[key]
 	}
-	return ok
+	return ok && tok == "", tok
 }
 
 // ID is the worker's id (WithID), the Worker of its reports.

@@ -136,7 +136,7 @@ type Worker struct {
 	// without one), so that their stream copies are acked unread
 	// (handed.go).
 	handedOff              atomic.Int64
-	handedDone, handedPrev map[string]struct{}
+	handedDone, handedPrev map[string]string
 	handedSince            time.Time
 	claims                 jetstream.KeyValue
 	// group owns every goroutine the worker starts (a task's handling, its
@@ -224,7 +224,7 @@ const DefaultDrainGrace = 10 * time.Second
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace,
-		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}, handedDone: map[string]struct{}{},
+		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}, handedDone: map[string]string{},
 		abandon: make(chan struct{})}
 	w.stopped, w.endStops = context.WithCancel(context.Background())
 	w.late, w.endLate = context.WithCancel(context.Background())
@@ -524,7 +524,8 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	defer close(stopProgress)
 
 	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
-	if w.wasHanded(key) {
+	handedDone, handedUnstarted := w.wasHanded(key)
+	if handedDone {
 		// The stream copy of a task this worker was handed and has done
 		// (handed.go): its body never starts again, nothing to report.
 		_ = m.Ack()
@@ -539,9 +540,12 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		w.joined.Add(1)
 		w.log.Info("worker: a task delivered again while this worker holds its attempt; waiting for it", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
 		<-held.done
-		if held.acked {
+		switch {
+		case held.acked:
 			_ = m.Ack()
-		} else {
+		case held.unstarted != "":
+			w.requeue(m, t, "a handed task of this worker did not start the body", held.unstarted)
+		default:
 			_ = m.Nak()
 		}
 		return
@@ -611,7 +615,13 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		requeue("the worker is stopping")
 		return
 	}
-	res, own, found := w.takeClaim(t, key, m.Headers().Values(api.HeaderUnstartedClaim))
+	unstarted := m.Headers().Values(api.HeaderUnstartedClaim)
+	if handedUnstarted != "" {
+		// A handed task of this worker left this claim without starting
+		// the body (handed.go dropUnstarted): taken over.
+		unstarted = append(unstarted, handedUnstarted)
+	}
+	res, own, found := w.takeClaim(t, key, unstarted)
 	switch res {
 	case claimUnknown:
 		// The create (or a take-over) may have landed unanswered: the
@@ -730,6 +740,11 @@ type held struct {
 	acked bool
 	// claimed: the holder took the attempt's claim (under w.mu).
 	claimed bool
+	// unstarted is the token of a claim a handed task took, or may have
+	// taken, without starting the body and could not remove
+	// (dropUnstarted): a delivery that waited for the hold requeues its
+	// task naming it. Set before the hold ends.
+	unstarted string
 }
 
 // enter registers the attempt of claim key as held by this worker; first
