@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
@@ -32,7 +34,7 @@ type answeredReport struct {
 // otherWorker runs a second worker of a's pay queue in a connection of its
 // own, as another process's would, whose reports go through the command
 // API; each answered report is sent to answered.
-func otherWorker(t *testing.T, h *harness, a *agent.Agent, answered func(answeredReport)) {
+func otherWorker(t *testing.T, h *harness, a *agent.Agent, answered func(answeredReport), opts ...worker.Option) {
 	t.Helper()
 	nc := h.srv.Connect()
 	js, err := jetstream.New(nc)
@@ -49,7 +51,7 @@ func otherWorker(t *testing.T, h *harness, a *agent.Agent, answered func(answere
 		}
 		return err
 	}
-	other := worker.New(nc, js, worker.WithID("other-worker"), worker.WithReporter(report))
+	other := worker.New(nc, js, append([]worker.Option{worker.WithID("other-worker"), worker.WithReporter(report)}, opts...)...)
 	pay, _ := a.Tool("pay")
 	other.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: "pay"}, runner.ToolHandler(pay, nil))
 	wctx, stopOther := context.WithCancel(context.Background())
@@ -156,5 +158,66 @@ func TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded(
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
+	}
+}
+
+// TestSemantics7_AnotherWorkerDelaysTheStreamCopyOfAHandedTask: with a
+// second worker on the queue (another runner's, or a standalone one), the
+// stream copy of every task the runner handed to its own worker names that
+// worker (worker.HeaderHandedTo); the other worker gives the copy's first
+// delivery back with a delay instead of checking, claiming and reporting
+// it at once. Ten runs of three instant steps: thirty bodies started, all
+// by the runner's worker at the first attempt; the other worker sent no
+// report, and no run's log holds a ReportRefused (a stale worker_lost
+// notice) or an attempt_lost — the copy costs no append (docs/adr/0027).
+// The delay is a minute here, longer than the test, so that what is
+// counted never races the redelivery; after it the copy's attempt is no
+// longer current and it is acked. docs/semantics.md §7.
+func TestSemantics7_AnotherWorkerDelaysTheStreamCopyOfAHandedTask(t *testing.T) {
+	t.Parallel()
+	b := &bodies{}
+	m := model.NewScripted("s",
+		model.CallTools(payCall(1, "")), model.CallTools(payCall(1, "")), model.CallTools(payCall(1, "")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a})
+	var reports atomic.Int64
+	otherWorker(t, h, a, func(answeredReport) { reports.Add(1) }, worker.WithHandedCopyDelay(time.Minute))
+	c := ctx(t)
+	const n = 10
+	for i := range n {
+		if _, err := h.client.Start(c, api.StartRequest{Run: fmt.Sprint("copy-", i), Agent: "desk", Input: "x"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused, lost := 0, 0
+	for i := range n {
+		run := fmt.Sprint("copy-", i)
+		s, out := finished(t, h, run)
+		if out.Kind != events.OutcomeCompleted {
+			t.Errorf("run %s ended %s, want completed", run, out.Kind)
+		}
+		for _, act := range s.Actions() {
+			if act.State != aggregate.ActionSucceeded || act.Attempts != 1 {
+				t.Errorf("run %s action %s: %s after %d attempts, want succeeded at the first", run, act.ID, act.State, act.Attempts)
+			}
+		}
+		for _, msg := range messagesOf(t, h, run) {
+			if slices.Contains(msg, events.NameReportRefused) {
+				refused++
+			}
+			if slices.Contains(msg, events.NameAttemptLost) {
+				lost++
+			}
+		}
+	}
+	if refused != 0 || lost != 0 {
+		t.Errorf("%d steps: %d ReportRefused and %d attempt_lost appends, want none", 3*n, refused, lost)
+	}
+	if got := reports.Load(); got != 0 {
+		t.Errorf("the other worker sent %d reports, want none: it never ran or claimed a handed task's copy", got)
+	}
+	if got := b.starts.Load(); got != 3*n {
+		t.Errorf("%d body starts for %d attempts, want %d", got, 3*n, 3*n)
 	}
 }

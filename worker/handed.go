@@ -61,6 +61,38 @@ func (w *Worker) HandOff(t Task, hdr nats.Header) bool {
 	return true
 }
 
+// HeaderHandedTo is set by a runner on the stream copy of a task it also
+// handed to its in-process worker (HandOff): the worker's id (the
+// runner's). Another Go worker that receives the copy at its first
+// delivery gives it back with a delay (HandedCopyDelay) instead of
+// checking, claiming and reporting at once: by then the handed task has
+// usually reported, and the delivery after the delay finds the attempt no
+// longer current and acks it. Later deliveries are handled as any
+// delivery is (the copy stays the fallback: docs/adr/0027,
+// docs/protocol/41-tasks.md). A requeued copy does not carry it.
+const HeaderHandedTo = "Weft-Handed-To"
+
+// HandedCopyDelay is the default delay of a handed task's stream copy at
+// its first delivery to a worker it was not handed to (HeaderHandedTo,
+// WithHandedCopyDelay).
+const HandedCopyDelay = 2 * time.Second
+
+// delayHandedCopy reports whether m, a delivery of a task, is the stream
+// copy of a task another worker was handed, at its first delivery here: it
+// is then given back with w.copyDelay, not handled now.
+func (w *Worker) delayHandedCopy(m jetstream.Msg) bool {
+	by := m.Headers().Get(HeaderHandedTo)
+	if by == "" || by == w.id || w.copyDelay <= 0 {
+		return false
+	}
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered != 1 {
+		return false
+	}
+	_ = m.NakWithDelay(w.copyDelay)
+	return true
+}
+
 // HandedOff is how many tasks HandOff took.
 func (w *Worker) HandedOff() int64 { return w.handedOff.Load() }
 

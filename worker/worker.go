@@ -123,9 +123,11 @@ type Worker struct {
 	settle   Settler
 	ackWait  time.Duration
 	grace    time.Duration // WithDrainGrace
-	ctxFrom  func(context.Context, nats.Header) context.Context
-	check    AttemptCheck
-	noCheck  bool
+	// copyDelay is WithHandedCopyDelay (HandedCopyDelay by default).
+	copyDelay time.Duration
+	ctxFrom   func(context.Context, nats.Header) context.Context
+	check     AttemptCheck
+	noCheck   bool
 	// defaultCheck: check is LogCheck, set by New (HandOff may skip it).
 	defaultCheck bool
 	// ready is set once Run set up its consumers and the claims bucket
@@ -198,6 +200,11 @@ func WithContextFrom(f func(context.Context, nats.Header) context.Context) Optio
 	return func(w *Worker) { w.ctxFrom = f }
 }
 
+// WithHandedCopyDelay sets how long the first delivery of another
+// worker's handed task's stream copy is given back for (HeaderHandedTo;
+// default HandedCopyDelay; 0: not delayed).
+func WithHandedCopyDelay(d time.Duration) Option { return func(w *Worker) { w.copyDelay = d } }
+
 // WithAckWait sets the consumers' ack wait: how long a task taken by a
 // worker that vanished waits before it is redelivered (and reported lost
 // when its attempt was claimed).
@@ -223,7 +230,7 @@ const DefaultDrainGrace = 10 * time.Second
 
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
-	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace,
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace, copyDelay: HandedCopyDelay,
 		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}, handedDone: map[string]string{},
 		abandon: make(chan struct{})}
 	w.stopped, w.endStops = context.WithCancel(context.Background())
@@ -501,6 +508,11 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		w.log.Error("worker: task of another agent identity on this queue, terminated", "subject", m.Subject(), "queue", q.String(),
 			"run", t.Run, "action", t.Action, "agent", t.Agent, "version", t.Version, "tool", t.Tool)
 		_ = m.Term()
+		return
+	}
+	if w.delayHandedCopy(m) {
+		// The stream copy of a task another worker was handed (its
+		// runner's own): delayed once, not claimed or reported at once.
 		return
 	}
 	wq := q
@@ -785,6 +797,8 @@ func (w *Worker) requeue(m jetstream.Msg, t Task, why string, unstarted ...strin
 	for k, v := range m.Headers() {
 		msg.Header[k] = slices.Clone(v)
 	}
+	// A requeued copy is nobody's handed task any more: not delayed.
+	msg.Header.Del(HeaderHandedTo)
 	for _, tok := range unstarted {
 		if tok != "" && !slices.Contains(msg.Header.Values(api.HeaderUnstartedClaim), tok) {
 			msg.Header.Add(api.HeaderUnstartedClaim, tok)
