@@ -1,20 +1,15 @@
 package runner_test
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftrun/weft/agent"
-	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
-	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 	"github.com/weftrun/weft/worker"
 )
@@ -40,19 +35,10 @@ func TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody(t *testing.T) {
 	h := newHarness(t)
 	r, _ := h.startRunner([]*agent.Agent{a})
 
-	// The other worker: the same body, the default check and report path.
-	nc := h.srv.Connect()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := worker.New(nc, js, worker.WithID("other-worker"))
-	pay, _ := a.Tool("pay")
-	other.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: "pay"}, runner.ToolHandler(pay, nil))
-	wctx, stopOther := context.WithCancel(context.Background())
-	wdone := make(chan error, 1)
-	go func() { wdone <- other.Run(wctx) }()
-	t.Cleanup(func() { stopOther(); <-wdone })
+	// The other worker: the same body, the default check and report path;
+	// it handles the copies at once, as a worker ignoring their
+	// Weft-Handed-To does.
+	otherWorker(t, h, a, nil, worker.WithHandedCopyDelay(0))
 
 	c := ctx(t)
 	const n = 10
@@ -63,16 +49,7 @@ func TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody(t *testing.T) {
 	}
 	for i := range n {
 		run := fmt.Sprint("hand-", i)
-		s, out := finished(t, h, run)
-		if out.Kind != events.OutcomeCompleted {
-			t.Errorf("run %s ended %s, want completed", run, out.Kind)
-		}
-		for _, act := range s.Actions() {
-			if act.State != aggregate.ActionSucceeded || act.Attempts != 1 {
-				t.Errorf("run %s action %s: %s after %d attempts, want succeeded at the first", run, act.ID, act.State, act.Attempts)
-			}
-		}
-		for _, msg := range messagesOf(t, h, run) {
+		for _, msg := range completedAtFirstAttempts(t, h, run) {
 			if slices.Contains(msg, events.NameAttemptLost) || slices.Contains(msg, events.NameActionUncertain) {
 				t.Errorf("run %s recorded %v: the runner's worker ran the attempt", run, msg)
 			}

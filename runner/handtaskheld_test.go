@@ -192,17 +192,7 @@ func TestSemantics7_AnotherWorkerDelaysTheStreamCopyOfAHandedTask(t *testing.T) 
 	}
 	refused, lost := 0, 0
 	for i := range n {
-		run := fmt.Sprint("copy-", i)
-		s, out := finished(t, h, run)
-		if out.Kind != events.OutcomeCompleted {
-			t.Errorf("run %s ended %s, want completed", run, out.Kind)
-		}
-		for _, act := range s.Actions() {
-			if act.State != aggregate.ActionSucceeded || act.Attempts != 1 {
-				t.Errorf("run %s action %s: %s after %d attempts, want succeeded at the first", run, act.ID, act.State, act.Attempts)
-			}
-		}
-		for _, msg := range messagesOf(t, h, run) {
+		for _, msg := range completedAtFirstAttempts(t, h, fmt.Sprint("copy-", i)) {
 			if slices.Contains(msg, events.NameReportRefused) {
 				refused++
 			}
@@ -220,4 +210,21 @@ func TestSemantics7_AnotherWorkerDelaysTheStreamCopyOfAHandedTask(t *testing.T) 
 	if got := b.starts.Load(); got != 3*n {
 		t.Errorf("%d body starts for %d attempts, want %d", got, 3*n, 3*n)
 	}
+}
+
+// completedAtFirstAttempts waits for run to finish, checks that it
+// completed with every action succeeded at its first attempt, and returns
+// its log's messages (messagesOf).
+func completedAtFirstAttempts(t *testing.T, h *harness, run string) [][]events.Name {
+	t.Helper()
+	s, out := finished(t, h, run)
+	if out.Kind != events.OutcomeCompleted {
+		t.Errorf("run %s ended %s, want completed", run, out.Kind)
+	}
+	for _, act := range s.Actions() {
+		if act.State != aggregate.ActionSucceeded || act.Attempts != 1 {
+			t.Errorf("run %s action %s: %s after %d attempts, want succeeded at the first", run, act.ID, act.State, act.Attempts)
+		}
+	}
+	return messagesOf(t, h, run)
 }

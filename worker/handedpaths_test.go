@@ -31,14 +31,7 @@ func TestSemantics8_AHandedTaskStoppedBeforeItsBodyStartedLeavesItToTheCopy(t *t
 	publish(t, js, task)
 	stop1()
 	_, rs2, _ := handedWorker(t, nc, js, &secondStarts, worker.WithID("w-2"), worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
-	select {
-	case <-rs2.ch:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the second worker reported nothing within 30 s")
-	}
-	rs2.mu.Lock()
-	got := rs2.got[0]
-	rs2.mu.Unlock()
+	got := firstReport(t, rs2)
 	if got.Outcome != worker.OutcomeOutput {
 		t.Errorf("the copy's delivery reported %s (%s: %s), want output", got.Outcome, got.Cause, got.Evidence)
 	}
@@ -84,14 +77,7 @@ func TestSemantics8_AHandedBodyRunningAtAbandonIsReportedLostByItsOwnWorker(t *t
 		t.Fatal("the handed body did not start within 30 s")
 	}
 	w.Abandon()
-	select {
-	case <-rs.ch:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no report within 30 s of Abandon")
-	}
-	rs.mu.Lock()
-	got := rs.got[0]
-	rs.mu.Unlock()
+	got := firstReport(t, rs)
 	if got.Outcome != worker.OutcomeLost || got.Cause != "worker_lost" || got.Worker != w.ID() {
 		t.Errorf("reported %s (%s) by %q, want lost (worker_lost) by %q", got.Outcome, got.Cause, got.Worker, w.ID())
 	}

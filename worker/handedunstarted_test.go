@@ -103,14 +103,7 @@ func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownLeavesNoClaimForItsCopy
 				time.Sleep(5 * time.Millisecond)
 			}
 			publish(t, realJS, task)
-			select {
-			case <-rs.ch:
-			case <-time.After(30 * time.Second):
-				t.Fatal("no report within 30 s")
-			}
-			rs.mu.Lock()
-			got := rs.got[0]
-			rs.mu.Unlock()
+			got := firstReport(t, rs)
 			if got.Outcome != worker.OutcomeOutput {
 				t.Errorf("reported %s (%s: %s), want output: the body never started before the copy's delivery", got.Outcome, got.Cause, got.Evidence)
 			}
@@ -119,4 +112,17 @@ func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownLeavesNoClaimForItsCopy
 			}
 		})
 	}
+}
+
+// firstReport waits up to 30 s for rs's first report and returns it.
+func firstReport(t *testing.T, rs *reports) worker.Report {
+	t.Helper()
+	select {
+	case <-rs.ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no report within 30 s")
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.got[0]
 }
