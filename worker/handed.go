@@ -33,11 +33,15 @@ import (
 // worker while the handed task is held waits for it and ends as it does
 // (acked once the report was answered); a delivery anywhere after the
 // claim finds the claim (or, once reported, the attempt no longer current)
-// and never starts the body. Whoever claims first runs the body; the
+// and never starts the body; another Go worker delays the copy's first
+// delivery (HeaderHandedTo). Whoever claims first runs the body; the
 // handed task that finds the attempt claimed (by its stream copy's
-// delivery) or closed does nothing more — it has no message to ack, and
-// the copy's delivery reports. So a handed task is never reported lost:
-// what it does not run, its stream copy decides as any delivery does.
+// delivery, or a worker that vanished) or closed does nothing more — it
+// has no message to ack, and the copy's delivery reports. A handed task
+// that did not start the body after taking its claim, or whose claim's
+// create had no answer, removes that claim (dropUnstarted), so that the
+// copy's delivery runs the body as a first delivery instead of reporting
+// the attempt lost for a body that never started.
 //
 // HandOff reports whether the worker took t: false when it serves no
 // queue of t's identity, is not running yet or is stopping (the stream
