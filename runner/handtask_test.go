@@ -20,12 +20,15 @@ import (
 // the same queue, in another connection as another process's would be,
 // takes the stream copies it is delivered: it finds the attempt claimed by
 // the runner's worker (or no longer current) and never starts the body;
-// its notice that the attempt was lost (worker_lost) is not recorded while
-// the runner's worker holds the attempt — recording it would replay, or
-// make uncertain, an attempt whose body runs. Ten runs of three steps:
+// its notice that the attempt was lost (worker_lost) is refused
+// runner_busy, not recorded, while the runner's worker holds the attempt —
+// recording it would replay, or make uncertain, an attempt whose body
+// runs — and its retry after the report is stale. Ten runs of three steps:
 // thirty body starts, no attempt lost, every action done at its first
-// attempt. Each body takes 50 ms, so that the other worker's notice
-// reaches the runner while the body runs. docs/semantics.md §7 (and §3: at most one start per attempt).
+// attempt. Each body takes 50 ms, and the other worker handles the copies
+// at once (no Weft-Handed-To delay), so that its notice reaches the runner
+// while the body runs. docs/semantics.md §7 (and §3: at most one start per
+// attempt).
 func TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody(t *testing.T) {
 	t.Parallel()
 	b := &bodies{}
