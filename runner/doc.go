@@ -34,7 +34,9 @@
 //     tool request recorded without its resolution,
 //     publish fenced attempts as tasks on the queue of the run's agent
 //     identity, weft.task.<agent>.<version>.<tool> (deduplicated by
-//     Nats-Msg-Id), stop bodies on weft.stop.<run>, tend child runs, and
+//     Nats-Msg-Id) — a task of the runner's own worker's queues is handed
+//     to that worker as it is published (handtask.go) — stop bodies on
+//     weft.stop.<run>, tend child runs, and
 //     arm timers (a local timer for precision plus a durable timer.Timers
 //     schedule).
 //

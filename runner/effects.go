@@ -50,6 +50,14 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	// carries it as traceparent and the worker's attempt span is its child.
 	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)
 	r.tel.Inject(sctx, msg.Header)
+	// The runner's own worker takes the task at once (handtask.go), while
+	// it is published: its claim and the publish are written together. The
+	// copy names that worker, so that another Go worker delays its first
+	// delivery instead of claiming and reporting at once
+	// (worker.HeaderHandedTo, docs/protocol/41-tasks.md).
+	if r.giveTask(task, msg.Header) {
+		msg.Header.Set(worker.HeaderHandedTo, r.id)
+	}
 	_, err = r.js.PublishMsg(ctx, msg)
 	if err != nil {
 		span.RecordError(err)

@@ -73,3 +73,12 @@ func (r *Runner) ForgetReconnectCheck() {
 	defer r.owned.mu.Unlock()
 	r.owned.reconnects = ^uint64(0)
 }
+
+// HandedOff is how many tasks the runner handed to its in-process worker
+// (handtask.go), for tests.
+func (r *Runner) HandedOff() int64 {
+	if w := r.inproc.Load(); w != nil {
+		return w.HandedOff()
+	}
+	return 0
+}

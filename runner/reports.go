@@ -133,6 +133,11 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		if err := checkQueue(rn, req.Action, req.Queue); err != nil {
 			return err
 		}
+		// Another worker's worker_lost while this runner's own worker
+		// holds the attempt: refused runner_busy, retried (handtask.go).
+		if err := r.heldHere(req); err != nil {
+			return err
+		}
 		var err error
 		if cmd == nil {
 			if rn.driven {

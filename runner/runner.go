@@ -149,8 +149,11 @@ type Runner struct {
 	partsSet    bool // WithPartitions was given
 	external    map[string]bool
 	workerOpts  []worker.Option
-	headKey     nkeys.KeyPair    // signs chain heads (signhead.go); nil: none
-	people      approvers.People // who made a person's command (identity.go)
+	// inproc is the in-process worker while Run runs it (nil without
+	// one): dispatch hands it the tasks of its queues (handtask.go).
+	inproc  atomic.Pointer[worker.Worker]
+	headKey nkeys.KeyPair    // signs chain heads (signhead.go); nil: none
+	people  approvers.People // who made a person's command (identity.go)
 
 	// claims is weft_claims, looked up at the first close of an attempt
 	// (close.go), under claimsMu.
@@ -427,6 +430,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	var w *worker.Worker
 	if !r.noWorker {
 		w = r.newWorker()
+		r.inproc.Store(w)
 		go func() { defer close(wdone); _ = w.Run(wctx) }()
 	} else {
 		close(wdone)

@@ -123,10 +123,24 @@ type Worker struct {
 	settle   Settler
 	ackWait  time.Duration
 	grace    time.Duration // WithDrainGrace
-	ctxFrom  func(context.Context, nats.Header) context.Context
-	check    AttemptCheck
-	noCheck  bool
-	claims   jetstream.KeyValue
+	// copyDelay is WithHandedCopyDelay (HandedCopyDelay by default).
+	copyDelay time.Duration
+	ctxFrom   func(context.Context, nats.Header) context.Context
+	check     AttemptCheck
+	noCheck   bool
+	// defaultCheck: check is LogCheck, set by New (HandOff may skip it).
+	defaultCheck bool
+	// ready is set once Run set up its consumers and the claims bucket
+	// (HandOff takes tasks only then).
+	ready atomic.Bool
+	// handedOff counts the tasks HandOff took; handedDone holds the claim
+	// keys of handed tasks whose report was answered (or that ended
+	// without one), so that their stream copies are acked unread
+	// (handed.go).
+	handedOff              atomic.Int64
+	handedDone, handedPrev map[string]string
+	handedSince            time.Time
+	claims                 jetstream.KeyValue
 	// afterClaim, when set (tests only), is called once a delivery holds
 	// its attempt's claim, before the check after the claim and the body.
 	afterClaim func(Task)
@@ -189,6 +203,11 @@ func WithContextFrom(f func(context.Context, nats.Header) context.Context) Optio
 	return func(w *Worker) { w.ctxFrom = f }
 }
 
+// WithHandedCopyDelay sets how long the first delivery of another
+// worker's handed task's stream copy is given back for (HeaderHandedTo;
+// default HandedCopyDelay; 0: not delayed).
+func WithHandedCopyDelay(d time.Duration) Option { return func(w *Worker) { w.copyDelay = d } }
+
 // WithAckWait sets the consumers' ack wait: how long a task taken by a
 // worker that vanished waits before it is redelivered (and reported lost
 // when its attempt was claimed).
@@ -214,8 +233,8 @@ const DefaultDrainGrace = 10 * time.Second
 
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
-	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace,
-		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{},
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace, copyDelay: HandedCopyDelay,
+		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}, handedDone: map[string]string{},
 		abandon: make(chan struct{})}
 	w.stopped, w.endStops = context.WithCancel(context.Background())
 	w.late, w.endLate = context.WithCancel(context.Background())
@@ -245,6 +264,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 	}
 	if w.check == nil && !w.noCheck {
 		w.check = LogCheck(js)
+		w.defaultCheck = true
 	}
 	return w
 }
@@ -304,8 +324,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopSub.Unsubscribe()
+	w.ready.Store(true)
 	<-ctx.Done()
+	// Under w.mu, as HandOff adds to w.group: none is added once the drain
+	// began (w.group.Wait below).
+	w.mu.Lock()
 	w.stopping.Store(true)
+	w.mu.Unlock()
 	w.endStops()
 	grace := time.NewTimer(w.grace)
 	defer grace.Stop()
@@ -488,6 +513,11 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		_ = m.Term()
 		return
 	}
+	if w.delayHandedCopy(m) {
+		// The stream copy of a task another worker was handed (its
+		// runner's own): delayed once, not claimed or reported at once.
+		return
+	}
 	wq := q
 	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
 	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
@@ -509,6 +539,13 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	defer close(stopProgress)
 
 	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	handedDone, handedUnstarted := w.wasHanded(key)
+	if handedDone {
+		// The stream copy of a task this worker was handed and has done
+		// (handed.go): its body never starts again, nothing to report.
+		_ = m.Ack()
+		return
+	}
 	held, first := w.enter(key)
 	if !first {
 		// This worker already holds the attempt (the server delivered the
@@ -518,9 +555,12 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		w.joined.Add(1)
 		w.log.Info("worker: a task delivered again while this worker holds its attempt; waiting for it", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
 		<-held.done
-		if held.acked {
+		switch {
+		case held.acked:
 			_ = m.Ack()
-		} else {
+		case held.unstarted != "":
+			w.requeue(m, t, "a handed task of this worker did not start the body", held.unstarted)
+		default:
 			_ = m.Nak()
 		}
 		return
@@ -590,7 +630,13 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		requeue("the worker is stopping")
 		return
 	}
-	res, own, found := w.takeClaim(t, key, m.Headers().Values(api.HeaderUnstartedClaim))
+	unstarted := m.Headers().Values(api.HeaderUnstartedClaim)
+	if handedUnstarted != "" {
+		// A handed task of this worker left this claim without starting
+		// the body (handed.go dropUnstarted): taken over.
+		unstarted = append(unstarted, handedUnstarted)
+	}
+	res, own, found := w.takeClaim(t, key, unstarted)
 	switch res {
 	case claimUnknown:
 		// The create (or a take-over) may have landed unanswered: the
@@ -638,6 +684,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, nil))
 		return
 	}
+	w.claimedHeld(held)
 	if w.afterClaim != nil {
 		w.afterClaim(t) // tests: between the claim and the body
 	}
@@ -732,6 +779,13 @@ func (w *Worker) untrack(key string) {
 type held struct {
 	done  chan struct{}
 	acked bool
+	// claimed: the holder took the attempt's claim (under w.mu).
+	claimed bool
+	// unstarted is the token of a claim a handed task took, or may have
+	// taken, without starting the body and could not remove
+	// (dropUnstarted): a delivery that waited for the hold requeues its
+	// task naming it. Set before the hold ends.
+	unstarted string
 }
 
 // enter registers the attempt of claim key as held by this worker; first
@@ -772,6 +826,8 @@ func (w *Worker) requeue(m jetstream.Msg, t Task, why string, unstarted ...strin
 	for k, v := range m.Headers() {
 		msg.Header[k] = slices.Clone(v)
 	}
+	// A requeued copy is nobody's handed task any more: not delayed.
+	msg.Header.Del(HeaderHandedTo)
 	for _, tok := range unstarted {
 		if tok != "" && !slices.Contains(msg.Header.Values(api.HeaderUnstartedClaim), tok) {
 			msg.Header.Add(api.HeaderUnstartedClaim, tok)

@@ -1,0 +1,289 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"github.com/weftrun/weft/api"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
+)
+
+// HandOff gives t, a task its runner publishes to WEFT_TASKS at the same
+// time, to this in-process worker directly: the attempt's body may start
+// without waiting for the task's publish, its delivery by the queue's
+// consumer and the check by direct get (docs/adr/0027-fewer-writes-per-step.md).
+// hdr are the task message's headers (its trace context).
+//
+// The caller is the runner that appended t's fence and holds its run at
+// the fence's version: the attempt is current when HandOff is called
+// (docs/semantics.md §7: the fence is recorded before any body starts), so
+// the check before the claim is skipped when it is the default LogCheck
+// (an embedder's own AttemptCheck is still asked, before and after the
+// claim, as for a delivered task). The claim is not skipped: it is the
+// durable, create-only key a runner's close races (docs/adr/0023), so a
+// close that wins before it means the body never starts (§5), and a close
+// that comes after it finds it claimed and stops the body
+// (weft.stop.<run>, tracked from before the claim).
+//
+// The task's stream copy is never run a second time: its delivery to this
+// worker while the handed task is held waits for it and ends as it does
+// (acked once the report was answered); a delivery anywhere after the
+// claim finds the claim (or, once reported, the attempt no longer current)
+// and never starts the body; another Go worker delays the copy's first
+// delivery (HeaderHandedTo). Whoever claims first runs the body; the
+// handed task that finds the attempt claimed (by its stream copy's
+// delivery, or a worker that vanished) or closed does nothing more — it
+// has no message to ack, and the copy's delivery reports. A handed task
+// that did not start the body after taking its claim, or whose claim's
+// create had no answer, removes that claim (dropUnstarted), so that the
+// copy's delivery runs the body as a first delivery instead of reporting
+// the attempt lost for a body that never started.
+//
+// HandOff reports whether the worker took t: false when it serves no
+// queue of t's identity, is not running yet or is stopping (the stream
+// copy is then the only way the task is run).
+func (w *Worker) HandOff(t Task, hdr nats.Header) bool {
+	q := Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
+	h, ok := w.handlers[q]
+	if !ok || !w.ready.Load() {
+		return false
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping.Load() || w.abandoned {
+		return false
+	}
+	w.handedOff.Add(1)
+	w.group.Go(func() error {
+		w.handed(q, h, t, hdr)
+		return nil
+	})
+	return true
+}
+
+// HeaderHandedTo is set by a runner on the stream copy of a task it also
+// handed to its in-process worker (HandOff): the worker's id (the
+// runner's). Another Go worker that receives the copy at its first
+// delivery gives it back with a delay (HandedCopyDelay) instead of
+// checking, claiming and reporting at once: by then the handed task has
+// usually reported, and the delivery after the delay finds the attempt no
+// longer current and acks it. Later deliveries are handled as any
+// delivery is (the copy stays the fallback: docs/adr/0027,
+// docs/protocol/41-tasks.md). A requeued copy does not carry it.
+const HeaderHandedTo = "Weft-Handed-To"
+
+// HandedCopyDelay is the default delay of a handed task's stream copy at
+// its first delivery to a worker it was not handed to (HeaderHandedTo,
+// WithHandedCopyDelay).
+const HandedCopyDelay = 2 * time.Second
+
+// delayHandedCopy reports whether m, a delivery of a task, is the stream
+// copy of a task another worker was handed, at its first delivery here: it
+// is then given back with w.copyDelay, not handled now.
+func (w *Worker) delayHandedCopy(m jetstream.Msg) bool {
+	by := m.Headers().Get(HeaderHandedTo)
+	if by == "" || by == w.id || w.copyDelay <= 0 {
+		return false
+	}
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered != 1 {
+		return false
+	}
+	_ = m.NakWithDelay(w.copyDelay)
+	return true
+}
+
+// HandedOff is how many tasks HandOff took.
+func (w *Worker) HandedOff() int64 { return w.handedOff.Load() }
+
+// Holds reports whether this worker holds the attempt of claim key (held:
+// a delivery or a handed task of it is being checked, claimed, run or
+// reported here) and whether that holder took the attempt's claim
+// (claimed). Its runner refuses, runner_busy, another worker's report that
+// this attempt was lost while it is held: the holder either runs the body
+// and reports (the notice is then stale), or ends without the claim, and
+// the notice's retry is recorded (runner.Report, docs/adr/0027).
+func (w *Worker) Holds(key string) (held, claimed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h, ok := w.held[key]
+	return ok, ok && h.claimed
+}
+
+// claimedHeld marks h, this worker's hold of an attempt, as the one that
+// took its claim.
+func (w *Worker) claimedHeld(h *held) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	h.claimed = true
+}
+
+// handed runs a task given by HandOff: handle's steps without the message
+// (nothing to ack, requeue or give back) and, with the default check,
+// without the check before the claim and the read after it.
+func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
+	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	held, first := w.enter(key)
+	if !first {
+		// A delivery of the stream copy holds the attempt: it does the work.
+		return
+	}
+	// A delivery of the stream copy that waits for this hold ends as it
+	// does: acked once the report was answered, else given back (its
+	// redelivery decides from the claim, as any delivery does).
+	acked := false
+	defer func() {
+		if acked || held.unstarted != "" {
+			w.doneHanded(key, held.unstarted)
+		}
+		w.leave(key, held, acked)
+	}()
+	wq := q
+	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
+	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
+	base := context.Background()
+	if w.ctxFrom != nil {
+		base = w.ctxFrom(base, hdr)
+	}
+	ctx, cancel := context.WithCancelCause(base)
+	defer cancel(nil)
+	// Stoppable from before the claim: a stop recorded after the claim
+	// reaches the body (or keeps it from starting, below).
+	w.track(key, t.Run, cancel)
+	defer w.untrack(key)
+	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+		return // the stream copy's delivery reports it timed_out
+	}
+	if !w.defaultCheck && w.current(t) != attemptCurrent {
+		return // the stream copy's delivery decides, as for any delivery
+	}
+	res, own, _ := w.takeClaim(t, key, nil)
+	if res == claimUnknown {
+		// The create may have landed unanswered: a claim no body started
+		// under, which the copy's delivery would report worker_lost.
+		w.dropUnstarted(t, &own, held)
+		return
+	}
+	if res != claimTaken {
+		// Closed (the body never starts, docs/adr/0023), or claimed by
+		// the stream copy's delivery (it runs and reports) or by a worker
+		// that vanished (the copy's delivery reports it lost).
+		return
+	}
+	w.claimedHeld(held)
+	// Every path below that does not start the body marks the claim not
+	// started first, as a delivery does (worker.go; docs/adr/0023, "Claims
+	// released as not started").
+	if !w.defaultCheck && w.current(t) == attemptStale {
+		w.markNotStarted(t, &own, api.ClaimEnded)
+		acked = true // ended while it was claimed: nothing to report
+		return
+	}
+	if context.Cause(ctx) == errStopped {
+		w.markNotStarted(t, &own, api.ClaimStopped)
+		acked = true // stopped by a recorded decision: nothing to report
+		return
+	}
+	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+		w.markNotStarted(t, &own, api.ClaimDeadline)
+		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+		rep.Evidence = "the deadline passed before the body started; the body was not started"
+		acked = w.deliver(t, rep, &own)
+		return
+	}
+	if !w.startBody() {
+		// Stopped or abandoned since HandOff: the body never started, so
+		// the claim is removed and the stream copy's delivery (here or
+		// in another worker) runs it as a first delivery.
+		w.dropUnstarted(t, &own, held)
+		return
+	}
+	rep = w.run(ctx, h, t, rep, &own)
+	acked = w.deliver(t, rep, &own)
+}
+
+// dropUnstarted removes own, the claim a handed task took, or may have
+// taken unanswered, without starting t's body: the task has no message to
+// requeue with the claim's token (api.HeaderUnstartedClaim, as a delivery
+// does), so its stream copy's delivery would find a token it does not know
+// and report the attempt worker_lost — uncertain for a body that provably
+// never started. The claim is read and deleted at its revision if it holds
+// own's token (a claim of another token, or none, is left as it is),
+// tried as takeClaim tries (within LateAfterAbandon after Abandon), while
+// the task still holds the attempt: another worker's notice meanwhile is
+// refused runner_busy, and a delivery of the copy in this worker waits. If
+// the claim cannot be removed, that delivery requeues the copy naming the
+// token (h.unstarted), as a delivered task's requeue does; a copy another
+// worker receives then reports the attempt lost, as a delivery whose
+// requeue could not be published does (conservative: nothing started).
+func (w *Worker) dropUnstarted(t Task, own *ownClaim, h *held) {
+	back := backoff.New(50*time.Millisecond, 2*time.Second)
+	for range 6 {
+		ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
+		e, err := w.claims.Get(ctx, own.key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			cancel()
+			return // never landed, or deleted
+		case err == nil && decodeClaim(e.Value()).Token != own.val.Token:
+			cancel()
+			return // another's claim: it decides, as for any delivery
+		case err == nil:
+			err = w.claims.Delete(ctx, own.key, jetstream.LastRevision(e.Revision()))
+			if err == nil {
+				cancel()
+				return
+			}
+		}
+		cancel()
+		w.log.Warn("worker: cannot remove the claim of a handed task whose body did not start", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", own.key, "err", err)
+		if back.Wait(w.late) != nil {
+			break
+		}
+	}
+	w.mu.Lock()
+	h.unstarted = own.val.Token
+	w.mu.Unlock()
+}
+
+// handedKeep is how long, at least, the claim key of a handed task that is
+// done is remembered for its stream copy (wasHanded): longer than the
+// copy's publish and delivery take. Keys live in two generations, the
+// current one and the one before, each handedKeep long.
+const handedKeep = time.Minute
+
+// doneHanded remembers key, a handed task whose report was answered or
+// that needs none (unstarted ""), or that did not start the body and left
+// a claim of token unstarted it could not remove (dropUnstarted).
+func (w *Worker) doneHanded(key, unstarted string) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if now.Sub(w.handedSince) > handedKeep {
+		w.handedPrev, w.handedDone, w.handedSince = w.handedDone, map[string]string{}, now
+	}
+	w.handedDone[key] = unstarted
+}
+
+// wasHanded reports whether key is a handed task this worker did
+// (doneHanded) and the token of the claim it left unstarted, if any: a
+// delivery of its stream copy is acked and never started — or, with a
+// token, takes that claim over as a requeued task's delivery does
+// (api.HeaderUnstartedClaim).
+func (w *Worker) wasHanded(key string) (done bool, unstarted string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	tok, ok := w.handedDone[key]
+	if !ok {
+		tok, ok = w.handedPrev[key]
+	}
+	return ok && tok == "", tok
+}
+
+// ID is the worker's id (WithID), the Worker of its reports.
+func (w *Worker) ID() string { return w.id }

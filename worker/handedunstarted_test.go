@@ -1,0 +1,128 @@
+package worker_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/worker"
+)
+
+// lostCreateClaims is a JetStream whose weft_claims bucket lands the first
+// create and loses its answer, then fails the next five (takeClaim's tries:
+// the claim's outcome stays unknown to its taker), and fails the first
+// kv.failGets reads; every other call is answered.
+type lostCreateClaims struct {
+	jetstream.JetStream
+	kv *lostCreateKV
+}
+
+func (l *lostCreateClaims) wrap(kv jetstream.KeyValue, err error, bucket string) (jetstream.KeyValue, error) {
+	if err != nil || bucket != api.ClaimsBucket {
+		return kv, err
+	}
+	l.kv.KeyValue = kv
+	return l.kv, nil
+}
+
+func (l *lostCreateClaims) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := l.JetStream.KeyValue(ctx, bucket)
+	return l.wrap(kv, err, bucket)
+}
+
+func (l *lostCreateClaims) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := l.JetStream.CreateKeyValue(ctx, cfg)
+	return l.wrap(kv, err, cfg.Bucket)
+}
+
+type lostCreateKV struct {
+	jetstream.KeyValue
+	failGets      int32
+	creates, gets atomic.Int32
+}
+
+func (k *lostCreateKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	switch n := k.creates.Add(1); {
+	case n == 1:
+		if _, err := k.KeyValue.Create(ctx, key, value, opts...); err != nil {
+			return 0, err
+		}
+		return 0, errUnanswered
+	case n <= 6:
+		return 0, errUnanswered
+	}
+	return k.KeyValue.Create(ctx, key, value, opts...)
+}
+
+func (k *lostCreateKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if k.gets.Add(1) <= k.failGets {
+		return nil, errUnanswered
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownLeavesNoClaimForItsCopyToReportLost:
+// a handed task whose claim create landed unanswered (claimUnknown) never
+// starts the body; it removes the claim it may have taken (read, deleted
+// at its revision when it holds its own token) — or, when the bucket does
+// not answer the read either, its stream copy's delivery in this worker
+// takes that claim over by its token, as a requeued task's does
+// (api.HeaderUnstartedClaim). Either way the copy runs the body once, as a
+// first delivery, and reports its output: the attempt is not reported
+// worker_lost — uncertain, for a non-replayable tool — for a body that
+// provably never started (docs/semantics.md §8; docs/adr/0027).
+func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownLeavesNoClaimForItsCopyToReportLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		failGets int32
+	}{
+		{"the claim is removed", 0},
+		{"the claim cannot be read: the copy takes it over", 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nc, realJS := startServer(t)
+			kv := &lostCreateKV{failGets: tc.failGets}
+			js := &lostCreateClaims{JetStream: realJS, kv: kv}
+			var starts atomic.Int64
+			w, rs, _ := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
+			task := handedTask("1/unknown")
+			handOff(t, w, task)
+			// The copy is published once the handed task tried its claim:
+			// it is the first to claim, as a runner's handed task is.
+			deadline := time.Now().Add(20 * time.Second)
+			for kv.creates.Load() == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the handed task tried no claim within 20 s")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			publish(t, realJS, task)
+			got := firstReport(t, rs)
+			if got.Outcome != worker.OutcomeOutput {
+				t.Errorf("reported %s (%s: %s), want output: the body never started before the copy's delivery", got.Outcome, got.Cause, got.Evidence)
+			}
+			if n := starts.Load(); n != 1 {
+				t.Errorf("the body started %d times, want 1", n)
+			}
+		})
+	}
+}
+
+// firstReport waits up to 30 s for rs's first report and returns it.
+func firstReport(t *testing.T, rs *reports) worker.Report {
+	t.Helper()
+	select {
+	case <-rs.ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no report within 30 s")
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.got[0]
+}
