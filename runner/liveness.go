@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/partition"
 )
 
 // judgement tracks whether this runner can tell that a peer is gone
@@ -81,30 +82,30 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err != nil {
-		r.judge.since, r.judge.first, r.judge.reconnected = time.Now(), 0, true // peers cannot beat either, perhaps
+		r.judge.since, r.judge.first, r.judge.reconnected = r.clk.Now(), 0, true // peers cannot beat either, perhaps
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
 	switch {
 	case rev <= r.judge.revision:
-		r.judge.since, r.judge.first = time.Now(), 0 // the bucket was re-created
+		r.judge.since, r.judge.first = r.clk.Now(), 0 // the bucket was re-created
 	case r.judge.first == 0 && r.judge.since.Equal(period):
 		// Sent within the current period: a put sent before a
 		// reconnection the view noticed while it was in flight may
 		// precede a restart, and is not the period's first beat.
 		r.judge.first = rev
 	}
-	r.judge.revision, r.judge.at = rev, time.Now()
+	r.judge.revision, r.judge.at = rev, r.clk.Now()
 	return nil
 }
 
 func (r *Runner) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(r.lease / 4)
+	t := r.clk.NewTicker(r.lease / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			if err := r.heartbeat(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("heartbeat failed", "err", err)
 			}
@@ -151,10 +152,10 @@ func runnersMarkerTTL(lease time.Duration) time.Duration { return max(60*lease, 
 
 // judgeGrace is how long this runner's view of the runners bucket must
 // have been continuous after a reconnection before an absent key means a
-// gone runner: the lease (every live runner puts its key every lease/4),
-// the heartbeat interval, and reconnectGrace.
+// gone runner (partition.JudgeGrace): the lease (every live runner puts
+// its key every lease/4), the heartbeat interval, and reconnectGrace.
 func (r *Runner) judgeGrace() time.Duration {
-	return r.lease + r.lease/4 + r.reconnectGrace()
+	return partition.JudgeGrace(r.lease, r.reconnectGrace())
 }
 
 // reconnectGrace is the part of judgeGrace that covers a peer's
@@ -169,24 +170,23 @@ func (r *Runner) reconnectGrace() time.Duration {
 // grace passed. Before that, once it has watched for a lease and a
 // heartbeat interval, only some absent keys are judged (partial, alive):
 // since is when the period of continuous view began, fresh whether it
-// began at this runner's start.
-func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh bool) {
+// began at this runner's start, cut whether the view was found cut just
+// now (a reconnection: a new period begins).
+func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh, cut bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rc := r.nc.Stats().Reconnects; rc != r.judge.reconnects || !r.nc.IsConnected() {
-		r.judge.since, r.judge.first, r.judge.reconnects, r.judge.reconnected = time.Now(), 0, rc, true
-		return false, false, r.judge.since, false
+		r.judge.since, r.judge.first, r.judge.reconnects, r.judge.reconnected = r.clk.Now(), 0, rc, true
+		return false, false, r.judge.since, false, true
 	}
-	watched := time.Since(r.judge.since)
-	if watched >= r.judgeGrace() {
-		return true, false, r.judge.since, !r.judge.reconnected
-	}
-	return false, watched >= r.lease+r.lease/4, r.judge.since, !r.judge.reconnected
+	full, partial = partition.Level(r.judge.since, r.clk.Now(), r.lease, r.reconnectGrace())
+	return full, partial, r.judge.since, !r.judge.reconnected, false
 }
 
 // alive reports whether runner id may hold a live heartbeat: false only
-// when its key is absent and this runner can tell (judgeLevel, its own
-// key present). "Cannot tell" — a read error, a missing bucket, a view
+// when its key is absent and this runner can tell (partition.Judge on
+// what it reads: the key's last message, its own key, its view's
+// period). "Cannot tell" — a read error, a missing bucket, a view
 // too recent — is never "gone". Before the whole grace passed, an absent
 // key is judged when its marker follows a put seen above this runner's
 // first beat of the view (beatInView, at any time), or when the server's marker says it expired a lease and two
@@ -208,71 +208,38 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true
 	}
+	f := partition.Facts{Lease: r.lease, ReconnectGrace: r.reconnectGrace(), Last: partition.LastUnread}
 	last, lerr := r.lastBeat(ctx, id)
-	if lerr == nil && released(last) {
-		r.log.Info("runner judged gone", "peer", id, "why", "released")
+	if lerr == nil {
+		f.Last = partition.LastNone
+		if released(last) {
+			f.Last = partition.LastDeleted
+		} else if at, ok := expiredAt(last); ok {
+			f.Last, f.ExpiredAt = partition.LastExpired, at
+		}
+	}
+	if f.Last != partition.LastDeleted {
+		var full, partial bool
+		full, partial, f.Since, f.Fresh, f.Cut = r.judgeLevel()
+		f.BeatInView = f.Last == partition.LastExpired && r.beatInView(id, last)
+		// Its own key is read only when the judgement can use it.
+		if full || partial || f.BeatInView {
+			if own, err := r.live.Get(ctx, r.id); err == nil {
+				r.mu.Lock()
+				beat, answered := r.judge.revision, r.judge.at
+				r.mu.Unlock()
+				f.OwnKey, f.OwnCurrent, f.OwnPut, f.Answered = true, own.Revision() == beat, own.Created(), answered
+			}
+		}
+		f.Now = r.clk.Now()
+	}
+	gone, why := partition.Judge(f)
+	if gone {
+		r.log.Info("runner judged gone", "peer", id, "why", why)
 		r.markGone(id)
-		return false
 	}
-	full, partial, since, fresh := r.judgeLevel()
-	if !full && lerr == nil && r.beatInView(id, last) {
-		if _, err := r.live.Get(ctx, r.id); err == nil {
-			r.log.Info("runner judged gone", "peer", id, "why", whyBeatInView)
-			r.markGone(id)
-			return false
-		}
-	}
-	if !full && !partial {
-		return true
-	}
-	own, err := r.live.Get(ctx, r.id)
-	if err != nil {
-		return true // our own key is not there either: the bucket is not ours to judge by
-	}
-	why := "liveness key absent"
-	if !full {
-		at, expired := expiredAt(last)
-		switch {
-		case lerr != nil:
-			return true
-		case expired:
-			// When the key expired by this runner's clock: the server's
-			// time between the expiry and this runner's last beat, back
-			// from when that beat was answered here (late by the put's
-			// round trip at most, well within the lease/4 of margin).
-			r.mu.Lock()
-			beat, answered := r.judge.revision, r.judge.at
-			r.mu.Unlock()
-			if own.Revision() != beat {
-				return true // a beat being answered: judged at the next look
-			}
-			exp := answered.Add(-own.Created().Sub(at))
-			switch {
-			case !exp.Add(-(r.lease + r.lease/2)).Before(since):
-				why = "liveness key expired while this runner watched"
-			case (fresh || !exp.Before(since)) && time.Since(exp) >= r.reconnectGrace()+r.lease/4:
-				why = "liveness key expired a reconnect wait ago"
-			default:
-				return true // expired before the view began: the peer may be reconnecting
-			}
-		default:
-			// No marker to read: the key was never written, or expired
-			// before the server removed its marker — the server drops a
-			// marker about a lease after the expiry, whatever its TTL,
-			// so its absence says nothing of when. A peer cut off by a
-			// server restart may still come back: judged like a key
-			// that expired before the view began, at the whole grace.
-			return true
-		}
-	}
-	r.log.Info("runner judged gone", "peer", id, "why", why)
-	r.markGone(id)
-	return false
+	return !gone
 }
-
-// whyBeatInView is the reason logged when a runner is judged gone by
-// beatInView.
-const whyBeatInView = "liveness key expired after a beat within this runner's view"
 
 // beatInView reports whether runner id's liveness key, whose last message
 // is last, expired (the server's marker) after a put of it that the runners
@@ -296,7 +263,7 @@ func (r *Runner) seenGone(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	at, ok := r.gone[id]
-	if ok && time.Since(at) < r.lease/4 {
+	if ok && r.clk.Since(at) < r.lease/4 {
 		return true
 	}
 	if ok {
@@ -311,7 +278,7 @@ func (r *Runner) markGone(id string) {
 	if r.gone == nil {
 		r.gone = map[string]time.Time{}
 	}
-	r.gone[id] = time.Now()
+	r.gone[id] = r.clk.Now()
 }
 
 // driverKey is a run's weft_drivers entry: the driver and the revision.

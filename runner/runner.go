@@ -23,6 +23,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/clock"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -208,6 +209,12 @@ type Runner struct {
 	// bg owns the goroutines that outlive the call that starts them
 	// (background.go); Run stops it before it returns.
 	bg *background
+	// clk is the clock partition ownership reads (liveness, the runners
+	// view, the partition loop, releases): the wall clock, a fake one in
+	// tests. Not now: that stamps recorded times (a store clock, which a
+	// test may set behind the wall clock), while clk measures this
+	// process's own intervals and drives tickers.
+	clk clock.Clock
 }
 
 // tracker counts work in flight; idle is closed while none is. Unlike a
@@ -251,7 +258,7 @@ func (t *tracker) quiet() <-chan struct{} {
 // New returns a Runner for agents over nc and js. Call Provision once
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
-	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now, nparts: DefaultPartitions,
+	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now, clk: clock.Real(), nparts: DefaultPartitions,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
 		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}, closes: map[string][]aggregate.Close{}}
 	for _, o := range opts {
