@@ -12,16 +12,16 @@ import "time"
 type Last int
 
 const (
-	// LastUnread: the last message could not be read.
+	// LastUnread means the last message could not be read.
 	LastUnread Last = iota
-	// LastNone: no message, or none that says why the key is absent
+	// LastNone means no message, or none that says why the key is absent
 	// (never written, or expired longer ago than the server keeps its
 	// marker).
 	LastNone
-	// LastDeleted: the runner deleted its key (a drained runner does,
+	// LastDeleted means the runner deleted its key (a drained runner does,
 	// once its runs are handed off).
 	LastDeleted
-	// LastExpired: the server's marker of a key that reached its max age
+	// LastExpired means the server's marker of a key that reached its max age
 	// (its runner stopped beating), stamped with the server's time.
 	LastExpired
 )
@@ -60,13 +60,19 @@ type Facts struct {
 	ReconnectGrace time.Duration
 }
 
-// Why a peer is judged gone.
+// Why a peer is judged gone (Judge's reason, logged by the runner).
 const (
-	WhyReleased       = "released"
-	WhyBeatInView     = "liveness key expired after a beat within this runner's view"
+	// WhyReleased is a peer that deleted its key.
+	WhyReleased = "released"
+	// WhyBeatInView is a key that expired after a put the view saw within
+	// its current period.
+	WhyBeatInView = "liveness key expired after a beat within this runner's view"
+	// WhyExpiredWatched is a key that expired well after the view began.
 	WhyExpiredWatched = "liveness key expired while this runner watched"
-	WhyExpiredAgo     = "liveness key expired a reconnect wait ago"
-	WhyAbsent         = "liveness key absent"
+	// WhyExpiredAgo is a key that expired a reconnect wait ago.
+	WhyExpiredAgo = "liveness key expired a reconnect wait ago"
+	// WhyAbsent is a key absent once the whole grace passed.
+	WhyAbsent = "liveness key absent"
 )
 
 // JudgeGrace is how long a runner's view must have been continuous before

@@ -26,21 +26,22 @@ type Slot struct {
 type Do int
 
 const (
-	// Nothing: the partition stays as it is.
+	// Nothing means the partition stays as it is.
 	Nothing Do = iota
-	// Claim: create the partition's key (Rev 0: absent or deleted) or
+	// Claim means: create the partition's key (Rev 0: absent or deleted) or
 	// update it at Rev (it names Previous, a runner judged gone). One
 	// claim of several wins.
 	Claim
-	// Release: hand off the runs of the partition this runner holds and
+	// Release means: hand off the runs of the partition this runner holds and
 	// delete its key at Rev (the claim's revision).
 	Release
-	// Postpone: the partition is assigned to another runner, but a run
+	// Postpone means the partition is assigned to another runner, but a run
 	// of it has work without a deadline; it is released once that work
 	// ended.
 	Postpone
 )
 
+// String names d as the scripts print it.
 func (d Do) String() string {
 	switch d {
 	case Claim:

@@ -58,6 +58,24 @@ type judgement struct {
 	at          time.Time // when that put was answered (this runner's clock)
 }
 
+// liveness is this runner's judgement of its peers (alive): the period
+// of continuous view (judgement) and the peers found gone lately (the
+// gone cache). Its lock is its own, not the command loop's (Runner.mu):
+// judging a peer never waits for a run's bookkeeping, nor the other way.
+type liveness struct {
+	mu    sync.Mutex
+	judge judgement
+	gone  map[string]time.Time // runners alive found gone, and when
+}
+
+// start begins the first period of continuous view at now, at the
+// connection's reconnect count rc.
+func (l *liveness) start(now time.Time, rc uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.judge.since, l.judge.reconnects = now, rc
+}
+
 // beat is the value of a runner's key in weft_runners: when it was put,
 // and the number of partitions of the deployment it takes part in (a
 // runner whose key says otherwise — a process of an older release, or a
@@ -75,26 +93,27 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 	draining := r.draining
 	r.mu.Unlock()
 	b, _ := json.Marshal(beat{Schema: 1, At: r.now().UTC().Format(time.RFC3339Nano), Partitions: r.nparts, Draining: draining})
-	r.mu.Lock()
-	period := r.judge.since
-	r.mu.Unlock()
+	l := &r.peers
+	l.mu.Lock()
+	period := l.judge.since
+	l.mu.Unlock()
 	rev, err := r.live.Put(ctx, r.id, b)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err != nil {
-		r.judge.since, r.judge.first, r.judge.reconnected = r.clk.Now(), 0, true // peers cannot beat either, perhaps
+		l.judge.since, l.judge.first, l.judge.reconnected = r.clk.Now(), 0, true // peers cannot beat either, perhaps
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
 	switch {
-	case rev <= r.judge.revision:
-		r.judge.since, r.judge.first = r.clk.Now(), 0 // the bucket was re-created
-	case r.judge.first == 0 && r.judge.since.Equal(period):
+	case rev <= l.judge.revision:
+		l.judge.since, l.judge.first = r.clk.Now(), 0 // the bucket was re-created
+	case l.judge.first == 0 && l.judge.since.Equal(period):
 		// Sent within the current period: a put sent before a
 		// reconnection the view noticed while it was in flight may
 		// precede a restart, and is not the period's first beat.
-		r.judge.first = rev
+		l.judge.first = rev
 	}
-	r.judge.revision, r.judge.at = rev, r.clk.Now()
+	l.judge.revision, l.judge.at = rev, r.clk.Now()
 	return nil
 }
 
@@ -173,14 +192,15 @@ func (r *Runner) reconnectGrace() time.Duration {
 // began at this runner's start, cut whether the view was found cut just
 // now (a reconnection: a new period begins).
 func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh, cut bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if rc := r.nc.Stats().Reconnects; rc != r.judge.reconnects || !r.nc.IsConnected() {
-		r.judge.since, r.judge.first, r.judge.reconnects, r.judge.reconnected = r.clk.Now(), 0, rc, true
-		return false, false, r.judge.since, false, true
+	l := &r.peers
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rc := r.nc.Stats().Reconnects; rc != l.judge.reconnects || !r.nc.IsConnected() {
+		l.judge.since, l.judge.first, l.judge.reconnects, l.judge.reconnected = r.clk.Now(), 0, rc, true
+		return false, false, l.judge.since, false, true
 	}
-	full, partial = partition.Level(r.judge.since, r.clk.Now(), r.lease, r.reconnectGrace())
-	return full, partial, r.judge.since, !r.judge.reconnected, false
+	full, partial = partition.Level(l.judge.since, r.clk.Now(), r.lease, r.reconnectGrace())
+	return full, partial, l.judge.since, !l.judge.reconnected, false
 }
 
 // alive reports whether runner id may hold a live heartbeat: false only
@@ -225,9 +245,9 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		// Its own key is read only when the judgement can use it.
 		if full || partial || f.BeatInView {
 			if own, err := r.live.Get(ctx, r.id); err == nil {
-				r.mu.Lock()
-				beat, answered := r.judge.revision, r.judge.at
-				r.mu.Unlock()
+				r.peers.mu.Lock()
+				beat, answered := r.peers.judge.revision, r.peers.judge.at
+				r.peers.mu.Unlock()
 				f.OwnKey, f.OwnCurrent, f.OwnPut, f.Answered = true, own.Revision() == beat, own.Created(), answered
 			}
 		}
@@ -250,9 +270,9 @@ func (r *Runner) beatInView(id string, last *jetstream.RawStreamMsg) bool {
 		return false
 	}
 	rev, ok := r.runners.leftAt(id)
-	r.mu.Lock()
-	first := r.judge.first
-	r.mu.Unlock()
+	r.peers.mu.Lock()
+	first := r.peers.judge.first
+	r.peers.mu.Unlock()
 	return ok && first != 0 && rev > first
 }
 
@@ -260,25 +280,27 @@ func (r *Runner) beatInView(id string, last *jetstream.RawStreamMsg) bool {
 // heartbeat interval (lease/4): the takeover of a gone runner's many runs
 // judges it once per interval, not once per run.
 func (r *Runner) seenGone(id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	at, ok := r.gone[id]
+	l := &r.peers
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.gone[id]
 	if ok && r.clk.Since(at) < r.lease/4 {
 		return true
 	}
 	if ok {
-		delete(r.gone, id)
+		delete(l.gone, id)
 	}
 	return false
 }
 
 func (r *Runner) markGone(id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gone == nil {
-		r.gone = map[string]time.Time{}
+	l := &r.peers
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone == nil {
+		l.gone = map[string]time.Time{}
 	}
-	r.gone[id] = r.clk.Now()
+	l.gone[id] = r.clk.Now()
 }
 
 // driverKey is a run's weft_drivers entry: the driver and the revision.

@@ -180,7 +180,6 @@ type Runner struct {
 	draining bool
 	inflight sync.WaitGroup   // model calls in flight
 	takeover sync.Map         // run -> struct{} while a takeover is being attempted
-	judge    judgement        // guarded by mu
 	kicks    map[string]*kick // runs to wake again (retryLater)
 	// quarantined holds the runs whose log a reader found unfoldable,
 	// with the bad message's sequence (noteQuarantine).
@@ -196,7 +195,6 @@ type Runner struct {
 	commands    tracker // commands in flight (route)
 	// finished are runs seen finished, whose late wake-ups cost nothing.
 	finished finishedRuns
-	gone     map[string]time.Time // runners alive found gone, and when (guarded by mu)
 	// mine are runs this process drove and forgot while the log still
 	// names it their driver (drop): acquired again, they are its own.
 	mine map[string]struct{}
@@ -209,6 +207,9 @@ type Runner struct {
 	// bg owns the goroutines that outlive the call that starts them
 	// (background.go); Run stops it before it returns.
 	bg *background
+	// peers is this runner's judgement of its peers' liveness, under a
+	// lock of its own (liveness.go).
+	peers liveness
 	// clk is the clock partition ownership reads (liveness, the runners
 	// view, the partition loop, releases): the wall clock, a fake one in
 	// tests. Not now: that stamps recorded times (a store clock, which a
@@ -330,9 +331,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.parts = newPartTable(r.nparts)
 	r.runners = newRunnersView()
-	r.mu.Lock()
-	r.judge.since, r.judge.reconnects = time.Now(), r.nc.Stats().Reconnects
-	r.mu.Unlock()
+	r.peers.start(r.clk.Now(), r.nc.Stats().Reconnects)
 	r.owned.reconnects = r.nc.Stats().Reconnects // nothing owned yet
 	// A failed heartbeat is "cannot tell", never a reason to stop serving
 	// (the bucket may refuse writes, or be re-created by a server restart

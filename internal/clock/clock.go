@@ -61,14 +61,18 @@ type waiter struct {
 // NewFake returns a Fake reading start.
 func NewFake(start time.Time) *Fake { return &Fake{now: start, added: make(chan struct{})} }
 
+// Now returns the Fake's time.
 func (f *Fake) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.now
 }
 
+// Since returns the Fake's time since t.
 func (f *Fake) Since(t time.Time) time.Duration { return f.Now().Sub(t) }
 
+// After returns a channel that receives the Fake's time once an Advance
+// reaches d from now.
 func (f *Fake) After(d time.Duration) <-chan time.Time {
 	w := f.add(d, 0)
 	if d <= 0 {
@@ -77,6 +81,8 @@ func (f *Fake) After(d time.Duration) <-chan time.Time {
 	return w.c
 }
 
+// NewTicker returns a ticker that fires on every Advance that reaches its
+// next period.
 func (f *Fake) NewTicker(d time.Duration) Ticker {
 	if d <= 0 {
 		panic("clock: non-positive ticker period")
