@@ -16,7 +16,7 @@ func TestSemantics8_AGonePeerIsJudgedAgainAfterAHeartbeatInterval(t *testing.T) 
 	t.Parallel()
 	const lease = 2 * time.Second
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	r := &Runner{id: "me", lease: lease, clk: clk}
+	r := &Runner{id: "me", lease: lease, partitionOwnership: partitionOwnership{clk: clk}}
 	if r.seenGone("peer") {
 		t.Fatal("a peer never judged is seen gone")
 	}

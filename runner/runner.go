@@ -146,8 +146,6 @@ type Runner struct {
 	// handOffLock bounds the wait for a run's lock in a hand-off (5 s;
 	// tests shorten it).
 	handOffLock time.Duration
-	nparts      int  // partitions of the deployment (WithPartitions)
-	partsSet    bool // WithPartitions was given
 	external    map[string]bool
 	workerOpts  []worker.Option
 	headKey     nkeys.KeyPair    // signs chain heads (signhead.go); nil: none
@@ -161,18 +159,11 @@ type Runner struct {
 	// (claimsKV does not look it up again for claimsRetry).
 	claimsFailed time.Time
 
-	agents map[string]*agent.Agent // name@version and name (first registered)
-	list   []*agent.Agent
-	live   jetstream.KeyValue
-	// liveStream is the stream of live, for reading delete markers.
-	liveStream jetstream.Stream
-	drivers    jetstream.KeyValue
-	partKV     jetstream.KeyValue
-	parts      *partTable   // owners of the partitions, as this runner sees them
-	runners    *runnersView // weft_runners, as this runner's watcher sees it
-	owned      ownership    // the reconnect check of the owned partitions (verifyOwned)
-	cmds       jetstream.KeyValue
-	snaps      jetstream.KeyValue
+	agents  map[string]*agent.Agent // name@version and name (first registered)
+	list    []*agent.Agent
+	drivers jetstream.KeyValue
+	cmds    jetstream.KeyValue
+	snaps   jetstream.KeyValue
 
 	mu       sync.Mutex
 	runs     map[string]*run          // runs this runner drives
@@ -207,15 +198,9 @@ type Runner struct {
 	// bg owns the goroutines that outlive the call that starts them
 	// (background.go); Run stops it before it returns.
 	bg *background
-	// peers is this runner's judgement of its peers' liveness, under a
-	// lock of its own (liveness.go).
-	peers liveness
-	// clk is the clock partition ownership reads (liveness, the runners
-	// view, the partition loop, releases): the wall clock, a fake one in
-	// tests. Not now: that stamps recorded times (a store clock, which a
-	// test may set behind the wall clock), while clk measures this
-	// process's own intervals and drives tickers.
-	clk clock.Clock
+	// partitionOwnership is the state of partition ownership, apart
+	// from the command loop's (ownership.go).
+	partitionOwnership
 }
 
 // tracker counts work in flight; idle is closed while none is. Unlike a
@@ -259,9 +244,10 @@ func (t *tracker) quiet() <-chan struct{} {
 // New returns a Runner for agents over nc and js. Call Provision once
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
-	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now, clk: clock.Real(), nparts: DefaultPartitions,
+	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
-		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}, closes: map[string][]aggregate.Close{}}
+		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}, closes: map[string][]aggregate.Close{},
+		partitionOwnership: partitionOwnership{clk: clock.Real(), nparts: DefaultPartitions}}
 	for _, o := range opts {
 		o(r)
 	}

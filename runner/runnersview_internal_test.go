@@ -133,7 +133,8 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := &Runner{id: "me", lease: lease, nparts: DefaultPartitions, live: skewedKV{kv, skew}, runners: newRunnersView(), log: slog.New(slog.DiscardHandler)}
+			r := &Runner{id: "me", lease: lease, log: slog.New(slog.DiscardHandler),
+				partitionOwnership: partitionOwnership{nparts: DefaultPartitions, live: skewedKV{kv, skew}, runners: newRunnersView()}}
 			clk := clock.NewFake(time.Now()) // near the server's clock: a view aged by the server's stamps would fail
 			seen, ready := viewWatch(t, r, clk)
 			b, _ := json.Marshal(beat{Schema: 1, Partitions: DefaultPartitions})
@@ -202,8 +203,9 @@ func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
 	if _, err := kv.Put(c, "peer", b); err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{id: "me", lease: lease, nparts: DefaultPartitions, live: kv, runners: newRunnersView(), log: slog.New(slog.DiscardHandler),
-		clk: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+	r := &Runner{id: "me", lease: lease, log: slog.New(slog.DiscardHandler),
+		partitionOwnership: partitionOwnership{nparts: DefaultPartitions, live: kv, runners: newRunnersView(),
+			clk: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
 	events := make(chan string, 1024)
 	r.hook = func(event string, _ int, key string) {
 		if event == "runners-view" {
