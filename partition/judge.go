@@ -47,11 +47,13 @@ type Facts struct {
 	// Since is when this runner's current period of continuous view
 	// began (this runner's clock), Fresh whether it began at its start
 	// (not at a reconnection or failed heartbeat); Cut that the view was
-	// found cut just now (a reconnection): nothing is judged.
+	// found cut (a reconnection before or while the facts were read):
+	// nothing is judged but a deleted key.
 	Since time.Time
 	Fresh bool
 	Cut   bool
-	// Now is this runner's clock.
+	// Now is this runner's clock when it began to read the facts (before
+	// the peer's key): everything is judged as of that one instant.
 	Now time.Time
 	// Lease is the liveness lease (every live runner beats every
 	// lease/4); ReconnectGrace the connection's reconnect wait and
@@ -94,9 +96,19 @@ func Level(since, now time.Time, lease, reconnectGrace time.Duration) (full, par
 	return false, watched >= lease+lease/4
 }
 
+// Level is Level of f's period at f.Now (none when the view is cut): the
+// runner reads its own key only when it may be used (full, partial), and
+// Judge judges at the same level.
+func (f Facts) Level() (full, partial bool) {
+	if f.Cut {
+		return false, false
+	}
+	return Level(f.Since, f.Now, f.Lease, f.ReconnectGrace)
+}
+
 // Judge reports whether the peer whose key is absent, as f says, is gone,
 // and why. It is false ("cannot tell") unless one of these holds:
-// its runner deleted its key; its key expired after a put the view saw
+// its runner deleted its key; with the view not cut, its key expired after a put the view saw
 // within its current period (at any time, with this runner's own key
 // present); or, with this runner's key present and current, the whole
 // grace passed (full), or it watched a lease and a heartbeat interval
@@ -107,10 +119,10 @@ func Judge(f Facts) (gone bool, why string) {
 	if f.Last == LastDeleted {
 		return true, WhyReleased
 	}
-	var full, partial bool
-	if !f.Cut {
-		full, partial = Level(f.Since, f.Now, f.Lease, f.ReconnectGrace)
+	if f.Cut {
+		return false, ""
 	}
+	full, partial := f.Level()
 	if !full && f.Last == LastExpired && f.BeatInView && f.OwnKey {
 		return true, WhyBeatInView
 	}

@@ -51,11 +51,19 @@ import (
 // server's expiry timer or the clocks.
 type judgement struct {
 	since       time.Time // start of the current period of continuous view
+	period      uint64    // the number of that period (a clock may read the same time twice)
 	first       uint64    // revision of this runner's first beat sent and answered within that period (0: none yet)
 	reconnected bool      // the period began at a reconnection or a failed heartbeat
 	reconnects  uint64    // the connection's reconnect count seen last
 	revision    uint64    // revision of the last heartbeat put
 	at          time.Time // when that put was answered (this runner's clock)
+}
+
+// newPeriod begins a period of continuous view at now, with no beat of
+// this runner's in it yet.
+func (j *judgement) newPeriod(now time.Time) {
+	j.since, j.first = now, 0
+	j.period++
 }
 
 // liveness is this runner's judgement of its peers (alive): the period
@@ -73,7 +81,8 @@ type liveness struct {
 func (l *liveness) start(now time.Time, rc uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.judge.since, l.judge.reconnects = now, rc
+	l.judge.newPeriod(now)
+	l.judge.reconnects = rc
 }
 
 // beat is the value of a runner's key in weft_runners: when it was put,
@@ -95,19 +104,20 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 	b, _ := json.Marshal(beat{Schema: 1, At: r.now().UTC().Format(time.RFC3339Nano), Partitions: r.nparts, Draining: draining})
 	l := &r.peers
 	l.mu.Lock()
-	period := l.judge.since
+	period := l.judge.period
 	l.mu.Unlock()
 	rev, err := r.live.Put(ctx, r.id, b)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
-		l.judge.since, l.judge.first, l.judge.reconnected = r.clk.Now(), 0, true // peers cannot beat either, perhaps
+		l.judge.newPeriod(r.clk.Now()) // peers cannot beat either, perhaps
+		l.judge.reconnected = true
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
 	switch {
 	case rev <= l.judge.revision:
-		l.judge.since, l.judge.first = r.clk.Now(), 0 // the bucket was re-created
-	case l.judge.first == 0 && l.judge.since.Equal(period):
+		l.judge.newPeriod(r.clk.Now()) // the bucket was re-created
+	case l.judge.first == 0 && l.judge.period == period:
 		// Sent within the current period: a put sent before a
 		// reconnection the view noticed while it was in flight may
 		// precede a restart, and is not the period's first beat.
@@ -184,23 +194,32 @@ func (r *Runner) reconnectGrace() time.Duration {
 	return r.nc.Opts.ReconnectWait + r.nc.Opts.ReconnectJitter
 }
 
-// judgeLevel reports whether this runner can tell now that a peer whose
-// liveness key is absent is gone (see judgement): full once the whole
-// grace passed. Before that, once it has watched for a lease and a
-// heartbeat interval, only some absent keys are judged (partial, alive):
-// since is when the period of continuous view began, fresh whether it
-// began at this runner's start, cut whether the view was found cut just
-// now (a reconnection: a new period begins).
-func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh, cut bool) {
+// viewPeriod reports the period of continuous view this runner judges by
+// (see judgement): since when it began, whether it began at this
+// runner's start (fresh), and whether the view is cut (cut): the
+// connection is down, or reconnected since rc, a reconnect count read
+// earlier. A new period begins when this runner notices a reconnection.
+func (r *Runner) viewPeriod(rc uint64) (since time.Time, fresh, cut bool) {
 	l := &r.peers
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if rc := r.nc.Stats().Reconnects; rc != l.judge.reconnects || !r.nc.IsConnected() {
-		l.judge.since, l.judge.first, l.judge.reconnects, l.judge.reconnected = r.clk.Now(), 0, rc, true
-		return false, false, l.judge.since, false, true
+	now, connected := r.nc.Stats().Reconnects, r.nc.IsConnected()
+	if now != l.judge.reconnects || !connected {
+		l.judge.newPeriod(r.clk.Now())
+		l.judge.reconnects, l.judge.reconnected = now, true
 	}
-	full, partial = partition.Level(l.judge.since, r.clk.Now(), r.lease, r.reconnectGrace())
-	return full, partial, l.judge.since, !l.judge.reconnected, false
+	return l.judge.since, !l.judge.reconnected, now != rc || !connected
+}
+
+// judgeLevel fills in f the period of continuous view (viewPeriod, the
+// reconnect count rc read at f.Now) and reports whether, at f.Now, this
+// runner can tell that a peer whose liveness key is absent is gone
+// (Facts.Level): full once the whole grace passed; before that, once it
+// has watched for a lease and a heartbeat interval, only some absent keys
+// are judged (partial, alive).
+func (r *Runner) judgeLevel(f *partition.Facts, rc uint64) (full, partial bool) {
+	f.Since, f.Fresh, f.Cut = r.viewPeriod(rc)
+	return f.Level()
 }
 
 // alive reports whether runner id may hold a live heartbeat: false only
@@ -224,11 +243,17 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	if r.seenGone(id) {
 		return false
 	}
+	// Everything is judged as of one instant, taken before the peer's
+	// key is read, with the connection's reconnect count: a read that
+	// stalls past the grace, or a reconnection while the reads are made,
+	// never turns an early look into a late judgement (docs/semantics.md
+	// §8).
+	f := partition.Facts{Now: r.clk.Now(), Lease: r.lease, ReconnectGrace: r.reconnectGrace(), Last: partition.LastUnread}
+	rc := r.nc.Stats().Reconnects
 	_, err := r.live.Get(ctx, id)
 	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true
 	}
-	f := partition.Facts{Lease: r.lease, ReconnectGrace: r.reconnectGrace(), Last: partition.LastUnread}
 	last, lerr := r.lastBeat(ctx, id)
 	if lerr == nil {
 		f.Last = partition.LastNone
@@ -239,19 +264,21 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		}
 	}
 	if f.Last != partition.LastDeleted {
-		var full, partial bool
-		full, partial, f.Since, f.Fresh, f.Cut = r.judgeLevel()
+		full, partial := r.judgeLevel(&f, rc)
 		f.BeatInView = f.Last == partition.LastExpired && r.beatInView(id, last)
 		// Its own key is read only when the judgement can use it.
-		if full || partial || f.BeatInView {
+		if !f.Cut && (full || partial || f.BeatInView) {
 			if own, err := r.live.Get(ctx, r.id); err == nil {
 				r.peers.mu.Lock()
 				beat, answered := r.peers.judge.revision, r.peers.judge.at
 				r.peers.mu.Unlock()
 				f.OwnKey, f.OwnCurrent, f.OwnPut, f.Answered = true, own.Revision() == beat, own.Created(), answered
 			}
+			// A reconnection while the reads were made: cannot tell.
+			if _, _, cut := r.viewPeriod(rc); cut {
+				f.Cut = true
+			}
 		}
-		f.Now = r.clk.Now()
 	}
 	gone, why := partition.Judge(f)
 	if gone {
