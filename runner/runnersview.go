@@ -190,6 +190,11 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 // keys that expired leave the view. ok is false when the watcher of
 // weft_runners cannot tell (watchRunners).
 func (r *Runner) liveRunners(context.Context) (live map[string]bool, runners []string, ok bool) {
+	// The drain flag is read first: the view's lock is a leaf, never held
+	// while the command loop's (Runner.mu) is taken.
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
 	v := r.runners
 	v.mu.Lock()
 	if !v.ready {
@@ -201,9 +206,6 @@ func (r *Runner) liveRunners(context.Context) (live map[string]bool, runners []s
 	for id, k := range v.keys {
 		view[id] = partition.Member{Assignable: k.assignable, Until: k.until}
 	}
-	r.mu.Lock()
-	draining := r.draining
-	r.mu.Unlock()
 	live, runners, expired := partition.Members(view, r.id, draining, now)
 	for _, id := range expired {
 		v.leave(id, now, runnersMarkerTTL(r.lease)) // expired (max age)
