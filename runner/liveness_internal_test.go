@@ -149,3 +149,69 @@ func TestSemantics8_AReconnectionWhileAPeerIsJudgedMeansCannotTell(t *testing.T)
 		t.Fatal("a peer whose key is absent a whole grace after the reconnection is not judged gone")
 	}
 }
+
+// docs/semantics.md §8: alive gathers the facts it judges by from the
+// store — the server's marker of an expired key, this runner's own key
+// and whether that key is the beat it saw answered. Two peers' keys
+// expired (the server's max age) before this runner's view began, at its
+// start (fresh): a reconnect grace and a heartbeat interval later each
+// is gone by the marker while this runner's own key is the beat it saw
+// answered; once its own key is ahead of that beat (a beat in flight),
+// the expiry computed from it would come out early, and the other peer
+// is not judged at that look. On the fake ownership clock; the server's
+// own expiry is waited for.
+func TestSemantics8_AliveJudgesAMarkerOnlyWithItsOwnBeatAnswered(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	srv := natstest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: RunnersBucket, Storage: jetstream.FileStorage,
+		TTL: 3 * time.Second, LimitMarkerTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := srv.JS.Stream(ctx, "KV_"+RunnersBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := &Runner{id: "me", lease: lease, now: time.Now, nc: srv.Conn, log: slog.New(slog.DiscardHandler),
+		partitionOwnership: partitionOwnership{clk: clk, nparts: DefaultPartitions, live: kv, liveStream: stream, runners: newRunnersView()}}
+	for _, id := range []string{"peer1", "peer2"} {
+		if _, err := kv.Put(ctx, id, []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The server expires both keys at its max age and leaves its marker.
+	for _, id := range []string{"peer1", "peer2"} {
+		for {
+			last, err := r.lastBeat(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := expiredAt(last); ok {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the server never expired %s's key", id)
+			case <-time.After(50 * time.Millisecond): // polls the server's expiry; measures nothing
+			}
+		}
+	}
+	r.peers.start(clk.Now(), srv.Conn.Stats().Reconnects)
+	if err := r.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(r.judgeGrace() - lease/8) // partial; the markers are older than a reconnect grace and a heartbeat interval
+	if r.alive(ctx, "peer1") {
+		t.Fatal("a peer whose key expired a reconnect wait ago, by the server's marker, is not judged gone")
+	}
+	if _, err := kv.Put(ctx, "me", []byte("{}")); err != nil { // a beat not answered yet
+		t.Fatal(err)
+	}
+	if !r.alive(ctx, "peer2") {
+		t.Fatal("a peer was judged gone by a marker read against this runner's own key ahead of the beat it saw answered")
+	}
+}
