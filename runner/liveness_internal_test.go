@@ -40,13 +40,20 @@ func TestSemantics8_AGonePeerIsJudgedAgainAfterAHeartbeatInterval(t *testing.T) 
 	}
 }
 
-// stallingKV is a real weft_runners bucket whose Get of one key first
-// runs stall, when set: a read the server answers late, or across a
-// reconnection.
+// stallingKV is a real weft_runners bucket whose Get (Put) of one key
+// first runs stall (putStall), when set: a read (write) the server
+// answers late, or across a reconnection.
 type stallingKV struct {
 	jetstream.KeyValue
-	key   string
-	stall func()
+	key             string
+	stall, putStall func()
+}
+
+func (k *stallingKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	if key == k.key && k.putStall != nil {
+		k.putStall()
+	}
+	return k.KeyValue.Put(ctx, key, value)
 }
 
 func (k *stallingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
@@ -213,5 +220,52 @@ func TestSemantics8_AliveJudgesAMarkerOnlyWithItsOwnBeatAnswered(t *testing.T) {
 	}
 	if !r.alive(ctx, "peer2") {
 		t.Fatal("a peer was judged gone by a marker read against this runner's own key ahead of the beat it saw answered")
+	}
+}
+
+// docs/semantics.md §8: a beat sent before a reconnection that this
+// runner noticed while the put was in flight may precede a server
+// restart: it is not the first beat of the period of view that the
+// reconnection began, even when both periods begin at the same instant
+// of the ownership clock (a fake one here, not advanced). Taken as the
+// first beat, a peer's put seen after it would let beatInView judge the
+// peer gone by an order the restart broke.
+func TestSemantics8_ABeatSentBeforeANoticedReconnectionIsNotThePeriodsFirst(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	srv := natstest.Start(t)
+	reconnected := make(chan struct{}, 1)
+	nc := srv.Connect(nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	r, live, _ := judgeRig(t, srv, nc, lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r.peers.mu.Lock()
+	if r.peers.judge.first == 0 {
+		t.Fatal("the rig's first beat was not taken as its period's first")
+	}
+	r.peers.mu.Unlock()
+	rc := nc.Stats().Reconnects
+	live.putStall = func() {
+		if err := nc.ForceReconnect(); err != nil {
+			t.Error(err)
+			return
+		}
+		select {
+		case <-reconnected:
+		case <-ctx.Done():
+			t.Error("the connection never reconnected")
+		}
+		if _, _, cut := r.viewPeriod(rc); !cut { // noticed: a new period begins
+			t.Error("the reconnection was not noticed")
+		}
+	}
+	if err := r.heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.peers.mu.Lock()
+	first := r.peers.judge.first
+	r.peers.mu.Unlock()
+	if first != 0 {
+		t.Fatalf("a beat sent before a reconnection was taken as the new period's first (revision %d)", first)
 	}
 }
