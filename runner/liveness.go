@@ -195,11 +195,11 @@ func (r *Runner) reconnectGrace() time.Duration {
 }
 
 // viewPeriod reports the period of continuous view this runner judges by
-// (see judgement): since when it began, whether it began at this
-// runner's start (fresh), and whether the view is cut (cut): the
+// (see judgement): since when it began, its number, whether it began at
+// this runner's start (fresh), and whether the view is cut (cut): the
 // connection is down, or reconnected since rc, a reconnect count read
 // earlier. A new period begins when this runner notices a reconnection.
-func (r *Runner) viewPeriod(rc uint64) (since time.Time, fresh, cut bool) {
+func (r *Runner) viewPeriod(rc uint64) (since time.Time, period uint64, fresh, cut bool) {
 	l := &r.peers
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -208,18 +208,19 @@ func (r *Runner) viewPeriod(rc uint64) (since time.Time, fresh, cut bool) {
 		l.judge.newPeriod(r.clk.Now())
 		l.judge.reconnects, l.judge.reconnected = now, true
 	}
-	return l.judge.since, !l.judge.reconnected, now != rc || !connected
+	return l.judge.since, l.judge.period, !l.judge.reconnected, now != rc || !connected
 }
 
 // judgeLevel fills in f the period of continuous view (viewPeriod, the
-// reconnect count rc read at f.Now) and reports whether, at f.Now, this
-// runner can tell that a peer whose liveness key is absent is gone
-// (Facts.Level): full once the whole grace passed; before that, once it
-// has watched for a lease and a heartbeat interval, only some absent keys
-// are judged (partial, alive).
-func (r *Runner) judgeLevel(f *partition.Facts, rc uint64) (full, partial bool) {
-	f.Since, f.Fresh, f.Cut = r.viewPeriod(rc)
-	return f.Level()
+// reconnect count rc read at f.Now) and reports its number and whether,
+// at f.Now, this runner can tell that a peer whose liveness key is absent
+// is gone (Facts.Level): full once the whole grace passed; before that,
+// once it has watched for a lease and a heartbeat interval, only some
+// absent keys are judged (partial, alive).
+func (r *Runner) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full, partial bool) {
+	f.Since, period, f.Fresh, f.Cut = r.viewPeriod(rc)
+	full, partial = f.Level()
+	return period, full, partial
 }
 
 // alive reports whether runner id may hold a live heartbeat: false only
@@ -264,7 +265,7 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		}
 	}
 	if f.Last != partition.LastDeleted {
-		full, partial := r.judgeLevel(&f, rc)
+		period, full, partial := r.judgeLevel(&f, rc)
 		f.BeatInView = f.Last == partition.LastExpired && r.beatInView(id, last)
 		// Its own key is read only when the judgement can use it.
 		if !f.Cut && (full || partial || f.BeatInView) {
@@ -274,8 +275,9 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 				r.peers.mu.Unlock()
 				f.OwnKey, f.OwnCurrent, f.OwnPut, f.Answered = true, own.Revision() == beat, own.Created(), answered
 			}
-			// A reconnection while the reads were made: cannot tell.
-			if _, _, cut := r.viewPeriod(rc); cut {
+			// A reconnection or a failed heartbeat while the reads were
+			// made (a new period): cannot tell.
+			if _, now, _, cut := r.viewPeriod(rc); cut || now != period {
 				f.Cut = true
 			}
 		}

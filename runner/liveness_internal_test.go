@@ -255,7 +255,7 @@ func TestSemantics8_ABeatSentBeforeANoticedReconnectionIsNotThePeriodsFirst(t *t
 		case <-ctx.Done():
 			t.Error("the connection never reconnected")
 		}
-		if _, _, cut := r.viewPeriod(rc); !cut { // noticed: a new period begins
+		if _, _, _, cut := r.viewPeriod(rc); !cut { // noticed: a new period begins
 			t.Error("the reconnection was not noticed")
 		}
 	}
@@ -267,5 +267,29 @@ func TestSemantics8_ABeatSentBeforeANoticedReconnectionIsNotThePeriodsFirst(t *t
 	r.peers.mu.Unlock()
 	if first != 0 {
 		t.Fatalf("a beat sent before a reconnection was taken as the new period's first (revision %d)", first)
+	}
+}
+
+// docs/semantics.md §8: a heartbeat of this runner's that fails while it
+// reads the facts of a peer begins a new period of view (the server may
+// have restarted: its peers cannot beat either), so the peer is not judged
+// gone at that look, however long the view was continuous before.
+func TestSemantics8_AFailedHeartbeatWhileAPeerIsJudgedMeansCannotTell(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	srv := natstest.Start(t)
+	r, live, clk := judgeRig(t, srv, srv.Conn, lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	clk.Advance(r.judgeGrace()) // full: any absent key is judged
+	live.stall = func() {
+		failed, fail := context.WithCancel(ctx)
+		fail()
+		if err := r.heartbeat(failed); err == nil {
+			t.Error("a heartbeat with its context ended did not fail")
+		}
+	}
+	if !r.alive(ctx, "peer") {
+		t.Fatal("a peer was judged gone at a look during which this runner's heartbeat failed")
 	}
 }
