@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/partition"
 )
 
 // judgement tracks whether this runner can tell that a peer is gone
@@ -50,11 +51,38 @@ import (
 // server's expiry timer or the clocks.
 type judgement struct {
 	since       time.Time // start of the current period of continuous view
+	period      uint64    // the number of that period (a clock may read the same time twice)
 	first       uint64    // revision of this runner's first beat sent and answered within that period (0: none yet)
 	reconnected bool      // the period began at a reconnection or a failed heartbeat
 	reconnects  uint64    // the connection's reconnect count seen last
 	revision    uint64    // revision of the last heartbeat put
 	at          time.Time // when that put was answered (this runner's clock)
+}
+
+// newPeriod begins a period of continuous view at now, with no beat of
+// this runner's in it yet.
+func (j *judgement) newPeriod(now time.Time) {
+	j.since, j.first = now, 0
+	j.period++
+}
+
+// liveness is this runner's judgement of its peers (alive): the period
+// of continuous view (judgement) and the peers found gone lately (the
+// gone cache). Its lock is its own, not the command loop's (Runner.mu):
+// judging a peer never waits for a run's bookkeeping, nor the other way.
+type liveness struct {
+	mu    sync.Mutex
+	judge judgement
+	gone  map[string]time.Time // runners alive found gone, and when
+}
+
+// start begins the first period of continuous view at now, at the
+// connection's reconnect count rc.
+func (l *liveness) start(now time.Time, rc uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.judge.newPeriod(now)
+	l.judge.reconnects = rc
 }
 
 // beat is the value of a runner's key in weft_runners: when it was put,
@@ -74,37 +102,39 @@ func (r *Runner) heartbeat(ctx context.Context) error {
 	draining := r.draining
 	r.mu.Unlock()
 	b, _ := json.Marshal(beat{Schema: 1, At: r.now().UTC().Format(time.RFC3339Nano), Partitions: r.nparts, Draining: draining})
-	r.mu.Lock()
-	period := r.judge.since
-	r.mu.Unlock()
+	l := &r.peers
+	l.mu.Lock()
+	period := l.judge.period
+	l.mu.Unlock()
 	rev, err := r.live.Put(ctx, r.id, b)
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if err != nil {
-		r.judge.since, r.judge.first, r.judge.reconnected = time.Now(), 0, true // peers cannot beat either, perhaps
+		l.judge.newPeriod(r.clk.Now()) // peers cannot beat either, perhaps
+		l.judge.reconnected = true
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
 	switch {
-	case rev <= r.judge.revision:
-		r.judge.since, r.judge.first = time.Now(), 0 // the bucket was re-created
-	case r.judge.first == 0 && r.judge.since.Equal(period):
+	case rev <= l.judge.revision:
+		l.judge.newPeriod(r.clk.Now()) // the bucket was re-created
+	case l.judge.first == 0 && l.judge.period == period:
 		// Sent within the current period: a put sent before a
 		// reconnection the view noticed while it was in flight may
 		// precede a restart, and is not the period's first beat.
-		r.judge.first = rev
+		l.judge.first = rev
 	}
-	r.judge.revision, r.judge.at = rev, time.Now()
+	l.judge.revision, l.judge.at = rev, r.clk.Now()
 	return nil
 }
 
 func (r *Runner) heartbeatLoop(ctx context.Context) {
-	t := time.NewTicker(r.lease / 4)
+	t := r.clk.NewTicker(r.lease / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			if err := r.heartbeat(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("heartbeat failed", "err", err)
 			}
@@ -151,10 +181,10 @@ func runnersMarkerTTL(lease time.Duration) time.Duration { return max(60*lease, 
 
 // judgeGrace is how long this runner's view of the runners bucket must
 // have been continuous after a reconnection before an absent key means a
-// gone runner: the lease (every live runner puts its key every lease/4),
-// the heartbeat interval, and reconnectGrace.
+// gone runner (partition.JudgeGrace): the lease (every live runner puts
+// its key every lease/4), the heartbeat interval, and reconnectGrace.
 func (r *Runner) judgeGrace() time.Duration {
-	return r.lease + r.lease/4 + r.reconnectGrace()
+	return partition.JudgeGrace(r.lease, r.reconnectGrace())
 }
 
 // reconnectGrace is the part of judgeGrace that covers a peer's
@@ -164,29 +194,39 @@ func (r *Runner) reconnectGrace() time.Duration {
 	return r.nc.Opts.ReconnectWait + r.nc.Opts.ReconnectJitter
 }
 
-// judgeLevel reports whether this runner can tell now that a peer whose
-// liveness key is absent is gone (see judgement): full once the whole
-// grace passed. Before that, once it has watched for a lease and a
-// heartbeat interval, only some absent keys are judged (partial, alive):
-// since is when the period of continuous view began, fresh whether it
-// began at this runner's start.
-func (r *Runner) judgeLevel() (full, partial bool, since time.Time, fresh bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if rc := r.nc.Stats().Reconnects; rc != r.judge.reconnects || !r.nc.IsConnected() {
-		r.judge.since, r.judge.first, r.judge.reconnects, r.judge.reconnected = time.Now(), 0, rc, true
-		return false, false, r.judge.since, false
+// viewPeriod reports the period of continuous view this runner judges by
+// (see judgement): since when it began, its number, whether it began at
+// this runner's start (fresh), and whether the view is cut (cut): the
+// connection is down, or reconnected since rc, a reconnect count read
+// earlier. A new period begins when this runner notices a reconnection.
+func (r *Runner) viewPeriod(rc uint64) (since time.Time, period uint64, fresh, cut bool) {
+	l := &r.peers
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now, connected := r.nc.Stats().Reconnects, r.nc.IsConnected()
+	if now != l.judge.reconnects || !connected {
+		l.judge.newPeriod(r.clk.Now())
+		l.judge.reconnects, l.judge.reconnected = now, true
 	}
-	watched := time.Since(r.judge.since)
-	if watched >= r.judgeGrace() {
-		return true, false, r.judge.since, !r.judge.reconnected
-	}
-	return false, watched >= r.lease+r.lease/4, r.judge.since, !r.judge.reconnected
+	return l.judge.since, l.judge.period, !l.judge.reconnected, now != rc || !connected
+}
+
+// judgeLevel fills in f the period of continuous view (viewPeriod, the
+// reconnect count rc read at f.Now) and reports its number and whether,
+// at f.Now, this runner can tell that a peer whose liveness key is absent
+// is gone (Facts.Level): full once the whole grace passed; before that,
+// once it has watched for a lease and a heartbeat interval, only some
+// absent keys are judged (partial, alive).
+func (r *Runner) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full, partial bool) {
+	f.Since, period, f.Fresh, f.Cut = r.viewPeriod(rc)
+	full, partial = f.Level()
+	return period, full, partial
 }
 
 // alive reports whether runner id may hold a live heartbeat: false only
-// when its key is absent and this runner can tell (judgeLevel, its own
-// key present). "Cannot tell" — a read error, a missing bucket, a view
+// when its key is absent and this runner can tell (partition.Judge on
+// what it reads: the key's last message, its own key, its view's
+// period). "Cannot tell" — a read error, a missing bucket, a view
 // too recent — is never "gone". Before the whole grace passed, an absent
 // key is judged when its marker follows a put seen above this runner's
 // first beat of the view (beatInView, at any time), or when the server's marker says it expired a lease and two
@@ -204,75 +244,51 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	if r.seenGone(id) {
 		return false
 	}
+	// Everything is judged as of one instant, taken before the peer's
+	// key is read, with the connection's reconnect count: a read that
+	// stalls past the grace, or a reconnection while the reads are made,
+	// never turns an early look into a late judgement (docs/semantics.md
+	// §8).
+	f := partition.Facts{Now: r.clk.Now(), Lease: r.lease, ReconnectGrace: r.reconnectGrace(), Last: partition.LastUnread}
+	rc := r.nc.Stats().Reconnects
 	_, err := r.live.Get(ctx, id)
 	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true
 	}
 	last, lerr := r.lastBeat(ctx, id)
-	if lerr == nil && released(last) {
-		r.log.Info("runner judged gone", "peer", id, "why", "released")
+	if lerr == nil {
+		f.Last = partition.LastNone
+		if released(last) {
+			f.Last = partition.LastDeleted
+		} else if at, ok := expiredAt(last); ok {
+			f.Last, f.ExpiredAt = partition.LastExpired, at
+		}
+	}
+	if f.Last != partition.LastDeleted {
+		period, full, partial := r.judgeLevel(&f, rc)
+		f.BeatInView = f.Last == partition.LastExpired && r.beatInView(id, last)
+		// Its own key is read only when the judgement can use it.
+		if !f.Cut && (full || partial || f.BeatInView) {
+			if own, err := r.live.Get(ctx, r.id); err == nil {
+				r.peers.mu.Lock()
+				beat, answered := r.peers.judge.revision, r.peers.judge.at
+				r.peers.mu.Unlock()
+				f.OwnKey, f.OwnCurrent, f.OwnPut, f.Answered = true, own.Revision() == beat, own.Created(), answered
+			}
+			// A reconnection or a failed heartbeat while the reads were
+			// made (a new period): cannot tell.
+			if _, now, _, cut := r.viewPeriod(rc); cut || now != period {
+				f.Cut = true
+			}
+		}
+	}
+	gone, why := partition.Judge(f)
+	if gone {
+		r.log.Info("runner judged gone", "peer", id, "why", why)
 		r.markGone(id)
-		return false
 	}
-	full, partial, since, fresh := r.judgeLevel()
-	if !full && lerr == nil && r.beatInView(id, last) {
-		if _, err := r.live.Get(ctx, r.id); err == nil {
-			r.log.Info("runner judged gone", "peer", id, "why", whyBeatInView)
-			r.markGone(id)
-			return false
-		}
-	}
-	if !full && !partial {
-		return true
-	}
-	own, err := r.live.Get(ctx, r.id)
-	if err != nil {
-		return true // our own key is not there either: the bucket is not ours to judge by
-	}
-	why := "liveness key absent"
-	if !full {
-		at, expired := expiredAt(last)
-		switch {
-		case lerr != nil:
-			return true
-		case expired:
-			// When the key expired by this runner's clock: the server's
-			// time between the expiry and this runner's last beat, back
-			// from when that beat was answered here (late by the put's
-			// round trip at most, well within the lease/4 of margin).
-			r.mu.Lock()
-			beat, answered := r.judge.revision, r.judge.at
-			r.mu.Unlock()
-			if own.Revision() != beat {
-				return true // a beat being answered: judged at the next look
-			}
-			exp := answered.Add(-own.Created().Sub(at))
-			switch {
-			case !exp.Add(-(r.lease + r.lease/2)).Before(since):
-				why = "liveness key expired while this runner watched"
-			case (fresh || !exp.Before(since)) && time.Since(exp) >= r.reconnectGrace()+r.lease/4:
-				why = "liveness key expired a reconnect wait ago"
-			default:
-				return true // expired before the view began: the peer may be reconnecting
-			}
-		default:
-			// No marker to read: the key was never written, or expired
-			// before the server removed its marker — the server drops a
-			// marker about a lease after the expiry, whatever its TTL,
-			// so its absence says nothing of when. A peer cut off by a
-			// server restart may still come back: judged like a key
-			// that expired before the view began, at the whole grace.
-			return true
-		}
-	}
-	r.log.Info("runner judged gone", "peer", id, "why", why)
-	r.markGone(id)
-	return false
+	return !gone
 }
-
-// whyBeatInView is the reason logged when a runner is judged gone by
-// beatInView.
-const whyBeatInView = "liveness key expired after a beat within this runner's view"
 
 // beatInView reports whether runner id's liveness key, whose last message
 // is last, expired (the server's marker) after a put of it that the runners
@@ -283,9 +299,9 @@ func (r *Runner) beatInView(id string, last *jetstream.RawStreamMsg) bool {
 		return false
 	}
 	rev, ok := r.runners.leftAt(id)
-	r.mu.Lock()
-	first := r.judge.first
-	r.mu.Unlock()
+	r.peers.mu.Lock()
+	first := r.peers.judge.first
+	r.peers.mu.Unlock()
 	return ok && first != 0 && rev > first
 }
 
@@ -293,25 +309,27 @@ func (r *Runner) beatInView(id string, last *jetstream.RawStreamMsg) bool {
 // heartbeat interval (lease/4): the takeover of a gone runner's many runs
 // judges it once per interval, not once per run.
 func (r *Runner) seenGone(id string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	at, ok := r.gone[id]
-	if ok && time.Since(at) < r.lease/4 {
+	l := &r.peers
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	at, ok := l.gone[id]
+	if ok && r.clk.Since(at) < r.lease/4 {
 		return true
 	}
 	if ok {
-		delete(r.gone, id)
+		delete(l.gone, id)
 	}
 	return false
 }
 
 func (r *Runner) markGone(id string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.gone == nil {
-		r.gone = map[string]time.Time{}
+	l := &r.peers
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone == nil {
+		l.gone = map[string]time.Time{}
 	}
-	r.gone[id] = time.Now()
+	l.gone[id] = r.clk.Now()
 }
 
 // driverKey is a run's weft_drivers entry: the driver and the revision.

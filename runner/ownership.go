@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/internal/clock"
 	"github.com/weftrun/weft/partition"
 )
 
@@ -26,8 +27,36 @@ import (
 // connection reconnected, every owned partition is verified so before
 // anything is acquired (verifyOwned).
 
-// ownership is the state of the reconnect check (verifyOwned).
-type ownership struct {
+// partitionOwnership is this runner's state of partition ownership
+// (docs/adr/0019-partitions.md), apart from the command loop's: the
+// deployment's partitions, the buckets ownership reads, the table of the
+// partitions' owners, the view of the live runners, the judgement of its
+// peers and the clock all of it reads. Each part keeps a lock of its own;
+// none is the command loop's Runner.mu.
+type partitionOwnership struct {
+	nparts   int  // partitions of the deployment (WithPartitions)
+	partsSet bool // WithPartitions was given
+	// live is weft_runners; liveStream its stream, for reading delete
+	// markers; partKV is weft_partitions.
+	live       jetstream.KeyValue
+	liveStream jetstream.Stream
+	partKV     jetstream.KeyValue
+	parts      *partTable     // owners of the partitions, as this runner sees them
+	runners    *runnersView   // weft_runners, as this runner's watcher sees it
+	owned      reconnectCheck // the reconnect check of the owned partitions (verifyOwned)
+	// peers is this runner's judgement of its peers' liveness
+	// (liveness.go).
+	peers liveness
+	// clk is the clock partition ownership reads (liveness, the runners
+	// view, the partition loop, releases): the wall clock, a fake one in
+	// tests. Not Runner.now: that stamps recorded times (a store clock,
+	// which a test may set behind the wall clock), while clk measures
+	// this process's own intervals and drives tickers.
+	clk clock.Clock
+}
+
+// reconnectCheck is the state of the reconnect check (verifyOwned).
+type reconnectCheck struct {
 	mu         sync.Mutex
 	reconnects uint64 // the connection's reconnect count the owned partitions were verified at
 }

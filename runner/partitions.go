@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -290,13 +289,13 @@ func (r *Runner) runsOf(p int) []*run {
 // until ctx ends, and wakes the driver entries of the partitions it
 // claimed.
 func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
-	t := time.NewTicker(r.lease / 4)
+	t := r.clk.NewTicker(r.lease / 4)
 	defer t.Stop()
 	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 		case <-r.parts.kick:
 		}
 		if err := r.verifyOwned(ctx); err != nil {
@@ -316,41 +315,32 @@ func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 
 // partitionPass is one round of rebalancing: claim the partitions
 // assigned to this runner that nobody (alive) owns, release those
-// assigned to another live runner.
+// assigned to another live runner (the choice: partition.Round.Decide).
 func (r *Runner) partitionPass(ctx context.Context, releases *sync.WaitGroup) {
-	live, assignable, ok := r.liveRunners(ctx)
+	live, runners, ok := r.liveRunners(ctx)
 	if !ok {
 		return // cannot tell
 	}
-	ids := make([]string, 0, len(assignable))
-	for id := range assignable {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	round := partition.Round{Self: r.id, Runners: runners, Live: live,
+		Gone:      func(id string) bool { return !r.alive(ctx, id) },
+		Unbounded: r.unboundedIn}
+	t := r.parts
 	for p := range r.nparts {
-		want := partition.Owner(p, ids)
-		t := r.parts
 		t.mu.Lock()
-		owner, rev, releasing := t.owner[p], t.rev[p], t.releasing[p]
+		slot := partition.Slot{Owner: t.owner[p], Rev: t.rev[p], Releasing: t.releasing[p]}
 		t.mu.Unlock()
-		switch {
-		case owner == r.id && want != r.id && !releasing:
-			if r.unboundedIn(p) {
-				continue // released once its work without a deadline ended
-			}
+		switch m := round.Decide(p, slot); m.Do {
+		case partition.Release:
 			t.mu.Lock()
 			t.releasing[p] = true
 			t.mu.Unlock()
 			releases.Add(1)
 			go func() {
 				defer releases.Done()
-				r.release(ctx, p, rev)
+				r.release(ctx, p, m.Rev)
 			}()
-		case want != r.id || owner == r.id:
-		case owner == "":
-			r.claim(ctx, p, 0, "")
-		case !live[owner] && !r.alive(ctx, owner):
-			r.claim(ctx, p, rev, owner)
+		case partition.Claim:
+			r.claim(ctx, p, m.Rev, m.Previous)
 		}
 	}
 	r.testHook("partition-pass", -1, "")

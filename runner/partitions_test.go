@@ -350,9 +350,27 @@ func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
 	msgs := h.eventsCount()
 	goroutines := runtime.NumGoroutine()
 
-	second, _ := h.startRunner([]*agent.Agent{mk()})
-	// Two lease quarters: the partition loop scanned what it claimed.
-	time.Sleep(time.Second)
+	passes := make(chan struct{}, 1)
+	second, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithHook(func(event string, _ int, _ string) {
+		if event == "partition-pass" {
+			select {
+			case passes <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	// The partition loop claimed every partition, then scanned what it
+	// claimed: a round that ends after the claims is followed by its scan,
+	// which ends before the next round does (partitionLoop). Counted in
+	// rounds, not waited for by the clock.
+	until(t, "the second runner owns every partition", func() bool { return ownsAll(second) })
+	for range 3 {
+		select {
+		case <-passes:
+		case <-c.Done():
+			t.Fatal("the partition loop stopped passing")
+		}
+	}
 	st := second.Stats()
 	if len(st.Partitions) != runner.DefaultPartitions || st.Driven != 0 || st.Loaded != 0 || st.TakenOver != 0 {
 		t.Errorf("after taking %d partitions of %d idle runs over: %+v, want no run driven, loaded or taken over", len(st.Partitions), n, st)

@@ -231,7 +231,7 @@ const settleGrace = time.Second
 // runner's work, and only a runner that is gone is recovered from). It
 // returns false when ctx ends first.
 func (r *Runner) waitSettled(ctx context.Context, list []*run) bool {
-	limit := time.Now().Add(r.drain)
+	limit := r.clk.Now().Add(r.drain)
 	for {
 		busy, unbounded, until := r.runningUntil(list)
 		if !busy {
@@ -240,13 +240,13 @@ func (r *Runner) waitSettled(ctx context.Context, list []*run) bool {
 		if until.After(limit) {
 			limit = until
 		}
-		if !unbounded && time.Now().After(limit) {
+		if !unbounded && r.clk.Now().After(limit) {
 			return true
 		}
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(20 * time.Millisecond):
+		case <-r.clk.After(20 * time.Millisecond):
 		}
 	}
 }
@@ -259,7 +259,7 @@ func (r *Runner) waitSettled(ctx context.Context, list []*run) bool {
 // within the command timeout.
 func (r *Runner) runningUntil(list []*run) (busy, unbounded bool, until time.Time) {
 	later := func(rn *run, at time.Time) {
-		if w := time.Now().Add(at.Sub(r.clock(rn)) + settleGrace); w.After(until) {
+		if w := r.clk.Now().Add(at.Sub(r.clock(rn)) + settleGrace); w.After(until) {
 			until = w
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/clock"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -145,8 +146,6 @@ type Runner struct {
 	// handOffLock bounds the wait for a run's lock in a hand-off (5 s;
 	// tests shorten it).
 	handOffLock time.Duration
-	nparts      int  // partitions of the deployment (WithPartitions)
-	partsSet    bool // WithPartitions was given
 	external    map[string]bool
 	workerOpts  []worker.Option
 	// inproc is the in-process worker while Run runs it (nil without
@@ -163,18 +162,11 @@ type Runner struct {
 	// (claimsKV does not look it up again for claimsRetry).
 	claimsFailed time.Time
 
-	agents map[string]*agent.Agent // name@version and name (first registered)
-	list   []*agent.Agent
-	live   jetstream.KeyValue
-	// liveStream is the stream of live, for reading delete markers.
-	liveStream jetstream.Stream
-	drivers    jetstream.KeyValue
-	partKV     jetstream.KeyValue
-	parts      *partTable   // owners of the partitions, as this runner sees them
-	runners    *runnersView // weft_runners, as this runner's watcher sees it
-	owned      ownership    // the reconnect check of the owned partitions (verifyOwned)
-	cmds       jetstream.KeyValue
-	snaps      jetstream.KeyValue
+	agents  map[string]*agent.Agent // name@version and name (first registered)
+	list    []*agent.Agent
+	drivers jetstream.KeyValue
+	cmds    jetstream.KeyValue
+	snaps   jetstream.KeyValue
 
 	mu       sync.Mutex
 	runs     map[string]*run          // runs this runner drives
@@ -182,7 +174,6 @@ type Runner struct {
 	draining bool
 	inflight sync.WaitGroup   // model calls in flight
 	takeover sync.Map         // run -> struct{} while a takeover is being attempted
-	judge    judgement        // guarded by mu
 	kicks    map[string]*kick // runs to wake again (retryLater)
 	// quarantined holds the runs whose log a reader found unfoldable,
 	// with the bad message's sequence (noteQuarantine).
@@ -198,7 +189,6 @@ type Runner struct {
 	commands    tracker // commands in flight (route)
 	// finished are runs seen finished, whose late wake-ups cost nothing.
 	finished finishedRuns
-	gone     map[string]time.Time // runners alive found gone, and when (guarded by mu)
 	// mine are runs this process drove and forgot while the log still
 	// names it their driver (drop): acquired again, they are its own.
 	mine map[string]struct{}
@@ -211,6 +201,9 @@ type Runner struct {
 	// bg owns the goroutines that outlive the call that starts them
 	// (background.go); Run stops it before it returns.
 	bg *background
+	// partitionOwnership is the state of partition ownership, apart
+	// from the command loop's (ownership.go).
+	partitionOwnership
 }
 
 // tracker counts work in flight; idle is closed while none is. Unlike a
@@ -254,9 +247,10 @@ func (t *tracker) quiet() <-chan struct{} {
 // New returns a Runner for agents over nc and js. Call Provision once
 // (or rely on provision.Ensure with Assets) before Run.
 func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) (*Runner, error) {
-	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now, nparts: DefaultPartitions,
+	r := &Runner{nc: nc, js: js, lease: DefaultLease, drain: 10 * time.Second, handOffLock: 5 * time.Second, now: time.Now,
 		agents: map[string]*agent.Agent{}, runs: map[string]*run{}, loading: map[string]chan struct{}{},
-		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}, closes: map[string][]aggregate.Close{}}
+		kicks: map[string]*kick{}, replies: map[string]aggregate.Command{}, closes: map[string][]aggregate.Close{},
+		partitionOwnership: partitionOwnership{clk: clock.Real(), nparts: DefaultPartitions}}
 	for _, o := range opts {
 		o(r)
 	}
@@ -326,9 +320,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	r.parts = newPartTable(r.nparts)
 	r.runners = newRunnersView()
-	r.mu.Lock()
-	r.judge.since, r.judge.reconnects = time.Now(), r.nc.Stats().Reconnects
-	r.mu.Unlock()
+	r.peers.start(r.clk.Now(), r.nc.Stats().Reconnects)
 	r.owned.reconnects = r.nc.Stats().Reconnects // nothing owned yet
 	// A failed heartbeat is "cannot tell", never a reason to stop serving
 	// (the bucket may refuse writes, or be re-created by a server restart

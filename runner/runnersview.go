@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/partition"
 )
 
 // runnersView is weft_runners as this runner's watcher of it sees it
@@ -113,9 +114,9 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 	v := r.runners
 	v.mu.Lock()
 	prev := v.keys // the previous watch's: keys unchanged since keep their expiry
-	v.keys, v.seen = map[string]runnerEntry{}, time.Now()
+	v.keys, v.seen = map[string]runnerEntry{}, r.clk.Now()
 	v.mu.Unlock()
-	check := time.NewTicker(r.lease / 2)
+	check := r.clk.NewTicker(r.lease / 2)
 	defer check.Stop()
 	for {
 		var e jetstream.KeyValueEntry
@@ -123,9 +124,9 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-check.C:
+		case <-check.C():
 			v.mu.Lock()
-			silent := time.Since(v.seen) > r.lease
+			silent := r.clk.Since(v.seen) > r.lease
 			v.mu.Unlock()
 			if silent {
 				r.log.Debug("watch runners: silent for a lease; watching again")
@@ -137,7 +138,7 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 		if !open {
 			return
 		}
-		now := time.Now()
+		now := r.clk.Now()
 		v.mu.Lock()
 		v.seen = now
 		switch {
@@ -168,6 +169,11 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 		}
 		ready := v.ready
 		v.mu.Unlock()
+		key := ""
+		if e != nil {
+			key = e.Key()
+		}
+		r.testHook("runners-view", -1, key) // "": the view is ready
 		if ready && e != nil && e.Operation() != jetstream.KeyValuePut {
 			// A runner left: the partition loop passes again now, not at
 			// its next tick (its partitions are claimed on this change).
@@ -178,38 +184,32 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 }
 
 // liveRunners lists the runners whose liveness key exists (live) and,
-// among them, those that take part in the assignment (assignable: their
-// heartbeat names this deployment's number of partitions and they do not
-// drain), with this one unless it drains. ok is false when the watcher of
+// among them, those that take part in the assignment (runners, sorted:
+// their heartbeat names this deployment's number of partitions and they
+// do not drain), with this one unless it drains (partition.Members); the
+// keys that expired leave the view. ok is false when the watcher of
 // weft_runners cannot tell (watchRunners).
-func (r *Runner) liveRunners(context.Context) (live, assignable map[string]bool, ok bool) {
+func (r *Runner) liveRunners(context.Context) (live map[string]bool, runners []string, ok bool) {
+	// The drain flag is read first: the view's lock is a leaf, never held
+	// while the command loop's (Runner.mu) is taken.
+	r.mu.Lock()
+	draining := r.draining
+	r.mu.Unlock()
 	v := r.runners
 	v.mu.Lock()
 	if !v.ready {
 		v.mu.Unlock()
 		return nil, nil, false
 	}
-	now := time.Now()
-	live, assignable = make(map[string]bool, len(v.keys)), map[string]bool{}
+	now := r.clk.Now()
+	view := make(map[string]partition.Member, len(v.keys))
 	for id, k := range v.keys {
-		if now.After(k.until) {
-			v.leave(id, now, runnersMarkerTTL(r.lease)) // expired (max age)
-			continue
-		}
-		live[id] = true
-		if k.assignable {
-			assignable[id] = true
-		}
+		view[id] = partition.Member{Assignable: k.assignable, Until: k.until}
+	}
+	live, runners, expired := partition.Members(view, r.id, draining, now)
+	for _, id := range expired {
+		v.leave(id, now, runnersMarkerTTL(r.lease)) // expired (max age)
 	}
 	v.mu.Unlock()
-	r.mu.Lock()
-	draining := r.draining
-	r.mu.Unlock()
-	if draining {
-		delete(live, r.id)
-		delete(assignable, r.id)
-	} else {
-		live[r.id], assignable[r.id] = true, true
-	}
-	return live, assignable, true
+	return live, runners, true
 }

@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/internal/clock"
 	"github.com/weftrun/weft/internal/natstest"
 )
 
@@ -58,15 +59,65 @@ func (k skewedKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jet
 	return &skewedWatcher{KeyWatcher: w, out: out}, nil
 }
 
+// viewWatch runs r's watcher of weft_runners (r.live) on the fake clock
+// clk until the test ends; seen(key, rev) returns once the watcher has
+// taken the key's put at revision rev or later into the view, and ready()
+// once a watch delivered the bucket as it is. Neither sleeps: they wait
+// for the watcher's hook.
+func viewWatch(t *testing.T, r *Runner, clk *clock.Fake) (seen func(key string, rev uint64), ready func()) {
+	events := make(chan string, 1024)
+	r.clk = clk
+	r.hook = func(event string, _ int, key string) {
+		if event == "runners-view" {
+			events <- key
+		}
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.watchRunners(wctx) }()
+	t.Cleanup(func() { stop(); <-done })
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.NewTimer(30 * time.Second) // a bound on the store's delivery, not a measure
+		defer deadline.Stop()
+		for !ok() {
+			select {
+			case <-events:
+			case <-deadline.C:
+				t.Fatalf("the watcher never delivered %s", what)
+			}
+		}
+	}
+	v := r.runners
+	seen = func(key string, rev uint64) {
+		t.Helper()
+		wait(fmt.Sprintf("%s at revision %d", key, rev), func() bool {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			return v.keys[key].revision >= rev
+		})
+	}
+	ready = func() {
+		t.Helper()
+		wait("the bucket", func() bool {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			return v.ready
+		})
+	}
+	return seen, ready
+}
+
 // docs/semantics.md §8 "only a runner that is gone is recovered from": the view
 // of the live runners that the partition assignment follows
 // ages a peer's liveness key by this runner's own clock since it last saw
 // the key change, never by the message's timestamp (the server's clock).
 // With the server's clock a lease behind or ahead of this runner's, a
 // peer that beats every lease/8 is counted live all along, and a peer
-// whose key stops changing is dropped. Aged by its timestamp, a key the
-// server stamped a lease "ago" expired on receipt: the live peer was never
-// counted, and its partitions were assigned away.
+// whose key stops changing is dropped a lease after its last change.
+// Aged by its timestamp, a key the server stamped a lease "ago" expired
+// on receipt: the live peer was never counted, and its partitions were
+// assigned away. This runner's time is a fake clock moved by hand.
 func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *testing.T) {
 	t.Parallel()
 	const lease = 2 * time.Second
@@ -75,63 +126,59 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 			srv := natstest.Start(t)
 			c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: RunnersBucket, TTL: lease, Storage: jetstream.FileStorage})
+			// No max age: the server's expiry is not what is tested (the
+			// view's own aging is), and the test's real time is not the
+			// runner's.
+			kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: RunnersBucket, Storage: jetstream.FileStorage})
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := &Runner{id: "me", lease: lease, nparts: DefaultPartitions, live: skewedKV{kv, skew}, runners: newRunnersView(), log: slog.New(slog.DiscardHandler)}
-			var wg sync.WaitGroup
-			wctx, stopWatch := context.WithCancel(context.Background())
-			defer func() { stopWatch(); wg.Wait() }()
-			beating := func(id string) (stop func()) {
-				b, _ := json.Marshal(beat{Schema: 1, Partitions: DefaultPartitions})
-				bctx, bcancel := context.WithCancel(wctx)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						_, _ = kv.Put(bctx, id, b)
-						select {
-						case <-bctx.Done():
-							return
-						case <-time.After(lease / 8):
-						}
-					}
-				}()
-				return bcancel
+			r := &Runner{id: "me", lease: lease, log: slog.New(slog.DiscardHandler),
+				partitionOwnership: partitionOwnership{nparts: DefaultPartitions, live: skewedKV{kv, skew}, runners: newRunnersView()}}
+			clk := clock.NewFake(time.Now()) // near the server's clock: a view aged by the server's stamps would fail
+			seen, ready := viewWatch(t, r, clk)
+			b, _ := json.Marshal(beat{Schema: 1, Partitions: DefaultPartitions})
+			beatOnce := func(id string) {
+				t.Helper()
+				rev, err := kv.Put(c, id, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen(id, rev)
 			}
-			beating("me") // this runner's own heartbeat: the watch is never silent
-			stopPeer := beating("peer")
-			wg.Add(1)
-			go func() { defer wg.Done(); _ = r.watchRunners(wctx) }()
-			peer := func() (live, assignable, ok bool) {
+			peer := func() (live, assignable bool) {
+				t.Helper()
 				l, a, ok := r.liveRunners(c)
-				return l["peer"], a["peer"], ok
-			}
-			for {
-				if live, _, ok := peer(); ok && live {
-					break
+				if !ok {
+					t.Fatal("the view cannot tell")
 				}
-				if c.Err() != nil {
-					t.Fatal("a peer beating every lease/8 was never counted live")
-				}
-				time.Sleep(10 * time.Millisecond)
+				return l["peer"], slices.Contains(a, "peer")
 			}
-			// Two leases of beats: counted in every look.
-			for end := time.Now().Add(2 * lease); time.Now().Before(end); time.Sleep(lease / 40) {
-				if live, assignable, ok := peer(); ok && (!live || !assignable) {
+			ready()
+			beatOnce("me") // this runner's own heartbeat: the watch is never silent
+			beatOnce("peer")
+			// Two leases of beats every lease/8: counted in every look.
+			for range 16 {
+				if live, assignable := peer(); !live || !assignable {
 					t.Fatalf("a peer beating every lease/8 was dropped from the view (live %v, assignable %v)", live, assignable)
 				}
+				clk.Advance(lease / 8)
+				beatOnce("me")
+				beatOnce("peer")
 			}
-			stopPeer()
-			for {
-				if live, _, ok := peer(); ok && !live {
-					break
+			// The peer stops: counted for a lease after its last change,
+			// dropped after.
+			for range 7 {
+				clk.Advance(lease / 8)
+				beatOnce("me")
+				if live, _ := peer(); !live {
+					t.Fatalf("a peer that beat less than a lease ago (%v) was dropped from the view", clk.Now())
 				}
-				if c.Err() != nil {
-					t.Fatal("a peer whose key stopped changing was never dropped from the view")
-				}
-				time.Sleep(10 * time.Millisecond)
+			}
+			clk.Advance(lease/8 + time.Millisecond)
+			beatOnce("me")
+			if live, _ := peer(); live {
+				t.Fatal("a peer whose key has not changed for a lease is still counted live")
 			}
 		})
 	}
@@ -141,7 +188,7 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 // or fell silent) delivers every key again; a key it delivers at the
 // revision the previous watch saw has not changed since, so it keeps the
 // expiry it had — a gone peer's key is not counted for another lease each
-// time the watch is made again.
+// time the watch is made again. This runner's time is a fake clock.
 func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
 	t.Parallel()
 	const lease = 2 * time.Second
@@ -156,10 +203,17 @@ func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
 	if _, err := kv.Put(c, "peer", b); err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{id: "me", lease: lease, nparts: DefaultPartitions, live: kv, runners: newRunnersView(), log: slog.New(slog.DiscardHandler)}
+	r := &Runner{id: "me", lease: lease, log: slog.New(slog.DiscardHandler),
+		partitionOwnership: partitionOwnership{nparts: DefaultPartitions, live: kv, runners: newRunnersView(),
+			clk: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
+	events := make(chan string, 1024)
+	r.hook = func(event string, _ int, key string) {
+		if event == "runners-view" {
+			events <- key
+		}
+	}
 	// watch makes a watch and returns the peer's entry once the watch
-	// delivered the bucket as it is (ready; watchRunners resets it when a
-	// watch ends, as here).
+	// delivered the bucket as it is (its hook's ready event).
 	watch := func() runnerEntry {
 		v := r.runners
 		v.mu.Lock()
@@ -170,24 +224,25 @@ func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
 		go func() { defer close(done); r.watchRunnersOnce(wctx) }()
 		defer func() { stop(); <-done }()
 		for {
-			v.mu.Lock()
-			k, ok := v.keys["peer"]
-			ready := v.ready
-			v.mu.Unlock()
-			if ready {
-				if !ok {
-					t.Fatal("the watch did not deliver the peer's key")
+			select {
+			case key := <-events:
+				if key != "" {
+					continue
 				}
-				return k
-			}
-			if c.Err() != nil {
+			case <-c.Done():
 				t.Fatal("the watch never delivered the bucket")
 			}
-			time.Sleep(10 * time.Millisecond)
+			v.mu.Lock()
+			k, ok := v.keys["peer"]
+			v.mu.Unlock()
+			if !ok {
+				t.Fatal("the watch did not deliver the peer's key")
+			}
+			return k
 		}
 	}
 	first := watch()
-	time.Sleep(lease / 4) // the second watch receives the key later
+	r.clk.(*clock.Fake).Advance(lease / 4) // the second watch receives the key later
 	second := watch()
 	if !second.until.Equal(first.until) {
 		t.Fatalf("the key, unchanged, counts until %v after the watch was made again, %v later than before", second.until, second.until.Sub(first.until))
