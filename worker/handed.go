@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weftrun/weft/api"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/backoff"
 )
 
@@ -176,9 +176,11 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 		return
 	}
 	w.claimedHeld(held)
-	// Every path below that does not start the body marks the claim not
-	// started first, as a delivery does (worker.go; docs/adr/0023, "Claims
-	// released as not started").
+	// A path below that ends the attempt without its body (ended, stopped,
+	// deadline) marks the claim not started first, as a delivery does
+	// (worker.go; docs/adr/0023, "Claims released as not started"); a
+	// worker stopping before the start removes its claim instead
+	// (dropUnstarted), so that the copy runs the body.
 	if !w.defaultCheck && w.current(t) == attemptStale {
 		w.markNotStarted(t, &own, api.ClaimEnded)
 		acked = true // ended while it was claimed: nothing to report
