@@ -117,8 +117,12 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 			}
 		}
 	}
-	if resp, body := s.get(t, "/?older_than=soon"); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_filter") {
-		t.Errorf("a filter that does not parse: %d, bad_filter shown %v", resp.StatusCode, strings.Contains(body, "bad_filter"))
+	for _, q := range []string{"older_than=soon", "older_than=-1h", "min_amount=many", "max_amount=many", "item=am-700"} {
+		for _, page := range []string{"/?", "/batch?"} {
+			if resp, body := s.get(t, page+q); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_filter") {
+				t.Errorf("%s%s, a filter that does not parse: %d, bad_filter shown %v", page, q, resp.StatusCode, strings.Contains(body, "bad_filter"))
+			}
+		}
 	}
 
 	do(t, ctx, "answer the filtered approvals together", chromedp.Navigate(s.consoleURL+"/?min_amount=400&max_amount=1000"),
