@@ -3,7 +3,6 @@ package console
 import (
 	"encoding/json"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,17 +15,14 @@ import (
 // tool, requirement (NAME or NAME@vN), older_than (a duration: 30m, 72h),
 // min_amount and max_amount (the "amount" the arguments carry), and item
 // (RUN/ACTION, one item: the shared link of a card). They are the flags of
-// `weft decide`, so a filtered page is a URL that can be shared and the
-// batch page selects from exactly what the inbox shows.
+// `weft decide` and select through the same client.ItemFilter, so a
+// filtered page is a URL that can be shared and the batch page selects
+// from exactly what the inbox shows.
 type inboxFilter struct {
 	// As typed, echoed by the filter form and the links.
 	Tool, Requirement, OlderThan, MinAmount, MaxAmount, Item string
 
-	reqName, reqVersion string
-	older               time.Duration
-	lo, hi              float64
-	hasLo, hasHi        bool
-	run, action         string
+	sel client.ItemFilter
 }
 
 // filterParams are the inbox filter's GET parameters, in the order links
@@ -38,36 +34,22 @@ var filterParams = []string{"tool", "requirement", "older_than", "min_amount", "
 func parseInboxFilter(v url.Values) (inboxFilter, *weft.Error) {
 	g := func(k string) string { return strings.TrimSpace(v.Get(k)) }
 	f := inboxFilter{Tool: g("tool"), Requirement: g("requirement"), OlderThan: g("older_than"), MinAmount: g("min_amount"), MaxAmount: g("max_amount"), Item: g("item")}
-	bad := func(param, msg string) (inboxFilter, *weft.Error) {
-		return f, &weft.Error{Code: weft.CodeBadFilter, Reason: param, Message: msg}
-	}
-	f.reqName, f.reqVersion, _ = strings.Cut(f.Requirement, "@v")
+	var older time.Duration
 	if f.OlderThan != "" {
 		d, err := time.ParseDuration(f.OlderThan)
-		if err != nil || d < 0 {
-			return bad("older_than", "older than: want a duration such as 30m or 72h")
+		if err != nil {
+			return f, &weft.Error{Code: weft.CodeBadFilter, Reason: "older_than", Message: "older than: want a duration such as 30m or 72h"}
 		}
-		f.older = d
+		older = d
 	}
-	var err error
-	if f.MinAmount != "" {
-		if f.lo, err = strconv.ParseFloat(f.MinAmount, 64); err != nil {
-			return bad("min_amount", "minimum amount: want a number")
-		}
-		f.hasLo = true
-	}
-	if f.MaxAmount != "" {
-		if f.hi, err = strconv.ParseFloat(f.MaxAmount, 64); err != nil {
-			return bad("max_amount", "maximum amount: want a number")
-		}
-		f.hasHi = true
-	}
+	var items []string
 	if f.Item != "" {
-		// A run id has no "/"; the action id does (turn/call).
-		var ok bool
-		if f.run, f.action, ok = strings.Cut(f.Item, "/"); !ok || f.run == "" || f.action == "" {
-			return bad("item", "item: want RUN/ACTION")
-		}
+		items = []string{f.Item}
+	}
+	var err *weft.Error
+	f.sel, err = client.ParseItemFilter(f.Tool, f.Requirement, older, f.MinAmount, f.MaxAmount, items)
+	if err != nil {
+		return f, err
 	}
 	return f, nil
 }
@@ -109,23 +91,7 @@ func (f inboxFilter) Parts() []string {
 // arguments. An amount bound keeps only items whose arguments carry an
 // amount within it.
 func (f inboxFilter) match(run, action, tool string, req *events.Requirement, since time.Time, args json.RawMessage, now time.Time) bool {
-	switch {
-	case f.Item != "" && (run != f.run || action != f.action):
-		return false
-	case f.Tool != "" && tool != f.Tool:
-		return false
-	case f.reqName != "" && (req == nil || req.Name != f.reqName || f.reqVersion != "" && strconv.Itoa(req.Version) != f.reqVersion):
-		return false
-	case f.older > 0 && now.Sub(since) < f.older:
-		return false
-	}
-	if f.hasLo || f.hasHi {
-		n, ok := client.ArgumentsAmount(args)
-		if !ok || f.hasLo && n < f.lo || f.hasHi && n > f.hi {
-			return false
-		}
-	}
-	return true
+	return f.sel.Match(run, action, tool, req, since, args, now)
 }
 
 // itemLink is the shareable link of an inbox item: the inbox narrowed to

@@ -26,18 +26,17 @@ import (
 var confirmIn io.Reader = os.Stdin
 
 // itemList is the repeatable --item RUN/ACTION flag.
-type itemList [][2]string
+type itemList []string
 
 func (l *itemList) String() string { return fmt.Sprint(*l) }
 
 // Set takes RUN/ACTION: the run id has no "/", the action id is the rest
 // (such as 2/call_2_1).
 func (l *itemList) Set(v string) error {
-	run, action, ok := strings.Cut(v, "/")
-	if !ok || run == "" || action == "" {
-		return fmt.Errorf("want RUN/ACTION, such as pay-7/2/call_2_1")
+	if _, err := client.ParseItemFilter("", "", 0, "", "", []string{v}); err != nil {
+		return errors.New(err.Message)
 	}
-	*l = append(*l, [2]string{run, action})
+	*l = append(*l, v)
 	return nil
 }
 
@@ -50,57 +49,28 @@ type approvalFilter struct {
 	items             itemList
 }
 
-// parseBound parses an amount bound flag ("" for none).
-func parseBound(name, v string) (float64, bool, error) {
-	if v == "" {
-		return 0, false, nil
-	}
-	n, err := strconv.ParseFloat(v, 64)
+// parse makes the filter (client.ItemFilter, the console's too); a value
+// that does not parse is a usage error naming its flag.
+func (f approvalFilter) parse() (client.ItemFilter, error) {
+	sel, err := client.ParseItemFilter(f.tool, f.requirement, f.olderThan, f.minAmount, f.maxAmount, f.items)
 	if err != nil {
-		return 0, false, usagef("--%s %q: want a number", name, v)
+		return sel, usagef("--%s: %s", strings.ReplaceAll(err.Reason, "_", "-"), err.Message)
 	}
-	return n, true, nil
+	return sel, nil
 }
 
 // selectApprovals keeps the items f selects, in the inbox's order. An
 // amount bound keeps only items whose arguments carry an amount within it.
 func selectApprovals(items []projections.ApprovalItem, f approvalFilter, now time.Time) ([]projections.ApprovalItem, error) {
-	lo, hasLo, err := parseBound("min-amount", f.minAmount)
+	sel, err := f.parse()
 	if err != nil {
 		return nil, err
 	}
-	hi, hasHi, err := parseBound("max-amount", f.maxAmount)
-	if err != nil {
-		return nil, err
-	}
-	reqName, reqVersion, _ := strings.Cut(f.requirement, "@v")
 	var out []projections.ApprovalItem
 	for _, it := range items {
-		if f.tool != "" && it.Tool != f.tool {
-			continue
+		if sel.Match(it.Run, it.Action, it.Tool, &it.Requirement, it.Requested, it.Arguments, now) {
+			out = append(out, it)
 		}
-		if reqName != "" && (it.Requirement.Name != reqName || reqVersion != "" && strconv.Itoa(it.Requirement.Version) != reqVersion) {
-			continue
-		}
-		if f.olderThan > 0 && now.Sub(it.Requested) < f.olderThan {
-			continue
-		}
-		if hasLo || hasHi {
-			n, ok := client.ArgumentsAmount(it.Arguments)
-			if !ok || hasLo && n < lo || hasHi && n > hi {
-				continue
-			}
-		}
-		if len(f.items) > 0 {
-			named := false
-			for _, ra := range f.items {
-				named = named || ra[0] == it.Run && ra[1] == it.Action
-			}
-			if !named {
-				continue
-			}
-		}
-		out = append(out, it)
 	}
 	return out, nil
 }
@@ -156,10 +126,7 @@ func decideCommand() command {
 				if answer == events.AnswerReject && *reason == "" {
 					return usagef("decide reject needs --reason")
 				}
-				if _, _, err := parseBound("min-amount", f.minAmount); err != nil {
-					return err
-				}
-				if _, _, err := parseBound("max-amount", f.maxAmount); err != nil {
+				if _, err := f.parse(); err != nil {
 					return err
 				}
 				if *batchID == "" {

@@ -523,11 +523,13 @@
   }
 
   // ---- live regions ----
-  // busy reports whether the viewer is working in el: focus in a field, a
-  // form typed into, in flight, or showing a refusal.
+  // busy reports whether the viewer is working in el: focus in a field or
+  // anywhere in a card (a linked card, its Copy link), a form typed into,
+  // in flight, or showing a refusal.
   function busy(el) {
     var a = document.activeElement;
-    if (a && a !== document.body && el.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) return true;
+    if (a && a !== document.body && el.contains(a) &&
+        (/^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) || (a.closest && a.closest("[data-key]")))) return true;
     // A form answered here (data-done) stays with its answer until reload.
     var sel = "form[data-dirty], form[data-busy], form[data-refused], form[data-done]";
     return !!el.querySelector(sel) || (el.matches && el.matches(sel));
@@ -554,7 +556,10 @@
         nodes.push(o);
       }
     });
+    // Moving the kept nodes back in drops the focus: give it back.
+    var a = document.activeElement;
     old.replaceChildren.apply(old, nodes);
+    if (a && a !== document.activeElement && document.contains(a)) a.focus({ preventScroll: true });
   }
 
   function mergeRegion(old, neu) {
@@ -659,13 +664,16 @@
 
   function focusLinked() {
     if (!location.hash) return;
-    var el = document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    var id;
+    // A malformed fragment (a hand-made or cut link) names no card.
+    try { id = decodeURIComponent(location.hash.slice(1)); } catch (e) { return; }
+    var el = document.getElementById(id);
     if (el && el.classList.contains("card")) { el.focus(); el.dataset.linked = ""; }
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     enhance(document);
-    focusLinked();
     live();
+    focusLinked();
   });
 })();
