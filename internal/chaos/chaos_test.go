@@ -13,7 +13,7 @@ import (
 	"github.com/weftrun/weft/internal/chaos"
 )
 
-// The long harness: go test ./chaos -run TestChaos -chaos.seeds 1,2,3
+// The long harness: go test ./internal/chaos -run TestChaos -chaos.seeds 1,2,3
 // -chaos.duration 2m -chaos.runs 200 (docs/reliability.md).
 var (
 	seeds    = flag.String("chaos.seeds", "", "comma-separated seeds to run instead of the short set")
