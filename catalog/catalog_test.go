@@ -13,8 +13,8 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/catalog"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/model"
 )

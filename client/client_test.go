@@ -9,8 +9,8 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/client"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/host"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
 )
 

@@ -14,9 +14,9 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/client"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/projector"
 )

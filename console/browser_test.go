@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/projections"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/projections"
 )
 

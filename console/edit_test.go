@@ -11,8 +11,8 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/projector"
 )

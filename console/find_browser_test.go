@@ -22,7 +22,7 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/model"
 )
 

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/proof"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nkeys"
 
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/demo"
 )
 
 // TestSecurityWhoDidIt_ConsoleSignsInTheBrowser (docs/security.md, "Who

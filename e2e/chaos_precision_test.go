@@ -8,8 +8,8 @@ import (
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/chaos"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/chaos"
 )
 
 // precision is the chaos test's precision figure (docs/semantics.md §8,

@@ -12,7 +12,7 @@ import (
 )
 
 // TestAppendBatchIsAppendWithoutTheRoundTrips proves AppendBatch (the loader of
-// bench/scale) writes what Append writes, under the same per-run
+// internal/bench/scale) writes what Append writes, under the same per-run
 // optimistic concurrency: decisions of many runs published asynchronously
 // load back chained, Append continues from the heads it returned, a stale
 // head is a *ConflictError that wrote nothing, and a second decision of one

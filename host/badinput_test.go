@@ -14,9 +14,9 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/client"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/host"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/projector"
 )

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/agent"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/host"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
 )
 

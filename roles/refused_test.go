@@ -9,7 +9,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/worker"

@@ -8,8 +8,8 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/projector"
 )
 

@@ -111,7 +111,7 @@ func (r *Runner) resolve(ctx context.Context, rn *run, b aggregate.CallBatch) ag
 // recorded: the one conversion from package policy's types to the
 // aggregate's (aggregate.PolicyOutcome, docs/semantics.md §4), used by the
 // runner and by anything else that decides commands with a policy (the
-// scale loader in bench/scale).
+// scale loader in internal/bench/scale).
 func PolicyResult(dec policy.Decision, err error) aggregate.PolicyResult {
 	q := dec.Requirement()
 	return aggregate.PolicyOutcome(string(dec.Kind()), dec.Reason(), events.Requirement{Name: q.Name, Version: q.Version}, err)

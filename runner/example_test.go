@@ -7,7 +7,7 @@ import (
 	"syscall"
 
 	"github.com/weftrun/weft/agent"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/runner"
 )

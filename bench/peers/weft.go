@@ -18,7 +18,7 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/bench"
+	"github.com/weftrun/weft/internal/bench"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/runner"
 )

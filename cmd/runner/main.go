@@ -1,5 +1,5 @@
 // Package main is the runner command: it runs a Weft runner with its in-process tool worker for the
-// payment-desk demo agent (package demo) against a NATS server.
+// payment-desk demo agent (package internal/demo) against a NATS server.
 // Applications embed package runner with their own agents instead; this
 // main shows the wiring and is what the end-to-end recovery tests kill.
 //
@@ -35,7 +35,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/catalog"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/model/provider"
 	"github.com/weftrun/weft/natsnode"

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/runner"

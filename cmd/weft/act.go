@@ -13,10 +13,10 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
-	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/worker"
 )
@@ -43,16 +43,23 @@ func newRunID() string {
 // views reads runs' views (the query service) and the heads of their logs
 // (to tell whether a view has caught up: freshView).
 type views struct {
-	*projector.Client
+	*client.Client
 	log *eventlog.Log
 }
 
-// withAPI connects and hands the command API client to fn; the client
+// runReader reads a run's view: a client.Client, or the query service's
+// own client in tests.
+type runReader interface {
+	Run(ctx context.Context, run string) (projections.RunView, error)
+}
+
+// withAPI connects and hands a client (package client, the front door
+// every application uses) to fn; the client
 // retries retryable answers within retry (0: it sends each command once),
 // and the whole exchange is bounded by --timeout plus retry (send says
 // what a deadline that passed means).
-func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *api.Client, q views) error) error {
-	return withAPIConn(ctx, e, retry, func(ctx context.Context, c *api.Client, q views) error {
+func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *client.Client, q views) error) error {
+	return withAPIConn(ctx, e, retry, func(ctx context.Context, c *client.Client, q views) error {
 		actx, cancel := context.WithTimeout(ctx, e.timeout+retry)
 		defer cancel()
 		return fn(actx, c, q)
@@ -61,13 +68,17 @@ func withAPI(ctx context.Context, e *env, retry time.Duration, fn func(ctx conte
 
 // withAPIConn is withAPI without the deadline: fn bounds each exchange
 // itself (decide waits for a person between its exchanges).
-func withAPIConn(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *api.Client, q views) error) error {
+func withAPIConn(ctx context.Context, e *env, retry time.Duration, fn func(ctx context.Context, c *client.Client, q views) error) error {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeNode(n)
-	return fn(ctx, api.NewClient(n.Conn(), api.WithRetry(retry)), views{projector.NewClient(n.Conn()), eventlog.New(n.JetStream())})
+	c, err := client.New(n.Conn(), client.WithRetry(retry))
+	if err != nil {
+		return err
+	}
+	return fn(ctx, c, views{c, eventlog.New(n.JetStream())})
 }
 
 func printReply(e *env, asJSON bool, r api.Reply) error {
@@ -135,11 +146,11 @@ func actFlags(fs *flag.FlagSet, id *string) *actOpts {
 // and is answered outcome_unknown, never unavailable (nothing applied).
 // For both, send reads the run (ref) and says what it shows now
 // (unknownOutcome); exit 6.
-func send(ctx context.Context, e *env, id *string, o *actOpts, ref runRef, call func(ctx context.Context, c *api.Client, q views) (api.Reply, error)) error {
+func send(ctx context.Context, e *env, id *string, o *actOpts, ref runRef, call func(ctx context.Context, c *client.Client, q views) (api.Reply, error)) error {
 	if *id == "" {
 		*id = newCommandID()
 	}
-	return withAPI(ctx, e, o.retry(), func(actx context.Context, c *api.Client, q views) error {
+	return withAPI(ctx, e, o.retry(), func(actx context.Context, c *client.Client, q views) error {
 		r, err := call(actx, c, q)
 		if err == nil {
 			return printReply(e, o.json, r)
@@ -230,7 +241,7 @@ func startCommand() command {
 				if req.Run == "" {
 					req.Run = newRunID()
 				}
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, again: " and the same --run " + req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, again: " and the same --run " + req.Run}, func(ctx context.Context, c *client.Client, _ views) (api.Reply, error) {
 					r, err := c.Start(ctx, req)
 					return api.Reply(r), err
 				})
@@ -246,7 +257,7 @@ func startCommand() command {
 // request was re-asked or answered, the read model may not have it yet. A
 // view still behind the log after the wait is said on w; a refusal the CLI
 // gives itself from such a view says so too.
-func pendingRevision(ctx context.Context, w io.Writer, q *projector.Client, log *eventlog.Log, run, action string, rev *int) (bool, error) {
+func pendingRevision(ctx context.Context, w io.Writer, q runReader, log *eventlog.Log, run, action string, rev *int) (bool, error) {
 	if *rev != 0 {
 		return false, nil
 	}
@@ -299,7 +310,7 @@ func pendingRevision(ctx context.Context, w io.Writer, q *projector.Client, log 
 // (freshView), and says what the request is now and the exact command that
 // answers it. It never answers again by itself: a person answers the
 // request they saw, and they have not seen this one.
-func staleRevision(ctx context.Context, q *projector.Client, log *eventlog.Log, verb, run, action string, sent int, err error) error {
+func staleRevision(ctx context.Context, q runReader, log *eventlog.Log, verb, run, action string, sent int, err error) error {
 	var v projections.RunView
 	lag, rerr := freshView(ctx, log, run, func(ctx context.Context) (projections.RunView, error) {
 		rv, err := q.Run(ctx, run)
@@ -355,7 +366,7 @@ func approveCommand() command {
 					req.Arguments = json.RawMessage(*edited)
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *client.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerApprove, "", req.Arguments)
 						if err != nil {
@@ -400,7 +411,7 @@ func rejectCommand() command {
 					return usagef("reject needs --reason")
 				}
 				req.Run, req.Action = args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, q views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *client.Client, q views) (api.Reply, error) {
 					if sign.key != "" {
 						p, err := signAnswer(ctx, e.stderr, q.Client, sign, req.Run, req.Action, &req.Revision, events.AnswerReject, req.Reason, nil)
 						if err != nil {
@@ -494,7 +505,7 @@ func reconcileCommand() command {
 				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *client.Client, _ views) (api.Reply, error) {
 					if *stored {
 						return cl.ReconcileStored(ctx, req)
 					}
@@ -542,7 +553,7 @@ func resolveCommand() command {
 				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, cl *client.Client, _ views) (api.Reply, error) {
 					return cl.Resolve(ctx, req)
 				})
 			}
@@ -572,7 +583,7 @@ func cancelCommand() command {
 				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *client.Client, _ views) (api.Reply, error) {
 					return c.Cancel(ctx, req)
 				})
 			}
@@ -608,7 +619,7 @@ func pauseCommand(pause bool) command {
 				if done, err := printedProof(e.stdout, sign, req.Proof); done {
 					return err
 				}
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run}, func(ctx context.Context, c *client.Client, _ views) (api.Reply, error) {
 					if pause {
 						return c.Pause(ctx, req)
 					}
@@ -651,7 +662,7 @@ func settleCommand() command {
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}
 				req.Schema, req.Run, req.Action = 1, args[0], args[1]
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, action: req.Action}, func(ctx context.Context, c *client.Client, _ views) (api.Reply, error) {
 					return c.Settle(ctx, req)
 				})
 			}

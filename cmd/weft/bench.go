@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/weftrun/weft/bench"
+	"github.com/weftrun/weft/internal/bench"
 	"github.com/weftrun/weft/natsnode"
 )
 

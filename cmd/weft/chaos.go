@@ -10,12 +10,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weftrun/weft/chaos"
+	"github.com/weftrun/weft/internal/chaos"
 	"github.com/weftrun/weft/natsnode"
 )
 
 // chaosCommand is `weft chaos`: the seeded fault-injection harness
-// (package chaos, docs/reliability.md). The harness starts its parts as
+// (package internal/chaos, docs/reliability.md). The harness starts its parts as
 // `weft chaos` processes with chaos.EnvRole set; such a process runs its
 // part and exits with its code.
 func chaosCommand() command {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	weft "github.com/weftrun/weft"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 )
 

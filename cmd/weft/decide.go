@@ -134,7 +134,7 @@ func decideCommand() command {
 				}
 				// Each exchange has its own deadline; the confirmation has
 				// none (a person reads the selection as long as they need).
-				return withAPIConn(ctx, e, o.retry(), func(ctx context.Context, c *api.Client, v views) error {
+				return withAPIConn(ctx, e, o.retry(), func(ctx context.Context, c *client.Client, v views) error {
 					rctx, cancel := context.WithTimeout(ctx, e.timeout)
 					all, err := v.Approvals(rctx, q)
 					cancel()
@@ -233,7 +233,7 @@ func chunkByRun(items []projections.ApprovalItem, limit int) ([][]projections.Ap
 
 // decideChunk sends one batch under a deadline of its own: --timeout plus
 // the retries' bound, started when it is sent.
-func decideChunk(ctx context.Context, e *env, retry time.Duration, c *api.Client, req api.DecideRequest) (api.DecideReply, error) {
+func decideChunk(ctx context.Context, e *env, retry time.Duration, c *client.Client, req api.DecideRequest) (api.DecideReply, error) {
 	dctx, cancel := context.WithTimeout(ctx, e.timeout+retry)
 	defer cancel()
 	return c.Decide(dctx, req)

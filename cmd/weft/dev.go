@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/weftrun/weft/console"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/model/provider"
 	"github.com/weftrun/weft/natsnode"

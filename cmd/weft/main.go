@@ -12,8 +12,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/weftrun/weft/bench"
-	"github.com/weftrun/weft/bench/scale"
+	"github.com/weftrun/weft/internal/bench"
+	"github.com/weftrun/weft/internal/bench/scale"
 	"github.com/weftrun/weft/natsnode"
 )
 

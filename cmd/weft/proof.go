@@ -67,7 +67,7 @@ func readSigningKey(path string) (nkeys.KeyPair, error) {
 // exactly what it signs. The runtime
 // checks every value against the run itself: a view that lied would only
 // get the proof refused.
-func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signFlags, run, action string, revision *int, answer, reason string, edit json.RawMessage) (*events.ApprovalProof, error) {
+func signAnswer(ctx context.Context, w io.Writer, q runReader, sf *signFlags, run, action string, revision *int, answer, reason string, edit json.RawMessage) (*events.ApprovalProof, error) {
 	kp, err := readSigningKey(sf.key)
 	if err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
@@ -32,16 +33,21 @@ func printJSON(w io.Writer, v any) error {
 	return err
 }
 
-// withQuery connects and hands a query client to fn.
-func withQuery(ctx context.Context, e *env, fn func(ctx context.Context, c *projector.Client) error) error {
+// withQuery connects and hands fn a client (package client, the front
+// door every application uses) for its queries.
+func withQuery(ctx context.Context, e *env, fn func(ctx context.Context, c *client.Client) error) error {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeNode(n)
+	c, err := client.New(n.Conn())
+	if err != nil {
+		return err
+	}
 	qctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
-	return fn(qctx, projector.NewClient(n.Conn()))
+	return fn(qctx, c)
 }
 
 func runsCommand() command {
@@ -60,7 +66,7 @@ func runsCommand() command {
 				if err := wantArgs(args, 0, "no arguments"); err != nil {
 					return err
 				}
-				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
+				return withQuery(ctx, e, func(ctx context.Context, c *client.Client) error {
 					page, err := c.List(ctx, q)
 					if err != nil {
 						return err
@@ -105,8 +111,12 @@ func showCommand() command {
 				defer closeNode(n)
 				ctx, cancel := context.WithTimeout(ctx, e.timeout)
 				defer cancel()
-				c, log := projector.NewClient(n.Conn()), eventlog.New(n.JetStream())
-				var r projector.RunReply
+				c, err := client.New(n.Conn())
+				if err != nil {
+					return err
+				}
+				log := eventlog.New(n.JetStream())
+				var r client.RunReply
 				lag, err := freshView(ctx, log, args[0], func(ctx context.Context) (projections.RunView, error) {
 					rr, err := c.RunFamily(ctx, args[0])
 					if err == nil {
@@ -357,7 +367,7 @@ func eventsCommand() command {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
-				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
+				return withQuery(ctx, e, func(ctx context.Context, c *client.Client) error {
 					envs, _, err := history(ctx, c, args[0])
 					if errors.Is(err, &weft.Error{Code: weft.CodeUnavailable}) {
 						// No query service: read the log directly.
@@ -407,11 +417,11 @@ func loadDirect(ctx context.Context, e *env, run string) ([]events.Envelope, err
 }
 
 // history reads a run's whole history through the query service.
-func history(ctx context.Context, c *projector.Client, run string) ([]events.Envelope, eventlog.Head, error) {
+func history(ctx context.Context, c *client.Client, run string) ([]events.Envelope, eventlog.Head, error) {
 	var out []events.Envelope
 	var after uint64
 	for {
-		h, err := c.History(ctx, projector.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
+		h, err := c.History(ctx, client.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
 		if err != nil {
 			return nil, eventlog.Head{}, err
 		}
@@ -428,7 +438,7 @@ func inboxCommand() command {
 		name: "inbox", args: "approvals|uncertain|questions", summary: "list pending approvals, uncertain effects or open questions across runs",
 		examples: []string{"weft inbox approvals", "weft inbox uncertain --agent payment-desk", "weft inbox questions", "weft inbox approvals --run pay-42 --json"},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
-			var q projector.InboxRequest
+			var q client.InboxFilter
 			fs.StringVar(&q.Run, "run", "", "only this run")
 			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
 			asJSON := fs.Bool("json", false, "print as JSON")
@@ -440,7 +450,7 @@ func inboxCommand() command {
 					}
 					return usagef("want approvals, uncertain or questions%s", got)
 				}
-				return withQuery(ctx, e, func(ctx context.Context, c *projector.Client) error {
+				return withQuery(ctx, e, func(ctx context.Context, c *client.Client) error {
 					tw := tabwriter.NewWriter(e.stdout, 2, 4, 2, ' ', 0)
 					defer tw.Flush()
 					if args[0] == "approvals" {

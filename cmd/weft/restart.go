@@ -8,6 +8,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 )
 
 // restartCommand is `weft restart RUN --from-turn N` (docs/semantics.md
@@ -57,7 +58,7 @@ The new run counts only its own turns against max turns.`,
 					req.Run = newRunID()
 				}
 				again := fmt.Sprintf(" and the same --run %s", req.Run)
-				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, again: again}, func(ctx context.Context, c *api.Client, _ views) (api.Reply, error) {
+				return send(ctx, e, &req.CommandID, o, runRef{run: req.Run, again: again}, func(ctx context.Context, c *client.Client, _ views) (api.Reply, error) {
 					r, err := c.Restart(ctx, req)
 					return api.Reply(r), err
 				})

@@ -7,11 +7,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/weftrun/weft/bench"
-	"github.com/weftrun/weft/bench/scale"
+	"github.com/weftrun/weft/internal/bench"
+	"github.com/weftrun/weft/internal/bench/scale"
 )
 
-// scaleCommand is `weft scale`: the scale test (package bench/scale,
+// scaleCommand is `weft scale`: the scale test (package internal/bench/scale,
 // docs/scaling.md, docs/adr/0021-scale-harness.md). Its subprocesses
 // (nats-server nodes and
 // runners) are this program started again with scale.EnvChild set; main

@@ -1,7 +1,7 @@
-// The TypeScript worker as a part of the chaos harness (chaos/typescript.go,
+// The TypeScript worker as a part of the chaos harness (internal/chaos/typescript.go,
 // docs/reliability.md): it serves the tool named by WEFT_CHAOS_TS_TOOL of
 // agent "chaos" (its one version) with the body the Go parts run
-// (chaos/agent.go, work): a line in the side ledger WEFT_CHAOS_LEDGER,
+// (internal/chaos/agent.go, work): a line in the side ledger WEFT_CHAOS_LEDGER,
 // fsynced before anything else, then args.ms of work stopped by the
 // attempt's signal, then a definite failure (args.fail) or the output
 // {done}. A body called with an ended signal, or past its deadline by the

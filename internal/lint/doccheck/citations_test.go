@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftrun/weft/internal/doccheck"
+	"github.com/weftrun/weft/internal/lint/doccheck"
 )
 
 // trackerAllowed lists, per file, the phrases whose "issue" is no tracker
@@ -18,10 +18,10 @@ var trackerAllowed = map[string][]string{}
 // JavaScript file names a
 // section docs/semantics.md has (a text quoted after it is in that
 // section), and nothing cites the design notes outside the repository or a
-// tracker entry. After a merge, `go run ./internal/doccheck/testdata/citations`
+// tracker entry. After a merge, `go run ./internal/lint/doccheck/testdata/citations`
 // rewrites what it can (docs/semantics.md, "Where the rules are cited").
 func TestSemanticsCitationsExist(t *testing.T) {
-	problems, err := doccheck.Citations(filepath.Join("..", ".."), trackerAllowed)
+	problems, err := doccheck.Citations(filepath.Join("..", "..", ".."), trackerAllowed)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftrun/weft/internal/doccheck"
+	"github.com/weftrun/weft/internal/lint/doccheck"
 )
 
 // packages lists every package of the module (go list ./...), relative to
@@ -16,7 +16,7 @@ import (
 func packages(t *testing.T) []string {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-f", "{{if .GoFiles}}{{.Dir}}{{end}}", "./...")
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = filepath.Join("..", "..", "..")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
@@ -46,7 +46,7 @@ func packages(t *testing.T) []string {
 func TestEveryExportedNameIsDocumented(t *testing.T) {
 	for _, p := range packages(t) {
 		t.Run(strings.ReplaceAll(p, "/", "_"), func(t *testing.T) {
-			problems, err := doccheck.Dir(filepath.Join("..", "..", filepath.FromSlash(p)))
+			problems, err := doccheck.Dir(filepath.Join("..", "..", "..", filepath.FromSlash(p)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,7 +104,7 @@ var apiPackages = []string{"tools", "agent", "policy", "approvers", "model"}
 // their exported signatures.
 func TestNoAnyInHandlerPolicyApproverAPI(t *testing.T) {
 	for _, p := range apiPackages {
-		problems, err := doccheck.AnyInAPI(filepath.Join("..", "..", p))
+		problems, err := doccheck.AnyInAPI(filepath.Join("..", "..", "..", p))
 		if err != nil {
 			t.Fatal(err)
 		}

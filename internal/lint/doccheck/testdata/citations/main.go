@@ -5,7 +5,7 @@
 // beside this file holds the rules written by hand). Run it from the
 // module root, after a merge too:
 //
-//	go run ./internal/doccheck/testdata/citations && gofmt -l . && go test ./internal/doccheck -run Citation
+//	go run ./internal/lint/doccheck/testdata/citations && gofmt -l . && go test ./internal/lint/doccheck -run Citation
 //
 // What it cannot rewrite, TestSemanticsCitationsExist names.
 package main
@@ -15,11 +15,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/weftrun/weft/internal/doccheck"
+	"github.com/weftrun/weft/internal/lint/doccheck"
 )
 
 func main() {
-	rules, err := doccheck.ReadRewrites(filepath.Join("internal", "doccheck", "testdata", "citations", "rewrites.txt"))
+	rules, err := doccheck.ReadRewrites(filepath.Join("internal", "lint", "doccheck", "testdata", "citations", "rewrites.txt"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "citations:", err)
 		os.Exit(1)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 )
 
 // weft dev on an external server left at the NATS default max_payload

@@ -290,8 +290,8 @@ func isAllowed(phrases []string, src string, start, end int) bool {
 // ownFile reports whether rel is one of the files of this checker that must name
 // what they look for: the checker itself, its test, and its rewrite table and fixtures.
 func ownFile(rel string) bool {
-	return rel == "internal/doccheck/citations.go" || rel == "internal/doccheck/citations_test.go" ||
-		strings.HasPrefix(rel, "internal/doccheck/testdata/")
+	return rel == "internal/lint/doccheck/citations.go" || rel == "internal/lint/doccheck/citations_test.go" ||
+		strings.HasPrefix(rel, "internal/lint/doccheck/testdata/")
 }
 
 // Rewrite is one rule of the citation rewrite table: in File (every file

@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weftrun/weft/bench"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/bench"
 	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"

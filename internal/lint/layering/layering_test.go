@@ -12,7 +12,7 @@ import (
 // (ARCHITECTURE.md, determinism rule 1; STYLE.md principles 1 and 10).
 func TestPurePackages(t *testing.T) {
 	for _, pkg := range pure {
-		violations, err := Check(filepath.Join("..", "..", pkg))
+		violations, err := Check(filepath.Join("..", "..", "..", pkg))
 		if err != nil {
 			t.Errorf("%s: %v", pkg, err)
 			continue
@@ -60,7 +60,7 @@ func TestPurePackagesTransitively(t *testing.T) {
 		args = append(args, "./"+pkg)
 	}
 	cmd := exec.Command("go", args...)
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = filepath.Join("..", "..", "..")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftrun/weft/bench"
+	"github.com/weftrun/weft/internal/bench"
 )
 
 // TestMain runs the test binary as a bench subprocess when Run starts it

@@ -77,7 +77,7 @@ type Config struct {
 	// TypeScript, when set, is the directory of the TypeScript SDK
 	// (sdk/typescript, with npm ci run in it): the tool ship is then served
 	// by a TypeScript worker process (node) instead of the Go workers,
-	// writing the same ledger (chaos/typescript.go).
+	// writing the same ledger (internal/chaos/typescript.go).
 	TypeScript string
 }
 

@@ -21,7 +21,7 @@ func deps(t *testing.T, pkgs ...string) []string {
 		args = append(args, "./"+p)
 	}
 	cmd := exec.Command("go", args...)
-	cmd.Dir = filepath.Join("..", "..")
+	cmd.Dir = filepath.Join("..", "..", "..")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list %v: %v", pkgs, err)
@@ -59,7 +59,7 @@ func TestProtocolImportsNothing(t *testing.T) {
 // assetNames are the string constants package protocol defines, by value.
 func assetNames(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "protocol", "protocol.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "..", "protocol", "protocol.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestOneDefinitionOfEachAssetName(t *testing.T) {
 			t.Fatalf("package protocol does not define %s: the scan below would pass vacuously", want)
 		}
 	}
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/aggregate"
-	"github.com/weftrun/weft/bench/scale"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/bench/scale"
 	"github.com/weftrun/weft/internal/natstest"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weftrun/weft/internal/globalcheck"
+	"github.com/weftrun/weft/internal/lint/globalcheck"
 )
 
 // allowed lists the exported package-level variables that are no error
@@ -20,7 +20,7 @@ var allowed = map[string]string{}
 // sentinel, or it is in allowed with its reason. A table or a default is a
 // function returning a fresh copy, or a constant.
 func TestNoExportedMutableGlobals(t *testing.T) {
-	vars, packages, err := globalcheck.Exported(filepath.Join("..", ".."), "./...")
+	vars, packages, err := globalcheck.Exported(filepath.Join("..", "..", ".."), "./...")
 	if err != nil {
 		t.Fatal(err)
 	}

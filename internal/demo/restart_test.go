@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/projector"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/demo"
+	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
 )
 

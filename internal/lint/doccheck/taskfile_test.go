@@ -15,7 +15,7 @@ import (
 // `go tool -modfile=devtools/go.mod task` needs no install, while the main
 // go.mod names no tool (docs/adr/0012).
 func TestTaskfile(t *testing.T) {
-	b, err := os.ReadFile("../../Taskfile.yml")
+	b, err := os.ReadFile("../../../Taskfile.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestTaskfile(t *testing.T) {
 			t.Errorf("check task does not run %q:\n%s", want, check)
 		}
 	}
-	tools, err := os.ReadFile("../../devtools/go.mod")
+	tools, err := os.ReadFile("../../../devtools/go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestTaskfile(t *testing.T) {
 			t.Errorf("devtools/go.mod has no tool directive for %s", tool)
 		}
 	}
-	mod, err := os.ReadFile("../../go.mod")
+	mod, err := os.ReadFile("../../../go.mod")
 	if err != nil {
 		t.Fatal(err)
 	}

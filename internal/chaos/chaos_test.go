@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weftrun/weft/chaos"
+	"github.com/weftrun/weft/internal/chaos"
 )
 
-// The long harness: go test ./chaos -run TestChaos -chaos.seeds 1,2,3
+// The long harness: go test ./internal/chaos -run TestChaos -chaos.seeds 1,2,3
 // -chaos.duration 2m -chaos.runs 200 (docs/reliability.md).
 var (
 	seeds    = flag.String("chaos.seeds", "", "comma-separated seeds to run instead of the short set")
@@ -129,7 +129,7 @@ func TestChaosCluster(t *testing.T) {
 // sdk-ts-deps): without them it fails, never skips.
 func TestChaosTypeScript(t *testing.T) {
 	cfg := short
-	cfg.TypeScript = "../sdk/typescript"
+	cfg.TypeScript = "../../sdk/typescript"
 	runSeeds(t, cfg, seedList(t, 4))
 }
 
