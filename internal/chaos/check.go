@@ -460,7 +460,7 @@ func (h *harness) checkCommands(w *workload, stream map[string][]timed, v func(c
 		before, after := foldAt(evs, c.sent), foldAt(evs, c.recv)
 		switch c.kind {
 		case "approve", "reject":
-			if refusal[c.code] && pending(before, c) && pending(after, c) {
+			if refusal[c.code] && pending(before, c) && pending(after, c) && !expiredBy(after, c) {
 				v(checkRefusalWrong, c.run, c.action, "%s %s refused %s, but revision %d was pending in the log before and after", c.kind, c.id, c.code, c.rev)
 			}
 		case "reconcile", "reconcile_stored":
@@ -486,6 +486,19 @@ func (h *harness) checkCommands(w *workload, stream map[string][]timed, v func(c
 // answered (outcome_unknown says nothing).
 var refusal = map[string]bool{"wrong_reference": true, "stale_reference": true, "already_answered": true,
 	"approval_expired": true, "run_ended": true, "proof_refused": true}
+
+// expiredBy reports whether c, refused approval_expired, reached the
+// runner after its request's recorded deadline: the refusal follows from
+// the log's deadline and the store's clock (docs/semantics.md §4), and the
+// expiry itself is recorded by the command when it can be, else by the
+// request's timer — it may so land after the answer (a server down then).
+func expiredBy(s aggregate.State, c command) bool {
+	if c.code != "approval_expired" {
+		return false
+	}
+	a, ok := s.Action(c.action)
+	return ok && !a.Request.Expires.IsZero() && !c.recv.Before(a.Request.Expires)
+}
 
 func pending(s aggregate.State, c command) bool {
 	if _, done := s.Finished(); done {
