@@ -98,17 +98,3 @@ func ReadRuns(r io.Reader) ([]Exported, error) {
 	}
 	return out, nil
 }
-
-// VerifyRun verifies one run of an export: its events (Verify), then its
-// void records (CheckVoid); the report names the first problem.
-func VerifyRun(x Exported, opts ...Option) Report {
-	rep := Verify(x.Events, opts...)
-	for _, v := range x.Voids {
-		who, p := CheckVoid(x.Run, v, opts...)
-		rep.Voids = append(rep.Voids, who)
-		if p != nil && rep.Problem == nil {
-			rep.Problem = p
-		}
-	}
-	return rep
-}
