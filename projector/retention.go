@@ -1,6 +1,13 @@
 package projector
 
-import "github.com/weftrun/weft/projections"
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/projections"
+)
 
 // IndexKeys returns the keys of the weft_index entries that the stored
 // view v accounts for: its run-list entry, its inbox items' entries and,
@@ -16,4 +23,17 @@ func IndexKeys(v projections.RunView) []string {
 		out = append(out, e.key)
 	}
 	return out
+}
+
+// ReadCheckpoint reads the projector's checkpoint from its bucket (zero
+// when none): every message of the log up to Seq has its view and index
+// entries stored. Retention removes only runs whose log's head the
+// checkpoint covers, so that no write of the projector's for them is
+// still to come.
+func ReadCheckpoint(ctx context.Context, js jetstream.JetStream) (Checkpoint, error) {
+	kv, err := js.KeyValue(ctx, BucketState)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("projector: bucket %s: %w", BucketState, err)
+	}
+	return readCheckpoint(ctx, kv)
 }

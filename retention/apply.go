@@ -121,6 +121,10 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	}); err != nil {
 		return res, err
 	}
+	cp, err := projector.ReadCheckpoint(ctx, js)
+	if err != nil {
+		return res, unavailable("%v", err)
+	}
 	log := eventlog.New(js)
 	byRun := map[string]projections.RunView{}
 	for _, v := range views {
@@ -150,8 +154,8 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			if err != nil {
 				return res, err
 			}
-			if v := byRun[run]; h.Version != v.Version {
-				why[run] = fmt.Sprintf("its view is at version %d and its log at %d (the projector is behind)", v.Version, h.Version)
+			if v := byRun[run]; h.Version != v.Version || h.Seq > cp.Seq {
+				why[run] = fmt.Sprintf("its view is at version %d and its log at %d (stream sequence %d, the projector's checkpoint %d): the projector is behind", v.Version, h.Version, h.Seq, cp.Seq)
 			}
 		}
 		blocker := ""

@@ -1,0 +1,296 @@
+package retention
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/protocol"
+)
+
+var t0 = time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+
+// now is the purges' time in these tests: with an age of 48h the cutoff
+// is t0 + 3 days.
+var now = t0.Add(5 * 24 * time.Hour)
+
+const age = 48 * time.Hour
+
+func started(input string) events.RunStarted {
+	return events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: input, Runner: "r1", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}}
+}
+
+// finished is a run that answered at once.
+func finished(input string) []events.Event {
+	return []events.Event{
+		started(input),
+		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyFinalAnswer, Text: "done", Usage: &events.Usage{InputTokens: 10, OutputTokens: 2}},
+		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"done"`)}},
+	}
+}
+
+// deployment is a real server with the projector running.
+func deployment(t *testing.T) *natstest.Server {
+	t.Helper()
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for _, b := range []string{protocol.SnapshotsBucket, protocol.ClaimsBucket} {
+		if _, err := s.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// appendAt appends evs to run, one decision each, a second apart from at.
+func appendAt(t *testing.T, s *natstest.Server, run string, at time.Time, evs ...events.Event) {
+	t.Helper()
+	ctx := context.Background()
+	head, err := s.Log.Head(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if _, head, err = s.Log.Append(ctx, run, head, at.Add(time.Duration(i)*time.Second), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitViews waits until the projector stored every run's view at its
+// log's head, and its checkpoint covers the head (the index entries too).
+func waitViews(t *testing.T, s *natstest.Server, runs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, run := range runs {
+		h, err := s.Log.Head(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			views, err := Views(ctx, s.JS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp, err := projector.ReadCheckpoint(ctx, s.JS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := slices.IndexFunc(views, func(v projections.RunView) bool { return v.Run == run }); i >= 0 && views[i].Version == h.Version && cp.Seq >= h.Seq {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the view of %s never reached version %d", run, h.Version)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func kvHas(t *testing.T, s *natstest.Server, bucket, key string) bool {
+	t.Helper()
+	kv, err := s.JS.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Get(context.Background(), key)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+func putKV(t *testing.T, s *natstest.Server, bucket, key string) {
+	t.Helper()
+	kv, err := s.JS.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), key, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func viewOf(t *testing.T, s *natstest.Server, run string) projections.RunView {
+	t.Helper()
+	views, err := Views(context.Background(), s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range views {
+		if v.Run == run {
+			return v
+		}
+	}
+	t.Fatalf("no view of %s", run)
+	return projections.RunView{}
+}
+
+// assertGone checks that no trace of run is left: events, view, summary,
+// index entries (of its view before the purge), snapshot, claims, marker.
+func assertGone(t *testing.T, s *natstest.Server, run string, before projections.RunView) {
+	t.Helper()
+	ctx := context.Background()
+	if h, err := s.Log.Head(ctx, run); err != nil || !h.IsZero() {
+		t.Errorf("%s: the log still has events (head %+v, %v)", run, h, err)
+	}
+	for _, b := range []string{protocol.ViewsBucket, protocol.RunsBucket, protocol.SnapshotsBucket, protocol.PurgesBucket} {
+		if kvHas(t, s, b, run) {
+			t.Errorf("%s: %s still has its key", run, b)
+		}
+	}
+	if kvHas(t, s, protocol.ClaimsBucket, run+".YQ.1.1") {
+		t.Errorf("%s: its claim is left", run)
+	}
+	keys := projector.IndexKeys(before)
+	if len(keys) == 0 {
+		t.Fatalf("%s: no index keys to check", run)
+	}
+	for _, k := range keys {
+		if kvHas(t, s, protocol.IndexBucket, k) {
+			t.Errorf("%s: index entry %s is left", run, k)
+		}
+	}
+}
+
+// TestRetentionRemovesOldFinishedRunsAndKeepsTheRest (docs/security.md,
+// "Retention and legal hold"): an old finished run goes entirely —
+// events, view, summary, index entries, snapshot, claims; a newer
+// finished run, an unfinished one, a held one, and an old finished
+// parent whose fork is unfinished (a family goes together) are kept,
+// each with its reason; everything kept still verifies; a second apply
+// removes nothing more.
+func TestRetentionRemovesOldFinishedRunsAndKeepsTheRest(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	appendAt(t, s, "new", t0.Add(4*24*time.Hour), finished("new")...)
+	appendAt(t, s, "live", t0, started("live"), events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart})
+	appendAt(t, s, "held", t0, finished("held")...)
+	appendAt(t, s, "parent", t0, finished("parent")...)
+	appendAt(t, s, "fork", t0, started("parent"), events.RunForked{From: events.ForkedFrom{Run: "parent", Version: 4, Turn: 1}})
+	all := []string{"old", "new", "live", "held", "parent", "fork"}
+	waitViews(t, s, all...)
+	putKV(t, s, protocol.SnapshotsBucket, "old")
+	putKV(t, s, protocol.ClaimsBucket, "old.YQ.1.1")
+	if _, err := Place(ctx, s.JS, "held", "legal: r.ortiz", "dispute D-17", t0); err != nil {
+		t.Fatal(err)
+	}
+	before := viewOf(t, s, "old")
+
+	dry, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, DryRun: true})
+	if err != nil || !slices.Equal(dry.Purged, []string{"old"}) {
+		t.Fatalf("dry run: %+v %v", dry, err)
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
+		t.Fatal("the dry run removed events")
+	}
+
+	var progress []string
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, Progress: func(done, total int, run string) {
+		progress = append(progress, run)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Purged, []string{"old"}) || !slices.Equal(progress, []string{"old"}) {
+		t.Fatalf("purged %v (progress %v), want [old]", res.Purged, progress)
+	}
+	kept := map[string]string{}
+	for _, k := range res.Kept {
+		kept[k.Run] = k.Why
+	}
+	for run, want := range map[string]string{
+		"new":    "newer than the cutoff",
+		"live":   "unfinished (working)",
+		"held":   "legal hold by legal: r.ortiz",
+		"fork":   "unfinished",
+		"parent": "a run of its family is kept: fork",
+	} {
+		if !strings.Contains(kept[run], want) {
+			t.Errorf("kept[%s] = %q, want it to say %q", run, kept[run], want)
+		}
+	}
+	assertGone(t, s, "old", before)
+	for _, run := range all[1:] {
+		envs, head, err := s.Log.Load(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep := audit.Verify(envs, audit.WithHead(head.Hash), audit.WithUnfinished()); !rep.OK() {
+			t.Errorf("%s after the purge: %v", run, rep.Problem)
+		}
+	}
+	again, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(again.Purged) != 0 || len(again.Completed) != 0 {
+		t.Fatalf("second apply: %+v %v", again, err)
+	}
+
+	// Released, the hold no longer keeps its run.
+	if _, err := ReleaseHold(ctx, s.JS, "held", "legal: r.ortiz", "D-17 settled", now); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Purged, []string{"held"}) {
+		t.Fatalf("after the release: %+v %v", res, err)
+	}
+	holds, err := Holds(ctx, s.JS)
+	if err != nil || len(holds) != 1 || holds[0].Released == nil || holds[0].Released.Reason != "D-17 settled" {
+		t.Fatalf("the released hold's record: %+v %v", holds, err)
+	}
+}
+
+// TestRetentionInterruptedPurgeIsCompletedByTheNext: a purge stopped
+// after the read models went (the view gone, the events still there) is
+// completed by the next apply, which names it completed.
+func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	putKV(t, s, protocol.SnapshotsBucket, "old")
+	before := viewOf(t, s, "old")
+	crash := errors.New("crash")
+	_, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == StepReadModels {
+			return crash
+		}
+		return nil
+	}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("the interrupted apply: %v", err)
+	}
+	if kvHas(t, s, protocol.ViewsBucket, "old") || !kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.SnapshotsBucket, "old") {
+		t.Fatal("the apply did not stop after the read models")
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
+		t.Fatal("the events went before the read models' step ended")
+	}
+	// A hold now is refused: the run is being removed.
+	var we *weft.Error
+	if _, err := Place(ctx, s.JS, "old", "legal", "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
+		t.Fatalf("hold of a run being purged: %v, want conflict", err)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Completed, []string{"old"}) || len(res.Purged) != 0 {
+		t.Fatalf("the next apply: %+v %v", res, err)
+	}
+	assertGone(t, s, "old", before)
+}
