@@ -63,11 +63,11 @@ type Result struct {
 // and the view last of them), the runtime's state (snapshot, claims,
 // driver entry, timers), the events last, and the marker removed.
 const (
-	StepMarked     = "marked"
-	StepReadModels = "read_models"
-	StepRuntime    = "runtime"
-	StepEvents     = "events"
-	StepDone       = "done"
+	stepMarked     = "marked"
+	stepReadModels = "read_models"
+	stepRuntime    = "runtime"
+	stepEvents     = "events"
+	stepDone       = "done"
 )
 
 // marker is the value of a run's key in weft_purges.
@@ -216,7 +216,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			}
 		}
 		if o.afterStep != nil {
-			if err := o.afterStep(fam[0], StepMarked); err != nil {
+			if err := o.afterStep(fam[0], stepMarked); err != nil {
 				return res, err
 			}
 		}
@@ -275,7 +275,7 @@ func holdWhy(h Hold) string {
 	return fmt.Sprintf("legal hold by %s since %s: %s", h.By, h.At.Format(time.RFC3339), h.Reason)
 }
 
-// removeRun removes run step by step (the order of the Step constants);
+// removeRun removes run step by step (the order of the step constants);
 // every step is idempotent, so a removal stopped anywhere is completed by
 // running it again. v is run's view (zero when it is gone already).
 func removeRun(ctx context.Context, js jetstream.JetStream, run string, v projections.RunView, after func(run, step string) error) error {
@@ -303,10 +303,10 @@ func removeRun(ctx context.Context, js jetstream.JetStream, run string, v projec
 		readModels = append(readModels, purgeSubject(ctx, js, b, run+".*"))
 	}
 	readModels = append(readModels, purgeSubject(ctx, js, protocol.RunsBucket, run), purgeSubject(ctx, js, protocol.ViewsBucket, run))
-	if err := step(StepReadModels, readModels...); err != nil {
+	if err := step(stepReadModels, readModels...); err != nil {
 		return err
 	}
-	if err := step(StepRuntime,
+	if err := step(stepRuntime,
 		purgeSubject(ctx, js, protocol.SnapshotsBucket, run),
 		purgeSubject(ctx, js, protocol.ClaimsBucket, run+".>"),
 		purgeSubject(ctx, js, protocol.DriversBucket, "*."+run),
@@ -318,10 +318,10 @@ func removeRun(ctx context.Context, js jetstream.JetStream, run string, v projec
 	// The events last: until they go, the run id is taken (no new run
 	// starts under it), and a reader that finds no view can still export
 	// the whole history.
-	if err := step(StepEvents, purgeStream(ctx, js, protocol.EventsStream, eventlog.RunFilter(run))); err != nil {
+	if err := step(stepEvents, purgeStream(ctx, js, protocol.EventsStream, eventlog.RunFilter(run))); err != nil {
 		return err
 	}
-	return step(StepDone, func() error { return purgeKey(ctx, js, PurgesBucket, run) })
+	return step(stepDone, func() error { return purgeKey(ctx, js, PurgesBucket, run) })
 }
 
 // purgeSubject purges every value (and delete marker) of the keys of

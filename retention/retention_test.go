@@ -269,7 +269,7 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 	before := viewOf(t, s, "old")
 	crash := errors.New("crash")
 	_, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
-		if step == StepReadModels {
+		if step == stepReadModels {
 			return crash
 		}
 		return nil

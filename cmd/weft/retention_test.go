@@ -140,7 +140,8 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 // TestAuditExportRangeVerifiesRunByRun (docs/cli.md, audit export of a
 // range; exit 4): an export of [since, until) holds the three runs whose
 // last event is in it — not the one after — one after another, a repaired
-// run's void record with it; verify --file checks each run and says so;
+// run's void record with it (as in the export of that run alone, which
+// omitted it before); verify --file checks each run and says so;
 // one byte edited in the second run fails that run (exit 4, naming it and
 // its event) while the others still verify.
 func TestAuditExportRangeVerifiesRunByRun(t *testing.T) {
@@ -179,6 +180,16 @@ func TestAuditExportRangeVerifiesRunByRun(t *testing.T) {
 	}
 	contains(t, "verify", out, "== run rg-1 (4 events)", "ok: run rg-1, 4 events", "ok: run rg-2, 4 events", "ok: run rg-3, 2 events", "3 of 3 runs verified")
 	contains(t, "verify's repair note", errs, "voided by alice (unverified)", "pasted into the wrong terminal")
+
+	// The export of the one run carries its void record too, and verify
+	// --file checks it.
+	one := filepath.Join(t.TempDir(), "rg-3.jsonl")
+	if code, _, errs := cli(t, "audit", "export", "rg-3", "-o", one); code != 0 || !strings.Contains(errs, "exported 2 events of rg-3 to "+one+" and 1 void record(s)") {
+		t.Fatalf("export of rg-3: %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "audit", "verify", "--file", one); code != 0 || !strings.Contains(out, "ok: run rg-3, 2 events") || !strings.Contains(errs, "voided by alice (unverified)") {
+		t.Fatalf("verify of rg-3's export: %d %s %s", code, out, errs)
+	}
 
 	i := bytes.Index(b, []byte(`"input":"second"`))
 	b[i+len(`"input":"s`)] = 'S'
