@@ -43,7 +43,7 @@ func finished(input string) []events.Event {
 }
 
 // deployment is a real server with the projector running.
-func deployment(t *testing.T) *natstest.Server {
+func deployment(t testing.TB) *natstest.Server {
 	t.Helper()
 	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -59,7 +59,7 @@ func deployment(t *testing.T) *natstest.Server {
 }
 
 // appendAt appends evs to run, one decision each, a second apart from at.
-func appendAt(t *testing.T, s *natstest.Server, run string, at time.Time, evs ...events.Event) {
+func appendAt(t testing.TB, s *natstest.Server, run string, at time.Time, evs ...events.Event) {
 	t.Helper()
 	ctx := context.Background()
 	head, err := s.Log.Head(ctx, run)
@@ -75,7 +75,7 @@ func appendAt(t *testing.T, s *natstest.Server, run string, at time.Time, evs ..
 
 // waitViews waits until the projector stored every run's view at its
 // log's head, and its checkpoint covers the head (the index entries too).
-func waitViews(t *testing.T, s *natstest.Server, runs ...string) {
+func waitViews(t testing.TB, s *natstest.Server, runs ...string) {
 	t.Helper()
 	ctx := context.Background()
 	deadline := time.Now().Add(20 * time.Second)
