@@ -56,45 +56,33 @@ func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord)
 // run whose events are not just before it, is a *Problem of kind
 // "sequence" naming the line.
 func ReadRuns(r io.Reader) ([]Exported, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024)
 	var out []Exported
 	seen := map[string]bool{}
-	for line := 1; sc.Scan(); line++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
+	err := eachLine(r, func(line int, b []byte) error {
 		if bytes.HasPrefix(b, []byte(`{"run":`)) && bytes.Contains(b, []byte(`"void":`)) {
 			var v voidLine
-			dec := json.NewDecoder(bytes.NewReader(b))
-			dec.DisallowUnknownFields()
-			if err := dec.Decode(&v); err == nil {
+			if decodeStrict(b, &v) == nil {
 				if len(out) == 0 || out[len(out)-1].Run != v.Run {
-					return out, &Problem{Kind: KindSequence, Line: line, Message: fmt.Sprintf("line %d is a void record of run %q, which is not the run of the events just before it", line, v.Run)}
+					return &Problem{Kind: KindSequence, Line: line, Message: fmt.Sprintf("line %d is a void record of run %q, which is not the run of the events just before it", line, v.Run)}
 				}
 				out[len(out)-1].Voids = append(out[len(out)-1].Voids, v.Void)
-				continue
+				return nil
 			}
 		}
 		var env events.Envelope
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&env); err != nil {
-			return out, &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope or a void record: %v", line, err)}
+		if err := decodeStrict(b, &env); err != nil {
+			return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope or a void record: %v", line, err)}
 		}
 		if n := len(out); n > 0 && out[n-1].Run == env.Run && len(out[n-1].Voids) == 0 {
 			out[n-1].Events = append(out[n-1].Events, env)
-			continue
+			return nil
 		}
 		if seen[env.Run] {
-			return out, &Problem{Kind: KindSequence, Line: line, Message: fmt.Sprintf("line %d is an event of run %q, whose lines came before another run's: a run's lines are consecutive", line, env.Run)}
+			return &Problem{Kind: KindSequence, Line: line, Message: fmt.Sprintf("line %d is an event of run %q, whose lines came before another run's: a run's lines are consecutive", line, env.Run)}
 		}
 		seen[env.Run] = true
 		out = append(out, Exported{Run: env.Run, Events: []events.Envelope{env}})
-	}
-	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("audit: read export: %w", err)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
