@@ -152,21 +152,22 @@ func Holds(ctx context.Context, js jetstream.JetStream) ([]Hold, error) {
 	return out, err
 }
 
-// HoldOf returns run's hold (the zero Hold when it has none).
+// HoldOf returns run's hold (the zero Hold when it has none). Its errors
+// wrap the client's (a permission violation, a timeout).
 func HoldOf(ctx context.Context, js jetstream.JetStream, run string) (Hold, error) {
 	kv, err := js.KeyValue(ctx, HoldsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return Hold{}, nil
 	}
 	if err != nil {
-		return Hold{}, unavailable("bucket %s: %v", HoldsBucket, err)
+		return Hold{}, fmt.Errorf("retention: bucket %s: %w", HoldsBucket, err)
 	}
 	e, err := kv.Get(ctx, run)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Hold{}, nil
 	}
 	if err != nil {
-		return Hold{}, unavailable("read the hold of %s: %v", run, err)
+		return Hold{}, fmt.Errorf("retention: read the hold of %s: %w", run, err)
 	}
 	var h Hold
 	if err := json.Unmarshal(e.Value(), &h); err != nil {

@@ -123,13 +123,7 @@ func showCommand() command {
 				if err != nil {
 					return err
 				}
-				// A legal hold (weft hold), when the run has one.
-				var hold *retention.Hold
-				if h, err := retention.HoldOf(ctx, n.JetStream(), args[0]); err != nil {
-					fmt.Fprintf(e.stderr, "note: the run's legal hold could not be read: %v\n", err)
-				} else if h.Active() {
-					hold = &h
-				}
+				hold := readHold(ctx, e, n.JetStream(), args[0])
 				if *asJSON {
 					if lag != "" {
 						fmt.Fprintf(e.stderr, "note: the lists and inboxes may not have this view yet: %s\n", lag)

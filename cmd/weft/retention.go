@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/retention"
 )
@@ -154,4 +158,27 @@ func holdCommand() command {
 			}
 		},
 	}
+}
+
+// holdWait bounds show's read of a run's legal hold.
+const holdWait = time.Second
+
+// readHold is run's active legal hold for show (nil: none). Credentials
+// that may not read weft_holds (the roles' operator and reader: docs/security.md,
+// "Retention and legal hold") see none, without a note; any other
+// failure is a note on stderr.
+func readHold(ctx context.Context, e *env, js jetstream.JetStream, run string) *retention.Hold {
+	ctx, cancel := context.WithTimeout(ctx, holdWait)
+	defer cancel()
+	h, err := retention.HoldOf(ctx, js, run)
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation), errors.Is(err, context.DeadlineExceeded):
+		return nil
+	case err != nil:
+		fmt.Fprintf(e.stderr, "note: the run's legal hold could not be read: %v\n", err)
+		return nil
+	case h.Active():
+		return &h
+	}
+	return nil
 }
