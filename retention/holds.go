@@ -92,7 +92,7 @@ func Place(ctx context.Context, js jetstream.JetStream, run, by, reason string, 
 		return Hold{}, unavailable("put the hold of %s: %v", run, err)
 	}
 	if _, err := purges.Get(ctx, run); err == nil {
-		return h, weft.Errorf(weft.CodeConflict, "run %s: a purge of it started before the hold was placed: it is being removed (the hold is recorded)", run)
+		return h, weft.Errorf(weft.CodeConflict, "run %s: a purge of it is under way: the hold is recorded, and the purge keeps the run only if it reads the holds after this one (a purge completing an interrupted removal does not): see whether the run is still there (weft show) before relying on the hold", run)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return h, unavailable("read the purge marker of %s: %v", run, err)
 	}

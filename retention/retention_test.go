@@ -294,3 +294,34 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 	}
 	assertGone(t, s, "old", before)
 }
+
+// TestRetentionHoldPlacedDuringAPurgeKeepsTheRun: a hold placed after a
+// purge read the holds and marked the run (the race of docs/adr/0030, 5)
+// is seen by the purge, which keeps the run and unmarks it; the hold
+// itself is answered conflict (it saw the marker) but recorded.
+func TestRetentionHoldPlacedDuringAPurgeKeepsTheRun(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	var placed error
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepMarked {
+			_, placed = Place(ctx, s.JS, run, "legal", "subpoena S-3", now)
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var we *weft.Error
+	if !errors.As(placed, &we) || we.Code != weft.CodeConflict {
+		t.Fatalf("the hold placed during the purge: %v, want conflict", placed)
+	}
+	if len(res.Purged) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "subpoena S-3") {
+		t.Fatalf("the purge: %+v", res)
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() || kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.ViewsBucket, "old") {
+		t.Fatalf("the held run was touched (head %+v)", h)
+	}
+}
