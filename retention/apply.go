@@ -70,11 +70,23 @@ const (
 	stepDone       = "done"
 )
 
-// marker is the value of a run's key in weft_purges.
+// marker is the value of a run's key in weft_purges: State is
+// statePurging from the mark until the events are gone, then statePurged,
+// kept for ever as the run id's tombstone (CheckNotPurged).
 type marker struct {
 	Started time.Time `json:"started"`
 	Cutoff  time.Time `json:"cutoff"`
+	State   string    `json:"state,omitempty"`
+	// Purged is when the removal completed (statePurged).
+	Purged *time.Time `json:"purged,omitempty"`
 }
+
+// The states of a marker. A marker without a state is an earlier
+// release's, whose removal started (statePurging).
+const (
+	statePurging = "purging"
+	statePurged  = "purged"
+)
 
 // Apply removes every trace of the finished runs whose last event was
 // recorded before the cutoff (Options), family by family: a run is
@@ -101,7 +113,11 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		return res, err
 	}
 	var started []string
-	if err := eachValue(ctx, purges, func(run string, _ []byte) error {
+	if err := eachValue(ctx, purges, func(run string, b []byte) error {
+		var m marker
+		if json.Unmarshal(b, &m) == nil && m.State == statePurged {
+			return nil // a tombstone: that run is gone
+		}
 		started = append(started, run)
 		return nil
 	}); err != nil {
@@ -199,8 +215,13 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			o.Progress(done, total, run)
 		}
 	}
+	tasks, err := queuedTasks(ctx, js)
+	if err != nil {
+		return res, err
+	}
+	rm := remover{js: js, purges: purges, tasks: tasks, now: now.UTC(), cutoff: res.Cutoff, after: o.afterStep}
 	for _, run := range started {
-		if err := removeRun(ctx, js, run, byRun[run], o.afterStep); err != nil {
+		if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
 			return res, err
 		}
 		res.Completed = append(res.Completed, run)
@@ -209,7 +230,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	for _, fam := range doomed {
 		// The whole family is marked before any of it is removed, so a
 		// removal stopped half way is completed for all of it.
-		m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff})
+		m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging})
 		for _, run := range fam {
 			if _, err := purges.Put(ctx, run, m); err != nil {
 				return res, unavailable("mark %s: %v", run, err)
@@ -244,7 +265,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			continue
 		}
 		for _, run := range fam {
-			if err := removeRun(ctx, js, run, byRun[run], o.afterStep); err != nil {
+			if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
 				return res, err
 			}
 			res.Purged = append(res.Purged, run)
@@ -275,18 +296,31 @@ func holdWhy(h Hold) string {
 	return fmt.Sprintf("legal hold by %s since %s: %s", h.By, h.At.Format(time.RFC3339), h.Reason)
 }
 
+// remover removes runs (removeRun) for one Apply.
+type remover struct {
+	js     jetstream.JetStream
+	purges jetstream.KeyValue
+	// tasks are the sequences of the tasks queued in WEFT_TASKS, by run.
+	tasks       map[string][]uint64
+	now, cutoff time.Time
+	after       func(run, step string) error
+}
+
 // removeRun removes run step by step (the order of the step constants);
 // every step is idempotent, so a removal stopped anywhere is completed by
-// running it again. v is run's view (zero when it is gone already).
-func removeRun(ctx context.Context, js jetstream.JetStream, run string, v projections.RunView, after func(run, step string) error) error {
+// running it again. v is run's view (zero when it is gone already). Its
+// last step replaces the run's marker by its tombstone, kept for ever: a
+// purged run's id is never used again (CheckNotPurged).
+func (rm remover) removeRun(ctx context.Context, run string, v projections.RunView) error {
+	js := rm.js
 	step := func(name string, fns ...func() error) error {
 		for _, fn := range fns {
 			if err := fn(); err != nil {
 				return fmt.Errorf("retention: remove %s (%s): %w", run, name, err)
 			}
 		}
-		if after != nil {
-			return after(run, name)
+		if rm.after != nil {
+			return rm.after(run, name)
 		}
 		return nil
 	}
@@ -312,6 +346,9 @@ func removeRun(ctx context.Context, js jetstream.JetStream, run string, v projec
 		purgeSubject(ctx, js, protocol.DriversBucket, "*."+run),
 		purgeStream(ctx, js, protocol.TimersStream, timer.SubjectArm+"."+run+".>"),
 		purgeStream(ctx, js, protocol.TimersStream, timer.SubjectDue+"."+run),
+		// Its tasks still queued (a run cancelled while its workers
+		// were down): no worker runs or requeues them after the purge.
+		deleteTasks(ctx, js, rm.tasks[run]),
 	); err != nil {
 		return err
 	}
@@ -321,7 +358,14 @@ func removeRun(ctx context.Context, js jetstream.JetStream, run string, v projec
 	if err := step(stepEvents, purgeStream(ctx, js, protocol.EventsStream, eventlog.RunFilter(run))); err != nil {
 		return err
 	}
-	return step(stepDone, func() error { return purgeKey(ctx, js, PurgesBucket, run) })
+	return step(stepDone, func() error {
+		done := rm.now
+		m, _ := json.Marshal(marker{Started: rm.now, Cutoff: rm.cutoff, State: statePurged, Purged: &done})
+		if _, err := rm.purges.Put(ctx, run, m); err != nil {
+			return unavailable("the tombstone of %s: %v", run, err)
+		}
+		return nil
+	})
 }
 
 // purgeSubject purges every value (and delete marker) of the keys of

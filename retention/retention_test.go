@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
@@ -151,10 +152,15 @@ func assertGone(t *testing.T, s *natstest.Server, run string, before projections
 	if h, err := s.Log.Head(ctx, run); err != nil || !h.IsZero() {
 		t.Errorf("%s: the log still has events (head %+v, %v)", run, h, err)
 	}
-	for _, b := range []string{protocol.ViewsBucket, protocol.RunsBucket, protocol.SnapshotsBucket, protocol.PurgesBucket} {
+	for _, b := range []string{protocol.ViewsBucket, protocol.RunsBucket, protocol.SnapshotsBucket} {
 		if kvHas(t, s, b, run) {
 			t.Errorf("%s: %s still has its key", run, b)
 		}
+	}
+	// Its tombstone stays: the id is never used again.
+	var we *weft.Error
+	if err := CheckNotPurged(ctx, s.JS, run); !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || we.SameInput != nil {
+		t.Errorf("%s: a start under the purged id: %v, want already_started without same_input", run, err)
 	}
 	if kvHas(t, s, protocol.ClaimsBucket, run+".YQ.1.1") {
 		t.Errorf("%s: its claim is left", run)
@@ -323,5 +329,61 @@ func TestRetentionHoldPlacedDuringAPurgeKeepsTheRun(t *testing.T) {
 	}
 	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() || kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.ViewsBucket, "old") {
 		t.Fatalf("the held run was touched (head %+v)", h)
+	}
+}
+
+// TestSemantics6_PurgedRunLeavesATombstoneAndNoQueuedTask: a purge
+// leaves the run id's tombstone (CheckNotPurged refuses it; an id never
+// purged passes), the next apply does not take the tombstone for a
+// removal to complete, and the run's tasks still queued in WEFT_TASKS (a
+// run cancelled while its workers were down) are deleted, so no worker
+// requeues them for ever or runs them under a reused id; another run's
+// task stays.
+func TestSemantics6_PurgedRunLeavesATombstoneAndNoQueuedTask(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	task := func(run string) uint64 {
+		b, _ := json.Marshal(api.Task{Schema: 1, Run: run, Action: "1/call_1", Agent: "desk", Version: "1", Tool: "pay", Attempt: 1, Incarnation: 1})
+		ack, err := s.JS.Publish(ctx, "weft.task.desk.1.pay", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	appendAt(t, s, "old", t0, finished("old")...)
+	appendAt(t, s, "new", t0.Add(4*24*time.Hour), finished("new")...)
+	waitViews(t, s, "old", "new")
+	oldTask, newTask := task("old"), task("new")
+	task("old")
+	if err := CheckNotPurged(ctx, s.JS, "old"); err != nil {
+		t.Fatalf("before the purge: %v", err)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	var we *weft.Error
+	if err := CheckNotPurged(ctx, s.JS, "old"); !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || !strings.Contains(we.Message, "was purged at") {
+		t.Fatalf("after the purge: %v", err)
+	}
+	if err := CheckNotPurged(ctx, s.JS, "never"); err != nil {
+		t.Fatalf("an id never purged: %v", err)
+	}
+	st, err := s.JS.Stream(ctx, protocol.TasksStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetMsg(ctx, oldTask); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the purged run's task: %v, want it deleted", err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("tasks left: %+v %v, want only new's", info, err)
+	}
+	if _, err := st.GetMsg(ctx, newTask); err != nil {
+		t.Fatalf("the kept run's task: %v", err)
+	}
+	again, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(again.Completed) != 0 || len(again.Purged) != 0 {
+		t.Fatalf("the next apply took the tombstone for a removal: %+v %v", again, err)
 	}
 }
