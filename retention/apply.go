@@ -58,11 +58,14 @@ type Result struct {
 	Kept []Kept `json:"kept,omitempty"`
 }
 
-// The steps of a run's removal, in order (docs/adr/0030): the marker in
-// weft_purges first, the read models (index entries, inbox items, summary,
-// and the view last of them), the runtime's state (snapshot, claims,
-// driver entry, timers), the events last, and the marker removed.
+// The steps of a family's removal, in order (docs/adr/0030): the hold
+// check (each run taken by compare-and-set on its holds), the marker in
+// weft_purges, then per run the read models (index entries, inbox items,
+// summary, and the view last of them), the runtime's state (snapshot,
+// claims, driver entry, timers, queued tasks), the events last, and the
+// marker made the id's tombstone.
 const (
+	stepHoldCheck  = "hold_check"
 	stepMarked     = "marked"
 	stepReadModels = "read_models"
 	stepRuntime    = "runtime"
@@ -113,7 +116,9 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		return res, err
 	}
 	var started []string
+	marked := map[string]bool{}
 	if err := eachValue(ctx, purges, func(run string, b []byte) error {
+		marked[run] = true
 		var m marker
 		if json.Unmarshal(b, &m) == nil && m.State == statePurged {
 			return nil // a tombstone: that run is gone
@@ -128,10 +133,17 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		return res, err
 	}
 	held := map[string]Hold{}
+	var taken []string
 	if err := eachValue(ctx, holds, func(run string, b []byte) error {
-		var h Hold
-		if json.Unmarshal(b, &h) == nil && h.Active() {
+		v, err := decodeHolds(run, b)
+		if err != nil {
+			return err
+		}
+		if h := v.active(); h.Active() {
 			held[run] = h
+		}
+		if v.Purging != nil && !marked[run] {
+			taken = append(taken, run)
 		}
 		return nil
 	}); err != nil {
@@ -197,6 +209,15 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			doomed = append(doomed, goes)
 		}
 	}
+	if !o.DryRun {
+		// Runs an apply took (hold check passed) and stopped before it
+		// marked them: they are decided again below.
+		for _, run := range taken {
+			if err := giveBack(ctx, holds, run); err != nil {
+				return res, err
+			}
+		}
+	}
 	if o.DryRun {
 		res.Completed = started
 		for _, fam := range doomed {
@@ -221,6 +242,16 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	}
 	rm := remover{js: js, purges: purges, tasks: tasks, now: now.UTC(), cutoff: res.Cutoff, after: o.afterStep}
 	for _, run := range started {
+		// Its hold check again: a marker of an earlier release's apply
+		// (a hold could be placed after it) stops here while held.
+		h, err := takeForPurge(ctx, holds, run, now.UTC())
+		if err != nil {
+			return res, err
+		}
+		if h.Active() {
+			res.Kept = append(res.Kept, Kept{Run: run, Why: "its removal was interrupted and it is under a " + holdWhy(h) + ": the removal stops here and is completed once the hold is released (its read models may be gone: weft rebuild)"})
+			continue
+		}
 		if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
 			return res, err
 		}
@@ -228,6 +259,38 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		progress(run)
 	}
 	for _, fam := range doomed {
+		if o.afterStep != nil {
+			if err := o.afterStep(fam[0], stepHoldCheck); err != nil {
+				return res, err
+			}
+		}
+		// The hold check, run by run, by compare-and-set on the run's
+		// holds: a hold placed before it keeps the family, and none is
+		// placed after it (Place is refused conflict).
+		var hold Hold
+		var took []string
+		for _, run := range fam {
+			h, err := takeForPurge(ctx, holds, run, now.UTC())
+			if err != nil {
+				return res, err
+			}
+			if h.Active() {
+				hold = h
+				break
+			}
+			took = append(took, run)
+		}
+		if hold.Active() {
+			for _, run := range took {
+				if err := giveBack(ctx, holds, run); err != nil {
+					return res, err
+				}
+			}
+			for _, run := range fam {
+				res.Kept = append(res.Kept, Kept{Run: run, Why: holdWhy(hold)})
+			}
+			continue
+		}
 		// The whole family is marked before any of it is removed, so a
 		// removal stopped half way is completed for all of it.
 		m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging})
@@ -240,29 +303,6 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			if err := o.afterStep(fam[0], stepMarked); err != nil {
 				return res, err
 			}
-		}
-		// A hold placed since the holds were read: a hold is written
-		// first and the marker read after it (Place), so one of the two
-		// sees the other.
-		var hold Hold
-		for _, run := range fam {
-			h, err := HoldOf(ctx, js, run)
-			if err != nil {
-				return res, err
-			}
-			if h.Active() {
-				hold = h
-				break
-			}
-		}
-		if hold.Active() {
-			for _, run := range fam {
-				if err := purgeKey(ctx, js, PurgesBucket, run); err != nil {
-					return res, err
-				}
-				res.Kept = append(res.Kept, Kept{Run: run, Why: holdWhy(hold)})
-			}
-			continue
 		}
 		for _, run := range fam {
 			if err := rm.removeRun(ctx, run, byRun[run]); err != nil {

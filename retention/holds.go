@@ -42,12 +42,15 @@ func Assets() []provision.Asset {
 }
 
 // Hold is a legal hold on a run: while it is not released, retention
-// removes neither the run nor any run of its family. It is kept in
-// HoldsBucket, not in the run's log: a finished run's log is closed by its
-// signed end head (docs/semantics.md §1), and a hold says nothing about
-// what the run did.
+// removes neither the run nor any run of its family. A run may have
+// several, each released on its own (ID). They are kept in HoldsBucket,
+// not in the run's log: a finished run's log is closed by its signed end
+// head (docs/semantics.md §1), and a hold says nothing about what the run
+// did.
 type Hold struct {
-	Run    string    `json:"run"`
+	Run string `json:"run"`
+	// ID names the hold among the run's (h1, h2, ...): a release names it.
+	ID     string    `json:"id"`
 	By     string    `json:"by"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
@@ -65,12 +68,113 @@ type Release struct {
 // Active reports whether the hold still exempts its run.
 func (h Hold) Active() bool { return h.Run != "" && h.Released == nil }
 
-// Place puts a legal hold on run, by whom and why (both required), at at.
-// The run must have events (unknown_run otherwise). A run whose purge has
-// started is refused with conflict: the hold is written first and the
-// purge marker read after it, and a purge writes its marker first and
-// reads the holds after it, so of a hold and a purge that race one always
-// sees the other.
+// runHolds is the value of a run's key in HoldsBucket: its holds, and
+// whether a purge passed its hold check on it. Holds and purges decide on
+// this one key by compare-and-set (its revision), so of a hold and a purge
+// that race exactly one wins and the other knows it
+// (docs/adr/0030-retention-and-legal-hold.md §5).
+type runHolds struct {
+	Run   string `json:"run"`
+	Holds []Hold `json:"holds"`
+	// Purging is when a purge found no active hold and took the run: a
+	// hold placed after it is refused.
+	Purging *time.Time `json:"purging,omitempty"`
+}
+
+// active returns v's first active hold (the zero Hold when none).
+func (v runHolds) active() Hold {
+	for _, h := range v.Holds {
+		if h.Active() {
+			return h
+		}
+	}
+	return Hold{}
+}
+
+// decodeHolds decodes a run's value; an earlier release's value is one
+// Hold, taken as its hold h1.
+func decodeHolds(run string, b []byte) (runHolds, error) {
+	var v runHolds
+	if err := json.Unmarshal(b, &v); err != nil {
+		return runHolds{}, fmt.Errorf("retention: the holds of %s do not decode: %w", run, err)
+	}
+	if v.Holds == nil && v.Purging == nil {
+		var h Hold
+		if err := json.Unmarshal(b, &h); err == nil && h.Run != "" {
+			if h.ID == "" {
+				h.ID = "h1"
+			}
+			v = runHolds{Run: h.Run, Holds: []Hold{h}}
+		}
+	}
+	v.Run = run
+	return v, nil
+}
+
+// readHolds reads run's value and its revision (0: no key).
+func readHolds(ctx context.Context, kv jetstream.KeyValue, run string) (runHolds, uint64, error) {
+	e, err := kv.Get(ctx, run)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return runHolds{Run: run}, 0, nil
+	}
+	if err != nil {
+		return runHolds{}, 0, fmt.Errorf("retention: read the holds of %s: %w", run, err)
+	}
+	v, err := decodeHolds(run, e.Value())
+	return v, e.Revision(), err
+}
+
+// errLost is a compare-and-set of a run's holds that another writer
+// beat: read again and decide again.
+var errLost = errors.New("retention: the holds changed")
+
+// writeHolds writes v at revision rev (0: the key must not exist);
+// errLost when the key changed since.
+func writeHolds(ctx context.Context, kv jetstream.KeyValue, v runHolds, rev uint64) error {
+	b, _ := json.Marshal(v)
+	var err error
+	if rev == 0 {
+		_, err = kv.Create(ctx, v.Run, b)
+	} else {
+		_, err = kv.Update(ctx, v.Run, b, rev)
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrKeyExists), errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return errLost
+	}
+	return fmt.Errorf("retention: write the holds of %s: %w", v.Run, err)
+}
+
+// updateHolds applies change to run's holds and writes them by
+// compare-and-set, again while another writer beats it. change returns
+// false to write nothing.
+func updateHolds(ctx context.Context, kv jetstream.KeyValue, run string, change func(*runHolds) (bool, error)) error {
+	for {
+		v, rev, err := readHolds(ctx, kv, run)
+		if err != nil {
+			return err
+		}
+		write, err := change(&v)
+		if err != nil || !write {
+			return err
+		}
+		if err := writeHolds(ctx, kv, v, rev); !errors.Is(err, errLost) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// Place puts a legal hold on run, by whom and why (both required), at at,
+// beside the holds it has. The run must have events (unknown_run
+// otherwise). A run a purge took (it found no active hold) is refused
+// with conflict, and the hold is not placed: the purge has passed its hold
+// check, and the run goes.
 func Place(ctx context.Context, js jetstream.JetStream, run, by, reason string, at time.Time) (Hold, error) {
 	if err := checkWho(run, by, reason); err != nil {
 		return Hold{}, err
@@ -82,27 +186,30 @@ func Place(ctx context.Context, js jetstream.JetStream, run, by, reason string, 
 	if head.IsZero() {
 		return Hold{}, weft.UnknownRun(run)
 	}
-	holds, purges, err := buckets(ctx, js)
+	holds, _, err := buckets(ctx, js)
 	if err != nil {
 		return Hold{}, err
 	}
-	h := Hold{Run: run, By: by, Reason: reason, At: at.UTC()}
-	b, _ := json.Marshal(h)
-	if _, err := holds.Put(ctx, run, b); err != nil {
-		return Hold{}, unavailable("put the hold of %s: %v", run, err)
-	}
-	if _, err := purges.Get(ctx, run); err == nil {
-		return h, weft.Errorf(weft.CodeConflict, "run %s: a purge of it is under way: the hold is recorded, and the purge keeps the run only if it reads the holds after this one (a purge completing an interrupted removal does not): see whether the run is still there (weft show) before relying on the hold", run)
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return h, unavailable("read the purge marker of %s: %v", run, err)
+	var h Hold
+	err = updateHolds(ctx, holds, run, func(v *runHolds) (bool, error) {
+		if v.Purging != nil {
+			return false, weft.Errorf(weft.CodeConflict, "run %s: a purge passed its hold check on it at %s: the hold is not placed, and the run goes with its family (docs/adr/0030-retention-and-legal-hold.md)", run, v.Purging.UTC().Format(time.RFC3339))
+		}
+		h = Hold{Run: run, ID: fmt.Sprintf("h%d", len(v.Holds)+1), By: by, Reason: reason, At: at.UTC()}
+		v.Holds = append(v.Holds, h)
+		return true, nil
+	})
+	if err != nil {
+		return Hold{}, holdsErr(err)
 	}
 	return h, nil
 }
 
-// ReleaseHold releases run's hold, by whom and why; the placement and the
-// release stay in the bucket's history. A run without an active hold is
-// refused with unknown_run.
-func ReleaseHold(ctx context.Context, js jetstream.JetStream, run, by, reason string, at time.Time) (Hold, error) {
+// ReleaseHold releases run's hold id, by whom and why; the placement and
+// the release stay in the bucket's history. id may be empty when the run
+// has one active hold. A run without that active hold is refused with
+// unknown_run; an empty id when the run has several, invalid_request.
+func ReleaseHold(ctx context.Context, js jetstream.JetStream, run, id, by, reason string, at time.Time) (Hold, error) {
 	if err := checkWho(run, by, reason); err != nil {
 		return Hold{}, err
 	}
@@ -110,27 +217,45 @@ func ReleaseHold(ctx context.Context, js jetstream.JetStream, run, by, reason st
 	if err != nil {
 		return Hold{}, err
 	}
-	e, err := holds.Get(ctx, run)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Hold{}, weft.Errorf(weft.CodeUnknownRun, "run %s has no legal hold", run)
-	}
-	if err != nil {
-		return Hold{}, unavailable("read the hold of %s: %v", run, err)
-	}
 	var h Hold
-	if err := json.Unmarshal(e.Value(), &h); err != nil || !h.Active() {
-		return Hold{}, weft.Errorf(weft.CodeUnknownRun, "run %s has no active legal hold", run)
-	}
-	h.Released = &Release{By: by, Reason: reason, At: at.UTC()}
-	b, _ := json.Marshal(h)
-	if _, err := holds.Update(ctx, run, b, e.Revision()); err != nil {
-		return Hold{}, weft.Errorf(weft.CodeConflict, "run %s: its hold changed while it was released: %v", run, err)
+	err = updateHolds(ctx, holds, run, func(v *runHolds) (bool, error) {
+		var ids []string
+		i := -1
+		for j, x := range v.Holds {
+			if x.Active() {
+				ids = append(ids, x.ID)
+				if x.ID == id || id == "" {
+					i = j
+				}
+			}
+		}
+		switch {
+		case id == "" && len(ids) > 1:
+			return false, weft.Errorf(weft.CodeInvalidRequest, "run %s has %d active legal holds (%s): name the one to release", run, len(ids), strings.Join(ids, ", "))
+		case i < 0:
+			return false, weft.Errorf(weft.CodeUnknownRun, "run %s has no active legal hold %s", run, id)
+		}
+		v.Holds[i].Released = &Release{By: by, Reason: reason, At: at.UTC()}
+		h = v.Holds[i]
+		return true, nil
+	})
+	if err != nil {
+		return Hold{}, holdsErr(err)
 	}
 	return h, nil
 }
 
-// Holds returns every hold recorded (active and released), by run id. A
-// deployment without the bucket has none.
+// holdsErr keeps a coded refusal and makes any other failure unavailable.
+func holdsErr(err error) error {
+	var we *weft.Error
+	if errors.As(err, &we) {
+		return err
+	}
+	return unavailable("%v", err)
+}
+
+// Holds returns every hold recorded (active and released), by run id and
+// hold id. A deployment without the bucket has none.
 func Holds(ctx context.Context, js jetstream.JetStream) ([]Hold, error) {
 	kv, err := js.KeyValue(ctx, HoldsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -140,20 +265,18 @@ func Holds(ctx context.Context, js jetstream.JetStream) ([]Hold, error) {
 		return nil, unavailable("bucket %s: %v", HoldsBucket, err)
 	}
 	var out []Hold
-	err = eachValue(ctx, kv, func(_ string, b []byte) error {
-		var h Hold
-		if err := json.Unmarshal(b, &h); err != nil {
-			return fmt.Errorf("retention: a hold in %s does not decode: %w", HoldsBucket, err)
-		}
-		out = append(out, h)
-		return nil
+	err = eachValue(ctx, kv, func(run string, b []byte) error {
+		v, err := decodeHolds(run, b)
+		out = append(out, v.Holds...)
+		return err
 	})
-	slices.SortFunc(out, func(a, b Hold) int { return strings.Compare(a.Run, b.Run) })
+	slices.SortStableFunc(out, func(a, b Hold) int { return strings.Compare(a.Run, b.Run) })
 	return out, err
 }
 
-// HoldOf returns run's hold (the zero Hold when it has none). Its errors
-// wrap the client's (a permission violation, a timeout).
+// HoldOf returns run's first active hold (the zero Hold when it has
+// none). Its errors wrap the client's (a permission violation, a
+// timeout).
 func HoldOf(ctx context.Context, js jetstream.JetStream, run string) (Hold, error) {
 	kv, err := js.KeyValue(ctx, HoldsBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -162,18 +285,44 @@ func HoldOf(ctx context.Context, js jetstream.JetStream, run string) (Hold, erro
 	if err != nil {
 		return Hold{}, fmt.Errorf("retention: bucket %s: %w", HoldsBucket, err)
 	}
-	e, err := kv.Get(ctx, run)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Hold{}, nil
-	}
+	v, _, err := readHolds(ctx, kv, run)
+	return v.active(), err
+}
+
+// takeForPurge is a purge's hold check of run: by compare-and-set on the
+// run's holds, it either finds an active hold (returned; nothing written)
+// or marks the run purging, after which no hold is placed on it.
+func takeForPurge(ctx context.Context, kv jetstream.KeyValue, run string, at time.Time) (Hold, error) {
+	var held Hold
+	err := updateHolds(ctx, kv, run, func(v *runHolds) (bool, error) {
+		if held = v.active(); held.Active() {
+			return false, nil
+		}
+		if v.Purging != nil {
+			return false, nil
+		}
+		v.Purging = &at
+		return true, nil
+	})
 	if err != nil {
-		return Hold{}, fmt.Errorf("retention: read the hold of %s: %w", run, err)
+		return Hold{}, unavailable("%v", err)
 	}
-	var h Hold
-	if err := json.Unmarshal(e.Value(), &h); err != nil {
-		return Hold{}, fmt.Errorf("retention: the hold of %s does not decode: %w", run, err)
+	return held, nil
+}
+
+// giveBack undoes takeForPurge: holds may be placed on run again.
+func giveBack(ctx context.Context, kv jetstream.KeyValue, run string) error {
+	err := updateHolds(ctx, kv, run, func(v *runHolds) (bool, error) {
+		if v.Purging == nil {
+			return false, nil
+		}
+		v.Purging = nil
+		return true, nil
+	})
+	if err != nil {
+		return unavailable("%v", err)
 	}
-	return h, nil
+	return nil
 }
 
 func checkWho(run, by, reason string) error {

@@ -250,7 +250,7 @@ func TestRetentionRemovesOldFinishedRunsAndKeepsTheRest(t *testing.T) {
 	}
 
 	// Released, the hold no longer keeps its run.
-	if _, err := ReleaseHold(ctx, s.JS, "held", "legal: r.ortiz", "D-17 settled", now); err != nil {
+	if _, err := ReleaseHold(ctx, s.JS, "held", "", "legal: r.ortiz", "D-17 settled", now); err != nil {
 		t.Fatal(err)
 	}
 	res, err = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
@@ -301,11 +301,57 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 	assertGone(t, s, "old", before)
 }
 
-// TestRetentionHoldPlacedDuringAPurgeKeepsTheRun: a hold placed after a
-// purge read the holds and marked the run (the race of docs/adr/0030, 5)
-// is seen by the purge, which keeps the run and unmarks it; the hold
-// itself is answered conflict (it saw the marker) but recorded.
-func TestRetentionHoldPlacedDuringAPurgeKeepsTheRun(t *testing.T) {
+// activeHolds returns the active holds of run.
+func activeHolds(t *testing.T, s *natstest.Server, run string) []Hold {
+	t.Helper()
+	all, err := Holds(context.Background(), s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Hold
+	for _, h := range all {
+		if h.Run == run && h.Active() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// TestRetentionHoldPlacedBeforeTheHoldCheckKeepsTheFamily: a hold placed
+// after Apply read the holds but before its hold check of the run (the
+// race of docs/adr/0030 §5) keeps the run, untouched, and the run may be
+// held again after.
+func TestRetentionHoldPlacedBeforeTheHoldCheckKeepsTheFamily(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	var placed error
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepHoldCheck {
+			_, placed = Place(ctx, s.JS, run, "legal", "subpoena S-3", now)
+		}
+		return nil
+	}})
+	if err != nil || placed != nil {
+		t.Fatalf("apply %v, hold %v", err, placed)
+	}
+	if len(res.Purged) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "subpoena S-3") {
+		t.Fatalf("the purge: %+v", res)
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() || kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.ViewsBucket, "old") {
+		t.Fatalf("the held run was touched (head %+v)", h)
+	}
+	if h, err := Place(ctx, s.JS, "old", "legal", "dispute D-17", now); err != nil || h.ID != "h2" {
+		t.Fatalf("a second hold after the purge gave the run back: %+v %v", h, err)
+	}
+}
+
+// TestRetentionHoldAfterTheHoldCheckIsRefusedAndNotRecorded: once a purge
+// passed its hold check on a run (compare-and-set on the run's holds), a
+// hold is refused conflict and not recorded — no active hold is listed on
+// a run that is then removed.
+func TestRetentionHoldAfterTheHoldCheckIsRefusedAndNotRecorded(t *testing.T) {
 	s := deployment(t)
 	ctx := context.Background()
 	appendAt(t, s, "old", t0, finished("old")...)
@@ -317,18 +363,131 @@ func TestRetentionHoldPlacedDuringAPurgeKeepsTheRun(t *testing.T) {
 		}
 		return nil
 	}})
+	if err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("the purge: %+v %v", res, err)
+	}
+	var we *weft.Error
+	if !errors.As(placed, &we) || we.Code != weft.CodeConflict || !strings.Contains(we.Message, "not placed") {
+		t.Fatalf("the hold placed after the hold check: %v, want conflict", placed)
+	}
+	if hs := activeHolds(t, s, "old"); len(hs) != 0 {
+		t.Fatalf("an active hold is listed on the removed run: %+v", hs)
+	}
+}
+
+// TestRetentionSecondHoldIsKeptUntilReleased: a run holds several holds,
+// each released on its own; the run is kept while any is active.
+func TestRetentionSecondHoldIsKeptUntilReleased(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	a, err := Place(ctx, s.JS, "old", "legal A", "dispute D-17", now)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b, err := Place(ctx, s.JS, "old", "legal B", "subpoena S-3", now)
+	if err != nil || a.ID == b.ID {
+		t.Fatalf("second hold %+v %v (first %s)", b, err, a.ID)
+	}
 	var we *weft.Error
-	if !errors.As(placed, &we) || we.Code != weft.CodeConflict {
-		t.Fatalf("the hold placed during the purge: %v, want conflict", placed)
+	if _, err := ReleaseHold(ctx, s.JS, "old", "", "legal B", "done", now); !errors.As(err, &we) || we.Code != weft.CodeInvalidRequest {
+		t.Fatalf("a release naming no hold of two: %v, want invalid_request", err)
 	}
-	if len(res.Purged) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "subpoena S-3") {
-		t.Fatalf("the purge: %+v", res)
+	if _, err := ReleaseHold(ctx, s.JS, "old", b.ID, "legal B", "S-3 answered", now); err != nil {
+		t.Fatal(err)
 	}
-	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() || kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.ViewsBucket, "old") {
-		t.Fatalf("the held run was touched (head %+v)", h)
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(res.Purged) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
+		t.Fatalf("with hold %s active: %+v %v", a.ID, res, err)
+	}
+	if _, err := ReleaseHold(ctx, s.JS, "old", "", "legal A", "D-17 settled", now); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("with both released: %+v %v", res, err)
+	}
+}
+
+// TestRetentionInterruptedPurgeRefusesAHoldAndTheNextCompletes: a hold on
+// a run whose removal stopped half way is refused conflict and not
+// recorded, and the next apply completes the removal.
+func TestRetentionInterruptedPurgeRefusesAHoldAndTheNextCompletes(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	crash := errors.New("crash")
+	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepReadModels {
+			return crash
+		}
+		return nil
+	}}); !errors.Is(err, crash) {
+		t.Fatal(err)
+	}
+	var we *weft.Error
+	if _, err := Place(ctx, s.JS, "old", "legal", "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
+		t.Fatalf("a hold on the half-removed run: %v, want conflict", err)
+	}
+	if hs := activeHolds(t, s, "old"); len(hs) != 0 {
+		t.Fatalf("the refused hold was recorded: %+v", hs)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Completed, []string{"old"}) {
+		t.Fatalf("the next apply: %+v %v", res, err)
+	}
+}
+
+// TestRetentionInterruptedPurgeOfAHeldRunStops: a removal marked by an
+// earlier release (its marker has no state, and no hold check took the
+// run) of a run held since stops and says so.
+func TestRetentionInterruptedPurgeOfAHeldRunStops(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	if _, err := Place(ctx, s.JS, "old", "legal", "dispute D-17", now); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := s.JS.KeyValue(ctx, protocol.PurgesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "old", []byte(`{"started":"2026-11-06T10:00:00Z","cutoff":"2026-11-04T10:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(res.Completed) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "interrupted") || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
+		t.Fatal("the held run's events went")
+	}
+}
+
+// TestRetentionHoldCheckWithoutAMarkIsUndoneByTheNextApply: an apply that
+// stopped between a run's hold check and its marker leaves the run taken;
+// the next apply gives it back (it is decided again), so holds may be
+// placed on it.
+func TestRetentionHoldCheckWithoutAMarkIsUndoneByTheNextApply(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "new", t0.Add(4*24*time.Hour), finished("new")...)
+	waitViews(t, s, "new")
+	holds, _, err := buckets(ctx, s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := takeForPurge(ctx, holds, "new", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Place(ctx, s.JS, "new", "legal", "dispute D-17", now); err != nil {
+		t.Fatalf("a hold after the next apply: %v", err)
 	}
 }
 

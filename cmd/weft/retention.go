@@ -83,7 +83,7 @@ func retentionCommand() command {
 // from retention.
 func holdCommand() command {
 	return command{
-		name: "hold", args: "<run> --reason TEXT --by NAME | --release <run> --reason TEXT --by NAME | list [--all] [--json]",
+		name: "hold", args: "<run> --reason TEXT --by NAME | --release [--hold ID] <run> --reason TEXT --by NAME | list [--all] [--json]",
 		summary: "place or release a legal hold on a run (retention keeps it and its family), or list the holds",
 		examples: []string{
 			`weft hold pay-42 --reason "dispute D-17" --by "legal: r.ortiz"`,
@@ -92,6 +92,7 @@ func holdCommand() command {
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			release := fs.Bool("release", false, "release the run's hold (who and why are kept with it)")
+			holdID := fs.String("hold", "", "release: which of the run's holds (its id, h1, h2, ...; needed when it has several)")
 			reason := fs.String("reason", "", "why the hold is placed or released (required)")
 			by := fs.String("by", "", "who places or releases it (required)")
 			all := fs.Bool("all", false, "list: the released holds too")
@@ -126,20 +127,20 @@ func holdCommand() command {
 					}
 					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 					defer tw.Flush()
-					fmt.Fprintln(tw, "RUN\tBY\tSINCE\tREASON\tRELEASED")
+					fmt.Fprintln(tw, "RUN\tHOLD\tBY\tSINCE\tREASON\tRELEASED")
 					for _, h := range shown {
 						rel := "-"
 						if h.Released != nil {
 							rel = fmt.Sprintf("by %s at %s: %s", h.Released.By, h.Released.At.Format(time.RFC3339), h.Released.Reason)
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.Run, h.By, h.At.Format(time.RFC3339), oneLine(h.Reason, 60), rel)
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Run, h.ID, h.By, h.At.Format(time.RFC3339), oneLine(h.Reason, 60), rel)
 					}
 					return nil
 				}
 				run := args[0]
 				var h retention.Hold
 				if *release {
-					h, err = retention.ReleaseHold(ctx, js, run, *by, *reason, time.Now())
+					h, err = retention.ReleaseHold(ctx, js, run, *holdID, *by, *reason, time.Now())
 				} else {
 					h, err = retention.Place(ctx, js, run, *by, *reason, time.Now())
 				}
@@ -150,9 +151,9 @@ func holdCommand() command {
 					return printJSON(e.stdout, h)
 				}
 				if *release {
-					fmt.Fprintf(e.stdout, "released the hold on %s (placed by %s): %s\n", run, h.By, *reason)
+					fmt.Fprintf(e.stdout, "released hold %s on %s (placed by %s): %s\n", h.ID, run, h.By, *reason)
 				} else {
-					fmt.Fprintf(e.stdout, "held %s by %s: %s\n", run, h.By, h.Reason)
+					fmt.Fprintf(e.stdout, "held %s (hold %s) by %s: %s\n", run, h.ID, h.By, h.Reason)
 				}
 				return nil
 			}

@@ -87,7 +87,7 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 	if code, _, errs := cli(t, "hold", "nope", "--by", "legal", "--reason", "x"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
 		t.Fatalf("hold of an unknown run: %d %s", code, errs)
 	}
-	if code, out, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz", "--reason", "dispute D-17"); code != 0 || !strings.Contains(out, "held ret-held by legal: r.ortiz: dispute D-17") {
+	if code, out, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz", "--reason", "dispute D-17"); code != 0 || !strings.Contains(out, "held ret-held (hold h1) by legal: r.ortiz: dispute D-17") {
 		t.Fatalf("hold: %d %s %s", code, out, errs)
 	}
 	_, out, _ := cli(t, "hold", "list")
@@ -125,7 +125,7 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 		}
 	}
 
-	if code, out, errs := cli(t, "hold", "--release", "ret-held", "--by", "legal: r.ortiz", "--reason", "D-17 settled"); code != 0 || !strings.Contains(out, "released the hold on ret-held") {
+	if code, out, errs := cli(t, "hold", "--release", "ret-held", "--by", "legal: r.ortiz", "--reason", "D-17 settled"); code != 0 || !strings.Contains(out, "released hold h1 on ret-held") {
 		t.Fatalf("release: %d %s %s", code, out, errs)
 	}
 	_, out, _ = cli(t, "hold", "list", "--all")
