@@ -115,9 +115,21 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	if err != nil {
 		return res, err
 	}
+	// One apply at a time: two that overlap (a cron that overlaps
+	// itself) would each decide on the other's marks.
+	var lk *lock
+	if !o.DryRun {
+		if lk, err = takeLock(ctx, purges); err != nil {
+			return res, err
+		}
+		defer lk.release(context.WithoutCancel(ctx))
+	}
 	var started []string
 	marked := map[string]bool{}
 	if err := eachValue(ctx, purges, func(run string, b []byte) error {
+		if strings.Contains(run, ".") {
+			return nil // the lock
+		}
 		marked[run] = true
 		var m marker
 		if json.Unmarshal(b, &m) == nil && m.State == statePurged {
@@ -160,6 +172,9 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	}
 	var doomed [][]string
 	for _, fam := range families(views) {
+		if err := lk.renew(ctx); err != nil {
+			return res, err
+		}
 		why := map[string]string{}
 		for _, run := range fam {
 			v, ok := byRun[run]
@@ -230,11 +245,12 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		total += len(fam)
 	}
 	done := 0
-	progress := func(run string) {
+	progress := func(run string) error {
 		done++
 		if o.Progress != nil {
 			o.Progress(done, total, run)
 		}
+		return lk.renew(ctx)
 	}
 	tasks, err := queuedTasks(ctx, js)
 	if err != nil {
@@ -256,7 +272,9 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			return res, err
 		}
 		res.Completed = append(res.Completed, run)
-		progress(run)
+		if err := progress(run); err != nil {
+			return res, err
+		}
 	}
 	for _, fam := range doomed {
 		if o.afterStep != nil {
@@ -309,7 +327,9 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 				return res, err
 			}
 			res.Purged = append(res.Purged, run)
-			progress(run)
+			if err := progress(run); err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil

@@ -546,3 +546,40 @@ func TestSemantics6_PurgedRunLeavesATombstoneAndNoQueuedTask(t *testing.T) {
 		t.Fatalf("the next apply took the tombstone for a removal: %+v %v", again, err)
 	}
 }
+
+// TestRetentionOneApplyAtATime: an apply that starts while another runs
+// (a cron that overlaps itself) is refused conflict and removes nothing;
+// a lock left by an apply that died is taken over once its lease ran out.
+func TestRetentionOneApplyAtATime(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	appendAt(t, s, "old2", t0, finished("old2")...)
+	waitViews(t, s, "old", "old2")
+	var second error
+	var secondRes Result
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepMarked && run == "old" {
+			secondRes, second = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+		}
+		return nil
+	}})
+	if err != nil || !slices.Equal(res.Purged, []string{"old", "old2"}) {
+		t.Fatalf("the first apply: %+v %v", res, err)
+	}
+	var we *weft.Error
+	if !errors.As(second, &we) || we.Code != weft.CodeConflict || len(secondRes.Purged)+len(secondRes.Completed) != 0 {
+		t.Fatalf("the overlapping apply: %+v %v, want conflict", secondRes, second)
+	}
+	// A dead apply's lock, its lease run out.
+	kv, err := s.JS.KeyValue(ctx, protocol.PurgesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, lockKey, []byte(`{"by":"gone","until":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil {
+		t.Fatalf("after a dead apply's lock ran out: %v", err)
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -99,4 +101,81 @@ func deleteTasks(ctx context.Context, js jetstream.JetStream, seqs []uint64) fun
 		}
 		return nil
 	}
+}
+
+// lockKey is the key of weft_purges an Apply holds while it runs (a run
+// id has no dot, so it is never a run's key).
+const lockKey = "lock.apply"
+
+// lockLease is how long an Apply's lock holds without being renewed: an
+// Apply that died leaves it for that long.
+const lockLease = 2 * time.Minute
+
+// applyLock is the value of lockKey.
+type applyLock struct {
+	By    string    `json:"by"`
+	Until time.Time `json:"until"`
+}
+
+// lock is an Apply's hold of lockKey.
+type lock struct {
+	kv    jetstream.KeyValue
+	by    string
+	rev   uint64
+	until time.Time
+}
+
+// takeLock takes lockKey for one Apply: created when free, taken over
+// (compare-and-set) when its holder's lease ran out, refused conflict
+// while another Apply holds it.
+func takeLock(ctx context.Context, kv jetstream.KeyValue) (*lock, error) {
+	host, _ := os.Hostname()
+	l := &lock{kv: kv, by: fmt.Sprintf("%s pid %d", host, os.Getpid())}
+	e, err := kv.Get(ctx, lockKey)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return l, l.write(ctx, 0, true)
+	case err != nil:
+		return nil, unavailable("read the apply lock: %v", err)
+	}
+	var cur applyLock
+	if json.Unmarshal(e.Value(), &cur) == nil && time.Now().Before(cur.Until) {
+		return nil, weft.Errorf(weft.CodeConflict, "retention: another retention apply (%s) runs, its lock held until %s: one apply at a time", cur.By, cur.Until.UTC().Format(time.RFC3339))
+	}
+	return l, l.write(ctx, e.Revision(), false)
+}
+
+// write puts l's lease at rev (create: the key must be free).
+func (l *lock) write(ctx context.Context, rev uint64, create bool) error {
+	until := time.Now().Add(lockLease)
+	b, _ := json.Marshal(applyLock{By: l.by, Until: until})
+	var err error
+	if create {
+		rev, err = l.kv.Create(ctx, lockKey, b)
+	} else {
+		rev, err = l.kv.Update(ctx, lockKey, b, rev)
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists), errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+		return weft.Errorf(weft.CodeConflict, "retention: another retention apply took the lock: one apply at a time")
+	case err != nil:
+		return unavailable("write the apply lock: %v", err)
+	}
+	l.rev, l.until = rev, until
+	return nil
+}
+
+// renew extends l's lease once a third of it is used; conflict when
+// another Apply took it over (this one stops).
+func (l *lock) renew(ctx context.Context) error {
+	if l == nil || time.Until(l.until) > 2*lockLease/3 {
+		return nil
+	}
+	return l.write(ctx, l.rev, false)
+}
+
+// release frees lockKey (if l still holds it).
+func (l *lock) release(ctx context.Context) {
+	_ = l.kv.Delete(ctx, lockKey, jetstream.LastRevision(l.rev))
 }
