@@ -26,6 +26,10 @@ type Options struct {
 	OlderThan time.Duration
 	// Now is the time the age counts back from (time.Now when zero).
 	Now time.Time
+	// Until, instead of OlderThan, is the cutoff itself: the finished
+	// runs whose last event was recorded before it go — the --until of the
+	// range export an auditor keeps, so both select the same runs.
+	Until time.Time
 	// DryRun lists what would be removed and removes nothing.
 	DryRun bool
 	// Progress, when set, is called after each run removed: done of total.
@@ -44,7 +48,7 @@ type Kept struct {
 
 // Result is what Apply removed and kept.
 type Result struct {
-	// Cutoff is Now minus OlderThan.
+	// Cutoff is Until, or Now minus OlderThan (evaluated once).
 	Cutoff time.Time `json:"cutoff"`
 	DryRun bool      `json:"dry_run,omitempty"`
 	// Completed are the runs whose removal an earlier Apply started and
@@ -103,14 +107,22 @@ const (
 // its own). It first completes the removals an earlier Apply started and
 // did not complete (weft_purges).
 func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, error) {
-	if o.OlderThan <= 0 {
-		return Result{}, weft.Errorf(weft.CodeInvalidRequest, "retention: the age (older than) must be positive, got %s", o.OlderThan)
-	}
 	now := o.Now
 	if now.IsZero() {
 		now = time.Now()
 	}
-	res := Result{Cutoff: now.Add(-o.OlderThan).UTC(), DryRun: o.DryRun, Purged: []string{}}
+	cutoff := o.Until
+	switch {
+	case !o.Until.IsZero() && o.OlderThan != 0:
+		return Result{}, weft.Errorf(weft.CodeInvalidRequest, "retention: give the cutoff (until) or the age (older than), not both")
+	case o.Until.IsZero() && o.OlderThan <= 0:
+		return Result{}, weft.Errorf(weft.CodeInvalidRequest, "retention: the age (older than) must be positive, got %s", o.OlderThan)
+	case o.Until.IsZero():
+		cutoff = now.Add(-o.OlderThan)
+	case o.Until.After(now):
+		return Result{}, weft.Errorf(weft.CodeInvalidRequest, "retention: the cutoff %s is in the future", o.Until.UTC().Format(time.RFC3339))
+	}
+	res := Result{Cutoff: cutoff.UTC(), DryRun: o.DryRun, Purged: []string{}}
 	holds, purges, err := buckets(ctx, js)
 	if err != nil {
 		return res, err

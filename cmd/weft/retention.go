@@ -18,32 +18,48 @@ import (
 // and legal hold"; docs/adr/0030-retention-and-legal-hold.md.
 func retentionCommand() command {
 	return command{
-		name: "retention", args: "apply --older-than DURATION [--dry-run] [--json]",
+		name: "retention", args: "apply (--until T | --older-than DURATION) [--dry-run] [--json]",
 		summary: "remove every trace of the finished runs older than an age (families together; held runs kept)",
 		examples: []string{
 			"weft retention apply --older-than 2160h --dry-run",
-			"weft audit export --since 2026-01-01 --until 2026-04-01 -o q1.jsonl && weft retention apply --older-than 2160h",
+			"weft audit export --since 2026-01-01 --until 2026-04-01 -o q1.jsonl && weft retention apply --until 2026-04-01",
 		},
 		help: "A run goes with its whole family (parent, children, forks), and only when every run of the family is finished,\n" +
 			"its last event older than the age, with no effect whose outcome nobody knows, no open question and no legal hold\n" +
 			"(weft hold). A purge stopped half way is completed by the next one. Export what an auditor keeps first.",
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
-			older := fs.Duration("older-than", 0, "the age: remove the finished runs whose last event is older than this (for example 2160h, 90 days)")
+			older := fs.Duration("older-than", 0, "the age: remove the finished runs whose last event is older than this (for example 2160h, 90 days), counted back once from now")
+			until := fs.String("until", "", "the cutoff: remove the finished runs whose last event was recorded before it (RFC 3339 or YYYY-MM-DD in UTC): the --until of the audit export kept")
 			dry := fs.Bool("dry-run", false, "list what would be removed and why the rest is kept; remove nothing")
 			asJSON := fs.Bool("json", false, "print the result as JSON")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) != 1 || args[0] != "apply" {
-					return usagef("want apply --older-than DURATION")
+					return usagef("want apply --until T or apply --older-than DURATION")
 				}
-				if *older <= 0 {
-					return usagef("--older-than must be a positive duration, got %s", *older)
+				var cutoff time.Time
+				switch {
+				case *until != "" && *older != 0:
+					return usagef("give --until or --older-than, not both")
+				case *until != "":
+					t, err := parseWhen("until", *until)
+					if err != nil {
+						return err
+					}
+					cutoff = t
+				case *older <= 0:
+					return usagef("--older-than must be a positive duration, got %s (or give --until)", *older)
 				}
 				n, err := e.connect(ctx)
 				if err != nil {
 					return err
 				}
 				defer closeNode(n)
-				o := retention.Options{OlderThan: *older, DryRun: *dry}
+				o := retention.Options{OlderThan: *older, Until: cutoff, DryRun: *dry}
+				if o.Until.IsZero() {
+					// Evaluated once, here: the cutoff printed is the one applied.
+					o.Now = time.Now()
+					fmt.Fprintf(e.stderr, "cutoff %s (now minus %s)\n", o.Now.Add(-o.OlderThan).UTC().Format(time.RFC3339), o.OlderThan)
+				}
 				if !*asJSON {
 					o.Progress = func(done, total int, run string) {
 						fmt.Fprintf(e.stderr, "removed %d/%d: %s\n", done, total, run)

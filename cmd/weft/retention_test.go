@@ -112,7 +112,7 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 		t.Fatalf("apply: %d %s", code, errs)
 	}
 	contains(t, "apply", out, "removed ret-old\n", "removed 1 run(s)")
-	contains(t, "apply's progress", errs, "removed 1/1: ret-old")
+	contains(t, "apply's progress", errs, "cutoff ", "(now minus 48h0m0s)", "removed 1/1: ret-old")
 	if code, _, errs := cli(t, "show", "ret-old"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
 		t.Fatalf("show of the removed run: %d %s", code, errs)
 	}
@@ -134,6 +134,52 @@ func TestRetentionAndHoldCLI(t *testing.T) {
     "ret-held"
   ]`) {
 		t.Fatalf("apply after the release:\n%s", out)
+	}
+}
+
+// TestRetentionApplyUntilRemovesWhatTheExportKept (docs/cli.md,
+// retention apply --until): with the export's --until as the purge's
+// cutoff, the runs removed are exactly the runs exported.
+func TestRetentionApplyUntilRemovesWhatTheExportKept(t *testing.T) {
+	s := projected(t)
+	now := time.Now().Truncate(time.Second)
+	appendRunAt(t, s.Log, "cut-a", now.Add(-72*time.Hour), answered("a")...)
+	appendRunAt(t, s.Log, "cut-b", now.Add(-50*time.Hour), answered("b")...)
+	appendRunAt(t, s.Log, "cut-c", now.Add(-30*time.Hour), answered("c")...)
+	waitProjected(t, s, "cut-a", "cut-b", "cut-c")
+	until := now.Add(-48 * time.Hour).UTC().Format(time.RFC3339)
+	file := filepath.Join(t.TempDir(), "range.jsonl")
+	if code, _, errs := cli(t, "audit", "export", "--since", "2000-01-01", "--until", until, "-o", file); code != 0 {
+		t.Fatalf("export: %d %s", code, errs)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var l struct{ Run string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Run != "" {
+			exported[l.Run] = true
+		}
+	}
+	if code, _, _ := cli(t, "retention", "apply", "--until", until, "--older-than", "1h"); code != exitUsage {
+		t.Fatalf("--until with --older-than: %d, want usage", code)
+	}
+	code, out, errs := cli(t, "retention", "apply", "--until", until, "--json")
+	if code != 0 {
+		t.Fatalf("apply --until: %d %s", code, errs)
+	}
+	var res struct{ Purged []string }
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	removed := map[string]bool{}
+	for _, r := range res.Purged {
+		removed[r] = true
+	}
+	if len(removed) != 2 || !removed["cut-a"] || !removed["cut-b"] || len(exported) != len(removed) || !exported["cut-a"] || !exported["cut-b"] {
+		t.Fatalf("exported %v, removed %v: want both cut-a and cut-b", exported, removed)
 	}
 }
 
