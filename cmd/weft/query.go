@@ -123,14 +123,17 @@ func showCommand() command {
 				if err != nil {
 					return err
 				}
-				hold := readHold(ctx, e, n.JetStream(), args[0])
+				hold, holdErr := readHold(ctx, n.JetStream(), args[0])
 				if *asJSON {
 					if lag != "" {
 						fmt.Fprintf(e.stderr, "note: the lists and inboxes may not have this view yet: %s\n", lag)
 					}
-					return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus, hold})
+					return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus, hold, errText(holdErr)})
 				}
 				printView(e.stdout, r, lag)
+				if holdErr != nil {
+					fmt.Fprintf(e.stdout, "hold       unknown (cannot read %s: %v)\n", retention.HoldsBucket, holdErr)
+				}
 				if hold != nil {
 					fmt.Fprintf(e.stdout, "hold       by %s since %s: %s (retention keeps the run and its family)\n", hold.By, hold.At.Format(time.RFC3339), hold.Reason)
 				}
@@ -187,6 +190,16 @@ type shownRun struct {
 	ChildStatus  []projector.ChildStatus `json:"child_status,omitempty"`
 	// Hold is the run's legal hold, when it has one (weft hold).
 	Hold *retention.Hold `json:"hold,omitempty"`
+	// HoldUnknown says why the hold could not be read (then Hold says
+	// nothing).
+	HoldUnknown string `json:"hold_unknown,omitempty"`
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // differs reports whether a family status says more than the own status.

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/retention"
@@ -180,22 +178,20 @@ func holdCommand() command {
 // holdWait bounds show's read of a run's legal hold.
 const holdWait = time.Second
 
-// readHold is run's active legal hold for show (nil: none). Credentials
-// that may not read weft_holds (the roles' operator and reader: docs/security.md,
-// "Retention and legal hold") see none, without a note; any other
-// failure is a note on stderr.
-func readHold(ctx context.Context, e *env, js jetstream.JetStream, run string) *retention.Hold {
+// readHold is run's active legal hold for show (nil: none), or why it
+// could not be read (a permission refusal — the roles' operator and
+// reader may not read weft_holds: docs/security.md, "Retention and legal
+// hold" —, a timeout, a value that does not decode): then show says the
+// hold is unknown, never that there is none.
+func readHold(ctx context.Context, js jetstream.JetStream, run string) (*retention.Hold, error) {
 	ctx, cancel := context.WithTimeout(ctx, holdWait)
 	defer cancel()
 	h, err := retention.HoldOf(ctx, js, run)
 	switch {
-	case errors.Is(err, nats.ErrPermissionViolation), errors.Is(err, context.DeadlineExceeded):
-		return nil
 	case err != nil:
-		fmt.Fprintf(e.stderr, "note: the run's legal hold could not be read: %v\n", err)
-		return nil
+		return nil, err
 	case h.Active():
-		return &h
+		return &h, nil
 	}
-	return nil
+	return nil, nil
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/retention"
 )
 
 // answered is a run that answered at once and finished.
@@ -181,6 +183,32 @@ func TestRetentionApplyUntilRemovesWhatTheExportKept(t *testing.T) {
 	if len(removed) != 2 || !removed["cut-a"] || !removed["cut-b"] || len(exported) != len(removed) || !exported["cut-a"] || !exported["cut-b"] {
 		t.Fatalf("exported %v, removed %v: want both cut-a and cut-b", exported, removed)
 	}
+}
+
+// TestShowSaysTheHoldIsUnknownWhenItCannotBeRead (docs/cli.md, hold):
+// a hold that cannot be read is shown as unknown, never as none.
+func TestShowSaysTheHoldIsUnknownWhenItCannotBeRead(t *testing.T) {
+	s := projected(t)
+	appendRunAt(t, s.Log, "hold-bad", time.Now().Add(-time.Hour), answered("x")...)
+	waitProjected(t, s, "hold-bad")
+	ctx := context.Background()
+	if err := provision.EnsureOnly(ctx, s.JS, retention.Assets()); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := s.JS.KeyValue(ctx, retention.HoldsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "hold-bad", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "show", "hold-bad")
+	if code != 0 {
+		t.Fatalf("show: %d %s", code, errs)
+	}
+	contains(t, "show", out, "hold       unknown (cannot read weft_holds: ")
+	_, out, _ = cli(t, "show", "hold-bad", "--json")
+	contains(t, "show --json", out, `"hold_unknown": "`)
 }
 
 // TestAuditExportRangeVerifiesRunByRun (docs/cli.md, audit export of a
