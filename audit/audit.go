@@ -79,26 +79,43 @@ func Export(w io.Writer, envs []events.Envelope) error {
 // ReadExport reads an exported history. A line that is not an envelope is a
 // *Problem of kind "parse" naming the line.
 func ReadExport(r io.Reader) ([]events.Envelope, error) {
+	var out []events.Envelope
+	err := eachLine(r, func(line int, b []byte) error {
+		var env events.Envelope
+		if err := decodeStrict(b, &env); err != nil {
+			return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope: %v", line, err)}
+		}
+		out = append(out, env)
+		return nil
+	})
+	return out, err
+}
+
+// eachLine calls fn with each non-blank line of an export (trimmed) and its
+// number, until fn returns an error.
+func eachLine(r io.Reader, fn func(line int, b []byte) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 64*1024*1024)
-	var out []events.Envelope
 	for line := 1; sc.Scan(); line++ {
 		b := bytes.TrimSpace(sc.Bytes())
 		if len(b) == 0 {
 			continue
 		}
-		var env events.Envelope
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&env); err != nil {
-			return out, &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope: %v", line, err)}
+		if err := fn(line, b); err != nil {
+			return err
 		}
-		out = append(out, env)
 	}
 	if err := sc.Err(); err != nil {
-		return out, fmt.Errorf("audit: read export: %w", err)
+		return fmt.Errorf("audit: read export: %w", err)
 	}
-	return out, nil
+	return nil
+}
+
+// decodeStrict decodes one line into v, refusing fields v lacks.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
 }
 
 // The kinds of Problem.

@@ -47,6 +47,17 @@ const (
 	SnapshotsBucket = "weft_snapshots"
 )
 
+// The KV buckets of retention (package retention, docs/security.md
+// "Retention and legal hold").
+const (
+	// HoldsBucket holds the legal holds by run id: who placed a hold, why
+	// and when, and who released it.
+	HoldsBucket = "weft_holds"
+	// PurgesBucket holds a key per run whose purge started and has not
+	// completed: the next purge completes it.
+	PurgesBucket = "weft_purges"
+)
+
 // The KV buckets of the read models (package projector).
 const (
 	// ViewsBucket holds each run's view under the run id.

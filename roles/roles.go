@@ -160,6 +160,9 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		for _, b := range runnerBuckets {
 			g.Publish = append(g.Publish, writeBucket(b)...)
 		}
+		// A start of a new run id reads its tombstone
+		// (retention.CheckNotPurged).
+		g.Publish = append(g.Publish, readBucket(protocol.PurgesBucket)...)
 		g.Subscribe = append(g.Subscribe,
 			worker.StopSubjectPrefix+"*",
 			protocol.ForwardPrefix+"*.cmd",

@@ -20,6 +20,7 @@ import (
 	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/proof"
+	"github.com/weftrun/weft/retention"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/tools"
 )
@@ -198,6 +199,13 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 			return api.StartReply{}, err
 		}
 		return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+	}
+	if !s.Exists() {
+		// A new id only: one direct get, refused already_started when
+		// retention purged a run of that id (never used again).
+		if err := retention.CheckNotPurged(ctx, r.js, id); err != nil {
+			return api.StartReply{}, err
+		}
 	}
 	rn := newRun(id, s, head, ag)
 	rn.lastAt = at

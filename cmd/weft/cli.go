@@ -121,7 +121,7 @@ func commands() []command {
 		runsCommand(), showCommand(), eventsCommand(), inboxCommand(),
 		startCommand(), approveCommand(), rejectCommand(), decideCommand(), reconcileCommand(), resolveCommand(), cancelCommand(), settleCommand(),
 		pauseCommand(true), pauseCommand(false), restartCommand(),
-		auditCommand(), rebuildCommand(), repairCommand(), consoleCommand(), devCommand(), mcpCommand(),
+		auditCommand(), retentionCommand(), holdCommand(), rebuildCommand(), repairCommand(), consoleCommand(), devCommand(), mcpCommand(),
 		chaosCommand(), benchCommand(), scaleCommand(),
 		rolesCommand(),
 	}

@@ -20,13 +20,19 @@ var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 func appendRun(t *testing.T, log *eventlog.Log, run string, evs ...events.Event) {
 	t.Helper()
+	appendRunAt(t, log, run, t0, evs...)
+}
+
+// appendRunAt appends evs to run, one decision each, a second apart from at.
+func appendRunAt(t *testing.T, log *eventlog.Log, run string, at time.Time, evs ...events.Event) {
+	t.Helper()
 	ctx := context.Background()
 	head, err := log.Head(ctx, run)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, e := range evs {
-		if _, head, err = log.Append(ctx, run, head, t0.Add(time.Duration(i)*time.Second), e); err != nil {
+		if _, head, err = log.Append(ctx, run, head, at.Add(time.Duration(i)*time.Second), e); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/retention"
 )
 
 func printJSON(w io.Writer, v any) error {
@@ -132,13 +133,20 @@ func showCommand() command {
 				if err != nil {
 					return err
 				}
+				hold, holdErr := readHold(ctx, n.JetStream(), args[0])
 				if *asJSON {
 					if lag != "" {
 						fmt.Fprintf(e.stderr, "note: the lists and inboxes may not have this view yet: %s\n", lag)
 					}
-					return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus})
+					return printJSON(e.stdout, shownRun{r.View, r.FamilyStatus, r.ChildStatus, hold, errText(holdErr)})
 				}
 				printView(e.stdout, r, lag)
+				if holdErr != nil {
+					fmt.Fprintf(e.stdout, "hold       unknown (cannot read %s: %v)\n", retention.HoldsBucket, holdErr)
+				}
+				if hold != nil {
+					fmt.Fprintf(e.stdout, "hold       by %s since %s: %s (retention keeps the run and its family)\n", hold.By, hold.At.Format(time.RFC3339), hold.Reason)
+				}
 				return nil
 			}
 		},
@@ -190,6 +198,18 @@ type shownRun struct {
 	projections.RunView
 	FamilyStatus projections.Family      `json:"family_status"`
 	ChildStatus  []projector.ChildStatus `json:"child_status,omitempty"`
+	// Hold is the run's legal hold, when it has one (weft hold).
+	Hold *retention.Hold `json:"hold,omitempty"`
+	// HoldUnknown says why the hold could not be read (then Hold says
+	// nothing).
+	HoldUnknown string `json:"hold_unknown,omitempty"`
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 // differs reports whether a family status says more than the own status.
@@ -512,10 +532,12 @@ func inboxCommand() command {
 
 func auditCommand() command {
 	return command{
-		name: "audit", args: "export <run> | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE]... [--head VERSION:HASH] [--unfinished]",
-		summary: "export a run's history as JSON lines, or verify its hash chain, signed heads, refold and view",
+		name: "audit", args: "export <run> | export --since T --until T [--status S] -o FILE | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE]... [--head VERSION:HASH] [--unfinished]",
+		summary: "export a run's history (or every run of a time range) as JSON lines, or verify its hash chain, signed heads, refold and view",
 		examples: []string{
 			"weft audit export pay-42 -o pay-42.jsonl",
+			"weft audit export --since 2026-01-01 --until 2026-04-01 --status finished -o q1.jsonl",
+			"weft audit verify --file q1.jsonl --trust UBX…",
 			"weft audit verify pay-42",
 			"weft audit verify --file pay-42.jsonl --trust UBX…",
 			"weft audit verify --file pay-42.jsonl --trust UBX… --people persons.txt",
@@ -523,6 +545,9 @@ func auditCommand() command {
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			out := fs.String("o", "", "export: write to this file instead of stdout")
+			since := fs.String("since", "", "export: every run whose last event was recorded at or after this time (RFC 3339, or a date YYYY-MM-DD in UTC), with --until")
+			until := fs.String("until", "", "export: … and before this time")
+			status := fs.String("status", "", "export of a range: only the runs of this status (finished, working, suspended, unattended, paused)")
 			file := fs.String("file", "", "verify: an exported history instead of the live run")
 			asJSON := fs.Bool("json", false, "verify: print the report as JSON")
 			var trust keyList
@@ -538,6 +563,12 @@ func auditCommand() command {
 				}
 				switch args[0] {
 				case "export":
+					if *since != "" || *until != "" {
+						if err := wantArgs(args[1:], 0, "export --since T --until T, without a run"); err != nil {
+							return err
+						}
+						return auditExportRange(ctx, e, *since, *until, *status, *out)
+					}
 					if err := wantArgs(args[1:], 1, "export <run>"); err != nil {
 						return err
 					}
@@ -551,7 +582,7 @@ func auditCommand() command {
 					var envs []events.Envelope
 					switch {
 					case *file != "" && len(args) == 1:
-						rep, envs, err = verifyFile(*file, opts...)
+						return verifyFileRuns(e, *file, *asJSON, trusted, *head, opts)
 					case *file == "" && len(args) == 2:
 						rep, envs, err = verifyLive(ctx, e, args[1], opts...)
 					default:
@@ -563,14 +594,7 @@ func auditCommand() command {
 					if *asJSON {
 						printJSON(e.stdout, rep)
 					} else {
-						printProofChecks(e.stdout, rep.Proofs)
-						printDeeds(e.stdout, envs)
-						headVersion, _, _ := audit.ParseHead(*head)
-						printHeadChecks(e.stdout, rep, trusted, headVersion)
-						printPeopleNotes(e.stdout, rep)
-						if rep.OK() {
-							fmt.Fprintf(e.stdout, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
-						}
+						printReport(e.stdout, rep, envs, trusted, *head)
 					}
 					if !rep.OK() {
 						return auditError{fmt.Sprintf("audit: %s", rep.Problem.Error())}
@@ -589,12 +613,17 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 		return err
 	}
 	defer closeNode(n)
-	envs, _, err := eventlog.New(n.JetStream()).Load(ctx, run)
+	log := eventlog.New(n.JetStream())
+	envs, _, err := log.Load(ctx, run)
 	if err != nil {
 		return err
 	}
 	if len(envs) == 0 {
 		return weft.UnknownRun(run)
+	}
+	voids, err := log.Voids(ctx, run)
+	if err != nil {
+		return err
 	}
 	w := e.stdout
 	if out != "" {
@@ -605,31 +634,14 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 		defer f.Close()
 		w = f
 	}
-	if err := audit.Export(w, envs); err != nil {
+	if err := audit.ExportRun(w, envs, voids); err != nil {
 		return err
 	}
 	if out != "" {
-		fmt.Fprintf(e.stderr, "exported %d events of %s to %s\n", len(envs), run, out)
+		fmt.Fprintf(e.stderr, "exported %d events of %s to %s%s\n", len(envs), run, out, voidNote(voids))
 	}
 	printSigners(e.stderr, envs)
 	return nil
-}
-
-func verifyFile(path string, opts ...audit.Option) (audit.Report, []events.Envelope, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return audit.Report{}, nil, err
-	}
-	defer f.Close()
-	envs, err := audit.ReadExport(f)
-	var p *audit.Problem
-	if errors.As(err, &p) {
-		return audit.Report{Problem: p}, nil, nil
-	}
-	if err != nil {
-		return audit.Report{}, nil, err
-	}
-	return audit.Verify(envs, opts...), envs, nil
 }
 
 func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (rep audit.Report, _ []events.Envelope, _ error) {

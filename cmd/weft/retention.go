@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/retention"
+)
+
+// retentionCommand is `weft retention apply`: docs/security.md, "Retention
+// and legal hold"; docs/adr/0030-retention-and-legal-hold.md.
+func retentionCommand() command {
+	return command{
+		name: "retention", args: "apply (--until T | --older-than DURATION) [--dry-run] [--json]",
+		summary: "remove every trace of the finished runs older than an age (families together; held runs kept)",
+		examples: []string{
+			"weft retention apply --older-than 2160h --dry-run",
+			"weft audit export --since 2026-01-01 --until 2026-04-01 -o q1.jsonl && weft retention apply --until 2026-04-01",
+		},
+		help: "A run goes with its whole family (parent, children, forks), and only when every run of the family is finished,\n" +
+			"its last event older than the age, with no effect whose outcome nobody knows, no open question and no legal hold\n" +
+			"(weft hold). A purge stopped half way is completed by the next one. Export what an auditor keeps first.",
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			older := fs.Duration("older-than", 0, "the age: remove the finished runs whose last event is older than this (for example 2160h, 90 days), counted back once from now")
+			until := fs.String("until", "", "the cutoff: remove the finished runs whose last event was recorded before it (RFC 3339 or YYYY-MM-DD in UTC): the --until of the audit export kept")
+			dry := fs.Bool("dry-run", false, "list what would be removed and why the rest is kept; remove nothing")
+			asJSON := fs.Bool("json", false, "print the result as JSON")
+			return func(ctx context.Context, e *env, args []string) error {
+				if len(args) != 1 || args[0] != "apply" {
+					return usagef("want apply --until T or apply --older-than DURATION")
+				}
+				var cutoff time.Time
+				switch {
+				case *until != "" && *older != 0:
+					return usagef("give --until or --older-than, not both")
+				case *until != "":
+					t, err := parseWhen("until", *until)
+					if err != nil {
+						return err
+					}
+					cutoff = t
+				case *older <= 0:
+					return usagef("--older-than must be a positive duration, got %s (or give --until)", *older)
+				}
+				n, err := e.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer closeNode(n)
+				o := retention.Options{OlderThan: *older, Until: cutoff, DryRun: *dry}
+				if o.Until.IsZero() {
+					// Evaluated once, here: the cutoff printed is the one applied.
+					o.Now = time.Now()
+					fmt.Fprintf(e.stderr, "cutoff %s (now minus %s)\n", o.Now.Add(-o.OlderThan).UTC().Format(time.RFC3339), o.OlderThan)
+				}
+				if !*asJSON {
+					o.Progress = func(done, total int, run string) {
+						fmt.Fprintf(e.stderr, "removed %d/%d: %s\n", done, total, run)
+					}
+				}
+				res, err := retention.Apply(ctx, n.JetStream(), o)
+				if *asJSON && (err == nil || len(res.Purged)+len(res.Completed) > 0) {
+					printJSON(e.stdout, res)
+				}
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return nil
+				}
+				verb := "removed"
+				if *dry {
+					verb = "would remove"
+				}
+				for _, r := range res.Completed {
+					fmt.Fprintf(e.stdout, "%s %s (completing an interrupted purge)\n", verb, r)
+				}
+				for _, r := range res.Purged {
+					fmt.Fprintf(e.stdout, "%s %s\n", verb, r)
+				}
+				for _, k := range res.Kept {
+					fmt.Fprintf(e.stdout, "kept %s: %s\n", k.Run, k.Why)
+				}
+				fmt.Fprintf(e.stdout, "%s %d run(s) whose last event is before %s; kept %d\n", verb, len(res.Purged)+len(res.Completed), res.Cutoff.Format(time.RFC3339), len(res.Kept))
+				return nil
+			}
+		},
+	}
+}
+
+// holdCommand is `weft hold`: a legal hold exempts a run and its family
+// from retention.
+func holdCommand() command {
+	return command{
+		name: "hold", args: "<run> --reason TEXT --by NAME | --release [--hold ID] <run> --reason TEXT --by NAME | list [--all] [--json]",
+		summary: "place or release a legal hold on a run (retention keeps it and its family), or list the holds",
+		examples: []string{
+			`weft hold pay-42 --reason "dispute D-17" --by "legal: r.ortiz"`,
+			`weft hold --release pay-42 --reason "dispute D-17 closed" --by "legal: r.ortiz"`,
+			"weft hold list",
+		},
+		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
+			release := fs.Bool("release", false, "release the run's hold (who and why are kept with it)")
+			holdID := fs.String("hold", "", "release: which of the run's holds (its id, h1, h2, ...; needed when it has several)")
+			reason := fs.String("reason", "", "why the hold is placed or released (required)")
+			by := fs.String("by", "", "who places or releases it (required)")
+			all := fs.Bool("all", false, "list: the released holds too")
+			asJSON := fs.Bool("json", false, "print JSON")
+			return func(ctx context.Context, e *env, args []string) error {
+				list := len(args) == 1 && args[0] == "list"
+				if !list && len(args) != 1 {
+					return usagef("want <run>, --release <run> or list")
+				}
+				if !list && (*reason == "" || *by == "") {
+					return usagef("a hold and its release need --reason and --by")
+				}
+				n, err := e.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer closeNode(n)
+				js := n.JetStream()
+				if list {
+					holds, err := retention.Holds(ctx, js)
+					if err != nil {
+						return err
+					}
+					shown := []retention.Hold{}
+					for _, h := range holds {
+						if h.Active() || *all {
+							shown = append(shown, h)
+						}
+					}
+					if *asJSON {
+						return printJSON(e.stdout, shown)
+					}
+					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+					defer tw.Flush()
+					fmt.Fprintln(tw, "RUN\tHOLD\tBY\tSINCE\tREASON\tRELEASED")
+					for _, h := range shown {
+						rel := "-"
+						if h.Released != nil {
+							rel = fmt.Sprintf("by %s at %s: %s", h.Released.By, h.Released.At.Format(time.RFC3339), h.Released.Reason)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Run, h.ID, h.By, h.At.Format(time.RFC3339), oneLine(h.Reason, 60), rel)
+					}
+					return nil
+				}
+				run := args[0]
+				var h retention.Hold
+				if *release {
+					h, err = retention.ReleaseHold(ctx, js, run, *holdID, *by, *reason, time.Now())
+				} else {
+					h, err = retention.Place(ctx, js, run, *by, *reason, time.Now())
+				}
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return printJSON(e.stdout, h)
+				}
+				if *release {
+					fmt.Fprintf(e.stdout, "released hold %s on %s (placed by %s): %s\n", h.ID, run, h.By, *reason)
+				} else {
+					fmt.Fprintf(e.stdout, "held %s (hold %s) by %s: %s\n", run, h.ID, h.By, h.Reason)
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// holdWait bounds show's read of a run's legal hold.
+const holdWait = time.Second
+
+// readHold is run's active legal hold for show (nil: none), or why it
+// could not be read (a permission refusal — the roles' operator and
+// reader may not read weft_holds: docs/security.md, "Retention and legal
+// hold" —, a timeout, a value that does not decode): then show says the
+// hold is unknown, never that there is none.
+func readHold(ctx context.Context, js jetstream.JetStream, run string) (*retention.Hold, error) {
+	ctx, cancel := context.WithTimeout(ctx, holdWait)
+	defer cancel()
+	h, err := retention.HoldOf(ctx, js, run)
+	switch {
+	case err != nil:
+		return nil, err
+	case h.Active():
+		return &h, nil
+	}
+	return nil, nil
+}

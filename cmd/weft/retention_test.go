@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/retention"
+)
+
+// answered is a run that answered at once and finished.
+func answered(input string) []events.Event {
+	return []events.Event{
+		events.RunStarted{Agent: events.AgentRef{Name: "payment-desk", Version: "1"}, Input: input, Runner: "r1", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}},
+		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyFinalAnswer, Text: "done", Usage: &events.Usage{InputTokens: 10, OutputTokens: 2}},
+		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"done"`)}},
+	}
+}
+
+// projected starts a server with the projector running and sets NATS_URL.
+func projected(t *testing.T) *natstest.Server {
+	t.Helper()
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	t.Setenv("NATS_URL", s.URL)
+	return s
+}
+
+// waitProjected waits until the projector's checkpoint covers every run's
+// log head (its view and index entries are stored).
+func waitProjected(t *testing.T, s *natstest.Server, runs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, run := range runs {
+		h, err := s.Log.Head(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			cp, err := projector.ReadCheckpoint(ctx, s.JS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cp.Seq >= h.Seq {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the projector never reached %s's head", run)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// TestRetentionAndHoldCLI (docs/cli.md, docs/security.md "Retention and
+// legal hold"): `weft hold` places a hold that show and `hold list` print;
+// `weft retention apply --older-than 48h --dry-run` names what would go and
+// removes nothing; apply removes the old finished run (show then says
+// unknown_run) and keeps the newer, the unfinished and the held one, which
+// still verify; after `hold --release` the next apply removes the held run.
+func TestRetentionAndHoldCLI(t *testing.T) {
+	s := projected(t)
+	// The age counts back from the machine's clock: the old runs' events
+	// are three days old, the new one's a minute.
+	old := time.Now().Add(-72 * time.Hour).Truncate(time.Second)
+	appendRunAt(t, s.Log, "ret-old", old, answered("old")...)
+	appendRunAt(t, s.Log, "ret-held", old, answered("held")...)
+	appendRunAt(t, s.Log, "ret-live", old, answered("live")[:2]...)
+	appendRunAt(t, s.Log, "ret-new", time.Now().Add(-time.Minute), answered("new")...)
+	waitProjected(t, s, "ret-old", "ret-held", "ret-live", "ret-new")
+
+	if code, _, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz"); code != exitUsage {
+		t.Fatalf("hold without a reason: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "hold", "nope", "--by", "legal", "--reason", "x"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
+		t.Fatalf("hold of an unknown run: %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz", "--reason", "dispute D-17"); code != 0 || !strings.Contains(out, "held ret-held (hold h1) by legal: r.ortiz: dispute D-17") {
+		t.Fatalf("hold: %d %s %s", code, out, errs)
+	}
+	_, out, _ := cli(t, "hold", "list")
+	contains(t, "hold list", out, "RUN", "ret-held", "legal: r.ortiz", "dispute D-17")
+	_, out, _ = cli(t, "show", "ret-held")
+	contains(t, "show of the held run", out, "hold       by legal: r.ortiz since", "dispute D-17")
+
+	code, out, errs := cli(t, "retention", "apply", "--older-than", "48h", "--dry-run")
+	if code != 0 {
+		t.Fatalf("dry run: %d %s", code, errs)
+	}
+	contains(t, "dry run", out, "would remove ret-old\n", "kept ret-held: legal hold by legal: r.ortiz", "kept ret-live: unfinished", "kept ret-new: its last event")
+	if code, _, errs := cli(t, "audit", "verify", "ret-old"); code != 0 {
+		t.Fatalf("the dry run removed ret-old: %d %s", code, errs)
+	}
+	if code, _, _ := cli(t, "retention", "apply"); code != exitUsage {
+		t.Fatalf("apply without an age: %d", code)
+	}
+
+	code, out, errs = cli(t, "retention", "apply", "--older-than", "48h")
+	if code != 0 {
+		t.Fatalf("apply: %d %s", code, errs)
+	}
+	contains(t, "apply", out, "removed ret-old\n", "removed 1 run(s)")
+	contains(t, "apply's progress", errs, "cutoff ", "(now minus 48h0m0s)", "removed 1/1: ret-old")
+	if code, _, errs := cli(t, "show", "ret-old"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
+		t.Fatalf("show of the removed run: %d %s", code, errs)
+	}
+	if code, _, errs := cli(t, "audit", "export", "ret-old"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
+		t.Fatalf("export of the removed run: %d %s", code, errs)
+	}
+	for _, run := range []string{"ret-held", "ret-new", "ret-live"} {
+		if code, out, errs := cli(t, "audit", "verify", run); code != 0 || !strings.Contains(out, "ok: run "+run) {
+			t.Fatalf("verify %s after the purge: %d %s %s", run, code, out, errs)
+		}
+	}
+
+	if code, out, errs := cli(t, "hold", "--release", "ret-held", "--by", "legal: r.ortiz", "--reason", "D-17 settled"); code != 0 || !strings.Contains(out, "released hold h1 on ret-held") {
+		t.Fatalf("release: %d %s %s", code, out, errs)
+	}
+	_, out, _ = cli(t, "hold", "list", "--all")
+	contains(t, "hold list --all", out, "ret-held", "by legal: r.ortiz at", "D-17 settled")
+	if _, out, _ = cli(t, "retention", "apply", "--older-than", "48h", "--json"); !strings.Contains(out, `"purged": [
+    "ret-held"
+  ]`) {
+		t.Fatalf("apply after the release:\n%s", out)
+	}
+}
+
+// TestRetentionApplyUntilRemovesWhatTheExportKept (docs/cli.md,
+// retention apply --until): with the export's --until as the purge's
+// cutoff, the runs removed are exactly the runs exported.
+func TestRetentionApplyUntilRemovesWhatTheExportKept(t *testing.T) {
+	s := projected(t)
+	now := time.Now().Truncate(time.Second)
+	appendRunAt(t, s.Log, "cut-a", now.Add(-72*time.Hour), answered("a")...)
+	appendRunAt(t, s.Log, "cut-b", now.Add(-50*time.Hour), answered("b")...)
+	appendRunAt(t, s.Log, "cut-c", now.Add(-30*time.Hour), answered("c")...)
+	waitProjected(t, s, "cut-a", "cut-b", "cut-c")
+	until := now.Add(-48 * time.Hour).UTC().Format(time.RFC3339)
+	file := filepath.Join(t.TempDir(), "range.jsonl")
+	if code, _, errs := cli(t, "audit", "export", "--since", "2000-01-01", "--until", until, "-o", file); code != 0 {
+		t.Fatalf("export: %d %s", code, errs)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var l struct{ Run string }
+		if json.Unmarshal([]byte(line), &l) == nil && l.Run != "" {
+			exported[l.Run] = true
+		}
+	}
+	if code, _, _ := cli(t, "retention", "apply", "--until", until, "--older-than", "1h"); code != exitUsage {
+		t.Fatalf("--until with --older-than: %d, want usage", code)
+	}
+	code, out, errs := cli(t, "retention", "apply", "--until", until, "--json")
+	if code != 0 {
+		t.Fatalf("apply --until: %d %s", code, errs)
+	}
+	var res struct{ Purged []string }
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	removed := map[string]bool{}
+	for _, r := range res.Purged {
+		removed[r] = true
+	}
+	if len(removed) != 2 || !removed["cut-a"] || !removed["cut-b"] || len(exported) != len(removed) || !exported["cut-a"] || !exported["cut-b"] {
+		t.Fatalf("exported %v, removed %v: want both cut-a and cut-b", exported, removed)
+	}
+}
+
+// TestShowSaysTheHoldIsUnknownWhenItCannotBeRead (docs/cli.md, hold):
+// a hold that cannot be read is shown as unknown, never as none.
+func TestShowSaysTheHoldIsUnknownWhenItCannotBeRead(t *testing.T) {
+	s := projected(t)
+	appendRunAt(t, s.Log, "hold-bad", time.Now().Add(-time.Hour), answered("x")...)
+	waitProjected(t, s, "hold-bad")
+	ctx := context.Background()
+	if err := provision.EnsureOnly(ctx, s.JS, retention.Assets()); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := s.JS.KeyValue(ctx, retention.HoldsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "hold-bad", []byte("not json")); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "show", "hold-bad")
+	if code != 0 {
+		t.Fatalf("show: %d %s", code, errs)
+	}
+	contains(t, "show", out, "hold       unknown (cannot read weft_holds: ")
+	_, out, _ = cli(t, "show", "hold-bad", "--json")
+	contains(t, "show --json", out, `"hold_unknown": "`)
+}
+
+// TestAuditExportRangeVerifiesRunByRun (docs/cli.md, audit export of a
+// range; exit 4): an export of [since, until) holds the three runs whose
+// last event is in it — not the one after — one after another, a repaired
+// run's void record with it (as in the export of that run alone, which
+// omitted it before); verify --file checks each run and says so;
+// one byte edited in the second run fails that run (exit 4, naming it and
+// its event) while the others still verify.
+func TestAuditExportRangeVerifiesRunByRun(t *testing.T) {
+	s := projected(t)
+	ctx := context.Background()
+	appendRunAt(t, s.Log, "rg-1", t0, answered("first")...)
+	appendRunAt(t, s.Log, "rg-2", t0.Add(time.Hour), answered("second")...)
+	appendRunAt(t, s.Log, "rg-3", t0.Add(2*time.Hour), answered("third")[:2]...)
+	appendRunAt(t, s.Log, "rg-late", t0.Add(48*time.Hour), answered("late")...)
+	// rg-3 is repaired: a message no reader can fold, voided.
+	ack, err := s.JS.Publish(ctx, "weft.ev.rg-3.events", []byte("<html>oops</html>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Log.Void(ctx, "rg-3", ack.Sequence, "pasted into the wrong terminal", "alice", t0.Add(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitProjected(t, s, "rg-1", "rg-2", "rg-3", "rg-late")
+
+	path := filepath.Join(t.TempDir(), "range.jsonl")
+	if code, _, _ := cli(t, "audit", "export", "--since", "2026-11-30", "-o", path); code != exitUsage {
+		t.Fatalf("a range without --until: %d", code)
+	}
+	code, _, errs := cli(t, "audit", "export", "--since", "2026-11-30", "--until", "2026-12-01T00:00:00Z", "-o", path)
+	if code != 0 {
+		t.Fatalf("export: %d %s", code, errs)
+	}
+	contains(t, "export's progress", errs, "exported 3/3: rg-3, 2 events and 1 void record(s)", "exported 3 runs")
+	b, _ := os.ReadFile(path)
+	if bytes.Contains(b, []byte("rg-late")) || !bytes.Contains(b, []byte(`{"run":"rg-3","void":`)) {
+		t.Fatalf("the export:\n%s", b)
+	}
+	code, out, errs := cli(t, "audit", "verify", "--file", path)
+	if code != 0 {
+		t.Fatalf("verify: %d %s %s", code, out, errs)
+	}
+	contains(t, "verify", out, "== run rg-1 (4 events)", "ok: run rg-1, 4 events", "ok: run rg-2, 4 events", "ok: run rg-3, 2 events", "3 of 3 runs verified")
+	contains(t, "verify's repair note", errs, "voided by alice (unverified)", "pasted into the wrong terminal")
+
+	// The export of the one run carries its void record too, and verify
+	// --file checks it.
+	one := filepath.Join(t.TempDir(), "rg-3.jsonl")
+	if code, _, errs := cli(t, "audit", "export", "rg-3", "-o", one); code != 0 || !strings.Contains(errs, "exported 2 events of rg-3 to "+one+" and 1 void record(s)") {
+		t.Fatalf("export of rg-3: %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "audit", "verify", "--file", one); code != 0 || !strings.Contains(out, "ok: run rg-3, 2 events") || !strings.Contains(errs, "voided by alice (unverified)") {
+		t.Fatalf("verify of rg-3's export: %d %s %s", code, out, errs)
+	}
+
+	i := bytes.Index(b, []byte(`"input":"second"`))
+	b[i+len(`"input":"s`)] = 'S'
+	os.WriteFile(path, b, 0o644)
+	code, out, errs = cli(t, "audit", "verify", "--file", path)
+	if code != exitAudit {
+		t.Fatalf("edited: exit %d, want %d: %s %s", code, exitAudit, out, errs)
+	}
+	contains(t, "verify of the edited file", out, "ok: run rg-1", "FAILED: run rg-2: chain: event 1 (", "ok: run rg-3", "2 of 3 runs verified")
+	contains(t, "verify's error", errs, "1 of 3 runs do not verify (rg-2); the first, run rg-2: chain")
+}

@@ -1,0 +1,585 @@
+package retention
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/protocol"
+)
+
+var t0 = time.Date(2026, 11, 1, 10, 0, 0, 0, time.UTC)
+
+// now is the purges' time in these tests: with an age of 48h the cutoff
+// is t0 + 3 days.
+var now = t0.Add(5 * 24 * time.Hour)
+
+const age = 48 * time.Hour
+
+func started(input string) events.RunStarted {
+	return events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: input, Runner: "r1", Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 4}}
+}
+
+// finished is a run that answered at once.
+func finished(input string) []events.Event {
+	return []events.Event{
+		started(input),
+		events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyFinalAnswer, Text: "done", Usage: &events.Usage{InputTokens: 10, OutputTokens: 2}},
+		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCompleted, Answer: json.RawMessage(`"done"`)}},
+	}
+}
+
+// deployment is a real server with the projector running.
+func deployment(t testing.TB) *natstest.Server {
+	t.Helper()
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for _, b := range []string{protocol.SnapshotsBucket, protocol.ClaimsBucket} {
+		if _, err := s.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// appendAt appends evs to run, one decision each, a second apart from at.
+func appendAt(t testing.TB, s *natstest.Server, run string, at time.Time, evs ...events.Event) {
+	t.Helper()
+	ctx := context.Background()
+	head, err := s.Log.Head(ctx, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if _, head, err = s.Log.Append(ctx, run, head, at.Add(time.Duration(i)*time.Second), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitViews waits until the projector stored every run's view at its
+// log's head, and its checkpoint covers the head (the index entries too).
+func waitViews(t testing.TB, s *natstest.Server, runs ...string) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(20 * time.Second)
+	for _, run := range runs {
+		h, err := s.Log.Head(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			views, err := Views(ctx, s.JS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp, err := projector.ReadCheckpoint(ctx, s.JS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := slices.IndexFunc(views, func(v projections.RunView) bool { return v.Run == run }); i >= 0 && views[i].Version == h.Version && cp.Seq >= h.Seq {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the view of %s never reached version %d", run, h.Version)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func kvHas(t *testing.T, s *natstest.Server, bucket, key string) bool {
+	t.Helper()
+	kv, err := s.JS.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = kv.Get(context.Background(), key)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+func putKV(t *testing.T, s *natstest.Server, bucket, key string) {
+	t.Helper()
+	kv, err := s.JS.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), key, []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func viewOf(t *testing.T, s *natstest.Server, run string) projections.RunView {
+	t.Helper()
+	views, err := Views(context.Background(), s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range views {
+		if v.Run == run {
+			return v
+		}
+	}
+	t.Fatalf("no view of %s", run)
+	return projections.RunView{}
+}
+
+// assertGone checks that no trace of run is left: events, view, summary,
+// index entries (of its view before the purge), snapshot, claims, marker.
+func assertGone(t *testing.T, s *natstest.Server, run string, before projections.RunView) {
+	t.Helper()
+	ctx := context.Background()
+	if h, err := s.Log.Head(ctx, run); err != nil || !h.IsZero() {
+		t.Errorf("%s: the log still has events (head %+v, %v)", run, h, err)
+	}
+	for _, b := range []string{protocol.ViewsBucket, protocol.RunsBucket, protocol.SnapshotsBucket} {
+		if kvHas(t, s, b, run) {
+			t.Errorf("%s: %s still has its key", run, b)
+		}
+	}
+	// Its tombstone stays: the id is never used again.
+	var we *weft.Error
+	if err := CheckNotPurged(ctx, s.JS, run); !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || we.SameInput != nil {
+		t.Errorf("%s: a start under the purged id: %v, want already_started without same_input", run, err)
+	}
+	if kvHas(t, s, protocol.ClaimsBucket, run+".YQ.1.1") {
+		t.Errorf("%s: its claim is left", run)
+	}
+	keys := projector.IndexKeys(before)
+	if len(keys) == 0 {
+		t.Fatalf("%s: no index keys to check", run)
+	}
+	for _, k := range keys {
+		if kvHas(t, s, protocol.IndexBucket, k) {
+			t.Errorf("%s: index entry %s is left", run, k)
+		}
+	}
+}
+
+// TestRetentionRemovesOldFinishedRunsAndKeepsTheRest (docs/security.md,
+// "Retention and legal hold"): an old finished run goes entirely —
+// events, view, summary, index entries, snapshot, claims; a newer
+// finished run, an unfinished one, a held one, and an old finished
+// parent whose fork is unfinished (a family goes together) are kept,
+// each with its reason; everything kept still verifies; a second apply
+// removes nothing more.
+func TestRetentionRemovesOldFinishedRunsAndKeepsTheRest(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	appendAt(t, s, "new", t0.Add(4*24*time.Hour), finished("new")...)
+	appendAt(t, s, "live", t0, started("live"), events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart})
+	appendAt(t, s, "held", t0, finished("held")...)
+	appendAt(t, s, "parent", t0, finished("parent")...)
+	appendAt(t, s, "fork", t0, started("parent"), events.RunForked{From: events.ForkedFrom{Run: "parent", Version: 4, Turn: 1}})
+	all := []string{"old", "new", "live", "held", "parent", "fork"}
+	waitViews(t, s, all...)
+	putKV(t, s, protocol.SnapshotsBucket, "old")
+	putKV(t, s, protocol.ClaimsBucket, "old.YQ.1.1")
+	if _, err := Place(ctx, s.JS, "held", "legal: r.ortiz", "dispute D-17", t0); err != nil {
+		t.Fatal(err)
+	}
+	before := viewOf(t, s, "old")
+
+	dry, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, DryRun: true})
+	if err != nil || !slices.Equal(dry.Purged, []string{"old"}) {
+		t.Fatalf("dry run: %+v %v", dry, err)
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
+		t.Fatal("the dry run removed events")
+	}
+
+	var progress []string
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, Progress: func(done, total int, run string) {
+		progress = append(progress, run)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Purged, []string{"old"}) || !slices.Equal(progress, []string{"old"}) {
+		t.Fatalf("purged %v (progress %v), want [old]", res.Purged, progress)
+	}
+	kept := map[string]string{}
+	for _, k := range res.Kept {
+		kept[k.Run] = k.Why
+	}
+	for run, want := range map[string]string{
+		"new":    "newer than the cutoff",
+		"live":   "unfinished (working)",
+		"held":   "legal hold by legal: r.ortiz",
+		"fork":   "unfinished",
+		"parent": "a run of its family is kept: fork",
+	} {
+		if !strings.Contains(kept[run], want) {
+			t.Errorf("kept[%s] = %q, want it to say %q", run, kept[run], want)
+		}
+	}
+	assertGone(t, s, "old", before)
+	for _, run := range all[1:] {
+		envs, head, err := s.Log.Load(ctx, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep := audit.Verify(envs, audit.WithHead(head.Hash), audit.WithUnfinished()); !rep.OK() {
+			t.Errorf("%s after the purge: %v", run, rep.Problem)
+		}
+	}
+	again, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(again.Purged) != 0 || len(again.Completed) != 0 {
+		t.Fatalf("second apply: %+v %v", again, err)
+	}
+
+	// Released, the hold no longer keeps its run.
+	if _, err := ReleaseHold(ctx, s.JS, "held", "", "legal: r.ortiz", "D-17 settled", now); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Purged, []string{"held"}) {
+		t.Fatalf("after the release: %+v %v", res, err)
+	}
+	holds, err := Holds(ctx, s.JS)
+	if err != nil || len(holds) != 1 || holds[0].Released == nil || holds[0].Released.Reason != "D-17 settled" {
+		t.Fatalf("the released hold's record: %+v %v", holds, err)
+	}
+}
+
+// TestRetentionInterruptedPurgeIsCompletedByTheNext: a purge stopped
+// after the read models went (the view gone, the events still there) is
+// completed by the next apply, which names it completed.
+func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	putKV(t, s, protocol.SnapshotsBucket, "old")
+	before := viewOf(t, s, "old")
+	crash := errors.New("crash")
+	_, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepReadModels {
+			return crash
+		}
+		return nil
+	}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("the interrupted apply: %v", err)
+	}
+	if kvHas(t, s, protocol.ViewsBucket, "old") || !kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.SnapshotsBucket, "old") {
+		t.Fatal("the apply did not stop after the read models")
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
+		t.Fatal("the events went before the read models' step ended")
+	}
+	// A hold now is refused: the run is being removed.
+	var we *weft.Error
+	if _, err := Place(ctx, s.JS, "old", "legal", "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
+		t.Fatalf("hold of a run being purged: %v, want conflict", err)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Completed, []string{"old"}) || len(res.Purged) != 0 {
+		t.Fatalf("the next apply: %+v %v", res, err)
+	}
+	assertGone(t, s, "old", before)
+}
+
+// activeHolds returns the active holds of run.
+func activeHolds(t *testing.T, s *natstest.Server, run string) []Hold {
+	t.Helper()
+	all, err := Holds(context.Background(), s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []Hold
+	for _, h := range all {
+		if h.Run == run && h.Active() {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// TestRetentionHoldPlacedBeforeTheHoldCheckKeepsTheFamily: a hold placed
+// after Apply read the holds but before its hold check of the run (the
+// race of docs/adr/0030 §5) keeps the run, untouched, and the run may be
+// held again after.
+func TestRetentionHoldPlacedBeforeTheHoldCheckKeepsTheFamily(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	var placed error
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepHoldCheck {
+			_, placed = Place(ctx, s.JS, run, "legal", "subpoena S-3", now)
+		}
+		return nil
+	}})
+	if err != nil || placed != nil {
+		t.Fatalf("apply %v, hold %v", err, placed)
+	}
+	if len(res.Purged) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "subpoena S-3") {
+		t.Fatalf("the purge: %+v", res)
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() || kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.ViewsBucket, "old") {
+		t.Fatalf("the held run was touched (head %+v)", h)
+	}
+	if h, err := Place(ctx, s.JS, "old", "legal", "dispute D-17", now); err != nil || h.ID != "h2" {
+		t.Fatalf("a second hold after the purge gave the run back: %+v %v", h, err)
+	}
+}
+
+// TestRetentionHoldAfterTheHoldCheckIsRefusedAndNotRecorded: once a purge
+// passed its hold check on a run (compare-and-set on the run's holds), a
+// hold is refused conflict and not recorded — no active hold is listed on
+// a run that is then removed.
+func TestRetentionHoldAfterTheHoldCheckIsRefusedAndNotRecorded(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	var placed error
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepMarked {
+			_, placed = Place(ctx, s.JS, run, "legal", "subpoena S-3", now)
+		}
+		return nil
+	}})
+	if err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("the purge: %+v %v", res, err)
+	}
+	var we *weft.Error
+	if !errors.As(placed, &we) || we.Code != weft.CodeConflict || !strings.Contains(we.Message, "not placed") {
+		t.Fatalf("the hold placed after the hold check: %v, want conflict", placed)
+	}
+	if hs := activeHolds(t, s, "old"); len(hs) != 0 {
+		t.Fatalf("an active hold is listed on the removed run: %+v", hs)
+	}
+}
+
+// TestRetentionSecondHoldIsKeptUntilReleased: a run holds several holds,
+// each released on its own; the run is kept while any is active.
+func TestRetentionSecondHoldIsKeptUntilReleased(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	a, err := Place(ctx, s.JS, "old", "legal A", "dispute D-17", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Place(ctx, s.JS, "old", "legal B", "subpoena S-3", now)
+	if err != nil || a.ID == b.ID {
+		t.Fatalf("second hold %+v %v (first %s)", b, err, a.ID)
+	}
+	var we *weft.Error
+	if _, err := ReleaseHold(ctx, s.JS, "old", "", "legal B", "done", now); !errors.As(err, &we) || we.Code != weft.CodeInvalidRequest {
+		t.Fatalf("a release naming no hold of two: %v, want invalid_request", err)
+	}
+	if _, err := ReleaseHold(ctx, s.JS, "old", b.ID, "legal B", "S-3 answered", now); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(res.Purged) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
+		t.Fatalf("with hold %s active: %+v %v", a.ID, res, err)
+	}
+	if _, err := ReleaseHold(ctx, s.JS, "old", "", "legal A", "D-17 settled", now); err != nil {
+		t.Fatal(err)
+	}
+	res, err = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("with both released: %+v %v", res, err)
+	}
+}
+
+// TestRetentionInterruptedPurgeRefusesAHoldAndTheNextCompletes: a hold on
+// a run whose removal stopped half way is refused conflict and not
+// recorded, and the next apply completes the removal.
+func TestRetentionInterruptedPurgeRefusesAHoldAndTheNextCompletes(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	crash := errors.New("crash")
+	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepReadModels {
+			return crash
+		}
+		return nil
+	}}); !errors.Is(err, crash) {
+		t.Fatal(err)
+	}
+	var we *weft.Error
+	if _, err := Place(ctx, s.JS, "old", "legal", "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
+		t.Fatalf("a hold on the half-removed run: %v, want conflict", err)
+	}
+	if hs := activeHolds(t, s, "old"); len(hs) != 0 {
+		t.Fatalf("the refused hold was recorded: %+v", hs)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Completed, []string{"old"}) {
+		t.Fatalf("the next apply: %+v %v", res, err)
+	}
+}
+
+// TestRetentionInterruptedPurgeOfAHeldRunStops: a removal marked by an
+// earlier release (its marker has no state, and no hold check took the
+// run) of a run held since stops and says so.
+func TestRetentionInterruptedPurgeOfAHeldRunStops(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	if _, err := Place(ctx, s.JS, "old", "legal", "dispute D-17", now); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := s.JS.KeyValue(ctx, protocol.PurgesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "old", []byte(`{"started":"2026-11-06T10:00:00Z","cutoff":"2026-11-04T10:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(res.Completed) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "interrupted") || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
+		t.Fatal("the held run's events went")
+	}
+}
+
+// TestRetentionHoldCheckWithoutAMarkIsUndoneByTheNextApply: an apply that
+// stopped between a run's hold check and its marker leaves the run taken;
+// the next apply gives it back (it is decided again), so holds may be
+// placed on it.
+func TestRetentionHoldCheckWithoutAMarkIsUndoneByTheNextApply(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "new", t0.Add(4*24*time.Hour), finished("new")...)
+	waitViews(t, s, "new")
+	holds, _, err := buckets(ctx, s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := takeForPurge(ctx, holds, "new", now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Place(ctx, s.JS, "new", "legal", "dispute D-17", now); err != nil {
+		t.Fatalf("a hold after the next apply: %v", err)
+	}
+}
+
+// TestSemantics6_PurgedRunLeavesATombstoneAndNoQueuedTask: a purge
+// leaves the run id's tombstone (CheckNotPurged refuses it; an id never
+// purged passes), the next apply does not take the tombstone for a
+// removal to complete, and the run's tasks still queued in WEFT_TASKS (a
+// run cancelled while its workers were down) are deleted, so no worker
+// requeues them for ever or runs them under a reused id; another run's
+// task stays.
+func TestSemantics6_PurgedRunLeavesATombstoneAndNoQueuedTask(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	task := func(run string) uint64 {
+		b, _ := json.Marshal(api.Task{Schema: 1, Run: run, Action: "1/call_1", Agent: "desk", Version: "1", Tool: "pay", Attempt: 1, Incarnation: 1})
+		ack, err := s.JS.Publish(ctx, "weft.task.desk.1.pay", b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	appendAt(t, s, "old", t0, finished("old")...)
+	appendAt(t, s, "new", t0.Add(4*24*time.Hour), finished("new")...)
+	waitViews(t, s, "old", "new")
+	oldTask, newTask := task("old"), task("new")
+	task("old")
+	if err := CheckNotPurged(ctx, s.JS, "old"); err != nil {
+		t.Fatalf("before the purge: %v", err)
+	}
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	var we *weft.Error
+	if err := CheckNotPurged(ctx, s.JS, "old"); !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || !strings.Contains(we.Message, "was purged at") {
+		t.Fatalf("after the purge: %v", err)
+	}
+	if err := CheckNotPurged(ctx, s.JS, "never"); err != nil {
+		t.Fatalf("an id never purged: %v", err)
+	}
+	st, err := s.JS.Stream(ctx, protocol.TasksStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetMsg(ctx, oldTask); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Fatalf("the purged run's task: %v, want it deleted", err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("tasks left: %+v %v, want only new's", info, err)
+	}
+	if _, err := st.GetMsg(ctx, newTask); err != nil {
+		t.Fatalf("the kept run's task: %v", err)
+	}
+	again, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil || len(again.Completed) != 0 || len(again.Purged) != 0 {
+		t.Fatalf("the next apply took the tombstone for a removal: %+v %v", again, err)
+	}
+}
+
+// TestRetentionOneApplyAtATime: an apply that starts while another runs
+// (a cron that overlaps itself) is refused conflict and removes nothing;
+// a lock left by an apply that died is taken over once its lease ran out.
+func TestRetentionOneApplyAtATime(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	appendAt(t, s, "old2", t0, finished("old2")...)
+	waitViews(t, s, "old", "old2")
+	var second error
+	var secondRes Result
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepMarked && run == "old" {
+			secondRes, second = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+		}
+		return nil
+	}})
+	if err != nil || !slices.Equal(res.Purged, []string{"old", "old2"}) {
+		t.Fatalf("the first apply: %+v %v", res, err)
+	}
+	var we *weft.Error
+	if !errors.As(second, &we) || we.Code != weft.CodeConflict || len(secondRes.Purged)+len(secondRes.Completed) != 0 {
+		t.Fatalf("the overlapping apply: %+v %v, want conflict", secondRes, second)
+	}
+	// A dead apply's lock, its lease run out.
+	kv, err := s.JS.KeyValue(ctx, protocol.PurgesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, lockKey, []byte(`{"by":"gone","until":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil {
+		t.Fatalf("after a dead apply's lock ran out: %v", err)
+	}
+}
