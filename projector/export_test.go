@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
 )
 
 // WithoutIndex makes a projector keep no order index (weft_index): the
@@ -23,6 +25,18 @@ func WithIndexPause(f func()) Option { return func(p *Projector) { p.between = f
 func WithRewriteFault(f func(run string) error) Option {
 	return func(p *Projector) { p.afterRewrite = f }
 }
+
+// WithBeforeRead makes the projector call f before each direct get
+// request its reader sends (the reads of the items a run's inboxes
+// hold), with the bucket read: the moment a test cuts the connection.
+func WithBeforeRead(f func(bucket string)) Option {
+	return func(p *Projector) { p.beforeRead = f }
+}
+
+// Supervise runs p as RunAll does (without the query service): until ctx
+// ends, resuming it from its checkpoint after a pause whenever it stops
+// on an error.
+func Supervise(ctx context.Context, p *Projector) error { return p.supervise(ctx, backoff.Sleep) }
 
 // BucketLastSeq is the last sequence of bucket's stream: how many writes
 // it ever stored (a bucket keeps one value a key, but every write takes a

@@ -481,12 +481,19 @@ type kvMsg struct {
 var errTooMany = errors.New("too many results")
 
 // indexReader reads a KV bucket's latest values with direct gets: no
-// consumer, nothing held between requests.
+// consumer, nothing held between requests. Each request waits for its
+// answer at most the request timeout of the JetStream context (js): a
+// request the server took and never answered (it died before it did, or
+// the answer was lost with the connection) fails as unanswered instead of
+// holding its reader for good.
 type indexReader struct {
 	nc *nats.Conn
 	js jetstream.JetStream
 	// onRead is called with the number of messages each request read.
 	onRead func(n int)
+	// beforeRequest, set by tests only (export_test.go), is called
+	// before each direct get request is sent.
+	beforeRequest func(bucket string)
 }
 
 // last returns the latest value of every key of bucket matching one of
@@ -567,6 +574,11 @@ func (r *indexReader) direct(ctx context.Context, bucket string, multiLast []str
 		return nil, fmt.Errorf("read %s: %w", bucket, err)
 	}
 	defer sub.Unsubscribe()
+	ctx, cancel := context.WithTimeout(ctx, r.js.Options().DefaultTimeout)
+	defer cancel()
+	if r.beforeRequest != nil {
+		r.beforeRequest(bucket)
+	}
 	if err := r.nc.PublishRequest("$JS.API.DIRECT.GET."+kvStream(bucket), inbox, body); err != nil {
 		return nil, fmt.Errorf("read %s: %w", bucket, err)
 	}

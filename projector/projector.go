@@ -163,6 +163,9 @@ type Projector struct {
 	// afterRewrite, set by tests only (export_test.go), is called after a
 	// rebuild stored a run's view: an error it returns is the store's.
 	afterRewrite func(run string) error
+	// beforeRead, set by tests only (export_test.go), is called before
+	// each direct get request of the projector's reader.
+	beforeRead func(bucket string)
 
 	delivered atomic.Uint64
 	applied   atomic.Uint64
@@ -206,7 +209,7 @@ func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ..
 		return nil, err
 	}
 	p.index.between = p.between
-	p.reader = &indexReader{nc: js.Conn(), js: js}
+	p.reader = &indexReader{nc: js.Conn(), js: js, beforeRequest: p.beforeRead}
 	return p, nil
 }
 
@@ -819,6 +822,13 @@ func runAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 		return err
 	}
 	defer svc.Stop()
+	return p.supervise(ctx, pause)
+}
+
+// supervise runs p until ctx ends, resuming it from its checkpoint after
+// a pause (waited with pause) whenever it stops on an error: RunAll's
+// loop.
+func (p *Projector) supervise(ctx context.Context, pause func(context.Context, time.Duration) error) error {
 	back := backoff.New(restartFirst, restartLimit)
 	last := p.Seq()
 	for {
@@ -834,7 +844,7 @@ func runAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 		}
 		// A store or log error: resume from the checkpoint after a pause.
 		d := back.Next()
-		logger.Error("projector stopped; resuming from the checkpoint", "err", err, "pause", d)
+		p.logger.Error("projector stopped; resuming from the checkpoint", "err", err, "pause", d)
 		if pause(ctx, d) != nil {
 			return nil
 		}

@@ -1,0 +1,155 @@
+package projector_test
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections/projtest"
+	"github.com/weftrun/weft/projector"
+)
+
+// cutDialer dials the server over TCP like the client's own dialer, and
+// can cut the connection it dialed last: what the client writes on it
+// after the cut reaches nobody, as bytes sent to a server that was
+// SIGKILLed before it read them. The client notices nothing until the
+// server goes away; the connections it dials after that are whole.
+type cutDialer struct {
+	mu  sync.Mutex
+	cur *cutConn
+}
+
+func (d *cutDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	cc := &cutConn{Conn: c}
+	d.mu.Lock()
+	d.cur = cc
+	d.mu.Unlock()
+	return cc, nil
+}
+
+// cut cuts the last connection dialed; the channel it returns is closed
+// once a write was swallowed.
+func (d *cutDialer) cut() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cur.mu.Lock()
+	defer d.cur.mu.Unlock()
+	d.cur.swallowed = make(chan struct{})
+	return d.cur.swallowed
+}
+
+type cutConn struct {
+	net.Conn
+	mu        sync.Mutex
+	swallowed chan struct{} // non-nil once cut
+	closed    bool
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	if c.swallowed != nil {
+		if !c.closed {
+			c.closed = true
+			close(c.swallowed)
+		}
+		c.mu.Unlock()
+		return len(b), nil
+	}
+	c.mu.Unlock()
+	return c.Conn.Write(b)
+}
+
+// rewind stores checkpoint seq, as a projector that stopped after it wrote
+// the views of the later messages but before it moved its checkpoint
+// leaves it.
+func rewind(t *testing.T, js jetstream.JetStream, seq uint64) {
+	t.Helper()
+	kv, err := js.KeyValue(context.Background(), projector.BucketState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(projector.Checkpoint{Schema: 1, Seq: seq})
+	if _, err := kv.Put(context.Background(), projector.KeyCheckpoint, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// docs/semantics.md §8 (work not recorded is derived again from the log,
+// never dropped), for the read models: a projector whose read the server
+// never answers — the server restarted after the request left the client
+// and before it was answered — resumes from its checkpoint and follows
+// the log again once the server is back, instead of waiting for the
+// answer for good while it keeps renewing its lease (the views stayed
+// stranded for minutes in a chaos run, the lease held by a projector that
+// projected nothing). The read is the one of a run's inbox items when the
+// projector, resuming, writes again what derives from a view whose last
+// event it delivers again.
+func TestSemantics8_TheProjectorResumesAfterAReadTheRestartedServerNeverAnswered(t *testing.T) {
+	s := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, log := projtest.Histories(5, 3)
+	appendLog(t, s.Log, log)
+	head := lastSeq(t, s.JS)
+
+	p1, err := projector.New(ctx, s.JS, s.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runProjector(t, p1)
+	waitSeq(t, p1, head)
+	stop()
+	rewind(t, s.JS, head-1)
+
+	d := &cutDialer{}
+	nc := s.Connect(nats.SetCustomDialer(d), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cuts := make(chan (<-chan struct{}), 1)
+	var once sync.Once
+	p2, err := projector.New(ctx, js, eventlog.New(js), projector.WithBeforeRead(func(string) {
+		once.Do(func() { cuts <- d.cut() })
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- projector.Supervise(ctx, p2) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("projector: %v", err)
+		}
+	}()
+	// The last message is delivered again: its run's view holds it, so
+	// the projector reads the run's inbox items to write them again. That
+	// read leaves for a server that dies before it reads it.
+	select {
+	case swallowed := <-cuts:
+		<-swallowed
+	case <-time.After(stallLimit):
+		t.Fatal("the projector never read a run's inbox items")
+	}
+	s.Restart()
+
+	// The log moves on once the server is back: the projector follows it.
+	at := log[len(log)-1].At.Add(time.Second)
+	if _, _, err := s.Log.Append(ctx, "after-restart", eventlog.Head{}, at, events.RunStarted{Agent: events.AgentRef{Name: "triage", Version: "1"}, Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	waitSeq(t, p2, lastSeq(t, s.JS))
+}
