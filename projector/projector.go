@@ -632,7 +632,7 @@ func (p *Projector) forget(ctx context.Context, run string, before []entry) erro
 		}
 	}
 	for _, kv := range []jetstream.KeyValue{p.approvals, p.uncertain, p.questions} {
-		keys, err := stale[string](ctx, kv, run, nil, nil)
+		keys, err := stale[string](ctx, p.reader, kv.Bucket(), run, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -857,13 +857,13 @@ func (p *Projector) repair(ctx context.Context, v projections.RunView) error {
 	c := projections.Derive(v)
 	c.Applied = false
 	var err error
-	if c.DropApprovals, err = stale(ctx, p.approvals, v.Run, c.Approvals, func(it projections.ApprovalItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+	if c.DropApprovals, err = stale(ctx, p.reader, BucketApprovals, v.Run, c.Approvals, func(it projections.ApprovalItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
-	if c.DropUncertain, err = stale(ctx, p.uncertain, v.Run, c.Uncertain, func(it projections.UncertainItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+	if c.DropUncertain, err = stale(ctx, p.reader, BucketUncertain, v.Run, c.Uncertain, func(it projections.UncertainItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
-	if c.DropQuestions, err = stale(ctx, p.questions, v.Run, c.Questions, func(it projections.QuestionItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+	if c.DropQuestions, err = stale(ctx, p.reader, BucketQuestions, v.Run, c.Questions, func(it projections.QuestionItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
 	before, err := p.stored(ctx, v.Run)
@@ -913,16 +913,16 @@ func storedItems[T any](ctx context.Context, r *indexReader, bucket, run string,
 	return nil
 }
 
-// stale lists the keys of run's items in kv that are not among items.
-func stale[T any](ctx context.Context, kv jetstream.KeyValue, run string, items []T, key func(T) string) ([]string, error) {
-	l, err := kv.ListKeysFiltered(ctx, run+".>")
+// stale lists the keys of run's items in bucket that are not among items.
+func stale[T any](ctx context.Context, r *indexReader, bucket, run string, items []T, key func(T) string) ([]string, error) {
+	msgs, err := r.last(ctx, bucket, []string{run + ".>"})
 	if err != nil {
-		return nil, fmt.Errorf("projector: list %s %s: %w", kv.Bucket(), run, err)
+		return nil, fmt.Errorf("projector: list %s %s: %w", bucket, run, err)
 	}
 	var out []string
-	for k := range l.Keys() {
-		if !slices.ContainsFunc(items, func(it T) bool { return key(it) == k }) {
-			out = append(out, k)
+	for _, m := range msgs {
+		if !slices.ContainsFunc(items, func(it T) bool { return key(it) == m.key }) {
+			out = append(out, m.key)
 		}
 	}
 	slices.Sort(out)
