@@ -534,31 +534,75 @@ func (r *indexReader) watch(ctx context.Context, bucket, filter string) ([]kvMsg
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", bucket, err)
 	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("read %s %s: %w", bucket, filter, err)
-	}
-	defer w.Stop()
 	var out []kvMsg
 	defer func() {
 		if r.onRead != nil {
 			r.onRead(len(out))
 		}
 	}()
+	err = initial(ctx, kv, filter, func(e jetstream.KeyValueEntry) error {
+		out = append(out, kvMsg{key: e.Key(), seq: e.Revision(), value: e.Value()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", bucket, filter, err)
+	}
+	return out, nil
+}
+
+// watchIdle bounds how long a read through a KV watch waits for its next
+// value, as ackWait bounds a write: a watch whose consumer a server
+// restart took away, and that its client did not create again, delivers
+// nothing more, and the read fails as unanswered (the projector resumes
+// from its checkpoint) instead of waiting for good.
+const watchIdle = ackWait
+
+// initial reads the latest value of every key of kv matching filter
+// (deleted keys left out) through a KV watch, in stream order, passing
+// each to each. It fails when the watch ends before its last initial
+// value or delivers nothing for watchIdle.
+func initial(ctx context.Context, kv jetstream.KeyValue, filter string, each func(jetstream.KeyValueEntry) error, opts ...jetstream.WatchOpt) error {
+	w, err := kv.Watch(ctx, filter, append(opts, jetstream.IgnoreDeletes())...)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	idle := time.NewTimer(watchIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("read %s %s: watch closed", bucket, filter)
+				return errors.New("watch closed")
 			}
 			if e == nil {
-				return out, nil
+				return nil
 			}
-			out = append(out, kvMsg{key: e.Key(), seq: e.Revision(), value: e.Value()})
+			if err := each(e); err != nil {
+				return err
+			}
+			idle.Reset(watchIdle)
+		case <-idle.C:
+			return fmt.Errorf("watch: no value within %s: %w", watchIdle, context.DeadlineExceeded)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("read %s %s: %w", bucket, filter, ctx.Err())
+			return ctx.Err()
 		}
 	}
+}
+
+// listKeys lists the keys of kv (deleted keys left out), as a bounded
+// initial read (kv.ListKeys waits for the end of its listing with no
+// deadline).
+func listKeys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	var out []string
+	err := initial(ctx, kv, jetstream.AllKeys, func(e jetstream.KeyValueEntry) error {
+		out = append(out, e.Key())
+		return nil
+	}, jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("projector: list %s: %w", kv.Bucket(), err)
+	}
+	return out, nil
 }
 
 // direct sends one batched direct get request to bucket's stream and

@@ -291,38 +291,24 @@ func (p *Projector) ensureIndex(ctx context.Context) error {
 		p.logger.Warn("projector building the order indexes from the stored views (the index marker is missing or old); lists and inboxes answer unavailable until it is done",
 			"views", total, "marker_version", m.Version, "index_version", IndexVersion)
 		began := time.Now()
-		w, err := p.views.WatchAll(ctx, jetstream.IgnoreDeletes())
+		step := max(total/10, 1)
+		var n uint64
+		err := initial(ctx, p.views, jetstream.AllKeys, func(e jetstream.KeyValueEntry) error {
+			v, err := projections.DecodeView(e.Value())
+			if err != nil {
+				return fmt.Errorf("projector: decode view %s: %w", e.Key(), err)
+			}
+			if err := p.index.apply(ctx, nil, entries(derivedOf(v)), putEntries); err != nil {
+				return err
+			}
+			if n++; n%step == 0 {
+				p.logger.Info("projector index progress", "views", n, "of", total)
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("projector: read %s: %w", BucketViews, err)
 		}
-		defer w.Stop()
-		step := max(total/10, 1)
-		var n uint64
-	read:
-		for {
-			select {
-			case e, ok := <-w.Updates():
-				if !ok {
-					return fmt.Errorf("projector: read %s: watch closed", BucketViews)
-				}
-				if e == nil {
-					break read
-				}
-				v, err := projections.DecodeView(e.Value())
-				if err != nil {
-					return fmt.Errorf("projector: decode view %s: %w", e.Key(), err)
-				}
-				if err := p.index.apply(ctx, nil, entries(derivedOf(v)), putEntries); err != nil {
-					return err
-				}
-				if n++; n%step == 0 {
-					p.logger.Info("projector index progress", "views", n, "of", total)
-				}
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		w.Stop()
 		if err := p.sweepIndex(ctx, nil); err != nil {
 			return err
 		}

@@ -217,13 +217,9 @@ func (p *Projector) rewrite(ctx context.Context, v projections.RunView) (project
 // projector moved it since) does not hold it, and a directory node that
 // leads to no entry kept.
 func (p *Projector) sweepIndex(ctx context.Context, stored []projections.Change) error {
-	lister, err := p.index.kv.ListKeys(ctx)
+	keys, err := listKeys(ctx, p.index.kv)
 	if err != nil {
-		return fmt.Errorf("projector: list %s: %w", BucketIndex, err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+		return err
 	}
 	slices.Sort(keys)
 	keep := map[string]bool{}
@@ -287,13 +283,9 @@ func entryRun(key string) (string, bool) {
 // sweep deletes the keys of kv that no stored view accounts for. For the
 // inboxes that is every item not listed by its run's stored view.
 func (p *Projector) sweep(ctx context.Context, kv jetstream.KeyValue, keep map[string]bool, bucket string) error {
-	lister, err := kv.ListKeys(ctx)
+	keys, err := listKeys(ctx, kv)
 	if err != nil {
-		return fmt.Errorf("projector: list %s: %w", bucket, err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+		return err
 	}
 	if bucket == BucketApprovals || bucket == BucketUncertain || bucket == BucketQuestions {
 		keep = map[string]bool{}
