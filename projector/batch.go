@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -72,14 +73,21 @@ func (b *batch) reset() {
 
 // follow projects the log from the message after seq until ctx ends or a
 // write fails: the subscription feeds the events into a channel, and each
-// batch takes what has arrived, up to maxBatch messages.
+// batch takes what has arrived, up to maxBatch messages. A watchdog
+// (stalled) ends it with errStalled when the log is ahead of what was
+// projected and nothing was for stallAfter: the subscription stopped
+// delivering (its consumer lost across a server restart) or a batch is
+// stuck, and Run's caller resumes from the checkpoint.
 func (p *Projector) follow(ctx context.Context, seq uint64) error {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	feed := make(chan eventlog.StreamEvent, feedSize)
 	ended := make(chan error, 1)
 	go func() {
 		ended <- p.log.Subscribe(sctx, seq+1, func(se eventlog.StreamEvent) error {
+			if p.onFeed != nil {
+				p.onFeed(sctx, se)
+			}
 			select {
 			case feed <- se:
 				return nil
@@ -88,6 +96,28 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 			}
 		})
 	}()
+	watching := make(chan struct{})
+	go func() { defer close(watching); p.stalled(sctx, cancel) }()
+	stop := func(err error) error {
+		cancel(nil)
+		<-watching
+		// The subscription ends once its iterator is stopped; one that
+		// does not end in time is left to end on its own.
+		t := time.NewTimer(settleWait)
+		defer t.Stop()
+		select {
+		case e := <-ended:
+			if err == nil {
+				err = e
+			}
+		case <-t.C:
+			p.logger.Warn("projector: the subscription to the log did not stop in time; left to stop on its own", "wait", settleWait)
+		}
+		if cause := context.Cause(sctx); errors.Is(cause, errStalled) {
+			return cause
+		}
+		return err
+	}
 	b := newBatch()
 	var evs []eventlog.StreamEvent
 	for {
@@ -96,7 +126,10 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 		case se := <-feed:
 			evs = append(evs, se)
 		case err := <-ended:
-			return err
+			ended <- err // for stop, which reads it
+			return stop(nil)
+		case <-sctx.Done():
+			return stop(nil)
 		}
 	take:
 		for msgs := 0; ; {
@@ -113,9 +146,64 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 			}
 		}
 		if err := p.projectBatch(sctx, b, evs); err != nil {
-			cancel()
-			<-ended
-			return err
+			return stop(err)
+		}
+	}
+}
+
+// stallAfter is how long the log may be ahead of what the projector
+// projected, with nothing projected, before follow gives up on its
+// subscription and batch (errStalled) and Run's caller resumes from the
+// checkpoint: three leases, well past a batch's longest wait for its
+// acknowledgements (ackWait).
+const stallAfter = 3 * Lease
+
+// errStalled ends a follow whose watchdog found the log ahead of what was
+// projected and nothing projected for stallAfter.
+var errStalled = errors.New("projector: nothing projected while the log was ahead")
+
+// stalled is follow's watchdog: until ctx ends it checks every
+// stallAfter/4 whether anything was projected; when nothing was for
+// stallAfter (a time while the server did not answer does not count) and
+// the log's last sequence is past the last message projected, it logs a
+// warning and calls stop with errStalled.
+func (p *Projector) stalled(ctx context.Context, stop context.CancelCauseFunc) {
+	after := stallAfter
+	if p.stallAfter > 0 {
+		after = p.stallAfter
+	}
+	t := time.NewTicker(after / 4)
+	defer t.Stop()
+	last, since := p.seq.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if seq := p.seq.Load(); seq != last {
+			last, since = seq, time.Now()
+			continue
+		}
+		if time.Since(since) < after {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, p.js.Options().DefaultTimeout)
+		info, err := p.stream.Info(ictx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			// The server does not answer: count from when it does.
+			since = time.Now()
+		case info.State.LastSeq <= last:
+			since = time.Now() // caught up: nothing to project
+		default:
+			p.logger.Warn("projector stalled: the log is ahead and nothing was projected; resuming from the checkpoint",
+				"log", info.State.LastSeq, "projected", last, "for", after, "delivered", p.delivered.Load())
+			stop(fmt.Errorf("%w: the log at %d, projected up to %d, nothing for %s", errStalled, info.State.LastSeq, last, after))
+			return
 		}
 	}
 }

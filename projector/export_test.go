@@ -3,9 +3,11 @@ package projector
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/internal/backoff"
 )
 
@@ -32,6 +34,19 @@ func WithRewriteFault(f func(run string) error) Option {
 func WithBeforeRead(f func(bucket string)) Option {
 	return func(p *Projector) { p.beforeRead = f }
 }
+
+// WithFeedHook makes the projector call f with each event its log
+// subscription delivers, before the event is fed to the batches; ctx ends
+// with the subscription. An f that waits for ctx is a subscription that
+// stopped delivering.
+func WithFeedHook(f func(ctx context.Context, se eventlog.StreamEvent)) Option {
+	return func(p *Projector) { p.onFeed = f }
+}
+
+// WithStallAfter replaces stallAfter (three leases), how long the log may
+// be ahead with nothing projected before the projector resumes from its
+// checkpoint.
+func WithStallAfter(d time.Duration) Option { return func(p *Projector) { p.stallAfter = d } }
 
 // Supervise runs p as RunAll does (without the query service): until ctx
 // ends, resuming it from its checkpoint after a pause whenever it stops

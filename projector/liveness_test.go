@@ -3,8 +3,12 @@ package projector_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,4 +156,57 @@ func TestSemantics8_TheProjectorResumesAfterAReadTheRestartedServerNeverAnswered
 		t.Fatal(err)
 	}
 	waitSeq(t, p2, lastSeq(t, s.JS))
+}
+
+// docs/semantics.md §8 (work not recorded is derived again from the log,
+// never dropped), for the read models: a projector whose subscription to
+// the log stops delivering — an iterator that never returns after a
+// server restart, which no deadline of the projector's own bounds — is
+// noticed by its watchdog once the log is ahead and nothing was projected
+// for its stall bound: it logs a warning naming both positions and
+// resumes from its checkpoint, and the event appended meanwhile is
+// projected.
+func TestSemantics8_AProjectorWhoseLogSubscriptionStopsDeliveringResumes(t *testing.T) {
+	s := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, log := projtest.Histories(6, 4)
+	var stuck atomic.Bool // the next delivery never returns
+	var once sync.Once
+	var logs syncBuffer
+	p, err := projector.New(ctx, s.JS, s.Log, projector.WithStallAfter(2*time.Second),
+		projector.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		projector.WithFeedHook(func(ctx context.Context, _ eventlog.StreamEvent) {
+			if stuck.Load() {
+				once.Do(func() {
+					stuck.Store(false)
+					<-ctx.Done()
+				})
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- projector.Supervise(ctx, p) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("projector: %v", err)
+		}
+	}()
+	appendLog(t, s.Log, log)
+	at := lastSeq(t, s.JS)
+	waitSeq(t, p, at)
+	stuck.Store(true)
+	last := log[len(log)-1].At.Add(time.Second)
+	if _, _, err := s.Log.Append(ctx, "after-stall", eventlog.Head{}, last, events.RunStarted{Agent: events.AgentRef{Name: "triage", Version: "1"}, Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	head := lastSeq(t, s.JS)
+	waitSeq(t, p, head)
+	want := fmt.Sprintf("projector stalled: the log is ahead and nothing was projected; resuming from the checkpoint\" log=%d projected=%d", head, at)
+	if got := logs.String(); !strings.Contains(got, want) {
+		t.Fatalf("the projector logged\n%s\nwant a warning with %q", got, want)
+	}
 }

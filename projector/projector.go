@@ -166,6 +166,12 @@ type Projector struct {
 	// beforeRead, set by tests only (export_test.go), is called before
 	// each direct get request of the projector's reader.
 	beforeRead func(bucket string)
+	// onFeed, set by tests only (export_test.go), is called with each
+	// event the log subscription delivers, before it is fed to the
+	// batches; ctx ends with the follow.
+	onFeed func(ctx context.Context, se eventlog.StreamEvent)
+	// stallAfter, set by tests only, replaces the constant stallAfter.
+	stallAfter time.Duration
 
 	delivered atomic.Uint64
 	applied   atomic.Uint64
