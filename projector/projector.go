@@ -40,6 +40,16 @@
 // event is delivered again (a stop between the view and its derived writes)
 // it rewrites the summary and inbox items.
 //
+// No wait on the server is without a bound: a read waits at most the
+// JetStream request timeout, or watchIdle without a value through a KV
+// watch, and a write ackWait for its acknowledgement; a failed one ends
+// Run, and RunAll resumes from the checkpoint. A watchdog ends Run too
+// (errStalled, logged as a warning) when the log is ahead of what was
+// projected and nothing was projected for stallAfter: the subscription to
+// the log stopped delivering, which no deadline of the projector's own
+// bounds (docs/semantics.md §8: work not recorded is derived again from
+// the log, never dropped).
+//
 // A message no reader can fold (eventlog.PoisonError) quarantines its run
 // alone: the run's view is stored as folded before it, with status
 // quarantined and the message's sequence and reason (its inbox items
