@@ -158,9 +158,18 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 // acknowledgements (ackWait).
 const stallAfter = 3 * Lease
 
+// stalls returns stallAfter (or a test's replacement).
+func (p *Projector) stalls() time.Duration {
+	if p.stallAfter > 0 {
+		return p.stallAfter
+	}
+	return stallAfter
+}
+
 // errStalled ends a follow whose watchdog found the log ahead of what was
-// projected and nothing projected for stallAfter.
-var errStalled = errors.New("projector: nothing projected while the log was ahead")
+// projected and nothing projected for stallAfter, and a Rebuild whose
+// subscription delivered nothing for stallAfter.
+var errStalled = errors.New("projector: nothing came of the log while it was ahead")
 
 // stalled is follow's watchdog: until ctx ends it checks every
 // stallAfter/4 whether anything was projected; when nothing was for
@@ -168,10 +177,7 @@ var errStalled = errors.New("projector: nothing projected while the log was ahea
 // the log's last sequence is past the last message projected, it logs a
 // warning and calls stop with errStalled.
 func (p *Projector) stalled(ctx context.Context, stop context.CancelCauseFunc) {
-	after := stallAfter
-	if p.stallAfter > 0 {
-		after = p.stallAfter
-	}
+	after := p.stalls()
 	t := time.NewTicker(after / 4)
 	defer t.Stop()
 	last, since := p.seq.Load(), time.Now()

@@ -36,8 +36,8 @@ func WithBeforeRead(f func(bucket string)) Option {
 }
 
 // WithFeedHook makes the projector call f with each event its log
-// subscription delivers, before the event is fed to the batches; ctx ends
-// with the subscription. An f that waits for ctx is a subscription that
+// subscription delivers, before the event is fed to the batches (or, in
+// Rebuild, folded); ctx ends with the subscription. An f that waits for ctx is a subscription that
 // stopped delivering.
 func WithFeedHook(f func(ctx context.Context, se eventlog.StreamEvent)) Option {
 	return func(p *Projector) { p.onFeed = f }
@@ -47,6 +47,9 @@ func WithFeedHook(f func(ctx context.Context, se eventlog.StreamEvent)) Option {
 // be ahead with nothing projected before the projector resumes from its
 // checkpoint.
 func WithStallAfter(d time.Duration) Option { return func(p *Projector) { p.stallAfter = d } }
+
+// ErrStalled is the error a stalled follow or Rebuild ends with.
+var ErrStalled = errStalled
 
 // Supervise runs p as RunAll does (without the query service): until ctx
 // ends, resuming it from its checkpoint after a pause whenever it stops

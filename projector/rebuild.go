@@ -51,8 +51,18 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	views := map[string]projections.RunView{}
 	if last > 0 {
 		step := max(last/100, 1)
-		fctx, cancel := context.WithCancel(ctx)
+		fctx, cancel := context.WithCancelCause(ctx)
+		// A subscription that stops delivering (its consumer lost across
+		// a server restart) ends the rebuild instead of holding it.
+		after := p.stalls()
+		quiet := time.AfterFunc(after, func() {
+			cancel(fmt.Errorf("%w: no message of the log for %s while folding it", errStalled, after))
+		})
 		err = log.Subscribe(fctx, 1, func(se eventlog.StreamEvent) error {
+			quiet.Reset(after)
+			if p.onFeed != nil {
+				p.onFeed(fctx, se)
+			}
 			switch {
 			case se.Poison != nil && se.Run == "":
 			case se.Poison != nil:
@@ -86,7 +96,11 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 			}
 			return nil
 		})
-		cancel()
+		quiet.Stop()
+		if cause := context.Cause(fctx); !errors.Is(err, errCaughtUp) && errors.Is(cause, errStalled) {
+			err = cause
+		}
+		cancel(nil)
 		if err != nil && !errors.Is(err, errCaughtUp) {
 			return Checkpoint{}, fmt.Errorf("projector: rebuild: %w", err)
 		}
