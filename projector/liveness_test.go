@@ -142,11 +142,16 @@ func TestSemantics8_TheProjectorResumesAfterAReadTheRestartedServerNeverAnswered
 	// The last message is delivered again: its run's view holds it, so
 	// the projector reads the run's inbox items to write them again. That
 	// read leaves for a server that dies before it reads it.
+	var swallowed <-chan struct{}
 	select {
-	case swallowed := <-cuts:
-		<-swallowed
+	case swallowed = <-cuts:
 	case <-time.After(stallLimit):
 		t.Fatal("the projector never read a run's inbox items")
+	}
+	select {
+	case <-swallowed:
+	case <-time.After(stallLimit):
+		t.Fatal("the projector's read never left it")
 	}
 	s.Restart()
 
