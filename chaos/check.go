@@ -127,10 +127,10 @@ func foldAt(evs []timed, t time.Time) aggregate.State {
 // projectedWithin bounds how long, once the quiet phase has the server
 // and every part up again, the stored views may take to reach their
 // runs' log heads: three times the projector's stall bound (its watchdog
-// resumes from the checkpoint when the log is ahead and nothing was
-// projected for three leases), which covers a stall, the pause before the
+// resumes from the checkpoint when the log is ahead and nothing moved for
+// projector.StallAfter), which covers a stall, the pause before the
 // projector resumes and the catching up.
-const projectedWithin = 3 * 3 * projector.Lease
+const projectedWithin = 3 * projector.StallAfter
 
 // lag is a run whose stored view is not at its log head.
 type lag struct {

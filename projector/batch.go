@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -75,9 +76,10 @@ func (b *batch) reset() {
 // write fails: the subscription feeds the events into a channel, and each
 // batch takes what has arrived, up to maxBatch messages. A watchdog
 // (stalled) ends it with errStalled when the log is ahead of what was
-// projected and nothing was for stallAfter: the subscription stopped
-// delivering (its consumer lost across a server restart) or a batch is
-// stuck, and Run's caller resumes from the checkpoint.
+// projected and nothing moved (no message delivered, no write answered)
+// for StallAfter: the subscription stopped delivering (its consumer lost
+// across a server restart), and Run's caller resumes from the checkpoint.
+// A slow batch that moves is not stopped.
 func (p *Projector) follow(ctx context.Context, seq uint64) error {
 	sctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -151,44 +153,56 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 	}
 }
 
-// stallAfter is how long the log may be ahead of what the projector
-// projected, with nothing projected, before follow gives up on its
-// subscription and batch (errStalled) and Run's caller resumes from the
-// checkpoint: three leases, well past a batch's longest wait for its
-// acknowledgements (ackWait).
-const stallAfter = 3 * Lease
+// StallAfter is how long the log may be ahead of what the projector
+// projected, with nothing moving — no message of the log delivered to a
+// batch, no write or index check answered, no checkpoint written —
+// before follow gives up on its subscription and batch (errStalled) and
+// Run's caller resumes from the checkpoint: three leases, well past a
+// batch's longest wait for its acknowledgements (ackWait). A batch that
+// is slow but moves is never stopped (every wait inside one is bounded on
+// its own); what only this bound catches is a subscription that stopped
+// delivering. A Rebuild ends with ErrStalled when its subscription
+// delivered nothing for as long.
+const StallAfter = 3 * Lease
 
-// stalls returns stallAfter (or a test's replacement).
+// stalls returns StallAfter (or a test's replacement).
 func (p *Projector) stalls() time.Duration {
 	if p.stallAfter > 0 {
 		return p.stallAfter
 	}
-	return stallAfter
+	return StallAfter
 }
 
 // errStalled ends a follow whose watchdog found the log ahead of what was
-// projected and nothing projected for stallAfter, and a Rebuild whose
-// subscription delivered nothing for stallAfter.
+// projected and nothing moving for StallAfter, and a Rebuild whose
+// subscription delivered nothing for StallAfter.
 var errStalled = errors.New("projector: nothing came of the log while it was ahead")
 
+// moved counts what shows a follow is live: the checkpoints written
+// (their sequence), the messages delivered to a batch, and the writes and
+// index checks the server answered. It only grows.
+func (p *Projector) moved() uint64 {
+	return p.seq.Load() + p.delivered.Load() + p.index.answered.Load()
+}
+
 // stalled is follow's watchdog: until ctx ends it checks every
-// stallAfter/4 whether anything was projected; when nothing was for
-// stallAfter (a time while the server did not answer does not count) and
+// StallAfter/4 whether anything moved (moved); when nothing did for
+// StallAfter (a time while the server did not answer does not count) and
 // the log's last sequence is past the last message projected, it logs a
 // warning and calls stop with errStalled.
 func (p *Projector) stalled(ctx context.Context, stop context.CancelCauseFunc) {
 	after := p.stalls()
 	t := time.NewTicker(after / 4)
 	defer t.Stop()
-	last, since := p.seq.Load(), time.Now()
+	last, since := p.moved(), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if seq := p.seq.Load(); seq != last {
-			last, since = seq, time.Now()
+		if m := p.moved(); m != last {
+			last, since = m, time.Now()
 			continue
 		}
 		if time.Since(since) < after {
@@ -197,18 +211,19 @@ func (p *Projector) stalled(ctx context.Context, stop context.CancelCauseFunc) {
 		ictx, cancel := context.WithTimeout(ctx, p.js.Options().DefaultTimeout)
 		info, err := p.stream.Info(ictx)
 		cancel()
+		projected := p.seq.Load()
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			// The server does not answer: count from when it does.
 			since = time.Now()
-		case info.State.LastSeq <= last:
+		case info.State.LastSeq <= projected:
 			since = time.Now() // caught up: nothing to project
 		default:
-			p.logger.Warn("projector stalled: the log is ahead and nothing was projected; resuming from the checkpoint",
-				"log", info.State.LastSeq, "projected", last, "for", after, "delivered", p.delivered.Load())
-			stop(fmt.Errorf("%w: the log at %d, projected up to %d, nothing for %s", errStalled, info.State.LastSeq, last, after))
+			p.logger.Warn("projector stalled: the log is ahead and nothing moved (no message delivered, no write answered); resuming from the checkpoint",
+				"log", info.State.LastSeq, "projected", projected, "for", after, "delivered", p.delivered.Load())
+			stop(fmt.Errorf("%w: the log at %d, projected up to %d, nothing delivered or written for %s", errStalled, info.State.LastSeq, projected, after))
 			return
 		}
 	}
@@ -324,7 +339,7 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 	// A batch has at most maxBatch runs, under pipelineDepth: the views
 	// are published without an intermediate wait, so the i that wait's
 	// each receives is the index in dirty.
-	pl := newPipeline(p.js)
+	pl := p.index.newPipeline()
 	defer pl.settle()
 	for _, pd := range dirty {
 		v, err := pd.cur.Encode()
@@ -377,7 +392,7 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 	if !p.lease.holds() {
 		return errLeaseLost
 	}
-	dl := newPipeline(p.js)
+	dl := p.index.newPipeline()
 	defer dl.settle()
 	for _, d := range ds {
 		if err := p.publishDerived(ctx, dl, d.before, d.c, putChanged); err != nil {
@@ -424,9 +439,15 @@ const pipelineDepth = 1024
 type pipeline struct {
 	js   jetstream.JetStream
 	acks []jetstream.PubAckFuture
+	// answered counts the writes whose acknowledgement (or error) came.
+	answered *atomic.Uint64
 }
 
-func newPipeline(js jetstream.JetStream) *pipeline { return &pipeline{js: js} }
+// newPipeline returns a pipeline whose answered writes count in
+// w.answered.
+func (w *indexWriter) newPipeline() *pipeline {
+	return &pipeline{js: w.js, answered: &w.answered}
+}
 
 // settleWait bounds how long settle waits for the writes a stopped
 // pipeline left in flight.
@@ -469,6 +490,7 @@ func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error)
 		case <-a.Ok():
 		case err = <-a.Err():
 		case <-wctx.Done():
+			pl.answered.Add(uint64(i))
 			pl.acks = acks[i:]
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -484,6 +506,7 @@ func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error)
 			first = fmt.Errorf("projector: write %s: %w", a.Msg().Subject, err)
 		}
 	}
+	pl.answered.Add(uint64(len(acks)))
 	pl.acks = nil
 	return first
 }

@@ -43,8 +43,8 @@ func WithFeedHook(f func(ctx context.Context, se eventlog.StreamEvent)) Option {
 	return func(p *Projector) { p.onFeed = f }
 }
 
-// WithStallAfter replaces stallAfter (three leases), how long the log may
-// be ahead with nothing projected before the projector resumes from its
+// WithStallAfter replaces StallAfter (three leases), how long the log may
+// be ahead with nothing moving before the projector resumes from its
 // checkpoint.
 func WithStallAfter(d time.Duration) Option { return func(p *Projector) { p.stallAfter = d } }
 

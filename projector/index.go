@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -191,6 +192,10 @@ type indexWriter struct {
 	known  map[string]bool
 	// writes counts the KV operations (puts, purges, existence checks).
 	writes uint64
+	// answered counts the writes and existence checks of this writer and
+	// of the pipelines it hands out (newPipeline) that the server
+	// answered: the watchdog (Projector.stalled) counts them as progress.
+	answered atomic.Uint64
 	// between, when set (tests), is called in the middle of every move:
 	// between its removals and its puts.
 	between func()
@@ -245,7 +250,7 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 	w.pause()
 	// The puts are published at once and their acknowledgements awaited
 	// together (they arrive in order: nodes before their entry).
-	pl := newPipeline(w.js)
+	pl := w.newPipeline()
 	defer pl.settle()
 	err := w.put(ctx, pl, before, after, mode)
 	if err == nil {
@@ -337,7 +342,9 @@ func (w *indexWriter) purge(ctx context.Context, key string) error {
 }
 
 func (w *indexWriter) purgeKey(ctx context.Context, key string) error {
-	if err := w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key)); err != nil {
+	err := w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key))
+	w.answered.Add(1)
+	if err != nil {
 		return fmt.Errorf("projector: purge %s %s: %w", BucketIndex, key, err)
 	}
 	return nil
@@ -346,6 +353,7 @@ func (w *indexWriter) purgeKey(ctx context.Context, key string) error {
 // exists reports whether some key matches the subject filter.
 func (w *indexWriter) exists(ctx context.Context, filter string) (bool, error) {
 	_, err := w.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject("$KV."+BucketIndex+"."+filter))
+	w.answered.Add(1)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}

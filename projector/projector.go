@@ -45,8 +45,8 @@
 // watch, and a write ackWait for its acknowledgement; a failed one ends
 // Run, and RunAll resumes from the checkpoint. A watchdog ends Run too
 // (errStalled, logged as a warning) when the log is ahead of what was
-// projected and nothing was projected for stallAfter: the subscription to
-// the log stopped delivering, which no deadline of the projector's own
+// projected and nothing moved (no message delivered, no write answered)
+// for StallAfter: the subscription to the log stopped delivering, which no deadline of the projector's own
 // bounds (docs/semantics.md §8: work not recorded is derived again from
 // the log, never dropped).
 //
@@ -180,7 +180,7 @@ type Projector struct {
 	// event the log subscription delivers, before it is fed to the
 	// batches; ctx ends with the follow.
 	onFeed func(ctx context.Context, se eventlog.StreamEvent)
-	// stallAfter, set by tests only, replaces the constant stallAfter.
+	// stallAfter, set by tests only, replaces the constant StallAfter.
 	stallAfter time.Duration
 
 	delivered atomic.Uint64
@@ -713,7 +713,7 @@ func (p *Projector) storeDerived(ctx context.Context, before []entry, c projecti
 		}
 		p.index.pause()
 	}
-	pl := newPipeline(p.js)
+	pl := p.index.newPipeline()
 	defer pl.settle()
 	err := p.publishDerived(ctx, pl, before, c, mode)
 	if err == nil {

@@ -63,6 +63,13 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 			if p.onFeed != nil {
 				p.onFeed(fctx, se)
 			}
+			// Nothing is folded once the rebuild's context ended: the
+			// messages the subscription still holds would otherwise race
+			// the stop to the log's end and turn a stalled or cancelled
+			// rebuild into a success.
+			if fctx.Err() != nil {
+				return context.Cause(fctx)
+			}
 			switch {
 			case se.Poison != nil && se.Run == "":
 			case se.Poison != nil:
