@@ -276,7 +276,7 @@ func (p *Projector) projectBatch(ctx context.Context, b *batch, evs []eventlog.S
 	if !p.lease.holds() {
 		return errLeaseLost
 	}
-	if err := writeCheckpoint(ctx, p.state, done); err != nil {
+	if err := sent(ctx, func(ctx context.Context) error { return writeCheckpoint(ctx, p.state, done) }); err != nil {
 		return err
 	}
 	p.seq.Store(done)
@@ -509,6 +509,20 @@ func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error)
 	pl.answered.Add(uint64(len(acks)))
 	pl.acks = nil
 	return first
+}
+
+// sent runs write, a store operation answered at once (a put, a purge, a
+// delete), unless ctx already ended; once sent, its answer is awaited
+// even when ctx ends meanwhile — within the JetStream request timeout:
+// write gets a context without ctx's cancellation or deadline — so that,
+// as with pipeline.settle, none of a stopped pass's writes is still in
+// flight when Run gives the lease up or the next pass starts (a purge of
+// an index key landing after the new holder's put of it).
+func sent(ctx context.Context, write func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return write(context.WithoutCancel(ctx))
 }
 
 // settle waits, at most settleWait and whatever ctx the writer had, for

@@ -342,7 +342,9 @@ func (w *indexWriter) purge(ctx context.Context, key string) error {
 }
 
 func (w *indexWriter) purgeKey(ctx context.Context, key string) error {
-	err := w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key))
+	err := sent(ctx, func(ctx context.Context) error {
+		return w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key))
+	})
 	w.answered.Add(1)
 	if err != nil {
 		return fmt.Errorf("projector: purge %s %s: %w", BucketIndex, key, err)
@@ -435,20 +437,15 @@ func (w *indexWriter) removeAll(ctx context.Context, gone []entry) error {
 	return nil
 }
 
-// purgeAll purges keys, removeConcurrency at a time. Once ctx ends it
-// sends no more purges but waits for the answers of those it sent (each
-// within the JetStream request timeout), so that none is still in flight
-// when the projector gives its lease up (as pipeline.settle).
+// purgeAll purges keys, removeConcurrency at a time. Once ctx ends or a
+// purge failed it sends no more purges but waits for the answers of those
+// it sent (purgeKey: sent), so that none is still in flight when the
+// projector gives its lease up (as pipeline.settle).
 func (w *indexWriter) purgeAll(ctx context.Context, keys []string) error {
-	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(removeConcurrency)
 	for _, k := range keys {
-		g.Go(func() error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return w.purgeKey(gctx, k)
-		})
+		g.Go(func() error { return w.purgeKey(gctx, k) })
 	}
 	err := g.Wait()
 	for _, k := range keys {

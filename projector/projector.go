@@ -588,7 +588,7 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 		if c.View.Run == "" {
 			// The run held nothing but the voided message: no view.
 			if old.Run != "" {
-				if err := p.views.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
+				if err := sent(ctx, func(ctx context.Context) error { return p.views.Delete(ctx, run, jetstream.LastRevision(rev)) }); err != nil {
 					if isWrongSequence(err) {
 						continue
 					}
@@ -656,11 +656,14 @@ func (p *Projector) store(ctx context.Context, old projections.RunView, c projec
 	if err != nil {
 		return false, err
 	}
-	if rev == 0 {
-		_, err = p.views.Create(ctx, c.View.Run, b)
-	} else {
-		_, err = p.views.Update(ctx, c.View.Run, b, rev)
-	}
+	err = sent(ctx, func(ctx context.Context) (err error) {
+		if rev == 0 {
+			_, err = p.views.Create(ctx, c.View.Run, b)
+		} else {
+			_, err = p.views.Update(ctx, c.View.Run, b, rev)
+		}
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
 		return false, nil
 	}
@@ -788,7 +791,7 @@ func isWrongSequence(err error) bool {
 }
 
 func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
-	if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := sent(ctx, func(ctx context.Context) error { return kv.Delete(ctx, key) }); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("projector: delete %s %s: %w", kv.Bucket(), key, err)
 	}
 	return nil
