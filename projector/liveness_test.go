@@ -1,8 +1,10 @@
 package projector_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -278,5 +280,81 @@ func TestSemantics8_ASlowBatchIsNotAStall(t *testing.T) {
 	}
 	if got := logs.String(); strings.Contains(got, "projector stalled") {
 		t.Fatalf("a slow but live projector (at %d of %d) was stopped as stalled:\n%s", p2.Seq(), head, got)
+	}
+}
+
+// holdDialer dials the server over TCP and, once armed, calls at on the
+// first write that carries marker and holds that write a while before it
+// lets it go to the server.
+type holdDialer struct {
+	marker []byte
+	at     func()
+	armed  atomic.Bool
+}
+
+func (d *holdDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.DialTimeout(network, address, 2*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &holdConn{Conn: c, d: d}, nil
+}
+
+type holdConn struct {
+	net.Conn
+	d *holdDialer
+}
+
+func (c *holdConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, c.d.marker) && c.d.armed.CompareAndSwap(true, false) {
+		c.d.at()
+		// Held so that the writer has seen its context end well before
+		// the write can be answered.
+		time.Sleep(200 * time.Millisecond)
+	}
+	return c.Conn.Write(b)
+}
+
+// docs/semantics.md §8 (work not recorded is derived again from the log,
+// never dropped), for the read models: a pass that ends while a store
+// write it sent is not answered yet — here the checkpoint's, its pass
+// stopped as the write leaves — waits for that answer before Run returns
+// (and gives the lease up, or the next pass starts), as the pipelines
+// settle: when Run returned, the checkpoint the projector reports is the
+// one stored, no write of the ended pass is left to land after it.
+func TestSemantics8_APassThatEndsWaitsForTheWritesItSent(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	_, log := projtest.Histories(7, 4)
+	appendLog(t, s.Log, log)
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	d := &holdDialer{marker: []byte("PUB $KV." + projector.BucketState + "." + projector.KeyCheckpoint + " "), at: stop}
+	d.armed.Store(true)
+	nc := s.Connect(nats.SetCustomDialer(d))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := projector.New(ctx, js, eventlog.New(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(runCtx); err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	if d.armed.Load() {
+		t.Fatal("the projector wrote no checkpoint")
+	}
+	if err := nc.Flush(); err != nil { // every write of the projector reached the server
+		t.Fatal(err)
+	}
+	cp, err := p.Checkpoint(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Seq == 0 || p.Seq() != cp.Seq {
+		t.Fatalf("the pass stopped while its checkpoint write was in flight: Run returned reporting %d, the server stores %d", p.Seq(), cp.Seq)
 	}
 }
