@@ -2,8 +2,10 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -72,14 +74,22 @@ func (b *batch) reset() {
 
 // follow projects the log from the message after seq until ctx ends or a
 // write fails: the subscription feeds the events into a channel, and each
-// batch takes what has arrived, up to maxBatch messages.
+// batch takes what has arrived, up to maxBatch messages. A watchdog
+// (stalled) ends it with errStalled when the log is ahead of what was
+// projected and nothing moved (no message delivered, no write answered)
+// for StallAfter: the subscription stopped delivering (its consumer lost
+// across a server restart), and Run's caller resumes from the checkpoint.
+// A slow batch that moves is not stopped.
 func (p *Projector) follow(ctx context.Context, seq uint64) error {
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	feed := make(chan eventlog.StreamEvent, feedSize)
 	ended := make(chan error, 1)
 	go func() {
 		ended <- p.log.Subscribe(sctx, seq+1, func(se eventlog.StreamEvent) error {
+			if p.onFeed != nil {
+				p.onFeed(sctx, se)
+			}
 			select {
 			case feed <- se:
 				return nil
@@ -88,6 +98,28 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 			}
 		})
 	}()
+	watching := make(chan struct{})
+	go func() { defer close(watching); p.stalled(sctx, cancel) }()
+	stop := func(err error) error {
+		cancel(nil)
+		<-watching
+		// The subscription ends once its iterator is stopped; one that
+		// does not end in time is left to end on its own.
+		t := time.NewTimer(settleWait)
+		defer t.Stop()
+		select {
+		case e := <-ended:
+			if err == nil {
+				err = e
+			}
+		case <-t.C:
+			p.logger.Warn("projector: the subscription to the log did not stop in time; left to stop on its own", "wait", settleWait)
+		}
+		if cause := context.Cause(sctx); errors.Is(cause, errStalled) {
+			return cause
+		}
+		return err
+	}
 	b := newBatch()
 	var evs []eventlog.StreamEvent
 	for {
@@ -96,7 +128,10 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 		case se := <-feed:
 			evs = append(evs, se)
 		case err := <-ended:
-			return err
+			ended <- err // for stop, which reads it
+			return stop(nil)
+		case <-sctx.Done():
+			return stop(nil)
 		}
 	take:
 		for msgs := 0; ; {
@@ -113,9 +148,83 @@ func (p *Projector) follow(ctx context.Context, seq uint64) error {
 			}
 		}
 		if err := p.projectBatch(sctx, b, evs); err != nil {
-			cancel()
-			<-ended
-			return err
+			return stop(err)
+		}
+	}
+}
+
+// StallAfter is how long the log may be ahead of what the projector
+// projected, with nothing moving — no message of the log delivered to a
+// batch, no write or index check answered, no checkpoint written —
+// before follow gives up on its subscription and batch (errStalled) and
+// Run's caller resumes from the checkpoint: three leases, well past a
+// batch's longest wait for its acknowledgements (ackWait). A batch that
+// is slow but moves is never stopped (every wait inside one is bounded on
+// its own); what only this bound catches is a subscription that stopped
+// delivering. A Rebuild ends with ErrStalled when its subscription
+// delivered nothing for as long.
+const StallAfter = 3 * Lease
+
+// stalls returns StallAfter (or a test's replacement).
+func (p *Projector) stalls() time.Duration {
+	if p.stallAfter > 0 {
+		return p.stallAfter
+	}
+	return StallAfter
+}
+
+// errStalled ends a follow whose watchdog found the log ahead of what was
+// projected and nothing moving for StallAfter, and a Rebuild whose
+// subscription delivered nothing for StallAfter.
+var errStalled = errors.New("projector: nothing came of the log while it was ahead")
+
+// moved counts what shows a follow is live: the checkpoints written
+// (their sequence), the messages delivered to a batch, and the writes and
+// index checks the server answered. It only grows.
+func (p *Projector) moved() uint64 {
+	return p.seq.Load() + p.delivered.Load() + p.index.answered.Load()
+}
+
+// stalled is follow's watchdog: until ctx ends it checks every
+// StallAfter/4 whether anything moved (moved); when nothing did for
+// StallAfter (a time while the server did not answer does not count) and
+// the log's last sequence is past the last message projected, it logs a
+// warning and calls stop with errStalled.
+func (p *Projector) stalled(ctx context.Context, stop context.CancelCauseFunc) {
+	after := p.stalls()
+	t := time.NewTicker(after / 4)
+	defer t.Stop()
+	last, since := p.moved(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if m := p.moved(); m != last {
+			last, since = m, time.Now()
+			continue
+		}
+		if time.Since(since) < after {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(ctx, p.js.Options().DefaultTimeout)
+		info, err := p.stream.Info(ictx)
+		cancel()
+		projected := p.seq.Load()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			// The server does not answer: count from when it does.
+			since = time.Now()
+		case info.State.LastSeq <= projected:
+			since = time.Now() // caught up: nothing to project
+		default:
+			p.logger.Warn("projector stalled: the log is ahead and nothing moved (no message delivered, no write answered); resuming from the checkpoint",
+				"log", info.State.LastSeq, "projected", projected, "for", after, "delivered", p.delivered.Load())
+			stop(fmt.Errorf("%w: the log at %d, projected up to %d, nothing delivered or written for %s", errStalled, info.State.LastSeq, projected, after))
+			return
 		}
 	}
 }
@@ -167,7 +276,7 @@ func (p *Projector) projectBatch(ctx context.Context, b *batch, evs []eventlog.S
 	if !p.lease.holds() {
 		return errLeaseLost
 	}
-	if err := writeCheckpoint(ctx, p.state, done); err != nil {
+	if err := sent(ctx, func(ctx context.Context) error { return writeCheckpoint(ctx, p.state, done) }); err != nil {
 		return err
 	}
 	p.seq.Store(done)
@@ -230,7 +339,7 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 	// A batch has at most maxBatch runs, under pipelineDepth: the views
 	// are published without an intermediate wait, so the i that wait's
 	// each receives is the index in dirty.
-	pl := newPipeline(p.js)
+	pl := p.index.newPipeline()
 	defer pl.settle()
 	for _, pd := range dirty {
 		v, err := pd.cur.Encode()
@@ -283,7 +392,7 @@ func (p *Projector) flush(ctx context.Context, b *batch) error {
 	if !p.lease.holds() {
 		return errLeaseLost
 	}
-	dl := newPipeline(p.js)
+	dl := p.index.newPipeline()
 	defer dl.settle()
 	for _, d := range ds {
 		if err := p.publishDerived(ctx, dl, d.before, d.c, putChanged); err != nil {
@@ -330,9 +439,15 @@ const pipelineDepth = 1024
 type pipeline struct {
 	js   jetstream.JetStream
 	acks []jetstream.PubAckFuture
+	// answered counts the writes whose acknowledgement (or error) came.
+	answered *atomic.Uint64
 }
 
-func newPipeline(js jetstream.JetStream) *pipeline { return &pipeline{js: js} }
+// newPipeline returns a pipeline whose answered writes count in
+// w.answered.
+func (w *indexWriter) newPipeline() *pipeline {
+	return &pipeline{js: w.js, answered: &w.answered}
+}
 
 // settleWait bounds how long settle waits for the writes a stopped
 // pipeline left in flight.
@@ -375,6 +490,7 @@ func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error)
 		case <-a.Ok():
 		case err = <-a.Err():
 		case <-wctx.Done():
+			pl.answered.Add(uint64(i))
 			pl.acks = acks[i:]
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -390,8 +506,23 @@ func (pl *pipeline) wait(ctx context.Context, each func(i int, err error) error)
 			first = fmt.Errorf("projector: write %s: %w", a.Msg().Subject, err)
 		}
 	}
+	pl.answered.Add(uint64(len(acks)))
 	pl.acks = nil
 	return first
+}
+
+// sent runs write, a store operation answered at once (a put, a purge, a
+// delete), unless ctx already ended; once sent, its answer is awaited
+// even when ctx ends meanwhile — within the JetStream request timeout:
+// write gets a context without ctx's cancellation or deadline — so that,
+// as with pipeline.settle, none of a stopped pass's writes is still in
+// flight when Run gives the lease up or the next pass starts (a purge of
+// an index key landing after the new holder's put of it).
+func sent(ctx context.Context, write func(context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return write(context.WithoutCancel(ctx))
 }
 
 // settle waits, at most settleWait and whatever ctx the writer had, for

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -191,6 +192,10 @@ type indexWriter struct {
 	known  map[string]bool
 	// writes counts the KV operations (puts, purges, existence checks).
 	writes uint64
+	// answered counts the writes and existence checks of this writer and
+	// of the pipelines it hands out (newPipeline) that the server
+	// answered: the watchdog (Projector.stalled) counts them as progress.
+	answered atomic.Uint64
 	// between, when set (tests), is called in the middle of every move:
 	// between its removals and its puts.
 	between func()
@@ -245,7 +250,7 @@ func (w *indexWriter) apply(ctx context.Context, before, after []entry, mode put
 	w.pause()
 	// The puts are published at once and their acknowledgements awaited
 	// together (they arrive in order: nodes before their entry).
-	pl := newPipeline(w.js)
+	pl := w.newPipeline()
 	defer pl.settle()
 	err := w.put(ctx, pl, before, after, mode)
 	if err == nil {
@@ -337,7 +342,11 @@ func (w *indexWriter) purge(ctx context.Context, key string) error {
 }
 
 func (w *indexWriter) purgeKey(ctx context.Context, key string) error {
-	if err := w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key)); err != nil {
+	err := sent(ctx, func(ctx context.Context) error {
+		return w.stream.Purge(ctx, jetstream.WithPurgeSubject("$KV."+BucketIndex+"."+key))
+	})
+	w.answered.Add(1)
+	if err != nil {
 		return fmt.Errorf("projector: purge %s %s: %w", BucketIndex, key, err)
 	}
 	return nil
@@ -346,6 +355,7 @@ func (w *indexWriter) purgeKey(ctx context.Context, key string) error {
 // exists reports whether some key matches the subject filter.
 func (w *indexWriter) exists(ctx context.Context, filter string) (bool, error) {
 	_, err := w.stream.GetMsg(ctx, 1, jetstream.WithGetMsgSubject("$KV."+BucketIndex+"."+filter))
+	w.answered.Add(1)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return false, nil
 	}
@@ -427,20 +437,15 @@ func (w *indexWriter) removeAll(ctx context.Context, gone []entry) error {
 	return nil
 }
 
-// purgeAll purges keys, removeConcurrency at a time. Once ctx ends it
-// sends no more purges but waits for the answers of those it sent (each
-// within the JetStream request timeout), so that none is still in flight
-// when the projector gives its lease up (as pipeline.settle).
+// purgeAll purges keys, removeConcurrency at a time. Once ctx ends or a
+// purge failed it sends no more purges but waits for the answers of those
+// it sent (purgeKey: sent), so that none is still in flight when the
+// projector gives its lease up (as pipeline.settle).
 func (w *indexWriter) purgeAll(ctx context.Context, keys []string) error {
-	g, gctx := errgroup.WithContext(context.WithoutCancel(ctx))
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(removeConcurrency)
 	for _, k := range keys {
-		g.Go(func() error {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			return w.purgeKey(gctx, k)
-		})
+		g.Go(func() error { return w.purgeKey(gctx, k) })
 	}
 	err := g.Wait()
 	for _, k := range keys {
@@ -481,12 +486,19 @@ type kvMsg struct {
 var errTooMany = errors.New("too many results")
 
 // indexReader reads a KV bucket's latest values with direct gets: no
-// consumer, nothing held between requests.
+// consumer, nothing held between requests. Each request waits for its
+// answer at most the request timeout of the JetStream context (js): a
+// request the server took and never answered (it died before it did, or
+// the answer was lost with the connection) fails as unanswered instead of
+// holding its reader for good.
 type indexReader struct {
 	nc *nats.Conn
 	js jetstream.JetStream
 	// onRead is called with the number of messages each request read.
 	onRead func(n int)
+	// beforeRequest, set by tests only (export_test.go), is called
+	// before each direct get request is sent.
+	beforeRequest func(bucket string)
 }
 
 // last returns the latest value of every key of bucket matching one of
@@ -527,31 +539,75 @@ func (r *indexReader) watch(ctx context.Context, bucket, filter string) ([]kvMsg
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", bucket, err)
 	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("read %s %s: %w", bucket, filter, err)
-	}
-	defer w.Stop()
 	var out []kvMsg
 	defer func() {
 		if r.onRead != nil {
 			r.onRead(len(out))
 		}
 	}()
+	err = initial(ctx, kv, filter, func(e jetstream.KeyValueEntry) error {
+		out = append(out, kvMsg{key: e.Key(), seq: e.Revision(), value: e.Value()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read %s %s: %w", bucket, filter, err)
+	}
+	return out, nil
+}
+
+// watchIdle bounds how long a read through a KV watch waits for its next
+// value, as ackWait bounds a write: a watch whose consumer a server
+// restart took away, and that its client did not create again, delivers
+// nothing more, and the read fails as unanswered (the projector resumes
+// from its checkpoint) instead of waiting for good.
+const watchIdle = ackWait
+
+// initial reads the latest value of every key of kv matching filter
+// (deleted keys left out) through a KV watch, in stream order, passing
+// each to each. It fails when the watch ends before its last initial
+// value or delivers nothing for watchIdle.
+func initial(ctx context.Context, kv jetstream.KeyValue, filter string, each func(jetstream.KeyValueEntry) error, opts ...jetstream.WatchOpt) error {
+	w, err := kv.Watch(ctx, filter, append(opts, jetstream.IgnoreDeletes())...)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	idle := time.NewTimer(watchIdle)
+	defer idle.Stop()
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("read %s %s: watch closed", bucket, filter)
+				return errors.New("watch closed")
 			}
 			if e == nil {
-				return out, nil
+				return nil
 			}
-			out = append(out, kvMsg{key: e.Key(), seq: e.Revision(), value: e.Value()})
+			if err := each(e); err != nil {
+				return err
+			}
+			idle.Reset(watchIdle)
+		case <-idle.C:
+			return fmt.Errorf("watch: no value within %s: %w", watchIdle, context.DeadlineExceeded)
 		case <-ctx.Done():
-			return nil, fmt.Errorf("read %s %s: %w", bucket, filter, ctx.Err())
+			return ctx.Err()
 		}
 	}
+}
+
+// listKeys lists the keys of kv (deleted keys left out), as a bounded
+// initial read (kv.ListKeys waits for the end of its listing with no
+// deadline).
+func listKeys(ctx context.Context, kv jetstream.KeyValue) ([]string, error) {
+	var out []string
+	err := initial(ctx, kv, jetstream.AllKeys, func(e jetstream.KeyValueEntry) error {
+		out = append(out, e.Key())
+		return nil
+	}, jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("projector: list %s: %w", kv.Bucket(), err)
+	}
+	return out, nil
 }
 
 // direct sends one batched direct get request to bucket's stream and
@@ -567,6 +623,11 @@ func (r *indexReader) direct(ctx context.Context, bucket string, multiLast []str
 		return nil, fmt.Errorf("read %s: %w", bucket, err)
 	}
 	defer sub.Unsubscribe()
+	ctx, cancel := context.WithTimeout(ctx, r.js.Options().DefaultTimeout)
+	defer cancel()
+	if r.beforeRequest != nil {
+		r.beforeRequest(bucket)
+	}
 	if err := r.nc.PublishRequest("$JS.API.DIRECT.GET."+kvStream(bucket), inbox, body); err != nil {
 		return nil, fmt.Errorf("read %s: %w", bucket, err)
 	}

@@ -65,6 +65,9 @@ func (l *lease) acquire(ctx context.Context, standby func(holder string)) error 
 		return fmt.Errorf("projector: watch %s: %w", BucketLease, err)
 	}
 	defer w.Stop()
+	// A watch that ends (its consumer lost and not created again) is no
+	// longer waited on: the retry every Lease/4 remains.
+	released := w.Updates()
 	waited := false
 	for {
 		sent := time.Now()
@@ -95,7 +98,11 @@ func (l *lease) acquire(ctx context.Context, standby func(holder string)) error 
 				return ctx.Err()
 			case <-t.C:
 				break wait
-			case e := <-w.Updates():
+			case e, ok := <-released:
+				if !ok {
+					released = nil
+					continue
+				}
 				if e != nil && e.Operation() != jetstream.KeyValuePut {
 					t.Stop()
 					break wait

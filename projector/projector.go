@@ -40,6 +40,16 @@
 // event is delivered again (a stop between the view and its derived writes)
 // it rewrites the summary and inbox items.
 //
+// No wait on the server is without a bound: a read waits at most the
+// JetStream request timeout, or watchIdle without a value through a KV
+// watch, and a write ackWait for its acknowledgement; a failed one ends
+// Run, and RunAll resumes from the checkpoint. A watchdog ends Run too
+// (errStalled, logged as a warning) when the log is ahead of what was
+// projected and nothing moved (no message delivered, no write answered)
+// for StallAfter: the subscription to the log stopped delivering, which no deadline of the projector's own
+// bounds (docs/semantics.md §8: work not recorded is derived again from
+// the log, never dropped).
+//
 // A message no reader can fold (eventlog.PoisonError) quarantines its run
 // alone: the run's view is stored as folded before it, with status
 // quarantined and the message's sequence and reason (its inbox items
@@ -163,6 +173,15 @@ type Projector struct {
 	// afterRewrite, set by tests only (export_test.go), is called after a
 	// rebuild stored a run's view: an error it returns is the store's.
 	afterRewrite func(run string) error
+	// beforeRead, set by tests only (export_test.go), is called before
+	// each direct get request of the projector's reader.
+	beforeRead func(bucket string)
+	// onFeed, set by tests only (export_test.go), is called with each
+	// event the log subscription delivers, before it is fed to the
+	// batches; ctx ends with the follow.
+	onFeed func(ctx context.Context, se eventlog.StreamEvent)
+	// stallAfter, set by tests only, replaces the constant StallAfter.
+	stallAfter time.Duration
 
 	delivered atomic.Uint64
 	applied   atomic.Uint64
@@ -206,7 +225,7 @@ func New(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, opts ..
 		return nil, err
 	}
 	p.index.between = p.between
-	p.reader = &indexReader{nc: js.Conn(), js: js}
+	p.reader = &indexReader{nc: js.Conn(), js: js, beforeRequest: p.beforeRead}
 	return p, nil
 }
 
@@ -288,38 +307,24 @@ func (p *Projector) ensureIndex(ctx context.Context) error {
 		p.logger.Warn("projector building the order indexes from the stored views (the index marker is missing or old); lists and inboxes answer unavailable until it is done",
 			"views", total, "marker_version", m.Version, "index_version", IndexVersion)
 		began := time.Now()
-		w, err := p.views.WatchAll(ctx, jetstream.IgnoreDeletes())
+		step := max(total/10, 1)
+		var n uint64
+		err := initial(ctx, p.views, jetstream.AllKeys, func(e jetstream.KeyValueEntry) error {
+			v, err := projections.DecodeView(e.Value())
+			if err != nil {
+				return fmt.Errorf("projector: decode view %s: %w", e.Key(), err)
+			}
+			if err := p.index.apply(ctx, nil, entries(derivedOf(v)), putEntries); err != nil {
+				return err
+			}
+			if n++; n%step == 0 {
+				p.logger.Info("projector index progress", "views", n, "of", total)
+			}
+			return nil
+		})
 		if err != nil {
 			return fmt.Errorf("projector: read %s: %w", BucketViews, err)
 		}
-		defer w.Stop()
-		step := max(total/10, 1)
-		var n uint64
-	read:
-		for {
-			select {
-			case e, ok := <-w.Updates():
-				if !ok {
-					return fmt.Errorf("projector: read %s: watch closed", BucketViews)
-				}
-				if e == nil {
-					break read
-				}
-				v, err := projections.DecodeView(e.Value())
-				if err != nil {
-					return fmt.Errorf("projector: decode view %s: %w", e.Key(), err)
-				}
-				if err := p.index.apply(ctx, nil, entries(derivedOf(v)), putEntries); err != nil {
-					return err
-				}
-				if n++; n%step == 0 {
-					p.logger.Info("projector index progress", "views", n, "of", total)
-				}
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		w.Stop()
 		if err := p.sweepIndex(ctx, nil); err != nil {
 			return err
 		}
@@ -583,7 +588,7 @@ func (p *Projector) reread(ctx context.Context, run string, upTo uint64) error {
 		if c.View.Run == "" {
 			// The run held nothing but the voided message: no view.
 			if old.Run != "" {
-				if err := p.views.Delete(ctx, run, jetstream.LastRevision(rev)); err != nil {
+				if err := sent(ctx, func(ctx context.Context) error { return p.views.Delete(ctx, run, jetstream.LastRevision(rev)) }); err != nil {
 					if isWrongSequence(err) {
 						continue
 					}
@@ -629,7 +634,7 @@ func (p *Projector) forget(ctx context.Context, run string, before []entry) erro
 		}
 	}
 	for _, kv := range []jetstream.KeyValue{p.approvals, p.uncertain, p.questions} {
-		keys, err := stale[string](ctx, kv, run, nil, nil)
+		keys, err := stale[string](ctx, p.reader, kv.Bucket(), run, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -651,11 +656,14 @@ func (p *Projector) store(ctx context.Context, old projections.RunView, c projec
 	if err != nil {
 		return false, err
 	}
-	if rev == 0 {
-		_, err = p.views.Create(ctx, c.View.Run, b)
-	} else {
-		_, err = p.views.Update(ctx, c.View.Run, b, rev)
-	}
+	err = sent(ctx, func(ctx context.Context) (err error) {
+		if rev == 0 {
+			_, err = p.views.Create(ctx, c.View.Run, b)
+		} else {
+			_, err = p.views.Update(ctx, c.View.Run, b, rev)
+		}
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongSequence(err) {
 		return false, nil
 	}
@@ -708,7 +716,7 @@ func (p *Projector) storeDerived(ctx context.Context, before []entry, c projecti
 		}
 		p.index.pause()
 	}
-	pl := newPipeline(p.js)
+	pl := p.index.newPipeline()
 	defer pl.settle()
 	err := p.publishDerived(ctx, pl, before, c, mode)
 	if err == nil {
@@ -783,7 +791,7 @@ func isWrongSequence(err error) bool {
 }
 
 func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
-	if err := kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := sent(ctx, func(ctx context.Context) error { return kv.Delete(ctx, key) }); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("projector: delete %s %s: %w", kv.Bucket(), key, err)
 	}
 	return nil
@@ -819,6 +827,13 @@ func runAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 		return err
 	}
 	defer svc.Stop()
+	return p.supervise(ctx, pause)
+}
+
+// supervise runs p until ctx ends, resuming it from its checkpoint after
+// a pause (waited with pause) whenever it stops on an error: RunAll's
+// loop.
+func (p *Projector) supervise(ctx context.Context, pause func(context.Context, time.Duration) error) error {
 	back := backoff.New(restartFirst, restartLimit)
 	last := p.Seq()
 	for {
@@ -834,7 +849,7 @@ func runAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 		}
 		// A store or log error: resume from the checkpoint after a pause.
 		d := back.Next()
-		logger.Error("projector stopped; resuming from the checkpoint", "err", err, "pause", d)
+		p.logger.Error("projector stopped; resuming from the checkpoint", "err", err, "pause", d)
 		if pause(ctx, d) != nil {
 			return nil
 		}
@@ -847,13 +862,13 @@ func (p *Projector) repair(ctx context.Context, v projections.RunView) error {
 	c := projections.Derive(v)
 	c.Applied = false
 	var err error
-	if c.DropApprovals, err = stale(ctx, p.approvals, v.Run, c.Approvals, func(it projections.ApprovalItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+	if c.DropApprovals, err = stale(ctx, p.reader, BucketApprovals, v.Run, c.Approvals, func(it projections.ApprovalItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
-	if c.DropUncertain, err = stale(ctx, p.uncertain, v.Run, c.Uncertain, func(it projections.UncertainItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+	if c.DropUncertain, err = stale(ctx, p.reader, BucketUncertain, v.Run, c.Uncertain, func(it projections.UncertainItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
-	if c.DropQuestions, err = stale(ctx, p.questions, v.Run, c.Questions, func(it projections.QuestionItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
+	if c.DropQuestions, err = stale(ctx, p.reader, BucketQuestions, v.Run, c.Questions, func(it projections.QuestionItem) string { return projections.ItemKey(it.Run, it.Action) }); err != nil {
 		return err
 	}
 	before, err := p.stored(ctx, v.Run)
@@ -903,16 +918,16 @@ func storedItems[T any](ctx context.Context, r *indexReader, bucket, run string,
 	return nil
 }
 
-// stale lists the keys of run's items in kv that are not among items.
-func stale[T any](ctx context.Context, kv jetstream.KeyValue, run string, items []T, key func(T) string) ([]string, error) {
-	l, err := kv.ListKeysFiltered(ctx, run+".>")
+// stale lists the keys of run's items in bucket that are not among items.
+func stale[T any](ctx context.Context, r *indexReader, bucket, run string, items []T, key func(T) string) ([]string, error) {
+	msgs, err := r.last(ctx, bucket, []string{run + ".>"})
 	if err != nil {
-		return nil, fmt.Errorf("projector: list %s %s: %w", kv.Bucket(), run, err)
+		return nil, fmt.Errorf("projector: list %s %s: %w", bucket, run, err)
 	}
 	var out []string
-	for k := range l.Keys() {
-		if !slices.ContainsFunc(items, func(it T) bool { return key(it) == k }) {
-			out = append(out, k)
+	for _, m := range msgs {
+		if !slices.ContainsFunc(items, func(it T) bool { return key(it) == m.key }) {
+			out = append(out, m.key)
 		}
 	}
 	slices.Sort(out)

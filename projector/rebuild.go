@@ -51,8 +51,25 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 	views := map[string]projections.RunView{}
 	if last > 0 {
 		step := max(last/100, 1)
-		fctx, cancel := context.WithCancel(ctx)
+		fctx, cancel := context.WithCancelCause(ctx)
+		// A subscription that stops delivering (its consumer lost across
+		// a server restart) ends the rebuild instead of holding it.
+		after := p.stalls()
+		quiet := time.AfterFunc(after, func() {
+			cancel(fmt.Errorf("%w: no message of the log for %s while folding it", errStalled, after))
+		})
 		err = log.Subscribe(fctx, 1, func(se eventlog.StreamEvent) error {
+			quiet.Reset(after)
+			if p.onFeed != nil {
+				p.onFeed(fctx, se)
+			}
+			// Nothing is folded once the rebuild's context ended: the
+			// messages the subscription still holds would otherwise race
+			// the stop to the log's end and turn a stalled or cancelled
+			// rebuild into a success.
+			if fctx.Err() != nil {
+				return context.Cause(fctx)
+			}
 			switch {
 			case se.Poison != nil && se.Run == "":
 			case se.Poison != nil:
@@ -86,7 +103,11 @@ func Rebuild(ctx context.Context, js jetstream.JetStream, log *eventlog.Log, pro
 			}
 			return nil
 		})
-		cancel()
+		quiet.Stop()
+		if cause := context.Cause(fctx); !errors.Is(err, errCaughtUp) && errors.Is(cause, errStalled) {
+			err = cause
+		}
+		cancel(nil)
 		if err != nil && !errors.Is(err, errCaughtUp) {
 			return Checkpoint{}, fmt.Errorf("projector: rebuild: %w", err)
 		}
@@ -217,13 +238,9 @@ func (p *Projector) rewrite(ctx context.Context, v projections.RunView) (project
 // projector moved it since) does not hold it, and a directory node that
 // leads to no entry kept.
 func (p *Projector) sweepIndex(ctx context.Context, stored []projections.Change) error {
-	lister, err := p.index.kv.ListKeys(ctx)
+	keys, err := listKeys(ctx, p.index.kv)
 	if err != nil {
-		return fmt.Errorf("projector: list %s: %w", BucketIndex, err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+		return err
 	}
 	slices.Sort(keys)
 	keep := map[string]bool{}
@@ -287,13 +304,9 @@ func entryRun(key string) (string, bool) {
 // sweep deletes the keys of kv that no stored view accounts for. For the
 // inboxes that is every item not listed by its run's stored view.
 func (p *Projector) sweep(ctx context.Context, kv jetstream.KeyValue, keep map[string]bool, bucket string) error {
-	lister, err := kv.ListKeys(ctx)
+	keys, err := listKeys(ctx, kv)
 	if err != nil {
-		return fmt.Errorf("projector: list %s: %w", bucket, err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
+		return err
 	}
 	if bucket == BucketApprovals || bucket == BucketUncertain || bucket == BucketQuestions {
 		keep = map[string]bool{}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/projections/projtest"
 	"github.com/weftrun/weft/projector"
 )
@@ -60,5 +62,39 @@ func TestRebuildOutlivesWritesTheStoreDidNotAnswer(t *testing.T) {
 	_, err = projector.Rebuild(ctx, s.JS, s.Log, nil, projector.WithRewriteFault(func(string) error { return refused }))
 	if !errors.Is(err, refused) {
 		t.Fatalf("rebuild whose write was refused: err = %v, want %v", err, refused)
+	}
+}
+
+// docs/semantics.md §8 (work not recorded is derived again from the log,
+// never dropped), for a rebuild: a rebuild whose subscription to the log
+// stops delivering — an iterator that never returns after a server
+// restart — ends with ErrStalled once nothing came for its stall bound,
+// instead of waiting for good; run again, it rebuilds.
+func TestSemantics8_ARebuildWhoseLogSubscriptionStopsDeliveringEnds(t *testing.T) {
+	s := start(t)
+	ctx := context.Background()
+	_, log := projtest.Histories(8, 3)
+	appendLog(t, s.Log, log)
+	var once sync.Once
+	done := make(chan error, 1)
+	go func() {
+		_, err := projector.Rebuild(ctx, s.JS, s.Log, nil, projector.WithStallAfter(2*time.Second),
+			projector.WithFeedHook(func(ctx context.Context, _ eventlog.StreamEvent) { once.Do(func() { <-ctx.Done() }) }))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, projector.ErrStalled) {
+			t.Fatalf("a rebuild whose subscription stopped delivering ended with %v, want ErrStalled", err)
+		}
+	case <-time.After(stallLimit):
+		t.Fatalf("a rebuild whose subscription stopped delivering still waits after %s", stallLimit)
+	}
+	cp, err := projector.Rebuild(ctx, s.JS, s.Log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := lastSeq(t, s.JS); cp.Seq != want {
+		t.Fatalf("the rebuild run again reached %d, want %d", cp.Seq, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -123,9 +124,38 @@ func foldAt(evs []timed, t time.Time) aggregate.State {
 	return aggregate.Fold(recs)
 }
 
-// waitProjected waits until every run's stored view is at its log head.
+// projectedWithin bounds how long, once the quiet phase has the server
+// and every part up again, the stored views may take to reach their
+// runs' log heads: three times the projector's stall bound (its watchdog
+// resumes from the checkpoint when the log is ahead and nothing moved for
+// projector.StallAfter), which covers a stall, the pause before the
+// projector resumes and the catching up.
+const projectedWithin = 3 * projector.StallAfter
+
+// lag is a run whose stored view is not at its log head.
+type lag struct {
+	run  string
+	view uint64 // the stored view's version (0: none stored)
+	head uint64 // the log's
+	err  error  // the view could not be read or decoded
+}
+
+func (l lag) String() string {
+	switch {
+	case l.err != nil:
+		return fmt.Sprintf("%s (log at %d, view unreadable: %v)", l.run, l.head, l.err)
+	case l.view == 0:
+		return fmt.Sprintf("%s (log at %d, no view)", l.run, l.head)
+	}
+	return fmt.Sprintf("%s (log at %d, view at %d)", l.run, l.head, l.view)
+}
+
+// waitProjected waits, at most projectedWithin, until every run's stored
+// view is at its log head. A miss names every run behind, with its view's
+// and its log's versions, and what the projector was doing
+// (projectorState).
 func (h *harness) waitProjected(ctx context.Context, runs []string) error {
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(projectedWithin)
 	for {
 		behind, err := h.behind(ctx, runs)
 		if err == nil && len(behind) == 0 {
@@ -133,20 +163,24 @@ func (h *harness) waitProjected(ctx context.Context, runs []string) error {
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
-				return err
+				return fmt.Errorf("not every run was projected to its head within %s, and the views cannot be read: %w; %s", projectedWithin, err, h.projectorState(ctx))
 			}
-			return fmt.Errorf("%d run(s) not projected to their head, such as %s", len(behind), behind[0])
+			names := make([]string, len(behind))
+			for i, l := range behind {
+				names[i] = l.String()
+			}
+			return fmt.Errorf("%d run(s) not projected to their head within %s: %s; %s", len(behind), projectedWithin, strings.Join(names, ", "), h.projectorState(ctx))
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 }
 
-func (h *harness) behind(ctx context.Context, runs []string) ([]string, error) {
+func (h *harness) behind(ctx context.Context, runs []string) ([]lag, error) {
 	kv, err := h.js.KeyValue(ctx, projector.BucketViews)
 	if err != nil {
 		return nil, err
 	}
-	var behind []string
+	var behind []lag
 	for _, run := range runs {
 		_, head, err := h.evlog.Load(ctx, run)
 		if err != nil {
@@ -156,16 +190,54 @@ func (h *harness) behind(ctx context.Context, runs []string) ([]string, error) {
 			continue
 		}
 		e, err := kv.Get(ctx, run)
-		if err != nil {
-			behind = append(behind, run)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			behind = append(behind, lag{run: run, head: head.Version})
 			continue
+		}
+		if err != nil {
+			return nil, err
 		}
 		v, err := projections.DecodeView(e.Value())
 		if err != nil || v.Version != head.Version {
-			behind = append(behind, run)
+			behind = append(behind, lag{run: run, view: v.Version, head: head.Version, err: err})
 		}
 	}
 	return behind, nil
+}
+
+// projectorState says what the projector was doing when the views missed
+// their bound: its stored checkpoint against the log's last sequence, the
+// holder of its lease, the last lines it logged, and where its goroutines
+// are (it is sent SIGQUIT, which writes them to its log and ends it).
+func (h *harness) projectorState(ctx context.Context) string {
+	var b strings.Builder
+	b.WriteString("the projector: ")
+	if st, err := h.js.KeyValue(ctx, projector.BucketState); err != nil {
+		fmt.Fprintf(&b, "checkpoint unreadable (%v)", err)
+	} else if e, err := st.Get(ctx, projector.KeyCheckpoint); err != nil {
+		fmt.Fprintf(&b, "checkpoint unreadable (%v)", err)
+	} else {
+		var cp projector.Checkpoint
+		_ = json.Unmarshal(e.Value(), &cp)
+		fmt.Fprintf(&b, "checkpoint %d", cp.Seq)
+	}
+	if s, err := h.js.Stream(ctx, eventlog.Stream); err == nil {
+		if info, err := s.Info(ctx); err == nil {
+			fmt.Fprintf(&b, " of the log's %d", info.State.LastSeq)
+		}
+	}
+	if l, err := h.js.KeyValue(ctx, projector.BucketLease); err == nil {
+		if e, err := l.Get(ctx, projector.KeyLeaseHolder); err == nil {
+			fmt.Fprintf(&b, ", lease held by %s", e.Value())
+		} else {
+			fmt.Fprintf(&b, ", lease not held (%v)", err)
+		}
+	}
+	fmt.Fprintf(&b, "; it logged last: %s", logTail(h.projector.log, 3))
+	if _, ok := h.projector.signal(syscall.SIGQUIT, true, 0); ok {
+		fmt.Fprintf(&b, "; its goroutines (SIGQUIT) are in %s", h.projector.log)
+	}
+	return b.String()
 }
 
 // notRun are the end states that tell the model an action did not happen.

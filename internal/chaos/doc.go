@@ -90,6 +90,13 @@
 //     expiry and answer half of the requests only after it
 //     (Config.ApprovalExpiry), so that approvals expire while their
 //     run's runner changes;
+//   - once the quiet phase has every part up again, every run's stored
+//     view reaches its log head within three times the projector's stall
+//     bound (3 × projector.StallAfter, 90 s); a miss names each run
+//     behind with its view's and its log's versions, and what the
+//     projector was doing: its checkpoint
+//     against the log, its lease holder, its last log lines and its
+//     goroutines (SIGQUIT, written to its log);
 //   - weft audit verify passes on every run (chain, refold, and the
 //     projector's stored view byte for byte once it caught up);
 //   - every acknowledged append is in the stream at its sequence, no event
