@@ -103,13 +103,73 @@ func vouched(evs []events.Event) bool {
 // known only once eventlog stamps them): a conflict or a failure leaves
 // the head unsigned, logged, and the run goes on; the next vouched
 // decision's signature covers everything before it.
+//
+// evs that record a takeover (events.RunRecovered) are signed too when the
+// log says the last signed head is behind a decision a person made or the
+// run's end (unsignedTail): the runner that died left that decision
+// unsigned, between its append and its signature, and the new driver
+// signs it at once rather than at the next decision or the run's end
+// (docs/adr/0026-signed-heads.md). Every runner that takes the run over
+// reads the same log, so decides the same.
 func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
-	if r.headKey == nil || !vouched(evs) {
+	if r.headKey == nil {
 		return
+	}
+	if !vouched(evs) {
+		if !recovered(evs) {
+			return
+		}
+		behind, err := r.unsignedTail(ctx, rn)
+		if err != nil {
+			r.log.Warn("head not signed after a takeover", "run", rn.id, "version", rn.head.Version, "err", err)
+			return
+		}
+		if !behind {
+			return
+		}
 	}
 	if err := r.sign(ctx, rn); err != nil {
 		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
 	}
+}
+
+// recovered reports whether evs record a takeover of the run.
+func recovered(evs []events.Event) bool {
+	for _, ev := range evs {
+		if _, ok := ev.(events.RunRecovered); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// unsignedTail reports whether rn's log, read whole up to rn's head, holds
+// a decision a person made or the run's end (vouched) after its last
+// signed head: a head a runner should have signed and did not. It is read
+// from the log, not from this runner's memory, and only after a takeover.
+func (r *Runner) unsignedTail(ctx context.Context, rn *run) (bool, error) {
+	envs, head, err := r.evlog.Load(ctx, rn.id)
+	if err != nil {
+		return false, err
+	}
+	if head != rn.head {
+		return false, fmt.Errorf("the log of run %s moved (version %d, read at %d)", rn.id, head.Version, rn.head.Version)
+	}
+	behind := false
+	for _, env := range envs {
+		if env.Type == events.NameHeadSigned {
+			behind = false
+			continue
+		}
+		ev, err := env.Event()
+		if err != nil {
+			return false, err
+		}
+		if vouched([]events.Event{ev}) {
+			behind = true
+		}
+	}
+	return behind, nil
 }
 
 // signEnd signs the end head of rn, a finished run this runner wakes

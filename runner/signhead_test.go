@@ -3,14 +3,17 @@ package runner_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -355,5 +358,152 @@ func retryingCancel(c context.Context, h *harness, run string) (api.Reply, error
 			return r, err
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// appendHead appends, as the runner signer would have, a head_signed over
+// head signed with kp, and folds it into s.
+func appendHead(t *testing.T, h *harness, run string, s *aggregate.State, head eventlog.Head, kp nkeys.KeyPair, signer string) eventlog.Head {
+	t.Helper()
+	key, _ := kp.PublicKey()
+	d := events.HeadDigest(run, head.Version, head.Hash, key)
+	sig, err := kp.Sign(d[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := events.HeadSigned{Version: head.Version, Hash: head.Hash, Key: key, Signer: signer, Signature: base64.RawURLEncoding.EncodeToString(sig)}
+	envs, next, err := h.srv.Log.Append(context.Background(), run, head, time.Now(), hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*s = aggregate.Evolve(*s, events.Recorded{Run: run, Version: envs[0].Version, At: envs[0].Recorded, Event: hs})
+	return next
+}
+
+// TestSemantics8_ADecisionLeftUnsignedIsSignedByTheRunnerThatTakesOver
+// (docs/semantics.md §8; docs/adr/0026-signed-heads.md): runner-a signed
+// the head after a person paused the run, then died between the append
+// of the resume and its signature, its weft_drivers entry left. The
+// runner that takes the run over reads from the log that the last signed
+// head is behind a person's decision and signs the head with its
+// takeover — not only at the run's end —, and the finished run's export
+// verifies with --trust naming both runners' keys.
+func TestSemantics8_ADecisionLeftUnsignedIsSignedByTheRunnerThatTakesOver(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 11)
+	keyB, pubB := userKey(t, 12)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+
+	// The dead runner's history: started, paused (signed), resumed — and
+	// no head_signed after the resume. Its driver entry is still there.
+	var s aggregate.State
+	hd := appendDecided(t, h, "ut1", &s, aggregate.Start{Run: "ut1", Agent: desk.Ref(), Input: "close the books", Limits: desk.Limits(), Runner: "runner-a"})
+	hd = appendDecidedAt(t, h, "ut1", &s, hd, aggregate.Pause{By: "alice", Reason: "check the ledger"})
+	hd = appendHead(t, h, "ut1", &s, hd, keyA, "runner-a")
+	hd = appendDecidedAt(t, h, "ut1", &s, hd, aggregate.Resume{By: "alice", Reason: "ledger checked"})
+	resumed := hd.Version
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, runner.DriverKey("ut1", runner.DefaultPartitions), []byte("runner-a")); err != nil {
+		t.Fatal(err)
+	}
+
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(keyB))
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "ut1")
+	var recovered, finished uint64
+	var byB []events.HeadSigned
+	for _, env := range envs {
+		switch env.Type {
+		case events.NameRunRecovered:
+			recovered = env.Version
+		case events.NameRunFinished:
+			finished = env.Version
+		case events.NameHeadSigned:
+			ev, err := env.Event()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hs := ev.(events.HeadSigned); hs.Key == pubB {
+				byB = append(byB, hs)
+			}
+		}
+	}
+	if recovered <= resumed {
+		t.Fatalf("run_recovered at %d, the resume at %d: want runner-b's takeover after it", recovered, resumed)
+	}
+	if len(byB) == 0 || byB[0].Version < recovered || byB[0].Version >= finished {
+		t.Fatalf("runner-b's signed heads %+v (takeover at %d, end at %d): want one over its takeover, covering the resume, before the run's end", byB, recovered, finished)
+	}
+	rep := audit.Verify(envs, audit.WithTrust(pubA, pubB))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust of both keys: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+	if rep.Heads[0].Key != pubA {
+		t.Errorf("heads %+v: want the first signed by runner-a", rep.Heads)
+	}
+}
+
+// headlessJS is the runner's real JetStream, except that every append of
+// a head_signed fails before anything is published: the runner dies, as
+// far as its signatures go, between each decision and its signature.
+type headlessJS struct{ jetstream.JetStream }
+
+func (u headlessJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if strings.HasPrefix(m.Subject, "weft.ev.") && bytes.Contains(m.Data, []byte(`"type":"head_signed"`)) {
+		return nil, errors.Join(errors.New("the runner died before its signature was sent"), nats.ErrConnectionClosed)
+	}
+	return u.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// TestSemantics8_AnIdleRunCancelledByARunnerThatDiesBeforeSigningIsSignedByTheNext
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): a run waiting for an approval (idle: no
+// weft_drivers entry) is cancelled by runner-a, which never gets its end
+// head appended and stops. The cancel put the run's entry before its
+// append, so the runner that owns the partition next finds the finished
+// run, signs its end, and the export verifies with --trust.
+func TestSemantics8_AnIdleRunCancelledByARunnerThatDiesBeforeSigningIsSignedByTheNext(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 13)
+	keyB, pubB := userKey(t, 14)
+	b := &bodies{}
+	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	nc := h.srv.Connect()
+	ra, err := runner.New(nc, headlessJS{h.srv.JS}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ra.Run(actx) }()
+	stopA := sync.OnceFunc(func() { cancelA(); <-done })
+	t.Cleanup(stopA)
+	h.startServed(c, api.StartRequest{Run: "ic1", Agent: "desk", Input: "pay"})
+	h.waitStatus("ic1", aggregate.StatusSuspended)
+	if _, err := retryingCancel(c, h, "ic1"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("ic1", aggregate.StatusFinished)
+	stopA()
+
+	// The finished run's entry outlives runner-a: the next owner finds it.
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(c, runner.DriverKey("ic1", runner.DefaultPartitions)); err != nil {
+		t.Fatalf("the cancelled run's weft_drivers entry: %v; want it kept until its end is signed", err)
+	}
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(keyB))
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "ic1")
+	rep := audit.Verify(envs, audit.WithTrust(pubA, pubB))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version || rep.Heads[len(rep.Heads)-1].Signer != "runner-b" {
+		t.Fatalf("verify with --trust of both keys: %+v, signed through %d of %d, heads %+v", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version, rep.Heads)
 	}
 }
