@@ -111,11 +111,16 @@ func vouched(evs []events.Event) bool {
 // signs it at once rather than at the next decision or the run's end
 // (docs/adr/0026-signed-heads.md). Every runner that takes the run over
 // reads the same log, so decides the same.
+//
+// evs appended to a finished run (a worker's late report refused, a
+// settlement, a reconciliation of the finished run) are signed too: a
+// finished run's history ends with a signed head (audit.WithTrust), and
+// nothing else would sign after them.
 func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
 	if r.headKey == nil {
 		return
 	}
-	if !vouched(evs) {
+	if _, fin := rn.state.Finished(); !fin && !vouched(evs) {
 		if !recovered(evs) {
 			return
 		}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -505,5 +507,45 @@ func TestSemantics8_AnIdleRunCancelledByARunnerThatDiesBeforeSigningIsSignedByTh
 	rep := audit.Verify(envs, audit.WithTrust(pubA, pubB))
 	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version || rep.Heads[len(rep.Heads)-1].Signer != "runner-b" {
 		t.Fatalf("verify with --trust of both keys: %+v, signed through %d of %d, heads %+v", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version, rep.Heads)
+	}
+}
+
+// TestSignedHeadsSignWhatIsAppendedAfterTheEnd (docs/adr/0026-signed-heads.md;
+// the chaos check finished_run_not_signed found it): a worker's late
+// report to a finished run is recorded refused after the end head; the
+// runner signs the head after it too, so the finished run's history still
+// ends with a signed head and verifies with --trust.
+func TestSignedHeadsSignWhatIsAppendedAfterTheEnd(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	runnerKey, runnerPub := userKey(t, 15)
+	h.startRunner([]*agent.Agent{build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())}, runner.WithHeadKey(runnerKey))
+	c := ctx(t)
+	h.startServed(c, api.StartRequest{Run: "late1", Agent: "desk", Input: "close the books"})
+	audittest.WaitEndHead(t, h.srv.Log, "late1")
+	if _, err := h.client.Report(c, api.Report{Schema: 1, Run: "late1", Action: "9/none", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}); err != nil {
+		t.Logf("late report: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		envs, _, err := h.srv.Log.Load(c, "late1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused := slices.IndexFunc(envs, func(env events.Envelope) bool { return env.Type == events.NameReportRefused })
+		if refused >= 0 && envs[len(envs)-1].Type == events.NameHeadSigned && len(envs)-1 > refused {
+			if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() {
+				t.Fatalf("verify with --trust: %+v", rep.Problem)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			var types []events.Name
+			for _, env := range envs {
+				types = append(types, env.Type)
+			}
+			t.Fatalf("the log %v: want report_refused followed by a signed head", types)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
