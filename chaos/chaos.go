@@ -322,6 +322,7 @@ type harness struct {
 	violations []Violation
 	cmds       []command
 	kills      []runnerKill // availability.go
+	headKey    string       // the runners' head key (public)
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -473,6 +474,18 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 		envLease + "=" + h.cfg.Lease.String(), envAckWait + "=1s"}
 	common = h.withTypeScript(common)
 	common = append(common, expiryEnv(h.cfg.ApprovalExpiry)...)
+	// The runners sign their runs' heads with the deployment's one head
+	// key, as a deployment's do (signing's cost is in every figure), and
+	// the check verifies every finished run against it (checkSigned).
+	headKey := filepath.Join(h.dir, runner.HeadKeyFile)
+	kp, _, kerr := runner.LoadOrCreateHeadKey(headKey)
+	if kerr == nil {
+		h.headKey, kerr = kp.PublicKey()
+	}
+	if kerr != nil {
+		return nil, kerr
+	}
+	common = append(common, runner.EnvHeadKey+"="+headKey)
 	for i := range h.cfg.Runners {
 		h.runners = append(h.runners, h.newPart(fmt.Sprintf("runner-%d", i+1), "runner", common))
 	}
