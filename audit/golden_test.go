@@ -2,7 +2,6 @@ package audit_test
 
 import (
 	"bytes"
-	"os"
 	"testing"
 
 	"github.com/nats-io/nkeys"
@@ -28,15 +27,7 @@ const (
 // who holds the head key), it fails on the proof: the head key does not
 // sign for alice (docs/security.md, "A stolen runner key").
 func TestSecuritySignedReject_GoldenExport(t *testing.T) {
-	f, err := os.Open("testdata/signed-reject-reason.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	envs, err := audit.ReadExport(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	envs := audittest.ReadExport(t, "testdata/signed-reject-reason.jsonl")
 	rep := audit.Verify(envs, audit.WithTrust(goldenRunnerKey))
 	if !rep.OK() || len(rep.Proofs) != 1 {
 		t.Fatalf("the golden export: %+v, proofs %+v", rep.Problem, rep.Proofs)
