@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nkeys"
 
@@ -120,7 +121,10 @@ func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
 	if r.headKey == nil {
 		return
 	}
-	if _, fin := rn.state.Finished(); !fin && !vouched(evs) {
+	if _, fin := rn.state.Finished(); fin && !rn.driven {
+		r.signAfterEnd(ctx, rn)
+		return
+	} else if !fin && !vouched(evs) {
 		if !recovered(evs) {
 			return
 		}
@@ -136,6 +140,32 @@ func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
 	if err := r.sign(ctx, rn); err != nil {
 		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
 	}
+}
+
+// signAfterEnd signs the head of rn, a finished run something was just
+// appended to, and deletes the weft_drivers entry keyBeforeAppend put
+// before that append. When the signature or the delete fails, the entry
+// stays and the run is woken again (retryLater): the wake of a finished
+// run signs what follows its last signed end head (signEnd) and deletes
+// the entry — as the partition's owner does when this runner dies first.
+func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
+	if err := r.sign(ctx, rn); err != nil {
+		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+		r.retryLater(rn.id)
+		return
+	}
+	if !rn.keyed {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.removeDriverKey(dctx, rn.id, rn.keyRev); err != nil {
+		r.log.Warn("driver key delete", "run", rn.id, "err", err)
+		r.retryLater(rn.id)
+		return
+	}
+	rn.keyed, rn.keyRev = false, 0
+	r.finished.add(rn.id)
 }
 
 // recovered reports whether evs record a takeover of the run.

@@ -545,3 +545,98 @@ func versionOf(envs []events.Envelope, name events.Name) uint64 {
 	}
 	return v
 }
+
+// toggledHeadlessJS is headlessJS while off is set: the runner's appends
+// of head_signed fail from then on, the rest goes through.
+type toggledHeadlessJS struct {
+	jetstream.JetStream
+	off *atomic.Bool
+}
+
+func (u toggledHeadlessJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if u.off.Load() {
+		return headlessJS{u.JetStream}.PublishMsg(ctx, m, opts...)
+	}
+	return u.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// TestSemantics8_AnAppendToAFinishedRunLeftUnsignedIsSignedByTheNext
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): runner-a finishes a run and signs its
+// end; a worker's late report is then recorded refused after the end,
+// and runner-a never gets the head after it signed (its signature
+// appends fail) and stops. The run's weft_drivers entry was put before
+// that append, so the runner that owns the partition next finds the
+// finished run, signs its tail without taking it over (no run_recovered),
+// deletes the entry, and the export verifies with --trust.
+func TestSemantics8_AnAppendToAFinishedRunLeftUnsignedIsSignedByTheNext(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 16)
+	keyB, pubB := userKey(t, 17)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+	var off atomic.Bool
+	nc := h.srv.Connect()
+	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ra.Run(actx) }()
+	stopA := sync.OnceFunc(func() { cancelA(); <-done })
+	t.Cleanup(stopA)
+	h.startServed(c, api.StartRequest{Run: "late2", Agent: "desk", Input: "close the books"})
+	audittest.WaitEndHead(t, h.srv.Log, "late2")
+
+	off.Store(true)
+	if _, err := h.client.Report(c, api.Report{Schema: 1, Run: "late2", Action: "9/none", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}); err != nil {
+		t.Logf("late report: %v", err)
+	}
+	envs, _, err := h.srv.Log.Load(c, "late2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(envs); n == 0 || envs[n-1].Type != events.NameReportRefused {
+		t.Fatalf("the log ends with %v: want the late report refused, unsigned", envs[len(envs)-1].Type)
+	}
+	stopA()
+
+	c = context.Background() // the wait below is bounded by its own deadline
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(keyB))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		envs, _, err = h.srv.Log.Load(c, "late2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if envs[len(envs)-1].Type == events.NameHeadSigned {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log ends with %v: want runner-b's signed head after the late report", envs[len(envs)-1].Type)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep := audit.Verify(envs, audit.WithTrust(pubA, pubB))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version || rep.Heads[len(rep.Heads)-1].Signer != "runner-b" {
+		t.Fatalf("verify with --trust of both keys: %+v, signed through %d of %d, heads %+v", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version, rep.Heads)
+	}
+	if v := versionOf(envs, events.NameRunRecovered); v != 0 {
+		t.Fatalf("run_recovered at %d: a finished run is signed, never taken over", v)
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := kv.Get(c, runner.DriverKey("late2", runner.DefaultPartitions)); errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the finished run's weft_drivers entry is still there after its tail was signed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
