@@ -535,8 +535,8 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.checkDrivers(ctx)
 	h.logf("checking that every unfinished run can be answered")
 	h.checkAnswerable(ctx, w)
-	h.logf("stopping runners and workers")
-	h.settle()
+	h.logf("stopping workers, then runners once every finished run's entry is gone")
+	h.settle(ctx)
 	h.checkInternalRefusals()
 	h.logf("checking")
 	h.checkTypeScriptServed()
@@ -642,13 +642,28 @@ func (h *harness) quiet() {
 	h.notef("not every part was up a minute into the quiet phase")
 }
 
-// settle stops the runners and the workers for good before the checks,
-// so that the log stops growing (late reports of stale attempts are
-// recorded as refused until then). Every run has finished: nothing is
-// left to drain, so they are killed (SIGTERM drains are faults of the
-// schedule).
-func (h *harness) settle() {
-	for _, p := range append(append([]*part{}, h.runners...), h.workers...) {
+// settle stops the workers and then the runners for good before the
+// checks, so that the log stops growing (late reports of stale attempts
+// are recorded as refused until then). The workers go first: a late
+// report a runner records after a run's end is followed by a signed head,
+// and the run's weft_drivers entry stays until it is signed
+// (docs/adr/0026-signed-heads.md); the runners are stopped once no such
+// entry is left (within driverGrace), so that none is killed between
+// that append and its signature with no runner left to sign it. Every
+// run has finished: nothing is left to drain, so they are killed
+// (SIGTERM drains are faults of the schedule).
+func (h *harness) settle(ctx context.Context) {
+	for _, p := range h.workers {
+		p.halt()
+	}
+	deadline := time.Now().Add(h.driverGrace())
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if left, err := h.driverLeftovers(ctx); err == nil && len(left) == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, p := range h.runners {
 		p.halt()
 	}
 }
