@@ -145,6 +145,7 @@ const (
 // valid until expires (cut to whole seconds; the approver refuses a proof
 // valid for longer than its lifetime, 60 s by default), signed. A reject's
 // proof states the reason s gives: sign s.Answering(AnswerReject, reason)
+// (which refuses a reason on an approve and an unknown answer)
 // with the reason sent in the RejectRequest (RejectSigned does), so that
 // the proof covers it; a proof that states none verifies, but the audit
 // lists its reason unsigned. A key held elsewhere — a browser's WebCrypto
@@ -165,7 +166,11 @@ func (c *Client) RejectSigned(ctx context.Context, req RejectRequest, kp nkeys.K
 	if err != nil {
 		return Reply{}, err
 	}
-	p, err := SignProof(s.Answering(AnswerReject, req.Reason), kp, expires)
+	rs, err := s.Answering(AnswerReject, req.Reason)
+	if err != nil {
+		return Reply{}, err
+	}
+	p, err := SignProof(rs, kp, expires)
 	if err != nil {
 		return Reply{}, err
 	}

@@ -236,7 +236,11 @@ func TestSecuritySignedReject_ClientSignsTheReason(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := client.SignProof(s.Answering(client.AnswerReject, "paid by card"), alice, time.Now().Add(30*time.Second))
+	rs, err := s.Answering(client.AnswerReject, "paid by card")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := client.SignProof(rs, alice, time.Now().Add(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -253,16 +253,23 @@ func SignAnswer(s Subject, k Signer, expires time.Time) (events.ApprovalProof, e
 // Answering returns s as the subject of the answer that is sent: answer
 // (events.AnswerApprove or events.AnswerReject) with reason, the reason
 // the reject gives, so that a signed reject's proof covers the reason the
-// model reads (the v3 digest) and the audit does not list it unsigned. An
-// approve gives no reason (reason is ignored); a reject approves no
-// edited arguments.
-func (s Subject) Answering(answer, reason string) Subject {
-	s.Answer, s.Reason = answer, ""
-	if answer == events.AnswerApprove {
-		return s
+// model reads (the v3 digest) and the audit does not list it unsigned. A
+// reject approves no edited arguments. An approve with a reason and an
+// answer that is neither are refused, as the TypeScript SDK's signProof
+// refuses them: nothing would sign what is sent.
+func (s Subject) Answering(answer, reason string) (Subject, error) {
+	switch answer {
+	case events.AnswerApprove:
+		if reason != "" {
+			return Subject{}, fmt.Errorf("proof: an approve gives no reason (%q)", reason)
+		}
+		s.Answer, s.Reason = answer, ""
+		return s, nil
+	case events.AnswerReject:
+		s.Answer, s.Approved, s.Reason = answer, nil, reason
+		return s, nil
 	}
-	s.Approved, s.Reason = nil, reason
-	return s
+	return Subject{}, fmt.Errorf("proof: unknown answer %q: want %q or %q", answer, events.AnswerApprove, events.AnswerReject)
 }
 
 // Error is why a proof is refused: Reason is one of the Reason constants.

@@ -371,12 +371,12 @@ func TestSecuritySignedReject_AnsweringSignsTheReason(t *testing.T) {
 	kp := fixedKey(t, 7)
 	edited := subject
 	edited.Approved = json.RawMessage(`{"amount":1}`)
-	r := edited.Answering(events.AnswerReject, "the invoice is a duplicate")
-	if r.Answer != events.AnswerReject || r.Reason != "the invoice is a duplicate" || r.Approved != nil {
-		t.Fatalf("reject subject %+v", r)
+	r, err := edited.Answering(events.AnswerReject, "the invoice is a duplicate")
+	if err != nil || r.Answer != events.AnswerReject || r.Reason != "the invoice is a duplicate" || r.Approved != nil {
+		t.Fatalf("reject subject %+v (%v)", r, err)
 	}
-	if a := edited.Answering(events.AnswerApprove, "ignored"); a.Reason != "" || a.Approved == nil {
-		t.Fatalf("approve subject %+v: want no reason, the edit kept", a)
+	if a, err := edited.Answering(events.AnswerApprove, ""); err != nil || a.Reason != "" || a.Approved == nil {
+		t.Fatalf("approve subject %+v (%v): want no reason, the edit kept", a, err)
 	}
 	p, err := proof.SignAnswer(r, kp, at.Add(time.Minute))
 	if err != nil {
@@ -391,5 +391,20 @@ func TestSecuritySignedReject_AnsweringSignsTheReason(t *testing.T) {
 	}
 	if err := proof.Check(p, r, at); err != nil || !proof.CoversReason(p, r) {
 		t.Fatalf("check: %v, covers %t", err, proof.CoversReason(p, r))
+	}
+}
+
+// TestSecuritySignedReject_AnsweringRefusesWhatItWouldNotSign: an approve
+// with a reason and an answer that is neither approve nor reject are
+// refused (as the TypeScript SDK's signProof throws), not signed as
+// something other than what is sent.
+func TestSecuritySignedReject_AnsweringRefusesWhatItWouldNotSign(t *testing.T) {
+	if _, err := subject.Answering(events.AnswerApprove, "looks fine"); err == nil {
+		t.Error("an approve with a reason: want refused")
+	}
+	for _, answer := range []string{"", "rejected", "Approve"} {
+		if _, err := subject.Answering(answer, "a reason"); err == nil {
+			t.Errorf("answer %q: want refused", answer)
+		}
 	}
 }

@@ -84,7 +84,9 @@ func signAnswer(ctx context.Context, w io.Writer, q *projector.Client, sf *signF
 	if edit != nil {
 		s.Approved = edit
 	}
-	s = s.Answering(answer, reason)
+	if s, err = s.Answering(answer, reason); err != nil {
+		return nil, err
+	}
 	pub, _ := kp.PublicKey()
 	p, err := proof.SignAnswer(s, kp, time.Now().Add(sf.ttl))
 	if err != nil {
