@@ -33,7 +33,8 @@ its view says status quarantined with the message's stream sequence).
                                        headers, body, what is wrong with it; and
                                        the run's earlier repairs: who voided each
                                        message and whether the record's signed
-                                       proof verifies (as audit verify checks it)
+                                       proof verifies (as audit verify checks it;
+                                       exit 4 when one does not)
   weft repair drop <run> --seq N --reason "..." [--by NAME]
                                        supersede that message: a void record is
                                        appended on the run's subject (the message
@@ -204,7 +205,7 @@ func repairShow(ctx context.Context, e *env, log *eventlog.Log, run string, maxB
 	}
 	if asJSON {
 		printJSON(e.stdout, shown)
-		return nil
+		return voidsNotVerified(run, voids, checks)
 	}
 	if !shown.Quarantined {
 		fmt.Fprintf(e.stdout, "run %s is not quarantined: every message of its log folds\n", run)
@@ -227,6 +228,20 @@ func repairShow(ctx context.Context, e *env, log *eventlog.Log, run string, maxB
 	for i, v := range voids {
 		fmt.Fprintf(e.stdout, "voided: sequence %d (%d bytes, sha256 %s) %s at %s: %s (record at sequence %d)\n",
 			v.Seq, v.Bytes, v.SHA256, checks[i].describe(), v.Recorded.Format(time.RFC3339), v.Reason, v.At)
+	}
+	return voidsNotVerified(run, voids, checks)
+}
+
+// voidsNotVerified is repair show's answer when a void record of run
+// claims a signed proof that does not verify: the exit code audit verify
+// gives the same record (exitAudit, docs/cli.md), its message starting
+// with the same kind (proof); nil otherwise.
+func voidsNotVerified(run string, voids []eventlog.VoidRecord, checks []voidChecked) error {
+	for i, c := range checks {
+		if c.Problem != "" {
+			return auditError{fmt.Sprintf("proof: run %s: the void of the message at stream sequence %d (record at sequence %d): its signed proof does not verify (%s); weft audit verify %s checks the whole history",
+				run, voids[i].Seq, voids[i].At, c.Problem, run)}
+		}
 	}
 	return nil
 }

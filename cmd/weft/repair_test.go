@@ -221,8 +221,8 @@ func TestSecurityWhoDidIt_RepairDropSigned(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errs = cli(t, "repair", "show", "pay-42")
-	if code != 0 {
-		t.Fatalf("repair show with a forged void record: %d %s", code, errs)
+	if code != exitAudit || !strings.Contains(errs, "proof: run pay-42: the void of the message at stream sequence") {
+		t.Fatalf("repair show with a forged void record: exit %d, want %d (as audit verify), %s", code, exitAudit, errs)
 	}
 	contains(t, "repair show of a forged record", out, `by "mallory": its signed proof DOES NOT VERIFY`, "other_reason")
 	if strings.Count(out, ": the signed proof verifies") != 1 {
