@@ -640,3 +640,68 @@ func TestSemantics8_AnAppendToAFinishedRunLeftUnsignedIsSignedByTheNext(t *testi
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestSemantics8_AnAppendToAFinishedRunWhoseSignatureFailedIsSignedOnRetry
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): the head after a late report refused
+// on a finished run cannot be appended while the store refuses it; the
+// runner keeps the run's weft_drivers entry and wakes the run again, so
+// once the store takes it the finished run's history ends signed by the
+// same runner, and the entry is deleted.
+func TestSemantics8_AnAppendToAFinishedRunWhoseSignatureFailedIsSignedOnRetry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 18)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+	var off atomic.Bool
+	nc := h.srv.Connect()
+	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithHeadKey(keyA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ra.Run(actx) }()
+	t.Cleanup(func() { cancelA(); <-done })
+	h.startServed(c, api.StartRequest{Run: "late3", Agent: "desk", Input: "close the books"})
+	audittest.WaitEndHead(t, h.srv.Log, "late3")
+
+	off.Store(true)
+	if _, err := h.client.Report(c, api.Report{Schema: 1, Run: "late3", Action: "9/none", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}); err != nil {
+		t.Logf("late report: %v", err)
+	}
+	envs, _, err := h.srv.Log.Load(c, "late3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(envs); n == 0 || envs[n-1].Type != events.NameReportRefused {
+		t.Fatalf("the log ends with %v: want the late report refused, unsigned", envs[len(envs)-1].Type)
+	}
+	off.Store(false)
+
+	c = context.Background() // the wait below is bounded by its own deadline
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		envs, _, err = h.srv.Log.Load(c, "late3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, kerr := kv.Get(c, runner.DriverKey("late3", runner.DefaultPartitions))
+		if envs[len(envs)-1].Type == events.NameHeadSigned && errors.Is(kerr, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log ends with %v, the entry's read: %v: want a signed head after the late report, the entry deleted", envs[len(envs)-1].Type, kerr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep := audit.Verify(envs, audit.WithTrust(pubA))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+}
