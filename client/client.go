@@ -143,21 +143,39 @@ const (
 // SignProof returns the proof that the holder of kp (an nkey user key
 // pair: nkeys.FromSeed of an approver's .nk file) gives s.Answer to s,
 // valid until expires (cut to whole seconds; the approver refuses a proof
-// valid for longer than its lifetime, 60 s by default), signed. A key
-// held elsewhere — a browser's WebCrypto key, a hardware key — signs
-// instead: p := proof.New(s, key, expires) with key = proof.UserKey of its
-// ed25519 public key, then p.Signature = the unpadded base64url ed25519
-// signature of proof.Digest(p).
+// valid for longer than its lifetime, 60 s by default), signed. A reject's
+// proof states the reason s gives: sign s.Answering(AnswerReject, reason)
+// (which refuses a reason on an approve and an unknown answer)
+// with the reason sent in the RejectRequest (RejectSigned does), so that
+// the proof covers it; a proof that states none verifies, but the audit
+// lists its reason unsigned. A key held elsewhere — a browser's WebCrypto
+// key, a hardware key — signs instead: p := proof.New(s, key, expires)
+// with key = proof.UserKey of its ed25519 public key, then p.Signature =
+// the unpadded base64url ed25519 signature of proof.Digest(p).
 func SignProof(s ProofSubject, kp nkeys.KeyPair, expires time.Time) (ApprovalProof, error) {
-	key, err := kp.PublicKey()
+	return proof.SignAnswer(s, kp, expires)
+}
+
+// RejectSigned rejects the approval request req names (req.Revision 0:
+// the pending one, whose revision is sent) with a proof signed by kp,
+// valid until expires, that covers req.Reason: the subject is read from
+// the run's view (ProofSubject), the reason set (ProofSubject.Answering)
+// and signed as SignProof signs it.
+func (c *Client) RejectSigned(ctx context.Context, req RejectRequest, kp nkeys.KeyPair, expires time.Time) (Reply, error) {
+	s, err := c.ProofSubject(ctx, req.Run, req.Action, req.Revision, AnswerReject)
 	if err != nil {
-		return ApprovalProof{}, fmt.Errorf("client: sign proof: %w", err)
+		return Reply{}, err
 	}
-	p, err := proof.New(s, key, expires)
+	rs, err := s.Answering(AnswerReject, req.Reason)
 	if err != nil {
-		return ApprovalProof{}, err
+		return Reply{}, err
 	}
-	return proof.Sign(p, kp.Sign)
+	p, err := SignProof(rs, kp, expires)
+	if err != nil {
+		return Reply{}, err
+	}
+	req.Revision, req.Proof = s.Revision, &p
+	return c.Reject(ctx, req)
 }
 
 // ProofSubject reads run's view and returns what a signed answer to the

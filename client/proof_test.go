@@ -15,8 +15,10 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/internal/demo"
+	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -26,14 +28,20 @@ import (
 // client.
 func serveSigned(t *testing.T, alice, browser string) *client.Client {
 	t.Helper()
+	_, c := serveSignedOn(t, alice, browser)
+	return c
+}
+
+// serveSignedOn is serveSigned that returns the test server too.
+func serveSignedOn(t *testing.T, alice, browser string) (*natstest.Server, *client.Client) {
+	t.Helper()
 	desk, err := agent.New(demo.AgentName, demo.ScriptedModel(), demo.Tools(), demo.Policy(), agent.WithApprovers(
 		approvers.Signed("keys", []approvers.Key{{Public: alice, Reviewer: "alice@bank"}, {Public: browser, Reviewer: "bob@bank"}}),
 	)).Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, c := serveAgent(t, desk)
-	return c
+	return serveAgent(t, desk)
 }
 
 // signingKeys are the test's two approver keys, from fixed seeds: alice's
@@ -202,4 +210,62 @@ func TestSemantics4_ClientApproveNarrower(t *testing.T) {
 		t.Fatalf("view: arguments %s, approved %s; want the model's 1200 and %s", a.Arguments, a.Approved, lower)
 	}
 	checkProof(t, v, aliceKey, "alice@bank")
+}
+
+// TestSecuritySignedReject_ClientSignsTheReason (docs/security.md, "Signed
+// approval proofs"; docs/protocol/20-events.md, the v3 digest): a reject
+// signed with the Go client (RejectSigned) states the reason it sends, so
+// the recorded proof covers it and the audit does not list the reason
+// unsigned; a proof stating another reason is refused other_reason.
+func TestSecuritySignedReject_ClientSignsTheReason(t *testing.T) {
+	alice, aliceKey, _, browserKey := signingKeys(t)
+	srv, c := serveSignedOn(t, aliceKey, browserKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if _, err := c.Start(ctx, client.StartRequest{Run: "sr-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "sr-7", func(v client.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The view catches up with the pending request.
+	s, err := c.ProofSubject(ctx, "sr-7", "2/call_2_1", 0, client.AnswerReject)
+	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		s, err = c.ProofSubject(ctx, "sr-7", "2/call_2_1", 0, client.AnswerReject)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := s.Answering(client.AnswerReject, "paid by card")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := client.SignProof(rs, alice, time.Now().Add(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var we *weft.Error
+	if _, err := c.Reject(ctx, client.RejectRequest{CommandID: "r-0", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &other, Reason: "a duplicate"}); !errors.As(err, &we) || we.Reason != proof.ReasonOtherReason {
+		t.Fatalf("a proof of another reason: %v, want proof_refused(other_reason)", err)
+	}
+	req := client.RejectRequest{CommandID: "r-1", Run: "sr-7", Action: "2/call_2_1", Approver: "keys", Reason: "a duplicate"}
+	if _, err := c.RejectSigned(ctx, req, alice, time.Now().Add(30*time.Second)); err != nil {
+		t.Fatalf("a signed reject: %v", err)
+	}
+	v, err := c.Wait(ctx, "sr-7", client.Finished)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProof(t, v, aliceKey, "alice@bank")
+	envs, _, err := srv.Log.Load(ctx, "sr-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := audit.Verify(envs)
+	if !rep.OK() || len(rep.Proofs) != 1 {
+		t.Fatalf("audit: %+v, proofs %+v", rep.Problem, rep.Proofs)
+	}
+	if pc := rep.Proofs[0]; !pc.Verified || pc.Answer != client.AnswerReject || pc.ReasonUnsigned {
+		t.Fatalf("the reject's proof check %+v: want verified, its reason signed", pc)
+	}
 }

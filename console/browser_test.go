@@ -766,12 +766,29 @@ func TestSignedApprovalProof(t *testing.T) {
 	card = "#" + cardKey("approval", "sig-7r", "2/call_2_1")
 	do(t, ctx, "reject with the key file", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-file]`)),
 		chromedp.SetUploadFiles(chromedp.CSS(card+` [data-signing-file]`), []string{keyFile}),
-		typeIn(card+` textarea[name=reason]`, "paid twice"),
+		// Spaces around it, which the console trims, and two lines (a
+		// textarea): the page signs the reason sent.
+		typeIn(card+` textarea[name=reason]`, "  paid twice\nsee INV-6  "),
 		chromedp.Click(chromedp.CSS(card+` button[value=reject]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Rejected. Signed with key `+pub+`")`))
 	v = s.waitStatus(t, "sig-7r", "finished")
-	if a := action(t, v, "2/call_2_1"); a.State != projections.StateRejected || len(a.Approvals) != 1 || a.Approvals[0].Proof == nil || !a.Approvals[0].Proof.Verified || a.Approvals[0].Reason != "paid twice" {
+	if a := action(t, v, "2/call_2_1"); a.State != projections.StateRejected || len(a.Approvals) != 1 || a.Approvals[0].Proof == nil || !a.Approvals[0].Proof.Verified || a.Approvals[0].Reason != "paid twice\nsee INV-6" {
 		b, _ := json.Marshal(a)
 		t.Fatalf("action %s", b)
 	}
+	// Its proof covers the reason (the v3 digest): the audit does not
+	// list it unsigned.
+	answered = s.history(t, "sig-7r", events.NameApprovalAnswered)
+	var rejected events.ApprovalAnswered
+	if len(answered) != 1 || json.Unmarshal(answered[0].Payload, &rejected) != nil || rejected.Proof == nil || rejected.Proof.Reason != "paid twice\nsee INV-6" {
+		t.Fatalf("%d answers recorded (the first: %s): want one, its proof stating the reason %q", len(answered), firstPayload(answered), "paid twice\nsee INV-6")
+	}
+}
+
+// firstPayload is the payload of the first of envs, or nothing.
+func firstPayload(envs []events.Envelope) string {
+	if len(envs) == 0 {
+		return ""
+	}
+	return string(envs[0].Payload)
 }

@@ -225,6 +225,53 @@ func signDigest(d [32]byte, sign func([]byte) ([]byte, error)) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
+// Signer is a key that signs: an nkeys.KeyPair, or anything that names its
+// nkey user public key and signs bytes with it (plain ed25519).
+type Signer interface {
+	PublicKey() (string, error)
+	Sign(input []byte) ([]byte, error)
+}
+
+// SignAnswer returns the proof that the holder of k gives s.Answer to s,
+// expiring at expires, signed: the one signing of an answer that the CLI
+// (`weft approve|reject --signing-key`) and the Go client (SignProof,
+// RejectSigned) share. It states everything s states: the edited
+// arguments of an approve (s.Approved), and the reason of a reject
+// (s.Reason, the v3 digest), which Answering sets.
+func SignAnswer(s Subject, k Signer, expires time.Time) (events.ApprovalProof, error) {
+	key, err := k.PublicKey()
+	if err != nil {
+		return events.ApprovalProof{}, fmt.Errorf("proof: sign: %w", err)
+	}
+	p, err := New(s, key, expires)
+	if err != nil {
+		return events.ApprovalProof{}, err
+	}
+	return Sign(p, k.Sign)
+}
+
+// Answering returns s as the subject of the answer that is sent: answer
+// (events.AnswerApprove or events.AnswerReject) with reason, the reason
+// the reject gives, so that a signed reject's proof covers the reason the
+// model reads (the v3 digest) and the audit does not list it unsigned. A
+// reject approves no edited arguments. An approve with a reason and an
+// answer that is neither are refused, as the TypeScript SDK's signProof
+// refuses them: nothing would sign what is sent.
+func (s Subject) Answering(answer, reason string) (Subject, error) {
+	switch answer {
+	case events.AnswerApprove:
+		if reason != "" {
+			return Subject{}, fmt.Errorf("proof: an approve gives no reason (%q)", reason)
+		}
+		s.Answer, s.Reason = answer, ""
+		return s, nil
+	case events.AnswerReject:
+		s.Answer, s.Approved, s.Reason = answer, nil, reason
+		return s, nil
+	}
+	return Subject{}, fmt.Errorf("proof: unknown answer %q: want %q or %q", answer, events.AnswerApprove, events.AnswerReject)
+}
+
 // Error is why a proof is refused: Reason is one of the Reason constants.
 type Error struct {
 	Reason  string

@@ -362,3 +362,49 @@ func TestSecuritySignedReject_ProofCoversReason(t *testing.T) {
 		t.Fatalf("a v1 reject proof for a reject with a reason: %v, covers %t; want it verifying, the reason not covered", err, proof.CoversReason(v1, s))
 	}
 }
+
+// TestSecuritySignedReject_AnsweringSignsTheReason: the subject of a
+// reject sent with a reason states it (Answering), and SignAnswer signs it
+// as the v3 proof the runner binds — the proof New and Sign make; an
+// approve states no reason and keeps its edit, a reject drops the edit.
+func TestSecuritySignedReject_AnsweringSignsTheReason(t *testing.T) {
+	kp := fixedKey(t, 7)
+	edited := subject
+	edited.Approved = json.RawMessage(`{"amount":1}`)
+	r, err := edited.Answering(events.AnswerReject, "the invoice is a duplicate")
+	if err != nil || r.Answer != events.AnswerReject || r.Reason != "the invoice is a duplicate" || r.Approved != nil {
+		t.Fatalf("reject subject %+v (%v)", r, err)
+	}
+	if a, err := edited.Answering(events.AnswerApprove, ""); err != nil || a.Reason != "" || a.Approved == nil {
+		t.Fatalf("approve subject %+v (%v): want no reason, the edit kept", a, err)
+	}
+	p, err := proof.SignAnswer(r, kp, at.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := proof.New(r, pub(t, kp), at.Add(time.Minute))
+	if err == nil {
+		want, err = proof.Sign(want, kp.Sign)
+	}
+	if err != nil || p != want {
+		t.Fatalf("SignAnswer %+v, want %+v (%v)", p, want, err)
+	}
+	if err := proof.Check(p, r, at); err != nil || !proof.CoversReason(p, r) {
+		t.Fatalf("check: %v, covers %t", err, proof.CoversReason(p, r))
+	}
+}
+
+// TestSecuritySignedReject_AnsweringRefusesWhatItWouldNotSign: an approve
+// with a reason and an answer that is neither approve nor reject are
+// refused (as the TypeScript SDK's signProof throws), not signed as
+// something other than what is sent.
+func TestSecuritySignedReject_AnsweringRefusesWhatItWouldNotSign(t *testing.T) {
+	if _, err := subject.Answering(events.AnswerApprove, "looks fine"); err == nil {
+		t.Error("an approve with a reason: want refused")
+	}
+	for _, answer := range []string{"", "rejected", "Approve"} {
+		if _, err := subject.Answering(answer, "a reason"); err == nil {
+			t.Errorf("answer %q: want refused", answer)
+		}
+	}
+}

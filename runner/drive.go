@@ -478,16 +478,36 @@ func (r *Runner) drop(rn *run) {
 // otherwise leave a run with work in flight that no partition scan finds
 // (docs/semantics.md §8: pending work is retried, never dropped). When the put
 // fails nothing is appended: the command answers unavailable, nothing is
-// acted on. An append that leaves the run idle or finished needs no
-// entry, and so does a hand-off (a drain's or a release's: the run's
-// next owner finds it when a command reaches it, as an idle run).
+// acted on. An append that leaves the run idle needs no entry, and
+// neither does one that finishes it — unless the runner holds a head key:
+// the end head follows the append (signHead), and a runner that dies
+// between the two leaves the entry, whose wake signs the end (signEnd) —
+// nor a hand-off (a drain's or a release's: the run's next owner finds it
+// when a command reaches it, as an idle run). With a head key, an append
+// to a finished run puts the entry too: its signed head follows, and the
+// entry stays until it is signed (signHead, signEnd).
 func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time) error {
-	if _, handOff := c.(aggregate.HandOff); rn.keyed || !rn.driven || handOff {
+	if rn.keyed {
 		return nil
 	}
-	next := rn.after(evs, now)
-	if _, fin := next.Finished(); fin || !next.Exists() || aggregate.Idle(next) {
-		return nil
+	if _, ended := rn.state.Finished(); ended {
+		// An append to a finished run (a late report refused, a
+		// settlement) is followed by a signed head (signHead): with a
+		// head key, the entry first, so that a signature that fails or
+		// a runner that dies before it leaves the entry, whose wake
+		// signs the tail (signEnd). signHead deletes it once signed.
+		if r.headKey == nil {
+			return nil
+		}
+	} else {
+		if _, handOff := c.(aggregate.HandOff); !rn.driven || handOff {
+			return nil
+		}
+		next := rn.after(evs, now)
+		_, fin := next.Finished()
+		if endToSign := fin && r.headKey != nil; !endToSign && (fin || !next.Exists() || aggregate.Idle(next)) {
+			return nil
+		}
 	}
 	kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nkeys"
 
@@ -103,13 +104,107 @@ func vouched(evs []events.Event) bool {
 // known only once eventlog stamps them): a conflict or a failure leaves
 // the head unsigned, logged, and the run goes on; the next vouched
 // decision's signature covers everything before it.
+//
+// evs that record a takeover (events.RunRecovered) are signed too when the
+// log says the last signed head is behind a decision a person made or the
+// run's end (unsignedTail): the runner that died left that decision
+// unsigned, between its append and its signature, and the new driver
+// signs it at once rather than at the next decision or the run's end
+// (docs/adr/0026-signed-heads.md). Every runner that takes the run over
+// reads the same log, so decides the same.
+//
+// evs appended to a finished run (a worker's late report refused, a
+// settlement, a reconciliation of the finished run) are signed too: a
+// finished run's history ends with a signed head (audit.WithTrust), and
+// nothing else would sign after them.
 func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
-	if r.headKey == nil || !vouched(evs) {
+	if r.headKey == nil {
 		return
+	}
+	if _, fin := rn.state.Finished(); fin && !rn.driven {
+		r.signAfterEnd(ctx, rn)
+		return
+	} else if !fin && !vouched(evs) {
+		if !recovered(evs) {
+			return
+		}
+		behind, err := r.unsignedTail(ctx, rn)
+		if err != nil {
+			r.log.Warn("head not signed after a takeover", "run", rn.id, "version", rn.head.Version, "err", err)
+			return
+		}
+		if !behind {
+			return
+		}
 	}
 	if err := r.sign(ctx, rn); err != nil {
 		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
 	}
+}
+
+// signAfterEnd signs the head of rn, a finished run something was just
+// appended to, and deletes the weft_drivers entry keyBeforeAppend put
+// before that append. When the signature or the delete fails, the entry
+// stays and the run is woken again (retryLater): the wake of a finished
+// run signs what follows its last signed end head (signEnd) and deletes
+// the entry — as the partition's owner does when this runner dies first.
+func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
+	if err := r.sign(ctx, rn); err != nil {
+		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+		r.retryLater(rn.id)
+		return
+	}
+	if !rn.keyed {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := r.removeDriverKey(dctx, rn.id, rn.keyRev); err != nil {
+		r.log.Warn("driver key delete", "run", rn.id, "err", err)
+		r.retryLater(rn.id)
+		return
+	}
+	rn.keyed, rn.keyRev = false, 0
+	r.finished.add(rn.id)
+}
+
+// recovered reports whether evs record a takeover of the run.
+func recovered(evs []events.Event) bool {
+	for _, ev := range evs {
+		if _, ok := ev.(events.RunRecovered); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// unsignedTail reports whether rn's log, read whole up to rn's head, holds
+// a decision a person made or the run's end (vouched) after its last
+// signed head: a head a runner should have signed and did not. It is read
+// from the log, not from this runner's memory, and only after a takeover.
+func (r *Runner) unsignedTail(ctx context.Context, rn *run) (bool, error) {
+	envs, head, err := r.evlog.Load(ctx, rn.id)
+	if err != nil {
+		return false, err
+	}
+	if head != rn.head {
+		return false, fmt.Errorf("the log of run %s moved (version %d, read at %d)", rn.id, head.Version, rn.head.Version)
+	}
+	behind := false
+	for _, env := range envs {
+		if env.Type == events.NameHeadSigned {
+			behind = false
+			continue
+		}
+		ev, err := env.Event()
+		if err != nil {
+			return false, err
+		}
+		if vouched([]events.Event{ev}) {
+			behind = true
+		}
+	}
+	return behind, nil
 }
 
 // signEnd signs the end head of rn, a finished run this runner wakes

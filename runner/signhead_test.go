@@ -3,14 +3,19 @@ package runner_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -355,5 +360,348 @@ func retryingCancel(c context.Context, h *harness, run string) (api.Reply, error
 			return r, err
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// appendHead appends, as the runner signer would have, a head_signed over
+// head signed with kp, and folds it into s.
+func appendHead(t *testing.T, h *harness, run string, s *aggregate.State, head eventlog.Head, kp nkeys.KeyPair, signer string) eventlog.Head {
+	t.Helper()
+	key, _ := kp.PublicKey()
+	d := events.HeadDigest(run, head.Version, head.Hash, key)
+	sig, err := kp.Sign(d[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := events.HeadSigned{Version: head.Version, Hash: head.Hash, Key: key, Signer: signer, Signature: base64.RawURLEncoding.EncodeToString(sig)}
+	envs, next, err := h.srv.Log.Append(context.Background(), run, head, time.Now(), hs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*s = aggregate.Evolve(*s, events.Recorded{Run: run, Version: envs[0].Version, At: envs[0].Recorded, Event: hs})
+	return next
+}
+
+// TestSemantics8_ADecisionLeftUnsignedIsSignedByTheRunnerThatTakesOver
+// (docs/semantics.md §8; docs/adr/0026-signed-heads.md): runner-a signed
+// the head after a person paused the run, then died between the append
+// of the resume and its signature, its weft_drivers entry left. The
+// runner that takes the run over reads from the log that the last signed
+// head is behind a person's decision and signs the head with its
+// takeover — not only at the run's end —, and the finished run's export
+// verifies with --trust naming both runners' keys.
+func TestSemantics8_ADecisionLeftUnsignedIsSignedByTheRunnerThatTakesOver(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 11)
+	keyB, pubB := userKey(t, 12)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+
+	// The dead runner's history: started, paused (signed), resumed — and
+	// no head_signed after the resume. Its driver entry is still there.
+	var s aggregate.State
+	hd := appendDecided(t, h, "ut1", &s, aggregate.Start{Run: "ut1", Agent: desk.Ref(), Input: "close the books", Limits: desk.Limits(), Runner: "runner-a"})
+	hd = appendDecidedAt(t, h, "ut1", &s, hd, aggregate.Pause{By: "alice", Reason: "check the ledger"})
+	hd = appendHead(t, h, "ut1", &s, hd, keyA, "runner-a")
+	hd = appendDecidedAt(t, h, "ut1", &s, hd, aggregate.Resume{By: "alice", Reason: "ledger checked"})
+	resumed := hd.Version
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, runner.DriverKey("ut1", runner.DefaultPartitions), []byte("runner-a")); err != nil {
+		t.Fatal(err)
+	}
+
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(keyB))
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "ut1")
+	rep := audit.Verify(envs, audit.WithTrust(pubA, pubB))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust of both keys: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+	recovered, finished := versionOf(envs, events.NameRunRecovered), versionOf(envs, events.NameRunFinished)
+	if recovered <= resumed {
+		t.Fatalf("run_recovered at %d, the resume at %d: want runner-b's takeover after it", recovered, resumed)
+	}
+	// runner-b's first signed head: over its takeover, before the end.
+	first := slices.IndexFunc(rep.Heads, func(hc audit.HeadCheck) bool { return hc.Key == pubB })
+	if first < 0 || rep.Heads[first].Head < recovered || rep.Heads[first].Head >= finished {
+		t.Fatalf("signed heads %+v (takeover at %d, end at %d): want one by runner-b over its takeover, covering the resume, before the run's end", rep.Heads, recovered, finished)
+	}
+	if rep.Heads[0].Key != pubA {
+		t.Errorf("heads %+v: want the first signed by runner-a", rep.Heads)
+	}
+}
+
+// headlessJS is the runner's real JetStream, except that every append of
+// a head_signed fails before anything is published: the runner dies, as
+// far as its signatures go, between each decision and its signature.
+type headlessJS struct{ jetstream.JetStream }
+
+func (u headlessJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if strings.HasPrefix(m.Subject, "weft.ev.") && bytes.Contains(m.Data, []byte(`"type":"head_signed"`)) {
+		return nil, errors.Join(errors.New("the runner died before its signature was sent"), nats.ErrConnectionClosed)
+	}
+	return u.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// TestSemantics8_AnIdleRunCancelledByARunnerThatDiesBeforeSigningIsSignedByTheNext
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): a run waiting for an approval (idle: no
+// weft_drivers entry) is cancelled by runner-a, which never gets its end
+// head appended and stops. The cancel put the run's entry before its
+// append, so the runner that owns the partition next finds the finished
+// run, signs its end, and the export verifies with --trust.
+func TestSemantics8_AnIdleRunCancelledByARunnerThatDiesBeforeSigningIsSignedByTheNext(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 13)
+	keyB, pubB := userKey(t, 14)
+	b := &bodies{}
+	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	nc := h.srv.Connect()
+	ra, err := runner.New(nc, headlessJS{h.srv.JS}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ra.Run(actx) }()
+	stopA := sync.OnceFunc(func() { cancelA(); <-done })
+	t.Cleanup(stopA)
+	h.startServed(c, api.StartRequest{Run: "ic1", Agent: "desk", Input: "pay"})
+	h.waitStatus("ic1", aggregate.StatusSuspended)
+	if _, err := retryingCancel(c, h, "ic1"); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("ic1", aggregate.StatusFinished)
+	stopA()
+
+	// The finished run's entry outlives runner-a: the next owner finds it.
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(c, runner.DriverKey("ic1", runner.DefaultPartitions)); err != nil {
+		t.Fatalf("the cancelled run's weft_drivers entry: %v; want it kept until its end is signed", err)
+	}
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(keyB))
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "ic1")
+	rep := audit.Verify(envs, audit.WithTrust(pubA, pubB))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version || rep.Heads[len(rep.Heads)-1].Signer != "runner-b" {
+		t.Fatalf("verify with --trust of both keys: %+v, signed through %d of %d, heads %+v", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version, rep.Heads)
+	}
+}
+
+// TestSignedHeadsSignWhatIsAppendedAfterTheEnd (docs/adr/0026-signed-heads.md;
+// the chaos check finished_run_not_signed found it): a worker's late
+// report to a finished run is recorded refused after the end head; the
+// runner signs the head after it too, so the finished run's history still
+// ends with a signed head and verifies with --trust.
+func TestSignedHeadsSignWhatIsAppendedAfterTheEnd(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	runnerKey, runnerPub := userKey(t, 15)
+	h.startRunner([]*agent.Agent{build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())}, runner.WithHeadKey(runnerKey))
+	c := ctx(t)
+	h.startServed(c, api.StartRequest{Run: "late1", Agent: "desk", Input: "close the books"})
+	audittest.WaitEndHead(t, h.srv.Log, "late1")
+	if _, err := h.client.Report(c, api.Report{Schema: 1, Run: "late1", Action: "9/none", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}); err != nil {
+		t.Logf("late report: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		envs, _, err := h.srv.Log.Load(c, "late1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		refused := slices.IndexFunc(envs, func(env events.Envelope) bool { return env.Type == events.NameReportRefused })
+		if refused >= 0 && envs[len(envs)-1].Type == events.NameHeadSigned && len(envs)-1 > refused {
+			if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() {
+				t.Fatalf("verify with --trust: %+v", rep.Problem)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			var types []events.Name
+			for _, env := range envs {
+				types = append(types, env.Type)
+			}
+			t.Fatalf("the log %v: want report_refused followed by a signed head", types)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// versionOf is the version of the last event of type name in envs (0: none).
+func versionOf(envs []events.Envelope, name events.Name) uint64 {
+	var v uint64
+	for _, env := range envs {
+		if env.Type == name {
+			v = env.Version
+		}
+	}
+	return v
+}
+
+// toggledHeadlessJS is headlessJS while off is set: the runner's appends
+// of head_signed fail from then on, the rest goes through.
+type toggledHeadlessJS struct {
+	jetstream.JetStream
+	off *atomic.Bool
+}
+
+func (u toggledHeadlessJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if u.off.Load() {
+		return headlessJS{u.JetStream}.PublishMsg(ctx, m, opts...)
+	}
+	return u.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// TestSemantics8_AnAppendToAFinishedRunLeftUnsignedIsSignedByTheNext
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): runner-a finishes a run and signs its
+// end; a worker's late report is then recorded refused after the end,
+// and runner-a never gets the head after it signed (its signature
+// appends fail) and stops. The run's weft_drivers entry was put before
+// that append, so the runner that owns the partition next finds the
+// finished run, signs its tail without taking it over (no run_recovered),
+// deletes the entry, and the export verifies with --trust.
+func TestSemantics8_AnAppendToAFinishedRunLeftUnsignedIsSignedByTheNext(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 16)
+	keyB, pubB := userKey(t, 17)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+	var off atomic.Bool
+	nc := h.srv.Connect()
+	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ra.Run(actx) }()
+	stopA := sync.OnceFunc(func() { cancelA(); <-done })
+	t.Cleanup(stopA)
+	h.startServed(c, api.StartRequest{Run: "late2", Agent: "desk", Input: "close the books"})
+	audittest.WaitEndHead(t, h.srv.Log, "late2")
+
+	off.Store(true)
+	if _, err := h.client.Report(c, api.Report{Schema: 1, Run: "late2", Action: "9/none", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}); err != nil {
+		t.Logf("late report: %v", err)
+	}
+	envs, _, err := h.srv.Log.Load(c, "late2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(envs); n == 0 || envs[n-1].Type != events.NameReportRefused {
+		t.Fatalf("the log ends with %v: want the late report refused, unsigned", envs[len(envs)-1].Type)
+	}
+	stopA()
+
+	c = context.Background() // the wait below is bounded by its own deadline
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(keyB))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		envs, _, err = h.srv.Log.Load(c, "late2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if envs[len(envs)-1].Type == events.NameHeadSigned {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log ends with %v: want runner-b's signed head after the late report", envs[len(envs)-1].Type)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep := audit.Verify(envs, audit.WithTrust(pubA, pubB))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version || rep.Heads[len(rep.Heads)-1].Signer != "runner-b" {
+		t.Fatalf("verify with --trust of both keys: %+v, signed through %d of %d, heads %+v", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version, rep.Heads)
+	}
+	if v := versionOf(envs, events.NameRunRecovered); v != 0 {
+		t.Fatalf("run_recovered at %d: a finished run is signed, never taken over", v)
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := kv.Get(c, runner.DriverKey("late2", runner.DefaultPartitions)); errors.Is(err, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the finished run's weft_drivers entry is still there after its tail was signed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSemantics8_AnAppendToAFinishedRunWhoseSignatureFailedIsSignedOnRetry
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): the head after a late report refused
+// on a finished run cannot be appended while the store refuses it; the
+// runner keeps the run's weft_drivers entry and wakes the run again, so
+// once the store takes it the finished run's history ends signed by the
+// same runner, and the entry is deleted.
+func TestSemantics8_AnAppendToAFinishedRunWhoseSignatureFailedIsSignedOnRetry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, pubA := userKey(t, 18)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+	var off atomic.Bool
+	nc := h.srv.Connect()
+	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithHeadKey(keyA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ra.Run(actx) }()
+	t.Cleanup(func() { cancelA(); <-done })
+	h.startServed(c, api.StartRequest{Run: "late3", Agent: "desk", Input: "close the books"})
+	audittest.WaitEndHead(t, h.srv.Log, "late3")
+
+	off.Store(true)
+	if _, err := h.client.Report(c, api.Report{Schema: 1, Run: "late3", Action: "9/none", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}); err != nil {
+		t.Logf("late report: %v", err)
+	}
+	envs, _, err := h.srv.Log.Load(c, "late3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(envs); n == 0 || envs[n-1].Type != events.NameReportRefused {
+		t.Fatalf("the log ends with %v: want the late report refused, unsigned", envs[len(envs)-1].Type)
+	}
+	off.Store(false)
+
+	c = context.Background() // the wait below is bounded by its own deadline
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		envs, _, err = h.srv.Log.Load(c, "late3")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, kerr := kv.Get(c, runner.DriverKey("late3", runner.DefaultPartitions))
+		if envs[len(envs)-1].Type == events.NameHeadSigned && errors.Is(kerr, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log ends with %v, the entry's read: %v: want a signed head after the late report, the entry deleted", envs[len(envs)-1].Type, kerr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep := audit.Verify(envs, audit.WithTrust(pubA))
+	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
 	}
 }

@@ -131,16 +131,7 @@ func TestAuditVerifyFileSignedHeads(t *testing.T) {
 
 func readExport(t *testing.T, path string) []events.Envelope {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	envs, err := audit.ReadExport(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return envs
+	return audittest.ReadExport(t, path)
 }
 
 func writeExport(t *testing.T, path string, envs []events.Envelope) string {

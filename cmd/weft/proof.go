@@ -84,13 +84,12 @@ func signAnswer(ctx context.Context, w io.Writer, q runReader, sf *signFlags, ru
 	if edit != nil {
 		s.Approved = edit
 	}
-	s.Reason = reason
-	pub, _ := kp.PublicKey()
-	p, err := proof.New(s, pub, time.Now().Add(sf.ttl))
-	if err != nil {
+	if s, err = s.Answering(answer, reason); err != nil {
 		return nil, err
 	}
-	if p, err = proof.Sign(p, kp.Sign); err != nil {
+	pub, _ := kp.PublicKey()
+	p, err := proof.SignAnswer(s, kp, time.Now().Add(sf.ttl))
+	if err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(w, "signing: %s run %s action %s revision %d (%s v%d): %s %s\n  key %s, expires %s\n",

@@ -30,7 +30,11 @@ its view says status quarantined with the message's stream sequence).
 
   weft runs --status quarantined       which runs are quarantined
   weft repair show <run>               the offending message: sequence, subject,
-                                       headers, body, what is wrong with it
+                                       headers, body, what is wrong with it; and
+                                       the run's earlier repairs: who voided each
+                                       message and whether the record's signed
+                                       proof verifies (as audit verify checks it;
+                                       exit 4 when one does not)
   weft repair drop <run> --seq N --reason "..." [--by NAME]
                                        supersede that message: a void record is
                                        appended on the run's subject (the message
@@ -133,6 +137,43 @@ type repairShown struct {
 	Body        string                `json:"body,omitempty"`
 	Bytes       int                   `json:"bytes,omitempty"`
 	Voids       []eventlog.VoidRecord `json:"voids,omitempty"`
+	// Checks is the check of each void record, in the order of Voids, as
+	// `weft audit verify` checks it (audit.CheckVoid): who voided it and
+	// whether its signed proof verifies (Problem says why not).
+	Checks []voidChecked `json:"checks,omitempty"`
+}
+
+// voidChecked is the check of one void record.
+type voidChecked struct {
+	audit.VoidCheck
+	Problem string `json:"problem,omitempty"`
+}
+
+// checkVoidRecords checks each of voids of run as audit verify does,
+// without a trust: a signed proof is checked against the record.
+func checkVoidRecords(run string, voids []eventlog.VoidRecord) []voidChecked {
+	out := make([]voidChecked, 0, len(voids))
+	for _, v := range voids {
+		who, p := audit.CheckVoid(run, v)
+		c := voidChecked{VoidCheck: who}
+		if p != nil {
+			c.Problem = p.Message
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// describe says who voided the message and whether the record's signed
+// proof verifies.
+func (c voidChecked) describe() string {
+	switch {
+	case c.Problem != "":
+		return fmt.Sprintf("by %q: its signed proof DOES NOT VERIFY (%s)", c.By, c.Problem)
+	case c.Verified:
+		return c.Describe() + ": the signed proof verifies"
+	}
+	return c.Describe()
 }
 
 func repairShow(ctx context.Context, e *env, log *eventlog.Log, run string, maxBody int, asJSON bool) error {
@@ -144,7 +185,8 @@ func repairShow(ctx context.Context, e *env, log *eventlog.Log, run string, maxB
 	if err != nil {
 		return err
 	}
-	shown := repairShown{Run: run, Voids: voids}
+	checks := checkVoidRecords(run, voids)
+	shown := repairShown{Run: run, Voids: voids, Checks: checks}
 	if p == nil {
 		if head, err := log.Head(ctx, run); err == nil && head.IsZero() {
 			return weft.UnknownRun(run)
@@ -159,11 +201,11 @@ func repairShow(ctx context.Context, e *env, log *eventlog.Log, run string, maxB
 			body = body[:maxBody]
 		}
 		shown = repairShown{Run: run, Quarantined: true, Seq: p.Seq, Problem: p.Reason, Subject: m.Subject,
-			Headers: m.Header, Body: printable(body), Bytes: len(m.Data), Voids: voids}
+			Headers: m.Header, Body: printable(body), Bytes: len(m.Data), Voids: voids, Checks: checks}
 	}
 	if asJSON {
 		printJSON(e.stdout, shown)
-		return nil
+		return voidsNotVerified(run, voids, checks)
 	}
 	if !shown.Quarantined {
 		fmt.Fprintf(e.stdout, "run %s is not quarantined: every message of its log folds\n", run)
@@ -183,9 +225,23 @@ func repairShow(ctx context.Context, e *env, log *eventlog.Log, run string, maxB
 		fmt.Fprintf(e.stdout, "  body (%d bytes): %s\n", shown.Bytes, shown.Body)
 		fmt.Fprintf(e.stdout, "to void it: weft repair drop %s --seq %d --reason '...'\n", run, shown.Seq)
 	}
-	for _, v := range voids {
-		fmt.Fprintf(e.stdout, "voided: sequence %d (%d bytes, sha256 %s) by %q at %s: %s (record at sequence %d)\n",
-			v.Seq, v.Bytes, v.SHA256, v.By, v.Recorded.Format(time.RFC3339), v.Reason, v.At)
+	for i, v := range voids {
+		fmt.Fprintf(e.stdout, "voided: sequence %d (%d bytes, sha256 %s) %s at %s: %s (record at sequence %d)\n",
+			v.Seq, v.Bytes, v.SHA256, checks[i].describe(), v.Recorded.Format(time.RFC3339), v.Reason, v.At)
+	}
+	return voidsNotVerified(run, voids, checks)
+}
+
+// voidsNotVerified is repair show's answer when a void record of run
+// claims a signed proof that does not verify: the exit code audit verify
+// gives the same record (exitAudit, docs/cli.md), its message starting
+// with the same kind (proof); nil otherwise.
+func voidsNotVerified(run string, voids []eventlog.VoidRecord, checks []voidChecked) error {
+	for i, c := range checks {
+		if c.Problem != "" {
+			return auditError{fmt.Sprintf("proof: run %s: the void of the message at stream sequence %d (record at sequence %d): its signed proof does not verify (%s); weft audit verify %s checks the whole history",
+				run, voids[i].Seq, voids[i].At, c.Problem, run)}
+		}
 	}
 	return nil
 }

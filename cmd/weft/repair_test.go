@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -88,7 +92,7 @@ func TestCLIRepairShowAndDropAQuarantinedRun(t *testing.T) {
 		t.Fatalf("verify after repair: %d %s %s", code, out, errs)
 	}
 	contains(t, "verify's repair note", errs, "repaired", "stream sequence "+seq, "voided by alice (unverified)", "pasted into the wrong terminal")
-	if code, out, _ := cli(t, "repair", "show", "pay-42"); code != 0 || !strings.Contains(out, "not quarantined") || !strings.Contains(out, "voided: sequence "+seq) {
+	if code, out, _ := cli(t, "repair", "show", "pay-42"); code != 0 || !strings.Contains(out, "not quarantined") || !strings.Contains(out, "voided: sequence "+seq) || !strings.Contains(out, "by alice (unverified)") {
 		t.Fatalf("repair show after the repair: %d %s", code, out)
 	}
 }
@@ -175,6 +179,11 @@ func TestSecurityWhoDidIt_RepairDropSigned(t *testing.T) {
 		t.Fatalf("verify after the signed repair: %d %s", code, errs)
 	}
 	contains(t, "verify's repair note", errs, "stream sequence "+seq, "voided "+unchecked)
+	code, out, errs = cli(t, "repair", "show", "pay-42")
+	if code != 0 {
+		t.Fatalf("repair show after the signed repair: %d %s", code, errs)
+	}
+	contains(t, "repair show", out, "voided: sequence "+seq, unchecked+": the signed proof verifies")
 	if code, out, errs := cli(t, "audit", "verify", "pay-42", "--json"); code != 0 || !strings.Contains(out, `"voids": [`) || !strings.Contains(out, `"seq": `+seq+`,`) || !strings.Contains(out, `"key": "`+pub+`"`) {
 		t.Fatalf("verify --json does not report the void: %d %s %s", code, out, errs)
 	}
@@ -194,5 +203,29 @@ func TestSecurityWhoDidIt_RepairDropSigned(t *testing.T) {
 	}
 	if code, _, errs := cli(t, "audit", "verify", "pay-42", "--people", people); code != exitAudit || !strings.Contains(errs, `untrusted: run pay-42: the void of the message at stream sequence `+seq) || !strings.Contains(errs, "a key you do not name as a person's") {
 		t.Fatalf("verify --people naming another key: %d %s", code, errs)
+	}
+
+	// A void record written by hand, claiming the proof signed for another
+	// reason: repair show says it does not verify.
+	forged, err := json.Marshal(map[string]any{"schema": eventlog.MessageSchema, "void": eventlog.Void{Seq: ack.Sequence, SHA256: hex.EncodeToString(sum[:]), Bytes: len("<html>oops</html>"),
+		Subject: "weft.ev.pay-42.events", Problem: "forged", Reason: "pasted into the wrong terminal", By: "mallory",
+		Identity: events.Identity{Verified: true, Key: pub}, Proof: &other, Recorded: time.Now().UTC()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := nats.NewMsg(eventlog.Subject("pay-42"))
+	m.Data = forged
+	m.Header.Set(eventlog.HeaderRun, "pay-42")
+	m.Header.Set(eventlog.HeaderVoid, seq)
+	if _, err := s.JS.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cli(t, "repair", "show", "pay-42")
+	if code != exitAudit || !strings.Contains(errs, "proof: run pay-42: the void of the message at stream sequence") {
+		t.Fatalf("repair show with a forged void record: exit %d, want %d (as audit verify), %s", code, exitAudit, errs)
+	}
+	contains(t, "repair show of a forged record", out, `by "mallory": its signed proof DOES NOT VERIFY`, "other_reason")
+	if strings.Count(out, ": the signed proof verifies") != 1 {
+		t.Errorf("repair show: want only the real void verified:\n%s", out)
 	}
 }

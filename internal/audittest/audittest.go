@@ -11,11 +11,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 )
@@ -55,6 +57,21 @@ func Replace(envs []events.Envelope, typ events.Name, old, new string) ([]events
 		}
 	}
 	return Rechain(out), n
+}
+
+// ReadExport reads the exported history at path (audit.ReadExport).
+func ReadExport(t testing.TB, path string) []events.Envelope {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	envs, err := audit.ReadExport(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return envs
 }
 
 // Rechain returns a copy of envs whose every Prev is the hash of the event

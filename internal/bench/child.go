@@ -92,7 +92,7 @@ func Child() (bool, error) {
 	}
 	// Warnings go to stderr, whose tail the bench keeps (tailBuffer).
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(childDrain), runner.WithLogger(logger))
+	r, err := runner.New(nc, js, ags, runner.WithID(c.ID), runner.WithLease(benchLease), runner.WithDrainWindow(childDrain), runner.WithLogger(logger), runner.WithHeadKey(headKey()))
 	if err != nil {
 		return true, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
@@ -190,7 +191,7 @@ func (b *bencher) startRuntime(ctx context.Context) error {
 		return err
 	}
 	ropts := []runner.Option{runner.WithID(fmt.Sprintf("bench-main-%d-%d", time.Now().Unix()%100000, runnerSeq.Add(1))),
-		runner.WithLease(benchLease), runner.WithDrainWindow(2 * time.Second)}
+		runner.WithLease(benchLease), runner.WithDrainWindow(2 * time.Second), runner.WithHeadKey(headKey())}
 	if b.srv.sync && !b.cfg.NoGroupCommit {
 		ropts = append(ropts, runner.WithGroupCommit())
 	}
@@ -389,3 +390,15 @@ func (stepsModel) Complete(_ context.Context, req model.Request) (model.Reply, e
 	}
 	return model.Reply{Kind: model.ReplyFinalAnswer, Usage: u, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}, nil
 }
+
+// headKey is the head signing key of this process's runners: the bench's
+// runners sign their runs' heads as a deployment's do (`weft dev`, `weft
+// roles init` give them one), so that the figures include signing
+// (docs/adr/0026-signed-heads.md).
+var headKey = sync.OnceValue(func() nkeys.KeyPair {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		panic(fmt.Sprintf("bench: head key: %v", err))
+	}
+	return kp
+})

@@ -322,6 +322,7 @@ type harness struct {
 	violations []Violation
 	cmds       []command
 	kills      []runnerKill // availability.go
+	headKey    string       // the runners' head key (public)
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -473,6 +474,18 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 		envLease + "=" + h.cfg.Lease.String(), envAckWait + "=1s"}
 	common = h.withTypeScript(common)
 	common = append(common, expiryEnv(h.cfg.ApprovalExpiry)...)
+	// The runners sign their runs' heads with the deployment's one head
+	// key, as a deployment's do (signing's cost is in every figure), and
+	// the check verifies every finished run against it (checkSigned).
+	headKey := filepath.Join(h.dir, runner.HeadKeyFile)
+	kp, _, kerr := runner.LoadOrCreateHeadKey(headKey)
+	if kerr == nil {
+		h.headKey, kerr = kp.PublicKey()
+	}
+	if kerr != nil {
+		return nil, kerr
+	}
+	common = append(common, runner.EnvHeadKey+"="+headKey)
 	for i := range h.cfg.Runners {
 		h.runners = append(h.runners, h.newPart(fmt.Sprintf("runner-%d", i+1), "runner", common))
 	}
@@ -522,8 +535,8 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.checkDrivers(ctx)
 	h.logf("checking that every unfinished run can be answered")
 	h.checkAnswerable(ctx, w)
-	h.logf("stopping runners and workers")
-	h.settle()
+	h.logf("stopping workers, then runners once every finished run's entry is gone")
+	h.settle(ctx)
 	h.checkInternalRefusals()
 	h.logf("checking")
 	h.checkTypeScriptServed()
@@ -629,13 +642,28 @@ func (h *harness) quiet() {
 	h.notef("not every part was up a minute into the quiet phase")
 }
 
-// settle stops the runners and the workers for good before the checks,
-// so that the log stops growing (late reports of stale attempts are
-// recorded as refused until then). Every run has finished: nothing is
-// left to drain, so they are killed (SIGTERM drains are faults of the
-// schedule).
-func (h *harness) settle() {
-	for _, p := range append(append([]*part{}, h.runners...), h.workers...) {
+// settle stops the workers and then the runners for good before the
+// checks, so that the log stops growing (late reports of stale attempts
+// are recorded as refused until then). The workers go first: a late
+// report a runner records after a run's end is followed by a signed head,
+// and the run's weft_drivers entry stays until it is signed
+// (docs/adr/0026-signed-heads.md); the runners are stopped once no such
+// entry is left (within driverGrace), so that none is killed between
+// that append and its signature with no runner left to sign it. Every
+// run has finished: nothing is left to drain, so they are killed
+// (SIGTERM drains are faults of the schedule).
+func (h *harness) settle(ctx context.Context) {
+	for _, p := range h.workers {
+		p.halt()
+	}
+	deadline := time.Now().Add(h.driverGrace())
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if left, err := h.driverLeftovers(ctx); err == nil && len(left) == 0 {
+			break
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	for _, p := range h.runners {
 		p.halt()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,6 +37,7 @@ const (
 	checkEndedNotRun       = "attempted_action_ended_not_run" // an action with a fenced attempt ended as if it never ran
 	checkNotFinished       = "run_not_finished"               // a run was not finished at the end of the quiet phase
 	checkAudit             = "audit_verify"                   // the history or the projection failed weft audit verify
+	checkSigned            = "finished_run_not_signed"        // a finished run's history failed weft audit verify --trust with the runners' head key
 	checkProjectionBehind  = "projection_behind"              // the projector never caught up with the log
 	checkAckLost           = "acknowledged_event_lost"        // an append the server acknowledged is not in the log
 	checkDuplicated        = "event_duplicated"               // an event is in the log twice
@@ -456,6 +458,14 @@ func (h *harness) checkAudit(ctx context.Context, res *Result, run string, views
 	}
 	if rep := audit.Verify(envs, opts...); !rep.OK() {
 		v(checkAudit, run, "", "%s", rep.Problem.Error())
+	}
+	// Every finished run verifies against the runners' head key, whatever
+	// runner died between a decision and its signature (runner/signhead.go).
+	finished := slices.ContainsFunc(envs, func(env events.Envelope) bool { return env.Type == events.NameRunFinished })
+	if h.headKey != "" && finished {
+		if rep := audit.Verify(envs, audit.WithTrust(h.headKey)); !rep.OK() {
+			v(checkSigned, run, "", "%s", rep.Problem.Error())
+		}
 	}
 }
 

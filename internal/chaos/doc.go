@@ -98,7 +98,8 @@
 //     against the log, its lease holder, its last log lines and its
 //     goroutines (SIGQUIT, written to its log);
 //   - weft audit verify passes on every run (chain, refold, and the
-//     projector's stored view byte for byte once it caught up);
+//     projector's stored view byte for byte once it caught up), and with
+//     --trust of the runners' head key on every finished run;
 //   - every acknowledged append is in the stream at its sequence, no event
 //     is in it twice, and every run's versions are 1, 2, 3, ...;
 //   - every command answered ok left its event; concurrent approvals of

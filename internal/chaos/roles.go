@@ -201,11 +201,19 @@ func runnerMain(ctx context.Context, logger *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	r, err := runner.New(node.Conn(), js, []*agent.Agent{a}, runner.WithID(id), runner.WithLease(lease),
-		runner.WithDrainWindow(5*time.Second), runner.WithLogger(logger.With("runner", id)),
+	opts := []runner.Option{runner.WithID(id), runner.WithLease(lease),
+		runner.WithDrainWindow(5 * time.Second), runner.WithLogger(logger.With("runner", id)),
 		runner.WithExternalTools(externalTools...),
 		runner.WithWorkerOptions(worker.WithAckWait(envDuration(envAckWait, time.Second)), worker.WithID(id+"-w"),
-			worker.WithAttemptCheck(lk.check(worker.LogCheck(node.JetStream())))))
+			worker.WithAttemptCheck(lk.check(worker.LogCheck(node.JetStream()))))}
+	if path := os.Getenv(runner.EnvHeadKey); path != "" {
+		kp, err := runner.ReadHeadKey(path)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, runner.WithHeadKey(kp))
+	}
+	r, err := runner.New(node.Conn(), js, []*agent.Agent{a}, opts...)
 	if err != nil {
 		return err
 	}

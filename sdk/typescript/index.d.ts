@@ -225,6 +225,11 @@ export interface ProofSubject {
    */
   approved_sha256?: string;
   answer: "approve" | "reject";
+  /**
+   * For a reject only: the reason sent with it, exactly; the proof then
+   * covers it and is signed as "weft approval proof v3".
+   */
+  reason?: string;
 }
 export interface ApprovalProof extends ProofSubject { key: string; expires: string; signature: string; }
 /** Lowercase hex SHA-256 of a call's canonical arguments bytes, as received (never re-serialized). */
@@ -235,7 +240,7 @@ export function argumentsSha256(canonical: string | Uint8Array): string;
  * writes them. argumentsSha256(canonicalArguments(edit)) is approved_sha256.
  */
 export function canonicalArguments(value: unknown): string;
-/** The SHA-256 digest a proof's signature signs (v2 when approved_sha256 is set). */
+/** The SHA-256 digest a proof's signature signs (v3 when reason is set, else v2 when approved_sha256 is set). */
 export function proofDigest(p: Omit<ApprovalProof, "signature">): Buffer;
 /** Signs the answer with an nkey user key pair (@nats-io/nkeys fromSeed) or any signer alike. */
 export function signProof(subject: ProofSubject, signer: { getPublicKey(): string; sign(data: Uint8Array): Uint8Array }, expires: Date | string | number): ApprovalProof;

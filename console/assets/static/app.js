@@ -161,12 +161,15 @@
   function unix(iso) { return String(Math.floor(Date.parse(iso) / 1000)); }
 
   // approvalDigest is proof.Digest's input for an approval proof: under
-  // "weft approval proof v2", with the approved arguments' hash after the
-  // key, for a proof of an edited approve (docs/semantics.md §4,
+  // "weft approval proof v3", with the approved arguments' hash (empty)
+  // and the reason after the key, for a reject signed with its reason;
+  // under "weft approval proof v2", with the approved arguments' hash
+  // after the key, for a proof of an edited approve (docs/semantics.md §4,
   // "Approving narrower arguments").
   function approvalDigest(p) {
     var fields = [p.answer, p.run, p.action, String(p.revision), p.requirement.name,
       String(p.requirement.version), p.tool, p.arguments_sha256, unix(p.expires), p.key];
+    if (p.reason) return digestInput("weft approval proof v3", fields.concat([p.approved_sha256 || "", p.reason]));
     if (p.approved_sha256) return digestInput("weft approval proof v2", fields.concat([p.approved_sha256]));
     return digestInput("weft approval proof v1", fields);
   }
@@ -281,6 +284,11 @@
     if (file) file.value = "";
   }
 
+  // goTrimSpace is Go's strings.TrimSpace: the white space of
+  // unicode.IsSpace (JavaScript's trim also takes U+FEFF, not U+0085).
+  var goTrim = /^[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+|[\t\n\v\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$/g;
+  function goTrimSpace(s) { return s.replace(goTrim, ""); }
+
   // proofFor signs the form's request with the answer of the button
   // pressed. Its expiry is the approver's lifetime from now by the
   // console's clock (estimated from the card's render time), less a margin
@@ -304,8 +312,15 @@
       try { edit = editedArguments(form); } catch (err) { return Promise.reject(err); }
       if (edit) approved = crypto.subtle.digest("SHA-256", new TextEncoder().encode(edit)).then(function (sum) { return hex(new Uint8Array(sum)); });
     }
+    // A reject states the reason the console sends (strings.TrimSpace of
+    // the field), so that its proof covers the reason the model reads.
+    var reason = form.querySelector("textarea[name=reason], input[name=reason]");
     return approved.then(function (h) {
       if (h) p.approved_sha256 = h;
+      if (p.answer === "reject" && reason) {
+        var r = goTrimSpace(reason.value);
+        if (r) p.reason = r;
+      }
       return readKey(form);
     }).then(function (text) { return sign(text, p, approvalDigest); });
   }

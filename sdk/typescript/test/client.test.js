@@ -97,6 +97,29 @@ test("TestScenario15_ApprovalWithASignedProofFromTypeScript: the proof is record
   }
 });
 
+test("TestSecuritySignedReject_FromTypeScript: a reject signed with its reason is recorded with a proof that covers it; a proof of another reason is refused other_reason", async () => {
+  await client.start({ run: "ts-reject", agent: "tsdk", input: JSON.stringify([{ tool: "guarded", args: { text: "pay 40" } }]) });
+  await client.waitFor("ts-reject", suspended);
+  const [item] = await pendingApprovals("ts-reject");
+  const subject = {
+    run: item.run, action: item.action, revision: item.revision, requirement: item.requirement, tool: item.tool,
+    arguments_sha256: argumentsSha256(canonicalArguments(item.arguments)), answer: "reject",
+  };
+  const expires = new Date(Date.now() + 30000);
+  const ref = { run: "ts-reject", action: item.action, revision: item.revision, approver: "keys", reason: "a duplicate" };
+  const other = signProof({ ...subject, reason: "paid by card" }, approverKey, expires);
+  const refused = await client.reject({ ...ref, proof: other }).catch((e) => e);
+  assert.ok(refused instanceof ProofRefusedError, `a proof of another reason: ${refused}`);
+  assert.equal(refused.reason, "other_reason");
+  const proof = signProof({ ...subject, reason: ref.reason }, approverKey, expires);
+  await client.reject({ ...ref, proof });
+  const view = await client.waitFor("ts-reject", finished);
+  const [answered] = view.actions.find((a) => a.id === item.action).approvals;
+  assert.equal(answered.answer, "reject");
+  assert.equal(answered.reason, "a duplicate");
+  assert.deepEqual(answered.proof, { key: approverKey.getPublicKey(), verified: true });
+});
+
 test("TestSemantics4_ApproveNarrower_FromTypeScript: an edited approve with a v2 proof runs the tool with the edit; a v1 proof or arguments the tool refuses record nothing", async () => {
   const nc = await connect({ servers: h.url });
   const w = new Worker(nc, { agent: "tsdk", version: "1" });

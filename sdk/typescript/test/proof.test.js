@@ -70,3 +70,24 @@ test("TestSemantics4_ApproveNarrower_ProofV2IsGos: an edited approve is signed a
   assert.equal(v1.signature, goAsAsked);
   assert.throws(() => signProof({ ...subject, answer: "reject" }, kp, new Date(expires)), TypeError);
 });
+
+// Computed by the Go package proof (proof.Subject.Answering, proof.SignAnswer)
+// with the key of seed 32 × 0x07: the example rejected with the reason of
+// docs/protocol/20-events.md's v3 example, whose digest it pins.
+const goRejected = {
+  key: "UDVEU3DD4KOFECV66VIHWEZOYX4ZKR3WV27L464SIIPOU2IUI3JCYSJF", run: "pay-7", action: "2/call_2_1", revision: 1,
+  requirement: { name: "finance", version: 1 }, tool: "send_payment",
+  arguments_sha256: "3690a0c6469cc9c1d850060aa33d647a8591a36479274a8538e4260dbe25c814",
+  answer: "reject", reason: "the invoice is a duplicate", expires: "2026-11-30T10:01:00Z",
+  signature: "OZhXkqNMZ9Lb1gjQwnvr6l27-Q707aQAQTEuOwfGYs8ypEvujzaDSbK8BKS_YQxRnN4uZTYxY9aR2FEuPPhMDw",
+};
+
+test("TestSecuritySignedReject_ProofV3IsGos: a reject signed with its reason is the v3 proof, byte for byte the Go proof; an approve gives no reason", () => {
+  const kp = fromSeed(new TextEncoder().encode(seed));
+  const { key, signature, expires, ...subject } = goRejected;
+  const p = signProof(subject, kp, new Date(expires));
+  assert.deepEqual(p, goRejected);
+  assert.deepEqual(Object.keys(p), Object.keys(goRejected), "the proof's members in the Go proof's order");
+  assert.equal(proofDigest(p).toString("hex"), "008e38bd6f8b33b060cf2cb93f5807e814f2a6c0ed08b390d376455cabefe8a6");
+  assert.throws(() => signProof({ ...subject, answer: "approve" }, kp, new Date(expires)), TypeError);
+});
