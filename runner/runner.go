@@ -295,11 +295,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	return r, nil
 }
 
-// bounded returns ctx, ended also when the runner's drain window ends.
+// bounded returns ctx, ended also when the runner's drain window ends
+// (its cause then errNotServing, which waitEnded says).
 func (r *Runner) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(r.serving, cancel)
-	return ctx, func() { stop(); cancel() }
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(r.serving, func() { cancel(errNotServing) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // ID returns the runner's id.
@@ -447,6 +448,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// but has not started goes back to the queue); the bodies it runs go on
 	// within the window.
 	stopWorker()
+	r.testHook("worker-stopped", -1, "")
 	// Hand off first: from now on the runs fence no new attempt and
 	// request no model turn, so the drain waits only for the work that
 	// was in flight at SIGTERM — and whatever was queued behind it is

@@ -63,6 +63,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -319,13 +320,22 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // and late settlements still tried end (LateAfterAbandon at most).
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.endLate()
-	stopSub, ccs, err := w.serve(ctx)
-	if err != nil {
-		return err
+	stopSub, ccs, setupErr := w.serve(ctx)
+	if setupErr == nil {
+		defer stopSub.Unsubscribe()
+		w.ready.Store(true)
+		<-ctx.Done()
+	} else {
+		// The setup failed — ctx ended while the worker was still setting
+		// up (a drain that began as its process started), or a consumer
+		// could not be made — but a consumer set up before may have
+		// delivered tasks already, whose bodies run: they are drained as
+		// below, their reports delivered. Returning now would end w.late
+		// under those reports (given up at their first try, the body's
+		// result lost to its run: docs/semantics.md §8, what was in flight at
+		// SIGTERM is recorded within the window).
+		w.log.Info(SetupStopped, "err", setupErr)
 	}
-	defer stopSub.Unsubscribe()
-	w.ready.Store(true)
-	<-ctx.Done()
 	// Under w.mu, as HandOff adds to w.group: none is added once the drain
 	// began (w.group.Wait below).
 	w.mu.Lock()
@@ -356,14 +366,20 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { drained <- w.group.Wait() }()
 	select {
 	case err := <-drained:
-		return err
+		return cmp.Or(setupErr, err)
 	case <-w.abandon: // the embedding process's drain window ended
 	case <-grace.C:
 		w.log.Warn("worker: bodies still running at the end of the drain grace; abandoning them (reported worker_lost)", "grace", w.grace)
 		w.Abandon()
 	}
-	return <-drained
+	return cmp.Or(setupErr, <-drained)
 }
+
+// SetupStopped is the message Run logs (info level, with err) when its
+// setup failed — ctx ended while it was still setting up, or a consumer
+// could not be made — and it drains the tasks already delivered before it
+// returns the setup's error.
+const SetupStopped = "worker: setup stopped before it completed; draining the tasks already delivered"
 
 // serve sets up what Run consumes (the claims bucket, the stop
 // subscription, a consumer per queue), again and again while the server

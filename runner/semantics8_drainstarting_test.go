@@ -1,0 +1,90 @@
+package runner_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+	"github.com/weftrun/weft/worker"
+)
+
+// docs/semantics.md §8, graceful drain: what was in flight at SIGTERM is
+// recorded within the window — also when SIGTERM comes while the runner's
+// in-process worker is still setting up its consumers (a runner that just
+// started, on a loaded machine: e2e's Scenario 33 failed so). The worker's
+// consumer of the first tool is set up and delivers the task, whose body
+// runs; the consumer of the second tool is still being made when the drain
+// stops the worker, so the worker's setup fails. The worker must still
+// drain the body it runs and deliver its report: its Run returned at once,
+// which ended the time its reports have (worker.LateAfterAbandon's
+// context), so the report was given up at its first try and the action
+// stayed running, the run handed off with its result lost.
+func TestSemantics8_DrainRecordsTheBodyOfAWorkerStillSettingUp(t *testing.T) {
+	t.Parallel()
+	gate := make(chan struct{})
+	started := make(chan struct{}, 1)
+	pay := tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		started <- struct{}{}
+		<-gate
+		return payOut{ID: "p"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+	ship := tools.Bind(tools.Define[payIn, payOut]("ship", "Ship an order."), func(context.Context, tools.Call, payIn) (payOut, error) {
+		return payOut{ID: "s"}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+	m := model.NewRules("s",
+		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
+		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(1, "ok"))})
+	a := build(t, m, []tools.Tool{pay, ship}, policy.Func(allow))
+
+	// The worker sets its consumers up in the agent's tool order: the
+	// create of ship's waits until the drain stopped the worker.
+	setup := make(chan struct{})
+	var held sync.Once
+	trace := jetstream.WithClientTrace(&jetstream.ClientTrace{RequestSent: func(subj string, _ []byte) {
+		if strings.Contains(subj, ".CONSUMER.CREATE.") && strings.Contains(subj, deskQueue("ship").Consumer()) {
+			held.Do(func() { <-setup })
+		}
+	}})
+	stoppedSetup := make(chan struct{})
+	h := newHarness(t)
+	_, stop := h.startRunnerJS([]jetstream.JetStreamOpt{trace}, []*agent.Agent{a},
+		runner.WithLogger(slog.New(signalLog{msg: worker.SetupStopped, once: &sync.Once{}, ch: stoppedSetup})),
+		runner.WithHook(func(event string, _ int, _ string) {
+			if event == "worker-stopped" {
+				close(setup) // the create is sent on a context that ended
+			}
+		}))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33s", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }() // SIGTERM
+	// The body ends once the worker's setup failed (the worker says so;
+	// before it did, its Run returned there, without a word).
+	select {
+	case <-stoppedSetup:
+	case <-time.After(2 * time.Second):
+	}
+	close(gate)
+	<-stopped
+
+	s := h.state("r33s")
+	act := s.Actions()[0]
+	if act.State != aggregate.ActionSucceeded || !s.HandedOff() {
+		t.Fatalf("after the drain: action %s %q, handed off %v; want succeeded (the body's result recorded within the window) and handed off", act.State, act.Detail, s.HandedOff())
+	}
+}
