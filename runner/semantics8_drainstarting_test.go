@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -87,4 +88,62 @@ func TestSemantics8_DrainRecordsTheBodyOfAWorkerStillSettingUp(t *testing.T) {
 	if act.State != aggregate.ActionSucceeded || !s.HandedOff() {
 		t.Fatalf("after the drain: action %s %q, handed off %v; want succeeded (the body's result recorded within the window) and handed off", act.State, act.Detail, s.HandedOff())
 	}
+}
+
+// docs/semantics.md §8 ("a run can always be answered"), with the drain's
+// window: a command that waits for a run another command holds when the
+// drain window ends is answered runner_busy (retry), and says that the
+// runner stopped serving — not that the run was busy for the whole command
+// timeout, which had not passed (a worker's log said so for a report cut
+// off by the end of the window, which sent the search for a lock held for
+// five seconds).
+func TestSemantics8_ACommandWaitingWhenTheWindowEndsSaysTheRunnerStoppedServing(t *testing.T) {
+	t.Parallel()
+	// The run stays in memory, nothing of it running but its model call,
+	// held until the test ends.
+	m := &heldCall{Model: model.NewScripted("s", model.Answer("ok")), called: make(chan struct{})}
+	h := newHarness(t)
+	const run = "ws-0"
+	r, stop := h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))},
+		runner.WithDrainWindow(300*time.Millisecond), runner.WithHandOffLockTimeout(50*time.Millisecond))
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-m.called
+	unlock, ok := runner.HoldRun(r, run)
+	if !ok {
+		t.Fatal("the run is not held in memory")
+	}
+	defer unlock()
+	answered := make(chan error, 1)
+	go func() {
+		// The agent's command timeout (5 s) is longer than the window.
+		_, err := r.Report(context.Background(), worker.Report{Schema: worker.Schema, Run: run, Action: "1/call_1_1", Attempt: 1, Worker: "w",
+			Outcome: worker.OutcomeOutput, Content: []byte(`{"id":"p"}`)})
+		answered <- err
+	}()
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	err := <-answered
+	unlock()
+	<-stopped
+	if weft.ErrorCode(err) != weft.CodeRunnerBusy || !strings.Contains(err.Error(), "this runner stopped serving (its drain window ended)") {
+		t.Fatalf("a report waiting for the run at the end of the window: %v, want runner_busy saying the runner stopped serving", err)
+	}
+}
+
+// heldCall holds its first call until its context ends, saying on called
+// that the call was made.
+type heldCall struct {
+	model.Model
+	called chan struct{}
+	once   sync.Once
+}
+
+func (m *heldCall) Complete(ctx context.Context, req model.Request) (model.Reply, error) {
+	m.once.Do(func() { close(m.called); <-ctx.Done() })
+	if err := ctx.Err(); err != nil {
+		return model.Reply{}, err
+	}
+	return m.Model.Complete(ctx, req)
 }
