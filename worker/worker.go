@@ -309,7 +309,10 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // finish and are reported); a run's stop, their timeout or Abandon stops
 // them. Once ctx ends no new body starts: a task already delivered to this
 // worker but not started is put back on the queue (requeued) for another
-// worker.
+// worker. When the setup fails (ctx ends while the consumers are still
+// being made, or one cannot be made), the tasks that the consumers set up
+// before delivered are drained all the same (SetupStopped), and Run
+// returns the setup's error.
 //
 // The drain is bounded: when the bodies are still running (or a stopped
 // settling body has not returned) the drain grace (WithDrainGrace, default
