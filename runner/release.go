@@ -363,8 +363,18 @@ func (r *Runner) releaseQuiet(ctx context.Context) {
 		if !mine {
 			continue
 		}
+		r.testHook("release-quiet", p, "")
 		if err := r.deletePartKey(ctx, p, rev); err != nil {
+			// Still this runner's (the window ended during the delete, or
+			// the store did not answer): owned again in the table, so that
+			// the end of the drain deletes its key (releaseAll) instead of
+			// leaving it naming this runner after the window.
 			r.log.Debug("partition release", "partition", p, "err", err)
+			t.mu.Lock()
+			if t.owner[p] == "" && t.rev[p] == rev {
+				t.owner[p] = r.id
+			}
+			t.mu.Unlock()
 		}
 	}
 }
