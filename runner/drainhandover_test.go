@@ -186,3 +186,64 @@ func entryValue(e jetstream.KeyValueEntry) string {
 	}
 	return string(e.Value())
 }
+
+// docs/semantics.md §8 and the availability budget (docs/reliability.md),
+// with the default hand-off lock wait: a run still held at the end of the
+// drain used up the hand-off's shared final context waiting for its lock,
+// so the end of the drain deleted the other partitions' keys on an ended
+// context — and, having marked them not owned first, never again: they
+// kept naming the gone runner. At the end of the drain every key but the
+// held run's is deleted, and once Run returned that one too.
+func TestSemantics8_ADrainWithTheDefaultLockWaitDeletesEveryKey(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	const run = "dd-0"
+	drainReleased := make(chan struct{}, 1)
+	r, stop := h.hangingBody(run, runner.WithDrainWindow(300*time.Millisecond),
+		runner.WithHook(func(event string, _ int, _ string) {
+			if event == "drain-released" {
+				drainReleased <- struct{}{}
+			}
+		}))
+	unlock, ok := runner.HoldRun(r, run)
+	if !ok {
+		t.Fatal("the run is not held in memory")
+	}
+	defer unlock()
+	c := ctx(t)
+	parts, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := fmt.Sprintf("p.%04d", partition.Of(run, runner.DefaultPartitions))
+	naming := func() []string {
+		var left []string
+		for p := 0; p < runner.DefaultPartitions; p++ {
+			key := fmt.Sprintf("p.%04d", p)
+			e, err := parts.Get(c, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("partition key %s: %v", key, err)
+			}
+			if string(e.Value()) == r.ID() {
+				left = append(left, key)
+			}
+		}
+		return left
+	}
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); stop() }()
+	<-drainReleased
+	// The hook runs in Run, which waits for it: the keys are as the
+	// hand-over left them.
+	if left := naming(); len(left) != 1 || left[0] != held {
+		t.Errorf("at the end of the drain %d keys name the runner (%v), want only the held run's %s", len(left), left, held)
+	}
+	unlock()
+	<-stopped
+	if left := naming(); len(left) != 0 {
+		t.Errorf("after Run returned %d keys name the gone runner (%v), want none", len(left), left)
+	}
+}

@@ -504,8 +504,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	// the teardown — but not one with a run still held (its lock was not
 	// had in time): its new owner would take over a run this process
 	// still drives (docs/semantics.md §8), so its key is deleted at the end of
-	// Run, once the background work stopped.
-	r.releaseAll(final, false)
+	// Run, once the background work stopped. The deletes get a context of
+	// their own: a run still held can use up all of final waiting for its
+	// lock (the hand-off lock wait is 5 s by default), and deletes made on
+	// an ended context left the keys naming this runner.
+	relCtx, cancelRel := context.WithTimeout(context.Background(), 2*time.Second)
+	r.releaseAll(relCtx, false)
+	cancelRel()
 	r.testHook("drain-released", -1, "")
 	// Drained, not unsubscribed: a forwarded command already delivered to
 	// this process is answered (runner_busy: this runner is stopping)
