@@ -324,16 +324,20 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.endLate()
 	stopSub, ccs, setupErr := w.serve(ctx)
-	if setupErr == nil {
+	if stopSub != nil {
 		defer stopSub.Unsubscribe()
+	}
+	if setupErr == nil {
 		w.ready.Store(true)
 		<-ctx.Done()
 	} else {
 		// The setup failed — ctx ended while the worker was still setting
 		// up (a drain that began as its process started), or a consumer
 		// could not be made — but a consumer set up before may have
-		// delivered tasks already, whose bodies run: they are drained as
-		// below, their reports delivered. Returning now would end w.late
+		// delivered tasks already, whose bodies run: the consumers made
+		// are drained as below, their tasks' bodies waited for and their
+		// reports delivered, and no task they deliver is handled after
+		// Run returned. Returning now would end w.late
 		// under those reports (given up at their first try, the body's
 		// result lost to its run: docs/semantics.md §8, what was in flight at
 		// SIGTERM is recorded within the window).
@@ -389,53 +393,63 @@ const SetupStopped = "worker: setup stopped before it completed; draining the ta
 // does not answer — a worker started while its server restarts waits for
 // it instead of returning — until ctx ends. Any other error (a missing
 // task stream) is returned.
+//
+// What an attempt set up is kept for the next (the stop subscription,
+// the consumers already made, which go on delivering: their tasks are not
+// thrown away) and returned with the error when serve gives up, so that
+// Run drains those consumers and waits for what they delivered.
 func (w *Worker) serve(ctx context.Context) (*nats.Subscription, []jetstream.ConsumeContext, error) {
 	// Each attempt has its own deadline, doubling from 2 s up to 16 s: a
 	// request sent while the server restarts may never be answered.
 	back, limit := backoff.New(100*time.Millisecond, 2*time.Second), backoff.New(2*time.Second, 16*time.Second)
+	var stopSub *nats.Subscription
+	var ccs []jetstream.ConsumeContext
 	for {
 		actx, cancel := context.WithTimeout(ctx, limit.Next())
-		stopSub, ccs, err := w.setup(actx)
+		var err error
+		stopSub, ccs, err = w.setup(actx, stopSub, ccs)
 		cancel()
 		if err == nil {
 			return stopSub, ccs, nil
 		}
 		if ctx.Err() != nil || !unanswered.Is(err) {
-			return nil, nil, err
+			return stopSub, ccs, err
 		}
 		w.log.Warn("worker: the server does not answer; retrying", "err", err)
 		if back.Wait(ctx) != nil {
-			return nil, nil, err
+			return stopSub, ccs, err
 		}
 	}
 }
 
-// setup is one attempt of serve; on an error it undoes what it set up.
-func (w *Worker) setup(ctx context.Context) (*nats.Subscription, []jetstream.ConsumeContext, error) {
-	claims, err := claimsBucket(ctx, w.js)
-	if err != nil {
-		return nil, nil, fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
-	}
-	w.claims = claims
-	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
-		w.stopRun(m.Subject[len(StopSubjectPrefix):])
-		w.stops.Add(1)
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("worker: subscribe stop: %w", err)
-	}
-	var ccs []jetstream.ConsumeContext
-	fail := func(err error) (*nats.Subscription, []jetstream.ConsumeContext, error) {
-		for _, cc := range ccs {
-			cc.Stop()
+// setup is one attempt of serve, given what the attempts before set up
+// (stopSub, or nil; the consumers of w.queues' first len(ccs) queues): it
+// sets up the rest and returns all it set up, also with an error.
+func (w *Worker) setup(ctx context.Context, stopSub *nats.Subscription, ccs []jetstream.ConsumeContext) (*nats.Subscription, []jetstream.ConsumeContext, error) {
+	// Set once, before the first consumer: the tasks of the consumers
+	// kept from an attempt before are handled (and read w.claims) while
+	// this one runs.
+	if w.claims == nil {
+		claims, err := claimsBucket(ctx, w.js)
+		if err != nil {
+			return stopSub, ccs, fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
 		}
-		_ = stopSub.Unsubscribe()
-		return nil, nil, err
+		w.claims = claims
 	}
-	for _, q := range w.queues {
+	if stopSub == nil {
+		var err error
+		stopSub, err = w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
+			w.stopRun(m.Subject[len(StopSubjectPrefix):])
+			w.stops.Add(1)
+		})
+		if err != nil {
+			return nil, ccs, fmt.Errorf("worker: subscribe stop: %w", err)
+		}
+	}
+	for _, q := range w.queues[len(ccs):] {
 		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
 		if err != nil {
-			return fail(fmt.Errorf("worker: consumer for %s: %w", q, err))
+			return stopSub, ccs, fmt.Errorf("worker: consumer for %s: %w", q, err)
 		}
 		h := w.handlers[q]
 		cc, err := c.Consume(func(m jetstream.Msg) {
@@ -445,7 +459,7 @@ func (w *Worker) setup(ctx context.Context) (*nats.Subscription, []jetstream.Con
 			})
 		}, jetstream.PullMaxMessages(64))
 		if err != nil {
-			return fail(fmt.Errorf("worker: consume %s: %w", q, err))
+			return stopSub, ccs, fmt.Errorf("worker: consume %s: %w", q, err)
 		}
 		ccs = append(ccs, cc)
 	}
