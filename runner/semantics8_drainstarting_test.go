@@ -132,6 +132,38 @@ func TestSemantics8_ACommandWaitingWhenTheWindowEndsSaysTheRunnerStoppedServing(
 	}
 }
 
+// docs/semantics.md §8 ("a run can always be answered"): a command whose own
+// context ends while it waits for a run another command holds — its
+// deadline shorter than the command timeout, as a worker's report context
+// may be — is answered runner_busy saying that the command ended, not
+// that the run was busy for the whole command timeout (every deadline
+// was taken for the command timeout's).
+func TestSemantics8_ACommandWhoseOwnDeadlineEndsItsWaitSaysSo(t *testing.T) {
+	t.Parallel()
+	m := &heldCall{Model: model.NewScripted("s", model.Answer("ok")), called: make(chan struct{})}
+	h := newHarness(t)
+	const run = "wd-0"
+	r, _ := h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))})
+	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-m.called
+	unlock, ok := runner.HoldRun(r, run)
+	if !ok {
+		t.Fatal("the run is not held in memory")
+	}
+	defer unlock()
+	// The agent's command timeout is 5 s; the report's own deadline ends
+	// first.
+	rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := r.Report(rctx, worker.Report{Schema: worker.Schema, Run: run, Action: "1/call_1_1", Attempt: 1, Worker: "w",
+		Outcome: worker.OutcomeOutput, Content: []byte(`{"id":"p"}`)})
+	if weft.ErrorCode(err) != weft.CodeRunnerBusy || !strings.Contains(err.Error(), "the command ended while it waited for the run") {
+		t.Fatalf("a report whose own deadline ended while it waited for the run: %v, want runner_busy saying the command ended", err)
+	}
+}
+
 // heldCall holds its first call until its context ends, saying on called
 // that the call was made.
 type heldCall struct {
