@@ -99,11 +99,12 @@ func TestSemantics8_ADrainKeepsThePartitionOfARunStillHeld(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	const run = "dk-0"
-	drainReleased := make(chan struct{}, 1)
+	drainReleased, checked := make(chan struct{}, 1), make(chan struct{})
 	r, stop := h.hangingBody(run, runner.WithDrainWindow(300*time.Millisecond), runner.WithHandOffLockTimeout(50*time.Millisecond),
 		runner.WithHook(func(event string, _ int, _ string) {
 			if event == "drain-released" {
 				drainReleased <- struct{}{}
+				<-checked // Run waits here until the keys were read
 			}
 		}))
 	unlock, ok := runner.HoldRun(r, run)
@@ -122,8 +123,8 @@ func TestSemantics8_ADrainKeepsThePartitionOfARunStillHeld(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
 	<-drainReleased
-	// The hook runs in Run, which waits for it: the keys are as the
-	// hand-over left them.
+	// The hook holds Run: the keys are as the hand-over left them (the end
+	// of Run deletes the held run's key too, even while the test holds it).
 	if _, err := parts.Get(c, other); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("partition key %s of no run held: %v, want deleted at the end of the drain", other, err)
 	}
@@ -132,6 +133,7 @@ func TestSemantics8_ADrainKeepsThePartitionOfARunStillHeld(t *testing.T) {
 	} else if string(e.Value()) != r.ID() {
 		t.Errorf("partition key %s names %q, want %q", key, e.Value(), r.ID())
 	}
+	close(checked)
 	unlock()
 	<-stopped
 }
@@ -198,11 +200,12 @@ func TestSemantics8_ADrainWithTheDefaultLockWaitDeletesEveryKey(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	const run = "dd-0"
-	drainReleased := make(chan struct{}, 1)
+	drainReleased, checked := make(chan struct{}, 1), make(chan struct{})
 	r, stop := h.hangingBody(run, runner.WithDrainWindow(300*time.Millisecond),
 		runner.WithHook(func(event string, _ int, _ string) {
 			if event == "drain-released" {
 				drainReleased <- struct{}{}
+				<-checked // Run waits here until the keys were read
 			}
 		}))
 	unlock, ok := runner.HoldRun(r, run)
@@ -236,11 +239,11 @@ func TestSemantics8_ADrainWithTheDefaultLockWaitDeletesEveryKey(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
 	<-drainReleased
-	// The hook runs in Run, which waits for it: the keys are as the
-	// hand-over left them.
+	// The hook holds Run: the keys are as the hand-over left them.
 	if left := naming(); len(left) != 1 || left[0] != held {
 		t.Errorf("at the end of the drain %d keys name the runner (%v), want only the held run's %s", len(left), left, held)
 	}
+	close(checked)
 	unlock()
 	<-stopped
 	if left := naming(); len(left) != 0 {
