@@ -47,7 +47,7 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s was busy for the whole command timeout", id)}
+				return nil, waitEnded(ctx, id)
 			}
 		}
 		if ok {

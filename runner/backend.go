@@ -45,7 +45,7 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, r.commandTimeout())
+		actx, cancel := context.WithTimeoutCause(ctx, r.commandTimeout(), errCommandTimeout)
 		rn, err := r.acquire(actx, id)
 		cancel()
 		if err != nil {

@@ -116,7 +116,33 @@ func (rn *run) lock(ctx context.Context) error {
 	case rn.sem <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s was busy for the whole command timeout", rn.id)}
+		return waitEnded(ctx, rn.id)
+	}
+}
+
+// errNotServing is the cause with which a command's context ends when the
+// runner stops serving at the end of its drain window (bounded).
+var errNotServing = errors.New("the runner stopped serving: its drain window ended")
+
+// errCommandTimeout is the cause with which a command's wait for its run
+// ends when the command timeout passed (route): any other deadline is the
+// caller's own.
+var errCommandTimeout = errors.New("the command timeout passed")
+
+// waitEnded is the runner_busy answer of a command that waited for run id
+// — its lock, or its read by another command (acquire) — until ctx ended,
+// saying why it ended: the command timeout passed while another command
+// held the run; the runner stopped serving (the end of its drain window,
+// bounded); or the caller's context ended first (a worker that gives up a
+// report, a forwarder that stopped waiting).
+func waitEnded(ctx context.Context, id string) error {
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errNotServing):
+		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: this runner stopped serving (its drain window ended) while the command waited for the run; retry", id)}
+	case errors.Is(cause, errCommandTimeout):
+		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s was busy for the whole command timeout", id)}
+	default:
+		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: the command ended while it waited for the run (%v); retry", id, cause)}
 	}
 }
 

@@ -20,7 +20,9 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // "release-deleted": the partition's key is deleted), at the end of a
 // drain's hand-over, once the keys of the partitions with no run held
 // are deleted ("drain-released"), at the end of
-// every round of rebalancing ("partition-pass"), when a rebuild of the
+// every round of rebalancing ("partition-pass"), once a drain told its
+// in-process worker to stop ("worker-stopped"), before a drain deletes
+// the key of a partition with nothing running ("release-quiet"), when a rebuild of the
 // driver index from the log starts ("rebuild") and when a start's first
 // events are appended, before they are acted on ("start-appended"), so
 // that a test orders them.

@@ -354,18 +354,35 @@ func (r *Runner) releaseQuiet(ctx context.Context) {
 		if len(r.runsOf(p)) > 0 {
 			continue
 		}
+		r.testHook("release-quiet", p, "")
+		r.releaseKey(ctx, p)
+	}
+}
+
+// releaseKey deletes the key of partition p if this runner owns it,
+// marking it not owned first. A key whose delete failed (the context
+// ended during it, or the store did not answer) is still this runner's:
+// it is owned again in the table, so that a later release (the end of
+// the drain: releaseAll) deletes it instead of leaving it naming this
+// runner after the window.
+func (r *Runner) releaseKey(ctx context.Context, p int) {
+	t := r.parts
+	t.mu.Lock()
+	rev, mine := t.rev[p], t.owner[p] == r.id
+	if mine {
+		t.owner[p] = ""
+	}
+	t.mu.Unlock()
+	if !mine {
+		return
+	}
+	if err := r.deletePartKey(ctx, p, rev); err != nil {
+		r.log.Debug("partition release", "partition", p, "err", err)
 		t.mu.Lock()
-		rev, mine := t.rev[p], t.owner[p] == r.id
-		if mine {
-			t.owner[p] = ""
+		if t.owner[p] == "" && t.rev[p] == rev {
+			t.owner[p] = r.id
 		}
 		t.mu.Unlock()
-		if !mine {
-			continue
-		}
-		if err := r.deletePartKey(ctx, p, rev); err != nil {
-			r.log.Debug("partition release", "partition", p, "err", err)
-		}
 	}
 }
 
@@ -385,21 +402,14 @@ func (r *Runner) releaseAll(ctx context.Context, held bool) {
 	}
 	t := r.parts
 	t.mu.Lock()
-	type owned struct {
-		p   int
-		rev uint64
-	}
-	var list []owned
+	var list []int
 	for p, o := range t.owner {
 		if o == r.id && !busy[p] {
-			list = append(list, owned{p, t.rev[p]})
-			t.owner[p] = ""
+			list = append(list, p)
 		}
 	}
 	t.mu.Unlock()
-	for _, o := range list {
-		if err := r.deletePartKey(ctx, o.p, o.rev); err != nil {
-			r.log.Debug("partition release", "partition", o.p, "err", err)
-		}
+	for _, p := range list {
+		r.releaseKey(ctx, p)
 	}
 }

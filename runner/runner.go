@@ -295,11 +295,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	return r, nil
 }
 
-// bounded returns ctx, ended also when the runner's drain window ends.
+// bounded returns ctx, ended also when the runner's drain window ends
+// (its cause then errNotServing, which waitEnded says).
 func (r *Runner) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(r.serving, cancel)
-	return ctx, func() { stop(); cancel() }
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(r.serving, func() { cancel(errNotServing) })
+	return ctx, func() { stop(); cancel(nil) }
 }
 
 // ID returns the runner's id.
@@ -447,6 +448,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// but has not started goes back to the queue); the bodies it runs go on
 	// within the window.
 	stopWorker()
+	r.testHook("worker-stopped", -1, "")
 	// Hand off first: from now on the runs fence no new attempt and
 	// request no model turn, so the drain waits only for the work that
 	// was in flight at SIGTERM — and whatever was queued behind it is
@@ -502,8 +504,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	// the teardown — but not one with a run still held (its lock was not
 	// had in time): its new owner would take over a run this process
 	// still drives (docs/semantics.md §8), so its key is deleted at the end of
-	// Run, once the background work stopped.
-	r.releaseAll(final, false)
+	// Run, once the background work stopped. The deletes get a context of
+	// their own: a run still held can use up all of final waiting for its
+	// lock (the hand-off lock wait is 5 s by default), and deletes made on
+	// an ended context left the keys naming this runner.
+	relCtx, cancelRel := context.WithTimeout(context.Background(), 2*time.Second)
+	r.releaseAll(relCtx, false)
+	cancelRel()
 	r.testHook("drain-released", -1, "")
 	// Drained, not unsubscribed: a forwarded command already delivered to
 	// this process is answered (runner_busy: this runner is stopping)

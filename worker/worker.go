@@ -63,6 +63,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -308,7 +309,10 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // finish and are reported); a run's stop, their timeout or Abandon stops
 // them. Once ctx ends no new body starts: a task already delivered to this
 // worker but not started is put back on the queue (requeued) for another
-// worker.
+// worker. When the setup fails (ctx ends while the consumers are still
+// being made, or one cannot be made), the tasks that the consumers set up
+// before delivered are drained all the same (SetupStopped), and Run
+// returns the setup's error.
 //
 // The drain is bounded: when the bodies are still running (or a stopped
 // settling body has not returned) the drain grace (WithDrainGrace, default
@@ -319,13 +323,26 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 // and late settlements still tried end (LateAfterAbandon at most).
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.endLate()
-	stopSub, ccs, err := w.serve(ctx)
-	if err != nil {
-		return err
+	stopSub, ccs, setupErr := w.serve(ctx)
+	if stopSub != nil {
+		defer stopSub.Unsubscribe()
 	}
-	defer stopSub.Unsubscribe()
-	w.ready.Store(true)
-	<-ctx.Done()
+	if setupErr == nil {
+		w.ready.Store(true)
+		<-ctx.Done()
+	} else {
+		// The setup failed — ctx ended while the worker was still setting
+		// up (a drain that began as its process started), or a consumer
+		// could not be made — but a consumer set up before may have
+		// delivered tasks already, whose bodies run: the consumers made
+		// are drained as below, their tasks' bodies waited for and their
+		// reports delivered, and no task they deliver is handled after
+		// Run returned. Returning now would end w.late
+		// under those reports (given up at their first try, the body's
+		// result lost to its run: docs/semantics.md §8, what was in flight at
+		// SIGTERM is recorded within the window).
+		w.log.Info(SetupStopped, "err", setupErr)
+	}
 	// Under w.mu, as HandOff adds to w.group: none is added once the drain
 	// began (w.group.Wait below).
 	w.mu.Lock()
@@ -356,67 +373,83 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { drained <- w.group.Wait() }()
 	select {
 	case err := <-drained:
-		return err
+		return cmp.Or(setupErr, err)
 	case <-w.abandon: // the embedding process's drain window ended
 	case <-grace.C:
 		w.log.Warn("worker: bodies still running at the end of the drain grace; abandoning them (reported worker_lost)", "grace", w.grace)
 		w.Abandon()
 	}
-	return <-drained
+	return cmp.Or(setupErr, <-drained)
 }
+
+// SetupStopped is the message Run logs (info level, with err) when its
+// setup failed — ctx ended while it was still setting up, or a consumer
+// could not be made — and it drains the tasks already delivered before it
+// returns the setup's error.
+const SetupStopped = "worker: setup stopped before it completed; draining the tasks already delivered"
 
 // serve sets up what Run consumes (the claims bucket, the stop
 // subscription, a consumer per queue), again and again while the server
 // does not answer — a worker started while its server restarts waits for
 // it instead of returning — until ctx ends. Any other error (a missing
 // task stream) is returned.
+//
+// What an attempt set up is kept for the next (the stop subscription,
+// the consumers already made, which go on delivering: their tasks are not
+// thrown away) and returned with the error when serve gives up, so that
+// Run drains those consumers and waits for what they delivered.
 func (w *Worker) serve(ctx context.Context) (*nats.Subscription, []jetstream.ConsumeContext, error) {
 	// Each attempt has its own deadline, doubling from 2 s up to 16 s: a
 	// request sent while the server restarts may never be answered.
 	back, limit := backoff.New(100*time.Millisecond, 2*time.Second), backoff.New(2*time.Second, 16*time.Second)
+	var stopSub *nats.Subscription
+	var ccs []jetstream.ConsumeContext
 	for {
 		actx, cancel := context.WithTimeout(ctx, limit.Next())
-		stopSub, ccs, err := w.setup(actx)
+		var err error
+		stopSub, ccs, err = w.setup(actx, stopSub, ccs)
 		cancel()
 		if err == nil {
 			return stopSub, ccs, nil
 		}
 		if ctx.Err() != nil || !unanswered.Is(err) {
-			return nil, nil, err
+			return stopSub, ccs, err
 		}
 		w.log.Warn("worker: the server does not answer; retrying", "err", err)
 		if back.Wait(ctx) != nil {
-			return nil, nil, err
+			return stopSub, ccs, err
 		}
 	}
 }
 
-// setup is one attempt of serve; on an error it undoes what it set up.
-func (w *Worker) setup(ctx context.Context) (*nats.Subscription, []jetstream.ConsumeContext, error) {
-	claims, err := claimsBucket(ctx, w.js)
-	if err != nil {
-		return nil, nil, fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
-	}
-	w.claims = claims
-	stopSub, err := w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
-		w.stopRun(m.Subject[len(StopSubjectPrefix):])
-		w.stops.Add(1)
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("worker: subscribe stop: %w", err)
-	}
-	var ccs []jetstream.ConsumeContext
-	fail := func(err error) (*nats.Subscription, []jetstream.ConsumeContext, error) {
-		for _, cc := range ccs {
-			cc.Stop()
+// setup is one attempt of serve, given what the attempts before set up
+// (stopSub, or nil; the consumers of w.queues' first len(ccs) queues): it
+// sets up the rest and returns all it set up, also with an error.
+func (w *Worker) setup(ctx context.Context, stopSub *nats.Subscription, ccs []jetstream.ConsumeContext) (*nats.Subscription, []jetstream.ConsumeContext, error) {
+	// Set once, before the first consumer: the tasks of the consumers
+	// kept from an attempt before are handled (and read w.claims) while
+	// this one runs.
+	if w.claims == nil {
+		claims, err := claimsBucket(ctx, w.js)
+		if err != nil {
+			return stopSub, ccs, fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
 		}
-		_ = stopSub.Unsubscribe()
-		return nil, nil, err
+		w.claims = claims
 	}
-	for _, q := range w.queues {
+	if stopSub == nil {
+		var err error
+		stopSub, err = w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
+			w.stopRun(m.Subject[len(StopSubjectPrefix):])
+			w.stops.Add(1)
+		})
+		if err != nil {
+			return nil, ccs, fmt.Errorf("worker: subscribe stop: %w", err)
+		}
+	}
+	for _, q := range w.queues[len(ccs):] {
 		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
 		if err != nil {
-			return fail(fmt.Errorf("worker: consumer for %s: %w", q, err))
+			return stopSub, ccs, fmt.Errorf("worker: consumer for %s: %w", q, err)
 		}
 		h := w.handlers[q]
 		cc, err := c.Consume(func(m jetstream.Msg) {
@@ -426,7 +459,7 @@ func (w *Worker) setup(ctx context.Context) (*nats.Subscription, []jetstream.Con
 			})
 		}, jetstream.PullMaxMessages(64))
 		if err != nil {
-			return fail(fmt.Errorf("worker: consume %s: %w", q, err))
+			return stopSub, ccs, fmt.Errorf("worker: consume %s: %w", q, err)
 		}
 		ccs = append(ccs, cc)
 	}

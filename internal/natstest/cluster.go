@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -13,29 +14,102 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// clusterReady bounds each stage of StartCluster's wait (every server
+// listening; the JetStream meta leader seeing every peer; the JetStream
+// API answering). It is long because a loaded machine (a package's tests
+// run in parallel, each with its servers) starts a clustered JetStream
+// server slowly; a server that cannot start at all is found at once
+// (startFailure), not by this deadline.
+const clusterReady = 60 * time.Second
+
+// clusterTries is how many times StartCluster starts a cluster whose route
+// port was taken meanwhile, each time on new ports.
+const clusterTries = 3
+
+// pickPort returns a free loopback port (a listener on port 0, closed
+// again). A test replaces it to hand out a port that is taken.
+var pickPort = func() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
 // StartCluster starts n real in-process nats-servers with JetStream on
 // random loopback ports, routed into one cluster named "weft", each with its
 // store in t.TempDir(), stopped on t.Cleanup. It returns once the JetStream
 // meta leader answers (so a placement of n replicas can succeed), with the
 // client URLs joined by commas, ready for nats.Connect.
+//
+// Route ports are picked up front (a listener on port 0, closed again) so
+// that every server can name all routes: a clustered JetStream server opens
+// its route listener only after it has started. Another process or test may
+// take such a port before its server listens on it; the server then cannot
+// start (it says so through its logger, startFailure), and the cluster is
+// started again on new ports, at most clusterTries times. Any other failure
+// to start fails the test at once.
 func StartCluster(t testing.TB, n int) string {
 	t.Helper()
-	// Route ports are picked up front (a listener on port 0, closed again)
-	// so that every server can name all routes: a clustered JetStream
-	// server opens its route listener only after it has started.
+	for try := 1; ; try++ {
+		url, err := startCluster(t, n)
+		if err == nil {
+			return url
+		}
+		var taken *portTaken
+		if !errors.As(err, &taken) || try == clusterTries {
+			t.Fatal(err)
+		}
+		t.Logf("cluster start, try %d: %v; starting it again on new ports", try, err)
+	}
+}
+
+// portTaken is a cluster start that failed because a server's route port
+// was taken before it could listen on it.
+type portTaken struct{ msg string }
+
+func (e *portTaken) Error() string { return e.msg }
+
+// startFailure is a server's logger that keeps only what makes its start
+// fail: the server reports a listener it cannot open with Fatalf (and then
+// never becomes ready; without a logger nothing would say why).
+type startFailure struct{ fatal chan string }
+
+func (l startFailure) Fatalf(format string, v ...any) {
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (startFailure) Noticef(string, ...any) {}
+func (startFailure) Warnf(string, ...any)   {}
+func (startFailure) Errorf(string, ...any)  {}
+func (startFailure) Debugf(string, ...any)  {}
+func (startFailure) Tracef(string, ...any)  {}
+
+// startCluster is one try of StartCluster. On an error the servers it
+// started are shut down.
+func startCluster(t testing.TB, n int) (url string, err error) {
 	routes := make([]int, n)
 	var seeds []string
 	for i := range routes {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+		if routes[i], err = pickPort(); err != nil {
+			return "", err
 		}
-		routes[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		seeds = append(seeds, fmt.Sprintf("nats://127.0.0.1:%d", routes[i]))
 	}
-	servers := make([]*server.Server, n)
-	for i := range servers {
+	servers := make([]*server.Server, 0, n)
+	defer func() {
+		if err != nil {
+			for _, srv := range servers {
+				srv.Shutdown()
+				srv.WaitForShutdown()
+			}
+		}
+	}()
+	fatal := make(chan string, n)
+	for i := range n {
 		o := &server.Options{
 			ServerName: fmt.Sprintf("weft-%d", i+1),
 			Host:       "127.0.0.1", Port: server.RANDOM_PORT,
@@ -45,22 +119,41 @@ func StartCluster(t testing.TB, n int) string {
 		}
 		srv, err := server.NewServer(o)
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
+		srv.SetLogger(startFailure{fatal: fatal}, false, false)
 		go srv.Start()
 		t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
-		servers[i] = srv
+		servers = append(servers, srv)
+	}
+	deadline := time.Now().Add(clusterReady)
+	// failed reports a server's failure to start, if one said so.
+	failed := func() error {
+		select {
+		case msg := <-fatal:
+			if strings.Contains(msg, "router port") {
+				return &portTaken{msg: "a route port was taken: " + msg}
+			}
+			return errors.New("a server could not start: " + msg)
+		default:
+			return nil
+		}
 	}
 	var urls []string
 	for i, srv := range servers {
-		if !srv.ReadyForConnections(30 * time.Second) {
-			t.Fatalf("server %d not ready", i+1)
+		for !srv.ReadyForConnections(50 * time.Millisecond) {
+			if err := failed(); err != nil {
+				return "", err
+			}
+			if time.Now().After(deadline) {
+				return "", fmt.Errorf("server %d not listening after %s", i+1, clusterReady)
+			}
 		}
 		urls = append(urls, srv.ClientURL())
 	}
 	// Ready when the meta leader sees every peer online with JetStream (a
 	// placement of n replicas before that fails with "peer offline").
-	deadline := time.Now().Add(30 * time.Second)
+	deadline = time.Now().Add(clusterReady)
 	for {
 		ready := false
 		for _, srv := range servers {
@@ -71,21 +164,25 @@ func StartCluster(t testing.TB, n int) string {
 		if ready {
 			break
 		}
+		if err := failed(); err != nil {
+			return "", err
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the JetStream cluster never saw its %d peers", n)
+			return "", fmt.Errorf("the JetStream cluster never saw its %d peers within %s", n, clusterReady)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	url := strings.Join(urls, ",")
+	url = strings.Join(urls, ",")
 	nc, err := nats.Connect(url)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
+	deadline = time.Now().Add(clusterReady)
 	for {
 		// Each try has its own deadline: a request sent before the
 		// cluster is ready may get no reply at all.
@@ -93,10 +190,10 @@ func StartCluster(t testing.TB, n int) string {
 		_, err = js.AccountInfo(ctx)
 		cancel()
 		if err == nil {
-			return url
+			return url, nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("cluster JetStream never ready: %v", err)
+			return "", fmt.Errorf("cluster JetStream never ready: %w", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
