@@ -429,6 +429,14 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "reconcile":
 		return h.decide(t, Reconcile{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "carol"), Stored: d.HasArg("stored")})
 
+	case "marked":
+		// The claim a close found was marked not started by its worker,
+		// as a runner read it (MarkedNotStarted): marked action=1/c1
+		// [attempt=1 incarnation=1] worker=w-1 why=ended.
+		a, _ := h.state.Action(h.strArg(t, d, "action", ""))
+		return h.decide(t, MarkedNotStarted{Action: a.ID, Attempt: h.intArg(t, d, "attempt", a.Attempts), Incarnation: h.intArg(t, d, "incarnation", a.Attempt.Incarnation),
+			Worker: h.strArg(t, d, "worker", "w-1"), Why: h.strArg(t, d, "why", "ended"), By: h.strArg(t, d, "by", "runner-a")})
+
 	case "resolve_question":
 		// The final truth of an open question (Resolve).
 		return h.decide(t, Resolve{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "erin")})
