@@ -85,6 +85,12 @@ const (
 	CauseWorkerLost = events.CauseWorkerLost
 	// CauseStopped is a body stopped by its run's stop (weft.stop.<run>).
 	CauseStopped = events.CauseStopped
+	// CauseNotStarted is an attempt whose claim its worker marked not
+	// started (Claim.NotStarted) for a reason other than the deadline:
+	// the run reads the claim and records the mark if a decision read the
+	// claim before it (docs/adr/0023-closing-attempts.md, "Late evidence:
+	// a mark after the decision"). The report alone records nothing.
+	CauseNotStarted = "not_started"
 )
 
 // Task is the body of a tool task on its Queue's subject: one fenced
