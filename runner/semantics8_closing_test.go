@@ -679,16 +679,19 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 	}
 }
 
-// TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain
-// (docs/adr/0023-closing-attempts.md, "Claims released as not started":
-// what the mark cannot do): a worker holds a payment's claim, its check
-// after the claim not made yet, when a cancel comes. The cancel's close
-// finds the worker's claim — unmarked: the worker has seen nothing yet —
-// and the payment ends uncertain. The worker's check then finds the
-// attempt cancelled: it never starts the body and marks its claim not
-// started (ended), too late for the decision that read it. The ledger
-// shows no body start; the claim shows why.
-func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain(t *testing.T) {
+// TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedFromTheMark
+// (docs/semantics.md §8 "Closing an attempt"; docs/adr/0023-closing-attempts.md,
+// "Late evidence: a mark after the decision"): a worker holds a payment's
+// claim, its check after the claim not made yet, when a cancel comes. The
+// cancel's close finds the worker's claim — unmarked: the worker has seen
+// nothing yet — and the payment is decided uncertain. The worker's check
+// then finds the attempt cancelled: it never starts the body, marks its
+// claim not started (ended) and reports the mark. The runner reads the
+// claim and records attempt_not_started: the payment leaves uncertain for
+// not_started in the finished run, attributed to the worker's mark. The
+// ledger shows no body start; nobody is asked to reconcile. Before, the
+// payment stayed uncertain.
+func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedFromTheMark(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	var l ledger
@@ -704,14 +707,68 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain(
 	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
 		t.Fatal(err)
 	}
+	if p := h.state(run).Actions()[0]; p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) {
+		t.Fatalf("payment %s (%s), claimed %v; want the cancel's close to find the claim: uncertain", p.State, p.Detail, p.Claimed)
+	}
 	close(g.release)
 	drained(t, h, a, "pay")
-	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
+	s := h.waitFor(run, "the payment not_started", func(s aggregate.State) bool {
+		return s.Actions()[0].State == aggregate.ActionNotStarted
+	})
 	p := s.Actions()[0]
-	if p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) || len(p.Closed) != 0 {
-		t.Fatalf("payment %s (%s), claimed %v, closed %v; want uncertain, attempt 1 found claimed", p.State, p.Detail, p.Claimed, p.Closed)
+	if p.Detail != events.NotStartedMarked || !slices.Contains(p.Claimed, 1) || !slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), claimed %v, closed %v; want not_started by the mark, attempt 1 found claimed then marked", p.State, p.Detail, p.Claimed, p.Closed)
 	}
-	if u, un, mk := l.check(t, h, run, s); u != 1 || un != 1 || mk != 1 {
-		t.Fatalf("uncertain %d, without a body start %d, marked not started %d; want 1, 1, 1", u, un, mk)
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain; want none", u)
+	}
+	if l.started(run, p.ID) {
+		t.Fatal("the ledger shows a body start")
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing
+// (docs/adr/0023-closing-attempts.md, "Late evidence: a mark after the
+// decision"): as above, but a person reconciles the uncertain payment
+// before the worker's check: the reconciliation recorded first wins, the
+// mark read afterwards is not recorded and the payment stays reconciled.
+func TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	const run = "reconciled-before-mark"
+	g := newAfterClaimGate(h, run)
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.reached
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	id := h.state(run).Actions()[0].ID
+	if _, err := h.client.ReconcileStored(c, api.ReconcileRequest{Run: run, Action: id, Content: json.RawMessage(`{"error":"never sent"}`), By: "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	drained(t, h, a, "pay")
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := claims.Get(c, api.ClaimKey(run, id, 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl api.Claim
+	if err := json.Unmarshal(e.Value(), &cl); err != nil || cl.NotStarted == nil {
+		t.Fatalf("claim %+v (%v): want it marked not started", cl, err)
+	}
+	// The worker reported the mark before it acked its task (drained).
+	p := h.state(run).Actions()[0]
+	if p.State != aggregate.ActionReconciled || slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), closed %v; want reconciled, the late mark not recorded", p.State, p.Detail, p.Closed)
 	}
 }
