@@ -119,7 +119,10 @@ const (
 	// marked the claim not started since: the decision the worker's check
 	// after its claim found had read the claim before the mark
 	// (docs/adr/0023-closing-attempts.md, "Claims released as not
-	// started").
+	// started"). A mark the run recorded (attempt_not_started) ends such
+	// an action not_started in a finished run, so it is not counted at
+	// all; what stays here is a mark not read yet, one recorded as
+	// evidence only (a live run), or one read after a reconciliation.
 	UnstartedMarked
 	// UnstartedUnknown is an action with an attempt whose close had no known outcome.
 	UnstartedUnknown
@@ -132,7 +135,7 @@ const (
 func UnstartedKind(a aggregate.Action, c *api.Claim, unknown bool) (kind Unstarted, why string) {
 	marked := c != nil && c.NotStarted != nil
 	switch {
-	case marked && slices.Contains(a.Closed, a.Attempts):
+	case marked && slices.Contains(a.Closed, a.Attempts) && !slices.Contains(a.Claimed, a.Attempts):
 		return UnstartedViolation, fmt.Sprintf("uncertain (%s) without a body start, though the log records attempt %d closed and its worker %s marked its claim not started (%s)", a.Detail, a.Attempts, c.Worker, c.NotStarted.Why)
 	case marked && slices.Contains(a.Claimed, a.Attempts):
 		return UnstartedMarked, ""
