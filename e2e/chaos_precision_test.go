@@ -14,7 +14,8 @@ import (
 
 // precision is the chaos test's precision figure (docs/semantics.md §8,
 // "Closing an attempt"), reported beside its problems: the actions a
-// person was ever asked to reconcile (uncertain at some point of the log),
+// person was ever asked to reconcile (uncertain at some point of the log,
+// and not ended not_started since by its worker's late mark),
 // those of them whose body never started (no ledger line of the action),
 // and of these, as chaos.UnstartedKind counts them: claimed, the ones a
 // worker's claim covers that no close counted closed and that was not
@@ -68,6 +69,12 @@ func (c *chaosEnv) precision() (p precision) {
 			p.closed += len(a.Closed)
 		}
 		for id, a := range ever {
+			if now, _ := s.Action(id); now.State == aggregate.ActionNotStarted {
+				// Uncertain until its worker's late mark was read
+				// (attempt_not_started): it did not act, and nobody is
+				// asked to reconcile it.
+				continue
+			}
 			p.uncertain++
 			if started[run+" "+id] {
 				continue
