@@ -342,6 +342,10 @@ type Close struct {
 	Claimed     bool
 	By          string
 	NotStarted  *events.ClosedNotStarted
+	// ClaimWorker and ClaimToken are the worker's claim a close that
+	// found one (Claimed) read, when it could be read as a claim.
+	ClaimWorker string
+	ClaimToken  string
 }
 
 // MarkedNotStarted records that the worker's claim a close found (the
@@ -356,14 +360,19 @@ type Close struct {
 // is refused not_reconcilable (reason: the action's state) for an action
 // no longer uncertain — a reconciliation or late settlement recorded first
 // wins — and invalid_request for an attempt that is not the action's
-// latest or whose close did not find a claim.
+// latest or whose close did not find a claim, or whose Token is not the
+// token of the claim the close found (events.AttemptClosed ClaimToken: a
+// claim created again under the key after that one expired is another
+// claim; a close recorded without a token accepts no mark).
 type MarkedNotStarted struct {
 	Action      string
 	Attempt     int
 	Incarnation int
-	Worker      string
-	Why         string
-	By          string
+	// Token is the marked claim's token as the runner read it.
+	Token  string
+	Worker string
+	Why    string
+	By     string
 }
 
 // CommandName returns "marked_not_started".

@@ -306,6 +306,7 @@ func (s *State) evolve(r events.Recorded) {
 		a.Attempts = e.Attempt
 		a.Attempt = e
 		a.FencedAt = r.At
+		a.ClaimToken = ""
 		a.Outcome = ""
 		a.Detail = ""
 
@@ -412,6 +413,7 @@ func (s *State) evolve(r events.Recorded) {
 		}
 		if e.Claimed {
 			a.Claimed = append(a.Claimed, e.Attempt)
+			a.ClaimToken = e.ClaimToken
 		} else {
 			a.Closed = append(a.Closed, e.Attempt)
 		}

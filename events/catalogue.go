@@ -679,6 +679,15 @@ type AttemptClosed struct {
 	By          string `json:"by"`
 	Why         string `json:"why"`
 	Claimed     bool   `json:"claimed,omitempty"`
+	// ClaimWorker and ClaimToken are the worker and token (api.Claim) of
+	// the claim a close with Claimed found; empty otherwise, and in logs
+	// written before they were recorded. A late mark (AttemptNotStarted)
+	// is accepted only from a claim with this token: a claim created again
+	// under the key after this one expired is another claim
+	// (docs/adr/0023-closing-attempts.md, "Late evidence: a mark after the
+	// decision").
+	ClaimWorker string `json:"claim_worker,omitempty"`
+	ClaimToken  string `json:"claim_token,omitempty"`
 	// NotStarted is the worker whose claim the close found marked not
 	// started, and why; nil when the close found none.
 	NotStarted *ClosedNotStarted `json:"not_started,omitempty"`

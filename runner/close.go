@@ -174,7 +174,10 @@ func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run stri
 				cl.Closed = true
 				cl.NotStarted = &events.ClosedNotStarted{Worker: found.Worker, Why: found.NotStarted.Why}
 			default:
+				// The found claim's token binds a later mark to this
+				// claim (recordLateMarks).
 				cl.Claimed = true
+				cl.ClaimWorker, cl.ClaimToken = found.Worker, found.Token
 			}
 			return
 		}
@@ -286,7 +289,7 @@ func (r *Runner) recordLateMarks(ctx context.Context, rn *run, only string) erro
 		if json.Unmarshal(e.Value(), &c) != nil || c.NotStarted == nil || c.Closed != nil {
 			continue
 		}
-		err = r.step(ctx, rn, aggregate.MarkedNotStarted{Action: f.Action, Attempt: f.Attempt, Incarnation: f.Incarnation, Worker: c.Worker, Why: c.NotStarted.Why, By: r.id})
+		err = r.step(ctx, rn, aggregate.MarkedNotStarted{Action: f.Action, Attempt: f.Attempt, Incarnation: f.Incarnation, Token: c.Token, Worker: c.Worker, Why: c.NotStarted.Why, By: r.id})
 		switch {
 		case err == nil:
 		case transient(err):

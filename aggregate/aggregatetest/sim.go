@@ -237,6 +237,7 @@ func (s *Sim) close(c aggregate.Command) aggregate.Command {
 		switch s.Claims[b] {
 		case "claimed", "holding":
 			closes[i].Claimed = true // found the worker's claim
+			closes[i].ClaimWorker, closes[i].ClaimToken = "w-1", simToken
 		case "marked":
 			// Found a worker's claim marked not started: closed.
 			closes[i].Closed = true
@@ -878,7 +879,7 @@ func (s *Sim) report(src Source, b Body) {
 			s.Bodies = slices.DeleteFunc(s.Bodies, func(x Body) bool { return x == b })
 			for _, f := range aggregate.LateMarks(s.State, b.Action) {
 				if f.Attempt == b.Attempt {
-					s.deliver(src, aggregate.MarkedNotStarted{Action: b.Action, Attempt: f.Attempt, Incarnation: f.Incarnation, Worker: "w-1", Why: api.ClaimEnded, By: s.Driver}, "")
+					s.deliver(src, aggregate.MarkedNotStarted{Action: b.Action, Attempt: f.Attempt, Incarnation: f.Incarnation, Token: simToken, Worker: "w-1", Why: api.ClaimEnded, By: s.Driver}, "")
 				}
 			}
 			return
@@ -1003,3 +1004,7 @@ func Describe(evs []events.Event) string {
 	}
 	return string(b)
 }
+
+// simToken is the token of every worker's claim the simulation takes: a
+// close that finds one records it, and its mark carries it.
+const simToken = "tok-w-1"
