@@ -18,6 +18,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -702,7 +703,8 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedF
 	a := l.payOnce(t)
 	const run = "cancel-after-claim"
 	g := newAfterClaimGate(h, run)
-	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	headKey, headPub := userKey(t, 7)
+	h.startRunner([]*agent.Agent{a}, runner.WithHeadKey(headKey), runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -728,6 +730,39 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedF
 	}
 	if l.started(run, p.ID) {
 		t.Fatal("the ledger shows a body start")
+	}
+	// The corrected finished run still verifies against the runner's head
+	// key (docs/security.md, "Signed heads"): its runner signs the end
+	// head again after attempt_not_started.
+	envs := waitSignedAfter(t, h, run, events.NameAttemptNotStarted)
+	if rep := audit.Verify(envs, audit.WithTrust(headPub)); !rep.OK() {
+		t.Fatalf("the corrected run does not verify with --trust: %+v", rep.Problem)
+	}
+}
+
+// waitSignedAfter waits until run's log ends with an event of type typ
+// and the signed end head after it, and returns the log. It fails the
+// test when that never comes.
+func waitSignedAfter(t *testing.T, h *harness, run string, typ events.Name) []events.Envelope {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		envs, _, err := h.srv.Log.Load(context.Background(), run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(envs)
+		if n >= 2 && envs[n-1].Type == events.NameHeadSigned && envs[n-2].Type == typ {
+			return envs
+		}
+		if time.Now().After(deadline) {
+			var last events.Name
+			if n > 0 {
+				last = envs[n-1].Type
+			}
+			t.Fatalf("run %s: its log never ended with %s and a signed head (last %s)", run, typ, last)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
