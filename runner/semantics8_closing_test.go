@@ -740,6 +740,61 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedF
 	}
 }
 
+// TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain
+// (docs/semantics.md §5 rule 1; docs/adr/0023-closing-attempts.md, "Late
+// evidence: a mark after the decision"): the cancel's close found the
+// worker's claim (its token recorded in attempt_closed). That claim then
+// expires — deleted here, as a stand-in — and another delivery creates the
+// key again and marks it not started, and reports so. That mark is not the
+// found claim's, whose body may have run: the payment stays uncertain.
+func TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	const run = "mark-on-another-claim"
+	g := newAfterClaimGate(h, run)
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.reached // the worker holds attempt 1's claim, its body not started
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	p := h.state(run).Actions()[0]
+	if p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) || p.ClaimToken == "" {
+		t.Fatalf("payment %s (%s), claimed %v, token %q; want the cancel's close to find the claim and record its token", p.State, p.Detail, p.Claimed, p.ClaimToken)
+	}
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := api.ClaimKey(run, p.ID, 1, 1)
+	if err := claims.Delete(c, key); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := json.Marshal(api.Claim{Schema: 1, Worker: "w-late", Token: "another-delivery", Claimed: time.Now().UTC(), NotStarted: &api.ClaimNotStarted{Why: api.ClaimEnded}})
+	if _, err := claims.Create(c, key, other); err != nil {
+		t.Fatal(err)
+	}
+	// Its report is answered after the runner read the claim.
+	rep := worker.Report{Schema: worker.Schema, CommandID: "late", Run: run, Action: p.ID, Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeLost, Cause: api.CauseNotStarted,
+		Evidence: "the claim of attempt 1 was marked not started (ended)"}
+	if _, err := runnerReport(c, h, rep); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.state(run).Actions()[0]; p.State != aggregate.ActionUncertain || slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), closed %v; want uncertain: the marked claim is not the one the close found", p.State, p.Detail, p.Closed)
+	}
+	close(g.release)
+	drained(t, h, a, "pay")
+	if p := h.state(run).Actions()[0]; p.State != aggregate.ActionUncertain || slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), closed %v after the worker let go; want uncertain", p.State, p.Detail, p.Closed)
+	}
+}
+
 // waitSignedAfter waits until run's log ends with an event of type typ
 // and the signed end head after it, and returns the log. It fails the
 // test when that never comes.
