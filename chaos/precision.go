@@ -54,7 +54,10 @@ type Precision struct {
 	// (runner.CloseUnknown: the store was down). Any other is a violation
 	// (checkUncertainUnclaimed).
 	Unstarted, Claimed, Marked, Unknown int
-	// Closed counts the attempts closed before any worker claimed them.
+	// Closed counts the attempts recorded closed: closed before any
+	// worker claimed them, found marked not started by a close, or whose
+	// claim a close found and its worker marked afterwards
+	// (attempt_not_started).
 	Closed int
 }
 
@@ -189,6 +192,6 @@ func (p Precision) write(w io.Writer, faults int) {
 	if faults > 0 {
 		per = float64(p.Uncertain) * 1000 / float64(faults)
 	}
-	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); attempts closed unclaimed %d\n",
+	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); attempts closed (unclaimed, or found claimed and marked not started) %d\n",
 		p.Uncertain, per, p.Unstarted, p.Claimed, p.Marked, p.Unknown, p.Closed)
 }

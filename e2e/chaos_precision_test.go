@@ -36,7 +36,7 @@ type precision struct{ uncertain, unstarted, claimed, marked, unknown, closed in
 
 // String is the figure as the chaos test logs it per seed.
 func (p precision) String() string {
-	return fmt.Sprintf("%d actions uncertain, %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
+	return fmt.Sprintf("%d actions uncertain, %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); %d attempts closed (unclaimed, or found claimed and marked not started)",
 		p.uncertain, p.unstarted, p.claimed, p.marked, p.unknown, p.closed)
 }
 

@@ -725,8 +725,11 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	// again decides too.
 	if context.Cause(ctx) == errStopped {
 		// Its run was cancelled (or ended) meanwhile and recorded the
-		// attempt stopped: the body never starts, and nothing is reported
-		// (the decision that stopped it already recorded it).
+		// attempt stopped: the body never starts. The mark is reported
+		// (lost, not_started): a decision that found the claim before the
+		// mark recorded the action uncertain, and the runner reads the
+		// mark to correct it (docs/adr/0023-closing-attempts.md, "Late
+		// evidence: a mark after the decision").
 		w.log.Info("worker: task stopped before its body started, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
 		if w.markNotStarted(t, &own, api.ClaimStopped) {
 			w.reportNotStarted(t, rep, api.ClaimStopped)
