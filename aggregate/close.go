@@ -17,7 +17,7 @@ import "github.com/weftrun/weft/events"
 // or worker_lost) is about, are not listed: the latter has a claim. It is pure, as Decide.
 func ToClose(s State, c Command, evs []events.Event) []Close {
 	switch c.(type) {
-	case Start, Closing, Reconcile, Resolve:
+	case Start, Closing, Reconcile, Resolve, MarkedNotStarted:
 		return nil
 	}
 	reporting := reportedAction(c)

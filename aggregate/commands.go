@@ -342,7 +342,43 @@ type Close struct {
 	Claimed     bool
 	By          string
 	NotStarted  *events.ClosedNotStarted
+	// ClaimWorker and ClaimToken are the worker's claim a close that
+	// found one (Claimed) read, when it could be read as a claim.
+	ClaimWorker string
+	ClaimToken  string
 }
+
+// MarkedNotStarted records that the worker's claim a close found (the
+// action's latest attempt, recorded events.AttemptClosed with Claimed: the
+// action was decided uncertain) has since been marked not started by its
+// worker (api.Claim.NotStarted; docs/adr/0023-closing-attempts.md, "Late
+// evidence: a mark after the decision"). Worker and Why are the mark as the
+// runner read it from the claim's value — the decision's recorded input,
+// never a worker's report alone; By is that runner. It records
+// events.AttemptNotStarted, ending the action not_started when every
+// attempt it had is now closed or marked, on a live or a finished run. It
+// is refused not_reconcilable (reason: the action's state) for an action
+// no longer uncertain — a reconciliation or late settlement recorded first
+// wins — and invalid_request for an attempt that is not the action's
+// latest or whose close did not find a claim, or whose Token is not the
+// token of the claim the close found (events.AttemptClosed ClaimToken: a
+// claim created again under the key after that one expired is another
+// claim; a close recorded without a token accepts no mark).
+type MarkedNotStarted struct {
+	Action      string
+	Attempt     int
+	Incarnation int
+	// Token is the marked claim's token as the runner read it.
+	Token  string
+	Worker string
+	Why    string
+	By     string
+}
+
+// CommandName returns "marked_not_started".
+func (MarkedNotStarted) CommandName() string { return "marked_not_started" }
+
+func (MarkedNotStarted) isCommand() {}
 
 // CommandName returns "start".
 func (Start) CommandName() string { return "start" }

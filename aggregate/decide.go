@@ -112,6 +112,8 @@ func (d *decider) command(c Command) error {
 		return d.settle(c)
 	case Reconcile:
 		return d.reconcile(c)
+	case MarkedNotStarted:
+		return d.markedNotStarted(c)
 	case Resolve:
 		return d.resolve(c)
 	case Cancel:
@@ -995,6 +997,55 @@ func (d *decider) reconcile(c Reconcile) error {
 	return nil
 }
 
+// markedNotStarted records the late evidence of c (MarkedNotStarted): the
+// worker's claim a close found was marked not started by its worker, so
+// the attempt did not act; the action ends not_started when no attempt it
+// had may have acted (docs/semantics.md §8 "Closing an attempt").
+func (d *decider) markedNotStarted(c MarkedNotStarted) error {
+	a, ok := d.s.Action(c.Action)
+	if !ok {
+		return weft.Errorf(weft.CodeWrongReference, "run %s has no action %q", d.s.run, c.Action)
+	}
+	if a.State != ActionUncertain {
+		return &weft.Error{Code: weft.CodeNotReconcilable, Reason: string(a.State), Message: fmt.Sprintf("action %s is %s, not uncertain: the late mark of attempt %d changes nothing", a.ID, a.State, c.Attempt)}
+	}
+	if c.Attempt != a.Attempts || c.Incarnation != a.Attempt.Incarnation || !currentClaimed(a) || currentClosed(a) || c.Worker == "" || c.Why == "" {
+		return weft.Errorf(weft.CodeInvalidRequest, "run %s: action %s attempt %d incarnation %d is not a latest attempt whose close found a claim not yet marked", d.s.run, c.Action, c.Attempt, c.Incarnation)
+	}
+	if a.ClaimToken == "" || c.Token != a.ClaimToken {
+		// docs/semantics.md §5 rule 1: only the claim the close found may
+		// say it did not act; another claim under the same key (created
+		// after that one expired) or a close recorded without its token
+		// leaves the action uncertain.
+		return weft.Errorf(weft.CodeInvalidRequest, "run %s: action %s attempt %d: the marked claim is not the claim its close found", d.s.run, c.Action, c.Attempt)
+	}
+	// It ends the action not_started as a close that won does on a cancel
+	// or a run's end; on a live run not_started would leave the model's
+	// batch unanswered, so there the mark is evidence for the person who
+	// reconciles (ADR 0023).
+	ended := spent(a) == 1 && (d.s.finished || d.s.cancelling)
+	d.emit(events.AttemptNotStarted{Action: a.ID, Attempt: c.Attempt, Incarnation: c.Incarnation, Worker: c.Worker, Why: c.Why, By: c.By, Ended: ended})
+	return nil
+}
+
+// LateMarks lists the attempts of s whose claims a runner reads for a mark
+// its worker wrote after the decision that read the claim
+// (MarkedNotStarted): the latest attempt of every uncertain action whose
+// close found a worker's claim not yet recorded marked, named by its fence; only is an action ID to
+// look at alone ("" for every action). An action no longer uncertain (a
+// person reconciled it) is not listed: its late mark changes nothing; nor
+// is one whose close was recorded without the found claim's token (a log
+// written before events.AttemptClosed had it): no mark is accepted there.
+func LateMarks(s State, only string) []events.AttemptFenced {
+	var out []events.AttemptFenced
+	for _, a := range s.actions {
+		if (only == "" || a.ID == only) && a.State == ActionUncertain && currentClaimed(a) && !currentClosed(a) && a.ClaimToken != "" {
+			out = append(out, a.Attempt)
+		}
+	}
+	return out
+}
+
 // ContentKind classifies reconciliation content (docs/semantics.md §10: the
 // tool's encoded output, {"error": m} or {"unconfirmed": note}):
 // {"unconfirmed": note} with note a string and no other member is
@@ -1282,6 +1333,8 @@ func (d *decider) recordCloses(c Closing) {
 		ev := events.AttemptClosed{Action: cl.Action, Attempt: cl.Attempt, Incarnation: cl.Incarnation, By: by, Why: cl.Why, Claimed: !cl.Closed}
 		if cl.Closed {
 			ev.NotStarted = cl.NotStarted
+		} else {
+			ev.ClaimWorker, ev.ClaimToken = cl.ClaimWorker, cl.ClaimToken
 		}
 		d.emit(ev)
 		if cl.Closed {

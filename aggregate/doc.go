@@ -58,7 +58,10 @@
 // Commands are Start, ModelReply, ModelFailure, ResolveCalls, Approve,
 // Reject, Answers (a batch of one run's approvals and rejections, all or
 // nothing), Report, Lost, Settle, Reconcile (with its stored form), Cancel,
-// TimerFired, HandOff, Recover, ChildSettle and ToolMissing, and Pause and
+// TimerFired, HandOff, Recover, ChildSettle, ToolMissing, Closing (a
+// command decided after its attempts' claims were closed) and
+// MarkedNotStarted (a claim's not-started mark read after the decision that
+// found the claim: docs/adr/0023-closing-attempts.md), and Pause and
 // Resume (pause.go; docs/semantics.md §13: a paused run gets no fence and no
 // new turn until the resume). Decide emits
 // the follow-on events of a decision in the same batch: Start gives RunStarted and ModelRequested{1};

@@ -147,7 +147,7 @@ func (s *State) evolve(r events.Recorded) {
 		}
 	} else if s.finished {
 		switch r.Event.(type) {
-		case events.Reconciled, events.Resolved, events.SettlementAccepted, events.SettlementRefused, events.ReportRefused, events.HeadSigned:
+		case events.Reconciled, events.Resolved, events.SettlementAccepted, events.SettlementRefused, events.ReportRefused, events.HeadSigned, events.AttemptNotStarted:
 		default:
 			s.bug(name, "run finished (%s)", s.outcome.Kind)
 		}
@@ -306,6 +306,7 @@ func (s *State) evolve(r events.Recorded) {
 		a.Attempts = e.Attempt
 		a.Attempt = e
 		a.FencedAt = r.At
+		a.ClaimToken = ""
 		a.Outcome = ""
 		a.Detail = ""
 
@@ -412,9 +413,27 @@ func (s *State) evolve(r events.Recorded) {
 		}
 		if e.Claimed {
 			a.Claimed = append(a.Claimed, e.Attempt)
+			a.ClaimToken = e.ClaimToken
 		} else {
 			a.Closed = append(a.Closed, e.Attempt)
 		}
+
+	case events.AttemptNotStarted:
+		a := s.move(name, e.Action, t, ok)
+		if e.Attempt != a.Attempts || e.Incarnation != a.Attempt.Incarnation || !slices.Contains(a.Claimed, e.Attempt) || slices.Contains(a.Closed, e.Attempt) {
+			s.bug(name, "action %s: attempt %d incarnation %d marked not started; latest %d incarnation %d, closed %v, claimed %v", e.Action, e.Attempt, e.Incarnation, a.Attempts, a.Attempt.Incarnation, a.Closed, a.Claimed)
+		}
+		// The close found a claim that did not act after all: the attempt
+		// counts closed (the replay budget and §5's rule no longer count
+		// it), and stays listed as claimed so that it is never closed.
+		a.Closed = append(a.Closed, e.Attempt)
+		if e.Ended && a.Attempts != len(a.Closed) {
+			s.bug(name, "action %s: ended %v with %d attempts, %d closed", e.Action, e.Ended, a.Attempts, len(a.Closed))
+		}
+		if e.Ended {
+			a.Detail = events.NotStartedMarked
+		}
+		moved = a
 
 	case events.CancelRequested:
 		if s.cancelling {

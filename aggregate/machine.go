@@ -128,6 +128,11 @@ func ActionTransition(e events.Event) (t Transition, ok bool) {
 		return Transition{fromNotYetStartable, ActionNotStarted}, true
 	case events.AttemptClosed:
 		return Transition{fromClosable, ""}, true
+	case events.AttemptNotStarted:
+		if e.Ended {
+			return Transition{fromUncertain, ActionNotStarted}, true
+		}
+		return Transition{fromUncertain, ""}, true
 	case events.ChildStarted:
 		// Queued: allowed while the run was paused, started by the
 		// resume (docs/semantics.md §13).

@@ -429,6 +429,16 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 	case "reconcile":
 		return h.decide(t, Reconcile{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "carol"), Stored: d.HasArg("stored")})
 
+	case "marked":
+		// The claim a close found was marked not started by its worker,
+		// as a runner read it (MarkedNotStarted): marked action=1/c1
+		// [attempt=1 incarnation=1] [token=tok-1] worker=w-1 why=ended
+		// (token: the marked claim's, tok-1 unless given).
+		a, _ := h.state.Action(h.strArg(t, d, "action", ""))
+		return h.decide(t, MarkedNotStarted{Action: a.ID, Attempt: h.intArg(t, d, "attempt", a.Attempts), Incarnation: h.intArg(t, d, "incarnation", a.Attempt.Incarnation),
+			Token:  h.strArg(t, d, "token", "tok-1"),
+			Worker: h.strArg(t, d, "worker", "w-1"), Why: h.strArg(t, d, "why", "ended"), By: h.strArg(t, d, "by", "runner-a")})
+
 	case "resolve_question":
 		// The final truth of an open question (Resolve).
 		return h.decide(t, Resolve{Action: h.strArg(t, d, "action", ""), Content: json.RawMessage(strings.TrimSpace(d.Input)), By: h.strArg(t, d, "by", "erin")})
@@ -482,10 +492,15 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		// close command): close action=1/c1 attempt=1 incarnation=1
 		// why=cancelled closed|claimed|unknown [by=runner-b]
 		// [not_started_by=w-1 not_started_why=ended] (with closed: the
-		// worker's claim it found marked not started).
+		// worker's claim it found marked not started) [token=tok-1 |
+		// no_token] (with claimed: the found claim's token, tok-1 unless
+		// given; no_token: a close recorded before the token was).
 		cl := Close{Action: h.strArg(t, d, "action", ""), Attempt: h.intArg(t, d, "attempt", 1),
 			Incarnation: h.intArg(t, d, "incarnation", 1), Why: h.strArg(t, d, "why", events.ClosedCancelled), Closed: d.HasArg("closed"),
 			Claimed: d.HasArg("claimed"), By: h.strArg(t, d, "by", "")}
+		if cl.Claimed && !d.HasArg("no_token") {
+			cl.ClaimWorker, cl.ClaimToken = "w-1", h.strArg(t, d, "token", "tok-1")
+		}
 		if d.HasArg("not_started_by") {
 			cl.NotStarted = &events.ClosedNotStarted{Worker: h.strArg(t, d, "not_started_by", ""), Why: h.strArg(t, d, "not_started_why", "")}
 		}

@@ -142,6 +142,11 @@ type Action struct {
 	// (AttemptClosed with Claimed): they may have acted, and are never
 	// closed again.
 	Claimed []int `json:"claimed,omitempty"`
+	// ClaimToken is the token of the worker's claim a close of the latest
+	// attempt found (AttemptClosed ClaimToken); empty when none was found
+	// or the log predates the field. Only a mark on a claim with this
+	// token is recorded (MarkedNotStarted).
+	ClaimToken string `json:"claim_token,omitempty"`
 	// FencedAt is when the latest attempt was fenced (its AttemptFenced's
 	// recorded time): its claim, taken after the fence, lives at least
 	// until FencedAt plus the claims bucket's max age.

@@ -85,6 +85,12 @@ const (
 	CauseWorkerLost = events.CauseWorkerLost
 	// CauseStopped is a body stopped by its run's stop (weft.stop.<run>).
 	CauseStopped = events.CauseStopped
+	// CauseNotStarted is an attempt whose claim its worker marked not
+	// started (Claim.NotStarted) for a reason other than the deadline:
+	// the run reads the claim and records the mark if a decision read the
+	// claim before it (docs/adr/0023-closing-attempts.md, "Late evidence:
+	// a mark after the decision"). The report alone records nothing.
+	CauseNotStarted = "not_started"
 )
 
 // Task is the body of a tool task on its Queue's subject: one fenced
@@ -163,8 +169,9 @@ type Claim struct {
 	// deadline passed): an update of its own claim at the revision it
 	// created, after which that worker never starts the body. No body
 	// ever starts under it: a delivery that finds it acks the task without
-	// starting the body, and reports nothing unless the claim holds a
-	// saved Report, which it delivers (docs/protocol/41-tasks.md rule 6);
+	// starting the body, after delivering the claim's saved Report if it
+	// holds one (docs/protocol/41-tasks.md rule 6) or else reporting the
+	// mark (a lost report with cause not_started, "Reporting the mark");
 	// it is never taken over (api.HeaderUnstartedClaim), and the runtime's
 	// close counts it as closed (docs/adr/0023-closing-attempts.md, "Claims
 	// released as not started"). The update drops the claim's per-key TTL:

@@ -206,8 +206,9 @@ type Report struct {
 	Evidence string `json:"evidence,omitempty"`
 	// Bytes is the size of an oversize output.
 	Bytes int64 `json:"bytes,omitempty"`
-	// Cause is why an attempt was lost: timed_out, crashed, worker_lost or
-	// stopped.
+	// Cause is why an attempt was lost: timed_out, crashed, worker_lost,
+	// stopped, or not_started (the worker marked its claim not started:
+	// CauseNotStarted).
 	Cause string `json:"cause,omitempty"`
 	// Worker identifies the reporting worker, for audit.
 	Worker string `json:"worker,omitempty"`

@@ -14,7 +14,8 @@ import (
 
 // precision is the chaos test's precision figure (docs/semantics.md §8,
 // "Closing an attempt"), reported beside its problems: the actions a
-// person was ever asked to reconcile (uncertain at some point of the log),
+// person was ever asked to reconcile (uncertain at some point of the log,
+// and not ended not_started since by its worker's late mark),
 // those of them whose body never started (no ledger line of the action),
 // and of these, as chaos.UnstartedKind counts them: claimed, the ones a
 // worker's claim covers that no close counted closed and that was not
@@ -35,7 +36,7 @@ type precision struct{ uncertain, unstarted, claimed, marked, unknown, closed in
 
 // String is the figure as the chaos test logs it per seed.
 func (p precision) String() string {
-	return fmt.Sprintf("%d actions uncertain, %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); %d attempts closed unclaimed",
+	return fmt.Sprintf("%d actions uncertain, %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); %d attempts closed (unclaimed, or found claimed and marked not started)",
 		p.uncertain, p.unstarted, p.claimed, p.marked, p.unknown, p.closed)
 }
 
@@ -68,6 +69,12 @@ func (c *chaosEnv) precision() (p precision) {
 			p.closed += len(a.Closed)
 		}
 		for id, a := range ever {
+			if now, _ := s.Action(id); now.State == aggregate.ActionNotStarted {
+				// Uncertain until its worker's late mark was read
+				// (attempt_not_started): it did not act, and nobody is
+				// asked to reconcile it.
+				continue
+			}
 			p.uncertain++
 			if started[run+" "+id] {
 				continue

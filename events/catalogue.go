@@ -65,6 +65,8 @@ const (
 	NameResolved Name = "resolved"
 	// NameAttemptClosed is the stored name of AttemptClosed, an attempt whose claim the runtime closed before any worker took it (or found its worker's claim, marked not started or not).
 	NameAttemptClosed Name = "attempt_closed"
+	// NameAttemptNotStarted is the stored name of AttemptNotStarted, a claim found by a close and marked not started by its worker afterwards.
+	NameAttemptNotStarted Name = "attempt_not_started"
 )
 
 // Names returns every event name of the catalogue, in the order of this
@@ -78,7 +80,7 @@ func Names() []Name {
 		NameSettlementRefused, NameReconciled, NameActionsNotStarted, NameCancelRequested,
 		NameRunHandedOff, NameRunRecovered, NameRunFinished, NameChildStarted, NameChildSettled,
 		NameResolved, NameHeadSigned, NameAttemptClosed,
-		NameRunPaused, NameRunResumed, NameRunForked,
+		NameRunPaused, NameRunResumed, NameRunForked, NameAttemptNotStarted,
 	}
 }
 
@@ -677,6 +679,15 @@ type AttemptClosed struct {
 	By          string `json:"by"`
 	Why         string `json:"why"`
 	Claimed     bool   `json:"claimed,omitempty"`
+	// ClaimWorker and ClaimToken are the worker and token (api.Claim) of
+	// the claim a close with Claimed found; empty otherwise, and in logs
+	// written before they were recorded. A late mark (AttemptNotStarted)
+	// is accepted only from a claim with this token: a claim created again
+	// under the key after this one expired is another claim
+	// (docs/adr/0023-closing-attempts.md, "Late evidence: a mark after the
+	// decision").
+	ClaimWorker string `json:"claim_worker,omitempty"`
+	ClaimToken  string `json:"claim_token,omitempty"`
 	// NotStarted is the worker whose claim the close found marked not
 	// started, and why; nil when the close found none.
 	NotStarted *ClosedNotStarted `json:"not_started,omitempty"`
@@ -689,6 +700,37 @@ type ClosedNotStarted struct {
 	Worker string `json:"worker"`
 	Why    string `json:"why"`
 }
+
+// AttemptNotStarted is emitted when the worker's claim that a close found
+// (AttemptClosed with Claimed: the action was decided uncertain) was marked
+// not started by that worker afterwards (api.Claim.NotStarted,
+// docs/adr/0023-closing-attempts.md "Late evidence: a mark after the
+// decision"): the attempt's body never started and never will. It is
+// decided from the claim's value as the runner read it, never from a
+// worker's word alone. Attempt and Incarnation are the action's latest
+// fence, the attempt the close found claimed; Worker and Why are the mark's
+// (the claim's holder, and "ended", "stopped" or "deadline"); By is the
+// runner that read the claim. The attempt then counts as closed (it did
+// not act). Ended says the uncertain action ends not_started by it: every
+// attempt it had is now closed unclaimed or marked not started; otherwise
+// (an earlier attempt may have acted, or the run is live: not_started
+// would leave the model's batch unanswered) the action stays uncertain and
+// the event is evidence only, for the person who reconciles it. It is recorded only for an action still
+// uncertain — a reconciliation or a late settlement recorded first wins —
+// also in a finished run.
+type AttemptNotStarted struct {
+	Action      string `json:"action"`
+	Attempt     int    `json:"attempt"`
+	Incarnation int    `json:"incarnation"`
+	Worker      string `json:"worker"`
+	Why         string `json:"why"`
+	By          string `json:"by"`
+	Ended       bool   `json:"ended,omitempty"`
+}
+
+// NotStartedMarked is the detail of an action AttemptNotStarted ended
+// not_started.
+const NotStartedMarked = "marked_not_started"
 
 // The paths of AttemptClosed (the Why of api.ClaimClose).
 const (
@@ -1203,3 +1245,11 @@ func (AttemptClosed) EventName() Name { return NameAttemptClosed }
 func (AttemptClosed) SchemaVersion() int { return 1 }
 
 func (AttemptClosed) isEvent() {}
+
+// EventName returns NameAttemptNotStarted, the durable name AttemptNotStarted is stored under.
+func (AttemptNotStarted) EventName() Name { return NameAttemptNotStarted }
+
+// SchemaVersion returns 1, the version of AttemptNotStarted's encoding (docs/protocol.md).
+func (AttemptNotStarted) SchemaVersion() int { return 1 }
+
+func (AttemptNotStarted) isEvent() {}

@@ -52,6 +52,7 @@ func samples() []Event {
 		RunPaused{By: "dave", Reason: "checking the vendor"},
 		RunResumed{By: "erin", Reason: "vendor confirmed"},
 		RunForked{From: ForkedFrom{Run: "r-1", Version: 14, Turn: 3}, Transcript: []Message{{Role: "assistant", Text: "paying", Calls: []ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"amount":80}`)}}, ProviderData: json.RawMessage(`{"id":"resp-1"}`)}, {Role: "tool", Results: []ToolResult{{CallID: "c1", Name: "pay", Content: json.RawMessage(`{"id":"p-1"}`)}}}}},
+		AttemptNotStarted{Action: "1/c1", Attempt: 1, Incarnation: 1, Worker: "w-1", Why: "ended", By: "runner-a"},
 	}
 }
 

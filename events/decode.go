@@ -46,6 +46,8 @@ func Decode(name Name, schema int, payload json.RawMessage) (Event, error) {
 		return decode[AttemptLost](payload)
 	case NameAttemptClosed:
 		return decode[AttemptClosed](payload)
+	case NameAttemptNotStarted:
+		return decode[AttemptNotStarted](payload)
 	case NameReportRefused:
 		return decode[ReportRefused](payload)
 	case NameActionUncertain:

@@ -152,6 +152,16 @@ func Describe(e Event) string {
 			b.kv("not_started_by", e.NotStarted.Worker)
 			b.kv("not_started_why", e.NotStarted.Why)
 		}
+	case AttemptNotStarted:
+		b.kv("action", e.Action)
+		b.kv("attempt", strconv.Itoa(e.Attempt))
+		b.kv("incarnation", strconv.Itoa(e.Incarnation))
+		b.kv("worker", e.Worker)
+		b.kv("why", e.Why)
+		b.kv("by", e.By)
+		if e.Ended {
+			b.kv("ended", "true")
+		}
 	case ReportRefused:
 		b.kv("action", e.Action)
 		b.kv("attempt", strconv.Itoa(e.Attempt))

@@ -69,10 +69,10 @@ func encodingSamples() []Event {
 		Resolved{Action: "1/c1", Kind: ReconciledOutput, Content: json.RawMessage(`{"id":"w-1","status":"sent"}`), By: "erin", Reason: "wire found",
 			Identity: Identity{Verified: true, Key: "UERIN"}, Proof: &CommandProof{Key: "UERIN", Command: "resolve", Run: "r-1", Action: "1/c1", Content: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Expires: later, Signature: "c2ln"}},
 		HeadSigned{Version: 41, Hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", Key: "UCKNE3MXR6UAONAOVKMSVHBHN5IS6JLVOVQ6JXN2OJBBMNR3VALSCZIV", Signer: "runner-a", Signature: "c2ln", End: true},
-		// Both optional fields, for their encoding: a close records one or
-		// the other.
+		// The optional fields, for their encoding: a close records the
+		// claim it found or the mark, not both.
 		AttemptClosed{Action: "1/c1", Attempt: 2, Incarnation: 2, By: "runner-a", Why: ClosedRunnerLost, Claimed: true,
-			NotStarted: &ClosedNotStarted{Worker: "w-1", Why: "ended"}},
+			ClaimWorker: "w-1", ClaimToken: "tok-1", NotStarted: &ClosedNotStarted{Worker: "w-1", Why: "ended"}},
 		RunPaused{By: "dave", Reason: "checking the vendor", Identity: Identity{Verified: true, Key: "UDAVE"},
 			Proof: &CommandProof{Key: "UDAVE", Command: "pause", Run: "r-1", Reason: "checking the vendor", Expires: later, Signature: "c2ln"}},
 		RunResumed{By: "erin", Reason: "vendor confirmed", Identity: Identity{Verified: true, Key: "UERIN"},
@@ -81,6 +81,7 @@ func encodingSamples() []Event {
 			{Role: "assistant", Text: "paying", Calls: []ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"amount":80}`)}}, ProviderData: json.RawMessage(`{"id":"resp-1"}`)},
 			{Role: "tool", Results: []ToolResult{{CallID: "c1", Name: "pay", Content: json.RawMessage(`{"id":"p-1"}`)}}},
 		}},
+		AttemptNotStarted{Action: "1/c1", Attempt: 1, Incarnation: 1, Worker: "w-1", Why: "ended", By: "runner-a", Ended: true},
 	}
 }
 

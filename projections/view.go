@@ -573,6 +573,14 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, Verified: p.Verified, Reason: e.Reason, At: at}
 			a.Question = &q
 		}
+	case events.AttemptNotStarted:
+		// A claim marked not started after the decision that found it
+		// (docs/adr/0023-closing-attempts.md): with ended the uncertain
+		// action ends not_started and leaves the inbox.
+		a := v.move(e.Action, at, t, moves)
+		if e.Ended {
+			a.Detail, a.Pending = events.NotStartedMarked, nil
+		}
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {
 			a := v.move(id, at, t, moves)

@@ -174,7 +174,10 @@ func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run stri
 				cl.Closed = true
 				cl.NotStarted = &events.ClosedNotStarted{Worker: found.Worker, Why: found.NotStarted.Why}
 			default:
+				// The found claim's token binds a later mark to this
+				// claim (recordLateMarks).
 				cl.Claimed = true
+				cl.ClaimWorker, cl.ClaimToken = found.Worker, found.Token
 			}
 			return
 		}
@@ -243,6 +246,61 @@ func (r *Runner) recordKeptCloses(ctx context.Context, rn *run) error {
 			if failed == nil {
 				failed = err
 			}
+		}
+	}
+	return failed
+}
+
+// recordLateMarks reads the claims of the attempts of rn whose close found
+// a worker's claim while their action is still uncertain
+// (aggregate.LateMarks; only: one action, "" for all) and records each
+// claim its worker has since marked not started (api.Claim.NotStarted) as
+// aggregate.MarkedNotStarted: the decision is the claim's value as read
+// here, never a worker's word (docs/adr/0023-closing-attempts.md, "Late
+// evidence: a mark after the decision"). A claim that cannot be read,
+// is gone or is not marked records nothing: the action stays uncertain
+// (§5's rule). It costs one KV get per such attempt, and nothing on a run
+// without one. It returns the first error that leaves a mark unrecorded
+// for now (the store did not answer, or the append conflicted); a refusal
+// is logged.
+func (r *Runner) recordLateMarks(ctx context.Context, rn *run, only string) error {
+	marks := aggregate.LateMarks(rn.state, only)
+	if len(marks) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, closePhase)
+	defer cancel()
+	kv := r.claimsKV(ctx)
+	if kv == nil {
+		return nil
+	}
+	var failed error
+	for _, f := range marks {
+		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
+		e, err := kv.Get(gctx, worker.ClaimKey(rn.id, f.Action, f.Attempt, f.Incarnation))
+		gcancel()
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyNotFound) {
+				r.log.Warn("cannot read a claim for its not-started mark: the action stays uncertain until it is read again", "run", rn.id, "action", f.Action, "attempt", f.Attempt, "err", err)
+			}
+			continue
+		}
+		var c api.Claim
+		if json.Unmarshal(e.Value(), &c) != nil || c.NotStarted == nil || c.Closed != nil {
+			continue
+		}
+		err = r.step(ctx, rn, aggregate.MarkedNotStarted{Action: f.Action, Attempt: f.Attempt, Incarnation: f.Incarnation, Token: c.Token, Worker: c.Worker, Why: c.NotStarted.Why, By: r.id})
+		switch {
+		case err == nil:
+		case transient(err):
+			// Not recorded: read again by the next report or wake.
+			if failed == nil {
+				failed = err
+			}
+		default:
+			// Refused (a reconciliation recorded meanwhile wins): the
+			// report that brought it is answered as usual.
+			r.log.Info("a claim's not-started mark was not recorded", "run", rn.id, "action", f.Action, "attempt", f.Attempt, "err", err)
 		}
 	}
 	return failed

@@ -120,10 +120,13 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 	case worker.OutcomeLost:
 		// Which causes are recorded is the aggregate's (LostCommand); for
 		// the others (nil) the run is woken (due timers applied) and the
-		// reply is the usual one.
-		var err error
-		if cmd, err = aggregate.LostCommand(req.Action, req.Attempt, req.Cause, req.Evidence); err != nil {
-			return api.Reply{}, err
+		// reply is the usual one. not_started (a claim its worker marked)
+		// records nothing by itself: the claim is read (below).
+		if req.Cause != api.CauseNotStarted {
+			var err error
+			if cmd, err = aggregate.LostCommand(req.Action, req.Attempt, req.Cause, req.Evidence); err != nil {
+				return api.Reply{}, err
+			}
 		}
 	default:
 		return api.Reply{}, &weft.Error{Code: weft.CodeInvalidRequest, Message: fmt.Sprintf("report outcome %q", req.Outcome)}
@@ -140,7 +143,15 @@ func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, erro
 		}
 		var err error
 		if cmd == nil {
-			if rn.driven {
+			if req.Cause == api.CauseNotStarted || req.Cause == api.CauseTimedOut {
+				// Its worker marked the claim not started (a timed_out
+				// report follows a deadline mark): if a decision read the
+				// claim before the mark, the claim's value now says the
+				// body never started (docs/adr/0023-closing-attempts.md,
+				// "Late evidence: a mark after the decision").
+				err = r.recordLateMarks(ctx, rn, req.Action)
+			}
+			if rn.driven && err == nil {
 				err = r.wakeLocked(ctx, rn, false)
 			}
 		} else {

@@ -18,6 +18,7 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -202,9 +203,20 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 		switch closed := len(p.Closed) > 0; {
 		case cancelFirst[i] && (!closed || p.State != aggregate.ActionNotStarted || l.started(run, p.ID)):
 			t.Errorf("run %s: the cancel went first, yet the payment is %s (%s), closed attempts %v, body started %v; want not_started, attempt 1 closed, no body", run, p.State, p.Detail, p.Closed, l.started(run, p.ID))
-		case !cancelFirst[i] && closed:
-			t.Errorf("run %s: the worker claimed the attempt first, yet the run records attempts %v closed", run, p.Closed)
+		case !cancelFirst[i] && closed && !slices.Contains(p.Claimed, 1):
+			// Closed after the cancel's close found the claim only by
+			// its worker's late mark (attempt_not_started).
+			t.Errorf("run %s: the worker claimed the attempt first, yet the run records attempts %v closed, claimed %v", run, p.Closed, p.Claimed)
+		case !cancelFirst[i] && closed && (p.State != aggregate.ActionNotStarted || l.started(run, p.ID)):
+			t.Errorf("run %s: the claim found by the cancel was marked not started, yet the payment is %s (%s), body started %v; want not_started, no body", run, p.State, p.Detail, l.started(run, p.ID))
 		}
+	}
+	// Every task was acked (drained) after its worker's report was
+	// answered, and no worker was killed: a claim the cancel found and
+	// its worker then marked is recorded by now (attempt_not_started), and
+	// no uncertain payment is left without a body start.
+	if marked != 0 || unstarted != 0 {
+		t.Errorf("%d uncertain payments without a body start, %d of them with a claim marked not started that was not recorded; want none", unstarted, marked)
 	}
 	t.Logf("%d runs, %d with the cancel first: %d uncertain payments, %d of them without a body start (%d with a claim its worker marked not started after the cancel read it); %d body starts", n, len(slices.DeleteFunc(slices.Clone(cancelFirst), func(first bool) bool { return !first })), uncertain, unstarted, marked, len(l.starts))
 }
@@ -679,21 +691,75 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 	}
 }
 
-// TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain
-// (docs/adr/0023-closing-attempts.md, "Claims released as not started":
-// what the mark cannot do): a worker holds a payment's claim, its check
-// after the claim not made yet, when a cancel comes. The cancel's close
-// finds the worker's claim — unmarked: the worker has seen nothing yet —
-// and the payment ends uncertain. The worker's check then finds the
-// attempt cancelled: it never starts the body and marks its claim not
-// started (ended), too late for the decision that read it. The ledger
-// shows no body start; the claim shows why.
-func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain(t *testing.T) {
+// TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedFromTheMark
+// (docs/semantics.md §8 "Closing an attempt"; docs/adr/0023-closing-attempts.md,
+// "Late evidence: a mark after the decision"): a worker holds a payment's
+// claim, its check after the claim not made yet, when a cancel comes. The
+// cancel's close finds the worker's claim — unmarked: the worker has seen
+// nothing yet — and the payment is decided uncertain. The worker's check
+// then finds the attempt cancelled: it never starts the body, marks its
+// claim not started (ended) and reports the mark. The runner reads the
+// claim and records attempt_not_started: the payment leaves uncertain for
+// not_started in the finished run, attributed to the worker's mark. The
+// ledger shows no body start; nobody is asked to reconcile. Before, the
+// payment stayed uncertain.
+func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedFromTheMark(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	var l ledger
 	a := l.payOnce(t)
 	const run = "cancel-after-claim"
+	g := newAfterClaimGate(h, run)
+	headKey, headPub := userKey(t, 7)
+	h.startRunner([]*agent.Agent{a}, runner.WithHeadKey(headKey), runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.reached // the worker holds attempt 1's claim, its body not started
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.state(run).Actions()[0]; p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) {
+		t.Fatalf("payment %s (%s), claimed %v; want the cancel's close to find the claim: uncertain", p.State, p.Detail, p.Claimed)
+	}
+	close(g.release)
+	drained(t, h, a, "pay")
+	s := h.waitFor(run, "the payment not_started", func(s aggregate.State) bool {
+		return s.Actions()[0].State == aggregate.ActionNotStarted
+	})
+	p := s.Actions()[0]
+	if p.Detail != events.NotStartedMarked || !slices.Contains(p.Claimed, 1) || !slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), claimed %v, closed %v; want not_started by the mark, attempt 1 found claimed then marked", p.State, p.Detail, p.Claimed, p.Closed)
+	}
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain; want none", u)
+	}
+	if l.started(run, p.ID) {
+		t.Fatal("the ledger shows a body start")
+	}
+	// The corrected finished run still verifies against the runner's head
+	// key (docs/security.md, "Signed heads"): its runner signs the end
+	// head again after attempt_not_started.
+	envs := waitSignedAfter(t, h, run, events.NameAttemptNotStarted)
+	if rep := audit.Verify(envs, audit.WithTrust(headPub)); !rep.OK() {
+		t.Fatalf("the corrected run does not verify with --trust: %+v", rep.Problem)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain
+// (docs/semantics.md §5 rule 1; docs/adr/0023-closing-attempts.md, "Late
+// evidence: a mark after the decision"): the cancel's close found the
+// worker's claim (its token recorded in attempt_closed). That claim then
+// expires — deleted here, as a stand-in — and another delivery creates the
+// key again and marks it not started, and reports so. That mark is not the
+// found claim's, whose body may have run: the payment stays uncertain.
+func TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	const run = "mark-on-another-claim"
 	g := newAfterClaimGate(h, run)
 	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
@@ -704,14 +770,106 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckStaysUncertain(
 	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
 		t.Fatal(err)
 	}
+	p := h.state(run).Actions()[0]
+	if p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) || p.ClaimToken == "" {
+		t.Fatalf("payment %s (%s), claimed %v, token %q; want the cancel's close to find the claim and record its token", p.State, p.Detail, p.Claimed, p.ClaimToken)
+	}
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := api.ClaimKey(run, p.ID, 1, 1)
+	if err := claims.Delete(c, key); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := json.Marshal(api.Claim{Schema: 1, Worker: "w-late", Token: "another-delivery", Claimed: time.Now().UTC(), NotStarted: &api.ClaimNotStarted{Why: api.ClaimEnded}})
+	if _, err := claims.Create(c, key, other); err != nil {
+		t.Fatal(err)
+	}
+	// Its report is answered after the runner read the claim.
+	rep := worker.Report{Schema: worker.Schema, CommandID: "late", Run: run, Action: p.ID, Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeLost, Cause: api.CauseNotStarted,
+		Evidence: "the claim of attempt 1 was marked not started (ended)"}
+	if _, err := runnerReport(c, h, rep); err != nil {
+		t.Fatal(err)
+	}
+	if p := h.state(run).Actions()[0]; p.State != aggregate.ActionUncertain || slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), closed %v; want uncertain: the marked claim is not the one the close found", p.State, p.Detail, p.Closed)
+	}
 	close(g.release)
 	drained(t, h, a, "pay")
-	s := h.waitFor(run, "finished", func(s aggregate.State) bool { _, fin := s.Finished(); return fin })
-	p := s.Actions()[0]
-	if p.State != aggregate.ActionUncertain || !slices.Contains(p.Claimed, 1) || len(p.Closed) != 0 {
-		t.Fatalf("payment %s (%s), claimed %v, closed %v; want uncertain, attempt 1 found claimed", p.State, p.Detail, p.Claimed, p.Closed)
+	if p := h.state(run).Actions()[0]; p.State != aggregate.ActionUncertain || slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), closed %v after the worker let go; want uncertain", p.State, p.Detail, p.Closed)
 	}
-	if u, un, mk := l.check(t, h, run, s); u != 1 || un != 1 || mk != 1 {
-		t.Fatalf("uncertain %d, without a body start %d, marked not started %d; want 1, 1, 1", u, un, mk)
+}
+
+// waitSignedAfter waits until run's log ends with an event of type typ
+// and the signed end head after it, and returns the log. It fails the
+// test when that never comes.
+func waitSignedAfter(t *testing.T, h *harness, run string, typ events.Name) []events.Envelope {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		envs, _, err := h.srv.Log.Load(context.Background(), run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(envs)
+		if n >= 2 && envs[n-1].Type == events.NameHeadSigned && envs[n-2].Type == typ {
+			return envs
+		}
+		if time.Now().After(deadline) {
+			var last events.Name
+			if n > 0 {
+				last = envs[n-1].Type
+			}
+			t.Fatalf("run %s: its log never ended with %s and a signed head (last %s)", run, typ, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing
+// (docs/adr/0023-closing-attempts.md, "Late evidence: a mark after the
+// decision"): as above, but a person reconciles the uncertain payment
+// before the worker's check: the reconciliation recorded first wins, the
+// mark read afterwards is not recorded and the payment stays reconciled.
+func TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	a := l.payOnce(t)
+	const run = "reconciled-before-mark"
+	g := newAfterClaimGate(h, run)
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.reached
+	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	id := h.state(run).Actions()[0].ID
+	if _, err := h.client.ReconcileStored(c, api.ReconcileRequest{Run: run, Action: id, Content: json.RawMessage(`{"error":"never sent"}`), By: "carol"}); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	drained(t, h, a, "pay")
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := claims.Get(c, api.ClaimKey(run, id, 1, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl api.Claim
+	if err := json.Unmarshal(e.Value(), &cl); err != nil || cl.NotStarted == nil {
+		t.Fatalf("claim %+v (%v): want it marked not started", cl, err)
+	}
+	// The worker reported the mark before it acked its task (drained).
+	p := h.state(run).Actions()[0]
+	if p.State != aggregate.ActionReconciled || slices.Contains(p.Closed, 1) {
+		t.Fatalf("payment %s (%s), closed %v; want reconciled, the late mark not recorded", p.State, p.Detail, p.Closed)
 	}
 }

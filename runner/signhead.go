@@ -82,8 +82,9 @@ func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
 
 // vouched reports whether evs hold a decision a person made (an approval
 // answered, a reconciliation, a resolution, a cancellation, a pause or
-// resume) or the run's
-// end: the heads a runner signs.
+// resume), the run's end, or a late not-started mark the runner read from
+// the claim (events.AttemptNotStarted, which may land after a finished
+// run's signed end head): the heads a runner signs.
 func vouched(evs []events.Event) bool {
 	for _, ev := range evs {
 		switch e := ev.(type) {
@@ -91,7 +92,7 @@ func vouched(evs []events.Event) bool {
 			if e.Answer != events.AnswerExpired {
 				return true
 			}
-		case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished:
+		case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished, events.AttemptNotStarted:
 			return true
 		}
 	}

@@ -130,6 +130,12 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 	if err := r.recordKeptCloses(ctx, rn); err != nil && dueErr == nil {
 		dueErr = err
 	}
+	// A worker that marked its claim after the decision that read it and
+	// died before its report reached the run (docs/adr/0023-closing-attempts.md,
+	// "Late evidence: a mark after the decision").
+	if err := r.recordLateMarks(ctx, rn, ""); err != nil && dueErr == nil {
+		dueErr = err
+	}
 	if all {
 		r.act(ctx, rn, nil, true)
 	}

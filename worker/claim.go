@@ -194,17 +194,23 @@ func decodeClaim(v []byte) Claim {
 
 // savedReport returns the report saved in the claim key, if any.
 func (w *Worker) savedReport(key string) (Report, bool) {
+	c, ok := w.claimAt(key)
+	if !ok || c.Report == nil {
+		return Report{}, false
+	}
+	return *c.Report, true
+}
+
+// claimAt reads the claim at key; false when it cannot be read or is
+// absent.
+func (w *Worker) claimAt(key string) (Claim, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e, err := w.claims.Get(ctx, key)
 	if err != nil {
-		return Report{}, false
+		return Claim{}, false
 	}
-	c := decodeClaim(e.Value())
-	if c.Report == nil {
-		return Report{}, false
-	}
-	return *c.Report, true
+	return decodeClaim(e.Value()), true
 }
 
 // updateClaim writes own's value again (a renewal, or the saved report)
@@ -279,4 +285,18 @@ func (w *Worker) markNotStarted(t Task, own *ownClaim, why string) bool {
 	}
 	own.val, own.rev = val, rev
 	return true
+}
+
+// reportNotStarted tells t's run that the claim of its attempt is marked
+// not started (why): a lost report with cause not_started
+// (docs/protocol/41-tasks.md). It records nothing by itself: the runner
+// reads the claim and, when a decision read the claim before the mark
+// (the action is uncertain), records what the claim says
+// (docs/adr/0023-closing-attempts.md, "Late evidence: a mark after the
+// decision"). rep is the delivery's report (its identity fields);
+// delivered as any report (deliver), never saved in the claim.
+func (w *Worker) reportNotStarted(t Task, rep Report, why string) {
+	rep.Outcome, rep.Cause = OutcomeLost, api.CauseNotStarted
+	rep.Evidence = fmt.Sprintf("the claim of attempt %d was marked not started (%s): its body never started and never will", t.Attempt, why)
+	w.deliver(t, rep, nil)
 }

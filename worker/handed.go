@@ -182,13 +182,17 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 	// worker stopping before the start removes its claim instead
 	// (dropUnstarted), so that the copy runs the body.
 	if !w.defaultCheck && w.current(t) == attemptStale {
-		w.markNotStarted(t, &own, api.ClaimEnded)
-		acked = true // ended while it was claimed: nothing to report
+		if w.markNotStarted(t, &own, api.ClaimEnded) {
+			w.reportNotStarted(t, rep, api.ClaimEnded)
+		}
+		acked = true // ended while it was claimed: only the mark is reported
 		return
 	}
 	if context.Cause(ctx) == errStopped {
-		w.markNotStarted(t, &own, api.ClaimStopped)
-		acked = true // stopped by a recorded decision: nothing to report
+		if w.markNotStarted(t, &own, api.ClaimStopped) {
+			w.reportNotStarted(t, rep, api.ClaimStopped)
+		}
+		acked = true // stopped by a recorded decision: only the mark is reported
 		return
 	}
 	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -63,8 +64,10 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if len(rs.got) != 0 {
-		t.Fatalf("reports %+v for an attempt the cancellation decided", rs.got)
+	// Only the mark of its claim is reported (lost not_started: the run
+	// reads the claim, docs/adr/0023-closing-attempts.md); no outcome.
+	if len(rs.got) != 1 || rs.got[0].Outcome != worker.OutcomeLost || rs.got[0].Cause != api.CauseNotStarted {
+		t.Fatalf("reports %+v for an attempt the cancellation decided: want one, lost not_started", rs.got)
 	}
 }
 

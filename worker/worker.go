@@ -648,6 +648,13 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		// Recovery (or a report, a stop, the run's end) already decided
 		// this attempt: its body must not start now.
 		w.log.Info("worker: task of an attempt that is no longer current, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation)
+		// A worker that marked its claim not started and died before
+		// its report left the task unacked: this delivery reports the
+		// mark in its place (one KV get, only for a stale task;
+		// docs/adr/0023-closing-attempts.md, "Late evidence").
+		if c, ok := w.claimAt(key); ok && c.NotStarted != nil && c.Closed == nil {
+			w.reportNotStarted(t, rep, c.NotStarted.Why)
+		}
 		done(true)
 		return
 	case attemptUnknown:
@@ -691,11 +698,15 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 			// Claimed by a worker that then decided not to start the body
 			// and said so in its claim: no body of the attempt ever
 			// started, and none starts now. The attempt's end is the
-			// run's to record (its close counts the claim closed):
-			// nothing is reported — but a report its worker saved (the
-			// lost timed_out of a deadline that passed before the body)
-			// is delivered, as any saved report.
+			// run's to record (its close counts the claim closed); the
+			// mark is reported (lost not_started) in case its marker
+			// died before its own report — but a report its worker saved
+			// (the lost timed_out of a deadline that passed before the
+			// body) is delivered instead, as any saved report.
 			w.log.Info("worker: attempt claimed and released as not started, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation, "by", found.Worker, "why", ns.Why)
+			// Its marker may have died before its report: this
+			// redelivery reports the mark in its place.
+			w.reportNotStarted(t, rep, ns.Why)
 			done(true)
 			return
 		}
@@ -736,7 +747,9 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	// was read once: the body starts.
 	if w.current(t) == attemptStale {
 		w.log.Info("worker: attempt ended while it was claimed, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "incarnation", t.Incarnation)
-		w.markNotStarted(t, &own, api.ClaimEnded)
+		if w.markNotStarted(t, &own, api.ClaimEnded) {
+			w.reportNotStarted(t, rep, api.ClaimEnded)
+		}
 		done(true)
 		return
 	}
@@ -745,10 +758,15 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	// again decides too.
 	if context.Cause(ctx) == errStopped {
 		// Its run was cancelled (or ended) meanwhile and recorded the
-		// attempt stopped: the body never starts, and nothing is reported
-		// (the decision that stopped it already recorded it).
+		// attempt stopped: the body never starts. The mark is reported
+		// (lost, not_started): a decision that found the claim before the
+		// mark recorded the action uncertain, and the runner reads the
+		// mark to correct it (docs/adr/0023-closing-attempts.md, "Late
+		// evidence: a mark after the decision").
 		w.log.Info("worker: task stopped before its body started, not started", "run", t.Run, "action", t.Action, "attempt", t.Attempt)
-		w.markNotStarted(t, &own, api.ClaimStopped)
+		if w.markNotStarted(t, &own, api.ClaimStopped) {
+			w.reportNotStarted(t, rep, api.ClaimStopped)
+		}
 		done(true)
 		return
 	}

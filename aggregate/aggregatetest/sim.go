@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 )
@@ -121,7 +122,9 @@ type Sim struct {
 	// body's claim is "claimed" when a worker took it (the sim's worker
 	// claims a body when it reports it) or "closed" when the driver closed
 	// it first; a worker whose body's claim is closed drops the task, never
-	// starting or reporting it.
+	// starting or reporting it. Now and then a worker claims and looks
+	// again before the body ("holding"): it then starts the body if the
+	// attempt is still current, or marks the claim "marked" (not started).
 	Claims map[Body]string
 	// Closes counts the closes the driver made (won, found, unknown).
 	Closes int
@@ -232,8 +235,13 @@ func (s *Sim) close(c aggregate.Command) aggregate.Command {
 		b := Body{cl.Action, cl.Attempt}
 		s.Closes++
 		switch s.Claims[b] {
-		case "claimed":
+		case "claimed", "holding":
 			closes[i].Claimed = true // found the worker's claim
+			closes[i].ClaimWorker, closes[i].ClaimToken = "w-1", simToken
+		case "marked":
+			// Found a worker's claim marked not started: closed.
+			closes[i].Closed = true
+			closes[i].NotStarted = &events.ClosedNotStarted{Worker: "w-1", Why: api.ClaimEnded}
 		case "closed":
 			closes[i].Closed = true // found its own closed value
 		default:
@@ -853,6 +861,35 @@ func (s *Sim) report(src Source, b Body) {
 		s.Bodies = slices.DeleteFunc(s.Bodies, func(x Body) bool { return x == b })
 		return
 	}
+	if s.Claims == nil {
+		s.Claims = map[Body]string{}
+	}
+	switch s.Claims[b] {
+	case "marked":
+		s.Bodies = slices.DeleteFunc(s.Bodies, func(x Body) bool { return x == b })
+		return
+	case "holding":
+		// The worker that claimed it looks again before the body
+		// (docs/adr/0023-closing-attempts.md): still current, the body
+		// starts; ended meanwhile, it marks its claim not started and
+		// reports so; the runner reads the mark and records it for an
+		// action a close found claimed (aggregate.LateMarks).
+		if a, ok := s.State.Action(b.Action); !ok || a.State != aggregate.ActionRunning || a.Attempts != b.Attempt {
+			s.Claims[b] = "marked"
+			s.Bodies = slices.DeleteFunc(s.Bodies, func(x Body) bool { return x == b })
+			for _, f := range aggregate.LateMarks(s.State, b.Action) {
+				if f.Attempt == b.Attempt {
+					s.deliver(src, aggregate.MarkedNotStarted{Action: b.Action, Attempt: f.Attempt, Incarnation: f.Incarnation, Token: simToken, Worker: "w-1", Why: api.ClaimEnded, By: s.Driver}, "")
+				}
+			}
+			return
+		}
+	case "":
+		if chance(src, "claim, then look again", 6) {
+			s.Claims[b] = "holding" // claimed, its body not started yet
+			return
+		}
+	}
 	attempt := b.Attempt
 	switch src.Intn("attempt", 12) {
 	case 0:
@@ -881,9 +918,6 @@ func (s *Sim) report(src Source, b Body) {
 	source := ""
 	if k := dispatchKey(b.Action, attempt); attempt == b.Attempt && WorkKeys(aggregate.Pending(s.State))[k] {
 		source = k
-	}
-	if s.Claims == nil {
-		s.Claims = map[Body]string{}
 	}
 	s.Claims[b] = "claimed" // the worker claimed it before its body started
 	if s.deliver(src, c, source) && attempt == b.Attempt {
@@ -970,3 +1004,7 @@ func Describe(evs []events.Event) string {
 	}
 	return string(b)
 }
+
+// simToken is the token of every worker's claim the simulation takes: a
+// close that finds one records it, and its mark carries it.
+const simToken = "tok-w-1"

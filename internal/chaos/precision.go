@@ -54,7 +54,10 @@ type Precision struct {
 	// (runner.CloseUnknown: the store was down). Any other is a violation
 	// (checkUncertainUnclaimed).
 	Unstarted, Claimed, Marked, Unknown int
-	// Closed counts the attempts closed before any worker claimed them.
+	// Closed counts the attempts recorded closed: closed before any
+	// worker claimed them, found marked not started by a close, or whose
+	// claim a close found and its worker marked afterwards
+	// (attempt_not_started).
 	Closed int
 }
 
@@ -119,7 +122,10 @@ const (
 	// marked the claim not started since: the decision the worker's check
 	// after its claim found had read the claim before the mark
 	// (docs/adr/0023-closing-attempts.md, "Claims released as not
-	// started").
+	// started"). A mark the run recorded (attempt_not_started) ends such
+	// an action not_started in a finished run, so it is not counted at
+	// all; what stays here is a mark not read yet, one recorded as
+	// evidence only (a live run), or one read after a reconciliation.
 	UnstartedMarked
 	// UnstartedUnknown is an action with an attempt whose close had no known outcome.
 	UnstartedUnknown
@@ -132,7 +138,7 @@ const (
 func UnstartedKind(a aggregate.Action, c *api.Claim, unknown bool) (kind Unstarted, why string) {
 	marked := c != nil && c.NotStarted != nil
 	switch {
-	case marked && slices.Contains(a.Closed, a.Attempts):
+	case marked && slices.Contains(a.Closed, a.Attempts) && !slices.Contains(a.Claimed, a.Attempts):
 		return UnstartedViolation, fmt.Sprintf("uncertain (%s) without a body start, though the log records attempt %d closed and its worker %s marked its claim not started (%s)", a.Detail, a.Attempts, c.Worker, c.NotStarted.Why)
 	case marked && slices.Contains(a.Claimed, a.Attempts):
 		return UnstartedMarked, ""
@@ -186,6 +192,6 @@ func (p Precision) write(w io.Writer, faults int) {
 	if faults > 0 {
 		per = float64(p.Uncertain) * 1000 / float64(faults)
 	}
-	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); attempts closed unclaimed %d\n",
+	fmt.Fprintf(w, "  precision: uncertain actions %d (%.1f per 1000 faults), %d of them without a body start (%d claimed by a worker, never marked not started — killed between claim and body, or a worker that could not or does not mark, %d marked not started after the decision read the claim, %d with an attempt whose close had no known outcome); attempts closed (unclaimed, or found claimed and marked not started) %d\n",
 		p.Uncertain, per, p.Unstarted, p.Claimed, p.Marked, p.Unknown, p.Closed)
 }

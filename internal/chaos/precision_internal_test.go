@@ -70,6 +70,7 @@ func TestSemantics8_ClosingAnAttemptPrecisionCountsAMarkOnlyWhereTheLogFoundTheC
 	}{
 		{name: "marked, its close found the claim", claim: &marked, claimed: []int{1}, want: want{marked: 1}},
 		{name: "marked, the log records it closed", claim: &marked, closed: []int{1}, want: want{violations: 1}},
+		{name: "marked, its close found the claim, the mark recorded as evidence", claim: &marked, claimed: []int{1}, closed: []int{1}, want: want{marked: 1}},
 		{name: "marked, no close recorded", claim: &marked, want: want{claimed: 1}},
 		{name: "plain claim, its close found it", claim: &plain, claimed: []int{1}, want: want{claimed: 1}},
 		{name: "plain claim, no close recorded", claim: &plain, want: want{claimed: 1}},

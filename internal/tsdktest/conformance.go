@@ -74,7 +74,8 @@ func TypeScriptWorker(t *testing.T, root string) Worker {
 //     docs/adr/0023-closing-attempts.md) is acked, its body never started
 //     and nothing reported; so is one whose claim its worker marked not
 //     started (api.Claim.NotStarted), which is never taken over even when
-//     the requeued task names its token;
+//     the requeued task names its token, and which reports the mark (lost,
+//     not_started);
 //   - a claim taken by a worker that never started the body, named in the
 //     requeued task's Weft-Unstarted-Claim header, is taken over and the
 //     body started once (docs/protocol/41-tasks.md rules 3 and 9);
@@ -99,7 +100,8 @@ func RunWorkerSuite(t *testing.T, w Worker) {
 	t.Run("TestSemantics3_ABodyNeverStartsAfterItsDeadline", s.deadline)
 	t.Run("TestSemantics7_ABodyNeverStartsAfterItsRunsStop", s.afterStop)
 	t.Run("TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports", s.closedClaim)
-	t.Run("TestSemantics8_ADeliveryWhoseClaimIsMarkedNotStartedNeitherStartsNorReports", s.markedClaim)
+	t.Run("TestSemantics8_ADeliveryWhoseClaimIsMarkedNotStartedNeitherStartsNorTakesItOverAndReportsTheMark", s.markedClaim)
+	t.Run("TestSemantics8_AStaleDeliveryOfAMarkedClaimReportsTheMark", s.staleMarkedClaim)
 	t.Run("TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotALoss", s.unstartedClaim)
 	t.Run("TestSemantics8_AReportSavedInTheClaimIsDeliveredInsteadOfALoss", s.savedReport)
 	t.Run("TestSemantics5_AReportRefusedAsForeignChangesNothing", s.foreignReport)
@@ -498,9 +500,11 @@ func (s *suite) closedClaim(t *testing.T) {
 // and marked its claim so (docs/protocol/41-tasks.md, "A claim marked not
 // started"); the copy it requeued even names that claim's token as one no
 // body started under. A delivery that finds the mark neither starts the
-// body, nor takes the claim over, nor reports: it acks, the run's close
-// records the attempt's end.
+// body nor takes the claim over; it reports only the mark (lost, cause
+// not_started: docs/protocol/41-tasks.md, "Reporting the mark"), which
+// records nothing on a running attempt, and acks.
 func (s *suite) markedClaim(t *testing.T) {
+	reports := s.reports(t)
 	s.start(t, "cf-marked", "echo", In{Text: "x"})
 	m, task := s.take(t, "echo")
 	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-marked", Token: "0badc0de0badc0de", Claimed: time.Now(),
@@ -529,8 +533,9 @@ func (s *suite) markedClaim(t *testing.T) {
 	}
 	st := s.waitFor(t, "cf-marked", func(RunState) bool { return true })
 	if a := st.Actions[0]; a.State != "running" || a.Attempts != 1 {
-		t.Fatalf("action %+v, want running its one attempt: a marked claim's delivery reports nothing", a)
+		t.Fatalf("action %+v, want running its one attempt: a marked claim's delivery records nothing", a)
 	}
+	wantMarkReport(ctx, t, reports, "cf-marked")
 	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -546,6 +551,74 @@ func (s *suite) markedClaim(t *testing.T) {
 	if c.Worker != "w-marked" || c.NotStarted == nil {
 		t.Fatalf("claim %+v: want w-marked's, still marked not started (never taken over)", c)
 	}
+}
+
+// reports subscribes to every worker's report until the test ends.
+func (s *suite) reports(t *testing.T) chan *nats.Msg {
+	t.Helper()
+	reports := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"weft.api.report", "weft.api.report.>"} {
+		sub, err := s.srv.Conn.ChanSubscribe(subj, reports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	return reports
+}
+
+// wantMarkReport waits on reports for run's report of a claim marked not
+// started (lost, cause not_started) and fails on any other report of run.
+func wantMarkReport(ctx context.Context, t *testing.T, reports chan *nats.Msg, run string) {
+	t.Helper()
+	for {
+		var got *nats.Msg
+		// Sent before the ack the caller saw; its copy to this
+		// connection may still be on its way.
+		select {
+		case got = <-reports:
+		case <-ctx.Done():
+			t.Fatal("no report: want the mark reported (lost, not_started)")
+		}
+		var r api.Report
+		if err := json.Unmarshal(got.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Run != run {
+			continue
+		}
+		if r.Outcome != api.OutcomeLost || r.Cause != api.CauseNotStarted {
+			t.Fatalf("report %+v: want lost, not_started", r)
+		}
+		return
+	}
+}
+
+// staleMarkedClaim: a worker claimed the attempt and marked its claim not
+// started, then died before its report; the run was cancelled meanwhile,
+// so the next delivery finds the attempt no longer current. It reads the
+// claim, reports the mark in the dead worker's place (lost, not_started:
+// docs/protocol/41-tasks.md, "Reporting the mark"), never starts the body,
+// and acks.
+func (s *suite) staleMarkedClaim(t *testing.T) {
+	reports := s.reports(t)
+	s.start(t, "cf-stale-marked", "echo", In{Text: "x"})
+	m, task := s.take(t, "echo")
+	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-marked", Token: "0badc0de0badc0df", Claimed: time.Now(),
+		NotStarted: &api.ClaimNotStarted{Why: api.ClaimStopped, At: time.Now()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.api.Cancel(ctx, api.CancelRequest{Run: "cf-stale-marked", By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitFor(t, "cf-stale-marked", status("finished"))
+	_ = m.Nak()
+	p := s.spawn(t, 0, "1")
+	s.acked(t, "echo", m)
+	if n := p.starts("cf-stale-marked"); n != 0 {
+		t.Fatalf("the body of an attempt whose claim is marked not started started %d times", n)
+	}
+	wantMarkReport(ctx, t, reports, "cf-stale-marked")
 }
 
 func (s *suite) unstartedClaim(t *testing.T) {

@@ -10,15 +10,15 @@
 //     starts: a claim that exists means the body may have run, so it is
 //     never started again (reported lost, worker_lost, or the saved report
 //     delivered); a closed claim, or one its worker marked not started
-//     (not_started), is acked and dropped (a report saved in a marked
-//     claim is delivered); a claim taken under a token the task names in
+//     (not_started), is acked and dropped (a marked claim is reported
+//     lost, not_started, or the report saved in it delivered); a claim taken under a token the task names in
 //     Weft-Unstarted-Claim is taken over, unless it is marked not started;
 //     a claim that cannot be taken requeues the task naming its token; then
 //     reads the run again;
 //  4. looks a last time: an attempt that ended, a stop of the run or a
 //     deadline passed meanwhile starts nothing and first marks its claim
-//     not started (docs/adr/0023-closing-attempts.md, "Claims released as
-//     not started"); a stopping worker starts nothing either (claim
+//     not started, then reports the mark (docs/adr/0023-closing-attempts.md,
+//     "Claims released as not started", "Late evidence"); a stopping worker starts nothing either (claim
 //     released, requeued);
 //  5. runs the body with the attempt's deadline as an AbortSignal, sending
 //     progress acks;
@@ -429,6 +429,11 @@ export class Worker {
     const cur = await this.#current(t);
     if (cur === "stale") {
       this.log.info("worker: task of an attempt that is no longer current, not started", { run: t.run, action: t.action, attempt: t.attempt });
+      // A worker that marked its claim not started and died before its
+      // report left the task unacked: this delivery reports the mark in
+      // its place (docs/adr/0023-closing-attempts.md, "Late evidence").
+      const c = await this.#claimAt(key);
+      if (c && c.not_started && !c.closed) await this.#reportNotStarted(q, t, rep, c.not_started.why);
       done(true);
       return;
     }
@@ -458,9 +463,11 @@ export class Worker {
         // Claimed by a worker that then decided not to start the body and
         // said so in its claim: no body ever started, none starts now, and
         // the run records the attempt's end (its close counts the claim
-        // closed): nothing is reported — a report that worker saved is
-        // delivered below, as any saved report.
+        // closed); the mark is reported (lost not_started) in case its
+        // marker died before its own report — a report that worker saved
+        // is delivered below instead, as any saved report.
         this.log.info("worker: attempt claimed and released as not started, not started", { run: t.run, action: t.action, by: found.worker, why: found.not_started.why });
+        await this.#reportNotStarted(q, t, rep, found.not_started.why);
         done(true);
         return;
       }
@@ -478,13 +485,13 @@ export class Worker {
     // (docs/adr/0023-closing-attempts.md, "Claims released as not started").
     if ((await this.#current(t)) === "stale") {
       this.log.info("worker: attempt ended while it was claimed, not started", { run: t.run, action: t.action });
-      await this.#markNotStarted(t, own, "ended");
+      if (await this.#markNotStarted(t, own, "ended")) await this.#reportNotStarted(q, t, rep, "ended");
       done(true);
       return;
     }
     if (ac.signal.reason === STOPPED) {
       // Its run was cancelled meanwhile and recorded the attempt stopped.
-      await this.#markNotStarted(t, own, "stopped");
+      if (await this.#markNotStarted(t, own, "stopped")) await this.#reportNotStarted(q, t, rep, "stopped");
       done(true);
       return;
     }
@@ -555,13 +562,29 @@ export class Worker {
   }
 
   async #savedReport(key) {
+    return (await this.#claimAt(key))?.report ?? null;
+  }
+
+  // #claimAt reads the claim at key; null when it cannot be read or is
+  // absent.
+  async #claimAt(key) {
     try {
       const e = await this.claims.get(key);
       if (!e || e.operation !== "PUT") return null;
-      return decodeClaim(e.value).report ?? null;
+      return decodeClaim(e.value);
     } catch {
       return null;
     }
+  }
+
+  // #reportNotStarted tells t's run that its attempt's claim is marked not
+  // started (why): a lost report with cause not_started. It records
+  // nothing by itself: the runner reads the claim and records the mark if
+  // a decision read the claim before it (docs/protocol/41-tasks.md,
+  // "Reporting the mark").
+  async #reportNotStarted(q, t, rep, why) {
+    await this.#deliver(q, t, { ...rep, outcome: "lost", cause: "not_started",
+      evidence: `the claim of attempt ${t.attempt} was marked not started (${why}): its body never started and never will` }, null);
   }
 
   // #markNotStarted replaces own, this delivery's claim whose body it
