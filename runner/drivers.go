@@ -65,6 +65,19 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 		r.log.Debug("list driver entries", "err", err)
 		return
 	}
+	// A run no entry of the scanned partitions names any more (taken
+	// over, finished, moved) is no longer failing here.
+	scanned := make(map[int]bool, len(due))
+	for _, p := range due {
+		scanned[p] = true
+	}
+	r.orphanFail.Range(func(k, _ any) bool {
+		run := k.(string)
+		if _, ok := entries[run]; !ok && scanned[partition.Of(run, r.nparts)] {
+			r.orphanFail.Delete(run)
+		}
+		return true
+	})
 	var todo []string
 	for run := range entries {
 		if r.isQuarantined(run) {

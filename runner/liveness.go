@@ -361,8 +361,10 @@ func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[str
 				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && !r.noteQuarantine(err) {
 					failed.Add(1)
 					if ctx.Err() == nil {
-						r.log.Debug("takeover failed", "run", run, "err", err)
+						r.noteOrphanFailing(run, drivers[run], err)
 					}
+				} else {
+					r.orphanFail.Delete(run)
 				}
 				r.takeover.Delete(run)
 			}
@@ -383,6 +385,28 @@ func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[str
 	close(work)
 	wg.Wait()
 	return int(failed.Load())
+}
+
+// orphanWarnAfter is how long the wake of a run's driver entry may keep
+// failing before noteOrphanFailing says so at Warn: a run with work in
+// flight that the owner of its partition cannot take over is a run that
+// stalls (docs/semantics.md §8: pending work is retried, never dropped),
+// and a stall an operator must be able to see in the logs.
+func (r *Runner) orphanWarnAfter() time.Duration { return max(10*r.lease, 10*time.Second) }
+
+// noteOrphanFailing logs the failed wake of run's driver entry k: at Debug,
+// and at Warn once it has kept failing for orphanWarnAfter (then again
+// each orphanWarnAfter), naming the entry's driver and the last error.
+func (r *Runner) noteOrphanFailing(run string, k driverKey, err error) {
+	now := r.clk.Now()
+	v, _ := r.orphanFail.LoadOrStore(run, now)
+	since := v.(time.Time)
+	if now.Sub(since) < r.orphanWarnAfter() {
+		r.log.Debug("takeover failed", "run", run, "err", err)
+		return
+	}
+	r.orphanFail.Store(run, now)
+	r.log.Warn("the takeover of a run with work in flight keeps failing", "run", run, "driver", k.driver, "failing_for", now.Sub(since).Round(time.Second), "err", err)
 }
 
 // wakeOrphan wakes run, whose weft_drivers entry k is in a partition this

@@ -168,13 +168,14 @@ type Runner struct {
 	cmds    jetstream.KeyValue
 	snaps   jetstream.KeyValue
 
-	mu       sync.Mutex
-	runs     map[string]*run          // runs this runner drives
-	loading  map[string]chan struct{} // runs being acquired: closed when done
-	draining bool
-	inflight sync.WaitGroup   // model calls in flight
-	takeover sync.Map         // run -> struct{} while a takeover is being attempted
-	kicks    map[string]*kick // runs to wake again (retryLater)
+	mu         sync.Mutex
+	runs       map[string]*run          // runs this runner drives
+	loading    map[string]chan struct{} // runs being acquired: closed when done
+	draining   bool
+	inflight   sync.WaitGroup   // model calls in flight
+	takeover   sync.Map         // run -> struct{} while a takeover is being attempted
+	orphanFail sync.Map         // run -> time.Time: since when the wake of its driver entry keeps failing (takeOrphans)
+	kicks      map[string]*kick // runs to wake again (retryLater)
 	// quarantined holds the runs whose log a reader found unfoldable,
 	// with the bad message's sequence (noteQuarantine).
 	quarantined map[string]uint64
