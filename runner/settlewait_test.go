@@ -100,9 +100,19 @@ func TestScenario27_SettleWaitsByTheStoreClock(t *testing.T) {
 	// holds the run for a moment. The context leaves room for that on a
 	// loaded machine (with 300 ms the settlement was once answered
 	// runner_busy, the run held for the whole context).
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	err := offer(r, c, "r27-sc")
+	// runner_busy (the run held for the whole context: the CI's clean
+	// run met it once with 2 s) is retryable (docs/protocol.md): the
+	// worker sends the settlement again, as a worker does, a few times.
+	var err error
+	for try := 0; try < 3; try++ {
+		c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = offer(r, c, "r27-sc")
+		cancel()
+		if weft.ErrorCode(err) != weft.CodeRunnerBusy {
+			break
+		}
+		t.Logf("try %d: %v; sent again", try+1, err)
+	}
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != runner.ReasonBodyRunning {
 		t.Fatalf("settle while the body runs: %v, want settle_unconfirmed(body_running)", err)
