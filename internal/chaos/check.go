@@ -262,7 +262,14 @@ func (h *harness) check(ctx context.Context, w *workload) *Result {
 		v(checkProjectionBehind, "", "", "%v", err)
 	}
 	acks := h.readAcks()
+	// The cluster may still be electing a stream leader after the quiet
+	// phase's restarts ("no responders"): the log is read again for up to
+	// a minute before the checks call it unreadable.
 	stream, first, err := h.scan(ctx)
+	for wait := time.Now().Add(time.Minute); err != nil && ctx.Err() == nil && time.Now().Before(wait); {
+		time.Sleep(time.Second)
+		stream, first, err = h.scan(ctx)
+	}
 	if err != nil {
 		v(checkAudit, "", "", "cannot read the event log: %v", err)
 		return h.finish(res)
