@@ -1,10 +1,8 @@
 package runner_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,30 +10,13 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/syncbuf"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/timer"
 	"github.com/weftrun/weft/tools"
 )
-
-// syncBuffer is a bytes.Buffer a logger writes to from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestSemantics8_ARunnerWhoseTimerConsumerFailedAtStartStillFiresTimers
 // (docs/semantics.md §8: pending work is retried, never dropped; scenario
@@ -61,7 +42,7 @@ func TestSemantics8_ARunnerWhoseTimerConsumerFailedAtStartStillFiresTimers(t *te
 	if err := h.srv.JS.DeleteConsumer(c, timer.Stream, timer.Consumer); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	h.startRunner([]*agent.Agent{a}, runner.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))))
 	// Let the second runner find no consumer (it logs so) before the
 	// consumer is made again; without the fix nothing is logged, and the
