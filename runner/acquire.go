@@ -209,7 +209,11 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		return nil, r.refused(ctx, id, nil, t.CommandName(), err)
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
-	rn.driven, rn.lazy = true, idle
+	// An idle run whose head its driver left unsigned (it died between a
+	// person's decision and its signature, keyBeforeAppend kept its entry)
+	// is taken over at once, not lazily: the takeover's record is signed
+	// with the decision it follows (signHead).
+	rn.driven, rn.lazy = true, idle && !(r.headKey != nil && s.HeadBehind())
 	if err := r.install(rn); err != nil {
 		rn.unlock()
 		return nil, err

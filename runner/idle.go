@@ -26,6 +26,9 @@ func (r *Runner) isIdle(rn *run) bool {
 	if !rn.driven || rn.takeover != nil || rn.stale || rn.modelTurn != 0 || !aggregate.Idle(rn.state) {
 		return false
 	}
+	if r.headKey != nil && rn.state.HeadBehind() {
+		return false // its signature is owed: kept, with its entry, until signed (signBehind)
+	}
 	for _, t := range aggregate.Pending(rn.state).Timers {
 		if a, ok := rn.armed[timerKey(t)]; !ok || !a.isDurable() {
 			return false // its durable schedule is not armed yet

@@ -8,11 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
 )
 
@@ -84,19 +86,9 @@ func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
 // answered, a reconciliation, a resolution, a cancellation, a pause or
 // resume), the run's end, or a late not-started mark the runner read from
 // the claim (events.AttemptNotStarted, which may land after a finished
-// run's signed end head): the heads a runner signs.
+// run's signed end head): the heads a runner signs (aggregate.Vouched).
 func vouched(evs []events.Event) bool {
-	for _, ev := range evs {
-		switch e := ev.(type) {
-		case events.ApprovalAnswered:
-			if e.Answer != events.AnswerExpired {
-				return true
-			}
-		case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished, events.AttemptNotStarted:
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(evs, aggregate.Vouched)
 }
 
 // signHead appends events.HeadSigned over rn's head when the runner holds a
@@ -108,7 +100,7 @@ func vouched(evs []events.Event) bool {
 //
 // evs that record a takeover (events.RunRecovered) are signed too when the
 // log says the last signed head is behind a decision a person made or the
-// run's end (unsignedTail): the runner that died left that decision
+// run's end (aggregate.State.HeadBehind): the runner that died left that decision
 // unsigned, between its append and its signature, and the new driver
 // signs it at once rather than at the next decision or the run's end
 // (docs/adr/0026-signed-heads.md). Every runner that takes the run over
@@ -129,17 +121,15 @@ func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
 		if !recovered(evs) {
 			return
 		}
-		behind, err := r.unsignedTail(ctx, rn)
-		if err != nil {
-			r.log.Warn("head not signed after a takeover", "run", rn.id, "version", rn.head.Version, "err", err)
-			return
-		}
-		if !behind {
+		if !rn.state.HeadBehind() {
 			return
 		}
 	}
 	if err := r.sign(ctx, rn); err != nil {
+		// The run stays in memory with its entry while the signature is
+		// owed (isIdle), and its wake signs it (signBehind).
 		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+		r.retryLater(rn.id)
 	}
 }
 
@@ -147,7 +137,7 @@ func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
 // appended to, and deletes the weft_drivers entry keyBeforeAppend put
 // before that append. When the signature or the delete fails, the entry
 // stays and the run is woken again (retryLater): the wake of a finished
-// run signs what follows its last signed end head (signEnd) and deletes
+// run signs what follows its last signed end head (signBehind) and deletes
 // the entry — as the partition's owner does when this runner dies first.
 func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
 	if err := r.sign(ctx, rn); err != nil {
@@ -179,70 +169,20 @@ func recovered(evs []events.Event) bool {
 	return false
 }
 
-// unsignedTail reports whether rn's log, read whole up to rn's head, holds
-// a decision a person made or the run's end (vouched) after its last
-// signed head: a head a runner should have signed and did not. It is read
-// from the log, not from this runner's memory, and only after a takeover.
-func (r *Runner) unsignedTail(ctx context.Context, rn *run) (bool, error) {
-	envs, head, err := r.evlog.Load(ctx, rn.id)
-	if err != nil {
-		return false, err
-	}
-	if head != rn.head {
-		return false, fmt.Errorf("the log of run %s moved (version %d, read at %d)", rn.id, head.Version, rn.head.Version)
-	}
-	behind := false
-	for _, env := range envs {
-		if env.Type == events.NameHeadSigned {
-			behind = false
-			continue
-		}
-		ev, err := env.Event()
-		if err != nil {
-			return false, err
-		}
-		if vouched([]events.Event{ev}) {
-			behind = true
-		}
-	}
-	return behind, nil
-}
-
-// signEnd signs the end head of rn, a finished run this runner wakes
-// because its weft_drivers entry is still there: its driver died between
-// the append of run_finished and the signature (signHead), and nothing
-// else touches a finished run again. Nothing is appended when the runner
-// holds no head key or the run's last message already ends with a signed
-// end head. An error (the store did not answer, the log moved) leaves the
-// end unsigned: the caller keeps the entry, so that the wake is made
-// again.
-func (r *Runner) signEnd(ctx context.Context, rn *run) error {
-	if r.headKey == nil {
+// signBehind signs rn's head when a signature is owed
+// (aggregate.State.HeadBehind: a decision a person made, the run's end, or
+// an append after it follows the last signed head) and this runner holds a
+// head key. It is how a runner that wakes a run whose weft_drivers entry
+// is still there finishes what its driver left: the driver died between an
+// append and its signature (signHead), and nothing else would sign before
+// the next decision — never, for a finished run. An error (the store did
+// not answer, the log moved: the append is at rn's head) leaves the head
+// unsigned: the caller keeps the entry, so that the wake is made again.
+func (r *Runner) signBehind(ctx context.Context, rn *run) error {
+	if r.headKey == nil || !rn.state.HeadBehind() {
 		return nil
 	}
-	envs, head, err := r.evlog.Last(ctx, rn.id)
-	if err != nil {
-		return err
-	}
-	if head != rn.head {
-		return fmt.Errorf("the log of run %s moved (version %d, read at %d)", rn.id, head.Version, rn.head.Version)
-	}
-	if n := len(envs); n > 0 && envs[n-1].Type == events.NameHeadSigned {
-		ev, err := envs[n-1].Event()
-		if err != nil {
-			return err
-		}
-		if endHead(ev) {
-			return nil
-		}
-	}
 	return r.sign(ctx, rn)
-}
-
-// endHead reports whether ev is a finished run's signed end head.
-func endHead(ev events.Event) bool {
-	hs, ok := ev.(events.HeadSigned)
-	return ok && hs.End
 }
 
 // sign appends events.HeadSigned over rn's head, signed with the runner's
