@@ -337,7 +337,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				if ours {
 					// Landed: its head is signed as after an acknowledged
 					// append (docs/adr/0026-signed-heads.md).
-					r.signHead(ctx, rn, evs)
+					r.signHead(ctx, rn)
 					return evs, derr
 				}
 				if qerr != nil {
@@ -401,7 +401,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			}
 		}
 		rn.head = head
-		r.signHead(ctx, rn, evs)
+		r.signHead(ctx, rn)
 		r.observe(ctx, rn, evs)
 		r.maybeSnapshot(rn)
 		return evs, derr
@@ -529,7 +529,10 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 		}
 		next := rn.after(evs, now)
 		_, fin := next.Finished()
-		toSign := r.headKey != nil && (fin || vouched(evs))
+		// With a head key, an append after which a signature is owed
+		// (a person's decision, the end: HeadBehind) keeps its entry
+		// until signed, even when it leaves the run idle or finished.
+		toSign := r.headKey != nil && next.HeadBehind()
 		if !toSign && (fin || !next.Exists() || aggregate.Idle(next)) {
 			return nil
 		}
@@ -538,7 +541,7 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 	defer cancel()
 	rev, err := r.drivers.Put(kctx, r.driverKey(rn.id), []byte(r.id))
 	if err != nil {
-		return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("run %s: its driver entry could not be put before work is put in flight (%v); nothing was recorded", rn.id, err)}
+		return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("run %s: its driver entry could not be put before an append that puts work in flight or owes a signed head (%v); nothing was recorded", rn.id, err)}
 	}
 	rn.keyed, rn.keyRev = true, rev
 	return nil

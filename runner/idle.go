@@ -11,7 +11,8 @@ import (
 // only for people — aggregate.Idle: suspended with nothing in flight, no
 // timer but approval expiries (armed durably) — needs nothing from a
 // runner until a command, a report or a timer reaches it. Its driver
-// evicts it from memory and deletes its weft_drivers entry: nothing of it
+// evicts it from memory (once, with a head key, no signed head is owed:
+// signhead.go) and deletes its weft_drivers entry: nothing of it
 // is kept, so that neither the driver's memory nor the takeover of its
 // partition grows with the runs waiting for approvals. A command or timer
 // for it reaches the owner of its partition, which reads it again (its

@@ -8,13 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
 )
 
@@ -82,52 +80,33 @@ func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
 	return kp, true, nil
 }
 
-// vouched reports whether evs hold a decision a person made (an approval
-// answered, a reconciliation, a resolution, a cancellation, a pause or
-// resume), the run's end, or a late not-started mark the runner read from
-// the claim (events.AttemptNotStarted, which may land after a finished
-// run's signed end head): the heads a runner signs (aggregate.Vouched).
-func vouched(evs []events.Event) bool {
-	return slices.ContainsFunc(evs, aggregate.Vouched)
-}
-
-// signHead appends events.HeadSigned over rn's head when the runner holds a
-// head key and evs (just appended) are vouched for. It is a following
-// append, not part of the decision (the decision's envelope hashes are
-// known only once eventlog stamps them): a conflict or a failure leaves
-// the head unsigned, logged, and the run goes on; the next vouched
-// decision's signature covers everything before it.
+// signHead appends events.HeadSigned over rn's head, after an append, when
+// the runner holds a head key and a signature is owed
+// (aggregate.State.HeadBehind): a decision a person made or the run's end
+// follows the last signed head, or something was appended to a finished
+// run. It is a following append, not part of the decision (the decision's
+// envelope hashes are known only once eventlog stamps them).
 //
-// evs that record a takeover (events.RunRecovered) are signed too when the
-// log says the last signed head is behind a decision a person made or the
-// run's end (aggregate.State.HeadBehind): the runner that died left that decision
-// unsigned, between its append and its signature, and the new driver
-// signs it at once rather than at the next decision or the run's end
-// (docs/adr/0026-signed-heads.md). Every runner that takes the run over
-// reads the same log, so decides the same.
-//
-// evs appended to a finished run (a worker's late report refused, a
-// settlement, a reconciliation of the finished run) are signed too: a
-// finished run's history ends with a signed head (audit.WithTrust), and
-// nothing else would sign after them.
-func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
-	if r.headKey == nil {
+// It covers, with one rule: the decision just appended; a takeover
+// (events.RunRecovered) of a run whose dead driver left a decision unsigned
+// between its append and its signature — the new driver signs it at once,
+// and every runner that could take the run over folds the same log, so
+// decides the same (docs/adr/0026-signed-heads.md); an earlier signature
+// that failed, signed at the next append; and what is appended to a
+// finished run (a worker's late report refused, a settlement, a
+// reconciliation), so that a finished run's history ends with a signed head
+// (audit.WithTrust). A signature that fails is logged and the run woken
+// again (retryLater), whose wake signs it (signBehind); meanwhile the run is
+// kept in memory with its entry (isIdle).
+func (r *Runner) signHead(ctx context.Context, rn *run) {
+	if r.headKey == nil || !rn.state.HeadBehind() {
 		return
 	}
 	if _, fin := rn.state.Finished(); fin && !rn.driven {
 		r.signAfterEnd(ctx, rn)
 		return
-	} else if !fin && !vouched(evs) {
-		if !recovered(evs) {
-			return
-		}
-		if !rn.state.HeadBehind() {
-			return
-		}
 	}
 	if err := r.sign(ctx, rn); err != nil {
-		// The run stays in memory with its entry while the signature is
-		// owed (isIdle), and its wake signs it (signBehind).
 		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
 		r.retryLater(rn.id)
 	}
@@ -157,16 +136,6 @@ func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
 	}
 	rn.keyed, rn.keyRev = false, 0
 	r.finished.add(rn.id)
-}
-
-// recovered reports whether evs record a takeover of the run.
-func recovered(evs []events.Event) bool {
-	for _, ev := range evs {
-		if _, ok := ev.(events.RunRecovered); ok {
-			return true
-		}
-	}
-	return false
 }
 
 // signBehind signs rn's head when a signature is owed

@@ -27,6 +27,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/audittest"
 	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
@@ -774,10 +775,12 @@ func TestSemantics8_AnIdleRunWhoseDeciderDiedBeforeSigningIsSignedByTheNext(t *t
 // TestSemantics8_APersonsDecisionLeavingARunIdleKeepsItsEntryUntilSigned
 // (docs/adr/0026-signed-heads.md): with a head key, a rejection that leaves
 // a run idle (it still waits for another approval) is appended after the
-// run's weft_drivers entry, and the run is not evicted, nor its entry
-// deleted, while its signature is owed — here it never lands (every
+// run's weft_drivers entry, and the entry is there once the rejection is
+// answered while its signature is owed — here it never lands (every
 // head_signed append fails) — so that a successor finds it if this runner
-// dies (the test above). Before, an idle run had no entry.
+// dies (the test above). Before, an idle run had no entry. (That the run is
+// then kept until signed rests on isIdle and on the retry of the
+// signature, which alone keeps it in memory meanwhile.)
 func TestSemantics8_APersonsDecisionLeavingARunIdleKeepsItsEntryUntilSigned(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -812,5 +815,59 @@ func TestSemantics8_APersonsDecisionLeavingARunIdleKeepsItsEntryUntilSigned(t *t
 	e, err := kv.Get(c, runner.DriverKey("ik1", runner.DefaultPartitions))
 	if err != nil || string(e.Value()) != "runner-a" {
 		t.Fatalf("the idle run's weft_drivers entry after an unsigned rejection: %v; want it naming runner-a", err)
+	}
+}
+
+// TestSemantics8_AStaleOwnerDoesNotTakeOverAnIdleRunWhoseHeadIsBehind
+// (docs/semantics.md §8: only a runner that is gone is recovered from; a
+// partition moves only by compare-and-set): the takeover of an idle run
+// whose head is behind (a person's decision its dead driver did not sign)
+// is recorded at once, not lazily — so it is decided on the store's owner
+// of the partition, as every takeover recorded at once is. A runner whose
+// view of the partition is stale (the store says "other" owns it) records
+// no run_recovered for it.
+func TestSemantics8_AStaleOwnerDoesNotTakeOverAnIdleRunWhoseHeadIsBehind(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	key, _ := userKey(t, 21)
+	b := &bodies{}
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithCommandTimeout(time.Second))
+	const run = "stale-behind"
+	var s aggregate.State
+	hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: desk.Ref(), Input: "pay twice", Limits: desk.Limits(), Runner: "ghost"})
+	one, two := payCall(500, "ok"), payCall(600, "ok")
+	one.ID, two.ID = "call_1_1", "call_1_2"
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{one, two}}}})
+	cfg, _ := desk.ToolConfig("pay")
+	approval := aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{
+		{CallID: one.ID, Validation: events.CallValid, Normalized: one.Arguments, Policy: approval, Tool: cfg},
+		{CallID: two.ID, Validation: events.CallValid, Normalized: two.Arguments, Policy: approval, Tool: cfg}}})
+	first, _ := s.Action(aggregate.Status(s).Approvals[0])
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.Reject{Action: first.ID, Revision: first.Request.Revision, Reason: "too much", By: "alice"})
+	_ = hd
+	if !aggregate.Idle(s) || !s.HeadBehind() {
+		t.Fatalf("crafted history: idle %v, head behind %v", aggregate.Idle(s), s.HeadBehind())
+	}
+	second, _ := s.Action(aggregate.Status(s).Approvals[0])
+
+	r, _ := h.startRunner([]*agent.Agent{desk}, runner.WithoutScan(), runner.WithHeadKey(key))
+	p := partition.Of(run, runner.DefaultPartitions)
+	for !slices.Contains(r.Stats().Partitions, p) {
+		if c.Err() != nil {
+			t.Fatal("never claimed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, claimed := h.partRev(p)
+	h.beating("other", []byte(`{"schema":1,"at":"x"}`))
+	h.owns("other", run)
+	waitNotOwning(t, r, p)
+	r.StaleView(p, claimed)
+	_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: run, Action: second.ID, Revision: second.Request.Revision, Approver: "desk", Credential: "a"})
+	t.Logf("approve: %v", err)
+	if rr := h.recoveries(run); len(rr) != 0 {
+		t.Fatalf("the run was recovered %+v by a runner that does not own its partition", rr)
 	}
 }
