@@ -432,6 +432,12 @@ func (s *State) evolve(r events.Recorded) {
 		}
 		if e.Ended {
 			a.Detail = events.NotStartedMarked
+			if !s.finished && !s.cancelling {
+				// A live run: the model reads that the call did not run
+				// (Action.ModelVisible; docs/adr/0023-closing-attempts.md,
+				// "A late mark on a live run").
+				a.Content = NotStartedContent()
+			}
 		}
 		moved = a
 

@@ -27,7 +27,7 @@ func (s State) render(entries []entry, content func(Action) json.RawMessage) []m
 		}
 		var res []model.ToolResult
 		for _, a := range s.actions {
-			if a.Turn == e.batch && a.State.ModelVisible() {
+			if a.Turn == e.batch && a.ModelVisible() {
 				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: content(a)})
 			}
 		}
