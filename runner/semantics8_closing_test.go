@@ -873,3 +873,68 @@ func TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing(t *t
 		t.Fatalf("payment %s (%s), closed %v; want reconciled, the late mark not recorded", p.State, p.Detail, p.Closed)
 	}
 }
+
+// TestSemantics8_ClosingAnAttemptAMarkOnALiveRunEndsNotStartedAndTheRunGoesOn
+// (docs/semantics.md §8 "Closing an attempt"; docs/adr/0023-closing-attempts.md,
+// "A late mark on a live run"): a worker holds a non-replayable payment's
+// claim, its check after the claim not made yet, when the attempt's
+// deadline passes. The timer's close finds the worker's claim — unmarked —
+// and the payment is decided uncertain on the live run. The worker then
+// never starts the body and marks its claim not started; the runner reads
+// the mark and records it: the payment ends not_started, the model reads
+// that the call did not run, and the run completes without anyone
+// reconciling. The ledger shows no body start. Before, the mark was
+// evidence only and the run stayed suspended on the uncertain payment.
+func TestSemantics8_ClosingAnAttemptAMarkOnALiveRunEndsNotStartedAndTheRunGoesOn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("not paid"))
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.After(200*time.Millisecond))}, policy.Func(allow))
+	const run = "mark-on-a-live-run"
+	g := newAfterClaimGate(h, run)
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	<-g.reached // the worker holds attempt 1's claim, its body not started
+	s := h.waitFor(run, "the payment uncertain", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionUncertain
+	})
+	if p := s.Actions()[0]; !slices.Contains(p.Claimed, 1) || p.Outcome != events.CauseTimedOut {
+		t.Fatalf("payment %s (%s), outcome %s, claimed %v; want the timer's close to find the claim", p.State, p.Detail, p.Outcome, p.Claimed)
+	}
+	if _, fin := s.Finished(); fin {
+		t.Fatal("the run finished; want it live")
+	}
+	close(g.release)
+	s = h.waitFor(run, "the mark recorded", func(s aggregate.State) bool {
+		_, fin := s.Finished()
+		return fin || slices.Contains(s.Actions()[0].Closed, 1)
+	})
+	p := s.Actions()[0]
+	if p.State != aggregate.ActionNotStarted || p.Detail != events.NotStartedMarked {
+		t.Fatalf("payment %s (%s), closed %v; want not_started by the mark on the live run", p.State, p.Detail, p.Closed)
+	}
+	s = h.waitFor(run, "finished", func(s aggregate.State) bool {
+		_, fin := s.Finished()
+		return fin
+	})
+	if o, _ := s.Finished(); o.Kind != events.OutcomeCompleted || string(o.Answer) != `"not paid"` {
+		t.Fatalf("outcome %+v; want completed with the model's answer", o)
+	}
+	reqs := m.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests; want 2", len(reqs))
+	}
+	if got, ok := model.ResultOf(reqs[1], "pay"); !ok || string(got) != string(aggregate.NotStartedContent()) {
+		t.Fatalf("the model read %s (%v) for the payment; want %s", got, ok, aggregate.NotStartedContent())
+	}
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain; want none", u)
+	}
+	if l.started(run, p.ID) {
+		t.Fatal("the ledger shows a body start")
+	}
+}
