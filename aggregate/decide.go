@@ -1235,7 +1235,7 @@ func (d *decider) notStarted(reason, why string) {
 			}
 			ids = append(ids, a.ID)
 		case ActionRunning, ActionUncertain:
-			if a.Attempts > 0 && spent(a) == 0 {
+			if a.Attempts > 0 && spent(a) == 0 && markChecked(a) {
 				// Every attempt was closed before any worker claimed
 				// it, or marked not started by its worker: no body ever
 				// started (docs/semantics.md §8). Uncertain so only in a
@@ -1273,6 +1273,17 @@ func hasUnresultedFence(a Action) bool {
 // docs/semantics.md §8 "Closing an attempt"). It is what the replay budget
 // counts.
 func spent(a Action) int { return a.Attempts - len(a.Closed) }
+
+// markChecked reports whether a's late mark, if it is uncertain, was
+// checked against the token of the claim the close found: only the latest
+// attempt of an uncertain action is ever marked, and ClaimToken is that
+// close's found token. A log written before marks were bound to that token
+// recorded some without it; such a mark may come from another claim under
+// the key, whose holder may have run the body, so it proves nothing
+// (docs/adr/0023-closing-attempts.md, "A late mark on a live run").
+func markChecked(a Action) bool {
+	return a.State != ActionUncertain || a.ClaimToken != ""
+}
 
 // closedHow says how a's latest attempt, which the log records closed, was
 // closed: on a claim its worker marked not started, when this decision

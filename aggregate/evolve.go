@@ -403,6 +403,9 @@ func (s *State) evolve(r events.Recorded) {
 			if a.Attempts > len(a.Closed) {
 				s.bug(name, "action %s had %d attempts, %d closed unclaimed", id, a.Attempts, len(a.Closed))
 			}
+			if !markChecked(*a) {
+				s.bug(name, "action %s is uncertain, its mark never checked against the found claim's token", id)
+			}
 			a.State, a.Detail = t.To, e.Reason
 		}
 
