@@ -434,13 +434,10 @@ func (s *State) evolve(r events.Recorded) {
 			s.bug(name, "action %s: ended %v with %d attempts, %d closed", e.Action, e.Ended, a.Attempts, len(a.Closed))
 		}
 		if e.Ended {
-			a.Detail = events.NotStartedMarked
-			if !s.finished && !s.cancelling {
-				// A live run: the model reads that the call did not run
-				// (Action.ModelVisible; docs/adr/0023-closing-attempts.md,
-				// "A late mark on a live run").
-				a.Content = NotStartedContent()
-			}
+			// On a live run the model reads that the call did not run
+			// (Action.ModelVisible; docs/adr/0023-closing-attempts.md,
+			// "A late mark on a live run").
+			a.Detail, a.Content = events.NotStartedMarked, LateMarkContent(e, s.finished, s.cancelling)
 		}
 		moved = a
 

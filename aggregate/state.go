@@ -104,14 +104,28 @@ func (a ActionState) ModelVisible() bool {
 // Content, NotStartedContent, tells the model the call did not run
 // (docs/adr/0023-closing-attempts.md, "A late mark on a live run").
 func (a Action) ModelVisible() bool {
-	return a.State.ModelVisible() || a.State == ActionNotStarted && a.Content != nil
+	return a.State.ModelVisible() || a.State == ActionNotStarted && a.Detail == events.NotStartedMarked && a.Content != nil
 }
 
 // NotStartedContent is what the model reads of an action a worker's late
 // mark ended not_started on a live run: a definite failure saying the call
-// did not run.
+// did not run. A restart re-renders past transcripts with it: its text is
+// part of the log's meaning and does not change.
 func NotStartedContent() json.RawMessage {
 	return errorContent("not_started", "the call did not run: its body never started")
+}
+
+// LateMarkContent is the content the model reads of the action e marked,
+// folded into a run finished or cancelling as said: NotStartedContent when
+// the mark ended the action on a live run (neither finished nor being
+// cancelled), else nil (no model reads it). The one definition both the
+// run's fold and the run view use (docs/adr/0023-closing-attempts.md, "A
+// late mark on a live run").
+func LateMarkContent(e events.AttemptNotStarted, finished, cancelling bool) json.RawMessage {
+	if !e.Ended || finished || cancelling {
+		return nil
+	}
+	return NotStartedContent()
 }
 
 // Action is the read-only view of one action. Slices and raw JSON are

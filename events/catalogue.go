@@ -864,8 +864,8 @@ const (
 // was closed before any worker claimed it (AttemptClosed) or marked not
 // started by that worker (AttemptNotStarted): such an action may be
 // running, or uncertain in a log whose late mark on a live run was recorded
-// without Ended (before such a mark ended the action); no body of it
-// started.
+// without Ended (before such a mark ended the action) and whose
+// AttemptClosed recorded the found claim's token; no body of it started.
 type ActionsNotStarted struct {
 	Actions []string `json:"actions"`
 	Reason  string   `json:"reason"`

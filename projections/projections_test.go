@@ -438,3 +438,33 @@ func TestSemantics8_ClosingAnAttemptALateMarkOnALiveRunInTheView(t *testing.T) {
 		t.Fatalf("status %s, uncertain %v, inbox %v; want working, none", v.Status, v.Uncertain, projections.UncertainItems(v))
 	}
 }
+
+// TestSemantics8_ClosingAnAttemptALateMarkAfterTheCancelInTheViewHasNoResult
+// (docs/adr/0023-closing-attempts.md, "A late mark on a live run" and "Late
+// evidence: a mark after the decision"): the cancel's close found the
+// worker's claim (uncertain), and the run finished cancelled; the worker's
+// mark read afterwards ends the payment not_started with its evidence, but
+// no model reads it: the view shows no result.
+func TestSemantics8_ClosingAnAttemptALateMarkAfterTheCancelInTheViewHasNoResult(t *testing.T) {
+	h := history("r10",
+		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"},
+		events.ModelRequested{Turn: 1, Incarnation: 1},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "p", Name: "pay", Arguments: json.RawMessage(`{}`)}}},
+		events.CallValidated{Action: "1/p", Tool: "pay", Outcome: events.CallValid},
+		events.PolicyDecided{Action: "1/p", Decision: events.PolicyAllow},
+		events.ActionQueued{Action: "1/p"},
+		events.AttemptFenced{Action: "1/p", Attempt: 1, Incarnation: 1},
+		events.AttemptClosed{Action: "1/p", Attempt: 1, Incarnation: 1, By: "r", Why: events.ClosedCancelled, Claimed: true, ClaimWorker: "w-1", ClaimToken: "tok"},
+		events.CancelRequested{By: "dave"},
+		events.AttemptLost{Action: "1/p", Attempt: 1, Cause: events.CauseStopped, Evidence: "stopped while running: cancelled", Next: events.NextUncertain},
+		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCancelled}},
+	)
+	v := projections.Apply(projections.Fold(h), rec("r10", 12, events.AttemptNotStarted{Action: "1/p", Attempt: 1, Incarnation: 1, Worker: "w-1", Why: "ended", By: "r", Ended: true}))
+	a, _ := v.Action("1/p")
+	if a.State != projections.StateNotStarted || a.Detail != events.NotStartedMarked || a.Marked == nil {
+		t.Fatalf("after the mark: state %s detail %q mark %+v; want not_started by the mark", a.State, a.Detail, a.Marked)
+	}
+	if a.Result != "" {
+		t.Fatalf("result %q; want none: no model reads a cancelled run's action", a.Result)
+	}
+}

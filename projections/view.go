@@ -595,13 +595,13 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		// A claim marked not started after the decision that found it
 		// (docs/adr/0023-closing-attempts.md): with ended the uncertain
 		// action ends not_started and leaves the inbox; on a live run the
-		// model reads that the call did not run (aggregate.NotStartedContent).
+		// model reads that the call did not run (aggregate.LateMarkContent).
 		a := v.move(e.Action, at, t, moves)
 		a.Marked = &MarkView{Attempt: e.Attempt, Worker: e.Worker, Why: e.Why, By: e.By, At: at}
 		if e.Ended {
 			a.Detail, a.Pending = events.NotStartedMarked, nil
-			if v.Outcome == nil && !v.Cancelling {
-				a.Result = summary(aggregate.NotStartedContent())
+			if c := aggregate.LateMarkContent(e, v.Outcome != nil, v.Cancelling); c != nil {
+				a.Result = summary(c)
 			}
 		}
 	case events.ActionsNotStarted:
