@@ -409,17 +409,10 @@ func TestLayering(t *testing.T) {
 // marked it and why, the runner that read it — and the result the model
 // reads; it leaves the uncertain inbox and the run is working again.
 func TestSemantics8_ClosingAnAttemptALateMarkOnALiveRunInTheView(t *testing.T) {
-	h := history("r9",
-		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"},
-		events.ModelRequested{Turn: 1, Incarnation: 1},
-		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "p", Name: "pay", Arguments: json.RawMessage(`{}`)}}},
-		events.CallValidated{Action: "1/p", Tool: "pay", Outcome: events.CallValid},
-		events.PolicyDecided{Action: "1/p", Decision: events.PolicyAllow},
-		events.ActionQueued{Action: "1/p"},
-		events.AttemptFenced{Action: "1/p", Attempt: 1, Incarnation: 1},
+	h := history("r9", append(payFenced(),
 		events.AttemptClosed{Action: "1/p", Attempt: 1, Incarnation: 1, By: "r", Why: events.ClosedTimedOut, Claimed: true, ClaimWorker: "w-1", ClaimToken: "tok"},
 		events.AttemptLost{Action: "1/p", Attempt: 1, Cause: events.CauseTimedOut, Evidence: "attempt 1 timed out", Next: events.NextUncertain},
-	)
+	)...)
 	v := projections.Fold(h)
 	if a, _ := v.Action("1/p"); a.State != projections.StateUncertain || len(projections.UncertainItems(v)) != 1 {
 		t.Fatalf("before the mark: %+v, inbox %v", a, projections.UncertainItems(v))
@@ -446,19 +439,12 @@ func TestSemantics8_ClosingAnAttemptALateMarkOnALiveRunInTheView(t *testing.T) {
 // mark read afterwards ends the payment not_started with its evidence, but
 // no model reads it: the view shows no result.
 func TestSemantics8_ClosingAnAttemptALateMarkAfterTheCancelInTheViewHasNoResult(t *testing.T) {
-	h := history("r10",
-		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"},
-		events.ModelRequested{Turn: 1, Incarnation: 1},
-		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "p", Name: "pay", Arguments: json.RawMessage(`{}`)}}},
-		events.CallValidated{Action: "1/p", Tool: "pay", Outcome: events.CallValid},
-		events.PolicyDecided{Action: "1/p", Decision: events.PolicyAllow},
-		events.ActionQueued{Action: "1/p"},
-		events.AttemptFenced{Action: "1/p", Attempt: 1, Incarnation: 1},
+	h := history("r10", append(payFenced(),
 		events.AttemptClosed{Action: "1/p", Attempt: 1, Incarnation: 1, By: "r", Why: events.ClosedCancelled, Claimed: true, ClaimWorker: "w-1", ClaimToken: "tok"},
 		events.CancelRequested{By: "dave"},
 		events.AttemptLost{Action: "1/p", Attempt: 1, Cause: events.CauseStopped, Evidence: "stopped while running: cancelled", Next: events.NextUncertain},
 		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCancelled}},
-	)
+	)...)
 	v := projections.Apply(projections.Fold(h), rec("r10", 12, events.AttemptNotStarted{Action: "1/p", Attempt: 1, Incarnation: 1, Worker: "w-1", Why: "ended", By: "r", Ended: true}))
 	a, _ := v.Action("1/p")
 	if a.State != projections.StateNotStarted || a.Detail != events.NotStartedMarked || a.Marked == nil {
@@ -466,5 +452,19 @@ func TestSemantics8_ClosingAnAttemptALateMarkAfterTheCancelInTheViewHasNoResult(
 	}
 	if a.Result != "" {
 		t.Fatalf("result %q; want none: no model reads a cancelled run's action", a.Result)
+	}
+}
+
+// payFenced is a run whose model called pay (action 1/p), allowed and
+// fenced attempt 1.
+func payFenced() []events.Event {
+	return []events.Event{
+		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"},
+		events.ModelRequested{Turn: 1, Incarnation: 1},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "p", Name: "pay", Arguments: json.RawMessage(`{}`)}}},
+		events.CallValidated{Action: "1/p", Tool: "pay", Outcome: events.CallValid},
+		events.PolicyDecided{Action: "1/p", Decision: events.PolicyAllow},
+		events.ActionQueued{Action: "1/p"},
+		events.AttemptFenced{Action: "1/p", Attempt: 1, Incarnation: 1},
 	}
 }
