@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -64,11 +66,22 @@ func retentionCommand() command {
 					}
 				}
 				res, err := retention.Apply(ctx, n.JetStream(), o)
-				if *asJSON && (err == nil || len(res.Purged)+len(res.Completed) > 0) {
+				removed := len(res.Purged) + len(res.Completed)
+				if *asJSON && (err == nil || removed > 0) {
 					printJSON(e.stdout, res)
 				}
-				if err != nil {
+				if err != nil && removed == 0 {
 					return err
+				}
+				if err != nil {
+					// Some runs went, then a removal failed: exit 8, naming both
+					// (the next apply completes the run it stopped in).
+					if !*asJSON {
+						for _, r := range slices.Concat(res.Completed, res.Purged) {
+							fmt.Fprintf(e.stdout, "removed %s\n", r)
+						}
+					}
+					return partialError{done: fmt.Sprintf("retention removed %d run(s) (%s) and stopped; the next apply completes the removal it stopped in", removed, strings.Join(slices.Concat(res.Completed, res.Purged), ", ")), err: err}
 				}
 				if *asJSON {
 					return nil

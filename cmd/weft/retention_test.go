@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/retention"
@@ -274,4 +277,72 @@ func TestAuditExportRangeVerifiesRunByRun(t *testing.T) {
 	}
 	contains(t, "verify of the edited file", out, "ok: run rg-1", "FAILED: run rg-2: chain: event 1 (", "ok: run rg-3", "2 of 3 runs verified")
 	contains(t, "verify's error", errs, "1 of 3 runs do not verify (rg-2); the first, run rg-2: chain")
+}
+
+// restricted starts a server whose users are admin (everything; the
+// test's own connection and the projector) and the users of denied, each
+// allowed everything but publishing to its subjects; the projector runs
+// and NATS_URL is set.
+func restricted(t *testing.T, denied map[string][]string) *natstest.Server {
+	t.Helper()
+	users := "{ user: admin, password: a }\n"
+	for u, subjects := range denied {
+		q, _ := json.Marshal(subjects)
+		users += fmt.Sprintf("{ user: %s, password: p, permissions: { publish: { allow: [\">\"], deny: %s }, subscribe: [\">\"] } }\n", u, q)
+	}
+	conf := filepath.Join(t.TempDir(), "users.conf")
+	if err := os.WriteFile(conf, []byte("jetstream: enabled\nauthorization { users = [\n"+users+"] }\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := natstest.Start(t, natstest.WithAssets(projector.Assets()...), natstest.WithNodeOptions(natsnode.WithConfigFile(conf), natsnode.WithUserPassword("admin", "a")))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- projector.RunAll(ctx, s.Conn, s.JS, s.Log, nil) }()
+	t.Cleanup(func() { cancel(); <-done })
+	t.Setenv("NATS_URL", s.URL)
+	t.Setenv("NATS_PASSWORD", "p")
+	return s
+}
+
+// TestRetentionExitCodesOfARefusalAndAPartialPurge (docs/cli.md, exit
+// codes 7 and 8): a KV or stream call the server refuses these
+// credentials is "not allowed", exit 7 (it was unavailable, exit 3: the
+// refused request is never answered); a purge that removed a run and then
+// failed on the next (its queued task may not be deleted) is partial,
+// exit 8, naming the run removed and why it stopped, and the next apply
+// with credentials that may completes the run it stopped in.
+func TestRetentionExitCodesOfARefusalAndAPartialPurge(t *testing.T) {
+	s := restricted(t, map[string][]string{
+		"noviews": {"$JS.API.STREAM.INFO.KV_weft_views"},
+		"notasks": {"$JS.API.STREAM.MSG.DELETE.WEFT_TASKS"},
+	})
+	ctx := context.Background()
+	old := time.Now().Add(-72 * time.Hour).Truncate(time.Second)
+	appendRunAt(t, s.Log, "perm-a", old, answered("a")...)
+	appendRunAt(t, s.Log, "perm-b", old, answered("b")...)
+	waitProjected(t, s, "perm-a", "perm-b")
+	b, _ := json.Marshal(api.Task{Schema: 1, Run: "perm-b", Action: "1/call_1", Agent: "payment-desk", Version: "1", Tool: "send_payment", Attempt: 1, Incarnation: 1})
+	if _, err := s.JS.Publish(ctx, "weft.task.payment-desk.1.send_payment", b); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Setenv("NATS_USER", "noviews")
+	code, out, errs := cli(t, "retention", "apply", "--older-than", "48h")
+	if code != exitDenied || !strings.Contains(errs, "permission_denied: not allowed") || !strings.Contains(errs, "$JS.API.STREAM.INFO.KV_weft_views") {
+		t.Fatalf("apply without permission to read the views: exit %d, want %d (not allowed)\n%s%s", code, exitDenied, out, errs)
+	}
+
+	t.Setenv("NATS_USER", "notasks")
+	code, out, errs = cli(t, "retention", "apply", "--older-than", "48h")
+	if code != exitPartial {
+		t.Fatalf("a purge that stopped half way: exit %d, want %d\n%s%s", code, exitPartial, out, errs)
+	}
+	contains(t, "the partial purge", out+errs, "removed perm-a\n", "partial: retention removed 1 run(s) (perm-a) and stopped", "not allowed", "$JS.API.STREAM.MSG.DELETE.WEFT_TASKS", "remove perm-b (runtime)")
+
+	t.Setenv("NATS_USER", "admin")
+	t.Setenv("NATS_PASSWORD", "a")
+	code, out, errs = cli(t, "retention", "apply", "--older-than", "48h")
+	if code != 0 || !strings.Contains(out, "removed perm-b (completing an interrupted purge)") {
+		t.Fatalf("the next apply: exit %d\n%s%s", code, out, errs)
+	}
 }
