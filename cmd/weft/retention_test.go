@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
@@ -345,4 +348,197 @@ func TestRetentionExitCodesOfARefusalAndAPartialPurge(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "removed perm-b (completing an interrupted purge)") {
 		t.Fatalf("the next apply: exit %d\n%s%s", code, out, errs)
 	}
+}
+
+// rangeRuns appends three finished runs whose last events are in
+// [2026-11-30, 2026-12-01) (t0 on), the second repaired (a void record
+// follows its events in an export), and waits for the projector.
+func rangeRuns(t *testing.T, s *natstest.Server) {
+	t.Helper()
+	appendRunAt(t, s.Log, "mf-1", t0, answered("first")...)
+	appendRunAt(t, s.Log, "mf-2", t0.Add(time.Hour), answered("second")...)
+	appendRunAt(t, s.Log, "mf-3", t0.Add(2*time.Hour), answered("third")...)
+	ack, err := s.JS.Publish(context.Background(), "weft.ev.mf-2.events", []byte("<html>oops</html>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Log.Void(context.Background(), "mf-2", ack.Sequence, "pasted into the wrong terminal", "alice", t0.Add(3*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitProjected(t, s, "mf-1", "mf-2", "mf-3")
+}
+
+// exportLines exports [2026-11-30, 2026-12-01) to a new file and returns
+// its path and its lines.
+func exportLines(t *testing.T) (string, []string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "range.jsonl")
+	if code, _, errs := cli(t, "audit", "export", "--since", "2026-11-30", "--until", "2026-12-01", "-o", path); code != 0 {
+		t.Fatalf("export: %d %s", code, errs)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// TestAuditExportRangeManifest (docs/cli.md, audit export of a range and
+// verify --file; exit 4): the export starts with the range asked for and
+// ends with a manifest of its runs (each with its last version and head),
+// and verify --file checks the file against it: the file cut short (no
+// manifest), a run dropped, and a run's last event dropped all fail
+// `manifest`, naming what is missing; an empty range exports a file that
+// verifies (0 runs); an export stopped half way leaves no file at -o.
+func TestAuditExportRangeManifest(t *testing.T) {
+	s := projected(t)
+	rangeRuns(t, s)
+	path, lines := exportLines(t)
+	if !strings.HasPrefix(lines[0], `{"range":{"schema":1,"since":"2026-11-30T00:00:00Z","until":"2026-12-01T00:00:00Z"}}`) || !strings.HasPrefix(lines[len(lines)-1], `{"manifest":{"schema":1,`) || !strings.Contains(lines[len(lines)-1], `"count":3`) {
+		t.Fatalf("the export's first and last lines:\n%s%s", lines[0], lines[len(lines)-1])
+	}
+	code, out, errs := cli(t, "audit", "verify", "--file", path)
+	if code != 0 {
+		t.Fatalf("verify: %d %s %s", code, out, errs)
+	}
+	contains(t, "verify", out, "ok: run mf-2, 4 events", "the manifest lists 3 run(s)", "3 of 3 runs verified")
+
+	write := func(name string, ls []string) string {
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, []byte(strings.Join(ls, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cut := write("cut.jsonl", lines[:len(lines)-1])
+	code, out, errs = cli(t, "audit", "verify", "--file", cut)
+	if code != exitAudit || !strings.Contains(errs, "manifest: the export is cut short: its manifest") || !strings.Contains(errs, "the last, run mf-3, up to version 4") {
+		t.Fatalf("verify of the file without its manifest: exit %d, want %d\n%s%s", code, exitAudit, out, errs)
+	}
+	var noTwo, shortTwo []string
+	for _, l := range lines {
+		mf2 := strings.HasPrefix(l, `{"id"`) && strings.Contains(l, `"run":"mf-2"`)
+		if !mf2 && !strings.HasPrefix(l, `{"run":"mf-2"`) {
+			noTwo = append(noTwo, l)
+		}
+		if !(mf2 && strings.Contains(l, `"version":4`)) {
+			shortTwo = append(shortTwo, l)
+		}
+	}
+	code, out, errs = cli(t, "audit", "verify", "--file", write("no2.jsonl", noTwo))
+	if code != exitAudit || !strings.Contains(errs, "manifest: the file does not hold what its manifest lists (3 runs): missing from the file: mf-2 (4 events)") {
+		t.Fatalf("verify of the file without mf-2: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, errs = cli(t, "audit", "verify", "--file", write("short2.jsonl", shortTwo))
+	if code != exitAudit || !strings.Contains(errs, "not as listed: mf-2 (3 events and 1 void record(s) in the file, listed 4 and 1") {
+		t.Fatalf("verify of the file with mf-2 cut: exit %d\n%s%s", code, out, errs)
+	}
+
+	empty := filepath.Join(t.TempDir(), "empty.jsonl")
+	if code, _, errs := cli(t, "audit", "export", "--since", "2020-01-01", "--until", "2020-02-01", "-o", empty); code != 0 || !strings.Contains(errs, "exported 0 runs") {
+		t.Fatalf("export of an empty range: %d %s", code, errs)
+	}
+	if code, out, errs := cli(t, "audit", "verify", "--file", empty); code != 0 || !strings.Contains(out, "the manifest lists 0 run(s)") || !strings.Contains(out, "0 of 0 runs verified") {
+		t.Fatalf("verify of an empty range's export: %d %s %s", code, out, errs)
+	}
+
+	// An export stopped on its second run leaves nothing at -o (it wrote
+	// a temp file beside it, removed).
+	crash := errors.New("crash")
+	exportRead = func(run, step string) error {
+		if run == "mf-2" {
+			return crash
+		}
+		return nil
+	}
+	t.Cleanup(func() { exportRead = nil })
+	dir := t.TempDir()
+	stopped := filepath.Join(dir, "stopped.jsonl")
+	if code, _, errs := cli(t, "audit", "export", "--since", "2026-11-30", "--until", "2026-12-01", "-o", stopped); code == 0 {
+		t.Fatalf("the stopped export: exit 0 %s", errs)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("the stopped export left %v", left)
+	}
+}
+
+// TestAuditExportRangeSkipsARunPurgedWhileItReads (docs/cli.md, audit
+// export of a range; exit 8): a run removed by retention while the export
+// reads it (its events and void records purged after its events were
+// read, before its void records) is left out whole — never its events
+// without its void records — named on stderr and in the manifest, exit 8;
+// the file verifies and says what it left out.
+func TestAuditExportRangeSkipsARunPurgedWhileItReads(t *testing.T) {
+	s := projected(t)
+	rangeRuns(t, s)
+	exportRead = func(run, step string) error {
+		if run != "mf-2" || step != "events" {
+			return nil
+		}
+		st, err := s.JS.Stream(context.Background(), "WEFT_EVENTS")
+		if err != nil {
+			return err
+		}
+		return st.Purge(context.Background(), jetstream.WithPurgeSubject("weft.ev.mf-2.>"))
+	}
+	t.Cleanup(func() { exportRead = nil })
+	path := filepath.Join(t.TempDir(), "range.jsonl")
+	code, out, errs := cli(t, "audit", "export", "--since", "2026-11-30", "--until", "2026-12-01", "-o", path)
+	if code != exitPartial {
+		t.Fatalf("export while mf-2 is purged: exit %d, want %d\n%s%s", code, exitPartial, out, errs)
+	}
+	contains(t, "the export", errs, "skipped 2/3: mf-2, removed (retention)", "exported 2 runs", "skipped 1 run(s) removed while the export read them (listed in the file's manifest): mf-2")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), `"run":"mf-2","version"`) || strings.Contains(string(b), `"run":"mf-2","void"`) {
+		t.Fatalf("the export holds part of mf-2:\n%s", b)
+	}
+	code, out, errs = cli(t, "audit", "verify", "--file", path)
+	if code != 0 {
+		t.Fatalf("verify: %d %s %s", code, out, errs)
+	}
+	contains(t, "verify", out, "note: the export left out run mf-2: removed (retention)", "2 of 2 runs verified")
+}
+
+// TestAuditVerifyHeadNamesARunOfAFileOfSeveral (docs/cli.md, audit
+// verify --head): in a file of several runs a head names its run,
+// --head RUN:VERSION:HASH: the right head verifies, another hash fails
+// that run (`head`, exit 4); a head without a run, or naming a run the
+// file does not hold, is a bad command line (exit 2), never applied to
+// every run.
+func TestAuditVerifyHeadNamesARunOfAFileOfSeveral(t *testing.T) {
+	s := projected(t)
+	rangeRuns(t, s)
+	path, lines := exportLines(t)
+	var m struct {
+		Manifest struct {
+			Runs []struct {
+				Run     string
+				Version uint64
+				Head    string
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &m); err != nil || len(m.Manifest.Runs) != 3 {
+		t.Fatalf("the manifest: %v %s", err, lines[len(lines)-1])
+	}
+	two := m.Manifest.Runs[1]
+	head := fmt.Sprintf("%d:%s", two.Version, two.Head)
+	if code, out, errs := cli(t, "audit", "verify", "--file", path, "--head", head); code != exitUsage || !strings.Contains(errs, "names no run, and the file holds 3 runs (mf-1, mf-2, mf-3): give --head RUN:VERSION:HASH") {
+		t.Fatalf("a head without a run: exit %d, want %d\n%s%s", code, exitUsage, out, errs)
+	}
+	if code, out, errs := cli(t, "audit", "verify", "--file", path, "--head", "mf-9:"+head); code != exitUsage || !strings.Contains(errs, `no run "mf-9" in it`) {
+		t.Fatalf("a head of a run not in the file: exit %d\n%s%s", code, out, errs)
+	}
+	if code, out, errs := cli(t, "audit", "verify", "--file", path, "--head", "mf-2:"+head); code != 0 || !strings.Contains(out, "3 of 3 runs verified") {
+		t.Fatalf("the head of mf-2: exit %d\n%s%s", code, out, errs)
+	}
+	wrong := fmt.Sprintf("mf-2:%d:%s", two.Version, m.Manifest.Runs[0].Head)
+	code, out, errs := cli(t, "audit", "verify", "--file", path, "--head", wrong)
+	if code != exitAudit {
+		t.Fatalf("another head for mf-2: exit %d, want %d\n%s%s", code, exitAudit, out, errs)
+	}
+	contains(t, "another head for mf-2", out, "ok: run mf-1", "FAILED: run mf-2: head", "ok: run mf-3", "2 of 3 runs verified")
 }
