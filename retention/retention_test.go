@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	weft "github.com/weftrun/weft"
@@ -581,5 +583,69 @@ func TestRetentionOneApplyAtATime(t *testing.T) {
 	}
 	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil {
 		t.Fatalf("after a dead apply's lock ran out: %v", err)
+	}
+}
+
+// TestSemantics6_APurgedIdIsRefusedWhenTheDirectGetIsNotAnswered
+// (docs/semantics.md §6, docs/adr/0030-retention-and-legal-hold.md §6): a
+// direct get of the tombstone that nobody answers (here the bucket's
+// direct gets are off, as while its replicas do not answer) is not taken
+// for "no weft_purges": the tombstone is read through the JetStream API,
+// and the purged id is still refused already_started; an id never purged
+// passes, as does any id once the bucket does not exist (JetStream says
+// "stream not found"); and a JetStream that does not answer at all is
+// unavailable, never "not purged".
+func TestSemantics6_APurgedIdIsRefusedWhenTheDirectGetIsNotAnswered(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	if res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	st, err := s.JS.Stream(ctx, "KV_"+PurgesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := s.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var we *weft.Error
+	if err := CheckNotPurged(ctx, s.JS, "old"); !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || !strings.Contains(we.Message, "was purged at") {
+		t.Fatalf("the purged id with its direct get not answered: %v, want already_started", err)
+	}
+	if err := CheckNotPurged(ctx, s.JS, "never"); err != nil {
+		t.Fatalf("an id never purged: %v", err)
+	}
+	if err := s.JS.DeleteStream(ctx, "KV_"+PurgesBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckNotPurged(ctx, s.JS, "old"); err != nil {
+		t.Fatalf("without weft_purges: %v", err)
+	}
+
+	// A server without JetStream: nobody answers its API.
+	plain, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go plain.Start()
+	t.Cleanup(plain.Shutdown)
+	if !plain.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the plain server did not start")
+	}
+	nc, err := nats.Connect(plain.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckNotPurged(ctx, js, "old"); !errors.As(err, &we) || we.Code != weft.CodeUnavailable {
+		t.Fatalf("a JetStream that does not answer: %v, want unavailable", err)
 	}
 }
