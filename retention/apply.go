@@ -84,6 +84,10 @@ type marker struct {
 	Started time.Time `json:"started"`
 	Cutoff  time.Time `json:"cutoff"`
 	State   string    `json:"state,omitempty"`
+	// Family is the runs removed together with this one (all of them,
+	// itself included): an apply that stopped while it marked them leaves
+	// some unmarked, and the next completes them too.
+	Family []string `json:"family,omitempty"`
 	// Purged is when the removal completed (statePurged).
 	Purged *time.Time `json:"purged,omitempty"`
 }
@@ -138,6 +142,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	}
 	var started []string
 	marked := map[string]bool{}
+	named := map[string][]string{} // the family each started run's marker names
 	if err := eachValue(ctx, purges, func(run string, b []byte) error {
 		if strings.Contains(run, ".") {
 			return nil // the lock
@@ -148,6 +153,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			return nil // a tombstone: that run is gone
 		}
 		started = append(started, run)
+		named[run] = m.Family
 		return nil
 	}); err != nil {
 		return res, err
@@ -155,6 +161,19 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	views, err := Views(ctx, js)
 	if err != nil {
 		return res, err
+	}
+	// The families whose removal started are completed whole: a run of
+	// one that the apply which stopped did not mark yet (it stopped while
+	// it marked them; its hold check took them all) is completed with
+	// the runs it marked, whatever its view says now (a cutoff earlier
+	// than that apply's would keep it, and split the family).
+	completing := startedFamilies(started, named, views, marked)
+	for _, fam := range completing {
+		for _, run := range fam {
+			if !slices.Contains(started, run) {
+				started = append(started, run)
+			}
+		}
 	}
 	held := map[string]Hold{}
 	var taken []string
@@ -166,7 +185,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		if h := v.active(); h.Active() {
 			held[run] = h
 		}
-		if v.Purging != nil && !marked[run] {
+		if v.Purging != nil && !marked[run] && !slices.Contains(started, run) {
 			taken = append(taken, run)
 		}
 		return nil
@@ -269,23 +288,54 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		return res, err
 	}
 	rm := remover{js: js, purges: purges, tasks: tasks, now: now.UTC(), cutoff: res.Cutoff, after: o.afterStep}
-	for _, run := range started {
-		// Its hold check again: a marker of an earlier release's apply
-		// (a hold could be placed after it) stops here while held.
-		h, err := takeForPurge(ctx, holds, run, now.UTC())
-		if err != nil {
-			return res, err
+	for _, fam := range completing {
+		// Its hold check again, run by run: a marker of an earlier
+		// release's apply (a hold could be placed after it), or a run of
+		// the family the stopped apply did not mark. A hold on any of it
+		// stops the family's removal here.
+		var hold Hold
+		for _, run := range fam {
+			h, err := takeForPurge(ctx, holds, run, now.UTC())
+			if err != nil {
+				return res, err
+			}
+			if h.Active() {
+				hold = h
+				break
+			}
 		}
-		if h.Active() {
-			res.Kept = append(res.Kept, Kept{Run: run, Why: "its removal was interrupted and it is under a " + holdWhy(h) + ": the removal stops here and is completed once the hold is released (its read models may be gone: weft rebuild)"})
+		if hold.Active() {
+			for _, run := range fam {
+				if !marked[run] {
+					if err := giveBack(ctx, holds, run); err != nil {
+						return res, err
+					}
+				}
+				why := "its removal was interrupted and it is under a " + holdWhy(hold)
+				if run != hold.Run {
+					why = "its family's removal was interrupted and " + hold.Run + " is under a " + holdWhy(hold)
+				}
+				res.Kept = append(res.Kept, Kept{Run: run, Why: why + ": the removal stops here and is completed once the hold is released (its read models may be gone: weft rebuild)"})
+			}
 			continue
 		}
-		if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
-			return res, err
+		for _, run := range fam {
+			if marked[run] {
+				continue
+			}
+			m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging, Family: fam})
+			if _, err := purges.Put(ctx, run, m); err != nil {
+				return res, unavailable("mark %s: %v", run, err)
+			}
 		}
-		res.Completed = append(res.Completed, run)
-		if err := progress(run); err != nil {
-			return res, err
+		for _, run := range fam {
+			if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
+				return res, err
+			}
+			res.Completed = append(res.Completed, run)
+			if err := progress(run); err != nil {
+				return res, err
+			}
 		}
 	}
 	for _, fam := range doomed {
@@ -323,7 +373,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		}
 		// The whole family is marked before any of it is removed, so a
 		// removal stopped half way is completed for all of it.
-		m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging})
+		m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging, Family: fam})
 		for _, run := range fam {
 			if _, err := purges.Put(ctx, run, m); err != nil {
 				return res, unavailable("mark %s: %v", run, err)
@@ -345,6 +395,59 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		}
 	}
 	return res, nil
+}
+
+// startedFamilies groups the runs whose removal started (started) with
+// the other runs of their families that are not marked yet: those of the
+// stored views' families (families) and those their markers name
+// (named). A run of such a family with neither a view nor a marker is
+// left out (nothing of it is stored to remove); a tombstoned run
+// (marked, not started) too. Each family sorted, in the order of its
+// first run.
+func startedFamilies(started []string, named map[string][]string, views []projections.RunView, marked map[string]bool) [][]string {
+	hasView := map[string]bool{}
+	for _, v := range views {
+		hasView[v.Run] = true
+	}
+	of := map[string]int{} // run → index in out
+	var out [][]string
+	add := func(i int, run string) {
+		if _, ok := of[run]; ok {
+			return
+		}
+		if marked[run] && !slices.Contains(started, run) {
+			return // a tombstone
+		}
+		if !marked[run] && !hasView[run] {
+			return
+		}
+		of[run] = i
+		out[i] = append(out[i], run)
+	}
+	fams := families(views)
+	for _, run := range started {
+		i, ok := of[run]
+		if !ok {
+			i = len(out)
+			out = append(out, nil)
+			add(i, run)
+		}
+		for _, fam := range fams {
+			if slices.Contains(fam, run) {
+				for _, r := range fam {
+					add(i, r)
+				}
+			}
+		}
+		for _, r := range named[run] {
+			add(i, r)
+		}
+	}
+	for _, fam := range out {
+		slices.Sort(fam)
+	}
+	slices.SortFunc(out, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
+	return out
 }
 
 // keepWhy says why v's run is kept on its own account ("" when it may go).

@@ -649,3 +649,51 @@ func TestSemantics6_APurgedIdIsRefusedWhenTheDirectGetIsNotAnswered(t *testing.T
 		t.Fatalf("a JetStream that does not answer: %v, want unavailable", err)
 	}
 }
+
+// TestRetentionFamilyMarkedInPartIsCompletedWhole (docs/adr/0030 §2, §3):
+// an apply that died while it marked a family (its hold check took both
+// runs, it marked the parent and not the fork) leaves a removal the next
+// apply completes for the whole family — also when that apply's cutoff is
+// earlier and would keep the fork on its own: the family is never split
+// (a fork kept whose parent's log is gone).
+func TestRetentionFamilyMarkedInPartIsCompletedWhole(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "fa", t0, finished("fa")...)
+	fork := append([]events.Event{started("fa"), events.RunForked{From: events.ForkedFrom{Run: "fa", Version: 4, Turn: 1}}}, finished("fa")[1:]...)
+	appendAt(t, s, "fb", t0.Add(60*time.Hour), fork...)
+	waitViews(t, s, "fa", "fb")
+	before := viewOf(t, s, "fa")
+	// What the apply that died left: both runs taken by its hold check,
+	// fa marked, fb not yet.
+	holds, purges, err := buckets(ctx, s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []string{"fa", "fb"} {
+		if _, err := takeForPurge(ctx, holds, run, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := json.Marshal(marker{Started: now, Cutoff: t0.Add(3 * 24 * time.Hour), State: statePurging})
+	if _, err := purges.Put(ctx, "fa", m); err != nil {
+		t.Fatal(err)
+	}
+	// The next apply's cutoff, t0 + 2 days, is before fb's last event.
+	res, err := Apply(ctx, s.JS, Options{Until: t0.Add(48 * time.Hour), Now: now})
+	if err != nil || !slices.Equal(res.Completed, []string{"fa", "fb"}) || len(res.Purged) != 0 {
+		t.Fatalf("the next apply: %+v %v, want fa and fb completed", res, err)
+	}
+	assertGone(t, s, "fa", before)
+	if h, _ := s.Log.Head(ctx, "fb"); !h.IsZero() {
+		t.Fatal("fb's events are still there: the family was split")
+	}
+	e, err := purges.Get(ctx, "fb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mk marker
+	if err := json.Unmarshal(e.Value(), &mk); err != nil || mk.State != statePurged {
+		t.Fatalf("fb's tombstone: %s %v", e.Value(), err)
+	}
+}
