@@ -251,54 +251,37 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 		}
 	}
 	slices.Sort(runs)
-	// A temp file in out's directory, renamed to out once complete: an
-	// export cut short leaves no file that looks whole (and its manifest,
-	// the last line, is what verify checks the runs against).
-	f, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.part")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	defer f.Close()
-	w := bufio.NewWriter(f)
+	// An export cut short leaves no file that looks whole (writeWhole),
+	// and its manifest, the last line, is what verify checks it against.
 	rg := audit.Range{Since: since.UTC(), Until: until.UTC(), Status: status}
-	if err := audit.WriteRange(w, rg); err != nil {
-		return err
-	}
 	m := audit.Manifest{Range: rg}
-	log := eventlog.New(js)
 	total := 0
-	for i, run := range runs {
-		envs, voids, err := readWhole(ctx, log, run)
-		if err != nil {
+	err = writeWhole(out, func(w io.Writer) error {
+		if err := audit.WriteRange(w, rg); err != nil {
 			return err
 		}
-		if len(envs) == 0 {
-			why := "removed (retention) after the range was read: its events are gone"
-			m.Skipped = append(m.Skipped, audit.Skipped{Run: run, Why: why})
-			fmt.Fprintf(e.stderr, "skipped %d/%d: %s, %s\n", i+1, len(runs), run, why)
-			continue
+		log := eventlog.New(js)
+		for i, run := range runs {
+			envs, voids, err := readWhole(ctx, log, run)
+			if err != nil {
+				return err
+			}
+			if len(envs) == 0 {
+				why := "removed (retention) after the range was read: its events are gone"
+				m.Skipped = append(m.Skipped, audit.Skipped{Run: run, Why: why})
+				fmt.Fprintf(e.stderr, "skipped %d/%d: %s, %s\n", i+1, len(runs), run, why)
+				continue
+			}
+			if err := audit.ExportRun(w, envs, voids); err != nil {
+				return err
+			}
+			m.Runs = append(m.Runs, audit.ManifestOf(envs, voids))
+			total += len(envs)
+			fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s\n", i+1, len(runs), run, len(envs), voidNote(voids))
 		}
-		if err := audit.ExportRun(w, envs, voids); err != nil {
-			return err
-		}
-		m.Runs = append(m.Runs, audit.ManifestOf(envs, voids))
-		total += len(envs)
-		fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s\n", i+1, len(runs), run, len(envs), voidNote(voids))
-	}
-	if err := audit.WriteManifest(w, m); err != nil {
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), out); err != nil {
+		return audit.WriteManifest(w, m)
+	})
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "exported %d runs (%d events) whose last event is in [%s, %s) to %s\n", len(m.Runs), total, since.Format(time.RFC3339), until.Format(time.RFC3339), out)
@@ -310,6 +293,33 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 		return partialError{done: fmt.Sprintf("exported %d of the %d runs of the range to %s", len(m.Runs), len(runs), out), err: fmt.Errorf("skipped %d run(s) removed while the export read them (listed in the file's manifest): %s", len(names), strings.Join(names, ", "))}
 	}
 	return nil
+}
+
+// writeWhole writes path with write, whole or not at all: to a temp file
+// in path's directory, synced and renamed to path once write returned
+// nil (removed otherwise), so an export that stops half way (an error, a
+// kill) never leaves a file at path that looks complete.
+func writeWhole(path string, write func(w io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.part")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	if err := write(w); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 // exportRead, when set (tests), is called while an export of a range

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -638,16 +637,12 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 	if err != nil {
 		return err
 	}
-	w := e.stdout
-	if out != "" {
-		f, err := os.Create(out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
+	if out == "" {
+		err = audit.ExportRun(e.stdout, envs, voids)
+	} else {
+		err = writeWhole(out, func(w io.Writer) error { return audit.ExportRun(w, envs, voids) })
 	}
-	if err := audit.ExportRun(w, envs, voids); err != nil {
+	if err != nil {
 		return err
 	}
 	if out != "" {
