@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -541,4 +542,94 @@ func TestAuditVerifyHeadNamesARunOfAFileOfSeveral(t *testing.T) {
 		t.Fatalf("another head for mf-2: exit %d, want %d\n%s%s", code, exitAudit, out, errs)
 	}
 	contains(t, "another head for mf-2", out, "ok: run mf-1", "FAILED: run mf-2: head", "ok: run mf-3", "2 of 3 runs verified")
+}
+
+// TestRetentionApplyKilledMidwayIsCompletedByTheNext (docs/cli.md,
+// retention apply; docs/adr/0030 §3, §5): a `weft retention apply`
+// process SIGKILLed while it removes a family — the parent fully removed,
+// the fork's read models gone, its events still there — leaves the lock
+// and the fork's marker; the next apply is refused conflict while the
+// dead apply's lease runs, and once it ran out completes the fork: every
+// run of the family is gone and tombstoned. The fork's removal is held in
+// its runtime step by a call the subprocess's credentials may not make
+// (the server never answers it), which is where it is killed.
+func TestRetentionApplyKilledMidwayIsCompletedByTheNext(t *testing.T) {
+	s := restricted(t, map[string][]string{"notasks": {"$JS.API.STREAM.MSG.DELETE.WEFT_TASKS"}})
+	ctx := context.Background()
+	old := time.Now().Add(-72 * time.Hour).Truncate(time.Second)
+	appendRunAt(t, s.Log, "kill-a", old, answered("a")...)
+	fork := append([]events.Event{answered("a")[0], events.RunForked{From: events.ForkedFrom{Run: "kill-a", Version: 4, Turn: 1}}}, answered("a")[1:]...)
+	appendRunAt(t, s.Log, "kill-b", old, fork...)
+	waitProjected(t, s, "kill-a", "kill-b")
+	b, _ := json.Marshal(api.Task{Schema: 1, Run: "kill-b", Action: "1/call_1", Agent: "payment-desk", Version: "1", Tool: "send_payment", Attempt: 1, Incarnation: 1})
+	if _, err := s.JS.Publish(ctx, "weft.task.payment-desk.1.send_payment", b); err != nil {
+		t.Fatal(err)
+	}
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	cmd := exec.Command(exe, "retention", "apply", "--older-than", "48h")
+	cmd.Env = append(os.Environ(), "WEFT_TEST_AS_WEFT=1", "NATS_URL="+s.URL, "NATS_USER=notasks", "NATS_PASSWORD=p")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Killed once kill-a is gone and kill-b's view too: kill-b's removal
+	// is in its runtime step, waiting for the task's delete the server
+	// refused.
+	views, err := s.JS.KeyValue(ctx, "weft_views")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ha, _ := s.Log.Head(ctx, "kill-a")
+		_, verr := views.Get(ctx, "kill-b")
+		if ha.IsZero() && errors.Is(verr, jetstream.ErrKeyNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the apply never reached kill-b's runtime step:\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err == nil || cmd.ProcessState.Exited() {
+		t.Fatalf("the apply was not killed (it ended on its own: %v):\n%s", err, stderr.String())
+	}
+	if hb, _ := s.Log.Head(ctx, "kill-b"); hb.IsZero() {
+		t.Fatal("kill-b's events went before the kill")
+	}
+
+	t.Setenv("NATS_USER", "admin")
+	t.Setenv("NATS_PASSWORD", "a")
+	if code, out, errs := cli(t, "retention", "apply", "--older-than", "48h"); code != exitFailed || !strings.Contains(errs, "conflict") || !strings.Contains(errs, "one apply at a time") {
+		t.Fatalf("an apply while the dead one's lease runs: exit %d\n%s%s", code, out, errs)
+	}
+	// Its lease ran out (2 minutes; here, the lock's value says so).
+	purges, err := s.JS.KeyValue(ctx, "weft_purges")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := purges.Put(ctx, "lock.apply", []byte(`{"by":"the killed apply","until":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "retention", "apply", "--older-than", "48h")
+	if code != 0 || !strings.Contains(out, "removed kill-b (completing an interrupted purge)") {
+		t.Fatalf("the next apply: exit %d\n%s%s", code, out, errs)
+	}
+	for _, run := range []string{"kill-a", "kill-b"} {
+		if h, _ := s.Log.Head(ctx, run); !h.IsZero() {
+			t.Errorf("%s's events are still there", run)
+		}
+		e, err := purges.Get(ctx, run)
+		if err != nil || !strings.Contains(string(e.Value()), `"state":"purged"`) {
+			t.Errorf("%s's tombstone: %v", run, err)
+		}
+	}
 }
