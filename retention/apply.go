@@ -158,25 +158,8 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	}); err != nil {
 		return res, err
 	}
-	views, err := Views(ctx, js)
-	if err != nil {
-		return res, err
-	}
-	// The families whose removal started are completed whole: a run of
-	// one that the apply which stopped did not mark yet (it stopped while
-	// it marked them; its hold check took them all) is completed with
-	// the runs it marked, whatever its view says now (a cutoff earlier
-	// than that apply's would keep it, and split the family).
-	completing := startedFamilies(started, named, views, marked)
-	for _, fam := range completing {
-		for _, run := range fam {
-			if !slices.Contains(started, run) {
-				started = append(started, run)
-			}
-		}
-	}
 	held := map[string]Hold{}
-	var taken []string
+	tookBy := map[string]bool{} // purging set in weft_holds: taken by an apply's hold check
 	if err := eachValue(ctx, holds, func(run string, b []byte) error {
 		v, err := decodeHolds(run, b)
 		if err != nil {
@@ -185,13 +168,39 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		if h := v.active(); h.Active() {
 			held[run] = h
 		}
-		if v.Purging != nil && !marked[run] && !slices.Contains(started, run) {
-			taken = append(taken, run)
+		if v.Purging != nil {
+			tookBy[run] = true
 		}
 		return nil
 	}); err != nil {
 		return res, err
 	}
+	views, err := Views(ctx, js)
+	if err != nil {
+		return res, err
+	}
+	// The families whose removal started are completed: the runs the
+	// apply which stopped chose (its markers name them; it may have
+	// stopped while it marked them), whatever their views say now (a
+	// cutoff earlier than that apply's would keep some, and split what it
+	// decided). Any other run of their families — one that joined after
+	// the mark (a restart), or one that apply never saw — is decided
+	// below like any run.
+	completing := startedFamilies(started, named, views, marked, tookBy)
+	for _, fam := range completing {
+		for _, run := range fam {
+			if !slices.Contains(started, run) {
+				started = append(started, run)
+			}
+		}
+	}
+	var taken []string
+	for run := range tookBy {
+		if !marked[run] && !slices.Contains(started, run) {
+			taken = append(taken, run)
+		}
+	}
+	slices.Sort(taken)
 	cp, err := projector.ReadCheckpoint(ctx, js)
 	if err != nil {
 		return res, unavailable("%v", err)
@@ -239,14 +248,21 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 				break
 			}
 		}
+		split := ""
+		for _, run := range fam {
+			if slices.Contains(started, run) {
+				split = "; the interrupted removal of " + run + "'s family is completed without it"
+				break
+			}
+		}
 		var goes []string
 		for _, run := range fam {
 			switch {
 			case slices.Contains(started, run):
 			case why[run] != "":
-				res.Kept = append(res.Kept, Kept{Run: run, Why: why[run]})
+				res.Kept = append(res.Kept, Kept{Run: run, Why: why[run] + split})
 			case blocker != "":
-				res.Kept = append(res.Kept, Kept{Run: run, Why: fmt.Sprintf("a run of its family is kept: %s (%s)", blocker, why[blocker])})
+				res.Kept = append(res.Kept, Kept{Run: run, Why: fmt.Sprintf("a run of its family is kept: %s (%s)%s", blocker, why[blocker], split)})
 			default:
 				goes = append(goes, run)
 			}
@@ -265,7 +281,15 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		}
 	}
 	if o.DryRun {
-		res.Completed = started
+		for _, fam := range completing {
+			if hold := heldOf(fam, held); hold.Active() {
+				for _, run := range fam {
+					res.Kept = append(res.Kept, Kept{Run: run, Why: interruptedHoldWhy(run, hold)})
+				}
+				continue
+			}
+			res.Completed = append(res.Completed, fam...)
+		}
 		for _, fam := range doomed {
 			res.Purged = append(res.Purged, fam...)
 		}
@@ -311,11 +335,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 						return res, err
 					}
 				}
-				why := "its removal was interrupted and it is under a " + holdWhy(hold)
-				if run != hold.Run {
-					why = "its family's removal was interrupted and " + hold.Run + " is under a " + holdWhy(hold)
-				}
-				res.Kept = append(res.Kept, Kept{Run: run, Why: why + ": the removal stops here and is completed once the hold is released (its read models may be gone: weft rebuild)"})
+				res.Kept = append(res.Kept, Kept{Run: run, Why: interruptedHoldWhy(run, hold)})
 			}
 			continue
 		}
@@ -398,56 +418,69 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 }
 
 // startedFamilies groups the runs whose removal started (started) with
-// the other runs of their families that are not marked yet: those of the
-// stored views' families (families) and those their markers name
-// (named). A run of such a family with neither a view nor a marker is
-// left out (nothing of it is stored to remove); a tombstoned run
-// (marked, not started) too. Each family sorted, in the order of its
-// first run.
-func startedFamilies(started []string, named map[string][]string, views []projections.RunView, marked map[string]bool) [][]string {
+// the other runs the apply that started it chose: those its markers name
+// (named) and, for an earlier release's marker that names none, the runs
+// of its view family that apply's hold check took (took: purging set in
+// weft_holds) — transitively. Nothing else: a run of the family that
+// apply did not choose is decided again (Apply). A run with neither a view
+// nor a marker is left out (nothing of it is stored to remove), a
+// tombstoned run (marked, not started) too. Each family sorted, in the
+// order of its first run.
+func startedFamilies(started []string, named map[string][]string, views []projections.RunView, marked, took map[string]bool) [][]string {
 	hasView := map[string]bool{}
 	for _, v := range views {
 		hasView[v.Run] = true
 	}
-	of := map[string]int{} // run → index in out
-	var out [][]string
-	add := func(i int, run string) {
-		if _, ok := of[run]; ok {
-			return
+	familyOf := map[string][]string{}
+	for _, fam := range families(views) {
+		for _, r := range fam {
+			familyOf[r] = fam
 		}
-		if marked[run] && !slices.Contains(started, run) {
-			return // a tombstone
-		}
-		if !marked[run] && !hasView[run] {
-			return
-		}
-		of[run] = i
-		out[i] = append(out[i], run)
 	}
-	fams := families(views)
-	for _, run := range started {
-		i, ok := of[run]
-		if !ok {
-			i = len(out)
-			out = append(out, nil)
-			add(i, run)
+	stored := func(run string) bool {
+		if marked[run] {
+			return slices.Contains(started, run) // else a tombstone
 		}
-		for _, fam := range fams {
-			if slices.Contains(fam, run) {
-				for _, r := range fam {
-					add(i, r)
+		return hasView[run]
+	}
+	u := unionFind{}
+	for _, run := range started {
+		u.find(run)
+		chosen := named[run]
+		if len(chosen) == 0 {
+			for _, r := range familyOf[run] {
+				if took[r] {
+					chosen = append(chosen, r)
 				}
 			}
 		}
-		for _, r := range named[run] {
-			add(i, r)
+		for _, r := range chosen {
+			if stored(r) {
+				u.union(run, r)
+			}
 		}
 	}
-	for _, fam := range out {
-		slices.Sort(fam)
+	return u.groups()
+}
+
+// heldOf is the first active hold (held) on a run of fam.
+func heldOf(fam []string, held map[string]Hold) Hold {
+	for _, run := range fam {
+		if h := held[run]; h.Active() {
+			return h
+		}
 	}
-	slices.SortFunc(out, func(a, b []string) int { return strings.Compare(a[0], b[0]) })
-	return out
+	return Hold{}
+}
+
+// interruptedHoldWhy is why run, of a family whose removal was
+// interrupted, is kept: hold on a run of it.
+func interruptedHoldWhy(run string, hold Hold) string {
+	why := "its removal was interrupted and it is under a " + holdWhy(hold)
+	if run != hold.Run {
+		why = "its family's removal was interrupted and " + hold.Run + " is under a " + holdWhy(hold)
+	}
+	return why + ": the removal stops here and is completed once the hold is released (its read models may be gone: weft rebuild)"
 }
 
 // keepWhy says why v's run is kept on its own account ("" when it may go).
@@ -598,45 +631,56 @@ func Views(ctx context.Context, js jetstream.JetStream) ([]projections.RunView, 
 // (forked from), transitively. Each family is sorted, and the families
 // by their first run.
 func families(views []projections.RunView) [][]string {
-	parent := map[string]string{}
-	var find func(string) string
-	find = func(r string) string {
-		p, ok := parent[r]
-		if !ok {
-			parent[r] = r
-			return r
-		}
-		if p == r {
-			return r
-		}
-		root := find(p)
-		parent[r] = root
-		return root
-	}
-	union := func(a, b string) {
-		if a == "" || b == "" {
-			return
-		}
-		ra, rb := find(a), find(b)
-		if ra != rb {
-			parent[ra] = rb
-		}
-	}
+	u := unionFind{}
 	for _, v := range views {
-		find(v.Run)
+		u.find(v.Run)
 		if v.Parent != nil {
-			union(v.Run, v.Parent.Run)
+			u.union(v.Run, v.Parent.Run)
 		}
 		for _, c := range v.Children {
-			union(v.Run, c.Run)
+			u.union(v.Run, c.Run)
 		}
 		if v.ForkedFrom != nil {
-			union(v.Run, v.ForkedFrom.Run)
+			u.union(v.Run, v.ForkedFrom.Run)
 		}
 	}
+	return u.groups()
+}
+
+// unionFind is a disjoint-set forest of run ids: each run's parent in it
+// (a root is its own).
+type unionFind map[string]string
+
+// find is r's root (r is added, a root, when new).
+func (u unionFind) find(r string) string {
+	p, ok := u[r]
+	if !ok {
+		u[r] = r
+		return r
+	}
+	if p == r {
+		return r
+	}
+	root := u.find(p)
+	u[r] = root
+	return root
+}
+
+// union joins a's set and b's (nothing when either is empty).
+func (u unionFind) union(a, b string) {
+	if a == "" || b == "" {
+		return
+	}
+	if ra, rb := u.find(a), u.find(b); ra != rb {
+		u[ra] = rb
+	}
+}
+
+// groups are u's sets, each sorted, sorted by their first run.
+func (u unionFind) groups() [][]string {
 	groups := map[string][]string{}
-	for r := range parent {
-		root := find(r)
+	for r := range u {
+		root := u.find(r)
 		groups[root] = append(groups[root], r)
 	}
 	out := make([][]string, 0, len(groups))

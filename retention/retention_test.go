@@ -697,3 +697,41 @@ func TestRetentionFamilyMarkedInPartIsCompletedWhole(t *testing.T) {
 		t.Fatalf("fb's tombstone: %s %v", e.Value(), err)
 	}
 }
+
+// TestRetentionInterruptedPurgeCompletesOnlyTheRunsItChose (docs/adr/0030
+// §2, §3): the next apply completes only the runs the stopped apply chose
+// (its markers' family). A fork of a marked run started after the mark
+// (a restart while the parent was not yet purged) is live: it is kept,
+// with its reason, and its log stays; the marked parent is completed.
+func TestRetentionInterruptedPurgeCompletesOnlyTheRunsItChose(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "pa", t0, finished("pa")...)
+	waitViews(t, s, "pa")
+	stop := errors.New("crash")
+	_, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
+		if step == stepMarked {
+			return stop
+		}
+		return nil
+	}})
+	if !errors.Is(err, stop) {
+		t.Fatalf("the interrupted apply: %v", err)
+	}
+	live := []events.Event{started("pa"), events.RunForked{From: events.ForkedFrom{Run: "pa", Version: 4, Turn: 1}}, events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart}}
+	appendAt(t, s, "pc", now.Add(-time.Second), live...)
+	waitViews(t, s, "pc")
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Completed, []string{"pa"}) || len(res.Purged) != 0 {
+		t.Fatalf("the next apply: %+v, want pa completed and nothing else removed", res)
+	}
+	if i := slices.IndexFunc(res.Kept, func(k Kept) bool { return k.Run == "pc" }); i < 0 || !strings.Contains(res.Kept[i].Why, "unfinished") {
+		t.Fatalf("pc is not kept as unfinished: %+v", res.Kept)
+	}
+	if h, _ := s.Log.Head(ctx, "pc"); h.Version != 3 {
+		t.Fatalf("the live fork pc's log: head %+v, want version 3", h)
+	}
+}
