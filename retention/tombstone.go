@@ -232,3 +232,19 @@ func (l *lock) renew(ctx context.Context) error {
 func (l *lock) release(ctx context.Context) {
 	_ = l.kv.Delete(ctx, lockKey, jetstream.LastRevision(l.rev))
 }
+
+// CheckNotBeingPurged refuses a restart from run (docs/semantics.md §14)
+// once retention started to remove run (its marker in weft_purges):
+// conflict, and nothing starts — a fork started then would be live while
+// its parent's log goes. Read as CheckNotPurged reads (unavailable when
+// nobody answers). A mark written after this check does not take the
+// fork: an apply completes only the runs it chose, and decides the fork,
+// live, as any run (Apply).
+func CheckNotBeingPurged(ctx context.Context, js jetstream.JetStream, run string) error {
+	err := CheckNotPurged(ctx, js, run)
+	var we *weft.Error
+	if errors.As(err, &we) && we.Code == weft.CodeAlreadyStarted {
+		return weft.Errorf(weft.CodeConflict, "run %s: retention started to remove it (docs/adr/0030-retention-and-legal-hold.md): no run is restarted from it", run)
+	}
+	return err
+}
