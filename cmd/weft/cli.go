@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/internal/demo"
-
 	"github.com/weftrun/weft/natsnode"
 )
 
@@ -112,6 +112,9 @@ type env struct {
 	// this command (nil: none): notePermission keeps it, refusedAs says it.
 	mu      sync.Mutex
 	refused *refusal
+	// notesRefusals: the command's connections note the server's
+	// refusals (notesRefusals of its name); else they are not kept.
+	notesRefusals bool
 }
 
 // connect connects to the server the command line names.
@@ -122,7 +125,10 @@ func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	}
 	// A command line fails at once on an unreachable server (a runner
 	// waits for its server instead: natsnode.WithConnectWait).
-	opts = append(opts, natsnode.WithURL(e.url), natsnode.WithConnectWait(0), natsnode.WithNATSOptions(nats.ErrorHandler(e.notePermission)))
+	opts = append(opts, natsnode.WithURL(e.url), natsnode.WithConnectWait(0))
+	if e.notesRefusals {
+		opts = append(opts, natsnode.WithNATSOptions(nats.ErrorHandler(e.notePermission)))
+	}
 	cctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	n, err := natsnode.Start(cctx, opts...)
@@ -272,6 +278,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err.Error()}
 	}
+	e.notesRefusals = notesRefusals(c.name)
 	e.urlGiven = e.url != ""
 	e.urlFlag = e.urlFlag || flagSet(fs, "nats")
 	if e.url == "" {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -118,13 +120,28 @@ func (e *env) notePermission(_ *nats.Conn, _ *nats.Subscription, err error) {
 	e.mu.Unlock()
 }
 
+// notesRefusals says whether command name maps a call the server
+// refused to "not allowed" (refusedAs): not the long-running ones
+// (console, mcp, dev), whose end hours after a refusal they tolerated
+// says nothing of it.
+func notesRefusals(name string) bool {
+	switch name {
+	case "console", "mcp", "dev":
+		return false
+	}
+	return true
+}
+
 // refusedAs is the one place a command's failure becomes "not allowed"
 // (permission_denied, exit 7) when the server refused one of its
-// connections a permission: a KV or stream call it refused is not
-// answered, and fails as unavailable (exit 3) once its wait ends, though
-// the server said why. A partial purge or export stays partial (exit 8),
-// saying why it stopped. Any other error (a refusal by the service, a
-// problem audit found, a bad command line) is returned as it is.
+// connections a publish: a KV or stream call it refused is not answered,
+// and fails as unavailable (exit 3) once its wait ends, though the server
+// said why. Only that symptom is mapped — a failure by a wait that ended
+// (waitEnded) — so an outage of another kind stays unavailable and a
+// local file error stays exit 5. A partial purge or export stays partial
+// (exit 8), saying why it stopped. Any other error (a refusal by the
+// service, a problem audit found, a bad command line) is returned as it
+// is.
 func (e *env) refusedAs(err error) error {
 	e.mu.Lock()
 	r := e.refused
@@ -134,7 +151,9 @@ func (e *env) refusedAs(err error) error {
 	}
 	var pe partialError
 	if errors.As(err, &pe) {
-		pe.err = r.denied(pe.err)
+		if waitEnded(pe.err) {
+			pe.err = r.denied(pe.err)
+		}
 		return pe
 	}
 	var we *weft.Error
@@ -143,10 +162,21 @@ func (e *env) refusedAs(err error) error {
 	}
 	var ue usageError
 	var ae auditError
-	if errors.As(err, &ue) || errors.As(err, &ae) {
+	if errors.As(err, &ue) || errors.As(err, &ae) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || !waitEnded(err) {
 		return err
 	}
 	return r.denied(err)
+}
+
+// waitEnded reports whether err is a call that failed by its wait ending
+// (context.DeadlineExceeded, nats.ErrTimeout), also when an error of
+// retention or audit carries it in its message only.
+func waitEnded(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, context.DeadlineExceeded.Error()) || strings.Contains(msg, nats.ErrTimeout.Error())
 }
 
 // denied is the permission_denied of r, saying what failed because of it.
