@@ -56,6 +56,11 @@ type Result struct {
 	Completed []string `json:"completed,omitempty"`
 	// Purged are the runs removed (with DryRun: that would be).
 	Purged []string `json:"purged"`
+	// Stopped are the runs whose removal this Apply started or continued
+	// (their markers written, part of them removed) and did not complete:
+	// set when Apply fails part way, none when it returns no error. The
+	// next Apply completes them.
+	Stopped []string `json:"stopped,omitempty"`
 	// Kept are the runs not removed with why: unfinished, newer than the
 	// cutoff, an effect whose outcome nobody knows, a legal hold, a
 	// family member kept, a view behind its log.
@@ -312,6 +317,16 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		return res, err
 	}
 	rm := remover{js: js, purges: purges, tasks: tasks, now: now.UTC(), cutoff: res.Cutoff, after: o.afterStep}
+	// begin notes that run's removal was touched (marked, or its removal
+	// run); removed that it completed.
+	begin := func(run string) {
+		if !slices.Contains(res.Stopped, run) {
+			res.Stopped = append(res.Stopped, run)
+		}
+	}
+	removed := func(run string) {
+		res.Stopped = slices.DeleteFunc(res.Stopped, func(r string) bool { return r == run })
+	}
 	for _, fam := range completing {
 		// Its hold check again, run by run: a marker of an earlier
 		// release's apply (a hold could be placed after it), or a run of
@@ -347,11 +362,14 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			if _, err := purges.Put(ctx, run, m); err != nil {
 				return res, unavailable("mark %s: %v", run, err)
 			}
+			begin(run)
 		}
 		for _, run := range fam {
+			begin(run)
 			if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
 				return res, err
 			}
+			removed(run)
 			res.Completed = append(res.Completed, run)
 			if err := progress(run); err != nil {
 				return res, err
@@ -398,6 +416,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			if _, err := purges.Put(ctx, run, m); err != nil {
 				return res, unavailable("mark %s: %v", run, err)
 			}
+			begin(run)
 		}
 		if o.afterStep != nil {
 			if err := o.afterStep(fam[0], stepMarked); err != nil {
@@ -408,6 +427,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
 				return res, err
 			}
+			removed(run)
 			res.Purged = append(res.Purged, run)
 			if err := progress(run); err != nil {
 				return res, err

@@ -351,6 +351,28 @@ func TestRetentionExitCodesOfARefusalAndAPartialPurge(t *testing.T) {
 	}
 }
 
+// TestRetentionAnApplyStoppedInItsFirstFamilyIsPartial (docs/cli.md,
+// exit 8): an apply that marked a family and purged its read models, then
+// failed (its queued task may not be deleted), removed no run whole, yet
+// changed the store (the run's marker is written, its view gone): partial,
+// exit 8, naming the run it stopped in — never "nothing applied".
+func TestRetentionAnApplyStoppedInItsFirstFamilyIsPartial(t *testing.T) {
+	s := restricted(t, map[string][]string{"notasks": {"$JS.API.STREAM.MSG.DELETE.WEFT_TASKS"}})
+	ctx := context.Background()
+	appendRunAt(t, s.Log, "perm-b", time.Now().Add(-72*time.Hour).Truncate(time.Second), answered("b")...)
+	waitProjected(t, s, "perm-b")
+	b, _ := json.Marshal(api.Task{Schema: 1, Run: "perm-b", Action: "1/call_1", Agent: "payment-desk", Version: "1", Tool: "send_payment", Attempt: 1, Incarnation: 1})
+	if _, err := s.JS.Publish(ctx, "weft.task.payment-desk.1.send_payment", b); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NATS_USER", "notasks")
+	code, out, errs := cli(t, "retention", "apply", "--older-than", "48h")
+	if code != exitPartial {
+		t.Fatalf("an apply that stopped in its first family: exit %d, want %d\n%s%s", code, exitPartial, out, errs)
+	}
+	contains(t, "the partial purge", out+errs, "stopped in perm-b", "remove perm-b (runtime)")
+}
+
 // rangeRuns appends three finished runs whose last events are in
 // [2026-11-30, 2026-12-01) (t0 on), the second repaired (a void record
 // follows its events in an export), and waits for the projector.
