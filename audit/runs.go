@@ -3,6 +3,8 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -124,6 +126,10 @@ type ManifestRun struct {
 	Version uint64 `json:"version"`
 	Head    string `json:"head"`
 	Voids   int    `json:"voids,omitempty"`
+	// VoidsSHA256 is the hex SHA-256 of its void records (voidsDigest):
+	// they are outside the run's hash chain, so the manifest's digest
+	// covers them through it.
+	VoidsSHA256 string `json:"voids_sha256,omitempty"`
 }
 
 // Skipped is a run of the range left out of the file, and why.
@@ -148,21 +154,43 @@ func WriteRange(w io.Writer, r Range) error {
 	return err
 }
 
-// WriteManifest writes the last line of an export.
-func WriteManifest(w io.Writer, m Manifest) error {
+// WriteManifest writes the last line of an export and returns its
+// digest (ManifestDigest): kept apart from the file, it lets `weft audit
+// verify --file --manifest-digest` tell the file as exported from an
+// edited one.
+func WriteManifest(w io.Writer, m Manifest) (string, error) {
 	m.Schema, m.Count = 1, len(m.Runs)
 	if m.Runs == nil {
 		m.Runs = []ManifestRun{}
 	}
 	b, _ := json.Marshal(manifestLine{&m})
 	_, err := w.Write(append(b, '\n'))
-	return err
+	return ManifestDigest(b), err
+}
+
+// ManifestDigest is the digest of a manifest line (without its newline):
+// "sha256:" and its hex SHA-256. The manifest names each run's head (the
+// hash of its last event, which chains all its events) and the digest of
+// its void records, so the digest covers the whole file.
+func ManifestDigest(line []byte) string {
+	sum := sha256.Sum256(line)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // ManifestOf is the manifest entry of one run as ExportRun writes it.
 func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord) ManifestRun {
 	last := envs[len(envs)-1]
-	return ManifestRun{Run: last.Run, Version: last.Version, Head: last.Hash(), Voids: len(voids)}
+	return ManifestRun{Run: last.Run, Version: last.Version, Head: last.Hash(), Voids: len(voids), VoidsSHA256: voidsDigest(voids)}
+}
+
+// voidsDigest is the hex SHA-256 of voids as JSON ("" for none).
+func voidsDigest(voids []eventlog.VoidRecord) string {
+	if len(voids) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(voids)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // File is what ReadFile read: the runs, and for an export of a range
@@ -172,6 +200,9 @@ type File struct {
 	Range    *Range
 	Runs     []Exported
 	Manifest *Manifest
+	// ManifestDigest is the digest of the manifest line as read
+	// (ManifestDigest), "" without one.
+	ManifestDigest string
 }
 
 // ReadFile reads an export file: one run's (ReadRuns), or a range's,
@@ -197,7 +228,7 @@ func ReadFile(r io.Reader) (File, error) {
 			if err := decodeStrict(b, &l); err != nil || l.Manifest == nil {
 				return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an export's manifest: %v", line, err)}
 			}
-			f.Manifest = l.Manifest
+			f.Manifest, f.ManifestDigest = l.Manifest, ManifestDigest(b)
 			return nil
 		}
 		body.Write(b)
@@ -249,7 +280,7 @@ func CheckManifest(f File) *Problem {
 			continue
 		}
 		last := x.Events[len(x.Events)-1]
-		if last.Version != r.Version || last.Hash() != r.Head || len(x.Voids) != r.Voids {
+		if last.Version != r.Version || last.Hash() != r.Head || len(x.Voids) != r.Voids || voidsDigest(x.Voids) != r.VoidsSHA256 {
 			differ = append(differ, fmt.Sprintf("%s (%d events and %d void record(s) in the file, listed %d and %d, head %s)", r.Run, last.Version, len(x.Voids), r.Version, r.Voids, short(r.Head)))
 		}
 	}
@@ -272,8 +303,29 @@ func CheckManifest(f File) *Problem {
 	if m.Count != len(m.Runs) {
 		what = append(what, fmt.Sprintf("the manifest counts %d runs and lists %d", m.Count, len(m.Runs)))
 	}
+	switch r := m.Range; {
+	case f.Range == nil:
+		what = append(what, "the range line (the first) is missing")
+	case !f.Range.Since.Equal(r.Since) || !f.Range.Until.Equal(r.Until) || f.Range.Status != r.Status:
+		what = append(what, fmt.Sprintf("the range line says [%s, %s)%q and the manifest [%s, %s)%q", f.Range.Since.Format(time.RFC3339), f.Range.Until.Format(time.RFC3339), f.Range.Status, r.Since.Format(time.RFC3339), r.Until.Format(time.RFC3339), r.Status))
+	}
 	if len(what) == 0 {
 		return nil
 	}
 	return &Problem{Kind: KindManifest, Message: fmt.Sprintf("the file does not hold what its manifest lists (%d runs): %s", len(m.Runs), strings.Join(what, "; "))}
+}
+
+// CheckManifestDigest checks that f's manifest is the one whose digest
+// (ManifestDigest) the export printed, want, kept apart from the file:
+// the range line and the manifest alone catch a file cut short, not an
+// edit (anyone can recompute a manifest from the runs left), so only this
+// check ties the file to the export. nil when they agree.
+func CheckManifestDigest(f File, want string) *Problem {
+	switch {
+	case f.Manifest == nil:
+		return &Problem{Kind: KindManifest, Message: "a manifest digest was given and the file has no manifest (an export of a range ends with one)"}
+	case f.ManifestDigest != want:
+		return &Problem{Kind: KindManifest, Message: fmt.Sprintf("the manifest's digest is %s, not %s as given: the file is not the one exported (edited), or the digest is another export's", f.ManifestDigest, want)}
+	}
+	return nil
 }

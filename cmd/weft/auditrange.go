@@ -97,7 +97,7 @@ func headsFor(heads []namedHead, runs []string) (map[string]namedHead, error) {
 // an empty range's file (0 runs, its manifest says so) verifies. Any run
 // with a problem, or a file that does not hold what its manifest lists,
 // is exit 4, the error naming the first.
-func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []string, opts []audit.Option) error {
+func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []string, manifestDigest string, opts []audit.Option) error {
 	heads, err := parseHeads(headFlags)
 	if err != nil {
 		return err
@@ -156,9 +156,15 @@ func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []strin
 		}
 	}
 	mp := audit.CheckManifest(file)
+	if mp == nil && manifestDigest != "" {
+		mp = audit.CheckManifestDigest(file, manifestDigest)
+	}
+	ranged := file.Range != nil || file.Manifest != nil || manifestDigest != ""
 	switch {
-	case asJSON && len(runs) == 1 && file.Range == nil:
+	case asJSON && len(runs) == 1 && !ranged:
 		printJSON(e.stdout, reps[0])
+	case asJSON && ranged:
+		printJSON(e.stdout, rangeReport{Range: file.Range, Manifest: file.Manifest, Digest: file.ManifestDigest, Reports: reps, Problem: mp})
 	case asJSON:
 		printJSON(e.stdout, reps)
 	case several:
@@ -167,6 +173,14 @@ func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []strin
 			for _, sk := range m.Skipped {
 				fmt.Fprintf(e.stdout, "note: the export left out run %s: %s\n", sk.Run, sk.Why)
 			}
+		}
+		switch {
+		case file.Range == nil && file.Manifest == nil:
+			fmt.Fprintln(e.stdout, "note: no range line: whether the file is complete is not checked (an export of a range starts with one and ends with its manifest)")
+		case mp == nil && manifestDigest != "":
+			fmt.Fprintf(e.stdout, "the manifest's digest is the one given (%s): the file is the one exported\n", manifestDigest)
+		case mp == nil:
+			fmt.Fprintf(e.stdout, "note: the manifest catches a file cut short, not an edit: give the digest the export printed (--manifest-digest %s, if that is it) to check the file is the one exported\n", file.ManifestDigest)
 		}
 		if mp != nil {
 			fmt.Fprintf(e.stdout, "FAILED: %s\n", mp.Error())
@@ -188,6 +202,18 @@ func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []strin
 		msg += "; and " + mp.Error()
 	}
 	return auditError{msg}
+}
+
+// rangeReport is `verify --file --json` of a range's export: the range
+// line, the manifest and its digest as read, each run's report, and the
+// file's problem against its manifest (cut short, a run missing, a digest
+// not the one given; null when none).
+type rangeReport struct {
+	Range    *audit.Range    `json:"range"`
+	Manifest *audit.Manifest `json:"manifest"`
+	Digest   string          `json:"manifest_digest,omitempty"`
+	Reports  []audit.Report  `json:"reports"`
+	Problem  *audit.Problem  `json:"manifest_problem"`
 }
 
 func statusNote(status string) string {
@@ -256,6 +282,7 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 	rg := audit.Range{Since: since.UTC(), Until: until.UTC(), Status: status}
 	m := audit.Manifest{Range: rg}
 	total := 0
+	var digest string
 	err = writeWhole(out, func(w io.Writer) error {
 		if err := audit.WriteRange(w, rg); err != nil {
 			return err
@@ -279,12 +306,16 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 			total += len(envs)
 			fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s\n", i+1, len(runs), run, len(envs), voidNote(voids))
 		}
-		return audit.WriteManifest(w, m)
+		digest, err = audit.WriteManifest(w, m)
+		return err
 	})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stderr, "exported %d runs (%d events) whose last event is in [%s, %s) to %s\n", len(m.Runs), total, since.Format(time.RFC3339), until.Format(time.RFC3339), out)
+	// The manifest catches a file cut short; only its digest, kept apart
+	// from the file, catches an edit.
+	fmt.Fprintf(e.stderr, "manifest digest %s (keep it apart from the file: `weft audit verify --file %s --manifest-digest %s` checks the file is the one exported)\n", digest, out, digest)
 	if len(m.Skipped) > 0 {
 		var names []string
 		for _, sk := range m.Skipped {

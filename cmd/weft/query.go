@@ -531,12 +531,12 @@ func inboxCommand() command {
 
 func auditCommand() command {
 	return command{
-		name: "audit", args: "export <run> | export --since T --until T [--status S] -o FILE | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE]... [--head [RUN:]VERSION:HASH]... [--unfinished]",
+		name: "audit", args: "export <run> | export --since T --until T [--status S] -o FILE | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE]... [--head [RUN:]VERSION:HASH]... [--manifest-digest sha256:HEX] [--unfinished]",
 		summary: "export a run's history (or every run of a time range) as JSON lines, or verify its hash chain, signed heads, refold and view",
 		examples: []string{
 			"weft audit export pay-42 -o pay-42.jsonl",
 			"weft audit export --since 2026-01-01 --until 2026-04-01 --status finished -o q1.jsonl",
-			"weft audit verify --file q1.jsonl --trust UBX…",
+			"weft audit verify --file q1.jsonl --trust UBX… --manifest-digest sha256:3a7b…",
 			"weft audit verify pay-42",
 			"weft audit verify --file pay-42.jsonl --trust UBX…",
 			"weft audit verify --file pay-42.jsonl --trust UBX… --people persons.txt",
@@ -556,6 +556,7 @@ func auditCommand() command {
 			fs.Var(&peopleFiles, "people", "verify: a keys file of the people's keys you trust, with their names: the runners' person keys file (runner --person-keys), and the approver keys (same format); repeat for several. Without it (or person lines in --trust-file) the people's keys are not checked: verify lists them")
 			var head listFlag
 			fs.Var(&head, "head", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it as its last event. For a file of several runs, RUN:VERSION:HASH (repeat for several runs)")
+			manifestDigest := fs.String("manifest-digest", "", "verify --file of a range's export: the manifest digest (sha256:…) the export printed, kept apart from the file; the file must hold that manifest (without it, the manifest catches a file cut short, not an edit)")
 			unfinished := fs.Bool("unfinished", false, "verify: accept a history that does not end with a signed head over a finished run, or events after the --head named (a live run's export); it says which events nobody vouches for")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) == 0 {
@@ -583,7 +584,7 @@ func auditCommand() command {
 					var headVersion uint64
 					switch {
 					case *file != "" && len(args) == 1:
-						return verifyFileRuns(e, *file, *asJSON, trusted, head, opts)
+						return verifyFileRuns(e, *file, *asJSON, trusted, head, *manifestDigest, opts)
 					case *file == "" && len(args) == 2:
 						heads, herr := parseHeads(head)
 						if herr != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/natsnode"
@@ -482,6 +484,84 @@ func TestAuditExportRangeManifest(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 0 {
 		t.Fatalf("the stopped export left %v", left)
+	}
+}
+
+// TestAuditVerifyManifestDigestCatchesAnEditedRangeFile (docs/security.md,
+// what an auditor keeps): the range line and manifest alone catch a file
+// cut short, not an edit — a run dropped with both lines, or with the
+// manifest's entry and count, verifies without a digest (verify says the
+// file's completeness is not checked). The export prints the manifest's
+// digest on stderr; `verify --file --manifest-digest D` fails both edits
+// (manifest), and passes the file as exported. With --json the manifest
+// problem is in the JSON.
+func TestAuditVerifyManifestDigestCatchesAnEditedRangeFile(t *testing.T) {
+	s := projected(t)
+	rangeRuns(t, s)
+	path := filepath.Join(t.TempDir(), "range.jsonl")
+	code, _, errs := cli(t, "audit", "export", "--since", "2026-11-30", "--until", "2026-12-01", "-o", path)
+	if code != 0 {
+		t.Fatalf("export: %d %s", code, errs)
+	}
+	i := strings.Index(errs, "manifest digest sha256:")
+	if i < 0 {
+		t.Fatalf("the export prints no manifest digest:\n%s", errs)
+	}
+	digest := strings.Fields(errs[i+len("manifest digest "):])[0]
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+	write := func(name string, ls []string) string {
+		p := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(p, []byte(strings.Join(ls, "")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	var bare, relisted []string // mf-2 dropped: with both lines; with its manifest entry
+	for i, l := range lines {
+		if strings.Contains(l, `"run":"mf-2"`) && !strings.HasPrefix(l, `{"manifest"`) {
+			continue
+		}
+		if i > 0 && i < len(lines)-1 {
+			bare = append(bare, l)
+		}
+		if strings.HasPrefix(l, `{"manifest"`) {
+			var m struct {
+				Manifest audit.Manifest `json:"manifest"`
+			}
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			m.Manifest.Runs = slices.DeleteFunc(m.Manifest.Runs, func(r audit.ManifestRun) bool { return r.Run == "mf-2" })
+			m.Manifest.Count = len(m.Manifest.Runs)
+			nb, _ := json.Marshal(m)
+			l = string(nb) + "\n"
+		}
+		relisted = append(relisted, l)
+	}
+	code, out, errs := cli(t, "audit", "verify", "--file", write("bare.jsonl", bare))
+	if code != 0 || !strings.Contains(out, "no range line: whether the file is complete is not checked") {
+		t.Fatalf("verify of the edited file without a digest: exit %d\n%s%s", code, out, errs)
+	}
+	for name, ls := range map[string][]string{"bare.jsonl": bare, "relisted.jsonl": relisted} {
+		code, out, errs := cli(t, "audit", "verify", "--file", write(name, ls), "--manifest-digest", digest)
+		if code != exitAudit || !strings.Contains(errs, "manifest: ") {
+			t.Fatalf("verify of %s with the digest: exit %d, want %d (manifest)\n%s%s", name, code, exitAudit, out, errs)
+		}
+	}
+	if code, out, errs := cli(t, "audit", "verify", "--file", path, "--manifest-digest", digest); code != 0 || !strings.Contains(out, "the manifest's digest is the one given") {
+		t.Fatalf("verify of the file as exported with its digest: exit %d\n%s%s", code, out, errs)
+	}
+	code, out, _ = cli(t, "audit", "verify", "--file", write("cut.jsonl", lines[:len(lines)-1]), "--json")
+	var rep struct {
+		Reports  []audit.Report `json:"reports"`
+		Manifest *audit.Problem `json:"manifest_problem"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); code != exitAudit || err != nil || len(rep.Reports) != 3 || rep.Manifest == nil || rep.Manifest.Kind != audit.KindManifest {
+		t.Fatalf("verify --json of the cut-short file: exit %d, %v\n%s", code, err, out)
 	}
 }
 
