@@ -24,14 +24,16 @@ import (
 // second one, and a new run must not share the old one's idempotency keys
 // (docs/semantics.md §6).
 //
-// A starter calls it only when run's log has no events: it is one direct
-// get of run's key in weft_purges, and nil when the deployment never ran
-// retention (no such bucket: JetStream says "stream not found"). A direct
-// get nobody answers (no bucket, or replicas that do not answer now) is
-// asked again through the JetStream API, whose answer tells the two
-// apart; no answer there is unavailable, so a start is refused rather
-// than reuse a purged id. The marker is written before the events are
-// purged, so a start that found no events finds it.
+// A starter calls it only when run's log has no events: it is a direct
+// get of run's key in weft_purges, and a second request when nobody
+// answers that one (no bucket, or replicas that do not answer now): the
+// JetStream API's message get, whose answer tells the two apart — nil
+// when the deployment never ran retention (JetStream says "stream not
+// found"), unavailable when it does not answer either, so a start is
+// refused rather than reuse a purged id. A direct get may be answered by
+// a replica that lags the leader (a marker written a moment before not
+// seen yet). The marker is written before the events are purged, so a
+// start that found no events finds it.
 func CheckNotPurged(ctx context.Context, js jetstream.JetStream, run string) error {
 	m, err := js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+PurgesBucket,
 		fmt.Appendf(nil, `{"last_by_subj":%q}`, "$KV."+PurgesBucket+"."+run))

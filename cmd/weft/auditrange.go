@@ -328,9 +328,26 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 
 // writeWhole writes path with write, whole or not at all: to a temp file
 // in path's directory, synced and renamed to path once write returned
-// nil (removed otherwise), so an export that stops half way (an error, a
-// kill) never leaves a file at path that looks complete.
+// nil (removed otherwise), and the directory synced, so an export that
+// stops half way (an error, a kill) never leaves a file at path that
+// looks complete. Else it behaves as a file written in place: a symlink
+// at path is written through (its target replaced), an existing file's
+// mode is kept (a new file is 0600: an export is the deployment's
+// history), and what is not a regular file (a FIFO, /dev/stdout, a
+// device) is written directly.
 func writeWhole(path string, write func(w io.Writer) error) error {
+	mode := os.FileMode(0o600)
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+		fi, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return writeInPlace(path, write)
+		}
+		mode = fi.Mode().Perm()
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.part")
 	if err != nil {
 		return err
@@ -344,13 +361,43 @@ func writeWhole(path string, write func(w io.Writer) error) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	if err := f.Chmod(mode); err != nil {
+		return err
+	}
 	if err := f.Sync(); err != nil {
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), path)
+	if err := os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// writeInPlace writes what is not a regular file (a FIFO, a device)
+// directly: there is nothing to rename.
+func writeInPlace(path string, write func(w io.Writer) error) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := write(w); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // exportRead, when set (tests), is called while an export of a range

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -562,6 +563,55 @@ func TestAuditVerifyManifestDigestCatchesAnEditedRangeFile(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &rep); code != exitAudit || err != nil || len(rep.Reports) != 3 || rep.Manifest == nil || rep.Manifest.Kind != audit.KindManifest {
 		t.Fatalf("verify --json of the cut-short file: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// TestAuditExportOutputIsWrittenLikeAFile (docs/cli.md, audit export -o):
+// written whole (a temp file renamed), yet -o behaves as a file written in
+// place would: through a symlink (the link stays, its target gets the
+// export), keeping an existing file's mode, and into a FIFO (what
+// /dev/stdout may be) directly — never replacing it.
+func TestAuditExportOutputIsWrittenLikeAFile(t *testing.T) {
+	s := projected(t)
+	rangeRuns(t, s)
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "target.jsonl"), filepath.Join(dir, "link.jsonl")
+	if err := os.WriteFile(target, []byte("old\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(target, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := cli(t, "audit", "export", "mf-1", "-o", link); code != 0 {
+		t.Fatalf("export through a symlink: %d %s", code, errs)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the symlink at -o was replaced: %v %v", fi, err)
+	}
+	b, err := os.ReadFile(target)
+	if fi, serr := os.Stat(target); err != nil || serr != nil || !strings.HasPrefix(string(b), `{"id"`) || fi.Mode().Perm() != 0o640 {
+		t.Fatalf("the link's target: %v %v, mode %v, %.40q", err, serr, fi.Mode(), b)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skipf("no FIFO here: %v", err)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		b, _ := os.ReadFile(fifo)
+		got <- b
+	}()
+	if code, _, errs := cli(t, "audit", "export", "mf-1", "-o", fifo); code != 0 {
+		t.Fatalf("export into a FIFO: %d %s", code, errs)
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+		t.Fatalf("the FIFO at -o was replaced: %v %v", fi, err)
+	}
+	if b := <-got; !strings.HasPrefix(string(b), `{"id"`) {
+		t.Fatalf("the FIFO's reader read %.40q", b)
 	}
 }
 
