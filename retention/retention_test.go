@@ -444,7 +444,8 @@ func TestRetentionInterruptedPurgeRefusesAHoldAndTheNextCompletes(t *testing.T) 
 
 // TestRetentionInterruptedPurgeOfAHeldRunStops: a removal marked by an
 // earlier release (its marker has no state, and no hold check took the
-// run) of a run held since stops and says so.
+// run) of a run held since stops and says so — a dry run too lists it
+// kept, not as completed.
 func TestRetentionInterruptedPurgeOfAHeldRunStops(t *testing.T) {
 	s := deployment(t)
 	ctx := context.Background()
@@ -460,9 +461,11 @@ func TestRetentionInterruptedPurgeOfAHeldRunStops(t *testing.T) {
 	if _, err := kv.Put(ctx, "old", []byte(`{"started":"2026-11-06T10:00:00Z","cutoff":"2026-11-04T10:00:00Z"}`)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
-	if err != nil || len(res.Completed) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "interrupted") || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
-		t.Fatalf("%+v %v", res, err)
+	for _, dry := range []bool{true, false} {
+		res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, DryRun: dry})
+		if err != nil || len(res.Completed) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "interrupted") || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
+			t.Fatalf("dry run %v: %+v %v", dry, res, err)
+		}
 	}
 	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
 		t.Fatal("the held run's events went")
