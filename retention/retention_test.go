@@ -275,16 +275,7 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 	waitViews(t, s, "old")
 	putKV(t, s, protocol.SnapshotsBucket, "old")
 	before := viewOf(t, s, "old")
-	crash := errors.New("crash")
-	_, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
-		if step == stepReadModels {
-			return crash
-		}
-		return nil
-	}})
-	if !errors.Is(err, crash) {
-		t.Fatalf("the interrupted apply: %v", err)
-	}
+	applyStoppedAfter(t, s, stepReadModels)
 	if kvHas(t, s, protocol.ViewsBucket, "old") || !kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.SnapshotsBucket, "old") {
 		t.Fatal("the apply did not stop after the read models")
 	}
@@ -301,6 +292,22 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 		t.Fatalf("the next apply: %+v %v", res, err)
 	}
 	assertGone(t, s, "old", before)
+}
+
+// applyStoppedAfter runs an Apply (age, now) that stops after the first
+// removal step named step, as a crash there would.
+func applyStoppedAfter(t *testing.T, s *natstest.Server, step string) {
+	t.Helper()
+	crash := errors.New("crash")
+	_, err := Apply(context.Background(), s.JS, Options{OlderThan: age, Now: now, afterStep: func(_, at string) error {
+		if at == step {
+			return crash
+		}
+		return nil
+	}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("the apply stopped after %s: %v", step, err)
+	}
 }
 
 // activeHolds returns the active holds of run.
@@ -711,16 +718,7 @@ func TestRetentionInterruptedPurgeCompletesOnlyTheRunsItChose(t *testing.T) {
 	ctx := context.Background()
 	appendAt(t, s, "pa", t0, finished("pa")...)
 	waitViews(t, s, "pa")
-	stop := errors.New("crash")
-	_, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
-		if step == stepMarked {
-			return stop
-		}
-		return nil
-	}})
-	if !errors.Is(err, stop) {
-		t.Fatalf("the interrupted apply: %v", err)
-	}
+	applyStoppedAfter(t, s, stepMarked)
 	live := []events.Event{started("pa"), events.RunForked{From: events.ForkedFrom{Run: "pa", Version: 4, Turn: 1}}, events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart}}
 	appendAt(t, s, "pc", now.Add(-time.Second), live...)
 	waitViews(t, s, "pc")
