@@ -3,9 +3,14 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
@@ -85,4 +90,242 @@ func ReadRuns(r io.Reader) ([]Exported, error) {
 		return nil
 	})
 	return out, err
+}
+
+// KindManifest is a range export that does not hold what its manifest
+// lists: cut short (no manifest), a run missing or not listed, a run with
+// fewer (or other) events than listed.
+const KindManifest = "manifest"
+
+// Range is the first line of an export of a time range, {"range": {...}}:
+// what was asked for. Its Manifest is the last line.
+type Range struct {
+	Schema int       `json:"schema"`
+	Since  time.Time `json:"since"`
+	Until  time.Time `json:"until"`
+	Status string    `json:"status,omitempty"`
+}
+
+// Manifest is the last line of an export of a time range, {"manifest":
+// {...}}: the range asked for, each run the file holds with its last
+// version and that event's hash, their count, and the runs left out
+// because they were removed while the export read them. Written last, so
+// a file cut short has none; `weft audit verify --file` checks the file
+// against it (CheckManifest).
+type Manifest struct {
+	Range
+	Runs    []ManifestRun `json:"runs"`
+	Count   int           `json:"count"`
+	Skipped []Skipped     `json:"skipped,omitempty"`
+}
+
+// ManifestRun is one run of a Manifest: its last version and the hash of
+// that event (its head), and how many void records follow its events.
+type ManifestRun struct {
+	Run     string `json:"run"`
+	Version uint64 `json:"version"`
+	Head    string `json:"head"`
+	Voids   int    `json:"voids,omitempty"`
+	// VoidsSHA256 is the hex SHA-256 of its void records (voidsDigest):
+	// they are outside the run's hash chain, so the manifest's digest
+	// covers them through it.
+	VoidsSHA256 string `json:"voids_sha256,omitempty"`
+}
+
+// Skipped is a run of the range left out of the file, and why.
+type Skipped struct {
+	Run string `json:"run"`
+	Why string `json:"why"`
+}
+
+type rangeLine struct {
+	Range *Range `json:"range"`
+}
+
+type manifestLine struct {
+	Manifest *Manifest `json:"manifest"`
+}
+
+// WriteRange writes the first line of an export of r.
+func WriteRange(w io.Writer, r Range) error {
+	r.Schema = 1
+	b, _ := json.Marshal(rangeLine{&r})
+	_, err := w.Write(append(b, '\n'))
+	return err
+}
+
+// WriteManifest writes the last line of an export and returns its
+// digest (ManifestDigest): kept apart from the file, it lets `weft audit
+// verify --file --manifest-digest` tell the file as exported from an
+// edited one.
+func WriteManifest(w io.Writer, m Manifest) (string, error) {
+	m.Schema, m.Count = 1, len(m.Runs)
+	if m.Runs == nil {
+		m.Runs = []ManifestRun{}
+	}
+	b, _ := json.Marshal(manifestLine{&m})
+	_, err := w.Write(append(b, '\n'))
+	return ManifestDigest(b), err
+}
+
+// ManifestDigest is the digest of a manifest line (without its newline):
+// "sha256:" and its hex SHA-256. The manifest names each run's head (the
+// hash of its last event, which chains all its events) and the digest of
+// its void records, so the digest covers the whole file.
+func ManifestDigest(line []byte) string {
+	sum := sha256.Sum256(line)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ManifestOf is the manifest entry of one run as ExportRun writes it.
+func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord) ManifestRun {
+	last := envs[len(envs)-1]
+	return ManifestRun{Run: last.Run, Version: last.Version, Head: last.Hash(), Voids: len(voids), VoidsSHA256: voidsDigest(voids)}
+}
+
+// voidsDigest is the hex SHA-256 of voids as JSON ("" for none).
+func voidsDigest(voids []eventlog.VoidRecord) string {
+	if len(voids) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(voids)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// File is what ReadFile read: the runs, and for an export of a range
+// its first line (Range) and its last (Manifest, nil when the file was
+// cut short).
+type File struct {
+	Range    *Range
+	Runs     []Exported
+	Manifest *Manifest
+	// ManifestDigest is the digest of the manifest line as read
+	// (ManifestDigest), "" without one.
+	ManifestDigest string
+}
+
+// ReadFile reads an export file: one run's (ReadRuns), or a range's,
+// which starts with its Range line and ends with its Manifest line.
+func ReadFile(r io.Reader) (File, error) {
+	var f File
+	var body bytes.Buffer
+	var lines []int
+	err := eachLine(r, func(line int, b []byte) error {
+		if f.Manifest != nil {
+			return &Problem{Kind: KindManifest, Line: line, Message: fmt.Sprintf("line %d follows the manifest, the export's last line", line)}
+		}
+		switch {
+		case line == 1 && bytes.HasPrefix(b, []byte(`{"range":`)):
+			var l rangeLine
+			if err := decodeStrict(b, &l); err != nil || l.Range == nil {
+				return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line 1 is not an export's range: %v", err)}
+			}
+			f.Range = l.Range
+			return nil
+		case bytes.HasPrefix(b, []byte(`{"manifest":`)):
+			var l manifestLine
+			if err := decodeStrict(b, &l); err != nil || l.Manifest == nil {
+				return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an export's manifest: %v", line, err)}
+			}
+			f.Manifest, f.ManifestDigest = l.Manifest, ManifestDigest(b)
+			return nil
+		}
+		body.Write(b)
+		body.WriteByte('\n')
+		lines = append(lines, line)
+		return nil
+	})
+	if err != nil {
+		return f, err
+	}
+	f.Runs, err = ReadRuns(&body)
+	var p *Problem
+	if errors.As(err, &p) && p.Line > 0 && p.Line <= len(lines) {
+		// The line of the file, not of its body.
+		p.Message = strings.Replace(p.Message, fmt.Sprintf("line %d ", p.Line), fmt.Sprintf("line %d ", lines[p.Line-1]), 1)
+		p.Line = lines[p.Line-1]
+	}
+	return f, err
+}
+
+// CheckManifest checks f's runs against its manifest: nil for a file of
+// one run (no range line) and for a range's file that holds exactly the
+// runs its manifest lists, each up to the version and head listed, with
+// its void records. A range's file without a manifest was cut short.
+func CheckManifest(f File) *Problem {
+	if f.Range == nil && f.Manifest == nil {
+		return nil
+	}
+	have := map[string]Exported{}
+	for _, x := range f.Runs {
+		have[x.Run] = x
+	}
+	if f.Manifest == nil {
+		last := "no run"
+		if n := len(f.Runs); n > 0 {
+			x := f.Runs[n-1]
+			last = fmt.Sprintf("the last, run %s, up to version %d", x.Run, x.Events[len(x.Events)-1].Version)
+		}
+		return &Problem{Kind: KindManifest, Message: fmt.Sprintf("the export is cut short: its manifest (the last line of an export of a range) is missing; the file holds %d run(s), %s, which may be incomplete", len(f.Runs), last)}
+	}
+	m := f.Manifest
+	var missing, differ []string
+	listed := map[string]bool{}
+	for _, r := range m.Runs {
+		listed[r.Run] = true
+		x, ok := have[r.Run]
+		if !ok {
+			missing = append(missing, fmt.Sprintf("%s (%d events)", r.Run, r.Version))
+			continue
+		}
+		last := x.Events[len(x.Events)-1]
+		if last.Version != r.Version || last.Hash() != r.Head || len(x.Voids) != r.Voids || voidsDigest(x.Voids) != r.VoidsSHA256 {
+			differ = append(differ, fmt.Sprintf("%s (%d events and %d void record(s) in the file, listed %d and %d, head %s)", r.Run, last.Version, len(x.Voids), r.Version, r.Voids, short(r.Head)))
+		}
+	}
+	var extra []string
+	for _, x := range f.Runs {
+		if !listed[x.Run] {
+			extra = append(extra, x.Run)
+		}
+	}
+	var what []string
+	if len(missing) > 0 {
+		what = append(what, "missing from the file: "+strings.Join(missing, ", "))
+	}
+	if len(differ) > 0 {
+		what = append(what, "not as listed: "+strings.Join(differ, ", "))
+	}
+	if len(extra) > 0 {
+		what = append(what, "not in the manifest: "+strings.Join(extra, ", "))
+	}
+	if m.Count != len(m.Runs) {
+		what = append(what, fmt.Sprintf("the manifest counts %d runs and lists %d", m.Count, len(m.Runs)))
+	}
+	switch r := m.Range; {
+	case f.Range == nil:
+		what = append(what, "the range line (the first) is missing")
+	case !f.Range.Since.Equal(r.Since) || !f.Range.Until.Equal(r.Until) || f.Range.Status != r.Status:
+		what = append(what, fmt.Sprintf("the range line says [%s, %s)%q and the manifest [%s, %s)%q", f.Range.Since.Format(time.RFC3339), f.Range.Until.Format(time.RFC3339), f.Range.Status, r.Since.Format(time.RFC3339), r.Until.Format(time.RFC3339), r.Status))
+	}
+	if len(what) == 0 {
+		return nil
+	}
+	return &Problem{Kind: KindManifest, Message: fmt.Sprintf("the file does not hold what its manifest lists (%d runs): %s", len(m.Runs), strings.Join(what, "; "))}
+}
+
+// CheckManifestDigest checks that f's manifest is the one whose digest
+// (ManifestDigest) the export printed, want, kept apart from the file:
+// the range line and the manifest alone catch a file cut short, not an
+// edit (anyone can recompute a manifest from the runs left), so only this
+// check ties the file to the export. nil when they agree.
+func CheckManifestDigest(f File, want string) *Problem {
+	switch {
+	case f.Manifest == nil:
+		return &Problem{Kind: KindManifest, Message: "a manifest digest was given and the file has no manifest (an export of a range ends with one)"}
+	case f.ManifestDigest != want:
+		return &Problem{Kind: KindManifest, Message: fmt.Sprintf("the manifest's digest is %s, not %s as given: the file is not the one exported (edited), or the digest is another export's", f.ManifestDigest, want)}
+	}
+	return nil
 }

@@ -56,6 +56,11 @@ type Result struct {
 	Completed []string `json:"completed,omitempty"`
 	// Purged are the runs removed (with DryRun: that would be).
 	Purged []string `json:"purged"`
+	// Stopped are the runs whose removal this Apply started or continued
+	// (their markers written, part of them removed) and did not complete:
+	// set when Apply fails part way, none when it returns no error. The
+	// next Apply completes them.
+	Stopped []string `json:"stopped,omitempty"`
 	// Kept are the runs not removed with why: unfinished, newer than the
 	// cutoff, an effect whose outcome nobody knows, a legal hold, a
 	// family member kept, a view behind its log.
@@ -84,6 +89,10 @@ type marker struct {
 	Started time.Time `json:"started"`
 	Cutoff  time.Time `json:"cutoff"`
 	State   string    `json:"state,omitempty"`
+	// Family is the runs removed together with this one (all of them,
+	// itself included): an apply that stopped while it marked them leaves
+	// some unmarked, and the next completes them too.
+	Family []string `json:"family,omitempty"`
 	// Purged is when the removal completed (statePurged).
 	Purged *time.Time `json:"purged,omitempty"`
 }
@@ -138,6 +147,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 	}
 	var started []string
 	marked := map[string]bool{}
+	named := map[string][]string{} // the family each started run's marker names
 	if err := eachValue(ctx, purges, func(run string, b []byte) error {
 		if strings.Contains(run, ".") {
 			return nil // the lock
@@ -148,16 +158,13 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			return nil // a tombstone: that run is gone
 		}
 		started = append(started, run)
+		named[run] = m.Family
 		return nil
 	}); err != nil {
 		return res, err
 	}
-	views, err := Views(ctx, js)
-	if err != nil {
-		return res, err
-	}
 	held := map[string]Hold{}
-	var taken []string
+	tookBy := map[string]bool{} // purging set in weft_holds: taken by an apply's hold check
 	if err := eachValue(ctx, holds, func(run string, b []byte) error {
 		v, err := decodeHolds(run, b)
 		if err != nil {
@@ -166,13 +173,39 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		if h := v.active(); h.Active() {
 			held[run] = h
 		}
-		if v.Purging != nil && !marked[run] {
-			taken = append(taken, run)
+		if v.Purging != nil {
+			tookBy[run] = true
 		}
 		return nil
 	}); err != nil {
 		return res, err
 	}
+	views, err := Views(ctx, js)
+	if err != nil {
+		return res, err
+	}
+	// The families whose removal started are completed: the runs the
+	// apply which stopped chose (its markers name them; it may have
+	// stopped while it marked them), whatever their views say now (a
+	// cutoff earlier than that apply's would keep some, and split what it
+	// decided). Any other run of their families — one that joined after
+	// the mark (a restart), or one that apply never saw — is decided
+	// below like any run.
+	completing := startedFamilies(started, named, views, marked, tookBy)
+	for _, fam := range completing {
+		for _, run := range fam {
+			if !slices.Contains(started, run) {
+				started = append(started, run)
+			}
+		}
+	}
+	var taken []string
+	for run := range tookBy {
+		if !marked[run] && !slices.Contains(started, run) {
+			taken = append(taken, run)
+		}
+	}
+	slices.Sort(taken)
 	cp, err := projector.ReadCheckpoint(ctx, js)
 	if err != nil {
 		return res, unavailable("%v", err)
@@ -220,14 +253,21 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 				break
 			}
 		}
+		split := ""
+		for _, run := range fam {
+			if slices.Contains(started, run) {
+				split = "; the interrupted removal of " + run + "'s family is completed without it"
+				break
+			}
+		}
 		var goes []string
 		for _, run := range fam {
 			switch {
 			case slices.Contains(started, run):
 			case why[run] != "":
-				res.Kept = append(res.Kept, Kept{Run: run, Why: why[run]})
+				res.Kept = append(res.Kept, Kept{Run: run, Why: why[run] + split})
 			case blocker != "":
-				res.Kept = append(res.Kept, Kept{Run: run, Why: fmt.Sprintf("a run of its family is kept: %s (%s)", blocker, why[blocker])})
+				res.Kept = append(res.Kept, Kept{Run: run, Why: fmt.Sprintf("a run of its family is kept: %s (%s)%s", blocker, why[blocker], split)})
 			default:
 				goes = append(goes, run)
 			}
@@ -246,7 +286,15 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		}
 	}
 	if o.DryRun {
-		res.Completed = started
+		for _, fam := range completing {
+			if hold := heldOf(fam, held); hold.Active() {
+				for _, run := range fam {
+					res.Kept = append(res.Kept, Kept{Run: run, Why: interruptedHoldWhy(run, hold)})
+				}
+				continue
+			}
+			res.Completed = append(res.Completed, fam...)
+		}
 		for _, fam := range doomed {
 			res.Purged = append(res.Purged, fam...)
 		}
@@ -269,23 +317,63 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		return res, err
 	}
 	rm := remover{js: js, purges: purges, tasks: tasks, now: now.UTC(), cutoff: res.Cutoff, after: o.afterStep}
-	for _, run := range started {
-		// Its hold check again: a marker of an earlier release's apply
-		// (a hold could be placed after it) stops here while held.
-		h, err := takeForPurge(ctx, holds, run, now.UTC())
-		if err != nil {
-			return res, err
+	// begin notes that run's removal was touched (marked, or its removal
+	// run); removed that it completed.
+	begin := func(run string) {
+		if !slices.Contains(res.Stopped, run) {
+			res.Stopped = append(res.Stopped, run)
 		}
-		if h.Active() {
-			res.Kept = append(res.Kept, Kept{Run: run, Why: "its removal was interrupted and it is under a " + holdWhy(h) + ": the removal stops here and is completed once the hold is released (its read models may be gone: weft rebuild)"})
+	}
+	removed := func(run string) {
+		res.Stopped = slices.DeleteFunc(res.Stopped, func(r string) bool { return r == run })
+	}
+	for _, fam := range completing {
+		// Its hold check again, run by run: a marker of an earlier
+		// release's apply (a hold could be placed after it), or a run of
+		// the family the stopped apply did not mark. A hold on any of it
+		// stops the family's removal here.
+		var hold Hold
+		for _, run := range fam {
+			h, err := takeForPurge(ctx, holds, run, now.UTC())
+			if err != nil {
+				return res, err
+			}
+			if h.Active() {
+				hold = h
+				break
+			}
+		}
+		if hold.Active() {
+			for _, run := range fam {
+				if !marked[run] {
+					if err := giveBack(ctx, holds, run); err != nil {
+						return res, err
+					}
+				}
+				res.Kept = append(res.Kept, Kept{Run: run, Why: interruptedHoldWhy(run, hold)})
+			}
 			continue
 		}
-		if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
-			return res, err
+		for _, run := range fam {
+			if marked[run] {
+				continue
+			}
+			m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging, Family: fam})
+			if _, err := purges.Put(ctx, run, m); err != nil {
+				return res, unavailable("mark %s: %v", run, err)
+			}
+			begin(run)
 		}
-		res.Completed = append(res.Completed, run)
-		if err := progress(run); err != nil {
-			return res, err
+		for _, run := range fam {
+			begin(run)
+			if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
+				return res, err
+			}
+			removed(run)
+			res.Completed = append(res.Completed, run)
+			if err := progress(run); err != nil {
+				return res, err
+			}
 		}
 	}
 	for _, fam := range doomed {
@@ -323,11 +411,12 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		}
 		// The whole family is marked before any of it is removed, so a
 		// removal stopped half way is completed for all of it.
-		m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging})
+		m, _ := json.Marshal(marker{Started: now.UTC(), Cutoff: res.Cutoff, State: statePurging, Family: fam})
 		for _, run := range fam {
 			if _, err := purges.Put(ctx, run, m); err != nil {
 				return res, unavailable("mark %s: %v", run, err)
 			}
+			begin(run)
 		}
 		if o.afterStep != nil {
 			if err := o.afterStep(fam[0], stepMarked); err != nil {
@@ -338,6 +427,7 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 			if err := rm.removeRun(ctx, run, byRun[run]); err != nil {
 				return res, err
 			}
+			removed(run)
 			res.Purged = append(res.Purged, run)
 			if err := progress(run); err != nil {
 				return res, err
@@ -345,6 +435,72 @@ func Apply(ctx context.Context, js jetstream.JetStream, o Options) (Result, erro
 		}
 	}
 	return res, nil
+}
+
+// startedFamilies groups the runs whose removal started (started) with
+// the other runs the apply that started it chose: those its markers name
+// (named) and, for an earlier release's marker that names none, the runs
+// of its view family that apply's hold check took (took: purging set in
+// weft_holds) — transitively. Nothing else: a run of the family that
+// apply did not choose is decided again (Apply). A run with neither a view
+// nor a marker is left out (nothing of it is stored to remove), a
+// tombstoned run (marked, not started) too. Each family sorted, in the
+// order of its first run.
+func startedFamilies(started []string, named map[string][]string, views []projections.RunView, marked, took map[string]bool) [][]string {
+	hasView := map[string]bool{}
+	for _, v := range views {
+		hasView[v.Run] = true
+	}
+	familyOf := map[string][]string{}
+	for _, fam := range families(views) {
+		for _, r := range fam {
+			familyOf[r] = fam
+		}
+	}
+	stored := func(run string) bool {
+		if marked[run] {
+			return slices.Contains(started, run) // else a tombstone
+		}
+		return hasView[run]
+	}
+	u := unionFind{}
+	for _, run := range started {
+		u.find(run)
+		chosen := named[run]
+		if len(chosen) == 0 {
+			for _, r := range familyOf[run] {
+				if took[r] {
+					chosen = append(chosen, r)
+				}
+			}
+		}
+		for _, r := range chosen {
+			if stored(r) {
+				u.union(run, r)
+			}
+		}
+	}
+	return u.groups()
+}
+
+// heldOf is the first active hold (held) on a run of fam.
+func heldOf(fam []string, held map[string]Hold) Hold {
+	for _, run := range fam {
+		if h := held[run]; h.Active() {
+			return h
+		}
+	}
+	return Hold{}
+}
+
+// interruptedHoldWhy is why run, of a family whose removal was
+// interrupted, is kept: hold on a run of it.
+func interruptedHoldWhy(run string, hold Hold) string {
+	why := "its removal was interrupted and it is under a " + holdWhy(hold)
+	if run != hold.Run {
+		why = "its family's removal was interrupted and " + hold.Run + " is under a " + holdWhy(hold)
+	}
+	return why + ": the removal stops here and is completed once the hold is released (its read models may be gone: weft rebuild)"
 }
 
 // keepWhy says why v's run is kept on its own account ("" when it may go).
@@ -495,45 +651,56 @@ func Views(ctx context.Context, js jetstream.JetStream) ([]projections.RunView, 
 // (forked from), transitively. Each family is sorted, and the families
 // by their first run.
 func families(views []projections.RunView) [][]string {
-	parent := map[string]string{}
-	var find func(string) string
-	find = func(r string) string {
-		p, ok := parent[r]
-		if !ok {
-			parent[r] = r
-			return r
-		}
-		if p == r {
-			return r
-		}
-		root := find(p)
-		parent[r] = root
-		return root
-	}
-	union := func(a, b string) {
-		if a == "" || b == "" {
-			return
-		}
-		ra, rb := find(a), find(b)
-		if ra != rb {
-			parent[ra] = rb
-		}
-	}
+	u := unionFind{}
 	for _, v := range views {
-		find(v.Run)
+		u.find(v.Run)
 		if v.Parent != nil {
-			union(v.Run, v.Parent.Run)
+			u.union(v.Run, v.Parent.Run)
 		}
 		for _, c := range v.Children {
-			union(v.Run, c.Run)
+			u.union(v.Run, c.Run)
 		}
 		if v.ForkedFrom != nil {
-			union(v.Run, v.ForkedFrom.Run)
+			u.union(v.Run, v.ForkedFrom.Run)
 		}
 	}
+	return u.groups()
+}
+
+// unionFind is a disjoint-set forest of run ids: each run's parent in it
+// (a root is its own).
+type unionFind map[string]string
+
+// find is r's root (r is added, a root, when new).
+func (u unionFind) find(r string) string {
+	p, ok := u[r]
+	if !ok {
+		u[r] = r
+		return r
+	}
+	if p == r {
+		return r
+	}
+	root := u.find(p)
+	u[r] = root
+	return root
+}
+
+// union joins a's set and b's (nothing when either is empty).
+func (u unionFind) union(a, b string) {
+	if a == "" || b == "" {
+		return
+	}
+	if ra, rb := u.find(a), u.find(b); ra != rb {
+		u[ra] = rb
+	}
+}
+
+// groups are u's sets, each sorted, sorted by their first run.
+func (u unionFind) groups() [][]string {
 	groups := map[string][]string{}
-	for r := range parent {
-		root := find(r)
+	for r := range u {
+		root := u.find(r)
 		groups[root] = append(groups[root], r)
 	}
 	out := make([][]string, 0, len(groups))

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	weft "github.com/weftrun/weft"
@@ -273,16 +275,7 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 	waitViews(t, s, "old")
 	putKV(t, s, protocol.SnapshotsBucket, "old")
 	before := viewOf(t, s, "old")
-	crash := errors.New("crash")
-	_, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
-		if step == stepReadModels {
-			return crash
-		}
-		return nil
-	}})
-	if !errors.Is(err, crash) {
-		t.Fatalf("the interrupted apply: %v", err)
-	}
+	applyStoppedAfter(t, s, stepReadModels)
 	if kvHas(t, s, protocol.ViewsBucket, "old") || !kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.SnapshotsBucket, "old") {
 		t.Fatal("the apply did not stop after the read models")
 	}
@@ -299,6 +292,22 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 		t.Fatalf("the next apply: %+v %v", res, err)
 	}
 	assertGone(t, s, "old", before)
+}
+
+// applyStoppedAfter runs an Apply (age, now) that stops after the first
+// removal step named step, as a crash there would.
+func applyStoppedAfter(t *testing.T, s *natstest.Server, step string) {
+	t.Helper()
+	crash := errors.New("crash")
+	_, err := Apply(context.Background(), s.JS, Options{OlderThan: age, Now: now, afterStep: func(_, at string) error {
+		if at == step {
+			return crash
+		}
+		return nil
+	}})
+	if !errors.Is(err, crash) {
+		t.Fatalf("the apply stopped after %s: %v", step, err)
+	}
 }
 
 // activeHolds returns the active holds of run.
@@ -442,7 +451,8 @@ func TestRetentionInterruptedPurgeRefusesAHoldAndTheNextCompletes(t *testing.T) 
 
 // TestRetentionInterruptedPurgeOfAHeldRunStops: a removal marked by an
 // earlier release (its marker has no state, and no hold check took the
-// run) of a run held since stops and says so.
+// run) of a run held since stops and says so — a dry run too lists it
+// kept, not as completed.
 func TestRetentionInterruptedPurgeOfAHeldRunStops(t *testing.T) {
 	s := deployment(t)
 	ctx := context.Background()
@@ -458,9 +468,11 @@ func TestRetentionInterruptedPurgeOfAHeldRunStops(t *testing.T) {
 	if _, err := kv.Put(ctx, "old", []byte(`{"started":"2026-11-06T10:00:00Z","cutoff":"2026-11-04T10:00:00Z"}`)); err != nil {
 		t.Fatal(err)
 	}
-	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
-	if err != nil || len(res.Completed) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "interrupted") || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
-		t.Fatalf("%+v %v", res, err)
+	for _, dry := range []bool{true, false} {
+		res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, DryRun: dry})
+		if err != nil || len(res.Completed) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "interrupted") || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
+			t.Fatalf("dry run %v: %+v %v", dry, res, err)
+		}
 	}
 	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() {
 		t.Fatal("the held run's events went")
@@ -581,5 +593,146 @@ func TestRetentionOneApplyAtATime(t *testing.T) {
 	}
 	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil {
 		t.Fatalf("after a dead apply's lock ran out: %v", err)
+	}
+}
+
+// TestSemantics6_APurgedIdIsRefusedWhenTheDirectGetIsNotAnswered
+// (docs/semantics.md §6, docs/adr/0030-retention-and-legal-hold.md §6): a
+// direct get of the tombstone that nobody answers (here the bucket's
+// direct gets are off, as while its replicas do not answer) is not taken
+// for "no weft_purges": the tombstone is read through the JetStream API,
+// and the purged id is still refused already_started; an id never purged
+// passes, as does any id once the bucket does not exist (JetStream says
+// "stream not found"); and a JetStream that does not answer at all is
+// unavailable, never "not purged".
+func TestSemantics6_APurgedIdIsRefusedWhenTheDirectGetIsNotAnswered(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "old", t0, finished("old")...)
+	waitViews(t, s, "old")
+	if res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil || !slices.Equal(res.Purged, []string{"old"}) {
+		t.Fatalf("apply: %+v %v", res, err)
+	}
+	st, err := s.JS.Stream(ctx, "KV_"+PurgesBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := s.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	var we *weft.Error
+	if err := CheckNotPurged(ctx, s.JS, "old"); !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || !strings.Contains(we.Message, "was purged at") {
+		t.Fatalf("the purged id with its direct get not answered: %v, want already_started", err)
+	}
+	if err := CheckNotPurged(ctx, s.JS, "never"); err != nil {
+		t.Fatalf("an id never purged: %v", err)
+	}
+	if err := s.JS.DeleteStream(ctx, "KV_"+PurgesBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckNotPurged(ctx, s.JS, "old"); err != nil {
+		t.Fatalf("without weft_purges: %v", err)
+	}
+
+	// A server without JetStream: nobody answers its API.
+	plain, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go plain.Start()
+	t.Cleanup(plain.Shutdown)
+	if !plain.ReadyForConnections(10 * time.Second) {
+		t.Fatal("the plain server did not start")
+	}
+	nc, err := nats.Connect(plain.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckNotPurged(ctx, js, "old"); !errors.As(err, &we) || we.Code != weft.CodeUnavailable {
+		t.Fatalf("a JetStream that does not answer: %v, want unavailable", err)
+	}
+}
+
+// TestRetentionFamilyMarkedInPartIsCompletedWhole (docs/adr/0030 §2, §3):
+// an apply that died while it marked a family (its hold check took both
+// runs, it marked the parent and not the fork) leaves a removal the next
+// apply completes for the whole family — also when that apply's cutoff is
+// earlier and would keep the fork on its own: the family is never split
+// (a fork kept whose parent's log is gone).
+func TestRetentionFamilyMarkedInPartIsCompletedWhole(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "fa", t0, finished("fa")...)
+	fork := append([]events.Event{started("fa"), events.RunForked{From: events.ForkedFrom{Run: "fa", Version: 4, Turn: 1}}}, finished("fa")[1:]...)
+	appendAt(t, s, "fb", t0.Add(60*time.Hour), fork...)
+	waitViews(t, s, "fa", "fb")
+	before := viewOf(t, s, "fa")
+	// What the apply that died left: both runs taken by its hold check,
+	// fa marked, fb not yet.
+	holds, purges, err := buckets(ctx, s.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range []string{"fa", "fb"} {
+		if _, err := takeForPurge(ctx, holds, run, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := json.Marshal(marker{Started: now, Cutoff: t0.Add(3 * 24 * time.Hour), State: statePurging})
+	if _, err := purges.Put(ctx, "fa", m); err != nil {
+		t.Fatal(err)
+	}
+	// The next apply's cutoff, t0 + 2 days, is before fb's last event.
+	res, err := Apply(ctx, s.JS, Options{Until: t0.Add(48 * time.Hour), Now: now})
+	if err != nil || !slices.Equal(res.Completed, []string{"fa", "fb"}) || len(res.Purged) != 0 {
+		t.Fatalf("the next apply: %+v %v, want fa and fb completed", res, err)
+	}
+	assertGone(t, s, "fa", before)
+	if h, _ := s.Log.Head(ctx, "fb"); !h.IsZero() {
+		t.Fatal("fb's events are still there: the family was split")
+	}
+	e, err := purges.Get(ctx, "fb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mk marker
+	if err := json.Unmarshal(e.Value(), &mk); err != nil || mk.State != statePurged {
+		t.Fatalf("fb's tombstone: %s %v", e.Value(), err)
+	}
+}
+
+// TestRetentionInterruptedPurgeCompletesOnlyTheRunsItChose (docs/adr/0030
+// §2, §3): the next apply completes only the runs the stopped apply chose
+// (its markers' family). A fork of a marked run started after the mark
+// (a restart while the parent was not yet purged) is live: it is kept,
+// with its reason, and its log stays; the marked parent is completed.
+func TestRetentionInterruptedPurgeCompletesOnlyTheRunsItChose(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	appendAt(t, s, "pa", t0, finished("pa")...)
+	waitViews(t, s, "pa")
+	applyStoppedAfter(t, s, stepMarked)
+	live := []events.Event{started("pa"), events.RunForked{From: events.ForkedFrom{Run: "pa", Version: 4, Turn: 1}}, events.ModelRequested{Turn: 1, Incarnation: 1, Why: events.TurnStart}}
+	appendAt(t, s, "pc", now.Add(-time.Second), live...)
+	waitViews(t, s, "pc")
+	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Completed, []string{"pa"}) || len(res.Purged) != 0 {
+		t.Fatalf("the next apply: %+v, want pa completed and nothing else removed", res)
+	}
+	if i := slices.IndexFunc(res.Kept, func(k Kept) bool { return k.Run == "pc" }); i < 0 || !strings.Contains(res.Kept[i].Why, "unfinished") {
+		t.Fatalf("pc is not kept as unfinished: %+v", res.Kept)
+	}
+	if h, _ := s.Log.Head(ctx, "pc"); h.Version != 3 {
+		t.Fatalf("the live fork pc's log: head %+v, want version 3", h)
 	}
 }

@@ -24,15 +24,25 @@ import (
 // second one, and a new run must not share the old one's idempotency keys
 // (docs/semantics.md §6).
 //
-// A starter calls it only when run's log has no events: it is one direct
-// get of run's key in weft_purges, and nil when the deployment never ran
-// retention (no such bucket). The marker is written before the events are
-// purged, so a start that found no events finds it.
+// A starter calls it only when run's log has no events: it is a direct
+// get of run's key in weft_purges, and a second request when nobody
+// answers that one (no bucket, or replicas that do not answer now): the
+// JetStream API's message get, whose answer tells the two apart — nil
+// when the deployment never ran retention (JetStream says "stream not
+// found"), unavailable when it does not answer either, so a start is
+// refused rather than reuse a purged id. A direct get may be answered by
+// a replica that lags the leader (a marker written a moment before not
+// seen yet). The marker is written before the events are purged, so a
+// start that found no events finds it.
 func CheckNotPurged(ctx context.Context, js jetstream.JetStream, run string) error {
 	m, err := js.Conn().RequestWithContext(ctx, "$JS.API.DIRECT.GET.KV_"+PurgesBucket,
 		fmt.Appendf(nil, `{"last_by_subj":%q}`, "$KV."+PurgesBucket+"."+run))
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil // no weft_purges: nothing was ever purged
+		// Nobody answered the direct get: no weft_purges, or a bucket
+		// whose replicas do not answer it now (a cluster electing, direct
+		// gets off). Only JetStream's "stream not found" says there is
+		// none; else the tombstone is read through the JetStream API.
+		return checkNotPurgedByAPI(ctx, js, run)
 	}
 	if err != nil {
 		return weft.Errorf(weft.CodeUnavailable, "run %s: read its tombstone in %s: %v", run, PurgesBucket, err)
@@ -43,11 +53,56 @@ func CheckNotPurged(ctx context.Context, js jetstream.JetStream, run string) err
 	if st := m.Header.Get("Status"); st != "" {
 		return weft.Errorf(weft.CodeUnavailable, "run %s: read its tombstone in %s: status %s %s", run, PurgesBucket, st, m.Header.Get("Description"))
 	}
-	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+	return tombstoneOf(run, m.Header.Get("KV-Operation"), m.Data)
+}
+
+// checkNotPurgedByAPI is CheckNotPurged through the JetStream API's
+// message get ($JS.API.STREAM.MSG.GET), whose answer tells a stream that
+// does not exist (nil: nothing was ever purged) from one that does; a
+// JetStream that does not answer is unavailable, never "not purged".
+func checkNotPurgedByAPI(ctx context.Context, js jetstream.JetStream, run string) error {
+	m, err := js.Conn().RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+PurgesBucket,
+		fmt.Appendf(nil, `{"last_by_subj":%q}`, "$KV."+PurgesBucket+"."+run))
+	if err != nil {
+		return weft.Errorf(weft.CodeUnavailable, "run %s: read its tombstone in %s: no answer (%v): whether the id was purged is not known", run, PurgesBucket, err)
+	}
+	var reply struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Data   []byte `json:"data"`
+			Header []byte `json:"hdrs"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
+		return weft.Errorf(weft.CodeUnavailable, "run %s: read its tombstone in %s: %v", run, PurgesBucket, err)
+	}
+	switch {
+	case reply.Error != nil && reply.Error.ErrorCode == jetstream.JSErrCodeStreamNotFound:
+		return nil // no weft_purges: nothing was ever purged
+	case reply.Error != nil && reply.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil
+	case reply.Error != nil:
+		return weft.Errorf(weft.CodeUnavailable, "run %s: read its tombstone in %s: %v", run, PurgesBucket, reply.Error)
+	case reply.Message == nil:
+		return weft.Errorf(weft.CodeUnavailable, "run %s: read its tombstone in %s: an answer without a message", run, PurgesBucket)
+	}
+	op := ""
+	if len(reply.Message.Header) > 0 {
+		if h, err := nats.DecodeHeadersMsg(reply.Message.Header); err == nil {
+			op = h.Get("KV-Operation")
+		}
+	}
+	return tombstoneOf(run, op, reply.Message.Data)
+}
+
+// tombstoneOf is the refusal of run's marker b in weft_purges (op its
+// KV operation: a deleted or purged key holds no id).
+func tombstoneOf(run, op string, b []byte) error {
+	if op == "DEL" || op == "PURGE" {
 		return nil
 	}
 	var mk marker
-	_ = json.Unmarshal(m.Data, &mk) // any marker holds the id; the state only says when
+	_ = json.Unmarshal(b, &mk) // any marker holds the id; the state only says when
 	when := "is being purged"
 	if mk.State == statePurged && mk.Purged != nil {
 		when = "was purged at " + mk.Purged.UTC().Format("2006-01-02T15:04:05Z")
@@ -178,4 +233,20 @@ func (l *lock) renew(ctx context.Context) error {
 // release frees lockKey (if l still holds it).
 func (l *lock) release(ctx context.Context) {
 	_ = l.kv.Delete(ctx, lockKey, jetstream.LastRevision(l.rev))
+}
+
+// CheckNotBeingPurged refuses a restart from run (docs/semantics.md §14)
+// once retention started to remove run (its marker in weft_purges):
+// conflict, and nothing starts — a fork started then would be live while
+// its parent's log goes. Read as CheckNotPurged reads (unavailable when
+// nobody answers). A mark written after this check does not take the
+// fork: an apply completes only the runs it chose, and decides the fork,
+// live, as any run (Apply).
+func CheckNotBeingPurged(ctx context.Context, js jetstream.JetStream, run string) error {
+	err := CheckNotPurged(ctx, js, run)
+	var we *weft.Error
+	if errors.As(err, &we) && we.Code == weft.CodeAlreadyStarted {
+		return weft.Errorf(weft.CodeConflict, "run %s: retention started to remove it (docs/adr/0030-retention-and-legal-hold.md): no run is restarted from it", run)
+	}
+	return err
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/retention"
 )
 
 // Restart restarts a finished run from one of its turns as a new run
@@ -40,6 +41,10 @@ func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.Start
 	}
 	parent, fork, err := aggregate.ForkOf(req.From.Run, history, children, req.From.Turn)
 	if err != nil {
+		return api.StartReply{}, err
+	}
+	// Not from a run whose removal started: its fork would outlive its log.
+	if err := retention.CheckNotBeingPurged(ctx, r.js, req.From.Run); err != nil {
 		return api.StartReply{}, err
 	}
 	start := api.StartRequest{CommandID: req.CommandID, Run: req.Run, Agent: parent.Agent.Name, Version: req.Version, Input: parent.Input, Correlation: req.Correlation}

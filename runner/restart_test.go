@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
@@ -17,6 +18,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
@@ -338,5 +340,29 @@ func TestSemantics14_ARestartPastADelegationJudgesTheChildsActions(t *testing.T)
 	}
 	if _, out := finished(t, h, "dp2"); out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 {
 		t.Fatalf("restart after the resolution: outcome %+v, payment bodies started %d (want 1)", out, b.starts.Load())
+	}
+}
+
+// TestSemantics14_ARestartFromARunBeingPurgedIsRefused: a restart whose
+// run retention started to remove (its weft_purges marker, written before
+// the purge) is refused conflict and starts nothing: a fork started then
+// would be live while its parent's log goes.
+func TestSemantics14_ARestartFromARunBeingPurgedIsRefused(t *testing.T) {
+	t.Parallel()
+	m := model.NewScripted("s", model.Answer("done"))
+	h := one(t, build(t, m, nil, policy.Func(allow)), "p1", "go")
+	finished(t, h, "p1")
+	kv, err := h.srv.JS.CreateKeyValue(ctx(t), jetstream.KeyValueConfig{Bucket: protocol.PurgesBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx(t), "p1", []byte(`{"state":"purging"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.restart(api.RestartRequest{CommandID: "r-1", Run: "p1-again", From: api.RestartFrom{Run: "p1", Turn: 1}}); !isCode(err, weft.CodeConflict) {
+		t.Fatalf("restart of a run being purged: %v, want conflict", err)
+	}
+	if head, err := h.srv.Log.Head(ctx(t), "p1-again"); err != nil || !head.IsZero() {
+		t.Fatalf("the refused restart started p1-again: head %+v, %v", head, err)
 	}
 }

@@ -88,7 +88,7 @@ func cutField(s string) (first, rest string) {
 // auditor names) only when the auditor names some, with --people or
 // `person` lines in the trust file; else printPeopleNotes lists the keys
 // not checked.
-func verifyOptions(trust keyList, trustFile string, peopleFiles []string, head string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
+func verifyOptions(trust keyList, trustFile string, peopleFiles []string, unfinished bool) (opts []audit.Option, trusted bool, err error) {
 	if unfinished {
 		opts = append(opts, audit.WithUnfinished())
 	}
@@ -121,13 +121,6 @@ func verifyOptions(trust keyList, trustFile string, peopleFiles []string, head s
 	}
 	if len(peopleFiles) > 0 || len(people) > 0 {
 		opts = append(opts, audit.WithPeople(people))
-	}
-	if head != "" {
-		v, h, err := audit.ParseHead(head)
-		if err != nil {
-			return nil, false, usagef("--head: %v", err)
-		}
-		opts = append(opts, audit.WithHeadAt(v, h))
 	}
 	return opts, len(keys) > 0, nil
 }

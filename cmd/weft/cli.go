@@ -9,7 +9,10 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/internal/demo"
@@ -26,6 +29,7 @@ const (
 	exitLocal       = 5 // a local problem: the store dir or port is in use, a file cannot be read or written
 	exitNotKnown    = 6 // whether the command took effect is not known (outcome_unknown, or no answer to a command sent): read the run
 	exitDenied      = 7 // the NATS server refused these credentials the subject the command needs (permission_denied): nothing was sent
+	exitPartial     = 8 // part of the work was done and part not (a purge that removed some runs, an export that skipped runs): both are printed
 )
 
 // DefaultURL is the server the client commands use without --nats or
@@ -39,6 +43,17 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
+// partialError is a command that did part of its work and not the rest
+// (exit 8): what it did is printed before, Err is why it stopped or what
+// it left out.
+type partialError struct {
+	done string // what was done, for the message
+	err  error
+}
+
+func (e partialError) Error() string { return fmt.Sprintf("partial: %s; then: %v", e.done, e.err) }
+func (e partialError) Unwrap() error { return e.err }
+
 // auditError is a verification that found a problem.
 type auditError struct{ msg string }
 
@@ -48,9 +63,12 @@ func exitCode(err error) int {
 	var ue usageError
 	var ae auditError
 	var we *weft.Error
+	var pe partialError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
+	case errors.As(err, &pe):
+		return exitPartial
 	case errors.As(err, &ue):
 		return exitUsage
 	case errors.As(err, &ae):
@@ -90,6 +108,13 @@ type env struct {
 	urlFlag        bool // --nats was given (dev then uses it; NATS_URL it does not)
 	timeout        time.Duration
 	creds          *natsnode.Flags // --creds, --nkey, --user, --password, --inbox-prefix
+	// refused is the last permission the server refused a connection of
+	// this command (nil: none): notePermission keeps it, refusedAs says it.
+	mu      sync.Mutex
+	refused *refusal
+	// notesRefusals: the command's connections note the server's
+	// refusals (notesRefusals of its name); else they are not kept.
+	notesRefusals bool
 }
 
 // connect connects to the server the command line names.
@@ -101,6 +126,9 @@ func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	// A command line fails at once on an unreachable server (a runner
 	// waits for its server instead: natsnode.WithConnectWait).
 	opts = append(opts, natsnode.WithURL(e.url), natsnode.WithConnectWait(0))
+	if e.notesRefusals {
+		opts = append(opts, natsnode.WithNATSOptions(nats.ErrorHandler(e.notePermission)))
+	}
 	cctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	n, err := natsnode.Start(cctx, opts...)
@@ -143,7 +171,9 @@ const exitCodesHelp = `Exit codes:
   5 a local problem (store dir or port in use, a file not readable or writable),
   6 whether the command took effect is not known (outcome_unknown, or no answer
   to a command sent): read the run, 7 not allowed: the server refused these
-  credentials the subject (permission_denied), nothing was sent.
+  credentials the subject (permission_denied), nothing was sent, 8 partial:
+  part of the work was done (printed) and part not (a purge that removed some
+  runs and stopped, a range export that skipped runs removed while it read).
 `
 
 const globalHelp = `weft: the Weft command-line client.
@@ -248,12 +278,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return usageError{err.Error()}
 	}
+	e.notesRefusals = notesRefusals(c.name)
 	e.urlGiven = e.url != ""
 	e.urlFlag = e.urlFlag || flagSet(fs, "nats")
 	if e.url == "" {
 		e.url = DefaultURL
 	}
-	return deniedHint(body(ctx, e, fs.Args()))
+	return deniedHint(e.refusedAs(body(ctx, e, fs.Args())))
 }
 
 // interleave moves flags after positional arguments in front of them, so

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/roles"
@@ -15,6 +19,11 @@ import (
 // ran the command knows which credentials to ask for. Any other error is
 // returned as it is.
 func deniedHint(err error) error {
+	var pe partialError
+	if errors.As(err, &pe) {
+		pe.err = deniedHint(pe.err)
+		return pe
+	}
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodePermissionDenied {
 		return err
@@ -75,4 +84,102 @@ func subjectMatch(pattern, subject string) bool {
 		}
 	}
 	return len(p) == len(s)
+}
+
+// refusal is a permission the NATS server refused a connection of the
+// command: to publish to (or subscribe to) subject.
+type refusal struct {
+	verb, subject string
+}
+
+// notePermission is the connections' error handler: it keeps the last
+// permission the server refused (a KV or stream call of audit, retention
+// or hold whose $JS.API subject the credentials do not allow), which the
+// server says apart from the call, whose request then waits unanswered.
+// Any other asynchronous error is left as it was (not printed).
+func (e *env) notePermission(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	msg := err.Error()
+	r := &refusal{verb: "publish to"}
+	i := strings.Index(msg, `Publish to "`)
+	if i < 0 {
+		r.verb = "subscribe to"
+		i = strings.Index(msg, `Subscription to "`)
+	}
+	if i < 0 {
+		return
+	}
+	rest := msg[strings.Index(msg[i:], `"`)+i+1:]
+	if j := strings.Index(rest, `"`); j >= 0 {
+		r.subject = rest[:j]
+	}
+	e.mu.Lock()
+	e.refused = r
+	e.mu.Unlock()
+}
+
+// notesRefusals says whether command name maps a call the server
+// refused to "not allowed" (refusedAs): not the long-running ones
+// (console, mcp, dev), whose end hours after a refusal they tolerated
+// says nothing of it.
+func notesRefusals(name string) bool {
+	switch name {
+	case "console", "mcp", "dev":
+		return false
+	}
+	return true
+}
+
+// refusedAs is the one place a command's failure becomes "not allowed"
+// (permission_denied, exit 7) when the server refused one of its
+// connections a publish: a KV or stream call it refused is not answered,
+// and fails as unavailable (exit 3) once its wait ends, though the server
+// said why. Only that symptom is mapped — a failure by a wait that ended
+// (waitEnded) — so an outage of another kind stays unavailable and a
+// local file error stays exit 5. A partial purge or export stays partial
+// (exit 8), saying why it stopped. Any other error (a refusal by the
+// service, a problem audit found, a bad command line) is returned as it
+// is.
+func (e *env) refusedAs(err error) error {
+	e.mu.Lock()
+	r := e.refused
+	e.mu.Unlock()
+	if err == nil || r == nil {
+		return err
+	}
+	var pe partialError
+	if errors.As(err, &pe) {
+		if waitEnded(pe.err) {
+			pe.err = r.denied(pe.err)
+		}
+		return pe
+	}
+	var we *weft.Error
+	if errors.As(err, &we) && we.Code != weft.CodeUnavailable && we.Code != weft.CodeInternal {
+		return err
+	}
+	var ue usageError
+	var ae auditError
+	if errors.As(err, &ue) || errors.As(err, &ae) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || !waitEnded(err) {
+		return err
+	}
+	return r.denied(err)
+}
+
+// waitEnded reports whether err is a call that failed by its wait ending
+// (context.DeadlineExceeded, nats.ErrTimeout), also when an error of
+// retention or audit carries it in its message only.
+func waitEnded(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, context.DeadlineExceeded.Error()) || strings.Contains(msg, nats.ErrTimeout.Error())
+}
+
+// denied is the permission_denied of r, saying what failed because of it.
+func (r *refusal) denied(cause error) error {
+	return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("not allowed: the NATS server refused this connection's user permission to %s %s (so: %v)", r.verb, r.subject, cause)}
 }

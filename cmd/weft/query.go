@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -532,12 +531,12 @@ func inboxCommand() command {
 
 func auditCommand() command {
 	return command{
-		name: "audit", args: "export <run> | export --since T --until T [--status S] -o FILE | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE]... [--head VERSION:HASH] [--unfinished]",
+		name: "audit", args: "export <run> | export --since T --until T [--status S] -o FILE | verify <run> | verify --file <export.jsonl> [--trust KEY] [--trust-file FILE] [--people FILE]... [--head [RUN:]VERSION:HASH]... [--manifest-digest sha256:HEX] [--unfinished]",
 		summary: "export a run's history (or every run of a time range) as JSON lines, or verify its hash chain, signed heads, refold and view",
 		examples: []string{
 			"weft audit export pay-42 -o pay-42.jsonl",
 			"weft audit export --since 2026-01-01 --until 2026-04-01 --status finished -o q1.jsonl",
-			"weft audit verify --file q1.jsonl --trust UBX…",
+			"weft audit verify --file q1.jsonl --trust UBX… --manifest-digest sha256:3a7b…",
 			"weft audit verify pay-42",
 			"weft audit verify --file pay-42.jsonl --trust UBX…",
 			"weft audit verify --file pay-42.jsonl --trust UBX… --people persons.txt",
@@ -555,7 +554,9 @@ func auditCommand() command {
 			trustFile := fs.String("trust-file", "", "verify: a file of trusted keys, one a line: a runner's head key (as --trust), or \"person KEY NAME\", a person's key and the name recorded for it")
 			var peopleFiles listFlag
 			fs.Var(&peopleFiles, "people", "verify: a keys file of the people's keys you trust, with their names: the runners' person keys file (runner --person-keys), and the approver keys (same format); repeat for several. Without it (or person lines in --trust-file) the people's keys are not checked: verify lists them")
-			head := fs.String("head", "", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it as its last event")
+			var head listFlag
+			fs.Var(&head, "head", "verify: VERSION:HASH of the run's head from an independent source; the history must hold it as its last event. For a file of several runs, RUN:VERSION:HASH (repeat for several runs)")
+			manifestDigest := fs.String("manifest-digest", "", "verify --file of a range's export: the manifest digest (sha256:…) the export printed, kept apart from the file; the file must hold that manifest (without it, the manifest catches a file cut short, not an edit)")
 			unfinished := fs.Bool("unfinished", false, "verify: accept a history that does not end with a signed head over a finished run, or events after the --head named (a live run's export); it says which events nobody vouches for")
 			return func(ctx context.Context, e *env, args []string) error {
 				if len(args) == 0 {
@@ -574,16 +575,28 @@ func auditCommand() command {
 					}
 					return auditExport(ctx, e, args[1], *out)
 				case "verify":
-					opts, trusted, err := verifyOptions(trust, *trustFile, peopleFiles, *head, *unfinished)
+					opts, trusted, err := verifyOptions(trust, *trustFile, peopleFiles, *unfinished)
 					if err != nil {
 						return err
 					}
 					var rep audit.Report
 					var envs []events.Envelope
+					var headVersion uint64
 					switch {
 					case *file != "" && len(args) == 1:
-						return verifyFileRuns(e, *file, *asJSON, trusted, *head, opts)
+						return verifyFileRuns(e, *file, *asJSON, trusted, head, *manifestDigest, opts)
 					case *file == "" && len(args) == 2:
+						heads, herr := parseHeads(head)
+						if herr != nil {
+							return herr
+						}
+						byRun, herr := headsFor(heads, []string{args[1]})
+						if herr != nil {
+							return herr
+						}
+						if h, ok := byRun[args[1]]; ok {
+							opts, headVersion = append(opts, audit.WithHeadAt(h.version, h.hash)), h.version
+						}
 						rep, envs, err = verifyLive(ctx, e, args[1], opts...)
 					default:
 						return usagef("want verify <run> or verify --file <path>")
@@ -594,7 +607,7 @@ func auditCommand() command {
 					if *asJSON {
 						printJSON(e.stdout, rep)
 					} else {
-						printReport(e.stdout, rep, envs, trusted, *head)
+						printReport(e.stdout, rep, envs, trusted, headVersion)
 					}
 					if !rep.OK() {
 						return auditError{fmt.Sprintf("audit: %s", rep.Problem.Error())}
@@ -625,16 +638,12 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 	if err != nil {
 		return err
 	}
-	w := e.stdout
-	if out != "" {
-		f, err := os.Create(out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
+	if out == "" {
+		err = audit.ExportRun(e.stdout, envs, voids)
+	} else {
+		err = writeWhole(out, func(w io.Writer) error { return audit.ExportRun(w, envs, voids) })
 	}
-	if err := audit.ExportRun(w, envs, voids); err != nil {
+	if err != nil {
 		return err
 	}
 	if out != "" {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -64,24 +66,40 @@ func retentionCommand() command {
 					}
 				}
 				res, err := retention.Apply(ctx, n.JetStream(), o)
-				if *asJSON && (err == nil || len(res.Purged)+len(res.Completed) > 0) {
+				removed := len(res.Purged) + len(res.Completed)
+				// An apply that marked runs or removed part of one changed
+				// the store, even with no run removed whole: partial.
+				changed := removed > 0 || len(res.Stopped) > 0
+				if *asJSON && (err == nil || changed) {
 					printJSON(e.stdout, res)
 				}
-				if err != nil {
+				if err != nil && !changed {
 					return err
-				}
-				if *asJSON {
-					return nil
 				}
 				verb := "removed"
 				if *dry {
 					verb = "would remove"
 				}
-				for _, r := range res.Completed {
-					fmt.Fprintf(e.stdout, "%s %s (completing an interrupted purge)\n", verb, r)
+				if !*asJSON {
+					for _, r := range res.Completed {
+						fmt.Fprintf(e.stdout, "%s %s (completing an interrupted purge)\n", verb, r)
+					}
+					for _, r := range res.Purged {
+						fmt.Fprintf(e.stdout, "%s %s\n", verb, r)
+					}
 				}
-				for _, r := range res.Purged {
-					fmt.Fprintf(e.stdout, "%s %s\n", verb, r)
+				if err != nil {
+					// Runs went or were marked, then a removal failed: exit 8,
+					// naming both (the next apply completes the runs it
+					// stopped in).
+					done := fmt.Sprintf("retention removed %d run(s) (%s)", removed, strings.Join(slices.Concat(res.Completed, res.Purged), ", "))
+					if len(res.Stopped) > 0 {
+						done += fmt.Sprintf(" and stopped in %s (marked; part of it may be removed, its view too)", strings.Join(res.Stopped, ", "))
+					}
+					return partialError{done: done + "; the next apply completes the removal it stopped in", err: err}
+				}
+				if *asJSON {
+					return nil
 				}
 				for _, k := range res.Kept {
 					fmt.Fprintf(e.stdout, "kept %s: %s\n", k.Run, k.Why)
