@@ -79,15 +79,22 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 		return true
 	})
 	var todo []string
+	loading := false // a run being acquired meanwhile: its outcome is not this scan's
 	for run := range entries {
 		if r.isQuarantined(run) {
 			continue // watchQuarantined wakes it once repaired
 		}
 		r.mu.Lock()
 		_, held := r.runs[run]
-		_, loading := r.loading[run]
+		_, load := r.loading[run]
 		r.mu.Unlock()
-		if held || loading {
+		if load {
+			loading = true
+			continue
+		}
+		// A run held whose last wake failed (its takeover not recorded:
+		// wakeOrphan) is woken again; another held run is driven.
+		if _, failing := r.orphanFail.Load(run); held && !failing {
 			continue
 		}
 		todo = append(todo, run)
@@ -99,7 +106,11 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 			mine = append(mine, run)
 		}
 	}
-	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) {
+	// The partitions stay due until every entry's run was woken: taken
+	// over and driven here, removed, or found owned by a runner whose
+	// key was read (wakeOrphan). A wake that failed, or that could not
+	// tell, is made again at the next scan, never counted as done.
+	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) || loading {
 		return // scanned again next time
 	}
 	t.mu.Lock()

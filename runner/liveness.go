@@ -422,7 +422,7 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 		var fe *forwardError
 		switch {
 		case errors.As(err, &fe):
-			return nil // the partition's owner wakes it
+			return r.forwardedOrphan(ctx, fe.driver)
 		case weft.ErrorCode(err) == weft.CodeUnknownRun:
 			// A start's intent whose append never landed.
 			_ = r.removeDriverKey(ctx, run, k.revision)
@@ -431,14 +431,42 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 		return err
 	}
 	err = r.wakeLocked(ctx, rn, true)
+	// A takeover still to record (its append failed: finishTakeover said
+	// so) leaves the run held and not driven on: the wake failed, and
+	// the scan tries it again (scanPartitions), not a command.
+	pending := rn.driven && rn.takeover != nil
 	rn.unlock()
 	r.mu.Lock()
 	_, held := r.runs[run]
 	r.mu.Unlock()
+	if err == nil && held && pending {
+		err = fmt.Errorf("run %s: its takeover is not recorded yet", run)
+	}
 	if !held && err == nil {
 		// Idle (evicted or not taken over) or finished: an entry left
 		// unchanged since it was read is stale.
 		_ = r.removeDriverKey(ctx, run, k.revision)
 	}
 	return err
+}
+
+// forwardedOrphan is the answer of wakeOrphan for a run whose acquisition
+// named owner as the owner of its partition (the partition moved on since
+// the scan listed it): done when owner is judged alive by a successful
+// read of its liveness key — its claim made the partition due there, it
+// wakes the run. A key absent, or one that cannot be read, is no owner
+// known to wake it: the wake failed, and is made again while this runner
+// still owns the partition (noteOrphanFailing says so at Warn when it
+// keeps failing). docs/semantics.md §8: a run can always be answered.
+func (r *Runner) forwardedOrphan(ctx context.Context, owner string) error {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_, err := r.live.Get(gctx, owner)
+	switch {
+	case err == nil:
+		return nil // the partition's owner wakes it
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return fmt.Errorf("forwarded to runner %s, the owner of its partition as read, whose liveness key is absent", owner)
+	}
+	return fmt.Errorf("forwarded to runner %s, the owner of its partition as read, whose liveness key cannot be read: %w", owner, err)
 }

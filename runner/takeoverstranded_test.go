@@ -1,0 +1,125 @@
+package runner_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
+)
+
+// passes counts a runner's rounds of rebalancing (the "partition-pass"
+// hook): the partition loop scans after each round, so a round seen after
+// something a scan did means that scan has returned.
+type passes struct{ n atomic.Int64 }
+
+func (p *passes) hook(event string, _ int, _ string) {
+	if event == "partition-pass" {
+		p.n.Add(1)
+	}
+}
+
+// waitPasses waits (up to 20 s) until k more rounds than from have been
+// made.
+func (p *passes) waitPasses(t *testing.T, from int64, k int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for p.n.Load() < from+k {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rounds of rebalancing, want %d", p.n.Load()-from, k)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// docs/semantics.md §8 (a run can always be answered; pending work is
+// retried, never dropped): a runner ("ghost") was SIGKILLed right after a
+// run's run_started append, with its model call in flight and its
+// weft_drivers entry naming it. The owner of the run's partition finds the
+// entry and takes the run over — but the append of its takeover fails
+// (the log is full: refused, nothing recorded). The run is now in the
+// owner's memory with its takeover still to record. Once the log takes
+// appends again, the run must be taken over and driven without any
+// command reaching it: the scan of the partition goes on until the entry's
+// run is taken over, not until a wake was merely tried. (Before, the
+// failed takeover counted as done, the partition was no longer due, and
+// every later scan skipped the run as held: stranded until a command.)
+func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	m := model.NewRules("s", model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("done")})
+	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	const run = "strand1"
+	var s aggregate.State
+	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	if w := aggregate.Pending(s); w.Model == nil || len(w.Timers) != 0 {
+		t.Fatalf("crafted history: want a model call pending and no timer, got %+v", w)
+	}
+	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx(t), runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	// The log refuses every append from now on (an operator's limit).
+	capped := provision.EventsConfig()
+	capped.MaxMsgs = int64(h.eventsInfo().State.Msgs)
+	if _, err := h.srv.JS.UpdateStream(ctx(t), capped); err != nil {
+		t.Fatal(err)
+	}
+	var p passes
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(p.hook))
+	// The owner takes the run over (once it can tell that ghost, whose key
+	// was never written, is gone) and fails to record it.
+	deadline := time.Now().Add(30 * time.Second)
+	for !runner.Holds(r, run) {
+		if time.Now().After(deadline) {
+			t.Fatal("the owner never tried to take the run over")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	p.waitPasses(t, p.n.Load(), 2) // the scan that tried has returned
+	if got := h.eventsOf(run); len(got) != 2 {
+		t.Fatalf("the log took an append while full: %d events", len(got))
+	}
+	if _, err := h.srv.JS.UpdateStream(ctx(t), provision.EventsConfig()); err != nil {
+		t.Fatal(err)
+	}
+	// No command is sent: the owner's scans alone take the run over. A
+	// generous bound: the scan of a due partition is every lease/4
+	// (0.5 s here), the full scan every 32 of those.
+	wctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	for {
+		st := h.state(run)
+		if _, fin := st.Finished(); fin {
+			out, _ := st.Finished()
+			if out.Kind != events.OutcomeCompleted {
+				t.Fatalf("outcome %s", events.DescribeOutcome(out))
+			}
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatalf("the run was not taken over without a command: status %s, events %v", aggregate.Status(st).Kind, h.eventsOf(run))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	recovered := 0
+	for _, ev := range h.eventsOf(run) {
+		if ev.EventName() == events.NameRunRecovered {
+			recovered++
+		}
+	}
+	if recovered != 1 {
+		t.Fatalf("%d run_recovered events, want 1", recovered)
+	}
+}
