@@ -374,6 +374,7 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 	}
 	if err != nil {
 		r.log.Debug("partition claim lost", "partition", p, "err", err)
+		r.catchUp(ctx, p)
 		return
 	}
 	t := r.parts
@@ -384,6 +385,34 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 	t.scanDue[p], t.releasing[p] = true, false
 	t.mu.Unlock()
 	r.log.Info("partition claimed", "partition", p, "previous", previous)
+}
+
+// catchUp reads partition p's key after a claim of it was refused and
+// moves this runner's table forward to it when the key is at a revision
+// the table has not reached: a table set back by a read that was behind
+// (lostPartition after a kv.Get answered by a replica that lagged) would
+// otherwise claim at a revision that is no longer the key's on every pass,
+// while its watcher, past that revision already, delivers nothing new —
+// and the runs of the partition would wait for a command (docs/semantics.md
+// §8: a run can always be answered). A key naming this runner is its own
+// claim: the partition is owned again, and due for a scan (its runs were
+// forgotten with the loss). The table never moves back.
+func (r *Runner) catchUp(ctx context.Context, p int) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	e, err := r.partKV.Get(gctx, partKey(p))
+	if err != nil {
+		return // absent (claimed with Create next) or cannot tell
+	}
+	t := r.parts
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.Revision() <= t.rev[p] {
+		return
+	}
+	owner := string(e.Value())
+	t.owner[p], t.rev[p] = owner, e.Revision()
+	t.releasing[p], t.scanDue[p] = false, owner == r.id
 }
 
 // notOwned is the answer for a run of partition p, which this runner does
