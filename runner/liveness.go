@@ -394,6 +394,11 @@ func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[str
 // and a stall an operator must be able to see in the logs.
 func (r *Runner) orphanWarnAfter() time.Duration { return max(10*r.lease, 10*time.Second) }
 
+// unknownRunGrace is how long the scans find the run of a driver entry
+// absent from the log before the entry is removed (wakeOrphan): two
+// leases, many scans of the partition (every lease/4).
+func (r *Runner) unknownRunGrace() time.Duration { return 2 * r.lease }
+
 // noteOrphanFailing logs the failed wake of run's driver entry k: at Debug,
 // and at Warn once it has kept failing for orphanWarnAfter (then again
 // each orphanWarnAfter), naming the entry's driver and the last error.
@@ -424,9 +429,17 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 		case errors.As(err, &fe):
 			return r.forwardedOrphan(ctx, fe.driver)
 		case weft.ErrorCode(err) == weft.CodeUnknownRun:
-			// A start's intent whose append never landed.
-			_ = r.removeDriverKey(ctx, run, k.revision)
-			return nil
+			// A start's intent whose append never landed — or landed and
+			// was not seen yet (a read answered by a replica behind, the
+			// append of a runner killed right after it): removed only once
+			// the run has been unknown to the scans for unknownRunGrace,
+			// never at the first look (a removed entry leaves the run to a
+			// command; docs/semantics.md §8: a run can always be answered).
+			if v, ok := r.orphanFail.Load(run); ok && r.clk.Since(v.(time.Time)) >= r.unknownRunGrace() {
+				_ = r.removeDriverKey(ctx, run, k.revision)
+				return nil
+			}
+			return fmt.Errorf("run %s: its log shows no event (yet) for its driver entry: %w", run, err)
 		}
 		return err
 	}

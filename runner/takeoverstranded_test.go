@@ -2,12 +2,16 @@ package runner_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -121,5 +125,87 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 	}
 	if recovered != 1 {
 		t.Fatalf("%d run_recovered events, want 1", recovered)
+	}
+}
+
+// docs/semantics.md §8 (a run can always be answered): a runner wrote a
+// run's driver entry (the start's intent) and appended its run_started,
+// and was killed; the owner of the partition reads the run before the
+// append is visible to it (a read answered by a replica behind, in a
+// cluster) and finds no event. The entry is not removed at that first
+// look — that would leave the run, once visible, to a command — but
+// looked at again by the next scans, which find the run and take it over.
+// Here the append is made between the first look and the second, from the
+// runner's own hook just before its second read ("acquire-owned").
+func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	m := model.NewRules("s", model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("done")})
+	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	const run = "late1"
+	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx(t), runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	var looks atomic.Int64
+	appended := make(chan error, 1)
+	hook := runner.WithHook(func(event string, _ int, id string) {
+		if event != "acquire-owned" || id != run || looks.Add(1) != 2 {
+			return
+		}
+		now := time.Now()
+		evs, err := aggregate.Decide(aggregate.State{}, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"}, now)
+		if err == nil {
+			_, _, err = h.srv.Log.Append(context.Background(), run, eventlog.Head{}, now, evs...)
+		}
+		appended <- err
+	})
+	h.startRunner([]*agent.Agent{a}, hook)
+	select {
+	case err := <-appended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the owner looked at the run's entry %d times, want a second look after finding no event", looks.Load())
+	}
+	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %s", events.DescribeOutcome(out))
+	}
+}
+
+// docs/semantics.md §8: the driver entry of a start whose append never
+// landed (no event of the run, ever) is still removed by the owner's
+// scans, once the run has stayed unknown to them for two leases: it does
+// not cost every later scan a wake.
+func TestSemantics8_AnEntryOfARunThatNeverStartedIsRemoved(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := build(t, model.NewScripted("s", model.Answer("done")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := runner.DriverKey("never1", runner.DefaultPartitions)
+	if _, err := kv.Put(ctx(t), key, []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	h.startRunner([]*agent.Agent{a})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := kv.Get(ctx(t), key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the entry of a run that never started was never removed")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
