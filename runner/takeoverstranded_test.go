@@ -13,7 +13,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/runner"
@@ -44,6 +43,26 @@ func (p *passes) waitPasses(t *testing.T, from int64, k int64) {
 	}
 }
 
+// answeringAgent is an agent whose model answers any request (answering).
+func answeringAgent(t *testing.T) *agent.Agent {
+	t.Helper()
+	return build(t, answering(), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+}
+
+// ghostEntry puts run's weft_drivers entry naming "ghost", a runner that
+// never wrote its liveness key (killed), and returns the bucket.
+func ghostEntry(t *testing.T, h *harness, run string) jetstream.KeyValue {
+	t.Helper()
+	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx(t), runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 // docs/semantics.md §8 (a run can always be answered; pending work is
 // retried, never dropped): a runner ("ghost") was SIGKILLed right after a
 // run's run_started append, with its model call in flight and its
@@ -59,21 +78,14 @@ func (p *passes) waitPasses(t *testing.T, from int64, k int64) {
 func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	m := model.NewRules("s", model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("done")})
-	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	a := answeringAgent(t)
 	const run = "strand1"
 	var s aggregate.State
 	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	if w := aggregate.Pending(s); w.Model == nil || len(w.Timers) != 0 {
 		t.Fatalf("crafted history: want a model call pending and no timer, got %+v", w)
 	}
-	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx(t), runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
-		t.Fatal(err)
-	}
+	ghostEntry(t, h, run)
 	// The log refuses every append from now on (an operator's limit).
 	capped := provision.EventsConfig()
 	capped.MaxMsgs = int64(h.eventsInfo().State.Msgs)
@@ -140,16 +152,9 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	m := model.NewRules("s", model.Rule{Name: "done", Match: func(model.Request) bool { return true }, Step: model.Answer("done")})
-	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	a := answeringAgent(t)
 	const run = "late1"
-	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := kv.Put(ctx(t), runner.DriverKey(run, runner.DefaultPartitions), []byte("ghost")); err != nil {
-		t.Fatal(err)
-	}
+	ghostEntry(t, h, run)
 	var looks atomic.Int64
 	appended := make(chan error, 1)
 	hook := runner.WithHook(func(event string, _ int, id string) {
@@ -184,15 +189,9 @@ func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
 func TestSemantics8_AnEntryOfARunThatNeverStartedIsRemoved(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	a := build(t, model.NewScripted("s", model.Answer("done")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
-	kv, err := h.srv.JS.KeyValue(ctx(t), runner.DriversBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := answeringAgent(t)
+	kv := ghostEntry(t, h, "never1")
 	key := runner.DriverKey("never1", runner.DefaultPartitions)
-	if _, err := kv.Put(ctx(t), key, []byte("ghost")); err != nil {
-		t.Fatal(err)
-	}
 	h.startRunner([]*agent.Agent{a})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
