@@ -154,6 +154,11 @@ func (s *State) evolve(r events.Recorded) {
 	}
 	s.version = r.Version
 	s.useCommandProof(name, r.Event)
+	if _, signed := r.Event.(events.HeadSigned); signed {
+		s.headBehind = false
+	} else if s.finished || Vouched(r.Event) {
+		s.headBehind = true
+	}
 	switch e := r.Event.(type) {
 	case events.RunStarted:
 		if s.started {

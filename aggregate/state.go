@@ -225,6 +225,9 @@ type State struct {
 	commandProofs []UsedCommandProof
 	finished      bool
 	outcome       events.Outcome
+	// headBehind: a decision a person made (Vouched), or anything
+	// appended after the run's end, follows the last head_signed.
+	headBehind bool
 }
 
 // entry is one transcript element: a message, or the placeholder of a tool
