@@ -190,8 +190,9 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		// A takeover recorded at once — of a run with work in flight, or
 		// of an idle one whose head is behind — is decided on the store's
 		// owner of the partition, not on this runner's view of it
-		// (ownership.go); a lazy one is checked when it is recorded
-		// (takeOver).
+		// (ownership.go), before the run is installed; its first try to
+		// record it relies on this read (run.ownerChecked), a lazy one
+		// and any later try read again (takeOver).
 		if err := r.verifyOwner(ctx, id); err != nil {
 			return nil, err
 		}
@@ -215,7 +216,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		return nil, r.refused(ctx, id, nil, t.CommandName(), err)
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
-	rn.driven, rn.lazy = true, lazy
+	rn.driven, rn.lazy, rn.ownerChecked = true, lazy, !lazy
 	if err := r.install(rn); err != nil {
 		rn.unlock()
 		return nil, err
@@ -229,16 +230,23 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 // recovery. It returns what decideAppend returns. When the takeover did
 // not land and rn is still this runner's, it stays pending.
 func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+	r.testHook("takeover", -1, rn.id)
 	t := *rn.takeover
 	t.Then = c
 	if _, err := aggregate.Recovered(rn.pre, t, r.clock(rn)); err != nil {
 		// The takeover itself refused, whatever c is: never c's answer.
 		return nil, r.refused(ctx, rn.id, rn, t.CommandName(), err)
 	}
-	if rn.lazy {
-		// The first decision that records the lazy takeover of an idle
-		// run: decided on the store's owner of the partition, not on
-		// this runner's view (ownership.go).
+	// Every takeover recorded is decided on the store's owner of the
+	// partition, not on this runner's view (ownership.go): read by the
+	// acquisition that decided it for its first try (acquireFromLog), read
+	// here for the first decision that records a lazy one and for every
+	// try after one that failed — which may come long after, from a
+	// retry, a scan or a command, when the partition has moved on and
+	// this runner's watcher has not seen it yet.
+	checked := rn.ownerChecked
+	rn.ownerChecked = false
+	if !checked {
 		if evs, _ := aggregate.Decide(rn.pre, t, r.clock(rn)); len(evs) > 0 {
 			if err := r.verifyOwner(ctx, rn.id); err != nil {
 				r.drop(rn)

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/runner"
@@ -206,5 +208,76 @@ func TestSemantics8_AnEntryOfARunThatNeverStartedIsRemoved(t *testing.T) {
 			t.Fatal("the entry of a run that never started was never removed")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// docs/semantics.md §8 (only a runner that is gone is recovered from; a
+// partition moves only by compare-and-set): a takeover that is tried again
+// after its append failed is decided on the store's owner of the
+// partition, not on the check made when the run was first acquired. The
+// owner takes a run over while the log refuses appends; while it is
+// paused in the middle of trying again (its "takeover" hook), another
+// runner claims the partition and the log takes appends again. Resumed
+// before its watcher applied the claim, it records no run_recovered: the
+// run is the new owner's. (Before, the retry appended its recovery on the
+// strength of the first check, in a partition it no longer owned.)
+func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := answeringAgent(t)
+	const run = "retried1"
+	var s aggregate.State
+	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	ghostEntry(t, h, run)
+	capped := provision.EventsConfig()
+	capped.MaxMsgs = int64(h.eventsInfo().State.Msgs)
+	if _, err := h.srv.JS.UpdateStream(ctx(t), capped); err != nil {
+		t.Fatal(err)
+	}
+	h.beating("other", []byte(`{"schema":1,"at":"x"}`))
+	parts, err := h.srv.JS.KeyValue(ctx(t), runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("p.%04d", partition.Of(run, runner.DefaultPartitions))
+	var tries atomic.Int64
+	moved := make(chan error, 1)
+	hook := runner.WithHook(func(event string, _ int, id string) {
+		if event != "takeover" || id != run || tries.Add(1) != 2 {
+			return
+		}
+		// Paused here: "other" claims the partition (a compare-and-set at
+		// the key's revision) and the log takes appends again.
+		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		e, err := parts.Get(c, key)
+		if err == nil {
+			_, err = parts.Update(c, key, []byte("other"), e.Revision())
+		}
+		if err == nil {
+			_, err = h.srv.JS.UpdateStream(c, provision.EventsConfig())
+		}
+		moved <- err
+	})
+	r, _ := h.startRunner([]*agent.Agent{a}, hook)
+	select {
+	case err := <-moved:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the takeover was tried %d times, want a second try", tries.Load())
+	}
+	// The try that resumed either recorded its takeover or dropped the
+	// run; either way the runner lets it go once it has seen the claim.
+	deadline := time.Now().Add(30 * time.Second)
+	for runner.Holds(r, run) {
+		if time.Now().After(deadline) {
+			t.Fatal("the runner still holds a run of a partition it lost")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if rr := h.recoveries(run); len(rr) != 0 {
+		t.Fatalf("the run was recovered %+v by a runner that lost its partition", rr)
 	}
 }
