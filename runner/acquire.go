@@ -249,7 +249,12 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 	if !checked {
 		if evs, _ := aggregate.Decide(rn.pre, t, r.clock(rn)); len(evs) > 0 {
 			if err := r.verifyOwner(ctx, rn.id); err != nil {
-				r.drop(rn)
+				// Another runner owns the partition, or this one lost it:
+				// the run is not this runner's. An owner that cannot be
+				// read leaves the takeover pending, tried again.
+				if fe := (*forwardError)(nil); errors.As(err, &fe) || r.owns(rn.id) != nil {
+					r.drop(rn)
+				}
 				return nil, err
 			}
 		}
@@ -293,6 +298,13 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 	}
 	if err := r.step(ctx, rn, nil); err != nil {
 		r.log.Warn("takeover", "run", rn.id, "err", err)
+		if rn.driven && rn.takeover != nil {
+			// Still to record, whoever started it (a command, a scan, a
+			// timer): tried again without a command (docs/semantics.md §8:
+			// pending work is retried, never dropped), off the caller's
+			// path; the retry decides it on the store's owner (takeOver).
+			r.retryLater(rn.id)
+		}
 	}
 }
 

@@ -92,9 +92,12 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 			loading = true
 			continue
 		}
-		// A run held whose last wake failed (its takeover not recorded:
-		// wakeOrphan) is woken again; another held run is driven.
-		if _, failing := r.orphanFail.Load(run); held && !failing {
+		// A held run is driven here, or its takeover still to record is
+		// tried again by its own retry (finishTakeover: retryLater), off
+		// the partition loop: the scan never waits on a held run's lock,
+		// which a command or a retry may hold for seconds while claims
+		// and releases wait for the loop.
+		if held {
 			continue
 		}
 		todo = append(todo, run)

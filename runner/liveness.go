@@ -422,6 +422,12 @@ func (r *Runner) noteOrphanFailing(run string, k driverKey, err error) {
 func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	r.mu.Lock()
+	_, held := r.runs[run]
+	r.mu.Unlock()
+	if held {
+		return nil // held since the scan listed it: driven here (scanPartitions)
+	}
 	rn, err := r.acquire(ctx, run)
 	if err != nil {
 		var fe *forwardError
@@ -444,13 +450,13 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 		return err
 	}
 	err = r.wakeLocked(ctx, rn, true)
-	// A takeover still to record (its append failed: finishTakeover said
-	// so) leaves the run held and not driven on: the wake failed, and
-	// the scan tries it again (scanPartitions), not a command.
+	// A takeover still to record (its append failed) leaves the run held
+	// and not driven on: the wake failed, and its retry (finishTakeover:
+	// retryLater) tries it again, not a command.
 	pending := rn.driven && rn.takeover != nil
 	rn.unlock()
 	r.mu.Lock()
-	_, held := r.runs[run]
+	_, held = r.runs[run]
 	r.mu.Unlock()
 	if err == nil && held && pending {
 		err = fmt.Errorf("run %s: its takeover is not recorded yet", run)

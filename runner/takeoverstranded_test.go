@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft"
+
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/partition"
@@ -279,5 +283,60 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 	}
 	if rr := h.recoveries(run); len(rr) != 0 {
 		t.Fatalf("the run was recovered %+v by a runner that lost its partition", rr)
+	}
+}
+
+// docs/semantics.md §8 (pending work is retried, never dropped): a takeover
+// started by a command, whose append fails (the log is full: the command
+// is answered unavailable and not sent again), is tried again by the
+// runner without any command once the log takes appends. The runner makes
+// no scan here: only the command reached the run. (Before, the run stayed
+// held with its takeover still to record until another command came.)
+func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := answeringAgent(t)
+	const run = "strandcmd1"
+	var s aggregate.State
+	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	ghostEntry(t, h, run)
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	p := partition.Of(run, runner.DefaultPartitions)
+	c := ctx(t)
+	for !slices.Contains(r.Stats().Partitions, p) {
+		if c.Err() != nil {
+			t.Fatal("never claimed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	capped := provision.EventsConfig()
+	capped.MaxMsgs = int64(h.eventsInfo().State.Msgs)
+	if _, err := h.srv.JS.UpdateStream(c, capped); err != nil {
+		t.Fatal(err)
+	}
+	// runner_busy until the runner can tell that ghost, whose key was
+	// never written, is gone.
+	var err error
+	for {
+		_, err = h.client.Cancel(c, api.CancelRequest{CommandID: "c1", Run: run})
+		if weft.ErrorCode(err) != weft.CodeRunnerBusy || c.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err == nil || !runner.Holds(r, run) {
+		t.Fatalf("cancel with the log full: %v, held %v; want a failure that leaves the takeover pending", err, runner.Holds(r, run))
+	}
+	if got := h.eventsOf(run); len(got) != 2 {
+		t.Fatalf("the log took an append while full: %d events", len(got))
+	}
+	if _, err := h.srv.JS.UpdateStream(c, provision.EventsConfig()); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %s", events.DescribeOutcome(out))
+	}
+	if rr := h.recoveries(run); len(rr) != 1 {
+		t.Fatalf("%d run_recovered events, want 1", len(rr))
 	}
 }
