@@ -11,16 +11,19 @@ import (
 	"github.com/weftrun/weft/internal/natstest"
 )
 
-// docs/semantics.md §8 (a run can always be answered): this runner's table
-// of the partitions' owners was set back — to a gone runner at a revision
-// the partition's key has left — by a read that was behind (lostPartition
-// after a kv.Get answered by a replica that lagged; its watcher, past that
+// docs/semantics.md §8 (a run can always be answered; a partition moves
+// only by compare-and-set): this runner's table of the partitions' owners
+// was set back — to a gone runner at a revision the partition's key has
+// left — by a read that was behind (lostPartition; its watcher, past that
 // revision already, delivers nothing new). The claim of the partition from
 // the gone runner, at the table's revision, is refused: the table then
-// moves forward to the key as it is. When the key names this runner (its
-// own claim, which the stale read hid), the partition is owned again and
-// due for a scan, so that its runs are taken over without a command; when
-// it names another runner, the table follows it. Before, every pass made
+// moves forward to the key as the stream's leader has it. When the key
+// names this runner (its own claim, which the stale read hid), the
+// partition is claimed again by compare-and-set at the key's revision —
+// owned at the revision of that write, and due for a scan, so that its
+// runs are taken over without a command; when it names another runner,
+// the table follows it. A key at a revision the table already reached
+// leaves the table as it is: it never moves back. Before, every pass made
 // the same refused claim and nothing else moved the table.
 func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 	t.Parallel()
@@ -31,8 +34,8 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{id: "me", lease: time.Second, log: slog.New(slog.DiscardHandler),
-		partitionOwnership: partitionOwnership{nparts: 2, partKV: kv, parts: newPartTable(2)}}
+	r := &Runner{id: "me", lease: time.Second, log: slog.New(slog.DiscardHandler), nc: srv.Conn,
+		partitionOwnership: partitionOwnership{nparts: 3, partKV: kv, parts: newPartTable(3)}}
 	for p, now := range []string{"me", "other"} {
 		gone, err := kv.Put(c, partKey(p), []byte("ghost"))
 		if err != nil {
@@ -48,11 +51,39 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 		r.parts.owner[p], r.parts.rev[p], r.parts.scanDue[p] = "ghost", gone, false
 		r.parts.mu.Unlock()
 		r.claim(c, p, gone, "ghost")
+		e, err := kv.Get(c, partKey(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := rev
+		if now == "me" {
+			want = e.Revision() // the compare-and-set that claimed it again
+			if want == rev || string(e.Value()) != "me" {
+				t.Fatalf("partition %d: the key is %q at %d, want a claim by compare-and-set after %d", p, e.Value(), e.Revision(), rev)
+			}
+		}
 		r.parts.mu.Lock()
 		owner, got, due := r.parts.owner[p], r.parts.rev[p], r.parts.scanDue[p]
 		r.parts.mu.Unlock()
-		if owner != now || got != rev || due != (now == "me") {
-			t.Fatalf("partition %d after a refused claim: owner %q at %d, due %v; want %q at %d, due %v", p, owner, got, due, now, rev, now == "me")
+		if owner != now || got != want || due != (now == "me") {
+			t.Fatalf("partition %d after a refused claim: owner %q at %d, due %v; want %q at %d, due %v", p, owner, got, due, now, want, now == "me")
 		}
+	}
+	// Never backwards: a table ahead of the key (another runner's claim
+	// the watcher delivered) is left as it is.
+	const p = 2
+	rev, err := kv.Put(c, partKey(p), []byte("me"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.parts.mu.Lock()
+	r.parts.owner[p], r.parts.rev[p] = "other", rev+5
+	r.parts.mu.Unlock()
+	r.catchUp(c, p)
+	r.parts.mu.Lock()
+	owner, got := r.parts.owner[p], r.parts.rev[p]
+	r.parts.mu.Unlock()
+	if owner != "other" || got != rev+5 {
+		t.Fatalf("partition %d: a key behind the table moved it to %q at %d", p, owner, got)
 	}
 }

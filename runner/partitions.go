@@ -354,29 +354,44 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 	var got uint64
 	if rev == 0 || previous == "" {
 		got, err = r.partKV.Create(ctx, partKey(p), []byte(r.id))
-	} else {
-		got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
-	}
-	if err != nil && (rev == 0 || previous == "") && errors.Is(err, jetstream.ErrKeyExists) {
-		// A key naming this runner that is no claim of its own (a
-		// re-created bucket, lost writes: verifyPartition) is claimed
-		// anew at its revision.
-		if e, gerr := r.partKV.Get(ctx, partKey(p)); gerr == nil && string(e.Value()) == r.id {
-			got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), e.Revision())
-			if err == nil {
-				r.parts.mu.Lock()
-				if r.parts.owner[p] == "" {
-					r.parts.rev[p] = 0 // the claim below is the revision to compare with
-				}
-				r.parts.mu.Unlock()
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// A key naming this runner that is no claim of its own (a
+			// re-created bucket, lost writes: verifyPartition) is claimed
+			// anew at its revision.
+			if owner, krev, gerr := r.partitionKey(ctx, p); gerr == nil && owner == r.id {
+				got, err = r.reclaim(ctx, p, krev)
 			}
 		}
+	} else {
+		got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
 	}
 	if err != nil {
 		r.log.Debug("partition claim lost", "partition", p, "err", err)
 		r.catchUp(ctx, p)
 		return
 	}
+	r.claimed(p, got, previous)
+}
+
+// reclaim claims partition p, whose key names this runner at revision rev
+// without being a claim this runner's table holds, by compare-and-set at
+// rev: a write the stream's leader checks, so a key read from a replica
+// behind is never taken for ownership.
+func (r *Runner) reclaim(ctx context.Context, p int, rev uint64) (uint64, error) {
+	got, err := r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
+	if err == nil {
+		r.parts.mu.Lock()
+		if r.parts.owner[p] == "" {
+			r.parts.rev[p] = 0 // the claim is the revision to compare with (claimed)
+		}
+		r.parts.mu.Unlock()
+	}
+	return got, err
+}
+
+// claimed records this runner's claim of partition p at revision got: owned,
+// and due for a scan.
+func (r *Runner) claimed(p int, got uint64, previous string) {
 	t := r.parts
 	t.mu.Lock()
 	if got > t.rev[p] {
@@ -390,29 +405,49 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 // catchUp reads partition p's key after a claim of it was refused and
 // moves this runner's table forward to it when the key is at a revision
 // the table has not reached: a table set back by a read that was behind
-// (lostPartition after a kv.Get answered by a replica that lagged) would
-// otherwise claim at a revision that is no longer the key's on every pass,
-// while its watcher, past that revision already, delivers nothing new —
-// and the runs of the partition would wait for a command (docs/semantics.md
-// §8: a run can always be answered). A key naming this runner is its own
-// claim: the partition is owned again, and due for a scan (its runs were
-// forgotten with the loss). The table never moves back.
+// (lostPartition) would otherwise claim at a revision that is no longer
+// the key's on every pass, while its watcher, past that revision already,
+// delivers nothing new — and the runs of the partition would wait for a
+// command (docs/semantics.md §8: a run can always be answered). The key is
+// read from the stream's leader (partitionKey), not from a replica that
+// may be behind. A key naming this runner is claimed again by
+// compare-and-set at its revision (reclaim), never taken as owned from a
+// read; a key naming another runner is applied to the table (and, when
+// the table said this runner, the partition is lost: lostPartition). An
+// absent or deleted key leaves the table: the loop's next decision claims
+// it with Create when nobody owns it (the watcher delivered its deletion),
+// or claims at the table's revision again, refused, and comes back here.
+// The table never moves back.
 func (r *Runner) catchUp(ctx context.Context, p int) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	e, err := r.partKV.Get(gctx, partKey(p))
-	if err != nil {
-		return // absent (claimed with Create next) or cannot tell
+	owner, rev, err := r.partitionKey(gctx, p)
+	if err != nil || owner == "" {
+		return
 	}
 	t := r.parts
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e.Revision() <= t.rev[p] {
+	believed, at := t.owner[p], t.rev[p]
+	t.mu.Unlock()
+	if rev <= at {
 		return
 	}
-	owner := string(e.Value())
-	t.owner[p], t.rev[p] = owner, e.Revision()
-	t.releasing[p], t.scanDue[p] = false, owner == r.id
+	if owner == r.id {
+		if got, err := r.reclaim(gctx, p, rev); err == nil {
+			r.claimed(p, got, "")
+		}
+		return
+	}
+	if believed == r.id {
+		r.lostPartition(ctx, p, at, owner, rev)
+		return
+	}
+	t.mu.Lock()
+	if t.owner[p] == believed && t.rev[p] == at {
+		t.owner[p], t.rev[p] = owner, rev
+		t.releasing[p], t.scanDue[p] = false, false
+	}
+	t.mu.Unlock()
 }
 
 // notOwned is the answer for a run of partition p, which this runner does
