@@ -35,7 +35,7 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &Runner{id: "me", lease: time.Second, log: slog.New(slog.DiscardHandler), nc: srv.Conn,
-		partitionOwnership: partitionOwnership{nparts: 3, partKV: kv, parts: newPartTable(3)}}
+		partitionOwnership: partitionOwnership{nparts: 4, partKV: kv, parts: newPartTable(4)}}
 	for p, now := range []string{"me", "other"} {
 		gone, err := kv.Put(c, partKey(p), []byte("ghost"))
 		if err != nil {
@@ -85,5 +85,29 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 	r.parts.mu.Unlock()
 	if owner != "other" || got != rev+5 {
 		t.Fatalf("partition %d: a key behind the table moved it to %q at %d", p, owner, got)
+	}
+	// A deleted key (its owner released it) names nobody at the deletion's
+	// revision: the next claim is a Create, which wins.
+	const q = 3
+	gone, err := kv.Put(c, partKey(q), []byte("ghost"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(c, partKey(q)); err != nil {
+		t.Fatal(err)
+	}
+	r.parts.mu.Lock()
+	r.parts.owner[q], r.parts.rev[q] = "ghost", gone
+	r.parts.mu.Unlock()
+	r.claim(c, q, gone, "ghost")
+	r.parts.mu.Lock()
+	owner, got = r.parts.owner[q], r.parts.rev[q]
+	r.parts.mu.Unlock()
+	if owner != "" || got <= gone {
+		t.Fatalf("partition %d, its key deleted after %d: the table says %q at %d, want nobody after it", q, gone, owner, got)
+	}
+	r.claim(c, q, 0, "")
+	if o, _ := r.parts.ownerOf(q); o != "me" {
+		t.Fatalf("partition %d after a Create: owner %q", q, o)
 	}
 }

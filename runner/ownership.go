@@ -119,8 +119,9 @@ func (r *Runner) verifyPartition(ctx context.Context, p int) (string, error) {
 // stream's leader: a JetStream API message get of the key's last message
 // ($JS.API.STREAM.MSG.GET, answered by the leader only), not a direct get
 // (kv.Get: the bucket allows direct gets, which any replica answers, and a
-// replica may be behind). It returns the key's owner and revision; "" and
-// 0 when the key is absent or deleted.
+// replica may be behind). It returns the key's owner and revision: "" and
+// the deletion's revision when the key is deleted, "" and 0 when it is
+// absent.
 func (r *Runner) partitionKey(ctx context.Context, p int) (string, uint64, error) {
 	bucket := "KV_" + PartitionsBucket
 	m, err := r.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+bucket,
@@ -157,7 +158,7 @@ func (r *Runner) partitionKey(ctx context.Context, p int) (string, uint64, error
 			return "", 0, fmt.Errorf("%s: %v", bucket, err)
 		}
 		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-			return "", 0, nil
+			return "", resp.Message.Seq, nil
 		}
 	}
 	return string(resp.Message.Data), resp.Message.Seq, nil

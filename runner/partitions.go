@@ -412,26 +412,27 @@ func (r *Runner) claimed(p int, got uint64, previous string) {
 // read from the stream's leader (partitionKey), not from a replica that
 // may be behind. A key naming this runner is claimed again by
 // compare-and-set at its revision (reclaim), never taken as owned from a
-// read; a key naming another runner is applied to the table (and, when
-// the table said this runner, the partition is lost: lostPartition). An
-// absent or deleted key leaves the table: the loop's next decision claims
-// it with Create when nobody owns it (the watcher delivered its deletion),
-// or claims at the table's revision again, refused, and comes back here.
-// The table never moves back.
+// read; a key naming another runner, or deleted, is applied to the table
+// (and, when the table said this runner, the partition is lost:
+// lostPartition). A key absent altogether (a re-created bucket) leaves
+// the table's revision but names nobody: the next claim is a Create,
+// not an Update at a revision the key never had. The table's revision
+// never moves back.
 func (r *Runner) catchUp(ctx context.Context, p int) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	owner, rev, err := r.partitionKey(gctx, p)
-	if err != nil || owner == "" {
-		return
+	if err != nil {
+		return // cannot tell: claimed again at the next pass
 	}
 	t := r.parts
 	t.mu.Lock()
 	believed, at := t.owner[p], t.rev[p]
 	t.mu.Unlock()
-	if rev <= at {
+	if rev <= at && !(rev == 0 && believed != "") {
 		return
 	}
+	rev = max(rev, at)
 	if owner == r.id {
 		if got, err := r.reclaim(gctx, p, rev); err == nil {
 			r.claimed(p, got, "")
