@@ -66,18 +66,24 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 		return
 	}
 	// A run no entry of the scanned partitions names any more (taken
-	// over, finished, moved) is no longer failing here.
+	// over, finished, moved), or of a partition this runner no longer
+	// owns, is no longer failing here.
 	scanned := make(map[int]bool, len(due))
 	for _, p := range due {
 		scanned[p] = true
 	}
-	r.orphanFail.Range(func(k, _ any) bool {
+	stale := func(k, _ any) bool {
 		run := k.(string)
-		if _, ok := entries[run]; !ok && scanned[partition.Of(run, r.nparts)] {
+		p := partition.Of(run, r.nparts)
+		_, listed := entries[run]
+		if owner, _ := t.ownerOf(p); owner != r.id || !listed && scanned[p] {
 			r.orphanFail.Delete(run)
+			r.unknownAt.Delete(run)
 		}
 		return true
-	})
+	}
+	r.orphanFail.Range(stale)
+	r.unknownAt.Range(stale)
 	var todo []string
 	loading := false // a run being acquired meanwhile: its outcome is not this scan's
 	for run := range entries {

@@ -399,6 +399,13 @@ func (r *Runner) orphanWarnAfter() time.Duration { return max(10*r.lease, 10*tim
 // leases, many scans of the partition (every lease/4).
 func (r *Runner) unknownRunGrace() time.Duration { return 2 * r.lease }
 
+// unknownSince is when the scans first found no event of a run for its
+// driver entry at revision rev (wakeOrphan).
+type unknownSince struct {
+	rev uint64
+	at  time.Time
+}
+
 // noteOrphanFailing logs the failed wake of run's driver entry k: at Debug,
 // and at Warn once it has kept failing for orphanWarnAfter (then again
 // each orphanWarnAfter), naming the entry's driver and the last error.
@@ -441,14 +448,22 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 			// the run has been unknown to the scans for unknownRunGrace,
 			// never at the first look (a removed entry leaves the run to a
 			// command; docs/semantics.md §8: a run can always be answered).
-			if v, ok := r.orphanFail.Load(run); ok && r.clk.Since(v.(time.Time)) >= r.unknownRunGrace() {
+			// Measured from the first look that found no event for this
+			// entry (its revision), not from any earlier failed wake.
+			now := r.clk.Now()
+			v, _ := r.unknownAt.LoadOrStore(run, unknownSince{rev: k.revision, at: now})
+			if u := v.(unknownSince); u.rev != k.revision {
+				r.unknownAt.Store(run, unknownSince{rev: k.revision, at: now})
+			} else if now.Sub(u.at) >= r.unknownRunGrace() {
 				_ = r.removeDriverKey(ctx, run, k.revision)
+				r.unknownAt.Delete(run)
 				return nil
 			}
 			return fmt.Errorf("run %s: its log shows no event (yet) for its driver entry: %w", run, err)
 		}
 		return err
 	}
+	r.unknownAt.Delete(run) // found
 	err = r.wakeLocked(ctx, rn, true)
 	// A takeover still to record (its append failed) leaves the run held
 	// and not driven on: the wake failed, and its retry (finishTakeover:
