@@ -440,7 +440,12 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 		var fe *forwardError
 		switch {
 		case errors.As(err, &fe):
-			return r.forwardedOrphan(ctx, fe.driver)
+			// The partition moved on since the scan listed it: the run is
+			// its owner's, whose claim made the partition due there. An
+			// owner that is gone is judged by the partition loop, which
+			// claims the partition back (due here again); nothing this
+			// scan could do for it.
+			return nil
 		case weft.ErrorCode(err) == weft.CodeUnknownRun:
 			// A start's intent whose append never landed — or landed and
 			// was not seen yet (a read answered by a replica behind, the
@@ -482,25 +487,4 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 		_ = r.removeDriverKey(ctx, run, k.revision)
 	}
 	return err
-}
-
-// forwardedOrphan is the answer of wakeOrphan for a run whose acquisition
-// named owner as the owner of its partition (the partition moved on since
-// the scan listed it): done when owner is judged alive by a successful
-// read of its liveness key — its claim made the partition due there, it
-// wakes the run. A key absent, or one that cannot be read, is no owner
-// known to wake it: the wake failed, and is made again while this runner
-// still owns the partition (noteOrphanFailing says so at Warn when it
-// keeps failing). docs/semantics.md §8: a run can always be answered.
-func (r *Runner) forwardedOrphan(ctx context.Context, owner string) error {
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	_, err := r.live.Get(gctx, owner)
-	switch {
-	case err == nil:
-		return nil // the partition's owner wakes it
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return fmt.Errorf("forwarded to runner %s, the owner of its partition as read, whose liveness key is absent", owner)
-	}
-	return fmt.Errorf("forwarded to runner %s, the owner of its partition as read, whose liveness key cannot be read: %w", owner, err)
 }
