@@ -19,6 +19,9 @@ import (
 // is not retried — so it holds the run only for that one decision, never
 // in a loop that keeps a command from the run (the suspicion when
 // TestScenario27_SettleWaitsByTheStoreClock was once answered runner_busy).
+// What it cannot see: it watches for a second firing over eight rounds of
+// rebalancing (two leases) only, so a re-arm after a backoff longer than
+// that would pass unseen.
 func TestSemantics8_ATimerFiredEarlyByASkewedClockFiresOnce(t *testing.T) {
 	t.Parallel()
 	var fired, passes atomic.Int64
