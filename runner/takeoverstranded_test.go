@@ -340,3 +340,59 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 		t.Fatalf("%d run_recovered events, want 1", len(rr))
 	}
 }
+
+// docs/semantics.md §8 (a run can always be answered): the partition loop
+// never waits for a held run. A run's takeover failed (the log is full)
+// and the try after it is held up (its "takeover" hook blocks, as a
+// command holding the run would): meanwhile a partition's key is deleted
+// (its owner released it), and this runner claims it. (Before, the scan
+// woke a held run whose takeover failed from the partition loop, waiting
+// for the run's lock up to 30 s, and no claim was made meanwhile.)
+func TestSemantics8_AHeldRunDoesNotHoldUpPartitionClaims(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := answeringAgent(t)
+	const run = "holdup1"
+	var s aggregate.State
+	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	ghostEntry(t, h, run)
+	capped := provision.EventsConfig()
+	capped.MaxMsgs = int64(h.eventsInfo().State.Msgs)
+	if _, err := h.srv.JS.UpdateStream(ctx(t), capped); err != nil {
+		t.Fatal(err)
+	}
+	var tries atomic.Int64
+	blocked, unblock := make(chan struct{}), make(chan struct{})
+	defer close(unblock)
+	hook := runner.WithHook(func(event string, _ int, id string) {
+		if event == "takeover" && id == run && tries.Add(1) == 2 {
+			close(blocked)
+			<-unblock
+		}
+	})
+	r, _ := h.startRunner([]*agent.Agent{a}, hook)
+	select {
+	case <-blocked:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the takeover was tried %d times, want a second try", tries.Load())
+	}
+	parts, err := h.srv.JS.KeyValue(ctx(t), runner.PartitionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := (partition.Of(run, runner.DefaultPartitions) + 1) % runner.DefaultPartitions
+	key := fmt.Sprintf("p.%04d", q)
+	if err := parts.Delete(ctx(t), key); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if e, err := parts.Get(ctx(t), key); err == nil && string(e.Value()) == r.ID() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("partition %d, released, was not claimed while a held run's takeover was being tried", q)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
