@@ -190,8 +190,9 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		// A takeover recorded at once — of a run with work in flight, or
 		// of an idle one whose head is behind — is decided on the store's
 		// owner of the partition, not on this runner's view of it
-		// (ownership.go); a lazy one is checked when it is recorded
-		// (takeOver).
+		// (ownership.go), before the run is installed; its first try to
+		// record it relies on this read (run.ownerChecked), a lazy one
+		// and any later try read again (takeOver).
 		if err := r.verifyOwner(ctx, id); err != nil {
 			return nil, err
 		}
@@ -215,7 +216,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		return nil, r.refused(ctx, id, nil, t.CommandName(), err)
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
-	rn.driven, rn.lazy = true, lazy
+	rn.driven, rn.lazy, rn.ownerChecked = true, lazy, !lazy
 	if err := r.install(rn); err != nil {
 		rn.unlock()
 		return nil, err
@@ -229,19 +230,31 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 // recovery. It returns what decideAppend returns. When the takeover did
 // not land and rn is still this runner's, it stays pending.
 func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]events.Event, error) {
+	r.testHook("takeover", -1, rn.id)
 	t := *rn.takeover
 	t.Then = c
 	if _, err := aggregate.Recovered(rn.pre, t, r.clock(rn)); err != nil {
 		// The takeover itself refused, whatever c is: never c's answer.
 		return nil, r.refused(ctx, rn.id, rn, t.CommandName(), err)
 	}
-	if rn.lazy {
-		// The first decision that records the lazy takeover of an idle
-		// run: decided on the store's owner of the partition, not on
-		// this runner's view (ownership.go).
+	// Every takeover recorded is decided on the store's owner of the
+	// partition, not on this runner's view (ownership.go): read by the
+	// acquisition that decided it for its first try (acquireFromLog), read
+	// here for the first decision that records a lazy one and for every
+	// try after one that failed — which may come long after, from a
+	// retry, a scan or a command, when the partition has moved on and
+	// this runner's watcher has not seen it yet.
+	checked := rn.ownerChecked
+	rn.ownerChecked = false
+	if !checked {
 		if evs, _ := aggregate.Decide(rn.pre, t, r.clock(rn)); len(evs) > 0 {
 			if err := r.verifyOwner(ctx, rn.id); err != nil {
-				r.drop(rn)
+				// Another runner owns the partition, or this one lost it:
+				// the run is not this runner's. An owner that cannot be
+				// read leaves the takeover pending, tried again.
+				if fe := (*forwardError)(nil); errors.As(err, &fe) || r.owns(rn.id) != nil {
+					r.drop(rn)
+				}
 				return nil, err
 			}
 		}
@@ -285,6 +298,13 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 	}
 	if err := r.step(ctx, rn, nil); err != nil {
 		r.log.Warn("takeover", "run", rn.id, "err", err)
+		if rn.driven && rn.takeover != nil {
+			// Still to record, whoever started it (a command, a scan, a
+			// timer): tried again without a command (docs/semantics.md §8:
+			// pending work is retried, never dropped), off the caller's
+			// path; the retry decides it on the store's owner (takeOver).
+			r.retryLater(rn.id)
+		}
 	}
 }
 

@@ -59,6 +59,10 @@ type run struct {
 	// lazy is set for the takeover of an idle run: it is recorded only
 	// with a command that records something, never on its own.
 	lazy bool
+	// ownerChecked is set when the acquisition that decided the takeover
+	// read the store's owner of the partition (verifyOwner); the first
+	// try to record it (takeOver) spends it, any later try reads again.
+	ownerChecked bool
 }
 
 func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run {

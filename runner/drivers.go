@@ -66,28 +66,44 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 		return
 	}
 	// A run no entry of the scanned partitions names any more (taken
-	// over, finished, moved) is no longer failing here.
+	// over, finished, moved), or of a partition this runner no longer
+	// owns, is no longer failing here.
 	scanned := make(map[int]bool, len(due))
 	for _, p := range due {
 		scanned[p] = true
 	}
-	r.orphanFail.Range(func(k, _ any) bool {
+	stale := func(k, _ any) bool {
 		run := k.(string)
-		if _, ok := entries[run]; !ok && scanned[partition.Of(run, r.nparts)] {
+		p := partition.Of(run, r.nparts)
+		_, listed := entries[run]
+		if owner, _ := t.ownerOf(p); owner != r.id || !listed && scanned[p] {
 			r.orphanFail.Delete(run)
+			r.unknownAt.Delete(run)
 		}
 		return true
-	})
+	}
+	r.orphanFail.Range(stale)
+	r.unknownAt.Range(stale)
 	var todo []string
+	loading := false // a run being acquired meanwhile: its outcome is not this scan's
 	for run := range entries {
 		if r.isQuarantined(run) {
 			continue // watchQuarantined wakes it once repaired
 		}
 		r.mu.Lock()
 		_, held := r.runs[run]
-		_, loading := r.loading[run]
+		_, load := r.loading[run]
 		r.mu.Unlock()
-		if held || loading {
+		if load {
+			loading = true
+			continue
+		}
+		// A held run is driven here, or its takeover still to record is
+		// tried again by its own retry (finishTakeover: retryLater), off
+		// the partition loop: the scan never waits on a held run's lock,
+		// which a command or a retry may hold for seconds while claims
+		// and releases wait for the loop.
+		if held {
 			continue
 		}
 		todo = append(todo, run)
@@ -99,7 +115,11 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 			mine = append(mine, run)
 		}
 	}
-	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) {
+	// The partitions stay due until every entry's run was woken: taken
+	// over and driven here, removed, or found owned by a runner whose
+	// key was read (wakeOrphan). A wake that failed, or that could not
+	// tell, is made again at the next scan, never counted as done.
+	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) || loading {
 		return // scanned again next time
 	}
 	t.mu.Lock()

@@ -394,6 +394,18 @@ func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[str
 // and a stall an operator must be able to see in the logs.
 func (r *Runner) orphanWarnAfter() time.Duration { return max(10*r.lease, 10*time.Second) }
 
+// unknownRunGrace is how long the scans find the run of a driver entry
+// absent from the log before the entry is removed (wakeOrphan): two
+// leases, many scans of the partition (every lease/4).
+func (r *Runner) unknownRunGrace() time.Duration { return 2 * r.lease }
+
+// unknownSince is when the scans first found no event of a run for its
+// driver entry at revision rev (wakeOrphan).
+type unknownSince struct {
+	rev uint64
+	at  time.Time
+}
+
 // noteOrphanFailing logs the failed wake of run's driver entry k: at Debug,
 // and at Warn once it has kept failing for orphanWarnAfter (then again
 // each orphanWarnAfter), naming the entry's driver and the last error.
@@ -417,24 +429,58 @@ func (r *Runner) noteOrphanFailing(run string, k driverKey, err error) {
 func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	r.mu.Lock()
+	_, held := r.runs[run]
+	r.mu.Unlock()
+	if held {
+		return nil // held since the scan listed it: driven here (scanPartitions)
+	}
 	rn, err := r.acquire(ctx, run)
 	if err != nil {
 		var fe *forwardError
 		switch {
 		case errors.As(err, &fe):
-			return nil // the partition's owner wakes it
-		case weft.ErrorCode(err) == weft.CodeUnknownRun:
-			// A start's intent whose append never landed.
-			_ = r.removeDriverKey(ctx, run, k.revision)
+			// The partition moved on since the scan listed it: the run is
+			// its owner's, whose claim made the partition due there. An
+			// owner that is gone is judged by the partition loop, which
+			// claims the partition back (due here again); nothing this
+			// scan could do for it.
 			return nil
+		case weft.ErrorCode(err) == weft.CodeUnknownRun:
+			// A start's intent whose append never landed — or landed and
+			// was not seen yet (a read answered by a replica behind, the
+			// append of a runner killed right after it): removed only once
+			// the run has been unknown to the scans for unknownRunGrace,
+			// never at the first look (a removed entry leaves the run to a
+			// command; docs/semantics.md §8: a run can always be answered).
+			// Measured from the first look that found no event for this
+			// entry (its revision), not from any earlier failed wake.
+			now := r.clk.Now()
+			v, _ := r.unknownAt.LoadOrStore(run, unknownSince{rev: k.revision, at: now})
+			if u := v.(unknownSince); u.rev != k.revision {
+				r.unknownAt.Store(run, unknownSince{rev: k.revision, at: now})
+			} else if now.Sub(u.at) >= r.unknownRunGrace() {
+				_ = r.removeDriverKey(ctx, run, k.revision)
+				r.unknownAt.Delete(run)
+				return nil
+			}
+			return fmt.Errorf("run %s: its log shows no event (yet) for its driver entry: %w", run, err)
 		}
 		return err
 	}
+	r.unknownAt.Delete(run) // found
 	err = r.wakeLocked(ctx, rn, true)
+	// A takeover still to record (its append failed) leaves the run held
+	// and not driven on: the wake failed, and its retry (finishTakeover:
+	// retryLater) tries it again, not a command.
+	pending := rn.driven && rn.takeover != nil
 	rn.unlock()
 	r.mu.Lock()
-	_, held := r.runs[run]
+	_, held = r.runs[run]
 	r.mu.Unlock()
+	if err == nil && held && pending {
+		err = fmt.Errorf("run %s: its takeover is not recorded yet", run)
+	}
 	if !held && err == nil {
 		// Idle (evicted or not taken over) or finished: an entry left
 		// unchanged since it was read is stale.

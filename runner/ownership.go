@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
@@ -22,8 +23,10 @@ import (
 // the server wakes up believing it still owns a partition another runner
 // claimed meanwhile. A decision that would record a takeover is therefore
 // not made on the table alone: the partition's key is read from the
-// stream's leader first (kv.Get reads its last message), and must name
-// this runner at a revision no lower than the one it claimed. After the
+// stream's leader first (partitionKey: a JetStream API message get, which
+// only the leader answers — not kv.Get, a direct get that any replica of
+// the bucket may answer, behind), and must name this runner at a revision
+// no lower than the one it claimed. After the
 // connection reconnected, every owned partition is verified so before
 // anything is acquired (verifyOwned).
 
@@ -96,15 +99,9 @@ func (r *Runner) verifyPartition(ctx context.Context, p int) (string, error) {
 	t.mu.Lock()
 	believed, claimed := t.owner[p], t.rev[p]
 	t.mu.Unlock()
-	e, err := r.partKV.Get(gctx, partKey(p))
-	var owner string
-	var rev uint64
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-	case err != nil:
+	owner, rev, err := r.partitionKey(gctx, p)
+	if err != nil {
 		return "", err
-	default:
-		owner, rev = string(e.Value()), e.Revision()
 	}
 	if owner == r.id && rev >= claimed {
 		return owner, nil
@@ -116,6 +113,55 @@ func (r *Runner) verifyPartition(ctx context.Context, p int) (string, error) {
 		r.lostPartition(ctx, p, claimed, owner, rev)
 	}
 	return owner, nil
+}
+
+// partitionKey reads partition p's key in weft_partitions from the
+// stream's leader: a JetStream API message get of the key's last message
+// ($JS.API.STREAM.MSG.GET, answered by the leader only), not a direct get
+// (kv.Get: the bucket allows direct gets, which any replica answers, and a
+// replica may be behind). It returns the key's owner and revision: "" and
+// the deletion's revision when the key is deleted, "" and 0 when it is
+// absent.
+func (r *Runner) partitionKey(ctx context.Context, p int) (string, uint64, error) {
+	bucket := "KV_" + PartitionsBucket
+	m, err := r.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+bucket,
+		fmt.Appendf(nil, `{"last_by_subj":%q}`, "$KV."+PartitionsBucket+"."+partKey(p)))
+	if err != nil {
+		return "", 0, err
+	}
+	var resp struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq    uint64 `json:"seq"`
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return "", 0, fmt.Errorf("%s: %v", bucket, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return "", 0, nil
+	case resp.Error != nil:
+		return "", 0, fmt.Errorf("%s: %d %s", bucket, resp.Error.Code, resp.Error.Description)
+	case resp.Message == nil:
+		return "", 0, fmt.Errorf("%s: no message in the answer", bucket)
+	}
+	if len(resp.Message.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return "", 0, fmt.Errorf("%s: %v", bucket, err)
+		}
+		if op := h.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+			return "", resp.Message.Seq, nil
+		}
+	}
+	return string(resp.Message.Data), resp.Message.Seq, nil
 }
 
 // lostPartition records that partition p, which this runner's table says

@@ -354,28 +354,44 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 	var got uint64
 	if rev == 0 || previous == "" {
 		got, err = r.partKV.Create(ctx, partKey(p), []byte(r.id))
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			// A key naming this runner that is no claim of its own (a
+			// re-created bucket, lost writes: verifyPartition) is claimed
+			// anew at its revision.
+			if owner, krev, gerr := r.partitionKey(ctx, p); gerr == nil && owner == r.id {
+				got, err = r.reclaim(ctx, p, krev)
+			}
+		}
 	} else {
 		got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
 	}
-	if err != nil && (rev == 0 || previous == "") && errors.Is(err, jetstream.ErrKeyExists) {
-		// A key naming this runner that is no claim of its own (a
-		// re-created bucket, lost writes: verifyPartition) is claimed
-		// anew at its revision.
-		if e, gerr := r.partKV.Get(ctx, partKey(p)); gerr == nil && string(e.Value()) == r.id {
-			got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), e.Revision())
-			if err == nil {
-				r.parts.mu.Lock()
-				if r.parts.owner[p] == "" {
-					r.parts.rev[p] = 0 // the claim below is the revision to compare with
-				}
-				r.parts.mu.Unlock()
-			}
-		}
-	}
 	if err != nil {
 		r.log.Debug("partition claim lost", "partition", p, "err", err)
+		r.catchUp(ctx, p)
 		return
 	}
+	r.claimed(p, got, previous)
+}
+
+// reclaim claims partition p, whose key names this runner at revision rev
+// without being a claim this runner's table holds, by compare-and-set at
+// rev: a write the stream's leader checks, so a key read from a replica
+// behind is never taken for ownership.
+func (r *Runner) reclaim(ctx context.Context, p int, rev uint64) (uint64, error) {
+	got, err := r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
+	if err == nil {
+		r.parts.mu.Lock()
+		if r.parts.owner[p] == "" {
+			r.parts.rev[p] = 0 // the claim is the revision to compare with (claimed)
+		}
+		r.parts.mu.Unlock()
+	}
+	return got, err
+}
+
+// claimed records this runner's claim of partition p at revision got: owned,
+// and due for a scan.
+func (r *Runner) claimed(p int, got uint64, previous string) {
 	t := r.parts
 	t.mu.Lock()
 	if got > t.rev[p] {
@@ -384,6 +400,55 @@ func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) 
 	t.scanDue[p], t.releasing[p] = true, false
 	t.mu.Unlock()
 	r.log.Info("partition claimed", "partition", p, "previous", previous)
+}
+
+// catchUp reads partition p's key after a claim of it was refused and
+// moves this runner's table forward to it when the key is at a revision
+// the table has not reached: a table set back by a read that was behind
+// (lostPartition) would otherwise claim at a revision that is no longer
+// the key's on every pass, while its watcher, past that revision already,
+// delivers nothing new — and the runs of the partition would wait for a
+// command (docs/semantics.md §8: a run can always be answered). The key is
+// read from the stream's leader (partitionKey), not from a replica that
+// may be behind. A key naming this runner is claimed again by
+// compare-and-set at its revision (reclaim), never taken as owned from a
+// read; a key naming another runner, or deleted, is applied to the table
+// (and, when the table said this runner, the partition is lost:
+// lostPartition). A key absent altogether (a re-created bucket) leaves
+// the table's revision but names nobody: the next claim is a Create,
+// not an Update at a revision the key never had. The table's revision
+// never moves back.
+func (r *Runner) catchUp(ctx context.Context, p int) {
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	owner, rev, err := r.partitionKey(gctx, p)
+	if err != nil {
+		return // cannot tell: claimed again at the next pass
+	}
+	t := r.parts
+	t.mu.Lock()
+	believed, at := t.owner[p], t.rev[p]
+	t.mu.Unlock()
+	if rev <= at && !(rev == 0 && believed != "") {
+		return
+	}
+	rev = max(rev, at)
+	if owner == r.id {
+		if got, err := r.reclaim(gctx, p, rev); err == nil {
+			r.claimed(p, got, "")
+		}
+		return
+	}
+	if believed == r.id {
+		r.lostPartition(ctx, p, at, owner, rev)
+		return
+	}
+	t.mu.Lock()
+	if t.owner[p] == believed && t.rev[p] == at {
+		t.owner[p], t.rev[p] = owner, rev
+		t.releasing[p], t.scanDue[p] = false, false
+	}
+	t.mu.Unlock()
 }
 
 // notOwned is the answer for a run of partition p, which this runner does

@@ -176,6 +176,7 @@ type Runner struct {
 	inflight   sync.WaitGroup   // model calls in flight
 	takeover   sync.Map         // run -> struct{} while a takeover is being attempted
 	orphanFail sync.Map         // run -> time.Time: since when the wake of its driver entry keeps failing (takeOrphans)
+	unknownAt  sync.Map         // run -> unknownSince: since when the scans find no event for its driver entry (wakeOrphan)
 	kicks      map[string]*kick // runs to wake again (retryLater)
 	// quarantined holds the runs whose log a reader found unfoldable,
 	// with the bad message's sequence (noteQuarantine).

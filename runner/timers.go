@@ -94,6 +94,7 @@ func (r *Runner) syncTimers(rn *run, pending []aggregate.Timer) {
 			// Bounded by the runner's lifetime: a timer firing while it
 			// stops is fired again by the next driver (from the log, or
 			// by the durable schedule).
+			r.testHook("timer-fired", -1, id)
 			if err := r.command(r.bg.ctx, id, cmd); retryTimer(err) {
 				r.log.Warn("timer", "run", id, "key", key, "err", err)
 				r.retryLater(id)
