@@ -25,6 +25,7 @@ func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
 	if len(evs) > 0 && rn.driven {
 		r.act(ctx, rn, evs, takeover)
 	}
+	r.abortPrepared(rn) // fenced and not dispatched by this act
 	rn.resolved = nil
 	if c != nil && derived(c) && internalRefusal(err) {
 		return r.refused(ctx, rn.id, rn, c.CommandName(), err)

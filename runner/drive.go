@@ -15,6 +15,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/worker"
 )
 
 // run is a run this runner drives (or, for a finished run, a transient
@@ -37,6 +38,11 @@ type run struct {
 	// reply: the act that follows the reply's append decides it instead of
 	// asking the policy again (taken by resolution, cleared by step).
 	resolved *aggregate.ResolveCalls
+	// prepared are the in-process worker's tasks whose claims went out
+	// with the append of their fences (prepareHandOffs), by attemptKey:
+	// given their go by dispatch, aborted when not recorded or not
+	// dispatched (abortPrepared).
+	prepared map[string]*worker.Prepared
 	durable  bool      // a durable schedule was armed for the run: purge them when it finishes
 	stale    bool      // an append's outcome is unknown: re-read before acting
 	keyed    bool      // weft_drivers names this runner for the run
@@ -287,6 +293,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if out == nil && len(won) > 0 {
 			r.keepCloses(rn.id, won)
 		}
+		if out == nil {
+			r.abortPrepared(rn) // nothing recorded: no claim may stay
+		}
 	}()
 	alone := false // the model reply is appended without its resolution
 	// The resolution of the reply's tool request, found once per call:
@@ -314,6 +323,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
 			return nil, err
 		}
+		// The claims of the attempts this append fences go out with it
+		// (docs/adr/0031-claim-with-the-fence.md).
+		r.prepareHandOffs(rn, evs[reply:])
 		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
 		if err != nil {
 			var conflict *eventlog.ConflictError

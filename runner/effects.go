@@ -51,11 +51,12 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)
 	r.tel.Inject(sctx, msg.Header)
 	// The runner's own worker takes the task at once (handtask.go), while
-	// it is published: its claim and the publish are written together. The
+	// it is published: its claim and the publish are written together (or
+	// its claim went out with the fence: prepareHandOffs). The
 	// copy names that worker, so that another Go worker delays its first
 	// delivery instead of claiming and reporting at once
 	// (worker.HeaderHandedTo, docs/protocol/41-tasks.md).
-	if r.giveTask(task, msg.Header) {
+	if r.giveTask(rn, task, msg.Header) {
 		msg.Header.Set(worker.HeaderHandedTo, r.id)
 	}
 	_, err = r.js.PublishMsg(ctx, msg)
