@@ -326,6 +326,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		// The claims of the attempts this append fences go out with it
 		// (docs/adr/0031-claim-with-the-fence.md).
 		r.prepareHandOffs(rn, evs[reply:])
+		if len(evs) > reply {
+			r.testHook("resolution-appending", -1, rn.id)
+		}
 		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
 		if err != nil {
 			var conflict *eventlog.ConflictError
