@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
@@ -58,6 +60,22 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	// (worker.HeaderHandedTo, docs/protocol/41-tasks.md).
 	if r.giveTask(rn, task, msg.Header) {
 		msg.Header.Set(worker.HeaderHandedTo, r.id)
+		// The copy is the fallback of a body that runs here: its
+		// acknowledgement is waited for off the run's lock (copyAcked),
+		// so that the body's report is not held behind its fsync
+		// (docs/adr/0031-claim-with-the-fence.md).
+		f, err := r.js.PublishMsgAsync(msg)
+		if err != nil {
+			span.RecordError(err)
+			span.End()
+			return err
+		}
+		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
+		if !r.bg.Go(func(bctx context.Context) { r.copyAcked(bctx, rn, key, f, span) }) {
+			span.End() // the runner stops: the next driver dispatches again
+		}
+		r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
+		return nil
 	}
 	_, err = r.js.PublishMsg(ctx, msg)
 	if err != nil {
@@ -69,6 +87,43 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	}
 	r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
 	return nil
+}
+
+// copyAckWait bounds copyAcked's wait for a copy's acknowledgement.
+const copyAckWait = 10 * time.Second
+
+// copyAcked waits for f, the acknowledgement of the stream copy of a task
+// the runner's own worker took (dispatch). A copy not acknowledged is
+// published again by the run's next act: the attempt of key is marked not
+// dispatched, under the run's lock, and the run woken (retryLater) — the
+// same message id, so a copy that did land is not stored twice. Meanwhile
+// the handed task runs with no copy, as when a synchronous publish failed
+// (docs/adr/0027-fewer-writes-per-step.md).
+func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, f jetstream.PubAckFuture, span trace.Span) {
+	t := time.NewTimer(copyAckWait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-f.Ok():
+		span.End()
+		return
+	case err = <-f.Err():
+	case <-t.C:
+		err = errors.New("no acknowledgement within " + copyAckWait.String())
+	case <-ctx.Done():
+		span.End()
+		return // the runner stops: the next driver dispatches again
+	}
+	span.RecordError(err)
+	span.End()
+	r.log.Warn("dispatch: the task's stream copy was not acknowledged; published again", "run", rn.id, "attempt", key, "err", err)
+	lctx, cancel := context.WithTimeout(ctx, copyAckWait)
+	if rn.lock(lctx) == nil {
+		delete(rn.dispatched, key)
+		rn.unlock()
+	}
+	cancel()
+	r.retryLater(rn.id)
 }
 
 // resolve validates every call of the batch and runs the policy on the

@@ -221,23 +221,12 @@ func (w *Worker) handedTask(q Queue, h Handler, t Task, hdr nats.Header, key str
 	// (worker.go; docs/adr/0023, "Claims released as not started"); a
 	// worker stopping before the start removes its claim instead
 	// (dropUnstarted), so that the copy runs the body.
-	if !w.defaultCheck {
-		switch w.current(t) {
-		case attemptStale:
-			if w.markNotStarted(t, &own, api.ClaimEnded) {
-				w.reportNotStarted(t, rep, api.ClaimEnded)
-			}
-			acked = true // ended while it was claimed: only the mark is reported
-			return
-		case attemptUnknown:
-			if p != nil {
-				// A prepared task had no check before its claim: as for
-				// a delivery whose check found nothing, the body does
-				// not start and the copy's delivery decides.
-				w.dropUnstarted(t, &own, held)
-				return
-			}
+	if !w.defaultCheck && w.current(t) == attemptStale {
+		if w.markNotStarted(t, &own, api.ClaimEnded) {
+			w.reportNotStarted(t, rep, api.ClaimEnded)
 		}
+		acked = true // ended while it was claimed: only the mark is reported
+		return
 	}
 	if context.Cause(ctx) == errStopped {
 		if w.markNotStarted(t, &own, api.ClaimStopped) {
@@ -304,12 +293,14 @@ type handedGo struct {
 // or when the attempt is held here already; the runner then hands the
 // task off (or not) when it dispatches it, as before.
 //
-// The check before the claim is skipped (the fence is not recorded yet);
-// an embedder's own AttemptCheck is asked after the claim and Go.
+// Only with the default check (LogCheck), which a handed task skips: an
+// embedder's own AttemptCheck is asked before the claim, as for a
+// delivered task (docs/adr/0027), and that cannot be before the fence is
+// recorded — such a worker's tasks are handed off at dispatch (nil).
 func (w *Worker) PrepareHandOff(t Task) *Prepared {
 	q := Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
 	h, ok := w.handlers[q]
-	if !ok || !w.ready.Load() {
+	if !ok || !w.ready.Load() || !w.defaultCheck {
 		return nil
 	}
 	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
