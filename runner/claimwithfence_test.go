@@ -2,11 +2,13 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
@@ -118,5 +120,95 @@ func TestSemantics7_AHandedTasksClaimGoesOutWithItsFenceAndTheBodyWaitsForTheFen
 	}
 	if starts.Load() != 2 || fenced.Load() != 2 {
 		t.Errorf("%d body starts, %d of them with their fence in the log; want 2 and 2", starts.Load(), fenced.Load())
+	}
+}
+
+// TestSemantics8_AHandedTasksCopyThatIsNotAcknowledgedIsPublishedAgain:
+// the stream copy of a task the runner's own worker took is acknowledged
+// off the run's lock (docs/adr/0031-claim-with-the-fence.md); a copy the
+// server refuses is published again by the run's next act, so that the
+// fallback of the handed task is not dropped (docs/semantics.md §8: work
+// not recorded is derived again, never dropped). WEFT_TASKS refuses every
+// task while the body runs (its max message size is cut to 16 bytes),
+// then accepts them again: the copy is published again and the run
+// completes, its body started once.
+func TestSemantics8_AHandedTasksCopyThatIsNotAcknowledgedIsPublishedAgain(t *testing.T) {
+	t.Parallel()
+	const run = "copy-again"
+	h := newHarness(t)
+	started, release := make(chan struct{}), make(chan struct{})
+	var starts atomic.Int64
+	body := tools.Bind(payDef, func(ctx context.Context, call tools.Call, in payIn) (payOut, error) {
+		if call.Run == run && starts.Add(1) == 1 {
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return payOut{}, ctx.Err()
+			}
+		}
+		return payOut{ID: "pay-" + call.Action}, nil
+	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("done"))
+	a := build(t, m, []tools.Tool{body}, policy.Func(allow))
+	r, _ := h.startRunner([]*agent.Agent{a})
+	for i := 0; r.HandedOff() == 0; i++ {
+		if i == 20 {
+			t.Fatal("the runner's worker took no task in 20 runs")
+		}
+		warm := fmt.Sprint("warm-", i)
+		if _, err := h.client.Start(ctx(t), api.StartRequest{Run: warm, Agent: "desk", Input: "x"}); err != nil {
+			t.Fatal(err)
+		}
+		h.waitStatus(warm, aggregate.StatusFinished)
+	}
+	c := ctx(t)
+	// Every publish of a task reaches this spy, stored or refused.
+	spy := h.srv.Connect()
+	var copies atomic.Int64
+	again := make(chan struct{})
+	sub, err := spy.Subscribe(worker.Queue{Agent: "desk", Version: a.Version(), Tool: "pay"}.Subject(), func(msg *nats.Msg) {
+		var tk worker.Task
+		if json.Unmarshal(msg.Data, &tk) == nil && tk.Run == run && copies.Add(1) == 2 {
+			close(again)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := h.srv.JS.Stream(c, worker.TaskStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tasks.CachedInfo().Config
+	limit := cfg
+	limit.MaxMsgSize = 16
+	if _, err := h.srv.JS.UpdateStream(c, limit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-c.Done():
+		t.Fatal("the handed task's body did not start")
+	}
+	if _, err := h.srv.JS.UpdateStream(c, cfg); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-again:
+	case <-c.Done():
+		t.Fatalf("the refused copy was not published again (%d publishes)", copies.Load())
+	}
+	close(release)
+	h.waitStatus(run, aggregate.StatusFinished)
+	if n := starts.Load(); n != 1 {
+		t.Errorf("%d body starts, want 1", n)
 	}
 }
