@@ -129,8 +129,8 @@ func TestSemantics7_AHandedTasksClaimGoesOutWithItsFenceAndTheBodyWaitsForTheFen
 // server refuses is published again by the run's next act, so that the
 // fallback of the handed task is not dropped (docs/semantics.md §8: work
 // not recorded is derived again, never dropped). WEFT_TASKS refuses every
-// task while the body runs (its max message size is cut to 16 bytes),
-// then accepts them again: the copy is published again and the run
+// task (its max message size cut to 16 bytes) until the copy was published
+// a second time while the body runs, then accepts them again: the run
 // completes, its body started once.
 func TestSemantics8_AHandedTasksCopyThatIsNotAcknowledgedIsPublishedAgain(t *testing.T) {
 	t.Parallel()
@@ -198,13 +198,13 @@ func TestSemantics8_AHandedTasksCopyThatIsNotAcknowledgedIsPublishedAgain(t *tes
 	case <-c.Done():
 		t.Fatal("the handed task's body did not start")
 	}
-	if _, err := h.srv.JS.UpdateStream(c, cfg); err != nil {
-		t.Fatal(err)
-	}
 	select {
 	case <-again:
 	case <-c.Done():
 		t.Fatalf("the refused copy was not published again (%d publishes)", copies.Load())
+	}
+	if _, err := h.srv.JS.UpdateStream(c, cfg); err != nil {
+		t.Fatal(err)
 	}
 	close(release)
 	h.waitStatus(run, aggregate.StatusFinished)
