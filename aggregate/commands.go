@@ -356,7 +356,9 @@ type Close struct {
 // runner read it from the claim's value — the decision's recorded input,
 // never a worker's report alone; By is that runner. It records
 // events.AttemptNotStarted, ending the action not_started when every
-// attempt it had is now closed or marked, on a live or a finished run. It
+// attempt it had is now closed or marked, on a live or a finished run (on
+// a live run the model reads that the call did not run, and its next turn
+// follows once the batch is answered). It
 // is refused not_reconcilable (reason: the action's state) for an action
 // no longer uncertain — a reconciliation or late settlement recorded first
 // wins — and invalid_request for an attempt that is not the action's

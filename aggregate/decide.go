@@ -1019,11 +1019,13 @@ func (d *decider) markedNotStarted(c MarkedNotStarted) error {
 		// leaves the action uncertain.
 		return weft.Errorf(weft.CodeInvalidRequest, "run %s: action %s attempt %d: the marked claim is not the claim its close found", d.s.run, c.Action, c.Attempt)
 	}
-	// It ends the action not_started as a close that won does on a cancel
-	// or a run's end; on a live run not_started would leave the model's
-	// batch unanswered, so there the mark is evidence for the person who
-	// reconciles (ADR 0023).
-	ended := spent(a) == 1 && (d.s.finished || d.s.cancelling)
+	// With no other attempt that may have acted it ends the action
+	// not_started, as a close that won does on a cancel or a run's end; on
+	// a live run the model reads that the call did not run (Action.Content,
+	// evolve) and its batch is answered: advance requests the next turn in
+	// this decision (docs/adr/0023-closing-attempts.md, "A late mark on a
+	// live run").
+	ended := spent(a) == 1
 	d.emit(events.AttemptNotStarted{Action: a.ID, Attempt: c.Attempt, Incarnation: c.Incarnation, Worker: c.Worker, Why: c.Why, By: c.By, Ended: ended})
 	return nil
 }
@@ -1232,10 +1234,13 @@ func (d *decider) notStarted(reason, why string) {
 				continue
 			}
 			ids = append(ids, a.ID)
-		case ActionRunning:
-			if a.Attempts > 0 && spent(a) == 0 {
+		case ActionRunning, ActionUncertain:
+			if a.Attempts > 0 && spent(a) == 0 && markChecked(a) {
 				// Every attempt was closed before any worker claimed
-				// it: no body ever started (docs/semantics.md §8).
+				// it, or marked not started by its worker: no body ever
+				// started (docs/semantics.md §8). Uncertain so only in a
+				// log whose late mark on a live run was recorded as
+				// evidence alone (before such a mark ended the action).
 				ids = append(ids, a.ID)
 			}
 		}
@@ -1268,6 +1273,17 @@ func hasUnresultedFence(a Action) bool {
 // docs/semantics.md §8 "Closing an attempt"). It is what the replay budget
 // counts.
 func spent(a Action) int { return a.Attempts - len(a.Closed) }
+
+// markChecked reports whether a's late mark, if it is uncertain, was
+// checked against the token of the claim the close found: only the latest
+// attempt of an uncertain action is ever marked, and ClaimToken is that
+// close's found token. A log written before marks were bound to that token
+// recorded some without it; such a mark may come from another claim under
+// the key, whose holder may have run the body, so it proves nothing
+// (docs/adr/0023-closing-attempts.md, "A late mark on a live run").
+func markChecked(a Action) bool {
+	return a.State != ActionUncertain || a.ClaimToken != ""
+}
 
 // closedHow says how a's latest attempt, which the log records closed, was
 // closed: on a claim its worker marked not started, when this decision
@@ -1473,7 +1489,7 @@ func (d *decider) advance() {
 // model-visible.
 func (s *State) batchVisible() bool {
 	for _, a := range s.actions {
-		if a.Turn == s.batch && !a.State.ModelVisible() {
+		if a.Turn == s.batch && !a.ModelVisible() {
 			return false
 		}
 	}

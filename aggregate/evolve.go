@@ -154,6 +154,11 @@ func (s *State) evolve(r events.Recorded) {
 	}
 	s.version = r.Version
 	s.useCommandProof(name, r.Event)
+	if _, signed := r.Event.(events.HeadSigned); signed {
+		s.headBehind = false
+	} else if s.finished || Vouched(r.Event) {
+		s.headBehind = true
+	}
 	switch e := r.Event.(type) {
 	case events.RunStarted:
 		if s.started {
@@ -403,6 +408,9 @@ func (s *State) evolve(r events.Recorded) {
 			if a.Attempts > len(a.Closed) {
 				s.bug(name, "action %s had %d attempts, %d closed unclaimed", id, a.Attempts, len(a.Closed))
 			}
+			if !markChecked(*a) {
+				s.bug(name, "action %s is uncertain, its mark never checked against the found claim's token", id)
+			}
 			a.State, a.Detail = t.To, e.Reason
 		}
 
@@ -431,7 +439,10 @@ func (s *State) evolve(r events.Recorded) {
 			s.bug(name, "action %s: ended %v with %d attempts, %d closed", e.Action, e.Ended, a.Attempts, len(a.Closed))
 		}
 		if e.Ended {
-			a.Detail = events.NotStartedMarked
+			// On a live run the model reads that the call did not run
+			// (Action.ModelVisible; docs/adr/0023-closing-attempts.md,
+			// "A late mark on a live run").
+			a.Detail, a.Content = events.NotStartedMarked, LateMarkContent(e, s.finished, s.cancelling)
 		}
 		moved = a
 

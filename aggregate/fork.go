@@ -105,7 +105,7 @@ func ForkOf(run string, history []events.Recorded, children map[string][]events.
 			unsettled = append(unsettled, bad...)
 		case a.State == ActionFaulted:
 			faulted = append(faulted, a.ID)
-		case !a.State.ModelVisible():
+		case !a.ModelVisible():
 			unran = append(unran, a.ID+" ("+string(a.State)+")")
 		}
 	}

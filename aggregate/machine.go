@@ -27,20 +27,23 @@ type Transition struct {
 // The From sets of the transitions, shared so that ActionTransition
 // allocates nothing.
 var (
-	fromRequested       = []ActionState{ActionRequested}
-	fromDeciding        = []ActionState{ActionRequested, ActionAwaitingApproval}
-	fromAsking          = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued}
-	fromAwaiting        = []ActionState{ActionAwaitingApproval}
-	fromQueued          = []ActionState{ActionQueued}
-	fromRunning         = []ActionState{ActionRunning}
-	fromBody            = []ActionState{ActionRunning, ActionSettling}
-	fromStartedAgain    = []ActionState{ActionSettling, ActionQueued, ActionAwaitingApproval, ActionRejected, ActionDenied}
-	fromSettleable      = []ActionState{ActionSettling, ActionUncertain}
-	fromUncertain       = []ActionState{ActionUncertain}
-	fromReconciled      = []ActionState{ActionReconciled}
-	fromDelegated       = []ActionState{ActionDelegated}
-	fromDelegating      = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued}
-	fromNotYetStartable = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued, ActionRunning}
+	fromRequested    = []ActionState{ActionRequested}
+	fromDeciding     = []ActionState{ActionRequested, ActionAwaitingApproval}
+	fromAsking       = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued}
+	fromAwaiting     = []ActionState{ActionAwaitingApproval}
+	fromQueued       = []ActionState{ActionQueued}
+	fromRunning      = []ActionState{ActionRunning}
+	fromBody         = []ActionState{ActionRunning, ActionSettling}
+	fromStartedAgain = []ActionState{ActionSettling, ActionQueued, ActionAwaitingApproval, ActionRejected, ActionDenied}
+	fromSettleable   = []ActionState{ActionSettling, ActionUncertain}
+	fromUncertain    = []ActionState{ActionUncertain}
+	fromReconciled   = []ActionState{ActionReconciled}
+	fromDelegated    = []ActionState{ActionDelegated}
+	fromDelegating   = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued}
+	// fromNotYetStartable: running or uncertain only with every attempt
+	// closed (Evolve checks it): uncertain in a log whose late mark on a
+	// live run was evidence alone (docs/adr/0023-closing-attempts.md).
+	fromNotYetStartable = []ActionState{ActionRequested, ActionAwaitingApproval, ActionQueued, ActionRunning, ActionUncertain}
 	fromClosable        = []ActionState{ActionRunning, ActionQueued, ActionAwaitingApproval}
 )
 

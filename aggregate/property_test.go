@@ -471,7 +471,8 @@ func TestSnapshotThenTail(t *testing.T) {
 //     not_started, rejected or denied: an attempted action is never
 //     reported as not having happened;
 //   - (p) an action whose every attempt was closed before any worker
-//     claimed it is never uncertain (docs/semantics.md §8, "Closing an
+//     claimed it, or marked not started by the worker that did, is never
+//     uncertain, on a live run too (docs/semantics.md §8, "Closing an
 //     attempt"): nobody reconciles a body that never started;
 //   - (q) an attempt the run records closed has its claim closed: no
 //     worker took it, so its body never starts;
@@ -503,11 +504,10 @@ func (k *stepChecker) check(fail func(string, ...any), s *aggregatetest.Sim, bef
 				fail("(j) %s had %d fenced attempt(s), %d of them closed unclaimed, but ended %s by %s", a.ID, a.Attempts, len(a.Closed), a.State, commandName(c))
 			}
 		case aggregate.ActionUncertain:
-			// A claim marked not started after the decision that found it
-			// is evidence only on a live run (attempt_not_started without
-			// ended): the action may stay uncertain.
-			if a.Attempts > 0 && a.Attempts == len(a.Closed) && !lateMarked(a) {
-				fail("(p) %s is uncertain by %s, yet each of its %d attempt(s) was closed before any worker claimed it", a.ID, commandName(c), a.Attempts)
+			// Also when a claim a close found was marked not started
+			// afterwards, on a live run too (attempt_not_started ended).
+			if a.Attempts > 0 && a.Attempts == len(a.Closed) {
+				fail("(p) %s is uncertain by %s, yet each of its %d attempt(s) was closed before any worker claimed it or marked not started by it", a.ID, commandName(c), a.Attempts)
 			}
 		}
 		// (q) A closed claim is never started: no attempt the run records
@@ -781,15 +781,4 @@ func innermost(c aggregate.Command) aggregate.Command {
 			return c
 		}
 	}
-}
-
-// lateMarked reports whether an attempt of a was found claimed by a close
-// and recorded marked not started afterwards (attempt_not_started).
-func lateMarked(a aggregate.Action) bool {
-	for _, n := range a.Claimed {
-		if slices.Contains(a.Closed, n) {
-			return true
-		}
-	}
-	return false
 }

@@ -12,8 +12,9 @@ import (
 // SnapshotSchema is the version of State's JSON encoding. A snapshot of
 // another version is refused; the runner then folds the history instead.
 // Version 2 keeps the command proofs used (a snapshot of version 1 did
-// not, so the runner folds such a run's history again).
-const SnapshotSchema = 2
+// not, so the runner folds such a run's history again); version 3 whether
+// the last signed head is behind (HeadBehind).
+const SnapshotSchema = 3
 
 // snapshot is the JSON form of a State: every field, so that decoding a
 // snapshot and folding the events after it equals folding the whole
@@ -47,6 +48,7 @@ type snapshot struct {
 	CommandProofs []UsedCommandProof `json:"command_proofs,omitempty"`
 	Finished      bool               `json:"finished,omitempty"`
 	Outcome       events.Outcome     `json:"outcome"`
+	HeadBehind    bool               `json:"head_behind,omitempty"`
 }
 
 type snapshotEntry struct {
@@ -66,6 +68,7 @@ func (s State) MarshalJSON() ([]byte, error) {
 		Failures: s.failures, Corrections: s.corrections, Tokens: s.tokens, Unreported: s.unreported,
 		ChildTurns: s.childTurns, Revision: s.revision, Actions: s.actions, Batch: s.batch, Cancelling: s.cancelling,
 		Paused: s.paused, Forked: s.forked, CommandProofs: s.commandProofs, Finished: s.finished, Outcome: s.outcome,
+		HeadBehind: s.headBehind,
 	}
 	for _, e := range s.transcript {
 		if e.batch != 0 {
@@ -94,6 +97,7 @@ func (s *State) UnmarshalJSON(b []byte) error {
 		failures: snap.Failures, corrections: snap.Corrections, tokens: snap.Tokens, unreported: snap.Unreported,
 		childTurns: snap.ChildTurns, revision: snap.Revision, actions: snap.Actions, batch: snap.Batch, cancelling: snap.Cancelling,
 		paused: snap.Paused, forked: snap.Forked, commandProofs: snap.CommandProofs, finished: snap.Finished, outcome: snap.Outcome,
+		headBehind: snap.HeadBehind,
 	}
 	if s.started {
 		s.index = make(map[string]int, len(s.actions))

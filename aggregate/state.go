@@ -58,8 +58,10 @@ const (
 	// ActionReconciled is an uncertain action a person or a late definite
 	// settlement said the truth of; Content is what the model reads.
 	ActionReconciled ActionState = "reconciled"
-	// ActionNotStarted is an action that ended without any attempt: the
-	// model never reads it.
+	// ActionNotStarted is an action that ended without any attempt that
+	// acted: the model never reads it, except when a worker's late mark
+	// ended it on a live run (Content NotStartedContent: the call did not
+	// run; Action.ModelVisible).
 	ActionNotStarted ActionState = "not_started"
 	// ActionFaulted is an action whose result was over max result bytes:
 	// the effect happened and the run fails output_encoding_failed.
@@ -89,10 +91,41 @@ func (a ActionState) Ended() bool {
 	return false
 }
 
-// ModelVisible reports whether the action ended with content the model
-// reads on its next turn.
+// ModelVisible reports whether an action in state a ended with content the
+// model reads on its next turn. A not_started action is read only with
+// content (Action.ModelVisible).
 func (a ActionState) ModelVisible() bool {
 	return a.Ended() && a != ActionNotStarted && a != ActionFaulted
+}
+
+// ModelVisible reports whether the model reads a's result on its next
+// turn: a ended in a model-visible state, or ended not_started on a live
+// run by its worker's late mark (events.AttemptNotStarted Ended), whose
+// Content, NotStartedContent, tells the model the call did not run
+// (docs/adr/0023-closing-attempts.md, "A late mark on a live run").
+func (a Action) ModelVisible() bool {
+	return a.State.ModelVisible() || a.State == ActionNotStarted && a.Detail == events.NotStartedMarked && a.Content != nil
+}
+
+// NotStartedContent is what the model reads of an action a worker's late
+// mark ended not_started on a live run: a definite failure saying the call
+// did not run. A restart re-renders past transcripts with it: its text is
+// part of the log's meaning and does not change.
+func NotStartedContent() json.RawMessage {
+	return errorContent("not_started", "the call did not run: its body never started")
+}
+
+// LateMarkContent is the content the model reads of the action e marked,
+// folded into a run finished or cancelling as said: NotStartedContent when
+// the mark ended the action on a live run (neither finished nor being
+// cancelled), else nil (no model reads it). The one definition both the
+// run's fold and the run view use (docs/adr/0023-closing-attempts.md, "A
+// late mark on a live run").
+func LateMarkContent(e events.AttemptNotStarted, finished, cancelling bool) json.RawMessage {
+	if !e.Ended || finished || cancelling {
+		return nil
+	}
+	return NotStartedContent()
 }
 
 // Action is the read-only view of one action. Slices and raw JSON are
@@ -225,6 +258,9 @@ type State struct {
 	commandProofs []UsedCommandProof
 	finished      bool
 	outcome       events.Outcome
+	// headBehind: a decision a person made (Vouched), or anything
+	// appended after the run's end, follows the last head_signed.
+	headBehind bool
 }
 
 // entry is one transcript element: a message, or the placeholder of a tool

@@ -27,7 +27,7 @@ func (s State) render(entries []entry, content func(Action) json.RawMessage) []m
 		}
 		var res []model.ToolResult
 		for _, a := range s.actions {
-			if a.Turn == e.batch && a.State.ModelVisible() {
+			if a.Turn == e.batch && a.ModelVisible() {
 				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: content(a)})
 			}
 		}
@@ -42,10 +42,11 @@ func (s State) render(entries []entry, content func(Action) json.RawMessage) []m
 // model-visible: its content, wrapped with a note and the arguments it ran
 // with when an approver narrowed it and it started with them (an attempt
 // or a child run); a narrowed call that never started (rejected, expired
-// or denied when asked again, cancelled while queued) reads its plain
-// content (docs/semantics.md §4, "Approving narrower arguments").
+// or denied when asked again, cancelled while queued, or whose every
+// attempt a late mark ended not_started) reads its plain content
+// (docs/semantics.md §4, "Approving narrower arguments").
 func modelContent(a Action) json.RawMessage {
-	if a.Edited != nil && a.Started() {
+	if a.Edited != nil && a.Started() && a.State != ActionNotStarted {
 		return editedNote(a.Edited, a.Content)
 	}
 	return a.Content

@@ -712,10 +712,11 @@ type ClosedNotStarted struct {
 // (the claim's holder, and "ended", "stopped" or "deadline"); By is the
 // runner that read the claim. The attempt then counts as closed (it did
 // not act). Ended says the uncertain action ends not_started by it: every
-// attempt it had is now closed unclaimed or marked not started; otherwise
-// (an earlier attempt may have acted, or the run is live: not_started
-// would leave the model's batch unanswered) the action stays uncertain and
-// the event is evidence only, for the person who reconciles it. It is recorded only for an action still
+// attempt it had is now closed unclaimed or marked not started; on a live
+// run the model then reads that the call did not run
+// (docs/adr/0023-closing-attempts.md, "A late mark on a live run").
+// Otherwise (an earlier attempt may have acted) the action stays uncertain
+// and the event is evidence only, for the person who reconciles it. It is recorded only for an action still
 // uncertain — a reconciliation or a late settlement recorded first wins —
 // also in a finished run.
 type AttemptNotStarted struct {
@@ -860,8 +861,11 @@ const (
 // Reason "policy_failed", "budget_exhausted", "cancelled" or
 // "run_finished". It never names an action that had a fenced attempt
 // (such an action ends ActionUncertain instead) unless every attempt it had
-// was closed before any worker claimed it (AttemptClosed): such an action
-// may be running, its closed attempt's body never started.
+// was closed before any worker claimed it (AttemptClosed) or marked not
+// started by that worker (AttemptNotStarted): such an action may be
+// running, or uncertain in a log whose late mark on a live run was recorded
+// without Ended (before such a mark ended the action) and whose
+// AttemptClosed recorded the found claim's token; no body of it started.
 type ActionsNotStarted struct {
 	Actions []string `json:"actions"`
 	Reason  string   `json:"reason"`

@@ -399,3 +399,72 @@ func TestLayering(t *testing.T) {
 		}
 	}
 }
+
+// TestSemantics8_ClosingAnAttemptALateMarkOnALiveRunInTheView
+// (docs/semantics.md §8 "Closing an attempt"; docs/adr/0023-closing-attempts.md,
+// "A late mark on a live run"): the attempt timer's close found the
+// worker's claim (uncertain, in the inbox); the worker's mark read
+// afterwards ends the payment not_started on the live run. The view shows
+// it not_started with the mark's evidence — which attempt, the worker that
+// marked it and why, the runner that read it — and the result the model
+// reads; it leaves the uncertain inbox and the run is working again.
+func TestSemantics8_ClosingAnAttemptALateMarkOnALiveRunInTheView(t *testing.T) {
+	h := history("r9", append(payFenced(),
+		events.AttemptClosed{Action: "1/p", Attempt: 1, Incarnation: 1, By: "r", Why: events.ClosedTimedOut, Claimed: true, ClaimWorker: "w-1", ClaimToken: "tok"},
+		events.AttemptLost{Action: "1/p", Attempt: 1, Cause: events.CauseTimedOut, Evidence: "attempt 1 timed out", Next: events.NextUncertain},
+	)...)
+	v := projections.Fold(h)
+	if a, _ := v.Action("1/p"); a.State != projections.StateUncertain || len(projections.UncertainItems(v)) != 1 {
+		t.Fatalf("before the mark: %+v, inbox %v", a, projections.UncertainItems(v))
+	}
+	v = projections.Apply(v, rec("r9", 10, events.AttemptNotStarted{Action: "1/p", Attempt: 1, Incarnation: 1, Worker: "w-1", Why: "deadline", By: "r", Ended: true}))
+	v = projections.Apply(v, rec("r9", 11, events.ModelRequested{Turn: 2, Incarnation: 1, Why: events.TurnToolResults}))
+	a, _ := v.Action("1/p")
+	want := projections.MarkView{Attempt: 1, Worker: "w-1", Why: "deadline", By: "r", At: t0.Add(10 * time.Second)}
+	if a.State != projections.StateNotStarted || a.Detail != events.NotStartedMarked || a.Marked == nil || *a.Marked != want {
+		t.Fatalf("after the mark: state %s detail %q mark %+v; want not_started, %s, %+v", a.State, a.Detail, a.Marked, events.NotStartedMarked, want)
+	}
+	if a.Result != `{"error":"not_started","detail":"the call did not run: its body never started"}` {
+		t.Fatalf("result %q; want the not_started error the model reads", a.Result)
+	}
+	if len(projections.UncertainItems(v)) != 0 || len(v.Uncertain) != 0 || v.Status != projections.StatusWorking {
+		t.Fatalf("status %s, uncertain %v, inbox %v; want working, none", v.Status, v.Uncertain, projections.UncertainItems(v))
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptALateMarkAfterTheCancelInTheViewHasNoResult
+// (docs/adr/0023-closing-attempts.md, "A late mark on a live run" and "Late
+// evidence: a mark after the decision"): the cancel's close found the
+// worker's claim (uncertain), and the run finished cancelled; the worker's
+// mark read afterwards ends the payment not_started with its evidence, but
+// no model reads it: the view shows no result.
+func TestSemantics8_ClosingAnAttemptALateMarkAfterTheCancelInTheViewHasNoResult(t *testing.T) {
+	h := history("r10", append(payFenced(),
+		events.AttemptClosed{Action: "1/p", Attempt: 1, Incarnation: 1, By: "r", Why: events.ClosedCancelled, Claimed: true, ClaimWorker: "w-1", ClaimToken: "tok"},
+		events.CancelRequested{By: "dave"},
+		events.AttemptLost{Action: "1/p", Attempt: 1, Cause: events.CauseStopped, Evidence: "stopped while running: cancelled", Next: events.NextUncertain},
+		events.RunFinished{Outcome: events.Outcome{Kind: events.OutcomeCancelled}},
+	)...)
+	v := projections.Apply(projections.Fold(h), rec("r10", 12, events.AttemptNotStarted{Action: "1/p", Attempt: 1, Incarnation: 1, Worker: "w-1", Why: "ended", By: "r", Ended: true}))
+	a, _ := v.Action("1/p")
+	if a.State != projections.StateNotStarted || a.Detail != events.NotStartedMarked || a.Marked == nil {
+		t.Fatalf("after the mark: state %s detail %q mark %+v; want not_started by the mark", a.State, a.Detail, a.Marked)
+	}
+	if a.Result != "" {
+		t.Fatalf("result %q; want none: no model reads a cancelled run's action", a.Result)
+	}
+}
+
+// payFenced is a run whose model called pay (action 1/p), allowed and
+// fenced attempt 1.
+func payFenced() []events.Event {
+	return []events.Event{
+		events.RunStarted{Agent: events.AgentRef{Name: "desk", Version: "1"}, Runner: "r"},
+		events.ModelRequested{Turn: 1, Incarnation: 1},
+		events.ModelReplied{Turn: 1, Kind: events.ReplyToolRequest, Calls: []events.ToolCall{{ID: "p", Name: "pay", Arguments: json.RawMessage(`{}`)}}},
+		events.CallValidated{Action: "1/p", Tool: "pay", Outcome: events.CallValid},
+		events.PolicyDecided{Action: "1/p", Decision: events.PolicyAllow},
+		events.ActionQueued{Action: "1/p"},
+		events.AttemptFenced{Action: "1/p", Attempt: 1, Incarnation: 1},
+	}
+}

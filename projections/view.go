@@ -244,8 +244,26 @@ type ActionView struct {
 	// Result is a summary of the content the model sees (at most
 	// SummaryBytes bytes).
 	Result string `json:"result,omitempty"`
+	// Marked is, once recorded, the worker's late mark of the claim a close
+	// found (events.AttemptNotStarted; docs/adr/0023-closing-attempts.md,
+	// "Late evidence: a mark after the decision"): the action ended
+	// not_started by it, or — an earlier attempt may have acted — it is the
+	// evidence beside an uncertain one.
+	Marked *MarkView `json:"marked_not_started,omitempty"`
 	// Updated is the recorded time of the action's last change.
 	Updated time.Time `json:"updated"`
+}
+
+// MarkView is a worker's late not-started mark as the run recorded it:
+// which attempt, the worker that claimed it and never started its body,
+// why ("ended", "stopped" or "deadline"), the runner that read the claim
+// (By) and when it was recorded.
+type MarkView struct {
+	Attempt int       `json:"attempt"`
+	Worker  string    `json:"worker"`
+	Why     string    `json:"why"`
+	By      string    `json:"by"`
+	At      time.Time `json:"at"`
 }
 
 // QuestionView is the open question an action reconciled as unconfirmed
@@ -576,10 +594,15 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	case events.AttemptNotStarted:
 		// A claim marked not started after the decision that found it
 		// (docs/adr/0023-closing-attempts.md): with ended the uncertain
-		// action ends not_started and leaves the inbox.
+		// action ends not_started and leaves the inbox; on a live run the
+		// model reads that the call did not run (aggregate.LateMarkContent).
 		a := v.move(e.Action, at, t, moves)
+		a.Marked = &MarkView{Attempt: e.Attempt, Worker: e.Worker, Why: e.Why, By: e.By, At: at}
 		if e.Ended {
 			a.Detail, a.Pending = events.NotStartedMarked, nil
+			if c := aggregate.LateMarkContent(e, v.Outcome != nil, v.Cancelling); c != nil {
+				a.Result = summary(c)
+			}
 		}
 	case events.ActionsNotStarted:
 		for _, id := range e.Actions {

@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/internal/syncbuf"
 	"github.com/weftrun/weft/projector"
 )
 
 // waitLog waits until logs holds want.
-func waitLog(t *testing.T, logs *syncBuffer, want string) {
+func waitLog(t *testing.T, logs *syncbuf.Buffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(logs.String(), want) {
@@ -34,7 +35,7 @@ func waitLog(t *testing.T, logs *syncBuffer, want string) {
 func TestIndexEqualsViews_SecondProjectorStandsBy(t *testing.T) {
 	s := start(t)
 	ctx := context.Background()
-	var logs1, logs2 syncBuffer
+	var logs1, logs2 syncbuf.Buffer
 	p1, err := projector.New(ctx, s.JS, s.Log, projector.WithLogger(slog.New(slog.NewTextHandler(&logs1, nil))))
 	if err != nil {
 		t.Fatal(err)

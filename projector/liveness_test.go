@@ -19,6 +19,7 @@ import (
 
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/syncbuf"
 	"github.com/weftrun/weft/projections/projtest"
 	"github.com/weftrun/weft/projector"
 )
@@ -181,7 +182,7 @@ func TestSemantics8_AProjectorWhoseLogSubscriptionStopsDeliveringResumes(t *test
 	var stuck atomic.Bool // the next delivery never returns
 	var once sync.Once
 	entered := make(chan struct{}) // closed once a delivery is held
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	p, err := projector.New(ctx, s.JS, s.Log, projector.WithStallAfter(2*time.Second),
 		projector.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 		projector.WithFeedHook(func(ctx context.Context, _ eventlog.StreamEvent) {
@@ -254,7 +255,7 @@ func TestSemantics8_ASlowBatchIsNotAStall(t *testing.T) {
 	stop()
 	rewind(t, s.JS, 0)
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	p2, err := projector.New(ctx, s.JS, s.Log, projector.WithStallAfter(2*time.Second),
 		projector.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 		projector.WithBeforeRead(func(string) { time.Sleep(100 * time.Millisecond) }))

@@ -1,38 +1,19 @@
 package projector_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/internal/syncbuf"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestIndexMigration_ViewsWithoutIndexAreListedAfterStart
 // (docs/protocol/50-queries.md "Order indexes": the
@@ -87,7 +68,7 @@ func TestIndexMigration_ViewsWithoutIndexAreListedAfterStart(t *testing.T) {
 	wantError(t, s.Conn, projector.EndpointList, `{}`, "unavailable")
 	wantError(t, s.Conn, projector.EndpointApprovals, `{}`, "unavailable")
 
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	p2, err := projector.New(ctx, s.JS, s.Log, projector.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)

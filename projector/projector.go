@@ -798,7 +798,9 @@ func del(ctx context.Context, kv jetstream.KeyValue, key string) error {
 }
 
 // RunAll runs a projector and the query service on nc until ctx ends: what
-// cmd/projector and `weft dev` run. The buckets must exist (Assets). A
+// cmd/projector and `weft dev` run. The buckets must exist (Assets); while
+// they cannot be bound (missing, or the store does not answer) it tries
+// again after the same pauses as a failed pass, logging each failure. A
 // projector that fails (the store did not answer) resumes from its
 // checkpoint after a pause: a second, doubling while it keeps failing
 // without progress, up to 16 s.
@@ -818,13 +820,34 @@ func runAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, log *eve
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	p, err := New(ctx, js, log, WithLogger(logger))
-	if err != nil {
-		return err
-	}
-	svc, err := Serve(ctx, nc, js, log, WithServiceLogger(logger))
-	if err != nil {
-		return err
+	// Binding to the buckets and starting the query service are retried
+	// like a failed pass: a projector started while its cluster has no
+	// stream leader (a server restarting, an election after a fault) waits
+	// for it instead of exiting, so a host does not stop with it.
+	back := backoff.New(restartFirst, restartLimit)
+	var (
+		p   *Projector
+		svc *Service
+	)
+	for {
+		var err error
+		if p == nil {
+			p, err = New(ctx, js, log, WithLogger(logger))
+		}
+		if err == nil {
+			svc, err = Serve(ctx, nc, js, log, WithServiceLogger(logger))
+		}
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		d := back.Next()
+		logger.Error("projector could not start; trying again", "err", err, "pause", d)
+		if pause(ctx, d) != nil {
+			return nil
+		}
 	}
 	defer svc.Stop()
 	return p.supervise(ctx, pause)

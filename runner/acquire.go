@@ -185,14 +185,20 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		}
 		return rn, nil
 	}
-	if !idle {
-		// A takeover of a run with work in flight is decided on the
-		// store's owner of the partition, not on this runner's view of it
-		// (ownership.go), and never from a live runner that takes no part
-		// in the partitions (an older release still driving its runs).
+	lazy := r.lazyTakeover(s)
+	if !lazy {
+		// A takeover recorded at once — of a run with work in flight, or
+		// of an idle one whose head is behind — is decided on the store's
+		// owner of the partition, not on this runner's view of it
+		// (ownership.go); a lazy one is checked when it is recorded
+		// (takeOver).
 		if err := r.verifyOwner(ctx, id); err != nil {
 			return nil, err
 		}
+	}
+	if !idle {
+		// Never from a live runner that takes no part in the partitions
+		// (an older release still driving its runs).
 		if driver != r.id && !s.HandedOff() && r.nonParticipant(ctx, driver) {
 			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s is driven by runner %s, which is alive and takes no part in the partitions (an older release?); retry", id, driver)}
 		}
@@ -209,7 +215,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 		return nil, r.refused(ctx, id, nil, t.CommandName(), err)
 	}
 	rn.pre, rn.state, rn.takeover, rn.previous = s, view, &t, driver
-	rn.driven, rn.lazy = true, idle
+	rn.driven, rn.lazy = true, lazy
 	if err := r.install(rn); err != nil {
 		rn.unlock()
 		return nil, err
@@ -253,7 +259,7 @@ func (r *Runner) takeOver(ctx context.Context, rn *run, c aggregate.Command) ([]
 		// Not recorded (the store did not answer, or another writer
 		// came first): still to do, with the cause the log says now.
 		t.Then, t.Cause = nil, aggregate.RecoveryCause(rn.state)
-		rn.pre, rn.takeover, rn.lazy = rn.state, &t, aggregate.Idle(rn.state)
+		rn.pre, rn.takeover, rn.lazy = rn.state, &t, r.lazyTakeover(rn.state)
 		if view, verr := aggregate.Recovered(rn.pre, t, r.clock(rn)); verr == nil {
 			rn.state = view
 		}
@@ -280,4 +286,14 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 	if err := r.step(ctx, rn, nil); err != nil {
 		r.log.Warn("takeover", "run", rn.id, "err", err)
 	}
+}
+
+// lazyTakeover reports whether the takeover of a run in state s is
+// recorded only with the first decision that records something (run.lazy):
+// the run is idle — unless this runner holds a head key and the run's head
+// is behind (its driver died between a person's decision and its
+// signature; keyBeforeAppend kept its entry): that takeover is recorded
+// at once, and its record signed with the decision it follows (signHead).
+func (r *Runner) lazyTakeover(s aggregate.State) bool {
+	return aggregate.Idle(s) && !(r.headKey != nil && s.HeadBehind())
 }

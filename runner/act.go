@@ -82,10 +82,10 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 	if w.Finished {
 		r.drop(rn)
 		r.disarmRun(rn)
-		if r.headKey != nil && !rn.endSigned {
+		if r.headKey != nil && rn.state.HeadBehind() {
 			// Its end head could not be appended (signHead logged it): the
 			// entry stays, and the wake of the finished run signs it
-			// (signEnd) before it deletes the entry.
+			// (signBehind) before it deletes the entry.
 			return true
 		}
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

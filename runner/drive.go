@@ -49,10 +49,7 @@ type run struct {
 	keyRev   uint64    // the revision of that entry, when known
 	lastAt   time.Time // recorded time of the run's last event
 	snapAt   uint64
-	// endSigned is set when the last event folded into state (evolve,
-	// evolveRead) is a signed end head (events.HeadSigned with End).
-	endSigned bool
-	asked     map[string]time.Time // approval requests seen: action#revision → when
+	asked    map[string]time.Time // approval requests seen: action#revision → when
 
 	// takeover is the recovery this runner decided to make (its driver is
 	// gone) but has not recorded yet: it is recorded together with the
@@ -78,7 +75,6 @@ func newRun(id string, s aggregate.State, h eventlog.Head, a *agent.Agent) *run 
 // state and remembers its recorded time.
 func (rn *run) evolve(rec events.Recorded) {
 	rn.state = aggregate.Evolve(rn.state, rec)
-	rn.endSigned = endHead(rec.Event)
 	if rec.At.After(rn.lastAt) {
 		rn.lastAt = rec.At
 	}
@@ -98,7 +94,6 @@ func (r *Runner) evolveRead(rn *run, rec events.Recorded, head eventlog.Head) er
 		return err
 	}
 	rn.state = s
-	rn.endSigned = endHead(rec.Event)
 	if rec.At.After(rn.lastAt) {
 		rn.lastAt = rec.At
 	}
@@ -357,7 +352,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				if ours {
 					// Landed: its head is signed as after an acknowledged
 					// append (docs/adr/0026-signed-heads.md).
-					r.signHead(ctx, rn, evs)
+					r.signHead(ctx, rn)
 					return evs, derr
 				}
 				if qerr != nil {
@@ -421,7 +416,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			}
 		}
 		rn.head = head
-		r.signHead(ctx, rn, evs)
+		r.signHead(ctx, rn)
 		r.observe(ctx, rn, evs)
 		r.maybeSnapshot(rn)
 		return evs, derr
@@ -522,11 +517,14 @@ func (r *Runner) drop(rn *run) {
 // acted on. An append that leaves the run idle needs no entry, and
 // neither does one that finishes it — unless the runner holds a head key:
 // the end head follows the append (signHead), and a runner that dies
-// between the two leaves the entry, whose wake signs the end (signEnd) —
+// between the two leaves the entry, whose wake signs the end (signBehind) —
 // nor a hand-off (a drain's or a release's: the run's next owner finds it
 // when a command reaches it, as an idle run). With a head key, an append
 // to a finished run puts the entry too: its signed head follows, and the
-// entry stays until it is signed (signHead, signEnd).
+// entry stays until it is signed (signHead, signBehind). So does, with a
+// head key, an append of a decision a person made that leaves the run idle:
+// an idle run has no entry, and a runner that died before signing it
+// would leave the decision unsigned until the next one.
 func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time) error {
 	if rn.keyed {
 		return nil
@@ -536,7 +534,7 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 		// settlement) is followed by a signed head (signHead): with a
 		// head key, the entry first, so that a signature that fails or
 		// a runner that dies before it leaves the entry, whose wake
-		// signs the tail (signEnd). signHead deletes it once signed.
+		// signs the tail (signBehind). signHead deletes it once signed.
 		if r.headKey == nil {
 			return nil
 		}
@@ -546,7 +544,11 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 		}
 		next := rn.after(evs, now)
 		_, fin := next.Finished()
-		if endToSign := fin && r.headKey != nil; !endToSign && (fin || !next.Exists() || aggregate.Idle(next)) {
+		// With a head key, an append after which a signature is owed
+		// (a person's decision, the end: HeadBehind) keeps its entry
+		// until signed, even when it leaves the run idle or finished.
+		toSign := r.headKey != nil && next.HeadBehind()
+		if !toSign && (fin || !next.Exists() || aggregate.Idle(next)) {
 			return nil
 		}
 	}
@@ -554,7 +556,7 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 	defer cancel()
 	rev, err := r.drivers.Put(kctx, r.driverKey(rn.id), []byte(r.id))
 	if err != nil {
-		return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("run %s: its driver entry could not be put before work is put in flight (%v); nothing was recorded", rn.id, err)}
+		return &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("run %s: its driver entry could not be put before an append that puts work in flight or owes a signed head (%v); nothing was recorded", rn.id, err)}
 	}
 	rn.keyed, rn.keyRev = true, rev
 	return nil

@@ -11,7 +11,8 @@ import (
 // only for people — aggregate.Idle: suspended with nothing in flight, no
 // timer but approval expiries (armed durably) — needs nothing from a
 // runner until a command, a report or a timer reaches it. Its driver
-// evicts it from memory and deletes its weft_drivers entry: nothing of it
+// evicts it from memory (once, with a head key, no signed head is owed:
+// signhead.go) and deletes its weft_drivers entry: nothing of it
 // is kept, so that neither the driver's memory nor the takeover of its
 // partition grows with the runs waiting for approvals. A command or timer
 // for it reaches the owner of its partition, which reads it again (its
@@ -25,6 +26,9 @@ import (
 func (r *Runner) isIdle(rn *run) bool {
 	if !rn.driven || rn.takeover != nil || rn.stale || rn.modelTurn != 0 || !aggregate.Idle(rn.state) {
 		return false
+	}
+	if r.headKey != nil && rn.state.HeadBehind() {
+		return false // its signature is owed: kept, with its entry, until signed (signBehind)
 	}
 	for _, t := range aggregate.Pending(rn.state).Timers {
 		if a, ok := rn.armed[timerKey(t)]; !ok || !a.isDurable() {

@@ -23,6 +23,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/internal/clock"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
@@ -396,36 +397,17 @@ func (r *Runner) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		_ = r.timers.Consume(gctx, func(ctx context.Context, f timer.Fired) error {
-			err := r.wake(ctx, f.Run)
-			if r.noteQuarantine(err) {
-				// Not redelivered at 10 Hz for as long as the run is
-				// quarantined: the repaired run is woken, which derives
-				// its due timers again from the log (watchQuarantined).
-				return nil
-			}
-			if code := weft.ErrorCode(err); err != nil && (code.Retryable() || code == weft.CodeInternal) {
-				// Redelivered, with a backoff: an internal refusal
-				// (refusals.go) dropped the run, which is read again
-				// from its log; the timer is never acked away.
-				return err
-			}
-			if err != nil {
-				r.log.Warn("timer firing", "run", f.Run, "key", f.Key, "err", err)
-			}
-			return nil
-		})
+		r.consumeTimers(gctx)
 		return nil
 	})
 
 	// The in-process worker runs the agents' tool bodies.
 	wctx, stopWorker := context.WithCancel(context.Background())
 	wdone := make(chan struct{})
-	var w *worker.Worker
 	if !r.noWorker {
-		w = r.newWorker()
+		w := r.newWorker()
 		r.inproc.Store(w)
-		go func() { defer close(wdone); _ = w.Run(wctx) }()
+		go func() { defer close(wdone); r.runWorker(wctx, w) }()
 	} else {
 		close(wdone)
 	}
@@ -479,7 +461,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	waitCtx(drainCtx, wdone)
-	if w != nil && drainCtx.Err() != nil {
+	if w := r.inproc.Load(); w != nil && drainCtx.Err() != nil {
 		// The window is over with bodies still running: they are stopped
 		// as a lost worker's would be (worker_lost: the run decides replay
 		// or uncertainty), and Run returns only once the worker did —
@@ -605,5 +587,73 @@ func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
 func (r *Runner) testHook(event string, p int, run string) {
 	if r.hook != nil {
 		r.hook(event, p, run)
+	}
+}
+
+// consumeTimers consumes the durable timers' firings until ctx ends. A
+// consumer that cannot be bound or stops on an error (its cluster had no
+// leader as this runner started, the server restarted) is started again
+// after a pause, doubling from a second up to 16 s: a runner that gave up
+// on it would leave every firing it is the only consumer of — an approval's
+// expiry, a timeout of a run nobody holds — waiting for ever
+// (docs/semantics.md §8: pending work is retried, never dropped).
+func (r *Runner) consumeTimers(ctx context.Context) {
+	back := backoff.New(time.Second, 16*time.Second)
+	for {
+		err := r.timers.Consume(ctx, r.timerFired)
+		if ctx.Err() != nil {
+			return
+		}
+		d := back.Next()
+		r.log.Error("timer consumer stopped; starting it again", "err", err, "pause", d)
+		if backoff.Sleep(ctx, d) != nil {
+			return
+		}
+	}
+}
+
+// timerFired wakes the run of a durable timer's firing f. An error it
+// returns has the firing redelivered later.
+func (r *Runner) timerFired(ctx context.Context, f timer.Fired) error {
+	err := r.wake(ctx, f.Run)
+	if r.noteQuarantine(err) {
+		// Not redelivered at 10 Hz for as long as the run is
+		// quarantined: the repaired run is woken, which derives
+		// its due timers again from the log (watchQuarantined).
+		return nil
+	}
+	if code := weft.ErrorCode(err); err != nil && (code.Retryable() || code == weft.CodeInternal) {
+		// Redelivered, with a backoff: an internal refusal
+		// (refusals.go) dropped the run, which is read again
+		// from its log; the timer is never acked away.
+		return err
+	}
+	if err != nil {
+		r.log.Warn("timer firing", "run", f.Run, "key", f.Key, "err", err)
+	}
+	return nil
+}
+
+// runWorker runs the in-process worker w until ctx ends. A worker whose
+// setup failed for a reason other than ctx (a consumer that could not be
+// made: not an unanswered request, which the worker retries itself) has
+// drained what it took and returned; a new one is started after a pause,
+// doubling from a second up to 16 s, so that the runner never serves on
+// without the worker that runs its agents' tool bodies — their tasks
+// would wait in the queue for a worker no process runs.
+func (r *Runner) runWorker(ctx context.Context, w *worker.Worker) {
+	back := backoff.New(time.Second, 16*time.Second)
+	for {
+		err := w.Run(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d := back.Next()
+		r.log.Error("the in-process worker stopped; starting a new one", "err", err, "pause", d)
+		if backoff.Sleep(ctx, d) != nil {
+			return
+		}
+		w = r.newWorker()
+		r.inproc.Store(w)
 	}
 }

@@ -577,10 +577,11 @@ func TestSemantics8_ClosingAnAttemptWhoseClaimWasMarkedNotStarted(t *testing.T) 
 }
 
 // afterClaimGate wraps an AttemptCheck so that a test holds a worker
-// between its claim and its body: the second check of a held run's task
-// (the worker's check after the claim) reports reached and waits for
-// release, then checks.
+// between its claim and its body: the second check of attempt 1 of a held
+// run's task (the worker's check after the claim) reports reached and
+// waits for release, then checks.
 type afterClaimGate struct {
+	h       *harness
 	base    worker.AttemptCheck
 	run     string
 	calls   atomic.Int64
@@ -588,10 +589,10 @@ type afterClaimGate struct {
 	release chan struct{}
 }
 
-// newAfterClaimGate holds run's worker after its claim (worker.LogCheck
-// checks); the hold ends by the end of the test.
+// newAfterClaimGate holds run's worker after its claim of attempt 1
+// (worker.LogCheck checks); the hold ends by the end of the test.
 func newAfterClaimGate(h *harness, run string) *afterClaimGate {
-	g := &afterClaimGate{base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
+	g := &afterClaimGate{h: h, base: worker.LogCheck(h.srv.JS), run: run, reached: make(chan struct{}), release: make(chan struct{})}
 	h.t.Cleanup(func() {
 		select {
 		case <-g.release:
@@ -602,8 +603,30 @@ func newAfterClaimGate(h *harness, run string) *afterClaimGate {
 	return g
 }
 
+// wait returns once the worker holds attempt 1's claim, its body not
+// started; it fails the test when c ends first, or at once when the run
+// closed attempt 1 before any worker claimed it (its deadline passed
+// first: the test's deadline is too short for this machine).
+func (g *afterClaimGate) wait(c context.Context) {
+	g.h.t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.reached:
+			return
+		case <-tick.C:
+			if as := g.h.state(g.run).Actions(); len(as) > 0 && slices.Contains(as[0].Closed, 1) && !slices.Contains(as[0].Claimed, 1) {
+				g.h.t.Fatalf("run %s: attempt 1 was closed before any worker claimed it (actions %+v); want the worker held after its claim", g.run, as)
+			}
+		case <-c.Done():
+			g.h.t.Fatalf("run %s: the worker never held attempt 1's claim (%v); actions %+v", g.run, c.Err(), g.h.state(g.run).Actions())
+		}
+	}
+}
+
 func (g *afterClaimGate) check(ctx context.Context, task worker.Task) (bool, error) {
-	if task.Run == g.run && g.calls.Add(1) == 2 {
+	if task.Run == g.run && task.Attempt == 1 && g.calls.Add(1) == 2 {
 		close(g.reached)
 		select {
 		case <-g.release:
@@ -646,7 +669,7 @@ func TestSemantics8_ClosingAnAttemptMarkedNotStartedBeforeTheTakeover(t *testing
 	t.Cleanup(func() { wstop(); <-wdone })
 	c := ctx(t)
 	h.startServed(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
-	<-g.reached // the worker holds attempt 1's claim, its body not started
+	g.wait(c) // the worker holds attempt 1's claim, its body not started
 	stopA()
 	live, err := h.srv.JS.KeyValue(c, runner.RunnersBucket)
 	if err != nil {
@@ -716,7 +739,7 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedF
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-g.reached // the worker holds attempt 1's claim, its body not started
+	g.wait(c) // the worker holds attempt 1's claim, its body not started
 	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
 		t.Fatal(err)
 	}
@@ -766,7 +789,7 @@ func TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-g.reached // the worker holds attempt 1's claim, its body not started
+	g.wait(c) // the worker holds attempt 1's claim, its body not started
 	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
 		t.Fatal(err)
 	}
@@ -845,7 +868,7 @@ func TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing(t *t
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-g.reached
+	g.wait(c)
 	if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: "c", Run: run, By: "dave"}); err != nil {
 		t.Fatal(err)
 	}
@@ -871,5 +894,73 @@ func TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing(t *t
 	p := h.state(run).Actions()[0]
 	if p.State != aggregate.ActionReconciled || slices.Contains(p.Closed, 1) {
 		t.Fatalf("payment %s (%s), closed %v; want reconciled, the late mark not recorded", p.State, p.Detail, p.Closed)
+	}
+}
+
+// TestSemantics8_ClosingAnAttemptAMarkOnALiveRunEndsNotStartedAndTheRunGoesOn
+// (docs/semantics.md §8 "Closing an attempt"; docs/adr/0023-closing-attempts.md,
+// "A late mark on a live run"): a worker holds a non-replayable payment's
+// claim, its check after the claim not made yet, when the attempt's
+// deadline passes. The timer's close finds the worker's claim — unmarked —
+// and the payment is decided uncertain on the live run. The worker then
+// never starts the body and marks its claim not started; the runner reads
+// the mark and records it: the payment ends not_started, the model reads
+// that the call did not run, and the run completes without anyone
+// reconciling. The ledger shows no body start. Before, the mark was
+// evidence only and the run stayed suspended on the uncertain payment.
+func TestSemantics8_ClosingAnAttemptAMarkOnALiveRunEndsNotStartedAndTheRunGoesOn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var l ledger
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("not paid"))
+	// The attempt's deadline leaves the worker seconds to claim, even on a
+	// loaded machine: the gate fails the test at once if the run closed
+	// attempt 1 unclaimed first.
+	a := build(t, m, []tools.Tool{tools.WithTimeout(l.tool(), tools.After(5*time.Second))}, policy.Func(allow))
+	const run = "mark-on-a-live-run"
+	g := newAfterClaimGate(h, run)
+	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	c := ctx(t)
+	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	g.wait(c) // the worker holds attempt 1's claim, its body not started
+	s := h.waitFor(run, "the payment uncertain", func(s aggregate.State) bool {
+		return len(s.Actions()) == 1 && s.Actions()[0].State == aggregate.ActionUncertain
+	})
+	if p := s.Actions()[0]; !slices.Contains(p.Claimed, 1) || p.Outcome != events.CauseTimedOut {
+		t.Fatalf("payment %s (%s), outcome %s, claimed %v; want the timer's close to find the claim", p.State, p.Detail, p.Outcome, p.Claimed)
+	}
+	if _, fin := s.Finished(); fin {
+		t.Fatal("the run finished; want it live")
+	}
+	close(g.release)
+	s = h.waitFor(run, "the mark recorded", func(s aggregate.State) bool {
+		_, fin := s.Finished()
+		return fin || slices.Contains(s.Actions()[0].Closed, 1)
+	})
+	p := s.Actions()[0]
+	if p.State != aggregate.ActionNotStarted || p.Detail != events.NotStartedMarked {
+		t.Fatalf("payment %s (%s), closed %v; want not_started by the mark on the live run", p.State, p.Detail, p.Closed)
+	}
+	s = h.waitFor(run, "finished", func(s aggregate.State) bool {
+		_, fin := s.Finished()
+		return fin
+	})
+	if o, _ := s.Finished(); o.Kind != events.OutcomeCompleted || string(o.Answer) != `"not paid"` {
+		t.Fatalf("outcome %+v; want completed with the model's answer", o)
+	}
+	reqs := m.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests; want 2", len(reqs))
+	}
+	if got, ok := model.ResultOf(reqs[1], "pay"); !ok || string(got) != string(aggregate.NotStartedContent()) {
+		t.Fatalf("the model read %s (%v) for the payment; want %s", got, ok, aggregate.NotStartedContent())
+	}
+	if u, _, _ := l.check(t, h, run, s); u != 0 {
+		t.Fatalf("%d uncertain; want none", u)
+	}
+	if l.started(run, p.ID) {
+		t.Fatal("the ledger shows a body start")
 	}
 }

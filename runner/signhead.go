@@ -80,66 +80,35 @@ func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
 	return kp, true, nil
 }
 
-// vouched reports whether evs hold a decision a person made (an approval
-// answered, a reconciliation, a resolution, a cancellation, a pause or
-// resume), the run's end, or a late not-started mark the runner read from
-// the claim (events.AttemptNotStarted, which may land after a finished
-// run's signed end head): the heads a runner signs.
-func vouched(evs []events.Event) bool {
-	for _, ev := range evs {
-		switch e := ev.(type) {
-		case events.ApprovalAnswered:
-			if e.Answer != events.AnswerExpired {
-				return true
-			}
-		case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished, events.AttemptNotStarted:
-			return true
-		}
-	}
-	return false
-}
-
-// signHead appends events.HeadSigned over rn's head when the runner holds a
-// head key and evs (just appended) are vouched for. It is a following
-// append, not part of the decision (the decision's envelope hashes are
-// known only once eventlog stamps them): a conflict or a failure leaves
-// the head unsigned, logged, and the run goes on; the next vouched
-// decision's signature covers everything before it.
+// signHead appends events.HeadSigned over rn's head, after an append, when
+// the runner holds a head key and a signature is owed
+// (aggregate.State.HeadBehind): a decision a person made or the run's end
+// follows the last signed head, or something was appended to a finished
+// run. It is a following append, not part of the decision (the decision's
+// envelope hashes are known only once eventlog stamps them).
 //
-// evs that record a takeover (events.RunRecovered) are signed too when the
-// log says the last signed head is behind a decision a person made or the
-// run's end (unsignedTail): the runner that died left that decision
-// unsigned, between its append and its signature, and the new driver
-// signs it at once rather than at the next decision or the run's end
-// (docs/adr/0026-signed-heads.md). Every runner that takes the run over
-// reads the same log, so decides the same.
-//
-// evs appended to a finished run (a worker's late report refused, a
-// settlement, a reconciliation of the finished run) are signed too: a
-// finished run's history ends with a signed head (audit.WithTrust), and
-// nothing else would sign after them.
-func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
-	if r.headKey == nil {
+// It covers, with one rule: the decision just appended; a takeover
+// (events.RunRecovered) of a run whose dead driver left a decision unsigned
+// between its append and its signature — the new driver signs it at once,
+// and every runner that could take the run over folds the same log, so
+// decides the same (docs/adr/0026-signed-heads.md); an earlier signature
+// that failed, signed at the next append; and what is appended to a
+// finished run (a worker's late report refused, a settlement, a
+// reconciliation), so that a finished run's history ends with a signed head
+// (audit.WithTrust). A signature that fails is logged and the run woken
+// again (retryLater), whose wake signs it (signBehind); meanwhile the run is
+// kept in memory with its entry (isIdle).
+func (r *Runner) signHead(ctx context.Context, rn *run) {
+	if r.headKey == nil || !rn.state.HeadBehind() {
 		return
 	}
 	if _, fin := rn.state.Finished(); fin && !rn.driven {
 		r.signAfterEnd(ctx, rn)
 		return
-	} else if !fin && !vouched(evs) {
-		if !recovered(evs) {
-			return
-		}
-		behind, err := r.unsignedTail(ctx, rn)
-		if err != nil {
-			r.log.Warn("head not signed after a takeover", "run", rn.id, "version", rn.head.Version, "err", err)
-			return
-		}
-		if !behind {
-			return
-		}
 	}
 	if err := r.sign(ctx, rn); err != nil {
 		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+		r.retryLater(rn.id)
 	}
 }
 
@@ -147,7 +116,7 @@ func (r *Runner) signHead(ctx context.Context, rn *run, evs []events.Event) {
 // appended to, and deletes the weft_drivers entry keyBeforeAppend put
 // before that append. When the signature or the delete fails, the entry
 // stays and the run is woken again (retryLater): the wake of a finished
-// run signs what follows its last signed end head (signEnd) and deletes
+// run signs what follows its last signed end head (signBehind) and deletes
 // the entry — as the partition's owner does when this runner dies first.
 func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
 	if err := r.sign(ctx, rn); err != nil {
@@ -169,80 +138,20 @@ func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
 	r.finished.add(rn.id)
 }
 
-// recovered reports whether evs record a takeover of the run.
-func recovered(evs []events.Event) bool {
-	for _, ev := range evs {
-		if _, ok := ev.(events.RunRecovered); ok {
-			return true
-		}
-	}
-	return false
-}
-
-// unsignedTail reports whether rn's log, read whole up to rn's head, holds
-// a decision a person made or the run's end (vouched) after its last
-// signed head: a head a runner should have signed and did not. It is read
-// from the log, not from this runner's memory, and only after a takeover.
-func (r *Runner) unsignedTail(ctx context.Context, rn *run) (bool, error) {
-	envs, head, err := r.evlog.Load(ctx, rn.id)
-	if err != nil {
-		return false, err
-	}
-	if head != rn.head {
-		return false, fmt.Errorf("the log of run %s moved (version %d, read at %d)", rn.id, head.Version, rn.head.Version)
-	}
-	behind := false
-	for _, env := range envs {
-		if env.Type == events.NameHeadSigned {
-			behind = false
-			continue
-		}
-		ev, err := env.Event()
-		if err != nil {
-			return false, err
-		}
-		if vouched([]events.Event{ev}) {
-			behind = true
-		}
-	}
-	return behind, nil
-}
-
-// signEnd signs the end head of rn, a finished run this runner wakes
-// because its weft_drivers entry is still there: its driver died between
-// the append of run_finished and the signature (signHead), and nothing
-// else touches a finished run again. Nothing is appended when the runner
-// holds no head key or the run's last message already ends with a signed
-// end head. An error (the store did not answer, the log moved) leaves the
-// end unsigned: the caller keeps the entry, so that the wake is made
-// again.
-func (r *Runner) signEnd(ctx context.Context, rn *run) error {
-	if r.headKey == nil {
+// signBehind signs rn's head when a signature is owed
+// (aggregate.State.HeadBehind: a decision a person made, the run's end, or
+// an append after it follows the last signed head) and this runner holds a
+// head key. It is how a runner that wakes a run whose weft_drivers entry
+// is still there finishes what its driver left: the driver died between an
+// append and its signature (signHead), and nothing else would sign before
+// the next decision — never, for a finished run. An error (the store did
+// not answer, the log moved: the append is at rn's head) leaves the head
+// unsigned: the caller keeps the entry, so that the wake is made again.
+func (r *Runner) signBehind(ctx context.Context, rn *run) error {
+	if r.headKey == nil || !rn.state.HeadBehind() {
 		return nil
 	}
-	envs, head, err := r.evlog.Last(ctx, rn.id)
-	if err != nil {
-		return err
-	}
-	if head != rn.head {
-		return fmt.Errorf("the log of run %s moved (version %d, read at %d)", rn.id, head.Version, rn.head.Version)
-	}
-	if n := len(envs); n > 0 && envs[n-1].Type == events.NameHeadSigned {
-		ev, err := envs[n-1].Event()
-		if err != nil {
-			return err
-		}
-		if endHead(ev) {
-			return nil
-		}
-	}
 	return r.sign(ctx, rn)
-}
-
-// endHead reports whether ev is a finished run's signed end head.
-func endHead(ev events.Event) bool {
-	hs, ok := ev.(events.HeadSigned)
-	return ok && hs.End
 }
 
 // sign appends events.HeadSigned over rn's head, signed with the runner's

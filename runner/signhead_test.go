@@ -27,6 +27,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/audittest"
 	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
@@ -703,5 +704,170 @@ func TestSemantics8_AnAppendToAFinishedRunWhoseSignatureFailedIsSignedOnRetry(t 
 	rep := audit.Verify(envs, audit.WithTrust(pubA))
 	if !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
 		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+}
+
+// TestSemantics8_AnIdleRunWhoseDeciderDiedBeforeSigningIsSignedByTheNext
+// (docs/semantics.md §8: pending work is retried, never dropped;
+// docs/adr/0026-signed-heads.md): a run waits for two approvals; a person
+// rejected one through runner-a, which appended the rejection — the run is
+// still idle, waiting for the other — and died before its signature. With
+// a head key the rejection's append put the run's weft_drivers entry first
+// (keyBeforeAppend), so the owner of the partition finds it and takes the
+// run over at once (not lazily: its head is behind), and signs the
+// rejection. Before, an idle run kept no entry and the rejection stayed
+// unsigned until the next person's decision.
+func TestSemantics8_AnIdleRunWhoseDeciderDiedBeforeSigningIsSignedByTheNext(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyB, pubB := userKey(t, 19)
+	b := &bodies{}
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+
+	// runner-a's history: two payments awaiting approval, one rejected,
+	// no head_signed after it; its entry is there, its liveness key not.
+	var s aggregate.State
+	hd := appendDecided(t, h, "ir1", &s, aggregate.Start{Run: "ir1", Agent: desk.Ref(), Input: "pay twice", Limits: desk.Limits(), Runner: "runner-a"})
+	one, two := payCall(500, "ok"), payCall(600, "ok")
+	one.ID, two.ID = "call_1_1", "call_1_2"
+	hd = appendDecidedAt(t, h, "ir1", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{one, two}}}})
+	cfg, _ := desk.ToolConfig("pay")
+	approval := aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}
+	hd = appendDecidedAt(t, h, "ir1", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{
+		{CallID: one.ID, Validation: events.CallValid, Normalized: one.Arguments, Policy: approval, Tool: cfg},
+		{CallID: two.ID, Validation: events.CallValid, Normalized: two.Arguments, Policy: approval, Tool: cfg}}})
+	first, _ := s.Action(aggregate.Status(s).Approvals[0])
+	hd = appendDecidedAt(t, h, "ir1", &s, hd, aggregate.Reject{Action: first.ID, Revision: first.Request.Revision, Reason: "too much", By: "alice"})
+	rejected := hd.Version
+	if !aggregate.Idle(s) || !s.HeadBehind() {
+		t.Fatalf("crafted history: idle %v, head behind %v; want an idle run owing a signature", aggregate.Idle(s), s.HeadBehind())
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, runner.DriverKey("ir1", runner.DefaultPartitions), []byte("runner-a")); err != nil {
+		t.Fatal(err)
+	}
+
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(keyB))
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		envs, _, err := h.srv.Log.Load(context.Background(), "ir1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep := audit.Verify(envs, audit.WithTrust(pubB), audit.WithUnfinished())
+		if rep.OK() && rep.SignedThrough >= rejected {
+			if st := aggregate.Status(h.state("ir1")); st.Kind != aggregate.StatusSuspended {
+				t.Fatalf("status %s after the signature, want still suspended on the other approval", st.Kind)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rejection at version %d was never signed by runner-b: verify %+v, signed through %d, log ends with %s", rejected, rep.Problem, rep.SignedThrough, envs[len(envs)-1].Type)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestSemantics8_APersonsDecisionLeavingARunIdleKeepsItsEntryUntilSigned
+// (docs/adr/0026-signed-heads.md): with a head key, a rejection that leaves
+// a run idle (it still waits for another approval) is appended after the
+// run's weft_drivers entry, and the entry is there once the rejection is
+// answered while its signature is owed — here it never lands (every
+// head_signed append fails) — so that a successor finds it if this runner
+// dies (the test above). Before, an idle run had no entry. (That the run is
+// then kept until signed rests on isIdle and on the retry of the
+// signature, which alone keeps it in memory meanwhile.)
+func TestSemantics8_APersonsDecisionLeavingARunIdleKeepsItsEntryUntilSigned(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	keyA, _ := userKey(t, 20)
+	b := &bodies{}
+	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	nc := h.srv.Connect()
+	ra, err := runner.New(nc, headlessJS{h.srv.JS}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancelA := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- ra.Run(actx) }()
+	t.Cleanup(func() { cancelA(); <-done })
+	h.startServed(c, api.StartRequest{Run: "ik1", Agent: "desk", Input: "pay twice"})
+	s := h.waitFor("ik1", "two approvals asked", func(s aggregate.State) bool {
+		return len(aggregate.Status(s).Approvals) == 2
+	})
+	act, _ := s.Action(aggregate.Status(s).Approvals[0])
+	if _, err := h.client.Reject(c, api.RejectRequest{CommandID: "no", Run: "ik1", Action: act.ID, Revision: act.Request.Revision, Reason: "too much", Approver: "desk", Credential: "bob"}); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.state("ik1"); !aggregate.Idle(s) || !s.HeadBehind() {
+		t.Fatalf("after the rejection: idle %v, head behind %v; want an idle run owing a signature", aggregate.Idle(s), s.HeadBehind())
+	}
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(c, runner.DriverKey("ik1", runner.DefaultPartitions))
+	if err != nil || string(e.Value()) != "runner-a" {
+		t.Fatalf("the idle run's weft_drivers entry after an unsigned rejection: %v; want it naming runner-a", err)
+	}
+}
+
+// TestSemantics8_AStaleOwnerDoesNotTakeOverAnIdleRunWhoseHeadIsBehind
+// (docs/semantics.md §8: only a runner that is gone is recovered from; a
+// partition moves only by compare-and-set): the takeover of an idle run
+// whose head is behind (a person's decision its dead driver did not sign)
+// is recorded at once, not lazily — so it is decided on the store's owner
+// of the partition, as every takeover recorded at once is. A runner whose
+// view of the partition is stale (the store says "other" owns it) records
+// no run_recovered for it.
+func TestSemantics8_AStaleOwnerDoesNotTakeOverAnIdleRunWhoseHeadIsBehind(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	key, _ := userKey(t, 21)
+	b := &bodies{}
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithCommandTimeout(time.Second))
+	const run = "stale-behind"
+	var s aggregate.State
+	hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: desk.Ref(), Input: "pay twice", Limits: desk.Limits(), Runner: "ghost"})
+	one, two := payCall(500, "ok"), payCall(600, "ok")
+	one.ID, two.ID = "call_1_1", "call_1_2"
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{one, two}}}})
+	cfg, _ := desk.ToolConfig("pay")
+	approval := aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{
+		{CallID: one.ID, Validation: events.CallValid, Normalized: one.Arguments, Policy: approval, Tool: cfg},
+		{CallID: two.ID, Validation: events.CallValid, Normalized: two.Arguments, Policy: approval, Tool: cfg}}})
+	first, _ := s.Action(aggregate.Status(s).Approvals[0])
+	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.Reject{Action: first.ID, Revision: first.Request.Revision, Reason: "too much", By: "alice"})
+	_ = hd
+	if !aggregate.Idle(s) || !s.HeadBehind() {
+		t.Fatalf("crafted history: idle %v, head behind %v", aggregate.Idle(s), s.HeadBehind())
+	}
+	second, _ := s.Action(aggregate.Status(s).Approvals[0])
+
+	r, _ := h.startRunner([]*agent.Agent{desk}, runner.WithoutScan(), runner.WithHeadKey(key))
+	p := partition.Of(run, runner.DefaultPartitions)
+	for !slices.Contains(r.Stats().Partitions, p) {
+		if c.Err() != nil {
+			t.Fatal("never claimed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, claimed := h.partRev(p)
+	h.beating("other", []byte(`{"schema":1,"at":"x"}`))
+	h.owns("other", run)
+	waitNotOwning(t, r, p)
+	r.StaleView(p, claimed)
+	_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: run, Action: second.ID, Revision: second.Request.Revision, Approver: "desk", Credential: "a"})
+	t.Logf("approve: %v", err)
+	if rr := h.recoveries(run); len(rr) != 0 {
+		t.Fatalf("the run was recovered %+v by a runner that does not own its partition", rr)
 	}
 }

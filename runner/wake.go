@@ -112,7 +112,7 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 			defer cancel()
 			// Perhaps before it signed the run's end, too: signed here,
 			// or the entry stays and the wake is made again.
-			if err := r.signEnd(dctx, rn); err != nil {
+			if err := r.signBehind(dctx, rn); err != nil {
 				return &weft.Error{Code: weft.CodeUnavailable, Message: "end head not signed: " + err.Error()}
 			}
 			if err := r.removeDriverKey(dctx, rn.id, 0); err != nil {
@@ -135,6 +135,12 @@ func (r *Runner) wakeLocked(ctx context.Context, rn *run, all bool) error {
 	// "Late evidence: a mark after the decision").
 	if err := r.recordLateMarks(ctx, rn, ""); err != nil && dueErr == nil {
 		dueErr = err
+	}
+	// A signature its driver (this runner, or one before it) still owes:
+	// the head after a decision a person made (docs/adr/0026-signed-heads.md).
+	if err := r.signBehind(ctx, rn); err != nil {
+		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+		r.retryLater(rn.id)
 	}
 	if all {
 		r.act(ctx, rn, nil, true)

@@ -215,9 +215,12 @@ func nakDelay(n uint64) time.Duration {
 	return min(d, NakCap)
 }
 
-// Consume delivers every firing to fn until ctx ends. A firing is acked when
-// fn returns nil and redelivered (to any runner) otherwise, after a delay
-// that doubles with each delivery from 100 ms up to NakCap.
+// Consume delivers every firing to fn until ctx ends (it then returns nil),
+// or until the consumer cannot be bound or stops delivering — deleted, its
+// stream made again —, when it returns an error: the caller starts it
+// again. A firing is acked when fn returns nil and redelivered (to any
+// runner) otherwise, after a delay that doubles with each delivery from
+// 100 ms up to NakCap.
 func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) error) error {
 	c, err := t.js.Consumer(ctx, Stream, Consumer)
 	if err != nil {
@@ -242,7 +245,14 @@ func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) er
 	if err != nil {
 		return fmt.Errorf("timer: consume: %w", err)
 	}
-	<-ctx.Done()
-	cc.Stop()
-	return nil
+	// A pull consume ends by itself on a terminal status (the consumer was
+	// deleted, the stream made again): the caller starts it again
+	// (runner's consumeTimers), or no firing would be delivered here.
+	select {
+	case <-ctx.Done():
+		cc.Stop()
+		return nil
+	case <-cc.Closed():
+		return errors.New("timer: consume: the consumer stopped")
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftrun/weft/internal/syncbuf"
 )
 
 var consoleURL = regexp.MustCompile(`Console: (http://[^\s]+)`)
@@ -19,7 +21,7 @@ func TestConsoleCommandServesThePages(t *testing.T) {
 	if m := consoleURL.FindStringSubmatch(out.String()); m == nil {
 		t.Fatalf("weft dev printed no console address:\n%s", out)
 	}
-	cout, cerrs := &syncBuffer{}, &syncBuffer{}
+	cout, cerrs := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -1,45 +1,25 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/internal/syncbuf"
 	"github.com/weftrun/weft/model/openai/openaitest"
 )
-
-// syncBuffer is a bytes.Buffer safe for the writer (weft dev) and the
-// reader (the test) at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 var devURL = regexp.MustCompile(`Weft dev is running: (?:embedded|external) NATS at (nats://[^,\s]+),`)
 
 // startDevCLI runs `weft args...` (a dev command line) in the test's
 // process until the test ends, waits until it says it is running and
 // returns its output and the NATS URL it printed.
-func startDevCLI(t *testing.T, args ...string) (*syncBuffer, string) {
+func startDevCLI(t *testing.T, args ...string) (*syncbuf.Buffer, string) {
 	t.Helper()
-	out, errs := &syncBuffer{}, &syncBuffer{}
+	out, errs := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, out, errs) }()

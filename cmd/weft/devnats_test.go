@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/internal/syncbuf"
 )
 
 // The first hour, on a fresh clone with Go's build cache in a folder of
@@ -41,7 +42,7 @@ func TestFirstHour_GoRunUnderACustomGOCACHEPrintsGoRunSteps(t *testing.T) {
 	cmd := exec.Command(exe, "dev", "--listen", "0", "--data", t.TempDir(), "--console", "")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "WEFT_TEST_AS_WEFT=1", "GOCACHE="+cache, "NATS_URL=", "WEFT_MODEL=", "WEFT_LISTEN=")
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

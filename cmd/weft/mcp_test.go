@@ -20,6 +20,7 @@ import (
 	"github.com/weftrun/weft/internal/busyrunner"
 	"github.com/weftrun/weft/internal/mcptest"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/internal/syncbuf"
 	"github.com/weftrun/weft/mcpserve"
 	"github.com/weftrun/weft/mcptools"
 	"github.com/weftrun/weft/model"
@@ -183,7 +184,7 @@ func greeter(t *testing.T) *agent.Agent {
 func serveMCPHTTP(t *testing.T, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	var errb syncBuffer
+	var errb syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, append(args, "--http", "127.0.0.1:0"), io.Discard, &errb)

@@ -110,8 +110,9 @@ type Unstarted int
 const (
 	// UnstartedViolation is when no worker's claim and no close of unknown
 	// outcome explains it, or the log records its last attempt closed
-	// while its worker's claim was marked not started: the action should
-	// have ended not_started.
+	// while its worker's claim was marked not started, or records the
+	// worker's mark of it (attempt_not_started) with every attempt closed:
+	// the action should have ended not_started.
 	UnstartedViolation Unstarted = iota
 	// UnstartedClaimed is a worker's claim never marked not started by the
 	// time the action ended (killed between claim and body, or a worker
@@ -123,9 +124,12 @@ const (
 	// after its claim found had read the claim before the mark
 	// (docs/adr/0023-closing-attempts.md, "Claims released as not
 	// started"). A mark the run recorded (attempt_not_started) ends such
-	// an action not_started in a finished run, so it is not counted at
-	// all; what stays here is a mark not read yet, one recorded as
-	// evidence only (a live run), or one read after a reconciliation.
+	// an action not_started when no other attempt may have acted, on a
+	// live run too ("A late mark on a live run"), so it is not counted at
+	// all, and a recorded mark on an action every attempt of which is
+	// closed is a violation; what stays here is a mark not read yet, one
+	// read after a reconciliation (refused, not recorded), or one recorded
+	// as evidence only because an earlier attempt may have acted.
 	UnstartedMarked
 	// UnstartedUnknown is an action with an attempt whose close had no known outcome.
 	UnstartedUnknown
@@ -140,6 +144,8 @@ func UnstartedKind(a aggregate.Action, c *api.Claim, unknown bool) (kind Unstart
 	switch {
 	case marked && slices.Contains(a.Closed, a.Attempts) && !slices.Contains(a.Claimed, a.Attempts):
 		return UnstartedViolation, fmt.Sprintf("uncertain (%s) without a body start, though the log records attempt %d closed and its worker %s marked its claim not started (%s)", a.Detail, a.Attempts, c.Worker, c.NotStarted.Why)
+	case marked && slices.Contains(a.Closed, a.Attempts) && len(a.Closed) == a.Attempts:
+		return UnstartedViolation, fmt.Sprintf("uncertain (%s) without a body start, though the log records the mark of attempt %d by its worker %s (%s) and every one of its %d attempt(s) closed", a.Detail, a.Attempts, c.Worker, c.NotStarted.Why, a.Attempts)
 	case marked && slices.Contains(a.Claimed, a.Attempts):
 		return UnstartedMarked, ""
 	case len(a.Claimed) > 0 || c != nil && c.Closed == nil:

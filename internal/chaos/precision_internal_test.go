@@ -45,7 +45,9 @@ func TestSemantics8_ClosingAnAttemptUnknownClosesAreReadFromTheRunnersLogs(t *te
 // uncertain action without a body start as marked not started after the
 // decision read the claim only when the log records its last attempt's
 // close as having found the worker's claim (attempt_closed claimed); when
-// the log records that attempt closed, the action should have ended
+// the log records that attempt closed, or records the worker's mark of it
+// with every attempt closed (attempt_not_started: the mark ends such an
+// action not_started, on a live run too), the action should have ended
 // not_started, so it is a violation (uncertain_without_start_or_claim).
 // Each other case is counted once in its own bucket.
 func TestSemantics8_ClosingAnAttemptPrecisionCountsAMarkOnlyWhereTheLogFoundTheClaim(t *testing.T) {
@@ -63,6 +65,7 @@ func TestSemantics8_ClosingAnAttemptPrecisionCountsAMarkOnlyWhereTheLogFoundTheC
 	type want struct{ claimed, marked, unknown, violations int }
 	for n, tc := range []struct {
 		name            string
+		attempts        int        // the action's attempts; 0: 1
 		claim           *api.Claim // on the last attempt's key; nil: none
 		closed, claimed []int      // what the log records of the attempts' closes
 		unknown         bool       // a runner logged a close with no known outcome
@@ -70,7 +73,8 @@ func TestSemantics8_ClosingAnAttemptPrecisionCountsAMarkOnlyWhereTheLogFoundTheC
 	}{
 		{name: "marked, its close found the claim", claim: &marked, claimed: []int{1}, want: want{marked: 1}},
 		{name: "marked, the log records it closed", claim: &marked, closed: []int{1}, want: want{violations: 1}},
-		{name: "marked, its close found the claim, the mark recorded as evidence", claim: &marked, claimed: []int{1}, closed: []int{1}, want: want{marked: 1}},
+		{name: "marked, its close found the claim, the mark recorded", claim: &marked, claimed: []int{1}, closed: []int{1}, want: want{violations: 1}},
+		{name: "marked, its close found the claim, the mark recorded as evidence after an attempt that may have acted", attempts: 2, claim: &marked, claimed: []int{1, 2}, closed: []int{2}, want: want{marked: 1}},
 		{name: "marked, no close recorded", claim: &marked, want: want{claimed: 1}},
 		{name: "plain claim, its close found it", claim: &plain, claimed: []int{1}, want: want{claimed: 1}},
 		{name: "plain claim, no close recorded", claim: &plain, want: want{claimed: 1}},
@@ -80,14 +84,15 @@ func TestSemantics8_ClosingAnAttemptPrecisionCountsAMarkOnlyWhereTheLogFoundTheC
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run, id := fmt.Sprintf("p-%d", n), "1/call_1_1"
-			a := aggregate.Action{ID: id, State: aggregate.ActionUncertain, Detail: "worker_lost", Attempts: 1, Closed: tc.closed, Claimed: tc.claimed}
-			a.Attempt.Attempt, a.Attempt.Incarnation = 1, 1
+			attempts := max(tc.attempts, 1)
+			a := aggregate.Action{ID: id, State: aggregate.ActionUncertain, Detail: "worker_lost", Attempts: attempts, Closed: tc.closed, Claimed: tc.claimed}
+			a.Attempt.Attempt, a.Attempt.Incarnation = attempts, 1
 			if tc.claim != nil {
 				b, err := json.Marshal(tc.claim)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := claims.Create(ctx, api.ClaimKey(run, id, 1, 1), b); err != nil {
+				if _, err := claims.Create(ctx, api.ClaimKey(run, id, attempts, 1), b); err != nil {
 					t.Fatal(err)
 				}
 			}

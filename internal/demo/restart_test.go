@@ -1,10 +1,8 @@
 package demo_test
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,33 +10,17 @@ import (
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/demo"
+	"github.com/weftrun/weft/internal/syncbuf"
 	"github.com/weftrun/weft/projector"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runDemo runs demo.Run on dir until stop is called; it returns the
 // output, the NATS URL and stop, which waits for Run and returns its
 // error.
-func runDemo(t *testing.T, dir string) (*syncBuf, string, func() error) {
+func runDemo(t *testing.T, dir string) (*syncbuf.Buffer, string, func() error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuf{}
+	out := &syncbuf.Buffer{}
 	urlc := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {

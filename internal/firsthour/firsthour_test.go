@@ -3,7 +3,6 @@
 package firsthour
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -11,12 +10,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/weftrun/weft/internal/syncbuf"
 )
 
 // Deadlines are generous: the machine may be loaded by the rest of the
@@ -519,31 +519,13 @@ func natsCLIDir(t *testing.T) string {
 	return ""
 }
 
-// buffer is an io.Writer safe for a reader goroutine and the test.
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *buffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *buffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // terminal is a command running in a pseudo-terminal of its own, as in a
 // person's terminal window: its own session, whose foreground process
 // group Ctrl-C interrupts.
 type terminal struct {
 	cmd  *exec.Cmd
 	pty  *os.File
-	out  *buffer
+	out  *syncbuf.Buffer
 	done chan struct{} // closed when the pty's output ended
 	code int
 }
@@ -557,7 +539,7 @@ func startTerminal(t *testing.T, dir string, env []string, line string) *termina
 	if err != nil {
 		t.Fatalf("start %q in a pty: %v", line, err)
 	}
-	tm := &terminal{cmd: cmd, pty: f, out: &buffer{}, done: make(chan struct{}), code: -1}
+	tm := &terminal{cmd: cmd, pty: f, out: &syncbuf.Buffer{}, done: make(chan struct{}), code: -1}
 	go func() {
 		defer close(tm.done)
 		_, _ = io.Copy(tm.out, f) // ends with EIO once the session has exited
@@ -637,7 +619,7 @@ func (tm *terminal) wait(t *testing.T) int {
 type shell struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser
-	out  *buffer
+	out  *syncbuf.Buffer
 	n    int
 	seen int // how much of out the previous steps used
 }
@@ -649,7 +631,7 @@ func startShell(t *testing.T, dir string, env []string) *shell {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("bash", "--noprofile", "--norc", "/dev/fd/3")
-	out := &buffer{}
+	out := &syncbuf.Buffer{}
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, out, out
 	cmd.ExtraFiles = []*os.File{r}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -154,7 +154,7 @@ export function versionToken(version: string): string;
 export function request(nc: NatsConnection, subject: string, body: unknown, timeoutMs: number): Promise<any>;
 
 /** A run view (docs/protocol/50-queries.md, "Run view"). */
-export type RunView = { run: string; status: "working" | "unattended" | "suspended" | "finished" | "quarantined"; [k: string]: any };
+export type RunView = { run: string; status: "working" | "unattended" | "suspended" | "paused" | "finished" | "quarantined"; [k: string]: any };
 export const finished: (v: RunView) => boolean;
 export const suspended: (v: RunView) => boolean;
 export const settled: (v: RunView) => boolean;

@@ -1,0 +1,28 @@
+package aggregate
+
+import "github.com/weftrun/weft/events"
+
+// Signed chain heads (docs/adr/0026-signed-heads.md): a runner that holds a
+// head key signs the run's head after every decision a person made and at
+// the run's end, and after anything appended to a finished run. What is
+// still to sign is decided from the log, so that the runner that takes
+// over from one that died between an append and its signature signs what
+// it left, without reading the whole history again.
+
+// Vouched reports whether ev is a decision a person made, or the run's
+// end: what a head key's signature must follow. An approval's expiry is
+// the store clock's, not a person's.
+func Vouched(ev events.Event) bool {
+	switch e := ev.(type) {
+	case events.ApprovalAnswered:
+		return e.Answer != events.AnswerExpired
+	case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished, events.AttemptNotStarted:
+		return true
+	}
+	return false
+}
+
+// HeadBehind reports whether a signature is owed: a Vouched event, or any
+// event appended after the run's end, follows the run's last head_signed
+// (or there is none).
+func (s State) HeadBehind() bool { return s.headBehind }
