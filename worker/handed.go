@@ -325,8 +325,8 @@ func (w *Worker) PrepareHandOff(t Task) *Prepared {
 // Go gives p its task as dispatched (t, with the fence's version; hdr the
 // task message's headers): the fence is in the log. The attempt is
 // stoppable from now on (weft.stop.<run>). It reports whether p takes it:
-// false when p was aborted, or its worker stopped before (the stream copy
-// is then the only way the task is run).
+// false when p was aborted, or its worker began stopping before (the
+// stream copy is then the only way the task is run).
 func (p *Prepared) Go(t Task, hdr nats.Header) bool {
 	w := p.w
 	base := context.Background()
@@ -337,6 +337,16 @@ func (p *Prepared) Go(t Task, hdr nats.Header) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if p.told {
+		cancel(nil)
+		return false
+	}
+	if w.stopping.Load() || w.abandoned {
+		// As HandOff refuses then: no body starts in a worker that stops,
+		// and the runner publishes the copy without naming this worker
+		// (docs/adr/0031-claim-with-the-fence.md). The task removes its
+		// claim.
+		p.told = true
+		p.gate <- handedGo{}
 		cancel(nil)
 		return false
 	}

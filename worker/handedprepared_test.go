@@ -142,3 +142,74 @@ func TestSemantics8_AFenceNotRecordedLeavesNoClaimForItsAttemptToTripOver(t *tes
 		t.Fatalf("starts %d, reports %+v: want the later hand-off to start the body once and report its output", starts.Load(), rs.got)
 	}
 }
+
+// heldCreateClaims is a JetStream whose weft_claims bucket holds every
+// claim create until release is closed, telling entered as each begins.
+type heldCreateClaims struct {
+	jetstream.JetStream
+	entered, release chan struct{}
+}
+
+func (c *heldCreateClaims) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
+	kv, err := c.JetStream.KeyValue(ctx, bucket)
+	if err != nil || bucket != worker.ClaimsBucket {
+		return kv, err
+	}
+	return &heldCreateKV{KeyValue: kv, c: c}, nil
+}
+
+type heldCreateKV struct {
+	jetstream.KeyValue
+	c *heldCreateClaims
+}
+
+func (k *heldCreateKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	k.c.entered <- struct{}{}
+	<-k.c.release
+	return k.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// TestSemantics8_APreparedTaskOfAWorkerThatStopsRefusesItsGo: a prepared
+// task whose worker began stopping before its go — its claim create still
+// in flight — refuses the go, as HandOff refuses a task then
+// (docs/adr/0031-claim-with-the-fence.md): the runner publishes its copy
+// without naming this worker, no body starts, and the claim the task took
+// is removed, so that the copy's delivery elsewhere runs the attempt as a
+// first delivery (docs/semantics.md §8), not worker_lost.
+func TestSemantics8_APreparedTaskOfAWorkerThatStopsRefusesItsGo(t *testing.T) {
+	t.Parallel()
+	nc, realJS := startServer(t)
+	ctx := context.Background()
+	claims, err := realJS.CreateKeyValue(ctx, worker.ClaimsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := &heldCreateClaims{JetStream: realJS, entered: make(chan struct{}, 8), release: make(chan struct{})}
+	var starts atomic.Int64
+	w, _, stop := handedWorker(t, nc, js, &starts)
+	task := handedTask("1/stopping")
+	p := prepare(t, w, task)
+	select {
+	case <-js.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the prepared task sent no claim create within 30 s")
+	}
+	w.Abandon() // the embedding process's drain window ended
+	went := p.Go(task, nats.Header{})
+	close(js.release)
+	select {
+	case <-p.Abort():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the prepared task did not end within 30 s")
+	}
+	stop()
+	if went {
+		t.Error("a prepared task took its go after its worker began stopping")
+	}
+	if n, h := starts.Load(), w.HandedOff(); n != 0 || h != 0 {
+		t.Errorf("%d body starts, %d tasks counted handed off; want 0 and 0", n, h)
+	}
+	if _, err := claims.Get(ctx, task.Claim); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("the claim of the refused task: %v, want it removed", err)
+	}
+}
