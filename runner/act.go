@@ -114,7 +114,8 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 			rn.keyed, rn.keyRev = true, rev
 		}
 	}
-	// Dispatch fenced attempts, each once.
+	// Dispatch fenced attempts, each once (again when its copy was lost).
+	rn.undispatchLost()
 	for _, d := range w.Dispatch {
 		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
 		if rn.dispatched[key] {

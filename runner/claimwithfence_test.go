@@ -128,12 +128,27 @@ func TestSemantics7_AHandedTasksClaimGoesOutWithItsFenceAndTheBodyWaitsForTheFen
 // off the run's lock (docs/adr/0031-claim-with-the-fence.md); a copy the
 // server refuses is published again by the run's next act, so that the
 // fallback of the handed task is not dropped (docs/semantics.md §8: work
-// not recorded is derived again, never dropped). WEFT_TASKS refuses every
-// task (its max message size cut to 16 bytes) until the copy was published
-// a second time while the body runs, then accepts them again: the run
-// completes, its body started once.
+// not recorded is derived again, never dropped) — also when the run's
+// lock is held, as a command or a stalled step holds it, from the copy's
+// failure until its republish is arranged (the attempt was left marked
+// dispatched when its lock could not be had: fenced, with no copy).
+// WEFT_TASKS refuses every task (its max message size cut to 16 bytes)
+// until the copy was published a second time while the body runs, then
+// accepts them again: the run completes, its body started once.
 func TestSemantics8_AHandedTasksCopyThatIsNotAcknowledgedIsPublishedAgain(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		hold bool
+	}{{"the run's lock free", false}, {"the run's lock held", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			copyPublishedAgain(t, tc.hold)
+		})
+	}
+}
+
+func copyPublishedAgain(t *testing.T, hold bool) {
 	const run = "copy-again"
 	h := newHarness(t)
 	started, release := make(chan struct{}), make(chan struct{})
@@ -151,7 +166,29 @@ func TestSemantics8_AHandedTasksCopyThatIsNotAcknowledgedIsPublishedAgain(t *tes
 	}, func(err error) tools.Failure { return tools.Uncertain(err.Error()) })
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("done"))
 	a := build(t, m, []tools.Tool{body}, policy.Func(allow))
-	r, _ := h.startRunner([]*agent.Agent{a})
+	var rp atomic.Pointer[runner.Runner]
+	var held atomic.Bool
+	var unlock func()
+	hook := func(event string, _ int, id string) {
+		if !hold || id != run {
+			return
+		}
+		switch {
+		case event == "copy-unacknowledged" && held.CompareAndSwap(false, true):
+			u, ok := runner.HoldRun(rp.Load(), run)
+			if !ok {
+				t.Error("the run is not in memory at its copy's failure")
+				return
+			}
+			unlock = u
+		case event == "copy-lost" && unlock != nil:
+			u := unlock
+			unlock = nil
+			u()
+		}
+	}
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(hook))
+	rp.Store(r)
 	for i := 0; r.HandedOff() == 0; i++ {
 		if i == 20 {
 			t.Fatal("the runner's worker took no task in 20 runs")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/weftrun/weft"
@@ -28,7 +29,12 @@ type run struct {
 	agent  *agent.Agent
 	driven bool
 
-	dispatched  map[string]bool
+	dispatched map[string]bool
+	// copyLost are the attempt keys whose stream copies were not
+	// acknowledged (copyAcked), under lostMu — not the run's lock: the next
+	// act marks them not dispatched (undispatchLost).
+	lostMu      sync.Mutex
+	copyLost    map[string]bool
 	fences      map[string]uint64      // attempt key → version of its attempt_fenced, appended by this runner and not dispatched yet
 	armed       map[string]*armedTimer // timer key → its local timer and durable schedule
 	modelTurn   int64

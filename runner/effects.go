@@ -94,10 +94,13 @@ const copyAckWait = 10 * time.Second
 
 // copyAcked waits for f, the acknowledgement of the stream copy of a task
 // the runner's own worker took (dispatch). A copy not acknowledged is
-// published again by the run's next act: the attempt of key is marked not
-// dispatched, under the run's lock, and the run woken (retryLater) — the
-// same message id, so a copy that did land is not stored twice. Meanwhile
-// the handed task runs with no copy, as when a synchronous publish failed
+// published again by the run's next act: the attempt of key is recorded
+// as its copy lost (run.copyLost, under a lock of its own, not the run's:
+// a run's lock held by a command or a stalled step must not leave the
+// attempt fenced with no copy) and the run woken (retryLater); that act
+// marks it not dispatched and publishes it again — the same message id, so
+// a copy that did land is not stored twice. Meanwhile the handed task runs
+// with no copy, as when a synchronous publish failed
 // (docs/adr/0027-fewer-writes-per-step.md).
 func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, f jetstream.PubAckFuture, span trace.Span) {
 	t := time.NewTimer(copyAckWait)
@@ -117,13 +120,27 @@ func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, f jetstream
 	span.RecordError(err)
 	span.End()
 	r.log.Warn("dispatch: the task's stream copy was not acknowledged; published again", "run", rn.id, "attempt", key, "err", err)
-	lctx, cancel := context.WithTimeout(ctx, copyAckWait)
-	if rn.lock(lctx) == nil {
-		delete(rn.dispatched, key)
-		rn.unlock()
+	r.testHook("copy-unacknowledged", -1, rn.id)
+	rn.lostMu.Lock()
+	if rn.copyLost == nil {
+		rn.copyLost = map[string]bool{}
 	}
-	cancel()
+	rn.copyLost[key] = true
+	rn.lostMu.Unlock()
+	r.testHook("copy-lost", -1, rn.id)
 	r.retryLater(rn.id)
+}
+
+// undispatchLost marks the attempts whose stream copies were not
+// acknowledged (copyAcked) not dispatched, so that act publishes them
+// again. Under the run's lock.
+func (rn *run) undispatchLost() {
+	rn.lostMu.Lock()
+	defer rn.lostMu.Unlock()
+	for key := range rn.copyLost {
+		delete(rn.dispatched, key)
+	}
+	clear(rn.copyLost)
 }
 
 // resolve validates every call of the batch and runs the policy on the
