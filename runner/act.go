@@ -21,11 +21,17 @@ import (
 // the run needs is acted on.
 func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
 	takeover := rn.takeover != nil
-	evs, err := r.decideAppend(ctx, rn, c)
-	if len(evs) > 0 && rn.driven {
-		r.act(ctx, rn, evs, takeover)
-	}
-	r.abortPrepared(rn) // fenced and not dispatched by this act
+	var err error
+	func() {
+		// Fenced and not dispatched by this act (also when it panics),
+		// before anything else is decided.
+		defer r.abortPrepared(rn)
+		var evs []events.Event
+		evs, err = r.decideAppend(ctx, rn, c)
+		if len(evs) > 0 && rn.driven {
+			r.act(ctx, rn, evs, takeover)
+		}
+	}()
 	rn.resolved = nil
 	if c != nil && derived(c) && internalRefusal(err) {
 		return r.refused(ctx, rn.id, rn, c.CommandName(), err)

@@ -49,6 +49,10 @@ type run struct {
 	// given their go by dispatch, aborted when not recorded or not
 	// dispatched (abortPrepared).
 	prepared map[string]*worker.Prepared
+	// aborting are the ends of aborted preparations' tasks, by attemptKey,
+	// that may still be removing their claims: a close of such an attempt
+	// waits for its end (waitAbortedClaim).
+	aborting map[string]<-chan struct{}
 	durable  bool      // a durable schedule was armed for the run: purge them when it finishes
 	stale    bool      // an append's outcome is unknown: re-read before acting
 	keyed    bool      // weft_drivers names this runner for the run

@@ -1,8 +1,8 @@
 package runner
 
 import (
+	"context"
 	"fmt"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -88,14 +88,11 @@ func (r *Runner) prepareHandOffs(rn *run, res []events.Event) {
 			rn.prepared[key] = p
 		}
 	}
-	var ended []<-chan struct{}
 	for key, p := range rn.prepared {
 		if !want[key] {
-			ended = append(ended, p.Abort())
-			delete(rn.prepared, key)
+			rn.aborted(key, p)
 		}
 	}
-	waitAborted(ended)
 }
 
 // abortPrepared aborts rn's preparations not given their go: their fences
@@ -104,39 +101,50 @@ func (r *Runner) prepareHandOffs(rn *run, res []events.Event) {
 // took, so that a later dispatch, a close or a takeover meets the attempt
 // unclaimed (docs/adr/0031-claim-with-the-fence.md).
 //
-// It waits, under the run's lock, for those tasks to end (their claims'
-// creates answered and removed), so that no decision of the run — a close
-// — reads a claim about to be removed; a store that does not answer for
-// abortWait leaves the rest to the tasks (their tries are bounded:
-// worker.dropUnstarted).
+// It does not wait for those tasks under the run's lock (a stalled claims
+// bucket would hold every command and a drain's hand-off of the run
+// behind it): the one decision that reads an attempt's claim, a close,
+// waits for its attempt's aborted task to end (closeFirst,
+// waitAbortedClaim), so that it never reads a claim about to be removed.
 func (r *Runner) abortPrepared(rn *run) {
-	if len(rn.prepared) == 0 {
-		return
-	}
-	ended := make([]<-chan struct{}, 0, len(rn.prepared))
 	for key, p := range rn.prepared {
-		ended = append(ended, p.Abort())
-		delete(rn.prepared, key)
+		rn.aborted(key, p)
 	}
-	waitAborted(ended)
 }
 
-// abortWait bounds abortPrepared's wait for aborted tasks.
-const abortWait = 10 * time.Second
-
-// waitAborted waits for the aborted tasks' ends, abortWait at most.
-func waitAborted(ended []<-chan struct{}) {
-	if len(ended) == 0 {
-		return
-	}
-	t := time.NewTimer(abortWait)
-	defer t.Stop()
-	for _, e := range ended {
+// aborted aborts p, rn's preparation of the attempt of key, and keeps its
+// task's end for a close of that attempt to wait for (rn.aborting). Under
+// the run's lock.
+func (rn *run) aborted(key string, p *worker.Prepared) {
+	delete(rn.prepared, key)
+	for k, e := range rn.aborting {
 		select {
 		case <-e:
-		case <-t.C:
-			return
+			delete(rn.aborting, k) // ended: its claim removed, or left to its token
+		default:
 		}
+	}
+	if rn.aborting == nil {
+		rn.aborting = map[string]<-chan struct{}{}
+	}
+	rn.aborting[key] = p.Abort()
+}
+
+// waitAbortedClaim waits, until ctx ends, for the task of an aborted
+// preparation of the attempt of key (abortPrepared) to end — its claim's
+// create answered and the claim removed — so that a close of the attempt
+// does not find a claim under which no body started. A close that stops
+// waiting finds the claim, if still there, and counts the attempt as
+// claimed (conservative). Under the run's lock.
+func (rn *run) waitAbortedClaim(ctx context.Context, key string) {
+	e, ok := rn.aborting[key]
+	if !ok {
+		return
+	}
+	select {
+	case <-e:
+		delete(rn.aborting, key)
+	case <-ctx.Done():
 	}
 }
 
