@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
-	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -111,14 +109,7 @@ func TestSemantics8_ADrainHandsOffARunWhosePreparedClaimIsStillBeingRemoved(t *t
 	t.Cleanup(stop)
 	t.Cleanup(js.unstall)
 	c := ctx(t)
-	for i := 0; r.HandedOff() == 0; i++ {
-		if i == 20 {
-			t.Fatal("the runner's worker took no task in 20 runs")
-		}
-		warm := fmt.Sprint("warm-", i)
-		h.startServed(c, api.StartRequest{Run: warm, Agent: "desk", Input: "x"})
-		h.waitStatus(warm, aggregate.StatusFinished)
-	}
+	warmHandOff(t, h, r)
 	h.startServed(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
 	select {
 	case <-js.lost:

@@ -3,7 +3,6 @@ package runner_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,18 +98,7 @@ func TestSemantics7_AHandedTasksClaimGoesOutWithItsFenceAndTheBodyWaitsForTheFen
 		}
 	}
 	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(hook))
-	// The in-process worker takes tasks once it set up its consumers: runs
-	// before the measured one until it took one.
-	for i := 0; r.HandedOff() == 0; i++ {
-		if i == 20 {
-			t.Fatal("the runner's worker took no task in 20 runs")
-		}
-		warm := fmt.Sprint("warm-", i)
-		if _, err := h.client.Start(ctx(t), api.StartRequest{Run: warm, Agent: "desk", Input: "x"}); err != nil {
-			t.Fatal(err)
-		}
-		h.waitStatus(warm, aggregate.StatusFinished)
-	}
+	warmHandOff(t, h, r)
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,16 +177,7 @@ func copyPublishedAgain(t *testing.T, hold bool) {
 	}
 	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(hook))
 	rp.Store(r)
-	for i := 0; r.HandedOff() == 0; i++ {
-		if i == 20 {
-			t.Fatal("the runner's worker took no task in 20 runs")
-		}
-		warm := fmt.Sprint("warm-", i)
-		if _, err := h.client.Start(ctx(t), api.StartRequest{Run: warm, Agent: "desk", Input: "x"}); err != nil {
-			t.Fatal(err)
-		}
-		h.waitStatus(warm, aggregate.StatusFinished)
-	}
+	warmHandOff(t, h, r)
 	c := ctx(t)
 	// Every publish of a task reaches this spy, stored or refused.
 	spy := h.srv.Connect()
