@@ -56,7 +56,7 @@ func storedClaim(t *testing.T, claims jetstream.KeyValue, key string) {
 // (worker.PrepareHandOff, docs/adr/0031-claim-with-the-fence.md) creates
 // its claim at once, and its body starts only once the runner gives it
 // its go — the fence is in the log (docs/semantics.md §7) — with the task
-// as dispatched: one body start, its output reported, one claim write.
+// as dispatched: one body start, its output reported.
 func TestSemantics7_APreparedHandedTaskClaimsAtOnceAndStartsItsBodyOnlyAtGo(t *testing.T) {
 	t.Parallel()
 	nc, js := startServer(t)
