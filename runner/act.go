@@ -21,10 +21,17 @@ import (
 // the run needs is acted on.
 func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
 	takeover := rn.takeover != nil
-	evs, err := r.decideAppend(ctx, rn, c)
-	if len(evs) > 0 && rn.driven {
-		r.act(ctx, rn, evs, takeover)
-	}
+	var err error
+	func() {
+		// Fenced and not dispatched by this act (also when it panics),
+		// before anything else is decided.
+		defer r.abortPrepared(rn)
+		var evs []events.Event
+		evs, err = r.decideAppend(ctx, rn, c)
+		if len(evs) > 0 && rn.driven {
+			r.act(ctx, rn, evs, takeover)
+		}
+	}()
 	rn.resolved = nil
 	if c != nil && derived(c) && internalRefusal(err) {
 		return r.refused(ctx, rn.id, rn, c.CommandName(), err)
@@ -113,7 +120,8 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 			rn.keyed, rn.keyRev = true, rev
 		}
 	}
-	// Dispatch fenced attempts, each once.
+	// Dispatch fenced attempts, each once (again when its copy was lost).
+	rn.undispatchLost()
 	for _, d := range w.Dispatch {
 		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
 		if rn.dispatched[key] {

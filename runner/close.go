@@ -67,6 +67,9 @@ func (r *Runner) closeFirst(ctx context.Context, rn *run, c aggregate.Command, e
 			r.log.Warn(CloseUnknown, "run", rn.id, "action", cl.Action, "attempt", cl.Attempt, "err", why)
 			continue
 		}
+		// A claim an aborted preparation of this attempt is removing is
+		// waited for first (abortPrepared).
+		rn.waitAbortedClaim(ctx, attemptKey(cl.Action, cl.Attempt, cl.Incarnation))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

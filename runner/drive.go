@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/weftrun/weft"
@@ -15,6 +16,7 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/telemetry"
+	"github.com/weftrun/weft/worker"
 )
 
 // run is a run this runner drives (or, for a finished run, a transient
@@ -27,7 +29,12 @@ type run struct {
 	agent  *agent.Agent
 	driven bool
 
-	dispatched  map[string]bool
+	dispatched map[string]bool
+	// copyLost are the attempt keys whose stream copies were not
+	// acknowledged (copyAcked), under lostMu — not the run's lock: the next
+	// act marks them not dispatched (undispatchLost).
+	lostMu      sync.Mutex
+	copyLost    map[string]bool
 	fences      map[string]uint64      // attempt key → version of its attempt_fenced, appended by this runner and not dispatched yet
 	armed       map[string]*armedTimer // timer key → its local timer and durable schedule
 	modelTurn   int64
@@ -37,6 +44,15 @@ type run struct {
 	// reply: the act that follows the reply's append decides it instead of
 	// asking the policy again (taken by resolution, cleared by step).
 	resolved *aggregate.ResolveCalls
+	// prepared are the in-process worker's tasks whose claims went out
+	// with the append of their fences (prepareHandOffs), by attemptKey:
+	// given their go by dispatch, aborted when not recorded or not
+	// dispatched (abortPrepared).
+	prepared map[string]*worker.Prepared
+	// aborting are the ends of aborted preparations' tasks, by attemptKey,
+	// that may still be removing their claims: a close of such an attempt
+	// waits for its end (waitAbortedClaim).
+	aborting map[string]<-chan struct{}
 	durable  bool      // a durable schedule was armed for the run: purge them when it finishes
 	stale    bool      // an append's outcome is unknown: re-read before acting
 	keyed    bool      // weft_drivers names this runner for the run
@@ -286,6 +302,9 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if out == nil && len(won) > 0 {
 			r.keepCloses(rn.id, won)
 		}
+		if out == nil {
+			r.abortPrepared(rn) // nothing recorded: no claim may stay
+		}
 	}()
 	alone := false // the model reply is appended without its resolution
 	// The resolution of the reply's tool request, found once per call:
@@ -312,6 +331,12 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		}
 		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
 			return nil, err
+		}
+		// The claims of the attempts this append fences go out with it
+		// (docs/adr/0031-claim-with-the-fence.md).
+		r.prepareHandOffs(rn, evs[reply:])
+		if len(evs) > reply {
+			r.testHook("resolution-appending", -1, rn.id)
 		}
 		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
 		if err != nil {

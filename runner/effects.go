@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
@@ -51,12 +53,29 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)
 	r.tel.Inject(sctx, msg.Header)
 	// The runner's own worker takes the task at once (handtask.go), while
-	// it is published: its claim and the publish are written together. The
+	// it is published: its claim and the publish are written together (or
+	// its claim went out with the fence: prepareHandOffs). The
 	// copy names that worker, so that another Go worker delays its first
 	// delivery instead of claiming and reporting at once
 	// (worker.HeaderHandedTo, docs/protocol/41-tasks.md).
-	if r.giveTask(task, msg.Header) {
+	if r.giveTask(rn, task, msg.Header) {
 		msg.Header.Set(worker.HeaderHandedTo, r.id)
+		// The copy is the fallback of a body that runs here: its
+		// acknowledgement is waited for off the run's lock (copyAcked),
+		// so that the body's report is not held behind its fsync
+		// (docs/adr/0031-claim-with-the-fence.md).
+		f, err := r.js.PublishMsgAsync(msg)
+		if err != nil {
+			span.RecordError(err)
+			span.End()
+			return err
+		}
+		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
+		if !r.bg.Go(func(bctx context.Context) { r.copyAcked(bctx, rn, key, f, span) }) {
+			span.End() // the runner stops: the next driver dispatches again
+		}
+		r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
+		return nil
 	}
 	_, err = r.js.PublishMsg(ctx, msg)
 	if err != nil {
@@ -68,6 +87,60 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	}
 	r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
 	return nil
+}
+
+// copyAckWait bounds copyAcked's wait for a copy's acknowledgement.
+const copyAckWait = 10 * time.Second
+
+// copyAcked waits for f, the acknowledgement of the stream copy of a task
+// the runner's own worker took (dispatch). A copy not acknowledged is
+// published again by the run's next act: the attempt of key is recorded
+// as its copy lost (run.copyLost, under a lock of its own, not the run's:
+// a run's lock held by a command or a stalled step must not leave the
+// attempt fenced with no copy) and the run woken (retryLater); that act
+// marks it not dispatched and publishes it again — the same message id, so
+// a copy that did land is not stored twice. Meanwhile the handed task runs
+// with no copy, as when a synchronous publish failed
+// (docs/adr/0027-fewer-writes-per-step.md).
+func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, f jetstream.PubAckFuture, span trace.Span) {
+	t := time.NewTimer(copyAckWait)
+	defer t.Stop()
+	var err error
+	select {
+	case <-f.Ok():
+		span.End()
+		return
+	case err = <-f.Err():
+	case <-t.C:
+		err = errors.New("no acknowledgement within " + copyAckWait.String())
+	case <-ctx.Done():
+		span.End()
+		return // the runner stops: the next driver dispatches again
+	}
+	span.RecordError(err)
+	span.End()
+	r.log.Warn("dispatch: the task's stream copy was not acknowledged; published again", "run", rn.id, "attempt", key, "err", err)
+	r.testHook("copy-unacknowledged", -1, rn.id)
+	rn.lostMu.Lock()
+	if rn.copyLost == nil {
+		rn.copyLost = map[string]bool{}
+	}
+	rn.copyLost[key] = true
+	rn.lostMu.Unlock()
+	r.testHook("copy-lost", -1, rn.id)
+	r.retryLater(rn.id)
+}
+
+// undispatchLost marks the attempts whose stream copies were not
+// acknowledged (copyAcked) not dispatched, so that act publishes them
+// again. Under the run's lock.
+func (rn *run) undispatchLost() {
+	rn.lostMu.Lock()
+	defer rn.lostMu.Unlock()
+	for key := range rn.copyLost {
+		delete(rn.dispatched, key)
+	}
+	clear(rn.copyLost)
 }
 
 // resolve validates every call of the batch and runs the policy on the

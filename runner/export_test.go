@@ -20,7 +20,10 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // "release-deleted": the partition's key is deleted), at the end of a
 // drain's hand-over, once the keys of the partitions with no run held
 // are deleted ("drain-released"), at the end of
-// every round of rebalancing ("partition-pass"), once a drain told its
+// every round of rebalancing ("partition-pass"), when the stream copy of
+// a task the runner's worker took was not acknowledged ("copy-unacknowledged")
+// and once its republish is arranged ("copy-lost"), before a model reply's
+// append that carries its resolution is sent ("resolution-appending"), once a drain told its
 // in-process worker to stop ("worker-stopped"), before a drain deletes
 // the key of a partition with nothing running ("release-quiet"), when a rebuild of the
 // driver index from the log starts ("rebuild") and when a start's first

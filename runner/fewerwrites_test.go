@@ -146,16 +146,17 @@ func (m *countedModel) Complete(ctx context.Context, req model.Request) (model.R
 }
 
 // replyFaultJS is the runner's JetStream, except that the first append of
-// a model_replied to the log fails: with nothing published (lost), or
-// published with its acknowledgement lost (ackLost).
+// a model_replied to the log (of run, when set) fails: with nothing
+// published (lost), or published with its acknowledgement lost (ackLost).
 type replyFaultJS struct {
 	jetstream.JetStream
 	ackLost bool
+	run     string
 	fired   atomic.Bool
 }
 
 func (f *replyFaultJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	hit := strings.HasPrefix(m.Subject, "weft.ev.") && bytes.Contains(m.Data, []byte(`"type":"model_replied"`)) && !f.fired.Load()
+	hit := strings.HasPrefix(m.Subject, "weft.ev.") && strings.Contains(m.Subject, f.run) && bytes.Contains(m.Data, []byte(`"type":"model_replied"`)) && !f.fired.Load()
 	if hit && !f.ackLost {
 		f.fired.Store(true)
 		return nil, errors.Join(errors.New("the connection dropped before the append was sent"), nats.ErrConnectionClosed)

@@ -133,6 +133,14 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 		// A delivery of the stream copy holds the attempt: it does the work.
 		return
 	}
+	w.handedTask(q, h, t, hdr, key, held, nil)
+}
+
+// handedTask is handed once the attempt of key is held here (held): for a
+// task given by HandOff (p nil), or prepared by PrepareHandOff while its
+// fence is appended (p), whose claim is taken before the fence is
+// recorded and whose body waits for p's Go.
+func (w *Worker) handedTask(q Queue, h Handler, t Task, hdr nats.Header, key string, held *held, p *Prepared) {
 	// A delivery of the stream copy that waits for this hold ends as it
 	// does: acked once the report was answered, else given back (its
 	// redelivery decides from the claim, as any delivery does).
@@ -142,27 +150,59 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 			w.doneHanded(key, held.unstarted)
 		}
 		w.leave(key, held, acked)
+		if p != nil {
+			close(p.ended)
+		}
 	}()
 	wq := q
 	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
 	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
-	base := context.Background()
-	if w.ctxFrom != nil {
-		base = w.ctxFrom(base, hdr)
+	var ctx context.Context
+	if p == nil {
+		base := context.Background()
+		if w.ctxFrom != nil {
+			base = w.ctxFrom(base, hdr)
+		}
+		var cancel context.CancelCauseFunc
+		ctx, cancel = context.WithCancelCause(base)
+		defer cancel(nil)
+		// Stoppable from before the claim: a stop recorded after the claim
+		// reaches the body (or keeps it from starting, below).
+		w.track(key, t.Run, cancel)
+		defer w.untrack(key)
+		if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
+			return // the stream copy's delivery reports it timed_out
+		}
+		if !w.defaultCheck && w.current(t) != attemptCurrent {
+			return // the stream copy's delivery decides, as for any delivery
+		}
 	}
-	ctx, cancel := context.WithCancelCause(base)
-	defer cancel(nil)
-	// Stoppable from before the claim: a stop recorded after the claim
-	// reaches the body (or keeps it from starting, below).
-	w.track(key, t.Run, cancel)
-	defer w.untrack(key)
-	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
-		return // the stream copy's delivery reports it timed_out
+	// A claim of this key that an earlier handed task took without
+	// starting the body and could not remove (dropUnstarted) is taken over
+	// by its token, as a requeued task's delivery does.
+	var orphans []string
+	if _, tok := w.wasHanded(key); tok != "" {
+		orphans = []string{tok}
 	}
-	if !w.defaultCheck && w.current(t) != attemptCurrent {
-		return // the stream copy's delivery decides, as for any delivery
+	res, own, _ := w.takeClaim(t, key, orphans)
+	if p != nil {
+		// The claim's create went out while the fence was appended; the
+		// body waits for the runner's word that the fence is recorded
+		// (docs/semantics.md §7), and never starts without it.
+		g := p.wait()
+		if !g.ok {
+			if res != claimHeld {
+				// The fence was not recorded (or not here: the runner
+				// dropped the run, the worker stops): a claim no body
+				// started under must not make the attempt look claimed.
+				w.dropUnstarted(t, &own, held)
+			}
+			return
+		}
+		t, ctx = g.t, g.ctx // the task as recorded and dispatched
+		defer g.cancel(nil)
+		defer w.untrack(key) // tracked by Go
 	}
-	res, own, _ := w.takeClaim(t, key, nil)
 	if res == claimUnknown {
 		// The create may have landed unanswered: a claim no body started
 		// under, which the copy's delivery would report worker_lost.
@@ -211,6 +251,144 @@ func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
 	}
 	rep = w.run(ctx, h, t, rep, &own)
 	acked = w.deliver(t, rep, &own)
+}
+
+// Prepared is a task handed to the in-process worker before its fence is
+// recorded (PrepareHandOff): its claim's create is sent while the runner
+// appends the fence, so that the two durable writes of a step wait for one
+// another's fsync instead of following each other
+// (docs/adr/0031-claim-with-the-fence.md). Its body starts only after Go,
+// which the runner calls once the fence is in the log (acknowledged, or
+// read back after an append whose outcome was unknown) and the attempt is
+// dispatched (docs/semantics.md §7), and after the claim was won. Abort
+// (the fence was not recorded, or not dispatched here) makes the task
+// remove the claim it took (dropUnstarted), so that no later attempt
+// under the same key, and no close, finds a claim no body started under.
+type Prepared struct {
+	w    *Worker
+	key  string
+	gate chan handedGo // one Go or Abort (capacity 1)
+	// told: Go or Abort was given, or the worker stopped first (w.mu).
+	told bool
+	// ended is closed when the task ended: after its body and report, or,
+	// when it did not start, once the claim it took was removed or its
+	// token kept (dropUnstarted).
+	ended chan struct{}
+}
+
+// handedGo is a Prepared task's word from its runner: ok with the task as
+// dispatched and its body's context (tracked for stops by Go), or not ok.
+type handedGo struct {
+	t      Task
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ok     bool
+}
+
+// PrepareHandOff takes t — a task whose fence its runner is appending
+// now, with the identity, attempt, incarnation and deadline of that fence
+// — and creates its claim at once, in this worker. The body waits for the
+// returned Prepared's Go. It returns nil when HandOff would not take the
+// task (a queue this worker does not serve, not running yet or stopping)
+// or when the attempt is held here already; the runner then hands the
+// task off (or not) when it dispatches it, as before.
+//
+// Only with the default check (LogCheck), which a handed task skips: an
+// embedder's own AttemptCheck is asked before the claim, as for a
+// delivered task (docs/adr/0027), and that cannot be before the fence is
+// recorded — such a worker's tasks are handed off at dispatch (nil).
+func (w *Worker) PrepareHandOff(t Task) *Prepared {
+	q := Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
+	h, ok := w.handlers[q]
+	if !ok || !w.ready.Load() || !w.defaultCheck {
+		return nil
+	}
+	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping.Load() || w.abandoned {
+		return nil
+	}
+	if _, busy := w.held[key]; busy {
+		return nil
+	}
+	hd := &held{done: make(chan struct{})}
+	w.held[key] = hd
+	p := &Prepared{w: w, key: key, gate: make(chan handedGo, 1), ended: make(chan struct{})}
+	w.group.Go(func() error {
+		w.handedTask(q, h, t, nil, key, hd, p)
+		return nil
+	})
+	return p
+}
+
+// Go gives p its task as dispatched (t, with the fence's version; hdr the
+// task message's headers): the fence is in the log. The attempt is
+// stoppable from now on (weft.stop.<run>). It reports whether p takes it:
+// false when p was aborted, or its worker began stopping before (the
+// stream copy is then the only way the task is run).
+func (p *Prepared) Go(t Task, hdr nats.Header) bool {
+	w := p.w
+	base := context.Background()
+	if w.ctxFrom != nil {
+		base = w.ctxFrom(base, hdr)
+	}
+	ctx, cancel := context.WithCancelCause(base)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p.told {
+		cancel(nil)
+		return false
+	}
+	if w.stopping.Load() || w.abandoned {
+		// As HandOff refuses then: no body starts in a worker that stops,
+		// and the runner publishes the copy without naming this worker
+		// (docs/adr/0031-claim-with-the-fence.md). The task removes its
+		// claim.
+		p.told = true
+		p.gate <- handedGo{}
+		cancel(nil)
+		return false
+	}
+	p.told = true
+	w.running[p.key] = &running{run: t.Run, cancel: cancel} // track
+	w.handedOff.Add(1)
+	p.gate <- handedGo{t: t, ctx: ctx, cancel: cancel, ok: true}
+	return true
+}
+
+// Abort tells p its body must not start: its fence was not recorded, or
+// its runner does not dispatch it. The task removes the claim it took
+// (once its create was answered). Nothing once Go was given. The channel
+// returned is closed when the task ended: the runner waits for it before
+// anything else decides about the attempt, so that a close never races
+// the removal of a claim no body started under.
+func (p *Prepared) Abort() <-chan struct{} {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	if !p.told {
+		p.told = true
+		p.gate <- handedGo{}
+	}
+	return p.ended
+}
+
+// wait waits for p's Go or Abort; a worker that stops first ends p (not
+// ok), as no body starts any more.
+func (p *Prepared) wait() handedGo {
+	select {
+	case g := <-p.gate:
+		return g
+	case <-p.w.stopped.Done():
+	}
+	p.w.mu.Lock()
+	if !p.told {
+		p.told = true
+		p.w.mu.Unlock()
+		return handedGo{}
+	}
+	p.w.mu.Unlock()
+	return <-p.gate
 }
 
 // dropUnstarted removes own, the claim a handed task took, or may have

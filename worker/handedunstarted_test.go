@@ -126,3 +126,42 @@ func firstReport(t *testing.T, rs *reports) worker.Report {
 	defer rs.mu.Unlock()
 	return rs.got[0]
 }
+
+// TestSemantics8_AHandedTaskTakesOverTheClaimAnEarlierHandOffOfItsAttemptLeft:
+// a handed task whose claim create landed unanswered and whose claim could
+// not be removed (the bucket did not answer its reads) keeps the claim's
+// token in the worker; a later hand-off of the same attempt in this worker
+// — the attempt dispatched again — takes that claim over by its token, as
+// a requeued delivery does (api.HeaderUnstartedClaim), and runs the body
+// once, reporting its output: a claim no body started under does not keep
+// the attempt from running (docs/semantics.md §8: pending work is retried,
+// never dropped; docs/adr/0031-claim-with-the-fence.md).
+func TestSemantics8_AHandedTaskTakesOverTheClaimAnEarlierHandOffOfItsAttemptLeft(t *testing.T) {
+	t.Parallel()
+	nc, realJS := startServer(t)
+	kv := &lostCreateKV{failGets: 6}
+	js := &lostCreateClaims{JetStream: realJS, kv: kv}
+	var starts atomic.Int64
+	w, rs, _ := handedWorker(t, nc, js, &starts)
+	task := handedTask("1/orphan")
+	handOff(t, w, task)
+	deadline := time.Now().Add(30 * time.Second)
+	for held, _ := w.Holds(task.Claim); held || kv.gets.Load() < 6; held, _ = w.Holds(task.Claim) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first hand-off still holds the attempt after 30 s (%d creates, %d reads)", kv.creates.Load(), kv.gets.Load())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := starts.Load(); n != 0 {
+		t.Fatalf("the body started %d times under a claim whose create was not answered", n)
+	}
+	// Dispatched again: handed off once the first task let the attempt go.
+	handOff(t, w, task)
+	got := firstReport(t, rs)
+	if got.Outcome != worker.OutcomeOutput {
+		t.Errorf("reported %s (%s: %s), want output: the claim left was taken over by its token", got.Outcome, got.Cause, got.Evidence)
+	}
+	if n := starts.Load(); n != 1 {
+		t.Errorf("the body started %d times, want 1", n)
+	}
+}
