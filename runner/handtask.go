@@ -34,7 +34,14 @@ func (r *Runner) giveTask(rn *run, task worker.Task, hdr nats.Header) bool {
 	key := attemptKey(task.Action, task.Attempt, task.Incarnation)
 	if p := rn.prepared[key]; p != nil {
 		delete(rn.prepared, key)
-		return p.Go(task, h)
+		if !p.Go(task, h) {
+			// Refused (its worker began stopping): its task removes the
+			// claim it took, and a close of the attempt waits for that
+			// (rn.aborting), as for an aborted preparation.
+			rn.aborted(key, p)
+			return false
+		}
+		return true
 	}
 	return w.HandOff(task, h)
 }
