@@ -53,14 +53,28 @@ func (w *Worker) HandOff(t Task, hdr nats.Header) bool {
 	if !ok || !w.ready.Load() {
 		return false
 	}
+	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopping.Load() || w.abandoned {
 		return false
 	}
 	w.handedOff.Add(1)
+	if _, busy := w.held[key]; busy {
+		// A delivery of the stream copy (or an earlier hand-off) holds
+		// the attempt: it does the work.
+		return true
+	}
+	// The attempt is held from now on, before HandOff returns — as
+	// PrepareHandOff holds it — so that the runner refuses another
+	// worker's loss notice of it (Holds) from the moment it is handed
+	// off: a notice applied before the hold would record the attempt lost
+	// while this task goes on to take the claim over by an orphan token
+	// and start its body.
+	hd := &held{done: make(chan struct{})}
+	w.held[key] = hd
 	w.group.Go(func() error {
-		w.handed(q, h, t, hdr)
+		w.handedTask(q, h, t, hdr, key, hd, nil)
 		return nil
 	})
 	return true
@@ -123,20 +137,10 @@ func (w *Worker) claimedHeld(h *held) {
 	h.claimed = true
 }
 
-// handed runs a task given by HandOff: handle's steps without the message
+// handedTask runs a handed task — handle's steps without the message
 // (nothing to ack, requeue or give back) and, with the default check,
-// without the check before the claim and the read after it.
-func (w *Worker) handed(q Queue, h Handler, t Task, hdr nats.Header) {
-	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
-	held, first := w.enter(key)
-	if !first {
-		// A delivery of the stream copy holds the attempt: it does the work.
-		return
-	}
-	w.handedTask(q, h, t, hdr, key, held, nil)
-}
-
-// handedTask is handed once the attempt of key is held here (held): for a
+// without the check before the claim and the read after it — once the
+// attempt of key is held here (held): for a
 // task given by HandOff (p nil), or prepared by PrepareHandOff while its
 // fence is appended (p), whose claim is taken before the fence is
 // recorded and whose body waits for p's Go.

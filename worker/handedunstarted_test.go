@@ -2,6 +2,8 @@ package worker_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -163,5 +165,40 @@ func TestSemantics8_AHandedTaskTakesOverTheClaimAnEarlierHandOffOfItsAttemptLeft
 	}
 	if n := starts.Load(); n != 1 {
 		t.Errorf("the body started %d times, want 1", n)
+	}
+}
+
+// TestSemantics8_AHandedTaskIsHeldBeforeHandOffReturns (docs/semantics.md
+// §8, docs/adr/0027: the runner refuses another worker's loss notice of an
+// attempt its own worker holds): the attempt a task is handed off for is
+// held as soon as HandOff returns, not once the task's goroutine runs.
+// Before, a loss notice applied in that gap recorded the attempt lost while
+// the handed task went on, took the claim over by an orphan token and
+// started its body — for a replayable tool, beside the replay.
+func TestSemantics8_AHandedTaskIsHeldBeforeHandOffReturns(t *testing.T) {
+	t.Parallel()
+	nc, js := startServer(t)
+	// Bodies that do not end while the test looks: the hold can only be
+	// the hand-off's own, never one already left.
+	release := make(chan struct{})
+	w := worker.New(nc, js, worker.WithID("w-1"), worker.WithReporter(func(context.Context, worker.Report) error { return nil }))
+	w.Handle(queue("hold"), func(ctx context.Context, _ worker.Task, _ worker.Settler) worker.Result {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{}`)}
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { close(release); cancel(); <-done }()
+	for i := range 20 {
+		task := handedTask(fmt.Sprintf("1/held-%d", i))
+		task.Tool = "hold"
+		handOff(t, w, task)
+		if held, _ := w.Holds(task.Claim); !held {
+			t.Fatalf("task %d: the attempt is not held when HandOff returned", i)
+		}
 	}
 }
