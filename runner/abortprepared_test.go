@@ -26,12 +26,15 @@ import (
 // first append of a model_replied fails with nothing published (lost is
 // closed then), and the first claim create of its attempts waits until
 // release is closed, past its context (a claims bucket that stalls while
-// the log answers).
+// the log answers). The append is failed only once that create was sent
+// (creating), or after 10 s without it: the claim goes out alongside the
+// append, from the worker's goroutine, and may be sent just after it.
 type stalledClaimsJS struct {
 	jetstream.JetStream
 	run            string
 	fired, stalled atomic.Bool
 	lost, release  chan struct{}
+	creating       chan struct{}
 	released       sync.Once
 }
 
@@ -40,6 +43,10 @@ func (s *stalledClaimsJS) unstall() { s.released.Do(func() { close(s.release) })
 func (s *stalledClaimsJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	if strings.HasPrefix(m.Subject, "weft.ev.") && strings.Contains(m.Subject, s.run) && bytes.Contains(m.Data, []byte(`"type":"model_replied"`)) && s.fired.CompareAndSwap(false, true) {
 		defer close(s.lost)
+		select {
+		case <-s.creating:
+		case <-time.After(10 * time.Second):
+		}
 		return nil, errors.Join(errors.New("the connection dropped before the append was sent"), nats.ErrConnectionClosed)
 	}
 	return s.JetStream.PublishMsg(ctx, m, opts...)
@@ -60,6 +67,7 @@ type stalledClaimsKV struct {
 
 func (k *stalledClaimsKV) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
 	if strings.HasPrefix(key, k.s.run+".") && k.s.stalled.CompareAndSwap(false, true) {
+		close(k.s.creating)
 		<-k.s.release
 	}
 	return k.KeyValue.Create(ctx, key, value, opts...)
@@ -81,7 +89,7 @@ func TestSemantics8_ADrainHandsOffARunWhosePreparedClaimIsStillBeingRemoved(t *t
 	h := newHarness(t)
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("done"))
 	a := build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
-	js := &stalledClaimsJS{JetStream: h.srv.JS, run: run, lost: make(chan struct{}), release: make(chan struct{})}
+	js := &stalledClaimsJS{JetStream: h.srv.JS, run: run, lost: make(chan struct{}), release: make(chan struct{}), creating: make(chan struct{})}
 	// Whether the run's hand-off is recorded once the drain's first
 	// hand-off pass is over (the first release of a quiet partition comes
 	// after it); the stall ends once the drain released its partitions.
