@@ -30,3 +30,13 @@ func WithGroupCommitTest(minQueue, loseAcks int) Option {
 		g.loseAcks.Store(int32(loseAcks))
 	}
 }
+
+// NewGroupPublisherTest is NewGroupPublisher whose first batch waits until
+// minQueue publishes are queued, and whose first loseAcks committed batches
+// are answered as if their acknowledgement had been lost.
+func NewGroupPublisherTest(js jetstream.JetStream, minQueue, loseAcks int) *GroupPublisher {
+	p := NewGroupPublisher(js)
+	p.g.minQueue, p.g.minGroup = minQueue, 2
+	p.g.loseAcks.Store(int32(loseAcks))
+	return p
+}

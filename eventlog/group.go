@@ -62,6 +62,33 @@ func WithGroupCommit() Option {
 	}
 }
 
+// GroupPublisher is group commit for writes of many runs other than the
+// log's appends that wait at the same time: the stream copies of
+// dispatched tasks (WEFT_TASKS) and attempts' create-only claims
+// (weft_claims), docs/adr/0032-fewer-writes-per-run.md. Its
+// Publish is js.PublishMsg's: concurrent publishes, when 16 or more wait,
+// leave as one atomic batch on the stream (which must allow atomic
+// publish, else it publishes one by one after the first refusal), and a
+// batch refused whole (one message's check failed, a duplicate message id)
+// or not acknowledged is published again message by message, each under
+// its caller's context, as for the log (one message's refusal never fails
+// another's write). A message that names an expected last subject
+// sequence shares no batch with another of its subject.
+type GroupPublisher struct{ g *grouper }
+
+// NewGroupPublisher returns a GroupPublisher publishing on js.
+func NewGroupPublisher(js jetstream.JetStream) *GroupPublisher {
+	single := func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) { return js.PublishMsg(ctx, m) }
+	return &GroupPublisher{g: &grouper{js: js, nc: js.Conn(), single: single, minGroup: minGroup}}
+}
+
+// Publish publishes msg, alone or in an atomic batch with the concurrent
+// publishes of p, and returns its acknowledgement. Its outcome is unknown
+// when it returns ctx's error or a timeout, as for js.PublishMsg.
+func (p *GroupPublisher) Publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
+	return p.g.publish(ctx, msg)
+}
+
 // CommitStats counts, process-wide, what group commit sent.
 type CommitStats struct {
 	// Batches is how many atomic batches committed.
@@ -152,18 +179,22 @@ func (g *grouper) flush() {
 }
 
 // take removes from the queue up to maxGroup waits whose caller still
-// waits, at most one per subject (two decisions of one run in a batch
-// would refuse it whole). Called with mu held.
+// waits, at most one per subject among those that check their subject's
+// last sequence (two decisions of one run in a batch would refuse it
+// whole; the log's appends all check it). Called with mu held.
 func (g *grouper) take() []*groupWait {
 	var batch, rest []*groupWait
 	subjects := map[string]bool{}
 	for _, w := range g.queue {
+		checked := w.msg.Header.Get(jetstream.ExpectedLastSubjSeqHeader) != ""
 		switch {
 		case w.ctx.Err() != nil:
 			w.err = w.ctx.Err()
 			close(w.done)
-		case len(batch) < maxGroup && !subjects[w.msg.Subject]:
-			subjects[w.msg.Subject] = true
+		case len(batch) < maxGroup && !(checked && subjects[w.msg.Subject]):
+			if checked {
+				subjects[w.msg.Subject] = true
+			}
 			batch = append(batch, w)
 		default:
 			rest = append(rest, w)
@@ -180,7 +211,7 @@ func (g *grouper) send(batch []*groupWait) {
 		g.each(batch)
 		return
 	}
-	seq, err := g.commit(batch)
+	seq, stream, err := g.commit(batch)
 	if err == nil && g.loseAcks.Load() > 0 {
 		g.loseAcks.Add(-1)
 		err = nats.ErrTimeout
@@ -194,12 +225,10 @@ func (g *grouper) send(batch []*groupWait) {
 	commitStats.batched.Add(uint64(len(batch)))
 	first := seq - uint64(len(batch)-1)
 	for i, w := range batch {
-		w.ack = &jetstream.PubAck{Stream: batchStream(w.msg), Sequence: first + uint64(i)}
+		w.ack = &jetstream.PubAck{Stream: stream, Sequence: first + uint64(i)}
 		close(w.done)
 	}
 }
-
-func batchStream(m *nats.Msg) string { return m.Header.Get(jetstream.ExpectedStreamHeader) }
 
 // each publishes every message of batch on its own, concurrently, each
 // under its caller's context.
@@ -224,10 +253,11 @@ func (g *grouper) each(batch []*groupWait) {
 
 // batchAck is the answer to an atomic batch's commit.
 type batchAck struct {
-	Seq   uint64 `json:"seq"`
-	Batch string `json:"batch"`
-	Count int    `json:"count"`
-	Error *struct {
+	Stream string `json:"stream"`
+	Seq    uint64 `json:"seq"`
+	Batch  string `json:"batch"`
+	Count  int    `json:"count"`
+	Error  *struct {
 		Code    int    `json:"code"`
 		ErrCode int    `json:"err_code"`
 		Desc    string `json:"description"`
@@ -240,8 +270,8 @@ type errBatch struct{ desc string }
 func (e *errBatch) Error() string { return "eventlog: atomic batch: " + e.desc }
 
 // commit sends batch as one atomic batch and returns the stream sequence
-// of its last message: the batch is stored contiguously.
-func (g *grouper) commit(batch []*groupWait) (uint64, error) {
+// of its last message (the batch is stored contiguously) and the stream.
+func (g *grouper) commit(batch []*groupWait) (uint64, string, error) {
 	// The earliest of the callers' deadlines bounds the commit.
 	ctx := batch[0].ctx
 	for _, w := range batch[1:] {
@@ -261,29 +291,29 @@ func (g *grouper) commit(batch []*groupWait) (uint64, error) {
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
 		if i < len(batch)-1 {
 			if err := g.nc.PublishMsg(m); err != nil {
-				return 0, err
+				return 0, "", err
 			}
 			continue
 		}
 		m.Header.Set("Nats-Batch-Commit", "1")
 		resp, err := g.nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		var a batchAck
 		if err := json.Unmarshal(resp.Data, &a); err != nil {
-			return 0, &errBatch{desc: err.Error()}
+			return 0, "", &errBatch{desc: err.Error()}
 		}
 		if a.Error != nil {
 			if a.Error.ErrCode == errCodeAtomicPublishDisabled {
 				g.off.Store(true)
 			}
-			return 0, &errBatch{desc: a.Error.Desc}
+			return 0, "", &errBatch{desc: a.Error.Desc}
 		}
 		if a.Batch != id || a.Count != len(batch) || a.Seq < uint64(len(batch)) {
-			return 0, &errBatch{desc: "unexpected acknowledgement " + string(resp.Data)}
+			return 0, "", &errBatch{desc: "unexpected acknowledgement " + string(resp.Data)}
 		}
-		return a.Seq, nil
+		return a.Seq, a.Stream, nil
 	}
-	return 0, nil
+	return 0, "", nil
 }

@@ -64,6 +64,18 @@ func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
 type Asset struct {
 	stream *jetstream.StreamConfig
 	kv     *jetstream.KeyValueConfig
+	// atomic: the KV bucket's stream allows atomic batch publish
+	// (WithAtomicPublish).
+	atomic bool
+}
+
+// WithAtomicPublish returns the KV bucket a whose stream also allows
+// atomic batch publish (a KeyValueConfig cannot say it): group commit's
+// batches of many runs' writes (eventlog.GroupPublisher). It is a no-op
+// for a stream, whose StreamConfig says it.
+func (a Asset) WithAtomicPublish() Asset {
+	a.atomic = a.kv != nil
+	return a
 }
 
 // Name is the stream or bucket name.
@@ -128,6 +140,10 @@ func TasksConfig() jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Duplicates:  EventsDuplicates,
 		AllowDirect: true,
+		// Group commit sends the stream copies of concurrent runs' handed
+		// tasks as one atomic batch
+		// (docs/adr/0032-fewer-writes-per-run.md).
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -210,7 +226,18 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, opts options, a Ass
 		if cfg.Replicas == 0 {
 			cfg.Replicas = replicas
 		}
-		_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		if err != nil || !a.atomic {
+			return err
+		}
+		s, err := js.Stream(ctx, "KV_"+kv.Bucket())
+		if err != nil {
+			return err
+		}
+		if sc := s.CachedInfo().Config; !sc.AllowAtomicPublish {
+			sc.AllowAtomicPublish = true
+			_, err = js.UpdateStream(ctx, sc)
+		}
 		return err
 	}
 	return fmt.Errorf("empty asset")

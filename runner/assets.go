@@ -36,7 +36,9 @@ func Assets(lease time.Duration) []provision.Asset {
 		provision.KV(jetstream.KeyValueConfig{Bucket: PartitionsBucket, Description: "Weft partitions: their number (config) and owners (p.<n>)", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
-		provision.KV(worker.ClaimsConfig()),
+		// Group commit batches the claims of concurrent runs' attempts
+		// (docs/adr/0032-fewer-writes-per-run.md).
+		provision.KV(worker.ClaimsConfig()).WithAtomicPublish(),
 	}
 }
 

@@ -140,7 +140,10 @@ type Runner struct {
 	drain    time.Duration
 	noWorker bool
 	group    bool // WithGroupCommit
-	noScan   bool // tests (export_test.go)
+	// publishCopy publishes the stream copy of a task handed to the
+	// runner's own worker (dispatch): in atomic batches with group commit.
+	publishCopy func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
+	noScan      bool // tests (export_test.go)
 	// hook, when set (tests, export_test.go), is called at the named
 	// points of an acquisition and a partition's release.
 	hook func(event string, p int, run string)
@@ -288,8 +291,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 		return nil, err
 	}
 	var logOpts []eventlog.Option
+	r.publishCopy = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) { return js.PublishMsg(ctx, m) }
 	if r.group {
 		logOpts = append(logOpts, eventlog.WithGroupCommit())
+		// The stream copies of handed tasks too (dispatch,
+		// docs/adr/0032-fewer-writes-per-run.md).
+		r.publishCopy = eventlog.NewGroupPublisher(js).Publish
 	}
 	r.evlog = eventlog.New(js, logOpts...)
 	r.timers = timer.New(js)

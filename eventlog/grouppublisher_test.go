@@ -1,0 +1,152 @@
+package eventlog_test
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/provision"
+)
+
+// publishRound publishes msgs at once through p and returns each outcome.
+func publishRound(t *testing.T, p *eventlog.GroupPublisher, msgs []*nats.Msg) ([]*jetstream.PubAck, []error) {
+	t.Helper()
+	ctx := ctxT(t)
+	acks, errs := make([]*jetstream.PubAck, len(msgs)), make([]error, len(msgs))
+	var wg sync.WaitGroup
+	for i, m := range msgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			acks[i], errs[i] = p.Publish(ctx, m)
+		}()
+	}
+	wg.Wait()
+	return acks, errs
+}
+
+// claimCreate is the message jetstream.KeyValue.Create sends for key in
+// bucket: create-only (expected last subject sequence 0), with a TTL.
+func claimCreate(bucket, key, value string) *nats.Msg {
+	m := nats.NewMsg("$KV." + bucket + "." + key)
+	m.Data = []byte(value)
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	m.Header.Set(jetstream.MsgTTLHeader, "1h")
+	return m
+}
+
+// docs/semantics.md §5 rule 1 and §8, docs/adr/0010-attempt-claims.md,
+// docs/adr/0032-fewer-writes-per-run.md: claim creates of many attempts
+// sent as one atomic batch stay create-only — a key that exists is
+// refused, its value kept — and that one refusal fails no other attempt's
+// claim: the refused batch is sent again message by message, the others
+// land. Each create's acknowledgement is its key's revision.
+func TestSemantics8_GroupedClaimCreatesStayCreateOnly(t *testing.T) {
+	const n = 20
+	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
+	ctx := ctxT(t)
+	kvAsset := provision.KV(jetstream.KeyValueConfig{Bucket: "claims", History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: time.Minute}).WithAtomicPublish()
+	if err := provision.EnsureOnly(ctx, s.JS, []provision.Asset{kvAsset}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := s.JS.KeyValue(ctx, "claims")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := eventlog.NewGroupPublisherTest(s.JS, n, 0)
+	round := func(r int) []*nats.Msg {
+		var msgs []*nats.Msg
+		for i := range n {
+			msgs = append(msgs, claimCreate("claims", fmt.Sprintf("run%d.a.%d.1", i, r), fmt.Sprintf("token-%d-%d", i, r)))
+		}
+		return msgs
+	}
+
+	// All new: one batch of n, each create its key's revision.
+	st0 := eventlog.ReadCommitStats()
+	acks, errs := publishRound(t, p, round(1))
+	st1 := eventlog.ReadCommitStats()
+	if st1.Batches-st0.Batches != 1 || st1.Batched-st0.Batched != n || st1.Retried != st0.Retried {
+		t.Fatalf("commit stats %+v → %+v: want one batch of %d", st0, st1, n)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("create %d: %v", i, err)
+		}
+		key := fmt.Sprintf("run%d.a.1.1", i)
+		e, err := kv.Get(ctx, key)
+		if err != nil || e.Revision() != acks[i].Sequence || string(e.Value()) != fmt.Sprintf("token-%d-1", i) {
+			t.Fatalf("key %s: %v, revision %v, acknowledged %d", key, err, e, acks[i].Sequence)
+		}
+	}
+
+	// One key exists (another worker's claim): it is refused and keeps
+	// its value; the other creates land.
+	msgs := round(2)
+	msgs[7] = claimCreate("claims", "run7.a.1.1", "another token")
+	_, errs = publishRound(t, p, msgs)
+	var apiErr *jetstream.APIError
+	if !errors.As(errs[7], &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+		t.Fatalf("the create of an existing key: %v, want wrong last sequence", errs[7])
+	}
+	if e, err := kv.Get(ctx, "run7.a.1.1"); err != nil || string(e.Value()) != "token-7-1" {
+		t.Fatalf("the existing claim: %v %v, want its first value kept", e, err)
+	}
+	for i, err := range errs {
+		if i == 7 {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("create %d failed with another key's refusal: %v", i, err)
+		}
+		if _, err := kv.Get(ctx, fmt.Sprintf("run%d.a.2.1", i)); err != nil {
+			t.Fatalf("create %d answered success but: %v", i, err)
+		}
+	}
+	if st2 := eventlog.ReadCommitStats(); st2.Retried-st1.Retried != n || st2.Batches != st1.Batches {
+		t.Fatalf("commit stats %+v → %+v: want the refused batch's %d messages retried alone", st1, st2, n)
+	}
+}
+
+// docs/adr/0032-fewer-writes-per-run.md: the stream copies of tasks, all
+// on one queue's subject and without a subject check, leave as one batch
+// (a subject check alone keeps two messages of one subject apart), each
+// stored once under its message id.
+func TestGroupedTaskCopiesOfOneSubjectShareABatch(t *testing.T) {
+	const n = 16
+	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
+	ctx := ctxT(t)
+	p := eventlog.NewGroupPublisherTest(s.JS, n, 0)
+	var msgs []*nats.Msg
+	for i := range n {
+		m := nats.NewMsg("weft.task.desk.v1.pay")
+		m.Data = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("run%d/a/1/1", i))
+		msgs = append(msgs, m)
+	}
+	st0 := eventlog.ReadCommitStats()
+	_, errs := publishRound(t, p, msgs)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("copy %d: %v", i, err)
+		}
+	}
+	if st1 := eventlog.ReadCommitStats(); st1.Batches-st0.Batches != 1 || st1.Batched-st0.Batched != n {
+		t.Fatalf("commit stats %+v → %+v: want one batch of %d", st0, st1, n)
+	}
+	tasks, err := s.JS.Stream(ctx, provision.TasksStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := tasks.Info(ctx); err != nil || info.State.Msgs != n {
+		t.Fatalf("WEFT_TASKS: %v %v, want %d copies", info, err, n)
+	}
+}
