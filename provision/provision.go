@@ -71,7 +71,7 @@ type Asset struct {
 
 // WithAtomicPublish returns the KV bucket a whose stream also allows
 // atomic batch publish (a KeyValueConfig cannot say it): group commit's
-// batches of many runs' writes (eventlog.GroupPublisher). It is a no-op
+// batches of many runs' writes (internal/groupcommit). It is a no-op
 // for a stream, whose StreamConfig says it.
 func (a Asset) WithAtomicPublish() Asset {
 	a.atomic = a.kv != nil

@@ -25,6 +25,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/internal/clock"
+	"github.com/weftrun/weft/internal/groupcommit"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -296,7 +297,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 		logOpts = append(logOpts, eventlog.WithGroupCommit())
 		// The stream copies of handed tasks too (dispatch,
 		// docs/adr/0032-fewer-writes-per-run.md).
-		r.publishCopy = eventlog.NewGroupPublisher(js).Publish
+		r.publishCopy = groupcommit.New(js, nil).Publish
 	}
 	r.evlog = eventlog.New(js, logOpts...)
 	r.timers = timer.New(js)

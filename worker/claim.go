@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/groupcommit"
 )
 
 // The claims of attempts (docs/protocol/41-tasks.md, docs/adr/0010): before
@@ -185,20 +185,20 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 
 // WithGroupCommit makes the worker send the creates of its claims that
 // wait at the same time as one atomic batch of weft_claims when there are
-// 16 or more (eventlog.GroupPublisher): under sync_interval: always one
+// 16 or more (internal/groupcommit): under sync_interval: always one
 // fsync for many claims
 // (docs/adr/0032-fewer-writes-per-run.md). Each create keeps
 // its own check (the key's last revision is 0: create-only); a batch
 // refused whole is sent again message by message, and a create refused
 // or unanswered is made again by KeyValue.Create, as without the option.
 func WithGroupCommit() Option {
-	return func(w *Worker) { w.claimGroup = eventlog.NewGroupPublisher(w.js).Publish }
+	return func(w *Worker) { w.claimGroup = groupcommit.New(w.js, nil).Publish }
 }
 
 // createGrouped is the first try of takeClaim's create with WithGroupCommit:
 // the message KeyValue.Create sends for key with value b (its subject in
 // weft_claims, an expected last subject sequence of 0, the claim's TTL),
-// published through the worker's GroupPublisher. It reports whether the
+// published through the worker's group-commit publisher. It reports whether the
 // claim was created, and its revision; on false takeClaim goes on with
 // its tries, which read the key (a create whose answer was lost is found
 // by its token, a key whose last message is a removal marker is created

@@ -1,6 +1,7 @@
-package eventlog_test
+package groupcommit_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,14 +11,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/groupcommit"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/provision"
 )
 
+func ctxT(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // publishRound publishes msgs at once through p and returns each outcome.
-func publishRound(t *testing.T, p *eventlog.GroupPublisher, msgs []*nats.Msg) ([]*jetstream.PubAck, []error) {
+func publishRound(t *testing.T, p *groupcommit.Publisher, msgs []*nats.Msg) ([]*jetstream.PubAck, []error) {
 	t.Helper()
 	ctx := ctxT(t)
 	acks, errs := make([]*jetstream.PubAck, len(msgs)), make([]error, len(msgs))
@@ -61,7 +68,8 @@ func TestSemantics8_GroupedClaimCreatesStayCreateOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := eventlog.NewGroupPublisherTest(s.JS, n, 0)
+	p := groupcommit.New(s.JS, nil)
+	p.SetTest(n, 0)
 	round := func(r int) []*nats.Msg {
 		var msgs []*nats.Msg
 		for i := range n {
@@ -71,9 +79,9 @@ func TestSemantics8_GroupedClaimCreatesStayCreateOnly(t *testing.T) {
 	}
 
 	// All new: one batch of n, each create its key's revision.
-	st0 := eventlog.ReadCommitStats()
+	st0 := groupcommit.Read()
 	acks, errs := publishRound(t, p, round(1))
-	st1 := eventlog.ReadCommitStats()
+	st1 := groupcommit.Read()
 	if st1.Batches-st0.Batches != 1 || st1.Batched-st0.Batched != n || st1.Retried != st0.Retried {
 		t.Fatalf("commit stats %+v → %+v: want one batch of %d", st0, st1, n)
 	}
@@ -111,7 +119,7 @@ func TestSemantics8_GroupedClaimCreatesStayCreateOnly(t *testing.T) {
 			t.Fatalf("create %d answered success but: %v", i, err)
 		}
 	}
-	if st2 := eventlog.ReadCommitStats(); st2.Retried-st1.Retried != n || st2.Batches != st1.Batches {
+	if st2 := groupcommit.Read(); st2.Retried-st1.Retried != n || st2.Batches != st1.Batches {
 		t.Fatalf("commit stats %+v → %+v: want the refused batch's %d messages retried alone", st1, st2, n)
 	}
 }
@@ -124,7 +132,8 @@ func TestGroupedTaskCopiesOfOneSubjectShareABatch(t *testing.T) {
 	const n = 16
 	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
 	ctx := ctxT(t)
-	p := eventlog.NewGroupPublisherTest(s.JS, n, 0)
+	p := groupcommit.New(s.JS, nil)
+	p.SetTest(n, 0)
 	var msgs []*nats.Msg
 	for i := range n {
 		m := nats.NewMsg("weft.task.desk.v1.pay")
@@ -132,14 +141,14 @@ func TestGroupedTaskCopiesOfOneSubjectShareABatch(t *testing.T) {
 		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("run%d/a/1/1", i))
 		msgs = append(msgs, m)
 	}
-	st0 := eventlog.ReadCommitStats()
+	st0 := groupcommit.Read()
 	_, errs := publishRound(t, p, msgs)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("copy %d: %v", i, err)
 		}
 	}
-	if st1 := eventlog.ReadCommitStats(); st1.Batches-st0.Batches != 1 || st1.Batched-st0.Batched != n {
+	if st1 := groupcommit.Read(); st1.Batches-st0.Batches != 1 || st1.Batched-st0.Batched != n {
 		t.Fatalf("commit stats %+v → %+v: want one batch of %d", st0, st1, n)
 	}
 	tasks, err := s.JS.Stream(ctx, provision.TasksStream)
