@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,8 +45,12 @@ func New(js jetstream.JetStream, single PublishFunc) *Publisher {
 	if single == nil {
 		single = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) { return js.PublishMsg(ctx, m) }
 	}
-	return &Publisher{js: js, nc: js.Conn(), single: single, minGroup: MinGroup}
+	return &Publisher{js: js, nc: js.Conn(), single: single, minGroup: MinGroup, now: time.Now}
 }
+
+// SetClock is a test hook: g reads the time from now. Call it before the
+// first Publish.
+func (g *Publisher) SetClock(now func() time.Time) { g.now = now }
 
 // SetTest is a test hook: every flush waits until minQueue publishes are
 // queued, a batch may be as small as 2, and the first loseAcks committed
@@ -66,6 +71,18 @@ const maxGroup = 256
 // of its own, created, synced and deleted per batch, which costs about as
 // much as a dozen fsyncs (docs/adr/0025-group-commit.md measures it).
 const MinGroup = 16
+
+// CoolDown is how long a Publisher publishes one by one after its stream
+// refused an atomic batch because it does not allow atomic publish
+// (10174): a stream not yet provisioned for it, or one a provisioning of
+// an older release turned it off on. It then tries a batch again, so a
+// process recovers its batching once the stream allows atomic publish
+// again, at the cost of one refused batch (its messages sent again one by
+// one) per CoolDown while it does not.
+const CoolDown = time.Minute
+
+// off reports whether g is in its cool-down.
+func (g *Publisher) off() bool { return g.now().UnixNano() < g.offUntil.Load() }
 
 // groupFlushers is how many batches of one Publisher may be in flight at once.
 const groupFlushers = 2
@@ -97,7 +114,11 @@ type Publisher struct {
 	js     jetstream.JetStream
 	nc     *nats.Conn
 	single PublishFunc
-	off    atomic.Bool // the stream refused atomic publish
+	// offUntil (Unix nanoseconds) is when the cool-down after the
+	// stream refused atomic publish ends: until then g publishes one by
+	// one.
+	offUntil atomic.Int64
+	now      func() time.Time // time.Now; a test's clock (SetClock)
 	// minGroup is the fewest messages sent as an atomic batch.
 	minGroup int
 
@@ -124,7 +145,7 @@ type groupWait struct {
 // publishes of g, and returns its acknowledgement. Its outcome is unknown
 // when it returns ctx's error or a timeout, as for js.PublishMsg.
 func (g *Publisher) Publish(ctx context.Context, msg *nats.Msg) (*jetstream.PubAck, error) {
-	if g.off.Load() {
+	if g.off() {
 		return g.single(ctx, msg)
 	}
 	w := &groupWait{ctx: ctx, msg: msg, done: make(chan struct{})}
@@ -192,7 +213,7 @@ func (g *Publisher) take() []*groupWait {
 // send publishes batch: alone when it is one message, else as an atomic
 // batch, and each message on its own when the batch fails.
 func (g *Publisher) send(batch []*groupWait) {
-	if len(batch) < g.minGroup || g.off.Load() {
+	if len(batch) < g.minGroup || g.off() {
 		g.each(batch)
 		return
 	}
@@ -291,7 +312,7 @@ func (g *Publisher) commit(batch []*groupWait) (uint64, string, error) {
 		}
 		if a.Error != nil {
 			if a.Error.ErrCode == errCodeAtomicPublishDisabled {
-				g.off.Store(true)
+				g.offUntil.Store(g.now().Add(CoolDown).UnixNano())
 			}
 			return 0, "", &errBatch{desc: a.Error.Desc}
 		}

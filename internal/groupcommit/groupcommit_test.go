@@ -159,3 +159,50 @@ func TestGroupedTaskCopiesOfOneSubjectShareABatch(t *testing.T) {
 		t.Fatalf("WEFT_TASKS: %v %v, want %d copies", info, err, n)
 	}
 }
+
+// docs/adr/0032-fewer-writes-per-run.md: a Publisher whose stream refused
+// atomic publish (10174) publishes one by one for a cool-down, then tries
+// a batch again, so that a process batches again once the stream allows
+// atomic publish (provisioned, or provisioned again after an older
+// release's provisioning turned it off). Every write lands either way.
+func TestAPublisherBatchesAgainAfterTheCoolDownOnceTheStreamAllowsAtomicPublish(t *testing.T) {
+	const n = 16
+	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
+	ctx := ctxT(t)
+	kvCfg := jetstream.KeyValueConfig{Bucket: "claims", History: 1, Storage: jetstream.FileStorage, LimitMarkerTTL: time.Minute}
+	if err := provision.EnsureOnly(ctx, s.JS, []provision.Asset{provision.KV(kvCfg)}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := groupcommit.New(s.JS, nil)
+	p.SetTest(n, 0)
+	p.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	round := func(r int, want string, batches, retried uint64) {
+		t.Helper()
+		var msgs []*nats.Msg
+		for i := range n {
+			msgs = append(msgs, claimCreate("claims", fmt.Sprintf("run%d.a.%d.1", i, r), "token"))
+		}
+		st0 := groupcommit.Read()
+		_, errs := publishRound(t, p, msgs)
+		st1 := groupcommit.Read()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d, create %d: %v", r, i, err)
+			}
+		}
+		if st1.Batches-st0.Batches != batches || st1.Retried-st0.Retried != retried {
+			t.Fatalf("round %d (%s): commit stats %+v → %+v, want %d batches and %d retried", r, want, st0, st1, batches, retried)
+		}
+	}
+	round(1, "the stream refuses the batch: sent again one by one", 0, n)
+	round(2, "in the cool-down: one by one, no batch tried", 0, 0)
+	if err := provision.EnsureOnly(ctx, s.JS, []provision.Asset{provision.KV(kvCfg).WithAtomicPublish()}); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(groupcommit.CoolDown)
+	mu.Unlock()
+	round(3, "after the cool-down, on a stream that allows atomic publish: one batch", 1, 0)
+}
