@@ -50,13 +50,14 @@ func claimCreate(bucket, key, value string) *nats.Msg {
 	return m
 }
 
-// docs/semantics.md §5 rule 1 and §8, docs/adr/0010-attempt-claims.md,
+// docs/semantics.md §5 ("A worker then takes the attempt's claim before it
+// starts the body"), docs/adr/0010-attempt-claims.md,
 // docs/adr/0032-fewer-writes-per-run.md: claim creates of many attempts
 // sent as one atomic batch stay create-only — a key that exists is
 // refused, its value kept — and that one refusal fails no other attempt's
 // claim: the refused batch is sent again message by message, the others
 // land. Each create's acknowledgement is its key's revision.
-func TestSemantics8_GroupedClaimCreatesStayCreateOnly(t *testing.T) {
+func TestSemantics5_GroupedClaimCreatesStayCreateOnly(t *testing.T) {
 	const n = 20
 	s := natstest.Start(t, natstest.WithNodeOptions(natsnode.WithSyncAlways(true)))
 	ctx := ctxT(t)
