@@ -67,7 +67,10 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 		// atomic batches (docs/adr/0032-fewer-writes-per-run.md).
 		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
 		if !r.bg.Go(func(bctx context.Context) { r.copyAcked(bctx, rn, key, msg, span) }) {
-			span.End() // the runner stops: the next driver dispatches again
+			// The runner stops: the copy is not sent at all (it is
+			// sent from the background group); the fence is in the
+			// log, and the next driver dispatches again.
+			span.End()
 		}
 		r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
 		return nil
@@ -104,7 +107,10 @@ func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, msg *nats.M
 	cancel()
 	if err == nil || ctx.Err() != nil {
 		span.End()
-		return // acknowledged, or the runner stops: the next driver dispatches again
+		// Acknowledged, or the runner stops: a copy still queued for its
+		// group's batch is then not sent at all (its context ended), and
+		// the next driver dispatches again.
+		return
 	}
 	span.RecordError(err)
 	span.End()

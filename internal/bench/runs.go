@@ -143,8 +143,9 @@ func (b *bencher) costRows(p phase, clients string) {
 
 // writeRows breaks a phase's acknowledged writes down by stream, the
 // largest first: the messages each stream (a KV bucket is its KV_ stream)
-// stored per run. The events stream's writes are its appends, which group
-// commit syncs in batches; the others' are one fsync each.
+// stored per run. The events stream's appends, the claims and the task
+// copies are synced in batches when group commit batched them
+// (CommitStats); the others' writes are one fsync each.
 func (b *bencher) writeRows(p phase, clients string) {
 	names := make([]string, 0, len(p.cost.streams))
 	for name, n := range p.cost.streams {
