@@ -191,8 +191,18 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 // its own check (the key's last revision is 0: create-only); a batch
 // refused whole is sent again message by message, and a create refused
 // or unanswered is made again by KeyValue.Create, as without the option.
+//
+// The grouped create names the claim's subject as KeyValue.Create does
+// with the default JetStream API prefix; a worker whose JetStream has
+// another prefix or a domain (whose KV subjects carry it) does without
+// grouping.
 func WithGroupCommit() Option {
-	return func(w *Worker) { w.claimGroup = groupcommit.New(w.js, nil).Publish }
+	return func(w *Worker) {
+		if o := w.js.Options(); (o.APIPrefix != "" && o.APIPrefix != jetstream.DefaultAPIPrefix) || o.Domain != "" {
+			return
+		}
+		w.claimGroup = groupcommit.New(w.js, nil).Publish
+	}
 }
 
 // createGrouped is the first try of takeClaim's create with WithGroupCommit:

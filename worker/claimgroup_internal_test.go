@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weftrun/weft/internal/groupcommit"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/natsnode"
@@ -140,5 +142,23 @@ func TestSemantics5_GroupedClaimsStayCreateOnly(t *testing.T) {
 	}
 	for i, o := range outs {
 		takenAsStored("a released claim", i, o)
+	}
+}
+
+// docs/adr/0032-fewer-writes-per-run.md: the grouped create names the
+// claim's subject as KeyValue.Create does with the default API prefix, so
+// a worker whose JetStream has a domain (its KV subjects carry it) does
+// without grouping.
+func TestAWorkerWithAJetStreamDomainDoesNotGroupItsClaims(t *testing.T) {
+	s := natstest.Start(t)
+	if New(s.Conn, s.JS, WithGroupCommit()).claimGroup == nil {
+		t.Fatal("the default JetStream: no grouping")
+	}
+	js, err := jetstream.NewWithDomain(s.Conn, "hub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if New(s.Conn, js, WithGroupCommit()).claimGroup != nil {
+		t.Fatal("a JetStream with a domain: the claims grouped on the default prefix's subject")
 	}
 }
