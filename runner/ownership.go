@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/internal/clock"
 	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/runner/internal/ownership"
 )
 
 // Ownership checks (docs/adr/0019-partitions.md, docs/semantics.md §8: only a
@@ -33,9 +33,10 @@ import (
 // partitionOwnership is this runner's state of partition ownership
 // (docs/adr/0019-partitions.md), apart from the command loop's: the
 // deployment's partitions, the buckets ownership reads, the table of the
-// partitions' owners, the view of the live runners, the judgement of its
-// peers and the clock all of it reads. Each part keeps a lock of its own;
-// none is the command loop's Runner.mu.
+// partitions' owners, this runner's view of its peers (the live runners
+// and the judgement of their liveness: internal/ownership) and the clock
+// all of it reads. Each part keeps a lock of its own; none is the command
+// loop's Runner.mu.
 type partitionOwnership struct {
 	nparts   int  // partitions of the deployment (WithPartitions)
 	partsSet bool // WithPartitions was given
@@ -45,11 +46,11 @@ type partitionOwnership struct {
 	liveStream jetstream.Stream
 	partKV     jetstream.KeyValue
 	parts      *partTable     // owners of the partitions, as this runner sees them
-	runners    *runnersView   // weft_runners, as this runner's watcher sees it
 	owned      reconnectCheck // the reconnect check of the owned partitions (verifyOwned)
-	// peers is this runner's judgement of its peers' liveness
-	// (liveness.go).
-	peers liveness
+	// peers is this runner's view of its peers (internal/ownership): its
+	// heartbeat, the runners view, the judgement of their liveness. Made
+	// by Run (startPeers).
+	peers *ownership.Peers
 	// clk is the clock partition ownership reads (liveness, the runners
 	// view, the partition loop, releases): the wall clock, a fake one in
 	// tests. Not Runner.now: that stamps recorded times (a store clock,
@@ -209,28 +210,27 @@ func (r *Runner) verifyOwned(ctx context.Context) error {
 	return nil
 }
 
-// nonParticipant reports whether runner id, the recorded driver of a run
-// with work in flight, may be a live runner that takes no part in the
-// partitions (an older release: its heartbeat names no number of
-// partitions, or another one), which drives its runs whoever owns their
-// partition: its runs are not taken over while it lives (docs/semantics.md §8).
-// A runner whose heartbeat names this deployment's partitions is a
-// participant: when this runner owns the partition, that runner released
-// it or lost it (and forgot its runs). A runner whose key is absent is
-// judged as always (alive: "cannot tell" is alive).
-func (r *Runner) nonParticipant(ctx context.Context, id string) bool {
-	if id == "" || id == r.id {
-		return false
-	}
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	e, err := r.live.Get(gctx, id)
-	switch {
-	case err == nil:
-		var b beat
-		return json.Unmarshal(e.Value(), &b) != nil || b.Partitions != r.nparts
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return r.alive(gctx, id)
-	}
-	return true // cannot tell
+// startPeers makes this runner's view of its peers (r.peers), its first
+// period of continuous view beginning now: Run calls it once the assets
+// are looked up and the deployment's partitions are known.
+func (r *Runner) startPeers() {
+	r.peers = ownership.New(ownership.Config{
+		ID: r.id, Lease: r.lease, Partitions: r.nparts, Conn: r.nc,
+		Live: r.live, LiveStream: r.liveStream, Bucket: RunnersBucket,
+		Clock: r.clk, Stamp: r.now, Log: r.log,
+		Hook: func(event, key string) { r.testHook(event, -1, key) },
+	}, ownershipLoop{r})
 }
+
+// ownershipLoop is what ownership.Peers asks of the command loop.
+type ownershipLoop struct{ r *Runner }
+
+// Draining reports whether the runner drains (Runner.mu).
+func (l ownershipLoop) Draining() bool {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	return l.r.draining
+}
+
+// RunnersChanged makes the partition loop pass again now.
+func (l ownershipLoop) RunnersChanged() { l.r.kickPartitions() }

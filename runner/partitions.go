@@ -317,12 +317,12 @@ func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 // assigned to this runner that nobody (alive) owns, release those
 // assigned to another live runner (the choice: partition.Round.Decide).
 func (r *Runner) partitionPass(ctx context.Context, releases *sync.WaitGroup) {
-	live, runners, ok := r.liveRunners(ctx)
+	live, runners, ok := r.peers.LiveRunners()
 	if !ok {
 		return // cannot tell
 	}
 	round := partition.Round{Self: r.id, Runners: runners, Live: live,
-		Gone:      func(id string) bool { return !r.alive(ctx, id) },
+		Gone:      func(id string) bool { return !r.peers.Alive(ctx, id) },
 		Unbounded: r.unboundedIn}
 	t := r.parts
 	for p := range r.nparts {
