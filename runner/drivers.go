@@ -45,14 +45,7 @@ func runOfDriverKey(key string) string {
 // or a timer reaches it.
 func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 	t := r.parts
-	t.mu.Lock()
-	var due []int
-	for p, o := range t.owner {
-		if o == r.id && !t.releasing[p] && (all || t.scanDue[p]) {
-			due = append(due, p)
-		}
-	}
-	t.mu.Unlock()
+	due := t.ScanDue(all)
 	if len(due) == 0 {
 		return
 	}
@@ -76,7 +69,7 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 		run := k.(string)
 		p := partition.Of(run, r.nparts)
 		_, listed := entries[run]
-		if owner, _ := t.ownerOf(p); owner != r.id || !listed && scanned[p] {
+		if owner, _ := t.OwnerOf(p); owner != r.id || !listed && scanned[p] {
 			r.orphanFail.Delete(run)
 			r.unknownAt.Delete(run)
 		}
@@ -122,11 +115,7 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) || loading {
 		return // scanned again next time
 	}
-	t.mu.Lock()
-	for _, p := range due {
-		t.scanDue[p] = false
-	}
-	t.mu.Unlock()
+	t.Scanned(due)
 }
 
 // driverEntries reads the weft_drivers entries under filters: run →

@@ -7,13 +7,9 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/internal/backoff"
@@ -25,53 +21,15 @@ import (
 // installed in r.runs, or the acquisition failed. It is counted before
 // the ownership check (owns), under the lock that marks a partition
 // releasing, so that a release either makes the check fail or finds the
-// acquisition counted and waits for it (waitAcquisitions) before it lists
+// acquisition counted and waits for it (WaitAcquisitions) before it lists
 // the partition's runs to hand them off: no run is installed behind a
 // release's back (docs/semantics.md §8: the releasing runner would drive a run
 // its partition's new owner takes over).
 func (r *Runner) acquiring(run string) (done func()) {
-	t := r.parts
-	if t == nil {
+	if r.parts == nil {
 		return func() {}
 	}
-	p := partition.Of(run, r.nparts)
-	t.mu.Lock()
-	t.acquiring[p]++
-	t.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			t.mu.Lock()
-			t.acquiring[p]--
-			if t.acquiring[p] == 0 {
-				close(t.acquired)
-				t.acquired = make(chan struct{})
-			}
-			t.mu.Unlock()
-		})
-	}
-}
-
-// waitAcquisitions waits until no acquisition of partition p (marked
-// releasing) is in flight. It returns false when ctx ends first.
-func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
-	t := r.parts
-	for hooked := false; ; hooked = true {
-		t.mu.Lock()
-		n, ch := t.acquiring[p], t.acquired
-		t.mu.Unlock()
-		if n == 0 {
-			return true
-		}
-		if !hooked {
-			r.testHook("release-acquiring", p, "")
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return r.parts.Acquiring(partition.Of(run, r.nparts))
 }
 
 // release gives partition p up (docs/semantics.md §8, graceful: nothing
@@ -93,7 +51,7 @@ func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
 // partition is left to the drain (releaseQuiet, releaseAll).
 func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 	r.log.Info("releasing partition", "partition", p)
-	if !r.waitAcquisitions(ctx, p) {
+	if !r.parts.WaitAcquisitions(ctx, p) {
 		return
 	}
 	r.testHook("release-check", p, "")
@@ -108,10 +66,7 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 			// was in progress started it): not released yet, its runs
 			// served meanwhile; the runs handed off by an earlier pass
 			// are forgotten, and recovered by this partition's owner.
-			t := r.parts
-			t.mu.Lock()
-			t.releasing[p] = false
-			t.mu.Unlock()
+			r.parts.SetReleasing(p, false)
 			r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
 			return
 		}
@@ -137,7 +92,7 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 	back = backoff.New(50*time.Millisecond, time.Second)
 	for {
 		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := r.deletePartKey(fctx, p, rev)
+		err := r.parts.DeleteKey(fctx, p, rev)
 		fcancel()
 		if err == nil {
 			break
@@ -148,13 +103,7 @@ func (r *Runner) release(ctx context.Context, p int, rev uint64) {
 		}
 	}
 	r.testHook("release-deleted", p, "")
-	t := r.parts
-	t.mu.Lock()
-	t.releasing[p] = false
-	if t.owner[p] == r.id {
-		t.owner[p] = ""
-	}
-	t.mu.Unlock()
+	r.parts.Released(p)
 }
 
 // unboundedIn reports whether a run of partition p this runner holds has
@@ -307,27 +256,6 @@ func (r *Runner) inFlight(rn *run, later func(*run, time.Time)) (busy, unbounded
 	return busy, unbounded
 }
 
-// deletePartKey deletes partition p's key at revision rev and, when the
-// key moved on meanwhile but still names this runner (a server restart
-// lost the revision this runner knew), at its current revision. A key
-// that names another runner is left alone (nil: not ours to delete).
-func (r *Runner) deletePartKey(ctx context.Context, p int, rev uint64) error {
-	err := r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(rev))
-	if err == nil {
-		return nil
-	}
-	e, gerr := r.partKV.Get(ctx, partKey(p))
-	switch {
-	case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		return nil
-	case gerr != nil:
-		return err
-	case string(e.Value()) != r.id:
-		return nil
-	}
-	return r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(e.Revision()))
-}
-
 // releaseQuiet gives up, during a drain, every partition this runner
 // owns whose runs (handed off at the start of the drain) have nothing
 // running any more: they are forgotten and the key deleted, so that the
@@ -338,12 +266,9 @@ func (r *Runner) deletePartKey(ctx context.Context, p int, rev uint64) error {
 // is handed off and forgotten (otherwise the partition is tried again,
 // and at the end of the drain released with the runner: releaseAll).
 func (r *Runner) releaseQuiet(ctx context.Context) {
-	t := r.parts
 	for _, p := range r.ownedPartitions() {
-		t.mu.Lock()
-		t.releasing[p] = true
-		t.mu.Unlock()
-		if !r.waitAcquisitions(ctx, p) {
+		r.parts.SetReleasing(p, true)
+		if !r.parts.WaitAcquisitions(ctx, p) {
 			return
 		}
 		list := r.runsOf(p)
@@ -355,34 +280,7 @@ func (r *Runner) releaseQuiet(ctx context.Context) {
 			continue
 		}
 		r.testHook("release-quiet", p, "")
-		r.releaseKey(ctx, p)
-	}
-}
-
-// releaseKey deletes the key of partition p if this runner owns it,
-// marking it not owned first. A key whose delete failed (the context
-// ended during it, or the store did not answer) is still this runner's:
-// it is owned again in the table, so that a later release (the end of
-// the drain: releaseAll) deletes it instead of leaving it naming this
-// runner after the window.
-func (r *Runner) releaseKey(ctx context.Context, p int) {
-	t := r.parts
-	t.mu.Lock()
-	rev, mine := t.rev[p], t.owner[p] == r.id
-	if mine {
-		t.owner[p] = ""
-	}
-	t.mu.Unlock()
-	if !mine {
-		return
-	}
-	if err := r.deletePartKey(ctx, p, rev); err != nil {
-		r.log.Debug("partition release", "partition", p, "err", err)
-		t.mu.Lock()
-		if t.owner[p] == "" && t.rev[p] == rev {
-			t.owner[p] = r.id
-		}
-		t.mu.Unlock()
+		r.parts.ReleaseKey(ctx, p)
 	}
 }
 
@@ -400,16 +298,13 @@ func (r *Runner) releaseAll(ctx context.Context, held bool) {
 		}
 		r.mu.Unlock()
 	}
-	t := r.parts
-	t.mu.Lock()
 	var list []int
-	for p, o := range t.owner {
-		if o == r.id && !busy[p] {
+	for _, p := range r.ownedPartitions() {
+		if !busy[p] {
 			list = append(list, p)
 		}
 	}
-	t.mu.Unlock()
 	for _, p := range list {
-		r.releaseKey(ctx, p)
+		r.parts.ReleaseKey(ctx, p)
 	}
 }

@@ -322,9 +322,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.checkPartitions(ctx); err != nil {
 		return err
 	}
-	r.parts = newPartTable(r.nparts)
-	r.startPeers()
-	r.owned.reconnects = r.nc.Stats().Reconnects // nothing owned yet
+	r.startOwnership() // nothing owned yet
 	// A failed heartbeat is "cannot tell", never a reason to stop serving
 	// (the bucket may refuse writes, or be re-created by a server restart
 	// or an operator, while this runner starts): heartbeat reset the
@@ -339,7 +337,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	g, gctx := errgroup.WithContext(bg)
-	g.Go(func() error { return r.watchPartitions(gctx) })
+	g.Go(func() error { return r.parts.Watch(gctx) })
 	g.Go(func() error { return r.peers.WatchRunners(gctx) })
 	hb, stopHeartbeat := context.WithCancel(context.Background())
 	defer stopHeartbeat()
@@ -347,7 +345,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// The partitions assigned to this runner that nobody owns are claimed
 	// before it serves: a lone runner owns every partition at once.
 	startWait := time.After(30 * time.Second)
-	for _, ready := range []<-chan struct{}{r.parts.ready, r.peers.Ready()} {
+	for _, ready := range []<-chan struct{}{r.parts.Ready(), r.peers.Ready()} {
 		select {
 		case <-ready:
 		case <-ctx.Done():
