@@ -178,30 +178,19 @@ func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 	}
 }
 
-// partitionPass is one round of rebalancing: claim the partitions
-// assigned to this runner that nobody (alive) owns, release those
-// assigned to another live runner (the choice: partition.Round.Decide).
+// partitionPass is one round of rebalancing (ownership.Table.Pass: claim
+// the partitions assigned to this runner that nobody alive owns, release
+// those assigned to another live runner); each release runs in the
+// background, counted in releases.
 func (r *Runner) partitionPass(ctx context.Context, releases *sync.WaitGroup) {
-	live, runners, ok := r.peers.LiveRunners()
-	if !ok {
+	if !r.parts.Pass(ctx, r.peers, r.unboundedIn, func(p int, rev uint64) {
+		releases.Add(1)
+		go func() {
+			defer releases.Done()
+			r.release(ctx, p, rev)
+		}()
+	}) {
 		return // cannot tell
-	}
-	round := partition.Round{Self: r.id, Runners: runners, Live: live,
-		Gone:      func(id string) bool { return !r.peers.Alive(ctx, id) },
-		Unbounded: r.unboundedIn}
-	t := r.parts
-	for p := range r.nparts {
-		switch m := round.Decide(p, t.Slot(p)); m.Do {
-		case partition.Release:
-			t.SetReleasing(p, true)
-			releases.Add(1)
-			go func() {
-				defer releases.Done()
-				r.release(ctx, p, m.Rev)
-			}()
-		case partition.Claim:
-			t.Claim(ctx, p, m.Rev, m.Previous)
-		}
 	}
 	r.testHook("partition-pass", -1, "")
 }
