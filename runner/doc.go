@@ -104,7 +104,8 @@
 // lease/4 (the value says the deployment's P, and whether it drains); the
 // bucket's max age is the lease (WithLease, default 1 s), so a SIGKILLed
 // runner's key disappears within the lease. "Cannot tell" is never gone
-// (internal/ownership: Peers.Alive). Every lease/4 the partition loop lists the live
+// (internal/ownership: the judgement of Peers, which Table.Pass and
+// Peers.NonParticipant ask). Every lease/4 the partition loop lists the live
 // runners, assigns the partitions among them by rendezvous hashing
 // (partition.Owner: a join or a leave moves about P/n partitions), claims
 // those assigned to it whose key is absent or names a runner judged gone

@@ -14,7 +14,7 @@ import (
 // docs/semantics.md §8 (a run can always be answered; a partition moves
 // only by compare-and-set): this runner's table of the partitions' owners
 // was set back — to a gone runner at a revision the partition's key has
-// left — by a read that was behind (Verify or CatchUp; its watcher, past that
+// left — by a read that was behind (Verify or catchUp; its watcher, past that
 // revision already, delivers nothing new). The claim of the partition from
 // the gone runner, at the table's revision, is refused: the table then
 // moves forward to the key as the stream's leader has it. When the key
@@ -49,7 +49,7 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 		r.mu.Lock()
 		r.owner[p], r.rev[p], r.scanDue[p] = "ghost", gone, false
 		r.mu.Unlock()
-		r.Claim(c, p, gone, "ghost")
+		r.claim(c, p, gone, "ghost")
 		e, err := kv.Get(c, Key(p))
 		if err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 	r.mu.Lock()
 	r.owner[p], r.rev[p] = "other", rev+5
 	r.mu.Unlock()
-	r.CatchUp(c, p)
+	r.catchUp(c, p)
 	r.mu.Lock()
 	owner, got := r.owner[p], r.rev[p]
 	r.mu.Unlock()
@@ -98,14 +98,14 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 	r.mu.Lock()
 	r.owner[q], r.rev[q] = "ghost", gone
 	r.mu.Unlock()
-	r.Claim(c, q, gone, "ghost")
+	r.claim(c, q, gone, "ghost")
 	r.mu.Lock()
 	owner, got = r.owner[q], r.rev[q]
 	r.mu.Unlock()
 	if owner != "" || got <= gone {
 		t.Fatalf("partition %d, its key deleted after %d: the table says %q at %d, want nobody after it", q, gone, owner, got)
 	}
-	r.Claim(c, q, 0, "")
+	r.claim(c, q, 0, "")
 	if o, _ := r.OwnerOf(q); o != "me" {
 		t.Fatalf("partition %d after a Create: owner %q", q, o)
 	}

@@ -7,7 +7,7 @@ package ownership
 // (SIGSTOP) or cut off from the server wakes up believing it still owns a
 // partition another runner claimed meanwhile. A decision that would record
 // a takeover is therefore not made on the table alone: the partition's key
-// is read from the stream's leader first (PartitionKey: a JetStream API
+// is read from the stream's leader first (partitionKey: a JetStream API
 // message get, which only the leader answers — not kv.Get, a direct get
 // that any replica of the bucket may answer, behind), and must name this
 // runner at a revision no lower than the one it claimed (Verify). After
@@ -111,10 +111,10 @@ func (t *Table) watchOnce(ctx context.Context, ready *bool) {
 	}
 }
 
-// Claim makes this runner partition p's owner: Create when the key is
+// claim makes this runner partition p's owner: Create when the key is
 // absent or deleted (rev 0), Update at rev when it names previous, a
 // runner judged gone. Exactly one claim of several wins.
-func (t *Table) Claim(ctx context.Context, p int, rev uint64, previous string) {
+func (t *Table) claim(ctx context.Context, p int, rev uint64, previous string) {
 	var err error
 	var got uint64
 	if rev == 0 || previous == "" {
@@ -123,7 +123,7 @@ func (t *Table) Claim(ctx context.Context, p int, rev uint64, previous string) {
 			// A key naming this runner that is no claim of its own (a
 			// re-created bucket, lost writes: verifyPartition) is claimed
 			// anew at its revision.
-			if owner, krev, gerr := t.PartitionKey(ctx, p); gerr == nil && owner == t.cfg.ID {
+			if owner, krev, gerr := t.partitionKey(ctx, p); gerr == nil && owner == t.cfg.ID {
 				got, err = t.reclaim(ctx, p, krev)
 			}
 		}
@@ -132,7 +132,7 @@ func (t *Table) Claim(ctx context.Context, p int, rev uint64, previous string) {
 	}
 	if err != nil {
 		t.cfg.Log.Debug("partition claim lost", "partition", p, "err", err)
-		t.CatchUp(ctx, p)
+		t.catchUp(ctx, p)
 		return
 	}
 	t.claimed(p, got, previous)
@@ -166,7 +166,7 @@ func (t *Table) claimed(p int, got uint64, previous string) {
 	t.cfg.Log.Info("partition claimed", "partition", p, "previous", previous)
 }
 
-// CatchUp reads partition p's key after a claim of it was refused and
+// catchUp reads partition p's key after a claim of it was refused and
 // moves this runner's table forward to it when the key is at a revision
 // the table has not reached: a table set back by a read that was behind
 // (lostPartition) would otherwise claim at a revision that is no longer
@@ -182,10 +182,10 @@ func (t *Table) claimed(p int, got uint64, previous string) {
 // the table's revision but names nobody: the next claim is a Create,
 // not an Update at a revision the key never had. The table's revision
 // never moves back.
-func (t *Table) CatchUp(ctx context.Context, p int) {
+func (t *Table) catchUp(ctx context.Context, p int) {
 	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	owner, rev, err := t.PartitionKey(gctx, p)
+	owner, rev, err := t.partitionKey(gctx, p)
 	if err != nil {
 		return // cannot tell: claimed again at the next pass
 	}
@@ -226,7 +226,7 @@ func (t *Table) Verify(ctx context.Context, p int) (string, error) {
 	t.mu.Lock()
 	believed, claimed := t.owner[p], t.rev[p]
 	t.mu.Unlock()
-	owner, rev, err := t.PartitionKey(gctx, p)
+	owner, rev, err := t.partitionKey(gctx, p)
 	if err != nil {
 		return "", err
 	}
@@ -242,14 +242,14 @@ func (t *Table) Verify(ctx context.Context, p int) (string, error) {
 	return owner, nil
 }
 
-// PartitionKey reads partition p's key in weft_partitions from the
+// partitionKey reads partition p's key in weft_partitions from the
 // stream's leader: a JetStream API message get of the key's last message
 // ($JS.API.STREAM.MSG.GET, answered by the leader only), not a direct get
 // (kv.Get: the bucket allows direct gets, which any replica answers, and a
 // replica may be behind). It returns the key's owner and revision: "" and
 // the deletion's revision when the key is deleted, "" and 0 when it is
 // absent.
-func (t *Table) PartitionKey(ctx context.Context, p int) (string, uint64, error) {
+func (t *Table) partitionKey(ctx context.Context, p int) (string, uint64, error) {
 	bucket := "KV_" + t.cfg.Bucket
 	m, err := t.cfg.Conn.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+bucket,
 		fmt.Appendf(nil, `{"last_by_subj":%q}`, "$KV."+t.cfg.Bucket+"."+Key(p)))

@@ -13,7 +13,7 @@ import (
 )
 
 // judgement tracks whether this runner can tell that a peer is gone
-// (Alive, judgeLevel). A peer is gone when its liveness key is absent —
+// (alive, judgeLevel). A peer is gone when its liveness key is absent —
 // but only once this runner has been connected, with its own heartbeat
 // recorded in the same bucket, for long enough that every live peer has
 // heartbeated since: a lease and a heartbeat interval after it started,
@@ -22,7 +22,7 @@ import (
 // failed heartbeat — the server may have restarted and disconnected
 // every peer too — also the connection's reconnect wait and jitter, the
 // time a peer disconnected by the same restart may take to come back
-// (JudgeGrace). Until then an absent key means "cannot tell" (docs/semantics.md
+// (judgeGrace). Until then an absent key means "cannot tell" (docs/semantics.md
 // §8: only a runner that is gone is recovered from).
 //
 // Before the whole grace, once it has watched for a lease and a heartbeat
@@ -168,11 +168,11 @@ func expiredAt(m *jetstream.RawStreamMsg) (time.Time, bool) {
 // a peer disconnected by a server restart to have come back (judgement).
 func MarkerTTL(lease time.Duration) time.Duration { return max(60*lease, time.Minute) }
 
-// JudgeGrace is how long this runner's view of the runners bucket must
+// judgeGrace is how long this runner's view of the runners bucket must
 // have been continuous after a reconnection before an absent key means a
 // gone runner (partition.JudgeGrace): the lease (every live runner puts
 // its key every lease/4), the heartbeat interval, and reconnectGrace.
-func (p *Peers) JudgeGrace() time.Duration {
+func (p *Peers) judgeGrace() time.Duration {
 	return partition.JudgeGrace(p.cfg.Lease, p.reconnectGrace())
 }
 
@@ -212,7 +212,7 @@ func (p *Peers) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full, 
 	return period, full, partial
 }
 
-// Alive reports whether runner id may hold a live heartbeat: false only
+// alive reports whether runner id may hold a live heartbeat: false only
 // when its key is absent and this runner can tell (partition.Judge on
 // what it reads: the key's last message, its own key, its view's
 // period). "Cannot tell" — a read error, a missing bucket, a view
@@ -224,7 +224,7 @@ func (p *Peers) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full, 
 // wait ago (since the view began, or at a runner's start). An absent key
 // without a marker (never written, or expired long enough ago that the
 // server dropped its marker: judged alike) waits for the whole grace.
-func (p *Peers) Alive(ctx context.Context, id string) bool {
+func (p *Peers) alive(ctx context.Context, id string) bool {
 	if id == p.cfg.ID {
 		return !p.loop.Draining()
 	}
@@ -292,7 +292,7 @@ func (p *Peers) beatInView(id string, last *jetstream.RawStreamMsg) bool {
 	return ok && first != 0 && rev > first
 }
 
-// seenGone reports whether Alive found runner id gone within the last
+// seenGone reports whether alive found runner id gone within the last
 // heartbeat interval (lease/4): the takeover of a gone runner's many runs
 // judges it once per interval, not once per run.
 func (p *Peers) seenGone(id string) bool {
@@ -340,7 +340,7 @@ func (p *Peers) NonParticipant(ctx context.Context, id string) bool {
 		var b beat
 		return json.Unmarshal(e.Value(), &b) != nil || b.Partitions != p.cfg.Partitions
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return p.Alive(gctx, id)
+		return p.alive(gctx, id)
 	}
 	return true // cannot tell
 }

@@ -109,12 +109,12 @@ func TestSemantics8_APeerIsJudgedAsOfWhenTheLookBeganNotAfterAStalledRead(t *tes
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	clk.Advance(lease + lease/4) // partial: a key without a marker is not judged yet
-	live.stall = func() { clk.Advance(r.JudgeGrace()) }
-	if !r.Alive(ctx, "peer") {
+	live.stall = func() { clk.Advance(r.judgeGrace()) }
+	if !r.alive(ctx, "peer") {
 		t.Fatal("a peer was judged gone by a look made before the whole grace, on a read of this runner's own key answered after it")
 	}
 	live.stall = nil
-	if r.Alive(ctx, "peer") {
+	if r.alive(ctx, "peer") {
 		t.Fatal("a peer whose key is absent a whole grace into the view is not judged gone")
 	}
 }
@@ -133,7 +133,7 @@ func TestSemantics8_AReconnectionWhileAPeerIsJudgedMeansCannotTell(t *testing.T)
 	r, live, clk := judgeRig(t, srv, nc, lease)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clk.Advance(r.JudgeGrace()) // full: any absent key is judged
+	clk.Advance(r.judgeGrace()) // full: any absent key is judged
 	live.stall = func() {
 		if err := nc.ForceReconnect(); err != nil {
 			t.Error(err)
@@ -145,17 +145,17 @@ func TestSemantics8_AReconnectionWhileAPeerIsJudgedMeansCannotTell(t *testing.T)
 			t.Error("the connection never reconnected")
 		}
 	}
-	if !r.Alive(ctx, "peer") {
+	if !r.alive(ctx, "peer") {
 		t.Fatal("a peer was judged gone at a look during which this runner's connection reconnected")
 	}
 	live.stall = nil
-	clk.Advance(r.JudgeGrace())
-	if r.Alive(ctx, "peer") {
+	clk.Advance(r.judgeGrace())
+	if r.alive(ctx, "peer") {
 		t.Fatal("a peer whose key is absent a whole grace after the reconnection is not judged gone")
 	}
 }
 
-// docs/semantics.md §8: Alive gathers the facts it judges by from the
+// docs/semantics.md §8: alive gathers the facts it judges by from the
 // store — the server's marker of an expired key, this runner's own key
 // and whether that key is the beat it saw answered. Two peers' keys
 // expired (the server's max age) before this runner's view began, at its
@@ -208,14 +208,14 @@ func TestSemantics8_AliveJudgesAMarkerOnlyWithItsOwnBeatAnswered(t *testing.T) {
 	if err := r.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(r.JudgeGrace() - lease/8) // partial; the markers are older than a reconnect grace and a heartbeat interval
-	if r.Alive(ctx, "peer1") {
+	clk.Advance(r.judgeGrace() - lease/8) // partial; the markers are older than a reconnect grace and a heartbeat interval
+	if r.alive(ctx, "peer1") {
 		t.Fatal("a peer whose key expired a reconnect wait ago, by the server's marker, is not judged gone")
 	}
 	if _, err := kv.Put(ctx, "me", []byte("{}")); err != nil { // a beat not answered yet
 		t.Fatal(err)
 	}
-	if !r.Alive(ctx, "peer2") {
+	if !r.alive(ctx, "peer2") {
 		t.Fatal("a peer was judged gone by a marker read against this runner's own key ahead of the beat it saw answered")
 	}
 }
@@ -278,7 +278,7 @@ func TestSemantics8_AFailedHeartbeatWhileAPeerIsJudgedMeansCannotTell(t *testing
 	r, live, clk := judgeRig(t, srv, srv.Conn, lease)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	clk.Advance(r.JudgeGrace()) // full: any absent key is judged
+	clk.Advance(r.judgeGrace()) // full: any absent key is judged
 	live.stall = func() {
 		failed, fail := context.WithCancel(ctx)
 		fail()
@@ -286,7 +286,7 @@ func TestSemantics8_AFailedHeartbeatWhileAPeerIsJudgedMeansCannotTell(t *testing
 			t.Error("a heartbeat with its context ended did not fail")
 		}
 	}
-	if !r.Alive(ctx, "peer") {
+	if !r.alive(ctx, "peer") {
 		t.Fatal("a peer was judged gone at a look during which this runner's heartbeat failed")
 	}
 }

@@ -16,20 +16,20 @@ import (
 // release is postponed). Pass returns false, having done nothing, when
 // the view cannot tell.
 func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bool, release func(p int, rev uint64)) bool {
-	live, runners, ok := peers.LiveRunners()
+	live, runners, ok := peers.liveRunners()
 	if !ok {
 		return false // cannot tell
 	}
 	round := partition.Round{Self: t.cfg.ID, Runners: runners, Live: live,
-		Gone:      func(id string) bool { return !peers.Alive(ctx, id) },
+		Gone:      func(id string) bool { return !peers.alive(ctx, id) },
 		Unbounded: unbounded}
 	for p := range t.cfg.Partitions {
-		switch m := round.Decide(p, t.Slot(p)); m.Do {
+		switch m := round.Decide(p, t.slot(p)); m.Do {
 		case partition.Release:
 			t.SetReleasing(p, true)
 			release(p, m.Rev)
 		case partition.Claim:
-			t.Claim(ctx, p, m.Rev, m.Previous)
+			t.claim(ctx, p, m.Rev, m.Previous)
 		}
 	}
 	return true

@@ -80,7 +80,7 @@ func TestPassClaimsThisRunnersShareOfTheLiveRunners(t *testing.T) {
 				t.Fatalf("alone %v: claimed %v, want %v (partition.Owner among %v)", alone, got, want, runners)
 			}
 			for p := range parts {
-				owner, _, err := table.PartitionKey(c, p)
+				owner, _, err := table.partitionKey(c, p)
 				if err != nil {
 					t.Fatal(err)
 				}

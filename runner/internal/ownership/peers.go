@@ -57,7 +57,7 @@ type Config struct {
 }
 
 // Peers is this runner's view of its peers: its heartbeat, the runners
-// view (WatchRunners, LiveRunners) and the judgement of liveness (Alive).
+// view (WatchRunners, liveRunners) and the judgement of liveness (alive).
 type Peers struct {
 	cfg     Config
 	loop    Loop
@@ -90,12 +90,12 @@ func (p *Peers) hook(event, key string) {
 	}
 }
 
-// liveness is this runner's judgement of its peers (Alive): the period
+// liveness is this runner's judgement of its peers (alive): the period
 // of continuous view (judgement) and the peers found gone lately (the
 // gone cache). Its lock is its own, not the command loop's: judging a
 // peer never waits for a run's bookkeeping, nor the other way.
 type liveness struct {
 	mu    sync.Mutex
 	judge judgement
-	gone  map[string]time.Time // runners Alive found gone, and when
+	gone  map[string]time.Time // runners alive found gone, and when
 }

@@ -88,7 +88,7 @@ func (v *runnersView) leftAt(id string) (revision uint64, ok bool) {
 // fails, ends or delivers nothing for a lease — every live runner,
 // this one included, beats every lease/4, so silence means a watch
 // that no longer follows the bucket. Until the view is ready again it
-// cannot tell (LiveRunners answers !ok).
+// cannot tell (liveRunners answers !ok).
 func (p *Peers) WatchRunners(ctx context.Context) error {
 	back := backoff.New(100*time.Millisecond, 2*time.Second)
 	for ctx.Err() == nil {
@@ -183,13 +183,13 @@ func (p *Peers) watchRunnersOnce(ctx context.Context) {
 	}
 }
 
-// LiveRunners lists the runners whose liveness key exists (live) and,
+// liveRunners lists the runners whose liveness key exists (live) and,
 // among them, those that take part in the assignment (runners, sorted:
 // their heartbeat names this deployment's number of partitions and they
 // do not drain), with this one unless it drains (partition.Members); the
 // keys that expired leave the view. ok is false when the watcher of
 // weft_runners cannot tell (WatchRunners).
-func (p *Peers) LiveRunners() (live map[string]bool, runners []string, ok bool) {
+func (p *Peers) liveRunners() (live map[string]bool, runners []string, ok bool) {
 	// The drain flag is read first: the view's lock is a leaf, never held
 	// while the command loop's is taken.
 	draining := p.loop.Draining()

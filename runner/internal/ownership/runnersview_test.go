@@ -146,7 +146,7 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 			}
 			peer := func() (live, assignable bool) {
 				t.Helper()
-				l, a, ok := r.LiveRunners()
+				l, a, ok := r.liveRunners()
 				if !ok {
 					t.Fatal("the view cannot tell")
 				}

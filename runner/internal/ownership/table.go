@@ -139,9 +139,9 @@ func (t *Table) Owned() []int {
 	return out
 }
 
-// Slot returns partition p as the rebalancing choice reads it
+// slot returns partition p as the rebalancing choice reads it
 // (partition.Round.Decide).
-func (t *Table) Slot(p int) partition.Slot {
+func (t *Table) slot(p int) partition.Slot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return partition.Slot{Owner: t.owner[p], Rev: t.rev[p], Releasing: t.releasing[p]}
