@@ -121,7 +121,7 @@ func (t *Table) claim(ctx context.Context, p int, rev uint64, previous string) {
 		got, err = t.cfg.KV.Create(ctx, Key(p), []byte(t.cfg.ID))
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			// A key naming this runner that is no claim of its own (a
-			// re-created bucket, lost writes: verifyPartition) is claimed
+			// re-created bucket, lost writes: Verify) is claimed
 			// anew at its revision.
 			if owner, krev, gerr := t.partitionKey(ctx, p); gerr == nil && owner == t.cfg.ID {
 				got, err = t.reclaim(ctx, p, krev)
