@@ -39,6 +39,7 @@ type Loop interface {
 
 // Config is what Peers reads: this runner's identity and lease, the
 // deployment's partitions, the connection and the weft_runners bucket.
+// Every field but Stamp, Log and Hook is required.
 type Config struct {
 	ID         string
 	Lease      time.Duration // a peer beats every Lease/4

@@ -31,6 +31,7 @@ type Owners interface {
 
 // TableConfig is what a Table reads: this runner's identity, the
 // deployment's partitions, the connection and the weft_partitions bucket.
+// Every field but Log and Hook is required.
 type TableConfig struct {
 	ID         string
 	Partitions int
@@ -80,9 +81,7 @@ func NewTable(cfg TableConfig, loop Owners) *Table {
 	}
 	t := &Table{cfg: cfg, loop: loop, owner: make([]string, n), rev: make([]uint64, n), releasing: make([]bool, n), scanDue: make([]bool, n),
 		acquiring: make([]int, n), acquired: make(chan struct{}), ready: make(chan struct{}), kick: make(chan struct{}, 1)}
-	if cfg.Conn != nil {
-		t.owned.reconnects = cfg.Conn.Stats().Reconnects
-	}
+	t.owned.reconnects = cfg.Conn.Stats().Reconnects
 	return t
 }
 
