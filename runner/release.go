@@ -14,6 +14,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/runner/internal/ownership"
 )
 
 // acquiring counts an acquisition of run (a read from the log, a start)
@@ -21,10 +22,10 @@ import (
 // installed in r.runs, or the acquisition failed. It is counted before
 // the ownership check (owns), under the lock that marks a partition
 // releasing, so that a release either makes the check fail or finds the
-// acquisition counted and waits for it (WaitAcquisitions) before it lists
-// the partition's runs to hand them off: no run is installed behind a
-// release's back (docs/semantics.md §8: the releasing runner would drive a run
-// its partition's new owner takes over).
+// acquisition counted and waits for it (ownership.Table.Release) before
+// it lists the partition's runs to hand them off: no run is installed
+// behind a release's back (docs/semantics.md §8: the releasing runner
+// would drive a run its partition's new owner takes over).
 func (r *Runner) acquiring(run string) (done func()) {
 	if r.parts == nil {
 		return func() {}
@@ -33,77 +34,62 @@ func (r *Runner) acquiring(run string) (done func()) {
 }
 
 // release gives partition p up (docs/semantics.md §8, graceful: nothing
-// uncertain).
-// The partition is marked releasing (partitionPass): no run of it is
-// acquired any more (owns answers runner_busy); the acquisitions that
-// passed the ownership check before are waited for, so that their runs
-// are handed off too. Then the runs of it this runner holds are judged
-// and handed off in one hold of their locks (handOffJudged: a run with
-// work without a deadline postpones the release, its runs served
-// meanwhile), their running bodies and model calls are waited for — up to their
-// recorded deadlines (a body's attempt deadline, its tool timeout, is
-// recorded with the attempt: bounded), at least the drain window — and
-// recorded, and the runs are forgotten. Only when every run of the
-// partition is handed off and forgotten (a run whose lock or hand-off
-// could not be had is tried again, for as long as ctx lasts) is the key
-// deleted at the revision this runner claimed it with, so that the
-// runner it is assigned to claims it. When ctx ends first (the drain) the
-// partition is left to the drain (releaseQuiet, releaseAll).
+// uncertain). The pass marked it releasing (ownership.Table.Pass): no run
+// of it is acquired any more (owns answers runner_busy). The table's
+// Release waits for the acquisitions that passed the ownership check
+// before, and deletes the key at the revision this runner claimed it with
+// once handOffPartition handed off and forgot every run of it this runner
+// holds, so that the runner it is assigned to claims it. When ctx ends
+// first (the drain) the partition is left to the drain (releaseQuiet,
+// releaseAll).
 func (r *Runner) release(ctx context.Context, p int, rev uint64) {
-	r.log.Info("releasing partition", "partition", p)
-	if !r.parts.WaitAcquisitions(ctx, p) {
-		return
-	}
-	r.testHook("release-check", p, "")
+	r.parts.Release(ctx, p, rev, func(ctx context.Context) ownership.HandOff { return r.handOffPartition(ctx, p) })
+}
+
+// handOffPartition is a release's part of the command loop: the runs of
+// partition p (releasing, its acquisitions waited for) this runner holds
+// are judged and handed off in one hold of their locks (handOffJudged: a
+// run with work without a deadline postpones the release, its runs
+// served meanwhile), their running bodies and model calls are waited for
+// — up to their recorded deadlines (a body's attempt deadline, its tool
+// timeout, is recorded with the attempt: bounded), at least the drain
+// window — and recorded, and the runs are forgotten. A run whose lock or
+// hand-off could not be had is tried again, for as long as ctx lasts: it
+// returns HandedOff only once every run of the partition is handed off
+// and forgotten.
+func (r *Runner) handOffPartition(ctx context.Context, p int) ownership.HandOff {
 	back := backoff.New(50*time.Millisecond, time.Second)
 	for {
 		handed, unbounded := r.handOffJudged(ctx, p)
 		if ctx.Err() != nil {
-			return // the drain releases it (releaseQuiet, releaseAll)
+			return ownership.Stopped // the drain releases it (releaseQuiet, releaseAll)
 		}
 		if unbounded {
 			// A run of it has work without a deadline (a decision that
 			// was in progress started it): not released yet, its runs
 			// served meanwhile; the runs handed off by an earlier pass
 			// are forgotten, and recovered by this partition's owner.
-			r.parts.SetReleasing(p, false)
-			r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
-			return
+			return ownership.Postponed
 		}
 		if handed != nil {
 			if !r.waitSettled(ctx, handed) {
-				return
+				return ownership.Stopped
 			}
 			r.forgetHandedOff(ctx, handed)
 		}
 		left := r.runsOf(p)
 		if len(left) == 0 {
-			break
+			// Until the key is deleted the partition stays
+			// "releasing": none of its runs is acquired here (a run
+			// this runner handed off is never recovered by it).
+			return ownership.HandedOff
 		}
 		r.log.Warn("partition release: runs not handed off yet; trying again", "partition", p, "runs", len(left))
 		r.testHook("release-retry", p, "")
 		if back.Wait(ctx) != nil {
-			return
+			return ownership.Stopped
 		}
 	}
-	// Until the key is deleted the partition stays "releasing": none of
-	// its runs is acquired here (a run this runner handed off is never
-	// recovered by it).
-	back = backoff.New(50*time.Millisecond, time.Second)
-	for {
-		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := r.parts.DeleteKey(fctx, p, rev)
-		fcancel()
-		if err == nil {
-			break
-		}
-		r.log.Warn("partition release", "partition", p, "err", err)
-		if back.Wait(ctx) != nil {
-			return // the drain deletes it (releaseAll)
-		}
-	}
-	r.testHook("release-deleted", p, "")
-	r.parts.Released(p)
 }
 
 // unboundedIn reports whether a run of partition p this runner holds has
@@ -261,27 +247,20 @@ func (r *Runner) inFlight(rn *run, later func(*run, time.Time)) (busy, unbounded
 // running any more: they are forgotten and the key deleted, so that the
 // partition moves at once instead of at the end of the window.
 //
-// As in release, the acquisitions in flight are waited for first, and the
-// key is deleted only once every run of the partition this runner holds
-// is handed off and forgotten (otherwise the partition is tried again,
-// and at the end of the drain released with the runner: releaseAll).
+// As in release, the acquisitions in flight are waited for first
+// (ownership.Table.ReleaseQuiet), and the key is deleted only once every
+// run of the partition this runner holds is handed off and forgotten
+// (otherwise the partition is tried again, and at the end of the drain
+// released with the runner: releaseAll).
 func (r *Runner) releaseQuiet(ctx context.Context) {
-	for _, p := range r.ownedPartitions() {
-		r.parts.SetReleasing(p, true)
-		if !r.parts.WaitAcquisitions(ctx, p) {
-			return
-		}
+	r.parts.ReleaseQuiet(ctx, func(ctx context.Context, p int) bool {
 		list := r.runsOf(p)
 		if r.busyIn(list) {
-			continue
+			return false
 		}
 		r.handOff(ctx, list, handOffForgetRecorded)
-		if len(r.runsOf(p)) > 0 {
-			continue
-		}
-		r.testHook("release-quiet", p, "")
-		r.parts.ReleaseKey(ctx, p)
-	}
+		return len(r.runsOf(p)) == 0
+	})
 }
 
 // releaseAll deletes the keys of every partition this runner owns (a

@@ -352,7 +352,7 @@ func (t *Table) ReleaseKey(ctx context.Context, p int) {
 	if !mine {
 		return
 	}
-	if err := t.DeleteKey(ctx, p, rev); err != nil {
+	if err := t.deleteKey(ctx, p, rev); err != nil {
 		t.cfg.Log.Debug("partition release", "partition", p, "err", err)
 		t.mu.Lock()
 		if t.owner[p] == "" && t.rev[p] == rev {
@@ -362,11 +362,11 @@ func (t *Table) ReleaseKey(ctx context.Context, p int) {
 	}
 }
 
-// DeleteKey deletes partition p's key at revision rev and, when the
+// deleteKey deletes partition p's key at revision rev and, when the
 // key moved on meanwhile but still names this runner (a server restart
 // lost the revision this runner knew), at its current revision. A key
 // that names another runner is left alone (nil: not ours to delete).
-func (t *Table) DeleteKey(ctx context.Context, p int, rev uint64) error {
+func (t *Table) deleteKey(ctx context.Context, p int, rev uint64) error {
 	err := t.cfg.KV.Delete(ctx, Key(p), jetstream.LastRevision(rev))
 	if err == nil {
 		return nil

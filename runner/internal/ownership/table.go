@@ -39,8 +39,11 @@ type TableConfig struct {
 	KV         jetstream.KeyValue // weft_partitions
 	Bucket     string             // KV's name (weft_partitions)
 	Log        *slog.Logger
-	// Hook, when set (tests), is called at "release-acquiring" when
-	// WaitAcquisitions waits for an acquisition in flight.
+	// Hook, when set (tests), is called at the named points of a
+	// release (release.go): "release-acquiring" when it waits for an
+	// acquisition in flight, "release-check" once none is, before the
+	// runs are handed off, "release-deleted" once the key is deleted,
+	// "release-quiet" before ReleaseQuiet deletes a key.
 	Hook func(event string, p int)
 }
 
@@ -146,17 +149,17 @@ func (t *Table) slot(p int) partition.Slot {
 	return partition.Slot{Owner: t.owner[p], Rev: t.rev[p], Releasing: t.releasing[p]}
 }
 
-// SetReleasing marks partition p being released (no run of it is
+// setReleasing marks partition p being released (no run of it is
 // acquired any more) or not (a release postponed).
-func (t *Table) SetReleasing(p int, releasing bool) {
+func (t *Table) setReleasing(p int, releasing bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.releasing[p] = releasing
 }
 
-// Released records that partition p's key was deleted by its release: not
+// deleted records that partition p's key was deleted by its release: not
 // releasing, and not owned by this runner any more.
-func (t *Table) Released(p int) {
+func (t *Table) deleted(p int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.releasing[p] = false
@@ -165,9 +168,9 @@ func (t *Table) Released(p int) {
 	}
 }
 
-// ScanDue lists the partitions this runner owns and does not release
+// scanDueList lists the partitions this runner owns and does not release
 // whose driver entries are still to be woken (all owned ones with all).
-func (t *Table) ScanDue(all bool) []int {
+func (t *Table) scanDueList(all bool) []int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var due []int
@@ -179,9 +182,9 @@ func (t *Table) ScanDue(all bool) []int {
 	return due
 }
 
-// Scanned records that the driver entries of partitions ps were all
+// scanned records that the driver entries of partitions ps were all
 // woken.
-func (t *Table) Scanned(ps []int) {
+func (t *Table) scanned(ps []int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range ps {
@@ -242,9 +245,9 @@ func (t *Table) Acquiring(p int) (done func()) {
 	}
 }
 
-// WaitAcquisitions waits until no acquisition of partition p (marked
+// waitAcquisitions waits until no acquisition of partition p (marked
 // releasing) is in flight. It returns false when ctx ends first.
-func (t *Table) WaitAcquisitions(ctx context.Context, p int) bool {
+func (t *Table) waitAcquisitions(ctx context.Context, p int) bool {
 	for hooked := false; ; hooked = true {
 		t.mu.Lock()
 		n, ch := t.acquiring[p], t.acquired
