@@ -1,15 +1,3 @@
-// Package ownership is the runner's state of partition ownership
-// (docs/adr/0019-partitions.md) apart from the command loop's: this
-// runner's view of its peers — its heartbeat in weft_runners, the view of
-// the live runners its watcher keeps, and its judgement of whether a peer
-// is gone (docs/semantics.md §8: only a runner that is gone is recovered
-// from). Each part keeps a lock of its own, none the command loop's, and
-// reads an injected clock (internal/clock): the wall clock in production,
-// a clock.Fake in tests, so that the timing of liveness and of the view is
-// tested without sleeping.
-//
-// The package is internal to the runner: applications configure ownership
-// through runner's options only.
 package ownership
 
 import (
