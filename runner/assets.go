@@ -16,6 +16,7 @@ import (
 	"github.com/weftrun/weft/internal/unanswered"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/runner/internal/ownership"
 	"github.com/weftrun/weft/timer"
 	"github.com/weftrun/weft/worker"
 )
@@ -29,7 +30,7 @@ func Assets(lease time.Duration) []provision.Asset {
 		provision.Stream(timer.StreamConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.FileStorage,
 			// A key that reaches its max age leaves a marker (judgement).
-			LimitMarkerTTL: runnersMarkerTTL(lease)}),
+			LimitMarkerTTL: ownership.MarkerTTL(lease)}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage,
 			// The marker of a removed entry expires (removeDriverKey).
 			LimitMarkerTTL: markerTTL(lease)}),
