@@ -45,12 +45,13 @@ func (t *Table) Release(ctx context.Context, p int, rev uint64, handOff func(con
 	}
 	t.hook("release-check", p)
 	switch handOff(ctx) {
-	case Stopped:
-		return // the drain releases it (the runner's releaseQuiet, releaseAll)
+	case HandedOff:
 	case Postponed:
 		t.setReleasing(p, false)
 		t.cfg.Log.Info("partition release postponed: work without a deadline runs", "partition", p)
 		return
+	default: // Stopped, or anything else: the key is kept
+		return // the drain releases it (the runner's releaseQuiet, releaseAll)
 	}
 	back := backoff.New(50*time.Millisecond, time.Second)
 	for {
