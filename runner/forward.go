@@ -12,7 +12,6 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/worker"
 )
 
 // forwarded is the body of weft.runner.<id>.cmd: an API request routed to
@@ -185,7 +184,7 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 		}
 		return r.Reconcile(ctx, req, f.Kind == api.EndpointReconcileStored)
 	case api.EndpointSettle:
-		req, err := decodeInto[worker.Settlement](f.Body)
+		req, err := decodeInto[api.Settlement](f.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -215,7 +214,7 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 		}
 		return r.Resume(ctx, req)
 	case api.EndpointReport:
-		req, err := decodeInto[worker.Report](f.Body)
+		req, err := decodeInto[api.Report](f.Body)
 		if err != nil {
 			return nil, err
 		}
