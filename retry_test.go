@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,16 +23,20 @@ var notYetRetryable = map[string]string{}
 
 // TestRetryableIsTheOneTable fails when a second definition of "which
 // codes are retryable" appears (docs/protocol.md, "Retry rules"): any
-// non-test Go file but error.go whose switch case, or || chain of
-// comparisons, names two or more codes that weft.Code.Retryable accepts.
-// One retryable code in a condition (errors.Is(err, unavailable)) is a
-// question about that code, not a table.
+// non-test Go file but error.go whose switch case, || chain of
+// comparisons, or composite literal of codes only (a slice or a map of
+// them) names two or more codes that weft.Code.Retryable accepts, as Go
+// constants or as their wire strings. One retryable code in a condition
+// (errors.Is(err, unavailable)) is a question about that code, not a
+// table; a table of every code (api's statuses) is not a set of the
+// retryable ones.
 func TestRetryableIsTheOneTable(t *testing.T) {
 	names := codeNames(t)
 	retryable := map[string]bool{}
 	for name, c := range names {
 		if c.Retryable() {
 			retryable[name] = true
+			retryable[string(c)] = true
 		}
 	}
 	if len(retryable) < 2 {
@@ -50,25 +55,42 @@ func TestRetryableIsTheOneTable(t *testing.T) {
 	}
 }
 
-// retryableSets returns the files (but error.go) with a switch case, or
-// a || chain, that names two or more of the retryable codes (their Go
-// names), as weft.CodeX or, in the root package, CodeX.
+// retryableSets returns the files (but error.go) with a switch case, a
+// || chain, or a composite literal naming no other code, that names two
+// or more of the retryable codes: retryable holds their Go names (written
+// weft.CodeX or, in the root package, CodeX) and their wire strings
+// ("runner_busy").
 func retryableSets(files map[string]*ast.File, retryable map[string]bool) map[string]bool {
-	count := func(n ast.Node) int {
-		seen := map[string]bool{}
+	codes := func(n ast.Node) (seen map[string]bool, others int) {
+		seen = map[string]bool{}
+		name := func(s string) {
+			switch {
+			case retryable[s]:
+				seen[s] = true
+			case strings.HasPrefix(s, "Code") && len(s) > len("Code"):
+				others++
+			}
+		}
 		ast.Inspect(n, func(n ast.Node) bool {
 			switch x := n.(type) {
 			case *ast.SelectorExpr:
-				if id, ok := x.X.(*ast.Ident); ok && id.Name == "weft" && retryable[x.Sel.Name] {
-					seen[x.Sel.Name] = true
+				if id, ok := x.X.(*ast.Ident); ok && id.Name == "weft" {
+					name(x.Sel.Name)
 				}
+				return false
 			case *ast.Ident:
-				if retryable[x.Name] {
-					seen[x.Name] = true
+				name(x.Name)
+			case *ast.BasicLit:
+				if s, err := strconv.Unquote(x.Value); err == nil && x.Kind == token.STRING && retryable[s] {
+					seen[s] = true
 				}
 			}
 			return true
 		})
+		return seen, others
+	}
+	count := func(n ast.Node) int {
+		seen, _ := codes(n)
 		return len(seen)
 	}
 	found := map[string]bool{}
@@ -87,6 +109,11 @@ func retryableSets(files map[string]*ast.File, retryable map[string]bool) map[st
 					found[path] = true
 					return false
 				}
+			case *ast.CompositeLit:
+				if seen, others := codes(x); len(seen) >= 2 && others == 0 {
+					found[path] = true
+					return false
+				}
 			}
 			return true
 		})
@@ -95,13 +122,17 @@ func retryableSets(files map[string]*ast.File, retryable map[string]bool) map[st
 }
 
 // TestRetryableSetsFindsBothForms keeps the scan honest: it finds a set
-// spelt as a switch case and as a || chain, and not a question about one
+// spelt as a switch case, a || chain, a map or slice of codes and of their
+// wire strings, and not a question about one code nor a table of every
 // code.
 func TestRetryableSetsFindsBothForms(t *testing.T) {
 	src := map[string]string{
 		"case.go": "package p\nfunc f(c weft.Code) bool {\n\tswitch c {\n\tcase weft.CodeRunnerBusy, weft.CodeContended:\n\t\treturn true\n\t}\n\treturn false\n}\n",
 		"or.go":   "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeConflict }\n",
 		"one.go":  "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeInternal }\n",
+		"map.go":  "package p\nvar again = map[weft.Code]bool{weft.CodeRunnerBusy: true, weft.CodeConflict: true}\n",
+		"wire.go": "package p\nvar again = []string{\"runner_busy\", \"unavailable\"}\n",
+		"all.go":  "package p\nvar status = map[weft.Code]int{weft.CodeRunnerBusy: 503, weft.CodeConflict: 409, weft.CodeInternal: 500}\n",
 	}
 	files := map[string]*ast.File{}
 	for name, text := range src {
@@ -111,10 +142,11 @@ func TestRetryableSetsFindsBothForms(t *testing.T) {
 		}
 		files[name] = f
 	}
-	retryable := map[string]bool{"CodeRunnerBusy": true, "CodeContended": true, "CodeConflict": true, "CodeUnavailable": true}
+	retryable := map[string]bool{"CodeRunnerBusy": true, "CodeContended": true, "CodeConflict": true, "CodeUnavailable": true, "runner_busy": true, "unavailable": true}
 	got := retryableSets(files, retryable)
-	if !got["case.go"] || !got["or.go"] || got["one.go"] {
-		t.Fatalf("found %v, want case.go and or.go only", got)
+	want := map[string]bool{"case.go": true, "or.go": true, "map.go": true, "wire.go": true}
+	if !maps.Equal(got, want) {
+		t.Fatalf("found %v, want %v", got, want)
 	}
 }
 

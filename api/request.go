@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -90,6 +91,23 @@ func denied(last, before error, subject, inbox string) error {
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to publish to %s", subject)}
 	case strings.Contains(msg, strings.ToLower(`subscription to "`+inbox+`"`)):
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to subscribe to its reply inbox %s (set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", inbox)}
+	}
+	return nil
+}
+
+// ReplyError returns the *weft.Error an error reply (ErrorReply) carries,
+// or nil for any other reply: the one reading of the error envelope that
+// every requester shares (api.Client, the query client, the catalog
+// client, the worker's reports and settlements). A reply whose
+// Nats-Service-Error-Code header marks an error but whose body carries no
+// weft.Error is the header's code (Nats-Service-Error).
+func ReplyError(m *nats.Msg) *weft.Error {
+	var er ErrorReply
+	if json.Unmarshal(m.Data, &er) == nil && er.Error != nil {
+		return er.Error
+	}
+	if m.Header.Get("Nats-Service-Error-Code") != "" {
+		return &weft.Error{Code: weft.Code(m.Header.Get("Nats-Service-Error")), Message: "error reply without a body: " + m.Header.Get("Nats-Service-Error-Code")}
 	}
 	return nil
 }
