@@ -67,7 +67,7 @@ func signingKeys(t *testing.T) (alice nkeys.KeyPair, aliceKey string, browser ed
 
 // From a pending approval (the approvals
 // inbox's item, or the run view) the client builds exactly what a signed
-// answer is for, signs it with an nkey (SignProof) or has it signed by a
+// answer is for, signs it with an nkey (proof.SignAnswer) or has it signed by a
 // key it never holds (proof.New, proof.Digest, plain ed25519, proof.UserKey),
 // submits it with the command, and reads back whether the recorded proof
 // verifies and whose key signed it; a proof sent twice is refused
