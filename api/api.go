@@ -3,7 +3,7 @@
 // (start, approve, reject, reconcile, reconcile_stored, resolve, settle,
 // cancel, and report for tool workers), and Client, the small Go client the CLI uses.
 //
-// It is also the wire protocol's home (docs/adr/0032): every command type
+// It is also the wire protocol's home (docs/adr/0034): every command type
 // and reply, the subjects and headers, the task protocol (Task, Report,
 // Settlement, Claim, Queue), the one error envelope (ErrorReply, read by
 // ReplyError) and the request helper every client uses (Request). Package

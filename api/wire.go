@@ -278,7 +278,7 @@ type Reply struct {
 
 // ErrorReply is the body of every error reply of every Weft service — the
 // command API, the queries (weft.api.query.*) and the catalog
-// (weft.catalog.*): the one error envelope (docs/adr/0032). The micro
+// (weft.catalog.*): the one error envelope (docs/adr/0034). The micro
 // service also sets the Nats-Service-Error-Code header (the HTTP-like
 // status of Code) and Nats-Service-Error (the code). ReplyError reads it.
 type ErrorReply struct {

@@ -7,7 +7,7 @@
 // type of its own: the command types, their replies and the outcomes are
 // package api's (the wire protocol's home), the read models and statuses
 // package projections', the query requests and replies package projector's,
-// the signed proofs package proof's and events' (docs/adr/0032); a caller
+// the signed proofs package proof's and events' (docs/adr/0034); a caller
 // imports those packages beside this one.
 //
 // Every refusal is a *weft.Error whose Code is a protocol error code

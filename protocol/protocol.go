@@ -7,7 +7,7 @@
 // imports nothing, so a program that only needs a name links nothing
 // else (no NATS server). The wire types, subjects, error envelope and
 // request helper that use these names live in package api, the wire
-// protocol's home (docs/adr/0032).
+// protocol's home (docs/adr/0034).
 package protocol
 
 // The streams.

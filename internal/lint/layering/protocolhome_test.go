@@ -14,7 +14,7 @@ import (
 )
 
 // reExportFree are the packages that build on the wire protocol and name
-// it where it is declared, never re-exporting it (docs/adr/0032): a caller
+// it where it is declared, never re-exporting it (docs/adr/0034): a caller
 // of client or worker imports api (and projections, projector, proof,
 // events) for the types, constants and helpers those packages hold.
 var reExportFree = []string{"client", "worker"}
@@ -110,7 +110,7 @@ func reExports(f *ast.File) []string {
 }
 
 // TestClientAndWorkerReExportNothing: the wire protocol has one home
-// (docs/adr/0032): package api declares the wire types, subjects,
+// (docs/adr/0034): package api declares the wire types, subjects,
 // outcomes, claims and the error envelope, package protocol the asset
 // names; client and worker name them there and declare no alias of them
 // (nor of projections', projector's, proof's or events'), so that every
@@ -133,7 +133,7 @@ func TestClientAndWorkerReExportNothing(t *testing.T) {
 			}
 			n++
 			for _, r := range reExports(f) {
-				t.Errorf("%s/%s re-exports: %s; callers name the home package (docs/adr/0032)", pkg, filepath.Base(path), r)
+				t.Errorf("%s/%s re-exports: %s; callers name the home package (docs/adr/0034)", pkg, filepath.Base(path), r)
 			}
 		}
 		if n == 0 {
@@ -256,7 +256,7 @@ func envelopes(f *ast.File) []string {
 // envelope, api.ErrorReply ({"schema":1,"error":{…}}, docs/protocol.md),
 // and every requester reads it with api.ReplyError; a second struct of
 // that shape outside package api (a service's or a client's own copy)
-// fails (docs/adr/0032).
+// fails (docs/adr/0034).
 func TestOneErrorEnvelope(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
 	inAPI := 0
@@ -285,7 +285,7 @@ func TestOneErrorEnvelope(t *testing.T) {
 			return nil
 		}
 		for range found {
-			t.Errorf("%s declares its own error envelope: use api.ErrorReply and api.ReplyError (docs/adr/0032)", rel)
+			t.Errorf("%s declares its own error envelope: use api.ErrorReply and api.ReplyError (docs/adr/0034)", rel)
 		}
 		return nil
 	})
