@@ -13,7 +13,9 @@ import (
 )
 
 // request sends body to subject and returns the *weft.Error of an error
-// reply (api.ReplyError, the one error envelope), or a transport error.
+// reply (api.ReplyError, the one error envelope), or a transport error. A
+// reply it cannot read is internal, which deliver sends again and
+// SettleError answers settle_unconfirmed: it is not an answer.
 func request(ctx context.Context, nc *nats.Conn, subject string, body any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -29,9 +31,6 @@ func request(ctx context.Context, nc *nats.Conn, subject string, body any) error
 	}
 	if e := api.ReplyError(m); e != nil {
 		return e
-	}
-	if !json.Valid(m.Data) {
-		return fmt.Errorf("worker: reply to %s is not JSON", subject)
 	}
 	return nil
 }
