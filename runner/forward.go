@@ -42,12 +42,8 @@ func (r *Runner) forward(ctx context.Context, driver, kind, id string, req, out 
 		}
 		return &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}
-	var er api.ErrorReply
-	if err := json.Unmarshal(m.Data, &er); err != nil {
-		return &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
-	}
-	if er.Error != nil {
-		return er.Error
+	if e := api.ReplyError(m); e != nil {
+		return e // an unreadable reply is internal, as before
 	}
 	if out != nil {
 		return json.Unmarshal(m.Data, out)

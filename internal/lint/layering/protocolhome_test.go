@@ -192,8 +192,9 @@ func Key(run string) string { return api.ClaimKey(run, "a", 1, 1) }
 }
 
 // envelopes describes each struct type in f shaped like the error
-// envelope: a *weft.Error field tagged "error", and no field but it and
-// one tagged "schema".
+// envelope: a *weft.Error field named "error" in JSON (its tag's name, or
+// its own untagged, in any case), and no field but it and one named
+// "schema".
 func envelopes(f *ast.File) []string {
 	weftName := ""
 	for _, im := range f.Imports {
@@ -207,13 +208,23 @@ func envelopes(f *ast.File) []string {
 	if weftName == "" {
 		return nil
 	}
+	// jsonName is the lower-cased JSON name of a field (encoding/json
+	// matches names case-insensitively): its tag's, else its own; "" for an
+	// embedded field, several names or one the tag hides ("-").
 	jsonName := func(fl *ast.Field) string {
-		if fl.Tag == nil {
+		if len(fl.Names) != 1 {
 			return ""
 		}
-		tag, _ := strconv.Unquote(fl.Tag.Value)
-		name, _, _ := strings.Cut(reflect.StructTag(tag).Get("json"), ",")
-		return name
+		name := fl.Names[0].Name
+		if fl.Tag != nil {
+			tag, _ := strconv.Unquote(fl.Tag.Value)
+			if n, _, _ := strings.Cut(reflect.StructTag(tag).Get("json"), ","); n == "-" {
+				return ""
+			} else if n != "" {
+				name = n
+			}
+		}
+		return strings.ToLower(name)
 	}
 	isWeftError := func(e ast.Expr) bool {
 		star, ok := e.(*ast.StarExpr)
@@ -228,7 +239,6 @@ func envelopes(f *ast.File) []string {
 		return ok && id.Name == weftName && sel.Sel.Name == "Error"
 	}
 	var out []string
-	fset := token.NewFileSet()
 	ast.Inspect(f, func(n ast.Node) bool {
 		st, ok := n.(*ast.StructType)
 		if !ok {
@@ -245,18 +255,124 @@ func envelopes(f *ast.File) []string {
 			}
 		}
 		if envelope && !other {
-			out = append(out, fset.Position(st.Pos()).String())
+			out = append(out, "struct at offset "+strconv.Itoa(int(st.Pos())))
 		}
 		return true
 	})
 	return out
 }
 
+// decodesEnvelope describes each place in f that makes an api.ErrorReply
+// to decode a reply into — `var x api.ErrorReply`, new(api.ErrorReply), an
+// empty api.ErrorReply{} — rather than reading the reply with
+// api.ReplyError. Encoding one (a literal with its fields) is not.
+func decodesEnvelope(f *ast.File) []string {
+	apiName := ""
+	for _, im := range f.Imports {
+		if p, _ := strconv.Unquote(im.Path.Value); p == "github.com/weftrun/weft/api" {
+			apiName = "api"
+			if im.Name != nil {
+				apiName = im.Name.Name
+			}
+		}
+	}
+	if apiName == "" {
+		return nil
+	}
+	isEnvelope := func(e ast.Expr) bool {
+		sel, ok := e.(*ast.SelectorExpr)
+		if !ok {
+			return false
+		}
+		id, ok := sel.X.(*ast.Ident)
+		return ok && id.Name == apiName && sel.Sel.Name == "ErrorReply"
+	}
+	var out []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.ValueSpec:
+			if n.Type != nil && isEnvelope(n.Type) {
+				out = append(out, "var "+n.Names[0].Name+" "+apiName+".ErrorReply")
+			}
+		case *ast.CallExpr:
+			if id, ok := n.Fun.(*ast.Ident); ok && id.Name == "new" && len(n.Args) == 1 && isEnvelope(n.Args[0]) {
+				out = append(out, "new("+apiName+".ErrorReply)")
+			}
+		case *ast.CompositeLit:
+			if isEnvelope(n.Type) && len(n.Elts) == 0 {
+				out = append(out, apiName+".ErrorReply{}")
+			}
+		}
+		return true
+	})
+	return out
+}
+
+// TestEnvelopeFormsAreFound: the two scans of TestOneErrorEnvelope find
+// each form they look for, and nothing else.
+func TestEnvelopeFormsAreFound(t *testing.T) {
+	const src = `package p
+
+import (
+	"encoding/json"
+
+	w "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+)
+
+type tagged struct {
+	Schema int      ` + "`json:\"schema\"`" + `
+	Error  *w.Error ` + "`json:\"error,omitempty\"`" + `
+}
+
+type untagged struct {
+	Schema int
+	Error  *w.Error
+}
+
+type renamed struct {
+	S int      ` + "`json:\"Schema\"`" + `
+	E *w.Error ` + "`json:\"ERROR\"`" + `
+}
+
+type success struct {
+	Schema int      ` + "`json:\"schema\"`" + `
+	Run    string   ` + "`json:\"run\"`" + `
+	Error  *w.Error ` + "`json:\"error\"`" + `
+}
+
+type hidden struct {
+	Schema int
+	Error  *w.Error ` + "`json:\"-\"`" + `
+}
+
+func read(b []byte) {
+	var er api.ErrorReply
+	_ = json.Unmarshal(b, &er)
+	_ = json.Unmarshal(b, new(api.ErrorReply))
+	_ = json.Unmarshal(b, &api.ErrorReply{})
+	_, _ = json.Marshal(api.ErrorReply{Schema: 1})
+}
+`
+	f, err := parser.ParseFile(token.NewFileSet(), "p.go", src, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(envelopes(f)); got != 3 {
+		t.Errorf("envelopes found %d structs, want 3 (tagged, untagged, renamed): %q", got, envelopes(f))
+	}
+	want := []string{"var er api.ErrorReply", "new(api.ErrorReply)", "api.ErrorReply{}"}
+	if got := decodesEnvelope(f); !reflect.DeepEqual(got, want) {
+		t.Errorf("decodesEnvelope found %q, want %q", got, want)
+	}
+}
+
 // TestOneErrorEnvelope: every Weft service answers a refusal with one
 // envelope, api.ErrorReply ({"schema":1,"error":{…}}, docs/protocol.md),
-// and every requester reads it with api.ReplyError; a second struct of
-// that shape outside package api (a service's or a client's own copy)
-// fails (docs/adr/0034).
+// and a requester reads it with api.ReplyError alone (docs/adr/0034). It
+// fails on a second struct of that shape outside package api (a
+// service's or a client's own copy), and on code outside package api
+// that makes an api.ErrorReply to decode into (decodesEnvelope).
 func TestOneErrorEnvelope(t *testing.T) {
 	root := filepath.Join("..", "..", "..")
 	inAPI := 0
@@ -286,6 +402,9 @@ func TestOneErrorEnvelope(t *testing.T) {
 		}
 		for range found {
 			t.Errorf("%s declares its own error envelope: use api.ErrorReply and api.ReplyError (docs/adr/0034)", rel)
+		}
+		for _, d := range decodesEnvelope(f) {
+			t.Errorf("%s decodes a reply into %s: read it with api.ReplyError (docs/adr/0034)", rel, d)
 		}
 		return nil
 	})
