@@ -98,7 +98,8 @@ func denied(last, before error, subject, inbox string) error {
 // ReplyError returns the *weft.Error an error reply (ErrorReply) carries,
 // or nil for a success: the one reading of the error envelope that every
 // requester shares (api.Client, the query client, the catalog client, the
-// worker's reports and settlements; docs/protocol.md "Error codes"). It is
+// worker's reports and settlements, a runner's forwarded commands;
+// docs/protocol.md "Error codes"; docs/adr/0034). It is
 // strict, since a reply it cannot read is no answer: a requester that
 // reads it as a success would take a report or a settlement as recorded.
 //
