@@ -12,7 +12,6 @@ import (
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
-	"github.com/weftrun/weft/worker"
 )
 
 // refusals checks that a connection is refused what it must not do.
@@ -107,12 +106,12 @@ func TestWorkerRole(t *testing.T) {
 	r.request("$JS.API.CONSUMER.DELETE.WEFT_TASKS."+payQueue.Consumer(), "")
 	r.pub(lookupQueue.Subject()) // a task for another queue
 	// Reporting and settling for another tool.
-	rep := worker.Report{Schema: worker.Schema, CommandID: "forged", Run: "pay-7", Action: "1/call_1_1", Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{}`)}
+	rep := api.Report{Schema: api.Schema, CommandID: "forged", Run: "pay-7", Action: "1/call_1_1", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}
 	body, _ := json.Marshal(rep)
 	r.request(lookupQueue.ReportSubject(), string(body))
 	r.request(lookupQueue.SettleSubject(), string(body))
-	r.request(worker.ReportSubject, string(body))
-	r.request(worker.SettleSubject, string(body))
+	r.request(api.ReportSubject, string(body))
+	r.request(api.SettleSubject, string(body))
 	m, err := d.worker.Conn().Request(payQueue.ReportSubject(), body, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@
 //     (weft.api.*, not the queries), publishes tool tasks, arms timers and
 //     owns its KV buckets (weft_runners, weft_drivers, weft_partitions,
 //     weft_commands, weft_snapshots). Its in-process worker runs with the same grant.
-//   - Worker serves one tool queue (worker.Queue: a tool as bound in one
+//   - Worker serves one tool queue (api.Queue: a tool as bound in one
 //     agent identity): it takes tasks only through that queue's consumer,
 //     reports and settles only on that queue's subjects
 //     (weft.api.report.<agent>.<version>.<tool>, weft.api.settle.…), reads
@@ -50,7 +50,6 @@ import (
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/timer"
-	"github.com/weftrun/weft/worker"
 )
 
 // Role is one of the roles of a Weft deployment.
@@ -108,9 +107,9 @@ func InboxPrefix(name string) string { return "_INBOX." + name }
 
 // Name returns the name of role's grant: the role, or for a worker
 // worker.<agent>.<version token>.<tool>.
-func Name(role Role, q worker.Queue) string {
+func Name(role Role, q api.Queue) string {
 	if role == Worker {
-		return "worker." + q.Agent + "." + worker.VersionToken(q.Version) + "." + q.Tool
+		return "worker." + q.Agent + "." + api.VersionToken(q.Version) + "." + q.Tool
 	}
 	return string(role)
 }
@@ -128,7 +127,7 @@ var commandEndpoints = []string{api.EndpointStart, api.EndpointApprove, api.Endp
 
 // Permissions returns role's grant. q names the tool queue of a Worker and
 // is ignored for the other roles.
-func Permissions(role Role, q worker.Queue) (Grant, error) {
+func Permissions(role Role, q api.Queue) (Grant, error) {
 	name := Name(role, q)
 	inbox := InboxPrefix(name)
 	g := Grant{Name: name, InboxPrefix: inbox}
@@ -141,9 +140,9 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		g.Responses = true
 		g.Publish = append(g.Publish,
 			eventlog.SubjectPrefix+">", // append to the log
-			worker.TaskSubjectPrefix+">",
+			api.TaskSubjectPrefix+">",
 			timer.SubjectArm+".>",
-			worker.StopSubjectPrefix+"*",
+			api.StopSubjectPrefix+"*",
 			protocol.ForwardPrefix+"*.cmd",
 		)
 		for _, s := range runnerStreams {
@@ -164,7 +163,7 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// (retention.CheckNotPurged).
 		g.Publish = append(g.Publish, readBucket(protocol.PurgesBucket)...)
 		g.Subscribe = append(g.Subscribe,
-			worker.StopSubjectPrefix+"*",
+			api.StopSubjectPrefix+"*",
 			protocol.ForwardPrefix+"*.cmd",
 			"$SRV.>",
 		)
@@ -195,13 +194,13 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// runners (worker.LogCheck).
 		g.Publish = append(g.Publish, readStream(protocol.EventsStream)...)
 		g.Publish = append(g.Publish, readBucket(protocol.RunnersBucket)...)
-		// Claim an attempt before its body starts (worker.ClaimKey; the
+		// Claim an attempt before its body starts (api.ClaimKey; the
 		// runner provisions the bucket). Claim keys do not name the
 		// queue, so this is not scoped to the worker's own attempts
 		// (docs/security.md, "What is not protected").
 		g.Publish = append(g.Publish, readBucket(protocol.ClaimsBucket)...)
 		g.Publish = append(g.Publish, "$KV."+protocol.ClaimsBucket+".>")
-		g.Subscribe = append(g.Subscribe, worker.StopSubjectPrefix+"*")
+		g.Subscribe = append(g.Subscribe, api.StopSubjectPrefix+"*")
 	case Projector:
 		g.Responses = true
 		g.Publish = append(g.Publish, readStream(protocol.EventsStream)...)
@@ -245,7 +244,7 @@ func dedupe(list []string) []string {
 	return out
 }
 
-func validQueue(q worker.Queue) error {
+func validQueue(q api.Queue) error {
 	for _, p := range []string{q.Agent, q.Version, q.Tool} {
 		if p == "" || strings.ContainsAny(p, " *>@~\t\r\n") {
 			return fmt.Errorf("roles: worker queue %q: agent, version and tool are required and hold no space, *, >, @ or ~", q.String())

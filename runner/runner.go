@@ -36,7 +36,7 @@ import (
 const (
 	// RunnersBucket holds one key per live runner (its id), kept alive by
 	// heartbeat puts; the bucket's max age is the lease.
-	RunnersBucket = worker.RunnersBucket
+	RunnersBucket = api.RunnersBucket
 	// DriversBucket maps each run a runner drives with work in flight
 	// (unfinished and not idle) to that runner: key <partition>.<run>,
 	// the partition zero-padded to four digits.
@@ -87,7 +87,7 @@ func WithoutWorker() Option { return func(r *Runner) { r.noWorker = true } }
 // this process (another process, another language): the in-process worker
 // does not consume them. A name covers that tool in every served agent
 // identity that binds it, each with its own queue and consumer
-// (worker.Queue); a name no served agent binds as a tool body is an error
+// (api.Queue); a name no served agent binds as a tool body is an error
 // of New.
 func WithExternalTools(names ...string) Option {
 	return func(r *Runner) {

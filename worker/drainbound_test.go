@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -39,26 +40,26 @@ func TestSemantics8_AStandaloneWorkerBoundsItsDrain(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		task worker.Task
+		task api.Task
 		// want is the last report's outcome and cause.
 		outcome, cause string
 	}{
-		{"running body", worker.Task{TimeoutMS: -1}, worker.OutcomeLost, "worker_lost"},
-		{"stopped settling body", worker.Task{TimeoutMS: 50, SettleWithinMS: 60000}, worker.OutcomeLost, "timed_out"},
+		{"running body", api.Task{TimeoutMS: -1}, api.OutcomeLost, "worker_lost"},
+		{"stopped settling body", api.Task{TimeoutMS: 50, SettleWithinMS: 60000}, api.OutcomeLost, "timed_out"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nc, js := startServer(t)
 			rs := &reports{ch: make(chan struct{}, 10)}
 			var settled atomic.Int32
 			w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(), worker.WithDrainGrace(100*time.Millisecond),
-				worker.WithSettler(func(context.Context, worker.Settlement) error { settled.Add(1); return nil }))
+				worker.WithSettler(func(context.Context, api.Settlement) error { settled.Add(1); return nil }))
 			started, release := make(chan struct{}), make(chan struct{})
 			bodyDone := make(chan struct{})
-			w.Handle(queue("pay"), func(ctx context.Context, _ worker.Task, _ worker.Settler) worker.Result {
+			w.Handle(queue("pay"), func(ctx context.Context, _ api.Task, _ worker.Settler) worker.Result {
 				defer close(bodyDone)
 				close(started)
 				<-release // ignores ctx
-				return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"PAY-1"}`)}
+				return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"id":"PAY-1"}`)}
 			})
 			t.Cleanup(func() { close(release); <-bodyDone })
 			ctx, cancel := context.WithCancel(context.Background())
@@ -81,7 +82,7 @@ func TestSemantics8_AStandaloneWorkerBoundsItsDrain(t *testing.T) {
 				t.Fatal("no report")
 			}
 			for _, r := range rs.got {
-				if r.Outcome == worker.OutcomeOutput {
+				if r.Outcome == api.OutcomeOutput {
 					t.Fatalf("report %+v: the body never returned a result", r)
 				}
 			}
@@ -112,19 +113,19 @@ func TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var checks atomic.Int32
 	checked := make(chan struct{}, 10)
-	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
 		checks.Add(1)
 		checked <- struct{}{}
 		return false, &weft.Error{Code: weft.CodeUnavailable, Message: "the log does not answer"}
 	}))
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	<-checked
 	cancel()
 	returnsWithin(t, "checking", done)
@@ -134,7 +135,7 @@ func TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck(t *testing.T) {
 	if len(rs.got) != 0 {
 		t.Fatalf("reports %+v, want none (the body never started: requeued)", rs.got)
 	}
-	s, err := js.Stream(context.Background(), worker.TaskStream)
+	s, err := js.Stream(context.Background(), api.TaskStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,23 +161,23 @@ func TestSemantics8_AnAbandonedWorkerStopsRetryingAReport(t *testing.T) {
 	var tries atomic.Int32
 	tried := make(chan struct{}, 100)
 	w := worker.New(nc, js, worker.WithoutAttemptCheck(), worker.WithDrainGrace(100*time.Millisecond),
-		worker.WithReporter(func(context.Context, worker.Report) error {
+		worker.WithReporter(func(context.Context, api.Report) error {
 			tries.Add(1)
 			tried <- struct{}{}
 			return &weft.Error{Code: weft.CodeUnavailable, Message: "no runner answers"}
 		}))
-	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		// The claims bucket goes away: the report cannot be saved.
-		if err := js.DeleteKeyValue(ctx, worker.ClaimsBucket); err != nil {
+		if err := js.DeleteKeyValue(ctx, api.ClaimsBucket); err != nil {
 			t.Error(err)
 		}
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	<-tried
 	cancel()
 	returnsWithin(t, "reporting", done)

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/roles"
-	"github.com/weftrun/weft/worker"
 )
 
 // deniedHint adds to a permission_denied answer which roles' credentials
@@ -34,7 +34,7 @@ func deniedHint(err error) error {
 	}
 	var allow []string
 	for _, r := range roles.All() {
-		var q worker.Queue
+		var q api.Queue
 		if r == roles.Worker {
 			continue // a worker's grant is its own queue's: never a person's credentials
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // plan is one run of the workload, fixed by the seed.
@@ -270,7 +269,7 @@ func (w *workload) step(ctx context.Context, d *runDriver, s aggregate.State) bo
 			}
 			id := "settle-" + d.p.id + "-" + a.ID
 			c := w.send(ctx, command{kind: "settle", run: d.p.id, action: a.ID, id: id}, func(ctx context.Context) error {
-				_, err := w.h.client.Settle(ctx, worker.Settlement{CommandID: id, Run: d.p.id, Action: a.ID, Outcome: events.OutcomeOutput,
+				_, err := w.h.client.Settle(ctx, api.Settlement{CommandID: id, Run: d.p.id, Action: a.ID, Outcome: events.OutcomeOutput,
 					Content: json.RawMessage(`{"done":"settled by the workload"}`), Summary: "hold " + a.ID + " settled by the workload"})
 				return err
 			})
