@@ -95,6 +95,11 @@ func denied(last, before error, subject, inbox string) error {
 	return nil
 }
 
+// ReasonUnreadableReply is the Reason of the internal error ReplyError
+// answers for a reply it cannot read: whether the request was carried out
+// is unknown.
+const ReasonUnreadableReply = "unreadable_reply"
+
 // ReplyError returns the *weft.Error an error reply (ErrorReply) carries,
 // or nil for a success: the one reading of the error envelope that every
 // requester shares (api.Client, the query client, the catalog client, the
@@ -115,6 +120,10 @@ func denied(last, before error, subject, inbox string) error {
 //   - An empty body without that header is internal: Weft services always
 //     send a body.
 //
+// An unreadable reply is internal with Reason ReasonUnreadableReply: the
+// request may have been carried out (the answer, not the request, is
+// what could not be read).
+//
 // internal is a code the worker sends its report again for (worker's
 // retryable) and the worker's settlement answers settle_unconfirmed for;
 // api.Client returns it as an error.
@@ -122,11 +131,11 @@ func ReplyError(m *nats.Msg) *weft.Error {
 	var er ErrorReply
 	if len(m.Data) > 0 {
 		if err := json.Unmarshal(m.Data, &er); err != nil {
-			return &weft.Error{Code: weft.CodeInternal, Message: "unreadable reply: " + err.Error()}
+			return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: "unreadable reply: " + err.Error()}
 		}
 		if er.Error != nil {
 			if er.Error.Code == "" {
-				return &weft.Error{Code: weft.CodeInternal, Message: "unreadable reply: an error without a code: " + string(m.Data)}
+				return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: "unreadable reply: an error without a code: " + string(m.Data)}
 			}
 			return er.Error
 		}
@@ -134,12 +143,12 @@ func ReplyError(m *nats.Msg) *weft.Error {
 	if st := m.Header.Get("Nats-Service-Error-Code"); st != "" {
 		c := weft.Code(m.Header.Get("Nats-Service-Error"))
 		if _, ok := statuses[c]; !ok {
-			return &weft.Error{Code: weft.CodeInternal, Message: fmt.Sprintf("unreadable reply: an error header %s whose code %q is not a protocol code", st, c)}
+			return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: fmt.Sprintf("unreadable reply: an error header %s whose code %q is not a protocol code", st, c)}
 		}
 		return &weft.Error{Code: c, Message: "error reply without a body: " + st}
 	}
 	if len(m.Data) == 0 {
-		return &weft.Error{Code: weft.CodeInternal, Message: "unreadable reply: an empty body"}
+		return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: "unreadable reply: an empty body"}
 	}
 	return nil
 }

@@ -107,7 +107,8 @@ func TestReportAnsweredUnreadablyIsSentAgain(t *testing.T) {
 // docs/protocol/41-tasks.md, the settlement's answers): a settlement whose
 // reply the worker cannot read is not recorded as far as the worker
 // knows: the Settler answers settle_unconfirmed, never nil, which says
-// the run recorded it. Before, every shape below but the empty body was
+// the run recorded it, with Reason transport (outcome unknown, as a lost
+// reply), never a refusal's code, which says nothing was recorded. Before, every shape below but the empty body was
 // answered nil.
 func TestSettlementAnsweredUnreadablyIsUnconfirmed(t *testing.T) {
 	t.Parallel()
@@ -130,8 +131,8 @@ func TestSettlementAnsweredUnreadablyIsUnconfirmed(t *testing.T) {
 			current.Store(&u)
 			err := settle(ctx, api.Settlement{Schema: api.Schema, Run: "other", Action: "1/b", Outcome: api.OutcomeOutput, Content: json.RawMessage(`1`), Queue: &other})
 			var we *weft.Error
-			if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed {
-				out = append(out, fmt.Sprintf("%s: %v, want settle_unconfirmed", u.name, err))
+			if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != worker.ReasonTransport {
+				out = append(out, fmt.Sprintf("%s: %v, want settle_unconfirmed(transport): the outcome is unknown", u.name, err))
 			}
 		}
 		answers <- out

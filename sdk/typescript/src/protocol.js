@@ -117,7 +117,7 @@ const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v)
  * settlement answers settle_unconfirmed for.
  */
 export function readReply(m, subject) {
-  const unreadable = (why, cause) => new InternalError(`unreadable reply to ${subject}: ${why}`, cause === undefined ? undefined : { cause });
+  const unreadable = (why, cause) => new InternalError(`unreadable reply to ${subject}: ${why}`, cause === undefined ? { reason: "unreadable_reply" } : { reason: "unreadable_reply", cause });
   const text = m.data && m.data.length > 0 ? m.string() : "";
   let r = null;
   if (text !== "") {
