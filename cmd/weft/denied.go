@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/roles"
 	"github.com/weftrun/weft/worker"
 )
@@ -134,25 +135,42 @@ func notesRefusals(name string) bool {
 
 // refusedAs is the one place a command's failure becomes "not allowed"
 // (permission_denied, exit 7) when the server refused one of its
-// connections a publish: a KV or stream call it refused is not answered,
-// and fails as unavailable (exit 3) once its wait ends, though the server
-// said why. Only that symptom is mapped — a failure by a wait that ended
-// (waitEnded) — so an outage of another kind stays unavailable and a
-// local file error stays exit 5. A partial purge or export stays partial
-// (exit 8), saying why it stopped. Any other error (a refusal by the
-// service, a problem audit found, a bad command line) is returned as it
-// is.
+// connections a publish: a KV or stream call it refused is not answered.
+// The refusal ends the command at once (endsCommand), and a call that
+// failed because it ended is the refusal's permission_denied; a call the
+// server refused that no watch ended (a subscription) fails as
+// unavailable once its wait ends, though the server said why, and is
+// mapped the same way. Only these symptoms are mapped — a failure by the
+// command's end or by a wait that ended (waitEnded) — so an outage of
+// another kind stays unavailable and a local file error stays exit 5. A
+// partial purge or export stays partial (exit 8), saying why it stopped.
+// Any other error (a refusal by the service, a problem audit found, a bad
+// command line) is returned as it is.
 func (e *env) refusedAs(err error) error {
+	if err == nil {
+		return nil
+	}
+	var cause *weft.Error
+	if e.ctx != nil {
+		cause = api.DeniedBy(e.ctx)
+	}
 	e.mu.Lock()
 	r := e.refused
 	e.mu.Unlock()
-	if err == nil || r == nil {
+	if cause == nil && r == nil {
 		return err
+	}
+	symptom := func(err error) bool { return waitEnded(err) || (cause != nil && endedByCancel(err)) }
+	denied := func(err error) error {
+		if cause != nil {
+			return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("not allowed: %s (so: %v)", cause.Message, err)}
+		}
+		return r.denied(err)
 	}
 	var pe partialError
 	if errors.As(err, &pe) {
-		if waitEnded(pe.err) {
-			pe.err = r.denied(pe.err)
+		if symptom(pe.err) {
+			pe.err = denied(pe.err)
 		}
 		return pe
 	}
@@ -162,10 +180,17 @@ func (e *env) refusedAs(err error) error {
 	}
 	var ue usageError
 	var ae auditError
-	if errors.As(err, &ue) || errors.As(err, &ae) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || !waitEnded(err) {
+	if errors.As(err, &ue) || errors.As(err, &ae) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || !symptom(err) {
 		return err
 	}
-	return r.denied(err)
+	return denied(err)
+}
+
+// endedByCancel reports whether err is a call that failed because its
+// context was canceled, also when an error of retention or audit carries
+// it in its message only.
+func endedByCancel(err error) bool {
+	return errors.Is(err, context.Canceled) || strings.Contains(err.Error(), context.Canceled.Error())
 }
 
 // waitEnded reports whether err is a call that failed by its wait ending
