@@ -47,10 +47,11 @@ func WatchViolations(nc *nats.Conn) *Violations {
 	return r
 }
 
-// PublishViolation is the verb of a refused publish, SubscribeViolation that
-// of a refused subscription, as End's match receives them.
+// The verbs End's match receives.
 const (
-	PublishViolation   = "publish to"
+	// PublishViolation is the verb of a refused publish.
+	PublishViolation = "publish to"
+	// SubscribeViolation is the verb of a refused subscription.
 	SubscribeViolation = "subscribe to"
 )
 
