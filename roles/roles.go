@@ -24,6 +24,11 @@
 //     runs, and reads everything a Reader reads.
 //   - Reader asks the queries and reads the history and the read models;
 //     it changes nothing.
+//   - Custodian keeps the records: it places and releases legal holds
+//     (weft.api.hold, weft.api.release_hold) and applies retention
+//     (retention.Apply: it purges finished runs from the log, the read
+//     models and the runtime's buckets), and reads what a Reader reads.
+//     It answers no approval and starts nothing.
 //
 // Every role subscribes to replies only under its own inbox prefix
 // (_INBOX.<role>, _INBOX.worker.<agent>.<version>.<tool> for a worker), so
@@ -42,6 +47,7 @@ package roles
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/weftrun/weft/api"
@@ -68,10 +74,12 @@ const (
 	Operator Role = "operator"
 	// Reader reads: queries, history and read models.
 	Reader Role = "reader"
+	// Custodian places legal holds and applies retention.
+	Custodian Role = "custodian"
 )
 
 // All returns the roles, a fresh slice on each call.
-func All() []Role { return []Role{Runner, Worker, Projector, Operator, Reader} }
+func All() []Role { return []Role{Runner, Worker, Projector, Operator, Reader, Custodian} }
 
 // Parse returns the role called name.
 func Parse(name string) (Role, error) {
@@ -80,7 +88,7 @@ func Parse(name string) (Role, error) {
 			return r, nil
 		}
 	}
-	return "", fmt.Errorf("roles: unknown role %q (one of runner, worker, projector, operator, reader)", name)
+	return "", fmt.Errorf("roles: unknown role %q (one of runner, worker, projector, operator, reader, custodian)", name)
 }
 
 // Grant is what a role may do on the wire: the subjects it may publish and
@@ -163,6 +171,11 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// A start of a new run id reads its tombstone
 		// (retention.CheckNotPurged).
 		g.Publish = append(g.Publish, readBucket(protocol.PurgesBucket)...)
+		// The command API's legal holds (weft.api.hold, retention.Place):
+		// the holds' bucket, and the purges' too, which a hold provisions
+		// with it.
+		g.Publish = append(g.Publish, writeBucket(protocol.HoldsBucket)...)
+		g.Publish = append(g.Publish, manageStream(kvStream(protocol.PurgesBucket))...)
 		g.Subscribe = append(g.Subscribe,
 			worker.StopSubjectPrefix+"*",
 			protocol.ForwardPrefix+"*.cmd",
@@ -212,11 +225,15 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// Remove an order index key without a delete marker (docs/adr/0020).
 		g.Publish = append(g.Publish, "$JS.API.STREAM.PURGE."+kvStream(protocol.IndexBucket))
 		g.Subscribe = append(g.Subscribe, projector.QueryPrefix+".*", "$SRV.>")
-	case Operator, Reader:
+	case Operator, Reader, Custodian:
 		if role == Operator {
 			for _, e := range commandEndpoints {
 				g.Publish = append(g.Publish, api.SubjectPrefix+e)
 			}
+		}
+		if role == Custodian {
+			g.Publish = append(g.Publish, api.SubjectPrefix+api.EndpointHold, api.SubjectPrefix+api.EndpointReleaseHold)
+			g.Publish = append(g.Publish, retentionGrant()...)
 		}
 		g.Publish = append(g.Publish, projector.QueryPrefix+".*", catalog.SubjectPrefix+"*")
 		for _, s := range append([]string{protocol.EventsStream}, kvStreams(projectorBuckets)...) {
@@ -230,6 +247,31 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 	}
 	g.Publish, g.Subscribe = dedupe(g.Publish), dedupe(g.Subscribe)
 	return g, nil
+}
+
+// retentionGrant is what retention.Apply needs (docs/adr/0030 §3): its
+// own buckets (weft_purges: the markers, tombstones and lock; weft_holds:
+// the hold check), and the purge of a run from every store it is spread
+// over — the log (one purge of weft.ev.<run>.>), the read models, the
+// runtime's buckets, its timers and its tasks still queued. The stream
+// purge API takes no subject in its subject, so this may purge any of
+// these streams whole: the custodian's credentials are the deployment's
+// history, keep them as such (docs/security.md).
+func retentionGrant() []string {
+	var out []string
+	for _, b := range []string{protocol.PurgesBucket, protocol.HoldsBucket} {
+		out = append(out, writeBucket(b)...)
+	}
+	for _, b := range append(slices.Clone(projectorBuckets), protocol.SnapshotsBucket, protocol.ClaimsBucket, protocol.DriversBucket) {
+		out = append(out, writeBucket(b)...)
+		out = append(out, "$JS.API.STREAM.PURGE."+kvStream(b))
+	}
+	for _, s := range []string{protocol.EventsStream, protocol.TimersStream, protocol.TasksStream} {
+		out = append(out, readStream(s)...)
+		out = append(out, consume(s, ">")...)
+		out = append(out, "$JS.API.STREAM.PURGE."+s, "$JS.API.STREAM.MSG.DELETE."+s)
+	}
+	return out
 }
 
 // dedupe drops repeated subjects, keeping the first of each.
