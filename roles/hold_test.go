@@ -9,6 +9,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/retention"
@@ -19,8 +20,8 @@ import (
 // TestCustodianHoldsThroughTheCommandAPIAndRetentionKeepsTheHeldRun
 // (docs/security.md, "Retention and legal hold"; docs/adr/0030 §2, §5):
 // on the shipped secure configuration, the custodian places a legal hold
-// through the command API (weft.api.hold, served by a runner on its own
-// credentials) and then applies retention with its own credentials: the
+// through the command API (weft.api.hold by client.Hold, served by a
+// runner on its own credentials) and then applies retention with its own credentials: the
 // held run is kept, the other finished run is purged, and no component is
 // refused anything but the reader's and operator's holds: those are
 // refused permission_denied at once (the server refuses the publish), and
@@ -57,7 +58,11 @@ func TestCustodianHoldsThroughTheCommandAPIAndRetentionKeepsTheHeldRun(t *testin
 		}
 	}
 
-	h, err := api.NewClient(custodian.Conn()).Hold(ctx, api.HoldRequest{CommandID: "h-1", Run: "held-1", Reason: "dispute D-17", By: "legal: r.ortiz"})
+	cc, err := client.New(custodian.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := cc.Hold(ctx, api.HoldRequest{CommandID: "h-1", Run: "held-1", Reason: "dispute D-17", By: "legal: r.ortiz"})
 	if err != nil || h.Hold != "h1" || h.Run != "held-1" || h.By != "legal: r.ortiz" {
 		t.Fatalf("the custodian's hold through the command API: %+v %v (refused %v, runner refused %v)", h, err, vc.all(), d.v.all())
 	}
