@@ -318,7 +318,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if e.url == "" {
 		e.url = DefaultURL
 	}
-	if e.notesRefusals {
+	if e.notesRefusals && !sendsCommands(c.name) {
 		var end context.CancelCauseFunc
 		ctx, end = context.WithCancelCause(ctx)
 		defer end(nil)

@@ -133,6 +133,19 @@ func notesRefusals(name string) bool {
 	return true
 }
 
+// sendsCommands says whether command name sends a command to the command
+// API: a refusal of one of its JetStream calls (a view it reads) does not
+// end it, since ending it while it waits for a command's answer would
+// lose whether the command took effect (outcome_unknown, exit 6), and
+// exit 7 says nothing was sent.
+func sendsCommands(name string) bool {
+	switch name {
+	case "start", "approve", "reject", "decide", "reconcile", "resolve", "cancel", "settle", "pause", "resume", "restart":
+		return true
+	}
+	return false
+}
+
 // refusedAs is the one place a command's failure becomes "not allowed"
 // (permission_denied, exit 7) when the server refused one of its
 // connections a publish: a KV or stream call it refused is not answered.
