@@ -28,7 +28,10 @@
 //     (weft.api.hold, weft.api.release_hold) and applies retention
 //     (retention.Apply: it purges finished runs from the log, the read
 //     models and the runtime's buckets), and reads what a Reader reads.
-//     It answers no approval and starts nothing.
+//     It answers no approval, starts nothing, takes no task and puts no
+//     value but in weft_holds and weft_purges; the purge API takes no
+//     subject filter in its subject, so it may purge any run, live ones
+//     included (docs/security.md).
 //
 // Every role subscribes to replies only under its own inbox prefix
 // (_INBOX.<role>, _INBOX.worker.<agent>.<version>.<tool> for a worker), so
@@ -47,7 +50,6 @@ package roles
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/weftrun/weft/api"
@@ -249,28 +251,39 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 	return g, nil
 }
 
-// retentionGrant is what retention.Apply needs (docs/adr/0030 §3): its
-// own buckets (weft_purges: the markers, tombstones and lock; weft_holds:
-// the hold check), and the purge of a run from every store it is spread
-// over — the log (one purge of weft.ev.<run>.>), the read models, the
-// runtime's buckets, its timers and its tasks still queued. The stream
-// purge API takes no subject in its subject, so this may purge any of
-// these streams whole: the custodian's credentials are the deployment's
-// history, keep them as such (docs/security.md).
+// retentionGrant is what retention.Apply needs (docs/adr/0030 §3), and
+// no more: its own buckets (weft_purges: the markers, tombstones and lock;
+// weft_holds: the hold check), a watch of the views (which runs there
+// are), and the purge of a run from every store it is spread over — the
+// log (one purge of weft.ev.<run>.>), the read models, the runtime's
+// buckets and its timers (purges by subject) — and the deletion of its
+// tasks still queued, read one by one. It may put nothing in those
+// stores, take or acknowledge no task and delete no single event. The
+// stream purge API takes no subject in its subject, so this may purge any
+// run of these streams, or a stream whole: the custodian's credentials
+// are the deployment's history, keep them as such (docs/security.md).
 func retentionGrant() []string {
 	var out []string
 	for _, b := range []string{protocol.PurgesBucket, protocol.HoldsBucket} {
 		out = append(out, writeBucket(b)...)
 	}
-	for _, b := range append(slices.Clone(projectorBuckets), protocol.SnapshotsBucket, protocol.ClaimsBucket, protocol.DriversBucket) {
-		out = append(out, writeBucket(b)...)
+	for _, b := range append(projector.Buckets(), protocol.SnapshotsBucket, protocol.ClaimsBucket, protocol.DriversBucket) {
+		out = append(out, readBucket(b)...)
 		out = append(out, "$JS.API.STREAM.PURGE."+kvStream(b))
 	}
-	for _, s := range []string{protocol.EventsStream, protocol.TimersStream, protocol.TasksStream} {
-		out = append(out, readStream(s)...)
-		out = append(out, consume(s, ">")...)
-		out = append(out, "$JS.API.STREAM.PURGE."+s, "$JS.API.STREAM.MSG.DELETE."+s)
-	}
+	// Views: a watch of every view (an ordered consumer of its own).
+	views := kvStream(protocol.ViewsBucket)
+	out = append(out,
+		"$JS.API.CONSUMER.CREATE."+views+".>",
+		"$JS.API.CONSUMER.MSG.NEXT."+views+".>",
+		"$JS.API.CONSUMER.DELETE."+views+".>",
+		"$JS.FC."+views+".>",
+	)
+	// The log: reading it is the reader's part.
+	out = append(out, "$JS.API.STREAM.PURGE."+protocol.EventsStream)
+	out = append(out, "$JS.API.STREAM.INFO."+protocol.TimersStream, "$JS.API.STREAM.PURGE."+protocol.TimersStream)
+	out = append(out, readStream(protocol.TasksStream)...)
+	out = append(out, "$JS.API.STREAM.MSG.DELETE."+protocol.TasksStream)
 	return out
 }
 
