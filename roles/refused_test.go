@@ -260,8 +260,9 @@ func TestProjectorRole(t *testing.T) {
 }
 
 // TestRunnerRole: the runner owns the log, the tasks and its buckets but
-// writes no read model, answers no query, and may not delete or purge the
-// log.
+// writes no read model, answers no query, may not delete or purge the
+// log, and may not change the tombstones' stream (weft_purges: it only
+// reads it).
 func TestRunnerRole(t *testing.T) {
 	d := deploy(t)
 	r := refusals{t, d.node, d.v}
@@ -270,6 +271,9 @@ func TestRunnerRole(t *testing.T) {
 	r.request("$JS.API.STREAM.DELETE.WEFT_EVENTS", "")
 	r.request("$JS.API.STREAM.PURGE.WEFT_EVENTS", "")
 	r.request("$JS.API.STREAM.DELETE.KV_weft_views", "")
+	// The tombstones: a MaxAge would make purged run ids reusable.
+	r.request("$JS.API.STREAM.UPDATE.KV_weft_purges", `{"name":"KV_weft_purges","max_age":1000000000}`)
+	r.request("$JS.API.STREAM.CREATE.KV_weft_purges", `{"name":"KV_weft_purges","max_age":1000000000}`)
 	r.sub("weft.api.query.run")
 	r.sub("_INBOX.>")
 	r.sub("_INBOX.operator.>")

@@ -174,10 +174,9 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// (retention.CheckNotPurged).
 		g.Publish = append(g.Publish, readBucket(protocol.PurgesBucket)...)
 		// The command API's legal holds (weft.api.hold, retention.Place):
-		// the holds' bucket, and the purges' too, which a hold provisions
-		// with it.
+		// the holds' bucket only; it may not change the tombstones'
+		// stream (a MaxAge would make purged ids reusable).
 		g.Publish = append(g.Publish, writeBucket(protocol.HoldsBucket)...)
-		g.Publish = append(g.Publish, manageStream(kvStream(protocol.PurgesBucket))...)
 		g.Subscribe = append(g.Subscribe,
 			worker.StopSubjectPrefix+"*",
 			protocol.ForwardPrefix+"*.cmd",

@@ -14,7 +14,7 @@ var _ api.HoldBackend = (*Runner)(nil)
 // of the run: a hold is not an event (docs/adr/0030 §5), and the hold
 // and a purge decide on the run's key in weft_holds by compare-and-set.
 func (r *Runner) Hold(ctx context.Context, req api.HoldRequest) (api.HoldReply, error) {
-	h, err := retention.Place(ctx, r.js, req.Run, req.By, req.Reason, r.now())
+	h, err := retention.Place(ctx, r.js, req.CommandID, req.Run, req.By, req.Reason, r.now())
 	if err != nil {
 		return api.HoldReply{}, err
 	}
@@ -23,7 +23,7 @@ func (r *Runner) Hold(ctx context.Context, req api.HoldRequest) (api.HoldReply, 
 
 // ReleaseHold releases a run's legal hold (api.HoldBackend).
 func (r *Runner) ReleaseHold(ctx context.Context, req api.ReleaseHoldRequest) (api.HoldReply, error) {
-	h, err := retention.ReleaseHold(ctx, r.js, req.Run, req.Hold, req.By, req.Reason, r.now())
+	h, err := retention.ReleaseHold(ctx, r.js, req.CommandID, req.Run, req.Hold, req.By, req.Reason, r.now())
 	if err != nil {
 		return api.HoldReply{}, err
 	}

@@ -173,9 +173,9 @@ func holdCommand() command {
 				run := args[0]
 				var h retention.Hold
 				if *release {
-					h, err = retention.ReleaseHold(ctx, js, run, *holdID, *by, *reason, time.Now())
+					h, err = retention.ReleaseHold(ctx, js, "", run, *holdID, *by, *reason, time.Now())
 				} else {
-					h, err = retention.Place(ctx, js, run, *by, *reason, time.Now())
+					h, err = retention.Place(ctx, js, "", run, *by, *reason, time.Now())
 				}
 				if err != nil {
 					return err
