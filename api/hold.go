@@ -19,7 +19,8 @@ const EndpointReleaseHold = "release_hold"
 // its family until the hold is released. By and Reason are required. A
 // hold is not an event of the run: it is kept in the weft_holds bucket
 // (docs/adr/0030 §5). A retry with the same command id answers the same
-// hold; another command id places another hold beside it.
+// hold, which records the command id (so at any time, not only while the
+// reply is kept); another command id places another hold beside it.
 type HoldRequest struct {
 	Schema    int    `json:"schema"`
 	CommandID string `json:"command_id"`
