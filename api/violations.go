@@ -40,7 +40,10 @@ type violationWatch struct {
 
 // WatchViolations installs on nc an error handler that ends the watches of
 // the returned Violations, and calls the handler nc had (if any) for every
-// error as before.
+// error as before. Call it once per connection and keep the Violations
+// for every call over it: each call installs another handler over the
+// last, and a later nc.SetErrorHandler drops them all (their watches then
+// end only by their contexts).
 func WatchViolations(nc *nats.Conn) *Violations {
 	r := &Violations{next: nc.ErrorHandler(), watches: map[*violationWatch]struct{}{}}
 	nc.SetErrorHandler(r.handle)

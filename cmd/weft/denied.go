@@ -17,7 +17,8 @@ import (
 
 // deniedHint adds to a permission_denied answer which roles' credentials
 // allow the subject it names (roles.Permissions), so that the person who
-// ran the command knows which credentials to ask for. Any other error is
+// ran the command knows which credentials to ask for: a person's roles
+// first (hintOrder), the services' after them. Any other error is
 // returned as it is.
 func deniedHint(err error) error {
 	var pe partialError
@@ -34,12 +35,8 @@ func deniedHint(err error) error {
 		return err
 	}
 	var allow []string
-	for _, r := range roles.All() {
-		var q worker.Queue
-		if r == roles.Worker {
-			continue // a worker's grant is its own queue's: never a person's credentials
-		}
-		g, gerr := roles.Permissions(r, q)
+	for _, r := range hintOrder {
+		g, gerr := roles.Permissions(r, worker.Queue{})
 		if gerr != nil {
 			continue
 		}
@@ -56,6 +53,12 @@ func deniedHint(err error) error {
 	}
 	return &weft.Error{Code: we.Code, Reason: we.Reason, Message: fmt.Sprintf("%s; %s", we.Message, hint)}
 }
+
+// hintOrder is the roles deniedHint names, a person's first: a legal hold
+// is the custodian's to place, though the runner's grant writes the holds
+// too (it serves weft.api.hold). Not the worker: its grant is its own
+// queue's, never a person's credentials.
+var hintOrder = []roles.Role{roles.Operator, roles.Reader, roles.Custodian, roles.Runner, roles.Projector}
 
 // deniedSubject is the subject an api.Request permission_denied message
 // names: its last word.

@@ -85,11 +85,12 @@ func TestReadersJetStreamCallsAreNotAllowedAtOnce(t *testing.T) {
 		name    string
 		args    []string
 		subject string
+		hint    string // the roles the answer names, a person's first
 	}{
-		{"hold", []string{"hold", "pay-42", "--reason", "dispute D-17", "--by", "legal"}, "KV_weft_holds"},
-		{"release", []string{"hold", "--release", "pay-42", "--reason", "closed", "--by", "legal"}, "KV_weft_holds"},
-		{"hold list", []string{"hold", "list"}, "KV_weft_holds"},
-		{"retention apply", []string{"retention", "apply", "--older-than", "48h"}, "KV_weft_"},
+		{"hold", []string{"hold", "pay-42", "--reason", "dispute D-17", "--by", "legal"}, "KV_weft_holds", "the credentials of role custodian or runner may"},
+		{"release", []string{"hold", "--release", "pay-42", "--reason", "closed", "--by", "legal"}, "KV_weft_holds", "the credentials of role custodian or runner may"},
+		{"hold list", []string{"hold", "list"}, "KV_weft_holds", "the credentials of role custodian or runner may"},
+		{"retention apply", []string{"retention", "apply", "--older-than", "48h"}, "KV_weft_", "the credentials of role custodian"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithDeadline(context.Background(), callDeadline(t))
@@ -102,6 +103,9 @@ func TestReadersJetStreamCallsAreNotAllowedAtOnce(t *testing.T) {
 			}
 			if waitEnded(err) {
 				t.Fatalf("%s as the reader answered permission_denied only once a wait ended:\n%s", c.name, msg)
+			}
+			if !strings.Contains(msg, c.hint) {
+				t.Fatalf("%s as the reader: the answer does not say %q:\n%s", c.name, c.hint, msg)
 			}
 		})
 	}
