@@ -129,10 +129,12 @@ type env struct {
 	refusals *api.Violations
 }
 
-// refusalsEndCommands: a refusal of a command's JetStream call ends the
-// command at once (endsCommand). Only a test turns it off, to kill a
-// command while a refused call waits unanswered.
-var refusalsEndCommands = true
+// testRefusalsWait, when set, leaves a refused JetStream call waiting
+// unanswered instead of ending the command (endsCommand). Only TestMain
+// sets it (WEFT_TEST_REFUSED_CALLS_WAIT), in a test binary run as weft,
+// to kill a command while a refused call waits; the shipped weft never
+// does: a refusal ends the command at once.
+var testRefusalsWait = false
 
 // endsCommand says whether the server's refusal of subject ends the
 // command at once: a publish of a JetStream call (the command API's
@@ -162,7 +164,7 @@ func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	}
 	if e.notesRefusals {
 		r := api.WatchViolations(n.Conn())
-		if e.end != nil && refusalsEndCommands {
+		if e.end != nil && !testRefusalsWait {
 			r.End(e.endsCommand, e.end)
 		}
 		e.mu.Lock()

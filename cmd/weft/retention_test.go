@@ -706,7 +706,9 @@ func TestAuditVerifyHeadNamesARunOfAFileOfSeveral(t *testing.T) {
 // run of the family is gone and tombstoned. The fork's removal is held in
 // its runtime step by a call the subprocess's credentials may not make
 // (the server never answers it; the subprocess does not end on the
-// refusal: WEFT_TEST_REFUSED_CALLS_WAIT), which is where it is killed.
+// refusal: WEFT_TEST_REFUSED_CALLS_WAIT, testRefusalsWait — not the
+// shipped weft's path, where the refusal would end the apply cleanly and
+// release the lock), which is where it is killed.
 func TestRetentionApplyKilledMidwayIsCompletedByTheNext(t *testing.T) {
 	s := restricted(t, map[string][]string{"notasks": {"$JS.API.STREAM.MSG.DELETE.WEFT_TASKS"}})
 	ctx := context.Background()
