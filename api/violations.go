@@ -105,7 +105,7 @@ func JetStreamSubject(subject string) bool {
 }
 
 func (r *Violations) handle(nc *nats.Conn, sub *nats.Subscription, err error) {
-	if verb, subject, ok := refusedSubject(err); ok {
+	if verb, subject, ok := RefusedSubject(err); ok {
 		cause := &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to %s %s", verb, subject)}
 		r.mu.Lock()
 		for w := range r.watches {
@@ -120,10 +120,12 @@ func (r *Violations) handle(nc *nats.Conn, sub *nats.Subscription, err error) {
 	}
 }
 
-// refusedSubject is the verb and subject of a permissions violation the
-// server sent (`Permissions Violation for Publish to "S"`, or
-// `Subscription to "S"`).
-func refusedSubject(err error) (verb, subject string, ok bool) {
+// RefusedSubject is the verb (PublishViolation or SubscribeViolation) and
+// subject of a permissions violation the server sent to a connection's
+// error handler (nats.ErrPermissionViolation: `Permissions Violation for
+// Publish to "S"`, or `Subscription to "S"`); ok is false for any other
+// error.
+func RefusedSubject(err error) (verb, subject string, ok bool) {
 	if !errors.Is(err, nats.ErrPermissionViolation) {
 		return "", "", false
 	}

@@ -102,25 +102,12 @@ type refusal struct {
 // server says apart from the call, whose request then waits unanswered.
 // Any other asynchronous error is left as it was (not printed).
 func (e *env) notePermission(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if !errors.Is(err, nats.ErrPermissionViolation) {
+	verb, subject, ok := api.RefusedSubject(err)
+	if !ok {
 		return
-	}
-	msg := err.Error()
-	r := &refusal{verb: "publish to"}
-	i := strings.Index(msg, `Publish to "`)
-	if i < 0 {
-		r.verb = "subscribe to"
-		i = strings.Index(msg, `Subscription to "`)
-	}
-	if i < 0 {
-		return
-	}
-	rest := msg[strings.Index(msg[i:], `"`)+i+1:]
-	if j := strings.Index(rest, `"`); j >= 0 {
-		r.subject = rest[:j]
 	}
 	e.mu.Lock()
-	e.refused = r
+	e.refused = &refusal{verb: verb, subject: subject}
 	e.mu.Unlock()
 }
 
