@@ -164,6 +164,8 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointResume, s.resume},
 		{EndpointRestart, s.restart},
 		{EndpointDecide, s.decide},
+		{EndpointHold, s.hold},
+		{EndpointReleaseHold, s.releaseHold},
 	} {
 		if err := add(e.name, e.h); err != nil {
 			_ = svc.Stop()

@@ -288,7 +288,7 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 // Endpoints returns the endpoints of the "weft" micro service, a fresh
 // slice on each call.
 func Endpoints() []string {
-	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume, EndpointRestart, EndpointDecide}
+	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume, EndpointRestart, EndpointDecide, EndpointHold, EndpointReleaseHold}
 }
 
 // QueueEndpoints returns the endpoints (report, settle) the "weft" micro

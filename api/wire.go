@@ -370,6 +370,10 @@ var refusals = map[string][]weft.Code{
 	// A batch's own refusals; each item's outcome may carry any of
 	// approve's and reject's (DecideOutcome.Error).
 	EndpointDecide: commandRefusals(),
+	// Legal holds (retention.Place, retention.ReleaseHold): conflict when
+	// a purge passed its hold check on the run.
+	EndpointHold:        runRefusals(),
+	EndpointReleaseHold: runRefusals(),
 }
 
 // commandRefusals is what every command endpoint may answer (decoding,

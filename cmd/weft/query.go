@@ -104,6 +104,9 @@ func showCommand() command {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
+				// Without the legal holds, show says the hold is unknown
+				// (readHold): their refusal does not end it.
+				e.tolerates = holdSubject
 				n, err := e.connect(ctx)
 				if err != nil {
 					return err
@@ -132,7 +135,7 @@ func showCommand() command {
 				if err != nil {
 					return err
 				}
-				hold, holdErr := readHold(ctx, n.JetStream(), args[0])
+				hold, holdErr := readHold(ctx, e.refusals, n.JetStream(), args[0])
 				if *asJSON {
 					if lag != "" {
 						fmt.Fprintf(e.stderr, "note: the lists and inboxes may not have this view yet: %s\n", lag)

@@ -47,7 +47,7 @@ func rolesCommand() command {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "authority in %s (account %s): %s for the server\n", a.Dir(), a.Account(), filepath.Join(a.Dir(), roles.AuthConf))
-					for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader} {
+					for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader, roles.Custodian} {
 						if err := issue(e, a, r, api.Queue{}, *expires); err != nil {
 							return err
 						}

@@ -63,7 +63,7 @@ func prepareSecure(dir string, external []string) (*secured, error) {
 		s.order = append(s.order, name)
 		return nil
 	}
-	for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader} {
+	for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader, roles.Custodian} {
 		if err := add(string(r), r, api.Queue{}); err != nil {
 			return nil, err
 		}
