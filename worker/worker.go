@@ -152,6 +152,8 @@ type Worker struct {
 	stopping atomic.Bool
 	joined   atomic.Int64
 	stops    atomic.Int64
+	// rebinds counts the consumes that ended while Run ran (keep).
+	rebinds atomic.Int64
 	// retryBase and retryCap bound the backoff between report tries.
 	retryBase, retryCap time.Duration
 
@@ -296,7 +298,9 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 	}
 }
 
-// Run consumes the registered queues' tasks until ctx ends, then waits for
+// Run consumes the registered queues' tasks until ctx ends — a queue's
+// consume that ends meanwhile (its consumer deleted, or lost by a server)
+// is made again after a pause (ConsumerRebound) — then waits for
 // the bodies in flight (the drain: their reports are sent) and returns.
 // A settling tool's body that was stopped (its timeout, a cancellation) is
 // waited for too, and its late settlement offered (docs/semantics.md §8: a
@@ -329,7 +333,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if setupErr == nil {
 		w.ready.Store(true)
-		<-ctx.Done()
+		// Until ctx ends; a queue's consume that ends meanwhile (its
+		// consumer deleted or lost) is made again (rebind.go).
+		ccs = slices.DeleteFunc(w.keep(ctx, ccs), func(cc jetstream.ConsumeContext) bool { return cc == nil })
 	} else {
 		// The setup failed — ctx ended while the worker was still setting
 		// up (a drain that began as its process started), or a consumer
@@ -447,19 +453,9 @@ func (w *Worker) setup(ctx context.Context, stopSub *nats.Subscription, ccs []je
 		}
 	}
 	for _, q := range w.queues[len(ccs):] {
-		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
+		cc, err := w.consume(ctx, q)
 		if err != nil {
-			return stopSub, ccs, fmt.Errorf("worker: consumer for %s: %w", q, err)
-		}
-		h := w.handlers[q]
-		cc, err := c.Consume(func(m jetstream.Msg) {
-			w.group.Go(func() error {
-				w.handle(q, h, m)
-				return nil
-			})
-		}, jetstream.PullMaxMessages(64))
-		if err != nil {
-			return stopSub, ccs, fmt.Errorf("worker: consume %s: %w", q, err)
+			return stopSub, ccs, err
 		}
 		ccs = append(ccs, cc)
 	}

@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/backoff"
+)
+
+// ConsumerRebound is the message Run logs (warn level, with queue) when a queue's consume ended while the worker was running — its
+// durable consumer deleted (an operator, the task stream made again) or
+// lost by a server — and it binds the consumer again after a pause.
+const ConsumerRebound = "worker: a queue's consume ended; making its consumer again"
+
+// consume makes q's durable consumer (or binds it as it is) and starts
+// consuming it: each task is handled in w.group.
+func (w *Worker) consume(ctx context.Context, q Queue) (jetstream.ConsumeContext, error) {
+	c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
+	if err != nil {
+		return nil, fmt.Errorf("worker: consumer for %s: %w", q, err)
+	}
+	h := w.handlers[q]
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		w.group.Go(func() error {
+			w.handle(q, h, m)
+			return nil
+		})
+	}, jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
+		w.checkLost(c, cc, err)
+	}))
+	if err != nil {
+		return nil, fmt.Errorf("worker: consume %s: %w", q, err)
+	}
+	return cc, nil
+}
+
+// checkLost stops cc when its consumer c no longer exists on the server.
+// A consumer deleted while its pulls wait ends the consume by itself (the
+// server says so); one a server lost while the worker was away does not:
+// the consume goes on pulling from nothing, its heartbeats missed. On a
+// missed heartbeat, or a pull nobody answered, the consumer is looked up
+// and, when it is gone, the consume is stopped so that keep makes the
+// consumer again.
+func (w *Worker) checkLost(c jetstream.Consumer, cc jetstream.ConsumeContext, err error) {
+	if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrNoResponders) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, ierr := c.Info(ctx); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound) {
+		w.log.Warn("worker: a queue's consumer is gone from the server; stopping its consume", "consumer", c.CachedInfo().Name, "err", err)
+		cc.Stop()
+	}
+}
+
+// keep keeps every queue consumed until ctx ends (docs/semantics.md §8: a
+// run whose tools a worker serves is never left waiting for a consumer
+// that is gone). ccs[i] consumes w.queues[i]; when a consume ends while
+// ctx lasts, its consumer is made again after a pause (internal/backoff,
+// doubling from 100 ms up to 5 s while it fails) and consumed anew.
+// keep returns, once ctx ended, the consumes then running, for Run to
+// drain (an entry is nil when ctx ended while its consumer was being made
+// again).
+func (w *Worker) keep(ctx context.Context, ccs []jetstream.ConsumeContext) []jetstream.ConsumeContext {
+	out := make([]jetstream.ConsumeContext, len(ccs))
+	var wg sync.WaitGroup
+	for i, cc := range ccs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = w.keepOne(ctx, w.queues[i], cc)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// keepOne is keep for queue q, consumed by cc.
+func (w *Worker) keepOne(ctx context.Context, q Queue, cc jetstream.ConsumeContext) jetstream.ConsumeContext {
+	back := backoff.New(100*time.Millisecond, 5*time.Second)
+	for {
+		select {
+		case <-ctx.Done():
+			return cc
+		case <-cc.Closed():
+		}
+		w.rebinds.Add(1)
+		w.log.Warn(ConsumerRebound, "queue", q.String())
+		for {
+			if back.Wait(ctx) != nil {
+				return nil
+			}
+			// Each try is bounded: a request sent while the server
+			// restarts may never be answered.
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			next, err := w.consume(actx, q)
+			cancel()
+			if err == nil {
+				cc = next
+				break
+			}
+			w.log.Warn("worker: a queue's consumer could not be made again; retrying", "queue", q.String(), "err", err)
+		}
+		if ctx.Err() != nil {
+			// Made as ctx ended: drained by Run like the others.
+			return cc
+		}
+		back.Reset()
+	}
+}
