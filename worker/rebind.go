@@ -2,15 +2,14 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/lostconsumer"
 )
 
 // ConsumerRebound is the message Run logs (warn level, with queue) when a queue's consume ended while the worker was running — its
@@ -31,32 +30,15 @@ func (w *Worker) consume(ctx context.Context, q Queue) (jetstream.ConsumeContext
 			w.handle(q, h, m)
 			return nil
 		})
-	}, jetstream.PullMaxMessages(64), jetstream.ConsumeErrHandler(func(cc jetstream.ConsumeContext, err error) {
-		w.checkLost(c, cc, err)
+	}, jetstream.PullMaxMessages(64), lostconsumer.StopWhenGone(c, func(err error) {
+		// A server lost the consumer: the consume is stopped, and keep
+		// makes it again.
+		w.log.Warn("worker: a queue's consumer is gone from the server; stopping its consume", "queue", q.String(), "err", err)
 	}))
 	if err != nil {
 		return nil, fmt.Errorf("worker: consume %s: %w", q, err)
 	}
 	return cc, nil
-}
-
-// checkLost stops cc when its consumer c no longer exists on the server.
-// A consumer deleted while its pulls wait ends the consume by itself (the
-// server says so); one a server lost while the worker was away does not:
-// the consume goes on pulling from nothing, its heartbeats missed. On a
-// missed heartbeat, or a pull nobody answered, the consumer is looked up
-// and, when it is gone, the consume is stopped so that keep makes the
-// consumer again.
-func (w *Worker) checkLost(c jetstream.Consumer, cc jetstream.ConsumeContext, err error) {
-	if !errors.Is(err, jetstream.ErrNoHeartbeat) && !errors.Is(err, nats.ErrNoResponders) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if _, ierr := c.Info(ctx); errors.Is(ierr, jetstream.ErrConsumerNotFound) || errors.Is(ierr, jetstream.ErrStreamNotFound) {
-		w.log.Warn("worker: a queue's consumer is gone from the server; stopping its consume", "consumer", c.CachedInfo().Name, "err", err)
-		cc.Stop()
-	}
 }
 
 // keep keeps every queue consumed until ctx ends (docs/semantics.md §8: a
