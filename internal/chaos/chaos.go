@@ -526,7 +526,12 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.logf("quiet phase: everything restarted and continued")
 	h.quiet()
 	close(w.quiet)
+	// From here no fault comes: every run that needs no person must move
+	// by itself (checkStranded), until the workload is done.
+	stranded := make(chan struct{})
+	go func() { defer close(stranded); h.watchStranded(ctx, w, wdone) }()
 	<-wdone
+	<-stranded
 	stopWork()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

@@ -1,0 +1,136 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/weftrun/weft/aggregate"
+)
+
+// checkStranded is the liveness check (docs/semantics.md §8, recovery: a
+// run whose driver is gone is taken over, and pending work is retried,
+// never dropped): once the faults stopped and every part runs again,
+// every run that needs no person progresses by itself — a new event, or
+// a finished run, or one that waits only for a person (aggregate.Idle) —
+// within strandedBound of the last time it moved or of its next due time
+// (its earliest timer, its model call's deadline), whichever is later.
+// A run that does not is stranded: nothing but a command would move it.
+const checkStranded = "run_stranded"
+
+// strandedBound is how long a run that needs no person may go without
+// progress once something is due: four takeovers — a lease for a
+// partition's owner to be seen gone plus a full scan of its partitions
+// (every 8 leases) — and at least 30 s, above the timer consumer's and a
+// firing's redelivery backoffs (16 s, timer.NakCap).
+func (h *harness) strandedBound() time.Duration {
+	return max(30*time.Second, 4*(h.cfg.Lease+8*h.cfg.Lease))
+}
+
+// strandedPoll is how often watchStranded reads the runs.
+const strandedPoll = time.Second
+
+// motion is what watchStranded remembers of one run: its version and
+// when that version was first seen, and whether the run was reported.
+type motion struct {
+	version  uint64
+	since    time.Time
+	reported bool
+}
+
+// watchStranded reads every run the workload started, every strandedPoll,
+// from when it is called (the quiet phase has every part up) until done
+// closes, and reports each run stranded (checkStranded) once.
+func (h *harness) watchStranded(ctx context.Context, w *workload, done <-chan struct{}) {
+	seen := map[string]*motion{}
+	tk := time.NewTicker(strandedPoll)
+	defer tk.Stop()
+	for {
+		h.strandedOnce(ctx, w.startedRuns(), time.Now(), seen)
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-tk.C:
+		}
+	}
+}
+
+// startedRuns lists the runs the workload started, in plan order.
+func (w *workload) startedRuns() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var runs []string
+	for _, p := range w.plans {
+		if w.started[p.id] {
+			runs = append(runs, p.id)
+		}
+	}
+	return runs
+}
+
+// strandedOnce reads runs at now: a run at rest (finished, waiting only
+// for a person, or not there) is forgotten; a run whose version changed
+// is remembered as moving at now; a run that has not moved for
+// strandedBound after both its last move and its next due time is
+// reported, once.
+func (h *harness) strandedOnce(ctx context.Context, runs []string, now time.Time, seen map[string]*motion) {
+	bound := h.strandedBound()
+	for _, run := range runs {
+		if ctx.Err() != nil {
+			return
+		}
+		s, err := h.fold(ctx, run)
+		if err != nil {
+			continue // read again at the next poll
+		}
+		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) {
+			delete(seen, run)
+			continue
+		}
+		m := seen[run]
+		if m == nil || m.version != s.Version() {
+			seen[run] = &motion{version: s.Version(), since: now}
+			continue
+		}
+		work := aggregate.Pending(s)
+		if len(work.Children) > 0 {
+			continue // waits for its child runs, each checked itself
+		}
+		if m.reported || !now.After(nextDue(m.since, work).Add(bound)) {
+			continue
+		}
+		m.reported = true
+		due := nextDue(m.since, work)
+		st := aggregate.Status(s)
+		last := "unreadable"
+		if envs, _, err := h.evlog.Load(ctx, run); err == nil {
+			last = describeLast(envs[max(len(envs)-6, 0):])
+		}
+		h.violate(Violation{Check: checkStranded, Run: run,
+			Detail: fmt.Sprintf("status %s, version %d: no progress for %s after its last move (%s) and its next due time (%s), with no person needed (model %v, dispatch %d, timers %d); last events: %s",
+				st.Kind, s.Version(), bound, m.since.UTC().Format("15:04:05.000"), due.UTC().Format("15:04:05.000"), work.Model != nil, len(work.Dispatch), len(work.Timers), last)})
+	}
+}
+
+// nextDue is when the next thing of a run that moved last at since is
+// due: since itself when a dispatch or a resolution waits, or the run has
+// no timer and no model call with a deadline; else the earliest of its
+// timers and its model call's deadline, when after since.
+func nextDue(since time.Time, work aggregate.Work) time.Time {
+	if len(work.Dispatch) > 0 || work.Resolve != nil {
+		return since
+	}
+	var next time.Time
+	if len(work.Timers) > 0 {
+		next = work.Timers[0].At // ordered by time
+	}
+	if work.Model != nil && !work.Model.Deadline.IsZero() && (next.IsZero() || work.Model.Deadline.Before(next)) {
+		next = work.Model.Deadline
+	}
+	if next.After(since) {
+		return next
+	}
+	return since
+}
