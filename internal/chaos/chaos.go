@@ -509,7 +509,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	}
 	h.logf("parts up; fault phase of %s with %d runs", h.cfg.Duration, h.cfg.Runs)
 
-	plans := makePlans(h.cfg)
+	plans := append(makePlans(h.cfg), expiryProbes(h.cfg)...)
 	w := &workload{h: h, plans: plans, quiet: make(chan struct{})}
 	wdone := make(chan struct{})
 	wctx, stopWork := context.WithTimeout(ctx, h.cfg.Duration+h.cfg.Quiet)

@@ -30,7 +30,12 @@
 // each run at a seeded time, approves requests (one to four approvers at
 // once: exactly one may win), rejects a quarter, cancels some runs,
 // settles some hold actions itself and reconciles every uncertain action
-// (with an output, an error or unconfirmed), live or stored.
+// (with an output, an error or unconfirmed), live or stored. When
+// approvals expire (odd seeds), two more runs start as the quiet phase
+// begins whose approval requests it never answers (expiryProbes), and in
+// the quiet phase the requests it answers only after their expiry are
+// left to the runtime's expiry for the stranded check's bound
+// (leftToExpire): only the runners' durable timers move those runs.
 //
 // # Faults
 //

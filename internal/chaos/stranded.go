@@ -12,7 +12,8 @@ import (
 // run whose driver is gone is taken over, and pending work is retried,
 // never dropped): once the faults stopped and every part runs again,
 // every run that needs no person progresses by itself — a new event, or
-// a finished run, or one that waits only for a person (aggregate.Idle) —
+// a finished run, or one that waits only for a person (aggregate.Idle
+// with no approval expiry pending: an expiry is the runtime's to fire) —
 // within strandedBound of the last time it moved or of its next due time
 // (its earliest timer, its model call's deadline), whichever is later.
 // A run that does not is stranded: nothing but a command would move it.
@@ -85,7 +86,10 @@ func (h *harness) strandedOnce(ctx context.Context, runs []string, now time.Time
 		if err != nil {
 			continue // read again at the next poll
 		}
-		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) {
+		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) && len(aggregate.Pending(s).Timers) == 0 {
+			// At rest. A run waiting for a person with an approval
+			// expiry pending is not: the expiry is the runtime's, its
+			// durable timer the only wake-up of a run no runner holds.
 			delete(seen, run)
 			continue
 		}
