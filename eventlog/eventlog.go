@@ -68,6 +68,7 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/groupcommit"
 	"github.com/weftrun/weft/protocol"
 )
 
@@ -198,7 +199,7 @@ type Log struct {
 	attempt time.Duration
 	batch   int
 	publish func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
-	group   *grouper // nil without WithGroupCommit
+	group   *groupcommit.Publisher // nil without WithGroupCommit
 	reader  *batchReader
 
 	mu      sync.Mutex

@@ -19,14 +19,12 @@ func WithPublishWrapper(wrap func(next PublishFunc) PublishFunc) Option {
 // WithLoadBatch sets how many messages Load asks for per request.
 func WithLoadBatch(n int) Option { return func(l *Log) { l.batch = n } }
 
-// WithGroupCommitTest is WithGroupCommit whose first batch waits until
+// WithGroupCommitTest is WithGroupCommit whose flushes wait until
 // minQueue publishes are queued, and whose first loseAcks committed batches
 // are answered as if their acknowledgement had been lost.
 func WithGroupCommitTest(minQueue, loseAcks int) Option {
 	return func(l *Log) {
 		WithGroupCommit()(l)
-		g := l.group
-		g.minQueue, g.minGroup = minQueue, 2
-		g.loseAcks.Store(int32(loseAcks))
+		l.group.SetTest(minQueue, loseAcks)
 	}
 }

@@ -6,7 +6,7 @@ import "time"
 // (docs/semantics.md §8: only a runner that is gone is recovered from;
 // "cannot tell" is never gone). The runner reads the facts (the key's
 // last message, its own key, its view's period) and Judge decides, on
-// the time passed in. runner/liveness.go explains each rule.
+// the time passed in. runner/internal/ownership/liveness.go explains each rule.
 
 // Last is what the last message of an absent liveness key says.
 type Last int

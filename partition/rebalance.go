@@ -6,12 +6,15 @@ import (
 )
 
 // The rebalancing choice of a runner (docs/adr/0019-partitions.md,
-// decision 4), pure: no I/O, no clock (the time is passed in). The runner
-// (runner/partitions.go) reads its table of the partitions' owners and its
-// view of the live runners, asks Decide what to do with each partition,
-// and performs the claims and releases; the judgement of a peer whose
-// liveness key is absent (Judge) is made here on the facts the runner read
-// (docs/semantics.md §8: only a runner that is gone is recovered from).
+// decision 4), pure: no I/O, no clock (the time is passed in). The
+// runner's ownership (runner/internal/ownership/pass.go: Table.Pass)
+// reads its table of the partitions' owners and its view of the live
+// runners, asks Decide what to do with each partition, performs the
+// claims and starts the releases, whose runs the runner hands off
+// (runner/release.go) before the key is deleted. The judgement of a peer
+// whose liveness key is absent (Judge) is made here on the facts the
+// runner read (docs/semantics.md §8: only a runner that is gone is
+// recovered from).
 
 // Slot is a partition as a runner's table sees it: the runner its key in
 // weft_partitions names ("" when absent or deleted), the key's revision,

@@ -22,6 +22,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -64,6 +66,18 @@ func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
 type Asset struct {
 	stream *jetstream.StreamConfig
 	kv     *jetstream.KeyValueConfig
+	// atomic: the KV bucket's stream allows atomic batch publish
+	// (WithAtomicPublish).
+	atomic bool
+}
+
+// WithAtomicPublish returns the KV bucket a whose stream also allows
+// atomic batch publish (a KeyValueConfig cannot say it): group commit's
+// batches of many runs' writes (internal/groupcommit). It is a no-op
+// for a stream, whose StreamConfig says it.
+func (a Asset) WithAtomicPublish() Asset {
+	a.atomic = a.kv != nil
+	return a
 }
 
 // Name is the stream or bucket name.
@@ -128,6 +142,10 @@ func TasksConfig() jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Duplicates:  EventsDuplicates,
 		AllowDirect: true,
+		// Group commit sends the stream copies of concurrent runs' handed
+		// tasks as one atomic batch
+		// (docs/adr/0032-fewer-writes-per-run.md).
+		AllowAtomicPublish: true,
 	}
 }
 
@@ -210,8 +228,108 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, opts options, a Ass
 		if cfg.Replicas == 0 {
 			cfg.Replicas = replicas
 		}
+		if a.atomic {
+			return ensureAtomicKV(ctx, js, cfg)
+		}
 		_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 		return err
 	}
 	return fmt.Errorf("empty asset")
+}
+
+// ensureAtomicKV creates or updates the KV bucket cfg whose stream allows
+// atomic publish (Asset.WithAtomicPublish) without ever turning atomic
+// publish off on it: KeyValueConfig cannot say it, so
+// CreateOrUpdateKeyValue on an existing bucket would update its stream
+// without it, and the server then refuses the batches of the processes
+// that use the bucket (and deletes those in progress) until it is turned
+// on again (docs/adr/0032-fewer-writes-per-run.md). A new bucket is
+// created by CreateOrUpdateKeyValue and then allowed atomic publish before
+// anyone batches on it; an existing one gets one stream update, only when
+// it differs, that applies what cfg governs and keeps atomic publish on.
+func ensureAtomicKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+	if cfg.Mirror != nil || len(cfg.Sources) > 0 {
+		return fmt.Errorf("atomic publish on a mirrored or sourced bucket is not supported")
+	}
+	name := "KV_" + cfg.Bucket
+	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err = js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
+			return err
+		}
+		s, err = js.Stream(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	have := s.CachedInfo().Config
+	want := kvStreamConfig(cfg, have)
+	if sameStreamConfig(want, have) {
+		return nil
+	}
+	_, err = js.UpdateStream(ctx, want)
+	return err
+}
+
+// kvStreamConfig is the stream configuration of the existing bucket whose
+// stream's is have, updated to cfg as CreateOrUpdateKeyValue sets it
+// (nats.go's prepareKeyValueConfig, the fields KeyValueConfig governs and
+// the ones it fixes; TestAnAtomicBucketIsUpdatedAsCreateOrUpdateKeyValueDoes
+// compares them), with atomic publish allowed. cfg has no mirror or
+// sources.
+func kvStreamConfig(cfg jetstream.KeyValueConfig, have jetstream.StreamConfig) jetstream.StreamConfig {
+	sc := have
+	sc.Description = cfg.Description
+	sc.MaxMsgsPerSubject = 1
+	if cfg.History > 0 {
+		sc.MaxMsgsPerSubject = int64(cfg.History)
+	}
+	sc.MaxBytes, sc.MaxMsgSize = cfg.MaxBytes, cfg.MaxValueSize
+	if sc.MaxBytes == 0 {
+		sc.MaxBytes = -1
+	}
+	if sc.MaxMsgSize == 0 {
+		sc.MaxMsgSize = -1
+	}
+	sc.MaxAge = cfg.TTL
+	sc.Duplicates = 2 * time.Minute
+	if cfg.TTL > 0 && cfg.TTL < sc.Duplicates {
+		sc.Duplicates = cfg.TTL
+	}
+	sc.Storage = cfg.Storage
+	sc.Replicas = max(cfg.Replicas, 1)
+	sc.Placement = cfg.Placement
+	sc.RePublish = cfg.RePublish
+	sc.Compression = jetstream.NoCompression
+	if cfg.Compression {
+		sc.Compression = jetstream.S2Compression
+	}
+	sc.AllowMsgTTL, sc.SubjectDeleteMarkerTTL = cfg.LimitMarkerTTL != 0, cfg.LimitMarkerTTL
+	sc.AllowRollup, sc.DenyDelete, sc.AllowDirect = true, true, true
+	sc.MaxMsgs, sc.MaxConsumers = -1, -1
+	sc.Discard = jetstream.DiscardNew
+	// The server's own metadata (_nats.*) is kept; the rest is cfg's.
+	sc.Metadata = nil
+	for k, v := range have.Metadata {
+		if strings.HasPrefix(k, "_nats.") {
+			mapSet(&sc.Metadata, k, v)
+		}
+	}
+	for k, v := range cfg.Metadata {
+		mapSet(&sc.Metadata, k, v)
+	}
+	sc.AllowAtomicPublish = true
+	return sc
+}
+
+func mapSet(m *map[string]string, k, v string) {
+	if *m == nil {
+		*m = map[string]string{}
+	}
+	(*m)[k] = v
+}
+
+// sameStreamConfig reports whether a and b are the same configuration.
+func sameStreamConfig(a, b jetstream.StreamConfig) bool {
+	return reflect.DeepEqual(a, b)
 }

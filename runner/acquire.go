@@ -200,7 +200,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	if !idle {
 		// Never from a live runner that takes no part in the partitions
 		// (an older release still driving its runs).
-		if driver != r.id && !s.HandedOff() && r.nonParticipant(ctx, driver) {
+		if driver != r.id && !s.HandedOff() && r.peers.NonParticipant(ctx, driver) {
 			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s is driven by runner %s, which is alive and takes no part in the partitions (an older release?); retry", id, driver)}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/weftrun/weft/internal/unanswered"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/provision"
+	"github.com/weftrun/weft/runner/internal/ownership"
 	"github.com/weftrun/weft/timer"
 	"github.com/weftrun/weft/worker"
 )
@@ -29,14 +30,16 @@ func Assets(lease time.Duration) []provision.Asset {
 		provision.Stream(timer.StreamConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: RunnersBucket, Description: "Weft live runners (heartbeat, max age = lease)", TTL: lease, Storage: jetstream.FileStorage,
 			// A key that reaches its max age leaves a marker (judgement).
-			LimitMarkerTTL: runnersMarkerTTL(lease)}),
+			LimitMarkerTTL: ownership.MarkerTTL(lease)}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage,
 			// The marker of a removed entry expires (removeDriverKey).
 			LimitMarkerTTL: markerTTL(lease)}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: PartitionsBucket, Description: "Weft partitions: their number (config) and owners (p.<n>)", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
-		provision.KV(worker.ClaimsConfig()),
+		// Group commit batches the claims of concurrent runs' attempts
+		// (docs/adr/0032-fewer-writes-per-run.md).
+		provision.KV(worker.ClaimsConfig()).WithAtomicPublish(),
 	}
 }
 

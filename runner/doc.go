@@ -45,8 +45,11 @@
 // appends; act.go performs Pending; effects.go holds the effects (model
 // call, dispatch, resolution); retry.go the retries of step 4; wake.go
 // the internal commands; backend.go the API's commands; forward.go and
-// handoff.go what passes between runners; liveness.go the leases and
-// takeovers; partitions.go the partitions' ownership.
+// handoff.go what passes between runners; orphans.go the takeovers;
+// partitions.go the partition loop and release.go a partition's release.
+// The state of ownership — the table of the partitions' owners, its
+// watcher and claims, and this runner's view of its peers (heartbeat, the
+// live runners, their liveness) — is the package internal/ownership.
 //
 // # Ready and Advance
 //
@@ -101,7 +104,8 @@
 // lease/4 (the value says the deployment's P, and whether it drains); the
 // bucket's max age is the lease (WithLease, default 1 s), so a SIGKILLed
 // runner's key disappears within the lease. "Cannot tell" is never gone
-// (alive, judgeLevel). Every lease/4 the partition loop lists the live
+// (internal/ownership: the judgement of Peers, which Table.Pass and
+// Peers.NonParticipant ask). Every lease/4 the partition loop lists the live
 // runners, assigns the partitions among them by rendezvous hashing
 // (partition.Owner: a join or a leave moves about P/n partitions), claims
 // those assigned to it whose key is absent or names a runner judged gone

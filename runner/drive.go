@@ -231,8 +231,12 @@ func (r *Runner) loadAt(ctx context.Context, id string) (aggregate.State, eventl
 }
 
 // snapshotEvery is how many versions a run may grow past its last
-// snapshot before a new one is stored; suspended and finished runs are
-// always stored.
+// snapshot before a new one is stored; suspended runs are always stored.
+// A finished run is stored only when due like a running one: a load of it
+// then folds a tail of fewer than snapshotEvery versions, no longer than a
+// takeover of a running run folds, and a short run does not pay an fsync
+// (under sync_interval: always) for a snapshot it will likely never be
+// read from (docs/adr/0032-fewer-writes-per-run.md).
 const snapshotEvery = 16
 
 // maybeSnapshot stores rn's state in weft_snapshots when it is due. A
@@ -242,7 +246,7 @@ func (r *Runner) maybeSnapshot(rn *run) {
 		return
 	}
 	st := aggregate.Status(rn.state).Kind
-	if rn.state.Version() < rn.snapAt+snapshotEvery && st != aggregate.StatusSuspended && st != aggregate.StatusFinished {
+	if rn.state.Version() < rn.snapAt+snapshotEvery && st != aggregate.StatusSuspended {
 		return
 	}
 	rn.snapAt = rn.state.Version()

@@ -44,18 +44,14 @@ func runOfDriverKey(key string) string {
 // run has no entry (idle.go): it costs nothing until a command, a report
 // or a timer reaches it.
 func (r *Runner) scanPartitions(ctx context.Context, all bool) {
+	r.parts.Scan(all, func(due []int) bool { return r.wakePartitions(ctx, due) })
+}
+
+// wakePartitions wakes the driver entries of partitions due (owned, not
+// releasing) that this runner does not hold (scanPartitions). It returns
+// true once every entry's run was woken.
+func (r *Runner) wakePartitions(ctx context.Context, due []int) bool {
 	t := r.parts
-	t.mu.Lock()
-	var due []int
-	for p, o := range t.owner {
-		if o == r.id && !t.releasing[p] && (all || t.scanDue[p]) {
-			due = append(due, p)
-		}
-	}
-	t.mu.Unlock()
-	if len(due) == 0 {
-		return
-	}
 	filters := make([]string, len(due))
 	for i, p := range due {
 		filters[i] = partPrefix(p) + ".>"
@@ -63,7 +59,7 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 	entries, err := r.driverEntries(ctx, filters)
 	if err != nil {
 		r.log.Debug("list driver entries", "err", err)
-		return
+		return false
 	}
 	// A run no entry of the scanned partitions names any more (taken
 	// over, finished, moved), or of a partition this runner no longer
@@ -76,7 +72,7 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 		run := k.(string)
 		p := partition.Of(run, r.nparts)
 		_, listed := entries[run]
-		if owner, _ := t.ownerOf(p); owner != r.id || !listed && scanned[p] {
+		if owner, _ := t.OwnerOf(p); owner != r.id || !listed && scanned[p] {
 			r.orphanFail.Delete(run)
 			r.unknownAt.Delete(run)
 		}
@@ -119,14 +115,8 @@ func (r *Runner) scanPartitions(ctx context.Context, all bool) {
 	// over and driven here, removed, or found owned by a runner whose
 	// key was read (wakeOrphan). A wake that failed, or that could not
 	// tell, is made again at the next scan, never counted as done.
-	if failed := r.takeOrphans(ctx, mine, entries); failed > 0 || len(mine) < len(todo) || loading {
-		return // scanned again next time
-	}
-	t.mu.Lock()
-	for _, p := range due {
-		t.scanDue[p] = false
-	}
-	t.mu.Unlock()
+	failed := r.takeOrphans(ctx, mine, entries)
+	return failed == 0 && len(mine) == len(todo) && !loading // else scanned again next time
 }
 
 // driverEntries reads the weft_drivers entries under filters: run →

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/weftrun/weft"
@@ -64,15 +63,14 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 		// acknowledgement is waited for off the run's lock (copyAcked),
 		// so that the body's report is not held behind its fsync
 		// (docs/adr/0031-claim-with-the-fence.md).
-		f, err := r.js.PublishMsgAsync(msg)
-		if err != nil {
-			span.RecordError(err)
-			span.End()
-			return err
-		}
+		// With group commit the copies of concurrent runs leave in
+		// atomic batches (docs/adr/0032-fewer-writes-per-run.md).
 		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
-		if !r.bg.Go(func(bctx context.Context) { r.copyAcked(bctx, rn, key, f, span) }) {
-			span.End() // the runner stops: the next driver dispatches again
+		if !r.bg.Go(func(bctx context.Context) { r.copyAcked(bctx, rn, key, msg, span) }) {
+			// The runner stops: the copy is not sent at all (it is
+			// sent from the background group); the fence is in the
+			// log, and the next driver dispatches again.
+			span.End()
 		}
 		r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
 		return nil
@@ -92,8 +90,9 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 // copyAckWait bounds copyAcked's wait for a copy's acknowledgement.
 const copyAckWait = 10 * time.Second
 
-// copyAcked waits for f, the acknowledgement of the stream copy of a task
-// the runner's own worker took (dispatch). A copy not acknowledged is
+// copyAcked publishes msg, the stream copy of a task the runner's own
+// worker took (dispatch), and waits for its acknowledgement. A copy not
+// acknowledged is
 // published again by the run's next act: the attempt of key is recorded
 // as its copy lost (run.copyLost, under a lock of its own, not the run's:
 // a run's lock held by a command or a stalled step must not leave the
@@ -102,20 +101,16 @@ const copyAckWait = 10 * time.Second
 // a copy that did land is not stored twice. Meanwhile the handed task runs
 // with no copy, as when a synchronous publish failed
 // (docs/adr/0027-fewer-writes-per-step.md).
-func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, f jetstream.PubAckFuture, span trace.Span) {
-	t := time.NewTimer(copyAckWait)
-	defer t.Stop()
-	var err error
-	select {
-	case <-f.Ok():
+func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, msg *nats.Msg, span trace.Span) {
+	pctx, cancel := context.WithTimeout(ctx, copyAckWait)
+	_, err := r.publishCopy(pctx, msg)
+	cancel()
+	if err == nil || ctx.Err() != nil {
 		span.End()
+		// Acknowledged, or the runner stops: a copy still queued for its
+		// group's batch is then not sent at all (its context ended), and
+		// the next driver dispatches again.
 		return
-	case err = <-f.Err():
-	case <-t.C:
-		err = errors.New("no acknowledgement within " + copyAckWait.String())
-	case <-ctx.Done():
-		span.End()
-		return // the runner stops: the next driver dispatches again
 	}
 	span.RecordError(err)
 	span.End()

@@ -65,18 +65,13 @@ func HoldRun(r *Runner, run string) (unlock func(), ok bool) {
 // table of a runner paused (SIGSTOP) or cut off while another claimed the
 // partition says: its watcher has not seen the claim yet.
 func (r *Runner) StaleView(p int, rev uint64) {
-	t := r.parts
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.owner[p], t.rev[p], t.releasing[p], t.scanDue[p] = r.id, rev, false, false
+	r.parts.Assume(p, rev)
 }
 
 // ForgetReconnectCheck makes the next acquisition verify the owned
 // partitions as after a reconnection (verifyOwned).
 func (r *Runner) ForgetReconnectCheck() {
-	r.owned.mu.Lock()
-	defer r.owned.mu.Unlock()
-	r.owned.reconnects = ^uint64(0)
+	r.parts.ForgetReconnectCheck()
 }
 
 // HandedOff is how many tasks the runner handed to its in-process worker

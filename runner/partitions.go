@@ -5,16 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
-	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/runner/internal/ownership"
 )
 
 // Partitions (docs/adr/0019-partitions.md). Every run belongs to the
@@ -62,28 +60,7 @@ const (
 )
 
 // partKey is partition p's key in weft_partitions.
-func partKey(p int) string { return fmt.Sprintf("p.%04d", p) }
-
-// partTable is this runner's view of the partitions' owners: its own
-// claims at once, everyone's through a watcher of weft_partitions.
-type partTable struct {
-	mu        sync.Mutex
-	owner     []string // by partition; "" when nobody owns it
-	rev       []uint64 // revision of the key's last message
-	releasing []bool   // owned by this runner and being released
-	scanDue   []bool   // owned; its driver entries are still to be woken
-	// acquiring counts the acquisitions in flight by partition (acquiring);
-	// acquired is closed (and replaced) whenever a count drops to zero.
-	acquiring []int
-	acquired  chan struct{}
-	ready     chan struct{}
-	kick      chan struct{} // a partition was released, a runner left: pass again now
-}
-
-func newPartTable(n int) *partTable {
-	return &partTable{owner: make([]string, n), rev: make([]uint64, n), releasing: make([]bool, n), scanDue: make([]bool, n),
-		acquiring: make([]int, n), acquired: make(chan struct{}), ready: make(chan struct{}), kick: make(chan struct{}, 1)}
-}
+func partKey(p int) string { return ownership.Key(p) }
 
 // errDraining is the answer of a draining runner asked to acquire a run
 // it does not hold: it reads no run back from the log and starts none.
@@ -103,29 +80,8 @@ func (r *Runner) install(rn *run) error {
 	return nil
 }
 
-// ownerOf returns partition p's owner as this runner sees it, and whether
-// this runner is releasing it.
-func (t *partTable) ownerOf(p int) (string, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.owner[p], t.releasing[p]
-}
-
 // ownedPartitions lists the partitions this runner owns.
-func (r *Runner) ownedPartitions() []int {
-	if r.parts == nil {
-		return nil
-	}
-	r.parts.mu.Lock()
-	defer r.parts.mu.Unlock()
-	var out []int
-	for p, o := range r.parts.owner {
-		if o == r.id {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (r *Runner) ownedPartitions() []int { return r.parts.Owned() }
 
 // checkPartitions records the deployment's number of partitions, or
 // checks this runner's against the recorded one.
@@ -165,100 +121,9 @@ func (r *Runner) checkPartitions(ctx context.Context) error {
 	return fmt.Errorf("runner: %s key %s keeps changing", PartitionsBucket, configKey)
 }
 
-// watchPartitions keeps r.parts equal to weft_partitions until ctx ends.
-// A partition this runner owned that another runner claimed (this one was
-// judged gone, for example while paused) is lost: its runs are forgotten
-// at once (their appends would conflict anyway).
-// A watch that fails or ends is made again (after a backoff).
-func (r *Runner) watchPartitions(ctx context.Context) error {
-	back := backoff.New(100*time.Millisecond, 2*time.Second)
-	ready := false
-	for ctx.Err() == nil {
-		r.watchPartitionsOnce(ctx, &ready)
-		if back.Wait(ctx) != nil {
-			break
-		}
-	}
-	return nil
-}
-
-func (r *Runner) watchPartitionsOnce(ctx context.Context, ready *bool) {
-	w, err := r.partKV.WatchFiltered(ctx, []string{"p.*"})
-	if err != nil {
-		r.log.Warn("watch partitions", "err", err)
-		return
-	}
-	defer func() { _ = w.Stop() }()
-	// The values before the watch's first nil are the bucket as it is:
-	// taken as they are (after a server restart that lost recent writes
-	// a key's revision may be lower than one seen before); later updates
-	// only move forward.
-	initial := true
-	for {
-		var e jetstream.KeyValueEntry
-		var open bool
-		select {
-		case <-ctx.Done():
-			return
-		case e, open = <-w.Updates():
-		}
-		if !open {
-			return
-		}
-		if e == nil {
-			initial = false
-			if !*ready {
-				*ready = true
-				close(r.parts.ready)
-			}
-			continue
-		}
-		p, err := strconv.Atoi(strings.TrimPrefix(e.Key(), "p."))
-		if err != nil || p < 0 || p >= r.nparts {
-			continue
-		}
-		owner := ""
-		if e.Operation() == jetstream.KeyValuePut {
-			owner = string(e.Value())
-		}
-		t := r.parts
-		t.mu.Lock()
-		// A key naming this runner at a revision lower than its claim
-		// (the bucket was re-created, or the server lost writes) is no
-		// claim of this runner's: a loss, claimed again (claim).
-		recreated := initial && owner == r.id && t.owner[p] == r.id && e.Revision() < t.rev[p]
-		lost := t.owner[p] == r.id && (owner != r.id || recreated) && (initial || e.Revision() > t.rev[p])
-		if recreated {
-			t.owner[p], t.rev[p] = "", e.Revision()
-			t.releasing[p], t.scanDue[p] = false, false
-		} else if initial || e.Revision() >= t.rev[p] {
-			t.owner[p], t.rev[p] = owner, e.Revision()
-			if owner != r.id {
-				t.releasing[p], t.scanDue[p] = false, false
-			}
-		}
-		t.mu.Unlock()
-		if owner == "" || recreated {
-			r.kickPartitions()
-		}
-		if lost && (owner != "" || recreated) {
-			r.log.Warn("partition lost to another runner", "partition", p, "owner", owner, "recreated", recreated)
-			r.forgetPartition(ctx, p)
-		}
-	}
-}
-
 // kickPartitions makes the partition loop pass again now (a partition
 // was released, a runner left).
-func (r *Runner) kickPartitions() {
-	if r.parts == nil {
-		return
-	}
-	select {
-	case r.parts.kick <- struct{}{}:
-	default:
-	}
-}
+func (r *Runner) kickPartitions() { r.parts.Kick() }
 
 // forgetPartition drops the runs of partition p this runner holds.
 func (r *Runner) forgetPartition(ctx context.Context, p int) {
@@ -296,7 +161,7 @@ func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-		case <-r.parts.kick:
+		case <-r.parts.Kicked():
 		}
 		if err := r.verifyOwned(ctx); err != nil {
 			r.log.Debug("verify partitions", "err", err)
@@ -313,142 +178,21 @@ func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 	}
 }
 
-// partitionPass is one round of rebalancing: claim the partitions
-// assigned to this runner that nobody (alive) owns, release those
-// assigned to another live runner (the choice: partition.Round.Decide).
+// partitionPass is one round of rebalancing (ownership.Table.Pass: claim
+// the partitions assigned to this runner that nobody alive owns, release
+// those assigned to another live runner); each release runs in the
+// background, counted in releases.
 func (r *Runner) partitionPass(ctx context.Context, releases *sync.WaitGroup) {
-	live, runners, ok := r.liveRunners(ctx)
-	if !ok {
+	if !r.parts.Pass(ctx, r.peers, r.unboundedIn, func(p int, rev uint64) {
+		releases.Add(1)
+		go func() {
+			defer releases.Done()
+			r.release(ctx, p, rev)
+		}()
+	}) {
 		return // cannot tell
 	}
-	round := partition.Round{Self: r.id, Runners: runners, Live: live,
-		Gone:      func(id string) bool { return !r.alive(ctx, id) },
-		Unbounded: r.unboundedIn}
-	t := r.parts
-	for p := range r.nparts {
-		t.mu.Lock()
-		slot := partition.Slot{Owner: t.owner[p], Rev: t.rev[p], Releasing: t.releasing[p]}
-		t.mu.Unlock()
-		switch m := round.Decide(p, slot); m.Do {
-		case partition.Release:
-			t.mu.Lock()
-			t.releasing[p] = true
-			t.mu.Unlock()
-			releases.Add(1)
-			go func() {
-				defer releases.Done()
-				r.release(ctx, p, m.Rev)
-			}()
-		case partition.Claim:
-			r.claim(ctx, p, m.Rev, m.Previous)
-		}
-	}
 	r.testHook("partition-pass", -1, "")
-}
-
-// claim makes this runner partition p's owner: Create when the key is
-// absent or deleted (rev 0), Update at rev when it names previous, a
-// runner judged gone. Exactly one claim of several wins.
-func (r *Runner) claim(ctx context.Context, p int, rev uint64, previous string) {
-	var err error
-	var got uint64
-	if rev == 0 || previous == "" {
-		got, err = r.partKV.Create(ctx, partKey(p), []byte(r.id))
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			// A key naming this runner that is no claim of its own (a
-			// re-created bucket, lost writes: verifyPartition) is claimed
-			// anew at its revision.
-			if owner, krev, gerr := r.partitionKey(ctx, p); gerr == nil && owner == r.id {
-				got, err = r.reclaim(ctx, p, krev)
-			}
-		}
-	} else {
-		got, err = r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
-	}
-	if err != nil {
-		r.log.Debug("partition claim lost", "partition", p, "err", err)
-		r.catchUp(ctx, p)
-		return
-	}
-	r.claimed(p, got, previous)
-}
-
-// reclaim claims partition p, whose key names this runner at revision rev
-// without being a claim this runner's table holds, by compare-and-set at
-// rev: a write the stream's leader checks, so a key read from a replica
-// behind is never taken for ownership.
-func (r *Runner) reclaim(ctx context.Context, p int, rev uint64) (uint64, error) {
-	got, err := r.partKV.Update(ctx, partKey(p), []byte(r.id), rev)
-	if err == nil {
-		r.parts.mu.Lock()
-		if r.parts.owner[p] == "" {
-			r.parts.rev[p] = 0 // the claim is the revision to compare with (claimed)
-		}
-		r.parts.mu.Unlock()
-	}
-	return got, err
-}
-
-// claimed records this runner's claim of partition p at revision got: owned,
-// and due for a scan.
-func (r *Runner) claimed(p int, got uint64, previous string) {
-	t := r.parts
-	t.mu.Lock()
-	if got > t.rev[p] {
-		t.owner[p], t.rev[p] = r.id, got
-	}
-	t.scanDue[p], t.releasing[p] = true, false
-	t.mu.Unlock()
-	r.log.Info("partition claimed", "partition", p, "previous", previous)
-}
-
-// catchUp reads partition p's key after a claim of it was refused and
-// moves this runner's table forward to it when the key is at a revision
-// the table has not reached: a table set back by a read that was behind
-// (lostPartition) would otherwise claim at a revision that is no longer
-// the key's on every pass, while its watcher, past that revision already,
-// delivers nothing new — and the runs of the partition would wait for a
-// command (docs/semantics.md §8: a run can always be answered). The key is
-// read from the stream's leader (partitionKey), not from a replica that
-// may be behind. A key naming this runner is claimed again by
-// compare-and-set at its revision (reclaim), never taken as owned from a
-// read; a key naming another runner, or deleted, is applied to the table
-// (and, when the table said this runner, the partition is lost:
-// lostPartition). A key absent altogether (a re-created bucket) leaves
-// the table's revision but names nobody: the next claim is a Create,
-// not an Update at a revision the key never had. The table's revision
-// never moves back.
-func (r *Runner) catchUp(ctx context.Context, p int) {
-	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	owner, rev, err := r.partitionKey(gctx, p)
-	if err != nil {
-		return // cannot tell: claimed again at the next pass
-	}
-	t := r.parts
-	t.mu.Lock()
-	believed, at := t.owner[p], t.rev[p]
-	t.mu.Unlock()
-	if rev <= at && !(rev == 0 && believed != "") {
-		return
-	}
-	rev = max(rev, at)
-	if owner == r.id {
-		if got, err := r.reclaim(gctx, p, rev); err == nil {
-			r.claimed(p, got, "")
-		}
-		return
-	}
-	if believed == r.id {
-		r.lostPartition(ctx, p, at, owner, rev)
-		return
-	}
-	t.mu.Lock()
-	if t.owner[p] == believed && t.rev[p] == at {
-		t.owner[p], t.rev[p] = owner, rev
-		t.releasing[p], t.scanDue[p] = false, false
-	}
-	t.mu.Unlock()
 }
 
 // notOwned is the answer for a run of partition p, which this runner does
@@ -465,7 +209,7 @@ func notOwned(run string, p int, releasing bool) error {
 // runner_busy when nobody owns it yet or this runner is releasing it.
 func (r *Runner) owns(run string) error {
 	p := partition.Of(run, r.nparts)
-	owner, releasing := r.parts.ownerOf(p)
+	owner, releasing := r.parts.OwnerOf(p)
 	switch {
 	case owner == r.id && !releasing:
 		return nil

@@ -161,14 +161,7 @@ func (r *Runner) rebuildLoop(ctx context.Context) {
 				r.log.Info("rebuilt driver keys from the log", "runs", n, "attempts", attempt)
 				// The owners scan their partitions again at once for
 				// the entries rebuilt.
-				t := r.parts
-				t.mu.Lock()
-				for p, o := range t.owner {
-					if o == r.id {
-						t.scanDue[p] = true
-					}
-				}
-				t.mu.Unlock()
+				r.parts.ScanAll()
 			}
 			return
 		}

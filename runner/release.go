@@ -7,17 +7,14 @@ package runner
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/runner/internal/ownership"
 )
 
 // acquiring counts an acquisition of run (a read from the log, a start)
@@ -25,136 +22,74 @@ import (
 // installed in r.runs, or the acquisition failed. It is counted before
 // the ownership check (owns), under the lock that marks a partition
 // releasing, so that a release either makes the check fail or finds the
-// acquisition counted and waits for it (waitAcquisitions) before it lists
-// the partition's runs to hand them off: no run is installed behind a
-// release's back (docs/semantics.md §8: the releasing runner would drive a run
-// its partition's new owner takes over).
+// acquisition counted and waits for it (ownership.Table.Release) before
+// it lists the partition's runs to hand them off: no run is installed
+// behind a release's back (docs/semantics.md §8: the releasing runner
+// would drive a run its partition's new owner takes over).
 func (r *Runner) acquiring(run string) (done func()) {
-	t := r.parts
-	if t == nil {
+	if r.parts == nil {
 		return func() {}
 	}
-	p := partition.Of(run, r.nparts)
-	t.mu.Lock()
-	t.acquiring[p]++
-	t.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			t.mu.Lock()
-			t.acquiring[p]--
-			if t.acquiring[p] == 0 {
-				close(t.acquired)
-				t.acquired = make(chan struct{})
-			}
-			t.mu.Unlock()
-		})
-	}
-}
-
-// waitAcquisitions waits until no acquisition of partition p (marked
-// releasing) is in flight. It returns false when ctx ends first.
-func (r *Runner) waitAcquisitions(ctx context.Context, p int) bool {
-	t := r.parts
-	for hooked := false; ; hooked = true {
-		t.mu.Lock()
-		n, ch := t.acquiring[p], t.acquired
-		t.mu.Unlock()
-		if n == 0 {
-			return true
-		}
-		if !hooked {
-			r.testHook("release-acquiring", p, "")
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return false
-		}
-	}
+	return r.parts.Acquiring(partition.Of(run, r.nparts))
 }
 
 // release gives partition p up (docs/semantics.md §8, graceful: nothing
-// uncertain).
-// The partition is marked releasing (partitionPass): no run of it is
-// acquired any more (owns answers runner_busy); the acquisitions that
-// passed the ownership check before are waited for, so that their runs
-// are handed off too. Then the runs of it this runner holds are judged
-// and handed off in one hold of their locks (handOffJudged: a run with
-// work without a deadline postpones the release, its runs served
-// meanwhile), their running bodies and model calls are waited for — up to their
-// recorded deadlines (a body's attempt deadline, its tool timeout, is
-// recorded with the attempt: bounded), at least the drain window — and
-// recorded, and the runs are forgotten. Only when every run of the
-// partition is handed off and forgotten (a run whose lock or hand-off
-// could not be had is tried again, for as long as ctx lasts) is the key
-// deleted at the revision this runner claimed it with, so that the
-// runner it is assigned to claims it. When ctx ends first (the drain) the
-// partition is left to the drain (releaseQuiet, releaseAll).
+// uncertain). The pass marked it releasing (ownership.Table.Pass): no run
+// of it is acquired any more (owns answers runner_busy). The table's
+// Release waits for the acquisitions that passed the ownership check
+// before, and deletes the key at the revision this runner claimed it with
+// once handOffPartition handed off and forgot every run of it this runner
+// holds, so that the runner it is assigned to claims it. When ctx ends
+// first (the drain) the partition is left to the drain (releaseQuiet,
+// releaseAll).
 func (r *Runner) release(ctx context.Context, p int, rev uint64) {
-	r.log.Info("releasing partition", "partition", p)
-	if !r.waitAcquisitions(ctx, p) {
-		return
-	}
-	r.testHook("release-check", p, "")
+	r.parts.Release(ctx, p, rev, func(ctx context.Context) ownership.HandOff { return r.handOffPartition(ctx, p) })
+}
+
+// handOffPartition is a release's part of the command loop: the runs of
+// partition p (releasing, its acquisitions waited for) this runner holds
+// are judged and handed off in one hold of their locks (handOffJudged: a
+// run with work without a deadline postpones the release, its runs
+// served meanwhile), their running bodies and model calls are waited for
+// — up to their recorded deadlines (a body's attempt deadline, its tool
+// timeout, is recorded with the attempt: bounded), at least the drain
+// window — and recorded, and the runs are forgotten. A run whose lock or
+// hand-off could not be had is tried again, for as long as ctx lasts: it
+// returns HandedOff only once every run of the partition is handed off
+// and forgotten.
+func (r *Runner) handOffPartition(ctx context.Context, p int) ownership.HandOff {
 	back := backoff.New(50*time.Millisecond, time.Second)
 	for {
 		handed, unbounded := r.handOffJudged(ctx, p)
 		if ctx.Err() != nil {
-			return // the drain releases it (releaseQuiet, releaseAll)
+			return ownership.Stopped // the drain releases it (releaseQuiet, releaseAll)
 		}
 		if unbounded {
 			// A run of it has work without a deadline (a decision that
 			// was in progress started it): not released yet, its runs
 			// served meanwhile; the runs handed off by an earlier pass
 			// are forgotten, and recovered by this partition's owner.
-			t := r.parts
-			t.mu.Lock()
-			t.releasing[p] = false
-			t.mu.Unlock()
-			r.log.Info("partition release postponed: work without a deadline runs", "partition", p)
-			return
+			return ownership.Postponed
 		}
 		if handed != nil {
 			if !r.waitSettled(ctx, handed) {
-				return
+				return ownership.Stopped
 			}
 			r.forgetHandedOff(ctx, handed)
 		}
 		left := r.runsOf(p)
 		if len(left) == 0 {
-			break
+			// Until the key is deleted the partition stays
+			// "releasing": none of its runs is acquired here (a run
+			// this runner handed off is never recovered by it).
+			return ownership.HandedOff
 		}
 		r.log.Warn("partition release: runs not handed off yet; trying again", "partition", p, "runs", len(left))
 		r.testHook("release-retry", p, "")
 		if back.Wait(ctx) != nil {
-			return
+			return ownership.Stopped
 		}
 	}
-	// Until the key is deleted the partition stays "releasing": none of
-	// its runs is acquired here (a run this runner handed off is never
-	// recovered by it).
-	back = backoff.New(50*time.Millisecond, time.Second)
-	for {
-		fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := r.deletePartKey(fctx, p, rev)
-		fcancel()
-		if err == nil {
-			break
-		}
-		r.log.Warn("partition release", "partition", p, "err", err)
-		if back.Wait(ctx) != nil {
-			return // the drain deletes it (releaseAll)
-		}
-	}
-	r.testHook("release-deleted", p, "")
-	t := r.parts
-	t.mu.Lock()
-	t.releasing[p] = false
-	if t.owner[p] == r.id {
-		t.owner[p] = ""
-	}
-	t.mu.Unlock()
 }
 
 // unboundedIn reports whether a run of partition p this runner holds has
@@ -307,83 +242,25 @@ func (r *Runner) inFlight(rn *run, later func(*run, time.Time)) (busy, unbounded
 	return busy, unbounded
 }
 
-// deletePartKey deletes partition p's key at revision rev and, when the
-// key moved on meanwhile but still names this runner (a server restart
-// lost the revision this runner knew), at its current revision. A key
-// that names another runner is left alone (nil: not ours to delete).
-func (r *Runner) deletePartKey(ctx context.Context, p int, rev uint64) error {
-	err := r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(rev))
-	if err == nil {
-		return nil
-	}
-	e, gerr := r.partKV.Get(ctx, partKey(p))
-	switch {
-	case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		return nil
-	case gerr != nil:
-		return err
-	case string(e.Value()) != r.id:
-		return nil
-	}
-	return r.partKV.Delete(ctx, partKey(p), jetstream.LastRevision(e.Revision()))
-}
-
 // releaseQuiet gives up, during a drain, every partition this runner
 // owns whose runs (handed off at the start of the drain) have nothing
 // running any more: they are forgotten and the key deleted, so that the
 // partition moves at once instead of at the end of the window.
 //
-// As in release, the acquisitions in flight are waited for first, and the
-// key is deleted only once every run of the partition this runner holds
-// is handed off and forgotten (otherwise the partition is tried again,
-// and at the end of the drain released with the runner: releaseAll).
+// As in release, the acquisitions in flight are waited for first
+// (ownership.Table.ReleaseQuiet), and the key is deleted only once every
+// run of the partition this runner holds is handed off and forgotten
+// (otherwise the partition is tried again, and at the end of the drain
+// released with the runner: releaseAll).
 func (r *Runner) releaseQuiet(ctx context.Context) {
-	t := r.parts
-	for _, p := range r.ownedPartitions() {
-		t.mu.Lock()
-		t.releasing[p] = true
-		t.mu.Unlock()
-		if !r.waitAcquisitions(ctx, p) {
-			return
-		}
+	r.parts.ReleaseQuiet(ctx, func(ctx context.Context, p int) bool {
 		list := r.runsOf(p)
 		if r.busyIn(list) {
-			continue
+			return false
 		}
 		r.handOff(ctx, list, handOffForgetRecorded)
-		if len(r.runsOf(p)) > 0 {
-			continue
-		}
-		r.testHook("release-quiet", p, "")
-		r.releaseKey(ctx, p)
-	}
-}
-
-// releaseKey deletes the key of partition p if this runner owns it,
-// marking it not owned first. A key whose delete failed (the context
-// ended during it, or the store did not answer) is still this runner's:
-// it is owned again in the table, so that a later release (the end of
-// the drain: releaseAll) deletes it instead of leaving it naming this
-// runner after the window.
-func (r *Runner) releaseKey(ctx context.Context, p int) {
-	t := r.parts
-	t.mu.Lock()
-	rev, mine := t.rev[p], t.owner[p] == r.id
-	if mine {
-		t.owner[p] = ""
-	}
-	t.mu.Unlock()
-	if !mine {
-		return
-	}
-	if err := r.deletePartKey(ctx, p, rev); err != nil {
-		r.log.Debug("partition release", "partition", p, "err", err)
-		t.mu.Lock()
-		if t.owner[p] == "" && t.rev[p] == rev {
-			t.owner[p] = r.id
-		}
-		t.mu.Unlock()
-	}
+		return len(r.runsOf(p)) == 0
+	})
 }
 
 // releaseAll deletes the keys of every partition this runner owns (a
@@ -400,16 +277,13 @@ func (r *Runner) releaseAll(ctx context.Context, held bool) {
 		}
 		r.mu.Unlock()
 	}
-	t := r.parts
-	t.mu.Lock()
 	var list []int
-	for p, o := range t.owner {
-		if o == r.id && !busy[p] {
+	for _, p := range r.ownedPartitions() {
+		if !busy[p] {
 			list = append(list, p)
 		}
 	}
-	t.mu.Unlock()
 	for _, p := range list {
-		r.releaseKey(ctx, p)
+		r.parts.ReleaseKey(ctx, p)
 	}
 }

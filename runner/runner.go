@@ -25,6 +25,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/internal/clock"
+	"github.com/weftrun/weft/internal/groupcommit"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -140,7 +141,10 @@ type Runner struct {
 	drain    time.Duration
 	noWorker bool
 	group    bool // WithGroupCommit
-	noScan   bool // tests (export_test.go)
+	// publishCopy publishes the stream copy of a task handed to the
+	// runner's own worker (dispatch): in atomic batches with group commit.
+	publishCopy func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
+	noScan      bool // tests (export_test.go)
 	// hook, when set (tests, export_test.go), is called at the named
 	// points of an acquisition and a partition's release.
 	hook func(event string, p int, run string)
@@ -288,8 +292,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 		return nil, err
 	}
 	var logOpts []eventlog.Option
+	r.publishCopy = func(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) { return js.PublishMsg(ctx, m) }
 	if r.group {
 		logOpts = append(logOpts, eventlog.WithGroupCommit())
+		// The stream copies of handed tasks too (dispatch,
+		// docs/adr/0032-fewer-writes-per-run.md).
+		r.publishCopy = groupcommit.New(js, nil).Publish
 	}
 	r.evlog = eventlog.New(js, logOpts...)
 	r.timers = timer.New(js)
@@ -322,16 +330,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.checkPartitions(ctx); err != nil {
 		return err
 	}
-	r.parts = newPartTable(r.nparts)
-	r.runners = newRunnersView()
-	r.peers.start(r.clk.Now(), r.nc.Stats().Reconnects)
-	r.owned.reconnects = r.nc.Stats().Reconnects // nothing owned yet
+	r.startOwnership() // nothing owned yet
 	// A failed heartbeat is "cannot tell", never a reason to stop serving
 	// (the bucket may refuse writes, or be re-created by a server restart
 	// or an operator, while this runner starts): heartbeat reset the
 	// judgement, so nobody is judged gone until a beat lands, and the
 	// loop beats again within lease/4.
-	if err := r.heartbeat(ctx); err != nil {
+	if err := r.peers.Heartbeat(ctx); err != nil {
 		r.log.Warn("heartbeat failed; serving on", "err", err)
 	}
 
@@ -340,15 +345,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	g, gctx := errgroup.WithContext(bg)
-	g.Go(func() error { return r.watchPartitions(gctx) })
-	g.Go(func() error { return r.watchRunners(gctx) })
+	g.Go(func() error { return r.parts.Watch(gctx) })
+	g.Go(func() error { return r.peers.WatchRunners(gctx) })
 	hb, stopHeartbeat := context.WithCancel(context.Background())
 	defer stopHeartbeat()
-	g.Go(func() error { r.heartbeatLoop(hb); return nil })
+	g.Go(func() error { r.peers.HeartbeatLoop(hb); return nil })
 	// The partitions assigned to this runner that nobody owns are claimed
 	// before it serves: a lone runner owns every partition at once.
 	startWait := time.After(30 * time.Second)
-	for _, ready := range []<-chan struct{}{r.parts.ready, r.runners.first} {
+	for _, ready := range []<-chan struct{}{r.parts.Ready(), r.peers.Ready()} {
 		select {
 		case <-ready:
 		case <-ctx.Done():
@@ -449,7 +454,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.handOffAll(drainCtx, handOffKeep)
 	// Peers assign this runner no partition from now on; those with
 	// nothing running move at once, the others once their work is done.
-	if err := r.heartbeat(drainCtx); err != nil {
+	if err := r.peers.Heartbeat(drainCtx); err != nil {
 		r.log.Debug("heartbeat", "err", err)
 	}
 	for i := 0; drainCtx.Err() == nil; i++ {

@@ -25,6 +25,9 @@ func (r *Runner) newWorker() *worker.Worker {
 		worker.WithSettler(func(ctx context.Context, s worker.Settlement) error { _, err := r.Settle(ctx, s); return err }),
 		worker.WithContextFrom(r.tel.Extract),
 	}, r.workerOpts...)
+	if r.group {
+		opts = append(opts, worker.WithGroupCommit())
+	}
 	w := worker.New(r.nc, r.js, opts...)
 	for _, ag := range r.list {
 		for _, t := range ag.Tools() {

@@ -10,10 +10,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/groupcommit"
 )
 
 // The claims of attempts (docs/protocol/41-tasks.md, docs/adr/0010): before
@@ -137,6 +139,12 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 	// is released: cut short, it would stay and make the next delivery
 	// report worker_lost for a body that never started), but not past
 	// LateAfterAbandon after Abandon.
+	if w.claimGroup != nil {
+		if rev, ok := w.createGrouped(t, key, b); ok {
+			own.rev = rev
+			return claimTaken, own, Claim{}
+		}
+	}
 	for range 6 {
 		ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
 		var opts []jetstream.KVCreateOpt
@@ -173,6 +181,52 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 		}
 	}
 	return claimUnknown, own, Claim{}
+}
+
+// WithGroupCommit makes the worker send the creates of its claims that
+// wait at the same time as one atomic batch of weft_claims when there are
+// 16 or more (internal/groupcommit): under sync_interval: always one
+// fsync for many claims
+// (docs/adr/0032-fewer-writes-per-run.md). Each create keeps
+// its own check (the key's last revision is 0: create-only); a batch
+// refused whole is sent again message by message, and a create refused
+// or unanswered is made again by KeyValue.Create, as without the option.
+//
+// The grouped create names the claim's subject as KeyValue.Create does
+// with the default JetStream API prefix; a worker whose JetStream has
+// another prefix or a domain (whose KV subjects carry it) does without
+// grouping.
+func WithGroupCommit() Option {
+	return func(w *Worker) {
+		if o := w.js.Options(); (o.APIPrefix != "" && o.APIPrefix != jetstream.DefaultAPIPrefix) || o.Domain != "" {
+			return
+		}
+		w.claimGroup = groupcommit.New(w.js, nil).Publish
+	}
+}
+
+// createGrouped is the first try of takeClaim's create with WithGroupCommit:
+// the message KeyValue.Create sends for key with value b (its subject in
+// weft_claims, an expected last subject sequence of 0, the claim's TTL),
+// published through the worker's group-commit publisher. It reports whether the
+// claim was created, and its revision; on false takeClaim goes on with
+// its tries, which read the key (a create whose answer was lost is found
+// by its token, a key whose last message is a removal marker is created
+// at its revision).
+func (w *Worker) createGrouped(t Task, key string, b []byte) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
+	defer cancel()
+	m := nats.NewMsg("$KV." + ClaimsBucket + "." + key)
+	m.Data = b
+	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+	if ttl := claimTTL(t, time.Now()); ttl > 0 {
+		m.Header.Set(jetstream.MsgTTLHeader, ttl.String())
+	}
+	ack, err := w.claimGroup(ctx, m)
+	if err != nil || ack == nil || ack.Duplicate {
+		return 0, false
+	}
+	return ack.Sequence, true
 }
 
 // decodeClaim decodes a claim's value: a Claim, or — from a worker that

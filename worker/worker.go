@@ -142,6 +142,8 @@ type Worker struct {
 	handedDone, handedPrev map[string]string
 	handedSince            time.Time
 	claims                 jetstream.KeyValue
+	// claimGroup, set by WithGroupCommit, sends claim creates (claim.go).
+	claimGroup func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
 	// afterClaim, when set (tests only), is called once a delivery holds
 	// its attempt's claim, before the check after the claim and the body.
 	afterClaim func(Task)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -35,11 +36,20 @@ type counts struct {
 	// batches and batched are the group-commit batches and the messages
 	// they held (eventlog.ReadCommitStats).
 	batches, batched uint64
+	// streams are the messages stored per stream (a KV bucket is its
+	// KV_ stream): where the acknowledged writes of stored go.
+	streams map[string]uint64
 }
 
 func (c counts) minus(o counts) counts {
-	return counts{msgs: c.msgs - o.msgs, appends: c.appends - o.appends, stored: c.stored - o.stored, api: c.api - o.api,
-		batches: c.batches - o.batches, batched: c.batched - o.batched}
+	d := counts{msgs: c.msgs - o.msgs, appends: c.appends - o.appends, stored: c.stored - o.stored, api: c.api - o.api,
+		batches: c.batches - o.batches, batched: c.batched - o.batched, streams: map[string]uint64{}}
+	for name, n := range c.streams {
+		if n > o.streams[name] {
+			d.streams[name] = n - o.streams[name]
+		}
+	}
+	return d
 }
 
 // snapshotCalls is the JetStream API requests one snapshot makes (account
@@ -55,9 +65,11 @@ func (b *bencher) snapshot(ctx context.Context, w *watcher) counts {
 	if ai, err := b.srv.js.AccountInfo(ctx); err == nil {
 		c.api = ai.API.Total
 	}
+	c.streams = map[string]uint64{}
 	l := b.srv.js.ListStreams(ctx)
 	for si := range l.Info() {
 		c.stored += si.State.LastSeq
+		c.streams[si.Config.Name] = si.State.LastSeq
 		if si.Config.Name == provision.EventsStream {
 			c.appends = si.State.LastSeq
 		}
@@ -126,6 +138,31 @@ func (b *bencher) costRows(p phase, clients string) {
 	name := "fsyncs per run, " + clients
 	b.add(Row{Section: SectionRun, Name: name, Value: p.perRun(p.fsyncs()), Unit: "fsyncs",
 		Baseline: floor, BaseValue: floorAppends, BaseUnit: "fsyncs", Note: note})
+	b.writeRows(p, clients)
+}
+
+// writeRows breaks a phase's acknowledged writes down by stream, the
+// largest first: the messages each stream (a KV bucket is its KV_ stream)
+// stored per run. The events stream's appends, the claims and the task
+// copies are synced in batches when group commit batched them
+// (CommitStats); the others' writes are one fsync each.
+func (b *bencher) writeRows(p phase, clients string) {
+	names := make([]string, 0, len(p.cost.streams))
+	for name, n := range p.cost.streams {
+		if n > 0 {
+			names = append(names, name)
+		}
+	}
+	slices.SortFunc(names, func(x, y string) int {
+		if c := cmp.Compare(p.cost.streams[y], p.cost.streams[x]); c != 0 {
+			return c
+		}
+		return cmp.Compare(x, y)
+	})
+	for _, name := range names {
+		b.add(Row{Section: SectionRun, Name: "writes per run, " + clients + ", " + name, Value: p.perRun(p.cost.streams[name]), Unit: "writes",
+			Note: "messages the stream stored per run (its last sequence's delta: deletes and purges are writes too)"})
+	}
 }
 
 // runs measures run latency, durable steps and throughput.

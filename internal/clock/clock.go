@@ -1,5 +1,5 @@
-// Package clock is the clock that partition ownership reads (runner/
-// liveness.go, runnersview.go, partitions.go, release.go): the wall clock
+// Package clock is the clock that partition ownership reads
+// (runner/internal/ownership, runner/partitions.go, release.go): the wall clock
 // in production, a Fake advanced by hand in tests, so that the timing of
 // liveness, the runners view and releases is tested without sleeping.
 // Context deadlines that bound a store operation stay on the wall clock.

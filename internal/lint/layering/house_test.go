@@ -18,6 +18,7 @@ import (
 var productHelpers = map[string]string{
 	"internal/backoff":      "the one retry delay",
 	"internal/clock":        "the clock partition ownership reads",
+	"internal/groupcommit":  "group commit: concurrent runs' writes as one atomic batch",
 	"internal/lostconsumer": "stops a consume whose consumer the server lost",
 	"internal/unanswered":   "tells a call the server did not answer",
 }

@@ -1,4 +1,4 @@
-package runner
+package ownership
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // docs/semantics.md §8 (a run can always be answered; a partition moves
 // only by compare-and-set): this runner's table of the partitions' owners
 // was set back — to a gone runner at a revision the partition's key has
-// left — by a read that was behind (lostPartition; its watcher, past that
+// left — by a read that was behind (Verify or catchUp; its watcher, past that
 // revision already, delivers nothing new). The claim of the partition from
 // the gone runner, at the table's revision, is refused: the table then
 // moves forward to the key as the stream's leader has it. When the key
@@ -30,28 +30,27 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 	srv := natstest.Start(t)
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: PartitionsBucket, Storage: jetstream.FileStorage})
+	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: "weft_partitions", Storage: jetstream.FileStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{id: "me", lease: time.Second, log: slog.New(slog.DiscardHandler), nc: srv.Conn,
-		partitionOwnership: partitionOwnership{nparts: 4, partKV: kv, parts: newPartTable(4)}}
+	r := NewTable(TableConfig{ID: "me", Partitions: 4, Conn: srv.Conn, KV: kv, Bucket: "weft_partitions", Log: slog.New(slog.DiscardHandler)}, noOwners{})
 	for p, now := range []string{"me", "other"} {
-		gone, err := kv.Put(c, partKey(p), []byte("ghost"))
+		gone, err := kv.Put(c, Key(p), []byte("ghost"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rev, err := kv.Put(c, partKey(p), []byte(now))
+		rev, err := kv.Put(c, Key(p), []byte(now))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// The table as a stale read left it: the gone runner at its
 		// revision, not due.
-		r.parts.mu.Lock()
-		r.parts.owner[p], r.parts.rev[p], r.parts.scanDue[p] = "ghost", gone, false
-		r.parts.mu.Unlock()
+		r.mu.Lock()
+		r.owner[p], r.rev[p], r.scanDue[p] = "ghost", gone, false
+		r.mu.Unlock()
 		r.claim(c, p, gone, "ghost")
-		e, err := kv.Get(c, partKey(p))
+		e, err := kv.Get(c, Key(p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,9 +61,9 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 				t.Fatalf("partition %d: the key is %q at %d, want a claim by compare-and-set after %d", p, e.Value(), e.Revision(), rev)
 			}
 		}
-		r.parts.mu.Lock()
-		owner, got, due := r.parts.owner[p], r.parts.rev[p], r.parts.scanDue[p]
-		r.parts.mu.Unlock()
+		r.mu.Lock()
+		owner, got, due := r.owner[p], r.rev[p], r.scanDue[p]
+		r.mu.Unlock()
 		if owner != now || got != want || due != (now == "me") {
 			t.Fatalf("partition %d after a refused claim: owner %q at %d, due %v; want %q at %d, due %v", p, owner, got, due, now, want, now == "me")
 		}
@@ -72,42 +71,48 @@ func TestSemantics8_ARefusedClaimCatchesTheTableUpWithTheKey(t *testing.T) {
 	// Never backwards: a table ahead of the key (another runner's claim
 	// the watcher delivered) is left as it is.
 	const p = 2
-	rev, err := kv.Put(c, partKey(p), []byte("me"))
+	rev, err := kv.Put(c, Key(p), []byte("me"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.parts.mu.Lock()
-	r.parts.owner[p], r.parts.rev[p] = "other", rev+5
-	r.parts.mu.Unlock()
+	r.mu.Lock()
+	r.owner[p], r.rev[p] = "other", rev+5
+	r.mu.Unlock()
 	r.catchUp(c, p)
-	r.parts.mu.Lock()
-	owner, got := r.parts.owner[p], r.parts.rev[p]
-	r.parts.mu.Unlock()
+	r.mu.Lock()
+	owner, got := r.owner[p], r.rev[p]
+	r.mu.Unlock()
 	if owner != "other" || got != rev+5 {
 		t.Fatalf("partition %d: a key behind the table moved it to %q at %d", p, owner, got)
 	}
 	// A deleted key (its owner released it) names nobody at the deletion's
 	// revision: the next claim is a Create, which wins.
 	const q = 3
-	gone, err := kv.Put(c, partKey(q), []byte("ghost"))
+	gone, err := kv.Put(c, Key(q), []byte("ghost"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kv.Delete(c, partKey(q)); err != nil {
+	if err := kv.Delete(c, Key(q)); err != nil {
 		t.Fatal(err)
 	}
-	r.parts.mu.Lock()
-	r.parts.owner[q], r.parts.rev[q] = "ghost", gone
-	r.parts.mu.Unlock()
+	r.mu.Lock()
+	r.owner[q], r.rev[q] = "ghost", gone
+	r.mu.Unlock()
 	r.claim(c, q, gone, "ghost")
-	r.parts.mu.Lock()
-	owner, got = r.parts.owner[q], r.parts.rev[q]
-	r.parts.mu.Unlock()
+	r.mu.Lock()
+	owner, got = r.owner[q], r.rev[q]
+	r.mu.Unlock()
 	if owner != "" || got <= gone {
 		t.Fatalf("partition %d, its key deleted after %d: the table says %q at %d, want nobody after it", q, gone, owner, got)
 	}
 	r.claim(c, q, 0, "")
-	if o, _ := r.parts.ownerOf(q); o != "me" {
+	if o, _ := r.OwnerOf(q); o != "me" {
 		t.Fatalf("partition %d after a Create: owner %q", q, o)
 	}
 }
+
+// noOwners is the command loop of a test's Table: it holds no run.
+type noOwners struct{}
+
+func (noOwners) ForgetPartition(context.Context, int) {}
+func (noOwners) ForgetPartitionLater(int)             {}

@@ -1,10 +1,9 @@
-package runner
+package ownership
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -59,22 +58,22 @@ func (k skewedKV) WatchAll(ctx context.Context, opts ...jetstream.WatchOpt) (jet
 	return &skewedWatcher{KeyWatcher: w, out: out}, nil
 }
 
-// viewWatch runs r's watcher of weft_runners (r.live) on the fake clock
+// viewWatch runs r's watcher of weft_runners (r.cfg.Live) on the fake clock
 // clk until the test ends; seen(key, rev) returns once the watcher has
 // taken the key's put at revision rev or later into the view, and ready()
 // once a watch delivered the bucket as it is. Neither sleeps: they wait
 // for the watcher's hook.
-func viewWatch(t *testing.T, r *Runner, clk *clock.Fake) (seen func(key string, rev uint64), ready func()) {
+func viewWatch(t *testing.T, r *Peers, clk *clock.Fake) (seen func(key string, rev uint64), ready func()) {
 	events := make(chan string, 1024)
-	r.clk = clk
-	r.hook = func(event string, _ int, key string) {
+	r.cfg.Clock = clk
+	r.cfg.Hook = func(event, key string) {
 		if event == "runners-view" {
 			events <- key
 		}
 	}
 	wctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = r.watchRunners(wctx) }()
+	go func() { defer close(done); _ = r.WatchRunners(wctx) }()
 	t.Cleanup(func() { stop(); <-done })
 	wait := func(what string, ok func() bool) {
 		t.Helper()
@@ -129,15 +128,14 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 			// No max age: the server's expiry is not what is tested (the
 			// view's own aging is), and the test's real time is not the
 			// runner's.
-			kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: RunnersBucket, Storage: jetstream.FileStorage})
+			kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: testBucket, Storage: jetstream.FileStorage})
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := &Runner{id: "me", lease: lease, log: slog.New(slog.DiscardHandler),
-				partitionOwnership: partitionOwnership{nparts: DefaultPartitions, live: skewedKV{kv, skew}, runners: newRunnersView()}}
 			clk := clock.NewFake(time.Now()) // near the server's clock: a view aged by the server's stamps would fail
+			r := New(testConfig(srv.Conn, skewedKV{kv, skew}, nil, lease, clk), testLoop{})
 			seen, ready := viewWatch(t, r, clk)
-			b, _ := json.Marshal(beat{Schema: 1, Partitions: DefaultPartitions})
+			b, _ := json.Marshal(beat{Schema: 1, Partitions: 64})
 			beatOnce := func(id string) {
 				t.Helper()
 				rev, err := kv.Put(c, id, b)
@@ -148,7 +146,7 @@ func TestSemantics8_TheRunnersViewAgesPeersByThisRunnersClockNotTheServers(t *te
 			}
 			peer := func() (live, assignable bool) {
 				t.Helper()
-				l, a, ok := r.liveRunners(c)
+				l, a, ok := r.liveRunners()
 				if !ok {
 					t.Fatal("the view cannot tell")
 				}
@@ -195,19 +193,18 @@ func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
 	srv := natstest.Start(t)
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: RunnersBucket, Storage: jetstream.FileStorage})
+	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: testBucket, Storage: jetstream.FileStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(beat{Schema: 1, Partitions: DefaultPartitions})
+	b, _ := json.Marshal(beat{Schema: 1, Partitions: 64})
 	if _, err := kv.Put(c, "peer", b); err != nil {
 		t.Fatal(err)
 	}
-	r := &Runner{id: "me", lease: lease, log: slog.New(slog.DiscardHandler),
-		partitionOwnership: partitionOwnership{nparts: DefaultPartitions, live: kv, runners: newRunnersView(),
-			clk: clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}}
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	r := New(testConfig(srv.Conn, kv, nil, lease, clk), testLoop{})
 	events := make(chan string, 1024)
-	r.hook = func(event string, _ int, key string) {
+	r.cfg.Hook = func(event, key string) {
 		if event == "runners-view" {
 			events <- key
 		}
@@ -242,7 +239,7 @@ func TestSemantics8_AWatchMadeAgainKeepsTheExpiryOfUnchangedKeys(t *testing.T) {
 		}
 	}
 	first := watch()
-	r.clk.(*clock.Fake).Advance(lease / 4) // the second watch receives the key later
+	clk.Advance(lease / 4) // the second watch receives the key later
 	second := watch()
 	if !second.until.Equal(first.until) {
 		t.Fatalf("the key, unchanged, counts until %v after the watch was made again, %v later than before", second.until, second.until.Sub(first.until))

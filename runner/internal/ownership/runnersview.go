@@ -1,4 +1,4 @@
-package runner
+package ownership
 
 // The view of the live runners (weft_runners) that the partition
 // assignment follows: one long-lived watcher, each entry expiring a lease
@@ -83,17 +83,17 @@ func (v *runnersView) leftAt(id string) (revision uint64, ok bool) {
 	return e.revision, ok
 }
 
-// watchRunners keeps r.runners equal to weft_runners until ctx ends, with
+// WatchRunners keeps the runners view equal to weft_runners until ctx ends, with
 // one watcher (an ordered consumer) made again, after a backoff, when it
 // fails, ends or delivers nothing for a lease — every live runner,
 // this one included, beats every lease/4, so silence means a watch
 // that no longer follows the bucket. Until the view is ready again it
 // cannot tell (liveRunners answers !ok).
-func (r *Runner) watchRunners(ctx context.Context) error {
+func (p *Peers) WatchRunners(ctx context.Context) error {
 	back := backoff.New(100*time.Millisecond, 2*time.Second)
 	for ctx.Err() == nil {
-		r.watchRunnersOnce(ctx)
-		v := r.runners
+		p.watchRunnersOnce(ctx)
+		v := p.runners
 		v.mu.Lock()
 		v.ready = false
 		v.mu.Unlock()
@@ -104,19 +104,19 @@ func (r *Runner) watchRunners(ctx context.Context) error {
 	return nil
 }
 
-func (r *Runner) watchRunnersOnce(ctx context.Context) {
-	w, err := r.live.WatchAll(ctx)
+func (p *Peers) watchRunnersOnce(ctx context.Context) {
+	w, err := p.cfg.Live.WatchAll(ctx)
 	if err != nil {
-		r.log.Warn("watch runners", "err", err)
+		p.cfg.Log.Warn("watch runners", "err", err)
 		return
 	}
 	defer func() { _ = w.Stop() }()
-	v := r.runners
+	v := p.runners
 	v.mu.Lock()
 	prev := v.keys // the previous watch's: keys unchanged since keep their expiry
-	v.keys, v.seen = map[string]runnerEntry{}, r.clk.Now()
+	v.keys, v.seen = map[string]runnerEntry{}, p.cfg.Clock.Now()
 	v.mu.Unlock()
-	check := r.clk.NewTicker(r.lease / 2)
+	check := p.cfg.Clock.NewTicker(p.cfg.Lease / 2)
 	defer check.Stop()
 	for {
 		var e jetstream.KeyValueEntry
@@ -126,10 +126,10 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 			return
 		case <-check.C():
 			v.mu.Lock()
-			silent := r.clk.Since(v.seen) > r.lease
+			silent := p.cfg.Clock.Since(v.seen) > p.cfg.Lease
 			v.mu.Unlock()
 			if silent {
-				r.log.Debug("watch runners: silent for a lease; watching again")
+				p.cfg.Log.Debug("watch runners: silent for a lease; watching again")
 				return
 			}
 			continue
@@ -138,7 +138,7 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 		if !open {
 			return
 		}
-		now := r.clk.Now()
+		now := p.cfg.Clock.Now()
 		v.mu.Lock()
 		v.seen = now
 		switch {
@@ -148,9 +148,9 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 		case e.Operation() == jetstream.KeyValuePut:
 			var b beat
 			k := runnerEntry{
-				assignable: json.Unmarshal(e.Value(), &b) == nil && b.Partitions == r.nparts && !b.Draining,
+				assignable: json.Unmarshal(e.Value(), &b) == nil && b.Partitions == p.cfg.Partitions && !b.Draining,
 				revision:   e.Revision(),
-				until:      now.Add(r.lease),
+				until:      now.Add(p.cfg.Lease),
 			}
 			old, ok := v.keys[e.Key()]
 			if !ok {
@@ -165,7 +165,7 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 			// Deleted (a drained runner), or expired: the server's marker
 			// of a key that reached its max age (its runner stopped
 			// beating) is delivered as a purge.
-			v.leave(e.Key(), now, runnersMarkerTTL(r.lease))
+			v.leave(e.Key(), now, MarkerTTL(p.cfg.Lease))
 		}
 		ready := v.ready
 		v.mu.Unlock()
@@ -173,12 +173,12 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 		if e != nil {
 			key = e.Key()
 		}
-		r.testHook("runners-view", -1, key) // "": the view is ready
+		p.hook("runners-view", key) // "": the view is ready
 		if ready && e != nil && e.Operation() != jetstream.KeyValuePut {
 			// A runner left: the partition loop passes again now, not at
 			// its next tick (its partitions are claimed on this change).
-			r.testHook("runners-changed", -1, e.Key())
-			r.kickPartitions()
+			p.hook("runners-changed", e.Key())
+			p.loop.RunnersChanged()
 		}
 	}
 }
@@ -188,27 +188,25 @@ func (r *Runner) watchRunnersOnce(ctx context.Context) {
 // their heartbeat names this deployment's number of partitions and they
 // do not drain), with this one unless it drains (partition.Members); the
 // keys that expired leave the view. ok is false when the watcher of
-// weft_runners cannot tell (watchRunners).
-func (r *Runner) liveRunners(context.Context) (live map[string]bool, runners []string, ok bool) {
+// weft_runners cannot tell (WatchRunners).
+func (p *Peers) liveRunners() (live map[string]bool, runners []string, ok bool) {
 	// The drain flag is read first: the view's lock is a leaf, never held
-	// while the command loop's (Runner.mu) is taken.
-	r.mu.Lock()
-	draining := r.draining
-	r.mu.Unlock()
-	v := r.runners
+	// while the command loop's is taken.
+	draining := p.loop.Draining()
+	v := p.runners
 	v.mu.Lock()
 	if !v.ready {
 		v.mu.Unlock()
 		return nil, nil, false
 	}
-	now := r.clk.Now()
+	now := p.cfg.Clock.Now()
 	view := make(map[string]partition.Member, len(v.keys))
 	for id, k := range v.keys {
 		view[id] = partition.Member{Assignable: k.assignable, Until: k.until}
 	}
-	live, runners, expired := partition.Members(view, r.id, draining, now)
+	live, runners, expired := partition.Members(view, p.cfg.ID, draining, now)
 	for _, id := range expired {
-		v.leave(id, now, runnersMarkerTTL(r.lease)) // expired (max age)
+		v.leave(id, now, MarkerTTL(p.cfg.Lease)) // expired (max age)
 	}
 	v.mu.Unlock()
 	return live, runners, true

@@ -1,17 +1,14 @@
-package runner
+package ownership
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/partition"
 )
 
@@ -31,7 +28,7 @@ import (
 // Before the whole grace, once it has watched for a lease and a heartbeat
 // interval, the server's word is enough for some absent keys: a key that
 // reaches its max age leaves a marker (the bucket's limit marker, kept
-// runnersMarkerTTL) stamped with when the server expired it. A key that
+// MarkerTTL) stamped with when the server expired it. A key that
 // expired a lease and two heartbeat intervals after this runner's view began
 // (one for the server's expiry timer, which may mark it that late)
 // is gone (a server restart in between would have reconnected this runner
@@ -66,16 +63,6 @@ func (j *judgement) newPeriod(now time.Time) {
 	j.period++
 }
 
-// liveness is this runner's judgement of its peers (alive): the period
-// of continuous view (judgement) and the peers found gone lately (the
-// gone cache). Its lock is its own, not the command loop's (Runner.mu):
-// judging a peer never waits for a run's bookkeeping, nor the other way.
-type liveness struct {
-	mu    sync.Mutex
-	judge judgement
-	gone  map[string]time.Time // runners alive found gone, and when
-}
-
 // start begins the first period of continuous view at now, at the
 // connection's reconnect count rc.
 func (l *liveness) start(now time.Time, rc uint64) {
@@ -97,46 +84,48 @@ type beat struct {
 	Draining   bool   `json:"draining,omitempty"`
 }
 
-func (r *Runner) heartbeat(ctx context.Context) error {
-	r.mu.Lock()
-	draining := r.draining
-	r.mu.Unlock()
-	b, _ := json.Marshal(beat{Schema: 1, At: r.now().UTC().Format(time.RFC3339Nano), Partitions: r.nparts, Draining: draining})
-	l := &r.peers
+// Heartbeat puts this runner's key in weft_runners (its beat) and
+// notes the put's revision for the judgement; a failed put, or a revision
+// not above the last one (the bucket was re-created), begins a new period
+// of continuous view.
+func (p *Peers) Heartbeat(ctx context.Context) error {
+	b, _ := json.Marshal(beat{Schema: 1, At: p.cfg.Stamp().UTC().Format(time.RFC3339Nano), Partitions: p.cfg.Partitions, Draining: p.loop.Draining()})
+	l := &p.judged
 	l.mu.Lock()
 	period := l.judge.period
 	l.mu.Unlock()
-	rev, err := r.live.Put(ctx, r.id, b)
+	rev, err := p.cfg.Live.Put(ctx, p.cfg.ID, b)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err != nil {
-		l.judge.newPeriod(r.clk.Now()) // peers cannot beat either, perhaps
+		l.judge.newPeriod(p.cfg.Clock.Now()) // peers cannot beat either, perhaps
 		l.judge.reconnected = true
 		return fmt.Errorf("runner: heartbeat: %w", err)
 	}
 	switch {
 	case rev <= l.judge.revision:
-		l.judge.newPeriod(r.clk.Now()) // the bucket was re-created
+		l.judge.newPeriod(p.cfg.Clock.Now()) // the bucket was re-created
 	case l.judge.first == 0 && l.judge.period == period:
 		// Sent within the current period: a put sent before a
 		// reconnection the view noticed while it was in flight may
 		// precede a restart, and is not the period's first beat.
 		l.judge.first = rev
 	}
-	l.judge.revision, l.judge.at = rev, r.clk.Now()
+	l.judge.revision, l.judge.at = rev, p.cfg.Clock.Now()
 	return nil
 }
 
-func (r *Runner) heartbeatLoop(ctx context.Context) {
-	t := r.clk.NewTicker(r.lease / 4)
+// HeartbeatLoop beats every lease/4 until ctx ends.
+func (p *Peers) HeartbeatLoop(ctx context.Context) {
+	t := p.cfg.Clock.NewTicker(p.cfg.Lease / 4)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			if err := r.heartbeat(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("heartbeat failed", "err", err)
+			if err := p.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+				p.cfg.Log.Warn("heartbeat failed", "err", err)
 			}
 		}
 	}
@@ -145,11 +134,11 @@ func (r *Runner) heartbeatLoop(ctx context.Context) {
 // lastBeat reads the last message of runner id's liveness key: nil when
 // the key has none (never written, or expired longer ago than the bucket
 // keeps markers).
-func (r *Runner) lastBeat(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
-	if r.liveStream == nil {
+func (p *Peers) lastBeat(ctx context.Context, id string) (*jetstream.RawStreamMsg, error) {
+	if p.cfg.LiveStream == nil {
 		return nil, errors.New("no stream of the runners bucket")
 	}
-	m, err := r.liveStream.GetLastMsgForSubject(ctx, "$KV."+RunnersBucket+"."+id)
+	m, err := p.cfg.LiveStream.GetLastMsgForSubject(ctx, "$KV."+p.cfg.Bucket+"."+id)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -173,25 +162,25 @@ func expiredAt(m *jetstream.RawStreamMsg) (time.Time, bool) {
 	return m.Time, true
 }
 
-// runnersMarkerTTL is how long weft_runners keeps the marker of a key that
+// MarkerTTL is how long weft_runners keeps the marker of a key that
 // reached its max age (its LimitMarkerTTL): far longer than a reconnect
 // wait, so that a key absent without a marker expired long enough ago for
 // a peer disconnected by a server restart to have come back (judgement).
-func runnersMarkerTTL(lease time.Duration) time.Duration { return max(60*lease, time.Minute) }
+func MarkerTTL(lease time.Duration) time.Duration { return max(60*lease, time.Minute) }
 
 // judgeGrace is how long this runner's view of the runners bucket must
 // have been continuous after a reconnection before an absent key means a
 // gone runner (partition.JudgeGrace): the lease (every live runner puts
 // its key every lease/4), the heartbeat interval, and reconnectGrace.
-func (r *Runner) judgeGrace() time.Duration {
-	return partition.JudgeGrace(r.lease, r.reconnectGrace())
+func (p *Peers) judgeGrace() time.Duration {
+	return partition.JudgeGrace(p.cfg.Lease, p.reconnectGrace())
 }
 
 // reconnectGrace is the part of judgeGrace that covers a peer's
 // reconnection after a server restart: the connection's reconnect wait
 // and jitter (a peer reconnected beats within lease/4 more).
-func (r *Runner) reconnectGrace() time.Duration {
-	return r.nc.Opts.ReconnectWait + r.nc.Opts.ReconnectJitter
+func (p *Peers) reconnectGrace() time.Duration {
+	return p.cfg.Conn.Opts.ReconnectWait + p.cfg.Conn.Opts.ReconnectJitter
 }
 
 // viewPeriod reports the period of continuous view this runner judges by
@@ -199,13 +188,13 @@ func (r *Runner) reconnectGrace() time.Duration {
 // this runner's start (fresh), and whether the view is cut (cut): the
 // connection is down, or reconnected since rc, a reconnect count read
 // earlier. A new period begins when this runner notices a reconnection.
-func (r *Runner) viewPeriod(rc uint64) (since time.Time, period uint64, fresh, cut bool) {
-	l := &r.peers
+func (p *Peers) viewPeriod(rc uint64) (since time.Time, period uint64, fresh, cut bool) {
+	l := &p.judged
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now, connected := r.nc.Stats().Reconnects, r.nc.IsConnected()
+	now, connected := p.cfg.Conn.Stats().Reconnects, p.cfg.Conn.IsConnected()
 	if now != l.judge.reconnects || !connected {
-		l.judge.newPeriod(r.clk.Now())
+		l.judge.newPeriod(p.cfg.Clock.Now())
 		l.judge.reconnects, l.judge.reconnected = now, true
 	}
 	return l.judge.since, l.judge.period, !l.judge.reconnected, now != rc || !connected
@@ -217,8 +206,8 @@ func (r *Runner) viewPeriod(rc uint64) (since time.Time, period uint64, fresh, c
 // is gone (Facts.Level): full once the whole grace passed; before that,
 // once it has watched for a lease and a heartbeat interval, only some
 // absent keys are judged (partial, alive).
-func (r *Runner) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full, partial bool) {
-	f.Since, period, f.Fresh, f.Cut = r.viewPeriod(rc)
+func (p *Peers) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full, partial bool) {
+	f.Since, period, f.Fresh, f.Cut = p.viewPeriod(rc)
 	full, partial = f.Level()
 	return period, full, partial
 }
@@ -235,13 +224,11 @@ func (r *Runner) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full,
 // wait ago (since the view began, or at a runner's start). An absent key
 // without a marker (never written, or expired long enough ago that the
 // server dropped its marker: judged alike) waits for the whole grace.
-func (r *Runner) alive(ctx context.Context, id string) bool {
-	if id == r.id {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return !r.draining
+func (p *Peers) alive(ctx context.Context, id string) bool {
+	if id == p.cfg.ID {
+		return !p.loop.Draining()
 	}
-	if r.seenGone(id) {
+	if p.seenGone(id) {
 		return false
 	}
 	// Everything is judged as of one instant, taken before the peer's
@@ -249,13 +236,13 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 	// stalls past the grace, or a reconnection while the reads are made,
 	// never turns an early look into a late judgement (docs/semantics.md
 	// §8).
-	f := partition.Facts{Now: r.clk.Now(), Lease: r.lease, ReconnectGrace: r.reconnectGrace(), Last: partition.LastUnread}
-	rc := r.nc.Stats().Reconnects
-	_, err := r.live.Get(ctx, id)
+	f := partition.Facts{Now: p.cfg.Clock.Now(), Lease: p.cfg.Lease, ReconnectGrace: p.reconnectGrace(), Last: partition.LastUnread}
+	rc := p.cfg.Conn.Stats().Reconnects
+	_, err := p.cfg.Live.Get(ctx, id)
 	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return true
 	}
-	last, lerr := r.lastBeat(ctx, id)
+	last, lerr := p.lastBeat(ctx, id)
 	if lerr == nil {
 		f.Last = partition.LastNone
 		if released(last) {
@@ -265,27 +252,27 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 		}
 	}
 	if f.Last != partition.LastDeleted {
-		period, full, partial := r.judgeLevel(&f, rc)
-		f.BeatInView = f.Last == partition.LastExpired && r.beatInView(id, last)
+		period, full, partial := p.judgeLevel(&f, rc)
+		f.BeatInView = f.Last == partition.LastExpired && p.beatInView(id, last)
 		// Its own key is read only when the judgement can use it.
 		if !f.Cut && (full || partial || f.BeatInView) {
-			if own, err := r.live.Get(ctx, r.id); err == nil {
-				r.peers.mu.Lock()
-				beat, answered := r.peers.judge.revision, r.peers.judge.at
-				r.peers.mu.Unlock()
+			if own, err := p.cfg.Live.Get(ctx, p.cfg.ID); err == nil {
+				p.judged.mu.Lock()
+				beat, answered := p.judged.judge.revision, p.judged.judge.at
+				p.judged.mu.Unlock()
 				f.OwnKey, f.OwnCurrent, f.OwnPut, f.Answered = true, own.Revision() == beat, own.Created(), answered
 			}
 			// A reconnection or a failed heartbeat while the reads were
 			// made (a new period): cannot tell.
-			if _, now, _, cut := r.viewPeriod(rc); cut || now != period {
+			if _, now, _, cut := p.viewPeriod(rc); cut || now != period {
 				f.Cut = true
 			}
 		}
 	}
 	gone, why := partition.Judge(f)
 	if gone {
-		r.log.Info("runner judged gone", "peer", id, "why", why)
-		r.markGone(id)
+		p.cfg.Log.Info("runner judged gone", "peer", id, "why", why)
+		p.markGone(id)
 	}
 	return !gone
 }
@@ -294,26 +281,26 @@ func (r *Runner) alive(ctx context.Context, id string) bool {
 // is last, expired (the server's marker) after a put of it that the runners
 // view saw at a revision above this runner's first beat of its current
 // period of continuous view (judgement): the bucket's order, not a clock.
-func (r *Runner) beatInView(id string, last *jetstream.RawStreamMsg) bool {
+func (p *Peers) beatInView(id string, last *jetstream.RawStreamMsg) bool {
 	if _, expired := expiredAt(last); !expired {
 		return false
 	}
-	rev, ok := r.runners.leftAt(id)
-	r.peers.mu.Lock()
-	first := r.peers.judge.first
-	r.peers.mu.Unlock()
+	rev, ok := p.runners.leftAt(id)
+	p.judged.mu.Lock()
+	first := p.judged.judge.first
+	p.judged.mu.Unlock()
 	return ok && first != 0 && rev > first
 }
 
 // seenGone reports whether alive found runner id gone within the last
 // heartbeat interval (lease/4): the takeover of a gone runner's many runs
 // judges it once per interval, not once per run.
-func (r *Runner) seenGone(id string) bool {
-	l := &r.peers
+func (p *Peers) seenGone(id string) bool {
+	l := &p.judged
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	at, ok := l.gone[id]
-	if ok && r.clk.Since(at) < r.lease/4 {
+	if ok && p.cfg.Clock.Since(at) < p.cfg.Lease/4 {
 		return true
 	}
 	if ok {
@@ -322,169 +309,38 @@ func (r *Runner) seenGone(id string) bool {
 	return false
 }
 
-func (r *Runner) markGone(id string) {
-	l := &r.peers
+func (p *Peers) markGone(id string) {
+	l := &p.judged
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gone == nil {
 		l.gone = map[string]time.Time{}
 	}
-	l.gone[id] = r.clk.Now()
+	l.gone[id] = p.cfg.Clock.Now()
 }
 
-// driverKey is a run's weft_drivers entry: the driver and the revision.
-type driverKey struct {
-	driver   string
-	revision uint64
-}
-
-// takeoverConcurrency bounds the takeovers a runner makes at once: taking
-// over many idle runs (a gone runner's thousands) costs bounded memory and
-// goroutines, and the store is not flooded (docs/adr/0014).
-const takeoverConcurrency = 32
-
-// takeOrphans wakes the orphans todo (each marked in r.takeover), at most
-// takeoverConcurrency at once, and returns when all are done with the
-// number of wakes that failed (or were not made: ctx ended).
-func (r *Runner) takeOrphans(ctx context.Context, todo []string, drivers map[string]driverKey) int {
-	if len(todo) == 0 {
-		return 0
+// NonParticipant reports whether runner id, the recorded driver of a run
+// with work in flight, may be a live runner that takes no part in the
+// partitions (an older release: its heartbeat names no number of
+// partitions, or another one), which drives its runs whoever owns their
+// partition: its runs are not taken over while it lives (docs/semantics.md §8).
+// A runner whose heartbeat names this deployment's partitions is a
+// participant: when this runner owns the partition, that runner released
+// it or lost it (and forgot its runs). A runner whose key is absent is
+// judged as always (alive: "cannot tell" is alive).
+func (p *Peers) NonParticipant(ctx context.Context, id string) bool {
+	if id == "" || id == p.cfg.ID {
+		return false
 	}
-	work := make(chan string)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	for range min(takeoverConcurrency, len(todo)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for run := range work {
-				if err := r.wakeOrphan(ctx, run, drivers[run]); err != nil && !r.noteQuarantine(err) {
-					failed.Add(1)
-					if ctx.Err() == nil {
-						r.noteOrphanFailing(run, drivers[run], err)
-					}
-				} else {
-					r.orphanFail.Delete(run)
-				}
-				r.takeover.Delete(run)
-			}
-		}()
-	}
-	for i, run := range todo {
-		select {
-		case work <- run:
-		case <-ctx.Done():
-			for _, left := range todo[i:] {
-				r.takeover.Delete(left)
-			}
-			close(work)
-			wg.Wait()
-			return int(failed.Load()) + len(todo) - i
-		}
-	}
-	close(work)
-	wg.Wait()
-	return int(failed.Load())
-}
-
-// orphanWarnAfter is how long the wake of a run's driver entry may keep
-// failing before noteOrphanFailing says so at Warn: a run with work in
-// flight that the owner of its partition cannot take over is a run that
-// stalls (docs/semantics.md §8: pending work is retried, never dropped),
-// and a stall an operator must be able to see in the logs.
-func (r *Runner) orphanWarnAfter() time.Duration { return max(10*r.lease, 10*time.Second) }
-
-// unknownRunGrace is how long the scans find the run of a driver entry
-// absent from the log before the entry is removed (wakeOrphan): two
-// leases, many scans of the partition (every lease/4).
-func (r *Runner) unknownRunGrace() time.Duration { return 2 * r.lease }
-
-// unknownSince is when the scans first found no event of a run for its
-// driver entry at revision rev (wakeOrphan).
-type unknownSince struct {
-	rev uint64
-	at  time.Time
-}
-
-// noteOrphanFailing logs the failed wake of run's driver entry k: at Debug,
-// and at Warn once it has kept failing for orphanWarnAfter (then again
-// each orphanWarnAfter), naming the entry's driver and the last error.
-func (r *Runner) noteOrphanFailing(run string, k driverKey, err error) {
-	now := r.clk.Now()
-	v, _ := r.orphanFail.LoadOrStore(run, now)
-	since := v.(time.Time)
-	if now.Sub(since) < r.orphanWarnAfter() {
-		r.log.Debug("takeover failed", "run", run, "err", err)
-		return
-	}
-	r.orphanFail.Store(run, now)
-	r.log.Warn("the takeover of a run with work in flight keeps failing", "run", run, "driver", k.driver, "failing_for", now.Sub(since).Round(time.Second), "err", err)
-}
-
-// wakeOrphan wakes run, whose weft_drivers entry k is in a partition this
-// runner owns and names another runner (or this one without holding the
-// run), and repairs the entry from the log: deleted when the run does not
-// exist or ends up not held (idle, or finished: it needs no entry), left
-// to the owner when the partition moved on meanwhile.
-func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	r.mu.Lock()
-	_, held := r.runs[run]
-	r.mu.Unlock()
-	if held {
-		return nil // held since the scan listed it: driven here (scanPartitions)
+	e, err := p.cfg.Live.Get(gctx, id)
+	switch {
+	case err == nil:
+		var b beat
+		return json.Unmarshal(e.Value(), &b) != nil || b.Partitions != p.cfg.Partitions
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return p.alive(gctx, id)
 	}
-	rn, err := r.acquire(ctx, run)
-	if err != nil {
-		var fe *forwardError
-		switch {
-		case errors.As(err, &fe):
-			// The partition moved on since the scan listed it: the run is
-			// its owner's, whose claim made the partition due there. An
-			// owner that is gone is judged by the partition loop, which
-			// claims the partition back (due here again); nothing this
-			// scan could do for it.
-			return nil
-		case weft.ErrorCode(err) == weft.CodeUnknownRun:
-			// A start's intent whose append never landed — or landed and
-			// was not seen yet (a read answered by a replica behind, the
-			// append of a runner killed right after it): removed only once
-			// the run has been unknown to the scans for unknownRunGrace,
-			// never at the first look (a removed entry leaves the run to a
-			// command; docs/semantics.md §8: a run can always be answered).
-			// Measured from the first look that found no event for this
-			// entry (its revision), not from any earlier failed wake.
-			now := r.clk.Now()
-			v, _ := r.unknownAt.LoadOrStore(run, unknownSince{rev: k.revision, at: now})
-			if u := v.(unknownSince); u.rev != k.revision {
-				r.unknownAt.Store(run, unknownSince{rev: k.revision, at: now})
-			} else if now.Sub(u.at) >= r.unknownRunGrace() {
-				_ = r.removeDriverKey(ctx, run, k.revision)
-				r.unknownAt.Delete(run)
-				return nil
-			}
-			return fmt.Errorf("run %s: its log shows no event (yet) for its driver entry: %w", run, err)
-		}
-		return err
-	}
-	r.unknownAt.Delete(run) // found
-	err = r.wakeLocked(ctx, rn, true)
-	// A takeover still to record (its append failed) leaves the run held
-	// and not driven on: the wake failed, and its retry (finishTakeover:
-	// retryLater) tries it again, not a command.
-	pending := rn.driven && rn.takeover != nil
-	rn.unlock()
-	r.mu.Lock()
-	_, held = r.runs[run]
-	r.mu.Unlock()
-	if err == nil && held && pending {
-		err = fmt.Errorf("run %s: its takeover is not recorded yet", run)
-	}
-	if !held && err == nil {
-		// Idle (evicted or not taken over) or finished: an entry left
-		// unchanged since it was read is stale.
-		_ = r.removeDriverKey(ctx, run, k.revision)
-	}
-	return err
+	return true // cannot tell
 }

@@ -1,4 +1,4 @@
-package runner
+package ownership
 
 import (
 	"context"
@@ -22,7 +22,7 @@ func TestSemantics8_AGonePeerIsJudgedAgainAfterAHeartbeatInterval(t *testing.T) 
 	t.Parallel()
 	const lease = 2 * time.Second
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	r := &Runner{id: "me", lease: lease, partitionOwnership: partitionOwnership{clk: clk}}
+	r := &Peers{cfg: Config{ID: "me", Lease: lease, Clock: clk}}
 	if r.seenGone("peer") {
 		t.Fatal("a peer never judged is seen gone")
 	}
@@ -68,7 +68,7 @@ func (k *stallingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 // time is not the runner's), its own key put by one heartbeat at clk's
 // start, the start of its view. A peer that never wrote its key has no
 // last message (partition.LastNone).
-func judgeRig(t *testing.T, srv *natstest.Server, nc *nats.Conn, lease time.Duration) (*Runner, *stallingKV, *clock.Fake) {
+func judgeRig(t *testing.T, srv *natstest.Server, nc *nats.Conn, lease time.Duration) (*Peers, *stallingKV, *clock.Fake) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -76,20 +76,18 @@ func judgeRig(t *testing.T, srv *natstest.Server, nc *nats.Conn, lease time.Dura
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: RunnersBucket, Storage: jetstream.FileStorage})
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: testBucket, Storage: jetstream.FileStorage})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := js.Stream(ctx, "KV_"+RunnersBucket)
+	stream, err := js.Stream(ctx, "KV_"+testBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	live := &stallingKV{KeyValue: kv, key: "me"}
-	r := &Runner{id: "me", lease: lease, now: time.Now, nc: nc, log: slog.New(slog.DiscardHandler),
-		partitionOwnership: partitionOwnership{clk: clk, nparts: DefaultPartitions, live: live, liveStream: stream, runners: newRunnersView()}}
-	r.peers.start(clk.Now(), nc.Stats().Reconnects)
-	if err := r.heartbeat(ctx); err != nil {
+	r := New(testConfig(nc, live, stream, lease, clk), testLoop{})
+	if err := r.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return r, live, clk
@@ -173,18 +171,17 @@ func TestSemantics8_AliveJudgesAMarkerOnlyWithItsOwnBeatAnswered(t *testing.T) {
 	srv := natstest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: RunnersBucket, Storage: jetstream.FileStorage,
+	kv, err := srv.JS.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: testBucket, Storage: jetstream.FileStorage,
 		TTL: 3 * time.Second, LimitMarkerTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stream, err := srv.JS.Stream(ctx, "KV_"+RunnersBucket)
+	stream, err := srv.JS.Stream(ctx, "KV_"+testBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	r := &Runner{id: "me", lease: lease, now: time.Now, nc: srv.Conn, log: slog.New(slog.DiscardHandler),
-		partitionOwnership: partitionOwnership{clk: clk, nparts: DefaultPartitions, live: kv, liveStream: stream, runners: newRunnersView()}}
+	r := New(testConfig(srv.Conn, kv, stream, lease, clk), testLoop{})
 	for _, id := range []string{"peer1", "peer2"} {
 		if _, err := kv.Put(ctx, id, []byte("{}")); err != nil {
 			t.Fatal(err)
@@ -207,8 +204,8 @@ func TestSemantics8_AliveJudgesAMarkerOnlyWithItsOwnBeatAnswered(t *testing.T) {
 			}
 		}
 	}
-	r.peers.start(clk.Now(), srv.Conn.Stats().Reconnects)
-	if err := r.heartbeat(ctx); err != nil {
+	r.judged.start(clk.Now(), srv.Conn.Stats().Reconnects)
+	if err := r.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(r.judgeGrace() - lease/8) // partial; the markers are older than a reconnect grace and a heartbeat interval
@@ -239,11 +236,11 @@ func TestSemantics8_ABeatSentBeforeANoticedReconnectionIsNotThePeriodsFirst(t *t
 	r, live, _ := judgeRig(t, srv, nc, lease)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r.peers.mu.Lock()
-	if r.peers.judge.first == 0 {
+	r.judged.mu.Lock()
+	if r.judged.judge.first == 0 {
 		t.Fatal("the rig's first beat was not taken as its period's first")
 	}
-	r.peers.mu.Unlock()
+	r.judged.mu.Unlock()
 	rc := nc.Stats().Reconnects
 	live.putStall = func() {
 		if err := nc.ForceReconnect(); err != nil {
@@ -259,12 +256,12 @@ func TestSemantics8_ABeatSentBeforeANoticedReconnectionIsNotThePeriodsFirst(t *t
 			t.Error("the reconnection was not noticed")
 		}
 	}
-	if err := r.heartbeat(ctx); err != nil {
+	if err := r.Heartbeat(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r.peers.mu.Lock()
-	first := r.peers.judge.first
-	r.peers.mu.Unlock()
+	r.judged.mu.Lock()
+	first := r.judged.judge.first
+	r.judged.mu.Unlock()
 	if first != 0 {
 		t.Fatalf("a beat sent before a reconnection was taken as the new period's first (revision %d)", first)
 	}
@@ -285,11 +282,29 @@ func TestSemantics8_AFailedHeartbeatWhileAPeerIsJudgedMeansCannotTell(t *testing
 	live.stall = func() {
 		failed, fail := context.WithCancel(ctx)
 		fail()
-		if err := r.heartbeat(failed); err == nil {
+		if err := r.Heartbeat(failed); err == nil {
 			t.Error("a heartbeat with its context ended did not fail")
 		}
 	}
 	if !r.alive(ctx, "peer") {
 		t.Fatal("a peer was judged gone at a look during which this runner's heartbeat failed")
 	}
+}
+
+// testBucket is the runners bucket of the tests (the runner's
+// weft_runners).
+const testBucket = "weft_runners"
+
+// testLoop is the command loop of a test's Peers: not draining; a change
+// of the runners is nobody's business.
+type testLoop struct{}
+
+func (testLoop) Draining() bool  { return false }
+func (testLoop) RunnersChanged() {}
+
+// testConfig is the Config of a runner "me" of a deployment of 64
+// partitions on nc, judging by live (whose stream is stream) on clk.
+func testConfig(nc *nats.Conn, live jetstream.KeyValue, stream jetstream.Stream, lease time.Duration, clk clock.Clock) Config {
+	return Config{ID: "me", Lease: lease, Partitions: 64, Conn: nc, Live: live, LiveStream: stream, Bucket: testBucket,
+		Clock: clk, Stamp: time.Now, Log: slog.New(slog.DiscardHandler)}
 }
