@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,7 +34,11 @@ func TestSemantics8_AWorkerMakesADeletedConsumerAgain(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 
 	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-rs.ch
+	waitReport(t, rs)
+	// 1/a is acked after its report returns: deleting the consumer before
+	// the ack lands would leave 1/a on the work queue, delivered again by
+	// the consumer made again (docs/adr/0035-consumers-made-again.md).
+	waitQueueEmpty(t, js)
 	if err := js.DeleteConsumer(context.Background(), worker.TaskStream, queue("echo").Consumer()); err != nil {
 		t.Fatal(err)
 	}
@@ -67,6 +72,7 @@ func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
@@ -87,8 +93,10 @@ func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
+	stopRun := sync.OnceFunc(func() { cancel(); <-done; nc.Close() })
+	t.Cleanup(stopRun)
 	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-rs.ch
+	waitReport(t, rs)
 
 	opts2 := *opts
 	opts2.Port = s.Addr().(*net.TCPAddr).Port
@@ -99,10 +107,11 @@ func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	go s2.Start()
+	// Run stops (and drains) before the server it talks to shuts down.
+	t.Cleanup(func() { stopRun(); s2.Shutdown(); s2.WaitForShutdown() })
 	if !s2.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready after the restart")
 	}
-	t.Cleanup(func() { cancel(); <-done; nc.Close(); s2.Shutdown(); s2.WaitForShutdown() })
 	for {
 		if _, err := js.CreateStream(context.Background(), stream); err == nil {
 			break
@@ -119,5 +128,39 @@ func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 	defer rs.mu.Unlock()
 	if g := rs.got[1]; g.Action != "1/b" || g.Outcome != worker.OutcomeOutput {
 		t.Fatalf("report %+v, want 1/b output", g)
+	}
+}
+
+// waitReport waits, bounded, for rs's next report.
+func waitReport(t *testing.T, rs *reports) {
+	t.Helper()
+	select {
+	case <-rs.ch:
+	case <-time.After(20 * time.Second): // a bound on a hang, not a timing assertion
+		t.Fatal("no report")
+	}
+}
+
+// waitQueueEmpty waits, bounded, until the task stream holds no message:
+// every task delivered so far was acked (a work queue removes it then).
+func waitQueueEmpty(t *testing.T, js jetstream.JetStream) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second) // a bound on a hang, not a timing assertion
+	for {
+		st, err := js.Stream(context.Background(), worker.TaskStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task stream still holds %d messages", info.State.Msgs)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
