@@ -83,9 +83,11 @@
 //   - from when the quiet phase has every part up, every run that needs
 //     no person (not finished, not aggregate.Idle) moves by itself — a
 //     new event — within 4 × (lease + a full scan of 8 leases), at least
-//     30 s, of its last move and its next due time (docs/semantics.md §8:
-//     a run whose driver is gone is taken over, pending work is never
-//     dropped); a run that does not is reported stranded (run_stranded);
+//     30 s, plus a timer firing's longest way back (strandedBound: 67 s
+//     at a 1 s lease), of its last move and its next due time
+//     (docs/semantics.md §8: a run whose driver is gone is taken over,
+//     pending work is never dropped); a run that does not is reported
+//     stranded (run_stranded);
 //   - once the workload is done, and while the runners still run,
 //     weft_drivers holds within a grace no entry of a run that finished,
 //     waits only for a person or does not exist (only runs with work in

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/timer"
 )
 
 // checkStranded is the liveness check (docs/semantics.md §8, recovery: a
@@ -22,10 +24,16 @@ const checkStranded = "run_stranded"
 // strandedBound is how long a run that needs no person may go without
 // progress once something is due: four takeovers — a lease for a
 // partition's owner to be seen gone plus a full scan of its partitions
-// (every 8 leases) — and at least 30 s, above the timer consumer's and a
-// firing's redelivery backoffs (16 s, timer.NakCap).
+// (every 8 leases), at least 30 s — plus the worst path of a durable
+// timer's firing after its due time: the runner's pause before it starts
+// its timer consumer again (runner.TimerRestartCap, 16 s: its backoff
+// may have reached the cap after earlier consumes ended), a firing that
+// failed during the faults redelivered at its longest delay (timer.NakCap,
+// 10 s), and a firing delivered to a consume that then ended redelivered
+// after the consumer's ack wait (5 s). At a 1 s lease, 67 s.
 func (h *harness) strandedBound() time.Duration {
-	return max(30*time.Second, 4*(h.cfg.Lease+8*h.cfg.Lease))
+	return max(30*time.Second, 4*(h.cfg.Lease+8*h.cfg.Lease)) +
+		runner.TimerRestartCap + timer.NakCap + timer.ConsumerConfig().AckWait
 }
 
 // strandedPoll is how often watchStranded reads the runs.
