@@ -47,15 +47,16 @@ type motion struct {
 	reported bool
 }
 
-// watchStranded reads every run the workload started, every strandedPoll,
-// from when it is called (the quiet phase has every part up) until done
-// closes, and reports each run stranded (checkStranded) once.
+// watchStranded reads every run the workload started, and the child runs
+// of those that delegate, every strandedPoll, from when it is called (the
+// quiet phase has every part up) until done closes, and reports each run
+// stranded (checkStranded) once.
 func (h *harness) watchStranded(ctx context.Context, w *workload, done <-chan struct{}) {
 	seen := map[string]*motion{}
 	tk := time.NewTicker(strandedPoll)
 	defer tk.Stop()
 	for {
-		h.strandedOnce(ctx, w.startedRuns(), time.Now(), seen)
+		h.strandedOnce(ctx, w.startedRuns(), time.Now, seen)
 		select {
 		case <-ctx.Done():
 			return
@@ -79,14 +80,22 @@ func (w *workload) startedRuns() []string {
 	return runs
 }
 
-// strandedOnce reads runs at now: a run at rest (finished, waiting only
-// for a person, or not there) is forgotten; a run whose version changed
-// is remembered as moving at now; a run that has not moved for
-// strandedBound after both its last move and its next due time is
-// reported, once.
-func (h *harness) strandedOnce(ctx context.Context, runs []string, now time.Time, seen map[string]*motion) {
+// strandedOnce reads runs, and the child runs of those that delegate,
+// each at now() taken once the run is read: a run at rest (finished,
+// waiting only for a person, or not there) is forgotten; a run whose
+// version changed is remembered as moving then; a run that has not moved
+// for strandedBound after both its last move and its next due time is
+// reported, once. A run whose only work is its child runs, all started
+// and none finished, waits for them: they are read (and checked)
+// themselves.
+func (h *harness) strandedOnce(ctx context.Context, runs []string, now func() time.Time, seen map[string]*motion) {
 	bound := h.strandedBound()
+	queued := map[string]bool{}
 	for _, run := range runs {
+		queued[run] = true
+	}
+	for i := 0; i < len(runs); i++ {
+		run := runs[i]
 		if ctx.Err() != nil {
 			return
 		}
@@ -94,6 +103,7 @@ func (h *harness) strandedOnce(ctx context.Context, runs []string, now time.Time
 		if err != nil {
 			continue // read again at the next poll
 		}
+		at := now()
 		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) && len(aggregate.Pending(s).Timers) == 0 {
 			// At rest. A run waiting for a person with an approval
 			// expiry pending is not: the expiry is the runtime's, its
@@ -101,16 +111,25 @@ func (h *harness) strandedOnce(ctx context.Context, runs []string, now time.Time
 			delete(seen, run)
 			continue
 		}
+		work := aggregate.Pending(s)
+		for _, c := range work.Children {
+			if !queued[c.Start.Child] {
+				queued[c.Start.Child] = true
+				runs = append(runs, c.Start.Child)
+			}
+		}
 		m := seen[run]
 		if m == nil || m.version != s.Version() {
-			seen[run] = &motion{version: s.Version(), since: now}
+			seen[run] = &motion{version: s.Version(), since: at}
 			continue
 		}
-		work := aggregate.Pending(s)
-		if len(work.Children) > 0 {
-			continue // waits for its child runs, each checked itself
+		if h.waitsForChildren(ctx, work) {
+			// Owes nothing while it waits: its wait for the next move
+			// starts when a child finishes.
+			m.since = at
+			continue
 		}
-		if m.reported || !now.After(nextDue(m.since, work).Add(bound)) {
+		if m.reported || !at.After(nextDue(m.since, work).Add(bound)) {
 			continue
 		}
 		m.reported = true
@@ -121,9 +140,30 @@ func (h *harness) strandedOnce(ctx context.Context, runs []string, now time.Time
 			last = describeLast(envs[max(len(envs)-6, 0):])
 		}
 		h.violate(Violation{Check: checkStranded, Run: run,
-			Detail: fmt.Sprintf("status %s, version %d: no progress for %s after its last move (%s) and its next due time (%s), with no person needed (model %v, dispatch %d, timers %d); last events: %s",
-				st.Kind, s.Version(), bound, m.since.UTC().Format("15:04:05.000"), due.UTC().Format("15:04:05.000"), work.Model != nil, len(work.Dispatch), len(work.Timers), last)})
+			Detail: fmt.Sprintf("status %s, version %d: no progress for %s after its last move (%s) and its next due time (%s), with no person needed (model %v, dispatch %d, timers %d, children %d); last events: %s",
+				st.Kind, s.Version(), bound, m.since.UTC().Format("15:04:05.000"), due.UTC().Format("15:04:05.000"), work.Model != nil, len(work.Dispatch), len(work.Timers), len(work.Children), last)})
 	}
+}
+
+// waitsForChildren reports whether a run's only work is its child runs
+// and each of them is started and not finished: the run then moves when
+// a child finishes, and nothing is owed by it meanwhile. A child not
+// started, or finished and not yet settled into the run, is the run's
+// work, due now.
+func (h *harness) waitsForChildren(ctx context.Context, work aggregate.Work) bool {
+	if len(work.Children) == 0 || work.Model != nil || work.Resolve != nil || len(work.Dispatch) > 0 || len(work.Timers) > 0 {
+		return false
+	}
+	for _, c := range work.Children {
+		cs, err := h.fold(ctx, c.Start.Child)
+		if err != nil {
+			return true // unreadable: not judged at this poll
+		}
+		if _, fin := cs.Finished(); fin || !cs.Exists() {
+			return false
+		}
+	}
+	return true
 }
 
 // nextDue is when the next thing of a run that moved last at since is
