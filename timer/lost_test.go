@@ -2,7 +2,9 @@ package timer_test
 
 import (
 	"context"
+	"errors"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,10 +54,17 @@ func TestSemantics8_ConsumeEndsWhenTheServerLostItsConsumer(t *testing.T) {
 	fired := make(chan timer.Fired, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	consumed := make(chan struct{})
+	var (
+		mu    sync.Mutex
+		ended []error // what each Consume returned
+	)
 	go func() { // as runner's consumeTimers: started again when it returns
 		defer close(consumed)
 		for ctx.Err() == nil {
-			_ = tm.Consume(ctx, func(_ context.Context, f timer.Fired) error { fired <- f; return nil })
+			err := tm.Consume(ctx, func(_ context.Context, f timer.Fired) error { fired <- f; return nil })
+			mu.Lock()
+			ended = append(ended, err)
+			mu.Unlock()
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
@@ -101,6 +110,15 @@ func TestSemantics8_ConsumeEndsWhenTheServerLostItsConsumer(t *testing.T) {
 	case <-time.After(90 * time.Second): // a bound on a hang, not a timing assertion
 		t.Fatal("a timer armed after the server lost the timer consumer never fired")
 	}
+	// The consume stopped for the loss says why (its caller logs it).
+	mu.Lock()
+	defer mu.Unlock()
+	for _, err := range ended {
+		if errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders) {
+			return
+		}
+	}
+	t.Fatalf("Consume returned %v: none names the missed heartbeat or the unanswered pull that found the consumer gone", ended)
 }
 
 // docs/semantics.md §8 (recovery): a timer consumer deleted while runners

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -220,9 +221,9 @@ func nakDelay(n uint64) time.Duration {
 // or until the consumer cannot be bound or stops delivering — deleted, its
 // stream made again, lost by a restarted server —, when it returns an
 // error: the caller starts it again. A consumer that is missing when
-// Consume starts is made again (ConsumerConfig). A firing is acked when fn returns nil and redelivered (to any
-// runner) otherwise, after a delay that doubles with each delivery from
-// 100 ms up to NakCap.
+// Consume starts is made again (ConsumerConfig). A firing is acked when
+// fn returns nil and redelivered (to any runner) otherwise, after a delay
+// that doubles with each delivery from 100 ms up to NakCap.
 func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) error) error {
 	c, err := t.js.Consumer(ctx, Stream, Consumer)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -235,6 +236,7 @@ func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) er
 	if err != nil {
 		return fmt.Errorf("timer: consumer: %w", err)
 	}
+	var lost atomic.Pointer[error] // why a server's loss of the consumer was looked up
 	cc, err := c.Consume(func(m jetstream.Msg) {
 		var f Fired
 		if err := json.Unmarshal(m.Data(), &f); err != nil || f.Run == "" {
@@ -250,7 +252,7 @@ func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) er
 			return
 		}
 		_ = m.Ack()
-	}, lostconsumer.StopWhenGone(c, nil))
+	}, lostconsumer.StopWhenGone(c, func(err error) { lost.Store(&err) }))
 	if err != nil {
 		return fmt.Errorf("timer: consume: %w", err)
 	}
@@ -264,6 +266,9 @@ func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) er
 		cc.Stop()
 		return nil
 	case <-cc.Closed():
+		if cause := lost.Load(); cause != nil {
+			return fmt.Errorf("timer: consume: the consumer is gone from the server, stopped: %w", *cause)
+		}
 		return errors.New("timer: consume: the consumer stopped")
 	}
 }
