@@ -641,6 +641,16 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, nil))
 		return
 	}
+	if w.stopping.Load() {
+		// The worker is draining: it starts no new body, so whether this
+		// one may start is for the worker that takes it
+		// (docs/protocol/41-tasks.md rule 9). The task goes back to the
+		// queue at once, without the check — which, while the run cannot
+		// be read, would be tried again for each copy requeued and
+		// delivered again here before the drain ends.
+		requeue("the worker is stopping")
+		return
+	}
 	switch w.current(t) {
 	case attemptStale:
 		// Recovery (or a report, a stop, the run's end) already decided
@@ -663,8 +673,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		return
 	}
 	if w.stopping.Load() {
-		// The worker is draining: it starts no new body. The task goes
-		// back to the queue for another worker.
+		// The worker began draining during the check: the same.
 		requeue("the worker is stopping")
 		return
 	}
