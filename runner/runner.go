@@ -596,6 +596,10 @@ func (r *Runner) testHook(event string, p int, run string) {
 	}
 }
 
+// TimerRestartCap bounds the pause before consumeTimers starts the
+// timer consumer again.
+const TimerRestartCap = 16 * time.Second
+
 // consumeTimers consumes the durable timers' firings until ctx ends. A
 // consumer that cannot be bound or stops on an error (its cluster had no
 // leader as this runner started, the server restarted) is started again
@@ -604,7 +608,7 @@ func (r *Runner) testHook(event string, p int, run string) {
 // expiry, a timeout of a run nobody holds — waiting for ever
 // (docs/semantics.md §8: pending work is retried, never dropped).
 func (r *Runner) consumeTimers(ctx context.Context) {
-	back := backoff.New(time.Second, 16*time.Second)
+	back := backoff.New(time.Second, TimerRestartCap)
 	for {
 		err := r.timers.Consume(ctx, r.timerFired)
 		if ctx.Err() != nil {

@@ -23,3 +23,6 @@ func (w *Worker) StopsSeen() int64 { return w.stops.Load() }
 // SetAfterClaim makes w call f once a delivery holds its attempt's claim,
 // before its check after the claim and its body (tests only).
 func (w *Worker) SetAfterClaim(f func(api.Task)) { w.afterClaim = f }
+
+// Rebinds is how many queue consumes ended while Run ran and were made again.
+func (w *Worker) Rebinds() int64 { return w.rebinds.Load() }

@@ -154,6 +154,8 @@ type Worker struct {
 	stopping atomic.Bool
 	joined   atomic.Int64
 	stops    atomic.Int64
+	// rebinds counts the consumes that ended while Run ran (keep).
+	rebinds atomic.Int64
 	// retryBase and retryCap bound the backoff between report tries.
 	retryBase, retryCap time.Duration
 
@@ -298,7 +300,9 @@ func ConsumerConfig(q api.Queue, ackWait time.Duration) jetstream.ConsumerConfig
 	}
 }
 
-// Run consumes the registered queues' tasks until ctx ends, then waits for
+// Run consumes the registered queues' tasks until ctx ends — a queue's
+// consume that ends meanwhile (its consumer deleted, or lost by a server)
+// is made again after a pause (ConsumerRebound) — then waits for
 // the bodies in flight (the drain: their reports are sent) and returns.
 // A settling tool's body that was stopped (its timeout, a cancellation) is
 // waited for too, and its late settlement offered (docs/semantics.md §8: a
@@ -331,7 +335,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if setupErr == nil {
 		w.ready.Store(true)
-		<-ctx.Done()
+		// Until ctx ends; a queue's consume that ends meanwhile (its
+		// consumer deleted or lost) is made again (rebind.go).
+		ccs = slices.DeleteFunc(w.keep(ctx, ccs), func(cc jetstream.ConsumeContext) bool { return cc == nil })
 	} else {
 		// The setup failed — ctx ended while the worker was still setting
 		// up (a drain that began as its process started), or a consumer
@@ -449,19 +455,9 @@ func (w *Worker) setup(ctx context.Context, stopSub *nats.Subscription, ccs []je
 		}
 	}
 	for _, q := range w.queues[len(ccs):] {
-		c, err := w.js.CreateOrUpdateConsumer(ctx, api.TaskStream, ConsumerConfig(q, w.ackWait))
+		cc, err := w.consume(ctx, q)
 		if err != nil {
-			return stopSub, ccs, fmt.Errorf("worker: consumer for %s: %w", q, err)
-		}
-		h := w.handlers[q]
-		cc, err := c.Consume(func(m jetstream.Msg) {
-			w.group.Go(func() error {
-				w.handle(q, h, m)
-				return nil
-			})
-		}, jetstream.PullMaxMessages(64))
-		if err != nil {
-			return stopSub, ccs, fmt.Errorf("worker: consume %s: %w", q, err)
+			return stopSub, ccs, err
 		}
 		ccs = append(ccs, cc)
 	}
@@ -645,6 +641,16 @@ func (w *Worker) handle(q api.Queue, h Handler, m jetstream.Msg) {
 		done(w.deliver(t, rep, nil))
 		return
 	}
+	if w.stopping.Load() {
+		// The worker is draining: it starts no new body, so whether this
+		// one may start is for the worker that takes it
+		// (docs/protocol/41-tasks.md rule 9). The task goes back to the
+		// queue at once, without the check — which, while the run cannot
+		// be read, would be tried again for each copy requeued and
+		// delivered again here before the drain ends.
+		requeue("the worker is stopping")
+		return
+	}
 	switch w.current(t) {
 	case attemptStale:
 		// Recovery (or a report, a stop, the run's end) already decided
@@ -667,8 +673,7 @@ func (w *Worker) handle(q api.Queue, h Handler, m jetstream.Msg) {
 		return
 	}
 	if w.stopping.Load() {
-		// The worker is draining: it starts no new body. The task goes
-		// back to the queue for another worker.
+		// The worker began draining during the check: the same.
 		requeue("the worker is stopping")
 		return
 	}

@@ -25,6 +25,9 @@ type plan struct {
 	at     time.Duration // start, from the beginning of the fault phase
 	script script
 	cancel time.Duration // cancel this long after the start; 0: never
+	// expire: the workload never answers the run's approval requests,
+	// left to expire (expiryProbes).
+	expire bool
 }
 
 // makePlans draws the workload's runs.
@@ -250,7 +253,7 @@ func (w *workload) step(ctx context.Context, d *runDriver, s aggregate.State) bo
 		case a.State == aggregate.ActionAwaitingApproval && a.Request.Pending():
 			key := fmt.Sprintf("answer %s r%d", a.ID, a.Request.Revision)
 			ch := choice(seed, d.p.id, key)
-			if d.done[key] || !w.due(d, key, w.answerDelay(ch)) {
+			if d.p.expire || d.done[key] || !w.due(d, key, w.answerDelay(ch)) || w.leftToExpire(ch, a.Request.Expires) {
 				continue
 			}
 			w.answer(ctx, d, a, key, ch)
