@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -21,8 +23,9 @@ import (
 // TestSemantics8_ARunnerWhoseTimerConsumerFailedAtStartStillFiresTimers
 // (docs/semantics.md §8: pending work is retried, never dropped; scenario
 // 20, an approval's expiry): a runner whose durable timer consumer could
-// not be bound when it started — here the consumer does not exist, as
-// while a cluster elects its leaders after a fault — binds it again after a
+// not be bound when it started — here a push consumer holds its name, as
+// an unanswered request fails it while a cluster elects its leaders after
+// a fault — binds it again after a
 // pause. Before, the runner ignored Consume's error and consumed no firing
 // for the rest of its life: an idle run suspended on an approval that
 // nobody answered was never expired.
@@ -42,11 +45,21 @@ func TestSemantics8_ARunnerWhoseTimerConsumerFailedAtStartStillFiresTimers(t *te
 	if err := h.srv.JS.DeleteConsumer(c, timer.Stream, timer.Consumer); err != nil {
 		t.Fatal(err)
 	}
+	// A consumer Consume cannot bind (a push consumer under its name):
+	// a missing one Consume makes itself (timer.Consume), so this is what
+	// makes its start fail, as an unanswered request does while a cluster
+	// has no leader.
+	if _, err := h.srv.JS.CreatePushConsumer(c, timer.Stream, jetstream.ConsumerConfig{Durable: timer.Consumer, DeliverSubject: "weft.test.nowhere", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
 	var logs syncbuf.Buffer
 	h.startRunner([]*agent.Agent{a}, runner.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))))
-	// The second runner finds no consumer (it logs so) before the
-	// consumer is made again.
+	// The second runner cannot bind the consumer (it logs so) before the
+	// consumer is made as provisioning makes it.
 	waitLogged(t, &logs, "timer consumer stopped")
+	if err := h.srv.JS.DeleteConsumer(c, timer.Stream, timer.Consumer); err != nil {
+		t.Fatal(err)
+	}
 	if err := timer.Ensure(c, h.srv.JS); err != nil {
 		t.Fatal(err)
 	}
