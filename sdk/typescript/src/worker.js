@@ -51,6 +51,19 @@ export const LATE_AFTER_ABANDON_MS = 5000;
  * throws, saying why.
  */
 export const DEFAULT_SETUP_WITHIN_MS = 60000;
+/**
+ * The message a worker logs (warn, with queue: the queue's consumer) when a
+ * queue's consume ended while it runs — its durable consumer deleted (an
+ * operator, the task stream made again) or lost by a server — and it makes
+ * the consumer again after a pause.
+ */
+export const CONSUMER_REBOUND = "worker: a queue's consume ended; making its consumer again";
+/**
+ * The longest pause before a queue's consumer is made again, and the
+ * bound of each try. A consume that lived longer resets the pause to
+ * 100 ms: one that ends at once after each make is made again at the cap.
+ */
+export const REBIND_CAP_MS = 5000;
 /** The Reason of the not_awaited refusal of a handler settling its own running call. */
 export const REASON_OWN_CALL = "own_call";
 
@@ -58,6 +71,10 @@ const CLAIM_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
 const CLAIM_MARGIN_MS = 10 * 60 * 1000;
 const CLAIM_RENEW_MS = 24 * 3600 * 1000;
 const STOP_TRIES = 20;
+// While a queue's consumer cannot be made again (its stream is gone), the
+// failure is logged at the first try and then every REBIND_LOG_EVERY
+// tries (about once a minute at the cap).
+const REBIND_LOG_EVERY = 12;
 const LATE_TRIES = 20;
 
 const STOPPED = "stopped by cancellation";
@@ -171,7 +188,8 @@ export class Worker {
     this.stoppedAC = new AbortController(); // Run's end or abandon: the checks before a start stop retrying
     this.lateAC = new AbortController(); // LATE_AFTER_ABANDON_MS after abandon: the report tries stop
     this.abandonAC = new AbortController();
-    this.stats = { started: 0, joined: 0, stops: 0 };
+    this.consumesAC = new AbortController(); // the drain: a consume that ends is not made again
+    this.stats = { started: 0, joined: 0, stops: 0, rebinds: 0 };
   }
 
   /** Registers a bound tool (bind, bindSettling) as the body of its queue's tasks. Call it before run. */
@@ -204,7 +222,8 @@ export class Worker {
     }
     this.stopping = true;
     this.stoppedAC.abort();
-    await Promise.allSettled(subs.consumers.map((c) => c.close()));
+    this.consumesAC.abort();
+    await Promise.allSettled(subs.consumers.map((c) => c.msgs.close()));
     const grace = setTimeout(() => {
       if (this.group.size > 0) {
         this.log.warn("worker: bodies still running at the end of the drain grace; abandoning them (reported worker_lost)");
@@ -316,33 +335,105 @@ export class Worker {
         }
       },
     });
-    const consumers = [], loops = [];
+    const consumers = [];
     try {
       for (const { tool, q } of this.tools.values()) {
-        const cfg = {
-          durable_name: q.consumer, description: `Weft tasks of ${q.agent}@${q.version}/${q.tool}`,
-          filter_subject: q.subject, ack_policy: AckPolicy.Explicit, ack_wait: nanos(this.ackWaitMs),
-          max_deliver: -1, max_ack_pending: 1000,
-        };
-        try {
-          await jsm.consumers.add(TASK_STREAM, cfg);
-        } catch (err) {
-          if (unanswered(err) || (err instanceof JetStreamApiError && err.code === 10059)) throw err;
-          await jsm.consumers.update(TASK_STREAM, q.consumer, { description: cfg.description, ack_wait: cfg.ack_wait, max_ack_pending: 1000, max_deliver: -1 });
-        }
-        const c = await js.consumers.get(TASK_STREAM, q.consumer);
-        const msgs = await c.consume({ max_messages: 64 });
-        consumers.push(msgs);
-        loops.push((async () => {
-          for await (const m of msgs) this.#go(() => this.#handle(q, tool, m));
-        })());
+        consumers.push({ tool, q, msgs: await this.#consume(jsm, js, q) });
       }
     } catch (err) {
       stop.unsubscribe();
-      await Promise.allSettled(consumers.map((c) => c.close()));
+      await Promise.allSettled(consumers.map((c) => c.msgs.close()));
       throw err;
     }
-    return { stop, consumers, loops };
+    return { stop, consumers, loops: consumers.map((c) => this.#keep(c)) };
+  }
+
+  // #consume makes q's durable consumer (or updates the one that exists
+  // to the worker's ack wait) through jsm and starts consuming it through
+  // js. The consume ends when the server says the consumer or its stream
+  // is gone (abort_on_missing_resource: deleted by an operator or with its
+  // stream, not found after a reconnect or missed heartbeats), and when a
+  // pull meets no responders and a look-up finds the consumer gone (a
+  // server that restarted without it): #keep then makes it again.
+  async #consume(jsm, js, q) {
+    const cfg = {
+      durable_name: q.consumer, description: `Weft tasks of ${q.agent}@${q.version}/${q.tool}`,
+      filter_subject: q.subject, ack_policy: AckPolicy.Explicit, ack_wait: nanos(this.ackWaitMs),
+      max_deliver: -1, max_ack_pending: 1000,
+    };
+    try {
+      await jsm.consumers.add(TASK_STREAM, cfg);
+    } catch (err) {
+      if (unanswered(err) || (err instanceof JetStreamApiError && err.code === 10059)) throw err;
+      await jsm.consumers.update(TASK_STREAM, q.consumer, { description: cfg.description, ack_wait: cfg.ack_wait, max_ack_pending: 1000, max_deliver: -1 });
+    }
+    const c = await js.consumers.get(TASK_STREAM, q.consumer);
+    const msgs = await c.consume({ max_messages: 64, abort_on_missing_resource: true });
+    (async () => {
+      let looking = false;
+      for await (const n of msgs.status()) {
+        if ((n.type !== "no_responders" && n.type !== "heartbeats_missed") || looking) continue;
+        looking = true;
+        try {
+          await c.info();
+        } catch (err) {
+          if (err instanceof JetStreamApiError && (err.code === 10014 || err.code === 10059)) {
+            this.log.warn("worker: a queue's consumer is gone from the server; stopping its consume", { queue: q.consumer, err: String(err?.message ?? err) });
+            msgs.stop(err);
+          }
+        } finally {
+          looking = false;
+        }
+      }
+    })().catch(() => {});
+    return msgs;
+  }
+
+  // #keep consumes cur's queue until the worker stops (docs/semantics.md
+  // §8: a run whose tools a worker serves is never left waiting for a
+  // consumer that is gone), as the Go worker's Run does. When the consume
+  // ends while the worker is not stopping, the consumer is made again
+  // with the setup's configuration after a pause (100 ms doubling up to
+  // REBIND_CAP_MS while it fails or the consumes made again end at once),
+  // logged CONSUMER_REBOUND at warn; a consume that ends during the drain
+  // is not made again. cur.msgs is always the consume running, for run to
+  // close.
+  async #keep(cur) {
+    const { tool, q } = cur;
+    let wait = 100;
+    for (;;) {
+      const made = Date.now();
+      let why = "the consume ended";
+      try {
+        for await (const m of cur.msgs) this.#go(() => this.#handle(q, tool, m));
+      } catch (err) {
+        why = String(err?.message ?? err);
+      }
+      if (this.stopping) return;
+      if (Date.now() - made > REBIND_CAP_MS) wait = 100;
+      this.stats.rebinds++;
+      this.log.warn(CONSUMER_REBOUND, { queue: q.consumer, err: why });
+      for (let failed = 0; ; failed++) {
+        if (!(await sleep(wait, this.consumesAC.signal))) return;
+        wait = Math.min(wait * 2, REBIND_CAP_MS);
+        try {
+          // Each try is bounded: a request sent while the server
+          // restarts may never be answered.
+          const jsm = await jetstreamManager(this.nc, { timeout: REBIND_CAP_MS, checkAPI: false });
+          const msgs = await this.#consume(jsm, jetstream(this.nc, { timeout: REBIND_CAP_MS }), q);
+          if (this.stopping) {
+            await msgs.close();
+            return;
+          }
+          cur.msgs = msgs;
+          break;
+        } catch (err) {
+          if (failed % REBIND_LOG_EVERY === 0) {
+            this.log.warn("worker: a queue's consumer could not be made again; retrying", { queue: q.consumer, err: String(err?.message ?? err), tries: failed + 1 });
+          }
+        }
+      }
+    }
   }
 
   #stopRun(run) {
