@@ -350,11 +350,13 @@ export class Worker {
 
   // #consume makes q's durable consumer (or updates the one that exists
   // to the worker's ack wait) through jsm and starts consuming it through
-  // js. The consume ends when the server says the consumer or its stream
-  // is gone (abort_on_missing_resource: deleted by an operator or with its
-  // stream, not found after a reconnect or missed heartbeats), and when a
-  // pull meets no responders and a look-up finds the consumer gone (a
-  // server that restarted without it): #keep then makes it again.
+  // js. The consume ends, and #keep makes the consumer again, when the
+  // consumer or its stream is gone (abort_on_missing_resource): the
+  // server says the consumer was deleted (an operator, the stream made
+  // again), or nats.js looks it up after a reconnect or two missed
+  // heartbeats and does not find it (a server that restarted without it,
+  // a deletion told while the worker was away). Without that option the
+  // consume goes on pulling a consumer that is gone, for ever.
   async #consume(jsm, js, q) {
     const cfg = {
       durable_name: q.consumer, description: `Weft tasks of ${q.agent}@${q.version}/${q.tool}`,
@@ -368,25 +370,7 @@ export class Worker {
       await jsm.consumers.update(TASK_STREAM, q.consumer, { description: cfg.description, ack_wait: cfg.ack_wait, max_ack_pending: 1000, max_deliver: -1 });
     }
     const c = await js.consumers.get(TASK_STREAM, q.consumer);
-    const msgs = await c.consume({ max_messages: 64, abort_on_missing_resource: true });
-    (async () => {
-      let looking = false;
-      for await (const n of msgs.status()) {
-        if ((n.type !== "no_responders" && n.type !== "heartbeats_missed") || looking) continue;
-        looking = true;
-        try {
-          await c.info();
-        } catch (err) {
-          if (err instanceof JetStreamApiError && (err.code === 10014 || err.code === 10059)) {
-            this.log.warn("worker: a queue's consumer is gone from the server; stopping its consume", { queue: q.consumer, err: String(err?.message ?? err) });
-            msgs.stop(err);
-          }
-        } finally {
-          looking = false;
-        }
-      }
-    })().catch(() => {});
-    return msgs;
+    return await c.consume({ max_messages: 64, abort_on_missing_resource: true });
   }
 
   // #keep consumes cur's queue until the worker stops (docs/semantics.md
@@ -410,6 +394,11 @@ export class Worker {
         why = String(err?.message ?? err);
       }
       if (this.stopping) return;
+      if (this.nc.isClosed()) {
+        // The caller closed the connection: nothing can be made again on it.
+        this.log.error("worker: a queue's consume ended with its connection closed; the queue is no longer consumed", { queue: q.consumer, err: why });
+        return;
+      }
       if (Date.now() - made > REBIND_CAP_MS) wait = 100;
       this.stats.rebinds++;
       this.log.warn(CONSUMER_REBOUND, { queue: q.consumer, err: why });

@@ -3,7 +3,10 @@
 // real runner and nats-server (internal/tsdktest/cmd/tsdkharness).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import { createServer, connect as tcpConnect } from "node:net";
+import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
+import { Worker, bind, uncertain } from "../src/index.js";
 import { startHarness } from "./support/harness.js";
 
 let h;
@@ -40,5 +43,66 @@ test("TestSemantics8_ATypeScriptWorkerMakesADeletedConsumerAgain: a task publish
     assert.equal(ci.config.max_deliver, -1);
   } finally {
     await s.stop();
+  }
+});
+
+// A TCP proxy to the harness's server on a port the system picks: cut
+// closes every connection through it and refuses new ones until mend, as
+// a server that went away and came back.
+async function proxyTo(url) {
+  const target = new URL(url);
+  const socks = new Set();
+  let refusing = false;
+  const srv = createServer((a) => {
+    if (refusing) { a.destroy(); return; }
+    const b = tcpConnect(Number(target.port), target.hostname);
+    for (const [x, y] of [[a, b], [b, a]]) {
+      socks.add(x);
+      x.on("error", () => {});
+      x.on("close", () => { socks.delete(x); y.destroy(); });
+      x.pipe(y);
+    }
+  });
+  await new Promise((r) => srv.listen(0, "127.0.0.1", r));
+  return {
+    url: `nats://127.0.0.1:${srv.address().port}`,
+    cut() { refusing = true; for (const x of socks) x.destroy(); },
+    mend() { refusing = false; },
+    async close() { refusing = true; for (const x of socks) x.destroy(); await new Promise((r) => srv.close(r)); },
+  };
+}
+
+test("TestSemantics8_ATypeScriptWorkerMakesAConsumerItsServerLostAgain: a consumer gone while the worker was away is made again when it is back", async () => {
+  const proxy = await proxyTo(h.url);
+  const wnc = await connect({ servers: proxy.url, reconnectTimeWait: 100, maxReconnectAttempts: -1 });
+  const w = new Worker(wnc, { agent: "tsdk", version: "1", id: "ts-lost" });
+  const starts = [];
+  w.handle(bind({ name: "echo" }, async (input, call) => { starts.push(call.run); return { text: input.text }; }, (err) => uncertain(String(err))));
+  const ac = new AbortController();
+  const running = w.run({ signal: ac.signal });
+  try {
+    await h.start("ts-lost-1", [{ tool: "echo", args: { text: "before" } }]);
+    assert.equal((await h.waitFor("ts-lost-1", (x) => x.status === "finished")).outcome, "completed");
+    await h.queueEmpty("echo");
+    // The worker's connection goes; meanwhile its consumer is deleted:
+    // the server's notice (409 Consumer Deleted) has no one to reach,
+    // as when a server restarted without the consumer.
+    const disconnected = (async () => { for await (const st of wnc.status()) if (st.type === "disconnect") return; })();
+    proxy.cut();
+    await disconnected;
+    const jsm = await jetstreamManager(h.nc);
+    assert.equal(await jsm.consumers.delete("WEFT_TASKS", ECHO_CONSUMER), true);
+    await h.start("ts-lost-2", [{ tool: "echo", args: { text: "after" } }]);
+    proxy.mend();
+    const st = await h.waitFor("ts-lost-2", (x) => x.status === "finished", 20000);
+    assert.equal(st.outcome, "completed");
+    assert.deepEqual(JSON.parse(st.answer), [{ text: "after" }]);
+    assert.deepEqual(starts.filter((r) => r === "ts-lost-2"), ["ts-lost-2"]);
+    assert.ok(w.stats.rebinds >= 1, `consumes made again: ${w.stats.rebinds}`);
+  } finally {
+    ac.abort();
+    await running;
+    await wnc.close();
+    await proxy.close();
   }
 });
