@@ -15,7 +15,7 @@ after(async () => { await h?.stop(); });
 
 const ECHO_CONSUMER = "weft_task_tsdk@1@echo";
 
-test("TestSemantics8_ATypeScriptWorkerMakesADeletedConsumerAgain: a task published after its queue's consumer was deleted is executed", async () => {
+test("TestSemantics8_ATypeScriptWorkerMakesADeletedConsumerAgain: a task published after its queue's consumer was deleted is executed", { timeout: 60000 }, async () => {
   const warned = [];
   const logger = { info() {}, error() {}, warn(msg, attrs) { warned.push({ msg, attrs }); } };
   const s = await h.serve(undefined, { logger });
@@ -41,6 +41,10 @@ test("TestSemantics8_ATypeScriptWorkerMakesADeletedConsumerAgain: a task publish
     const ci = await jsm.consumers.info("WEFT_TASKS", ECHO_CONSUMER);
     assert.equal(ci.config.ack_policy, "explicit", "the consumer made again has the setup's configuration");
     assert.equal(ci.config.max_deliver, -1);
+    // The drain ends the consume: it is not made again.
+    const rebinds = s.w.stats.rebinds;
+    await s.stop();
+    assert.equal(s.w.stats.rebinds, rebinds, "a consume ended by the drain was made again");
   } finally {
     await s.stop();
   }
@@ -72,7 +76,7 @@ async function proxyTo(url) {
   };
 }
 
-test("TestSemantics8_ATypeScriptWorkerMakesAConsumerItsServerLostAgain: a consumer gone while the worker was away is made again when it is back", async () => {
+test("TestSemantics8_ATypeScriptWorkerMakesAConsumerItsServerLostAgain: a consumer gone while the worker was away is made again when it is back", { timeout: 60000 }, async () => {
   const proxy = await proxyTo(h.url);
   const wnc = await connect({ servers: proxy.url, reconnectTimeWait: 100, maxReconnectAttempts: -1 });
   const w = new Worker(wnc, { agent: "tsdk", version: "1", id: "ts-lost" });
