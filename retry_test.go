@@ -8,6 +8,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -22,22 +23,28 @@ var notYetRetryable = map[string]string{}
 
 // TestRetryableIsTheOneTable fails when a second definition of "which
 // codes are retryable" appears (docs/protocol.md, "Retry rules"): any
-// non-test Go file but error.go whose switch case, or || chain of
-// comparisons, names two or more codes that weft.Code.Retryable accepts.
-// One retryable code in a condition (errors.Is(err, unavailable)) is a
-// question about that code, not a table.
+// non-test Go file but error.go whose switch case, || chain of
+// comparisons, or composite literal (a slice or a map) names two or more
+// codes that weft.Code.Retryable accepts, as Go constants or as their wire
+// strings. One retryable code in a condition (errors.Is(err, unavailable))
+// is a question about that code, not a table; a literal that names more
+// of the other codes than of the retryable ones is a table of codes (api's
+// statuses, the codes an endpoint may answer), not a set of the retryable
+// ones.
 func TestRetryableIsTheOneTable(t *testing.T) {
 	names := codeNames(t)
-	retryable := map[string]bool{}
+	retryable, others := map[string]string{}, map[string]string{}
 	for name, c := range names {
+		m := others
 		if c.Retryable() {
-			retryable[name] = true
+			m = retryable
 		}
+		m[name], m[string(c)] = string(c), string(c)
 	}
-	if len(retryable) < 2 {
-		t.Fatalf("only %d retryable codes: the scan would find nothing", len(retryable))
+	if len(retryable) < 4 {
+		t.Fatalf("only %d retryable codes: the scan would find nothing", len(retryable)/2)
 	}
-	found := retryableSets(goFiles(t), retryable)
+	found := retryableSets(goFiles(t), retryable, others)
 	for _, path := range slices.Sorted(maps.Keys(found)) {
 		if notYetRetryable[path] == "" {
 			t.Errorf("%s spells its own set of retryable codes: ask weft.Code.Retryable (error.go), the one table", path)
@@ -50,25 +57,43 @@ func TestRetryableIsTheOneTable(t *testing.T) {
 	}
 }
 
-// retryableSets returns the files (but error.go) with a switch case, or
-// a || chain, that names two or more of the retryable codes (their Go
-// names), as weft.CodeX or, in the root package, CodeX.
-func retryableSets(files map[string]*ast.File, retryable map[string]bool) map[string]bool {
-	count := func(n ast.Node) int {
-		seen := map[string]bool{}
+// retryableSets returns the files (but error.go) with a switch case, a
+// || chain, or a composite literal that names two or more of the
+// retryable codes, but for a literal that names more of the other codes
+// than of the retryable ones (a table of codes). retryable and others map the codes' Go
+// names (written weft.CodeX or, in the root package, CodeX) and their
+// wire strings ("runner_busy") to the wire string: a code named both ways
+// counts once.
+func retryableSets(files map[string]*ast.File, retryable, others map[string]string) map[string]bool {
+	codes := func(n ast.Node) (seen, other map[string]bool) {
+		seen, other = map[string]bool{}, map[string]bool{}
+		name := func(s string) {
+			if c, ok := retryable[s]; ok {
+				seen[c] = true
+			} else if c, ok := others[s]; ok {
+				other[c] = true
+			}
+		}
 		ast.Inspect(n, func(n ast.Node) bool {
 			switch x := n.(type) {
 			case *ast.SelectorExpr:
-				if id, ok := x.X.(*ast.Ident); ok && id.Name == "weft" && retryable[x.Sel.Name] {
-					seen[x.Sel.Name] = true
+				if id, ok := x.X.(*ast.Ident); ok && id.Name == "weft" {
+					name(x.Sel.Name)
 				}
+				return false
 			case *ast.Ident:
-				if retryable[x.Name] {
-					seen[x.Name] = true
+				name(x.Name)
+			case *ast.BasicLit:
+				if s, err := strconv.Unquote(x.Value); err == nil && x.Kind == token.STRING {
+					name(s)
 				}
 			}
 			return true
 		})
+		return seen, other
+	}
+	count := func(n ast.Node) int {
+		seen, _ := codes(n)
 		return len(seen)
 	}
 	found := map[string]bool{}
@@ -87,6 +112,11 @@ func retryableSets(files map[string]*ast.File, retryable map[string]bool) map[st
 					found[path] = true
 					return false
 				}
+			case *ast.CompositeLit:
+				if seen, other := codes(x); len(seen) >= 2 && len(other) <= len(seen) {
+					found[path] = true
+					return false
+				}
 			}
 			return true
 		})
@@ -95,13 +125,20 @@ func retryableSets(files map[string]*ast.File, retryable map[string]bool) map[st
 }
 
 // TestRetryableSetsFindsBothForms keeps the scan honest: it finds a set
-// spelt as a switch case and as a || chain, and not a question about one
-// code.
+// spelt as a switch case, a || chain, a map or slice of codes and of their
+// wire strings, one that mixes in a few other codes (the worker's own
+// rule), and not a question about one code nor a table of codes, spelt as
+// constants or as wire strings.
 func TestRetryableSetsFindsBothForms(t *testing.T) {
 	src := map[string]string{
-		"case.go": "package p\nfunc f(c weft.Code) bool {\n\tswitch c {\n\tcase weft.CodeRunnerBusy, weft.CodeContended:\n\t\treturn true\n\t}\n\treturn false\n}\n",
-		"or.go":   "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeConflict }\n",
-		"one.go":  "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeInternal }\n",
+		"case.go":  "package p\nfunc f(c weft.Code) bool {\n\tswitch c {\n\tcase weft.CodeRunnerBusy, weft.CodeContended:\n\t\treturn true\n\t}\n\treturn false\n}\n",
+		"or.go":    "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeConflict }\n",
+		"one.go":   "package p\nfunc f(c weft.Code) bool { return c == weft.CodeUnavailable || c == weft.CodeInternal }\n",
+		"map.go":   "package p\nvar again = map[weft.Code]bool{weft.CodeRunnerBusy: true, weft.CodeConflict: true}\n",
+		"wire.go":  "package p\nvar again = []string{\"runner_busy\", \"unavailable\"}\n",
+		"all.go":   "package p\nvar status = map[weft.Code]int{weft.CodeRunnerBusy: 503, weft.CodeConflict: 409, weft.CodeInternal: 500, weft.CodeQuarantined: 409, weft.CodeRunEnded: 409}\n",
+		"mixed.go": "package p\nvar again = []weft.Code{weft.CodeRunnerBusy, weft.CodeUnavailable, weft.CodeQuarantined, weft.CodeInternal}\n",
+		"keys.go":  "package p\nvar status = map[string]int{\"runner_busy\": 503, \"unavailable\": 503, \"internal\": 500, \"quarantined\": 409, \"invalid_json\": 400}\n",
 	}
 	files := map[string]*ast.File{}
 	for name, text := range src {
@@ -111,10 +148,16 @@ func TestRetryableSetsFindsBothForms(t *testing.T) {
 		}
 		files[name] = f
 	}
-	retryable := map[string]bool{"CodeRunnerBusy": true, "CodeContended": true, "CodeConflict": true, "CodeUnavailable": true}
-	got := retryableSets(files, retryable)
-	if !got["case.go"] || !got["or.go"] || got["one.go"] {
-		t.Fatalf("found %v, want case.go and or.go only", got)
+	retryable := map[string]string{"CodeRunnerBusy": "runner_busy", "CodeContended": "contended", "CodeConflict": "conflict", "CodeUnavailable": "unavailable", "runner_busy": "runner_busy", "unavailable": "unavailable"}
+	others := map[string]string{}
+	for _, c := range []string{"internal", "quarantined", "invalid_json", "unknown_run", "run_ended"} {
+		others[c] = c
+	}
+	others["CodeInternal"], others["CodeQuarantined"], others["CodeInvalidJSON"], others["CodeUnknownRun"], others["CodeRunEnded"] = "internal", "quarantined", "invalid_json", "unknown_run", "run_ended"
+	got := retryableSets(files, retryable, others)
+	want := map[string]bool{"case.go": true, "or.go": true, "map.go": true, "wire.go": true, "mixed.go": true}
+	if !maps.Equal(got, want) {
+		t.Fatalf("found %v, want %v", got, want)
 	}
 }
 

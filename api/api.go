@@ -3,6 +3,14 @@
 // (start, approve, reject, reconcile, reconcile_stored, resolve, settle,
 // cancel, and report for tool workers), and Client, the small Go client the CLI uses.
 //
+// It is also the wire protocol's home (docs/adr/0034): every command type
+// and reply, the subjects and headers, the task protocol (Task, Report,
+// Settlement, Claim, Queue), the one error envelope (ErrorReply, read by
+// ReplyError) and the request helper every client uses (Request). Package
+// protocol holds the asset names beneath it; weft.Code.Retryable is the
+// one table of retryable codes. Packages client and worker build on these
+// and re-export none of them.
+//
 // Bodies are JSON with a "schema" field (1). A success reply is the
 // endpoint's reply type; an error reply is {"schema":1,"error":{"code",
 // "reason","message","same_input"}} with the Nats-Service-Error and
@@ -156,6 +164,8 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 		{EndpointResume, s.resume},
 		{EndpointRestart, s.restart},
 		{EndpointDecide, s.decide},
+		{EndpointHold, s.hold},
+		{EndpointReleaseHold, s.releaseHold},
 	} {
 		if err := add(e.name, e.h); err != nil {
 			_ = svc.Stop()

@@ -135,14 +135,13 @@ func (c *Client) once(ctx context.Context, endpoint string, b []byte, out any) e
 		}
 		return fmt.Errorf("api: %s: %w", endpoint, err)
 	}
-	var er ErrorReply
-	if err := json.Unmarshal(m.Data, &er); err != nil {
+	if e := ReplyError(m); e != nil {
+		return e
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
 		return fmt.Errorf("api: %s reply: %w", endpoint, err)
 	}
-	if er.Error != nil {
-		return er.Error
-	}
-	return json.Unmarshal(m.Data, out)
+	return nil
 }
 
 // Start starts a run; req.Schema is set for the caller. A Client that
@@ -289,7 +288,7 @@ func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
 // Endpoints returns the endpoints of the "weft" micro service, a fresh
 // slice on each call.
 func Endpoints() []string {
-	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume, EndpointRestart, EndpointDecide}
+	return []string{EndpointStart, EndpointApprove, EndpointReject, EndpointReconcile, EndpointReconcileStored, EndpointSettle, EndpointCancel, EndpointReport, EndpointResolve, EndpointPause, EndpointResume, EndpointRestart, EndpointDecide, EndpointHold, EndpointReleaseHold}
 }
 
 // QueueEndpoints returns the endpoints (report, settle) the "weft" micro

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -90,6 +91,64 @@ func denied(last, before error, subject, inbox string) error {
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to publish to %s", subject)}
 	case strings.Contains(msg, strings.ToLower(`subscription to "`+inbox+`"`)):
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to subscribe to its reply inbox %s (set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", inbox)}
+	}
+	return nil
+}
+
+// ReasonUnreadableReply is the Reason of the internal error ReplyError
+// answers for a reply it cannot read: whether the request was carried out
+// is unknown.
+const ReasonUnreadableReply = "unreadable_reply"
+
+// ReplyError returns the *weft.Error an error reply (ErrorReply) carries,
+// or nil for a success: the one reading of the error envelope that every
+// requester shares (api.Client, the query client, the catalog client, the
+// worker's reports and settlements, a runner's forwarded commands;
+// docs/protocol.md "Error codes"; docs/adr/0034). It is
+// strict, since a reply it cannot read is no answer: a requester that
+// reads it as a success would take a report or a settlement as recorded.
+//
+//   - A body that is the envelope with an error is that error; one whose
+//     error has no code is internal.
+//   - A body that is not the envelope (not JSON, not an object, a member
+//     of the wrong type: {"error":"refused"}, a JetStream API error's
+//     numeric code) is internal, "unreadable reply".
+//   - A reply whose Nats-Service-Error-Code header marks an error and whose
+//     body is empty or carries no error is the header's code
+//     (Nats-Service-Error); a header code that is empty or not a protocol
+//     code is internal.
+//   - An empty body without that header is internal: Weft services always
+//     send a body.
+//
+// An unreadable reply is internal with Reason ReasonUnreadableReply: the
+// request may have been carried out (the answer, not the request, is
+// what could not be read).
+//
+// internal is a code the worker sends its report again for (worker's
+// retryable) and the worker's settlement answers settle_unconfirmed for;
+// api.Client returns it as an error.
+func ReplyError(m *nats.Msg) *weft.Error {
+	var er ErrorReply
+	if len(m.Data) > 0 {
+		if err := json.Unmarshal(m.Data, &er); err != nil {
+			return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: "unreadable reply: " + err.Error()}
+		}
+		if er.Error != nil {
+			if er.Error.Code == "" {
+				return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: "unreadable reply: an error without a code: " + string(m.Data)}
+			}
+			return er.Error
+		}
+	}
+	if st := m.Header.Get("Nats-Service-Error-Code"); st != "" {
+		c := weft.Code(m.Header.Get("Nats-Service-Error"))
+		if _, ok := statuses[c]; !ok {
+			return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: fmt.Sprintf("unreadable reply: an error header %s whose code %q is not a protocol code", st, c)}
+		}
+		return &weft.Error{Code: c, Message: "error reply without a body: " + st}
+	}
+	if len(m.Data) == 0 {
+		return &weft.Error{Code: weft.CodeInternal, Reason: ReasonUnreadableReply, Message: "unreadable reply: an empty body"}
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ const (
 	EndpointResolve = "resolve"
 	// EndpointReportQueue is a tool worker's report on its queue's
 	// subject, weft.api.report.<agent>.<version token>.<tool>
-	// (worker.Queue.ReportSubject): the runner refuses it for an action
+	// (Queue.ReportSubject): the runner refuses it for an action
 	// of another queue (wrong_reference, reason other_queue).
 	EndpointReportQueue = "report_queue"
 	// EndpointSettleQueue is a settlement on the settled action's queue's
@@ -222,7 +222,7 @@ type Report struct {
 }
 
 // Queue names a tool queue: the tasks of one tool as bound in one agent
-// identity (worker.Queue is this type). Its methods name its subjects
+// identity (docs/adr/0008). Its methods name its subjects
 // (Subject, Consumer, ReportSubject, SettleSubject).
 type Queue struct {
 	// Agent is the agent's name, Version its version.
@@ -276,9 +276,11 @@ type Reply struct {
 	Status string `json:"status,omitempty"`
 }
 
-// ErrorReply is the body of every error reply; the micro service also sets
-// the Nats-Service-Error-Code header (the HTTP-like status of Code) and
-// Nats-Service-Error (the code).
+// ErrorReply is the body of every error reply of every Weft service — the
+// command API, the queries (weft.api.query.*) and the catalog
+// (weft.catalog.*): the one error envelope (docs/adr/0034). The micro
+// service also sets the Nats-Service-Error-Code header (the HTTP-like
+// status of Code) and Nats-Service-Error (the code). ReplyError reads it.
 type ErrorReply struct {
 	Schema int         `json:"schema"`
 	Error  *weft.Error `json:"error"`
@@ -368,6 +370,10 @@ var refusals = map[string][]weft.Code{
 	// A batch's own refusals; each item's outcome may carry any of
 	// approve's and reject's (DecideOutcome.Error).
 	EndpointDecide: commandRefusals(),
+	// Legal holds (retention.Place, retention.ReleaseHold): conflict when
+	// a purge passed its hold check on the run.
+	EndpointHold:        runRefusals(),
+	EndpointReleaseHold: runRefusals(),
 }
 
 // commandRefusals is what every command endpoint may answer (decoding,

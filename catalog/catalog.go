@@ -25,6 +25,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/tools"
 )
@@ -190,12 +191,6 @@ func Serve(nc *nats.Conn, agents []*agent.Agent) (micro.Service, error) {
 	return svc, nil
 }
 
-// errorReply is the body of an error reply (the command API's convention).
-type errorReply struct {
-	Schema int         `json:"schema"`
-	Error  *weft.Error `json:"error"`
-}
-
 func answer(r micro.Request, name string, entries []Entry) {
 	var req Request
 	if n := len(r.Data()); n > MaxBody {
@@ -239,6 +234,6 @@ func answer(r micro.Request, name string, entries []Entry) {
 }
 
 func respondError(r micro.Request, status int, e *weft.Error) {
-	body, _ := json.Marshal(errorReply{Schema: Schema, Error: e})
+	body, _ := json.Marshal(api.ErrorReply{Schema: Schema, Error: e})
 	_ = r.Error(fmt.Sprint(status), string(e.Code), body)
 }

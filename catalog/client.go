@@ -37,12 +37,8 @@ func (c *Client) Agent(ctx context.Context, ref events.AgentRef) (Entry, error) 
 		}
 		return Entry{}, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("catalog %s: %v", ref.Name, err)}
 	}
-	if m.Header.Get("Nats-Service-Error-Code") != "" {
-		var er errorReply
-		if json.Unmarshal(m.Data, &er) == nil && er.Error != nil {
-			return Entry{}, er.Error
-		}
-		return Entry{}, &weft.Error{Code: weft.Code(m.Header.Get("Nats-Service-Error"))}
+	if e := api.ReplyError(m); e != nil {
+		return Entry{}, e
 	}
 	var e Entry
 	if err := json.Unmarshal(m.Data, &e); err != nil {

@@ -1,6 +1,10 @@
 package client
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/weftrun/weft/projections"
+)
 
 // ArgumentsAmount returns the "amount" an approval's arguments carry at
 // their top level, when it is a number: what a batch decision's summary
@@ -28,7 +32,7 @@ type Selection struct {
 }
 
 // Summarize counts items, their runs and their total amount.
-func Summarize(items []ApprovalItem) Selection {
+func Summarize(items []projections.ApprovalItem) Selection {
 	runs := map[string]bool{}
 	var s Selection
 	for _, it := range items {

@@ -1,11 +1,14 @@
-// Package client is the one package a Go application imports to drive Weft
-// from outside the runner: Client sends the commands of the "weft" micro
-// service (weft.api.*: start, approve, reject, decide, reconcile, resolve,
-// settle, cancel, and report for tool workers) and the queries of "weft-query"
+// Package client is the Go application's way to drive Weft from outside
+// the runner: Client sends the commands of the "weft" micro service
+// (weft.api.*: start, approve, reject, decide, reconcile, resolve, settle,
+// cancel, and report for tool workers) and the queries of "weft-query"
 // (weft.api.query.*: run views, lists, inboxes, open questions, histories),
-// and Wait watches a run until it reaches a state. The wire types a caller
-// needs are declared here (as aliases of the packages that serve them), so
-// that no caller imports api, projector, projections or worker.
+// and Wait watches a run until it reaches a state. It declares no wire
+// type of its own: the command types, their replies and the outcomes are
+// package api's (the wire protocol's home), the read models and statuses
+// package projections', the query requests and replies package projector's,
+// the signed proofs package proof's and events' (docs/adr/0034); a caller
+// imports those packages beside this one.
 //
 // Every refusal is a *weft.Error whose Code is a protocol error code
 // (docs/protocol.md); compare with errors.Is or errors.As. A missing runner
@@ -36,143 +39,23 @@ import (
 	"github.com/weftrun/weft/proof"
 )
 
-// The command types (docs/protocol/40-commands.md).
-type (
-	// StartRequest starts a run of an agent.
-	StartRequest = api.StartRequest
-	// StartReply answers a start: the run id and its status.
-	StartReply = api.StartReply
-	// ApproveRequest approves a pending approval request.
-	ApproveRequest = api.ApproveRequest
-	// RejectRequest rejects a pending approval request.
-	RejectRequest = api.RejectRequest
-	// ReconcileRequest records what happened to an uncertain action.
-	ReconcileRequest = api.ReconcileRequest
-	// ResolveRequest records the final truth of an open question.
-	ResolveRequest = api.ResolveRequest
-	// CancelRequest cancels a run.
-	CancelRequest = api.CancelRequest
-	// PauseRequest pauses a run (docs/semantics.md §13).
-	PauseRequest = api.PauseRequest
-	// ResumeRequest resumes a paused run.
-	ResumeRequest = api.ResumeRequest
-	// RestartRequest restarts a finished run from one of its turns as a
-	// new run (docs/semantics.md §14).
-	RestartRequest = api.RestartRequest
-	// RestartFrom names the finished run and turn a restart starts from.
-	RestartFrom = api.RestartFrom
-	// Settlement is a settling tool's settlement.
-	Settlement = api.Settlement
-	// Report is a tool worker's report of an attempt.
-	Report = api.Report
-	// Reply is the reply of every command but start: the run's status.
-	Reply = api.Reply
-	// DecideRequest is a batch decision: approval answers of one run or
-	// many (weft.api.decide).
-	DecideRequest = api.DecideRequest
-	// DecideItem is one answer of a batch decision.
-	DecideItem = api.DecideItem
-	// DecideReply answers a batch decision: an outcome per item.
-	DecideReply = api.DecideReply
-	// DecideOutcome is one item's outcome.
-	DecideOutcome = api.DecideOutcome
-)
-
-// The query types (docs/protocol/50-queries.md).
-type (
-	// RunView is the read model of one run.
-	RunView = projections.RunView
-	// ActionView is one action of a run view.
-	ActionView = projections.ActionView
-	// RunReply is a run's view with its family status and its children's.
-	RunReply = projector.RunReply
-	// ListQuery filters and pages the run list.
-	ListQuery = projections.ListQuery
-	// ListPage is one page of runs.
-	ListPage = projections.ListPage
-	// Summary is one run as the lists show it.
-	Summary = projections.Summary
-	// InboxFilter selects the items of one run or agent ("" for all).
-	InboxFilter = projector.InboxRequest
-	// ApprovalItem is one pending approval request.
-	ApprovalItem = projections.ApprovalItem
-	// UncertainReply is the uncertain-effects inbox with ages.
-	UncertainReply = projector.UncertainReply
-	// UncertainItem is one uncertain effect.
-	UncertainItem = projections.UncertainItem
-	// QuestionItem is one open question.
-	QuestionItem = projections.QuestionItem
-	// HistoryRequest asks for a page of a run's history.
-	HistoryRequest = projector.HistoryRequest
-	// HistoryReply is a page of a run's history.
-	HistoryReply = projector.HistoryReply
-)
-
-// The signed approval proof types (docs/security.md, "Signed approval
-// proofs"): an approver of signed proofs (approvers.Signed) accepts an
-// answer only with a proof, sent as ApproveRequest.Proof or
-// RejectRequest.Proof, and the run view says of each recorded one whether
-// it verifies (ApprovalView.Proof).
-type (
-	// ApprovalProof is a signed approval proof.
-	ApprovalProof = events.ApprovalProof
-	// ProofSubject is what a proof answers: the approval request (run,
-	// action, revision, requirement), the call (tool, arguments), the
-	// edited arguments an approve narrows it to (Approved) and the
-	// answer. ApprovalItem.ProofSubject and RunView.ProofSubject return
-	// it for a pending request.
-	ProofSubject = proof.Subject
-	// ApprovalView is one approval request of an action in a run view,
-	// with its answer: who gave it, the approver that verified it and,
-	// for a signed proof, its ProofStatus.
-	ApprovalView = projections.ApprovalView
-	// ProofStatus is the check of a recorded proof: the signer's key,
-	// whether the proof verifies against the run's own record of the
-	// request and the call, and why not.
-	ProofStatus = projections.ProofStatus
-)
-
-// The answers a proof gives.
-const (
-	// AnswerApprove approves (ApproveRequest).
-	AnswerApprove = events.AnswerApprove
-	// AnswerReject rejects (RejectRequest).
-	AnswerReject = events.AnswerReject
-)
-
-// SignProof returns the proof that the holder of kp (an nkey user key
-// pair: nkeys.FromSeed of an approver's .nk file) gives s.Answer to s,
-// valid until expires (cut to whole seconds; the approver refuses a proof
-// valid for longer than its lifetime, 60 s by default), signed. A reject's
-// proof states the reason s gives: sign s.Answering(AnswerReject, reason)
-// (which refuses a reason on an approve and an unknown answer)
-// with the reason sent in the RejectRequest (RejectSigned does), so that
-// the proof covers it; a proof that states none verifies, but the audit
-// lists its reason unsigned. A key held elsewhere — a browser's WebCrypto
-// key, a hardware key — signs instead: p := proof.New(s, key, expires)
-// with key = proof.UserKey of its ed25519 public key, then p.Signature =
-// the unpadded base64url ed25519 signature of proof.Digest(p).
-func SignProof(s ProofSubject, kp nkeys.KeyPair, expires time.Time) (ApprovalProof, error) {
-	return proof.SignAnswer(s, kp, expires)
-}
-
 // RejectSigned rejects the approval request req names (req.Revision 0:
 // the pending one, whose revision is sent) with a proof signed by kp,
 // valid until expires, that covers req.Reason: the subject is read from
-// the run's view (ProofSubject), the reason set (ProofSubject.Answering)
-// and signed as SignProof signs it.
-func (c *Client) RejectSigned(ctx context.Context, req RejectRequest, kp nkeys.KeyPair, expires time.Time) (Reply, error) {
-	s, err := c.ProofSubject(ctx, req.Run, req.Action, req.Revision, AnswerReject)
+// the run's view (ProofSubject), the reason set (proof.Subject.Answering)
+// and signed as proof.SignAnswer signs it.
+func (c *Client) RejectSigned(ctx context.Context, req api.RejectRequest, kp nkeys.KeyPair, expires time.Time) (api.Reply, error) {
+	s, err := c.ProofSubject(ctx, req.Run, req.Action, req.Revision, events.AnswerReject)
 	if err != nil {
-		return Reply{}, err
+		return api.Reply{}, err
 	}
-	rs, err := s.Answering(AnswerReject, req.Reason)
+	rs, err := s.Answering(events.AnswerReject, req.Reason)
 	if err != nil {
-		return Reply{}, err
+		return api.Reply{}, err
 	}
-	p, err := SignProof(rs, kp, expires)
+	p, err := proof.SignAnswer(rs, kp, expires)
 	if err != nil {
-		return Reply{}, err
+		return api.Reply{}, err
 	}
 	req.Revision, req.Proof = s.Revision, &p
 	return c.Reject(ctx, req)
@@ -183,47 +66,13 @@ func (c *Client) RejectSigned(ctx context.Context, req RejectRequest, kp nkeys.K
 // wrong_reference when the run has no such request. The runner checks
 // every value against the run itself, so a view that is out of date only
 // gets the proof refused.
-func (c *Client) ProofSubject(ctx context.Context, run, action string, revision int, answer string) (ProofSubject, error) {
+func (c *Client) ProofSubject(ctx context.Context, run, action string, revision int, answer string) (proof.Subject, error) {
 	v, err := c.q.Run(ctx, run)
 	if err != nil {
-		return ProofSubject{}, err
+		return proof.Subject{}, err
 	}
 	return v.ProofSubject(action, revision, answer)
 }
-
-// The outcomes of a Settlement or a Report (api's, the wire's).
-const (
-	// OutcomeOutput reports that the body returned its output (Content).
-	OutcomeOutput = api.OutcomeOutput
-	// OutcomeExplain reports a definite failure the model sees (Message).
-	OutcomeExplain = api.OutcomeExplain
-	// OutcomeUncertain reports that the effect may have happened (Evidence).
-	OutcomeUncertain = api.OutcomeUncertain
-	// OutcomeOversize reports an output over max result bytes (Report.Bytes).
-	OutcomeOversize = api.OutcomeOversize
-	// OutcomeLost reports an attempt that ended without a result of its
-	// own (Report.Cause).
-	OutcomeLost = api.OutcomeLost
-)
-
-// The run statuses of a RunView (docs/semantics.md §6).
-const (
-	// StatusWorking is a run with a model call or a tool body in flight.
-	StatusWorking = projections.StatusWorking
-	// StatusUnattended is a run handed off and not recovered yet.
-	StatusUnattended = projections.StatusUnattended
-	// StatusSuspended is a run waiting for people (approvals, uncertain effects).
-	StatusSuspended = projections.StatusSuspended
-	// StatusFinished is a run that reached its outcome.
-	StatusFinished = projections.StatusFinished
-	// StatusPaused is a run a person paused: it starts no model call and
-	// no tool body until resumed (docs/semantics.md §13).
-	StatusPaused = projections.StatusPaused
-	// StatusQuarantined is a run whose log holds a message no reader can fold
-	// (RunView.Quarantine names it); nothing acts on the run until it is
-	// repaired (`weft repair`).
-	StatusQuarantined = projections.StatusQuarantined
-)
 
 // Client talks to Weft over one NATS connection. It is safe for
 // concurrent use.
@@ -243,15 +92,12 @@ type options struct {
 // WithRetry bounds how long a command answered with a retryable code
 // (weft.Code.Retryable: runner_busy, contended, conflict, unavailable,
 // settle_unconfirmed) is retried: no retry starts later than d after the
-// first try (default DefaultRetryWithin). d <= 0 is WithoutRetry.
+// first try (default api.DefaultRetryWithin). d <= 0 is WithoutRetry.
 func WithRetry(d time.Duration) Option { return func(o *options) { o.retry = d } }
 
 // WithoutRetry makes every command be sent once: a retryable answer such
 // as runner_busy is returned to the caller.
 func WithoutRetry() Option { return WithRetry(0) }
-
-// DefaultRetryWithin is the default bound of a command's retries.
-const DefaultRetryWithin = api.DefaultRetryWithin
 
 // New returns a Client on nc. Its commands follow docs/protocol.md's retry
 // rules: a command answered with a retryable code is sent again with the
@@ -263,7 +109,7 @@ const DefaultRetryWithin = api.DefaultRetryWithin
 // it again): read the run (Run, Wait) to learn whether the command was
 // applied.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
-	o := options{retry: DefaultRetryWithin}
+	o := options{retry: api.DefaultRetryWithin}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -281,7 +127,7 @@ func (c *Client) Ready(ctx context.Context) error { return c.cmd.Ready(ctx) }
 // was for (req.Run, or the id a retrying Client chose for a start without
 // one): after outcome_unknown, or no answer, read that run (Run) to learn
 // whether it started (api.Client.Start).
-func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error) {
+func (c *Client) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
 	return c.cmd.Start(ctx, req)
 }
 
@@ -291,14 +137,14 @@ func (c *Client) Start(ctx context.Context, req StartRequest) (StartReply, error
 // the tool's input schema must accept them (invalid_content), the policy
 // re-run with them must allow them under the request answered
 // (edit_refused), and a signed proof must cover them — set the
-// ProofSubject's Approved to the same bytes before signing. The run view
-// then shows them (ActionView.Approved).
-func (c *Client) Approve(ctx context.Context, req ApproveRequest) (Reply, error) {
+// proof.Subject's Approved to the same bytes before signing. The run view
+// then shows them (projections.ActionView.Approved).
+func (c *Client) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
 	return c.cmd.Approve(ctx, req)
 }
 
 // Reject rejects a pending approval request.
-func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
+func (c *Client) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, error) {
 	return c.cmd.Reject(ctx, req)
 }
 
@@ -307,51 +153,51 @@ func (c *Client) Reject(ctx context.Context, req RejectRequest) (Reply, error) {
 // checked as a single answer is, each run's items are recorded all or
 // nothing, and the reply has an outcome per item. A repeated batch (same
 // BatchID) answers the same.
-func (c *Client) Decide(ctx context.Context, req DecideRequest) (DecideReply, error) {
+func (c *Client) Decide(ctx context.Context, req api.DecideRequest) (api.DecideReply, error) {
 	return c.cmd.Decide(ctx, req)
 }
 
 // Reconcile records what happened to an uncertain action of a live run.
-func (c *Client) Reconcile(ctx context.Context, req ReconcileRequest) (Reply, error) {
+func (c *Client) Reconcile(ctx context.Context, req api.ReconcileRequest) (api.Reply, error) {
 	return c.cmd.Reconcile(ctx, req)
 }
 
 // ReconcileStored records what happened to an uncertain action of a
 // finished run, resuming nothing.
-func (c *Client) ReconcileStored(ctx context.Context, req ReconcileRequest) (Reply, error) {
+func (c *Client) ReconcileStored(ctx context.Context, req api.ReconcileRequest) (api.Reply, error) {
 	return c.cmd.ReconcileStored(ctx, req)
 }
 
 // Resolve records the final truth of an open question, for audit.
-func (c *Client) Resolve(ctx context.Context, req ResolveRequest) (Reply, error) {
+func (c *Client) Resolve(ctx context.Context, req api.ResolveRequest) (api.Reply, error) {
 	return c.cmd.Resolve(ctx, req)
 }
 
 // Settle offers a settling tool's settlement.
-func (c *Client) Settle(ctx context.Context, s Settlement) (Reply, error) {
+func (c *Client) Settle(ctx context.Context, s api.Settlement) (api.Reply, error) {
 	return c.cmd.Settle(ctx, s)
 }
 
 // Report sends a tool worker's report of an attempt (a worker in Go uses
 // package worker, which does this).
-func (c *Client) Report(ctx context.Context, r Report) (Reply, error) {
+func (c *Client) Report(ctx context.Context, r api.Report) (api.Reply, error) {
 	return c.cmd.Report(ctx, r)
 }
 
 // Cancel cancels a run.
-func (c *Client) Cancel(ctx context.Context, req CancelRequest) (Reply, error) {
+func (c *Client) Cancel(ctx context.Context, req api.CancelRequest) (api.Reply, error) {
 	return c.cmd.Cancel(ctx, req)
 }
 
 // Pause pauses a run: it starts no model call and no tool body until
 // Resume; work in flight finishes, approvals and reconciliations are still
 // answered (docs/semantics.md §13).
-func (c *Client) Pause(ctx context.Context, req PauseRequest) (Reply, error) {
+func (c *Client) Pause(ctx context.Context, req api.PauseRequest) (api.Reply, error) {
 	return c.cmd.Pause(ctx, req)
 }
 
 // Resume resumes a paused run.
-func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Reply, error) {
+func (c *Client) Resume(ctx context.Context, req api.ResumeRequest) (api.Reply, error) {
 	return c.cmd.Resume(ctx, req)
 }
 
@@ -365,58 +211,62 @@ func (c *Client) Resume(ctx context.Context, req ResumeRequest) (Reply, error) {
 // (reconcile or resolve the actions the error's Actions names first, a
 // child run's as "<child>/<action>"); already_started for a run id that
 // exists. A retrying client chooses the new run's id as Start does.
-func (c *Client) Restart(ctx context.Context, req RestartRequest) (StartReply, error) {
+func (c *Client) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
 	return c.cmd.Restart(ctx, req)
 }
 
 // Run returns a run's view (projected, or folded from the log when the
 // projector has not seen it yet).
-func (c *Client) Run(ctx context.Context, run string) (RunView, error) { return c.q.Run(ctx, run) }
+func (c *Client) Run(ctx context.Context, run string) (projections.RunView, error) {
+	return c.q.Run(ctx, run)
+}
 
 // RunFamily returns a run's view with its family status.
-func (c *Client) RunFamily(ctx context.Context, run string) (RunReply, error) {
+func (c *Client) RunFamily(ctx context.Context, run string) (projector.RunReply, error) {
 	return c.q.RunFamily(ctx, run)
 }
 
 // List returns a page of runs.
-func (c *Client) List(ctx context.Context, q ListQuery) (ListPage, error) { return c.q.List(ctx, q) }
+func (c *Client) List(ctx context.Context, q projections.ListQuery) (projections.ListPage, error) {
+	return c.q.List(ctx, q)
+}
 
 // Approvals returns every pending approval request the filter keeps,
 // oldest first, following the inbox's pages (`next`) to the last.
-func (c *Client) Approvals(ctx context.Context, f InboxFilter) ([]ApprovalItem, error) {
+func (c *Client) Approvals(ctx context.Context, f projector.InboxRequest) ([]projections.ApprovalItem, error) {
 	return c.q.Approvals(ctx, f)
 }
 
 // Uncertain returns every uncertain effect the filter keeps, oldest
 // first, following the inbox's pages (`next`) to the last.
-func (c *Client) Uncertain(ctx context.Context, f InboxFilter) (UncertainReply, error) {
+func (c *Client) Uncertain(ctx context.Context, f projector.InboxRequest) (projector.UncertainReply, error) {
 	return c.q.Uncertain(ctx, f)
 }
 
 // Questions returns every open question the filter keeps, oldest first,
 // following the inbox's pages (`next`) to the last.
-func (c *Client) Questions(ctx context.Context, f InboxFilter) ([]QuestionItem, error) {
+func (c *Client) Questions(ctx context.Context, f projector.InboxRequest) ([]projections.QuestionItem, error) {
 	return c.q.Questions(ctx, f)
 }
 
 // History returns a page of a run's history.
-func (c *Client) History(ctx context.Context, q HistoryRequest) (HistoryReply, error) {
+func (c *Client) History(ctx context.Context, q projector.HistoryRequest) (projector.HistoryReply, error) {
 	return c.q.History(ctx, q)
 }
 
 // Condition is what Wait waits for: a predicate on a run's view.
-type Condition func(RunView) bool
+type Condition func(projections.RunView) bool
 
 // Finished holds once the run has finished.
-func Finished(v RunView) bool { return v.Status == StatusFinished }
+func Finished(v projections.RunView) bool { return v.Status == projections.StatusFinished }
 
 // Suspended holds while the run waits for people: approvals or uncertain
 // effects, nothing in flight.
-func Suspended(v RunView) bool { return v.Status == StatusSuspended }
+func Suspended(v projections.RunView) bool { return v.Status == projections.StatusSuspended }
 
 // Settled holds when nothing more happens without a person: the run is
 // suspended or finished.
-func Settled(v RunView) bool { return Suspended(v) || Finished(v) }
+func Settled(v projections.RunView) bool { return Suspended(v) || Finished(v) }
 
 // Wait returns the run's view as soon as until holds for it: at once when
 // it holds for the run as it is now, else after the first later decision
@@ -426,15 +276,15 @@ func Settled(v RunView) bool { return Suspended(v) || Finished(v) }
 // with no events, quarantined for a run whose log holds a message no
 // reader can fold (docs/reliability.md, "A malformed message"), and ctx's
 // error with the last view when ctx ends first.
-func (c *Client) Wait(ctx context.Context, run string, until Condition) (RunView, error) {
+func (c *Client) Wait(ctx context.Context, run string, until Condition) (projections.RunView, error) {
 	head, err := c.log.Head(ctx, run)
 	if err != nil {
-		return RunView{}, err
+		return projections.RunView{}, err
 	}
 	if head.IsZero() {
-		return RunView{}, weft.UnknownRun(run)
+		return projections.RunView{}, weft.UnknownRun(run)
 	}
-	var v RunView
+	var v projections.RunView
 	caught, met := false, false
 	werr := c.log.WatchRun(ctx, run, func(e eventlog.RunEvent) error {
 		if e.Envelope.Version == 0 {

@@ -8,10 +8,13 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
 )
 
 // serve runs the payment desk with host.Run on a test server and returns
@@ -69,19 +72,19 @@ func TestWaitWatchesARunUntilItsState(t *testing.T) {
 	if _, err := c.Wait(ctx, "nobody", client.Finished); !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
 		t.Fatalf("Wait on an unknown run: %v, want unknown_run", err)
 	}
-	if _, err := c.Start(ctx, client.StartRequest{Run: "w-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "w-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 		t.Fatal(err)
 	}
-	awaiting := func(v client.RunView) bool {
+	awaiting := func(v projections.RunView) bool {
 		a, ok := v.Action("2/call_2_1")
 		return ok && a.Pending != nil
 	}
 	v, err := c.Wait(ctx, "w-7", awaiting)
-	if err != nil || v.Status != client.StatusSuspended {
+	if err != nil || v.Status != projections.StatusSuspended {
 		t.Fatalf("Wait for the approval request: %v, status %s", err, v.Status)
 	}
 	a, _ := v.Action("2/call_2_1")
-	if _, err := c.Approve(ctx, client.ApproveRequest{CommandID: "a-1", Run: "w-7", Action: a.ID, Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"}); err != nil {
+	if _, err := c.Approve(ctx, api.ApproveRequest{CommandID: "a-1", Run: "w-7", Action: a.ID, Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"}); err != nil {
 		t.Fatal(err)
 	}
 	v, err = c.Wait(ctx, "w-7", client.Finished)
@@ -89,7 +92,7 @@ func TestWaitWatchesARunUntilItsState(t *testing.T) {
 		t.Fatalf("Wait finished: %v %+v", err, v.Outcome)
 	}
 	// Finished already: at once.
-	if v, err := c.Wait(ctx, "w-7", client.Settled); err != nil || v.Status != client.StatusFinished {
+	if v, err := c.Wait(ctx, "w-7", client.Settled); err != nil || v.Status != projections.StatusFinished {
 		t.Fatalf("Wait settled on a finished run: %v %s", err, v.Status)
 	}
 	// It was suspended once, but is not any more: the condition is asked
@@ -100,12 +103,12 @@ func TestWaitWatchesARunUntilItsState(t *testing.T) {
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
 	var asked []string
-	v, err = c.Wait(sctx, "w-7", func(v client.RunView) bool {
+	v, err = c.Wait(sctx, "w-7", func(v projections.RunView) bool {
 		asked = append(asked, v.Status)
 		scancel()
 		return client.Suspended(v)
 	})
-	if !errors.Is(err, context.Canceled) || v.Status != client.StatusFinished || len(asked) != 1 || asked[0] != client.StatusFinished {
+	if !errors.Is(err, context.Canceled) || v.Status != projections.StatusFinished || len(asked) != 1 || asked[0] != projections.StatusFinished {
 		t.Fatalf("Wait suspended on a finished run: %v, status %s, asked about %v; want canceled, finished, asked once about finished", err, v.Status, asked)
 	}
 }
@@ -141,7 +144,7 @@ func TestWaitNeedsNoProjector(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Start(ctx, client.StartRequest{Run: "np-8", Agent: demo.AgentName, Input: "pay invoice INV-8"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "np-8", Agent: demo.AgentName, Input: "pay invoice INV-8"}); err != nil {
 		t.Fatal(err)
 	}
 	v, err := c.Wait(ctx, "np-8", client.Finished)
@@ -162,35 +165,35 @@ func TestClientQueriesAndResolve(t *testing.T) {
 	c := serve(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := c.Start(ctx, client.StartRequest{Run: "w-13", Agent: demo.AgentName, Input: "pay invoice INV-13"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "w-13", Agent: demo.AgentName, Input: "pay invoice INV-13"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Wait(ctx, "w-13", client.Suspended); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Reconcile(ctx, client.ReconcileRequest{CommandID: "r-1", Run: "w-13", Action: "2/call_2_1", Content: []byte(`{"unconfirmed":"asking"}`)}); err != nil {
+	if _, err := c.Reconcile(ctx, api.ReconcileRequest{CommandID: "r-1", Run: "w-13", Action: "2/call_2_1", Content: []byte(`{"unconfirmed":"asking"}`)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Wait(ctx, "w-13", client.Finished); err != nil {
 		t.Fatal(err)
 	}
-	var qs []client.QuestionItem
+	var qs []projections.QuestionItem
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if qs, _ = c.Questions(ctx, client.InboxFilter{Run: "w-13"}); len(qs) == 1 {
+		if qs, _ = c.Questions(ctx, projector.InboxRequest{Run: "w-13"}); len(qs) == 1 {
 			break
 		}
 	}
 	if len(qs) != 1 || qs[0].Note != "asking" {
 		t.Fatalf("open questions %+v", qs)
 	}
-	if _, err := c.Resolve(ctx, client.ResolveRequest{CommandID: "q-1", Run: "w-13", Action: "2/call_2_1", Content: []byte(`{"error":"never sent"}`)}); err != nil {
+	if _, err := c.Resolve(ctx, api.ResolveRequest{CommandID: "q-1", Run: "w-13", Action: "2/call_2_1", Content: []byte(`{"error":"never sent"}`)}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := c.Wait(ctx, "w-13", func(v client.RunView) bool {
+	v, err := c.Wait(ctx, "w-13", func(v projections.RunView) bool {
 		a, _ := v.Action("2/call_2_1")
 		return a.Question != nil && a.Question.Resolution != nil
 	})
-	if err != nil || v.Status != client.StatusFinished {
+	if err != nil || v.Status != projections.StatusFinished {
 		t.Fatalf("after resolve: %v %s", err, v.Status)
 	}
 }

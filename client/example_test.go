@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/projections"
 )
 
 // ExampleClient_Wait starts a payment that needs a finance approval, waits
@@ -46,11 +48,11 @@ func ExampleClient_Wait() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := c.Start(ctx, client.StartRequest{Run: "pay-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "pay-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 		log.Fatal(err)
 	}
 	// Any predicate on the run's view: here, its payment asks for approval.
-	asking := func(v client.RunView) bool {
+	asking := func(v projections.RunView) bool {
 		a, ok := v.Action("2/call_2_1")
 		return ok && a.Pending != nil
 	}
@@ -61,7 +63,7 @@ func ExampleClient_Wait() {
 	a, _ := v.Action("2/call_2_1")
 	fmt.Println(v.Status, a.Tool, "waits for", a.Pending.Requirement.Name)
 
-	if _, err := c.Approve(ctx, client.ApproveRequest{CommandID: "approve-1", Run: "pay-7", Action: a.ID,
+	if _, err := c.Approve(ctx, api.ApproveRequest{CommandID: "approve-1", Run: "pay-7", Action: a.ID,
 		Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"}); err != nil {
 		log.Fatal(err)
 	}

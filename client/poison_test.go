@@ -13,11 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 )
 
@@ -107,8 +109,8 @@ func TestAPoisonedRunIsQuarantinedAndEveryOtherRunIsServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending := func(run string) func(client.RunView) bool {
-		return func(v client.RunView) bool {
+	pending := func(run string) func(projections.RunView) bool {
+		return func(v projections.RunView) bool {
 			a, ok := v.Action("2/call_2_1")
 			return ok && a.Pending != nil
 		}
@@ -119,7 +121,7 @@ func TestAPoisonedRunIsQuarantinedAndEveryOtherRunIsServed(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			var v client.RunView
+			var v projections.RunView
 			if err := json.Unmarshal(e.Value(), &v); err != nil {
 				return err
 			}
@@ -137,7 +139,7 @@ func TestAPoisonedRunIsQuarantinedAndEveryOtherRunIsServed(t *testing.T) {
 		all = append(all, p.run)
 	}
 	for _, run := range all {
-		if _, err := c.Start(ctx, client.StartRequest{Run: run, Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+		if _, err := c.Start(ctx, api.StartRequest{Run: run, Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -145,7 +147,7 @@ func TestAPoisonedRunIsQuarantinedAndEveryOtherRunIsServed(t *testing.T) {
 		if _, err := c.Wait(ctx, run, pending(run)); err != nil {
 			t.Fatalf("wait %s: %v", run, err)
 		}
-		eventually(ctx, t, "projected "+run, projected(run, client.StatusSuspended))
+		eventually(ctx, t, "projected "+run, projected(run, projections.StatusSuspended))
 	}
 
 	// Poison.
@@ -165,10 +167,10 @@ func TestAPoisonedRunIsQuarantinedAndEveryOtherRunIsServed(t *testing.T) {
 
 	// New runs are projected; the checkpoint moves past the bad messages.
 	for _, run := range []string{"n-1", "n-2"} {
-		if _, err := c.Start(ctx, client.StartRequest{Run: run, Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+		if _, err := c.Start(ctx, api.StartRequest{Run: run, Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(ctx, t, "projected new run "+run, projected(run, client.StatusSuspended))
+		eventually(ctx, t, "projected new run "+run, projected(run, projections.StatusSuspended))
 	}
 	state, err := s.JS.KeyValue(ctx, projector.BucketState)
 	if err != nil {
@@ -192,37 +194,37 @@ func TestAPoisonedRunIsQuarantinedAndEveryOtherRunIsServed(t *testing.T) {
 	// The poisoned runs: quarantined with the sequence, refused, out of
 	// the inbox.
 	for _, p := range cases {
-		eventually(ctx, t, p.kind+": view quarantined", projected(p.run, client.StatusQuarantined))
+		eventually(ctx, t, p.kind+": view quarantined", projected(p.run, projections.StatusQuarantined))
 		v, err := c.Run(ctx, p.run)
 		if err != nil {
 			t.Fatalf("%s: query run: %v", p.kind, err)
 		}
-		if v.Status != client.StatusQuarantined || v.Quarantine == nil || v.Quarantine.Seq != seqs[p.run] || v.Quarantine.Reason == "" {
+		if v.Status != projections.StatusQuarantined || v.Quarantine == nil || v.Quarantine.Seq != seqs[p.run] || v.Quarantine.Reason == "" {
 			t.Fatalf("%s: view status %s quarantine %+v, want quarantined at seq %d", p.kind, v.Status, v.Quarantine, seqs[p.run])
 		}
-		if _, err := c.History(ctx, client.HistoryRequest{Run: p.run}); !errors.Is(err, &weft.Error{Code: weft.CodeQuarantined}) {
+		if _, err := c.History(ctx, projector.HistoryRequest{Run: p.run}); !errors.Is(err, &weft.Error{Code: weft.CodeQuarantined}) {
 			t.Fatalf("%s: history: %v, want quarantined", p.kind, err)
 		}
 		a, _ := v.Action("2/call_2_1")
 		if a.Pending == nil {
 			t.Fatalf("%s: the quarantined view lost the pending request folded before the bad message", p.kind)
 		}
-		_, err = c.Approve(ctx, client.ApproveRequest{CommandID: "a-" + p.run, Run: p.run, Action: a.ID, Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"})
+		_, err = c.Approve(ctx, api.ApproveRequest{CommandID: "a-" + p.run, Run: p.run, Action: a.ID, Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"})
 		if !errors.Is(err, &weft.Error{Code: weft.CodeQuarantined}) {
 			t.Fatalf("%s: approve: %v, want quarantined", p.kind, err)
 		}
-		if _, err := c.Cancel(ctx, client.CancelRequest{CommandID: "c-" + p.run, Run: p.run}); !errors.Is(err, &weft.Error{Code: weft.CodeQuarantined}) {
+		if _, err := c.Cancel(ctx, api.CancelRequest{CommandID: "c-" + p.run, Run: p.run}); !errors.Is(err, &weft.Error{Code: weft.CodeQuarantined}) {
 			t.Fatalf("%s: cancel: %v, want quarantined", p.kind, err)
 		}
 		if _, err := c.Wait(ctx, p.run, client.Finished); !errors.Is(err, &weft.Error{Code: weft.CodeQuarantined}) {
 			t.Fatalf("%s: wait: %v, want quarantined", p.kind, err)
 		}
-		items, err := c.Approvals(ctx, client.InboxFilter{Run: p.run})
+		items, err := c.Approvals(ctx, projector.InboxRequest{Run: p.run})
 		if err != nil || len(items) != 0 {
 			t.Fatalf("%s: approvals inbox of the quarantined run: %v %d items, want none", p.kind, err, len(items))
 		}
 	}
-	page, err := c.List(ctx, client.ListQuery{Status: client.StatusQuarantined})
+	page, err := c.List(ctx, projections.ListQuery{Status: projections.StatusQuarantined})
 	if err != nil || len(page.Runs) != len(cases) {
 		t.Fatalf("list quarantined: %v %+v, want the %d poisoned runs", err, page, len(cases))
 	}
@@ -240,7 +242,7 @@ func TestAPoisonedRunIsQuarantinedAndEveryOtherRunIsServed(t *testing.T) {
 		if _, err := log.Void(ctx, p.run, seqs[p.run], "published by a test", "tester", time.Now()); err != nil {
 			t.Fatalf("%s: void: %v", p.kind, err)
 		}
-		eventually(ctx, t, p.kind+": repaired view", projected(p.run, client.StatusSuspended))
+		eventually(ctx, t, p.kind+": repaired view", projected(p.run, projections.StatusSuspended))
 		approve(ctx, t, c, p.run)
 	}
 }
@@ -256,7 +258,7 @@ func approve(ctx context.Context, t *testing.T, c *client.Client, run string) {
 	if a.Pending == nil {
 		t.Fatalf("%s: nothing pending: %s", run, v.Status)
 	}
-	if _, err := c.Approve(ctx, client.ApproveRequest{CommandID: "ok-" + run, Run: run, Action: a.ID, Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"}); err != nil {
+	if _, err := c.Approve(ctx, api.ApproveRequest{CommandID: "ok-" + run, Run: run, Action: a.ID, Revision: a.Pending.Revision, Approver: demo.Approver, Credential: "alice"}); err != nil {
 		t.Fatalf("%s: approve: %v", run, err)
 	}
 	v, err = c.Wait(ctx, run, client.Finished)

@@ -14,11 +14,15 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/client"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -63,7 +67,7 @@ func signingKeys(t *testing.T) (alice nkeys.KeyPair, aliceKey string, browser ed
 
 // From a pending approval (the approvals
 // inbox's item, or the run view) the client builds exactly what a signed
-// answer is for, signs it with an nkey (SignProof) or has it signed by a
+// answer is for, signs it with an nkey (proof.SignAnswer) or has it signed by a
 // key it never holds (proof.New, proof.Digest, plain ed25519, proof.UserKey),
 // submits it with the command, and reads back whether the recorded proof
 // verifies and whose key signed it; a proof sent twice is refused
@@ -73,33 +77,33 @@ func TestClientSignedApprovals(t *testing.T) {
 	c := serveSigned(t, aliceKey, browserKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	pending := func(v client.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }
+	pending := func(v projections.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }
 
 	// Approved with an nkey, from the inbox's item.
-	if _, err := c.Start(ctx, client.StartRequest{Run: "sp-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "sp-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Wait(ctx, "sp-7", pending); err != nil {
 		t.Fatal(err)
 	}
-	var items []client.ApprovalItem
+	var items []projections.ApprovalItem
 	for deadline := time.Now().Add(30 * time.Second); len(items) == 0 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		items, _ = c.Approvals(ctx, client.InboxFilter{Run: "sp-7"})
+		items, _ = c.Approvals(ctx, projector.InboxRequest{Run: "sp-7"})
 	}
 	if len(items) != 1 {
 		t.Fatalf("approvals inbox: %+v", items)
 	}
-	s := items[0].ProofSubject(client.AnswerApprove)
-	fromView, err := c.ProofSubject(ctx, "sp-7", "2/call_2_1", 0, client.AnswerApprove)
+	s := items[0].ProofSubject(events.AnswerApprove)
+	fromView, err := c.ProofSubject(ctx, "sp-7", "2/call_2_1", 0, events.AnswerApprove)
 	if err != nil || fromView.Run != s.Run || fromView.Action != s.Action || fromView.Revision != s.Revision ||
 		fromView.Requirement != s.Requirement || fromView.Tool != s.Tool || !bytes.Equal(fromView.Arguments, s.Arguments) {
 		t.Fatalf("the view's subject %+v (%v) is not the inbox item's %+v", fromView, err, s)
 	}
-	p, err := client.SignProof(s, alice, time.Now().Add(30*time.Second))
+	p, err := proof.SignAnswer(s, alice, time.Now().Add(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := client.ApproveRequest{CommandID: "a-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &p}
+	req := api.ApproveRequest{CommandID: "a-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &p}
 	if _, err := c.Approve(ctx, req); err != nil {
 		t.Fatalf("a signed approve: %v", err)
 	}
@@ -115,15 +119,15 @@ func TestClientSignedApprovals(t *testing.T) {
 	checkProof(t, v, aliceKey, "alice@bank")
 
 	// Rejected with a key the client never holds: it signs the digest.
-	if _, err := c.Start(ctx, client.StartRequest{Run: "sp-9", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "sp-9", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Wait(ctx, "sp-9", pending); err != nil {
 		t.Fatal(err)
 	}
-	s, err = c.ProofSubject(ctx, "sp-9", "2/call_2_1", 0, client.AnswerReject)
+	s, err = c.ProofSubject(ctx, "sp-9", "2/call_2_1", 0, events.AnswerReject)
 	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		s, err = c.ProofSubject(ctx, "sp-9", "2/call_2_1", 0, client.AnswerReject) // the view catches up
+		s, err = c.ProofSubject(ctx, "sp-9", "2/call_2_1", 0, events.AnswerReject) // the view catches up
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +138,7 @@ func TestClientSignedApprovals(t *testing.T) {
 	}
 	d := proof.Digest(p)
 	p.Signature = base64.RawURLEncoding.EncodeToString(ed25519.Sign(browser, d[:]))
-	if _, err := c.Reject(ctx, client.RejectRequest{CommandID: "r-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &p, Reason: "not today"}); err != nil {
+	if _, err := c.Reject(ctx, api.RejectRequest{CommandID: "r-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &p, Reason: "not today"}); err != nil {
 		t.Fatalf("a signed reject: %v", err)
 	}
 	v, err = c.Wait(ctx, "sp-9", client.Finished)
@@ -146,7 +150,7 @@ func TestClientSignedApprovals(t *testing.T) {
 
 // checkProof checks that 2/call_2_1's answer in v was recorded with a
 // proof by key that verifies, and names reviewer.
-func checkProof(t *testing.T, v client.RunView, key, reviewer string) {
+func checkProof(t *testing.T, v projections.RunView, key, reviewer string) {
 	t.Helper()
 	a, _ := v.Action("2/call_2_1")
 	if len(a.Approvals) != 1 {
@@ -169,31 +173,31 @@ func TestSemantics4_ClientApproveNarrower(t *testing.T) {
 	c := serveSigned(t, aliceKey, browserKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if _, err := c.Start(ctx, client.StartRequest{Run: "sn-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "sn-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Wait(ctx, "sn-7", func(v client.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }); err != nil {
+	if _, err := c.Wait(ctx, "sn-7", func(v projections.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }); err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.ProofSubject(ctx, "sn-7", "2/call_2_1", 0, client.AnswerApprove)
+	s, err := c.ProofSubject(ctx, "sn-7", "2/call_2_1", 0, events.AnswerApprove)
 	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		s, err = c.ProofSubject(ctx, "sn-7", "2/call_2_1", 0, client.AnswerApprove) // the view catches up
+		s, err = c.ProofSubject(ctx, "sn-7", "2/call_2_1", 0, events.AnswerApprove) // the view catches up
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	lower := json.RawMessage(`{"invoice":"INV-7","payee":"ACME Ltd","amount":50,"currency":"EUR"}`)
-	asAsked, err := client.SignProof(s, alice, time.Now().Add(30*time.Second))
+	asAsked, err := proof.SignAnswer(s, alice, time.Now().Add(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := client.ApproveRequest{CommandID: "n-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &asAsked, Arguments: lower}
+	req := api.ApproveRequest{CommandID: "n-1", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &asAsked, Arguments: lower}
 	var we *weft.Error
 	if _, err := c.Approve(ctx, req); !errors.As(err, &we) || we.Code != weft.CodeProofRefused || we.Reason != proof.ReasonOtherArguments {
 		t.Fatalf("a proof of the call as asked with an edit: %v, want proof_refused(other_arguments)", err)
 	}
 	s.Approved = lower
-	narrowed, err := client.SignProof(s, alice, time.Now().Add(30*time.Second))
+	narrowed, err := proof.SignAnswer(s, alice, time.Now().Add(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,33 +226,33 @@ func TestSecuritySignedReject_ClientSignsTheReason(t *testing.T) {
 	srv, c := serveSignedOn(t, aliceKey, browserKey)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if _, err := c.Start(ctx, client.StartRequest{Run: "sr-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "sr-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Wait(ctx, "sr-7", func(v client.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }); err != nil {
+	if _, err := c.Wait(ctx, "sr-7", func(v projections.RunView) bool { a, ok := v.Action("2/call_2_1"); return ok && a.Pending != nil }); err != nil {
 		t.Fatal(err)
 	}
 	// The view catches up with the pending request.
-	s, err := c.ProofSubject(ctx, "sr-7", "2/call_2_1", 0, client.AnswerReject)
+	s, err := c.ProofSubject(ctx, "sr-7", "2/call_2_1", 0, events.AnswerReject)
 	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		s, err = c.ProofSubject(ctx, "sr-7", "2/call_2_1", 0, client.AnswerReject)
+		s, err = c.ProofSubject(ctx, "sr-7", "2/call_2_1", 0, events.AnswerReject)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs, err := s.Answering(client.AnswerReject, "paid by card")
+	rs, err := s.Answering(events.AnswerReject, "paid by card")
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := client.SignProof(rs, alice, time.Now().Add(30*time.Second))
+	other, err := proof.SignAnswer(rs, alice, time.Now().Add(30*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var we *weft.Error
-	if _, err := c.Reject(ctx, client.RejectRequest{CommandID: "r-0", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &other, Reason: "a duplicate"}); !errors.As(err, &we) || we.Reason != proof.ReasonOtherReason {
+	if _, err := c.Reject(ctx, api.RejectRequest{CommandID: "r-0", Run: s.Run, Action: s.Action, Revision: s.Revision, Approver: "keys", Proof: &other, Reason: "a duplicate"}); !errors.As(err, &we) || we.Reason != proof.ReasonOtherReason {
 		t.Fatalf("a proof of another reason: %v, want proof_refused(other_reason)", err)
 	}
-	req := client.RejectRequest{CommandID: "r-1", Run: "sr-7", Action: "2/call_2_1", Approver: "keys", Reason: "a duplicate"}
+	req := api.RejectRequest{CommandID: "r-1", Run: "sr-7", Action: "2/call_2_1", Approver: "keys", Reason: "a duplicate"}
 	if _, err := c.RejectSigned(ctx, req, alice, time.Now().Add(30*time.Second)); err != nil {
 		t.Fatalf("a signed reject: %v", err)
 	}
@@ -265,7 +269,7 @@ func TestSecuritySignedReject_ClientSignsTheReason(t *testing.T) {
 	if !rep.OK() || len(rep.Proofs) != 1 {
 		t.Fatalf("audit: %+v, proofs %+v", rep.Problem, rep.Proofs)
 	}
-	if pc := rep.Proofs[0]; !pc.Verified || pc.Answer != client.AnswerReject || pc.ReasonUnsigned {
+	if pc := rep.Proofs[0]; !pc.Verified || pc.Answer != events.AnswerReject || pc.ReasonUnsigned {
 		t.Fatalf("the reject's proof check %+v: want verified, its reason signed", pc)
 	}
 }

@@ -31,7 +31,7 @@ func TestRetryRules_ClientRetriesRunnerBusyWithTheSameCommandID(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := c.Start(ctx, client.StartRequest{Run: "busy-go", Agent: "notes", Input: "hello"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "busy-go", Agent: "notes", Input: "hello"}); err != nil {
 		t.Fatalf("start: %v, want it applied after the retries", err)
 	}
 	fw := d.Forwarded()
@@ -54,7 +54,7 @@ func TestRetryRules_ClientWithoutRetryReturnsRunnerBusy(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = c.Start(ctx, client.StartRequest{Run: "busy-go", Agent: "notes", Input: "hello"})
+	_, err = c.Start(ctx, api.StartRequest{Run: "busy-go", Agent: "notes", Input: "hello"})
 	if !errors.Is(err, &weft.Error{Code: weft.CodeRunnerBusy}) {
 		t.Fatalf("start: %v, want runner_busy", err)
 	}
@@ -74,7 +74,7 @@ func TestRetryRules_ClientNeverRetriesAPermanentRefusal(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err = c.Cancel(ctx, client.CancelRequest{Run: "busy-go"})
+	_, err = c.Cancel(ctx, api.CancelRequest{Run: "busy-go"})
 	if !errors.Is(err, &weft.Error{Code: weft.CodeRunEnded}) {
 		t.Fatalf("cancel: %v, want run_ended", err)
 	}
@@ -97,7 +97,7 @@ func ExampleWithoutRetry() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	req := client.CancelRequest{CommandID: "cancel-pay-7", Run: "pay-7", Reason: "duplicate"}
+	req := api.CancelRequest{CommandID: "cancel-pay-7", Run: "pay-7", Reason: "duplicate"}
 	_, err = c.Cancel(context.Background(), req)
 	switch code := weft.ErrorCode(err); {
 	case err == nil:

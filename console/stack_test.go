@@ -33,7 +33,6 @@ import (
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/roles"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // One `weft dev` stack (demo.Run: embedded NATS, runner, worker, projector,
@@ -157,7 +156,7 @@ func startDev(secured bool) (*stack, error) {
 	}
 	opts := []natsnode.Option{natsnode.WithURL(u)}
 	if secured {
-		opts = append(opts, natsnode.WithCredsFile(filepath.Join(roleDir, roles.CredsFile(roles.Operator, worker.Queue{}))))
+		opts = append(opts, natsnode.WithCredsFile(filepath.Join(roleDir, roles.CredsFile(roles.Operator, api.Queue{}))))
 	}
 	node, err := natsnode.Start(ctx, opts...)
 	if err != nil {

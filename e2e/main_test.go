@@ -147,7 +147,7 @@ func workerMain() int {
 	w := worker.New(nc, js, worker.WithID(os.Getenv("WEFT_E2E_WORKER")), worker.WithAckWait(time.Second), worker.WithLogger(logger))
 	for _, a := range agents {
 		for _, t := range a.Tools() {
-			w.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
+			w.Handle(api.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
 		}
 	}
 	if err := w.Run(ctx); err != nil {

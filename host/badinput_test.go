@@ -153,7 +153,7 @@ func TestBadInputEveryEndpoint(t *testing.T) {
 	// A real run with a real pending approval: the well-formed bodies
 	// address it, so a case that slipped through validation would be
 	// applied and change the log.
-	if _, err := c.Start(wctx, client.StartRequest{Run: "pay-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
+	if _, err := c.Start(wctx, api.StartRequest{Run: "pay-7", Agent: demo.AgentName, Input: "pay invoice INV-7"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Wait(wctx, "pay-7", client.Suspended); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/demo"
@@ -45,7 +46,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := c.Start(ctx, client.StartRequest{Run: "pay-8", Agent: demo.AgentName, Input: "pay invoice INV-8"}); err != nil {
+	if _, err := c.Start(ctx, api.StartRequest{Run: "pay-8", Agent: demo.AgentName, Input: "pay invoice INV-8"}); err != nil {
 		log.Fatal(err)
 	}
 	v, err := c.Wait(ctx, "pay-8", client.Finished)

@@ -48,7 +48,7 @@ func fakeQuery(t *testing.T, nc *nats.Conn, silent bool) {
 // replyUnknownRun answers m as the query service answers a run it does
 // not have: the error reply e (unknown_run) with the micro error headers.
 func replyUnknownRun(m *nats.Msg, e *weft.Error) {
-	body, _ := json.Marshal(projector.ErrorReply{Schema: 1, Error: e})
+	body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: e})
 	reply := nats.NewMsg(m.Reply)
 	reply.Header.Set("Nats-Service-Error", string(e.Code))
 	reply.Header.Set("Nats-Service-Error-Code", "404")

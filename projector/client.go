@@ -188,12 +188,8 @@ func call[R any, Q any](ctx context.Context, nc *nats.Conn, endpoint string, q Q
 		}
 		return r, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("query %s: %v", endpoint, err)}
 	}
-	if m.Header.Get("Nats-Service-Error-Code") != "" {
-		var e ErrorReply
-		if json.Unmarshal(m.Data, &e) == nil && e.Error != nil {
-			return r, e.Error
-		}
-		return r, &weft.Error{Code: weft.Code(m.Header.Get("Nats-Service-Error"))}
+	if e := api.ReplyError(m); e != nil {
+		return r, e
 	}
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return r, fmt.Errorf("query %s: decode reply: %w", endpoint, err)

@@ -207,14 +207,6 @@ type HistoryReply struct {
 	Next   uint64            `json:"next,omitempty"`
 }
 
-// ErrorReply is the body of every error reply. As on the command API, the
-// header Nats-Service-Error-Code carries the code's HTTP-like status
-// (api.Status) and Nats-Service-Error the protocol code.
-type ErrorReply struct {
-	Schema int         `json:"schema"`
-	Error  *weft.Error `json:"error"`
-}
-
 // Service answers queries. Create it with Serve; stop it with Stop. It
 // holds no read model: every query reads what it answers from KV (the
 // lists and inboxes through the order indexes of BucketIndex), so its
@@ -336,7 +328,7 @@ func (s *Service) respondError(req micro.Request, err error) {
 		s.logger.Error("query failed", "endpoint", req.Subject(), "err", err)
 		we = &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}
-	body, _ := json.Marshal(ErrorReply{Schema: 1, Error: we})
+	body, _ := json.Marshal(api.ErrorReply{Schema: api.Schema, Error: we})
 	// The same header convention as the command API: the HTTP-like status
 	// in Nats-Service-Error-Code, the protocol code in Nats-Service-Error.
 	_ = req.Error(strconv.Itoa(api.Status(we.Code)), string(we.Code), body)

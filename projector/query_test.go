@@ -41,7 +41,7 @@ func wantError(t *testing.T, nc *nats.Conn, endpoint, body, code string) {
 	if got, want := m.Header.Get("Nats-Service-Error-Code"), fmt.Sprint(api.Status(weft.Code(code))); got != want {
 		t.Fatalf("%s %s: status %q, want %q", endpoint, body, got, want)
 	}
-	var e projector.ErrorReply
+	var e api.ErrorReply
 	if err := json.Unmarshal(m.Data, &e); err != nil || e.Error == nil || string(e.Error.Code) != code {
 		t.Fatalf("%s %s: body %s", endpoint, body, m.Data)
 	}

@@ -234,7 +234,7 @@ type Signer interface {
 
 // SignAnswer returns the proof that the holder of k gives s.Answer to s,
 // expiring at expires, signed: the one signing of an answer that the CLI
-// (`weft approve|reject --signing-key`) and the Go client (SignProof,
+// (`weft approve|reject --signing-key`) and the Go client (client.Client's
 // RejectSigned) share. It states everything s states: the edited
 // arguments of an approve (s.Approved), and the reason of a reject
 // (s.Reason, the v3 digest), which Answering sets.

@@ -5,7 +5,9 @@
 // packages eventlog, api, worker, runner, projector, timer, provision and
 // roles name them through it (TestOneDefinitionOfEachAssetName), and it
 // imports nothing, so a program that only needs a name links nothing
-// else (no NATS server).
+// else (no NATS server). The wire types, subjects, error envelope and
+// request helper that use these names live in package api, the wire
+// protocol's home (docs/adr/0034).
 package protocol
 
 // The streams.

@@ -33,7 +33,7 @@ const PurgesBucket = protocol.PurgesBucket
 // why, outlives the current one.
 const holdHistory = 64
 
-// Assets are the buckets of retention.
+// Assets are the buckets of retention: the holds' first (holdsBucket).
 func Assets() []provision.Asset {
 	return []provision.Asset{
 		provision.KV(jetstream.KeyValueConfig{Bucket: HoldsBucket, Description: "Weft legal holds by run: who placed or released each, why and when", History: holdHistory, Storage: jetstream.FileStorage}),
@@ -56,6 +56,9 @@ type Hold struct {
 	At     time.Time `json:"at"`
 	// Released is set once the hold was released: by whom, why and when.
 	Released *Release `json:"released,omitempty"`
+	// CommandID is the command that placed it (weft.api.hold; empty from
+	// the CLI): Place with it again answers this hold and adds none.
+	CommandID string `json:"command_id,omitempty"`
 }
 
 // Release is who released a hold, why and when.
@@ -63,6 +66,10 @@ type Release struct {
 	By     string    `json:"by"`
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
+	// CommandID is the command that released it (weft.api.release_hold;
+	// empty from the CLI): ReleaseHold with it again answers this
+	// release.
+	CommandID string `json:"command_id,omitempty"`
 }
 
 // Active reports whether the hold still exempts its run.
@@ -174,8 +181,11 @@ func updateHolds(ctx context.Context, kv jetstream.KeyValue, run string, change 
 // beside the holds it has. The run must have events (unknown_run
 // otherwise). A run a purge took (it found no active hold) is refused
 // with conflict, and the hold is not placed: the purge has passed its hold
-// check, and the run goes.
-func Place(ctx context.Context, js jetstream.JetStream, run, by, reason string, at time.Time) (Hold, error) {
+// check, and the run goes. commandID, when not empty, is recorded in the
+// hold, and a Place with a command id that placed one of run's holds
+// answers that hold and adds none: a retry is safe for as long as the
+// hold is kept, not only while its command's reply is.
+func Place(ctx context.Context, js jetstream.JetStream, commandID, run, by, reason string, at time.Time) (Hold, error) {
 	if err := checkWho(run, by, reason); err != nil {
 		return Hold{}, err
 	}
@@ -186,16 +196,20 @@ func Place(ctx context.Context, js jetstream.JetStream, run, by, reason string, 
 	if head.IsZero() {
 		return Hold{}, weft.UnknownRun(run)
 	}
-	holds, _, err := buckets(ctx, js)
+	holds, err := holdsBucket(ctx, js)
 	if err != nil {
 		return Hold{}, err
 	}
 	var h Hold
 	err = updateHolds(ctx, holds, run, func(v *runHolds) (bool, error) {
+		if i := slices.IndexFunc(v.Holds, func(x Hold) bool { return commandID != "" && x.CommandID == commandID }); i >= 0 {
+			h = v.Holds[i]
+			return false, nil
+		}
 		if v.Purging != nil {
 			return false, weft.Errorf(weft.CodeConflict, "run %s: a purge passed its hold check on it at %s: the hold is not placed, and the run goes with its family (docs/adr/0030-retention-and-legal-hold.md)", run, v.Purging.UTC().Format(time.RFC3339))
 		}
-		h = Hold{Run: run, ID: fmt.Sprintf("h%d", len(v.Holds)+1), By: by, Reason: reason, At: at.UTC()}
+		h = Hold{Run: run, ID: fmt.Sprintf("h%d", len(v.Holds)+1), By: by, Reason: reason, At: at.UTC(), CommandID: commandID}
 		v.Holds = append(v.Holds, h)
 		return true, nil
 	})
@@ -209,16 +223,25 @@ func Place(ctx context.Context, js jetstream.JetStream, run, by, reason string, 
 // the release stay in the bucket's history. id may be empty when the run
 // has one active hold. A run without that active hold is refused with
 // unknown_run; an empty id when the run has several, invalid_request.
-func ReleaseHold(ctx context.Context, js jetstream.JetStream, run, id, by, reason string, at time.Time) (Hold, error) {
+// commandID, when not empty, is recorded in the release, and a
+// ReleaseHold with a command id that released one of run's holds answers
+// that hold, released, and changes nothing.
+func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id, by, reason string, at time.Time) (Hold, error) {
 	if err := checkWho(run, by, reason); err != nil {
 		return Hold{}, err
 	}
-	holds, _, err := buckets(ctx, js)
+	holds, err := holdsBucket(ctx, js)
 	if err != nil {
 		return Hold{}, err
 	}
 	var h Hold
 	err = updateHolds(ctx, holds, run, func(v *runHolds) (bool, error) {
+		if i := slices.IndexFunc(v.Holds, func(x Hold) bool {
+			return commandID != "" && x.Released != nil && x.Released.CommandID == commandID
+		}); i >= 0 {
+			h = v.Holds[i]
+			return false, nil
+		}
 		var ids []string
 		i := -1
 		for j, x := range v.Holds {
@@ -235,7 +258,7 @@ func ReleaseHold(ctx context.Context, js jetstream.JetStream, run, id, by, reaso
 		case i < 0:
 			return false, weft.Errorf(weft.CodeUnknownRun, "run %s has no active legal hold %s", run, id)
 		}
-		v.Holds[i].Released = &Release{By: by, Reason: reason, At: at.UTC()}
+		v.Holds[i].Released = &Release{By: by, Reason: reason, At: at.UTC(), CommandID: commandID}
 		h = v.Holds[i]
 		return true, nil
 	})
@@ -333,6 +356,20 @@ func checkWho(run, by, reason string) error {
 		return weft.Errorf(weft.CodeInvalidRequest, "run %s: a hold and its release name who (by) and why (reason)", run)
 	}
 	return nil
+}
+
+// holdsBucket provisions and opens the holds' bucket only: placing and
+// releasing a hold needs no other (a runner serving weft.api.hold may not
+// provision weft_purges, docs/security.md).
+func holdsBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
+	if err := provision.EnsureOnly(ctx, js, Assets()[:1]); err != nil {
+		return nil, unavailable("%v", err)
+	}
+	kv, err := js.KeyValue(ctx, HoldsBucket)
+	if err != nil {
+		return nil, unavailable("bucket %s: %v", HoldsBucket, err)
+	}
+	return kv, nil
 }
 
 func buckets(ctx context.Context, js jetstream.JetStream) (holds, purges jetstream.KeyValue, err error) {

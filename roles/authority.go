@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nkeys"
 
-	"github.com/weftrun/weft/worker"
+	"github.com/weftrun/weft/api"
 )
 
 // The files of an Authority's directory.
@@ -240,7 +240,7 @@ func WithExpiry(d time.Duration) IssueOption {
 
 // Issue returns new credentials (a .creds file's content: the user JWT and
 // its seed) for role, with a fresh user key. q names the queue of a Worker.
-func (a *Authority) Issue(role Role, q worker.Queue, opts ...IssueOption) ([]byte, error) {
+func (a *Authority) Issue(role Role, q api.Queue, opts ...IssueOption) ([]byte, error) {
 	g, err := Permissions(role, q)
 	if err != nil {
 		return nil, err
@@ -273,9 +273,9 @@ func (a *Authority) Issue(role Role, q worker.Queue, opts ...IssueOption) ([]byt
 
 // CredsFile is the file name Write uses for role's credentials:
 // <name>.creds, the worker's queue written agent@version-token@tool.
-func CredsFile(role Role, q worker.Queue) string {
+func CredsFile(role Role, q api.Queue) string {
 	if role == Worker {
-		return "worker-" + strings.TrimPrefix(q.Consumer(), worker.ConsumerPrefix) + ".creds"
+		return "worker-" + strings.TrimPrefix(q.Consumer(), api.ConsumerPrefix) + ".creds"
 	}
 	return string(role) + ".creds"
 }
@@ -283,7 +283,7 @@ func CredsFile(role Role, q worker.Queue) string {
 // Write issues credentials for role into the authority's directory (mode
 // 0600, replacing the file) and returns its path. Credentials issued
 // before stay valid until they expire or are revoked.
-func (a *Authority) Write(role Role, q worker.Queue, opts ...IssueOption) (string, error) {
+func (a *Authority) Write(role Role, q api.Queue, opts ...IssueOption) (string, error) {
 	path := filepath.Join(a.dir, CredsFile(role, q))
 	creds, err := a.Issue(role, q, opts...)
 	if err != nil {

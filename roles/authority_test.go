@@ -10,9 +10,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/roles"
-	"github.com/weftrun/weft/worker"
 )
 
 // TestCredsNameTheirRole: each role's creds file carries its grant (name,
@@ -56,7 +56,7 @@ func TestCredsNameTheirRole(t *testing.T) {
 	if err != nil || again.Account() != a.Account() {
 		t.Fatalf("reopened: account %s, was %s (%v)", again.Account(), a.Account(), err)
 	}
-	if _, err := roles.Permissions(roles.Worker, worker.Queue{Agent: "a", Version: "1"}); err == nil {
+	if _, err := roles.Permissions(roles.Worker, api.Queue{Agent: "a", Version: "1"}); err == nil {
 		t.Error("a worker grant without a tool")
 	}
 }
@@ -87,7 +87,7 @@ func TestRevokeAndRotate(t *testing.T) {
 	}
 	defer func() { srv.Shutdown(); srv.WaitForShutdown() }()
 
-	old, _ := a.Write(roles.Operator, worker.Queue{})
+	old, _ := a.Write(roles.Operator, api.Queue{})
 	oldCopy := filepath.Join(t.TempDir(), "old.creds")
 	b, _ := os.ReadFile(old)
 	os.WriteFile(oldCopy, b, 0o600)
@@ -100,7 +100,7 @@ func TestRevokeAndRotate(t *testing.T) {
 	}
 	closed := make(chan struct{})
 	live.SetClosedHandler(func(*nats.Conn) { close(closed) })
-	rotated, _ := a.Write(roles.Operator, worker.Queue{}) // replaces the file
+	rotated, _ := a.Write(roles.Operator, api.Queue{}) // replaces the file
 	// A later second than the server's start, by the clock the JWTs
 	// carry (whole seconds).
 	for s := time.Now().Unix(); time.Now().Unix() == s; {

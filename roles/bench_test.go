@@ -13,12 +13,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/roles"
-	"github.com/weftrun/weft/worker"
 )
 
 // The measurements of docs/adr/0013 (go test -run X -bench . ./roles):
@@ -42,7 +42,7 @@ func BenchmarkConnect(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	creds, _ := auth.Write(roles.Runner, worker.Queue{})
+	creds, _ := auth.Write(roles.Runner, api.Queue{})
 	authConf, _ := os.ReadFile(filepath.Join(dir, "secure", roles.AuthConf))
 	for _, c := range []struct {
 		name, conf string
@@ -114,7 +114,7 @@ func BenchmarkAppend(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	creds, _ := auth.Write(roles.Runner, worker.Queue{})
+	creds, _ := auth.Write(roles.Runner, api.Queue{})
 	authConf, _ := os.ReadFile(filepath.Join(dir, "secure", roles.AuthConf))
 	for _, c := range []struct {
 		name, conf string
@@ -160,7 +160,7 @@ func BenchmarkAddWorkerQueue(b *testing.B) {
 				var sb strings.Builder
 				sb.WriteString("jetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\nlisten: 127.0.0.1:-1\nauthorization { users = [\n")
 				for i := range n {
-					g, _ := roles.Permissions(roles.Worker, worker.Queue{Agent: "a", Version: "1", Tool: fmt.Sprintf("t%d", i)})
+					g, _ := roles.Permissions(roles.Worker, api.Queue{Agent: "a", Version: "1", Tool: fmt.Sprintf("t%d", i)})
 					fmt.Fprintf(&sb, "{ user: w%d, password: p, permissions: { publish: [%s], subscribe: [%s] } }\n", i, quoteAll(g.Publish), quoteAll(g.Subscribe))
 				}
 				sb.WriteString("] }\n")
@@ -194,7 +194,7 @@ func BenchmarkAddWorkerQueue(b *testing.B) {
 		}
 		b.ResetTimer()
 		for i := range b.N {
-			if _, err := auth.Issue(roles.Worker, worker.Queue{Agent: "a", Version: "1", Tool: fmt.Sprintf("t%d", i)}); err != nil {
+			if _, err := auth.Issue(roles.Worker, api.Queue{Agent: "a", Version: "1", Tool: fmt.Sprintf("t%d", i)}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
-	"github.com/weftrun/weft/worker"
+	"github.com/weftrun/weft/roles"
 )
 
 // refusals checks that a connection is refused what it must not do.
@@ -107,12 +107,12 @@ func TestWorkerRole(t *testing.T) {
 	r.request("$JS.API.CONSUMER.DELETE.WEFT_TASKS."+payQueue.Consumer(), "")
 	r.pub(lookupQueue.Subject()) // a task for another queue
 	// Reporting and settling for another tool.
-	rep := worker.Report{Schema: worker.Schema, CommandID: "forged", Run: "pay-7", Action: "1/call_1_1", Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{}`)}
+	rep := api.Report{Schema: api.Schema, CommandID: "forged", Run: "pay-7", Action: "1/call_1_1", Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}
 	body, _ := json.Marshal(rep)
 	r.request(lookupQueue.ReportSubject(), string(body))
 	r.request(lookupQueue.SettleSubject(), string(body))
-	r.request(worker.ReportSubject, string(body))
-	r.request(worker.SettleSubject, string(body))
+	r.request(api.ReportSubject, string(body))
+	r.request(api.SettleSubject, string(body))
 	m, err := d.worker.Conn().Request(payQueue.ReportSubject(), body, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -259,8 +259,9 @@ func TestProjectorRole(t *testing.T) {
 }
 
 // TestRunnerRole: the runner owns the log, the tasks and its buckets but
-// writes no read model, answers no query, and may not delete or purge the
-// log.
+// writes no read model, answers no query, may not delete or purge the
+// log, and may not change the tombstones' stream (weft_purges: it only
+// reads it).
 func TestRunnerRole(t *testing.T) {
 	d := deploy(t)
 	r := refusals{t, d.node, d.v}
@@ -269,8 +270,52 @@ func TestRunnerRole(t *testing.T) {
 	r.request("$JS.API.STREAM.DELETE.WEFT_EVENTS", "")
 	r.request("$JS.API.STREAM.PURGE.WEFT_EVENTS", "")
 	r.request("$JS.API.STREAM.DELETE.KV_weft_views", "")
+	// The tombstones: a MaxAge would make purged run ids reusable.
+	r.request("$JS.API.STREAM.UPDATE.KV_weft_purges", `{"name":"KV_weft_purges","max_age":1000000000}`)
+	r.request("$JS.API.STREAM.CREATE.KV_weft_purges", `{"name":"KV_weft_purges","max_age":1000000000}`)
 	r.sub("weft.api.query.run")
 	r.sub("_INBOX.>")
 	r.sub("_INBOX.operator.>")
 	r.pub("_INBOX.operator.forged")
+}
+
+// TestCustodianRole (docs/security.md, roles table and "What is not
+// protected"): the custodian purges runs by subject and deletes queued
+// tasks, but takes, acknowledges or drops no worker's task, forges no
+// snapshot, read model, checkpoint, claim or driver entry, changes no
+// stream's configuration, deletes no single event, appends nothing and
+// answers no approval.
+func TestCustodianRole(t *testing.T) {
+	d := deploy(t)
+	startPay7(t, d)
+	before := head(t, d, "pay-7")
+	custodian, vc := d.connect(roles.Custodian, api.Queue{})
+	r := refusals{t, custodian, vc}
+
+	// A worker's tasks: send_payment's waits in its queue's consumer.
+	r.request("$JS.API.CONSUMER.MSG.NEXT.WEFT_TASKS."+payQueue.Consumer(), `{"batch":1}`)
+	r.request("$JS.API.CONSUMER.CREATE.WEFT_TASKS.mine."+payQueue.Subject(), "{}")
+	r.request("$JS.API.CONSUMER.DELETE.WEFT_TASKS."+payQueue.Consumer(), "")
+	r.pub("$JS.ACK.WEFT_TASKS." + payQueue.Consumer() + ".1.1.1.1.0")
+	// A run's state, as a runner trusts it (a snapshot), and the other
+	// stores retention only purges.
+	r.pub("$KV.weft_snapshots.x")
+	r.pub("$KV.weft_views.pay-7")
+	r.pub("$KV.weft_projector.checkpoint")
+	r.pub("$KV.weft_projector_lease.lease")
+	r.pub("$KV.weft_claims.pay-7.x")
+	r.pub("$KV.weft_drivers.0.pay-7")
+	r.request("$JS.API.STREAM.UPDATE.KV_weft_claims", `{"name":"KV_weft_claims","max_age":1000000000}`)
+	r.request("$JS.API.STREAM.UPDATE.WEFT_EVENTS", `{"name":"WEFT_EVENTS","subjects":["weft.ev.>"],"max_age":1000000000}`)
+	r.request("$JS.API.STREAM.PURGE.KV_weft_projector", "{}")
+	// One event out of the middle of a run.
+	r.request("$JS.API.STREAM.MSG.DELETE.WEFT_EVENTS", `{"seq":2}`)
+	r.request("$JS.API.STREAM.DELETE.WEFT_EVENTS", "")
+	r.pub("weft.ev.pay-7.events")
+	r.request("weft.api.approve", `{"schema":1,"command_id":"c","run":"pay-7","action":"2/call_2_1","revision":1,"approver":"desk","credential":"custodian"}`)
+	r.sub("weft.api.hold")
+	r.sub("_INBOX.>")
+	if after := head(t, d, "pay-7"); after != before {
+		t.Fatalf("pay-7 moved from version %d to %d", before, after)
+	}
 }

@@ -8,7 +8,7 @@
 //     (weft.api.*, not the queries), publishes tool tasks, arms timers and
 //     owns its KV buckets (weft_runners, weft_drivers, weft_partitions,
 //     weft_commands, weft_snapshots). Its in-process worker runs with the same grant.
-//   - Worker serves one tool queue (worker.Queue: a tool as bound in one
+//   - Worker serves one tool queue (api.Queue: a tool as bound in one
 //     agent identity): it takes tasks only through that queue's consumer,
 //     reports and settles only on that queue's subjects
 //     (weft.api.report.<agent>.<version>.<tool>, weft.api.settle.…), reads
@@ -24,6 +24,14 @@
 //     runs, and reads everything a Reader reads.
 //   - Reader asks the queries and reads the history and the read models;
 //     it changes nothing.
+//   - Custodian keeps the records: it places and releases legal holds
+//     (weft.api.hold, weft.api.release_hold) and applies retention
+//     (retention.Apply: it purges finished runs from the log, the read
+//     models and the runtime's buckets), and reads what a Reader reads.
+//     It answers no approval, starts nothing, takes no task and puts no
+//     value but in weft_holds and weft_purges; the purge API takes no
+//     subject filter in its subject, so it may purge any run, live ones
+//     included (docs/security.md).
 //
 // Every role subscribes to replies only under its own inbox prefix
 // (_INBOX.<role>, _INBOX.worker.<agent>.<version>.<tool> for a worker), so
@@ -50,7 +58,6 @@ import (
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/timer"
-	"github.com/weftrun/weft/worker"
 )
 
 // Role is one of the roles of a Weft deployment.
@@ -68,10 +75,12 @@ const (
 	Operator Role = "operator"
 	// Reader reads: queries, history and read models.
 	Reader Role = "reader"
+	// Custodian places legal holds and applies retention.
+	Custodian Role = "custodian"
 )
 
 // All returns the roles, a fresh slice on each call.
-func All() []Role { return []Role{Runner, Worker, Projector, Operator, Reader} }
+func All() []Role { return []Role{Runner, Worker, Projector, Operator, Reader, Custodian} }
 
 // Parse returns the role called name.
 func Parse(name string) (Role, error) {
@@ -80,7 +89,7 @@ func Parse(name string) (Role, error) {
 			return r, nil
 		}
 	}
-	return "", fmt.Errorf("roles: unknown role %q (one of runner, worker, projector, operator, reader)", name)
+	return "", fmt.Errorf("roles: unknown role %q (one of runner, worker, projector, operator, reader, custodian)", name)
 }
 
 // Grant is what a role may do on the wire: the subjects it may publish and
@@ -108,9 +117,9 @@ func InboxPrefix(name string) string { return "_INBOX." + name }
 
 // Name returns the name of role's grant: the role, or for a worker
 // worker.<agent>.<version token>.<tool>.
-func Name(role Role, q worker.Queue) string {
+func Name(role Role, q api.Queue) string {
 	if role == Worker {
-		return "worker." + q.Agent + "." + worker.VersionToken(q.Version) + "." + q.Tool
+		return "worker." + q.Agent + "." + api.VersionToken(q.Version) + "." + q.Tool
 	}
 	return string(role)
 }
@@ -128,7 +137,7 @@ var commandEndpoints = []string{api.EndpointStart, api.EndpointApprove, api.Endp
 
 // Permissions returns role's grant. q names the tool queue of a Worker and
 // is ignored for the other roles.
-func Permissions(role Role, q worker.Queue) (Grant, error) {
+func Permissions(role Role, q api.Queue) (Grant, error) {
 	name := Name(role, q)
 	inbox := InboxPrefix(name)
 	g := Grant{Name: name, InboxPrefix: inbox}
@@ -141,9 +150,9 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		g.Responses = true
 		g.Publish = append(g.Publish,
 			eventlog.SubjectPrefix+">", // append to the log
-			worker.TaskSubjectPrefix+">",
+			api.TaskSubjectPrefix+">",
 			timer.SubjectArm+".>",
-			worker.StopSubjectPrefix+"*",
+			api.StopSubjectPrefix+"*",
 			protocol.ForwardPrefix+"*.cmd",
 		)
 		for _, s := range runnerStreams {
@@ -163,8 +172,12 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// A start of a new run id reads its tombstone
 		// (retention.CheckNotPurged).
 		g.Publish = append(g.Publish, readBucket(protocol.PurgesBucket)...)
+		// The command API's legal holds (weft.api.hold, retention.Place):
+		// the holds' bucket only; it may not change the tombstones'
+		// stream (a MaxAge would make purged ids reusable).
+		g.Publish = append(g.Publish, writeBucket(protocol.HoldsBucket)...)
 		g.Subscribe = append(g.Subscribe,
-			worker.StopSubjectPrefix+"*",
+			api.StopSubjectPrefix+"*",
 			protocol.ForwardPrefix+"*.cmd",
 			"$SRV.>",
 		)
@@ -195,13 +208,13 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// runners (worker.LogCheck).
 		g.Publish = append(g.Publish, readStream(protocol.EventsStream)...)
 		g.Publish = append(g.Publish, readBucket(protocol.RunnersBucket)...)
-		// Claim an attempt before its body starts (worker.ClaimKey; the
+		// Claim an attempt before its body starts (api.ClaimKey; the
 		// runner provisions the bucket). Claim keys do not name the
 		// queue, so this is not scoped to the worker's own attempts
 		// (docs/security.md, "What is not protected").
 		g.Publish = append(g.Publish, readBucket(protocol.ClaimsBucket)...)
 		g.Publish = append(g.Publish, "$KV."+protocol.ClaimsBucket+".>")
-		g.Subscribe = append(g.Subscribe, worker.StopSubjectPrefix+"*")
+		g.Subscribe = append(g.Subscribe, api.StopSubjectPrefix+"*")
 	case Projector:
 		g.Responses = true
 		g.Publish = append(g.Publish, readStream(protocol.EventsStream)...)
@@ -212,11 +225,15 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 		// Remove an order index key without a delete marker (docs/adr/0020).
 		g.Publish = append(g.Publish, "$JS.API.STREAM.PURGE."+kvStream(protocol.IndexBucket))
 		g.Subscribe = append(g.Subscribe, projector.QueryPrefix+".*", "$SRV.>")
-	case Operator, Reader:
+	case Operator, Reader, Custodian:
 		if role == Operator {
 			for _, e := range commandEndpoints {
 				g.Publish = append(g.Publish, api.SubjectPrefix+e)
 			}
+		}
+		if role == Custodian {
+			g.Publish = append(g.Publish, api.SubjectPrefix+api.EndpointHold, api.SubjectPrefix+api.EndpointReleaseHold)
+			g.Publish = append(g.Publish, retentionGrant()...)
 		}
 		g.Publish = append(g.Publish, projector.QueryPrefix+".*", catalog.SubjectPrefix+"*")
 		for _, s := range append([]string{protocol.EventsStream}, kvStreams(projectorBuckets)...) {
@@ -232,6 +249,42 @@ func Permissions(role Role, q worker.Queue) (Grant, error) {
 	return g, nil
 }
 
+// retentionGrant is what retention.Apply needs (docs/adr/0030 §3), and
+// no more: its own buckets (weft_purges: the markers, tombstones and lock;
+// weft_holds: the hold check), a watch of the views (which runs there
+// are), and the purge of a run from every store it is spread over — the
+// log (one purge of weft.ev.<run>.>), the read models, the runtime's
+// buckets and its timers (purges by subject) — and the deletion of its
+// tasks still queued, read one by one. It may put nothing in those
+// stores, take or acknowledge no task and delete no single event. The
+// stream purge API takes no subject in its subject, so this may purge any
+// run of these streams, or a stream whole: the custodian's credentials
+// are the deployment's history, keep them as such (docs/security.md).
+func retentionGrant() []string {
+	var out []string
+	for _, b := range []string{protocol.PurgesBucket, protocol.HoldsBucket} {
+		out = append(out, writeBucket(b)...)
+	}
+	for _, b := range append(projector.Buckets(), protocol.SnapshotsBucket, protocol.ClaimsBucket, protocol.DriversBucket) {
+		out = append(out, readBucket(b)...)
+		out = append(out, "$JS.API.STREAM.PURGE."+kvStream(b))
+	}
+	// Views: a watch of every view (an ordered consumer of its own).
+	views := kvStream(protocol.ViewsBucket)
+	out = append(out,
+		"$JS.API.CONSUMER.CREATE."+views+".>",
+		"$JS.API.CONSUMER.MSG.NEXT."+views+".>",
+		"$JS.API.CONSUMER.DELETE."+views+".>",
+		"$JS.FC."+views+".>",
+	)
+	// The log: reading it is the reader's part.
+	out = append(out, "$JS.API.STREAM.PURGE."+protocol.EventsStream)
+	out = append(out, "$JS.API.STREAM.INFO."+protocol.TimersStream, "$JS.API.STREAM.PURGE."+protocol.TimersStream)
+	out = append(out, readStream(protocol.TasksStream)...)
+	out = append(out, "$JS.API.STREAM.MSG.DELETE."+protocol.TasksStream)
+	return out
+}
+
 // dedupe drops repeated subjects, keeping the first of each.
 func dedupe(list []string) []string {
 	seen := make(map[string]bool, len(list))
@@ -245,7 +298,7 @@ func dedupe(list []string) []string {
 	return out
 }
 
-func validQueue(q worker.Queue) error {
+func validQueue(q api.Queue) error {
 	for _, p := range []string{q.Agent, q.Version, q.Tool} {
 		if p == "" || strings.ContainsAny(p, " *>@~\t\r\n") {
 			return fmt.Errorf("roles: worker queue %q: agent, version and tool are required and hold no space, *, >, @ or ~", q.String())

@@ -32,8 +32,8 @@ import (
 // payQueue is the demo's send_payment queue, left to an external worker;
 // lookupQueue is lookup_invoice's, run by the runner's in-process worker.
 var (
-	payQueue    = worker.Queue{Agent: demo.AgentName, Version: "1", Tool: "send_payment"}
-	lookupQueue = worker.Queue{Agent: demo.AgentName, Version: "1", Tool: "lookup_invoice"}
+	payQueue    = api.Queue{Agent: demo.AgentName, Version: "1", Tool: "send_payment"}
+	lookupQueue = api.Queue{Agent: demo.AgentName, Version: "1", Tool: "lookup_invoice"}
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -123,7 +123,7 @@ type secureServer struct {
 func startSecure(t *testing.T) *secureServer {
 	t.Helper()
 	conf, auth := shipped(t)
-	creds, err := auth.Write(roles.Runner, worker.Queue{})
+	creds, err := auth.Write(roles.Runner, api.Queue{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func startSecure(t *testing.T) *secureServer {
 }
 
 // connect connects with role's credentials (q for a worker).
-func (s *secureServer) connect(role roles.Role, q worker.Queue) (*natsnode.Node, *violations) {
+func (s *secureServer) connect(role roles.Role, q api.Queue) (*natsnode.Node, *violations) {
 	s.t.Helper()
 	creds, err := s.auth.Write(role, q)
 	if err != nil {
@@ -169,10 +169,10 @@ func deploy(t *testing.T) *deployment {
 	t.Helper()
 	s := startSecure(t)
 	d := &deployment{secureServer: s, paid: make(chan string, 16)}
-	d.projector, d.vp = s.connect(roles.Projector, worker.Queue{})
+	d.projector, d.vp = s.connect(roles.Projector, api.Queue{})
 	d.worker, d.vw = s.connect(roles.Worker, payQueue)
-	d.operator, d.vo = s.connect(roles.Operator, worker.Queue{})
-	d.reader, d.vr = s.connect(roles.Reader, worker.Queue{})
+	d.operator, d.vo = s.connect(roles.Operator, api.Queue{})
+	d.reader, d.vr = s.connect(roles.Reader, api.Queue{})
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -195,12 +195,12 @@ func deploy(t *testing.T) *deployment {
 		t.Fatal(err)
 	}
 	w := worker.New(d.worker.Conn(), d.worker.JetStream(), worker.WithID("pay-worker"))
-	w.Handle(payQueue, func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(payQueue, func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		d.paid <- task.Run
 		if strings.Contains(string(task.Arguments), "INV-13") {
-			return worker.Result{Outcome: worker.OutcomeUncertain, Evidence: "the gateway timed out after the request was sent"}
+			return worker.Result{Outcome: api.OutcomeUncertain, Evidence: "the gateway timed out after the request was sent"}
 		}
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"pay-` + task.Run + `","status":"sent"}`)}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"id":"pay-` + task.Run + `","status":"sent"}`)}
 	})
 	wg.Add(3)
 	go func() { defer wg.Done(); _ = rn.Run(ctx) }()
@@ -279,7 +279,7 @@ func TestRolesDoTheirJobs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, err := c.Wait(ctx, "pay-7", client.Finished); err != nil || v.Status != client.StatusFinished {
+		if v, err := c.Wait(ctx, "pay-7", client.Finished); err != nil || v.Status != projections.StatusFinished {
 			t.Fatalf("the %s's Wait: %v (status %s)", name, err, v.Status)
 		}
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // stalledClaimsJS is the runner's JetStream, except that for run: the
@@ -54,7 +53,7 @@ func (s *stalledClaimsJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...j
 
 func (s *stalledClaimsJS) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
 	kv, err := s.JetStream.KeyValue(ctx, bucket)
-	if err != nil || bucket != worker.ClaimsBucket {
+	if err != nil || bucket != api.ClaimsBucket {
 		return kv, err
 	}
 	return &stalledClaimsKV{KeyValue: kv, s: s}, nil

@@ -7,10 +7,10 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/telemetry"
-	"github.com/weftrun/weft/worker"
 )
 
 // step decides c, appends, and acts; ResolveCalls follow-ups are decided
@@ -68,7 +68,7 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 		switch e := ev.(type) {
 		case events.AttemptLost:
 			if e.Cause == events.CauseStopped {
-				if err := r.nc.Publish(worker.StopSubjectPrefix+rn.id, nil); err != nil {
+				if err := r.nc.Publish(api.StopSubjectPrefix+rn.id, nil); err != nil {
 					failed = true
 				}
 			}

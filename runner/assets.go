@@ -154,7 +154,7 @@ func existingReplicas(ctx context.Context, js jetstream.JetStream, stream string
 // (a worker may have configured it otherwise).
 func (r *Runner) ensureTaskConsumers(ctx context.Context) error {
 	for _, q := range r.externalQueues() {
-		_, err := r.js.CreateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig(q, worker.DefaultAckWait))
+		_, err := r.js.CreateConsumer(ctx, api.TaskStream, worker.ConsumerConfig(q, worker.DefaultAckWait))
 		if err != nil && !errors.Is(err, jetstream.ErrConsumerExists) {
 			return fmt.Errorf("runner: consumer %s: %w", q.Consumer(), err)
 		}
@@ -185,12 +185,12 @@ func (r *Runner) checkExternal() error {
 
 // externalQueues lists the queues of the external tools: every agent
 // identity's binding of each tool named in WithExternalTools.
-func (r *Runner) externalQueues() []worker.Queue {
-	var qs []worker.Queue
+func (r *Runner) externalQueues() []api.Queue {
+	var qs []api.Queue
 	for _, ag := range r.list {
 		for _, t := range ag.Tools() {
 			if _, sub := agent.SubAgent(t); !sub && r.external[t.Name()] {
-				qs = append(qs, worker.Queue{Agent: ag.Name(), Version: ag.Version(), Tool: t.Name()})
+				qs = append(qs, api.Queue{Agent: ag.Name(), Version: ag.Version(), Tool: t.Name()})
 			}
 		}
 	}

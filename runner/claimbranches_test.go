@@ -17,7 +17,6 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // warmHandOff starts runs of agent desk on r until r's in-process worker
@@ -40,7 +39,7 @@ func warmHandOff(t *testing.T, h *harness, r *runner.Runner) {
 func newClaimOf(t *testing.T, h *harness, run string) bool {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	claims, err := h.srv.JS.KeyValue(c, worker.ClaimsBucket)
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
 	if err != nil {
 		t.Errorf("claims bucket: %v", err)
 		return false
@@ -67,7 +66,7 @@ func newClaimOf(t *testing.T, h *harness, run string) bool {
 // noClaimsOf waits until weft_claims holds no claim of run.
 func noClaimsOf(t *testing.T, h *harness, run string) {
 	t.Helper()
-	claims, err := h.srv.JS.KeyValue(ctx(t), worker.ClaimsBucket)
+	claims, err := h.srv.JS.KeyValue(ctx(t), api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // TestSemantics7_AHandedTasksClaimGoesOutWithItsFenceAndTheBodyWaitsForTheFence:
@@ -68,7 +67,7 @@ func TestSemantics7_AHandedTasksClaimGoesOutWithItsFenceAndTheBodyWaitsForTheFen
 		before := starts.Load()
 		c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		claims, err := h.srv.JS.KeyValue(c, worker.ClaimsBucket)
+		claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
 		if err != nil {
 			t.Errorf("claims bucket: %v", err)
 			return
@@ -183,8 +182,8 @@ func copyPublishedAgain(t *testing.T, hold bool) {
 	spy := h.srv.Connect()
 	var copies atomic.Int64
 	again := make(chan struct{})
-	sub, err := spy.Subscribe(worker.Queue{Agent: "desk", Version: a.Version(), Tool: "pay"}.Subject(), func(msg *nats.Msg) {
-		var tk worker.Task
+	sub, err := spy.Subscribe(api.Queue{Agent: "desk", Version: a.Version(), Tool: "pay"}.Subject(), func(msg *nats.Msg) {
+		var tk api.Task
 		if json.Unmarshal(msg.Data, &tk) == nil && tk.Run == run && copies.Add(1) == 2 {
 			close(again)
 		}
@@ -196,7 +195,7 @@ func copyPublishedAgain(t *testing.T, hold bool) {
 	if err := spy.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	tasks, err := h.srv.JS.Stream(c, worker.TaskStream)
+	tasks, err := h.srv.JS.Stream(c, api.TaskStream)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,7 @@ func (r *Runner) claimsKV(ctx context.Context) jetstream.KeyValue {
 // when the outcome stays unknown. A create whose answer was lost is tried
 // again (it then finds its own closed value).
 func (r *Runner) closeClaim(ctx context.Context, kv jetstream.KeyValue, run string, f events.AttemptFenced, cl *aggregate.Close) {
-	key := worker.ClaimKey(run, f.Action, f.Attempt, f.Incarnation)
+	key := api.ClaimKey(run, f.Action, f.Attempt, f.Incarnation)
 	b, err := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: r.id, Why: cl.Why, At: time.Now().UTC()}})
 	if err != nil {
 		return
@@ -280,7 +280,7 @@ func (r *Runner) recordLateMarks(ctx context.Context, rn *run, only string) erro
 	var failed error
 	for _, f := range marks {
 		gctx, gcancel := context.WithTimeout(ctx, 5*time.Second)
-		e, err := kv.Get(gctx, worker.ClaimKey(rn.id, f.Action, f.Attempt, f.Incarnation))
+		e, err := kv.Get(gctx, api.ClaimKey(rn.id, f.Action, f.Attempt, f.Incarnation))
 		gcancel()
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -177,7 +177,7 @@ func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
 		acts := s.Actions()
 		return len(acts) == 1 && acts[0].Attempts >= 1
 	})
-	c, err := h.srv.JS.Consumer(ctx(t), worker.TaskStream, deskQueue("pay").Consumer())
+	c, err := h.srv.JS.Consumer(ctx(t), api.TaskStream, deskQueue("pay").Consumer())
 	if err != nil {
 		t.Fatal(err)
 	}

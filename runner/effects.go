@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -26,9 +27,9 @@ import (
 func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) error {
 	s := rn.state
 	ref := s.Started().Agent
-	task := worker.Task{
-		Schema: worker.Schema, Run: rn.id, Action: d.Action, Agent: ref.Name, Version: ref.Version, Tool: d.Tool, Attempt: d.Attempt,
-		Incarnation: d.Fence.Incarnation, Claim: worker.ClaimKey(rn.id, d.Action, d.Attempt, d.Fence.Incarnation), Arguments: d.Arguments, TimeoutMS: int64(d.Fence.Timeout),
+	task := api.Task{
+		Schema: api.Schema, Run: rn.id, Action: d.Action, Agent: ref.Name, Version: ref.Version, Tool: d.Tool, Attempt: d.Attempt,
+		Incarnation: d.Fence.Incarnation, Claim: api.ClaimKey(rn.id, d.Action, d.Attempt, d.Fence.Incarnation), Arguments: d.Arguments, TimeoutMS: int64(d.Fence.Timeout),
 		Deadline: d.Fence.Deadline, MaxResultBytes: s.Limits().MaxResultBytes, SettleWithinMS: int64(d.Fence.SettleWithin),
 		IdempotencyKey: tools.Call{Run: rn.id, Action: d.Action, Attempt: d.Attempt}.IdempotencyKey(),
 		Correlation:    s.Started().Correlation,
@@ -43,10 +44,10 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	}
 	// Addressed by the run's agent identity: only the body bound in that
 	// agent@version takes it (docs/semantics.md §3).
-	subject := worker.Queue{Agent: ref.Name, Version: ref.Version, Tool: d.Tool}.Subject()
+	subject := api.Queue{Agent: ref.Name, Version: ref.Version, Tool: d.Tool}.Subject()
 	msg := nats.NewMsg(subject)
 	msg.Data = b
-	msg.Header.Set(worker.HeaderMsgID, fmt.Sprintf("%s/%s/%d/%d", rn.id, d.Action, d.Attempt, d.Fence.Incarnation))
+	msg.Header.Set(api.HeaderMsgID, fmt.Sprintf("%s/%s/%d/%d", rn.id, d.Action, d.Attempt, d.Fence.Incarnation))
 	// The producer span of the publish (in the run's trace): the task
 	// carries it as traceparent and the worker's attempt span is its child.
 	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)

@@ -14,7 +14,6 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // Scenario 1 with an external worker that only takes tasks
@@ -27,7 +26,7 @@ func TestScenario01_ExternalToolConsumerCreatedByRunner(t *testing.T) {
 	h := newHarness(t)
 	h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))}, runner.WithExternalTools("pay"))
 	c := ctx(t)
-	cons, err := h.srv.JS.Consumer(c, worker.TaskStream, deskQueue("pay").Consumer())
+	cons, err := h.srv.JS.Consumer(c, api.TaskStream, deskQueue("pay").Consumer())
 	if err != nil {
 		t.Fatalf("consumer %s: %v", deskQueue("pay").Consumer(), err)
 	}
@@ -38,7 +37,7 @@ func TestScenario01_ExternalToolConsumerCreatedByRunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var task worker.Task
+	var task api.Task
 	for msg := range batch.Messages() {
 		_ = msg.Ack()
 		if err := json.Unmarshal(msg.Data(), &task); err != nil {
@@ -48,7 +47,7 @@ func TestScenario01_ExternalToolConsumerCreatedByRunner(t *testing.T) {
 	if task.Run != "r01x" {
 		t.Fatalf("no task fetched (%v)", batch.Error())
 	}
-	rep := worker.Report{Schema: worker.Schema, CommandID: "rep", Run: task.Run, Action: task.Action, Attempt: task.Attempt, Incarnation: task.Incarnation, Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"pay-1"}`)}
+	rep := api.Report{Schema: api.Schema, CommandID: "rep", Run: task.Run, Action: task.Action, Attempt: task.Attempt, Incarnation: task.Incarnation, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"id":"pay-1"}`)}
 	if _, err := runnerReport(c, h, rep); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/worker"
 )
 
 // forwarded is the body of weft.runner.<id>.cmd: an API request routed to
@@ -43,12 +42,8 @@ func (r *Runner) forward(ctx context.Context, driver, kind, id string, req, out 
 		}
 		return &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 	}
-	var er api.ErrorReply
-	if err := json.Unmarshal(m.Data, &er); err != nil {
-		return &weft.Error{Code: weft.CodeInternal, Message: err.Error()}
-	}
-	if er.Error != nil {
-		return er.Error
+	if e := api.ReplyError(m); e != nil {
+		return e // an unreadable reply is internal, as before
 	}
 	if out != nil {
 		return json.Unmarshal(m.Data, out)
@@ -185,7 +180,7 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 		}
 		return r.Reconcile(ctx, req, f.Kind == api.EndpointReconcileStored)
 	case api.EndpointSettle:
-		req, err := decodeInto[worker.Settlement](f.Body)
+		req, err := decodeInto[api.Settlement](f.Body)
 		if err != nil {
 			return nil, err
 		}
@@ -215,7 +210,7 @@ func (r *Runner) dispatchForwarded(ctx context.Context, f forwarded) (any, error
 		}
 		return r.Resume(ctx, req)
 	case api.EndpointReport:
-		req, err := decodeInto[worker.Report](f.Body)
+		req, err := decodeInto[api.Report](f.Body)
 		if err != nil {
 			return nil, err
 		}

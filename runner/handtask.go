@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
 
 	"github.com/weftrun/weft/worker"
@@ -22,7 +23,7 @@ import (
 // prepared while its fence was appended (prepareHandOffs) is given its go
 // instead: its claim was sent with the fence. It reports whether the worker
 // took the task.
-func (r *Runner) giveTask(rn *run, task worker.Task, hdr nats.Header) bool {
+func (r *Runner) giveTask(rn *run, task api.Task, hdr nats.Header) bool {
 	w := r.inproc.Load()
 	if w == nil {
 		return false
@@ -81,9 +82,9 @@ func (r *Runner) prepareHandOffs(rn *run, res []events.Event) {
 			if rn.prepared[key] != nil {
 				continue
 			}
-			p := w.PrepareHandOff(worker.Task{
-				Schema: worker.Schema, Run: rn.id, Action: f.Action, Agent: ref.Name, Version: ref.Version, Tool: f.Tool,
-				Attempt: f.Attempt, Incarnation: f.Incarnation, Claim: worker.ClaimKey(rn.id, f.Action, f.Attempt, f.Incarnation),
+			p := w.PrepareHandOff(api.Task{
+				Schema: api.Schema, Run: rn.id, Action: f.Action, Agent: ref.Name, Version: ref.Version, Tool: f.Tool,
+				Attempt: f.Attempt, Incarnation: f.Incarnation, Claim: api.ClaimKey(rn.id, f.Action, f.Attempt, f.Incarnation),
 				TimeoutMS: int64(f.Timeout), Deadline: f.Deadline,
 			})
 			if p == nil {
@@ -171,12 +172,12 @@ func (rn *run) waitAbortedClaim(ctx context.Context, key string) {
 // drop the only report of an attempt nobody here runs, and strand its run
 // (docs/semantics.md §8). A notice of this runner's own worker (Abandon)
 // is never refused here.
-func (r *Runner) heldHere(rep worker.Report) error {
+func (r *Runner) heldHere(rep api.Report) error {
 	w := r.inproc.Load()
-	if w == nil || rep.Outcome != worker.OutcomeLost || rep.Cause != "worker_lost" || rep.Worker == w.ID() {
+	if w == nil || rep.Outcome != api.OutcomeLost || rep.Cause != "worker_lost" || rep.Worker == w.ID() {
 		return nil
 	}
-	held, claimed := w.Holds(worker.ClaimKey(rep.Run, rep.Action, rep.Attempt, rep.Incarnation))
+	held, claimed := w.Holds(api.ClaimKey(rep.Run, rep.Action, rep.Attempt, rep.Incarnation))
 	if !held {
 		return nil
 	}

@@ -27,7 +27,7 @@ import (
 
 // answeredReport is a report another worker sent and the answer it got.
 type answeredReport struct {
-	rep worker.Report
+	rep api.Report
 	err error
 }
 
@@ -41,7 +41,7 @@ func otherWorker(t *testing.T, h *harness, a *agent.Agent, answered func(answere
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := func(ctx context.Context, r worker.Report) error {
+	report := func(ctx context.Context, r api.Report) error {
 		q := r.Queue
 		r.Queue = nil // the command API's subject, not the queue's, carries it
 		_, err := h.client.Report(ctx, r)
@@ -53,7 +53,7 @@ func otherWorker(t *testing.T, h *harness, a *agent.Agent, answered func(answere
 	}
 	other := worker.New(nc, js, append([]worker.Option{worker.WithID("other-worker"), worker.WithReporter(report)}, opts...)...)
 	pay, _ := a.Tool("pay")
-	other.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: "pay"}, runner.ToolHandler(pay, nil))
+	other.Handle(api.Queue{Agent: a.Name(), Version: a.Version(), Tool: "pay"}, runner.ToolHandler(pay, nil))
 	wctx, stopOther := context.WithCancel(context.Background())
 	wdone := make(chan error, 1)
 	go func() { wdone <- other.Run(wctx) }()
@@ -75,7 +75,7 @@ func otherWorker(t *testing.T, h *harness, a *agent.Agent, answered func(answere
 func TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded(t *testing.T) {
 	t.Parallel()
 	gate := make(chan struct{})
-	check := func(ctx context.Context, tk worker.Task) (bool, error) {
+	check := func(ctx context.Context, tk api.Task) (bool, error) {
 		select {
 		case <-gate:
 		case <-ctx.Done():
@@ -97,7 +97,7 @@ func TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded(
 		once        sync.Once
 	)
 	otherWorker(t, h, a, func(ar answeredReport) {
-		if ar.rep.Outcome != worker.OutcomeLost || ar.rep.Cause != "worker_lost" {
+		if ar.rep.Outcome != api.OutcomeLost || ar.rep.Cause != "worker_lost" {
 			return
 		}
 		mu.Lock()
@@ -109,7 +109,7 @@ func TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded(
 	})
 
 	c := ctx(t)
-	kv, err := h.srv.JS.KeyValue(c, worker.ClaimsBucket)
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +117,8 @@ func TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded(
 	for i := range n {
 		run := fmt.Sprint("held-", i)
 		for inc := 0; inc <= 1; inc++ {
-			v, _ := json.Marshal(worker.Claim{Schema: 1, Worker: "vanished", Token: "feed", Claimed: time.Now().UTC()})
-			if _, err := kv.Create(c, worker.ClaimKey(run, "1/call_1_1", 1, inc), v); err != nil {
+			v, _ := json.Marshal(api.Claim{Schema: 1, Worker: "vanished", Token: "feed", Claimed: time.Now().UTC()})
+			if _, err := kv.Create(c, api.ClaimKey(run, "1/call_1_1", 1, inc), v); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // Scenario 17's worker side (docs/protocol/41-tasks.md, outcome lost): a
@@ -34,7 +33,7 @@ func TestScenario17_LostTimedOutOrStoppedRecordsNothing(t *testing.T) {
 	v := s.Version()
 	act := s.Actions()[0].ID
 	for _, cause := range []string{events.CauseTimedOut, events.CauseStopped} {
-		rep := worker.Report{Schema: worker.Schema, CommandID: "lost-" + cause, Run: "r17l", Action: act, Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeLost, Cause: cause, Evidence: "x"}
+		rep := api.Report{Schema: api.Schema, CommandID: "lost-" + cause, Run: "r17l", Action: act, Attempt: 1, Incarnation: 1, Outcome: api.OutcomeLost, Cause: cause, Evidence: "x"}
 		reply, err := runnerReport(c, h, rep)
 		if err != nil {
 			t.Fatalf("lost %s: %v", cause, err)

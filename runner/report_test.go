@@ -20,7 +20,6 @@ import (
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // Scenario 13 over the wire (docs/protocol/41-tasks.md, outcome oversize):
@@ -46,7 +45,7 @@ func TestScenario13_OversizeReportOverTheWire(t *testing.T) {
 	})
 	act := s.Actions()[0]
 	report := func(id string, bytes int64) error {
-		rep := worker.Report{Schema: worker.Schema, CommandID: id, Run: "r13w", Action: act.ID, Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeOversize, Bytes: bytes}
+		rep := api.Report{Schema: api.Schema, CommandID: id, Run: "r13w", Action: act.ID, Attempt: 1, Incarnation: 1, Outcome: api.OutcomeOversize, Bytes: bytes}
 		_, err := runnerReport(c, h, rep)
 		return err
 	}
@@ -69,11 +68,11 @@ func TestScenario13_OversizeReportOverTheWire(t *testing.T) {
 
 // runnerReport sends a worker's report on weft.api.report, as a worker
 // in any language does.
-func runnerReport(ctx context.Context, h *harness, rep worker.Report) (api.Reply, error) {
+func runnerReport(ctx context.Context, h *harness, rep api.Report) (api.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	b, _ := json.Marshal(rep)
-	m, err := h.srv.Conn.RequestWithContext(ctx, worker.ReportSubject, b)
+	m, err := h.srv.Conn.RequestWithContext(ctx, api.ReportSubject, b)
 	if err != nil {
 		return api.Reply{}, err
 	}

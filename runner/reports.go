@@ -16,7 +16,6 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // checkSettled refuses a settlement's output that the action's tool's
@@ -57,7 +56,7 @@ func notAnOutput(rn *run, action string, content json.RawMessage) (string, error
 // (an Infinity timeout); a body still running then is answered
 // settle_unconfirmed, reason body_running. A refusal not_awaited emits
 // settlement_refused with the summary.
-func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, error) {
+func (r *Runner) Settle(ctx context.Context, req api.Settlement) (api.Reply, error) {
 	var out api.Reply
 	for {
 		// Whether to wait for a running body, and how long, is the
@@ -109,15 +108,15 @@ func (r *Runner) Settle(ctx context.Context, req worker.Settlement) (api.Reply, 
 const ReasonBodyRunning = aggregate.ReasonBodyRunning
 
 // Report applies a worker's report (api.Backend).
-func (r *Runner) Report(ctx context.Context, req worker.Report) (api.Reply, error) {
+func (r *Runner) Report(ctx context.Context, req api.Report) (api.Reply, error) {
 	var cmd aggregate.Command
 	switch req.Outcome {
-	case worker.OutcomeOutput, worker.OutcomeExplain, worker.OutcomeUncertain:
+	case api.OutcomeOutput, api.OutcomeExplain, api.OutcomeUncertain:
 		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: req.Outcome, Content: req.Content, Message: req.Message, Evidence: req.Evidence}
-	case worker.OutcomeOversize:
+	case api.OutcomeOversize:
 		// The aggregate checks the reported size against the run's limit.
 		cmd = aggregate.Report{Action: req.Action, Attempt: req.Attempt, Outcome: events.OutcomeOversize, Bytes: req.Bytes}
-	case worker.OutcomeLost:
+	case api.OutcomeLost:
 		// Which causes are recorded is the aggregate's (LostCommand); for
 		// the others (nil) the run is woken (due timers applied) and the
 		// reply is the usual one. not_started (a claim its worker marked)

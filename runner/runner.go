@@ -36,7 +36,7 @@ import (
 const (
 	// RunnersBucket holds one key per live runner (its id), kept alive by
 	// heartbeat puts; the bucket's max age is the lease.
-	RunnersBucket = worker.RunnersBucket
+	RunnersBucket = api.RunnersBucket
 	// DriversBucket maps each run a runner drives with work in flight
 	// (unfinished and not idle) to that runner: key <partition>.<run>,
 	// the partition zero-padded to four digits.
@@ -87,7 +87,7 @@ func WithoutWorker() Option { return func(r *Runner) { r.noWorker = true } }
 // this process (another process, another language): the in-process worker
 // does not consume them. A name covers that tool in every served agent
 // identity that binds it, each with its own queue and consumer
-// (worker.Queue); a name no served agent binds as a tool body is an error
+// (api.Queue); a name no served agent binds as a tool body is an error
 // of New.
 func WithExternalTools(names ...string) Option {
 	return func(r *Runner) {
@@ -596,6 +596,10 @@ func (r *Runner) testHook(event string, p int, run string) {
 	}
 }
 
+// TimerRestartCap bounds the pause before consumeTimers starts the
+// timer consumer again.
+const TimerRestartCap = 16 * time.Second
+
 // consumeTimers consumes the durable timers' firings until ctx ends. A
 // consumer that cannot be bound or stops on an error (its cluster had no
 // leader as this runner started, the server restarted) is started again
@@ -604,7 +608,7 @@ func (r *Runner) testHook(event string, p int, run string) {
 // expiry, a timeout of a run nobody holds — waiting for ever
 // (docs/semantics.md §8: pending work is retried, never dropped).
 func (r *Runner) consumeTimers(ctx context.Context) {
-	back := backoff.New(time.Second, 16*time.Second)
+	back := backoff.New(time.Second, TimerRestartCap)
 	for {
 		err := r.timers.Consume(ctx, r.timerFired)
 		if ctx.Err() != nil {

@@ -250,7 +250,7 @@ func (g *claimGate) hold(run string) *claimHold {
 	return h
 }
 
-func (g *claimGate) check(ctx context.Context, task worker.Task) (bool, error) {
+func (g *claimGate) check(ctx context.Context, task api.Task) (bool, error) {
 	current, err := g.base(ctx, task)
 	g.mu.Lock()
 	h := g.holds[task.Run]
@@ -625,7 +625,7 @@ func (g *afterClaimGate) wait(c context.Context) {
 	}
 }
 
-func (g *afterClaimGate) check(ctx context.Context, task worker.Task) (bool, error) {
+func (g *afterClaimGate) check(ctx context.Context, task api.Task) (bool, error) {
 	if task.Run == g.run && task.Attempt == 1 && g.calls.Add(1) == 2 {
 		close(g.reached)
 		select {
@@ -810,7 +810,7 @@ func TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain
 		t.Fatal(err)
 	}
 	// Its report is answered after the runner read the claim.
-	rep := worker.Report{Schema: worker.Schema, CommandID: "late", Run: run, Action: p.ID, Attempt: 1, Incarnation: 1, Outcome: worker.OutcomeLost, Cause: api.CauseNotStarted,
+	rep := api.Report{Schema: api.Schema, CommandID: "late", Run: run, Action: p.ID, Attempt: 1, Incarnation: 1, Outcome: api.OutcomeLost, Cause: api.CauseNotStarted,
 		Evidence: "the claim of attempt 1 was marked not started (ended)"}
 	if _, err := runnerReport(c, h, rep); err != nil {
 		t.Fatal(err)

@@ -118,8 +118,8 @@ func TestSemantics8_ACommandWaitingWhenTheWindowEndsSaysTheRunnerStoppedServing(
 	answered := make(chan error, 1)
 	go func() {
 		// The agent's command timeout (5 s) is longer than the window.
-		_, err := r.Report(context.Background(), worker.Report{Schema: worker.Schema, Run: run, Action: "1/call_1_1", Attempt: 1, Worker: "w",
-			Outcome: worker.OutcomeOutput, Content: []byte(`{"id":"p"}`)})
+		_, err := r.Report(context.Background(), api.Report{Schema: api.Schema, Run: run, Action: "1/call_1_1", Attempt: 1, Worker: "w",
+			Outcome: api.OutcomeOutput, Content: []byte(`{"id":"p"}`)})
 		answered <- err
 	}()
 	stopped := make(chan struct{})
@@ -157,8 +157,8 @@ func TestSemantics8_ACommandWhoseOwnDeadlineEndsItsWaitSaysSo(t *testing.T) {
 	// first.
 	rctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err := r.Report(rctx, worker.Report{Schema: worker.Schema, Run: run, Action: "1/call_1_1", Attempt: 1, Worker: "w",
-		Outcome: worker.OutcomeOutput, Content: []byte(`{"id":"p"}`)})
+	_, err := r.Report(rctx, api.Report{Schema: api.Schema, Run: run, Action: "1/call_1_1", Attempt: 1, Worker: "w",
+		Outcome: api.OutcomeOutput, Content: []byte(`{"id":"p"}`)})
 	if weft.ErrorCode(err) != weft.CodeRunnerBusy || !strings.Contains(err.Error(), "the command ended while it waited for the run") {
 		t.Fatalf("a report whose own deadline ended while it waited for the run: %v, want runner_busy saying the command ended", err)
 	}

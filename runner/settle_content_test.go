@@ -14,7 +14,6 @@ import (
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // docs/semantics.md §9 with §10: a settlement's output is the
@@ -39,7 +38,7 @@ func TestScenario25_SettlementContentChecked(t *testing.T) {
 		{`{"id":5}`, "/id"},
 		{`null`, `"id"`},
 	} {
-		_, err := h.client.Settle(ctx(t), worker.Settlement{CommandID: "bad-" + string(rune('a'+i)), Run: "r25c", Action: "1/call_1_1", Outcome: events.OutcomeOutput, Content: json.RawMessage(c.content), Summary: "s"})
+		_, err := h.client.Settle(ctx(t), api.Settlement{CommandID: "bad-" + string(rune('a'+i)), Run: "r25c", Action: "1/call_1_1", Outcome: events.OutcomeOutput, Content: json.RawMessage(c.content), Summary: "s"})
 		var we *weft.Error
 		if !errors.As(err, &we) || we.Code != weft.CodeInvalidContent || !strings.Contains(we.Message, c.want) {
 			t.Fatalf("settle %s: %v, want invalid_content naming %s", c.content, err, c.want)

@@ -69,7 +69,7 @@ func (e *events_) find(name telemetry.Name) (telemetry.Event, bool) {
 }
 
 func settle(h *harness, t *testing.T, run, action, id string) error {
-	_, err := h.client.Settle(ctx(t), worker.Settlement{CommandID: "s-" + id, Run: run, Action: action, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"id":"settled"}`), Summary: "refund " + id + " confirmed"})
+	_, err := h.client.Settle(ctx(t), api.Settlement{CommandID: "s-" + id, Run: run, Action: action, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"id":"settled"}`), Summary: "refund " + id + " confirmed"})
 	return err
 }
 
@@ -181,11 +181,11 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 	// The worker that dies: takes both tasks, claims their attempts (as a
 	// worker does before it starts a body) and never acks.
 	c := ctx(t)
-	claims, err := h.srv.JS.KeyValue(c, worker.ClaimsBucket)
+	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := h.srv.JS.CreateOrUpdateConsumer(c, worker.TaskStream, worker.ConsumerConfig(deskQueue("pay"), 300*time.Millisecond))
+	cons, err := h.srv.JS.CreateOrUpdateConsumer(c, api.TaskStream, worker.ConsumerConfig(deskQueue("pay"), 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 			t.Fatal(err)
 		}
 		for msg := range msgs.Messages() {
-			var task worker.Task
+			var task api.Task
 			if err := json.Unmarshal(msg.Data(), &task); err != nil {
 				t.Fatal(err)
 			}
@@ -220,7 +220,7 @@ func TestScenario28_WorkerDiesThenSettle(t *testing.T) {
 	if act.State != aggregate.ActionUncertain || b.starts.Load() != 0 {
 		t.Fatalf("action %s, starts %d", act.State, b.starts.Load())
 	}
-	_, err = h.client.Settle(c, worker.Settlement{CommandID: "u", Run: "r28", Action: act.ID, Outcome: events.OutcomeUncertain, Evidence: "?", Summary: "s"})
+	_, err = h.client.Settle(c, api.Settlement{CommandID: "u", Run: "r28", Action: act.ID, Outcome: events.OutcomeUncertain, Evidence: "?", Summary: "s"})
 	if weft.ErrorCode(err) != weft.CodeNotAwaited {
 		t.Fatalf("uncertain settle: %v", err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // runningExternal starts run on a runner whose pay tool (timeout given) is
@@ -43,7 +42,7 @@ func runningExternal(t *testing.T, run string, timeout tools.Timeout, opts ...ru
 }
 
 func offer(r *runner.Runner, c context.Context, run string) error {
-	_, err := r.Settle(c, worker.Settlement{Schema: worker.Schema, CommandID: "s-1", Run: run, Action: "1/call_1_1", Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"id":"settled"}`), Summary: "confirmed"})
+	_, err := r.Settle(c, api.Settlement{Schema: api.Schema, CommandID: "s-1", Run: run, Action: "1/call_1_1", Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"id":"settled"}`), Summary: "confirmed"})
 	return err
 }
 

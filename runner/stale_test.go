@@ -24,7 +24,7 @@ func (h *harness) waitTasksConsumed() {
 	h.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		s, err := h.srv.JS.Stream(context.Background(), worker.TaskStream)
+		s, err := h.srv.JS.Stream(context.Background(), api.TaskStream)
 		if err != nil {
 			h.t.Fatal(err)
 		}

@@ -111,7 +111,7 @@ func TestExternalWorkerServesOneAgentIdentity(t *testing.T) {
 	}
 	h := newHarness(t)
 	h.startRunner([]*agent.Agent{mk("1"), mk("2.0")}, runner.WithExternalTools("ver_echo"))
-	q2 := worker.Queue{Agent: "acc-ver", Version: "2.0", Tool: "ver_echo"}
+	q2 := api.Queue{Agent: "acc-ver", Version: "2.0", Tool: "ver_echo"}
 	w := worker.New(h.srv.Connect(), h.srv.JS)
 	w.Handle(q2, runner.ToolHandler(echoBody("external 2.0"), nil))
 	wctx, stopW := context.WithCancel(context.Background())
@@ -130,11 +130,11 @@ func TestExternalWorkerServesOneAgentIdentity(t *testing.T) {
 	if _, err := h.client.Start(c, api.StartRequest{Run: "ev-1", Agent: "acc-ver", Version: "1", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	q1 := worker.Queue{Agent: "acc-ver", Version: "1", Tool: "ver_echo"}
+	q1 := api.Queue{Agent: "acc-ver", Version: "1", Tool: "ver_echo"}
 	if q1.Consumer() != "weft_task_acc-ver@1@ver_echo" {
 		t.Fatalf("consumer name %s", q1.Consumer())
 	}
-	cons, err := h.srv.JS.Consumer(c, worker.TaskStream, q1.Consumer())
+	cons, err := h.srv.JS.Consumer(c, api.TaskStream, q1.Consumer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,6 +175,6 @@ func echoBody(id string) tools.Tool {
 
 // deskQueue is the queue of tool as bound in the test agent desk (version
 // agent.DefaultVersion, see build).
-func deskQueue(tool string) worker.Queue {
-	return worker.Queue{Agent: "desk", Version: agent.DefaultVersion, Tool: tool}
+func deskQueue(tool string) api.Queue {
+	return api.Queue{Agent: "desk", Version: agent.DefaultVersion, Tool: tool}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/tools"
@@ -21,8 +22,8 @@ func (r *Runner) newWorker() *worker.Worker {
 	// Its drain grace is the runner's drain window: the runner abandons
 	// it at the end of the window (Run), and the worker would on its own.
 	opts := append([]worker.Option{worker.WithID(r.id), worker.WithLogger(r.log), worker.WithDrainGrace(r.drain),
-		worker.WithReporter(func(ctx context.Context, rep worker.Report) error { _, err := r.Report(ctx, rep); return err }),
-		worker.WithSettler(func(ctx context.Context, s worker.Settlement) error { _, err := r.Settle(ctx, s); return err }),
+		worker.WithReporter(func(ctx context.Context, rep api.Report) error { _, err := r.Report(ctx, rep); return err }),
+		worker.WithSettler(func(ctx context.Context, s api.Settlement) error { _, err := r.Settle(ctx, s); return err }),
 		worker.WithContextFrom(r.tel.Extract),
 	}, r.workerOpts...)
 	if r.group {
@@ -34,7 +35,7 @@ func (r *Runner) newWorker() *worker.Worker {
 			if _, sub := agent.SubAgent(t); sub || r.external[t.Name()] {
 				continue // a delegation has no body: its child run does the work
 			}
-			w.Handle(worker.Queue{Agent: ag.Name(), Version: ag.Version(), Tool: t.Name()}, ToolHandler(t, r.tel))
+			w.Handle(api.Queue{Agent: ag.Name(), Version: ag.Version(), Tool: t.Name()}, ToolHandler(t, r.tel))
 		}
 	}
 	return w
@@ -44,7 +45,7 @@ func (r *Runner) newWorker() *worker.Worker {
 // call, the validated arguments, the approver's context when the action was
 // approved, and a settlement wired to the worker's settle path.
 func ToolHandler(t tools.Tool, tel *telemetry.Telemetry) worker.Handler {
-	return func(ctx context.Context, task worker.Task, settle worker.Settler) worker.Result {
+	return func(ctx context.Context, task api.Task, settle worker.Settler) worker.Result {
 		if task.Reviewer != "" {
 			ctx = policy.WithReview(ctx, policy.Review{Reviewer: task.Reviewer})
 		}
@@ -54,7 +55,7 @@ func ToolHandler(t tools.Tool, tel *telemetry.Telemetry) worker.Handler {
 			defer end()
 		}
 		s := tools.NewSettlement(task.Run, task.Action, func(ctx context.Context, res tools.Result, summary string) error {
-			err := settle(ctx, worker.Settlement{Schema: worker.Schema, Run: task.Run, Action: task.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message, Evidence: res.Evidence, Summary: summary})
+			err := settle(ctx, api.Settlement{Schema: api.Schema, Run: task.Run, Action: task.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message, Evidence: res.Evidence, Summary: summary})
 			var we *weft.Error
 			if tel != nil && errors.As(err, &we) && we.Code == weft.CodeNotAwaited && we.Reason == worker.ReasonOwnCall {
 				// Refused by the worker, not the run: the telemetry the
@@ -68,7 +69,7 @@ func ToolHandler(t tools.Tool, tel *telemetry.Telemetry) worker.Handler {
 	}
 }
 
-func startAttempt(ctx context.Context, tel *telemetry.Telemetry, task worker.Task) (context.Context, func()) {
+func startAttempt(ctx context.Context, tel *telemetry.Telemetry, task api.Task) (context.Context, func()) {
 	ctx, span := tel.StartAttempt(ctx, task.Run, task.Action, task.Tool, task.Attempt)
 	return ctx, func() { span.End() }
 }

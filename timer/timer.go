@@ -28,10 +28,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/internal/lostconsumer"
 	"github.com/weftrun/weft/protocol"
 )
 
@@ -217,15 +219,24 @@ func nakDelay(n uint64) time.Duration {
 
 // Consume delivers every firing to fn until ctx ends (it then returns nil),
 // or until the consumer cannot be bound or stops delivering — deleted, its
-// stream made again —, when it returns an error: the caller starts it
-// again. A firing is acked when fn returns nil and redelivered (to any
-// runner) otherwise, after a delay that doubles with each delivery from
-// 100 ms up to NakCap.
+// stream made again, lost by a restarted server —, when it returns an
+// error: the caller starts it again. A consumer that is missing when
+// Consume starts is made again (ConsumerConfig). A firing is acked when
+// fn returns nil and redelivered (to any runner) otherwise, after a delay
+// that doubles with each delivery from 100 ms up to NakCap.
 func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) error) error {
 	c, err := t.js.Consumer(ctx, Stream, Consumer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		// Deleted (an operator) or lost by a server after Ensure made it:
+		// made again here, or every runner's Consume would fail for ever
+		// and no firing would be delivered until the next provisioning.
+		// It inherits the stream's replicas, as Ensure's does.
+		c, err = t.js.CreateOrUpdateConsumer(ctx, Stream, ConsumerConfig())
+	}
 	if err != nil {
 		return fmt.Errorf("timer: consumer: %w", err)
 	}
+	var lost atomic.Pointer[error] // why a server's loss of the consumer was looked up
 	cc, err := c.Consume(func(m jetstream.Msg) {
 		var f Fired
 		if err := json.Unmarshal(m.Data(), &f); err != nil || f.Run == "" {
@@ -241,18 +252,23 @@ func (t *Timers) Consume(ctx context.Context, fn func(context.Context, Fired) er
 			return
 		}
 		_ = m.Ack()
-	})
+	}, lostconsumer.StopWhenGone(c, func(err error) { lost.Store(&err) }))
 	if err != nil {
 		return fmt.Errorf("timer: consume: %w", err)
 	}
 	// A pull consume ends by itself on a terminal status (the consumer was
-	// deleted, the stream made again): the caller starts it again
-	// (runner's consumeTimers), or no firing would be delivered here.
+	// deleted, the stream made again), or is stopped when a server lost
+	// the consumer (lostconsumer): the caller starts it again (runner's
+	// consumeTimers), which makes the consumer again, or no firing would
+	// be delivered here.
 	select {
 	case <-ctx.Done():
 		cc.Stop()
 		return nil
 	case <-cc.Closed():
+		if cause := lost.Load(); cause != nil {
+			return fmt.Errorf("timer: consume: the consumer is gone from the server, stopped: %w", *cause)
+		}
 		return errors.New("timer: consume: the consumer stopped")
 	}
 }

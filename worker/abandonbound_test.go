@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -28,8 +29,8 @@ func TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait(t *testing.T) {
 
 	var checks atomic.Int32
 	second, proceed := make(chan struct{}), make(chan struct{})
-	w := worker.New(nc, js, worker.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))), worker.WithReporter(func(context.Context, worker.Report) error { return nil }),
-		worker.WithAttemptCheck(func(ctx context.Context, _ worker.Task) (bool, error) {
+	w := worker.New(nc, js, worker.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))), worker.WithReporter(func(context.Context, api.Report) error { return nil }),
+		worker.WithAttemptCheck(func(ctx context.Context, _ api.Task) (bool, error) {
 			if checks.Add(1) == 1 {
 				return true, nil
 			}
@@ -37,15 +38,15 @@ func TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait(t *testing.T) {
 			<-proceed
 			return false, errors.New("the log does not answer")
 		}))
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		t.Error("the body started")
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	<-second
 	s.Shutdown() // the server stops answering
 	cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/worker"
 )
@@ -23,24 +24,24 @@ func BenchmarkTaskStart(b *testing.B) {
 	nc := s.Connect()
 	js, _ := jetstream.New(nc)
 	reported := make(chan struct{}, 1)
-	w := worker.New(nc, js, worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }),
-		worker.WithReporter(func(context.Context, worker.Report) error { reported <- struct{}{}; return nil }))
-	w.Handle(queue("echo"), func(_ context.Context, t worker.Task, _ worker.Settler) worker.Result {
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: t.Arguments}
+	w := worker.New(nc, js, worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }),
+		worker.WithReporter(func(context.Context, api.Report) error { reported <- struct{}{}; return nil }))
+	w.Handle(queue("echo"), func(_ context.Context, t api.Task, _ worker.Settler) worker.Result {
+		return worker.Result{Outcome: api.OutcomeOutput, Content: t.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	for {
-		if _, err := s.JS.Consumer(ctx, worker.TaskStream, queue("echo").Consumer()); err == nil {
+		if _, err := s.JS.Consumer(ctx, api.TaskStream, queue("echo").Consumer()); err == nil {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
 	tasks := make([][]byte, b.N)
 	for i := range tasks {
-		tasks[i], _ = json.Marshal(worker.Task{Schema: 1, Run: fmt.Sprint("r", i), Action: "1/call_1", Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: 60000})
+		tasks[i], _ = json.Marshal(api.Task{Schema: 1, Run: fmt.Sprint("r", i), Action: "1/call_1", Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: 60000})
 	}
 	b.ResetTimer()
 	for _, t := range tasks {
@@ -65,7 +66,7 @@ func BenchmarkClaimCreate(b *testing.B) {
 	v := []byte(`{"schema":1,"worker":"w-1","token":"0123456789abcdef","claimed":"2026-01-01T00:00:00Z"}`)
 	b.ResetTimer()
 	for i := range b.N {
-		if _, err := kv.Create(ctx, worker.ClaimKey(fmt.Sprint("r", i), "1/call_1", 1, 1), v, jetstream.KeyTTL(time.Hour)); err != nil {
+		if _, err := kv.Create(ctx, api.ClaimKey(fmt.Sprint("r", i), "1/call_1", 1, 1), v, jetstream.KeyTTL(time.Hour)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
@@ -20,7 +21,7 @@ import (
 // appendRun writes a run of turns turns to the log, one tool call per turn,
 // decided by the aggregate; the call of the last turn is left running
 // (fenced, no report). It returns the task of that attempt.
-func appendRun(tb testing.TB, s *natstest.Server, run string, turns int64) worker.Task {
+func appendRun(tb testing.TB, s *natstest.Server, run string, turns int64) api.Task {
 	tb.Helper()
 	ctx := context.Background()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -54,7 +55,7 @@ func appendRun(tb testing.TB, s *natstest.Server, run string, turns int64) worke
 			decide(aggregate.Report{Action: fmt.Sprintf("%d/a", turn), Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"ok":true}`)})
 		}
 	}
-	return worker.Task{Schema: 1, Run: run, Action: fmt.Sprintf("%d/a", turns), Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: st.Incarnation(),
+	return api.Task{Schema: 1, Run: run, Action: fmt.Sprintf("%d/a", turns), Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: st.Incarnation(),
 		FenceVersion: fenceVersion(tb, s, run)}
 }
 

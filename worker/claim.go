@@ -25,8 +25,6 @@ import (
 // the count is consumer state the server writes lazily, and a server
 // restart can deliver a task again as a first delivery.
 const (
-	// ClaimsBucket is api.ClaimsBucket, the KV bucket of attempt claims.
-	ClaimsBucket = api.ClaimsBucket
 	// ClaimMaxAge is the bucket's max age: how long a claim lives at most
 	// without being renewed. A worker renews the claim of a running body
 	// every ClaimRenew; a claim of a body with a deadline lives until the
@@ -42,18 +40,12 @@ const (
 	ClaimRenew = 24 * time.Hour
 )
 
-// ClaimKey is api.ClaimKey, the key of an attempt's claim in weft_claims:
-// <run>.<action in unpadded base64url>.<attempt>.<incarnation>.
-func ClaimKey(run, action string, attempt, incarnation int) string {
-	return api.ClaimKey(run, action, attempt, incarnation)
-}
-
 // ClaimsConfig is the configuration of weft_claims: file storage (a claim
 // must survive a server restart), one value per key, ClaimMaxAge, and
 // per-key TTLs (limit markers kept one minute).
 func ClaimsConfig() jetstream.KeyValueConfig {
 	return jetstream.KeyValueConfig{
-		Bucket:         ClaimsBucket,
+		Bucket:         api.ClaimsBucket,
 		Description:    "Weft attempt claims: a key per started tool body, created before it starts",
 		History:        1,
 		TTL:            ClaimMaxAge,
@@ -62,25 +54,20 @@ func ClaimsConfig() jetstream.KeyValueConfig {
 	}
 }
 
-// Claim is the value the Go worker stores under an attempt's claim key:
-// api.Claim, the wire type (a worker of another language reads the report
-// saved in it).
-type Claim = api.Claim
-
 // claimsBucket returns weft_claims, creating it (with the task stream's
 // replica count) if nobody provisioned it.
 func claimsBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyValue, error) {
-	kv, err := js.KeyValue(ctx, ClaimsBucket)
+	kv, err := js.KeyValue(ctx, api.ClaimsBucket)
 	if err == nil || !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return kv, err
 	}
 	cfg := ClaimsConfig()
-	if s, err := js.Stream(ctx, TaskStream); err == nil {
+	if s, err := js.Stream(ctx, api.TaskStream); err == nil {
 		cfg.Replicas = s.CachedInfo().Config.Replicas
 	}
 	kv, err = js.CreateKeyValue(ctx, cfg)
 	if errors.Is(err, jetstream.ErrBucketExists) {
-		return js.KeyValue(ctx, ClaimsBucket)
+		return js.KeyValue(ctx, api.ClaimsBucket)
 	}
 	return kv, err
 }
@@ -88,7 +75,7 @@ func claimsBucket(ctx context.Context, js jetstream.JetStream) (jetstream.KeyVal
 // claimTTL is the TTL of t's claim taken at now: until its deadline plus
 // ClaimMargin, 0 (the bucket's max age) without a deadline or when that is
 // longer.
-func claimTTL(t Task, now time.Time) time.Duration {
+func claimTTL(t api.Task, now time.Time) time.Duration {
 	if t.Deadline == nil {
 		return 0
 	}
@@ -113,25 +100,25 @@ const (
 // ownClaim is the claim this delivery holds: its key, value and revision.
 type ownClaim struct {
 	key string
-	val Claim
+	val api.Claim
 	rev uint64
 }
 
 // takeClaim creates t's claim. On claimHeld it returns the claim found
-// (its value decoded when it is a Claim). A create whose answer was lost is
+// (its value decoded when it is an api.Claim). A create whose answer was lost is
 // tried again: finding its own token, the delivery holds the claim.
 // unstarted are the tokens of claims that deliveries of this task took (or
 // may have taken) without starting its body (api.HeaderUnstartedClaim): a
 // claim holding one of them is taken over, guarded by its revision, under
 // this delivery's own token, so that a redelivery of this task after its
 // body started finds a token it does not know.
-func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult, ownClaim, Claim) {
+func (w *Worker) takeClaim(t api.Task, key string, unstarted []string) (claimResult, ownClaim, api.Claim) {
 	var tok [8]byte
 	_, _ = rand.Read(tok[:])
-	own := ownClaim{key: key, val: Claim{Schema: Schema, Worker: w.id, Token: hex.EncodeToString(tok[:]), Claimed: time.Now().UTC()}}
+	own := ownClaim{key: key, val: api.Claim{Schema: api.Schema, Worker: w.id, Token: hex.EncodeToString(tok[:]), Claimed: time.Now().UTC()}}
 	b, err := json.Marshal(own.val)
 	if err != nil {
-		return claimUnknown, own, Claim{}
+		return claimUnknown, own, api.Claim{}
 	}
 	back := backoff.New(50*time.Millisecond, 2*time.Second)
 	// The tries go on while the worker stops (a create whose answer was
@@ -142,7 +129,7 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 	if w.claimGroup != nil {
 		if rev, ok := w.createGrouped(t, key, b); ok {
 			own.rev = rev
-			return claimTaken, own, Claim{}
+			return claimTaken, own, api.Claim{}
 		}
 	}
 	for range 6 {
@@ -160,7 +147,7 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 				if found.Token != "" && found.Token == own.val.Token {
 					cancel()
 					own.rev = e.Revision()
-					return claimTaken, own, Claim{}
+					return claimTaken, own, api.Claim{}
 				}
 				if found.Token == "" || found.NotStarted != nil || !slices.Contains(unstarted, found.Token) {
 					cancel()
@@ -173,14 +160,14 @@ func (w *Worker) takeClaim(t Task, key string, unstarted []string) (claimResult,
 		}
 		cancel()
 		if err == nil {
-			return claimTaken, own, Claim{}
+			return claimTaken, own, api.Claim{}
 		}
 		w.log.Warn("worker: cannot claim the attempt", "run", t.Run, "action", t.Action, "attempt", t.Attempt, "key", key, "err", err)
 		if back.Wait(w.late) != nil {
 			break
 		}
 	}
-	return claimUnknown, own, Claim{}
+	return claimUnknown, own, api.Claim{}
 }
 
 // WithGroupCommit makes the worker send the creates of its claims that
@@ -213,10 +200,10 @@ func WithGroupCommit() Option {
 // its tries, which read the key (a create whose answer was lost is found
 // by its token, a key whose last message is a removal marker is created
 // at its revision).
-func (w *Worker) createGrouped(t Task, key string, b []byte) (uint64, bool) {
+func (w *Worker) createGrouped(t api.Task, key string, b []byte) (uint64, bool) {
 	ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
 	defer cancel()
-	m := nats.NewMsg("$KV." + ClaimsBucket + "." + key)
+	m := nats.NewMsg("$KV." + api.ClaimsBucket + "." + key)
 	m.Data = b
 	m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	if ttl := claimTTL(t, time.Now()); ttl > 0 {
@@ -229,11 +216,11 @@ func (w *Worker) createGrouped(t Task, key string, b []byte) (uint64, bool) {
 	return ack.Sequence, true
 }
 
-// decodeClaim decodes a claim's value: a Claim, or — from a worker that
-// stores something else, such as its id — a Claim whose Worker is that
+// decodeClaim decodes a claim's value: an api.Claim, or — from a worker that
+// stores something else, such as its id — an api.Claim whose Worker is that
 // value (up to 64 printable bytes).
-func decodeClaim(v []byte) Claim {
-	var c Claim
+func decodeClaim(v []byte) api.Claim {
+	var c api.Claim
 	if json.Unmarshal(v, &c) == nil && c.Schema != 0 {
 		return c
 	}
@@ -243,26 +230,26 @@ func decodeClaim(v []byte) Claim {
 			b = append(b, ch)
 		}
 	}
-	return Claim{Worker: string(b)}
+	return api.Claim{Worker: string(b)}
 }
 
 // savedReport returns the report saved in the claim key, if any.
-func (w *Worker) savedReport(key string) (Report, bool) {
+func (w *Worker) savedReport(key string) (api.Report, bool) {
 	c, ok := w.claimAt(key)
 	if !ok || c.Report == nil {
-		return Report{}, false
+		return api.Report{}, false
 	}
 	return *c.Report, true
 }
 
 // claimAt reads the claim at key; false when it cannot be read or is
 // absent.
-func (w *Worker) claimAt(key string) (Claim, bool) {
+func (w *Worker) claimAt(key string) (api.Claim, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	e, err := w.claims.Get(ctx, key)
 	if err != nil {
-		return Claim{}, false
+		return api.Claim{}, false
 	}
 	return decodeClaim(e.Value()), true
 }
@@ -289,7 +276,7 @@ func (w *Worker) updateClaim(own *ownClaim) error {
 // delivery of the task takes it again and starts the body. If the delete
 // fails the claim stays, and the next delivery reports the attempt
 // worker_lost (its body may have run, as far as it can tell).
-func (w *Worker) releaseClaim(t Task, own *ownClaim) {
+func (w *Worker) releaseClaim(t api.Task, own *ownClaim) {
 	// After Abandon it is cut short with the other tries (w.late), so that
 	// Run returns within LateAfterAbandon.
 	ctx, cancel := context.WithTimeout(w.late, 5*time.Second)
@@ -309,7 +296,7 @@ func (w *Worker) releaseClaim(t Task, own *ownClaim) {
 // claim counts as claimed, as before (docs/adr/0023-closing-attempts.md,
 // "Claims released as not started"). It reports whether the value was
 // written.
-func (w *Worker) markNotStarted(t Task, own *ownClaim, why string) bool {
+func (w *Worker) markNotStarted(t api.Task, own *ownClaim, why string) bool {
 	val := own.val
 	val.NotStarted = &api.ClaimNotStarted{Why: why, At: time.Now().UTC()}
 	b, err := json.Marshal(val)
@@ -349,8 +336,8 @@ func (w *Worker) markNotStarted(t Task, own *ownClaim, why string) bool {
 // (docs/adr/0023-closing-attempts.md, "Late evidence: a mark after the
 // decision"). rep is the delivery's report (its identity fields);
 // delivered as any report (deliver), never saved in the claim.
-func (w *Worker) reportNotStarted(t Task, rep Report, why string) {
-	rep.Outcome, rep.Cause = OutcomeLost, api.CauseNotStarted
+func (w *Worker) reportNotStarted(t api.Task, rep api.Report, why string) {
+	rep.Outcome, rep.Cause = api.OutcomeLost, api.CauseNotStarted
 	rep.Evidence = fmt.Sprintf("the claim of attempt %d was marked not started (%s): its body never started and never will", t.Attempt, why)
 	w.deliver(t, rep, nil)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/worker"
 )
@@ -40,12 +41,12 @@ func (h *crashHarness) worker(id string) (w *worker.Worker, stop func()) {
 		h.t.Fatal(err)
 	}
 	w = worker.New(nc, js, worker.WithID(id), worker.WithReporter(h.rs.report), worker.WithAckWait(time.Second),
-		worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+		worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		h.starts.Add(1)
 		h.started <- struct{}{}
 		<-h.release
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -68,7 +69,7 @@ func (h *crashHarness) consumer() jetstream.Consumer {
 	h.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		c, err := h.srv.JS.Consumer(context.Background(), worker.TaskStream, queue("echo").Consumer())
+		c, err := h.srv.JS.Consumer(context.Background(), api.TaskStream, queue("echo").Consumer())
 		if err == nil {
 			return c
 		}
@@ -83,7 +84,7 @@ func (h *crashHarness) waitEmpty() {
 	h.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if s, err := h.srv.JS.Stream(context.Background(), worker.TaskStream); err == nil && s.CachedInfo().State.Msgs == 0 {
+		if s, err := h.srv.JS.Stream(context.Background(), api.TaskStream); err == nil && s.CachedInfo().State.Msgs == 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -93,8 +94,8 @@ func (h *crashHarness) waitEmpty() {
 	}
 }
 
-func echoTask(run string) worker.Task {
-	return worker.Task{Run: run, Action: "1/call_1", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"n":1}`), TimeoutMS: -1}
+func echoTask(run string) api.Task {
+	return api.Task{Run: run, Action: "1/call_1", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"n":1}`), TimeoutMS: -1}
 }
 
 // docs/semantics.md §3/§5 (an attempt's body starts at most once, whatever the
@@ -128,7 +129,7 @@ func TestAttemptStartsAtMostOnceAcrossServerCrash(t *testing.T) {
 	h.rs.mu.Lock()
 	rep := h.rs.got[0]
 	h.rs.mu.Unlock()
-	if rep.Worker != "b" || rep.Outcome != worker.OutcomeLost || rep.Cause != "worker_lost" {
+	if rep.Worker != "b" || rep.Outcome != api.OutcomeLost || rep.Cause != "worker_lost" {
 		t.Fatalf("report %+v, want worker b's lost worker_lost", rep)
 	}
 	close(h.release)
@@ -173,7 +174,7 @@ func TestAttemptStartsAtMostOnceRedeliveredToItsOwnWorker(t *testing.T) {
 	if n := h.starts.Load(); n != 1 {
 		t.Fatalf("%d body starts, want 1 (reports %+v)", n, h.rs.got)
 	}
-	if len(h.rs.got) != 1 || h.rs.got[0].Outcome != worker.OutcomeOutput {
+	if len(h.rs.got) != 1 || h.rs.got[0].Outcome != api.OutcomeOutput {
 		t.Fatalf("reports %+v, want one output", h.rs.got)
 	}
 }

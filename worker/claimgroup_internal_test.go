@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"github.com/weftrun/weft/api"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +43,7 @@ func TestSemantics5_GroupedClaimsStayCreateOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.claims = claims
-	stream, err := s.JS.Stream(ctx, "KV_"+ClaimsBucket)
+	stream, err := s.JS.Stream(ctx, "KV_"+api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,13 +56,13 @@ func TestSemantics5_GroupedClaimsStayCreateOnly(t *testing.T) {
 		return info.State.LastSeq
 	}
 	deadline := time.Now().Add(time.Hour)
-	task := func(run string) Task {
-		return Task{Run: run, Action: "a", Attempt: 1, Incarnation: 1, Deadline: &deadline}
+	task := func(run string) api.Task {
+		return api.Task{Run: run, Action: "a", Attempt: 1, Incarnation: 1, Deadline: &deadline}
 	}
 	type out struct {
 		res   claimResult
 		own   ownClaim
-		found Claim
+		found api.Claim
 	}
 	// round takes the claims of runs at once through a publisher that
 	// sends them as one batch, losing the first loseAcks acknowledgements.
@@ -77,7 +78,7 @@ func TestSemantics5_GroupedClaimsStayCreateOnly(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				outs[i].res, outs[i].own, outs[i].found = w.takeClaim(task(run), ClaimKey(run, "a", 1, 1), nil)
+				outs[i].res, outs[i].own, outs[i].found = w.takeClaim(task(run), api.ClaimKey(run, "a", 1, 1), nil)
 			}()
 		}
 		wg.Wait()
@@ -104,7 +105,7 @@ func TestSemantics5_GroupedClaimsStayCreateOnly(t *testing.T) {
 
 	// A held key in the batch.
 	w.claimGroup = nil
-	res0, own0, _ := w.takeClaim(task("held-0"), ClaimKey("held-0", "a", 1, 1), nil)
+	res0, own0, _ := w.takeClaim(task("held-0"), api.ClaimKey("held-0", "a", 1, 1), nil)
 	if res0 != claimTaken {
 		t.Fatalf("the first claim: %v", res0)
 	}

@@ -21,7 +21,7 @@ import (
 // already decided what happened to it (docs/semantics.md §8), and a late start
 // would be an effect nobody knows about. An error means the run could not
 // be read.
-type AttemptCheck func(ctx context.Context, task Task) (current bool, err error)
+type AttemptCheck func(ctx context.Context, task api.Task) (current bool, err error)
 
 // WithAttemptCheck replaces the check of an attempt before its body
 // starts (default: LogCheck over the worker's JetStream).
@@ -31,10 +31,6 @@ func WithAttemptCheck(c AttemptCheck) Option { return func(w *Worker) { w.check 
 // (tests that publish tasks of runs that have no log).
 func WithoutAttemptCheck() Option { return func(w *Worker) { w.check = nil; w.noCheck = true } }
 
-// RunnersBucket is api.RunnersBucket, the KV bucket of live runners: a
-// key per live runner id.
-const RunnersBucket = api.RunnersBucket
-
 // LogCheck is the default AttemptCheck: it folds the task's run from the
 // event log (WEFT_EVENTS in js) and accepts the attempt only while its
 // action is running that very attempt in the run's current incarnation,
@@ -43,14 +39,14 @@ const RunnersBucket = api.RunnersBucket
 // is gone, recovery decides). A log that has not reached the task's fence
 // yet (a lagging replica) is an error, so the worker reads again.
 //
-// A task that names its fence's version (Task.FenceVersion) is checked on
+// A task that names its fence's version (api.Task.FenceVersion) is checked on
 // the run's last message alone when that message holds the fence: an
 // attempt fenced by the run's last decision is current (the aggregate
 // guarantees it: property (n) of its tests), so one direct get answers the
 // check (docs/adr/0014). Otherwise the run is read and folded.
 func LogCheck(js jetstream.JetStream) AttemptCheck {
 	l := eventlog.New(js)
-	return func(ctx context.Context, t Task) (bool, error) {
+	return func(ctx context.Context, t api.Task) (bool, error) {
 		if t.FenceVersion > 0 {
 			last, head, err := l.Last(ctx, t.Run)
 			if err != nil {
@@ -92,7 +88,7 @@ func LogCheck(js jetstream.JetStream) AttemptCheck {
 		if !s.HandedOff() {
 			return Current(s, t), nil
 		}
-		live, err := js.KeyValue(ctx, RunnersBucket)
+		live, err := js.KeyValue(ctx, api.RunnersBucket)
 		if err != nil {
 			return false, err
 		}
@@ -108,7 +104,7 @@ func LogCheck(js jetstream.JetStream) AttemptCheck {
 
 // fencedLast reports whether last, the events of a run's last message,
 // hold t's fence at t.FenceVersion.
-func fencedLast(last []events.Envelope, t Task) bool {
+func fencedLast(last []events.Envelope, t api.Task) bool {
 	if len(last) == 0 || t.FenceVersion < last[0].Version || t.FenceVersion > last[len(last)-1].Version {
 		return false
 	}
@@ -127,6 +123,6 @@ func fencedLast(last []events.Envelope, t Task) bool {
 // Current reports whether t's attempt is the running attempt of its action
 // in state s: same attempt, the run's current incarnation, not handed off,
 // not finished (aggregate.AttemptCurrent).
-func Current(s aggregate.State, t Task) bool {
+func Current(s aggregate.State, t api.Task) bool {
 	return aggregate.AttemptCurrent(s, t.Action, t.Attempt, t.Incarnation)
 }

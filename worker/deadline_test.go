@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -32,7 +33,7 @@ func TestBodyNeverStartsAfterTheDeadlinePassedDuringItsCheck(t *testing.T) {
 			nc, js := startServer(t)
 			deadline := time.Now().Add(300 * time.Millisecond)
 			var reads atomic.Int64
-			check := func(ctx context.Context, _ worker.Task) (bool, error) {
+			check := func(ctx context.Context, _ api.Task) (bool, error) {
 				if reads.Add(1) == slow {
 					// The run is read slowly: the answer comes after the
 					// deadline.
@@ -44,7 +45,7 @@ func TestBodyNeverStartsAfterTheDeadlinePassedDuringItsCheck(t *testing.T) {
 			w := worker.New(nc, js, worker.WithReporter(f.report), worker.WithAttemptCheck(check), worker.WithAckWait(time.Second))
 			var starts atomic.Int64
 			echoWorker(t, w, &starts)
-			publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1,
+			publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1,
 				Arguments: json.RawMessage(`{"paid":1}`), TimeoutMS: 300, Deadline: &deadline})
 			select {
 			case <-f.ch:
@@ -53,7 +54,7 @@ func TestBodyNeverStartsAfterTheDeadlinePassedDuringItsCheck(t *testing.T) {
 			}
 			f.mu.Lock()
 			defer f.mu.Unlock()
-			if g := f.got[0]; starts.Load() != 0 || g.Outcome != worker.OutcomeLost || g.Cause != "timed_out" {
+			if g := f.got[0]; starts.Load() != 0 || g.Outcome != api.OutcomeLost || g.Cause != "timed_out" {
 				t.Fatalf("%d body start(s), report %+v; want no start, lost timed_out", starts.Load(), g)
 			}
 		})
@@ -73,7 +74,7 @@ func TestBodyNeverStartsWhenItsAttemptEndedWhileItWasClaimed(t *testing.T) {
 	t.Parallel()
 	nc, js := startServer(t)
 	var checks atomic.Int64
-	check := func(ctx context.Context, _ worker.Task) (bool, error) {
+	check := func(ctx context.Context, _ api.Task) (bool, error) {
 		// Current when first read; the cancel lands before the claim.
 		return checks.Add(1) == 1, nil
 	}
@@ -81,7 +82,7 @@ func TestBodyNeverStartsWhenItsAttemptEndedWhileItWasClaimed(t *testing.T) {
 	w := worker.New(nc, js, worker.WithReporter(f.report), worker.WithAttemptCheck(check), worker.WithAckWait(time.Second))
 	var starts atomic.Int64
 	echoWorker(t, w, &starts)
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1,
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1,
 		Arguments: json.RawMessage(`{"paid":1}`), TimeoutMS: -1})
 	deadline := time.Now().Add(10 * time.Second)
 	for checks.Load() < 2 && starts.Load() == 0 && time.Now().Before(deadline) {
@@ -113,20 +114,20 @@ func TestBodyContextCarriesTheAttemptDeadline(t *testing.T) {
 	f := &flaky{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(f.report), worker.WithoutAttemptCheck(), worker.WithAckWait(time.Second))
 	got := make(chan time.Time, 1)
-	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		d, ok := ctx.Deadline()
 		if !ok {
 			d = time.Time{}
 		}
 		got <- d
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	deadline := time.Now().Add(time.Minute).Round(time.Millisecond)
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1,
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1,
 		Arguments: json.RawMessage(`1`), TimeoutMS: 60_000, Deadline: &deadline})
 	select {
 	case d := <-got:

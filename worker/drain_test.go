@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -22,19 +23,19 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 	release := make(chan struct{})
 	var starts1, starts2 atomic.Int64
 	rs1 := &reports{ch: make(chan struct{}, 10)}
-	w1 := worker.New(nc, js, worker.WithReporter(rs1.report), worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+	w1 := worker.New(nc, js, worker.WithReporter(rs1.report), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
 		checking <- struct{}{}
 		<-release
 		return true, nil
 	}))
-	w1.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w1.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts1.Add(1)
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx1, stop1 := context.WithCancel(context.Background())
 	done1 := make(chan error)
 	go func() { done1 <- w1.Run(ctx1) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	<-checking
 	stop1()
 	for !w1.Stopping() {
@@ -48,9 +49,9 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 
 	rs2 := &reports{ch: make(chan struct{}, 10)}
 	w2 := worker.New(nc, js, worker.WithReporter(rs2.report), worker.WithoutAttemptCheck())
-	w2.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w2.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts2.Add(1)
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx2, stop2 := context.WithCancel(context.Background())
 	done2 := make(chan error)
@@ -58,7 +59,7 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 	<-rs2.ch
 	stop2()
 	<-done2
-	if g := rs2.got[0]; g.Outcome != worker.OutcomeOutput || starts2.Load() != 1 {
+	if g := rs2.got[0]; g.Outcome != api.OutcomeOutput || starts2.Load() != 1 {
 		t.Fatalf("report %+v, starts %d; want output from one start", g, starts2.Load())
 	}
 }

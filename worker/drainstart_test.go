@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -28,21 +29,21 @@ func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
 	release := make(chan struct{})
 	var checks, starts1, starts2 atomic.Int64
 	rs1 := &reports{ch: make(chan struct{}, 10)}
-	w1 := worker.New(nc, js, worker.WithReporter(rs1.report), worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+	w1 := worker.New(nc, js, worker.WithReporter(rs1.report), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
 		if checks.Add(1) == 2 { // the read after the claim
 			checking <- struct{}{}
 			<-release
 		}
 		return true, nil
 	}))
-	w1.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w1.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts1.Add(1)
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx1, stop1 := context.WithCancel(context.Background())
 	done1 := make(chan error)
 	go func() { done1 <- w1.Run(ctx1) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	<-checking
 	stop1()
 	for !w1.Stopping() {
@@ -52,7 +53,7 @@ func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
 	close(release)
 	<-done1
 	rs1.mu.Lock()
-	got1 := append([]worker.Report(nil), rs1.got...)
+	got1 := append([]api.Report(nil), rs1.got...)
 	rs1.mu.Unlock()
 	if starts1.Load() != 0 || len(got1) != 0 {
 		t.Fatalf("the stopping worker started %d bodies, sent reports %+v", starts1.Load(), got1)
@@ -60,9 +61,9 @@ func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
 
 	rs2 := &reports{ch: make(chan struct{}, 10)}
 	w2 := worker.New(nc, js, worker.WithReporter(rs2.report), worker.WithoutAttemptCheck())
-	w2.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w2.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts2.Add(1)
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx2, stop2 := context.WithCancel(context.Background())
 	done2 := make(chan error)
@@ -72,7 +73,7 @@ func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
 	<-done2
 	rs2.mu.Lock()
 	defer rs2.mu.Unlock()
-	if g := rs2.got[0]; g.Outcome != worker.OutcomeOutput || starts2.Load() != 1 {
+	if g := rs2.got[0]; g.Outcome != api.OutcomeOutput || starts2.Load() != 1 {
 		t.Fatalf("report %+v, starts %d; want output from one start", g, starts2.Load())
 	}
 }

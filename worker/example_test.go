@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -22,15 +23,15 @@ func Example() {
 	}
 	js, _ := jetstream.New(nc)
 	w := worker.New(nc, js, worker.WithID("lookup-worker-1"))
-	w.Handle(worker.Queue{Agent: "payment-desk", Version: "1", Tool: "lookup_invoice"}, func(ctx context.Context, t worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(api.Queue{Agent: "payment-desk", Version: "1", Tool: "lookup_invoice"}, func(ctx context.Context, t api.Task, _ worker.Settler) worker.Result {
 		var in struct {
 			ID string `json:"id"`
 		}
 		if err := json.Unmarshal(t.Arguments, &in); err != nil {
-			return worker.Result{Outcome: worker.OutcomeExplain, Message: "bad arguments"}
+			return worker.Result{Outcome: api.OutcomeExplain, Message: "bad arguments"}
 		}
 		out, _ := json.Marshal(map[string]string{"id": in.ID, "payee": "ACME Ltd"})
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: out}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: out}
 	})
 	if err := w.Run(context.Background()); err != nil {
 		log.Fatal(err)

@@ -1,6 +1,10 @@
 package worker
 
-import "time"
+import (
+	"time"
+
+	"github.com/weftrun/weft/api"
+)
 
 // Stopping reports whether w stopped taking tasks (tests only).
 func (w *Worker) Stopping() bool { return w.stopping.Load() }
@@ -18,4 +22,7 @@ func (w *Worker) StopsSeen() int64 { return w.stops.Load() }
 
 // SetAfterClaim makes w call f once a delivery holds its attempt's claim,
 // before its check after the claim and its body (tests only).
-func (w *Worker) SetAfterClaim(f func(Task)) { w.afterClaim = f }
+func (w *Worker) SetAfterClaim(f func(api.Task)) { w.afterClaim = f }
+
+// Rebinds is how many queue consumes ended while Run ran and were made again.
+func (w *Worker) Rebinds() int64 { return w.rebinds.Load() }

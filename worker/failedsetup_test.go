@@ -40,25 +40,25 @@ func TestSemantics8_AWorkerWhoseSetupFailedStillStopsARunsBodies(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, tjs, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
 	started := make(chan struct{})
-	w.Handle(queue("pay"), func(ctx context.Context, _ worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("pay"), func(ctx context.Context, _ api.Task, _ worker.Settler) worker.Result {
 		close(started)
 		<-ctx.Done()
-		return worker.Result{Outcome: worker.OutcomeExplain, Message: "stopped"}
+		return worker.Result{Outcome: api.OutcomeExplain, Message: "stopped"}
 	})
-	w.Handle(queue("ship"), func(context.Context, worker.Task, worker.Settler) worker.Result {
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)}
+	w.Handle(queue("ship"), func(context.Context, api.Task, worker.Settler) worker.Result {
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`1`)}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "fs", Action: "1/a", Tool: "pay", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "fs", Action: "1/a", Tool: "pay", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	<-started
 	cancel()
 	close(ended)
 	for !w.Stopping() { // the setup failed; Run drains
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := nc.Publish(worker.StopSubjectPrefix+"fs", nil); err != nil {
+	if err := nc.Publish(api.StopSubjectPrefix+"fs", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err == nil {
@@ -66,7 +66,7 @@ func TestSemantics8_AWorkerWhoseSetupFailedStillStopsARunsBodies(t *testing.T) {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if w.StopsSeen() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != worker.OutcomeLost || rs.got[0].Cause != api.CauseStopped {
+	if w.StopsSeen() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != api.OutcomeLost || rs.got[0].Cause != api.CauseStopped {
 		t.Fatalf("stops seen %d, reports %+v; want the stop seen and the body reported lost, cause stopped", w.StopsSeen(), rs.got)
 	}
 }

@@ -47,13 +47,13 @@ import (
 // HandOff reports whether the worker took t: false when it serves no
 // queue of t's identity, is not running yet or is stopping (the stream
 // copy is then the only way the task is run).
-func (w *Worker) HandOff(t Task, hdr nats.Header) bool {
-	q := Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
+func (w *Worker) HandOff(t api.Task, hdr nats.Header) bool {
+	q := api.Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
 	h, ok := w.handlers[q]
 	if !ok || !w.ready.Load() {
 		return false
 	}
-	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	key := api.ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopping.Load() || w.abandoned {
@@ -144,7 +144,7 @@ func (w *Worker) claimedHeld(h *held) {
 // task given by HandOff (p nil), or prepared by PrepareHandOff while its
 // fence is appended (p), whose claim is taken before the fence is
 // recorded and whose body waits for p's Go.
-func (w *Worker) handedTask(q Queue, h Handler, t Task, hdr nats.Header, key string, held *held, p *Prepared) {
+func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header, key string, held *held, p *Prepared) {
 	// A delivery of the stream copy that waits for this hold ends as it
 	// does: acked once the report was answered, else given back (its
 	// redelivery decides from the claim, as any delivery does).
@@ -159,7 +159,7 @@ func (w *Worker) handedTask(q Queue, h Handler, t Task, hdr nats.Header, key str
 		}
 	}()
 	wq := q
-	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
+	rep := api.Report{Schema: api.Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
 	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
 	var ctx context.Context
 	if p == nil {
@@ -241,7 +241,7 @@ func (w *Worker) handedTask(q Queue, h Handler, t Task, hdr nats.Header, key str
 	}
 	if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
 		w.markNotStarted(t, &own, api.ClaimDeadline)
-		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+		rep.Outcome, rep.Cause = api.OutcomeLost, "timed_out"
 		rep.Evidence = "the deadline passed before the body started; the body was not started"
 		acked = w.deliver(t, rep, &own)
 		return
@@ -283,7 +283,7 @@ type Prepared struct {
 // handedGo is a Prepared task's word from its runner: ok with the task as
 // dispatched and its body's context (tracked for stops by Go), or not ok.
 type handedGo struct {
-	t      Task
+	t      api.Task
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	ok     bool
@@ -301,13 +301,13 @@ type handedGo struct {
 // embedder's own AttemptCheck is asked before the claim, as for a
 // delivered task (docs/adr/0027), and that cannot be before the fence is
 // recorded — such a worker's tasks are handed off at dispatch (nil).
-func (w *Worker) PrepareHandOff(t Task) *Prepared {
-	q := Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
+func (w *Worker) PrepareHandOff(t api.Task) *Prepared {
+	q := api.Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
 	h, ok := w.handlers[q]
 	if !ok || !w.ready.Load() || !w.defaultCheck {
 		return nil
 	}
-	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	key := api.ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.stopping.Load() || w.abandoned {
@@ -331,7 +331,7 @@ func (w *Worker) PrepareHandOff(t Task) *Prepared {
 // stoppable from now on (weft.stop.<run>). It reports whether p takes it:
 // false when p was aborted, or its worker began stopping before (the
 // stream copy is then the only way the task is run).
-func (p *Prepared) Go(t Task, hdr nats.Header) bool {
+func (p *Prepared) Go(t api.Task, hdr nats.Header) bool {
 	w := p.w
 	base := context.Background()
 	if w.ctxFrom != nil {
@@ -409,7 +409,7 @@ func (p *Prepared) wait() handedGo {
 // token (h.unstarted), as a delivered task's requeue does; a copy another
 // worker receives then reports the attempt lost, as a delivery whose
 // requeue could not be published does (conservative: nothing started).
-func (w *Worker) dropUnstarted(t Task, own *ownClaim, h *held) {
+func (w *Worker) dropUnstarted(t api.Task, own *ownClaim, h *held) {
 	back := backoff.New(50*time.Millisecond, 2*time.Second)
 	for range 6 {
 		ctx, cancel := context.WithTimeout(w.late, 5*time.Second)

@@ -22,9 +22,9 @@ func handedWorker(t *testing.T, nc *nats.Conn, js jetstream.JetStream, starts *a
 	t.Helper()
 	rs := &reports{ch: make(chan struct{}, 100)}
 	w := worker.New(nc, js, append([]worker.Option{worker.WithID("w-1"), worker.WithReporter(rs.report)}, opts...)...)
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts.Add(1)
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -42,14 +42,14 @@ func handedWorker(t *testing.T, nc *nats.Conn, js jetstream.JetStream, starts *a
 }
 
 // handedTask is attempt 1 of action a of run "r", as a runner dispatches it.
-func handedTask(a string) worker.Task {
-	return worker.Task{Schema: 1, Run: "r", Action: a, Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: 1,
-		Claim: worker.ClaimKey("r", a, 1, 1), Arguments: json.RawMessage(`"hi"`), TimeoutMS: -1}
+func handedTask(a string) api.Task {
+	return api.Task{Schema: 1, Run: "r", Action: a, Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: 1,
+		Claim: api.ClaimKey("r", a, 1, 1), Arguments: json.RawMessage(`"hi"`), TimeoutMS: -1}
 }
 
 // handOff hands task to w once its Run set up (HandOff takes no task
 // before: it answers false and does nothing).
-func handOff(t *testing.T, w *worker.Worker, task worker.Task) {
+func handOff(t *testing.T, w *worker.Worker, task api.Task) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !w.HandOff(task, nats.Header{}) {
@@ -74,7 +74,7 @@ func TestSemantics5_TheInProcessWorkerStartsNoBodyWhoseClaimWasClosed(t *testing
 		t.Fatal(err)
 	}
 	task := handedTask("1/closed")
-	b, _ := json.Marshal(worker.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-1", Why: "cancelled", At: time.Now().UTC()}})
+	b, _ := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-1", Why: "cancelled", At: time.Now().UTC()}})
 	if _, err := claims.Create(ctx, task.Claim, b); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody(t *testing.T) {
 	t.Parallel()
 	nc, js := startServer(t)
 	var starts atomic.Int64
-	w, rs, stop := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
+	w, rs, stop := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
 	const n = 20
 	for i := range n {
 		task := handedTask(fmt.Sprintf("1/call_%d", i))
@@ -124,7 +124,7 @@ func TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody(t *testing.T) {
 			t.Fatalf("%d reports of %d tasks after 30 s", len(rs.got), n)
 		}
 	}
-	c, err := js.Consumer(context.Background(), worker.TaskStream, queue("echo").Consumer())
+	c, err := js.Consumer(context.Background(), api.TaskStream, queue("echo").Consumer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody(t *testing.T) {
 	seen := map[string]int{}
 	for _, r := range rs.got {
 		seen[r.Action]++
-		if r.Outcome != worker.OutcomeOutput {
+		if r.Outcome != api.OutcomeOutput {
 			t.Errorf("report of %s: %s %s, want output", r.Action, r.Outcome, r.Cause)
 		}
 	}
@@ -182,11 +182,11 @@ func TestSemantics7_AHandedTaskIsOneClaimAndNoRead(t *testing.T) {
 	defer spy.Close()
 	var reads, claimWrites, taskMsgs, acks atomic.Int64
 	for subj, n := range map[string]*atomic.Int64{
-		"$JS.API.DIRECT.GET.>":              &reads,
-		"$JS.API.STREAM.MSG.GET.>":          &reads,
-		"$KV." + worker.ClaimsBucket + ".>": &claimWrites,
-		"weft.task.>":                       &taskMsgs,
-		"$JS.ACK.>":                         &acks,
+		"$JS.API.DIRECT.GET.>":           &reads,
+		"$JS.API.STREAM.MSG.GET.>":       &reads,
+		"$KV." + api.ClaimsBucket + ".>": &claimWrites,
+		"weft.task.>":                    &taskMsgs,
+		"$JS.ACK.>":                      &acks,
 	} {
 		if _, err := spy.Subscribe(subj, func(*nats.Msg) { n.Add(1) }); err != nil {
 			t.Fatal(err)
@@ -210,7 +210,7 @@ func TestSemantics7_AHandedTaskIsOneClaimAndNoRead(t *testing.T) {
 	if err := spy.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if starts.Load() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != worker.OutcomeOutput {
+	if starts.Load() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != api.OutcomeOutput {
 		t.Fatalf("starts %d, reports %+v: want one start and its output", starts.Load(), rs.got)
 	}
 	got := [4]int64{reads.Load(), claimWrites.Load(), taskMsgs.Load(), acks.Load()}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestSemantics8_AHandedTaskStoppedBeforeItsBodyStartedLeavesItToTheCopy(t *testing.T) {
 	t.Parallel()
 	nc, js := startServer(t)
-	stoppedCheck := func(ctx context.Context, _ worker.Task) (bool, error) {
+	stoppedCheck := func(ctx context.Context, _ api.Task) (bool, error) {
 		<-ctx.Done() // the worker stops (its checks are cut short then)
 		return true, nil
 	}
@@ -30,9 +31,9 @@ func TestSemantics8_AHandedTaskStoppedBeforeItsBodyStartedLeavesItToTheCopy(t *t
 	handOff(t, w1, task)
 	publish(t, js, task)
 	stop1()
-	_, rs2, _ := handedWorker(t, nc, js, &secondStarts, worker.WithID("w-2"), worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
+	_, rs2, _ := handedWorker(t, nc, js, &secondStarts, worker.WithID("w-2"), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
 	got := firstReport(t, rs2)
-	if got.Outcome != worker.OutcomeOutput {
+	if got.Outcome != api.OutcomeOutput {
 		t.Errorf("the copy's delivery reported %s (%s: %s), want output", got.Outcome, got.Cause, got.Evidence)
 	}
 	if n := firstStarts.Load(); n != 0 {
@@ -59,12 +60,12 @@ func TestSemantics8_AHandedBodyRunningAtAbandonIsReportedLostByItsOwnWorker(t *t
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 100)}
 	w := worker.New(nc, js, worker.WithID("w-1"), worker.WithReporter(rs.report),
-		worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
+		worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
 	started := make(chan struct{})
-	w.Handle(queue("echo"), func(ctx context.Context, _ worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(ctx context.Context, _ api.Task, _ worker.Settler) worker.Result {
 		close(started)
 		<-ctx.Done()
-		return worker.Result{Outcome: worker.OutcomeUncertain, Evidence: "stopped"}
+		return worker.Result{Outcome: api.OutcomeUncertain, Evidence: "stopped"}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -78,7 +79,7 @@ func TestSemantics8_AHandedBodyRunningAtAbandonIsReportedLostByItsOwnWorker(t *t
 	}
 	w.Abandon()
 	got := firstReport(t, rs)
-	if got.Outcome != worker.OutcomeLost || got.Cause != "worker_lost" || got.Worker != w.ID() {
+	if got.Outcome != api.OutcomeLost || got.Cause != "worker_lost" || got.Worker != w.ID() {
 		t.Errorf("reported %s (%s) by %q, want lost (worker_lost) by %q", got.Outcome, got.Cause, got.Worker, w.ID())
 	}
 }

@@ -10,12 +10,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
 // prepare prepares task in w once its Run set up (PrepareHandOff takes no
 // task before: it answers nil).
-func prepare(t *testing.T, w *worker.Worker, task worker.Task) *worker.Prepared {
+func prepare(t *testing.T, w *worker.Worker, task api.Task) *worker.Prepared {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -68,7 +69,7 @@ func TestSemantics7_APreparedHandedTaskClaimsAtOnceAndStartsItsBodyOnlyAtGo(t *t
 	var starts atomic.Int64
 	w, rs, stop := handedWorker(t, nc, js, &starts)
 	task := handedTask("1/prepared")
-	p := prepare(t, w, worker.Task{Schema: task.Schema, Run: task.Run, Action: task.Action, Agent: task.Agent, Version: task.Version, Tool: task.Tool,
+	p := prepare(t, w, api.Task{Schema: task.Schema, Run: task.Run, Action: task.Action, Agent: task.Agent, Version: task.Version, Tool: task.Tool,
 		Attempt: task.Attempt, Incarnation: task.Incarnation, Claim: task.Claim, TimeoutMS: task.TimeoutMS})
 	storedClaim(t, claims, task.Claim)
 	if n := starts.Load(); n != 0 {
@@ -87,7 +88,7 @@ func TestSemantics7_APreparedHandedTaskClaimsAtOnceAndStartsItsBodyOnlyAtGo(t *t
 		t.Fatal("no report after 30 s")
 	}
 	stop()
-	if starts.Load() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != worker.OutcomeOutput || string(rs.got[0].Content) != `"hi"` {
+	if starts.Load() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != api.OutcomeOutput || string(rs.got[0].Content) != `"hi"` {
 		t.Fatalf("starts %d, reports %+v: want one start and its output (the arguments given at go)", starts.Load(), rs.got)
 	}
 	if w.HandedOff() != 1 {
@@ -138,7 +139,7 @@ func TestSemantics8_AFenceNotRecordedLeavesNoClaimForItsAttemptToTripOver(t *tes
 		t.Fatal("no report after 30 s")
 	}
 	stop()
-	if starts.Load() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != worker.OutcomeOutput {
+	if starts.Load() != 1 || len(rs.got) != 1 || rs.got[0].Outcome != api.OutcomeOutput {
 		t.Fatalf("starts %d, reports %+v: want the later hand-off to start the body once and report its output", starts.Load(), rs.got)
 	}
 }
@@ -152,7 +153,7 @@ type heldCreateClaims struct {
 
 func (c *heldCreateClaims) KeyValue(ctx context.Context, bucket string) (jetstream.KeyValue, error) {
 	kv, err := c.JetStream.KeyValue(ctx, bucket)
-	if err != nil || bucket != worker.ClaimsBucket {
+	if err != nil || bucket != api.ClaimsBucket {
 		return kv, err
 	}
 	return &heldCreateKV{KeyValue: kv, c: c}, nil

@@ -92,7 +92,7 @@ func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownLeavesNoClaimForItsCopy
 			kv := &lostCreateKV{failGets: tc.failGets}
 			js := &lostCreateClaims{JetStream: realJS, kv: kv}
 			var starts atomic.Int64
-			w, rs, _ := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
+			w, rs, _ := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
 			task := handedTask("1/unknown")
 			handOff(t, w, task)
 			// The copy is published once the handed task tried its claim:
@@ -106,7 +106,7 @@ func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownLeavesNoClaimForItsCopy
 			}
 			publish(t, realJS, task)
 			got := firstReport(t, rs)
-			if got.Outcome != worker.OutcomeOutput {
+			if got.Outcome != api.OutcomeOutput {
 				t.Errorf("reported %s (%s: %s), want output: the body never started before the copy's delivery", got.Outcome, got.Cause, got.Evidence)
 			}
 			if n := starts.Load(); n != 1 {
@@ -117,7 +117,7 @@ func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownLeavesNoClaimForItsCopy
 }
 
 // firstReport waits up to 30 s for rs's first report and returns it.
-func firstReport(t *testing.T, rs *reports) worker.Report {
+func firstReport(t *testing.T, rs *reports) api.Report {
 	t.Helper()
 	select {
 	case <-rs.ch:
@@ -160,7 +160,7 @@ func TestSemantics8_AHandedTaskTakesOverTheClaimAnEarlierHandOffOfItsAttemptLeft
 	// Dispatched again: handed off once the first task let the attempt go.
 	handOff(t, w, task)
 	got := firstReport(t, rs)
-	if got.Outcome != worker.OutcomeOutput {
+	if got.Outcome != api.OutcomeOutput {
 		t.Errorf("reported %s (%s: %s), want output: the claim left was taken over by its token", got.Outcome, got.Cause, got.Evidence)
 	}
 	if n := starts.Load(); n != 1 {
@@ -181,13 +181,13 @@ func TestSemantics8_AHandedTaskIsHeldBeforeHandOffReturns(t *testing.T) {
 	// Bodies that do not end while the test looks: the hold can only be
 	// the hand-off's own, never one already left.
 	release := make(chan struct{})
-	w := worker.New(nc, js, worker.WithID("w-1"), worker.WithReporter(func(context.Context, worker.Report) error { return nil }))
-	w.Handle(queue("hold"), func(ctx context.Context, _ worker.Task, _ worker.Settler) worker.Result {
+	w := worker.New(nc, js, worker.WithID("w-1"), worker.WithReporter(func(context.Context, api.Report) error { return nil }))
+	w.Handle(queue("hold"), func(ctx context.Context, _ api.Task, _ worker.Settler) worker.Result {
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{}`)}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`{}`)}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

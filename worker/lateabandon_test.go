@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -27,20 +28,20 @@ func TestSemantics8_AbandonBoundsTheLateSettlementTries(t *testing.T) {
 	var calls atomic.Int32
 	offered := make(chan struct{}, 100)
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
-		worker.WithSettler(func(context.Context, worker.Settlement) error {
+		worker.WithSettler(func(context.Context, api.Settlement) error {
 			calls.Add(1)
 			offered <- struct{}{}
 			return &weft.Error{Code: weft.CodeRunnerBusy, Message: "run r: partition 3 has no owner yet; retry"}
 		}))
-	w.Handle(queue("refund"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("refund"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		<-ctx.Done() // stopped by its 50 ms timeout, returns at once
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
 	<-rs.ch // the stopped report
 	<-offered
 	cancel()

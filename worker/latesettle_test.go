@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -27,7 +28,7 @@ func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
 	refused := make(chan struct{})
 	var accepted atomic.Value
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
-		worker.WithSettler(func(_ context.Context, s worker.Settlement) error {
+		worker.WithSettler(func(_ context.Context, s api.Settlement) error {
 			if calls.Add(1) == 1 {
 				close(refused)
 				return &weft.Error{Code: weft.CodeUnavailable, Message: "the store does not answer yet"}
@@ -35,15 +36,15 @@ func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
 			accepted.Store(s)
 			return nil
 		}))
-	w.Handle(queue("refund"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("refund"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		<-ctx.Done() // stopped by its 50 ms timeout
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
 	<-rs.ch // the stopped report
 	<-refused
 	cancel() // stop the worker while the late settlement waits to be retried
@@ -53,7 +54,7 @@ func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
 	if n := calls.Load(); n != 2 {
 		t.Fatalf("Run returned after %d offers of the late settlement, want 2 (refused, then accepted)", n)
 	}
-	if s, _ := accepted.Load().(worker.Settlement); s.Run != "r" || s.Action != "1/a" || string(s.Content) != `{"id":"rf-1"}` {
+	if s, _ := accepted.Load().(api.Settlement); s.Run != "r" || s.Action != "1/a" || string(s.Content) != `{"id":"rf-1"}` {
 		t.Fatalf("accepted %+v", s)
 	}
 	if g := workerGoroutines(); g != "" {
@@ -87,20 +88,20 @@ func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var calls atomic.Int32
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
-		worker.WithSettler(func(context.Context, worker.Settlement) error { calls.Add(1); return nil }))
+		worker.WithSettler(func(context.Context, api.Settlement) error { calls.Add(1); return nil }))
 	release := make(chan struct{})
 	returned := make(chan struct{})
-	w.Handle(queue("refund"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("refund"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		defer close(returned)
 		<-ctx.Done()
 		<-release // ignores its stop until the test ends
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
 	<-rs.ch // the stopped report
 	cancel()
 	w.Abandon()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -20,11 +21,11 @@ type flaky struct {
 	failures int // refusals left; -1 refuses until ok
 	ok       atomic.Bool
 	tries    atomic.Int64
-	got      []worker.Report
+	got      []api.Report
 	ch       chan struct{}
 }
 
-func (f *flaky) report(_ context.Context, rep worker.Report) error {
+func (f *flaky) report(_ context.Context, rep api.Report) error {
 	f.tries.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -41,9 +42,9 @@ func (f *flaky) report(_ context.Context, rep worker.Report) error {
 
 func echoWorker(t *testing.T, w *worker.Worker, starts *atomic.Int64) (stop func()) {
 	t.Helper()
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts.Add(1)
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -69,7 +70,7 @@ func TestReportDeliveryFailuresNeverDiscardTheResult(t *testing.T) {
 	w.SetRetry(time.Millisecond, time.Millisecond)
 	var starts atomic.Int64
 	echoWorker(t, w, &starts)
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":1}`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":1}`), TimeoutMS: -1})
 	select {
 	case <-f.ch:
 	case <-time.After(60 * time.Second):
@@ -77,13 +78,13 @@ func TestReportDeliveryFailuresNeverDiscardTheResult(t *testing.T) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if g := f.got[0]; g.Outcome != worker.OutcomeOutput || string(g.Content) != `{"paid":1}` || starts.Load() != 1 {
+	if g := f.got[0]; g.Outcome != api.OutcomeOutput || string(g.Content) != `{"paid":1}` || starts.Load() != 1 {
 		t.Fatalf("accepted report %+v after %d starts; want the body's output, one start", g, starts.Load())
 	}
 	// Kept, not given back: the task was delivered once (a worker that
 	// gave it back would only be saved by the report in the claim, which
 	// a worker cannot always write).
-	c, err := js.Consumer(context.Background(), worker.TaskStream, queue("echo").Consumer())
+	c, err := js.Consumer(context.Background(), api.TaskStream, queue("echo").Consumer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestStoppingWorkerHandsItsUndeliveredReportOn(t *testing.T) {
 	a.SetRetry(time.Millisecond, 5*time.Millisecond)
 	var starts atomic.Int64
 	stopA := echoWorker(t, a, &starts)
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":2}`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":2}`), TimeoutMS: -1})
 	for fa.tries.Load() < 3 {
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -121,7 +122,7 @@ func TestStoppingWorkerHandsItsUndeliveredReportOn(t *testing.T) {
 	}
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
-	if g := fb.got[0]; g.Outcome != worker.OutcomeOutput || string(g.Content) != `{"paid":2}` || g.Worker != "a" || starts.Load() != 1 {
+	if g := fb.got[0]; g.Outcome != api.OutcomeOutput || string(g.Content) != `{"paid":2}` || g.Worker != "a" || starts.Load() != 1 {
 		t.Fatalf("b delivered %+v after %d starts; want a's output, one start", g, starts.Load())
 	}
 }
@@ -137,7 +138,7 @@ func TestTaskNotStartedWhileTheRunCannotBeReadIsRequeued(t *testing.T) {
 	var checks atomic.Int64
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(time.Second),
-		worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+		worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
 			if checks.Add(1) <= 8 { // every try of the first delivery
 				return false, errors.New("the log is unreachable")
 			}
@@ -145,7 +146,7 @@ func TestTaskNotStartedWhileTheRunCannotBeReadIsRequeued(t *testing.T) {
 		}))
 	var starts atomic.Int64
 	echoWorker(t, w, &starts)
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":3}`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":3}`), TimeoutMS: -1})
 	select {
 	case <-rs.ch:
 	case <-time.After(60 * time.Second):
@@ -153,7 +154,7 @@ func TestTaskNotStartedWhileTheRunCannotBeReadIsRequeued(t *testing.T) {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if g := rs.got[0]; g.Outcome != worker.OutcomeOutput || starts.Load() != 1 {
+	if g := rs.got[0]; g.Outcome != api.OutcomeOutput || starts.Load() != 1 {
 		t.Fatalf("first report %+v after %d starts; want the body's output (the task requeued, not reported lost)", g, starts.Load())
 	}
 }
@@ -171,16 +172,16 @@ func TestTaskWhoseAttemptCannotBeClaimedIsRequeued(t *testing.T) {
 	echoWorker(t, w, &starts)
 	ctx := context.Background()
 	for {
-		if _, err := js.KeyValue(ctx, worker.ClaimsBucket); err == nil {
+		if _, err := js.KeyValue(ctx, api.ClaimsBucket); err == nil {
 			break // the worker created it on start
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := js.DeleteKeyValue(ctx, worker.ClaimsBucket); err != nil {
+	if err := js.DeleteKeyValue(ctx, api.ClaimsBucket); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":4}`), TimeoutMS: -1})
-	s, err := js.Stream(ctx, worker.TaskStream)
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":4}`), TimeoutMS: -1})
+	s, err := js.Stream(ctx, api.TaskStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +212,7 @@ func TestTaskWhoseAttemptCannotBeClaimedIsRequeued(t *testing.T) {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if g := rs.got[0]; g.Outcome != worker.OutcomeOutput || starts.Load() != 1 {
+	if g := rs.got[0]; g.Outcome != api.OutcomeOutput || starts.Load() != 1 {
 		t.Fatalf("report %+v after %d starts; want the body's output from one start", g, starts.Load())
 	}
 }

@@ -23,27 +23,27 @@ type notStartedHarness struct {
 	w       *worker.Worker
 	nc      *nats.Conn
 	ended   atomic.Bool
-	claimed chan worker.Task
+	claimed chan api.Task
 	hold    chan struct{}
 }
 
 func newNotStartedHarness(t *testing.T) *notStartedHarness {
-	h := &notStartedHarness{crashHarness: newCrashHarness(t), claimed: make(chan worker.Task, 4), hold: make(chan struct{})}
+	h := &notStartedHarness{crashHarness: newCrashHarness(t), claimed: make(chan api.Task, 4), hold: make(chan struct{})}
 	h.nc = h.srv.Connect()
 	js, err := jetstream.New(h.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.w = worker.New(h.nc, js, worker.WithID("w-held"), worker.WithReporter(h.rs.report), worker.WithAckWait(time.Second),
-		worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return !h.ended.Load(), nil }))
-	h.w.SetAfterClaim(func(task worker.Task) {
+		worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return !h.ended.Load(), nil }))
+	h.w.SetAfterClaim(func(task api.Task) {
 		h.claimed <- task
 		<-h.hold
 	})
-	h.w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	h.w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		h.starts.Add(1)
 		h.started <- struct{}{}
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -62,13 +62,13 @@ func newNotStartedHarness(t *testing.T) *notStartedHarness {
 }
 
 // claimOf reads and decodes the claim of task's attempt.
-func (h *notStartedHarness) claimOf(task worker.Task) (worker.Claim, uint64) {
+func (h *notStartedHarness) claimOf(task api.Task) (api.Claim, uint64) {
 	h.t.Helper()
-	e, err := claimsKV(h.t, h.crashHarness).Get(context.Background(), worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation))
+	e, err := claimsKV(h.t, h.crashHarness).Get(context.Background(), api.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	var c worker.Claim
+	var c api.Claim
 	if err := json.Unmarshal(e.Value(), &c); err != nil {
 		h.t.Fatal(err)
 	}
@@ -95,19 +95,19 @@ func TestSemantics8_ClosingAnAttemptAClaimWhoseBodyWillNotStartIsMarkedNotStarte
 		deadline bool
 		// meanwhile makes the held attempt end, while the worker holds its
 		// claim and has not started its body.
-		meanwhile func(h *notStartedHarness, task worker.Task)
+		meanwhile func(h *notStartedHarness, task api.Task)
 	}{
-		{why: api.ClaimEnded, meanwhile: func(h *notStartedHarness, _ worker.Task) { h.ended.Store(true) }},
-		{why: api.ClaimStopped, meanwhile: func(h *notStartedHarness, task worker.Task) {
+		{why: api.ClaimEnded, meanwhile: func(h *notStartedHarness, _ api.Task) { h.ended.Store(true) }},
+		{why: api.ClaimStopped, meanwhile: func(h *notStartedHarness, task api.Task) {
 			seen := h.w.StopsSeen()
-			if err := h.nc.Publish(worker.StopSubjectPrefix+task.Run, nil); err != nil {
+			if err := h.nc.Publish(api.StopSubjectPrefix+task.Run, nil); err != nil {
 				h.t.Fatal(err)
 			}
 			for h.w.StopsSeen() == seen {
 				time.Sleep(5 * time.Millisecond)
 			}
 		}},
-		{why: api.ClaimDeadline, deadline: true, meanwhile: func(_ *notStartedHarness, task worker.Task) {
+		{why: api.ClaimDeadline, deadline: true, meanwhile: func(_ *notStartedHarness, task api.Task) {
 			time.Sleep(time.Until(*task.Deadline) + 10*time.Millisecond)
 		}},
 	} {
@@ -129,12 +129,12 @@ func TestSemantics8_ClosingAnAttemptAClaimWhoseBodyWillNotStartIsMarkedNotStarte
 				t.Fatalf("claim %+v: want w-held's own claim marked not started (%s)", c, tc.why)
 			}
 			h.rs.mu.Lock()
-			got := append([]worker.Report(nil), h.rs.got...)
+			got := append([]api.Report(nil), h.rs.got...)
 			h.rs.mu.Unlock()
 			switch {
-			case tc.deadline && (len(got) != 1 || got[0].Outcome != worker.OutcomeLost || got[0].Cause != "timed_out"):
+			case tc.deadline && (len(got) != 1 || got[0].Outcome != api.OutcomeLost || got[0].Cause != "timed_out"):
 				t.Fatalf("reports %+v: want one, lost timed_out (the run's close of that loss finds the claim not started)", got)
-			case !tc.deadline && (len(got) != 1 || got[0].Outcome != worker.OutcomeLost || got[0].Cause != api.CauseNotStarted):
+			case !tc.deadline && (len(got) != 1 || got[0].Outcome != api.OutcomeLost || got[0].Cause != api.CauseNotStarted):
 				t.Fatalf("reports %+v: want one, lost not_started (the run reads the claim: docs/adr/0023, \"Late evidence\")", got)
 			}
 
@@ -166,7 +166,7 @@ func TestSemantics8_ClosingAnAttemptAClaimWhoseBodyWillNotStartIsMarkedNotStarte
 				t.Fatalf("no report after the later deliveries: want the mark reported (lost not_started)")
 			}
 			for _, r := range later {
-				if r.Outcome != worker.OutcomeLost || r.Cause != api.CauseNotStarted {
+				if r.Outcome != api.OutcomeLost || r.Cause != api.CauseNotStarted {
 					t.Fatalf("reports %+v after the later deliveries: want only lost not_started", later)
 				}
 			}
@@ -189,9 +189,9 @@ func TestSemantics8_ClosingAnAttemptAMarkThatLosesItsRevisionLeavesTheOtherValue
 	publish(t, h.srv.JS, task)
 	<-h.claimed
 	kv := claimsKV(t, h.crashHarness)
-	key := worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation)
+	key := api.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation)
 	_, rev := h.claimOf(task)
-	closed, _ := json.Marshal(worker.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-x", Why: "cancelled", At: time.Now().UTC()}})
+	closed, _ := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-x", Why: "cancelled", At: time.Now().UTC()}})
 	if _, err := kv.Update(context.Background(), key, closed, rev); err != nil {
 		t.Fatal(err)
 	}
@@ -217,11 +217,11 @@ func TestSemantics8_ClosingAnAttemptAReportSavedInAClaimMarkedNotStartedIsDelive
 	h := newCrashHarness(t)
 	kv := claimsKV(t, h)
 	task := echoTask("ns-saved")
-	saved := worker.Report{Schema: 1, Run: task.Run, Action: task.Action, Attempt: 1, Incarnation: 1, Worker: "gone", Outcome: worker.OutcomeLost, Cause: "timed_out",
+	saved := api.Report{Schema: 1, Run: task.Run, Action: task.Action, Attempt: 1, Incarnation: 1, Worker: "gone", Outcome: api.OutcomeLost, Cause: "timed_out",
 		Evidence: "the deadline passed before the body started; the body was not started"}
-	b, _ := json.Marshal(worker.Claim{Schema: 1, Worker: "gone", Token: "t-gone", Claimed: time.Now().UTC(), Report: &saved,
+	b, _ := json.Marshal(api.Claim{Schema: 1, Worker: "gone", Token: "t-gone", Claimed: time.Now().UTC(), Report: &saved,
 		NotStarted: &api.ClaimNotStarted{Why: api.ClaimDeadline, At: time.Now().UTC()}})
-	if _, err := kv.Create(context.Background(), worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), b); err != nil {
+	if _, err := kv.Create(context.Background(), api.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), b); err != nil {
 		t.Fatal(err)
 	}
 	h.worker("b")

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -18,23 +19,23 @@ func TestOwnSettlementAfterTimeoutReachesTheRun(t *testing.T) {
 	t.Parallel()
 	nc, js := startServer(t)
 	rs := &reports{ch: make(chan struct{}, 10)}
-	offered := make(chan worker.Settlement, 1)
+	offered := make(chan api.Settlement, 1)
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
-		worker.WithSettler(func(_ context.Context, s worker.Settlement) error { offered <- s; return nil }))
+		worker.WithSettler(func(_ context.Context, s api.Settlement) error { offered <- s; return nil }))
 	answers := make(chan error, 2)
-	w.Handle(queue("refund"), func(ctx context.Context, task worker.Task, settle worker.Settler) worker.Result {
-		own := worker.Settlement{Schema: worker.Schema, Run: task.Run, Action: task.Action, Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
+	w.Handle(queue("refund"), func(ctx context.Context, task api.Task, settle worker.Settler) worker.Result {
+		own := api.Settlement{Schema: api.Schema, Run: task.Run, Action: task.Action, Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"id":"rf-1"}`)}
 		answers <- settle(context.Background(), own) // while the body runs: refused
 		<-ctx.Done()                                 // stopped by the 50 ms timeout
 		time.Sleep(100 * time.Millisecond)           // the processor answers later; the body has not returned
 		answers <- settle(context.Background(), own)
-		return worker.Result{Outcome: worker.OutcomeUncertain, Evidence: "stopped"}
+		return worker.Result{Outcome: api.OutcomeUncertain, Evidence: "stopped"}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
 	if err := <-answers; err == nil {
 		t.Fatal("a settlement of the body's own running call was not refused")
 	}

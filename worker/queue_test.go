@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -17,14 +18,14 @@ import (
 // could be read as separators.
 func TestQueueNames(t *testing.T) {
 	t.Parallel()
-	q := worker.Queue{Agent: "acc-ver", Version: "2.0", Tool: "ver_echo"}
+	q := api.Queue{Agent: "acc-ver", Version: "2.0", Tool: "ver_echo"}
 	if got := q.Subject(); got != "weft.task.acc-ver.2~0.ver_echo" {
 		t.Errorf("subject %s", got)
 	}
 	if got := q.Consumer(); got != "weft_task_acc-ver@2~0@ver_echo" {
 		t.Errorf("consumer %s", got)
 	}
-	qs := []worker.Queue{q,
+	qs := []api.Queue{q,
 		{Agent: "acc-ver", Version: "2_0", Tool: "ver_echo"},
 		{Agent: "acc-ver", Version: "2-0", Tool: "ver_echo"},
 		{Agent: "acc-ver", Version: "20", Tool: "ver_echo"},
@@ -32,7 +33,7 @@ func TestQueueNames(t *testing.T) {
 		{Agent: "acc-ver_2", Version: "0", Tool: "ver_echo"},
 		{Agent: "acc-ver", Version: "2.0_ver", Tool: "echo"},
 	}
-	subjects, consumers := map[string]worker.Queue{}, map[string]worker.Queue{}
+	subjects, consumers := map[string]api.Queue{}, map[string]api.Queue{}
 	for _, q := range qs {
 		if o, dup := subjects[q.Subject()]; dup {
 			t.Errorf("%v and %v share subject %s", o, q, q.Subject())
@@ -45,7 +46,7 @@ func TestQueueNames(t *testing.T) {
 	// The server accepts every such name as a durable consumer.
 	_, js := startServer(t)
 	for _, q := range qs {
-		if _, err := js.CreateOrUpdateConsumer(context.Background(), worker.TaskStream, worker.ConsumerConfig(q, time.Second)); err != nil {
+		if _, err := js.CreateOrUpdateConsumer(context.Background(), api.TaskStream, worker.ConsumerConfig(q, time.Second)); err != nil {
 			t.Errorf("consumer %s: %v", q.Consumer(), err)
 		}
 	}
@@ -63,18 +64,18 @@ func TestWorkerServesOnlyItsQueue(t *testing.T) {
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
 	var mu sync.Mutex
 	var ran []string
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		mu.Lock()
 		ran = append(ran, task.Run)
 		mu.Unlock()
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	for _, task := range []worker.Task{
+	for _, task := range []api.Task{
 		{Run: "v2", Agent: "a", Version: "2"},
 		{Run: "b", Agent: "b", Version: "1"},
 	} {
@@ -83,13 +84,13 @@ func TestWorkerServesOnlyItsQueue(t *testing.T) {
 	}
 	// A task on a's queue that names agent b: published by hand on the
 	// subject of a@1/echo.
-	forged, _ := json.Marshal(worker.Task{Schema: 1, Run: "forged", Action: "1/x", Agent: "b", Version: "1", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	forged, _ := json.Marshal(api.Task{Schema: 1, Run: "forged", Action: "1/x", Agent: "b", Version: "1", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	if _, err := js.Publish(context.Background(), queue("echo").Subject(), forged); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, js, worker.Task{Run: "mine", Action: "1/x", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "mine", Action: "1/x", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	<-rs.ch
-	s, err := js.Stream(context.Background(), worker.TaskStream)
+	s, err := js.Stream(context.Background(), api.TaskStream)
 	if err != nil {
 		t.Fatal(err)
 	}

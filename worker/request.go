@@ -9,17 +9,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 )
 
-// reply is the command API's reply envelope (docs/protocol/40-commands.md):
-// an error reply carries "error" with a weft.Error.
-type reply struct {
-	Schema int         `json:"schema"`
-	Error  *weft.Error `json:"error,omitempty"`
-}
-
 // request sends body to subject and returns the *weft.Error of an error
-// reply, or a transport error.
+// reply (api.ReplyError, the one error envelope), or a transport error. A
+// reply it cannot read is internal, which deliver sends again and
+// SettleError answers settle_unconfirmed: it is not an answer.
 func request(ctx context.Context, nc *nats.Conn, subject string, body any) error {
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -33,12 +29,8 @@ func request(ctx context.Context, nc *nats.Conn, subject string, body any) error
 	if err != nil {
 		return fmt.Errorf("worker: request %s: %w", subject, err)
 	}
-	var r reply
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return fmt.Errorf("worker: reply to %s: %w", subject, err)
-	}
-	if r.Error != nil {
-		return r.Error
+	if e := api.ReplyError(m); e != nil {
+		return e
 	}
 	return nil
 }

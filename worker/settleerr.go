@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 )
 
 // Reasons of a settle_unconfirmed refusal that no runner gave (SettleError);
@@ -21,8 +22,9 @@ const (
 	// ReasonCancelled means the context was cancelled before an answer;
 	// whether the run recorded the settlement is unknown.
 	ReasonCancelled = "cancelled"
-	// ReasonTransport means the request or its reply failed in transit;
-	// whether the run recorded the settlement is unknown.
+	// ReasonTransport means the request or its reply failed in transit,
+	// or the reply could not be read (api.ReasonUnreadableReply); whether
+	// the run recorded the settlement is unknown.
 	ReasonTransport = "transport"
 )
 
@@ -42,6 +44,11 @@ func SettleError(err error) error {
 		return nil
 	}
 	var we *weft.Error
+	if errors.As(err, &we) && we.Code == weft.CodeInternal && we.Reason == api.ReasonUnreadableReply {
+		// A reply that could not be read: the run may have recorded the
+		// settlement (api.ReplyError), as when the reply was lost.
+		return &weft.Error{Code: weft.CodeSettleUnconfirmed, Reason: ReasonTransport, Message: err.Error()}
+	}
 	if errors.As(err, &we) {
 		switch we.Code {
 		case weft.CodeAlreadyRecorded, weft.CodeNotAwaited, weft.CodeSettleUnconfirmed:

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -18,14 +19,14 @@ func settleFromBody(t *testing.T, opts ...worker.Option) error {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, append([]worker.Option{worker.WithReporter(rs.report), worker.WithoutAttemptCheck()}, opts...)...)
 	got := make(chan error, 1)
-	w.Handle(queue("settler"), func(ctx context.Context, task worker.Task, settle worker.Settler) worker.Result {
-		got <- settle(ctx, worker.Settlement{Schema: worker.Schema, Run: "r", Action: "1/other", Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)})
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)}
+	w.Handle(queue("settler"), func(ctx context.Context, task api.Task, settle worker.Settler) worker.Result {
+		got <- settle(ctx, api.Settlement{Schema: api.Schema, Run: "r", Action: "1/other", Outcome: api.OutcomeOutput, Content: json.RawMessage(`1`)})
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`1`)}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "settler", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "settler", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 100})
 	err := <-got
 	<-rs.ch
 	cancel()
@@ -62,7 +63,7 @@ func TestScenario27_SettleRefusalsStayInTheDocumentedSet(t *testing.T) {
 		{weft.CodeAlreadyRecorded, weft.CodeAlreadyRecorded, ""},
 	} {
 		t.Run(string(c.refusal), func(t *testing.T) {
-			err := settleFromBody(t, worker.WithSettler(func(context.Context, worker.Settlement) error {
+			err := settleFromBody(t, worker.WithSettler(func(context.Context, api.Settlement) error {
 				return &weft.Error{Code: c.refusal}
 			}))
 			var we *weft.Error

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -48,7 +49,7 @@ func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: worker.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
+	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: api.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
 		t.Fatal(err)
 	}
 	s.Shutdown()
@@ -56,8 +57,8 @@ func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -81,7 +82,7 @@ func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	b, _ := json.Marshal(worker.Task{Schema: 1, Run: "r", Action: "1/a", Tool: "echo", Agent: "a", Version: "1", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`7`), TimeoutMS: -1})
+	b, _ := json.Marshal(api.Task{Schema: 1, Run: "r", Action: "1/a", Tool: "echo", Agent: "a", Version: "1", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`7`), TimeoutMS: -1})
 	if _, err := js.Publish(pctx, queue("echo").Subject(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 	case <-pctx.Done():
 		t.Fatal("the task was never served")
 	}
-	if g := rs.got[0]; g.Outcome != worker.OutcomeOutput {
+	if g := rs.got[0]; g.Outcome != api.OutcomeOutput {
 		t.Fatalf("report %+v", g)
 	}
 	stop() // drained while the server is up (the deferred shutdown follows)

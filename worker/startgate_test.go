@@ -27,10 +27,10 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	var w *worker.Worker
 	w = worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(time.Second),
-		worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+		worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
 			// The run was read (current); now the cancellation lands and
 			// its stop reaches this worker before the body starts.
-			if err := nc.Publish(worker.StopSubjectPrefix+"cx", nil); err != nil {
+			if err := nc.Publish(api.StopSubjectPrefix+"cx", nil); err != nil {
 				return false, err
 			}
 			deadline := time.Now().Add(20 * time.Second)
@@ -40,19 +40,19 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 			return true, nil
 		}))
 	var starts atomic.Int64
-	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts.Add(1)
 		select {
 		case <-ctx.Done():
 		case <-time.After(2 * time.Second):
 		}
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	publish(t, js, worker.Task{Run: "cx", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+	publish(t, js, api.Task{Run: "cx", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 	waitTasks(t, js, 0)
 	if w.StopsSeen() == 0 {
 		t.Fatal("the stop never reached the worker")
@@ -66,7 +66,7 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	defer rs.mu.Unlock()
 	// Only the mark of its claim is reported (lost not_started: the run
 	// reads the claim, docs/adr/0023-closing-attempts.md); no outcome.
-	if len(rs.got) != 1 || rs.got[0].Outcome != worker.OutcomeLost || rs.got[0].Cause != api.CauseNotStarted {
+	if len(rs.got) != 1 || rs.got[0].Outcome != api.OutcomeLost || rs.got[0].Cause != api.CauseNotStarted {
 		t.Fatalf("reports %+v for an attempt the cancellation decided: want one, lost not_started", rs.got)
 	}
 }
@@ -84,20 +84,20 @@ func TestDeadlinePassedBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	deadline := time.Now().Add(500 * time.Millisecond)
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(time.Second),
-		worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) {
+		worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
 			time.Sleep(time.Until(deadline) + 50*time.Millisecond)
 			return true, nil
 		}))
 	var starts atomic.Int64
-	w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts.Add(1)
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	publish(t, js, worker.Task{Run: "dl", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`),
+	publish(t, js, api.Task{Run: "dl", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`),
 		TimeoutMS: 60_000, Deadline: &deadline})
 	select {
 	case <-rs.ch:
@@ -106,7 +106,7 @@ func TestDeadlinePassedBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if g := rs.got[0]; starts.Load() != 0 || g.Outcome != worker.OutcomeLost || g.Cause != "timed_out" {
+	if g := rs.got[0]; starts.Load() != 0 || g.Outcome != api.OutcomeLost || g.Cause != "timed_out" {
 		t.Fatalf("report %+v after %d body starts; want lost timed_out, the body never started", g, starts.Load())
 	}
 }
@@ -123,17 +123,17 @@ func TestStopReachesEveryRunningAttemptOfAnAction(t *testing.T) {
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
 	started := make(chan int, 4)
 	release1, release2 := make(chan struct{}), make(chan struct{})
-	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		started <- task.Attempt
 		if task.Attempt == 1 {
 			<-release1
-			return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+			return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 		}
 		select {
 		case <-ctx.Done():
 		case <-release2:
 		}
-		return worker.Result{Outcome: worker.OutcomeExplain, Message: "stopped"}
+		return worker.Result{Outcome: api.OutcomeExplain, Message: "stopped"}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -141,7 +141,7 @@ func TestStopReachesEveryRunningAttemptOfAnAction(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	defer close(release2) // a body left running would hold the drain
 	for attempt := 1; attempt <= 2; attempt++ {
-		publish(t, js, worker.Task{Run: "sr", Action: "1/a", Tool: "echo", Attempt: attempt, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
+		publish(t, js, api.Task{Run: "sr", Action: "1/a", Tool: "echo", Attempt: attempt, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
 		select {
 		case a := <-started:
 			if a != attempt {
@@ -157,7 +157,7 @@ func TestStopReachesEveryRunningAttemptOfAnAction(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("attempt 1 was not reported")
 	}
-	if err := nc.Publish(worker.StopSubjectPrefix+"sr", nil); err != nil {
+	if err := nc.Publish(api.StopSubjectPrefix+"sr", nil); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -167,7 +167,7 @@ func TestStopReachesEveryRunningAttemptOfAnAction(t *testing.T) {
 	}
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	if g := rs.got[1]; g.Attempt != 2 || g.Outcome != worker.OutcomeLost || g.Cause != "stopped" {
+	if g := rs.got[1]; g.Attempt != 2 || g.Outcome != api.OutcomeLost || g.Cause != "stopped" {
 		t.Fatalf("report %+v, want attempt 2 lost, stopped", g)
 	}
 }
@@ -177,7 +177,7 @@ func waitTasks(t *testing.T, js jetstream.JetStream, n uint64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		s, err := js.Stream(context.Background(), worker.TaskStream)
+		s, err := js.Stream(context.Background(), api.TaskStream)
 		if err == nil && s.CachedInfo().State.Msgs == n {
 			return
 		}

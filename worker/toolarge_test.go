@@ -22,9 +22,9 @@ import (
 func TestReportOverServerMaxPayload(t *testing.T) {
 	t.Parallel()
 	nc, js := startServer(t) // a plain nats-server: max_payload 1 MiB
-	got := make(chan worker.Report, 4)
+	got := make(chan api.Report, 4)
 	sub, err := nc.Subscribe(queue("big").ReportSubject(), func(m *nats.Msg) {
-		var rep worker.Report
+		var rep api.Report
 		_ = json.Unmarshal(m.Data, &rep)
 		got <- rep
 		_ = m.Respond([]byte(`{"schema":1}`))
@@ -35,17 +35,17 @@ func TestReportOverServerMaxPayload(t *testing.T) {
 	defer sub.Unsubscribe()
 	w := worker.New(nc, js, worker.WithoutAttemptCheck())
 	big := json.RawMessage(`"` + strings.Repeat("x", 1<<20+100) + `"`)
-	w.Handle(queue("big"), func(context.Context, worker.Task, worker.Settler) worker.Result {
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: big}
+	w.Handle(queue("big"), func(context.Context, api.Task, worker.Settler) worker.Result {
+		return worker.Result{Outcome: api.OutcomeOutput, Content: big}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "big", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 2 << 20})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "big", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 2 << 20})
 	select {
 	case rep := <-got:
-		if rep.Outcome != worker.OutcomeUncertain || len(rep.Content) != 0 || !strings.Contains(rep.Evidence, "payload_too_large") || !strings.Contains(rep.Evidence, "max_payload") {
+		if rep.Outcome != api.OutcomeUncertain || len(rep.Content) != 0 || !strings.Contains(rep.Evidence, "payload_too_large") || !strings.Contains(rep.Evidence, "max_payload") {
 			t.Fatalf("report = %s %q, want uncertain naming payload_too_large and max_payload", rep.Outcome, rep.Evidence)
 		}
 	case <-time.After(15 * time.Second):
@@ -62,9 +62,9 @@ func TestReportOverServerMaxPayload(t *testing.T) {
 func TestReportOverFieldLimit(t *testing.T) {
 	t.Parallel()
 	nc, js := startServer(t)
-	got := make(chan worker.Report, 4)
+	got := make(chan api.Report, 4)
 	sub, err := nc.Subscribe(queue("chatty").ReportSubject(), func(m *nats.Msg) {
-		var rep worker.Report
+		var rep api.Report
 		_ = json.Unmarshal(m.Data, &rep)
 		got <- rep
 		if len(rep.Message) > api.MaxText {
@@ -78,21 +78,21 @@ func TestReportOverFieldLimit(t *testing.T) {
 	}
 	defer sub.Unsubscribe()
 	w := worker.New(nc, js, worker.WithoutAttemptCheck())
-	w.Handle(queue("chatty"), func(context.Context, worker.Task, worker.Settler) worker.Result {
-		return worker.Result{Outcome: worker.OutcomeExplain, Message: strings.Repeat("x", api.MaxText+1)}
+	w.Handle(queue("chatty"), func(context.Context, api.Task, worker.Settler) worker.Result {
+		return worker.Result{Outcome: api.OutcomeExplain, Message: strings.Repeat("x", api.MaxText+1)}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "chatty", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 2 << 20})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "chatty", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 2 << 20})
 	for i := 0; i < 2; i++ {
 		select {
 		case rep := <-got:
 			if i == 0 {
 				continue // the refused explain
 			}
-			if rep.Outcome != worker.OutcomeUncertain || rep.Message != "" || !strings.Contains(rep.Evidence, "payload_too_large") {
+			if rep.Outcome != api.OutcomeUncertain || rep.Message != "" || !strings.Contains(rep.Evidence, "payload_too_large") {
 				t.Fatalf("second report = %s %q, want uncertain naming payload_too_large", rep.Outcome, rep.Evidence)
 			}
 		case <-time.After(15 * time.Second):

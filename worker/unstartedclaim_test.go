@@ -96,10 +96,10 @@ func TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotAL
 	var starts atomic.Int32
 	run := func(id string, js jetstream.JetStream, nc *nats.Conn) (stop func()) {
 		w := worker.New(nc, js, worker.WithID(id), worker.WithReporter(rs.report),
-			worker.WithAttemptCheck(func(context.Context, worker.Task) (bool, error) { return true, nil }))
-		w.Handle(queue("echo"), func(_ context.Context, task worker.Task, _ worker.Settler) worker.Result {
+			worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
+		w.Handle(queue("echo"), func(_ context.Context, task api.Task, _ worker.Settler) worker.Result {
 			starts.Add(1)
-			return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+			return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 		})
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
@@ -149,7 +149,7 @@ func TestSemantics5_AClaimTakenUnansweredByAWorkerThatNeverStartedTheBodyIsNotAL
 	rs.mu.Lock()
 	rep := rs.got[0]
 	rs.mu.Unlock()
-	if rep.Worker != "b" || rep.Outcome != worker.OutcomeOutput {
+	if rep.Worker != "b" || rep.Outcome != api.OutcomeOutput {
 		t.Fatalf("report %+v, want worker b's output: the body never started before, so it runs now", rep)
 	}
 	if n := starts.Load(); n != 1 {
@@ -169,7 +169,7 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 	h := newCrashHarness(t)
 	ctx := context.Background()
 	kv := claimsKV(t, h)
-	publishWith := func(task worker.Task, unstarted string) {
+	publishWith := func(task api.Task, unstarted string) {
 		task.Schema, task.Agent, task.Version = 1, "a", "1"
 		b, _ := json.Marshal(task)
 		m := nats.NewMsg(queue("echo").Subject())
@@ -181,8 +181,8 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 	}
 	claim := func(run, token string) string {
 		task := echoTask(run)
-		key := worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation)
-		b, _ := json.Marshal(worker.Claim{Schema: 1, Worker: "gone", Token: token})
+		key := api.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation)
+		b, _ := json.Marshal(api.Claim{Schema: 1, Worker: "gone", Token: token})
 		if _, err := kv.Create(ctx, key, b); err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +202,7 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 		t.Fatal("no report")
 	}
 	h.rs.mu.Lock()
-	if rep := h.rs.got[0]; rep.Outcome != worker.OutcomeLost || rep.Cause != "worker_lost" {
+	if rep := h.rs.got[0]; rep.Outcome != api.OutcomeLost || rep.Cause != "worker_lost" {
 		t.Errorf("report %+v, want lost worker_lost", rep)
 	}
 	h.rs.mu.Unlock()
@@ -219,7 +219,7 @@ func TestSemantics5_ATakenOverClaimNamesItsNewHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c worker.Claim
+	var c api.Claim
 	if err := json.Unmarshal(e.Value(), &c); err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +240,8 @@ func TestSemantics8_ADeliveryWhoseClaimWasClosedNeitherStartsNorReports(t *testi
 	ctx := context.Background()
 	kv := claimsKV(t, h)
 	task := echoTask("closed-1")
-	b, _ := json.Marshal(worker.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-1", Why: "cancelled", At: time.Now().UTC()}})
-	if _, err := kv.Create(ctx, worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), b); err != nil {
+	b, _ := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-1", Why: "cancelled", At: time.Now().UTC()}})
+	if _, err := kv.Create(ctx, api.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), b); err != nil {
 		t.Fatal(err)
 	}
 	h.worker("b")

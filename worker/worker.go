@@ -1,7 +1,7 @@
 // Package worker runs tool bodies for Weft runs: it consumes tool tasks from
 // the WEFT_TASKS work-queue stream, runs the body, and reports how the
 // attempt ended. Tasks are addressed by agent identity: the tasks of tool T
-// in runs of agent A at version V are on weft.task.<A>.<V>.<T> (a Queue,
+// in runs of agent A at version V are on weft.task.<A>.<V>.<T> (an api.Queue,
 // the version written as one token), taken through one durable consumer
 // weft_task_<A>@<V>@<T> shared by every worker of that queue, so a run of
 // A@V only ever runs the body bound in A@V (docs/semantics.md §3).
@@ -17,7 +17,7 @@
 //     body never started; a run that cannot be read puts the task back on
 //     the queue (requeued), never reported lost;
 //  3. claims the attempt: creates its key in the KV bucket weft_claims,
-//     create-only (ClaimKey). A claim that exists means a worker took the
+//     create-only (api.ClaimKey). A claim that exists means a worker took the
 //     attempt before and its body may have run — whatever the server's
 //     delivery count says, which a server restart can reset — so the body
 //     is NOT started again: the attempt is reported lost (cause
@@ -34,7 +34,7 @@
 //  6. reports the outcome (output, explain, uncertain, oversize when the
 //     encoded output is over the run's max result bytes, or lost with
 //     cause timed_out / stopped) on its queue's report subject
-//     (Queue.ReportSubject: weft.api.report.<agent>.<version>.<tool>),
+//     (api.Queue.ReportSubject: weft.api.report.<agent>.<version>.<tool>),
 //     retrying while the attempt is current and saving the report in the
 //     claim after a failed try, and acks the task once a runner answered.
 //     Settlements go to the queue's settle subject likewise, so a worker
@@ -86,31 +86,31 @@ import (
 
 // Result is how a body ended, as the tool classified it.
 type Result struct {
-	// Outcome is OutcomeOutput, OutcomeExplain or OutcomeUncertain.
+	// Outcome is api.OutcomeOutput, api.OutcomeExplain or api.OutcomeUncertain.
 	Outcome string
-	// Content is the encoded output (OutcomeOutput).
+	// Content is the encoded output (api.OutcomeOutput).
 	Content json.RawMessage
-	// Message is the definite failure (OutcomeExplain).
+	// Message is the definite failure (api.OutcomeExplain).
 	Message string
-	// Evidence says what may have happened (OutcomeUncertain).
+	// Evidence says what may have happened (api.OutcomeUncertain).
 	Evidence string
 }
 
 // Settler settles an action from inside its body's process; see Handler.
 // The settler a Handler gets returns nil or a *weft.Error already_recorded,
 // not_awaited or settle_unconfirmed (see SettleError).
-type Settler func(ctx context.Context, s Settlement) error
+type Settler func(ctx context.Context, s api.Settlement) error
 
 // Handler runs one attempt's body. settle is the settlement path of this
 // task's action: a settlement of the call that is still running in this
 // very handler is refused not_awaited at once (docs/semantics.md §9).
-type Handler func(ctx context.Context, t Task, settle Settler) Result
+type Handler func(ctx context.Context, t api.Task, settle Settler) Result
 
 // Reporter delivers a report to the runtime and returns nil once a runner
 // recorded (or refused) it. The default sends a request to the report's
-// queue's subject (Report.Queue, Queue.ReportSubject), or weft.api.report;
+// queue's subject (api.Report.Queue, api.Queue.ReportSubject), or weft.api.report;
 // a runner embedding its workers may deliver directly.
-type Reporter func(ctx context.Context, r Report) error
+type Reporter func(ctx context.Context, r api.Report) error
 
 // Worker consumes and runs tool tasks.
 type Worker struct {
@@ -118,8 +118,8 @@ type Worker struct {
 	js       jetstream.JetStream
 	id       string
 	log      *slog.Logger
-	handlers map[Queue]Handler
-	queues   []Queue
+	handlers map[api.Queue]Handler
+	queues   []api.Queue
 	report   Reporter
 	settle   Settler
 	ackWait  time.Duration
@@ -146,7 +146,7 @@ type Worker struct {
 	claimGroup func(context.Context, *nats.Msg) (*jetstream.PubAck, error)
 	// afterClaim, when set (tests only), is called once a delivery holds
 	// its attempt's claim, before the check after the claim and the body.
-	afterClaim func(Task)
+	afterClaim func(api.Task)
 	// group owns every goroutine the worker starts (a task's handling, its
 	// progress acks, a stopped body's late settlement): Run returns once
 	// it is empty.
@@ -154,12 +154,14 @@ type Worker struct {
 	stopping atomic.Bool
 	joined   atomic.Int64
 	stops    atomic.Int64
+	// rebinds counts the consumes that ended while Run ran (keep).
+	rebinds atomic.Int64
 	// retryBase and retryCap bound the backoff between report tries.
 	retryBase, retryCap time.Duration
 
 	mu      sync.Mutex
-	running map[string]*running // key ClaimKey: every attempt this worker may start or runs
-	held    map[string]*held    // key ClaimKey
+	running map[string]*running // key api.ClaimKey: every attempt this worker may start or runs
+	held    map[string]*held    // key api.ClaimKey
 	// abandoned is set by Abandon: no body starts any more (startBody).
 	abandoned bool
 	// abandon is closed by Abandon: a late settlement still waiting for
@@ -236,7 +238,7 @@ const DefaultDrainGrace = 10 * time.Second
 
 // New returns a Worker using nc for requests and js for the task stream.
 func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
-	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace, copyDelay: HandedCopyDelay,
+	w := &Worker{nc: nc, js: js, id: "worker", handlers: map[api.Queue]Handler{}, ackWait: DefaultAckWait, grace: DefaultDrainGrace, copyDelay: HandedCopyDelay,
 		retryBase: 50 * time.Millisecond, retryCap: 2 * time.Second, running: map[string]*running{}, held: map[string]*held{}, handedDone: map[string]string{},
 		abandon: make(chan struct{})}
 	w.stopped, w.endStops = context.WithCancel(context.Background())
@@ -248,8 +250,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 		w.log = slog.New(slog.DiscardHandler)
 	}
 	if w.report == nil {
-		w.report = func(ctx context.Context, r Report) error {
-			subject := ReportSubject
+		w.report = func(ctx context.Context, r api.Report) error {
+			subject := api.ReportSubject
 			if r.Queue != nil {
 				subject, r.Queue = r.Queue.ReportSubject(), nil // the subject names it
 			}
@@ -257,8 +259,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 		}
 	}
 	if w.settle == nil {
-		w.settle = func(ctx context.Context, s Settlement) error {
-			subject := SettleSubject
+		w.settle = func(ctx context.Context, s api.Settlement) error {
+			subject := api.SettleSubject
 			if s.Queue != nil {
 				subject, s.Queue = s.Queue.SettleSubject(), nil
 			}
@@ -274,7 +276,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, opts ...Option) *Worker {
 
 // Handle registers h as the body of q's tasks: the tool q.Tool as bound in
 // the agent q.Agent at version q.Version. Call it before Run.
-func (w *Worker) Handle(q Queue, h Handler) {
+func (w *Worker) Handle(q api.Queue, h Handler) {
 	if _, ok := w.handlers[q]; !ok {
 		w.queues = append(w.queues, q)
 	}
@@ -286,7 +288,7 @@ func (w *Worker) Handle(q Queue, h Handler) {
 const DefaultAckWait = 3 * time.Second
 
 // ConsumerConfig is the durable consumer shared by the workers of q.
-func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
+func ConsumerConfig(q api.Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable:       q.Consumer(),
 		Description:   "Weft tasks of " + q.String(),
@@ -298,7 +300,9 @@ func ConsumerConfig(q Queue, ackWait time.Duration) jetstream.ConsumerConfig {
 	}
 }
 
-// Run consumes the registered queues' tasks until ctx ends, then waits for
+// Run consumes the registered queues' tasks until ctx ends — a queue's
+// consume that ends meanwhile (its consumer deleted, or lost by a server)
+// is made again after a pause (ConsumerRebound) — then waits for
 // the bodies in flight (the drain: their reports are sent) and returns.
 // A settling tool's body that was stopped (its timeout, a cancellation) is
 // waited for too, and its late settlement offered (docs/semantics.md §8: a
@@ -331,7 +335,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	if setupErr == nil {
 		w.ready.Store(true)
-		<-ctx.Done()
+		// Until ctx ends; a queue's consume that ends meanwhile (its
+		// consumer deleted or lost) is made again (rebind.go).
+		ccs = slices.DeleteFunc(w.keep(ctx, ccs), func(cc jetstream.ConsumeContext) bool { return cc == nil })
 	} else {
 		// The setup failed — ctx ended while the worker was still setting
 		// up (a drain that began as its process started), or a consumer
@@ -434,14 +440,14 @@ func (w *Worker) setup(ctx context.Context, stopSub *nats.Subscription, ccs []je
 	if w.claims == nil {
 		claims, err := claimsBucket(ctx, w.js)
 		if err != nil {
-			return stopSub, ccs, fmt.Errorf("worker: bucket %s: %w", ClaimsBucket, err)
+			return stopSub, ccs, fmt.Errorf("worker: bucket %s: %w", api.ClaimsBucket, err)
 		}
 		w.claims = claims
 	}
 	if stopSub == nil {
 		var err error
-		stopSub, err = w.nc.Subscribe(StopSubjectPrefix+"*", func(m *nats.Msg) {
-			w.stopRun(m.Subject[len(StopSubjectPrefix):])
+		stopSub, err = w.nc.Subscribe(api.StopSubjectPrefix+"*", func(m *nats.Msg) {
+			w.stopRun(m.Subject[len(api.StopSubjectPrefix):])
 			w.stops.Add(1)
 		})
 		if err != nil {
@@ -449,19 +455,9 @@ func (w *Worker) setup(ctx context.Context, stopSub *nats.Subscription, ccs []je
 		}
 	}
 	for _, q := range w.queues[len(ccs):] {
-		c, err := w.js.CreateOrUpdateConsumer(ctx, TaskStream, ConsumerConfig(q, w.ackWait))
+		cc, err := w.consume(ctx, q)
 		if err != nil {
-			return stopSub, ccs, fmt.Errorf("worker: consumer for %s: %w", q, err)
-		}
-		h := w.handlers[q]
-		cc, err := c.Consume(func(m jetstream.Msg) {
-			w.group.Go(func() error {
-				w.handle(q, h, m)
-				return nil
-			})
-		}, jetstream.PullMaxMessages(64))
-		if err != nil {
-			return stopSub, ccs, fmt.Errorf("worker: consume %s: %w", q, err)
+			return stopSub, ccs, err
 		}
 		ccs = append(ccs, cc)
 	}
@@ -522,18 +518,18 @@ var (
 // decodeTask decodes a task body (docs/protocol/41-tasks.md): a JSON
 // object naming at least its run and action. A task it refuses is
 // terminated unrun.
-func decodeTask(data []byte) (Task, error) {
-	var t Task
+func decodeTask(data []byte) (api.Task, error) {
+	var t api.Task
 	if err := json.Unmarshal(data, &t); err != nil {
-		return Task{}, err
+		return api.Task{}, err
 	}
 	if t.Run == "" || t.Action == "" {
-		return Task{}, errors.New("a task names its run and action")
+		return api.Task{}, errors.New("a task names its run and action")
 	}
 	return t, nil
 }
 
-func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
+func (w *Worker) handle(q api.Queue, h Handler, m jetstream.Msg) {
 	t, err := decodeTask(m.Data())
 	if err != nil {
 		w.log.Error("worker: malformed task, terminated", "subject", m.Subject(), "err", err)
@@ -554,7 +550,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		return
 	}
 	wq := q
-	rep := Report{Schema: Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
+	rep := api.Report{Schema: api.Schema, Run: t.Run, Action: t.Action, Attempt: t.Attempt, Incarnation: t.Incarnation, Worker: w.id, Queue: &wq}
 	rep.CommandID = fmt.Sprintf("report/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation)
 
 	// Keep the task alive while we work on it, including while reporting.
@@ -573,7 +569,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 	})
 	defer close(stopProgress)
 
-	key := ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
+	key := api.ClaimKey(t.Run, t.Action, t.Attempt, t.Incarnation)
 	handedDone, handedUnstarted := w.wasHanded(key)
 	if handedDone {
 		// The stream copy of a task this worker was handed and has done
@@ -639,10 +635,20 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		if saved, ok := w.savedReport(key); ok {
 			rep = saved
 		} else {
-			rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+			rep.Outcome, rep.Cause = api.OutcomeLost, "timed_out"
 			rep.Evidence = "the task reached a worker after its deadline; the body was not started"
 		}
 		done(w.deliver(t, rep, nil))
+		return
+	}
+	if w.stopping.Load() {
+		// The worker is draining: it starts no new body, so whether this
+		// one may start is for the worker that takes it
+		// (docs/protocol/41-tasks.md rule 9). The task goes back to the
+		// queue at once, without the check — which, while the run cannot
+		// be read, would be tried again for each copy requeued and
+		// delivered again here before the drain ends.
+		requeue("the worker is stopping")
 		return
 	}
 	switch w.current(t) {
@@ -667,8 +673,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		return
 	}
 	if w.stopping.Load() {
-		// The worker is draining: it starts no new body. The task goes
-		// back to the queue for another worker.
+		// The worker began draining during the check: the same.
 		requeue("the worker is stopping")
 		return
 	}
@@ -724,7 +729,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 			if by == "" {
 				by = "unknown"
 			}
-			rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
+			rep.Outcome, rep.Cause = api.OutcomeLost, "worker_lost"
 			rep.Evidence = fmt.Sprintf("attempt %d was claimed before by worker %s (claim %s): its body may have run; not started again", t.Attempt, by, key)
 		}
 		done(w.deliver(t, rep, nil))
@@ -780,7 +785,7 @@ func (w *Worker) handle(q Queue, h Handler, m jetstream.Msg) {
 		// claim stays, marked not started: no other delivery starts it
 		// either, and the close of the loss this reports counts it closed.
 		w.markNotStarted(t, &own, api.ClaimDeadline)
-		rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+		rep.Outcome, rep.Cause = api.OutcomeLost, "timed_out"
 		rep.Evidence = "the deadline passed before the body started; the body was not started"
 		done(w.deliver(t, rep, &own))
 		return
@@ -873,7 +878,7 @@ func (w *Worker) leave(key string, h *held, acked bool) {
 // copy cannot be published, m is nak'd: its redelivery starts the body if
 // the attempt is unclaimed, and reports it worker_lost if a claim this
 // delivery took unanswered stayed (conservative: nothing started).
-func (w *Worker) requeue(m jetstream.Msg, t Task, why string, unstarted ...string) {
+func (w *Worker) requeue(m jetstream.Msg, t api.Task, why string, unstarted ...string) {
 	msg := nats.NewMsg(m.Subject())
 	msg.Data = m.Data()
 	for k, v := range m.Headers() {
@@ -890,7 +895,7 @@ func (w *Worker) requeue(m jetstream.Msg, t Task, why string, unstarted ...strin
 	if md, err := m.Metadata(); err == nil {
 		id = fmt.Sprintf("%s/requeued/%d", id, md.Sequence.Stream)
 	}
-	msg.Header.Set(HeaderMsgID, id)
+	msg.Header.Set(api.HeaderMsgID, id)
 	ctx, cancel := context.WithTimeout(w.late, 10*time.Second) // cut short LateAfterAbandon after Abandon
 	defer cancel()
 	if _, err := w.js.PublishMsg(ctx, msg); err != nil {
@@ -913,7 +918,7 @@ const (
 // current checks that t's attempt is still the one its run waits for,
 // retrying a run that cannot be read for a while (the task is kept alive
 // by progress acks meanwhile).
-func (w *Worker) current(t Task) currency {
+func (w *Worker) current(t api.Task) currency {
 	if w.check == nil {
 		return attemptCurrent
 	}
@@ -941,7 +946,7 @@ func (w *Worker) current(t Task) currency {
 // run runs the body under ctx (cancelled by its run's stops, with cause
 // errStopped) and the task's timeout, and fills the report. It renews own,
 // the attempt's claim, every ClaimRenew while the body runs.
-func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ownClaim) Report {
+func (w *Worker) run(ctx context.Context, h Handler, t api.Task, rep api.Report, own *ownClaim) api.Report {
 	if t.TimeoutMS >= 0 {
 		// The body's context carries the attempt's deadline (ctx.Deadline),
 		// not only a cancellation when a timer fires: a body this process
@@ -966,7 +971,7 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 	// runs: once the body was stopped (its timeout, a cancellation) the run
 	// waits for a settlement, and the body's own is that settlement
 	// (docs/semantics.md §3, §9).
-	settle := func(sctx context.Context, s Settlement) error {
+	settle := func(sctx context.Context, s api.Settlement) error {
 		bodyMu.Lock()
 		own := !returned && !stopped && s.Run == t.Run && s.Action == t.Action
 		bodyMu.Unlock()
@@ -983,7 +988,7 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 		res := func() (res Result) {
 			defer func() {
 				if p := recover(); p != nil {
-					res = Result{Outcome: OutcomeUncertain, Evidence: fmt.Sprintf("the body panicked: %v", p)}
+					res = Result{Outcome: api.OutcomeUncertain, Evidence: fmt.Sprintf("the body panicked: %v", p)}
 				}
 			}()
 			return h(ctx, t, settle)
@@ -999,8 +1004,8 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 		select {
 		case res := <-done:
 			rep.Outcome, rep.Content, rep.Message, rep.Evidence = res.Outcome, res.Content, res.Message, res.Evidence
-			if res.Outcome == OutcomeOutput && t.MaxResultBytes > 0 && int64(len(res.Content)) > t.MaxResultBytes {
-				rep.Outcome, rep.Content, rep.Bytes = OutcomeOversize, nil, int64(len(res.Content))
+			if res.Outcome == api.OutcomeOutput && t.MaxResultBytes > 0 && int64(len(res.Content)) > t.MaxResultBytes {
+				rep.Outcome, rep.Content, rep.Bytes = api.OutcomeOversize, nil, int64(len(res.Content))
 			}
 			return rep
 		case <-ctx.Done():
@@ -1008,16 +1013,16 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 			stopped = true
 			bodyMu.Unlock()
 			if cause := context.Cause(ctx); cause == errTimedOut {
-				rep.Outcome, rep.Cause = OutcomeLost, "timed_out"
+				rep.Outcome, rep.Cause = api.OutcomeLost, "timed_out"
 				rep.Evidence = fmt.Sprintf("the body was still running at its %d ms timeout", t.TimeoutMS)
 			} else if cause == errAbandoned {
-				rep.Outcome, rep.Cause = OutcomeLost, "worker_lost"
+				rep.Outcome, rep.Cause = api.OutcomeLost, "worker_lost"
 				rep.Evidence = "the body was still running when its worker's drain window ended; it was stopped"
 			} else {
 				// Stopped by a cancellation: the task is over whatever the
 				// body still does; its run decides (settle window or
 				// uncertain).
-				rep.Outcome, rep.Cause = OutcomeLost, "stopped"
+				rep.Outcome, rep.Cause = api.OutcomeLost, "stopped"
 				rep.Evidence = "stopped while running"
 			}
 			w.settleLate(t, done)
@@ -1052,7 +1057,7 @@ func (w *Worker) run(ctx context.Context, h Handler, t Task, rep Report, own *ow
 // After Abandon the offers of a body that did return go on for
 // LateAfterAbandon at most, then the result is logged (error level) for
 // the person who reconciles: the embedding runner's Run must return.
-func (w *Worker) settleLate(t Task, done <-chan Result) {
+func (w *Worker) settleLate(t api.Task, done <-chan Result) {
 	if t.SettleWithinMS <= 0 {
 		return
 	}
@@ -1069,13 +1074,13 @@ func (w *Worker) settleLate(t Task, done <-chan Result) {
 			}
 		}
 		switch {
-		case res.Outcome == OutcomeOutput && (t.MaxResultBytes <= 0 || int64(len(res.Content)) <= t.MaxResultBytes):
-		case res.Outcome == OutcomeExplain:
+		case res.Outcome == api.OutcomeOutput && (t.MaxResultBytes <= 0 || int64(len(res.Content)) <= t.MaxResultBytes):
+		case res.Outcome == api.OutcomeExplain:
 		default:
 			w.log.Info("worker: a stopped body returned no definite result", "run", t.Run, "action", t.Action, "outcome", res.Outcome)
 			return nil
 		}
-		s := Settlement{Schema: Schema, CommandID: fmt.Sprintf("return/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation),
+		s := api.Settlement{Schema: api.Schema, CommandID: fmt.Sprintf("return/%s/%s/%d/%d", t.Run, t.Action, t.Attempt, t.Incarnation),
 			Run: t.Run, Action: t.Action, Outcome: res.Outcome, Content: res.Content, Message: res.Message,
 			Summary: fmt.Sprintf("the body of attempt %d returned %s after it was stopped", t.Attempt, res.Outcome)}
 		back := backoff.New(w.retryBase, w.retryCap)
@@ -1152,7 +1157,7 @@ const stopTries = 20
 // current (its report would change nothing). It gives the task back (nak)
 // only when the worker stops, once the report is saved — or, if it cannot
 // be saved either, after stopTries more tries.
-func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
+func (w *Worker) deliver(t api.Task, rep api.Report, own *ownClaim) bool {
 	back := backoff.New(w.retryBase, w.retryCap)
 	saved := own == nil
 	for try := 1; ; try++ {
@@ -1160,7 +1165,7 @@ func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
 		err := w.report(ctx, rep)
 		cancel()
 		var coded *weft.Error
-		if errors.As(err, &coded) && coded.Code == weft.CodePayloadTooLarge && (rep.Outcome == OutcomeOutput || rep.Outcome == OutcomeExplain || len(rep.Evidence) > api.MaxText) {
+		if errors.As(err, &coded) && coded.Code == weft.CodePayloadTooLarge && (rep.Outcome == api.OutcomeOutput || rep.Outcome == api.OutcomeExplain || len(rep.Evidence) > api.MaxText) {
 			// The result cannot be carried or recorded (the NATS server's
 			// max_payload is too small for it, or a message or evidence is
 			// over the command API's field limit, api.MaxText). The body
@@ -1215,7 +1220,7 @@ func (w *Worker) deliver(t Task, rep Report, own *ownClaim) bool {
 }
 
 // stale reports whether t's attempt is known to be no longer current.
-func (w *Worker) stale(t Task) bool {
+func (w *Worker) stale(t api.Task) bool {
 	if w.check == nil {
 		return false
 	}
@@ -1227,9 +1232,9 @@ func (w *Worker) stale(t Task) bool {
 
 // tooLarge turns rep, whose result could not be reported or recorded, into
 // an uncertain report that says why.
-func tooLarge(rep Report, cause *weft.Error) Report {
+func tooLarge(rep api.Report, cause *weft.Error) api.Report {
 	size := len(rep.Content) + len(rep.Message) + len(rep.Evidence)
-	rep.Outcome, rep.Content, rep.Message = OutcomeUncertain, nil, ""
+	rep.Outcome, rep.Content, rep.Message = api.OutcomeUncertain, nil, ""
 	rep.Evidence = fmt.Sprintf("the attempt's %d-byte result could not be recorded (payload_too_large: %s); the effect may have happened", size, cause.Message)
 	return rep
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -39,7 +40,7 @@ func startServerHandle(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetS
 	}
 	js, _ := jetstream.New(nc)
 	t.Cleanup(func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() })
-	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: worker.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy})
+	_, err = js.CreateStream(context.Background(), jetstream.StreamConfig{Name: api.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,11 +49,11 @@ func startServerHandle(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetS
 
 type reports struct {
 	mu  sync.Mutex
-	got []worker.Report
+	got []api.Report
 	ch  chan struct{}
 }
 
-func (r *reports) report(_ context.Context, rep worker.Report) error {
+func (r *reports) report(_ context.Context, rep api.Report) error {
 	r.mu.Lock()
 	r.got = append(r.got, rep)
 	r.mu.Unlock()
@@ -61,18 +62,18 @@ func (r *reports) report(_ context.Context, rep worker.Report) error {
 }
 
 // queue is the test queue of tool: tool as bound in agent "a" version "1".
-func queue(tool string) worker.Queue { return worker.Queue{Agent: "a", Version: "1", Tool: tool} }
+func queue(tool string) api.Queue { return api.Queue{Agent: "a", Version: "1", Tool: tool} }
 
 // publish publishes task on its queue, as a task of agent "a" version "1"
 // unless it names another.
-func publish(t *testing.T, js jetstream.JetStream, task worker.Task) {
+func publish(t *testing.T, js jetstream.JetStream, task api.Task) {
 	t.Helper()
 	task.Schema = 1
 	if task.Agent == "" {
 		task.Agent, task.Version = "a", "1"
 	}
 	b, _ := json.Marshal(task)
-	q := worker.Queue{Agent: task.Agent, Version: task.Version, Tool: task.Tool}
+	q := api.Queue{Agent: task.Agent, Version: task.Version, Tool: task.Tool}
 	if _, err := js.Publish(context.Background(), q.Subject(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -84,23 +85,23 @@ func TestWorkerOutcomes(t *testing.T) {
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
 	starts := 0
-	w.Handle(queue("echo"), func(ctx context.Context, task worker.Task, _ worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		starts++
 		if string(task.Arguments) == `"slow"` {
 			<-ctx.Done()
-			return worker.Result{Outcome: worker.OutcomeExplain, Message: "late"}
+			return worker.Result{Outcome: api.OutcomeExplain, Message: "late"}
 		}
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: task.Arguments}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: task.Arguments}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
 
-	publish(t, js, worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"hi"`), TimeoutMS: -1, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"hi"`), TimeoutMS: -1, MaxResultBytes: 100})
 	<-rs.ch
-	publish(t, js, worker.Task{Run: "r", Action: "1/b", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`), TimeoutMS: -1, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/b", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`), TimeoutMS: -1, MaxResultBytes: 100})
 	<-rs.ch
-	publish(t, js, worker.Task{Run: "r", Action: "1/c", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"slow"`), TimeoutMS: 20, MaxResultBytes: 100})
+	publish(t, js, api.Task{Run: "r", Action: "1/c", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"slow"`), TimeoutMS: 20, MaxResultBytes: 100})
 	<-rs.ch
 	cancel()
 	<-done
@@ -125,7 +126,7 @@ func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
 	if started != 0 {
 		t.Fatal("a redelivered task's body was run again")
 	}
-	if rep.Outcome != worker.OutcomeLost || rep.Cause != "worker_lost" || !strings.Contains(rep.Evidence, "vanished-worker") {
+	if rep.Outcome != api.OutcomeLost || rep.Cause != "worker_lost" || !strings.Contains(rep.Evidence, "vanished-worker") {
 		t.Fatalf("report = %+v, want lost worker_lost naming the claim's holder", rep)
 	}
 }
@@ -137,7 +138,7 @@ func TestWorkerRedeliveryIsReportedLost(t *testing.T) {
 func TestWorkerRedeliveryOfAnUnclaimedAttemptRuns(t *testing.T) {
 	t.Parallel()
 	rep, started := vanished(t, false)
-	if started != 1 || rep.Outcome != worker.OutcomeOutput {
+	if started != 1 || rep.Outcome != api.OutcomeOutput {
 		t.Fatalf("report = %+v after %d starts, want output from one start", rep, started)
 	}
 }
@@ -145,15 +146,15 @@ func TestWorkerRedeliveryOfAnUnclaimedAttemptRuns(t *testing.T) {
 // vanished has a "vanished worker" take a task and never ack it, having
 // claimed its attempt or not, then runs a live worker that gets the
 // redelivery; it returns the live worker's report and its body starts.
-func vanished(t *testing.T, claimed bool) (worker.Report, int) {
+func vanished(t *testing.T, claimed bool) (api.Report, int) {
 	t.Helper()
 	nc, js := startServer(t)
 	ctx := context.Background()
-	c, err := js.CreateOrUpdateConsumer(ctx, worker.TaskStream, worker.ConsumerConfig(queue("echo"), 300*time.Millisecond))
+	c, err := js.CreateOrUpdateConsumer(ctx, api.TaskStream, worker.ConsumerConfig(queue("echo"), 300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	task := worker.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1}
+	task := api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1}
 	publish(t, js, task)
 	if _, err := c.Fetch(1); err != nil {
 		t.Fatal(err)
@@ -163,16 +164,16 @@ func vanished(t *testing.T, claimed bool) (worker.Report, int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := kv.Create(ctx, worker.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), []byte("vanished-worker")); err != nil {
+		if _, err := kv.Create(ctx, api.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation), []byte("vanished-worker")); err != nil {
 			t.Fatal(err)
 		}
 	}
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithAckWait(300*time.Millisecond), worker.WithoutAttemptCheck())
 	started := make(chan struct{}, 2)
-	w.Handle(queue("echo"), func(context.Context, worker.Task, worker.Settler) worker.Result {
+	w.Handle(queue("echo"), func(context.Context, api.Task, worker.Settler) worker.Result {
 		started <- struct{}{}
-		return worker.Result{Outcome: worker.OutcomeOutput, Content: json.RawMessage(`1`)}
+		return worker.Result{Outcome: api.OutcomeOutput, Content: json.RawMessage(`1`)}
 	})
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)

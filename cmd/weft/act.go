@@ -18,7 +18,6 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/proof"
-	"github.com/weftrun/weft/worker"
 )
 
 // The commands that act on runs go through the command API (package api,
@@ -641,7 +640,7 @@ func settleCommand() command {
 			output := fs.String("output", "", "the tool's output as JSON")
 			errMsg := fs.String("error", "", "a definite failure (outcome explain)")
 			uncertain := fs.String("uncertain", "", "evidence that the effect is uncertain")
-			var req worker.Settlement
+			var req api.Settlement
 			fs.StringVar(&req.Summary, "summary", "", "what a person needs if the settlement is refused (no secrets)")
 			o := actFlags(fs, &req.CommandID)
 			return func(ctx context.Context, e *env, args []string) error {
@@ -653,11 +652,11 @@ func settleCommand() command {
 					if !json.Valid([]byte(*output)) {
 						return usagef("--output is not JSON: %s", *output)
 					}
-					req.Outcome, req.Content = worker.OutcomeOutput, json.RawMessage(*output)
+					req.Outcome, req.Content = api.OutcomeOutput, json.RawMessage(*output)
 				case *errMsg != "" && *output == "" && *uncertain == "":
-					req.Outcome, req.Message = worker.OutcomeExplain, *errMsg
+					req.Outcome, req.Message = api.OutcomeExplain, *errMsg
 				case *uncertain != "" && *output == "" && *errMsg == "":
-					req.Outcome, req.Evidence = worker.OutcomeUncertain, *uncertain
+					req.Outcome, req.Evidence = api.OutcomeUncertain, *uncertain
 				default:
 					return usagef("give exactly one of --output JSON, --error MESSAGE, --uncertain EVIDENCE")
 				}

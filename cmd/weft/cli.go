@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 )
@@ -115,6 +116,32 @@ type env struct {
 	// notesRefusals: the command's connections note the server's
 	// refusals (notesRefusals of its name); else they are not kept.
 	notesRefusals bool
+	// ctx is the command's context and end ends it: with notesRefusals,
+	// the first refusal of a JetStream call (endsCommand) ends the command
+	// at once, its cause the permission_denied (api.Violations).
+	ctx context.Context
+	end context.CancelCauseFunc
+	// tolerates names the subjects whose refusal the command survives
+	// (show without the legal holds): they do not end it.
+	tolerates func(subject string) bool
+	// refusals is the last connection's (nil: none yet), for a call that
+	// watches its own subjects.
+	refusals *api.Violations
+}
+
+// testRefusalsWait, when set, leaves a refused JetStream call waiting
+// unanswered instead of ending the command (endsCommand). Only TestMain
+// sets it (WEFT_TEST_REFUSED_CALLS_WAIT), in a test binary run as weft,
+// to kill a command while a refused call waits; the shipped weft never
+// does: a refusal ends the command at once.
+var testRefusalsWait = false
+
+// endsCommand says whether the server's refusal of subject ends the
+// command at once: a publish of a JetStream call (the command API's
+// requests answer their own refusals: api.Request) that the command does
+// not tolerate.
+func (e *env) endsCommand(verb, subject string) bool {
+	return verb == api.PublishViolation && api.JetStreamSubject(subject) && (e.tolerates == nil || !e.tolerates(subject))
 }
 
 // connect connects to the server the command line names.
@@ -134,6 +161,15 @@ func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	n, err := natsnode.Start(cctx, opts...)
 	if err != nil {
 		return nil, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("connect to %s: %v", e.url, err)}
+	}
+	if e.notesRefusals {
+		r := api.WatchViolations(n.Conn())
+		if e.end != nil && !testRefusalsWait {
+			r.End(e.endsCommand, e.end)
+		}
+		e.mu.Lock()
+		e.refusals = r
+		e.mu.Unlock()
 	}
 	return n, nil
 }
@@ -283,6 +319,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	e.urlFlag = e.urlFlag || flagSet(fs, "nats")
 	if e.url == "" {
 		e.url = DefaultURL
+	}
+	if e.notesRefusals && !sendsCommands(c.name) {
+		var end context.CancelCauseFunc
+		ctx, end = context.WithCancelCause(ctx)
+		defer end(nil)
+		e.ctx, e.end = ctx, end
 	}
 	return deniedHint(e.refusedAs(body(ctx, e, fs.Args())))
 }

@@ -10,13 +10,14 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/roles"
-	"github.com/weftrun/weft/worker"
 )
 
 // deniedHint adds to a permission_denied answer which roles' credentials
 // allow the subject it names (roles.Permissions), so that the person who
-// ran the command knows which credentials to ask for. Any other error is
+// ran the command knows which credentials to ask for: a person's roles
+// first (hintOrder), the services' after them. Any other error is
 // returned as it is.
 func deniedHint(err error) error {
 	var pe partialError
@@ -33,12 +34,8 @@ func deniedHint(err error) error {
 		return err
 	}
 	var allow []string
-	for _, r := range roles.All() {
-		var q worker.Queue
-		if r == roles.Worker {
-			continue // a worker's grant is its own queue's: never a person's credentials
-		}
-		g, gerr := roles.Permissions(r, q)
+	for _, r := range hintOrder {
+		g, gerr := roles.Permissions(r, api.Queue{})
 		if gerr != nil {
 			continue
 		}
@@ -55,6 +52,12 @@ func deniedHint(err error) error {
 	}
 	return &weft.Error{Code: we.Code, Reason: we.Reason, Message: fmt.Sprintf("%s; %s", we.Message, hint)}
 }
+
+// hintOrder is the roles deniedHint names, a person's first: a legal hold
+// is the custodian's to place, though the runner's grant writes the holds
+// too (it serves weft.api.hold). Not the worker: its grant is its own
+// queue's, never a person's credentials.
+var hintOrder = []roles.Role{roles.Operator, roles.Reader, roles.Custodian, roles.Runner, roles.Projector}
 
 // deniedSubject is the subject an api.Request permission_denied message
 // names: its last word.
@@ -98,25 +101,12 @@ type refusal struct {
 // server says apart from the call, whose request then waits unanswered.
 // Any other asynchronous error is left as it was (not printed).
 func (e *env) notePermission(_ *nats.Conn, _ *nats.Subscription, err error) {
-	if !errors.Is(err, nats.ErrPermissionViolation) {
+	verb, subject, ok := api.RefusedSubject(err)
+	if !ok {
 		return
-	}
-	msg := err.Error()
-	r := &refusal{verb: "publish to"}
-	i := strings.Index(msg, `Publish to "`)
-	if i < 0 {
-		r.verb = "subscribe to"
-		i = strings.Index(msg, `Subscription to "`)
-	}
-	if i < 0 {
-		return
-	}
-	rest := msg[strings.Index(msg[i:], `"`)+i+1:]
-	if j := strings.Index(rest, `"`); j >= 0 {
-		r.subject = rest[:j]
 	}
 	e.mu.Lock()
-	e.refused = r
+	e.refused = &refusal{verb: verb, subject: subject}
 	e.mu.Unlock()
 }
 
@@ -132,27 +122,57 @@ func notesRefusals(name string) bool {
 	return true
 }
 
+// sendsCommands says whether command name sends a command to the command
+// API: a refusal of one of its JetStream calls (a view it reads) does not
+// end it, since ending it while it waits for a command's answer would
+// lose whether the command took effect (outcome_unknown, exit 6), and
+// exit 7 says nothing was sent.
+func sendsCommands(name string) bool {
+	switch name {
+	case "start", "approve", "reject", "decide", "reconcile", "resolve", "cancel", "settle", "pause", "resume", "restart":
+		return true
+	}
+	return false
+}
+
 // refusedAs is the one place a command's failure becomes "not allowed"
 // (permission_denied, exit 7) when the server refused one of its
-// connections a publish: a KV or stream call it refused is not answered,
-// and fails as unavailable (exit 3) once its wait ends, though the server
-// said why. Only that symptom is mapped — a failure by a wait that ended
-// (waitEnded) — so an outage of another kind stays unavailable and a
-// local file error stays exit 5. A partial purge or export stays partial
-// (exit 8), saying why it stopped. Any other error (a refusal by the
-// service, a problem audit found, a bad command line) is returned as it
-// is.
+// connections a publish: a KV or stream call it refused is not answered.
+// The refusal ends the command at once (endsCommand), and a call that
+// failed because it ended is the refusal's permission_denied; a call the
+// server refused that no watch ended (a subscription) fails as
+// unavailable once its wait ends, though the server said why, and is
+// mapped the same way. Only these symptoms are mapped — a failure by the
+// command's end or by a wait that ended (waitEnded) — so an outage of
+// another kind stays unavailable and a local file error stays exit 5. A
+// partial purge or export stays partial (exit 8), saying why it stopped.
+// Any other error (a refusal by the service, a problem audit found, a bad
+// command line) is returned as it is.
 func (e *env) refusedAs(err error) error {
+	if err == nil {
+		return nil
+	}
+	var cause *weft.Error
+	if e.ctx != nil {
+		cause = api.DeniedBy(e.ctx)
+	}
 	e.mu.Lock()
 	r := e.refused
 	e.mu.Unlock()
-	if err == nil || r == nil {
+	if cause == nil && r == nil {
 		return err
+	}
+	symptom := func(err error) bool { return waitEnded(err) || (cause != nil && endedByCancel(err)) }
+	denied := func(err error) error {
+		if cause != nil {
+			return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("not allowed: %s (so: %v)", cause.Message, err)}
+		}
+		return r.denied(err)
 	}
 	var pe partialError
 	if errors.As(err, &pe) {
-		if waitEnded(pe.err) {
-			pe.err = r.denied(pe.err)
+		if symptom(pe.err) {
+			pe.err = denied(pe.err)
 		}
 		return pe
 	}
@@ -162,10 +182,17 @@ func (e *env) refusedAs(err error) error {
 	}
 	var ue usageError
 	var ae auditError
-	if errors.As(err, &ue) || errors.As(err, &ae) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || !waitEnded(err) {
+	if errors.As(err, &ue) || errors.As(err, &ae) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrNotExist) || !symptom(err) {
 		return err
 	}
-	return r.denied(err)
+	return denied(err)
+}
+
+// endedByCancel reports whether err is a call that failed because its
+// context was canceled, also when an error of retention or audit carries
+// it in its message only.
+func endedByCancel(err error) bool {
+	return errors.Is(err, context.Canceled) || strings.Contains(err.Error(), context.Canceled.Error())
 }
 
 // waitEnded reports whether err is a call that failed by its wait ending

@@ -32,9 +32,16 @@ import (
 
 // TestMain lets the test binary be the weft command: with WEFT_TEST_AS_WEFT
 // set it runs the command line it was given (the Node client test starts
-// `weft mcp serve` this way, without building another binary).
+// `weft mcp serve` this way, without building another binary). With
+// WEFT_TEST_REFUSED_CALLS_WAIT set too, a refused KV or stream call waits
+// unanswered instead of ending the command (testRefusalsWait): a test
+// kills the command there. That is not the shipped weft's path, where a
+// refusal ends the command at once.
 func TestMain(m *testing.M) {
 	if os.Getenv("WEFT_TEST_AS_WEFT") != "" {
+		if os.Getenv("WEFT_TEST_REFUSED_CALLS_WAIT") != "" {
+			testRefusalsWait = true
+		}
 		ctx, stop := natsnode.NotifyShutdown(context.Background())
 		err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()

@@ -104,6 +104,9 @@ func showCommand() command {
 				if err := wantArgs(args, 1, "<run>"); err != nil {
 					return err
 				}
+				// Without the legal holds, show says the hold is unknown
+				// (readHold): their refusal does not end it.
+				e.tolerates = holdSubject
 				n, err := e.connect(ctx)
 				if err != nil {
 					return err
@@ -116,7 +119,7 @@ func showCommand() command {
 					return err
 				}
 				log := eventlog.New(n.JetStream())
-				var r client.RunReply
+				var r projector.RunReply
 				lag, err := freshView(ctx, log, args[0], func(ctx context.Context) (projections.RunView, error) {
 					rr, err := c.RunFamily(ctx, args[0])
 					if err == nil {
@@ -132,7 +135,7 @@ func showCommand() command {
 				if err != nil {
 					return err
 				}
-				hold, holdErr := readHold(ctx, n.JetStream(), args[0])
+				hold, holdErr := readHold(ctx, e.refusals, n.JetStream(), args[0])
 				if *asJSON {
 					if lag != "" {
 						fmt.Fprintf(e.stderr, "note: the lists and inboxes may not have this view yet: %s\n", lag)
@@ -440,7 +443,7 @@ func history(ctx context.Context, c *client.Client, run string) ([]events.Envelo
 	var out []events.Envelope
 	var after uint64
 	for {
-		h, err := c.History(ctx, client.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
+		h, err := c.History(ctx, projector.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
 		if err != nil {
 			return nil, eventlog.Head{}, err
 		}
@@ -457,7 +460,7 @@ func inboxCommand() command {
 		name: "inbox", args: "approvals|uncertain|questions", summary: "list pending approvals, uncertain effects or open questions across runs",
 		examples: []string{"weft inbox approvals", "weft inbox uncertain --agent payment-desk", "weft inbox questions", "weft inbox approvals --run pay-42 --json"},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
-			var q client.InboxFilter
+			var q projector.InboxRequest
 			fs.StringVar(&q.Run, "run", "", "only this run")
 			fs.StringVar(&q.Agent, "agent", "", "only runs of this agent")
 			asJSON := fs.Bool("json", false, "print as JSON")

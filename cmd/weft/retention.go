@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/retention"
 )
 
@@ -172,9 +173,9 @@ func holdCommand() command {
 				run := args[0]
 				var h retention.Hold
 				if *release {
-					h, err = retention.ReleaseHold(ctx, js, run, *holdID, *by, *reason, time.Now())
+					h, err = retention.ReleaseHold(ctx, js, "", run, *holdID, *by, *reason, time.Now())
 				} else {
-					h, err = retention.Place(ctx, js, run, *by, *reason, time.Now())
+					h, err = retention.Place(ctx, js, "", run, *by, *reason, time.Now())
 				}
 				if err != nil {
 					return err
@@ -200,16 +201,31 @@ const holdWait = time.Second
 // could not be read (a permission refusal — the roles' operator and
 // reader may not read weft_holds: docs/security.md, "Retention and legal
 // hold" —, a timeout, a value that does not decode): then show says the
-// hold is unknown, never that there is none.
-func readHold(ctx context.Context, js jetstream.JetStream, run string) (*retention.Hold, error) {
+// hold is unknown, never that there is none. A refusal (watched on v
+// unless nil) answers at once.
+func readHold(ctx context.Context, v *api.Violations, js jetstream.JetStream, run string) (*retention.Hold, error) {
 	ctx, cancel := context.WithTimeout(ctx, holdWait)
 	defer cancel()
+	if v != nil {
+		var stop context.CancelFunc
+		ctx, stop = v.Watch(ctx, func(verb, subject string) bool { return holdSubject(subject) })
+		defer stop()
+	}
 	h, err := retention.HoldOf(ctx, js, run)
 	switch {
 	case err != nil:
+		if denied := api.DeniedBy(ctx); denied != nil {
+			return nil, denied
+		}
 		return nil, err
 	case h.Active():
 		return &h, nil
 	}
 	return nil, nil
+}
+
+// holdSubject reports whether subject is one a call on the legal holds'
+// bucket publishes to (its stream KV_weft_holds, its keys $KV.weft_holds.…).
+func holdSubject(subject string) bool {
+	return strings.Contains(subject, ".KV_"+retention.HoldsBucket) || strings.HasPrefix(subject, "$KV."+retention.HoldsBucket+".")
 }

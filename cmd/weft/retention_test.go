@@ -705,7 +705,10 @@ func TestAuditVerifyHeadNamesARunOfAFileOfSeveral(t *testing.T) {
 // dead apply's lease runs, and once it ran out completes the fork: every
 // run of the family is gone and tombstoned. The fork's removal is held in
 // its runtime step by a call the subprocess's credentials may not make
-// (the server never answers it), which is where it is killed.
+// (the server never answers it; the subprocess does not end on the
+// refusal: WEFT_TEST_REFUSED_CALLS_WAIT, testRefusalsWait — not the
+// shipped weft's path, where the refusal would end the apply cleanly and
+// release the lock), which is where it is killed.
 func TestRetentionApplyKilledMidwayIsCompletedByTheNext(t *testing.T) {
 	s := restricted(t, map[string][]string{"notasks": {"$JS.API.STREAM.MSG.DELETE.WEFT_TASKS"}})
 	ctx := context.Background()
@@ -725,7 +728,7 @@ func TestRetentionApplyKilledMidwayIsCompletedByTheNext(t *testing.T) {
 	}
 	var stderr syncbuf.Buffer
 	cmd := exec.Command(exe, "retention", "apply", "--older-than", "48h")
-	cmd.Env = append(os.Environ(), "WEFT_TEST_AS_WEFT=1", "NATS_URL="+s.URL, "NATS_USER=notasks", "NATS_PASSWORD=p")
+	cmd.Env = append(os.Environ(), "WEFT_TEST_AS_WEFT=1", "WEFT_TEST_REFUSED_CALLS_WAIT=1", "NATS_URL="+s.URL, "NATS_USER=notasks", "NATS_PASSWORD=p")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/roles"
 	"github.com/weftrun/weft/runner"
-	"github.com/weftrun/weft/worker"
 )
 
 func rolesCommand() command {
@@ -47,8 +47,8 @@ func rolesCommand() command {
 						return err
 					}
 					fmt.Fprintf(e.stdout, "authority in %s (account %s): %s for the server\n", a.Dir(), a.Account(), filepath.Join(a.Dir(), roles.AuthConf))
-					for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader} {
-						if err := issue(e, a, r, worker.Queue{}, *expires); err != nil {
+					for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader, roles.Custodian} {
+						if err := issue(e, a, r, api.Queue{}, *expires); err != nil {
 							return err
 						}
 					}
@@ -129,7 +129,7 @@ func rolesCommand() command {
 	}
 }
 
-func issue(e *env, a *roles.Authority, r roles.Role, q worker.Queue, expires time.Duration) error {
+func issue(e *env, a *roles.Authority, r roles.Role, q api.Queue, expires time.Duration) error {
 	path, err := a.Write(r, q, roles.WithExpiry(expires))
 	if err != nil {
 		return err
@@ -139,36 +139,36 @@ func issue(e *env, a *roles.Authority, r roles.Role, q worker.Queue, expires tim
 }
 
 // roleArgs parses "<role> [<agent>@<version>/<tool>]".
-func roleArgs(args []string) (roles.Role, worker.Queue, error) {
+func roleArgs(args []string) (roles.Role, api.Queue, error) {
 	if len(args) == 0 || len(args) > 2 {
-		return "", worker.Queue{}, usagef("want <role> [<agent>@<version>/<tool>]")
+		return "", api.Queue{}, usagef("want <role> [<agent>@<version>/<tool>]")
 	}
 	r, err := roles.Parse(args[0])
 	if err != nil {
-		return "", worker.Queue{}, usagef("%v", err)
+		return "", api.Queue{}, usagef("%v", err)
 	}
-	var q worker.Queue
+	var q api.Queue
 	if r == roles.Worker {
 		if len(args) != 2 {
-			return "", worker.Queue{}, usagef("a worker serves one queue: worker <agent>@<version>/<tool>")
+			return "", api.Queue{}, usagef("a worker serves one queue: worker <agent>@<version>/<tool>")
 		}
 		if q, err = parseQueue(args[1]); err != nil {
-			return "", worker.Queue{}, err
+			return "", api.Queue{}, err
 		}
 	} else if len(args) == 2 {
-		return "", worker.Queue{}, usagef("only a worker names a queue")
+		return "", api.Queue{}, usagef("only a worker names a queue")
 	}
 	return r, q, nil
 }
 
-// parseQueue parses <agent>@<version>/<tool> (worker.Queue.String).
-func parseQueue(s string) (worker.Queue, error) {
+// parseQueue parses <agent>@<version>/<tool> (api.Queue.String).
+func parseQueue(s string) (api.Queue, error) {
 	agent, rest, ok1 := strings.Cut(s, "@")
 	version, tool, ok2 := strings.Cut(rest, "/")
 	if !ok1 || !ok2 || agent == "" || version == "" || tool == "" {
-		return worker.Queue{}, usagef("queue %q: want <agent>@<version>/<tool>, such as payment-desk@1/send_payment", s)
+		return api.Queue{}, usagef("queue %q: want <agent>@<version>/<tool>, such as payment-desk@1/send_payment", s)
 	}
-	return worker.Queue{Agent: agent, Version: version, Tool: tool}, nil
+	return api.Queue{Agent: agent, Version: version, Tool: tool}, nil
 }
 
 // newSigningKey writes a new user nkey seed to path (mode 0600, never

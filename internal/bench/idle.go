@@ -110,7 +110,7 @@ func (b *bencher) idle(ctx context.Context) error {
 				lat = append(lat, d)
 				break
 			}
-			if !retryable(err) || ctx.Err() != nil || retries > 100 {
+			if !weft.ErrorCode(err).Retryable() || ctx.Err() != nil || retries > 100 {
 				return fmt.Errorf("cancel idle run %s: %w", run, err)
 			}
 			retries++
@@ -183,10 +183,4 @@ func (b *bencher) partitions(ctx context.Context) int {
 		return runner.DefaultPartitions
 	}
 	return c.Partitions
-}
-
-// retryable reports the refusals a command meets while partitions move:
-// the retryable codes (weft.Code.Retryable).
-func retryable(err error) bool {
-	return weft.ErrorCode(err).Retryable()
 }

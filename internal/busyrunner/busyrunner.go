@@ -289,8 +289,7 @@ func (d *Deployment) AppliedUnder(t testing.TB, endpoint, run, id string, tries 
 	if err != nil {
 		t.Fatalf("no reply kept for command id %s: %v", id, err)
 	}
-	var er api.ErrorReply
-	if err := json.Unmarshal(e.Value(), &er); err != nil || er.Error != nil {
-		t.Fatalf("the reply kept for command id %s is %s, want the success", id, e.Value())
+	if re := api.ReplyError(&nats.Msg{Data: e.Value()}); re != nil {
+		t.Fatalf("the reply kept for command id %s is %s (%v), want the success", id, e.Value(), re)
 	}
 }

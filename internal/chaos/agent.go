@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
@@ -142,7 +143,7 @@ func lookKey(run, action string, attempt int) string {
 
 // check wraps inner, recording every look that found the attempt current.
 func (l *looks) check(inner worker.AttemptCheck) worker.AttemptCheck {
-	return func(ctx context.Context, t worker.Task) (bool, error) {
+	return func(ctx context.Context, t api.Task) (bool, error) {
 		began := time.Now()
 		current, err := inner(ctx, t)
 		if err == nil && current {

@@ -509,7 +509,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	}
 	h.logf("parts up; fault phase of %s with %d runs", h.cfg.Duration, h.cfg.Runs)
 
-	plans := makePlans(h.cfg)
+	plans := append(makePlans(h.cfg), expiryProbes(h.cfg)...)
 	w := &workload{h: h, plans: plans, quiet: make(chan struct{})}
 	wdone := make(chan struct{})
 	wctx, stopWork := context.WithTimeout(ctx, h.cfg.Duration+h.cfg.Quiet)
@@ -526,7 +526,12 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.logf("quiet phase: everything restarted and continued")
 	h.quiet()
 	close(w.quiet)
+	// From here no fault comes: every run that needs no person must move
+	// by itself (checkStranded), until the workload is done.
+	stranded := make(chan struct{})
+	go func() { defer close(stranded); h.watchStranded(ctx, w, wdone) }()
 	<-wdone
+	<-stranded
 	stopWork()
 	if ctx.Err() != nil {
 		return nil, ctx.Err()

@@ -30,7 +30,12 @@
 // each run at a seeded time, approves requests (one to four approvers at
 // once: exactly one may win), rejects a quarter, cancels some runs,
 // settles some hold actions itself and reconciles every uncertain action
-// (with an output, an error or unconfirmed), live or stored.
+// (with an output, an error or unconfirmed), live or stored. When
+// approvals expire (odd seeds), two more runs start as the quiet phase
+// begins whose approval requests it never answers (expiryProbes), and in
+// the quiet phase the requests it answers only after their expiry are
+// left to the runtime's expiry for the stranded check's bound
+// (leftToExpire): only the runners' durable timers move those runs.
 //
 // # Faults
 //
@@ -75,6 +80,14 @@
 //     never started a body, and of these the claimed and the unknown,
 //     beside the violations (docs/reliability.md, "Precision");
 //   - every run finished;
+//   - from when the quiet phase has every part up, every run that needs
+//     no person (not finished, not aggregate.Idle) moves by itself — a
+//     new event — within 4 × (lease + a full scan of 8 leases), at least
+//     30 s, plus a timer firing's longest way back (strandedBound: 67 s
+//     at a 1 s lease), of its last move and its next due time
+//     (docs/semantics.md §8: a run whose driver is gone is taken over,
+//     pending work is never dropped); a run that does not is reported
+//     stranded (run_stranded);
 //   - once the workload is done, and while the runners still run,
 //     weft_drivers holds within a grace no entry of a run that finished,
 //     waits only for a person or does not exist (only runs with work in

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"os"
 	"time"
 
@@ -54,4 +55,36 @@ func partAgentOptions() []agent.Option {
 		return nil
 	}
 	return []agent.Option{agent.WithApprovalExpiry(tools.After(d))}
+}
+
+// leftToExpire reports whether a request the seed answers after its
+// expiry (answerDelay) is left, in the quiet phase, for the runtime to
+// expire: until strandedBound past its expiry, so that only the
+// runners' timers move its run meanwhile, and a run whose expiry never
+// fires is reported stranded (checkStranded) before the answer would
+// decide the expiry itself.
+func (w *workload) leftToExpire(ch uint64, expires time.Time) bool {
+	e := w.h.cfg.ApprovalExpiry
+	if e <= 0 || ch>>24%2 != 0 || expires.IsZero() || !w.inQuiet() {
+		return false
+	}
+	return time.Now().Before(expires.Add(w.h.strandedBound() + strandedPoll))
+}
+
+// expiryProbes are the runs, when approvals expire, that the workload
+// starts as the quiet phase begins and whose approval requests it never
+// answers: two payments over the approval limit. Each run waits for a
+// person, no runner holds it (evicted, docs/adr/0014), and only the
+// durable timer of its request's expiry moves it on: a deployment whose
+// runners consume no timer firing leaves it stranded (checkStranded).
+func expiryProbes(cfg Config) []plan {
+	if cfg.ApprovalExpiry <= 0 {
+		return nil
+	}
+	var out []plan
+	for i := range 2 {
+		out = append(out, plan{id: fmt.Sprintf("s%d-expiry-%d", cfg.Seed, i+1), at: cfg.Duration, expire: true,
+			script: script{Calls: []call{{Tool: toolPay, Args: args{MS: 10, Amount: approvalLimit + 1}}}}})
+	}
+	return out
 }

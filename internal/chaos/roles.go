@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
@@ -296,7 +297,7 @@ func workerMain(ctx context.Context, logger *slog.Logger) error {
 	for _, t := range a.Tools() {
 		for _, ext := range externalTools {
 			if t.Name() == ext && !servedByTypeScript(ext) {
-				w.Handle(worker.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
+				w.Handle(api.Queue{Agent: a.Name(), Version: a.Version(), Tool: t.Name()}, runner.ToolHandler(t, nil))
 			}
 		}
 	}

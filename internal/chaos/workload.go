@@ -17,7 +17,6 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/tools"
-	"github.com/weftrun/weft/worker"
 )
 
 // plan is one run of the workload, fixed by the seed.
@@ -26,6 +25,9 @@ type plan struct {
 	at     time.Duration // start, from the beginning of the fault phase
 	script script
 	cancel time.Duration // cancel this long after the start; 0: never
+	// expire: the workload never answers the run's approval requests,
+	// left to expire (expiryProbes).
+	expire bool
 }
 
 // makePlans draws the workload's runs.
@@ -251,7 +253,7 @@ func (w *workload) step(ctx context.Context, d *runDriver, s aggregate.State) bo
 		case a.State == aggregate.ActionAwaitingApproval && a.Request.Pending():
 			key := fmt.Sprintf("answer %s r%d", a.ID, a.Request.Revision)
 			ch := choice(seed, d.p.id, key)
-			if d.done[key] || !w.due(d, key, w.answerDelay(ch)) {
+			if d.p.expire || d.done[key] || !w.due(d, key, w.answerDelay(ch)) || w.leftToExpire(ch, a.Request.Expires) {
 				continue
 			}
 			w.answer(ctx, d, a, key, ch)
@@ -270,7 +272,7 @@ func (w *workload) step(ctx context.Context, d *runDriver, s aggregate.State) bo
 			}
 			id := "settle-" + d.p.id + "-" + a.ID
 			c := w.send(ctx, command{kind: "settle", run: d.p.id, action: a.ID, id: id}, func(ctx context.Context) error {
-				_, err := w.h.client.Settle(ctx, worker.Settlement{CommandID: id, Run: d.p.id, Action: a.ID, Outcome: events.OutcomeOutput,
+				_, err := w.h.client.Settle(ctx, api.Settlement{CommandID: id, Run: d.p.id, Action: a.ID, Outcome: events.OutcomeOutput,
 					Content: json.RawMessage(`{"done":"settled by the workload"}`), Summary: "hold " + a.ID + " settled by the workload"})
 				return err
 			})

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/roles"
-	"github.com/weftrun/weft/worker"
 )
 
 // SignedApprover is the name of the demo's approver of signed proofs in
@@ -54,7 +54,7 @@ func prepareSecure(dir string, external []string) (*secured, error) {
 	if err := os.WriteFile(s.conf, []byte("# weft dev --secure: the embedded server with Weft's roles (docs/security.md)\ninclude \"auth.conf\"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("demo: secure: %w", err)
 	}
-	add := func(name string, role roles.Role, q worker.Queue) error {
+	add := func(name string, role roles.Role, q api.Queue) error {
 		path, err := auth.Write(role, q)
 		if err != nil {
 			return fmt.Errorf("demo: secure: %w", err)
@@ -63,13 +63,13 @@ func prepareSecure(dir string, external []string) (*secured, error) {
 		s.order = append(s.order, name)
 		return nil
 	}
-	for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader} {
-		if err := add(string(r), r, worker.Queue{}); err != nil {
+	for _, r := range []roles.Role{roles.Runner, roles.Projector, roles.Operator, roles.Reader, roles.Custodian} {
+		if err := add(string(r), r, api.Queue{}); err != nil {
 			return nil, err
 		}
 	}
 	for _, t := range external {
-		q := worker.Queue{Agent: AgentName, Version: "1", Tool: t}
+		q := api.Queue{Agent: AgentName, Version: "1", Tool: t}
 		if err := add(roles.Name(roles.Worker, q), roles.Worker, q); err != nil {
 			return nil, err
 		}

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/protocol"
-	"github.com/weftrun/weft/worker"
 )
 
 // Runs are the run ids the steps Run prints use. Run picks ids no run on
@@ -131,8 +131,8 @@ func NATSSteps(url, run string, externalPay bool) []string {
 	if externalPay {
 		steps = append(steps,
 			fmt.Sprintf("nats --server %s consumer next %s %s", url, protocol.TasksStream,
-				worker.Queue{Agent: AgentName, Version: "1", Tool: "send_payment"}.Consumer()),
-			fmt.Sprintf("nats --server %s kv create %s %s cli --ttl 40m", url, protocol.ClaimsBucket, worker.ClaimKey(run, "2/call_2_1", 1, 1)),
+				api.Queue{Agent: AgentName, Version: "1", Tool: "send_payment"}.Consumer()),
+			fmt.Sprintf("nats --server %s kv create %s %s cli --ttl 40m", url, protocol.ClaimsBucket, api.ClaimKey(run, "2/call_2_1", 1, 1)),
 			q("weft.api.report", fmt.Sprintf(`{"schema":1,"command_id":"report/%[1]s/2/call_2_1/1/1","run":"%[1]s","action":"2/call_2_1","attempt":1,"incarnation":1,"outcome":"output","content":{"id":"%[1]s","status":"sent"},"worker":"cli"}`, run)))
 	}
 	return append(steps, q("weft.api.query.run", fmt.Sprintf(`{"run":"%s"}`, run)))

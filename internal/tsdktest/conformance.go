@@ -23,7 +23,6 @@ import (
 	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/runner"
-	"github.com/weftrun/weft/worker"
 )
 
 // Worker is a worker implementation under RunWorkerSuite, run as a
@@ -313,7 +312,7 @@ func (s *suite) consumer(t *testing.T, tool string) jetstream.Consumer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := s.srv.JS.Consumer(ctx, worker.TaskStream, worker.Queue{Agent: AgentName, Version: agent.DefaultVersion, Tool: tool}.Consumer())
+	c, err := s.srv.JS.Consumer(ctx, api.TaskStream, api.Queue{Agent: AgentName, Version: agent.DefaultVersion, Tool: tool}.Consumer())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +320,7 @@ func (s *suite) consumer(t *testing.T, tool string) jetstream.Consumer {
 }
 
 // take takes the next task of tool's queue as a worker would, unacked.
-func (s *suite) take(t *testing.T, tool string) (jetstream.Msg, worker.Task) {
+func (s *suite) take(t *testing.T, tool string) (jetstream.Msg, api.Task) {
 	t.Helper()
 	batch, err := s.consumer(t, tool).Fetch(1, jetstream.FetchMaxWait(10*time.Second))
 	if err != nil {
@@ -331,7 +330,7 @@ func (s *suite) take(t *testing.T, tool string) (jetstream.Msg, worker.Task) {
 	if !ok {
 		t.Fatalf("no task of %s was delivered (%v)", tool, batch.Error())
 	}
-	var task worker.Task
+	var task api.Task
 	if err := json.Unmarshal(m.Data(), &task); err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +388,7 @@ func (s *suite) claimed(t *testing.T) {
 	// A worker took the attempt and vanished mid-body: its claim exists.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	kv, err := s.srv.JS.KeyValue(ctx, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,11 +460,11 @@ func (s *suite) afterStop(t *testing.T) {
 
 // claim creates the claim of task's attempt, as another worker or the
 // runtime would have.
-func (s *suite) claim(t *testing.T, task worker.Task, c api.Claim) {
+func (s *suite) claim(t *testing.T, task api.Task, c api.Claim) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	kv, err := s.srv.JS.KeyValue(ctx, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +535,7 @@ func (s *suite) markedClaim(t *testing.T) {
 		t.Fatalf("action %+v, want running its one attempt: a marked claim's delivery records nothing", a)
 	}
 	wantMarkReport(ctx, t, reports, "cf-marked")
-	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	kv, err := s.srv.JS.KeyValue(ctx, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +646,7 @@ func (s *suite) unstartedClaim(t *testing.T) {
 	if st.Outcome != "completed" || p.starts("cf-unstarted") != 1 {
 		t.Fatalf("outcome %s, %d starts: want completed after one start", st.Outcome, p.starts("cf-unstarted"))
 	}
-	kv, err := s.srv.JS.KeyValue(ctx, worker.ClaimsBucket)
+	kv, err := s.srv.JS.KeyValue(ctx, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -669,7 +668,7 @@ func (s *suite) savedReport(t *testing.T) {
 	m, task := s.take(t, "echo")
 	rep := api.Report{Schema: 1, CommandID: fmt.Sprintf("report/%s/%s/%d/%d", task.Run, task.Action, task.Attempt, task.Incarnation),
 		Run: task.Run, Action: task.Action, Attempt: task.Attempt, Incarnation: task.Incarnation,
-		Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"text":"saved"}`), Worker: "w-gone"}
+		Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"text":"saved"}`), Worker: "w-gone"}
 	s.claim(t, task, api.Claim{Schema: 1, Worker: "w-gone", Token: "0011223344556677", Claimed: time.Now(), Report: &rep})
 	_ = m.Nak()
 	p := s.spawn(t, 0, "1")
@@ -689,7 +688,7 @@ func (s *suite) foreignReport(t *testing.T) {
 	// deliver it, for an action the run never had: delivered, it is
 	// refused as foreign (answered with success, so the worker acks).
 	rep := api.Report{Schema: 1, CommandID: "report/cf-foreign/9/none", Run: task.Run, Action: "9/none", Attempt: 1, Incarnation: task.Incarnation,
-		Outcome: worker.OutcomeOutput, Content: json.RawMessage(`{"text":"forged"}`)}
+		Outcome: api.OutcomeOutput, Content: json.RawMessage(`{"text":"forged"}`)}
 	s.claim(t, task, api.Claim{Schema: 1, Worker: "gone", Token: "0011223344556677", Claimed: time.Now(), Report: &rep})
 	_ = m.Nak()
 	p := s.spawn(t, 0, "1")
@@ -783,7 +782,7 @@ func (s *suite) otherVersion(t *testing.T) {
 	until := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := s.srv.JS.Consumer(ctx, worker.TaskStream, worker.Queue{Agent: AgentName, Version: "2", Tool: "echo"}.Consumer())
+		_, err := s.srv.JS.Consumer(ctx, api.TaskStream, api.Queue{Agent: AgentName, Version: "2", Tool: "echo"}.Consumer())
 		cancel()
 		if err == nil {
 			break

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -58,26 +59,26 @@ func GoWorker(args []string, stdout io.Writer) error {
 	w := worker.New(nc, js, worker.WithID(fmt.Sprintf("go-worker-%d", os.Getpid())), worker.WithDrainGrace(grace))
 	var out sync.Mutex
 	for _, tool := range []string{"echo", "slow", "settle", "replay", "guarded"} {
-		w.Handle(worker.Queue{Agent: AgentName, Version: version, Tool: tool}, func(ctx context.Context, t worker.Task, _ worker.Settler) worker.Result {
+		w.Handle(api.Queue{Agent: AgentName, Version: version, Tool: tool}, func(ctx context.Context, t api.Task, _ worker.Settler) worker.Result {
 			out.Lock()
 			fmt.Fprintf(stdout, "STARTED %s %d\n", t.Run, t.Attempt)
 			out.Unlock()
 			var in In
 			if err := json.Unmarshal(t.Arguments, &in); err != nil {
-				return worker.Result{Outcome: worker.OutcomeExplain, Message: err.Error()}
+				return worker.Result{Outcome: api.OutcomeExplain, Message: err.Error()}
 			}
 			switch {
 			case in.Mode == "hang", in.Mode == "hang-first" && t.Attempt == 1:
 				<-ctx.Done()
-				return worker.Result{Outcome: worker.OutcomeUncertain, Evidence: context.Cause(ctx).Error()}
+				return worker.Result{Outcome: api.OutcomeUncertain, Evidence: context.Cause(ctx).Error()}
 			case in.Mode == "finish":
 				time.Sleep(1500 * time.Millisecond)
 			}
 			b, err := json.Marshal(Out{Text: in.Text})
 			if err != nil {
-				return worker.Result{Outcome: worker.OutcomeUncertain, Evidence: err.Error()}
+				return worker.Result{Outcome: api.OutcomeUncertain, Evidence: err.Error()}
 			}
-			return worker.Result{Outcome: worker.OutcomeOutput, Content: b}
+			return worker.Result{Outcome: api.OutcomeOutput, Content: b}
 		})
 	}
 	if err := w.Run(ctx); err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/internal/tsdktest"
 	"github.com/weftrun/weft/runner"
-	"github.com/weftrun/weft/worker"
 )
 
 // TestSemantics8_TheTypeScriptWorkerSendsAReportAnsweredInternalAgain: a
@@ -54,7 +53,7 @@ func TestSemantics8_TheTypeScriptWorkerSendsAReportAnsweredInternalAgain(t *test
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	task := worker.Task{Schema: 1, Run: "ts-internal", Action: "1/c", Attempt: 1, Incarnation: 1, Agent: "standin", Version: "1", Tool: "echo",
+	task := api.Task{Schema: 1, Run: "ts-internal", Action: "1/c", Attempt: 1, Incarnation: 1, Agent: "standin", Version: "1", Tool: "echo",
 		Arguments: json.RawMessage(`{"text":"once"}`)}
 	b, err := json.Marshal(task)
 	if err != nil {
@@ -91,7 +90,7 @@ func TestSemantics8_TheTypeScriptWorkerSendsAReportAnsweredInternalAgain(t *test
 	})
 
 	for {
-		c, err := srv.JS.Consumer(ctx, worker.TaskStream, worker.Queue{Agent: "standin", Version: "1", Tool: "echo"}.Consumer())
+		c, err := srv.JS.Consumer(ctx, api.TaskStream, api.Queue{Agent: "standin", Version: "1", Tool: "echo"}.Consumer())
 		if err == nil {
 			ci, err := c.Info(ctx)
 			if err == nil && ci.AckFloor.Stream >= pa.Sequence {

@@ -189,7 +189,7 @@ func approveSample(ctx context.Context, nc *nats.Conn, w *watcher, sample []stri
 			var err error
 			for {
 				err = approve(rctx, c, run, 1)
-				if err == nil || rctx.Err() != nil || !retryable(err) {
+				if err == nil || rctx.Err() != nil || !weft.ErrorCode(err).Retryable() {
 					break
 				}
 				// unavailable / runner busy while partitions move: again.
@@ -211,10 +211,4 @@ func approveSample(ctx context.Context, nc *nats.Conn, w *watcher, sample []stri
 	}
 	wg.Wait()
 	return int(ok.Load()), errors.Join(errs...)
-}
-
-// retryable reports the refusals a command meets while partitions move:
-// the retryable codes (weft.Code.Retryable).
-func retryable(err error) bool {
-	return weft.ErrorCode(err).Retryable()
 }

@@ -16,10 +16,11 @@ import (
 // only (docs/architecture.md, "The house plan"). A new production helper
 // is added here with what it is.
 var productHelpers = map[string]string{
-	"internal/backoff":     "the one retry delay",
-	"internal/clock":       "the clock partition ownership reads",
-	"internal/groupcommit": "group commit: concurrent runs' writes as one atomic batch",
-	"internal/unanswered":  "tells a call the server did not answer",
+	"internal/backoff":      "the one retry delay",
+	"internal/clock":        "the clock partition ownership reads",
+	"internal/groupcommit":  "group commit: concurrent runs' writes as one atomic batch",
+	"internal/lostconsumer": "stops a consume whose consumer the server lost",
+	"internal/unanswered":   "tells a call the server did not answer",
 }
 
 // pkgImports is one package of the module and what its non-test files

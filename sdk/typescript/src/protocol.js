@@ -1,7 +1,7 @@
 // The names and bodies of the task protocol (docs/protocol/41-tasks.md):
 // what the Go package api defines, for Node.
 import { createHash } from "node:crypto";
-import { errorOf, PayloadTooLargeError } from "./errors.js";
+import { ERROR_CLASSES, InternalError, errorOf, PayloadTooLargeError } from "./errors.js";
 
 export const SCHEMA = 1;
 export const TASK_STREAM = "WEFT_TASKS";
@@ -79,8 +79,9 @@ function transportKind(err) {
 
 /**
  * Sends body as a request of the command API and returns the reply; an
- * error reply is thrown as the WeftError class of its code, a request
- * without a coded answer as a TransportError. A body over the server's
+ * error reply is thrown as the WeftError class of its code (readReply: a
+ * reply that is not the error envelope is InternalError), a request
+ * without an answer as a TransportError. A body over the server's
  * max_payload is payload_too_large, as the Go worker says it.
  */
 export async function request(nc, subject, body, timeoutMs) {
@@ -96,12 +97,54 @@ export async function request(nc, subject, body, timeoutMs) {
   } catch (err) {
     throw new TransportError(transportKind(err), `request ${subject}: ${err?.message ?? err}`, err);
   }
-  let r;
-  try {
-    r = JSON.parse(m.string());
-  } catch (err) {
-    throw new TransportError(REASON_TRANSPORT, `reply to ${subject} is not JSON`, err);
+  return readReply(m, subject);
+}
+
+const isString = (v) => v === null || v === undefined || typeof v === "string";
+const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/**
+ * Reads a reply as the Go api.ReplyError does (docs/protocol.md, "Error
+ * codes"): the body's error envelope {"schema":1,"error":{…}} is thrown as
+ * the WeftError class of its code; a body that is not the envelope (not
+ * JSON, not an object, a member of the wrong type, an error without a
+ * code) is no answer and thrown as InternalError "unreadable reply"; a
+ * reply whose Nats-Service-Error-Code header marks an error and whose body
+ * is empty or carries none is the header's code (Nats-Service-Error),
+ * InternalError when that is empty or not a protocol code; an empty body
+ * without the header is InternalError. Anything else is the parsed body.
+ * internal is a code the worker sends its report again for and a
+ * settlement answers settle_unconfirmed for.
+ */
+export function readReply(m, subject) {
+  const unreadable = (why, cause) => new InternalError(`unreadable reply to ${subject}: ${why}`, cause === undefined ? { reason: "unreadable_reply" } : { reason: "unreadable_reply", cause });
+  const text = m.data && m.data.length > 0 ? m.string() : "";
+  let r = null;
+  if (text !== "") {
+    try {
+      r = JSON.parse(text);
+    } catch (err) {
+      throw unreadable("not JSON", err);
+    }
+    if (r !== null && !isObject(r)) throw unreadable("not a JSON object");
+    const sc = r?.schema;
+    if (sc !== null && sc !== undefined && !Number.isInteger(sc)) throw unreadable("schema is not an integer");
+    const e = r?.error;
+    if (e !== null && e !== undefined) {
+      const ok = isObject(e) && isString(e.code) && isString(e.reason) && isString(e.message)
+        && (e.same_input === null || e.same_input === undefined || typeof e.same_input === "boolean")
+        && (e.actions === null || e.actions === undefined || (Array.isArray(e.actions) && e.actions.every(isString)));
+      if (!ok) throw unreadable("error is not a Weft error object");
+      if (!e.code) throw unreadable("an error without a code");
+      throw errorOf(e);
+    }
   }
-  if (r && r.error) throw errorOf(r.error);
+  const st = m.headers?.get("Nats-Service-Error-Code") ?? "";
+  if (st !== "") {
+    const code = m.headers.get("Nats-Service-Error") ?? "";
+    if (!Object.hasOwn(ERROR_CLASSES, code)) throw unreadable(`an error header ${st} whose code "${code}" is not a protocol code`);
+    throw errorOf({ code, message: `error reply without a body: ${st}` });
+  }
+  if (text === "") throw unreadable("an empty body");
   return r;
 }

@@ -141,6 +141,11 @@ function decodeClaim(bytes) {
  */
 export function settleError(err) {
   if (err === null || err === undefined) return null;
+  // A reply that could not be read: the run may have recorded the
+  // settlement, as when the reply was lost (Go: api.ReasonUnreadableReply).
+  if (err instanceof WeftError && err.code === "internal" && err.reason === "unreadable_reply") {
+    return new SettleUnconfirmedError(err.message, { reason: "transport", cause: err });
+  }
   if (err instanceof WeftError) {
     switch (err.code) {
       case "already_recorded": case "not_awaited": case "settle_unconfirmed": return err;

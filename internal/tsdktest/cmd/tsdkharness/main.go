@@ -38,6 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/tsdktest"
 	"github.com/weftrun/weft/natsnode"
@@ -111,7 +112,7 @@ func answerCheck(check worker.AttemptCheck, m *nats.Msg) {
 		Current bool   `json:"current"`
 		Error   string `json:"error,omitempty"`
 	}
-	var t worker.Task
+	var t api.Task
 	if err := json.Unmarshal(m.Data, &t); err != nil {
 		reply.Error = err.Error()
 	} else {

@@ -1,0 +1,141 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/weftrun/weft"
+)
+
+// EndpointHold places a legal hold on a run (docs/security.md, "Retention
+// and legal hold"; docs/adr/0030-retention-and-legal-hold.md).
+const EndpointHold = "hold"
+
+// EndpointReleaseHold releases a run's legal hold.
+const EndpointReleaseHold = "release_hold"
+
+// HoldRequest places a legal hold on a run: retention keeps the run and
+// its family until the hold is released. By and Reason are required. A
+// hold is not an event of the run: it is kept in the weft_holds bucket
+// (docs/adr/0030 §5). A retry with the same command id answers the same
+// hold, which records the command id (so at any time, not only while the
+// reply is kept); another command id places another hold beside it.
+type HoldRequest struct {
+	Schema    int    `json:"schema"`
+	CommandID string `json:"command_id"`
+	Run       string `json:"run"`
+	Reason    string `json:"reason"`
+	By        string `json:"by"`
+}
+
+// ReleaseHoldRequest releases a run's legal hold Hold (its id, h1, h2,
+// ...; empty when the run has one active hold). By and Reason are
+// required; the placement and the release stay in the bucket's history.
+type ReleaseHoldRequest struct {
+	Schema    int    `json:"schema"`
+	CommandID string `json:"command_id"`
+	Run       string `json:"run"`
+	Hold      string `json:"hold,omitempty"`
+	Reason    string `json:"reason"`
+	By        string `json:"by"`
+}
+
+// HoldReply is the hold placed or released.
+type HoldReply struct {
+	Schema int    `json:"schema"`
+	Run    string `json:"run"`
+	// Hold is the hold's id among the run's holds (h1, h2, ...).
+	Hold   string    `json:"hold"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	// Released says who released the hold, why and when (nil: active).
+	Released *HoldRelease `json:"released,omitempty"`
+}
+
+// HoldRelease is who released a hold, why and when.
+type HoldRelease struct {
+	By     string    `json:"by"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+}
+
+// HoldBackend places and releases legal holds. The runner implements it;
+// a Backend without it answers the hold endpoints unavailable.
+type HoldBackend interface {
+	// Hold places a legal hold on a run.
+	Hold(ctx context.Context, req HoldRequest) (HoldReply, error)
+	// ReleaseHold releases a run's legal hold.
+	ReleaseHold(ctx context.Context, req ReleaseHoldRequest) (HoldReply, error)
+}
+
+func (s *service) hold(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *HoldRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := checkHolder(req.Run, req.Reason, req.By, req.CommandID); err != nil {
+		return nil, "", err
+	}
+	hb, ok := s.b.(HoldBackend)
+	if !ok {
+		return nil, "", &weft.Error{Code: weft.CodeUnavailable, Message: "this service keeps no legal holds"}
+	}
+	rep, err := hb.Hold(ctx, req)
+	rep.Schema = Schema
+	return rep, req.CommandID, err
+}
+
+func (s *service) releaseHold(ctx context.Context, b []byte) (any, string, error) {
+	req, err := decode(b, func(r *ReleaseHoldRequest) int { return r.Schema })
+	if err != nil {
+		return nil, "", err
+	}
+	if err := errors.Join(checkHolder(req.Run, req.Reason, req.By, req.CommandID), bounded(field{"hold", req.Hold, MaxID})); err != nil {
+		return nil, "", firstCoded(err)
+	}
+	hb, ok := s.b.(HoldBackend)
+	if !ok {
+		return nil, "", &weft.Error{Code: weft.CodeUnavailable, Message: "this service keeps no legal holds"}
+	}
+	rep, err := hb.ReleaseHold(ctx, req)
+	rep.Schema = Schema
+	return rep, req.CommandID, err
+}
+
+// checkHolder checks a hold's or release's run, reason and author (both
+// required: docs/adr/0030 §5) and its command id (required: a hold is not
+// idempotent by itself, so only its command id makes a retry safe).
+func checkHolder(run, reason, by, commandID string) error {
+	if err := bounded(field{"reason", reason, MaxReason}, field{"by", by, MaxID}); err != nil {
+		return err
+	}
+	switch {
+	case reason == "" || by == "":
+		return &weft.Error{Code: weft.CodeInvalidRequest, Message: "a legal hold and its release need a reason and who (by)"}
+	case commandID == "":
+		return &weft.Error{Code: weft.CodeInvalidRequest, Message: "a legal hold and its release need a command_id (a retry with it answers the same hold)"}
+	}
+	return checkRun(run)
+}
+
+// Hold places a legal hold on a run (EndpointHold).
+func (c *Client) Hold(ctx context.Context, req HoldRequest) (HoldReply, error) {
+	req.Schema = Schema
+	if req.CommandID == "" {
+		req.CommandID = NewCommandID()
+	}
+	var r HoldReply
+	return r, c.call(ctx, EndpointHold, req, &r)
+}
+
+// ReleaseHold releases a run's legal hold (EndpointReleaseHold).
+func (c *Client) ReleaseHold(ctx context.Context, req ReleaseHoldRequest) (HoldReply, error) {
+	req.Schema = Schema
+	if req.CommandID == "" {
+		req.CommandID = NewCommandID()
+	}
+	var r HoldReply
+	return r, c.call(ctx, EndpointReleaseHold, req, &r)
+}
