@@ -60,7 +60,8 @@ export const DEFAULT_SETUP_WITHIN_MS = 60000;
 export const CONSUMER_REBOUND = "worker: a queue's consume ended; making its consumer again";
 /**
  * The longest pause before a queue's consumer is made again, and the
- * bound of each try. A consume that lived longer resets the pause to
+ * bound of each request of a try (up to three: add, update, info; the
+ * drain ends a try at once). A consume that lived longer resets the pause to
  * 100 ms: one that ends at once after each make is made again at the cap.
  */
 export const REBIND_CAP_MS = 5000;
@@ -78,6 +79,18 @@ const REBIND_LOG_EVERY = 12;
 const LATE_TRIES = 20;
 
 const STOPPED = "stopped by cancellation";
+
+// unlessAborted resolves to { value } when p fulfils first, rejects as p
+// when p rejects first, and resolves to null when signal aborts first.
+function unlessAborted(p, signal) {
+  if (signal.aborted) return Promise.resolve(null);
+  return new Promise((resolve, reject) => {
+    const on = () => resolve(null);
+    signal.addEventListener("abort", on, { once: true });
+    p.then((value) => { signal.removeEventListener("abort", on); resolve({ value }); },
+      (err) => { signal.removeEventListener("abort", on); reject(err); });
+  });
+}
 const TIMED_OUT = "body timed out";
 const ABANDONED = "abandoned at the end of the drain window";
 
@@ -399,35 +412,47 @@ export class Worker {
         why = String(err?.message ?? err);
       }
       if (this.stopping) return;
-      if (this.nc.isClosed()) {
-        // The caller closed the connection: nothing can be made again on it.
-        this.log.error("worker: a queue's consume ended with its connection closed; the queue is no longer consumed", { queue: q.consumer, err: why });
-        return;
-      }
+      if (this.#closedEnd(q, why)) return;
       if (Date.now() - made > REBIND_CAP_MS) wait = 100;
       this.stats.rebinds++;
       this.log.warn(CONSUMER_REBOUND, { queue: q.consumer, err: why });
       for (let failed = 0; ; failed++) {
         if (!(await sleep(wait, this.consumesAC.signal))) return;
+        if (this.#closedEnd(q, why)) return;
         wait = Math.min(wait * 2, REBIND_CAP_MS);
-        try {
-          // Each try is bounded: a request sent while the server
-          // restarts may never be answered.
+        // Each request of a try is bounded: one sent while the server
+        // restarts may never be answered. The drain does not wait for
+        // them: it ends the try at once, and a consume the try makes
+        // late is closed.
+        const tried = (async () => {
           const jsm = await jetstreamManager(this.nc, { timeout: REBIND_CAP_MS, checkAPI: false });
-          const msgs = await this.#consume(jsm, jetstream(this.nc, { timeout: REBIND_CAP_MS }), q);
-          if (this.stopping) {
-            await msgs.close();
+          return await this.#consume(jsm, jetstream(this.nc, { timeout: REBIND_CAP_MS }), q);
+        })();
+        try {
+          const won = await unlessAborted(tried, this.consumesAC.signal);
+          if (!won || this.stopping) {
+            tried.then((m) => m.close(), () => {});
             return;
           }
-          cur.msgs = msgs;
+          cur.msgs = won.value;
           break;
         } catch (err) {
+          why = String(err?.message ?? err);
+          if (this.#closedEnd(q, why)) return;
           if (failed % REBIND_LOG_EVERY === 0) {
-            this.log.warn("worker: a queue's consumer could not be made again; retrying", { queue: q.consumer, err: String(err?.message ?? err), tries: failed + 1 });
+            this.log.warn("worker: a queue's consumer could not be made again; retrying", { queue: q.consumer, err: why, tries: failed + 1 });
           }
         }
       }
     }
+  }
+
+  // #closedEnd logs and says true when the caller closed the connection:
+  // nothing can be made again on it.
+  #closedEnd(q, why) {
+    if (!this.nc.isClosed()) return false;
+    this.log.error("worker: a queue's consume ended with its connection closed; the queue is no longer consumed", { queue: q.consumer, err: why });
+    return true;
   }
 
   #stopRun(run) {

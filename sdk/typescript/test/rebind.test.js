@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { createServer, connect as tcpConnect } from "node:net";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
-import { Worker, bind, uncertain } from "../src/index.js";
+import { Worker, bind, uncertain, REBIND_CAP_MS } from "../src/index.js";
 import { startHarness } from "./support/harness.js";
 
 let h;
@@ -28,6 +28,7 @@ test("TestSemantics8_ATypeScriptWorkerMakesADeletedConsumerAgain: a task publish
     // refused already_recorded: harmless, but not this test's subject).
     await h.queueEmpty("echo");
     const jsm = await jetstreamManager(h.nc);
+    const setup = (await jsm.consumers.info("WEFT_TASKS", ECHO_CONSUMER)).config;
     assert.equal(await jsm.consumers.delete("WEFT_TASKS", ECHO_CONSUMER), true);
 
     await h.start("ts-rebind-2", [{ tool: "echo", args: { text: "after" } }]);
@@ -38,9 +39,13 @@ test("TestSemantics8_ATypeScriptWorkerMakesADeletedConsumerAgain: a task publish
     assert.ok(s.w.stats.rebinds >= 1, `consumes made again: ${s.w.stats.rebinds}`);
     assert.ok(warned.some((w) => w.msg === "worker: a queue's consume ended; making its consumer again" && w.attrs?.queue === ECHO_CONSUMER),
       `warnings: ${JSON.stringify(warned.map((w) => w.msg))}`);
-    const ci = await jsm.consumers.info("WEFT_TASKS", ECHO_CONSUMER);
-    assert.equal(ci.config.ack_policy, "explicit", "the consumer made again has the setup's configuration");
-    assert.equal(ci.config.max_deliver, -1);
+    const made = (await jsm.consumers.info("WEFT_TASKS", ECHO_CONSUMER)).config;
+    const set = (c) => ({
+      durable_name: c.durable_name, description: c.description, filter_subject: c.filter_subject, ack_policy: c.ack_policy,
+      ack_wait: c.ack_wait, max_deliver: c.max_deliver, max_ack_pending: c.max_ack_pending,
+    });
+    assert.ok(setup.filter_subject, "the setup filters its queue's subject");
+    assert.deepEqual(set(made), set(setup), "the consumer made again has the setup's configuration");
     // The drain ends the consume: it is not made again.
     const rebinds = s.w.stats.rebinds;
     await s.stop();
@@ -52,11 +57,15 @@ test("TestSemantics8_ATypeScriptWorkerMakesADeletedConsumerAgain: a task publish
 
 // A TCP proxy to the harness's server on a port the system picks: cut
 // closes every connection through it and refuses new ones until mend, as
-// a server that went away and came back.
+// a server that went away and came back; hold keeps what clients send
+// (the server answers nothing, the connections stay up) until release,
+// and seen(text) resolves once a held chunk contains text.
 async function proxyTo(url) {
   const target = new URL(url);
   const socks = new Set();
   let refusing = false;
+  let held = null;
+  const sniffs = [];
   const srv = createServer((a) => {
     if (refusing) { a.destroy(); return; }
     const b = tcpConnect(Number(target.port), target.hostname);
@@ -64,15 +73,23 @@ async function proxyTo(url) {
       socks.add(x);
       x.on("error", () => {});
       x.on("close", () => { socks.delete(x); y.destroy(); });
-      x.pipe(y);
     }
+    b.pipe(a);
+    a.on("data", (d) => {
+      if (!held) { b.write(d); return; }
+      held.push([b, d]);
+      for (const s of sniffs) if (d.includes(s.text)) s.resolve();
+    });
   });
   await new Promise((r) => srv.listen(0, "127.0.0.1", r));
   return {
     url: `nats://127.0.0.1:${srv.address().port}`,
     cut() { refusing = true; for (const x of socks) x.destroy(); },
     mend() { refusing = false; },
-    async close() { refusing = true; for (const x of socks) x.destroy(); await new Promise((r) => srv.close(r)); },
+    hold() { held = []; },
+    release() { const hs = held ?? []; held = null; for (const [b, d] of hs) if (!b.destroyed) b.write(d); },
+    seen(text) { return new Promise((resolve) => sniffs.push({ text, resolve })); },
+    async close() { refusing = true; held = null; for (const x of socks) x.destroy(); await new Promise((r) => srv.close(r)); },
   };
 }
 
@@ -107,6 +124,66 @@ test("TestSemantics8_ATypeScriptWorkerMakesAConsumerItsServerLostAgain: a consum
     ac.abort();
     await running;
     await wnc.close();
+    await proxy.close();
+  }
+});
+
+// A worker whose echo consumer is deleted while the proxy holds what it
+// sends: the consume ends (the server's 409 still reaches it) and its
+// first try to make the consumer again waits for an answer that does not
+// come. Resolves once the proxy holds that try's create request.
+async function remakePending(proxy, logger, run) {
+  const wnc = await connect({ servers: proxy.url, reconnectTimeWait: 100, maxReconnectAttempts: -1 });
+  const w = new Worker(wnc, { agent: "tsdk", version: "1", id: "ts-pending", logger });
+  w.handle(bind({ name: "echo" }, async (input) => ({ text: input.text }), (err) => uncertain(String(err))));
+  const ac = new AbortController();
+  const running = w.run({ signal: ac.signal });
+  await h.start(run, [{ tool: "echo", args: { text: "before" } }]);
+  assert.equal((await h.waitFor(run, (x) => x.status === "finished")).outcome, "completed");
+  await h.queueEmpty("echo");
+  const asked = proxy.seen("CREATE.WEFT_TASKS");
+  proxy.hold();
+  const jsm = await jetstreamManager(h.nc);
+  assert.equal(await jsm.consumers.delete("WEFT_TASKS", ECHO_CONSUMER), true);
+  await asked;
+  return { wnc, w, ac, running };
+}
+
+const within = (p, ms) => Promise.race([p.then(() => true), new Promise((r) => setTimeout(() => r(false), ms))]);
+
+test("TestSemantics8_ATypeScriptWorkersDrainDoesNotWaitForAConsumerBeingMadeAgain: stop returns while a try to make the consumer again is unanswered", { timeout: 60000 }, async () => {
+  const proxy = await proxyTo(h.url);
+  const logger = { info() {}, error() {}, warn() {} };
+  const { wnc, ac, running } = await remakePending(proxy, logger, "ts-pending-drain");
+  try {
+    ac.abort();
+    // The try's request is bounded by REBIND_CAP_MS and is not answered
+    // before release: a drain that waited for it would not end within
+    // half of that bound.
+    assert.ok(await within(running, REBIND_CAP_MS / 2), "the drain waited for a try to make the consumer again");
+  } finally {
+    ac.abort();
+    proxy.release();
+    await running;
+    await wnc.close();
+    await proxy.close();
+  }
+});
+
+test("TestSemantics8_ATypeScriptWorkerStopsMakingAConsumerAgainOnAClosedConnection: the caller's close ends the tries, logged once", { timeout: 60000 }, async () => {
+  const proxy = await proxyTo(h.url);
+  const errors = [];
+  const logger = { info() {}, warn() {}, error(msg, attrs) { errors.push({ msg, attrs }); } };
+  const { wnc, w, ac, running } = await remakePending(proxy, logger, "ts-pending-closed");
+  try {
+    await wnc.close();
+    const closedMsg = "worker: a queue's consume ended with its connection closed; the queue is no longer consumed";
+    for (let i = 0; i < 200 && !errors.some((e) => e.msg === closedMsg); i++) await new Promise((r) => setTimeout(r, 50));
+    assert.deepEqual(errors.map((e) => [e.msg, e.attrs?.queue]), [[closedMsg, ECHO_CONSUMER]]);
+    assert.equal(w.stats.rebinds, 1);
+  } finally {
+    ac.abort();
+    await running;
     await proxy.close();
   }
 });
