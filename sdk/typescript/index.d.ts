@@ -137,7 +137,7 @@ export const REASON_OWN_CALL: "own_call";
  * and it makes the consumer again after a pause.
  */
 export const CONSUMER_REBOUND: "worker: a queue's consume ended; making its consumer again";
-/** The longest pause before a queue's consumer is made again, and the bound of each try: 5000. */
+/** The longest pause before a queue's consumer is made again, and the bound of each request of a try: 5000. */
 export const REBIND_CAP_MS: number;
 
 export function foldAttempt(envelopes: Array<{ type: string; payload?: any; version?: number }>, task: Pick<Task, "action" | "attempt" | "incarnation">): { visible: boolean; current: boolean; handedOffBy: string | null };
