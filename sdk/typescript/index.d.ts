@@ -113,7 +113,10 @@ export class Worker {
    * Serves until signal aborts, then drains (bounded by drainGraceMs). Its
    * setup is tried again while the server does not answer, up to
    * setupWithinMs; it throws saying why it gives up, or at once for an
-   * answer that will not change (no task stream).
+   * answer that will not change (no task stream). A queue's consume that
+   * ends while it serves (its consumer deleted, or lost by a server) is
+   * made again after a pause (100 ms doubling up to REBIND_CAP_MS), logged
+   * CONSUMER_REBOUND.
    */
   run(opts?: { signal?: AbortSignal }): Promise<void>;
   /** Serves until SIGTERM or SIGINT, then drains. */
@@ -128,6 +131,14 @@ export const DEFAULT_DRAIN_GRACE_MS: number;
 export const DEFAULT_SETUP_WITHIN_MS: number;
 export const LATE_AFTER_ABANDON_MS: number;
 export const REASON_OWN_CALL: "own_call";
+/**
+ * The message a worker logs (warn, with queue and err) when a queue's
+ * consume ended while it runs (its consumer deleted, or lost by a server)
+ * and it makes the consumer again after a pause.
+ */
+export const CONSUMER_REBOUND: "worker: a queue's consume ended; making its consumer again";
+/** The longest pause before a queue's consumer is made again, and the bound of each request of a try: 5000. */
+export const REBIND_CAP_MS: number;
 
 export function foldAttempt(envelopes: Array<{ type: string; payload?: any; version?: number }>, task: Pick<Task, "action" | "attempt" | "incarnation">): { visible: boolean; current: boolean; handedOffBy: string | null };
 export function logCheck(jsm: JetStreamManager, runners: () => Promise<KV>): (task: Task) => Promise<boolean>;

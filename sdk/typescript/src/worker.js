@@ -51,6 +51,20 @@ export const LATE_AFTER_ABANDON_MS = 5000;
  * throws, saying why.
  */
 export const DEFAULT_SETUP_WITHIN_MS = 60000;
+/**
+ * The message a worker logs (warn, with queue: the queue's consumer) when a
+ * queue's consume ended while it runs — its durable consumer deleted (an
+ * operator, the task stream made again) or lost by a server — and it makes
+ * the consumer again after a pause.
+ */
+export const CONSUMER_REBOUND = "worker: a queue's consume ended; making its consumer again";
+/**
+ * The longest pause before a queue's consumer is made again, and the
+ * bound of each request of a try (up to three: add, update, info; the
+ * drain ends a try at once). A consume that lived longer resets the pause to
+ * 100 ms: one that ends at once after each make is made again at the cap.
+ */
+export const REBIND_CAP_MS = 5000;
 /** The Reason of the not_awaited refusal of a handler settling its own running call. */
 export const REASON_OWN_CALL = "own_call";
 
@@ -58,9 +72,25 @@ const CLAIM_MAX_AGE_MS = 7 * 24 * 3600 * 1000;
 const CLAIM_MARGIN_MS = 10 * 60 * 1000;
 const CLAIM_RENEW_MS = 24 * 3600 * 1000;
 const STOP_TRIES = 20;
+// While a queue's consumer cannot be made again (its stream is gone), the
+// failure is logged at the first try and then every REBIND_LOG_EVERY
+// tries (about once a minute at the cap).
+const REBIND_LOG_EVERY = 12;
 const LATE_TRIES = 20;
 
 const STOPPED = "stopped by cancellation";
+
+// unlessAborted resolves to { value } when p fulfils first, rejects as p
+// when p rejects first, and resolves to null when signal aborts first.
+function unlessAborted(p, signal) {
+  if (signal.aborted) return Promise.resolve(null);
+  return new Promise((resolve, reject) => {
+    const on = () => resolve(null);
+    signal.addEventListener("abort", on, { once: true });
+    p.then((value) => { signal.removeEventListener("abort", on); resolve({ value }); },
+      (err) => { signal.removeEventListener("abort", on); reject(err); });
+  });
+}
 const TIMED_OUT = "body timed out";
 const ABANDONED = "abandoned at the end of the drain window";
 
@@ -176,7 +206,8 @@ export class Worker {
     this.stoppedAC = new AbortController(); // Run's end or abandon: the checks before a start stop retrying
     this.lateAC = new AbortController(); // LATE_AFTER_ABANDON_MS after abandon: the report tries stop
     this.abandonAC = new AbortController();
-    this.stats = { started: 0, joined: 0, stops: 0 };
+    this.consumesAC = new AbortController(); // the drain: a consume that ends is not made again
+    this.stats = { started: 0, joined: 0, stops: 0, rebinds: 0 };
   }
 
   /** Registers a bound tool (bind, bindSettling) as the body of its queue's tasks. Call it before run. */
@@ -209,7 +240,8 @@ export class Worker {
     }
     this.stopping = true;
     this.stoppedAC.abort();
-    await Promise.allSettled(subs.consumers.map((c) => c.close()));
+    this.consumesAC.abort();
+    await Promise.allSettled(subs.consumers.map((c) => c.msgs.close()));
     const grace = setTimeout(() => {
       if (this.group.size > 0) {
         this.log.warn("worker: bodies still running at the end of the drain grace; abandoning them (reported worker_lost)");
@@ -321,33 +353,106 @@ export class Worker {
         }
       },
     });
-    const consumers = [], loops = [];
+    const consumers = [];
     try {
       for (const { tool, q } of this.tools.values()) {
-        const cfg = {
-          durable_name: q.consumer, description: `Weft tasks of ${q.agent}@${q.version}/${q.tool}`,
-          filter_subject: q.subject, ack_policy: AckPolicy.Explicit, ack_wait: nanos(this.ackWaitMs),
-          max_deliver: -1, max_ack_pending: 1000,
-        };
-        try {
-          await jsm.consumers.add(TASK_STREAM, cfg);
-        } catch (err) {
-          if (unanswered(err) || (err instanceof JetStreamApiError && err.code === 10059)) throw err;
-          await jsm.consumers.update(TASK_STREAM, q.consumer, { description: cfg.description, ack_wait: cfg.ack_wait, max_ack_pending: 1000, max_deliver: -1 });
-        }
-        const c = await js.consumers.get(TASK_STREAM, q.consumer);
-        const msgs = await c.consume({ max_messages: 64 });
-        consumers.push(msgs);
-        loops.push((async () => {
-          for await (const m of msgs) this.#go(() => this.#handle(q, tool, m));
-        })());
+        consumers.push({ tool, q, msgs: await this.#consume(jsm, js, q) });
       }
     } catch (err) {
       stop.unsubscribe();
-      await Promise.allSettled(consumers.map((c) => c.close()));
+      await Promise.allSettled(consumers.map((c) => c.msgs.close()));
       throw err;
     }
-    return { stop, consumers, loops };
+    return { stop, consumers, loops: consumers.map((c) => this.#keep(c)) };
+  }
+
+  // #consume makes q's durable consumer (or updates the one that exists
+  // to the worker's ack wait) through jsm and starts consuming it through
+  // js. The consume ends, and #keep makes the consumer again, when the
+  // consumer or its stream is gone (abort_on_missing_resource): the
+  // server says the consumer was deleted (an operator, the stream made
+  // again), or nats.js looks it up after a reconnect or two missed
+  // heartbeats and does not find it (a server that restarted without it,
+  // a deletion told while the worker was away). Without that option the
+  // consume goes on pulling a consumer that is gone, for ever.
+  async #consume(jsm, js, q) {
+    const cfg = {
+      durable_name: q.consumer, description: `Weft tasks of ${q.agent}@${q.version}/${q.tool}`,
+      filter_subject: q.subject, ack_policy: AckPolicy.Explicit, ack_wait: nanos(this.ackWaitMs),
+      max_deliver: -1, max_ack_pending: 1000,
+    };
+    try {
+      await jsm.consumers.add(TASK_STREAM, cfg);
+    } catch (err) {
+      if (unanswered(err) || (err instanceof JetStreamApiError && err.code === 10059)) throw err;
+      await jsm.consumers.update(TASK_STREAM, q.consumer, { description: cfg.description, ack_wait: cfg.ack_wait, max_ack_pending: 1000, max_deliver: -1 });
+    }
+    const c = await js.consumers.get(TASK_STREAM, q.consumer);
+    return await c.consume({ max_messages: 64, abort_on_missing_resource: true });
+  }
+
+  // #keep consumes cur's queue until the worker stops (docs/semantics.md
+  // §8: a run whose tools a worker serves is never left waiting for a
+  // consumer that is gone), as the Go worker's Run does. When the consume
+  // ends while the worker is not stopping, the consumer is made again
+  // with the setup's configuration after a pause (100 ms doubling up to
+  // REBIND_CAP_MS while it fails or the consumes made again end at once),
+  // logged CONSUMER_REBOUND at warn; a consume that ends during the drain
+  // is not made again. cur.msgs is always the consume running, for run to
+  // close.
+  async #keep(cur) {
+    const { tool, q } = cur;
+    let wait = 100;
+    for (;;) {
+      const made = Date.now();
+      let why = "the consume ended";
+      try {
+        for await (const m of cur.msgs) this.#go(() => this.#handle(q, tool, m));
+      } catch (err) {
+        why = String(err?.message ?? err);
+      }
+      if (this.stopping) return;
+      if (this.#closedEnd(q, why)) return;
+      if (Date.now() - made > REBIND_CAP_MS) wait = 100;
+      this.stats.rebinds++;
+      this.log.warn(CONSUMER_REBOUND, { queue: q.consumer, err: why });
+      for (let failed = 0; ; failed++) {
+        if (!(await sleep(wait, this.consumesAC.signal))) return;
+        if (this.#closedEnd(q, why)) return;
+        wait = Math.min(wait * 2, REBIND_CAP_MS);
+        // Each request of a try is bounded: one sent while the server
+        // restarts may never be answered. The drain does not wait for
+        // them: it ends the try at once, and a consume the try makes
+        // late is closed.
+        const tried = (async () => {
+          const jsm = await jetstreamManager(this.nc, { timeout: REBIND_CAP_MS, checkAPI: false });
+          return await this.#consume(jsm, jetstream(this.nc, { timeout: REBIND_CAP_MS }), q);
+        })();
+        try {
+          const won = await unlessAborted(tried, this.consumesAC.signal);
+          if (!won || this.stopping) {
+            tried.then((m) => m.close(), () => {});
+            return;
+          }
+          cur.msgs = won.value;
+          break;
+        } catch (err) {
+          why = String(err?.message ?? err);
+          if (this.#closedEnd(q, why)) return;
+          if (failed % REBIND_LOG_EVERY === 0) {
+            this.log.warn("worker: a queue's consumer could not be made again; retrying", { queue: q.consumer, err: why, tries: failed + 1 });
+          }
+        }
+      }
+    }
+  }
+
+  // #closedEnd logs and says true when the caller closed the connection:
+  // nothing can be made again on it.
+  #closedEnd(q, why) {
+    if (!this.nc.isClosed()) return false;
+    this.log.error("worker: a queue's consume ended with its connection closed; the queue is no longer consumed", { queue: q.consumer, err: why });
+    return true;
   }
 
   #stopRun(run) {
