@@ -303,13 +303,23 @@ func again(step chromedp.Action[chromedp.Void]) chromedp.Action[chromedp.Void] {
 }
 
 // get runs one browser action that returns a value.
+//
+// A read whose node the page replaced between the query and the read
+// (a card re-rendered by a live update: the browser answers "No node with
+// given id found") is made again, up to five times: it queries the
+// selector anew and reads the node that is there now.
 func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
 	t.Helper()
-	v, err := chromedp.Run(ctx, a)
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
+	for try := 1; ; try++ {
+		v, err := chromedp.Run(ctx, a)
+		if err != nil && try < 5 && strings.Contains(err.Error(), "No node with given id found") {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
 	}
-	return v
 }
 
 // js evaluates a JavaScript expression.
