@@ -17,37 +17,37 @@ import (
 	"github.com/weftrun/weft/provision"
 )
 
-// streamRequests records the JetStream API requests the server audits
-// ($JS.EVENT.ADVISORY.API) on conn, by subject.
+// streamRequests records the JetStream stream API requests a connection
+// sends, by subject: a second connection subscribes to $JS.API.STREAM.>
+// and receives a copy of each request. Messages from one publisher reach
+// one subscriber in the order they were published; the server's API
+// advisories do not (its handlers send them from concurrent goroutines:
+// CI once saw a stream update's advisory after a later request's).
 type streamRequests struct {
 	mu   sync.Mutex
 	reqs map[string][]string
 }
 
-func recordRequests(t *testing.T, conn *nats.Conn) *streamRequests {
+func recordRequests(t *testing.T, s *natstest.Server) *streamRequests {
 	t.Helper()
 	r := &streamRequests{reqs: map[string][]string{}}
-	sub, err := conn.Subscribe("$JS.EVENT.ADVISORY.API", func(m *nats.Msg) {
-		var a struct {
-			Subject string `json:"subject"`
-			Request string `json:"request"`
-		}
-		if json.Unmarshal(m.Data, &a) == nil {
-			r.mu.Lock()
-			r.reqs[a.Subject] = append(r.reqs[a.Subject], a.Request)
-			r.mu.Unlock()
-		}
-	})
-	if err != nil {
+	nc := s.Connect()
+	t.Cleanup(nc.Close)
+	if _, err := nc.Subscribe("$JS.API.STREAM.>", func(m *nats.Msg) {
+		r.mu.Lock()
+		r.reqs[m.Subject] = append(r.reqs[m.Subject], string(m.Data))
+		r.mu.Unlock()
+	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 
-// take returns and forgets the requests recorded so far, once the server
-// has audited a request for the stream marker sent after them (its
-// advisories leave in order).
+// take returns and forgets the requests recorded so far, once the
+// recorder has seen a request for the stream marker sent after them.
 func (r *streamRequests) take(ctx context.Context, t *testing.T, js jetstream.JetStream, marker string) map[string][]string {
 	t.Helper()
 	if _, err := js.Stream(ctx, marker); !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -64,7 +64,7 @@ func (r *streamRequests) take(ctx context.Context, t *testing.T, js jetstream.Je
 		r.mu.Unlock()
 		select {
 		case <-ctx.Done():
-			t.Fatalf("no advisory for the marker %s", marker)
+			t.Fatalf("no request seen for the marker %s", marker)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -87,7 +87,7 @@ func TestAProvisioningNeverTurnsAtomicPublishOffOnAnExistingBucket(t *testing.T)
 	if err := provision.EnsureOnly(ctx, s.JS, asset(cfg)); err != nil {
 		t.Fatal(err)
 	}
-	reqs := recordRequests(t, s.Conn)
+	reqs := recordRequests(t, s)
 	reqs.take(ctx, t, s.JS, "MARKER0")
 
 	atomicOn := func(when string) {
