@@ -32,8 +32,9 @@ func Assets(lease time.Duration) []provision.Asset {
 			// A key that reaches its max age leaves a marker (judgement).
 			LimitMarkerTTL: ownership.MarkerTTL(lease)}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage,
-			// The marker of a removed entry expires (removeDriverKey).
-			LimitMarkerTTL: markerTTL(lease)}),
+			// An entry is removed by deleting its message (removeDriverKey);
+			// the marker of an older release's purge expires.
+			LimitMarkerTTL: markerTTL(lease)}).WithMessageDelete(),
 		provision.KV(jetstream.KeyValueConfig{Bucket: PartitionsBucket, Description: "Weft partitions: their number (config) and owners (p.<n>)", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
@@ -240,6 +241,9 @@ func (r *Runner) assets(ctx context.Context) error {
 		return fmt.Errorf("runner: bucket %s: %w", RunnersBucket, err)
 	}
 	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
+	}
+	if r.driversStream, err = r.js.Stream(ctx, "KV_"+DriversBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
 	}
 	if r.partKV, err = r.js.KeyValue(ctx, PartitionsBucket); err != nil {

@@ -82,3 +82,11 @@ func (r *Runner) HandedOff() int64 {
 	}
 	return 0
 }
+
+// RemoveDriverKey is removeDriverKey, for tests.
+func RemoveDriverKey(ctx context.Context, r *Runner, run string, rev uint64) error {
+	return r.removeDriverKey(ctx, run, rev)
+}
+
+// ErrDriverKeyChanged is errDriverKeyChanged, for tests.
+var ErrDriverKeyChanged = errDriverKeyChanged

@@ -170,8 +170,11 @@ type Runner struct {
 	agents  map[string]*agent.Agent // name@version and name (first registered)
 	list    []*agent.Agent
 	drivers jetstream.KeyValue
-	cmds    jetstream.KeyValue
-	snaps   jetstream.KeyValue
+	// driversStream is weft_drivers' stream, for deleting an entry's
+	// message by its revision (removeDriverKey).
+	driversStream jetstream.Stream
+	cmds          jetstream.KeyValue
+	snaps         jetstream.KeyValue
 
 	mu         sync.Mutex
 	runs       map[string]*run          // runs this runner drives
