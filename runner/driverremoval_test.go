@@ -120,3 +120,40 @@ func TestSemantics8_ADriverEntryIsRemovedOnlyAtItsRevision(t *testing.T) {
 		t.Fatalf("the entry after its removal without a revision: %v, want none", err)
 	}
 }
+
+// docs/adr/0036-driver-entry-removed-by-sequence.md: on a weft_drivers
+// bucket whose stream denies message deletes (as an earlier release, or
+// nats.go's CreateOrUpdateKeyValue, made it; no update can allow them) a
+// removal at a revision still removes the entry — by a purge at that
+// revision — and is still refused for a replaced entry.
+func TestSemantics8_ADriverEntryIsRemovedOnABucketThatDeniesDeletes(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r, _ := h.startRunner([]*agent.Agent{build(t, model.NewScripted("s", model.Answer("ok")), nil, policy.Func(allow))})
+	c := ctx(t)
+	if err := h.srv.JS.DeleteKeyValue(c, runner.DriversBucket); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := h.srv.JS.CreateOrUpdateKeyValue(c, jetstream.KeyValueConfig{Bucket: runner.DriversBucket, Storage: jetstream.FileStorage, LimitMarkerTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := runner.DriverKey("dr3", runner.DefaultPartitions)
+	old, err := kv.Put(c, key, []byte("runner-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := kv.Put(c, key, []byte("runner-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.RemoveDriverKey(c, r, "dr3", old); !errors.Is(err, runner.ErrDriverKeyChanged) {
+		t.Fatalf("removal at the replaced revision %d: %v, want ErrDriverKeyChanged", old, err)
+	}
+	if err := runner.RemoveDriverKey(c, r, "dr3", cur); err != nil {
+		t.Fatalf("removal at the current revision: %v", err)
+	}
+	if _, err := kv.Get(c, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the entry after its removal: %v, want none", err)
+	}
+}
