@@ -64,12 +64,18 @@ func (c counts) minus(o counts) counts {
 // held, per stream, never below 0.
 func (c counts) removals() uint64 {
 	var n uint64
-	for name, held := range c.held {
-		if r := int64(c.streams[name]) - held; r > 0 {
-			n += uint64(r)
-		}
+	for name := range c.held {
+		n += removedFrom(c, name)
 	}
 	return n
+}
+
+// removedFrom is the messages stream removed during the phase c.
+func removedFrom(c counts, stream string) uint64 {
+	if r := int64(c.streams[stream]) - c.held[stream]; r > 0 {
+		return uint64(r)
+	}
+	return 0
 }
 
 // snapshotCalls is the JetStream API requests one snapshot makes (account
@@ -186,7 +192,7 @@ func (b *bencher) writeRows(p phase, clients string) {
 	})
 	for _, name := range names {
 		b.add(Row{Section: SectionRun, Name: "writes per run, " + clients + ", " + name, Value: p.perRun(p.cost.streams[name]), Unit: "writes",
-			Note: "messages the stream stored per run (its last sequence's delta: deletes and purges are writes too)"})
+			Note: fmt.Sprintf("messages the stream stored per run (its last sequence's delta: a KV delete or purge marker is one); it removed %.2f per run (acknowledged, deleted, expired), each also an fsync", p.perRun(removedFrom(p.cost, name)))})
 	}
 }
 
