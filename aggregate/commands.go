@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Command is something the outside world contributed to a run. The set is
@@ -44,7 +43,7 @@ type Start struct {
 // not be read).
 type ModelReply struct {
 	Turn        int64
-	Reply       model.Reply
+	Reply       Reply
 	Answer      json.RawMessage
 	AnswerError string
 }
@@ -53,7 +52,7 @@ type ModelReply struct {
 // timeout, Kind timed_out).
 type ModelFailure struct {
 	Turn       int64
-	Kind       model.ErrorKind
+	Kind       events.FailureKind
 	Status     int
 	Message    string
 	RetryAfter time.Duration

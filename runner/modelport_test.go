@@ -1,4 +1,4 @@
-package aggregate
+package runner
 
 import (
 	"encoding/json"
@@ -65,13 +65,14 @@ func constsOf(t *testing.T, dir, typ string) []string {
 	return out
 }
 
-// TestModelPortConversions: the log's own model-turn types (docs/adr/0018) and
-// the model port's agree kind for kind. Every reply
-// and failure kind the model package defines has an event kind of the same
-// stored value, and the conversions map each to it; the log defines no kind
-// the port cannot report; a failure is retryable in the log exactly when
-// the port says the runtime retries it (docs/semantics.md §2); calls and usage
-// convert both ways unchanged. Adding or revaluing a kind on one side only
+// TestModelPortConversions: the log's own model-turn types (docs/adr/0018),
+// which the core speaks (docs/adr/0037), and the model port's agree kind
+// for kind. Every reply and failure kind the model package defines has an
+// event kind of the same stored value, and the conversions map each to it;
+// the log defines no kind the port cannot report; a failure is retryable
+// in the log exactly when the port says the runtime retries it
+// (docs/semantics.md §2); calls, usage and messages convert both ways
+// unchanged and encode alike. Adding or revaluing a kind on one side only
 // fails here, so the log format changes only when events does.
 func TestModelPortConversions(t *testing.T) {
 	modelReplies, eventReplies := constsOf(t, "../model", "ReplyKind"), constsOf(t, "../events", "ReplyKind")
@@ -108,5 +109,29 @@ func TestModelPortConversions(t *testing.T) {
 	}
 	if eventUsage(nil) != nil {
 		t.Error("unreported usage became reported")
+	}
+	msgs := []model.Message{{Role: model.RoleUser, Text: "pay"},
+		{Role: model.RoleAssistant, Text: "paying", Calls: calls, ProviderData: json.RawMessage(`{"id":"resp-1"}`)},
+		{Role: model.RoleTool, Results: []model.ToolResult{{CallID: "c1", Name: "pay", Content: json.RawMessage(`{"id":"p-1"}`)}}}}
+	for _, m := range msgs {
+		if back := modelMessages([]events.Message{eventMessage(m)}); !reflect.DeepEqual(back[0], m) {
+			t.Errorf("message does not convert back: %#v", back[0])
+		}
+	}
+	r := model.Reply{Kind: model.ReplyToolRequest, Turn: msgs[1], Reason: "why", Usage: &model.Usage{InputTokens: 1, OutputTokens: 2}}
+	c := ReplyCommand(4, r)
+	if c.Turn != 4 || c.Reply.Kind != events.ReplyToolRequest || c.Reply.Reason != "why" || c.Reply.Usage.Total() != 3 ||
+		!reflect.DeepEqual(modelMessages([]events.Message{c.Reply.Turn})[0], msgs[1]) {
+		t.Errorf("reply command %#v", c)
+	}
+	// Two JSON encodings, one shape: a message of the log and of the port
+	// encode alike, so the snapshot's transcript kept its bytes when the
+	// core moved to the log's types (docs/adr/0037).
+	for _, m := range msgs {
+		a, _ := json.Marshal(m)
+		b, _ := json.Marshal(eventMessage(m))
+		if string(a) != string(b) {
+			t.Errorf("the port encodes %s, the log %s", a, b)
+		}
 	}
 }
