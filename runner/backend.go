@@ -270,7 +270,7 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 			// Someone started it at the same moment: judge against theirs.
 			s, _, lerr := r.load(ctx, id)
 			if lerr == nil {
-				_, err = aggregate.Decide(s, cmd, r.now())
+				_, err = aggregate.Decide(s, cmd, r.clock(rn))
 				if intent != 0 {
 					r.correctDriver(id, s)
 				}
