@@ -49,7 +49,8 @@ type ModelReply struct {
 }
 
 // ModelFailure is a model turn's failure for Turn (including the model
-// timeout, Kind timed_out).
+// timeout, Kind timed_out), its Kind in the log's terms (the runner maps
+// the model port's error kind; docs/adr/0037).
 type ModelFailure struct {
 	Turn       int64
 	Kind       events.FailureKind
