@@ -169,7 +169,7 @@ func (s *State) evolve(r events.Recorded) {
 		s.incarnation = 1
 		s.runner = e.Runner
 		s.index = map[string]int{}
-		s.transcript = append(s.transcript, entry{msg: events.Message{Role: roleUser, Text: e.Input}})
+		s.transcript = append(s.transcript, entry{msg: events.Message{Role: events.RoleUser, Text: e.Input}})
 
 	case events.RunForked:
 		s.fork(name, e)
@@ -200,7 +200,7 @@ func (s *State) evolve(r events.Recorded) {
 		} else {
 			s.unreported++
 		}
-		s.transcript = append(s.transcript, entry{msg: events.Message{Role: roleAssistant, Text: e.Text, Calls: cloneCalls(e.Calls), ProviderData: e.ProviderData}})
+		s.transcript = append(s.transcript, entry{msg: events.Message{Role: events.RoleAssistant, Text: e.Text, Calls: cloneCalls(e.Calls), ProviderData: e.ProviderData}})
 		if e.CreatesActions() {
 			for i, c := range e.Calls {
 				id := ActionID(e.Turn, c.ID)
@@ -224,7 +224,7 @@ func (s *State) evolve(r events.Recorded) {
 
 	case events.AnswerRejected:
 		s.corrections++
-		s.transcript = append(s.transcript, entry{msg: events.Message{Role: roleUser, Text: CorrectionText(e.Reason)}})
+		s.transcript = append(s.transcript, entry{msg: events.Message{Role: events.RoleUser, Text: CorrectionText(e.Reason)}})
 
 	case events.CallValidated:
 		a := s.move(name, e.Action, t, ok)

@@ -13,13 +13,6 @@ import (
 // the model port's types to these where it calls the model, and back
 // where it builds the model's request (docs/adr/0037).
 
-// The roles of a transcript message, as events.Message records them.
-const (
-	roleUser      = "user"
-	roleAssistant = "assistant"
-	roleTool      = "tool"
-)
-
 // Reply is a model turn's reply as the core reads it: the model port's
 // reply in the log's types. Turn is the assistant turn (text, calls and
 // provider data byte for byte); Reason is a refusal's reason or a

@@ -75,7 +75,7 @@ func (d *decider) resume(c Resume) error {
 func (s *State) correctionDue() bool {
 	n := len(s.transcript)
 	return n > 1 && !s.modelPending && s.retryAt == nil &&
-		s.transcript[n-1].batch == 0 && s.transcript[n-1].msg.Role == roleUser
+		s.transcript[n-1].batch == 0 && s.transcript[n-1].msg.Role == events.RoleUser
 }
 
 // pausedWork is w as a paused run's Pending gives it (docs/semantics.md

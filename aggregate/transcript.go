@@ -32,7 +32,7 @@ func (s State) render(entries []entry, content func(Action) json.RawMessage) []e
 			}
 		}
 		if len(res) > 0 {
-			out = append(out, events.Message{Role: roleTool, Results: res})
+			out = append(out, events.Message{Role: events.RoleTool, Results: res})
 		}
 	}
 	return out

@@ -10,7 +10,7 @@ import (
 // model) meet the log's (package events, docs/adr/0018): the decision core
 // speaks only the log's (docs/adr/0037), so a reply or a failure becomes
 // a command in the log's types here, and the recorded transcript becomes
-// the model's request here. Every known kind is mapped by name, so a
+// the model's request here. Every known kind and role is mapped by name, so a
 // renamed or revalued constant on either side fails
 // TestModelPortConversions instead of silently changing what the log
 // holds.
@@ -78,9 +78,38 @@ func failureKind(k model.ErrorKind) events.FailureKind {
 	return events.FailureKind(k)
 }
 
+// eventRole maps a model message's role to the log's. A role the port does
+// not define is recorded as written.
+func eventRole(r model.Role) events.Role {
+	switch r {
+	case model.RoleUser:
+		return events.RoleUser
+	case model.RoleAssistant:
+		return events.RoleAssistant
+	case model.RoleTool:
+		return events.RoleTool
+	}
+	return events.Role(r)
+}
+
+// modelRole maps a recorded role to the model port's, so that a request
+// carries the port's values whatever the log stores (a role the log does
+// not define is passed on as stored).
+func modelRole(r events.Role) model.Role {
+	switch r {
+	case events.RoleUser:
+		return model.RoleUser
+	case events.RoleAssistant:
+		return model.RoleAssistant
+	case events.RoleTool:
+		return model.RoleTool
+	}
+	return model.Role(r)
+}
+
 // eventMessage is the log's form of a model message.
 func eventMessage(m model.Message) events.Message {
-	out := events.Message{Role: string(m.Role), Text: m.Text, Calls: eventCalls(m.Calls), ProviderData: m.ProviderData}
+	out := events.Message{Role: eventRole(m.Role), Text: m.Text, Calls: eventCalls(m.Calls), ProviderData: m.ProviderData}
 	for _, r := range m.Results {
 		out.Results = append(out.Results, events.ToolResult{CallID: r.CallID, Name: r.Name, Content: r.Content})
 	}
@@ -91,7 +120,7 @@ func eventMessage(m model.Message) events.Message {
 func modelMessages(ms []events.Message) []model.Message {
 	out := make([]model.Message, len(ms))
 	for i, m := range ms {
-		out[i] = model.Message{Role: model.Role(m.Role), Text: m.Text, Calls: modelCalls(m.Calls), ProviderData: m.ProviderData}
+		out[i] = model.Message{Role: modelRole(m.Role), Text: m.Text, Calls: modelCalls(m.Calls), ProviderData: m.ProviderData}
 		for _, r := range m.Results {
 			out[i].Results = append(out[i].Results, model.ToolResult{CallID: r.CallID, Name: r.Name, Content: r.Content})
 		}

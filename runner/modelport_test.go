@@ -67,8 +67,9 @@ func constsOf(t *testing.T, dir, typ string) []string {
 
 // TestModelPortConversions: the log's own model-turn types (docs/adr/0018),
 // which the core speaks (docs/adr/0037), and the model port's agree kind
-// for kind. Every reply and failure kind the model package defines has an
-// event kind of the same stored value, and the conversions map each to it;
+// for kind and role for role. Every reply and failure kind and every
+// message role the model package defines has an event value of the same
+// stored string, and the conversions map each to it (both ways for roles);
 // the log defines no kind the port cannot report; a failure is retryable
 // in the log exactly when the port says the runtime retries it
 // (docs/semantics.md §2); calls, usage and messages convert both ways
@@ -95,6 +96,18 @@ func TestModelPortConversions(t *testing.T) {
 		}
 		if got.Retryable() != model.ErrorKind(k).Retryable() {
 			t.Errorf("%s: retryable %v in the log, %v at the port", k, got.Retryable(), model.ErrorKind(k).Retryable())
+		}
+	}
+	modelRoles, eventRoles := constsOf(t, "../model", "Role"), constsOf(t, "../events", "Role")
+	if !slices.Equal(modelRoles, eventRoles) {
+		t.Errorf("roles: model %v, events %v", modelRoles, eventRoles)
+	}
+	for _, r := range modelRoles {
+		if got := eventRole(model.Role(r)); string(got) != r {
+			t.Errorf("eventRole(%s) = %s", r, got)
+		}
+		if got := modelRole(events.Role(r)); string(got) != r {
+			t.Errorf("modelRole(%s) = %s", r, got)
 		}
 	}
 	calls := []model.ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"invoice":42}`)}, {ID: "c2", Name: "read", Arguments: json.RawMessage(`{}`)}}
