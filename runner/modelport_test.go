@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 )
@@ -146,5 +148,48 @@ func TestModelPortConversions(t *testing.T) {
 		if string(a) != string(b) {
 			t.Errorf("the port encodes %s, the log %s", a, b)
 		}
+	}
+}
+
+// TestScenario3_ModelRequestFromTheFoldedRun: the request the runner sends
+// for the next turn is rebuilt from the run's state (docs/semantics.md §12
+// scenario 3): it names the run, the state's turn and the start's
+// correlation, holds the whole transcript in the port's types, and lists a
+// turn's results in call order although the reports arrived in reverse.
+func TestScenario3_ModelRequestFromTheFoldedRun(t *testing.T) {
+	var s aggregate.State
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	run := func(c aggregate.Command) {
+		t.Helper()
+		evs, err := aggregate.Decide(s, c, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			s = aggregate.Evolve(s, events.Recorded{Run: "r1", Version: s.Version() + 1, At: now, Event: e})
+		}
+	}
+	limits := events.Limits{MaxTurns: 8, MaxConcurrency: 4, ModelTimeout: 600000, ModelRetryDelay: 200, ToolTimeout: 60000,
+		MaxResultBytes: 1 << 20, PolicyTimeout: 5000, CommandTimeout: 5000, ApprovalExpiry: events.Infinite, AnswerAttempts: 2}
+	run(aggregate.Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "pay both", Correlation: "c", Limits: limits, Runner: "r"})
+	calls := []model.ToolCall{{ID: "c1", Name: "pay", Arguments: json.RawMessage(`{"n":1}`)}, {ID: "c2", Name: "pay", Arguments: json.RawMessage(`{"n":2}`)}}
+	run(ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Text: "paying", Calls: calls}}))
+	allow := aggregate.PolicyResult{Decision: events.PolicyAllow}
+	run(aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: "c1", Validation: events.CallValid, Policy: allow}, {CallID: "c2", Validation: events.CallValid, Policy: allow}}})
+	run(aggregate.Report{Action: aggregate.ActionID(1, "c2"), Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"paid":2}`)})
+	run(aggregate.Report{Action: aggregate.ActionID(1, "c1"), Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"paid":1}`)})
+
+	req := modelRequest(s)
+	if req.Run != "r1" || int64(req.Turn) != s.Turn() || req.Turn != 2 || req.Correlation != "c" {
+		t.Fatalf("request run %q turn %d (state's %d) correlation %q", req.Run, req.Turn, s.Turn(), req.Correlation)
+	}
+	if len(req.Transcript) != len(aggregate.Transcript(s)) {
+		t.Fatalf("request has %d messages, the state's transcript %d", len(req.Transcript), len(aggregate.Transcript(s)))
+	}
+	want := []model.Message{{Role: model.RoleUser, Text: "pay both"},
+		{Role: model.RoleAssistant, Text: "paying", Calls: calls},
+		{Role: model.RoleTool, Results: []model.ToolResult{{CallID: "c1", Name: "pay", Content: json.RawMessage(`{"paid":1}`)}, {CallID: "c2", Name: "pay", Content: json.RawMessage(`{"paid":2}`)}}}}
+	if !reflect.DeepEqual(req.Transcript, want) {
+		t.Fatalf("transcript %+v, want %+v", req.Transcript, want)
 	}
 }
