@@ -45,9 +45,10 @@
 //     returned envelopes). Evolve consumes its argument like append: keep
 //     only the returned State (use State.Clone to keep an old one).
 //  5. Call Pending(state) and act on the Work: make the model call for
-//     Work.Model (the request is Transcript(state), in the model port's
-//     types, with the run, turn and correlation, plus the agent's system
-//     prompt, tool specs and answer schema), validate and run policy on
+//     Work.Model (the request is Transcript(state) converted to the model
+//     port's types by the runner (runner/modelport.go), with the run, turn
+//     and correlation, plus the agent's system prompt, tool specs and
+//     answer schema), validate and run policy on
 //     Work.Resolve and Decide a ResolveCalls, dispatch Work.Dispatch
 //     (idempotent per run/action/attempt: dispatch only what is not yet
 //     dispatched), stop the bodies of attempts it just recorded lost

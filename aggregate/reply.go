@@ -1,7 +1,6 @@
 package aggregate
 
 import (
-	"encoding/json"
 	"slices"
 
 	"github.com/weftrun/weft/events"
@@ -46,12 +45,13 @@ func cloneUsage(u *events.Usage) *events.Usage {
 	return &c
 }
 
-// cloneMessage copies m's calls and results, so that the state shares no
-// slice with an event or a caller; empty results become nil.
+// cloneMessage copies m's calls and results slices (the JSON bytes of
+// arguments, contents and provider data are shared and never written);
+// empty results become nil.
 func cloneMessage(m events.Message) events.Message {
 	out := events.Message{Role: m.Role, Text: m.Text, Calls: cloneCalls(m.Calls), ProviderData: m.ProviderData}
 	for _, r := range m.Results {
-		out.Results = append(out.Results, events.ToolResult{CallID: r.CallID, Name: r.Name, Content: json.RawMessage(r.Content)})
+		out.Results = append(out.Results, events.ToolResult{CallID: r.CallID, Name: r.Name, Content: r.Content})
 	}
 	return out
 }
