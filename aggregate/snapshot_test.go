@@ -14,15 +14,17 @@ import (
 	"github.com/weftrun/weft/events"
 )
 
-var updateSnapshots = flag.Bool("update-snapshots", false, "rewrite testdata/snapshot/*.json")
+var update = flag.Bool("update", false, "rewrite testdata/snapshot/*.json from the current encoding")
 
 // TestSnapshotGolden pins the bytes of State's JSON encoding (the snapshot a
 // runner keeps, docs/adr/0037): a forked run whose transcript holds every
 // field of a message (text, calls, provider data, tool results, a
 // corrective prompt) and random runs of fixed seeds encode exactly as the
 // files in testdata/snapshot, which were written before the core moved to
-// the log's types. A change of shape fails here; a deliberate one bumps
-// SnapshotSchema and rewrites them with -update-snapshots.
+// the log's types. Each file also decodes to a State that re-encodes to
+// the same bytes, so the snapshots the old code stored still load. A
+// change of shape fails here; a deliberate one bumps SnapshotSchema and
+// rewrites them with -update.
 func TestSnapshotGolden(t *testing.T) {
 	cases := map[string]aggregate.State{"forked": forkedState(t)}
 	for _, seed := range []uint64{3, 17, 41} {
@@ -34,7 +36,7 @@ func TestSnapshotGolden(t *testing.T) {
 			t.Fatal(err)
 		}
 		path := filepath.Join("testdata", "snapshot", name+".json")
-		if *updateSnapshots {
+		if *update {
 			if err := os.WriteFile(path, append(got, '\n'), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -46,6 +48,17 @@ func TestSnapshotGolden(t *testing.T) {
 		}
 		if string(want) != string(got)+"\n" {
 			t.Errorf("%s: the snapshot encodes\n%s\nwant\n%s", name, got, want)
+		}
+		var loaded aggregate.State
+		if err := json.Unmarshal(want, &loaded); err != nil {
+			t.Fatalf("%s: the stored snapshot does not load: %v", name, err)
+		}
+		again, err := json.Marshal(loaded)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(want) != string(again)+"\n" {
+			t.Errorf("%s: the stored snapshot loads and encodes\n%s\nwant\n%s", name, again, want)
 		}
 	}
 }
