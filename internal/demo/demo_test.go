@@ -11,11 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/internal/demo"
-	"github.com/weftrun/weft/projector"
 )
 
-// The demo runs end to end on its embedded server: a small payment
+// The demo runs end to end on its embedded server, driven through
+// package client as an application drives it: a small payment
 // completes, a large one waits for approval and completes once approved,
 // INV-13's payment is uncertain and reconciled.
 func TestDemoEndToEnd(t *testing.T) {
@@ -39,8 +40,11 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c := api.NewClient(nc)
-	q := projector.NewClient(nc)
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := c
 	status := func(run string, want string) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
