@@ -79,7 +79,8 @@ func WithoutQueries() Option { return func(c *config) { c.queries = false } }
 // roles: docs/security.md), instead of the runner's. Their buckets are
 // provisioned on it, as cmd/projector provisions them, and the runner's
 // provisioning leaves them out (with roles, only the projector may create
-// them). WithoutQueries overrides it.
+// them). They keep an existing higher replica count, as the runner's
+// assets do (WithReplicas). WithoutQueries overrides it.
 func WithQueriesOn(nc *nats.Conn, js jetstream.JetStream) Option {
 	return func(c *config) { c.qnc, c.qjs = nc, js }
 }
@@ -93,7 +94,8 @@ func WithoutCatalog() Option { return func(c *config) { c.catalog = false } }
 func WithReady(ready func()) Option { return func(c *config) { c.ready = ready } }
 
 // Run provisions the assets and runs a runner for agents, the projector,
-// the query service and the catalog on nc until ctx ends. It returns nil
+// the query service and the catalog on nc (the projector and the query
+// service on WithQueriesOn's connection) until ctx ends. It returns nil
 // after a clean stop (ctx ended, the runner drained), else the first
 // failure.
 func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) error {
@@ -115,7 +117,7 @@ func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, agents []*a
 	}
 	err := runner.Provision(pctx, js, c.lease, popts...)
 	if err == nil && c.queries && c.qnc != nil {
-		err = provision.EnsureOnly(pctx, qjs, projector.Assets(), provision.WithReplicas(c.replicas))
+		err = provision.EnsureOnly(pctx, qjs, projector.Assets(), provision.WithReplicas(c.replicas), provision.KeepHigherReplicas())
 	}
 	cancel()
 	if err != nil {

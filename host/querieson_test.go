@@ -15,6 +15,8 @@ import (
 	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/provision"
 )
 
 // WithQueriesOn runs the projector and the query service on the
@@ -70,5 +72,64 @@ func TestQueriesOnTheirOwnConnection(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		t.Logf("host.Run after its queries' connection closed: %v", err)
+	}
+}
+
+// WithQueriesOn keeps an existing higher replica count of the projector's
+// buckets, as the runner's provisioning keeps its assets' (host.WithReplicas:
+// "an existing asset's higher count is kept"): on a real 3-node cluster
+// whose projector buckets have 3 replicas, a host started with the default
+// and WithQueriesOn leaves them at 3.
+func TestQueriesOnKeepTheirBucketsReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	url := natstest.StartCluster(t, 3)
+	conn := func() (*nats.Conn, jetstream.JetStream) {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, js
+	}
+	nc, js := conn()
+	qnc, qjs := conn()
+	if err := provision.EnsureOnly(ctx, qjs, projector.Assets(), provision.WithReplicas(3)); err != nil {
+		t.Fatal(err)
+	}
+	desk, err := demo.Agent(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- host.Run(hctx, nc, js, []*agent.Agent{desk}, host.WithQueriesOn(qnc, qjs), host.WithReady(func() { close(ready) }))
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("host.Run: %v", err)
+	case <-ctx.Done():
+		t.Fatal("host never ready")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("host.Run: %v", err)
+	}
+	for _, a := range projector.Assets() {
+		st, err := js.Stream(ctx, a.StreamName())
+		if err != nil {
+			t.Fatalf("%s: %v", a.StreamName(), err)
+		}
+		if n := st.CachedInfo().Config.Replicas; n != 3 {
+			t.Errorf("%s has %d replicas after host.Run with the default, want 3 (kept)", a.StreamName(), n)
+		}
 	}
 }
