@@ -50,6 +50,8 @@ func TestQueriesOnTheirOwnConnection(t *testing.T) {
 	case <-ready:
 	case err := <-done:
 		t.Fatalf("host.Run: %v", err)
+	case <-time.After(45 * time.Second): // host's readiness wait is 30 s
+		t.Fatal("host never ready: the query service did not serve on its connection")
 	}
 	c, err := client.New(s.Conn, client.WithoutRetry())
 	if err != nil {
