@@ -236,28 +236,58 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// Wait until the command API and the query service serve every
 	// endpoint (host.WithReady) before saying what to do next.
-	wait := time.NewTimer(readyWait)
-	select {
-	case <-ready:
-	case err := <-hostDone:
-		return err
-	case <-wait.C:
-		if ctx.Err() == nil {
-			logger.Warn("demo: the command API or the query service is not ready yet", "wait", readyWait)
-		}
+	store := ""
+	if node.Embedded() {
+		store = node.DataDir()
 	}
-	wait.Stop()
-	// The feed keeps printing through the drain after ctx ends, until the
-	// log is printed to its end.
-	stream, err := js.Stream(ctx, eventlog.Stream)
-	if err != nil {
-		return fail(fmt.Errorf("demo: %w", err))
-	}
+	// The feed prints the log from seq+1 (through the drain after ctx
+	// ends); stopped prints it to its end and says what was handed off.
 	fd := &feed{w: evOut, log: evlog, seq: seq, handed: map[string]bool{}, finished: map[string]bool{}, seen: map[string]bool{}}
 	fctx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()
 	feedDone := make(chan error, 1)
-	go func() { feedDone <- fd.run(fctx, seq+1) }()
+	startFeed := func() { go func() { feedDone <- fd.run(fctx, seq+1) }() }
+	stopped := func(stream jetstream.Stream) {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		fd.caughtUp(cctx, stream)
+		ccancel()
+		stopFeed()
+		<-feedDone
+		fmt.Fprintln(evOut, stopLine(fd.handedOff(), fd.idle(context.Background(), fd.waiting(), 5*time.Second), store))
+	}
+	wait := time.NewTimer(readyWait)
+	select {
+	case <-ready:
+	case err := <-hostDone:
+		if ctx.Err() == nil {
+			return err
+		}
+		// Stopped before the node was ready: what the drain handed off
+		// is in the log all the same.
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		stream, serr := js.Stream(sctx, eventlog.Stream)
+		scancel()
+		if serr != nil {
+			fmt.Fprintln(evOut, "Stopped before the node was ready.")
+		} else {
+			startFeed()
+			stopped(stream)
+		}
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		return err
+	case <-wait.C:
+		if ctx.Err() == nil {
+			logger.Warn("demo: the command API or the query service did not answer every endpoint within the wait; printing the steps all the same", "wait", readyWait)
+		}
+	}
+	wait.Stop()
+	stream, err := js.Stream(ctx, eventlog.Stream)
+	if err != nil {
+		return fail(fmt.Errorf("demo: %w", err))
+	}
+	startFeed()
 	var wg sync.WaitGroup
 	errs := make(chan error, 2)
 	if o.Console != "" {
@@ -307,16 +337,7 @@ func Run(ctx context.Context, o Options) error {
 	wg.Wait()
 	// The drain's hand-offs are in the log: print them, then say what
 	// was handed off.
-	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-	fd.caughtUp(cctx, stream)
-	ccancel()
-	stopFeed()
-	<-feedDone
-	store := ""
-	if node.Embedded() {
-		store = node.DataDir()
-	}
-	fmt.Fprintln(evOut, stopLine(fd.handedOff(), fd.idle(context.Background(), fd.waiting(), 5*time.Second), store))
+	stopped(stream)
 	close(errs)
 	var all []error
 	for e := range errs {
