@@ -44,12 +44,11 @@ func TestDemoEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := c
 	status := func(run string, want string) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {
-			view, err := q.Run(ctx, run)
+			view, err := c.Run(ctx, run)
 			if err == nil && view.Status == want {
 				return
 			}
@@ -82,7 +81,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	status("refund-8", "finished")
-	view, err := q.Run(ctx, "refund-8")
+	view, err := c.Run(ctx, "refund-8")
 	if err != nil {
 		t.Fatal(err)
 	}
