@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// ModelMessages is modelMessages, for tests: the transcript as the model
+// port reads it.
+var ModelMessages = modelMessages
+
 // EndsFinished is endsFinished, for tests.
 var EndsFinished = endsFinished
 
