@@ -246,6 +246,13 @@ func (r *Runner) assets(ctx context.Context) error {
 	if r.driversStream, err = r.js.Stream(ctx, "KV_"+DriversBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
 	}
+	if r.driversStream.CachedInfo().Config.DenyDelete {
+		// Made by an earlier release (or nats.go's CreateOrUpdateKeyValue):
+		// no update allows deletes, so entries are purged, as before.
+		r.purgeDrivers.Store(true)
+		r.log.Warn("the drivers bucket denies message deletes: its entries are purged with markers (an fsync more each); "+
+			"recreate it as docs/adr/0036-driver-entry-removed-by-sequence.md says", "bucket", DriversBucket)
+	}
 	if r.partKV, err = r.js.KeyValue(ctx, PartitionsBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", PartitionsBucket, err)
 	}

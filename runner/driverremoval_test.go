@@ -3,9 +3,11 @@ package runner_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
@@ -155,5 +157,117 @@ func TestSemantics8_ADriverEntryIsRemovedOnABucketThatDeniesDeletes(t *testing.T
 	}
 	if _, err := kv.Get(c, key); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the entry after its removal: %v, want none", err)
+	}
+}
+
+// docs/semantics.md §8 (a run with work in flight has a driver entry) and
+// docs/adr/0036-driver-entry-removed-by-sequence.md: a removal at a stale
+// revision after the bucket was deleted and made again — its sequences
+// start at 1 again, so the revision may now be another run's entry — is
+// refused and leaves that entry. A delete by sequence checks no subject:
+// without the read of the message's subject it removed the other run's
+// live entry and answered nil.
+func TestSemantics8_AStaleRevisionInARecreatedBucketLeavesAnotherRunsEntry(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r, _ := h.startRunner([]*agent.Agent{build(t, model.NewScripted("s", model.Answer("ok")), nil, policy.Func(allow))})
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := kv.Put(c, runner.DriverKey("dr4", runner.DefaultPartitions), []byte("runner-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.srv.JS.DeleteKeyValue(c, runner.DriversBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Provision(c, h.srv.JS, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	other := runner.DriverKey("dr5", runner.DefaultPartitions)
+	var rev uint64
+	for rev < old {
+		if rev, err = kv.Put(c, other, []byte("runner-b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rev != old {
+		t.Fatalf("the other run's entry is at %d, want the stale revision %d", rev, old)
+	}
+	if err := runner.RemoveDriverKey(c, r, "dr4", old); !errors.Is(err, runner.ErrDriverKeyChanged) {
+		t.Fatalf("removal of dr4 at its stale revision %d: %v, want ErrDriverKeyChanged", old, err)
+	}
+	if e, err := kv.Get(c, other); err != nil || e.Revision() != rev || string(e.Value()) != "runner-b" {
+		t.Fatalf("the other run's entry after the stale removal: %v %v, want runner-b at %d", e, err, rev)
+	}
+}
+
+// docs/adr/0036-driver-entry-removed-by-sequence.md: on a weft_drivers
+// bucket that already denied deletes when the runner started (as an
+// earlier release made it), the runner purges its entries directly —
+// decided once, at start — and sends no message delete, which the server
+// would refuse, at a revision or without one.
+func TestSemantics8_ARunnerOnABucketThatDeniesDeletesPurgesDirectly(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	if err := h.srv.JS.DeleteKeyValue(c, runner.DriversBucket); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := h.srv.JS.CreateOrUpdateKeyValue(c, jetstream.KeyValueConfig{Bucket: runner.DriversBucket, Storage: jetstream.FileStorage, LimitMarkerTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := h.startRunner([]*agent.Agent{build(t, model.NewScripted("s", model.Answer("ok")), nil, policy.Func(allow))})
+	// The runner's requests, in the order its one connection sent them.
+	sent := make(chan *nats.Msg, 64)
+	for _, subj := range []string{"$JS.API.STREAM.MSG.DELETE.KV_" + runner.DriversBucket, "$KV." + runner.DriversBucket + ".>"} {
+		sub, err := h.srv.Conn.ChanSubscribe(subj, sent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	if err := h.srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	a, b := runner.DriverKey("dr6", runner.DefaultPartitions), runner.DriverKey("dr7", runner.DefaultPartitions)
+	rev, err := kv.Put(c, a, []byte("runner-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(c, b, []byte("runner-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.RemoveDriverKey(c, r, "dr6", rev); err != nil {
+		t.Fatalf("removal at the revision: %v", err)
+	}
+	if err := runner.RemoveDriverKey(c, r, "dr7", 0); err != nil {
+		t.Fatalf("removal without a revision: %v", err)
+	}
+	// Both purges were sent after any delete request the removals made.
+	deletes, purged := 0, map[string]bool{}
+	for len(purged) < 2 {
+		select {
+		case m := <-sent:
+			switch {
+			case strings.HasPrefix(m.Subject, "$JS.API."):
+				deletes++
+			case m.Header.Get("KV-Operation") == "PURGE":
+				purged[m.Subject] = true
+			}
+		case <-c.Done():
+			t.Fatalf("saw purges of %v only", purged)
+		}
+	}
+	if deletes != 0 {
+		t.Fatalf("the removals sent %d message deletes to a bucket that denies them, want 0", deletes)
+	}
+	for _, k := range []string{a, b} {
+		if _, err := kv.Get(c, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Fatalf("%s after its removal: %v, want none", k, err)
+		}
 	}
 }

@@ -172,12 +172,15 @@ var errDriverKeyChanged = errors.New("the run's driver entry is not at the revis
 // (docs/adr/0036-driver-entry-removed-by-sequence.md).
 //
 // The bucket keeps one message per key (history 1): the message at rev is
-// there only while it is the key's entry, so the delete at rev is the
-// purge at LastRevision(rev) it replaces. Without rev the entry is read
-// first and deleted at its revision, again when it was replaced between.
+// there only while it is the key's entry, so the delete at rev, of a
+// message read to be key's, is the purge at LastRevision(rev) it replaces.
+// Without rev the entry is read first and deleted at its revision, again
+// when it was replaced between. When the runner purges (purgeDrivers: the
+// bucket denies deletes, or its credentials lack the grant) the removal is
+// the purge, at rev or unconditional, as before.
 func (r *Runner) removeDriverKey(ctx context.Context, run string, rev uint64) error {
 	key := r.driverKey(run)
-	if rev != 0 {
+	if rev != 0 || r.purgeDrivers.Load() {
 		return r.deleteDriverMsg(ctx, key, rev)
 	}
 	for range removeTries {
@@ -195,38 +198,71 @@ func (r *Runner) removeDriverKey(ctx context.Context, run string, rev uint64) er
 	return fmt.Errorf("remove driver entry %s: replaced %d times while removed: %w", key, removeTries, errDriverKeyChanged)
 }
 
+// deleteWait bounds a driver entry's message delete, which credentials
+// issued before the runner's grant to delete (docs/security.md) never see
+// answered: the server refuses the request as a permission violation,
+// which reaches only the connection's error callback.
+const deleteWait = time.Second
+
 // deleteDriverMsg deletes key's weft_drivers message at sequence rev, or
-// answers errDriverKeyChanged when key's entry is not at rev. The server's
-// refusals (no message at rev; deletes denied) share one error code, so a
-// refused delete reads the key: still at rev, the bucket denies deletes —
-// its stream as an older release provisioned it, or as nats.go's
-// CreateOrUpdateKeyValue leaves it — and the entry is purged at rev with a
-// marker that expires, as before.
+// answers errDriverKeyChanged when key's entry is not at rev. A delete by
+// sequence does not check the subject: the message at rev is read first
+// (a direct get, no write), and deleted only when it is key's — after the
+// bucket was deleted and made again its sequences start at 1 again, and
+// rev may be another run's entry. A delete that fails within the caller's
+// context — refused (the bucket denies deletes, or the message went
+// meanwhile), or unanswered within deleteWait (no grant) — falls back to
+// the purge at rev, which the server refuses when the delete landed or the
+// entry changed; once such a purge removed the entry the runner purges
+// from then on (purgeDrivers).
 func (r *Runner) deleteDriverMsg(ctx context.Context, key string, rev uint64) error {
-	err := r.driversStream.DeleteMsg(ctx, rev)
-	if !errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) { // the server's refusal
-		return err
+	if r.purgeDrivers.Load() {
+		return r.purgeDriverKey(ctx, key, rev)
 	}
-	e, gerr := r.drivers.Get(ctx, key)
+	m, err := r.driversStream.GetMsg(ctx, rev)
 	switch {
-	case errors.Is(gerr, jetstream.ErrKeyNotFound) || gerr == nil && e.Revision() != rev:
-		return fmt.Errorf("delete driver entry %s at revision %d: %w", key, rev, errDriverKeyChanged)
-	case gerr != nil:
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("delete driver entry %s at revision %d: no message: %w", key, rev, errDriverKeyChanged)
+	case err != nil:
+		return fmt.Errorf("delete driver entry %s at revision %d: read it: %w", key, rev, err)
+	case m.Subject != driverSubject(key):
+		return fmt.Errorf("delete driver entry %s at revision %d: the message is %s's: %w", key, rev, m.Subject, errDriverKeyChanged)
+	}
+	dctx, cancel := context.WithTimeout(ctx, deleteWait)
+	err = r.driversStream.DeleteMsg(dctx, rev)
+	cancel()
+	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	return r.purgeDriverKey(ctx, key, rev)
+	if perr := r.purgeDriverKey(ctx, key, rev); perr != nil {
+		return fmt.Errorf("delete driver entry %s at revision %d: %v; purge it: %w", key, rev, err, perr)
+	}
+	if !r.purgeDrivers.Swap(true) {
+		r.log.Warn("a driver entry's delete failed and its purge removed it: the runner purges drivers entries from now on "+
+			"(the bucket denies deletes, or the credentials lack the grant: docs/security.md)", "key", key, "err", err)
+	}
+	return nil
 }
+
+// driverSubject is key's subject in weft_drivers' stream.
+func driverSubject(key string) string { return "$KV." + DriversBucket + "." + key }
 
 // purgeDriverKey purges key at revision rev with a marker that expires
 // after markerTTL, or, on a bucket provisioned before markers expired (no
 // LimitMarkerTTL: the server refuses a message TTL), with a plain delete
 // whose marker stays.
 func (r *Runner) purgeDriverKey(ctx context.Context, key string, rev uint64) error {
-	opts := []jetstream.KVDeleteOpt{jetstream.LastRevision(rev)}
+	var opts []jetstream.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
 	err := r.drivers.Purge(ctx, key, append(opts, jetstream.PurgeTTL(markerTTL(r.lease)))...)
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsMessageTTLDisabled {
-		return r.drivers.Delete(ctx, key, opts...)
+		err = r.drivers.Delete(ctx, key, opts...)
+	}
+	if rev != 0 && errors.Is(err, jetstream.ErrKeyExists) { // the key's last revision is not rev
+		return fmt.Errorf("purge driver entry %s at revision %d: %v: %w", key, rev, err, errDriverKeyChanged)
 	}
 	return err
 }

@@ -173,8 +173,13 @@ type Runner struct {
 	// driversStream is weft_drivers' stream, for deleting an entry's
 	// message by its revision (removeDriverKey).
 	driversStream jetstream.Stream
-	cmds          jetstream.KeyValue
-	snaps         jetstream.KeyValue
+	// purgeDrivers is set when removeDriverKey purges weft_drivers entries
+	// instead of deleting their messages: the bucket denies deletes (read
+	// once, in assets) or a delete failed where a purge then succeeded (the
+	// runner's credentials lack the grant).
+	purgeDrivers atomic.Bool
+	cmds         jetstream.KeyValue
+	snaps        jetstream.KeyValue
 
 	mu         sync.Mutex
 	runs       map[string]*run          // runs this runner drives
