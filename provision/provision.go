@@ -302,9 +302,13 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, opts options, a Ass
 // without it, and the server then refuses the batches of the processes
 // that use the bucket (and deletes those in progress) until it is turned
 // on again (docs/adr/0032-fewer-writes-per-run.md), or their message
-// deletes. A new bucket is created by CreateOrUpdateKeyValue and then
-// allowed them before anyone uses them; an existing one gets one stream update, only when
-// it differs, that applies what cfg governs and keeps atomic publish on.
+// deletes. A new bucket that allows message deletes is created by
+// CreateStream with the configuration kvStreamConfig gives (a stream
+// update cannot allow deletes); any other new bucket is created by
+// CreateOrUpdateKeyValue and then allowed atomic publish before anyone
+// uses it. An existing one gets one stream update, only when it differs,
+// that applies what cfg governs, keeps atomic publish on and keeps
+// denying deletes when it did.
 func ensureKVStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, a Asset) error {
 	if cfg.Mirror != nil || len(cfg.Sources) > 0 {
 		return fmt.Errorf("atomic publish or message deletes on a mirrored or sourced bucket are not supported")
@@ -341,8 +345,9 @@ func ensureKVStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 	return err
 }
 
-// kvStreamConfig is the stream configuration of the existing bucket whose
-// stream's is have, updated to cfg as CreateOrUpdateKeyValue sets it
+// kvStreamConfig is the stream configuration of a bucket whose stream's is
+// have (an existing bucket's; for a new one, only its name and subjects),
+// updated to cfg as CreateOrUpdateKeyValue sets it
 // (nats.go's prepareKeyValueConfig, the fields KeyValueConfig governs and
 // the ones it fixes; TestAnAtomicBucketIsUpdatedAsCreateOrUpdateKeyValueDoes
 // compares them), with atomic publish and message deletes allowed as a

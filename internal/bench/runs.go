@@ -133,8 +133,10 @@ func (p phase) roundTrips() uint64 {
 // per message a stream removed (removals: the server syncs the removal's
 // record before it answers or acknowledges). Measured against the server's
 // own fsyncs (strace, docs/adr/0036-driver-entry-removed-by-sequence.md):
-// consumer state writes, not counted, were 0.1 per run; a value replaced or
-// purged by a rollup, counted, is part of the write that replaced it.
+// consumer state writes, not counted, were 0.1 per run. An upper bound: a
+// value replaced (a KV put over history 1, a rollup) or expired by max age
+// is removed "via limits", with no record synced of its own (filestore
+// removeMsg), yet counted here.
 func (p phase) fsyncs() uint64 {
 	return p.cost.stored - p.cost.batched + 2*p.cost.batches + p.cost.removals()
 }
@@ -162,7 +164,7 @@ func (b *bencher) costRows(p phase, clients string) {
 	b.add(Row{Section: SectionRun, Name: "JetStream round trips per run, " + clients, Value: p.perRun(p.roundTrips()), Unit: "round trips",
 		Baseline: floor, BaseValue: floorAppends, BaseUnit: "round trips",
 		Note: "the account's JetStream API requests and acknowledged publishes (a group-commit batch counts once); direct gets and the command API's request-replies are not counted"})
-	note := fmt.Sprintf("derived, not counted by the server: one per acknowledged write to any stream, two per group-commit batch, one per message a stream removed (%.2f per run: task acknowledgements, deletes, expiries); consumer state writes not counted (~0.1 per run measured)", p.perRun(p.cost.removals()))
+	note := fmt.Sprintf("derived, not counted by the server: one per acknowledged write to any stream, two per group-commit batch, one per message a stream removed (%.2f per run: task acknowledgements, deletes, expiries), an upper bound: a KV value replaced by a put or expired by max age is counted, though the server does not sync its removal on its own; consumer state writes not counted (~0.1 per run measured)", p.perRun(p.cost.removals()))
 	if !b.srv.sync {
 		note += "; this server syncs on its interval, so these are the fsyncs the run would cost under sync_interval: always"
 	}
@@ -192,7 +194,7 @@ func (b *bencher) writeRows(p phase, clients string) {
 	})
 	for _, name := range names {
 		b.add(Row{Section: SectionRun, Name: "writes per run, " + clients + ", " + name, Value: p.perRun(p.cost.streams[name]), Unit: "writes",
-			Note: fmt.Sprintf("messages the stream stored per run (its last sequence's delta: a KV delete or purge marker is one); it removed %.2f per run (acknowledged, deleted, expired), each also an fsync", p.perRun(removedFrom(p.cost, name)))})
+			Note: fmt.Sprintf("messages the stream stored per run (its last sequence's delta: a KV delete or purge marker is one); it removed %.2f per run (acknowledged, deleted, expired, replaced), each an fsync at most: a KV value replaced by a put or expired by max age is counted, though not synced on its own", p.perRun(removedFrom(p.cost, name)))})
 	}
 }
 
