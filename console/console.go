@@ -55,9 +55,11 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/catalog"
@@ -113,10 +115,18 @@ type Console struct {
 	cmd     *api.Client
 	query   *projector.Client
 	catalog *catalog.Client
-	log     *slog.Logger
-	poll    time.Duration
-	timeout time.Duration
-	retry   time.Duration // the bound of a command's retries (WithRetry)
+	// js reads a run's legal holds (weft_holds: retention.HoldsOf), which
+	// no query answers; credentials that may not read the bucket show
+	// only what the hold forms answer.
+	js jetstream.JetStream
+	// holdsDenied is set once the console's credentials were refused the
+	// holds bucket (an operator's or a reader's: docs/security.md, "The
+	// roles"): the pages no longer ask.
+	holdsDenied atomic.Bool
+	log         *slog.Logger
+	poll        time.Duration
+	timeout     time.Duration
+	retry       time.Duration // the bound of a command's retries (WithRetry)
 
 	approver       string
 	credentialHelp string
@@ -151,6 +161,11 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 		o(c)
 	}
 	c.cmd = api.NewClient(nc, api.WithRetry(c.retry))
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	c.js = js
 	pages, err := parseTemplates()
 	if err != nil {
 		return nil, err
@@ -178,6 +193,9 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	mux.HandleFunc("POST /act/start", c.actStart)
 	mux.HandleFunc("POST /act/cancel", c.actCancel)
 	mux.HandleFunc("POST /act/pause", c.actPause)
+	mux.HandleFunc("POST /act/restart", c.actRestart)
+	mux.HandleFunc("POST /act/hold", c.actHold)
+	mux.HandleFunc("POST /act/release_hold", c.actReleaseHold)
 	// Cross-origin POSTs are refused (a page on another site cannot make
 	// the viewer's browser approve a payment here).
 	protect := http.NewCrossOriginProtection()

@@ -44,6 +44,17 @@ type runData struct {
 	// Pause is the form that pauses the run, or resumes it when it is
 	// paused (docs/semantics.md §13).
 	Pause cancelForm
+	// Restart is the form that restarts a finished run from a step
+	// (docs/semantics.md §14); Forks are the runs restarted from this one.
+	Restart restartForm
+	Forks   []projector.Fork
+	// Holds are the run's legal holds, active and released; HoldsErr is
+	// why they are not known (the forms still place and release them).
+	Holds    []holdRow
+	HoldsErr string
+	Hold     cancelForm
+	// Release is the release form's when the holds are not known.
+	Release cancelForm
 }
 
 type cancelForm struct {
@@ -203,7 +214,14 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 	}
 	v := rep.View
 	d := runData{View: v, Family: rep.FamilyStatus, FamilyDiffers: rep.FamilyStatus.Status != v.Status || len(rep.FamilyStatus.Waiting) > 0,
-		Cancel: cancelForm{CommandID: newCommandID(), Run: v.Run}, Pause: cancelForm{CommandID: newCommandID(), Run: v.Run}}
+		Cancel: cancelForm{CommandID: newCommandID(), Run: v.Run}, Pause: cancelForm{CommandID: newCommandID(), Run: v.Run},
+		Restart: newRestartForm(v), Forks: rep.Forks, Hold: cancelForm{CommandID: newCommandID(), Run: v.Run},
+		Release: cancelForm{CommandID: newCommandID(), Run: v.Run}}
+	if hs, err := c.holds(ctx, v.Run); err != nil {
+		d.HoldsErr = err.Error()
+	} else {
+		d.Holds = hs
+	}
 	if v.Outcome != nil {
 		o := *v.Outcome
 		d.Answer = answerText(o.Answer)

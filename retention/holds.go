@@ -297,6 +297,21 @@ func Holds(ctx context.Context, js jetstream.JetStream) ([]Hold, error) {
 	return out, err
 }
 
+// HoldsOf returns every hold of run (active and released), in the order
+// placed; none when the run has none or the bucket does not exist. Its
+// errors wrap the client's (a permission violation, a timeout).
+func HoldsOf(ctx context.Context, js jetstream.JetStream, run string) ([]Hold, error) {
+	kv, err := js.KeyValue(ctx, HoldsBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retention: bucket %s: %w", HoldsBucket, err)
+	}
+	v, _, err := readHolds(ctx, kv, run)
+	return v.Holds, err
+}
+
 // HoldOf returns run's first active hold (the zero Hold when it has
 // none). Its errors wrap the client's (a permission violation, a
 // timeout).

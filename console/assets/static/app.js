@@ -378,6 +378,14 @@
       p.className = "answer ok";
       p.setAttribute("role", "status");
       p.textContent = ans.message;
+      if (ans.link && form.hasAttribute("data-link")) {
+        // A form whose outcome is elsewhere (a restart's new run).
+        var open = document.createElement("a");
+        open.href = ans.link;
+        open.setAttribute("data-outcome-link", "");
+        open.textContent = "Open it";
+        p.append(" ", open);
+      }
     } else if (ans.unknown) {
       // Whether the command took effect is not known: the form keeps its
       // command id (sent again, it acts at most once); the run shows it.

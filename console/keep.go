@@ -1,0 +1,151 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/retention"
+)
+
+// restartForm is the run page's "Restart from a step" form of a finished
+// run (docs/semantics.md §14): the model turns it may restart from, 1 up
+// to the run's last turn + 1 (which continues after the whole run).
+type restartForm struct {
+	CommandID string
+	From      string
+	Turns     []int64
+	Last      int64
+}
+
+func newRestartForm(v projections.RunView) restartForm {
+	f := restartForm{CommandID: newCommandID(), From: v.Run, Last: v.Turns}
+	for t := int64(1); t <= v.Turns+1; t++ {
+		f.Turns = append(f.Turns, t)
+	}
+	return f
+}
+
+// holdRow is a legal hold of the run page, with the command id of its
+// release form.
+type holdRow struct {
+	retention.Hold
+	CommandID string
+}
+
+// holdsWait bounds the read of a run's holds on a page: the page is
+// shown without them (saying so) rather than late.
+const holdsWait = 2 * time.Second
+
+// holds reads the run's legal holds (retention.HoldsOf). The error says
+// why they are not known: never read as "the run has none".
+func (c *Console) holds(ctx context.Context, run string) ([]holdRow, error) {
+	if c.holdsDenied.Load() {
+		return nil, errors.New("the console's credentials may not read " + retention.HoldsBucket)
+	}
+	ctx, cancel := context.WithTimeout(ctx, holdsWait)
+	defer cancel()
+	hs, err := retention.HoldsOf(ctx, c.js, run)
+	if err != nil {
+		if errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			c.holdsDenied.Store(true)
+			return nil, errors.New("the console's credentials may not read " + retention.HoldsBucket)
+		}
+		return nil, err
+	}
+	out := make([]holdRow, 0, len(hs))
+	for _, h := range hs {
+		out = append(out, holdRow{Hold: h, CommandID: newCommandID()})
+	}
+	return out, nil
+}
+
+// actRestart restarts a finished run from one of its model turns as a new
+// run (weft.api.restart, docs/semantics.md §14).
+func (c *Console) actRestart(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.actCtx(r)
+	defer cancel()
+	f := r.PostForm
+	from := f.Get("from")
+	turn, err := strconv.ParseInt(f.Get("turn"), 10, 64)
+	if err != nil || turn < 1 {
+		c.respond(w, r, notSent("Choose the model turn to restart from."))
+		return
+	}
+	// As for a start: a form without a run id gets one here, so that a
+	// restart whose outcome is not known names the run to read, and the
+	// form, sent again with it and its command id, restarts at most once.
+	run := strings.TrimSpace(f.Get("run"))
+	if run == "" {
+		run = newRunID()
+	}
+	rep, err := c.cmd.Restart(ctx, api.RestartRequest{CommandID: f.Get("command_id"), Run: run, From: api.RestartFrom{Run: from, Turn: turn}})
+	if err != nil {
+		a := c.answerErr(r, err, run, "")
+		if a.Unknown {
+			a.Run = run
+		}
+		c.respond(w, r, a)
+		return
+	}
+	c.log.Info("console: restarted", "from", from, "turn", turn, "run", rep.Run)
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Restarted run " + from + " from turn " + strconv.FormatInt(turn, 10) + " as run " + rep.Run + "."})
+}
+
+// actHold places a legal hold on a run (weft.api.hold): retention keeps
+// the run and its family until it is released (docs/security.md,
+// "Retention and legal hold"). The name typed is recorded unverified.
+func (c *Console) actHold(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.actCtx(r)
+	defer cancel()
+	f := r.PostForm
+	run, reason, by := f.Get("run"), strings.TrimSpace(f.Get("reason")), strings.TrimSpace(f.Get("by"))
+	if reason == "" || by == "" {
+		c.respond(w, r, notSent("Type why the run is held and who holds it: the hold records both."))
+		return
+	}
+	rep, err := c.cmd.Hold(ctx, api.HoldRequest{CommandID: f.Get("command_id"), Run: run, Reason: reason, By: by})
+	if err != nil {
+		c.respond(w, r, c.answerErr(r, err, run, ""))
+		return
+	}
+	c.log.Info("console: held", "run", run, "hold", rep.Hold)
+	c.respond(w, r, answer{OK: true, Link: runLink(run) + "#holds", Message: "Hold " + rep.Hold + " placed on run " + run + " by " + rep.By + " (unverified): retention keeps the run and its family until it is released."})
+}
+
+// actReleaseHold releases one of a run's legal holds
+// (weft.api.release_hold).
+func (c *Console) actReleaseHold(w http.ResponseWriter, r *http.Request) {
+	if !c.form(w, r) {
+		return
+	}
+	ctx, cancel := c.actCtx(r)
+	defer cancel()
+	f := r.PostForm
+	run, hold, reason, by := f.Get("run"), strings.TrimSpace(f.Get("hold")), strings.TrimSpace(f.Get("reason")), strings.TrimSpace(f.Get("by"))
+	if reason == "" || by == "" {
+		c.respond(w, r, notSent("Type why the hold is released and who releases it: the release records both."))
+		return
+	}
+	rep, err := c.cmd.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: f.Get("command_id"), Run: run, Hold: hold, Reason: reason, By: by})
+	if err != nil {
+		c.respond(w, r, c.answerErr(r, err, run, ""))
+		return
+	}
+	c.log.Info("console: released hold", "run", run, "hold", rep.Hold)
+	c.respond(w, r, answer{OK: true, Link: runLink(run) + "#holds", Message: "Hold " + rep.Hold + " of run " + run + " released by " + by + " (unverified)."})
+}
