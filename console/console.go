@@ -123,10 +123,13 @@ type Console struct {
 	// holds bucket (an operator's or a reader's: docs/security.md, "The
 	// roles"): the pages no longer ask.
 	holdsDenied atomic.Bool
-	log         *slog.Logger
-	poll        time.Duration
-	timeout     time.Duration
-	retry       time.Duration // the bound of a command's retries (WithRetry)
+	// violations ends a read the server refused at once (its permission
+	// violation), instead of at its deadline.
+	violations *api.Violations
+	log        *slog.Logger
+	poll       time.Duration
+	timeout    time.Duration
+	retry      time.Duration // the bound of a command's retries (WithRetry)
 
 	approver       string
 	credentialHelp string
@@ -166,6 +169,7 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 		return nil, err
 	}
 	c.js = js
+	c.violations = api.WatchViolations(nc)
 	pages, err := parseTemplates()
 	if err != nil {
 		return nil, err

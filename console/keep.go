@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/projections"
@@ -53,9 +52,14 @@ func (c *Console) holds(ctx context.Context, run string) ([]holdRow, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, holdsWait)
 	defer cancel()
+	// A refused read ends at the server's refusal, not at holdsWait.
+	ctx, stop := c.violations.Watch(ctx, func(_, subject string) bool {
+		return api.JetStreamSubject(subject) && strings.Contains(subject, retention.HoldsBucket)
+	})
+	defer stop()
 	hs, err := retention.HoldsOf(ctx, c.js, run)
 	if err != nil {
-		if errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		if api.DeniedBy(ctx) != nil || errors.Is(err, nats.ErrPermissionViolation) {
 			c.holdsDenied.Store(true)
 			return nil, errors.New("the console's credentials may not read " + retention.HoldsBucket)
 		}

@@ -1,0 +1,194 @@
+package console_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go/jetstream"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/retention"
+)
+
+// TestSemantics14_RestartFromTurnOneOnTheRunPage: on a finished run's
+// page, Restart from a step with turn 1 starts a new run whose view
+// carries forked_from = the finished run, turn 1 (docs/semantics.md §14);
+// the answer links the new run, whose page links its parent, and the
+// parent's page lists it.
+func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "rs-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	do(t, ctx, "restart from turn 1", chromedp.Navigate(s.consoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
+		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"),
+		typeIn(`#r-run`, "rs-8b"),
+		chromedp.Click(chromedp.CSS(`#restart-form button[type=submit]`)),
+		waitJS(`(document.querySelector("#restart-form [data-result]")||{}).textContent.includes("Restarted run rs-8 from turn 1 as run rs-8b.")`))
+	if href := js[string](t, ctx, `document.querySelector("#restart-form [data-outcome-link]").getAttribute("href")`); href != "/runs/rs-8b" {
+		t.Errorf("the answer links %q, want /runs/rs-8b", href)
+	}
+	v := s.waitStatus(t, "rs-8b", "finished")
+	if v.ForkedFrom == nil || v.ForkedFrom.Run != "rs-8" || v.ForkedFrom.Turn != 1 {
+		t.Fatalf("the new run's forked_from: %+v, want run rs-8 turn 1", v.ForkedFrom)
+	}
+	do(t, ctx, "the new run links its parent", chromedp.Navigate(s.consoleURL+"/runs/rs-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-forked-from a[href="/runs/rs-8"]`)))
+	// The parent's forks come from the projector's index of forked_from,
+	// which may follow the new run's view by a moment.
+	s.waitFork(t, "rs-8", "rs-8b")
+	do(t, ctx, "the parent lists its restart", chromedp.Navigate(s.consoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#forks li[data-fork="rs-8b"] a[href="/runs/rs-8b"]`)))
+}
+
+// TestSemantics14_ARestartRefusedUncertainActionsNamesTheAction: a
+// finished run whose payment was recorded as unconfirmed (an open
+// question) restarted after it is refused uncertain_actions
+// (docs/semantics.md §14): the form shows the code and names the action,
+// and no run is started.
+func TestSemantics14_ARestartRefusedUncertainActionsNamesTheAction(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "ru-13", "pay invoice INV-13", "suspended")
+	s.unconfirmedByAPI(t, "ru-13", "asking the bank")
+	v := s.waitStatus(t, "ru-13", "finished")
+	after := strconv.FormatInt(v.Turns+1, 10)
+	ctx := tab(t)
+	do(t, ctx, "restart after the whole run", chromedp.Navigate(s.consoleURL+"/runs/ru-13"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
+		chromedp.SetValue(chromedp.CSS(`#r-turn`), after),
+		typeIn(`#r-run`, "ru-13b"),
+		chromedp.Click(chromedp.CSS(`#restart-form button[type=submit]`)),
+		waitJS(`!!document.querySelector("#restart-form [data-result] code.code")`))
+	if code := js[string](t, ctx, `document.querySelector("#restart-form [data-result] code.code").textContent`); code != string(weft.CodeUncertainActions) {
+		t.Errorf("the refusal shows code %q, want uncertain_actions", code)
+	}
+	if text := js[string](t, ctx, `document.querySelector("#restart-form [data-result]").textContent`); !strings.Contains(text, "2/call_2_1") {
+		t.Errorf("the refusal %q does not name the uncertain action 2/call_2_1", text)
+	}
+	qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.query.Run(qctx, "ru-13b"); !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
+		t.Errorf("the refused restart's run: %v, want unknown_run", err)
+	}
+}
+
+// TestRetentionHoldPlacedAndReleasedFromTheRunPage: "Place a legal hold"
+// places one (docs/security.md, "Retention and legal hold"): the page
+// lists it as active with who and why, and its Release releases it, after
+// which the page lists it released and the run has no active hold.
+func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "hl-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	do(t, ctx, "place a hold", chromedp.Navigate(s.consoleURL+"/runs/hl-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-none`)),
+		typeIn(`#h-reason`, "litigation L-7"),
+		typeIn(`#h-by`, "carol"),
+		chromedp.Click(chromedp.CSS(`#hold-form button[type=submit]`)),
+		waitJS(`(document.querySelector("#hold-form [data-result]")||{}).textContent.includes("Hold h1 placed on run hl-8 by carol")`))
+	do(t, ctx, "the page lists it", chromedp.Navigate(s.consoleURL+"/runs/hl-8"), chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=true]`)))
+	if text := get(t, ctx, "hold", chromedp.Text(chromedp.CSS(`#holds li[data-hold=h1]`))); !strings.Contains(text, "carol") || !strings.Contains(text, "litigation L-7") {
+		t.Errorf("the hold shows %q, want who and why", text)
+	}
+	if hs := s.holds(t, "hl-8"); len(hs) != 1 || !hs[0].Active() {
+		t.Fatalf("holds after placing: %+v", hs)
+	}
+	do(t, ctx, "release it",
+		typeIn(`#rh-h1-reason`, "settled"),
+		typeIn(`#rh-h1-by`, "dave"),
+		chromedp.Click(chromedp.CSS(`#holds li[data-hold=h1] button[type=submit]`)),
+		waitJS(`(document.querySelector("#holds li[data-hold=h1] [data-result]")||{}).textContent.includes("Hold h1 of run hl-8 released")`))
+	do(t, ctx, "the page lists it released", chromedp.Navigate(s.consoleURL+"/runs/hl-8"), chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=false]`)))
+	if n := js[int](t, ctx, `document.querySelectorAll("#holds li[data-active=true]").length`); n != 0 {
+		t.Errorf("%d active holds shown after the release", n)
+	}
+	if hs := s.holds(t, "hl-8"); len(hs) != 1 || hs[0].Active() || hs[0].Released.By != "dave" {
+		t.Fatalf("holds after the release: %+v", hs)
+	}
+}
+
+// TestRetentionAHoldIsIdempotentByCommandID: the hold form sent twice
+// before its first answer (a double click) sends one command id, and the
+// run gets one hold (docs/security.md, "Retention and legal hold": a
+// retry with the same command id answers the same hold).
+func TestRetentionAHoldIsIdempotentByCommandID(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "hd2-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	do(t, ctx, "place a hold twice at once", chromedp.Navigate(s.consoleURL+"/runs/hd2-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-none`)),
+		typeIn(`#h-reason`, "audit A-2"),
+		typeIn(`#h-by`, "erin"))
+	// Both submits leave before either answer: the second is what a
+	// second click sends while the first is in flight.
+	if !js[bool](t, ctx, `(() => { const f = document.getElementById("hold-form"); f.requestSubmit(); f.requestSubmit(); return f.dataset.busy === "2" })()`) {
+		t.Fatal("the two submits were not both in flight")
+	}
+	do(t, ctx, "both answered", waitJS(`(() => { const f = document.getElementById("hold-form"); return !f.dataset.busy && f.querySelector("[data-result]").textContent.includes(" placed on run hd2-8") })()`))
+	if hs := s.holds(t, "hd2-8"); len(hs) != 1 || !hs[0].Active() {
+		t.Fatalf("holds after a double submit: %+v, want one active hold", hs)
+	}
+	do(t, ctx, "the page lists one", chromedp.Navigate(s.consoleURL+"/runs/hd2-8"), chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1]`)))
+	if n := js[int](t, ctx, `document.querySelectorAll("#holds li[data-hold]").length`); n != 1 {
+		t.Errorf("the page lists %d holds, want 1", n)
+	}
+}
+
+// holds reads the run's legal holds from weft_holds.
+func (s *stack) holds(t *testing.T, run string) []retention.Hold {
+	t.Helper()
+	jsc, err := jetstream.New(s.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hs, err := retention.HoldsOf(ctx, jsc, run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+// waitFork waits (45 s at most) until the run's query lists fork among
+// its restarts.
+func (s *stack) waitFork(t *testing.T, run, fork string) {
+	t.Helper()
+	deadline := time.Now().Add(45 * time.Second)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rep, err := s.query.RunFamily(ctx, run)
+		cancel()
+		if err == nil && slices.ContainsFunc(rep.Forks, func(f projector.Fork) bool { return f.Run == fork }) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("run %s never listed its restart %s", run, fork)
+}
+
+// TestRetentionTheOperatorsConsoleSaysHoldsAreNotKnown: with roles, the
+// console connects as the operator, which may neither read weft_holds nor
+// place a hold (docs/security.md, "Retention and legal hold": only the
+// custodian may): the run page says the holds are not known — never that
+// the run has none — and its hold form shows the refusal's code.
+func TestRetentionTheOperatorsConsoleSaysHoldsAreNotKnown(t *testing.T) {
+	s := secureStack(t)
+	s.start(t, "sh-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	do(t, ctx, "place a hold as the operator", chromedp.Navigate(s.consoleURL+"/runs/sh-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-unknown`)),
+		typeIn(`#h-reason`, "litigation L-9"),
+		typeIn(`#h-by`, "carol"),
+		chromedp.Click(chromedp.CSS(`#hold-form button[type=submit]`)),
+		waitJS(`!!document.querySelector("#hold-form [data-result] code.code")`))
+	if text := get(t, ctx, "holds unknown", chromedp.Text(chromedp.CSS(`#holds-unknown`))); !strings.Contains(text, "may not read weft_holds") {
+		t.Errorf("the page says %q, want that the console's credentials may not read weft_holds", text)
+	}
+	if n := js[int](t, ctx, `document.querySelectorAll("#holds-none").length`); n != 0 {
+		t.Error("the page says the run has no hold while it cannot read them")
+	}
+	if code := js[string](t, ctx, `document.querySelector("#hold-form [data-result] code.code").textContent`); code != string(weft.CodePermissionDenied) {
+		t.Errorf("the operator's hold shows code %q, want permission_denied", code)
+	}
+}
