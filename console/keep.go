@@ -17,16 +17,20 @@ import (
 
 // restartForm is the run page's "Restart from a step" form of a finished
 // run (docs/semantics.md §14): the model turns it may restart from, 1 up
-// to the run's last turn + 1 (which continues after the whole run).
+// to the run's last turn + 1 (which continues after the whole run). Run
+// is the new run's id chosen when the form is rendered: every send of one
+// form with no run id typed names this one run, so that two sends in
+// flight (a double click) restart once.
 type restartForm struct {
 	CommandID string
+	Run       string
 	From      string
 	Turns     []int64
 	Last      int64
 }
 
 func newRestartForm(v projections.RunView) restartForm {
-	f := restartForm{CommandID: newCommandID(), From: v.Run, Last: v.Turns}
+	f := restartForm{CommandID: newCommandID(), Run: newRunID(), From: v.Run, Last: v.Turns}
 	for t := int64(1); t <= v.Turns+1; t++ {
 		f.Turns = append(f.Turns, t)
 	}
@@ -87,10 +91,15 @@ func (c *Console) actRestart(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Choose the model turn to restart from."))
 		return
 	}
-	// As for a start: a form without a run id gets one here, so that a
-	// restart whose outcome is not known names the run to read, and the
-	// form, sent again with it and its command id, restarts at most once.
+	// A form without a run id typed sends the one chosen when it was
+	// rendered (default_run): every send of the form, two in flight
+	// included, names one run, so that with its command id it restarts at
+	// most once. A request without either gets one here, named in an
+	// answer whose outcome is not known.
 	run := strings.TrimSpace(f.Get("run"))
+	if run == "" {
+		run = strings.TrimSpace(f.Get("default_run"))
+	}
 	if run == "" {
 		run = newRunID()
 	}

@@ -45,6 +45,43 @@ func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 	do(t, ctx, "the parent lists its restart", chromedp.Navigate(s.consoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#forks li[data-fork="rs-8b"] a[href="/runs/rs-8b"]`)))
 }
 
+// TestSemantics14_ARestartSentTwiceAtOnceStartsOneRun: the restart form,
+// with no run id typed, sent twice before its first answer (a double
+// click) names one new run in both sends, so with its one command id it
+// restarts once (docs/semantics.md §14): both answers name the same run,
+// and the parent lists exactly one restart.
+func TestSemantics14_ARestartSentTwiceAtOnceStartsOneRun(t *testing.T) {
+	s := devStack(t)
+	s.start(t, "rd-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/rd-8"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
+		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"))
+	// Each answer replaces the result's text: record every answer's link.
+	if !js[bool](t, ctx, `(() => {
+		const f = document.getElementById("restart-form"), fetch0 = window.fetch;
+		window.restartAnswers = [];
+		window.fetch = (...a) => fetch0(...a).then(r => { r.clone().json().then(j => window.restartAnswers.push(j.link || JSON.stringify(j))); return r; });
+		f.requestSubmit(); f.requestSubmit();
+		return f.dataset.busy === "2" })()`) {
+		t.Fatal("the two submits were not both in flight")
+	}
+	do(t, ctx, "both answered", waitJS(`(() => { const f = document.getElementById("restart-form"); return !f.dataset.busy && window.restartAnswers.length === 2 })()`))
+	links := js[[]string](t, ctx, `window.restartAnswers`)
+	if len(links) != 2 || links[0] != links[1] || !strings.HasPrefix(links[0], "/runs/") {
+		t.Fatalf("the two answers link %q, want one new run", links)
+	}
+	s.waitFork(t, "rd-8", strings.TrimPrefix(links[0], "/runs/"))
+	qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rep, err := s.query.RunFamily(qctx, "rd-8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Forks) != 1 {
+		t.Errorf("the parent lists the restarts %+v, want one", rep.Forks)
+	}
+}
+
 // TestSemantics14_ARestartRefusedUncertainActionsNamesTheAction: a
 // finished run whose payment was recorded as unconfirmed (an open
 // question) restarted after it is refused uncertain_actions
