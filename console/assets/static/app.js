@@ -524,6 +524,10 @@
         notice(ans.message, ans.link);
       } else if (ans.unknown) {
         // Keep the command id; a start keeps the run id the console chose.
+        // The form stays as it is (with its answer) across live refreshes:
+        // one rendered again would carry a new command id and run id, and
+        // a restart sent with them would be a second run.
+        form.dataset.unknown = "1";
         var run = form.querySelector("input[name=run]");
         if (run && ans.run) run.value = ans.run;
       } else {
@@ -548,13 +552,13 @@
   // ---- live regions ----
   // busy reports whether the viewer is working in el: focus in a field or
   // anywhere in a card (a linked card, its Copy link), a form typed into,
-  // in flight, or showing a refusal.
+  // in flight, or showing a refusal or an answer not known.
   function busy(el) {
     var a = document.activeElement;
     if (a && a !== document.body && el.contains(a) &&
         (/^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) || (a.closest && a.closest("[data-key]")))) return true;
     // A form answered here (data-done) stays with its answer until reload.
-    var sel = "form[data-dirty], form[data-busy], form[data-refused], form[data-done]";
+    var sel = "form[data-dirty], form[data-busy], form[data-refused], form[data-done], form[data-unknown]";
     return !!el.querySelector(sel) || (el.matches && el.matches(sel));
   }
 
