@@ -115,7 +115,8 @@ func TestSemantics14_ARestartRefusedUncertainActionsNamesTheAction(t *testing.T)
 // TestRetentionHoldPlacedAndReleasedFromTheRunPage: "Place a legal hold"
 // places one (docs/security.md, "Retention and legal hold"): the page
 // lists it as active with who and why, and its Release releases it, after
-// which the page lists it released and the run has no active hold.
+// which the page lists it released and the run has no active hold. The
+// list is read again after each answer, without a reload.
 func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
 	s := devStack(t)
 	s.start(t, "hl-8", "pay invoice INV-8", "finished")
@@ -125,7 +126,12 @@ func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
 		typeIn(`#h-by`, "carol"),
 		chromedp.Click(chromedp.CSS(`#hold-form button[type=submit]`)),
 		waitJS(`(document.querySelector("#hold-form [data-result]")||{}).textContent.includes("Hold h1 placed on run hl-8 by carol")`))
-	do(t, ctx, "the page lists it", chromedp.Navigate(s.consoleURL+"/runs/hl-8"), chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=true]`)))
+	// The list is read again after the answer, without a reload: it no
+	// longer says the run has no hold.
+	do(t, ctx, "the page lists it", chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=true]`)))
+	if n := js[int](t, ctx, `document.querySelectorAll("#holds-none").length`); n != 0 {
+		t.Error("after the hold was placed the page still says the run has no hold")
+	}
 	if text := get(t, ctx, "hold", chromedp.Text(chromedp.CSS(`#holds li[data-hold=h1]`))); !strings.Contains(text, "carol") || !strings.Contains(text, "litigation L-7") {
 		t.Errorf("the hold shows %q, want who and why", text)
 	}
@@ -136,8 +142,11 @@ func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
 		typeIn(`#rh-h1-reason`, "settled"),
 		typeIn(`#rh-h1-by`, "dave"),
 		chromedp.Click(chromedp.CSS(`#holds li[data-hold=h1] button[type=submit]`)),
-		waitJS(`(document.querySelector("#holds li[data-hold=h1] [data-result]")||{}).textContent.includes("Hold h1 of run hl-8 released")`))
-	do(t, ctx, "the page lists it released", chromedp.Navigate(s.consoleURL+"/runs/hl-8"), chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=false]`)))
+		waitJS(`document.getElementById("notices").textContent.includes("Hold h1 of run hl-8 released by dave")`))
+	do(t, ctx, "the page lists it released", chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=false]`)))
+	if text := get(t, ctx, "released hold", chromedp.Text(chromedp.CSS(`#holds li[data-hold=h1]`))); !strings.Contains(text, "released by dave") {
+		t.Errorf("the released hold shows %q, want who released it", text)
+	}
 	if n := js[int](t, ctx, `document.querySelectorAll("#holds li[data-active=true]").length`); n != 0 {
 		t.Errorf("%d active holds shown after the release", n)
 	}

@@ -522,6 +522,9 @@
         form.dataset.done = "1";
         form.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
         notice(ans.message, ans.link);
+        // Holds are not run events (no live change comes): the list is
+        // read again after the viewer's own place or release.
+        if (form.closest("#holds")) refreshHolds();
       } else if (ans.unknown) {
         // Keep the command id; a start keeps the run id the console chose.
         // The form stays as it is (with its answer) across live refreshes:
@@ -541,6 +544,29 @@
       var n = Number(form.dataset.busy || 1) - 1;
       if (n > 0) { form.dataset.busy = String(n); } else { delete form.dataset.busy; form.removeAttribute("aria-busy"); }
     });
+  }
+
+  // refreshHolds reads the run page again and replaces its list of legal
+  // holds, keeping an active hold's row whose release form is being typed
+  // into or sent.
+  function refreshHolds() {
+    fetch(location.href, { credentials: "same-origin" })
+      .then(function (r) { return r.text(); })
+      .then(function (html) {
+        var old = document.getElementById("holds-list");
+        var neu = new DOMParser().parseFromString(html, "text/html").getElementById("holds-list");
+        if (!old || !neu) return;
+        var olds = {};
+        old.querySelectorAll("li[data-hold]").forEach(function (li) { olds[li.dataset.hold] = li; });
+        var fresh = document.importNode(neu, true);
+        fresh.querySelectorAll("li[data-hold]").forEach(function (li) {
+          var o = olds[li.dataset.hold];
+          if (o && li.dataset.active === "true" && o.querySelector("form[data-dirty], form[data-busy], form[data-refused], form[data-unknown]")) li.replaceWith(o);
+        });
+        old.replaceWith(fresh);
+        enhance(fresh);
+      })
+      .catch(function () {});
   }
 
   function enhance(root) {
