@@ -217,7 +217,12 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 		Cancel: cancelForm{CommandID: newCommandID(), Run: v.Run}, Pause: cancelForm{CommandID: newCommandID(), Run: v.Run},
 		Restart: newRestartForm(v), Forks: rep.Forks, Hold: cancelForm{CommandID: newCommandID(), Run: v.Run},
 		Release: cancelForm{CommandID: newCommandID(), Run: v.Run}}
-	if hs, err := c.holds(ctx, v.Run); err != nil {
+	// A live refresh replaces only the live regions, and the holds are
+	// not one (they change only through the page's own forms, after
+	// which app.js reads the page again): it does not read them.
+	if r.Header.Get("X-Weft-Live") != "" {
+		d.HoldsErr = "not read on a live refresh"
+	} else if hs, err := c.holds(ctx, v.Run); err != nil {
 		d.HoldsErr = err.Error()
 	} else {
 		d.Holds = hs
