@@ -16,11 +16,12 @@ import (
 )
 
 // restartForm is the run page's "Restart from a step" form of a finished
-// run (docs/semantics.md §14): the model turns it may restart from, 1 up
-// to the run's last turn + 1 (which continues after the whole run). Run
-// is the new run's id chosen when the form is rendered: every send of one
-// form with no run id typed names this one run, so that two sends in
-// flight (a double click) restart once.
+// run (docs/semantics.md §14): the model turns it may restart from, its
+// first own turn (1, or a restarted run's fork point) up to its last
+// turn + 1 (which continues after the whole run). Run is the new run's id
+// chosen when the form is rendered: every send of one form with no run id
+// typed names this one run, so that two sends in flight (a double click)
+// restart once.
 type restartForm struct {
 	CommandID string
 	Run       string
@@ -31,7 +32,14 @@ type restartForm struct {
 
 func newRestartForm(v projections.RunView) restartForm {
 	f := restartForm{CommandID: newCommandID(), Run: newRunID(), From: v.Run, Last: v.Turns}
-	for t := int64(1); t <= v.Turns+1; t++ {
+	// A restarted run's turns continue its parent's numbering, and a turn
+	// before its own fork point is refused wrong_reference (its log has
+	// no such turn, docs/semantics.md §14): it offers none.
+	first := int64(1)
+	if v.ForkedFrom != nil && v.ForkedFrom.Turn > first {
+		first = v.ForkedFrom.Turn
+	}
+	for t := first; t <= v.Turns+1; t++ {
 		f.Turns = append(f.Turns, t)
 	}
 	return f
