@@ -316,15 +316,8 @@ func HoldsOf(ctx context.Context, js jetstream.JetStream, run string) ([]Hold, e
 // none). Its errors wrap the client's (a permission violation, a
 // timeout).
 func HoldOf(ctx context.Context, js jetstream.JetStream, run string) (Hold, error) {
-	kv, err := js.KeyValue(ctx, HoldsBucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return Hold{}, nil
-	}
-	if err != nil {
-		return Hold{}, fmt.Errorf("retention: bucket %s: %w", HoldsBucket, err)
-	}
-	v, _, err := readHolds(ctx, kv, run)
-	return v.active(), err
+	hs, err := HoldsOf(ctx, js, run)
+	return runHolds{Run: run, Holds: hs}.active(), err
 }
 
 // takeForPurge is a purge's hold check of run: by compare-and-set on the

@@ -779,3 +779,52 @@ func TestRetentionInterruptedPurgeCompletesOnlyTheRunsItChose(t *testing.T) {
 		t.Fatalf("the live fork pc's log: head %+v, want version 3", h)
 	}
 }
+
+// TestRetentionHoldsOfListsARunsHoldsInOrder (docs/security.md,
+// "Retention and legal hold"): HoldsOf answers none without the bucket or
+// the run's key, a run's holds in the order placed with a released one
+// still listed, and a value written before a run could hold several (one
+// Hold) as that hold, h1; HoldOf answers the first active one.
+func TestRetentionHoldsOfListsARunsHoldsInOrder(t *testing.T) {
+	s := deployment(t)
+	ctx := context.Background()
+	if hs, err := HoldsOf(ctx, s.JS, "old"); err != nil || hs != nil {
+		t.Fatalf("without the bucket: %+v %v, want none", hs, err)
+	}
+	appendAt(t, s, "old", t0, finished("old")...)
+	a, err := Place(ctx, s.JS, "", "old", "legal A", "dispute D-17", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Place(ctx, s.JS, "", "old", "legal B", "subpoena S-3", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReleaseHold(ctx, s.JS, "", "old", a.ID, "legal A", "D-17 settled", now); err != nil {
+		t.Fatal(err)
+	}
+	hs, err := HoldsOf(ctx, s.JS, "old")
+	if err != nil || len(hs) != 2 || hs[0].ID != a.ID || hs[0].Active() || hs[0].Released.By != "legal A" || hs[1].ID != b.ID || !hs[1].Active() {
+		t.Fatalf("two holds, the first released: %+v %v", hs, err)
+	}
+	if h, err := HoldOf(ctx, s.JS, "old"); err != nil || h.ID != b.ID {
+		t.Fatalf("HoldOf: %+v %v, want the active %s", h, err, b.ID)
+	}
+	if hs, err := HoldsOf(ctx, s.JS, "other"); err != nil || len(hs) != 0 {
+		t.Fatalf("a run without a key: %+v %v, want none", hs, err)
+	}
+	kv, err := s.JS.KeyValue(ctx, HoldsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "legacy", []byte(`{"run":"legacy","by":"legal C","reason":"audit","at":"2026-01-01T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	hs, err = HoldsOf(ctx, s.JS, "legacy")
+	if err != nil || len(hs) != 1 || hs[0].ID != "h1" || hs[0].By != "legal C" || !hs[0].Active() {
+		t.Fatalf("the single-hold value: %+v %v, want h1 by legal C, active", hs, err)
+	}
+	if h, err := HoldOf(ctx, s.JS, "legacy"); err != nil || h.ID != "h1" {
+		t.Fatalf("HoldOf of the single-hold value: %+v %v", h, err)
+	}
+}
