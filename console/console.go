@@ -149,7 +149,11 @@ type Console struct {
 	watches watches
 }
 
-// New returns a console that talks to Weft over nc.
+// New returns a console that talks to Weft over nc. It sets nc's error
+// handler to one that watches permission violations (api.WatchViolations)
+// and calls the handler nc had before: each New over one connection
+// installs another, and a later nc.SetErrorHandler drops it (a refused
+// read of weft_holds then ends at holdsWait, not at the refusal).
 func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	c := &Console{
 		query:    projector.NewClient(nc),

@@ -46,10 +46,10 @@ func newRestartForm(v projections.RunView) restartForm {
 }
 
 // holdRow is a legal hold of the run page, with the command id of its
-// release form.
+// release form (Hold.CommandID is the command that placed it).
 type holdRow struct {
 	retention.Hold
-	CommandID string
+	ReleaseCommandID string
 }
 
 // holdsWait bounds the read of a run's holds on a page: the page is
@@ -79,7 +79,7 @@ func (c *Console) holds(ctx context.Context, run string) ([]holdRow, error) {
 	}
 	out := make([]holdRow, 0, len(hs))
 	for _, h := range hs {
-		out = append(out, holdRow{Hold: h, CommandID: newCommandID()})
+		out = append(out, holdRow{Hold: h, ReleaseCommandID: newCommandID()})
 	}
 	return out, nil
 }
