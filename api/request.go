@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/internal/inboxcheck"
 )
 
 // permissionCheckWait bounds the round trip that asks the server whether
@@ -89,8 +90,8 @@ func denied(last, before error, subject, inbox string) error {
 	switch {
 	case strings.Contains(msg, strings.ToLower(`publish to "`+subject+`"`)):
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to publish to %s", subject)}
-	case strings.Contains(msg, strings.ToLower(`subscription to "`+inbox+`"`)):
-		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to subscribe to its reply inbox %s (set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", inbox)}
+	case inboxcheck.Refuses(last, before, inbox):
+		return &weft.Error{Code: weft.CodePermissionDenied, Message: (&inboxcheck.Refused{Inbox: inbox}).Error()}
 	}
 	return nil
 }

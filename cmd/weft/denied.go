@@ -140,7 +140,7 @@ func sendsCommands(name string) bool {
 // connections a publish: a KV or stream call it refused is not answered.
 // The refusal ends the command at once (endsCommand), and a call that
 // failed because it ended is the refusal's permission_denied; a call the
-// server refused that no watch ended (a subscription) fails as
+// server refused that no watch ended (a command that sends commands is not watched) fails as
 // unavailable once its wait ends, though the server said why, and is
 // mapped the same way. Only these symptoms are mapped — a failure by the
 // command's end or by a wait that ended (waitEnded) — so an outage of
