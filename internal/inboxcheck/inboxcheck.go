@@ -30,6 +30,7 @@ type Refused struct {
 	Inbox string
 }
 
+// Error says which inbox the server refused and how to set another.
 func (e *Refused) Error() string {
 	return fmt.Sprintf("the NATS server refused this connection's user permission to subscribe to its reply inbox %s (set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", e.Inbox)
 }
