@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats.go"
 
@@ -29,6 +32,12 @@ const permissionCheckWait = 10 * time.Second
 // A subject without responders is nats.ErrNoResponders, as for
 // RequestWithContext.
 //
+// The first request over a connection first asks the server whether it
+// refuses the connection's reply inbox (internal/inboxcheck: one round
+// trip per connection): a request whose reply subscription is refused
+// would still be published, and carried out, while its sender is told
+// permission_denied. Refused, nothing is published.
+//
 // The requests a person's client makes go through it (the command API,
 // the queries, the catalog), so that the CLI, package client, the console
 // and weft mcp serve all answer permission_denied (docs/protocol.md)
@@ -36,6 +45,9 @@ const permissionCheckWait = 10 * time.Second
 // report it could not deliver and sends it again until a runner answers,
 // which a permission refusal must not stop.
 func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
+	if err := checkInbox(ctx, nc); err != nil {
+		return nil, err
+	}
 	before := nc.LastError()
 	inbox := nc.NewInbox()
 	replies := make(chan *nats.Msg, 1)
@@ -76,6 +88,33 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// inboxesChecked holds the connections whose reply inbox the server did
+// not refuse (checkInbox), weakly: an entry goes with its connection.
+var inboxesChecked sync.Map // weak.Pointer[nats.Conn] -> struct{}
+
+// checkInbox asks the server once per connection whether it refuses the
+// connection's reply inbox (inboxcheck.Verdict): permission_denied naming
+// the inbox when it does. A connection the server answered for is not
+// asked again; one it did not answer for (ctx ended first) is asked by the
+// next request.
+func checkInbox(ctx context.Context, nc *nats.Conn) error {
+	k := weak.Make(nc)
+	if _, ok := inboxesChecked.Load(k); ok {
+		return nil
+	}
+	refused, answered := inboxcheck.Verdict(ctx, nc)
+	switch {
+	case refused != nil:
+		return &weft.Error{Code: weft.CodePermissionDenied, Message: refused.Error()}
+	case !answered:
+		return nil // no verdict: the request goes as before; the next asks again
+	}
+	if _, loaded := inboxesChecked.LoadOrStore(k, struct{}{}); !loaded {
+		runtime.AddCleanup(nc, func(k weak.Pointer[nats.Conn]) { inboxesChecked.Delete(k) }, k)
+	}
+	return nil
 }
 
 // denied is the permission_denied of the server's refusal to let this

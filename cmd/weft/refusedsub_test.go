@@ -81,3 +81,50 @@ func TestRefusedSubscriptionsAreNotAllowedAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestARequestWhoseInboxIsRefusedSendsNothing (docs/protocol.md,
+// permission_denied: "nothing reached Weft"): the operator, on an
+// application's own connection with an inbox prefix its permissions do
+// not allow, sends a start through the command API: it is answered
+// permission_denied naming the reply inbox, and the start was not
+// published — a runner would otherwise apply a command whose sender was
+// told it was refused. A subscriber on weft.api.start (the runner's
+// credentials) receives nothing; on the old code it received the start.
+func TestARequestWhoseInboxIsRefusedSendsNothing(t *testing.T) {
+	s, auth := secureRoles(t)
+	creds, err := auth.Write(roles.Operator, api.Queue{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen, err := s.Conn.SubscribeSync(api.SubjectPrefix + api.EndpointStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = seen.Unsubscribe() }()
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const prefix = "_INBOX.nobody"
+	nc, err := nats.Connect(s.URL, nats.UserCredentials(creds), nats.CustomInboxPrefix(prefix), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithDeadline(context.Background(), callDeadline(t))
+	defer cancel()
+	_, err = api.NewClient(nc, api.WithRetry(0)).Start(ctx, api.StartRequest{Run: "pay-99", Agent: "payment-desk", Input: "pay invoice INV-99"})
+	if !errors.Is(err, &weft.Error{Code: weft.CodePermissionDenied}) || !strings.Contains(err.Error(), "reply inbox "+prefix+".") {
+		t.Fatalf("a start with a refused reply inbox: %v, want permission_denied naming the inbox", err)
+	}
+	// The operator's connection has done all it will: once the runner's
+	// connection has a PONG, anything the start published is delivered.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := seen.Pending(); err != nil || n != 0 {
+		t.Fatalf("the start was published (%d message(s) on %s, %v) though its sender was told permission_denied", n, api.SubjectPrefix+api.EndpointStart, err)
+	}
+}

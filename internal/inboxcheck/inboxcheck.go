@@ -44,11 +44,20 @@ func (e *Refused) Unwrap() error { return nats.ErrPermissionViolation }
 // (or, without a deadline, ten seconds) ended — the calls then fail as
 // they would have.
 func Check(ctx context.Context, nc *nats.Conn) error {
+	if r, _ := Verdict(ctx, nc); r != nil {
+		return r
+	}
+	return nil
+}
+
+// Verdict is Check that also says whether the server answered (answered
+// false: no verdict before ctx ended, and refused is nil).
+func Verdict(ctx context.Context, nc *nats.Conn) (refused *Refused, answered bool) {
 	before := nc.LastError()
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if _, ok := ctx.Deadline(); !ok {
@@ -57,12 +66,12 @@ func Check(ctx context.Context, nc *nats.Conn) error {
 		defer cancel()
 	}
 	if nc.FlushWithContext(ctx) != nil {
-		return nil
+		return nil, false
 	}
 	if Refuses(nc.LastError(), before, inbox) {
-		return &Refused{Inbox: inbox}
+		return &Refused{Inbox: inbox}, true
 	}
-	return nil
+	return nil, true
 }
 
 // Refuses reports whether last, a connection's last error, is the
