@@ -608,14 +608,34 @@ const TimerRestartCap = 16 * time.Second
 // expiry, a timeout of a run nobody holds — waiting for ever
 // (docs/semantics.md §8: pending work is retried, never dropped).
 func (r *Runner) consumeTimers(ctx context.Context) {
-	back := backoff.New(time.Second, TimerRestartCap)
+	consumeAgain(ctx, backoff.New(time.Second, TimerRestartCap), r.timers.Consume, r.timerFired,
+		func(err error, d time.Duration) {
+			r.log.Error("timer consumer stopped; starting it again", "err", err, "pause", d)
+		})
+}
+
+// consumeAgain runs consume with fn until ctx ends, pausing as back says
+// after each stop (told to pause) before it starts it again. A consume
+// that delivered a firing worked: the pause after it starts again from
+// back's first, so a consumer that failed for a while at start and ran
+// for hours does not wait the longest pause after its next stop.
+func consumeAgain(ctx context.Context, back *backoff.Backoff,
+	consume func(context.Context, func(context.Context, timer.Fired) error) error,
+	fn func(context.Context, timer.Fired) error, pause func(error, time.Duration)) {
 	for {
-		err := r.timers.Consume(ctx, r.timerFired)
+		var delivered atomic.Bool
+		err := consume(ctx, func(ctx context.Context, f timer.Fired) error {
+			delivered.Store(true)
+			return fn(ctx, f)
+		})
 		if ctx.Err() != nil {
 			return
 		}
+		if delivered.Load() {
+			back.Reset()
+		}
 		d := back.Next()
-		r.log.Error("timer consumer stopped; starting it again", "err", err, "pause", d)
+		pause(err, d)
 		if backoff.Sleep(ctx, d) != nil {
 			return
 		}
