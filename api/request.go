@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
-	"sync"
 	"time"
-	"weak"
 
 	"github.com/nats-io/nats.go"
 
@@ -33,10 +30,15 @@ const permissionCheckWait = 10 * time.Second
 // RequestWithContext.
 //
 // The first request over a connection first asks the server whether it
-// refuses the connection's reply inbox (internal/inboxcheck: one round
-// trip per connection): a request whose reply subscription is refused
-// would still be published, and carried out, while its sender is told
-// permission_denied. Refused, nothing is published.
+// refuses the connection's reply inbox (inboxcheck.Once: one round trip
+// per connection, again after a reconnect; concurrent first requests wait
+// for one check): a request whose reply subscription is refused would
+// still be published, and carried out, while its sender is told
+// permission_denied. Refused, nothing is published; without a verdict
+// neither (ctx's error, or unavailable). An inbox refused after the
+// request was published (permissions narrowed since the check) is
+// outcome_unknown, never permission_denied, and the connection is asked
+// again by its next request.
 //
 // The requests a person's client makes go through it (the command API,
 // the queries, the catalog), so that the CLI, package client, the console
@@ -70,7 +72,7 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*
 			checked <- nil // no verdict: wait for the reply as usual
 			return
 		}
-		checked <- denied(nc.LastError(), before, subject, inbox)
+		checked <- denied(nc, nc.LastError(), before, subject, inbox)
 	}()
 	for {
 		select {
@@ -90,38 +92,33 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*
 	}
 }
 
-// inboxesChecked holds the connections whose reply inbox the server did
-// not refuse (checkInbox), weakly: an entry goes with its connection.
-var inboxesChecked sync.Map // weak.Pointer[nats.Conn] -> struct{}
-
-// checkInbox asks the server once per connection whether it refuses the
-// connection's reply inbox (inboxcheck.Verdict): permission_denied naming
-// the inbox when it does. A connection the server answered for is not
-// asked again; one it did not answer for (ctx ended first) is asked by the
-// next request.
+// checkInbox asks the server, once per connection (inboxcheck.Once),
+// whether it refuses the connection's reply inbox: permission_denied
+// naming the inbox when it does. Without a verdict nothing may be
+// published: ctx's error when ctx ended, else unavailable (nothing was
+// sent; a retry asks again).
 func checkInbox(ctx context.Context, nc *nats.Conn) error {
-	k := weak.Make(nc)
-	if _, ok := inboxesChecked.Load(k); ok {
-		return nil
-	}
-	refused, answered := inboxcheck.Verdict(ctx, nc)
+	refused, err := inboxcheck.Once(ctx, nc)
 	switch {
 	case refused != nil:
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: refused.Error()}
-	case !answered:
-		return nil // no verdict: the request goes as before; the next asks again
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, nats.ErrConnectionClosed):
+		return err
 	}
-	if _, loaded := inboxesChecked.LoadOrStore(k, struct{}{}); !loaded {
-		runtime.AddCleanup(nc, func(k weak.Pointer[nats.Conn]) { inboxesChecked.Delete(k) }, k)
-	}
-	return nil
+	return &weft.Error{Code: weft.CodeUnavailable, Message: "no verdict from the NATS server on whether this connection may subscribe to its reply inbox, so the request was not sent: " + err.Error()}
 }
 
 // denied is the permission_denied of the server's refusal to let this
-// connection publish to subject or subscribe to inbox, when last — the
-// connection's last error after the request — is such a refusal newer
-// than before.
-func denied(last, before error, subject, inbox string) error {
+// connection publish to subject, when last — the connection's last error
+// after the request — is such a refusal newer than before; and
+// outcome_unknown when it is the refusal of a subscription under the
+// request's inbox prefix (the request was published, its reply cannot
+// come).
+func denied(nc *nats.Conn, last, before error, subject, inbox string) error {
 	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
 		return nil
 	}
@@ -129,8 +126,13 @@ func denied(last, before error, subject, inbox string) error {
 	switch {
 	case strings.Contains(msg, strings.ToLower(`publish to "`+subject+`"`)):
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to publish to %s", subject)}
-	case inboxcheck.Refuses(last, before, inbox):
-		return &weft.Error{Code: weft.CodePermissionDenied, Message: (&inboxcheck.Refused{Inbox: inbox}).Error()}
+	case inboxcheck.RefusesUnder(last, before, inboxcheck.Prefix(inbox)):
+		// The request was published: the inbox was allowed when it was
+		// checked, and is refused now (the user's permissions were
+		// narrowed, or the connection moved to a server that grants
+		// others). It may be carried out; no reply can come.
+		inboxcheck.Forget(nc)
+		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf("the request to %s was sent, but the NATS server then refused this connection's user permission to subscribe to its reply inbox %s, so no answer can come: it may have been carried out (read the run to learn whether it was; set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", subject, inbox)}
 	}
 	return nil
 }

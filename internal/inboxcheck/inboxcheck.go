@@ -3,24 +3,49 @@
 // to the call that made it: the server says "Permissions Violation for
 // Subscription to …" apart from it, to the connection's error handler,
 // and every request whose reply comes to that inbox (a JetStream or KV
-// call, a follow of the log) waits until its context ends. Check asks
-// once, with a PING whose PONG follows the server's verdict on the
+// call, a follow of the log) waits until its context ends. Once asks,
+// with a PING whose PONG follows the server's verdict on the
 // subscription, so that a connection with an inbox prefix its permissions
 // do not allow is told at once (docs/protocol.md, permission_denied).
+//
+// A verdict that the inbox is allowed is kept for the connection until it
+// reconnects (another server may grant other permissions) or Forget is
+// called (a later refusal: the user's permissions were narrowed), so a
+// connection is asked once, not once per call. One check of a connection
+// runs at a time; concurrent callers wait for it.
+//
+// The check subscribes to the shape of nats.Conn.NewInbox
+// (<prefix>.<id>). JetStream calls subscribe to <prefix>.<id>.* as well:
+// permissions that allow only one of the two shapes (_INBOX.* or
+// _INBOX.*.*, rather than _INBOX.>) are judged by the first one.
 package inboxcheck
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/nats-io/nats.go"
 )
 
-// checkWait bounds the round trip of Check for a context without a
+// checkWait bounds the round trip of a check for a context without a
 // deadline.
 const checkWait = 10 * time.Second
+
+// tries bounds how many times Once asks when an answer carries no
+// verdict (the connection's last error, read after the PONG, is another
+// call's: it holds one error per connection).
+const tries = 3
+
+// ErrNoVerdict is Once's error when the server answered but the
+// connection's last error was another call's every time: whether the
+// inbox is refused is unknown.
+var ErrNoVerdict = errors.New("inboxcheck: no verdict on the reply inbox: the connection's last error was another call's")
 
 // Refused is the server's refusal of a connection's subscription to its
 // reply inbox. It is a nats.ErrPermissionViolation (errors.Is).
@@ -38,26 +63,111 @@ func (e *Refused) Error() string {
 // Unwrap makes a Refused a nats.ErrPermissionViolation.
 func (e *Refused) Unwrap() error { return nats.ErrPermissionViolation }
 
-// Check subscribes to a fresh inbox of nc, asks the server (a PING) for
-// its verdict and unsubscribes: a *Refused when the server refused the
-// subscription, nil when it did not or when no verdict came before ctx
-// (or, without a deadline, ten seconds) ended — the calls then fail as
-// they would have.
+// Check is Once for callers that go on without a verdict: a *Refused
+// when the server refused the inbox, nil when it did not or when no
+// verdict came — the calls then fail as they would have.
 func Check(ctx context.Context, nc *nats.Conn) error {
-	if r, _ := Verdict(ctx, nc); r != nil {
+	if r, _ := Once(ctx, nc); r != nil {
 		return r
 	}
 	return nil
 }
 
-// Verdict is Check that also says whether the server answered (answered
-// false: no verdict before ctx ended, and refused is nil).
-func Verdict(ctx context.Context, nc *nats.Conn) (refused *Refused, answered bool) {
+// memo is what is known of one connection's inbox.
+type memo struct {
+	turn       chan struct{} // capacity 1: one check at a time
+	mu         sync.Mutex
+	allowed    bool
+	reconnects uint64 // nc.Stats().Reconnects when allowed was judged
+}
+
+var memos sync.Map // weak.Pointer[nats.Conn] -> *memo
+
+func memoOf(nc *nats.Conn) *memo {
+	k := weak.Make(nc)
+	if m, ok := memos.Load(k); ok {
+		return m.(*memo)
+	}
+	m, loaded := memos.LoadOrStore(k, &memo{turn: make(chan struct{}, 1)})
+	if !loaded {
+		runtime.AddCleanup(nc, func(k weak.Pointer[nats.Conn]) { memos.Delete(k) }, k)
+	}
+	return m.(*memo)
+}
+
+func (m *memo) allowedNow(nc *nats.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.allowed && m.reconnects == nc.Stats().Reconnects
+}
+
+func (m *memo) set(allowed bool, reconnects uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.allowed, m.reconnects = allowed, reconnects
+}
+
+// Once asks the server whether it refuses nc's reply inbox, unless a
+// verdict that it allows it is kept for nc (since nc's last reconnect, and
+// not forgotten). It answers a *Refused when the server refused it; nil,
+// nil when it allowed it; and nil with an error when no verdict came: ctx's
+// error, the subscription's error, or ErrNoVerdict after a few answers that
+// carried none. A refusal is not kept: the next call asks again.
+func Once(ctx context.Context, nc *nats.Conn) (*Refused, error) {
+	m := memoOf(nc)
+	if m.allowedNow(nc) {
+		return nil, nil
+	}
+	select {
+	case m.turn <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-m.turn }()
+	if m.allowedNow(nc) {
+		return nil, nil // judged by the check this one waited for
+	}
+	err := ErrNoVerdict
+	for range tries {
+		reconnects := nc.Stats().Reconnects
+		var refused *Refused
+		refused, err = verdict(ctx, nc)
+		switch {
+		case refused != nil:
+			return refused, nil
+		case err == nil:
+			m.set(true, reconnects)
+			return nil, nil
+		case err != ErrNoVerdict || ctx.Err() != nil:
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, err
+		}
+	}
+	return nil, err
+}
+
+// Forget drops the verdict kept for nc: the next Once asks again. A
+// caller that learns its inbox was refused after all (the user's
+// permissions were narrowed) calls it.
+func Forget(nc *nats.Conn) {
+	if m, ok := memos.Load(weak.Make(nc)); ok {
+		m.(*memo).set(false, 0)
+	}
+}
+
+// verdict subscribes to a fresh inbox of nc, asks the server (a PING) for
+// its verdict and unsubscribes. The connection's last error after the PONG
+// is the verdict: unchanged, the inbox is allowed; the refusal of a
+// subscription under nc's inbox prefix (this one's, or another call's
+// whose refusal replaced it), refused; another error, none (ErrNoVerdict).
+func verdict(ctx context.Context, nc *nats.Conn) (*Refused, error) {
 	before := nc.LastError()
 	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
+	sub, err := nc.ChanSubscribe(inbox, make(chan *nats.Msg, 1))
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if _, ok := ctx.Deadline(); !ok {
@@ -65,20 +175,39 @@ func Verdict(ctx context.Context, nc *nats.Conn) (refused *Refused, answered boo
 		ctx, cancel = context.WithTimeout(ctx, checkWait)
 		defer cancel()
 	}
-	if nc.FlushWithContext(ctx) != nil {
-		return nil, false
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return nil, err
 	}
-	if Refuses(nc.LastError(), before, inbox) {
-		return &Refused{Inbox: inbox}, true
+	last := nc.LastError()
+	switch {
+	case last == nil || last == before:
+		return nil, nil
+	case RefusesUnder(last, before, Prefix(inbox)):
+		return &Refused{Inbox: inbox}, nil
 	}
-	return nil, true
+	return nil, ErrNoVerdict
 }
+
+// Prefix is the inbox prefix of inbox, a subject of nats.Conn.NewInbox,
+// with its trailing dot.
+func Prefix(inbox string) string { return inbox[:strings.LastIndex(inbox, ".")+1] }
 
 // Refuses reports whether last, a connection's last error, is the
 // server's refusal of its subscription to inbox, newer than before.
 func Refuses(last, before error, inbox string) bool {
+	return refusal(last, before, `subscription to "`+inbox+`"`)
+}
+
+// RefusesUnder reports whether last, a connection's last error, is the
+// server's refusal of a subscription to a subject beginning with prefix,
+// newer than before.
+func RefusesUnder(last, before error, prefix string) bool {
+	return refusal(last, before, `subscription to "`+prefix)
+}
+
+func refusal(last, before error, says string) bool {
 	if last == nil || last == before {
 		return false
 	}
-	return strings.Contains(strings.ToLower(last.Error()), strings.ToLower(`subscription to "`+inbox+`"`))
+	return strings.Contains(strings.ToLower(last.Error()), strings.ToLower(says))
 }

@@ -1,0 +1,150 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/natstest"
+	"github.com/weftrun/weft/natsnode"
+)
+
+// narrowServer starts a real server whose user "narrow" may publish
+// anything and subscribe only under subscribe (a subject pattern); admin
+// may do everything. It returns the server and the path of its users file.
+func narrowServer(t *testing.T, subscribe string) (*natstest.Server, string) {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "users.conf")
+	writeNarrow(t, conf, subscribe)
+	return natstest.Start(t, natstest.WithNodeOptions(natsnode.WithConfigFile(conf), natsnode.WithUserPassword("admin", "a"))), conf
+}
+
+func writeNarrow(t *testing.T, conf, subscribe string) {
+	t.Helper()
+	users := `jetstream: enabled
+authorization { users = [
+{ user: admin, password: a }
+{ user: narrow, password: p, permissions: { publish: [">"], subscribe: ["` + subscribe + `"] } }
+] }
+`
+	if err := os.WriteFile(conf, []byte(users), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// published counts what the server delivered on subject to seen, after a
+// PONG on each connection that may have published (then the admin's own):
+// a marker, not a wait.
+func published(t *testing.T, seen *nats.Subscription, admin *nats.Conn, senders ...*nats.Conn) int {
+	t.Helper()
+	for _, nc := range append(senders, admin) {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, _, err := seen.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestConcurrentFirstRequestsWithARefusedInboxSendNothing (docs/protocol.md,
+// permission_denied: "nothing reached Weft"; docs/semantics.md safety
+// rule 1): several first requests at once over a fresh connection whose
+// inbox prefix its user may not subscribe to are all answered
+// permission_denied, and none is published. The connection holds one last
+// error: on the old code one check read another's refusal, judged its own
+// inbox allowed, and the requests after it were published while their
+// senders were told permission_denied.
+func TestConcurrentFirstRequestsWithARefusedInboxSendNothing(t *testing.T) {
+	s, _ := narrowServer(t, "_INBOX.ok.>")
+	subject := api.SubjectPrefix + api.EndpointStart
+	seen, err := s.Conn.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const rounds, together = 10, 8
+	var conns []*nats.Conn
+	for range rounds {
+		nc := s.Connect(nats.UserInfo("narrow", "p"), nats.CustomInboxPrefix("_INBOX.no"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		conns = append(conns, nc)
+		errs := make([]error, together)
+		var wg sync.WaitGroup
+		for i := range together {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_, errs[i] = api.Request(ctx, nc, subject, []byte(`{}`))
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if !errors.Is(err, &weft.Error{Code: weft.CodePermissionDenied}) || !strings.Contains(err.Error(), "reply inbox _INBOX.no.") {
+				t.Errorf("request %d: %v, want permission_denied naming the reply inbox", i, err)
+			}
+		}
+	}
+	if n := published(t, seen, s.Conn, conns...); n != 0 {
+		t.Fatalf("%d of %d requests were published though their reply inbox was refused", n, rounds*together)
+	}
+}
+
+// TestARequestAfterAReconnectToNarrowerPermissionsSendsNothing
+// (docs/protocol.md, permission_denied): a connection whose inbox was
+// judged allowed is asked again after it reconnects, here to a server
+// that no longer lets its user subscribe there: the request is answered
+// permission_denied and not published. On the old code the verdict was
+// kept for the connection's life and the request was published.
+func TestARequestAfterAReconnectToNarrowerPermissionsSendsNothing(t *testing.T) {
+	s, conf := narrowServer(t, "_INBOX.ok.>")
+	subject := "weft.test.echo"
+	if _, err := s.Conn.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(`{}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	reconnected := make(chan struct{}, 1)
+	nc := s.Connect(nats.UserInfo("narrow", "p"), nats.CustomInboxPrefix("_INBOX.ok"), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected <- struct{}{} }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := api.Request(ctx, nc, subject, []byte(`{}`)); err != nil {
+		t.Fatalf("a request whose inbox is allowed: %v", err)
+	}
+	writeNarrow(t, conf, "_INBOX.other.>")
+	s.Restart()
+	select {
+	case <-reconnected:
+	case <-ctx.Done():
+		t.Fatal("the connection did not reconnect")
+	}
+	seen, err := s.Conn.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = api.Request(ctx, nc, subject, []byte(`{}`))
+	if !errors.Is(err, &weft.Error{Code: weft.CodePermissionDenied}) || !strings.Contains(err.Error(), "reply inbox _INBOX.ok.") {
+		t.Errorf("a request after the reconnect: %v, want permission_denied naming the reply inbox", err)
+	}
+	if n := published(t, seen, s.Conn, nc); n != 0 {
+		t.Fatalf("the request was published after the reconnect (%d message(s)) though its reply inbox is refused", n)
+	}
+}
