@@ -128,6 +128,12 @@ type env struct {
 	// refusals is the last connection's (nil: none yet), for a call that
 	// watches its own subjects.
 	refusals *api.Violations
+	// sends: this invocation sends a command (a command whose name does
+	// not say so for every invocation: weft hold places or releases one,
+	// hold list reads). Its connections' refusals do not end it
+	// (sendsCommands): ended while it waits for the command's answer, it
+	// would say nothing was sent.
+	sends bool
 }
 
 // testRefusalsWait, when set, leaves a refused JetStream call waiting
@@ -175,7 +181,7 @@ func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	}
 	if e.notesRefusals {
 		r := api.WatchViolations(n.Conn())
-		if e.end != nil && !testRefusalsWait {
+		if e.end != nil && !testRefusalsWait && !e.sends {
 			r.End(e.endsCommand, e.end)
 		}
 		e.mu.Lock()

@@ -154,6 +154,7 @@ func holdCommand() command {
 					*commandID = newCommandID()
 				}
 				run := args[0]
+				e.sends = true
 				h, err := sendHold(ctx, e, holdCall{run: run, release: *release, hold: *holdID, by: *by, reason: *reason, commandID: *commandID}, retry.retry())
 				if err != nil {
 					return err
