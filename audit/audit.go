@@ -603,7 +603,7 @@ func checkFork(rep *Report, c config, env events.Envelope, from events.ForkedFro
 	rep.Fork = fc
 	switch {
 	case from.Hash == "":
-		fc.Unchecked = "the fork recorded no chain hash of its parent (a fork recorded before forks recorded it)"
+		fc.Unchecked = "the fork recorded no chain hash of its parent (recorded before forks recorded it, or by an older runner)"
 		return nil
 	case c.parent == nil:
 		fc.Unchecked = "the parent's history was not given"

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
@@ -51,6 +52,11 @@ func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.Start
 			fork.From.Hash = envs[i].Hash()
 			break
 		}
+	}
+	if fork.From.Hash == "" {
+		// Nothing is written yet: a fork without its link would verify
+		// as one recorded before forks recorded it, which it is not.
+		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: fmt.Sprintf("restart from %s: the log read holds no event at version %d, the fork point judged, to link the fork to", req.From.Run, fork.From.Version)}
 	}
 	// Not from a run whose removal started: its fork would outlive its log.
 	if err := retention.CheckNotBeingPurged(ctx, r.js, req.From.Run); err != nil {
