@@ -10,11 +10,13 @@ import (
 )
 
 // TestApplicationModuleGraph builds an application module that imports only
-// github.com/weftrun/weft/runner (with a replace directive to this
-// checkout) and checks its module graph: the developer tools (go-task,
+// github.com/weftrun/weft/client and runner (with a replace directive to
+// this checkout) and checks its module graph: the developer tools (go-task,
 // staticcheck) and what they drag in (the AWS SDK, Google Cloud) must not be
 // in it, so depending on Weft costs an application only what Weft's code
-// needs (docs/adr/0012-developer-tools-module.md).
+// needs (docs/adr/0012-developer-tools-module.md); and it links none of the
+// modules only Weft's tests or its model SDK adapters use
+// (docs/adr/0038-what-an-application-links.md).
 func TestApplicationModuleGraph(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -34,7 +36,7 @@ func TestApplicationModuleGraph(t *testing.T) {
 	write("go.mod", "module example.com/app\n\ngo 1.26\n\n"+
 		"require github.com/weftrun/weft v0.0.0\n\n"+
 		"replace github.com/weftrun/weft => "+checkout+"\n")
-	write("main.go", "package main\n\nimport _ \"github.com/weftrun/weft/runner\"\n\nfunc main() {}\n")
+	write("main.go", "package main\n\nimport (\n\t_ \"github.com/weftrun/weft/client\"\n\t_ \"github.com/weftrun/weft/runner\"\n)\n\nfunc main() {}\n")
 	// Weft's go.sum holds the hash of every module in its graph, so the
 	// application needs no checksum database look-up; anything else comes
 	// from GOPROXY as the environment sets it.
@@ -61,8 +63,32 @@ func TestApplicationModuleGraph(t *testing.T) {
 	// Listing the application's packages resolves every import it has and
 	// records the requirements it needs, as a real application's build
 	// would.
-	run("list", "-deps", "./...")
+	linked := run("list", "-deps", "-f", "{{with .Module}}{{.Path}}{{end}}", "./...")
 	graph := run("mod", "graph")
+
+	// What Weft's tests and model SDK adapters need is in the graph but
+	// never linked into an application that does not import an adapter
+	// (docs/adr/0038-what-an-application-links.md).
+	notLinked := []string{
+		"github.com/chromedp/", "github.com/creack/pty", "go.uber.org/goleak", "pgregory.net/rapid",
+		"github.com/cockroachdb/datadriven", "github.com/pmezard/go-difflib", "github.com/go-json-experiment/json",
+		"go.yaml.in/yaml/", "github.com/nats-io/nats-server/",
+		"github.com/openai/openai-go/", "github.com/anthropics/anthropic-sdk-go/", "github.com/tidwall/",
+		"github.com/invopop/jsonschema", "github.com/coder/websocket", "github.com/buger/jsonparser",
+		"github.com/bahlo/generic-list-go", "github.com/pb33f/ordered-map/", "github.com/standard-webhooks/",
+	}
+	seen := map[string]bool{}
+	for _, path := range strings.Fields(linked) {
+		if seen[path] {
+			continue
+		}
+		seen[path] = true
+		for _, prefix := range notLinked {
+			if strings.HasPrefix(path, prefix) {
+				t.Errorf("an application importing only weft/client and weft/runner links %s, a module only Weft's tests or model SDK adapters need", path)
+			}
+		}
+	}
 
 	forbidden := []string{
 		"github.com/go-task/",

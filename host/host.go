@@ -31,6 +31,7 @@ import (
 	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/projector"
+	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/runner"
 )
 
@@ -43,6 +44,8 @@ type config struct {
 	replicas   int
 	runnerOpts []runner.Option
 	queries    bool
+	qnc        *nats.Conn
+	qjs        jetstream.JetStream
 	catalog    bool
 	ready      func()
 }
@@ -71,6 +74,17 @@ func WithRunnerOptions(opts ...runner.Option) Option {
 // (another process runs them: cmd/projector).
 func WithoutQueries() Option { return func(c *config) { c.queries = false } }
 
+// WithQueriesOn runs the projector and the query service on a connection
+// of their own, nc and js (one with the projector's credentials, package
+// roles: docs/security.md), instead of the runner's. Their buckets are
+// provisioned on it, as cmd/projector provisions them, and the runner's
+// provisioning leaves them out (with roles, only the projector may create
+// them). They keep an existing higher replica count, as the runner's
+// assets do (WithReplicas). WithoutQueries overrides it.
+func WithQueriesOn(nc *nats.Conn, js jetstream.JetStream) Option {
+	return func(c *config) { c.qnc, c.qjs = nc, js }
+}
+
 // WithoutCatalog serves no catalog (docs/protocol/45-catalog.md).
 func WithoutCatalog() Option { return func(c *config) { c.catalog = false } }
 
@@ -80,7 +94,8 @@ func WithoutCatalog() Option { return func(c *config) { c.catalog = false } }
 func WithReady(ready func()) Option { return func(c *config) { c.ready = ready } }
 
 // Run provisions the assets and runs a runner for agents, the projector,
-// the query service and the catalog on nc until ctx ends. It returns nil
+// the query service and the catalog on nc (the projector and the query
+// service on WithQueriesOn's connection) until ctx ends. It returns nil
 // after a clean stop (ctx ended, the runner drained), else the first
 // failure.
 func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...Option) error {
@@ -91,12 +106,19 @@ func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, agents []*a
 	if c.logger == nil {
 		c.logger = slog.New(slog.DiscardHandler)
 	}
+	qnc, qjs := nc, js
+	if c.qnc != nil {
+		qnc, qjs = c.qnc, c.qjs
+	}
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	popts := []runner.ProvisionOption{runner.WithReplicas(c.replicas)}
-	if c.queries {
+	if c.queries && c.qnc == nil {
 		popts = append(popts, runner.WithAssets(projector.Assets()...))
 	}
 	err := runner.Provision(pctx, js, c.lease, popts...)
+	if err == nil && c.queries && c.qnc != nil {
+		err = provision.EnsureOnly(pctx, qjs, projector.Assets(), provision.WithReplicas(c.replicas), provision.KeepHigherReplicas())
+	}
 	cancel()
 	if err != nil {
 		return fmt.Errorf("host: provision: %w", err)
@@ -126,7 +148,7 @@ func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, agents []*a
 	})
 	if c.queries {
 		g.Go(func() error {
-			errs <- projector.RunAll(ctx, nc, js, eventlog.New(js), c.logger)
+			errs <- projector.RunAll(ctx, qnc, qjs, eventlog.New(qjs), c.logger)
 			return nil
 		})
 	}

@@ -55,12 +55,22 @@ const EventsDuplicates = 2 * time.Minute
 type Option func(*options)
 
 type options struct {
-	replicas int
+	replicas   int
+	keepHigher bool
 }
 
 // WithReplicas sets the replica count of every asset whose configuration
 // leaves it 0; 0 or less keeps the default, 1.
 func WithReplicas(n int) Option { return func(o *options) { o.replicas = n } }
+
+// KeepHigherReplicas makes the replica count WithReplicas sets the larger
+// of it and the highest replica count of the assets being provisioned that
+// already exist, as runner.Provision does: a component started with the
+// default against a cluster whose assets have 3 replicas keeps 3 instead
+// of shrinking them. Only the assets' own streams are asked about (a
+// role's credentials allow no other). Lowering replicas is an operator's
+// decision, made with the nats CLI.
+func KeepHigherReplicas() Option { return func(o *options) { o.keepHigher = true } }
 
 // Asset is one stream or KV bucket to provision. Build it with Stream or KV.
 type Asset struct {
@@ -168,12 +178,44 @@ func EnsureOnly(ctx context.Context, js jetstream.JetStream, assets []Asset, opt
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.keepHigher {
+		for _, a := range assets {
+			n, err := existingReplicas(ctx, js, a.StreamName())
+			if err != nil {
+				return fmt.Errorf("provision %s: %w", a.Name(), err)
+			}
+			o.replicas = max(o.replicas, n)
+		}
+	}
 	for _, a := range assets {
 		if err := ensure(ctx, js, o, a); err != nil {
 			return fmt.Errorf("provision %s: %w", a.Name(), err)
 		}
 	}
 	return nil
+}
+
+// existingReplicas is the replica count of the stream (a KV bucket's is
+// KV_<bucket>), 0 if it does not exist. A lost answer (a cluster electing
+// its meta leader) is asked again, as ensure does, until ctx ends.
+func existingReplicas(ctx context.Context, js jetstream.JetStream, stream string) (int, error) {
+	back := backoff.New(100*time.Millisecond, 100*time.Millisecond)
+	for {
+		actx, cancel := context.WithTimeout(ctx, AttemptTimeout)
+		s, err := js.Stream(actx, stream)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			return 0, nil
+		case err == nil:
+			return s.CachedInfo().Config.Replicas, nil
+		case ctx.Err() != nil || !retryable(err):
+			return 0, err
+		}
+		if back.Wait(ctx) != nil {
+			return 0, err
+		}
+	}
 }
 
 // AttemptTimeout bounds one create-or-update request. On a cluster a

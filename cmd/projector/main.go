@@ -124,7 +124,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		// Its own buckets only: the log is the runners' (with roles, a
 		// projector may not create or change it); until a runner created
 		// it the projector retries every second.
-		if err := provision.EnsureOnly(ctx, js, projector.Assets(), provision.WithReplicas(*replicas)); err != nil {
+		if err := provision.EnsureOnly(ctx, js, projector.Assets(), provision.WithReplicas(*replicas), provision.KeepHigherReplicas()); err != nil {
 			return err
 		}
 		log := eventlog.New(js)

@@ -3,6 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -217,4 +219,136 @@ func devSecureRequired(t *testing.T) (key, stranger string) {
 	t.Setenv("NATS_URL", url)
 	t.Setenv("NATS_CREDS", filepath.Join(dir, "operator.creds"))
 	return key, stranger
+}
+
+var securePrintedCode = regexp.MustCompile(`\(([a-z_]+), exit (\d+)\)`)
+
+// TestDevSecurePrintedStepsWorkVerbatim (docs/security.md, the roles;
+// demo): every step weft dev --secure prints under "Try it" works verbatim,
+// run in the printed order, with the printed outcome: exit 0 unless its
+// comment names another, such as the reader's approve, refused with
+// permission_denied and exit 7 while the approval is still pending (after
+// the operator's approve it would fail the CLI's own lookup instead,
+// wrong_reference and exit 1, and show nothing about the reader's role).
+func TestDevSecurePrintedStepsWorkVerbatim(t *testing.T) {
+	t.Setenv("NATS_URL", "")
+	t.Setenv("NATS_CREDS", "")
+	t.Setenv("WEFT_MODEL", "")
+	out, _ := startDevCLI(t, "dev", "--secure", "--listen", "0", "--data", t.TempDir())
+	text := out.String()
+	_, block, ok := strings.Cut(text, "Try it (another terminal):\n\n")
+	if ok {
+		block, _, ok = strings.Cut(block, "\n\n")
+	}
+	if !ok {
+		t.Fatalf("weft dev --secure prints no steps:\n%s", text)
+	}
+	lines := strings.Split(block, "\n")
+	var weftCmd string // how the steps call weft: the word(s) before " start "
+	for _, l := range lines {
+		if before, _, ok := strings.Cut(strings.TrimSpace(l), " start "); ok {
+			weftCmd = before
+			break
+		}
+	}
+	if weftCmd == "" {
+		t.Fatalf("no start step:\n%s", block)
+	}
+	denied := false
+	for _, l := range lines {
+		step := strings.TrimSpace(l)
+		cmdText, comment, _ := strings.Cut(step, "   # ")
+		cmdText = strings.TrimSpace(cmdText)
+		if vars, ok := strings.CutPrefix(cmdText, "export "); ok {
+			for _, kv := range strings.Fields(vars) {
+				k, v, _ := strings.Cut(kv, "=")
+				t.Setenv(k, v)
+			}
+			continue
+		}
+		env := map[string]string{}
+		for !strings.HasPrefix(cmdText, weftCmd+" ") {
+			kv, rest, ok := strings.Cut(cmdText, " ")
+			k, v, isVar := strings.Cut(kv, "=")
+			if !ok || !isVar {
+				t.Fatalf("step %q: neither VAR=value nor %s", step, weftCmd)
+			}
+			env[k], cmdText = v, rest
+		}
+		args := shellWords(t, strings.TrimPrefix(cmdText, weftCmd+" "))
+		wantCode, wantErr := 0, ""
+		if m := securePrintedCode.FindStringSubmatch(comment); m != nil {
+			wantErr = m[1]
+			wantCode, _ = strconv.Atoi(m[2])
+		}
+		code, o, errs := cliEnv(t, env, args...)
+		if code != wantCode || !strings.Contains(errs, wantErr) {
+			t.Fatalf("step %q: exit %d, want %d %s\n%s%s", step, code, wantCode, wantErr, o, errs)
+		}
+		if wantErr == "permission_denied" {
+			denied = true
+		}
+	}
+	if !denied {
+		t.Fatalf("no printed step shows a refused role (permission_denied):\n%s", block)
+	}
+}
+
+// cliEnv runs the CLI as cli does with the environment variables env set
+// for this command only (a step's VAR=value prefix).
+func cliEnv(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	old := map[string]*string{}
+	for k, v := range env {
+		if was, ok := os.LookupEnv(k); ok {
+			old[k] = &was
+		} else {
+			old[k] = nil
+		}
+		if err := os.Setenv(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for k, v := range old {
+			if v == nil {
+				_ = os.Unsetenv(k)
+			} else {
+				_ = os.Setenv(k, *v)
+			}
+		}
+	}()
+	return cli(t, args...)
+}
+
+// shellWords splits a printed command line into its words as a POSIX
+// shell does for the steps' quoting: words separated by spaces, "…"
+// quoting a word with spaces.
+func shellWords(t *testing.T, s string) []string {
+	t.Helper()
+	var words []string
+	var w strings.Builder
+	inWord, quoted := false, false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted, inWord = !quoted, true
+		case r == ' ' && !quoted:
+			if inWord {
+				words = append(words, w.String())
+				w.Reset()
+				inWord = false
+			}
+		default:
+			w.WriteRune(r)
+			inWord = true
+		}
+	}
+	if quoted {
+		t.Fatalf("unbalanced quote in %q", s)
+	}
+	if inWord {
+		words = append(words, w.String())
+	}
+	return words
 }

@@ -22,17 +22,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/agent"
-	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
-	"github.com/weftrun/weft/catalog"
 	"github.com/weftrun/weft/console"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/natsnode"
-	"github.com/weftrun/weft/projector"
-	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/roles"
 	"github.com/weftrun/weft/runner"
 )
@@ -171,28 +169,17 @@ func Run(ctx context.Context, o Options) error {
 	fmt.Fprintln(out, Durability(node))
 	js := node.JetStream()
 	const lease = time.Second
-	// The projector's connection: the node's own, or in secure mode one
-	// with the projector's credentials, which provisions its buckets.
-	pconn, pjs := node.Conn(), js
-	var extra []runner.ProvisionOption
-	if sec == nil {
-		extra = append(extra, runner.WithAssets(projector.Assets()...))
-	} else {
+	// In secure mode the projector and the query service connect with the
+	// projector's credentials (host.WithQueriesOn), which provision their
+	// buckets.
+	var hopts []host.Option
+	if sec != nil {
 		pnode, err := sec.connect(ctx, node.URL(), roles.Projector, "weft dev projector", logger)
 		if err != nil {
 			return err
 		}
 		defer closeQuietly(pnode)
-		pconn, pjs = pnode.Conn(), pnode.JetStream()
-	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = runner.Provision(pctx, js, lease, extra...)
-	if err == nil && sec != nil {
-		err = provision.EnsureOnly(pctx, pjs, projector.Assets())
-	}
-	cancel()
-	if err != nil {
-		return fmt.Errorf("demo: provision: %w", err)
+		hopts = append(hopts, host.WithQueriesOn(pnode.Conn(), pnode.JetStream()))
 	}
 	ag, err := Agent(o.Model)
 	if sec != nil {
@@ -215,7 +202,7 @@ func Run(ctx context.Context, o Options) error {
 	if sec != nil {
 		people.Keys = sec.people()
 	}
-	ropts := []runner.Option{runner.WithLogger(logger), runner.WithLease(lease), runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey), runner.WithPeople(people)}
+	ropts := []runner.Option{runner.WithExternalTools(o.ExternalTools...), runner.WithHeadKey(headKey), runner.WithPeople(people)}
 	if always, _, known := node.Sync(); always && known {
 		// One fsync for many runs' decisions when 16 or more wait at once
 		// (docs/adr/0025-group-commit.md): on for a server that syncs
@@ -223,45 +210,93 @@ func Run(ctx context.Context, o Options) error {
 		// one that syncs on an interval.
 		ropts = append(ropts, runner.WithGroupCommit())
 	}
-	rn, err := runner.New(node.Conn(), js, []*agent.Agent{ag}, ropts...)
-	if err != nil {
-		return err
-	}
+	// Before the node starts: the runs the printed steps name (on a
+	// restarted store, ids no run has yet) and the end of the log, where
+	// the feed starts, so that it prints what happens from now on (not
+	// the history of a restarted store).
 	evlog := eventlog.New(js)
-	runs, err := freeRuns(ctx, evlog)
+	runs, seq, err := startOfFeed(ctx, js, evlog)
 	if err != nil {
 		return err
 	}
-	// The feed prints what happens from now on (not the history of a
-	// restarted store), and keeps printing through the drain after ctx
-	// ends, until the log is printed to its end.
-	stream, err := js.Stream(ctx, eventlog.Stream)
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+	// The node, as an application runs it (package host): provisioning,
+	// a runner with its in-process worker, the projector, the query
+	// service and the catalog, until ctx ends and the runner drains.
+	hctx, stopHost := context.WithCancel(ctx)
+	defer stopHost()
+	ready := make(chan struct{})
+	hopts = append(hopts, host.WithLogger(logger), host.WithLease(lease), host.WithRunnerOptions(ropts...), host.WithReady(func() { close(ready) }))
+	hostDone := make(chan error, 1)
+	go func() { hostDone <- host.Run(hctx, node.Conn(), js, []*agent.Agent{ag}, hopts...) }()
+	// fail stops the node (its runner drains) and returns err with what
+	// the node returned.
+	fail := func(err error) error {
+		stopHost()
+		return errors.Join(err, <-hostDone)
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("demo: %w", err)
+	// Wait until the command API and the query service serve every
+	// endpoint (host.WithReady) before saying what to do next.
+	store := ""
+	if node.Embedded() {
+		store = node.DataDir()
 	}
-	fd := &feed{w: evOut, log: evlog, seq: info.State.LastSeq, handed: map[string]bool{}, finished: map[string]bool{}, seen: map[string]bool{}}
+	// The feed prints the log from seq+1 (through the drain after ctx
+	// ends); stopped prints it to its end and says what was handed off.
+	fd := &feed{w: evOut, log: evlog, seq: seq, handed: map[string]bool{}, finished: map[string]bool{}, seen: map[string]bool{}}
 	fctx, stopFeed := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopFeed()
 	feedDone := make(chan error, 1)
-	go func() { feedDone <- fd.run(fctx, info.State.LastSeq+1) }()
-	cat, err := catalog.Serve(node.Conn(), []*agent.Agent{ag})
-	if err != nil {
-		return err
+	startFeed := func() { go func() { feedDone <- fd.run(fctx, seq+1) }() }
+	stopped := func(stream jetstream.Stream) {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		fd.caughtUp(cctx, stream)
+		ccancel()
+		stopFeed()
+		<-feedDone
+		fmt.Fprintln(evOut, stopLine(fd.handedOff(), fd.idle(context.Background(), fd.waiting(), 5*time.Second), store))
 	}
-	defer cat.Stop()
+	wait := time.NewTimer(readyWait)
+	select {
+	case <-ready:
+	case err := <-hostDone:
+		if ctx.Err() == nil {
+			return err
+		}
+		// Stopped before the node was ready: what the drain handed off
+		// is in the log all the same.
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		stream, serr := js.Stream(sctx, eventlog.Stream)
+		scancel()
+		if serr != nil {
+			fmt.Fprintln(evOut, "Stopped before the node was ready.")
+		} else {
+			startFeed()
+			stopped(stream)
+		}
+		if errors.Is(err, context.Canceled) {
+			err = nil
+		}
+		return err
+	case <-wait.C:
+		if ctx.Err() == nil {
+			logger.Warn("demo: the command API or the query service did not answer every endpoint within the wait; printing the steps all the same", "wait", readyWait)
+		}
+	}
+	wait.Stop()
+	stream, err := js.Stream(ctx, eventlog.Stream)
+	if err != nil {
+		return fail(fmt.Errorf("demo: %w", err))
+	}
+	startFeed()
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 2)
 	if o.Console != "" {
 		cconn := node.Conn()
 		if sec != nil {
 			// The console is an operator's client: its own credentials.
 			onode, err := sec.connect(ctx, node.URL(), roles.Operator, "weft dev console", logger)
 			if err != nil {
-				return err
+				return fail(err)
 			}
 			defer closeQuietly(onode)
 			cconn = onode.Conn()
@@ -269,32 +304,12 @@ func Run(ctx context.Context, o Options) error {
 		}
 		url, err := startConsole(ctx, &wg, errs, cconn, o.Console, logger)
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		fmt.Fprintf(out, "Console: %s (approve, reconcile and read runs in a browser)\n\n", url)
 		if o.ConsoleReady != nil {
 			o.ConsoleReady(url)
 		}
-	}
-	wg.Add(2)
-	go func() { defer wg.Done(); errs <- rn.Run(ctx) }()
-	go func() {
-		defer wg.Done()
-		errs <- projector.RunAll(ctx, pconn, pjs, eventlog.New(pjs), logger)
-	}()
-	// Wait until the command API serves every endpoint before saying what
-	// to do next (a $SRV.INFO probe: no command, nothing in its stats).
-	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	rerr := api.NewClient(node.Conn()).Ready(rctx)
-	rcancel()
-	if rerr != nil && ctx.Err() == nil {
-		logger.Warn("demo: the command API is not ready yet", "err", rerr)
-	}
-	qctx, qcancel := context.WithTimeout(ctx, 30*time.Second)
-	qerr := projector.NewClient(node.Conn()).Ready(qctx)
-	qcancel()
-	if qerr != nil && ctx.Err() == nil {
-		logger.Warn("demo: the query service is not ready yet", "err", qerr)
 	}
 	where := "embedded NATS at " + node.URL()
 	if o.NATSURL != "" {
@@ -318,19 +333,11 @@ func Run(ctx context.Context, o Options) error {
 	if o.Ready != nil {
 		o.Ready(node.URL())
 	}
+	errs <- <-hostDone
 	wg.Wait()
 	// The drain's hand-offs are in the log: print them, then say what
 	// was handed off.
-	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-	fd.caughtUp(cctx, stream)
-	ccancel()
-	stopFeed()
-	<-feedDone
-	store := ""
-	if node.Embedded() {
-		store = node.DataDir()
-	}
-	fmt.Fprintln(evOut, stopLine(fd.handedOff(), fd.idle(context.Background(), fd.waiting(), 5*time.Second), store))
+	stopped(stream)
 	close(errs)
 	var all []error
 	for e := range errs {
@@ -339,6 +346,30 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	return errors.Join(all...)
+}
+
+// readyWait bounds Run's wait for the node to serve every endpoint: then
+// it warns and prints the steps all the same.
+const readyWait = 30 * time.Second
+
+// startOfFeed returns the runs the printed steps name and the log's last
+// stream sequence, where the feed starts: on a store without a log yet,
+// DefaultRuns and 0; otherwise the ids no run has yet (freeRuns) and the
+// stream's last sequence.
+func startOfFeed(ctx context.Context, js jetstream.JetStream, log *eventlog.Log) (Runs, uint64, error) {
+	stream, err := js.Stream(ctx, eventlog.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return DefaultRuns(), 0, nil
+	}
+	if err != nil {
+		return Runs{}, 0, fmt.Errorf("demo: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return Runs{}, 0, fmt.Errorf("demo: %w", err)
+	}
+	runs, err := freeRuns(ctx, log)
+	return runs, info.State.LastSeq, err
 }
 
 // Durability says how the node's server keeps acknowledged events (its

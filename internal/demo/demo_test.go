@@ -11,11 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/internal/demo"
-	"github.com/weftrun/weft/projector"
 )
 
-// The demo runs end to end on its embedded server: a small payment
+// The demo runs end to end on its embedded server, driven through
+// package client as an application drives it: a small payment
 // completes, a large one waits for approval and completes once approved,
 // INV-13's payment is uncertain and reconciled.
 func TestDemoEndToEnd(t *testing.T) {
@@ -39,13 +40,15 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c := api.NewClient(nc)
-	q := projector.NewClient(nc)
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	status := func(run string, want string) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for time.Now().Before(deadline) {
-			view, err := q.Run(ctx, run)
+			view, err := c.Run(ctx, run)
 			if err == nil && view.Status == want {
 				return
 			}
@@ -78,7 +81,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	status("refund-8", "finished")
-	view, err := q.Run(ctx, "refund-8")
+	view, err := c.Run(ctx, "refund-8")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,10 +173,10 @@ Try it (another terminal):
 
   export NATS_URL=%[2]s NATS_CREDS=%[3]s
   %[1]s start %[6]s "pay invoice INV-7" --run %[7]s
+  NATS_CREDS=%[8]s %[1]s approve %[7]s 2/call_2_1 --approver %[5]s --signing-key %[4]s   # a reader: not allowed (permission_denied, exit 7)
   %[1]s approve %[7]s 2/call_2_1 --approver %[5]s --signing-key %[4]s
   %[1]s show %[7]s
   %[1]s audit verify %[7]s
-  NATS_CREDS=%[8]s %[1]s approve %[7]s 2/call_2_1 --approver %[5]s --signing-key %[4]s   # a reader: not allowed (permission_denied, exit 7)
 
 `, weft, url, s.creds[string(roles.Operator)], s.keyFile, SignedApprover, AgentName, run, s.creds[string(roles.Reader)])
 	fmt.Fprintf(w, "With the nats CLI: nats --server %s --creds %s --inbox-prefix %s req weft.api.query.approvals '{}'\n\n",

@@ -10,7 +10,9 @@ import (
 
 // TestTaskfile checks Taskfile.yml: every task has a
 // desc; run, test, check and bench exist; check runs gofmt, vet,
-// staticcheck and the race-enabled tests; and the task tool and staticcheck
+// staticcheck and the race-enabled tests; build:release builds weft
+// without symbols or DWARF and with trimmed paths (docs/benchmarks.md,
+// "Binary sizes"); and the task tool and staticcheck
 // are pinned in the developer tools' own module, devtools/go.mod, so that
 // `go tool -modfile=devtools/go.mod task` needs no install, while the main
 // go.mod names no tool (docs/adr/0012).
@@ -42,6 +44,12 @@ func TestTaskfile(t *testing.T) {
 	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool -modfile=devtools/go.mod staticcheck ./...", "go test -race"} {
 		if !strings.Contains(check, want) {
 			t.Errorf("check task does not run %q:\n%s", want, check)
+		}
+	}
+	release := strings.Join(tf.Tasks["build:release"].Cmds, "\n")
+	for _, want := range []string{"go build -trimpath", `-ldflags="-s -w"`, "./cmd/weft"} {
+		if !strings.Contains(release, want) {
+			t.Errorf("build:release task does not run %q:\n%s", want, release)
 		}
 	}
 	tools, err := os.ReadFile("../../../devtools/go.mod")
