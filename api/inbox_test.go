@@ -19,7 +19,7 @@ import (
 )
 
 // narrowServer starts a real server whose user "narrow" may publish
-// anything and subscribe only under subscribe (a subject pattern); admin
+// anything but weft.denied and subscribe only under subscribe (a subject pattern); admin
 // may do everything. It returns the server and the path of its users file.
 func narrowServer(t *testing.T, subscribe string) (*natstest.Server, string) {
 	t.Helper()
@@ -33,7 +33,7 @@ func writeNarrow(t *testing.T, conf, subscribe string) {
 	users := `jetstream: enabled
 authorization { users = [
 { user: admin, password: a }
-{ user: narrow, password: p, permissions: { publish: [">"], subscribe: ["` + subscribe + `"] } }
+{ user: narrow, password: p, permissions: { publish: { allow: [">"], deny: ["weft.denied"] }, subscribe: ["` + subscribe + `"] } }
 ] }
 `
 	if err := os.WriteFile(conf, []byte(users), 0o600); err != nil {
@@ -146,5 +146,48 @@ func TestARequestAfterAReconnectToNarrowerPermissionsSendsNothing(t *testing.T) 
 	}
 	if n := published(t, seen, s.Conn, nc); n != 0 {
 		t.Fatalf("the request was published after the reconnect (%d message(s)) though its reply inbox is refused", n)
+	}
+}
+
+// TestConcurrentFirstRequestsWithAnAllowedInboxAreJudgedEach
+// (docs/protocol.md, permission_denied): the inbox check does not take
+// other calls' refusals for its verdict the other way either: concurrent
+// first requests over a fresh connection whose inbox is allowed, half to a
+// subject its user may not publish to, are answered each for itself —
+// permission_denied naming the subject for those, the reply for the others
+// — never unavailable for want of a verdict on the inbox.
+func TestConcurrentFirstRequestsWithAnAllowedInboxAreJudgedEach(t *testing.T) {
+	s, _ := narrowServer(t, "_INBOX.ok.>")
+	if _, err := s.Conn.Subscribe("weft.echo", func(m *nats.Msg) { _ = m.Respond([]byte(`{}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	const rounds, together = 5, 8
+	for range rounds {
+		nc := s.Connect(nats.UserInfo("narrow", "p"), nats.CustomInboxPrefix("_INBOX.ok"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		errs := make([]error, together)
+		var wg sync.WaitGroup
+		for i := range together {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				subject := "weft.echo"
+				if i%2 == 1 {
+					subject = "weft.denied"
+				}
+				_, errs[i] = api.Request(ctx, nc, subject, []byte(`{}`))
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			switch {
+			case i%2 == 0 && err != nil:
+				t.Errorf("request %d to weft.echo: %v, want the reply", i, err)
+			case i%2 == 1 && (!errors.Is(err, &weft.Error{Code: weft.CodePermissionDenied}) || !strings.Contains(err.Error(), "publish to weft.denied")):
+				t.Errorf("request %d to weft.denied: %v, want permission_denied naming the subject", i, err)
+			}
+		}
 	}
 }
