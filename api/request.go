@@ -115,9 +115,12 @@ func checkInbox(ctx context.Context, nc *nats.Conn) error {
 // denied is the permission_denied of the server's refusal to let this
 // connection publish to subject, when last — the connection's last error
 // after the request — is such a refusal newer than before; and
-// outcome_unknown when it is the refusal of a subscription under the
-// request's inbox prefix (the request was published, its reply cannot
-// come).
+// outcome_unknown when it is the refusal of the request's own inbox (the
+// request was published, its reply cannot come). The refusal of another
+// subscription under the inbox prefix (a JetStream call's
+// <prefix>.<id>.*, or another request's) does not say that this reply
+// cannot come: the connection's verdict is forgotten (its next request
+// asks again) and the request waits for its reply.
 func denied(nc *nats.Conn, last, before error, subject, inbox string) error {
 	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
 		return nil
@@ -126,13 +129,16 @@ func denied(nc *nats.Conn, last, before error, subject, inbox string) error {
 	switch {
 	case strings.Contains(msg, strings.ToLower(`publish to "`+subject+`"`)):
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to publish to %s", subject)}
-	case inboxcheck.RefusesUnder(last, before, inboxcheck.Prefix(inbox)):
+	case inboxcheck.Refuses(last, before, inbox):
 		// The request was published: the inbox was allowed when it was
 		// checked, and is refused now (the user's permissions were
 		// narrowed, or the connection moved to a server that grants
 		// others). It may be carried out; no reply can come.
 		inboxcheck.Forget(nc)
 		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf("the request to %s was sent, but the NATS server then refused this connection's user permission to subscribe to its reply inbox %s, so no answer can come: it may have been carried out (read the run to learn whether it was; set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", subject, inbox)}
+	}
+	if inboxcheck.RefusesUnder(last, before, inboxcheck.Prefix(inbox)) {
+		inboxcheck.Forget(nc)
 	}
 	return nil
 }
