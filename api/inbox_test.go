@@ -1,12 +1,15 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -189,5 +192,69 @@ func TestConcurrentFirstRequestsWithAnAllowedInboxAreJudgedEach(t *testing.T) {
 				t.Errorf("request %d to weft.denied: %v, want permission_denied naming the subject", i, err)
 			}
 		}
+	}
+}
+
+// cutDialer dials the server for real. Armed, it closes the connection in
+// place of writing the next PING (that of the inbox check, whose PONG then
+// never comes), once.
+type cutDialer struct {
+	armed atomic.Bool
+	cuts  atomic.Int32
+}
+
+func (d *cutDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &cutConn{Conn: c, d: d}, nil
+}
+
+type cutConn struct {
+	net.Conn
+	d *cutDialer
+}
+
+func (c *cutConn) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte("PING\r\n")) && c.d.armed.CompareAndSwap(true, false) {
+		c.d.cuts.Add(1)
+		_ = c.Conn.Close()
+		return len(b), nil
+	}
+	return c.Conn.Write(b)
+}
+
+// TestARequestWhoseInboxCheckLosesTheConnectionIsSentAfterTheReconnect
+// (docs/protocol.md, permission_denied: api.Request publishes nothing
+// without a verdict on its inbox; a connection lost while it asks is asked
+// again after it reconnects): the connection drops while the first
+// request's inbox check waits for its PONG; the check asks again once the
+// connection is back, and the request is sent and answered. On the old
+// code the request failed at once with nats.ErrConnectionClosed, though
+// the connection was only reconnecting.
+func TestARequestWhoseInboxCheckLosesTheConnectionIsSentAfterTheReconnect(t *testing.T) {
+	s := natstest.Start(t)
+	subject := "weft.test.echo"
+	if _, err := s.Conn.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(`{}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d := &cutDialer{}
+	nc := s.Connect(nats.SetCustomDialer(d), nats.ReconnectWait(50*time.Millisecond), nats.MaxReconnects(-1))
+	d.armed.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := api.Request(ctx, nc, subject, []byte(`{}`))
+	if err != nil {
+		t.Fatalf("a request whose inbox check lost the connection: %v, want the reply after the reconnect", err)
+	}
+	if string(m.Data) != `{}` {
+		t.Errorf("reply %q, want {}", m.Data)
+	}
+	if d.cuts.Load() != 1 || nc.Stats().Reconnects == 0 {
+		t.Fatalf("the connection was cut %d time(s) and reconnected %d time(s), want once each: the check did not lose its connection", d.cuts.Load(), nc.Stats().Reconnects)
 	}
 }

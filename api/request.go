@@ -95,8 +95,10 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*
 // checkInbox asks the server, once per connection (inboxcheck.Once),
 // whether it refuses the connection's reply inbox: permission_denied
 // naming the inbox when it does. Without a verdict nothing may be
-// published: ctx's error when ctx ended, else unavailable (nothing was
-// sent; a retry asks again).
+// published: ctx's error when ctx ended, nats.ErrConnectionClosed when nc
+// is closed, else unavailable (nothing was sent; a retry asks again). A
+// connection lost while it is asked is asked again after it reconnects
+// (inboxcheck.Once), while ctx lasts.
 func checkInbox(ctx context.Context, nc *nats.Conn) error {
 	refused, err := inboxcheck.Once(ctx, nc)
 	switch {
@@ -106,7 +108,7 @@ func checkInbox(ctx context.Context, nc *nats.Conn) error {
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, nats.ErrConnectionClosed):
+	case errors.Is(err, nats.ErrConnectionClosed) && nc.IsClosed():
 		return err
 	}
 	return &weft.Error{Code: weft.CodeUnavailable, Message: "no verdict from the NATS server on whether this connection may subscribe to its reply inbox, so the request was not sent: " + err.Error()}

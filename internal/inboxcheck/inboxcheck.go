@@ -33,18 +33,13 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// checkWait bounds the round trip of a check for a context without a
+// checkWait bounds a check (all its round trips) for a context without a
 // deadline.
 const checkWait = 10 * time.Second
 
-// tries bounds how many times Once asks when an answer carries no
-// verdict (the connection's last error, read after the PONG, is another
-// call's: it holds one error per connection).
-const tries = 3
-
 // ErrNoVerdict is Once's error when the server answered but the
-// connection's last error was another call's every time: whether the
-// inbox is refused is unknown.
+// connection's last error was another call's every time until the check's
+// time ran out: whether the inbox is refused is unknown.
 var ErrNoVerdict = errors.New("inboxcheck: no verdict on the reply inbox: the connection's last error was another call's")
 
 // Refused is the server's refusal of a connection's subscription to its
@@ -110,9 +105,15 @@ func (m *memo) set(allowed bool, reconnects uint64) {
 // Once asks the server whether it refuses nc's reply inbox, unless a
 // verdict that it allows it is kept for nc (since nc's last reconnect, and
 // not forgotten). It answers a *Refused when the server refused it; nil,
-// nil when it allowed it; and nil with an error when no verdict came: ctx's
-// error, the subscription's error, or ErrNoVerdict after a few answers that
-// carried none. A refusal is not kept: the next call asks again.
+// nil when it allowed it; and nil with an error when no verdict came:
+// ctx's error, nats.ErrConnectionClosed when nc is closed, the
+// subscription's error, or ErrNoVerdict (context.DeadlineExceeded when the
+// connection did not answer) when ctx had no deadline and checkWait ran
+// out. It asks again while ctx (or checkWait) lasts when an answer carries
+// no verdict: another call's error replaced the check's, or the
+// connection was lost while it asked and is reconnecting (the next ask
+// goes out after the reconnect). A refusal is not kept: the next call asks
+// again.
 func Once(ctx context.Context, nc *nats.Conn) (*Refused, error) {
 	m := memoOf(nc)
 	if m.allowedNow(nc) {
@@ -127,25 +128,31 @@ func Once(ctx context.Context, nc *nats.Conn) (*Refused, error) {
 	if m.allowedNow(nc) {
 		return nil, nil // judged by the check this one waited for
 	}
-	err := ErrNoVerdict
-	for range tries {
+	cctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithTimeout(ctx, checkWait)
+		defer cancel()
+	}
+	for {
 		reconnects := nc.Stats().Reconnects
-		var refused *Refused
-		refused, err = verdict(ctx, nc)
+		refused, err := verdict(cctx, nc)
 		switch {
 		case refused != nil:
 			return refused, nil
 		case err == nil:
 			m.set(true, reconnects)
 			return nil, nil
-		case err != ErrNoVerdict || ctx.Err() != nil:
-			if ctx.Err() != nil {
-				err = ctx.Err()
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case err == ErrNoVerdict, errors.Is(err, nats.ErrConnectionClosed) && !nc.IsClosed():
+			if cctx.Err() != nil {
+				return nil, ErrNoVerdict
 			}
-			return nil, err
+			continue
 		}
+		return nil, err
 	}
-	return nil, err
 }
 
 // Forget drops the verdict kept for nc: the next Once asks again. A
@@ -170,11 +177,6 @@ func verdict(ctx context.Context, nc *nats.Conn) (*Refused, error) {
 		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, checkWait)
-		defer cancel()
-	}
 	if err := nc.FlushWithContext(ctx); err != nil {
 		return nil, err
 	}
