@@ -74,6 +74,7 @@ type memo struct {
 	mu         sync.Mutex
 	allowed    bool
 	reconnects uint64 // nc.Stats().Reconnects when allowed was judged
+	forgets    uint64 // Forget calls so far: a check that began before one does not keep its verdict
 }
 
 var memos sync.Map // weak.Pointer[nats.Conn] -> *memo
@@ -96,10 +97,22 @@ func (m *memo) allowedNow(nc *nats.Conn) bool {
 	return m.allowed && m.reconnects == nc.Stats().Reconnects
 }
 
-func (m *memo) set(allowed bool, reconnects uint64) {
+// allow keeps the verdict "allowed" of a check that began after
+// reconnects reconnects and forgets Forget calls, unless nc was forgotten
+// since: the refusal that made a caller Forget may be newer than the
+// check's answer.
+func (m *memo) allow(reconnects, forgets uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.allowed, m.reconnects = allowed, reconnects
+	if m.forgets == forgets {
+		m.allowed, m.reconnects = true, reconnects
+	}
+}
+
+func (m *memo) forgetsNow() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.forgets
 }
 
 // Once asks the server whether it refuses nc's reply inbox, unless a
@@ -135,13 +148,13 @@ func Once(ctx context.Context, nc *nats.Conn) (*Refused, error) {
 		defer cancel()
 	}
 	for {
-		reconnects := nc.Stats().Reconnects
+		reconnects, forgets := nc.Stats().Reconnects, m.forgetsNow()
 		refused, err := verdict(cctx, nc)
 		switch {
 		case refused != nil:
 			return refused, nil
 		case err == nil:
-			m.set(true, reconnects)
+			m.allow(reconnects, forgets)
 			return nil, nil
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
@@ -155,12 +168,17 @@ func Once(ctx context.Context, nc *nats.Conn) (*Refused, error) {
 	}
 }
 
-// Forget drops the verdict kept for nc: the next Once asks again. A
-// caller that learns its inbox was refused after all (the user's
-// permissions were narrowed) calls it.
+// Forget drops the verdict kept for nc: the next Once asks again, and a
+// check under way when it is called keeps no verdict. A caller that
+// learns its inbox was refused after all (the user's permissions were
+// narrowed) calls it.
 func Forget(nc *nats.Conn) {
 	if m, ok := memos.Load(weak.Make(nc)); ok {
-		m.(*memo).set(false, 0)
+		m := m.(*memo)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.allowed = false
+		m.forgets++
 	}
 }
 
