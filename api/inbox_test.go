@@ -153,12 +153,13 @@ func TestARequestAfterAReconnectToNarrowerPermissionsSendsNothing(t *testing.T) 
 }
 
 // TestConcurrentFirstRequestsWithAnAllowedInboxAreJudgedEach
-// (docs/protocol.md, permission_denied): the inbox check does not take
-// other calls' refusals for its verdict the other way either: concurrent
-// first requests over a fresh connection whose inbox is allowed, half to a
-// subject its user may not publish to, are answered each for itself —
-// permission_denied naming the subject for those, the reply for the others
-// — never unavailable for want of a verdict on the inbox.
+// (docs/protocol.md, permission_denied): concurrent first requests over a
+// fresh connection whose inbox is allowed, half to a subject its user may
+// not publish to, share one inbox check and are answered each for itself
+// after it — permission_denied naming the subject for those, the reply for
+// the others. None publishes before the check ends, so the check never
+// reads their refusals (TestAnInboxCheckAnsweredWithOtherCallsRefusalsAsksAgain
+// drives that case); it passes on the code before the shared check too.
 func TestConcurrentFirstRequestsWithAnAllowedInboxAreJudgedEach(t *testing.T) {
 	s, _ := narrowServer(t, "_INBOX.ok.>")
 	if _, err := s.Conn.Subscribe("weft.echo", func(m *nats.Msg) { _ = m.Respond([]byte(`{}`)) }); err != nil {
@@ -256,5 +257,68 @@ func TestARequestWhoseInboxCheckLosesTheConnectionIsSentAfterTheReconnect(t *tes
 	}
 	if d.cuts.Load() != 1 || nc.Stats().Reconnects == 0 {
 		t.Fatalf("the connection was cut %d time(s) and reconnected %d time(s), want once each: the check did not lose its connection", d.cuts.Load(), nc.Stats().Reconnects)
+	}
+}
+
+// refusalDialer dials the server for real. For its first n PINGs it
+// writes, it puts a publish to weft.denied (which the user "narrow" may
+// not publish to) just before the PING: the server's refusal of it comes
+// before the PONG and is the connection's last error then, as when
+// another call's refused publish is answered during an inbox check.
+type refusalDialer struct {
+	n atomic.Int32
+}
+
+func (d *refusalDialer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &refusalConn{Conn: c, d: d}, nil
+}
+
+type refusalConn struct {
+	net.Conn
+	d *refusalDialer
+}
+
+func (c *refusalConn) Write(b []byte) (int, error) {
+	i := bytes.Index(b, []byte("PING\r\n"))
+	if i < 0 || c.d.n.Add(-1) < 0 {
+		return c.Conn.Write(b)
+	}
+	w := append(append(append([]byte{}, b[:i]...), "PUB weft.denied 2\r\n{}\r\n"...), b[i:]...)
+	if _, err := c.Conn.Write(w); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// TestAnInboxCheckAnsweredWithOtherCallsRefusalsAsksAgain
+// (docs/protocol.md, permission_denied: without the server's verdict
+// api.Request publishes nothing, and asks again while its context lasts):
+// the connection holds one last error, and another call's refused publish
+// answered during the inbox check replaces the check's verdict, here four
+// times in a row. The check asks again until an answer carries its
+// verdict, and the request is sent and answered. On the old code it asked
+// three times, then answered unavailable.
+func TestAnInboxCheckAnsweredWithOtherCallsRefusalsAsksAgain(t *testing.T) {
+	s, _ := narrowServer(t, "_INBOX.ok.>")
+	if _, err := s.Conn.Subscribe("weft.echo", func(m *nats.Msg) { _ = m.Respond([]byte(`{}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d := &refusalDialer{}
+	nc := s.Connect(nats.UserInfo("narrow", "p"), nats.CustomInboxPrefix("_INBOX.ok"), nats.SetCustomDialer(d), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	d.n.Store(4)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := api.Request(ctx, nc, "weft.echo", []byte(`{}`)); err != nil {
+		t.Fatalf("a request whose inbox check was answered with other calls' refusals: %v, want the reply", err)
+	}
+	if n := d.n.Load(); n >= 0 {
+		t.Fatalf("%d of 4 refusals were not sent: the check was not answered with them", n+1)
 	}
 }
