@@ -17,6 +17,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/inboxcheck"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/natsnode"
 )
@@ -80,6 +81,10 @@ func TestConcurrentFirstRequestsWithARefusedInboxSendNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	const rounds, together = 10, 8
+	// One context for all rounds: on the old code a published request
+	// waits for it to end, once, not once per round.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	var conns []*nats.Conn
 	for range rounds {
 		nc := s.Connect(nats.UserInfo("narrow", "p"), nats.CustomInboxPrefix("_INBOX.no"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
@@ -88,8 +93,6 @@ func TestConcurrentFirstRequestsWithARefusedInboxSendNothing(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range together {
 			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
 				_, errs[i] = api.Request(ctx, nc, subject, []byte(`{}`))
 			})
 		}
@@ -320,5 +323,36 @@ func TestAnInboxCheckAnsweredWithOtherCallsRefusalsAsksAgain(t *testing.T) {
 	}
 	if n := d.n.Load(); n >= 0 {
 		t.Fatalf("%d of 4 refusals were not sent: the check was not answered with them", n+1)
+	}
+}
+
+// TestARequestWithAnEndedContextSendsNothing (docs/protocol.md: a request
+// answered with its context's error): over a connection whose inbox is
+// already judged allowed, a request whose context has ended is answered
+// with the context's error and not published. On the old code it was
+// published, then answered with the context's error.
+func TestARequestWithAnEndedContextSendsNothing(t *testing.T) {
+	s := natstest.Start(t)
+	subject := "weft.test.echo"
+	seen, err := s.Conn.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	nc := s.Connect()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := inboxcheck.Once(ctx, nc); err != nil {
+		t.Fatal(err)
+	}
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if _, err := api.Request(ended, nc, subject, []byte(`{}`)); !errors.Is(err, context.Canceled) {
+		t.Errorf("a request with an ended context: %v, want context.Canceled", err)
+	}
+	if n := published(t, seen, s.Conn, nc); n != 0 {
+		t.Fatalf("a request whose context had ended was published (%d message(s))", n)
 	}
 }

@@ -47,6 +47,9 @@ const permissionCheckWait = 10 * time.Second
 // report it could not deliver and sends it again until a runner answers,
 // which a permission refusal must not stop.
 func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing is sent for a caller that has gone
+	}
 	if err := checkInbox(ctx, nc); err != nil {
 		return nil, err
 	}
