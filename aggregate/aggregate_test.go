@@ -10,7 +10,6 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 func defaultLimits() events.Limits {
@@ -84,9 +83,9 @@ func mustFold(t *testing.T, l events.Limits, calls ...string) State {
 		}
 	}
 	run(Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "go", Limits: l, Runner: "r"})
-	r := model.Reply{Kind: model.ReplyToolRequest}
+	r := Reply{Kind: events.ReplyToolRequest}
 	for _, id := range calls {
-		r.Turn.Calls = append(r.Turn.Calls, model.ToolCall{ID: id, Name: "t", Arguments: json.RawMessage(`{}`)})
+		r.Turn.Calls = append(r.Turn.Calls, events.ToolCall{ID: id, Name: "t", Arguments: json.RawMessage(`{}`)})
 	}
 	run(ModelReply{Turn: 1, Reply: r})
 	return s
@@ -121,9 +120,9 @@ func TestTranscriptStoredOnce(t *testing.T) {
 	for turn := int64(1); turn <= 100; turn++ {
 		before := total
 		id := fmt.Sprintf("c%03d", turn)
-		run(ModelReply{Turn: turn, Reply: model.Reply{Kind: model.ReplyToolRequest,
-			Turn:  model.Message{Text: "one more sheep", Calls: []model.ToolCall{{ID: id, Name: "count", Arguments: json.RawMessage(`{"n":1}`)}}},
-			Usage: &model.Usage{InputTokens: 100, OutputTokens: 10}}})
+		run(ModelReply{Turn: turn, Reply: Reply{Kind: events.ReplyToolRequest,
+			Turn:  events.Message{Text: "one more sheep", Calls: []events.ToolCall{{ID: id, Name: "count", Arguments: json.RawMessage(`{"n":1}`)}}},
+			Usage: &events.Usage{InputTokens: 100, OutputTokens: 10}}})
 		run(ResolveCalls{Turn: turn, Calls: []Resolution{{CallID: id, Validation: events.CallValid, Policy: PolicyResult{Decision: events.PolicyAllow}}}})
 		run(Report{Action: ActionID(turn, id), Attempt: 1, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"sheep":1}`)})
 		sizes = append(sizes, total-before)
@@ -142,9 +141,8 @@ func TestTranscriptStoredOnce(t *testing.T) {
 	if r := tr[200].Results; len(r) != 1 || string(r[0].Content) != `{"sheep":1}` || r[0].CallID != "c100" {
 		t.Fatalf("last results %+v", r)
 	}
-	req := ModelRequest(s)
-	if req.Turn != 101 || req.Run != "r1" || len(req.Transcript) != 201 {
-		t.Fatalf("request turn %d run %q with %d messages", req.Turn, req.Run, len(req.Transcript))
+	if s.Turn() != 101 || s.Run() != "r1" {
+		t.Fatalf("next request: turn %d run %q", s.Turn(), s.Run())
 	}
 }
 
@@ -308,8 +306,8 @@ func TestFoldCheckedReturnsImpossibleEvents(t *testing.T) {
 		}
 	}
 	run(Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "go", Limits: defaultLimits(), Runner: "r"})
-	reply := model.Reply{Kind: model.ReplyToolRequest}
-	reply.Turn.Calls = []model.ToolCall{{ID: "c1", Name: "t", Arguments: json.RawMessage(`{}`)}}
+	reply := Reply{Kind: events.ReplyToolRequest}
+	reply.Turn.Calls = []events.ToolCall{{ID: "c1", Name: "t", Arguments: json.RawMessage(`{}`)}}
 	run(ModelReply{Turn: 1, Reply: reply})
 
 	got, err := FoldChecked(history)

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // history100 is the history of a 100-turn run with two tool calls per turn.
@@ -28,7 +27,7 @@ func history100(tb testing.TB) []events.Recorded {
 	}
 	run(Start{Run: "r1", Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "go", Limits: l, Runner: "r"})
 	for turn := int64(1); turn <= 100; turn++ {
-		run(ModelReply{Turn: turn, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Calls: []model.ToolCall{
+		run(ModelReply{Turn: turn, Reply: Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Calls: []events.ToolCall{
 			{ID: "a", Name: "t", Arguments: json.RawMessage(`{}`)}, {ID: "b", Name: "t", Arguments: json.RawMessage(`{}`)}}}}})
 		var rs []Resolution
 		for _, id := range []string{"a", "b"} {

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Command is something the outside world contributed to a run. The set is
@@ -44,16 +43,17 @@ type Start struct {
 // not be read).
 type ModelReply struct {
 	Turn        int64
-	Reply       model.Reply
+	Reply       Reply
 	Answer      json.RawMessage
 	AnswerError string
 }
 
 // ModelFailure is a model turn's failure for Turn (including the model
-// timeout, Kind timed_out).
+// timeout, Kind timed_out), its Kind in the log's terms (the runner maps
+// the model port's error kind; docs/adr/0037).
 type ModelFailure struct {
 	Turn       int64
-	Kind       model.ErrorKind
+	Kind       events.FailureKind
 	Status     int
 	Message    string
 	RetryAfter time.Duration

@@ -9,7 +9,6 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/proof"
 )
 
@@ -255,17 +254,17 @@ func (d *decider) modelReply(c ModelReply) error {
 		}
 	}
 	switch r.Kind {
-	case model.ReplyRefusal:
+	case events.ReplyRefusal:
 		d.finish(events.Outcome{Kind: events.OutcomeRefused, Reason: r.Reason}, events.NotStartedRunFinished)
-	case model.ReplyTruncated:
+	case events.ReplyTruncated:
 		partial := r.Reason
 		if partial == "" {
 			partial = r.Turn.Text
 		}
 		d.finish(events.Outcome{Kind: events.OutcomeOutputLimited, Partial: partial}, events.NotStartedRunFinished)
-	case model.ReplyFinalAnswer:
+	case events.ReplyFinalAnswer:
 		d.finalAnswer(c)
-	case model.ReplyToolRequest:
+	case events.ReplyToolRequest:
 		if !ev.CreatesActions() {
 			d.finish(events.Outcome{Kind: events.OutcomeFailed, Reason: events.ReasonModelProtocolViolation, Turn: c.Turn}, events.NotStartedRunFinished)
 			return nil
@@ -323,7 +322,7 @@ func (d *decider) modelFailure(c ModelFailure) error {
 	if err := d.awaitTurn(c.Turn); err != nil {
 		return err
 	}
-	ev := events.ModelFailed{Turn: c.Turn, Kind: failureKind(c.Kind), Status: c.Status, Message: c.Message, RetryAfter: events.MillisOf(c.RetryAfter)}
+	ev := events.ModelFailed{Turn: c.Turn, Kind: c.Kind, Status: c.Status, Message: c.Message, RetryAfter: events.MillisOf(c.RetryAfter)}
 	l := d.s.start.Limits
 	if !ev.Kind.Retryable() {
 		d.emit(ev)

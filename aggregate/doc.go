@@ -45,8 +45,10 @@
 //     returned envelopes). Evolve consumes its argument like append: keep
 //     only the returned State (use State.Clone to keep an old one).
 //  5. Call Pending(state) and act on the Work: make the model call for
-//     Work.Model (the request is ModelRequest(state) plus the agent's system
-//     prompt, tool specs and answer schema), validate and run policy on
+//     Work.Model (the request is Transcript(state) converted to the model
+//     port's types by the runner (runner/modelport.go), with the run, turn
+//     and correlation, plus the agent's system prompt, tool specs and
+//     answer schema), validate and run policy on
 //     Work.Resolve and Decide a ResolveCalls, dispatch Work.Dispatch
 //     (idempotent per run/action/attempt: dispatch only what is not yet
 //     dispatched), stop the bodies of attempts it just recorded lost
@@ -77,8 +79,10 @@
 //
 // The transcript is stored once: the input in RunStarted, each assistant
 // turn in ModelReplied, each tool result in the event that ended its action,
-// each corrective prompt in AnswerRejected. Transcript and ModelRequest
-// rebuild the conversation from State; nothing is recorded twice.
+// each corrective prompt in AnswerRejected. Transcript rebuilds the
+// conversation from State, in the log's types (events.Message: the core
+// never imports the model port; the runner converts, docs/adr/0037);
+// nothing is recorded twice.
 //
 // A State encodes as JSON (MarshalJSON, schema SnapshotSchema): a runner may
 // keep it as a snapshot with the head it was folded to, decode it, and Evolve

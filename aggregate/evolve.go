@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Evolve folds one recorded event into s and returns the new State. It is
@@ -170,7 +169,7 @@ func (s *State) evolve(r events.Recorded) {
 		s.incarnation = 1
 		s.runner = e.Runner
 		s.index = map[string]int{}
-		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleUser, Text: e.Input}})
+		s.transcript = append(s.transcript, entry{msg: events.Message{Role: events.RoleUser, Text: e.Input}})
 
 	case events.RunForked:
 		s.fork(name, e)
@@ -201,7 +200,7 @@ func (s *State) evolve(r events.Recorded) {
 		} else {
 			s.unreported++
 		}
-		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleAssistant, Text: e.Text, Calls: modelCalls(e.Calls), ProviderData: e.ProviderData}})
+		s.transcript = append(s.transcript, entry{msg: events.Message{Role: events.RoleAssistant, Text: e.Text, Calls: cloneCalls(e.Calls), ProviderData: e.ProviderData}})
 		if e.CreatesActions() {
 			for i, c := range e.Calls {
 				id := ActionID(e.Turn, c.ID)
@@ -225,7 +224,7 @@ func (s *State) evolve(r events.Recorded) {
 
 	case events.AnswerRejected:
 		s.corrections++
-		s.transcript = append(s.transcript, entry{msg: model.Message{Role: model.RoleUser, Text: CorrectionText(e.Reason)}})
+		s.transcript = append(s.transcript, entry{msg: events.Message{Role: events.RoleUser, Text: CorrectionText(e.Reason)}})
 
 	case events.CallValidated:
 		a := s.move(name, e.Action, t, ok)

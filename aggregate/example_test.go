@@ -7,7 +7,6 @@ import (
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Example drives a run the way a runner does: decide, append (here: stamp
@@ -32,8 +31,8 @@ func Example() {
 	step(aggregate.Start{Run: "r1", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "look up order 7", Limits: limits, Runner: "runner-a"})
 
 	w := aggregate.Pending(s)
-	step(aggregate.ModelReply{Turn: w.Model.Turn, Reply: model.Reply{Kind: model.ReplyToolRequest,
-		Turn: model.Message{Calls: []model.ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"order":7}`)}}}, Usage: &model.Usage{InputTokens: 3, OutputTokens: 1}}})
+	step(aggregate.ModelReply{Turn: w.Model.Turn, Reply: aggregate.Reply{Kind: events.ReplyToolRequest,
+		Turn: events.Message{Calls: []events.ToolCall{{ID: "c1", Name: "lookup", Arguments: json.RawMessage(`{"order":7}`)}}}, Usage: &events.Usage{InputTokens: 3, OutputTokens: 1}}})
 
 	w = aggregate.Pending(s)
 	step(aggregate.ResolveCalls{Turn: w.Resolve.Turn, Calls: []aggregate.Resolution{{CallID: "c1", Validation: events.CallValid,
@@ -42,7 +41,7 @@ func Example() {
 	w = aggregate.Pending(s)
 	d := w.Dispatch[0]
 	step(aggregate.Report{Action: d.Action, Attempt: d.Attempt, Outcome: events.OutcomeOutput, Content: json.RawMessage(`{"status":"shipped"}`)})
-	fmt.Println(aggregate.Status(s).Kind, len(aggregate.ModelRequest(s).Transcript), "messages for turn", aggregate.Pending(s).Model.Turn)
+	fmt.Println(aggregate.Status(s).Kind, len(aggregate.Transcript(s)), "messages for turn", aggregate.Pending(s).Model.Turn)
 	// Output:
 	// run_started agent=desk@1 input="look up order 7" runner=runner-a limits=turns=4,concurrency=1,tokens=0,answer_attempts=1,model_timeout=infinity,retry_delay=0ms,tool_timeout=1000ms,approval_expiry=infinity,max_result_bytes=1024
 	// model_requested turn=1 why=start incarnation=1

@@ -8,7 +8,6 @@ import (
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // TestFamilyStatus (docs/semantics.md §6, docs/adr/0007): a parent whose only
@@ -29,7 +28,7 @@ func TestFamilyStatus(t *testing.T) {
 	}
 	apply(aggregate.Start{Run: "p", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Runner: "r",
 		Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 1, MaxResultBytes: 1000, MaxChildren: 4, MaxDepth: 1}})
-	apply(aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Calls: []model.ToolCall{
+	apply(aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Calls: []events.ToolCall{
 		{ID: "a", Name: "researcher", Arguments: json.RawMessage(`{"input":"x"}`)}}}}})
 	apply(aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: "a", Validation: events.CallValid,
 		Delegate: &events.AgentRef{Name: "researcher", Version: "1"}, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})

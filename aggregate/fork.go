@@ -7,7 +7,6 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Restart from a step (docs/semantics.md §14,
@@ -30,7 +29,7 @@ func (s *State) fork(name events.Name, e events.RunForked) {
 	s.forked = &from
 	s.turn = e.From.Turn - 1
 	for _, m := range e.Transcript {
-		s.transcript = append(s.transcript, entry{msg: modelMessage(m)})
+		s.transcript = append(s.transcript, entry{msg: cloneMessage(m)})
 	}
 }
 
@@ -125,7 +124,7 @@ func ForkOf(run string, history []events.Recorded, children map[string][]events.
 	msgs := s.render(s.transcript[1:cut], forkContent)
 	f := events.RunForked{From: events.ForkedFrom{Run: run, Version: s.version, Turn: turn}, Transcript: make([]events.Message, len(msgs))}
 	for i, m := range msgs {
-		f.Transcript[i] = eventMessage(m)
+		f.Transcript[i] = cloneMessage(m)
 	}
 	return s.start, f, nil
 }
@@ -203,22 +202,4 @@ func forkContent(a Action) json.RawMessage {
 		return a.Resolved.Content
 	}
 	return modelContent(a)
-}
-
-// eventMessage is the log's record of a transcript message (docs/adr/0018).
-func eventMessage(m model.Message) events.Message {
-	out := events.Message{Role: string(m.Role), Text: m.Text, Calls: eventCalls(m.Calls), ProviderData: m.ProviderData}
-	for _, r := range m.Results {
-		out.Results = append(out.Results, events.ToolResult{CallID: r.CallID, Name: r.Name, Content: r.Content})
-	}
-	return out
-}
-
-// modelMessage is the model port's message of a recorded one.
-func modelMessage(m events.Message) model.Message {
-	out := model.Message{Role: model.Role(m.Role), Text: m.Text, Calls: modelCalls(m.Calls), ProviderData: m.ProviderData}
-	for _, r := range m.Results {
-		out.Results = append(out.Results, model.ToolResult{CallID: r.CallID, Name: r.Name, Content: r.Content})
-	}
-	return out
 }

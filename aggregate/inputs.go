@@ -6,7 +6,6 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // This file holds the pure rules by which an input that reaches a runner
@@ -38,7 +37,7 @@ func LostCommand(action string, attempt int, cause, evidence string) (Command, e
 // cannot be decided on; without this the run would wait for its reply
 // forever.
 func UnrecordableReply(turn int64, detail string) ModelFailure {
-	return ModelFailure{Turn: turn, Kind: model.ErrInvalidReply, Message: "the model's reply is too large to record: " + detail}
+	return ModelFailure{Turn: turn, Kind: events.FailureInvalidReply, Message: "the model's reply is too large to record: " + detail}
 }
 
 // ReasonBodyRunning is the Reason of settle_unconfirmed when the settled

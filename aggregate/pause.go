@@ -2,7 +2,6 @@ package aggregate
 
 import (
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Pause pauses the run (docs/semantics.md §13): until Resume it starts no
@@ -76,7 +75,7 @@ func (d *decider) resume(c Resume) error {
 func (s *State) correctionDue() bool {
 	n := len(s.transcript)
 	return n > 1 && !s.modelPending && s.retryAt == nil &&
-		s.transcript[n-1].batch == 0 && s.transcript[n-1].msg.Role == model.RoleUser
+		s.transcript[n-1].batch == 0 && s.transcript[n-1].msg.Role == events.RoleUser
 }
 
 // pausedWork is w as a paused run's Pending gives it (docs/semantics.md

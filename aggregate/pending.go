@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Work is what the runtime must do for a run now, derived from its State
@@ -47,7 +46,7 @@ type Child struct {
 }
 
 // ModelCall is a model call to make for Turn. Deadline is when the model
-// timeout stops it (zero for none); the call is rebuilt by ModelRequest.
+// timeout stops it (zero for none); the request is rebuilt from Transcript.
 // RecordOnly is set by Work.Draining: make no call, only record a reply
 // that already arrived.
 type ModelCall struct {
@@ -60,7 +59,7 @@ type ModelCall struct {
 // Turn in the model's order.
 type CallBatch struct {
 	Turn  int64
-	Calls []model.ToolCall
+	Calls []events.ToolCall
 }
 
 // Dispatch is a fenced attempt to hand to a worker.
@@ -145,7 +144,7 @@ func Pending(s State) Work {
 }
 
 // calls returns the calls of the tool request of turn, from the transcript.
-func (s State) calls(turn int64) []model.ToolCall {
+func (s State) calls(turn int64) []events.ToolCall {
 	for _, a := range s.actions {
 		if a.Turn == turn {
 			return slices.Clone(s.transcriptCalls(turn))
@@ -154,7 +153,7 @@ func (s State) calls(turn int64) []model.ToolCall {
 	return nil
 }
 
-func (s State) transcriptCalls(turn int64) []model.ToolCall {
+func (s State) transcriptCalls(turn int64) []events.ToolCall {
 	for i, e := range s.transcript {
 		if e.batch == turn && i > 0 {
 			return s.transcript[i-1].msg.Calls

@@ -17,7 +17,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/aggregate/aggregatetest"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // rapidSource draws the simulation's choices from rapid, which shrinks a
@@ -350,10 +349,10 @@ func checkLog(fail func(string, ...any), s *aggregatetest.Sim) {
 	}
 	// (e) Results reach the model in call order.
 	for i, m := range tr {
-		if m.Role != model.RoleTool {
+		if m.Role != "tool" {
 			continue
 		}
-		if i == 0 || tr[i-1].Role != model.RoleAssistant {
+		if i == 0 || tr[i-1].Role != "assistant" {
 			fail("(e) tool results not after their assistant turn")
 		}
 		var order []string

@@ -15,7 +15,6 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // epoch is the store time at which every script starts.
@@ -238,41 +237,41 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 	case "reply":
 		turn := int64(h.intArg(t, d, "turn", int(h.state.Turn())))
-		r := model.Reply{}
+		r := Reply{}
 		if d.HasArg("usage") {
 			var in, out int
 			d.ScanArgs(t, "usage", &in, &out)
-			r.Usage = &model.Usage{InputTokens: int64(in), OutputTokens: int64(out)}
+			r.Usage = &events.Usage{InputTokens: int64(in), OutputTokens: int64(out)}
 		}
 		c := ModelReply{Turn: turn}
 		switch kind := h.strArg(t, d, "kind", "final"); kind {
 		case "final":
-			r.Kind = model.ReplyFinalAnswer
-			r.Turn = model.Message{Role: model.RoleAssistant, Text: strings.TrimSpace(d.Input)}
+			r.Kind = events.ReplyFinalAnswer
+			r.Turn = events.Message{Role: "assistant", Text: strings.TrimSpace(d.Input)}
 			if json.Valid([]byte(r.Turn.Text)) {
 				c.Answer = json.RawMessage(r.Turn.Text)
 			} else {
 				c.AnswerError = "invalid character at offset 1"
 			}
 		case "tools":
-			r.Kind = model.ReplyToolRequest
-			r.Turn = model.Message{Role: model.RoleAssistant, Text: h.strArg(t, d, "text", "")}
+			r.Kind = events.ReplyToolRequest
+			r.Turn = events.Message{Role: "assistant", Text: h.strArg(t, d, "text", "")}
 			for _, ln := range lines(d.Input) {
 				f := strings.SplitN(ln, " ", 3)
 				args := "{}"
 				if len(f) == 3 {
 					args = f[2]
 				}
-				r.Turn.Calls = append(r.Turn.Calls, model.ToolCall{ID: f[0], Name: f[1], Arguments: json.RawMessage(args)})
+				r.Turn.Calls = append(r.Turn.Calls, events.ToolCall{ID: f[0], Name: f[1], Arguments: json.RawMessage(args)})
 			}
 			if d.HasArg("provider-data") {
 				r.Turn.ProviderData = json.RawMessage(`{"response_id":"resp_1"}`)
 			}
 		case "refusal":
-			r.Kind = model.ReplyRefusal
+			r.Kind = events.ReplyRefusal
 			r.Reason = strings.TrimSpace(d.Input)
 		case "truncated":
-			r.Kind = model.ReplyTruncated
+			r.Kind = events.ReplyTruncated
 			r.Reason = strings.TrimSpace(d.Input)
 		default:
 			t.Fatalf("reply kind %q", kind)
@@ -282,7 +281,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 	case "fail":
 		return h.decide(t, ModelFailure{
-			Turn: int64(h.intArg(t, d, "turn", int(h.state.Turn()))), Kind: model.ErrorKind(h.strArg(t, d, "kind", "")),
+			Turn: int64(h.intArg(t, d, "turn", int(h.state.Turn()))), Kind: events.FailureKind(h.strArg(t, d, "kind", "")),
 			Status: h.intArg(t, d, "status", 0), RetryAfter: time.Duration(h.intArg(t, d, "retry-after", 0)) * time.Millisecond,
 		})
 
@@ -654,7 +653,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 
 	case "transcript":
 		var b strings.Builder
-		for _, m := range ModelRequest(h.state).Transcript {
+		for _, m := range Transcript(h.state) {
 			b.WriteString(describeMessage(m))
 			b.WriteByte('\n')
 		}
@@ -901,7 +900,7 @@ func describeAction(a Action) string {
 	return s
 }
 
-func describeMessage(m model.Message) string {
+func describeMessage(m events.Message) string {
 	s := string(m.Role)
 	if m.Text != "" {
 		s += fmt.Sprintf(" %q", m.Text)

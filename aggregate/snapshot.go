@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // SnapshotSchema is the version of State's JSON encoding. A snapshot of
@@ -52,8 +51,8 @@ type snapshot struct {
 }
 
 type snapshotEntry struct {
-	Message *model.Message `json:"message,omitempty"`
-	Batch   int64          `json:"batch,omitempty"`
+	Message *events.Message `json:"message,omitempty"`
+	Batch   int64           `json:"batch,omitempty"`
 }
 
 // MarshalJSON encodes the whole State as a snapshot a runner may keep (for

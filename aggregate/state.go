@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // ActionState is the lifecycle state of an action (docs/semantics.md §5).
@@ -266,7 +265,7 @@ type State struct {
 // entry is one transcript element: a message, or the placeholder of a tool
 // batch whose results are built from the actions when asked.
 type entry struct {
-	msg   model.Message
+	msg   events.Message
 	batch int64
 }
 

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/events"
 )
 
 // Transcript rebuilds the run's conversation from its State, oldest first:
@@ -12,27 +12,27 @@ import (
 // byte), the results of each tool batch in call order (only actions that
 // ended model-visible) and every corrective prompt. Nothing of it is
 // recorded twice; the runner never re-records a request.
-func Transcript(s State) []model.Message {
+func Transcript(s State) []events.Message {
 	return s.render(s.transcript, modelContent)
 }
 
 // render is the conversation of entries (s's transcript or a part of it),
 // each model-visible action's result read with content.
-func (s State) render(entries []entry, content func(Action) json.RawMessage) []model.Message {
-	out := make([]model.Message, 0, len(entries))
+func (s State) render(entries []entry, content func(Action) json.RawMessage) []events.Message {
+	out := make([]events.Message, 0, len(entries))
 	for _, e := range entries {
 		if e.batch == 0 {
 			out = append(out, e.msg)
 			continue
 		}
-		var res []model.ToolResult
+		var res []events.ToolResult
 		for _, a := range s.actions {
 			if a.Turn == e.batch && a.ModelVisible() {
-				res = append(res, model.ToolResult{CallID: a.CallID, Name: a.Tool, Content: content(a)})
+				res = append(res, events.ToolResult{CallID: a.CallID, Name: a.Tool, Content: content(a)})
 			}
 		}
 		if len(res) > 0 {
-			out = append(out, model.Message{Role: model.RoleTool, Results: res})
+			out = append(out, events.Message{Role: events.RoleTool, Results: res})
 		}
 	}
 	return out
@@ -50,18 +50,6 @@ func modelContent(a Action) json.RawMessage {
 		return editedNote(a.Edited, a.Content)
 	}
 	return a.Content
-}
-
-// ModelRequest is the model request of the run's current turn, rebuilt from
-// the log: run, turn, correlation and Transcript. The runner adds the
-// agent's System prompt, Tools and AnswerSchema.
-func ModelRequest(s State) model.Request {
-	return model.Request{
-		Run:         s.run,
-		Turn:        int(s.turn),
-		Correlation: s.start.Correlation,
-		Transcript:  Transcript(s),
-	}
 }
 
 // CorrectionText is the corrective user message of a typed answer that

@@ -14,7 +14,6 @@ import (
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 )
@@ -290,7 +289,7 @@ func transcript(envs []events.Envelope) []message {
 	if err != nil {
 		return nil
 	}
-	var msgs []model.Message
+	var msgs []events.Message
 	func() {
 		defer func() { _ = recover() }() // an impossible history: the audit panel reports it
 		msgs = aggregate.Transcript(aggregate.Fold(recs))

@@ -35,12 +35,26 @@ type ForkedFrom struct {
 	Hash    string `json:"hash,omitempty"`
 }
 
+// Role is the author of a transcript message, as Message records it.
+type Role string
+
+// The roles of a Message. They are the model port's values (mapped by name
+// in runner/modelport.go, which TestModelPortConversions pins).
+const (
+	// RoleUser marks the run's input, or a corrective prompt.
+	RoleUser Role = "user"
+	// RoleAssistant marks a model turn: text, calls and provider data.
+	RoleAssistant Role = "assistant"
+	// RoleTool marks a turn's tool results, in call order.
+	RoleTool Role = "tool"
+)
+
 // Message is one message of a copied transcript, the log's own record of
 // the model port's message (docs/adr/0018): a user text, an assistant turn
 // (text, calls, provider data byte for byte) or a turn's tool results in
 // call order.
 type Message struct {
-	Role         string          `json:"role"`
+	Role         Role            `json:"role"`
 	Text         string          `json:"text,omitempty"`
 	Calls        []ToolCall      `json:"calls,omitempty"`
 	ProviderData json.RawMessage `json:"provider_data,omitempty"`

@@ -6,8 +6,9 @@ import "encoding/json"
 // mirror the model port's (package model) on purpose, and are kept apart
 // from them on purpose: the model package is an API that adapters and
 // applications evolve, the log is a durable format that must read the
-// same for ever. The aggregate converts between the two where it talks to
-// the model port (docs/adr/0018); a change to the model package never
+// same for ever. The decision core (aggregate) speaks only these; the
+// runner converts between the two where it talks to the model port
+// (docs/adr/0018, docs/adr/0037); a change to the model package never
 // changes what is stored, and a change here is pinned by the golden
 // encodings (testdata/encoding).
 

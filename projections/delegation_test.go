@@ -8,7 +8,6 @@ import (
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 )
 
@@ -40,7 +39,7 @@ func TestDelegationView(t *testing.T) {
 	}
 	apply(aggregate.Start{Run: "p1", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Runner: "r",
 		Limits: events.Limits{MaxTurns: 8, MaxConcurrency: 1, MaxResultBytes: 1000, MaxChildren: 1, MaxDepth: 1}})
-	apply(aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{
+	apply(aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Role: "assistant", Calls: []events.ToolCall{
 		{ID: "a", Name: "researcher", Arguments: json.RawMessage(`{"input":"x"}`)},
 		{ID: "b", Name: "researcher", Arguments: json.RawMessage(`{"input":"y"}`)},
 	}}}})

@@ -10,7 +10,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/aggregate/aggregatetest"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 )
 
@@ -48,7 +47,7 @@ func TestFamilyStatus(t *testing.T) {
 	limits := events.Limits{MaxTurns: 8, MaxConcurrency: 1, MaxResultBytes: 1000, MaxChildren: 4, MaxDepth: 1, ApprovalExpiry: 60000}
 	parent := &driven{t: t, run: "p"}
 	parent.apply(aggregate.Start{Run: "p", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Runner: "r", Limits: limits})
-	parent.apply(aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{
+	parent.apply(aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Role: "assistant", Calls: []events.ToolCall{
 		{ID: "a", Name: "researcher", Arguments: json.RawMessage(`{"input":"x"}`)}}}}})
 	parent.apply(aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: "a", Validation: events.CallValid,
 		Delegate: &events.AgentRef{Name: "researcher", Version: "1"}, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})
@@ -70,7 +69,7 @@ func TestFamilyStatus(t *testing.T) {
 		t.Fatalf("child working: family %+v", f)
 	}
 
-	child.apply(aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{
+	child.apply(aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Role: "assistant", Calls: []events.ToolCall{
 		{ID: "c", Name: "refund", Arguments: json.RawMessage(`{}`)}}}}})
 	child.apply(aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: "c", Validation: events.CallValid,
 		Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "refund-review", Version: 1}}}}})

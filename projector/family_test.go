@@ -10,7 +10,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 )
@@ -48,7 +47,7 @@ func (f *family) flush() []events.Recorded {
 }
 
 func (f *family) delegate(run, callID, agent string) {
-	f.apply(run, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{
+	f.apply(run, aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Role: "assistant", Calls: []events.ToolCall{
 		{ID: callID, Name: agent, Arguments: json.RawMessage(`{"input":"look into it"}`)}}}}})
 	f.apply(run, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: callID, Validation: events.CallValid,
 		Delegate: &events.AgentRef{Name: agent, Version: "1"}, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})
@@ -101,7 +100,7 @@ func TestRunQueryFamilyStatus(t *testing.T) {
 	}
 
 	// The clerk asks for a refund that needs approval.
-	f.apply(clerk, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{
+	f.apply(clerk, aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Role: "assistant", Calls: []events.ToolCall{
 		{ID: "c", Name: "refund", Arguments: json.RawMessage(`{}`)}}}}})
 	f.apply(clerk, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: "c", Validation: events.CallValid,
 		Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "refund-review", Version: 1}}}}})

@@ -8,7 +8,6 @@ import (
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projector"
 )
 
@@ -34,7 +33,7 @@ func TestSemantics14_AFinishedRunsViewListsItsForks(t *testing.T) {
 	limits := events.Limits{MaxTurns: 8, MaxConcurrency: 1, MaxResultBytes: 1000}
 	f := &family{t: t, at: time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC), states: map[string]aggregate.State{}}
 	f.apply("fk-parent", aggregate.Start{Run: "fk-parent", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Runner: "r", Limits: limits})
-	f.apply("fk-parent", aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyFinalAnswer, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}})
+	f.apply("fk-parent", aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyFinalAnswer, Turn: events.Message{Role: "assistant", Text: "done"}}})
 	parent := f.flush()
 	_, fork, err := aggregate.ForkOf("fk-parent", parent, nil, 1)
 	if err != nil {

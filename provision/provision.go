@@ -79,6 +79,9 @@ type Asset struct {
 	// atomic: the KV bucket's stream allows atomic batch publish
 	// (WithAtomicPublish).
 	atomic bool
+	// deletes: the KV bucket's stream allows deleting a message by its
+	// sequence (WithMessageDelete).
+	deletes bool
 }
 
 // WithAtomicPublish returns the KV bucket a whose stream also allows
@@ -87,6 +90,18 @@ type Asset struct {
 // for a stream, whose StreamConfig says it.
 func (a Asset) WithAtomicPublish() Asset {
 	a.atomic = a.kv != nil
+	return a
+}
+
+// WithMessageDelete returns the KV bucket a whose stream also allows
+// deleting a message by its sequence (the stream's message delete; nats.go
+// creates a bucket's stream with DenyDelete, which a KeyValueConfig cannot
+// change): an entry removed at its revision with no marker, one write
+// where a purge's marker costs two (its write and its expiry;
+// docs/adr/0036-driver-entry-removed-by-sequence.md). It is a no-op for a
+// stream, whose StreamConfig says it.
+func (a Asset) WithMessageDelete() Asset {
+	a.deletes = a.kv != nil
 	return a
 }
 
@@ -270,8 +285,8 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, opts options, a Ass
 		if cfg.Replicas == 0 {
 			cfg.Replicas = replicas
 		}
-		if a.atomic {
-			return ensureAtomicKV(ctx, js, cfg)
+		if a.atomic || a.deletes {
+			return ensureKVStream(ctx, js, cfg, a)
 		}
 		_, err := js.CreateOrUpdateKeyValue(ctx, cfg)
 		return err
@@ -279,22 +294,36 @@ func ensureOnce(ctx context.Context, js jetstream.JetStream, opts options, a Ass
 	return fmt.Errorf("empty asset")
 }
 
-// ensureAtomicKV creates or updates the KV bucket cfg whose stream allows
-// atomic publish (Asset.WithAtomicPublish) without ever turning atomic
-// publish off on it: KeyValueConfig cannot say it, so
+// ensureKVStream creates or updates the KV bucket cfg whose stream allows
+// atomic publish (Asset.WithAtomicPublish) or message deletes
+// (Asset.WithMessageDelete), as a says, without ever turning them off on
+// it: KeyValueConfig cannot say it, so
 // CreateOrUpdateKeyValue on an existing bucket would update its stream
 // without it, and the server then refuses the batches of the processes
 // that use the bucket (and deletes those in progress) until it is turned
-// on again (docs/adr/0032-fewer-writes-per-run.md). A new bucket is
-// created by CreateOrUpdateKeyValue and then allowed atomic publish before
-// anyone batches on it; an existing one gets one stream update, only when
-// it differs, that applies what cfg governs and keeps atomic publish on.
-func ensureAtomicKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) error {
+// on again (docs/adr/0032-fewer-writes-per-run.md), or their message
+// deletes. A new bucket that allows message deletes is created by
+// CreateStream with the configuration kvStreamConfig gives (a stream
+// update cannot allow deletes); any other new bucket is created by
+// CreateOrUpdateKeyValue and then allowed atomic publish before anyone
+// uses it. An existing one gets one stream update, only when it differs,
+// that applies what cfg governs, keeps atomic publish on and keeps
+// denying deletes when it did.
+func ensureKVStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, a Asset) error {
 	if cfg.Mirror != nil || len(cfg.Sources) > 0 {
-		return fmt.Errorf("atomic publish on a mirrored or sourced bucket is not supported")
+		return fmt.Errorf("atomic publish or message deletes on a mirrored or sourced bucket are not supported")
 	}
 	name := "KV_" + cfg.Bucket
 	s, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) && a.deletes {
+		// A stream's update cannot allow deletes it denied: the bucket's
+		// stream is created allowing them.
+		want := kvStreamConfig(cfg, jetstream.StreamConfig{Name: name, Subjects: []string{"$KV." + cfg.Bucket + ".>"}}, a)
+		if _, err = js.CreateStream(ctx, want); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return err
+		}
+		s, err = js.Stream(ctx, name) // created meanwhile by another process
+	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err = js.CreateOrUpdateKeyValue(ctx, cfg); err != nil {
 			return err
@@ -305,7 +334,10 @@ func ensureAtomicKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 		return err
 	}
 	have := s.CachedInfo().Config
-	want := kvStreamConfig(cfg, have)
+	want := kvStreamConfig(cfg, have, a)
+	// Nor can it allow deletes an older release's bucket denies: that
+	// bucket keeps denying them (its users fall back to purges).
+	want.DenyDelete = want.DenyDelete || have.DenyDelete
 	if sameStreamConfig(want, have) {
 		return nil
 	}
@@ -313,13 +345,14 @@ func ensureAtomicKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 	return err
 }
 
-// kvStreamConfig is the stream configuration of the existing bucket whose
-// stream's is have, updated to cfg as CreateOrUpdateKeyValue sets it
+// kvStreamConfig is the stream configuration of a bucket whose stream's is
+// have (an existing bucket's; for a new one, only its name and subjects),
+// updated to cfg as CreateOrUpdateKeyValue sets it
 // (nats.go's prepareKeyValueConfig, the fields KeyValueConfig governs and
 // the ones it fixes; TestAnAtomicBucketIsUpdatedAsCreateOrUpdateKeyValueDoes
-// compares them), with atomic publish allowed. cfg has no mirror or
-// sources.
-func kvStreamConfig(cfg jetstream.KeyValueConfig, have jetstream.StreamConfig) jetstream.StreamConfig {
+// compares them), with atomic publish and message deletes allowed as a
+// says. cfg has no mirror or sources.
+func kvStreamConfig(cfg jetstream.KeyValueConfig, have jetstream.StreamConfig, a Asset) jetstream.StreamConfig {
 	sc := have
 	sc.Description = cfg.Description
 	sc.MaxMsgsPerSubject = 1
@@ -360,7 +393,8 @@ func kvStreamConfig(cfg jetstream.KeyValueConfig, have jetstream.StreamConfig) j
 	for k, v := range cfg.Metadata {
 		mapSet(&sc.Metadata, k, v)
 	}
-	sc.AllowAtomicPublish = true
+	sc.AllowAtomicPublish = a.atomic
+	sc.DenyDelete = !a.deletes
 	return sc
 }
 

@@ -165,6 +165,9 @@ func Permissions(role Role, q api.Queue) (Grant, error) {
 			// Recreate a weft_runners bucket of an older release on file
 			// storage (its keys are heartbeats, put again at once).
 			"$JS.API.STREAM.DELETE."+kvStream(protocol.RunnersBucket),
+			// Remove a weft_drivers entry by its revision (runner:
+			// removeDriverKey).
+			"$JS.API.STREAM.MSG.DELETE."+kvStream(protocol.DriversBucket),
 		)
 		for _, b := range runnerBuckets {
 			g.Publish = append(g.Publish, writeBucket(b)...)

@@ -120,10 +120,10 @@ type secureServer struct {
 	v    *violations    // the runner connection's violations
 }
 
-func startSecure(t *testing.T) *secureServer {
+func startSecure(t *testing.T, runnerOpts ...roles.IssueOption) *secureServer {
 	t.Helper()
 	conf, auth := shipped(t)
-	creds, err := auth.Write(roles.Runner, api.Queue{})
+	creds, err := auth.Write(roles.Runner, api.Queue{}, runnerOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,9 +165,13 @@ type deployment struct {
 	paid                                chan string
 }
 
-func deploy(t *testing.T) *deployment {
+func deploy(t *testing.T) *deployment { t.Helper(); return deployWith(t) }
+
+// deployWith is deploy with the runner's credentials issued with
+// runnerOpts (older credentials, say).
+func deployWith(t *testing.T, runnerOpts ...roles.IssueOption) *deployment {
 	t.Helper()
-	s := startSecure(t)
+	s := startSecure(t, runnerOpts...)
 	d := &deployment{secureServer: s, paid: make(chan string, 16)}
 	d.projector, d.vp = s.connect(roles.Projector, api.Queue{})
 	d.worker, d.vw = s.connect(roles.Worker, payQueue)

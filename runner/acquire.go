@@ -81,11 +81,12 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 		done := r.acquiring(id)
 		rn, err := r.acquireFromLog(ctx, id)
 		done()
-		if err == nil && rn.driven && lacksTool(rn) {
-			// A redeployed agent lacks a live action's tool: the run
-			// fails tool_changed (act) before any command is decided on
-			// it — an answer must not fence an attempt of a tool this
-			// runner cannot run. A pending takeover is recorded first.
+		if err == nil && rn.driven && aggregate.LacksTool(rn.state, rn.binds) {
+			// A redeployed agent lacks a live action's tool
+			// (aggregate.LacksTool): the run fails tool_changed (act)
+			// before any command is decided on it — an answer must not
+			// fence an attempt of a tool this runner cannot run. A
+			// pending takeover is recorded first.
 			rn.lazy = false
 			if rn.takeover != nil {
 				_ = r.step(ctx, rn, nil)
@@ -106,11 +107,11 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", id)}
 }
 
-// lacksTool reports whether the agent rn runs under (as this runner
-// serves it) lacks the tool of an action still to run
-// (aggregate.LacksTool): act then fails the run tool_changed.
-func lacksTool(rn *run) bool {
-	return aggregate.LacksTool(rn.state, func(tool string) bool { _, ok := rn.agent.Tool(tool); return ok })
+// binds reports whether the agent rn runs under (as this runner serves
+// it) binds tool.
+func (rn *run) binds(tool string) bool {
+	_, ok := rn.agent.Tool(tool)
+	return ok
 }
 
 // errAcquireAgain tells acquire that another writer changed the run while

@@ -47,7 +47,7 @@ func suspendedLongAgo(t *testing.T, h *harness, a *agent.Agent, run string) aggr
 	decide(aggregate.Start{Run: run, Agent: a.Ref(), Input: "pay", Limits: a.Limits(), Runner: "ghost"})
 	call := payCall(500, "ok")
 	call.ID = "call_1_1"
-	decide(aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	decide(runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}))
 	cfg, _ := a.ToolConfig("pay")
 	decide(aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
 		Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}, Tool: cfg}}})

@@ -21,6 +21,7 @@ import (
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/proof"
+	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
 
@@ -158,7 +159,7 @@ func TestSemantics4_ApproveNarrower(t *testing.T) {
 	if read.Note != aggregate.EditedNote || string(read.Arguments) != lower || read.Result.ID != "pay-"+a.ID {
 		t.Fatalf("the model read %s, want the note, %s and the result", last.Results[0].Content, lower)
 	}
-	folded := aggregate.Transcript(h.state("narrow"))
+	folded := runner.ModelMessages(aggregate.Transcript(h.state("narrow")))
 	var fromLog model.Message
 	for _, msg := range folded {
 		if msg.Role == model.RoleTool {

@@ -32,8 +32,9 @@ func Assets(lease time.Duration) []provision.Asset {
 			// A key that reaches its max age leaves a marker (judgement).
 			LimitMarkerTTL: ownership.MarkerTTL(lease)}),
 		provision.KV(jetstream.KeyValueConfig{Bucket: DriversBucket, Description: "Weft runs driven with work in flight, by partition, and their driving runner", Storage: jetstream.FileStorage,
-			// The marker of a removed entry expires (removeDriverKey).
-			LimitMarkerTTL: markerTTL(lease)}),
+			// An entry is removed by deleting its message (removeDriverKey);
+			// the marker of an older release's purge expires.
+			LimitMarkerTTL: markerTTL(lease)}).WithMessageDelete(),
 		provision.KV(jetstream.KeyValueConfig{Bucket: PartitionsBucket, Description: "Weft partitions: their number (config) and owners (p.<n>)", Storage: jetstream.FileStorage}),
 		provision.KV(api.CommandsConfig()),
 		provision.KV(jetstream.KeyValueConfig{Bucket: SnapshotsBucket, Description: "Weft run state snapshots with their head", Storage: jetstream.FileStorage}),
@@ -241,6 +242,16 @@ func (r *Runner) assets(ctx context.Context) error {
 	}
 	if r.drivers, err = r.js.KeyValue(ctx, DriversBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
+	}
+	if r.driversStream, err = r.js.Stream(ctx, "KV_"+DriversBucket); err != nil {
+		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
+	}
+	if r.driversStream.CachedInfo().Config.DenyDelete {
+		// Made by an earlier release (or nats.go's CreateOrUpdateKeyValue):
+		// no update allows deletes, so entries are purged, as before.
+		r.purgeDrivers.Store(true)
+		r.log.Warn("the drivers bucket denies message deletes: its entries are purged with markers (an fsync more each); "+
+			"recreate it as docs/adr/0036-driver-entry-removed-by-sequence.md says", "bucket", DriversBucket)
 	}
 	if r.partKV, err = r.js.KeyValue(ctx, PartitionsBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", PartitionsBucket, err)

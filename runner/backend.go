@@ -270,7 +270,11 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 			// Someone started it at the same moment: judge against theirs.
 			s, _, lerr := r.load(ctx, id)
 			if lerr == nil {
-				_, err = aggregate.Decide(s, cmd, r.now())
+				if _, err = aggregate.Decide(s, cmd, r.clock(rn)); err == nil {
+					// The log refused the append, yet what it holds
+					// would take the start: never an empty success.
+					err = &weft.Error{Code: weft.CodeInternal, Message: "start conflicted with a log that holds no start: " + conflict.Error()}
+				}
 				if intent != 0 {
 					r.correctDriver(id, s)
 				}

@@ -12,7 +12,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/telemetry"
 )
@@ -81,7 +80,7 @@ func delegationLimits(rn *run, b aggregate.CallBatch, valid map[string]bool) map
 // delegationTarget marks res as a delegation when the called tool is a
 // sub-agent, and returns the policy target of the call and whether the call
 // is over a delegation bound (then the policy is not evaluated).
-func delegationTarget(rn *run, c model.ToolCall, res *aggregate.Resolution, limited map[string]string) (policy.Target, bool) {
+func delegationTarget(rn *run, c events.ToolCall, res *aggregate.Resolution, limited map[string]string) (policy.Target, bool) {
 	sub, ok := rn.agent.SubAgent(c.Name)
 	if !ok {
 		return policy.TargetTool, false

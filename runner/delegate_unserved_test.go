@@ -41,7 +41,7 @@ func TestDelegation_UnservedSubAgentFailsTheAction(t *testing.T) {
 	c := ctx(t)
 	var s aggregate.State
 	hd := appendDecided(t, h, "du1", &s, aggregate.Start{Run: "du1", Agent: old.Ref(), Input: "is invoice 7 paid?", Limits: old.Limits(), Runner: "ghost"})
-	hd = appendDecidedAt(t, h, "du1", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	hd = appendDecidedAt(t, h, "du1", &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}))
 	ref := recorded.Ref()
 	appendDecidedAt(t, h, "du1", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}, Delegate: &ref}}})
 	if a, ok := s.Action("1/" + call.ID); !ok || a.State != aggregate.ActionDelegated || a.Child == nil {

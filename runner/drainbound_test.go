@@ -31,7 +31,7 @@ func TestDrainEndsWithinItsWindow_CommandWaitingOnAForward(t *testing.T) {
 	hd := appendDecided(t, h, "db", &s, aggregate.Start{Run: "db", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "paused"})
 	call := payCall(500, "ok")
 	call.ID = "call_1_1"
-	hd = appendDecidedAt(t, h, "db", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	hd = appendDecidedAt(t, h, "db", &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}))
 	appendDecidedAt(t, h, "db", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
 		Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}}}})
 	act := s.Actions()[0]

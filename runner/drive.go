@@ -14,7 +14,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/worker"
 )
@@ -663,7 +662,7 @@ func (r *Runner) withResolution(ctx context.Context, rn *run, c aggregate.Comman
 
 // sameBatch reports whether cmd resolves the calls of b.
 func sameBatch(cmd aggregate.ResolveCalls, b aggregate.CallBatch) bool {
-	return cmd.Turn == b.Turn && slices.EqualFunc(cmd.Calls, b.Calls, func(r aggregate.Resolution, c model.ToolCall) bool { return r.CallID == c.ID })
+	return cmd.Turn == b.Turn && slices.EqualFunc(cmd.Calls, b.Calls, func(r aggregate.Resolution, c events.ToolCall) bool { return r.CallID == c.ID })
 }
 
 // resolution takes the resolution decideAppend found for b's calls

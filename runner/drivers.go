@@ -145,36 +145,131 @@ func (r *Runner) driverEntries(ctx context.Context, filters []string) (map[strin
 	}
 }
 
-// markerTTL is how long the marker of a removed weft_drivers entry is
-// kept: a lease (at least a second, the server's smallest message TTL).
-// Nothing reads the markers (a scan, driverEntries, ignores removals); a
-// marker only has to outlive the purge's own acknowledgement.
+// markerTTL is how long the marker of a removed weft_drivers entry was
+// kept when removals were purges (before docs/adr/0036-driver-entry-removed-by-sequence.md):
+// a lease, at least a second. The bucket keeps LimitMarkerTTL so that such
+// markers still expire, and createDriverKey still reads past one.
 func markerTTL(lease time.Duration) time.Duration { return max(lease, time.Second) }
 
-// removeDriverKey removes run's weft_drivers entry — at revision rev when
-// rev is not 0 — with a purge whose marker expires after markerTTL. A
-// plain delete leaves a marker forever: every partition scan, a
-// last-per-subject watch of the bucket, then costs the server one message
-// per run that ever had work in flight (docs/adr/0019-partitions.md: an idle or
-// finished run costs nothing; at a million runs an idle runner's scans kept
-// nats-server
-// busy on half a core).
+// removeTries bounds removeDriverKey's attempts at an unconditional
+// removal: one more each time the entry it read was replaced before its
+// delete.
+const removeTries = 4
+
+// errDriverKeyChanged is removeDriverKey's answer when the entry at the
+// revision it was asked to remove is no longer the key's entry (replaced or
+// removed meanwhile), as a purge at that revision would be refused.
+var errDriverKeyChanged = errors.New("the run's driver entry is not at the revision read")
+
+// removeDriverKey removes run's weft_drivers entry — only at revision rev
+// when rev is not 0, else whatever entry the key has — by deleting its
+// message (the stream's message delete by sequence: the revision). A
+// delete leaves no marker: a partition scan, a last-per-subject watch of
+// the bucket, costs nothing for a run whose entry was removed
+// (docs/adr/0019-partitions.md: an idle or finished run costs nothing),
+// and, under sync_interval: always, the removal is one fsync — a purge's
+// marker is one, and its expiry another
+// (docs/adr/0036-driver-entry-removed-by-sequence.md).
 //
-// A bucket provisioned before markers expired (no LimitMarkerTTL: the
-// server refuses a message TTL) gets a plain delete, as before, until
-// runner.Provision (the runner binary, weft dev, host) updates it.
+// The bucket keeps one message per key (history 1): the message at rev is
+// there only while it is the key's entry, so the delete at rev, of a
+// message read to be key's, is the purge at LastRevision(rev) it replaces.
+// Without rev the entry is read first and deleted at its revision, again
+// when it was replaced between. When the runner purges (purgeDrivers: the
+// bucket denies deletes, or its credentials lack the grant) the removal is
+// the purge, at rev or unconditional, as before.
 func (r *Runner) removeDriverKey(ctx context.Context, run string, rev uint64) error {
+	key := r.driverKey(run)
+	if rev != 0 || r.purgeDrivers.Load() {
+		return r.deleteDriverMsg(ctx, key, rev)
+	}
+	for range removeTries {
+		e, err := r.drivers.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil // no entry (or the marker of an older purge)
+		}
+		if err != nil {
+			return err
+		}
+		if err := r.deleteDriverMsg(ctx, key, e.Revision()); !errors.Is(err, errDriverKeyChanged) {
+			return err
+		}
+	}
+	return fmt.Errorf("remove driver entry %s: replaced %d times while removed: %w", key, removeTries, errDriverKeyChanged)
+}
+
+// deleteWait bounds a driver entry's message delete, which credentials
+// issued before the runner's grant to delete (docs/security.md) never see
+// answered: the server refuses the request as a permission violation,
+// which reaches only the connection's error callback.
+const deleteWait = time.Second
+
+// deleteDriverMsg deletes key's weft_drivers message at sequence rev, or
+// answers errDriverKeyChanged when key's entry is not at rev. A delete by
+// sequence does not check the subject: the message at rev is read first
+// (a direct get, no write), and deleted only when it is key's — after the
+// bucket was deleted and made again its sequences start at 1 again, and
+// rev may be another run's entry. A delete that fails within the caller's
+// context — refused (the bucket denies deletes, or the message went
+// meanwhile), or unanswered within deleteWait (no grant) — falls back to
+// the purge at rev, which the server refuses when the delete landed or the
+// entry changed; once such a purge removed the entry the runner purges
+// from then on (purgeDrivers).
+func (r *Runner) deleteDriverMsg(ctx context.Context, key string, rev uint64) error {
+	if r.purgeDrivers.Load() {
+		return r.purgeDriverKey(ctx, key, rev)
+	}
+	m, err := r.driversStream.GetMsg(ctx, rev)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("delete driver entry %s at revision %d: no message: %w", key, rev, errDriverKeyChanged)
+	case err != nil:
+		return fmt.Errorf("delete driver entry %s at revision %d: read it: %w", key, rev, err)
+	case m.Subject != driverSubject(key):
+		return fmt.Errorf("delete driver entry %s at revision %d: the message is %s's: %w", key, rev, m.Subject, errDriverKeyChanged)
+	}
+	dctx, cancel := context.WithTimeout(ctx, deleteWait)
+	err = r.driversStream.DeleteMsg(dctx, rev)
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	if perr := r.purgeDriverKey(ctx, key, rev); perr != nil {
+		return fmt.Errorf("delete driver entry %s at revision %d: %v; purge it: %w", key, rev, err, perr)
+	}
+	if !r.purgeDrivers.Swap(true) {
+		r.log.Warn("a driver entry's delete failed and its purge removed it: the runner purges drivers entries from now on "+
+			"(the bucket denies deletes, or the credentials lack the grant: docs/security.md)", "key", key, "err", err)
+	}
+	return nil
+}
+
+// driverSubject is key's subject in weft_drivers' stream.
+func driverSubject(key string) string { return "$KV." + DriversBucket + "." + key }
+
+// purgeDriverKey purges key at revision rev with a marker that expires
+// after markerTTL, or, on a bucket provisioned before markers expired (no
+// LimitMarkerTTL: the server refuses a message TTL), with a plain delete
+// whose marker stays.
+func (r *Runner) purgeDriverKey(ctx context.Context, key string, rev uint64) error {
 	var opts []jetstream.KVDeleteOpt
 	if rev != 0 {
 		opts = append(opts, jetstream.LastRevision(rev))
 	}
-	err := r.drivers.Purge(ctx, r.driverKey(run), append(opts, jetstream.PurgeTTL(markerTTL(r.lease)))...)
+	err := r.drivers.Purge(ctx, key, append(opts, jetstream.PurgeTTL(markerTTL(r.lease)))...)
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && apiErr.ErrorCode == jsMessageTTLDisabled {
-		return r.drivers.Delete(ctx, r.driverKey(run), opts...)
+		err = r.drivers.Delete(ctx, key, opts...)
+	}
+	if rev != 0 && errors.Is(err, jetstream.ErrKeyExists) { // the key's last revision is not rev
+		return fmt.Errorf("purge driver entry %s at revision %d: %v: %w", key, rev, err, errDriverKeyChanged)
 	}
 	return err
 }
+
+// jsMessageTTLDisabled is nats-server's JSMessageTTLDisabledErr: a
+// message TTL on a stream that does not allow them.
+const jsMessageTTLDisabled jetstream.ErrorCode = 10166
 
 // createTries bounds createDriverKey's attempts: a Create is made again
 // only when the key it answered "exists" for turned out absent.
@@ -214,7 +309,3 @@ func (r *Runner) createDriverKey(ctx context.Context, run, driver string) (uint6
 		}
 	}
 }
-
-// jsMessageTTLDisabled is nats-server's JSMessageTTLDisabledErr: a
-// message TTL on a stream that does not allow them.
-const jsMessageTTLDisabled jetstream.ErrorCode = 10166

@@ -194,7 +194,7 @@ func PolicyResult(dec policy.Decision, err error) aggregate.PolicyResult {
 // §8).
 func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 	ag := rn.agent
-	req := ag.Request(aggregate.ModelRequest(rn.state))
+	req := ag.Request(modelRequest(rn.state))
 	life := r.bg.ctx
 	ctx, cancel := context.WithCancel(life)
 	if !mc.Deadline.IsZero() {
@@ -229,10 +229,10 @@ func (r *Runner) callModel(rn *run, mc aggregate.ModelCall) {
 				kind = model.ErrTimedOut
 			}
 			telemetry.EndModel(span, "", nil, string(kind))
-			cmd = aggregate.ModelFailure{Turn: mc.Turn, Kind: kind, Status: status, Message: msg, RetryAfter: after}
+			cmd = aggregate.ModelFailure{Turn: mc.Turn, Kind: failureKind(kind), Status: status, Message: msg, RetryAfter: after}
 		} else {
 			telemetry.EndModel(span, string(reply.Kind), reply.Usage, "")
-			mr := aggregate.ModelReply{Turn: mc.Turn, Reply: reply}
+			mr := ReplyCommand(mc.Turn, reply)
 			if typed && reply.Kind == model.ReplyFinalAnswer {
 				ans, derr := ag.DecodeAnswer(reply.Turn.Text)
 				if derr != nil {

@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// ModelMessages is modelMessages, for tests: the transcript as the model
+// port reads it.
+var ModelMessages = modelMessages
+
 // EndsFinished is endsFinished, for tests.
 var EndsFinished = endsFinished
 
@@ -82,3 +86,11 @@ func (r *Runner) HandedOff() int64 {
 	}
 	return 0
 }
+
+// RemoveDriverKey is removeDriverKey, for tests.
+func RemoveDriverKey(ctx context.Context, r *Runner, run string, rev uint64) error {
+	return r.removeDriverKey(ctx, run, rev)
+}
+
+// ErrDriverKeyChanged is errDriverKeyChanged, for tests.
+var ErrDriverKeyChanged = errDriverKeyChanged

@@ -238,7 +238,7 @@ func TestPartitions_AGoneRunnersPartitionsAreClaimedAndItsRunsRecovered(t *testi
 	hd := appendDecided(t, h, "g-run", &s, aggregate.Start{Run: "g-run", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	call := payCall(50, "ok")
 	call.ID = "call_1_1"
-	hd = appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	hd = appendDecidedAt(t, h, "g-run", &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}))
 	appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})
 	if act, _ := s.Action("1/call_1_1"); act.State != aggregate.ActionRunning {
 		t.Fatalf("crafted history: action %s", act.State)

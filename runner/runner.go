@@ -170,8 +170,16 @@ type Runner struct {
 	agents  map[string]*agent.Agent // name@version and name (first registered)
 	list    []*agent.Agent
 	drivers jetstream.KeyValue
-	cmds    jetstream.KeyValue
-	snaps   jetstream.KeyValue
+	// driversStream is weft_drivers' stream, for deleting an entry's
+	// message by its revision (removeDriverKey).
+	driversStream jetstream.Stream
+	// purgeDrivers is set when removeDriverKey purges weft_drivers entries
+	// instead of deleting their messages: the bucket denies deletes (read
+	// once, in assets) or a delete failed where a purge then succeeded (the
+	// runner's credentials lack the grant).
+	purgeDrivers atomic.Bool
+	cmds         jetstream.KeyValue
+	snaps        jetstream.KeyValue
 
 	mu         sync.Mutex
 	runs       map[string]*run          // runs this runner drives

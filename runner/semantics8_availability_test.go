@@ -199,7 +199,7 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 	hd := appendDecided(t, h, "g-run", &s, aggregate.Start{Run: "g-run", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	call := payCall(50, "ok")
 	call.ID = "call_1_1"
-	hd = appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	hd = appendDecidedAt(t, h, "g-run", &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}))
 	appendDecidedAt(t, h, "g-run", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}}}})
 	drivers, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
 	if err != nil {

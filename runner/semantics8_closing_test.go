@@ -431,7 +431,7 @@ func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T)
 	hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	call := payCall(500, "ok")
 	call.ID = "call_1_1"
-	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	hd = appendDecidedAt(t, h, run, &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}))
 	finance := events.Requirement{Name: "finance", Version: 1}
 	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments,
 		Policy: aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: finance}}}})

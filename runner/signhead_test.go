@@ -233,7 +233,7 @@ func TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRun
 	// head_signed after run_finished. Its driver entry is still there.
 	var s aggregate.State
 	hd := appendDecided(t, h, "es1", &s, aggregate.Start{Run: "es1", Agent: desk.Ref(), Input: "close the books", Limits: desk.Limits(), Runner: "ghost"})
-	appendDecidedAt(t, h, "es1", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyFinalAnswer, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}})
+	appendDecidedAt(t, h, "es1", &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyFinalAnswer, Turn: model.Message{Role: model.RoleAssistant, Text: "done"}}))
 	if _, fin := s.Finished(); !fin {
 		t.Fatalf("crafted history: run not finished (%+v)", aggregate.Status(s))
 	}
@@ -731,7 +731,7 @@ func TestSemantics8_AnIdleRunWhoseDeciderDiedBeforeSigningIsSignedByTheNext(t *t
 	hd := appendDecided(t, h, "ir1", &s, aggregate.Start{Run: "ir1", Agent: desk.Ref(), Input: "pay twice", Limits: desk.Limits(), Runner: "runner-a"})
 	one, two := payCall(500, "ok"), payCall(600, "ok")
 	one.ID, two.ID = "call_1_1", "call_1_2"
-	hd = appendDecidedAt(t, h, "ir1", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{one, two}}}})
+	hd = appendDecidedAt(t, h, "ir1", &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{one, two}}}))
 	cfg, _ := desk.ToolConfig("pay")
 	approval := aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}
 	hd = appendDecidedAt(t, h, "ir1", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{
@@ -838,7 +838,7 @@ func TestSemantics8_AStaleOwnerDoesNotTakeOverAnIdleRunWhoseHeadIsBehind(t *test
 	hd := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: desk.Ref(), Input: "pay twice", Limits: desk.Limits(), Runner: "ghost"})
 	one, two := payCall(500, "ok"), payCall(600, "ok")
 	one.ID, two.ID = "call_1_1", "call_1_2"
-	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{one, two}}}})
+	hd = appendDecidedAt(t, h, run, &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{one, two}}}))
 	cfg, _ := desk.ToolConfig("pay")
 	approval := aggregate.PolicyResult{Decision: events.PolicyRequireApproval, Requirement: events.Requirement{Name: "finance", Version: 1}}
 	hd = appendDecidedAt(t, h, run, &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{

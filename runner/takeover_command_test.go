@@ -50,7 +50,7 @@ func TestCancelAfterTakeoverStartsNothing_NoReplayFenced(t *testing.T) {
 	hd := appendDecided(t, h, "tc2", &s, aggregate.Start{Run: "tc2", Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	call := payCall(5, "ok")
 	call.ID = "call_1_1"
-	hd = appendDecidedAt(t, h, "tc2", &s, hd, aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}})
+	hd = appendDecidedAt(t, h, "tc2", &s, hd, runner.ReplyCommand(1, model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{call}}}))
 	cfg, _ := a.ToolConfig("pay")
 	appendDecidedAt(t, h, "tc2", &s, hd, aggregate.ResolveCalls{Turn: 1, Calls: []aggregate.Resolution{{CallID: call.ID, Validation: events.CallValid, Normalized: call.Arguments, Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}, Tool: cfg}}})
 	if act := s.Actions()[0]; act.State != aggregate.ActionRunning || act.Attempt.MaxAttempts != 3 {

@@ -14,7 +14,6 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -47,7 +46,7 @@ func appendRun(tb testing.TB, s *natstest.Server, run string, turns int64) api.T
 	decide(aggregate.Start{Run: run, Agent: events.AgentRef{Name: "a", Version: "1"}, Input: "go", Limits: l, Runner: "r"})
 	cfg := events.ToolConfig{Timeout: 60000, MaxAttempts: 1}
 	for turn := int64(1); turn <= turns; turn++ {
-		decide(aggregate.ModelReply{Turn: turn, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Calls: []model.ToolCall{
+		decide(aggregate.ModelReply{Turn: turn, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Calls: []events.ToolCall{
 			{ID: "a", Name: "echo", Arguments: json.RawMessage(`{}`)}}}}})
 		decide(aggregate.ResolveCalls{Turn: turn, Calls: []aggregate.Resolution{{CallID: "a", Validation: events.CallValid,
 			Policy: aggregate.PolicyResult{Decision: events.PolicyAllow}, Tool: cfg}}})

@@ -39,7 +39,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/model"
 )
 
 // Source supplies random choices: Intn returns a number in [0, n). Label
@@ -574,9 +573,9 @@ func (s *Sim) Step(src Source) {
 		choices = append(choices, func() { s.deliver(src, s.modelReply(src, turn), modelKey(turn)) })
 		if chance(src, "model fails", 4) {
 			choices = append(choices, func() {
-				kind := pick(src, "failure", []model.ErrorKind{model.ErrTimedOut, model.ErrOverloaded, model.ErrUnreachable, model.ErrRateLimited})
+				kind := pick(src, "failure", []events.FailureKind{events.FailureTimedOut, events.FailureOverloaded, events.FailureUnreachable, events.FailureRateLimited})
 				if chance(src, "not retryable", 8) {
-					kind = pick(src, "fatal failure", []model.ErrorKind{model.ErrRejected, model.ErrInvalidRequest, model.ErrInvalidReply, model.ErrCrashed, model.ErrOther})
+					kind = pick(src, "fatal failure", []events.FailureKind{events.FailureRejected, events.FailureInvalidRequest, events.FailureInvalidReply, events.FailureCrashed, events.FailureOther})
 				}
 				after := time.Duration(src.Intn("retry after", 3)) * 40 * time.Millisecond
 				s.deliver(src, aggregate.ModelFailure{Turn: turn, Kind: kind, RetryAfter: after}, modelKey(turn))
@@ -726,13 +725,13 @@ func (s *Sim) approvedLive() bool {
 // kind (now and then empty or with a duplicate id), a refusal or a
 // truncated reply; usage missing, small or over a token budget.
 func (s *Sim) modelReply(src Source, turn int64) aggregate.ModelReply {
-	r := model.Reply{}
+	r := aggregate.Reply{}
 	switch src.Intn("usage", 12) {
 	case 0:
 	case 1:
-		r.Usage = &model.Usage{InputTokens: 10, OutputTokens: int64(src.Intn("output tokens", 30))}
+		r.Usage = &events.Usage{InputTokens: 10, OutputTokens: int64(src.Intn("output tokens", 30))}
 	default:
-		r.Usage = &model.Usage{InputTokens: 1, OutputTokens: 1}
+		r.Usage = &events.Usage{InputTokens: 1, OutputTokens: 1}
 	}
 	c := aggregate.ModelReply{Turn: turn}
 	kind := "tools"
@@ -748,7 +747,7 @@ func (s *Sim) modelReply(src Source, turn int64) aggregate.ModelReply {
 	}
 	switch kind {
 	case "final":
-		r.Kind = model.ReplyFinalAnswer
+		r.Kind = events.ReplyFinalAnswer
 		r.Turn.Text = `{"ok":true}`
 		c.Answer = json.RawMessage(r.Turn.Text)
 		if chance(src, "bad answer", 2) {
@@ -756,20 +755,20 @@ func (s *Sim) modelReply(src Source, turn int64) aggregate.ModelReply {
 			c.Answer, c.AnswerError = nil, "unreadable"
 		}
 	case "tools":
-		r.Kind = model.ReplyToolRequest
+		r.Kind = events.ReplyToolRequest
 		for i := range 1 + src.Intn("calls", 3) {
 			id := callIDs[i]
 			if chance(src, "dup", 50) {
 				id = callIDs[0]
 			}
-			r.Turn.Calls = append(r.Turn.Calls, model.ToolCall{ID: id, Name: pick(src, "tool", toolNames), Arguments: json.RawMessage(pick(src, "arguments", arguments))})
+			r.Turn.Calls = append(r.Turn.Calls, events.ToolCall{ID: id, Name: pick(src, "tool", toolNames), Arguments: json.RawMessage(pick(src, "arguments", arguments))})
 		}
 	case "empty":
-		r.Kind = model.ReplyToolRequest
+		r.Kind = events.ReplyToolRequest
 	case "refusal":
-		r.Kind, r.Reason = model.ReplyRefusal, "no"
+		r.Kind, r.Reason = events.ReplyRefusal, "no"
 	case "truncated":
-		r.Kind = model.ReplyTruncated
+		r.Kind = events.ReplyTruncated
 		if chance(src, "partial text", 2) {
 			r.Turn.Text = "half an ans"
 		} else {

@@ -10,7 +10,6 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
-	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/projector"
 )
 
@@ -34,7 +33,7 @@ func decide(t *testing.T, run string, cmds ...aggregate.Command) []events.Event 
 }
 
 func toolRequest(id, name string) aggregate.ModelReply {
-	return aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{
+	return aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Role: "assistant", Calls: []events.ToolCall{
 		{ID: id, Name: name, Arguments: json.RawMessage(`{"input":"check the vendor"}`)}}}}}
 }
 

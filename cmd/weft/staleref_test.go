@@ -60,7 +60,7 @@ func TestSemantics4_ApproveNeverRetriesARevisionNobodySaw(t *testing.T) {
 
 	req := events.Requirement{Name: "finance", Version: 1}
 	cfg, _ := ag.ToolConfig("pay_invoice")
-	call := aggregate.ModelReply{Turn: 1, Reply: model.Reply{Kind: model.ReplyToolRequest, Turn: model.Message{Role: model.RoleAssistant, Calls: []model.ToolCall{
+	call := aggregate.ModelReply{Turn: 1, Reply: aggregate.Reply{Kind: events.ReplyToolRequest, Turn: events.Message{Role: "assistant", Calls: []events.ToolCall{
 		{ID: "c1", Name: "pay_invoice", Arguments: json.RawMessage(`{"invoice":44}`)}}}}}
 	cmds := []aggregate.Command{
 		aggregate.Start{Run: "pay-44", Agent: ag.Ref(), Input: "pay invoice 44", Runner: "r-gone", Limits: ag.Limits()},

@@ -39,17 +39,43 @@ type counts struct {
 	// streams are the messages stored per stream (a KV bucket is its
 	// KV_ stream): where the acknowledged writes of stored go.
 	streams map[string]uint64
+	// held are the messages each stream holds: a delta of stored less
+	// one of held is what the stream removed (removals).
+	held map[string]int64
 }
 
 func (c counts) minus(o counts) counts {
 	d := counts{msgs: c.msgs - o.msgs, appends: c.appends - o.appends, stored: c.stored - o.stored, api: c.api - o.api,
-		batches: c.batches - o.batches, batched: c.batched - o.batched, streams: map[string]uint64{}}
+		batches: c.batches - o.batches, batched: c.batched - o.batched, streams: map[string]uint64{}, held: map[string]int64{}}
 	for name, n := range c.streams {
 		if n > o.streams[name] {
 			d.streams[name] = n - o.streams[name]
 		}
 	}
+	for name, n := range c.held {
+		d.held[name] = n - o.held[name]
+	}
 	return d
+}
+
+// removals are the messages the streams removed during the phase: a
+// work-queue task acknowledged, a message deleted, a message or marker
+// whose TTL or max age expired, a value replaced or purged. Stored less
+// held, per stream, never below 0.
+func (c counts) removals() uint64 {
+	var n uint64
+	for name := range c.held {
+		n += removedFrom(c, name)
+	}
+	return n
+}
+
+// removedFrom is the messages stream removed during the phase c.
+func removedFrom(c counts, stream string) uint64 {
+	if r := int64(c.streams[stream]) - c.held[stream]; r > 0 {
+		return uint64(r)
+	}
+	return 0
 }
 
 // snapshotCalls is the JetStream API requests one snapshot makes (account
@@ -65,11 +91,12 @@ func (b *bencher) snapshot(ctx context.Context, w *watcher) counts {
 	if ai, err := b.srv.js.AccountInfo(ctx); err == nil {
 		c.api = ai.API.Total
 	}
-	c.streams = map[string]uint64{}
+	c.streams, c.held = map[string]uint64{}, map[string]int64{}
 	l := b.srv.js.ListStreams(ctx)
 	for si := range l.Info() {
 		c.stored += si.State.LastSeq
 		c.streams[si.Config.Name] = si.State.LastSeq
+		c.held[si.Config.Name] = int64(si.State.Msgs)
 		if si.Config.Name == provision.EventsStream {
 			c.appends = si.State.LastSeq
 		}
@@ -102,10 +129,16 @@ func (p phase) roundTrips() uint64 {
 
 // fsyncs are the phase's syncs to disk under sync_interval: always,
 // derived (the server does not count them): one per acknowledged write,
-// two per group-commit batch (its staging store and the stream). Consumer
-// state writes are not counted.
+// two per group-commit batch (its staging store and the stream), and one
+// per message a stream removed (removals: the server syncs the removal's
+// record before it answers or acknowledges). Measured against the server's
+// own fsyncs (strace, docs/adr/0036-driver-entry-removed-by-sequence.md):
+// consumer state writes, not counted, were 0.1 per run. An upper bound: a
+// value replaced (a KV put over history 1, a rollup) or expired by max age
+// is removed "via limits", with no record synced of its own (filestore
+// removeMsg), yet counted here.
 func (p phase) fsyncs() uint64 {
-	return p.cost.stored - p.cost.batched + 2*p.cost.batches
+	return p.cost.stored - p.cost.batched + 2*p.cost.batches + p.cost.removals()
 }
 
 // measure runs clients of agentSteps and what they cost.
@@ -131,7 +164,7 @@ func (b *bencher) costRows(p phase, clients string) {
 	b.add(Row{Section: SectionRun, Name: "JetStream round trips per run, " + clients, Value: p.perRun(p.roundTrips()), Unit: "round trips",
 		Baseline: floor, BaseValue: floorAppends, BaseUnit: "round trips",
 		Note: "the account's JetStream API requests and acknowledged publishes (a group-commit batch counts once); direct gets and the command API's request-replies are not counted"})
-	note := "derived, not counted by the server: one per acknowledged write to any stream, two per group-commit batch; consumer state writes not counted"
+	note := fmt.Sprintf("derived, not counted by the server: one per acknowledged write to any stream, two per group-commit batch, one per message a stream removed (%.2f per run: task acknowledgements, deletes, expiries), an upper bound: a KV value replaced by a put or expired by max age is counted, though the server does not sync its removal on its own; consumer state writes not counted (~0.1 per run measured)", p.perRun(p.cost.removals()))
 	if !b.srv.sync {
 		note += "; this server syncs on its interval, so these are the fsyncs the run would cost under sync_interval: always"
 	}
@@ -161,7 +194,7 @@ func (b *bencher) writeRows(p phase, clients string) {
 	})
 	for _, name := range names {
 		b.add(Row{Section: SectionRun, Name: "writes per run, " + clients + ", " + name, Value: p.perRun(p.cost.streams[name]), Unit: "writes",
-			Note: "messages the stream stored per run (its last sequence's delta: deletes and purges are writes too)"})
+			Note: fmt.Sprintf("messages the stream stored per run (its last sequence's delta: a KV delete or purge marker is one); it removed %.2f per run (acknowledged, deleted, expired, replaced), each an fsync at most: a KV value replaced by a put or expired by max age is counted, though not synced on its own", p.perRun(removedFrom(p.cost, name)))})
 	}
 }
 

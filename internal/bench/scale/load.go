@@ -320,7 +320,7 @@ func (l *loader) command(ctx context.Context, r *loading, now time.Time) (aggreg
 		if w.Model == nil {
 			return nil, errors.New("no model call pending")
 		}
-		return aggregate.ModelReply{Turn: w.Model.Turn, Reply: reply(int(w.Model.Turn))}, nil
+		return runner.ReplyCommand(w.Model.Turn, reply(int(w.Model.Turn))), nil
 	case 2:
 		if w.Resolve == nil {
 			return nil, errors.New("no calls to resolve")

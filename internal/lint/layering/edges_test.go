@@ -134,3 +134,21 @@ func TestOneDefinitionOfEachAssetName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCoreSpeaksTheLogsTypes: the decision core (aggregate) depends on no
+// model port (package model, its adapters or providers), however
+// indirectly: its transcript, pending calls and commands are in the log's
+// types (package events), and the runner converts at the edge where it
+// calls the model (docs/adr/0037, docs/adr/0018).
+func TestCoreSpeaksTheLogsTypes(t *testing.T) {
+	const port = "github.com/weftrun/weft/model"
+	got := deps(t, "aggregate")
+	if len(got) == 0 || !strings.Contains(strings.Join(got, " "), "github.com/weftrun/weft/events") {
+		t.Fatalf("go list found no dependency on events for aggregate: %v", got)
+	}
+	for _, d := range got {
+		if d == port || strings.HasPrefix(d, port+"/") {
+			t.Errorf("aggregate depends on %s: the core speaks only the log's types", d)
+		}
+	}
+}
