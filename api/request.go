@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/internal/inboxcheck"
 )
 
 // permissionCheckWait bounds the round trip that asks the server whether
@@ -28,6 +29,17 @@ const permissionCheckWait = 10 * time.Second
 // A subject without responders is nats.ErrNoResponders, as for
 // RequestWithContext.
 //
+// The first request over a connection first asks the server whether it
+// refuses the connection's reply inbox (inboxcheck.Once: one round trip
+// per connection, again after a reconnect; concurrent first requests wait
+// for one check): a request whose reply subscription is refused would
+// still be published, and carried out, while its sender is told
+// permission_denied. Refused, nothing is published; without a verdict
+// neither (ctx's error, or unavailable). An inbox refused after the
+// request was published (permissions narrowed since the check) is
+// outcome_unknown, never permission_denied, and the connection is asked
+// again by its next request.
+//
 // The requests a person's client makes go through it (the command API,
 // the queries, the catalog), so that the CLI, package client, the console
 // and weft mcp serve all answer permission_denied (docs/protocol.md)
@@ -35,6 +47,12 @@ const permissionCheckWait = 10 * time.Second
 // report it could not deliver and sends it again until a runner answers,
 // which a permission refusal must not stop.
 func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*nats.Msg, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // nothing is sent for a caller that has gone
+	}
+	if err := checkInbox(ctx, nc); err != nil {
+		return nil, err
+	}
 	before := nc.LastError()
 	inbox := nc.NewInbox()
 	replies := make(chan *nats.Msg, 1)
@@ -57,7 +75,7 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*
 			checked <- nil // no verdict: wait for the reply as usual
 			return
 		}
-		checked <- denied(nc.LastError(), before, subject, inbox)
+		checked <- denied(nc, nc.LastError(), before, subject, inbox)
 	}()
 	for {
 		select {
@@ -77,11 +95,38 @@ func Request(ctx context.Context, nc *nats.Conn, subject string, data []byte) (*
 	}
 }
 
+// checkInbox asks the server, once per connection (inboxcheck.Once),
+// whether it refuses the connection's reply inbox: permission_denied
+// naming the inbox when it does. Without a verdict nothing may be
+// published: ctx's error when ctx ended, nats.ErrConnectionClosed when nc
+// is closed, else unavailable (nothing was sent; a retry asks again). A
+// connection lost while it is asked is asked again after it reconnects
+// (inboxcheck.Once), while ctx lasts.
+func checkInbox(ctx context.Context, nc *nats.Conn) error {
+	refused, err := inboxcheck.Once(ctx, nc)
+	switch {
+	case refused != nil:
+		return &weft.Error{Code: weft.CodePermissionDenied, Message: refused.Error()}
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, nats.ErrConnectionClosed) && nc.IsClosed():
+		return err
+	}
+	return &weft.Error{Code: weft.CodeUnavailable, Message: "no verdict from the NATS server on whether this connection may subscribe to its reply inbox, so the request was not sent: " + err.Error()}
+}
+
 // denied is the permission_denied of the server's refusal to let this
-// connection publish to subject or subscribe to inbox, when last — the
-// connection's last error after the request — is such a refusal newer
-// than before.
-func denied(last, before error, subject, inbox string) error {
+// connection publish to subject, when last — the connection's last error
+// after the request — is such a refusal newer than before; and
+// outcome_unknown when it is the refusal of the request's own inbox (the
+// request was published, its reply cannot come). The refusal of another
+// subscription under the inbox prefix (a JetStream call's
+// <prefix>.<id>.*, or another request's) does not say that this reply
+// cannot come: the connection's verdict is forgotten (its next request
+// asks again) and the request waits for its reply.
+func denied(nc *nats.Conn, last, before error, subject, inbox string) error {
 	if last == nil || last == before || !errors.Is(last, nats.ErrPermissionViolation) {
 		return nil
 	}
@@ -89,8 +134,16 @@ func denied(last, before error, subject, inbox string) error {
 	switch {
 	case strings.Contains(msg, strings.ToLower(`publish to "`+subject+`"`)):
 		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to publish to %s", subject)}
-	case strings.Contains(msg, strings.ToLower(`subscription to "`+inbox+`"`)):
-		return &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("the NATS server refused this connection's user permission to subscribe to its reply inbox %s (set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", inbox)}
+	case inboxcheck.Refuses(last, before, inbox):
+		// The request was published: the inbox was allowed when it was
+		// checked, and is refused now (the user's permissions were
+		// narrowed, or the connection moved to a server that grants
+		// others). It may be carried out; no reply can come.
+		inboxcheck.Forget(nc)
+		return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf("the request to %s was sent, but the NATS server then refused this connection's user permission to subscribe to its reply inbox %s, so no answer can come: it may have been carried out (read the run to learn whether it was; set the inbox prefix its permissions allow: --inbox-prefix, NATS_INBOX_PREFIX)", subject, inbox)}
+	}
+	if inboxcheck.RefusesUnder(last, before, inboxcheck.Prefix(inbox)) {
+		inboxcheck.Forget(nc)
 	}
 	return nil
 }

@@ -154,6 +154,11 @@ const (
 	// KindUnsigned means the auditor requires signed heads (WithTrust) and
 	// the history has none, or a run that ended lacks its signed end head.
 	KindUnsigned = "unsigned"
+	// KindFork means a restarted run's link to its parent does not hold:
+	// the parent's history given (WithParent) is another run's, lacks the
+	// version the fork read, or hashes there to another chain hash than
+	// the fork recorded.
+	KindFork = "fork"
 )
 
 // ProofCheck is the re-check of one signed proof: an approval proof
@@ -222,8 +227,28 @@ type Report struct {
 	// Voids are the repairs of the run checked (a live verification's
 	// void records, CheckVoid), in log order.
 	Voids []VoidCheck `json:"voids,omitempty"`
+	// Fork is the link of a run restarted from another to its parent
+	// (nil: not a restarted run), checked when the parent's history was
+	// given (WithParent).
+	Fork *ForkCheck `json:"fork,omitempty"`
 	// Problem is nil when the history verified.
 	Problem *Problem `json:"problem,omitempty"`
+}
+
+// ForkCheck is the check of a restarted run's link to its parent
+// (events.RunForked: docs/semantics.md §14): the parent's chain hash the
+// fork recorded at the version it read, against the parent's history.
+type ForkCheck struct {
+	Parent  string `json:"parent"`
+	Version uint64 `json:"version"`
+	// Hash is the parent's chain hash the fork recorded ("" in a fork
+	// recorded before forks recorded it).
+	Hash string `json:"hash,omitempty"`
+	// Checked says the parent's history was given and its event Version
+	// hashes to Hash. When false, Unchecked says why (the link is then
+	// neither confirmed nor refused).
+	Checked   bool   `json:"checked"`
+	Unchecked string `json:"unchecked,omitempty"`
 }
 
 // OK reports whether the history verified.
@@ -236,6 +261,18 @@ type config struct {
 	trust      map[string]bool     // nil: no keys named (WithTrust)
 	people     map[string][]string // nil: people's keys not checked (WithPeople)
 	unfinished bool                // WithUnfinished
+	parent     []events.Envelope   // nil: the parent's history not given (WithParent)
+}
+
+// WithParent gives the history of the run a restarted run was forked from
+// (its parent's events, as its log or export holds them), so that Verify
+// checks the fork's link: the parent's event at the version the fork read
+// hashes to the chain hash the fork recorded (ForkCheck). Verify the
+// parent itself too: the link says the child continues that history, not
+// that the history is intact. It is ignored for a run that was not
+// restarted.
+func WithParent(parent []events.Envelope) Option {
+	return func(c *config) { c.parent = parent }
 }
 
 // Option adds a check to Verify.
@@ -305,6 +342,12 @@ func Verify(envs []events.Envelope, opts ...Option) Report {
 			return fail(rep, KindDecode, env, "event %d (%s, %s) does not decode: %v", env.Version, env.ID, env.Type, err)
 		}
 		recs[i] = events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev}
+		if f, ok := ev.(events.RunForked); ok {
+			if p := checkFork(&rep, c, env, f.From); p != nil {
+				rep.Problem = p
+				return rep
+			}
+		}
 	}
 
 	// 4: refold through the aggregate, one event at a time, so that an
@@ -551,4 +594,34 @@ func orEmpty(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// checkFork records in rep the link of a fork to its parent (from) and
+// checks it against the parent's history when given (WithParent).
+func checkFork(rep *Report, c config, env events.Envelope, from events.ForkedFrom) *Problem {
+	fc := &ForkCheck{Parent: from.Run, Version: from.Version, Hash: from.Hash}
+	rep.Fork = fc
+	switch {
+	case from.Hash == "":
+		fc.Unchecked = "the fork recorded no chain hash of its parent (recorded before forks recorded it, or by an older runner)"
+		return nil
+	case c.parent == nil:
+		fc.Unchecked = "the parent's history was not given"
+		return nil
+	}
+	for _, p := range c.parent {
+		if p.Run != from.Run {
+			return problem(KindFork, env, "event %d (%s, %s): the parent's history given is run %s's, not %s's", env.Version, env.ID, env.Type, p.Run, from.Run)
+		}
+		if p.Version != from.Version {
+			continue
+		}
+		if h := p.Hash(); h != from.Hash {
+			return problem(KindFork, env, "event %d (%s, %s): the fork recorded %s's chain hash at version %d as %s, but the parent's history given hashes there to %s: the child does not continue that history (or one of them was altered)",
+				env.Version, env.ID, env.Type, from.Run, from.Version, short(from.Hash), short(h))
+		}
+		fc.Checked = true
+		return nil
+	}
+	return problem(KindFork, env, "event %d (%s, %s): the fork read %s at version %d, but the parent's history given has no event %d (%d events)", env.Version, env.ID, env.Type, from.Run, from.Version, from.Version, len(c.parent))
 }

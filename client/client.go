@@ -34,6 +34,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/inboxcheck"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/proof"
@@ -77,6 +78,7 @@ func (c *Client) ProofSubject(ctx context.Context, run, action string, revision 
 // Client talks to Weft over one NATS connection. It is safe for
 // concurrent use.
 type Client struct {
+	nc  *nats.Conn
 	cmd *api.Client
 	q   *projector.Client
 	log *eventlog.Log
@@ -117,7 +119,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	return &Client{cmd: api.NewClient(nc, api.WithRetry(o.retry)), q: projector.NewClient(nc), log: eventlog.New(js)}, nil
+	return &Client{nc: nc, cmd: api.NewClient(nc, api.WithRetry(o.retry)), q: projector.NewClient(nc), log: eventlog.New(js)}, nil
 }
 
 // Ready waits until a runner serves every command endpoint, or ctx ends.
@@ -275,8 +277,14 @@ func Settled(v projections.RunView) bool { return Suspended(v) || Finished(v) }
 // needs no projector and never polls. It returns unknown_run for a run
 // with no events, quarantined for a run whose log holds a message no
 // reader can fold (docs/reliability.md, "A malformed message"), and ctx's
-// error with the last view when ctx ends first.
+// error with the last view when ctx ends first. A connection whose reply
+// inbox the server refuses (an inbox prefix its permissions do not allow)
+// is answered permission_denied naming the inbox at once, not when ctx
+// ends: the log's replies would never come.
 func (c *Client) Wait(ctx context.Context, run string, until Condition) (projections.RunView, error) {
+	if err := inboxcheck.Check(ctx, c.nc); err != nil {
+		return projections.RunView{}, &weft.Error{Code: weft.CodePermissionDenied, Message: err.Error()}
+	}
 	head, err := c.log.Head(ctx, run)
 	if err != nil {
 		return projections.RunView{}, err

@@ -85,6 +85,58 @@ func encodingSamples() []Event {
 	}
 }
 
+// extraEncodingSamples are the cases of an event's encoding beside its
+// one in encodingSamples, each pinned by a golden file of its own
+// (TestEncodingExtraCases): the fields added to an event since its golden
+// file was written, whose old encoding stays that file.
+func extraEncodingSamples() []Event {
+	return []Event{forkedWithHash()}
+}
+
+// forkedWithHash is a fork that records the parent's chain hash at the
+// version it read (ForkedFrom.Hash; testdata/encoding/cases).
+func forkedWithHash() RunForked {
+	return RunForked{From: ForkedFrom{Run: "r-1", Version: 14, Turn: 3, Hash: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}, Transcript: []Message{
+		{Role: "assistant", Text: "paying"},
+	}}
+}
+
+// TestEncodingExtraCases pins the encoding of extraEncodingSamples as
+// TestEncodingGolden pins encodingSamples' (docs/semantics.md §10; §14 for
+// the fork's parent hash): each encodes byte for byte to its file in
+// testdata/encoding/cases, which decodes to the same event; -update
+// rewrites them.
+func TestEncodingExtraCases(t *testing.T) {
+	for i, e := range extraEncodingSamples() {
+		env, err := Encode(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join("testdata", "encoding", "cases", string(env.Type)+"."+itoa(int64(i+1))+".v"+itoa(int64(env.Schema))+".json")
+		got := append(slices.Clone([]byte(env.Payload)), '\n')
+		if *update {
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, got, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		golden, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%s: %v (run with -update to create it)", env.Type, err)
+		}
+		if !bytes.Equal(got, golden) {
+			t.Errorf("%s encoding changed:\n got %s\nwant %s", path, got, golden)
+		}
+		back, err := Decode(env.Type, env.Schema, bytes.TrimSuffix(golden, []byte("\n")))
+		if err != nil || !reflect.DeepEqual(back, e) {
+			t.Errorf("%s decodes to %+v (%v), want %+v", path, back, err, e)
+		}
+	}
+}
+
 // goldenFile is where the encoding of an event at a schema version is
 // pinned: one file per name and version, so a new version adds a file and
 // the old one stays as a log the build must still read.
@@ -213,7 +265,7 @@ func TestEncodingSamplesSetEveryField(t *testing.T) {
 			}
 		}
 	}
-	for _, e := range encodingSamples() {
+	for _, e := range append(encodingSamples(), extraEncodingSamples()...) {
 		walk(reflect.ValueOf(e))
 	}
 	var missing []string

@@ -22,11 +22,17 @@ type RunForked struct {
 }
 
 // ForkedFrom names the run a restarted run came from: the parent Run, its
-// Version (head) the restart read, and the Turn the new run asks again.
+// Version (head) the restart read, the Turn the new run asks again, and
+// Hash, the parent's chain hash at Version (Envelope.Hash of its event
+// Version: the prev its next event carries, the head its log reports at
+// Version), so that an auditor who verified the parent's history links the
+// child to it (audit.WithParent). Hash is empty in forks recorded before
+// it was (their link to the parent is unchecked).
 type ForkedFrom struct {
 	Run     string `json:"run"`
 	Version uint64 `json:"version"`
 	Turn    int64  `json:"turn"`
+	Hash    string `json:"hash,omitempty"`
 }
 
 // Role is the author of a transcript message, as Message records it.

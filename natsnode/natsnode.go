@@ -48,6 +48,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/internal/backoff"
+	"github.com/weftrun/weft/internal/inboxcheck"
 	"github.com/weftrun/weft/protocol"
 )
 
@@ -385,7 +386,7 @@ func (n *Node) connect(ctx context.Context, nopts []nats.Option, wait time.Durat
 			return nil
 		}
 		d := back.Next()
-		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) ||
+		if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, nats.ErrPermissionViolation) ||
 			ctx.Err() != nil || !time.Now().Add(d).Before(deadline) {
 			return err
 		}
@@ -407,6 +408,13 @@ func (n *Node) connectOnce(ctx context.Context, nopts []nats.Option) error {
 	}
 	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	// A reply inbox the server refuses (an inbox prefix the user's
+	// permissions do not allow) would leave every call below, and every
+	// later one, waiting unanswered: said at once (an *inboxcheck.Refused).
+	if err := inboxcheck.Check(actx, nc); err != nil {
+		nc.Close()
+		return fmt.Errorf("natsnode: %w", err)
+	}
 	if _, err := js.AccountInfo(actx); err != nil {
 		nc.Close()
 		return fmt.Errorf("natsnode: jetstream not available: %w", err)

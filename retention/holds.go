@@ -56,8 +56,9 @@ type Hold struct {
 	At     time.Time `json:"at"`
 	// Released is set once the hold was released: by whom, why and when.
 	Released *Release `json:"released,omitempty"`
-	// CommandID is the command that placed it (weft.api.hold; empty from
-	// the CLI): Place with it again answers this hold and adds none.
+	// CommandID is the command that placed it (weft.api.hold, which `weft
+	// hold` sends; empty for a hold placed by Place without one, as the
+	// CLI did before): Place with it again answers this hold and adds none.
 	CommandID string `json:"command_id,omitempty"`
 }
 
@@ -67,8 +68,8 @@ type Release struct {
 	Reason string    `json:"reason"`
 	At     time.Time `json:"at"`
 	// CommandID is the command that released it (weft.api.release_hold;
-	// empty from the CLI): ReleaseHold with it again answers this
-	// release.
+	// empty for a release without one, as the CLI made before):
+	// ReleaseHold with it again answers this release.
 	CommandID string `json:"command_id,omitempty"`
 }
 

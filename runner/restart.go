@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
@@ -19,7 +20,7 @@ import (
 // forwarded with the judged fork), bound to the parent's agent at the
 // version served now (or req.Version), with the parent's input.
 func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
-	history, err := r.loadRecorded(ctx, req.From.Run)
+	history, envs, err := r.loadRecorded(ctx, req.From.Run)
 	if err != nil {
 		return api.StartReply{}, err
 	}
@@ -32,7 +33,7 @@ func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.Start
 		if _, seen := children[id]; seen {
 			continue
 		}
-		h, err := r.loadRecorded(ctx, id)
+		h, _, err := r.loadRecorded(ctx, id)
 		if err != nil {
 			return api.StartReply{}, err
 		}
@@ -43,6 +44,20 @@ func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.Start
 	if err != nil {
 		return api.StartReply{}, err
 	}
+	// The parent's chain hash at the version judged: an auditor links the
+	// child to the parent's verified history by it (events.ForkedFrom).
+	// (ForkOf judges the whole log read, so Version is its last event.)
+	for i := len(envs) - 1; i >= 0; i-- {
+		if envs[i].Version == fork.From.Version {
+			fork.From.Hash = envs[i].Hash()
+			break
+		}
+	}
+	if fork.From.Hash == "" {
+		// Nothing is written yet: a fork without its link would verify
+		// as one recorded before forks recorded it, which it is not.
+		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: fmt.Sprintf("restart from %s: the log read holds no event at version %d, the fork point judged, to link the fork to", req.From.Run, fork.From.Version)}
+	}
 	// Not from a run whose removal started: its fork would outlive its log.
 	if err := retention.CheckNotBeingPurged(ctx, r.js, req.From.Run); err != nil {
 		return api.StartReply{}, err
@@ -51,18 +66,19 @@ func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.Start
 	return r.startFork(ctx, start, nil, &fork)
 }
 
-// loadRecorded reads run's whole log for a judgement.
-func (r *Runner) loadRecorded(ctx context.Context, run string) ([]events.Recorded, error) {
+// loadRecorded reads run's whole log for a judgement: its events, and
+// their envelopes (for the chain hashes).
+func (r *Runner) loadRecorded(ctx context.Context, run string) ([]events.Recorded, []events.Envelope, error) {
 	envs, _, err := r.evlog.Load(ctx, run)
 	if err != nil {
 		if r.noteQuarantine(err) {
-			return nil, err
+			return nil, nil, err
 		}
-		return nil, &weft.Error{Code: weft.CodeUnavailable, Message: "read run " + run + ": " + err.Error()}
+		return nil, nil, &weft.Error{Code: weft.CodeUnavailable, Message: "read run " + run + ": " + err.Error()}
 	}
 	history, err := recorded(envs)
 	if err != nil {
-		return nil, &weft.Error{Code: weft.CodeInternal, Message: "read run " + run + ": " + err.Error()}
+		return nil, nil, &weft.Error{Code: weft.CodeInternal, Message: "read run " + run + ": " + err.Error()}
 	}
-	return history, nil
+	return history, envs, nil
 }

@@ -27,9 +27,38 @@ func printReport(w io.Writer, rep audit.Report, envs []events.Envelope, trusted 
 	printDeeds(w, envs)
 	printHeadChecks(w, rep, trusted, headVersion)
 	printPeopleNotes(w, rep)
+	printForkCheck(w, rep.Fork)
 	if rep.OK() {
 		fmt.Fprintf(w, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
 	}
+}
+
+// printForkCheck prints the link of a restarted run to its parent: held
+// (the parent's history given hashes to the chain hash the fork recorded)
+// or unchecked, and why.
+func printForkCheck(w io.Writer, f *audit.ForkCheck) {
+	switch {
+	case f == nil:
+	case f.Checked:
+		fmt.Fprintf(w, "fork: from %s at version %d: the parent's history hashes there to the chain hash the fork recorded (%s): the link holds\n", f.Parent, f.Version, f.Hash)
+	default:
+		fmt.Fprintf(w, "note: fork: from %s at version %d: the link to the parent is unchecked: %s\n", f.Parent, f.Version, f.Unchecked)
+	}
+}
+
+// forkParent is the run envs were restarted from (its RunForked), or "".
+func forkParent(envs []events.Envelope) string {
+	for _, env := range envs {
+		if env.Type != events.NameRunForked {
+			continue
+		}
+		if ev, err := env.Event(); err == nil {
+			if f, ok := ev.(events.RunForked); ok {
+				return f.From.Run
+			}
+		}
+	}
+	return ""
 }
 
 // namedHead is a --head: VERSION:HASH, or RUN:VERSION:HASH naming the
@@ -142,6 +171,12 @@ func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []strin
 		h, named := byRun[x.Run]
 		if named {
 			ro = append(slices.Clip(opts), audit.WithHeadAt(h.version, h.hash))
+		}
+		// A restarted run whose parent the file holds too: its link.
+		if parent := forkParent(x.Events); parent != "" {
+			if i := slices.IndexFunc(runs, func(r audit.Exported) bool { return r.Run == parent }); i >= 0 {
+				ro = append(slices.Clip(ro), audit.WithParent(runs[i].Events))
+			}
 		}
 		rep := audit.Verify(x.Events, ro...)
 		reps[i] = checkVoids(e.stderr, x.Run, x.Voids, rep, ro)

@@ -17,6 +17,7 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/demo"
+	"github.com/weftrun/weft/internal/inboxcheck"
 	"github.com/weftrun/weft/natsnode"
 )
 
@@ -127,6 +128,12 @@ type env struct {
 	// refusals is the last connection's (nil: none yet), for a call that
 	// watches its own subjects.
 	refusals *api.Violations
+	// sends: this invocation sends a command (a command whose name does
+	// not say so for every invocation: weft hold places or releases one,
+	// hold list reads). Its connections' refusals do not end it
+	// (sendsCommands): ended while it waits for the command's answer, it
+	// would say nothing was sent.
+	sends bool
 }
 
 // testRefusalsWait, when set, leaves a refused JetStream call waiting
@@ -139,8 +146,12 @@ var testRefusalsWait = false
 // endsCommand says whether the server's refusal of subject ends the
 // command at once: a publish of a JetStream call (the command API's
 // requests answer their own refusals: api.Request) that the command does
-// not tolerate.
+// not tolerate, or a subscription (its calls' replies: a refused reply
+// inbox is told at connect, natsnode.Start, and any later one here).
 func (e *env) endsCommand(verb, subject string) bool {
+	if verb == api.SubscribeViolation {
+		return true
+	}
 	return verb == api.PublishViolation && api.JetStreamSubject(subject) && (e.tolerates == nil || !e.tolerates(subject))
 }
 
@@ -159,12 +170,18 @@ func (e *env) connect(ctx context.Context) (*natsnode.Node, error) {
 	cctx, cancel := context.WithTimeout(ctx, e.timeout)
 	defer cancel()
 	n, err := natsnode.Start(cctx, opts...)
-	if err != nil {
+	var refused *inboxcheck.Refused
+	switch {
+	case errors.As(err, &refused):
+		// Every reply to this connection would be refused: not allowed,
+		// at once (exit 7).
+		return nil, &weft.Error{Code: weft.CodePermissionDenied, Message: fmt.Sprintf("not allowed: connect to %s: %v", e.url, refused)}
+	case err != nil:
 		return nil, &weft.Error{Code: weft.CodeUnavailable, Message: fmt.Sprintf("connect to %s: %v", e.url, err)}
 	}
 	if e.notesRefusals {
 		r := api.WatchViolations(n.Conn())
-		if e.end != nil && !testRefusalsWait {
+		if e.end != nil && !testRefusalsWait && !e.sends {
 			r.End(e.endsCommand, e.end)
 		}
 		e.mu.Lock()

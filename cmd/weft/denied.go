@@ -126,7 +126,8 @@ func notesRefusals(name string) bool {
 // API: a refusal of one of its JetStream calls (a view it reads) does not
 // end it, since ending it while it waits for a command's answer would
 // lose whether the command took effect (outcome_unknown, exit 6), and
-// exit 7 says nothing was sent.
+// exit 7 says nothing was sent. weft hold sends one when it places or
+// releases a hold, not for hold list: it sets env.sends for those.
 func sendsCommands(name string) bool {
 	switch name {
 	case "start", "approve", "reject", "decide", "reconcile", "resolve", "cancel", "settle", "pause", "resume", "restart":
@@ -139,10 +140,10 @@ func sendsCommands(name string) bool {
 // (permission_denied, exit 7) when the server refused one of its
 // connections a publish: a KV or stream call it refused is not answered.
 // The refusal ends the command at once (endsCommand), and a call that
-// failed because it ended is the refusal's permission_denied; a call the
-// server refused that no watch ended (a subscription) fails as
-// unavailable once its wait ends, though the server said why, and is
-// mapped the same way. Only these symptoms are mapped — a failure by the
+// failed because it ended is the refusal's permission_denied. A command
+// that sends commands is not watched: a call of it that the server
+// refused fails as unavailable once its wait ends, though the server said
+// why, and is mapped the same way. Only these symptoms are mapped — a failure by the
 // command's end or by a wait that ended (waitEnded) — so an outage of
 // another kind stays unavailable and a local file error stays exit 5. A
 // partial purge or export stays partial (exit 8), saying why it stopped.

@@ -69,3 +69,47 @@ func TestPermissionDeniedIsOnlyAWaitThatEndedAfterARefusal(t *testing.T) {
 		t.Error("retention does not map a refused call to not allowed")
 	}
 }
+
+// TestAHoldThatSendsIsNotEndedByARefusal (docs/cli.md, exit 7: nothing
+// was sent; docs/adr/0033): weft hold placing or releasing a hold sends a
+// command, so a refused JetStream call while it waits for the answer does
+// not end it (ended, it would say exit 7 "nothing was sent" of a hold that
+// may be placed); hold list, which sends none, is still ended at once. On
+// the old code the hold that sends was ended too.
+func TestAHoldThatSendsIsNotEndedByARefusal(t *testing.T) {
+	const refused = "$JS.API.STREAM.INFO.nothing"
+	s := restricted(t, map[string][]string{"nojs": {refused}})
+	t.Setenv("NATS_USER", "nojs")
+	for _, sends := range []bool{true, false} {
+		ctx, end := context.WithCancelCause(context.Background())
+		e := &env{stdout: io.Discard, stderr: io.Discard, url: s.URL, timeout: 10 * time.Second, notesRefusals: true, ctx: ctx, end: end, sends: sends}
+		n, err := e.connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Conn().Publish(refused, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Conn().Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// The watch (api.Violations) ends the command before it hands the
+		// refusal to notePermission: once it is noted, the end was decided.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			e.mu.Lock()
+			r := e.refused
+			e.mu.Unlock()
+			if r != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the server's refusal was never noted")
+			}
+		}
+		if ended := ctx.Err() != nil; ended == sends {
+			t.Errorf("sends %v: ended by the refusal of %s: %v, want %v", sends, refused, ended, !sends)
+		}
+		closeNode(n)
+		end(nil)
+	}
+}

@@ -681,6 +681,18 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 		return audit.Report{}, nil, weft.UnknownRun(run)
 	}
 	opts := append([]audit.Option{audit.WithHead(head.Hash)}, extra...)
+	// A restarted run: its link to the parent, against the parent's log.
+	if parent := forkParent(envs); parent != "" {
+		penvs, _, perr := log.Load(ctx, parent)
+		switch {
+		case perr != nil:
+			fmt.Fprintf(e.stderr, "note: the parent run %s could not be read (%v): the fork's link to it is unchecked\n", parent, perr)
+		case len(penvs) == 0:
+			fmt.Fprintf(e.stderr, "note: the parent run %s has no events in the log (removed?): the fork's link to it is unchecked\n", parent)
+		default:
+			opts = append(opts, audit.WithParent(penvs))
+		}
+	}
 	if kv, err := js.KeyValue(ctx, projector.BucketViews); err == nil {
 		entry, err := kv.Get(ctx, run)
 		switch {

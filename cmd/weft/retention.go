@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/retention"
 )
 
@@ -113,7 +116,11 @@ func retentionCommand() command {
 }
 
 // holdCommand is `weft hold`: a legal hold exempts a run and its family
-// from retention.
+// from retention. A hold and its release go through the command API
+// (weft.api.hold, weft.api.release_hold: docs/adr/0033 §3), so they need
+// only the grant to send that command (the custodian's) and a runner
+// serving it, and a retry with the same --command-id answers the same
+// hold; the list reads the weft_holds bucket.
 func holdCommand() command {
 	return command{
 		name: "hold", args: "<run> --reason TEXT --by NAME | --release [--hold ID] <run> --reason TEXT --by NAME | list [--all] [--json]",
@@ -128,55 +135,27 @@ func holdCommand() command {
 			holdID := fs.String("hold", "", "release: which of the run's holds (its id, h1, h2, ...; needed when it has several)")
 			reason := fs.String("reason", "", "why the hold is placed or released (required)")
 			by := fs.String("by", "", "who places or releases it (required)")
+			commandID := fs.String("command-id", "", "idempotency key of the hold or release (default: a fresh one); the same id sent again answers the same hold")
 			all := fs.Bool("all", false, "list: the released holds too")
 			asJSON := fs.Bool("json", false, "print JSON")
+			retry := addRetryFlags(fs)
 			return func(ctx context.Context, e *env, args []string) error {
 				list := len(args) == 1 && args[0] == "list"
 				if !list && len(args) != 1 {
 					return usagef("want <run>, --release <run> or list")
 				}
-				if !list && (*reason == "" || *by == "") {
+				if list {
+					return listHolds(ctx, e, *all, *asJSON)
+				}
+				if *reason == "" || *by == "" {
 					return usagef("a hold and its release need --reason and --by")
 				}
-				n, err := e.connect(ctx)
-				if err != nil {
-					return err
-				}
-				defer closeNode(n)
-				js := n.JetStream()
-				if list {
-					holds, err := retention.Holds(ctx, js)
-					if err != nil {
-						return err
-					}
-					shown := []retention.Hold{}
-					for _, h := range holds {
-						if h.Active() || *all {
-							shown = append(shown, h)
-						}
-					}
-					if *asJSON {
-						return printJSON(e.stdout, shown)
-					}
-					tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-					defer tw.Flush()
-					fmt.Fprintln(tw, "RUN\tHOLD\tBY\tSINCE\tREASON\tRELEASED")
-					for _, h := range shown {
-						rel := "-"
-						if h.Released != nil {
-							rel = fmt.Sprintf("by %s at %s: %s", h.Released.By, h.Released.At.Format(time.RFC3339), h.Released.Reason)
-						}
-						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Run, h.ID, h.By, h.At.Format(time.RFC3339), oneLine(h.Reason, 60), rel)
-					}
-					return nil
+				if *commandID == "" {
+					*commandID = newCommandID()
 				}
 				run := args[0]
-				var h retention.Hold
-				if *release {
-					h, err = retention.ReleaseHold(ctx, js, "", run, *holdID, *by, *reason, time.Now())
-				} else {
-					h, err = retention.Place(ctx, js, "", run, *by, *reason, time.Now())
-				}
+				e.sends = true
+				h, err := sendHold(ctx, e, holdCall{run: run, release: *release, hold: *holdID, by: *by, reason: *reason, commandID: *commandID}, retry.retry())
 				if err != nil {
 					return err
 				}
@@ -192,6 +171,90 @@ func holdCommand() command {
 			}
 		},
 	}
+}
+
+// holdCall is one hold or release `weft hold` sends.
+type holdCall struct {
+	run, hold, by, reason, commandID string
+	release                          bool
+}
+
+// sendHold sends c through the command API (client.Hold or
+// client.ReleaseHold) and answers the hold placed or released, as the
+// weft_holds bucket keeps it (so --json prints what `hold list --json`
+// lists). No answer within --timeout plus the retries is outcome_unknown
+// (exit 6), saying to send it again with the same --command-id, which
+// answers the same hold and places none beside it.
+func sendHold(ctx context.Context, e *env, c holdCall, retry time.Duration) (retention.Hold, error) {
+	var h retention.Hold
+	err := withAPI(ctx, e, retry, func(ctx context.Context, cl *client.Client, _ views) error {
+		var rep api.HoldReply
+		var err error
+		if c.release {
+			rep, err = cl.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: c.commandID, Run: c.run, Hold: c.hold, By: c.by, Reason: c.reason})
+		} else {
+			rep, err = cl.Hold(ctx, api.HoldRequest{CommandID: c.commandID, Run: c.run, By: c.by, Reason: c.reason})
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf("no answer from the command API within %s (is a runner serving weft.api.*?): whether the %s took effect is not known: `weft hold list --all` shows it, or send it again with the same --command-id %s, which answers the same hold (%v)", e.timeout+retry, holdVerb(c.release), c.commandID, err)}
+		}
+		if err != nil {
+			return err
+		}
+		h = retention.Hold{Run: rep.Run, ID: rep.Hold, By: rep.By, Reason: rep.Reason, At: rep.At}
+		if !c.release {
+			h.CommandID = c.commandID
+		}
+		if rep.Released != nil {
+			h.Released = &retention.Release{By: rep.Released.By, Reason: rep.Released.Reason, At: rep.Released.At}
+			if c.release {
+				h.Released.CommandID = c.commandID
+			}
+		}
+		return nil
+	})
+	return h, err
+}
+
+func holdVerb(release bool) string {
+	if release {
+		return "release"
+	}
+	return "hold"
+}
+
+// listHolds is `weft hold list`: the holds as the weft_holds bucket keeps
+// them (the active ones, or all).
+func listHolds(ctx context.Context, e *env, all, asJSON bool) error {
+	n, err := e.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeNode(n)
+	holds, err := retention.Holds(ctx, n.JetStream())
+	if err != nil {
+		return err
+	}
+	shown := []retention.Hold{}
+	for _, h := range holds {
+		if h.Active() || all {
+			shown = append(shown, h)
+		}
+	}
+	if asJSON {
+		return printJSON(e.stdout, shown)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintln(tw, "RUN\tHOLD\tBY\tSINCE\tREASON\tRELEASED")
+	for _, h := range shown {
+		rel := "-"
+		if h.Released != nil {
+			rel = fmt.Sprintf("by %s at %s: %s", h.Released.By, h.Released.At.Format(time.RFC3339), h.Released.Reason)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Run, h.ID, h.By, h.At.Format(time.RFC3339), oneLine(h.Reason, 60), rel)
+	}
+	return nil
 }
 
 // holdWait bounds show's read of a run's legal hold.

@@ -85,6 +85,7 @@ func waitProjected(t *testing.T, s *natstest.Server, runs ...string) {
 // still verify; after `hold --release` the next apply removes the held run.
 func TestRetentionAndHoldCLI(t *testing.T) {
 	s := projected(t)
+	serveCommands(t, s)
 	// The age counts back from the machine's clock: the old runs' events
 	// are three days old, the new one's a minute.
 	old := time.Now().Add(-72 * time.Hour).Truncate(time.Second)
@@ -295,7 +296,9 @@ func restricted(t *testing.T, denied map[string][]string) *natstest.Server {
 	t.Helper()
 	users := "{ user: admin, password: a }\n"
 	for u, subjects := range denied {
-		q, _ := json.Marshal(subjects)
+		// Quoted as the server's config reads them (no \u escapes of
+		// JSON: a subject may hold '>').
+		q := `["` + strings.Join(subjects, `", "`) + `"]`
 		users += fmt.Sprintf("{ user: %s, password: p, permissions: { publish: { allow: [\">\"], deny: %s }, subscribe: [\">\"] } }\n", u, q)
 	}
 	conf := filepath.Join(t.TempDir(), "users.conf")

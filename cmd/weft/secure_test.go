@@ -65,6 +65,16 @@ func TestDevSecure(t *testing.T) {
 	if code, o, errs := cli(t, "audit", "verify", "pay-7"); code != 0 || !strings.Contains(o, "proof: event") || !strings.Contains(o, ": verifies") {
 		t.Fatalf("audit verify: %d %s %s", code, o, errs)
 	}
+	// The custodian's legal hold goes through the command API
+	// (weft.api.hold), which dev's runner serves; the operator's is not
+	// allowed, naming the role that may.
+	custodian := filepath.Join(dir, "custodian.creds")
+	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "legal", "--creds", custodian); code != 0 || !strings.Contains(o, "held pay-7 (hold h1) by legal: dispute D-17") {
+		t.Fatalf("hold as the custodian: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "ops"); code != exitDenied || !strings.Contains(errs, "weft.api.hold") || !strings.Contains(errs, "role custodian") {
+		t.Fatalf("hold as the operator: exit %d, want %d\n%s%s", code, exitDenied, o, errs)
+	}
 }
 
 // TestRolesCommand: weft roles init writes the authority and each role's

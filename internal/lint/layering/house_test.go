@@ -19,6 +19,7 @@ var productHelpers = map[string]string{
 	"internal/backoff":      "the one retry delay",
 	"internal/clock":        "the clock partition ownership reads",
 	"internal/groupcommit":  "group commit: concurrent runs' writes as one atomic batch",
+	"internal/inboxcheck":   "asks the server whether it refuses a connection's reply inbox",
 	"internal/lostconsumer": "stops a consume whose consumer the server lost",
 	"internal/unanswered":   "tells a call the server did not answer",
 }
