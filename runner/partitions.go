@@ -152,10 +152,16 @@ func (r *Runner) runsOf(p int) []*run {
 
 // partitionLoop rebalances the partitions every lease/4 (partitionPass)
 // until ctx ends, and wakes the driver entries of the partitions it
-// claimed.
+// claimed (wakeBeside). It returns once the wake in flight ended too.
 func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 	t := r.clk.NewTicker(r.lease / 4)
 	defer t.Stop()
+	w := &waker{busy: make(chan struct{}, 1)}
+	defer w.wg.Wait()
+	// Every owned partition is scanned at the start, and again now and
+	// then: entries a failed wake left, or put by a runner that did not
+	// know it lost the partition.
+	all := !r.wakeBeside(ctx, w, true)
 	for tick := 1; ; tick++ {
 		select {
 		case <-ctx.Done():
@@ -167,15 +173,48 @@ func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
 			r.log.Debug("verify partitions", "err", err)
 		}
 		r.partitionPass(ctx, releases)
-		if r.noScan {
-			continue
+		all = all || tick%32 == 0
+		if r.wakeBeside(ctx, w, all) {
+			all = false
 		}
-		r.watchQuarantined(ctx)
-		// Every owned partition is scanned again now and then: entries a
-		// failed wake left, or put by a runner that did not know it lost
-		// the partition.
-		r.scanPartitions(ctx, tick%32 == 0)
 	}
+}
+
+// waker is the partition loop's wake in flight (wakeBeside): at most one.
+type waker struct {
+	busy chan struct{} // holds a token while a wake runs
+	wg   sync.WaitGroup
+}
+
+// wakeBeside starts, beside the partition loop, the wake of the runs it
+// looks after — the quarantined runs repaired (watchQuarantined), the
+// driver entries of the owned partitions due (all of them with all:
+// scanPartitions) — unless one still runs (false: the partitions stay
+// due, woken by the next). A wake may wait on the server for up to its
+// timeouts (a watch of weft_drivers whose consumer a server restart lost
+// waits its whole 30 s, a takeover's reads as long): run in the loop, it
+// held every round of rebalancing meanwhile, and the partitions of a peer
+// that died then stayed its own, every command of their runs forwarded
+// to a runner that does not answer (docs/semantics.md §8: a run can
+// always be answered). A release meanwhile waits for
+// the wake's acquisitions (ownership.Table.Release), as for a command's.
+func (r *Runner) wakeBeside(ctx context.Context, w *waker, all bool) bool {
+	if r.noScan {
+		return true
+	}
+	select {
+	case w.busy <- struct{}{}:
+	default:
+		return false
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		defer func() { <-w.busy }()
+		r.watchQuarantined(ctx)
+		r.scanPartitions(ctx, all)
+	}()
+	return true
 }
 
 // partitionPass is one round of rebalancing (ownership.Table.Pass: claim

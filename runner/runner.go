@@ -404,9 +404,6 @@ func (r *Runner) Run(ctx context.Context) error {
 	loopDone := make(chan struct{})
 	g.Go(func() error {
 		defer close(loopDone)
-		if !r.noScan {
-			r.scanPartitions(gctx, true)
-		}
 		r.partitionLoop(gctx, &releases)
 		return nil
 	})

@@ -95,11 +95,11 @@ func (t *Table) ReleaseQuiet(ctx context.Context, handOff func(ctx context.Conte
 // due again at the next scan). wake is called with no lock of the
 // Table's held.
 func (t *Table) Scan(all bool, wake func(due []int) bool) {
-	due := t.scanDueList(all)
+	due, revs := t.scanDueList(all)
 	if len(due) == 0 {
 		return
 	}
 	if wake(due) {
-		t.scanned(due)
+		t.scanned(due, revs)
 	}
 }

@@ -175,3 +175,38 @@ func TestAPartitionStaysDueUntilItsEntriesAreWoken(t *testing.T) {
 		t.Fatalf("due after ScanAll: %v, want [0 1]", due)
 	}
 }
+
+// docs/semantics.md §8 (a run can always be answered): the scan of
+// the driver entries runs beside the rounds of rebalancing (the runner's
+// wakeBeside), so a partition it lists may be lost and claimed again
+// while it runs. The entries of the new claim are that claim's to wake: a
+// scan that listed the partition at its former claim leaves it due.
+func TestAPartitionClaimedAgainDuringAScanStaysDue(t *testing.T) {
+	t.Parallel()
+	srv := natstest.Start(t)
+	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: "weft_partitions", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := NewTable(TableConfig{ID: "me", Partitions: 2, Conn: srv.Conn, KV: kv, Bucket: "weft_partitions"}, noOwners{})
+	table.claim(c, 0, 0, "")
+	table.claim(c, 1, 0, "")
+	table.Scan(false, func(ps []int) bool {
+		// Partition 1 is lost and claimed again meanwhile (a higher
+		// revision of its key).
+		s := table.slot(1)
+		got, err := kv.Update(c, Key(1), []byte("me"), s.Rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table.claimed(1, got, "")
+		return true
+	})
+	var due []int
+	table.Scan(false, func(ps []int) bool { due = ps; return true })
+	if !slices.Equal(due, []int{1}) {
+		t.Fatalf("due after a scan during which partition 1 was claimed again: %v, want [1]", due)
+	}
+}

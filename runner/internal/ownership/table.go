@@ -169,26 +169,31 @@ func (t *Table) deleted(p int) {
 }
 
 // scanDueList lists the partitions this runner owns and does not release
-// whose driver entries are still to be woken (all owned ones with all).
-func (t *Table) scanDueList(all bool) []int {
+// whose driver entries are still to be woken (all owned ones with all),
+// and the revision each is owned at.
+func (t *Table) scanDueList(all bool) (due []int, revs []uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var due []int
 	for p, o := range t.owner {
 		if o == t.cfg.ID && !t.releasing[p] && (all || t.scanDue[p]) {
-			due = append(due, p)
+			due, revs = append(due, p), append(revs, t.rev[p])
 		}
 	}
-	return due
+	return due, revs
 }
 
-// scanned records that the driver entries of partitions ps were all
-// woken.
-func (t *Table) scanned(ps []int) {
+// scanned records that the driver entries of partitions ps, owned at
+// revisions revs when they were listed, were all woken. A partition owned
+// at another revision since (lost and claimed again while the scan ran
+// beside the rounds of rebalancing) stays due: its entries are the new
+// claim's to wake.
+func (t *Table) scanned(ps []int, revs []uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, p := range ps {
-		t.scanDue[p] = false
+	for i, p := range ps {
+		if t.rev[p] == revs[i] {
+			t.scanDue[p] = false
+		}
 	}
 }
 
