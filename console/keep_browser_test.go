@@ -38,6 +38,7 @@ func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 	if v.ForkedFrom == nil || v.ForkedFrom.Run != "rs-8" || v.ForkedFrom.Turn != 1 {
 		t.Fatalf("the new run's forked_from: %+v, want run rs-8 turn 1", v.ForkedFrom)
 	}
+	saveShot(t, "run-restart.png", get(t, ctx, "restart screenshot", chromedp.Screenshot(chromedp.ID("run-restart"))))
 	do(t, ctx, "the new run links its parent", chromedp.Navigate(s.consoleURL+"/runs/rs-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-forked-from a[href="/runs/rs-8"]`)))
 	// The parent's forks come from the projector's index of forked_from,
 	// which may follow the new run's view by a moment.
@@ -138,6 +139,7 @@ func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
 	if hs := s.holds(t, "hl-8"); len(hs) != 1 || !hs[0].Active() {
 		t.Fatalf("holds after placing: %+v", hs)
 	}
+	saveShot(t, "run-holds.png", get(t, ctx, "holds screenshot", chromedp.Screenshot(chromedp.ID("holds"))))
 	do(t, ctx, "release it",
 		typeIn(`#rh-h1-reason`, "settled"),
 		typeIn(`#rh-h1-by`, "dave"),
