@@ -17,6 +17,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/provision"
 )
@@ -50,10 +51,16 @@ func Assets() []provision.Asset {
 type Hold struct {
 	Run string `json:"run"`
 	// ID names the hold among the run's (h1, h2, ...): a release names it.
-	ID     string    `json:"id"`
-	By     string    `json:"by"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
+	ID string `json:"id"`
+	// By is who placed it; Identity whether the deployment vouched for By
+	// (a signed command proof by one of its person keys, Proof) when it
+	// was placed: docs/security.md, "Who did it". A hold placed before
+	// holds recorded it has neither (unverified).
+	By string `json:"by"`
+	events.Identity
+	Proof  *events.CommandProof `json:"proof,omitempty"`
+	Reason string               `json:"reason"`
+	At     time.Time            `json:"at"`
 	// Released is set once the hold was released: by whom, why and when.
 	Released *Release `json:"released,omitempty"`
 	// CommandID is the command that placed it (weft.api.hold, which `weft
@@ -62,15 +69,27 @@ type Hold struct {
 	CommandID string `json:"command_id,omitempty"`
 }
 
-// Release is who released a hold, why and when.
+// Release is who released a hold (Identity and Proof as for Hold), why
+// and when.
 type Release struct {
-	By     string    `json:"by"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
+	By string `json:"by"`
+	events.Identity
+	Proof  *events.CommandProof `json:"proof,omitempty"`
+	Reason string               `json:"reason"`
+	At     time.Time            `json:"at"`
 	// CommandID is the command that released it (weft.api.release_hold;
 	// empty for a release without one, as the CLI made before):
 	// ReleaseHold with it again answers this release.
 	CommandID string `json:"command_id,omitempty"`
+}
+
+// Person is who places or releases a hold: By, the name recorded, and
+// whether the deployment vouched for it (Identity, with the command proof
+// it checked). The caller checks the proof (the runner: approvers.People).
+type Person struct {
+	By string
+	events.Identity
+	Proof *events.CommandProof
 }
 
 // Active reports whether the hold still exempts its run.
@@ -178,7 +197,8 @@ func updateHolds(ctx context.Context, kv jetstream.KeyValue, run string, change 
 	}
 }
 
-// Place puts a legal hold on run, by whom and why (both required), at at,
+// Place puts a legal hold on run, by whom (by.By: the name recorded,
+// with whether the deployment vouched for it) and why (both required), at at,
 // beside the holds it has. The run must have events (unknown_run
 // otherwise). A run a purge took (it found no active hold) is refused
 // with conflict, and the hold is not placed: the purge has passed its hold
@@ -186,8 +206,8 @@ func updateHolds(ctx context.Context, kv jetstream.KeyValue, run string, change 
 // hold, and a Place with a command id that placed one of run's holds
 // answers that hold and adds none: a retry is safe for as long as the
 // hold is kept, not only while its command's reply is.
-func Place(ctx context.Context, js jetstream.JetStream, commandID, run, by, reason string, at time.Time) (Hold, error) {
-	if err := checkWho(run, by, reason); err != nil {
+func Place(ctx context.Context, js jetstream.JetStream, commandID, run string, by Person, reason string, at time.Time) (Hold, error) {
+	if err := checkWho(run, by.By, reason); err != nil {
 		return Hold{}, err
 	}
 	head, err := eventlog.New(js).Head(ctx, run)
@@ -210,7 +230,7 @@ func Place(ctx context.Context, js jetstream.JetStream, commandID, run, by, reas
 		if v.Purging != nil {
 			return false, weft.Errorf(weft.CodeConflict, "run %s: a purge passed its hold check on it at %s: the hold is not placed, and the run goes with its family (docs/adr/0030-retention-and-legal-hold.md)", run, v.Purging.UTC().Format(time.RFC3339))
 		}
-		h = Hold{Run: run, ID: fmt.Sprintf("h%d", len(v.Holds)+1), By: by, Reason: reason, At: at.UTC(), CommandID: commandID}
+		h = Hold{Run: run, ID: fmt.Sprintf("h%d", len(v.Holds)+1), By: by.By, Identity: by.Identity, Proof: by.Proof, Reason: reason, At: at.UTC(), CommandID: commandID}
 		v.Holds = append(v.Holds, h)
 		return true, nil
 	})
@@ -227,8 +247,8 @@ func Place(ctx context.Context, js jetstream.JetStream, commandID, run, by, reas
 // commandID, when not empty, is recorded in the release, and a
 // ReleaseHold with a command id that released one of run's holds answers
 // that hold, released, and changes nothing.
-func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id, by, reason string, at time.Time) (Hold, error) {
-	if err := checkWho(run, by, reason); err != nil {
+func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id string, by Person, reason string, at time.Time) (Hold, error) {
+	if err := checkWho(run, by.By, reason); err != nil {
 		return Hold{}, err
 	}
 	holds, err := holdsBucket(ctx, js)
@@ -259,7 +279,7 @@ func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id
 		case i < 0:
 			return false, weft.Errorf(weft.CodeUnknownRun, "run %s has no active legal hold %s", run, id)
 		}
-		v.Holds[i].Released = &Release{By: by, Reason: reason, At: at.UTC(), CommandID: commandID}
+		v.Holds[i].Released = &Release{By: by.By, Identity: by.Identity, Proof: by.Proof, Reason: reason, At: at.UTC(), CommandID: commandID}
 		h = v.Holds[i]
 		return true, nil
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
 )
 
@@ -13,27 +15,44 @@ var _ api.HoldBackend = (*Runner)(nil)
 // the runner's JetStream, at the runner's clock. It needs no live runner
 // of the run: a hold is not an event (docs/adr/0030 §5), and the hold
 // and a purge decide on the run's key in weft_holds by compare-and-set.
+// Who placed it is checked as for a cancel (r.whoOf: a command proof of
+// proof.HoldSubject by a person key records the key's person, verified;
+// identity_required applies).
 func (r *Runner) Hold(ctx context.Context, req api.HoldRequest) (api.HoldReply, error) {
-	h, err := retention.Place(ctx, r.js, req.CommandID, req.Run, req.By, req.Reason, r.now())
+	who, err := r.whoOf(proof.HoldSubject(req.Run, req.Reason), req.By, req.Proof)
+	if err != nil {
+		return api.HoldReply{}, err
+	}
+	h, err := retention.Place(ctx, r.js, req.CommandID, req.Run, holder(who), req.Reason, r.now())
 	if err != nil {
 		return api.HoldReply{}, err
 	}
 	return holdReply(h), nil
 }
 
-// ReleaseHold releases a run's legal hold (api.HoldBackend).
+// ReleaseHold releases a run's legal hold (api.HoldBackend); who
+// releases it is checked as for Hold (proof.ReleaseHoldSubject).
 func (r *Runner) ReleaseHold(ctx context.Context, req api.ReleaseHoldRequest) (api.HoldReply, error) {
-	h, err := retention.ReleaseHold(ctx, r.js, req.CommandID, req.Run, req.Hold, req.By, req.Reason, r.now())
+	who, err := r.whoOf(proof.ReleaseHoldSubject(req.Run, req.Hold, req.Reason), req.By, req.Proof)
+	if err != nil {
+		return api.HoldReply{}, err
+	}
+	h, err := retention.ReleaseHold(ctx, r.js, req.CommandID, req.Run, req.Hold, holder(who), req.Reason, r.now())
 	if err != nil {
 		return api.HoldReply{}, err
 	}
 	return holdReply(h), nil
+}
+
+// holder is who places or releases a hold, as retention records it.
+func holder(w approvers.Who) retention.Person {
+	return retention.Person{By: w.By, Identity: w.Identity, Proof: w.Proof}
 }
 
 func holdReply(h retention.Hold) api.HoldReply {
-	rep := api.HoldReply{Schema: api.Schema, Run: h.Run, Hold: h.ID, By: h.By, Reason: h.Reason, At: h.At}
+	rep := api.HoldReply{Schema: api.Schema, Run: h.Run, Hold: h.ID, By: h.By, Verified: h.Verified, Key: h.Key, Reason: h.Reason, At: h.At}
 	if h.Released != nil {
-		rep.Released = &api.HoldRelease{By: h.Released.By, Reason: h.Released.Reason, At: h.Released.At}
+		rep.Released = &api.HoldRelease{By: h.Released.By, Verified: h.Released.Verified, Key: h.Released.Key, Reason: h.Released.Reason, At: h.Released.At}
 	}
 	return rep
 }

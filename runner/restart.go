@@ -8,6 +8,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
 )
 
@@ -19,7 +20,16 @@ import (
 // is then started as any run is, by the owner of its partition (a start
 // forwarded with the judged fork), bound to the parent's agent at the
 // version served now (or req.Version), with the parent's input.
+//
+// Who restarts it is checked first, as for a cancel (r.whoOf: a command
+// proof of proof.RestartSubject, the parent, the turn and the new run, by a
+// person key records the key's person verified; identity_required
+// applies), and recorded in the new run's RunForked.
 func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
+	who, err := r.whoOf(proof.RestartSubject(req.From.Run, req.From.Turn, req.Run, req.Reason), req.By, req.Proof)
+	if err != nil {
+		return api.StartReply{}, err
+	}
 	history, envs, err := r.loadRecorded(ctx, req.From.Run)
 	if err != nil {
 		return api.StartReply{}, err
@@ -62,6 +72,7 @@ func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.Start
 	if err := retention.CheckNotBeingPurged(ctx, r.js, req.From.Run); err != nil {
 		return api.StartReply{}, err
 	}
+	fork.By, fork.Reason, fork.Identity, fork.Proof = who.By, req.Reason, who.Identity, who.Proof
 	start := api.StartRequest{CommandID: req.CommandID, Run: req.Run, Agent: parent.Agent.Name, Version: req.Version, Input: parent.Input, Correlation: req.Correlation}
 	return r.startFork(ctx, start, nil, &fork)
 }
