@@ -101,13 +101,13 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 	if code, _, errs := cli(t, "hold", "nope", "--by", "legal", "--reason", "x"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
 		t.Fatalf("hold of an unknown run: %d %s", code, errs)
 	}
-	if code, out, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz", "--reason", "dispute D-17"); code != 0 || !strings.Contains(out, "held ret-held (hold h1) by legal: r.ortiz: dispute D-17") {
+	if code, out, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz", "--reason", "dispute D-17"); code != 0 || !strings.Contains(out, "held ret-held (hold h1) by legal: r.ortiz (unverified): dispute D-17") {
 		t.Fatalf("hold: %d %s %s", code, out, errs)
 	}
 	_, out, _ := cli(t, "hold", "list")
 	contains(t, "hold list", out, "RUN", "ret-held", "legal: r.ortiz", "dispute D-17")
 	_, out, _ = cli(t, "show", "ret-held")
-	contains(t, "show of the held run", out, "hold       by legal: r.ortiz since", "dispute D-17")
+	contains(t, "show of the held run", out, "hold       by legal: r.ortiz (unverified) since", "dispute D-17")
 
 	code, out, errs := cli(t, "retention", "apply", "--older-than", "48h", "--dry-run")
 	if code != 0 {
@@ -143,7 +143,7 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 		t.Fatalf("release: %d %s %s", code, out, errs)
 	}
 	_, out, _ = cli(t, "hold", "list", "--all")
-	contains(t, "hold list --all", out, "ret-held", "by legal: r.ortiz at", "D-17 settled")
+	contains(t, "hold list --all", out, "ret-held", "by legal: r.ortiz (unverified) at", "D-17 settled")
 	if _, out, _ = cli(t, "retention", "apply", "--older-than", "48h", "--json"); !strings.Contains(out, `"purged": [
     "ret-held"
   ]`) {

@@ -69,7 +69,7 @@ func TestDevSecure(t *testing.T) {
 	// (weft.api.hold), which dev's runner serves; the operator's is not
 	// allowed, naming the role that may.
 	custodian := filepath.Join(dir, "custodian.creds")
-	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "legal", "--creds", custodian); code != 0 || !strings.Contains(o, "held pay-7 (hold h1) by legal: dispute D-17") {
+	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "legal", "--creds", custodian); code != 0 || !strings.Contains(o, "held pay-7 (hold h1) by legal (unverified): dispute D-17") {
 		t.Fatalf("hold as the custodian: exit %d\n%s%s", code, o, errs)
 	}
 	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "ops"); code != exitDenied || !strings.Contains(errs, "weft.api.hold") || !strings.Contains(errs, "role custodian") {
