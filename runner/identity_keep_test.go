@@ -1,0 +1,171 @@
+package runner_test
+
+import (
+	"testing"
+	"time"
+
+	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
+	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/proof"
+	"github.com/weftrun/weft/retention"
+	"github.com/weftrun/weft/runner"
+)
+
+// keepHarness runs an agent whose model answers every turn, on a runner
+// with people, and finishes the runs runs (one turn each).
+func keepHarness(t *testing.T, people approvers.People, runs ...string) *harness {
+	t.Helper()
+	ag, err := agent.New("plain", model.NewRules("s"), nil, policy.Func(approvalAbove)).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{ag}, runner.WithPeople(people))
+	for _, r := range runs {
+		if _, err := h.client.Start(ctx(t), api.StartRequest{Run: r, Agent: "plain", Input: "hello"}); err != nil {
+			t.Fatal(err)
+		}
+		h.waitStatus(r, aggregate.StatusFinished)
+	}
+	return h
+}
+
+// forkOf returns the RunForked of run's log and the run's view.
+func forkOf(t *testing.T, h *harness, run string) (events.RunForked, projections.RunView, []projections.Deed) {
+	t.Helper()
+	envs, _, err := h.srv.Log.Load(ctx(t), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := recorded(t, envs)
+	for _, r := range recs {
+		if f, ok := r.Event.(events.RunForked); ok {
+			return f, projections.Fold(recs), projections.Deeds(recs)
+		}
+	}
+	t.Fatalf("run %s records no fork", run)
+	return events.RunForked{}, projections.RunView{}, nil
+}
+
+// TestSecurityWhoDidIt_RestartAndHoldVerified (docs/security.md "Who did
+// it"; docs/semantics.md §14 restart; docs/adr/0030 legal holds): on a
+// deployment with person keys and a required identity, a restart, a legal
+// hold and its release without a signed proof are refused
+// identity_required (no_identity), a signed one without a reason
+// identity_required (no_reason), and a proof by a stranger's key, or for
+// another run, command or new run, proof_refused; a signed one records the
+// key's person, verified, with the key: the restart in the new run's
+// RunForked (and its view and deeds), the hold and its release in
+// weft_holds and the replies. A typed --by is not what is recorded.
+func TestSecurityWhoDidIt_RestartAndHoldVerified(t *testing.T) {
+	t.Parallel()
+	carol, carolPub := userKey(t, 4)
+	mallory, _ := userKey(t, 3)
+	people := approvers.People{Keys: []approvers.Key{{Public: carolPub, Reviewer: "carol@ops"}}, Require: true}
+	h := keepHarness(t, people, "done-1", "done-2")
+	c := ctx(t)
+	exp := time.Now().Add(30 * time.Second)
+
+	// Restart.
+	sub := proof.RestartSubject("done-1", 1, "re-1", "tool fixed")
+	restart := func(id, run, by, reason string, p *events.CommandProof) error {
+		_, err := h.client.Restart(c, api.RestartRequest{CommandID: id, Run: run, From: api.RestartFrom{Run: "done-1", Turn: 1}, By: by, Reason: reason, Proof: p})
+		return err
+	}
+	refusedCode(t, "restart with a typed name only", restart("typed", "re-1", "carol@ops", sub.Reason, nil), weft.CodeIdentityRequired, approvers.ReasonNoIdentity)
+	refusedCode(t, "restart signed by a stranger", restart("mallory", "re-1", "carol@ops", sub.Reason, signCommand(t, mallory, sub, exp)), weft.CodeProofRefused, approvers.ReasonNotAuthenticated)
+	noReason := proof.RestartSubject("done-1", 1, "re-1", "")
+	refusedCode(t, "restart without a reason", restart("noreason", "re-1", "", "", signCommand(t, carol, noReason, exp)), weft.CodeIdentityRequired, approvers.ReasonNoReason)
+	refusedCode(t, "restart with a proof for another run", restart("other-run", "re-1", "", sub.Reason, signCommand(t, carol, proof.RestartSubject("done-2", 1, "re-1", "tool fixed"), exp)), weft.CodeProofRefused, proof.ReasonOtherRun)
+	refusedCode(t, "restart with a proof for another new run", restart("other-new", "re-2", "", sub.Reason, signCommand(t, carol, sub, exp)), weft.CodeProofRefused, proof.ReasonOtherContent)
+	refusedCode(t, "restart with a hold's proof", restart("other-cmd", "re-1", "", sub.Reason, signCommand(t, carol, proof.HoldSubject("done-1", "tool fixed"), exp)), weft.CodeProofRefused, proof.ReasonOtherCommand)
+	if err := restart("good", "re-1", "mallory", sub.Reason, signCommand(t, carol, sub, exp)); err != nil {
+		t.Fatal(err)
+	}
+	f, v, deeds := forkOf(t, h, "re-1")
+	if f.By != "carol@ops" || !f.Verified || f.Key != carolPub || f.Reason != "tool fixed" || f.Proof == nil || f.Proof.Key != carolPub {
+		t.Fatalf("the fork records %q %+v reason %q proof %+v, want carol@ops verified by %s", f.By, f.Identity, f.Reason, f.Proof, carolPub)
+	}
+	if r := v.Restarted; r == nil || !r.Verified || r.By != "carol@ops" || r.Key != carolPub || r.Reason != "tool fixed" {
+		t.Fatalf("the view's restarted %+v", v.Restarted)
+	}
+	if len(deeds) != 1 || deeds[0].What != "restart from done-1 turn 1" || !deeds[0].Who.Verified || deeds[0].Problem != "" {
+		t.Fatalf("deeds %+v", deeds)
+	}
+
+	// Hold and release.
+	hsub := proof.HoldSubject("done-1", "dispute D-17")
+	_, err := h.client.Hold(c, api.HoldRequest{CommandID: "h-typed", Run: "done-1", Reason: hsub.Reason, By: "carol@ops"})
+	refusedCode(t, "hold with a typed name only", err, weft.CodeIdentityRequired, approvers.ReasonNoIdentity)
+	_, err = h.client.Hold(c, api.HoldRequest{CommandID: "h-other", Run: "done-1", Reason: hsub.Reason, Proof: signCommand(t, carol, proof.HoldSubject("done-2", "dispute D-17"), exp)})
+	refusedCode(t, "hold with a proof for another run", err, weft.CodeProofRefused, proof.ReasonOtherRun)
+	_, err = h.client.Hold(c, api.HoldRequest{CommandID: "h-stranger", Run: "done-1", Reason: hsub.Reason, Proof: signCommand(t, mallory, hsub, exp)})
+	refusedCode(t, "hold signed by a stranger", err, weft.CodeProofRefused, approvers.ReasonNotAuthenticated)
+	rep, err := h.client.Hold(c, api.HoldRequest{CommandID: "h-good", Run: "done-1", Reason: hsub.Reason, By: "mallory", Proof: signCommand(t, carol, hsub, exp)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.By != "carol@ops" || !rep.Verified || rep.Key != carolPub {
+		t.Fatalf("hold reply %+v", rep)
+	}
+	rsub := proof.ReleaseHoldSubject("done-1", rep.Hold, "D-17 settled")
+	_, err = h.client.ReleaseHold(c, api.ReleaseHoldRequest{CommandID: "r-cmd", Run: "done-1", Hold: rep.Hold, Reason: rsub.Reason, Proof: signCommand(t, carol, proof.HoldSubject("done-1", "D-17 settled"), exp)})
+	refusedCode(t, "release with a hold's proof", err, weft.CodeProofRefused, proof.ReasonOtherCommand)
+	_, err = h.client.ReleaseHold(c, api.ReleaseHoldRequest{CommandID: "r-typed", Run: "done-1", Hold: rep.Hold, Reason: rsub.Reason, By: "carol@ops"})
+	refusedCode(t, "release with a typed name only", err, weft.CodeIdentityRequired, approvers.ReasonNoIdentity)
+	rel, err := h.client.ReleaseHold(c, api.ReleaseHoldRequest{CommandID: "r-good", Run: "done-1", Hold: rep.Hold, Reason: rsub.Reason, Proof: signCommand(t, carol, rsub, exp)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rel.Released; r == nil || r.By != "carol@ops" || !r.Verified || r.Key != carolPub {
+		t.Fatalf("release reply %+v", rel.Released)
+	}
+	hs, err := retention.HoldsOf(c, h.srv.JS, "done-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].By != "carol@ops" || !hs[0].Verified || hs[0].Key != carolPub || hs[0].Proof == nil ||
+		hs[0].Released == nil || !hs[0].Released.Verified || hs[0].Released.Key != carolPub || hs[0].Released.Proof == nil {
+		t.Fatalf("weft_holds keeps %+v", hs)
+	}
+}
+
+// TestSecurityWhoDidIt_RestartAndHoldDemo (docs/security.md "Who did
+// it"): on a deployment without person keys that requires an identity, a
+// restart or hold that names nobody, or gives no reason, is refused
+// identity_required; the typed name is recorded, unverified.
+func TestSecurityWhoDidIt_RestartAndHoldDemo(t *testing.T) {
+	t.Parallel()
+	h := keepHarness(t, approvers.People{Require: true}, "done-1")
+	c := ctx(t)
+	restart := func(id, run, by, reason string) error {
+		_, err := h.client.Restart(c, api.RestartRequest{CommandID: id, Run: run, From: api.RestartFrom{Run: "done-1", Turn: 1}, By: by, Reason: reason})
+		return err
+	}
+	refusedCode(t, "restart naming nobody", restart("nobody", "re-1", "", "tool fixed"), weft.CodeIdentityRequired, approvers.ReasonNoIdentity)
+	refusedCode(t, "restart without a reason", restart("noreason", "re-1", "dave", ""), weft.CodeIdentityRequired, approvers.ReasonNoReason)
+	if err := restart("good", "re-1", "dave", "tool fixed"); err != nil {
+		t.Fatal(err)
+	}
+	f, v, deeds := forkOf(t, h, "re-1")
+	if f.By != "dave" || f.Verified || f.Key != "" || f.Proof != nil || f.Reason != "tool fixed" {
+		t.Fatalf("the fork records %q %+v reason %q, want dave unverified", f.By, f.Identity, f.Reason)
+	}
+	if r := v.Restarted; r == nil || r.Verified || r.By != "dave" {
+		t.Fatalf("the view's restarted %+v", v.Restarted)
+	}
+	if len(deeds) != 1 || deeds[0].Who.Verified || deeds[0].Who.By != "dave" || deeds[0].Problem != "" {
+		t.Fatalf("deeds %+v", deeds)
+	}
+	rep, err := h.client.Hold(c, api.HoldRequest{CommandID: "h", Run: "done-1", Reason: "dispute D-17", By: "erin"})
+	if err != nil || rep.By != "erin" || rep.Verified || rep.Key != "" {
+		t.Fatalf("hold: %+v %v, want erin unverified", rep, err)
+	}
+}
