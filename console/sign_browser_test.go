@@ -183,3 +183,47 @@ func TestSecurityWhoDidIt_ConsoleSignsAReconciliation(t *testing.T) {
 		t.Errorf("the reconciled line says %q", text)
 	}
 }
+
+// TestSecurityWhoDidIt_ConsoleSignsARestart (docs/security.md, "Who did
+// it"; docs/semantics.md §14): on weft dev --secure --require-identity,
+// the run page's Restart from a step is refused identity_required
+// (no_identity) with a typed name, showing the weft restart command that
+// signs it; signed in the browser with the person key it restarts the
+// run, and the new run records the key's person, verified, with its key
+// (never the typed name), which its page says.
+func TestSecurityWhoDidIt_ConsoleSignsARestart(t *testing.T) {
+	s := secureStack(t)
+	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pub := s.approverKey(t)
+	s.start(t, "bsr-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	const form = "#restart-form"
+	do(t, ctx, "restart with a typed name", chromedp.Navigate(s.consoleURL+"/runs/bsr-8"), chromedp.WaitVisible(chromedp.CSS(form+` button[type=submit]`)),
+		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"),
+		typeIn(`#r-run`, "bsr-8b"),
+		typeIn(`#r-reason`, "tool fixed"),
+		typeIn(`#r-by`, "mallory"),
+		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
+		waitJS(`!!document.querySelector("`+form+` [data-result] code.code")`))
+	if c, r := get(t, ctx, "code", chromedp.Text(chromedp.CSS(form+` [data-result] code.code`))), get(t, ctx, "reason", chromedp.Text(chromedp.CSS(form+` [data-result] code.reason`))); c != "identity_required" || r != "no_identity" {
+		t.Fatalf("a typed name shows %q (%q), want identity_required (no_identity)", c, r)
+	}
+	if cmd := get(t, ctx, "weft command", chromedp.Text(chromedp.CSS(form+` [data-result] [data-weft-command]`))); cmd != "weft restart bsr-8 --from-turn 1 --run bsr-8b --reason 'tool fixed' --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof" {
+		t.Errorf("the refusal shows the command %q", cmd)
+	}
+	do(t, ctx, "restart signed with the person key",
+		typeIn(`#r-signing-key`, strings.TrimSpace(string(raw))),
+		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
+		waitJS(`(document.querySelector("`+form+` [data-result]")||{}).textContent.includes("Restarted run bsr-8 from turn 1 as run bsr-8b, signed with key `+pub+`.")`))
+	v := s.waitStatus(t, "bsr-8b", "finished")
+	if r := v.Restarted; r == nil || !r.Verified || r.Key != pub || r.By != "demo approver" || r.Reason != "tool fixed" {
+		t.Fatalf("restarted %+v, want verified by demo approver with key %s", v.Restarted, pub)
+	}
+	do(t, ctx, "the new run's page", chromedp.Navigate(s.consoleURL+"/runs/bsr-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-restarted-by`)))
+	if text := get(t, ctx, "restarted by", chromedp.Text(chromedp.CSS(`#run-restarted-by`))); text != "by demo approver (verified): “tool fixed”" {
+		t.Errorf("the new run's page says it was restarted %q", text)
+	}
+}
