@@ -59,8 +59,9 @@ func forkOf(t *testing.T, h *harness, run string) (events.RunForked, projections
 // deployment with person keys and a required identity, a restart, a legal
 // hold and its release without a signed proof are refused
 // identity_required (no_identity), a signed one without a reason
-// identity_required (no_reason), and a proof by a stranger's key, or for
-// another run, command or new run, proof_refused; a signed one records the
+// identity_required (no_reason), a proof by a stranger's key, or for
+// another run, command or new run, proof_refused, and a signed restart
+// that names no new run invalid_request; a signed one records the
 // key's person, verified, with the key: the restart in the new run's
 // RunForked (and its view and deeds), the hold and its release in
 // weft_holds and the replies. A typed --by is not what is recorded.
@@ -86,6 +87,8 @@ func TestSecurityWhoDidIt_RestartAndHoldVerified(t *testing.T) {
 	refusedCode(t, "restart with a proof for another run", restart("other-run", "re-1", "", sub.Reason, signCommand(t, carol, proof.RestartSubject("done-2", 1, "re-1", "tool fixed"), exp)), weft.CodeProofRefused, proof.ReasonOtherRun)
 	refusedCode(t, "restart with a proof for another new run", restart("other-new", "re-2", "", sub.Reason, signCommand(t, carol, sub, exp)), weft.CodeProofRefused, proof.ReasonOtherContent)
 	refusedCode(t, "restart with a hold's proof", restart("other-cmd", "re-1", "", sub.Reason, signCommand(t, carol, proof.HoldSubject("done-1", "tool fixed"), exp)), weft.CodeProofRefused, proof.ReasonOtherCommand)
+	// A signed restart names its new run: the proof states it.
+	refusedCode(t, "a signed restart naming no new run", restart("no-run", "", "", sub.Reason, signCommand(t, carol, sub, exp)), weft.CodeInvalidRequest, "")
 	if err := restart("good", "re-1", "mallory", sub.Reason, signCommand(t, carol, sub, exp)); err != nil {
 		t.Fatal(err)
 	}
