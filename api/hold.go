@@ -36,9 +36,10 @@ type HoldRequest struct {
 }
 
 // ReleaseHoldRequest releases a run's legal hold Hold (its id, h1, h2,
-// ...; empty when the run has one active hold). Reason and who are
-// required, as for HoldRequest (a proof states
-// proof.ReleaseHoldSubject); the placement and the release stay in the
+// ...; empty when the run has one active hold, unsigned only). Reason and
+// who are required, as for HoldRequest (a proof states
+// proof.ReleaseHoldSubject, and a signed release names its hold:
+// invalid_request otherwise); the placement and the release stay in the
 // bucket's history.
 type ReleaseHoldRequest struct {
 	Schema    int    `json:"schema"`
@@ -112,6 +113,12 @@ func (s *service) releaseHold(ctx context.Context, b []byte) (any, string, error
 	}
 	if err := errors.Join(checkHolder(req.Run, req.Reason, req.By, req.CommandID, req.Proof), bounded(field{"hold", req.Hold, MaxID})); err != nil {
 		return nil, "", firstCoded(err)
+	}
+	if req.Proof != nil && req.Hold == "" {
+		// A proof of "the run's one active hold" would release any hold
+		// that is the one active when it is sent, one placed after it was
+		// signed included.
+		return nil, "", &weft.Error{Code: weft.CodeInvalidRequest, Message: "hold: a signed release names its hold (the proof states it)"}
 	}
 	hb, ok := s.b.(HoldBackend)
 	if !ok {

@@ -192,6 +192,12 @@ func (c *Console) actReleaseHold(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	f := r.PostForm
 	run, hold, reason, by := f.Get("run"), strings.TrimSpace(f.Get("hold")), strings.TrimSpace(f.Get("reason")), strings.TrimSpace(f.Get("by"))
+	if hold == "" && (f.Get("prepare") != "" || strings.TrimSpace(f.Get("proof")) != "") {
+		// Its proof states the hold (proof.ReleaseHoldSubject): the
+		// command API refuses a signed release that names none.
+		c.respond(w, r, notSent("Type the hold to release (h1, h2, …): a signed release names its hold."))
+		return
+	}
 	pc, ok := c.readPerson(w, r, proof.ReleaseHoldSubject(run, hold, reason))
 	if !ok {
 		return

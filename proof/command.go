@@ -56,8 +56,9 @@ func HoldSubject(run, reason string) CommandSubject {
 }
 
 // ReleaseHoldSubject is what the release of run's legal hold hold (h1,
-// h2, ...; empty: the run's one active hold) states
-// (CommandReleaseHold): the hold as its action, its reason.
+// h2, ...) states (CommandReleaseHold): the hold as its action, its
+// reason. A signed release names its hold (the command API refuses one
+// that does not), so that its proof releases that hold and no other.
 func ReleaseHoldSubject(run, hold, reason string) CommandSubject {
 	return CommandSubject{Command: CommandReleaseHold, Run: run, Action: hold, Reason: reason}
 }

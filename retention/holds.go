@@ -18,6 +18,7 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/provision"
 )
@@ -118,6 +119,33 @@ func (v runHolds) active() Hold {
 	return Hold{}
 }
 
+// checkProofUnused refuses the signed command proof p when v keeps it
+// already, on a hold's placement or release (proof_refused, reason
+// proof_used): a command proof is consumed once (docs/security.md, "Who
+// did it"), so a proof seen once cannot place a second hold, or release a
+// hold placed later, in its signer's name. nil for no proof.
+func (v runHolds) checkProofUnused(p *events.CommandProof) error {
+	if p == nil {
+		return nil
+	}
+	d := proof.CommandDigest(*p)
+	same := func(q *events.CommandProof) bool { return q != nil && q.Key == p.Key && proof.CommandDigest(*q) == d }
+	for _, h := range v.Holds {
+		what := ""
+		switch {
+		case same(h.Proof):
+			what = "the placement of"
+		case h.Released != nil && same(h.Released.Proof):
+			what = "the release of"
+		default:
+			continue
+		}
+		return &weft.Error{Code: weft.CodeProofRefused, Reason: proof.ReasonProofUsed,
+			Message: fmt.Sprintf("run %s: this command proof was already recorded with %s its legal hold %s: a proof is consumed once", v.Run, what, h.ID)}
+	}
+	return nil
+}
+
 // decodeHolds decodes a run's value; an earlier release's value is one
 // Hold, taken as its hold h1.
 func decodeHolds(run string, b []byte) (runHolds, error) {
@@ -205,7 +233,9 @@ func updateHolds(ctx context.Context, kv jetstream.KeyValue, run string, change 
 // check, and the run goes. commandID, when not empty, is recorded in the
 // hold, and a Place with a command id that placed one of run's holds
 // answers that hold and adds none: a retry is safe for as long as the
-// hold is kept, not only while its command's reply is.
+// hold is kept, not only while its command's reply is. Another command
+// with a command proof (by.Proof) that one of run's holds or releases
+// keeps already is refused proof_refused (proof_used).
 func Place(ctx context.Context, js jetstream.JetStream, commandID, run string, by Person, reason string, at time.Time) (Hold, error) {
 	if err := checkWho(run, by.By, reason); err != nil {
 		return Hold{}, err
@@ -227,6 +257,9 @@ func Place(ctx context.Context, js jetstream.JetStream, commandID, run string, b
 			h = v.Holds[i]
 			return false, nil
 		}
+		if err := v.checkProofUnused(by.Proof); err != nil {
+			return false, err
+		}
 		if v.Purging != nil {
 			return false, weft.Errorf(weft.CodeConflict, "run %s: a purge passed its hold check on it at %s: the hold is not placed, and the run goes with its family (docs/adr/0030-retention-and-legal-hold.md)", run, v.Purging.UTC().Format(time.RFC3339))
 		}
@@ -246,7 +279,8 @@ func Place(ctx context.Context, js jetstream.JetStream, commandID, run string, b
 // unknown_run; an empty id when the run has several, invalid_request.
 // commandID, when not empty, is recorded in the release, and a
 // ReleaseHold with a command id that released one of run's holds answers
-// that hold, released, and changes nothing.
+// that hold, released, and changes nothing. A command proof kept already
+// is refused as for Place.
 func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id string, by Person, reason string, at time.Time) (Hold, error) {
 	if err := checkWho(run, by.By, reason); err != nil {
 		return Hold{}, err
@@ -262,6 +296,9 @@ func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id
 		}); i >= 0 {
 			h = v.Holds[i]
 			return false, nil
+		}
+		if err := v.checkProofUnused(by.Proof); err != nil {
+			return false, err
 		}
 		var ids []string
 		i := -1
@@ -316,6 +353,27 @@ func Holds(ctx context.Context, js jetstream.JetStream) ([]Hold, error) {
 	})
 	slices.SortStableFunc(out, func(a, b Hold) int { return strings.Compare(a.Run, b.Run) })
 	return out, err
+}
+
+// ByCommand returns run's hold that the command commandID placed
+// (release false) or released (release true), and whether there is one:
+// Place and ReleaseHold answer a retry of that command with it, and a
+// caller that checks who sent the command answers it first, so that a
+// retry whose proof has since expired still learns what its command did.
+func ByCommand(ctx context.Context, js jetstream.JetStream, run, commandID string, release bool) (Hold, bool, error) {
+	if commandID == "" {
+		return Hold{}, false, nil
+	}
+	hs, err := HoldsOf(ctx, js, run)
+	if err != nil {
+		return Hold{}, false, unavailable("%v", err)
+	}
+	for _, h := range hs {
+		if !release && h.CommandID == commandID || release && h.Released != nil && h.Released.CommandID == commandID {
+			return h, true, nil
+		}
+	}
+	return Hold{}, false, nil
 }
 
 // HoldsOf returns every hold of run (active and released), in the order

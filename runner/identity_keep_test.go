@@ -22,19 +22,27 @@ import (
 // with people, and finishes the runs runs (one turn each).
 func keepHarness(t *testing.T, people approvers.People, runs ...string) *harness {
 	t.Helper()
+	h, _ := keepHarnessOn(t, people, nil, runs...)
+	return h
+}
+
+// keepHarnessOn is keepHarness with the runner's options opts too; it
+// returns the runner.
+func keepHarnessOn(t *testing.T, people approvers.People, opts []runner.Option, runs ...string) (*harness, *runner.Runner) {
+	t.Helper()
 	ag, err := agent.New("plain", model.NewRules("s"), nil, policy.Func(approvalAbove)).Build()
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := newHarness(t)
-	h.startRunner([]*agent.Agent{ag}, runner.WithPeople(people))
+	r, _ := h.startRunner([]*agent.Agent{ag}, append([]runner.Option{runner.WithPeople(people)}, opts...)...)
 	for _, r := range runs {
 		if _, err := h.client.Start(ctx(t), api.StartRequest{Run: r, Agent: "plain", Input: "hello"}); err != nil {
 			t.Fatal(err)
 		}
 		h.waitStatus(r, aggregate.StatusFinished)
 	}
-	return h
+	return h, r
 }
 
 // forkOf returns the RunForked of run's log and the run's view.
@@ -170,5 +178,59 @@ func TestSecurityWhoDidIt_RestartAndHoldDemo(t *testing.T) {
 	rep, err := h.client.Hold(c, api.HoldRequest{CommandID: "h", Run: "done-1", Reason: "dispute D-17", By: "erin"})
 	if err != nil || rep.By != "erin" || rep.Verified || rep.Key != "" {
 		t.Fatalf("hold: %+v %v, want erin unverified", rep, err)
+	}
+}
+
+// TestSecurityWhoDidIt_HoldProofConsumedOnce (docs/security.md "Who did
+// it": a command proof is consumed once; docs/adr/0030 legal holds): a
+// hold's proof sent again with another command id places no second hold
+// (proof_refused, proof_used), while its own command id still answers the
+// hold it placed; a release's proof cannot release another hold of the
+// run, one placed after it included; and a signed release must name its
+// hold (invalid_request), so that its proof states which.
+func TestSecurityWhoDidIt_HoldProofConsumedOnce(t *testing.T) {
+	t.Parallel()
+	carol, carolPub := userKey(t, 4)
+	people := approvers.People{Keys: []approvers.Key{{Public: carolPub, Reviewer: "carol@ops"}}, Require: true}
+	h := keepHarness(t, people, "done-1")
+	c := ctx(t)
+	exp := time.Now().Add(30 * time.Second)
+
+	holdProof := signCommand(t, carol, proof.HoldSubject("done-1", "dispute"), exp)
+	h1, err := h.client.Hold(c, api.HoldRequest{CommandID: "h-a", Run: "done-1", Reason: "dispute", Proof: holdProof})
+	if err != nil || h1.Hold != "h1" {
+		t.Fatalf("hold: %+v %v", h1, err)
+	}
+	_, err = h.client.Hold(c, api.HoldRequest{CommandID: "h-b", Run: "done-1", Reason: "dispute", Proof: holdProof})
+	refusedCode(t, "the hold's proof with another command id", err, weft.CodeProofRefused, proof.ReasonProofUsed)
+	if again, err := h.client.Hold(c, api.HoldRequest{CommandID: "h-a", Run: "done-1", Reason: "dispute", Proof: holdProof}); err != nil || again.Hold != "h1" {
+		t.Fatalf("the hold's own command id again: %+v %v, want h1", again, err)
+	}
+
+	// A signed release names its hold.
+	unnamed := signCommand(t, carol, proof.ReleaseHoldSubject("done-1", "", "settled"), exp)
+	_, err = h.client.ReleaseHold(c, api.ReleaseHoldRequest{CommandID: "r-unnamed", Run: "done-1", Reason: "settled", Proof: unnamed})
+	refusedCode(t, "a signed release naming no hold", err, weft.CodeInvalidRequest, "")
+
+	// A release's proof is consumed by its release: the same statement by
+	// the same key releases nothing else, even a hold placed since with
+	// the same id (it cannot be: ids are not reused) or under another
+	// command id.
+	relProof := signCommand(t, carol, proof.ReleaseHoldSubject("done-1", "h1", "settled"), exp)
+	if rel, err := h.client.ReleaseHold(c, api.ReleaseHoldRequest{CommandID: "r-a", Run: "done-1", Hold: "h1", Reason: "settled", Proof: relProof}); err != nil || rel.Released == nil {
+		t.Fatalf("release: %+v %v", rel, err)
+	}
+	h2, err := h.client.Hold(c, api.HoldRequest{CommandID: "h-c", Run: "done-1", Reason: "subpoena", Proof: signCommand(t, carol, proof.HoldSubject("done-1", "subpoena"), exp)})
+	if err != nil || h2.Hold != "h2" {
+		t.Fatalf("second hold: %+v %v", h2, err)
+	}
+	_, err = h.client.ReleaseHold(c, api.ReleaseHoldRequest{CommandID: "r-b", Run: "done-1", Hold: "h1", Reason: "settled", Proof: relProof})
+	refusedCode(t, "the release's proof with another command id", err, weft.CodeProofRefused, proof.ReasonProofUsed)
+	hs, err := retention.HoldsOf(c, h.srv.JS, "done-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 2 || hs[0].Active() || !hs[1].Active() {
+		t.Fatalf("weft_holds keeps %+v, want h1 released and h2 active", hs)
 	}
 }

@@ -136,7 +136,7 @@ func holdCommand() command {
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			release := fs.Bool("release", false, "release the run's hold (who and why are kept with it)")
-			holdID := fs.String("hold", "", "release: which of the run's holds (its id, h1, h2, ...; needed when it has several)")
+			holdID := fs.String("hold", "", "release: which of the run's holds (its id, h1, h2, ...; needed when it has several, and with --signing-key)")
 			reason := fs.String("reason", "", "why the hold is placed or released (required)")
 			by := fs.String("by", "", "who places or releases it (required without --signing-key; recorded unverified, --signing-key records the key's person, verified)")
 			sign := addCommandSignFlags(fs)
@@ -154,6 +154,11 @@ func holdCommand() command {
 				}
 				if *reason == "" || (*by == "" && sign.key == "") {
 					return usagef("a hold and its release need --reason and --by (or --signing-key)")
+				}
+				if *release && *holdID == "" && sign.key != "" {
+					// Its proof states the hold: one of "the run's one
+					// active hold" would release a hold placed later.
+					return usagef("a signed release names its hold: --hold ID (`weft hold list` shows it)")
 				}
 				if *commandID == "" {
 					*commandID = newCommandID()
