@@ -17,8 +17,13 @@ var _ api.HoldBackend = (*Runner)(nil)
 // and a purge decide on the run's key in weft_holds by compare-and-set.
 // Who placed it is checked as for a cancel (r.whoOf: a command proof of
 // proof.HoldSubject by a person key records the key's person, verified;
-// identity_required applies).
+// identity_required applies), after the command's own idempotency: a retry
+// of a command that placed a hold answers that hold without checking its
+// proof again, which may have expired since (retention.ByCommand).
 func (r *Runner) Hold(ctx context.Context, req api.HoldRequest) (api.HoldReply, error) {
+	if h, ok, err := retention.ByCommand(ctx, r.js, req.Run, req.CommandID, false); err != nil || ok {
+		return holdReply(h), err
+	}
 	who, err := r.whoOf(proof.HoldSubject(req.Run, req.Reason), req.By, req.Proof)
 	if err != nil {
 		return api.HoldReply{}, err
@@ -31,8 +36,12 @@ func (r *Runner) Hold(ctx context.Context, req api.HoldRequest) (api.HoldReply, 
 }
 
 // ReleaseHold releases a run's legal hold (api.HoldBackend); who
-// releases it is checked as for Hold (proof.ReleaseHoldSubject).
+// releases it is checked as for Hold (proof.ReleaseHoldSubject), after a
+// retry of a command that released a hold is answered that hold.
 func (r *Runner) ReleaseHold(ctx context.Context, req api.ReleaseHoldRequest) (api.HoldReply, error) {
+	if h, ok, err := retention.ByCommand(ctx, r.js, req.Run, req.CommandID, true); err != nil || ok {
+		return holdReply(h), err
+	}
 	who, err := r.whoOf(proof.ReleaseHoldSubject(req.Run, req.Hold, req.Reason), req.By, req.Proof)
 	if err != nil {
 		return api.HoldReply{}, err

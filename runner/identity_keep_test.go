@@ -1,6 +1,8 @@
 package runner_test
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -233,4 +235,56 @@ func TestSecurityWhoDidIt_HoldProofConsumedOnce(t *testing.T) {
 	if len(hs) != 2 || hs[0].Active() || !hs[1].Active() {
 		t.Fatalf("weft_holds keeps %+v, want h1 released and h2 active", hs)
 	}
+}
+
+// TestSecurityWhoDidIt_SignedRetryAfterExpiry (docs/security.md "Who did
+// it"; docs/semantics.md §8, a run can always be answered): a hold, a
+// release or a restart that took effect, retried with the same command
+// (its claim released, so the runner answers it again) once its proof has
+// expired, is answered what it did — the hold, the release, the run
+// already started with the same input — not proof_expired.
+func TestSecurityWhoDidIt_SignedRetryAfterExpiry(t *testing.T) {
+	t.Parallel()
+	carol, carolPub := userKey(t, 4)
+	people := approvers.People{Keys: []approvers.Key{{Public: carolPub, Reviewer: "carol@ops"}}, Require: true}
+	var skew atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	_, r := keepHarnessOn(t, people, []runner.Option{runner.WithClock(clock)}, "done-1")
+	c := ctx(t)
+	exp := clock().Add(30 * time.Second)
+
+	hold := api.HoldRequest{CommandID: "h-a", Run: "done-1", Reason: "dispute", Proof: signCommand(t, carol, proof.HoldSubject("done-1", "dispute"), exp)}
+	if _, err := r.Hold(c, hold); err != nil {
+		t.Fatal(err)
+	}
+	release := api.ReleaseHoldRequest{CommandID: "r-a", Run: "done-1", Hold: "h1", Reason: "settled", Proof: signCommand(t, carol, proof.ReleaseHoldSubject("done-1", "h1", "settled"), exp)}
+	if _, err := r.ReleaseHold(c, release); err != nil {
+		t.Fatal(err)
+	}
+	restart := api.RestartRequest{CommandID: "re-a", Run: "re-1", From: api.RestartFrom{Run: "done-1", Turn: 1}, Reason: "tool fixed", Proof: signCommand(t, carol, proof.RestartSubject("done-1", 1, "re-1", "tool fixed"), exp)}
+	if _, err := r.Restart(c, restart); err != nil {
+		t.Fatal(err)
+	}
+
+	skew.Store(int64(time.Hour)) // every proof above has expired
+	other := api.HoldRequest{CommandID: "h-x", Run: "done-1", Reason: "dispute", Proof: signCommand(t, carol, proof.HoldSubject("done-1", "dispute"), exp)}
+	_, err := r.Hold(c, other)
+	refusedCode(t, "a new hold with an expired proof", err, weft.CodeProofRefused, proof.ReasonProofExpired)
+	if got, err := r.Hold(c, hold); err != nil || got.Hold != "h1" || !got.Verified || got.By != "carol@ops" {
+		t.Fatalf("the hold retried after its proof expired: %+v %v, want h1 by carol@ops verified", got, err)
+	}
+	if got, err := r.ReleaseHold(c, release); err != nil || got.Released == nil || !got.Released.Verified || got.Released.Reason != "settled" {
+		t.Fatalf("the release retried after its proof expired: %+v %v, want h1 released by carol@ops verified", got, err)
+	}
+	_, err = r.Restart(c, restart)
+	var we *weft.Error
+	if !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || we.SameInput == nil || !*we.SameInput {
+		t.Fatalf("the restart retried after its proof expired: %v, want already_started with the same input", err)
+	}
+	// Another restart into re-1 with an expired proof is judged by its
+	// proof: this proof is not the one re-1 records.
+	moved := restart
+	moved.Proof = signCommand(t, carol, proof.RestartSubject("done-1", 1, "re-1", "tool fixed"), exp.Add(time.Second))
+	_, err = r.Restart(c, moved)
+	refusedCode(t, "another restart into re-1 with an expired proof", err, weft.CodeProofRefused, proof.ReasonProofExpired)
 }
