@@ -134,8 +134,8 @@ func (s *service) releaseHold(ctx context.Context, b []byte) (any, string, error
 // its command id (required: a hold is not idempotent by itself, so only
 // its command id makes a retry safe).
 func checkHolder(run, reason, by, commandID string, p *events.CommandProof) error {
-	if err := errors.Join(bounded(field{"reason", reason, MaxReason}, field{"by", by, MaxID}), boundedProof(p)); err != nil {
-		return firstCoded(err)
+	if err := checkPerson(run, reason, by, p); err != nil {
+		return err
 	}
 	switch {
 	case reason == "" || (by == "" && p == nil):
@@ -143,7 +143,7 @@ func checkHolder(run, reason, by, commandID string, p *events.CommandProof) erro
 	case commandID == "":
 		return &weft.Error{Code: weft.CodeInvalidRequest, Message: "a legal hold and its release need a command_id (a retry with it answers the same hold)"}
 	}
-	return checkRun(run)
+	return nil
 }
 
 // Hold places a legal hold on a run (EndpointHold).

@@ -132,8 +132,8 @@ func (c *Console) actRestart(w http.ResponseWriter, r *http.Request) {
 	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Restarted run " + from + " from turn " + strconv.FormatInt(turn, 10) + " as run " + rep.Run + whoSent(by, pc) + "."})
 }
 
-// whoSent says who a person's command pc was sent as: "by KEY's holder
-// (signed with key K)" or "by NAME (unverified)" ("" naming nobody).
+// whoSent says who a person's command pc was sent as: ", signed with key
+// K" or " by NAME (unverified)" ("" naming nobody).
 func whoSent(by string, pc personCommand) string {
 	switch {
 	case pc.proof != nil:
@@ -144,12 +144,10 @@ func whoSent(by string, pc personCommand) string {
 	return ""
 }
 
-// holdWho says who placed or released a hold, as the runner recorded it.
+// holdWho says who placed or released a hold, as the runner recorded it:
+// "NAME (verified, key K)" or "NAME (unverified)".
 func holdWho(by string, verified bool, key string) string {
-	if verified {
-		return by + " (verified, key " + key + ")"
-	}
-	return by + " (unverified)"
+	return strings.TrimPrefix(projections.PersonView{By: by, Verified: verified, Key: key}.Describe(), "by ")
 }
 
 // actHold places a legal hold on a run (weft.api.hold): retention keeps
@@ -212,7 +210,7 @@ func (c *Console) actReleaseHold(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("console: released hold", "run", run, "hold", rep.Hold)
-	released := by + " (unverified)"
+	released := holdWho(by, false, "")
 	if rl := rep.Released; rl != nil {
 		released = holdWho(rl.By, rl.Verified, rl.Key)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
@@ -86,12 +87,9 @@ type Release struct {
 
 // Person is who places or releases a hold: By, the name recorded, and
 // whether the deployment vouched for it (Identity, with the command proof
-// it checked). The caller checks the proof (the runner: approvers.People).
-type Person struct {
-	By string
-	events.Identity
-	Proof *events.CommandProof
-}
+// it checked), as approvers.People.Command answers it; the caller checks
+// the proof (the runner).
+type Person = approvers.Who
 
 // Active reports whether the hold still exempts its run.
 func (h Hold) Active() bool { return h.Run != "" && h.Released == nil }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
 )
@@ -28,7 +27,7 @@ func (r *Runner) Hold(ctx context.Context, req api.HoldRequest) (api.HoldReply, 
 	if err != nil {
 		return api.HoldReply{}, err
 	}
-	h, err := retention.Place(ctx, r.js, req.CommandID, req.Run, holder(who), req.Reason, r.now())
+	h, err := retention.Place(ctx, r.js, req.CommandID, req.Run, who, req.Reason, r.now())
 	if err != nil {
 		return api.HoldReply{}, err
 	}
@@ -46,16 +45,11 @@ func (r *Runner) ReleaseHold(ctx context.Context, req api.ReleaseHoldRequest) (a
 	if err != nil {
 		return api.HoldReply{}, err
 	}
-	h, err := retention.ReleaseHold(ctx, r.js, req.CommandID, req.Run, req.Hold, holder(who), req.Reason, r.now())
+	h, err := retention.ReleaseHold(ctx, r.js, req.CommandID, req.Run, req.Hold, who, req.Reason, r.now())
 	if err != nil {
 		return api.HoldReply{}, err
 	}
 	return holdReply(h), nil
-}
-
-// holder is who places or releases a hold, as retention records it.
-func holder(w approvers.Who) retention.Person {
-	return retention.Person{By: w.By, Identity: w.Identity, Proof: w.Proof}
 }
 
 func holdReply(h retention.Hold) api.HoldReply {
