@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/audit"
@@ -790,5 +791,28 @@ func TestRetentionApplyKilledMidwayIsCompletedByTheNext(t *testing.T) {
 		if err != nil || !strings.Contains(string(e.Value()), `"state":"purged"`) {
 			t.Errorf("%s's tombstone: %v", run, err)
 		}
+	}
+}
+
+// TestSecurityWhoDidIt_SignedReleaseNamesItsHold (docs/security.md, "Who
+// did it"): `weft hold --release --signing-key` without --hold is a bad
+// command line (exit 2), and signs nothing: a proof of "the run's one
+// active hold" would release a hold placed after it was signed.
+func TestSecurityWhoDidIt_SignedReleaseNamesItsHold(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	key := filepath.Join(t.TempDir(), "ortiz.nk")
+	if err := os.WriteFile(key, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "hold", "--release", "pay-42", "--reason", "settled", "--signing-key", key, "--print-proof")
+	if code != exitUsage || out != "" || !strings.Contains(errs, "--hold") {
+		t.Fatalf("a signed release without --hold: exit %d, out %q, err %q; want usage naming --hold, nothing signed", code, out, errs)
+	}
+	if code, out, _ := cli(t, "hold", "--release", "--hold", "h1", "pay-42", "--reason", "settled", "--signing-key", key, "--print-proof"); code != 0 || !strings.Contains(out, `"action":"h1"`) {
+		t.Fatalf("a signed release naming h1: exit %d, out %q; want its proof, naming h1", code, out)
 	}
 }
