@@ -100,13 +100,6 @@ func (a Asset) WithAtomicPublish() Asset {
 // where a purge's marker costs two (its write and its expiry;
 // docs/adr/0036-driver-entry-removed-by-sequence.md). It is a no-op for a
 // stream, whose StreamConfig says it.
-//
-// Such a bucket's stream is created numbering its messages from the
-// creating clock's microseconds (StreamConfig.FirstSeq), not from 1: a
-// bucket deleted and made again never gives a revision an earlier one
-// gave (it would have to have stored more than a message per microsecond
-// since), so a delete at a stale revision finds no message rather than
-// another key's (DistinctRevisions).
 func (a Asset) WithMessageDelete() Asset {
 	a.deletes = a.kv != nil
 	return a
@@ -326,7 +319,6 @@ func ensureKVStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 		// A stream's update cannot allow deletes it denied: the bucket's
 		// stream is created allowing them.
 		want := kvStreamConfig(cfg, jetstream.StreamConfig{Name: name, Subjects: []string{"$KV." + cfg.Bucket + ".>"}}, a)
-		want.FirstSeq = firstSeqAt(time.Now())
 		if _, err = js.CreateStream(ctx, want); !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			return err
 		}
@@ -352,25 +344,6 @@ func ensureKVStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 	_, err = js.UpdateStream(ctx, want)
 	return err
 }
-
-// firstSeqAt is the first sequence of a bucket's stream that allows
-// message deletes, created at t (Asset.WithMessageDelete): t's
-// microseconds since 1970, about 1.8e15, above distinctFloor and below
-// 2^53 (a revision JavaScript reads exactly) until the year 2255.
-func firstSeqAt(t time.Time) uint64 { return uint64(t.UnixMicro()) }
-
-// distinctFloor is the lowest first sequence DistinctRevisions takes for
-// firstSeqAt's: 2^40 microseconds is 1970-01-13.
-const distinctFloor = 1 << 40
-
-// DistinctRevisions reports whether the KV bucket whose stream has
-// configuration sc numbers its messages as one that Ensure created
-// allowing message deletes (Asset.WithMessageDelete): from a first
-// sequence taken from the creating clock, so that no revision of an
-// earlier bucket of the same name is one of its messages. A bucket made
-// otherwise (nats.go, an earlier release, by hand) numbers from 1, and a
-// stale revision may be another key's message after it was made again.
-func DistinctRevisions(sc jetstream.StreamConfig) bool { return sc.FirstSeq >= distinctFloor }
 
 // kvStreamConfig is the stream configuration of a bucket whose stream's is
 // have (an existing bucket's; for a new one, only its name and subjects),

@@ -246,11 +246,6 @@ func (r *Runner) assets(ctx context.Context) error {
 	if r.driversStream, err = r.js.Stream(ctx, "KV_"+DriversBucket); err != nil {
 		return fmt.Errorf("runner: bucket %s: %w", DriversBucket, err)
 	}
-	// A bucket this release's provisioning made numbers its messages from
-	// its creation's clock: a revision of an earlier bucket of the name is
-	// none of its messages, and a removal deletes at its revision without
-	// reading the message's subject first (a round trip per removal).
-	r.driversDistinct.Store(provision.DistinctRevisions(r.driversStream.CachedInfo().Config))
 	if r.driversStream.CachedInfo().Config.DenyDelete {
 		// Made by an earlier release (or nats.go's CreateOrUpdateKeyValue):
 		// no update allows deletes, so entries are purged, as before.

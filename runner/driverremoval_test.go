@@ -15,7 +15,6 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
-	"github.com/weftrun/weft/provision"
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
@@ -67,10 +66,8 @@ func TestSemantics8_AFinishedRunsDriverEntryLeavesNoMarker(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	// The bucket numbers its messages from its creation's clock
-	// (provision.DistinctRevisions).
-	if n := info.State.LastSeq - max(info.Config.FirstSeq, 1) + 1; n != 1 {
-		t.Fatalf("a finished run wrote the drivers bucket %d times, want 1 (its entry; its removal is a delete, no marker)", n)
+	if info.State.LastSeq != 1 {
+		t.Fatalf("a finished run wrote the drivers bucket %d times, want 1 (its entry; its removal is a delete, no marker)", info.State.LastSeq)
 	}
 }
 
@@ -165,19 +162,16 @@ func TestSemantics8_ADriverEntryIsRemovedOnABucketThatDeniesDeletes(t *testing.T
 
 // docs/semantics.md §8 (a run with work in flight has a driver entry) and
 // docs/adr/0036-driver-entry-removed-by-sequence.md: a removal at a stale
-// revision after the bucket was deleted and made again is refused and
-// leaves another run's entry. A delete by sequence checks no subject. A
-// bucket numbered from 1 (as nats.go or the release before this ADR's
-// amendment made one allowing deletes) gives the stale revision to
-// another run's entry: the runner, which found it numbered so at start,
-// reads the message's subject before its delete — without that read it
-// removed the other run's live entry and answered nil.
+// revision after the bucket was deleted and made again — its sequences
+// start at 1 again, so the revision may now be another run's entry — is
+// refused and leaves that entry. A delete by sequence checks no subject:
+// without the read of the message's subject it removed the other run's
+// live entry and answered nil.
 func TestSemantics8_AStaleRevisionInARecreatedBucketLeavesAnotherRunsEntry(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	c := ctx(t)
-	fromOne := remakeDriversFromOne(t, h)
 	r, _ := h.startRunner([]*agent.Agent{build(t, model.NewScripted("s", model.Answer("ok")), nil, policy.Func(allow))})
+	c := ctx(t)
 	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +180,12 @@ func TestSemantics8_AStaleRevisionInARecreatedBucketLeavesAnotherRunsEntry(t *te
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromOne()
+	if err := h.srv.JS.DeleteKeyValue(c, runner.DriversBucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := runner.Provision(c, h.srv.JS, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	other := runner.DriverKey("dr5", runner.DefaultPartitions)
 	var rev uint64
 	for rev < old {
@@ -205,90 +204,13 @@ func TestSemantics8_AStaleRevisionInARecreatedBucketLeavesAnotherRunsEntry(t *te
 	}
 }
 
-// remakeDriversFromOne deletes weft_drivers and makes it again as the
-// runner's provisioning makes it but numbered from 1, as buckets allowing
-// deletes were made before provision.DistinctRevisions (calling the
-// function it returns does it again: a bucket deleted and made again).
-func remakeDriversFromOne(t *testing.T, h *harness) func() {
-	t.Helper()
-	c := ctx(t)
-	st, err := h.srv.JS.Stream(c, "KV_"+runner.DriversBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	if !provision.DistinctRevisions(cfg) || cfg.DenyDelete {
-		t.Fatalf("the provisioned drivers bucket: first sequence %d, deny delete %v", cfg.FirstSeq, cfg.DenyDelete)
-	}
-	cfg.FirstSeq = 0
-	remake := func() {
-		if err := h.srv.JS.DeleteStream(c, cfg.Name); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.srv.JS.CreateStream(c, cfg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	remake()
-	return remake
-}
-
-// docs/semantics.md §8 and docs/adr/0036-driver-entry-removed-by-sequence.md:
-// the runner's provisioning numbers weft_drivers from its creation's clock,
-// so that a bucket deleted and made again (by the provisioning) gives no
-// revision the earlier one gave: a removal at a stale revision finds no
-// message, is refused as a replaced entry, and leaves another run's entry,
-// with no read of the message before the delete. Before, the bucket made
-// again numbered from 1 and gave the stale revision to the other run's
-// entry.
-func TestSemantics8_ARecreatedBucketGivesNoStaleRevisionToAnotherRunsEntry(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	r, _ := h.startRunner([]*agent.Agent{build(t, model.NewScripted("s", model.Answer("ok")), nil, policy.Func(allow))})
-	c := ctx(t)
-	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var old uint64
-	for range 3 {
-		if old, err = kv.Put(c, runner.DriverKey("dr4", runner.DefaultPartitions), []byte("runner-a")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := h.srv.JS.DeleteKeyValue(c, runner.DriversBucket); err != nil {
-		t.Fatal(err)
-	}
-	if err := runner.Provision(c, h.srv.JS, 2*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	other := runner.DriverKey("dr5", runner.DefaultPartitions)
-	rev, err := kv.Put(c, other, []byte("runner-b"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rev <= old {
-		t.Fatalf("the bucket made again gave revision %d, not above the earlier bucket's %d", rev, old)
-	}
-	reads := countRequests(t, h, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket+".>")
-	if err := runner.RemoveDriverKey(c, r, "dr4", old); !errors.Is(err, runner.ErrDriverKeyChanged) {
-		t.Fatalf("removal of dr4 at its stale revision %d: %v, want ErrDriverKeyChanged", old, err)
-	}
-	if e, err := kv.Get(c, other); err != nil || e.Revision() != rev || string(e.Value()) != "runner-b" {
-		t.Fatalf("the other run's entry after the stale removal: %v %v, want runner-b at %d", e, err, rev)
-	}
-	if n := reads(); n != 1 { // the test's own kv.Get just above
-		t.Fatalf("%d direct gets of the drivers bucket, want 1 (the test's read; the removal reads nothing)", n)
-	}
-}
-
-// docs/adr/0036-driver-entry-removed-by-sequence.md (Throughput): a
-// finished run's driver entry is removed by one message delete at the
-// revision its runner put, with no read — of the key, or of the message
-// at the revision — on a bucket numbered from its creation's clock. Before,
-// the removal read the key and then the message (two direct gets) before
-// its delete.
-func TestSemantics8_AFinishedRunsDriverEntryIsRemovedWithoutARead(t *testing.T) {
+// docs/semantics.md §8 and docs/adr/0036-driver-entry-removed-by-sequence.md
+// (decision 5): a finished run's driver entry is removed at the revision its
+// runner put, with no read of the key first: one read, of the message at
+// that revision (its subject checked: a bucket made again reuses
+// sequences), and one delete. Before, the removal read the key (a direct
+// get by subject) and then the message at the revision it found.
+func TestSemantics8_AFinishedRunsDriverEntryIsRemovedWithoutReadingItsKey(t *testing.T) {
 	t.Parallel()
 	b := &bodies{}
 	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
@@ -300,8 +222,8 @@ func TestSemantics8_AFinishedRunsDriverEntryIsRemovedWithoutARead(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reads := countRequests(t, h, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket+".>",
-		"$JS.API.STREAM.MSG.GET.KV_"+runner.DriversBucket)
+	byKey := countRequests(t, h, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket+".>")
+	bySeq := countRequests(t, h, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket, "$JS.API.STREAM.MSG.GET.KV_"+runner.DriversBucket)
 	deletes := countRequests(t, h, "$JS.API.STREAM.MSG.DELETE.KV_"+runner.DriversBucket)
 	if _, err := h.client.Start(c, api.StartRequest{Run: "dr8", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -314,7 +236,7 @@ func TestSemantics8_AFinishedRunsDriverEntryIsRemovedWithoutARead(t *testing.T) 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.State.LastSeq >= info.Config.FirstSeq && info.State.Msgs == 0 {
+		if info.State.LastSeq >= 1 && info.State.Msgs == 0 {
 			break // written once and removed
 		}
 		select {
@@ -323,11 +245,8 @@ func TestSemantics8_AFinishedRunsDriverEntryIsRemovedWithoutARead(t *testing.T) 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if err := h.srv.Conn.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	if n, d := reads(), deletes(); n != 0 || d != 1 {
-		t.Fatalf("the removal sent %d reads and %d deletes, want 0 and 1", n, d)
+	if k, s, d := byKey(), bySeq(), deletes(); k != 0 || s != 1 || d != 1 {
+		t.Fatalf("the removal read the key %d times and the message by sequence %d times, and sent %d deletes; want 0, 1 and 1", k, s, d)
 	}
 }
 

@@ -206,12 +206,10 @@ const deleteWait = time.Second
 
 // deleteDriverMsg deletes key's weft_drivers message at sequence rev, or
 // answers errDriverKeyChanged when key's entry is not at rev. A delete by
-// sequence does not check the subject: rev may be another run's entry
-// after a bucket numbered from 1 was deleted and made again. On a bucket
-// numbered from its creation's clock (driversDistinct) no stale revision
-// is another key's message and the delete is sent at once; on another,
-// the message at rev is read first (a direct get, no write) and deleted
-// only when it is key's. A delete that fails within the caller's
+// sequence does not check the subject: the message at rev is read first
+// (a direct get, no write), and deleted only when it is key's — after the
+// bucket was deleted and made again its sequences start at 1 again, and
+// rev may be another run's entry. A delete that fails within the caller's
 // context — refused (the bucket denies deletes, or the message went
 // meanwhile), or unanswered within deleteWait (no grant) — falls back to
 // the purge at rev, which the server refuses when the delete landed or the
@@ -221,19 +219,17 @@ func (r *Runner) deleteDriverMsg(ctx context.Context, key string, rev uint64) er
 	if r.purgeDrivers.Load() {
 		return r.purgeDriverKey(ctx, key, rev)
 	}
-	if !r.driversDistinct.Load() {
-		m, err := r.driversStream.GetMsg(ctx, rev)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return fmt.Errorf("delete driver entry %s at revision %d: no message: %w", key, rev, errDriverKeyChanged)
-		case err != nil:
-			return fmt.Errorf("delete driver entry %s at revision %d: read it: %w", key, rev, err)
-		case m.Subject != driverSubject(key):
-			return fmt.Errorf("delete driver entry %s at revision %d: the message is %s's: %w", key, rev, m.Subject, errDriverKeyChanged)
-		}
+	m, err := r.driversStream.GetMsg(ctx, rev)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return fmt.Errorf("delete driver entry %s at revision %d: no message: %w", key, rev, errDriverKeyChanged)
+	case err != nil:
+		return fmt.Errorf("delete driver entry %s at revision %d: read it: %w", key, rev, err)
+	case m.Subject != driverSubject(key):
+		return fmt.Errorf("delete driver entry %s at revision %d: the message is %s's: %w", key, rev, m.Subject, errDriverKeyChanged)
 	}
 	dctx, cancel := context.WithTimeout(ctx, deleteWait)
-	err := r.driversStream.DeleteMsg(dctx, rev)
+	err = r.driversStream.DeleteMsg(dctx, rev)
 	cancel()
 	if err == nil || ctx.Err() != nil {
 		return err

@@ -178,13 +178,8 @@ type Runner struct {
 	// once, in assets) or a delete failed where a purge then succeeded (the
 	// runner's credentials lack the grant).
 	purgeDrivers atomic.Bool
-	// driversDistinct is set when weft_drivers numbers its messages from
-	// its creation's clock (provision.DistinctRevisions, read once, in
-	// assets): no stale revision is another key's message there, so a
-	// removal deletes at a revision without reading the message first.
-	driversDistinct atomic.Bool
-	cmds            jetstream.KeyValue
-	snaps           jetstream.KeyValue
+	cmds         jetstream.KeyValue
+	snaps        jetstream.KeyValue
 
 	mu         sync.Mutex
 	runs       map[string]*run          // runs this runner drives
