@@ -47,7 +47,14 @@ import (
 // HandOff reports whether the worker took t: false when it serves no
 // queue of t's identity, is not running yet or is stopping (the stream
 // copy is then the only way the task is run).
-func (w *Worker) HandOff(t api.Task, hdr nats.Header) bool {
+//
+// fallback, when not nil, publishes the task's stream copy: the runner
+// did not publish it beside the hand-off (the lazy copy,
+// docs/adr/0039-the-stream-copy-only-when-needed.md). The handed task
+// calls it once, after its hold ended, when it ends without its report
+// answered or its attempt settled here (Fallback). A nil fallback means
+// the copy was published with the hand-off (eager).
+func (w *Worker) HandOff(t api.Task, hdr nats.Header, fallback Fallback) bool {
 	q := api.Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
 	h, ok := w.handlers[q]
 	if !ok || !w.ready.Load() {
@@ -74,7 +81,7 @@ func (w *Worker) HandOff(t api.Task, hdr nats.Header) bool {
 	hd := &held{done: make(chan struct{})}
 	w.held[key] = hd
 	w.group.Go(func() error {
-		w.handedTask(q, h, t, hdr, key, hd, nil)
+		w.handedTask(q, h, t, hdr, key, hd, nil, fallback)
 		return nil
 	})
 	return true
@@ -115,6 +122,11 @@ func (w *Worker) delayHandedCopy(m jetstream.Msg) bool {
 // HandedOff is how many tasks HandOff took.
 func (w *Worker) HandedOff() int64 { return w.handedOff.Load() }
 
+// HandedFallbacks is how many handed tasks called their Fallback: ended
+// here without their report answered, so that their stream copy was
+// published then.
+func (w *Worker) HandedFallbacks() int64 { return w.handedFallbacks.Load() }
+
 // Holds reports whether this worker holds the attempt of claim key (held:
 // a delivery or a handed task of it is being checked, claimed, run or
 // reported here) and whether that holder took the attempt's claim
@@ -144,7 +156,7 @@ func (w *Worker) claimedHeld(h *held) {
 // task given by HandOff (p nil), or prepared by PrepareHandOff while its
 // fence is appended (p), whose claim is taken before the fence is
 // recorded and whose body waits for p's Go.
-func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header, key string, held *held, p *Prepared) {
+func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header, key string, held *held, p *Prepared, fallback Fallback) {
 	// A delivery of the stream copy that waits for this hold ends as it
 	// does: acked once the report was answered, else given back (its
 	// redelivery decides from the claim, as any delivery does).
@@ -154,6 +166,17 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 			w.doneHanded(key, held.unstarted)
 		}
 		w.leave(key, held, acked)
+		if !acked && fallback != nil {
+			// Not run here to its report: the stream copy, which the
+			// runner did not publish with the hand-off, runs the attempt
+			// (a first delivery: the claim was removed), takes over the
+			// claim left unstarted, or finds the attempt claimed, closed
+			// or no longer current and reports or acks as any delivery
+			// does (docs/semantics.md §8: never dropped). After leave,
+			// so that its delivery here does not wait for this hold.
+			w.handedFallbacks.Add(1)
+			fallback()
+		}
 		if p != nil {
 			close(p.ended)
 		}
@@ -204,6 +227,7 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 			return
 		}
 		t, ctx = g.t, g.ctx // the task as recorded and dispatched
+		fallback = g.fallback
 		defer g.cancel(nil)
 		defer w.untrack(key) // tracked by Go
 	}
@@ -283,11 +307,24 @@ type Prepared struct {
 // handedGo is a Prepared task's word from its runner: ok with the task as
 // dispatched and its body's context (tracked for stops by Go), or not ok.
 type handedGo struct {
-	t      api.Task
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	ok     bool
+	t        api.Task
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	ok       bool
+	fallback Fallback
 }
+
+// Fallback publishes the stream copy of a handed task that its runner did
+// not publish with the hand-off (HandOff, Prepared.Go). The handed task calls it when it ends without
+// its report answered — its body not started (its claim's outcome unknown
+// and dropped, the worker stopping, a deadline or check before the start,
+// the attempt claimed by another), or its report not delivered — after it
+// removed the claim it took without starting the body, or kept its token
+// (dropUnstarted), and after its hold ended. It is called from the task's
+// goroutine, which the worker's stop waits for, so a worker that stops
+// has published the copies of its unstarted handed tasks when Run
+// returns. It must not block for long (a bounded publish).
+type Fallback func()
 
 // PrepareHandOff takes t — a task whose fence its runner is appending
 // now, with the identity, attempt, incarnation and deadline of that fence
@@ -320,7 +357,7 @@ func (w *Worker) PrepareHandOff(t api.Task) *Prepared {
 	w.held[key] = hd
 	p := &Prepared{w: w, key: key, gate: make(chan handedGo, 1), ended: make(chan struct{})}
 	w.group.Go(func() error {
-		w.handedTask(q, h, t, nil, key, hd, p)
+		w.handedTask(q, h, t, nil, key, hd, p, nil)
 		return nil
 	})
 	return p
@@ -330,8 +367,9 @@ func (w *Worker) PrepareHandOff(t api.Task) *Prepared {
 // task message's headers): the fence is in the log. The attempt is
 // stoppable from now on (weft.stop.<run>). It reports whether p takes it:
 // false when p was aborted, or its worker began stopping before (the
-// stream copy is then the only way the task is run).
-func (p *Prepared) Go(t api.Task, hdr nats.Header) bool {
+// stream copy is then the only way the task is run). fallback is as for
+// HandOff.
+func (p *Prepared) Go(t api.Task, hdr nats.Header, fallback Fallback) bool {
 	w := p.w
 	base := context.Background()
 	if w.ctxFrom != nil {
@@ -357,7 +395,7 @@ func (p *Prepared) Go(t api.Task, hdr nats.Header) bool {
 	p.told = true
 	w.running[p.key] = &running{run: t.Run, cancel: cancel} // track
 	w.handedOff.Add(1)
-	p.gate <- handedGo{t: t, ctx: ctx, cancel: cancel, ok: true}
+	p.gate <- handedGo{t: t, ctx: ctx, cancel: cancel, ok: true, fallback: fallback}
 	return true
 }
 
