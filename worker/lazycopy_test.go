@@ -1,0 +1,176 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/worker"
+)
+
+// handOffLazy hands task to w as a runner does by default: no stream copy
+// is published with it; the handed task's Fallback publishes it (counted
+// in copies), as the runner's does
+// (docs/adr/0039-the-stream-copy-only-when-needed.md).
+func handOffLazy(t *testing.T, w *worker.Worker, js jetstream.JetStream, task api.Task, copies *atomic.Int64) {
+	t.Helper()
+	fallback := func() {
+		copies.Add(1)
+		publish(t, js, task)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !w.HandOff(task, nats.Header{}, fallback) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker took no handed task within 20 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestSemantics8_AHandedTaskThatRunsToItsReportPublishesNoCopy: a handed
+// task whose body runs and whose report is answered never calls its
+// Fallback: no stream copy is written for it.
+func TestSemantics8_AHandedTaskThatRunsToItsReportPublishesNoCopy(t *testing.T) {
+	t.Parallel()
+	nc, js := startServer(t)
+	var starts, copies atomic.Int64
+	w, rs, stop := handedWorker(t, nc, js, &starts)
+	handOffLazy(t, w, js, handedTask("1/normal"), &copies)
+	if got := firstReport(t, rs); got.Outcome != api.OutcomeOutput {
+		t.Errorf("reported %s, want output", got.Outcome)
+	}
+	stop()
+	if n := copies.Load(); n != 0 {
+		t.Errorf("%d stream copies published for a handed task that reported, want 0", n)
+	}
+	if n := w.HandedFallbacks(); n != 0 {
+		t.Errorf("HandedFallbacks = %d, want 0", n)
+	}
+}
+
+// TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownPublishesItsCopy:
+// the claim's create has no answer (it landed); the handed task removes
+// the claim, or keeps its token, and then publishes the copy, whose
+// delivery runs the body exactly once, as a first delivery
+// (docs/semantics.md §8: never dropped; §5: no body twice).
+func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownPublishesItsCopy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		failGets int32
+	}{
+		{"the claim is removed", 0},
+		{"the claim cannot be read: the copy takes it over", 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nc, realJS := startServer(t)
+			kv := &lostCreateKV{failGets: tc.failGets}
+			js := &lostCreateClaims{JetStream: realJS, kv: kv}
+			var starts, copies atomic.Int64
+			w, rs, _ := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
+			handOffLazy(t, w, realJS, handedTask("1/unknown"), &copies)
+			got := firstReport(t, rs)
+			if got.Outcome != api.OutcomeOutput {
+				t.Errorf("reported %s (%s: %s), want output", got.Outcome, got.Cause, got.Evidence)
+			}
+			if n := starts.Load(); n != 1 {
+				t.Errorf("the body started %d times, want 1", n)
+			}
+			if n := copies.Load(); n != 1 {
+				t.Errorf("%d copies published, want 1", n)
+			}
+		})
+	}
+}
+
+// TestSemantics8_AHandedTaskOfAWorkerThatStopsPublishesItsCopyBeforeRunReturns:
+// the worker stops before the handed task's body started (a graceful
+// drain); the task removes its claim and publishes the copy before the
+// worker's Run returns — so before its runner hands the run off — and a
+// worker started afterwards runs the body once from the copy.
+func TestSemantics8_AHandedTaskOfAWorkerThatStopsPublishesItsCopyBeforeRunReturns(t *testing.T) {
+	t.Parallel()
+	nc, js := startServer(t)
+	stoppedCheck := func(ctx context.Context, _ api.Task) (bool, error) {
+		<-ctx.Done()
+		return true, nil
+	}
+	var firstStarts, secondStarts, copies atomic.Int64
+	w1, _, stop1 := handedWorker(t, nc, js, &firstStarts, worker.WithAttemptCheck(stoppedCheck))
+	handOffLazy(t, w1, js, handedTask("1/stopped"), &copies)
+	stop1()
+	if n := copies.Load(); n != 1 {
+		t.Fatalf("%d copies published when the stopped worker's Run returned, want 1", n)
+	}
+	_, rs2, _ := handedWorker(t, nc, js, &secondStarts, worker.WithID("w-2"), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
+	if got := firstReport(t, rs2); got.Outcome != api.OutcomeOutput {
+		t.Errorf("the copy's delivery reported %s (%s: %s), want output", got.Outcome, got.Cause, got.Evidence)
+	}
+	if n := firstStarts.Load() + secondStarts.Load(); n != 1 {
+		t.Errorf("the body started %d times, want 1", n)
+	}
+}
+
+// TestSemantics8_AHandedTaskPastItsDeadlineBeforeTheClaimPublishesItsCopy:
+// the deadline passed before the handed task claimed: it starts nothing
+// and publishes the copy, whose delivery reports the attempt timed_out.
+func TestSemantics8_AHandedTaskPastItsDeadlineBeforeTheClaimPublishesItsCopy(t *testing.T) {
+	t.Parallel()
+	nc, js := startServer(t)
+	var starts, copies atomic.Int64
+	w, rs, _ := handedWorker(t, nc, js, &starts)
+	task := handedTask("1/late")
+	past := time.Now().Add(-time.Minute)
+	task.Deadline = &past
+	handOffLazy(t, w, js, task, &copies)
+	got := firstReport(t, rs)
+	if got.Outcome != api.OutcomeLost || got.Cause != "timed_out" {
+		t.Errorf("reported %s (%s), want lost timed_out", got.Outcome, got.Cause)
+	}
+	if n := starts.Load(); n != 0 {
+		t.Errorf("the body started %d times, want 0", n)
+	}
+	if n := copies.Load(); n != 1 {
+		t.Errorf("%d copies published, want 1", n)
+	}
+}
+
+// TestSemantics8_AHandedTaskThatFindsAVanishedWorkersClaimPublishesItsCopy:
+// the attempt's claim is held by a worker that vanished; the handed task
+// does nothing more than publish the copy, whose delivery reports the
+// attempt lost (worker_lost): never left running with nobody to report it.
+func TestSemantics8_AHandedTaskThatFindsAVanishedWorkersClaimPublishesItsCopy(t *testing.T) {
+	t.Parallel()
+	nc, js := startServer(t)
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := js.CreateKeyValue(c, worker.ClaimsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := handedTask("1/vanished")
+	v, _ := json.Marshal(api.Claim{Schema: 1, Worker: "vanished", Token: "feed", Claimed: time.Now().UTC()})
+	if _, err := kv.Create(c, task.Claim, v); err != nil {
+		t.Fatal(err)
+	}
+	var starts, copies atomic.Int64
+	w, rs, _ := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
+	handOffLazy(t, w, js, task, &copies)
+	got := firstReport(t, rs)
+	if got.Outcome != api.OutcomeLost || got.Cause != "worker_lost" {
+		t.Errorf("reported %s (%s), want lost worker_lost", got.Outcome, got.Cause)
+	}
+	if n := starts.Load(); n != 0 {
+		t.Errorf("the body started %d times, want 0", n)
+	}
+	if n := copies.Load(); n != 1 {
+		t.Errorf("%d copies published, want 1", n)
+	}
+}
