@@ -14,7 +14,8 @@ import (
 )
 
 // HandOff gives t, a task its runner publishes to WEFT_TASKS at the same
-// time, to this in-process worker directly: the attempt's body may start
+// time (eager) or only through fallback (below), to this in-process
+// worker directly: the attempt's body may start
 // without waiting for the task's publish, its delivery by the queue's
 // consumer and the check by direct get (docs/adr/0027-fewer-writes-per-step.md).
 // hdr are the task message's headers (its trace context).
@@ -88,7 +89,9 @@ func (w *Worker) HandOff(t api.Task, hdr nats.Header, fallback Fallback) bool {
 }
 
 // HeaderHandedTo is set by a runner on the stream copy of a task it also
-// handed to its in-process worker (HandOff): the worker's id (the
+// handed to its in-process worker (HandOff) when it publishes that copy
+// with the hand-off (runner.WithEagerTaskCopy; a copy a handed task
+// publishes through its Fallback does not carry it): the worker's id (the
 // runner's). Another Go worker that receives the copy at its first
 // delivery gives it back with a delay (HandedCopyDelay) instead of
 // checking, claiming and reporting at once: by then the handed task has
