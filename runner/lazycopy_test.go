@@ -190,3 +190,80 @@ func TestSemantics8_ADrainPublishesTheCopiesOfItsUnstartedHandedTasks(t *testing
 		t.Errorf("%d body starts for %d attempts, want %d", got, n, n)
 	}
 }
+
+// TestSemantics8_AHandedTasksFallbackCopyThatIsRefusedIsPublishedAgain: a
+// handed task that cannot run its attempt (its claim held by a worker that
+// vanished) publishes the stream copy (copyFallback); WEFT_TASKS refuses
+// it (its max message size cut to 16 bytes), so the attempt is marked
+// copy-lost and the run's next act dispatches it again — handed again,
+// whose task falls back again — until the stream accepts the copy, whose
+// delivery reports the attempt lost: the refused copy is not dropped and
+// the run not stranded (docs/semantics.md §8; docs/adr/0039).
+func TestSemantics8_AHandedTasksFallbackCopyThatIsRefusedIsPublishedAgain(t *testing.T) {
+	t.Parallel()
+	const run = "fallback-again"
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(1, "")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
+	h := newHarness(t)
+	lost := make(chan struct{}, 16)
+	hook := func(event string, _ int, id string) {
+		if event == "copy-lost" && id == run {
+			select {
+			case lost <- struct{}{}:
+			default:
+			}
+		}
+	}
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(hook))
+	warmHandOff(t, h, r)
+	warm := b.starts.Load()
+	c := ctx(t)
+	kv, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for inc := 0; inc <= 1; inc++ {
+		v, _ := json.Marshal(api.Claim{Schema: 1, Worker: "vanished", Token: "feed", Claimed: time.Now().UTC()})
+		if _, err := kv.Create(c, api.ClaimKey(run, "1/call_1_1", 1, inc), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tasks, err := h.srv.JS.Stream(c, api.TaskStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := tasks.CachedInfo().Config
+	limit := cfg
+	limit.MaxMsgSize = 16
+	if _, err := h.srv.JS.UpdateStream(c, limit); err != nil {
+		t.Fatal(err)
+	}
+	h.startServed(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"})
+	for range 2 { // refused, dispatched again, refused again
+		select {
+		case <-lost:
+		case <-c.Done():
+			t.Fatal("the refused fallback copy was not marked for its republish")
+		}
+	}
+	if _, err := h.srv.JS.UpdateStream(c, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for recorded := false; !recorded; {
+		for _, msg := range messagesOf(t, h, run) {
+			recorded = recorded || slices.Contains(msg, events.NameAttemptLost)
+		}
+		if recorded {
+			break
+		}
+		select {
+		case <-c.Done():
+			t.Fatalf("no attempt_lost recorded once the stream accepted the copy: %v", messagesOf(t, h, run))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if n := b.starts.Load() - warm; n != 0 {
+		t.Errorf("%d body starts, want none under the vanished worker's claim", n)
+	}
+}
