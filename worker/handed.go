@@ -46,8 +46,9 @@ import (
 // the attempt lost for a body that never started.
 //
 // HandOff reports whether the worker took t: false when it serves no
-// queue of t's identity, is not running yet or is stopping (the stream
-// copy is then the only way the task is run).
+// queue of t's identity, is not running yet or is stopping, or, with a
+// fallback, when the attempt is held here already (the stream copy is
+// then the only way the task is run).
 //
 // fallback, when not nil, publishes the task's stream copy: the runner
 // did not publish it beside the hand-off (the lazy copy,
@@ -67,12 +68,26 @@ func (w *Worker) HandOff(t api.Task, hdr nats.Header, fallback Fallback) bool {
 	if w.stopping.Load() || w.abandoned {
 		return false
 	}
-	w.handedOff.Add(1)
 	if _, busy := w.held[key]; busy {
-		// A delivery of the stream copy (or an earlier hand-off) holds
-		// the attempt: it does the work.
+		if fallback != nil {
+			// The holder may end without running the attempt and has no
+			// fallback of this dispatch: an aborted preparation of the
+			// same attempt (its fence's append had no answer, and the
+			// read-back found it recorded) still removing its claim ends
+			// with no body, no report and no copy. Not taken: the runner
+			// publishes the copy itself, whose delivery here waits for
+			// the hold (elsewhere, another worker's loss notice is
+			// refused while it is held: runner_busy), as with the copy
+			// published with the hand-off.
+			return false
+		}
+		// The copy was published with the hand-off (eager): a delivery
+		// of it (or an earlier hand-off) holds the attempt and does the
+		// work, or the copy's next delivery does.
+		w.handedOff.Add(1)
 		return true
 	}
+	w.handedOff.Add(1)
 	// The attempt is held from now on, before HandOff returns — as
 	// PrepareHandOff holds it — so that the runner refuses another
 	// worker's loss notice of it (Holds) from the moment it is handed

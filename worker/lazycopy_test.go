@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,5 +173,65 @@ func TestSemantics8_AHandedTaskThatFindsAVanishedWorkersClaimPublishesItsCopy(t 
 	}
 	if n := copies.Load(); n != 1 {
 		t.Errorf("%d copies published, want 1", n)
+	}
+}
+
+// TestSemantics8_AHandOffOfAnAttemptAnAbortedPreparationHoldsIsNotTaken:
+// a preparation of the attempt was aborted (its fence's append had no
+// answer) while its claim's create was in flight; the read-back found the
+// fence recorded and the runner dispatches the attempt again, handing it
+// off with a fallback. The aborted task still holds the attempt and ends
+// with no body, no report and no copy, so HandOff must not take the task:
+// the runner then publishes the copy itself, whose delivery runs the body
+// once, as a first delivery (docs/semantics.md §8: never dropped; §5: no
+// body twice). A HandOff that answered "taken" left the attempt with
+// nothing to run it.
+func TestSemantics8_AHandOffOfAnAttemptAnAbortedPreparationHoldsIsNotTaken(t *testing.T) {
+	t.Parallel()
+	nc, realJS := startServer(t)
+	ctx := context.Background()
+	claims, err := realJS.CreateKeyValue(ctx, worker.ClaimsConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	js := &heldCreateClaims{JetStream: realJS, entered: make(chan struct{}, 8), release: make(chan struct{})}
+	var starts, otherStarts, copies atomic.Int64
+	w, _, stop := handedWorker(t, nc, js, &starts)
+	task := handedTask("1/aborted")
+	p := prepare(t, w, task)
+	select {
+	case <-js.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the prepared task sent no claim create within 30 s")
+	}
+	ended := p.Abort()
+	took := w.HandOff(task, nats.Header{}, func() { copies.Add(1) })
+	close(js.release)
+	select {
+	case <-ended:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the aborted task did not end within 60 s")
+	}
+	if took {
+		t.Fatal("HandOff took a task whose attempt an aborted preparation held: nothing runs the attempt (no body, no report, no copy)")
+	}
+	stop()
+	if n := starts.Load(); n != 0 {
+		t.Errorf("the body started %d times in the worker of the aborted preparation, want 0", n)
+	}
+	if n := copies.Load(); n != 0 {
+		t.Errorf("the refused hand-off's fallback was called %d times, want 0 (the runner publishes the copy)", n)
+	}
+	if _, err := claims.Get(ctx, task.Claim); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Fatalf("the aborted task's claim is still there (%v): the copy's delivery would report the attempt lost", err)
+	}
+	// The copy the runner publishes for the refused hand-off.
+	_, rs2, _ := handedWorker(t, nc, realJS, &otherStarts, worker.WithID("w-2"), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
+	publish(t, realJS, task)
+	if got := firstReport(t, rs2); got.Outcome != api.OutcomeOutput {
+		t.Errorf("the copy's delivery reported %s (%s: %s), want output", got.Outcome, got.Cause, got.Evidence)
+	}
+	if n := otherStarts.Load(); n != 1 {
+		t.Errorf("the body started %d times from the copy, want 1", n)
 	}
 }
