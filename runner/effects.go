@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -63,7 +64,8 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	// so the copy is not needed for that
 	// (docs/adr/0039-the-stream-copy-only-when-needed.md).
 	if !r.eagerCopy {
-		if r.giveTask(rn, task, msg.Header, func() { r.copyFallback(rn, key, msg) }) {
+		fallback := func(fctx context.Context, unstarted string) { r.copyFallback(fctx, rn, key, msg, unstarted) }
+		if r.giveTask(rn, task, msg.Header, fallback) {
 			span.End()
 			r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
 			return nil
@@ -146,21 +148,27 @@ func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, msg *nats.M
 // runner's own worker without one (dispatch), when the handed task ends
 // without running the attempt to its report (worker.Fallback): its
 // delivery runs the body as a first delivery (the claim was removed),
-// takes over a claim left unstarted, or reports or acks as any delivery
+// takes over a claim left unstarted (unstarted, the claim's token, named
+// as api.HeaderUnstartedClaim as a requeue names it, so that a delivery in
+// another worker takes it over too), or reports or acks as any delivery
 // does. The copy does not name the worker (worker.HeaderHandedTo): the
 // handed task is over, nothing is to be waited for. It is published from
 // the handed task's goroutine, not the runner's background group, so that
 // a drain, which stops that group before the worker, still publishes the
 // copies of the handed tasks its worker's stop leaves unstarted before the
-// runs are handed off. A copy not acknowledged is published again by the
-// run's next act, as in copyAcked; a runner that stops meanwhile leaves it
-// to the run's next owner, which dispatches every attempt fenced and not
-// reported again.
-func (r *Runner) copyFallback(rn *run, key string, msg *nats.Msg) {
+// partitions are released. The publish is bounded by ctx (the worker's:
+// cut short after its Abandon) and copyAckWait. A copy not acknowledged
+// is published again by the run's next act, as in copyAcked; a runner
+// that stops meanwhile leaves it to the run's next owner, which
+// dispatches every attempt fenced and not reported again.
+func (r *Runner) copyFallback(ctx context.Context, rn *run, key string, msg *nats.Msg, unstarted string) {
 	msg.Header.Del(worker.HeaderHandedTo)
+	if unstarted != "" && !slices.Contains(msg.Header.Values(api.HeaderUnstartedClaim), unstarted) {
+		msg.Header.Add(api.HeaderUnstartedClaim, unstarted)
+	}
 	r.testHook("copy-fallback", -1, rn.id)
-	ctx, cancel := context.WithTimeout(context.Background(), copyAckWait)
-	_, err := r.publishCopy(ctx, msg)
+	pctx, cancel := context.WithTimeout(ctx, copyAckWait)
+	_, err := r.publishCopy(pctx, msg)
 	cancel()
 	if err == nil {
 		return

@@ -192,8 +192,11 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 			// or no longer current and reports or acks as any delivery
 			// does (docs/semantics.md §8: never dropped). After leave,
 			// so that its delivery here does not wait for this hold.
+			// A claim left unstarted is named to the copy's delivery
+			// elsewhere (api.HeaderUnstartedClaim), as a requeue does;
+			// the publish is cut short LateAfterAbandon after Abandon.
 			w.handedFallbacks.Add(1)
-			fallback()
+			fallback(w.late, held.unstarted)
 		}
 		if p != nil {
 			close(p.ended)
@@ -342,7 +345,16 @@ type handedGo struct {
 // goroutine, which the worker's stop waits for, so a worker that stops
 // has published the copies of its unstarted handed tasks when Run
 // returns. It must not block for long (a bounded publish).
-type Fallback func()
+//
+// ctx ends LateAfterAbandon after the worker's Abandon: the publish is
+// bounded by it, so that an abandoned worker's tasks do not outlive its
+// embedder's connection by much. unstarted, when not empty, is the token
+// of the claim the task took, or may have taken, without starting the
+// body and could not remove (dropUnstarted): the copy carries it as
+// api.HeaderUnstartedClaim, so that its delivery in any worker takes that
+// claim over, as a requeued task's does, instead of reporting the attempt
+// lost for a body that never started.
+type Fallback func(ctx context.Context, unstarted string)
 
 // PrepareHandOff takes t — a task whose fence its runner is appending
 // now, with the identity, attempt, incarnation and deadline of that fence

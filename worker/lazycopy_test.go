@@ -21,9 +21,9 @@ import (
 // (docs/adr/0039-the-stream-copy-only-when-needed.md).
 func handOffLazy(t *testing.T, w *worker.Worker, js jetstream.JetStream, task api.Task, copies *atomic.Int64) {
 	t.Helper()
-	fallback := func() {
+	fallback := func(_ context.Context, unstarted string) {
 		copies.Add(1)
-		publish(t, js, task)
+		publishCopy(t, js, task, unstarted)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for !w.HandOff(task, nats.Header{}, fallback) {
@@ -31,6 +31,21 @@ func handOffLazy(t *testing.T, w *worker.Worker, js jetstream.JetStream, task ap
 			t.Fatal("the worker took no handed task within 20 s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// publishCopy publishes task's stream copy as the runner's Fallback does:
+// naming unstarted, when not empty, as api.HeaderUnstartedClaim.
+func publishCopy(t *testing.T, js jetstream.JetStream, task api.Task, unstarted string) {
+	t.Helper()
+	b, _ := json.Marshal(task)
+	msg := nats.NewMsg(api.Queue{Agent: task.Agent, Version: task.Version, Tool: task.Tool}.Subject())
+	msg.Data = b
+	if unstarted != "" {
+		msg.Header.Set(api.HeaderUnstartedClaim, unstarted)
+	}
+	if _, err := js.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -205,7 +220,7 @@ func TestSemantics8_AHandOffOfAnAttemptAnAbortedPreparationHoldsIsNotTaken(t *te
 		t.Fatal("the prepared task sent no claim create within 30 s")
 	}
 	ended := p.Abort()
-	took := w.HandOff(task, nats.Header{}, func() { copies.Add(1) })
+	took := w.HandOff(task, nats.Header{}, func(context.Context, string) { copies.Add(1) })
 	close(js.release)
 	select {
 	case <-ended:
@@ -233,5 +248,52 @@ func TestSemantics8_AHandOffOfAnAttemptAnAbortedPreparationHoldsIsNotTaken(t *te
 	}
 	if n := otherStarts.Load(); n != 1 {
 		t.Errorf("the body started %d times from the copy, want 1", n)
+	}
+}
+
+// TestSemantics8_AHandedTasksCopyNamesTheClaimItCouldNotRemove: a handed
+// task whose claim create landed unanswered and whose claim could not be
+// removed (the bucket answered none of its reads) gives its Fallback that
+// claim's token; the copy, published naming it (api.HeaderUnstartedClaim)
+// as the runner publishes it, is delivered to another worker, which takes
+// the claim over and runs the body once, reporting its output — not
+// worker_lost, uncertain for a body that provably never started
+// (docs/semantics.md §8; docs/adr/0039).
+func TestSemantics8_AHandedTasksCopyNamesTheClaimItCouldNotRemove(t *testing.T) {
+	t.Parallel()
+	nc, realJS := startServer(t)
+	kv := &lostCreateKV{failGets: 6}
+	js := &lostCreateClaims{JetStream: realJS, kv: kv}
+	always := worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil })
+	var starts, otherStarts atomic.Int64
+	w1, _, stop1 := handedWorker(t, nc, js, &starts, always)
+	task := handedTask("1/kept")
+	tokens := make(chan string, 2)
+	deadline := time.Now().Add(20 * time.Second)
+	for !w1.HandOff(task, nats.Header{}, func(_ context.Context, unstarted string) { tokens <- unstarted }) {
+		if time.Now().After(deadline) {
+			t.Fatal("the worker took no handed task within 20 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var tok string
+	select {
+	case tok = <-tokens:
+	case <-time.After(90 * time.Second):
+		t.Fatal("the handed task called no Fallback within 90 s")
+	}
+	if tok == "" {
+		t.Fatal("the Fallback was given no token of the claim the handed task could not remove")
+	}
+	// The copy goes to another worker: this one, which remembers the
+	// token, is gone.
+	stop1()
+	_, rs2, _ := handedWorker(t, nc, realJS, &otherStarts, worker.WithID("w-2"), always)
+	publishCopy(t, realJS, task, tok)
+	if got := firstReport(t, rs2); got.Outcome != api.OutcomeOutput {
+		t.Errorf("the copy's delivery in another worker reported %s (%s: %s), want output", got.Outcome, got.Cause, got.Evidence)
+	}
+	if n := starts.Load() + otherStarts.Load(); n != 1 {
+		t.Errorf("the body started %d times, want 1", n)
 	}
 }
