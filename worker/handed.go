@@ -221,8 +221,16 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 		if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
 			return // the stream copy's delivery reports it timed_out
 		}
-		if !w.defaultCheck && w.current(t) != attemptCurrent {
-			return // the stream copy's delivery decides, as for any delivery
+		if !w.defaultCheck {
+			switch w.current(t) {
+			case attemptStale:
+				// No longer current: a delivery of the copy would ack it
+				// unstarted, so none is published.
+				acked = true
+				return
+			case attemptUnknown:
+				return // the stream copy's delivery decides, as for any delivery
+			}
 		}
 	}
 	// A claim of this key that an earlier handed task took without
@@ -232,7 +240,7 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 	if _, tok := w.wasHanded(key); tok != "" {
 		orphans = []string{tok}
 	}
-	res, own, _ := w.takeClaim(t, key, orphans)
+	res, own, found := w.takeClaim(t, key, orphans)
 	if p != nil {
 		// The claim's create went out while the fence was appended; the
 		// body waits for the runner's word that the fence is recorded
@@ -259,9 +267,12 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 		return
 	}
 	if res != claimTaken {
-		// Closed (the body never starts, docs/adr/0023), or claimed by
-		// the stream copy's delivery (it runs and reports) or by a worker
-		// that vanished (the copy's delivery reports it lost).
+		// Closed: the body never starts, and the close records the
+		// attempt's end (docs/adr/0023); a delivery of the copy would
+		// ack it, so none is published. Or claimed by the stream copy's
+		// delivery (it runs and reports) or by a worker that vanished
+		// (the copy's delivery reports it lost).
+		acked = found.Closed != nil
 		return
 	}
 	w.claimedHeld(held)
@@ -338,8 +349,10 @@ type handedGo struct {
 // Fallback publishes the stream copy of a handed task that its runner did
 // not publish with the hand-off (HandOff, Prepared.Go). The handed task calls it when it ends without
 // its report answered — its body not started (its claim's outcome unknown
-// and dropped, the worker stopping, a deadline or check before the start,
-// the attempt claimed by another), or its report not delivered — after it
+// and dropped, the worker stopping, a deadline or an unanswered check
+// before the start, the attempt claimed by another), or its report not
+// delivered; not when the claim was closed or the attempt is no longer
+// current (a delivery of the copy would only ack it) — after it
 // removed the claim it took without starting the body, or kept its token
 // (dropUnstarted), and after its hold ended. It is called from the task's
 // goroutine, which the worker's stop waits for, so a worker that stops

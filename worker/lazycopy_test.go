@@ -297,3 +297,54 @@ func TestSemantics8_AHandedTasksCopyNamesTheClaimItCouldNotRemove(t *testing.T) 
 		t.Errorf("the body started %d times, want 1", n)
 	}
 }
+
+// TestSemantics8_AHandedTaskThatCannotRunNeedsNoCopyWhenItsAttemptIsOver:
+// a handed task whose attempt is over before its start — its claim closed
+// by a runner (docs/adr/0023-closing-attempts.md: the close records the
+// attempt's end), or no longer current by the embedder's check — starts
+// no body, reports nothing and publishes no copy: a delivery of one would
+// only ack it (docs/semantics.md §5: no body under a closed claim;
+// docs/adr/0039).
+func TestSemantics8_AHandedTaskThatCannotRunNeedsNoCopyWhenItsAttemptIsOver(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		closed  bool
+		current bool
+	}{
+		{"the claim is closed", true, true},
+		{"the attempt is not current", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nc, js := startServer(t)
+			c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			kv, err := js.CreateKeyValue(c, worker.ClaimsConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			task := handedTask("1/over")
+			if tc.closed {
+				b, _ := json.Marshal(api.Claim{Schema: 1, Closed: &api.ClaimClose{By: "runner-1", Why: "cancelled", At: time.Now().UTC()}})
+				if _, err := kv.Create(c, task.Claim, b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			current := tc.current
+			var starts, copies atomic.Int64
+			w, rs, stop := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return current, nil }))
+			handOffLazy(t, w, js, task, &copies)
+			stop()
+			if n := starts.Load(); n != 0 {
+				t.Errorf("the body started %d times, want 0", n)
+			}
+			if len(rs.got) != 0 {
+				t.Errorf("reports %+v, want none", rs.got)
+			}
+			if n := copies.Load(); n != 0 {
+				t.Errorf("%d copies published for an attempt that is over, want 0", n)
+			}
+		})
+	}
+}
