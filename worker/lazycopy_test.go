@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
@@ -344,6 +345,91 @@ func TestSemantics8_AHandedTaskThatCannotRunNeedsNoCopyWhenItsAttemptIsOver(t *t
 			}
 			if n := copies.Load(); n != 0 {
 				t.Errorf("%d copies published for an attempt that is over, want 0", n)
+			}
+		})
+	}
+}
+
+// TestSemantics8_AHandedTaskWhoseReportIsNotDeliveredPublishesItsCopy: a
+// handed task's body ran — or its deadline passed after its claim and
+// before the start, reported timed_out — but no runner answers its report
+// (runner_busy, retryable) before its worker stops. The task saves the
+// report with the attempt's claim and, once it ends, publishes the copy —
+// one — whose delivery in another worker finds the claim and delivers the
+// saved report: the body is not started again and the attempt's outcome is
+// not lost (docs/semantics.md §7: at most one start; §8: never dropped).
+func TestSemantics8_AHandedTaskWhoseReportIsNotDeliveredPublishesItsCopy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		late         bool
+		outcome      string
+		cause        string
+		handedStarts int64
+	}{
+		{"the body ran", false, api.OutcomeOutput, "", 1},
+		{"the deadline passed after the claim", true, api.OutcomeLost, "timed_out", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			nc, js := startServer(t)
+			c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			kv, err := js.CreateKeyValue(c, worker.ClaimsConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			busy := func(context.Context, api.Report) error {
+				return &weft.Error{Code: weft.CodeRunnerBusy, Message: "no runner answers"}
+			}
+			task := handedTask("1/unreported")
+			var checks atomic.Int64
+			check := func(context.Context, api.Task) (bool, error) {
+				// The handed task's check after its claim (its second)
+				// returns once the deadline passed.
+				if tc.late && checks.Add(1) == 2 {
+					for time.Now().Before(*task.Deadline) {
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+				return true, nil
+			}
+			if tc.late {
+				d := time.Now().Add(2 * time.Second)
+				task.Deadline = &d
+			}
+			var starts, otherStarts, copies atomic.Int64
+			w1, _, stop1 := handedWorker(t, nc, js, &starts, worker.WithAttemptCheck(check), worker.WithReporter(busy))
+			handOffLazy(t, w1, js, task, &copies)
+			// The report is saved with the claim once its first try failed.
+			wt, err := kv.Watch(c, task.Claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for saved := false; !saved; {
+				select {
+				case e := <-wt.Updates():
+					if e != nil && e.Operation() == jetstream.KeyValuePut {
+						var cl api.Claim
+						_ = json.Unmarshal(e.Value(), &cl)
+						saved = cl.Report != nil
+					}
+				case <-c.Done():
+					t.Fatal("the undelivered report was not saved with the claim within 60 s")
+				}
+			}
+			_ = wt.Stop()
+			stop1()
+			if n := copies.Load(); n != 1 {
+				t.Fatalf("%d copies published once the worker stopped, want 1", n)
+			}
+			_, rs2, _ := handedWorker(t, nc, js, &otherStarts, worker.WithID("w-2"), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) { return true, nil }))
+			got := firstReport(t, rs2)
+			if got.Outcome != tc.outcome || got.Cause != tc.cause {
+				t.Errorf("the copy's delivery reported %s (%s: %s), want the saved %s %s", got.Outcome, got.Cause, got.Evidence, tc.outcome, tc.cause)
+			}
+			if n, m := starts.Load(), otherStarts.Load(); n != tc.handedStarts || m != 0 {
+				t.Errorf("the body started %d times in the handed worker and %d from the copy, want %d and 0", n, m, tc.handedStarts)
 			}
 		})
 	}
