@@ -142,7 +142,7 @@ func TestSemantics8_AVanishedWorkersClaimOfAHandedAttemptIsRecordedLost(t *testi
 // runner drains (SIGTERM) while its worker holds handed tasks whose bodies
 // have not started (its attempt check waits until the worker stops). Its
 // worker's stop ends them unstarted; each removes its claim and publishes
-// its stream copy before the drain hands the runs off, and a second
+// its stream copy before the drain releases its partitions, and a second
 // runner's worker runs each body once from its copy. Every run completes
 // with its action done at the first attempt: no attempt was left without
 // a copy or a report, and none was reported lost for a body that never

@@ -110,7 +110,7 @@ func TestSemantics8_AHandedTaskWhoseClaimOutcomeIsUnknownPublishesItsCopy(t *tes
 // TestSemantics8_AHandedTaskOfAWorkerThatStopsPublishesItsCopyBeforeRunReturns:
 // the worker stops before the handed task's body started (a graceful
 // drain); the task removes its claim and publishes the copy before the
-// worker's Run returns — so before its runner hands the run off — and a
+// worker's Run returns — so before its runner releases its partitions — and a
 // worker started afterwards runs the body once from the copy.
 func TestSemantics8_AHandedTaskOfAWorkerThatStopsPublishesItsCopyBeforeRunReturns(t *testing.T) {
 	t.Parallel()
