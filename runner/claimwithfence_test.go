@@ -111,7 +111,9 @@ func TestSemantics7_AHandedTasksClaimGoesOutWithItsFenceAndTheBodyWaitsForTheFen
 }
 
 // TestSemantics8_AHandedTasksCopyThatIsNotAcknowledgedIsPublishedAgain:
-// the stream copy of a task the runner's own worker took is acknowledged
+// the stream copy of a task the runner's own worker took (with
+// runner.WithEagerTaskCopy; copyFallback's failure takes the same path,
+// docs/adr/0039) is acknowledged
 // off the run's lock (docs/adr/0031-claim-with-the-fence.md); a copy the
 // server refuses is published again by the run's next act, so that the
 // fallback of the handed task is not dropped (docs/semantics.md §8: work
@@ -174,7 +176,7 @@ func copyPublishedAgain(t *testing.T, hold bool) {
 			u()
 		}
 	}
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(hook))
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(hook), runner.WithEagerTaskCopy())
 	rp.Store(r)
 	warmHandOff(t, h, r)
 	c := ctx(t)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,13 +53,30 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 	// carries it as traceparent and the worker's attempt span is its child.
 	sctx, span := r.tel.StartDispatch(ctx, rn.id, d.Action, d.Tool, d.Attempt, subject)
 	r.tel.Inject(sctx, msg.Header)
-	// The runner's own worker takes the task at once (handtask.go), while
-	// it is published: its claim and the publish are written together (or
-	// its claim went out with the fence: prepareHandOffs). The
-	// copy names that worker, so that another Go worker delays its first
-	// delivery instead of claiming and reporting at once
-	// (worker.HeaderHandedTo, docs/protocol/41-tasks.md).
-	if r.giveTask(rn, task, msg.Header) {
+	key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
+	// The runner's own worker takes the task at once (handtask.go). By
+	// default no stream copy is published with it: the handed task
+	// publishes it (copyFallback) only if it ends without running the
+	// attempt to its report — its body not started while this process
+	// lives (its claim's outcome unknown, the worker stopping, ...), or its
+	// report not delivered. A process that dies takes its handed tasks
+	// with it, and the run's new owner fences again (docs/semantics.md §8),
+	// so the copy is not needed for that
+	// (docs/adr/0039-the-stream-copy-only-when-needed.md).
+	if !r.eagerCopy {
+		fallback := func(fctx context.Context, unstarted string) { r.copyFallback(fctx, rn, key, msg, unstarted) }
+		if r.giveTask(rn, task, msg.Header, fallback) {
+			span.End()
+			r.tel.Emit(ctx, telemetry.ToolDispatched, "run", rn.id, "action", d.Action, "tool", d.Tool, "attempt", fmt.Sprint(d.Attempt))
+			return nil
+		}
+	} else if r.giveTask(rn, task, msg.Header, nil) {
+		// WithEagerTaskCopy: the copy is published with the hand-off
+		// (its claim and the publish are written together, or its claim
+		// went out with the fence: prepareHandOffs). The copy names that
+		// worker, so that another Go worker delays its first delivery
+		// instead of claiming and reporting at once
+		// (worker.HeaderHandedTo, docs/protocol/41-tasks.md).
 		msg.Header.Set(worker.HeaderHandedTo, r.id)
 		// The copy is the fallback of a body that runs here: its
 		// acknowledgement is waited for off the run's lock (copyAcked),
@@ -66,7 +84,6 @@ func (r *Runner) dispatch(ctx context.Context, rn *run, d aggregate.Dispatch) er
 		// (docs/adr/0031-claim-with-the-fence.md).
 		// With group commit the copies of concurrent runs leave in
 		// atomic batches (docs/adr/0032-fewer-writes-per-run.md).
-		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
 		if !r.bg.Go(func(bctx context.Context) { r.copyAcked(bctx, rn, key, msg, span) }) {
 			// The runner stops: the copy is not sent at all (it is
 			// sent from the background group); the fence is in the
@@ -117,6 +134,46 @@ func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, msg *nats.M
 	span.End()
 	r.log.Warn("dispatch: the task's stream copy was not acknowledged; published again", "run", rn.id, "attempt", key, "err", err)
 	r.testHook("copy-unacknowledged", -1, rn.id)
+	rn.lostMu.Lock()
+	if rn.copyLost == nil {
+		rn.copyLost = map[string]bool{}
+	}
+	rn.copyLost[key] = true
+	rn.lostMu.Unlock()
+	r.testHook("copy-lost", -1, rn.id)
+	r.retryLater(rn.id)
+}
+
+// copyFallback publishes msg, the stream copy of a task handed to the
+// runner's own worker without one (dispatch), when the handed task ends
+// without running the attempt to its report (worker.Fallback): its
+// delivery runs the body as a first delivery (the claim was removed),
+// takes over a claim left unstarted (unstarted, the claim's token, named
+// as api.HeaderUnstartedClaim as a requeue names it, so that a delivery in
+// another worker takes it over too), or reports or acks as any delivery
+// does. The copy does not name the worker (worker.HeaderHandedTo): the
+// handed task is over, nothing is to be waited for. It is published from
+// the handed task's goroutine, not the runner's background group, so that
+// a drain, which stops that group before the worker, still publishes the
+// copies of the handed tasks its worker's stop leaves unstarted before the
+// partitions are released. The publish is bounded by ctx (the worker's:
+// cut short after its Abandon) and copyAckWait. A copy not acknowledged
+// is published again by the run's next act, as in copyAcked; a runner
+// that stops meanwhile leaves it to the run's next owner, which
+// dispatches every attempt fenced and not reported again.
+func (r *Runner) copyFallback(ctx context.Context, rn *run, key string, msg *nats.Msg, unstarted string) {
+	msg.Header.Del(worker.HeaderHandedTo)
+	if unstarted != "" && !slices.Contains(msg.Header.Values(api.HeaderUnstartedClaim), unstarted) {
+		msg.Header.Add(api.HeaderUnstartedClaim, unstarted)
+	}
+	r.testHook("copy-fallback", -1, rn.id)
+	pctx, cancel := context.WithTimeout(ctx, copyAckWait)
+	_, err := r.publishCopy(pctx, msg)
+	cancel()
+	if err == nil {
+		return
+	}
+	r.log.Warn("dispatch: the stream copy of a handed task that did not run was not acknowledged; published again", "run", rn.id, "attempt", key, "err", err)
 	rn.lostMu.Lock()
 	if rn.copyLost == nil {
 		rn.copyLost = map[string]bool{}

@@ -22,8 +22,10 @@ import (
 // stays the guard a close races (docs/adr/0023-closing-attempts.md). A task
 // prepared while its fence was appended (prepareHandOffs) is given its go
 // instead: its claim was sent with the fence. It reports whether the worker
-// took the task.
-func (r *Runner) giveTask(rn *run, task api.Task, hdr nats.Header) bool {
+// took the task. fallback publishes the task's stream copy when the
+// handed task does not run the attempt to its report (worker.Fallback);
+// nil when the copy is published with the hand-off (WithEagerTaskCopy).
+func (r *Runner) giveTask(rn *run, task api.Task, hdr nats.Header, fallback worker.Fallback) bool {
 	w := r.inproc.Load()
 	if w == nil {
 		return false
@@ -35,7 +37,7 @@ func (r *Runner) giveTask(rn *run, task api.Task, hdr nats.Header) bool {
 	key := attemptKey(task.Action, task.Attempt, task.Incarnation)
 	if p := rn.prepared[key]; p != nil {
 		delete(rn.prepared, key)
-		if !p.Go(task, h) {
+		if !p.Go(task, h, fallback) {
 			// Refused (its worker began stopping): its task removes the
 			// claim it took, and a close of the attempt waits for that
 			// (rn.aborting), as for an aborted preparation.
@@ -44,7 +46,7 @@ func (r *Runner) giveTask(rn *run, task api.Task, hdr nats.Header) bool {
 		}
 		return true
 	}
-	return w.HandOff(task, h)
+	return w.HandOff(task, h, fallback)
 }
 
 // prepareHandOffs makes the claims of the attempts fenced in res — the

@@ -10,13 +10,17 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/policy"
+	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 	"github.com/weftrun/weft/worker"
 )
 
 // TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody: the runner
 // hands each fenced attempt's task to its own worker and publishes it to
-// WEFT_TASKS (docs/adr/0027-fewer-writes-per-step.md). A second worker of
+// WEFT_TASKS (docs/adr/0027-fewer-writes-per-step.md) — with
+// runner.WithEagerTaskCopy, the copy's delivery while the handed task
+// holds the attempt is reachable only in that mode or through a copy the
+// handed task published (docs/adr/0039-the-stream-copy-only-when-needed.md). A second worker of
 // the same queue, in another connection as another process's would be,
 // takes the stream copies it is delivered: it finds the attempt claimed by
 // the runner's worker (or no longer current) and never starts the body;
@@ -36,7 +40,7 @@ func TestSemantics7_TheStreamsCopyOfAHandedTaskRunsNoSecondBody(t *testing.T) {
 		model.CallTools(payCall(1, "slow")), model.CallTools(payCall(1, "slow")), model.CallTools(payCall(1, "slow")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
 	h := newHarness(t)
-	r, _ := h.startRunner([]*agent.Agent{a})
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithEagerTaskCopy())
 
 	// The other worker: the same body, the default check and report path;
 	// it handles the copies at once, as a worker ignoring their

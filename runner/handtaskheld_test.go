@@ -61,6 +61,9 @@ func otherWorker(t *testing.T, h *harness, a *agent.Agent, answered func(answere
 }
 
 // TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded:
+// with runner.WithEagerTaskCopy (by default the copy is published only
+// after the hold ended: docs/adr/0039-the-stream-copy-only-when-needed.md,
+// TestSemantics8_AVanishedWorkersClaimOfAHandedAttemptIsRecordedLost),
 // the runner's own worker holds each handed attempt (its check waits) while
 // the attempt's claim is held by a worker that vanished; another worker
 // receives stream copies, finds that claim and reports the attempt lost
@@ -87,7 +90,7 @@ func TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded(
 	m := model.NewScripted("s", model.CallTools(payCall(1, "")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
 	h := newHarness(t)
-	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(check)))
+	h.startRunner([]*agent.Agent{a}, runner.WithEagerTaskCopy(), runner.WithWorkerOptions(worker.WithAttemptCheck(check)))
 
 	var (
 		mu          sync.Mutex
@@ -163,7 +166,8 @@ func TestSemantics8_ALossNoticeForAnAttemptTheOwnersWorkerDidNotClaimIsRecorded(
 
 // TestSemantics7_AnotherWorkerDelaysTheStreamCopyOfAHandedTask: with a
 // second worker on the queue (another runner's, or a standalone one), the
-// stream copy of every task the runner handed to its own worker names that
+// stream copy of every task the runner handed to its own worker (with
+// runner.WithEagerTaskCopy: docs/adr/0039) names that
 // worker (worker.HeaderHandedTo); the other worker gives the copy's first
 // delivery back with a delay instead of checking, claiming and reporting
 // it at once. Ten runs of three instant steps: thirty bodies started, all
@@ -180,7 +184,7 @@ func TestSemantics7_AnotherWorkerDelaysTheStreamCopyOfAHandedTask(t *testing.T) 
 		model.CallTools(payCall(1, "")), model.CallTools(payCall(1, "")), model.CallTools(payCall(1, "")), model.Answer("ok"))
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
 	h := newHarness(t)
-	h.startRunner([]*agent.Agent{a})
+	h.startRunner([]*agent.Agent{a}, runner.WithEagerTaskCopy())
 	var reports atomic.Int64
 	otherWorker(t, h, a, func(answeredReport) { reports.Add(1) }, worker.WithHandedCopyDelay(time.Minute))
 	c := ctx(t)

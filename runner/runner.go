@@ -117,6 +117,20 @@ func WithTelemetry(t *telemetry.Telemetry) Option { return func(r *Runner) { r.t
 // more than it saves.
 func WithGroupCommit() Option { return func(r *Runner) { r.group = true } }
 
+// WithEagerTaskCopy makes the runner publish the stream copy of every task
+// it hands to its own worker beside the hand-off, as before
+// docs/adr/0039-the-stream-copy-only-when-needed.md, instead of only when
+// the handed task does not run the attempt to its report (the default:
+// one WEFT_TASKS write and one removal fewer per tool step). For a
+// deployment that reads WEFT_TASKS as the record of every dispatch (an
+// external consumer or audit of the queue), or that would rather have a
+// copy waiting in the queue for another worker whenever this process's
+// worker hangs without dying (a wedged body setup, a stalled claims
+// bucket): the copy is then delivered, after HandedCopyDelay, to a worker
+// that reports the attempt lost, instead of waiting for the run's
+// recovery.
+func WithEagerTaskCopy() Option { return func(r *Runner) { r.eagerCopy = true } }
+
 // WithClock replaces the clock that stamps recorded times (tests). Local
 // timers are still armed by the wall clock (time.Until of a timer's
 // store-time At, runner/timers.go), and the durable schedule publishes at
@@ -141,6 +155,9 @@ type Runner struct {
 	drain    time.Duration
 	noWorker bool
 	group    bool // WithGroupCommit
+	// eagerCopy: the stream copy of a handed task is published with the
+	// hand-off (WithEagerTaskCopy), not only when it is needed.
+	eagerCopy bool
 	// publishCopy publishes the stream copy of a task handed to the
 	// runner's own worker (dispatch): in atomic batches with group commit.
 	publishCopy func(context.Context, *nats.Msg) (*jetstream.PubAck, error)

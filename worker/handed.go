@@ -14,7 +14,8 @@ import (
 )
 
 // HandOff gives t, a task its runner publishes to WEFT_TASKS at the same
-// time, to this in-process worker directly: the attempt's body may start
+// time (eager) or only through fallback (below), to this in-process
+// worker directly: the attempt's body may start
 // without waiting for the task's publish, its delivery by the queue's
 // consumer and the check by direct get (docs/adr/0027-fewer-writes-per-step.md).
 // hdr are the task message's headers (its trace context).
@@ -45,9 +46,17 @@ import (
 // the attempt lost for a body that never started.
 //
 // HandOff reports whether the worker took t: false when it serves no
-// queue of t's identity, is not running yet or is stopping (the stream
-// copy is then the only way the task is run).
-func (w *Worker) HandOff(t api.Task, hdr nats.Header) bool {
+// queue of t's identity, is not running yet or is stopping, or, with a
+// fallback, when the attempt is held here already (the stream copy is
+// then the only way the task is run).
+//
+// fallback, when not nil, publishes the task's stream copy: the runner
+// did not publish it beside the hand-off (the lazy copy,
+// docs/adr/0039-the-stream-copy-only-when-needed.md). The handed task
+// calls it once, after its hold ended, when it ends without its report
+// answered or its attempt settled here (Fallback). A nil fallback means
+// the copy was published with the hand-off (eager).
+func (w *Worker) HandOff(t api.Task, hdr nats.Header, fallback Fallback) bool {
 	q := api.Queue{Agent: t.Agent, Version: t.Version, Tool: t.Tool}
 	h, ok := w.handlers[q]
 	if !ok || !w.ready.Load() {
@@ -59,12 +68,26 @@ func (w *Worker) HandOff(t api.Task, hdr nats.Header) bool {
 	if w.stopping.Load() || w.abandoned {
 		return false
 	}
-	w.handedOff.Add(1)
 	if _, busy := w.held[key]; busy {
-		// A delivery of the stream copy (or an earlier hand-off) holds
-		// the attempt: it does the work.
+		if fallback != nil {
+			// The holder may end without running the attempt and has no
+			// fallback of this dispatch: an aborted preparation of the
+			// same attempt (its fence's append had no answer, and the
+			// read-back found it recorded) still removing its claim ends
+			// with no body, no report and no copy. Not taken: the runner
+			// publishes the copy itself, whose delivery here waits for
+			// the hold (elsewhere, another worker's loss notice is
+			// refused while it is held: runner_busy), as with the copy
+			// published with the hand-off.
+			return false
+		}
+		// The copy was published with the hand-off (eager): a delivery
+		// of it (or an earlier hand-off) holds the attempt and does the
+		// work, or the copy's next delivery does.
+		w.handedOff.Add(1)
 		return true
 	}
+	w.handedOff.Add(1)
 	// The attempt is held from now on, before HandOff returns — as
 	// PrepareHandOff holds it — so that the runner refuses another
 	// worker's loss notice of it (Holds) from the moment it is handed
@@ -74,14 +97,16 @@ func (w *Worker) HandOff(t api.Task, hdr nats.Header) bool {
 	hd := &held{done: make(chan struct{})}
 	w.held[key] = hd
 	w.group.Go(func() error {
-		w.handedTask(q, h, t, hdr, key, hd, nil)
+		w.handedTask(q, h, t, hdr, key, hd, nil, fallback)
 		return nil
 	})
 	return true
 }
 
 // HeaderHandedTo is set by a runner on the stream copy of a task it also
-// handed to its in-process worker (HandOff): the worker's id (the
+// handed to its in-process worker (HandOff) when it publishes that copy
+// with the hand-off (runner.WithEagerTaskCopy; a copy a handed task
+// publishes through its Fallback does not carry it): the worker's id (the
 // runner's). Another Go worker that receives the copy at its first
 // delivery gives it back with a delay (HandedCopyDelay) instead of
 // checking, claiming and reporting at once: by then the handed task has
@@ -115,6 +140,11 @@ func (w *Worker) delayHandedCopy(m jetstream.Msg) bool {
 // HandedOff is how many tasks HandOff took.
 func (w *Worker) HandedOff() int64 { return w.handedOff.Load() }
 
+// HandedFallbacks is how many handed tasks called their Fallback: ended
+// here without their report answered, so that their stream copy was
+// published then.
+func (w *Worker) HandedFallbacks() int64 { return w.handedFallbacks.Load() }
+
 // Holds reports whether this worker holds the attempt of claim key (held:
 // a delivery or a handed task of it is being checked, claimed, run or
 // reported here) and whether that holder took the attempt's claim
@@ -144,7 +174,7 @@ func (w *Worker) claimedHeld(h *held) {
 // task given by HandOff (p nil), or prepared by PrepareHandOff while its
 // fence is appended (p), whose claim is taken before the fence is
 // recorded and whose body waits for p's Go.
-func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header, key string, held *held, p *Prepared) {
+func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header, key string, held *held, p *Prepared, fallback Fallback) {
 	// A delivery of the stream copy that waits for this hold ends as it
 	// does: acked once the report was answered, else given back (its
 	// redelivery decides from the claim, as any delivery does).
@@ -154,6 +184,20 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 			w.doneHanded(key, held.unstarted)
 		}
 		w.leave(key, held, acked)
+		if !acked && fallback != nil {
+			// Not run here to its report: the stream copy, which the
+			// runner did not publish with the hand-off, runs the attempt
+			// (a first delivery: the claim was removed), takes over the
+			// claim left unstarted, or finds the attempt claimed, closed
+			// or no longer current and reports or acks as any delivery
+			// does (docs/semantics.md §8: never dropped). After leave,
+			// so that its delivery here does not wait for this hold.
+			// A claim left unstarted is named to the copy's delivery
+			// elsewhere (api.HeaderUnstartedClaim), as a requeue does;
+			// the publish is cut short LateAfterAbandon after Abandon.
+			w.handedFallbacks.Add(1)
+			fallback(w.late, held.unstarted)
+		}
 		if p != nil {
 			close(p.ended)
 		}
@@ -177,8 +221,16 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 		if t.Deadline != nil && !time.Now().Before(*t.Deadline) {
 			return // the stream copy's delivery reports it timed_out
 		}
-		if !w.defaultCheck && w.current(t) != attemptCurrent {
-			return // the stream copy's delivery decides, as for any delivery
+		if !w.defaultCheck {
+			switch w.current(t) {
+			case attemptStale:
+				// No longer current: a delivery of the copy would ack it
+				// unstarted, so none is published.
+				acked = true
+				return
+			case attemptUnknown:
+				return // the stream copy's delivery decides, as for any delivery
+			}
 		}
 	}
 	// A claim of this key that an earlier handed task took without
@@ -188,7 +240,7 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 	if _, tok := w.wasHanded(key); tok != "" {
 		orphans = []string{tok}
 	}
-	res, own, _ := w.takeClaim(t, key, orphans)
+	res, own, found := w.takeClaim(t, key, orphans)
 	if p != nil {
 		// The claim's create went out while the fence was appended; the
 		// body waits for the runner's word that the fence is recorded
@@ -204,6 +256,7 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 			return
 		}
 		t, ctx = g.t, g.ctx // the task as recorded and dispatched
+		fallback = g.fallback
 		defer g.cancel(nil)
 		defer w.untrack(key) // tracked by Go
 	}
@@ -214,9 +267,12 @@ func (w *Worker) handedTask(q api.Queue, h Handler, t api.Task, hdr nats.Header,
 		return
 	}
 	if res != claimTaken {
-		// Closed (the body never starts, docs/adr/0023), or claimed by
-		// the stream copy's delivery (it runs and reports) or by a worker
-		// that vanished (the copy's delivery reports it lost).
+		// Closed: the body never starts, and the close records the
+		// attempt's end (docs/adr/0023); a delivery of the copy would
+		// ack it, so none is published. Or claimed by the stream copy's
+		// delivery (it runs and reports) or by a worker that vanished
+		// (the copy's delivery reports it lost).
+		acked = found.Closed != nil
 		return
 	}
 	w.claimedHeld(held)
@@ -283,11 +339,35 @@ type Prepared struct {
 // handedGo is a Prepared task's word from its runner: ok with the task as
 // dispatched and its body's context (tracked for stops by Go), or not ok.
 type handedGo struct {
-	t      api.Task
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	ok     bool
+	t        api.Task
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	ok       bool
+	fallback Fallback
 }
+
+// Fallback publishes the stream copy of a handed task that its runner did
+// not publish with the hand-off (HandOff, Prepared.Go). The handed task calls it when it ends without
+// its report answered — its body not started (its claim's outcome unknown
+// and dropped, the worker stopping, a deadline or an unanswered check
+// before the start, the attempt claimed by another), or its report not
+// delivered; not when the claim was closed or the attempt is no longer
+// current (a delivery of the copy would only ack it) — after it
+// removed the claim it took without starting the body, or kept its token
+// (dropUnstarted), and after its hold ended. It is called from the task's
+// goroutine, which the worker's stop waits for, so a worker that stops
+// has published the copies of its unstarted handed tasks when Run
+// returns. It must not block for long (a bounded publish).
+//
+// ctx ends LateAfterAbandon after the worker's Abandon: the publish is
+// bounded by it, so that an abandoned worker's tasks do not outlive its
+// embedder's connection by much. unstarted, when not empty, is the token
+// of the claim the task took, or may have taken, without starting the
+// body and could not remove (dropUnstarted): the copy carries it as
+// api.HeaderUnstartedClaim, so that its delivery in any worker takes that
+// claim over, as a requeued task's does, instead of reporting the attempt
+// lost for a body that never started.
+type Fallback func(ctx context.Context, unstarted string)
 
 // PrepareHandOff takes t — a task whose fence its runner is appending
 // now, with the identity, attempt, incarnation and deadline of that fence
@@ -320,7 +400,7 @@ func (w *Worker) PrepareHandOff(t api.Task) *Prepared {
 	w.held[key] = hd
 	p := &Prepared{w: w, key: key, gate: make(chan handedGo, 1), ended: make(chan struct{})}
 	w.group.Go(func() error {
-		w.handedTask(q, h, t, nil, key, hd, p)
+		w.handedTask(q, h, t, nil, key, hd, p, nil)
 		return nil
 	})
 	return p
@@ -330,8 +410,9 @@ func (w *Worker) PrepareHandOff(t api.Task) *Prepared {
 // task message's headers): the fence is in the log. The attempt is
 // stoppable from now on (weft.stop.<run>). It reports whether p takes it:
 // false when p was aborted, or its worker began stopping before (the
-// stream copy is then the only way the task is run).
-func (p *Prepared) Go(t api.Task, hdr nats.Header) bool {
+// stream copy is then the only way the task is run). fallback is as for
+// HandOff.
+func (p *Prepared) Go(t api.Task, hdr nats.Header, fallback Fallback) bool {
 	w := p.w
 	base := context.Background()
 	if w.ctxFrom != nil {
@@ -357,7 +438,7 @@ func (p *Prepared) Go(t api.Task, hdr nats.Header) bool {
 	p.told = true
 	w.running[p.key] = &running{run: t.Run, cancel: cancel} // track
 	w.handedOff.Add(1)
-	p.gate <- handedGo{t: t, ctx: ctx, cancel: cancel, ok: true}
+	p.gate <- handedGo{t: t, ctx: ctx, cancel: cancel, ok: true, fallback: fallback}
 	return true
 }
 

@@ -52,7 +52,7 @@ func handedTask(a string) api.Task {
 func handOff(t *testing.T, w *worker.Worker, task api.Task) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for !w.HandOff(task, nats.Header{}) {
+	for !w.HandOff(task, nats.Header{}, nil) {
 		if time.Now().After(deadline) {
 			t.Fatal("the worker took no handed task within 20 s")
 		}

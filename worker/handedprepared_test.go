@@ -79,7 +79,7 @@ func TestSemantics7_APreparedHandedTaskClaimsAtOnceAndStartsItsBodyOnlyAtGo(t *t
 		t.Errorf("the prepared attempt is not held (held %v, claimed %v): another worker's notice would be recorded", held, claimed)
 	}
 	task.FenceVersion = 7
-	if !p.Go(task, nats.Header{}) {
+	if !p.Go(task, nats.Header{}, nil) {
 		t.Fatal("the prepared task refused its go")
 	}
 	select {
@@ -125,7 +125,7 @@ func TestSemantics8_AFenceNotRecordedLeavesNoClaimForItsAttemptToTripOver(t *tes
 	if _, err := claims.Get(ctx, task.Claim); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Fatalf("the claim of an attempt whose fence was not recorded: %v, want it removed", err)
 	}
-	if p.Go(task, nats.Header{}) {
+	if p.Go(task, nats.Header{}, nil) {
 		t.Error("an aborted task took its go")
 	}
 	if held, _ := w.Holds(task.Claim); held {
@@ -196,7 +196,7 @@ func TestSemantics8_APreparedTaskOfAWorkerThatStopsRefusesItsGo(t *testing.T) {
 		t.Fatal("the prepared task sent no claim create within 30 s")
 	}
 	w.Abandon() // the embedding process's drain window ended
-	went := p.Go(task, nats.Header{})
+	went := p.Go(task, nats.Header{}, nil)
 	close(js.release)
 	select {
 	case <-p.Abort():

@@ -139,6 +139,7 @@ type Worker struct {
 	// without one), so that their stream copies are acked unread
 	// (handed.go).
 	handedOff              atomic.Int64
+	handedFallbacks        atomic.Int64 // handed tasks that called their Fallback
 	handedDone, handedPrev map[string]string
 	handedSince            time.Time
 	claims                 jetstream.KeyValue
