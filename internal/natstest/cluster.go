@@ -40,7 +40,8 @@ var pickPort = func() (int, error) {
 // StartCluster starts n real in-process nats-servers with JetStream on
 // random loopback ports, routed into one cluster named "weft", each with its
 // store in t.TempDir(), stopped on t.Cleanup. It returns once the JetStream
-// meta leader answers (so a placement of n replicas can succeed), with the
+// meta leader answers and a stream of n replicas can be placed (a probe
+// stream, deleted again), with the
 // client URLs joined by commas, ready for nats.Connect.
 //
 // Route ports are picked up front (a listener on port 0, closed again) so
@@ -190,10 +191,32 @@ func startCluster(t testing.TB, n int) (url string, err error) {
 		_, err = js.AccountInfo(ctx)
 		cancel()
 		if err == nil {
-			return url, nil
+			break
 		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("cluster JetStream never ready: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Ready when a stream of n replicas can be placed: the meta leader's
+	// count of peers above can include a peer whose latest statistics it
+	// has not yet received, and a placement then fails with "no suitable
+	// peers for placement, peer offline" (seen on a loaded machine). A
+	// probe stream is created and deleted again, so that the cluster holds
+	// nothing the test did not make.
+	deadline = time.Now().Add(clusterReady)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: "NATSTEST_PROBE", Subjects: []string{"natstest.probe"}, Replicas: n, Storage: jetstream.MemoryStorage})
+		if err == nil {
+			err = js.DeleteStream(ctx, "NATSTEST_PROBE")
+		}
+		cancel()
+		if err == nil {
+			return url, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("cluster cannot place %d replicas: %w", n, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
