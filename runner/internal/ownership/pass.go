@@ -15,15 +15,40 @@ import (
 // it whether a run of a partition has work without a deadline (its
 // release is postponed). Pass returns false, having done nothing, when
 // the view cannot tell.
+//
+// An owner whose key left the view that the judgement cannot tell gone, or
+// a view that cannot tell, for longer than a lease, and a round that took
+// as long, are said at Warn (stale.go).
 func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bool, release func(p int, rev uint64)) bool {
+	start := peers.cfg.Clock.Now()
+	defer peers.noteRound(start)
 	live, runners, ok := peers.liveRunners()
 	if !ok {
+		peers.noteBlind()
 		return false // cannot tell
 	}
+	var stuck map[string]*undecided
+	cur := 0
 	round := partition.Round{Self: t.cfg.ID, Runners: runners, Live: live,
-		Gone:      func(id string) bool { return !peers.alive(ctx, id) },
+		Gone: func(id string) bool {
+			alive, saw := peers.look(ctx, id)
+			if alive {
+				if stuck == nil {
+					stuck = map[string]*undecided{}
+				}
+				u := stuck[id]
+				if u == nil {
+					u = &undecided{}
+					stuck[id] = u
+				}
+				u.partitions, u.saw = append(u.partitions, cur), saw
+			}
+			return !alive
+		},
 		Unbounded: unbounded}
+	defer func() { peers.noteUndecided(stuck) }()
 	for p := range t.cfg.Partitions {
+		cur = p
 		switch m := round.Decide(p, t.slot(p)); m.Do {
 		case partition.Release:
 			t.setReleasing(p, true)
