@@ -1,0 +1,138 @@
+package ownership
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/clock"
+	"github.com/weftrun/weft/internal/natstest"
+)
+
+// syncBuffer is a log sink written by the rounds and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// docs/semantics.md §8 (only a runner that is gone is recovered from, and
+// a gone runner's work is taken over): a partition assigned to this runner
+// whose owner's liveness key left the view, but which the rounds cannot
+// tell gone — here because this runner's own key is absent (its
+// heartbeats are not in the bucket: it is not one to judge by) — stays its owner's (no claim), and is
+// said at Warn once it has stayed undecided for the grace of a new view
+// and a lease (staleAfter), naming the owner, its partitions and what the
+// judgement saw; then once per staleWarnEvery, not every round. Real
+// buckets, the fake ownership clock.
+func TestSemantics8_AnOwnerWithAStaleHeartbeatNotJudgedGoneIsSaidAtWarn(t *testing.T) {
+	t.Parallel()
+	const lease, parts = 2 * time.Second, 4
+	srv := natstest.Start(t)
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	live, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: testBucket, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := srv.JS.Stream(c, "KV_"+testBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: "weft_partitions", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range parts {
+		if _, err := kv.Create(c, Key(p), []byte("peer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf syncBuffer
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := testConfig(srv.Conn, live, stream, lease, clk)
+	cfg.Partitions = parts
+	cfg.Log = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	peers := New(cfg, testLoop{})
+	table := NewTable(TableConfig{ID: "me", Partitions: parts, Conn: srv.Conn, KV: kv, Bucket: "weft_partitions", Log: slog.New(slog.DiscardHandler)}, noOwners{})
+	wctx, stop := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { defer close(watched); _ = table.Watch(wctx) }()
+	t.Cleanup(func() { stop(); <-watched })
+	<-table.Ready()
+	seen, ready := viewWatch(t, peers, clk)
+	ready()
+	// A live runner that takes no part in the partitions beats every
+	// heartbeat interval, so that the view follows the bucket (a watch
+	// silent for a lease is made again); this runner's own key is never
+	// put.
+	beat := func() {
+		t.Helper()
+		rev, err := live.Put(c, "other", []byte(`{"schema":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen("other", rev)
+	}
+	advance := func(d time.Duration) {
+		t.Helper()
+		for d > 0 {
+			step := min(d, lease/4)
+			clk.Advance(step)
+			beat()
+			d -= step
+		}
+	}
+	beat()
+
+	warns := func() int { return strings.Count(buf.String(), "is not judged gone") }
+	pass := func() {
+		t.Helper()
+		if !table.Pass(c, peers, nil, func(p int, _ uint64) { t.Errorf("partition %d released", p) }) {
+			t.Fatal("no pass on a ready view")
+		}
+		if owned := table.Owned(); len(owned) != 0 {
+			t.Fatalf("partitions %v claimed from a peer this runner cannot tell gone", owned)
+		}
+	}
+	pass() // the owner is undecided from now
+	advance(peers.staleAfter() - time.Nanosecond)
+	pass()
+	if n := warns(); n != 0 {
+		t.Fatalf("%d warnings before the owner stayed undecided for %s: %s", n, peers.staleAfter(), buf.String())
+	}
+	advance(time.Nanosecond)
+	pass()
+	got := buf.String()
+	if n := warns(); n != 1 || !strings.Contains(got, "owner=peer") || !strings.Contains(got, `partitions="[0 1 2 3]"`) ||
+		!strings.Contains(got, "own key unreadable") {
+		t.Fatalf("after %s undecided: %d warnings, want 1 naming the owner, its partitions and what the judgement saw: %s", peers.staleAfter(), n, got)
+	}
+	advance(lease)
+	pass()
+	if n := warns(); n != 1 {
+		t.Fatalf("a second warning a lease after the first: %s", buf.String())
+	}
+	advance(peers.staleWarnEvery())
+	pass()
+	if n := warns(); n != 2 {
+		t.Fatalf("%d warnings, want the second one staleWarnEvery after the first: %s", n, buf.String())
+	}
+}
