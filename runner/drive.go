@@ -392,6 +392,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 			}
 			// Re-read and re-decide; never act on the lost decision.
+			wasRunner, wasIncarnation := rn.state.Runner(), rn.state.Incarnation()
 			tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
 			if lerr != nil {
 				if r.noteQuarantine(lerr) {
@@ -409,6 +410,19 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				}
 			}
 			rn.head = head
+			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven &&
+				rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
+				// A takeover met an append of the driver it takes the run
+				// over from — its hand-off, the report of its work in
+				// flight, recorded while it gave the partition up (paused,
+				// then released): the run is still this runner's to take
+				// over, with the cause the log says now (takeOver keeps it
+				// pending, tried again). Dropped, nobody would drive it: the
+				// previous driver gave it up, and the scan that woke it
+				// removes the entry of a run it does not hold
+				// (docs/semantics.md §8: a run can always be answered).
+				return nil, err
+			}
 			if rn.driven && rn.state.Runner() != r.id {
 				r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
 				r.drop(rn)
