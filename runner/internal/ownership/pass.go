@@ -21,6 +21,7 @@ import (
 // as long, are said at Warn (stale.go).
 func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bool, release func(p int, rev uint64)) bool {
 	start := peers.cfg.Clock.Now()
+	peers.roundBegan(start)
 	defer peers.noteRound(start)
 	live, runners, ok := peers.liveRunners()
 	if !ok {
@@ -49,6 +50,7 @@ func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bo
 	defer func() { peers.noteUndecided(stuck) }()
 	for p := range t.cfg.Partitions {
 		cur = p
+		peers.roundAt(p)
 		switch m := round.Decide(p, t.slot(p)); m.Do {
 		case partition.Release:
 			t.setReleasing(p, true)

@@ -1,6 +1,7 @@
 package ownership
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -19,9 +20,69 @@ type staleRounds struct {
 	since  map[string]time.Time // owner → since when it stayed undecided
 	warned map[string]time.Time // owner → when it was last said
 	blind  time.Time            // since when the view could not tell (zero: it can)
-	// blindWarned, slowWarned: when the blind view, a slow round, was last
-	// said.
-	blindWarned, slowWarned time.Time
+	// blindWarned, slowWarned, stuckWarned: when the blind view, a slow
+	// round, a round that has not ended (or begun), was last said.
+	blindWarned, slowWarned, stuckWarned time.Time
+	// began, ended: when the last round began and ended (WatchRounds);
+	// at: the partition the round in progress decides.
+	began, ended time.Time
+	at           int
+}
+
+// roundBegan and roundAt note a round in progress (WatchRounds).
+func (p *Peers) roundBegan(now time.Time) {
+	s := &p.stale
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.began, s.at = now, -1
+}
+
+func (p *Peers) roundAt(part int) {
+	s := &p.stale
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.at = part
+}
+
+// WatchRounds says at Warn, until ctx ends, a round of rebalancing that has
+// not ended for staleAfter (a read or write of it that does not return),
+// and rounds that have not begun for as long (the partition loop is held
+// elsewhere): the partitions of a gone runner stay its own meanwhile. It
+// checks every lease.
+func (p *Peers) WatchRounds(ctx context.Context) {
+	t := p.cfg.Clock.NewTicker(p.cfg.Lease)
+	defer t.Stop()
+	start := p.cfg.Clock.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		now := p.cfg.Clock.Now()
+		s := &p.stale
+		s.mu.Lock()
+		began, ended, at := s.began, s.ended, s.at
+		say := now.Sub(s.stuckWarned) >= p.staleWarnEvery()
+		running := began.After(ended)
+		last := began
+		if last.Before(start) {
+			last = start
+		}
+		if running && now.Sub(began) >= p.staleAfter() && say {
+			s.stuckWarned = now
+			s.mu.Unlock()
+			p.cfg.Log.Warn("a round of rebalancing has not ended", "for", now.Sub(began).Round(time.Millisecond), "partition", at)
+			continue
+		}
+		if !running && now.Sub(last) >= p.staleAfter() && say {
+			s.stuckWarned = now
+			s.mu.Unlock()
+			p.cfg.Log.Warn("no round of rebalancing has begun", "for", now.Sub(last).Round(time.Millisecond))
+			continue
+		}
+		s.mu.Unlock()
+	}
 }
 
 // undecided is a partition owner that a round could not tell gone: the
@@ -97,16 +158,18 @@ func (p *Peers) noteBlind() {
 		"for", now.Sub(s.blind).Round(time.Millisecond), "last_delivery_ago", now.Sub(seen).Round(time.Millisecond))
 }
 
-// noteRound says a round that took longer than a lease (begun at start).
+// noteRound notes a round's end and says one that took longer than a
+// lease (begun at start).
 func (p *Peers) noteRound(start time.Time) {
 	now := p.cfg.Clock.Now()
 	took := now.Sub(start)
-	if took < p.cfg.Lease {
-		return
-	}
 	s := &p.stale
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.ended = now
+	if took < p.cfg.Lease {
+		return
+	}
 	if now.Sub(s.slowWarned) < p.staleWarnEvery() {
 		return
 	}

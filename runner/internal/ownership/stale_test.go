@@ -136,3 +136,40 @@ func TestSemantics8_AnOwnerWithAStaleHeartbeatNotJudgedGoneIsSaidAtWarn(t *testi
 		t.Fatalf("%d warnings, want the second one staleWarnEvery after the first: %s", n, buf.String())
 	}
 }
+
+// docs/semantics.md §8 (a gone runner's partitions are taken over): a
+// round of rebalancing that has not ended for staleAfter — a read or write
+// of it that does not return — is said at Warn with the partition it is
+// at, and so are rounds that have not begun for as long (the partition
+// loop held elsewhere). On the fake ownership clock.
+func TestSemantics8_ARoundThatDoesNotEndIsSaidAtWarn(t *testing.T) {
+	t.Parallel()
+	const lease = 2 * time.Second
+	var buf syncBuffer
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	p := &Peers{cfg: Config{ID: "me", Lease: lease, Clock: clk, Conn: natstest.Start(t).Conn,
+		Log: slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.WatchRounds(ctx) }()
+	defer func() { cancel(); <-done }()
+	said := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second) // a bound on the watcher's goroutine, not a measure
+		for !strings.Contains(buf.String(), what) {
+			if time.Now().After(deadline) {
+				t.Fatalf("never said %q: %s", what, buf.String())
+			}
+			clk.Advance(lease)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	p.roundBegan(clk.Now())
+	p.roundAt(7)
+	said(`msg="a round of rebalancing has not ended"`)
+	if !strings.Contains(buf.String(), "partition=7") {
+		t.Fatalf("the warning does not name the partition the round is at: %s", buf.String())
+	}
+	p.noteRound(clk.Now())
+	said(`msg="no round of rebalancing has begun"`)
+}
