@@ -47,11 +47,22 @@ func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bo
 			return !alive
 		},
 		Unbounded: unbounded}
-	defer func() { peers.noteUndecided(stuck) }()
+	var liveOwners map[string][]int
+	defer func() {
+		peers.noteUndecided(stuck)
+		peers.noteLiveOwners(ctx, liveOwners)
+	}()
 	for p := range t.cfg.Partitions {
 		cur = p
 		peers.roundAt(p)
-		switch m := round.Decide(p, t.slot(p)); m.Do {
+		s := t.slot(p)
+		if o := s.Owner; o != "" && o != t.cfg.ID && live[o] && partition.Owner(p, runners) == t.cfg.ID {
+			if liveOwners == nil {
+				liveOwners = map[string][]int{}
+			}
+			liveOwners[o] = append(liveOwners[o], p)
+		}
+		switch m := round.Decide(p, s); m.Do {
 		case partition.Release:
 			t.setReleasing(p, true)
 			release(p, m.Rev)

@@ -2,8 +2,11 @@ package ownership
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // What the rounds of rebalancing could not decide, said at Warn
@@ -27,6 +30,56 @@ type staleRounds struct {
 	// at: the partition the round in progress decides.
 	began, ended time.Time
 	at           int
+	// liveSince, liveWarned: owners of partitions assigned to this runner
+	// that the view says are live (noteLiveOwners).
+	liveSince, liveWarned map[string]time.Time
+}
+
+// noteLiveOwners records the owners of partitions assigned to this
+// runner that the runners view holds live (they release their partitions
+// themselves), and says at Warn one that stayed so for staleAfter while
+// its liveness key is absent: a view that keeps a gone runner live.
+func (p *Peers) noteLiveOwners(ctx context.Context, round map[string][]int) {
+	now := p.cfg.Clock.Now()
+	s := &p.stale
+	s.mu.Lock()
+	for id := range s.liveSince {
+		if round[id] == nil {
+			delete(s.liveSince, id)
+			delete(s.liveWarned, id)
+		}
+	}
+	if s.liveSince == nil {
+		s.liveSince, s.liveWarned = map[string]time.Time{}, map[string]time.Time{}
+	}
+	var check []string
+	for id := range round {
+		since, ok := s.liveSince[id]
+		if !ok {
+			s.liveSince[id] = now
+			continue
+		}
+		if now.Sub(since) >= p.staleAfter() && now.Sub(s.liveWarned[id]) >= p.staleWarnEvery() {
+			s.liveWarned[id] = now
+			check = append(check, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, id := range check {
+		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := p.cfg.Live.Get(gctx, id)
+		cancel()
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // present (a live owner that has not released yet), or cannot tell
+		}
+		v := p.runners
+		v.mu.Lock()
+		k := v.keys[id]
+		v.mu.Unlock()
+		p.cfg.Log.Warn("the runners view holds a partition owner live while its liveness key is absent: its partitions stay its own",
+			"owner", id, "partitions", round[id], "live_in_view_for", now.Sub(s.liveSince[id]).Round(time.Millisecond),
+			"view_revision", k.revision, "view_until_in", k.until.Sub(now).Round(time.Millisecond))
+	}
 }
 
 // roundBegan and roundAt note a round in progress (WatchRounds).

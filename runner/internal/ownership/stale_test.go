@@ -173,3 +173,102 @@ func TestSemantics8_ARoundThatDoesNotEndIsSaidAtWarn(t *testing.T) {
 	p.noteRound(clk.Now())
 	said(`msg="no round of rebalancing has begun"`)
 }
+
+// docs/semantics.md §8 (a gone runner's partitions are taken over): a
+// runners view that holds a partition owner live while its liveness key is
+// absent — here an entry put in the view by hand, valid for an hour — keeps
+// the owner's partitions its own (a live owner releases them itself); once
+// that lasted staleAfter it is said at Warn, naming the owner and its
+// partitions, once per staleWarnEvery. Real buckets, the fake ownership
+// clock.
+func TestSemantics8_AViewHoldingAnOwnerWithoutAKeyLiveIsSaidAtWarn(t *testing.T) {
+	t.Parallel()
+	const lease, parts = 2 * time.Second, 4
+	srv := natstest.Start(t)
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	live, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: testBucket, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := srv.JS.Stream(c, "KV_"+testBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := srv.JS.CreateKeyValue(c, jetstream.KeyValueConfig{Bucket: "weft_partitions", Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range parts {
+		if _, err := kv.Create(c, Key(p), []byte("peer")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf syncBuffer
+	clk := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cfg := testConfig(srv.Conn, live, stream, lease, clk)
+	cfg.Partitions = parts
+	cfg.Log = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	peers := New(cfg, testLoop{})
+	table := NewTable(TableConfig{ID: "me", Partitions: parts, Conn: srv.Conn, KV: kv, Bucket: "weft_partitions", Log: slog.New(slog.DiscardHandler)}, noOwners{})
+	wctx, stop := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() { defer close(watched); _ = table.Watch(wctx) }()
+	t.Cleanup(func() { stop(); <-watched })
+	<-table.Ready()
+	seen, ready := viewWatch(t, peers, clk)
+	ready()
+	// A live runner that takes no part in the partitions beats every
+	// heartbeat interval, so that the view follows the bucket (a watch
+	// silent for a lease is made again); this runner's own key is never
+	// put.
+	beat := func() {
+		t.Helper()
+		rev, err := live.Put(c, "other", []byte(`{"schema":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen("other", rev)
+	}
+	advance := func(d time.Duration) {
+		t.Helper()
+		for d > 0 {
+			step := min(d, lease/4)
+			clk.Advance(step)
+			beat()
+			d -= step
+		}
+	}
+	beat()
+	// The view holds "peer" live, though its key was never put.
+	peers.runners.mu.Lock()
+	peers.runners.keys["peer"] = runnerEntry{assignable: false, revision: 1, until: clk.Now().Add(time.Hour)}
+	peers.runners.mu.Unlock()
+
+	warns := func() int { return strings.Count(buf.String(), "holds a partition owner live") }
+	pass := func() {
+		t.Helper()
+		if !table.Pass(c, peers, nil, func(p int, _ uint64) { t.Errorf("partition %d released", p) }) {
+			t.Fatal("no pass on a ready view")
+		}
+		if owned := table.Owned(); len(owned) != 0 {
+			t.Fatalf("partitions %v claimed from an owner the view holds live", owned)
+		}
+	}
+	pass()
+	advance(peers.staleAfter() - time.Nanosecond)
+	pass()
+	if n := warns(); n != 0 {
+		t.Fatalf("%d warnings before staleAfter: %s", n, buf.String())
+	}
+	advance(time.Nanosecond)
+	pass()
+	if n := warns(); n != 1 || !strings.Contains(buf.String(), "owner=peer") || !strings.Contains(buf.String(), `partitions="[0 1 2 3]"`) {
+		t.Fatalf("%d warnings, want 1 naming the owner and its partitions: %s", warns(), buf.String())
+	}
+	advance(lease)
+	pass()
+	if n := warns(); n != 1 {
+		t.Fatalf("a second warning a lease after the first: %s", buf.String())
+	}
+}
