@@ -410,7 +410,8 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				}
 			}
 			rn.head = head
-			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven &&
+			_, fin := rn.state.Finished()
+			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin &&
 				rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
 				// A takeover met an append of the driver it takes the run
 				// over from — its hand-off, the report of its work in
@@ -420,7 +421,8 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				// pending, tried again). Dropped, nobody would drive it: the
 				// previous driver gave it up, and the scan that woke it
 				// removes the entry of a run it does not hold
-				// (docs/semantics.md §8: a run can always be answered).
+				// (docs/semantics.md §8: a run can always be answered). A run
+				// its previous driver finished needs no takeover: dropped.
 				return nil, err
 			}
 			if rn.driven && rn.state.Runner() != r.id {

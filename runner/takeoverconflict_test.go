@@ -92,3 +92,52 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversHandOffIsTriedAgain(t *t
 		t.Fatalf("recoveries %+v, want one from ghost, handed off", rr)
 	}
 }
+
+// docs/semantics.md §8: the same race, where the previous driver's append
+// that lands first ends the run (here a cancel decided on its side): the
+// owner's takeover is not kept to try again — a recovery of a finished run
+// would be refused by the decision core (an internal refusal) — the run
+// is dropped, never recovered, and stays finished.
+func TestSemantics8_ATakeoverThatMeetsThePreviousDriversEndIsDropped(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	a := answeringAgent(t)
+	const run = "endedfirst1"
+	var s aggregate.State
+	head := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	ghostEntry(t, h, run)
+	var tries atomic.Int64
+	var p passes
+	ended := make(chan error, 1)
+	hook := runner.WithHook(func(event string, part int, id string) {
+		p.hook(event, part, id)
+		if event != "takeover" || id != run || tries.Add(1) != 1 {
+			return
+		}
+		now := time.Now()
+		evs, err := aggregate.Decide(s, aggregate.Cancel{By: "tester", Reason: "ended first"}, now)
+		if err == nil {
+			_, _, err = h.srv.Log.Append(context.Background(), run, head, now, evs...)
+		}
+		ended <- err
+	})
+	r, _ := h.startRunner([]*agent.Agent{a}, hook)
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the owner never tried to take the run over")
+	}
+	p.waitPasses(t, p.n.Load(), 2)
+	if n := r.Stats().InternalRefusals; n != 0 {
+		t.Fatalf("%d internal refusals: the takeover of a run its previous driver ended was tried again", n)
+	}
+	if rr := h.recoveries(run); len(rr) != 0 {
+		t.Fatalf("a run its previous driver ended was recovered: %+v", rr)
+	}
+	if _, fin := h.state(run).Finished(); !fin {
+		t.Fatalf("the run is not finished: %v", h.eventsOf(run))
+	}
+}
