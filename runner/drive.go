@@ -411,18 +411,19 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 			}
 			rn.head = head
 			_, fin := rn.state.Finished()
-			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin &&
+			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin && rn.state.HandedOff() &&
 				rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
-				// A takeover met an append of the driver it takes the run
-				// over from — its hand-off, the report of its work in
-				// flight, recorded while it gave the partition up (paused,
+				// A takeover met the hand-off of the driver it takes the run
+				// over from (and perhaps the reports of its work in flight),
+				// recorded while that driver gave the partition up (paused,
 				// then released): the run is still this runner's to take
-				// over, with the cause the log says now (takeOver keeps it
-				// pending, tried again). Dropped, nobody would drive it: the
+				// over, now with the cause handed_off (takeOver keeps it
+				// pending, tried again). Dropped, nobody would drive it: its
 				// previous driver gave it up, and the scan that woke it
 				// removes the entry of a run it does not hold
 				// (docs/semantics.md §8: a run can always be answered). A run
-				// its previous driver finished needs no takeover: dropped.
+				// its previous driver still drives (no hand-off) is left to
+				// it as before, and one it finished needs no takeover.
 				return nil, err
 			}
 			if rn.driven && rn.state.Runner() != r.id {
