@@ -250,6 +250,14 @@ func (t *Table) Verify(ctx context.Context, p int) (string, error) {
 // the deletion's revision when the key is deleted, "" and 0 when it is
 // absent.
 func (t *Table) partitionKey(ctx context.Context, p int) (string, uint64, error) {
+	// Bounded whatever the caller's context: a request whose answer a
+	// server restart or pause lost is never answered, and a claim's read
+	// made with the partition loop's context (no deadline) held that round
+	// of rebalancing for ever — every gone runner's partition after it
+	// stayed its own (chaos seed 2: "a round of rebalancing has not ended"
+	// for minutes, commands forwarded to a dead runner).
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	bucket := "KV_" + t.cfg.Bucket
 	m, err := t.cfg.Conn.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+bucket,
 		fmt.Appendf(nil, `{"last_by_subj":%q}`, "$KV."+t.cfg.Bucket+"."+Key(p)))
