@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/events"
 )
 
 // EndpointRestart restarts a finished run as a new run from the state
@@ -31,6 +32,13 @@ type RestartRequest struct {
 	Version string `json:"version,omitempty"`
 	// Correlation is the caller's correlation id (tracing only).
 	Correlation string `json:"correlation,omitempty"`
+	// Reason, By and Proof are who restarts it and why, as for
+	// CancelRequest (docs/security.md, "Who did it"): recorded in the new
+	// run's RunForked. A proof states proof.RestartSubject (the parent,
+	// the turn and the new run), so a signed restart names its new run.
+	Reason string               `json:"reason,omitempty"`
+	By     string               `json:"by,omitempty"`
+	Proof  *events.CommandProof `json:"proof,omitempty"`
 }
 
 // RestartFrom names a finished run and one of its model turns (1 up to
@@ -47,6 +55,12 @@ func (s *service) restart(ctx context.Context, b []byte) (any, string, error) {
 	}
 	if err := bounded(field{"correlation", req.Correlation, MaxID}); err != nil {
 		return nil, "", err
+	}
+	if err := checkPerson(req.From.Run, req.Reason, req.By, req.Proof); err != nil {
+		return nil, "", err
+	}
+	if req.Proof != nil && req.Run == "" {
+		return nil, "", &weft.Error{Code: weft.CodeInvalidRequest, Message: "run: a signed restart names its new run (the proof states it)"}
 	}
 	if req.Run != "" {
 		if err := checkRun(req.Run); err != nil {

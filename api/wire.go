@@ -364,16 +364,17 @@ var refusals = map[string][]weft.Code{
 	EndpointCancel:          runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointPause:           runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointResume:          runRefusals(weft.CodeRunEnded, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
-	EndpointRestart:         runRefusals(weft.CodeAlreadyStarted, weft.CodeRunNotFinished, weft.CodeWrongReference, weft.CodeUncertainActions, weft.CodeOutcomeUnknown),
+	EndpointRestart:         runRefusals(weft.CodeAlreadyStarted, weft.CodeRunNotFinished, weft.CodeWrongReference, weft.CodeUncertainActions, weft.CodeProofRefused, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	EndpointReport:          runRefusals(weft.CodeWrongReference, weft.CodeRunEnded),
 	EndpointResolve:         runRefusals(weft.CodeWrongReference, weft.CodeProofRefused, weft.CodeInvalidContent, weft.CodeNotResolvable, weft.CodeAlreadyResolved, weft.CodeOutcomeUnknown, weft.CodeIdentityRequired),
 	// A batch's own refusals; each item's outcome may carry any of
 	// approve's and reject's (DecideOutcome.Error).
 	EndpointDecide: commandRefusals(),
 	// Legal holds (retention.Place, retention.ReleaseHold): conflict when
-	// a purge passed its hold check on the run.
-	EndpointHold:        runRefusals(),
-	EndpointReleaseHold: runRefusals(),
+	// a purge passed its hold check on the run; who placed or released
+	// it as for a cancel (docs/security.md, "Who did it").
+	EndpointHold:        runRefusals(weft.CodeProofRefused, weft.CodeIdentityRequired),
+	EndpointReleaseHold: runRefusals(weft.CodeProofRefused, weft.CodeIdentityRequired),
 }
 
 // commandRefusals is what every command endpoint may answer (decoding,

@@ -485,7 +485,7 @@ func checkProof(st aggregate.State, r events.Recorded, ans events.ApprovalAnswer
 }
 
 // checkCommand is the re-check of the command proof recorded with the
-// reconcile, resolve, cancel, pause or resume r (d: who made it, as the
+// reconcile, resolve, cancel, pause, resume or restart r (d: who made it, as the
 // view checks it; st: the run as the log records it before r); false for
 // any other event, or one that claims no verified identity. A proof st
 // already recorded is not verified, and UsedAt names the event that used
@@ -510,6 +510,8 @@ func checkCommand(st aggregate.State, r events.Recorded, d projections.Deed) (Pr
 		pc.Command, id, p = proof.CommandPause, e.Identity, e.Proof
 	case events.RunResumed:
 		pc.Command, id, p = proof.CommandResume, e.Identity, e.Proof
+	case events.RunForked:
+		pc.Command, id, p = proof.CommandRestart, e.Identity, e.Proof
 	default:
 		return ProofCheck{}, false
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
 )
 
@@ -111,9 +112,16 @@ func (c *Console) actRestart(w http.ResponseWriter, r *http.Request) {
 	if run == "" {
 		run = newRunID()
 	}
-	rep, err := c.cmd.Restart(ctx, api.RestartRequest{CommandID: f.Get("command_id"), Run: run, From: api.RestartFrom{Run: from, Turn: turn}})
+	// Who restarts it (docs/security.md, "Who did it"): the proof states
+	// the parent, the turn and the new run (proof.RestartSubject).
+	pc, ok := c.readPerson(w, r, proof.RestartSubject(from, turn, run, strings.TrimSpace(f.Get("reason"))))
+	if !ok {
+		return
+	}
+	by := strings.TrimSpace(f.Get("by"))
+	rep, err := c.cmd.Restart(ctx, api.RestartRequest{CommandID: f.Get("command_id"), Run: run, From: api.RestartFrom{Run: from, Turn: turn}, Reason: pc.s.Reason, By: by, Proof: pc.proof})
 	if err != nil {
-		a := c.answerErr(r, err, run, "")
+		a := c.personRefused(r, pc, err, run, "")
 		if a.Unknown {
 			a.Run = run
 		}
@@ -121,12 +129,32 @@ func (c *Console) actRestart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.log.Info("console: restarted", "from", from, "turn", turn, "run", rep.Run)
-	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Restarted run " + from + " from turn " + strconv.FormatInt(turn, 10) + " as run " + rep.Run + "."})
+	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: runLink(rep.Run), Message: "Restarted run " + from + " from turn " + strconv.FormatInt(turn, 10) + " as run " + rep.Run + whoSent(by, pc) + "."})
+}
+
+// whoSent says who a person's command pc was sent as: ", signed with key
+// K" or " by NAME (unverified)" ("" naming nobody).
+func whoSent(by string, pc personCommand) string {
+	switch {
+	case pc.proof != nil:
+		return ", signed with key " + pc.proof.Key
+	case by != "":
+		return " by " + by + " (unverified)"
+	}
+	return ""
+}
+
+// holdWho says who placed or released a hold, as the runner recorded it:
+// "NAME (verified, key K)" or "NAME (unverified)".
+func holdWho(by string, verified bool, key string) string {
+	return strings.TrimPrefix(projections.PersonView{By: by, Verified: verified, Key: key}.Describe(), "by ")
 }
 
 // actHold places a legal hold on a run (weft.api.hold): retention keeps
 // the run and its family until it is released (docs/security.md,
-// "Retention and legal hold"). The name typed is recorded unverified.
+// "Retention and legal hold"). The name typed is recorded unverified; a
+// hold signed with a person key (proof.HoldSubject) records the key's
+// holder, verified (docs/security.md, "Who did it").
 func (c *Console) actHold(w http.ResponseWriter, r *http.Request) {
 	if !c.form(w, r) {
 		return
@@ -135,17 +163,21 @@ func (c *Console) actHold(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	f := r.PostForm
 	run, reason, by := f.Get("run"), strings.TrimSpace(f.Get("reason")), strings.TrimSpace(f.Get("by"))
-	if reason == "" || by == "" {
-		c.respond(w, r, notSent("Type why the run is held and who holds it: the hold records both."))
+	pc, ok := c.readPerson(w, r, proof.HoldSubject(run, reason))
+	if !ok {
 		return
 	}
-	rep, err := c.cmd.Hold(ctx, api.HoldRequest{CommandID: f.Get("command_id"), Run: run, Reason: reason, By: by})
+	if reason == "" || (by == "" && pc.proof == nil) {
+		c.respond(w, r, notSent("Type why the run is held and who holds it (or sign it with your key): the hold records both."))
+		return
+	}
+	rep, err := c.cmd.Hold(ctx, api.HoldRequest{CommandID: f.Get("command_id"), Run: run, Reason: reason, By: by, Proof: pc.proof})
 	if err != nil {
-		c.respond(w, r, c.answerErr(r, err, run, ""))
+		c.respond(w, r, c.personRefused(r, pc, err, run, ""))
 		return
 	}
 	c.log.Info("console: held", "run", run, "hold", rep.Hold)
-	c.respond(w, r, answer{OK: true, Link: runLink(run) + "#holds", Message: "Hold " + rep.Hold + " placed on run " + run + " by " + rep.By + " (unverified): retention keeps the run and its family until it is released."})
+	c.respond(w, r, answer{OK: true, Link: runLink(run) + "#holds", Message: "Hold " + rep.Hold + " placed on run " + run + " by " + holdWho(rep.By, rep.Verified, rep.Key) + ": retention keeps the run and its family until it is released."})
 }
 
 // actReleaseHold releases one of a run's legal holds
@@ -158,15 +190,29 @@ func (c *Console) actReleaseHold(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	f := r.PostForm
 	run, hold, reason, by := f.Get("run"), strings.TrimSpace(f.Get("hold")), strings.TrimSpace(f.Get("reason")), strings.TrimSpace(f.Get("by"))
-	if reason == "" || by == "" {
-		c.respond(w, r, notSent("Type why the hold is released and who releases it: the release records both."))
+	if hold == "" && (f.Get("prepare") != "" || strings.TrimSpace(f.Get("proof")) != "") {
+		// Its proof states the hold (proof.ReleaseHoldSubject): the
+		// command API refuses a signed release that names none.
+		c.respond(w, r, notSent("Type the hold to release (h1, h2, …): a signed release names its hold."))
 		return
 	}
-	rep, err := c.cmd.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: f.Get("command_id"), Run: run, Hold: hold, Reason: reason, By: by})
+	pc, ok := c.readPerson(w, r, proof.ReleaseHoldSubject(run, hold, reason))
+	if !ok {
+		return
+	}
+	if reason == "" || (by == "" && pc.proof == nil) {
+		c.respond(w, r, notSent("Type why the hold is released and who releases it (or sign it with your key): the release records both."))
+		return
+	}
+	rep, err := c.cmd.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: f.Get("command_id"), Run: run, Hold: hold, Reason: reason, By: by, Proof: pc.proof})
 	if err != nil {
-		c.respond(w, r, c.answerErr(r, err, run, ""))
+		c.respond(w, r, c.personRefused(r, pc, err, run, ""))
 		return
 	}
 	c.log.Info("console: released hold", "run", run, "hold", rep.Hold)
-	c.respond(w, r, answer{OK: true, Link: runLink(run) + "#holds", Message: "Hold " + rep.Hold + " of run " + run + " released by " + by + " (unverified)."})
+	released := holdWho(by, false, "")
+	if rl := rep.Released; rl != nil {
+		released = holdWho(rl.By, rl.Verified, rl.Key)
+	}
+	c.respond(w, r, answer{OK: true, Link: runLink(run) + "#holds", Message: "Hold " + rep.Hold + " of run " + run + " released by " + released + "."})
 }

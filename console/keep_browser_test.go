@@ -20,8 +20,9 @@ import (
 // TestSemantics14_RestartFromTurnOneOnTheRunPage: on a finished run's
 // page, Restart from a step with turn 1 starts a new run whose view
 // carries forked_from = the finished run, turn 1 (docs/semantics.md §14);
-// the answer links the new run, whose page links its parent, and the
-// parent's page lists it.
+// the answer links the new run, whose page links its parent and names who
+// restarted it (the typed name, unverified: docs/security.md, "Who did
+// it"), and the parent's page lists it.
 func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 	s := devStack(t)
 	s.start(t, "rs-8", "pay invoice INV-8", "finished")
@@ -29,8 +30,10 @@ func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 	do(t, ctx, "restart from turn 1", chromedp.Navigate(s.consoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
 		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"),
 		typeIn(`#r-run`, "rs-8b"),
+		typeIn(`#r-reason`, "tool fixed"),
+		typeIn(`#r-by`, "dave"),
 		chromedp.Click(chromedp.CSS(`#restart-form button[type=submit]`)),
-		waitJS(`(document.querySelector("#restart-form [data-result]")||{}).textContent.includes("Restarted run rs-8 from turn 1 as run rs-8b.")`))
+		waitJS(`(document.querySelector("#restart-form [data-result]")||{}).textContent.includes("Restarted run rs-8 from turn 1 as run rs-8b by dave (unverified).")`))
 	if href := js[string](t, ctx, `document.querySelector("#restart-form [data-outcome-link]").getAttribute("href")`); href != "/runs/rs-8b" {
 		t.Errorf("the answer links %q, want /runs/rs-8b", href)
 	}
@@ -38,8 +41,14 @@ func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 	if v.ForkedFrom == nil || v.ForkedFrom.Run != "rs-8" || v.ForkedFrom.Turn != 1 {
 		t.Fatalf("the new run's forked_from: %+v, want run rs-8 turn 1", v.ForkedFrom)
 	}
+	if r := v.Restarted; r == nil || r.By != "dave" || r.Verified || r.Reason != "tool fixed" {
+		t.Fatalf("the new run's restarted: %+v, want dave unverified, reason tool fixed", v.Restarted)
+	}
 	saveShot(t, "run-restart.png", get(t, ctx, "restart screenshot", chromedp.Screenshot(chromedp.ID("run-restart"))))
 	do(t, ctx, "the new run links its parent", chromedp.Navigate(s.consoleURL+"/runs/rs-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-forked-from a[href="/runs/rs-8"]`)))
+	if text := get(t, ctx, "restarted by", chromedp.Text(chromedp.CSS(`#run-restarted-by`))); text != "by dave (unverified): “tool fixed”" {
+		t.Errorf("the new run's page says it was restarted %q, want by dave (unverified) and the reason", text)
+	}
 	// The parent's forks come from the projector's index of forked_from,
 	// which may follow the new run's view by a moment.
 	s.waitFork(t, "rs-8", "rs-8b")
@@ -126,33 +135,33 @@ func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
 		typeIn(`#h-reason`, "litigation L-7"),
 		typeIn(`#h-by`, "carol"),
 		chromedp.Click(chromedp.CSS(`#hold-form button[type=submit]`)),
-		waitJS(`(document.querySelector("#hold-form [data-result]")||{}).textContent.includes("Hold h1 placed on run hl-8 by carol")`))
+		waitJS(`(document.querySelector("#hold-form [data-result]")||{}).textContent.includes("Hold h1 placed on run hl-8 by carol (unverified)")`))
 	// The list is read again after the answer, without a reload: it no
 	// longer says the run has no hold.
 	do(t, ctx, "the page lists it", chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=true]`)))
 	if n := js[int](t, ctx, `document.querySelectorAll("#holds-none").length`); n != 0 {
 		t.Error("after the hold was placed the page still says the run has no hold")
 	}
-	if text := get(t, ctx, "hold", chromedp.Text(chromedp.CSS(`#holds li[data-hold=h1]`))); !strings.Contains(text, "carol") || !strings.Contains(text, "litigation L-7") {
-		t.Errorf("the hold shows %q, want who and why", text)
+	if text := get(t, ctx, "hold", chromedp.Text(chromedp.CSS(`#holds li[data-hold=h1]`))); !strings.Contains(text, "by carol (unverified)") || !strings.Contains(text, "litigation L-7") {
+		t.Errorf("the hold shows %q, want who (by carol (unverified)) and why", text)
 	}
-	if hs := s.holds(t, "hl-8"); len(hs) != 1 || !hs[0].Active() {
-		t.Fatalf("holds after placing: %+v", hs)
+	if hs := s.holds(t, "hl-8"); len(hs) != 1 || !hs[0].Active() || hs[0].By != "carol" || hs[0].Verified {
+		t.Fatalf("holds after placing: %+v, want one active, by carol unverified", hs)
 	}
 	saveShot(t, "run-holds.png", get(t, ctx, "holds screenshot", chromedp.Screenshot(chromedp.ID("holds"))))
 	do(t, ctx, "release it",
 		typeIn(`#rh-h1-reason`, "settled"),
 		typeIn(`#rh-h1-by`, "dave"),
 		chromedp.Click(chromedp.CSS(`#holds li[data-hold=h1] button[type=submit]`)),
-		waitJS(`document.getElementById("notices").textContent.includes("Hold h1 of run hl-8 released by dave")`))
+		waitJS(`document.getElementById("notices").textContent.includes("Hold h1 of run hl-8 released by dave (unverified)")`))
 	do(t, ctx, "the page lists it released", chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1][data-active=false]`)))
-	if text := get(t, ctx, "released hold", chromedp.Text(chromedp.CSS(`#holds li[data-hold=h1]`))); !strings.Contains(text, "released by dave") {
+	if text := get(t, ctx, "released hold", chromedp.Text(chromedp.CSS(`#holds li[data-hold=h1]`))); !strings.Contains(text, "released by dave (unverified)") {
 		t.Errorf("the released hold shows %q, want who released it", text)
 	}
 	if n := js[int](t, ctx, `document.querySelectorAll("#holds li[data-active=true]").length`); n != 0 {
 		t.Errorf("%d active holds shown after the release", n)
 	}
-	if hs := s.holds(t, "hl-8"); len(hs) != 1 || hs[0].Active() || hs[0].Released.By != "dave" {
+	if hs := s.holds(t, "hl-8"); len(hs) != 1 || hs[0].Active() || hs[0].Released.By != "dave" || hs[0].Released.Verified {
 		t.Fatalf("holds after the release: %+v", hs)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 	"github.com/weftrun/weft/proof"
 )
 
-// A person's command — reconcile, resolve, cancel, pause, resume — is
+// A person's command — reconcile, resolve, cancel, pause, resume,
+// restart, a legal hold and its release — is
 // recorded verified when it carries a signed command proof by one of the
 // deployment's person keys (docs/security.md, "Who did it"). The console
 // never holds the key: the page's script signs in the browser what the
@@ -129,6 +131,10 @@ func (c *Console) signing(r *http.Request, s proof.CommandSubject) (*signing, er
 // weftCommand is the weft command line that prints the proof of s
 // (content: its canonical bytes), with the key file left to the person.
 func weftCommand(s proof.CommandSubject, content string) string {
+	switch s.Command {
+	case proof.CommandRestart, proof.CommandHold, proof.CommandReleaseHold:
+		return keepCommand(s)
+	}
 	name, stored := s.Command, false
 	if name == proof.CommandReconcileStored {
 		name, stored = proof.CommandReconcile, true
@@ -143,6 +149,33 @@ func weftCommand(s proof.CommandSubject, content string) string {
 	}
 	if stored {
 		args = append(args, "--stored")
+	}
+	if s.Reason != "" {
+		args = append(args, "--reason", shellQuote(s.Reason))
+	}
+	return strings.Join(append(args, "--signing-key", "YOUR_KEY.nk", "--proof-ttl", shownTTL, "--print-proof"), " ")
+}
+
+// keepCommand is weftCommand of a restart (its content is the new run and
+// the turn: proof.RestartSubject), a legal hold or its release.
+func keepCommand(s proof.CommandSubject) string {
+	var args []string
+	switch s.Command {
+	case proof.CommandRestart:
+		var c struct {
+			Run  string `json:"run"`
+			Turn int64  `json:"turn"`
+		}
+		_ = json.Unmarshal(s.Content, &c)
+		args = []string{"weft", "restart", shellQuote(s.Run), "--from-turn", strconv.FormatInt(c.Turn, 10), "--run", shellQuote(c.Run)}
+	case proof.CommandHold:
+		args = []string{"weft", "hold", shellQuote(s.Run)}
+	default:
+		args = []string{"weft", "hold", "--release"}
+		if s.Action != "" {
+			args = append(args, "--hold", shellQuote(s.Action))
+		}
+		args = append(args, shellQuote(s.Run))
 	}
 	if s.Reason != "" {
 		args = append(args, "--reason", shellQuote(s.Reason))
@@ -197,20 +230,7 @@ func shellQuote(s string) string {
 // statement, so that the page says how to sign it.
 func (c *Console) answerPerson(w http.ResponseWriter, r *http.Request, pc personCommand, rep api.Reply, err error, what, then, link string) {
 	if err != nil {
-		a := c.answerErr(r, err, pc.s.Run, pc.s.Action)
-		var we *weft.Error
-		if pc.proof == nil && errors.As(err, &we) && we.Code == weft.CodeIdentityRequired && we.Reason == approvers.ReasonNoIdentity {
-			// no_identity comes only from a deployment that requires
-			// identities, which requires a reason too: a statement without
-			// one would only be refused no_reason once signed.
-			if pc.s.Reason == "" {
-				a.Message += ". This deployment also requires a reason: write why in the form's reason, then sign it with your key (“Sign with your key” on the form)."
-			} else if st, serr := c.signing(r, pc.s); serr == nil {
-				a.Sign = st
-				a.Message += ". Sign it with your key (“Sign with your key” on the form) to send it verified."
-			}
-		}
-		c.respond(w, r, a)
+		c.respond(w, r, c.personRefused(r, pc, err, pc.s.Run, pc.s.Action))
 		return
 	}
 	msg := what
@@ -218,4 +238,25 @@ func (c *Console) answerPerson(w http.ResponseWriter, r *http.Request, pc person
 		msg += " Signed with key " + pc.proof.Key + "."
 	}
 	c.respond(w, r, answer{OK: true, Status: rep.Status, Link: link, Message: msg + " " + then})
+}
+
+// personRefused is the answer to the person's command pc refused with err
+// (the run and action it names) — and, for a command refused for want of
+// a verified identity, its signing statement, so that the page says how
+// to sign it.
+func (c *Console) personRefused(r *http.Request, pc personCommand, err error, run, action string) answer {
+	a := c.answerErr(r, err, run, action)
+	var we *weft.Error
+	if pc.proof == nil && errors.As(err, &we) && we.Code == weft.CodeIdentityRequired && we.Reason == approvers.ReasonNoIdentity {
+		// no_identity comes only from a deployment that requires
+		// identities, which requires a reason too: a statement without
+		// one would only be refused no_reason once signed.
+		if pc.s.Reason == "" {
+			a.Message += ". This deployment also requires a reason: write why in the form's reason, then sign it with your key (“Sign with your key” on the form)."
+		} else if st, serr := c.signing(r, pc.s); serr == nil {
+			a.Sign = st
+			a.Message += ". Sign it with your key (“Sign with your key” on the form) to send it verified."
+		}
+	}
+	return a
 }

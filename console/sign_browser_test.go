@@ -1,16 +1,22 @@
 package console_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/console"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/demo"
+	"github.com/weftrun/weft/natsnode"
+	"github.com/weftrun/weft/roles"
 )
 
 // TestSecurityWhoDidIt_ConsoleSignsInTheBrowser (docs/security.md, "Who
@@ -182,4 +188,151 @@ func TestSecurityWhoDidIt_ConsoleSignsAReconciliation(t *testing.T) {
 	if text := get(t, ctx, "the reconciled line", chromedp.Text(chromedp.CSS(line))); !strings.Contains(text, "by demo approver (verified)") || !strings.Contains(text, pub) {
 		t.Errorf("the reconciled line says %q", text)
 	}
+}
+
+// TestSecurityWhoDidIt_ConsoleSignsARestart (docs/security.md, "Who did
+// it"; docs/semantics.md §14): on weft dev --secure --require-identity,
+// the run page's Restart from a step is refused identity_required
+// (no_identity) with a typed name, showing the weft restart command that
+// signs it; signed in the browser with the person key it restarts the
+// run, and the new run records the key's person, verified, with its key
+// (never the typed name), which its page says.
+func TestSecurityWhoDidIt_ConsoleSignsARestart(t *testing.T) {
+	s := secureStack(t)
+	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, pub := s.approverKey(t)
+	s.start(t, "bsr-8", "pay invoice INV-8", "finished")
+	ctx := tab(t)
+	const form = "#restart-form"
+	do(t, ctx, "restart with a typed name", chromedp.Navigate(s.consoleURL+"/runs/bsr-8"), chromedp.WaitVisible(chromedp.CSS(form+` button[type=submit]`)),
+		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"),
+		typeIn(`#r-run`, "bsr-8b"),
+		typeIn(`#r-reason`, "tool fixed"),
+		typeIn(`#r-by`, "mallory"),
+		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
+		waitJS(`!!document.querySelector("`+form+` [data-result] code.code")`))
+	if c, r := get(t, ctx, "code", chromedp.Text(chromedp.CSS(form+` [data-result] code.code`))), get(t, ctx, "reason", chromedp.Text(chromedp.CSS(form+` [data-result] code.reason`))); c != "identity_required" || r != "no_identity" {
+		t.Fatalf("a typed name shows %q (%q), want identity_required (no_identity)", c, r)
+	}
+	if cmd := get(t, ctx, "weft command", chromedp.Text(chromedp.CSS(form+` [data-result] [data-weft-command]`))); cmd != "weft restart bsr-8 --from-turn 1 --run bsr-8b --reason 'tool fixed' --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof" {
+		t.Errorf("the refusal shows the command %q", cmd)
+	}
+	do(t, ctx, "restart signed with the person key",
+		typeIn(`#r-signing-key`, strings.TrimSpace(string(raw))),
+		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
+		waitJS(`(document.querySelector("`+form+` [data-result]")||{}).textContent.includes("Restarted run bsr-8 from turn 1 as run bsr-8b, signed with key `+pub+`.")`))
+	v := s.waitStatus(t, "bsr-8b", "finished")
+	if r := v.Restarted; r == nil || !r.Verified || r.Key != pub || r.By != "demo approver" || r.Reason != "tool fixed" {
+		t.Fatalf("restarted %+v, want verified by demo approver with key %s", v.Restarted, pub)
+	}
+	do(t, ctx, "the new run's page", chromedp.Navigate(s.consoleURL+"/runs/bsr-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-restarted-by`)))
+	if text := get(t, ctx, "restarted by", chromedp.Text(chromedp.CSS(`#run-restarted-by`))); text != "by demo approver (verified): “tool fixed”" {
+		t.Errorf("the new run's page says it was restarted %q", text)
+	}
+}
+
+// TestSecurityWhoDidIt_ConsoleSignsAHold (docs/security.md, "Who did it";
+// "Retention and legal hold"): on weft dev --secure --require-identity,
+// the run page's Place a legal hold and its Release are refused
+// identity_required (no_identity) with a typed name, showing the weft
+// hold command that signs each; signed in the browser with the person key
+// they place and release the hold, recorded in weft_holds under the key's
+// person, verified, with its key (never the typed name), which the page's
+// list of holds says. The console is the custodian's: the operator's may
+// not place holds.
+func TestSecurityWhoDidIt_ConsoleSignsAHold(t *testing.T) {
+	s := secureStack(t)
+	consoleURL, custodian := s.custodianConsole(t)
+	keeper := &stack{nc: custodian}
+	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := strings.TrimSpace(string(raw))
+	_, pub := s.approverKey(t)
+	s.start(t, "bsh-9", "pay invoice INV-9", "finished")
+	ctx := tab(t)
+	refused := func(form, wantCmd string) {
+		t.Helper()
+		if c, r := get(t, ctx, "code", chromedp.Text(chromedp.CSS(form+` [data-result] code.code`))), get(t, ctx, "reason", chromedp.Text(chromedp.CSS(form+` [data-result] code.reason`))); c != "identity_required" || r != "no_identity" {
+			t.Fatalf("a typed name shows %q (%q), want identity_required (no_identity)", c, r)
+		}
+		if cmd := get(t, ctx, "weft command", chromedp.Text(chromedp.CSS(form+` [data-result] [data-weft-command]`))); cmd != wantCmd {
+			t.Errorf("the refusal shows the command %q, want %q", cmd, wantCmd)
+		}
+	}
+
+	const hold = "#hold-form"
+	do(t, ctx, "hold with a typed name", chromedp.Navigate(consoleURL+"/runs/bsh-9"), chromedp.WaitVisible(chromedp.CSS(hold+` button[type=submit]`)),
+		typeIn(`#h-reason`, "litigation L-9"),
+		typeIn(`#h-by`, "mallory"),
+		chromedp.Click(chromedp.CSS(hold+` button[type=submit]`)),
+		waitJS(`!!document.querySelector("`+hold+` [data-result] code.code")`))
+	refused(hold, "weft hold bsh-9 --reason 'litigation L-9' --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof")
+	do(t, ctx, "hold signed with the person key",
+		typeIn(`#h-signing-key`, seed),
+		chromedp.Click(chromedp.CSS(hold+` button[type=submit]`)),
+		waitJS(`(document.querySelector("`+hold+` [data-result]")||{}).textContent.includes("Hold h1 placed on run bsh-9 by demo approver (verified, key `+pub+`)")`))
+	if hs := keeper.holds(t, "bsh-9"); len(hs) != 1 || !hs[0].Active() || hs[0].By != "demo approver" || !hs[0].Verified || hs[0].Key != pub || hs[0].Proof == nil {
+		t.Fatalf("weft_holds keeps %+v, want h1 active, by demo approver verified with key %s", hs, pub)
+	}
+	const row = `#holds li[data-hold=h1]`
+	do(t, ctx, "the page lists it", chromedp.WaitVisible(chromedp.CSS(row+`[data-active=true]`)))
+	if text := get(t, ctx, "hold", chromedp.Text(chromedp.CSS(row))); !strings.Contains(text, "placed by demo approver (verified)") {
+		t.Errorf("the hold shows %q, want placed by demo approver (verified)", text)
+	}
+
+	do(t, ctx, "release with a typed name",
+		typeIn(`#rh-h1-reason`, "settled"),
+		typeIn(`#rh-h1-by`, "mallory"),
+		chromedp.Click(chromedp.CSS(row+` button[type=submit]`)),
+		waitJS(`!!document.querySelector("`+row+` [data-result] code.code")`))
+	refused(row, "weft hold --release --hold h1 bsh-9 --reason settled --signing-key YOUR_KEY.nk --proof-ttl 45s --print-proof")
+	do(t, ctx, "release signed with the person key",
+		typeIn(`#rh-h1-signing-key`, seed),
+		chromedp.Click(chromedp.CSS(row+` button[type=submit]`)),
+		waitJS(`document.getElementById("notices").textContent.includes("Hold h1 of run bsh-9 released by demo approver (verified, key `+pub+`)")`))
+	if hs := keeper.holds(t, "bsh-9"); len(hs) != 1 || hs[0].Active() || hs[0].Released.By != "demo approver" || !hs[0].Released.Verified || hs[0].Released.Key != pub || hs[0].Released.Proof == nil {
+		t.Fatalf("weft_holds keeps %+v, want h1 released by demo approver verified with key %s", hs, pub)
+	}
+	do(t, ctx, "the page lists it released", chromedp.WaitVisible(chromedp.CSS(row+`[data-active=false]`)))
+	if text := get(t, ctx, "released hold", chromedp.Text(chromedp.CSS(row))); !strings.Contains(text, "released by demo approver (verified)") {
+		t.Errorf("the released hold shows %q, want released by demo approver (verified)", text)
+	}
+}
+
+// custodianConsole serves, until the test ends, a console connected to
+// the secure stack as its custodian: the operator's console may neither
+// place holds nor read weft_holds (docs/console.md, "Legal holds"), the
+// custodian may. It returns the console's URL and the custodian's
+// connection.
+func (s *stack) custodianConsole(t *testing.T) (string, *nats.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	node, err := natsnode.Start(ctx, natsnode.WithURL(s.natsURL), natsnode.WithCredsFile(filepath.Join(s.roles, roles.CredsFile(roles.Custodian, api.Queue{}))))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	con, err := console.New(node.Conn(), console.WithApprover(demo.Approver))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	ln, u, err := console.Listen("127.0.0.1:0")
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- con.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = node.Close(context.Background())
+	})
+	return u, node.Conn()
 }

@@ -57,6 +57,8 @@ type stack struct {
 	// roles is the secure stack's roles directory (credentials, the
 	// approver's signing key).
 	roles string
+	// natsURL is the dev stacks' NATS URL.
+	natsURL string
 }
 
 func TestMain(m *testing.M) {
@@ -166,7 +168,7 @@ func startDev(secured bool) (*stack, error) {
 		return nil, err
 	}
 	nc := node.Conn()
-	s.nc, s.cmd, s.query = nc, api.NewClient(nc), projector.NewClient(nc)
+	s.nc, s.cmd, s.query, s.natsURL = nc, api.NewClient(nc), projector.NewClient(nc), u
 	s.stop = func() {
 		_ = node.Close(context.Background())
 		cancel()

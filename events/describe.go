@@ -224,6 +224,9 @@ func Describe(e Event) string {
 		b.kv("version", strconv.FormatUint(e.From.Version, 10))
 		b.kv("turn", itoa(e.From.Turn))
 		b.kv("messages", strconv.Itoa(len(e.Transcript)))
+		b.opt("by", e.By)
+		b.optq("reason", e.Reason)
+		b.identity(e.Identity)
 	case RunHandedOff:
 		b.kv("runner", e.Runner)
 		b.kv("incarnation", strconv.Itoa(e.Incarnation))

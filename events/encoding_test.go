@@ -90,7 +90,17 @@ func encodingSamples() []Event {
 // (TestEncodingExtraCases): the fields added to an event since its golden
 // file was written, whose old encoding stays that file.
 func extraEncodingSamples() []Event {
-	return []Event{forkedWithHash()}
+	return []Event{forkedWithHash(), forkedBy()}
+}
+
+// forkedBy is a fork that records who restarted it, verified by a signed
+// restart proof (docs/security.md, "Who did it").
+func forkedBy() RunForked {
+	f := forkedWithHash()
+	f.By, f.Reason, f.Identity = "dave", "retry with the fixed tool", Identity{Verified: true, Key: "UDAVE"}
+	f.Proof = &CommandProof{Key: "UDAVE", Command: "restart", Run: "r-1", Content: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+		Reason: "retry with the fixed tool", Expires: time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC), Signature: "c2ln"}
+	return f
 }
 
 // forkedWithHash is a fork that records the parent's chain hash at the

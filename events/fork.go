@@ -15,10 +15,21 @@ const NameRunForked Name = "run_forked"
 // parent's conversation after its input (RunStarted's Input, copied), up
 // to that turn: assistant turns, tool results and corrections as the
 // model read them. The effects behind those results are not run again.
-// The new run's first ModelRequested is From.Turn.
+// The new run's first ModelRequested is From.Turn. By is who restarted
+// it, Reason why, Identity and Proof whether the deployment vouches for By
+// (a command proof of the restart: package proof's RestartSubject), as for
+// CancelRequested; all empty in forks recorded before a restart recorded
+// who made it.
 type RunForked struct {
 	From       ForkedFrom `json:"forked_from"`
 	Transcript []Message  `json:"transcript"`
+	By         string     `json:"by,omitempty"`
+	Reason     string     `json:"reason,omitempty"`
+	// Identity says whether the deployment vouches for By (a signed
+	// command proof by one of its keys).
+	Identity
+	// Proof is the signed command proof the restart was made with.
+	Proof *CommandProof `json:"proof,omitempty"`
 }
 
 // ForkedFrom names the run a restarted run came from: the parent Run, its

@@ -110,7 +110,8 @@ type Deed struct {
 }
 
 // Deeds returns the commands people made in history (answers,
-// reconciliations, resolutions, a cancellation), oldest first, each with
+// reconciliations, resolutions, a cancellation, pauses, resumes, the
+// restart that made the run), oldest first, each with
 // who made it, checked as the run view checks it (Fold): an answer's proof
 // against the request it answers, a command proof against its event.
 func Deeds(history []events.Recorded) []Deed {
@@ -158,7 +159,8 @@ func deedIn(v RunView, rec events.Recorded) (Deed, bool) {
 }
 
 // commandDeed returns the person's command rec records (a reconciliation,
-// a resolution, a cancellation, a pause, a resume), false for any other event.
+// a resolution, a cancellation, a pause, a resume, the restart that made
+// the run), false for any other event.
 func commandDeed(rec events.Recorded) (Deed, bool) {
 	var what, by string
 	var s proof.CommandSubject
@@ -189,6 +191,12 @@ func commandDeed(rec events.Recorded) (Deed, bool) {
 		what = proof.CommandResume
 		s = proof.CommandSubject{Command: proof.CommandResume, Run: rec.Run, Reason: e.Reason}
 		by, id, p = e.By, e.Identity, e.Proof
+	case events.RunForked:
+		// The restart that made this run: its proof states the parent,
+		// the turn and this run (proof.RestartSubject).
+		what = fmt.Sprintf("%s from %s turn %d", proof.CommandRestart, e.From.Run, e.From.Turn)
+		s = proof.RestartSubject(e.From.Run, e.From.Turn, rec.Run, e.Reason)
+		by, id, p = e.By, e.Identity, e.Proof
 	default:
 		return Deed{}, false
 	}
@@ -216,7 +224,7 @@ func (p PersonView) Describe() string {
 }
 
 // deed is who made the person's command e of run (a reconciliation, a
-// resolution, a cancellation, a pause, a resume), recorded at at.
+// resolution, a cancellation, a pause, a resume, a restart), recorded at at.
 func deed(run string, e events.Event, at time.Time) *PersonView {
 	d, _ := commandDeed(events.Recorded{Run: run, At: at, Event: e})
 	return &d.Who

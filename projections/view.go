@@ -181,6 +181,11 @@ type RunView struct {
 	// (docs/semantics.md §14): the parent run, the parent's version the
 	// restart read and the turn the run asked again.
 	ForkedFrom *events.ForkedFrom `json:"forked_from,omitempty"`
+	// Restarted is who restarted it, why and when, with ForkedFrom
+	// (Verified only when its recorded restart proof still verifies:
+	// docs/security.md, "Who did it"); By is empty for a restart recorded
+	// before restarts recorded who made them.
+	Restarted *PersonView `json:"restarted,omitempty"`
 	// Actions are the run's actions in the order the model asked for them.
 	Actions []ActionView `json:"actions"`
 	// Version is the version of the last event folded; Started and Updated
@@ -299,7 +304,7 @@ type ResolutionView struct {
 }
 
 // PersonView is who made a person's command (a reconciliation, a
-// cancellation): By, the name recorded; Verified when the deployment
+// cancellation, a pause, a restart): By, the name recorded; Verified when the deployment
 // vouched for it (a signed command proof by one of its person keys) and
 // the proof, checked again here against what the log records, still
 // verifies; Key the proof's key; Reason why; At when (docs/security.md,
@@ -435,6 +440,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 	case events.RunForked:
 		from := e.From
 		v.ForkedFrom = &from
+		v.Restarted = deed(v.Run, e, at)
 	case events.ModelRequested:
 		if e.Turn > v.Turns {
 			v.Turns = e.Turn

@@ -26,7 +26,42 @@ const (
 	// CommandVoid is a repair's void of the malformed message that
 	// quarantines a run (`weft repair drop`; VoidSubject).
 	CommandVoid = "void"
+	// CommandRestart is a finished run's restart from one of its turns as
+	// a new run (docs/semantics.md §14; RestartSubject).
+	CommandRestart = "restart"
+	// CommandHold is a legal hold placed on a run (HoldSubject).
+	CommandHold = "hold"
+	// CommandReleaseHold is the release of a run's legal hold
+	// (ReleaseHoldSubject).
+	CommandReleaseHold = "release_hold"
 )
+
+// RestartSubject is what a restart states (CommandRestart): the finished
+// run parent restarted from its turn as the new run run, for reason. Its
+// Run is the parent; its content is {"run":RUN,"turn":TURN}, so that a
+// proof restarts one new run (a retry of that restart answers it) and is
+// no proof of another; it has no action.
+func RestartSubject(parent string, turn int64, run, reason string) CommandSubject {
+	content, _ := json.Marshal(struct {
+		Run  string `json:"run"`
+		Turn int64  `json:"turn"`
+	}{run, turn})
+	return CommandSubject{Command: CommandRestart, Run: parent, Content: content, Reason: reason}
+}
+
+// HoldSubject is what a legal hold on run states (CommandHold): no action,
+// no content, its reason.
+func HoldSubject(run, reason string) CommandSubject {
+	return CommandSubject{Command: CommandHold, Run: run, Reason: reason}
+}
+
+// ReleaseHoldSubject is what the release of run's legal hold hold (h1,
+// h2, ...) states (CommandReleaseHold): the hold as its action, its
+// reason. A signed release names its hold (the command API refuses one
+// that does not), so that its proof releases that hold and no other.
+func ReleaseHoldSubject(run, hold, reason string) CommandSubject {
+	return CommandSubject{Command: CommandReleaseHold, Run: run, Action: hold, Reason: reason}
+}
 
 // VoidSubject is what a repair's void states (CommandVoid): on run, the
 // message at stream sequence seq whose body has the SHA-256 sha256

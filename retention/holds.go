@@ -16,7 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	weft "github.com/weftrun/weft"
+	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/provision"
 )
@@ -50,10 +53,16 @@ func Assets() []provision.Asset {
 type Hold struct {
 	Run string `json:"run"`
 	// ID names the hold among the run's (h1, h2, ...): a release names it.
-	ID     string    `json:"id"`
-	By     string    `json:"by"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
+	ID string `json:"id"`
+	// By is who placed it; Identity whether the deployment vouched for By
+	// (a signed command proof by one of its person keys, Proof) when it
+	// was placed: docs/security.md, "Who did it". A hold placed before
+	// holds recorded it has neither (unverified).
+	By string `json:"by"`
+	events.Identity
+	Proof  *events.CommandProof `json:"proof,omitempty"`
+	Reason string               `json:"reason"`
+	At     time.Time            `json:"at"`
 	// Released is set once the hold was released: by whom, why and when.
 	Released *Release `json:"released,omitempty"`
 	// CommandID is the command that placed it (weft.api.hold, which `weft
@@ -62,16 +71,25 @@ type Hold struct {
 	CommandID string `json:"command_id,omitempty"`
 }
 
-// Release is who released a hold, why and when.
+// Release is who released a hold (Identity and Proof as for Hold), why
+// and when.
 type Release struct {
-	By     string    `json:"by"`
-	Reason string    `json:"reason"`
-	At     time.Time `json:"at"`
+	By string `json:"by"`
+	events.Identity
+	Proof  *events.CommandProof `json:"proof,omitempty"`
+	Reason string               `json:"reason"`
+	At     time.Time            `json:"at"`
 	// CommandID is the command that released it (weft.api.release_hold;
 	// empty for a release without one, as the CLI made before):
 	// ReleaseHold with it again answers this release.
 	CommandID string `json:"command_id,omitempty"`
 }
+
+// Person is who places or releases a hold: By, the name recorded, and
+// whether the deployment vouched for it (Identity, with the command proof
+// it checked), as approvers.People.Command answers it; the caller checks
+// the proof (the runner).
+type Person = approvers.Who
 
 // Active reports whether the hold still exempts its run.
 func (h Hold) Active() bool { return h.Run != "" && h.Released == nil }
@@ -97,6 +115,33 @@ func (v runHolds) active() Hold {
 		}
 	}
 	return Hold{}
+}
+
+// checkProofUnused refuses the signed command proof p when v keeps it
+// already, on a hold's placement or release (proof_refused, reason
+// proof_used): a command proof is consumed once (docs/security.md, "Who
+// did it"), so a proof seen once cannot place a second hold, or release a
+// hold placed later, in its signer's name. nil for no proof.
+func (v runHolds) checkProofUnused(p *events.CommandProof) error {
+	if p == nil {
+		return nil
+	}
+	d := proof.CommandDigest(*p)
+	same := func(q *events.CommandProof) bool { return q != nil && q.Key == p.Key && proof.CommandDigest(*q) == d }
+	for _, h := range v.Holds {
+		what := ""
+		switch {
+		case same(h.Proof):
+			what = "the placement of"
+		case h.Released != nil && same(h.Released.Proof):
+			what = "the release of"
+		default:
+			continue
+		}
+		return &weft.Error{Code: weft.CodeProofRefused, Reason: proof.ReasonProofUsed,
+			Message: fmt.Sprintf("run %s: this command proof was already recorded with %s its legal hold %s: a proof is consumed once", v.Run, what, h.ID)}
+	}
+	return nil
 }
 
 // decodeHolds decodes a run's value; an earlier release's value is one
@@ -178,16 +223,19 @@ func updateHolds(ctx context.Context, kv jetstream.KeyValue, run string, change 
 	}
 }
 
-// Place puts a legal hold on run, by whom and why (both required), at at,
+// Place puts a legal hold on run, by whom (by.By: the name recorded,
+// with whether the deployment vouched for it) and why (both required), at at,
 // beside the holds it has. The run must have events (unknown_run
 // otherwise). A run a purge took (it found no active hold) is refused
 // with conflict, and the hold is not placed: the purge has passed its hold
 // check, and the run goes. commandID, when not empty, is recorded in the
 // hold, and a Place with a command id that placed one of run's holds
 // answers that hold and adds none: a retry is safe for as long as the
-// hold is kept, not only while its command's reply is.
-func Place(ctx context.Context, js jetstream.JetStream, commandID, run, by, reason string, at time.Time) (Hold, error) {
-	if err := checkWho(run, by, reason); err != nil {
+// hold is kept, not only while its command's reply is. Another command
+// with a command proof (by.Proof) that one of run's holds or releases
+// keeps already is refused proof_refused (proof_used).
+func Place(ctx context.Context, js jetstream.JetStream, commandID, run string, by Person, reason string, at time.Time) (Hold, error) {
+	if err := checkWho(run, by.By, reason); err != nil {
 		return Hold{}, err
 	}
 	head, err := eventlog.New(js).Head(ctx, run)
@@ -207,10 +255,13 @@ func Place(ctx context.Context, js jetstream.JetStream, commandID, run, by, reas
 			h = v.Holds[i]
 			return false, nil
 		}
+		if err := v.checkProofUnused(by.Proof); err != nil {
+			return false, err
+		}
 		if v.Purging != nil {
 			return false, weft.Errorf(weft.CodeConflict, "run %s: a purge passed its hold check on it at %s: the hold is not placed, and the run goes with its family (docs/adr/0030-retention-and-legal-hold.md)", run, v.Purging.UTC().Format(time.RFC3339))
 		}
-		h = Hold{Run: run, ID: fmt.Sprintf("h%d", len(v.Holds)+1), By: by, Reason: reason, At: at.UTC(), CommandID: commandID}
+		h = Hold{Run: run, ID: fmt.Sprintf("h%d", len(v.Holds)+1), By: by.By, Identity: by.Identity, Proof: by.Proof, Reason: reason, At: at.UTC(), CommandID: commandID}
 		v.Holds = append(v.Holds, h)
 		return true, nil
 	})
@@ -226,9 +277,10 @@ func Place(ctx context.Context, js jetstream.JetStream, commandID, run, by, reas
 // unknown_run; an empty id when the run has several, invalid_request.
 // commandID, when not empty, is recorded in the release, and a
 // ReleaseHold with a command id that released one of run's holds answers
-// that hold, released, and changes nothing.
-func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id, by, reason string, at time.Time) (Hold, error) {
-	if err := checkWho(run, by, reason); err != nil {
+// that hold, released, and changes nothing. A command proof kept already
+// is refused as for Place.
+func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id string, by Person, reason string, at time.Time) (Hold, error) {
+	if err := checkWho(run, by.By, reason); err != nil {
 		return Hold{}, err
 	}
 	holds, err := holdsBucket(ctx, js)
@@ -242,6 +294,9 @@ func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id
 		}); i >= 0 {
 			h = v.Holds[i]
 			return false, nil
+		}
+		if err := v.checkProofUnused(by.Proof); err != nil {
+			return false, err
 		}
 		var ids []string
 		i := -1
@@ -259,7 +314,7 @@ func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id
 		case i < 0:
 			return false, weft.Errorf(weft.CodeUnknownRun, "run %s has no active legal hold %s", run, id)
 		}
-		v.Holds[i].Released = &Release{By: by, Reason: reason, At: at.UTC(), CommandID: commandID}
+		v.Holds[i].Released = &Release{By: by.By, Identity: by.Identity, Proof: by.Proof, Reason: reason, At: at.UTC(), CommandID: commandID}
 		h = v.Holds[i]
 		return true, nil
 	})
@@ -296,6 +351,27 @@ func Holds(ctx context.Context, js jetstream.JetStream) ([]Hold, error) {
 	})
 	slices.SortStableFunc(out, func(a, b Hold) int { return strings.Compare(a.Run, b.Run) })
 	return out, err
+}
+
+// ByCommand returns run's hold that the command commandID placed
+// (release false) or released (release true), and whether there is one:
+// Place and ReleaseHold answer a retry of that command with it, and a
+// caller that checks who sent the command answers it first, so that a
+// retry whose proof has since expired still learns what its command did.
+func ByCommand(ctx context.Context, js jetstream.JetStream, run, commandID string, release bool) (Hold, bool, error) {
+	if commandID == "" {
+		return Hold{}, false, nil
+	}
+	hs, err := HoldsOf(ctx, js, run)
+	if err != nil {
+		return Hold{}, false, unavailable("%v", err)
+	}
+	for _, h := range hs {
+		if !release && h.CommandID == commandID || release && h.Released != nil && h.Released.CommandID == commandID {
+			return h, true, nil
+		}
+	}
+	return Hold{}, false, nil
 }
 
 // HoldsOf returns every hold of run (active and released), in the order

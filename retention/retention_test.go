@@ -198,7 +198,7 @@ func TestRetentionRemovesOldFinishedRunsAndKeepsTheRest(t *testing.T) {
 	waitViews(t, s, all...)
 	putKV(t, s, protocol.SnapshotsBucket, "old")
 	putKV(t, s, protocol.ClaimsBucket, "old.YQ.1.1")
-	if _, err := Place(ctx, s.JS, "", "held", "legal: r.ortiz", "dispute D-17", t0); err != nil {
+	if _, err := Place(ctx, s.JS, "", "held", Person{By: "legal: r.ortiz"}, "dispute D-17", t0); err != nil {
 		t.Fatal(err)
 	}
 	before := viewOf(t, s, "old")
@@ -252,7 +252,7 @@ func TestRetentionRemovesOldFinishedRunsAndKeepsTheRest(t *testing.T) {
 	}
 
 	// Released, the hold no longer keeps its run.
-	if _, err := ReleaseHold(ctx, s.JS, "", "held", "", "legal: r.ortiz", "D-17 settled", now); err != nil {
+	if _, err := ReleaseHold(ctx, s.JS, "", "held", "", Person{By: "legal: r.ortiz"}, "D-17 settled", now); err != nil {
 		t.Fatal(err)
 	}
 	res, err = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
@@ -284,7 +284,7 @@ func TestRetentionInterruptedPurgeIsCompletedByTheNext(t *testing.T) {
 	}
 	// A hold now is refused: the run is being removed.
 	var we *weft.Error
-	if _, err := Place(ctx, s.JS, "", "old", "legal", "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
+	if _, err := Place(ctx, s.JS, "", "old", Person{By: "legal"}, "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
 		t.Fatalf("hold of a run being purged: %v, want conflict", err)
 	}
 	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
@@ -338,7 +338,7 @@ func TestRetentionHoldPlacedBeforeTheHoldCheckKeepsTheFamily(t *testing.T) {
 	var placed error
 	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
 		if step == stepHoldCheck {
-			_, placed = Place(ctx, s.JS, "", run, "legal", "subpoena S-3", now)
+			_, placed = Place(ctx, s.JS, "", run, Person{By: "legal"}, "subpoena S-3", now)
 		}
 		return nil
 	}})
@@ -351,7 +351,7 @@ func TestRetentionHoldPlacedBeforeTheHoldCheckKeepsTheFamily(t *testing.T) {
 	if h, _ := s.Log.Head(ctx, "old"); h.IsZero() || kvHas(t, s, protocol.PurgesBucket, "old") || !kvHas(t, s, protocol.ViewsBucket, "old") {
 		t.Fatalf("the held run was touched (head %+v)", h)
 	}
-	if h, err := Place(ctx, s.JS, "", "old", "legal", "dispute D-17", now); err != nil || h.ID != "h2" {
+	if h, err := Place(ctx, s.JS, "", "old", Person{By: "legal"}, "dispute D-17", now); err != nil || h.ID != "h2" {
 		t.Fatalf("a second hold after the purge gave the run back: %+v %v", h, err)
 	}
 }
@@ -368,7 +368,7 @@ func TestRetentionHoldAfterTheHoldCheckIsRefusedAndNotRecorded(t *testing.T) {
 	var placed error
 	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now, afterStep: func(run, step string) error {
 		if step == stepMarked {
-			_, placed = Place(ctx, s.JS, "", run, "legal", "subpoena S-3", now)
+			_, placed = Place(ctx, s.JS, "", run, Person{By: "legal"}, "subpoena S-3", now)
 		}
 		return nil
 	}})
@@ -391,26 +391,26 @@ func TestRetentionSecondHoldIsKeptUntilReleased(t *testing.T) {
 	ctx := context.Background()
 	appendAt(t, s, "old", t0, finished("old")...)
 	waitViews(t, s, "old")
-	a, err := Place(ctx, s.JS, "", "old", "legal A", "dispute D-17", now)
+	a, err := Place(ctx, s.JS, "", "old", Person{By: "legal A"}, "dispute D-17", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Place(ctx, s.JS, "", "old", "legal B", "subpoena S-3", now)
+	b, err := Place(ctx, s.JS, "", "old", Person{By: "legal B"}, "subpoena S-3", now)
 	if err != nil || a.ID == b.ID {
 		t.Fatalf("second hold %+v %v (first %s)", b, err, a.ID)
 	}
 	var we *weft.Error
-	if _, err := ReleaseHold(ctx, s.JS, "", "old", "", "legal B", "done", now); !errors.As(err, &we) || we.Code != weft.CodeInvalidRequest {
+	if _, err := ReleaseHold(ctx, s.JS, "", "old", "", Person{By: "legal B"}, "done", now); !errors.As(err, &we) || we.Code != weft.CodeInvalidRequest {
 		t.Fatalf("a release naming no hold of two: %v, want invalid_request", err)
 	}
-	if _, err := ReleaseHold(ctx, s.JS, "", "old", b.ID, "legal B", "S-3 answered", now); err != nil {
+	if _, err := ReleaseHold(ctx, s.JS, "", "old", b.ID, Person{By: "legal B"}, "S-3 answered", now); err != nil {
 		t.Fatal(err)
 	}
 	res, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
 	if err != nil || len(res.Purged) != 0 || len(res.Kept) != 1 || !strings.Contains(res.Kept[0].Why, "dispute D-17") {
 		t.Fatalf("with hold %s active: %+v %v", a.ID, res, err)
 	}
-	if _, err := ReleaseHold(ctx, s.JS, "", "old", "", "legal A", "D-17 settled", now); err != nil {
+	if _, err := ReleaseHold(ctx, s.JS, "", "old", "", Person{By: "legal A"}, "D-17 settled", now); err != nil {
 		t.Fatal(err)
 	}
 	res, err = Apply(ctx, s.JS, Options{OlderThan: age, Now: now})
@@ -431,32 +431,32 @@ func TestRetentionHoldAndReleaseAreIdempotentByTheirCommandID(t *testing.T) {
 	ctx := context.Background()
 	appendAt(t, s, "old", t0, finished("old")...)
 	waitViews(t, s, "old")
-	a, err := Place(ctx, s.JS, "cmd-h", "old", "legal", "dispute D-17", now)
+	a, err := Place(ctx, s.JS, "cmd-h", "old", Person{By: "legal"}, "dispute D-17", now)
 	if err != nil || a.CommandID != "cmd-h" {
 		t.Fatalf("the hold: %+v %v", a, err)
 	}
-	again, err := Place(ctx, s.JS, "cmd-h", "old", "legal", "dispute D-17", now.Add(time.Hour))
+	again, err := Place(ctx, s.JS, "cmd-h", "old", Person{By: "legal"}, "dispute D-17", now.Add(time.Hour))
 	if err != nil || again.ID != a.ID || !again.At.Equal(a.At) {
 		t.Fatalf("the hold placed again with its command id: %+v %v, want %s as placed", again, err, a.ID)
 	}
 	if hs, err := Holds(ctx, s.JS); err != nil || len(hs) != 1 {
 		t.Fatalf("holds after the retry: %+v %v, want one", hs, err)
 	}
-	r, err := ReleaseHold(ctx, s.JS, "cmd-r", "old", a.ID, "legal", "settled", now)
+	r, err := ReleaseHold(ctx, s.JS, "cmd-r", "old", a.ID, Person{By: "legal"}, "settled", now)
 	if err != nil || r.Released == nil || r.Released.CommandID != "cmd-r" {
 		t.Fatalf("the release: %+v %v", r, err)
 	}
-	r2, err := ReleaseHold(ctx, s.JS, "cmd-r", "old", a.ID, "legal", "settled", now.Add(time.Hour))
+	r2, err := ReleaseHold(ctx, s.JS, "cmd-r", "old", a.ID, Person{By: "legal"}, "settled", now.Add(time.Hour))
 	if err != nil || r2.ID != a.ID || r2.Released == nil || !r2.Released.At.Equal(r.Released.At) {
 		t.Fatalf("the release again with its command id: %+v %v, want %s as released", r2, err, a.ID)
 	}
 	// Another command id is another hold, and releasing a released hold
 	// under a new command id is refused.
-	if b, err := Place(ctx, s.JS, "cmd-h2", "old", "legal", "subpoena S-3", now); err != nil || b.ID == a.ID {
+	if b, err := Place(ctx, s.JS, "cmd-h2", "old", Person{By: "legal"}, "subpoena S-3", now); err != nil || b.ID == a.ID {
 		t.Fatalf("a hold with another command id: %+v %v, want a new hold", b, err)
 	}
 	var we *weft.Error
-	if _, err := ReleaseHold(ctx, s.JS, "cmd-r2", "old", a.ID, "legal", "settled", now); !errors.As(err, &we) || we.Code != weft.CodeUnknownRun {
+	if _, err := ReleaseHold(ctx, s.JS, "cmd-r2", "old", a.ID, Person{By: "legal"}, "settled", now); !errors.As(err, &we) || we.Code != weft.CodeUnknownRun {
 		t.Fatalf("a release of the released hold by another command: %v, want unknown_run", err)
 	}
 }
@@ -479,7 +479,7 @@ func TestRetentionInterruptedPurgeRefusesAHoldAndTheNextCompletes(t *testing.T) 
 		t.Fatal(err)
 	}
 	var we *weft.Error
-	if _, err := Place(ctx, s.JS, "", "old", "legal", "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
+	if _, err := Place(ctx, s.JS, "", "old", Person{By: "legal"}, "late", now); !errors.As(err, &we) || we.Code != weft.CodeConflict {
 		t.Fatalf("a hold on the half-removed run: %v, want conflict", err)
 	}
 	if hs := activeHolds(t, s, "old"); len(hs) != 0 {
@@ -500,7 +500,7 @@ func TestRetentionInterruptedPurgeOfAHeldRunStops(t *testing.T) {
 	ctx := context.Background()
 	appendAt(t, s, "old", t0, finished("old")...)
 	waitViews(t, s, "old")
-	if _, err := Place(ctx, s.JS, "", "old", "legal", "dispute D-17", now); err != nil {
+	if _, err := Place(ctx, s.JS, "", "old", Person{By: "legal"}, "dispute D-17", now); err != nil {
 		t.Fatal(err)
 	}
 	// A hold provisions weft_holds only; an Apply provisions weft_purges.
@@ -541,7 +541,7 @@ func TestRetentionHoldCheckWithoutAMarkIsUndoneByTheNextApply(t *testing.T) {
 	if _, err := Apply(ctx, s.JS, Options{OlderThan: age, Now: now}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Place(ctx, s.JS, "", "new", "legal", "dispute D-17", now); err != nil {
+	if _, err := Place(ctx, s.JS, "", "new", Person{By: "legal"}, "dispute D-17", now); err != nil {
 		t.Fatalf("a hold after the next apply: %v", err)
 	}
 }
@@ -792,15 +792,15 @@ func TestRetentionHoldsOfListsARunsHoldsInOrder(t *testing.T) {
 		t.Fatalf("without the bucket: %+v %v, want none", hs, err)
 	}
 	appendAt(t, s, "old", t0, finished("old")...)
-	a, err := Place(ctx, s.JS, "", "old", "legal A", "dispute D-17", now)
+	a, err := Place(ctx, s.JS, "", "old", Person{By: "legal A"}, "dispute D-17", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Place(ctx, s.JS, "", "old", "legal B", "subpoena S-3", now)
+	b, err := Place(ctx, s.JS, "", "old", Person{By: "legal B"}, "subpoena S-3", now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ReleaseHold(ctx, s.JS, "", "old", a.ID, "legal A", "D-17 settled", now); err != nil {
+	if _, err := ReleaseHold(ctx, s.JS, "", "old", a.ID, Person{By: "legal A"}, "D-17 settled", now); err != nil {
 		t.Fatal(err)
 	}
 	hs, err := HoldsOf(ctx, s.JS, "old")

@@ -96,7 +96,16 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 		}
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := r.removeDriverKey(dctx, rn.id, 0); err != nil {
+		// At the revision this runner put or found (no read of the key
+		// first); an entry replaced since is removed as the key has it.
+		var err error
+		if rn.keyed && rn.keyRev != 0 {
+			err = r.removeDriverKey(dctx, rn.id, rn.keyRev)
+		}
+		if !rn.keyed || rn.keyRev == 0 || errors.Is(err, errDriverKeyChanged) {
+			err = r.removeDriverKey(dctx, rn.id, 0)
+		}
+		if err != nil {
 			r.log.Warn("driver key delete", "run", rn.id, "err", err)
 			return true // the wake of a finished run deletes it
 		}

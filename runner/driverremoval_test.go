@@ -204,6 +204,83 @@ func TestSemantics8_AStaleRevisionInARecreatedBucketLeavesAnotherRunsEntry(t *te
 	}
 }
 
+// docs/semantics.md §8 and docs/adr/0036-driver-entry-removed-by-sequence.md
+// (decision 5): a finished run's driver entry is removed at the revision its
+// runner put, with no read of the key first: one read, of the message at
+// that revision (its subject checked: a bucket made again reuses
+// sequences), and one delete. Before, the removal read the key (a direct
+// get by subject) and then the message at the revision it found.
+func TestSemantics8_AFinishedRunsDriverEntryIsRemovedWithoutReadingItsKey(t *testing.T) {
+	t.Parallel()
+	b := &bodies{}
+	m := model.NewScripted("s", model.CallTools(payCall(1, "ok")), model.Answer("ok"))
+	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(allow))
+	h := newHarness(t)
+	h.startRunner([]*agent.Agent{a})
+	c := ctx(t)
+	st, err := h.srv.JS.Stream(c, "KV_"+runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := countRequests(t, h, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket+".>")
+	bySeq := countRequests(t, h, "$JS.API.DIRECT.GET.KV_"+runner.DriversBucket, "$JS.API.STREAM.MSG.GET.KV_"+runner.DriversBucket)
+	deletes := countRequests(t, h, "$JS.API.STREAM.MSG.DELETE.KV_"+runner.DriversBucket)
+	if _, err := h.client.Start(c, api.StartRequest{Run: "dr8", Agent: "desk", Input: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, out := finished(t, h, "dr8"); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %s", out.Kind)
+	}
+	for {
+		info, err := st.Info(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.LastSeq >= 1 && info.State.Msgs == 0 {
+			break // written once and removed
+		}
+		select {
+		case <-c.Done():
+			t.Fatalf("the drivers bucket still holds %d messages after the run finished", info.State.Msgs)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if k, s, d := byKey(), bySeq(), deletes(); k != 0 || s != 1 || d != 1 {
+		t.Fatalf("the removal read the key %d times and the message by sequence %d times, and sent %d deletes; want 0, 1 and 1", k, s, d)
+	}
+}
+
+// countRequests counts the messages published on subjects (the JetStream
+// API requests of every connection of h's server) from now on; the
+// function it returns gives the count of those the server sent before it
+// was called (a channel subscription receives them in the connection's
+// read loop, before the flush's answer).
+func countRequests(t *testing.T, h *harness, subjects ...string) func() int {
+	t.Helper()
+	ch := make(chan *nats.Msg, 1024)
+	for _, subj := range subjects {
+		sub, err := h.srv.Conn.ChanSubscribe(subj, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
+	if err := h.srv.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	return func() int {
+		if err := h.srv.Conn.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for len(ch) > 0 {
+			<-ch
+			n++
+		}
+		return n
+	}
+}
+
 // docs/adr/0036-driver-entry-removed-by-sequence.md: on a weft_drivers
 // bucket that already denied deletes when the runner started (as an
 // earlier release made it), the runner purges its entries directly —

@@ -10,7 +10,8 @@ import (
 
 // WithPeople sets how the runner vouches for who made a person's command
 // (docs/security.md, "Who did it"): the person keys whose signed command
-// proofs make a reconcile, resolve, cancel, pause or resume verified, and
+// proofs make a reconcile, resolve, cancel, pause, resume, restart, legal
+// hold or release of a hold verified, and
 // whether every person's command must say who made it and why
 // (identity_required).
 // Answers are verified by the agent's approvers' keys.
@@ -22,6 +23,12 @@ func WithPeople(p approvers.People) Option { return func(r *Runner) { r.people =
 func (r *Runner) who(rn *run, endpoint, action string, content json.RawMessage, reason, by string, signed *events.CommandProof) (approvers.Who, error) {
 	s := proof.CommandSubject{Command: endpoint, Run: rn.id, Action: action, Content: content, Reason: reason}
 	return r.people.Command(s, by, signed, r.clock(rn))
+}
+
+// whoOf is who made a person's command s that is no command of a live run
+// (a restart, a legal hold or its release): as who, at the runner's clock.
+func (r *Runner) whoOf(s proof.CommandSubject, by string, signed *events.CommandProof) (approvers.Who, error) {
+	return r.people.Command(s, by, signed, r.clock(nil))
 }
 
 // answerIdentity is an answer's identity: verified, by its key, when it was

@@ -8,6 +8,7 @@ import (
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
 )
 
@@ -19,7 +20,23 @@ import (
 // is then started as any run is, by the owner of its partition (a start
 // forwarded with the judged fork), bound to the parent's agent at the
 // version served now (or req.Version), with the parent's input.
+//
+// Who restarts it is checked first, as for a cancel (r.whoOf: a command
+// proof of proof.RestartSubject, the parent, the turn and the new run, by a
+// person key records the key's person verified; identity_required
+// applies), and recorded in the new run's RunForked. A retry of a signed
+// restart that took effect (req.Run exists, forked from the same turn with
+// the same proof) is answered as a start's retry is, already_started with
+// the same input, before its proof is checked again: it may have expired
+// since the first try (restartedBy).
 func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
+	if err := r.restartedBy(ctx, req); err != nil {
+		return api.StartReply{}, err
+	}
+	who, err := r.whoOf(proof.RestartSubject(req.From.Run, req.From.Turn, req.Run, req.Reason), req.By, req.Proof)
+	if err != nil {
+		return api.StartReply{}, err
+	}
 	history, envs, err := r.loadRecorded(ctx, req.From.Run)
 	if err != nil {
 		return api.StartReply{}, err
@@ -62,8 +79,40 @@ func (r *Runner) Restart(ctx context.Context, req api.RestartRequest) (api.Start
 	if err := retention.CheckNotBeingPurged(ctx, r.js, req.From.Run); err != nil {
 		return api.StartReply{}, err
 	}
+	fork.By, fork.Reason, fork.Identity, fork.Proof = who.By, req.Reason, who.Identity, who.Proof
 	start := api.StartRequest{CommandID: req.CommandID, Run: req.Run, Agent: parent.Agent.Name, Version: req.Version, Input: parent.Input, Correlation: req.Correlation}
 	return r.startFork(ctx, start, nil, &fork)
+}
+
+// restartedBy answers a signed restart whose new run req.Run exists and
+// records this restart (its RunForked names the same parent and turn and
+// keeps the same proof): already_started with the same input, as
+// aggregate.Decide answers a start's retry. nil when it is not one.
+func (r *Runner) restartedBy(ctx context.Context, req api.RestartRequest) error {
+	if req.Proof == nil || req.Run == "" {
+		return nil
+	}
+	head, err := r.evlog.Head(ctx, req.Run)
+	if err != nil || head.IsZero() {
+		return nil // judged by the restart itself
+	}
+	history, _, err := r.loadRecorded(ctx, req.Run)
+	if err != nil {
+		return err
+	}
+	d := proof.CommandDigest(*req.Proof)
+	for _, rec := range history {
+		f, ok := rec.Event.(events.RunForked)
+		if !ok {
+			continue
+		}
+		if f.From.Run == req.From.Run && f.From.Turn == req.From.Turn && f.Proof != nil && f.Proof.Key == req.Proof.Key && proof.CommandDigest(*f.Proof) == d {
+			same := true
+			return &weft.Error{Code: weft.CodeAlreadyStarted, Message: fmt.Sprintf("run %s exists: this restart made it", req.Run), SameInput: &same}
+		}
+		return nil
+	}
+	return nil
 }
 
 // loadRecorded reads run's whole log for a judgement: its events, and

@@ -60,7 +60,7 @@ func TestHoldCLIGoesThroughTheCommandAPI(t *testing.T) {
 
 	t.Setenv("NATS_USER", "noholds")
 	for i := range 2 {
-		if code, out, errs := cli(t, "hold", "held-api", "--reason", "dispute D-17", "--by", "legal: r.ortiz", "--command-id", "cli-h1"); code != 0 || !strings.Contains(out, "held held-api (hold h1) by legal: r.ortiz: dispute D-17") {
+		if code, out, errs := cli(t, "hold", "held-api", "--reason", "dispute D-17", "--by", "legal: r.ortiz", "--command-id", "cli-h1"); code != 0 || !strings.Contains(out, "held held-api (hold h1) by legal: r.ortiz (unverified): dispute D-17") {
 			t.Fatalf("hold (try %d) through the command API: exit %d\n%s%s", i+1, code, out, errs)
 		}
 	}
@@ -72,7 +72,7 @@ func TestHoldCLIGoesThroughTheCommandAPI(t *testing.T) {
 		t.Fatalf("hold list without the bucket: exit %d, want %d\n%s%s", code, exitDenied, out, errs)
 	}
 	for i := range 2 {
-		if code, out, errs := cli(t, "hold", "--release", "held-api", "--hold", "h1", "--reason", "D-17 settled", "--by", "legal: r.ortiz", "--command-id", "cli-r1"); code != 0 || !strings.Contains(out, "released hold h1 on held-api (placed by legal: r.ortiz): D-17 settled") {
+		if code, out, errs := cli(t, "hold", "--release", "held-api", "--hold", "h1", "--reason", "D-17 settled", "--by", "legal: r.ortiz", "--command-id", "cli-r1"); code != 0 || !strings.Contains(out, "released hold h1 on held-api by legal: r.ortiz (unverified): D-17 settled (placed by legal: r.ortiz (unverified))") {
 			t.Fatalf("release (try %d) through the command API: exit %d\n%s%s", i+1, code, out, errs)
 		}
 	}

@@ -147,7 +147,8 @@ func printedProof(w io.Writer, sf *signFlags, p *events.CommandProof) (bool, err
 }
 
 // printDeeds lists who did each thing a person did in the run (answers,
-// reconciliations, resolutions, a cancellation), and whether the
+// reconciliations, resolutions, a cancellation, pauses, resumes, the
+// restart that made it), and whether the
 // deployment vouched for it (docs/security.md, "Who did it").
 func printDeeds(w io.Writer, envs []events.Envelope) {
 	recs := make([]events.Recorded, 0, len(envs))

@@ -147,7 +147,7 @@ func showCommand() command {
 					fmt.Fprintf(e.stdout, "hold       unknown (cannot read %s: %v)\n", retention.HoldsBucket, holdErr)
 				}
 				if hold != nil {
-					fmt.Fprintf(e.stdout, "hold       by %s since %s: %s (retention keeps the run and its family)\n", hold.By, hold.At.Format(time.RFC3339), hold.Reason)
+					fmt.Fprintf(e.stdout, "hold       %s since %s: %s (retention keeps the run and its family)\n", holdWho(hold.By, hold.Identity), hold.At.Format(time.RFC3339), hold.Reason)
 				}
 				return nil
 			}
@@ -239,6 +239,9 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 	}
 	if f := v.ForkedFrom; f != nil {
 		fmt.Fprintf(w, "forked     from %s before turn %d (its version %d)\n", f.Run, f.Turn, f.Version)
+	}
+	if p := v.Restarted; p != nil && (p.By != "" || p.Verified) {
+		fmt.Fprintf(w, "restarted  %s%s\n", p.Describe(), ifSet(": ", p.Reason))
 	}
 	for _, f := range r.Forks {
 		fmt.Fprintf(w, "fork       %s from turn %d (started %s)\n", f.Run, f.Turn, f.Started.Format(time.RFC3339))

@@ -161,7 +161,7 @@ func TestShowAsTheReaderSaysTheHoldIsUnknown(t *testing.T) {
 	t.Cleanup(func() { pcancel(); <-done })
 	// A hold on the run, so that "none" would be a lie.
 	appendRunAt(t, s.Log, "pay-42", time.Now().Add(-time.Hour).Truncate(time.Second), answered("a")...)
-	if _, err := retention.Place(ctx, s.JS, "", "pay-42", "legal", "dispute D-17", time.Now()); err != nil {
+	if _, err := retention.Place(ctx, s.JS, "", "pay-42", retention.Person{By: "legal"}, "dispute D-17", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	h, err := s.Log.Head(ctx, "pay-42")

@@ -15,6 +15,9 @@ import (
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/client"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/projections"
+	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
 )
 
@@ -123,18 +126,20 @@ func retentionCommand() command {
 // hold; the list reads the weft_holds bucket.
 func holdCommand() command {
 	return command{
-		name: "hold", args: "<run> --reason TEXT --by NAME | --release [--hold ID] <run> --reason TEXT --by NAME | list [--all] [--json]",
+		name: "hold", args: "<run> --reason TEXT --by NAME|--signing-key FILE | --release [--hold ID] <run> --reason TEXT --by NAME|--signing-key FILE | list [--all] [--json]",
 		summary: "place or release a legal hold on a run (retention keeps it and its family), or list the holds",
 		examples: []string{
 			`weft hold pay-42 --reason "dispute D-17" --by "legal: r.ortiz"`,
 			`weft hold --release pay-42 --reason "dispute D-17 closed" --by "legal: r.ortiz"`,
+			`weft hold pay-42 --reason "dispute D-17" --signing-key ortiz.nk   # verified (docs/security.md)`,
 			"weft hold list",
 		},
 		flags: func(fs *flag.FlagSet) func(context.Context, *env, []string) error {
 			release := fs.Bool("release", false, "release the run's hold (who and why are kept with it)")
-			holdID := fs.String("hold", "", "release: which of the run's holds (its id, h1, h2, ...; needed when it has several)")
+			holdID := fs.String("hold", "", "release: which of the run's holds (its id, h1, h2, ...; needed when it has several, and with --signing-key)")
 			reason := fs.String("reason", "", "why the hold is placed or released (required)")
-			by := fs.String("by", "", "who places or releases it (required)")
+			by := fs.String("by", "", "who places or releases it (required without --signing-key; recorded unverified, --signing-key records the key's person, verified)")
+			sign := addCommandSignFlags(fs)
 			commandID := fs.String("command-id", "", "idempotency key of the hold or release (default: a fresh one); the same id sent again answers the same hold")
 			all := fs.Bool("all", false, "list: the released holds too")
 			asJSON := fs.Bool("json", false, "print JSON")
@@ -147,25 +152,41 @@ func holdCommand() command {
 				if list {
 					return listHolds(ctx, e, *all, *asJSON)
 				}
-				if *reason == "" || *by == "" {
-					return usagef("a hold and its release need --reason and --by")
+				if *reason == "" || (*by == "" && sign.key == "") {
+					return usagef("a hold and its release need --reason and --by (or --signing-key)")
+				}
+				if *release && *holdID == "" && sign.key != "" {
+					// Its proof states the hold: one of "the run's one
+					// active hold" would release a hold placed later.
+					return usagef("a signed release names its hold: --hold ID (`weft hold list` shows it)")
 				}
 				if *commandID == "" {
 					*commandID = newCommandID()
 				}
 				run := args[0]
+				s := proof.HoldSubject(run, *reason)
+				if *release {
+					s = proof.ReleaseHoldSubject(run, *holdID, *reason)
+				}
+				signed, err := signCommand(e.stderr, sign, s)
+				if err != nil {
+					return err
+				}
+				if done, err := printedProof(e.stdout, sign, signed); done {
+					return err
+				}
 				e.sends = true
-				h, err := sendHold(ctx, e, holdCall{run: run, release: *release, hold: *holdID, by: *by, reason: *reason, commandID: *commandID}, retry.retry())
+				h, err := sendHold(ctx, e, holdCall{run: run, release: *release, hold: *holdID, by: *by, reason: *reason, commandID: *commandID, proof: signed}, retry.retry())
 				if err != nil {
 					return err
 				}
 				if *asJSON {
 					return printJSON(e.stdout, h)
 				}
-				if *release {
-					fmt.Fprintf(e.stdout, "released hold %s on %s (placed by %s): %s\n", h.ID, run, h.By, *reason)
+				if *release && h.Released != nil {
+					fmt.Fprintf(e.stdout, "released hold %s on %s %s: %s (placed %s)\n", h.ID, run, holdWho(h.Released.By, h.Released.Identity), *reason, holdWho(h.By, h.Identity))
 				} else {
-					fmt.Fprintf(e.stdout, "held %s (hold %s) by %s: %s\n", run, h.ID, h.By, h.Reason)
+					fmt.Fprintf(e.stdout, "held %s (hold %s) %s: %s\n", run, h.ID, holdWho(h.By, h.Identity), h.Reason)
 				}
 				return nil
 			}
@@ -177,6 +198,13 @@ func holdCommand() command {
 type holdCall struct {
 	run, hold, by, reason, commandID string
 	release                          bool
+	proof                            *events.CommandProof
+}
+
+// holdWho says who placed or released a hold and whether the deployment
+// vouched for it: "by NAME (verified, key K)" or "by NAME (unverified)".
+func holdWho(by string, id events.Identity) string {
+	return projections.PersonView{By: by, Verified: id.Verified, Key: id.Key}.Describe()
 }
 
 // sendHold sends c through the command API (client.Hold or
@@ -191,9 +219,9 @@ func sendHold(ctx context.Context, e *env, c holdCall, retry time.Duration) (ret
 		var rep api.HoldReply
 		var err error
 		if c.release {
-			rep, err = cl.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: c.commandID, Run: c.run, Hold: c.hold, By: c.by, Reason: c.reason})
+			rep, err = cl.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: c.commandID, Run: c.run, Hold: c.hold, By: c.by, Reason: c.reason, Proof: c.proof})
 		} else {
-			rep, err = cl.Hold(ctx, api.HoldRequest{CommandID: c.commandID, Run: c.run, By: c.by, Reason: c.reason})
+			rep, err = cl.Hold(ctx, api.HoldRequest{CommandID: c.commandID, Run: c.run, By: c.by, Reason: c.reason, Proof: c.proof})
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
 			return &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf("no answer from the command API within %s (is a runner serving weft.api.*?): whether the %s took effect is not known: `weft hold list --all` shows it, or send it again with the same --command-id %s, which answers the same hold (%v)", e.timeout+retry, holdVerb(c.release), c.commandID, err)}
@@ -201,12 +229,12 @@ func sendHold(ctx context.Context, e *env, c holdCall, retry time.Duration) (ret
 		if err != nil {
 			return err
 		}
-		h = retention.Hold{Run: rep.Run, ID: rep.Hold, By: rep.By, Reason: rep.Reason, At: rep.At}
+		h = retention.Hold{Run: rep.Run, ID: rep.Hold, By: rep.By, Identity: events.Identity{Verified: rep.Verified, Key: rep.Key}, Reason: rep.Reason, At: rep.At}
 		if !c.release {
 			h.CommandID = c.commandID
 		}
 		if rep.Released != nil {
-			h.Released = &retention.Release{By: rep.Released.By, Reason: rep.Released.Reason, At: rep.Released.At}
+			h.Released = &retention.Release{By: rep.Released.By, Identity: events.Identity{Verified: rep.Released.Verified, Key: rep.Released.Key}, Reason: rep.Released.Reason, At: rep.Released.At}
 			if c.release {
 				h.Released.CommandID = c.commandID
 			}
@@ -250,9 +278,9 @@ func listHolds(ctx context.Context, e *env, all, asJSON bool) error {
 	for _, h := range shown {
 		rel := "-"
 		if h.Released != nil {
-			rel = fmt.Sprintf("by %s at %s: %s", h.Released.By, h.Released.At.Format(time.RFC3339), h.Released.Reason)
+			rel = fmt.Sprintf("%s at %s: %s", holdWho(h.Released.By, h.Released.Identity), h.Released.At.Format(time.RFC3339), h.Released.Reason)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Run, h.ID, h.By, h.At.Format(time.RFC3339), oneLine(h.Reason, 60), rel)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", h.Run, h.ID, strings.TrimPrefix(holdWho(h.By, h.Identity), "by "), h.At.Format(time.RFC3339), oneLine(h.Reason, 60), rel)
 	}
 	return nil
 }

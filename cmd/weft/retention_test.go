@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/audit"
@@ -101,13 +102,13 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 	if code, _, errs := cli(t, "hold", "nope", "--by", "legal", "--reason", "x"); code != exitFailed || !strings.Contains(errs, "unknown_run") {
 		t.Fatalf("hold of an unknown run: %d %s", code, errs)
 	}
-	if code, out, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz", "--reason", "dispute D-17"); code != 0 || !strings.Contains(out, "held ret-held (hold h1) by legal: r.ortiz: dispute D-17") {
+	if code, out, errs := cli(t, "hold", "ret-held", "--by", "legal: r.ortiz", "--reason", "dispute D-17"); code != 0 || !strings.Contains(out, "held ret-held (hold h1) by legal: r.ortiz (unverified): dispute D-17") {
 		t.Fatalf("hold: %d %s %s", code, out, errs)
 	}
 	_, out, _ := cli(t, "hold", "list")
 	contains(t, "hold list", out, "RUN", "ret-held", "legal: r.ortiz", "dispute D-17")
 	_, out, _ = cli(t, "show", "ret-held")
-	contains(t, "show of the held run", out, "hold       by legal: r.ortiz since", "dispute D-17")
+	contains(t, "show of the held run", out, "hold       by legal: r.ortiz (unverified) since", "dispute D-17")
 
 	code, out, errs := cli(t, "retention", "apply", "--older-than", "48h", "--dry-run")
 	if code != 0 {
@@ -143,7 +144,7 @@ func TestRetentionAndHoldCLI(t *testing.T) {
 		t.Fatalf("release: %d %s %s", code, out, errs)
 	}
 	_, out, _ = cli(t, "hold", "list", "--all")
-	contains(t, "hold list --all", out, "ret-held", "by legal: r.ortiz at", "D-17 settled")
+	contains(t, "hold list --all", out, "ret-held", "by legal: r.ortiz (unverified) at", "D-17 settled")
 	if _, out, _ = cli(t, "retention", "apply", "--older-than", "48h", "--json"); !strings.Contains(out, `"purged": [
     "ret-held"
   ]`) {
@@ -790,5 +791,28 @@ func TestRetentionApplyKilledMidwayIsCompletedByTheNext(t *testing.T) {
 		if err != nil || !strings.Contains(string(e.Value()), `"state":"purged"`) {
 			t.Errorf("%s's tombstone: %v", run, err)
 		}
+	}
+}
+
+// TestSecurityWhoDidIt_SignedReleaseNamesItsHold (docs/security.md, "Who
+// did it"): `weft hold --release --signing-key` without --hold is a bad
+// command line (exit 2), and signs nothing: a proof of "the run's one
+// active hold" would release a hold placed after it was signed.
+func TestSecurityWhoDidIt_SignedReleaseNamesItsHold(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	key := filepath.Join(t.TempDir(), "ortiz.nk")
+	if err := os.WriteFile(key, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "hold", "--release", "pay-42", "--reason", "settled", "--signing-key", key, "--print-proof")
+	if code != exitUsage || out != "" || !strings.Contains(errs, "--hold") {
+		t.Fatalf("a signed release without --hold: exit %d, out %q, err %q; want usage naming --hold, nothing signed", code, out, errs)
+	}
+	if code, out, _ := cli(t, "hold", "--release", "--hold", "h1", "pay-42", "--reason", "settled", "--signing-key", key, "--print-proof"); code != 0 || !strings.Contains(out, `"action":"h1"`) {
+		t.Fatalf("a signed release naming h1: exit %d, out %q; want its proof, naming h1", code, out)
 	}
 }

@@ -15,7 +15,8 @@ import (
 // agent's only approver takes signed proofs), weft show names the key and
 // says the proof verifies, and weft audit verify re-checks it; the
 // reader's credentials cannot approve (permission_denied, exit 7), and without
-// credentials nothing connects.
+// credentials nothing connects. A hold and a restart signed with the person
+// key are recorded verified, and hold list, show and audit verify say so.
 func TestDevSecure(t *testing.T) {
 	t.Setenv("NATS_URL", "")
 	t.Setenv("NATS_CREDS", "")
@@ -69,11 +70,29 @@ func TestDevSecure(t *testing.T) {
 	// (weft.api.hold), which dev's runner serves; the operator's is not
 	// allowed, naming the role that may.
 	custodian := filepath.Join(dir, "custodian.creds")
-	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "legal", "--creds", custodian); code != 0 || !strings.Contains(o, "held pay-7 (hold h1) by legal: dispute D-17") {
+	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "legal", "--creds", custodian); code != 0 || !strings.Contains(o, "held pay-7 (hold h1) by legal (unverified): dispute D-17") {
 		t.Fatalf("hold as the custodian: exit %d\n%s%s", code, o, errs)
 	}
 	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "dispute D-17", "--by", "ops"); code != exitDenied || !strings.Contains(errs, "weft.api.hold") || !strings.Contains(errs, "role custodian") {
 		t.Fatalf("hold as the operator: exit %d, want %d\n%s%s", code, exitDenied, o, errs)
+	}
+	// Signed with the person key (docs/security.md, "Who did it"): the
+	// hold and a restart record the key's person, verified, with the key;
+	// show and audit verify name them.
+	if code, o, errs := cli(t, "hold", "pay-7", "--reason", "subpoena S-3", "--signing-key", key, "--creds", custodian); code != 0 || !strings.Contains(o, "held pay-7 (hold h2) by demo approver (verified, key U") {
+		t.Fatalf("signed hold: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := cli(t, "hold", "list", "--creds", custodian); code != 0 || !strings.Contains(o, "demo approver (verified, key U") || !strings.Contains(o, "legal (unverified)") {
+		t.Fatalf("hold list: exit %d\n%s%s", code, o, errs)
+	}
+	if code, o, errs := cli(t, "restart", "pay-7", "--from-turn", "1", "--run", "pay-7r", "--reason", "tool fixed", "--by", "mallory", "--signing-key", key); code != 0 || !strings.Contains(errs, "signing: restart run pay-7") {
+		t.Fatalf("signed restart: exit %d\n%s%s", code, o, errs)
+	}
+	if show := waitShow(t, "pay-7r", "restarted  by demo approver (verified, key U"); !strings.Contains(show, ": tool fixed") || strings.Contains(show, "mallory") {
+		t.Fatalf("show of the restart does not name the key's person and the reason:\n%s", show)
+	}
+	if code, o, errs := cli(t, "audit", "verify", "pay-7r"); code != 0 || !strings.Contains(o, "restart from pay-7 turn 1 by demo approver (verified, key U") {
+		t.Fatalf("audit verify of the restart: %d %s %s", code, o, errs)
 	}
 }
 
