@@ -29,10 +29,26 @@ func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bo
 		return false // cannot tell
 	}
 	var stuck map[string]*undecided
+	// One judgement per owner in a round: a gone owner's many partitions
+	// are judged once, and a judgement that cannot tell (a server that
+	// does not answer: up to three bounded reads) is not made again for
+	// each of them, holding the round for as many times as long.
+	// Remembering "cannot tell" for the round only postpones a claim to
+	// the next round; "gone" is remembered longer already (seenGone).
+	var judged map[string]ownerLook
 	cur := 0
 	round := partition.Round{Self: t.cfg.ID, Runners: runners, Live: live,
 		Gone: func(id string) bool {
-			alive, saw := peers.look(ctx, id)
+			j, ok := judged[id]
+			if !ok {
+				j.alive, j.saw = peers.look(ctx, id)
+				peers.cfg.Log.Debug("partition owner judged", "owner", id, "gone", !j.alive, "saw", j.saw)
+				if judged == nil {
+					judged = map[string]ownerLook{}
+				}
+				judged[id] = j
+			}
+			alive, saw := j.alive, j.saw
 			if alive {
 				if stuck == nil {
 					stuck = map[string]*undecided{}
@@ -71,4 +87,10 @@ func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bo
 		}
 	}
 	return true
+}
+
+// ownerLook is what a round's judgement of an owner found (Peers.look).
+type ownerLook struct {
+	alive bool
+	saw   string
 }
