@@ -17,8 +17,8 @@ import (
 // the view cannot tell.
 //
 // An owner whose key left the view that the judgement cannot tell gone, or
-// a view that cannot tell, for longer than a lease, and a round that took
-// as long, are said at Warn (stale.go).
+// a view that cannot tell, for staleAfter (the grace of a new view and a
+// lease), and a round that took as long, are said at Warn (stale.go).
 func (t *Table) Pass(ctx context.Context, peers *Peers, unbounded func(p int) bool, release func(p int, rev uint64)) bool {
 	start := peers.cfg.Clock.Now()
 	peers.roundBegan(start)

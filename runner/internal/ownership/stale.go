@@ -52,7 +52,11 @@ func (p *Peers) noteLiveOwners(ctx context.Context, round map[string][]int) {
 	if s.liveSince == nil {
 		s.liveSince, s.liveWarned = map[string]time.Time{}, map[string]time.Time{}
 	}
-	var check []string
+	type due struct {
+		id    string
+		since time.Time
+	}
+	var check []due
 	for id := range round {
 		since, ok := s.liveSince[id]
 		if !ok {
@@ -61,12 +65,16 @@ func (p *Peers) noteLiveOwners(ctx context.Context, round map[string][]int) {
 		}
 		if now.Sub(since) >= p.staleAfter() && now.Sub(s.liveWarned[id]) >= p.staleWarnEvery() {
 			s.liveWarned[id] = now
-			check = append(check, id)
+			check = append(check, due{id, since})
 		}
 	}
 	s.mu.Unlock()
-	for _, id := range check {
-		gctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	for _, d := range check {
+		id := d.id
+		// Made in the round (deferred by Pass), and due only when owners
+		// are stranded already: a short bound, so that a server that does
+		// not answer holds the round little longer.
+		gctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, err := p.cfg.Live.Get(gctx, id)
 		cancel()
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -77,7 +85,7 @@ func (p *Peers) noteLiveOwners(ctx context.Context, round map[string][]int) {
 		k := v.keys[id]
 		v.mu.Unlock()
 		p.cfg.Log.Warn("the runners view holds a partition owner live while its liveness key is absent: its partitions stay its own",
-			"owner", id, "partitions", round[id], "live_in_view_for", now.Sub(s.liveSince[id]).Round(time.Millisecond),
+			"owner", id, "partitions", round[id], "live_in_view_for", now.Sub(d.since).Round(time.Millisecond),
 			"view_revision", k.revision, "view_until_in", k.until.Sub(now).Round(time.Millisecond))
 	}
 }
@@ -211,8 +219,11 @@ func (p *Peers) noteBlind() {
 		"for", now.Sub(s.blind).Round(time.Millisecond), "last_delivery_ago", now.Sub(seen).Round(time.Millisecond))
 }
 
-// noteRound notes a round's end and says one that took longer than a
-// lease (begun at start).
+// noteRound notes a round's end and says one that took staleAfter or
+// longer (begun at start): not a round that waited for one bounded read
+// through a server restart (a lease is shorter than such a wait), but one
+// that kept a gone runner's partitions its own as long as an undecided
+// owner does.
 func (p *Peers) noteRound(start time.Time) {
 	now := p.cfg.Clock.Now()
 	took := now.Sub(start)
@@ -220,12 +231,12 @@ func (p *Peers) noteRound(start time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ended = now
-	if took < p.cfg.Lease {
+	if took < p.staleAfter() {
 		return
 	}
 	if now.Sub(s.slowWarned) < p.staleWarnEvery() {
 		return
 	}
 	s.slowWarned = now
-	p.cfg.Log.Warn("a round of rebalancing took longer than a lease", "took", took.Round(time.Millisecond))
+	p.cfg.Log.Warn("a round of rebalancing took longer than the grace of a new view and a lease", "took", took.Round(time.Millisecond))
 }
