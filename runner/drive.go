@@ -423,7 +423,10 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				// removes the entry of a run it does not hold
 				// (docs/semantics.md §8: a run can always be answered). A run
 				// its previous driver still drives (no hand-off) is left to
-				// it as before, and one it finished needs no takeover.
+				// it as before, and one it finished needs no takeover. The
+				// equal incarnation is the test that nobody recovered the
+				// run meanwhile (the runner changes only with a recovery);
+				// the runner's is compared all the same.
 				return nil, err
 			}
 			if rn.driven && rn.state.Runner() != r.id {

@@ -252,10 +252,9 @@ func (t *Table) Verify(ctx context.Context, p int) (string, error) {
 func (t *Table) partitionKey(ctx context.Context, p int) (string, uint64, error) {
 	// Bounded whatever the caller's context: a request whose answer a
 	// server restart or pause lost is never answered, and a claim's read
-	// made with the partition loop's context (no deadline) held that round
-	// of rebalancing for ever — every gone runner's partition after it
-	// stayed its own (chaos seed 2: "a round of rebalancing has not ended"
-	// for minutes, commands forwarded to a dead runner).
+	// is made with the partition loop's context (no deadline) — unbounded,
+	// it would hold that round of rebalancing for ever, every gone
+	// runner's partition after it staying its own (docs/semantics.md §8).
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	bucket := "KV_" + t.cfg.Bucket
