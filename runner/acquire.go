@@ -298,7 +298,13 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 		return
 	}
 	if err := r.step(ctx, rn, nil); err != nil {
-		r.log.Warn("takeover", "run", rn.id, "err", err)
+		if conflict := (*eventlog.ConflictError)(nil); errors.As(err, &conflict) {
+			// Expected: the previous driver's hand-off came first; the
+			// takeover stays pending when it is still to record.
+			r.log.Info("takeover", "run", rn.id, "err", err)
+		} else {
+			r.log.Warn("takeover", "run", rn.id, "err", err)
+		}
 		if rn.driven && rn.takeover != nil {
 			// Still to record, whoever started it (a command, a scan, a
 			// timer): tried again without a command (docs/semantics.md §8:

@@ -38,7 +38,9 @@ var _ api.Backend = (*Runner)(nil)
 // When the command's append finds that another runner took the run over
 // meanwhile (this runner's lease had lapsed; it drops the run and its
 // decision is void), the command is routed once more, to the new driver,
-// instead of being refused with conflict.
+// instead of being refused with conflict; so is a command whose takeover
+// met the previous driver's hand-off (the takeover is recorded alone, and
+// the command decided again on the run as it is then).
 func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn func(context.Context, *run) error) error {
 	r.commands.add()
 	defer r.commands.done()
@@ -57,6 +59,7 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 			return r.forward(ctx, fe.driver, kind, id, req, out)
 		}
 		wasDriven, head := rn.driven, rn.head
+		pending := rn.takeover != nil
 		err = fn(ctx, rn)
 		if fe := (*forwardError)(nil); errors.As(err, &fe) && !rn.driven {
 			// The takeover this command was to record found the
@@ -86,13 +89,20 @@ func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn fu
 			}
 		}
 		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
+		// A takeover the command was to record met the previous driver's
+		// hand-off (its append came first): the run stays held, the
+		// takeover alone is recorded now (finishTakeover), and the
+		// command, decided on the state before the hand-off, was not
+		// applied. Like a lost run, it is routed once more, to the run
+		// as it is now, instead of being refused with conflict.
+		retaken := pending && rn.driven && rn.takeover == nil && rn.state.Runner() == r.id
 		rn.unlock()
 		r.noteQuarantine(err)
 		if we := (*weft.Error)(nil); errors.As(err, &we) && we.Code == weft.CodeOutcomeUnknown {
 			return unknownAnswer(kind, ReasonAppendUnknown, we.Message)
 		}
 		var conflict *eventlog.ConflictError
-		if attempt == 0 && lost && errors.As(err, &conflict) {
+		if attempt == 0 && (lost || retaken) && errors.As(err, &conflict) {
 			continue
 		}
 		return err

@@ -392,6 +392,7 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
 			}
 			// Re-read and re-decide; never act on the lost decision.
+			wasRunner, wasIncarnation := rn.state.Runner(), rn.state.Incarnation()
 			tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
 			if lerr != nil {
 				if r.noteQuarantine(lerr) {
@@ -409,6 +410,25 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 				}
 			}
 			rn.head = head
+			_, fin := rn.state.Finished()
+			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin && rn.state.HandedOff() &&
+				rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
+				// A takeover met the hand-off of the driver it takes the run
+				// over from (and perhaps the reports of its work in flight),
+				// recorded while that driver gave the partition up (paused,
+				// then released): the run is still this runner's to take
+				// over, now with the cause handed_off (takeOver keeps it
+				// pending, tried again). Dropped, nobody would drive it: its
+				// previous driver gave it up, and the scan that woke it
+				// removes the entry of a run it does not hold
+				// (docs/semantics.md §8: a run can always be answered). A run
+				// its previous driver still drives (no hand-off) is left to
+				// it as before, and one it finished needs no takeover. The
+				// equal incarnation is the test that nobody recovered the
+				// run meanwhile (the runner changes only with a recovery);
+				// the runner's is compared all the same.
+				return nil, err
+			}
 			if rn.driven && rn.state.Runner() != r.id {
 				r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
 				r.drop(rn)

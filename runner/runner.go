@@ -372,6 +372,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(bg)
 	g.Go(func() error { return r.parts.Watch(gctx) })
 	g.Go(func() error { return r.peers.WatchRunners(gctx) })
+	g.Go(func() error { r.peers.WatchRounds(gctx); return nil })
 	hb, stopHeartbeat := context.WithCancel(context.Background())
 	defer stopHeartbeat()
 	g.Go(func() error { r.peers.HeartbeatLoop(hb); return nil })

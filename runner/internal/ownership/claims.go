@@ -250,6 +250,13 @@ func (t *Table) Verify(ctx context.Context, p int) (string, error) {
 // the deletion's revision when the key is deleted, "" and 0 when it is
 // absent.
 func (t *Table) partitionKey(ctx context.Context, p int) (string, uint64, error) {
+	// Bounded whatever the caller's context: a request whose answer a
+	// server restart or pause lost is never answered, and a claim's read
+	// is made with the partition loop's context (no deadline) — unbounded,
+	// it would hold that round of rebalancing for ever, every gone
+	// runner's partition after it staying its own (docs/semantics.md §8).
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	bucket := "KV_" + t.cfg.Bucket
 	m, err := t.cfg.Conn.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+bucket,
 		fmt.Appendf(nil, `{"last_by_subj":%q}`, "$KV."+t.cfg.Bucket+"."+Key(p)))

@@ -225,11 +225,18 @@ func (p *Peers) judgeLevel(f *partition.Facts, rc uint64) (period uint64, full, 
 // without a marker (never written, or expired long enough ago that the
 // server dropped its marker: judged alike) waits for the whole grace.
 func (p *Peers) alive(ctx context.Context, id string) bool {
+	alive, _ := p.look(ctx, id)
+	return alive
+}
+
+// look is alive, and says what the judgement saw (logged when a
+// partition's owner whose key left the view stays undecided: stale).
+func (p *Peers) look(ctx context.Context, id string) (alive bool, saw string) {
 	if id == p.cfg.ID {
-		return !p.loop.Draining()
+		return !p.loop.Draining(), "this runner"
 	}
 	if p.seenGone(id) {
-		return false
+		return false, "judged gone lately"
 	}
 	// Everything is judged as of one instant, taken before the peer's
 	// key is read, with the connection's reconnect count: a read that
@@ -239,10 +246,15 @@ func (p *Peers) alive(ctx context.Context, id string) bool {
 	f := partition.Facts{Now: p.cfg.Clock.Now(), Lease: p.cfg.Lease, ReconnectGrace: p.reconnectGrace(), Last: partition.LastUnread}
 	rc := p.cfg.Conn.Stats().Reconnects
 	_, err := p.cfg.Live.Get(ctx, id)
-	if err == nil || !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return true
+	if err == nil {
+		return true, "its liveness key is present"
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return true, fmt.Sprintf("its liveness key cannot be read: %v", err)
 	}
 	last, lerr := p.lastBeat(ctx, id)
+	var ownErr error
+	ownRead := false
 	if lerr == nil {
 		f.Last = partition.LastNone
 		if released(last) {
@@ -256,11 +268,14 @@ func (p *Peers) alive(ctx context.Context, id string) bool {
 		f.BeatInView = f.Last == partition.LastExpired && p.beatInView(id, last)
 		// Its own key is read only when the judgement can use it.
 		if !f.Cut && (full || partial || f.BeatInView) {
+			ownRead = true
 			if own, err := p.cfg.Live.Get(ctx, p.cfg.ID); err == nil {
 				p.judged.mu.Lock()
 				beat, answered := p.judged.judge.revision, p.judged.judge.at
 				p.judged.mu.Unlock()
 				f.OwnKey, f.OwnCurrent, f.OwnPut, f.Answered = true, own.Revision() == beat, own.Created(), answered
+			} else {
+				ownErr = err
 			}
 			// A reconnection or a failed heartbeat while the reads were
 			// made (a new period): cannot tell.
@@ -273,8 +288,35 @@ func (p *Peers) alive(ctx context.Context, id string) bool {
 	if gone {
 		p.cfg.Log.Info("runner judged gone", "peer", id, "why", why)
 		p.markGone(id)
+		return false, why
 	}
-	return !gone
+	return true, describe(f, lerr, ownRead, ownErr)
+}
+
+// describe says what a judgement that could not tell saw (facts f, the
+// error reading the key's last message, the error reading this runner's
+// own key, when it was read).
+func describe(f partition.Facts, lastErr error, ownRead bool, ownErr error) string {
+	last := map[partition.Last]string{partition.LastUnread: "unread", partition.LastNone: "none",
+		partition.LastDeleted: "deleted", partition.LastExpired: "expired marker"}[f.Last]
+	if lastErr != nil {
+		last += fmt.Sprintf(" (%v)", lastErr)
+	}
+	if f.Last == partition.LastExpired {
+		last += " at " + f.ExpiredAt.UTC().Format(time.RFC3339Nano)
+	}
+	full, partial := f.Level()
+	s := fmt.Sprintf("liveness key absent; last message: %s; view continuous for %s (fresh %t, cut %t, full %t, partial %t); beat in view %t",
+		last, f.Now.Sub(f.Since).Round(time.Millisecond), f.Fresh, f.Cut, full, partial, f.BeatInView)
+	switch {
+	case !ownRead:
+		s += "; own key not read"
+	case ownErr != nil:
+		s += fmt.Sprintf("; own key unreadable (%v)", ownErr)
+	default:
+		s += fmt.Sprintf("; own key present %t, current %t", f.OwnKey, f.OwnCurrent)
+	}
+	return s
 }
 
 // beatInView reports whether runner id's liveness key, whose last message

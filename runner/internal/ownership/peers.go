@@ -52,6 +52,7 @@ type Peers struct {
 	loop    Loop
 	runners *runnersView
 	judged  liveness
+	stale   staleRounds // what the rounds could not decide (stale.go)
 }
 
 // New returns the Peers of cfg, run by loop. Its first period of

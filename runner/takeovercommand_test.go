@@ -1,0 +1,68 @@
+package runner_test
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weftrun/weft"
+	"github.com/weftrun/weft/agent"
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/runner"
+)
+
+// docs/semantics.md §8 (a command to a run whose driver is gone takes it
+// over with the command): the takeover a cancel was to record meets the
+// previous driver's hand-off, appended first. The run stays this runner's
+// to take over (handed off), and the cancel is applied with it, as it was
+// when such a conflict dropped the run and the command went round again —
+// not answered conflict.
+func TestSemantics8_ACommandWhoseTakeoverMeetsTheHandOffIsApplied(t *testing.T) {
+	h := newHarness(t)
+	a := answeringAgent(t)
+	const run = "revcmd1"
+	var s aggregate.State
+	head := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
+	ghostEntry(t, h, run)
+	var tries atomic.Int64
+	hook := runner.WithHook(func(event string, part int, id string) {
+		if event != "takeover" || id != run || tries.Add(1) != 1 {
+			return
+		}
+		now := time.Now()
+		evs, err := aggregate.Decide(s, aggregate.HandOff{Runner: "ghost", ModelNotCalled: true}, now)
+		if err == nil {
+			_, _, err = h.srv.Log.Append(context.Background(), run, head, now, evs...)
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	})
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan(), hook)
+	p := partition.Of(run, runner.DefaultPartitions)
+	c := ctx(t)
+	for !slices.Contains(r.Stats().Partitions, p) {
+		if c.Err() != nil {
+			t.Fatal("never claimed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var err error
+	for {
+		_, err = h.client.Cancel(c, api.CancelRequest{CommandID: "c1", Run: run})
+		if weft.ErrorCode(err) != weft.CodeRunnerBusy || c.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("cancel answered %v (takeover tries %d, recoveries %+v)", err, tries.Load(), h.recoveries(run))
+	}
+	if tries.Load() < 2 {
+		t.Fatalf("the hand-off was not met: %d takeover tries", tries.Load())
+	}
+}
