@@ -134,14 +134,7 @@ func (r *Runner) copyAcked(ctx context.Context, rn *run, key string, msg *nats.M
 	span.End()
 	r.log.Warn("dispatch: the task's stream copy was not acknowledged; published again", "run", rn.id, "attempt", key, "err", err)
 	r.testHook("copy-unacknowledged", -1, rn.id)
-	rn.lostMu.Lock()
-	if rn.copyLost == nil {
-		rn.copyLost = map[string]bool{}
-	}
-	rn.copyLost[key] = true
-	rn.lostMu.Unlock()
-	r.testHook("copy-lost", -1, rn.id)
-	r.retryLater(rn.id)
+	r.markCopyLost(rn, key)
 }
 
 // copyFallback publishes msg, the stream copy of a task handed to the
@@ -174,6 +167,15 @@ func (r *Runner) copyFallback(ctx context.Context, rn *run, key string, msg *nat
 		return
 	}
 	r.log.Warn("dispatch: the stream copy of a handed task that did not run was not acknowledged; published again", "run", rn.id, "attempt", key, "err", err)
+	r.markCopyLost(rn, key)
+}
+
+// markCopyLost records that the stream copy of the attempt of key was not
+// acknowledged (under the run's lostMu, not its lock: a run's lock held by
+// a command or a stalled step must not leave the attempt fenced with no
+// copy) and wakes the run, whose next act marks the attempt not
+// dispatched (undispatchLost) and publishes it again.
+func (r *Runner) markCopyLost(rn *run, key string) {
 	rn.lostMu.Lock()
 	if rn.copyLost == nil {
 		rn.copyLost = map[string]bool{}
