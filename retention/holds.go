@@ -251,7 +251,7 @@ func Place(ctx context.Context, js jetstream.JetStream, commandID, run string, b
 	}
 	var h Hold
 	err = updateHolds(ctx, holds, run, func(v *runHolds) (bool, error) {
-		if i := slices.IndexFunc(v.Holds, func(x Hold) bool { return commandID != "" && x.CommandID == commandID }); i >= 0 {
+		if i := slices.IndexFunc(v.Holds, madeBy(commandID, false)); i >= 0 {
 			h = v.Holds[i]
 			return false, nil
 		}
@@ -289,9 +289,7 @@ func ReleaseHold(ctx context.Context, js jetstream.JetStream, commandID, run, id
 	}
 	var h Hold
 	err = updateHolds(ctx, holds, run, func(v *runHolds) (bool, error) {
-		if i := slices.IndexFunc(v.Holds, func(x Hold) bool {
-			return commandID != "" && x.Released != nil && x.Released.CommandID == commandID
-		}); i >= 0 {
+		if i := slices.IndexFunc(v.Holds, madeBy(commandID, true)); i >= 0 {
 			h = v.Holds[i]
 			return false, nil
 		}
@@ -366,12 +364,24 @@ func ByCommand(ctx context.Context, js jetstream.JetStream, run, commandID strin
 	if err != nil {
 		return Hold{}, false, unavailable("%v", err)
 	}
-	for _, h := range hs {
-		if !release && h.CommandID == commandID || release && h.Released != nil && h.Released.CommandID == commandID {
-			return h, true, nil
-		}
+	if i := slices.IndexFunc(hs, madeBy(commandID, release)); i >= 0 {
+		return hs[i], true, nil
 	}
 	return Hold{}, false, nil
+}
+
+// madeBy matches the hold that the command commandID placed (release
+// false) or released (release true); no hold for an empty command id.
+func madeBy(commandID string, release bool) func(Hold) bool {
+	return func(h Hold) bool {
+		if commandID == "" {
+			return false
+		}
+		if release {
+			return h.Released != nil && h.Released.CommandID == commandID
+		}
+		return h.CommandID == commandID
+	}
 }
 
 // HoldsOf returns every hold of run (active and released), in the order
