@@ -11,8 +11,12 @@ import (
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/model"
 	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/runner"
+	"github.com/weftrun/weft/tools"
 )
 
 // docs/semantics.md §8 (a command to a run whose driver is gone takes it
@@ -23,7 +27,14 @@ import (
 // not answered conflict.
 func TestSemantics8_ACommandWhoseTakeoverMeetsTheHandOffIsApplied(t *testing.T) {
 	h := newHarness(t)
-	a := answeringAgent(t)
+	// The model never answers before the cancel: a run that finished
+	// meanwhile would answer the cancel run_ended, which is right but not
+	// what this test is about (it did, once, in CI, with a model that
+	// answered at once).
+	a := build(t, model.NewScripted("s", func(ctx context.Context, _ model.Request) (model.Reply, error) {
+		<-ctx.Done()
+		return model.Reply{}, ctx.Err()
+	}), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
 	const run = "revcmd1"
 	var s aggregate.State
 	head := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
@@ -64,5 +75,8 @@ func TestSemantics8_ACommandWhoseTakeoverMeetsTheHandOffIsApplied(t *testing.T) 
 	}
 	if tries.Load() < 2 {
 		t.Fatalf("the hand-off was not met: %d takeover tries", tries.Load())
+	}
+	if o, _ := h.waitStatus(run, aggregate.StatusFinished).Finished(); o.Kind != events.OutcomeCancelled {
+		t.Errorf("run ended %s after the cancel, want canceled", events.DescribeOutcome(o))
 	}
 }
