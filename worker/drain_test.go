@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
@@ -36,13 +35,11 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 	done1 := make(chan error)
 	go func() { done1 <- w1.Run(ctx1) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-checking
+	receive(t, "the task's attempt check called", checking)
 	stop1()
-	for !w1.Stopping() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStopping(t, w1)
 	close(release)
-	<-done1
+	receive(t, "the stopping worker's Run returned", done1)
 	if starts1.Load() != 0 || len(rs1.got) != 0 {
 		t.Fatalf("the stopping worker started %d bodies, sent %d reports", starts1.Load(), len(rs1.got))
 	}
@@ -56,9 +53,9 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 	ctx2, stop2 := context.WithCancel(context.Background())
 	done2 := make(chan error)
 	go func() { done2 <- w2.Run(ctx2) }()
-	<-rs2.ch
+	receive(t, "a report from the second worker (the requeued task run)", rs2.ch)
 	stop2()
-	<-done2
+	receive(t, "the second worker's Run returned", done2)
 	if g := rs2.got[0]; g.Outcome != api.OutcomeOutput || starts2.Load() != 1 {
 		t.Fatalf("report %+v, starts %d; want output from one start", g, starts2.Load())
 	}
