@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -181,18 +182,17 @@ func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		ci, err := c.Info(ctx(t))
+	ictx := ctx(t)
+	untilSeen(t, "the task of r33b in the stream", func() (bool, string) {
+		ci, err := c.Info(ictx)
 		if err != nil {
-			t.Fatal(err)
+			return false, err.Error()
 		}
-		if ci.Delivered.Stream >= 2 || ci.NumPending >= 1 {
-			break // the task of r33b is in the stream
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ci.Delivered.Stream >= 2 || ci.NumPending >= 1,
+			fmt.Sprintf("%d delivered, %d pending, %d unacknowledged", ci.Delivered.Stream, ci.NumPending, ci.NumAckPending)
+	})
 	close(gate1) // A's body finishes within the window
-	<-stopped
+	receive(t, "runner A's drain ended (its stop returned)", stopped)
 	if n := started(2); n != 0 {
 		t.Fatalf("the draining runner's worker started %d new bodies", n)
 	}

@@ -70,18 +70,21 @@ func TestSemantics8_DrainRecordsTheBodyOfAWorkerStillSettingUp(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33s", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	receive(t, "the pay body started", started)
 
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }() // SIGTERM
 	// The body ends once the worker's setup failed (the worker says so;
-	// before it did, its Run returned there, without a word).
+	// before it did, its Run returned there, without a word). Without that
+	// failure this test proves nothing: it fails (once went on after 2 s).
 	select {
 	case <-stoppedSetup:
-	case <-time.After(2 * time.Second):
+	case <-time.After(30 * time.Second): // a bound on a hang, not a timing assertion
+		close(gate)
+		t.Fatalf("the worker never logged %q: its setup was not stopped by the drain (this test's precondition)", worker.SetupStopped)
 	}
 	close(gate)
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 
 	s := h.state("r33s")
 	act := s.Actions()[0]

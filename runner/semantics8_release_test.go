@@ -43,12 +43,41 @@ func payThenAnswer(amount int64) model.Model {
 // for up to 20 s.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	untilSeen(t, what, func() (bool, string) { return cond(), "" })
+}
+
+// untilSeen is until for a cond that also says what it saw, which the
+// failure names: a bound on a hang (the package timeout names no cause),
+// not a timing assertion. Call it from the test's goroutine only.
+func untilSeen(t *testing.T, what string, cond func() (ok bool, seen string)) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
+			if seen != "" {
+				t.Fatalf("never: %s (last seen: %s)", what, seen)
+			}
 			t.Fatalf("never: %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// receive waits for a value on ch and returns it, failing the test naming
+// what never came when none came within 30 s (a bound on a hang, not a
+// timing assertion). Call it from the test's goroutine only.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("never: %s (30 s)", what)
+		panic("unreachable")
 	}
 }
 
