@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,20 +51,56 @@ func offer(r *runner.Runner, c context.Context, run string) error {
 // Scenario 27 / docs/semantics.md §9: a settlement offered while a body with an
 // Infinity timeout runs waits for it as long as the request's context
 // allows — no fixed cap — and then says why: settle_unconfirmed, reason
-// body_running.
+// body_running, naming the context's end.
+//
+// Nothing here is bounded by the wall clock: the settlement's context is
+// ended by the runner's clock, on the settlement's third look at the run
+// (it looks at the store clock each time, holding the run), and that clock
+// moves an hour at each look, so the settlement has waited hours of the
+// clock the runner decides at. Before, the context was a 2 s timeout
+// (300 ms once flaked): if the run was held while it ended, the answer was
+// runner_busy.
 func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
 	t.Parallel()
-	_, r := runningExternal(t, "r27-inf", tools.Infinity())
-	// Room for the claim's decision to let go of the run on a loaded
-	// machine (with 300 ms the settlement was answered runner_busy while
-	// the package's tests ran side by side, the run held for the whole
-	// context), as in TestScenario27_SettleWaitsByTheStoreClock.
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	const run = "r27-inf"
+	c, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	err := offer(r, c, "r27-inf")
+	var armed atomic.Bool
+	var looks atomic.Int64
+	clock := runner.WithClock(func() time.Time {
+		now := time.Now()
+		if !armed.Load() {
+			return now
+		}
+		n := looks.Add(1)
+		if n == 3 {
+			cancel() // the settlement holds the run: it answers at its next wait
+		}
+		return now.Add(time.Duration(n) * time.Hour)
+	})
+	h, r := runningExternal(t, run, tools.Infinity(), clock)
+	// The runner is done with the attempt: its task is on the queue and no
+	// command holds the run; nothing else reads its clock (no timer: the
+	// timeout is Infinity, and no worker reports).
+	sctx := ctx(t)
+	untilSeen(t, "the task of "+run+" on the queue", func() (bool, string) {
+		st, err := h.srv.JS.Stream(sctx, api.TaskStream)
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.CachedInfo().State.Msgs == 1, fmt.Sprintf("%d tasks", st.CachedInfo().State.Msgs)
+	})
+	if unlock, ok := runner.HoldRun(r, run); ok {
+		unlock()
+	}
+	armed.Store(true)
+	err := offer(r, c, run)
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != runner.ReasonBodyRunning {
 		t.Fatalf("settle while an infinite body runs: %v, want settle_unconfirmed(body_running)", err)
+	}
+	if !strings.Contains(we.Message, context.Canceled.Error()) {
+		t.Fatalf("the settlement stopped waiting before its context ended: %v", err)
 	}
 }
 
