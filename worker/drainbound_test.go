@@ -136,7 +136,7 @@ func TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-checked
+	receive(t, "the attempt check made", checked)
 	cancel()
 	returnsWithin(t, "checking", done)
 	if n := checks.Load(); n >= 8 {
@@ -180,7 +180,7 @@ func TestSemantics8_AnAbandonedWorkerStopsRetryingAReport(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-tried
+	receive(t, "the report tried", tried)
 	cancel()
 	returnsWithin(t, "reporting", done)
 	if n := tries.Load(); n >= 20 {

@@ -45,8 +45,8 @@ func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
-	<-rs.ch // the stopped report
-	<-refused
+	receive(t, "the stopped report", rs.ch)
+	receive(t, "the late settlement refused", refused)
 	cancel() // stop the worker while the late settlement waits to be retried
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -102,14 +102,14 @@ func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
-	<-rs.ch // the stopped report
+	receive(t, "the stopped report", rs.ch)
 	cancel()
 	w.Abandon()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	close(release)
-	<-returned
+	receive(t, "the settling body returned", returned)
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("a body that returned after Abandon was offered as a settlement %d times", n)
 	}

@@ -56,5 +56,5 @@ func TestOwnSettlementAfterTimeoutReachesTheRun(t *testing.T) {
 		t.Fatal("the settlement never reached the run")
 	}
 	cancel()
-	<-done
+	receive(t, "Run returned", done)
 }

@@ -99,13 +99,13 @@ func TestWorkerOutcomes(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"hi"`), TimeoutMS: -1, MaxResultBytes: 100})
-	<-rs.ch
+	receive(t, "the report of 1/a", rs.ch)
 	publish(t, js, api.Task{Run: "r", Action: "1/b", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`), TimeoutMS: -1, MaxResultBytes: 100})
-	<-rs.ch
+	receive(t, "the report of 1/b", rs.ch)
 	publish(t, js, api.Task{Run: "r", Action: "1/c", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"slow"`), TimeoutMS: 20, MaxResultBytes: 100})
-	<-rs.ch
+	receive(t, "the report of 1/c", rs.ch)
 	cancel()
-	<-done
+	receive(t, "Run returned", done)
 	want := []struct{ action, outcome, cause string }{{"1/a", "output", ""}, {"1/b", "oversize", ""}, {"1/c", "lost", "timed_out"}}
 	for i, w := range want {
 		g := rs.got[i]
@@ -179,9 +179,9 @@ func vanished(t *testing.T, claimed bool) (api.Report, int) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- w.Run(rctx) }()
-	<-rs.ch
+	receive(t, "a report", rs.ch)
 	cancel()
-	<-done
+	receive(t, "Run returned", done)
 	return rs.got[0], len(started)
 }
 
