@@ -62,7 +62,7 @@ func TestScenario33_DrainStartsNothingNew(t *testing.T) {
 	go func() { defer close(stopped); stopA() }() // SIGTERM
 	h.waitFor("r33q", "the hand-off", aggregate.State.HandedOff)
 	close(gate1) // the first body finishes within the drain window
-	<-stopped
+	receive(t, "runner A's drain ended (its stop returned)", stopped)
 
 	h.startRunner([]*agent.Agent{mk()})
 	s, out := finished(t, h, "r33q")
@@ -110,7 +110,7 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 	wdone := make(chan struct{})
 	go func() { defer close(wdone); _ = w.Run(wctx) }()
 	t.Cleanup(func() { stopW(); <-wdone })
-	<-stopped
+	receive(t, "runner A's drain ended (its stop returned)", stopped)
 
 	s, out := finished(t, h, "r33t")
 	if a := s.Actions()[0]; out.Kind != events.OutcomeCompleted || a.State != aggregate.ActionSucceeded || b.starts.Load() != 1 {

@@ -112,7 +112,7 @@ func TestSemantics8_ACommandWaitingWhenTheWindowEndsSaysTheRunnerStoppedServing(
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-m.called
+	receive(t, "the model called", m.called)
 	unlock, ok := runner.HoldRun(r, run)
 	if !ok {
 		t.Fatal("the run is not held in memory")
@@ -127,9 +127,9 @@ func TestSemantics8_ACommandWaitingWhenTheWindowEndsSaysTheRunnerStoppedServing(
 	}()
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
-	err := <-answered
+	err := receive(t, "the report answered", answered)
 	unlock()
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 	if weft.ErrorCode(err) != weft.CodeRunnerBusy || !strings.Contains(err.Error(), "this runner stopped serving (its drain window ended)") {
 		t.Fatalf("a report waiting for the run at the end of the window: %v, want runner_busy saying the runner stopped serving", err)
 	}
@@ -150,7 +150,7 @@ func TestSemantics8_ACommandWhoseOwnDeadlineEndsItsWaitSaysSo(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-m.called
+	receive(t, "the model called", m.called)
 	unlock, ok := runner.HoldRun(r, run)
 	if !ok {
 		t.Fatal("the run is not held in memory")
