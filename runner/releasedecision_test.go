@@ -83,7 +83,7 @@ func TestSemantics8_AReleaseWaitsForADecisionInProgressBeforeJudgingItsWork(t *t
 	}()
 	receive(t, "the approval holding the run's lock", inPolicy)
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
-	if err := <-approved; err != nil {
+	if err := receive(t, "the approval's answer", approved); err != nil {
 		t.Fatalf("approve: %v", err)
 	}
 	until(t, "the approved body running", func() bool { return g.starts.Load() == 1 })
