@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -53,23 +54,28 @@ func offer(r *runner.Runner, c context.Context, run string) error {
 // allows — no fixed cap — and then says why: settle_unconfirmed, reason
 // body_running, naming the context's end.
 //
-// Nothing here is bounded by the wall clock: the settlement's context is
-// ended by the runner's clock, on the settlement's third look at the run
-// (it looks at the store clock each time, holding the run), and that clock
-// moves an hour at each look, so the settlement has waited hours of the
-// clock the runner decides at. Before, the context was a 2 s timeout
-// (300 ms once flaked): if the run was held while it ended, the answer was
-// runner_busy.
+// The wait is measured by the runner's clock, not the wall clock: each time
+// the settlement looks at the run (it reads the runner's clock holding the
+// run), that clock moves an hour further, and at its third look the
+// settlement's context is cancelled, so the settlement has waited hours of
+// the clock the runner decides at. Only the settlement's own looks count:
+// the runner's heartbeat reads the same clock every quarter lease, and a
+// cancel at one of its reads could come while the settlement waits for the
+// run, which is answered runner_busy (docs/protocol.md). The context's time
+// limit only bounds a hang: a settlement that never looks at the runner's
+// clock fails naming that.
 func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
 	t.Parallel()
 	const run = "r27-inf"
-	c, cancel := context.WithCancel(context.Background())
+	noLook := errors.New("the settlement never looked at the runner's clock a third time (holding the run) before the test's time limit")
+	limited, stop := context.WithTimeoutCause(context.Background(), hangBound, noLook)
+	defer stop()
+	c, cancel := context.WithCancel(limited)
 	defer cancel()
-	var armed atomic.Bool
 	var looks atomic.Int64
 	clock := runner.WithClock(func() time.Time {
 		now := time.Now()
-		if !armed.Load() {
+		if !settlementLooks() {
 			return now
 		}
 		n := looks.Add(1)
@@ -80,8 +86,7 @@ func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
 	})
 	h, r := runningExternal(t, run, tools.Infinity(), clock)
 	// The runner is done with the attempt: its task is on the queue and no
-	// command holds the run; nothing else reads its clock (no timer: the
-	// timeout is Infinity, and no worker reports).
+	// command holds the run.
 	sctx := ctx(t)
 	untilSeen(t, "the task of "+run+" on the queue", func() (bool, string) {
 		st, err := h.srv.JS.Stream(sctx, api.TaskStream)
@@ -90,17 +95,38 @@ func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
 		}
 		return st.CachedInfo().State.Msgs == 1, fmt.Sprintf("%d tasks", st.CachedInfo().State.Msgs)
 	})
-	if unlock, ok := runner.HoldRun(r, run); ok {
-		unlock()
+	unlock, ok := runner.HoldRun(r, run)
+	if !ok {
+		t.Fatal("the run is not held in memory")
 	}
-	armed.Store(true)
+	unlock()
 	err := offer(r, c, run)
+	if cause := context.Cause(limited); cause != nil {
+		t.Fatalf("%v (%d looks; answer: %v)", cause, looks.Load(), err)
+	}
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != runner.ReasonBodyRunning {
 		t.Fatalf("settle while an infinite body runs: %v, want settle_unconfirmed(body_running)", err)
 	}
 	if !strings.Contains(we.Message, context.Canceled.Error()) {
 		t.Fatalf("the settlement stopped waiting before its context ended: %v", err)
+	}
+}
+
+// settlementLooks reports whether the runner's clock is being read by a
+// settlement holding its run (the func Runner.Settle runs on the locked
+// run), not by another of the runner's goroutines (its heartbeat, a timer).
+func settlementLooks() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/weftrun/weft/runner.(*Runner).Settle.func") {
+			return true
+		}
+		if !more {
+			return false
+		}
 	}
 }
 
