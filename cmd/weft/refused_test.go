@@ -173,7 +173,7 @@ func TestShowAsTheReaderSaysTheHoldIsUnknown(t *testing.T) {
 		cp, err := projector.ReadCheckpoint(ctx, pn.JetStream())
 		if err != nil {
 			// ctx's deadline (callDeadline) bounds this wait too.
-			t.Fatalf("the projector's checkpoint never reached the log's seq %d (the hold's run; last seen %d): %v", h.Seq, last, err)
+			t.Fatalf("reading the projector's checkpoint (want the log's seq %d, the hold's run; last seen %d): %v", h.Seq, last, err)
 		}
 		if last = cp.Seq; last >= h.Seq {
 			break
