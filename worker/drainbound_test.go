@@ -74,9 +74,10 @@ func TestSemantics8_AStandaloneWorkerBoundsItsDrain(t *testing.T) {
 			task := tc.task
 			task.Run, task.Action, task.Tool, task.Attempt, task.Arguments, task.MaxResultBytes = "r", "1/a", "pay", 1, json.RawMessage(`{}`), 100
 			publish(t, js, task)
-			<-started
+			receive(t, "the pay body started", started)
 			if task.TimeoutMS > 0 {
-				<-rs.ch // the timed-out report: the body is stopped, not returned
+				// the body is stopped, not returned
+				receive(t, "the timed-out report", rs.ch)
 			}
 			cancel()
 			returnsWithin(t, tc.name, done)

@@ -48,7 +48,7 @@ func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
 	receive(t, "the stopped report", rs.ch)
 	receive(t, "the late settlement refused", refused)
 	cancel() // stop the worker while the late settlement waits to be retried
-	if err := <-done; err != nil {
+	if err := receive(t, "Run's return after its context ended", done); err != nil {
 		t.Fatal(err)
 	}
 	if n := calls.Load(); n != 2 {
@@ -105,7 +105,7 @@ func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
 	receive(t, "the stopped report", rs.ch)
 	cancel()
 	w.Abandon()
-	if err := <-done; err != nil {
+	if err := receive(t, "Run's return after Abandon", done); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
