@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -20,6 +21,8 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 	nc, js := startServer(t)
 	checking := make(chan struct{}, 1)
 	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // a failure before the test unblocks leaves no goroutine blocked
 	var starts1, starts2 atomic.Int64
 	rs1 := &reports{ch: make(chan struct{}, 10)}
 	w1 := worker.New(nc, js, worker.WithReporter(rs1.report), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
@@ -38,7 +41,7 @@ func TestScenario33_StoppingWorkerRequeuesTaskNotStarted(t *testing.T) {
 	receive(t, "the task's attempt check called", checking)
 	stop1()
 	waitStopping(t, w1)
-	close(release)
+	unblock()
 	receive(t, "the stopping worker's Run returned", done1)
 	if starts1.Load() != 0 || len(rs1.got) != 0 {
 		t.Fatalf("the stopping worker started %d bodies, sent %d reports", starts1.Load(), len(rs1.got))

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -26,6 +27,8 @@ func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
 	nc, js := startServer(t)
 	checking := make(chan struct{}, 1)
 	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // a failure before the test unblocks leaves no goroutine blocked
 	var checks, starts1, starts2 atomic.Int64
 	rs1 := &reports{ch: make(chan struct{}, 10)}
 	w1 := worker.New(nc, js, worker.WithReporter(rs1.report), worker.WithAttemptCheck(func(context.Context, api.Task) (bool, error) {
@@ -47,7 +50,7 @@ func TestScenario33_StoppingWorkerStartsNoBodyItHadClaimed(t *testing.T) {
 	stop1()
 	waitStopping(t, w1)
 	w1.Abandon() // the drain window ended
-	close(release)
+	unblock()
 	receive(t, "the stopping worker's Run returned", done1)
 	rs1.mu.Lock()
 	got1 := append([]api.Report(nil), rs1.got...)

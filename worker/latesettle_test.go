@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -90,6 +91,8 @@ func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
 		worker.WithSettler(func(context.Context, api.Settlement) error { calls.Add(1); return nil }))
 	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // a failure before the test unblocks leaves no goroutine blocked
 	returned := make(chan struct{})
 	w.Handle(queue("refund"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		defer close(returned)
@@ -108,7 +111,7 @@ func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
 	if err := receive(t, "Run's return after Abandon", done); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
+	unblock()
 	receive(t, "the settling body returned", returned)
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("a body that returned after Abandon was offered as a settlement %d times", n)
