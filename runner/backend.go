@@ -254,6 +254,10 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id, Parent: parent, Fork: fork}
 	ctx, span := r.tel.StartRun(ctx, id, ag.Name())
 	defer span.End()
+	// The decision goes to the log now: the start's lane takes the next
+	// request meanwhile (api.ReleaseLane; the reply is sent when this
+	// returns, once).
+	api.ReleaseLane(ctx)
 	evs, err := r.decideAppend(ctx, rn, cmd)
 	if err != nil {
 		if rn.stale && registered {
