@@ -310,8 +310,8 @@ type clientResult struct {
 	// startLat is each run's Start call, request to reply.
 	startLat []time.Duration
 	elapsed  time.Duration
-	failed  int
-	lastErr error
+	failed   int
+	lastErr  error
 }
 
 // clients runs n clients for d (or until each made max runs, when max is
