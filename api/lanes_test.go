@@ -1,0 +1,123 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/natstest"
+)
+
+// laneBackend's Start releases its lane (api.ReleaseLane) and then waits
+// for its run's gate, when the run has one; every other command is
+// slowBackend's.
+type laneBackend struct {
+	slowBackend
+	gates    map[string]chan struct{}
+	released chan string
+}
+
+func (b *laneBackend) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
+	api.ReleaseLane(ctx)
+	b.released <- req.Run
+	if g := b.gates[req.Run]; g != nil {
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return api.StartReply{}, ctx.Err()
+		}
+	}
+	return api.StartReply{Schema: api.Schema, Run: req.Run, Status: "working"}, nil
+}
+
+// startOn sends run's start to the start endpoint with its reply to
+// inbox (an inbox subscription counts the answers).
+func startOn(t *testing.T, nc *nats.Conn, inbox, run string) {
+	t.Helper()
+	body, _ := json.Marshal(api.StartRequest{Schema: api.Schema, Run: run, Agent: "desk", Input: "x"})
+	if err := nc.PublishRequest("weft.api.start", inbox, body); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Commands are answered (docs/semantics.md §8, "A run can always be
+// answered"): a start that released its lane once its decision was queued
+// for the append (api.ReleaseLane) is answered exactly once, when its
+// backend returns — and its one lane takes the next start meanwhile; at
+// the bound of starts in flight (api.WithStartsInFlight) the lane waits
+// for one to be answered, as a lane that holds its request does. Without
+// the release a second start on a runner with one lane waits for the
+// first one's answer.
+func TestSemantics8_AStartThatReleasedItsLaneIsAnsweredOnceAndTheLaneServesTheNext(t *testing.T) {
+	for _, bound := range []int{2, 1} {
+		srv := natstest.Start(t)
+		b := &laneBackend{gates: map[string]chan struct{}{"held": make(chan struct{})}, released: make(chan string, 4)}
+		svc, err := api.Serve(srv.Conn, b, nil, "0.0.0", api.WithLanes(1), api.WithStartsInFlight(bound))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc := srv.Connect()
+		inbox := nc.NewRespInbox()
+		answers := make(chan *nats.Msg, 8)
+		sub, err := nc.ChanSubscribe(inbox, answers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		startOn(t, nc, inbox, "held")
+		if got := <-b.released; got != "held" {
+			t.Fatalf("bound %d: released %q first, want held", bound, got)
+		}
+		startOn(t, nc, inbox, "next")
+		answered := func(want string) {
+			t.Helper()
+			select {
+			case m := <-answers:
+				var rep api.StartReply
+				if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Run != want || m.Header.Get("Nats-Service-Error") != "" {
+					t.Fatalf("bound %d: answer %s (%v, headers %v), want %s's success", bound, m.Data, err, m.Header, want)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("bound %d: no answer for %s within 10 s", bound, want)
+			}
+		}
+		if bound == 2 {
+			// The lane was released: the next start is served and answered
+			// while the first one still waits.
+			answered("next")
+			close(b.gates["held"])
+			answered("held")
+		} else {
+			// At the bound the lane waits: the next start is not taken
+			// until the held one is answered.
+			select {
+			case got := <-b.released:
+				t.Fatalf("bound 1: %s was taken while the held start was in flight", got)
+			case <-time.After(300 * time.Millisecond):
+			}
+			close(b.gates["held"])
+			answered("held")
+			answered("next")
+		}
+		// Exactly once: Stop waits for the starts in flight, and no
+		// further answer arrives after it.
+		if err := svc.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case m := <-answers:
+			t.Fatalf("bound %d: a second answer: %s", bound, m.Data)
+		case <-time.After(200 * time.Millisecond):
+		}
+		_ = sub.Unsubscribe()
+	}
+}
