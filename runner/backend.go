@@ -20,6 +20,7 @@ import (
 	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/proof"
+	"github.com/weftrun/weft/retention"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/tools"
 )
@@ -202,25 +203,19 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 	if draining {
 		return api.StartReply{}, errDraining
 	}
-	// The reads before the append and the driver key's create at once
-	// (startReads, docs/adr/0041-a-start-s-reads-and-lane.md): the key
-	// created here is this start's intent, removed below when the start
-	// appends nothing.
-	endLoading, err := r.startLoading(ctx, id)
+	s, head, at, err := r.loadAt(ctx, id)
 	if err != nil {
-		return api.StartReply{}, err
-	}
-	defer endLoading()
-	rd := r.startReads(ctx, id)
-	s, head, at, intent := rd.state, rd.head, rd.at, rd.intent
-	keep := false // the intent stays: the start appended, or may have
-	defer func() {
-		if intent != 0 && !keep {
-			r.deleteDriver(id, intent) // nothing landed
+		if r.noteQuarantine(err) {
+			return api.StartReply{}, err
 		}
-	}()
-	if err := rd.err; err != nil {
-		return api.StartReply{}, err
+		return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+	}
+	if !s.Exists() {
+		// A new id only: one direct get, refused already_started when
+		// retention purged a run of that id (never used again).
+		if err := retention.CheckNotPurged(ctx, r.js, id); err != nil {
+			return api.StartReply{}, err
+		}
 	}
 	rn := newRun(id, s, head, ag)
 	rn.lastAt = at
@@ -241,7 +236,6 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 			return api.StartReply{}, errDraining
 		}
 	}
-	endLoading()   // registered: a command or a scan now finds the run
 	defer func() { // runs before the unlock
 		if registered && !started {
 			r.mu.Lock()
@@ -254,6 +248,22 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 	cmd := aggregate.Start{Run: id, Agent: ag.Ref(), Input: req.Input, Correlation: req.Correlation, Limits: ag.Limits(), Typed: ag.Typed(), Runner: r.id, Parent: parent, Fork: fork}
 	ctx, span := r.tel.StartRun(ctx, id, ag.Name())
 	defer span.End()
+	// The driver is written as an intent before the run's first event, so
+	// that a crash right after the append leaves no run that no runner
+	// knows to recover (docs/semantics.md §8). An entry that exists already is
+	// another start's intent (or a stale one): it is corrected once the
+	// log says who won.
+	intent := uint64(0)
+	if !s.Exists() {
+		rev, err := r.createDriverKey(ctx, id, r.id)
+		switch {
+		case err == nil:
+			intent = rev
+		case errors.Is(err, errDriverKeyExists):
+		default:
+			return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: "driver intent: " + err.Error()}
+		}
+	}
 	// The decision goes to the log now: the start's lane takes the next
 	// request meanwhile (api.ReleaseLane; the reply is sent when this
 	// returns, once).
@@ -264,7 +274,7 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 			// The append's outcome is unknown: the run may exist, driven by
 			// us. It stays registered; act re-reads it and either drives
 			// it or forgets it (refresh).
-			rn.driven, started, keep = true, true, true
+			rn.driven, started = true, true
 			rn.keyed, rn.keyRev = intent != 0, intent
 			r.retryLater(id)
 			return api.StartReply{}, err
@@ -272,8 +282,6 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 		var conflict *eventlog.ConflictError
 		if errors.As(err, &conflict) {
 			// Someone started it at the same moment: judge against theirs.
-			// The intent is theirs too now, corrected once the log is read.
-			keep = true
 			s, _, lerr := r.load(ctx, id)
 			if lerr == nil {
 				if _, err = aggregate.Decide(s, cmd, r.clock(rn)); err == nil {
@@ -285,6 +293,8 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 					r.correctDriver(id, s)
 				}
 			}
+		} else if intent != 0 {
+			r.deleteDriver(id, intent) // nothing landed
 		}
 		return api.StartReply{}, err
 	}
@@ -292,7 +302,7 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 		return api.StartReply{}, &weft.Error{Code: weft.CodeInternal, Message: "start decided nothing"}
 	}
 	r.testHook("start-appended", -1, id)
-	rn.driven, started, keep = true, true, true
+	rn.driven, started = true, true
 	rn.keyed, rn.keyRev = intent != 0, intent // else act puts the key
 	r.mu.Lock()
 	r.runs[id] = rn
