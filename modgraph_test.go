@@ -2,6 +2,7 @@ package weft_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,10 @@ import (
 // in it, so depending on Weft costs an application only what Weft's code
 // needs (docs/adr/0012-developer-tools-module.md); and it links none of the
 // modules only Weft's tests or its model SDK adapters use
-// (docs/adr/0038-what-an-application-links.md).
+// (docs/adr/0038-what-an-application-links.md). The modules only the
+// browser and terminal tests need (chromedp and what it brings, creack/pty)
+// are not even in its graph, nor in Weft's go.mod: those tests are in a
+// module of their own, e2e/ui (docs/adr/0038, option 3).
 func TestApplicationModuleGraph(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
@@ -90,6 +94,21 @@ func TestApplicationModuleGraph(t *testing.T) {
 		}
 	}
 
+	// The browser and terminal tests' modules (docs/adr/0038): neither in
+	// Weft's go.mod nor, through it, in the application's graph.
+	e2eOnly := []string{"github.com/chromedp/", "github.com/creack/pty", "github.com/go-json-experiment/json"}
+	var mod struct{ Require []struct{ Path string } }
+	if err := json.Unmarshal([]byte(runIn(t, checkout, goBin, "mod", "edit", "-json")), &mod); err != nil {
+		t.Fatalf("go mod edit -json: %v", err)
+	}
+	for _, r := range mod.Require {
+		for _, prefix := range e2eOnly {
+			if strings.HasPrefix(r.Path, prefix) {
+				t.Errorf("Weft's go.mod requires %s, which only the browser and terminal tests need: they and their requirements belong in e2e/ui/go.mod (docs/adr/0038)", r.Path)
+			}
+		}
+	}
+
 	forbidden := []string{
 		"github.com/go-task/",
 		"honnef.co/go/tools",
@@ -118,5 +137,26 @@ func TestApplicationModuleGraph(t *testing.T) {
 		t.Errorf("an application importing only weft/runner has %d developer-tool modules in its graph (of %d modules), e.g. %v",
 			len(found), len(modules), found[:min(len(found), 5)])
 	}
+	for path := range modules {
+		for _, prefix := range e2eOnly {
+			if strings.HasPrefix(path, prefix) {
+				t.Errorf("an application importing only weft/client and weft/runner has %s in its module graph, a module only Weft's browser and terminal tests (e2e/ui) need (docs/adr/0038)", path)
+			}
+		}
+	}
 	t.Logf("the application's module graph has %d modules", len(modules))
+}
+
+// runIn runs the go command in dir and returns its standard output.
+func runIn(t *testing.T, dir, goBin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(goBin, args...)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out)
 }

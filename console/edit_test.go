@@ -35,7 +35,7 @@ func (s *stack) waitApproval(t *testing.T, run string) {
 	t.Helper()
 	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		items, err := s.query.Approvals(ctx, projector.InboxRequest{Run: run})
+		items, err := s.Query.Approvals(ctx, projector.InboxRequest{Run: run})
 		cancel()
 		if err == nil && len(items) == 1 {
 			return
@@ -47,7 +47,7 @@ func (s *stack) waitApproval(t *testing.T, run string) {
 // answered returns the run's one recorded approval answer.
 func (s *stack) answered(t *testing.T, run string) events.ApprovalAnswered {
 	t.Helper()
-	h := s.history(t, run, events.NameApprovalAnswered)
+	h := s.History(t, run, events.NameApprovalAnswered)
 	if len(h) != 1 {
 		t.Fatalf("%d answers recorded for %s, want 1", len(h), run)
 	}
@@ -60,9 +60,9 @@ func (s *stack) answered(t *testing.T, run string) events.ApprovalAnswered {
 
 func TestSemantics4_ConsoleFormSendsEditedArguments(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "nedit-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "nedit-7", "pay invoice INV-7", "suspended")
 	s.waitApproval(t, "nedit-7")
-	_, page := s.get(t, "/runs/nedit-7")
+	_, page := s.Get(t, "/runs/nedit-7")
 	page = html.UnescapeString(page)
 	if !strings.Contains(page, `name="runs_with" value="`+askedINV7+`"`) || !strings.Contains(page, prettyAsked+"</textarea>") {
 		t.Fatalf("the approval form does not start from the model's arguments:\n%s", page)
@@ -75,7 +75,7 @@ func TestSemantics4_ConsoleFormSendsEditedArguments(t *testing.T) {
 	if _, a := s.post(t, "/act/approval", form, accept); !strings.Contains(a, "not JSON") || strings.Contains(a, `"ok":true`) {
 		t.Fatalf("arguments that are not JSON answer %s, want not sent", a)
 	}
-	if n := len(s.history(t, "nedit-7", events.NameApprovalAnswered)); n != 0 {
+	if n := len(s.History(t, "nedit-7", events.NameApprovalAnswered)); n != 0 {
 		t.Fatalf("%d answers recorded after arguments that are not JSON", n)
 	}
 
@@ -89,14 +89,14 @@ func TestSemantics4_ConsoleFormSendsEditedArguments(t *testing.T) {
 	if err := json.Unmarshal([]byte(a), &ans); err != nil || !ans.OK || !strings.HasPrefix(ans.Message, "Approved with changes: the call runs with "+narrowINV7+".") {
 		t.Fatalf("the edit answers %s", a)
 	}
-	v := s.waitStatus(t, "nedit-7", "finished")
+	v := s.WaitStatus(t, "nedit-7", "finished")
 	if a := action(t, v, "2/call_2_1"); string(a.Arguments) != askedINV7 || string(a.Approved) != narrowINV7 {
 		t.Fatalf("action arguments %s approved %s, want the model's and the edit", a.Arguments, a.Approved)
 	}
 	if ans := s.answered(t, "nedit-7"); string(ans.Arguments) != narrowINV7 {
 		t.Fatalf("the log records the approve's arguments %s, want %s", ans.Arguments, narrowINV7)
 	}
-	if _, page := s.get(t, "/runs/nedit-7"); !strings.Contains(page, "data-approved-arguments") || !strings.Contains(page, "Approved with changes") {
+	if _, page := s.Get(t, "/runs/nedit-7"); !strings.Contains(page, "data-approved-arguments") || !strings.Contains(page, "Approved with changes") {
 		t.Fatal("the run page does not mark the approved arguments")
 	}
 }
@@ -104,19 +104,19 @@ func TestSemantics4_ConsoleFormSendsEditedArguments(t *testing.T) {
 func TestSemantics4_ConsoleFormUnchangedArgumentsAreNoEdit(t *testing.T) {
 	s := devStack(t)
 	accept := map[string]string{"Accept": "application/json"}
-	s.start(t, "nedit-8", "pay invoice INV-7", "suspended")
+	s.Start(t, "nedit-8", "pay invoice INV-7", "suspended")
 	form := approveForm("nedit-8", "console-nedit-8", demo.Approver, "gina")
 	form.Set("runs_with", askedINV7)
 	form.Set("arguments", prettyAsked)
 	if _, a := s.post(t, "/act/approval", form, accept); !strings.Contains(a, `"message":"Approved.`) {
 		t.Fatalf("the form's arguments left as they are answer %s, want approved as asked", a)
 	}
-	s.waitStatus(t, "nedit-8", "finished")
+	s.WaitStatus(t, "nedit-8", "finished")
 	if ans := s.answered(t, "nedit-8"); ans.Arguments != nil {
 		t.Fatalf("the log records an edit %s for arguments left as they were", ans.Arguments)
 	}
 
-	s.start(t, "nedit-9", "pay invoice INV-7", "suspended")
+	s.Start(t, "nedit-9", "pay invoice INV-7", "suspended")
 	form = approveForm("nedit-9", "console-nedit-9", demo.Approver, "gina")
 	form.Set("decision", "reject")
 	form.Set("reason", "paid twice")
@@ -125,7 +125,7 @@ func TestSemantics4_ConsoleFormUnchangedArgumentsAreNoEdit(t *testing.T) {
 	if _, a := s.post(t, "/act/approval", form, accept); !strings.Contains(a, `"message":"Rejected.`) {
 		t.Fatalf("a reject with edited arguments in the form answers %s, want rejected", a)
 	}
-	s.waitStatus(t, "nedit-9", "finished")
+	s.WaitStatus(t, "nedit-9", "finished")
 	if ans := s.answered(t, "nedit-9"); ans.Answer != events.AnswerReject || ans.Arguments != nil {
 		t.Fatalf("the log records %+v, want a reject without arguments", ans)
 	}
@@ -173,7 +173,7 @@ func narrowStack(t *testing.T) *stack {
 // approved.
 func TestSemantics4_ConsoleShowsEditRefused(t *testing.T) {
 	s := narrowStack(t)
-	s.start(t, "nrefuse-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "nrefuse-7", "pay invoice INV-7", "suspended")
 	s.waitApproval(t, "nrefuse-7")
 	form := approveForm("nrefuse-7", "console-nrefuse-1", demo.Approver, "gina")
 	form.Set("runs_with", askedINV7)
@@ -182,13 +182,13 @@ func TestSemantics4_ConsoleShowsEditRefused(t *testing.T) {
 	if !strings.Contains(page, `<code class="code">edit_refused</code>`) || !strings.Contains(page, `<code class="reason">policy_denied</code>`) {
 		t.Fatalf("the page does not show edit_refused (policy_denied):\n%s", page)
 	}
-	if n := len(s.history(t, "nrefuse-7", events.NameApprovalAnswered)); n != 0 {
+	if n := len(s.History(t, "nrefuse-7", events.NameApprovalAnswered)); n != 0 {
 		t.Fatalf("%d answers recorded after a refused edit, want 0", n)
 	}
-	if v := s.waitStatus(t, "nrefuse-7", "suspended"); len(v.Approvals) != 1 {
+	if v := s.WaitStatus(t, "nrefuse-7", "suspended"); len(v.Approvals) != 1 {
 		t.Fatalf("approvals %v, want the request still pending", v.Approvals)
 	}
-	if _, inbox := s.get(t, "/"); !strings.Contains(inbox, `id="`+cardKey("approval", "nrefuse-7", "2/call_2_1")+`"`) {
+	if _, inbox := s.Get(t, "/"); !strings.Contains(inbox, `id="`+cardKey("approval", "nrefuse-7", "2/call_2_1")+`"`) {
 		t.Fatal("the request's card left the inbox after a refused edit")
 	}
 	form.Set("command_id", "console-nrefuse-2")
@@ -196,7 +196,7 @@ func TestSemantics4_ConsoleShowsEditRefused(t *testing.T) {
 	if _, a := s.post(t, "/act/approval", form, map[string]string{"Accept": "application/json"}); !strings.Contains(a, `"ok":true`) {
 		t.Fatalf("the narrower edit answers %s", a)
 	}
-	s.waitStatus(t, "nrefuse-7", "finished")
+	s.WaitStatus(t, "nrefuse-7", "finished")
 	if ans := s.answered(t, "nrefuse-7"); string(ans.Arguments) != narrowINV7 {
 		t.Fatalf("the log records %s, want %s", ans.Arguments, narrowINV7)
 	}

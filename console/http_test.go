@@ -22,7 +22,7 @@ import (
 
 func (s *stack) post(t *testing.T, path string, form url.Values, header map[string]string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.consoleURL+path, strings.NewReader(form.Encode()))
+	req, err := http.NewRequest(http.MethodPost, s.ConsoleURL+path, strings.NewReader(form.Encode()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func approveForm(run, commandID, approver, credential string) url.Values {
 // are the approval, and the run records one answer.
 func TestFormSentTwiceActsOnce(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "twice-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "twice-7", "pay invoice INV-7", "suspended")
 	form := approveForm("twice-7", "console-twice-1", demo.Approver, "gina")
 	var wg sync.WaitGroup
 	answers := make([]string, 2)
@@ -69,8 +69,8 @@ func TestFormSentTwiceActsOnce(t *testing.T) {
 			t.Errorf("answer %s, want ok", a)
 		}
 	}
-	s.waitStatus(t, "twice-7", "finished")
-	if n := len(s.history(t, "twice-7", events.NameApprovalAnswered)); n != 1 {
+	s.WaitStatus(t, "twice-7", "finished")
+	if n := len(s.History(t, "twice-7", events.NameApprovalAnswered)); n != 1 {
 		t.Fatalf("%d approval answers recorded, want 1", n)
 	}
 }
@@ -79,7 +79,7 @@ func TestFormSentTwiceActsOnce(t *testing.T) {
 // code and reason on top, and nowhere the credential typed.
 func TestRefusalPageShowsCodeNotCredential(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "echo-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "echo-7", "pay invoice INV-7", "suspended")
 	const secret = "hunter2-h12-secret"
 	resp, body := s.post(t, "/act/approval", approveForm("echo-7", "console-echo-1", "bank", secret), nil)
 	if resp.StatusCode != http.StatusOK {
@@ -96,34 +96,34 @@ func TestRefusalPageShowsCodeNotCredential(t *testing.T) {
 		t.Fatalf("answer %s", js)
 	}
 	// Nothing was written: the request still waits.
-	if v := s.waitStatus(t, "echo-7", "suspended"); len(v.Approvals) != 1 {
+	if v := s.WaitStatus(t, "echo-7", "suspended"); len(v.Approvals) != 1 {
 		t.Fatalf("approvals %v", v.Approvals)
 	}
-	s.approveByAPI(t, "echo-7")
+	s.ApproveByAPI(t, "echo-7")
 }
 
 // A form posted from another site is refused before anything is sent.
 func TestCrossOriginPostRefused(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "csrf-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "csrf-7", "pay invoice INV-7", "suspended")
 	resp, _ := s.post(t, "/act/approval", approveForm("csrf-7", "console-csrf-1", demo.Approver, "mallory"),
 		map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"})
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d, want 403", resp.StatusCode)
 	}
-	if n := len(s.history(t, "csrf-7", events.NameApprovalAnswered)); n != 0 {
+	if n := len(s.History(t, "csrf-7", events.NameApprovalAnswered)); n != 0 {
 		t.Fatalf("%d approval answers recorded, want 0", n)
 	}
-	s.approveByAPI(t, "csrf-7")
+	s.ApproveByAPI(t, "csrf-7")
 }
 
 // Every page answers without the script; an unknown run is a 404 page
 // naming unknown_run; the pages carry the content security policy.
 func TestPagesWithoutScript(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "plain-8", "pay invoice INV-8", "finished")
+	s.Start(t, "plain-8", "pay invoice INV-8", "finished")
 	for _, p := range []string{"/", "/runs", "/runs?status=finished&agent=payment-desk", "/runs/plain-8"} {
-		resp, body := s.get(t, p)
+		resp, body := s.Get(t, p)
 		if resp.StatusCode != http.StatusOK || !strings.Contains(body, "</html>") {
 			t.Errorf("%s: status %d", p, resp.StatusCode)
 		}
@@ -131,19 +131,19 @@ func TestPagesWithoutScript(t *testing.T) {
 			t.Errorf("%s: CSP %q", p, csp)
 		}
 	}
-	resp, body := s.get(t, "/runs/no-such-run")
+	resp, body := s.Get(t, "/runs/no-such-run")
 	if resp.StatusCode != http.StatusNotFound || !strings.Contains(body, "unknown_run") {
 		t.Errorf("unknown run: status %d\n%s", resp.StatusCode, body)
 	}
-	resp, body = s.get(t, "/runs?status=bogus")
+	resp, body = s.Get(t, "/runs?status=bogus")
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_filter") {
 		t.Errorf("bad filter: status %d\n%s", resp.StatusCode, body)
 	}
-	_, body = s.get(t, "/runs/plain-8")
+	_, body = s.Get(t, "/runs/plain-8")
 	if !strings.Contains(body, "Verified: ") || !strings.Contains(body, "byte for byte the view refolded from the history") {
 		t.Errorf("the audit panel does not verify the run:\n%s", body)
 	}
-	if resp, _ := s.get(t, "/live?watch=bogus"); resp.StatusCode != http.StatusBadRequest {
+	if resp, _ := s.Get(t, "/live?watch=bogus"); resp.StatusCode != http.StatusBadRequest {
 		t.Errorf("live watch=bogus: status %d", resp.StatusCode)
 	}
 }
@@ -152,9 +152,9 @@ func TestPagesWithoutScript(t *testing.T) {
 // service's cursor.
 func TestRunsFilterAndPaging(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "page-8a", "pay invoice INV-8", "finished")
-	s.start(t, "page-8b", "pay invoice INV-8", "finished")
-	s.start(t, "page-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "page-8a", "pay invoice INV-8", "finished")
+	s.Start(t, "page-8b", "pay invoice INV-8", "finished")
+	s.Start(t, "page-7", "pay invoice INV-7", "suspended")
 	rowRun := regexp.MustCompile(`<tr data-run="([^"]+)">`)
 	rows := func(body string) []string {
 		var out []string
@@ -170,7 +170,7 @@ func TestRunsFilterAndPaging(t *testing.T) {
 	// are written too.
 	var body string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		_, body = s.get(t, "/runs?status=suspended&agent=payment-desk")
+		_, body = s.Get(t, "/runs?status=suspended&agent=payment-desk")
 		if slices.Contains(rows(body), "page-7") || time.Now().After(deadline) {
 			break
 		}
@@ -178,7 +178,7 @@ func TestRunsFilterAndPaging(t *testing.T) {
 	if got := rows(body); !slices.Contains(got, "page-7") || slices.Contains(got, "page-8a") {
 		t.Fatalf("status=suspended lists %v", got)
 	}
-	_, body = s.get(t, "/runs?agent=nobody")
+	_, body = s.Get(t, "/runs?agent=nobody")
 	if got := rows(body); len(got) != 0 || !strings.Contains(body, "No run matches.") {
 		t.Fatalf("agent=nobody lists %v", got)
 	}
@@ -187,7 +187,7 @@ func TestRunsFilterAndPaging(t *testing.T) {
 	path := "/runs?limit=1"
 	var seen []string
 	for i := range 3 {
-		_, body = s.get(t, path)
+		_, body = s.Get(t, path)
 		seen = append(seen, rows(body)...)
 		if i == 2 {
 			break
@@ -205,7 +205,7 @@ func TestRunsFilterAndPaging(t *testing.T) {
 		t.Error("a later page has no link back to the newest runs")
 	}
 	// Changed since a time in the future: nothing.
-	_, body = s.get(t, "/runs?since=2999-01-01T00:00&tz=0")
+	_, body = s.Get(t, "/runs?since=2999-01-01T00:00&tz=0")
 	if got := rows(body); len(got) != 0 {
 		t.Fatalf("since 2999 lists %v", got)
 	}
@@ -217,9 +217,9 @@ func TestRunsFilterAndPaging(t *testing.T) {
 // is not sent.
 func TestResolveTwiceRefused(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "q2-13", "pay invoice INV-13", "suspended")
-	s.unconfirmedByAPI(t, "q2-13", "asking the bank")
-	s.waitStatus(t, "q2-13", "finished")
+	s.Start(t, "q2-13", "pay invoice INV-13", "suspended")
+	s.UnconfirmedByAPI(t, "q2-13", "asking the bank")
+	s.WaitStatus(t, "q2-13", "finished")
 	form := func(id string) url.Values {
 		return url.Values{"command_id": {id}, "run": {"q2-13"}, "action": {"2/call_2_1"}, "kind": {"error"},
 			"error": {"the bank never received it"}, "by": {"hank"}, "return": {"/"}}
@@ -237,7 +237,7 @@ func TestResolveTwiceRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `<code class="code">already_resolved</code>`) || !strings.Contains(body, `<code class="reason">error</code>`) {
 		t.Fatalf("second resolve: status %d, the page does not show already_resolved (error):\n%s", resp.StatusCode, body)
 	}
-	if n := len(s.history(t, "q2-13", events.NameResolved)); n != 1 {
+	if n := len(s.History(t, "q2-13", events.NameResolved)); n != 1 {
 		t.Fatalf("%d resolved events, want 1", n)
 	}
 }
@@ -248,7 +248,7 @@ func TestResolveTwiceRefused(t *testing.T) {
 // (other_arguments), shown with its reason; nothing is recorded.
 func TestSignedApproverNeedsProof(t *testing.T) {
 	s := secureStack(t)
-	s.start(t, "sig-plain-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "sig-plain-7", "pay invoice INV-7", "suspended")
 	form := approveForm("sig-plain-7", "console-sig-1", demo.SignedApprover, "anyone")
 	form.Set("agent", demo.AgentName)
 	form.Set("version", "1")
@@ -256,7 +256,7 @@ func TestSignedApproverNeedsProof(t *testing.T) {
 	if _, a := s.post(t, "/act/approval", form, jsonAnswer); !strings.Contains(a, `"ok":false`) || strings.Contains(a, `"code"`) || !strings.Contains(a, "signed proof") {
 		t.Fatalf("a form without a proof answered %s, want not sent, naming the signed proof", a)
 	}
-	kp, pub := s.approverKey(t)
+	kp, pub := s.ApproverKey(t)
 	p, err := proof.New(proof.Subject{Run: "sig-plain-7", Action: "2/call_2_1", Revision: 1, Requirement: events.Requirement{Name: demo.Requirement, Version: 1},
 		Tool: "send_payment", Arguments: json.RawMessage(`{"invoice":"INV-7","payee":"Mallory","amount":1200,"currency":"EUR"}`), Answer: events.AnswerApprove},
 		pub, time.Now().Add(30*time.Second))
@@ -273,10 +273,10 @@ func TestSignedApproverNeedsProof(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, `<code class="code">proof_refused</code>`) || !strings.Contains(body, `<code class="reason">other_arguments</code>`) {
 		t.Fatalf("status %d: the page does not show proof_refused (other_arguments):\n%s", resp.StatusCode, body)
 	}
-	if n := len(s.history(t, "sig-plain-7", events.NameApprovalAnswered)); n != 0 {
+	if n := len(s.History(t, "sig-plain-7", events.NameApprovalAnswered)); n != 0 {
 		t.Fatalf("%d answers recorded, want 0", n)
 	}
-	if v := s.waitStatus(t, "sig-plain-7", "suspended"); len(v.Approvals) != 1 {
+	if v := s.WaitStatus(t, "sig-plain-7", "suspended"); len(v.Approvals) != 1 {
 		t.Fatalf("approvals %v", v.Approvals)
 	}
 }

@@ -2,7 +2,6 @@ package console_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"html"
 	"net/http"
 	"net/url"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,8 +37,8 @@ var signAgainField = regexp.MustCompile(`<input type="hidden" name="([^"]+)" val
 // the key's name, verified, with its key — never the typed name.
 func TestSecurityWhoDidIt_ConsolePastedProof(t *testing.T) {
 	s := secureStack(t)
-	kp, pub := s.approverKey(t)
-	s.start(t, "paste-7", "pay invoice INV-7", "suspended")
+	kp, pub := s.ApproverKey(t)
+	s.Start(t, "paste-7", "pay invoice INV-7", "suspended")
 	// "extra" stands for a field a form may gain: the form to send again
 	// carries every field sent, whatever its name.
 	form := url.Values{"command_id": {"console-paste-1"}, "run": {"paste-7"}, "reason": {"duplicate order"}, "by": {"mallory"}, "return": {"/runs/paste-7"}, "extra": {"kept"}}
@@ -87,7 +85,7 @@ func TestSecurityWhoDidIt_ConsolePastedProof(t *testing.T) {
 	if !strings.Contains(body, `<code class="code">proof_refused</code>`) || !strings.Contains(body, `<code class="reason">other_reason</code>`) {
 		t.Fatalf("a proof for another reason: the page does not show proof_refused (other_reason):\n%s", body)
 	}
-	if n := len(s.history(t, "paste-7", events.NameCancelRequested)); n != 0 {
+	if n := len(s.History(t, "paste-7", events.NameCancelRequested)); n != 0 {
 		t.Fatalf("%d cancellations recorded, want 0", n)
 	}
 
@@ -102,7 +100,7 @@ func TestSecurityWhoDidIt_ConsolePastedProof(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "Cancelled. Signed with key "+pub+".") {
 		t.Fatalf("status %d: the pasted proof did not cancel:\n%s", resp.StatusCode, body)
 	}
-	v := s.waitStatus(t, "paste-7", "finished")
+	v := s.WaitStatus(t, "paste-7", "finished")
 	if c := v.Cancelled; c == nil || !c.Verified || c.Key != pub || c.By != "demo approver" || c.Reason != "duplicate order" {
 		t.Fatalf("cancelled %+v, want verified by demo approver with key %s", c, pub)
 	}
@@ -172,9 +170,9 @@ func TestSecurityWhoDidIt_ConsoleSigningStatement(t *testing.T) {
 // command is recorded, signed with the key.
 func TestSecurityWhoDidIt_ConsolePrintedCommandSigns(t *testing.T) {
 	s := secureStack(t)
-	_, pub := s.approverKey(t)
+	_, pub := s.ApproverKey(t)
 	bin := weftBinary(t)
-	key := filepath.Join(s.roles, demo.ApproverKeyFile)
+	key := filepath.Join(s.Roles, demo.ApproverKeyFile)
 	accept := map[string]string{"Accept": "application/json"}
 	// signAndSend asks the console for the statement of form, runs the
 	// command it shows and sends form with the printed proof pasted.
@@ -214,17 +212,17 @@ func TestSecurityWhoDidIt_ConsolePrintedCommandSigns(t *testing.T) {
 		return f
 	}
 
-	s.start(t, "pc-err", "pay invoice INV-13", "suspended")
+	s.Start(t, "pc-err", "pay invoice INV-13", "suspended")
 	signAndSend("/act/reconcile", reconcile("pc-err", "console-pc-1", "kind", "error", "error", "the bank's answer: <rejected> café"), "--error")
-	s.start(t, "pc-raw", "pay invoice INV-13", "suspended")
+	s.Start(t, "pc-raw", "pay invoice INV-13", "suspended")
 	signAndSend("/act/reconcile", reconcile("pc-raw", "console-pc-2", "kind", "output", "out_mode", "raw", "out_json", `{"error":"caf\u00e9"}`), "--output")
-	s.start(t, "pc-q", "pay invoice INV-13", "suspended")
+	s.Start(t, "pc-q", "pay invoice INV-13", "suspended")
 	signAndSend("/act/reconcile", reconcile("pc-q", "console-pc-3", "kind", "unconfirmed", "note", "asking the bank"), "--unconfirmed")
-	s.waitStatus(t, "pc-q", "finished")
+	s.WaitStatus(t, "pc-q", "finished")
 	signAndSend("/act/resolve", reconcile("pc-q", "console-pc-4", "kind", "error", "error", "never received"), "--error")
 
 	for run, want := range map[string]string{"pc-err": `{"error":"the bank's answer: \u003crejected\u003e café"}`, "pc-raw": `{"error":"caf\u00e9"}`, "pc-q": `{"unconfirmed":"asking the bank"}`} {
-		a := action(t, s.waitStatus(t, run, "finished"), "2/call_2_1")
+		a := action(t, s.WaitStatus(t, run, "finished"), "2/call_2_1")
 		if a.Result != want {
 			t.Errorf("%s: result %s, want %s", run, a.Result, want)
 		}
@@ -234,35 +232,6 @@ func TestSecurityWhoDidIt_ConsolePrintedCommandSigns(t *testing.T) {
 			}
 		}
 	}
-}
-
-var (
-	weftBinOnce sync.Once
-	weftBin     string
-	weftBinErr  error
-)
-
-// weftBinary builds cmd/weft once (into a temporary directory, removed
-// with the test binary's other temporary files by the OS) and returns its
-// path.
-func weftBinary(t *testing.T) string {
-	t.Helper()
-	weftBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "weft-console-bin-")
-		if err != nil {
-			weftBinErr = err
-			return
-		}
-		weftBin = filepath.Join(dir, "weft")
-		out, err := exec.Command("go", "build", "-o", weftBin, "github.com/weftrun/weft/cmd/weft").CombinedOutput()
-		if err != nil {
-			weftBinErr = fmt.Errorf("build weft: %v\n%s", err, out)
-		}
-	})
-	if weftBinErr != nil {
-		t.Fatal(weftBinErr)
-	}
-	return weftBin
 }
 
 // signingInput is an input of a page that holds a signing key: the seed
@@ -277,10 +246,10 @@ var signingInput = regexp.MustCompile(`<input[^>]*\bdata-signing-(?:key|file)\b[
 // script) ever carries a seed or a key file.
 func TestSecurityWhoDidIt_ConsoleKeyFieldsHaveNoName(t *testing.T) {
 	s := secureStack(t)
-	s.start(t, "nn-7", "pay invoice INV-7", "suspended")
-	s.start(t, "nn-13", "pay invoice INV-13", "suspended")
+	s.Start(t, "nn-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "nn-13", "pay invoice INV-13", "suspended")
 	for _, path := range []string{"/", "/runs/nn-7", "/runs/nn-13"} {
-		_, body := s.get(t, path)
+		_, body := s.Get(t, path)
 		inputs := signingInput.FindAllString(body, -1)
 		if len(inputs) == 0 {
 			t.Fatalf("%s has no signing key input", path)
@@ -301,7 +270,7 @@ func TestSecurityWhoDidIt_ConsoleKeyFieldsHaveNoName(t *testing.T) {
 // refused no_reason.
 func TestSecurityWhoDidIt_ConsoleNoReasonNoStatement(t *testing.T) {
 	s := secureStack(t)
-	s.start(t, "nr-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "nr-7", "pay invoice INV-7", "suspended")
 	form := url.Values{"command_id": {"console-nr-1"}, "run": {"nr-7"}, "by": {"mallory"}, "return": {"/runs/nr-7"}}
 	_, body := s.post(t, "/act/cancel", form, nil)
 	page := html.UnescapeString(body)

@@ -87,6 +87,30 @@ func (r *Runner) HandedOff() int64 {
 	return 0
 }
 
+// WorkerHolds reports whether r's in-process worker holds the attempt of
+// claim key (worker.Worker.Holds): a task of it handed there, or a
+// delivery of its stream copy, is being checked, claimed, run or
+// reported. A handed task lets go of it after its report or mark was
+// answered, or once it found the claim closed or taken, and only then
+// publishes its stream copy when it needs one (docs/adr/0039), for tests.
+func (r *Runner) WorkerHolds(key string) bool {
+	if w := r.inproc.Load(); w != nil {
+		held, _ := w.Holds(key)
+		return held
+	}
+	return false
+}
+
+// HandedFallbacks is how many handed tasks of r's in-process worker ended
+// without their report answered and published their stream copy
+// (worker.Worker.HandedFallbacks; counted before the publish), for tests.
+func (r *Runner) HandedFallbacks() int64 {
+	if w := r.inproc.Load(); w != nil {
+		return w.HandedFallbacks()
+	}
+	return 0
+}
+
 // RemoveDriverKey is removeDriverKey, for tests.
 func RemoveDriverKey(ctx context.Context, r *Runner, run string, rev uint64) error {
 	return r.removeDriverKey(ctx, run, rev)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,14 +315,21 @@ func TestScenario22_CancelMixed(t *testing.T) {
 // Scenario 23: cancel during a model call → reply discarded, cancelled.
 func TestScenario23_CancelDuringModelCall(t *testing.T) {
 	t.Parallel()
-	m := model.NewScripted("s", model.Hang())
+	var calls atomic.Int64
+	m := model.NewScripted("s", counted(&calls, model.Hang()))
 	h := one(t, build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(allow)), "r23", "x")
-	time.Sleep(50 * time.Millisecond)
+	// The model call is in flight (not a sleep that hoped it was).
+	h.waitFor("r23", "the model call of turn 1", func(aggregate.State) bool { return calls.Load() == 1 })
 	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c", Run: "r23"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, out := finished(t, h, "r23"); out.Kind != events.OutcomeCancelled {
+	s, out := finished(t, h, "r23")
+	if out.Kind != events.OutcomeCancelled {
 		t.Fatalf("outcome %+v", out)
+	}
+	// The reply never came: nothing of turn 1 was recorded.
+	if n := len(s.Actions()); n != 0 || calls.Load() != 1 {
+		t.Fatalf("%d actions, %d model calls; want none, one", n, calls.Load())
 	}
 }
 

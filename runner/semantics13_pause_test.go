@@ -195,12 +195,26 @@ func TestSemantics13_CancelWorksOnAPausedRun(t *testing.T) {
 func TestSemantics13_AnApprovalExpiresWhilePausedAtItsRecordedDeadline(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
-	m := model.NewScripted("s", counted(&calls, model.CallTools(payCall(500, "ok"))), counted(&calls, model.Answer("ok")))
+	// The run is paused while its first model call is in flight, before
+	// the approval is requested: a pause sent once the run was suspended
+	// raced the 300 ms expiry, and one that came after it found the next
+	// turn requested (or the run finished: run_ended).
+	gate := make(chan struct{})
+	m := model.NewScripted("s", counted(&calls, func(ctx context.Context, req model.Request) (model.Reply, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return model.Reply{}, ctx.Err()
+		}
+		return model.CallTools(payCall(500, "ok"))(ctx, req)
+	}), counted(&calls, model.Answer("ok")))
 	a := build(t, m, []tools.Tool{newGated().tool()}, policy.Func(approvalAbove), agent.WithApprovalExpiry(tools.After(300*time.Millisecond)))
 	h := one(t, a, "p5", "pay 500")
-	s := h.waitStatus("p5", aggregate.StatusSuspended)
-	act, _ := s.Action(aggregate.Status(s).Approvals[0])
+	h.waitFor("p5", "the model call of turn 1", func(aggregate.State) bool { return calls.Load() == 1 })
 	h.pause("p5", "p-1")
+	close(gate)
+	s := h.waitFor("p5", "the approval request", func(s aggregate.State) bool { return len(s.Actions()) == 1 && s.Actions()[0].Request.Revision > 0 })
+	act := s.Actions()[0]
 	s = h.waitFor("p5", "the expiry", func(s aggregate.State) bool {
 		a, _ := s.Action(act.ID)
 		return a.State == aggregate.ActionRejected
@@ -212,12 +226,22 @@ func TestSemantics13_AnApprovalExpiresWhilePausedAtItsRecordedDeadline(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
+	var paused, requested uint64
 	for _, env := range envs {
+		switch env.Type {
+		case events.NameRunPaused:
+			paused = env.Version
+		case events.NameApprovalRequested:
+			requested = env.Version
+		}
 		if ev, _ := env.Event(); ev != nil {
 			if e, ok := ev.(events.ApprovalAnswered); ok && env.Recorded.Before(act.Request.Expires) {
 				t.Fatalf("expiry %+v recorded at %s, before the deadline %s", e, env.Recorded, act.Request.Expires)
 			}
 		}
+	}
+	if paused == 0 || requested < paused {
+		t.Fatalf("run_paused at %d, approval_requested at %d: want the request recorded while paused", paused, requested)
 	}
 	h.resume("p5", "r-1")
 	if _, out := finished(t, h, "p5"); out.Kind != events.OutcomeCompleted || calls.Load() != 2 {

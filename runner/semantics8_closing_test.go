@@ -138,7 +138,7 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok")), model.Answer("paid"))
 	a := build(t, m, []tools.Tool{l.tool()}, policy.Func(approvalAbove))
 	g := newClaimGate(worker.LogCheck(h.srv.JS))
-	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
 	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
 	if err != nil {
@@ -153,6 +153,7 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 	if !slices.Contains(cancelFirst, true) || !slices.Contains(cancelFirst, false) {
 		t.Fatalf("the seed draws one order only: %v", cancelFirst)
 	}
+	var keys []string
 	for i := range n {
 		run := fmt.Sprint("race-", i)
 		held := g.hold(run)
@@ -166,6 +167,8 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 		}
 		// The worker has checked the attempt and is about to claim it.
 		task := <-held.reached
+		key := api.ClaimKey(run, task.Action, task.Attempt, task.Incarnation)
+		keys = append(keys, key)
 		cancel := func() {
 			if _, err := h.client.Cancel(c, api.CancelRequest{CommandID: run + "-c", Run: run, By: "dave"}); err != nil && weft.ErrorCode(err) != weft.CodeRunEnded {
 				t.Errorf("cancel %s: %v", run, err) // run_ended: the payment and the run completed first
@@ -177,7 +180,6 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 			continue
 		}
 		close(held.release)
-		key := api.ClaimKey(run, task.Action, task.Attempt, task.Incarnation)
 		deadline := time.Now().Add(15 * time.Second)
 		for {
 			if _, err := claims.Get(c, key); err == nil {
@@ -190,7 +192,7 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 		}
 		cancel()
 	}
-	drained(t, h, a, "pay")
+	drained(t, h, r, a, "pay", keys...)
 	uncertain, unstarted, marked := 0, 0, 0
 	for i := range n {
 		run := fmt.Sprint("race-", i)
@@ -211,7 +213,7 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 			t.Errorf("run %s: the claim found by the cancel was marked not started, yet the payment is %s (%s), body started %v; want not_started, no body", run, p.State, p.Detail, l.started(run, p.ID))
 		}
 	}
-	// Every task was acked (drained) after its worker's report was
+	// Every worker let go of its attempt (drained) after its report was
 	// answered, and no worker was killed: a claim the cancel found and
 	// its worker then marked is recorded by now (attempt_not_started), and
 	// no uncertain payment is left without a body start.
@@ -267,11 +269,24 @@ func (g *claimGate) check(ctx context.Context, task api.Task) (bool, error) {
 	return current, nil
 }
 
-// drained waits until every task of a's tool was acked by its workers: a
-// delivery of a closed attempt's task has then found the closed claim (and
-// would have started its body, in the ledger, had the claim not been
-// closed).
-func drained(t *testing.T, h *harness, a *agent.Agent, tool string) {
+// drained waits until the workers let go of the attempts of keys (claim
+// keys) and of every task of a's tool: r's in-process worker holds none
+// of keys and every stream copy of a's tool in WEFT_TASKS was acked, in
+// two passes one after the other with no handed task of r falling back
+// to its stream copy since the first. A handed task (the task r gives its
+// own worker) has no stream copy unless it needs one
+// (docs/adr/0039-the-stream-copy-only-when-needed.md), so the queue alone
+// says nothing about it: its hold does. The hold ends after the task's
+// report or not-started mark was answered (recorded, or refused), or once
+// it found the attempt's claim closed or taken — or, when it ends without
+// its report answered, just before it counts (r.HandedFallbacks) and
+// publishes its copy, whose delivery then holds the attempt again: the
+// second pass sees that copy unless its publish takes longer than one
+// poll. Once drained returns, a delivery of a closed attempt's task has
+// found the closed claim (and would have started its body, in the ledger,
+// had the claim not been closed), and a worker's report or mark of an
+// attempt of keys was answered.
+func drained(t *testing.T, h *harness, r *runner.Runner, a *agent.Agent, tool string, keys ...string) {
 	t.Helper()
 	c := ctx(t)
 	cons, err := h.srv.JS.Consumer(c, api.TaskStream, api.Queue{Agent: a.Name(), Version: a.Version(), Tool: tool}.Consumer())
@@ -279,18 +294,32 @@ func drained(t *testing.T, h *harness, a *agent.Agent, tool string) {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for {
+	quiet, fallbacks := 0, int64(-1)
+	for ; ; time.Sleep(20 * time.Millisecond) {
+		f := r.HandedFallbacks()
+		held := slices.IndexFunc(keys, r.WorkerHolds)
 		info, err := cons.Info(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.NumPending == 0 && info.NumAckPending == 0 {
+		switch {
+		case held >= 0 || info.NumPending != 0 || info.NumAckPending != 0:
+			quiet = 0
+		case f == fallbacks:
+			quiet++
+		default:
+			quiet = 1
+		}
+		fallbacks = f
+		if quiet == 2 {
 			return
 		}
 		if time.Now().After(deadline) {
+			if held >= 0 {
+				t.Fatalf("the worker still holds the attempt of %s", keys[held])
+			}
 			t.Fatalf("the tasks of %s were not all acked: %+v", tool, info)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -734,7 +763,7 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedF
 	const run = "cancel-after-claim"
 	g := newAfterClaimGate(h, run)
 	headKey, headPub := userKey(t, 7)
-	h.startRunner([]*agent.Agent{a}, runner.WithHeadKey(headKey), runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHeadKey(headKey), runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -747,12 +776,12 @@ func TestSemantics8_ClosingAnAttemptCancelledBetweenClaimAndCheckEndsNotStartedF
 		t.Fatalf("payment %s (%s), claimed %v; want the cancel's close to find the claim: uncertain", p.State, p.Detail, p.Claimed)
 	}
 	close(g.release)
-	drained(t, h, a, "pay")
-	s := h.waitFor(run, "the payment not_started", func(s aggregate.State) bool {
-		return s.Actions()[0].State == aggregate.ActionNotStarted
-	})
+	// The worker lets go of the attempt once its mark's report was
+	// answered: the run has recorded it by then.
+	drained(t, h, r, a, "pay", api.ClaimKey(run, h.state(run).Actions()[0].ID, 1, 1))
+	s := h.state(run)
 	p := s.Actions()[0]
-	if p.Detail != events.NotStartedMarked || !slices.Contains(p.Claimed, 1) || !slices.Contains(p.Closed, 1) {
+	if p.State != aggregate.ActionNotStarted || p.Detail != events.NotStartedMarked || !slices.Contains(p.Claimed, 1) || !slices.Contains(p.Closed, 1) {
 		t.Fatalf("payment %s (%s), claimed %v, closed %v; want not_started by the mark, attempt 1 found claimed then marked", p.State, p.Detail, p.Claimed, p.Closed)
 	}
 	if u, _, _ := l.check(t, h, run, s); u != 0 {
@@ -784,7 +813,7 @@ func TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain
 	a := l.payOnce(t)
 	const run = "mark-on-another-claim"
 	g := newAfterClaimGate(h, run)
-	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -819,9 +848,19 @@ func TestSemantics8_ClosingAnAttemptAMarkOnAnotherClaimUnderTheKeyStaysUncertain
 		t.Fatalf("payment %s (%s), closed %v; want uncertain: the marked claim is not the one the close found", p.State, p.Detail, p.Closed)
 	}
 	close(g.release)
-	drained(t, h, a, "pay")
+	drained(t, h, r, a, "pay", key)
 	if p := h.state(run).Actions()[0]; p.State != aggregate.ActionUncertain || slices.Contains(p.Closed, 1) {
 		t.Fatalf("payment %s (%s), closed %v after the worker let go; want uncertain", p.State, p.Detail, p.Closed)
+	}
+	// Its mark, if it tried one, left the other delivery's claim as it
+	// was.
+	e, err := claims.Get(c, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl api.Claim
+	if err := json.Unmarshal(e.Value(), &cl); err != nil || cl.Token != "another-delivery" || cl.Worker != "w-late" {
+		t.Fatalf("claim %+v (%v): want the other delivery's, untouched", cl, err)
 	}
 }
 
@@ -863,7 +902,7 @@ func TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing(t *t
 	a := l.payOnce(t)
 	const run = "reconciled-before-mark"
 	g := newAfterClaimGate(h, run)
-	h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithWorkerOptions(worker.WithAttemptCheck(g.check)))
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -877,36 +916,21 @@ func TestSemantics8_ClosingAnAttemptAMarkAfterAReconciliationChangesNothing(t *t
 		t.Fatal(err)
 	}
 	close(g.release)
-	drained(t, h, a, "pay")
-	// The runner's own worker runs this task handed, with no stream copy
-	// (docs/adr/0039-the-stream-copy-only-when-needed.md): drained does
-	// not wait for it, so the claim's mark is waited for (it is written
-	// before the mark is reported).
+	drained(t, h, r, a, "pay", api.ClaimKey(run, id, 1, 1))
 	claims, err := h.srv.JS.KeyValue(c, api.ClaimsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cl api.Claim
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		e, err := claims.Get(c, api.ClaimKey(run, id, 1, 1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl = api.Claim{}
-		if err := json.Unmarshal(e.Value(), &cl); err != nil {
-			t.Fatal(err)
-		}
-		if cl.NotStarted != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("claim %+v: want it marked not started", cl)
-		}
+	e, err := claims.Get(c, api.ClaimKey(run, id, 1, 1))
+	if err != nil {
+		t.Fatal(err)
 	}
-	// The worker reports the mark once it is written. The state is read
-	// after the mark: a recorded mark (the bug this test catches) shows
-	// unless its report is still on its way then (one round trip; with the
-	// eager copy, drained waited for it).
+	var cl api.Claim
+	if err := json.Unmarshal(e.Value(), &cl); err != nil || cl.NotStarted == nil {
+		t.Fatalf("claim %+v (%v): want it marked not started", cl, err)
+	}
+	// The worker let go of the attempt once its mark's report was answered
+	// (drained): a mark the run recorded (the bug this test catches) shows.
 	p := h.state(run).Actions()[0]
 	if p.State != aggregate.ActionReconciled || slices.Contains(p.Closed, 1) {
 		t.Fatalf("payment %s (%s), closed %v; want reconciled, the late mark not recorded", p.State, p.Detail, p.Closed)

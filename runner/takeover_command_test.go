@@ -58,7 +58,7 @@ func TestCancelAfterTakeoverStartsNothing_NoReplayFenced(t *testing.T) {
 	}
 	claimAsWorker(t, h, "tc2", "1/call_1_1", 1, 1) // the ghost's worker took it: it may have acted
 	h.release("ghost")
-	h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
 
 	if _, err := h.client.Cancel(ctx(t), api.CancelRequest{CommandID: "c", Run: "tc2"}); err != nil {
 		t.Fatal(err)
@@ -75,7 +75,13 @@ func TestCancelAfterTakeoverStartsNothing_NoReplayFenced(t *testing.T) {
 	if act := s.Actions()[0]; act.State != aggregate.ActionUncertain {
 		t.Errorf("action %s (%s), want uncertain: attempt 1 may have acted", act.State, act.Detail)
 	}
+	// A task the runner gives its own worker has no stream copy
+	// (docs/adr/0039-the-stream-copy-only-when-needed.md): the queue,
+	// empty, says nothing about it, so none may have been given.
 	h.waitTasksConsumed()
+	if n := r.HandedOff(); n != 0 {
+		t.Errorf("the runner handed %d tasks to its worker after the cancel", n)
+	}
 	if n := b.starts.Load(); n != 0 {
 		t.Errorf("a body started %d times after the cancel", n)
 	}

@@ -92,6 +92,10 @@ func startWeft(ctx context.Context, dir string, external, syncAlways bool) (syst
 }
 
 func (w *weftSystem) startEmbedded(dir string, syncAlways bool) error {
+	// As weft dev and weft bench do when they embed the server
+	// (docs/adr/0042-procs-for-an-embedded-server.md): this child process
+	// measures only this system.
+	natsnode.EmbeddedProcs()
 	srv, err := natsserver.NewServer(&natsserver.Options{JetStream: true, StoreDir: dir, DontListen: true, NoSigs: true, NoLog: true,
 		MaxPayload: natsnode.MaxPayload, SyncAlways: syncAlways})
 	if err != nil {

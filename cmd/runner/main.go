@@ -47,7 +47,14 @@ import (
 // deployment's person keys file (--person-keys).
 const envPersonKeys = "WEFT_PERSON_KEYS"
 
+// raiseProcs is natsnode.EmbeddedProcs in the runner program (main sets
+// it) and nothing in tests, which call run in their own process: a runner
+// that embeds the server raises GOMAXPROCS
+// (docs/adr/0042-procs-for-an-embedded-server.md).
+var raiseProcs func() int
+
 func main() {
+	raiseProcs = natsnode.EmbeddedProcs
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
@@ -89,6 +96,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	defer shutdown(context.Background())
 
 	nopts := append(natsnode.FromEnv(getenv), creds.Options()...)
+	if *url == "" && raiseProcs != nil {
+		raiseProcs()
+	}
 	node, err := natsnode.Start(ctx, append(nopts, natsnode.WithURL(*url))...)
 	if err != nil {
 		return err

@@ -42,6 +42,8 @@ func benchCommand() command {
 					}}
 				if e.urlGiven {
 					cfg.URL = e.url
+				} else {
+					embedding()
 				}
 				if *only != "" {
 					for _, s := range strings.Split(*only, ",") {

@@ -99,6 +99,9 @@ func devCommand() command {
 				} else if u := os.Getenv(natsnode.EnvURL); u != "" {
 					fmt.Fprintf(e.stdout, "NATS_URL=%s is set: weft dev starts its own server all the same (--nats %s runs the demo against that one instead).\n", u, u)
 				}
+				if !e.urlFlag {
+					embedding()
+				}
 				if o.DataDir == "" {
 					o.DataDir = os.Getenv(natsnode.EnvData)
 				}

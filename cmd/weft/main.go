@@ -24,6 +24,20 @@ import (
 // steps). Tests that call run directly see "weft".
 var self = "weft"
 
+// raiseProcs is natsnode.EmbeddedProcs in the weft program (main sets it)
+// and nothing in tests, which run the commands in their own process: the
+// commands that embed the server (dev, bench) call it first
+// (docs/adr/0042-procs-for-an-embedded-server.md).
+var raiseProcs func() int
+
+// embedding calls raiseProcs, when set, for a command about to embed the
+// server.
+func embedding() {
+	if raiseProcs != nil {
+		raiseProcs()
+	}
+}
+
 func main() {
 	// A subprocess of weft bench (a runner it may SIGKILL) runs as such.
 	if child, err := bench.Child(); child {
@@ -42,6 +56,7 @@ func main() {
 		return
 	}
 	self, _ = weftCommand()
+	raiseProcs = natsnode.EmbeddedProcs
 	ctx, stop := natsnode.NotifyShutdown(context.Background())
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -9,8 +9,9 @@ import (
 )
 
 // TestTaskfile checks Taskfile.yml: every task has a
-// desc; run, test, check and bench exist; check runs gofmt, vet,
-// staticcheck and the race-enabled tests; build:release builds weft
+// desc; run, test, check and bench exist; test runs the module's tests
+// and those of e2e/ui, the browser and terminal tests' module; check runs
+// gofmt, vet, staticcheck and the race-enabled tests of both; build:release builds weft
 // without symbols or DWARF and with trimmed paths (docs/benchmarks.md,
 // "Binary sizes"); and the task tool and staticcheck
 // are pinned in the developer tools' own module, devtools/go.mod, so that
@@ -40,8 +41,18 @@ func TestTaskfile(t *testing.T) {
 			t.Errorf("no %s task", name)
 		}
 	}
+	// The browser and terminal tests are a module of their own (e2e/ui,
+	// docs/adr/0038): the root's go test ./... does not reach them, so
+	// without their line in the test task CI would drop them silently.
+	test := strings.Join(tf.Tasks["test"].Cmds, "\n")
+	for _, want := range []string{"go test -count=1 -parallel 4 -timeout 20m ./...", "cd e2e/ui && go test -count=1"} {
+		if !strings.Contains(test, want) {
+			t.Errorf("test task does not run %q:\n%s", want, test)
+		}
+	}
 	check := strings.Join(tf.Tasks["check"].Cmds, "\n")
-	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool -modfile=devtools/go.mod staticcheck ./...", "go test -race"} {
+	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool -modfile=devtools/go.mod staticcheck ./...", "go test -race",
+		"cd e2e/ui && go vet ./...", "cd e2e/ui && go tool -modfile=../../devtools/go.mod staticcheck ./...", "cd e2e/ui && go test -race"} {
 		if !strings.Contains(check, want) {
 			t.Errorf("check task does not run %q:\n%s", want, check)
 		}

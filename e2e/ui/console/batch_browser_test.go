@@ -13,11 +13,11 @@ import (
 func TestSemantics4_ConsoleAnswersSeveralApprovals(t *testing.T) {
 	s := devStack(t)
 	for _, run := range []string{"bt-1", "bt-2", "bt-3"} {
-		s.start(t, run, "pay invoice INV-7", "suspended")
+		s.Start(t, run, "pay invoice INV-7", "suspended")
 	}
 	ctx := tab(t)
 	box := func(run string) string { return `tr[data-item="` + run + ` 2/call_2_1 1"] input[type=checkbox]` }
-	do(t, ctx, "open the batch page", chromedp.Navigate(s.consoleURL+"/batch"), chromedp.WaitVisible(chromedp.CSS(box("bt-3"))))
+	do(t, ctx, "open the batch page", chromedp.Navigate(s.ConsoleURL+"/batch"), chromedp.WaitVisible(chromedp.CSS(box("bt-3"))))
 	if problems := js[string](t, ctx, a11y); problems != "" {
 		t.Errorf("/batch: %s", problems)
 	}
@@ -34,15 +34,15 @@ func TestSemantics4_ConsoleAnswersSeveralApprovals(t *testing.T) {
 		t.Fatalf("%d answered rows, want 2", n)
 	}
 	for _, run := range []string{"bt-1", "bt-2"} {
-		v := s.waitStatus(t, run, "finished")
+		v := s.WaitStatus(t, run, "finished")
 		if a := action(t, v, "2/call_2_1"); len(a.Approvals) != 1 || a.Approvals[0].Answer != "approve" || a.Approvals[0].Reviewer != "alice" {
 			t.Fatalf("%s: approvals %+v", run, a.Approvals)
 		}
 	}
-	for _, ap := range action(t, s.waitStatus(t, "bt-3", "suspended"), "2/call_2_1").Approvals {
+	for _, ap := range action(t, s.WaitStatus(t, "bt-3", "suspended"), "2/call_2_1").Approvals {
 		if ap.Answer != "" {
 			t.Fatalf("bt-3, not selected, was answered: %+v", ap)
 		}
 	}
-	s.approveByAPI(t, "bt-3")
+	s.ApproveByAPI(t, "bt-3")
 }

@@ -14,15 +14,15 @@ import (
 // filter the person set stays the stream's filter.
 func TestFirstHour_RunsPageUpdatesByItself(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "fh-runs-1", "pay invoice INV-8", "finished")
+	s.Start(t, "fh-runs-1", "pay invoice INV-8", "finished")
 	ctx := tab(t)
 	for i, path := range []string{"/runs", "/runs?status=finished&since=2000-01-01T00:00&tz=0"} {
 		run := []string{"fh-runs-2", "fh-runs-3"}[i]
-		do(t, ctx, "open "+path, chromedp.Navigate(s.consoleURL+path),
+		do(t, ctx, "open "+path, chromedp.Navigate(s.ConsoleURL+path),
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-run="fh-runs-1"]`)),
 			waitJS(`document.getElementById("live-status").classList.contains("on")`))
 		js[bool](t, ctx, `window.weftNotReloaded = true`)
-		s.start(t, run, "pay invoice INV-8", "finished")
+		s.Start(t, run, "pay invoice INV-8", "finished")
 		do(t, ctx, path+": the new run appears", waitJS(`!!document.querySelector('tr[data-run="`+run+`"]')`))
 		if !js[bool](t, ctx, `window.weftNotReloaded === true`) {
 			t.Errorf("%s: the page was reloaded", path)
@@ -40,10 +40,10 @@ func TestFirstHour_RunsPageUpdatesByItself(t *testing.T) {
 // with a space is flagged before it is sent.
 func TestFirstHour_RunsPageAtPhoneWidth(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "fh-phone-1", "pay invoice INV-8", "finished")
+	s.Start(t, "fh-phone-1", "pay invoice INV-8", "finished")
 	ctx := tab(t)
 	do(t, ctx, "phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
-		chromedp.Navigate(s.consoleURL+"/runs"), chromedp.WaitVisible(chromedp.CSS(`tr[data-run="fh-phone-1"]`)))
+		chromedp.Navigate(s.ConsoleURL+"/runs"), chromedp.WaitVisible(chromedp.CSS(`tr[data-run="fh-phone-1"]`)))
 	if problem := js[string](t, ctx, `(() => {
   const c = document.querySelector("table.runs caption"), tb = document.querySelector("table.runs");
   const cw = c.getBoundingClientRect().width, tw = tb.getBoundingClientRect().width;
@@ -69,7 +69,7 @@ func TestFirstHour_StartButtonStartsAgain(t *testing.T) {
 	s := devStack(t)
 	ctx := tab(t)
 	form := `form[action="/act/start"]`
-	do(t, ctx, "open the runs", chromedp.Navigate(s.consoleURL+"/runs"), chromedp.WaitVisible(chromedp.CSS(form)))
+	do(t, ctx, "open the runs", chromedp.Navigate(s.ConsoleURL+"/runs"), chromedp.WaitVisible(chromedp.CSS(form)))
 	for _, run := range []string{"fh-start-1", "fh-start-2"} {
 		do(t, ctx, "start "+run,
 			chromedp.SetValue(chromedp.CSS(form+` input[name=run]`), run),
@@ -80,7 +80,7 @@ func TestFirstHour_StartButtonStartsAgain(t *testing.T) {
 		if js[bool](t, ctx, `document.querySelector('`+form+` button[type=submit]').disabled`) {
 			t.Fatalf("after starting %s the Start button is disabled", run)
 		}
-		s.waitStatus(t, run, "finished")
+		s.WaitStatus(t, run, "finished")
 	}
 }
 
@@ -89,10 +89,10 @@ func TestFirstHour_StartButtonStartsAgain(t *testing.T) {
 // is required.").
 func TestFirstHour_NotSentSaysItOnce(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "fh-ns-13", "pay invoice INV-13", "suspended")
+	s.Start(t, "fh-ns-13", "pay invoice INV-13", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("uncertain", "fh-ns-13", "2/call_2_1")
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
 	do(t, ctx, "send without the id",
 		typeIn(card+` input[name="out.status"]`, "sent"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
@@ -108,13 +108,13 @@ func TestFirstHour_NotSentSaysItOnce(t *testing.T) {
 // the agent answered, not as escaped JSON.
 func TestFirstHour_RunPageShowsTheAnswerAsText(t *testing.T) {
 	s := devStack(t)
-	v := s.start(t, "fh-ans-8", "pay invoice INV-8", "finished")
+	v := s.Start(t, "fh-ans-8", "pay invoice INV-8", "finished")
 	var want string
 	if v.Outcome == nil || json.Unmarshal(v.Outcome.Answer, &want) != nil || want == "" {
 		t.Fatalf("the demo's run has no text answer: %+v", v.Outcome)
 	}
 	ctx := tab(t)
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/fh-ans-8"), chromedp.WaitVisible(chromedp.ID("run-answer")))
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/fh-ans-8"), chromedp.WaitVisible(chromedp.ID("run-answer")))
 	if got := js[string](t, ctx, `document.getElementById("run-answer").textContent`); got != want {
 		t.Errorf("the run page's answer is %q, want %q", got, want)
 	}

@@ -56,12 +56,12 @@ const a11y = `(() => {
 // phone width (390×844) for horizontal overflow.
 func TestScreenshotsAndLayout(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "shot-7", "pay invoice INV-7", "suspended")
-	s.start(t, "shot-13", "pay invoice INV-13", "suspended")
-	s.start(t, "shot-8", "pay invoice INV-8", "finished")
-	s.start(t, "shot-13q", "pay invoice INV-13", "suspended")
-	s.unconfirmedByAPI(t, "shot-13q", "asking the bank whether it was sent")
-	s.waitStatus(t, "shot-13q", "finished")
+	s.Start(t, "shot-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "shot-13", "pay invoice INV-13", "suspended")
+	s.Start(t, "shot-8", "pay invoice INV-8", "finished")
+	s.Start(t, "shot-13q", "pay invoice INV-13", "suspended")
+	s.UnconfirmedByAPI(t, "shot-13q", "asking the bank whether it was sent")
+	s.WaitStatus(t, "shot-13q", "finished")
 	ctx := tab(t)
 
 	pages := []struct{ path, ready string }{
@@ -80,7 +80,7 @@ func TestScreenshotsAndLayout(t *testing.T) {
 	}{{"desktop", 1280, 800, nil}, {"phone", 390, 844, []chromedp.EmulateViewportOption{chromedp.EmulateMobile, chromedp.EmulateScale(2)}}} {
 		do(t, ctx, "viewport "+size.name, chromedp.EmulateViewport(size.w, size.h, size.opts...))
 		for _, p := range pages {
-			do(t, ctx, size.name+" "+p.path, chromedp.Navigate(s.consoleURL+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))
+			do(t, ctx, size.name+" "+p.path, chromedp.Navigate(s.ConsoleURL+p.path), chromedp.WaitVisible(chromedp.CSS(p.ready)))
 			if problem := js[string](t, ctx, noOverflow); problem != "" {
 				t.Errorf("%s %s: %s", size.name, p.path, problem)
 			}
@@ -92,13 +92,13 @@ func TestScreenshotsAndLayout(t *testing.T) {
 
 	do(t, ctx, "desktop again", chromedp.EmulateViewport(1280, 800))
 	do(t, ctx, "inbox",
-		chromedp.Navigate(s.consoleURL+"/"),
+		chromedp.Navigate(s.ConsoleURL+"/"),
 		chromedp.WaitVisible(chromedp.CSS("#"+cardKey("uncertain", "shot-13", "2/call_2_1"))),
 		chromedp.WaitVisible(chromedp.CSS("#"+cardKey("question", "shot-13q", "2/call_2_1"))),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`))
 	saveShot(t, "inbox.png", get(t, ctx, "inbox screenshot", chromedp.FullScreenshot(100)))
 	do(t, ctx, "run page",
-		chromedp.Navigate(s.consoleURL+"/runs/shot-8"),
+		chromedp.Navigate(s.ConsoleURL+"/runs/shot-8"),
 		chromedp.WaitVisible(chromedp.ID("timeline")),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`))
 	saveShot(t, "run.png", get(t, ctx, "run page screenshot", chromedp.CaptureScreenshot()))
@@ -107,12 +107,12 @@ func TestScreenshotsAndLayout(t *testing.T) {
 
 	// The timeline is the lines `weft events` prints: one row per event.
 	rows := js[int](t, ctx, `document.querySelectorAll("#timeline tbody tr").length`)
-	h := s.historyAll(t, "shot-8")
+	h := s.HistoryAll(t, "shot-8")
 	if rows != len(h) {
 		t.Errorf("timeline has %d rows, the history %d events", rows, len(h))
 	}
 	// Clean up what waits, so other tests' inboxes are theirs.
-	s.approveByAPI(t, "shot-7")
+	s.ApproveByAPI(t, "shot-7")
 	s.reconcileByAPI(t, "shot-13")
 	s.resolveByAPI(t, "shot-13q")
 }
@@ -122,10 +122,10 @@ func TestScreenshotsAndLayout(t *testing.T) {
 // Enter) and sees the run complete on its page.
 func TestApproveFromInboxWithKeyboard(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "kb-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "kb-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("approval", "kb-7", "2/call_2_1")
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
 	do(t, ctx, "type the credential", typeIn(card+` input[name=credential]`, "alice"))
 	focused := ""
 	for i := 0; i < 6 && focused != "BUTTON:approve"; i++ {
@@ -137,9 +137,9 @@ func TestApproveFromInboxWithKeyboard(t *testing.T) {
 	}
 	do(t, ctx, "press Enter", chromedp.KeyEvent(kb.Enter),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Approved")`))
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/kb-7"),
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/kb-7"),
 		waitJS(`document.getElementById("run-status").dataset.status === "finished"`))
-	v := s.waitStatus(t, "kb-7", "finished")
+	v := s.WaitStatus(t, "kb-7", "finished")
 	if v.Outcome == nil || v.Outcome.Kind != "completed" {
 		t.Fatalf("outcome %+v", v.Outcome)
 	}
@@ -147,9 +147,9 @@ func TestApproveFromInboxWithKeyboard(t *testing.T) {
 	if a.State != projections.StateSucceeded || len(a.Approvals) != 1 || a.Approvals[0].Answer != "approve" || a.Approvals[0].Reviewer != "alice" {
 		t.Fatalf("action %+v", a)
 	}
-	s.start(t, "kb-13", "pay invoice INV-13", "suspended")
+	s.Start(t, "kb-13", "pay invoice INV-13", "suspended")
 	for _, p := range []string{"/", "/runs", "/runs/kb-7", "/runs/kb-13"} {
-		do(t, ctx, "open "+p, chromedp.Navigate(s.consoleURL+p), chromedp.WaitVisible(chromedp.ID("main")))
+		do(t, ctx, "open "+p, chromedp.Navigate(s.ConsoleURL+p), chromedp.WaitVisible(chromedp.ID("main")))
 		if problems := js[string](t, ctx, a11y); problems != "" {
 			t.Errorf("%s: %s", p, problems)
 		}
@@ -162,10 +162,10 @@ func TestApproveFromInboxWithKeyboard(t *testing.T) {
 // another one as unconfirmed.
 func TestReconcileThroughGeneratedForm(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "rec-13", "pay invoice INV-13", "suspended")
+	s.Start(t, "rec-13", "pay invoice INV-13", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("uncertain", "rec-13", "2/call_2_1")
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
 	names := js[[]string](t, ctx, `Array.from(document.querySelectorAll("`+card+` fieldset[data-kind=output] [name^='out.']")).map(e => e.name)`)
 	if strings.Join(names, ",") != "out.id,out.status" {
 		t.Fatalf("generated output fields %v, want out.id,out.status (send_payment's output schema)", names)
@@ -176,17 +176,17 @@ func TestReconcileThroughGeneratedForm(t *testing.T) {
 		typeIn(card+` input[name=by]`, "bob"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as the tool's output")`))
-	v := s.waitStatus(t, "rec-13", "finished")
+	v := s.WaitStatus(t, "rec-13", "finished")
 	if a := action(t, v, "2/call_2_1"); a.State != projections.StateReconciled || a.Result != `{"id":"PAY-13","status":"sent"}` {
 		t.Fatalf("action %+v", a)
 	}
-	if rec := s.history(t, "rec-13", events.NameReconciled); len(rec) != 1 {
+	if rec := s.History(t, "rec-13", events.NameReconciled); len(rec) != 1 {
 		t.Fatalf("%d reconciled events, want 1", len(rec))
 	}
 
-	s.start(t, "rec-13b", "pay invoice INV-13", "suspended")
+	s.Start(t, "rec-13b", "pay invoice INV-13", "suspended")
 	card = "#" + cardKey("uncertain", "rec-13b", "2/call_2_1")
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
 	if !js[bool](t, ctx, `document.querySelector("`+card+` fieldset[data-kind=unconfirmed]").disabled`) {
 		t.Error("the unconfirmed fieldset is enabled (would be sent) before it was chosen")
 	}
@@ -195,7 +195,7 @@ func TestReconcileThroughGeneratedForm(t *testing.T) {
 		typeIn(card+` input[name=note]`, "checking with the bank"),
 		chromedp.Click(chromedp.CSS(card+` button[type=submit]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as unconfirmed")`))
-	v = s.waitStatus(t, "rec-13b", "finished")
+	v = s.WaitStatus(t, "rec-13b", "finished")
 	if a := action(t, v, "2/call_2_1"); a.State != projections.StateReconciled || !strings.Contains(a.Result, "checking with the bank") {
 		t.Fatalf("action %+v", a)
 	}
@@ -210,17 +210,17 @@ func TestReconcileThroughGeneratedForm(t *testing.T) {
 // The run does not change.
 func TestResolveOpenQuestion(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "q-13", "pay invoice INV-13", "suspended")
-	s.unconfirmedByAPI(t, "q-13", "asking the bank")
-	before := s.waitStatus(t, "q-13", "finished")
+	s.Start(t, "q-13", "pay invoice INV-13", "suspended")
+	s.UnconfirmedByAPI(t, "q-13", "asking the bank")
+	before := s.WaitStatus(t, "q-13", "finished")
 	card := "#" + cardKey("question", "q-13", "2/call_2_1")
 
 	watcher := tab(t) // another person's inbox, left open
-	do(t, watcher, "open the inbox elsewhere", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+	do(t, watcher, "open the inbox elsewhere", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`))
 
 	ctx := tab(t)
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)))
 	if problems := js[string](t, ctx, a11y); problems != "" {
 		t.Errorf("the inbox with a question: %s", problems)
 	}
@@ -258,7 +258,7 @@ func TestResolveOpenQuestion(t *testing.T) {
 	do(t, ctx, "open the run's audit", chromedp.Click(chromedp.CSS(`#notices a`)),
 		chromedp.WaitVisible(chromedp.CSS(`#audit-questions li[data-action="2/call_2_1"]`)))
 	item := get(t, ctx, "audit item", chromedp.Text(chromedp.CSS(`#audit-questions li[data-action="2/call_2_1"]`)))
-	resolved := s.history(t, "q-13", events.NameResolved)
+	resolved := s.History(t, "q-13", events.NameResolved)
 	if len(resolved) != 1 {
 		t.Fatalf("%d resolved events, want 1", len(resolved))
 	}
@@ -276,7 +276,7 @@ func TestResolveOpenQuestion(t *testing.T) {
 	if q := get(t, ctx, "action's question", chromedp.AttributeValue(chromedp.CSS(`li[data-action="2/call_2_1"] .question-line`), "data-question")).Value; q != "resolved" {
 		t.Errorf("the action's question line is %q, want resolved", q)
 	}
-	after := s.waitStatus(t, "q-13", "finished")
+	after := s.WaitStatus(t, "q-13", "finished")
 	a := action(t, after, "2/call_2_1")
 	if a.Question == nil || a.Question.Resolution == nil || a.Question.Resolution.Kind != "output" || a.Question.Resolution.By != "alice" {
 		t.Fatalf("question %+v", a.Question)
@@ -290,15 +290,15 @@ func TestResolveOpenQuestion(t *testing.T) {
 // and the run finishes.
 func TestRejectWithReason(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "rej-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "rej-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("approval", "rej-7", "2/call_2_1")
-	do(t, ctx, "reject", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+	do(t, ctx, "reject", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
 		typeIn(card+` input[name=credential]`, "carol"),
 		typeIn(card+` textarea[name=reason]`, "duplicate of INV-6"),
 		chromedp.Click(chromedp.CSS(card+` button[value=reject]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Rejected")`))
-	v := s.waitStatus(t, "rej-7", "finished")
+	v := s.WaitStatus(t, "rej-7", "finished")
 	a := action(t, v, "2/call_2_1")
 	if a.State != projections.StateRejected || len(a.Approvals) != 1 || a.Approvals[0].Reason != "duplicate of INV-6" || a.Approvals[0].Reviewer != "carol" {
 		t.Fatalf("action %+v", a)
@@ -312,15 +312,15 @@ func TestRejectWithReason(t *testing.T) {
 // in no attribute of the page.
 func TestRefusedActionShowsItsCode(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "ref-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "ref-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("approval", "ref-7", "2/call_2_1")
-	do(t, ctx, "type", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+	do(t, ctx, "type", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`),
 		typeIn(card+` input[name=credential]`, "dave-s3cret"))
 	before := get(t, ctx, "command id", chromedp.Value(chromedp.CSS(card+` input[name=command_id]`)))
-	s.approveByAPI(t, "ref-7") // someone else answers meanwhile
-	s.waitStatus(t, "ref-7", "finished")
+	s.ApproveByAPI(t, "ref-7") // someone else answers meanwhile
+	s.WaitStatus(t, "ref-7", "finished")
 	do(t, ctx, "approve too late",
 		// the live update keeps the card the viewer typed into, with a note
 		waitJS(`!!document.querySelector("`+card+` .gone-note")`),
@@ -343,13 +343,13 @@ func TestRefusedActionShowsItsCode(t *testing.T) {
 // TestLiveRunStatus: the run page follows the run without a reload.
 func TestLiveRunStatus(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "live-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "live-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/live-7"),
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/live-7"),
 		waitJS(`document.getElementById("run-status").dataset.status === "suspended"`),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`))
 	js[bool](t, ctx, `window.weftNotReloaded = true`)
-	s.approveByAPI(t, "live-7")
+	s.ApproveByAPI(t, "live-7")
 	do(t, ctx, "see it finish",
 		waitJS(`document.getElementById("run-status").dataset.status === "finished"`),
 		waitJS(`!!document.querySelector("#timeline tr[data-type=run_finished]")`))
@@ -365,10 +365,10 @@ func TestDoubleClickActsOnce(t *testing.T) {
 	s := devStack(t)
 	for i, how := range []string{"dblclick", "requestSubmit"} {
 		runID := fmt.Sprintf("dbl-%d", i)
-		s.start(t, runID, "pay invoice INV-7", "suspended")
+		s.Start(t, runID, "pay invoice INV-7", "suspended")
 		ctx := tab(t)
 		card := "#" + cardKey("approval", runID, "2/call_2_1")
-		do(t, ctx, "open", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+		do(t, ctx, "open", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
 			typeIn(card+` input[name=credential]`, "erin"))
 		if how == "dblclick" {
 			do(t, ctx, how, chromedp.DoubleClick(chromedp.CSS(card+` button[value=approve]`)))
@@ -380,8 +380,8 @@ func TestDoubleClickActsOnce(t *testing.T) {
 		if text := get(t, ctx, "result", chromedp.Text(chromedp.CSS(card+` [data-result]`))); strings.Contains(text, "Refused") {
 			t.Errorf("%s: a press was refused: %s", how, text)
 		}
-		s.waitStatus(t, runID, "finished")
-		if n := len(s.history(t, runID, events.NameApprovalAnswered)); n != 1 {
+		s.WaitStatus(t, runID, "finished")
+		if n := len(s.History(t, runID, events.NameApprovalAnswered)); n != 1 {
 			t.Errorf("%s: %d approval answers recorded, want 1", how, n)
 		}
 	}
@@ -391,7 +391,7 @@ func TestDoubleClickActsOnce(t *testing.T) {
 // recorded UTC time on hover.
 func TestTimesInViewersZone(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "tz-8", "pay invoice INV-8", "finished")
+	s.Start(t, "tz-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
 	do(t, ctx, "Kolkata", chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		// The zone, and a fixed locale so the expected text is one.
@@ -400,7 +400,7 @@ func TestTimesInViewersZone(t *testing.T) {
 		}
 		_, err := cdp.Call(ctx, tg, emulation.SetTimezoneOverride, emulation.SetTimezoneOverrideParams{TimezoneID: "Asia/Kolkata"})
 		return err
-	}), chromedp.Navigate(s.consoleURL+"/runs/tz-8"),
+	}), chromedp.Navigate(s.ConsoleURL+"/runs/tz-8"),
 		waitJS(`document.querySelector("#timeline time").title.startsWith("Recorded ")`))
 	text := js[string](t, ctx, `document.querySelector("#timeline time").textContent`)
 	title := js[string](t, ctx, `document.querySelector("#timeline time").title`)
@@ -417,44 +417,11 @@ func TestTimesInViewersZone(t *testing.T) {
 	}
 }
 
-func action(t *testing.T, v projections.RunView, id string) projections.ActionView {
-	t.Helper()
-	for _, a := range v.Actions {
-		if a.ID == id {
-			return a
-		}
-	}
-	b, _ := json.Marshal(v)
-	t.Fatalf("no action %s in %s", id, b)
-	return projections.ActionView{}
-}
-
-func (s *stack) approveByAPI(t *testing.T, run string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := s.cmd.Approve(ctx, api.ApproveRequest{CommandID: "test-" + run, Run: run, Action: "2/call_2_1", Revision: 1, Approver: demo.Approver, Credential: "frank"}); err != nil {
-		t.Fatalf("approve %s: %v", run, err)
-	}
-}
-
 func (s *stack) reconcileByAPI(t *testing.T, run string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: "test-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"error":"test cleanup"}`)}); err != nil {
-		t.Fatalf("reconcile %s: %v", run, err)
-	}
-}
-
-// unconfirmedByAPI records the run's uncertain payment as unconfirmed: it
-// becomes an open question.
-func (s *stack) unconfirmedByAPI(t *testing.T, run, note string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	content, _ := json.Marshal(map[string]string{"unconfirmed": note})
-	if _, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: "test-unconfirmed-" + run, Run: run, Action: "2/call_2_1", Content: content, By: "bob"}); err != nil {
+	if _, err := s.Cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: "test-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"error":"test cleanup"}`)}); err != nil {
 		t.Fatalf("reconcile %s: %v", run, err)
 	}
 }
@@ -464,7 +431,7 @@ func (s *stack) resolveByAPI(t *testing.T, run string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := s.cmd.Resolve(ctx, api.ResolveRequest{CommandID: "test-resolve-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"error":"test cleanup"}`)}); err != nil {
+	if _, err := s.Cmd.Resolve(ctx, api.ResolveRequest{CommandID: "test-resolve-" + run, Run: run, Action: "2/call_2_1", Content: json.RawMessage(`{"error":"test cleanup"}`)}); err != nil {
 		t.Fatalf("resolve %s: %v", run, err)
 	}
 }
@@ -478,13 +445,13 @@ func TestChildRuns(t *testing.T) {
 	s := familyStack(t)
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := s.cmd.Start(sctx, api.StartRequest{Run: "fam-7", Agent: "office", Input: "pay invoice INV-7"}); err != nil {
+	if _, err := s.Cmd.Start(sctx, api.StartRequest{Run: "fam-7", Agent: "office", Input: "pay invoice INV-7"}); err != nil {
 		t.Fatal(err)
 	}
 	var child string
 	deadline := time.Now().Add(45 * time.Second)
 	for child == "" && time.Now().Before(deadline) {
-		if v, err := s.query.Run(sctx, "fam-7"); err == nil && len(v.Children) == 1 {
+		if v, err := s.Query.Run(sctx, "fam-7"); err == nil && len(v.Children) == 1 {
 			child = v.Children[0].Run
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -492,11 +459,11 @@ func TestChildRuns(t *testing.T) {
 	if child == "" {
 		t.Fatal("fam-7 never delegated")
 	}
-	s.waitStatus(t, child, "suspended") // the desk waits for the finance approval
+	s.WaitStatus(t, child, "suspended") // the desk waits for the finance approval
 
 	parent := tab(t)
 	row := `#children li[data-child="` + child + `"]`
-	do(t, parent, "open the parent", chromedp.Navigate(s.consoleURL+"/runs/fam-7"),
+	do(t, parent, "open the parent", chromedp.Navigate(s.ConsoleURL+"/runs/fam-7"),
 		chromedp.WaitVisible(chromedp.CSS(row)),
 		waitJS(`document.querySelector('`+row+` .badge').textContent === "suspended"`),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`))
@@ -514,11 +481,11 @@ func TestChildRuns(t *testing.T) {
 	}
 	phone := tab(t)
 	do(t, phone, "the parent's page on a phone", chromedp.EmulateViewport(390, 844, chromedp.EmulateMobile, chromedp.EmulateScale(2)),
-		chromedp.Navigate(s.consoleURL+"/runs/fam-7"), chromedp.WaitVisible(chromedp.CSS(row)))
+		chromedp.Navigate(s.ConsoleURL+"/runs/fam-7"), chromedp.WaitVisible(chromedp.CSS(row)))
 	if problem := js[string](t, phone, noOverflow); problem != "" {
 		t.Errorf("the parent's page at 390 px: %s", problem)
 	}
-	do(t, phone, "the child's page on a phone", chromedp.Navigate(s.consoleURL+"/runs/"+child), chromedp.WaitVisible(chromedp.ID("run-parent")))
+	do(t, phone, "the child's page on a phone", chromedp.Navigate(s.ConsoleURL+"/runs/"+child), chromedp.WaitVisible(chromedp.ID("run-parent")))
 	if problem := js[string](t, phone, noOverflow); problem != "" {
 		t.Errorf("the child's page at 390 px: %s", problem)
 	}
@@ -527,7 +494,7 @@ func TestChildRuns(t *testing.T) {
 	js[bool](t, parent, `window.weftNotReloaded = true`)
 
 	ctx := tab(t)
-	do(t, ctx, "follow the link to the child", chromedp.Navigate(s.consoleURL+"/runs/fam-7"), chromedp.WaitVisible(chromedp.CSS(row+` a`)),
+	do(t, ctx, "follow the link to the child", chromedp.Navigate(s.ConsoleURL+"/runs/fam-7"), chromedp.WaitVisible(chromedp.CSS(row+` a`)),
 		again(chromedp.Click(chromedp.CSS(row+` a`))), chromedp.WaitVisible(chromedp.ID("run-parent")))
 	if p := get(t, ctx, "parent", chromedp.Text(chromedp.ID("run-parent"))); !strings.Contains(p, "fam-7") || !strings.Contains(p, "1/call_1_1") {
 		t.Errorf("the child's parent row says %q", p)
@@ -548,7 +515,7 @@ func TestChildRuns(t *testing.T) {
 	if js[bool](t, parent, `!!document.getElementById("run-family")`) {
 		t.Error("the family row is still shown once the family finished")
 	}
-	v := s.waitStatus(t, "fam-7", "finished")
+	v := s.WaitStatus(t, "fam-7", "finished")
 	if v.Outcome == nil || v.Outcome.Kind != "completed" || len(v.Children) != 1 || v.Children[0].Outcome == nil || v.Children[0].Outcome.Kind != "completed" {
 		b, _ := json.Marshal(v)
 		t.Fatalf("parent %s", b)
@@ -565,7 +532,7 @@ type queryCounter struct {
 func (s *stack) countRunQueries(t *testing.T, run string) *queryCounter {
 	t.Helper()
 	qc := &queryCounter{}
-	sub, err := s.nc.Subscribe("weft.api.query.run", func(m *nats.Msg) {
+	sub, err := s.NC.Subscribe("weft.api.query.run", func(m *nats.Msg) {
 		var req struct {
 			Run string `json:"run"`
 		}
@@ -578,7 +545,7 @@ func (s *stack) countRunQueries(t *testing.T, run string) *queryCounter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.nc.Flush(); err != nil {
+	if err := s.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
@@ -608,13 +575,13 @@ func hide(t *testing.T, ctx context.Context, hidden bool) {
 // in the background asks nothing, and a tab shown again catches up.
 func TestLiveUpdatesDoNotHammer(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "calm-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "calm-7", "pay invoice INV-7", "suspended")
 	qc := s.countRunQueries(t, "calm-7")
 	const poll = time.Second // the console's default, which weft dev uses
 	tabs := make([]context.Context, 4)
 	for i := range tabs {
 		tabs[i] = tab(t)
-		do(t, tabs[i], "open the run", chromedp.Navigate(s.consoleURL+"/runs/calm-7"),
+		do(t, tabs[i], "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/calm-7"),
 			waitJS(`document.getElementById("live-status").classList.contains("on")`))
 	}
 	// Four pages open: the run is asked about about once a poll interval,
@@ -642,8 +609,8 @@ func TestLiveUpdatesDoNotHammer(t *testing.T) {
 	}
 	// A change meanwhile; one tab shown again catches up without a reload.
 	js[bool](t, tabs[0], `window.weftNotReloaded = true`)
-	s.approveByAPI(t, "calm-7")
-	s.waitStatus(t, "calm-7", "finished")
+	s.ApproveByAPI(t, "calm-7")
+	s.WaitStatus(t, "calm-7", "finished")
 	hide(t, tabs[0], false)
 	do(t, tabs[0], "caught up",
 		waitJS(`document.getElementById("live-status").classList.contains("on")`),
@@ -672,7 +639,7 @@ const recordPosts = `(() => {
 // the key chosen as a file.
 func TestSignedApprovalProof(t *testing.T) {
 	s := secureStack(t)
-	keyFile := filepath.Join(s.roles, demo.ApproverKeyFile)
+	keyFile := filepath.Join(s.Roles, demo.ApproverKeyFile)
 	raw, err := os.ReadFile(keyFile)
 	if err != nil {
 		t.Fatal(err)
@@ -686,10 +653,10 @@ func TestSignedApprovalProof(t *testing.T) {
 	stranger, _ := nkeys.CreateUser()
 	strangerSeed, _ := stranger.Seed()
 
-	s.start(t, "sig-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "sig-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("approval", "sig-7", "2/call_2_1")
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-key]`)))
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-key]`)))
 	if !js[bool](t, ctx, `document.querySelector("`+card+` [data-credential]").hidden`) {
 		t.Error("the credential field is shown for an approver of signed proofs")
 	}
@@ -734,18 +701,18 @@ func TestSignedApprovalProof(t *testing.T) {
 			t.Errorf("a post without its proof: %s", b)
 		}
 	}
-	v := s.waitStatus(t, "sig-7", "finished")
+	v := s.WaitStatus(t, "sig-7", "finished")
 	a := action(t, v, "2/call_2_1")
 	if a.State != projections.StateSucceeded || len(a.Approvals) != 1 || a.Approvals[0].Proof == nil || a.Approvals[0].Proof.Key != pub || !a.Approvals[0].Proof.Verified {
 		b, _ := json.Marshal(a)
 		t.Fatalf("action %s", b)
 	}
-	answered := s.history(t, "sig-7", events.NameApprovalAnswered)
+	answered := s.History(t, "sig-7", events.NameApprovalAnswered)
 	if len(answered) != 1 {
 		t.Fatalf("%d answers recorded, want 1", len(answered))
 	}
 
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/sig-7"),
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/sig-7"),
 		chromedp.WaitVisible(chromedp.CSS(`#audit-proofs li[data-version="`+fmt.Sprint(answered[0].Version)+`"]`)))
 	if html := get(t, ctx, "page source", chromedp.OuterHTML(chromedp.CSS("html"))); strings.Contains(html, seed) {
 		t.Fatal("the signing key is written into the run page")
@@ -766,23 +733,23 @@ func TestSignedApprovalProof(t *testing.T) {
 	saveShot(t, "audit-proof.png", get(t, ctx, "audit screenshot", chromedp.Screenshot(chromedp.ID("audit"))))
 
 	// A rejection, signed with the key file.
-	s.start(t, "sig-7r", "pay invoice INV-7", "suspended")
+	s.Start(t, "sig-7r", "pay invoice INV-7", "suspended")
 	card = "#" + cardKey("approval", "sig-7r", "2/call_2_1")
-	do(t, ctx, "reject with the key file", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-file]`)),
+	do(t, ctx, "reject with the key file", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-file]`)),
 		chromedp.SetUploadFiles(chromedp.CSS(card+` [data-signing-file]`), []string{keyFile}),
 		// Spaces around it, which the console trims, and two lines (a
 		// textarea): the page signs the reason sent.
 		typeIn(card+` textarea[name=reason]`, "  paid twice\nsee INV-6  "),
 		chromedp.Click(chromedp.CSS(card+` button[value=reject]`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Rejected. Signed with key `+pub+`")`))
-	v = s.waitStatus(t, "sig-7r", "finished")
+	v = s.WaitStatus(t, "sig-7r", "finished")
 	if a := action(t, v, "2/call_2_1"); a.State != projections.StateRejected || len(a.Approvals) != 1 || a.Approvals[0].Proof == nil || !a.Approvals[0].Proof.Verified || a.Approvals[0].Reason != "paid twice\nsee INV-6" {
 		b, _ := json.Marshal(a)
 		t.Fatalf("action %s", b)
 	}
 	// Its proof covers the reason (the v3 digest): the audit does not
 	// list it unsigned.
-	answered = s.history(t, "sig-7r", events.NameApprovalAnswered)
+	answered = s.History(t, "sig-7r", events.NameApprovalAnswered)
 	var rejected events.ApprovalAnswered
 	if len(answered) != 1 || json.Unmarshal(answered[0].Payload, &rejected) != nil || rejected.Proof == nil || rejected.Proof.Reason != "paid twice\nsee INV-6" {
 		t.Fatalf("%d answers recorded (the first: %s): want one, its proof stating the reason %q", len(answered), firstPayload(answered), "paid twice\nsee INV-6")

@@ -82,10 +82,10 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 	s := amountsStack(t)
 	runs := map[int]string{150: "am-150", 500: "am-500", 700: "am-700", 2000: "am-2000"}
 	for _, n := range []int{150, 500, 700, 2000} {
-		s.start(t, runs[n], "pay "+strconv.Itoa(n), "suspended")
+		s.Start(t, runs[n], "pay "+strconv.Itoa(n), "suspended")
 	}
 	ctx := tab(t)
-	do(t, ctx, "filter the inbox by amount", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.ID("f-open")),
+	do(t, ctx, "filter the inbox by amount", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.ID("f-open")),
 		chromedp.Click(chromedp.ID("f-open")), chromedp.WaitVisible(chromedp.ID("f-min")),
 		typeIn("#f-min", "400"), typeIn("#f-max", "1000"), chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible(chromedp.ID("filter-note")))
@@ -107,7 +107,7 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 		"/?item=am-700/" + action1(t, s, "am-700") + "&max_amount=400": nil,
 	}
 	for u, want := range shared {
-		do(t, ctx, "open "+u, chromedp.Navigate(s.consoleURL+u), chromedp.WaitVisible(chromedp.ID("filter-note")))
+		do(t, ctx, "open "+u, chromedp.Navigate(s.ConsoleURL+u), chromedp.WaitVisible(chromedp.ID("filter-note")))
 		if got := cardRuns(t, ctx, "approvals"); !slices.Equal(got, want) {
 			t.Errorf("%s shows %v, want %v", u, got, want)
 		}
@@ -119,13 +119,13 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 	}
 	for _, q := range []string{"older_than=soon", "older_than=-1h", "min_amount=many", "max_amount=many", "item=am-700"} {
 		for _, page := range []string{"/?", "/batch?"} {
-			if resp, body := s.get(t, page+q); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_filter") {
+			if resp, body := s.Get(t, page+q); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "bad_filter") {
 				t.Errorf("%s%s, a filter that does not parse: %d, bad_filter shown %v", page, q, resp.StatusCode, strings.Contains(body, "bad_filter"))
 			}
 		}
 	}
 
-	do(t, ctx, "answer the filtered approvals together", chromedp.Navigate(s.consoleURL+"/?min_amount=400&max_amount=1000"),
+	do(t, ctx, "answer the filtered approvals together", chromedp.Navigate(s.ConsoleURL+"/?min_amount=400&max_amount=1000"),
 		chromedp.WaitVisible(chromedp.ID("batch-these")), chromedp.Click(chromedp.ID("batch-these")),
 		chromedp.WaitVisible(chromedp.ID("batch-all")))
 	if got := js[[]string](t, ctx, `Array.from(document.querySelectorAll("tr[data-item]")).map(r => r.dataset.item.split(" ")[0])`); !slices.Equal(got, []string{"am-500", "am-700"}) {
@@ -133,7 +133,7 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 	}
 	// An approval that matches the filters arrives after the page is drawn:
 	// the person never saw it, so "Select all shown" must leave it out.
-	s.start(t, "am-800", "pay 800", "suspended")
+	s.Start(t, "am-800", "pay 800", "suspended")
 	do(t, ctx, "select all shown", chromedp.Click(chromedp.ID("batch-all")), chromedp.WaitVisible(chromedp.ID("batch-summary")))
 	if got, want := js[string](t, ctx, `document.getElementById("batch-summary").textContent`), "Approve 2 approvals of 2 runs, total amount 1200."; got != want {
 		t.Fatalf("summary %q, want %q", got, want)
@@ -146,15 +146,15 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 		t.Fatalf("outcome %q", got)
 	}
 	for _, run := range []string{"am-500", "am-700"} {
-		s.waitStatus(t, run, "finished")
+		s.WaitStatus(t, run, "finished")
 	}
 	for _, run := range []string{"am-150", "am-2000", "am-800"} {
-		v := s.waitStatus(t, run, "suspended")
+		v := s.WaitStatus(t, run, "suspended")
 		if len(v.Approvals) != 1 {
 			t.Errorf("%s, not shown, has approvals %v pending, want its one", run, v.Approvals)
 		}
 	}
-	if _, body := s.get(t, "/batch?min_amount=400&max_amount=1000"); !strings.Contains(body, `data-item="am-800 `) || strings.Contains(body, `data-item="am-500 `) || strings.Contains(body, `data-item="am-700 `) {
+	if _, body := s.Get(t, "/batch?min_amount=400&max_amount=1000"); !strings.Contains(body, `data-item="am-800 `) || strings.Contains(body, `data-item="am-500 `) || strings.Contains(body, `data-item="am-700 `) {
 		t.Errorf("the batch page drawn again does not show exactly am-800, the approval that arrived later")
 	}
 }
@@ -162,7 +162,7 @@ func TestConsoleFiltersNarrowTheInboxAndTheBatchPage(t *testing.T) {
 // action1 is the action of a run's one pending approval.
 func action1(t *testing.T, s *stack, run string) string {
 	t.Helper()
-	v := s.waitStatus(t, run, "suspended")
+	v := s.WaitStatus(t, run, "suspended")
 	if len(v.Approvals) != 1 {
 		t.Fatalf("%s: approvals %v", run, v.Approvals)
 	}
@@ -174,13 +174,13 @@ func action1(t *testing.T, s *stack, run string) string {
 func TestConsoleRunSearchFindsByIDAndPrefix(t *testing.T) {
 	s := devStack(t)
 	for _, run := range []string{"srch-alpha-1", "srch-alpha-2", "srch-beta"} {
-		s.start(t, run, "pay invoice INV-8", "finished")
+		s.Start(t, run, "pay invoice INV-8", "finished")
 	}
 	ctx := tab(t)
 	rows := func() []string {
 		return js[[]string](t, ctx, `Array.from(document.querySelectorAll("#runs-table tr[data-run]")).map(r => r.dataset.run)`)
 	}
-	do(t, ctx, "search a prefix", chromedp.Navigate(s.consoleURL+"/runs"), chromedp.WaitVisible(chromedp.ID("f-q")),
+	do(t, ctx, "search a prefix", chromedp.Navigate(s.ConsoleURL+"/runs"), chromedp.WaitVisible(chromedp.ID("f-q")),
 		typeIn("#f-q", "srch-alpha"), chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.ID("search-note")))
 	got := rows()
 	slices.Sort(got)
@@ -188,14 +188,14 @@ func TestConsoleRunSearchFindsByIDAndPrefix(t *testing.T) {
 		t.Fatalf("search srch-alpha found %v", got)
 	}
 	saveShot(t, "runs-search.png", get(t, ctx, "run search screenshot", chromedp.CaptureScreenshot()))
-	do(t, ctx, "search an id", chromedp.Navigate(s.consoleURL+"/runs?q=srch-beta"), chromedp.WaitVisible(chromedp.ID("search-note")))
+	do(t, ctx, "search an id", chromedp.Navigate(s.ConsoleURL+"/runs?q=srch-beta"), chromedp.WaitVisible(chromedp.ID("search-note")))
 	if got := rows(); !slices.Equal(got, []string{"srch-beta"}) {
 		t.Fatalf("search srch-beta found %v", got)
 	}
 	if note := js[string](t, ctx, `document.getElementById("search-note").textContent`); !strings.Contains(note, "the run with that id") {
 		t.Errorf("the exact match is not said: %q", note)
 	}
-	do(t, ctx, "search nothing", chromedp.Navigate(s.consoleURL+"/runs?q=srch-none"), chromedp.WaitVisible(chromedp.ID("search-note")))
+	do(t, ctx, "search nothing", chromedp.Navigate(s.ConsoleURL+"/runs?q=srch-none"), chromedp.WaitVisible(chromedp.ID("search-note")))
 	if got := js[string](t, ctx, `document.querySelector("#runs-table .empty").textContent`); got != "No run matches." {
 		t.Errorf("an empty search says %q", got)
 	}
@@ -207,10 +207,10 @@ func TestConsoleRunSearchFindsByIDAndPrefix(t *testing.T) {
 func TestConsoleSharedLinkOpensTheItemFocused(t *testing.T) {
 	s := devStack(t)
 	for _, run := range []string{"lk-7", "lk-7b", "lk-7c"} {
-		t.Cleanup(func() { s.approveByAPI(t, run) })
+		t.Cleanup(func() { s.ApproveByAPI(t, run) })
 	}
-	s.start(t, "lk-7", "pay invoice INV-7", "suspended")
-	s.start(t, "lk-7b", "pay invoice INV-7", "suspended")
+	s.Start(t, "lk-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "lk-7b", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	key := cardKey("approval", "lk-7", "2/call_2_1")
 	link := `#` + key + ` a[data-copy-link]`
@@ -222,10 +222,10 @@ func TestConsoleSharedLinkOpensTheItemFocused(t *testing.T) {
 		}
 		return nil
 	}))
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(link)),
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(link)),
 		chromedp.Focus(chromedp.CSS(link)), chromedp.KeyEvent(kb.Enter),
 		waitJS(`document.querySelector("#`+key+` [data-copied]").textContent === "Link copied."`))
-	want := s.consoleURL + "/?item=lk-7%2F2%2Fcall_2_1#" + key
+	want := s.ConsoleURL + "/?item=lk-7%2F2%2Fcall_2_1#" + key
 	if got := get(t, ctx, "read the clipboard", chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise)); got != want {
 		t.Fatalf("copied %q, want %q", got, want)
 	}
@@ -238,7 +238,7 @@ func TestConsoleSharedLinkOpensTheItemFocused(t *testing.T) {
 	// run's approval changes the inbox while the linked card is open.
 	do(t, ctx, "wait for the live stream", waitJS(`document.getElementById("live-status").classList.contains("on")`))
 	before := js[string](t, ctx, `document.body.dataset.updated || ""`)
-	s.start(t, "lk-7c", "pay invoice INV-7", "suspended")
+	s.Start(t, "lk-7c", "pay invoice INV-7", "suspended")
 	do(t, ctx, "wait for a live refresh", waitJS(`(document.body.dataset.updated || "") !== "`+before+`"`))
 	if got := js[string](t, ctx, `document.activeElement.id + (document.activeElement.hasAttribute("data-linked") ? " outlined" : "")`); got != key+" outlined" {
 		t.Errorf("after a live refresh the focus is on %q, want the linked card %s, outlined", got, key)
@@ -250,7 +250,7 @@ func TestConsoleSharedLinkOpensTheItemFocused(t *testing.T) {
 func TestConsoleMalformedFragmentKeepsLiveUpdates(t *testing.T) {
 	s := devStack(t)
 	ctx := tab(t)
-	do(t, ctx, "open a malformed link", chromedp.Navigate(s.consoleURL+"/#%E0"),
+	do(t, ctx, "open a malformed link", chromedp.Navigate(s.ConsoleURL+"/#%E0"),
 		waitJS(`document.getElementById("live-status").classList.contains("on")`))
 }
 
@@ -259,10 +259,10 @@ func TestConsoleMalformedFragmentKeepsLiveUpdates(t *testing.T) {
 // --file` passes on them.
 func TestConsoleHistoryDownloadIsTheAuditExport(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "hd-8", "pay invoice INV-8", "finished")
+	s.Start(t, "hd-8", "pay invoice INV-8", "finished")
 	bin := weftBinary(t)
 	ctx := tab(t)
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/hd-8"), chromedp.WaitVisible(chromedp.ID("history-download")))
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/hd-8"), chromedp.WaitVisible(chromedp.ID("history-download")))
 	href := js[string](t, ctx, `document.getElementById("history-download").href`)
 	resp, err := http.Get(href)
 	if err != nil {
@@ -278,7 +278,7 @@ func TestConsoleHistoryDownloadIsTheAuditExport(t *testing.T) {
 	}
 	weftCmd := func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
-		cmd.Env = []string{"NATS_URL=" + s.nc.ConnectedUrl(), "HOME=" + t.TempDir()}
+		cmd.Env = []string{"NATS_URL=" + s.NC.ConnectedUrl(), "HOME=" + t.TempDir()}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -301,7 +301,7 @@ func TestConsoleHistoryDownloadIsTheAuditExport(t *testing.T) {
 	if _, err := weftCmd("audit", "verify", "--file", file); err != nil {
 		t.Fatalf("the download does not verify: %v", err)
 	}
-	if resp, _ := s.get(t, "/runs/hd-none/history"); resp.StatusCode != http.StatusNotFound {
+	if resp, _ := s.Get(t, "/runs/hd-none/history"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("the history of an unknown run: %d, want 404", resp.StatusCode)
 	}
 }
@@ -312,8 +312,8 @@ func TestConsoleHistoryDownloadIsTheAuditExport(t *testing.T) {
 // search, Download history.
 func TestConsoleFindControlsWorkFromTheKeyboard(t *testing.T) {
 	s := devStack(t)
-	t.Cleanup(func() { s.approveByAPI(t, "kf-7") })
-	s.start(t, "kf-7", "pay invoice INV-7", "suspended")
+	t.Cleanup(func() { s.ApproveByAPI(t, "kf-7") })
+	s.Start(t, "kf-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	// reach opens page and tabs from its top ("": from the focus on the
 	// page open) until each id (or, for "copy", a Copy link) had the
@@ -321,7 +321,7 @@ func TestConsoleFindControlsWorkFromTheKeyboard(t *testing.T) {
 	reach := func(page string, ids ...string) {
 		t.Helper()
 		if page != "" { // "": go on from the focus on the page open
-			do(t, ctx, "open "+page, chromedp.Navigate(s.consoleURL+page), chromedp.WaitReady(chromedp.CSS("body")))
+			do(t, ctx, "open "+page, chromedp.Navigate(s.ConsoleURL+page), chromedp.WaitReady(chromedp.CSS("body")))
 		}
 		for _, id := range ids {
 			focused := ""

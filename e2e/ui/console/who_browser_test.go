@@ -20,8 +20,8 @@ import (
 // typed; on the plain stack a typed name shows "by bob (unverified)".
 func TestSecurityWhoDidIt_RunPage(t *testing.T) {
 	sec := secureStack(t)
-	kp, pub := sec.approverKey(t)
-	sec.start(t, "who-13", "pay invoice INV-13", "suspended")
+	kp, pub := sec.ApproverKey(t)
+	sec.Start(t, "who-13", "pay invoice INV-13", "suspended")
 	content, _ := json.Marshal(map[string]string{"unconfirmed": "asking the bank"})
 	sub := proof.CommandSubject{Command: proof.CommandReconcile, Run: "who-13", Action: "2/call_2_1", Content: content, Reason: "bank ticket 7"}
 	p, err := proof.NewCommand(sub, pub, time.Now().Add(30*time.Second))
@@ -33,23 +33,23 @@ func TestSecurityWhoDidIt_RunPage(t *testing.T) {
 	}
 	c, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := sec.cmd.Reconcile(c, api.ReconcileRequest{CommandID: "who-signed", Run: "who-13", Action: sub.Action, Content: content, Reason: sub.Reason, By: "mallory", Proof: &p}); err != nil {
+	if _, err := sec.Cmd.Reconcile(c, api.ReconcileRequest{CommandID: "who-signed", Run: "who-13", Action: sub.Action, Content: content, Reason: sub.Reason, By: "mallory", Proof: &p}); err != nil {
 		t.Fatal(err)
 	}
-	sec.waitStatus(t, "who-13", "finished")
+	sec.WaitStatus(t, "who-13", "finished")
 
 	plain := devStack(t)
-	plain.start(t, "who-13u", "pay invoice INV-13", "suspended")
-	plain.unconfirmedByAPI(t, "who-13u", "asking the bank")
-	plain.waitStatus(t, "who-13u", "finished")
+	plain.Start(t, "who-13u", "pay invoice INV-13", "suspended")
+	plain.UnconfirmedByAPI(t, "who-13u", "asking the bank")
+	plain.WaitStatus(t, "who-13u", "finished")
 
 	line := `li[data-action="2/call_2_1"] .reconciled-line`
 	for _, c := range []struct {
 		url, verified string
 		want          []string
 	}{
-		{sec.consoleURL + "/runs/who-13", "true", []string{"by demo approver (verified)", pub, "bank ticket 7"}},
-		{plain.consoleURL + "/runs/who-13u", "false", []string{"by bob (unverified)"}},
+		{sec.ConsoleURL + "/runs/who-13", "true", []string{"by demo approver (verified)", pub, "bank ticket 7"}},
+		{plain.ConsoleURL + "/runs/who-13u", "false", []string{"by bob (unverified)"}},
 	} {
 		ctx := tab(t)
 		do(t, ctx, "open "+c.url, chromedp.Navigate(c.url), chromedp.WaitVisible(chromedp.CSS(line)))

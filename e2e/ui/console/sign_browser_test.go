@@ -14,6 +14,7 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/console"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/consolestack"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/roles"
@@ -34,13 +35,13 @@ import (
 // is sent, refused or done.
 func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 	s := secureStack(t)
-	keyFile := filepath.Join(s.roles, demo.ApproverKeyFile)
+	keyFile := filepath.Join(s.Roles, demo.ApproverKeyFile)
 	raw, err := os.ReadFile(keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
 	seed := strings.TrimSpace(string(raw))
-	_, pub := s.approverKey(t)
+	_, pub := s.ApproverKey(t)
 	stranger, _ := nkeys.CreateUser()
 	strangerSeed, _ := stranger.Seed()
 	// A seed with one character changed: its checksum fails.
@@ -51,7 +52,7 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 		broken[10] = 'A'
 	}
 
-	s.start(t, "bsig-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "bsig-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	const form = "#run-cancel form"
 	const code = form + ` [data-result] code.code`
@@ -61,7 +62,7 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 	setKey := func(v string) {
 		js[bool](t, ctx, `(() => { document.querySelector("#c-signing-key").value = `+jsString(v)+`; return true })()`)
 	}
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/bsig-7"), chromedp.WaitVisible(chromedp.CSS(form+` button.danger`)))
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/bsig-7"), chromedp.WaitVisible(chromedp.CSS(form+` button.danger`)))
 	js[bool](t, ctx, recordPosts)
 
 	do(t, ctx, "cancel with a typed name",
@@ -108,7 +109,7 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 	if c := get(t, ctx, "code", chromedp.Text(chromedp.CSS(code))); c != "proof_refused" {
 		t.Fatalf("an altered statement shows %q, want proof_refused", c)
 	}
-	if n := len(s.history(t, "bsig-7", events.NameCancelRequested)); n != 0 {
+	if n := len(s.History(t, "bsig-7", events.NameCancelRequested)); n != 0 {
 		t.Fatalf("%d cancellations recorded, want 0", n)
 	}
 	// The seeds typed so far (the stranger's, the broken one, the person
@@ -129,7 +130,7 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 	}
 
 	// Back to the page's own fetch (recording posts); the key as a file.
-	do(t, ctx, "reload", chromedp.Navigate(s.consoleURL+"/runs/bsig-7"), chromedp.WaitVisible(chromedp.CSS(form+` button.danger`)))
+	do(t, ctx, "reload", chromedp.Navigate(s.ConsoleURL+"/runs/bsig-7"), chromedp.WaitVisible(chromedp.CSS(form+` button.danger`)))
 	js[bool](t, ctx, recordPosts)
 	do(t, ctx, "cancel signed with the person key's file",
 		typeIn(`#c-reason`, "duplicate order"), typeIn(`#c-by`, "mallory"),
@@ -148,7 +149,7 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 			t.Fatalf("a signing key was sent: %s", b)
 		}
 	}
-	v := s.waitStatus(t, "bsig-7", "finished")
+	v := s.WaitStatus(t, "bsig-7", "finished")
 	if c := v.Cancelled; c == nil || !c.Verified || c.Key != pub || c.By != "demo approver" || c.Reason != "duplicate order" {
 		t.Fatalf("cancelled %+v, want verified by demo approver with key %s", c, pub)
 	}
@@ -162,15 +163,15 @@ func TestSecurityWhoDidIt_ConsoleSignsInTheBrowser(t *testing.T) {
 // the run page names the key's person, verified, with the key.
 func TestSecurityWhoDidIt_ConsoleSignsAReconciliation(t *testing.T) {
 	s := secureStack(t)
-	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	raw, err := os.ReadFile(filepath.Join(s.Roles, demo.ApproverKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, pub := s.approverKey(t)
-	s.start(t, "bsig-13", "pay invoice INV-13", "suspended")
+	_, pub := s.ApproverKey(t)
+	s.Start(t, "bsig-13", "pay invoice INV-13", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("uncertain", "bsig-13", "2/call_2_1")
-	do(t, ctx, "reconcile signed", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
+	do(t, ctx, "reconcile signed", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card)),
 		typeIn(card+` input[name="out.id"]`, "PAY-13"),
 		typeIn(card+` input[name="out.status"]`, "sent <ok> & booked"),
 		typeIn(card+` input[name=reason]`, "bank ticket 7"),
@@ -178,13 +179,13 @@ func TestSecurityWhoDidIt_ConsoleSignsAReconciliation(t *testing.T) {
 		typeIn(card+` [data-signing-key]`, strings.TrimSpace(string(raw))),
 		chromedp.Click(chromedp.CSS(card+` .buttons button.primary`)),
 		waitJS(`(document.querySelector("`+card+` [data-result]")||{}).textContent.includes("Recorded as the tool's output. Signed with key `+pub+`.")`))
-	v := s.waitStatus(t, "bsig-13", "finished")
+	v := s.WaitStatus(t, "bsig-13", "finished")
 	a := action(t, v, "2/call_2_1")
 	if r := a.Reconciled; a.Result != `{"id":"PAY-13","status":"sent \u003cok\u003e \u0026 booked"}` || r == nil || !r.Verified || r.Key != pub || r.By != "demo approver" {
 		t.Fatalf("action %s reconciled %+v, want the output, verified by demo approver with key %s", a.Result, r, pub)
 	}
 	line := `li[data-action="2/call_2_1"] .reconciled-line`
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/bsig-13"), chromedp.WaitVisible(chromedp.CSS(line)))
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/bsig-13"), chromedp.WaitVisible(chromedp.CSS(line)))
 	if text := get(t, ctx, "the reconciled line", chromedp.Text(chromedp.CSS(line))); !strings.Contains(text, "by demo approver (verified)") || !strings.Contains(text, pub) {
 		t.Errorf("the reconciled line says %q", text)
 	}
@@ -199,15 +200,15 @@ func TestSecurityWhoDidIt_ConsoleSignsAReconciliation(t *testing.T) {
 // (never the typed name), which its page says.
 func TestSecurityWhoDidIt_ConsoleSignsARestart(t *testing.T) {
 	s := secureStack(t)
-	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	raw, err := os.ReadFile(filepath.Join(s.Roles, demo.ApproverKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, pub := s.approverKey(t)
-	s.start(t, "bsr-8", "pay invoice INV-8", "finished")
+	_, pub := s.ApproverKey(t)
+	s.Start(t, "bsr-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
 	const form = "#restart-form"
-	do(t, ctx, "restart with a typed name", chromedp.Navigate(s.consoleURL+"/runs/bsr-8"), chromedp.WaitVisible(chromedp.CSS(form+` button[type=submit]`)),
+	do(t, ctx, "restart with a typed name", chromedp.Navigate(s.ConsoleURL+"/runs/bsr-8"), chromedp.WaitVisible(chromedp.CSS(form+` button[type=submit]`)),
 		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"),
 		typeIn(`#r-run`, "bsr-8b"),
 		typeIn(`#r-reason`, "tool fixed"),
@@ -224,11 +225,11 @@ func TestSecurityWhoDidIt_ConsoleSignsARestart(t *testing.T) {
 		typeIn(`#r-signing-key`, strings.TrimSpace(string(raw))),
 		chromedp.Click(chromedp.CSS(form+` button[type=submit]`)),
 		waitJS(`(document.querySelector("`+form+` [data-result]")||{}).textContent.includes("Restarted run bsr-8 from turn 1 as run bsr-8b, signed with key `+pub+`.")`))
-	v := s.waitStatus(t, "bsr-8b", "finished")
+	v := s.WaitStatus(t, "bsr-8b", "finished")
 	if r := v.Restarted; r == nil || !r.Verified || r.Key != pub || r.By != "demo approver" || r.Reason != "tool fixed" {
 		t.Fatalf("restarted %+v, want verified by demo approver with key %s", v.Restarted, pub)
 	}
-	do(t, ctx, "the new run's page", chromedp.Navigate(s.consoleURL+"/runs/bsr-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-restarted-by`)))
+	do(t, ctx, "the new run's page", chromedp.Navigate(s.ConsoleURL+"/runs/bsr-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-restarted-by`)))
 	if text := get(t, ctx, "restarted by", chromedp.Text(chromedp.CSS(`#run-restarted-by`))); text != "by demo approver (verified): “tool fixed”" {
 		t.Errorf("the new run's page says it was restarted %q", text)
 	}
@@ -246,14 +247,14 @@ func TestSecurityWhoDidIt_ConsoleSignsARestart(t *testing.T) {
 func TestSecurityWhoDidIt_ConsoleSignsAHold(t *testing.T) {
 	s := secureStack(t)
 	consoleURL, custodian := s.custodianConsole(t)
-	keeper := &stack{nc: custodian}
-	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	keeper := &stack{&consolestack.Stack{NC: custodian}}
+	raw, err := os.ReadFile(filepath.Join(s.Roles, demo.ApproverKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	seed := strings.TrimSpace(string(raw))
-	_, pub := s.approverKey(t)
-	s.start(t, "bsh-9", "pay invoice INV-9", "finished")
+	_, pub := s.ApproverKey(t)
+	s.Start(t, "bsh-9", "pay invoice INV-9", "finished")
 	ctx := tab(t)
 	refused := func(form, wantCmd string) {
 		t.Helper()
@@ -312,7 +313,7 @@ func TestSecurityWhoDidIt_ConsoleSignsAHold(t *testing.T) {
 func (s *stack) custodianConsole(t *testing.T) (string, *nats.Conn) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	node, err := natsnode.Start(ctx, natsnode.WithURL(s.natsURL), natsnode.WithCredsFile(filepath.Join(s.roles, roles.CredsFile(roles.Custodian, api.Queue{}))))
+	node, err := natsnode.Start(ctx, natsnode.WithURL(s.NATSURL), natsnode.WithCredsFile(filepath.Join(s.Roles, roles.CredsFile(roles.Custodian, api.Queue{}))))
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -6,5 +6,7 @@
 // a terminal (a pseudo-terminal), every step it prints runs in a second
 // shell of that clone, exactly as printed, and Ctrl-C stops it. It also
 // checks that the README's commands are what CI runs. It has no code
-// besides its tests.
+// besides its tests. It is in the test module e2e/ui, so that creack/pty
+// is not in the module graph of an application importing Weft
+// (docs/adr/0038).
 package firsthour

@@ -26,23 +26,23 @@ import (
 // arguments.
 func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
 	s := secureStack(t)
-	raw, err := os.ReadFile(filepath.Join(s.roles, demo.ApproverKeyFile))
+	raw, err := os.ReadFile(filepath.Join(s.Roles, demo.ApproverKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	seed := strings.TrimSpace(string(raw))
-	_, pub := s.approverKey(t)
+	_, pub := s.ApproverKey(t)
 	const asked = `{"invoice":"INV-7","payee":"ACME Ltd","amount":1200,"currency":"EUR"}`
 	// The payee edited too, with characters the canonical form escapes
 	// (<, >, &) and others it keeps (é, U+2014): the page hashes the bytes
 	// the runner hashes.
 	const approved = `{"invoice":"INV-7","payee":"ACME \u003cEU\u003e \u0026 Café — Ltd","amount":90,"currency":"EUR"}`
 
-	s.start(t, "edit-7", "pay invoice INV-7", "suspended")
+	s.Start(t, "edit-7", "pay invoice INV-7", "suspended")
 	ctx := tab(t)
 	card := "#" + cardKey("approval", "edit-7", "2/call_2_1")
 	args := card + ` textarea[name=arguments]`
-	do(t, ctx, "open the inbox", chromedp.Navigate(s.consoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-key]`)))
+	do(t, ctx, "open the inbox", chromedp.Navigate(s.ConsoleURL+"/"), chromedp.WaitVisible(chromedp.CSS(card+` [data-signing-key]`)))
 	var prefilled json.RawMessage = []byte(get(t, ctx, "the editable arguments", chromedp.Value(chromedp.CSS(args))))
 	if c, err := json.Marshal(prefilled); err != nil || string(c) != asked {
 		t.Fatalf("“Approve with changes” starts from %s, want the model's %s", prefilled, asked)
@@ -65,7 +65,7 @@ func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
 	if c := get(t, ctx, "code", chromedp.Text(chromedp.CSS(card+` [data-result] code.code`))); c != "invalid_content" {
 		t.Fatalf("an edit outside the tool's schema shows %q, want invalid_content", c)
 	}
-	if n := len(s.history(t, "edit-7", events.NameApprovalAnswered)); n != 0 {
+	if n := len(s.History(t, "edit-7", events.NameApprovalAnswered)); n != 0 {
 		t.Fatalf("%d answers recorded after a refused edit, want 0", n)
 	}
 	if !js[bool](t, ctx, `!!document.querySelector("`+card+` button[value=approve]")`) {
@@ -83,14 +83,14 @@ func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
 		t.Errorf("the card says %q", msg)
 	}
 
-	v := s.waitStatus(t, "edit-7", "finished")
+	v := s.WaitStatus(t, "edit-7", "finished")
 	a := action(t, v, "2/call_2_1")
 	if a.State != projections.StateSucceeded || string(a.Arguments) != asked || string(a.Approved) != approved ||
 		len(a.Approvals) != 1 || a.Approvals[0].Proof == nil || !a.Approvals[0].Proof.Verified || a.Approvals[0].Proof.Key != pub {
 		b, _ := json.Marshal(a)
 		t.Fatalf("action %s, want succeeded with the model's arguments and the approved 90 EUR, verified", b)
 	}
-	answered := s.history(t, "edit-7", events.NameApprovalAnswered)
+	answered := s.History(t, "edit-7", events.NameApprovalAnswered)
 	if len(answered) != 1 {
 		t.Fatalf("%d answers recorded, want 1", len(answered))
 	}
@@ -103,7 +103,7 @@ func TestSemantics4_ConsoleApprovesNarrowerArguments(t *testing.T) {
 	}
 
 	row := `li[data-action="2/call_2_1"]`
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/edit-7"), chromedp.WaitVisible(chromedp.CSS(row+` [data-approved-arguments]`)))
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/edit-7"), chromedp.WaitVisible(chromedp.CSS(row+` [data-approved-arguments]`)))
 	if text := get(t, ctx, "approved arguments", chromedp.Text(chromedp.CSS(row+` [data-approved-arguments]`))); !strings.Contains(text, "Approved with changes") || !strings.Contains(text, "90") {
 		t.Errorf("the run page marks the approved arguments as %q", text)
 	}

@@ -25,9 +25,9 @@ import (
 // it"), and the parent's page lists it.
 func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "rs-8", "pay invoice INV-8", "finished")
+	s.Start(t, "rs-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
-	do(t, ctx, "restart from turn 1", chromedp.Navigate(s.consoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
+	do(t, ctx, "restart from turn 1", chromedp.Navigate(s.ConsoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
 		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"),
 		typeIn(`#r-run`, "rs-8b"),
 		typeIn(`#r-reason`, "tool fixed"),
@@ -37,7 +37,7 @@ func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 	if href := js[string](t, ctx, `document.querySelector("#restart-form [data-outcome-link]").getAttribute("href")`); href != "/runs/rs-8b" {
 		t.Errorf("the answer links %q, want /runs/rs-8b", href)
 	}
-	v := s.waitStatus(t, "rs-8b", "finished")
+	v := s.WaitStatus(t, "rs-8b", "finished")
 	if v.ForkedFrom == nil || v.ForkedFrom.Run != "rs-8" || v.ForkedFrom.Turn != 1 {
 		t.Fatalf("the new run's forked_from: %+v, want run rs-8 turn 1", v.ForkedFrom)
 	}
@@ -45,14 +45,14 @@ func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 		t.Fatalf("the new run's restarted: %+v, want dave unverified, reason tool fixed", v.Restarted)
 	}
 	saveShot(t, "run-restart.png", get(t, ctx, "restart screenshot", chromedp.Screenshot(chromedp.ID("run-restart"))))
-	do(t, ctx, "the new run links its parent", chromedp.Navigate(s.consoleURL+"/runs/rs-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-forked-from a[href="/runs/rs-8"]`)))
+	do(t, ctx, "the new run links its parent", chromedp.Navigate(s.ConsoleURL+"/runs/rs-8b"), chromedp.WaitVisible(chromedp.CSS(`#run-forked-from a[href="/runs/rs-8"]`)))
 	if text := get(t, ctx, "restarted by", chromedp.Text(chromedp.CSS(`#run-restarted-by`))); text != "by dave (unverified): “tool fixed”" {
 		t.Errorf("the new run's page says it was restarted %q, want by dave (unverified) and the reason", text)
 	}
 	// The parent's forks come from the projector's index of forked_from,
 	// which may follow the new run's view by a moment.
 	s.waitFork(t, "rs-8", "rs-8b")
-	do(t, ctx, "the parent lists its restart", chromedp.Navigate(s.consoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#forks li[data-fork="rs-8b"] a[href="/runs/rs-8b"]`)))
+	do(t, ctx, "the parent lists its restart", chromedp.Navigate(s.ConsoleURL+"/runs/rs-8"), chromedp.WaitVisible(chromedp.CSS(`#forks li[data-fork="rs-8b"] a[href="/runs/rs-8b"]`)))
 }
 
 // TestSemantics14_ARestartSentTwiceAtOnceStartsOneRun: the restart form,
@@ -62,9 +62,9 @@ func TestSemantics14_RestartFromTurnOneOnTheRunPage(t *testing.T) {
 // and the parent lists exactly one restart.
 func TestSemantics14_ARestartSentTwiceAtOnceStartsOneRun(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "rd-8", "pay invoice INV-8", "finished")
+	s.Start(t, "rd-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
-	do(t, ctx, "open the run", chromedp.Navigate(s.consoleURL+"/runs/rd-8"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
+	do(t, ctx, "open the run", chromedp.Navigate(s.ConsoleURL+"/runs/rd-8"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
 		chromedp.SetValue(chromedp.CSS(`#r-turn`), "1"))
 	// Each answer replaces the result's text: record every answer's link.
 	if !js[bool](t, ctx, `(() => {
@@ -83,7 +83,7 @@ func TestSemantics14_ARestartSentTwiceAtOnceStartsOneRun(t *testing.T) {
 	s.waitFork(t, "rd-8", strings.TrimPrefix(links[0], "/runs/"))
 	qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rep, err := s.query.RunFamily(qctx, "rd-8")
+	rep, err := s.Query.RunFamily(qctx, "rd-8")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,12 +99,12 @@ func TestSemantics14_ARestartSentTwiceAtOnceStartsOneRun(t *testing.T) {
 // and no run is started.
 func TestSemantics14_ARestartRefusedUncertainActionsNamesTheAction(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "ru-13", "pay invoice INV-13", "suspended")
-	s.unconfirmedByAPI(t, "ru-13", "asking the bank")
-	v := s.waitStatus(t, "ru-13", "finished")
+	s.Start(t, "ru-13", "pay invoice INV-13", "suspended")
+	s.UnconfirmedByAPI(t, "ru-13", "asking the bank")
+	v := s.WaitStatus(t, "ru-13", "finished")
 	after := strconv.FormatInt(v.Turns+1, 10)
 	ctx := tab(t)
-	do(t, ctx, "restart after the whole run", chromedp.Navigate(s.consoleURL+"/runs/ru-13"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
+	do(t, ctx, "restart after the whole run", chromedp.Navigate(s.ConsoleURL+"/runs/ru-13"), chromedp.WaitVisible(chromedp.CSS(`#restart-form button[type=submit]`)),
 		chromedp.SetValue(chromedp.CSS(`#r-turn`), after),
 		typeIn(`#r-run`, "ru-13b"),
 		chromedp.Click(chromedp.CSS(`#restart-form button[type=submit]`)),
@@ -117,7 +117,7 @@ func TestSemantics14_ARestartRefusedUncertainActionsNamesTheAction(t *testing.T)
 	}
 	qctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.query.Run(qctx, "ru-13b"); !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
+	if _, err := s.Query.Run(qctx, "ru-13b"); !errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) {
 		t.Errorf("the refused restart's run: %v, want unknown_run", err)
 	}
 }
@@ -129,9 +129,9 @@ func TestSemantics14_ARestartRefusedUncertainActionsNamesTheAction(t *testing.T)
 // list is read again after each answer, without a reload.
 func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "hl-8", "pay invoice INV-8", "finished")
+	s.Start(t, "hl-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
-	do(t, ctx, "place a hold", chromedp.Navigate(s.consoleURL+"/runs/hl-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-none`)),
+	do(t, ctx, "place a hold", chromedp.Navigate(s.ConsoleURL+"/runs/hl-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-none`)),
 		typeIn(`#h-reason`, "litigation L-7"),
 		typeIn(`#h-by`, "carol"),
 		chromedp.Click(chromedp.CSS(`#hold-form button[type=submit]`)),
@@ -172,9 +172,9 @@ func TestRetentionHoldPlacedAndReleasedFromTheRunPage(t *testing.T) {
 // retry with the same command id answers the same hold).
 func TestRetentionAHoldIsIdempotentByCommandID(t *testing.T) {
 	s := devStack(t)
-	s.start(t, "hd2-8", "pay invoice INV-8", "finished")
+	s.Start(t, "hd2-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
-	do(t, ctx, "place a hold twice at once", chromedp.Navigate(s.consoleURL+"/runs/hd2-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-none`)),
+	do(t, ctx, "place a hold twice at once", chromedp.Navigate(s.ConsoleURL+"/runs/hd2-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-none`)),
 		typeIn(`#h-reason`, "audit A-2"),
 		typeIn(`#h-by`, "erin"))
 	// Both submits leave before either answer: the second is what a
@@ -186,7 +186,7 @@ func TestRetentionAHoldIsIdempotentByCommandID(t *testing.T) {
 	if hs := s.holds(t, "hd2-8"); len(hs) != 1 || !hs[0].Active() {
 		t.Fatalf("holds after a double submit: %+v, want one active hold", hs)
 	}
-	do(t, ctx, "the page lists one", chromedp.Navigate(s.consoleURL+"/runs/hd2-8"), chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1]`)))
+	do(t, ctx, "the page lists one", chromedp.Navigate(s.ConsoleURL+"/runs/hd2-8"), chromedp.WaitVisible(chromedp.CSS(`#holds li[data-hold=h1]`)))
 	if n := js[int](t, ctx, `document.querySelectorAll("#holds li[data-hold]").length`); n != 1 {
 		t.Errorf("the page lists %d holds, want 1", n)
 	}
@@ -195,7 +195,7 @@ func TestRetentionAHoldIsIdempotentByCommandID(t *testing.T) {
 // holds reads the run's legal holds from weft_holds.
 func (s *stack) holds(t *testing.T, run string) []retention.Hold {
 	t.Helper()
-	jsc, err := jetstream.New(s.nc)
+	jsc, err := jetstream.New(s.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func (s *stack) waitFork(t *testing.T, run, fork string) {
 	deadline := time.Now().Add(45 * time.Second)
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		rep, err := s.query.RunFamily(ctx, run)
+		rep, err := s.Query.RunFamily(ctx, run)
 		cancel()
 		if err == nil && slices.ContainsFunc(rep.Forks, func(f projector.Fork) bool { return f.Run == fork }) {
 			return
@@ -232,9 +232,9 @@ func (s *stack) waitFork(t *testing.T, run, fork string) {
 // the run has none — and its hold form shows the refusal's code.
 func TestRetentionTheOperatorsConsoleSaysHoldsAreNotKnown(t *testing.T) {
 	s := secureStack(t)
-	s.start(t, "sh-8", "pay invoice INV-8", "finished")
+	s.Start(t, "sh-8", "pay invoice INV-8", "finished")
 	ctx := tab(t)
-	do(t, ctx, "place a hold as the operator", chromedp.Navigate(s.consoleURL+"/runs/sh-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-unknown`)),
+	do(t, ctx, "place a hold as the operator", chromedp.Navigate(s.ConsoleURL+"/runs/sh-8"), chromedp.WaitVisible(chromedp.CSS(`#holds-unknown`)),
 		typeIn(`#h-reason`, "litigation L-9"),
 		typeIn(`#h-by`, "carol"),
 		chromedp.Click(chromedp.CSS(`#hold-form button[type=submit]`)),
