@@ -113,9 +113,9 @@ const DefaultLanes = 16
 func WithLanes(n int) ServeOption { return func(s *service) { s.lanes = max(n, 1) } }
 
 // Serve adds the "weft" micro service to nc, answering with b, until the
-// returned service is stopped. kv, when not nil, is the weft_commands
-// bucket used for idempotency.
-func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts ...ServeOption) (micro.Service, error) {
+// returned service is stopped (Service: what its Stop does). kv,
+// when not nil, is the weft_commands bucket used for idempotency.
+func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts ...ServeOption) (Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     version,
@@ -129,7 +129,7 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 	for _, o := range opts {
 		o(s)
 	}
-	starts := newInFlight(s.startsInFlight)
+	starts := newInFlight(max(s.startsInFlight, s.lanes))
 	g := svc.AddGroup("weft.api")
 	// addLanes adds the endpoint name on subject (relative to the group)
 	// s.lanes times: the first lane keeps the endpoint's name.

@@ -14,7 +14,10 @@ import (
 const DefaultStartsInFlight = 64
 
 // WithStartsInFlight sets how many starts this process admits before it
-// answers them (default DefaultStartsInFlight, at least 1). A start holds
+// answers them (default DefaultStartsInFlight, at least the start
+// endpoint's lanes, WithLanes: a start takes its slot before it is
+// checked or forwarded, so a bound below the lanes would serve fewer
+// starts at once than a lane that holds its request). A start holds
 // its lane only until its decision goes to the log (ReleaseLane); the
 // lane then takes the next request while the start waits for its append
 // and is answered from its own goroutine. At the bound a lane waits for
@@ -41,23 +44,43 @@ func ReleaseLane(ctx context.Context) {
 }
 
 // inFlight bounds the requests of a releasing endpoint in flight (admitted,
-// not answered) and lets Stop wait for them.
+// not answered) and tells when none is (quiet).
 type inFlight struct {
-	slots   chan struct{}
-	mu      sync.Mutex
-	stopped bool
-	wg      sync.WaitGroup
+	slots chan struct{}
+	mu    sync.Mutex
+	n     int
+	idle  chan struct{} // closed while n is 0
 }
 
-func newInFlight(n int) *inFlight { return &inFlight{slots: make(chan struct{}, n)} }
+func newInFlight(n int) *inFlight {
+	idle := make(chan struct{})
+	close(idle)
+	return &inFlight{slots: make(chan struct{}, n), idle: idle}
+}
 
-// stop makes the lanes hold their requests to the end from now on and
-// waits for the requests in flight to be answered.
-func (p *inFlight) stop() {
+func (p *inFlight) add() {
 	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	p.wg.Wait()
+	defer p.mu.Unlock()
+	if p.n == 0 {
+		p.idle = make(chan struct{})
+	}
+	p.n++
+}
+
+func (p *inFlight) done() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n--
+	if p.n == 0 {
+		close(p.idle)
+	}
+}
+
+// quiet returns a channel closed once no request is in flight.
+func (p *inFlight) quiet() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idle
 }
 
 // serveReleasing serves r with h on a lane that the backend may release
@@ -69,15 +92,7 @@ func (p *inFlight) stop() {
 // subject with the same headers.
 func (s *service) serveReleasing(p *inFlight, r micro.Request, h func(context.Context, []byte) (any, string, error)) {
 	p.slots <- struct{}{}
-	p.mu.Lock()
-	if p.stopped {
-		p.mu.Unlock()
-		defer func() { <-p.slots }()
-		s.handleReleasing(r, h, nil)
-		return
-	}
-	p.wg.Add(1)
-	p.mu.Unlock()
+	p.add()
 	lr := &laneRequest{Request: r, nc: s.nc}
 	released, done := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -90,7 +105,7 @@ func (s *service) serveReleasing(p *inFlight, r micro.Request, h func(context.Co
 	go func() {
 		defer func() {
 			<-p.slots
-			p.wg.Done()
+			p.done()
 		}()
 		defer close(done)
 		s.handleReleasing(lr, h, release)
@@ -133,15 +148,26 @@ func (l *laneRequest) publish(m *nats.Msg, opts []micro.RespondOpt) error {
 	return l.nc.PublishMsg(m)
 }
 
-// served is the weft micro service whose Stop also waits for the starts
-// in flight off their lanes: none is answered after Stop returns.
+// Service is the weft micro service that Serve returns.
+//
+// Its Stop is micro's: the endpoints' subscriptions are drained (no new
+// request is taken) and it returns at once, without waiting for the
+// requests being served — including the starts in flight off their
+// lanes, which go on and are each answered once, when their backend
+// returns. Quiet tells when those starts are all answered: a caller that
+// must not outlive them waits for it, bounded by its own deadline (the
+// runner: within its drain window, then it ends the starts still in
+// flight and waits again, docs/adr/0041-a-start-s-reads-and-lane.md).
+type Service interface {
+	micro.Service
+	// Quiet returns a channel closed once no start admitted is unanswered
+	// (at the moment of the call: a start admitted later opens a new one).
+	Quiet() <-chan struct{}
+}
+
 type served struct {
 	micro.Service
 	starts *inFlight
 }
 
-func (s *served) Stop() error {
-	err := s.Service.Stop()
-	s.starts.stop()
-	return err
-}
+func (s *served) Quiet() <-chan struct{} { return s.starts.quiet() }

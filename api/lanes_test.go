@@ -12,16 +12,27 @@ import (
 	"github.com/weftrun/weft/internal/natstest"
 )
 
-// laneBackend's Start releases its lane (api.ReleaseLane) and then waits
-// for its run's gate, when the run has one; every other command is
-// slowBackend's.
+// laneBackend's Start waits for its run's gate in before, when the run
+// has one (on its lane: admitted, not released), releases its lane
+// (api.ReleaseLane) and then waits for its run's gate in gates, when the
+// run has one; every other command is slowBackend's.
 type laneBackend struct {
 	slowBackend
+	before   map[string]chan struct{}
 	gates    map[string]chan struct{}
+	admitted chan string
 	released chan string
 }
 
 func (b *laneBackend) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
+	if g := b.before[req.Run]; g != nil {
+		b.admitted <- req.Run
+		select {
+		case <-g:
+		case <-ctx.Done():
+			return api.StartReply{}, ctx.Err()
+		}
+	}
 	api.ReleaseLane(ctx)
 	b.released <- req.Run
 	if g := b.gates[req.Run]; g != nil {
@@ -105,8 +116,7 @@ func TestSemantics8_AStartThatReleasedItsLaneIsAnsweredOnceAndTheLaneServesTheNe
 			answered("held")
 			answered("next")
 		}
-		// Exactly once: Stop waits for the starts in flight, and no
-		// further answer arrives after it.
+		// Exactly once: no further answer arrives.
 		if err := svc.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -119,5 +129,109 @@ func TestSemantics8_AStartThatReleasedItsLaneIsAnsweredOnceAndTheLaneServesTheNe
 		case <-time.After(200 * time.Millisecond):
 		}
 		_ = sub.Unsubscribe()
+	}
+}
+
+// Commands are answered (docs/semantics.md §8, "A run can always be
+// answered"), and a stopping runner's drain is bounded by its window
+// (docs/semantics.md, graceful drain): the service's Stop returns at once
+// — as micro's does — without waiting for the starts in flight, one off
+// its lane (released) and one still on it (admitted, not released); each
+// of them is answered exactly once when its backend returns, after Stop,
+// and Quiet is closed only then. The runner waits for Quiet within its
+// drain window and then ends the starts still in flight, which answers
+// them with an error (runner.Run): a stop never leaves a start
+// unanswered.
+func TestSemantics8_StopDuringStartsInFlightReturnsAndEachIsAnsweredOnce(t *testing.T) {
+	srv := natstest.Start(t)
+	b := &laneBackend{
+		before:   map[string]chan struct{}{"on-lane": make(chan struct{})},
+		gates:    map[string]chan struct{}{"off-lane": make(chan struct{})},
+		admitted: make(chan string, 4),
+		released: make(chan string, 4),
+	}
+	svc, err := api.Serve(srv.Conn, b, nil, "0.0.0", api.WithLanes(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := false
+	open := func() {
+		if !opened {
+			opened = true
+			close(b.before["on-lane"])
+			close(b.gates["off-lane"])
+		}
+	}
+	defer open()
+	nc := srv.Connect()
+	inbox := nc.NewRespInbox()
+	answers := make(chan *nats.Msg, 8)
+	sub, err := nc.ChanSubscribe(inbox, answers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	startOn(t, nc, inbox, "off-lane")
+	if got := <-b.released; got != "off-lane" {
+		t.Fatalf("released %q first, want off-lane", got)
+	}
+	startOn(t, nc, inbox, "on-lane")
+	if got := <-b.admitted; got != "on-lane" {
+		t.Fatalf("admitted %q, want on-lane", got)
+	}
+	select {
+	case <-svc.Quiet():
+		t.Fatal("Quiet closed with two starts in flight")
+	default:
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- svc.Stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Stop waited for the starts in flight (not returned within 10 s with both held)")
+	}
+	select {
+	case m := <-answers:
+		t.Fatalf("an answer before the starts' backends returned: %s", m.Data)
+	case <-svc.Quiet():
+		t.Fatal("Quiet closed with two starts in flight after Stop")
+	default:
+	}
+	open()
+	got := map[string]int{}
+	for range 2 {
+		select {
+		case m := <-answers:
+			var rep api.StartReply
+			if err := json.Unmarshal(m.Data, &rep); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+				t.Fatalf("answer %s (%v, headers %v), want a success", m.Data, err, m.Header)
+			}
+			got[rep.Run]++
+		case <-time.After(10 * time.Second):
+			t.Fatalf("answers %v after Stop, want on-lane and off-lane once each", got)
+		}
+	}
+	if got["on-lane"] != 1 || got["off-lane"] != 1 {
+		t.Fatalf("answers %v, want on-lane and off-lane once each", got)
+	}
+	select {
+	case <-svc.Quiet():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Quiet not closed once both starts were answered")
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-answers:
+		t.Fatalf("a second answer: %s", m.Data)
+	case <-time.After(200 * time.Millisecond):
 	}
 }
