@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/internal/natstest"
 )
@@ -22,6 +23,7 @@ type laneBackend struct {
 	gates    map[string]chan struct{}
 	admitted chan string
 	released chan string
+	refuse   map[string]*weft.Error // answered after the release
 }
 
 func (b *laneBackend) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
@@ -35,6 +37,9 @@ func (b *laneBackend) Start(ctx context.Context, req api.StartRequest) (api.Star
 	}
 	api.ReleaseLane(ctx)
 	b.released <- req.Run
+	if e := b.refuse[req.Run]; e != nil {
+		return api.StartReply{}, e
+	}
 	if g := b.gates[req.Run]; g != nil {
 		select {
 		case <-g:
@@ -233,5 +238,39 @@ func TestSemantics8_StopDuringStartsInFlightReturnsAndEachIsAnsweredOnce(t *test
 	case m := <-answers:
 		t.Fatalf("a second answer: %s", m.Data)
 	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// Bad input gets a clear error with a stable code (docs/semantics.md §6:
+// a start whose append finds the run started by another is refused
+// already_started): an error given after the start released its lane is
+// answered as one given on it — micro's error headers (the weft code and
+// its status) and the ErrorReply body — though it goes to the reply
+// subject directly (docs/protocol/40-commands.md: not in the stats).
+func TestSemantics6_AnErrorAfterTheLaneReleaseIsAnsweredWithTheErrorHeaders(t *testing.T) {
+	srv := natstest.Start(t)
+	b := &laneBackend{
+		released: make(chan string, 1),
+		refuse:   map[string]*weft.Error{"taken": {Code: weft.CodeAlreadyStarted, Message: "run taken is already started"}},
+	}
+	svc, err := api.Serve(srv.Conn, b, nil, "0.0.0", api.WithLanes(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = svc.Stop() }()
+	body, _ := json.Marshal(api.StartRequest{Schema: api.Schema, Run: "taken", Agent: "desk", Input: "x"})
+	m, err := srv.Connect().Request("weft.api.start", body, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := <-b.released; got != "taken" {
+		t.Fatalf("released %q, want taken", got)
+	}
+	var rep api.ErrorReply
+	if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Error == nil || rep.Error.Code != weft.CodeAlreadyStarted || rep.Error.Message != "run taken is already started" {
+		t.Fatalf("body %s (%v), want the already_started ErrorReply", m.Data, err)
+	}
+	if c, code := m.Header.Get("Nats-Service-Error"), m.Header.Get("Nats-Service-Error-Code"); c != string(weft.CodeAlreadyStarted) || code != "409" {
+		t.Fatalf("headers %v, want Nats-Service-Error already_started and Nats-Service-Error-Code 409", m.Header)
 	}
 }

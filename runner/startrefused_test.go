@@ -2,10 +2,14 @@ package runner_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/micro"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
@@ -18,13 +22,15 @@ import (
 )
 
 // docs/semantics.md §6: a start under an id that exists is refused
-// already_started and writes nothing — also now that the start's driver
-// intent is created while its reads run
-// (docs/adr/0041-a-start-s-reads-and-lane.md): a start refused because
-// the run exists (finished, its driver entry removed), or because
-// retention purged the id, leaves no driver entry behind, and the
-// purged id is still refused (its tombstone read after the log read
-// that found no events).
+// already_started and writes nothing; §8: the start's driver intent is
+// created after its reads (the run's log, then the purge tombstone of a
+// new id) and before its first append, so a refused start creates none.
+// A guard of that order: a start refused because the run exists
+// (finished, its driver entry removed), or because retention purged the
+// id, leaves no driver entry behind, and the purged id is still refused.
+// The refusal of the existing run is also counted in the start
+// endpoint's stats: a start that will not append keeps its lane
+// (docs/adr/0041-a-start-s-reads-and-lane.md).
 func TestSemantics6_ARefusedStartLeavesNoDriverIntent(t *testing.T) {
 	t.Parallel()
 	m := model.NewScripted("s", model.Answer("ok"))
@@ -45,10 +51,17 @@ func TestSemantics6_ARefusedStartLeavesNoDriverIntent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	errorsBefore, _ := startErrors(t, h)
 	_, err = h.client.Start(ctx(t), api.StartRequest{Run: "invoice-7", Agent: "desk", Input: "input"})
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodeAlreadyStarted || we.SameInput == nil || !*we.SameInput {
 		t.Fatalf("second start of the finished run: %v, want already_started with same_input", err)
+	}
+	// The refusal is decided on its lane (a start of a run that exists
+	// does not release it: docs/protocol/40-commands.md), so the
+	// service's stats count it.
+	if n, last := startErrors(t, h); n != errorsBefore+1 || !slices.Contains(last, "409:already_started") {
+		t.Fatalf("start endpoint's stats: %d errors (last %v), want %d with 409:already_started", n, last, errorsBefore+1)
 	}
 	// Read right after the reply: the refused start removed its intent
 	// before it answered.
@@ -97,4 +110,28 @@ func TestSemantics6_ARefusedStartLeavesNoDriverIntent(t *testing.T) {
 		t.Fatal(err)
 	}
 	finished(t, h, "invoice-8")
+}
+
+// startErrors returns the errors the start endpoint's lanes counted
+// (`nats micro stats weft`, summed over the lanes) and their last errors.
+func startErrors(t *testing.T, h *harness) (int, []string) {
+	t.Helper()
+	m, err := h.srv.Conn.Request("$SRV.STATS."+api.ServiceName, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st micro.Stats
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		t.Fatal(err)
+	}
+	n, last := 0, []string(nil)
+	for _, e := range st.Endpoints {
+		if e.Name == api.EndpointStart || strings.HasPrefix(e.Name, api.EndpointStart+"_") {
+			n += e.NumErrors
+			if e.LastError != "" {
+				last = append(last, e.LastError)
+			}
+		}
+	}
+	return n, last
 }
