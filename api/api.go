@@ -113,9 +113,9 @@ const DefaultLanes = 16
 func WithLanes(n int) ServeOption { return func(s *service) { s.lanes = max(n, 1) } }
 
 // Serve adds the "weft" micro service to nc, answering with b, until the
-// returned service is stopped. kv, when not nil, is the weft_commands
-// bucket used for idempotency.
-func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts ...ServeOption) (micro.Service, error) {
+// returned service is stopped (Service: what its Stop does). kv,
+// when not nil, is the weft_commands bucket used for idempotency.
+func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts ...ServeOption) (Service, error) {
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     version,
@@ -125,10 +125,11 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 	if err != nil {
 		return nil, fmt.Errorf("api: add service: %w", err)
 	}
-	s := &service{b: b, kv: kv, timeout: 30 * time.Second, lanes: DefaultLanes}
+	s := &service{b: b, kv: kv, nc: nc, timeout: 30 * time.Second, lanes: DefaultLanes, startsInFlight: DefaultStartsInFlight}
 	for _, o := range opts {
 		o(s)
 	}
+	starts := newInFlight(max(s.startsInFlight, s.lanes))
 	g := svc.AddGroup("weft.api")
 	// addLanes adds the endpoint name on subject (relative to the group)
 	// s.lanes times: the first lane keeps the endpoint's name.
@@ -147,11 +148,16 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 	add := func(name string, h func(context.Context, []byte) (any, string, error)) error {
 		return addLanes(name, name, func(r micro.Request) { s.handle(r, h) })
 	}
+	// A start releases its lane once its decision is queued for the
+	// append (ReleaseLane, WithStartsInFlight).
+	if err := addLanes(EndpointStart, EndpointStart, func(r micro.Request) { s.serveReleasing(starts, r, s.start) }); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("api: endpoint %s: %w", EndpointStart, err)
+	}
 	for _, e := range []struct {
 		name string
 		h    func(context.Context, []byte) (any, string, error)
 	}{
-		{EndpointStart, s.start},
 		{EndpointApprove, s.approve},
 		{EndpointReject, s.reject},
 		{EndpointReconcile, func(ctx context.Context, b []byte) (any, string, error) { return s.reconcile(ctx, b, false) }},
@@ -194,7 +200,7 @@ func Serve(nc *nats.Conn, b Backend, kv jetstream.KeyValue, version string, opts
 	// another connection then finds its responders. Best effort: a
 	// connection that is reconnecting sends them again when it is back.
 	_ = nc.FlushTimeout(10 * time.Second)
-	return svc, nil
+	return &served{Service: svc, starts: starts}, nil
 }
 
 // queueOf returns the queue named by the last three tokens of a per-queue
@@ -224,17 +230,28 @@ func namesQueue(b []byte) bool {
 var errQueueInBody = &weft.Error{Code: weft.CodeInvalidRequest, Message: "queue is not a body field: report or settle on weft.api.<report|settle>.<agent>.<version token>.<tool>"}
 
 type service struct {
-	b       Backend
-	kv      jetstream.KeyValue
-	timeout time.Duration
-	lanes   int
+	b              Backend
+	kv             jetstream.KeyValue
+	nc             *nats.Conn
+	timeout        time.Duration
+	lanes          int
+	startsInFlight int
 }
 
 // handle decodes nothing itself: h decodes and returns the reply, the
 // command id (for idempotency) and an error.
 func (s *service) handle(r micro.Request, h func(context.Context, []byte) (any, string, error)) {
+	s.handleReleasing(r, h, nil)
+}
+
+// handleReleasing is handle with release, when not nil, the request's
+// lane release (ReleaseLane) in h's context.
+func (s *service) handleReleasing(r micro.Request, h func(context.Context, []byte) (any, string, error), release func()) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
+	if release != nil {
+		ctx = context.WithValue(ctx, laneKey{}, release)
+	}
 	data := r.Data()
 	if err := precheck(data); err != nil {
 		respondError(r, err)

@@ -264,6 +264,14 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 			return api.StartReply{}, &weft.Error{Code: weft.CodeUnavailable, Message: "driver intent: " + err.Error()}
 		}
 	}
+	// A new run's decision goes to the log now: the start's lane takes
+	// the next request meanwhile (api.ReleaseLane; the reply is sent when
+	// this returns, once). A start of a run that exists is refused
+	// already_started by the decision, with no append: it keeps its lane,
+	// so that its error is counted in the service's stats.
+	if !s.Exists() {
+		api.ReleaseLane(ctx)
+	}
 	evs, err := r.decideAppend(ctx, rn, cmd)
 	if err != nil {
 		if rn.stale && registered {

@@ -36,8 +36,15 @@ import (
 // tendChild makes one such check for one delegation; it is serialized per
 // child run and reads parent and child from the log.
 
-// Start starts a run (api.Backend).
+// Start starts a run (api.Backend). Like a routed command it counts as a
+// command in flight, which a drain waits for within its window, and it
+// ends when the window ends (bounded): a start off its lane
+// (api.ReleaseLane) never holds the drain past it.
 func (r *Runner) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
+	r.commands.add()
+	defer r.commands.done()
+	ctx, end := r.bounded(ctx)
+	defer end()
 	return r.start(ctx, req, nil)
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weftrun/weft"
@@ -397,7 +396,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		_ = g.Wait()
 		return fmt.Errorf("runner: subscribe forward: %w", err)
 	}
-	var svc micro.Service
+	var svc api.Service
 	if svc, err = api.Serve(r.nc, r, r.cmds, "0.1.0"); err != nil {
 		_ = fwd.Unsubscribe()
 		stopBG()
@@ -502,7 +501,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		cancelAbandon()
 	}
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
+	// The commands in flight, the starts off their lanes among them
+	// (svc.Stop waited for none of them), get the window too.
 	waitCtx(drainCtx, r.commands.quiet())
+	waitCtx(drainCtx, svc.Quiet())
 	// The window is over: whatever command is still in flight ends now
 	// (a forward then answers outcome_unknown), so that the runs' locks
 	// are free for the hand-off and the process's connection drains at
@@ -534,6 +536,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 	waitCtx(final, r.handlers.quiet())
+	// The starts that stopServing ended are answered (an error) before
+	// Run returns.
+	waitCtx(final, svc.Quiet())
 	r.stopRetries()
 	// Nothing of this runner's background work outlives Run: what is cut
 	// short is derived again from the log by the next driver.

@@ -256,7 +256,7 @@ func (b *bencher) runs(ctx context.Context) error {
 		if n > 1 {
 			logRate, logName = b.base.sync16, "log-bound runs/s, 16 writers"
 		}
-		note := fmt.Sprintf("p50 %s, p99 %s; log-bound = raw sync publishes/s ÷ %.1f appends per run", ms(pct(p.res.lat, 50)), ms(pct(p.res.lat, 99)), perRun)
+		note := fmt.Sprintf("p50 %s, p99 %s; Start's reply p50 %s, p99 %s; log-bound = raw sync publishes/s ÷ %.1f appends per run", ms(pct(p.res.lat, 50)), ms(pct(p.res.lat, 99)), ms(pct(p.res.startLat, 50)), ms(pct(p.res.startLat, 99)), perRun)
 		if p.res.failed > 0 {
 			note += fmt.Sprintf("; %d runs failed (last: %v)", p.res.failed, p.res.lastErr)
 		}

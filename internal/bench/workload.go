@@ -305,11 +305,13 @@ func (w *watcher) close() { w.nc.Close() }
 
 // clientResult is what a set of clients measured.
 type clientResult struct {
-	runs    []string
-	lat     []time.Duration
-	elapsed time.Duration
-	failed  int
-	lastErr error
+	runs []string
+	lat  []time.Duration
+	// startLat is each run's Start call, request to reply.
+	startLat []time.Duration
+	elapsed  time.Duration
+	failed   int
+	lastErr  error
 }
 
 // clients runs n clients for d (or until each made max runs, when max is
@@ -334,12 +336,14 @@ func (b *bencher) clients(ctx context.Context, w *watcher, n int, d time.Duratio
 				t0 := time.Now()
 				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				_, err := c.Start(sctx, api.StartRequest{Run: id, Agent: ag, Input: input})
+				ts := time.Since(t0)
 				if err == nil {
 					select {
 					case t1 := <-ch:
 						mu.Lock()
 						res.runs = append(res.runs, id)
 						res.lat = append(res.lat, t1.Sub(t0))
+						res.startLat = append(res.startLat, ts)
 						mu.Unlock()
 					case <-sctx.Done():
 						err = fmt.Errorf("run %s: no %s within 30 s", id, kind)
@@ -358,6 +362,7 @@ func (b *bencher) clients(ctx context.Context, w *watcher, n int, d time.Duratio
 	wg.Wait()
 	res.elapsed = time.Since(start)
 	slices.Sort(res.lat)
+	slices.Sort(res.startLat)
 	return res
 }
 
