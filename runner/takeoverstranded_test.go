@@ -123,18 +123,15 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(ctx(t), capped); err != nil {
 		t.Fatal(err)
 	}
-	var p passes
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(p.hook))
+	// On the fake ownership clock: the judgement's grace and the scans'
+	// rounds pass by hand, not by sleeping.
+	clk := newOwnClock()
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
 	// The owner takes the run over (once it can tell that ghost, whose key
-	// was never written, is gone) and fails to record it.
-	deadline := time.Now().Add(30 * time.Second)
-	for !runner.Holds(r, run) {
-		if time.Now().After(deadline) {
-			t.Fatal("the owner never tried to take the run over")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	p.waitPasses(t, p.n.Load(), 2) // the scan that tried has returned
+	// was never written, is gone: the whole grace, partition.JudgeGrace)
+	// and fails to record it.
+	clk.advanceUntil(t, "the owner tried to take the run over", 40, func() bool { return runner.Holds(r, run) })
+	clk.rounds(t, 2) // the scan that tried has returned
 	if got := h.eventsOf(run); len(got) != 2 {
 		t.Fatalf("the log took an append while full: %d events", len(got))
 	}
@@ -142,23 +139,16 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No command is sent: the owner's scans alone take the run over. A
-	// generous bound: the scan of a due partition is every lease/4
-	// (0.5 s here), the full scan every 32 of those.
-	wctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	for {
-		st := h.state(run)
-		if _, fin := st.Finished(); fin {
-			out, _ := st.Finished()
-			if out.Kind != events.OutcomeCompleted {
-				t.Fatalf("outcome %s", events.DescribeOutcome(out))
-			}
-			break
-		}
-		if wctx.Err() != nil {
-			t.Fatalf("the run was not taken over without a command: status %s, events %v", aggregate.Status(st).Kind, h.eventsOf(run))
-		}
-		time.Sleep(50 * time.Millisecond)
+	// generous bound: the scan of a due partition is every lease/4 (a
+	// step of the clock), the full scan every 32 of those.
+	var st aggregate.State
+	clk.advanceUntil(t, "the run taken over without a command", 80, func() bool {
+		st = h.state(run)
+		_, fin := st.Finished()
+		return fin
+	})
+	if out, _ := st.Finished(); out.Kind != events.OutcomeCompleted {
+		t.Fatalf("outcome %s", events.DescribeOutcome(out))
 	}
 	recovered := 0
 	for _, ev := range h.eventsOf(run) {
@@ -188,7 +178,7 @@ func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
 	ghostEntry(t, h, run)
 	var looks atomic.Int64
 	appended := make(chan error, 1)
-	hook := runner.WithHook(func(event string, _ int, id string) {
+	hook := func(event string, _ int, id string) {
 		if event != "acquire-owned" || id != run || looks.Add(1) != 2 {
 			return
 		}
@@ -198,16 +188,23 @@ func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
 			_, _, err = h.srv.Log.Append(context.Background(), run, eventlog.Head{}, now, evs...)
 		}
 		appended <- err
-	})
-	h.startRunner([]*agent.Agent{a}, hook)
-	select {
-	case err := <-appended:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the owner looked at the run's entry %d times, want a second look after finding no event", looks.Load())
 	}
+	// On the fake ownership clock: the scans' rounds and the judgement's
+	// grace (ghost's key was never written) pass by hand.
+	clk := newOwnClock()
+	h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "a second look at the run's entry after finding no event", 40, func() bool {
+		select {
+		case err := <-appended:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+	clk.advanceUntil(t, "the run taken over and finished", 40, func() bool { _, fin := h.state(run).Finished(); return fin })
 	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("outcome %s", events.DescribeOutcome(out))
 	}
@@ -223,21 +220,17 @@ func TestSemantics8_AnEntryOfARunThatNeverStartedIsRemoved(t *testing.T) {
 	a := answeringAgent(t)
 	kv := ghostEntry(t, h, "never1")
 	key := runner.DriverKey("never1", runner.DefaultPartitions)
-	h.startRunner([]*agent.Agent{a})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// On the fake ownership clock: the two leases (unknownRunGrace) pass
+	// by hand, a scan at each step.
+	clk := newOwnClock()
+	h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
+	clk.advanceUntil(t, "the entry of a run that never started removed", 40, func() bool {
 		_, err := kv.Get(ctx(t), key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the entry of a run that never started was never removed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 }
 
 // docs/semantics.md §8 (only a runner that is gone is recovered from; a
@@ -271,7 +264,7 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 	key := fmt.Sprintf("p.%04d", partition.Of(run, runner.DefaultPartitions))
 	var tries atomic.Int64
 	moved := make(chan error, 1)
-	hook := runner.WithHook(func(event string, _ int, id string) {
+	hook := func(event string, _ int, id string) {
 		if event != "takeover" || id != run || tries.Add(1) != 2 {
 			return
 		}
@@ -287,25 +280,25 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 			_, err = h.srv.JS.UpdateStream(c, provision.EventsConfig())
 		}
 		moved <- err
-	})
-	r, _ := h.startRunner([]*agent.Agent{a}, hook)
-	select {
-	case err := <-moved:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(40 * time.Second):
-		t.Fatalf("the takeover was tried %d times, want a second try", tries.Load())
 	}
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) and the scans' rounds pass by hand.
+	clk := newOwnClock()
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "a second try of the takeover", 60, func() bool {
+		select {
+		case err := <-moved:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
 	// The try that resumed either recorded its takeover or dropped the
 	// run; either way the runner lets it go once it has seen the claim.
-	deadline := time.Now().Add(30 * time.Second)
-	for runner.Holds(r, run) {
-		if time.Now().After(deadline) {
-			t.Fatal("the runner still holds a run of a partition it lost")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clk.advanceUntil(t, "the runner let go of a run of a partition it lost", 40, func() bool { return !runner.Holds(r, run) })
 	if rr := h.recoveries(run); len(rr) != 0 {
 		t.Fatalf("the run was recovered %+v by a runner that lost its partition", rr)
 	}
@@ -325,15 +318,13 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	var s aggregate.State
 	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	ghostEntry(t, h, run)
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) passes by hand.
+	clk := newOwnClock()
+	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.withoutScan().options(nil), runner.WithoutScan())...)
 	p := partition.Of(run, runner.DefaultPartitions)
 	c := ctx(t)
-	for !slices.Contains(r.Stats().Partitions, p) {
-		if c.Err() != nil {
-			t.Fatal("never claimed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clk.advanceUntil(t, "the run's partition claimed", 40, func() bool { return slices.Contains(r.Stats().Partitions, p) })
 	capped := provision.EventsConfig()
 	capped.MaxMsgs = int64(h.eventsInfo().State.Msgs)
 	if _, err := h.srv.JS.UpdateStream(c, capped); err != nil {
@@ -342,13 +333,10 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	// runner_busy until the runner can tell that ghost, whose key was
 	// never written, is gone.
 	var err error
-	for {
+	clk.advanceUntil(t, "a cancel answered other than runner_busy", 40, func() bool {
 		_, err = h.client.Cancel(c, api.CancelRequest{CommandID: "c1", Run: run})
-		if weft.ErrorCode(err) != weft.CodeRunnerBusy || c.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return weft.ErrorCode(err) != weft.CodeRunnerBusy
+	})
 	if err == nil || !runner.Holds(r, run) {
 		t.Fatalf("cancel with the log full: %v, held %v; want a failure that leaves the takeover pending", err, runner.Holds(r, run))
 	}
@@ -358,6 +346,7 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(c, provision.EventsConfig()); err != nil {
 		t.Fatal(err)
 	}
+	clk.advanceUntil(t, "the takeover tried again and the run finished", 40, func() bool { _, fin := h.state(run).Finished(); return fin })
 	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("outcome %s", events.DescribeOutcome(out))
 	}
@@ -389,18 +378,24 @@ func TestSemantics8_AHeldRunDoesNotHoldUpPartitionClaims(t *testing.T) {
 	var tries atomic.Int64
 	blocked, unblock := make(chan struct{}), make(chan struct{})
 	defer close(unblock)
-	hook := runner.WithHook(func(event string, _ int, id string) {
+	hook := func(event string, _ int, id string) {
 		if event == "takeover" && id == run && tries.Add(1) == 2 {
 			close(blocked)
 			<-unblock
 		}
-	})
-	r, _ := h.startRunner([]*agent.Agent{a}, hook)
-	select {
-	case <-blocked:
-	case <-time.After(40 * time.Second):
-		t.Fatalf("the takeover was tried %d times, want a second try", tries.Load())
 	}
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) and the rounds pass by hand.
+	clk := newOwnClock()
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "a second try of the takeover", 60, func() bool {
+		select {
+		case <-blocked:
+			return true
+		default:
+			return false
+		}
+	})
 	parts, err := h.srv.JS.KeyValue(ctx(t), runner.PartitionsBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -410,14 +405,8 @@ func TestSemantics8_AHeldRunDoesNotHoldUpPartitionClaims(t *testing.T) {
 	if err := parts.Delete(ctx(t), key); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if e, err := parts.Get(ctx(t), key); err == nil && string(e.Value()) == r.ID() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("partition %d, released, was not claimed while a held run's takeover was being tried", q)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	clk.advanceUntil(t, fmt.Sprintf("partition %d, released, claimed while a held run's takeover was being tried", q), 40, func() bool {
+		e, err := parts.Get(ctx(t), key)
+		return err == nil && string(e.Value()) == r.ID()
+	})
 }
