@@ -138,17 +138,28 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(ctx(t), provision.EventsConfig()); err != nil {
 		t.Fatal(err)
 	}
-	// No command is sent: the owner's scans alone take the run over. A
-	// generous bound: the scan of a due partition is every lease/4 (a
-	// step of the clock), the full scan every 32 of those.
-	var st aggregate.State
-	clk.advanceUntil(t, "the run taken over without a command", 80, func() bool {
-		st = h.state(run)
-		_, fin := st.Finished()
-		return fin
-	})
-	if out, _ := st.Finished(); out.Kind != events.OutcomeCompleted {
-		t.Fatalf("outcome %s", events.DescribeOutcome(out))
+	// No command is sent: the owner alone takes the run over — the held
+	// run's own retry (finishTakeover: retryLater), whose backoff is the
+	// wall clock's, not ownership's: from here the ownership clock follows
+	// the wall clock (the scans go on every lease/4, the runner's key stays
+	// beaten). A generous bound: the scan of a due partition is every
+	// lease/4 (0.5 s here), the full scan every 32 of those.
+	clk.follow(t)
+	wctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	for {
+		st := h.state(run)
+		if _, fin := st.Finished(); fin {
+			out, _ := st.Finished()
+			if out.Kind != events.OutcomeCompleted {
+				t.Fatalf("outcome %s", events.DescribeOutcome(out))
+			}
+			break
+		}
+		if wctx.Err() != nil {
+			t.Fatalf("the run was not taken over without a command: status %s, events %v", aggregate.Status(st).Kind, h.eventsOf(run))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	recovered := 0
 	for _, ev := range h.eventsOf(run) {
@@ -285,20 +296,27 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 	// never written) and the scans' rounds pass by hand.
 	clk := newOwnClock()
 	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
-	clk.advanceUntil(t, "a second try of the takeover", 60, func() bool {
-		select {
-		case err := <-moved:
-			if err != nil {
-				t.Fatal(err)
-			}
-			return true
-		default:
-			return false
+	clk.advanceUntil(t, "a first try of the takeover", 40, func() bool { return tries.Load() >= 1 })
+	// The second try is the held run's retry (retryLater), on the wall
+	// clock's backoff: the ownership clock follows the wall clock from here.
+	clk.follow(t)
+	select {
+	case err := <-moved:
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the takeover was tried %d times, want a second try", tries.Load())
+	}
 	// The try that resumed either recorded its takeover or dropped the
 	// run; either way the runner lets it go once it has seen the claim.
-	clk.advanceUntil(t, "the runner let go of a run of a partition it lost", 40, func() bool { return !runner.Holds(r, run) })
+	deadline := time.Now().Add(30 * time.Second)
+	for runner.Holds(r, run) {
+		if time.Now().After(deadline) {
+			t.Fatal("the runner still holds a run of a partition it lost")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if rr := h.recoveries(run); len(rr) != 0 {
 		t.Fatalf("the run was recovered %+v by a runner that lost its partition", rr)
 	}
@@ -346,7 +364,9 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(c, provision.EventsConfig()); err != nil {
 		t.Fatal(err)
 	}
-	clk.advanceUntil(t, "the takeover tried again and the run finished", 40, func() bool { _, fin := h.state(run).Finished(); return fin })
+	// Tried again by the held run's retry (retryLater), on the wall
+	// clock's backoff: the ownership clock follows the wall clock from here.
+	clk.follow(t)
 	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("outcome %s", events.DescribeOutcome(out))
 	}
@@ -388,14 +408,14 @@ func TestSemantics8_AHeldRunDoesNotHoldUpPartitionClaims(t *testing.T) {
 	// never written) and the rounds pass by hand.
 	clk := newOwnClock()
 	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
-	clk.advanceUntil(t, "a second try of the takeover", 60, func() bool {
-		select {
-		case <-blocked:
-			return true
-		default:
-			return false
-		}
-	})
+	clk.advanceUntil(t, "a first try of the takeover", 40, func() bool { return tries.Load() >= 1 })
+	// The second try is the held run's retry (retryLater), on the wall
+	// clock's backoff: waited for in real time.
+	select {
+	case <-blocked:
+	case <-time.After(40 * time.Second):
+		t.Fatalf("the takeover was tried %d times, want a second try", tries.Load())
+	}
 	parts, err := h.srv.JS.KeyValue(ctx(t), runner.PartitionsBucket)
 	if err != nil {
 		t.Fatal(err)
