@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/weftrun/weft/internal/clock"
+	"github.com/weftrun/weft/partition"
 	"github.com/weftrun/weft/runner"
 )
 
@@ -144,3 +147,19 @@ func (c *ownClock) follow(t *testing.T) {
 
 // withoutScan says the runner makes no scan (runner.WithoutScan).
 func (c *ownClock) withoutScan() *ownClock { c.noScan = true; return c }
+
+// pass steps the clock until at least d of ownership's time passed (a
+// judgement's grace, for example), a round and its scan at each step.
+func (c *ownClock) pass(d time.Duration) {
+	for end := c.Now().Add(d); c.Now().Before(end); {
+		c.step()
+	}
+}
+
+// judgeGrace is how long the runner's view must have been continuous
+// before a peer whose key is absent without a marker is judged gone
+// (partition.JudgeGrace): the harness's lease and the connection's default
+// reconnect wait and jitter (startRunnerConn sets none).
+func (c *ownClock) judgeGrace() time.Duration {
+	return partition.JudgeGrace(c.lease, nats.DefaultReconnectWait+nats.DefaultReconnectJitter)
+}

@@ -331,13 +331,20 @@ func TestSemantics8_ARebuildThatLeftRunsIsMadeAgain(t *testing.T) {
 	h.driversMaxMsgSize(1)
 	failed := make(chan struct{})
 	logger := slog.New(signalLog{msg: "rebuild driver keys from the log", once: &sync.Once{}, ch: failed})
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithLogger(logger))
+	// On the fake ownership clock: the judgement's grace (the ghost's key
+	// was never written: partition.JudgeGrace) passes by hand; then the
+	// clock follows the wall clock, on which the rebuild is made again
+	// (its backoff).
+	clk := newOwnClock()
+	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.options(nil), runner.WithLogger(logger))...)
 	c := ctx(t)
 	select {
 	case <-failed:
 	case <-c.Done():
 		t.Fatal("the rebuild never reported runs left without an entry")
 	}
+	clk.pass(clk.judgeGrace())
+	clk.follow(t)
 	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
 	if err != nil {
 		t.Fatal(err)
