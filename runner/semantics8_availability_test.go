@@ -217,7 +217,7 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 	// the first round after it).
 	clk := newOwnClock()
 	started := clk.Now()
-	grace := partition.JudgeGrace(clk.lease, reconnectWait+nats.DefaultReconnectJitter)
+	grace := clk.lease + clk.lease/4 + reconnectWait + nats.DefaultReconnectJitter // a lease, a heartbeat interval, the reconnect wait and jitter
 	r, _ := h.startRunnerConn([]nats.Option{nats.ReconnectWait(reconnectWait)}, nil, []*agent.Agent{a}, clk.options(nil)...)
 	for clk.Since(started)+clk.lease/4 < grace {
 		clk.step()
