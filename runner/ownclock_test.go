@@ -163,3 +163,26 @@ func (c *ownClock) pass(d time.Duration) {
 func (c *ownClock) judgeGrace() time.Duration {
 	return partition.JudgeGrace(c.lease, nats.DefaultReconnectWait+nats.DefaultReconnectJitter)
 }
+
+// waitRounds waits (up to 20 s of the wall clock), without stepping the
+// clock, until k more rounds than now were made: with follow, whose
+// rounds come every lease/4 of the wall clock, as in production — a test
+// that also waits for what the wall clock drives meanwhile (a held run's
+// retry: retryLater).
+func (c *ownClock) waitRounds(t *testing.T, k int64) {
+	t.Helper()
+	from, _, _ := c.counts()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		r, _, more := c.counts()
+		if r >= from+k {
+			return
+		}
+		select {
+		case <-more:
+		case <-deadline.C:
+			t.Fatalf("%d rounds of rebalancing in 20 s, want %d", r-from, k)
+		}
+	}
+}
