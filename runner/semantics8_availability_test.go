@@ -128,6 +128,11 @@ func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
+	// On the wall clock, not a fake ownership clock: the stand-in leaves
+	// when the server expires its key (the bucket's max age, the server's
+	// time), and the judgement maps the marker's time onto this runner's
+	// clock as an interval, which a clock stepped ahead of the server's
+	// would distort.
 	pc := &passCounter{}
 	b := &bodies{}
 	r, _ := h.startRunner([]*agent.Agent{build(t, payThenAnswer(50), []tools.Tool{b.tool()}, policy.Func(allow))}, runner.WithHook(pc.hook))
@@ -474,6 +479,10 @@ func TestSemantics8_AFreshSurvivorJudgesAPeerThatBeatInItsViewOnTheMarker(t *tes
 // stay the stand-in's for twelve rounds after the view saw its key leave.
 func TestSemantics8_AFreshRunnerWaitsForAPeerWhoseLastBeatPrecedesItsView(t *testing.T) {
 	t.Parallel()
+	// On the wall clock, not a fake ownership clock: the stand-in's key
+	// expires by the bucket's max age (the server's time) while the runner
+	// watches, and the judgement maps the marker's time onto this runner's
+	// clock, which a clock stepped ahead of the server's would distort.
 	h := newHarness(t)
 	h.unbalanced = true
 	c := ctx(t)
