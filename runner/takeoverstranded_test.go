@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,54 +24,6 @@ import (
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
-
-// passes counts a runner's rounds of rebalancing (the "partition-pass"
-// hook): the partition loop scans after each round, so a round seen after
-// something a scan did means that scan has returned. Each round also
-// closes (and replaces) more, so that a wait for rounds waits on the hook,
-// not on a sleep.
-type passes struct {
-	n    atomic.Int64
-	mu   sync.Mutex
-	more chan struct{}
-}
-
-func (p *passes) hook(event string, _ int, _ string) {
-	if event == "partition-pass" {
-		p.mu.Lock()
-		p.n.Add(1)
-		if p.more != nil {
-			close(p.more)
-			p.more = nil
-		}
-		p.mu.Unlock()
-	}
-}
-
-// waitPasses waits (up to 20 s) until k more rounds than from have been
-// made.
-func (p *passes) waitPasses(t *testing.T, from int64, k int64) {
-	t.Helper()
-	deadline := time.NewTimer(20 * time.Second) // a bound on the loop's rounds, not a measure
-	defer deadline.Stop()
-	for {
-		p.mu.Lock()
-		if p.n.Load() >= from+k {
-			p.mu.Unlock()
-			return
-		}
-		if p.more == nil {
-			p.more = make(chan struct{})
-		}
-		more := p.more
-		p.mu.Unlock()
-		select {
-		case <-more:
-		case <-deadline.C:
-			t.Fatalf("%d rounds of rebalancing, want %d", p.n.Load()-from, k)
-		}
-	}
-}
 
 // answeringAgent is an agent whose model answers any request (answering).
 func answeringAgent(t *testing.T) *agent.Agent {
