@@ -17,7 +17,9 @@ import (
 // heartbeat interval (lease/4) at a time, instead of sleeping until a
 // lease or a judgement's grace passes. A step fires the runner's tickers
 // on that clock — its heartbeat, its partition loop's round and the scan
-// after it — and waits for that round (the "partition-pass" hook).
+// after it — and waits for that round and for a scan that ended after it
+// (the "partition-pass" and "partition-scanned" hooks). follow is used
+// only once the test steps no more (the two would both move the clock).
 //
 // What a fake clock cannot move is the server's: the runners bucket's
 // max age (a liveness key lapses a lease of the server's time after its
