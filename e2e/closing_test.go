@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -103,7 +104,11 @@ func TestSemantics8_ClosingAnAttemptWorkerKilledBetweenClaimAndBody(t *testing.T
 	const run = "r19w"
 	e.start(run, input{Calls: []call{{Tool: "write", Args: workIn{Amount: 1, CrashBeforeStart: 1}}}})
 	w0 := e.spawnWorker("w0")
-	<-w0.done // claimed attempt 1, then died before the body
+	select {
+	case <-w0.done: // claimed attempt 1, then died before the body
+	case <-time.After(60 * time.Second): // a bound on a hang, not a timing assertion
+		t.Fatal("worker w0 did not exit within 60 s: it never reached its crash between the claim and the body")
+	}
 	e.spawnWorker("w1")
 	s := e.waitFor(run, "the write's end", func(s aggregate.State) bool {
 		a, _ := s.Action("1/call_1_1")

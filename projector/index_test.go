@@ -552,7 +552,14 @@ func pageConcurrently(t *testing.T, s *natstest.Server, p *projector.Projector, 
 			}
 		}
 	}()
-	<-first
+	select {
+	case <-first:
+	case err := <-done: // the writer failed before its first change
+		t.Fatalf("the concurrent writer ended before its first change: %v", err)
+	case <-time.After(30 * time.Second): // a bound on a hang, not a timing assertion
+		close(stop)
+		t.Fatal("the concurrent writer made no change within 30 s")
+	}
 	var pagings [][]projections.ListPage
 	queries := []projections.ListQuery{{Limit: 60}, {Status: projections.StatusSuspended, Limit: 45}, {Limit: 200}}
 	for _, q := range queries {

@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -61,7 +62,7 @@ func TestScenario33_DrainStartsNothingNew(t *testing.T) {
 	go func() { defer close(stopped); stopA() }() // SIGTERM
 	h.waitFor("r33q", "the hand-off", aggregate.State.HandedOff)
 	close(gate1) // the first body finishes within the drain window
-	<-stopped
+	receive(t, "runner A's drain ended (its stop returned)", stopped)
 
 	h.startRunner([]*agent.Agent{mk()})
 	s, out := finished(t, h, "r33q")
@@ -109,7 +110,7 @@ func TestScenario33_TaskTakenDuringTheDrain(t *testing.T) {
 	wdone := make(chan struct{})
 	go func() { defer close(wdone); _ = w.Run(wctx) }()
 	t.Cleanup(func() { stopW(); <-wdone })
-	<-stopped
+	receive(t, "runner A's drain ended (its stop returned)", stopped)
 
 	s, out := finished(t, h, "r33t")
 	if a := s.Actions()[0]; out.Kind != events.OutcomeCompleted || a.State != aggregate.ActionSucceeded || b.starts.Load() != 1 {
@@ -181,18 +182,17 @@ func TestScenario33_DrainingWorkerTakesNoNewTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for {
-		ci, err := c.Info(ctx(t))
+	ictx := ctx(t)
+	untilSeen(t, "the task of r33b in the stream", func() (bool, string) {
+		ci, err := c.Info(ictx)
 		if err != nil {
-			t.Fatal(err)
+			return false, err.Error()
 		}
-		if ci.Delivered.Stream >= 2 || ci.NumPending >= 1 {
-			break // the task of r33b is in the stream
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ci.Delivered.Stream >= 2 || ci.NumPending >= 1,
+			fmt.Sprintf("%d delivered, %d pending, %d unacknowledged", ci.Delivered.Stream, ci.NumPending, ci.NumAckPending)
+	})
 	close(gate1) // A's body finishes within the window
-	<-stopped
+	receive(t, "runner A's drain ended (its stop returned)", stopped)
 	if n := started(2); n != 0 {
 		t.Fatalf("the draining runner's worker started %d new bodies", n)
 	}

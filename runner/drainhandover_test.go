@@ -122,7 +122,7 @@ func TestSemantics8_ADrainKeepsThePartitionOfARunStillHeld(t *testing.T) {
 	other := fmt.Sprintf("p.%04d", (p+1)%runner.DefaultPartitions)
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
-	<-drainReleased
+	receive(t, "the drain released its partitions", drainReleased)
 	// The hook holds Run: the keys are as the hand-over left them (the end
 	// of Run deletes the held run's key too, even while the test holds it).
 	if _, err := parts.Get(c, other); !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -135,7 +135,7 @@ func TestSemantics8_ADrainKeepsThePartitionOfARunStillHeld(t *testing.T) {
 	}
 	close(checked)
 	unlock()
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 }
 
 // docs/semantics.md §8 and the availability budget (docs/reliability.md):
@@ -172,14 +172,14 @@ func TestSemantics8_ADrainDeletesTheKeyOfAPartitionItsEarlyReleaseMissed(t *test
 	}
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
-	<-drainReleased
+	receive(t, "the drain released its partitions", drainReleased)
 	// The hook runs in Run, which waits for it: the keys are as the
 	// hand-over left them.
 	key := fmt.Sprintf("p.%04d", missed)
 	if e, err := parts.Get(ctx(t), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("partition key %s after the drain: %v (%v), want deleted at the end of the drain", key, entryValue(e), err)
 	}
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 }
 
 func entryValue(e jetstream.KeyValueEntry) string {
@@ -238,14 +238,14 @@ func TestSemantics8_ADrainWithTheDefaultLockWaitDeletesEveryKey(t *testing.T) {
 	}
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
-	<-drainReleased
+	receive(t, "the drain released its partitions", drainReleased)
 	// The hook holds Run: the keys are as the hand-over left them.
 	if left := naming(); len(left) != 1 || left[0] != held {
 		t.Errorf("at the end of the drain %d keys name the runner (%v), want only the held run's %s", len(left), left, held)
 	}
 	close(checked)
 	unlock()
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 	if left := naming(); len(left) != 0 {
 		t.Errorf("after Run returned %d keys name the gone runner (%v), want none", len(left), left)
 	}

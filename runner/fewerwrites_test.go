@@ -301,12 +301,12 @@ func TestSemantics8_AReplyDuringTheDrainIsRecordedWithoutItsResolution(t *testin
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "fw6", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-m.called
+	receive(t, "the model called", m.called)
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stopA() }() // SIGTERM
 	h.waitFor("fw6", "the hand-off", aggregate.State.HandedOff)
 	close(m.gate) // the reply arrives during the drain
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 	s := h.state("fw6")
 	if len(s.Actions()) != 1 || asked.Load() != 0 || b.starts.Load() != 0 {
 		t.Fatalf("after the drain: %d actions, the policy asked %d times, %d starts; want the reply recorded, unresolved", len(s.Actions()), asked.Load(), b.starts.Load())

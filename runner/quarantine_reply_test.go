@@ -71,7 +71,7 @@ func TestPendingWorkRetriedNeverDropped_ModelReplyOfAQuarantinedRunIsKept(t *tes
 	if _, err := h.client.Start(c, api.StartRequest{Run: "rm", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-entered
+	receive(t, "the model call entered", entered)
 	ack, err := h.srv.JS.Publish(c, eventlog.Subject("rm"), []byte("garbage"))
 	if err != nil {
 		t.Fatal(err)

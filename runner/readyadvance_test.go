@@ -68,7 +68,7 @@ func TestPendingWorkIsRetried_ModelReplyAppendFailed(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "ra1", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	accept := <-refused
+	accept := receive(t, "the reply's append refused", refused)
 	time.Sleep(time.Second) // the reply's append is refused meanwhile
 	accept()
 	if _, out := finished(t, h, "ra1"); out.Kind != events.OutcomeCompleted {
@@ -93,7 +93,7 @@ func TestPendingWorkIsRetried_CallResolutionAppendFailed(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "ra2", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	accept := <-refused
+	accept := receive(t, "the resolution's append refused", refused)
 	time.Sleep(time.Second) // the resolution's append is refused meanwhile
 	accept()
 	if _, out := finished(t, h, "ra2"); out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 {
@@ -122,7 +122,7 @@ func TestPendingWorkIsRetried_DueTimerAppendFailed(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "ra3", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	receive(t, "the timer's append started", started)
 	// The timeout (300 ms) fires, its retries and the durable timer's
 	// deliveries are refused meanwhile.
 	time.Sleep(4 * time.Second)

@@ -81,9 +81,9 @@ func TestSemantics8_AReleaseWaitsForADecisionInProgressBeforeJudgingItsWork(t *t
 		_, err := h.client.Approve(c, api.ApproveRequest{CommandID: "a", Run: run, Action: act.ID, Revision: act.Request.Revision, Approver: "desk", Credential: "alice"})
 		approved <- err
 	}()
-	<-inPolicy // the approval holds the run's lock
+	receive(t, "the approval holding the run's lock", inPolicy)
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
-	if err := <-approved; err != nil {
+	if err := receive(t, "the approval's answer", approved); err != nil {
 		t.Fatalf("approve: %v", err)
 	}
 	until(t, "the approved body running", func() bool { return g.starts.Load() == 1 })

@@ -54,8 +54,10 @@ func notAnOutput(rn *run, action string, content json.RawMessage) (string, error
 // attempt's recorded deadline plus the lease (time for the tool timeout to
 // be recorded), or as long as ctx allows when the attempt has no deadline
 // (an Infinity timeout); a body still running then is answered
-// settle_unconfirmed, reason body_running. A refusal not_awaited emits
-// settlement_refused with the summary.
+// settle_unconfirmed, reason body_running. A settlement whose ctx ends
+// while it waits for the run (another command holds it) is answered
+// runner_busy, not applied (docs/protocol.md, runner_busy). A refusal
+// not_awaited emits settlement_refused with the summary.
 func (r *Runner) Settle(ctx context.Context, req api.Settlement) (api.Reply, error) {
 	var out api.Reply
 	for {

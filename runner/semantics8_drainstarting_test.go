@@ -70,18 +70,21 @@ func TestSemantics8_DrainRecordsTheBodyOfAWorkerStillSettingUp(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: "r33s", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-started
+	receive(t, "the pay body started", started)
 
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }() // SIGTERM
 	// The body ends once the worker's setup failed (the worker says so;
-	// before it did, its Run returned there, without a word).
+	// before it did, its Run returned there, without a word). Without that
+	// failure this test proves nothing, so it fails when the log never comes.
 	select {
 	case <-stoppedSetup:
-	case <-time.After(2 * time.Second):
+	case <-time.After(hangBound): // a bound on a hang, not a timing assertion
+		close(gate)
+		t.Fatalf("the worker never logged %q: its setup was not stopped by the drain (this test's precondition)", worker.SetupStopped)
 	}
 	close(gate)
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 
 	s := h.state("r33s")
 	act := s.Actions()[0]
@@ -109,7 +112,7 @@ func TestSemantics8_ACommandWaitingWhenTheWindowEndsSaysTheRunnerStoppedServing(
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-m.called
+	receive(t, "the model called", m.called)
 	unlock, ok := runner.HoldRun(r, run)
 	if !ok {
 		t.Fatal("the run is not held in memory")
@@ -124,9 +127,9 @@ func TestSemantics8_ACommandWaitingWhenTheWindowEndsSaysTheRunnerStoppedServing(
 	}()
 	stopped := make(chan struct{})
 	go func() { defer close(stopped); stop() }()
-	err := <-answered
+	err := receive(t, "the report answered", answered)
 	unlock()
-	<-stopped
+	receive(t, "the drain ended (its stop returned)", stopped)
 	if weft.ErrorCode(err) != weft.CodeRunnerBusy || !strings.Contains(err.Error(), "this runner stopped serving (its drain window ended)") {
 		t.Fatalf("a report waiting for the run at the end of the window: %v, want runner_busy saying the runner stopped serving", err)
 	}
@@ -147,7 +150,7 @@ func TestSemantics8_ACommandWhoseOwnDeadlineEndsItsWaitSaysSo(t *testing.T) {
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	<-m.called
+	receive(t, "the model called", m.called)
 	unlock, ok := runner.HoldRun(r, run)
 	if !ok {
 		t.Fatal("the run is not held in memory")

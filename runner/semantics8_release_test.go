@@ -39,16 +39,50 @@ func payThenAnswer(amount int64) model.Model {
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(amount, "ok"))})
 }
 
+// hangBound bounds this package's waits for what a test expects to come
+// (until, untilSeen, receive): a bound on a hang, whose failure names what
+// never came (the package timeout names no cause), not a timing assertion.
+const hangBound = 30 * time.Second
+
 // until polls cond (a state of the runners, which no event announces)
-// for up to 20 s.
+// for up to hangBound.
 func until(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
+	untilSeen(t, what, func() (bool, string) { return cond(), "" })
+}
+
+// untilSeen is until for a cond that also says what it saw, which the
+// failure names: a bound on a hang (the package timeout names no cause),
+// not a timing assertion. Call it from the test's goroutine only.
+func untilSeen(t *testing.T, what string, cond func() (ok bool, seen string)) {
+	t.Helper()
+	deadline := time.Now().Add(hangBound)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
+			if seen != "" {
+				t.Fatalf("never within %v: %s (last seen: %s)", hangBound, what, seen)
+			}
+			t.Fatalf("never within %v: %s", hangBound, what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// receive waits for a value on ch and returns it, failing the test naming
+// what never came when none came within hangBound. Call it from the test's
+// goroutine only.
+func receive[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(hangBound):
+		t.Fatalf("never within %v: %s", hangBound, what)
+		panic("unreachable")
 	}
 }
 
@@ -123,7 +157,7 @@ func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.
 		t.Fatal("the approval never reached the acquisition")
 	}
 	h.startRunner([]*agent.Agent{mk()}, runner.WithID(second))
-	if err := <-approved; err != nil {
+	if err := receive(t, "the approval's answer", approved); err != nil {
 		t.Fatalf("approve: %v", err)
 	}
 	if owner := h.owners()[p]; owner != first && runner.Holds(r1, run) {

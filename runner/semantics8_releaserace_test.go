@@ -100,9 +100,9 @@ func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) 
 	go func() {
 		_, _ = h.client.Approve(c, api.ApproveRequest{CommandID: "ay", Run: y, Action: ay.ID, Revision: ay.Request.Revision, Approver: "desk", Credential: "alice"})
 	}()
-	<-inY // y's lock held by its approval
+	receive(t, "y's lock held by its approval", inY)
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
-	<-checked
+	receive(t, "the release's check", checked)
 	time.Sleep(300 * time.Millisecond) // the check is (maybe) past x, waiting for y's lock
 	releaseX()                         // x's model answers: pay 50, allowed, its body has no deadline
 	time.Sleep(300 * time.Millisecond) // its reply recorded, unless the release holds x's lock

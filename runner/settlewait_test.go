@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,20 +52,81 @@ func offer(r *runner.Runner, c context.Context, run string) error {
 // Scenario 27 / docs/semantics.md §9: a settlement offered while a body with an
 // Infinity timeout runs waits for it as long as the request's context
 // allows — no fixed cap — and then says why: settle_unconfirmed, reason
-// body_running.
+// body_running, naming the context's end.
+//
+// The wait is measured by the runner's clock, not the wall clock: each time
+// the settlement looks at the run (it reads the runner's clock holding the
+// run), that clock moves an hour further, and at its third look the
+// settlement's context is cancelled, so the settlement has waited hours of
+// the clock the runner decides at. Only the settlement's own looks count:
+// the runner's heartbeat reads the same clock every quarter lease, and a
+// cancel at one of its reads could come while the settlement waits for the
+// run, which is answered runner_busy (docs/protocol.md). The context's time
+// limit only bounds a hang: a settlement that never looks at the runner's
+// clock fails naming that.
 func TestScenario27_SettleWaitsForInfiniteBodyUntilContextEnds(t *testing.T) {
 	t.Parallel()
-	_, r := runningExternal(t, "r27-inf", tools.Infinity())
-	// Room for the claim's decision to let go of the run on a loaded
-	// machine (with 300 ms the settlement was answered runner_busy while
-	// the package's tests ran side by side, the run held for the whole
-	// context), as in TestScenario27_SettleWaitsByTheStoreClock.
-	c, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	const run = "r27-inf"
+	noLook := errors.New("the settlement never looked at the runner's clock a third time (holding the run) before the test's time limit")
+	limited, stop := context.WithTimeoutCause(context.Background(), hangBound, noLook)
+	defer stop()
+	c, cancel := context.WithCancel(limited)
 	defer cancel()
-	err := offer(r, c, "r27-inf")
+	var looks atomic.Int64
+	clock := runner.WithClock(func() time.Time {
+		now := time.Now()
+		if !settlementLooks() {
+			return now
+		}
+		n := looks.Add(1)
+		if n == 3 {
+			cancel() // the settlement holds the run: it answers at its next wait
+		}
+		return now.Add(time.Duration(n) * time.Hour)
+	})
+	h, r := runningExternal(t, run, tools.Infinity(), clock)
+	// The runner is done with the attempt: its task is on the queue and no
+	// command holds the run.
+	sctx := ctx(t)
+	untilSeen(t, "the task of "+run+" on the queue", func() (bool, string) {
+		st, err := h.srv.JS.Stream(sctx, api.TaskStream)
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.CachedInfo().State.Msgs == 1, fmt.Sprintf("%d tasks", st.CachedInfo().State.Msgs)
+	})
+	unlock, ok := runner.HoldRun(r, run)
+	if !ok {
+		t.Fatal("the run is not held in memory")
+	}
+	unlock()
+	err := offer(r, c, run)
+	if cause := context.Cause(limited); cause != nil {
+		t.Fatalf("%v (%d looks; answer: %v)", cause, looks.Load(), err)
+	}
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodeSettleUnconfirmed || we.Reason != runner.ReasonBodyRunning {
 		t.Fatalf("settle while an infinite body runs: %v, want settle_unconfirmed(body_running)", err)
+	}
+	if !strings.Contains(we.Message, context.Canceled.Error()) {
+		t.Fatalf("the settlement stopped waiting before its context ended: %v", err)
+	}
+}
+
+// settlementLooks reports whether the runner's clock is being read by a
+// settlement holding its run (the func Runner.Settle runs on the locked
+// run), not by another of the runner's goroutines (its heartbeat, a timer).
+func settlementLooks() bool {
+	pcs := make([]uintptr, 64)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/weftrun/weft/runner.(*Runner).Settle.func") {
+			return true
+		}
+		if !more {
+			return false
+		}
 	}
 }
 

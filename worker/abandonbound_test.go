@@ -47,13 +47,13 @@ func TestSemantics8_AnAbandonedWorkerReturnsWithinTheRunnersWait(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-second
+	receive(t, "the second check", second)
 	s.Shutdown() // the server stops answering
 	cancel()
 	w.Abandon() // the embedding runner's drain window ended
 	start := time.Now()
 	close(proceed)
-	<-done
+	receive(t, "Run returned after Abandon", done)
 	if took := time.Since(start); took > 10*time.Second {
 		t.Errorf("Run returned %s after Abandon, want within runner.Run's 10 s wait (LateAfterAbandon %s)", took.Round(100*time.Millisecond), worker.LateAfterAbandon)
 	} else {

@@ -33,12 +33,10 @@ func BenchmarkTaskStart(b *testing.B) {
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for {
-		if _, err := s.JS.Consumer(ctx, api.TaskStream, queue("echo").Consumer()); err == nil {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(b, "the echo queue's consumer made by the worker", func() (bool, string) {
+		_, err := s.JS.Consumer(ctx, api.TaskStream, queue("echo").Consumer())
+		return err == nil, fmt.Sprint(err)
+	})
 	tasks := make([][]byte, b.N)
 	for i := range tasks {
 		tasks[i], _ = json.Marshal(api.Task{Schema: 1, Run: fmt.Sprint("r", i), Action: "1/call_1", Agent: "a", Version: "1", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: 60000})

@@ -113,7 +113,7 @@ func TestAttemptStartsAtMostOnceAcrossServerCrash(t *testing.T) {
 	h.consumer()
 	st := h.srv.SaveDeliveryState()
 	publish(t, h.srv.JS, echoTask("crash-1"))
-	<-h.started
+	receive(t, "the body of attempt 1 started", h.started)
 	go stopA() // A drains: takes no new task, its body runs on
 	time.Sleep(300 * time.Millisecond)
 	h.srv.CrashRestart(st)
@@ -133,7 +133,7 @@ func TestAttemptStartsAtMostOnceAcrossServerCrash(t *testing.T) {
 		t.Fatalf("report %+v, want worker b's lost worker_lost", rep)
 	}
 	close(h.release)
-	<-h.rs.ch // A's own report of its body
+	receive(t, "worker A's own report of its body", h.rs.ch)
 	if n := h.starts.Load(); n != 1 {
 		t.Fatalf("%d body starts, want 1", n)
 	}
@@ -152,7 +152,7 @@ func TestAttemptStartsAtMostOnceRedeliveredToItsOwnWorker(t *testing.T) {
 	h.consumer()
 	st := h.srv.SaveDeliveryState()
 	publish(t, h.srv.JS, echoTask("crash-2"))
-	<-h.started
+	receive(t, "the body of attempt 1 started", h.started)
 	time.Sleep(300 * time.Millisecond)
 	h.srv.CrashRestart(st)
 	deadline := time.After(30 * time.Second)

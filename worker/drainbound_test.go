@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -73,9 +74,10 @@ func TestSemantics8_AStandaloneWorkerBoundsItsDrain(t *testing.T) {
 			task := tc.task
 			task.Run, task.Action, task.Tool, task.Attempt, task.Arguments, task.MaxResultBytes = "r", "1/a", "pay", 1, json.RawMessage(`{}`), 100
 			publish(t, js, task)
-			<-started
+			receive(t, "the pay body started", started)
 			if task.TimeoutMS > 0 {
-				<-rs.ch // the timed-out report: the body is stopped, not returned
+				// the body is stopped, not returned
+				receive(t, "the timed-out report", rs.ch)
 			}
 			cancel()
 			returnsWithin(t, tc.name, done)
@@ -135,7 +137,7 @@ func TestSemantics8_AStoppingWorkerStopsRetryingTheAttemptCheck(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-checked
+	receive(t, "the attempt check made", checked)
 	cancel()
 	returnsWithin(t, "checking", done)
 	if n := checks.Load(); n >= 8 {
@@ -179,7 +181,7 @@ func TestSemantics8_AnAbandonedWorkerStopsRetryingAReport(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-tried
+	receive(t, "the report tried", tried)
 	cancel()
 	returnsWithin(t, "reporting", done)
 	if n := tries.Load(); n >= 20 {
@@ -215,7 +217,13 @@ func TestSemantics8_AStoppingWorkerRequeuesATaskWithoutItsAttemptCheck(t *testin
 			once.Do(func() { first = true })
 			if first {
 				close(entered)
+				// The worker's goroutine: t.Errorf, not t.Fatalf.
+				deadline := time.Now().Add(hangBound)
 				for !w.Stopping() {
+					if time.Now().After(deadline) {
+						t.Errorf("the worker was not stopping %v after the task was delivered (the test cancels its context then)", hangBound)
+						break
+					}
 					time.Sleep(5 * time.Millisecond)
 				}
 			}
@@ -248,25 +256,18 @@ func TestSemantics8_AStoppingWorkerRequeuesATaskWithoutItsAttemptCheck(t *testin
 	waitQueueHolds(t, js, 1)
 }
 
-// waitQueueHolds waits, bounded, until the task stream holds n messages:
-// an ack is sent without waiting for the server, so the stream may hold
-// an acked task for a moment.
-func waitQueueHolds(t *testing.T, js jetstream.JetStream, n uint64) {
+// waitQueueHolds waits until the task stream holds n messages (a work
+// queue removes a task once acked; an ack is sent without waiting for the
+// server, so the stream may hold an acked task for a moment), failing the
+// test after hangBound.
+func waitQueueHolds(t testing.TB, js jetstream.JetStream, n uint64) {
 	t.Helper()
-	s, err := js.Stream(context.Background(), api.TaskStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var msgs uint64
-	for range 500 { // a bound on a hang, not a timing assertion
-		info, err := s.Info(context.Background())
+	waitUntil(t, fmt.Sprintf("%d tasks on the queue", n), func() (bool, string) {
+		s, err := js.Stream(context.Background(), api.TaskStream)
 		if err != nil {
-			t.Fatal(err)
+			return false, err.Error()
 		}
-		if msgs = info.State.Msgs; msgs == n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%d tasks on the queue, want %d", msgs, n)
+		st := s.CachedInfo().State
+		return st.Msgs == n, fmt.Sprintf("%d tasks (sequences %d to %d)", st.Msgs, st.FirstSeq, st.LastSeq)
+	})
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -52,16 +51,14 @@ func TestSemantics8_AWorkerWhoseSetupFailedStillStopsARunsBodies(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "fs", Action: "1/a", Tool: "pay", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-started
+	receive(t, "the pay body started", started)
 	cancel()
 	close(ended)
-	for !w.Stopping() { // the setup failed; Run drains
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitStopping(t, w) // the setup failed; Run drains
 	if err := nc.Publish(api.StopSubjectPrefix+"fs", nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-done; err == nil {
+	if err := receive(t, "Run returned after the failed setup", done); err == nil {
 		t.Error("Run after a failed setup: nil, want the setup's error")
 	}
 	rs.mu.Lock()

@@ -42,8 +42,8 @@ func TestSemantics8_AbandonBoundsTheLateSettlementTries(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
-	<-rs.ch // the stopped report
-	<-offered
+	receive(t, "the stopped report", rs.ch)
+	receive(t, "the late settlement offered", offered)
 	cancel()
 	w.Abandon()
 	start := time.Now()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -45,10 +46,10 @@ func TestSemantics8_RunWaitsForALateSettlement(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
-	<-rs.ch // the stopped report
-	<-refused
+	receive(t, "the stopped report", rs.ch)
+	receive(t, "the late settlement refused", refused)
 	cancel() // stop the worker while the late settlement waits to be retried
-	if err := <-done; err != nil {
+	if err := receive(t, "Run's return after its context ended", done); err != nil {
 		t.Fatal(err)
 	}
 	if n := calls.Load(); n != 2 {
@@ -90,6 +91,8 @@ func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck(),
 		worker.WithSettler(func(context.Context, api.Settlement) error { calls.Add(1); return nil }))
 	release := make(chan struct{})
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(unblock) // a failure before the test unblocks leaves no goroutine blocked
 	returned := make(chan struct{})
 	w.Handle(queue("refund"), func(ctx context.Context, task api.Task, _ worker.Settler) worker.Result {
 		defer close(returned)
@@ -102,14 +105,14 @@ func TestSemantics8_AbandonEndsTheWaitForAStoppedSettlingBody(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
-	<-rs.ch // the stopped report
+	receive(t, "the stopped report", rs.ch)
 	cancel()
 	w.Abandon()
-	if err := <-done; err != nil {
+	if err := receive(t, "Run's return after Abandon", done); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
-	<-returned
+	unblock()
+	receive(t, "the settling body returned", returned)
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("a body that returned after Abandon was offered as a settlement %d times", n)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -107,9 +108,10 @@ func TestStoppingWorkerHandsItsUndeliveredReportOn(t *testing.T) {
 	var starts atomic.Int64
 	stopA := echoWorker(t, a, &starts)
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`{"paid":2}`), TimeoutMS: -1})
-	for fa.tries.Load() < 3 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "worker a trying its report 3 times", func() (bool, string) {
+		n := fa.tries.Load()
+		return n >= 3, fmt.Sprintf("%d tries, %d body starts", n, starts.Load())
+	})
 	stopA()
 
 	fb := &flaky{ch: make(chan struct{}, 10)}
@@ -171,12 +173,10 @@ func TestTaskWhoseAttemptCannotBeClaimedIsRequeued(t *testing.T) {
 	var starts atomic.Int64
 	echoWorker(t, w, &starts)
 	ctx := context.Background()
-	for {
-		if _, err := js.KeyValue(ctx, api.ClaimsBucket); err == nil {
-			break // the worker created it on start
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitUntil(t, "the claims bucket made by the worker on start", func() (bool, string) {
+		_, err := js.KeyValue(ctx, api.ClaimsBucket)
+		return err == nil, fmt.Sprint(err)
+	})
 	if err := js.DeleteKeyValue(ctx, api.ClaimsBucket); err != nil {
 		t.Fatal(err)
 	}

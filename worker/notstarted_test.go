@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,9 +104,10 @@ func TestSemantics8_ClosingAnAttemptAClaimWhoseBodyWillNotStartIsMarkedNotStarte
 			if err := h.nc.Publish(api.StopSubjectPrefix+task.Run, nil); err != nil {
 				h.t.Fatal(err)
 			}
-			for h.w.StopsSeen() == seen {
-				time.Sleep(5 * time.Millisecond)
-			}
+			waitUntil(h.t, "the run's stop seen by the worker", func() (bool, string) {
+				n := h.w.StopsSeen()
+				return n != seen, fmt.Sprintf("%d stops seen, as before the stop was published", n)
+			})
 		}},
 		{why: api.ClaimDeadline, deadline: true, meanwhile: func(_ *notStartedHarness, task api.Task) {
 			time.Sleep(time.Until(*task.Deadline) + 10*time.Millisecond)
@@ -120,7 +122,7 @@ func TestSemantics8_ClosingAnAttemptAClaimWhoseBodyWillNotStartIsMarkedNotStarte
 				task.Deadline, task.TimeoutMS = &d, 3000
 			}
 			publish(t, h.srv.JS, task)
-			held := <-h.claimed
+			held := receive(t, "the task's claim taken by w-held", h.claimed)
 			tc.meanwhile(h, held)
 			close(h.hold)
 			h.waitEmpty()
@@ -187,7 +189,7 @@ func TestSemantics8_ClosingAnAttemptAMarkThatLosesItsRevisionLeavesTheOtherValue
 	h := newNotStartedHarness(t)
 	task := echoTask("ns-lost-cas")
 	publish(t, h.srv.JS, task)
-	<-h.claimed
+	receive(t, "the task's claim taken by w-held", h.claimed)
 	kv := claimsKV(t, h.crashHarness)
 	key := api.ClaimKey(task.Run, task.Action, task.Attempt, task.Incarnation)
 	_, rev := h.claimOf(task)

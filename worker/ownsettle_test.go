@@ -36,7 +36,7 @@ func TestOwnSettlementAfterTimeoutReachesTheRun(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "refund", Attempt: 1, Arguments: json.RawMessage(`{}`), TimeoutMS: 50, SettleWithinMS: 30000, MaxResultBytes: 100})
-	if err := <-answers; err == nil {
+	if err := receive(t, "the answer to the body's settlement of its own running call", answers); err == nil {
 		t.Fatal("a settlement of the body's own running call was not refused")
 	}
 	select {
@@ -56,5 +56,5 @@ func TestOwnSettlementAfterTimeoutReachesTheRun(t *testing.T) {
 		t.Fatal("the settlement never reached the run")
 	}
 	cancel()
-	<-done
+	receive(t, "Run returned", done)
 }

@@ -89,21 +89,8 @@ func TestWorkerServesOnlyItsQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, js, api.Task{Run: "mine", Action: "1/x", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	<-rs.ch
-	s, err := js.Stream(context.Background(), api.TaskStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		info, err := s.Info(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State.Msgs == 2 {
-			break // mine acked, forged terminated; v2's and b's remain
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	receive(t, "a report of task mine", rs.ch)
+	waitQueueHolds(t, js, 2) // mine acked, forged terminated; v2's and b's remain
 	mu.Lock()
 	defer mu.Unlock()
 	if len(ran) != 1 || ran[0] != "mine" || len(rs.got) != 1 || rs.got[0].Run != "mine" {

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"github.com/weftrun/weft/api"
 	"net"
 	"sync"
@@ -39,7 +40,7 @@ func TestSemantics8_AWorkerMakesADeletedConsumerAgain(t *testing.T) {
 	// 1/a is acked after its report returns: deleting the consumer before
 	// the ack lands would leave 1/a on the work queue, delivered again by
 	// the consumer made again (docs/adr/0035-consumers-made-again.md).
-	waitQueueEmpty(t, js)
+	waitQueueHolds(t, js, 0) // every task delivered so far was acked
 	if err := js.DeleteConsumer(context.Background(), api.TaskStream, queue("echo").Consumer()); err != nil {
 		t.Fatal(err)
 	}
@@ -113,12 +114,10 @@ func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 	if !s2.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready after the restart")
 	}
-	for {
-		if _, err := js.CreateStream(context.Background(), stream); err == nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitUntil(t, "the task stream made again on the restarted server", func() (bool, string) {
+		_, err := js.CreateStream(context.Background(), stream)
+		return err == nil, fmt.Sprint(err)
+	})
 	publish(t, js, api.Task{Run: "r", Action: "1/b", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`2`), TimeoutMS: -1})
 	select {
 	case <-rs.ch:
@@ -139,29 +138,5 @@ func waitReport(t *testing.T, rs *reports) {
 	case <-rs.ch:
 	case <-time.After(20 * time.Second): // a bound on a hang, not a timing assertion
 		t.Fatal("no report")
-	}
-}
-
-// waitQueueEmpty waits, bounded, until the task stream holds no message:
-// every task delivered so far was acked (a work queue removes it then).
-func waitQueueEmpty(t *testing.T, js jetstream.JetStream) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second) // a bound on a hang, not a timing assertion
-	for {
-		st, err := js.Stream(context.Background(), api.TaskStream)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := st.Info(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.State.Msgs == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the task stream still holds %d messages", info.State.Msgs)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

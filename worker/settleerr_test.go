@@ -27,10 +27,10 @@ func settleFromBody(t *testing.T, opts ...worker.Option) error {
 	done := make(chan error)
 	go func() { done <- w.Run(ctx) }()
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "settler", Attempt: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1, MaxResultBytes: 100})
-	err := <-got
-	<-rs.ch
+	err := receive(t, "the body's settlement answered", got)
+	receive(t, "the body's report", rs.ch)
 	cancel()
-	<-done
+	receive(t, "Run returned", done)
 	return err
 }
 

@@ -97,5 +97,5 @@ func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 		t.Fatalf("report %+v", g)
 	}
 	stop() // drained while the server is up (the deferred shutdown follows)
-	<-done
+	receive(t, "Run returned", done)
 }

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/worker"
 )
@@ -33,8 +31,13 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 			if err := nc.Publish(api.StopSubjectPrefix+"cx", nil); err != nil {
 				return false, err
 			}
-			deadline := time.Now().Add(20 * time.Second)
-			for w.StopsSeen() == 0 && time.Now().Before(deadline) {
+			deadline := time.Now().Add(hangBound)
+			for w.StopsSeen() == 0 {
+				if time.Now().After(deadline) {
+					// The worker's goroutine: t.Errorf, not t.Fatalf.
+					t.Errorf("the run's stop, published before the check answered, was not seen within %v", hangBound)
+					break
+				}
 				time.Sleep(5 * time.Millisecond)
 			}
 			return true, nil
@@ -53,7 +56,7 @@ func TestCancelledBeforeItsBodyStartsTheBodyNeverStarts(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	publish(t, js, api.Task{Run: "cx", Action: "1/a", Tool: "echo", Attempt: 1, Incarnation: 1, Arguments: json.RawMessage(`1`), TimeoutMS: -1})
-	waitTasks(t, js, 0)
+	waitQueueHolds(t, js, 0)
 	if w.StopsSeen() == 0 {
 		t.Fatal("the stop never reached the worker")
 	}
@@ -169,21 +172,5 @@ func TestStopReachesEveryRunningAttemptOfAnAction(t *testing.T) {
 	defer rs.mu.Unlock()
 	if g := rs.got[1]; g.Attempt != 2 || g.Outcome != api.OutcomeLost || g.Cause != "stopped" {
 		t.Fatalf("report %+v, want attempt 2 lost, stopped", g)
-	}
-}
-
-// waitTasks waits until the task stream holds n messages.
-func waitTasks(t *testing.T, js jetstream.JetStream, n uint64) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		s, err := js.Stream(context.Background(), api.TaskStream)
-		if err == nil && s.CachedInfo().State.Msgs == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the task stream never held %d messages (%v)", n, err)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -98,13 +99,13 @@ func TestWorkerOutcomes(t *testing.T) {
 	go func() { done <- w.Run(ctx) }()
 
 	publish(t, js, api.Task{Run: "r", Action: "1/a", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"hi"`), TimeoutMS: -1, MaxResultBytes: 100})
-	<-rs.ch
+	receive(t, "the report of 1/a", rs.ch)
 	publish(t, js, api.Task{Run: "r", Action: "1/b", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"` + strings.Repeat("x", 200) + `"`), TimeoutMS: -1, MaxResultBytes: 100})
-	<-rs.ch
+	receive(t, "the report of 1/b", rs.ch)
 	publish(t, js, api.Task{Run: "r", Action: "1/c", Tool: "echo", Attempt: 1, Arguments: json.RawMessage(`"slow"`), TimeoutMS: 20, MaxResultBytes: 100})
-	<-rs.ch
+	receive(t, "the report of 1/c", rs.ch)
 	cancel()
-	<-done
+	receive(t, "Run returned", done)
 	want := []struct{ action, outcome, cause string }{{"1/a", "output", ""}, {"1/b", "oversize", ""}, {"1/c", "lost", "timed_out"}}
 	for i, w := range want {
 		g := rs.got[i]
@@ -178,8 +179,54 @@ func vanished(t *testing.T, claimed bool) (api.Report, int) {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error)
 	go func() { done <- w.Run(rctx) }()
-	<-rs.ch
+	receive(t, "a report", rs.ch)
 	cancel()
-	<-done
+	receive(t, "Run returned", done)
 	return rs.got[0], len(started)
+}
+
+// hangBound bounds a test's wait for something that happens at once on any
+// machine: a bound on a hang (which would otherwise last until the package
+// timeout and name no cause), not a timing assertion.
+const hangBound = 30 * time.Second
+
+// waitUntil polls cond until it reports ok. When it has not within
+// hangBound, the test fails naming what never happened and what cond last
+// saw. Call it from the test's goroutine only (it calls t.Fatalf).
+func waitUntil(t testing.TB, what string, cond func() (ok bool, seen string)) {
+	t.Helper()
+	deadline := time.Now().Add(hangBound)
+	for {
+		ok, seen := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never %s within %v; last seen: %s", what, hangBound, seen)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitStopping waits until w is stopping (its Run context ended or its
+// setup failed), failing the test after hangBound.
+func waitStopping(t testing.TB, w *worker.Worker) {
+	t.Helper()
+	waitUntil(t, "the worker stopping", func() (bool, string) {
+		return w.Stopping(), fmt.Sprintf("not stopping, %d stops seen", w.StopsSeen())
+	})
+}
+
+// receive waits for a value on ch and returns it, failing the test naming
+// what never came when none came within hangBound. Call it from the test's
+// goroutine only.
+func receive[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(hangBound):
+		t.Fatalf("never %s within %v", what, hangBound)
+		panic("unreachable")
+	}
 }

@@ -168,12 +168,14 @@ func TestShowAsTheReaderSaysTheHoldIsUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var last uint64
 	for {
 		cp, err := projector.ReadCheckpoint(ctx, pn.JetStream())
 		if err != nil {
-			t.Fatal(err)
+			// ctx's deadline (callDeadline) bounds this wait too.
+			t.Fatalf("reading the projector's checkpoint (want the log's seq %d, the hold's run; last seen %d): %v", h.Seq, last, err)
 		}
-		if cp.Seq >= h.Seq {
+		if last = cp.Seq; last >= h.Seq {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
