@@ -152,7 +152,7 @@ func TestSemantics8_ARebuildWhoseKeysMarkerExpiresStillRebuildsTheEntry(t *testi
 	w, jsOpts := h.markerWindow(run)
 	// On the fake ownership clock: the judgement's grace (the ghost's key
 	// was never written) passes by hand once the rebuild is done.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunnerJS(jsOpts, []*agent.Agent{a}, clk.options(nil)...)
 	c := ctx(t)
 	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
@@ -177,7 +177,7 @@ func TestSemantics8_ARebuildWhoseKeysMarkerExpiresStillRebuildsTheEntry(t *testi
 		t.Fatal(`the rebuild was marked done ("rebuilt") with the unfinished run left without its driver entry: no scan will ever find it`)
 	}
 	clk.pass(clk.judgeGrace())
-	clk.follow(t)
+	clk.follow()
 	if o, _ := h.waitStatus(run, aggregate.StatusFinished).Finished(); o.Kind != events.OutcomeCompleted {
 		t.Errorf("%s ended %s", run, events.DescribeOutcome(o))
 	}

@@ -220,7 +220,7 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 	// on both sides of its end — the rule's safety (never before the
 	// whole grace, reconnect wait included) and its liveness (claimed at
 	// the first round after it).
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	started := clk.Now()
 	grace := clk.lease + clk.lease/4 + reconnectWait + nats.DefaultReconnectJitter // a lease, a heartbeat interval, the reconnect wait and jitter
 	r, _ := h.startRunnerConn([]nats.Option{nats.ReconnectWait(reconnectWait)}, nil, []*agent.Agent{a}, clk.options(nil)...)
@@ -235,7 +235,7 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 		t.Fatalf("g-run recovered %+v before the whole grace had passed", rr)
 	}
 	clk.advanceUntil(t, "r owns every partition once the whole grace passed", 4, func() bool { return ownsAll(r) })
-	clk.follow(t)
+	clk.follow()
 	h.waitFor("g-run", "recovered", func(s aggregate.State) bool { return s.Runner() == r.ID() })
 	rr := h.recoveries("g-run")
 	if len(rr) != 1 || rr[0].Cause != events.RecoveredRunnerLost || rr[0].Previous != "ghost" {

@@ -475,11 +475,11 @@ func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T)
 	// On the fake ownership clock: the judgement's grace (the ghost's key
 	// was never written) passes by hand until the runner owns the ghost's
 	// partitions; then the clock follows the wall clock.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	h.unbalanced = true // nothing is claimed before the clock moves
 	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.options(nil), runner.WithExternalTools("pay"))...)
 	clk.advanceUntil(t, "the runner claimed every partition of the gone ghost", 40, func() bool { return ownsAll(r) })
-	clk.follow(t)
+	clk.follow()
 	s = h.waitFor(run, "the approval asked again", func(s aggregate.State) bool {
 		a, _ := s.Action(id)
 		return a.State == aggregate.ActionAwaitingApproval && a.Request.Revision == 2

@@ -55,7 +55,7 @@ func TestSemantics8_ACommandWhoseTakeoverMeetsTheHandOffIsApplied(t *testing.T) 
 	}
 	// On the fake ownership clock: the judgement's grace (ghost's key was
 	// never written) passes by hand, a cancel sent at each step.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.withoutScan().options(hook), runner.WithoutScan())...)
 	p := partition.Of(run, runner.DefaultPartitions)
 	c := ctx(t)
@@ -65,7 +65,7 @@ func TestSemantics8_ACommandWhoseTakeoverMeetsTheHandOffIsApplied(t *testing.T) 
 		_, err = h.client.Cancel(c, api.CancelRequest{CommandID: "c1", Run: run})
 		return weft.ErrorCode(err) != weft.CodeRunnerBusy
 	})
-	clk.follow(t)
+	clk.follow()
 	if err != nil {
 		t.Fatalf("cancel answered %v (takeover tries %d, recoveries %+v)", err, tries.Load(), h.recoveries(run))
 	}

@@ -54,7 +54,7 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversHandOffIsTriedAgain(t *t
 	}
 	// On the fake ownership clock: the judgement's grace (ghost's key was
 	// never written) and the scans' rounds pass by hand.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
 	clk.advanceUntil(t, "the owner tried to take the run over", 40, func() bool {
 		select {
@@ -73,8 +73,8 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversHandOffIsTriedAgain(t *t
 	// scan, or a command, or never once its entry is gone. From here the
 	// ownership clock follows the wall clock, on which the held run's
 	// retry (retryLater) is made.
-	clk.follow(t)
-	clk.waitRounds(t, 2)
+	clk.follow()
+	clk.waitScans(t, 2)
 	if !runner.Holds(r, run) && len(h.recoveries(run)) == 0 {
 		t.Fatalf("the run handed off during its takeover was dropped: not held, not recovered; events %v", h.eventsOf(run))
 	}
@@ -128,7 +128,7 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversEndIsDropped(t *testing.
 	}
 	// On the fake ownership clock: the judgement's grace (ghost's key was
 	// never written) and the scans' rounds pass by hand.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
 	clk.advanceUntil(t, "the owner tried to take the run over", 40, func() bool {
 		select {
@@ -141,11 +141,12 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversEndIsDropped(t *testing.
 			return false
 		}
 	})
-	// The rounds that follow are waited for on the wall clock (the clock
-	// follows it): a retry of the takeover (retryLater) is the wall
+	// The scans that follow are waited for on the wall clock (the clock
+	// follows it): the second began after the scan that tried had
+	// returned, and a retry of the takeover (retryLater) is the wall
 	// clock's, and would have been made meanwhile.
-	clk.follow(t)
-	clk.waitRounds(t, 2)
+	clk.follow()
+	clk.waitScans(t, 2)
 	if n := r.Stats().InternalRefusals; n != 0 {
 		t.Fatalf("%d internal refusals: the takeover of a run its previous driver ended was tried again", n)
 	}

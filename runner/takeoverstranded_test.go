@@ -76,13 +76,13 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 	}
 	// On the fake ownership clock: the judgement's grace and the scans'
 	// rounds pass by hand, not by sleeping.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
 	// The owner takes the run over (once it can tell that ghost, whose key
 	// was never written, is gone: the whole grace, partition.JudgeGrace)
 	// and fails to record it.
 	clk.advanceUntil(t, "the owner tried to take the run over", 40, func() bool { return runner.Holds(r, run) })
-	clk.rounds(t, 2) // the scan that tried has returned
+	clk.scansEnd(t, 2) // the scan that tried has returned
 	if got := h.eventsOf(run); len(got) != 2 {
 		t.Fatalf("the log took an append while full: %d events", len(got))
 	}
@@ -95,7 +95,7 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 	// the wall clock (the scans go on every lease/4, the runner's key stays
 	// beaten). A generous bound: the scan of a due partition is every
 	// lease/4 (0.5 s here), the full scan every 32 of those.
-	clk.follow(t)
+	clk.follow()
 	wctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	for {
@@ -153,7 +153,7 @@ func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
 	}
 	// On the fake ownership clock: the scans' rounds and the judgement's
 	// grace (ghost's key was never written) pass by hand.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
 	clk.advanceUntil(t, "a second look at the run's entry after finding no event", 40, func() bool {
 		select {
@@ -184,7 +184,7 @@ func TestSemantics8_AnEntryOfARunThatNeverStartedIsRemoved(t *testing.T) {
 	key := runner.DriverKey("never1", runner.DefaultPartitions)
 	// On the fake ownership clock: the two leases (unknownRunGrace) pass
 	// by hand, a scan at each step.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
 	clk.advanceUntil(t, "the entry of a run that never started removed", 40, func() bool {
 		_, err := kv.Get(ctx(t), key)
@@ -245,12 +245,12 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 	}
 	// On the fake ownership clock: the judgement's grace (ghost's key was
 	// never written) and the scans' rounds pass by hand.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
 	clk.advanceUntil(t, "a first try of the takeover", 40, func() bool { return tries.Load() >= 1 })
 	// The second try is the held run's retry (retryLater), on the wall
 	// clock's backoff: the ownership clock follows the wall clock from here.
-	clk.follow(t)
+	clk.follow()
 	select {
 	case err := <-moved:
 		if err != nil {
@@ -289,7 +289,7 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	ghostEntry(t, h, run)
 	// On the fake ownership clock: the judgement's grace (ghost's key was
 	// never written) passes by hand.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.withoutScan().options(nil), runner.WithoutScan())...)
 	p := partition.Of(run, runner.DefaultPartitions)
 	c := ctx(t)
@@ -317,7 +317,7 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	}
 	// Tried again by the held run's retry (retryLater), on the wall
 	// clock's backoff: the ownership clock follows the wall clock from here.
-	clk.follow(t)
+	clk.follow()
 	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("outcome %s", events.DescribeOutcome(out))
 	}
@@ -357,11 +357,14 @@ func TestSemantics8_AHeldRunDoesNotHoldUpPartitionClaims(t *testing.T) {
 	}
 	// On the fake ownership clock: the judgement's grace (ghost's key was
 	// never written) and the rounds pass by hand.
-	clk := newOwnClock()
+	clk := newOwnClock(t)
 	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
 	clk.advanceUntil(t, "a first try of the takeover", 40, func() bool { return tries.Load() >= 1 })
 	// The second try is the held run's retry (retryLater), on the wall
-	// clock's backoff: waited for in real time.
+	// clock's backoff: waited for in real time, the ownership clock
+	// following it meanwhile (the runner keeps its key); the next step
+	// stops following.
+	clk.follow()
 	select {
 	case <-blocked:
 	case <-time.After(40 * time.Second):
