@@ -150,7 +150,10 @@ func TestSemantics8_ARebuildWhoseKeysMarkerExpiresStillRebuildsTheEntry(t *testi
 	var s aggregate.State
 	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	w, jsOpts := h.markerWindow(run)
-	r, _ := h.startRunnerJS(jsOpts, []*agent.Agent{a})
+	// On the fake ownership clock: the judgement's grace (the ghost's key
+	// was never written) passes by hand once the rebuild is done.
+	clk := newOwnClock(t)
+	r, _ := h.startRunnerJS(jsOpts, []*agent.Agent{a}, clk.options(nil)...)
 	c := ctx(t)
 	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
 	if err != nil {
@@ -173,6 +176,8 @@ func TestSemantics8_ARebuildWhoseKeysMarkerExpiresStillRebuildsTheEntry(t *testi
 	if h.driverEntry(run) == "" && len(h.recoveries(run)) == 0 {
 		t.Fatal(`the rebuild was marked done ("rebuilt") with the unfinished run left without its driver entry: no scan will ever find it`)
 	}
+	clk.pass(clk.judgeGrace())
+	clk.follow()
 	if o, _ := h.waitStatus(run, aggregate.StatusFinished).Finished(); o.Kind != events.OutcomeCompleted {
 		t.Errorf("%s ended %s", run, events.DescribeOutcome(o))
 	}

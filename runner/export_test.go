@@ -24,7 +24,10 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // "release-deleted": the partition's key is deleted), at the end of a
 // drain's hand-over, once the keys of the partitions with no run held
 // are deleted ("drain-released"), at the end of
-// every round of rebalancing ("partition-pass"), when the stream copy of
+// every round of rebalancing ("partition-pass"), at the end of every scan
+// beside the partition loop ("partition-scanned"), when the runners view
+// is delivered a runner's key (run: its id) or is ready again ("")
+// ("runners-view", from the ownership package), when the stream copy of
 // a task the runner's worker took was not acknowledged ("copy-unacknowledged")
 // and once its republish is arranged ("copy-lost"), before a model reply's
 // append that carries its resolution is sent ("resolution-appending"), once a drain told its

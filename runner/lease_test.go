@@ -23,6 +23,10 @@ func TestLiveKeyNeverLapsesWithALongerConfiguredLease(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
+	// On the wall clock, not a fake ownership clock: what is proven is that
+	// the heartbeat's period (the ownership clock's) beats the bucket's max
+	// age, which is the server's time; a fake clock stepped by hand would
+	// beat whenever the test says.
 	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithLease(20*time.Second))
 	kv, err := h.srv.JS.KeyValue(context.Background(), runner.RunnersBucket)
 	if err != nil {

@@ -60,6 +60,11 @@ func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) 
 		t.Errorf("%s is stored in %s, want file storage", runner.RunnersBucket, cfg.Storage)
 	}
 
+	// On the wall clock, not a fake ownership clock: the windows below are
+	// the server's (a bucket deleted and re-created, a restart) and the
+	// client's reconnection (its reconnect wait), and the live runners'
+	// keys must be beaten back into the new bucket before its max age
+	// (the server's time) lapses them.
 	wake, _ := json.Marshal(map[string]any{"kind": "wake", "run": "lv"})
 	hammer := func(what string, d time.Duration) {
 		t.Helper()

@@ -331,13 +331,21 @@ func TestSemantics8_ARebuildThatLeftRunsIsMadeAgain(t *testing.T) {
 	h.driversMaxMsgSize(1)
 	failed := make(chan struct{})
 	logger := slog.New(signalLog{msg: "rebuild driver keys from the log", once: &sync.Once{}, ch: failed})
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithLogger(logger))
+	// On the fake ownership clock: the judgement's grace (the ghost's key
+	// was never written: partition.JudgeGrace) passes by hand; before it
+	// (the rebuild's failure, waited for in real time) and after it (the
+	// rebuild made again: its backoff) the clock follows the wall clock.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.options(nil), runner.WithLogger(logger))...)
+	clk.follow()
 	c := ctx(t)
 	select {
 	case <-failed:
 	case <-c.Done():
 		t.Fatal("the rebuild never reported runs left without an entry")
 	}
+	clk.pass(clk.judgeGrace())
+	clk.follow()
 	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
 	if err != nil {
 		t.Fatal(err)

@@ -213,6 +213,7 @@ func (r *Runner) wakeBeside(ctx context.Context, w *waker, all bool) bool {
 		defer func() { <-w.busy }()
 		r.watchQuarantined(ctx)
 		r.scanPartitions(ctx, all)
+		r.testHook("partition-scanned", -1, "") // a test on a fake clock steps after it
 	}()
 	return true
 }

@@ -251,7 +251,15 @@ func TestPartitions_AGoneRunnersPartitionsAreClaimedAndItsRunsRecovered(t *testi
 		}
 	}
 	claimAsWorker(t, h, "g-run", "1/call_1_1", 1, 1) // the ghost's body may have run
-	r, _ := h.startRunner([]*agent.Agent{a})
+	// On the fake ownership clock: the judgement's grace (the ghost's key
+	// was never written: partition.JudgeGrace) passes by hand, a round of
+	// rebalancing and its scan at each step; from the claims on, the
+	// clock follows the wall clock while the runs are recovered.
+	clk := newOwnClock(t)
+	h.unbalanced = true // nothing is claimed before the clock moves
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
+	clk.advanceUntil(t, "the runner claimed every partition of the gone ghost", 40, func() bool { return ownsAll(r) })
+	clk.follow()
 	fs := h.waitStatus("g-run", aggregate.StatusSuspended) // the uncertain action waits for a person
 	if act, _ := fs.Action("1/call_1_1"); act.State != aggregate.ActionUncertain {
 		t.Errorf("g-run: the ghost's running body is %s, want uncertain", act.State)

@@ -128,6 +128,11 @@ func TestSemantics8_ASurvivorClaimsAGonePeersPartitionsOnTheViewChange(t *testin
 	if err != nil {
 		t.Fatal(err)
 	}
+	// On the wall clock, not a fake ownership clock: the stand-in leaves
+	// when the server expires its key (the bucket's max age, the server's
+	// time), and the judgement maps the marker's time onto this runner's
+	// clock as an interval, which a clock stepped ahead of the server's
+	// would distort.
 	pc := &passCounter{}
 	b := &bodies{}
 	r, _ := h.startRunner([]*agent.Agent{build(t, payThenAnswer(50), []tools.Tool{b.tool()}, policy.Func(allow))}, runner.WithHook(pc.hook))
@@ -208,31 +213,47 @@ func TestSemantics8_AFreshRunnerJudgesADriverThatNeverBeatAsGoneLikeAnExpiredOne
 	if _, err := drivers.Put(c, runner.DriverKey("g-run", runner.DefaultPartitions), []byte("ghost")); err != nil {
 		t.Fatal(err)
 	}
-	pc := &passCounter{}
-	var claimedAfter atomic.Int64
-	var r *runner.Runner
-	var ready atomic.Bool
 	const reconnectWait = 3 * time.Second
-	started := time.Now()
-	pc.check = func(int64) {
-		if ready.Load() && claimedAfter.Load() == 0 && ownsAll(r) {
-			claimedAfter.Store(int64(time.Since(started)))
+	// On the fake ownership clock, which reads the same time at the
+	// runner's start as at its view's beginning: the grace is stepped
+	// through by hand, a round of rebalancing at each step, and checked
+	// on both sides of its end — the rule's safety (never before the
+	// whole grace, reconnect wait included: a round made at the last
+	// step before it ends claimed nothing) and its liveness (claimed
+	// within a few rounds after it).
+	clk := newOwnClock(t)
+	started := clk.Now()
+	grace := clk.lease + clk.lease/4 + reconnectWait + nats.DefaultReconnectJitter // a lease, a heartbeat interval, the reconnect wait and jitter
+	r, _ := h.startRunnerConn([]nats.Option{nats.ReconnectWait(reconnectWait)}, nil, []*agent.Agent{a}, clk.options(nil)...)
+	for clk.Since(started)+clk.lease/4 < grace {
+		if !clk.step() {
+			t.Logf("a step to %s after the start saw no round, scan or beat in 5 s", clk.Since(started))
 		}
 	}
-	r, _ = h.startRunnerConn([]nats.Option{nats.ReconnectWait(reconnectWait)}, nil, []*agent.Agent{a}, runner.WithHook(pc.hook))
-	ready.Store(true)
-	h.waitFor("g-run", "recovered", func(s aggregate.State) bool { return s.Runner() == r.ID() })
-	until(t, "r owns every partition", func() bool { return ownsAll(r) })
-	// A lower bound, the rule's safety: the runner's view began after
-	// started, and the grace adds the reconnect wait to it. How much later
-	// it claims is not asserted.
-	if d := time.Duration(claimedAfter.Load()); d < reconnectWait {
-		t.Errorf("r owned every partition %s after it started, before the reconnect wait (%s) had passed: a peer cut off by a server restart may have been taken over", d, reconnectWait)
+	// The check below proves nothing unless a round judged at the last
+	// step before the grace ends.
+	if last := clk.lastRoundAt(); last.Before(started.Add(grace - clk.lease/4)) {
+		t.Fatalf("the last round of rebalancing before the check was %s after the start, want one at %s or later (a heartbeat interval before the grace, %s, ends): the check before the grace would prove nothing",
+			last.Sub(started), grace-clk.lease/4, grace)
 	}
+	if n := len(r.Stats().Partitions); n != 0 {
+		t.Fatalf("r owned %d partitions %s after it started, before the whole grace (%s, the reconnect wait %s included) had passed: a peer cut off by a server restart may have been taken over",
+			n, clk.Since(started), grace, reconnectWait)
+	}
+	if rr := h.recoveries("g-run"); len(rr) != 0 {
+		t.Fatalf("g-run recovered %+v before the whole grace had passed", rr)
+	}
+	clk.advanceUntil(t, "r owns every partition once the whole grace passed", 4, func() bool { return ownsAll(r) })
+	clk.follow()
+	h.waitFor("g-run", "recovered", func(s aggregate.State) bool { return s.Runner() == r.ID() })
 	rr := h.recoveries("g-run")
 	if len(rr) != 1 || rr[0].Cause != events.RecoveredRunnerLost || rr[0].Previous != "ghost" {
 		t.Errorf("recoveries %+v, want one from ghost, cause runner_lost", rr)
 	}
+	// The run settles before the test ends: a runner stopped while the
+	// recovered attempt is recorded running, its task not yet started by
+	// the stopped worker, waits out its whole drain window.
+	h.waitStatus("g-run", aggregate.StatusFinished)
 }
 
 // docs/semantics.md §8 "only a runner that is gone is recovered from": the
@@ -269,6 +290,13 @@ func TestSemantics8_AFreshRunnerWaitsForAPeerWhoseKeyExpiredJustBeforeItStarted(
 		_, err := live.Get(c, "ghost")
 		return err != nil
 	})
+	// On the wall clock, not a fake ownership clock: the judgement maps
+	// the server's times (the marker's expiry, this runner's own key's
+	// put) onto this runner's clock as intervals, which holds only while
+	// both run at the same rate; a fake clock stepped ahead of the server
+	// makes a key that expired before the view began look expired well
+	// inside it (partition.Judge, WhyExpiredWatched), and the stand-in's
+	// expiry itself is the bucket's max age, the server's time.
 	pc := &passCounter{}
 	r, _ := h.startRunnerConn([]nats.Option{nats.ReconnectWait(time.Hour)}, nil, []*agent.Agent{build(t, payThenAnswer(50), nil, policy.Func(allow))}, runner.WithHook(pc.hook))
 	pc.waitPasses(t, 12)
@@ -464,6 +492,10 @@ func TestSemantics8_AFreshSurvivorJudgesAPeerThatBeatInItsViewOnTheMarker(t *tes
 // stay the stand-in's for twelve rounds after the view saw its key leave.
 func TestSemantics8_AFreshRunnerWaitsForAPeerWhoseLastBeatPrecedesItsView(t *testing.T) {
 	t.Parallel()
+	// On the wall clock, not a fake ownership clock: the stand-in's key
+	// expires by the bucket's max age (the server's time) while the runner
+	// watches, and the judgement maps the marker's time onto this runner's
+	// clock, which a clock stepped ahead of the server's would distort.
 	h := newHarness(t)
 	h.unbalanced = true
 	c := ctx(t)

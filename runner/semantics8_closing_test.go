@@ -472,7 +472,14 @@ func TestSemantics8_ClosingAnAttemptFoundClaimedIsNeverClosedAgain(t *testing.T)
 	ghostDrives(t, h, run)
 	claimAsWorker(t, h, run, id, 1, 1) // the ghost's worker claimed it: its body may have run
 
-	h.startRunner([]*agent.Agent{a}, runner.WithExternalTools("pay"))
+	// On the fake ownership clock: the judgement's grace (the ghost's key
+	// was never written) passes by hand until the runner owns the ghost's
+	// partitions; then the clock follows the wall clock.
+	clk := newOwnClock(t)
+	h.unbalanced = true // nothing is claimed before the clock moves
+	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.options(nil), runner.WithExternalTools("pay"))...)
+	clk.advanceUntil(t, "the runner claimed every partition of the gone ghost", 40, func() bool { return ownsAll(r) })
+	clk.follow()
 	s = h.waitFor(run, "the approval asked again", func(s aggregate.State) bool {
 		a, _ := s.Action(id)
 		return a.State == aggregate.ActionAwaitingApproval && a.Request.Revision == 2

@@ -212,7 +212,10 @@ func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
 	}
 	// No worker: the run's attempt is fenced and never runs; the run stays
 	// in memory until its tool timeout, which the release waits for once
-	// it has the run's lock.
+	// it has the run's lock. On the wall clock, not a fake ownership
+	// clock: the timeout is recorded by the run's timer (the wall clock's),
+	// and a release on a clock stepped past the recorded deadline would
+	// stop waiting before it is recorded, as no release does in production.
 	a := build(t, payThenAnswer(50), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow), agent.WithToolTimeout(tools.After(3*time.Second)))
 	r1, _ := h.startRunner([]*agent.Agent{a}, runner.WithID(first), runner.WithoutWorker(),
 		runner.WithHook(hook), runner.WithHandOffLockTimeout(100*time.Millisecond), runner.WithDrainWindow(300*time.Millisecond))

@@ -40,7 +40,7 @@ func TestSemantics8_ACommandWhoseTakeoverMeetsTheHandOffIsApplied(t *testing.T) 
 	head := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	ghostEntry(t, h, run)
 	var tries atomic.Int64
-	hook := runner.WithHook(func(event string, part int, id string) {
+	hook := func(event string, part int, id string) {
 		if event != "takeover" || id != run || tries.Add(1) != 1 {
 			return
 		}
@@ -52,24 +52,20 @@ func TestSemantics8_ACommandWhoseTakeoverMeetsTheHandOffIsApplied(t *testing.T) 
 		if err != nil {
 			t.Error(err)
 		}
-	})
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan(), hook)
+	}
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) passes by hand, a cancel sent at each step.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.withoutScan().options(hook), runner.WithoutScan())...)
 	p := partition.Of(run, runner.DefaultPartitions)
 	c := ctx(t)
-	for !slices.Contains(r.Stats().Partitions, p) {
-		if c.Err() != nil {
-			t.Fatal("never claimed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clk.advanceUntil(t, "the run's partition claimed", 40, func() bool { return slices.Contains(r.Stats().Partitions, p) })
 	var err error
-	for {
+	clk.advanceUntil(t, "a cancel answered other than runner_busy", 40, func() bool {
 		_, err = h.client.Cancel(c, api.CancelRequest{CommandID: "c1", Run: run})
-		if weft.ErrorCode(err) != weft.CodeRunnerBusy || c.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return weft.ErrorCode(err) != weft.CodeRunnerBusy
+	})
+	clk.follow()
 	if err != nil {
 		t.Fatalf("cancel answered %v (takeover tries %d, recoveries %+v)", err, tries.Load(), h.recoveries(run))
 	}

@@ -38,10 +38,8 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversHandOffIsTriedAgain(t *t
 	}
 	ghostEntry(t, h, run)
 	var tries atomic.Int64
-	var p passes
 	handed := make(chan error, 1)
-	hook := runner.WithHook(func(event string, part int, id string) {
-		p.hook(event, part, id)
+	hook := func(event string, part int, id string) {
 		if event != "takeover" || id != run || tries.Add(1) != 1 {
 			return
 		}
@@ -53,21 +51,30 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversHandOffIsTriedAgain(t *t
 			_, _, err = h.srv.Log.Append(context.Background(), run, head, now, evs...)
 		}
 		handed <- err
-	})
-	r, _ := h.startRunner([]*agent.Agent{a}, hook)
-	select {
-	case err := <-handed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the owner never tried to take the run over")
 	}
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) and the scans' rounds pass by hand.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "the owner tried to take the run over", 40, func() bool {
+		select {
+		case err := <-handed:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
 	// Once the scan that tried has returned, the run is recovered, or
 	// still held with its takeover to record (tried again): never dropped
 	// as another runner's — nothing would drive it until the next full
-	// scan, or a command, or never once its entry is gone.
-	p.waitPasses(t, p.n.Load(), 2)
+	// scan, or a command, or never once its entry is gone. From here the
+	// ownership clock follows the wall clock, on which the held run's
+	// retry (retryLater) is made.
+	clk.follow()
+	clk.waitScans(t, 2)
 	if !runner.Holds(r, run) && len(h.recoveries(run)) == 0 {
 		t.Fatalf("the run handed off during its takeover was dropped: not held, not recovered; events %v", h.eventsOf(run))
 	}
@@ -107,10 +114,8 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversEndIsDropped(t *testing.
 	head := appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	ghostEntry(t, h, run)
 	var tries atomic.Int64
-	var p passes
 	ended := make(chan error, 1)
-	hook := runner.WithHook(func(event string, part int, id string) {
-		p.hook(event, part, id)
+	hook := func(event string, part int, id string) {
 		if event != "takeover" || id != run || tries.Add(1) != 1 {
 			return
 		}
@@ -120,17 +125,28 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversEndIsDropped(t *testing.
 			_, _, err = h.srv.Log.Append(context.Background(), run, head, now, evs...)
 		}
 		ended <- err
-	})
-	r, _ := h.startRunner([]*agent.Agent{a}, hook)
-	select {
-	case err := <-ended:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the owner never tried to take the run over")
 	}
-	p.waitPasses(t, p.n.Load(), 2)
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) and the scans' rounds pass by hand.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "the owner tried to take the run over", 40, func() bool {
+		select {
+		case err := <-ended:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+	// The scans that follow are waited for on the wall clock (the clock
+	// follows it): the second began after the scan that tried had
+	// returned, and a retry of the takeover (retryLater) is the wall
+	// clock's, and would have been made meanwhile.
+	clk.follow()
+	clk.waitScans(t, 2)
 	if n := r.Stats().InternalRefusals; n != 0 {
 		t.Fatalf("%d internal refusals: the takeover of a run its previous driver ended was tried again", n)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,54 +24,6 @@ import (
 	"github.com/weftrun/weft/runner"
 	"github.com/weftrun/weft/tools"
 )
-
-// passes counts a runner's rounds of rebalancing (the "partition-pass"
-// hook): the partition loop scans after each round, so a round seen after
-// something a scan did means that scan has returned. Each round also
-// closes (and replaces) more, so that a wait for rounds waits on the hook,
-// not on a sleep.
-type passes struct {
-	n    atomic.Int64
-	mu   sync.Mutex
-	more chan struct{}
-}
-
-func (p *passes) hook(event string, _ int, _ string) {
-	if event == "partition-pass" {
-		p.mu.Lock()
-		p.n.Add(1)
-		if p.more != nil {
-			close(p.more)
-			p.more = nil
-		}
-		p.mu.Unlock()
-	}
-}
-
-// waitPasses waits (up to 20 s) until k more rounds than from have been
-// made.
-func (p *passes) waitPasses(t *testing.T, from int64, k int64) {
-	t.Helper()
-	deadline := time.NewTimer(20 * time.Second) // a bound on the loop's rounds, not a measure
-	defer deadline.Stop()
-	for {
-		p.mu.Lock()
-		if p.n.Load() >= from+k {
-			p.mu.Unlock()
-			return
-		}
-		if p.more == nil {
-			p.more = make(chan struct{})
-		}
-		more := p.more
-		p.mu.Unlock()
-		select {
-		case <-more:
-		case <-deadline.C:
-			t.Fatalf("%d rounds of rebalancing, want %d", p.n.Load()-from, k)
-		}
-	}
-}
 
 // answeringAgent is an agent whose model answers any request (answering).
 func answeringAgent(t *testing.T) *agent.Agent {
@@ -123,27 +74,28 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(ctx(t), capped); err != nil {
 		t.Fatal(err)
 	}
-	var p passes
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(p.hook))
+	// On the fake ownership clock: the judgement's grace and the scans'
+	// rounds pass by hand, not by sleeping.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
 	// The owner takes the run over (once it can tell that ghost, whose key
-	// was never written, is gone) and fails to record it.
-	deadline := time.Now().Add(30 * time.Second)
-	for !runner.Holds(r, run) {
-		if time.Now().After(deadline) {
-			t.Fatal("the owner never tried to take the run over")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	p.waitPasses(t, p.n.Load(), 2) // the scan that tried has returned
+	// was never written, is gone: the whole grace, partition.JudgeGrace)
+	// and fails to record it.
+	clk.advanceUntil(t, "the owner tried to take the run over", 40, func() bool { return runner.Holds(r, run) })
+	clk.scansEnd(t, 2) // the scan that tried has returned
 	if got := h.eventsOf(run); len(got) != 2 {
 		t.Fatalf("the log took an append while full: %d events", len(got))
 	}
 	if _, err := h.srv.JS.UpdateStream(ctx(t), provision.EventsConfig()); err != nil {
 		t.Fatal(err)
 	}
-	// No command is sent: the owner's scans alone take the run over. A
-	// generous bound: the scan of a due partition is every lease/4
-	// (0.5 s here), the full scan every 32 of those.
+	// No command is sent: the owner alone takes the run over — the held
+	// run's own retry (finishTakeover: retryLater), whose backoff is the
+	// wall clock's, not ownership's: from here the ownership clock follows
+	// the wall clock (the scans go on every lease/4, the runner's key stays
+	// beaten). A generous bound: the scan of a due partition is every
+	// lease/4 (0.5 s here), the full scan every 32 of those.
+	clk.follow()
 	wctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	for {
@@ -188,7 +140,7 @@ func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
 	ghostEntry(t, h, run)
 	var looks atomic.Int64
 	appended := make(chan error, 1)
-	hook := runner.WithHook(func(event string, _ int, id string) {
+	hook := func(event string, _ int, id string) {
 		if event != "acquire-owned" || id != run || looks.Add(1) != 2 {
 			return
 		}
@@ -198,16 +150,23 @@ func TestSemantics8_ARunNotYetVisibleKeepsItsDriverEntry(t *testing.T) {
 			_, _, err = h.srv.Log.Append(context.Background(), run, eventlog.Head{}, now, evs...)
 		}
 		appended <- err
-	})
-	h.startRunner([]*agent.Agent{a}, hook)
-	select {
-	case err := <-appended:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the owner looked at the run's entry %d times, want a second look after finding no event", looks.Load())
 	}
+	// On the fake ownership clock: the scans' rounds and the judgement's
+	// grace (ghost's key was never written) pass by hand.
+	clk := newOwnClock(t)
+	h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "a second look at the run's entry after finding no event", 40, func() bool {
+		select {
+		case err := <-appended:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
+	clk.advanceUntil(t, "the run taken over and finished", 40, func() bool { _, fin := h.state(run).Finished(); return fin })
 	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("outcome %s", events.DescribeOutcome(out))
 	}
@@ -223,21 +182,17 @@ func TestSemantics8_AnEntryOfARunThatNeverStartedIsRemoved(t *testing.T) {
 	a := answeringAgent(t)
 	kv := ghostEntry(t, h, "never1")
 	key := runner.DriverKey("never1", runner.DefaultPartitions)
-	h.startRunner([]*agent.Agent{a})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// On the fake ownership clock: the two leases (unknownRunGrace) pass
+	// by hand, a scan at each step.
+	clk := newOwnClock(t)
+	h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
+	clk.advanceUntil(t, "the entry of a run that never started removed", 40, func() bool {
 		_, err := kv.Get(ctx(t), key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the entry of a run that never started was never removed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 }
 
 // docs/semantics.md §8 (only a runner that is gone is recovered from; a
@@ -271,7 +226,7 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 	key := fmt.Sprintf("p.%04d", partition.Of(run, runner.DefaultPartitions))
 	var tries atomic.Int64
 	moved := make(chan error, 1)
-	hook := runner.WithHook(func(event string, _ int, id string) {
+	hook := func(event string, _ int, id string) {
 		if event != "takeover" || id != run || tries.Add(1) != 2 {
 			return
 		}
@@ -287,8 +242,15 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 			_, err = h.srv.JS.UpdateStream(c, provision.EventsConfig())
 		}
 		moved <- err
-	})
-	r, _ := h.startRunner([]*agent.Agent{a}, hook)
+	}
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) and the scans' rounds pass by hand.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "a first try of the takeover", 40, func() bool { return tries.Load() >= 1 })
+	// The second try is the held run's retry (retryLater), on the wall
+	// clock's backoff: the ownership clock follows the wall clock from here.
+	clk.follow()
 	select {
 	case err := <-moved:
 		if err != nil {
@@ -325,15 +287,13 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	var s aggregate.State
 	appendDecided(t, h, run, &s, aggregate.Start{Run: run, Agent: a.Ref(), Input: "x", Limits: a.Limits(), Runner: "ghost"})
 	ghostEntry(t, h, run)
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) passes by hand.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, append(clk.withoutScan().options(nil), runner.WithoutScan())...)
 	p := partition.Of(run, runner.DefaultPartitions)
 	c := ctx(t)
-	for !slices.Contains(r.Stats().Partitions, p) {
-		if c.Err() != nil {
-			t.Fatal("never claimed")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clk.advanceUntil(t, "the run's partition claimed", 40, func() bool { return slices.Contains(r.Stats().Partitions, p) })
 	capped := provision.EventsConfig()
 	capped.MaxMsgs = int64(h.eventsInfo().State.Msgs)
 	if _, err := h.srv.JS.UpdateStream(c, capped); err != nil {
@@ -342,13 +302,10 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	// runner_busy until the runner can tell that ghost, whose key was
 	// never written, is gone.
 	var err error
-	for {
+	clk.advanceUntil(t, "a cancel answered other than runner_busy", 40, func() bool {
 		_, err = h.client.Cancel(c, api.CancelRequest{CommandID: "c1", Run: run})
-		if weft.ErrorCode(err) != weft.CodeRunnerBusy || c.Err() != nil {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return weft.ErrorCode(err) != weft.CodeRunnerBusy
+	})
 	if err == nil || !runner.Holds(r, run) {
 		t.Fatalf("cancel with the log full: %v, held %v; want a failure that leaves the takeover pending", err, runner.Holds(r, run))
 	}
@@ -358,6 +315,9 @@ func TestSemantics8_ATakeoverACommandFailedToRecordIsTriedAgain(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(c, provision.EventsConfig()); err != nil {
 		t.Fatal(err)
 	}
+	// Tried again by the held run's retry (retryLater), on the wall
+	// clock's backoff: the ownership clock follows the wall clock from here.
+	clk.follow()
 	if _, out := finished(t, h, run); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("outcome %s", events.DescribeOutcome(out))
 	}
@@ -389,13 +349,22 @@ func TestSemantics8_AHeldRunDoesNotHoldUpPartitionClaims(t *testing.T) {
 	var tries atomic.Int64
 	blocked, unblock := make(chan struct{}), make(chan struct{})
 	defer close(unblock)
-	hook := runner.WithHook(func(event string, _ int, id string) {
+	hook := func(event string, _ int, id string) {
 		if event == "takeover" && id == run && tries.Add(1) == 2 {
 			close(blocked)
 			<-unblock
 		}
-	})
-	r, _ := h.startRunner([]*agent.Agent{a}, hook)
+	}
+	// On the fake ownership clock: the judgement's grace (ghost's key was
+	// never written) and the rounds pass by hand.
+	clk := newOwnClock(t)
+	r, _ := h.startRunner([]*agent.Agent{a}, clk.options(hook)...)
+	clk.advanceUntil(t, "a first try of the takeover", 40, func() bool { return tries.Load() >= 1 })
+	// The second try is the held run's retry (retryLater), on the wall
+	// clock's backoff: waited for in real time, the ownership clock
+	// following it meanwhile (the runner keeps its key); the next step
+	// stops following.
+	clk.follow()
 	select {
 	case <-blocked:
 	case <-time.After(40 * time.Second):
@@ -410,14 +379,8 @@ func TestSemantics8_AHeldRunDoesNotHoldUpPartitionClaims(t *testing.T) {
 	if err := parts.Delete(ctx(t), key); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if e, err := parts.Get(ctx(t), key); err == nil && string(e.Value()) == r.ID() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("partition %d, released, was not claimed while a held run's takeover was being tried", q)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	clk.advanceUntil(t, fmt.Sprintf("partition %d, released, claimed while a held run's takeover was being tried", q), 40, func() bool {
+		e, err := parts.Get(ctx(t), key)
+		return err == nil && string(e.Value()) == r.ID()
+	})
 }

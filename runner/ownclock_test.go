@@ -1,0 +1,246 @@
+package runner_test
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/weftrun/weft/internal/clock"
+	"github.com/weftrun/weft/partition"
+	"github.com/weftrun/weft/runner"
+)
+
+// ownClock is the ownership clock of a test's runner
+// (runner.WithOwnershipClock): a clock.Fake the test moves by hand, a
+// heartbeat interval (lease/4) at a time, instead of sleeping until a
+// lease or a judgement's grace passes. A step fires the runner's tickers
+// on that clock — its heartbeat, its partition loop's round and the scan
+// after it, its runners view's check — and waits for that round, for a
+// scan that ended after it and for the view to see the runner's own key
+// again (the "partition-pass", "partition-scanned" and "runners-view"
+// hooks). follow makes the clock follow the wall clock instead, while the
+// test waits on the runner's work; a step stops following first (the two
+// would both move the clock).
+//
+// What a fake clock cannot move is the server's: the runners bucket's
+// max age (a liveness key lapses a lease of the server's time after its
+// last put) and the times of the server's messages. A runner on an
+// ownClock beats only when the clock moves, so a test that waits on
+// something else for longer than a lease lets the clock follow the wall
+// clock meanwhile (follow): its own key would lapse otherwise. The
+// clock follows until the runner has stopped (newOwnClock), so that the
+// runner beats through its drain, as in production.
+type ownClock struct {
+	*clock.Fake
+	id     string // the runner's (runner.WithID): its beats, told from others' in the view
+	lease  time.Duration
+	noScan bool                                  // the runner makes no scan (runner.WithoutScan): a step waits for no scan
+	also   func(event string, p int, run string) // the test's own hook
+
+	mu        sync.Mutex
+	nrounds   int64         // rounds of rebalancing made ("partition-pass")
+	scans     int64         // scans beside them ended ("partition-scanned")
+	beats     int64         // the runner's own key seen by its runners view ("runners-view")
+	lastRound time.Time     // the clock's time at the last round
+	progress  chan struct{} // closed (and replaced) at each of those
+
+	fmu      sync.Mutex
+	stopping chan struct{} // closed to stop following; nil: not following
+	followed sync.WaitGroup
+}
+
+// ownClockIDs numbers the runners of the ownClocks.
+var ownClockIDs atomic.Int64
+
+// newOwnClock returns the ownership clock of a runner with the harness's
+// lease (startRunnerConn: 2 s), reading the wall clock's time at first.
+// Call it before the runner starts: its cleanup, which stops following,
+// then runs after the runner's stop.
+func newOwnClock(t *testing.T) *ownClock {
+	c := &ownClock{Fake: clock.NewFake(time.Now()), id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: 2 * time.Second, progress: make(chan struct{})}
+	t.Cleanup(c.halt)
+	return c
+}
+
+// options are the runner's options for c — its id and clock — with hook
+// (nil: none) called on every event besides c's.
+func (c *ownClock) options(hook func(event string, p int, run string)) []runner.Option {
+	c.also = hook
+	return []runner.Option{runner.WithID(c.id), runner.WithOwnershipClock(c.Fake), runner.WithHook(func(event string, p int, run string) {
+		if event == "partition-pass" || event == "partition-scanned" || (event == "runners-view" && run == c.id) {
+			c.mu.Lock()
+			switch event {
+			case "partition-pass":
+				c.nrounds++
+				c.lastRound = c.Now()
+			case "partition-scanned":
+				c.scans++
+			default:
+				c.beats++
+			}
+			close(c.progress)
+			c.progress = make(chan struct{})
+			c.mu.Unlock()
+		}
+		if c.also != nil {
+			c.also(event, p, run)
+		}
+	})}
+}
+
+// counts returns the rounds, scans and beats seen so far, and a channel
+// closed at the next of any.
+func (c *ownClock) counts() (rounds, scans, beats int64, more <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nrounds, c.scans, c.beats, c.progress
+}
+
+// lastRoundAt returns the clock's time at the last round of rebalancing
+// (zero: none yet).
+func (c *ownClock) lastRoundAt() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lastRound
+}
+
+// step stops following, moves the clock a heartbeat interval (lease/4)
+// forward and waits (up to 5 s of the wall clock) for the partition
+// loop's round it fired, for a scan beside the loop that ended after it
+// (a scan still running from a step before makes the round skip its own:
+// the next step makes it) and for the runners view to see the runner's
+// own key again: the view's "silent for a lease" check reads this clock,
+// and a clock stepped ahead of the beats the view was delivered would
+// make it watch again, unable to tell meanwhile. It reports whether all
+// three came; a round that does not come (the loop's ticker not armed
+// yet, a tick taken while the loop was busy) is left to the next step.
+func (c *ownClock) step() bool {
+	c.halt()
+	rounds, scans, beats, _ := c.counts()
+	c.Advance(c.lease / 4)
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for {
+		r, s, b, more := c.counts()
+		if r > rounds && (c.noScan || s > scans) && b > beats {
+			return true
+		}
+		select {
+		case <-more:
+		case <-deadline.C:
+			return false
+		}
+	}
+}
+
+// advanceUntil steps the clock until cond holds, at most steps times
+// (ownership's time: steps heartbeat intervals) and within 30 s of the
+// wall clock; it fails the test naming what never happened.
+func (c *ownClock) advanceUntil(t *testing.T, what string, steps int, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for i := 0; !cond(); i++ {
+		if i == steps || time.Now().After(deadline) {
+			t.Fatalf("never, in %d heartbeat intervals of the ownership clock (%s): %s", i, time.Duration(i)*c.lease/4, what)
+		}
+		c.step()
+	}
+}
+
+// scansEnd steps the clock until k more scans than now have ended. Only
+// one scan runs at a time, so with k = 2 the second began after the scan
+// in flight now (one that tried something, say) had returned.
+func (c *ownClock) scansEnd(t *testing.T, k int64) {
+	t.Helper()
+	_, from, _, _ := c.counts()
+	c.advanceUntil(t, fmt.Sprintf("%d scans ended", k), int(4*k+8), func() bool { _, s, _, _ := c.counts(); return s >= from+k })
+}
+
+// follow makes the clock follow the wall clock, a heartbeat interval at a
+// time, until the next step or until the runner has stopped: for the
+// part of a test that waits on the runner's work, not on ownership's
+// time, during which the runner must keep its liveness key (its max age
+// is the server's) as it does in production.
+func (c *ownClock) follow() {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	if c.stopping != nil {
+		return
+	}
+	stop := make(chan struct{})
+	c.stopping = stop
+	c.followed.Add(1)
+	go func() {
+		defer c.followed.Done()
+		tk := time.NewTicker(c.lease / 4)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tk.C:
+				c.Advance(c.lease / 4)
+			}
+		}
+	}()
+}
+
+// halt stops following the wall clock, if the clock follows it.
+func (c *ownClock) halt() {
+	c.fmu.Lock()
+	defer c.fmu.Unlock()
+	if c.stopping == nil {
+		return
+	}
+	close(c.stopping)
+	c.followed.Wait()
+	c.stopping = nil
+}
+
+// withoutScan says the runner makes no scan (runner.WithoutScan).
+func (c *ownClock) withoutScan() *ownClock { c.noScan = true; return c }
+
+// pass steps the clock until at least d of ownership's time passed (a
+// judgement's grace, for example), a round and its scan at each step.
+func (c *ownClock) pass(d time.Duration) {
+	for end := c.Now().Add(d); c.Now().Before(end); {
+		c.step()
+	}
+}
+
+// judgeGrace is how long the runner's view must have been continuous
+// before a peer whose key is absent without a marker is judged gone
+// (partition.JudgeGrace): the harness's lease and the connection's default
+// reconnect wait and jitter (startRunnerConn sets none).
+func (c *ownClock) judgeGrace() time.Duration {
+	return partition.JudgeGrace(c.lease, nats.DefaultReconnectWait+nats.DefaultReconnectJitter)
+}
+
+// waitScans waits (up to 20 s of the wall clock), without stepping the
+// clock, until k more scans than now have ended: with follow, whose
+// rounds, each with its scan, come every lease/4 of the wall clock, as in
+// production — a test that also waits for what the wall clock drives
+// meanwhile (a held run's retry: retryLater). Only one scan runs at a
+// time, so with k = 2 the second began after the scan in flight now had
+// returned.
+func (c *ownClock) waitScans(t *testing.T, k int64) {
+	t.Helper()
+	_, from, _, _ := c.counts()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for {
+		_, s, _, more := c.counts()
+		if s >= from+k {
+			return
+		}
+		select {
+		case <-more:
+		case <-deadline.C:
+			t.Fatalf("%d scans ended in 20 s, want %d", s-from, k)
+		}
+	}
+}
