@@ -76,6 +76,12 @@ func (b *propBackend) enter(run string) {
 	b.maxRunning = max(b.maxRunning, b.running)
 	b.maxOnLane = max(b.maxOnLane, b.onLane)
 	b.entered[run]++
+	b.checkQuiet(run)
+}
+
+// checkQuiet notes run when Quiet is closed while run is in its backend
+// (admitted, not answered). b.mu is held.
+func (b *propBackend) checkQuiet(run string) {
 	if svc := b.svc.Load(); svc != nil {
 		select {
 		case <-(*svc).Quiet():
@@ -107,6 +113,7 @@ func (b *propBackend) Start(ctx context.Context, req api.StartRequest) (api.Star
 	defer func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
+		b.checkQuiet(req.Run)
 		b.running--
 		if lane {
 			b.onLane--
