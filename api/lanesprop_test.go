@@ -23,10 +23,10 @@ import (
 )
 
 // startPlan is what the fake backend does with one start: it holds
-// holdBefore on its lane, then answers fail (errBefore: on its lane),
-// else releases its lane when release (twice when releaseTwice: the
-// release is idempotent), holds holdAfter, then answers fail (errAfter)
-// or a success.
+// holdBefore on its lane, then answers its error fail when it has one
+// and not errAfter (on its lane), else releases its lane when release
+// (twice when releaseTwice: the release is idempotent), holds holdAfter,
+// then answers its error (errAfter) or a success.
 type startPlan struct {
 	release, releaseTwice bool
 	holdBefore, holdAfter time.Duration
@@ -187,9 +187,9 @@ func laneErrorReferences(t *testing.T, srv *natstest.Server) map[int]*nats.Msg {
 //     before Stop was called (sent and flushed before it) is answered by
 //     its backend once; a start sent after Stop is answered once, either
 //     by its backend (a lane still subscribed took it) or by the server's
-//     no-responders status (503, empty body) — never both, and only the
-//     latter once Stop's unsubscriptions reached the server (flushed);
-//     no answer comes twice, also after Stop and after Quiet;
+//     no-responders status (503, empty body), never both — and always
+//     the latter once Stop's unsubscriptions reached the server
+//     (flushed); no answer comes twice, also after Stop and after Quiet;
 //   - an error answer is the same message — the error headers
 //     (Nats-Service-Error, Nats-Service-Error-Code) and the ErrorReply
 //     body — whether it was given on its lane or after the release
