@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/loopport"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/runner"
 )
@@ -380,26 +380,6 @@ func logTail(path string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// freePorts picks n free loopback ports.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // Run runs the harness once: it starts the nats-server node(s), the
 // runners, the workers and the projector as processes, plays the seeded
 // workload while the seeded schedule injects faults for cfg.Duration,
@@ -556,7 +536,7 @@ func (h *harness) newPart(name, role string, env []string) *part {
 // writeNodes writes each node's configuration file.
 func (h *harness) writeNodes() error {
 	n := h.cfg.Nodes
-	ports, err := freePorts(2 * n)
+	ports, err := loopport.Free(2 * n)
 	if err != nil {
 		return err
 	}

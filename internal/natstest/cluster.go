@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/internal/loopport"
 )
 
 // clusterReady bounds each stage of StartCluster's wait (every server
@@ -26,15 +27,16 @@ const clusterReady = 60 * time.Second
 // port was taken meanwhile, each time on new ports.
 const clusterTries = 3
 
-// pickPort returns a free loopback port (a listener on port 0, closed
-// again). A test replaces it to hand out a port that is taken.
+// pickPort returns a free loopback port (loopport.Free: outside the
+// ephemeral range, so that no outgoing connection takes it while a node
+// of the cluster is down). A test replaces it to hand out a port that is
+// taken.
 var pickPort = func() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := loopport.Free(1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // StartCluster starts n real in-process nats-servers with JetStream on

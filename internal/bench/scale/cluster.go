@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/internal/loopport"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/runner"
@@ -28,25 +28,6 @@ type servers struct {
 	url   string
 	nc    *nats.Conn
 	js    jetstream.JetStream
-}
-
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // startServers starts n nodes under h.dir/<phase> and provisions them.
@@ -71,7 +52,7 @@ func (h *harness) startServers(ctx context.Context, phase string, n int) (*serve
 		}
 		s.srv, s.url = srv, srv.ClientURL()
 	} else {
-		ports, err := freePorts(2 * n)
+		ports, err := loopport.Free(2 * n)
 		if err != nil {
 			return nil, err
 		}
