@@ -7,6 +7,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/weftrun/weft/internal/inflight"
 )
 
 // DefaultStartsInFlight is how many starts a process has admitted and
@@ -44,43 +46,14 @@ func ReleaseLane(ctx context.Context) {
 }
 
 // inFlight bounds the requests of a releasing endpoint in flight (admitted,
-// not answered) and tells when none is (quiet).
+// not answered) and tells when none is (Quiet).
 type inFlight struct {
 	slots chan struct{}
-	mu    sync.Mutex
-	n     int
-	idle  chan struct{} // closed while n is 0
+	inflight.Tracker
 }
 
 func newInFlight(n int) *inFlight {
-	idle := make(chan struct{})
-	close(idle)
-	return &inFlight{slots: make(chan struct{}, n), idle: idle}
-}
-
-func (p *inFlight) add() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.n == 0 {
-		p.idle = make(chan struct{})
-	}
-	p.n++
-}
-
-func (p *inFlight) done() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n--
-	if p.n == 0 {
-		close(p.idle)
-	}
-}
-
-// quiet returns a channel closed once no request is in flight.
-func (p *inFlight) quiet() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.idle
+	return &inFlight{slots: make(chan struct{}, n)}
 }
 
 // serveReleasing serves r with h on a lane that the backend may release
@@ -92,7 +65,7 @@ func (p *inFlight) quiet() <-chan struct{} {
 // subject with the same headers.
 func (s *service) serveReleasing(p *inFlight, r micro.Request, h func(context.Context, []byte) (any, string, error)) {
 	p.slots <- struct{}{}
-	p.add()
+	p.Add()
 	lr := &laneRequest{Request: r, nc: s.nc}
 	released, done := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -105,7 +78,7 @@ func (s *service) serveReleasing(p *inFlight, r micro.Request, h func(context.Co
 	go func() {
 		defer func() {
 			<-p.slots
-			p.done()
+			p.Done()
 		}()
 		defer close(done)
 		s.handleReleasing(lr, h, release)
@@ -170,4 +143,4 @@ type served struct {
 	starts *inFlight
 }
 
-func (s *served) Quiet() <-chan struct{} { return s.starts.quiet() }
+func (s *served) Quiet() <-chan struct{} { return s.starts.Quiet() }

@@ -42,8 +42,8 @@ var _ api.Backend = (*Runner)(nil)
 // met the previous driver's hand-off (the takeover is recorded alone, and
 // the command decided again on the run as it is then).
 func (r *Runner) route(ctx context.Context, id, kind string, req, out any, fn func(context.Context, *run) error) error {
-	r.commands.add()
-	defer r.commands.done()
+	r.commands.Add()
+	defer r.commands.Done()
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	for attempt := 0; ; attempt++ {

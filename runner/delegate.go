@@ -41,8 +41,8 @@ import (
 // ends when the window ends (bounded): a start off its lane
 // (api.ReleaseLane) never holds the drain past it.
 func (r *Runner) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
-	r.commands.add()
-	defer r.commands.done()
+	r.commands.Add()
+	defer r.commands.Done()
 	ctx, end := r.bounded(ctx)
 	defer end()
 	return r.start(ctx, req, nil)

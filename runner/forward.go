@@ -98,9 +98,9 @@ func (r *Runner) forwardWake(ctx context.Context, driver, id string) error {
 // onForward answers a command forwarded by another runner. Its goroutine
 // belongs to Run, which waits for it before returning (r.handlers).
 func (r *Runner) onForward(m *nats.Msg) {
-	r.handlers.add()
+	r.handlers.Add()
 	go func() {
-		defer r.handlers.done()
+		defer r.handlers.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		ctx, end := r.bounded(ctx)

@@ -25,6 +25,7 @@ import (
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/internal/clock"
 	"github.com/weftrun/weft/internal/groupcommit"
+	"github.com/weftrun/weft/internal/inflight"
 	"github.com/weftrun/weft/protocol"
 	"github.com/weftrun/weft/telemetry"
 	"github.com/weftrun/weft/timer"
@@ -217,14 +218,14 @@ type Runner struct {
 	// wait for a busy run) ends with it (bounded).
 	serving     context.Context
 	stopServing context.CancelFunc
-	commands    tracker // commands in flight (route)
+	commands    inflight.Tracker // commands in flight (route)
 	// finished are runs seen finished, whose late wake-ups cost nothing.
 	finished finishedRuns
 	// mine are runs this process drove and forgot while the log still
 	// names it their driver (drop): acquired again, they are its own.
 	mine map[string]struct{}
 	// handlers are the forwarded commands being answered (onForward).
-	handlers tracker
+	handlers inflight.Tracker
 	// loaded and takenOver count run reads and takeover appends (Stats).
 	loaded, takenOver atomic.Uint64
 	// internalRefusals counts internal refusals (refusals.go, Stats).
@@ -235,44 +236,6 @@ type Runner struct {
 	// partitionOwnership is the state of partition ownership, apart
 	// from the command loop's (ownership.go).
 	partitionOwnership
-}
-
-// tracker counts work in flight; idle is closed while none is. Unlike a
-// sync.WaitGroup it may gain work while someone waits for it to be idle.
-type tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{}
-}
-
-func (t *tracker) add() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n == 0 {
-		t.idle = make(chan struct{})
-	}
-	t.n++
-}
-
-func (t *tracker) done() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.n--
-	if t.n == 0 {
-		close(t.idle)
-	}
-}
-
-// quiet returns a channel closed once no work is in flight.
-func (t *tracker) quiet() <-chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n == 0 {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	return t.idle
 }
 
 // New returns a Runner for agents over nc and js. Call Provision once
@@ -503,7 +466,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	waitCtx(drainCtx, waitGroupDone(&r.inflight))
 	// The commands in flight, the starts off their lanes among them
 	// (svc.Stop waited for none of them), get the window too.
-	waitCtx(drainCtx, r.commands.quiet())
+	waitCtx(drainCtx, r.commands.Quiet())
 	waitCtx(drainCtx, svc.Quiet())
 	// The window is over: whatever command is still in flight ends now
 	// (a forward then answers outcome_unknown), so that the runs' locks
@@ -535,7 +498,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	for fwd.IsValid() && final.Err() == nil {
 		time.Sleep(5 * time.Millisecond)
 	}
-	waitCtx(final, r.handlers.quiet())
+	waitCtx(final, r.handlers.Quiet())
 	// The starts that stopServing ended are answered (an error) before
 	// Run returns.
 	waitCtx(final, svc.Quiet())

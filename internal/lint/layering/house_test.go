@@ -20,6 +20,7 @@ var productHelpers = map[string]string{
 	"internal/clock":        "the clock partition ownership reads",
 	"internal/groupcommit":  "group commit: concurrent runs' writes as one atomic batch",
 	"internal/inboxcheck":   "asks the server whether it refuses a connection's reply inbox",
+	"internal/inflight":     "counts work in flight and tells when none is",
 	"internal/lostconsumer": "stops a consume whose consumer the server lost",
 	"internal/unanswered":   "tells a call the server did not answer",
 }
