@@ -2,6 +2,7 @@ package runner_test
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -51,6 +52,14 @@ type ownClock struct {
 	fmu      sync.Mutex
 	stopping chan struct{} // closed to stop following; nil: not following
 	followed sync.WaitGroup
+
+	// Several runners on one clock (another): the first ownClock, origin
+	// nil, moves the clock and follows; a step waits for the round, the
+	// scan and the beat of every runner of the clock not yet gone.
+	origin *ownClock   // the clock's first ownClock; nil: this is it
+	gmu    sync.Mutex  // guards others and each one's left
+	others []*ownClock // the other runners' (origin only)
+	left   bool        // the runner stopped: steps no longer wait for it
 }
 
 // ownClockIDs numbers the runners of the ownClocks.
@@ -118,23 +127,79 @@ func (c *ownClock) lastRoundAt() time.Time {
 // make it watch again, unable to tell meanwhile. It reports whether all
 // three came; a round that does not come (the loop's ticker not armed
 // yet, a tick taken while the loop was busy) is left to the next step.
+//
+// With several runners on the clock (another), a step of any of their
+// ownClocks moves the one clock once and waits for all three of every
+// runner not gone (leave), and reports whether all came.
 func (c *ownClock) step() bool {
+	if c.origin != nil {
+		return c.origin.step()
+	}
 	c.halt()
-	rounds, scans, beats, _ := c.counts()
+	members := c.members()
+	type from struct{ rounds, scans, beats int64 }
+	was := make([]from, len(members))
+	for i, m := range members {
+		was[i].rounds, was[i].scans, was[i].beats, _ = m.counts()
+	}
 	c.Advance(c.lease / 4)
 	deadline := time.NewTimer(5 * time.Second)
 	defer deadline.Stop()
-	for {
-		r, s, b, more := c.counts()
-		if r > rounds && (c.noScan || s > scans) && b > beats {
-			return true
-		}
-		select {
-		case <-more:
-		case <-deadline.C:
-			return false
+	for i, m := range members {
+		for {
+			r, s, b, more := m.counts()
+			if r > was[i].rounds && (m.noScan || s > was[i].scans) && b > was[i].beats {
+				break
+			}
+			select {
+			case <-more:
+			case <-deadline.C:
+				return false
+			}
 		}
 	}
+	return true
+}
+
+// another returns the ownership clock of another runner on c's one
+// clock: its own id, hook and counts, the clock (and its following)
+// c's. Call it before that runner starts.
+func (c *ownClock) another() *ownClock {
+	o := c
+	if c.origin != nil {
+		o = c.origin
+	}
+	m := &ownClock{Fake: o.Fake, id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: o.lease, progress: make(chan struct{}), origin: o}
+	o.gmu.Lock()
+	o.others = append(o.others, m)
+	o.gmu.Unlock()
+	return m
+}
+
+// leave says c's runner has stopped (or is stopping, its rounds ended):
+// the clock's steps no longer wait for it.
+func (c *ownClock) leave() {
+	o := c
+	if c.origin != nil {
+		o = c.origin
+	}
+	o.gmu.Lock()
+	c.left = true
+	o.gmu.Unlock()
+}
+
+// members lists the ownClocks of the runners on c's clock (c the
+// origin) that have not left.
+func (c *ownClock) members() []*ownClock {
+	c.gmu.Lock()
+	defer c.gmu.Unlock()
+	var ms []*ownClock
+	for _, m := range append([]*ownClock{c}, c.others...) {
+		if !m.left {
+			ms = append(ms, m)
+		}
+	}
+	return ms
 }
 
 // advanceUntil steps the clock until cond holds, at most steps times
@@ -166,6 +231,10 @@ func (c *ownClock) scansEnd(t *testing.T, k int64) {
 // time, during which the runner must keep its liveness key (its max age
 // is the server's) as it does in production.
 func (c *ownClock) follow() {
+	if c.origin != nil {
+		c.origin.follow()
+		return
+	}
 	c.fmu.Lock()
 	defer c.fmu.Unlock()
 	if c.stopping != nil {
@@ -191,6 +260,10 @@ func (c *ownClock) follow() {
 
 // halt stops following the wall clock, if the clock follows it.
 func (c *ownClock) halt() {
+	if c.origin != nil {
+		c.origin.halt()
+		return
+	}
 	c.fmu.Lock()
 	defer c.fmu.Unlock()
 	if c.stopping == nil {
@@ -243,4 +316,32 @@ func (c *ownClock) waitScans(t *testing.T, k int64) {
 			t.Fatalf("%d scans ended in 20 s, want %d", s-from, k)
 		}
 	}
+}
+
+// as gives c's runner the id id (runner.WithID) instead of its own: for a
+// test whose runners' ids decide where a partition goes (moving,
+// keeping). Call it before options.
+func (c *ownClock) as(id string) *ownClock { c.id = id; return c }
+
+// assigned reports whether rs, the runners alive, own the partitions as
+// the assignment gives them (partition.Owner), every one by exactly one:
+// the partitions settled among them.
+func assigned(rs ...*runner.Runner) bool {
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID())
+	}
+	for _, r := range rs {
+		got := r.Stats().Partitions
+		var want []int
+		for p := range runner.DefaultPartitions {
+			if partition.Owner(p, ids) == r.ID() {
+				want = append(want, p)
+			}
+		}
+		if !slices.Equal(got, want) {
+			return false
+		}
+	}
+	return true
 }

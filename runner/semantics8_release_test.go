@@ -338,7 +338,25 @@ func TestSemantics8_AJoiningRunnerLeavesALongBodyCertain(t *testing.T) {
 	mk := func() *agent.Agent {
 		return build(t, payThenAnswer(50), []tools.Tool{sb.tool()}, policy.Func(allow), agent.WithToolTimeout(tools.After(10*time.Second)))
 	}
-	h.startRunner([]*agent.Agent{mk()}, runner.WithID(first), runner.WithDrainWindow(200*time.Millisecond))
+	// Both runners on one fake ownership clock (ownClock), stepped until
+	// the first owns every partition and, once the second joined, until
+	// the first's release of the run's partition checks its runs; it
+	// follows the wall clock while the body runs (the release waits for
+	// it on that clock: waitSettled) and the run finishes.
+	clk := newOwnClock(t).as(first)
+	clk2 := clk.another().as(second)
+	h.unbalanced = true // the partitions move on the clock's steps
+	p := partition.Of(run, runner.DefaultPartitions)
+	checked := make(chan struct{})
+	var ck sync.Once
+	hook := func(ev string, hp int, _ string) {
+		if ev == "release-check" && hp == p {
+			ck.Do(func() { close(checked) })
+		}
+	}
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, append(clk.options(hook), runner.WithDrainWindow(200*time.Millisecond))...)
+	clk.advanceUntil(t, first+" owns every partition", 40, func() bool { return ownsAll(r1) })
+	clk.follow()
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -346,8 +364,18 @@ func TestSemantics8_AJoiningRunnerLeavesALongBodyCertain(t *testing.T) {
 		acts := s.Actions()
 		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
 	})
-	h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, append(clk2.options(nil), runner.WithDrainWindow(200*time.Millisecond))...)
+	clk.advanceUntil(t, first+"'s release of the body's partition checked its runs", 40, func() bool {
+		select {
+		case <-checked:
+			return true
+		default:
+			return false
+		}
+	})
+	clk.follow()
 	s := h.waitStatus(run, aggregate.StatusFinished)
+	clk.advanceUntil(t, "the partitions settled between the two runners", 40, func() bool { return assigned(r1, r2) })
 	checkGraceful(t, h, run, s)
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
