@@ -345,3 +345,16 @@ func assigned(rs ...*runner.Runner) bool {
 	}
 	return true
 }
+
+// closed returns a condition (advanceUntil) that holds once ch is closed:
+// a hook's event seen.
+func closed(ch <-chan struct{}) func() bool {
+	return func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+}

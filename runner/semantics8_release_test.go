@@ -136,8 +136,17 @@ func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.
 			gateOnce.Do(func() { close(gate) })
 		}
 	}
-	r1, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(first), runner.WithHook(hook))
+	// Both runners on one fake ownership clock (ownClock): stepped until
+	// the first owns every partition and, once the second joined, until
+	// the first's release of the partition met the acquisition; it
+	// follows the wall clock while the runs' work goes on.
+	clk := newOwnClock(t).as(first)
+	clk2 := clk.another().as(second)
+	h.unbalanced = true // the partitions move on the clock's steps
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, clk.options(hook)...)
 	r1p.Store(r1)
+	clk.advanceUntil(t, first+" owns every partition", 40, func() bool { return ownsAll(r1) })
+	clk.follow()
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -156,7 +165,9 @@ func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.
 	case <-c.Done():
 		t.Fatal("the approval never reached the acquisition")
 	}
-	h.startRunner([]*agent.Agent{mk()}, runner.WithID(second))
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, clk2.options(nil)...)
+	clk.advanceUntil(t, first+"'s release of partition "+fmt.Sprint(p)+" met the acquisition in flight", 40, closed(gate))
+	clk.follow()
 	if err := receive(t, "the approval's answer", approved); err != nil {
 		t.Fatalf("approve: %v", err)
 	}
@@ -167,6 +178,7 @@ func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.
 		t.Errorf("%s deleted partition %d's key holding %s", first, p, run)
 	}
 	s = h.waitStatus(run, aggregate.StatusFinished)
+	clk.advanceUntil(t, "the partitions settled between the two runners", 40, func() bool { return assigned(r1, r2) })
 	checkGraceful(t, h, run, s)
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
@@ -195,11 +207,15 @@ func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
 			(*u)()
 		}
 	}
+	checked := make(chan struct{})
+	var ck sync.Once
 	hook := func(ev string, hp int, _ string) {
 		if hp != p {
 			return
 		}
 		switch ev {
+		case "release-check":
+			ck.Do(func() { close(checked) })
 		case "release-retry":
 			retried.Store(true)
 			release()
@@ -212,14 +228,22 @@ func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
 	}
 	// No worker: the run's attempt is fenced and never runs; the run stays
 	// in memory until its tool timeout, which the release waits for once
-	// it has the run's lock. On the wall clock, not a fake ownership
-	// clock: the timeout is recorded by the run's timer (the wall clock's),
-	// and a release on a clock stepped past the recorded deadline would
-	// stop waiting before it is recorded, as no release does in production.
+	// it has the run's lock. Both runners are on one fake ownership clock
+	// (ownClock), stepped until the first owns every partition and, once
+	// the second joined, until the release checks the partition's runs;
+	// from there it follows the wall clock: the timeout is recorded by
+	// the run's timer (the wall clock's), and a release on a clock stepped
+	// past the recorded deadline would stop waiting before it is
+	// recorded, as no release does in production.
+	clk := newOwnClock(t).as(first)
+	clk2 := clk.another().as(second)
+	h.unbalanced = true // the partitions move on the clock's steps
 	a := build(t, payThenAnswer(50), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow), agent.WithToolTimeout(tools.After(3*time.Second)))
-	r1, _ := h.startRunner([]*agent.Agent{a}, runner.WithID(first), runner.WithoutWorker(),
-		runner.WithHook(hook), runner.WithHandOffLockTimeout(100*time.Millisecond), runner.WithDrainWindow(300*time.Millisecond))
+	r1, _ := h.startRunner([]*agent.Agent{a}, append(clk.options(hook), runner.WithoutWorker(),
+		runner.WithHandOffLockTimeout(100*time.Millisecond), runner.WithDrainWindow(300*time.Millisecond))...)
 	r1p.Store(r1)
+	clk.advanceUntil(t, first+" owns every partition", 40, func() bool { return ownsAll(r1) })
+	clk.follow()
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +257,9 @@ func TestSemantics8_AReleaseWaitsUntilEveryRunIsHandedOff(t *testing.T) {
 	}
 	unlock.Store(&u)
 	t.Cleanup(u)
-	h.startRunner([]*agent.Agent{a}, runner.WithID(second), runner.WithoutWorker())
+	h.startRunner([]*agent.Agent{a}, append(clk2.options(nil), runner.WithoutWorker())...)
+	clk.advanceUntil(t, first+"'s release of partition "+fmt.Sprint(p)+" checked its runs", 40, closed(checked))
+	clk.follow()
 	until(t, "the run is recovered by the partition's new owner", func() bool { return len(h.recoveries(run)) > 0 })
 	if heldAtDelete.Load() {
 		t.Errorf("%s deleted partition %d's key while it still held %s (its hand-off could not take the run's lock)", first, p, run)
@@ -269,7 +295,16 @@ func TestSemantics8_ADrainingRunnerAcquiresNothingFromTheLog(t *testing.T) {
 	mk := func() *agent.Agent {
 		return build(t, payThenAnswer(500), []tools.Tool{sb.tool()}, policy.Func(approvalAbove))
 	}
-	r1, stop1 := h.startRunner([]*agent.Agent{mk()}, runner.WithID(first))
+	// Both runners on one fake ownership clock (ownClock): stepped until
+	// the first owns every partition and, once the second joined, until
+	// the partitions settled between them; it follows the wall clock while
+	// the runs' work and the drain go on.
+	clk := newOwnClock(t).as(first)
+	clk2 := clk.another().as(second)
+	h.unbalanced = true // the partitions move on the clock's steps
+	r1, stop1 := h.startRunner([]*agent.Agent{mk()}, clk.options(nil)...)
+	clk.advanceUntil(t, first+" owns every partition", 40, func() bool { return ownsAll(r1) })
+	clk.follow()
 	c := ctx(t)
 	for _, run := range []string{busy, idle} {
 		if _, err := h.client.Start(c, api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
@@ -285,7 +320,9 @@ func TestSemantics8_ADrainingRunnerAcquiresNothingFromTheLog(t *testing.T) {
 	h.waitStatus(idle, aggregate.StatusSuspended)
 	// The second runner runs no body: the busy run's body runs in the
 	// first one's worker, which keeps the partition while it drains.
-	h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithoutWorker())
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, append(clk2.options(nil), runner.WithoutWorker())...)
+	clk.advanceUntil(t, "the partitions settled between the two runners", 40, func() bool { return assigned(r1, r2) })
+	clk.follow()
 	if err := approve(busy, "b1"); err != nil {
 		t.Fatal(err)
 	}
@@ -365,14 +402,7 @@ func TestSemantics8_AJoiningRunnerLeavesALongBodyCertain(t *testing.T) {
 		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
 	})
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, append(clk2.options(nil), runner.WithDrainWindow(200*time.Millisecond))...)
-	clk.advanceUntil(t, first+"'s release of the body's partition checked its runs", 40, func() bool {
-		select {
-		case <-checked:
-			return true
-		default:
-			return false
-		}
-	})
+	clk.advanceUntil(t, first+"'s release of the body's partition checked its runs", 40, closed(checked))
 	clk.follow()
 	s := h.waitStatus(run, aggregate.StatusFinished)
 	clk.advanceUntil(t, "the partitions settled between the two runners", 40, func() bool { return assigned(r1, r2) })
