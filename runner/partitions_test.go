@@ -489,7 +489,15 @@ func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
 	m := model.NewRules("s",
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(50, "ok"))})
-	r, _ := h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{tool}, policy.Func(approvalAbove))})
+	// On the fake ownership clock (ownClock): stepped until the runner
+	// owns every partition and until the given-back partition is claimed
+	// again (a round of rebalancing); it follows the wall clock while the
+	// run's work goes on.
+	clk := newOwnClock(t)
+	h.unbalanced = true // nothing is claimed before the clock moves
+	r, _ := h.startRunner([]*agent.Agent{build(t, m, []tools.Tool{tool}, policy.Func(approvalAbove))}, clk.options(nil)...)
+	clk.advanceUntil(t, "the runner owns every partition", 40, func() bool { return ownsAll(r) })
+	clk.follow()
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: "lp", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -504,6 +512,8 @@ func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
 	if _, err := kv.Put(c, key, []byte("ghost")); err != nil {
 		t.Fatal(err)
 	}
+	// The runner learns of the claim from its watch of weft_partitions,
+	// not on ownership's time: a poll.
 	for slices.Contains(r.Stats().Partitions, p) || r.Stats().Driven != 0 {
 		if c.Err() != nil {
 			t.Fatalf("the runner still owns partition %d or holds the run: %+v", p, r.Stats())
@@ -513,12 +523,8 @@ func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
 	if err := kv.Delete(c, key); err != nil { // ghost gives it back
 		t.Fatal(err)
 	}
-	for !slices.Contains(r.Stats().Partitions, p) {
-		if c.Err() != nil {
-			t.Fatalf("partition %d never came back: %+v", p, r.Stats())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clk.advanceUntil(t, fmt.Sprintf("partition %d came back", p), 40, func() bool { return slices.Contains(r.Stats().Partitions, p) })
+	clk.follow()
 	close(gate)
 	s := h.waitStatus("lp", aggregate.StatusFinished)
 	if o, _ := s.Finished(); o.Kind != events.OutcomeCompleted {
@@ -598,7 +604,12 @@ func TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack(t *testing.T) {
 	block := make(chan struct{})
 	var once sync.Once
 	held := make(chan struct{}, 1)
-	r1, _ := h.startRunner([]*agent.Agent{a}, runner.WithHook(func(event string, _ int, _ string) {
+	// Both runners on one fake ownership clock (ownClock), stepped a
+	// round of rebalancing at a time until the partitions settled.
+	clk := newOwnClock(t)
+	clk2 := clk.another()
+	h.unbalanced = true // the partitions move on the clock's steps
+	r1, _ := h.startRunner([]*agent.Agent{a}, clk.options(func(event string, _ int, _ string) {
 		if event == "rebuild" {
 			select {
 			case held <- struct{}{}:
@@ -606,17 +617,18 @@ func TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack(t *testing.T) {
 			}
 			<-block
 		}
-	}))
+	})...)
 	t.Cleanup(func() { once.Do(func() { close(block) }) }) // before the runners stop
 	select {
 	case <-held:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the first runner of the deployment made no rebuild of the driver index")
 	}
-	r2, _ := h.startRunner([]*agent.Agent{a})
+	clk.advanceUntil(t, "the first runner owns every partition", 40, func() bool { return ownsAll(r1) })
+	r2, _ := h.startRunner([]*agent.Agent{a}, clk2.options(nil)...)
 	ids := []string{r1.ID(), r2.ID()}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	const steps = 40 // heartbeat intervals of the ownership clock
+	for i := 0; ; i++ {
 		mine := 0
 		for _, p := range r2.Stats().Partitions {
 			if partition.Owner(p, ids) == r2.ID() {
@@ -632,11 +644,11 @@ func TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack(t *testing.T) {
 		if mine == want && len(r1.Stats().Partitions) == runner.DefaultPartitions-want {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s after a second runner joined, with the first one's rebuild of the driver index still going: the joiner owns %d of its %d partitions, the first runner %d",
-				mine, want, len(r1.Stats().Partitions))
+		if i == steps {
+			t.Fatalf("%d heartbeat intervals of the ownership clock (%s) after a second runner joined, with the first one's rebuild of the driver index still going: the joiner owns %d of its %d partitions, the first runner %d",
+				i, time.Duration(i)*clk.lease/4, mine, want, len(r1.Stats().Partitions))
 		}
-		time.Sleep(50 * time.Millisecond)
+		clk.step()
 	}
 	once.Do(func() { close(block) })
 }

@@ -85,8 +85,15 @@ func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) 
 	mk := func() *agent.Agent {
 		return build(t, m, []tools.Tool{g.tool()}, pol, agent.WithToolTimeout(tools.Infinity()))
 	}
-	r1, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(first), runner.WithDrainWindow(200*time.Millisecond), runner.WithHook(hook))
-	until(t, "the first runner owns every partition", func() bool { return ownsAll(r1) })
+	// Both runners on one fake ownership clock (ownClock): stepped until
+	// the first owns every partition and, once the second joined, until
+	// the release checks the partition's runs; it follows the wall clock
+	// while the runs' work and the release's waits go on.
+	clk := newOwnClock(t).as(first)
+	clk2 := clk.another().as(second)
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, append(clk.options(hook), runner.WithDrainWindow(200*time.Millisecond))...)
+	clk.advanceUntil(t, "the first runner owns every partition", 40, func() bool { return ownsAll(r1) })
+	clk.follow()
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: y, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
@@ -101,8 +108,14 @@ func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) 
 		_, _ = h.client.Approve(c, api.ApproveRequest{CommandID: "ay", Run: y, Action: ay.ID, Revision: ay.Request.Revision, Approver: "desk", Credential: "alice"})
 	}()
 	receive(t, "y's lock held by its approval", inY)
-	r2, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
-	receive(t, "the release's check", checked)
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, append(clk2.options(nil), runner.WithDrainWindow(200*time.Millisecond))...)
+	clk.advanceUntil(t, "the release's check", 40, closed(checked))
+	clk.follow()
+	// These sleeps are not ownership's time, which a fake clock could
+	// move: they order the release's lock waits (handOffJudged: a context
+	// deadline of the wall clock, WithHandOffLockTimeout) against x's
+	// model reply and y's approval, and no hook says where the release
+	// waits.
 	time.Sleep(300 * time.Millisecond) // the check is (maybe) past x, waiting for y's lock
 	releaseX()                         // x's model answers: pay 50, allowed, its body has no deadline
 	time.Sleep(300 * time.Millisecond) // its reply recorded, unless the release holds x's lock
