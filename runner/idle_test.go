@@ -41,6 +41,10 @@ func TestIdleRunsLeaveMemoryAndComeBackWithoutATakeover(t *testing.T) {
 	for i := range n {
 		h.waitStatus(fmt.Sprint("idle-", i), aggregate.StatusSuspended)
 	}
+	// A poll, on the wall clock: the eviction follows the suspension
+	// (idle.go), not ownership's time, and the approval expiry is the
+	// run's own timer (timers.go), the wall clock's; a fake ownership
+	// clock would move neither.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		held := r.Stats().Driven

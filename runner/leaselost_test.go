@@ -34,12 +34,24 @@ func TestScenario37_CommandAfterLapsedLeaseIsRerouted(t *testing.T) {
 	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
 	h := newHarness(t)
 	ida, idb := keeping("r37l") // the run stays A's when B joins
-	ra, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(ida))
+	// A and B on one fake ownership clock (ownClock), stepped until A
+	// owns every partition and, once B joined, until the partitions
+	// settled between them; it follows the wall clock from there, so
+	// that both keep their liveness keys (the bucket's max age is the
+	// server's time) while the takeover and the cancel go on.
+	clk := newOwnClock(t).as(ida)
+	clkb := clk.another().as(idb)
+	h.unbalanced = true // the partitions move on the clock's steps
+	ra, _ := h.startRunner([]*agent.Agent{mk()}, clk.options(nil)...)
+	clk.advanceUntil(t, "A owns every partition", 40, func() bool { return ownsAll(ra) })
+	clk.follow()
 	c := ctx(t)
 	if _, err := h.client.Start(c, api.StartRequest{Run: "r37l", Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
-	rb, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(idb))
+	rb, _ := h.startRunner([]*agent.Agent{mk()}, clkb.options(nil)...)
+	clk.advanceUntil(t, "the partitions settled between A and B", 40, func() bool { return assigned(ra, rb) })
+	clk.follow()
 
 	// A's key lapses (deleted here; A's next heartbeat puts it back) and B
 	// is woken for the run meanwhile: B takes it over.

@@ -198,6 +198,10 @@ func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(c, declared); err != nil {
 		t.Fatal(err)
 	}
+	// On the wall clock, not a fake ownership clock: while the bucket
+	// refuses writes the runner's view never sees its own key, so an
+	// ownClock step (which waits for it) would wait out its bound at every
+	// heartbeat interval; the poll waits at most one.
 	for {
 		if _, err := kv.Get(c, r.ID()); err == nil {
 			break
@@ -238,7 +242,8 @@ func TestRunnerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 	var runErr error
 	go func() { defer close(done); runErr = r.Run(rctx) }()
 	defer func() { stop(); <-done }()
-	// Down for longer than a JetStream request's default timeout (5 s).
+	// Down for longer than a JetStream request's default timeout (5 s):
+	// the client's time, which a fake ownership clock does not move.
 	select {
 	case <-done:
 		t.Fatalf("Run returned while the server was down: %v", runErr)

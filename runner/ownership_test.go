@@ -27,7 +27,9 @@ import (
 
 // beating keeps runner id's key in weft_runners put with value v until
 // the returned stop is called, which deletes the key (a drained runner's
-// release: gone at once).
+// release: gone at once). It puts the key every 200 ms of the wall clock,
+// not of a fake ownership clock: the bucket's max age, which lapses the
+// key, is the server's time.
 func (h *harness) beating(id string, v []byte) (stop func()) {
 	h.t.Helper()
 	live, err := h.srv.JS.KeyValue(ctx(h.t), runner.RunnersBucket)
@@ -153,7 +155,18 @@ func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(500, "ok"))})
 	b := &bodies{}
 	a := build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove), agent.WithCommandTimeout(time.Second))
-	first, stopFirst := h.startRunner([]*agent.Agent{a})
+	// Both runners on one fake ownership clock (ownClock): stepped until
+	// the first owns every partition and, once it drained and the second
+	// started, until the second claimed the run's partition; it follows
+	// the wall clock while the runs' work and the drain go on. The polls
+	// left wait on the eviction and on the watch of weft_partitions, not
+	// on ownership's time.
+	clk := newOwnClock(t)
+	clk2 := clk.another().withoutScan()
+	h.unbalanced = true // the partitions move on the clock's steps
+	first, stopFirst := h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
+	clk.advanceUntil(t, "the first runner owns every partition", 40, func() bool { return ownsAll(first) })
+	clk.follow()
 	const run = "stale-idle"
 	c := ctx(t)
 	if err := retrying(c, func() error {
@@ -170,14 +183,11 @@ func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	stopFirst()
-	r, _ := h.startRunner([]*agent.Agent{a}, runner.WithoutScan())
+	clk.leave()
+	r, _ := h.startRunner([]*agent.Agent{a}, append(clk2.options(nil), runner.WithoutScan())...)
 	p := partition.Of(run, runner.DefaultPartitions)
-	for !slices.Contains(r.Stats().Partitions, p) {
-		if c.Err() != nil {
-			t.Fatal("the second runner never claimed the partition")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	clk.advanceUntil(t, "the second runner claimed the partition", 40, func() bool { return slices.Contains(r.Stats().Partitions, p) })
+	clk.follow()
 	_, claimed := h.partRev(p)
 	h.beating("other", []byte(`{"schema":1,"at":"x"}`))
 	h.owns("other", run)
