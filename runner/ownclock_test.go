@@ -79,6 +79,11 @@ func newOwnClock(t *testing.T) *ownClock {
 // (nil: none) called on every event besides c's.
 func (c *ownClock) options(hook func(event string, p int, run string)) []runner.Option {
 	c.also = hook
+	if o := c.origin; o != nil {
+		o.gmu.Lock()
+		o.others = append(o.others, c)
+		o.gmu.Unlock()
+	}
 	return []runner.Option{runner.WithID(c.id), runner.WithOwnershipClock(c.Fake), runner.WithHook(func(event string, p int, run string) {
 		if event == "partition-pass" || event == "partition-scanned" || (event == "runners-view" && run == c.id) {
 			c.mu.Lock()
@@ -137,6 +142,9 @@ func (c *ownClock) step() bool {
 	}
 	c.halt()
 	members := c.members()
+	for _, m := range members {
+		m.armed()
+	}
 	type from struct{ rounds, scans, beats int64 }
 	was := make([]from, len(members))
 	for i, m := range members {
@@ -161,19 +169,41 @@ func (c *ownClock) step() bool {
 	return true
 }
 
+// armed waits (up to 5 s of the wall clock) until c's runner has made
+// the scan its partition loop makes as it starts, after it armed its
+// ticker: a runner serves (the harness's startRunner returns) before its
+// partition loop starts, and a ticker armed after a step's Advance fires
+// at the step after, the step between waiting its bound for nothing. A
+// runner without scans (withoutScan) gives no such sign: not waited for.
+func (c *ownClock) armed() {
+	if c.noScan {
+		return
+	}
+	deadline := time.NewTimer(5 * time.Second)
+	defer deadline.Stop()
+	for {
+		_, s, _, more := c.counts()
+		if s > 0 {
+			return
+		}
+		select {
+		case <-more:
+		case <-deadline.C:
+			return
+		}
+	}
+}
+
 // another returns the ownership clock of another runner on c's one
 // clock: its own id, hook and counts, the clock (and its following)
-// c's. Call it before that runner starts.
+// c's. The clock's steps wait for that runner from its options on (the
+// runner about to start).
 func (c *ownClock) another() *ownClock {
 	o := c
 	if c.origin != nil {
 		o = c.origin
 	}
-	m := &ownClock{Fake: o.Fake, id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: o.lease, progress: make(chan struct{}), origin: o}
-	o.gmu.Lock()
-	o.others = append(o.others, m)
-	o.gmu.Unlock()
-	return m
+	return &ownClock{Fake: o.Fake, id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: o.lease, progress: make(chan struct{}), origin: o}
 }
 
 // leave says c's runner has stopped (or is stopping, its rounds ended):
@@ -357,4 +387,15 @@ func closed(ch <-chan struct{}) func() bool {
 			return false
 		}
 	}
+}
+
+// settle steps c's clock until rs, the runners alive, own the partitions
+// as the assignment gives them (assigned).
+func (c *ownClock) settle(t *testing.T, rs ...*runner.Runner) {
+	t.Helper()
+	var ids []string
+	for _, r := range rs {
+		ids = append(ids, r.ID())
+	}
+	c.advanceUntil(t, fmt.Sprintf("the partitions settled among %v", ids), 40, func() bool { return assigned(rs...) })
 }

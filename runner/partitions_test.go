@@ -89,8 +89,15 @@ func TestPartitions_TwoRunnersSplitThemAndEachHasOneOwner(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	a := build(t, model.NewScripted("s", model.Answer("ok")), []tools.Tool{(&bodies{}).tool()}, policy.Func(allow))
-	r1, _ := h.startRunner([]*agent.Agent{a})
-	r2, _ := h.startRunner([]*agent.Agent{a})
+	// Both runners on one fake ownership clock (ownClock), stepped a
+	// round of rebalancing at a time until the partitions settled.
+	clk := newOwnClock(t)
+	clk2 := clk.another()
+	h.unbalanced = true // the partitions move on the clock's steps
+	r1, _ := h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
+	clk.settle(t, r1)
+	r2, _ := h.startRunner([]*agent.Agent{a}, clk2.options(nil)...)
+	clk.settle(t, r1, r2)
 	ids := []string{r1.ID(), r2.ID()}
 	kv := h.owners()
 	seen := map[int]string{}
@@ -149,8 +156,26 @@ func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(50, "ok"))})
 	mk := func() *agent.Agent { return build(t, m, []tools.Tool{b.tool()}, policy.Func(approvalAbove)) }
-	r1, _ := h.startRunner([]*agent.Agent{mk()})
-	r2, _ := h.startRunner([]*agent.Agent{mk()})
+	// The three runners on one fake ownership clock (ownClock): stepped
+	// until the first two split the partitions and, once the third
+	// joined, until a release began; it follows the wall clock while the
+	// runs' work goes on and the releases wait for the bodies (within the
+	// drain window, ownership's time: stepped ahead, it would pass before
+	// the bodies end).
+	clk := newOwnClock(t)
+	clk2, clk3 := clk.another(), clk.another()
+	h.unbalanced = true // the partitions move on the clock's steps
+	var releases atomic.Int64
+	counting := func(event string, _ int, _ string) {
+		if event == "release-check" {
+			releases.Add(1)
+		}
+	}
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, clk.options(counting)...)
+	clk.settle(t, r1)
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, clk2.options(counting)...)
+	clk.settle(t, r1, r2)
+	clk.follow()
 	const n = 60
 	c := ctx(t)
 	for i := range n {
@@ -168,7 +193,11 @@ func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
 			before[p] = r.ID()
 		}
 	}
-	r3, _ := h.startRunner([]*agent.Agent{mk()})
+	r3, _ := h.startRunner([]*agent.Agent{mk()}, clk3.options(nil)...)
+	from := releases.Load()
+	clk.advanceUntil(t, "a release of a partition assigned to the joiner began", 40, func() bool { return releases.Load() > from })
+	clk.follow()
+	until(t, "the partitions settled among the three runners", func() bool { return assigned(r1, r2, r3) })
 	got := len(r3.Stats().Partitions)
 	if got < runner.DefaultPartitions/3/3 || got > 3*runner.DefaultPartitions/3 {
 		t.Errorf("the joining runner took %d partitions, want about %d", got, runner.DefaultPartitions/3)
@@ -431,8 +460,17 @@ func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
 		model.Rule{Name: "done", Match: func(r model.Request) bool { _, ok := model.ResultOf(r, "pay"); return ok }, Step: model.Answer("ok")},
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: model.CallTools(payCall(500, "ok"))})
 	mk := func() *agent.Agent { return build(t, m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove)) }
-	r1, _ := h.startRunner([]*agent.Agent{mk()})
-	r2, _ := h.startRunner([]*agent.Agent{mk()})
+	// Both runners on one fake ownership clock (ownClock), stepped until
+	// the partitions settled; it follows the wall clock while the run's
+	// work goes on.
+	clk := newOwnClock(t)
+	clk2 := clk.another()
+	h.unbalanced = true // the partitions move on the clock's steps
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, clk.options(nil)...)
+	clk.settle(t, r1)
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, clk2.options(nil)...)
+	clk.settle(t, r1, r2)
+	clk.follow()
 	// A run of r1's partitions.
 	run := ""
 	for i := 0; run == ""; i++ {

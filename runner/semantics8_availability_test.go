@@ -352,8 +352,17 @@ func TestSemantics8_AReleaseNeverHoldsAPartitionsRunsHostageToAnInfiniteBody(t *
 		return build(t, payThenAnswer(50), []tools.Tool{g.tool()}, policy.Func(allow), agent.WithToolTimeout(tools.Infinity()))
 	}
 	pc := &passCounter{}
-	r1, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(first), runner.WithDrainWindow(200*time.Millisecond), runner.WithHook(pc.hook))
-	until(t, "the first runner owns every partition", func() bool { return ownsAll(r1) })
+	// Both runners on one fake ownership clock (ownClock): stepped until
+	// the first owns every partition, once the second joined until it
+	// took its other partitions and for four more rounds of the first
+	// (the busy partition stays), and once the body ended until the
+	// partition moved; it follows the wall clock while the runs' work
+	// goes on.
+	clk := newOwnClock(t).as(first)
+	clk2 := clk.another().as(second)
+	r1, _ := h.startRunner([]*agent.Agent{mk()}, append(clk.options(pc.hook), runner.WithDrainWindow(200*time.Millisecond))...)
+	clk.advanceUntil(t, "the first runner owns every partition", 40, func() bool { return ownsAll(r1) })
+	clk.follow()
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: run, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
@@ -361,9 +370,11 @@ func TestSemantics8_AReleaseNeverHoldsAPartitionsRunsHostageToAnInfiniteBody(t *
 		acts := s.Actions()
 		return len(acts) == 1 && acts[0].State == aggregate.ActionRunning
 	})
-	r2, _ := h.startRunner([]*agent.Agent{mk()}, runner.WithID(second), runner.WithDrainWindow(200*time.Millisecond))
-	until(t, "the joiner took its other partitions", func() bool { return len(r2.Stats().Partitions) > 0 })
-	pc.waitPasses(t, 4) // the first runner saw the joiner, and let the busy partition be
+	r2, _ := h.startRunner([]*agent.Agent{mk()}, append(clk2.options(nil), runner.WithDrainWindow(200*time.Millisecond))...)
+	clk.advanceUntil(t, "the joiner took its other partitions", 40, func() bool { return len(r2.Stats().Partitions) > 0 })
+	from := pc.passes.Load()
+	clk.advanceUntil(t, "4 partition passes", 16, func() bool { return pc.passes.Load() >= from+4 }) // the first runner saw the joiner, and let the busy partition be
+	clk.follow()
 	if _, err := h.client.Start(ctx(t), api.StartRequest{Run: other, Agent: "desk", Input: "x"}); err != nil {
 		t.Errorf("a start in the partition of a body without a deadline: %v (want it started at once)", err)
 	}
@@ -378,7 +389,7 @@ func TestSemantics8_AReleaseNeverHoldsAPartitionsRunsHostageToAnInfiniteBody(t *
 		}
 		checkGraceful(t, h, id, s)
 	}
-	until(t, "the partition moved once its body ended", func() bool {
+	clk.advanceUntil(t, "the partition moved once its body ended", 40, func() bool {
 		for _, q := range r2.Stats().Partitions {
 			if q == p {
 				return true
