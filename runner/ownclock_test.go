@@ -25,7 +25,9 @@ import (
 // again (the "partition-pass", "partition-scanned" and "runners-view"
 // hooks). follow makes the clock follow the wall clock instead, while the
 // test waits on the runner's work; a step stops following first (the two
-// would both move the clock).
+// would both move the clock). Several runners share one clock (another:
+// a joining runner, a release between two): a step moves it once and
+// waits for each runner's round, scan and beat.
 //
 // What a fake clock cannot move is the server's: the runners bucket's
 // max age (a liveness key lapses a lease of the server's time after its
