@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -308,7 +310,8 @@ type harness struct {
 	runners   []*part
 	workers   []*part
 	projector *part
-	urls      string
+	urls      string // the nodes' client URLs, each with token
+	token     string // the secret every node requires of its clients
 	ledger    string
 
 	nc     *nats.Conn
@@ -533,16 +536,29 @@ func (h *harness) newPart(name, role string, env []string) *part {
 	return &part{h: h, name: name, role: role, env: env, log: filepath.Join(h.dir, "logs", name+".log")}
 }
 
-// writeNodes writes each node's configuration file.
+// writeNodes writes each node's configuration file. Every node requires
+// the harness's own token of its clients, and h.urls carries it (so do
+// the child processes' NATS_URL and the harness's own connection): a node
+// keeps its port across its restarts, and while it is down another
+// harness's node (another chaos test, in parallel) can take that port; a
+// client of this harness reconnecting there is refused (authorization
+// violation) and keeps trying, instead of working against the other
+// harness's streams, of the same names, and reporting acknowledged
+// commands lost from its own log.
 func (h *harness) writeNodes() error {
 	n := h.cfg.Nodes
 	ports, err := loopport.Free(2 * n)
 	if err != nil {
 		return err
 	}
+	secret := make([]byte, 16)
+	if _, err := crand.Read(secret); err != nil {
+		return err
+	}
+	h.token = hex.EncodeToString(secret)
 	var urls, routes []string
 	for i := range n {
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		urls = append(urls, fmt.Sprintf("nats://%s@127.0.0.1:%d", h.token, ports[i]))
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
 	}
 	h.urls = strings.Join(urls, ",")
@@ -550,6 +566,7 @@ func (h *harness) writeNodes() error {
 		name := fmt.Sprintf("nats-%d", i+1)
 		var b strings.Builder
 		fmt.Fprintf(&b, "server_name: %s\nlisten: 127.0.0.1:%d\nmax_payload: 8MB\n", name, ports[i])
+		fmt.Fprintf(&b, "authorization { token: %q }\n", h.token)
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", filepath.Join(h.dir, name))
 		if h.cfg.SyncInterval > 0 {
 			fmt.Fprintf(&b, "  sync_interval: %q\n", h.cfg.SyncInterval.String())

@@ -16,6 +16,7 @@ import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { RUNNERS_BUCKET, Worker, bind, explain, logCheck, uncertain } from "../../src/index.js";
+import { natsURL } from "./nats-url.js";
 
 const env = process.env;
 const id = env.WEFT_CHAOS_ID;
@@ -63,7 +64,7 @@ function sleep(ms, signal) {
   });
 }
 
-const nc = await connect({ servers: env.NATS_URL.split(","), name: id, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+const nc = await connect({ ...natsURL(env.NATS_URL), name: id, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
 const inner = logCheck(await jetstreamManager(nc, { checkAPI: false }), () => new Kvm(nc).open(RUNNERS_BUCKET));
 const w = new Worker(nc, {
   agent: "chaos", version: "1", id, ackWaitMs: millis(env.WEFT_CHAOS_ACK_WAIT, 1000),
