@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -44,7 +45,10 @@ var pickPort = func() (int, error) {
 // store in t.TempDir(), stopped on t.Cleanup. It returns once the JetStream
 // meta leader answers and a stream of n replicas can be placed (a probe
 // stream, deleted again), with the
-// client URLs joined by commas, ready for nats.Connect.
+// client URLs joined by commas, ready for nats.Connect. As Start's server,
+// every server of the cluster requires the cluster's own token, which each
+// URL carries: a client of another test's server whose port one of these
+// took is refused, not served this cluster's streams.
 //
 // Route ports are picked up front (a listener on port 0, closed again) so
 // that every server can name all routes: a clustered JetStream server opens
@@ -111,11 +115,13 @@ func startCluster(t testing.TB, n int) (url string, err error) {
 			}
 		}
 	}()
+	token := newToken(t)
 	fatal := make(chan string, n)
 	for i := range n {
 		o := &server.Options{
-			ServerName: fmt.Sprintf("weft-%d", i+1),
-			Host:       "127.0.0.1", Port: server.RANDOM_PORT,
+			Authorization: token,
+			ServerName:    fmt.Sprintf("weft-%d", i+1),
+			Host:          "127.0.0.1", Port: server.RANDOM_PORT,
 			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
 			Cluster: server.ClusterOpts{Name: "weft", Host: "127.0.0.1", Port: routes[i]},
 			Routes:  server.RoutesFromStr(strings.Join(seeds, ",")),
@@ -152,7 +158,12 @@ func startCluster(t testing.TB, n int) (url string, err error) {
 				return "", fmt.Errorf("server %d not listening after %s", i+1, clusterReady)
 			}
 		}
-		urls = append(urls, srv.ClientURL())
+		u, err := neturl.Parse(srv.ClientURL())
+		if err != nil {
+			return "", err
+		}
+		u.User = neturl.User(token)
+		urls = append(urls, u.String())
 	}
 	// Ready when the meta leader sees every peer online with JetStream (a
 	// placement of n replicas before that fails with "peer offline").

@@ -141,15 +141,21 @@ func (s *Server) start() {
 	s.URL = u.String()
 }
 
-// secret returns a new token and the path of a server configuration that
-// requires it, in t.TempDir().
-func secret(t testing.TB) (token, conf string) {
+// newToken returns a new random token for a server.
+func newToken(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatalf("natstest: token: %v", err)
 	}
-	token = hex.EncodeToString(b)
+	return hex.EncodeToString(b)
+}
+
+// secret returns a new token and the path of a server configuration that
+// requires it, in t.TempDir().
+func secret(t testing.TB) (token, conf string) {
+	t.Helper()
+	token = newToken(t)
 	conf = filepath.Join(t.TempDir(), "natstest.conf")
 	if err := os.WriteFile(conf, []byte(fmt.Sprintf("authorization { token: %q }\n", token)), 0o600); err != nil {
 		t.Fatalf("natstest: server configuration: %v", err)
