@@ -24,9 +24,11 @@
 // clients reconnect to the address they know); a client of this server
 // that reaches the other one is then refused (authorization violation)
 // instead of working against a server with the same streams and another
-// test's data. A test that configures its own authorization
-// (WithNodeOptions with natsnode.WithConfigFile and its own credentials)
-// keeps it: the server then has no token and URL carries none.
+// test's data. A test that starts the server from its own configuration
+// (WithNodeOptions with natsnode.WithConfigFile) gets that configuration's
+// authorization instead of the token; with credentials of its own
+// (natsnode.WithUserPassword and the like) Token is "" and URL carries
+// none.
 package natstest
 
 import (
