@@ -11,7 +11,6 @@ import (
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/telemetry"
 )
 
 // route runs fn on the locked run when this runner drives it (or takes it
@@ -254,80 +253,10 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 					r.noteQuarantine(err)
 					return nil, err
 				}
-				// The outcome is unknown: the decision may have landed
-				// (its acknowledgement lost). Re-read, so that what did
-				// land is acted on now, not whenever the run is next
-				// touched.
-				ours, qerr := r.resync(ctx, rn, evs)
-				if ours {
-					// Landed: its head is signed as after an acknowledged
-					// append (docs/adr/0026-signed-heads.md).
-					r.signHead(ctx, rn)
-					return evs, derr
-				}
-				if qerr != nil {
-					return nil, qerr // an impossible event: nothing acts on the run until it is repaired
-				}
-				if rn.stale {
-					// The run could not be read: the decision may have
-					// landed, so "not applied — retry" would be a guess
-					// (docs/semantics.md §8, "A run can always be answered").
-					// The
-					// caller answers it by its kind (unknownAnswer). The
-					// run is read again soon, so that what did land is
-					// acted on (docs/semantics.md §8: pending work is retried).
-					if rn.driven {
-						r.retryLater(rn.id)
-					}
-					return nil, &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf(
-						"run %s: whether the decision was recorded is not known (%v), and the run could not be read to learn it; read the run", rn.id, err)}
-				}
-				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+				return r.appendUnknown(ctx, rn, evs, derr, err)
 			}
 			// Re-read and re-decide; never act on the lost decision.
-			wasRunner, wasIncarnation := rn.state.Runner(), rn.state.Incarnation()
-			tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
-			if lerr != nil {
-				if r.noteQuarantine(lerr) {
-					return nil, lerr // nothing acts on the run until it is repaired
-				}
-				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: lerr.Error()}
-			}
-			recs, rerr := recorded(tail)
-			if rerr != nil {
-				return nil, rerr
-			}
-			for _, rec := range recs {
-				if err := r.evolveRead(rn, rec, head); err != nil {
-					return nil, err // quarantined: nothing acts on the run until it is repaired
-				}
-			}
-			rn.head = head
-			_, fin := rn.state.Finished()
-			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin && rn.state.HandedOff() &&
-				rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
-				// A takeover met the hand-off of the driver it takes the run
-				// over from (and perhaps the reports of its work in flight),
-				// recorded while that driver gave the partition up (paused,
-				// then released): the run is still this runner's to take
-				// over, now with the cause handed_off (takeOver keeps it
-				// pending, tried again). Dropped, nobody would drive it: its
-				// previous driver gave it up, and the scan that woke it
-				// removes the entry of a run it does not hold
-				// (docs/semantics.md §8: a run can always be answered). A run
-				// its previous driver still drives (no hand-off) is left to
-				// it as before, and one it finished needs no takeover. The
-				// equal incarnation is the test that nobody recovered the
-				// run meanwhile (the runner changes only with a recovery);
-				// the runner's is compared all the same.
-				return nil, err
-			}
-			if rn.driven && rn.state.Runner() != r.id {
-				r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
-				r.drop(rn)
-				return nil, err
-			}
-			if _, isRecover := c.(aggregate.Recover); isRecover {
+			if err := r.afterConflict(ctx, rn, c, err); err != nil {
 				return nil, err
 			}
 			continue

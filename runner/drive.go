@@ -335,6 +335,95 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) (bool,
 	return ours, nil
 }
 
+// appendUnknown answers an append of evs (the decision derr came with)
+// that failed with err, neither a conflict nor a refusal of the store:
+// its outcome is unknown (decideAppend).
+func (r *Runner) appendUnknown(ctx context.Context, rn *run, evs []events.Event, derr, err error) ([]events.Event, error) {
+	// The outcome is unknown: the decision may have landed
+	// (its acknowledgement lost). Re-read, so that what did
+	// land is acted on now, not whenever the run is next
+	// touched.
+	ours, qerr := r.resync(ctx, rn, evs)
+	if ours {
+		// Landed: its head is signed as after an acknowledged
+		// append (docs/adr/0026-signed-heads.md).
+		r.signHead(ctx, rn)
+		return evs, derr
+	}
+	if qerr != nil {
+		return nil, qerr // an impossible event: nothing acts on the run until it is repaired
+	}
+	if rn.stale {
+		// The run could not be read: the decision may have
+		// landed, so "not applied — retry" would be a guess
+		// (docs/semantics.md §8, "A run can always be answered").
+		// The
+		// caller answers it by its kind (unknownAnswer). The
+		// run is read again soon, so that what did land is
+		// acted on (docs/semantics.md §8: pending work is retried).
+		if rn.driven {
+			r.retryLater(rn.id)
+		}
+		return nil, &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf(
+			"run %s: whether the decision was recorded is not known (%v), and the run could not be read to learn it; read the run", rn.id, err)}
+	}
+	return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+}
+
+// afterConflict reads the tail another writer appended when the append of
+// c's decision met a conflict (err) and folds it into rn. It returns nil
+// when decideAppend is to decide c again on the run as it is now, else
+// the error decideAppend returns (err itself when the run is another
+// runner's now, or for a takeover).
+func (r *Runner) afterConflict(ctx context.Context, rn *run, c aggregate.Command, err error) error {
+	wasRunner, wasIncarnation := rn.state.Runner(), rn.state.Incarnation()
+	tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
+	if lerr != nil {
+		if r.noteQuarantine(lerr) {
+			return lerr // nothing acts on the run until it is repaired
+		}
+		return &weft.Error{Code: weft.CodeUnavailable, Message: lerr.Error()}
+	}
+	recs, rerr := recorded(tail)
+	if rerr != nil {
+		return rerr
+	}
+	for _, rec := range recs {
+		if err := r.evolveRead(rn, rec, head); err != nil {
+			return err // quarantined: nothing acts on the run until it is repaired
+		}
+	}
+	rn.head = head
+	_, fin := rn.state.Finished()
+	if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin && rn.state.HandedOff() &&
+		rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
+		// A takeover met the hand-off of the driver it takes the run
+		// over from (and perhaps the reports of its work in flight),
+		// recorded while that driver gave the partition up (paused,
+		// then released): the run is still this runner's to take
+		// over, now with the cause handed_off (takeOver keeps it
+		// pending, tried again). Dropped, nobody would drive it: its
+		// previous driver gave it up, and the scan that woke it
+		// removes the entry of a run it does not hold
+		// (docs/semantics.md §8: a run can always be answered). A run
+		// its previous driver still drives (no hand-off) is left to
+		// it as before, and one it finished needs no takeover. The
+		// equal incarnation is the test that nobody recovered the
+		// run meanwhile (the runner changes only with a recovery);
+		// the runner's is compared all the same.
+		return err
+	}
+	if rn.driven && rn.state.Runner() != r.id {
+		r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
+		r.drop(rn)
+		return err
+	}
+	if _, isRecover := c.(aggregate.Recover); isRecover {
+		return err
+	}
+	return nil
+}
+
 // drop forgets a run this runner no longer drives.
 //
 // A run the log still names this runner the driver of (not handed off,
