@@ -1,5 +1,74 @@
 package runner
 
+// The command loop. Every command a run receives passes the functions of
+// this file, in this order (load → decide → append → act on pending); no
+// other runner file holds a step of it. The helpers it calls out to hold
+// the detail, named here by what they do (docs/architecture.md walks an
+// approval through it).
+//
+// A command enters by one of two doors:
+//
+//   - route, for the API's commands (weft.api.<endpoint>, served by
+//     api.Serve): each handler — approve, reject and decide (answers.go),
+//     reconcile and cancel (backend.go), resolve (resolve.go), a worker's
+//     report and a settlement (reports.go), pause and resume (pause.go) —
+//     passes route a function that checks its request on the locked run
+//     and calls step. A start (startFork, backend.go) has no run to load:
+//     it makes one and calls decideAppend and act itself.
+//   - command, for the runner's own commands: a model's reply or failure
+//     (callModel, effects.go), a timer's firing (timers.go), a child run's
+//     end settled on its parent (delegate.go); commandLocked calls step.
+//
+// Then:
+//
+//  1. Load (route, command). acquire (acquire.go) returns the run locked:
+//     from memory when this runner drives it, else read back (a snapshot
+//     and the log's tail, loadAt in drive.go), by the owner of the run's
+//     partition only; a run another runner drove is taken over (the
+//     recovery waits in run.takeover and is recorded with this command's
+//     decision). A run driven elsewhere has the command forwarded to its
+//     driver (forward.go). After the command, finishTakeover (acquire.go)
+//     records a takeover the command did not record; a command whose run
+//     was lost or retaken meanwhile is routed once more, and a refusal
+//     decided without an append is first checked against the log's head
+//     (current, backend.go).
+//  2. Decide (step → decideAppend): aggregate.Decide on the run's state at
+//     the store's time (clock, drive.go), or, with a takeover pending, the
+//     recovery and the command together (takeOver, acquire.go). The claims
+//     a decision ends are closed first and the decision made again with
+//     their outcomes (closeFirst, close.go); a model reply takes its tool
+//     request's resolution along in the same message (withResolution,
+//     drive.go).
+//  3. Append (decideAppend): the run's driver entry first when the append
+//     puts work in flight or owes a signed head (keyBeforeAppend,
+//     drive.go), the in-process worker's claims of the attempts it fences
+//     with it (prepareHandOffs, handtask.go), then eventlog.Append against
+//     the head decided on. Recorded, the events are folded into the run
+//     (run.evolve, drive.go), the head signed (signHead, signhead.go),
+//     observed (observe.go) and now and then snapshotted (maybeSnapshot,
+//     drive.go). A conflict folds the tail another writer appended and
+//     decides again (afterConflict, drive.go); an append of unknown
+//     outcome reads the run back (appendUnknown and resync, drive.go); a
+//     refusal of the store returns with nothing recorded.
+//  4. Act on pending (step → act → actOnce), after an append (or on a
+//     wake) and only while this runner drives the run: the stop of the
+//     bodies the appended events stopped, the model call of a cancelled
+//     run cut short; delegation's tending (afterAppend, delegate.go); then
+//     aggregate.Pending of the state — the run's end
+//     (drop, drive.go; its timers disarmed and driver entry deleted), the
+//     timers (syncTimers, timers.go), the driver entry, the fenced attempts
+//     (dispatch, effects.go), the model call (callModel, effects.go) or a
+//     reply kept from before (takeReply, retry.go) recorded through
+//     commandLocked, a tool request's validation and policy (resolve,
+//     effects.go) decided as a step of its own. What failed makes the run
+//     be woken again (retryLater, retry.go); the wake (wake.go) derives the
+//     work again from the state and acts (docs/semantics.md §8).
+//
+// step also aborts the in-process worker's claims that act did not
+// dispatch (abortPrepared, handtask.go) and answers the refusal of a
+// command the runner derived itself as an internal refusal (refused,
+// refusals.go).
+
 import (
 	"context"
 	"errors"
