@@ -6,7 +6,8 @@ package runner
 // the detail, named here by what they do (docs/architecture.md walks an
 // approval through it).
 //
-// A command enters by one of two doors:
+// A command enters by one of two doors, and the runner's own work by a
+// third:
 //
 //   - route, for the API's commands (weft.api.<endpoint>, served by
 //     api.Serve): each handler — approve, reject and decide (answers.go),
@@ -18,6 +19,13 @@ package runner
 //   - command, for the runner's own commands: a model's reply or failure
 //     (callModel, effects.go), a timer's firing (timers.go), a child run's
 //     end settled on its parent (delegate.go); commandLocked calls step.
+//   - the runner's own work on a run it already holds locked, which skips
+//     the load and enters at step (or lower): a wake's due timers (wake.go)
+//     and the recovery a takeover records (acquire.go) call step, and the
+//     wake and an acquisition act on what is pending (act); the claims a
+//     decision closes record their outcomes by step (close.go); a tool the
+//     catalog lost is recorded by step (delegate.go); a drain's hand-off
+//     (handoff.go) calls decideAppend alone and acts on nothing.
 //
 // Then:
 //
