@@ -57,7 +57,7 @@ const (
 type Config struct {
 	// Answers adds the answering tools. Default: read-only.
 	Answers bool
-	// Retry bounds the retries of an answer (api.WithRetry; default
+	// Retry bounds the retries of an answer (client.WithRetry; default
 	// api.DefaultRetryWithin); NoRetry sends each once.
 	Retry   time.Duration
 	NoRetry bool
