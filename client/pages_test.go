@@ -12,13 +12,13 @@ import (
 	"github.com/weftrun/weft/projector"
 )
 
-// The inbox pages (docs/protocol.md, the query service's inboxes): each
-// page holds at most its limit, oldest first, and names the next page's
-// cursor until the last; the pages together are what Approvals,
-// Uncertain and Questions return whole. CaughtUp compares a view with
-// the run's log: a view read before an approval is applied is behind
-// once the approval is answered (docs/semantics.md §8: a command is
-// answered once its events are in the log).
+// The inbox pages (docs/protocol/50-queries.md, weft.api.query.approvals,
+// uncertain, questions): each page holds at most its limit, oldest first,
+// and names the next page's cursor until the last; the pages together are
+// what Approvals, Uncertain and Questions return whole. CaughtUp compares
+// a view with the run's log: a view read before an approval is applied is
+// behind once the approval is answered (docs/protocol/40-commands.md: a
+// success is answered once the command's decision landed in the log).
 func TestClientInboxPagesAndCaughtUp(t *testing.T) {
 	c := serve(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
