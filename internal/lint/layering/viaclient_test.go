@@ -40,7 +40,7 @@ var wireClientHarnesses = map[string]string{
 
 // wireClientCalls returns, for one Go file's source, whether it refers to
 // api.NewClient or projector.NewClient of this module (under whatever name
-// the file imports them).
+// the file imports them; under a dot import, as a bare NewClient).
 func wireClientCalls(t *testing.T, name string, src []byte) bool {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), name, src, parser.SkipObjectResolution)
@@ -59,10 +59,33 @@ func wireClientCalls(t *testing.T, name string, src []byte) bool {
 		}
 		names[n] = true
 	}
+	// Under a dot import the constructor is a bare identifier. The
+	// identifiers named NewClient that are not a use of it — a selector's
+	// name (x.NewClient), a declared function, method or field, a composite
+	// literal's field key — are set aside before they are visited.
+	notUse := map[*ast.Ident]bool{}
 	found := false
 	ast.Inspect(f, func(n ast.Node) bool {
-		if sel, ok := n.(*ast.SelectorExpr); ok && sel.Sel.Name == "NewClient" {
-			if id, ok := sel.X.(*ast.Ident); ok && names[id.Name] {
+		switch n := n.(type) {
+		case *ast.SelectorExpr:
+			notUse[n.Sel] = true
+			if n.Sel.Name == "NewClient" {
+				if id, ok := n.X.(*ast.Ident); ok && names[id.Name] {
+					found = true
+				}
+			}
+		case *ast.FuncDecl:
+			notUse[n.Name] = true
+		case *ast.Field:
+			for _, id := range n.Names {
+				notUse[id] = true
+			}
+		case *ast.KeyValueExpr:
+			if id, ok := n.Key.(*ast.Ident); ok {
+				notUse[id] = true
+			}
+		case *ast.Ident:
+			if names["."] && n.Name == "NewClient" && !notUse[n] {
 				found = true
 			}
 		}
@@ -156,14 +179,18 @@ func TestApplicationsHoldAClient(t *testing.T) {
 
 // TestWireClientRuleFindsAHandWiredClient runs the rule on made-up files,
 // so TestApplicationsHoldAClient cannot pass vacuously: a call under the
-// package's own name, under another import name and as a function value
-// is found; another package's NewClient, and a local name that shadows
-// none, are not.
+// package's own name, under another import name, under a dot import and
+// as a function value is found; another package's NewClient, and a local
+// name that shadows none, are not, nor, beside a dot import, a field or
+// method of that name.
 func TestWireClientRuleFindsAHandWiredClient(t *testing.T) {
 	files := map[string]string{
 		"plain":     `package p; import "github.com/weftrun/weft/api"; var c = api.NewClient(nil)`,
 		"renamed":   `package p; import q "github.com/weftrun/weft/projector"; var c = q.NewClient(nil)`,
 		"value":     `package p; import "github.com/weftrun/weft/api"; var f = api.NewClient`,
+		"dot":       `package p; import . "github.com/weftrun/weft/api"; var c = NewClient(nil)`,
+		"dotvalue":  `package p; import . "github.com/weftrun/weft/projector"; var f = NewClient`,
+		"dotother":  `package p; import (. "github.com/weftrun/weft/api"; "github.com/weftrun/weft/catalog"); type T struct{ NewClient int }; func (T) NewClient() {}; var c, t = catalog.NewClient(nil), T{NewClient: 1}; var _ = Start`,
 		"catalog":   `package p; import "github.com/weftrun/weft/catalog"; var c = catalog.NewClient(nil)`,
 		"unrelated": `package p; import api "example.com/other/api"; var c = api.NewClient(nil)`,
 	}
@@ -174,7 +201,7 @@ func TestWireClientRuleFindsAHandWiredClient(t *testing.T) {
 		}
 	}
 	slices.Sort(got)
-	if want := []string{"plain", "renamed", "value"}; !slices.Equal(got, want) {
+	if want := []string{"dot", "dotvalue", "plain", "renamed", "value"}; !slices.Equal(got, want) {
 		t.Errorf("files found %v, want %v", got, want)
 	}
 	v := wireClientViolations([]string{"client", "console", "host", "internal/chaos"},
