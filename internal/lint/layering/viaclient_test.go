@@ -35,7 +35,6 @@ var wireClientHarnesses = map[string]string{
 	"internal/busyrunner":   "a test kit that waits for a runner's and a projector's endpoints on a test server",
 	"internal/consolestack": "a test kit that hands tests the raw API clients (Stack.Cmd, Stack.Query) beside the console",
 	"internal/mcptest":      "a test kit that hands tests the raw API clients (Stack.API, Stack.Query) beside an MCP server",
-	"internal/tsdktest":     "the TypeScript SDK's conformance kit, which compares its answers with the Go api.Client's",
 }
 
 // wireClientCalls returns, for one Go file's source, whether it refers to
