@@ -75,19 +75,36 @@ func TestClientInboxPagesAndCaughtUp(t *testing.T) {
 		t.Fatalf("uncertain page 2: %v, %+v", err, u2)
 	}
 
-	// An unconfirmed reconciliation leaves an open question.
-	pay := views["pg-4"].Actions[len(views["pg-4"].Actions)-1].ID
-	if _, err := c.Reconcile(ctx, api.ReconcileRequest{CommandID: "pg-r", Run: "pg-4", Action: pay, Content: []byte(`{"unconfirmed":"asking the bank"}`)}); err != nil {
-		t.Fatal(err)
+	// An unconfirmed reconciliation leaves an open question: two of them,
+	// one page each.
+	notes := map[string]string{"pg-4": "asking the bank", "pg-5": "asking the payee"}
+	for _, run := range []string{"pg-4", "pg-5"} {
+		pay := views[run].Actions[len(views[run].Actions)-1].ID
+		if _, err := c.Reconcile(ctx, api.ReconcileRequest{CommandID: run + "-r", Run: run, Action: pay, Content: []byte(`{"unconfirmed":"` + notes[run] + `"}`)}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	var qs projector.QuestionsReply
+	var open []projections.QuestionItem
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if qs, err = c.QuestionsPage(ctx, projector.InboxRequest{Limit: 1}); err == nil && len(qs.Items) == 1 {
+		if open, err = c.Questions(ctx, projector.InboxRequest{}); err == nil && len(open) == 2 {
 			break
 		}
 	}
-	if len(qs.Items) != 1 || qs.Items[0].Run != "pg-4" || qs.Items[0].Note != "asking the bank" || qs.Next != "" {
-		t.Fatalf("questions page: %v, %+v", err, qs)
+	if len(open) != 2 {
+		t.Fatalf("questions: %v, %d open; want 2", err, len(open))
+	}
+	q1, err := c.QuestionsPage(ctx, projector.InboxRequest{Limit: 1})
+	if err != nil || len(q1.Items) != 1 || q1.Next == "" {
+		t.Fatalf("questions page 1: %v, %d items, next %q; want 1 item and a next cursor", err, len(q1.Items), q1.Next)
+	}
+	q2, err := c.QuestionsPage(ctx, projector.InboxRequest{Limit: 1, Cursor: q1.Next})
+	if err != nil || len(q2.Items) != 1 || q2.Next != "" {
+		t.Fatalf("questions page 2: %v, %d items, next %q; want the last item and no next cursor", err, len(q2.Items), q2.Next)
+	}
+	for i, it := range append(q1.Items, q2.Items...) {
+		if it.Run != open[i].Run || it.Action != open[i].Action || it.Note != notes[it.Run] {
+			t.Fatalf("questions page item %d is %s/%s %q, Questions has %s/%s", i, it.Run, it.Action, it.Note, open[i].Run, open[i].Action)
+		}
 	}
 
 	// Wait's view is the run's log folded: caught up. Once an approval
