@@ -30,8 +30,8 @@ func (c *Client) QuestionsPage(ctx context.Context, f projector.InboxRequest) (p
 
 // CaughtUp reports whether v, a view of its run read earlier (Run,
 // RunFamily), holds every event of the run's log: its version is at least
-// the version of the run's last event, read now from the log (one direct
-// get, no projector). The read model follows the log eventually; a view
+// the version of the run's last event, read now from the log (a direct
+// get of the run's last message, no projector). The read model follows the log eventually; a view
 // read before a command was applied (an approval, a reconciliation) is
 // known to include it once CaughtUp holds, since a command is answered
 // only once its events are in the log. An error when the log cannot be

@@ -671,11 +671,7 @@ func transient(err error) bool {
 	return errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) || weft.ErrorCode(err).Retryable()
 }
 
-// caughtUp reports whether v, read before this call, holds every event of
-// its run's log: its version is the version of the run's last event, read
-// now. A view read before a command was applied (an approval, a
-// reconciliation) is then known to include it: the command answered only
-// once its events were in the log. False when the log's head cannot be read.
+// caughtUp is client.CaughtUp, false when the log's head cannot be read.
 func (s *Server) caughtUp(ctx context.Context, v projections.RunView) bool {
 	ok, err := s.client.CaughtUp(ctx, v)
 	return err == nil && ok
