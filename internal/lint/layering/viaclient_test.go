@@ -165,7 +165,8 @@ func wireClientCallers(t *testing.T) []string {
 // clients, package client and package host, no package constructs
 // api.Client or projector.Client in its non-test files but the harnesses
 // and test kits listed: the console, the MCP servers, the CLI and the demo
-// drive Weft through package client as any application does.
+// drive Weft through package client as any application does. It looks at
+// the constructors only; a raw api.Request is out of its scope.
 func TestApplicationsHoldAClient(t *testing.T) {
 	callers := wireClientCallers(t)
 	if !slices.Contains(callers, "client") {
