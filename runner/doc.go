@@ -40,12 +40,22 @@
 //     arm timers (a local timer for precision plus a durable timer.Timers
 //     schedule).
 //
-// In code: step (decide and append, drive.go's decideAppend) then act
-// (act.go). The files follow the loop: drive.go loads, acquires and
-// appends; act.go performs Pending; effects.go holds the effects (model
-// call, dispatch, resolution); retry.go the retries of step 4; wake.go
-// the internal commands; backend.go the API's commands; forward.go and
-// handoff.go what passes between runners; orphans.go the takeovers;
+// In code: command.go holds the loop, in the order a command passes it —
+// route (the API's commands) or command and commandLocked (the runner's
+// own), step, decideAppend (decide and append), act and actOnce (perform
+// Pending) — and its top comment walks one command through it, naming
+// the helpers it calls. Around it: acquire.go acquires a run (from
+// memory, or read back by its partition's owner, taking it over);
+// drive.go holds the run in memory, its load and the detail of an append
+// (keyBeforeAppend, withResolution, appendUnknown and resync,
+// afterConflict); act.go act's helpers (transient, refresh, the driver
+// entry's delete and correction); effects.go the effects (model call,
+// dispatch, resolution); retry.go the retries of step 4; wake.go the
+// wakes and the timers due; the API's commands by command: backend.go
+// (start, reconcile, cancel), answers.go (approve, reject, decide),
+// reports.go (report, settle), resolve.go, pause.go, restart.go;
+// forward.go and handoff.go what passes between runners; orphans.go the
+// takeovers;
 // partitions.go the partition loop and release.go the runs' part of a
 // partition's release (handing them off, handOffPartition) and of a scan
 // (waking their driver entries, wakePartitions). The state of ownership —
