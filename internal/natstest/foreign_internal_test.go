@@ -12,9 +12,11 @@ import (
 // StartAgain on the same port) another test's server takes its port. A
 // client of the first, reconnecting to the address it knows, must not
 // work against the second (same streams, another test's data): the
-// second refuses it (authorization violation), the client keeps trying
-// its own address and is back on its own server once that one is up
-// again.
+// second refuses it (authorization violation). The client sets
+// nats.IgnoreAuthErrorAbort, so it keeps trying its own address and is
+// back on its own server once that one is up again (without it nats.go
+// closes the connection after the second refusal: loud too, see the
+// package doc).
 func TestAClientWhoseServerLostItsPortIsRefusedByTheNewcomer(t *testing.T) {
 	a := Start(t)
 	refused := make(chan struct{}, 1)
@@ -39,9 +41,7 @@ func TestAClientWhoseServerLostItsPortIsRefusedByTheNewcomer(t *testing.T) {
 	}
 	defer nc.Close()
 	a.Stop()
-	b := &Server{t: t, Dir: t.TempDir(), port: a.port} // another test's server, on a's port
-	b.Token, b.conf = secret(t)
-	b.start()
+	b := Start(t, withPort(a.port)) // another test's server, on a's port
 	select {
 	case <-refused:
 	case <-reconnected:

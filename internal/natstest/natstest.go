@@ -24,11 +24,16 @@
 // clients reconnect to the address they know); a client of this server
 // that reaches the other one is then refused (authorization violation)
 // instead of working against a server with the same streams and another
-// test's data. A test that starts the server from its own configuration
-// (WithNodeOptions with natsnode.WithConfigFile) gets that configuration's
-// authorization instead of the token; with credentials of its own
+// test's data. A nats.go client closes its connection for good after the
+// second refusal by one server, unless it sets nats.IgnoreAuthErrorAbort
+// (then it keeps trying its addresses): either way it fails loudly, it
+// never works against the other server. A test that starts the server
+// from its own configuration (WithNodeOptions with
+// natsnode.WithConfigFile) gets that configuration's authorization
+// instead of the token: with credentials of its own
 // (natsnode.WithUserPassword and the like) Token is "" and URL carries
-// none.
+// none; with a configuration that has no authorization the server checks
+// nothing, yet Token and URL keep the unchecked token.
 package natstest
 
 import (
@@ -64,8 +69,9 @@ type Server struct {
 	// processes (NATS_URL) or the nats CLI: nats.go takes the token from
 	// it. Without the token the server refuses a client.
 	URL string
-	// Token is the server's secret, carried in URL ("" when the test
-	// configured its own authorization).
+	// Token is the server's secret, carried in URL: "" when the test
+	// passed credentials of its own; set but unchecked when it passed a
+	// configuration file without authorization (see the package doc).
 	Token string
 	// Log is an event log on JS.
 	Log *eventlog.Log
@@ -93,6 +99,12 @@ func WithAssets(assets ...provision.Asset) Option {
 // example natsnode.WithSyncInterval("2m") for the non-durable mode).
 func WithNodeOptions(opts ...natsnode.Option) Option {
 	return func(s *Server) { s.nodeOp = append(s.nodeOp, opts...) }
+}
+
+// withPort starts the server on port p instead of an ephemeral one (the
+// foreign-server test puts a second server on the first one's port).
+func withPort(p int) Option {
+	return func(s *Server) { s.port = p }
 }
 
 // Start starts a server on a random loopback port with its store in
