@@ -66,3 +66,24 @@ func TestStartClusterServesOnlyItsOwnClients(t *testing.T) {
 		}
 	}
 }
+
+// Routes carry no token: what keeps two tests' clusters apart when a
+// node of one takes a route port a node of the other keeps (across a
+// restart) is the cluster name, which nats-server requires to match on a
+// route. So each StartCluster has its own: without it both clusters were
+// "weft" and such a route merged them, each test's clients then served
+// the other's streams.
+func TestStartClustersHaveTheirOwnNames(t *testing.T) {
+	var names []string
+	for range 2 {
+		nc, err := nats.Connect(StartCluster(t, 2), nats.MaxReconnects(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, nc.ConnectedClusterName())
+		nc.Close()
+	}
+	if names[0] == "" || names[0] == names[1] {
+		t.Fatalf("cluster names %q: each StartCluster needs its own", names)
+	}
+}
