@@ -575,7 +575,7 @@ func (h *harness) writeNodes() error {
 		}
 		b.WriteString("}\n")
 		if n > 1 {
-			fmt.Fprintf(&b, "cluster {\n  name: chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", ports[n+i], strings.Join(routes, ", "))
+			fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", h.clusterName(), ports[n+i], strings.Join(routes, ", "))
 		}
 		conf := filepath.Join(h.dir, name+".conf")
 		if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
@@ -585,6 +585,13 @@ func (h *harness) writeNodes() error {
 	}
 	return nil
 }
+
+// clusterName is the harness's cluster's own name: routes carry no token,
+// and a node keeps its route port across its restarts as it keeps its
+// client port; a route to a port another harness's node took is refused
+// by nats-server (the cluster names differ) instead of merging the two
+// harnesses' clusters.
+func (h *harness) clusterName() string { return "chaos-" + h.token[:8] }
 
 // connect connects the harness's own client (the workload and the checks)
 // and provisions every asset once the server (or the cluster) answers.

@@ -69,3 +69,37 @@ func TestNodesServeOnlyTheirOwnHarnessesClients(t *testing.T) {
 		t.Fatalf("a client of the other harness at this node: %v, want an authorization violation", err)
 	}
 }
+
+// The routes between a harness's nodes carry no token, and a node keeps
+// its route port across its restarts as it keeps its client port: while
+// it is down another harness's node can take that port, and the surviving
+// nodes route to it. nats-server refuses a route whose cluster name
+// differs, so each harness's cluster has its own name; with one name for
+// all ("chaos") such a route merged the two harnesses' clusters and their
+// streams, token or not.
+func TestHarnessesHaveTheirOwnClusterNames(t *testing.T) {
+	names := map[string]bool{}
+	for range 2 {
+		h := &harness{cfg: Config{Nodes: 3}, dir: t.TempDir()}
+		if err := h.writeNodes(); err != nil {
+			t.Fatal(err)
+		}
+		own := map[string]bool{}
+		for _, p := range h.nodes {
+			opts, err := server.ProcessConfigFile(strings.TrimPrefix(p.env[0], envConf+"="))
+			if err != nil {
+				t.Fatal(err)
+			}
+			own[opts.Cluster.Name] = true
+		}
+		if len(own) != 1 {
+			t.Fatalf("one harness's nodes name clusters %v, want one name", own)
+		}
+		for name := range own {
+			if name == "" || names[name] {
+				t.Fatalf("cluster name %q: each harness needs its own", name)
+			}
+			names[name] = true
+		}
+	}
+}
