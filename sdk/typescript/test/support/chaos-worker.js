@@ -64,7 +64,9 @@ function sleep(ms, signal) {
   });
 }
 
-const nc = await connect({ ...natsURL(env.NATS_URL), name: id, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+// ignoreAuthErrorAbort: refused by another server on a node's port (another
+// chaos run's), keep trying the harness's own nodes (internal/chaos, writeNodes).
+const nc = await connect({ ...natsURL(env.NATS_URL), name: id, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 100, ignoreAuthErrorAbort: true });
 const inner = logCheck(await jetstreamManager(nc, { checkAPI: false }), () => new Kvm(nc).open(RUNNERS_BUCKET));
 const w = new Worker(nc, {
   agent: "chaos", version: "1", id, ackWaitMs: millis(env.WEFT_CHAOS_ACK_WAIT, 1000),
