@@ -2,8 +2,6 @@ package chaos
 
 import (
 	"context"
-	crand "crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -556,11 +554,9 @@ func (h *harness) writeNodes() error {
 	if err != nil {
 		return err
 	}
-	secret := make([]byte, 16)
-	if _, err := crand.Read(secret); err != nil {
+	if h.token, err = loopport.Token(); err != nil {
 		return err
 	}
-	h.token = hex.EncodeToString(secret)
 	var urls, routes []string
 	for i := range n {
 		urls = append(urls, fmt.Sprintf("nats://%s@127.0.0.1:%d", h.token, ports[i]))

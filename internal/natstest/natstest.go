@@ -38,8 +38,6 @@ package natstest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"os"
@@ -52,6 +50,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/loopport"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/provision"
 )
@@ -158,11 +157,11 @@ func (s *Server) start() {
 // newToken returns a new random token for a server.
 func newToken(t testing.TB) string {
 	t.Helper()
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
+	token, err := loopport.Token()
+	if err != nil {
 		t.Fatalf("natstest: token: %v", err)
 	}
-	return hex.EncodeToString(b)
+	return token
 }
 
 // secret returns a new token and the path of a server configuration that
