@@ -621,8 +621,9 @@ func (h *harness) foreignServer(detail string) {
 }
 
 // checkForeignServers scans the child processes' logs for a refusal by a
-// server (nats.go's default error handler logs it): that child reached a
-// server that is not this harness's node (see natsOptions).
+// server (nats.go's default error handler logs it, chaos-worker.js logs
+// its connection's errors): that child reached a server that is not this
+// harness's node (see natsOptions).
 func (h *harness) checkForeignServers() {
 	files, _ := filepath.Glob(filepath.Join(h.dir, "logs", "*.log"))
 	for _, name := range files {
