@@ -88,12 +88,13 @@ func (r *Runner) deleteDriver(run string, rev uint64) {
 }
 
 // correctDriver makes run's weft_drivers key name the driver the log
-// records (s), or deletes it for a finished run.
+// records (s), or deletes it for a finished run that rests without a
+// driver (restsWithoutDriver: not one whose end is still to sign).
 func (r *Runner) correctDriver(run string, s aggregate.State) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
-	if _, fin := s.Finished(); fin || !s.Exists() {
+	if _, fin := s.Finished(); (fin || !s.Exists()) && r.restsWithoutDriver(s) {
 		err = r.removeDriverKey(ctx, run, 0)
 	} else {
 		_, err = r.drivers.Put(ctx, r.driverKey(run), []byte(s.Runner()))

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
-	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/backoff"
@@ -21,20 +20,29 @@ import (
 // rebuildBatch is how many runs' last log messages one request reads.
 const rebuildBatch = 64
 
-// rebuildDrivers gives every unfinished run in the log that is not idle
-// (aggregate.Idle) and has no weft_drivers entry one, naming the driver
-// its log records, so that the owner of its partition finds it
-// (docs/semantics.md
-// §8: which runs are unfinished and who drives them is derived from the
-// log). It repairs what a start's intent cannot: a bucket that was lost or
-// re-created, the entries of a release before partitions (keyed by the
-// bare run id, which it deletes). It lists the log's run subjects (names
-// and counts) and reads the last message of each run without an entry
-// once — a cost in every run of the deployment, so it is made once per
-// deployment: by a runner that finds no "rebuilt" key in weft_partitions
-// (a new deployment, a lost bucket, an upgrade), which puts it when done:
-// only when every unfinished run was handled (rebuildLoop makes it again
-// otherwise).
+// rebuildDrivers gives every run in the log that needs a driver and has
+// no weft_drivers entry one, naming the driver its log records, so that
+// the owner of its partition finds it and wakes it: takes it over, or
+// signs what is owed (signBehind). A run needs one unless it rests
+// without a driver (restsWithoutDriver): unfinished and not idle — or,
+// when this runner signs heads, owing a signature: an idle run whose
+// person's decision, or a finished run whose end (or what was appended
+// after it), is not signed yet, as its driver keeps the entry until it
+// is signed (docs/semantics.md §8: which runs are unfinished and who
+// drives them is derived from the log; what was not recorded is derived
+// again, never dropped). It repairs what a start's intent cannot: a
+// bucket that was lost or re-created, the entries of a release before
+// partitions (keyed by the bare run id, which it deletes). It lists the
+// log's run subjects (names and counts) and reads the last message of
+// each run without an entry once — a cost in every run of the
+// deployment, so it is made once per deployment: by a runner that finds
+// no "rebuilt" key in weft_partitions (a new deployment, a lost bucket,
+// an upgrade), which puts it when done: only when every run that needs a
+// driver was handled (rebuildLoop makes it again otherwise). With a head
+// key it also reads every run whose last message is run_finished
+// (endsFinished) — among them the runs a runner without a key finished,
+// whose ends it then signs: once per deployment, one read, one entry and
+// one signed head each.
 func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 	if _, err := r.partKV.Get(ctx, rebuiltKey); err == nil {
 		return 0, nil
@@ -83,7 +91,7 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 			if err != nil {
 				return 0, fmt.Errorf("read last messages: %w", err)
 			}
-			if !endsFinished(m.Data) {
+			if !endsFinished(m.Data, r.headKey != nil) {
 				unfinished = append(unfinished, strings.TrimSuffix(strings.TrimPrefix(m.Subject, eventlog.SubjectPrefix), ".events"))
 			}
 		}
@@ -98,7 +106,7 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 			}
 			continue
 		}
-		if _, fin := s.Finished(); fin || !s.Exists() || aggregate.Idle(s) {
+		if r.restsWithoutDriver(s) {
 			continue
 		}
 		_, err = r.createDriverKey(ctx, run, s.Runner())
@@ -130,10 +138,15 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 }
 
 // endsFinished reports whether a log message (docs/protocol/10-log.md:
-// {"schema":1,"events":[<envelope>,...]}) ends with run_finished, or with
-// a finished run's signed end head (head_signed with end). An unreadable
-// message counts as unfinished (the run is then read whole).
-func endsFinished(data []byte) bool {
+// {"schema":1,"events":[<envelope>,...]}) is the last of a run that rests
+// without a driver for it: one that ends with a finished run's signed end
+// head (head_signed with end), or — for a runner that does not sign heads
+// (signs false) — with run_finished. For a runner that signs heads a last
+// run_finished owes its end head (its driver died between the two
+// appends, docs/adr/0026-signed-heads.md): the run is read and keeps an
+// entry (restsWithoutDriver). An unreadable message counts as unfinished
+// (the run is then read whole).
+func endsFinished(data []byte, signs bool) bool {
 	var b struct {
 		Events []struct {
 			Type    events.Name `json:"type"`
@@ -146,7 +159,7 @@ func endsFinished(data []byte) bool {
 		return false
 	}
 	last := b.Events[len(b.Events)-1]
-	return last.Type == events.NameRunFinished || last.Type == events.NameHeadSigned && last.Payload.End
+	return last.Type == events.NameRunFinished && !signs || last.Type == events.NameHeadSigned && last.Payload.End
 }
 
 // rebuildLoop makes rebuildDrivers until it is done (every unfinished run

@@ -77,7 +77,7 @@ func TestSignedHeadsCatchARewrittenHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !runner.EndsFinished(lastMsg.Data) {
+	if !runner.EndsFinished(lastMsg.Data, true) {
 		t.Errorf("the end head's message does not read as a finished run's last: %s", lastMsg.Data)
 	}
 
