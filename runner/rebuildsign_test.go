@@ -2,6 +2,9 @@ package runner_test
 
 import (
 	"context"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,8 +31,9 @@ import (
 // or finished. Each history below is a dead runner's, left without its
 // entry and without the "rebuilt" marker, as after the bucket's loss.
 
-// waitRebuilt waits until the driver index rebuild is marked done.
-func waitRebuilt(t *testing.T, h *harness) {
+// waitRebuilt waits until the driver index rebuild is marked done, and
+// returns the marker's value (the rebuild's count of entries it created).
+func waitRebuilt(t *testing.T, h *harness) string {
 	t.Helper()
 	c := ctx(t)
 	kv, err := h.srv.JS.KeyValue(c, runner.PartitionsBucket)
@@ -37,8 +41,8 @@ func waitRebuilt(t *testing.T, h *harness) {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := kv.Get(c, "rebuilt"); err == nil {
-			return
+		if e, err := kv.Get(c, "rebuilt"); err == nil {
+			return string(e.Value())
 		}
 		if c.Err() != nil {
 			t.Fatal(`"rebuilt" was never put`)
@@ -160,8 +164,63 @@ func TestSemantics8_ARebuildWithoutAHeadKeyLeavesAFinishedRunWithoutAnEntry(t *t
 	finishedUnsigned(t, h, "rb-nokey", desk)
 
 	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"))
-	waitRebuilt(t, h)
+	if got := waitRebuilt(t, h); got != `{"schema":1,"runs":0}` {
+		t.Errorf("rebuilt marker %s, want no entry created", got)
+	}
 	if d := h.driverEntry("rb-nokey"); d != "" {
 		t.Fatalf("the finished run got an entry naming %q from a rebuild that signs nothing", d)
+	}
+}
+
+// TestSemantics8_ARebuildGivesAFinishedRunOwingItsEndAnEntryUnreadAndLast:
+// the rebuild of a runner that signs heads gives a run whose last message
+// is run_finished its entry without loading the run (that message proves
+// the end head owed), and only after the runs it loads, which may have
+// work in flight (docs/semantics.md §8: pending work is derived again
+// from the log; docs/adr/0026-signed-heads.md, "Cost"): turning keys on
+// in a deployment that ran without them makes every run it finished such
+// a run, and their signing backlog must not hold back the recovery of
+// work in flight. Before, each was loaded, in the log's order, among
+// the unfinished runs.
+func TestSemantics8_ARebuildGivesAFinishedRunOwingItsEndAnEntryUnreadAndLast(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	runnerKey, runnerPub := userKey(t, 43)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+	// First in the log and by name: read first in either order.
+	finishedUnsigned(t, h, "rb-a-end", desk)
+	var s aggregate.State
+	appendDecided(t, h, "rb-z-live", &s, aggregate.Start{Run: "rb-z-live", Agent: desk.Ref(), Input: "close the books", Limits: desk.Limits(), Runner: "ghost"})
+	if _, fin := s.Finished(); fin || aggregate.Idle(s) {
+		t.Fatalf("crafted history: finished %v, idle %v; want a run with work in flight", fin, aggregate.Idle(s))
+	}
+
+	var mu sync.Mutex
+	var seen []string
+	hook := func(event string, _ int, run string) {
+		if strings.HasPrefix(event, "rebuild-") {
+			mu.Lock()
+			seen = append(seen, event+" "+run)
+			mu.Unlock()
+		}
+	}
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-b"), runner.WithHeadKey(runnerKey), runner.WithHook(hook))
+	if got := waitRebuilt(t, h); got != `{"schema":1,"runs":2}` {
+		t.Errorf("rebuilt marker %s, want two entries created", got)
+	}
+	mu.Lock()
+	got := slices.Clone(seen)
+	mu.Unlock()
+	if want := []string{"rebuild-read rb-z-live", "rebuild-entry rb-z-live", "rebuild-entry rb-a-end"}; !slices.Equal(got, want) {
+		t.Errorf("the rebuild's reads and entries %q, want %q: the finished run unread, after the run in flight", got, want)
+	}
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "rb-a-end")
+	if rep := audit.Verify(envs, audit.WithTrust(runnerPub)); !rep.OK() {
+		t.Fatalf("verify with --trust: %+v", rep.Problem)
+	}
+	// The run in flight is taken over and driven to its signed end.
+	audittest.WaitEndHead(t, h.srv.Log, "rb-z-live")
+	if rr := h.recoveries("rb-z-live"); len(rr) != 1 || rr[0].Runner != "runner-b" {
+		t.Errorf("recoveries %+v, want one by runner-b", rr)
 	}
 }
