@@ -321,7 +321,7 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 // is behind (its driver died between a person's decision and its
 // signature; keyBeforeAppend kept its entry): that takeover is recorded
 // at once, and its record signed with the decision it follows (signHead):
-// restsWithoutDriver.
+// restsWithoutDriver, which for an idle run is !owesHead.
 func (r *Runner) lazyTakeover(s aggregate.State) bool {
-	return aggregate.Idle(s) && r.restsWithoutDriver(s)
+	return aggregate.Idle(s) && !r.owesHead(s)
 }

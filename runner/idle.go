@@ -34,21 +34,28 @@ import (
 // append puts the entry of (keyBeforeAppend), which finished runs keep it
 // (act), and which runs the driver index rebuild gives one
 // (rebuildDrivers: docs/semantics.md §8, what was not recorded is derived
-// again from the log).
+// again from the log). A caller that knows the run idle or finished
+// already asks owesHead, its answer then.
 func (r *Runner) restsWithoutDriver(s aggregate.State) bool {
-	if r.headKey != nil && s.HeadBehind() {
+	if r.owesHead(s) {
 		return false
 	}
 	_, fin := s.Finished()
 	return fin || !s.Exists() || aggregate.Idle(s)
 }
 
+// owesHead reports whether this runner signs heads and a signature is
+// owed in state s (aggregate.State.HeadBehind): for a run that is idle or
+// finished, the negation of restsWithoutDriver, without computing
+// aggregate.Idle again.
+func (r *Runner) owesHead(s aggregate.State) bool { return r.headKey != nil && s.HeadBehind() }
+
 // isIdle reports whether rn waits only for people (see above) and rests
-// without a driver (restsWithoutDriver: no signature owed — else it is
-// kept, with its entry, until signed), its approval expiries armed
-// durably and nothing of it kept in memory.
+// without a driver (restsWithoutDriver, for an idle run owesHead: no
+// signature owed — else it is kept, with its entry, until signed), its
+// approval expiries armed durably and nothing of it kept in memory.
 func (r *Runner) isIdle(rn *run) bool {
-	if !rn.driven || rn.takeover != nil || rn.stale || rn.modelTurn != 0 || !aggregate.Idle(rn.state) || !r.restsWithoutDriver(rn.state) {
+	if !rn.driven || rn.takeover != nil || rn.stale || rn.modelTurn != 0 || !aggregate.Idle(rn.state) || r.owesHead(rn.state) {
 		return false
 	}
 	for _, t := range aggregate.Pending(rn.state).Timers {
