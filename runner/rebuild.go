@@ -91,13 +91,13 @@ func (r *Runner) rebuildDrivers(ctx context.Context) (int, error) {
 		}
 	}
 	slices.Sort(candidates)
-	// The runs to read whole (their last message does not tell), and —
-	// for a runner that signs heads — the finished runs whose last
-	// message is run_finished: their end head is owed, which that
-	// message alone proves (restsWithoutDriver), and a finished run's
-	// entry is only woken, never read for its driver (acquireFromLog,
-	// wakeLocked), so they get one without a read, after every run that
-	// may have work in flight.
+	// The runs to load (their last message does not tell), and — for a
+	// runner that signs heads — the finished runs whose last message is
+	// run_finished: their end head is owed, which that message alone
+	// proves (restsWithoutDriver), and a finished run's entry is only
+	// woken, never read for its driver (acquireFromLog, wakeLocked), so
+	// they get one without a load, after every run that may have work in
+	// flight.
 	var toRead, endOwed []string
 	for chunk := range slices.Chunk(candidates, rebuildBatch) {
 		msgs, err := jetstreamext.GetLastMsgsFor(ctx, r.js, eventlog.Stream, chunk)
