@@ -320,7 +320,8 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 // the run is idle — unless this runner holds a head key and the run's head
 // is behind (its driver died between a person's decision and its
 // signature; keyBeforeAppend kept its entry): that takeover is recorded
-// at once, and its record signed with the decision it follows (signHead).
+// at once, and its record signed with the decision it follows (signHead):
+// restsWithoutDriver, which for an idle run is !owesHead.
 func (r *Runner) lazyTakeover(s aggregate.State) bool {
-	return aggregate.Idle(s) && !(r.headKey != nil && s.HeadBehind())
+	return aggregate.Idle(s) && !r.owesHead(s)
 }

@@ -88,12 +88,21 @@ func (r *Runner) deleteDriver(run string, rev uint64) {
 }
 
 // correctDriver makes run's weft_drivers key name the driver the log
-// records (s), or deletes it for a finished run.
+// records (s), or removes it for a run that does not exist or is
+// finished — except a finished run whose end head is owed (owesHead): its
+// entry is left as it is, for the owner of its partition, whose wake
+// signs the end and removes it (wakeLocked; a finished run's entry is
+// never read for its driver). Its only caller is a start that lost a
+// conflict; that exception is covered by reasoning, not by a test.
 func (r *Runner) correctDriver(run string, s aggregate.State) {
+	_, fin := s.Finished()
+	if fin && r.owesHead(s) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
-	if _, fin := s.Finished(); fin || !s.Exists() {
+	if fin || !s.Exists() {
 		err = r.removeDriverKey(ctx, run, 0)
 	} else {
 		_, err = r.drivers.Put(ctx, r.driverKey(run), []byte(s.Runner()))

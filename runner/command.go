@@ -409,7 +409,7 @@ func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, 
 	if w.Finished {
 		r.drop(rn)
 		r.disarmRun(rn)
-		if r.headKey != nil && rn.state.HeadBehind() {
+		if !r.restsWithoutDriver(rn.state) {
 			// Its end head could not be appended (signHead logged it): the
 			// entry stays, and the wake of the finished run signs it
 			// (signBehind) before it deletes the entry.

@@ -492,13 +492,11 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 		if _, handOff := c.(aggregate.HandOff); !rn.driven || handOff {
 			return nil
 		}
-		next := rn.after(evs, now)
-		_, fin := next.Finished()
 		// With a head key, an append after which a signature is owed
 		// (a person's decision, the end: HeadBehind) keeps its entry
-		// until signed, even when it leaves the run idle or finished.
-		toSign := r.headKey != nil && next.HeadBehind()
-		if !toSign && (fin || !next.Exists() || aggregate.Idle(next)) {
+		// until signed, even when it leaves the run idle or finished
+		// (restsWithoutDriver).
+		if r.restsWithoutDriver(rn.after(evs, now)) {
 			return nil
 		}
 	}

@@ -33,7 +33,8 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // append that carries its resolution is sent ("resolution-appending"), once a drain told its
 // in-process worker to stop ("worker-stopped"), before a drain deletes
 // the key of a partition with nothing running ("release-quiet"), when a rebuild of the
-// driver index from the log starts ("rebuild") and when a start's first
+// driver index from the log starts ("rebuild"), loads a run ("rebuild-read") and
+// creates a run's entry ("rebuild-entry"), and when a start's first
 // events are appended, before they are acted on ("start-appended"), so
 // that a test orders them.
 func WithHook(f func(event string, p int, run string)) Option {
