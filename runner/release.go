@@ -82,8 +82,8 @@ func (r *Runner) handOffPartition(ctx context.Context, p int) ownership.HandOff 
 
 // unboundedIn reports whether a run of partition p this runner holds has
 // work running without a recorded deadline: a body or model call whose
-// timeout is tools.Infinity. Such a partition is not released (partition
-// Pass, release) until that work ends: a release that began would answer
+// timeout is tools.Infinity. Such a partition is not released (ownership's
+// Table.Pass, through ownershipLoop.Unbounded) until that work ends: a release that began would answer
 // every other run of the partition runner_busy for as long as it runs,
 // and a hand-off past the drain window would make the body uncertain
 // though its runner is not lost (docs/semantics.md §3, §8). Its runs stay this
