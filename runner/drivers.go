@@ -39,9 +39,10 @@ func runOfDriverKey(key string) string {
 }
 
 // wakePartitions wakes the driver entries of partitions due (owned, not
-// releasing; ownership.Coordinator's partition loop lists them, beside it:
-// ownershipLoop.Wake): the runs some runner drove with work in flight
-// that this runner does not hold, bounded (takeOrphans). An idle run has
+// releasing, due for a scan; ownership.Coordinator's partition loop lists
+// them, beside it, and keeps them due until this returns true:
+// ownershipLoop.WakePartitions): the runs some runner drove with work in
+// flight that this runner does not hold, bounded (takeOrphans). An idle run has
 // no entry (idle.go): it costs nothing until a command, a report or a
 // timer reaches it. It returns true once every entry's run was woken.
 func (r *Runner) wakePartitions(ctx context.Context, due []int) bool {

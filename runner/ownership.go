@@ -118,13 +118,12 @@ func (l ownershipLoop) HandOff(ctx context.Context, p int, quiet bool) ownership
 	return l.r.handOffPartition(ctx, p)
 }
 
-// Wake wakes the quarantined runs repaired (watchQuarantined), then the
-// driver entries of the partitions due (wakePartitions).
-func (l ownershipLoop) Wake(ctx context.Context, due func() []int) bool {
-	l.r.watchQuarantined(ctx)
-	list := due()
-	if len(list) == 0 {
-		return true
-	}
-	return l.r.wakePartitions(ctx, list)
+// WatchQuarantined wakes the quarantined runs repaired
+// (watchQuarantined).
+func (l ownershipLoop) WatchQuarantined(ctx context.Context) { l.r.watchQuarantined(ctx) }
+
+// WakePartitions wakes the driver entries of the partitions due
+// (wakePartitions).
+func (l ownershipLoop) WakePartitions(ctx context.Context, due []int) bool {
+	return l.r.wakePartitions(ctx, due)
 }

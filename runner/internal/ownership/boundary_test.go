@@ -30,12 +30,18 @@ func TestBoundary(t *testing.T) {
 		t.Fatal("doc.go: the boundary section is missing or out of order")
 	}
 	listed := func(section string) []string {
-		var names []string
+		// An item begins with "//   - " and may go on over the lines
+		// indented under it.
+		var items []string
 		for _, line := range strings.Split(section, "\n") {
-			item, ok := strings.CutPrefix(line, "//   - ")
-			if !ok {
-				continue
+			if item, ok := strings.CutPrefix(line, "//   - "); ok {
+				items = append(items, item)
+			} else if more, ok := strings.CutPrefix(line, "//     "); ok && len(items) > 0 {
+				items[len(items)-1] += " " + more
 			}
+		}
+		var names []string
+		for _, item := range items {
 			item, _, _ = strings.Cut(item, ":")
 			item = strings.TrimSuffix(strings.TrimSpace(item), ".")
 			for _, n := range strings.Split(item, ",") {

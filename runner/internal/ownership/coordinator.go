@@ -43,12 +43,15 @@ type CommandLoop interface {
 	// when nothing of them runs any more, once, and answers HandedOff
 	// when no run of p is held afterwards, Postponed otherwise.
 	HandOff(ctx context.Context, p int, quiet bool) HandOff
-	// Wake wakes, beside the partition loop, the runs the command loop
-	// looks after: the quarantined runs repaired, then the driver entries
-	// of the partitions due lists once they are (owned, not releasing,
-	// due for a scan; none: nothing to scan). It returns whether every
-	// entry's run was woken (false: the partitions stay due).
-	Wake(ctx context.Context, due func() []int) bool
+	// WatchQuarantined wakes the quarantined runs that were repaired
+	// (beside the partition loop, before each scan of the driver
+	// entries).
+	WatchQuarantined(ctx context.Context)
+	// WakePartitions wakes the driver entries of the partitions due
+	// (owned, not releasing, due for a scan: Table.Scan lists them, beside
+	// the partition loop). It returns whether every entry's run was woken
+	// (false: the partitions stay due, scanned again by the next wake).
+	WakePartitions(ctx context.Context, due []int) bool
 }
 
 // CoordinatorConfig is what a Coordinator reads: this runner's identity
@@ -70,7 +73,8 @@ type CoordinatorConfig struct {
 	Clock clock.Clock
 	Stamp func() time.Time
 	Log   *slog.Logger
-	// NoScan (tests) makes the partition loop wake nothing (CommandLoop.Wake).
+	// NoScan (tests) makes the partition loop wake nothing (no
+	// WatchQuarantined, no WakePartitions).
 	NoScan bool
 	// Hook, when set (tests), is called at the named points: the Table's
 	// (key ""), the Peers' (p -1), "partition-pass" after a round that

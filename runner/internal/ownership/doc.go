@@ -43,7 +43,8 @@
 // The Coordinator asks the command loop, for what acts on the runs it
 // holds, through CommandLoop (TestBoundary holds it to this list):
 //
-//   - Draining, ForgetPartition, Unbounded, HandOff, Wake.
+//   - Draining, ForgetPartition, Unbounded, HandOff, WatchQuarantined,
+//     WakePartitions.
 //
 // docs/architecture.md, "The runner: the command loop and partition
 // ownership", says what each is for.

@@ -47,17 +47,19 @@ type waker struct {
 }
 
 // wakeBeside starts, beside the partition loop, the wake of the runs the
-// command loop looks after (CommandLoop.Wake: the quarantined runs
-// repaired, the driver entries of the owned partitions due — all of them
-// with all), unless one still runs (false: the partitions stay due,
-// woken by the next). A wake may wait on the server for up to its
-// timeouts (a watch of weft_drivers whose consumer a server restart lost
-// waits its whole 30 s, a takeover's reads as long): run in the loop, it
-// held every round of rebalancing meanwhile, and the partitions of a peer
-// that died then stayed its own, every command of their runs forwarded
-// to a runner that does not answer (docs/semantics.md §8: a run can
-// always be answered). A release meanwhile waits for the wake's
-// acquisitions (Table.Release), as for a command's.
+// command loop looks after — the quarantined runs repaired
+// (CommandLoop.WatchQuarantined), the driver entries of the owned
+// partitions due, all of them with all (Table.Scan, which asks
+// CommandLoop.WakePartitions) — unless one still runs (false: the
+// partitions stay due, woken by the next). A wake may wait on the server
+// for up to its timeouts (a watch of weft_drivers whose consumer a server
+// restart lost waits its whole 30 s, a takeover's reads as long): run in
+// the loop, it held every round of rebalancing meanwhile, and the
+// partitions of a peer that died then stayed its own, every command of
+// their runs forwarded to a runner that does not answer
+// (docs/semantics.md §8: a run can always be answered). A release
+// meanwhile waits for the wake's acquisitions (Table.Release), as for a
+// command's.
 func (c *Coordinator) wakeBeside(ctx context.Context, w *waker, all bool) bool {
 	if c.cfg.NoScan {
 		return true
@@ -71,15 +73,8 @@ func (c *Coordinator) wakeBeside(ctx context.Context, w *waker, all bool) bool {
 	go func() {
 		defer w.wg.Done()
 		defer func() { <-w.busy }()
-		var due []int
-		var revs []uint64
-		woken := c.loop.Wake(ctx, func() []int {
-			due, revs = c.table.scanDueList(all)
-			return due
-		})
-		if woken && len(due) > 0 {
-			c.table.scanned(due, revs)
-		}
+		c.loop.WatchQuarantined(ctx)
+		c.table.Scan(all, func(due []int) bool { return c.loop.WakePartitions(ctx, due) })
 		c.hook("partition-scanned", -1, "") // a test on a fake clock steps after it
 	}()
 	return true
