@@ -318,10 +318,10 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	r.startOwnership() // nothing owned yet
-	// The heartbeat, the watchers, a first round of rebalancing (the
+	// The heartbeat, the watchers and a first round of rebalancing: the
 	// partitions assigned to this runner that nobody owns are claimed
-	// before it serves: a lone runner owns every partition at once) and
-	// the partition loop (ownership.Coordinator.Start).
+	// before it serves (a lone runner owns every partition at once),
+	// no run is acquired before it serves (ownership.Coordinator.Start).
 	r.own.Start(ctx)
 
 	// The goroutines of the timers and the rebuild live until the drain
@@ -334,18 +334,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	fwd, err := r.nc.Subscribe(ForwardPrefix+r.id+".cmd", r.onForward)
 	if err != nil {
 		stopBG()
-		r.own.Stop()
+		r.own.Close()
 		_ = g.Wait()
-		r.own.Close(false)
 		return fmt.Errorf("runner: subscribe forward: %w", err)
 	}
 	var svc api.Service
 	if svc, err = api.Serve(r.nc, r, r.cmds, "0.1.0"); err != nil {
 		_ = fwd.Unsubscribe()
 		stopBG()
-		r.own.Stop()
+		r.own.Close()
 		_ = g.Wait()
-		r.own.Close(false)
 		return err
 	}
 	if err := r.nc.Flush(); err != nil {
@@ -360,6 +358,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		// again once it rebuilt entries (rebuildLoop).
 		g.Go(func() error { r.rebuildLoop(gctx); return nil })
 	}
+	// The partition loop: its first wake takes the owned partitions'
+	// runs over, now that this runner answers their commands.
+	r.own.StartLoop()
 	g.Go(func() error {
 		r.consumeTimers(gctx)
 		return nil
@@ -471,10 +472,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	if !r.bg.stop(10 * time.Second) {
 		r.log.Error("background work still running 10 s after its context ended; returning without it")
 	}
+	// The heartbeat ends (ownership.Coordinator.Close), then, once the
+	// timers' and the rebuild's goroutines returned too, the partitions'
+	// keys and the liveness key are deleted, not left to expire
+	// (ownership.Coordinator.Leave).
+	r.own.Close()
 	_ = g.Wait()
-	// The heartbeat ends; the partitions' keys and the liveness key are
-	// deleted, not left to expire (ownership.Coordinator.Close).
-	r.own.Close(true)
+	r.own.Leave()
 	return nil
 }
 

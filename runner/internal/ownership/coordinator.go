@@ -91,9 +91,14 @@ type Coordinator struct {
 	table *Table
 	peers *Peers
 
-	// stop ends the watchers and the partition loop (Stop); stopBeat the
-	// heartbeat (Close). group counts them all; loopDone is closed once
-	// the partition loop ended, releases counts the releases it started.
+	// bg is the context of the watchers, the first round and the
+	// partition loop, which stop ends (Stop); stopBeat ends the heartbeat
+	// (Close). group counts them all; loopDone is closed once the
+	// partition loop ended (nil until StartLoop), releases counts the
+	// releases the rounds started. Start, StartLoop, Stop and Close write
+	// and read them on the one goroutine that runs the Coordinator (the
+	// runner's Run): no lock.
+	bg             context.Context
 	stop, stopBeat context.CancelFunc
 	group          sync.WaitGroup
 	loopDone       chan struct{}
@@ -106,7 +111,7 @@ func NewCoordinator(cfg CoordinatorConfig, loop CommandLoop) *Coordinator {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	c := &Coordinator{cfg: cfg, loop: loop, loopDone: make(chan struct{})}
+	c := &Coordinator{cfg: cfg, loop: loop}
 	c.table = NewTable(TableConfig{
 		ID: cfg.ID, Partitions: cfg.Partitions, Conn: cfg.Conn, KV: cfg.PartKV, Bucket: cfg.PartBucket, Log: cfg.Log,
 		Hook: func(event string, p int) { c.hook(event, p, "") },
@@ -145,15 +150,17 @@ func (l peersLoop) Draining() bool { return l.c.loop.Draining() }
 func (l peersLoop) RunnersChanged() { l.c.table.Kick() }
 
 // Start beats, starts the watchers of weft_partitions and weft_runners
-// and the heartbeat, waits until both views are ready (or ctx ends, or
-// 30 s passed), makes a first round of rebalancing — the partitions
-// assigned to this runner that nobody owns are claimed before it serves:
-// a lone runner owns every partition at once — and starts the partition
-// loop. A failed heartbeat is "cannot tell", never a reason to stop
-// serving (the bucket may refuse writes, or be re-created by a server
-// restart or an operator, while this runner starts): Heartbeat reset the
-// judgement, so nobody is judged gone until a beat lands, and the loop
-// beats again within lease/4.
+// and the heartbeat, waits until both views are ready (or ctx ends, or 30
+// s passed) and makes a first round of rebalancing: the partitions
+// assigned to this runner that nobody owns are claimed before it serves
+// (a lone runner owns every partition at once). It acquires no run: the
+// partition loop, whose first act is a wake of every owned partition's
+// driver entries (taking their runs over), starts with StartLoop, once
+// the runner serves. A failed heartbeat is "cannot tell", never a reason
+// to stop serving (the bucket may refuse writes, or be re-created by a
+// server restart or an operator, while this runner starts): Heartbeat
+// reset the judgement, so nobody is judged gone until a beat lands, and
+// the loop beats again within lease/4.
 func (c *Coordinator) Start(ctx context.Context) {
 	if err := c.peers.Heartbeat(ctx); err != nil {
 		c.cfg.Log.Warn("heartbeat failed; serving on", "err", err)
@@ -162,7 +169,7 @@ func (c *Coordinator) Start(ctx context.Context) {
 	// the heartbeat until the hand-off (Close).
 	bg, stop := context.WithCancel(context.Background())
 	hb, stopBeat := context.WithCancel(context.Background())
-	c.stop, c.stopBeat = stop, stopBeat
+	c.bg, c.stop, c.stopBeat = bg, stop, stopBeat
 	c.goDo(func() { _ = c.table.Watch(bg) })
 	c.goDo(func() { _ = c.peers.WatchRunners(bg) })
 	c.goDo(func() { c.peers.WatchRounds(bg) })
@@ -176,9 +183,21 @@ func (c *Coordinator) Start(ctx context.Context) {
 		}
 	}
 	c.pass(bg)
+}
+
+// StartLoop starts the partition loop (after Start; the runner calls it
+// once it serves: its forwarded commands, its API): every lease/4 or when
+// kicked, the check of the owned partitions after a reconnection, a round
+// of rebalancing and the wake of the owned partitions' driver entries
+// beside it, the first wake at once.
+func (c *Coordinator) StartLoop() {
+	if c.stop == nil || c.loopDone != nil {
+		return
+	}
+	c.loopDone = make(chan struct{})
 	c.goDo(func() {
 		defer close(c.loopDone)
-		c.partitionLoop(bg)
+		c.partitionLoop(c.bg)
 	})
 }
 
@@ -191,14 +210,17 @@ func (c *Coordinator) goDo(f func()) {
 }
 
 // Stop ends the watchers and the partition loop (the drain begins: no
-// round starts a release any more) and waits for the loop and for the
-// releases it started. A Coordinator not started stops at once.
+// round starts a release any more) and waits for the loop, if it was
+// started, and for the releases the rounds started. A Coordinator not
+// started stops at once; Stop may be called again.
 func (c *Coordinator) Stop() {
 	if c.stop == nil {
 		return
 	}
 	c.stop()
-	<-c.loopDone
+	if c.loopDone != nil {
+		<-c.loopDone
+	}
 	c.releases.Wait()
 }
 
@@ -225,7 +247,7 @@ func (c *Coordinator) Drain(ctx context.Context, busy func() bool) {
 // Release deletes the keys of every partition this runner owns but those
 // of keep (a drained runner's, once its runs are handed off and
 // forgotten: a partition's key is deleted only when none of its runs is
-// driven here; Close deletes the rest).
+// driven here; Leave deletes the rest).
 func (c *Coordinator) Release(ctx context.Context, keep []int) {
 	busy := make(map[int]bool, len(keep))
 	for _, p := range keep {
@@ -242,21 +264,28 @@ func (c *Coordinator) Release(ctx context.Context, keep []int) {
 	}
 }
 
-// Close ends the heartbeat and waits for every goroutine of the
-// Coordinator. With release it then deletes, not leaves to expire, the keys of the partitions this
-// runner still owns, so that the runners they are assigned to claim them
-// at once, and its liveness key, whose delete marker (kept for a lease)
-// says this runner is gone, so that its runs are taken over at once (an
-// absent key only counts as gone after a grace, see judgement). A
-// Coordinator not started deletes nothing.
-func (c *Coordinator) Close(release bool) {
+// Close stops (Stop), ends the heartbeat and waits for every goroutine
+// of the Coordinator. It deletes nothing: the keys of the partitions this
+// runner still owns and its liveness key are left to expire, unless Leave
+// deletes them after. A Coordinator not started closes at once.
+func (c *Coordinator) Close() {
 	if c.stop == nil {
 		return
 	}
-	c.stop()
+	c.Stop()
 	c.stopBeat()
 	c.group.Wait()
-	if !release {
+}
+
+// Leave deletes, not leaves to expire, the keys of the partitions this
+// runner still owns, so that the runners they are assigned to claim them
+// at once, and its liveness key, whose delete marker (kept for a lease)
+// says this runner is gone, so that its runs are taken over at once (an
+// absent key only counts as gone after a grace, see judgement). It is
+// called after Close, once nothing of the runner acts on its runs any
+// more. A Coordinator not started deletes nothing.
+func (c *Coordinator) Leave() {
+	if c.stop == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -35,7 +35,8 @@
 // through these methods (TestBoundary holds the Coordinator's exported
 // methods to this list):
 //
-//   - Start, Stop, Drain, Release, Close: its lifecycle;
+//   - Start, StartLoop, Stop, Drain, Release, Close, Leave: its
+//     lifecycle;
 //   - OwnerOf, Owned, Verify, Acquiring, NonParticipant, ScanAll: the
 //     runner's questions and the rebuilt index's rescan;
 //   - Assume, ForgetReconnectCheck: for the runner's tests only.
