@@ -50,7 +50,7 @@ func (r *Runner) handOffPartition(ctx context.Context, p int) ownership.HandOff 
 	for {
 		handed, unbounded := r.handOffJudged(ctx, p)
 		if ctx.Err() != nil {
-			return ownership.Stopped // the drain releases it (ownership.Coordinator.Drain, Release)
+			return ownership.Stopped // the drain releases it (Coordinator.Drain, Release)
 		}
 		if unbounded {
 			// A run of it has work without a deadline (a decision that
@@ -82,13 +82,13 @@ func (r *Runner) handOffPartition(ctx context.Context, p int) ownership.HandOff 
 
 // unboundedIn reports whether a run of partition p this runner holds has
 // work running without a recorded deadline: a body or model call whose
-// timeout is tools.Infinity. Such a partition is not released (ownership's
-// Table.Pass, through ownershipLoop.Unbounded) until that work ends: a release that began would answer
-// every other run of the partition runner_busy for as long as it runs,
-// and a hand-off past the drain window would make the body uncertain
-// though its runner is not lost (docs/semantics.md §3, §8). Its runs stay this
-// runner's and are served meanwhile; the assignment moves it once the
-// work ended.
+// timeout is tools.Infinity. Such a partition is not released
+// (ownership's Table.Pass, through ownershipLoop.Unbounded) until that
+// work ends: a release that began would answer every other run of the
+// partition runner_busy for as long as it runs, and a hand-off past the
+// drain window would make the body uncertain though its runner is not
+// lost (docs/semantics.md §3, §8). Its runs stay this runner's and are
+// served meanwhile; the assignment moves it once the work ended.
 func (r *Runner) unboundedIn(p int) bool {
 	_, unbounded, _ := r.runningUntil(r.runsOf(p))
 	return unbounded

@@ -21,7 +21,9 @@ import (
 
 // CommandLoop is what the Coordinator asks of the command loop that runs
 // it (the runner): what acts on the runs it holds. Its methods take the
-// loop's own locks; the Coordinator calls them with none of its own held.
+// loop's own locks; the Coordinator calls them with none of its own held
+// but ForgetPartition with later, which only starts a task, called under
+// the reconnect check's lock (Table.VerifyOwned).
 type CommandLoop interface {
 	// Draining reports whether this runner drains: it beats so, is
 	// assigned no partition, and judges itself not alive.

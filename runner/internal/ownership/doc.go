@@ -1,7 +1,9 @@
 // Package ownership is the runner's state of partition ownership
 // (docs/adr/0019-partitions.md) apart from the command loop's. The runner
-// uses one type of it, the Coordinator, made of two others; each keeps
-// locks of its own, none the command loop's:
+// uses one type of it, the Coordinator, made of two others: the
+// Coordinator has no lock of its own (Start, StartLoop, Stop, Drain,
+// Release, Close and Leave are called from the runner's Run only), the
+// two others each keep locks of their own; none holds the command loop's:
 //
 //   - Coordinator is this runner's partition ownership from Start to
 //     Close: its Table and its Peers, the heartbeat, the watchers, the

@@ -12,9 +12,9 @@ import (
 )
 
 // peersRunner is what Peers needs from the command loop that runs it
-// (through the Coordinator: peersLoop): whether this runner drains, and whom to tell that the set of
-// live runners changed. Its methods take the loop's own locks; Peers
-// calls them with none of its own held.
+// (through the Coordinator: peersLoop): whether this runner drains, and
+// whom to tell that the set of live runners changed. Its methods take the
+// loop's own locks; Peers calls them with none of its own held.
 type peersRunner interface {
 	// Draining reports whether this runner drains: it beats so, is
 	// assigned no partition, and judges itself not alive.
