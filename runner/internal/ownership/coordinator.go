@@ -152,8 +152,8 @@ func (l peersLoop) Draining() bool { return l.c.loop.Draining() }
 func (l peersLoop) RunnersChanged() { l.c.table.Kick() }
 
 // Start beats, starts the watchers of weft_partitions and weft_runners
-// and the heartbeat, waits until both views are ready (or ctx ends, or 30
-// s passed) and makes a first round of rebalancing: the partitions
+// and the heartbeat, waits until both views are ready (or ctx ends, or
+// 30 s passed) and makes a first round of rebalancing: the partitions
 // assigned to this runner that nobody owns are claimed before it serves
 // (a lone runner owns every partition at once). It acquires no run: the
 // partition loop, whose first act is a wake of every owned partition's
