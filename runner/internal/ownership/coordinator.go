@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/weftrun/weft/internal/clock"
 )
@@ -95,14 +96,14 @@ type Coordinator struct {
 
 	// bg is the context of the watchers, the first round and the
 	// partition loop, which stop ends (Stop); stopBeat ends the heartbeat
-	// (Close). group counts them all; loopDone is closed once the
-	// partition loop ended (nil until StartLoop), releases counts the
+	// (Close). group holds them all (none fails); loopDone is closed once
+	// the partition loop ended (nil until StartLoop), releases counts the
 	// releases the rounds started. Start, StartLoop, Stop and Close write
 	// and read them on the one goroutine that runs the Coordinator (the
 	// runner's Run): no lock.
 	bg             context.Context
 	stop, stopBeat context.CancelFunc
-	group          sync.WaitGroup
+	group          errgroup.Group
 	loopDone       chan struct{}
 	releases       sync.WaitGroup
 }
@@ -204,11 +205,7 @@ func (c *Coordinator) StartLoop() {
 }
 
 func (c *Coordinator) goDo(f func()) {
-	c.group.Add(1)
-	go func() {
-		defer c.group.Done()
-		f()
-	}()
+	c.group.Go(func() error { f(); return nil })
 }
 
 // Stop ends the watchers and the partition loop (the drain begins: no
@@ -276,7 +273,7 @@ func (c *Coordinator) Close() {
 	}
 	c.Stop()
 	c.stopBeat()
-	c.group.Wait()
+	_ = c.group.Wait()
 }
 
 // Leave deletes, not leaves to expire, the keys of the partitions this
