@@ -88,9 +88,9 @@ func (r *Runner) startFork(ctx context.Context, req api.StartRequest, parent *ev
 	// once, before anything is read (after a reconnection, once the owned
 	// partitions are verified). The start counts as an acquisition in
 	// flight (a release of the partition waits for it).
-	done := r.acquiring(id)
+	done, err := r.acquiring(ctx, id)
 	defer done()
-	if err := r.verifyOwned(ctx); err != nil {
+	if err != nil {
 		return api.StartReply{}, err
 	}
 	if err := r.owns(id); err != nil {

@@ -55,14 +55,15 @@
 // (start, reconcile, cancel), answers.go (approve, reject, decide),
 // reports.go (report, settle), resolve.go, pause.go, restart.go;
 // forward.go and handoff.go what passes between runners; orphans.go the
-// takeovers;
-// partitions.go the partition loop and release.go the runs' part of a
-// partition's release (handing them off, handOffPartition) and of a scan
-// (waking their driver entries, wakePartitions). The state of ownership —
-// the table of the partitions' owners, its watcher and claims, the steps
-// of a release and the scan bookkeeping (Table.Release, ReleaseQuiet,
-// Scan), and this runner's view of its peers (heartbeat, the live
-// runners, their liveness) — is the package internal/ownership.
+// takeovers; partitions.go the ownership check (owns) and release.go the
+// runs' part of a partition's release (handing them off,
+// handOffPartition); drivers.go the runs' part of a scan (waking their
+// driver entries, wakePartitions). Partition ownership — the table of the
+// partitions' owners, its watcher and claims, this runner's view of its
+// peers (heartbeat, the live runners, their liveness), the partition
+// loop, the steps of a release and the scan bookkeeping — is the package
+// internal/ownership: the runner asks its Coordinator and answers its
+// CommandLoop (ownership.go; the package doc lists both).
 //
 // # Ready and Advance
 //

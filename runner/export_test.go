@@ -73,13 +73,13 @@ func HoldRun(r *Runner, run string) (unlock func(), ok bool) {
 // table of a runner paused (SIGSTOP) or cut off while another claimed the
 // partition says: its watcher has not seen the claim yet.
 func (r *Runner) StaleView(p int, rev uint64) {
-	r.parts.Assume(p, rev)
+	r.own.Assume(p, rev)
 }
 
 // ForgetReconnectCheck makes the next acquisition verify the owned
-// partitions as after a reconnection (verifyOwned).
+// partitions as after a reconnection (acquiring).
 func (r *Runner) ForgetReconnectCheck() {
-	r.parts.ForgetReconnectCheck()
+	r.own.ForgetReconnectCheck()
 }
 
 // HandedOff is how many tasks the runner handed to its in-process worker

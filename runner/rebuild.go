@@ -207,7 +207,7 @@ func (r *Runner) rebuildLoop(ctx context.Context) {
 				r.log.Info("rebuilt driver keys from the log", "runs", n, "attempts", attempt)
 				// The owners scan their partitions again at once for
 				// the entries rebuilt.
-				r.parts.ScanAll()
+				r.own.ScanAll()
 			}
 			return
 		}
