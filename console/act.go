@@ -151,7 +151,7 @@ func (c *Console) answerErr(r *http.Request, err error, run, action string) answ
 	// read within a context of its own.
 	ctx, cancel := c.ctx(r)
 	defer cancel()
-	v, rerr := c.query.Run(ctx, run)
+	v, rerr := c.client.Run(ctx, run)
 	switch {
 	case errors.Is(rerr, &weft.Error{Code: weft.CodeUnknownRun}):
 		a.Message += " Read now: run " + run + " is not known (yet)."
@@ -243,7 +243,7 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 			c.respond(w, r, notSent("The edited arguments are not JSON: correct them, or close “Approve with changes” to approve the call as asked."))
 			return
 		}
-		rep, err := c.cmd.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential, Proof: signed, Arguments: edit})
+		rep, err := c.client.Approve(ctx, api.ApproveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Revision: rev, Approver: approver, Credential: credential, Proof: signed, Arguments: edit})
 		if err != nil {
 			c.respond(w, r, c.answerErr(r, err, run, action), credential)
 			return
@@ -264,7 +264,7 @@ func (c *Console) actApproval(w http.ResponseWriter, r *http.Request) {
 		if credential != "" || approver != "" || signed != nil {
 			req.Approver, req.Credential, req.Proof = approver, credential, signed
 		}
-		rep, err := c.cmd.Reject(ctx, req)
+		rep, err := c.client.Reject(ctx, req)
 		if err != nil {
 			c.respond(w, r, c.answerErr(r, err, run, action), credential)
 			return
@@ -350,9 +350,9 @@ func (c *Console) actReconcile(w http.ResponseWriter, r *http.Request) {
 	var rep api.Reply
 	var err error
 	if command == proof.CommandReconcileStored {
-		rep, err = c.cmd.ReconcileStored(ctx, req)
+		rep, err = c.client.ReconcileStored(ctx, req)
 	} else {
-		rep, err = c.cmd.Reconcile(ctx, req)
+		rep, err = c.client.Reconcile(ctx, req)
 	}
 	if err == nil {
 		c.log.Info("console: reconciled", "run", run, "action", action, "kind", f.Get("kind"), "signed", pc.proof != nil)
@@ -416,7 +416,7 @@ func (c *Console) actResolve(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	rep, err := c.cmd.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: pc.s.Reason, Proof: pc.proof})
+	rep, err := c.client.Resolve(ctx, api.ResolveRequest{CommandID: f.Get("command_id"), Run: run, Action: action, Content: content, By: strings.TrimSpace(f.Get("by")), Reason: pc.s.Reason, Proof: pc.proof})
 	if err == nil {
 		c.log.Info("console: resolved", "run", run, "action", action, "kind", f.Get("kind"), "signed", pc.proof != nil)
 	}
@@ -443,7 +443,7 @@ func (c *Console) actStart(w http.ResponseWriter, r *http.Request) {
 	if run == "" {
 		run = newRunID()
 	}
-	rep, err := c.cmd.Start(ctx, api.StartRequest{CommandID: f.Get("command_id"), Run: run, Agent: agentName, Input: input})
+	rep, err := c.client.Start(ctx, api.StartRequest{CommandID: f.Get("command_id"), Run: run, Agent: agentName, Input: input})
 	if err != nil {
 		a := c.answerErr(r, err, run, "")
 		if a.Unknown {
@@ -497,13 +497,13 @@ func (c *Console) actRun(w http.ResponseWriter, r *http.Request, command string)
 	var done string
 	switch command {
 	case proof.CommandPause:
-		rep, err = c.cmd.Pause(ctx, api.PauseRequest(req))
+		rep, err = c.client.Pause(ctx, api.PauseRequest(req))
 		done = "Paused."
 	case proof.CommandResume:
-		rep, err = c.cmd.Resume(ctx, api.ResumeRequest(req))
+		rep, err = c.client.Resume(ctx, api.ResumeRequest(req))
 		done = "Resumed."
 	default:
-		rep, err = c.cmd.Cancel(ctx, req)
+		rep, err = c.client.Cancel(ctx, req)
 		done = "Cancelled."
 	}
 	c.answerPerson(w, r, pc, rep, err, done, describeStatus(run, rep.Status), "")

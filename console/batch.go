@@ -73,7 +73,7 @@ func (c *Console) batch(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.Filter, d.FilterErr = parseInboxFilter(r.URL.Query())
-	items, err := c.query.Approvals(ctx, projector.InboxRequest{})
+	items, err := c.client.Approvals(ctx, projector.InboxRequest{})
 	if err != nil {
 		d.Step, d.Err = "select", asWeftError(err)
 	}
@@ -155,7 +155,7 @@ func (c *Console) decideBatch(r *http.Request, d *batchData, picked []projection
 	for _, it := range picked {
 		req.Items = append(req.Items, api.DecideItem{Run: it.Run, Action: it.Action, Revision: it.Revision, Answer: d.Decision, Approver: d.Approver, Credential: credential, Reason: reason})
 	}
-	rep, err := c.cmd.Decide(ctx, req)
+	rep, err := c.client.Decide(ctx, req)
 	if err != nil {
 		d.Step, d.Err = "review", asWeftError(err)
 		d.Err.Message = redact(d.Err.Message, credential)

@@ -2,9 +2,9 @@
 // who answer approvals and reconcile uncertain effects do their work and read
 // what a run did. It is an HTTP server (loopback by default) that talks to
 // Weft only through the public APIs over NATS request/reply — the command
-// API (weft.api.*, package api), the query service (weft.api.query.*,
-// package projector) and the catalog (weft.api.catalog.*, package catalog) —
-// so it works against any deployment that serves them.
+// API (weft.api.*) and the query service (weft.api.query.*), through
+// package client as any application, and the catalog (weft.api.catalog.*,
+// package catalog) — so it works against any deployment that serves them.
 //
 // # Pages
 //
@@ -63,8 +63,8 @@ import (
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/catalog"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/projector"
 )
 
 //go:embed assets
@@ -112,8 +112,9 @@ func WithStart(agent string, examples ...string) Option {
 
 // Console is the console's HTTP handler. It is safe for concurrent use.
 type Console struct {
-	cmd     *api.Client
-	query   *projector.Client
+	// client sends the commands and the queries (package client, as any
+	// application does).
+	client  *client.Client
 	catalog *catalog.Client
 	// js reads a run's legal holds (weft_holds: retention.HoldsOf), which
 	// no query answers; credentials that may not read the bucket show
@@ -156,7 +157,6 @@ type Console struct {
 // read of weft_holds then ends at holdsWait, not at the refusal).
 func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	c := &Console{
-		query:    projector.NewClient(nc),
 		catalog:  catalog.NewClient(nc),
 		log:      slog.New(slog.DiscardHandler),
 		poll:     time.Second,
@@ -167,7 +167,11 @@ func New(nc *nats.Conn, opts ...Option) (*Console, error) {
 	for _, o := range opts {
 		o(c)
 	}
-	c.cmd = api.NewClient(nc, api.WithRetry(c.retry))
+	w, err := client.New(nc, client.WithRetry(c.retry))
+	if err != nil {
+		return nil, err
+	}
+	c.client = w
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err

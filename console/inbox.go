@@ -141,7 +141,7 @@ func (s approvalsSection) load(ctx context.Context, run, ret string, f inboxFilt
 		Help:  "An action the policy wants a person to approve before it runs. Approve it, or reject it with a reason the model reads.",
 		Empty: "No approval waits."}
 	v.filtered(f, "No approval matches the filters.")
-	items, err := s.c.query.Approvals(ctx, projector.InboxRequest{Run: run})
+	items, err := s.c.client.Approvals(ctx, projector.InboxRequest{Run: run})
 	if err != nil {
 		v.Err = asWeftError(err)
 		return v
@@ -190,7 +190,7 @@ func (s approvalsSection) load(ctx context.Context, run, ret string, f inboxFilt
 }
 
 func (s approvalsSection) fingerprint(ctx context.Context) (string, error) {
-	items, err := s.c.query.Approvals(ctx, projector.InboxRequest{})
+	items, err := s.c.client.Approvals(ctx, projector.InboxRequest{})
 	return fingerprintOf(items), err
 }
 
@@ -213,7 +213,7 @@ func (s uncertainSection) load(ctx context.Context, run, ret string, f inboxFilt
 		Help:  "An action that may or may not have happened (a timeout after the request was sent, a lost worker). Find out, then record what happened: the tool's output, a failure, or unconfirmed with a note.",
 		Empty: "No effect is uncertain."}
 	v.filtered(f, "No uncertain effect matches the filters.")
-	r, err := s.c.query.Uncertain(ctx, projector.InboxRequest{Run: run})
+	r, err := s.c.client.Uncertain(ctx, projector.InboxRequest{Run: run})
 	if err != nil {
 		v.Err = asWeftError(err)
 		return v
@@ -254,7 +254,7 @@ type outputPart struct {
 }
 
 func (s uncertainSection) fingerprint(ctx context.Context) (string, error) {
-	r, err := s.c.query.Uncertain(ctx, projector.InboxRequest{})
+	r, err := s.c.client.Uncertain(ctx, projector.InboxRequest{})
 	for i := range r.Items {
 		r.Items[i].AgeMillis = 0 // the age changes every time
 	}
@@ -283,7 +283,7 @@ func (s questionsSection) load(ctx context.Context, run, ret string, f inboxFilt
 		Help:  "An effect recorded as unconfirmed: the run went on without knowing whether it happened. Once you know, record what finally happened. It is kept in the run's history for audit; the run does not change and the model is not told.",
 		Empty: "No question is open."}
 	v.filtered(f, "No open question matches the filters.")
-	items, err := s.c.query.Questions(ctx, projector.InboxRequest{Run: run})
+	items, err := s.c.client.Questions(ctx, projector.InboxRequest{Run: run})
 	if err != nil {
 		v.Err = asWeftError(err)
 		return v
@@ -302,7 +302,7 @@ func (s questionsSection) load(ctx context.Context, run, ret string, f inboxFilt
 }
 
 func (s questionsSection) fingerprint(ctx context.Context) (string, error) {
-	items, err := s.c.query.Questions(ctx, projector.InboxRequest{})
+	items, err := s.c.client.Questions(ctx, projector.InboxRequest{})
 	return fingerprintOf(items), err
 }
 

@@ -119,7 +119,7 @@ func (c *Console) actRestart(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	by := strings.TrimSpace(f.Get("by"))
-	rep, err := c.cmd.Restart(ctx, api.RestartRequest{CommandID: f.Get("command_id"), Run: run, From: api.RestartFrom{Run: from, Turn: turn}, Reason: pc.s.Reason, By: by, Proof: pc.proof})
+	rep, err := c.client.Restart(ctx, api.RestartRequest{CommandID: f.Get("command_id"), Run: run, From: api.RestartFrom{Run: from, Turn: turn}, Reason: pc.s.Reason, By: by, Proof: pc.proof})
 	if err != nil {
 		a := c.personRefused(r, pc, err, run, "")
 		if a.Unknown {
@@ -171,7 +171,7 @@ func (c *Console) actHold(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Type why the run is held and who holds it (or sign it with your key): the hold records both."))
 		return
 	}
-	rep, err := c.cmd.Hold(ctx, api.HoldRequest{CommandID: f.Get("command_id"), Run: run, Reason: reason, By: by, Proof: pc.proof})
+	rep, err := c.client.Hold(ctx, api.HoldRequest{CommandID: f.Get("command_id"), Run: run, Reason: reason, By: by, Proof: pc.proof})
 	if err != nil {
 		c.respond(w, r, c.personRefused(r, pc, err, run, ""))
 		return
@@ -204,7 +204,7 @@ func (c *Console) actReleaseHold(w http.ResponseWriter, r *http.Request) {
 		c.respond(w, r, notSent("Type why the hold is released and who releases it (or sign it with your key): the release records both."))
 		return
 	}
-	rep, err := c.cmd.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: f.Get("command_id"), Run: run, Hold: hold, Reason: reason, By: by, Proof: pc.proof})
+	rep, err := c.client.ReleaseHold(ctx, api.ReleaseHoldRequest{CommandID: f.Get("command_id"), Run: run, Hold: hold, Reason: reason, By: by, Proof: pc.proof})
 	if err != nil {
 		c.respond(w, r, c.personRefused(r, pc, err, run, ""))
 		return

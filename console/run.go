@@ -199,7 +199,7 @@ func (c *Console) renderRun(w http.ResponseWriter, r *http.Request, fl *flash) {
 	defer cancel()
 	id := r.PathValue("run")
 	live := c.liveQuery(ctx, url.Values{"watch": {"run"}, "run": {id}})
-	rep, err := c.query.RunFamily(ctx, id)
+	rep, err := c.client.RunFamily(ctx, id)
 	if err != nil {
 		we := asWeftError(err)
 		status := http.StatusServiceUnavailable
@@ -280,7 +280,7 @@ func (c *Console) history(ctx context.Context, run string) ([]events.Envelope, e
 	var out []events.Envelope
 	var after uint64
 	for {
-		h, err := c.query.History(ctx, projector.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
+		h, err := c.client.History(ctx, projector.HistoryRequest{Run: run, After: after, Limit: projector.MaxHistoryLimit})
 		if err != nil {
 			return nil, eventlog.Head{}, err
 		}
@@ -373,7 +373,7 @@ func verify(envs []events.Envelope, head eventlog.Head, v projections.RunView, p
 // runFingerprint identifies what a run page shows: the view's version and
 // the family and child statuses.
 func (c *Console) runFingerprint(ctx context.Context, run string) (string, error) {
-	rep, err := c.query.RunFamily(ctx, run)
+	rep, err := c.client.RunFamily(ctx, run)
 	return fingerprintOf([]any{rep.View.Version, rep.FamilyStatus, rep.ChildStatus}), err
 }
 

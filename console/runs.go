@@ -125,7 +125,7 @@ func (c *Console) renderRuns(w http.ResponseWriter, r *http.Request, fl *flash) 
 		}
 	} else if err == nil {
 		var pg projections.ListPage
-		pg, err = c.query.List(ctx, q)
+		pg, err = c.client.List(ctx, q)
 		d.Runs = pg.Runs
 		if pg.Next != "" {
 			nv := cloneValues(v)
@@ -161,7 +161,7 @@ func (c *Console) runsFingerprint(ctx context.Context, v url.Values) (string, er
 	if err != nil {
 		return "", err
 	}
-	pg, err := c.query.List(ctx, q)
+	pg, err := c.client.List(ctx, q)
 	return fingerprintOf(pg), err
 }
 
@@ -177,7 +177,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // would mean a view per run.
 func (c *Console) searchRuns(ctx context.Context, q projections.ListQuery, search string, d *runsData) (projections.ListPage, error) {
 	if q.Cursor == "" {
-		rep, err := c.query.RunFamily(ctx, search)
+		rep, err := c.client.RunFamily(ctx, search)
 		var we *weft.Error
 		switch {
 		case err == nil:
@@ -189,7 +189,7 @@ func (c *Console) searchRuns(ctx context.Context, q projections.ListQuery, searc
 		}
 	}
 	q.Limit = projections.MaxLimit
-	pg, err := c.query.List(ctx, q)
+	pg, err := c.client.List(ctx, q)
 	if err != nil {
 		return pg, err
 	}

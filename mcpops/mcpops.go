@@ -3,7 +3,7 @@
 // uncertain effects, open questions), the run list, a run's view and its
 // timeline. It is read-only unless Config.Answers adds the answering
 // tools (approve, reject, reconcile, resolve, cancel), which send the same
-// commands as the console and the CLI (package api, with the retry rules
+// commands as the console and the CLI (package client, with the retry rules
 // of docs/protocol.md): the runtime checks each exactly as it checks a
 // person's own — the approver's credential or signed proof, the pending
 // revision, the expiry, the policy — and the NATS server's permissions
@@ -25,6 +25,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
@@ -56,7 +57,7 @@ const (
 type Config struct {
 	// Answers adds the answering tools. Default: read-only.
 	Answers bool
-	// Retry bounds the retries of an answer (api.WithRetry; default
+	// Retry bounds the retries of an answer (client.WithRetry; default
 	// api.DefaultRetryWithin); NoRetry sends each once.
 	Retry   time.Duration
 	NoRetry bool
@@ -67,13 +68,13 @@ type Config struct {
 // Server is the operator MCP server; MCP returns the SDK server to run on
 // a transport.
 type Server struct {
-	cmd   *api.Client
-	query *projector.Client
-	mcp   *mcp.Server
+	client *client.Client
+	mcp    *mcp.Server
 }
 
-// New returns the operator server over nc.
-func New(nc *nats.Conn, cfg Config) *Server {
+// New returns the operator server over nc. It sends the commands and the
+// queries through package client, as any application does.
+func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = "1"
 	}
@@ -84,7 +85,11 @@ func New(nc *nats.Conn, cfg Config) *Server {
 	if cfg.NoRetry {
 		retry = 0
 	}
-	s := &Server{cmd: api.NewClient(nc, api.WithRetry(retry)), query: projector.NewClient(nc),
+	c, err := client.New(nc, client.WithRetry(retry))
+	if err != nil {
+		return nil, fmt.Errorf("mcpops: %w", err)
+	}
+	s := &Server{client: c,
 		mcp: mcp.NewServer(&mcp.Implementation{Name: "weft-operator", Version: cfg.Version}, nil)}
 	read := &mcp.ToolAnnotations{ReadOnlyHint: true}
 	mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolInbox, Annotations: read,
@@ -108,7 +113,7 @@ func New(nc *nats.Conn, cfg Config) *Server {
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolCancel, Annotations: act,
 			Description: "Cancel a run, with a reason; by names the person."}, s.cancel)
 	}
-	return s
+	return s, nil
 }
 
 // inputSchema is the input schema inferred from T, with any JSON value
@@ -155,19 +160,19 @@ func (s *Server) inbox(ctx context.Context, _ *mcp.CallToolRequest, in InboxIn) 
 	var out InboxOut
 	switch in.Kind {
 	case "approvals":
-		r, err := s.query.ApprovalsPage(ctx, q)
+		r, err := s.client.ApprovalsPage(ctx, q)
 		if err != nil {
 			return nil, out, err
 		}
 		out.Approvals, out.Next = r.Items, r.Next
 	case "uncertain":
-		r, err := s.query.UncertainPage(ctx, q)
+		r, err := s.client.UncertainPage(ctx, q)
 		if err != nil {
 			return nil, out, err
 		}
 		out.Uncertain, out.Next = r.Items, r.Next
 	case "questions":
-		r, err := s.query.QuestionsPage(ctx, q)
+		r, err := s.client.QuestionsPage(ctx, q)
 		if err != nil {
 			return nil, out, err
 		}
@@ -179,7 +184,7 @@ func (s *Server) inbox(ctx context.Context, _ *mcp.CallToolRequest, in InboxIn) 
 }
 
 func (s *Server) runs(ctx context.Context, _ *mcp.CallToolRequest, in projections.ListQuery) (*mcp.CallToolResult, any, error) {
-	page, err := s.query.List(ctx, in)
+	page, err := s.client.List(ctx, in)
 	return nil, page, err
 }
 
@@ -189,7 +194,7 @@ type RunIn struct {
 }
 
 func (s *Server) run(ctx context.Context, _ *mcp.CallToolRequest, in RunIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.query.RunFamily(ctx, in.Run)
+	r, err := s.client.RunFamily(ctx, in.Run)
 	return nil, r, err
 }
 
@@ -201,7 +206,7 @@ type TimelineIn struct {
 }
 
 func (s *Server) timeline(ctx context.Context, _ *mcp.CallToolRequest, in TimelineIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.query.History(ctx, projector.HistoryRequest{Run: in.Run, After: in.After, Limit: in.Limit})
+	r, err := s.client.History(ctx, projector.HistoryRequest{Run: in.Run, After: in.After, Limit: in.Limit})
 	return nil, r, err
 }
 
@@ -220,7 +225,7 @@ type AnswerIn struct {
 }
 
 func (s *Server) approve(ctx context.Context, req *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.cmd.Approve(ctx, api.ApproveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
+	r, err := s.client.Approve(ctx, api.ApproveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
 		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: sentArguments(req, in.Arguments)})
 	return nil, r, err
 }
@@ -248,7 +253,7 @@ func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn
 		// never narrows a call, so edited arguments are refused, never dropped.
 		return nil, nil, weft.Errorf(weft.CodeInvalidRequest, "arguments: a reject takes no edited arguments")
 	}
-	r, err := s.cmd.Reject(ctx, api.RejectRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
+	r, err := s.client.Reject(ctx, api.RejectRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
 		Reason: in.Reason, Approver: in.Approver, Credential: in.Credential, Proof: in.Proof})
 	return nil, r, err
 }
@@ -263,12 +268,12 @@ type ContentIn struct {
 }
 
 func (s *Server) reconcile(ctx context.Context, _ *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.cmd.Reconcile(ctx, api.ReconcileRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
+	r, err := s.client.Reconcile(ctx, api.ReconcileRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
 	return nil, r, err
 }
 
 func (s *Server) resolve(ctx context.Context, _ *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.cmd.Resolve(ctx, api.ResolveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
+	r, err := s.client.Resolve(ctx, api.ResolveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
 	return nil, r, err
 }
 
@@ -281,6 +286,6 @@ type CancelIn struct {
 }
 
 func (s *Server) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.cmd.Cancel(ctx, api.CancelRequest{CommandID: in.CommandID, Run: in.Run, Reason: in.Reason, By: in.By})
+	r, err := s.client.Cancel(ctx, api.CancelRequest{CommandID: in.CommandID, Run: in.Run, Reason: in.Reason, By: in.By})
 	return nil, r, err
 }

@@ -53,8 +53,14 @@ func stack(t *testing.T) *mcptest.Stack {
 	return mcptest.StartStack(t, ag)
 }
 
-func session(t *testing.T, s *mcpops.Server) *mcp.ClientSession {
+// session connects an MCP client to a new operator server over the
+// stack's connection.
+func session(t *testing.T, stk *mcptest.Stack, cfg mcpops.Config) *mcp.ClientSession {
 	t.Helper()
+	s, err := mcpops.New(stk.Server.Conn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, ct := mcp.NewInMemoryTransports()
 	ctx := context.Background()
 	ss, err := s.MCP().Connect(ctx, st, nil)
@@ -133,7 +139,7 @@ func TestOperatorMCP_ReadOnlyByDefaultAndAnswersLikeAPerson(t *testing.T) {
 	st := stack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ro := session(t, mcpops.New(st.Server.Conn, mcpops.Config{}))
+	ro := session(t, st, mcpops.Config{})
 	if names := toolNames(t, ro); slices.Contains(names, mcpops.ToolApprove) || !slices.Contains(names, mcpops.ToolInbox) || len(names) != 4 {
 		t.Fatalf("read-only tools %v, want the four views and no answering tool", names)
 	}
@@ -146,7 +152,7 @@ func TestOperatorMCP_ReadOnlyByDefaultAndAnswersLikeAPerson(t *testing.T) {
 		t.Errorf("kind mail: %v, want invalid_request", err)
 	}
 
-	rw := session(t, mcpops.New(st.Server.Conn, mcpops.Config{Answers: true}))
+	rw := session(t, st, mcpops.Config{Answers: true})
 	if names := toolNames(t, rw); !slices.Contains(names, mcpops.ToolApprove) || !slices.Contains(names, mcpops.ToolCancel) {
 		t.Fatalf("answering tools missing: %v", names)
 	}
@@ -216,7 +222,7 @@ func TestSemantics4_ApproveNarrower_OperatorMCP(t *testing.T) {
 	st := stack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rw := session(t, mcpops.New(st.Server.Conn, mcpops.Config{Answers: true}))
+	rw := session(t, st, mcpops.Config{Answers: true})
 	if _, err := st.API.Start(ctx, api.StartRequest{Run: "ops-edit", Agent: "desk", Input: "pay INV-7"}); err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +295,7 @@ func TestOperatorMCP_ContentAndArgumentsTakeAnyJSON(t *testing.T) {
 	st := stack(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rw := session(t, mcpops.New(st.Server.Conn, mcpops.Config{Answers: true, NoRetry: true}))
+	rw := session(t, st, mcpops.Config{Answers: true, NoRetry: true})
 	var reply api.Reply
 	for _, c := range []struct {
 		tool string

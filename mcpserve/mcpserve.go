@@ -53,11 +53,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/mcptools"
@@ -184,9 +183,7 @@ func credentialApproveCommand(run, action string, revision int) string {
 // SDK server to run on a transport.
 type Server struct {
 	cfg    Config
-	cmd    *api.Client
-	query  *projector.Client
-	log    *eventlog.Log // the runs' heads: is a view caught up (caughtUp)
+	client *client.Client // the commands, the queries and the runs' heads (caughtUp)
 	mcp    *mcp.Server
 	served map[string]bool
 }
@@ -223,11 +220,11 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 	if len(cfg.Agents) == 0 {
 		return nil, &weft.Error{Code: weft.CodeInvalidRequest, Message: "mcpserve: no agents to serve"}
 	}
-	js, err := jetstream.New(nc)
+	w, err := client.New(nc, client.WithRetry(retry))
 	if err != nil {
-		return nil, fmt.Errorf("mcpserve: jetstream: %w", err)
+		return nil, fmt.Errorf("mcpserve: %w", err)
 	}
-	s := &Server{cfg: cfg, cmd: api.NewClient(nc, api.WithRetry(retry)), query: projector.NewClient(nc), log: eventlog.New(js), served: map[string]bool{}}
+	s := &Server{cfg: cfg, client: w, served: map[string]bool{}}
 	s.mcp = mcp.NewServer(&mcp.Implementation{Name: "weft-" + cfg.Service, Version: cfg.Version}, &mcp.ServerOptions{
 		Instructions: "Each tool runs a Weft agent as a durable run. Pass a key to make a call safe to retry: the same key reopens the same run.",
 	})
@@ -420,7 +417,7 @@ func (s *Server) invoke(ctx context.Context, a Agent, req *mcp.CallToolRequest) 
 	// The start's retries (the retry rules) take at most half the call's
 	// wait: the rest reads the run, whatever the start answered.
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.Wait/2)
-	started, err := s.cmd.Start(sctx, api.StartRequest{Run: run, Agent: a.Name, Version: a.Version, Input: *in.Input})
+	started, err := s.client.Start(sctx, api.StartRequest{Run: run, Agent: a.Name, Version: a.Version, Input: *in.Input})
 	cancel()
 	switch {
 	case err == nil:
@@ -487,7 +484,7 @@ func (s *Server) status(ctx context.Context, req *mcp.CallToolRequest) *mcp.Call
 	}
 	deadline := time.Now().Add(s.cfg.Wait)
 	qctx, cancel := context.WithDeadline(ctx, deadline)
-	v, err := s.query.Run(qctx, in.Run)
+	v, err := s.client.Run(qctx, in.Run)
 	cancel()
 	if err != nil {
 		return s.refuse(err)
@@ -513,7 +510,7 @@ func (s *Server) view(ctx context.Context, run string, deadline time.Time) (proj
 	var lastErr error = errNoAnswer
 	pause := backoff.New(20*time.Millisecond, 500*time.Millisecond)
 	for {
-		v, err := s.query.Run(ctx, run)
+		v, err := s.client.Run(ctx, run)
 		switch {
 		case err == nil:
 			return v, nil
@@ -548,7 +545,7 @@ func (s *Server) follow(ctx context.Context, run string, deadline time.Time) Ans
 	var childErr error
 	pause := backoff.New(20*time.Millisecond, 500*time.Millisecond)
 	for {
-		fam, err := s.query.RunFamily(ctx, run)
+		fam, err := s.client.RunFamily(ctx, run)
 		switch {
 		case err == nil:
 			seen, agentName, childErr = true, fam.View.Agent.Name, nil
@@ -647,7 +644,7 @@ func (s *Server) collect(ctx context.Context, fam projector.RunReply, ans *Answe
 		return true, nil
 	}
 	for _, child := range fam.FamilyStatus.Waiting {
-		cf, err := s.query.RunFamily(ctx, child)
+		cf, err := s.client.RunFamily(ctx, child)
 		switch {
 		case err != nil && (ctx.Err() != nil || weft.ErrorCode(err).Retryable()):
 			// Not read yet: what it waits for is not known yet.
@@ -674,14 +671,10 @@ func transient(err error) bool {
 	return errors.Is(err, &weft.Error{Code: weft.CodeUnknownRun}) || weft.ErrorCode(err).Retryable()
 }
 
-// caughtUp reports whether v, read before this call, holds every event of
-// its run's log: its version is the version of the run's last event, read
-// now. A view read before a command was applied (an approval, a
-// reconciliation) is then known to include it: the command answered only
-// once its events were in the log. False when the log's head cannot be read.
+// caughtUp is client.CaughtUp, false when the log's head cannot be read.
 func (s *Server) caughtUp(ctx context.Context, v projections.RunView) bool {
-	h, err := s.log.Head(ctx, v.Run)
-	return err == nil && v.Version >= h.Version
+	ok, err := s.client.CaughtUp(ctx, v)
+	return err == nil && ok
 }
 
 func asWeft(err error) *weft.Error {

@@ -1,11 +1,14 @@
 package natsnode_test
 
 import (
+	"fmt"
 	"net"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/weftrun/weft/internal/loopport"
 	"github.com/weftrun/weft/natsnode"
 )
 
@@ -22,6 +25,16 @@ func TestExternalFirstConnectRetries(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	// The port is free only when it is read: another test's server may
+	// take it before this one does. This server requires a token and the
+	// client presents it, so the client is refused there instead of
+	// connecting to that server.
+	token, err := loopport.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(t.TempDir(), "auth.conf")
+	writeFile(t, conf, fmt.Sprintf("authorization { token: %q }\n", token))
 
 	type result struct {
 		n   *natsnode.Node
@@ -29,7 +42,7 @@ func TestExternalFirstConnectRetries(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		n, err := natsnode.Start(ctx, natsnode.WithURL(url))
+		n, err := natsnode.Start(ctx, natsnode.WithURL(url), natsnode.WithToken(token))
 		done <- result{n, err}
 	}()
 	select {
@@ -37,7 +50,7 @@ func TestExternalFirstConnectRetries(t *testing.T) {
 		t.Fatalf("Start returned before any server listened: %v", r.err)
 	case <-time.After(time.Second):
 	}
-	srv, err := natsnode.Start(ctx, natsnode.WithDataDir(t.TempDir()), natsnode.WithListen(port))
+	srv, err := natsnode.Start(ctx, natsnode.WithConfigFile(conf), natsnode.WithToken(token), natsnode.WithDataDir(t.TempDir()), natsnode.WithListen(port))
 	if err != nil {
 		t.Fatal(err)
 	}

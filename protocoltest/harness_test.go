@@ -4,14 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weftrun/weft/internal/syncbuf"
 )
 
 // weftBin is the weft binary TestMain builds; natsBin the official nats CLI.
@@ -69,28 +71,25 @@ func findNats() (string, error) {
 	return "", fmt.Errorf("the nats CLI is not installed: go install github.com/nats-io/natscli/nats@v0.5.0")
 }
 
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// devURL finds the embedded server's URL in weft dev's startup lines.
+var devURL = regexp.MustCompile(`Weft dev is running: embedded NATS at (nats://[^,\s]+),`)
 
 // dev is a running `weft dev`.
 type dev struct {
 	url string
-	out *bytes.Buffer
+	out *syncbuf.Buffer
 }
 
-// startDev runs `weft dev args...` on a free port with its store in a temp dir and
-// waits until its services answer; it stops it (SIGTERM) on cleanup.
+// startDev runs `weft dev args...` on a port the system picks (--listen 0)
+// with its store in a temp dir, reads the server's URL from its startup
+// lines and waits until its services answer; it stops it (SIGTERM) on
+// cleanup. A port read free here and given to --listen could be taken by
+// another test's server before weft dev bound it, and the nats CLI would
+// have talked to that server until weft dev's exit was seen.
 func startDev(t *testing.T, args ...string) *dev {
 	t.Helper()
-	port := freePort(t)
-	d := &dev{url: fmt.Sprintf("nats://127.0.0.1:%d", port), out: &bytes.Buffer{}}
-	cmd := exec.Command(weftBin, append([]string{"dev", "--listen", fmt.Sprint(port), "--data", t.TempDir()}, args...)...)
+	d := &dev{out: &syncbuf.Buffer{}}
+	cmd := exec.Command(weftBin, append([]string{"dev", "--listen", "0", "--data", t.TempDir()}, args...)...)
 	cmd.Stdout, cmd.Stderr = d.out, d.out
 	cmd.Env = append(os.Environ(), "NATS_URL=")
 	if err := cmd.Start(); err != nil {
@@ -111,6 +110,21 @@ func startDev(t *testing.T, args ...string) *dev {
 		}
 	})
 	deadline := time.Now().Add(60 * time.Second)
+	for d.url == "" {
+		select {
+		case err := <-exited:
+			t.Fatalf("weft dev exited: %v\n%s", err, d.out)
+		default:
+		}
+		if m := devURL.FindStringSubmatch(d.out.String()); m != nil {
+			d.url = m[1]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("weft dev never said where its server listens:\n%s", d.out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	for {
 		select {
 		case err := <-exited:

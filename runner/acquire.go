@@ -78,8 +78,10 @@ func (r *Runner) acquire(ctx context.Context, id string) (*run, error) {
 			tries++
 			continue
 		}
-		done := r.acquiring(id)
-		rn, err := r.acquireFromLog(ctx, id)
+		done, err := r.acquiring(ctx, id) // rn is nil: not held
+		if err == nil {
+			rn, err = r.acquireFromLog(ctx, id)
+		}
 		done()
 		if err == nil && rn.driven && aggregate.LacksTool(rn.state, rn.binds) {
 			// A redeployed agent lacks a live action's tool
@@ -139,9 +141,6 @@ var errAcquireAgain = errors.New("acquire again")
 // with the first decision that records something (run.lazy), so that the
 // takeover of a partition of idle runs records nothing for them.
 func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
-	if err := r.verifyOwned(ctx); err != nil {
-		return nil, err
-	}
 	if err := r.owns(id); err != nil {
 		return nil, err
 	}
@@ -201,7 +200,7 @@ func (r *Runner) acquireFromLog(ctx context.Context, id string) (*run, error) {
 	if !idle {
 		// Never from a live runner that takes no part in the partitions
 		// (an older release still driving its runs).
-		if driver != r.id && !s.HandedOff() && r.peers.NonParticipant(ctx, driver) {
+		if driver != r.id && !s.HandedOff() && r.own.NonParticipant(ctx, driver) {
 			return nil, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s is driven by runner %s, which is alive and takes no part in the partitions (an older release?); retry", id, driver)}
 		}
 	}
@@ -320,7 +319,8 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 // the run is idle — unless this runner holds a head key and the run's head
 // is behind (its driver died between a person's decision and its
 // signature; keyBeforeAppend kept its entry): that takeover is recorded
-// at once, and its record signed with the decision it follows (signHead).
+// at once, and its record signed with the decision it follows (signHead):
+// restsWithoutDriver, which for an idle run is !owesHead.
 func (r *Runner) lazyTakeover(s aggregate.State) bool {
-	return aggregate.Idle(s) && !(r.headKey != nil && s.HeadBehind())
+	return aggregate.Idle(s) && !r.owesHead(s)
 }

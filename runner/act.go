@@ -7,184 +7,10 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
-	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/telemetry"
 )
-
-// step decides c, appends, and acts; ResolveCalls follow-ups are decided
-// in the same step. It returns Decide's refusal.
-//
-// On a run whose takeover is pending (run.takeover) the takeover is
-// recorded with c (c may be nil then: the takeover alone), and everything
-// the run needs is acted on.
-func (r *Runner) step(ctx context.Context, rn *run, c aggregate.Command) error {
-	takeover := rn.takeover != nil
-	var err error
-	func() {
-		// Fenced and not dispatched by this act (also when it panics),
-		// before anything else is decided.
-		defer r.abortPrepared(rn)
-		var evs []events.Event
-		evs, err = r.decideAppend(ctx, rn, c)
-		if len(evs) > 0 && rn.driven {
-			r.act(ctx, rn, evs, takeover)
-		}
-	}()
-	rn.resolved = nil
-	if c != nil && derived(c) && internalRefusal(err) {
-		return r.refused(ctx, rn.id, rn, c.CommandName(), err)
-	}
-	return err
-}
-
-// act performs the effects of rn's Pending work (append first, then act).
-// Work is acknowledged by being recorded, never by having been attempted
-// (raft's Ready/Advance): whatever could not be performed or recorded here
-// — a task publish, a durable timer, the model's reply, the resolution of
-// a tool request, a stop, a child run to tend — makes the run be woken
-// again after a backoff (retryLater), and that wake derives the work again
-// from the run's state and does what is still missing (docs/semantics.md §8).
-func (r *Runner) act(ctx context.Context, rn *run, appended []events.Event, all bool) {
-	if !rn.driven || rn.takeover != nil {
-		return
-	}
-	if rn.stale && !r.refresh(ctx, rn) {
-		r.retryLater(rn.id)
-		return
-	}
-	if r.actOnce(ctx, rn, appended, all) {
-		r.retryLater(rn.id)
-	} else {
-		r.retried(rn.id)
-		r.maybeEvict(rn)
-	}
-}
-
-// actOnce is one pass of act. It reports whether some work failed.
-func (r *Runner) actOnce(ctx context.Context, rn *run, appended []events.Event, all bool) (failed bool) {
-	for _, ev := range appended {
-		switch e := ev.(type) {
-		case events.AttemptLost:
-			if e.Cause == events.CauseStopped {
-				if err := r.nc.Publish(api.StopSubjectPrefix+rn.id, nil); err != nil {
-					failed = true
-				}
-			}
-		case events.CancelRequested:
-			if rn.modelCancel != nil {
-				rn.modelCancel()
-			}
-		}
-	}
-	if r.afterAppend(ctx, rn, appended, all) {
-		return false // the run failed tool_changed
-	}
-	if !rn.driven {
-		return false
-	}
-	w := aggregate.Pending(rn.state)
-	if w.Finished {
-		r.drop(rn)
-		r.disarmRun(rn)
-		if r.headKey != nil && rn.state.HeadBehind() {
-			// Its end head could not be appended (signHead logged it): the
-			// entry stays, and the wake of the finished run signs it
-			// (signBehind) before it deletes the entry.
-			return true
-		}
-		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		// At the revision this runner put or found (no read of the key
-		// first); an entry replaced since is removed as the key has it.
-		var err error
-		if rn.keyed && rn.keyRev != 0 {
-			err = r.removeDriverKey(dctx, rn.id, rn.keyRev)
-		}
-		if !rn.keyed || rn.keyRev == 0 || errors.Is(err, errDriverKeyChanged) {
-			err = r.removeDriverKey(dctx, rn.id, 0)
-		}
-		if err != nil {
-			r.log.Warn("driver key delete", "run", rn.id, "err", err)
-			return true // the wake of a finished run deletes it
-		}
-		r.finished.add(rn.id)
-		return false
-	}
-	// Timers: a local one for precision, a durable one as the backstop;
-	// those no longer pending are stopped and disarmed (timers.go).
-	r.syncTimers(rn, w.Timers)
-	// The run's weft_drivers entry, before any effect, so that the owner
-	// of its partition finds it after a loss — unless the run is idle
-	// (evicted at the end of act: nothing to find).
-	if !rn.keyed && !r.isIdle(rn) {
-		kctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		rev, err := r.drivers.Put(kctx, r.driverKey(rn.id), []byte(r.id))
-		cancel()
-		if err != nil {
-			r.log.Warn("driver key", "run", rn.id, "err", err)
-			failed = true
-		} else {
-			rn.keyed, rn.keyRev = true, rev
-		}
-	}
-	// Dispatch fenced attempts, each once (again when its copy was lost).
-	rn.undispatchLost()
-	for _, d := range w.Dispatch {
-		key := attemptKey(d.Action, d.Attempt, d.Fence.Incarnation)
-		if rn.dispatched[key] {
-			continue
-		}
-		if err := r.dispatch(ctx, rn, d); err != nil {
-			r.log.Error("dispatch", "run", rn.id, "action", d.Action, "err", err)
-			failed = true
-			continue
-		}
-		rn.dispatched[key] = true
-		delete(rn.fences, key)
-	}
-	// A draining runner starts no model call and resolves no new calls
-	// (aggregate's Work.Draining): the runner that takes the run over does.
-	r.mu.Lock()
-	if r.draining {
-		w = w.Draining()
-	}
-	r.mu.Unlock()
-	// The model call of a requested turn, or the answer of a call already
-	// made that could not be recorded.
-	if w.Model != nil {
-		if c := r.takeReply(rn.id, w.Model.Turn); c != nil {
-			if err := r.commandLocked(ctx, rn, c); transient(err) {
-				r.log.Warn("model answer", "run", rn.id, "turn", w.Model.Turn, "err", err)
-				r.keepReply(rn.id, c)
-				return true
-			} else if weft.ErrorCode(err) == weft.CodeQuarantined {
-				// Kept until the repair wakes the run (watchQuarantined).
-				r.keepReply(rn.id, c)
-				return false
-			}
-			return false // the step acted on what followed
-		}
-		if rn.modelTurn != w.Model.Turn && !w.Model.RecordOnly {
-			r.callModel(rn, *w.Model)
-		}
-	}
-	// Validation and policy for a tool request, decided at once.
-	if w.Resolve != nil {
-		cmd, ok := rn.resolution(*w.Resolve)
-		if !ok {
-			cmd = r.resolve(ctx, rn, *w.Resolve)
-		}
-		if err := r.step(ctx, rn, cmd); err != nil {
-			r.log.Error("resolve calls", "run", rn.id, "err", err)
-			if transient(err) {
-				failed = true
-			}
-		}
-	}
-	return failed
-}
 
 // transient reports whether err says that something could not be done or
 // recorded now (the store or NATS did not answer, writers contended, the
@@ -262,12 +88,21 @@ func (r *Runner) deleteDriver(run string, rev uint64) {
 }
 
 // correctDriver makes run's weft_drivers key name the driver the log
-// records (s), or deletes it for a finished run.
+// records (s), or removes it for a run that does not exist or is
+// finished — except a finished run whose end head is owed (owesHead): its
+// entry is left as it is, for the owner of its partition, whose wake
+// signs the end and removes it (wakeLocked; a finished run's entry is
+// never read for its driver). Its only caller is a start that lost a
+// conflict; that exception is covered by reasoning, not by a test.
 func (r *Runner) correctDriver(run string, s aggregate.State) {
+	_, fin := s.Finished()
+	if fin && r.owesHead(s) {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
-	if _, fin := s.Finished(); fin || !s.Exists() {
+	if fin || !s.Exists() {
 		err = r.removeDriverKey(ctx, run, 0)
 	} else {
 		_, err = r.drivers.Put(ctx, r.driverKey(run), []byte(s.Runner()))

@@ -40,19 +40,30 @@
 //     arm timers (a local timer for precision plus a durable timer.Timers
 //     schedule).
 //
-// In code: step (decide and append, drive.go's decideAppend) then act
-// (act.go). The files follow the loop: drive.go loads, acquires and
-// appends; act.go performs Pending; effects.go holds the effects (model
-// call, dispatch, resolution); retry.go the retries of step 4; wake.go
-// the internal commands; backend.go the API's commands; forward.go and
-// handoff.go what passes between runners; orphans.go the takeovers;
-// partitions.go the partition loop and release.go the runs' part of a
-// partition's release (handing them off, handOffPartition) and of a scan
-// (waking their driver entries, wakePartitions). The state of ownership —
-// the table of the partitions' owners, its watcher and claims, the steps
-// of a release and the scan bookkeeping (Table.Release, ReleaseQuiet,
-// Scan), and this runner's view of its peers (heartbeat, the live
-// runners, their liveness) — is the package internal/ownership.
+// In code: command.go holds the loop, in the order a command passes it —
+// route (the API's commands) or command and commandLocked (the runner's
+// own), step, decideAppend (decide and append), act and actOnce (perform
+// Pending) — and its top comment walks one command through it, naming
+// the helpers it calls. Around it: acquire.go acquires a run (from
+// memory, or read back by its partition's owner, taking it over);
+// drive.go holds the run in memory, its load and the detail of an append
+// (keyBeforeAppend, withResolution, appendUnknown and resync,
+// afterConflict); act.go act's helpers (transient, refresh, the driver
+// entry's delete and correction); effects.go the effects (model call,
+// dispatch, resolution); retry.go the retries of step 4; wake.go the
+// wakes and the timers due; the API's commands by command: backend.go
+// (start, reconcile, cancel), answers.go (approve, reject, decide),
+// reports.go (report, settle), resolve.go, pause.go, restart.go;
+// forward.go and handoff.go what passes between runners; orphans.go the
+// takeovers; partitions.go the ownership check (owns) and release.go the
+// runs' part of a partition's release (handing them off,
+// handOffPartition); drivers.go the runs' part of a scan (waking their
+// driver entries, wakePartitions). Partition ownership — the table of the
+// partitions' owners, its watcher and claims, this runner's view of its
+// peers (heartbeat, the live runners, their liveness), the partition
+// loop, the steps of a release and the scan bookkeeping — is the package
+// internal/ownership: the runner asks its Coordinator and answers its
+// CommandLoop (ownership.go; the package doc lists both).
 //
 // # Ready and Advance
 //

@@ -285,182 +285,6 @@ func (r *Runner) agentFor(s aggregate.State) (*agent.Agent, error) {
 	return a, nil
 }
 
-// decideAppend decides c on rn's state and appends the events, re-reading
-// the run after a conflict. It returns the appended events and Decide's
-// refusal (events and a refusal may come together). After a conflict that
-// made another runner the driver it returns the *eventlog.ConflictError.
-// An append whose outcome is unknown is read back (resync): when the read
-// fails too it returns outcome_unknown (rn is stale: read before acting),
-// which a command's answer maps by its kind (unknownAnswer) and the
-// runner's own work treats as transient.
-//
-// Closes that won for a decision that is then not recorded are kept and
-// recorded on the run's next wake (keepCloses).
-func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command) (out []events.Event, err error) {
-	if rn.takeover != nil {
-		return r.takeOver(ctx, rn, c)
-	}
-	var won []aggregate.Close
-	defer func() {
-		if out == nil && len(won) > 0 {
-			r.keepCloses(rn.id, won)
-		}
-		if out == nil {
-			r.abortPrepared(rn) // nothing recorded: no claim may stay
-		}
-	}()
-	alone := false // the model reply is appended without its resolution
-	// The resolution of the reply's tool request, found once per call:
-	// every pass of the loop and the act after it reuse it.
-	var resolved *aggregate.ResolveCalls
-	if _, ok := c.(aggregate.ModelReply); ok {
-		defer func() { rn.resolved = resolved }()
-	}
-	for range 8 {
-		now := r.clock(rn)
-		evs, derr := aggregate.Decide(rn.state, c, now)
-		decided := c
-		if cl := r.closeFirst(ctx, rn, c, evs, now); cl != nil {
-			evs, derr = aggregate.Decide(rn.state, cl, now) // close.go
-			won = wonCloses(cl, won)
-			decided = cl
-		}
-		if len(evs) == 0 {
-			return nil, derr
-		}
-		reply := len(evs)
-		if _, ok := c.(aggregate.ModelReply); ok && derr == nil && !alone {
-			evs, now = r.withResolution(ctx, rn, decided, evs, now, &resolved)
-		}
-		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
-			return nil, err
-		}
-		// The claims of the attempts this append fences go out with it
-		// (docs/adr/0031-claim-with-the-fence.md).
-		r.prepareHandOffs(rn, evs[reply:])
-		if len(evs) > reply {
-			r.testHook("resolution-appending", -1, rn.id)
-		}
-		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
-		if err != nil {
-			var conflict *eventlog.ConflictError
-			if !errors.As(err, &conflict) {
-				switch weft.ErrorCode(err) {
-				case weft.CodePayloadTooLarge, weft.CodeInvalidName:
-					if len(evs) > reply && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
-						// The reply with its resolution is too large for
-						// one message: the reply alone may not be; its
-						// resolution follows in act, as its own decision.
-						alone = true
-						continue
-					}
-					return nil, err // refused by the store: nothing landed
-				case weft.CodeQuarantined:
-					// Refused: another message is the run's last, and no
-					// reader can fold it.
-					r.noteQuarantine(err)
-					return nil, err
-				}
-				// The outcome is unknown: the decision may have landed
-				// (its acknowledgement lost). Re-read, so that what did
-				// land is acted on now, not whenever the run is next
-				// touched.
-				ours, qerr := r.resync(ctx, rn, evs)
-				if ours {
-					// Landed: its head is signed as after an acknowledged
-					// append (docs/adr/0026-signed-heads.md).
-					r.signHead(ctx, rn)
-					return evs, derr
-				}
-				if qerr != nil {
-					return nil, qerr // an impossible event: nothing acts on the run until it is repaired
-				}
-				if rn.stale {
-					// The run could not be read: the decision may have
-					// landed, so "not applied — retry" would be a guess
-					// (docs/semantics.md §8, "A run can always be answered").
-					// The
-					// caller answers it by its kind (unknownAnswer). The
-					// run is read again soon, so that what did land is
-					// acted on (docs/semantics.md §8: pending work is retried).
-					if rn.driven {
-						r.retryLater(rn.id)
-					}
-					return nil, &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf(
-						"run %s: whether the decision was recorded is not known (%v), and the run could not be read to learn it; read the run", rn.id, err)}
-				}
-				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
-			}
-			// Re-read and re-decide; never act on the lost decision.
-			wasRunner, wasIncarnation := rn.state.Runner(), rn.state.Incarnation()
-			tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
-			if lerr != nil {
-				if r.noteQuarantine(lerr) {
-					return nil, lerr // nothing acts on the run until it is repaired
-				}
-				return nil, &weft.Error{Code: weft.CodeUnavailable, Message: lerr.Error()}
-			}
-			recs, rerr := recorded(tail)
-			if rerr != nil {
-				return nil, rerr
-			}
-			for _, rec := range recs {
-				if err := r.evolveRead(rn, rec, head); err != nil {
-					return nil, err // quarantined: nothing acts on the run until it is repaired
-				}
-			}
-			rn.head = head
-			_, fin := rn.state.Finished()
-			if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin && rn.state.HandedOff() &&
-				rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
-				// A takeover met the hand-off of the driver it takes the run
-				// over from (and perhaps the reports of its work in flight),
-				// recorded while that driver gave the partition up (paused,
-				// then released): the run is still this runner's to take
-				// over, now with the cause handed_off (takeOver keeps it
-				// pending, tried again). Dropped, nobody would drive it: its
-				// previous driver gave it up, and the scan that woke it
-				// removes the entry of a run it does not hold
-				// (docs/semantics.md §8: a run can always be answered). A run
-				// its previous driver still drives (no hand-off) is left to
-				// it as before, and one it finished needs no takeover. The
-				// equal incarnation is the test that nobody recovered the
-				// run meanwhile (the runner changes only with a recovery);
-				// the runner's is compared all the same.
-				return nil, err
-			}
-			if rn.driven && rn.state.Runner() != r.id {
-				r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
-				r.drop(rn)
-				return nil, err
-			}
-			if _, isRecover := c.(aggregate.Recover); isRecover {
-				return nil, err
-			}
-			continue
-		}
-		recs, rerr := recorded(envs)
-		if rerr != nil {
-			return nil, rerr
-		}
-		for _, rec := range recs {
-			rn.evolve(rec)
-			if f, ok := rec.Event.(events.AttemptFenced); ok {
-				if rn.fences == nil {
-					rn.fences = map[string]uint64{}
-				}
-				rn.fences[attemptKey(f.Action, f.Attempt, f.Incarnation)] = rec.Version
-			}
-		}
-		rn.head = head
-		r.signHead(ctx, rn)
-		r.observe(ctx, rn, evs)
-		r.maybeSnapshot(rn)
-		return evs, derr
-	}
-	return nil, &weft.Error{Code: weft.CodeContended, Message: fmt.Sprintf("run %s: concurrent writers kept winning", rn.id)}
-}
-
 // resync re-reads rn's tail after an append of evs whose outcome is
 // unknown and, when something landed (our decision or another writer's)
 // and rn is still driven by this runner, performs the committed work
@@ -509,6 +333,95 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) (bool,
 		r.act(ctx, rn, landed, true)
 	}
 	return ours, nil
+}
+
+// appendUnknown answers an append of evs (the decision derr came with)
+// that failed with err, neither a conflict nor a refusal of the store:
+// its outcome is unknown (decideAppend).
+func (r *Runner) appendUnknown(ctx context.Context, rn *run, evs []events.Event, derr, err error) ([]events.Event, error) {
+	// The outcome is unknown: the decision may have landed
+	// (its acknowledgement lost). Re-read, so that what did
+	// land is acted on now, not whenever the run is next
+	// touched.
+	ours, qerr := r.resync(ctx, rn, evs)
+	if ours {
+		// Landed: its head is signed as after an acknowledged
+		// append (docs/adr/0026-signed-heads.md).
+		r.signHead(ctx, rn)
+		return evs, derr
+	}
+	if qerr != nil {
+		return nil, qerr // an impossible event: nothing acts on the run until it is repaired
+	}
+	if rn.stale {
+		// The run could not be read: the decision may have
+		// landed, so "not applied — retry" would be a guess
+		// (docs/semantics.md §8, "A run can always be answered").
+		// The
+		// caller answers it by its kind (unknownAnswer). The
+		// run is read again soon, so that what did land is
+		// acted on (docs/semantics.md §8: pending work is retried).
+		if rn.driven {
+			r.retryLater(rn.id)
+		}
+		return nil, &weft.Error{Code: weft.CodeOutcomeUnknown, Message: fmt.Sprintf(
+			"run %s: whether the decision was recorded is not known (%v), and the run could not be read to learn it; read the run", rn.id, err)}
+	}
+	return nil, &weft.Error{Code: weft.CodeUnavailable, Message: err.Error()}
+}
+
+// afterConflict reads the tail another writer appended when the append of
+// c's decision met a conflict (err) and folds it into rn. It returns nil
+// when decideAppend is to decide c again on the run as it is now, else
+// the error decideAppend returns (err itself when the run is another
+// runner's now, or for a takeover).
+func (r *Runner) afterConflict(ctx context.Context, rn *run, c aggregate.Command, err error) error {
+	wasRunner, wasIncarnation := rn.state.Runner(), rn.state.Incarnation()
+	tail, head, lerr := r.evlog.LoadAfter(ctx, rn.id, rn.head)
+	if lerr != nil {
+		if r.noteQuarantine(lerr) {
+			return lerr // nothing acts on the run until it is repaired
+		}
+		return &weft.Error{Code: weft.CodeUnavailable, Message: lerr.Error()}
+	}
+	recs, rerr := recorded(tail)
+	if rerr != nil {
+		return rerr
+	}
+	for _, rec := range recs {
+		if err := r.evolveRead(rn, rec, head); err != nil {
+			return err // quarantined: nothing acts on the run until it is repaired
+		}
+	}
+	rn.head = head
+	_, fin := rn.state.Finished()
+	if _, isRecover := c.(aggregate.Recover); isRecover && rn.driven && !fin && rn.state.HandedOff() &&
+		rn.state.Runner() == wasRunner && rn.state.Incarnation() == wasIncarnation {
+		// A takeover met the hand-off of the driver it takes the run
+		// over from (and perhaps the reports of its work in flight),
+		// recorded while that driver gave the partition up (paused,
+		// then released): the run is still this runner's to take
+		// over, now with the cause handed_off (takeOver keeps it
+		// pending, tried again). Dropped, nobody would drive it: its
+		// previous driver gave it up, and the scan that woke it
+		// removes the entry of a run it does not hold
+		// (docs/semantics.md §8: a run can always be answered). A run
+		// its previous driver still drives (no hand-off) is left to
+		// it as before, and one it finished needs no takeover. The
+		// equal incarnation is the test that nobody recovered the
+		// run meanwhile (the runner changes only with a recovery);
+		// the runner's is compared all the same.
+		return err
+	}
+	if rn.driven && rn.state.Runner() != r.id {
+		r.tel.Emit(ctx, telemetry.LeaseLost, "run", rn.id, "driver", rn.state.Runner())
+		r.drop(rn)
+		return err
+	}
+	if _, isRecover := c.(aggregate.Recover); isRecover {
+		return err
+	}
+	return nil
 }
 
 // drop forgets a run this runner no longer drives.
@@ -579,13 +492,11 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 		if _, handOff := c.(aggregate.HandOff); !rn.driven || handOff {
 			return nil
 		}
-		next := rn.after(evs, now)
-		_, fin := next.Finished()
 		// With a head key, an append after which a signature is owed
 		// (a person's decision, the end: HeadBehind) keeps its entry
-		// until signed, even when it leaves the run idle or finished.
-		toSign := r.headKey != nil && next.HeadBehind()
-		if !toSign && (fin || !next.Exists() || aggregate.Idle(next)) {
+		// until signed, even when it leaves the run idle or finished
+		// (restsWithoutDriver).
+		if r.restsWithoutDriver(rn.after(evs, now)) {
 			return nil
 		}
 	}

@@ -38,20 +38,15 @@ func runOfDriverKey(key string) string {
 	return run
 }
 
-// scanPartitions wakes the driver entries of the owned partitions due for
-// a scan (all owned ones with all): the runs some runner drove with work in
-// flight that this runner does not hold, bounded (takeOrphans). An idle
-// run has no entry (idle.go): it costs nothing until a command, a report
-// or a timer reaches it.
-func (r *Runner) scanPartitions(ctx context.Context, all bool) {
-	r.parts.Scan(all, func(due []int) bool { return r.wakePartitions(ctx, due) })
-}
-
 // wakePartitions wakes the driver entries of partitions due (owned, not
-// releasing) that this runner does not hold (scanPartitions). It returns
-// true once every entry's run was woken.
+// releasing, due for a scan; ownership.Coordinator's partition loop lists
+// them, beside it, and keeps them due until this returns true:
+// ownershipLoop.WakePartitions): the runs some runner drove with work in
+// flight that this runner does not hold, bounded (takeOrphans). An idle run has
+// no entry (idle.go): it costs nothing until a command, a report or a
+// timer reaches it. It returns true once every entry's run was woken.
 func (r *Runner) wakePartitions(ctx context.Context, due []int) bool {
-	t := r.parts
+	t := r.own
 	filters := make([]string, len(due))
 	for i, p := range due {
 		filters[i] = partPrefix(p) + ".>"

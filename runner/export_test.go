@@ -33,7 +33,8 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // append that carries its resolution is sent ("resolution-appending"), once a drain told its
 // in-process worker to stop ("worker-stopped"), before a drain deletes
 // the key of a partition with nothing running ("release-quiet"), when a rebuild of the
-// driver index from the log starts ("rebuild") and when a start's first
+// driver index from the log starts ("rebuild"), loads a run ("rebuild-read") and
+// creates a run's entry ("rebuild-entry"), and when a start's first
 // events are appended, before they are acted on ("start-appended"), so
 // that a test orders them.
 func WithHook(f func(event string, p int, run string)) Option {
@@ -72,13 +73,13 @@ func HoldRun(r *Runner, run string) (unlock func(), ok bool) {
 // table of a runner paused (SIGSTOP) or cut off while another claimed the
 // partition says: its watcher has not seen the claim yet.
 func (r *Runner) StaleView(p int, rev uint64) {
-	r.parts.Assume(p, rev)
+	r.own.Assume(p, rev)
 }
 
 // ForgetReconnectCheck makes the next acquisition verify the owned
-// partitions as after a reconnection (verifyOwned).
+// partitions as after a reconnection (acquiring).
 func (r *Runner) ForgetReconnectCheck() {
-	r.parts.ForgetReconnectCheck()
+	r.own.ForgetReconnectCheck()
 }
 
 // HandedOff is how many tasks the runner handed to its in-process worker

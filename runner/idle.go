@@ -21,14 +21,42 @@ import (
 // recorded only together with the first decision that records something
 // (acquireFromLog): nothing was in flight, so there is nothing to recover.
 
-// isIdle reports whether rn waits only for people (see above), its
-// approval expiries armed durably and nothing of it kept in memory.
-func (r *Runner) isIdle(rn *run) bool {
-	if !rn.driven || rn.takeover != nil || rn.stale || rn.modelTurn != 0 || !aggregate.Idle(rn.state) {
+// restsWithoutDriver reports whether a run in state s needs no runner and
+// no weft_drivers entry: it is finished (or does not exist) or idle
+// (aggregate.Idle) — unless this runner signs heads and a signature is
+// owed (aggregate.State.HeadBehind: a person's decision, the run's end or
+// an append after it follows the last head_signed). Such a run keeps its
+// entry until it is signed (signHead, signBehind), so that the owner of
+// its partition finds it when its driver dies first
+// (docs/adr/0026-signed-heads.md). It is the one answer to "does this
+// run rest without a driver?": what keeps a run in memory (isIdle),
+// whether a takeover is recorded lazily (lazyTakeover), which runs an
+// append puts the entry of (keyBeforeAppend), which finished runs keep it
+// (act), and which runs the driver index rebuild gives one
+// (rebuildDrivers: docs/semantics.md §8, what was not recorded is derived
+// again from the log). A caller that knows the run idle or finished
+// already asks owesHead, its answer then.
+func (r *Runner) restsWithoutDriver(s aggregate.State) bool {
+	if r.owesHead(s) {
 		return false
 	}
-	if r.headKey != nil && rn.state.HeadBehind() {
-		return false // its signature is owed: kept, with its entry, until signed (signBehind)
+	_, fin := s.Finished()
+	return fin || !s.Exists() || aggregate.Idle(s)
+}
+
+// owesHead reports whether this runner signs heads and a signature is
+// owed in state s (aggregate.State.HeadBehind): for a run that is idle or
+// finished, the negation of restsWithoutDriver, without computing
+// aggregate.Idle again.
+func (r *Runner) owesHead(s aggregate.State) bool { return r.headKey != nil && s.HeadBehind() }
+
+// isIdle reports whether rn waits only for people (see above) and rests
+// without a driver (restsWithoutDriver, for an idle run owesHead: no
+// signature owed — else it is kept, with its entry, until signed), its
+// approval expiries armed durably and nothing of it kept in memory.
+func (r *Runner) isIdle(rn *run) bool {
+	if !rn.driven || rn.takeover != nil || rn.stale || rn.modelTurn != 0 || !aggregate.Idle(rn.state) || r.owesHead(rn.state) {
+		return false
 	}
 	for _, t := range aggregate.Pending(rn.state).Timers {
 		if a, ok := rn.armed[timerKey(t)]; !ok || !a.isDurable() {

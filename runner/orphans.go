@@ -116,7 +116,7 @@ func (r *Runner) wakeOrphan(ctx context.Context, run string, k driverKey) error 
 	_, held := r.runs[run]
 	r.mu.Unlock()
 	if held {
-		return nil // held since the scan listed it: driven here (scanPartitions)
+		return nil // held since the scan listed it: driven here (wakePartitions)
 	}
 	rn, err := r.acquire(ctx, run)
 	if err != nil {

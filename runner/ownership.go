@@ -20,14 +20,14 @@ import (
 // from the stream's leader first and must name this runner at a revision
 // no lower than the one it claimed (verifyOwner, ownership.Table.Verify
 // says how). After the connection reconnected, every owned partition is
-// verified so before anything is acquired (verifyOwned).
+// verified so before anything is acquired (acquiring).
 
 // partitionOwnership is this runner's state of partition ownership
 // (docs/adr/0019-partitions.md), apart from the command loop's: the
-// deployment's partitions, the buckets ownership reads, the table of the
-// partitions' owners, this runner's view of its peers (the live runners
-// and the judgement of their liveness: internal/ownership) and the clock
-// all of it reads. Each part keeps a lock of its own; none is the command
+// deployment's partitions, the buckets ownership reads, the Coordinator
+// (internal/ownership: the table of the partitions' owners, this runner's
+// view of its peers, the heartbeat, the watchers, the partition loop and
+// the releases) and the clock it reads. None of its locks is the command
 // loop's Runner.mu.
 type partitionOwnership struct {
 	nparts   int  // partitions of the deployment (WithPartitions)
@@ -37,11 +37,9 @@ type partitionOwnership struct {
 	live       jetstream.KeyValue
 	liveStream jetstream.Stream
 	partKV     jetstream.KeyValue
-	parts      *ownership.Table // owners of the partitions, as this runner sees them (made by Run: startOwnership)
-	// peers is this runner's view of its peers (internal/ownership): its
-	// heartbeat, the runners view, the judgement of their liveness. Made
-	// by Run (startOwnership).
-	peers *ownership.Peers
+	// own is this runner's partition ownership (made by Run:
+	// startOwnership); nil before.
+	own *ownership.Coordinator
 	// clk is the clock partition ownership reads (liveness, the runners
 	// view, the partition loop, releases): the wall clock, a fake one in
 	// tests. Not Runner.now: that stamps recorded times (a store clock,
@@ -59,7 +57,7 @@ type partitionOwnership struct {
 // runner_busy: "cannot tell" is never ownership.
 func (r *Runner) verifyOwner(ctx context.Context, run string) error {
 	p := partition.Of(run, r.nparts)
-	owner, err := r.parts.Verify(ctx, p)
+	owner, err := r.own.Verify(ctx, p)
 	if err != nil {
 		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: the owner of its partition %d cannot be read (%v); retry", run, p, err)}
 	}
@@ -72,37 +70,22 @@ func (r *Runner) verifyOwner(ctx context.Context, run string) error {
 	return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("run %s: this runner lost its partition %d; retry", run, p)}
 }
 
-// verifyOwned checks every partition this runner owns against
-// weft_partitions once after each reconnection of its connection, before
-// anything is acquired (ownership.Table.VerifyOwned). It returns
-// runner_busy when a key cannot be read (checked again at the next
-// acquisition).
-func (r *Runner) verifyOwned(ctx context.Context) error {
-	if err := r.parts.VerifyOwned(ctx); err != nil {
-		return &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("the partitions of this runner are being verified after a reconnection (%v); retry", err)}
-	}
-	return nil
-}
-
-// startOwnership makes this runner's table of the partitions' owners
-// (r.parts, owning nothing) and its view of its peers (r.peers), its first
-// period of continuous view beginning now: Run calls it once the assets
-// are looked up and the deployment's partitions are known.
+// startOwnership makes this runner's partition ownership (r.own, owning
+// nothing), its first period of continuous view beginning now: Run calls
+// it once the assets are looked up and the deployment's partitions are
+// known, then starts it (ownership.Coordinator.Start).
 func (r *Runner) startOwnership() {
-	r.parts = ownership.NewTable(ownership.TableConfig{
-		ID: r.id, Partitions: r.nparts, Conn: r.nc, KV: r.partKV, Bucket: PartitionsBucket, Log: r.log,
-		Hook: func(event string, p int) { r.testHook(event, p, "") },
-	}, ownershipLoop{r})
-	r.peers = ownership.New(ownership.Config{
+	r.own = ownership.NewCoordinator(ownership.CoordinatorConfig{
 		ID: r.id, Lease: r.lease, Partitions: r.nparts, Conn: r.nc,
-		Live: r.live, LiveStream: r.liveStream, Bucket: RunnersBucket,
-		Clock: r.clk, Stamp: r.now, Log: r.log,
-		Hook: func(event, key string) { r.testHook(event, -1, key) },
+		PartKV: r.partKV, PartBucket: PartitionsBucket,
+		Live: r.live, LiveStream: r.liveStream, LiveBucket: RunnersBucket,
+		Clock: r.clk, Stamp: r.now, Log: r.log, NoScan: r.noScan,
+		Hook: r.testHook,
 	}, ownershipLoop{r})
 }
 
 // ownershipLoop is what ownership asks of the command loop
-// (ownership.Loop, ownership.Owners).
+// (ownership.CommandLoop): what acts on the runs this runner holds.
 type ownershipLoop struct{ r *Runner }
 
 // Draining reports whether the runner drains (Runner.mu).
@@ -112,13 +95,35 @@ func (l ownershipLoop) Draining() bool {
 	return l.r.draining
 }
 
-// RunnersChanged makes the partition loop pass again now.
-func (l ownershipLoop) RunnersChanged() { l.r.kickPartitions() }
+// ForgetPartition drops the runs of partition p the runner holds; with
+// later, in the runner's background group.
+func (l ownershipLoop) ForgetPartition(ctx context.Context, p int, later bool) {
+	if later {
+		l.r.bg.Go(func(bctx context.Context) { l.r.forgetPartition(bctx, p) })
+		return
+	}
+	l.r.forgetPartition(ctx, p)
+}
 
-// ForgetPartition drops the runs of partition p the runner holds.
-func (l ownershipLoop) ForgetPartition(ctx context.Context, p int) { l.r.forgetPartition(ctx, p) }
+// Unbounded reports whether a run of partition p has work without a
+// recorded deadline (unboundedIn).
+func (l ownershipLoop) Unbounded(p int) bool { return l.r.unboundedIn(p) }
 
-// ForgetPartitionLater does so in the runner's background group.
-func (l ownershipLoop) ForgetPartitionLater(p int) {
-	l.r.bg.Go(func(bctx context.Context) { l.r.forgetPartition(bctx, p) })
+// HandOff hands the runs of partition p off: a round's release
+// (handOffPartition), or a drain's quiet one (handOffQuiet).
+func (l ownershipLoop) HandOff(ctx context.Context, p int, quiet bool) ownership.HandOff {
+	if quiet {
+		return l.r.handOffQuiet(ctx, p)
+	}
+	return l.r.handOffPartition(ctx, p)
+}
+
+// WatchQuarantined wakes the quarantined runs repaired
+// (watchQuarantined).
+func (l ownershipLoop) WatchQuarantined(ctx context.Context) { l.r.watchQuarantined(ctx) }
+
+// WakePartitions wakes the driver entries of the partitions due
+// (wakePartitions).
+func (l ownershipLoop) WakePartitions(ctx context.Context, due []int) bool {
+	return l.r.wakePartitions(ctx, due)
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -81,7 +80,7 @@ func (r *Runner) install(rn *run) error {
 }
 
 // ownedPartitions lists the partitions this runner owns.
-func (r *Runner) ownedPartitions() []int { return r.parts.Owned() }
+func (r *Runner) ownedPartitions() []int { return r.own.Owned() }
 
 // checkPartitions records the deployment's number of partitions, or
 // checks this runner's against the recorded one.
@@ -121,10 +120,6 @@ func (r *Runner) checkPartitions(ctx context.Context) error {
 	return fmt.Errorf("runner: %s key %s keeps changing", PartitionsBucket, configKey)
 }
 
-// kickPartitions makes the partition loop pass again now (a partition
-// was released, a runner left).
-func (r *Runner) kickPartitions() { r.parts.Kick() }
-
 // forgetPartition drops the runs of partition p this runner holds.
 func (r *Runner) forgetPartition(ctx context.Context, p int) {
 	for _, rn := range r.runsOf(p) {
@@ -150,91 +145,6 @@ func (r *Runner) runsOf(p int) []*run {
 	return list
 }
 
-// partitionLoop rebalances the partitions every lease/4 (partitionPass)
-// until ctx ends, and wakes the driver entries of the partitions it
-// claimed (wakeBeside). It returns once the wake in flight ended too.
-func (r *Runner) partitionLoop(ctx context.Context, releases *sync.WaitGroup) {
-	t := r.clk.NewTicker(r.lease / 4)
-	defer t.Stop()
-	w := &waker{busy: make(chan struct{}, 1)}
-	defer w.wg.Wait()
-	// Every owned partition is scanned at the start, and again now and
-	// then: entries a failed wake left, or put by a runner that did not
-	// know it lost the partition.
-	all := !r.wakeBeside(ctx, w, true)
-	for tick := 1; ; tick++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		case <-r.parts.Kicked():
-		}
-		if err := r.verifyOwned(ctx); err != nil {
-			r.log.Debug("verify partitions", "err", err)
-		}
-		r.partitionPass(ctx, releases)
-		all = all || tick%32 == 0
-		if r.wakeBeside(ctx, w, all) {
-			all = false
-		}
-	}
-}
-
-// waker is the partition loop's wake in flight (wakeBeside): at most one.
-type waker struct {
-	busy chan struct{} // holds a token while a wake runs
-	wg   sync.WaitGroup
-}
-
-// wakeBeside starts, beside the partition loop, the wake of the runs it
-// looks after — the quarantined runs repaired (watchQuarantined), the
-// driver entries of the owned partitions due (all of them with all:
-// scanPartitions) — unless one still runs (false: the partitions stay
-// due, woken by the next). A wake may wait on the server for up to its
-// timeouts (a watch of weft_drivers whose consumer a server restart lost
-// waits its whole 30 s, a takeover's reads as long): run in the loop, it
-// held every round of rebalancing meanwhile, and the partitions of a peer
-// that died then stayed its own, every command of their runs forwarded
-// to a runner that does not answer (docs/semantics.md §8: a run can
-// always be answered). A release meanwhile waits for
-// the wake's acquisitions (ownership.Table.Release), as for a command's.
-func (r *Runner) wakeBeside(ctx context.Context, w *waker, all bool) bool {
-	if r.noScan {
-		return true
-	}
-	select {
-	case w.busy <- struct{}{}:
-	default:
-		return false
-	}
-	w.wg.Add(1)
-	go func() {
-		defer w.wg.Done()
-		defer func() { <-w.busy }()
-		r.watchQuarantined(ctx)
-		r.scanPartitions(ctx, all)
-		r.testHook("partition-scanned", -1, "") // a test on a fake clock steps after it
-	}()
-	return true
-}
-
-// partitionPass is one round of rebalancing (ownership.Table.Pass: claim
-// the partitions assigned to this runner that nobody alive owns, release
-// those assigned to another live runner); each release runs in the
-// background, counted in releases.
-func (r *Runner) partitionPass(ctx context.Context, releases *sync.WaitGroup) {
-	if !r.parts.Pass(ctx, r.peers, r.unboundedIn, func(p int, rev uint64) {
-		releases.Add(1)
-		go func() {
-			defer releases.Done()
-			r.release(ctx, p, rev)
-		}()
-	}) {
-		return // cannot tell
-	}
-	r.testHook("partition-pass", -1, "")
-}
-
 // notOwned is the answer for a run of partition p, which this runner does
 // not own and nobody else does yet (or this runner is releasing it).
 func notOwned(run string, p int, releasing bool) error {
@@ -249,7 +159,7 @@ func notOwned(run string, p int, releasing bool) error {
 // runner_busy when nobody owns it yet or this runner is releasing it.
 func (r *Runner) owns(run string) error {
 	p := partition.Of(run, r.nparts)
-	owner, releasing := r.parts.OwnerOf(p)
+	owner, releasing := r.own.OwnerOf(p)
 	switch {
 	case owner == r.id && !releasing:
 		return nil

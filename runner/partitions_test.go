@@ -397,9 +397,10 @@ func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
 		}
 	}))
 	// The partition loop claimed every partition, then scanned what it
-	// claimed: a round that ends after the claims is followed by its scan,
-	// which ends before the next round does (partitionLoop). Counted in
-	// rounds, not waited for by the clock.
+	// claimed: a round that ends after the claims is followed by its
+	// scan, which ends before the next round does
+	// (ownership.Coordinator's partition loop). Counted in rounds, not
+	// waited for by the clock.
 	until(t, "the second runner owns every partition", func() bool { return ownsAll(second) })
 	for range 3 {
 		select {

@@ -7,10 +7,12 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/internal/backoff"
 	"github.com/weftrun/weft/partition"
@@ -18,32 +20,18 @@ import (
 )
 
 // acquiring counts an acquisition of run (a read from the log, a start)
-// in flight in its partition until done is called: once the run is
-// installed in r.runs, or the acquisition failed. It is counted before
-// the ownership check (owns), under the lock that marks a partition
-// releasing, so that a release either makes the check fail or finds the
-// acquisition counted and waits for it (ownership.Table.Release) before
-// it lists the partition's runs to hand them off: no run is installed
-// behind a release's back (docs/semantics.md §8: the releasing runner
-// would drive a run its partition's new owner takes over).
-func (r *Runner) acquiring(run string) (done func()) {
-	if r.parts == nil {
-		return func() {}
+// in flight in its partition until done is called — once the run is
+// installed in r.runs, or the acquisition failed: in every case — and
+// verifies, after a reconnection, the owned partitions first
+// (ownership.Coordinator.Acquiring says why it is counted before the
+// ownership check, owns). It returns runner_busy when a key cannot be
+// read (checked again at the next acquisition).
+func (r *Runner) acquiring(ctx context.Context, run string) (done func(), err error) {
+	done, err = r.own.Acquiring(ctx, partition.Of(run, r.nparts))
+	if err != nil {
+		return done, &weft.Error{Code: weft.CodeRunnerBusy, Message: fmt.Sprintf("the partitions of this runner are being verified after a reconnection (%v); retry", err)}
 	}
-	return r.parts.Acquiring(partition.Of(run, r.nparts))
-}
-
-// release gives partition p up (docs/semantics.md §8, graceful: nothing
-// uncertain). The pass marked it releasing (ownership.Table.Pass): no run
-// of it is acquired any more (owns answers runner_busy). The table's
-// Release waits for the acquisitions that passed the ownership check
-// before, and deletes the key at the revision this runner claimed it with
-// once handOffPartition handed off and forgot every run of it this runner
-// holds, so that the runner it is assigned to claims it. When ctx ends
-// first (the drain) the partition is left to the drain (releaseQuiet,
-// releaseAll).
-func (r *Runner) release(ctx context.Context, p int, rev uint64) {
-	r.parts.Release(ctx, p, rev, func(ctx context.Context) ownership.HandOff { return r.handOffPartition(ctx, p) })
+	return done, nil
 }
 
 // handOffPartition is a release's part of the command loop: the runs of
@@ -62,7 +50,7 @@ func (r *Runner) handOffPartition(ctx context.Context, p int) ownership.HandOff 
 	for {
 		handed, unbounded := r.handOffJudged(ctx, p)
 		if ctx.Err() != nil {
-			return ownership.Stopped // the drain releases it (releaseQuiet, releaseAll)
+			return ownership.Stopped // the drain releases it (Coordinator.Drain, Release)
 		}
 		if unbounded {
 			// A run of it has work without a deadline (a decision that
@@ -94,13 +82,13 @@ func (r *Runner) handOffPartition(ctx context.Context, p int) ownership.HandOff 
 
 // unboundedIn reports whether a run of partition p this runner holds has
 // work running without a recorded deadline: a body or model call whose
-// timeout is tools.Infinity. Such a partition is not released (partition
-// Pass, release) until that work ends: a release that began would answer
-// every other run of the partition runner_busy for as long as it runs,
-// and a hand-off past the drain window would make the body uncertain
-// though its runner is not lost (docs/semantics.md §3, §8). Its runs stay this
-// runner's and are served meanwhile; the assignment moves it once the
-// work ended.
+// timeout is tools.Infinity. Such a partition is not released
+// (ownership's Table.Pass, through ownershipLoop.Unbounded) until that
+// work ends: a release that began would answer every other run of the
+// partition runner_busy for as long as it runs, and a hand-off past the
+// drain window would make the body uncertain though its runner is not
+// lost (docs/semantics.md §3, §8). Its runs stay this runner's and are
+// served meanwhile; the assignment moves it once the work ended.
 func (r *Runner) unboundedIn(p int) bool {
 	_, unbounded, _ := r.runningUntil(r.runsOf(p))
 	return unbounded
@@ -242,48 +230,38 @@ func (r *Runner) inFlight(rn *run, later func(*run, time.Time)) (busy, unbounded
 	return busy, unbounded
 }
 
-// releaseQuiet gives up, during a drain, every partition this runner
-// owns whose runs (handed off at the start of the drain) have nothing
-// running any more: they are forgotten and the key deleted, so that the
-// partition moves at once instead of at the end of the window.
-//
-// As in release, the acquisitions in flight are waited for first
-// (ownership.Table.ReleaseQuiet), and the key is deleted only once every
-// run of the partition this runner holds is handed off and forgotten
-// (otherwise the partition is tried again, and at the end of the drain
-// released with the runner: releaseAll).
-func (r *Runner) releaseQuiet(ctx context.Context) {
-	r.parts.ReleaseQuiet(ctx, func(ctx context.Context, p int) bool {
-		list := r.runsOf(p)
-		if r.busyIn(list) {
-			return false
-		}
-		r.handOff(ctx, list, handOffForgetRecorded)
-		return len(r.runsOf(p)) == 0
-	})
+// handOffQuiet is a drain's quiet release's part of the command loop
+// (ownership.Coordinator.Drain): the runs of partition p (releasing, its
+// acquisitions waited for), handed off at the start of the drain, are
+// forgotten when nothing of them runs any more. It returns HandedOff only
+// when no run of p is held afterwards (the key is then deleted),
+// Postponed otherwise (the partition is tried again, and at the end of
+// the drain released with the runner).
+func (r *Runner) handOffQuiet(ctx context.Context, p int) ownership.HandOff {
+	list := r.runsOf(p)
+	if r.busyIn(list) {
+		return ownership.Postponed
+	}
+	r.handOff(ctx, list, handOffForgetRecorded)
+	if len(r.runsOf(p)) == 0 {
+		return ownership.HandedOff
+	}
+	return ownership.Postponed
 }
 
-// releaseAll deletes the keys of every partition this runner owns (a
-// drained runner, once its runs are handed off and forgotten) — with held
-// false only of those of which it holds no run (the key of a partition
-// with a run held is deleted once the runner stopped driving it: a
-// partition's key is deleted only when none of its runs is driven here).
-func (r *Runner) releaseAll(ctx context.Context, held bool) {
-	busy := map[int]bool{}
-	if !held {
-		r.mu.Lock()
-		for id := range r.runs {
-			busy[partition.Of(id, r.nparts)] = true
-		}
-		r.mu.Unlock()
-	}
+// heldPartitions lists the partitions of which this runner holds a run
+// (a drained runner's: their keys are deleted only once it stopped
+// driving them, ownership.Coordinator.Release).
+func (r *Runner) heldPartitions() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[int]bool{}
 	var list []int
-	for _, p := range r.ownedPartitions() {
-		if !busy[p] {
+	for id := range r.runs {
+		if p := partition.Of(id, r.nparts); !seen[p] {
+			seen[p] = true
 			list = append(list, p)
 		}
 	}
-	for _, p := range list {
-		r.parts.ReleaseKey(ctx, p)
-	}
+	return list
 }

@@ -318,44 +318,23 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	r.startOwnership() // nothing owned yet
-	// A failed heartbeat is "cannot tell", never a reason to stop serving
-	// (the bucket may refuse writes, or be re-created by a server restart
-	// or an operator, while this runner starts): heartbeat reset the
-	// judgement, so nobody is judged gone until a beat lands, and the
-	// loop beats again within lease/4.
-	if err := r.peers.Heartbeat(ctx); err != nil {
-		r.log.Warn("heartbeat failed; serving on", "err", err)
-	}
+	// The heartbeat, the watchers and a first round of rebalancing: the
+	// partitions assigned to this runner that nobody owns are claimed
+	// before it serves (a lone runner owns every partition at once),
+	// no run is acquired before it serves (ownership.Coordinator.Start).
+	r.own.Start(ctx)
 
-	// The goroutines of the partitions and the timers live until the
-	// drain (stopBG); the heartbeat until the hand-off.
+	// The goroutines of the timers and the rebuild live until the drain
+	// (stopBG), as the partition loop does (r.own.Stop).
 	bg, stopBG := context.WithCancel(context.Background())
 	defer stopBG()
 	g, gctx := errgroup.WithContext(bg)
-	g.Go(func() error { return r.parts.Watch(gctx) })
-	g.Go(func() error { return r.peers.WatchRunners(gctx) })
-	g.Go(func() error { r.peers.WatchRounds(gctx); return nil })
-	hb, stopHeartbeat := context.WithCancel(context.Background())
-	defer stopHeartbeat()
-	g.Go(func() error { r.peers.HeartbeatLoop(hb); return nil })
-	// The partitions assigned to this runner that nobody owns are claimed
-	// before it serves: a lone runner owns every partition at once.
-	startWait := time.After(30 * time.Second)
-	for _, ready := range []<-chan struct{}{r.parts.Ready(), r.peers.Ready()} {
-		select {
-		case <-ready:
-		case <-ctx.Done():
-		case <-startWait:
-		}
-	}
-	var releases sync.WaitGroup
-	r.partitionPass(gctx, &releases)
 
 	// Forwarded commands for runs of the partitions this runner owns.
 	fwd, err := r.nc.Subscribe(ForwardPrefix+r.id+".cmd", r.onForward)
 	if err != nil {
 		stopBG()
-		stopHeartbeat()
+		r.own.Close()
 		_ = g.Wait()
 		return fmt.Errorf("runner: subscribe forward: %w", err)
 	}
@@ -363,7 +342,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if svc, err = api.Serve(r.nc, r, r.cmds, "0.1.0"); err != nil {
 		_ = fwd.Unsubscribe()
 		stopBG()
-		stopHeartbeat()
+		r.own.Close()
 		_ = g.Wait()
 		return err
 	}
@@ -379,14 +358,9 @@ func (r *Runner) Run(ctx context.Context) error {
 		// again once it rebuilt entries (rebuildLoop).
 		g.Go(func() error { r.rebuildLoop(gctx); return nil })
 	}
-	// loopDone: the partition loop ended, so no pass starts a release
-	// any more (releases.Add happens before the drain's releases.Wait).
-	loopDone := make(chan struct{})
-	g.Go(func() error {
-		defer close(loopDone)
-		r.partitionLoop(gctx, &releases)
-		return nil
-	})
+	// The partition loop: its first wake takes the owned partitions'
+	// runs over, now that this runner answers their commands.
+	r.own.StartLoop()
 	g.Go(func() error {
 		r.consumeTimers(gctx)
 		return nil
@@ -416,8 +390,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.tel.Emit(context.Background(), telemetry.Drain, "runner", r.id)
 	_ = svc.Stop()
 	stopBG()
-	<-loopDone
-	releases.Wait()
+	// The partition loop ends, so no round starts a release any more, and
+	// the releases it started end.
+	r.own.Stop()
 	// The in-process worker takes no new task from now on (a task it holds
 	// but has not started goes back to the queue); the bodies it runs go on
 	// within the window.
@@ -439,18 +414,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.handOffAll(drainCtx, handOffKeep)
 	// Peers assign this runner no partition from now on; those with
 	// nothing running move at once, the others once their work is done.
-	if err := r.peers.Heartbeat(drainCtx); err != nil {
-		r.log.Debug("heartbeat", "err", err)
-	}
-	for i := 0; drainCtx.Err() == nil; i++ {
-		if i%5 == 0 {
-			r.releaseQuiet(drainCtx)
-		}
-		if !r.busy() {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	r.own.Drain(drainCtx, r.busy)
 	waitCtx(drainCtx, wdone)
 	if w := r.inproc.Load(); w != nil && drainCtx.Err() != nil {
 		// The window is over with bodies still running: they are stopped
@@ -486,7 +450,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	// lock (the hand-off lock wait is 5 s by default), and deletes made on
 	// an ended context left the keys naming this runner.
 	relCtx, cancelRel := context.WithTimeout(context.Background(), 2*time.Second)
-	r.releaseAll(relCtx, false)
+	r.own.Release(relCtx, r.heldPartitions())
 	cancelRel()
 	r.testHook("drain-released", -1, "")
 	// Drained, not unsubscribed: a forwarded command already delivered to
@@ -508,17 +472,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	if !r.bg.stop(10 * time.Second) {
 		r.log.Error("background work still running 10 s after its context ended; returning without it")
 	}
-	stopHeartbeat()
+	// The heartbeat ends (ownership.Coordinator.Close), then, once the
+	// timers' and the rebuild's goroutines returned too, the partitions'
+	// keys and the liveness key are deleted, not left to expire
+	// (ownership.Coordinator.Leave).
+	r.own.Close()
 	_ = g.Wait()
-	// Deleted, not left to expire: the partitions' keys, so that the
-	// runners they are assigned to claim them at once, and the liveness
-	// key, whose delete marker (kept for a lease) says this runner is
-	// gone, so that its runs are taken over at once (an absent key only
-	// counts as gone after a grace, see judgement).
-	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	r.releaseAll(rctx, true)
-	_ = r.live.Delete(rctx, r.id)
-	cancel()
+	r.own.Leave()
 	return nil
 }
 

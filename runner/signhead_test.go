@@ -77,8 +77,8 @@ func TestSignedHeadsCatchARewrittenHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !runner.EndsFinished(lastMsg.Data) {
-		t.Errorf("the end head's message does not read as a finished run's last: %s", lastMsg.Data)
+	if fin, signed := runner.EndsFinished(lastMsg.Data); !fin || !signed {
+		t.Errorf("the end head's message does not read as a finished run's signed end (finished %v, signed %v): %s", fin, signed, lastMsg.Data)
 	}
 
 	// Signed: after the answer's decision (it covers the answer), and

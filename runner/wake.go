@@ -7,64 +7,7 @@ import (
 
 	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/aggregate"
-	"github.com/weftrun/weft/eventlog"
 )
-
-// command applies an internal command (model answer, timer firing, report)
-// to run, routing it to the driver.
-func (r *Runner) command(ctx context.Context, id string, c aggregate.Command) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	ctx, end := r.bounded(ctx)
-	defer end()
-	for attempt := 0; ; attempt++ {
-		rn, err := r.acquire(ctx, id)
-		if err != nil {
-			var fe *forwardError
-			if errors.As(err, &fe) {
-				if _, ok := c.(aggregate.TimerFired); ok {
-					return r.forwardWake(ctx, fe.driver, id)
-				}
-			}
-			return err
-		}
-		wasDriven := rn.driven
-		err = r.commandLocked(ctx, rn, c)
-		if fe := (*forwardError)(nil); errors.As(err, &fe) && !rn.driven {
-			// Its takeover found the partition owned by another runner
-			// (verifyOwner): nothing was recorded.
-			rn.unlock()
-			if _, ok := c.(aggregate.TimerFired); ok {
-				return r.forwardWake(ctx, fe.driver, id)
-			}
-			return &weft.Error{Code: weft.CodeRunnerBusy, Message: "run " + id + ": its partition moved to runner " + fe.driver + "; retry"}
-		}
-		r.finishTakeover(ctx, rn)
-		lost := wasDriven && !rn.driven && rn.state.Runner() != r.id
-		rn.unlock()
-		var conflict *eventlog.ConflictError
-		if attempt == 0 && lost && errors.As(err, &conflict) {
-			continue // another runner drives it now: route it there
-		}
-		return err
-	}
-}
-
-func (r *Runner) commandLocked(ctx context.Context, rn *run, c aggregate.Command) error {
-	if mr, ok := c.(aggregate.ModelReply); ok && rn.modelTurn == mr.Turn {
-		rn.modelTurn, rn.modelCancel = 0, nil
-	}
-	if mf, ok := c.(aggregate.ModelFailure); ok && rn.modelTurn == mf.Turn {
-		rn.modelTurn, rn.modelCancel = 0, nil
-	}
-	err := r.step(ctx, rn, c)
-	if mr, ok := c.(aggregate.ModelReply); ok && weft.ErrorCode(err) == weft.CodePayloadTooLarge {
-		// A reply too large to record cannot be decided on: the
-		// aggregate's UnrecordableReply says what the turn became.
-		return r.step(ctx, rn, aggregate.UnrecordableReply(mr.Turn, err.Error()))
-	}
-	return err
-}
 
 // wake makes sure run is driven (taking it over when its driver is gone)
 // and applies the timers that are due.

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/internal/loopport"
 	"github.com/weftrun/weft/timer"
 )
 
@@ -16,7 +17,8 @@ import (
 // loopback port and t.TempDir() storage.
 func startServer(t testing.TB, dir string) (*server.Server, jetstream.JetStream) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
+	token := serverToken(t)
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true, Authorization: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +26,7 @@ func startServer(t testing.TB, dir string) (*server.Server, jetstream.JetStream)
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	nc, err := nats.Connect(s.ClientURL())
+	nc, err := nats.Connect(s.ClientURL(), nats.Token(token))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +36,21 @@ func startServer(t testing.TB, dir string) (*server.Server, jetstream.JetStream)
 	}
 	t.Cleanup(func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() })
 	return s, js
+}
+
+// serverToken is a new secret for a test's server: the server requires it
+// (server.Options.Authorization) and the test's clients present it
+// (nats.Token), so a client that reconnects to the server's port after
+// the server stopped, and finds there another test's server that took the
+// port meanwhile, is refused instead of working against that server (see
+// internal/natstest's package doc).
+func serverToken(t testing.TB) string {
+	t.Helper()
+	token, err := loopport.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
 }
 
 func TestTimerFiresAfterRestart(t *testing.T) {

@@ -175,7 +175,7 @@ func TestSemantics7_AHandedTaskIsOneClaimAndNoRead(t *testing.T) {
 	if _, err := js.CreateKeyValue(ctx, worker.ClaimsConfig()); err != nil {
 		t.Fatal(err)
 	}
-	spy, err := nats.Connect(nc.ConnectedUrl())
+	spy, err := nats.Connect(nc.ConnectedUrl(), nats.Token(nc.Opts.Token)) // the server requires the test connection's token
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,10 @@ func TestSemantics8_AWorkerMakesADeletedConsumerAgain(t *testing.T) {
 func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true}
+	// The restarted server is on the same port, which another test's
+	// server may take while it is down: the token makes nc refused there.
+	token := serverToken(t)
+	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true, Authorization: token}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +81,7 @@ func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("nats-server not ready")
 	}
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	nc, err := nats.Connect(s.ClientURL(), nats.Token(token), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,15 +3,14 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -24,36 +23,13 @@ import (
 // with the runner still serving.
 func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir := t.TempDir()
-	start := func() *server.Server {
-		s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatal("nats-server not ready")
-		}
-		return s
-	}
-	s := start()
-	nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	// natstest keeps the port across Stop and StartAgain, so that nc
+	// reconnects to the address it knows, and its token makes nc refused
+	// by another test's server that took the port while it was down.
+	s := natstest.Start(t) // provisions the task stream
+	nc := s.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	js, _ := jetstream.New(nc)
-	if _, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: api.TaskStream, Subjects: []string{"weft.task.>"}, Retention: jetstream.WorkQueuePolicy}); err != nil {
-		t.Fatal(err)
-	}
-	s.Shutdown()
-	s.WaitForShutdown()
+	s.Stop()
 
 	rs := &reports{ch: make(chan struct{}, 10)}
 	w := worker.New(nc, js, worker.WithReporter(rs.report), worker.WithoutAttemptCheck())
@@ -72,8 +48,7 @@ func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 		t.Fatalf("Run returned while the server was down: %v", runErr)
 	case <-time.After(6 * time.Second):
 	}
-	s = start()
-	defer func() { s.Shutdown(); s.WaitForShutdown() }()
+	s.StartAgain() // stopped on t.Cleanup, after Run is
 	pctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for !nc.IsConnected() {
@@ -96,6 +71,6 @@ func TestWorkerStartedWhileTheServerIsDownServesOnceItIsBack(t *testing.T) {
 	if g := rs.got[0]; g.Outcome != api.OutcomeOutput {
 		t.Fatalf("report %+v", g)
 	}
-	stop() // drained while the server is up (the deferred shutdown follows)
+	stop() // drained while the server is up (natstest stops it on t.Cleanup)
 	receive(t, "Run returned", done)
 }

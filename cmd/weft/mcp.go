@@ -105,8 +105,11 @@ func mcpCommand() command {
 				cfg.Retry, cfg.NoRetry = retry.within, retry.retry() <= 0
 				var srv interface{ MCP() *mcp.Server }
 				if operator {
-					srv = mcpops.New(n.Conn(), mcpops.Config{Answers: *answers, Retry: cfg.Retry, NoRetry: cfg.NoRetry})
-				} else if srv, err = mcpserve.New(n.Conn(), cfg); err != nil {
+					srv, err = mcpops.New(n.Conn(), mcpops.Config{Answers: *answers, Retry: cfg.Retry, NoRetry: cfg.NoRetry})
+				} else {
+					srv, err = mcpserve.New(n.Conn(), cfg)
+				}
+				if err != nil {
 					return err
 				}
 				level := slog.LevelWarn

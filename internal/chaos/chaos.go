@@ -308,7 +308,8 @@ type harness struct {
 	runners   []*part
 	workers   []*part
 	projector *part
-	urls      string
+	urls      string // the nodes' client URLs, each with token
+	token     string // the secret every node requires of its clients
 	ledger    string
 
 	nc     *nats.Conn
@@ -323,6 +324,7 @@ type harness struct {
 	cmds       []command
 	kills      []runnerKill // availability.go
 	headKey    string       // the runners' head key (public)
+	foreign    bool         // a foreign server was recorded (foreignServer)
 }
 
 func (h *harness) logf(format string, args ...any) {
@@ -523,6 +525,7 @@ func (h *harness) run(ctx context.Context) (*Result, error) {
 	h.logf("stopping workers, then runners once every finished run's entry is gone")
 	h.settle(ctx)
 	h.checkInternalRefusals()
+	h.checkForeignServers()
 	h.logf("checking")
 	h.checkTypeScriptServed()
 	res := h.check(ctx, w)
@@ -533,16 +536,30 @@ func (h *harness) newPart(name, role string, env []string) *part {
 	return &part{h: h, name: name, role: role, env: env, log: filepath.Join(h.dir, "logs", name+".log")}
 }
 
-// writeNodes writes each node's configuration file.
+// writeNodes writes each node's configuration file. Every node requires
+// the harness's own token of its clients, and h.urls carries it (so do
+// the child processes' NATS_URL and the harness's own connection): a node
+// keeps its port across its restarts, and while it is down another
+// harness's node (another chaos test, in parallel) can take that port; a
+// client of this harness reconnecting there is refused (authorization
+// violation) and keeps trying its addresses (IgnoreAuthErrorAbort: the
+// harness's connection, the Go parts', the TypeScript worker's), instead
+// of working against the other harness's streams, of the same names, and
+// reporting acknowledged commands lost from its own log. The refusal
+// itself is a violation, foreign_server (natsOptions): the run is not
+// silently passed either.
 func (h *harness) writeNodes() error {
 	n := h.cfg.Nodes
 	ports, err := loopport.Free(2 * n)
 	if err != nil {
 		return err
 	}
+	if h.token, err = loopport.Token(); err != nil {
+		return err
+	}
 	var urls, routes []string
 	for i := range n {
-		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
+		urls = append(urls, fmt.Sprintf("nats://%s@127.0.0.1:%d", h.token, ports[i]))
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[n+i]))
 	}
 	h.urls = strings.Join(urls, ",")
@@ -550,6 +567,7 @@ func (h *harness) writeNodes() error {
 		name := fmt.Sprintf("nats-%d", i+1)
 		var b strings.Builder
 		fmt.Fprintf(&b, "server_name: %s\nlisten: 127.0.0.1:%d\nmax_payload: 8MB\n", name, ports[i])
+		fmt.Fprintf(&b, "authorization { token: %q }\n", h.token)
 		fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n", filepath.Join(h.dir, name))
 		if h.cfg.SyncInterval > 0 {
 			fmt.Fprintf(&b, "  sync_interval: %q\n", h.cfg.SyncInterval.String())
@@ -558,7 +576,7 @@ func (h *harness) writeNodes() error {
 		}
 		b.WriteString("}\n")
 		if n > 1 {
-			fmt.Fprintf(&b, "cluster {\n  name: chaos\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", ports[n+i], strings.Join(routes, ", "))
+			fmt.Fprintf(&b, "cluster {\n  name: %s\n  listen: 127.0.0.1:%d\n  routes: [%s]\n}\n", h.clusterName(), ports[n+i], strings.Join(routes, ", "))
 		}
 		conf := filepath.Join(h.dir, name+".conf")
 		if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
@@ -569,14 +587,70 @@ func (h *harness) writeNodes() error {
 	return nil
 }
 
+// natsOptions are the harness's own connection's options. It reconnects
+// for ever, and keeps trying when a node refuses it (IgnoreAuthErrorAbort:
+// nats.go would otherwise close the connection for good after a second
+// refusal by one server, and every later check would fail on "connection
+// closed", naming no cause). A refusal means another server holds one of
+// this harness's nodes' ports (writeNodes): the run did not test what it
+// meant to, so it is a violation (checkForeignServer) naming the cause.
+func (h *harness) natsOptions() []nats.Option {
+	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
+		nats.RetryOnFailedConnect(true), nats.Name("chaos-harness"), nats.IgnoreAuthErrorAbort(),
+		// Broken connections are what the faults cause: logged with -v,
+		// not printed on the harness's stderr as nats.go's default does.
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			h.logf("nats: %v", err)
+			if errors.Is(err, nats.ErrAuthorization) {
+				h.foreignServer("the harness's own connection was refused (authorization violation)")
+			}
+		})}
+}
+
+// foreignServer records, once, that a client of this harness reached a
+// server that is not this harness's node.
+func (h *harness) foreignServer(detail string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.foreign {
+		return
+	}
+	h.foreign = true
+	h.violations = append(h.violations, Violation{Check: checkForeignServer,
+		Detail: detail + ": another server holds a port of this harness's nodes (another chaos run in parallel?)"})
+}
+
+// checkForeignServers scans the child processes' logs for a refusal by a
+// server (nats.go's default error handler logs it, chaos-worker.js logs
+// its connection's errors): that child reached a server that is not this
+// harness's node (see natsOptions).
+func (h *harness) checkForeignServers() {
+	files, _ := filepath.Glob(filepath.Join(h.dir, "logs", "*.log"))
+	for _, name := range files {
+		if strings.HasPrefix(filepath.Base(name), "nats-") {
+			continue // a node's own log: another harness's client refused here
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		if strings.Contains(strings.ToLower(string(b)), "authorization violation") {
+			h.foreignServer(filepath.Base(name) + " logged an authorization violation")
+		}
+	}
+}
+
+// clusterName is the harness's cluster's own name: routes carry no token,
+// and a node keeps its route port across its restarts as it keeps its
+// client port; a route to a port another harness's node took is refused
+// by nats-server (the cluster names differ) instead of merging the two
+// harnesses' clusters.
+func (h *harness) clusterName() string { return "chaos-" + h.token[:8] }
+
 // connect connects the harness's own client (the workload and the checks)
 // and provisions every asset once the server (or the cluster) answers.
 func (h *harness) connect(ctx context.Context) error {
-	nc, err := nats.Connect(h.urls, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
-		nats.RetryOnFailedConnect(true), nats.Name("chaos-harness"),
-		// Broken connections are what the faults cause: logged with -v,
-		// not printed on the harness's stderr as nats.go's default does.
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { h.logf("nats: %v", err) }))
+	nc, err := nats.Connect(h.urls, h.natsOptions()...)
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,7 @@ const (
 	checkSelfTakeover      = "self_takeover"                  // a runner recovered from itself a run it had not handed off
 	checkProcessPanicked   = "process_panicked"               // a part's process panicked
 	checkVersionsNotSerial = "versions_not_serial"            // a run's versions in the stream are not 1, 2, 3, ...
+	checkForeignServer     = "foreign_server"                 // a client of the harness was refused by a server on a node's port: not this harness's node
 )
 
 // timed is an event with the server's timestamp of its message.

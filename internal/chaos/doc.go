@@ -119,7 +119,11 @@
 //     one request had at most one winner; no refusal is contradicted by the
 //     log as it stood before and after the command; no runner recovered a
 //     run from itself unless it had handed the run off (a partition it
-//     released and claimed again: cause handed_off); no part panicked.
+//     released and claimed again: cause handed_off); no part panicked;
+//   - no client of the harness (its own connection, a part) was
+//     refused by a server on one of its nodes' ports: every node requires
+//     the harness's own token, and a refusal means another server (another
+//     run's) held that port (foreign_server).
 //
 // Result.Write prints the seed, the faults by kind, the runs, actions, body
 // starts and every violation. `weft chaos` and `go tool -modfile=devtools/go.mod task chaos` run it

@@ -113,7 +113,11 @@ func connect(ctx context.Context, name string) (*natsnode.Node, error) {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		n, err := natsnode.Start(cctx, natsnode.WithURL(os.Getenv(natsnode.EnvURL)), natsnode.WithName(name),
-			natsnode.WithNATSOptions(nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond)))
+			natsnode.WithNATSOptions(nats.ReconnectWait(100*time.Millisecond), nats.ReconnectJitter(50*time.Millisecond, 50*time.Millisecond),
+				// Refused by another harness's server on a node's port: keep
+				// trying the harness's own nodes (the refusal is logged, and
+				// the harness reports it, checkForeignServers).
+				nats.IgnoreAuthErrorAbort()))
 		cancel()
 		if err == nil {
 			return n, nil

@@ -1,8 +1,12 @@
 // Package loopport picks loopback ports for servers that tests and
-// harnesses start as processes and restart on the same port.
+// harnesses start as processes and restart on the same port, and the
+// token each such server requires (Token), so that a client of one never
+// works against another that took its port.
 package loopport
 
 import (
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -63,4 +67,16 @@ func ephemeralLow() int {
 		return 32768
 	}
 	return lo
+}
+
+// Token returns a new random token (16 bytes, hex) for a server a test
+// or a harness starts: the server requires it and its clients' URLs carry
+// it, so a client that reaches another server on its server's port (one
+// that took the port while its own was down) is refused there.
+func Token() (string, error) {
+	b := make([]byte, 16)
+	if _, err := crand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }

@@ -35,3 +35,20 @@ func TestPortsAreBelowTheEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// Each server a test or harness starts gets its own token: two tokens
+// alike would let a client of one server work against the other on its
+// port (the failure Token prevents).
+func TestTokensDiffer(t *testing.T) {
+	seen := map[string]bool{}
+	for range 100 {
+		tok, err := Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tok) != 32 || seen[tok] {
+			t.Fatalf("token %q: want 32 hex digits, each new", tok)
+		}
+		seen[tok] = true
+	}
+}

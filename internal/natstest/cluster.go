@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -40,11 +41,19 @@ var pickPort = func() (int, error) {
 }
 
 // StartCluster starts n real in-process nats-servers with JetStream on
-// random loopback ports, routed into one cluster named "weft", each with its
-// store in t.TempDir(), stopped on t.Cleanup. It returns once the JetStream
+// random loopback ports, routed into one cluster named "weft-" and the
+// start of its token, each with its store in t.TempDir(), stopped on
+// t.Cleanup. It returns once the JetStream
 // meta leader answers and a stream of n replicas can be placed (a probe
 // stream, deleted again), with the
-// client URLs joined by commas, ready for nats.Connect.
+// client URLs joined by commas, ready for nats.Connect. As Start's server,
+// every server of the cluster requires the cluster's own token, which each
+// URL carries: a client of another test's server whose port one of these
+// took is refused, not served this cluster's streams. The routes carry no
+// token, but each cluster has its own name: a server keeps its route port
+// too, and a route to a port another test's cluster node took is refused
+// by nats-server (the cluster names differ) instead of merging the two
+// clusters.
 //
 // Route ports are picked up front (a listener on port 0, closed again) so
 // that every server can name all routes: a clustered JetStream server opens
@@ -111,13 +120,15 @@ func startCluster(t testing.TB, n int) (url string, err error) {
 			}
 		}
 	}()
+	token := newToken(t)
 	fatal := make(chan string, n)
 	for i := range n {
 		o := &server.Options{
-			ServerName: fmt.Sprintf("weft-%d", i+1),
-			Host:       "127.0.0.1", Port: server.RANDOM_PORT,
+			Authorization: token,
+			ServerName:    fmt.Sprintf("weft-%d", i+1),
+			Host:          "127.0.0.1", Port: server.RANDOM_PORT,
 			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "weft", Host: "127.0.0.1", Port: routes[i]},
+			Cluster: server.ClusterOpts{Name: "weft-" + token[:8], Host: "127.0.0.1", Port: routes[i]},
 			Routes:  server.RoutesFromStr(strings.Join(seeds, ",")),
 		}
 		srv, err := server.NewServer(o)
@@ -152,7 +163,12 @@ func startCluster(t testing.TB, n int) (url string, err error) {
 				return "", fmt.Errorf("server %d not listening after %s", i+1, clusterReady)
 			}
 		}
-		urls = append(urls, srv.ClientURL())
+		u, err := neturl.Parse(srv.ClientURL())
+		if err != nil {
+			return "", err
+		}
+		u.User = neturl.User(token)
+		urls = append(urls, u.String())
 	}
 	// Ready when the meta leader sees every peer online with JetStream (a
 	// placement of n replicas before that fails with "peer offline").

@@ -16,11 +16,32 @@
 //
 // The server is stopped by t.Cleanup. Extra assets (a package's own streams
 // and KV buckets) are provisioned with WithAssets.
+//
+// Each server requires its own secret, a token generated when it starts
+// (kept across Restart): URL carries it (nats://<token>@127.0.0.1:<port>)
+// and Conn uses it. A server's port can be taken by another test's server
+// while it is down (Stop, Restart, CrashRestart keep the port, so that
+// clients reconnect to the address they know); a client of this server
+// that reaches the other one is then refused (authorization violation)
+// instead of working against a server with the same streams and another
+// test's data. A nats.go client closes its connection for good after the
+// second refusal by one server, unless it sets nats.IgnoreAuthErrorAbort
+// (then it keeps trying its addresses): either way it fails loudly, it
+// never works against the other server. A test that starts the server
+// from its own configuration (WithNodeOptions with
+// natsnode.WithConfigFile) gets that configuration's authorization
+// instead of the token: with credentials of its own
+// (natsnode.WithUserPassword and the like) Token is "" and URL carries
+// none; with a configuration that has no authorization the server checks
+// nothing, yet Token and URL keep the unchecked token.
 package natstest
 
 import (
 	"context"
+	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -29,6 +50,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/internal/loopport"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/provision"
 )
@@ -41,15 +63,22 @@ type Server struct {
 	Conn *nats.Conn
 	// JS is the JetStream context on Conn.
 	JS jetstream.JetStream
-	// URL is the server's client URL (nats://127.0.0.1:<port>), for other
-	// connections or the nats CLI.
+	// URL is the server's client URL with its token
+	// (nats://<token>@127.0.0.1:<port>), for other connections, child
+	// processes (NATS_URL) or the nats CLI: nats.go takes the token from
+	// it. Without the token the server refuses a client.
 	URL string
+	// Token is the server's secret, carried in URL: "" when the test
+	// passed credentials of its own; set but unchecked when it passed a
+	// configuration file without authorization (see the package doc).
+	Token string
 	// Log is an event log on JS.
 	Log *eventlog.Log
 	// Dir is the JetStream store directory.
 	Dir string
 
 	t      testing.TB
+	conf   string // the server's configuration: its token
 	node   *natsnode.Node
 	nodeOp []natsnode.Option
 	port   int
@@ -71,6 +100,12 @@ func WithNodeOptions(opts ...natsnode.Option) Option {
 	return func(s *Server) { s.nodeOp = append(s.nodeOp, opts...) }
 }
 
+// withPort starts the server on port p instead of an ephemeral one (the
+// foreign-server test puts a second server on the first one's port).
+func withPort(p int) Option {
+	return func(s *Server) { s.port = p }
+}
+
 // Start starts a server on a random loopback port with its store in
 // t.TempDir(), provisions the base assets and opts' assets with one
 // replica, and stops everything on t.Cleanup. It fails the test on error.
@@ -80,6 +115,7 @@ func Start(t testing.TB, opts ...Option) *Server {
 	for _, o := range opts {
 		o(s)
 	}
+	s.Token, s.conf = secret(t)
 	s.start()
 	t.Cleanup(s.stop)
 	return s
@@ -89,7 +125,10 @@ func (s *Server) start() {
 	s.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := natsnode.Start(ctx, append([]natsnode.Option{natsnode.WithDataDir(s.Dir), natsnode.WithListen(s.port), natsnode.WithName("natstest")}, s.nodeOp...)...)
+	// The test's own options come last: a configuration file and
+	// credentials of its own replace the token's.
+	n, err := natsnode.Start(ctx, append([]natsnode.Option{natsnode.WithConfigFile(s.conf), natsnode.WithToken(s.Token),
+		natsnode.WithDataDir(s.Dir), natsnode.WithListen(s.port), natsnode.WithName("natstest")}, s.nodeOp...)...)
 	if err != nil {
 		s.t.Fatalf("natstest: start server: %v", err)
 	}
@@ -97,15 +136,44 @@ func (s *Server) start() {
 		_ = n.Close(ctx)
 		s.t.Fatalf("natstest: provision: %v", err)
 	}
-	s.node, s.Conn, s.JS, s.URL = n, n.Conn(), n.JetStream(), n.URL()
+	s.node, s.Conn, s.JS = n, n.Conn(), n.JetStream()
 	s.Log = eventlog.New(s.JS)
+	u, err := url.Parse(n.URL())
+	if err != nil {
+		s.t.Fatalf("natstest: server URL %q: %v", n.URL(), err)
+	}
 	if s.port == 0 {
-		u, err := url.Parse(s.URL)
-		if err != nil {
-			s.t.Fatalf("natstest: server URL %q: %v", s.URL, err)
-		}
 		s.port, _ = strconv.Atoi(u.Port())
 	}
+	if s.Conn.Opts.Token != s.Token {
+		s.Token = "" // the test's own credentials replaced the token
+	}
+	if s.Token != "" {
+		u.User = url.User(s.Token)
+	}
+	s.URL = u.String()
+}
+
+// newToken returns a new random token for a server.
+func newToken(t testing.TB) string {
+	t.Helper()
+	token, err := loopport.Token()
+	if err != nil {
+		t.Fatalf("natstest: token: %v", err)
+	}
+	return token
+}
+
+// secret returns a new token and the path of a server configuration that
+// requires it, in t.TempDir().
+func secret(t testing.TB) (token, conf string) {
+	t.Helper()
+	token = newToken(t)
+	conf = filepath.Join(t.TempDir(), "natstest.conf")
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("authorization { token: %q }\n", token)), 0o600); err != nil {
+		t.Fatalf("natstest: server configuration: %v", err)
+	}
+	return token, conf
 }
 
 func (s *Server) stop() {

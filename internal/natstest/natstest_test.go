@@ -2,9 +2,12 @@ package natstest_test
 
 import (
 	"context"
+	"errors"
+	"net/url"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/eventlog"
@@ -95,4 +98,42 @@ func fetch(t *testing.T, c jetstream.Consumer) uint64 {
 	}
 	t.Fatalf("no message: %v", b.Error())
 	return 0
+}
+
+// A test's clients reach only its own server. Two tests' servers can end
+// up on one port (a server that Stop or Restart keeps its port for loses
+// it meanwhile to another test's server): a client of A, reconnecting to
+// A's address, then reaches B, with the same streams, and would work on
+// another test's data while it reported on its own (the chaos harness
+// once reported starts acknowledged and lost that way). Each server
+// requires its own token, carried in its URL: a client with A's URL at
+// B's address is refused (authorization violation); at A's it works.
+func TestAClientOfOneServerIsRefusedByAnother(t *testing.T) {
+	a, b := natstest.Start(t), natstest.Start(t)
+	if a.Token == "" || a.Token == b.Token {
+		t.Fatalf("tokens %q and %q: each server needs its own", a.Token, b.Token)
+	}
+	ua, err := url.Parse(a.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ub, err := url.Parse(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := nats.Connect(a.URL, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatalf("a client with A's URL at A: %v", err)
+	}
+	own.Close()
+	foreign := *ua
+	foreign.Host = ub.Host // A's URL, with B on its port
+	nc, err := nats.Connect(foreign.String(), nats.MaxReconnects(0))
+	if err == nil {
+		nc.Close()
+		t.Fatalf("a client with A's URL reached B at %s", ub.Host)
+	}
+	if !errors.Is(err, nats.ErrAuthorization) {
+		t.Fatalf("a client with A's URL at B: %v, want an authorization violation", err)
+	}
 }

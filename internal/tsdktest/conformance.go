@@ -20,6 +20,7 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/host"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/runner"
@@ -147,13 +148,17 @@ func newSuite(t *testing.T, w Worker, queries bool, signingKeys ...string) *suit
 	case <-time.After(60 * time.Second):
 		t.Fatal("the runner did not become ready")
 	}
-	return &suite{srv: srv, w: w, api: api.NewClient(srv.Conn)}
+	c, err := client.New(srv.Conn, client.WithoutRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &suite{srv: srv, w: w, api: c}
 }
 
 type suite struct {
 	srv *natstest.Server
 	w   Worker
-	api *api.Client
+	api *client.Client // starts and cancels the runs the workers are tested on, each command sent once
 }
 
 // proc is a worker process and what it said on stdout.

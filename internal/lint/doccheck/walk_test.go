@@ -27,8 +27,8 @@ func TestArchitectureWalkIsTrue(t *testing.T) {
 	for _, s := range steps {
 		files[s.File] = true
 	}
-	for _, want := range []string{"console/act.go", "api/api.go", "runner/backend.go", "aggregate/decide.go", "eventlog/eventlog.go",
-		"internal/groupcommit/groupcommit.go", "runner/act.go", "aggregate/pending.go", "projector/batch.go", "projections/view.go", "projector/query.go", "console/run.go"} {
+	for _, want := range []string{"console/act.go", "api/api.go", "runner/backend.go", "runner/answers.go", "aggregate/decide.go", "eventlog/eventlog.go",
+		"internal/groupcommit/groupcommit.go", "runner/command.go", "aggregate/pending.go", "projector/batch.go", "projections/view.go", "projector/query.go", "console/run.go"} {
 		if !files[want] {
 			t.Errorf("the walk passes no function of %s", want)
 		}

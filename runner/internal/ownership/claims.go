@@ -347,7 +347,7 @@ func (t *Table) VerifyOwned(ctx context.Context) error {
 // marking it not owned first. A key whose delete failed (the context
 // ended during it, or the store did not answer) is still this runner's:
 // it is owned again in the table, so that a later release (the end of
-// the drain: releaseAll) deletes it instead of leaving it naming this
+// the drain: Coordinator.Release) deletes it instead of leaving it naming this
 // runner after the window.
 func (t *Table) ReleaseKey(ctx context.Context, p int) {
 	t.mu.Lock()

@@ -40,7 +40,7 @@ func TestSemantics8_AClaimWhoseKeyReadIsNeverAnsweredEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, pause := pausable(t, srv.Conn.ConnectedUrl())
+	conn, pause := pausable(t, srv.Conn.ConnectedUrl(), srv.Token)
 	r := NewTable(TableConfig{ID: "me", Partitions: 4, Conn: conn, KV: kv, Bucket: "weft_partitions", Log: slog.New(slog.DiscardHandler)}, noOwners{})
 	pause()
 	done := make(chan struct{})
@@ -65,11 +65,11 @@ func TestSemantics8_AClaimWhoseKeyReadIsNeverAnsweredEnds(t *testing.T) {
 	}
 }
 
-// pausable connects to the server at url through a relay in this process,
+// pausable connects to the server at url (with its token) through a relay in this process,
 // and returns the connection and pause: after pause, whatever the server
 // sends is dropped (its answers are lost), as from a server paused or
 // restarted while a request waits.
-func pausable(t *testing.T, url string) (*nats.Conn, func()) {
+func pausable(t *testing.T, url, token string) (*nats.Conn, func()) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -119,7 +119,7 @@ func pausable(t *testing.T, url string) (*nats.Conn, func()) {
 			}()
 		}
 	}()
-	nc, err := nats.Connect("nats://" + l.Addr().String())
+	nc, err := nats.Connect("nats://"+l.Addr().String(), nats.Token(token))
 	if err != nil {
 		t.Fatal(err)
 	}

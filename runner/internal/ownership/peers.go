@@ -11,11 +11,11 @@ import (
 	"github.com/weftrun/weft/internal/clock"
 )
 
-// Loop is what Peers needs from the command loop that runs it (the
-// runner): whether this runner drains, and whom to tell that the set of
-// live runners changed. Its methods take the loop's own locks; Peers
-// calls them with none of its own held.
-type Loop interface {
+// peersRunner is what Peers needs from the command loop that runs it
+// (through the Coordinator: peersLoop): whether this runner drains, and
+// whom to tell that the set of live runners changed. Its methods take the
+// loop's own locks; Peers calls them with none of its own held.
+type peersRunner interface {
 	// Draining reports whether this runner drains: it beats so, is
 	// assigned no partition, and judges itself not alive.
 	Draining() bool
@@ -49,7 +49,7 @@ type Config struct {
 // view (WatchRunners, liveRunners) and the judgement of liveness (alive).
 type Peers struct {
 	cfg     Config
-	loop    Loop
+	loop    peersRunner
 	runners *runnersView
 	judged  liveness
 	stale   staleRounds // what the rounds could not decide (stale.go)
@@ -58,7 +58,7 @@ type Peers struct {
 // New returns the Peers of cfg, run by loop. Its first period of
 // continuous view begins now, at the connection's current reconnect
 // count.
-func New(cfg Config, loop Loop) *Peers {
+func New(cfg Config, loop peersRunner) *Peers {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}

@@ -51,7 +51,7 @@ func (t *Table) Release(ctx context.Context, p int, rev uint64, handOff func(con
 		t.cfg.Log.Info("partition release postponed: work without a deadline runs", "partition", p)
 		return
 	default: // Stopped, or anything else: the key is kept
-		return // the drain releases it (the runner's releaseQuiet, releaseAll)
+		return // the drain releases it (releaseQuiet, Coordinator.Release)
 	}
 	back := backoff.New(50*time.Millisecond, time.Second)
 	for {

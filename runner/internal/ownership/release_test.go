@@ -176,11 +176,12 @@ func TestAPartitionStaysDueUntilItsEntriesAreWoken(t *testing.T) {
 	}
 }
 
-// docs/semantics.md §8 (a run can always be answered): the scan of
-// the driver entries runs beside the rounds of rebalancing (the runner's
-// wakeBeside), so a partition it lists may be lost and claimed again
-// while it runs. The entries of the new claim are that claim's to wake: a
-// scan that listed the partition at its former claim leaves it due.
+// docs/semantics.md §8 (a run can always be answered): the scan of the
+// driver entries runs beside the rounds of rebalancing
+// (Coordinator.wakeBeside), so a partition it lists may be lost and
+// claimed again while it runs. The entries of the new claim are that
+// claim's to wake: a scan that listed the partition at its former claim
+// leaves it due.
 func TestAPartitionClaimedAgainDuringAScanStaysDue(t *testing.T) {
 	t.Parallel()
 	srv := natstest.Start(t)

@@ -18,9 +18,9 @@ import (
 	"github.com/weftrun/weft/partition"
 )
 
-// Owners is what the Table needs from the command loop: to drop the runs
-// of a partition it lost. Runner implements it together with Loop.
-type Owners interface {
+// tableRunner is what the Table needs from the command loop: to drop the
+// runs of a partition it lost (through the Coordinator: tableLoop).
+type tableRunner interface {
 	// ForgetPartition drops the runs of partition p this runner holds,
 	// taking each run's lock for at most a few seconds.
 	ForgetPartition(ctx context.Context, p int)
@@ -51,7 +51,7 @@ type TableConfig struct {
 // own, never held while the command loop's is taken, nor the other way.
 type Table struct {
 	cfg  TableConfig
-	loop Owners
+	loop tableRunner
 
 	mu        sync.Mutex
 	owner     []string // by partition; "" when nobody owns it
@@ -77,7 +77,7 @@ type reconnectCheck struct {
 
 // NewTable returns the Table of cfg, owning nothing, its reconnect check
 // at the connection's current reconnect count (nothing owned to verify).
-func NewTable(cfg TableConfig, loop Owners) *Table {
+func NewTable(cfg TableConfig, loop tableRunner) *Table {
 	n := cfg.Partitions
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
@@ -228,7 +228,7 @@ func (t *Table) ForgetReconnectCheck() {
 }
 
 // Acquiring counts an acquisition in flight in partition p until done is
-// called (Runner.acquiring says why). A nil Table counts nothing.
+// called (Coordinator.Acquiring says why). A nil Table counts nothing.
 func (t *Table) Acquiring(p int) (done func()) {
 	if t == nil {
 		return func() {}

@@ -9,10 +9,11 @@
 import { connect } from "@nats-io/transport-node";
 import { fromSeed } from "@nats-io/nkeys";
 import { Client, argumentsSha256, signProof } from "../../src/index.js";
+import { natsURL } from "./nats-url.js";
 
 const [url, run] = process.argv.slice(2);
 const signer = fromSeed(new TextEncoder().encode(process.env.WEFT_APPROVER_SEED ?? ""));
-const nc = await connect({ servers: url });
+const nc = await connect(natsURL(url));
 const client = new Client(nc);
 let item;
 for (const until = Date.now() + 30000; !item; await new Promise((r) => setTimeout(r, 50))) {

@@ -16,6 +16,7 @@ import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
 import { RUNNERS_BUCKET, Worker, bind, explain, logCheck, uncertain } from "../../src/index.js";
+import { natsURL } from "./nats-url.js";
 
 const env = process.env;
 const id = env.WEFT_CHAOS_ID;
@@ -63,7 +64,16 @@ function sleep(ms, signal) {
   });
 }
 
-const nc = await connect({ servers: env.NATS_URL.split(","), name: id, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
+// ignoreAuthErrorAbort: refused by another server on a node's port (another
+// chaos run's), keep trying the harness's own nodes (internal/chaos, writeNodes).
+const nc = await connect({ ...natsURL(env.NATS_URL), name: id, waitOnFirstConnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 100, ignoreAuthErrorAbort: true });
+// Its errors go to the log (stderr), as the Go parts' do: a refusal there is
+// what the harness reports as foreign_server (checkForeignServers).
+(async () => {
+  for await (const s of nc.status()) {
+    if (s.type === "error") process.stderr.write(`nats: ${s.error?.message ?? s.error}\n`);
+  }
+})();
 const inner = logCheck(await jetstreamManager(nc, { checkAPI: false }), () => new Kvm(nc).open(RUNNERS_BUCKET));
 const w = new Worker(nc, {
   agent: "chaos", version: "1", id, ackWaitMs: millis(env.WEFT_CHAOS_ACK_WAIT, 1000),

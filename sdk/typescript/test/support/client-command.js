@@ -8,10 +8,11 @@
 // options, and an AbortSignal.timeout(signalMs) as the caller's deadline.
 import { connect } from "@nats-io/transport-node";
 import { Client } from "../../src/index.js";
+import { natsURL } from "./nats-url.js";
 
 const [url, method, body, options] = process.argv.slice(2);
 const o = JSON.parse(options || "{}") ?? {};
-const nc = await connect({ servers: url });
+const nc = await connect(natsURL(url));
 const client = new Client(nc, { retryWithinMs: o.retryWithinMs, timeoutMs: o.timeoutMs });
 let out;
 try {

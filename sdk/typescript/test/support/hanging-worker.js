@@ -14,11 +14,12 @@
 // in the log to check it against).
 import { connect } from "@nats-io/transport-node";
 import { Worker, bind, bindSettling, uncertain } from "../../src/index.js";
+import { natsURL } from "./nats-url.js";
 
 const [url, grace, version] = process.argv.slice(2);
 // A worker process started while its server restarts waits for it (the
 // Go worker's RetryOnFailedConnect).
-const nc = await connect({ servers: url, waitOnFirstConnect: true, maxReconnectAttempts: -1 });
+const nc = await connect({ ...natsURL(url), waitOnFirstConnect: true, maxReconnectAttempts: -1 });
 const w = new Worker(nc, {
   agent: process.env.TSDK_AGENT || "tsdk", version: version || "1", id: `ts-worker-${process.pid}`, drainGraceMs: Number(grace) || undefined,
   attemptCheck: process.env.TSDK_NO_ATTEMPT_CHECK === "1" ? async () => true : undefined,
