@@ -14,6 +14,8 @@ import (
 // ends, and wakes the driver entries of the partitions it claimed
 // (wakeBeside). It returns once the wake in flight ended too.
 func (c *Coordinator) partitionLoop(ctx context.Context) {
+	// Made before the first wake: a test on a fake clock (the runner's
+	// ownClock.armed) takes the first scan's end as the ticker armed.
 	t := c.cfg.Clock.NewTicker(c.cfg.Lease / 4)
 	defer t.Stop()
 	w := &waker{busy: make(chan struct{}, 1)}
