@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -194,23 +193,7 @@ func (h *harness) waitBalanced() {
 	}
 	h.mu.Unlock()
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := true
-		for _, r := range rs {
-			st := r.Stats()
-			var want []int
-			for p := range n {
-				if partition.Owner(p, ids) == r.ID() {
-					want = append(want, p)
-				}
-			}
-			if !slices.Equal(st.Partitions, want) {
-				ok = false
-			}
-		}
-		if ok {
-			return
-		}
+	for !assignedOf(n, rs...) {
 		if time.Now().After(deadline) {
 			h.t.Logf("the partitions are not balanced among %v after 20 s", ids)
 			return

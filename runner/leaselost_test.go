@@ -50,7 +50,7 @@ func TestScenario37_CommandAfterLapsedLeaseIsRerouted(t *testing.T) {
 		t.Fatal(err)
 	}
 	rb, _ := h.startRunner([]*agent.Agent{mk()}, clkb.options(nil)...)
-	clk.advanceUntil(t, "the partitions settled between A and B", 40, func() bool { return assigned(ra, rb) })
+	clk.balance(t, ra, rb)
 	clk.follow()
 
 	// A's key lapses (deleted here; A's next heartbeat puts it back) and B

@@ -3,6 +3,7 @@ package runner_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,7 +40,8 @@ import (
 // runner beats through its drain, as in production.
 type ownClock struct {
 	*clock.Fake
-	id     string // the runner's (runner.WithID): its beats, told from others' in the view
+	t      *testing.T // the test's: a step that gives up says why (t.Logf)
+	id     string     // the runner's (runner.WithID): its beats, told from others' in the view
 	lease  time.Duration
 	noScan bool                                  // the runner makes no scan (runner.WithoutScan): a step waits for no scan
 	also   func(event string, p int, run string) // the test's own hook
@@ -54,6 +56,7 @@ type ownClock struct {
 	fmu      sync.Mutex
 	stopping chan struct{} // closed to stop following; nil: not following
 	followed sync.WaitGroup
+	movedAt  atomic.Int64 // the wall clock's time (UnixNano) at the clock's last move (move), or at its making
 
 	// Several runners on one clock (another): the first ownClock, origin
 	// nil, moves the clock and follows; a step waits for the round, the
@@ -72,9 +75,33 @@ var ownClockIDs atomic.Int64
 // Call it before the runner starts: its cleanup, which stops following,
 // then runs after the runner's stop.
 func newOwnClock(t *testing.T) *ownClock {
-	c := &ownClock{Fake: clock.NewFake(time.Now()), id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: 2 * time.Second, progress: make(chan struct{})}
+	c := &ownClock{Fake: clock.NewFake(time.Now()), t: t, id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: 2 * time.Second, progress: make(chan struct{})}
+	c.movedAt.Store(time.Now().UnixNano())
 	t.Cleanup(c.halt)
 	return c
+}
+
+// still is the longest a step leaves the clock where it is, of the wall
+// clock: half a lease. A runner on the clock beats (puts its liveness
+// key) only when the clock moves, and the runners bucket's max age is a
+// lease of the server's time, which no fake clock moves: a clock left
+// still for longer than a lease lapses every live runner's key, and a
+// peer then judges a live runner gone (docs/semantics.md §8, "only a
+// runner that is gone is recovered from") — a failure the harness would
+// make, not the runner. Half a lease leaves the other half for the beat
+// to land; a step takes well under it (0.7 s at most, measured with
+// several runner test packages running beside). A step that waited
+// this long gives up (false) rather than move the clock itself: a step
+// is one heartbeat interval of ownership's time, no more, so that a
+// check made at the step just before a lease or a grace ends ("not
+// before") is made there, and a round missed is made at the next step.
+func (c *ownClock) still() time.Duration { return c.lease / 2 }
+
+// move moves the clock a heartbeat interval (lease/4) forward, noting
+// the wall clock's time of it (still).
+func (c *ownClock) move() {
+	c.Advance(c.lease / 4)
+	c.movedAt.Store(time.Now().UnixNano())
 }
 
 // options are the runner's options for c — its id and clock — with hook
@@ -125,15 +152,19 @@ func (c *ownClock) lastRoundAt() time.Time {
 }
 
 // step stops following, moves the clock a heartbeat interval (lease/4)
-// forward and waits (up to 5 s of the wall clock) for the partition
-// loop's round it fired, for a scan beside the loop that ended after it
-// (a scan still running from a step before makes the round skip its own:
-// the next step makes it) and for the runners view to see the runner's
-// own key again: the view's "silent for a lease" check reads this clock,
-// and a clock stepped ahead of the beats the view was delivered would
-// make it watch again, unable to tell meanwhile. It reports whether all
-// three came; a round that does not come (the loop's ticker not armed
-// yet, a tick taken while the loop was busy) is left to the next step.
+// forward and waits for the partition loop's round it fired, for a scan
+// beside the loop that ended after it (a scan still running from a step
+// before makes the round skip its own: the next step makes it) and for
+// the runners view to see the runner's own key again: the view's "silent
+// for a lease" check reads this clock, and a clock stepped ahead of the
+// beats the view was delivered would make it watch again, unable to tell
+// meanwhile. It reports whether all three came; a round that does not
+// come (the loop's ticker not armed yet, a tick taken while the loop was
+// busy) is left to the next step. The clock stands still for at most
+// still of the wall clock, counted from its last move: the wait until the
+// runners' partition loops are armed (armed) and the wait after the move
+// each give up then, saying which runner's round, scan or beat never
+// came (t.Logf).
 //
 // With several runners on the clock (another), a step of any of their
 // ownClocks moves the one clock once and waits for all three of every
@@ -144,16 +175,17 @@ func (c *ownClock) step() bool {
 	}
 	c.halt()
 	members := c.members()
+	armedBy := time.Unix(0, c.movedAt.Load()).Add(c.still())
 	for _, m := range members {
-		m.armed()
+		m.armed(armedBy)
 	}
 	type from struct{ rounds, scans, beats int64 }
 	was := make([]from, len(members))
 	for i, m := range members {
 		was[i].rounds, was[i].scans, was[i].beats, _ = m.counts()
 	}
-	c.Advance(c.lease / 4)
-	deadline := time.NewTimer(5 * time.Second)
+	c.move()
+	deadline := time.NewTimer(c.still())
 	defer deadline.Stop()
 	for i, m := range members {
 		for {
@@ -164,6 +196,25 @@ func (c *ownClock) step() bool {
 			select {
 			case <-more:
 			case <-deadline.C:
+				var missing []string
+				for j, m := range members {
+					r, s, b, _ := m.counts()
+					var not []string
+					if r == was[j].rounds {
+						not = append(not, "round")
+					}
+					if !m.noScan && s == was[j].scans {
+						not = append(not, "scan")
+					}
+					if b == was[j].beats {
+						not = append(not, "beat")
+					}
+					if len(not) > 0 {
+						missing = append(missing, fmt.Sprintf("runner %s's %s", m.id, strings.Join(not, ", ")))
+					}
+				}
+				c.t.Logf("a step of the ownership clock gave up after %s of the wall clock (still) without %s: left to the next step",
+					c.still(), strings.Join(missing, "; "))
 				return false
 			}
 		}
@@ -171,17 +222,19 @@ func (c *ownClock) step() bool {
 	return true
 }
 
-// armed waits (up to 5 s of the wall clock) until c's runner has made
-// the scan its partition loop makes as it starts, after it armed its
-// ticker: a runner serves (the harness's startRunner returns) before its
-// partition loop starts, and a ticker armed after a step's Advance fires
-// at the step after, the step between waiting its bound for nothing. A
+// armed waits, until by of the wall clock, until c's runner has made the
+// scan its partition loop makes as it starts, after it armed its ticker:
+// a runner serves (the harness's startRunner returns) before its
+// partition loop starts, and a ticker armed after a step's move fires at
+// the step after, the step between waiting its bound for nothing. It
+// says so (t.Logf) when by comes first: the step then moves the clock
+// anyway (still), and the runner's first round is the next step's. A
 // runner without scans (withoutScan) gives no such sign: not waited for.
-func (c *ownClock) armed() {
+func (c *ownClock) armed(by time.Time) {
 	if c.noScan {
 		return
 	}
-	deadline := time.NewTimer(5 * time.Second)
+	deadline := time.NewTimer(time.Until(by))
 	defer deadline.Stop()
 	for {
 		_, s, _, more := c.counts()
@@ -191,6 +244,7 @@ func (c *ownClock) armed() {
 		select {
 		case <-more:
 		case <-deadline.C:
+			c.t.Logf("runner %s made no first scan (its partition loop armed) before the ownership clock had stood still for %s of the wall clock (still): it moves on without it", c.id, c.still())
 			return
 		}
 	}
@@ -205,7 +259,7 @@ func (c *ownClock) another() *ownClock {
 	if c.origin != nil {
 		o = c.origin
 	}
-	return &ownClock{Fake: o.Fake, id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: o.lease, progress: make(chan struct{}), origin: o}
+	return &ownClock{Fake: o.Fake, t: o.t, id: fmt.Sprint("own-", ownClockIDs.Add(1)), lease: o.lease, progress: make(chan struct{}), origin: o}
 }
 
 // leave says c's runner has stopped (or is stopping, its rounds ended):
@@ -284,7 +338,7 @@ func (c *ownClock) follow() {
 			case <-stop:
 				return
 			case <-tk.C:
-				c.Advance(c.lease / 4)
+				c.move()
 			}
 		}
 	}()
@@ -358,20 +412,22 @@ func (c *ownClock) as(id string) *ownClock { c.id = id; return c }
 // assigned reports whether rs, the runners alive, own the partitions as
 // the assignment gives them (partition.Owner), every one by exactly one:
 // the partitions settled among them.
-func assigned(rs ...*runner.Runner) bool {
+func assigned(rs ...*runner.Runner) bool { return assignedOf(runner.DefaultPartitions, rs...) }
+
+// assignedOf is assigned with n partitions.
+func assignedOf(n int, rs ...*runner.Runner) bool {
 	var ids []string
 	for _, r := range rs {
 		ids = append(ids, r.ID())
 	}
 	for _, r := range rs {
-		got := r.Stats().Partitions
 		var want []int
-		for p := range runner.DefaultPartitions {
+		for p := range n {
 			if partition.Owner(p, ids) == r.ID() {
 				want = append(want, p)
 			}
 		}
-		if !slices.Equal(got, want) {
+		if !slices.Equal(r.Stats().Partitions, want) {
 			return false
 		}
 	}
@@ -391,9 +447,9 @@ func closed(ch <-chan struct{}) func() bool {
 	}
 }
 
-// settle steps c's clock until rs, the runners alive, own the partitions
+// balance steps c's clock until rs, the runners alive, own the partitions
 // as the assignment gives them (assigned).
-func (c *ownClock) settle(t *testing.T, rs ...*runner.Runner) {
+func (c *ownClock) balance(t *testing.T, rs ...*runner.Runner) {
 	t.Helper()
 	var ids []string
 	for _, r := range rs {

@@ -95,9 +95,9 @@ func TestPartitions_TwoRunnersSplitThemAndEachHasOneOwner(t *testing.T) {
 	clk2 := clk.another()
 	h.unbalanced = true // the partitions move on the clock's steps
 	r1, _ := h.startRunner([]*agent.Agent{a}, clk.options(nil)...)
-	clk.settle(t, r1)
+	clk.balance(t, r1)
 	r2, _ := h.startRunner([]*agent.Agent{a}, clk2.options(nil)...)
-	clk.settle(t, r1, r2)
+	clk.balance(t, r1, r2)
 	ids := []string{r1.ID(), r2.ID()}
 	kv := h.owners()
 	seen := map[int]string{}
@@ -172,9 +172,9 @@ func TestPartitions_AJoiningRunnerTakesItsShareGracefully(t *testing.T) {
 		}
 	}
 	r1, _ := h.startRunner([]*agent.Agent{mk()}, clk.options(counting)...)
-	clk.settle(t, r1)
+	clk.balance(t, r1)
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, clk2.options(counting)...)
-	clk.settle(t, r1, r2)
+	clk.balance(t, r1, r2)
 	clk.follow()
 	const n = 60
 	c := ctx(t)
@@ -468,9 +468,9 @@ func TestPartitions_ACommandIsForwardedToTheOwnerWithoutALogRead(t *testing.T) {
 	clk2 := clk.another()
 	h.unbalanced = true // the partitions move on the clock's steps
 	r1, _ := h.startRunner([]*agent.Agent{mk()}, clk.options(nil)...)
-	clk.settle(t, r1)
+	clk.balance(t, r1)
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, clk2.options(nil)...)
-	clk.settle(t, r1, r2)
+	clk.balance(t, r1, r2)
 	clk.follow()
 	// A run of r1's partitions.
 	run := ""

@@ -178,7 +178,7 @@ func TestSemantics8_AnAcquisitionInFlightIsHandedOffWithItsPartition(t *testing.
 		t.Errorf("%s deleted partition %d's key holding %s", first, p, run)
 	}
 	s = h.waitStatus(run, aggregate.StatusFinished)
-	clk.advanceUntil(t, "the partitions settled between the two runners", 40, func() bool { return assigned(r1, r2) })
+	clk.balance(t, r1, r2)
 	checkGraceful(t, h, run, s)
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
@@ -321,7 +321,7 @@ func TestSemantics8_ADrainingRunnerAcquiresNothingFromTheLog(t *testing.T) {
 	// The second runner runs no body: the busy run's body runs in the
 	// first one's worker, which keeps the partition while it drains.
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, append(clk2.options(nil), runner.WithoutWorker())...)
-	clk.advanceUntil(t, "the partitions settled between the two runners", 40, func() bool { return assigned(r1, r2) })
+	clk.balance(t, r1, r2)
 	clk.follow()
 	if err := approve(busy, "b1"); err != nil {
 		t.Fatal(err)
@@ -405,7 +405,7 @@ func TestSemantics8_AJoiningRunnerLeavesALongBodyCertain(t *testing.T) {
 	clk.advanceUntil(t, first+"'s release of the body's partition checked its runs", 40, closed(checked))
 	clk.follow()
 	s := h.waitStatus(run, aggregate.StatusFinished)
-	clk.advanceUntil(t, "the partitions settled between the two runners", 40, func() bool { return assigned(r1, r2) })
+	clk.balance(t, r1, r2)
 	checkGraceful(t, h, run, s)
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
