@@ -667,6 +667,7 @@ func TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack(t *testing.T) {
 	r2, _ := h.startRunner([]*agent.Agent{a}, clk2.options(nil)...)
 	ids := []string{r1.ID(), r2.ID()}
 	const steps = 40 // heartbeat intervals of the ownership clock
+	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
 		mine := 0
 		for _, p := range r2.Stats().Partitions {
@@ -683,8 +684,8 @@ func TestPartitions_TheDriverIndexRebuildHoldsNoPartitionBack(t *testing.T) {
 		if mine == want && len(r1.Stats().Partitions) == runner.DefaultPartitions-want {
 			break
 		}
-		if i == steps {
-			t.Fatalf("%d heartbeat intervals of the ownership clock (%s) after a second runner joined, with the first one's rebuild of the driver index still going: the joiner owns %d of its %d partitions, the first runner %d",
+		if i == steps || time.Now().After(deadline) {
+			t.Fatalf("%d heartbeat intervals of the ownership clock (%s; within 30 s of the wall clock) after a second runner joined, with the first one's rebuild of the driver index still going: the joiner owns %d of its %d partitions, the first runner %d",
 				i, time.Duration(i)*clk.lease/4, mine, want, len(r1.Stats().Partitions))
 		}
 		clk.step()
