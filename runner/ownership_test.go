@@ -160,7 +160,10 @@ func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
 	// started, until the second claimed the run's partition; it follows
 	// the wall clock while the runs' work and the drain go on. The polls
 	// left wait on the eviction and on the watch of weft_partitions, not
-	// on ownership's time.
+	// on ownership's time. The second runner makes no scan, so a step
+	// cannot tell its partition loop armed (armed): none is needed, as
+	// the lone runner claims every partition in its first round, before
+	// it serves; a step that waited on it would give up after still.
 	clk := newOwnClock(t)
 	clk2 := clk.another().withoutScan()
 	h.unbalanced = true // the partitions move on the clock's steps
