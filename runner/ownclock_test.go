@@ -33,7 +33,8 @@ import (
 // What a fake clock cannot move is the server's: the runners bucket's
 // max age (a liveness key lapses a lease of the server's time after its
 // last put) and the times of the server's messages. A runner on an
-// ownClock beats only when the clock moves, so a test that waits on
+// ownClock beats only when the clock moves — a step leaves it still for
+// at most half a lease of the wall clock (still) — so a test that waits on
 // something else for longer than a lease lets the clock follow the wall
 // clock meanwhile (follow): its own key would lapse otherwise. The
 // clock follows until the runner has stopped (newOwnClock), so that the
