@@ -23,7 +23,8 @@ import (
 // fakeLoop is the command loop of a test's Coordinator: it holds no run;
 // it records the wakes it is asked for and answers them with wakeOK (the
 // nth call, from 0), a round's hand-off with handOff, and calls watch,
-// when set, in the nth WatchQuarantined (a wake's first step, from 0).
+// when set, in the nth WatchQuarantined (a wake's first step, from 0),
+// and draining, when set, in Draining (a beat asks it).
 type fakeLoop struct {
 	mu          sync.Mutex
 	quarantined int     // WatchQuarantined calls
@@ -31,9 +32,16 @@ type fakeLoop struct {
 	wakeOK      func(n int) bool
 	handOff     func(ctx context.Context, p int) HandOff
 	watch       func(ctx context.Context, n int)
+	draining    func()
 }
 
-func (*fakeLoop) Draining() bool                             { return false }
+func (l *fakeLoop) Draining() bool {
+	if l.draining != nil {
+		l.draining()
+	}
+	return false
+}
+
 func (*fakeLoop) ForgetPartition(context.Context, int, bool) { /* holds no run */ }
 func (*fakeLoop) Unbounded(int) bool                         { return false }
 func (l *fakeLoop) WatchQuarantined(ctx context.Context) {
@@ -223,7 +231,8 @@ func TestAFailedWakeLeavesThePartitionsDueForTheLoopsNextWake(t *testing.T) {
 // Coordinator started (none is left: goleak). The test holds the loop's
 // wake until Stop is seen waiting for the loop's end (parked in its
 // receive, not in the releases' wait), and the releases' hand-offs until
-// after. Not parallel: it reads the process's goroutines.
+// after; then a heartbeat's beat until Close is seen waiting for its
+// goroutines. Not parallel: it reads the process's goroutines.
 func TestSemantics8_StopWaitsForTheReleasesInFlightAndCloseForEveryGoroutine(t *testing.T) {
 	const parts = 8
 	srv := natstest.Start(t)
@@ -240,6 +249,8 @@ func TestSemantics8_StopWaitsForTheReleasesInFlightAndCloseForEveryGoroutine(t *
 	proceed := make(chan struct{})
 	var returned atomic.Int32
 	held, wakeGo := make(chan struct{}, 1), make(chan struct{})
+	var holdBeat atomic.Bool
+	beating, beatGo := make(chan struct{}, 1), make(chan struct{})
 	loop := &fakeLoop{
 		handOff: func(ctx context.Context, p int) HandOff {
 			asked <- p
@@ -256,6 +267,14 @@ func TestSemantics8_StopWaitsForTheReleasesInFlightAndCloseForEveryGoroutine(t *
 				held <- struct{}{}
 				<-ctx.Done()
 				<-wakeGo
+			}
+		},
+		// Once armed, the heartbeat loop's next beat is held until the
+		// test lets it go.
+		draining: func() {
+			if holdBeat.Load() && strings.Contains(goroutineStack(goroutineID()), "ownership.(*Peers).HeartbeatLoop(") && holdBeat.CompareAndSwap(true, false) {
+				beating <- struct{}{}
+				<-beatGo
 			}
 		},
 	}
@@ -313,7 +332,19 @@ func TestSemantics8_StopWaitsForTheReleasesInFlightAndCloseForEveryGoroutine(t *
 	}
 	passes := h.count("partition-pass")
 	c.table.Kick()
-	c.Close()
+	holdBeat.Store(true)
+	clk.Advance(coordLease / 4)
+	recv(ctx, t, beating, "the heartbeat loop did not beat at its tick")
+	closed, closer := make(chan struct{}), make(chan string, 1)
+	go func() {
+		defer close(closed)
+		closer <- goroutineID()
+		c.Close()
+	}()
+	id = recv(ctx, t, closer, "the goroutine calling Close did not start")
+	waitParkedIn(ctx, t, id, closed, "ownership.(*Coordinator).Close(", "errgroup.(*Group).Wait(", "Close returned with the heartbeat's beat in flight")
+	close(beatGo)
+	recv(ctx, t, closed, "Close did not return once the beat ended")
 	if running := ownershipGoroutines(); len(running) > 0 {
 		t.Fatalf("Close returned with %d goroutines of the package running:\n%s", len(running), strings.Join(running, "\n\n"))
 	}
@@ -334,6 +365,29 @@ func recv[T any](ctx context.Context, t *testing.T, ch <-chan T, msg string) T {
 	case <-ctx.Done():
 		t.Fatal(msg)
 		panic("unreachable")
+	}
+}
+
+// waitParkedIn returns once goroutine id is seen parked (not running)
+// in function in, in wait. It fails the test with returned when done is
+// closed first, or when ctx ends first.
+func waitParkedIn(ctx context.Context, t *testing.T, id string, done <-chan struct{}, in, wait, returned string) {
+	t.Helper()
+	for {
+		select {
+		case <-done:
+			t.Fatal(returned)
+		default:
+		}
+		st := goroutineStack(id)
+		if !strings.HasPrefix(st, "goroutine "+id+" [running") && strings.Contains(st, in) && strings.Contains(st, wait) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("goroutine %s is not seen waiting in %s, in %s:\n%s", id, in, wait, st)
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 
@@ -473,4 +527,26 @@ func returning(g string) bool {
 		}
 	}
 	return true
+}
+
+// returning tells a goroutine of the Coordinator that is only returning
+// (in or past its WaitGroup's Done) from one that runs something of the
+// package, and from goroutines the Coordinator did not start (the
+// errgroup's): ownershipGoroutines waits only for the first kind.
+func TestReturningTellsAGoroutineOnlyReturning(t *testing.T) {
+	t.Parallel()
+	const own = "github.com/weftrun/weft/runner/internal/ownership."
+	for _, c := range []struct {
+		stack string
+		want  bool
+	}{
+		{"goroutine 9 [runnable]:\n" + own + "(*Coordinator).pass.func1.1()\n\tloop.go:93 +0x6f\ncreated by " + own + "(*Coordinator).pass.func1 in goroutine 7\n\tloop.go:90 +0x8d", true},
+		{"goroutine 9 [runnable]:\nsync.(*WaitGroup).Add(0xc0, 0xffffffffffffffff)\n\twaitgroup.go:100 +0x1\nsync.(*WaitGroup).Done(...)\n\twaitgroup.go:130\n" + own + "(*Coordinator).wakeBeside.func1()\n\tloop.go:79 +0x6f\ncreated by " + own + "(*Coordinator).wakeBeside in goroutine 7\n\tloop.go:73 +0x8d", true},
+		{"goroutine 9 [select]:\n" + own + "(*Table).Release(0xc0, {0x1, 0x2}, 0x3, 0x4, 0x5)\n\ttable.go:300 +0x1\n" + own + "(*Coordinator).release(...)\n\tloop.go:110\n" + own + "(*Coordinator).pass.func1.1()\n\tloop.go:92 +0x6f\ncreated by " + own + "(*Coordinator).pass.func1 in goroutine 7\n\tloop.go:90 +0x8d", false},
+		{"goroutine 9 [select]:\n" + own + "(*Peers).HeartbeatLoop(0xc0, {0x1, 0x2})\n\tliveness.go:123 +0x1\n" + own + "(*Coordinator).Start.func4()\n\tcoordinator.go:179 +0x1\n" + own + "(*Coordinator).goDo.func1()\n\tcoordinator.go:208 +0x1\ngolang.org/x/sync/errgroup.(*Group).Go.func1()\n\terrgroup.go:93 +0x1\ncreated by golang.org/x/sync/errgroup.(*Group).Go in goroutine 7\n\terrgroup.go:78 +0x1", false},
+	} {
+		if got := returning(c.stack); got != c.want {
+			t.Errorf("returning = %v, want %v, for:\n%s", got, c.want, c.stack)
+		}
+	}
 }
