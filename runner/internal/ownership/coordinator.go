@@ -86,7 +86,8 @@ type CoordinatorConfig struct {
 }
 
 // Coordinator is this runner's partition ownership: its Table, its Peers
-// and the goroutines that drive them, from Start to Close. Its methods are
+// and the goroutines that drive them, from Start to Leave (Close ends the
+// goroutines, Leave deletes the keys). Its methods are
 // the boundary the command loop uses (doc.go lists it).
 type Coordinator struct {
 	cfg   CoordinatorConfig

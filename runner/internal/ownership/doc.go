@@ -6,7 +6,7 @@
 // two others each keep locks of their own; none holds the command loop's:
 //
 //   - Coordinator is this runner's partition ownership from Start to
-//     Close: its Table and its Peers, the heartbeat, the watchers, the
+//     Leave (Close ends its goroutines, Leave deletes its keys): its Table and its Peers, the heartbeat, the watchers, the
 //     partition loop (a ticker every lease/4 and a kick when a runner
 //     left or a partition was released, the check of the owned partitions
 //     after a reconnection, a round of rebalancing, the releases it
