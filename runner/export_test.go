@@ -20,7 +20,9 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // WithHook calls f at the named points of an acquisition ("acquire-owned":
 // run's partition is owned, the run not yet installed) and of a
 // partition's release ("release-acquiring": waiting for acquisitions in
-// flight; "release-retry": a run could not be handed off, tried again;
+// flight; "release-locking": the hand-off is about to wait for run's
+// lock, holding the locks of the partition's runs before it in id order
+// (handOffJudged); "release-retry": a run could not be handed off, tried again;
 // "release-deleted": the partition's key is deleted), at the end of a
 // drain's hand-over, once the keys of the partitions with no run held
 // are deleted ("drain-released"), at the end of
@@ -66,6 +68,25 @@ func HoldRun(r *Runner, run string) (unlock func(), ok bool) {
 	}
 	var once sync.Once
 	return func() { once.Do(rn.unlock) }, true
+}
+
+// RunLocked reports whether run's lock is held (by a command being
+// applied, or a release's hand-off), without waiting for it: false when
+// the run is not in memory.
+func RunLocked(r *Runner, run string) bool {
+	r.mu.Lock()
+	rn, held := r.runs[run]
+	r.mu.Unlock()
+	if !held {
+		return false
+	}
+	select {
+	case rn.sem <- struct{}{}:
+		rn.unlock()
+		return false
+	default:
+		return true
+	}
 }
 
 // StaleView makes this runner's table of the partitions' owners say

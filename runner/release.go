@@ -120,6 +120,7 @@ func (r *Runner) handOffJudged(ctx context.Context, p int) (handed []*run, unbou
 		}
 	}()
 	for _, rn := range list {
+		r.testHook("release-locking", p, rn.id)
 		if rn.lock(lctx) != nil {
 			return nil, false
 		}

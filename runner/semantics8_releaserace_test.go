@@ -61,16 +61,21 @@ func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) 
 		}
 		return approvalAbove(ctx, a)
 	})
-	checked := make(chan struct{})
-	var ck sync.Once
-	hook := func(event string, q int, _ string) {
-		if event == "release-check" && q == p {
+	checked, lockingY, appendingX := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var ck, ly, ax sync.Once
+	hook := func(event string, q int, run string) {
+		switch {
+		case event == "release-check" && q == p:
 			ck.Do(func() { close(checked) })
+		case event == "release-locking" && q == p && run == y:
+			ly.Do(func() { close(lockingY) })
+		case event == "resolution-appending" && run == x:
+			ax.Do(func() { close(appendingX) })
 		}
 	}
 	var blockX atomic.Bool
-	relX := make(chan struct{})
-	var rx sync.Once
+	relX, answeredX := make(chan struct{}), make(chan struct{})
+	var rx, ansX sync.Once
 	releaseX := func() { rx.Do(func() { close(relX) }) }
 	t.Cleanup(releaseX)
 	m := model.NewRules("s",
@@ -78,6 +83,7 @@ func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) 
 		model.Rule{Name: "pay", Match: func(model.Request) bool { return true }, Step: func(ctx context.Context, req model.Request) (model.Reply, error) {
 			if blockX.Load() {
 				<-relX
+				defer ansX.Do(func() { close(answeredX) })
 				return model.CallTools(payCall(50, "ok"))(ctx, req)
 			}
 			return model.CallTools(payCall(500, "ok"))(ctx, req)
@@ -104,23 +110,29 @@ func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) 
 	if _, err := h.client.Start(c, api.StartRequest{Run: x, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatal(err)
 	}
+	approvedY := make(chan struct{})
 	go func() {
+		defer close(approvedY)
 		_, _ = h.client.Approve(c, api.ApproveRequest{CommandID: "ay", Run: y, Action: ay.ID, Revision: ay.Request.Revision, Approver: "desk", Credential: "alice"})
 	}()
 	receive(t, "y's lock held by its approval", inY)
 	r2, _ := h.startRunner([]*agent.Agent{mk()}, append(clk2.options(nil), runner.WithDrainWindow(200*time.Millisecond))...)
 	clk.advanceUntil(t, "the release's check", 40, closed(checked))
 	clk.follow()
-	// These sleeps are not ownership's time, which a fake clock could
-	// move: they order the release's lock waits (handOffJudged: a context
-	// deadline of the wall clock, WithHandOffLockTimeout) against x's
-	// model reply and y's approval, and no hook says where the release
-	// waits.
-	time.Sleep(300 * time.Millisecond) // the check is (maybe) past x, waiting for y's lock
-	releaseX()                         // x's model answers: pay 50, allowed, its body has no deadline
-	time.Sleep(300 * time.Millisecond) // its reply recorded, unless the release holds x's lock
+	// The release's lock waits (handOffJudged, in run id order: x before
+	// y) are ordered by its hook against x's model reply and y's
+	// approval: the release is past x, about to wait for y's lock, which
+	// y's approval holds; x's model then answers (pay 50, allowed, its
+	// body without a deadline), and its reply is recorded, or waits for
+	// x's lock, before y's approval lets go of y's.
+	receive(t, "the release about to wait for y's lock", lockingY)
+	releaseX()
+	receive(t, "x's model answered", answeredX)
+	untilSeen(t, "x's reply recorded with its resolution, or x's lock held", func() (bool, string) {
+		return closed(appendingX)() || runner.RunLocked(r1, x), fmt.Sprintf("x's bodies started %d", g.starts.Load())
+	})
 	releaseY()
-	time.Sleep(500 * time.Millisecond)
+	receive(t, "y's approval answered, its lock let go", approvedY)
 	rc := api.NewClient(h.srv.Conn, api.WithRetry(10*time.Second))
 	if _, err := rc.Start(c, api.StartRequest{Run: other, Agent: "desk", Input: "x"}); err != nil {
 		t.Fatalf("a start in the partition while x's infinite body runs: %v (r1 %v, r2 %v; x runner %s handed off %v)", err, r1.Stats().Partitions, r2.Stats().Partitions, h.state(x).Runner(), h.state(x).HandedOff())
