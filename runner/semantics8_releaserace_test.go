@@ -123,12 +123,13 @@ func TestSemantics8_AReleaseJudgesAndHandsOffEachRunInOneLockHold(t *testing.T) 
 	// y) are ordered by its hook against x's model reply and y's
 	// approval: the release is past x, about to wait for y's lock, which
 	// y's approval holds; x's model then answers (pay 50, allowed, its
-	// body without a deadline), and its reply is recorded, or waits for
-	// x's lock, before y's approval lets go of y's.
+	// body without a deadline), and its reply is being recorded with its
+	// resolution or x's lock is held (the release's, which the reply then
+	// waits for) before y's approval lets go of y's.
 	receive(t, "the release about to wait for y's lock", lockingY)
 	releaseX()
 	receive(t, "x's model answered", answeredX)
-	untilSeen(t, "x's reply recorded with its resolution, or x's lock held", func() (bool, string) {
+	untilSeen(t, "x's reply being recorded with its resolution, or x's lock held", func() (bool, string) {
 		return closed(appendingX)() || runner.RunLocked(r1, x), fmt.Sprintf("x's bodies started %d", g.starts.Load())
 	})
 	releaseY()
