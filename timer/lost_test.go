@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/timer"
 )
 
@@ -25,7 +26,7 @@ import (
 func TestSemantics8_ConsumeEndsWhenTheServerLostItsConsumer(t *testing.T) {
 	// The restarted server is on the same port, which another test's
 	// server may take while it is down: the token makes nc refused there.
-	token := serverToken(t)
+	token := natstest.Token(t)
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Authorization: token}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/weftrun/weft/internal/loopport"
+	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/timer"
 )
 
@@ -17,7 +17,7 @@ import (
 // loopback port and t.TempDir() storage.
 func startServer(t testing.TB, dir string) (*server.Server, jetstream.JetStream) {
 	t.Helper()
-	token := serverToken(t)
+	token := natstest.Token(t)
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true, Authorization: token})
 	if err != nil {
 		t.Fatal(err)
@@ -36,21 +36,6 @@ func startServer(t testing.TB, dir string) (*server.Server, jetstream.JetStream)
 	}
 	t.Cleanup(func() { nc.Close(); s.Shutdown(); s.WaitForShutdown() })
 	return s, js
-}
-
-// serverToken is a new secret for a test's server: the server requires it
-// (server.Options.Authorization) and the test's clients present it
-// (nats.Token), so a client that reconnects to the server's port after
-// the server stopped, and finds there another test's server that took the
-// port meanwhile, is refused instead of working against that server (see
-// internal/natstest's package doc).
-func serverToken(t testing.TB) string {
-	t.Helper()
-	token, err := loopport.Token()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return token
 }
 
 func TestTimerFiresAfterRestart(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/weftrun/weft/api"
 	"net"
 	"sync"
 	"testing"
@@ -14,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -70,7 +71,7 @@ func TestSemantics8_AWorkerMakesAConsumerTheServerLostAgain(t *testing.T) {
 	dir := t.TempDir()
 	// The restarted server is on the same port, which another test's
 	// server may take while it is down: the token makes nc refused there.
-	token := serverToken(t)
+	token := natstest.Token(t)
 	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir, NoSigs: true, NoLog: true, Authorization: token}
 	s, err := server.NewServer(opts)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/api"
-	"github.com/weftrun/weft/internal/loopport"
+	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/worker"
 )
 
@@ -28,7 +28,7 @@ func startServer(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 // test that stops it.
 func startServerHandle(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	token := serverToken(t)
+	token := natstest.Token(t)
 	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true, Authorization: token})
 	if err != nil {
 		t.Fatal(err)
@@ -48,21 +48,6 @@ func startServerHandle(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetS
 		t.Fatal(err)
 	}
 	return s, nc, js
-}
-
-// serverToken is a new secret for a test's server: the server requires it
-// (server.Options.Authorization) and the test's clients present it
-// (nats.Token), so a client that reconnects to the server's port after
-// the server stopped, and finds there another test's server that took the
-// port meanwhile, is refused instead of working against that server (see
-// internal/natstest's package doc).
-func serverToken(t testing.TB) string {
-	t.Helper()
-	token, err := loopport.Token()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return token
 }
 
 type reports struct {

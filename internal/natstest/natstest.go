@@ -222,3 +222,18 @@ func (s *Server) Connect(opts ...nats.Option) *nats.Conn {
 	s.t.Cleanup(nc.Close)
 	return nc
 }
+
+// Token is a new secret for a test's own server started without this
+// package (a server.Options with Authorization: Token(t), whose clients
+// present it with nats.Token): like the token of a server of this
+// package, it makes a client that reconnects to the server's port after
+// the server stopped, and finds there another test's server that took
+// the port meanwhile, refused instead of working against that server.
+func Token(t testing.TB) string {
+	t.Helper()
+	token, err := loopport.Token()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
