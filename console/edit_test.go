@@ -5,13 +5,13 @@ import (
 	"encoding/json"
 	"html"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/internal/consolestack"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/policy"
 	"github.com/weftrun/weft/projector"
@@ -134,16 +134,10 @@ func TestSemantics4_ConsoleFormUnchangedArgumentsAreNoEdit(t *testing.T) {
 // The narrowing desk: the demo's payment desk under a policy that holds an
 // approver's edit narrower than the request (docs/security.md, "Approving
 // narrower arguments"): an edited payment above the amount the model asked
-// for is denied. It runs on a stack of its own (hostedStack).
-var (
-	narrowOnce sync.Once
-	narrowErr  error
-	narrow     *stack
-)
-
+// for is denied. It runs on a stack of its own (consolestack.Hosted).
 func narrowStack(t *testing.T) *stack {
 	t.Helper()
-	narrowOnce.Do(func() {
+	return &stack{stacks.Get(t, "narrow", func() (*consolestack.Stack, error) {
 		desk := demo.Policy()
 		p := policy.Func(func(ctx context.Context, a policy.Action) (policy.Decision, error) {
 			if a.Asked != nil {
@@ -156,15 +150,10 @@ func narrowStack(t *testing.T) *stack {
 		})
 		a, err := agent.New(demo.AgentName, demo.ScriptedModel(), demo.Tools(), p, agent.WithApprovers(approvers.Trusting(demo.Approver))).Build()
 		if err != nil {
-			narrowErr = err
-			return
+			return nil, err
 		}
-		narrow, narrowErr = hostedStack("narrow", a)
-	})
-	if narrowErr != nil {
-		t.Fatalf("narrow stack: %v", narrowErr)
-	}
-	return narrow
+		return consolestack.Hosted("narrow", a)
+	})}
 }
 
 // An edit the policy denies is refused edit_refused (policy_denied): the

@@ -3,12 +3,10 @@ package console_test
 import (
 	"fmt"
 	"os"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 
-	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/internal/consolestack"
 )
 
@@ -16,12 +14,8 @@ import (
 // catalog and console) serves every test of this package
 // (internal/consolestack). The console's browser tests drive the same
 // stacks in headless Chromium from a module of their own, e2e/ui
-// (docs/adr/0038).
-var (
-	stackOnce sync.Once
-	stackErr  error
-	shared    *stack
-)
+// (docs/adr/0038). Each stack starts once, when a test first asks for it.
+var stacks consolestack.Shared
 
 // stack is a running stack; the tests of this package add their own
 // readers and commands to it.
@@ -35,11 +29,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, s := range []*stack{shared, secure, narrow} {
-		if s != nil {
-			s.Stop()
-		}
-	}
+	stacks.Stop()
 	// No goroutine of the console outlives its tests
 	// once the shared stacks are stopped.
 	if code == 0 {
@@ -54,47 +44,13 @@ func TestMain(m *testing.M) {
 // devStack starts the shared stack once.
 func devStack(t *testing.T) *stack {
 	t.Helper()
-	stackOnce.Do(func() { shared, stackErr = startDev(false) })
-	if stackErr != nil {
-		t.Fatalf("dev stack: %v", stackErr)
-	}
-	return shared
+	return &stack{stacks.Get(t, "dev", func() (*consolestack.Stack, error) { return consolestack.Dev(false) })}
 }
 
-// The secure stack: `weft dev --secure --require-identity`
-// (consolestack.Dev). The console and the tests connect as the operator.
-var (
-	secureOnce sync.Once
-	secureErr  error
-	secure     *stack
-)
-
-// secureStack starts the secure stack once.
+// secureStack starts the secure stack once: `weft dev --secure
+// --require-identity` (consolestack.Dev). The console and the tests
+// connect as the operator.
 func secureStack(t *testing.T) *stack {
 	t.Helper()
-	secureOnce.Do(func() { secure, secureErr = startDev(true) })
-	if secureErr != nil {
-		t.Fatalf("secure dev stack: %v", secureErr)
-	}
-	return secure
-}
-
-// startDev runs demo.Run (weft dev), with roles when secure, and connects
-// to it (as the operator when secure).
-func startDev(secured bool) (*stack, error) {
-	s, err := consolestack.Dev(secured)
-	if err != nil {
-		return nil, err
-	}
-	return &stack{s}, nil
-}
-
-// hostedStack serves agents with host.Run on an embedded NATS server of
-// their own, and a console of its own that talks to it.
-func hostedStack(name string, agents ...*agent.Agent) (*stack, error) {
-	s, err := consolestack.Hosted(name, agents...)
-	if err != nil {
-		return nil, err
-	}
-	return &stack{s}, nil
+	return &stack{stacks.Get(t, "secure dev", func() (*consolestack.Stack, error) { return consolestack.Dev(true) })}
 }

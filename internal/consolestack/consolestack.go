@@ -335,3 +335,57 @@ func WeftBinary(t *testing.T) string {
 	}
 	return weftBin
 }
+
+// Shared holds a test package's stacks, each started at most once by the
+// first test that asks for it (Get) and all stopped together by the
+// package's TestMain (Stop). The zero value is ready to use.
+type Shared struct {
+	mu      sync.Mutex
+	stacks  map[string]*sharedStack
+	started []*sharedStack
+}
+
+type sharedStack struct {
+	once sync.Once
+	s    *Stack
+	err  error
+}
+
+// Get returns the stack named name, started by start the first time it is
+// asked for; a stack that failed to start fails every test that asks for
+// it, naming it.
+func (sh *Shared) Get(t testing.TB, name string, start func() (*Stack, error)) *Stack {
+	t.Helper()
+	sh.mu.Lock()
+	if sh.stacks == nil {
+		sh.stacks = map[string]*sharedStack{}
+	}
+	e, ok := sh.stacks[name]
+	if !ok {
+		e = &sharedStack{}
+		sh.stacks[name] = e
+	}
+	sh.mu.Unlock()
+	e.once.Do(func() {
+		e.s, e.err = start()
+		if e.err == nil {
+			sh.mu.Lock()
+			sh.started = append(sh.started, e)
+			sh.mu.Unlock()
+		}
+	})
+	if e.err != nil {
+		t.Fatalf("%s stack: %v", name, e.err)
+	}
+	return e.s
+}
+
+// Stop stops every stack Get started.
+func (sh *Shared) Stop() {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, e := range sh.started {
+		e.s.Stop()
+	}
+	sh.started = nil
+}

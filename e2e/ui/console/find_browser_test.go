@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/chromedp/cdproto/browser"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/internal/consolestack"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/model"
 )
@@ -30,15 +30,9 @@ import (
 // above 100 EUR, approver desk) driven by a model that pays the amount its
 // input names ("pay 500"), so that pending approvals differ by amount; on
 // a stack of its own, so that its inbox holds only its tests' items.
-var (
-	amountsOnce sync.Once
-	amountsErr  error
-	amounts     *stack
-)
-
 func amountsStack(t *testing.T) *stack {
 	t.Helper()
-	amountsOnce.Do(func() {
+	return &stack{stacks.Get(t, "amounts", func() (*consolestack.Stack, error) {
 		m := model.NewRules("pay-amount",
 			model.Rule{Name: "report the payment", Match: func(req model.Request) bool { _, ok := model.ResultOf(req, "send_payment"); return ok },
 				Step: func(ctx context.Context, req model.Request) (model.Reply, error) {
@@ -54,15 +48,10 @@ func amountsStack(t *testing.T) *stack {
 		)
 		a, err := agent.New(demo.AgentName, m, demo.Tools(), demo.Policy(), agent.WithApprovers(approvers.Trusting(demo.Approver))).Build()
 		if err != nil {
-			amountsErr = err
-			return
+			return nil, err
 		}
-		amounts, amountsErr = hostedStack("amounts", a)
-	})
-	if amountsErr != nil {
-		t.Fatalf("amounts stack: %v", amountsErr)
-	}
-	return amounts
+		return consolestack.Hosted("amounts", a)
+	})}
 }
 
 // cardRuns lists the runs of the cards in an inbox section, in page order.

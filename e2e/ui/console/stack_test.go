@@ -31,9 +31,9 @@ import (
 // (docs/adr/0038); the console's HTTP tests, on the same stacks, are in
 // console/.
 var (
-	stackOnce sync.Once
-	stackErr  error
-	shared    *stack
+	// stacks holds the package's stacks, each started once, when a test
+	// first asks for it.
+	stacks consolestack.Shared
 
 	browserOnce sync.Once
 	browserErr  error
@@ -52,11 +52,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, s := range []*stack{shared, secure, family, amounts} {
-		if s != nil {
-			s.Stop()
-		}
-	}
+	stacks.Stop()
 	if browserStop != nil {
 		browserStop()
 	}
@@ -76,49 +72,15 @@ var browserStop func()
 // devStack starts the shared stack once.
 func devStack(t *testing.T) *stack {
 	t.Helper()
-	stackOnce.Do(func() { shared, stackErr = startDev(false) })
-	if stackErr != nil {
-		t.Fatalf("dev stack: %v", stackErr)
-	}
-	return shared
+	return &stack{stacks.Get(t, "dev", func() (*consolestack.Stack, error) { return consolestack.Dev(false) })}
 }
 
-// The secure stack: `weft dev --secure --require-identity`
-// (consolestack.Dev). The console and the tests connect as the operator.
-var (
-	secureOnce sync.Once
-	secureErr  error
-	secure     *stack
-)
-
-// secureStack starts the secure stack once.
+// secureStack starts the secure stack once: `weft dev --secure
+// --require-identity` (consolestack.Dev). The console and the tests
+// connect as the operator.
 func secureStack(t *testing.T) *stack {
 	t.Helper()
-	secureOnce.Do(func() { secure, secureErr = startDev(true) })
-	if secureErr != nil {
-		t.Fatalf("secure dev stack: %v", secureErr)
-	}
-	return secure
-}
-
-// startDev runs demo.Run (weft dev), with roles when secure, and connects
-// to it (as the operator when secure).
-func startDev(secured bool) (*stack, error) {
-	s, err := consolestack.Dev(secured)
-	if err != nil {
-		return nil, err
-	}
-	return &stack{s}, nil
-}
-
-// hostedStack serves agents with host.Run on an embedded NATS server of
-// their own, and a console of its own that talks to it.
-func hostedStack(name string, agents ...*agent.Agent) (*stack, error) {
-	s, err := consolestack.Hosted(name, agents...)
-	if err != nil {
-		return nil, err
-	}
-	return &stack{s}, nil
+	return &stack{stacks.Get(t, "secure dev", func() (*consolestack.Stack, error) { return consolestack.Dev(true) })}
 }
 
 // chromium finds the browser: $WEFT_CHROMIUM, else chromium on the PATH.
@@ -324,11 +286,6 @@ func saveShot(t *testing.T, name string, png []byte) {
 // payment desk as a sub-agent and answers with the desk's answer; host.Run
 // serves both (runner, projector, query service, catalog) on their own
 // embedded NATS server, and a console of its own talks to it.
-var (
-	familyOnce sync.Once
-	familyErr  error
-	family     *stack
-)
 
 // officeAgent delegates its input to the payment desk.
 func officeAgent() (*agent.Agent, error) {
@@ -354,16 +311,11 @@ func officeAgent() (*agent.Agent, error) {
 // familyStack starts the family stack once.
 func familyStack(t *testing.T) *stack {
 	t.Helper()
-	familyOnce.Do(func() {
+	return &stack{stacks.Get(t, "family", func() (*consolestack.Stack, error) {
 		office, err := officeAgent()
 		if err != nil {
-			familyErr = err
-			return
+			return nil, err
 		}
-		family, familyErr = hostedStack("family", office)
-	})
-	if familyErr != nil {
-		t.Fatalf("family stack: %v", familyErr)
-	}
-	return family
+		return consolestack.Hosted("family", office)
+	})}
 }
