@@ -70,6 +70,7 @@ func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) 
 		t.Helper()
 		for end := time.Now().Add(d); time.Now().Before(end); {
 			_, _ = h.srv.Conn.Request(runner.ForwardPrefix+other+".cmd", wake, time.Second)
+			// wall clock: the windows are the server's (a bucket deleted and re-created, a restart), see above
 			time.Sleep(10 * time.Millisecond)
 		}
 		if rs := h.recoveries("lv"); len(rs) != 0 {
@@ -103,6 +104,7 @@ func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) 
 		if c.Err() != nil {
 			t.Fatal(err)
 		}
+		// wall clock: a retry of the approval until the restarted server and the runners' reconnections answer
 		time.Sleep(50 * time.Millisecond)
 	}
 	s, out := finished(t, h, "lv")
