@@ -109,6 +109,15 @@ func tab(t *testing.T) context.Context {
 			browserErr = err
 			return
 		}
+		// Chromium's own scratch directories (org.chromium.Chromium.*,
+		// left behind when it is killed, as the allocator's cancel does)
+		// go in the profile's directory, removed with it.
+		scratch := filepath.Join(profile, "tmp")
+		if err := os.Mkdir(scratch, 0o700); err != nil {
+			os.RemoveAll(profile)
+			browserErr = err
+			return
+		}
 		opts := []chromedp.ExecAllocatorOption{
 			chromedp.ExecPath(path),
 			chromedp.Headless,
@@ -117,6 +126,7 @@ func tab(t *testing.T) context.Context {
 			chromedp.NoFirstRun,
 			chromedp.NoDefaultBrowserCheck,
 			chromedp.UserDataDir(profile),
+			chromedp.Env("TMPDIR=" + scratch),
 			chromedp.Flag("disable-quic", true),
 			chromedp.Flag("disable-background-networking", true),
 			chromedp.Flag("disable-component-update", true),
@@ -133,6 +143,7 @@ func tab(t *testing.T) context.Context {
 		if err := chromedp.Do(bctx); err != nil {
 			bcancel()
 			acancel()
+			os.RemoveAll(profile)
 			browserErr = fmt.Errorf("start %s: %w", path, err)
 			return
 		}
@@ -247,12 +258,20 @@ func waitJS(expr string) chromedp.Action[chromedp.Void] {
 }
 
 // artifacts is where screenshots go: $WEFT_ARTIFACTS/console, else
-// <temp>/weft-artifacts/console (overwritten by every run).
+// weft-artifacts/console under the user's cache directory
+// (os.UserCacheDir; ~/.cache on Linux), overwritten by every run (2 MB).
+// Not the temporary directory: they are kept for a person to look at
+// after the run, and the test task checks the tests leave the temporary
+// directory empty (internal/tmpcheck).
 func artifacts(t *testing.T) string {
 	t.Helper()
 	base := os.Getenv("WEFT_ARTIFACTS")
 	if base == "" {
-		base = filepath.Join(os.TempDir(), "weft-artifacts")
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		base = filepath.Join(cache, "weft-artifacts")
 	}
 	dir := filepath.Join(base, "console")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
