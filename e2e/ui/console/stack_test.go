@@ -109,15 +109,6 @@ func tab(t *testing.T) context.Context {
 			browserErr = err
 			return
 		}
-		// Chromium's own scratch directories (org.chromium.Chromium.*,
-		// left behind when it is killed, as the allocator's cancel does)
-		// go in the profile's directory, removed with it.
-		scratch := filepath.Join(profile, "tmp")
-		if err := os.Mkdir(scratch, 0o700); err != nil {
-			os.RemoveAll(profile)
-			browserErr = err
-			return
-		}
 		opts := []chromedp.ExecAllocatorOption{
 			chromedp.ExecPath(path),
 			chromedp.Headless,
@@ -126,7 +117,6 @@ func tab(t *testing.T) context.Context {
 			chromedp.NoFirstRun,
 			chromedp.NoDefaultBrowserCheck,
 			chromedp.UserDataDir(profile),
-			chromedp.Env("TMPDIR=" + scratch),
 			chromedp.Flag("disable-quic", true),
 			chromedp.Flag("disable-background-networking", true),
 			chromedp.Flag("disable-component-update", true),
@@ -148,7 +138,11 @@ func tab(t *testing.T) context.Context {
 			return
 		}
 		browserCtx = bctx
-		browserStop = func() { bcancel(); acancel(); os.RemoveAll(profile) }
+		// chromedp.Cancel closes the browser gracefully, as a person
+		// quitting it: Chromium removes its own temporary directory
+		// (org.chromium.Chromium.*, its singleton socket's), which it
+		// leaves behind when it is killed.
+		browserStop = func() { chromedp.Cancel(bctx); bcancel(); acancel(); os.RemoveAll(profile) }
 	})
 	if browserErr != nil {
 		t.Fatalf("chromium: %v", browserErr)
