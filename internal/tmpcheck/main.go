@@ -4,8 +4,11 @@
 // removes fills a small disk after a few runs (127 MB a run for the
 // console tests' weft binary, once).
 //
-//	tmpcheck new        makes a fresh directory and prints its path; the
-//	                    task gives it to the suites as TMPDIR
+//	tmpcheck new        prints the path of a fresh directory (in the
+//	                    temporary directory, not made yet: task --dry
+//	                    makes nothing); the task gives it to the suites
+//	                    as TMPDIR
+//	tmpcheck make DIR   makes it (and fails when it exists)
 //	tmpcheck check DIR  lists what is left in DIR, with sizes, removes
 //	                    DIR, and fails when anything but a documented
 //	                    exception (kept) was left
@@ -19,6 +22,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io/fs"
 	"os"
@@ -33,17 +37,18 @@ import (
 var kept = map[string]string{}
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == "new" {
-		dir, err := os.MkdirTemp("", "weft-test-tmp-")
-		if err != nil {
+	switch {
+	case len(os.Args) == 2 && os.Args[1] == "new":
+		fmt.Println(filepath.Join(os.TempDir(), "weft-test-tmp-"+rand.Text()))
+		return
+	case len(os.Args) == 3 && os.Args[1] == "make":
+		if err := os.Mkdir(os.Args[2], 0o700); err != nil {
 			fmt.Fprintln(os.Stderr, "tmpcheck:", err)
 			os.Exit(1)
 		}
-		fmt.Println(dir)
 		return
-	}
-	if len(os.Args) != 3 || os.Args[1] != "check" {
-		fmt.Fprintln(os.Stderr, "usage: tmpcheck new | tmpcheck check DIR")
+	case len(os.Args) != 3 || os.Args[1] != "check":
+		fmt.Fprintln(os.Stderr, "usage: tmpcheck new | tmpcheck make DIR | tmpcheck check DIR")
 		os.Exit(2)
 	}
 	left, err := check(os.Args[2], kept)

@@ -17,9 +17,9 @@ import (
 // are pinned in the developer tools' own module, devtools/go.mod, so that
 // `go tool -modfile=devtools/go.mod task` needs no install, while the main
 // go.mod names no tool (docs/adr/0012). The test task runs the suites with
-// TMPDIR a fresh directory (internal/tmpcheck new) and fails when they
-// leave anything in it (tmpcheck check, its last command, and deferred
-// too, so that the directory goes when a suite failed).
+// TMPDIR a fresh directory (internal/tmpcheck new, then make) and fails
+// when they leave anything in it (tmpcheck check, its last command, and
+// deferred too, so that the directory goes when a suite failed).
 func TestTaskfile(t *testing.T) {
 	b, err := os.ReadFile("../../../Taskfile.yml")
 	if err != nil {
@@ -64,8 +64,9 @@ func TestTaskfile(t *testing.T) {
 	if tt.Env["TMPDIR"] != "{{.TESTTMP}}" || tt.Vars["TESTTMP"].Sh != "go run ./internal/tmpcheck new" {
 		t.Errorf("test task does not run the suites with TMPDIR a fresh directory of tmpcheck new: env %v, vars %v", tt.Env, tt.Vars)
 	}
-	if n := len(tt.Cmds); n == 0 || tt.Cmds[n-1].Cmd != leftovers || tt.Cmds[0].Defer != leftovers {
-		t.Errorf("test task does not end with %q, deferred too (first command):\n%s", leftovers, test)
+	if n := len(tt.Cmds); n < 2 || tt.Cmds[0].Cmd != "TMPDIR= go run ./internal/tmpcheck make '{{.TESTTMP}}'" ||
+		tt.Cmds[1].Defer != leftovers || tt.Cmds[n-1].Cmd != leftovers {
+		t.Errorf("test task does not make its TMPDIR first, then defer %q and end with it:\n%s", leftovers, test)
 	}
 	check := lines(tf.Tasks["check"].Cmds)
 	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool -modfile=devtools/go.mod staticcheck ./...", "go test -race",
