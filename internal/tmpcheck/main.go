@@ -16,7 +16,8 @@
 // What is kept on purpose across runs does not live in the temporary
 // directory: the first-hour test's Go caches and the console's
 // screenshots are under the user's cache directory (e2e/ui/firsthour,
-// e2e/ui/console). TMPDIR is how Go, Node.js and Chromium find the
+// e2e/ui/console). What a failed test keeps as evidence (kept, below) is
+// moved out of DIR, not removed. TMPDIR is how Go, Node.js and Chromium find the
 // temporary directory on Unix; elsewhere the suites do not see DIR and
 // the check finds it empty.
 package main
@@ -31,10 +32,14 @@ import (
 	"strings"
 )
 
-// kept lists what a run may leave in the temporary directory (a name or a
-// name's prefix ending in "*"), each with why it is not a leak. Keep it
-// short: an entry here hides a leak of that name.
-var kept = map[string]string{}
+// kept lists what a run may leave in the temporary directory on purpose
+// (a name or a name's prefix ending in "*"), each with why it is not a
+// leak. check moves such an entry out, into the temporary directory the
+// task itself was given, and prints where, instead of removing it. Keep
+// it short: an entry here hides a leak of that name.
+var kept = map[string]string{
+	"weft-chaos-*": "a chaos seed's working directory (stores, ledger, logs), kept only when a check failed (internal/chaos, Run), the test failing with it: the evidence of the violation (rm -r it when done)",
+}
 
 func main() {
 	switch {
@@ -51,7 +56,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "usage: tmpcheck new | tmpcheck make DIR | tmpcheck check DIR")
 		os.Exit(2)
 	}
-	left, err := check(os.Args[2], kept)
+	left, err := check(os.Args[2], kept, os.TempDir())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tmpcheck:", err)
 		os.Exit(1)
@@ -67,9 +72,10 @@ func main() {
 }
 
 // check returns what DIR holds that kept does not name, one line each
-// with its size ("name  12.3 MB"), and removes DIR. A DIR that is gone
-// holds nothing.
-func check(dir string, kept map[string]string) ([]string, error) {
+// with its size ("name  12.3 MB"), and removes DIR; what kept names it
+// moves into outside first, printing where. A DIR that is gone holds
+// nothing.
+func check(dir string, kept map[string]string, outside string) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -79,8 +85,12 @@ func check(dir string, kept map[string]string) ([]string, error) {
 	}
 	var left []string
 	for _, e := range entries {
-		if isKept(e.Name(), kept) {
-			continue
+		if why := keptWhy(e.Name(), kept); why != "" {
+			to := filepath.Join(outside, e.Name())
+			if err := os.Rename(filepath.Join(dir, e.Name()), to); err == nil {
+				fmt.Fprintf(os.Stderr, "tmpcheck: kept %s: %s\n", to, why)
+				continue
+			}
 		}
 		size, n := du(filepath.Join(dir, e.Name()))
 		what := "file"
@@ -93,13 +103,13 @@ func check(dir string, kept map[string]string) ([]string, error) {
 	return left, remove(dir)
 }
 
-func isKept(name string, kept map[string]string) bool {
-	for k := range kept {
+func keptWhy(name string, kept map[string]string) string {
+	for k, why := range kept {
 		if p, ok := strings.CutSuffix(k, "*"); (ok && strings.HasPrefix(name, p)) || name == k {
-			return true
+			return why
 		}
 	}
-	return false
+	return ""
 }
 
 // du is the size of path's regular files and how many there are.

@@ -10,7 +10,8 @@ import (
 // TestCheckListsWhatIsLeftAndRemovesTheDirectory: what a run left in its
 // temporary directory is listed with its size, a documented exception is
 // not, and the directory is gone afterwards (the test task's leftover
-// check, Taskfile.yml).
+// check, Taskfile.yml); a documented exception (a chaos seed's evidence)
+// is moved out of it.
 func TestCheckListsWhatIsLeftAndRemovesTheDirectory(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	leak := filepath.Join(dir, "weft-console-bin-123")
@@ -20,7 +21,7 @@ func TestCheckListsWhatIsLeftAndRemovesTheDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(leak, "weft"), make([]byte, 3<<20), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(filepath.Join(dir, "ok-1"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, "ok-1", "logs"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	// A read-only directory, as Go's module cache leaves them.
@@ -34,7 +35,8 @@ func TestCheckListsWhatIsLeftAndRemovesTheDirectory(t *testing.T) {
 	if err := os.Chmod(ro, 0o555); err != nil {
 		t.Fatal(err)
 	}
-	left, err := check(dir, map[string]string{"ok-*": "the test's reason"})
+	outside := t.TempDir()
+	left, err := check(dir, map[string]string{"ok-*": "the test's reason"}, outside)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +46,13 @@ func TestCheckListsWhatIsLeftAndRemovesTheDirectory(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Errorf("%s is still there (%v)", dir, err)
 	}
+	// The documented exception is moved out, whole, not removed.
+	if _, err := os.Stat(filepath.Join(outside, "ok-1", "logs")); err != nil {
+		t.Errorf("the kept entry was not moved out: %v", err)
+	}
 	// Checked again (the task's deferred check after its last command's):
 	// nothing.
-	if left, err := check(dir, nil); err != nil || len(left) != 0 {
+	if left, err := check(dir, nil, outside); err != nil || len(left) != 0 {
 		t.Errorf("check of a removed directory: %q, %v", left, err)
 	}
 }
