@@ -227,6 +227,10 @@ type Report struct {
 	// Voids are the repairs of the run checked (a live verification's
 	// void records, CheckVoid), in log order.
 	Voids []VoidCheck `json:"voids,omitempty"`
+	// Holds are the run's legal holds checked (weft_holds, or an export's
+	// hold lines: CheckHolds), in the order placed: who placed and
+	// released each, verified or not.
+	Holds []HoldCheck `json:"holds,omitempty"`
 	// Fork is the link of a run restarted from another to its parent
 	// (nil: not a restarted run), checked when the parent's history was
 	// given (WithParent).

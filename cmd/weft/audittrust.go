@@ -14,6 +14,7 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
+	"github.com/weftrun/weft/retention"
 )
 
 // keyList is a repeatable flag of nkey user public keys; each value may
@@ -217,4 +218,54 @@ func checkVoids(w io.Writer, run string, voids []eventlog.VoidRecord, rep audit.
 		}
 	}
 	return rep
+}
+
+// checkHolds checks who placed and released each legal hold of run
+// (holds: weft_holds', or an export's hold lines; audit.CheckHolds) into
+// rep.Holds, and returns rep with the first hold whose proof does not
+// verify, or whose key is not a person's the auditor names (opts), as its
+// problem when rep had none.
+func checkHolds(run string, holds []retention.Hold, rep audit.Report, opts []audit.Option) audit.Report {
+	checks, p := audit.CheckHolds(run, holds, opts...)
+	rep.Holds = checks
+	if p != nil && rep.Problem == nil {
+		rep.Problem = p
+	}
+	return rep
+}
+
+// printHoldChecks prints who placed and released each legal hold of the
+// run (rep.Holds): one `hold` line per placement and release, verified
+// (with its key, and whether it is a person's key the auditor names) or
+// unverified, or that its proof DOES NOT VERIFY; when no person's key was
+// named, a note per verified one that its key was not checked against
+// people's keys.
+func printHoldChecks(w io.Writer, rep audit.Report) {
+	for _, h := range rep.Holds {
+		state := "released"
+		if h.Active {
+			state = "active"
+		}
+		printHoldDeed(w, rep, h.ID, "placed", h.Placed, " ("+state+")")
+		if h.Released != nil {
+			printHoldDeed(w, rep, h.ID, "released", *h.Released, "")
+		}
+	}
+}
+
+func printHoldDeed(w io.Writer, rep audit.Report, id, what string, d audit.HoldDeed, tail string) {
+	at := d.At.UTC().Format(time.RFC3339)
+	if d.Problem != "" {
+		fmt.Fprintf(w, "hold %s: %s by %q at %s: %s%s: its signed proof DOES NOT VERIFY: %s\n", id, what, d.By, at, d.Reason, tail, d.Problem)
+		return
+	}
+	who := d.Describe()
+	if d.Verified && d.Trusted {
+		who = strings.TrimSuffix(who, ")") + ", a person's key you trust)"
+	}
+	fmt.Fprintf(w, "hold %s: %s %s at %s: %s%s\n", id, what, who, at, d.Reason, tail)
+	if d.Verified && !rep.PeopleChecked && rep.OK() {
+		fmt.Fprintf(w, "note: hold %s: the %s by %s is signed by key %s: not checked against people's keys (name them: --people FILE, or `person KEY NAME` lines in --trust-file)\n",
+			id, map[string]string{"placed": "placement", "released": "release"}[what], orDash(d.By), d.Key)
+	}
 }

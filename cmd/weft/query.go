@@ -644,16 +644,17 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 	if err != nil {
 		return err
 	}
+	holds := holdsForExport(ctx, e, n.JetStream(), run)
 	if out == "" {
-		err = audit.ExportRun(e.stdout, envs, voids)
+		err = audit.ExportRun(e.stdout, envs, voids, holds)
 	} else {
-		err = writeWhole(out, func(w io.Writer) error { return audit.ExportRun(w, envs, voids) })
+		err = writeWhole(out, func(w io.Writer) error { return audit.ExportRun(w, envs, voids, holds) })
 	}
 	if err != nil {
 		return err
 	}
 	if out != "" {
-		fmt.Fprintf(e.stderr, "exported %d events of %s to %s%s\n", len(envs), run, out, voidNote(voids))
+		fmt.Fprintf(e.stderr, "exported %d events of %s to %s%s%s\n", len(envs), run, out, voidNote(voids), holdNote(holds))
 	}
 	printSigners(e.stderr, envs)
 	return nil
@@ -673,7 +674,12 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 		fmt.Fprintf(e.stderr, "note: the run's void records could not be read (%v): who repaired it is not checked\n", verr)
 		voids = nil
 	}
-	defer func() { rep = checkVoids(e.stderr, run, voids, rep, extra) }()
+	holds, herr := retention.HoldsOf(ctx, js, run)
+	if herr != nil {
+		fmt.Fprintf(e.stderr, "note: the run's legal holds could not be read (%v): who placed and released them is not checked\n", herr)
+		holds = nil
+	}
+	defer func() { rep = checkHolds(run, holds, checkVoids(e.stderr, run, voids, rep, extra), extra) }()
 	if errors.Is(err, eventlog.ErrCorrupt) {
 		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil, nil
 	}
