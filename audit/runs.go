@@ -94,7 +94,8 @@ func ReadRuns(r io.Reader) ([]Exported, error) {
 	var out []Exported
 	seen := map[string]bool{}
 	err := eachLine(r, func(line int, b []byte) error {
-		if bytes.HasPrefix(b, []byte(`{"run":`)) && bytes.Contains(b, []byte(`"hold":`)) {
+		// A hold line in any key order: only it decodes strictly so.
+		if bytes.Contains(b, []byte(`"hold":`)) {
 			var h holdLine
 			if decodeStrict(b, &h) == nil {
 				switch {
