@@ -2,12 +2,40 @@ package audit
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/proof"
-	"github.com/weftrun/weft/retention"
 )
+
+// Hold is a legal hold of a run as an export carries it (a hold line) and
+// CheckHolds checks it: what the weft_holds bucket keeps for it
+// (retention.Hold, field for field and in its encoding): its id, who
+// placed it (By; Identity and Proof when the deployment vouched for it),
+// why and when, and who released it, why and when (Released; nil while
+// it is active).
+type Hold struct {
+	Run string `json:"run"`
+	ID  string `json:"id"`
+	By  string `json:"by"`
+	events.Identity
+	Proof     *events.CommandProof `json:"proof,omitempty"`
+	Reason    string               `json:"reason"`
+	At        time.Time            `json:"at"`
+	Released  *HoldRelease         `json:"released,omitempty"`
+	CommandID string               `json:"command_id,omitempty"`
+}
+
+// HoldRelease is who released a hold (retention.Release).
+type HoldRelease struct {
+	By string `json:"by"`
+	events.Identity
+	Proof     *events.CommandProof `json:"proof,omitempty"`
+	Reason    string               `json:"reason"`
+	At        time.Time            `json:"at"`
+	CommandID string               `json:"command_id,omitempty"`
+}
 
 // HoldCheck is who placed one legal hold of a run and, once released, who
 // released it (CheckHolds), as weft_holds or an export records them
@@ -59,7 +87,7 @@ type HoldDeed struct {
 // What it cannot see: weft_holds is not the signed log, and a hold is not
 // an event, so a hold deleted whole from the bucket (or from an export)
 // leaves no trace here; and a proof covers the key, not the name.
-func CheckHolds(run string, holds []retention.Hold, opts ...Option) ([]HoldCheck, *Problem) {
+func CheckHolds(run string, holds []Hold, opts ...Option) ([]HoldCheck, *Problem) {
 	var c config
 	for _, o := range opts {
 		o(&c)
@@ -98,7 +126,7 @@ func CheckHolds(run string, holds []retention.Hold, opts ...Option) ([]HoldCheck
 
 // checkHoldDeed is the check of one placement or release (what) of hold
 // h of run: by, id and p as recorded, s what its proof must state.
-func checkHoldDeed(c config, run, what string, s proof.CommandSubject, by string, id events.Identity, p *events.CommandProof, reason string, h retention.Hold) HoldDeed {
+func checkHoldDeed(c config, run, what string, s proof.CommandSubject, by string, id events.Identity, p *events.CommandProof, reason string, h Hold) HoldDeed {
 	d := HoldDeed{Command: s.Command, PersonView: projections.PersonView{By: by, Reason: reason, At: h.At}}
 	if p != nil {
 		d.Digest = fmt.Sprintf("%x", proof.CommandDigest(*p))

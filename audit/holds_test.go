@@ -14,7 +14,6 @@ import (
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/audittest"
 	"github.com/weftrun/weft/proof"
-	"github.com/weftrun/weft/retention"
 )
 
 // signedProof is a command proof of s signed by kp, and kp's public key.
@@ -33,15 +32,15 @@ func signedProof(t *testing.T, kp nkeys.KeyPair, s proof.CommandSubject) (*event
 
 // twoHolds are run's holds as weft_holds keeps them: h1 placed by alice
 // and released by bob, both signed; h2 placed signed by alice too.
-func twoHolds(t *testing.T, run string) []retention.Hold {
+func twoHolds(t *testing.T, run string) []audit.Hold {
 	alice, _ := nkeys.CreateUser()
 	bob, _ := nkeys.CreateUser()
 	p1, a := signedProof(t, alice, proof.HoldSubject(run, "dispute D-17"))
 	r1, b := signedProof(t, bob, proof.ReleaseHoldSubject(run, "h1", "settled"))
 	p2, _ := signedProof(t, alice, proof.HoldSubject(run, "subpoena S-4"))
-	return []retention.Hold{
+	return []audit.Hold{
 		{Run: run, ID: "h1", By: "alice", Identity: events.Identity{Verified: true, Key: a}, Proof: p1, Reason: "dispute D-17", At: t0,
-			Released: &retention.Release{By: "bob", Identity: events.Identity{Verified: true, Key: b}, Proof: r1, Reason: "settled", At: t0.Add(time.Hour)}},
+			Released: &audit.HoldRelease{By: "bob", Identity: events.Identity{Verified: true, Key: b}, Proof: r1, Reason: "settled", At: t0.Add(time.Hour)}},
 		{Run: run, ID: "h2", By: "alice", Identity: events.Identity{Verified: true, Key: a}, Proof: p2, Reason: "subpoena S-4", At: t0.Add(2 * time.Hour)},
 	}
 }

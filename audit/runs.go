@@ -14,18 +14,17 @@ import (
 
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
-	"github.com/weftrun/weft/retention"
 )
 
 // Exported is one run of an export file: its events, in version order,
 // the void records of its repairs (eventlog.VoidRecord: `weft repair
-// drop`) and its legal holds (retention.Hold, as weft_holds keeps them),
+// drop`) and its legal holds (Hold, as weft_holds keeps them),
 // which are not events and change no hash chain.
 type Exported struct {
 	Run    string
 	Events []events.Envelope
 	Voids  []eventlog.VoidRecord
-	Holds  []retention.Hold
+	Holds  []Hold
 }
 
 // voidLine is the line of an export that carries a void record: {"run":
@@ -45,9 +44,9 @@ const HoldSchema = 1
 // records. A reader refuses a schema it does not know (KindParse): a hold
 // line of a later format is not read as this one.
 type holdLine struct {
-	Run    string         `json:"run"`
-	Schema int            `json:"schema"`
-	Hold   retention.Hold `json:"hold"`
+	Run    string `json:"run"`
+	Schema int    `json:"schema"`
+	Hold   Hold   `json:"hold"`
 }
 
 // ExportRun writes one run of an export: its events as JSON lines (as
@@ -55,7 +54,7 @@ type holdLine struct {
 // (holdLine: every hold weft_holds keeps for it, active and released). An
 // export of several runs writes them one after another; ReadRuns splits
 // them again.
-func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord, holds []retention.Hold) error {
+func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold) error {
 	if err := Export(w, envs); err != nil {
 		return err
 	}
@@ -228,14 +227,14 @@ func ManifestDigest(line []byte) string {
 }
 
 // ManifestOf is the manifest entry of one run as ExportRun writes it.
-func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord, holds []retention.Hold) ManifestRun {
+func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold) ManifestRun {
 	last := envs[len(envs)-1]
 	return ManifestRun{Run: last.Run, Version: last.Version, Head: last.Hash(), Voids: len(voids), VoidsSHA256: voidsDigest(voids),
 		Holds: len(holds), HoldsSHA256: holdsDigest(holds)}
 }
 
 // holdsDigest is the hex SHA-256 of holds as JSON ("" for none).
-func holdsDigest(holds []retention.Hold) string {
+func holdsDigest(holds []Hold) string {
 	if len(holds) == 0 {
 		return ""
 	}

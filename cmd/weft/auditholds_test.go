@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
@@ -357,5 +358,24 @@ func TestAuditVerifyFileWithoutHoldLines(t *testing.T) {
 	}
 	if code, out, errs := cli(t, "audit", "verify", "--file", laterFile); code != exitAudit || !strings.Contains(errs, "parse: line 5 is a legal hold of run \""+run+"\" in schema 2") {
 		t.Fatalf("a hold line of schema 2: exit %d, want %d and parse:\n%s%s", code, exitAudit, out, errs)
+	}
+}
+
+// TestAuditHoldIsTheBucketsHold (docs/cli.md, audit export's hold lines):
+// a hold with every field set encodes the same as weft_holds keeps it
+// (retention.Hold) and as an export carries it (audit.Hold), so a field
+// added to one and not the other fails here, not silently in an export.
+func TestAuditHoldIsTheBucketsHold(t *testing.T) {
+	p := &events.CommandProof{Key: "UKEY", Command: proof.CommandHold, Run: "r", Action: "h1", Content: "c", Reason: "why", Expires: t0, Signature: "sig"}
+	h := retention.Hold{Run: "r", ID: "h1", By: "alice", Identity: events.Identity{Verified: true, Key: "UKEY"}, Proof: p, Reason: "why", At: t0, CommandID: "c1",
+		Released: &retention.Release{By: "bob", Identity: events.Identity{Verified: true, Key: "UKEY2"}, Proof: p, Reason: "done", At: t0.Add(time.Hour), CommandID: "c2"}}
+	want, _ := json.Marshal(h)
+	got, _ := json.Marshal(auditHolds([]retention.Hold{h})[0])
+	var fields map[string]any
+	if err := json.Unmarshal(want, &fields); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) || len(fields) != 10 {
+		t.Fatalf("audit.Hold %s\nretention.Hold %s (%d fields)", got, want, len(fields))
 	}
 }

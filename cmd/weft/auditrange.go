@@ -331,7 +331,7 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 			if err != nil {
 				return err
 			}
-			var holds []retention.Hold
+			var holds []audit.Hold
 			if len(envs) > 0 {
 				holds = holdsForExport(ctx, e, js, run)
 			}
@@ -494,7 +494,7 @@ func voidNote(voids []eventlog.VoidRecord) string {
 	return fmt.Sprintf(" and %d void record(s)", len(voids))
 }
 
-func holdNote(holds []retention.Hold) string {
+func holdNote(holds []audit.Hold) string {
 	if len(holds) == 0 {
 		return ""
 	}
@@ -505,11 +505,25 @@ func holdNote(holds []retention.Hold) string {
 // weft_holds for an export; credentials that may not read the bucket (the
 // reader's) export none, which it says on stderr: the file then says
 // nothing of who held the run.
-func holdsForExport(ctx context.Context, e *env, js jetstream.JetStream, run string) []retention.Hold {
+func holdsForExport(ctx context.Context, e *env, js jetstream.JetStream, run string) []audit.Hold {
 	holds, err := retention.HoldsOf(ctx, js, run)
 	if err != nil {
 		fmt.Fprintf(e.stderr, "note: the legal holds of %s could not be read (%v): the export holds none of them\n", run, err)
 		return nil
 	}
-	return holds
+	return auditHolds(holds)
+}
+
+// auditHolds is holds as an export carries them and audit.CheckHolds
+// checks them (audit.Hold: the same fields, in the same encoding).
+func auditHolds(holds []retention.Hold) []audit.Hold {
+	var out []audit.Hold
+	for _, h := range holds {
+		a := audit.Hold{Run: h.Run, ID: h.ID, By: h.By, Identity: h.Identity, Proof: h.Proof, Reason: h.Reason, At: h.At, CommandID: h.CommandID}
+		if r := h.Released; r != nil {
+			a.Released = &audit.HoldRelease{By: r.By, Identity: r.Identity, Proof: r.Proof, Reason: r.Reason, At: r.At, CommandID: r.CommandID}
+		}
+		out = append(out, a)
+	}
+	return out
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
-	"github.com/weftrun/weft/retention"
 )
 
 // keyList is a repeatable flag of nkey user public keys; each value may
@@ -225,7 +224,7 @@ func checkVoids(w io.Writer, run string, voids []eventlog.VoidRecord, rep audit.
 // rep.Holds, and returns rep with the first hold whose proof does not
 // verify, or whose key is not a person's the auditor names (opts), as its
 // problem when rep had none.
-func checkHolds(run string, holds []retention.Hold, rep audit.Report, opts []audit.Option) audit.Report {
+func checkHolds(run string, holds []audit.Hold, rep audit.Report, opts []audit.Option) audit.Report {
 	checks, p := audit.CheckHolds(run, holds, opts...)
 	rep.Holds = checks
 	if p != nil && rep.Problem == nil {

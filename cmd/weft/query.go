@@ -674,11 +674,11 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 		fmt.Fprintf(e.stderr, "note: the run's void records could not be read (%v): who repaired it is not checked\n", verr)
 		voids = nil
 	}
-	holds, herr := retention.HoldsOf(ctx, js, run)
+	stored, herr := retention.HoldsOf(ctx, js, run)
 	if herr != nil {
 		fmt.Fprintf(e.stderr, "note: the run's legal holds could not be read (%v): who placed and released them is not checked\n", herr)
-		holds = nil
 	}
+	holds := auditHolds(stored)
 	defer func() { rep = checkHolds(run, holds, checkVoids(e.stderr, run, voids, rep, extra), extra) }()
 	if errors.Is(err, eventlog.ErrCorrupt) {
 		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil, nil
