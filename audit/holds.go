@@ -106,14 +106,13 @@ func CheckHolds(run string, holds []Hold, opts ...Option) ([]HoldCheck, *Problem
 			note(&Problem{Kind: KindSequence, Message: fmt.Sprintf("run %s: the legal hold %s is recorded for run %q", run, h.ID, h.Run)})
 		}
 		placed := fmt.Sprintf("placement of legal hold %s", h.ID)
-		hc.Placed = checkHoldDeed(c, run, placed, proof.HoldSubject(run, h.Reason), h.By, h.Identity, h.Proof, h.Reason, h)
+		hc.Placed = checkHoldDeed(proof.HoldSubject(run, h.Reason), h.By, h.Identity, h.Proof, h.Reason, h.At)
 		if p := holdProblem(c, run, placed, &hc.Placed, seen); p != nil {
 			note(p)
 		}
 		if r := h.Released; r != nil {
 			what := fmt.Sprintf("release of legal hold %s", h.ID)
-			d := checkHoldDeed(c, run, what, proof.ReleaseHoldSubject(run, h.ID, r.Reason), r.By, r.Identity, r.Proof, r.Reason, h)
-			d.At = r.At
+			d := checkHoldDeed(proof.ReleaseHoldSubject(run, h.ID, r.Reason), r.By, r.Identity, r.Proof, r.Reason, r.At)
 			hc.Released = &d
 			if p := holdProblem(c, run, what, hc.Released, seen); p != nil {
 				note(p)
@@ -124,10 +123,10 @@ func CheckHolds(run string, holds []Hold, opts ...Option) ([]HoldCheck, *Problem
 	return out, first
 }
 
-// checkHoldDeed is the check of one placement or release (what) of hold
-// h of run: by, id and p as recorded, s what its proof must state.
-func checkHoldDeed(c config, run, what string, s proof.CommandSubject, by string, id events.Identity, p *events.CommandProof, reason string, h Hold) HoldDeed {
-	d := HoldDeed{Command: s.Command, PersonView: projections.PersonView{By: by, Reason: reason, At: h.At}}
+// checkHoldDeed is the check of one placement or release of a hold: by,
+// id, p, reason and at as recorded, s what its proof must state.
+func checkHoldDeed(s proof.CommandSubject, by string, id events.Identity, p *events.CommandProof, reason string, at time.Time) HoldDeed {
+	d := HoldDeed{Command: s.Command, PersonView: projections.PersonView{By: by, Reason: reason, At: at}}
 	if p != nil {
 		d.Digest = fmt.Sprintf("%x", proof.CommandDigest(*p))
 	}

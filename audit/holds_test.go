@@ -92,10 +92,10 @@ func TestRangeManifestCoversHolds(t *testing.T) {
 	var buf bytes.Buffer
 	rg := audit.Range{Since: t0, Until: t0.Add(time.Hour)}
 	audit.WriteRange(&buf, rg)
-	if err := audit.ExportRun(&buf, envs, nil, holds); err != nil {
+	if err := audit.ExportRun(&buf, envs, nil, holds, ""); err != nil {
 		t.Fatal(err)
 	}
-	digest, _ := audit.WriteManifest(&buf, audit.Manifest{Range: rg, Runs: []audit.ManifestRun{audit.ManifestOf(envs, nil, holds)}})
+	digest, _ := audit.WriteManifest(&buf, audit.Manifest{Range: rg, Runs: []audit.ManifestRun{audit.ManifestOf(envs, nil, holds, "")}})
 	f, err := audit.ReadFile(bytes.NewReader(buf.Bytes()))
 	if err != nil || len(f.Runs) != 1 || len(f.Runs[0].Holds) != 2 || f.Runs[0].Holds[0].Released == nil {
 		t.Fatalf("read back: %v, %+v", err, f.Runs)
@@ -144,11 +144,83 @@ func TestRangeManifestCoversHolds(t *testing.T) {
 	// A hold line of another run right after these events.
 	var p *audit.Problem
 	buf.Reset()
-	if err := audit.ExportRun(&buf, envs, nil, holds[:1]); err != nil {
+	if err := audit.ExportRun(&buf, envs, nil, holds[:1], ""); err != nil {
 		t.Fatal(err)
 	}
 	moved := strings.Replace(buf.String(), `{"run":"pay-1","schema":1,"hold"`, `{"run":"pay-9","schema":1,"hold"`, 1)
 	if _, err := audit.ReadRuns(strings.NewReader(moved)); !errors.As(err, &p) || p.Kind != audit.KindSequence || p.Line != len(envs)+1 {
 		t.Fatalf("another run's hold line: %v, want sequence at line %d", err, len(envs)+1)
 	}
+}
+
+// TestHoldsUnreadIsNotNoHold (docs/cli.md, audit export; docs/security.md,
+// "Retention and legal hold"): an export that could not read a run's legal
+// holds says so in a holds_unread line, which reads back as HoldsUnread,
+// not as a run without holds; in a range the manifest lists it, so a
+// holds_unread line dropped (the file then reads as "no hold") fails the
+// manifest. A hold line without a schema is refused as such (parse), not
+// told to use a newer weft. Before, such an export was byte for byte a run
+// without holds.
+func TestHoldsUnreadIsNotNoHold(t *testing.T) {
+	envs, err := audittest.Chain("pay-1", t0, paymentRun())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const why = "permission_denied: Permissions Violation for Publish to $JS.API.STREAM.INFO.KV_weft_holds"
+	var buf bytes.Buffer
+	rg := audit.Range{Since: t0, Until: t0.Add(time.Hour)}
+	audit.WriteRange(&buf, rg)
+	if err := audit.ExportRun(&buf, envs, nil, nil, why); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), `{"run":"pay-1","schema":1,"holds_unread":"permission_denied: `) {
+		t.Fatalf("no holds_unread line:\n%s", buf.String())
+	}
+	audit.WriteManifest(&buf, audit.Manifest{Range: rg, Runs: []audit.ManifestRun{audit.ManifestOf(envs, nil, nil, why)}})
+	f, err := audit.ReadFile(bytes.NewReader(buf.Bytes()))
+	if err != nil || len(f.Runs) != 1 || f.Runs[0].HoldsUnread != why || len(f.Runs[0].Holds) != 0 {
+		t.Fatalf("read back: %v, %+v", err, f.Runs)
+	}
+	if p := audit.CheckManifest(f); p != nil {
+		t.Fatal(p)
+	}
+	var dropped strings.Builder
+	for _, l := range strings.SplitAfter(buf.String(), "\n") {
+		if !strings.Contains(l, `"holds_unread":"permission_denied`) || strings.Contains(l, `"manifest"`) {
+			dropped.WriteString(l)
+		}
+	}
+	f, err = audit.ReadFile(strings.NewReader(dropped.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := audit.CheckManifest(f); p == nil || p.Kind != audit.KindManifest || !strings.Contains(p.Message, "holds unread") {
+		t.Fatalf("the holds_unread line dropped: %v, want manifest", p)
+	}
+	// Events after the holds_unread line: its run's lines are over.
+	buf.Reset()
+	if err := audit.ExportRun(&buf, envs[:1], nil, nil, why); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := envsJSON(envs[1:2])
+	var p *audit.Problem
+	if _, err := audit.ReadRuns(strings.NewReader(buf.String() + b)); !errors.As(err, &p) || p.Kind != audit.KindSequence {
+		t.Fatalf("an event after the holds_unread line: %v, want sequence", err)
+	}
+	// A hold line without a schema.
+	line := `{"run":"pay-1","hold":{"run":"pay-1","id":"h1","by":"legal","reason":"r","at":"2026-01-01T00:00:00Z"}}` + "\n"
+	buf.Reset()
+	if err := audit.ExportRun(&buf, envs, nil, nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := audit.ReadRuns(strings.NewReader(buf.String() + line)); !errors.As(err, &p) || p.Kind != audit.KindParse || !strings.Contains(p.Message, "without a schema") {
+		t.Fatalf("a hold line without a schema: %v, want parse, without a schema", err)
+	}
+}
+
+// envsJSON is envs as export lines.
+func envsJSON(envs []events.Envelope) (string, error) {
+	var b bytes.Buffer
+	err := audit.Export(&b, envs)
+	return b.String(), err
 }

@@ -25,6 +25,11 @@ type Exported struct {
 	Events []events.Envelope
 	Voids  []eventlog.VoidRecord
 	Holds  []Hold
+	// HoldsUnread says why the export could not read the run's legal
+	// holds (its holds_unread line; "" when it read them, or when it was
+	// written before exports carried holds): then Holds says nothing of
+	// who held the run, not that nobody did.
+	HoldsUnread string
 }
 
 // voidLine is the line of an export that carries a void record: {"run":
@@ -42,23 +47,39 @@ const HoldSchema = 1
 // with its command proof, why and when, and its release): {"run": RUN,
 // "schema": 1, "hold": {...}}. It follows its run's events and void
 // records. A reader refuses a schema it does not know (KindParse): a hold
-// line of a later format is not read as this one.
+// line of a later format is not read as this one. When the exporter could
+// not read the run's holds, one line says so instead, {"run": RUN,
+// "schema": 1, "holds_unread": WHY}, so that the file never reads as a
+// run without holds.
 type holdLine struct {
-	Run    string `json:"run"`
-	Schema int    `json:"schema"`
-	Hold   Hold   `json:"hold"`
+	Run         string `json:"run"`
+	Schema      int    `json:"schema"`
+	Hold        *Hold  `json:"hold,omitempty"`
+	HoldsUnread string `json:"holds_unread,omitempty"`
+}
+
+// holdProbe reads any line that carries a hold or holds_unread key,
+// leniently, so that its schema is checked before the hold is decoded
+// strictly: a later schema's hold, with fields this one lacks, is refused
+// as a later schema, not as an unknown line.
+type holdProbe struct {
+	Run         string          `json:"run"`
+	Schema      *int            `json:"schema"`
+	Hold        json.RawMessage `json:"hold"`
+	HoldsUnread *string         `json:"holds_unread"`
 }
 
 // ExportRun writes one run of an export: its events as JSON lines (as
 // Export), then a line per void record, then a line per legal hold
-// (holdLine: every hold weft_holds keeps for it, active and released). An
-// export of several runs writes them one after another; ReadRuns splits
-// them again.
-func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold) error {
+// (holdLine: every hold weft_holds keeps for it, active and released), or,
+// when holdsUnread says why they could not be read, one holds_unread line
+// instead. An export of several runs writes them one after another;
+// ReadRuns splits them again.
+func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold, holdsUnread string) error {
 	if err := Export(w, envs); err != nil {
 		return err
 	}
-	if len(voids) == 0 && len(holds) == 0 {
+	if len(voids) == 0 && len(holds) == 0 && holdsUnread == "" {
 		return nil
 	}
 	bw := bufio.NewWriter(w)
@@ -71,9 +92,17 @@ func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord,
 		bw.WriteByte('\n')
 	}
 	for _, h := range holds {
-		b, err := json.Marshal(holdLine{Run: envs[0].Run, Schema: HoldSchema, Hold: h})
+		b, err := json.Marshal(holdLine{Run: envs[0].Run, Schema: HoldSchema, Hold: &h})
 		if err != nil {
 			return fmt.Errorf("audit: export hold %s of %s: %w", h.ID, envs[0].Run, err)
+		}
+		bw.Write(b)
+		bw.WriteByte('\n')
+	}
+	if holdsUnread != "" {
+		b, err := json.Marshal(holdLine{Run: envs[0].Run, Schema: HoldSchema, HoldsUnread: holdsUnread})
+		if err != nil {
+			return fmt.Errorf("audit: export holds of %s: %w", envs[0].Run, err)
 		}
 		bw.Write(b)
 		bw.WriteByte('\n')
@@ -84,7 +113,8 @@ func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord,
 // ReadRuns reads an export of one or more runs: each run's lines are
 // consecutive (its events, then its void records and legal holds). A line
 // that is neither an envelope, a void record nor a hold is a *Problem of
-// kind "parse", as is a hold line of a schema it does not know; a run
+// kind "parse", as is a hold line of a schema it does not know (or of
+// none); a run
 // whose lines are split by another run's, or a void record or hold of a
 // run whose events are not just before it, is a *Problem of kind
 // "sequence" naming the line. An export written before exports carried
@@ -93,17 +123,32 @@ func ReadRuns(r io.Reader) ([]Exported, error) {
 	var out []Exported
 	seen := map[string]bool{}
 	err := eachLine(r, func(line int, b []byte) error {
-		// A hold line in any key order: only it decodes strictly so.
-		if bytes.Contains(b, []byte(`"hold":`)) {
-			var h holdLine
-			if decodeStrict(b, &h) == nil {
+		// A hold line (or holds_unread) in any key order: an envelope
+		// has neither key at its top level.
+		if bytes.Contains(b, []byte(`"hold":`)) || bytes.Contains(b, []byte(`"holds_unread":`)) {
+			var p holdProbe
+			if json.Unmarshal(b, &p) == nil && (p.Hold != nil || p.HoldsUnread != nil) {
 				switch {
-				case h.Schema != HoldSchema:
-					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is a legal hold of run %q in schema %d, which this weft does not read (it reads schema %d): use a newer weft", line, h.Run, h.Schema, HoldSchema)}
-				case len(out) == 0 || out[len(out)-1].Run != h.Run:
+				case p.Schema == nil:
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is a legal hold line of run %q without a schema", line, p.Run)}
+				case *p.Schema != HoldSchema:
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is a legal hold line of run %q in schema %d, which this weft does not read (it reads schema %d): use a newer weft", line, p.Run, *p.Schema, HoldSchema)}
+				}
+				var h holdLine
+				if err := decodeStrict(b, &h); err != nil {
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not a legal hold line of schema %d: %v", line, HoldSchema, err)}
+				}
+				if (h.Hold == nil) == (h.HoldsUnread == "") {
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is a legal hold line of run %q with both or neither of hold and holds_unread", line, h.Run)}
+				}
+				if len(out) == 0 || out[len(out)-1].Run != h.Run {
 					return &Problem{Kind: KindSequence, Line: line, Message: fmt.Sprintf("line %d is a legal hold of run %q, which is not the run of the events just before it", line, h.Run)}
 				}
-				out[len(out)-1].Holds = append(out[len(out)-1].Holds, h.Hold)
+				if h.Hold != nil {
+					out[len(out)-1].Holds = append(out[len(out)-1].Holds, *h.Hold)
+				} else {
+					out[len(out)-1].HoldsUnread = h.HoldsUnread
+				}
 				return nil
 			}
 		}
@@ -121,7 +166,7 @@ func ReadRuns(r io.Reader) ([]Exported, error) {
 		if err := decodeStrict(b, &env); err != nil {
 			return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope, a void record or a legal hold: %v", line, err)}
 		}
-		if n := len(out); n > 0 && out[n-1].Run == env.Run && len(out[n-1].Voids) == 0 && len(out[n-1].Holds) == 0 {
+		if n := len(out); n > 0 && out[n-1].Run == env.Run && len(out[n-1].Voids) == 0 && len(out[n-1].Holds) == 0 && out[n-1].HoldsUnread == "" {
 			out[n-1].Events = append(out[n-1].Events, env)
 			return nil
 		}
@@ -179,6 +224,10 @@ type ManifestRun struct {
 	// file has none.
 	Holds       int    `json:"holds,omitempty"`
 	HoldsSHA256 string `json:"holds_sha256,omitempty"`
+	// HoldsUnread says why the export could not read the run's legal
+	// holds (its holds_unread line), so that the digest vouches for
+	// "unknown", not for "none".
+	HoldsUnread string `json:"holds_unread,omitempty"`
 }
 
 // Skipped is a run of the range left out of the file, and why.
@@ -227,10 +276,10 @@ func ManifestDigest(line []byte) string {
 }
 
 // ManifestOf is the manifest entry of one run as ExportRun writes it.
-func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold) ManifestRun {
+func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold, holdsUnread string) ManifestRun {
 	last := envs[len(envs)-1]
 	return ManifestRun{Run: last.Run, Version: last.Version, Head: last.Hash(), Voids: len(voids), VoidsSHA256: voidsDigest(voids),
-		Holds: len(holds), HoldsSHA256: holdsDigest(holds)}
+		Holds: len(holds), HoldsSHA256: holdsDigest(holds), HoldsUnread: holdsUnread}
 }
 
 // holdsDigest is the hex SHA-256 of holds as JSON ("" for none).
@@ -342,10 +391,13 @@ func CheckManifest(f File) *Problem {
 		}
 		last := x.Events[len(x.Events)-1]
 		if last.Version != r.Version || last.Hash() != r.Head || len(x.Voids) != r.Voids || voidsDigest(x.Voids) != r.VoidsSHA256 ||
-			len(x.Holds) != r.Holds || holdsDigest(x.Holds) != r.HoldsSHA256 {
+			len(x.Holds) != r.Holds || holdsDigest(x.Holds) != r.HoldsSHA256 || x.HoldsUnread != r.HoldsUnread {
 			holds := ""
 			if len(x.Holds) > 0 || r.Holds > 0 {
 				holds = fmt.Sprintf(", %d legal hold(s) in the file, listed %d", len(x.Holds), r.Holds)
+			}
+			if x.HoldsUnread != r.HoldsUnread {
+				holds += fmt.Sprintf(", holds unread %q in the file, listed %q", x.HoldsUnread, r.HoldsUnread)
 			}
 			differ = append(differ, fmt.Sprintf("%s (%d events and %d void record(s) in the file, listed %d and %d%s, head %s)", r.Run, last.Version, len(x.Voids), r.Version, r.Voids, holds, short(r.Head)))
 		}

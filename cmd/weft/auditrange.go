@@ -182,7 +182,11 @@ func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []strin
 			}
 		}
 		rep := audit.Verify(x.Events, ro...)
-		reps[i] = checkHolds(x.Run, x.Holds, checkVoids(e.stderr, x.Run, x.Voids, rep, ro), ro)
+		unread := ""
+		if x.HoldsUnread != "" {
+			unread = "the export could not read them: " + x.HoldsUnread
+		}
+		reps[i] = checkHolds(x.Run, x.Holds, unread, checkVoids(e.stderr, x.Run, x.Voids, rep, ro), ro)
 		if !asJSON {
 			printReport(e.stdout, reps[i], x.Events, trusted, h.version)
 		}
@@ -332,8 +336,9 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 				return err
 			}
 			var holds []audit.Hold
+			var unread string
 			if len(envs) > 0 {
-				holds = holdsForExport(ctx, e, js, run)
+				holds, unread = holdsForExport(ctx, e, js, run)
 			}
 			if len(envs) == 0 {
 				why := "removed (retention) after the range was read: its events are gone"
@@ -341,10 +346,10 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 				fmt.Fprintf(e.stderr, "skipped %d/%d: %s, %s\n", i+1, len(runs), run, why)
 				continue
 			}
-			if err := audit.ExportRun(w, envs, voids, holds); err != nil {
+			if err := audit.ExportRun(w, envs, voids, holds, unread); err != nil {
 				return err
 			}
-			m.Runs = append(m.Runs, audit.ManifestOf(envs, voids, holds))
+			m.Runs = append(m.Runs, audit.ManifestOf(envs, voids, holds, unread))
 			total += len(envs)
 			fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s%s\n", i+1, len(runs), run, len(envs), voidNote(voids), holdNote(holds))
 		}
@@ -502,16 +507,17 @@ func holdNote(holds []audit.Hold) string {
 }
 
 // holdsForExport reads run's legal holds (active and released) from
-// weft_holds for an export; credentials that may not read the bucket (the
-// reader's) export none, which it says on stderr: the file then says
-// nothing of who held the run.
-func holdsForExport(ctx context.Context, e *env, js jetstream.JetStream, run string) []audit.Hold {
-	holds, err := retention.HoldsOf(ctx, js, run)
+// weft_holds for an export (readHolds), or says why they could not be
+// read (credentials that may not read the bucket, the reader's; no answer
+// in time; a value that does not decode): then the export writes that as
+// its holds_unread line, never as a run without holds, and stderr says so.
+func holdsForExport(ctx context.Context, e *env, js jetstream.JetStream, run string) ([]audit.Hold, string) {
+	holds, err := readHolds(ctx, e.refusals, js, run)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "note: the legal holds of %s could not be read (%v): the export holds none of them\n", run, err)
-		return nil
+		fmt.Fprintf(e.stderr, "note: the legal holds of %s could not be read (%v): the export says so (holds_unread), who held the run is not in it\n", run, err)
+		return nil, err.Error()
 	}
-	return auditHolds(holds)
+	return auditHolds(holds), ""
 }
 
 // auditHolds is holds as an export carries them and audit.CheckHolds

@@ -223,10 +223,11 @@ func checkVoids(w io.Writer, run string, voids []eventlog.VoidRecord, rep audit.
 // (holds: weft_holds', or an export's hold lines; audit.CheckHolds) into
 // rep.Holds, and returns rep with the first hold whose proof does not
 // verify, or whose key is not a person's the auditor names (opts), as its
-// problem when rep had none.
-func checkHolds(run string, holds []audit.Hold, rep audit.Report, opts []audit.Option) audit.Report {
+// problem when rep had none; unread (when not "") says why the holds
+// could not be read (rep.HoldsUnknown).
+func checkHolds(run string, holds []audit.Hold, unread string, rep audit.Report, opts []audit.Option) audit.Report {
 	checks, p := audit.CheckHolds(run, holds, opts...)
-	rep.Holds = checks
+	rep.Holds, rep.HoldsUnknown = checks, unread
 	if p != nil && rep.Problem == nil {
 		rep.Problem = p
 	}
@@ -238,8 +239,12 @@ func checkHolds(run string, holds []audit.Hold, rep audit.Report, opts []audit.O
 // (with its key, and whether it is a person's key the auditor names) or
 // unverified, or that its proof DOES NOT VERIFY; when no person's key was
 // named, a note per verified one that its key was not checked against
-// people's keys.
+// people's keys; a note when the holds could not be read
+// (rep.HoldsUnknown), never silence that would read as "no hold".
 func printHoldChecks(w io.Writer, rep audit.Report) {
+	if rep.HoldsUnknown != "" {
+		fmt.Fprintf(w, "note: the run's legal holds are unknown (%s): who placed and released them is not checked\n", rep.HoldsUnknown)
+	}
 	for _, h := range rep.Holds {
 		state := "released"
 		if h.Active {
