@@ -426,3 +426,44 @@ func sameFields(a, b reflect.Type, path string) []string {
 	}
 	return diffs
 }
+
+// TestAuditVerifyHoldsThatDoNotDecodeAreUnknown (docs/cli.md, audit
+// verify; docs/security.md, "Retention and legal hold"): a weft_holds value
+// that does not decode (corrupted, or edited by whoever may write the
+// bucket) is reported in the report, `holds_unknown` and a note line, not
+// only on stderr, and the export says so in its holds_unread line: neither
+// reads as a run without holds. Before, it was a stderr note alone, and
+// the export held no hold line.
+func TestAuditVerifyHoldsThatDoNotDecodeAreUnknown(t *testing.T) {
+	const run = "held-9"
+	s, _, _, _ := heldRun(t, run)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	kv, err := s.JS.KeyValue(ctx, retention.HoldsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, run, []byte(`{"run":"held-9","holds":[{`)); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "audit", "verify", "--json", run)
+	var rep audit.Report
+	if err := json.Unmarshal([]byte(out), &rep); code != 0 || err != nil || rep.HoldsUnknown == "" || len(rep.Holds) != 0 {
+		t.Fatalf("verify of a run whose holds do not decode: exit %d, %v, holds_unknown %q, want 0 and a reason\n%s%s", code, err, rep.HoldsUnknown, out, errs)
+	}
+	code, out, errs = cli(t, "audit", "verify", run)
+	if code != 0 || !strings.Contains(out, "note: the run's legal holds are unknown (") {
+		t.Fatalf("verify: exit %d, want 0 and a note that the holds are unknown\n%s%s", code, out, errs)
+	}
+	file := filepath.Join(t.TempDir(), run+".jsonl")
+	if code, out, errs := cli(t, "audit", "export", run, "-o", file); code != 0 {
+		t.Fatalf("export: exit %d\n%s%s", code, out, errs)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `{"run":"held-9","schema":1,"holds_unread":"`) {
+		t.Fatalf("the export has no holds_unread line:\n%s", b)
+	}
+}
