@@ -449,7 +449,7 @@ func withoutWho(v projections.RunView) projections.RunView {
 			q.Verified = false
 			if q.Resolution != nil {
 				r := *q.Resolution
-				r.Verified, r.Reason = false, ""
+				r.Verified, r.Reason, r.Key = false, "", ""
 				q.Resolution = &r
 			}
 			a.Question = &q
