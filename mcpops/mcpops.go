@@ -8,8 +8,12 @@
 // person's own — the approver's credential or signed proof, the pending
 // revision, the expiry, the policy — and the NATS server's permissions
 // decide who may send them at all (an answer sent with a reader's
-// credentials is permission_denied). `weft mcp operator` serves it
-// (docs/mcp.md, "Operate").
+// credentials is permission_denied, naming the role that may). A
+// reconcile, resolve or cancel carries the CLI's identity inputs: a
+// reason, and a signed command proof the runner verifies, or a name
+// recorded unverified — the principal a bearer token authenticated when
+// the transport did (caller). `weft mcp operator` serves it (docs/mcp.md,
+// "Operate").
 package mcpops
 
 import (
