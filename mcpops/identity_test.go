@@ -3,7 +3,6 @@ package mcpops_test
 import (
 	"context"
 	"encoding/json"
-
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/events"
@@ -70,11 +70,17 @@ func secureDev(t *testing.T) *consolestack.Stack {
 // --print-proof` prints (proof.NewCommand, proof.SignCommand with a
 // person key) and the same reason, it is recorded as the key's person,
 // verified, with the key. Before, the tool had no proof or reason field
-// and was always refused there. And an operator MCP server whose
-// connection has the reader's credentials answers weft_cancel
-// permission_denied naming the subject and role operator, at once
-// (docs/mcp.md: "with a reader's credentials an answer is refused
-// permission_denied at once").
+// and was always refused there. The content is the tool's output with
+// its keys out of sorted order ({"status":…,"id":…}): the proof states
+// the SHA-256 of the content as signed, and the MCP SDK hands the handler
+// its input re-encoded (keys sorted), so this passes only because the
+// server sends the content as the call sent it (sentContent); sending the
+// re-encoded content is refused proof_refused(other_content). A signed
+// weft_cancel (a cancel proof: no action, no content) is recorded
+// verified too. And an operator MCP server whose connection has the
+// reader's credentials answers a signed weft_cancel permission_denied
+// naming the subject and role operator, at once (docs/mcp.md: "with a
+// reader's credentials an answer is refused permission_denied at once").
 func TestSecurityWhoDidIt_OperatorMCPSignedReconcile(t *testing.T) {
 	s := secureDev(t)
 	kp, pub := s.ApproverKey(t)
@@ -82,7 +88,7 @@ func TestSecurityWhoDidIt_OperatorMCPSignedReconcile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rw := sessionOn(t, s.NC, mcpops.Config{Answers: true, NoRetry: true})
-	content := json.RawMessage(`{"error":"declined by the bank"}`)
+	content := json.RawMessage(`{"status":"sent","id":"pay-13"}`)
 	in := map[string]any{"run": "mcp-13", "action": "2/call_2_1", "content": content, "reason": "bank ticket 7", "by": "mallory", "command_id": "mcp-rec-1"}
 	var reply api.Reply
 	if err := call(ctx, rw, mcpops.ToolReconcile, in, &reply); err == nil || !strings.HasPrefix(err.Error(), "identity_required") {
@@ -115,10 +121,32 @@ func TestSecurityWhoDidIt_OperatorMCPSignedReconcile(t *testing.T) {
 	}
 	defer reader.Close(context.Background())
 	ro := sessionOn(t, reader.Conn(), mcpops.Config{Answers: true, NoRetry: true})
-	err = call(ctx, ro, mcpops.ToolCancel, map[string]any{"run": "mcp-13", "reason": "no", "proof": p}, &reply)
+	s.Start(t, "mcp-14", "pay invoice INV-13", "suspended")
+	cp := signedCancel(t, kp, pub, "mcp-14", "duplicate invoice")
+	err = call(ctx, ro, mcpops.ToolCancel, map[string]any{"run": "mcp-14", "reason": "duplicate invoice", "proof": cp}, &reply)
 	if err == nil || !strings.HasPrefix(err.Error(), "permission_denied") || !strings.Contains(err.Error(), "publish to weft.api.cancel; the credentials of role operator may") {
 		t.Fatalf("weft_cancel with the reader's credentials: %v, want permission_denied naming weft.api.cancel and role operator", err)
 	}
+	if err := call(ctx, rw, mcpops.ToolCancel, map[string]any{"run": "mcp-14", "reason": "duplicate invoice", "proof": cp, "command_id": "mcp-cancel-1"}, &reply); err != nil {
+		t.Fatalf("a signed cancel: %v", err)
+	}
+	if c := s.WaitStatus(t, "mcp-14", "finished").Cancelled; c == nil || !c.Verified || c.Key != pub || c.By != "demo approver" || c.Reason != "duplicate invoice" {
+		t.Fatalf("cancelled %+v, want verified by demo approver with key %s for duplicate invoice", c, pub)
+	}
+}
+
+// signedCancel is the command proof `weft cancel RUN --reason REASON
+// --signing-key KEY --print-proof` prints.
+func signedCancel(t *testing.T, kp nkeys.KeyPair, pub, run, reason string) events.CommandProof {
+	t.Helper()
+	p, err := proof.NewCommand(proof.CommandSubject{Command: proof.CommandCancel, Run: run, Reason: reason}, pub, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = proof.SignCommand(p, kp.Sign); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // bearer adds an Authorization header to every request.
