@@ -111,9 +111,9 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReject, Annotations: act, InputSchema: inputSchema[AnswerIn](),
 			Description: "Reject a pending approval request with a reason, as approver (credential or signed proof)."}, s.reject)
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReconcile, Annotations: act, InputSchema: inputSchema[ContentIn](),
-			Description: `Reconcile an uncertain effect with what a person found out: content {"output": …}, {"error": "…"} or {"unconfirmed": "note"}; reason says why; by names the person (unverified), or proof is the person's signed command proof (weft reconcile --signing-key KEY --print-proof), recorded verified.`}, s.reconcile)
+			Description: `Reconcile an uncertain effect with what a person found out: content is the tool's output itself (a JSON value of its output schema, not wrapped), {"error": "…"} or {"unconfirmed": "note"}; reason says why; by names the person (unverified), or proof is the person's signed command proof (weft reconcile --signing-key KEY --print-proof), recorded verified.`}, s.reconcile)
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolResolve, Annotations: act, InputSchema: inputSchema[ContentIn](),
-			Description: `Resolve an open question (an effect reconciled as unconfirmed) with its final truth: content {"output": …} or {"error": "…"}; reason, by and proof as for weft_reconcile (weft resolve --signing-key KEY --print-proof).`}, s.resolve)
+			Description: `Resolve an open question (an effect reconciled as unconfirmed) with its final truth: content is the tool's output itself (a JSON value of its output schema, not wrapped) or {"error": "…"}; reason, by and proof as for weft_reconcile (weft resolve --signing-key KEY --print-proof).`}, s.resolve)
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolCancel, Annotations: act,
 			Description: "Cancel a run, with a reason; by names the person (unverified), or proof is the person's signed command proof (weft cancel --signing-key KEY --print-proof), recorded verified."}, s.cancel)
 	}
@@ -266,7 +266,7 @@ func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn
 type ContentIn struct {
 	Run     string          `json:"run"`
 	Action  string          `json:"action"`
-	Content json.RawMessage `json:"content" jsonschema:"{\"output\": …}, {\"error\": \"…\"} or (reconcile only) {\"unconfirmed\": \"note\"}"`
+	Content json.RawMessage `json:"content" jsonschema:"the tool's output itself (a JSON value of its output schema, not wrapped), {\"error\": \"…\"} or (reconcile only) {\"unconfirmed\": \"note\"}"`
 	// Identity: as the CLI's (weft reconcile --by, --reason,
 	// --signing-key): by is recorded unverified; a proof is recorded as
 	// its key's person, verified, when the runner verifies it.
@@ -323,8 +323,9 @@ func (s *Server) cancel(ctx context.Context, req *mcp.CallToolRequest, in Cancel
 // authenticated caller (stdio, HTTP without --tokens) it is the typed
 // name. Either way it is recorded unverified (docs/security.md, "Who did
 // it"): only a proof the runner verifies makes the command verified, and
-// a deployment that requires identities refuses a command without one
-// (identity_required) — the runner decides, never this server.
+// a deployment that requires identities and has person keys refuses a
+// command without one (identity_required; without person keys a name is
+// enough) — the runner decides, never this server.
 func caller(req *mcp.CallToolRequest, typed string) (string, error) {
 	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil || req.Extra.TokenInfo.UserID == "" {
 		return typed, nil
