@@ -48,7 +48,10 @@ const (
 // publish to SUBJECT") which roles' credentials allow it (Allowing), so
 // that whoever sent it knows which credentials to ask for: "…; the
 // credentials of role operator may (weft roles show ROLE)". The code and
-// the reason are kept; only the message grows. Package client gives every
+// the reason (and every other field) are kept; only the message grows.
+// It returns a copy of the *weft.Error with the longer message, not
+// whatever wrapped it: a wrapper around a permission_denied (fmt.Errorf's
+// %w) is not kept, so callers explain the error as the server answered it. Package client gives every
 // answer through it, so the CLI, the console and the MCP servers say the
 // same. Any other error, a permission_denied that names no published
 // subject (a refused reply inbox) and one already explained are returned
@@ -73,7 +76,9 @@ func Explain(err error) error {
 		}
 		hint = "the credentials of role " + strings.Join(names, " or ") + hintRoles
 	}
-	return &weft.Error{Code: we.Code, Reason: we.Reason, Message: fmt.Sprintf("%s; %s", we.Message, hint)}
+	cp := *we
+	cp.Message = fmt.Sprintf("%s; %s", we.Message, hint)
+	return &cp
 }
 
 // deniedSubject is the subject a permission_denied message names after

@@ -31,16 +31,25 @@ func TestAllowingNamesTheRolesWhoseGrantPublishes(t *testing.T) {
 }
 
 // TestExplainAddsTheRolesOnce: a permission_denied naming a published
-// subject gains the roles that may publish to it, keeping its code and
-// reason; explained again it is unchanged; another error, or a refused
+// subject gains the roles that may publish to it, keeping its code,
+// reason and every other field (a copy: the error given is not changed);
+// explained again it is unchanged; another error, or a refused
 // inbox (no published subject), is returned as it is.
 func TestExplainAddsTheRolesOnce(t *testing.T) {
-	denied := &weft.Error{Code: weft.CodePermissionDenied, Reason: "r", Message: "the NATS server refused this connection's user permission to publish to weft.api.approve"}
+	const msg = "the NATS server refused this connection's user permission to publish to weft.api.approve"
+	same := true
+	denied := &weft.Error{Code: weft.CodePermissionDenied, Reason: "r", Message: msg, SameInput: &same, Actions: []string{"2/call_2_1"}}
 	err := roles.Explain(denied)
 	var we *weft.Error
 	if !errors.As(err, &we) || we.Code != weft.CodePermissionDenied || we.Reason != "r" ||
 		!strings.HasSuffix(we.Message, "publish to weft.api.approve; the credentials of role operator may (weft roles show ROLE)") {
 		t.Fatalf("explained: %v", err)
+	}
+	if we.SameInput != &same || len(we.Actions) != 1 || we.Actions[0] != "2/call_2_1" {
+		t.Errorf("explained %+v: want same_input and actions kept", we)
+	}
+	if denied.Message != msg {
+		t.Errorf("the error given was changed: %q", denied.Message)
 	}
 	if again := roles.Explain(err); again.Error() != err.Error() {
 		t.Errorf("explained twice: %v", again)
