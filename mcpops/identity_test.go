@@ -74,7 +74,7 @@ func secureDev(t *testing.T) *consolestack.Stack {
 // its keys out of sorted order ({"status":…,"id":…}): the proof states
 // the SHA-256 of the content as signed, and the MCP SDK hands the handler
 // its input re-encoded (keys sorted), so this passes only because the
-// server sends the content as the call sent it (sentContent); sending the
+// server sends the content as the call sent it (sentField); sending the
 // re-encoded content is refused proof_refused(other_content). A signed
 // weft_cancel (a cancel proof: no action, no content) is recorded
 // verified too. And an operator MCP server whose connection has the

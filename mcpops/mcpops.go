@@ -230,25 +230,24 @@ type AnswerIn struct {
 
 func (s *Server) approve(ctx context.Context, req *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
 	r, err := s.client.Approve(ctx, api.ApproveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
-		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: sentArguments(req, in.Arguments)})
+		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: sentField(req, "arguments", in.Arguments)})
 	return nil, r, err
 }
 
-// sentArguments are the edited arguments exactly as the tool call sent
-// them: the MCP SDK hands the handler its input decoded and encoded again
-// (keys sorted, numbers as float64), which is the same JSON value but not
-// the same bytes — and a signed proof states the SHA-256 of the canonical
-// bytes sent (approved_sha256), which key order and number spelling
-// change. decoded, the arguments as the handler got them, are the answer
-// when the call's own are not readable.
-func sentArguments(req *mcp.CallToolRequest, decoded json.RawMessage) json.RawMessage {
-	var sent struct {
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	if req == nil || req.Params == nil || json.Unmarshal(req.Params.Arguments, &sent) != nil {
+// sentField is the input field name exactly as the tool call sent it:
+// the MCP SDK hands the handler its input decoded and encoded again (keys
+// sorted, numbers as float64), which is the same JSON value but not the
+// same bytes — and a signed proof states the SHA-256 of the bytes sent
+// (an approval's edited arguments, approved_sha256; a reconciliation's
+// or resolution's content), which key order and number spelling change.
+// decoded, the field as the handler got it, is the answer when the call's
+// own is not readable or not there.
+func sentField(req *mcp.CallToolRequest, name string, decoded json.RawMessage) json.RawMessage {
+	var sent map[string]json.RawMessage
+	if req == nil || req.Params == nil || json.Unmarshal(req.Params.Arguments, &sent) != nil || sent[name] == nil {
 		return decoded
 	}
-	return sent.Arguments
+	return sent[name]
 }
 
 func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
@@ -281,7 +280,7 @@ func (s *Server) reconcile(ctx context.Context, req *mcp.CallToolRequest, in Con
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := s.client.Reconcile(ctx, api.ReconcileRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: sentContent(req, in.Content),
+	r, err := s.client.Reconcile(ctx, api.ReconcileRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: sentField(req, "content", in.Content),
 		By: by, Reason: in.Reason, Proof: in.Proof})
 	return nil, r, err
 }
@@ -291,7 +290,7 @@ func (s *Server) resolve(ctx context.Context, req *mcp.CallToolRequest, in Conte
 	if err != nil {
 		return nil, nil, err
 	}
-	r, err := s.client.Resolve(ctx, api.ResolveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: sentContent(req, in.Content),
+	r, err := s.client.Resolve(ctx, api.ResolveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: sentField(req, "content", in.Content),
 		By: by, Reason: in.Reason, Proof: in.Proof})
 	return nil, r, err
 }
@@ -335,16 +334,4 @@ func caller(req *mcp.CallToolRequest, typed string) (string, error) {
 		return "", weft.Errorf(weft.CodeInvalidRequest, "by %q: this caller is authenticated as %q, whom by may only name (or leave it out)", typed, principal)
 	}
 	return principal, nil
-}
-
-// sentContent is a reconciliation's content exactly as the call sent it
-// (as sentArguments: a signed proof states the hash of the content).
-func sentContent(req *mcp.CallToolRequest, decoded json.RawMessage) json.RawMessage {
-	var sent struct {
-		Content json.RawMessage `json:"content"`
-	}
-	if req == nil || req.Params == nil || json.Unmarshal(req.Params.Arguments, &sent) != nil || sent.Content == nil {
-		return decoded
-	}
-	return sent.Content
 }
