@@ -24,9 +24,10 @@ import (
 // docs/mcp.md): weft mcp serve on weft dev --secure whose connection has
 // the reader's credentials answers a tool call — a start — with a tool
 // error carrying permission_denied that names the subject and the role
-// whose credentials may (operator), at once: before the call's wait (a
-// minute) ends, which a server waiting for an answer would answer
-// "not known". Before, it named the subject only.
+// whose credentials may (operator), at once: the server's wait is two
+// minutes and the test's context one, so a server that waited for an
+// answer instead would leave CallTool failing with the context's error
+// when that minute ends. Before, it named the subject only.
 func TestReaderToolCallNamesTheRole(t *testing.T) {
 	s, err := consolestack.Dev(true)
 	if err != nil {
