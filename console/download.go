@@ -6,24 +6,26 @@ import (
 	"net/http"
 
 	weft "github.com/weftrun/weft"
-	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/auditexport"
 )
 
 // historyDownload serves GET /runs/<run>/history: the run's self-verifying
-// export, the bytes `weft audit export <run>` writes (audit.Export of the
-// history as stored, read through the query service), as a file named
-// <run>.jsonl. `weft audit verify --file` checks it offline.
+// export, the bytes `weft audit export <run>` writes — what
+// auditexport.Read gathers (its events, void records and legal holds, or
+// a holds_unread line when the console's credentials may not read them),
+// written by Run.Write — as a file named <run>.jsonl. `weft audit verify
+// --file` checks it offline.
 func (c *Console) historyDownload(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := c.ctx(r)
 	defer cancel()
 	run := r.PathValue("run")
-	envs, _, err := c.history(ctx, run)
-	if err == nil && len(envs) == 0 {
+	x, err := auditexport.Read(ctx, c.js, run, auditexport.WithViolations(c.violations))
+	if err == nil && len(x.Events) == 0 {
 		err = weft.UnknownRun(run)
 	}
 	var b bytes.Buffer
 	if err == nil {
-		err = audit.Export(&b, envs)
+		err = x.Write(&b)
 	}
 	if err != nil {
 		we := asWeftError(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/auditexport"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/proof"
@@ -386,7 +387,7 @@ func TestAuditHoldIsTheBucketsHold(t *testing.T) {
 	h := retention.Hold{Run: "r", ID: "h1", By: "alice", Identity: events.Identity{Verified: true, Key: "UKEY"}, Proof: p, Reason: "why", At: t0, CommandID: "c1",
 		Released: &retention.Release{By: "bob", Identity: events.Identity{Verified: true, Key: "UKEY2"}, Proof: p, Reason: "done", At: t0.Add(time.Hour), CommandID: "c2"}}
 	want, _ := json.Marshal(h)
-	got, _ := json.Marshal(auditHolds([]retention.Hold{h})[0])
+	got, _ := json.Marshal(auditexport.AuditHolds([]retention.Hold{h})[0])
 	var fields map[string]any
 	if err := json.Unmarshal(want, &fields); err != nil {
 		t.Fatal(err)

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/auditexport"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/projections"
@@ -329,29 +329,28 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 		if err := audit.WriteRange(w, rg); err != nil {
 			return err
 		}
-		log := eventlog.New(js)
 		for i, run := range runs {
-			envs, voids, err := readWhole(ctx, log, run)
+			opts := []auditexport.Option{auditexport.WithViolations(e.refusals)}
+			if exportRead != nil {
+				opts = append(opts, auditexport.AfterRead(func(step string) error { return exportRead(run, step) }))
+			}
+			x, err := auditexport.Read(ctx, js, run, opts...)
 			if err != nil {
 				return err
 			}
-			var holds []audit.Hold
-			var unread string
-			if len(envs) > 0 {
-				holds, unread = holdsForExport(ctx, e, js, run)
-			}
-			if len(envs) == 0 {
+			if len(x.Events) == 0 {
 				why := "removed (retention) after the range was read: its events are gone"
 				m.Skipped = append(m.Skipped, audit.Skipped{Run: run, Why: why})
 				fmt.Fprintf(e.stderr, "skipped %d/%d: %s, %s\n", i+1, len(runs), run, why)
 				continue
 			}
-			if err := audit.ExportRun(w, envs, voids, holds, unread); err != nil {
+			noteHoldsUnread(e, run, x)
+			if err := x.Write(w); err != nil {
 				return err
 			}
-			m.Runs = append(m.Runs, audit.ManifestOf(envs, voids, holds, unread))
-			total += len(envs)
-			fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s%s\n", i+1, len(runs), run, len(envs), voidNote(voids), holdNote(holds))
+			m.Runs = append(m.Runs, x.Manifest())
+			total += len(x.Events)
+			fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s%s\n", i+1, len(runs), run, len(x.Events), voidNote(x.Voids), holdNote(x.Holds))
 		}
 		digest, err = audit.WriteManifest(w, m)
 		return err
@@ -448,49 +447,10 @@ func writeInPlace(path string, write func(w io.Writer) error) error {
 }
 
 // exportRead, when set (tests), is called while an export of a range
-// reads a run: after its events ("events") and after its void records
-// ("voids"); an error stops the export there, as a crash would.
+// reads a run (auditexport.AfterRead): after its events ("events") and
+// after its void records ("voids"); an error stops the export there, as a
+// crash would.
 var exportRead func(run, step string) error
-
-// readWhole reads run's events and void records for an export, whole or
-// not at all: a purge (retention) may remove the run while they are read
-// (its events and void records go in one purge, the last step of a
-// removal), so the log's head is read after both: gone means the run is
-// left out (no events returned), and a head past the events read (a
-// resolution recorded meanwhile) reads the run again.
-func readWhole(ctx context.Context, log *eventlog.Log, run string) ([]events.Envelope, []eventlog.VoidRecord, error) {
-	for try := 0; ; try++ {
-		envs, _, err := log.Load(ctx, run)
-		if err != nil {
-			return nil, nil, err
-		}
-		if exportRead != nil {
-			if err := exportRead(run, "events"); err != nil {
-				return nil, nil, err
-			}
-		}
-		voids, err := log.Voids(ctx, run)
-		if err != nil {
-			return nil, nil, err
-		}
-		if exportRead != nil {
-			if err := exportRead(run, "voids"); err != nil {
-				return nil, nil, err
-			}
-		}
-		h, err := log.Head(ctx, run)
-		switch {
-		case err != nil:
-			return nil, nil, err
-		case h.IsZero():
-			return nil, nil, nil
-		case len(envs) > 0 && h.Version == envs[len(envs)-1].Version:
-			return envs, voids, nil
-		case try == 2:
-			return nil, nil, fmt.Errorf("run %s: its log's head moved (version %d) while it was read three times: export again", run, h.Version)
-		}
-	}
-}
 
 func voidNote(voids []eventlog.VoidRecord) string {
 	if len(voids) == 0 {
@@ -506,30 +466,10 @@ func holdNote(holds []audit.Hold) string {
 	return fmt.Sprintf(" and %d legal hold(s)", len(holds))
 }
 
-// holdsForExport reads run's legal holds (active and released) from
-// weft_holds for an export (readHolds), or says why they could not be
-// read (credentials that may not read the bucket, the reader's; no answer
-// in time; a value that does not decode): then the export writes that as
-// its holds_unread line, never as a run without holds, and stderr says so.
-func holdsForExport(ctx context.Context, e *env, js jetstream.JetStream, run string) ([]audit.Hold, string) {
-	holds, err := readHolds(ctx, e.refusals, js, run)
-	if err != nil {
-		fmt.Fprintf(e.stderr, "note: the legal holds of %s could not be read (%v): the export says so (holds_unread), who held the run is not in it\n", run, err)
-		return nil, err.Error()
+// noteHoldsUnread says on stderr that the export of run says its legal
+// holds could not be read (holds_unread), and why.
+func noteHoldsUnread(e *env, run string, x auditexport.Run) {
+	if x.HoldsUnread != "" {
+		fmt.Fprintf(e.stderr, "note: the legal holds of %s could not be read (%s): the export says so (holds_unread), who held the run is not in it\n", run, x.HoldsUnread)
 	}
-	return auditHolds(holds), ""
-}
-
-// auditHolds is holds as an export carries them and audit.CheckHolds
-// checks them (audit.Hold: the same fields, in the same encoding).
-func auditHolds(holds []retention.Hold) []audit.Hold {
-	var out []audit.Hold
-	for _, h := range holds {
-		a := audit.Hold{Run: h.Run, ID: h.ID, By: h.By, Identity: h.Identity, Proof: h.Proof, Reason: h.Reason, At: h.At, CommandID: h.CommandID}
-		if r := h.Released; r != nil {
-			a.Released = &audit.HoldRelease{By: r.By, Identity: r.Identity, Proof: r.Proof, Reason: r.Reason, At: r.At, CommandID: r.CommandID}
-		}
-		out = append(out, a)
-	}
-	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/auditexport"
 	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
@@ -106,7 +107,7 @@ func showCommand() command {
 				}
 				// Without the legal holds, show says the hold is unknown
 				// (readHold): their refusal does not end it.
-				e.tolerates = holdSubject
+				e.tolerates = auditexport.HoldsSubject
 				n, err := e.connect(ctx)
 				if err != nil {
 					return err
@@ -571,8 +572,8 @@ func auditCommand() command {
 					return usagef("want export <run> or verify <run>|--file <path>")
 				}
 				// Without the legal holds, export and verify say they are
-				// unknown (readHolds): their refusal does not end it.
-				e.tolerates = holdSubject
+				// unknown (auditexport.ReadHolds): their refusal does not end it.
+				e.tolerates = auditexport.HoldsSubject
 				switch args[0] {
 				case "export":
 					if *since != "" || *until != "" {
@@ -637,31 +638,26 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 		return err
 	}
 	defer closeNode(n)
-	log := eventlog.New(n.JetStream())
-	envs, _, err := log.Load(ctx, run)
+	x, err := auditexport.Read(ctx, n.JetStream(), run, auditexport.WithViolations(e.refusals))
 	if err != nil {
 		return err
 	}
-	if len(envs) == 0 {
+	if len(x.Events) == 0 {
 		return weft.UnknownRun(run)
 	}
-	voids, err := log.Voids(ctx, run)
-	if err != nil {
-		return err
-	}
-	holds, unread := holdsForExport(ctx, e, n.JetStream(), run)
+	noteHoldsUnread(e, run, x)
 	if out == "" {
-		err = audit.ExportRun(e.stdout, envs, voids, holds, unread)
+		err = x.Write(e.stdout)
 	} else {
-		err = writeWhole(out, func(w io.Writer) error { return audit.ExportRun(w, envs, voids, holds, unread) })
+		err = writeWhole(out, x.Write)
 	}
 	if err != nil {
 		return err
 	}
 	if out != "" {
-		fmt.Fprintf(e.stderr, "exported %d events of %s to %s%s%s\n", len(envs), run, out, voidNote(voids), holdNote(holds))
+		fmt.Fprintf(e.stderr, "exported %d events of %s to %s%s%s\n", len(x.Events), run, out, voidNote(x.Voids), holdNote(x.Holds))
 	}
-	printSigners(e.stderr, envs)
+	printSigners(e.stderr, x.Events)
 	return nil
 }
 
@@ -681,18 +677,16 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 	}
 	// The legal holds are read last (this runs after the view and the
 	// parent were read): a refusal of weft_holds (the reader's) does not
-	// end the command (the audit command tolerates holdSubject) and is
+	// end the command (the audit command tolerates auditexport.HoldsSubject) and is
 	// reported as holds_unknown, never as "no hold".
 	defer func() {
 		if ferr != nil {
 			return
 		}
-		var holds []audit.Hold
+		holds, herr := auditexport.ReadHolds(ctx, js, run, e.refusals)
 		unread := ""
-		if stored, herr := readHolds(ctx, e.refusals, js, run); herr != nil {
+		if herr != nil {
 			unread = herr.Error()
-		} else {
-			holds = auditHolds(stored)
 		}
 		rep = checkHolds(run, holds, unread, checkVoids(e.stderr, run, voids, rep, extra), extra)
 	}()

@@ -1,0 +1,181 @@
+// Package auditexport reads from a deployment what one run's
+// self-verifying export holds: its events, its void records (`weft repair
+// drop`) and its legal holds, or why the holds could not be read (Read).
+// `weft audit export` of one run and of a range, and the console's
+// "Download history", all write what Read returns (Run.Write, which is
+// audit.ExportRun), so the files they give an auditor are the same and
+// verify the same. Package audit writes and checks the file; it does not
+// read a deployment (it would import retention, whose tests import it).
+package auditexport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/audit"
+	"github.com/weftrun/weft/eventlog"
+	"github.com/weftrun/weft/events"
+	"github.com/weftrun/weft/retention"
+)
+
+// HoldsWait bounds the read of a run's legal holds: past it the export
+// says they are unread (holds_unread) rather than wait.
+const HoldsWait = time.Second
+
+// Run is what one run's export holds, as audit.ExportRun writes it.
+type Run struct {
+	// Events is the run's history as stored; none when the run has no
+	// events (unknown, or removed while it was read).
+	Events []events.Envelope
+	// Voids are the run's void records, oldest first.
+	Voids []eventlog.VoidRecord
+	// Holds are every legal hold weft_holds keeps for the run, active
+	// and released, in the order placed.
+	Holds []audit.Hold
+	// HoldsUnread says why the holds could not be read (a refusal of
+	// the caller's credentials, a timeout); "" when they were. The
+	// export then carries a holds_unread line, never "no hold".
+	HoldsUnread string
+}
+
+// Write writes r as one run of an export (audit.ExportRun).
+func (r Run) Write(w io.Writer) error {
+	return audit.ExportRun(w, r.Events, r.Voids, r.Holds, r.HoldsUnread)
+}
+
+// Manifest is r's entry in a range's manifest (audit.ManifestOf); r has
+// events.
+func (r Run) Manifest() audit.ManifestRun {
+	return audit.ManifestOf(r.Events, r.Voids, r.Holds, r.HoldsUnread)
+}
+
+// Option configures Read.
+type Option func(*config)
+
+type config struct {
+	violations *api.Violations
+	afterRead  func(step string) error
+}
+
+// WithViolations makes a refusal of the holds' bucket, watched on v (the
+// connection's api.WatchViolations), end the holds' read at once rather
+// than at HoldsWait; its holds_unread then says permission_denied.
+func WithViolations(v *api.Violations) Option {
+	return func(c *config) { c.violations = v }
+}
+
+// AfterRead calls fn after Read read the run's events ("events") and
+// after it read its void records ("voids"); an error from fn ends Read
+// with it. A caller that must act between the reads uses it (a test of
+// a purge or a crash in the middle of an export).
+func AfterRead(fn func(step string) error) Option {
+	return func(c *config) { c.afterRead = fn }
+}
+
+// Read reads run's export from the deployment js reaches: its events and
+// void records whole or not at all — a purge (retention) may remove the
+// run while they are read (its events and void records go in one purge,
+// the last step of a removal), so the log's head is read after both:
+// gone means a Run without events, and a head past the events read (an
+// event recorded meanwhile) reads the run again, up to three times — then
+// its legal holds (ReadHolds). A run without events has no holds read.
+// An error is the log's (the holds' is HoldsUnread).
+func Read(ctx context.Context, js jetstream.JetStream, run string, opts ...Option) (Run, error) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	envs, voids, err := readWhole(ctx, eventlog.New(js), run, c.afterRead)
+	if err != nil || len(envs) == 0 {
+		return Run{}, err
+	}
+	r := Run{Events: envs, Voids: voids}
+	if r.Holds, err = ReadHolds(ctx, js, run, c.violations); err != nil {
+		r.HoldsUnread = err.Error()
+	}
+	return r, nil
+}
+
+func readWhole(ctx context.Context, log *eventlog.Log, run string, after func(string) error) ([]events.Envelope, []eventlog.VoidRecord, error) {
+	for try := 0; ; try++ {
+		envs, _, err := log.Load(ctx, run)
+		if err != nil {
+			return nil, nil, err
+		}
+		if after != nil {
+			if err := after("events"); err != nil {
+				return nil, nil, err
+			}
+		}
+		voids, err := log.Voids(ctx, run)
+		if err != nil {
+			return nil, nil, err
+		}
+		if after != nil {
+			if err := after("voids"); err != nil {
+				return nil, nil, err
+			}
+		}
+		h, err := log.Head(ctx, run)
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case h.IsZero():
+			return nil, nil, nil
+		case len(envs) > 0 && h.Version == envs[len(envs)-1].Version:
+			return envs, voids, nil
+		case try == 2:
+			return nil, nil, fmt.Errorf("run %s: its log's head moved (version %d) while it was read three times: export again", run, h.Version)
+		}
+	}
+}
+
+// ReadHolds reads every legal hold weft_holds keeps for run (active and
+// released: retention.HoldsOf) as an export carries them, within
+// HoldsWait. A refusal of the bucket watched on v (unless nil) answers at
+// once, as the permission_denied *weft.Error the server's refusal made.
+// Its error says why the holds are not known: never read it as "none".
+func ReadHolds(ctx context.Context, js jetstream.JetStream, run string, v *api.Violations) ([]audit.Hold, error) {
+	ctx, cancel := context.WithTimeout(ctx, HoldsWait)
+	defer cancel()
+	if v != nil {
+		var stop context.CancelFunc
+		ctx, stop = v.Watch(ctx, func(_, subject string) bool { return HoldsSubject(subject) })
+		defer stop()
+	}
+	hs, err := retention.HoldsOf(ctx, js, run)
+	if err != nil {
+		if denied := api.DeniedBy(ctx); denied != nil {
+			return nil, denied
+		}
+		return nil, err
+	}
+	return AuditHolds(hs), nil
+}
+
+// HoldsSubject reports whether subject is one a call on the legal holds'
+// bucket publishes to (its stream KV_weft_holds, its keys
+// $KV.weft_holds.…).
+func HoldsSubject(subject string) bool {
+	return strings.Contains(subject, ".KV_"+retention.HoldsBucket) || strings.HasPrefix(subject, "$KV."+retention.HoldsBucket+".")
+}
+
+// AuditHolds is holds as an export carries them and audit.CheckHolds
+// checks them (audit.Hold: the same fields, in the same encoding).
+func AuditHolds(holds []retention.Hold) []audit.Hold {
+	var out []audit.Hold
+	for _, h := range holds {
+		a := audit.Hold{Run: h.Run, ID: h.ID, By: h.By, Identity: h.Identity, Proof: h.Proof, Reason: h.Reason, At: h.At, CommandID: h.CommandID}
+		if r := h.Released; r != nil {
+			a.Released = &audit.HoldRelease{By: r.By, Identity: r.Identity, Proof: r.Proof, Reason: r.Reason, At: r.At, CommandID: r.CommandID}
+		}
+		out = append(out, a)
+	}
+	return out
+}
