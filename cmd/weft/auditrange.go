@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/auditexport"
 	"github.com/weftrun/weft/eventlog"

@@ -315,4 +315,3 @@ func readHold(ctx context.Context, v *api.Violations, js jetstream.JetStream, ru
 	}
 	return nil, nil
 }
-
