@@ -14,12 +14,14 @@ import (
 )
 
 // Decision is one decision of AppendBatch: Events appended to Run, only if
-// the run's head is still Head, recorded at At.
+// the run's head is still Head, recorded at At, sealed by Seal when it is
+// set (as AppendSealed).
 type Decision struct {
 	Run    string
 	Head   Head
 	At     time.Time
 	Events []events.Event
+	Seal   Seal
 }
 
 // Appended is the outcome of one Decision of AppendBatch: the stored
@@ -66,7 +68,7 @@ func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 			continue
 		}
 		seen[d.Run] = true
-		msg, envs, hash, err := l.encode(d.Run, d.Head, d.At, d.Events)
+		msg, envs, hash, err := l.encode(d.Run, d.Head, d.At, d.Events, d.Seal)
 		if err != nil {
 			out[i].Err = err
 			continue

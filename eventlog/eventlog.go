@@ -239,13 +239,31 @@ func (l *Log) newID(at time.Time) (string, error) {
 // leaves the outcome unknown: the decision may have landed, so re-read the
 // run (Head or LoadAfter) before deciding again.
 func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, evs ...events.Event) ([]events.Envelope, Head, error) {
+	return l.AppendSealed(ctx, run, head, at, nil, evs...)
+}
+
+// Seal returns the event that seals a decision: it is called, while the
+// decision is encoded, with the version and envelope hash of the
+// decision's last event, and the event it returns is stamped as one more
+// event of the same message (the next version, its Prev that hash). A
+// runner's signed head (events.HeadSigned) is such an event: it signs the
+// decision it is stored with (docs/adr/0044). A nil event leaves the
+// decision unsealed; an error fails the append before anything is sent.
+type Seal func(version uint64, hash string) (events.Event, error)
+
+// AppendSealed is Append of the decision evs sealed by seal (nil: not
+// sealed, as Append): the message also holds the event seal returns over
+// the decision's last envelope, so the stored envelopes and the head
+// returned end with it. It is one message, checked and retried as
+// Append's, with the same message id.
+func (l *Log) AppendSealed(ctx context.Context, run string, head Head, at time.Time, seal Seal, evs ...events.Event) ([]events.Envelope, Head, error) {
 	if err := CheckRun(run); err != nil {
 		return nil, Head{}, err
 	}
 	if len(evs) == 0 {
 		return nil, Head{}, ErrEmpty
 	}
-	msg, envs, prev, err := l.encode(run, head, at, evs)
+	msg, envs, prev, err := l.encode(run, head, at, evs, seal)
 	if err != nil {
 		return nil, Head{}, err
 	}
@@ -293,30 +311,49 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 var bodyOpen = `{"schema":` + strconv.Itoa(MessageSchema) + `,"events":[`
 
 // encode stamps evs as the decision that extends run from head at time
-// at and returns the log message carrying it (subject, body and headers,
-// the expected-sequence check included) with the stored envelopes and the
-// Hash of the last one (hashed from its encoding, not encoded again).
-func (l *Log) encode(run string, head Head, at time.Time, evs []events.Event) (*nats.Msg, []events.Envelope, string, error) {
+// at, followed by seal's event over its last envelope when seal is given
+// and returns one, and returns the log message carrying them (subject,
+// body and headers, the expected-sequence check included) with the stored
+// envelopes and the Hash of the last one (hashed from its encoding, not
+// encoded again).
+func (l *Log) encode(run string, head Head, at time.Time, evs []events.Event, seal Seal) (*nats.Msg, []events.Envelope, string, error) {
 	at = at.UTC()
-	envs := make([]events.Envelope, len(evs))
-	raws := make([][]byte, len(evs))
+	envs := make([]events.Envelope, 0, len(evs)+1)
+	raws := make([][]byte, 0, len(evs)+1)
 	prev := head.Hash
-	for i, e := range evs {
+	stamp := func(e events.Event) error {
 		env, err := events.Encode(e)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("eventlog: encode %s: %w", e.EventName(), err)
+			return fmt.Errorf("eventlog: encode %s: %w", e.EventName(), err)
 		}
 		id, err := l.newID(at)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("eventlog: event id: %w", err)
+			return fmt.Errorf("eventlog: event id: %w", err)
 		}
-		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(i)+1, at, prev
+		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(len(envs))+1, at, prev
 		raw, err := json.Marshal(env)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("eventlog: encode envelope: %w", err)
+			return fmt.Errorf("eventlog: encode envelope: %w", err)
 		}
-		envs[i], raws[i] = env, raw
+		envs, raws = append(envs, env), append(raws, raw)
 		prev = events.HashEncoded(raw)
+		return nil
+	}
+	for _, e := range evs {
+		if err := stamp(e); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	if seal != nil {
+		e, err := seal(envs[len(envs)-1].Version, prev)
+		if err != nil {
+			return nil, nil, "", fmt.Errorf("eventlog: seal run %s: %w", run, err)
+		}
+		if e != nil {
+			if err := stamp(e); err != nil {
+				return nil, nil, "", err
+			}
+		}
 	}
 	last := envs[len(envs)-1]
 
