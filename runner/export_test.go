@@ -13,6 +13,12 @@ var ModelMessages = modelMessages
 // EndsFinished is endsFinished, for tests.
 var EndsFinished = endsFinished
 
+// WithoutSeal makes a runner with a head key append each signed head after
+// the decision it signs, as the release before docs/adr/0044 did, instead of
+// sealing the decision with it: so that a test can make it die between the
+// two, and prove that the runner after it signs what it left.
+func WithoutSeal() Option { return func(r *Runner) { r.unsealed = true } }
+
 // WithoutScan stops the runner from scanning weft_drivers for runs to take
 // over, so that a test decides which command takes a run over.
 func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
