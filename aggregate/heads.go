@@ -11,12 +11,15 @@ import "github.com/weftrun/weft/events"
 
 // Vouched reports whether ev is a decision a person made, or the run's
 // end: what a head key's signature must follow. An approval's expiry is
-// the store clock's, not a person's.
+// the store clock's, not a person's. A restart is a person's decision (who
+// restarted it, with a proof: docs/adr/0040-who-restarted-and-who-held.md),
+// recorded in the new run's run_forked: the new run's first message owes a
+// signed head, not only its next decision or its end.
 func Vouched(ev events.Event) bool {
 	switch e := ev.(type) {
 	case events.ApprovalAnswered:
 		return e.Answer != events.AnswerExpired
-	case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished, events.AttemptNotStarted:
+	case events.Reconciled, events.Resolved, events.CancelRequested, events.RunPaused, events.RunResumed, events.RunFinished, events.AttemptNotStarted, events.RunForked:
 		return true
 	}
 	return false

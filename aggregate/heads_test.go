@@ -118,3 +118,54 @@ func TestHeadOwedAfterASealedDecisionOwesNothing(t *testing.T) {
 		t.Fatal("an append to the finished run, sealed: a signature still owed")
 	}
 }
+
+// TestHeadBehindFollowsARestart (docs/adr/0026-signed-heads.md;
+// docs/adr/0040-who-restarted-and-who-held.md): a restart is a person's
+// decision, recorded in the new run's run_forked, so the new run's first
+// message owes a signed head — with or without a name — as a pause or a
+// cancel does; a fresh start owes none. The snapshot folds to the same
+// answer, and HeadOwedAfter (docs/adr/0044) says so before the fold.
+func TestHeadBehindFollowsARestart(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	limits := events.Limits{MaxTurns: 4, MaxConcurrency: 1, ModelTimeout: events.Infinite, ToolTimeout: 1000, MaxResultBytes: 1024, ApprovalExpiry: events.Infinite, AnswerAttempts: 1}
+	transcript := []events.Message{{Role: "assistant", Text: "paying"}}
+	for _, c := range []struct {
+		name   string
+		fork   *events.RunForked
+		behind bool
+	}{
+		{"a fresh start", nil, false},
+		{"a restart by a typed name", &events.RunForked{From: events.ForkedFrom{Run: "parent", Version: 14, Turn: 2}, Transcript: transcript, By: "carol", Reason: "tool fixed"}, true},
+		{"a restart naming nobody", &events.RunForked{From: events.ForkedFrom{Run: "parent", Version: 14, Turn: 2}, Transcript: transcript}, true},
+	} {
+		var s aggregate.State
+		evs, err := aggregate.Decide(s, aggregate.Start{Run: "h2", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Limits: limits, Runner: "runner-a", Fork: c.fork}, now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if owed, _ := aggregate.HeadOwedAfter(s, evs); owed != c.behind {
+			t.Errorf("%s: HeadOwedAfter says owed %v before the fold, want %v (docs/adr/0044)", c.name, owed, c.behind)
+		}
+		for _, e := range evs {
+			s = aggregate.Evolve(s, events.Recorded{Run: "h2", Version: s.Version() + 1, At: now, Event: e})
+		}
+		if s.HeadBehind() != c.behind {
+			t.Errorf("%s: head behind %v, want %v", c.name, s.HeadBehind(), c.behind)
+		}
+		b, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back aggregate.State
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if back.HeadBehind() != c.behind {
+			t.Errorf("%s: the snapshot says head behind %v, want %v", c.name, back.HeadBehind(), c.behind)
+		}
+		s = aggregate.Evolve(s, events.Recorded{Run: "h2", Version: s.Version() + 1, At: now, Event: events.HeadSigned{Key: "UKEY", Signer: "runner-a", Signature: "sig"}})
+		if s.HeadBehind() {
+			t.Errorf("%s: a signed head does not pay what the start owed", c.name)
+		}
+	}
+}

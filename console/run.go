@@ -130,16 +130,19 @@ type auditPanel struct {
 type questionAudit struct {
 	Action string
 	// Opened is the version and time of the unconfirmed reconciliation,
-	// Note its note, By who recorded it.
+	// Note its note, By who recorded it (verified or not, as the history
+	// proves it: projections.Deeds).
 	Opened     uint64
 	OpenedAt   time.Time
-	Note, By   string
+	Note       string
+	By         projections.PersonView
 	Resolved   bool
 	ResolvedAt time.Time
 	ResolvedIn uint64
 	Kind       string
 	Content    []field
-	ResolvedBy string
+	// ResolvedBy is who recorded the resolution, as By.
+	ResolvedBy projections.PersonView
 }
 
 // answeredWithCredential reports whether an answer of the history was
@@ -163,6 +166,16 @@ func answeredWithCredential(envs []events.Envelope) bool {
 func questionsOf(envs []events.Envelope) []questionAudit {
 	var out []questionAudit
 	index := map[string]int{}
+	var recs []events.Recorded
+	for _, env := range envs {
+		if ev, err := env.Event(); err == nil {
+			recs = append(recs, events.Recorded{Run: env.Run, Version: env.Version, At: env.Recorded, Event: ev})
+		}
+	}
+	who := map[uint64]projections.PersonView{}
+	for _, d := range projections.Deeds(recs) {
+		who[d.Version] = d.Who
+	}
 	for _, env := range envs {
 		ev, err := env.Event()
 		if err != nil {
@@ -178,14 +191,14 @@ func questionsOf(envs []events.Envelope) []questionAudit {
 			}
 			_ = json.Unmarshal(e.Content, &note)
 			index[e.Action] = len(out)
-			out = append(out, questionAudit{Action: e.Action, Opened: env.Version, OpenedAt: env.Recorded, Note: note.Unconfirmed, By: e.By})
+			out = append(out, questionAudit{Action: e.Action, Opened: env.Version, OpenedAt: env.Recorded, Note: note.Unconfirmed, By: who[env.Version]})
 		case events.Resolved:
 			i, ok := index[e.Action]
 			if !ok {
 				continue
 			}
 			q := &out[i]
-			q.Resolved, q.ResolvedIn, q.ResolvedAt, q.Kind, q.ResolvedBy = true, env.Version, env.Recorded, e.Kind, e.By
+			q.Resolved, q.ResolvedIn, q.ResolvedAt, q.Kind, q.ResolvedBy = true, env.Version, env.Recorded, e.Kind, who[env.Version]
 			q.Content = fields(e.Content)
 		}
 	}

@@ -295,12 +295,20 @@ type ResolutionView struct {
 	Kind string `json:"kind"`
 	// Result summarizes the recorded content (at most SummaryBytes).
 	Result string `json:"result"`
-	// By is who resolved it (Verified: the deployment vouches for it),
-	// Reason why; At when.
+	// By is who resolved it (Verified: the deployment vouches for it;
+	// Key: the verified proof's key, as for PersonView), Reason why; At
+	// when.
 	By       string    `json:"by,omitempty"`
 	Verified bool      `json:"verified,omitempty"`
+	Key      string    `json:"key,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
 	At       time.Time `json:"at"`
+}
+
+// Person is who resolved it, as a PersonView (its Describe says whether
+// it is verified).
+func (r ResolutionView) Person() PersonView {
+	return PersonView{By: r.By, Verified: r.Verified, Key: r.Key, Reason: r.Reason, At: r.At}
 }
 
 // PersonView is who made a person's command (a reconciliation, a
@@ -594,7 +602,7 @@ func (v *RunView) apply(e events.Event, at time.Time) {
 		if a.Question != nil {
 			q := *a.Question
 			p := deed(v.Run, e, at)
-			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, Verified: p.Verified, Reason: e.Reason, At: at}
+			q.Resolution = &ResolutionView{Kind: e.Kind, Result: summary(e.Content), By: e.By, Verified: p.Verified, Key: p.Key, Reason: e.Reason, At: at}
 			a.Question = &q
 		}
 	case events.AttemptNotStarted:

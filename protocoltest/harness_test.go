@@ -20,27 +20,32 @@ import (
 var weftBin, natsBin string
 
 func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+// run builds weft into a temporary directory, runs the tests and removes
+// the directory on every way out (os.Exit would skip a deferred removal).
+func run(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "weft-protocoltest-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		return 1
 	}
+	defer os.RemoveAll(dir)
 	weftBin = filepath.Join(dir, "weft")
 	build := exec.Command("go", "build", "-o", weftBin, "github.com/weftrun/weft/cmd/weft")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "protocoltest: build weft:", err)
-		os.Exit(1)
+		return 1
 	}
 	natsBin, err = findNats()
 	if err != nil {
 		// Never skip: the nats CLI is part of CI (.ci/run installs it).
 		fmt.Fprintln(os.Stderr, "protocoltest:", err)
-		os.Exit(1)
+		return 1
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	return m.Run()
 }
 
 // findNats finds the nats CLI on PATH or in the Go bin directory where

@@ -160,6 +160,7 @@ func TestSemantics8_ADrainDeletesTheKeyOfAPartitionItsEarlyReleaseMissed(t *test
 				// The early release of the first partition outlasts the
 				// window: its delete is made on a context that ended.
 				missed = p
+				// wall clock: the drain's context ends on the wall clock (runner.go: the drain window's context.WithTimeout), which this outlasts
 				time.Sleep(2 * window)
 			case event == "drain-released":
 				drainReleased <- struct{}{}

@@ -166,6 +166,7 @@ func TestSemantics8_ARebuildWhoseKeysMarkerExpiresStillRebuildsTheEntry(t *testi
 		if c.Err() != nil {
 			t.Fatal(`"rebuilt" was never put`)
 		}
+		// wall clock: a poll of the rebuild's marker: the rebuild is made as the runner starts, not on ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 	if !w.found {

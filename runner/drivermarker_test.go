@@ -72,6 +72,7 @@ func TestIssue17_RunsThatNeedNoEntryLeaveNoSubjectInTheDriversBucket(t *testing.
 			t.Fatalf("30 s after the runs went idle or finished, weft_drivers still has %d subjects (%d messages): %v; want none (runner holds %d runs)",
 				info.State.NumSubjects, info.State.Msgs, info.State.Subjects, r.Stats().Driven)
 		}
+		// wall clock: a poll until the entries' markers expire (their TTL: the server's time) and the runs are evicted
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -128,6 +129,7 @@ func TestIssue17_ABucketWithoutMarkerTTLsStillLosesTheEntries(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("20 s after the runs went idle, weft_drivers still has entries %v (runner holds %d runs)", n, r.Stats().Driven)
 		}
+		// wall clock: a poll until the evictions deleted the entries: not ownership's time
 		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -138,6 +138,7 @@ func (h *harness) startRunnerConn(natsOpts []nats.Option, jsOpts []jetstream.Jet
 		if rctx.Err() != nil {
 			h.t.Fatalf("runner %s never heartbeated", r.ID())
 		}
+		// wall clock: a poll, within rctx, of the runner's first beat, put as it starts (not on a tick of ownership's clock)
 		time.Sleep(10 * time.Millisecond)
 	}
 	h.mu.Lock()
@@ -198,6 +199,7 @@ func (h *harness) waitBalanced() {
 			h.t.Logf("the partitions are not balanced among %v after 20 s", ids)
 			return
 		}
+		// wall clock: a poll, bounded, for runners on the wall clock's ownership clock; a test on an ownClock sets h.unbalanced and steps (balance)
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -244,6 +246,7 @@ func retrying(ctx context.Context, f func() error) error {
 			if ctx.Err() != nil {
 				return err
 			}
+			// wall clock: a retry of a command that was not applied in time
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
@@ -282,6 +285,7 @@ func (h *harness) waitFor(run, what string, cond func(aggregate.State) bool) agg
 			st := aggregate.Status(s)
 			h.t.Fatalf("run %s: timed out waiting for %s; status %s %+v, actions %+v", run, what, st.Kind, st, s.Actions())
 		}
+		// wall clock: a poll of run's log
 		time.Sleep(20 * time.Millisecond)
 	}
 }
@@ -318,6 +322,7 @@ func (b *bodies) tool() tools.Tool {
 		case "uncertain":
 			return payOut{}, errUncertain
 		case "slow":
+			// wall clock: the "slow" body's own duration
 			time.Sleep(time.Duration(50/max(in.Amount, 1)) * time.Millisecond)
 		case "big":
 			return payOut{ID: string(make([]byte, 0)) + longID}, nil

@@ -54,6 +54,7 @@ func TestIdleRunsLeaveMemoryAndComeBackWithoutATakeover(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 10 s the runner holds %d runs; want the %d suspended runs evicted", held, n)
 		}
+		// wall clock: a poll of the evictions (see above)
 		time.Sleep(20 * time.Millisecond)
 	}
 	s := h.state("idle-3")

@@ -41,6 +41,7 @@ func TestLiveKeyNeverLapsesWithALongerConfiguredLease(t *testing.T) {
 		if _, err := kv.Get(context.Background(), r.ID()); err != nil {
 			t.Fatalf("the live runner's key lapsed: %v", err)
 		}
+		// wall clock: the key lapses on the bucket's max age, the server's time (see above)
 		time.Sleep(50 * time.Millisecond)
 	}
 }

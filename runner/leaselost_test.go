@@ -83,6 +83,7 @@ func TestScenario37_CommandAfterLapsedLeaseIsRerouted(t *testing.T) {
 			if c.Err() != nil {
 				t.Fatal(err)
 			}
+			// wall clock: a retry of the forwarded cancel until A's service answers it
 			time.Sleep(20 * time.Millisecond)
 		}
 	}()

@@ -70,6 +70,7 @@ func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) 
 		t.Helper()
 		for end := time.Now().Add(d); time.Now().Before(end); {
 			_, _ = h.srv.Conn.Request(runner.ForwardPrefix+other+".cmd", wake, time.Second)
+			// wall clock: the windows are the server's (a bucket deleted and re-created, a restart), see above
 			time.Sleep(10 * time.Millisecond)
 		}
 		if rs := h.recoveries("lv"); len(rs) != 0 {
@@ -103,6 +104,7 @@ func TestRecoverOnlyFromAGoneRunner_LivenessSurvivesServerRestart(t *testing.T) 
 		if c.Err() != nil {
 			t.Fatal(err)
 		}
+		// wall clock: a retry of the approval until the restarted server and the runners' reconnections answer
 		time.Sleep(50 * time.Millisecond)
 	}
 	s, out := finished(t, h, "lv")
@@ -168,10 +170,17 @@ func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := runner.New(nc, js, []*agent.Agent{build(t, m, nil, policy.Func(approvalAbove))}, runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second))
+	// On the fake ownership clock (ownClock): it follows the wall clock
+	// while the bucket refuses writes — the runner's heartbeats fail every
+	// heartbeat interval, as in production — and is stepped, once the
+	// bucket accepts writes again, until the runner's key is there.
+	clk := newOwnClock(t)
+	r, err := runner.New(nc, js, []*agent.Agent{build(t, m, nil, policy.Func(approvalAbove))},
+		append([]runner.Option{runner.WithLease(clk.lease), runner.WithDrainWindow(time.Second)}, clk.options(nil)...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	clk.follow()
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	var runErr error
@@ -198,19 +207,12 @@ func TestLiveness_AFailedHeartbeatNeverStopsARunner(t *testing.T) {
 	if _, err := h.srv.JS.UpdateStream(c, declared); err != nil {
 		t.Fatal(err)
 	}
-	// On the wall clock, not a fake ownership clock: while the bucket
-	// refuses writes the runner's view never sees its own key, so an
-	// ownClock step (which waits for it) would wait out its bound at every
-	// heartbeat interval; the poll waits at most one.
-	for {
-		if _, err := kv.Get(c, r.ID()); err == nil {
-			break
-		}
-		if c.Err() != nil {
-			t.Fatal("the runner never heartbeated once the bucket accepted writes again")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// The bucket accepts writes: the runner's next heartbeat puts its key
+	// (a step waits for the runner's view to see it).
+	clk.advanceUntil(t, "the runner heartbeated once the bucket accepted writes again", 20, func() bool {
+		_, err := kv.Get(c, r.ID())
+		return err == nil
+	})
 	select {
 	case <-done:
 		t.Fatalf("the runner stopped: %v", runErr)

@@ -86,6 +86,7 @@ func waitNotOwning(t *testing.T, r *runner.Runner, p int) {
 		if c.Err() != nil {
 			t.Fatalf("the runner still owns partition %d", p)
 		}
+		// wall clock: a poll of the runner's table, which its watch of weft_partitions updates: not ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -183,6 +184,7 @@ func TestSemantics8_AStaleOwnerDoesNotRecordALazyTakeover(t *testing.T) {
 		if c.Err() != nil {
 			t.Fatal("the run was never evicted")
 		}
+		// wall clock: a poll of the idle run's eviction (idle.go), which follows its suspension, not ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 	stopFirst()
@@ -290,6 +292,7 @@ func TestSemantics8_AnIdleRunsDriverEntryIsPutBeforeItsWorkIsRecorded(t *testing
 		if c.Err() != nil {
 			t.Fatal("the idle run was never evicted")
 		}
+		// wall clock: a poll of the idle run's eviction (idle.go), which follows its suspension, not ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 	// The eviction removes the entry after it stops driving the run (a
@@ -301,6 +304,7 @@ func TestSemantics8_AnIdleRunsDriverEntryIsPutBeforeItsWorkIsRecorded(t *testing
 		if c.Err() != nil {
 			t.Fatal("the idle run kept its driver entry")
 		}
+		// wall clock: a poll of the eviction's delete of the run's driver entry: not ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 	h.driversMaxMsgSize(1)
@@ -380,6 +384,7 @@ func TestSemantics8_ARebuildThatLeftRunsIsMadeAgain(t *testing.T) {
 		if c.Err() != nil {
 			t.Fatal(`"rebuilt" was never put`)
 		}
+		// wall clock: a poll of the rebuild made again, on its backoff (the wall clock's), not ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 }

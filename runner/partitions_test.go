@@ -378,6 +378,7 @@ func TestPartitions_TakingOverIdleRunsCostsNothing(t *testing.T) {
 		if c.Err() != nil {
 			t.Fatalf("the first runner still holds %d runs", first.Stats().Driven)
 		}
+		// wall clock: a poll of the idle runs' eviction (idle.go), which follows their suspension, not ownership's time
 		time.Sleep(50 * time.Millisecond)
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
@@ -557,6 +558,7 @@ func TestPartitions_ALostPartitionComesBackWithoutASelfTakeover(t *testing.T) {
 		if c.Err() != nil {
 			t.Fatalf("the runner still owns partition %d or holds the run: %+v", p, r.Stats())
 		}
+		// wall clock: a poll of the runner's table, which its watch of weft_partitions updates (see above)
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := kv.Delete(c, key); err != nil { // ghost gives it back

@@ -69,7 +69,7 @@ func TestPendingWorkIsRetried_ModelReplyAppendFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	accept := receive(t, "the reply's append refused", refused)
-	time.Sleep(time.Second) // the reply's append is refused meanwhile
+	time.Sleep(time.Second) // wall clock: the reply's append is refused meanwhile (the runner's retries, on the wall clock: not ownership's time)
 	accept()
 	if _, out := finished(t, h, "ra1"); out.Kind != events.OutcomeCompleted {
 		t.Fatalf("outcome %s", events.DescribeOutcome(out))
@@ -94,7 +94,7 @@ func TestPendingWorkIsRetried_CallResolutionAppendFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	accept := receive(t, "the resolution's append refused", refused)
-	time.Sleep(time.Second) // the resolution's append is refused meanwhile
+	time.Sleep(time.Second) // wall clock: the resolution's append is refused meanwhile (the runner's retries, on the wall clock: not ownership's time)
 	accept()
 	if _, out := finished(t, h, "ra2"); out.Kind != events.OutcomeCompleted || b.starts.Load() != 1 {
 		t.Fatalf("outcome %s, starts %d", events.DescribeOutcome(out), b.starts.Load())
@@ -125,7 +125,7 @@ func TestPendingWorkIsRetried_DueTimerAppendFailed(t *testing.T) {
 	receive(t, "the timer's append started", started)
 	// The timeout (300 ms) fires, its retries and the durable timer's
 	// deliveries are refused meanwhile.
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // wall clock: the timeout, the retries and the deliveries, none on ownership's time
 	accept()
 	s := h.waitStatus("ra3", aggregate.StatusSuspended)
 	if a := s.Actions()[0]; a.State != aggregate.ActionUncertain || a.Outcome != events.CauseTimedOut {

@@ -47,6 +47,7 @@ func waitRebuilt(t *testing.T, h *harness) string {
 		if c.Err() != nil {
 			t.Fatal(`"rebuilt" was never put`)
 		}
+		// wall clock: a poll of the rebuild's marker: the rebuild is made as the runner starts, not on ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -94,6 +95,7 @@ func TestSemantics8_ARebuiltDriverIndexKeepsAnIdleRunOwingASignature(t *testing.
 		if time.Now().After(deadline) {
 			t.Fatalf("the rejection at version %d was never signed after the rebuild (entry %q): verify %+v, signed through %d, log ends with %s", rejected, h.driverEntry("rb-idle"), rep.Problem, rep.SignedThrough, envs[len(envs)-1].Type)
 		}
+		// wall clock: a poll of the run's log for the signature: the lazy takeover of an idle run waits on no judgement
 		time.Sleep(50 * time.Millisecond)
 	}
 	if rr := h.recoveries("rb-idle"); len(rr) != 1 || rr[0].Previous != "runner-a" || rr[0].Runner != "runner-b" {
@@ -149,6 +151,7 @@ func TestSemantics8_ARebuiltDriverIndexKeepsAFinishedRunOwingItsEndHead(t *testi
 		if time.Now().After(deadline) {
 			t.Fatal("the finished run's rebuilt weft_drivers entry was never removed once its end was signed")
 		}
+		// wall clock: a poll until the entry is removed after the end head: the runner's work, not ownership's time
 		time.Sleep(20 * time.Millisecond)
 	}
 }

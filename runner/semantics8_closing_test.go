@@ -188,6 +188,7 @@ func TestSemantics8_ClosingAnAttemptCancelRacingApprovals(t *testing.T) {
 			if time.Now().After(deadline) {
 				t.Fatalf("run %s: the worker never claimed %s", run, key)
 			}
+			// wall clock: a poll of weft_claims until the worker claimed the attempt: not ownership's time
 			time.Sleep(5 * time.Millisecond)
 		}
 		cancel()
@@ -295,6 +296,7 @@ func drained(t *testing.T, h *harness, r *runner.Runner, a *agent.Agent, tool st
 	}
 	deadline := time.Now().Add(15 * time.Second)
 	quiet, fallbacks := 0, int64(-1)
+	// wall clock: a poll of the workers' holds and acks, two passes in a row: not ownership's time
 	for ; ; time.Sleep(20 * time.Millisecond) {
 		f := r.HandedFallbacks()
 		held := slices.IndexFunc(keys, r.WorkerHolds)
@@ -893,6 +895,7 @@ func waitSignedAfter(t *testing.T, h *harness, run string, typ events.Name) []ev
 			}
 			t.Fatalf("run %s: its log never ended with %s and a signed head (last %s)", run, typ, last)
 		}
+		// wall clock: a poll of the run's log until its signed head: not ownership's time
 		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -68,6 +68,7 @@ func untilSeen(t *testing.T, what string, cond func() (ok bool, seen string)) {
 			}
 			t.Fatalf("never within %v: %s", hangBound, what)
 		}
+		// wall clock: a poll of the caller's condition, bounded by hangBound
 		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -38,6 +38,7 @@ func (h *harness) waitTasksConsumed() {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("WEFT_TASKS still holds %d tasks", info.State.Msgs)
 		}
+		// wall clock: a poll of WEFT_TASKS until the workers acked its tasks: not ownership's time
 		time.Sleep(20 * time.Millisecond)
 	}
 }

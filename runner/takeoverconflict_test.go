@@ -92,6 +92,7 @@ func TestSemantics8_ATakeoverThatMeetsThePreviousDriversHandOffIsTriedAgain(t *t
 		if wctx.Err() != nil {
 			t.Fatalf("the run handed off during its takeover was never taken over without a command: status %s, events %v", aggregate.Status(st).Kind, h.eventsOf(run))
 		}
+		// wall clock: a poll of the held run's retry (retryLater), on the wall clock's backoff (see above)
 		time.Sleep(50 * time.Millisecond)
 	}
 	rr := h.recoveries(run)

@@ -110,6 +110,7 @@ func TestSemantics8_AFailedTakeoverIsTriedAgainWithoutACommand(t *testing.T) {
 		if wctx.Err() != nil {
 			t.Fatalf("the run was not taken over without a command: status %s, events %v", aggregate.Status(st).Kind, h.eventsOf(run))
 		}
+		// wall clock: a poll of the held run's retry (retryLater), on the wall clock's backoff (see above)
 		time.Sleep(50 * time.Millisecond)
 	}
 	recovered := 0
@@ -266,6 +267,7 @@ func TestSemantics8_ATakeoverTriedAgainIsDecidedOnTheStoresOwner(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the runner still holds a run of a partition it lost")
 		}
+		// wall clock: a poll until the runner's watch of weft_partitions applied the claim: not ownership's time
 		time.Sleep(10 * time.Millisecond)
 	}
 	if rr := h.recoveries(run); len(rr) != 0 {

@@ -175,7 +175,7 @@ func TestResolveAnOpenQuestion(t *testing.T) {
 		t.Fatalf("resolve: %d %s %s", code, out, errs)
 	}
 	show = waitShow(t, "q-13", "resolved: 2/call_2_1")
-	contains(t, "show after resolve", show, `resolved: 2/call_2_1 send_payment: output {"id":"PAY-13","status":"sent"} (by bob`, "status     finished: completed")
+	contains(t, "show after resolve", show, `resolved: 2/call_2_1 send_payment: output {"id":"PAY-13","status":"sent"} by bob (unverified) at `, "status     finished: completed")
 	if strings.Contains(show, "open question:") {
 		t.Fatalf("still an open question after resolve:\n%s", show)
 	}

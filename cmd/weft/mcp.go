@@ -10,12 +10,16 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/weftrun/weft/catalog"
+	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/mcpops"
 	"github.com/weftrun/weft/mcpserve"
 	"github.com/weftrun/weft/natsnode"
@@ -46,7 +50,7 @@ func mcpCommand() command {
 			addr := fs.String("http", "", "serve streamable HTTP on host:port (path /mcp) instead of stdio; keep it on loopback, behind an authenticating proxy, or give --tokens")
 			tokens := fs.String("tokens", "", "with --http: a file of bearer tokens, one `PRINCIPAL TOKEN` per line (# comments); a request without one of them is refused (401), and each principal has its own key space")
 			approveWith := fs.String("approve-with", "", "the approve command the answers name: signing-key (approvers of signed proofs, the secure mode) or credential (the demo's trusting approver); default signing-key when the connection has credentials (--creds, --nkey, $NATS_CREDS, $NATS_NKEY), else credential")
-			approver := fs.String("approver", "", "the approver the approve command the answers name (default a placeholder)")
+			approver := fs.String("approver", "", "the approver the approve command the answers name (default: the signing form names the approver of signed proofs the agents' catalog lists, else a placeholder saying where its name is; the credential form a placeholder)")
 			verbose := fs.Bool("v", false, "log requests to stderr")
 			answers := fs.Bool("answers", false, "operator: add the answering tools (approve, reject, reconcile, resolve, cancel); the NATS credentials decide whether they are allowed")
 			retry := addRetryFlags(fs)
@@ -71,14 +75,15 @@ func mcpCommand() command {
 					}
 					cfg.Agents = append(cfg.Agents, ag)
 				}
+				signing := false
 				switch *approveWith {
 				case "signing-key":
-					cfg.ApproveCommand = mcpserve.SigningApproveCommand(*approver)
+					signing = true
 				case "credential":
 					cfg.ApproveCommand = credentialApproveCommand(*approver)
 				case "":
 					if hasCredentials(fs) {
-						cfg.ApproveCommand = mcpserve.SigningApproveCommand(*approver)
+						signing = true
 					} else if *approver != "" {
 						cfg.ApproveCommand = credentialApproveCommand(*approver)
 					}
@@ -100,6 +105,9 @@ func mcpCommand() command {
 					return err
 				}
 				defer closeNode(n)
+				if signing {
+					cfg.ApproveCommand = signingApproveCommand(*approver, catalog.NewClient(n.Conn()), cfg.Agents)
+				}
 				// --retry-within 0 sends once, as everywhere else
 				// (Config.Retry 0 is the default bound).
 				cfg.Retry, cfg.NoRetry = retry.within, retry.retry() <= 0
@@ -180,6 +188,66 @@ func credentialApproveCommand(approver string) func(run, action string, revision
 	return func(run, action string, revision int) string {
 		return fmt.Sprintf("weft approve %s %s --revision %d --approver %s --credential CREDENTIAL", run, action, revision, approver)
 	}
+}
+
+// signingApproveCommand is the signing form of the approve command the
+// answers name (mcpserve.SigningApproveCommand). Without --approver it
+// names the approver of signed proofs the served agents' catalog entries
+// list (catalog.Entry.Signed), read when an answer first names it and kept
+// once read: the deployment's own name, so that the command is one a person
+// can run with their key. When the agents list none, or several, the
+// command keeps the placeholder APPROVER and says where its name is.
+func signingApproveCommand(approver string, cat *catalog.Client, agents []mcpserve.Agent) func(run, action string, revision int) string {
+	if approver != "" {
+		return mcpserve.SigningApproveCommand(approver)
+	}
+	var mu sync.Mutex
+	var known func(run, action string, revision int) string
+	return func(run, action string, revision int) string {
+		mu.Lock()
+		defer mu.Unlock()
+		if known != nil {
+			return known(run, action, revision)
+		}
+		names, err := signedApprovers(cat, agents)
+		cmd := mcpserve.SigningApproveCommand("")(run, action, revision)
+		switch {
+		case err != nil:
+			return cmd + " (APPROVER: the agent's approver of signed proofs; its catalog entry lists it, signed_approvers, which could not be read: " + err.Error() + ")"
+		case len(names) == 1:
+			known = mcpserve.SigningApproveCommand(names[0])
+			return known(run, action, revision)
+		case len(names) == 0:
+			known = func(run, action string, revision int) string {
+				return mcpserve.SigningApproveCommand("")(run, action, revision) + " (APPROVER: the agent lists no approver of signed proofs in its catalog entry; the deployment's name for the approver that holds your key)"
+			}
+		default:
+			known = func(run, action string, revision int) string {
+				return mcpserve.SigningApproveCommand("")(run, action, revision) + " (APPROVER: the one of " + strings.Join(names, ", ") + " that trusts your key)"
+			}
+		}
+		return known(run, action, revision)
+	}
+}
+
+// signedApprovers lists the approvers of signed proofs the catalog
+// entries of agents name, each once, in order.
+func signedApprovers(cat *catalog.Client, agents []mcpserve.Agent) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var names []string
+	for _, a := range agents {
+		e, err := cat.Agent(ctx, events.AgentRef{Name: a.Name, Version: a.Version})
+		if err != nil {
+			return nil, err
+		}
+		for _, sa := range e.Signed {
+			if !slices.Contains(names, sa.Name) {
+				names = append(names, sa.Name)
+			}
+		}
+	}
+	return names, nil
 }
 
 // hasCredentials reports whether the command connects with credentials

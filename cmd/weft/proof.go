@@ -220,7 +220,7 @@ func printPeople(w io.Writer, v projections.RunView) {
 		}
 		if q := a.Question; q != nil && q.Resolution != nil {
 			r := q.Resolution
-			lines = append(lines, fmt.Sprintf("  %s resolved (%s) %s%s", a.ID, r.Kind, projections.PersonView{By: r.By, Verified: r.Verified}.Describe(), reason(r.Reason)))
+			lines = append(lines, fmt.Sprintf("  %s resolved (%s) %s%s", a.ID, r.Kind, r.Person().Describe(), reason(r.Reason)))
 		}
 	}
 	if p := v.Cancelled; p != nil {

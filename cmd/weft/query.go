@@ -319,7 +319,9 @@ func printView(w io.Writer, r projector.RunReply, lag string) {
 				a.ID, a.Tool, a.Question.Note, self, v.Run, a.ID)
 		}
 		if q := a.Question; q != nil && q.Resolution != nil {
-			fmt.Fprintf(w, "\nresolved: %s %s: %s %s (by %s at %s)\n", a.ID, a.Tool, q.Resolution.Kind, oneLine(q.Resolution.Result, 80), orDash(q.Resolution.By), q.Resolution.At.Format(time.RFC3339))
+			// Who resolved it, said as the who: section says it (verified
+			// or not, "nobody named" for no name: docs/security.md).
+			fmt.Fprintf(w, "\nresolved: %s %s: %s %s %s at %s\n", a.ID, a.Tool, q.Resolution.Kind, oneLine(q.Resolution.Result, 80), q.Resolution.Person().Describe(), q.Resolution.At.Format(time.RFC3339))
 		}
 		if a.State == projections.StateSettling {
 			fmt.Fprintf(w, "\n%s: %s %s (its body stopped: %s); the tool's own settlement ends it, else its effect becomes uncertain\n",

@@ -169,7 +169,9 @@ type Result struct {
 	Notes []string
 	// Elapsed is the wall time of the whole run.
 	Elapsed time.Duration
-	// Dir is the working directory, kept when a check failed.
+	// Dir is the working directory when it is kept (a check failed,
+	// Config.Keep, or Config.Dir given); empty when it was removed. Write
+	// prints it; the caller removes it when done with it.
 	Dir string
 }
 
@@ -232,8 +234,8 @@ func (r *Result) Write(w io.Writer) {
 	for _, v := range r.Violations {
 		fmt.Fprintf(w, "    %s\n", v)
 	}
-	if len(r.Violations) > 0 && r.Dir != "" {
-		fmt.Fprintf(w, "  kept: %s\n", r.Dir)
+	if r.Dir != "" {
+		fmt.Fprintf(w, "  kept: %s (remove it when done: rm -r)\n", r.Dir)
 	}
 }
 
@@ -409,21 +411,34 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, err
 		}
 	}
+	var res *Result
 	for _, d := range []string{"acks", "logs"} {
-		if err := os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
-			return nil, err
+		if err = os.MkdirAll(filepath.Join(h.dir, d), 0o755); err != nil {
+			break
 		}
 	}
-	res, err := h.run(ctx)
-	if res != nil {
-		res.Elapsed = time.Since(h.start)
+	if err == nil {
+		res, err = h.run(ctx)
+	}
+	// The temporary directory is kept only for a violation (its stores,
+	// ledger and logs are the evidence; Write prints where) or when asked
+	// (Keep); a harness that could not run removes it too, as a clean run
+	// does.
+	keep := cfg.Dir != "" || cfg.Keep || (err == nil && res != nil && len(res.Violations) > 0)
+	if !keep {
+		os.RemoveAll(h.dir)
+	}
+	if err != nil {
+		if keep && cfg.Dir == "" {
+			err = fmt.Errorf("%w (working directory kept: %s)", err, h.dir)
+		}
+		return res, err
+	}
+	res.Elapsed = time.Since(h.start)
+	if keep {
 		res.Dir = h.dir
 	}
-	if cfg.Dir == "" && !cfg.Keep && err == nil && res != nil && len(res.Violations) == 0 {
-		os.RemoveAll(h.dir)
-		res.Dir = ""
-	}
-	return res, err
+	return res, nil
 }
 
 func (h *harness) run(ctx context.Context) (*Result, error) {

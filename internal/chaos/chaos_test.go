@@ -154,3 +154,24 @@ func TestRunRefusesAUsedDirectory(t *testing.T) {
 		t.Fatalf("the refused run left %d entries in its directory, want the 1 it found", len(entries))
 	}
 }
+
+// TestRunThatCannotRunRemovesItsDirectory: the harness keeps its
+// temporary working directory only for a violation, printing where
+// (docs/reliability.md, "a run with a violation keeps its working
+// directory ... and prints where"); a harness that could not run (here
+// its context is over before the nodes answer) removes it, as a clean run
+// does, and leaves nothing in the temporary directory.
+func TestRunThatCannotRunRemovesItsDirectory(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	res, err := chaos.Run(ctx, chaos.Config{Seed: 1, Args: []string{"-test.run=^$"}})
+	if err == nil {
+		t.Fatalf("Run with a context that is over: %v, no error", res)
+	}
+	entries, _ := os.ReadDir(tmp)
+	for _, e := range entries {
+		t.Errorf("the run (%v) left %s in the temporary directory", err, e.Name())
+	}
+}

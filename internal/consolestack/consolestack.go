@@ -298,42 +298,27 @@ func CardKey(kind, run, action string) string {
 	return kind + "-" + strings.ReplaceAll(run+"/"+action, "/", "_2f")
 }
 
-var (
-	weftBinOnce sync.Once
-	weftBin     string
-	weftBinErr  error
-)
-
-// WeftBinary builds cmd/weft once (into a temporary directory, removed
-// with the test binary's other temporary files by the OS) and returns its
+// WeftBinary builds cmd/weft into the test's own temporary directory
+// (t.TempDir: removed when the test ends, however it ends) and returns its
 // path. It builds in Weft's own module (the one the test's module requires
 // or replaces it with), so that a test module of its own needs none of
-// cmd/weft's requirements.
+// cmd/weft's requirements. Each call builds anew (Go's build cache makes
+// that a link): a binary kept across tests would have to be removed by
+// the package's TestMain, and one that nothing removed was 127 MB left in
+// the temporary directory by every run.
 func WeftBinary(t *testing.T) string {
 	t.Helper()
-	weftBinOnce.Do(func() {
-		root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/weftrun/weft").Output()
-		if err != nil {
-			weftBinErr = fmt.Errorf("find Weft's module: %v", err)
-			return
-		}
-		dir, err := os.MkdirTemp("", "weft-console-bin-")
-		if err != nil {
-			weftBinErr = err
-			return
-		}
-		weftBin = filepath.Join(dir, "weft")
-		cmd := exec.Command("go", "build", "-o", weftBin, "./cmd/weft")
-		cmd.Dir = strings.TrimSpace(string(root))
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			weftBinErr = fmt.Errorf("build weft: %v\n%s", err, out)
-		}
-	})
-	if weftBinErr != nil {
-		t.Fatal(weftBinErr)
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/weftrun/weft").Output()
+	if err != nil {
+		t.Fatalf("find Weft's module: %v", err)
 	}
-	return weftBin
+	bin := filepath.Join(t.TempDir(), "weft")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/weft")
+	cmd.Dir = strings.TrimSpace(string(root))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build weft: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // Shared holds a test package's stacks, each started at most once by the

@@ -7,6 +7,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -319,16 +320,23 @@ func Run(ctx context.Context, o Options) error {
 	if weft == "" {
 		weft = "weft"
 	}
+	// The steps are written in one Write, so that a reader of out (a
+	// terminal, a test waiting for "Weft dev is running") never sees the
+	// first line without the steps after it.
+	var steps bytes.Buffer
 	if sec != nil {
-		fmt.Fprintf(out, "Weft dev is running: %s, a runner with its worker, the projector,\nand the %s agent on model %s, in secure mode.\n\n", where, AgentName, ag.Model().Name())
-		sec.print(out, weft, node.URL(), runs)
+		fmt.Fprintf(&steps, "Weft dev is running: %s, a runner with its worker, the projector,\nand the %s agent on model %s, in secure mode.\n\n", where, AgentName, ag.Model().Name())
+		sec.print(&steps, weft, node.URL(), runs)
 	} else {
-		printNext(out, next{where: where, url: node.URL(), model: ag.Model().Name(), weft: weft, dir: o.Dir, runs: runs,
+		printNext(&steps, next{where: where, url: node.URL(), model: ag.Model().Name(), weft: weft, dir: o.Dir, runs: runs,
 			externalPay: slices.Contains(o.ExternalTools, "send_payment")})
 	}
-	fmt.Fprintf(out, "\nRun heads are signed by this store's runner key %s (docs/security.md): check an export with\n  %s audit verify --file <export.jsonl> --trust %s\n", headPub, weft, headPub)
+	fmt.Fprintf(&steps, "\nRun heads are signed by this store's runner key %s (docs/security.md): check an export with\n  %s audit verify --file <export.jsonl> --trust %s\n", headPub, weft, headPub)
 	if sec != nil {
-		fmt.Fprintf(out, "It lists the people's signed commands with their keys, not checked against people's keys. They are signed by the approver key: to check that too, write a trust file FILE of the two lines\n    %s weft-dev\n    person %s demo approver\nand run\n  %s audit verify --file <export.jsonl> --trust-file FILE\n", headPub, sec.approver, weft)
+		fmt.Fprintf(&steps, "It lists the people's signed commands with their keys, not checked against people's keys. They are signed by the approver key: to check that too, write a trust file FILE of the two lines\n    %s weft-dev\n    person %s demo approver\nand run\n  %s audit verify --file <export.jsonl> --trust-file FILE\n", headPub, sec.approver, weft)
+	}
+	if _, err := out.Write(steps.Bytes()); err != nil {
+		logger.Debug("print the steps", "err", err)
 	}
 	if o.Ready != nil {
 		o.Ready(node.URL())

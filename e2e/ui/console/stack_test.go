@@ -133,11 +133,16 @@ func tab(t *testing.T) context.Context {
 		if err := chromedp.Do(bctx); err != nil {
 			bcancel()
 			acancel()
+			os.RemoveAll(profile)
 			browserErr = fmt.Errorf("start %s: %w", path, err)
 			return
 		}
 		browserCtx = bctx
-		browserStop = func() { bcancel(); acancel(); os.RemoveAll(profile) }
+		// chromedp.Cancel closes the browser gracefully, as a person
+		// quitting it: Chromium removes its own temporary directory
+		// (org.chromium.Chromium.*, its singleton socket's), which it
+		// leaves behind when it is killed.
+		browserStop = func() { chromedp.Cancel(bctx); bcancel(); acancel(); os.RemoveAll(profile) }
 	})
 	if browserErr != nil {
 		t.Fatalf("chromium: %v", browserErr)
@@ -247,12 +252,20 @@ func waitJS(expr string) chromedp.Action[chromedp.Void] {
 }
 
 // artifacts is where screenshots go: $WEFT_ARTIFACTS/console, else
-// <temp>/weft-artifacts/console (overwritten by every run).
+// weft-artifacts/console under the user's cache directory
+// (os.UserCacheDir; ~/.cache on Linux), overwritten by every run (2 MB).
+// Not the temporary directory: they are kept for a person to look at
+// after the run, and the test task checks the tests leave the temporary
+// directory empty (internal/tmpcheck).
 func artifacts(t *testing.T) string {
 	t.Helper()
 	base := os.Getenv("WEFT_ARTIFACTS")
 	if base == "" {
-		base = filepath.Join(os.TempDir(), "weft-artifacts")
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		base = filepath.Join(cache, "weft-artifacts")
 	}
 	dir := filepath.Join(base, "console")
 	if err := os.MkdirAll(dir, 0o755); err != nil {

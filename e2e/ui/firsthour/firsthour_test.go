@@ -369,16 +369,29 @@ func repoRoot(t *testing.T) string {
 }
 
 // homeDir returns the directory of the clone (weft) and of its Go caches
-// (goCaches): a fixed directory under the temp dir, when no other run of
-// this test holds it, so that the caches, and Go's build cache's
-// compilations of the clone's packages (keyed on their directory), are
-// still there from the previous run on this machine (the first go run
-// then only links, or not even that; the first run on a machine compiles
-// everything, as a newcomer's does); else, when another run holds it, a
-// directory of this test's own.
+// (goCaches): a fixed directory, weft-firsthour under the user's cache
+// directory (os.UserCacheDir: $XDG_CACHE_HOME or ~/.cache on Linux, where
+// Go's own build cache is), when no other run of this test holds it, so
+// that the caches, and Go's build cache's compilations of the clone's
+// packages (keyed on their directory), are still there from the previous
+// run on this machine (the first go run then only links, or not even
+// that; the first run on a machine compiles everything, as a newcomer's
+// does); else, when another run holds it, a directory of this test's own
+// (t.TempDir). The clone is removed after every run; the caches and the
+// weft the README's go install built (bin) are kept on purpose. They are
+// bounded: the module cache holds the module's dependencies (0.3 GB), the
+// build cache what Go compiled for them and for the clone (1.8 GB on
+// this machine; Go trims entries unused for five days), bin one binary.
+// They are not in the temporary directory, which the test task checks
+// the tests leave empty (internal/tmpcheck); rm -rf the directory the
+// test logs to get their space back.
 func homeDir(t *testing.T) string {
 	t.Helper()
 	base := filepath.Join(os.TempDir(), "weft-firsthour")
+	if cache, err := os.UserCacheDir(); err == nil {
+		base = filepath.Join(cache, "weft-firsthour")
+	}
+	t.Logf("the Go caches of the clone: %s (kept across runs; remove it to get its space back)", base)
 	if err := os.MkdirAll(base, 0o755); err == nil {
 		lock, err := os.OpenFile(filepath.Join(base, "lock"), os.O_CREATE|os.O_RDWR, 0o644)
 		if err == nil {

@@ -16,7 +16,10 @@ import (
 // "Binary sizes"); and the task tool and staticcheck
 // are pinned in the developer tools' own module, devtools/go.mod, so that
 // `go tool -modfile=devtools/go.mod task` needs no install, while the main
-// go.mod names no tool (docs/adr/0012).
+// go.mod names no tool (docs/adr/0012). The test task runs the suites with
+// TMPDIR a fresh directory (internal/tmpcheck new, then make) and fails
+// when they leave anything in it (tmpcheck check, its last command, and
+// deferred too, so that the directory goes when a suite failed).
 func TestTaskfile(t *testing.T) {
 	b, err := os.ReadFile("../../../Taskfile.yml")
 	if err != nil {
@@ -24,8 +27,12 @@ func TestTaskfile(t *testing.T) {
 	}
 	var tf struct {
 		Tasks map[string]struct {
-			Desc string   `yaml:"desc"`
-			Cmds []string `yaml:"cmds"`
+			Desc string            `yaml:"desc"`
+			Cmds []cmd             `yaml:"cmds"`
+			Env  map[string]string `yaml:"env"`
+			Vars map[string]struct {
+				Sh string `yaml:"sh"`
+			} `yaml:"vars"`
 		} `yaml:"tasks"`
 	}
 	if err := yaml.Unmarshal(b, &tf); err != nil {
@@ -44,20 +51,31 @@ func TestTaskfile(t *testing.T) {
 	// The browser and terminal tests are a module of their own (e2e/ui,
 	// docs/adr/0038): the root's go test ./... does not reach them, so
 	// without their line in the test task CI would drop them silently.
-	test := strings.Join(tf.Tasks["test"].Cmds, "\n")
+	tt := tf.Tasks["test"]
+	test := lines(tt.Cmds)
 	for _, want := range []string{"go test -count=1 -parallel 4 -timeout 20m ./...", "cd e2e/ui && go test -count=1"} {
 		if !strings.Contains(test, want) {
 			t.Errorf("test task does not run %q:\n%s", want, test)
 		}
 	}
-	check := strings.Join(tf.Tasks["check"].Cmds, "\n")
+	// The leftover check: TMPDIR is a fresh directory, checked after the
+	// suites (the last command) and on a failure (deferred).
+	const leftovers = "TMPDIR= go run ./internal/tmpcheck check '{{.TESTTMP}}'"
+	if tt.Env["TMPDIR"] != "{{.TESTTMP}}" || tt.Vars["TESTTMP"].Sh != "go run ./internal/tmpcheck new" {
+		t.Errorf("test task does not run the suites with TMPDIR a fresh directory of tmpcheck new: env %v, vars %v", tt.Env, tt.Vars)
+	}
+	if n := len(tt.Cmds); n < 2 || tt.Cmds[0].Cmd != "TMPDIR= go run ./internal/tmpcheck make '{{.TESTTMP}}'" ||
+		tt.Cmds[1].Defer != leftovers || tt.Cmds[n-1].Cmd != leftovers {
+		t.Errorf("test task does not make its TMPDIR first, then defer %q and end with it:\n%s", leftovers, test)
+	}
+	check := lines(tf.Tasks["check"].Cmds)
 	for _, want := range []string{"gofmt -l", "go vet ./...", "go tool -modfile=devtools/go.mod staticcheck ./...", "go test -race",
 		"cd e2e/ui && go vet ./...", "cd e2e/ui && go tool -modfile=../../devtools/go.mod staticcheck ./...", "cd e2e/ui && go test -race"} {
 		if !strings.Contains(check, want) {
 			t.Errorf("check task does not run %q:\n%s", want, check)
 		}
 	}
-	release := strings.Join(tf.Tasks["build:release"].Cmds, "\n")
+	release := lines(tf.Tasks["build:release"].Cmds)
 	for _, want := range []string{"go build -trimpath", `-ldflags="-s -w"`, "./cmd/weft"} {
 		if !strings.Contains(release, want) {
 			t.Errorf("build:release task does not run %q:\n%s", want, release)
@@ -79,4 +97,29 @@ func TestTaskfile(t *testing.T) {
 	if strings.Contains(string(mod), "\ntool") {
 		t.Error("go.mod has a tool directive: developer tools belong in devtools/go.mod")
 	}
+}
+
+// cmd is a task's command: a line, or {defer: line}.
+type cmd struct{ Cmd, Defer string }
+
+func (c *cmd) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		return n.Decode(&c.Cmd)
+	}
+	var m struct {
+		Defer string `yaml:"defer"`
+	}
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	c.Defer = m.Defer
+	return nil
+}
+
+func lines(cmds []cmd) string {
+	var b strings.Builder
+	for _, c := range cmds {
+		b.WriteString(c.Cmd + c.Defer + "\n")
+	}
+	return b.String()
 }

@@ -476,6 +476,7 @@ func ownershipGoroutines() []string {
 		if len(running) > 0 || len(leaving) == 0 || time.Now().After(deadline) {
 			return append(running, leaving...)
 		}
+		// wall clock: a poll, bounded at 5 s, of goroutines that have only their return left
 		time.Sleep(time.Millisecond)
 	}
 }

@@ -161,6 +161,7 @@ func TestSemantics8_ARoundThatDoesNotEndIsSaidAtWarn(t *testing.T) {
 				t.Fatalf("never said %q: %s", what, buf.String())
 			}
 			clk.Advance(lease)
+			// wall clock: a poll of the log, bounded, while the watcher's goroutine takes the tick the fake clock fired
 			time.Sleep(5 * time.Millisecond)
 		}
 	}

@@ -11,14 +11,26 @@ import { Worker, bind, uncertain } from "../../src/index.js";
 
 const repo = fileURLToPath(new URL("../../../../", import.meta.url));
 
+// Every temporary folder this process made, removed when it exits however
+// it exits short of a signal (a failed build or start, a failed test that
+// never called stop): the test command leaves nothing in the temp dir.
+const made = new Set();
+process.on("exit", () => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true });
+});
+function tempDir(prefix) {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  made.add(dir);
+  return dir;
+}
+
 let built = null;
 /** Builds the harness once per test process, into a temporary folder. */
 function binary() {
   if (!built) {
-    const dir = mkdtempSync(join(tmpdir(), "tsdkharness-bin-"));
-    built = join(dir, "tsdkharness");
-    execFileSync("go", ["build", "-o", built, "./internal/tsdktest/cmd/tsdkharness"], { cwd: repo, stdio: ["ignore", "inherit", "inherit"] });
-    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+    const bin = join(tempDir("tsdkharness-bin-"), "tsdkharness");
+    execFileSync("go", ["build", "-o", bin, "./internal/tsdktest/cmd/tsdkharness"], { cwd: repo, stdio: ["ignore", "inherit", "inherit"] });
+    built = bin;
   }
   return built;
 }
@@ -29,7 +41,7 @@ function binary() {
  * serve, takeTask, acked, queueEmpty, spawnWorker, pause, resume, stop}.
  */
 export async function startHarness(opts = {}) {
-  const data = mkdtempSync(join(tmpdir(), "tsdkharness-data-"));
+  const data = tempDir("tsdkharness-data-");
   const args = ["-data", data];
   if (opts.approverKey) args.push("-approver-key", opts.approverKey);
   const child = spawn(binary(), args, { stdio: ["pipe", "pipe", "inherit"] });
