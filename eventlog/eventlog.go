@@ -160,6 +160,31 @@ func (e *ConflictError) Unwrap() error {
 	return &weft.Error{Code: weft.CodeConflict, Message: e.Error()}
 }
 
+// NotSentError is returned by Append when the decision failed before its
+// message was sent: an event that does not encode (code internal: a bug),
+// or a seal that could not be made (code unavailable: a runner's head key
+// that did not sign). Nothing was written, so the outcome is known: unlike
+// an append without its acknowledgement, the run need not be read again.
+// It unwraps to a *weft.Error with Code and to the cause.
+type NotSentError struct {
+	// Run is the run id.
+	Run string
+	// Code is the protocol code of the refusal.
+	Code weft.Code
+	// Err is the cause.
+	Err error
+}
+
+// Error describes the failure.
+func (e *NotSentError) Error() string {
+	return fmt.Sprintf("eventlog: run %s: not sent: %v", e.Run, e.Err)
+}
+
+// Unwrap returns the protocol error (Code) and the cause.
+func (e *NotSentError) Unwrap() []error {
+	return []error{&weft.Error{Code: e.Code, Message: e.Error()}, e.Err}
+}
+
 // StreamEvent is one event delivered by Subscribe.
 type StreamEvent struct {
 	// Seq is the stream sequence of the message holding the event; the
@@ -234,7 +259,9 @@ func (l *Log) newID(at time.Time) (string, error) {
 // chain, and returns the stored envelopes and the run's new head. It returns
 // a *ConflictError when another writer appended since head, a *weft.Error
 // invalid_name for a bad run id, payload_too_large when the decision exceeds
-// the server's maximum message size, and ErrEmpty for no events. When ctx
+// the server's maximum message size, ErrEmpty for no events, and a
+// *NotSentError when the decision could not be encoded: in each of these
+// nothing was written. When ctx
 // ends before an acknowledgement, the error (unavailable, or ctx's error)
 // leaves the outcome unknown: the decision may have landed, so re-read the
 // run (Head or LoadAfter) before deciding again.
@@ -248,7 +275,8 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 // event of the same message (the next version, its Prev that hash). A
 // runner's signed head (events.HeadSigned) is such an event: it signs the
 // decision it is stored with (docs/adr/0044). A nil event leaves the
-// decision unsealed; an error fails the append before anything is sent.
+// decision unsealed; an error fails the append before anything is sent
+// (a *NotSentError, code unavailable).
 type Seal func(version uint64, hash string) (events.Event, error)
 
 // AppendSealed is Append of the decision evs sealed by seal (nil: not
@@ -324,16 +352,16 @@ func (l *Log) encode(run string, head Head, at time.Time, evs []events.Event, se
 	stamp := func(e events.Event) error {
 		env, err := events.Encode(e)
 		if err != nil {
-			return fmt.Errorf("eventlog: encode %s: %w", e.EventName(), err)
+			return &NotSentError{Run: run, Code: weft.CodeInternal, Err: fmt.Errorf("encode %s: %w", e.EventName(), err)}
 		}
 		id, err := l.newID(at)
 		if err != nil {
-			return fmt.Errorf("eventlog: event id: %w", err)
+			return &NotSentError{Run: run, Code: weft.CodeInternal, Err: fmt.Errorf("event id: %w", err)}
 		}
 		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(len(envs))+1, at, prev
 		raw, err := json.Marshal(env)
 		if err != nil {
-			return fmt.Errorf("eventlog: encode envelope: %w", err)
+			return &NotSentError{Run: run, Code: weft.CodeInternal, Err: fmt.Errorf("encode envelope: %w", err)}
 		}
 		envs, raws = append(envs, env), append(raws, raw)
 		prev = events.HashEncoded(raw)
@@ -347,7 +375,7 @@ func (l *Log) encode(run string, head Head, at time.Time, evs []events.Event, se
 	if seal != nil {
 		e, err := seal(envs[len(envs)-1].Version, prev)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("eventlog: seal run %s: %w", run, err)
+			return nil, nil, "", &NotSentError{Run: run, Code: weft.CodeUnavailable, Err: fmt.Errorf("seal: %w", err)}
 		}
 		if e != nil {
 			if err := stamp(e); err != nil {

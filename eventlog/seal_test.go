@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
@@ -62,7 +63,8 @@ func checkSealed(t *testing.T, envs []events.Envelope, head eventlog.Head) {
 // head_signed over the decision's last envelope (its version and hash,
 // known as eventlog stamps them); Append continues from the head it
 // returns; a nil seal leaves the decision as Append stores it, and a seal
-// that fails stores nothing.
+// that fails stores nothing and says so (a *NotSentError, unavailable:
+// no re-read needed).
 func TestAppendSealedIsOneMessage(t *testing.T) {
 	s := natstest.Start(t)
 	ctx := ctxT(t)
@@ -82,14 +84,15 @@ func TestAppendSealedIsOneMessage(t *testing.T) {
 		t.Fatalf("the run's last message holds %d events, head %+v: want the decision and its seal, %+v", len(last), lh, h)
 	}
 	h = mustAppend(t, s.Log, "s1", h, ev(3))
-	h2, _, err := s.Log.AppendSealed(ctx, "s1", h, t0, func(uint64, string) (events.Event, error) { return nil, nil }, ev(4))
-	if err != nil || len(h2) != 1 {
-		t.Fatalf("a nil seal: %d envelopes, %v; want the decision alone", len(h2), err)
+	envs4, h, err := s.Log.AppendSealed(ctx, "s1", h, t0, func(uint64, string) (events.Event, error) { return nil, nil }, ev(4))
+	if err != nil || len(envs4) != 1 {
+		t.Fatalf("a nil seal: %d envelopes, %v; want the decision alone", len(envs4), err)
 	}
-	h = eventlog.Head{Version: h2[0].Version, Seq: h.Seq + 1, Hash: h2[0].Hash()}
 	boom := errors.New("no key")
-	if _, _, err := s.Log.AppendSealed(ctx, "s1", h, t0, func(uint64, string) (events.Event, error) { return nil, boom }, ev(5)); !errors.Is(err, boom) {
-		t.Fatalf("a failing seal: %v, want its error", err)
+	_, _, err = s.Log.AppendSealed(ctx, "s1", h, t0, func(uint64, string) (events.Event, error) { return nil, boom }, ev(5))
+	var notSent *eventlog.NotSentError
+	if !errors.Is(err, boom) || !errors.As(err, &notSent) || weft.ErrorCode(err) != weft.CodeUnavailable {
+		t.Fatalf("a failing seal: %v (code %s), want its error as a *NotSentError, code unavailable: nothing sent", err, weft.ErrorCode(err))
 	}
 	all, head, err := s.Log.Load(ctx, "s1")
 	if err != nil {
