@@ -59,7 +59,9 @@ package runner
 //     drive.go). A conflict folds the tail another writer appended and
 //     decides again (afterConflict, drive.go); an append of unknown
 //     outcome reads the run back (appendUnknown and resync, drive.go); a
-//     refusal of the store returns with nothing recorded.
+//     refusal of the store, or an append that failed before it was sent
+//     (eventlog.NotSentError: a seal that could not be made), returns with
+//     nothing recorded and nothing read again.
 //  4. Act on pending (step → act → actOnce), after an append (or on a
 //     wake) and only while this runner drives the run: the stop of the
 //     bodies the appended events stopped, the model call of a cancelled
@@ -317,6 +319,13 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		}
 		envs, head, err := r.evlog.AppendSealed(ctx, rn.id, rn.head, now, seal, evs...)
 		if err != nil {
+			var notSent *eventlog.NotSentError
+			if errors.As(err, &notSent) {
+				// Failed before anything was sent (a seal that could
+				// not be made: sealFor): nothing landed, nothing is
+				// owed, and nothing needs reading again.
+				return nil, err
+			}
 			var conflict *eventlog.ConflictError
 			if !errors.As(err, &conflict) {
 				switch weft.ErrorCode(err) {

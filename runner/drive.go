@@ -472,12 +472,14 @@ func (r *Runner) drop(rn *run) {
 // With a head key, an append sealed with its signed head (sealed:
 // sealFor, docs/adr/0044) owes nothing once appended, and one whose
 // acknowledgement is lost either landed signed or did not land: it needs
-// no entry for its signature. One not sealed that owes a signature — a
-// person's decision that leaves the run idle, the end, an append to a
-// finished run — puts the entry: its signed head follows (signHead), and
-// a runner that dies between the two leaves the entry, whose wake signs
-// it (signBehind); signHead deletes it once a finished run's head is
-// signed.
+// no entry for its signature; a seal that cannot be made fails the append
+// before it is sent (sealFor), so nothing is owed either. One not sealed
+// (WithoutSeal, in tests: a runner before docs/adr/0044) that owes a
+// signature — a person's decision that leaves the run idle, the end, an
+// append to a finished run — puts the entry: its signed head follows
+// (signHead), and a runner that dies between the two leaves the entry,
+// whose wake signs it (signBehind); signHead deletes it once a finished
+// run's head is signed.
 func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time, sealed bool) error {
 	if rn.keyed {
 		return nil

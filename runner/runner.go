@@ -264,6 +264,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	if len(agents) == 0 {
 		return nil, errors.New("runner: no agents")
 	}
+	if r.headKey != nil {
+		if err := checkHeadKey(r.headKey); err != nil {
+			return nil, err
+		}
+	}
 	agents = withSubAgents(agents) // serve the sub-agents' child runs too
 	for _, a := range agents {
 		key := a.Name() + "@" + a.Version()

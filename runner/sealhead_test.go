@@ -2,11 +2,16 @@ package runner_test
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft"
 	"github.com/weftrun/weft/agent"
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
@@ -253,5 +258,96 @@ func TestSemantics8_ATakeoverSealsTheHeadItsDriverLeftUnsigned(t *testing.T) {
 	sealEnds(t, msgs[len(msgs)-1], "the run's end")
 	if rep := audit.Verify(envs, audit.WithTrust(pubB)); !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
 		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+}
+
+// brokenKey is a head key whose Sign fails once broken is set: a key
+// that stopped signing after its runner started (runner.New refuses one
+// that cannot sign at all).
+type brokenKey struct {
+	nkeys.KeyPair
+	broken atomic.Bool
+}
+
+func (k *brokenKey) Sign(b []byte) ([]byte, error) {
+	if k.broken.Load() {
+		return nil, errors.New("cannot sign")
+	}
+	return k.KeyPair.Sign(b)
+}
+
+// TestSemantics8_ASealThatCannotBeSignedFailsTheDecision (docs/adr/0044;
+// docs/semantics.md §8): a person cancels an idle run (evicted with its
+// weft_drivers entry, nothing owed) while runner-a's head key cannot
+// sign. The cancel is refused unavailable and nothing is recorded — not
+// the run's end appended unsealed, which would owe a signature that no
+// entry leads any runner to (keyBeforeAppend puts none for a sealed
+// decision). Once the key signs again, the same command is applied, its
+// end sealed, and the history verifies with --trust.
+func TestSemantics8_ASealThatCannotBeSignedFailsTheDecision(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	c := ctx(t)
+	kp, pub := userKey(t, 24)
+	key := &brokenKey{KeyPair: kp}
+	b := &bodies{}
+	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
+	kv, err := h.srv.JS.KeyValue(c, runner.DriversBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithHeadKey(key))
+	h.startServed(c, api.StartRequest{Run: "sf1", Agent: "desk", Input: "pay"})
+	h.waitStatus("sf1", aggregate.StatusSuspended)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := kv.Get(c, runner.DriverKey("sf1", runner.DefaultPartitions)); err != nil {
+			break // the idle run rests without an entry
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle run's weft_drivers entry is still there")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := logMessages(t, h, "sf1")
+
+	key.broken.Store(true)
+	cancel := api.CancelRequest{CommandID: "stop", Run: "sf1", By: "alice", Reason: "wrong payee"}
+	if _, err := h.client.Cancel(c, cancel); weft.ErrorCode(err) != weft.CodeUnavailable {
+		t.Fatalf("cancel with a head key that cannot sign: %v; want unavailable, nothing recorded", err)
+	}
+	s := h.state("sf1")
+	if _, fin := s.Finished(); fin || s.HeadBehind() {
+		t.Fatalf("after the refused cancel: finished %v, head behind %v; want nothing recorded, nothing owed", fin, s.HeadBehind())
+	}
+	if after := logMessages(t, h, "sf1"); len(after) != len(before) {
+		t.Fatalf("the refused cancel left %d messages, %d before: want none appended", len(after), len(before))
+	}
+
+	key.broken.Store(false)
+	if _, err := h.client.Cancel(c, cancel); err != nil {
+		t.Fatalf("the same cancel once the key signs: %v", err)
+	}
+	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "sf1")
+	msgs := logMessages(t, h, "sf1")
+	checkSealed(t, msgs, pub)
+	if hs := sealEnds(t, msgs[len(msgs)-1], "the cancel's end"); !hs.End {
+		t.Fatal("the cancel's signed head does not say end")
+	}
+	if rep := audit.Verify(envs, audit.WithTrust(pub)); !rep.OK() || rep.SignedThrough != envs[len(envs)-1].Version {
+		t.Fatalf("verify with --trust: %+v, signed through %d of %d", rep.Problem, rep.SignedThrough, envs[len(envs)-1].Version)
+	}
+}
+
+// TestNewRefusesAHeadKeyThatCannotSign (docs/adr/0044): a runner whose
+// head key cannot sign does not start, rather than refuse every decision
+// that owes a signed head.
+func TestNewRefusesAHeadKeyThatCannotSign(t *testing.T) {
+	kp, _ := userKey(t, 25)
+	key := &brokenKey{KeyPair: kp}
+	key.broken.Store(true)
+	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
+	if _, err := runner.New(nil, nil, []*agent.Agent{desk}, runner.WithHeadKey(key)); err == nil || !strings.Contains(err.Error(), "cannot sign") {
+		t.Fatalf("New with a head key that cannot sign: %v; want refused", err)
 	}
 }

@@ -92,8 +92,12 @@ func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
 // decision's own message (eventlog.AppendSealed, docs/adr/0044). One
 // append, and no window in which the decision is recorded and its head
 // not signed. It returns nil when nothing is owed. A signature that cannot
-// be made leaves the decision unsealed: signHead signs after it, as a
-// runner before docs/adr/0044 did.
+// be made fails the append before anything is sent (an
+// *eventlog.NotSentError, unavailable): nothing is recorded, so nothing is
+// owed — a decision appended unsealed would owe a signature with no
+// weft_drivers entry to find it by (keyBeforeAppend puts none for a sealed
+// decision's signature; docs/semantics.md §8). New refuses a head key that
+// cannot sign, so that this is a key that stopped signing.
 //
 // It covers, with one rule: the decision itself; a takeover
 // (events.RunRecovered) of a run whose dead driver left a decision
@@ -114,8 +118,8 @@ func (r *Runner) sealFor(rn *run, evs []events.Event) eventlog.Seal {
 	return func(version uint64, hash string) (events.Event, error) {
 		hs, err := r.headSigned(id, version, hash, end)
 		if err != nil {
-			r.log.Warn("head not sealed", "run", id, "version", version, "err", err)
-			return nil, nil // appended unsealed: signHead signs after it
+			r.log.Warn("head not sealed: the decision is not appended", "run", id, "version", version, "err", err)
+			return nil, err
 		}
 		return hs, nil
 	}
@@ -123,11 +127,13 @@ func (r *Runner) sealFor(rn *run, evs []events.Event) eventlog.Seal {
 
 // signHead appends events.HeadSigned over rn's head, after an append,
 // when the runner holds a head key and a signature is still owed
-// (aggregate.State.HeadBehind): the append was not sealed (sealFor: its
-// signature could not be made), so a decision a person made or the run's
-// end follows the last signed head, or something was appended to a
-// finished run. After a sealed append nothing is owed, and for a finished
-// run it only deletes the weft_drivers entry keyBeforeAppend put.
+// (aggregate.State.HeadBehind): the append was not sealed (a runner with
+// WithoutSeal, in tests: the path of a runner before docs/adr/0044; a
+// seal that cannot be made fails the append instead, sealFor), so a
+// decision a person made or the run's end follows the last signed head, or
+// something was appended to a finished run. After a sealed append nothing
+// is owed, and for a finished run it only deletes the weft_drivers entry
+// keyBeforeAppend put.
 //
 // A signature that fails is logged and the run woken again (retryLater),
 // whose wake signs it (signBehind); meanwhile the run is kept in memory
@@ -219,6 +225,25 @@ func (r *Runner) sign(ctx context.Context, rn *run) error {
 		rn.evolve(rec)
 	}
 	rn.head = head
+	return nil
+}
+
+// checkHeadKey makes sure kp, a runner's head key, signs: New refuses one
+// that cannot (a public key alone, a wiped seed), rather than fail each
+// decision that owes a signed head (sealFor) once it runs.
+func checkHeadKey(kp nkeys.KeyPair) error {
+	key, err := kp.PublicKey()
+	if err != nil {
+		return fmt.Errorf("runner: head signing key: %w", err)
+	}
+	d := events.HeadDigest("probe", 1, "probe", key)
+	sig, err := kp.Sign(d[:])
+	if err == nil {
+		err = kp.Verify(d[:], sig)
+	}
+	if err != nil {
+		return fmt.Errorf("runner: head signing key %s cannot sign: %w", key, err)
+	}
 	return nil
 }
 
