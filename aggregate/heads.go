@@ -47,6 +47,8 @@ func headOwed(behind, finished bool, ev events.Event) bool {
 // (State.Finished). A runner with a head key seals a decision that owes
 // one with its signed head, in the decision's own message
 // (docs/adr/0044), and that signed head says whether it is the run's end.
+// Which event ends the run is said here and in Evolve: property (t) of
+// TestProperties keeps the two in step over the random runs.
 func HeadOwedAfter(s State, evs []events.Event) (owed, finished bool) {
 	owed, finished = s.headBehind, s.finished
 	for _, ev := range evs {

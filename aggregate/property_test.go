@@ -25,7 +25,7 @@ type rapidSource struct{ t *rapid.T }
 
 func (r rapidSource) Intn(label string, n int) int { return rapid.IntRange(0, n-1).Draw(r.t, label) }
 
-// TestProperties checks the invariants (a)–(s) of the aggregate over random
+// TestProperties checks the invariants (a)–(t) of the aggregate over random
 // command sequences (aggregatetest.Sim: the work Pending asks for plus
 // stale, duplicate and racing commands, runner deaths, hand-offs,
 // takeovers and failed appends).
@@ -144,7 +144,7 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 	s.Check = func(before aggregate.State, c aggregate.Command, evs []events.Event, err error) {
 		// (j), (k), (l), (m).
 		steps.check(fail, s, before, c, evs)
-		// (s) HeadOwedAfter says, without folding, what the fold of the
+		// (t) HeadOwedAfter says, without folding, what the fold of the
 		// decision says: a signature owed, the run ended
 		// (docs/adr/0044: the runner seals a decision by it).
 		folded := before.Clone()
@@ -153,7 +153,7 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 		}
 		_, fin := folded.Finished()
 		if owed, ended := aggregate.HeadOwedAfter(before, evs); owed != folded.HeadBehind() || ended != fin {
-			fail("(s) HeadOwedAfter of %s says owed %v, ended %v; the fold says %v, %v", c.CommandName(), owed, ended, folded.HeadBehind(), fin)
+			fail("(t) HeadOwedAfter of %s says owed %v, ended %v; the fold says %v, %v", c.CommandName(), owed, ended, folded.HeadBehind(), fin)
 		}
 		// (f) The same command on the same state gives the same events.
 		again, err2 := aggregate.Decide(before, c, s.Now)

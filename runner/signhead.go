@@ -189,12 +189,12 @@ func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
 // an append after it follows the last signed head) and this runner holds a
 // head key. It is how a runner that wakes a run whose weft_drivers entry
 // is still there finishes what its driver left: the driver appended a
-// decision unsealed (a runner before docs/adr/0044, or one whose seal
-// could not be made) and died before its signature (signHead), and
-// nothing else would sign before the next decision — never, for a
-// finished run (a running run's takeover is sealed, sealFor). An error (the store did
-// not answer, the log moved: the append is at rn's head) leaves the head
-// unsigned: the caller keeps the entry, so that the wake is made again.
+// decision unsealed (a runner before docs/adr/0044) and died before its
+// signature (signHead), and nothing else would sign before the next
+// decision — never, for a finished run (a running run's takeover is
+// sealed, sealFor). An error (the store did not answer, the log moved:
+// the append is at rn's head) leaves the head unsigned: the caller keeps
+// the entry, so that the wake is made again.
 func (r *Runner) signBehind(ctx context.Context, rn *run) error {
 	if r.headKey == nil || !rn.state.HeadBehind() {
 		return nil
