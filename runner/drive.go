@@ -339,6 +339,7 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) (bool,
 // that failed with err, neither a conflict nor a refusal of the store:
 // its outcome is unknown (decideAppend).
 func (r *Runner) appendUnknown(ctx context.Context, rn *run, evs []events.Event, derr, err error) ([]events.Event, error) {
+	r.testHook("append-unknown", -1, rn.id)
 	// The outcome is unknown: the decision may have landed
 	// (its acknowledgement lost). Re-read, so that what did
 	// land is acted on now, not whenever the run is next

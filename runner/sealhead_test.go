@@ -282,8 +282,10 @@ func (k *brokenKey) Sign(b []byte) ([]byte, error) {
 // sign. The cancel is refused unavailable and nothing is recorded — not
 // the run's end appended unsealed, which would owe a signature that no
 // entry leads any runner to (keyBeforeAppend puts none for a sealed
-// decision). Once the key signs again, the same command is applied, its
-// end sealed, and the history verifies with --trust.
+// decision) — and the runner knows it: it does not read the run again as
+// after an append of unknown outcome (docs/protocol.md, unavailable).
+// Once the key signs again, the same command is applied, its end sealed,
+// and the history verifies with --trust.
 func TestSemantics8_ASealThatCannotBeSignedFailsTheDecision(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
@@ -296,7 +298,12 @@ func TestSemantics8_ASealThatCannotBeSignedFailsTheDecision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithHeadKey(key))
+	var unknown atomic.Int32 // appends of sf1 whose outcome the runner did not know
+	h.startRunner([]*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithHeadKey(key), runner.WithHook(func(event string, _ int, run string) {
+		if event == "append-unknown" && run == "sf1" {
+			unknown.Add(1)
+		}
+	}))
 	h.startServed(c, api.StartRequest{Run: "sf1", Agent: "desk", Input: "pay"})
 	h.waitStatus("sf1", aggregate.StatusSuspended)
 	deadline := time.Now().Add(20 * time.Second)
@@ -322,6 +329,9 @@ func TestSemantics8_ASealThatCannotBeSignedFailsTheDecision(t *testing.T) {
 	}
 	if after := logMessages(t, h, "sf1"); len(after) != len(before) {
 		t.Fatalf("the refused cancel left %d messages, %d before: want none appended", len(after), len(before))
+	}
+	if n := unknown.Load(); n != 0 {
+		t.Fatalf("the refused cancel's append was taken for one of unknown outcome %d time(s) (the run read again): nothing was sent", n)
 	}
 
 	key.broken.Store(false)
