@@ -227,6 +227,15 @@ type Report struct {
 	// Voids are the repairs of the run checked (a live verification's
 	// void records, CheckVoid), in log order.
 	Voids []VoidCheck `json:"voids,omitempty"`
+	// Holds are the run's legal holds checked (weft_holds, or an export's
+	// hold lines: CheckHolds), in the order placed: who placed and
+	// released each, verified or not.
+	Holds []HoldCheck `json:"holds,omitempty"`
+	// HoldsUnknown says why the run's legal holds could not be read (live:
+	// weft_holds refused or unreadable; --file: the export's holds_unread
+	// line): then Holds says nothing of who held the run. Not a problem:
+	// what was read is still checked.
+	HoldsUnknown string `json:"holds_unknown,omitempty"`
 	// Fork is the link of a run restarted from another to its parent
 	// (nil: not a restarted run), checked when the parent's history was
 	// given (WithParent).
@@ -440,7 +449,7 @@ func withoutWho(v projections.RunView) projections.RunView {
 			q.Verified = false
 			if q.Resolution != nil {
 				r := *q.Resolution
-				r.Verified, r.Reason = false, ""
+				r.Verified, r.Reason, r.Key = false, "", ""
 				q.Resolution = &r
 			}
 			a.Question = &q

@@ -17,12 +17,19 @@ import (
 )
 
 // Exported is one run of an export file: its events, in version order,
-// and the void records of its repairs (eventlog.VoidRecord: `weft repair
-// drop`), which are not events and change no hash chain.
+// the void records of its repairs (eventlog.VoidRecord: `weft repair
+// drop`) and its legal holds (Hold, as weft_holds keeps them),
+// which are not events and change no hash chain.
 type Exported struct {
 	Run    string
 	Events []events.Envelope
 	Voids  []eventlog.VoidRecord
+	Holds  []Hold
+	// HoldsUnread says why the export could not read the run's legal
+	// holds (its holds_unread line; "" when it read them, or when it was
+	// written before exports carried holds): then Holds says nothing of
+	// who held the run, not that nobody did.
+	HoldsUnread string
 }
 
 // voidLine is the line of an export that carries a void record: {"run":
@@ -32,14 +39,47 @@ type voidLine struct {
 	Void eventlog.VoidRecord `json:"void"`
 }
 
+// HoldSchema is the version of an export's hold lines (holdLine).
+const HoldSchema = 1
+
+// holdLine is the line of an export that carries a legal hold of its run,
+// as weft_holds keeps it (retention.Hold: who placed it, verified or not,
+// with its command proof, why and when, and its release): {"run": RUN,
+// "schema": 1, "hold": {...}}. It follows its run's events and void
+// records. A reader refuses a schema it does not know (KindParse): a hold
+// line of a later format is not read as this one. When the exporter could
+// not read the run's holds, one line says so instead, {"run": RUN,
+// "schema": 1, "holds_unread": WHY}, so that the file never reads as a
+// run without holds.
+type holdLine struct {
+	Run         string `json:"run"`
+	Schema      int    `json:"schema"`
+	Hold        *Hold  `json:"hold,omitempty"`
+	HoldsUnread string `json:"holds_unread,omitempty"`
+}
+
+// holdProbe reads any line that carries a hold or holds_unread key,
+// leniently, so that its schema is checked before the hold is decoded
+// strictly: a later schema's hold, with fields this one lacks, is refused
+// as a later schema, not as an unknown line.
+type holdProbe struct {
+	Run         string          `json:"run"`
+	Schema      *int            `json:"schema"`
+	Hold        json.RawMessage `json:"hold"`
+	HoldsUnread *string         `json:"holds_unread"`
+}
+
 // ExportRun writes one run of an export: its events as JSON lines (as
-// Export), then a line per void record. An export of several runs writes
-// them one after another; ReadRuns splits them again.
-func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord) error {
+// Export), then a line per void record, then a line per legal hold
+// (holdLine: every hold weft_holds keeps for it, active and released), or,
+// when holdsUnread says why they could not be read, one holds_unread line
+// instead. An export of several runs writes them one after another;
+// ReadRuns splits them again.
+func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold, holdsUnread string) error {
 	if err := Export(w, envs); err != nil {
 		return err
 	}
-	if len(voids) == 0 {
+	if len(voids) == 0 && len(holds) == 0 && holdsUnread == "" {
 		return nil
 	}
 	bw := bufio.NewWriter(w)
@@ -51,19 +91,67 @@ func ExportRun(w io.Writer, envs []events.Envelope, voids []eventlog.VoidRecord)
 		bw.Write(b)
 		bw.WriteByte('\n')
 	}
+	for _, h := range holds {
+		b, err := json.Marshal(holdLine{Run: envs[0].Run, Schema: HoldSchema, Hold: &h})
+		if err != nil {
+			return fmt.Errorf("audit: export hold %s of %s: %w", h.ID, envs[0].Run, err)
+		}
+		bw.Write(b)
+		bw.WriteByte('\n')
+	}
+	if holdsUnread != "" {
+		b, err := json.Marshal(holdLine{Run: envs[0].Run, Schema: HoldSchema, HoldsUnread: holdsUnread})
+		if err != nil {
+			return fmt.Errorf("audit: export holds of %s: %w", envs[0].Run, err)
+		}
+		bw.Write(b)
+		bw.WriteByte('\n')
+	}
 	return bw.Flush()
 }
 
 // ReadRuns reads an export of one or more runs: each run's lines are
-// consecutive (its events, then its void records). A line that is
-// neither an envelope nor a void record is a *Problem of kind "parse";
-// a run whose lines are split by another run's, or a void record of a
+// consecutive (its events, then its void records and legal holds). A line
+// that is neither an envelope, a void record nor a hold is a *Problem of
+// kind "parse", as is a hold line of a schema it does not know (or of
+// none); a run
+// whose lines are split by another run's, or a void record or hold of a
 // run whose events are not just before it, is a *Problem of kind
-// "sequence" naming the line.
+// "sequence" naming the line. An export written before exports carried
+// holds has no hold line: its runs read with none.
 func ReadRuns(r io.Reader) ([]Exported, error) {
 	var out []Exported
 	seen := map[string]bool{}
 	err := eachLine(r, func(line int, b []byte) error {
+		// A hold line (or holds_unread) in any key order: an envelope
+		// has neither key at its top level.
+		if bytes.Contains(b, []byte(`"hold":`)) || bytes.Contains(b, []byte(`"holds_unread":`)) {
+			var p holdProbe
+			if json.Unmarshal(b, &p) == nil && (p.Hold != nil || p.HoldsUnread != nil) {
+				switch {
+				case p.Schema == nil:
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is a legal hold line of run %q without a schema", line, p.Run)}
+				case *p.Schema != HoldSchema:
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is a legal hold line of run %q in schema %d, which this weft does not read (it reads schema %d): use a newer weft", line, p.Run, *p.Schema, HoldSchema)}
+				}
+				var h holdLine
+				if err := decodeStrict(b, &h); err != nil {
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not a legal hold line of schema %d: %v", line, HoldSchema, err)}
+				}
+				if (h.Hold == nil) == (h.HoldsUnread == "") {
+					return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is a legal hold line of run %q with both or neither of hold and holds_unread", line, h.Run)}
+				}
+				if len(out) == 0 || out[len(out)-1].Run != h.Run {
+					return &Problem{Kind: KindSequence, Line: line, Message: fmt.Sprintf("line %d is a legal hold of run %q, which is not the run of the events just before it", line, h.Run)}
+				}
+				if h.Hold != nil {
+					out[len(out)-1].Holds = append(out[len(out)-1].Holds, *h.Hold)
+				} else {
+					out[len(out)-1].HoldsUnread = h.HoldsUnread
+				}
+				return nil
+			}
+		}
 		if bytes.HasPrefix(b, []byte(`{"run":`)) && bytes.Contains(b, []byte(`"void":`)) {
 			var v voidLine
 			if decodeStrict(b, &v) == nil {
@@ -76,9 +164,9 @@ func ReadRuns(r io.Reader) ([]Exported, error) {
 		}
 		var env events.Envelope
 		if err := decodeStrict(b, &env); err != nil {
-			return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope or a void record: %v", line, err)}
+			return &Problem{Kind: KindParse, Line: line, Message: fmt.Sprintf("line %d is not an event envelope, a void record or a legal hold: %v", line, err)}
 		}
-		if n := len(out); n > 0 && out[n-1].Run == env.Run && len(out[n-1].Voids) == 0 {
+		if n := len(out); n > 0 && out[n-1].Run == env.Run && len(out[n-1].Voids) == 0 && len(out[n-1].Holds) == 0 && out[n-1].HoldsUnread == "" {
 			out[n-1].Events = append(out[n-1].Events, env)
 			return nil
 		}
@@ -130,6 +218,16 @@ type ManifestRun struct {
 	// they are outside the run's hash chain, so the manifest's digest
 	// covers them through it.
 	VoidsSHA256 string `json:"voids_sha256,omitempty"`
+	// Holds is how many legal holds follow them, HoldsSHA256 the hex
+	// SHA-256 of those holds (holdsDigest), for the same reason; both
+	// absent in a manifest written before exports carried holds, whose
+	// file has none.
+	Holds       int    `json:"holds,omitempty"`
+	HoldsSHA256 string `json:"holds_sha256,omitempty"`
+	// HoldsUnread says why the export could not read the run's legal
+	// holds (its holds_unread line), so that the digest vouches for
+	// "unknown", not for "none".
+	HoldsUnread string `json:"holds_unread,omitempty"`
 }
 
 // Skipped is a run of the range left out of the file, and why.
@@ -178,9 +276,20 @@ func ManifestDigest(line []byte) string {
 }
 
 // ManifestOf is the manifest entry of one run as ExportRun writes it.
-func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord) ManifestRun {
+func ManifestOf(envs []events.Envelope, voids []eventlog.VoidRecord, holds []Hold, holdsUnread string) ManifestRun {
 	last := envs[len(envs)-1]
-	return ManifestRun{Run: last.Run, Version: last.Version, Head: last.Hash(), Voids: len(voids), VoidsSHA256: voidsDigest(voids)}
+	return ManifestRun{Run: last.Run, Version: last.Version, Head: last.Hash(), Voids: len(voids), VoidsSHA256: voidsDigest(voids),
+		Holds: len(holds), HoldsSHA256: holdsDigest(holds), HoldsUnread: holdsUnread}
+}
+
+// holdsDigest is the hex SHA-256 of holds as JSON ("" for none).
+func holdsDigest(holds []Hold) string {
+	if len(holds) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(holds)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // voidsDigest is the hex SHA-256 of voids as JSON ("" for none).
@@ -252,7 +361,8 @@ func ReadFile(r io.Reader) (File, error) {
 // CheckManifest checks f's runs against its manifest: nil for a file of
 // one run (no range line) and for a range's file that holds exactly the
 // runs its manifest lists, each up to the version and head listed, with
-// its void records. A range's file without a manifest was cut short.
+// its void records and legal holds. A range's file without a manifest was
+// cut short.
 func CheckManifest(f File) *Problem {
 	if f.Range == nil && f.Manifest == nil {
 		return nil
@@ -280,8 +390,16 @@ func CheckManifest(f File) *Problem {
 			continue
 		}
 		last := x.Events[len(x.Events)-1]
-		if last.Version != r.Version || last.Hash() != r.Head || len(x.Voids) != r.Voids || voidsDigest(x.Voids) != r.VoidsSHA256 {
-			differ = append(differ, fmt.Sprintf("%s (%d events and %d void record(s) in the file, listed %d and %d, head %s)", r.Run, last.Version, len(x.Voids), r.Version, r.Voids, short(r.Head)))
+		if last.Version != r.Version || last.Hash() != r.Head || len(x.Voids) != r.Voids || voidsDigest(x.Voids) != r.VoidsSHA256 ||
+			len(x.Holds) != r.Holds || holdsDigest(x.Holds) != r.HoldsSHA256 || x.HoldsUnread != r.HoldsUnread {
+			holds := ""
+			if len(x.Holds) > 0 || r.Holds > 0 {
+				holds = fmt.Sprintf(", %d legal hold(s) in the file, listed %d", len(x.Holds), r.Holds)
+			}
+			if x.HoldsUnread != r.HoldsUnread {
+				holds += fmt.Sprintf(", holds unread %q in the file, listed %q", x.HoldsUnread, r.HoldsUnread)
+			}
+			differ = append(differ, fmt.Sprintf("%s (%d events and %d void record(s) in the file, listed %d and %d%s, head %s)", r.Run, last.Version, len(x.Voids), r.Version, r.Voids, holds, short(r.Head)))
 		}
 	}
 	var extra []string

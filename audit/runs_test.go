@@ -27,10 +27,10 @@ func TestExportOfSeveralRunsReadsBackRunByRun(t *testing.T) {
 	}
 	void := eventlog.VoidRecord{At: 9, Void: eventlog.Void{Seq: 7, SHA256: strings.Repeat("ab", 32), Bytes: 17, Subject: "weft.ev.run-b.events", Problem: "not a log message", Reason: "pasted", By: "alice", Recorded: t0}}
 	var buf bytes.Buffer
-	if err := audit.ExportRun(&buf, a, nil); err != nil {
+	if err := audit.ExportRun(&buf, a, nil, nil, ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := audit.ExportRun(&buf, b, []eventlog.VoidRecord{void}); err != nil {
+	if err := audit.ExportRun(&buf, b, []eventlog.VoidRecord{void}, nil, ""); err != nil {
 		t.Fatal(err)
 	}
 	runs, err := audit.ReadRuns(bytes.NewReader(buf.Bytes()))

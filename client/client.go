@@ -14,7 +14,9 @@
 // (docs/protocol.md); compare with errors.Is or errors.As. A missing runner
 // or projector is unavailable. Commands answered with a retryable code are
 // retried with the same command id before the answer is returned (New,
-// WithoutRetry).
+// WithoutRetry). A request the NATS server refuses the connection's
+// credentials is permission_denied at once, naming the subject and the
+// roles whose credentials may publish to it (roles.Explain).
 //
 // Queries need a projector and commands a runner; package host runs both
 // (and the query service) in one process.
@@ -38,6 +40,7 @@ import (
 	"github.com/weftrun/weft/projections"
 	"github.com/weftrun/weft/projector"
 	"github.com/weftrun/weft/proof"
+	"github.com/weftrun/weft/roles"
 )
 
 // RejectSigned rejects the approval request req names (req.Revision 0:
@@ -68,7 +71,7 @@ func (c *Client) RejectSigned(ctx context.Context, req api.RejectRequest, kp nke
 // every value against the run itself, so a view that is out of date only
 // gets the proof refused.
 func (c *Client) ProofSubject(ctx context.Context, run, action string, revision int, answer string) (proof.Subject, error) {
-	v, err := c.q.Run(ctx, run)
+	v, err := explained(c.q.Run(ctx, run))
 	if err != nil {
 		return proof.Subject{}, err
 	}
@@ -123,14 +126,14 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 }
 
 // Ready waits until a runner serves every command endpoint, or ctx ends.
-func (c *Client) Ready(ctx context.Context) error { return c.cmd.Ready(ctx) }
+func (c *Client) Ready(ctx context.Context) error { return roles.Explain(c.cmd.Ready(ctx)) }
 
 // Start starts a run. With an error, the reply names the run the start
 // was for (req.Run, or the id a retrying Client chose for a start without
 // one): after outcome_unknown, or no answer, read that run (Run) to learn
 // whether it started (api.Client.Start).
 func (c *Client) Start(ctx context.Context, req api.StartRequest) (api.StartReply, error) {
-	return c.cmd.Start(ctx, req)
+	return explained(c.cmd.Start(ctx, req))
 }
 
 // Approve approves a pending approval request. With req.Arguments it
@@ -142,12 +145,12 @@ func (c *Client) Start(ctx context.Context, req api.StartRequest) (api.StartRepl
 // proof.Subject's Approved to the same bytes before signing. The run view
 // then shows them (projections.ActionView.Approved).
 func (c *Client) Approve(ctx context.Context, req api.ApproveRequest) (api.Reply, error) {
-	return c.cmd.Approve(ctx, req)
+	return explained(c.cmd.Approve(ctx, req))
 }
 
 // Reject rejects a pending approval request.
 func (c *Client) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, error) {
-	return c.cmd.Reject(ctx, req)
+	return explained(c.cmd.Reject(ctx, req))
 }
 
 // Decide answers several approval requests, of one run or many, in one
@@ -156,51 +159,51 @@ func (c *Client) Reject(ctx context.Context, req api.RejectRequest) (api.Reply, 
 // nothing, and the reply has an outcome per item. A repeated batch (same
 // BatchID) answers the same.
 func (c *Client) Decide(ctx context.Context, req api.DecideRequest) (api.DecideReply, error) {
-	return c.cmd.Decide(ctx, req)
+	return explained(c.cmd.Decide(ctx, req))
 }
 
 // Reconcile records what happened to an uncertain action of a live run.
 func (c *Client) Reconcile(ctx context.Context, req api.ReconcileRequest) (api.Reply, error) {
-	return c.cmd.Reconcile(ctx, req)
+	return explained(c.cmd.Reconcile(ctx, req))
 }
 
 // ReconcileStored records what happened to an uncertain action of a
 // finished run, resuming nothing.
 func (c *Client) ReconcileStored(ctx context.Context, req api.ReconcileRequest) (api.Reply, error) {
-	return c.cmd.ReconcileStored(ctx, req)
+	return explained(c.cmd.ReconcileStored(ctx, req))
 }
 
 // Resolve records the final truth of an open question, for audit.
 func (c *Client) Resolve(ctx context.Context, req api.ResolveRequest) (api.Reply, error) {
-	return c.cmd.Resolve(ctx, req)
+	return explained(c.cmd.Resolve(ctx, req))
 }
 
 // Settle offers a settling tool's settlement.
 func (c *Client) Settle(ctx context.Context, s api.Settlement) (api.Reply, error) {
-	return c.cmd.Settle(ctx, s)
+	return explained(c.cmd.Settle(ctx, s))
 }
 
 // Report sends a tool worker's report of an attempt (a worker in Go uses
 // package worker, which does this).
 func (c *Client) Report(ctx context.Context, r api.Report) (api.Reply, error) {
-	return c.cmd.Report(ctx, r)
+	return explained(c.cmd.Report(ctx, r))
 }
 
 // Cancel cancels a run.
 func (c *Client) Cancel(ctx context.Context, req api.CancelRequest) (api.Reply, error) {
-	return c.cmd.Cancel(ctx, req)
+	return explained(c.cmd.Cancel(ctx, req))
 }
 
 // Pause pauses a run: it starts no model call and no tool body until
 // Resume; work in flight finishes, approvals and reconciliations are still
 // answered (docs/semantics.md §13).
 func (c *Client) Pause(ctx context.Context, req api.PauseRequest) (api.Reply, error) {
-	return c.cmd.Pause(ctx, req)
+	return explained(c.cmd.Pause(ctx, req))
 }
 
 // Resume resumes a paused run.
 func (c *Client) Resume(ctx context.Context, req api.ResumeRequest) (api.Reply, error) {
-	return c.cmd.Resume(ctx, req)
+	return explained(c.cmd.Resume(ctx, req))
 }
 
 // Restart restarts the finished run req.From.Run as a new run from the
@@ -214,46 +217,46 @@ func (c *Client) Resume(ctx context.Context, req api.ResumeRequest) (api.Reply, 
 // child run's as "<child>/<action>"); already_started for a run id that
 // exists. A retrying client chooses the new run's id as Start does.
 func (c *Client) Restart(ctx context.Context, req api.RestartRequest) (api.StartReply, error) {
-	return c.cmd.Restart(ctx, req)
+	return explained(c.cmd.Restart(ctx, req))
 }
 
 // Run returns a run's view (projected, or folded from the log when the
 // projector has not seen it yet).
 func (c *Client) Run(ctx context.Context, run string) (projections.RunView, error) {
-	return c.q.Run(ctx, run)
+	return explained(c.q.Run(ctx, run))
 }
 
 // RunFamily returns a run's view with its family status.
 func (c *Client) RunFamily(ctx context.Context, run string) (projector.RunReply, error) {
-	return c.q.RunFamily(ctx, run)
+	return explained(c.q.RunFamily(ctx, run))
 }
 
 // List returns a page of runs.
 func (c *Client) List(ctx context.Context, q projections.ListQuery) (projections.ListPage, error) {
-	return c.q.List(ctx, q)
+	return explained(c.q.List(ctx, q))
 }
 
 // Approvals returns every pending approval request the filter keeps,
 // oldest first, following the inbox's pages (`next`) to the last.
 func (c *Client) Approvals(ctx context.Context, f projector.InboxRequest) ([]projections.ApprovalItem, error) {
-	return c.q.Approvals(ctx, f)
+	return explained(c.q.Approvals(ctx, f))
 }
 
 // Uncertain returns every uncertain effect the filter keeps, oldest
 // first, following the inbox's pages (`next`) to the last.
 func (c *Client) Uncertain(ctx context.Context, f projector.InboxRequest) (projector.UncertainReply, error) {
-	return c.q.Uncertain(ctx, f)
+	return explained(c.q.Uncertain(ctx, f))
 }
 
 // Questions returns every open question the filter keeps, oldest first,
 // following the inbox's pages (`next`) to the last.
 func (c *Client) Questions(ctx context.Context, f projector.InboxRequest) ([]projections.QuestionItem, error) {
-	return c.q.Questions(ctx, f)
+	return explained(c.q.Questions(ctx, f))
 }
 
 // History returns a page of a run's history.
 func (c *Client) History(ctx context.Context, q projector.HistoryRequest) (projector.HistoryReply, error) {
-	return c.q.History(ctx, q)
+	return explained(c.q.History(ctx, q))
 }
 
 // Condition is what Wait waits for: a predicate on a run's view.

@@ -14,11 +14,11 @@ import (
 // With roles, only the custodian's credentials may: another's hold is
 // refused permission_denied at once.
 func (c *Client) Hold(ctx context.Context, req api.HoldRequest) (api.HoldReply, error) {
-	return c.cmd.Hold(ctx, req)
+	return explained(c.cmd.Hold(ctx, req))
 }
 
 // ReleaseHold releases a run's legal hold req.Hold (empty when the run has
 // one active hold) through the command API (weft.api.release_hold).
 func (c *Client) ReleaseHold(ctx context.Context, req api.ReleaseHoldRequest) (api.HoldReply, error) {
-	return c.cmd.ReleaseHold(ctx, req)
+	return explained(c.cmd.ReleaseHold(ctx, req))
 }

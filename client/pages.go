@@ -13,19 +13,19 @@ import (
 // every page; a caller that shows one page at a time (the operator's MCP
 // tools) asks for pages.
 func (c *Client) ApprovalsPage(ctx context.Context, f projector.InboxRequest) (projector.ApprovalsReply, error) {
-	return c.q.ApprovalsPage(ctx, f)
+	return explained(c.q.ApprovalsPage(ctx, f))
 }
 
 // UncertainPage returns one page of the uncertain-effects inbox, with the
 // cursor of the following page in Next (ApprovalsPage).
 func (c *Client) UncertainPage(ctx context.Context, f projector.InboxRequest) (projector.UncertainReply, error) {
-	return c.q.UncertainPage(ctx, f)
+	return explained(c.q.UncertainPage(ctx, f))
 }
 
 // QuestionsPage returns one page of the open questions, with the cursor
 // of the following page in Next (ApprovalsPage).
 func (c *Client) QuestionsPage(ctx context.Context, f projector.InboxRequest) (projector.QuestionsReply, error) {
-	return c.q.QuestionsPage(ctx, f)
+	return explained(c.q.QuestionsPage(ctx, f))
 }
 
 // CaughtUp reports whether v, a view of its run read earlier (Run,

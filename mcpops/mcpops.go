@@ -8,8 +8,12 @@
 // person's own — the approver's credential or signed proof, the pending
 // revision, the expiry, the policy — and the NATS server's permissions
 // decide who may send them at all (an answer sent with a reader's
-// credentials is permission_denied). `weft mcp operator` serves it
-// (docs/mcp.md, "Operate").
+// credentials is permission_denied, naming the role that may). A
+// reconcile, resolve or cancel carries the CLI's identity inputs: a
+// reason, and a signed command proof the runner verifies, or a name
+// recorded unverified — the principal a bearer token authenticated when
+// the transport did (caller). `weft mcp operator` serves it (docs/mcp.md,
+// "Operate").
 package mcpops
 
 import (
@@ -107,11 +111,11 @@ func New(nc *nats.Conn, cfg Config) (*Server, error) {
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReject, Annotations: act, InputSchema: inputSchema[AnswerIn](),
 			Description: "Reject a pending approval request with a reason, as approver (credential or signed proof)."}, s.reject)
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolReconcile, Annotations: act, InputSchema: inputSchema[ContentIn](),
-			Description: `Reconcile an uncertain effect with what a person found out: content {"output": …}, {"error": "…"} or {"unconfirmed": "note"}; by names the person.`}, s.reconcile)
+			Description: `Reconcile an uncertain effect with what a person found out: content is the tool's output itself (a JSON value of its output schema, not wrapped), {"error": "…"} or {"unconfirmed": "note"}; reason says why; by names the person (unverified), or proof is the person's signed command proof (weft reconcile --signing-key KEY --print-proof), recorded verified.`}, s.reconcile)
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolResolve, Annotations: act, InputSchema: inputSchema[ContentIn](),
-			Description: `Resolve an open question (an effect reconciled as unconfirmed) with its final truth: content {"output": …} or {"error": "…"}.`}, s.resolve)
+			Description: `Resolve an open question (an effect reconciled as unconfirmed) with its final truth: content is the tool's output itself (a JSON value of its output schema, not wrapped) or {"error": "…"}; reason, by and proof as for weft_reconcile (weft resolve --signing-key KEY --print-proof).`}, s.resolve)
 		mcp.AddTool(s.mcp, &mcp.Tool{Name: ToolCancel, Annotations: act,
-			Description: "Cancel a run, with a reason; by names the person."}, s.cancel)
+			Description: "Cancel a run, with a reason; by names the person (unverified), or proof is the person's signed command proof (weft cancel --signing-key KEY --print-proof), recorded verified."}, s.cancel)
 	}
 	return s, nil
 }
@@ -226,25 +230,24 @@ type AnswerIn struct {
 
 func (s *Server) approve(ctx context.Context, req *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
 	r, err := s.client.Approve(ctx, api.ApproveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Revision: in.Revision,
-		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: sentArguments(req, in.Arguments)})
+		Approver: in.Approver, Credential: in.Credential, Proof: in.Proof, Arguments: sentField(req, "arguments", in.Arguments)})
 	return nil, r, err
 }
 
-// sentArguments are the edited arguments exactly as the tool call sent
-// them: the MCP SDK hands the handler its input decoded and encoded again
-// (keys sorted, numbers as float64), which is the same JSON value but not
-// the same bytes — and a signed proof states the SHA-256 of the canonical
-// bytes sent (approved_sha256), which key order and number spelling
-// change. decoded, the arguments as the handler got them, are the answer
-// when the call's own are not readable.
-func sentArguments(req *mcp.CallToolRequest, decoded json.RawMessage) json.RawMessage {
-	var sent struct {
-		Arguments json.RawMessage `json:"arguments"`
-	}
-	if req == nil || req.Params == nil || json.Unmarshal(req.Params.Arguments, &sent) != nil {
+// sentField is the input field name exactly as the tool call sent it:
+// the MCP SDK hands the handler its input decoded and encoded again (keys
+// sorted, numbers as float64), which is the same JSON value but not the
+// same bytes — and a signed proof states the SHA-256 of the bytes sent
+// (an approval's edited arguments, approved_sha256; a reconciliation's
+// or resolution's content), which key order and number spelling change.
+// decoded, the field as the handler got it, is the answer when the call's
+// own is not readable or not there.
+func sentField(req *mcp.CallToolRequest, name string, decoded json.RawMessage) json.RawMessage {
+	var sent map[string]json.RawMessage
+	if req == nil || req.Params == nil || json.Unmarshal(req.Params.Arguments, &sent) != nil || sent[name] == nil {
 		return decoded
 	}
-	return sent.Arguments
+	return sent[name]
 }
 
 func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn) (*mcp.CallToolResult, any, error) {
@@ -260,32 +263,75 @@ func (s *Server) reject(ctx context.Context, _ *mcp.CallToolRequest, in AnswerIn
 
 // ContentIn is a reconciliation's or a resolution's input.
 type ContentIn struct {
-	Run       string          `json:"run"`
-	Action    string          `json:"action"`
-	Content   json.RawMessage `json:"content" jsonschema:"{\"output\": …}, {\"error\": \"…\"} or (reconcile only) {\"unconfirmed\": \"note\"}"`
-	By        string          `json:"by,omitempty" jsonschema:"who found it out"`
-	CommandID string          `json:"command_id,omitempty"`
+	Run     string          `json:"run"`
+	Action  string          `json:"action"`
+	Content json.RawMessage `json:"content" jsonschema:"the tool's output itself (a JSON value of its output schema, not wrapped), {\"error\": \"…\"} or (reconcile only) {\"unconfirmed\": \"note\"}"`
+	// Identity: as the CLI's (weft reconcile --by, --reason,
+	// --signing-key): by is recorded unverified; a proof is recorded as
+	// its key's person, verified, when the runner verifies it.
+	By        string               `json:"by,omitempty" jsonschema:"who found it out (recorded unverified; over HTTP with --tokens it is the token's principal: leave it out or give that name)"`
+	Reason    string               `json:"reason,omitempty" jsonschema:"why it is recorded (required when the deployment requires identities)"`
+	Proof     *events.CommandProof `json:"proof,omitempty" jsonschema:"a signed command proof by a person key (what weft reconcile or weft resolve --signing-key KEY --print-proof prints, for the same run, action, content and reason): recorded verified"`
+	CommandID string               `json:"command_id,omitempty"`
 }
 
-func (s *Server) reconcile(ctx context.Context, _ *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.client.Reconcile(ctx, api.ReconcileRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
+func (s *Server) reconcile(ctx context.Context, req *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
+	by, err := caller(req, in.By)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := s.client.Reconcile(ctx, api.ReconcileRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: sentField(req, "content", in.Content),
+		By: by, Reason: in.Reason, Proof: in.Proof})
 	return nil, r, err
 }
 
-func (s *Server) resolve(ctx context.Context, _ *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.client.Resolve(ctx, api.ResolveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: in.Content, By: in.By})
+func (s *Server) resolve(ctx context.Context, req *mcp.CallToolRequest, in ContentIn) (*mcp.CallToolResult, any, error) {
+	by, err := caller(req, in.By)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := s.client.Resolve(ctx, api.ResolveRequest{CommandID: in.CommandID, Run: in.Run, Action: in.Action, Content: sentField(req, "content", in.Content),
+		By: by, Reason: in.Reason, Proof: in.Proof})
 	return nil, r, err
 }
 
 // CancelIn is a cancellation's input.
 type CancelIn struct {
-	Run       string `json:"run"`
-	Reason    string `json:"reason,omitempty"`
-	By        string `json:"by,omitempty"`
-	CommandID string `json:"command_id,omitempty"`
+	Run       string               `json:"run"`
+	Reason    string               `json:"reason,omitempty" jsonschema:"why (required when the deployment requires identities)"`
+	By        string               `json:"by,omitempty" jsonschema:"who cancels (recorded unverified; over HTTP with --tokens it is the token's principal: leave it out or give that name)"`
+	Proof     *events.CommandProof `json:"proof,omitempty" jsonschema:"a signed command proof by a person key (what weft cancel --signing-key KEY --print-proof prints, for the same run and reason): recorded verified"`
+	CommandID string               `json:"command_id,omitempty"`
 }
 
-func (s *Server) cancel(ctx context.Context, _ *mcp.CallToolRequest, in CancelIn) (*mcp.CallToolResult, any, error) {
-	r, err := s.client.Cancel(ctx, api.CancelRequest{CommandID: in.CommandID, Run: in.Run, Reason: in.Reason, By: in.By})
+func (s *Server) cancel(ctx context.Context, req *mcp.CallToolRequest, in CancelIn) (*mcp.CallToolResult, any, error) {
+	by, err := caller(req, in.By)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := s.client.Cancel(ctx, api.CancelRequest{CommandID: in.CommandID, Run: in.Run, Reason: in.Reason, By: by, Proof: in.Proof})
 	return nil, r, err
+}
+
+// caller is the by a reconcile, resolve or cancel is sent with. When the
+// transport authenticated the caller (a bearer token of --tokens:
+// req.Extra.TokenInfo.UserID) it is that principal, never a name the call
+// typed: a typed by that differs is refused (invalid_request), so that
+// the log never names someone the token does not stand for, and the
+// caller learns it rather than finding another name recorded. Without an
+// authenticated caller (stdio, HTTP without --tokens) it is the typed
+// name. Either way it is recorded unverified (docs/security.md, "Who did
+// it"): only a proof the runner verifies makes the command verified, and
+// a deployment that requires identities and has person keys refuses a
+// command without one (identity_required; without person keys a name is
+// enough) — the runner decides, never this server.
+func caller(req *mcp.CallToolRequest, typed string) (string, error) {
+	if req == nil || req.Extra == nil || req.Extra.TokenInfo == nil || req.Extra.TokenInfo.UserID == "" {
+		return typed, nil
+	}
+	principal := req.Extra.TokenInfo.UserID
+	if typed != "" && typed != principal {
+		return "", weft.Errorf(weft.CodeInvalidRequest, "by %q: this caller is authenticated as %q, whom by may only name (or leave it out)", typed, principal)
+	}
+	return principal, nil
 }

@@ -301,7 +301,7 @@ func TestOperatorMCP_ContentAndArgumentsTakeAnyJSON(t *testing.T) {
 		tool string
 		in   map[string]any
 	}{
-		{mcpops.ToolReconcile, map[string]any{"run": "nope", "action": "1/call_1_1", "content": map[string]any{"output": map[string]any{"id": "PAY-1"}}}},
+		{mcpops.ToolReconcile, map[string]any{"run": "nope", "action": "1/call_1_1", "content": map[string]any{"status": "sent", "id": "PAY-1"}}},
 		{mcpops.ToolResolve, map[string]any{"run": "nope", "action": "1/call_1_1", "content": map[string]any{"error": "declined"}}},
 		{mcpops.ToolApprove, map[string]any{"run": "nope", "action": "1/call_1_1", "revision": 1, "approver": "desk", "credential": "alice", "arguments": map[string]any{"invoice": "INV-8"}}},
 	} {

@@ -9,6 +9,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/api"
+	"github.com/weftrun/weft/client"
 	"github.com/weftrun/weft/internal/demo"
 	"github.com/weftrun/weft/natsnode"
 	"github.com/weftrun/weft/projector"
@@ -173,6 +174,32 @@ func TestReaderRole(t *testing.T) {
 	_, err := api.NewClient(d.reader.Conn()).Approve(actx, api.ApproveRequest{Schema: api.Schema, CommandID: "r-2", Run: "pay-7", Action: "2/call_2_1", Revision: 1, Approver: demo.Approver, Credential: "reader"})
 	if weft.ErrorCode(err) != weft.CodePermissionDenied || !strings.Contains(err.Error(), "weft.api.approve") {
 		t.Fatalf("the reader's approve through the Go client: %v, want permission_denied naming weft.api.approve (nobody received it)", err)
+	}
+	// Package client (which the console and the MCP servers use) says
+	// which role's credentials may, as the CLI does (roles.Explain):
+	// approve, start and cancel are the operator's. Before, it named the
+	// subject only.
+	c, err := client.New(d.reader.Conn(), client.WithoutRetry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for subject, send := range map[string]func() error{
+		"weft.api.approve": func() error {
+			_, err := c.Approve(actx, api.ApproveRequest{CommandID: "r-3", Run: "pay-7", Action: "2/call_2_1", Revision: 1, Approver: demo.Approver, Credential: "reader"})
+			return err
+		},
+		"weft.api.start": func() error {
+			_, err := c.Start(actx, api.StartRequest{Run: "pay-8", Agent: demo.AgentName, Input: "pay invoice INV-8"})
+			return err
+		},
+		"weft.api.cancel": func() error {
+			_, err := c.Cancel(actx, api.CancelRequest{CommandID: "r-4", Run: "pay-7", Reason: "no", By: "reader"})
+			return err
+		},
+	} {
+		if err := send(); weft.ErrorCode(err) != weft.CodePermissionDenied || !strings.Contains(err.Error(), "publish to "+subject+"; the credentials of role operator may") {
+			t.Errorf("the reader's %s through package client: %v, want permission_denied naming it and role operator", subject, err)
+		}
 	}
 	r.request("weft.api.reject", `{"schema":1,"command_id":"r","run":"pay-7","action":"2/call_2_1","revision":1,"reason":"no"}`)
 	r.request("weft.api.start", `{"schema":1,"agent":"payment-desk","input":"pay invoice INV-7"}`)

@@ -138,6 +138,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 			return err
 		}
 		opts = append(opts, runner.WithHeadKey(kp))
+	} else {
+		logger.Warn("run heads are not signed: no --head-key (" + runner.EnvHeadKey + "); `weft audit verify --trust` cannot vouch for the runs this runner drives, and a run it finishes stays unsigned (docs/adr/0026-signed-heads.md)")
 	}
 	people := approvers.People{Require: *requireIdentity}
 	if *personKeys != "" {

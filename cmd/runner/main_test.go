@@ -44,6 +44,11 @@ func TestRunServesAndDrains(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run: %v\n%s", err, stderr.String())
 	}
+	// docs/security.md, "Signed heads": a runner without a head key says
+	// at start that the heads of its runs go unsigned.
+	if !strings.Contains(stderr.String(), "run heads are not signed: no --head-key") {
+		t.Fatalf("a runner without a head key does not say its heads go unsigned:\n%s", stderr.String())
+	}
 	if err := run(context.Background(), nil, func(string) string { return "" }, &stderr); err == nil {
 		t.Fatal("run without a NATS URL succeeded")
 	}

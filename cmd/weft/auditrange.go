@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
@@ -28,6 +30,7 @@ func printReport(w io.Writer, rep audit.Report, envs []events.Envelope, trusted 
 	printHeadChecks(w, rep, trusted, headVersion)
 	printPeopleNotes(w, rep)
 	printForkCheck(w, rep.Fork)
+	printHoldChecks(w, rep)
 	if rep.OK() {
 		fmt.Fprintf(w, "ok: run %s, %d events, chain intact (head %s), refold agrees, status %s\n", rep.Run, rep.Events, rep.Head, rep.Status)
 	}
@@ -179,7 +182,11 @@ func verifyFileRuns(e *env, path string, asJSON, trusted bool, headFlags []strin
 			}
 		}
 		rep := audit.Verify(x.Events, ro...)
-		reps[i] = checkVoids(e.stderr, x.Run, x.Voids, rep, ro)
+		unread := ""
+		if x.HoldsUnread != "" {
+			unread = "the export could not read them: " + x.HoldsUnread
+		}
+		reps[i] = checkHolds(x.Run, x.Holds, unread, checkVoids(e.stderr, x.Run, x.Voids, rep, ro), ro)
 		if !asJSON {
 			printReport(e.stdout, reps[i], x.Events, trusted, h.version)
 		}
@@ -328,18 +335,23 @@ func auditExportRange(ctx context.Context, e *env, sinceS, untilS, status, out s
 			if err != nil {
 				return err
 			}
+			var holds []audit.Hold
+			var unread string
+			if len(envs) > 0 {
+				holds, unread = holdsForExport(ctx, e, js, run)
+			}
 			if len(envs) == 0 {
 				why := "removed (retention) after the range was read: its events are gone"
 				m.Skipped = append(m.Skipped, audit.Skipped{Run: run, Why: why})
 				fmt.Fprintf(e.stderr, "skipped %d/%d: %s, %s\n", i+1, len(runs), run, why)
 				continue
 			}
-			if err := audit.ExportRun(w, envs, voids); err != nil {
+			if err := audit.ExportRun(w, envs, voids, holds, unread); err != nil {
 				return err
 			}
-			m.Runs = append(m.Runs, audit.ManifestOf(envs, voids))
+			m.Runs = append(m.Runs, audit.ManifestOf(envs, voids, holds, unread))
 			total += len(envs)
-			fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s\n", i+1, len(runs), run, len(envs), voidNote(voids))
+			fmt.Fprintf(e.stderr, "exported %d/%d: %s, %d events%s%s\n", i+1, len(runs), run, len(envs), voidNote(voids), holdNote(holds))
 		}
 		digest, err = audit.WriteManifest(w, m)
 		return err
@@ -485,4 +497,39 @@ func voidNote(voids []eventlog.VoidRecord) string {
 		return ""
 	}
 	return fmt.Sprintf(" and %d void record(s)", len(voids))
+}
+
+func holdNote(holds []audit.Hold) string {
+	if len(holds) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" and %d legal hold(s)", len(holds))
+}
+
+// holdsForExport reads run's legal holds (active and released) from
+// weft_holds for an export (readHolds), or says why they could not be
+// read (credentials that may not read the bucket, the reader's; no answer
+// in time; a value that does not decode): then the export writes that as
+// its holds_unread line, never as a run without holds, and stderr says so.
+func holdsForExport(ctx context.Context, e *env, js jetstream.JetStream, run string) ([]audit.Hold, string) {
+	holds, err := readHolds(ctx, e.refusals, js, run)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "note: the legal holds of %s could not be read (%v): the export says so (holds_unread), who held the run is not in it\n", run, err)
+		return nil, err.Error()
+	}
+	return auditHolds(holds), ""
+}
+
+// auditHolds is holds as an export carries them and audit.CheckHolds
+// checks them (audit.Hold: the same fields, in the same encoding).
+func auditHolds(holds []retention.Hold) []audit.Hold {
+	var out []audit.Hold
+	for _, h := range holds {
+		a := audit.Hold{Run: h.Run, ID: h.ID, By: h.By, Identity: h.Identity, Proof: h.Proof, Reason: h.Reason, At: h.At, CommandID: h.CommandID}
+		if r := h.Released; r != nil {
+			a.Released = &audit.HoldRelease{By: r.By, Identity: r.Identity, Proof: r.Proof, Reason: r.Reason, At: r.At, CommandID: r.CommandID}
+		}
+		out = append(out, a)
+	}
+	return out
 }

@@ -131,7 +131,25 @@ func TestAuditVerifyFileSignedHeads(t *testing.T) {
 
 func readExport(t *testing.T, path string) []events.Envelope {
 	t.Helper()
-	return audittest.ReadExport(t, path)
+	// ReadRuns: `audit export` writes a run's void records and legal holds
+	// (or a holds_unread line, for credentials that may not read them)
+	// after its events.
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	runs, err := audit.ReadRuns(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) == 0 {
+		return nil
+	}
+	if len(runs) > 1 {
+		t.Fatalf("%s holds %d runs, want one", path, len(runs))
+	}
+	return runs[0].Events
 }
 
 func writeExport(t *testing.T, path string, envs []events.Envelope) string {

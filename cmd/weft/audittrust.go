@@ -218,3 +218,58 @@ func checkVoids(w io.Writer, run string, voids []eventlog.VoidRecord, rep audit.
 	}
 	return rep
 }
+
+// checkHolds checks who placed and released each legal hold of run
+// (holds: weft_holds', or an export's hold lines; audit.CheckHolds) into
+// rep.Holds, and returns rep with the first hold whose proof does not
+// verify, or whose key is not a person's the auditor names (opts), as its
+// problem when rep had none; unread (when not "") says why the holds
+// could not be read (rep.HoldsUnknown).
+func checkHolds(run string, holds []audit.Hold, unread string, rep audit.Report, opts []audit.Option) audit.Report {
+	checks, p := audit.CheckHolds(run, holds, opts...)
+	rep.Holds, rep.HoldsUnknown = checks, unread
+	if p != nil && rep.Problem == nil {
+		rep.Problem = p
+	}
+	return rep
+}
+
+// printHoldChecks prints who placed and released each legal hold of the
+// run (rep.Holds): one `hold` line per placement and release, verified
+// (with its key, and whether it is a person's key the auditor names) or
+// unverified, or that its proof DOES NOT VERIFY; when no person's key was
+// named, a note per verified one that its key was not checked against
+// people's keys; a note when the holds could not be read
+// (rep.HoldsUnknown), never silence that would read as "no hold".
+func printHoldChecks(w io.Writer, rep audit.Report) {
+	if rep.HoldsUnknown != "" {
+		fmt.Fprintf(w, "note: the run's legal holds are unknown (%s): who placed and released them is not checked\n", rep.HoldsUnknown)
+	}
+	for _, h := range rep.Holds {
+		state := "released"
+		if h.Active {
+			state = "active"
+		}
+		printHoldDeed(w, rep, h.ID, "placed", h.Placed, " ("+state+")")
+		if h.Released != nil {
+			printHoldDeed(w, rep, h.ID, "released", *h.Released, "")
+		}
+	}
+}
+
+func printHoldDeed(w io.Writer, rep audit.Report, id, what string, d audit.HoldDeed, tail string) {
+	at := d.At.UTC().Format(time.RFC3339)
+	if d.Problem != "" {
+		fmt.Fprintf(w, "hold %s: %s by %q at %s: %s%s: its signed proof DOES NOT VERIFY: %s\n", id, what, d.By, at, d.Reason, tail, d.Problem)
+		return
+	}
+	who := d.Describe()
+	if d.Verified && d.Trusted {
+		who = strings.TrimSuffix(who, ")") + ", a person's key you trust)"
+	}
+	fmt.Fprintf(w, "hold %s: %s %s at %s: %s%s\n", id, what, who, at, d.Reason, tail)
+	if d.Verified && !rep.PeopleChecked && rep.OK() {
+		fmt.Fprintf(w, "note: hold %s: the %s by %s is signed by key %s: not checked against people's keys (name them: --people FILE, or `person KEY NAME` lines in --trust-file)\n",
+			id, map[string]string{"placed": "placement", "released": "release"}[what], orDash(d.By), d.Key)
+	}
+}

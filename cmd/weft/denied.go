@@ -15,78 +15,16 @@ import (
 )
 
 // deniedHint adds to a permission_denied answer which roles' credentials
-// allow the subject it names (roles.Permissions), so that the person who
-// ran the command knows which credentials to ask for: a person's roles
-// first (hintOrder), the services' after them. Any other error is
-// returned as it is.
+// allow the subject it names (roles.Explain, the one place that says so
+// for the CLI, package client, the console and the MCP servers), also to
+// the cause of a partial answer. Any other error is returned as it is.
 func deniedHint(err error) error {
 	var pe partialError
 	if errors.As(err, &pe) {
 		pe.err = deniedHint(pe.err)
 		return pe
 	}
-	var we *weft.Error
-	if !errors.As(err, &we) || we.Code != weft.CodePermissionDenied {
-		return err
-	}
-	subject := deniedSubject(we.Message)
-	if subject == "" {
-		return err
-	}
-	var allow []string
-	for _, r := range hintOrder {
-		g, gerr := roles.Permissions(r, api.Queue{})
-		if gerr != nil {
-			continue
-		}
-		for _, p := range g.Publish {
-			if subjectMatch(p, subject) {
-				allow = append(allow, string(r))
-				break
-			}
-		}
-	}
-	hint := "no role of `weft roles` may publish to it"
-	if len(allow) > 0 {
-		hint = "the credentials of role " + strings.Join(allow, " or ") + " may (weft roles show ROLE)"
-	}
-	return &weft.Error{Code: we.Code, Reason: we.Reason, Message: fmt.Sprintf("%s; %s", we.Message, hint)}
-}
-
-// hintOrder is the roles deniedHint names, a person's first: a legal hold
-// is the custodian's to place, though the runner's grant writes the holds
-// too (it serves weft.api.hold). Not the worker: its grant is its own
-// queue's, never a person's credentials.
-var hintOrder = []roles.Role{roles.Operator, roles.Reader, roles.Custodian, roles.Runner, roles.Projector}
-
-// deniedSubject is the subject an api.Request permission_denied message
-// names: its last word.
-func deniedSubject(msg string) string {
-	const pub = "permission to publish to "
-	i := strings.Index(msg, pub)
-	if i < 0 {
-		return ""
-	}
-	rest := msg[i+len(pub):]
-	if j := strings.IndexAny(rest, " ;("); j >= 0 {
-		rest = rest[:j]
-	}
-	return rest
-}
-
-// subjectMatch reports whether subject matches the NATS subject pattern
-// (tokens, * for one token, > for the rest).
-func subjectMatch(pattern, subject string) bool {
-	p, s := strings.Split(pattern, "."), strings.Split(subject, ".")
-	for i, t := range p {
-		if t == ">" {
-			return len(s) > i
-		}
-		if i >= len(s) || (t != "*" && t != s[i]) {
-			return false
-		}
-	}
-	return len(p) == len(s)
+	return roles.Explain(err)
 }
 
 // refusal is a permission the NATS server refused a connection of the

@@ -570,6 +570,9 @@ func auditCommand() command {
 				if len(args) == 0 {
 					return usagef("want export <run> or verify <run>|--file <path>")
 				}
+				// Without the legal holds, export and verify say they are
+				// unknown (readHolds): their refusal does not end it.
+				e.tolerates = holdSubject
 				switch args[0] {
 				case "export":
 					if *since != "" || *until != "" {
@@ -646,22 +649,23 @@ func auditExport(ctx context.Context, e *env, run, out string) error {
 	if err != nil {
 		return err
 	}
+	holds, unread := holdsForExport(ctx, e, n.JetStream(), run)
 	if out == "" {
-		err = audit.ExportRun(e.stdout, envs, voids)
+		err = audit.ExportRun(e.stdout, envs, voids, holds, unread)
 	} else {
-		err = writeWhole(out, func(w io.Writer) error { return audit.ExportRun(w, envs, voids) })
+		err = writeWhole(out, func(w io.Writer) error { return audit.ExportRun(w, envs, voids, holds, unread) })
 	}
 	if err != nil {
 		return err
 	}
 	if out != "" {
-		fmt.Fprintf(e.stderr, "exported %d events of %s to %s%s\n", len(envs), run, out, voidNote(voids))
+		fmt.Fprintf(e.stderr, "exported %d events of %s to %s%s%s\n", len(envs), run, out, voidNote(voids), holdNote(holds))
 	}
 	printSigners(e.stderr, envs)
 	return nil
 }
 
-func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (rep audit.Report, _ []events.Envelope, _ error) {
+func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) (rep audit.Report, _ []events.Envelope, ferr error) {
 	n, err := e.connect(ctx)
 	if err != nil {
 		return audit.Report{}, nil, err
@@ -675,7 +679,23 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 		fmt.Fprintf(e.stderr, "note: the run's void records could not be read (%v): who repaired it is not checked\n", verr)
 		voids = nil
 	}
-	defer func() { rep = checkVoids(e.stderr, run, voids, rep, extra) }()
+	// The legal holds are read last (this runs after the view and the
+	// parent were read): a refusal of weft_holds (the reader's) does not
+	// end the command (the audit command tolerates holdSubject) and is
+	// reported as holds_unknown, never as "no hold".
+	defer func() {
+		if ferr != nil {
+			return
+		}
+		var holds []audit.Hold
+		unread := ""
+		if stored, herr := readHolds(ctx, e.refusals, js, run); herr != nil {
+			unread = herr.Error()
+		} else {
+			holds = auditHolds(stored)
+		}
+		rep = checkHolds(run, holds, unread, checkVoids(e.stderr, run, voids, rep, extra), extra)
+	}()
 	if errors.Is(err, eventlog.ErrCorrupt) {
 		return audit.Report{Run: run, Problem: &audit.Problem{Kind: audit.KindChain, Message: err.Error()}}, nil, nil
 	}

@@ -315,6 +315,30 @@ func readHold(ctx context.Context, v *api.Violations, js jetstream.JetStream, ru
 	return nil, nil
 }
 
+// readHolds is every legal hold weft_holds keeps for run (active and
+// released: retention.HoldsOf) for audit export and verify, or why they
+// could not be read, as readHold reads show's: a refusal (watched on v
+// unless nil) answers at once, as permission_denied, and does not end
+// the command (the audit command tolerates holdSubject); holdWait bounds
+// the read.
+func readHolds(ctx context.Context, v *api.Violations, js jetstream.JetStream, run string) ([]retention.Hold, error) {
+	ctx, cancel := context.WithTimeout(ctx, holdWait)
+	defer cancel()
+	if v != nil {
+		var stop context.CancelFunc
+		ctx, stop = v.Watch(ctx, func(verb, subject string) bool { return holdSubject(subject) })
+		defer stop()
+	}
+	hs, err := retention.HoldsOf(ctx, js, run)
+	if err != nil {
+		if denied := api.DeniedBy(ctx); denied != nil {
+			return nil, denied
+		}
+		return nil, err
+	}
+	return hs, nil
+}
+
 // holdSubject reports whether subject is one a call on the legal holds'
 // bucket publishes to (its stream KV_weft_holds, its keys $KV.weft_holds.…).
 func holdSubject(subject string) bool {

@@ -50,6 +50,21 @@ func TestDevSecure(t *testing.T) {
 	if code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "keys", "--signing-key", key, "--creds", reader, "--timeout", "1m", "--no-retry"); code != exitDenied || !strings.Contains(errs, "permission_denied") || !strings.Contains(errs, "weft.api.approve") || !strings.Contains(errs, "role operator") {
 		t.Fatalf("approve as the reader: exit %d, want %d (permission_denied, at once)\n%s%s", code, exitDenied, o, errs)
 	}
+	// Start and cancel are the operator's too: refused at once, naming
+	// the subject and the role (the same api.Request path, through
+	// package client).
+	for _, c := range []struct {
+		subject string
+		args    []string
+	}{
+		{"weft.api.start", []string{"start", "payment-desk", "pay invoice INV-8", "--run", "pay-8"}},
+		{"weft.api.cancel", []string{"cancel", "pay-7", "--reason", "no", "--by", "reader"}},
+	} {
+		args := append(c.args, "--creds", reader, "--timeout", "1m", "--no-retry")
+		if code, o, errs := cli(t, args...); code != exitDenied || !strings.Contains(errs, "permission_denied") || !strings.Contains(errs, c.subject+"; the credentials of role operator may") {
+			t.Fatalf("%s as the reader: exit %d, want %d (permission_denied naming %s and role operator, at once)\n%s%s", c.args[0], code, exitDenied, c.subject, o, errs)
+		}
+	}
 	waitShow(t, "pay-7", "waiting for approval")
 	// The demo's trusting approver is not there in secure mode.
 	if code, o, errs := cli(t, "approve", "pay-7", "2/call_2_1", "--approver", "desk", "--credential", "alice"); code != exitFailed || !strings.Contains(errs, "proof_refused") {
