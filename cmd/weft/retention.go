@@ -292,36 +292,26 @@ const holdWait = time.Second
 // could not be read (a permission refusal — the roles' operator and
 // reader may not read weft_holds: docs/security.md, "Retention and legal
 // hold" —, a timeout, a value that does not decode): then show says the
-// hold is unknown, never that there is none. A refusal (watched on v
-// unless nil) answers at once.
+// hold is unknown, never that there is none (holdRead).
 func readHold(ctx context.Context, v *api.Violations, js jetstream.JetStream, run string) (*retention.Hold, error) {
-	ctx, cancel := context.WithTimeout(ctx, holdWait)
-	defer cancel()
-	if v != nil {
-		var stop context.CancelFunc
-		ctx, stop = v.Watch(ctx, func(verb, subject string) bool { return holdSubject(subject) })
-		defer stop()
-	}
-	h, err := retention.HoldOf(ctx, js, run)
-	switch {
-	case err != nil:
-		if denied := api.DeniedBy(ctx); denied != nil {
-			return nil, denied
-		}
+	h, err := holdRead(ctx, v, func(ctx context.Context) (retention.Hold, error) { return retention.HoldOf(ctx, js, run) })
+	if err != nil || !h.Active() {
 		return nil, err
-	case h.Active():
-		return &h, nil
 	}
-	return nil, nil
+	return &h, nil
 }
 
 // readHolds is every legal hold weft_holds keeps for run (active and
 // released: retention.HoldsOf) for audit export and verify, or why they
-// could not be read, as readHold reads show's: a refusal (watched on v
-// unless nil) answers at once, as permission_denied, and does not end
-// the command (the audit command tolerates holdSubject); holdWait bounds
-// the read.
+// could not be read, as readHold reads show's (holdRead); a refusal does
+// not end the command (the audit command tolerates holdSubject).
 func readHolds(ctx context.Context, v *api.Violations, js jetstream.JetStream, run string) ([]retention.Hold, error) {
+	return holdRead(ctx, v, func(ctx context.Context) ([]retention.Hold, error) { return retention.HoldsOf(ctx, js, run) })
+}
+
+// holdRead makes read, a read of weft_holds, bounded by holdWait: a
+// refusal (watched on v unless nil) answers at once, as permission_denied.
+func holdRead[T any](ctx context.Context, v *api.Violations, read func(context.Context) (T, error)) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, holdWait)
 	defer cancel()
 	if v != nil {
@@ -329,14 +319,15 @@ func readHolds(ctx context.Context, v *api.Violations, js jetstream.JetStream, r
 		ctx, stop = v.Watch(ctx, func(verb, subject string) bool { return holdSubject(subject) })
 		defer stop()
 	}
-	hs, err := retention.HoldsOf(ctx, js, run)
+	got, err := read(ctx)
 	if err != nil {
+		var zero T
 		if denied := api.DeniedBy(ctx); denied != nil {
-			return nil, denied
+			return zero, denied
 		}
-		return nil, err
+		return zero, err
 	}
-	return hs, nil
+	return got, nil
 }
 
 // holdSubject reports whether subject is one a call on the legal holds'
