@@ -153,11 +153,7 @@ func (s *State) evolve(r events.Recorded) {
 	}
 	s.version = r.Version
 	s.useCommandProof(name, r.Event)
-	if _, signed := r.Event.(events.HeadSigned); signed {
-		s.headBehind = false
-	} else if s.finished || Vouched(r.Event) {
-		s.headBehind = true
-	}
+	s.headBehind = headOwed(s.headBehind, s.finished, r.Event)
 	switch e := r.Event.(type) {
 	case events.RunStarted:
 		if s.started {

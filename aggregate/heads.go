@@ -29,3 +29,33 @@ func Vouched(ev events.Event) bool {
 // event appended after the run's end, follows the run's last head_signed
 // (or there is none).
 func (s State) HeadBehind() bool { return s.headBehind }
+
+// headOwed is the rule State.HeadBehind follows: whether a signature is
+// owed after ev is folded into a state where one was owed (behind) and
+// the run had ended (finished) or not. A head_signed pays what is owed;
+// a Vouched event, or any event after the run's end, owes one.
+func headOwed(behind, finished bool, ev events.Event) bool {
+	if _, signed := ev.(events.HeadSigned); signed {
+		return false
+	}
+	return behind || finished || Vouched(ev)
+}
+
+// HeadOwedAfter reports what the state s gives once evs, a decision about
+// to be appended, are folded in would say, without folding them: whether
+// a signature is owed (State.HeadBehind) and whether the run has ended
+// (State.Finished). A runner with a head key seals a decision that owes
+// one with its signed head, in the decision's own message
+// (docs/adr/0044), and that signed head says whether it is the run's end.
+// Which event ends the run is said here and in Evolve: property (t) of
+// TestProperties keeps the two in step over the random runs.
+func HeadOwedAfter(s State, evs []events.Event) (owed, finished bool) {
+	owed, finished = s.headBehind, s.finished
+	for _, ev := range evs {
+		owed = headOwed(owed, finished, ev)
+		if _, ok := ev.(events.RunFinished); ok {
+			finished = true
+		}
+	}
+	return owed, finished
+}

@@ -38,8 +38,12 @@ func TestHeadBehindFollowsPeoplesDecisionsAndTheEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		owed, ended := aggregate.HeadOwedAfter(s, evs)
 		for _, e := range evs {
 			fold(e)
+		}
+		if _, fin := s.Finished(); owed != s.HeadBehind() || ended != fin {
+			t.Fatalf("after %s: HeadOwedAfter said owed %v, ended %v; the fold says %v, %v", c.CommandName(), owed, ended, s.HeadBehind(), fin)
 		}
 	}
 	signed := events.HeadSigned{Key: "UKEY", Signer: "runner-a", Signature: "sig"}
@@ -70,12 +74,57 @@ func TestHeadBehindFollowsPeoplesDecisionsAndTheEnd(t *testing.T) {
 	want(true, "an append to the finished run")
 }
 
+// TestHeadOwedAfterASealedDecisionOwesNothing (docs/adr/0044): a decision
+// that owes a signature (a person's cancel that ends the run) owes none
+// once its own message ends with the head_signed that seals it, and
+// HeadOwedAfter says so before anything is folded; a finished run's
+// append owes one, and its seal pays it.
+func TestHeadOwedAfterASealedDecisionOwesNothing(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	limits := events.Limits{MaxTurns: 4, MaxConcurrency: 1, ModelTimeout: events.Infinite, ToolTimeout: 1000, MaxResultBytes: 1024, ApprovalExpiry: events.Infinite, AnswerAttempts: 1}
+	var s aggregate.State
+	decide := func(c aggregate.Command) []events.Event {
+		t.Helper()
+		evs, err := aggregate.Decide(s, c, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return evs
+	}
+	fold := func(evs []events.Event) {
+		for _, e := range evs {
+			s = aggregate.Evolve(s, events.Recorded{Run: "h2", Version: s.Version() + 1, At: now, Event: e})
+		}
+	}
+	seal := events.HeadSigned{Key: "UKEY", Signer: "runner-a", Signature: "sig", End: true}
+	fold(decide(aggregate.Start{Run: "h2", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Limits: limits, Runner: "runner-a"}))
+	cancel := decide(aggregate.Cancel{By: "alice", Reason: "done"})
+	if owed, ended := aggregate.HeadOwedAfter(s, cancel); !owed || !ended {
+		t.Fatalf("the cancel that ends the run: owed %v, ended %v; want a signature owed over the run's end", owed, ended)
+	}
+	sealed := append(cancel[:len(cancel):len(cancel)], seal)
+	if owed, ended := aggregate.HeadOwedAfter(s, sealed); owed || !ended {
+		t.Fatalf("the cancel sealed: owed %v, ended %v; want nothing owed, the run ended", owed, ended)
+	}
+	fold(sealed)
+	if _, fin := s.Finished(); s.HeadBehind() || !fin {
+		t.Fatalf("folded: behind %v, finished %v", s.HeadBehind(), fin)
+	}
+	late := []events.Event{events.ReportRefused{Action: "9/none", Attempt: 1, Reason: "run finished"}}
+	if owed, _ := aggregate.HeadOwedAfter(s, late); !owed {
+		t.Fatal("an append to the finished run: no signature owed")
+	}
+	if owed, _ := aggregate.HeadOwedAfter(s, append(late, seal)); owed {
+		t.Fatal("an append to the finished run, sealed: a signature still owed")
+	}
+}
+
 // TestHeadBehindFollowsARestart (docs/adr/0026-signed-heads.md;
 // docs/adr/0040-who-restarted-and-who-held.md): a restart is a person's
 // decision, recorded in the new run's run_forked, so the new run's first
 // message owes a signed head — with or without a name — as a pause or a
 // cancel does; a fresh start owes none. The snapshot folds to the same
-// answer.
+// answer, and HeadOwedAfter (docs/adr/0044) says so before the fold.
 func TestHeadBehindFollowsARestart(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	limits := events.Limits{MaxTurns: 4, MaxConcurrency: 1, ModelTimeout: events.Infinite, ToolTimeout: 1000, MaxResultBytes: 1024, ApprovalExpiry: events.Infinite, AnswerAttempts: 1}
@@ -93,6 +142,9 @@ func TestHeadBehindFollowsARestart(t *testing.T) {
 		evs, err := aggregate.Decide(s, aggregate.Start{Run: "h2", Agent: events.AgentRef{Name: "desk", Version: "1"}, Input: "go", Limits: limits, Runner: "runner-a", Fork: c.fork}, now)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
+		}
+		if owed, _ := aggregate.HeadOwedAfter(s, evs); owed != c.behind {
+			t.Errorf("%s: HeadOwedAfter says owed %v before the fold, want %v (docs/adr/0044)", c.name, owed, c.behind)
 		}
 		for _, e := range evs {
 			s = aggregate.Evolve(s, events.Recorded{Run: "h2", Version: s.Version() + 1, At: now, Event: e})

@@ -25,7 +25,7 @@ type rapidSource struct{ t *rapid.T }
 
 func (r rapidSource) Intn(label string, n int) int { return rapid.IntRange(0, n-1).Draw(r.t, label) }
 
-// TestProperties checks the invariants (a)–(n) of the aggregate over random
+// TestProperties checks the invariants (a)–(t) of the aggregate over random
 // command sequences (aggregatetest.Sim: the work Pending asks for plus
 // stale, duplicate and racing commands, runner deaths, hand-offs,
 // takeovers and failed appends).
@@ -144,6 +144,17 @@ func checkedSim(fail func(string, ...any)) *aggregatetest.Sim {
 	s.Check = func(before aggregate.State, c aggregate.Command, evs []events.Event, err error) {
 		// (j), (k), (l), (m).
 		steps.check(fail, s, before, c, evs)
+		// (t) HeadOwedAfter says, without folding, what the fold of the
+		// decision says: a signature owed, the run ended
+		// (docs/adr/0044: the runner seals a decision by it).
+		folded := before.Clone()
+		for i, e := range evs {
+			folded = aggregate.Evolve(folded, events.Recorded{Run: s.Run, Version: before.Version() + uint64(i) + 1, At: s.Now, Event: e})
+		}
+		_, fin := folded.Finished()
+		if owed, ended := aggregate.HeadOwedAfter(before, evs); owed != folded.HeadBehind() || ended != fin {
+			fail("(t) HeadOwedAfter of %s says owed %v, ended %v; the fold says %v, %v", c.CommandName(), owed, ended, folded.HeadBehind(), fin)
+		}
 		// (f) The same command on the same state gives the same events.
 		again, err2 := aggregate.Decide(before, c, s.Now)
 		if !reflect.DeepEqual(evs, again) || fmt.Sprint(err) != fmt.Sprint(err2) {

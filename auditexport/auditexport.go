@@ -137,11 +137,22 @@ func readWhole(ctx context.Context, log *eventlog.Log, run string, after func(st
 }
 
 // ReadHolds reads every legal hold weft_holds keeps for run (active and
-// released: retention.HoldsOf) as an export carries them, within
-// HoldsWait. A refusal of the bucket watched on v (unless nil) answers at
-// once, as the permission_denied *weft.Error the server's refusal made.
-// Its error says why the holds are not known: never read it as "none".
+// released) as an export carries them (StoredHolds, then AuditHolds). Its
+// error says why the holds are not known: never read it as "none".
 func ReadHolds(ctx context.Context, js jetstream.JetStream, run string, v *api.Violations) ([]audit.Hold, error) {
+	hs, err := StoredHolds(ctx, js, run, v)
+	if err != nil {
+		return nil, err
+	}
+	return AuditHolds(hs), nil
+}
+
+// StoredHolds is retention.HoldsOf (every hold of run, active and
+// released, in the order placed) within HoldsWait: a refusal of the
+// holds' bucket watched on v (unless nil) answers at once, as the
+// permission_denied *weft.Error the server's refusal made, instead of at
+// the deadline.
+func StoredHolds(ctx context.Context, js jetstream.JetStream, run string, v *api.Violations) ([]retention.Hold, error) {
 	ctx, cancel := context.WithTimeout(ctx, HoldsWait)
 	defer cancel()
 	if v != nil {
@@ -156,7 +167,7 @@ func ReadHolds(ctx context.Context, js jetstream.JetStream, run string, v *api.V
 		}
 		return nil, err
 	}
-	return AuditHolds(hs), nil
+	return hs, nil
 }
 
 // HoldsSubject reports whether subject is one a call on the legal holds'

@@ -14,12 +14,14 @@ import (
 )
 
 // Decision is one decision of AppendBatch: Events appended to Run, only if
-// the run's head is still Head, recorded at At.
+// the run's head is still Head, recorded at At, sealed by Seal when it is
+// set (as AppendSealed).
 type Decision struct {
 	Run    string
 	Head   Head
 	At     time.Time
 	Events []events.Event
+	Seal   Seal
 }
 
 // Appended is the outcome of one Decision of AppendBatch: the stored
@@ -41,13 +43,13 @@ type Appended struct {
 // run's head was no longer Head (nothing was written for it), a
 // *weft.Error invalid_request for a second decision of the same run in one
 // batch (it needs the sequence of the first: put it in the next batch),
-// invalid_name, payload_too_large or ErrEmpty as for Append, and
-// unavailable (or ctx's error) when no acknowledgement came: unlike Append,
-// AppendBatch does not retry, so that outcome is unknown and the run's head
-// must be read again (Head) before deciding again. At most the js's
-// asynchronous pending limit (jetstream.WithPublishAsyncMaxPending,
-// default 4000) messages are in flight; a larger batch waits for
-// acknowledgements as it goes.
+// invalid_name, payload_too_large, ErrEmpty or a *NotSentError as for
+// Append, and unavailable (or ctx's error) when no acknowledgement came:
+// unlike Append, AppendBatch does not retry, so that outcome is unknown
+// and the run's head must be read again (Head) before deciding again. At
+// most the js's asynchronous pending limit
+// (jetstream.WithPublishAsyncMaxPending, default 4000) messages are in
+// flight; a larger batch waits for acknowledgements as it goes.
 func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 	out := make([]Appended, len(ds))
 	futs := make([]jetstream.PubAckFuture, len(ds))
@@ -66,7 +68,7 @@ func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 			continue
 		}
 		seen[d.Run] = true
-		msg, envs, hash, err := l.encode(d.Run, d.Head, d.At, d.Events)
+		msg, envs, hash, err := l.encode(d.Run, d.Head, d.At, d.Events, d.Seal)
 		if err != nil {
 			out[i].Err = err
 			continue
@@ -74,7 +76,7 @@ func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 		out[i].Envelopes, out[i].Head.Hash = envs, hash
 		f, err := l.js.PublishMsgAsync(msg)
 		if err != nil {
-			out[i] = Appended{Err: l.publishError(d, len(msg.Data), err)}
+			out[i] = Appended{Err: l.publishError(d, len(envs), len(msg.Data), err)}
 			continue
 		}
 		futs[i] = f
@@ -99,7 +101,7 @@ func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 				out[i] = Appended{Err: &ConflictError{Run: d.Run, Expected: d.Head, Current: cur}}
 				continue
 			}
-			out[i] = Appended{Err: l.publishError(d, len(f.Msg().Data), err)}
+			out[i] = Appended{Err: l.publishError(d, len(out[i].Envelopes), len(f.Msg().Data), err)}
 		case <-ctx.Done():
 			for j := i; j < len(futs); j++ {
 				if futs[j] != nil {
@@ -112,9 +114,11 @@ func (l *Log) AppendBatch(ctx context.Context, ds []Decision) []Appended {
 	return out
 }
 
-func (l *Log) publishError(d Decision, size int, err error) error {
+// publishError codes err, the failed publish of d's message of n events
+// (its seal included) and size bytes.
+func (l *Log) publishError(d Decision, n, size int, err error) error {
 	if errors.Is(err, nats.ErrMaxPayload) {
-		return &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("decision of %d events is %d bytes: %v", len(d.Events), size, err)}
+		return &weft.Error{Code: weft.CodePayloadTooLarge, Message: fmt.Sprintf("decision of %d events is %d bytes: %v", n, size, err)}
 	}
 	return fmt.Errorf("eventlog: append run %s: %w", d.Run, unavailable(err))
 }

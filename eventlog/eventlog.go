@@ -160,6 +160,31 @@ func (e *ConflictError) Unwrap() error {
 	return &weft.Error{Code: weft.CodeConflict, Message: e.Error()}
 }
 
+// NotSentError is returned by Append when the decision failed before its
+// message was sent: an event that does not encode (code internal: a bug),
+// or a seal that could not be made (code unavailable: a runner's head key
+// that did not sign). Nothing was written, so the outcome is known: unlike
+// an append without its acknowledgement, the run need not be read again.
+// It unwraps to a *weft.Error with Code and to the cause.
+type NotSentError struct {
+	// Run is the run id.
+	Run string
+	// Code is the protocol code of the refusal.
+	Code weft.Code
+	// Err is the cause.
+	Err error
+}
+
+// Error describes the failure.
+func (e *NotSentError) Error() string {
+	return fmt.Sprintf("eventlog: run %s: not sent: %v", e.Run, e.Err)
+}
+
+// Unwrap returns the protocol error (Code) and the cause.
+func (e *NotSentError) Unwrap() []error {
+	return []error{&weft.Error{Code: e.Code, Message: e.Error()}, e.Err}
+}
+
 // StreamEvent is one event delivered by Subscribe.
 type StreamEvent struct {
 	// Seq is the stream sequence of the message holding the event; the
@@ -234,18 +259,39 @@ func (l *Log) newID(at time.Time) (string, error) {
 // chain, and returns the stored envelopes and the run's new head. It returns
 // a *ConflictError when another writer appended since head, a *weft.Error
 // invalid_name for a bad run id, payload_too_large when the decision exceeds
-// the server's maximum message size, and ErrEmpty for no events. When ctx
+// the server's maximum message size, ErrEmpty for no events, and a
+// *NotSentError when the decision could not be encoded: in each of these
+// nothing was written. When ctx
 // ends before an acknowledgement, the error (unavailable, or ctx's error)
 // leaves the outcome unknown: the decision may have landed, so re-read the
 // run (Head or LoadAfter) before deciding again.
 func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, evs ...events.Event) ([]events.Envelope, Head, error) {
+	return l.AppendSealed(ctx, run, head, at, nil, evs...)
+}
+
+// Seal returns the event that seals a decision: it is called, while the
+// decision is encoded, with the version and envelope hash of the
+// decision's last event, and the event it returns is stamped as one more
+// event of the same message (the next version, its Prev that hash). A
+// runner's signed head (events.HeadSigned) is such an event: it signs the
+// decision it is stored with (docs/adr/0044). A nil event leaves the
+// decision unsealed; an error fails the append before anything is sent
+// (a *NotSentError, code unavailable).
+type Seal func(version uint64, hash string) (events.Event, error)
+
+// AppendSealed is Append of the decision evs sealed by seal (nil: not
+// sealed, as Append): the message also holds the event seal returns over
+// the decision's last envelope, so the stored envelopes and the head
+// returned end with it. It is one message, checked and retried as
+// Append's, with the same message id.
+func (l *Log) AppendSealed(ctx context.Context, run string, head Head, at time.Time, seal Seal, evs ...events.Event) ([]events.Envelope, Head, error) {
 	if err := CheckRun(run); err != nil {
 		return nil, Head{}, err
 	}
 	if len(evs) == 0 {
 		return nil, Head{}, ErrEmpty
 	}
-	msg, envs, prev, err := l.encode(run, head, at, evs)
+	msg, envs, prev, err := l.encode(run, head, at, evs, seal)
 	if err != nil {
 		return nil, Head{}, err
 	}
@@ -293,30 +339,49 @@ func (l *Log) Append(ctx context.Context, run string, head Head, at time.Time, e
 var bodyOpen = `{"schema":` + strconv.Itoa(MessageSchema) + `,"events":[`
 
 // encode stamps evs as the decision that extends run from head at time
-// at and returns the log message carrying it (subject, body and headers,
-// the expected-sequence check included) with the stored envelopes and the
-// Hash of the last one (hashed from its encoding, not encoded again).
-func (l *Log) encode(run string, head Head, at time.Time, evs []events.Event) (*nats.Msg, []events.Envelope, string, error) {
+// at, followed by seal's event over its last envelope when seal is given
+// and returns one, and returns the log message carrying them (subject,
+// body and headers, the expected-sequence check included) with the stored
+// envelopes and the Hash of the last one (hashed from its encoding, not
+// encoded again).
+func (l *Log) encode(run string, head Head, at time.Time, evs []events.Event, seal Seal) (*nats.Msg, []events.Envelope, string, error) {
 	at = at.UTC()
-	envs := make([]events.Envelope, len(evs))
-	raws := make([][]byte, len(evs))
+	envs := make([]events.Envelope, 0, len(evs)+1)
+	raws := make([][]byte, 0, len(evs)+1)
 	prev := head.Hash
-	for i, e := range evs {
+	stamp := func(e events.Event) error {
 		env, err := events.Encode(e)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("eventlog: encode %s: %w", e.EventName(), err)
+			return &NotSentError{Run: run, Code: weft.CodeInternal, Err: fmt.Errorf("encode %s: %w", e.EventName(), err)}
 		}
 		id, err := l.newID(at)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("eventlog: event id: %w", err)
+			return &NotSentError{Run: run, Code: weft.CodeInternal, Err: fmt.Errorf("event id: %w", err)}
 		}
-		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(i)+1, at, prev
+		env.ID, env.Run, env.Version, env.Recorded, env.Prev = id, run, head.Version+uint64(len(envs))+1, at, prev
 		raw, err := json.Marshal(env)
 		if err != nil {
-			return nil, nil, "", fmt.Errorf("eventlog: encode envelope: %w", err)
+			return &NotSentError{Run: run, Code: weft.CodeInternal, Err: fmt.Errorf("encode envelope: %w", err)}
 		}
-		envs[i], raws[i] = env, raw
+		envs, raws = append(envs, env), append(raws, raw)
 		prev = events.HashEncoded(raw)
+		return nil
+	}
+	for _, e := range evs {
+		if err := stamp(e); err != nil {
+			return nil, nil, "", err
+		}
+	}
+	if seal != nil {
+		e, err := seal(envs[len(envs)-1].Version, prev)
+		if err != nil {
+			return nil, nil, "", &NotSentError{Run: run, Code: weft.CodeUnavailable, Err: fmt.Errorf("seal: %w", err)}
+		}
+		if e != nil {
+			if err := stamp(e); err != nil {
+				return nil, nil, "", err
+			}
+		}
 	}
 	last := envs[len(envs)-1]
 

@@ -319,7 +319,7 @@ func (r *Runner) finishTakeover(ctx context.Context, rn *run) {
 // the run is idle — unless this runner holds a head key and the run's head
 // is behind (its driver died between a person's decision and its
 // signature; keyBeforeAppend kept its entry): that takeover is recorded
-// at once, and its record signed with the decision it follows (signHead):
+// at once, its record sealed with the signed head it owes (sealFor):
 // restsWithoutDriver, which for an idle run is !owesHead.
 func (r *Runner) lazyTakeover(s aggregate.State) bool {
 	return aggregate.Idle(s) && !r.owesHead(s)

@@ -48,16 +48,20 @@ package runner
 //     request's resolution along in the same message (withResolution,
 //     drive.go).
 //  3. Append (decideAppend): the run's driver entry first when the append
-//     puts work in flight or owes a signed head (keyBeforeAppend,
-//     drive.go), the in-process worker's claims of the attempts it fences
-//     with it (prepareHandOffs, handtask.go), then eventlog.Append against
-//     the head decided on. Recorded, the events are folded into the run
-//     (run.evolve, drive.go), the head signed (signHead, signhead.go),
+//     puts work in flight, or owes a signed head it is not sealed with
+//     (keyBeforeAppend, drive.go), the in-process worker's claims of the attempts it fences
+//     with it (prepareHandOffs, handtask.go), then eventlog.AppendSealed
+//     against the head decided on, sealed with the runner's signed head
+//     when the decision owes one (sealFor, signhead.go). Recorded, the
+//     events are folded into the run (run.evolve, drive.go), a head still
+//     owed signed (signHead, signhead.go),
 //     observed (observe.go) and now and then snapshotted (maybeSnapshot,
 //     drive.go). A conflict folds the tail another writer appended and
 //     decides again (afterConflict, drive.go); an append of unknown
 //     outcome reads the run back (appendUnknown and resync, drive.go); a
-//     refusal of the store returns with nothing recorded.
+//     refusal of the store, or an append that failed before it was sent
+//     (eventlog.NotSentError: a seal that could not be made), returns with
+//     nothing recorded and nothing read again.
 //  4. Act on pending (step → act → actOnce), after an append (or on a
 //     wake) and only while this runner drives the run: the stop of the
 //     bodies the appended events stopped, the model call of a cancelled
@@ -301,7 +305,10 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if _, ok := c.(aggregate.ModelReply); ok && derr == nil && !alone {
 			evs, now = r.withResolution(ctx, rn, decided, evs, now, &resolved)
 		}
-		if err := r.keyBeforeAppend(ctx, rn, c, evs, now); err != nil {
+		// A decision that leaves a signature owed carries the signed
+		// head in its own message (sealFor, signhead.go).
+		seal := r.sealFor(rn, evs)
+		if err := r.keyBeforeAppend(ctx, rn, c, evs, now, seal != nil); err != nil {
 			return nil, err
 		}
 		// The claims of the attempts this append fences go out with it
@@ -310,8 +317,15 @@ func (r *Runner) decideAppend(ctx context.Context, rn *run, c aggregate.Command)
 		if len(evs) > reply {
 			r.testHook("resolution-appending", -1, rn.id)
 		}
-		envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, now, evs...)
+		envs, head, err := r.evlog.AppendSealed(ctx, rn.id, rn.head, now, seal, evs...)
 		if err != nil {
+			var notSent *eventlog.NotSentError
+			if errors.As(err, &notSent) {
+				// Failed before anything was sent (a seal that could
+				// not be made: sealFor): nothing landed, nothing is
+				// owed, and nothing needs reading again.
+				return nil, err
+			}
 			var conflict *eventlog.ConflictError
 			if !errors.As(err, &conflict) {
 				switch weft.ErrorCode(err) {

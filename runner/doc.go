@@ -132,8 +132,10 @@
 // takeOrphans): those are the runs some runner drove with work in flight.
 // A run idle by the log (aggregate.Idle: waiting only for people) has no
 // entry and costs its owner nothing, in memory or at a takeover, until a
-// command, report or timer reaches it (idle.go) — unless, with a head key,
-// it owes a signed head (signhead.go). A SIGKILLed runner's
+// command, report or timer reaches it (idle.go) — unless it owes a signed
+// head that a runner before docs/adr/0044 left unsigned (signBehind,
+// signhead.go; a runner with a head key seals a decision with its signed
+// head, in one append, and owes none after it). A SIGKILLed runner's
 // partitions move within about lease + lease/4 and its runs in flight
 // continue (the docs/semantics.md §8 outcomes follow from the recorded fences);
 // a

@@ -339,6 +339,7 @@ func (r *Runner) resync(ctx context.Context, rn *run, evs []events.Event) (bool,
 // that failed with err, neither a conflict nor a refusal of the store:
 // its outcome is unknown (decideAppend).
 func (r *Runner) appendUnknown(ctx context.Context, rn *run, evs []events.Event, derr, err error) ([]events.Event, error) {
+	r.testHook("append-unknown", -1, rn.id)
 	// The outcome is unknown: the decision may have landed
 	// (its acknowledgement lost). Re-read, so that what did
 	// land is acted on now, not whenever the run is next
@@ -465,27 +466,32 @@ func (r *Runner) drop(rn *run) {
 // (docs/semantics.md §8: pending work is retried, never dropped). When the put
 // fails nothing is appended: the command answers unavailable, nothing is
 // acted on. An append that leaves the run idle needs no entry, and
-// neither does one that finishes it — unless the runner holds a head key:
-// the end head follows the append (signHead), and a runner that dies
-// between the two leaves the entry, whose wake signs the end (signBehind) —
-// nor a hand-off (a drain's or a release's: the run's next owner finds it
-// when a command reaches it, as an idle run). With a head key, an append
-// to a finished run puts the entry too: its signed head follows, and the
-// entry stays until it is signed (signHead, signBehind). So does, with a
-// head key, an append of a decision a person made that leaves the run idle:
-// an idle run has no entry, and a runner that died before signing it
-// would leave the decision unsigned until the next one.
-func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time) error {
+// neither does one that finishes it, nor a hand-off (a drain's or a
+// release's: the run's next owner finds it when a command reaches it, as
+// an idle run).
+//
+// With a head key, an append sealed with its signed head (sealed:
+// sealFor, docs/adr/0044) owes nothing once appended, and one whose
+// acknowledgement is lost either landed signed or did not land: it needs
+// no entry for its signature; a seal that cannot be made fails the append
+// before it is sent (sealFor), so nothing is owed either. One not sealed
+// (WithoutSeal, in tests: a runner before docs/adr/0044) that owes a
+// signature — a person's decision that leaves the run idle, the end, an
+// append to a finished run — puts the entry: its signed head follows
+// (signHead), and a runner that dies between the two leaves the entry,
+// whose wake signs it (signBehind); signHead deletes it once a finished
+// run's head is signed.
+func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Command, evs []events.Event, now time.Time, sealed bool) error {
 	if rn.keyed {
 		return nil
 	}
 	if _, ended := rn.state.Finished(); ended {
 		// An append to a finished run (a late report refused, a
-		// settlement) is followed by a signed head (signHead): with a
-		// head key, the entry first, so that a signature that fails or
-		// a runner that dies before it leaves the entry, whose wake
-		// signs the tail (signBehind). signHead deletes it once signed.
-		if r.headKey == nil {
+		// settlement) not sealed is followed by a signed head
+		// (signHead): with a head key, the entry first, so that a
+		// signature that fails or a runner that dies before it leaves
+		// the entry, whose wake signs the tail (signBehind).
+		if r.headKey == nil || sealed {
 			return nil
 		}
 	} else {
@@ -495,7 +501,10 @@ func (r *Runner) keyBeforeAppend(ctx context.Context, rn *run, c aggregate.Comma
 		// With a head key, an append after which a signature is owed
 		// (a person's decision, the end: HeadBehind) keeps its entry
 		// until signed, even when it leaves the run idle or finished
-		// (restsWithoutDriver).
+		// (restsWithoutDriver); sealed, the signature is in it.
+		if sealed {
+			evs = append(evs[:len(evs):len(evs)], events.HeadSigned{})
+		}
 		if r.restsWithoutDriver(rn.after(evs, now)) {
 			return nil
 		}

@@ -13,6 +13,12 @@ var ModelMessages = modelMessages
 // EndsFinished is endsFinished, for tests.
 var EndsFinished = endsFinished
 
+// WithoutSeal makes a runner with a head key append each signed head after
+// the decision it signs, as the release before docs/adr/0044 did, instead of
+// sealing the decision with it: so that a test can make it die between the
+// two, and prove that the runner after it signs what it left.
+func WithoutSeal() Option { return func(r *Runner) { r.unsealed = true } }
+
 // WithoutScan stops the runner from scanning weft_drivers for runs to take
 // over, so that a test decides which command takes a run over.
 func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
@@ -36,9 +42,10 @@ func WithoutScan() Option { return func(r *Runner) { r.noScan = true } }
 // in-process worker to stop ("worker-stopped"), before a drain deletes
 // the key of a partition with nothing running ("release-quiet"), when a rebuild of the
 // driver index from the log starts ("rebuild"), loads a run ("rebuild-read") and
-// creates a run's entry ("rebuild-entry"), and when a start's first
-// events are appended, before they are acted on ("start-appended"), so
-// that a test orders them.
+// creates a run's entry ("rebuild-entry"), when a start's first
+// events are appended, before they are acted on ("start-appended"), and
+// when an append's outcome is unknown, before the run is read again
+// ("append-unknown"), so that a test orders or counts them.
 func WithHook(f func(event string, p int, run string)) Option {
 	return func(r *Runner) { r.hook = f }
 }

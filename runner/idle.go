@@ -26,7 +26,8 @@ import (
 // (aggregate.Idle) — unless this runner signs heads and a signature is
 // owed (aggregate.State.HeadBehind: a person's decision, the run's end or
 // an append after it follows the last head_signed). Such a run keeps its
-// entry until it is signed (signHead, signBehind), so that the owner of
+// entry until it is signed (signHead, signBehind; a decision sealed
+// with its signed head leaves none owed, sealFor), so that the owner of
 // its partition finds it when its driver dies first
 // (docs/adr/0026-signed-heads.md). It is the one answer to "does this
 // run rest without a driver?": what keeps a run in memory (isIdle),

@@ -172,9 +172,10 @@ type Runner struct {
 	workerOpts  []worker.Option
 	// inproc is the in-process worker while Run runs it (nil without
 	// one): dispatch hands it the tasks of its queues (handtask.go).
-	inproc  atomic.Pointer[worker.Worker]
-	headKey nkeys.KeyPair    // signs chain heads (signhead.go); nil: none
-	people  approvers.People // who made a person's command (identity.go)
+	inproc   atomic.Pointer[worker.Worker]
+	headKey  nkeys.KeyPair    // signs chain heads (signhead.go); nil: none
+	unsealed bool             // tests (export_test.go): sign heads after their decisions
+	people   approvers.People // who made a person's command (identity.go)
 
 	// claims is weft_claims, looked up at the first close of an attempt
 	// (close.go), under claimsMu.
@@ -262,6 +263,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, agents []*agent.Agent, opts ...O
 	}
 	if len(agents) == 0 {
 		return nil, errors.New("runner: no agents")
+	}
+	if r.headKey != nil {
+		if err := checkHeadKey(r.headKey); err != nil {
+			return nil, err
+		}
 	}
 	agents = withSubAgents(agents) // serve the sub-agents' child runs too
 	for _, a := range agents {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/weftrun/weft/aggregate"
+	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 )
 
@@ -22,9 +24,10 @@ import (
 const EnvHeadKey = "WEFT_HEAD_KEY"
 
 // WithHeadKey makes the runner sign its runs' chain heads with kp (an nkeys
-// user key pair): after every decision a person made and at the run's end
-// it appends events.HeadSigned (docs/adr/0026-signed-heads.md). Without it
-// nothing is signed, and `weft audit verify` says so.
+// user key pair): every decision a person made and the run's end carry
+// events.HeadSigned over their last event, in their own log message
+// (docs/adr/0026-signed-heads.md, docs/adr/0044). Without it nothing is
+// signed, and `weft audit verify` says so.
 func WithHeadKey(kp nkeys.KeyPair) Option { return func(r *Runner) { r.headKey = kp } }
 
 // ReadHeadKey reads a head signing key: a file holding an nkeys user seed
@@ -80,30 +83,70 @@ func LoadOrCreateHeadKey(path string) (nkeys.KeyPair, bool, error) {
 	return kp, true, nil
 }
 
-// signHead appends events.HeadSigned over rn's head, after an append, when
-// the runner holds a head key and a signature is owed
-// (aggregate.State.HeadBehind): a decision a person made or the run's end
-// follows the last signed head, or something was appended to a finished
-// run. It is a following append, not part of the decision (the decision's
-// envelope hashes are known only once eventlog stamps them).
+// sealFor returns the seal of evs, the decision about to be appended to
+// rn, when the runner holds a head key and the decision leaves a
+// signature owed (aggregate.HeadOwedAfter: a decision a person made, the
+// run's end or an append after it, or a head its driver left unsigned
+// before it, follows the last signed head): events.HeadSigned over the
+// decision's last envelope, which eventlog stamps as the last event of the
+// decision's own message (eventlog.AppendSealed, docs/adr/0044). One
+// append, and no window in which the decision is recorded and its head
+// not signed. It returns nil when nothing is owed. A signature that cannot
+// be made fails the append before anything is sent (an
+// *eventlog.NotSentError, unavailable): nothing is recorded, so nothing is
+// owed — a decision appended unsealed would owe a signature with no
+// weft_drivers entry to find it by (keyBeforeAppend puts none for a sealed
+// decision's signature; docs/semantics.md §8). New refuses a head key that
+// cannot sign, so that this is a key that stopped signing.
 //
-// It covers, with one rule: the decision just appended; a takeover
-// (events.RunRecovered) of a run whose dead driver left a decision unsigned
-// between its append and its signature — the new driver signs it at once,
-// and every runner that could take the run over folds the same log, so
-// decides the same (docs/adr/0026-signed-heads.md); an earlier signature
-// that failed, signed at the next append; and what is appended to a
-// finished run (a worker's late report refused, a settlement, a
-// reconciliation), so that a finished run's history ends with a signed head
-// (audit.WithTrust). A signature that fails is logged and the run woken
-// again (retryLater), whose wake signs it (signBehind); meanwhile the run is
-// kept in memory with its entry (isIdle).
+// It covers, with one rule: the decision itself; a takeover
+// (events.RunRecovered) of a run whose dead driver left a decision
+// unsigned — the new driver's takeover is sealed, and every runner that
+// could take the run over folds the same log, so decides the same
+// (docs/adr/0026-signed-heads.md); and what is appended to a finished run
+// (a worker's late report refused, a settlement, a reconciliation), so
+// that a finished run's history ends with a signed head (audit.WithTrust).
+func (r *Runner) sealFor(rn *run, evs []events.Event) eventlog.Seal {
+	if r.headKey == nil || r.unsealed {
+		return nil
+	}
+	owed, end := aggregate.HeadOwedAfter(rn.state, evs)
+	if !owed {
+		return nil
+	}
+	id := rn.id
+	return func(version uint64, hash string) (events.Event, error) {
+		hs, err := r.headSigned(id, version, hash, end)
+		if err != nil {
+			r.log.Warn("head not sealed: the decision is not appended", "run", id, "version", version, "err", err)
+			return nil, err
+		}
+		return hs, nil
+	}
+}
+
+// signHead appends events.HeadSigned over rn's head, after an append,
+// when the runner holds a head key and a signature is still owed
+// (aggregate.State.HeadBehind): the append was not sealed (a runner with
+// WithoutSeal, in tests: the path of a runner before docs/adr/0044; a
+// seal that cannot be made fails the append instead, sealFor), so a
+// decision a person made or the run's end follows the last signed head, or
+// something was appended to a finished run. After a sealed append nothing
+// is owed, and for a finished run it only deletes the weft_drivers entry
+// keyBeforeAppend put.
+//
+// A signature that fails is logged and the run woken again (retryLater),
+// whose wake signs it (signBehind); meanwhile the run is kept in memory
+// with its entry (isIdle).
 func (r *Runner) signHead(ctx context.Context, rn *run) {
-	if r.headKey == nil || !rn.state.HeadBehind() {
+	if r.headKey == nil {
 		return
 	}
 	if _, fin := rn.state.Finished(); fin && !rn.driven {
 		r.signAfterEnd(ctx, rn)
+		return
+	}
+	if !rn.state.HeadBehind() {
 		return
 	}
 	if err := r.sign(ctx, rn); err != nil {
@@ -113,16 +156,19 @@ func (r *Runner) signHead(ctx context.Context, rn *run) {
 }
 
 // signAfterEnd signs the head of rn, a finished run something was just
-// appended to, and deletes the weft_drivers entry keyBeforeAppend put
-// before that append. When the signature or the delete fails, the entry
-// stays and the run is woken again (retryLater): the wake of a finished
-// run signs what follows its last signed end head (signBehind) and deletes
-// the entry — as the partition's owner does when this runner dies first.
+// appended to, when that append was not sealed, and deletes the
+// weft_drivers entry keyBeforeAppend put before that append, if it put
+// one. When the signature or the delete fails, the entry stays and the
+// run is woken again (retryLater): the wake of a finished run signs what
+// follows its last signed end head (signBehind) and deletes the entry —
+// as the partition's owner does when this runner dies first.
 func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
-	if err := r.sign(ctx, rn); err != nil {
-		r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
-		r.retryLater(rn.id)
-		return
+	if rn.state.HeadBehind() {
+		if err := r.sign(ctx, rn); err != nil {
+			r.log.Warn("head not signed", "run", rn.id, "version", rn.head.Version, "err", err)
+			r.retryLater(rn.id)
+			return
+		}
 	}
 	if !rn.keyed {
 		return
@@ -142,11 +188,13 @@ func (r *Runner) signAfterEnd(ctx context.Context, rn *run) {
 // (aggregate.State.HeadBehind: a decision a person made, the run's end, or
 // an append after it follows the last signed head) and this runner holds a
 // head key. It is how a runner that wakes a run whose weft_drivers entry
-// is still there finishes what its driver left: the driver died between an
-// append and its signature (signHead), and nothing else would sign before
-// the next decision — never, for a finished run. An error (the store did
-// not answer, the log moved: the append is at rn's head) leaves the head
-// unsigned: the caller keeps the entry, so that the wake is made again.
+// is still there finishes what its driver left: the driver appended a
+// decision unsealed (a runner before docs/adr/0044) and died before its
+// signature (signHead), and nothing else would sign before the next
+// decision — never, for a finished run (a running run's takeover is
+// sealed, sealFor). An error (the store did not answer, the log moved:
+// the append is at rn's head) leaves the head unsigned: the caller keeps
+// the entry, so that the wake is made again.
 func (r *Runner) signBehind(ctx context.Context, rn *run) error {
 	if r.headKey == nil || !rn.state.HeadBehind() {
 		return nil
@@ -160,17 +208,11 @@ func (r *Runner) sign(ctx context.Context, rn *run) error {
 	if rn.head.Hash == "" {
 		return nil
 	}
-	key, err := r.headKey.PublicKey()
-	if err != nil {
-		return err
-	}
-	d := events.HeadDigest(rn.id, rn.head.Version, rn.head.Hash, key)
-	sig, err := r.headKey.Sign(d[:])
-	if err != nil {
-		return err
-	}
 	_, end := rn.state.Finished()
-	hs := events.HeadSigned{Version: rn.head.Version, Hash: rn.head.Hash, Key: key, Signer: r.id, Signature: base64.RawURLEncoding.EncodeToString(sig), End: end}
+	hs, err := r.headSigned(rn.id, rn.head.Version, rn.head.Hash, end)
+	if err != nil {
+		return err
+	}
 	envs, head, err := r.evlog.Append(ctx, rn.id, rn.head, r.clock(rn), hs)
 	if err != nil {
 		return err
@@ -184,4 +226,39 @@ func (r *Runner) sign(ctx context.Context, rn *run) error {
 	}
 	rn.head = head
 	return nil
+}
+
+// checkHeadKey makes sure kp, a runner's head key, signs: New refuses one
+// that cannot (a public key alone, a wiped seed), rather than fail each
+// decision that owes a signed head (sealFor) once it runs.
+func checkHeadKey(kp nkeys.KeyPair) error {
+	key, err := kp.PublicKey()
+	if err != nil {
+		return fmt.Errorf("runner: head signing key: %w", err)
+	}
+	d := events.HeadDigest("probe", 1, "probe", key)
+	sig, err := kp.Sign(d[:])
+	if err == nil {
+		err = kp.Verify(d[:], sig)
+	}
+	if err != nil {
+		return fmt.Errorf("runner: head signing key %s cannot sign: %w", key, err)
+	}
+	return nil
+}
+
+// headSigned is the runner's signed head of run at version, whose event
+// hashes to hash (events.HeadDigest, signed with the runner's head key,
+// which it must hold); end says the run has ended there.
+func (r *Runner) headSigned(run string, version uint64, hash string, end bool) (events.HeadSigned, error) {
+	key, err := r.headKey.PublicKey()
+	if err != nil {
+		return events.HeadSigned{}, err
+	}
+	d := events.HeadDigest(run, version, hash, key)
+	sig, err := r.headKey.Sign(d[:])
+	if err != nil {
+		return events.HeadSigned{}, err
+	}
+	return events.HeadSigned{Version: version, Hash: hash, Key: key, Signer: r.id, Signature: base64.RawURLEncoding.EncodeToString(sig), End: end}, nil
 }

@@ -272,7 +272,9 @@ func TestSemantics8_AFinishedRunWhoseDriverDiedBeforeSigningIsSignedByTheNextRun
 }
 
 // unsignedJS is the runner's real JetStream, except that the first
-// append of a head_signed fails before anything is published.
+// append of a head_signed fails before anything is published (a runner
+// that appends its signed heads after their decisions,
+// runner.WithoutSeal).
 type unsignedJS struct {
 	jetstream.JetStream
 	failed atomic.Bool
@@ -296,7 +298,7 @@ func TestSemantics8_AFinishedRunWhoseEndHeadFailedIsSignedOnItsWake(t *testing.T
 	h := newHarness(t)
 	runnerKey, runnerPub := userKey(t, 9)
 	js := &unsignedJS{JetStream: h.srv.JS}
-	h.runOn(h.srv.Connect(), js, []*agent.Agent{build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())}, runner.WithID("runner-c"), runner.WithLease(2*time.Second), runner.WithHeadKey(runnerKey))
+	h.runOn(h.srv.Connect(), js, []*agent.Agent{build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())}, runner.WithID("runner-c"), runner.WithLease(2*time.Second), runner.WithHeadKey(runnerKey), runner.WithoutSeal())
 	c := ctx(t)
 	h.startServed(c, api.StartRequest{Run: "es2", Agent: "desk", Input: "close the books"})
 	envs, _ := audittest.WaitEndHead(t, h.srv.Log, "es2")
@@ -436,8 +438,10 @@ func TestSemantics8_ADecisionLeftUnsignedIsSignedByTheRunnerThatTakesOver(t *tes
 }
 
 // headlessJS is the runner's real JetStream, except that every append of
-// a head_signed fails before anything is published: the runner dies, as
-// far as its signatures go, between each decision and its signature.
+// a head_signed fails before anything is published: a runner that appends
+// its signed heads after their decisions (runner.WithoutSeal, as the
+// release before docs/adr/0044) dies, as far as its signatures go,
+// between each decision and its signature.
 type headlessJS struct{ jetstream.JetStream }
 
 func (u headlessJS) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
@@ -463,7 +467,7 @@ func TestSemantics8_AnIdleRunCancelledByARunnerThatDiesBeforeSigningIsSignedByTh
 	b := &bodies{}
 	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
 	nc := h.srv.Connect()
-	ra, err := runner.New(nc, headlessJS{h.srv.JS}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	ra, err := runner.New(nc, headlessJS{h.srv.JS}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA), runner.WithoutSeal())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,7 +583,7 @@ func TestSemantics8_AnAppendToAFinishedRunLeftUnsignedIsSignedByTheNext(t *testi
 	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
 	var off atomic.Bool
 	nc := h.srv.Connect()
-	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA), runner.WithoutSeal())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +661,7 @@ func TestSemantics8_AnAppendToAFinishedRunWhoseSignatureFailedIsSignedOnRetry(t 
 	desk := build(t, model.NewScripted("desk", model.Answer("done")), nil, policy.AlwaysAllow())
 	var off atomic.Bool
 	nc := h.srv.Connect()
-	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithHeadKey(keyA))
+	ra, err := runner.New(nc, toggledHeadlessJS{h.srv.JS, &off}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithHeadKey(keyA), runner.WithoutSeal())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -789,7 +793,7 @@ func TestSemantics8_APersonsDecisionLeavingARunIdleKeepsItsEntryUntilSigned(t *t
 	b := &bodies{}
 	desk := build(t, model.NewScripted("desk", model.CallTools(payCall(500, "ok"), payCall(600, "ok")), model.Answer("paid")), []tools.Tool{b.tool()}, policy.Func(approvalAbove))
 	nc := h.srv.Connect()
-	ra, err := runner.New(nc, headlessJS{h.srv.JS}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA))
+	ra, err := runner.New(nc, headlessJS{h.srv.JS}, []*agent.Agent{desk}, runner.WithID("runner-a"), runner.WithLease(2*time.Second), runner.WithDrainWindow(time.Second), runner.WithHeadKey(keyA), runner.WithoutSeal())
 	if err != nil {
 		t.Fatal(err)
 	}

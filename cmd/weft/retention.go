@@ -286,32 +286,22 @@ func listHolds(ctx context.Context, e *env, all, asJSON bool) error {
 	return nil
 }
 
-// holdWait bounds show's read of a run's legal hold.
-const holdWait = time.Second
-
 // readHold is run's active legal hold for show (nil: none), or why it
 // could not be read (a permission refusal — the roles' operator and
 // reader may not read weft_holds: docs/security.md, "Retention and legal
 // hold" —, a timeout, a value that does not decode): then show says the
-// hold is unknown, never that there is none. A refusal (watched on v
-// unless nil) answers at once.
+// hold is unknown, never that there is none. It reads the run's holds as
+// an export does (auditexport.StoredHolds: bounded, a refusal watched on
+// v answers at once).
 func readHold(ctx context.Context, v *api.Violations, js jetstream.JetStream, run string) (*retention.Hold, error) {
-	ctx, cancel := context.WithTimeout(ctx, holdWait)
-	defer cancel()
-	if v != nil {
-		var stop context.CancelFunc
-		ctx, stop = v.Watch(ctx, func(verb, subject string) bool { return auditexport.HoldsSubject(subject) })
-		defer stop()
-	}
-	h, err := retention.HoldOf(ctx, js, run)
-	switch {
-	case err != nil:
-		if denied := api.DeniedBy(ctx); denied != nil {
-			return nil, denied
-		}
+	hs, err := auditexport.StoredHolds(ctx, js, run, v)
+	if err != nil {
 		return nil, err
-	case h.Active():
-		return &h, nil
+	}
+	for _, h := range hs {
+		if h.Active() {
+			return &h, nil
+		}
 	}
 	return nil, nil
 }
