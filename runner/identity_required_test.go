@@ -22,6 +22,13 @@ import (
 )
 
 // The ways a person's command says who made it, in
+// TestSecurityWhoDidIt_RequiredForEveryCommand.
+const (
+	nobody = "nobody" // no name, no credential, no proof
+	typed  = "typed"  // a name typed (a credential for an answer), no proof
+	signed = "signed" // a signed proof by a key the deployment trusts
+)
+
 // TestSecurityWhoDidIt_RequiredForEveryCommand (docs/security.md "Who did
 // it"; docs/protocol.md identity_required; docs/semantics.md §4
 // approvals, §7 cancellation, §10 reconciliation, §13 pause and resume,
