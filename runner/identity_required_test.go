@@ -24,9 +24,9 @@ import (
 // The ways a person's command says who made it, in
 // TestSecurityWhoDidIt_RequiredForEveryCommand.
 const (
-	nobody = "nobody" // no name, no credential, no proof
-	typed  = "typed"  // a name typed (a credential for an answer), no proof
-	signed = "signed" // a signed proof by a key the deployment trusts
+	whoNobody = "nobody" // no name, no credential, no proof
+	whoTyped  = "typed"  // a name typed (a credential for an answer), no proof
+	whoSigned = "signed" // a signed proof by a key the deployment trusts
 )
 
 // TestSecurityWhoDidIt_RequiredForEveryCommand (docs/security.md "Who did
@@ -61,10 +61,10 @@ func requiredForEveryCommand(t *testing.T, secure bool) {
 	alice, alicePub := userKey(t, 1)
 	carol, carolPub := userKey(t, 4)
 	people := approvers.People{Require: true}
-	noIdentity, identified := nobody, typed
+	noIdentity, identified := whoNobody, whoTyped
 	if secure {
 		people.Keys = []approvers.Key{{Public: carolPub, Reviewer: "carol@ops"}}
-		noIdentity, identified = typed, signed
+		noIdentity, identified = whoTyped, whoSigned
 	}
 	m := model.NewScripted("s", model.CallTools(payCall(500, "ok"), payCall(1, "uncertain")), model.Answer("done"))
 	desk, err := agent.New("desk", m, []tools.Tool{(&bodies{}).tool()}, policy.Func(approvalAbove), agent.WithApprovers(
@@ -95,9 +95,9 @@ func requiredForEveryCommand(t *testing.T, secure bool) {
 	// by is the name typed, and p the command proof of sub, as who says.
 	person := func(who string, sub proof.CommandSubject) (by string, p *events.CommandProof) {
 		switch who {
-		case typed:
+		case whoTyped:
 			return "carol@ops", nil
-		case signed:
+		case whoSigned:
 			return "", signCommand(t, carol, sub, exp)
 		}
 		return "", nil
@@ -112,9 +112,9 @@ func requiredForEveryCommand(t *testing.T, secure bool) {
 	// and proof), with reason for a reject.
 	answer := func(run, who, kind, reason string) (string, string, *events.ApprovalProof) {
 		switch who {
-		case typed:
+		case whoTyped:
 			return "desk", "dana", nil
-		case signed:
+		case whoSigned:
 			s, a := pending(run)
 			return "keys", "", signFor(t, alice, s, a, kind, exp, func(sub *proof.Subject) { sub.Reason = reason })
 		}
@@ -223,7 +223,7 @@ func requiredForEveryCommand(t *testing.T, secure bool) {
 		}
 		var refusals []refusal
 		switch {
-		case tc.holds && noIdentity == nobody:
+		case tc.holds && noIdentity == whoNobody:
 			refusals = append(refusals, refusal{tc.name + "-who", noIdentity, "why", weft.CodeInvalidRequest, ""})
 		case secure || !tc.answer:
 			refusals = append(refusals, refusal{tc.name + "-who", noIdentity, "why", weft.CodeIdentityRequired, approvers.ReasonNoIdentity})
