@@ -1,46 +1,14 @@
 package runner_test
 
 import (
-	"encoding/json"
 	"testing"
 
 	"github.com/weftrun/weft/aggregate"
 	"github.com/weftrun/weft/api"
 	"github.com/weftrun/weft/approvers"
-	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/runner"
 )
-
-// forkMessages returns run's log messages in order, each as the envelopes
-// it holds: one message per append (docs/protocol/10-log.md).
-func forkMessages(t *testing.T, h *harness, run string) [][]events.Envelope {
-	t.Helper()
-	c := ctx(t)
-	st, err := h.srv.JS.Stream(c, eventlog.Stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out [][]events.Envelope
-	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(c, seq)
-		if err != nil || m.Subject != eventlog.Subject(run) {
-			continue // another run's, or deleted
-		}
-		var body struct {
-			Events []events.Envelope `json:"events"`
-		}
-		if err := json.Unmarshal(m.Data, &body); err != nil {
-			t.Fatalf("message %d of run %s: %v", seq, run, err)
-		}
-		out = append(out, body.Events)
-	}
-	return out
-}
 
 // TestSignedHeadsFollowARestart (docs/adr/0026-signed-heads.md;
 // docs/adr/0040-who-restarted-and-who-held.md; docs/semantics.md §14): a
@@ -59,7 +27,7 @@ func TestSignedHeadsFollowARestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitStatus("re-1", aggregate.StatusFinished)
-	msgs := forkMessages(t, h, "re-1")
+	msgs := logMessages(t, h, "re-1")
 	// The restart's message: the first, holding run_forked; its last
 	// event other than a head_signed sealed into it is what the restart
 	// decided last.
