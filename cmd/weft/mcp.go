@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"errors"
@@ -193,47 +194,121 @@ func credentialApproveCommand(approver string) func(run, action string, revision
 // signingApproveCommand is the signing form of the approve command the
 // answers name (mcpserve.SigningApproveCommand). Without --approver it
 // names the approver of signed proofs the served agents' catalog entries
-// list (catalog.Entry.Signed), read when an answer first names it and kept
-// once read: the deployment's own name, so that the command is one a person
-// can run with their key. When the agents list none, or several, the
-// command keeps the placeholder APPROVER and says where its name is.
+// list (catalog.Entry.Signed): the deployment's own name, so that the
+// command is one a person can run with their key. When the agents list
+// none, or several, the command keeps the placeholder APPROVER and says
+// where its name is. The names are read as approverHint says.
 func signingApproveCommand(approver string, cat *catalog.Client, agents []mcpserve.Agent) func(run, action string, revision int) string {
 	if approver != "" {
 		return mcpserve.SigningApproveCommand(approver)
 	}
-	var mu sync.Mutex
-	var known func(run, action string, revision int) string
-	return func(run, action string, revision int) string {
-		mu.Lock()
-		defer mu.Unlock()
-		if known != nil {
-			return known(run, action, revision)
-		}
-		names, err := signedApprovers(cat, agents)
-		cmd := mcpserve.SigningApproveCommand("")(run, action, revision)
-		switch {
-		case err != nil:
-			return cmd + " (APPROVER: the agent's approver of signed proofs; its catalog entry lists it, signed_approvers, which could not be read: " + err.Error() + ")"
-		case len(names) == 1:
-			known = mcpserve.SigningApproveCommand(names[0])
-			return known(run, action, revision)
-		case len(names) == 0:
-			known = func(run, action string, revision int) string {
-				return mcpserve.SigningApproveCommand("")(run, action, revision) + " (APPROVER: the agent lists no approver of signed proofs in its catalog entry; the deployment's name for the approver that holds your key)"
-			}
-		default:
-			known = func(run, action string, revision int) string {
-				return mcpserve.SigningApproveCommand("")(run, action, revision) + " (APPROVER: the one of " + strings.Join(names, ", ") + " that trusts your key)"
-			}
-		}
-		return known(run, action, revision)
+	return (&approverHint{cat: cat, agents: agents}).command
+}
+
+// The defaults of approverHint.
+const (
+	// hintReadTimeout bounds one read of the catalog.
+	hintReadTimeout = 5 * time.Second
+	// hintKeepFor is how long a read's names are used before the next
+	// answer reads them again (a catalog that changed shows within it).
+	hintKeepFor = 5 * time.Minute
+	// hintRetryAfter is how long a failed read is remembered: the answers
+	// meanwhile say it failed, at once, and read nothing.
+	hintRetryAfter = 30 * time.Second
+)
+
+// approverHint reads the approvers of signed proofs an approval answer
+// names from the catalog, when an answer first needs them, and keeps them
+// for keepFor (hintKeepFor), then reads them again. One read at a time
+// (single flight, bounded by timeout): answers that come during a read
+// wait for that read, not for one of their own, and never hold a lock
+// while the catalog is asked. A failed read is remembered for retryAfter
+// (hintRetryAfter): the answers meanwhile name the failure without asking
+// the catalog again — or, when an earlier read succeeded, still name what
+// it read.
+type approverHint struct {
+	cat    *catalog.Client
+	agents []mcpserve.Agent
+	// timeout, keepFor and retryAfter: the defaults above when zero; now:
+	// time.Now when nil.
+	timeout, keepFor, retryAfter time.Duration
+	now                          func() time.Time
+
+	mu      sync.Mutex
+	read    bool      // a read succeeded: names
+	names   []string  // of the last successful read
+	err     error     // of the last read, when it failed
+	next    time.Time // when the next answer reads again
+	reading chan struct{}
+}
+
+// command is the approve command an answer names for run's action at
+// revision.
+func (h *approverHint) command(run, action string, revision int) string {
+	names, err := h.approvers()
+	cmd := mcpserve.SigningApproveCommand("")(run, action, revision)
+	switch {
+	case err != nil:
+		return cmd + " (APPROVER: the agent's approver of signed proofs; its catalog entry lists it, signed_approvers, which could not be read: " + err.Error() + ")"
+	case len(names) == 1:
+		return mcpserve.SigningApproveCommand(names[0])(run, action, revision)
+	case len(names) == 0:
+		return cmd + " (APPROVER: the agent lists no approver of signed proofs in its catalog entry; the deployment's name for the approver that holds your key)"
+	default:
+		return cmd + " (APPROVER: the one of " + strings.Join(names, ", ") + " that trusts your key)"
 	}
 }
 
+// approvers returns the names to use now, reading them when due: the last
+// successful read's while it is kept, or while a failed read since is
+// remembered; else the failure.
+func (h *approverHint) approvers() ([]string, error) {
+	now := time.Now
+	if h.now != nil {
+		now = h.now
+	}
+	h.mu.Lock()
+	for h.reading != nil {
+		// Another answer is reading: wait for its read.
+		wait := h.reading
+		h.mu.Unlock()
+		<-wait
+		h.mu.Lock()
+	}
+	if (h.read || h.err != nil) && now().Before(h.next) {
+		defer h.mu.Unlock()
+		if h.read {
+			return h.names, nil
+		}
+		return nil, h.err
+	}
+	done := make(chan struct{})
+	h.reading = done
+	h.mu.Unlock()
+
+	timeout := cmp.Or(h.timeout, hintReadTimeout)
+	names, err := signedApprovers(h.cat, h.agents, timeout)
+
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.reading = nil
+	close(done)
+	if err != nil {
+		h.err, h.next = err, now().Add(cmp.Or(h.retryAfter, hintRetryAfter))
+		if h.read {
+			return h.names, nil
+		}
+		return nil, err
+	}
+	h.read, h.names, h.err, h.next = true, names, nil, now().Add(cmp.Or(h.keepFor, hintKeepFor))
+	return names, nil
+}
+
 // signedApprovers lists the approvers of signed proofs the catalog
-// entries of agents name, each once, in order.
-func signedApprovers(cat *catalog.Client, agents []mcpserve.Agent) ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// entries of agents name, each once, in order, reading for at most
+// timeout.
+func signedApprovers(cat *catalog.Client, agents []mcpserve.Agent, timeout time.Duration) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var names []string
 	for _, a := range agents {
