@@ -10,7 +10,6 @@ package auditexport
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -78,14 +77,17 @@ func AfterRead(fn func(step string) error) Option {
 	return func(c *config) { c.afterRead = fn }
 }
 
-// Read reads run's export from the deployment js reaches: its events and
-// void records whole or not at all — a purge (retention) may remove the
-// run while they are read (its events and void records go in one purge,
-// the last step of a removal), so the log's head is read after both:
-// gone means a Run without events, and a head past the events read (an
-// event recorded meanwhile) reads the run again, up to three times — then
-// its legal holds (ReadHolds). A run without events has no holds read.
-// An error is the log's (the holds' is HoldsUnread).
+// Read reads run's export from the deployment js reaches, as of one
+// moment: its events as one load of its log reads them, its void records
+// up to that load's last message (a record appended after it voids a
+// message beyond the events read, and is left out), then its legal holds
+// (ReadHolds). A run that goes on appending meanwhile is exported as it
+// was loaded, never read again nor refused. A purge (retention) may
+// remove the run while it is read (its events and void records go in one
+// purge, the last step of a removal): the log's head, read after both,
+// gone means a Run without events, never the events without their void
+// records. A run without events has no holds read. An error is the log's
+// (the holds' is HoldsUnread).
 func Read(ctx context.Context, js jetstream.JetStream, run string, opts ...Option) (Run, error) {
 	var c config
 	for _, o := range opts {
@@ -103,37 +105,40 @@ func Read(ctx context.Context, js jetstream.JetStream, run string, opts ...Optio
 }
 
 func readWhole(ctx context.Context, log *eventlog.Log, run string, after func(string) error) ([]events.Envelope, []eventlog.VoidRecord, error) {
-	for try := 0; ; try++ {
-		envs, _, err := log.Load(ctx, run)
-		if err != nil {
+	// lh.Seq is the last message the load read, a trailing void record
+	// included (eventlog's fold).
+	envs, lh, err := log.Load(ctx, run)
+	if err != nil {
+		return nil, nil, err
+	}
+	if after != nil {
+		if err := after("events"); err != nil {
 			return nil, nil, err
-		}
-		if after != nil {
-			if err := after("events"); err != nil {
-				return nil, nil, err
-			}
-		}
-		voids, err := log.Voids(ctx, run)
-		if err != nil {
-			return nil, nil, err
-		}
-		if after != nil {
-			if err := after("voids"); err != nil {
-				return nil, nil, err
-			}
-		}
-		h, err := log.Head(ctx, run)
-		switch {
-		case err != nil:
-			return nil, nil, err
-		case h.IsZero():
-			return nil, nil, nil
-		case len(envs) > 0 && h.Version == envs[len(envs)-1].Version:
-			return envs, voids, nil
-		case try == 2:
-			return nil, nil, fmt.Errorf("run %s: its log's head moved (version %d) while it was read three times: export again", run, h.Version)
 		}
 	}
+	all, err := log.Voids(ctx, run)
+	if err != nil {
+		return nil, nil, err
+	}
+	if after != nil {
+		if err := after("voids"); err != nil {
+			return nil, nil, err
+		}
+	}
+	h, err := log.Head(ctx, run)
+	if err != nil {
+		return nil, nil, err
+	}
+	if h.IsZero() || len(envs) == 0 {
+		return nil, nil, nil
+	}
+	var voids []eventlog.VoidRecord
+	for _, v := range all {
+		if v.At <= lh.Seq {
+			voids = append(voids, v)
+		}
+	}
+	return envs, voids, nil
 }
 
 // ReadHolds reads every legal hold weft_holds keeps for run (active and

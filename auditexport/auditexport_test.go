@@ -140,3 +140,67 @@ func TestReadLeavesOutARunPurgedBetweenItsReads(t *testing.T) {
 		t.Fatalf("a bad run id: %v, want invalid_name", err)
 	}
 }
+
+// TestReadExportsALiveRunAsLoaded (docs/cli.md, audit export): a run that
+// appends while Read reads it — an event after each load, and once a
+// message no reader folds with its void record (`weft repair drop`) — is
+// exported as its one load read it: those events, no void record beyond
+// them (it voids a message after the history's end), no second read and
+// no error; the file reads back so.
+func TestReadExportsALiveRunAsLoaded(t *testing.T) {
+	s := natstest.Start(t, natstest.WithAssets(retention.Assets()...))
+	ctx := ctxT(t)
+	const run = "ex-3"
+	loaded, _, err := s.Log.Append(ctx, run, eventlog.Head{}, t0, events.ModelRequested{Turn: 1, Incarnation: 1}, events.ModelRequested{Turn: 2, Incarnation: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	loads := 0
+	x, err := auditexport.Read(ctx, s.JS, run, auditexport.AfterRead(func(step string) error {
+		steps = append(steps, step)
+		if step != "events" {
+			return nil
+		}
+		loads++
+		_, h, err := s.Log.Load(ctx, run)
+		if err != nil {
+			return err
+		}
+		if _, _, err := s.Log.Append(ctx, run, h, t0, events.ModelRequested{Turn: int64(2 + loads), Incarnation: 1}); err != nil {
+			return err
+		}
+		if loads > 1 {
+			return nil
+		}
+		ack, err := s.JS.PublishMsg(ctx, &nats.Msg{Subject: eventlog.Subject(run), Data: []byte("<html>")})
+		if err != nil {
+			return err
+		}
+		_, err = s.Log.Void(ctx, run, ack.Sequence, "test junk", "tester", t0)
+		return err
+	}))
+	if err != nil {
+		t.Fatalf("a run appended to while read: %v; want it exported as loaded", err)
+	}
+	if loads != 1 || len(steps) != 2 {
+		t.Fatalf("AfterRead steps %v: the run was read %d times, want once", steps, loads)
+	}
+	if len(x.Events) != len(loaded) || x.Events[len(x.Events)-1].Hash() != loaded[len(loaded)-1].Hash() {
+		t.Fatalf("exported %d events, want the %d loaded", len(x.Events), len(loaded))
+	}
+	if len(x.Voids) != 0 {
+		t.Fatalf("exported void records %+v of messages after the events read; want none", x.Voids)
+	}
+	if voids, err := s.Log.Voids(ctx, run); err != nil || len(voids) != 1 {
+		t.Fatalf("the log's void records %v %v; want the one appended during the read", voids, err)
+	}
+	var b bytes.Buffer
+	if err := x.Write(&b); err != nil {
+		t.Fatal(err)
+	}
+	runs, err := audit.ReadRuns(&b)
+	if err != nil || len(runs) != 1 || len(runs[0].Events) != len(loaded) || len(runs[0].Voids) != 0 {
+		t.Fatalf("read back: %v %v", runs, err)
+	}
+}
