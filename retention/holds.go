@@ -108,8 +108,12 @@ type runHolds struct {
 }
 
 // active returns v's first active hold (the zero Hold when none).
-func (v runHolds) active() Hold {
-	for _, h := range v.Holds {
+func (v runHolds) active() Hold { return ActiveOf(v.Holds) }
+
+// ActiveOf returns the first active hold of holds (a run's, in the order
+// placed, as HoldsOf returns them), or the zero Hold when none is active.
+func ActiveOf(holds []Hold) Hold {
+	for _, h := range holds {
 		if h.Active() {
 			return h
 		}

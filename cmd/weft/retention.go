@@ -298,10 +298,8 @@ func readHold(ctx context.Context, v *api.Violations, js jetstream.JetStream, ru
 	if err != nil {
 		return nil, err
 	}
-	for _, h := range hs {
-		if h.Active() {
-			return &h, nil
-		}
+	if h := retention.ActiveOf(hs); h.Active() {
+		return &h, nil
 	}
 	return nil, nil
 }
