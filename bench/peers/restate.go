@@ -88,6 +88,14 @@ func startRestate(ctx context.Context, dir string) (system, error) {
 	s := &restateSystem{ingress: fmt.Sprintf("http://127.0.0.1:%d", ports[2]), http: &http.Client{Transport: tr}}
 	s.cmd = exec.Command(bin, "--config-file", cfg, "--no-logo", "--listen-mode", "tcp")
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the measurement
+	// restate-server leaves a directory per partition invoker
+	// (invoker-<ULID>) in its TMPDIR: give it one inside dir, removed with
+	// it, not the machine's.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	s.cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 	log, _ := os.Create(filepath.Join(dir, "restate.log"))
 	s.cmd.Stdout, s.cmd.Stderr = log, log
 	if err := s.cmd.Start(); err != nil {
