@@ -9,33 +9,51 @@ import (
 	"github.com/weftrun/weft/proof"
 )
 
-// Hold is a legal hold of a run as an export carries it (a hold line) and
-// CheckHolds checks it: what the weft_holds bucket keeps for it
-// (retention.Hold, field for field and in its encoding): its id, who
-// placed it (By; Identity and Proof when the deployment vouched for it),
-// why and when, and who released it, why and when (Released; nil while
-// it is active).
+// Hold is a legal hold on a run: while it is not released, retention
+// removes neither the run nor any run of its family. A run may have
+// several, each released on its own (ID). They are kept in the
+// weft_holds bucket (retention.Hold is this type), not in the run's log:
+// a finished run's log is closed by its signed end head (docs/semantics.md
+// §1), and a hold says nothing about what the run did. An export carries
+// each as a hold line and CheckHolds checks it.
 type Hold struct {
 	Run string `json:"run"`
-	ID  string `json:"id"`
-	By  string `json:"by"`
+	// ID names the hold among the run's (h1, h2, ...): a release names it.
+	ID string `json:"id"`
+	// By is who placed it; Identity whether the deployment vouched for By
+	// (a signed command proof by one of its person keys, Proof) when it
+	// was placed: docs/security.md, "Who did it". A hold placed before
+	// holds recorded it has neither (unverified).
+	By string `json:"by"`
 	events.Identity
-	Proof     *events.CommandProof `json:"proof,omitempty"`
-	Reason    string               `json:"reason"`
-	At        time.Time            `json:"at"`
-	Released  *HoldRelease         `json:"released,omitempty"`
-	CommandID string               `json:"command_id,omitempty"`
+	Proof  *events.CommandProof `json:"proof,omitempty"`
+	Reason string               `json:"reason"`
+	At     time.Time            `json:"at"`
+	// Released is set once the hold was released: by whom, why and when.
+	Released *HoldRelease `json:"released,omitempty"`
+	// CommandID is the command that placed it (weft.api.hold, which `weft
+	// hold` sends; empty for a hold placed by retention.Place without one,
+	// as the CLI did before): Place with it again answers this hold and
+	// adds none.
+	CommandID string `json:"command_id,omitempty"`
 }
 
-// HoldRelease is who released a hold (retention.Release).
+// HoldRelease is who released a hold (Identity and Proof as for Hold), why
+// and when (retention.Release is this type).
 type HoldRelease struct {
 	By string `json:"by"`
 	events.Identity
-	Proof     *events.CommandProof `json:"proof,omitempty"`
-	Reason    string               `json:"reason"`
-	At        time.Time            `json:"at"`
-	CommandID string               `json:"command_id,omitempty"`
+	Proof  *events.CommandProof `json:"proof,omitempty"`
+	Reason string               `json:"reason"`
+	At     time.Time            `json:"at"`
+	// CommandID is the command that released it (weft.api.release_hold;
+	// empty for a release without one, as the CLI made before):
+	// retention.ReleaseHold with it again answers this release.
+	CommandID string `json:"command_id,omitempty"`
 }
+
+// Active reports whether the hold still exempts its run.
+func (h Hold) Active() bool { return h.Run != "" && h.Released == nil }
 
 // HoldCheck is who placed one legal hold of a run and, once released, who
 // released it (CheckHolds), as weft_holds or an export records them

@@ -81,7 +81,7 @@ func AfterRead(fn func(step string) error) Option {
 // moment: its events as one load of its log reads them, its void records
 // up to that load's last message (a record appended after it voids a
 // message beyond the events read, and is left out), then its legal holds
-// (ReadHolds). A run that goes on appending meanwhile is exported as it
+// (StoredHolds). A run that goes on appending meanwhile is exported as it
 // was loaded, never read again nor refused. A purge (retention) may
 // remove the run while it is read (its events and void records go in one
 // purge, the last step of a removal): the log's head, read after both,
@@ -98,7 +98,7 @@ func Read(ctx context.Context, js jetstream.JetStream, run string, opts ...Optio
 		return Run{}, err
 	}
 	r := Run{Events: envs, Voids: voids}
-	if r.Holds, err = ReadHolds(ctx, js, run, c.violations); err != nil {
+	if r.Holds, err = StoredHolds(ctx, js, run, c.violations); err != nil {
 		r.HoldsUnread = err.Error()
 	}
 	return r, nil
@@ -141,17 +141,6 @@ func readWhole(ctx context.Context, log *eventlog.Log, run string, after func(st
 	return envs, voids, nil
 }
 
-// ReadHolds reads every legal hold weft_holds keeps for run (active and
-// released) as an export carries them (StoredHolds, then AuditHolds). Its
-// error says why the holds are not known: never read it as "none".
-func ReadHolds(ctx context.Context, js jetstream.JetStream, run string, v *api.Violations) ([]audit.Hold, error) {
-	hs, err := StoredHolds(ctx, js, run, v)
-	if err != nil {
-		return nil, err
-	}
-	return AuditHolds(hs), nil
-}
-
 // StoredHolds is retention.HoldsOf (every hold of run, active and
 // released, in the order placed) within HoldsWait: a refusal of the
 // holds' bucket watched on v (unless nil) answers at once, as the
@@ -180,18 +169,4 @@ func StoredHolds(ctx context.Context, js jetstream.JetStream, run string, v *api
 // $KV.weft_holds.…).
 func HoldsSubject(subject string) bool {
 	return strings.Contains(subject, ".KV_"+retention.HoldsBucket) || strings.HasPrefix(subject, "$KV."+retention.HoldsBucket+".")
-}
-
-// AuditHolds is holds as an export carries them and audit.CheckHolds
-// checks them (audit.Hold: the same fields, in the same encoding).
-func AuditHolds(holds []retention.Hold) []audit.Hold {
-	var out []audit.Hold
-	for _, h := range holds {
-		a := audit.Hold{Run: h.Run, ID: h.ID, By: h.By, Identity: h.Identity, Proof: h.Proof, Reason: h.Reason, At: h.At, CommandID: h.CommandID}
-		if r := h.Released; r != nil {
-			a.Released = &audit.HoldRelease{By: r.By, Identity: r.Identity, Proof: r.Proof, Reason: r.Reason, At: r.At, CommandID: r.CommandID}
-		}
-		out = append(out, a)
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package auditexport_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -70,15 +69,8 @@ func TestReadIsWhatTheExportHolds(t *testing.T) {
 	if err != nil || len(stored) != 1 {
 		t.Fatalf("holds %v %v", stored, err)
 	}
-	// audit.Hold encodes as retention.Hold (cmd/weft's
-	// TestAuditHoldIsTheBucketsHold).
-	var holds []audit.Hold
-	b, _ := json.Marshal(stored)
-	if err := json.Unmarshal(b, &holds); err != nil {
-		t.Fatal(err)
-	}
 	var want bytes.Buffer
-	if err := audit.ExportRun(&want, envs, voids, holds, ""); err != nil {
+	if err := audit.ExportRun(&want, envs, voids, stored, ""); err != nil {
 		t.Fatal(err)
 	}
 

@@ -3,7 +3,6 @@ package console_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -54,16 +53,9 @@ func TestConsoleHistoryDownloadCarriesTheLegalHolds(t *testing.T) {
 	if err != nil || len(stored) != 1 {
 		t.Fatalf("the hold placed: %v %v", stored, err)
 	}
-	// audit.Hold encodes as retention.Hold (TestAuditHoldIsTheBucketsHold).
-	var holds []audit.Hold
-	if b, err := json.Marshal(stored); err != nil {
-		t.Fatal(err)
-	} else if err := json.Unmarshal(b, &holds); err != nil {
-		t.Fatal(err)
-	}
 	envs := s.HistoryAll(t, run)
 	var want bytes.Buffer
-	if err := audit.ExportRun(&want, envs, nil, holds, ""); err != nil {
+	if err := audit.ExportRun(&want, envs, nil, stored, ""); err != nil {
 		t.Fatal(err)
 	}
 

@@ -17,6 +17,7 @@ import (
 
 	weft "github.com/weftrun/weft"
 	"github.com/weftrun/weft/approvers"
+	"github.com/weftrun/weft/audit"
 	"github.com/weftrun/weft/eventlog"
 	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/proof"
@@ -44,55 +45,19 @@ func Assets() []provision.Asset {
 	}
 }
 
-// Hold is a legal hold on a run: while it is not released, retention
-// removes neither the run nor any run of its family. A run may have
-// several, each released on its own (ID). They are kept in HoldsBucket,
-// not in the run's log: a finished run's log is closed by its signed end
-// head (docs/semantics.md §1), and a hold says nothing about what the run
-// did.
-type Hold struct {
-	Run string `json:"run"`
-	// ID names the hold among the run's (h1, h2, ...): a release names it.
-	ID string `json:"id"`
-	// By is who placed it; Identity whether the deployment vouched for By
-	// (a signed command proof by one of its person keys, Proof) when it
-	// was placed: docs/security.md, "Who did it". A hold placed before
-	// holds recorded it has neither (unverified).
-	By string `json:"by"`
-	events.Identity
-	Proof  *events.CommandProof `json:"proof,omitempty"`
-	Reason string               `json:"reason"`
-	At     time.Time            `json:"at"`
-	// Released is set once the hold was released: by whom, why and when.
-	Released *Release `json:"released,omitempty"`
-	// CommandID is the command that placed it (weft.api.hold, which `weft
-	// hold` sends; empty for a hold placed by Place without one, as the
-	// CLI did before): Place with it again answers this hold and adds none.
-	CommandID string `json:"command_id,omitempty"`
-}
+// Hold is a legal hold on a run, as weft_holds keeps it (audit.Hold: the
+// one type, so that what an export carries and audit checks is what the
+// bucket keeps, field for field).
+type Hold = audit.Hold
 
-// Release is who released a hold (Identity and Proof as for Hold), why
-// and when.
-type Release struct {
-	By string `json:"by"`
-	events.Identity
-	Proof  *events.CommandProof `json:"proof,omitempty"`
-	Reason string               `json:"reason"`
-	At     time.Time            `json:"at"`
-	// CommandID is the command that released it (weft.api.release_hold;
-	// empty for a release without one, as the CLI made before):
-	// ReleaseHold with it again answers this release.
-	CommandID string `json:"command_id,omitempty"`
-}
+// Release is who released a hold (audit.HoldRelease).
+type Release = audit.HoldRelease
 
 // Person is who places or releases a hold: By, the name recorded, and
 // whether the deployment vouched for it (Identity, with the command proof
 // it checked), as approvers.People.Command answers it; the caller checks
 // the proof (the runner).
 type Person = approvers.Who
-
-// Active reports whether the hold still exempts its run.
-func (h Hold) Active() bool { return h.Run != "" && h.Released == nil }
 
 // runHolds is the value of a run's key in HoldsBucket: its holds, and
 // whether a purge passed its hold check on it. Holds and purges decide on

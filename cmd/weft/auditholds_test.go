@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +13,6 @@ import (
 
 	"github.com/weftrun/weft/approvers"
 	"github.com/weftrun/weft/audit"
-	"github.com/weftrun/weft/auditexport"
-	"github.com/weftrun/weft/events"
 	"github.com/weftrun/weft/internal/natstest"
 	"github.com/weftrun/weft/proof"
 	"github.com/weftrun/weft/retention"
@@ -368,64 +364,6 @@ func TestAuditVerifyFileWithoutHoldLines(t *testing.T) {
 	if code, out, errs := cli(t, "audit", "verify", "--file", laterFile); code != exitAudit || !strings.Contains(errs, "parse: line 5 is a legal hold line of run \""+run+"\" in schema 2") {
 		t.Fatalf("a hold line of schema 2: exit %d, want %d and parse:\n%s%s", code, exitAudit, out, errs)
 	}
-}
-
-// TestAuditHoldIsTheBucketsHold (docs/cli.md, audit export's hold lines):
-// retention.Hold (what weft_holds keeps) and audit.Hold (what an export
-// carries) have the same fields, by reflection, in the same order, with
-// the same types and json tags, their releases too (retention.Release,
-// audit.HoldRelease); and a hold with every field set encodes the same as
-// both. So a field added to one and not the other fails here, whatever
-// its tag (an omitempty field is absent from both encodings of a literal
-// that does not set it, which the encoding alone did not catch), not
-// silently in an export.
-func TestAuditHoldIsTheBucketsHold(t *testing.T) {
-	if diffs := sameFields(reflect.TypeOf(retention.Hold{}), reflect.TypeOf(audit.Hold{}), "Hold"); len(diffs) > 0 {
-		t.Fatalf("retention.Hold and audit.Hold differ:\n%s", strings.Join(diffs, "\n"))
-	}
-	p := &events.CommandProof{Key: "UKEY", Command: proof.CommandHold, Run: "r", Action: "h1", Content: "c", Reason: "why", Expires: t0, Signature: "sig"}
-	h := retention.Hold{Run: "r", ID: "h1", By: "alice", Identity: events.Identity{Verified: true, Key: "UKEY"}, Proof: p, Reason: "why", At: t0, CommandID: "c1",
-		Released: &retention.Release{By: "bob", Identity: events.Identity{Verified: true, Key: "UKEY2"}, Proof: p, Reason: "done", At: t0.Add(time.Hour), CommandID: "c2"}}
-	want, _ := json.Marshal(h)
-	got, _ := json.Marshal(auditexport.AuditHolds([]retention.Hold{h})[0])
-	var fields map[string]any
-	if err := json.Unmarshal(want, &fields); err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != string(want) || len(fields) != 10 {
-		t.Fatalf("audit.Hold %s\nretention.Hold %s (%d fields)", got, want, len(fields))
-	}
-}
-
-// sameFields lists how struct types a and b (at path) differ: their
-// visible fields (embedded ones' included) by name, json tag, and type,
-// in order; a field whose types differ but are both structs (or pointers
-// to them) is compared the same way.
-func sameFields(a, b reflect.Type, path string) []string {
-	if a == b {
-		return nil
-	}
-	if a.Kind() == reflect.Pointer && b.Kind() == reflect.Pointer {
-		return sameFields(a.Elem(), b.Elem(), path)
-	}
-	if a.Kind() != reflect.Struct || b.Kind() != reflect.Struct {
-		return []string{fmt.Sprintf("%s: %s, %s", path, a, b)}
-	}
-	fa, fb := reflect.VisibleFields(a), reflect.VisibleFields(b)
-	var diffs []string
-	for i := 0; i < len(fa) || i < len(fb); i++ {
-		switch {
-		case i >= len(fa):
-			diffs = append(diffs, fmt.Sprintf("%s.%s: only in %s", path, fb[i].Name, b))
-		case i >= len(fb):
-			diffs = append(diffs, fmt.Sprintf("%s.%s: only in %s", path, fa[i].Name, a))
-		case fa[i].Name != fb[i].Name || fa[i].Tag.Get("json") != fb[i].Tag.Get("json") || fa[i].Anonymous != fb[i].Anonymous:
-			diffs = append(diffs, fmt.Sprintf("%s: field %d is %s `json:%q` in %s, %s `json:%q` in %s", path, i, fa[i].Name, fa[i].Tag.Get("json"), a, fb[i].Name, fb[i].Tag.Get("json"), b))
-		default:
-			diffs = append(diffs, sameFields(fa[i].Type, fb[i].Type, path+"."+fa[i].Name)...)
-		}
-	}
-	return diffs
 }
 
 // TestAuditVerifyHoldsThatDoNotDecodeAreUnknown (docs/cli.md, audit

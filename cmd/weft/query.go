@@ -572,7 +572,7 @@ func auditCommand() command {
 					return usagef("want export <run> or verify <run>|--file <path>")
 				}
 				// Without the legal holds, export and verify say they are
-				// unknown (auditexport.ReadHolds): their refusal does not end it.
+				// unknown (auditexport.StoredHolds): their refusal does not end it.
 				e.tolerates = auditexport.HoldsSubject
 				switch args[0] {
 				case "export":
@@ -683,7 +683,7 @@ func verifyLive(ctx context.Context, e *env, run string, extra ...audit.Option) 
 		if ferr != nil {
 			return
 		}
-		holds, herr := auditexport.ReadHolds(ctx, js, run, e.refusals)
+		holds, herr := auditexport.StoredHolds(ctx, js, run, e.refusals)
 		unread := ""
 		if herr != nil {
 			unread = herr.Error()
